@@ -1,0 +1,160 @@
+"""The backend-neutral loop IR that every renderer prints.
+
+A kernel is a loop nest over its output whose outermost loop is parallel,
+reduction loops inside it, and straight-line statements that load through
+index expressions (`fusegrad.ir.symbolic`), compute, accumulate and store.
+Values are named once (SSA): a statement defines `dst` and later statements
+refer to it by name. Renderers decide nothing about semantics; they print this.
+
+A row sum over a (4, 8) buffer reads, in `str(kernel)`:
+
+    kernel sum_4x8(out0: float32[4], in0: float32[32])
+      parallel for o0 in 0..4:
+        acc0: float32 = 0.0
+        for r0 in 0..8:
+          v0 = load in0[o0*8 + r0]
+          acc0 = add(acc0, v0)
+        store out0[o0] = acc0
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..ir.dtypes import DType
+from ..ir.ops import Ops
+from ..ir.symbolic import Lin, Var
+
+
+@dataclass(frozen=True)
+class Param:
+    """A buffer argument: outputs come first, then inputs, in the order the runtime passes them."""
+
+    name: str
+    dtype: DType
+    size: int
+    output: bool
+
+
+@dataclass
+class Load:
+    dst: str
+    dtype: DType
+    param: Param
+    index: Lin
+    valid: tuple[Lin, ...] = ()  # a conjunction of `expr >= 0`; out of it the value is 0
+
+
+@dataclass
+class Const:
+    dst: str
+    dtype: DType
+    value: object
+
+
+@dataclass
+class Alu:
+    """An elementwise op from `fusegrad.ir.ops` (CAST's target type is `dtype`)."""
+
+    dst: str
+    dtype: DType
+    op: Ops
+    args: tuple[str, ...]
+
+
+@dataclass
+class Select:
+    """`cond ? value : 0` where `cond` is a conjunction of `expr >= 0` on loop variables."""
+
+    dst: str
+    dtype: DType
+    valid: tuple[Lin, ...]
+    value: str
+
+
+@dataclass
+class Rand:
+    """Uniform [0, 1) from `fusegrad.ir.rand` at linear index `index`."""
+
+    dst: str
+    dtype: DType
+    seed: int
+    index: Lin
+
+
+@dataclass
+class AccInit:
+    acc: str
+    dtype: DType
+    value: object
+
+
+@dataclass
+class AccUpdate:
+    acc: str
+    dtype: DType
+    op: Ops  # ADD or MAX
+    value: str
+
+
+@dataclass
+class Store:
+    param: Param
+    index: Lin
+    value: str
+
+
+@dataclass
+class Loop:
+    var: Var
+    extent: int
+    body: list = field(default_factory=list)
+    kind: str = "serial"  # "parallel" (split over threads / GPU threads), "serial", "reduce"
+
+
+@dataclass
+class Kernel:
+    name: str
+    params: list[Param]
+    body: list  # statements; the first Loop of kind "parallel" is split over threads
+    parallel_extent: int  # iterations of the parallel loop (1 if there is none)
+    flops: int = 0  # ALU ops executed, for the debug report
+
+    def __str__(self) -> str:
+        sig = ", ".join(f"{p.name}: {p.dtype.name}[{p.size}]" for p in self.params)
+        lines = [f"kernel {self.name}({sig})"]
+        _print_block(self.body, 1, lines)
+        return "\n".join(lines)
+
+
+def _valid_str(valid) -> str:
+    return " and ".join(f"{v} >= 0" for v in valid)
+
+
+def _print_block(body, depth: int, lines: list[str]) -> None:
+    pad = "  " * depth
+    for s in body:
+        if isinstance(s, Loop):
+            kind = "parallel for" if s.kind == "parallel" else "for"
+            lines.append(f"{pad}{kind} {s.var} in 0..{s.extent}:")
+            _print_block(s.body, depth + 1, lines)
+        elif isinstance(s, Load):
+            guard = f" if {_valid_str(s.valid)}" if s.valid else ""
+            lines.append(f"{pad}{s.dst} = load {s.param.name}[{s.index}]{guard}")
+        elif isinstance(s, Const):
+            lines.append(f"{pad}{s.dst} = {s.value!r}")
+        elif isinstance(s, Alu):
+            cast = f" to {s.dtype.name}" if s.op is Ops.CAST else ""
+            lines.append(f"{pad}{s.dst} = {s.op.name.lower()}({', '.join(s.args)}){cast}")
+        elif isinstance(s, Select):
+            lines.append(f"{pad}{s.dst} = {s.value} if {_valid_str(s.valid)} else 0")
+        elif isinstance(s, Rand):
+            lines.append(f"{pad}{s.dst} = rand(seed={s.seed}, index={s.index})")
+        elif isinstance(s, AccInit):
+            lines.append(f"{pad}{s.acc}: {s.dtype.name} = {s.value!r}")
+        elif isinstance(s, AccUpdate):
+            lines.append(f"{pad}{s.acc} = {s.op.name.lower()}({s.acc}, {s.value})")
+        elif isinstance(s, Store):
+            lines.append(f"{pad}store {s.param.name}[{s.index}] = {s.value}")
+        else:
+            raise TypeError(s)

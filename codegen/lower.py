@@ -1,0 +1,296 @@
+"""Lowering: one scheduled kernel (a subgraph) becomes a loop nest in the loop IR.
+
+The kernel loops over its output; every node inside is generated at the
+coordinates its consumer reads it at. Views never move data: each movement op
+only rewrites the coordinate expressions on the way down to a load, and `PAD`
+adds a validity condition outside which the value is zero.
+
+Adjacent loops are merged when that removes no affine access (a contiguous
+elementwise kernel becomes a single loop); a merge that would turn a strided
+access into divisions is not made.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+from ..ir.dtypes import DType
+from ..ir.node import Node
+from ..ir.ops import ELEMENTWISE, REDUCE, REDUCE_COMBINE, Ops
+from ..ir.schedule import ScheduleItem
+from ..ir.symbolic import FloorDiv, Lin, Mod, Var, lin
+from .loopir import (
+    AccInit,
+    AccUpdate,
+    Alu,
+    Const,
+    Kernel,
+    Load,
+    Loop,
+    Param,
+    Rand,
+    Select,
+    Store,
+)
+
+
+def strides_of(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major strides in elements: strides_of((2, 3, 4)) == (12, 4, 1)."""
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= s
+    return tuple(reversed(out))
+
+
+def linear_index(coords: tuple[Lin, ...], shape: tuple[int, ...]) -> Lin:
+    idx = lin(0)
+    for c, st, s in zip(coords, strides_of(shape), shape):
+        if s != 1:
+            idx = idx + c * st
+    return idx
+
+
+def view_source_coords(n: Node, coords: tuple[Lin, ...]) -> tuple[tuple[Lin, ...], tuple[Lin, ...]]:
+    """Map coordinates of movement node `n` to its source's, with new validity conditions."""
+    src = n.srcs[0]
+    if n.op is Ops.PERMUTE:
+        out = [lin(0)] * len(coords)
+        for i, o in enumerate(n.arg):
+            out[o] = coords[i]
+        return tuple(out), ()
+    if n.op is Ops.EXPAND:
+        return tuple(lin(0) if s == 1 else c for c, s in zip(coords, src.shape)), ()
+    if n.op is Ops.SHRINK:
+        return tuple(c + b for c, (b, _) in zip(coords, n.arg)), ()
+    if n.op is Ops.FLIP:
+        return tuple(
+            (lin(s - 1) - c) if i in n.arg else c for i, (c, s) in enumerate(zip(coords, n.shape))
+        ), ()
+    if n.op is Ops.PAD:
+        valid = []
+        for c, (before, _), s in zip(coords, n.arg, src.shape):
+            for cond in (c - before, lin(before + s - 1) - c):
+                if cond.min < 0:
+                    valid.append(cond)
+        return tuple(c - b for c, (b, _) in zip(coords, n.arg)), tuple(valid)
+    if n.op is Ops.RESHAPE:
+        flat = linear_index(coords, n.shape)
+        out = []
+        for st, s in zip(strides_of(src.shape), src.shape):
+            out.append(lin(0) if s == 1 else (flat // st) % s)
+        return tuple(out), ()
+    raise AssertionError(n.op)
+
+
+class _Lowerer:
+    def __init__(self, item: ScheduleItem, out_groups, red_groups):
+        self.item = item
+        self.out_groups = out_groups
+        self.red_groups = red_groups
+        self.params: dict[int, Param] = {}
+        root = item.root
+        self.out = Param("out0", root.dtype, root.numel, True)
+        for i, n in enumerate(item.inputs):
+            self.params[id(n)] = Param(f"in{i}", n.dtype, n.numel, False)
+        self.scopes: list[dict] = [{}]
+        self.counter = 0
+        self.flops_per_iter: list[tuple[int, int]] = []  # (ops, loop depth multiplier)
+        self.acc_count = 0
+
+    def fresh(self, prefix: str = "v") -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    # ---------------------------------------------------------------- structure
+    def lower(self) -> Kernel:
+        root = self.item.root
+        loop_vars, loops_shape = [], []
+        for gi, group in enumerate(self.out_groups):
+            extent = math.prod(root.shape[a] for a in group)
+            loop_vars.append(Var(f"o{gi}", 0, extent - 1))
+            loops_shape.append(extent)
+        coords = _coords_from_groups(root.shape, self.out_groups, loop_vars)
+        body: list = []
+        outer = body
+        self.iterations = 1
+        for i, (v, extent) in enumerate(zip(loop_vars, loops_shape)):
+            loop = Loop(v, extent, [], "parallel" if i == 0 else "serial")
+            outer.append(loop)
+            outer = loop.body
+            self.iterations *= extent
+        self.block = outer
+        self.flops = 0
+        value = self.gen(root, coords, ())
+        self.block.append(Store(self.out, linear_index(coords, root.shape), value))
+        params = [self.out] + [self.params[id(n)] for n in self.item.inputs]
+        extent = loops_shape[0] if loops_shape else 1
+        return Kernel(kernel_name(self.item), params, body, extent, self.flops)
+
+    def emit(self, stmt, ops: int = 0):
+        self.block.append(stmt)
+        self.flops += ops * self.iterations
+        return getattr(stmt, "dst", None)
+
+    # ---------------------------------------------------------------- values
+    def gen(self, n: Node, coords: tuple[Lin, ...], guard: tuple[Lin, ...]) -> str:
+        key = (id(n), coords, guard)
+        for scope in reversed(self.scopes):
+            if key in scope:
+                return scope[key]
+        value = self._gen(n, coords, guard)
+        self.scopes[-1][key] = value
+        return value
+
+    def _gen(self, n: Node, coords, guard) -> str:
+        if id(n) in self.params and n is not self.item.root:
+            p = self.params[id(n)]
+            return self.emit(Load(self.fresh(), n.dtype, p, linear_index(coords, n.shape), guard))
+        if n.op is Ops.CONST:
+            return self.emit(Const(self.fresh("c"), n.dtype, n.arg))
+        if n.op is Ops.RAND:
+            return self.emit(Rand(self.fresh(), n.dtype, n.arg, linear_index(coords, n.shape)), 8)
+        if n.op in ELEMENTWISE:
+            args = tuple(self.gen(s, coords, guard) for s in n.srcs)
+            return self.emit(Alu(self.fresh(), n.dtype, n.op, args), 1)
+        if n.op is Ops.CONTIGUOUS:
+            return self.gen(n.srcs[0], coords, guard)
+        if n.op in REDUCE:
+            return self.gen_reduce(n, coords, guard)
+        # movement
+        src_coords, valid = view_source_coords(n, coords)
+        if any(v.max < 0 for v in valid):  # entirely in the padding
+            return self.emit(Const(self.fresh("c"), n.dtype, _zero(n.dtype)))
+        inner = self.gen(n.srcs[0], src_coords, guard + valid)
+        if not valid:
+            return inner
+        return self.emit(Select(self.fresh(), n.dtype, valid, inner))
+
+    def gen_reduce(self, n: Node, coords, guard) -> str:
+        src = n.srcs[0]
+        self.acc_count += 1
+        acc = f"acc{self.acc_count}"
+        self.emit(AccInit(acc, n.dtype, reduce_identity(n.op, n.dtype)))
+        groups = self.red_groups
+        red_vars = [
+            Var(f"r{gi}", 0, math.prod(src.shape[a] for a in g) - 1) for gi, g in enumerate(groups)
+        ]
+        red_coords = _coords_from_groups(src.shape, groups, red_vars)
+        src_coords = tuple(
+            red_coords[i] if i in n.arg else c for i, c in enumerate(coords)
+        )
+        saved_block, saved_iter = self.block, self.iterations
+        for v in red_vars:
+            loop = Loop(v, v.max + 1, [], "reduce")
+            self.block.append(loop)
+            self.block = loop.body
+            self.iterations *= v.max + 1
+        self.scopes.append({})
+        value = self.gen(src, src_coords, guard)
+        self.emit(AccUpdate(acc, n.dtype, REDUCE_COMBINE[n.op], value), 1)
+        self.scopes.pop()
+        self.block, self.iterations = saved_block, saved_iter
+        return acc
+
+
+def _zero(dtype: DType):
+    return False if dtype.is_bool else 0 if dtype.is_int else 0.0
+
+
+def reduce_identity(op: Ops, dtype: DType):
+    if op is Ops.SUM:
+        return _zero(dtype)
+    if dtype.is_float:
+        return float("-inf")
+    if dtype.is_bool:
+        return False
+    return -(2 ** (8 * dtype.itemsize - 1))
+
+
+def _coords_from_groups(shape, groups, loop_vars) -> tuple[Lin, ...]:
+    """Coordinates of every axis, given one loop variable per group of adjacent axes."""
+    coords = [lin(0)] * len(shape)
+    for group, v in zip(groups, loop_vars):
+        rest = lin(v)
+        sizes = [shape[a] for a in group]
+        for k, a in enumerate(group):
+            inner = math.prod(sizes[k + 1 :])
+            coords[a] = (rest // inner) % shape[a] if k else rest // inner
+    return tuple(coords)
+
+
+def _divmod_score(kernel: Kernel) -> int:
+    """How many divisions and modulos the kernel's index expressions contain."""
+    total = 0
+
+    def count(e: Lin) -> int:
+        return sum(isinstance(a, (FloorDiv, Mod)) for a in e.atoms())
+
+    def walk(body):
+        nonlocal total
+        for s in body:
+            if isinstance(s, Loop):
+                walk(s.body)
+            elif isinstance(s, (Load, Store, Rand)):
+                total += count(s.index) + sum(count(v) for v in getattr(s, "valid", ()))
+            elif isinstance(s, Select):
+                total += sum(count(v) for v in s.valid)
+
+    walk(kernel.body)
+    return total
+
+
+def _merge_groups(axes: list[int], try_lower) -> list[tuple[int, ...]]:
+    """Greedily merge adjacent axes (innermost first) while no division appears."""
+    groups = [(a,) for a in axes]
+    best = try_lower(groups)
+    i = len(groups) - 2
+    while i >= 0:
+        candidate = groups[:i] + [groups[i] + groups[i + 1]] + groups[i + 2 :]
+        score = try_lower(candidate)
+        if score <= best:
+            groups, best = candidate, score
+        i -= 1
+    return groups
+
+
+def lower(item: ScheduleItem) -> Kernel:
+    """The loop IR of a scheduled kernel, with its loops merged where that stays affine."""
+    root, red = item.root, item.reduce
+    out_axes = [i for i, s in enumerate(root.shape) if s != 1]
+    red_axes = [a for a in red.arg] if red is not None else []
+    # merging reduce axes first, with the output axes unmerged, then the output axes
+    state = {"out": [(a,) for a in out_axes], "red": [(a,) for a in red_axes]}
+
+    def score_with(out_groups, red_groups) -> int:
+        return _divmod_score(_Lowerer(item, out_groups, red_groups).lower())
+
+    if len(red_axes) > 1 and _contiguous_axes(red_axes):
+        state["red"] = _merge_groups(red_axes, lambda g: score_with(state["out"], g))
+    if len(out_axes) > 1:
+        state["out"] = _merge_groups(out_axes, lambda g: score_with(g, state["red"]))
+    return _Lowerer(item, state["out"], state["red"]).lower()
+
+
+def _contiguous_axes(axes: list[int]) -> bool:
+    return all(b == a + 1 for a, b in zip(axes, axes[1:]))
+
+
+def kernel_name(item: ScheduleItem) -> str:
+    """A readable, stable name: what the kernel mainly does, and its output shape."""
+    notable = []
+    for n in item.nodes:
+        name = n.op.name.lower()
+        if n.op in REDUCE or n.op in {Ops.EXP, Ops.LOG, Ops.SIN, Ops.SQRT, Ops.RAND, Ops.PAD}:
+            name = {"reduce_max": "max"}.get(name, name)
+            if name not in notable:
+                notable.append(name)
+    kind = "r" if item.reduce is not None else "e"
+    shape = "x".join(map(str, item.root.shape)) or "scalar"
+    return "_".join([kind] + notable[:4] + [shape])
+
+
+def kernel_symbol(source: str, name: str) -> str:
+    """The symbol a compiled kernel is exported as: its name plus a hash of its source."""
+    return f"{name}_{hashlib.sha256(source.encode()).hexdigest()[:12]}"

@@ -1,0 +1,169 @@
+"""fusegrad: lazy tensors compiled into fused kernels (LLVM on the CPU, CUDA C rendered).
+
+>>> import fusegrad as fg
+>>> x = fg.randn(1 << 10)
+>>> y = ((x * 0.5 + 1.0).exp() * x - 3.0).relu() / (1 + x * x)
+>>> len(fg.kernels(y))        # the whole expression is one kernel
+1
+"""
+
+from __future__ import annotations
+
+import os as _os
+
+from . import codegen as _codegen
+from . import ir as _ir
+from . import runtime as _runtime
+from .errors import (
+    DeviceError,
+    DTypeError,
+    FusegradError,
+    IndexingError,
+    ShapeError,
+    register_package_dirs as _register_package_dirs,
+    user_site as _user_site,
+)
+from .ir import node as _node
+from .ir.dtypes import DType, bool_, float32, float64, int32, int64
+
+_register_package_dirs(
+    [_os.path.dirname(_os.path.abspath(__file__))]
+    + [_os.path.dirname(_os.path.abspath(m.__file__)) for m in (_ir, _codegen, _runtime)]
+)
+_node.SITE_HOOK = _user_site
+
+from .autograd_state import enable_grad, no_grad  # noqa: E402
+from .creation import (  # noqa: E402
+    arange,
+    empty,
+    eye,
+    from_numpy,
+    full,
+    full_like,
+    linspace,
+    manual_seed,
+    ones,
+    ones_like,
+    rand,
+    rand_like,
+    randint,
+    randn,
+    randn_like,
+    tensor,
+    zeros,
+    zeros_like,
+)
+from .debug import kernels  # noqa: E402
+from .movement import cat, stack  # noqa: E402
+from .reduce import matmul  # noqa: E402
+from .runtime.config import config  # noqa: E402
+from .tensor import Tensor, realize, where  # noqa: E402
+
+bool = bool_  # noqa: A001  (torch.bool)
+float = float32  # noqa: A001
+double = float64
+long = int64
+int = int32  # noqa: A001
+
+
+def exp(x):
+    return x.exp()
+
+
+def log(x):
+    return x.log()
+
+
+def sin(x):
+    return x.sin()
+
+
+def cos(x):
+    return x.cos()
+
+
+def sqrt(x):
+    return x.sqrt()
+
+
+def tanh(x):
+    return x.tanh()
+
+
+def sigmoid(x):
+    return x.sigmoid()
+
+
+def relu(x):
+    return x.relu()
+
+
+def abs(x):  # noqa: A001
+    return x.abs()
+
+
+def maximum(a, b):
+    return a.maximum(b)
+
+
+def minimum(a, b):
+    return a.minimum(b)
+
+
+def clamp(x, min=None, max=None):  # noqa: A002
+    return x.clamp(min, max)
+
+
+def sum(x, dim=None, keepdim=False):  # noqa: A001
+    return x.sum(dim, keepdim)
+
+
+def mean(x, dim=None, keepdim=False):
+    return x.mean(dim, keepdim)
+
+
+def softmax(x, dim):
+    return x.softmax(dim)
+
+
+def log_softmax(x, dim):
+    return x.log_softmax(dim)
+
+
+def argmax(x, dim=None, keepdim=False):
+    return x.argmax(dim, keepdim)
+
+
+def reshape(x, shape):
+    return x.reshape(shape)
+
+
+def transpose(x, dim0, dim1):
+    return x.transpose(dim0, dim1)
+
+
+def permute(x, dims):
+    return x.permute(dims)
+
+
+def flatten(x, start_dim=0, end_dim=-1):
+    return x.flatten(start_dim, end_dim)
+
+
+def squeeze(x, dim=None):
+    return x.squeeze(dim)
+
+
+def unsqueeze(x, dim):
+    return x.unsqueeze(dim)
+
+
+def pad(x, pad, value=0.0):  # noqa: A002
+    return x.pad(pad, value)
+
+
+def is_tensor(x) -> bool:
+    return isinstance(x, Tensor)
+
+
+__all__ = [n for n in dir() if not n.startswith("_")]

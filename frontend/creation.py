@@ -1,0 +1,196 @@
+"""Creating tensors: from data, constants, ranges and random numbers.
+
+Constants (`zeros`, `ones`, `full`) are lazy nodes that take no memory until a
+kernel writes them; `rand`/`randn` are the counter-based `RAND` primitive, so
+random tensors too are computed inside the kernels that read them.
+
+>>> import fusegrad as fg
+>>> fg.manual_seed(0)
+>>> fg.rand(2, 3).shape
+(2, 3)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .ir import node as N
+from .ir.dtypes import DEFAULT_FLOAT, DType, bool_, float32, from_numpy as dtype_of_numpy, int64, to_dtype
+from .runtime.buffer import Buffer
+from .errors import DeviceError, DTypeError, ShapeError, fail
+from .tensor import Tensor
+
+_seed = {"seed": 0, "counter": 0}
+
+
+def manual_seed(seed: int) -> None:
+    """Seed the generator behind rand, randn and dropout (as torch.manual_seed)."""
+    _seed["seed"] = int(seed)
+    _seed["counter"] = 0
+
+
+def _next_seed() -> int:
+    _seed["counter"] += 1
+    return (_seed["seed"] * 1_000_003 + _seed["counter"] * 7_919) & 0xFFFFFFFFFFFF
+
+
+def _check_device(device) -> None:
+    if device is None or str(device) == "cpu":
+        return
+    if str(device).startswith("cuda"):
+        fail(DeviceError, "device", "the CUDA runtime is not available in this build of fusegrad "
+             "(kernels render to CUDA C, but running them needs the [cuda] extra and a GPU); use 'cpu'")
+    fail(DeviceError, "device", f"unknown device {device!r}; fusegrad runs on 'cpu'")
+
+
+def _shape(shape) -> tuple[int, ...]:
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    try:
+        shape = tuple(int(s) for s in shape)
+    except (TypeError, ValueError):
+        fail(ShapeError, "shape", f"sizes must be integers, got {shape}")
+    if any(s < 0 for s in shape):
+        fail(ShapeError, "shape", f"sizes must be non-negative, got {shape}")
+    return shape
+
+
+def _finish(node: N.Node, requires_grad: bool) -> Tensor:
+    if requires_grad and not node.dtype.is_float:
+        fail(DTypeError, "requires_grad", f"only float tensors can require grad, got {node.dtype.name}")
+    return Tensor(node, requires_grad=requires_grad, leaf=True)
+
+
+def from_numpy(array: np.ndarray, requires_grad: bool = False) -> Tensor:
+    """A tensor holding a copy of a numpy array (its dtype must be one fusegrad has)."""
+    try:
+        dt = dtype_of_numpy(array.dtype)
+    except TypeError as e:
+        fail(DTypeError, "from_numpy", str(e))
+    buf = Buffer.from_numpy(array, dt)
+    return _finish(N.buffer(buf, array.shape, dt), requires_grad)
+
+
+def tensor(data, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+    """A tensor from nested lists, numbers, a numpy array or another tensor.
+
+    Python floats become float32, ints int64, bools bool, as in PyTorch.
+    """
+    _check_device(device)
+    if isinstance(data, Tensor):
+        data = data.numpy()
+    if isinstance(data, np.ndarray):
+        arr = data
+        if dtype is None and arr.dtype == np.float64 and not isinstance(data, np.ndarray):
+            arr = arr.astype(np.float32)
+    else:
+        try:
+            arr = np.array(data)
+        except ValueError as e:
+            fail(ShapeError, "tensor", f"data is ragged or not numeric: {e}")
+        if arr.dtype == np.float64:
+            arr = arr.astype(np.float32)
+        elif arr.dtype.kind in "iu":
+            arr = arr.astype(np.int64)
+    if arr.dtype == object or arr.dtype.kind in "USO":
+        fail(DTypeError, "tensor", f"cannot make a tensor from {type(data).__name__} of {arr.dtype}")
+    if dtype is not None:
+        arr = arr.astype(to_dtype(dtype).np)
+    elif arr.dtype.kind in "iu" and arr.dtype != np.int32:
+        arr = arr.astype(np.int64)
+    elif arr.dtype == np.float16:
+        arr = arr.astype(np.float32)
+    return from_numpy(arr, requires_grad)
+
+
+def full(size, fill_value, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+    _check_device(device)
+    shape = _shape(size if isinstance(size, (tuple, list)) else (size,))
+    if dtype is None:
+        dtype = bool_ if isinstance(fill_value, bool) else int64 if isinstance(fill_value, int) else float32
+    return _finish(N.const(fill_value, shape, to_dtype(dtype)), requires_grad)
+
+
+def zeros(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+    return full(_shape(size), 0.0, dtype or DEFAULT_FLOAT, requires_grad, device)
+
+
+def ones(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+    return full(_shape(size), 1.0, dtype or DEFAULT_FLOAT, requires_grad, device)
+
+
+def empty(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+    return zeros(*size, dtype=dtype, requires_grad=requires_grad, device=device)
+
+
+def zeros_like(t: Tensor, dtype=None, requires_grad: bool = False) -> Tensor:
+    return full(t.shape, 0, dtype or t.dtype, requires_grad)
+
+
+def ones_like(t: Tensor, dtype=None, requires_grad: bool = False) -> Tensor:
+    return full(t.shape, 1, dtype or t.dtype, requires_grad)
+
+
+def full_like(t: Tensor, fill_value, dtype=None, requires_grad: bool = False) -> Tensor:
+    return full(t.shape, fill_value, dtype or t.dtype, requires_grad)
+
+
+def arange(start, end=None, step=1, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+    """Evenly spaced values in [start, end), as torch.arange (int64 for ints, else float32)."""
+    _check_device(device)
+    if end is None:
+        start, end = 0, start
+    if step == 0:
+        fail(ShapeError, "arange", "step must be nonzero")
+    ints = all(isinstance(v, int) for v in (start, end, step))
+    dt = to_dtype(dtype) if dtype is not None else (int64 if ints else float32)
+    return from_numpy(np.arange(start, end, step).astype(dt.np), requires_grad)
+
+
+def linspace(start: float, end: float, steps: int, dtype=None) -> Tensor:
+    return from_numpy(np.linspace(start, end, steps).astype(to_dtype(dtype or float32).np))
+
+
+def eye(n: int, m: int | None = None, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+    _check_device(device)
+    return from_numpy(np.eye(n, m, dtype=to_dtype(dtype or float32).np), requires_grad)
+
+
+def rand(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+    """Uniform [0, 1) numbers from the counter-based generator (see manual_seed)."""
+    _check_device(device)
+    dt = to_dtype(dtype or float32)
+    if not dt.is_float:
+        fail(DTypeError, "rand", f"needs a float dtype, got {dt.name}")
+    return _finish(N.rand(_next_seed(), _shape(size), dt), requires_grad)
+
+
+def randn(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+    """Standard normal numbers (Box-Muller over two uniform streams)."""
+    _check_device(device)
+    dt: DType = to_dtype(dtype or float32)
+    if not dt.is_float:
+        fail(DTypeError, "randn", f"needs a float dtype, got {dt.name}")
+    shape = _shape(size)
+    u1 = Tensor(N.rand(_next_seed(), shape, dt))
+    u2 = Tensor(N.rand(_next_seed(), shape, dt))
+    r = ((1 - u1).log() * -2).sqrt()  # 1 - u1 is in (0, 1], so the log is finite
+    z = r * (u2 * (2 * math.pi)).cos()
+    return _finish(z.node, requires_grad)
+
+
+def rand_like(t: Tensor, dtype=None) -> Tensor:
+    return rand(t.shape, dtype=dtype or t.dtype)
+
+
+def randn_like(t: Tensor, dtype=None) -> Tensor:
+    return randn(t.shape, dtype=dtype or t.dtype)
+
+
+def randint(low: int, high: int | None = None, size=(), dtype=None) -> Tensor:
+    if high is None:
+        low, high = 0, low
+    u = rand(*_shape(tuple(size)), dtype="float64")
+    return (u * (high - low) + low).cast(to_dtype(dtype or int64))

@@ -1,0 +1,59 @@
+"""Errors that name the op, the shapes or dtypes, and the user's file and line.
+
+Every check runs when the op is written, not when a value is computed, so the
+traceback and the message both point at the user's line:
+
+    fusegrad.ShapeError: add: shapes (3, 4) and (5,) cannot be broadcast together
+    (axis -1: 4 vs 5) at train.py:12
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_PACKAGE_DIRS: tuple[str, ...] = ()
+
+
+def register_package_dirs(dirs) -> None:
+    """The folders whose frames are fusegrad's own, not the user's."""
+    global _PACKAGE_DIRS
+    _PACKAGE_DIRS = tuple(os.path.abspath(d) + os.sep for d in dirs)
+
+
+def user_site() -> str | None:
+    """`file:line` of the innermost frame outside fusegrad."""
+    f = sys._getframe(1)
+    while f is not None:
+        name = f.f_code.co_filename
+        if not name.startswith(_PACKAGE_DIRS) and not name.startswith("<frozen"):
+            return f"{os.path.basename(name)}:{f.f_lineno}"
+        f = f.f_back
+    return None
+
+
+class FusegradError(Exception):
+    """Base class of the errors fusegrad raises on bad input."""
+
+
+class ShapeError(FusegradError, ValueError):
+    """Shapes that do not fit the op (broadcasting, reshape, matmul, dim)."""
+
+
+class DTypeError(FusegradError, TypeError):
+    """A dtype, or a mix of dtypes, the op does not support."""
+
+
+class IndexingError(FusegradError, IndexError):
+    """An index or slice outside the tensor."""
+
+
+class DeviceError(FusegradError, RuntimeError):
+    """A device that does not exist here (no GPU, no PyCUDA)."""
+
+
+def fail(kind: type[FusegradError], op: str, message: str):
+    """Raise `kind` with the op name, the message and the user's file:line."""
+    site = user_site()
+    where = f" at {site}" if site else ""
+    raise kind(f"{op}: {message}{where}")

@@ -1,0 +1,343 @@
+"""Views: reshape, permute, expand, slicing, pad, cat, stack.
+
+Every one of these is an index map, never a copy. Each also tracks the strides
+PyTorch would report for the view (`stride()`), the way MiniTorch and norch
+teach them: transposing swaps strides, expanding gives stride 0, slicing with
+a step multiplies the stride.
+
+>>> import fusegrad as fg
+>>> x = fg.arange(12).reshape(3, 4)
+>>> x.T.shape, x.T.stride(), x.T.is_contiguous()
+((4, 3), (1, 4), False)
+"""
+
+from __future__ import annotations
+
+import math
+
+from .ir import node as N
+from .ir.dtypes import bool_, promote
+from .errors import IndexingError, ShapeError, fail
+
+
+def _contiguous_strides(shape):
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= s
+    return tuple(reversed(out))
+
+
+def _view_strides(old_shape, old_strides, new_shape):
+    """Strides of a reshape that needs no copy, or None (numpy's attempt_nocopy_reshape idea)."""
+    if math.prod(old_shape) == 0:
+        return _contiguous_strides(new_shape)
+    old = [(s, st) for s, st in zip(old_shape, old_strides) if s != 1]
+    new_strides = [0] * len(new_shape)
+    oi, ni = 0, 0
+    new_nz = [i for i, s in enumerate(new_shape) if s != 1]
+    while oi < len(old) and ni < len(new_nz):
+        # grow matching chunks until their element counts agree
+        op, np_ = old[oi][0], new_shape[new_nz[ni]]
+        oj, nj = oi, ni
+        while op != np_:
+            if op < np_:
+                oj += 1
+                op *= old[oj][0]
+            else:
+                nj += 1
+                np_ *= new_shape[new_nz[nj]]
+        for k in range(oi, oj):
+            if old[k][1] != old[k + 1][0] * old[k + 1][1]:
+                return None
+        st = old[oj][1]
+        for k in range(nj, ni - 1, -1):
+            new_strides[new_nz[k]] = st
+            st *= new_shape[new_nz[k]]
+        oi, ni = oj + 1, nj + 1
+    for i in reversed(range(len(new_shape))):
+        if new_shape[i] == 1:
+            last = i + 1 == len(new_shape)
+            new_strides[i] = 1 if last else new_strides[i + 1] * new_shape[i + 1]
+    return tuple(new_strides)
+
+
+class MovementMixin:
+    """View methods of Tensor."""
+
+    __slots__ = ()
+
+    def _view(self, node, strides):
+        return self._make(node, strides=strides)
+
+    # ---------------------------------------------------------------- reshape family
+    def _resolve_shape(self, shape, op):
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        shape = tuple(int(s) for s in shape)
+        if shape.count(-1) > 1:
+            fail(ShapeError, op, f"only one dimension can be -1, got {shape}")
+        if -1 in shape:
+            known = math.prod(s for s in shape if s != -1)
+            if known == 0 or self.numel() % known:
+                fail(ShapeError, op, f"cannot reshape tensor of shape {self.shape} "
+                     f"({self.numel()} elements) into {shape}")
+            shape = tuple(self.numel() // known if s == -1 else s for s in shape)
+        if any(s < 0 for s in shape) or math.prod(shape) != self.numel():
+            fail(ShapeError, op, f"cannot reshape tensor of shape {self.shape} "
+                 f"({self.numel()} elements) into {shape} ({math.prod(shape)} elements)")
+        return shape
+
+    def reshape(self, *shape):
+        """The same elements in row-major order, in a new shape (one axis may be -1)."""
+        shape = self._resolve_shape(shape, "reshape")
+        st = _view_strides(self.shape, self.stride(), shape)
+        return self._view(N.reshape(self.node, shape), st or _contiguous_strides(shape))
+
+    def view(self, *shape):
+        """Like reshape, but only where no copy would be needed (as PyTorch's view)."""
+        shape = self._resolve_shape(shape, "view")
+        st = _view_strides(self.shape, self.stride(), shape)
+        if st is None:
+            fail(ShapeError, "view", f"view of shape {shape} is not compatible with strides "
+                 f"{self.stride()} of shape {self.shape}; use reshape() or contiguous() first")
+        return self._view(N.reshape(self.node, shape), st)
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1):
+        if self.ndim == 0:
+            return self.reshape(1)
+        a, b = self._dim(start_dim, "flatten"), self._dim(end_dim, "flatten")
+        if a > b:
+            fail(ShapeError, "flatten", f"start_dim {start_dim} comes after end_dim {end_dim}")
+        shape = self.shape[:a] + (math.prod(self.shape[a : b + 1]),) + self.shape[b + 1 :]
+        return self.reshape(shape)
+
+    def squeeze(self, dim=None):
+        if dim is None:
+            dims = [i for i, s in enumerate(self.shape) if s == 1]
+        else:
+            dims = [d for d in self._dims(dim, "squeeze") if self.shape[d] == 1]
+        shape = tuple(s for i, s in enumerate(self.shape) if i not in dims)
+        strides = tuple(st for i, st in enumerate(self.stride()) if i not in dims)
+        return self._view(N.reshape(self.node, shape), strides)
+
+    def unsqueeze(self, dim: int):
+        n = self.ndim + 1
+        if not -n <= dim < n:
+            fail(ShapeError, "unsqueeze", f"dim {dim} is out of range for a tensor of shape {self.shape} "
+                 f"(expected -{n} <= dim < {n})")
+        dim %= n
+        shape = self.shape[:dim] + (1,) + self.shape[dim:]
+        st = self.stride()
+        inner = st[dim] * self.shape[dim] if dim < self.ndim else 1
+        strides = st[:dim] + (inner,) + st[dim:]
+        return self._view(N.reshape(self.node, shape), strides)
+
+    # ---------------------------------------------------------------- axis order
+    def permute(self, *dims):
+        if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+            dims = tuple(dims[0])
+        if len(dims) != self.ndim:
+            fail(ShapeError, "permute", f"got {len(dims)} dims {tuple(dims)} for a tensor of shape {self.shape}")
+        order = tuple(self._dim(d, "permute") for d in dims)
+        if sorted(order) != list(range(self.ndim)):
+            fail(ShapeError, "permute", f"{tuple(dims)} is not a permutation of the axes of shape {self.shape}")
+        st = self.stride()
+        return self._view(N.permute(self.node, order), tuple(st[o] for o in order))
+
+    def transpose(self, dim0: int = 0, dim1: int = 1):
+        a, b = self._dim(dim0, "transpose"), self._dim(dim1, "transpose")
+        order = list(range(self.ndim))
+        order[a], order[b] = order[b], order[a]
+        return self.permute(order) if self.ndim else self
+
+    def t(self):
+        if self.ndim > 2:
+            fail(ShapeError, "t", f"expects a tensor with <= 2 dims, got shape {self.shape}")
+        return self.transpose(0, 1) if self.ndim == 2 else self
+
+    @property
+    def T(self):
+        return self.permute(tuple(reversed(range(self.ndim))))
+
+    @property
+    def mT(self):
+        return self.transpose(-2, -1)
+
+    # ---------------------------------------------------------------- broadcasting
+    def expand(self, *shape):
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        shape = tuple(int(s) for s in shape)
+        if len(shape) < self.ndim:
+            fail(ShapeError, "expand", f"cannot expand shape {self.shape} to fewer dims {shape}")
+        lead = len(shape) - self.ndim
+        src = (1,) * lead + self.shape
+        shape = tuple(s if t == -1 else t for s, t in zip(src, shape))
+        for s, t in zip(src, shape):
+            if s != t and s != 1:
+                fail(ShapeError, "expand", f"cannot expand shape {self.shape} to {shape}: "
+                     f"only size-1 axes can grow")
+        st = (0,) * lead + self.stride()
+        strides = tuple(0 if s != t else x for s, t, x in zip(src, shape, st))
+        node = N.expand(N.reshape(self.node, src), shape)
+        return self._view(node, strides)
+
+    def expand_as(self, other):
+        return self.expand(other.shape)
+
+    def broadcast_to(self, shape):
+        return self.expand(shape)
+
+    # ---------------------------------------------------------------- slicing
+    def __getitem__(self, index):
+        """Basic indexing: ints, slices (with positive steps), None and Ellipsis."""
+        if not isinstance(index, tuple):
+            index = (index,)
+        if any(i is Ellipsis for i in index):
+            k = index.index(Ellipsis)
+            if index.count(Ellipsis) > 1:
+                fail(IndexingError, "index", "an index can only have a single ellipsis")
+            used = sum(1 for i in index if i is not None and i is not Ellipsis)
+            index = index[:k] + (slice(None),) * (self.ndim - used) + index[k + 1 :]
+        used = sum(1 for i in index if i is not None)
+        if used > self.ndim:
+            fail(IndexingError, "index", f"too many indices ({used}) for a tensor of shape {self.shape}")
+        index = index + (slice(None),) * (self.ndim - used)
+        x, axis, out_shape = self, 0, []
+        bounds, steps, keep, strides = [], [], [], []
+        st = self.stride()
+        for i in index:
+            if i is None:
+                continue
+            size = self.shape[axis]
+            if isinstance(i, bool) or not isinstance(i, (int, slice)) and not hasattr(i, "__index__"):
+                fail(IndexingError, "index", f"unsupported index {i!r}: use ints, slices, None or ...")
+            if isinstance(i, slice):
+                start, stop, step = i.indices(size)
+                if i.step is not None and i.step <= 0:
+                    fail(IndexingError, "index", f"step must be positive, got {i.step}")
+                stop = max(stop, start)
+                bounds.append((start, stop))
+                steps.append(step)
+                keep.append(True)
+            else:
+                j = int(i)
+                if not -size <= j < size:
+                    fail(IndexingError, "index", f"index {j} is out of bounds for axis {axis} with size {size}")
+                j %= size
+                bounds.append((j, j + 1))
+                steps.append(1)
+                keep.append(False)
+            axis += 1
+        node = N.shrink(x.node, tuple(bounds))
+        if any(s != 1 for s in steps):
+            node = _stride_node(node, steps)
+        offset_shape = node.shape
+        new_strides = []
+        for s, k, stp, stride in zip(offset_shape, keep, steps, st):
+            if k:
+                new_strides.append(stride * stp)
+        # final shape: drop int-indexed axes, insert None axes
+        kept = iter([s for s, k in zip(offset_shape, keep) if k])
+        kept_st = iter(new_strides)
+        shape, strides_out = [], []
+        ki = iter(keep)
+        for i in index:
+            if i is None:
+                shape.append(1)
+                strides_out.append(0)
+            elif next(ki):
+                shape.append(next(kept))
+                strides_out.append(next(kept_st))
+        return self._view(N.reshape(node, tuple(shape)), tuple(strides_out))
+
+    # ---------------------------------------------------------------- padding
+    def pad(self, pad, value: float = 0.0):
+        """Pad with PyTorch's F.pad order: (left of last axis, right of last axis, left of the one before, ...).
+
+        Negative amounts crop.
+        """
+        if len(pad) % 2 or len(pad) // 2 > self.ndim:
+            fail(ShapeError, "pad", f"padding {tuple(pad)} must have an even length of at most "
+                 f"2 * ndim = {2 * self.ndim}")
+        pairs = [(0, 0)] * self.ndim
+        for k in range(len(pad) // 2):
+            pairs[self.ndim - 1 - k] = (int(pad[2 * k]), int(pad[2 * k + 1]))
+        crop = tuple((max(-b, 0), s - max(-a, 0)) for (b, a), s in zip(pairs, self.shape))
+        if any(lo > hi for lo, hi in crop):
+            fail(ShapeError, "pad", f"negative padding {tuple(pad)} removes more than shape {self.shape}")
+        node = N.shrink(self.node, crop)
+        grow = tuple((max(b, 0), max(a, 0)) for b, a in pairs)
+        padded = self._view(N.pad(node, grow), None)
+        if value != 0:
+            from .creation import ones
+
+            inside = N.pad(N.const(True, node.shape, bool_), grow)
+            padded = _fill_outside(padded, ones((), dtype="bool")._make(inside), value)
+        return padded
+
+    def contiguous(self):
+        """A tensor with contiguous strides; materialized once if this one is a strided view."""
+        if self.is_contiguous():
+            return self
+        return self._make(N.contiguous(self.node), strides=_contiguous_strides(self.shape))
+
+
+def _fill_outside(x, mask, value):
+    from .tensor import where
+
+    return where(mask, x, value)
+
+
+def _stride_node(node, steps):
+    """Take every `step`-th element along each axis: pad to a multiple, split, keep index 0."""
+    shape = node.shape
+    padded = tuple((0, (-s) % st) for s, st in zip(shape, steps))
+    node = N.pad(node, padded)
+    split = []
+    for s, st in zip(node.shape, steps):
+        split += [s // st, st]
+    node = N.reshape(node, tuple(split))
+    node = N.shrink(node, tuple((0, n) if k % 2 == 0 else (0, 1) for k, n in enumerate(split)))
+    return N.reshape(node, tuple(-(-s // st) for s, st in zip(shape, steps)))
+
+
+def cat(tensors, dim: int = 0):
+    """Join tensors along an existing axis (as torch.cat): each is padded to the full size, then summed."""
+    from .tensor import Tensor
+
+    tensors = list(tensors)
+    if not tensors:
+        fail(ShapeError, "cat", "expected a non-empty list of tensors")
+    first = tensors[0]
+    d = first._dim(dim, "cat")
+    for t in tensors[1:]:
+        if not isinstance(t, Tensor) or t.ndim != first.ndim or any(
+            a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != d
+        ):
+            fail(ShapeError, "cat", f"shapes {[tuple(x.shape) for x in tensors]} differ outside dim {dim}")
+    total = sum(t.shape[d] for t in tensors)
+    out, offset = None, 0
+    dtype = first.dtype
+    for t in tensors:
+        dtype = promote(dtype, t.dtype)
+    for t in tensors:
+        pads = [(0, 0)] * first.ndim
+        pads[d] = (offset, total - offset - t.shape[d])
+        offset += t.shape[d]
+        piece = t.cast(dtype)
+        piece = piece._make(N.pad(piece.node, tuple(pads)))
+        out = piece if out is None else out + piece
+    return out
+
+
+def stack(tensors, dim: int = 0):
+    """Join tensors along a new axis (as torch.stack)."""
+    tensors = list(tensors)
+    if not tensors:
+        fail(ShapeError, "stack", "expected a non-empty list of tensors")
+    shapes = {t.shape for t in tensors}
+    if len(shapes) > 1:
+        fail(ShapeError, "stack", f"all tensors must have the same shape, got {[t.shape for t in tensors]}")
+    return cat([t.unsqueeze(dim) for t in tensors], dim)

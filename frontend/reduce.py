@@ -1,0 +1,165 @@
+"""Reductions and the composites built on them: sum, mean, max, argmax, softmax, matmul.
+
+Each is a composition of the two reduction primitives (`SUM`, `REDUCE_MAX`)
+with elementwise ops and views; the scheduler decides how they fuse.
+
+>>> import fusegrad as fg
+>>> x = fg.tensor([[1.0, 5.0], [7.0, 3.0]])
+>>> x.sum(dim=1).tolist(), x.argmax(dim=1).tolist()
+([6.0, 10.0], [1, 0])
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+from .ir import node as N
+from .ir.dtypes import int64
+from .ir.ops import Ops
+from .errors import DTypeError, ShapeError, fail
+
+MaxResult = namedtuple("MaxResult", ["values", "indices"])
+
+
+class ReduceMixin:
+    """Reduction methods of Tensor."""
+
+    __slots__ = ()
+
+    def _reduce(self, ir_op: Ops, dim, keepdim: bool, op: str):
+        axes = self._dims(dim, op)
+        node = N.reduce(ir_op, self.node, axes)
+        out = self._make(node)
+        if not keepdim:
+            out = out._make(N.reshape(node, tuple(s for i, s in enumerate(self.shape) if i not in axes)))
+        return out
+
+    def sum(self, dim=None, keepdim: bool = False, dtype=None):
+        """Sum over `dim` (an int, a tuple, or None for all); bools and ints sum as int64."""
+        x = self.cast(dtype) if dtype is not None else self
+        if not x.dtype.is_float:
+            x = x.cast(int64)
+        return x._reduce(Ops.SUM, dim, keepdim, "sum")
+
+    def mean(self, dim=None, keepdim: bool = False):
+        if not self.dtype.is_float:
+            fail(DTypeError, "mean", f"needs a float tensor, got {self.dtype.name}; use .float() first")
+        axes = self._dims(dim, "mean")
+        count = 1
+        for a in axes:
+            count *= self.shape[a]
+        return self.sum(dim, keepdim) / count
+
+    def var(self, dim=None, keepdim: bool = False, correction: int = 1):
+        axes = self._dims(dim, "var")
+        count = 1
+        for a in axes:
+            count *= self.shape[a]
+        centered = self - self.mean(dim, keepdim=True)
+        return (centered * centered).sum(dim, keepdim) / max(count - correction, 0)
+
+    def std(self, dim=None, keepdim: bool = False, correction: int = 1):
+        return self.var(dim, keepdim, correction).sqrt()
+
+    def amax(self, dim=None, keepdim: bool = False):
+        if self.numel() == 0:
+            fail(ShapeError, "max", "cannot reduce an empty tensor (it has no identity)")
+        x = self.cast(int64) if self.dtype.is_bool else self
+        out = x._reduce(Ops.REDUCE_MAX, dim, keepdim, "max")
+        return out.bool() if self.dtype.is_bool else out
+
+    def amin(self, dim=None, keepdim: bool = False):
+        if self.dtype.is_bool:
+            return self.logical_not().amax(dim, keepdim).logical_not()
+        return -((-self).amax(dim, keepdim))
+
+    def max(self, dim=None, keepdim: bool = False):
+        """The largest element; with an int `dim`, a (values, indices) pair as in PyTorch."""
+        if dim is None or isinstance(dim, (tuple, list)):
+            return self.amax(dim, keepdim)
+        return MaxResult(self.amax(dim, keepdim), self.argmax(dim, keepdim))
+
+    def min(self, dim=None, keepdim: bool = False):
+        if dim is None or isinstance(dim, (tuple, list)):
+            return self.amin(dim, keepdim)
+        return MaxResult(self.amin(dim, keepdim), self.argmin(dim, keepdim))
+
+    def argmax(self, dim=None, keepdim: bool = False):
+        """Index of the first largest element along `dim` (of the flattened tensor if None)."""
+        if dim is None:
+            return self.reshape(-1).argmax(0, keepdim=False)
+        from .creation import arange
+
+        d = self._dim(dim, "argmax")
+        n = self.shape[d]
+        best = self.amax(d, keepdim=True)
+        shape = [1] * self.ndim
+        shape[d] = n
+        idx = arange(n).reshape(shape)
+        # first occurrence: the smallest index among the maxima
+        cand = (self == best).where(idx, n)
+        return cand.amin(d, keepdim)
+
+    def argmin(self, dim=None, keepdim: bool = False):
+        if self.dtype.is_bool:
+            return self.logical_not().argmax(dim, keepdim)
+        return (-self).argmax(dim, keepdim)
+
+    def logsumexp(self, dim, keepdim: bool = False):
+        m = self.amax(dim, keepdim=True).detach()
+        out = (self - m).exp().sum(dim, keepdim=True).log() + m
+        return out if keepdim else out.squeeze(dim)
+
+    def softmax(self, dim: int):
+        """exp(x - max) / sum(exp(x - max)) along `dim`: three kernels for a row softmax."""
+        x = self._float()
+        e = (x - x.amax(dim, keepdim=True).detach()).exp()
+        return e / e.sum(dim, keepdim=True)
+
+    def log_softmax(self, dim: int):
+        x = self._float()
+        shifted = x - x.amax(dim, keepdim=True).detach()
+        return shifted - shifted.exp().sum(dim, keepdim=True).log()
+
+    def matmul(self, other):
+        return matmul(self, other)
+
+    def dot(self, other):
+        if self.ndim != 1 or other.ndim != 1:
+            fail(ShapeError, "dot", f"expects 1-D tensors, got {self.shape} and {other.shape}")
+        return matmul(self, other)
+
+
+def matmul(a, b):
+    """Matrix product with PyTorch's rules for 1-D, 2-D and batched operands.
+
+    The product is one broadcast multiply and one sum over the shared axis,
+    which the scheduler fuses into a single kernel.
+    """
+    from .tensor import Tensor, as_tensor, broadcast_shapes
+
+    a, b = as_tensor(a, "matmul"), as_tensor(b, "matmul")
+    if not isinstance(a, Tensor) or a.ndim == 0 or b.ndim == 0:
+        fail(ShapeError, "matmul", f"both operands need at least 1 dim, got {a.shape} and {b.shape}")
+    if a.dtype is not b.dtype:
+        fail(DTypeError, "matmul", f"expected both operands to have the same dtype, got "
+             f"{a.dtype.name} and {b.dtype.name}")
+    if a.dtype.is_bool:
+        fail(DTypeError, "matmul", "not supported on bool tensors")
+    a2 = a.unsqueeze(0) if a.ndim == 1 else a
+    b2 = b.unsqueeze(1) if b.ndim == 1 else b
+    k1, k2 = a2.shape[-1], b2.shape[-2]
+    if k1 != k2:
+        fail(ShapeError, "matmul", f"shapes {a.shape} and {b.shape} cannot be multiplied "
+             f"(inner dimensions {k1} and {k2} differ)")
+    batch = broadcast_shapes(a2.shape[:-2], b2.shape[:-2], "matmul")
+    m, n = a2.shape[-2], b2.shape[-1]
+    # (..., M, 1, K) * (..., 1, N, K) summed over K
+    x = a2.reshape(a2.shape[:-2] + (m, 1, k1)).expand(batch + (m, n, k1))
+    y = b2.mT.reshape(b2.shape[:-2] + (1, n, k1)).expand(batch + (m, n, k1))
+    out = (x * y).sum(-1)
+    if a.ndim == 1:
+        out = out.squeeze(-2)
+    if b.ndim == 1:
+        out = out.squeeze(-1)
+    return out

@@ -1,0 +1,486 @@
+"""The lazy `Tensor`: PyTorch's names and semantics, building IR instead of computing.
+
+>>> import fusegrad as fg
+>>> x = fg.tensor([1.0, 2.0, 3.0])
+>>> y = (x * 2 + 1).exp()        # nothing runs yet: y is a graph of four nodes
+>>> y.shape
+(3,)
+>>> round(y.sum().item(), 2)     # reading a value compiles and runs the kernels
+1627.19
+
+Checks happen where the op is written; mistakes raise `ShapeError`,
+`DTypeError` or `IndexingError` naming the op, the shapes and your line.
+Movement ops (`reshape`, `permute`, slicing, `expand`, `pad`, ...) are in
+`movement.py`, reductions and composites in `reduce.py`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from .ir import node as N
+from .ir.dtypes import DType, bool_, float32, promote, promote_scalar, to_dtype
+from .ir.ops import Ops
+from .runtime.buffer import Buffer
+from .runtime.realize import realize as _realize
+from . import autograd_state
+from .errors import DTypeError, ShapeError, fail
+from .movement import MovementMixin
+from .reduce import ReduceMixin
+
+Scalar = int | float | bool
+
+
+def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= s
+    return tuple(reversed(out))
+
+
+class Tensor(MovementMixin, ReduceMixin):
+    """A lazy n-dimensional array: a node of the IR graph plus PyTorch's tensor API."""
+
+    __slots__ = ("node", "requires_grad", "_grad", "_strides", "_is_leaf", "__weakref__")
+    __array_priority__ = 1000  # numpy scalars on the left defer to our operators
+
+    def __init__(self, node: N.Node, requires_grad: bool = False, strides=None, leaf=None):
+        self.node = node
+        self.requires_grad = requires_grad
+        self._grad = None
+        self._strides = strides
+        self._is_leaf = leaf if leaf is not None else (node.op is Ops.BUFFER or not requires_grad)
+
+    # ---------------------------------------------------------------- properties
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.node.shape
+
+    def size(self, dim: int | None = None):
+        if dim is None:
+            return self.shape
+        return self.shape[self._dim(dim, "size")]
+
+    @property
+    def dtype(self) -> DType:
+        return self.node.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def dim(self) -> int:
+        return self.ndim
+
+    @property
+    def device(self) -> str:
+        return "cpu"
+
+    @property
+    def is_leaf(self) -> bool:
+        return self._is_leaf
+
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def stride(self, dim: int | None = None):
+        """Strides of this view in elements, as PyTorch reports them (0 on broadcast axes)."""
+        st = self._strides if self._strides is not None else contiguous_strides(self.shape)
+        return st if dim is None else st[self._dim(dim, "stride")]
+
+    def is_contiguous(self) -> bool:
+        want = contiguous_strides(self.shape)
+        return all(a == b or s == 1 for a, b, s in zip(self.stride(), want, self.shape))
+
+    # ---------------------------------------------------------------- evaluation
+    def realize(self) -> Tensor:
+        """Compute this tensor's value now (it is kept; later reads are free)."""
+        realize(self)
+        return self
+
+    def numpy(self) -> np.ndarray:
+        """The value as a read-only numpy array of this tensor's shape and dtype."""
+        self.realize()
+        a = self.node.realized.numpy().reshape(self.shape).view()
+        a.setflags(write=False)
+        return a
+
+    def item(self):
+        if self.numel() != 1:
+            fail(ShapeError, "item", f"only one-element tensors convert to a Python scalar; shape is {self.shape}")
+        return self.numpy().reshape(()).item()
+
+    def tolist(self):
+        return self.numpy().tolist()
+
+    def __array__(self, dtype=None, copy=None):
+        a = np.array(self.numpy())
+        return a if dtype is None else a.astype(dtype)
+
+    def __bool__(self) -> bool:
+        if self.numel() != 1:
+            fail(ShapeError, "bool", f"truth value of a tensor with {self.numel()} elements is ambiguous")
+        return bool(self.item())
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __repr__(self) -> str:
+        body = np.array2string(self.numpy(), separator=", ", prefix="tensor(")
+        extra = "" if self.dtype in (float32, to_dtype("int64"), bool_) else f", dtype={self.dtype!r}"
+        if self.requires_grad:
+            extra += ", requires_grad=True"
+        return f"tensor({body}{extra})"
+
+    # ---------------------------------------------------------------- building blocks
+    def _make(self, node: N.Node, *parents: Tensor, strides=None) -> Tensor:
+        rg = autograd_state.enabled() and any(p.requires_grad for p in (self, *parents))
+        return Tensor(node, requires_grad=rg, strides=strides, leaf=not rg)
+
+    def _dim(self, dim: int, op: str) -> int:
+        n = max(self.ndim, 1)
+        if not isinstance(dim, (int, np.integer)) or not -n <= dim < n:
+            fail(ShapeError, op, f"dim {dim} is out of range for a tensor of shape {self.shape} "
+                 f"(expected -{n} <= dim < {n})")
+        return int(dim) % n
+
+    def _dims(self, dim, op: str) -> tuple[int, ...]:
+        if dim is None:
+            return tuple(range(self.ndim))
+        if isinstance(dim, (list, tuple)):
+            out = tuple(self._dim(d, op) for d in dim)
+            if len(set(out)) != len(out):
+                fail(ShapeError, op, f"dim {tuple(dim)} names an axis twice")
+            return out
+        return (self._dim(dim, op),) if self.ndim else ()
+
+    def cast(self, dtype) -> Tensor:
+        dtype = to_dtype(dtype)
+        return self if dtype is self.dtype else self._make(N.cast(self.node, dtype))
+
+    to = cast
+
+    def type(self, dtype) -> Tensor:
+        return self.cast(dtype)
+
+    def float(self) -> Tensor:
+        return self.cast(float32)
+
+    def double(self) -> Tensor:
+        return self.cast("float64")
+
+    def long(self) -> Tensor:
+        return self.cast("int64")
+
+    def int(self) -> Tensor:
+        return self.cast("int32")
+
+    def bool(self) -> Tensor:
+        return self.cast(bool_)
+
+    def _float(self) -> Tensor:
+        """Integers and bools become the default float, as PyTorch does for exp, log, /, ..."""
+        return self if self.dtype.is_float else self.cast(float32)
+
+    # ---------------------------------------------------------------- broadcasting
+    def _operands(self, other, op: str, reverse: bool = False) -> tuple[Tensor, Tensor]:
+        """Both operands as tensors of one shape and one dtype (numpy broadcasting)."""
+        if isinstance(other, Tensor):
+            dtype = promote(self.dtype, other.dtype)
+            o = other
+        elif isinstance(other, (int, float, bool, np.number, np.bool_)):
+            other = other.item() if isinstance(other, (np.number, np.bool_)) else other
+            dtype = promote_scalar(self.dtype, other)
+            o = Tensor(N.const(other, self.shape, dtype))
+        else:
+            fail(DTypeError, op, f"unsupported operand type {type(other).__name__}")
+        a, b = self.cast(dtype), o.cast(dtype)
+        shape = broadcast_shapes(a.shape, b.shape, op)
+        a, b = a.expand(shape) if a.shape != shape else a, b.expand(shape) if b.shape != shape else b
+        return (b, a) if reverse else (a, b)
+
+    def _binary(self, ir_op: Ops, other, op: str, reverse: bool = False) -> Tensor:
+        a, b = self._operands(other, op, reverse)
+        return a._make(N.binary(ir_op, a.node, b.node), b)
+
+    def _unary(self, ir_op: Ops) -> Tensor:
+        return self._make(N.unary(ir_op, self.node))
+
+    # ---------------------------------------------------------------- arithmetic
+    def __add__(self, o):
+        return self._binary(Ops.ADD, o, "add")
+
+    def __radd__(self, o):
+        return self._binary(Ops.ADD, o, "add", reverse=True)
+
+    def __sub__(self, o):
+        a, b = self._operands(o, "sub")
+        return a._check_not_bool("sub")._binary(Ops.ADD, -b, "sub")
+
+    def __rsub__(self, o):
+        a, b = self._operands(o, "sub", reverse=True)
+        return a._check_not_bool("sub")._binary(Ops.ADD, -b, "sub")
+
+    def __mul__(self, o):
+        return self._binary(Ops.MUL, o, "mul")
+
+    def __rmul__(self, o):
+        return self._binary(Ops.MUL, o, "mul", reverse=True)
+
+    def __truediv__(self, o):
+        a, b = self._operands(o, "div")
+        return a._float()._binary(Ops.DIV, b._float(), "div")
+
+    def __rtruediv__(self, o):
+        a, b = self._operands(o, "div", reverse=True)
+        return a._float()._binary(Ops.DIV, b._float(), "div")
+
+    def __neg__(self):
+        return self._check_not_bool("neg")._unary(Ops.NEG)
+
+    def __pos__(self):
+        return self
+
+    def __pow__(self, o):
+        return pow_(self, o)
+
+    def __rpow__(self, o):
+        base, exp = self._operands(o, "pow", reverse=True)
+        return pow_(base, exp)
+
+    def __matmul__(self, o):
+        from .reduce import matmul
+
+        return matmul(self, o)
+
+    def __rmatmul__(self, o):
+        from .reduce import matmul
+
+        return matmul(as_tensor(o, "matmul"), self)
+
+    def _check_not_bool(self, op: str) -> Tensor:
+        if self.dtype.is_bool:
+            fail(DTypeError, op, "not supported on bool tensors; use logical ops or cast first")
+        return self
+
+    # ---------------------------------------------------------------- comparisons
+    def __lt__(self, o):
+        return self._binary(Ops.CMPLT, o, "lt")
+
+    def __gt__(self, o):
+        return self._binary(Ops.CMPLT, o, "gt", reverse=True)
+
+    def __le__(self, o):
+        return (self > o).logical_not()
+
+    def __ge__(self, o):
+        return (self < o).logical_not()
+
+    def __eq__(self, o):  # type: ignore[override]
+        return self._binary(Ops.CMPEQ, o, "eq")
+
+    def __ne__(self, o):  # type: ignore[override]
+        return (self == o).logical_not()
+
+    __hash__ = object.__hash__
+
+    def logical_not(self) -> Tensor:
+        return self.bool()._unary(Ops.NEG)
+
+    def __invert__(self):
+        if not self.dtype.is_bool:
+            fail(DTypeError, "invert", f"~ needs a bool tensor, got {self.dtype.name}")
+        return self.logical_not()
+
+    def __and__(self, o):
+        return self._logical(o, Ops.MUL, "and")
+
+    def __or__(self, o):
+        return self._logical(o, Ops.ADD, "or")
+
+    def _logical(self, o, ir_op: Ops, op: str) -> Tensor:
+        if not self.dtype.is_bool or (isinstance(o, Tensor) and not o.dtype.is_bool):
+            fail(DTypeError, op, "logical ops need bool tensors")
+        return self._binary(ir_op, o, op)
+
+    # ---------------------------------------------------------------- math
+    def exp(self):
+        return self._float()._unary(Ops.EXP)
+
+    def log(self):
+        return self._float()._unary(Ops.LOG)
+
+    def sin(self):
+        return self._float()._unary(Ops.SIN)
+
+    def cos(self):
+        return (self._float() + math.pi / 2).sin()
+
+    def sqrt(self):
+        return self._float()._unary(Ops.SQRT)
+
+    def rsqrt(self):
+        return self.sqrt().reciprocal()
+
+    def reciprocal(self):
+        return self._float()._unary(Ops.RECIP)
+
+    def abs(self):
+        return self.where_(self < 0, -self, self) if not self.dtype.is_bool else self
+
+    def neg(self):
+        return -self
+
+    def relu(self):
+        return self.maximum(0)
+
+    def sigmoid(self):
+        x = self._float()
+        return (1 + (-x).exp()).reciprocal()
+
+    def tanh(self):
+        """tanh(x) = 2 sigmoid(2x) - 1, with a series near 0 where that form cancels."""
+        x = self._float()
+        big = 2 * (2 * x).sigmoid() - 1
+        x2 = x * x
+        # odd Taylor series to x^9: error < 1e-8 for |x| < 0.25
+        small = x * (1 + x2 * (-1 / 3 + x2 * (2 / 15 + x2 * (-17 / 315 + x2 * (62 / 2835)))))
+        return self.where_(x.abs() < 0.25, small, big)
+
+    def square(self):
+        return self * self
+
+    def maximum(self, o):
+        return self._binary(Ops.MAX, o, "maximum")
+
+    def minimum(self, o):
+        a, b = self._operands(o, "minimum")
+        if a.dtype.is_bool:
+            return a & b
+        return -((-a).maximum(-b))
+
+    def clamp(self, min=None, max=None):
+        if min is None and max is None:
+            fail(ShapeError, "clamp", "at least one of min and max must be given")
+        out = self
+        if min is not None:
+            out = out.maximum(min)
+        if max is not None:
+            out = out.minimum(max)
+        return out
+
+    clip = clamp
+
+    @staticmethod
+    def where_(cond, a, b) -> Tensor:
+        return where(cond, a, b)
+
+    def where(self, cond, other) -> Tensor:
+        return where(cond, self, other)
+
+    # ---------------------------------------------------------------- autograd (see autograd.py)
+    @property
+    def grad(self):
+        return self._grad
+
+    @grad.setter
+    def grad(self, value):
+        self._grad = value
+
+    def requires_grad_(self, flag: bool = True) -> Tensor:
+        if flag and not self.dtype.is_float:
+            fail(DTypeError, "requires_grad_", f"only float tensors can require grad, got {self.dtype.name}")
+        self.requires_grad = flag
+        return self
+
+    def detach(self) -> Tensor:
+        return Tensor(self.node, requires_grad=False, strides=self._strides)
+
+    def backward(self, gradient=None, retain_graph=None, create_graph: bool = False):
+        from .autograd import backward
+
+        backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph)
+
+
+# ---------------------------------------------------------------- module functions
+
+
+def broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...], op: str) -> tuple[int, ...]:
+    """numpy's broadcasting rule, with an error that shows both shapes and the axis."""
+    out = []
+    for i in range(1, max(len(a), len(b)) + 1):
+        x = a[-i] if i <= len(a) else 1
+        y = b[-i] if i <= len(b) else 1
+        if x != y and x != 1 and y != 1:
+            fail(ShapeError, op, f"shapes {a} and {b} cannot be broadcast together (axis -{i}: {x} vs {y})")
+        out.append(max(x, y) if x != 1 and y != 1 else x * y)
+    return tuple(reversed(out))
+
+
+def as_tensor(x, op: str = "tensor") -> Tensor:
+    if isinstance(x, Tensor):
+        return x
+    from .creation import tensor
+
+    return tensor(x)
+
+
+def where(cond, a, b) -> Tensor:
+    """`a` where `cond` is true, else `b`, broadcasting all three."""
+    if not isinstance(cond, Tensor):
+        cond = as_tensor(cond)
+    if not cond.dtype.is_bool:
+        fail(DTypeError, "where", f"condition must be a bool tensor, got {cond.dtype.name}")
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+        a = Tensor(N.const(a, (), promote_scalar(bool_, a)))
+    ta, tb = a._operands(b, "where") if isinstance(a, Tensor) else b._operands(a, "where", reverse=True)
+    shape = broadcast_shapes(cond.shape, ta.shape, "where")
+    ta, tb, c = ta.expand(shape), tb.expand(shape), cond.expand(shape)
+    return ta._make(N.where(c.node, ta.node, tb.node), tb, c)
+
+
+def pow_(base: Tensor, exponent) -> Tensor:
+    """x ** y: exact repeated multiplication for small integer exponents, else exp(y log x)."""
+    if isinstance(exponent, (int, float)) and not isinstance(exponent, bool):
+        if float(exponent).is_integer() and abs(exponent) <= 16:
+            n = int(exponent)
+            x = base if n >= 0 else base._float().reciprocal()
+            out, p, n = None, x, abs(n)
+            while n:
+                if n & 1:
+                    out = p if out is None else out * p
+                p, n = p * p, n >> 1
+            return out if out is not None else Tensor(N.const(1, base.shape, base.dtype))
+        if exponent == 0.5:
+            return base.sqrt()
+    b, e = base._operands(exponent, "pow")
+    b, e = b._float(), e._float()
+    return (e * b.log()).exp()
+
+
+def realize(*tensors: Tensor) -> list:
+    """Compute several tensors at once, sharing work between them; returns the kernels run.
+
+    A realized tensor that is not part of a graph being differentiated is
+    re-pointed at its buffer, so the graph that produced it can be freed.
+    """
+    nodes = [t.node for t in tensors]
+    records = _realize(nodes)
+    for t in tensors:
+        if t._is_leaf or not t.requires_grad:
+            buf = t.node.realized
+            if t.node.op is not Ops.BUFFER:
+                t.node = N.buffer(buf, t.shape, t.dtype)
+    return records

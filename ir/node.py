@@ -1,0 +1,251 @@
+"""Graph nodes: frozen, hash-consed `(op, srcs, arg, shape, dtype)` records.
+
+Building the same node twice gives the same object, so equal subgraphs are one
+node (common-subexpression elimination for free) and identity is equality:
+
+>>> from fusegrad.ir.dtypes import float32
+>>> a = const(1.0, (3,), float32)
+>>> add(a, a) is add(a, a)
+True
+
+Each constructor applies the op's shape and dtype rule and asserts its
+preconditions; the frontend checks user input before it gets here and turns
+mistakes into readable errors, so an assertion here is a bug in fusegrad.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Callable
+
+from .dtypes import DType, bool_
+from .ops import BINARY, COMPARISON, ELEMENTWISE, MOVEMENT, REDUCE, UNARY, Ops
+
+Shape = tuple[int, ...]
+
+# The frontend installs a function returning the user's "file:line" so that every node
+# remembers where it was written; kernels report these lines.
+SITE_HOOK: Callable[[], str | None] = lambda: None
+
+_CACHE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+class Node:
+    """One IR value. Never construct directly: use the functions below."""
+
+    __slots__ = ("op", "srcs", "arg", "shape", "dtype", "site", "realized", "__weakref__")
+
+    op: Ops
+    srcs: tuple[Node, ...]
+    arg: object
+    shape: Shape
+    dtype: DType
+    site: str | None  # the user's file:line that first built this node
+    realized: object  # the runtime Buffer holding this node's value once computed
+
+    def __repr__(self) -> str:
+        arg = "" if self.arg is None or self.op is Ops.BUFFER else f", arg={self.arg!r}"
+        return f"<{self.op.name} {self.shape} {self.dtype.name}{arg}>"
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def base(self) -> Node:
+        """The node itself, or the buffer that already holds its value."""
+        return self
+
+
+def _key_arg(op: Ops, arg):
+    if op is Ops.BUFFER:
+        return id(arg)
+    if isinstance(arg, float):
+        # keep 0.0 and -0.0 apart; NaN never equals itself, so NaN constants are never shared
+        return (arg, math.copysign(1.0, arg))
+    return arg
+
+
+def make(op: Ops, srcs: tuple[Node, ...], arg, shape: Shape, dtype: DType) -> Node:
+    """Return the unique node for these fields, building it if it is new."""
+    key = (op, srcs, _key_arg(op, arg), shape, dtype)
+    if op is not Ops.BUFFER:
+        hit = _CACHE.get(key)
+        if hit is not None:
+            return hit
+    n = object.__new__(Node)
+    n.op, n.srcs, n.arg, n.shape, n.dtype = op, srcs, arg, shape, dtype
+    n.site = SITE_HOOK()
+    n.realized = arg if op is Ops.BUFFER else None
+    if op is not Ops.BUFFER:
+        _CACHE[key] = n
+    return n
+
+
+# ---------------------------------------------------------------- leaves
+
+
+def buffer(buf, shape: Shape, dtype: DType) -> Node:
+    """A node for realized data (a runtime Buffer of `prod(shape)` elements, row-major)."""
+    return make(Ops.BUFFER, (), buf, tuple(shape), dtype)
+
+
+def const(value, shape: Shape, dtype: DType) -> Node:
+    value = bool(value) if dtype.is_bool else int(value) if dtype.is_int else float(value)
+    return make(Ops.CONST, (), value, tuple(shape), dtype)
+
+
+def rand(seed: int, shape: Shape, dtype: DType) -> Node:
+    """Uniform [0, 1) numbers: element i is a hash of (seed, i), so any kernel can regenerate it."""
+    assert dtype.is_float
+    return make(Ops.RAND, (), int(seed), tuple(shape), dtype)
+
+
+# ---------------------------------------------------------------- elementwise
+
+
+def unary(op: Ops, x: Node) -> Node:
+    assert op in UNARY and op is not Ops.CAST
+    return make(op, (x,), None, x.shape, x.dtype)
+
+
+def cast(x: Node, dtype: DType) -> Node:
+    if x.dtype is dtype:
+        return x
+    return make(Ops.CAST, (x,), None, x.shape, dtype)
+
+
+def binary(op: Ops, a: Node, b: Node) -> Node:
+    assert op in BINARY
+    assert a.shape == b.shape, f"{op.name}: {a.shape} vs {b.shape}"
+    assert a.dtype is b.dtype, f"{op.name}: {a.dtype} vs {b.dtype}"
+    return make(op, (a, b), None, a.shape, bool_ if op in COMPARISON else a.dtype)
+
+
+def where(cond: Node, a: Node, b: Node) -> Node:
+    assert cond.dtype is bool_ and cond.shape == a.shape == b.shape and a.dtype is b.dtype
+    return make(Ops.WHERE, (cond, a, b), None, a.shape, a.dtype)
+
+
+def add(a, b):
+    return binary(Ops.ADD, a, b)
+
+
+def mul(a, b):
+    return binary(Ops.MUL, a, b)
+
+
+# ---------------------------------------------------------------- reductions
+
+
+def reduce(op: Ops, x: Node, axes: tuple[int, ...]) -> Node:
+    """Reduce over `axes`, which keep size 1 (keepdim); no axes is the identity."""
+    assert op in REDUCE
+    axes = tuple(sorted(set(a for a in axes if x.shape[a] != 1)))
+    if not axes:
+        return x
+    shape = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
+    return make(op, (x,), axes, shape, x.dtype)
+
+
+# ---------------------------------------------------------------- movement
+
+
+def reshape(x: Node, shape: Shape) -> Node:
+    shape = tuple(int(s) for s in shape)
+    assert math.prod(shape) == x.numel, f"reshape {x.shape} -> {shape}"
+    if shape == x.shape:
+        return x
+    if x.op is Ops.RESHAPE:  # reshape of a reshape is one reshape
+        return reshape(x.srcs[0], shape)
+    return make(Ops.RESHAPE, (x,), shape, shape, x.dtype)
+
+
+def permute(x: Node, order: tuple[int, ...]) -> Node:
+    order = tuple(order)
+    assert sorted(order) == list(range(len(x.shape)))
+    if order == tuple(range(len(order))):
+        return x
+    if x.op is Ops.PERMUTE:  # compose two permutations
+        inner = x.arg
+        return permute(x.srcs[0], tuple(inner[o] for o in order))
+    return make(Ops.PERMUTE, (x,), order, tuple(x.shape[o] for o in order), x.dtype)
+
+
+def expand(x: Node, shape: Shape) -> Node:
+    shape = tuple(shape)
+    assert len(shape) == len(x.shape) and all(
+        s == t or s == 1 for s, t in zip(x.shape, shape)
+    ), f"expand {x.shape} -> {shape}"
+    if shape == x.shape:
+        return x
+    return make(Ops.EXPAND, (x,), shape, shape, x.dtype)
+
+
+def pad(x: Node, pads: tuple[tuple[int, int], ...]) -> Node:
+    pads = tuple((int(b), int(a)) for b, a in pads)
+    assert len(pads) == len(x.shape) and all(b >= 0 and a >= 0 for b, a in pads)
+    if all(b == 0 and a == 0 for b, a in pads):
+        return x
+    shape = tuple(s + b + a for s, (b, a) in zip(x.shape, pads))
+    return make(Ops.PAD, (x,), pads, shape, x.dtype)
+
+
+def shrink(x: Node, bounds: tuple[tuple[int, int], ...]) -> Node:
+    bounds = tuple((int(b), int(e)) for b, e in bounds)
+    assert len(bounds) == len(x.shape) and all(
+        0 <= b <= e <= s for (b, e), s in zip(bounds, x.shape)
+    ), f"shrink {x.shape} by {bounds}"
+    if all(b == 0 and e == s for (b, e), s in zip(bounds, x.shape)):
+        return x
+    shape = tuple(e - b for b, e in bounds)
+    return make(Ops.SHRINK, (x,), bounds, shape, x.dtype)
+
+
+def flip(x: Node, axes: tuple[int, ...]) -> Node:
+    axes = tuple(sorted(set(a for a in axes if x.shape[a] > 1)))
+    if not axes:
+        return x
+    return make(Ops.FLIP, (x,), axes, x.shape, x.dtype)
+
+
+def contiguous(x: Node) -> Node:
+    return make(Ops.CONTIGUOUS, (x,), None, x.shape, x.dtype)
+
+
+# ---------------------------------------------------------------- graph walks
+
+
+def toposort(roots: list[Node], stop: Callable[[Node], bool] = lambda n: False) -> list[Node]:
+    """Nodes reachable from `roots`, sources before users; does not descend below `stop` nodes."""
+    order: list[Node] = []
+    seen: set[int] = set()
+    for root in roots:
+        if id(root) in seen:
+            continue
+        stack = [(root, False)]
+        while stack:
+            n, done = stack.pop()
+            if done:
+                order.append(n)
+                continue
+            if id(n) in seen:
+                continue
+            seen.add(id(n))
+            stack.append((n, True))
+            if not stop(n):
+                stack.extend((s, False) for s in reversed(n.srcs) if id(s) not in seen)
+    return order
+
+
+def is_view(n: Node) -> bool:
+    return n.op in MOVEMENT
+
+
+def is_elementwise(n: Node) -> bool:
+    return n.op in ELEMENTWISE
+
+
+def is_reduce(n: Node) -> bool:
+    return n.op in REDUCE

@@ -1,0 +1,67 @@
+"""The closed set of IR primitives, as one enum with op groups as sets.
+
+Everything a user writes (sigmoid, softmax, matmul, conv2d, losses) is a
+composition of these. Adding a primitive means one row here, one shape rule
+(ir/node.py), one gradient rule (ir/autodiff.py), one line per renderer
+(codegen/llvm.py, codegen/cuda.py) and one reference-evaluator line
+(ir/reference.py).
+"""
+
+from __future__ import annotations
+
+from enum import Enum, auto
+
+
+class Ops(Enum):
+    # leaves
+    BUFFER = auto()  # realized data; arg is the runtime Buffer
+    CONST = auto()  # a scalar broadcast to the node's shape; arg is the Python value
+    RAND = auto()  # uniform [0, 1) from a counter-based hash; arg is the seed
+    # unary elementwise
+    NEG = auto()
+    EXP = auto()
+    LOG = auto()
+    SIN = auto()
+    SQRT = auto()
+    RECIP = auto()
+    CAST = auto()  # arg is unused; the node's dtype is the target
+    # binary elementwise
+    ADD = auto()
+    MUL = auto()
+    DIV = auto()
+    MAX = auto()
+    CMPLT = auto()
+    CMPEQ = auto()
+    # ternary elementwise
+    WHERE = auto()
+    # reductions over arg = tuple of axes; the reduced axes keep size 1
+    SUM = auto()
+    REDUCE_MAX = auto()
+    # movement: zero-copy views
+    RESHAPE = auto()  # arg = new shape
+    PERMUTE = auto()  # arg = axis order
+    EXPAND = auto()  # arg = new shape (only size-1 axes grow)
+    PAD = auto()  # arg = ((before, after), ...) per axis, zeros outside
+    SHRINK = auto()  # arg = ((start, stop), ...) per axis
+    FLIP = auto()  # arg = tuple of axes
+    # a user's request that a value be materialized (contiguous())
+    CONTIGUOUS = auto()
+
+    def __repr__(self) -> str:
+        return f"Ops.{self.name}"
+
+
+LEAF = {Ops.BUFFER, Ops.CONST, Ops.RAND}
+UNARY = {Ops.NEG, Ops.EXP, Ops.LOG, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.CAST}
+BINARY = {Ops.ADD, Ops.MUL, Ops.DIV, Ops.MAX, Ops.CMPLT, Ops.CMPEQ}
+TERNARY = {Ops.WHERE}
+ELEMENTWISE = UNARY | BINARY | TERNARY
+REDUCE = {Ops.SUM, Ops.REDUCE_MAX}
+MOVEMENT = {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}
+COMPARISON = {Ops.CMPLT, Ops.CMPEQ}
+TRANSCENDENTAL = {Ops.EXP, Ops.LOG, Ops.SIN, Ops.SQRT}
+
+# What a reduction starts from.
+REDUCE_IDENTITY = {Ops.SUM: 0.0, Ops.REDUCE_MAX: float("-inf")}
+# The elementwise op that combines two partial results of a reduction.
+REDUCE_COMBINE = {Ops.SUM: Ops.ADD, Ops.REDUCE_MAX: Ops.MAX}

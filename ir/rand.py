@@ -1,0 +1,44 @@
+"""The counter-based random number generator behind the RAND primitive.
+
+Element `i` of `rand(seed, shape)` is a pure function of `(seed, i)`, so a
+kernel can regenerate a dropout mask instead of reading it from memory, and the
+forward and backward kernels agree on it. The function is a MurmurHash3
+finalizer over 32-bit integers, then the top 24 bits as a float in [0, 1).
+Renderers emit exactly these steps; `uniform` is the numpy specification.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MIX1 = 0x85EBCA6B
+MIX2 = 0xC2B2AE35
+GOLDEN = 0x9E3779B9
+MASK32 = 0xFFFFFFFF
+
+
+def fmix32(x: int) -> int:
+    x &= MASK32
+    x ^= x >> 16
+    x = (x * MIX1) & MASK32
+    x ^= x >> 13
+    x = (x * MIX2) & MASK32
+    x ^= x >> 16
+    return x
+
+
+def seed_key(seed: int) -> int:
+    """The 32-bit key a seed contributes; renderers fold it in as a constant."""
+    return fmix32((seed * GOLDEN + (seed >> 32)) & MASK32)
+
+
+def uniform(seed: int, index: np.ndarray) -> np.ndarray:
+    """Reference values for linear indices `index` (any integer array), as float64 in [0, 1)."""
+    x = (index.astype(np.uint64) & MASK32).astype(np.uint32) ^ np.uint32(seed_key(seed))
+    x = x.astype(np.uint32)
+    x ^= x >> np.uint32(16)
+    x *= np.uint32(MIX1)
+    x ^= x >> np.uint32(13)
+    x *= np.uint32(MIX2)
+    x ^= x >> np.uint32(16)
+    return (x >> np.uint32(8)).astype(np.float64) * (1.0 / (1 << 24))

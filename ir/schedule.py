@@ -1,0 +1,178 @@
+"""The scheduler: cuts a graph into kernels, and says why at every cut.
+
+Rules, applied to each node with its users already decided:
+
+1. Elementwise ops and views inline into their consumer: they are recomputed
+   inside every kernel that reads them (views become index maps, never copies).
+2. A reduction absorbs all the elementwise work that feeds it, and the
+   elementwise work that follows it at its output shape (an *epilogue*), when
+   exactly one kernel reads it and the path to that kernel's output is
+   elementwise only (dropping or adding size-1 axes is allowed).
+3. Otherwise a reduction is materialized, with the reason in words: it is
+   broadcast back, read through another view, read by several kernels, or feeds
+   another reduction.
+4. The save-or-recompute rule: an elementwise value read by more than one
+   kernel is materialized when recomputing it costs more than
+   `RECOMPUTE_LIMIT` units per element (a transcendental costs
+   `TRANSCENDENTAL_COST` units, other ops 1); otherwise each kernel recomputes it.
+5. `contiguous()` and the requested outputs are always materialized.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .node import Node, toposort
+from .ops import ELEMENTWISE, LEAF, REDUCE, TRANSCENDENTAL, Ops
+
+RECOMPUTE_LIMIT = 32
+TRANSCENDENTAL_COST = 8
+
+
+@dataclass
+class ScheduleItem:
+    """One kernel: the node it stores, the reduction it absorbed, and why it is a kernel."""
+
+    root: Node
+    reduce: Node | None
+    reason: str
+    inputs: list[Node] = field(default_factory=list)  # nodes read from memory, in first-use order
+    nodes: list[Node] = field(default_factory=list)  # every node computed inside, sources first
+
+    @property
+    def ops(self) -> list[str]:
+        return [n.op.name for n in self.nodes if n.op not in LEAF]
+
+    @property
+    def sites(self) -> list[str]:
+        out: list[str] = []
+        for n in self.nodes:
+            if n.site and n.site not in out:
+                out.append(n.site)
+        return out
+
+
+def is_squeeze(n: Node) -> bool:
+    """A reshape that only adds or removes size-1 axes keeps every coordinate."""
+    if n.op is not Ops.RESHAPE:
+        return False
+    return [s for s in n.shape if s != 1] == [s for s in n.srcs[0].shape if s != 1]
+
+
+def _op_cost(n: Node) -> int:
+    return TRANSCENDENTAL_COST if n.op in TRANSCENDENTAL else 1
+
+
+def schedule(roots: list[Node]) -> list[ScheduleItem]:
+    """Kernels that compute `roots`, in an order where every input exists before it is read."""
+    graph = toposort(roots, stop=lambda n: n.realized is not None)
+    users: dict[int, list[Node]] = {}
+    for n in graph:
+        if n.realized is None:
+            for s in n.srcs:
+                users.setdefault(id(s), []).append(n)
+
+    reason: dict[int, str] = {}  # id -> why this node is a kernel's output
+    reach: dict[int, set[int]] = {}  # id -> ids of the kernel outputs that inline this node
+    epilogue_ok: dict[int, bool] = {}  # id -> the path up to the kernel output keeps coordinates
+    claimed: dict[int, Node] = {}  # kernel output id -> the reduction fused into it
+    cost: dict[int, int] = {}
+    root_ids = {id(r) for r in roots}
+
+    def reads(n: Node) -> set[int]:
+        out: set[int] = set()
+        for u in users.get(id(n), ()):
+            out |= {id(u)} if id(u) in reason else reach[id(u)]
+        return out
+
+    for n in reversed(graph):
+        if n.realized is not None:
+            continue
+        if n.op in LEAF:
+            reach[id(n)] = reads(n)
+            continue
+        r = reads(n)
+        cost[id(n)] = 0
+        if id(n) in root_ids:
+            reason[id(n)] = "output requested"
+        elif n.op is Ops.CONTIGUOUS:
+            reason[id(n)] = "user called contiguous()"
+        elif n.op in REDUCE:
+            why = _reduce_cut(n, users.get(id(n), []), r, epilogue_ok, claimed, reason)
+            if why:
+                reason[id(n)] = why
+            else:
+                (root_id,) = r
+                claimed[root_id] = n
+        elif len(r) > 1 and _recompute_cost(n, cost) > RECOMPUTE_LIMIT:
+            reason[id(n)] = (
+                f"read by {len(r)} kernels; recomputing costs "
+                f"{_recompute_cost(n, cost)} > {RECOMPUTE_LIMIT} units per element"
+            )
+        reach[id(n)] = r
+        epilogue_ok[id(n)] = _keeps_coordinates(n, users.get(id(n), []), epilogue_ok, reason)
+
+    items = []
+    for n in graph:
+        if id(n) in reason:
+            fused = claimed.get(id(n), n if n.op in REDUCE else None)
+            items.append(_item(n, fused, reason[id(n)], reason))
+    return items
+
+
+def _same_coordinates(u: Node, ok: dict[int, bool]) -> bool:
+    """User u reads its sources at its own coordinates, and so on up to the kernel output."""
+    keeps = u.op in ELEMENTWISE or u.op is Ops.CONTIGUOUS or is_squeeze(u)
+    return keeps and ok.get(id(u), False)
+
+
+def _keeps_coordinates(n: Node, users: list[Node], ok: dict[int, bool], reason) -> bool:
+    """Whether n is read at the kernel output's coordinates along every path."""
+    if id(n) in reason:
+        return True
+    return all(_same_coordinates(u, ok) for u in users)
+
+
+def _reduce_cut(n, users, reads, ok, claimed, reason) -> str | None:
+    """None if reduction `n` can be fused into its reader's kernel, else the reason it cannot."""
+    if len(reads) > 1:
+        return f"reduction read by {len(reads)} kernels"
+    for u in users:
+        if u.op in REDUCE and id(u) not in reason:
+            return "reduction feeding another reduction"
+        if u.op is Ops.EXPAND:
+            axes = [i for i, (a, b) in enumerate(zip(u.srcs[0].shape, u.shape)) if a != b]
+            return f"reduction broadcast back over axis {', '.join(map(str, axes))}"
+    bad = [u for u in users if not _same_coordinates(u, ok)]
+    if bad:
+        return f"reduction read through {bad[0].op.name.lower()} by its consumer"
+    (root_id,) = reads
+    if root_id in claimed:
+        return "its consumer's kernel already fuses another reduction"
+    return None
+
+
+def _recompute_cost(n: Node, cost: dict[int, int]) -> int:
+    """Units of work to recompute n per element, down to materialized values (capped)."""
+    memo: dict[int, int] = {}
+
+    def walk(m: Node) -> int:
+        if m.realized is not None or m.op in LEAF or m.op in REDUCE or m.op is Ops.CONTIGUOUS:
+            return 0
+        if id(m) not in memo:
+            memo[id(m)] = min(_op_cost(m) + sum(walk(s) for s in m.srcs), 10 * RECOMPUTE_LIMIT)
+        return memo[id(m)]
+
+    return walk(n)
+
+
+def _item(root: Node, reduce: Node | None, why: str, reason: dict[int, str]) -> ScheduleItem:
+    """Collect the nodes a kernel computes and the values it loads."""
+
+    def boundary(m: Node) -> bool:
+        return m is not root and (m.realized is not None or id(m) in reason)
+
+    nodes = toposort([root], stop=boundary)
+    inputs = [m for m in nodes if boundary(m)]
+    inside = [m for m in nodes if not boundary(m)]
+    return ScheduleItem(root, reduce, why, inputs, inside)

@@ -1,0 +1,275 @@
+"""Integer index expressions with known ranges, simplified as they are built.
+
+Views are index maps: a kernel reads element `sum(coord_i * stride_i)` of a
+buffer, where the coordinates come from the loop variables through every
+reshape, permute, pad, ... between the kernel's output and the buffer. Every
+expression here is a linear combination of *atoms* (loop variables, and floor
+division or modulo of another expression by a constant), and each knows its
+minimum and maximum, so that
+
+>>> i, j = Var("i", 0, 3), Var("j", 0, 7)
+>>> flat = i * 8 + j                      # merge two axes (a reshape)...
+>>> (flat // 8, flat % 8)                 # ...and split them again
+(i, j)
+
+folds back to the loop variables, and a view that is really a plain strided
+access renders without a single division.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class Atom:
+    """A non-linear leaf of an expression: a variable, or `x // c`, or `x % c`."""
+
+    min: int
+    max: int
+
+
+@dataclass(frozen=True)
+class Var(Atom):
+    """A loop variable with inclusive bounds."""
+
+    name: str
+    min: int
+    max: int
+
+    def __repr__(self) -> str:
+        return self.name
+
+    # let variables take part in arithmetic directly
+    def __add__(self, o):
+        return lin(self) + o
+
+    __radd__ = __add__
+
+    def __mul__(self, o):
+        return lin(self) * o
+
+    __rmul__ = __mul__
+
+    def __sub__(self, o):
+        return lin(self) - o
+
+    def __floordiv__(self, c):
+        return lin(self) // c
+
+    def __mod__(self, c):
+        return lin(self) % c
+
+
+@dataclass(frozen=True)
+class FloorDiv(Atom):
+    x: Lin
+    c: int
+
+    @property
+    def min(self) -> int:
+        return self.x.min // self.c
+
+    @property
+    def max(self) -> int:
+        return self.x.max // self.c
+
+    def __repr__(self) -> str:
+        return f"({self.x}//{self.c})"
+
+
+@dataclass(frozen=True)
+class Mod(Atom):
+    x: Lin
+    c: int
+
+    @property
+    def min(self) -> int:
+        lo, hi = self.x.min, self.x.max
+        if hi - lo < self.c and lo % self.c <= hi % self.c:
+            return lo % self.c
+        return 0
+
+    @property
+    def max(self) -> int:
+        lo, hi = self.x.min, self.x.max
+        if hi - lo < self.c and lo % self.c <= hi % self.c:
+            return hi % self.c
+        return self.c - 1
+
+    def __repr__(self) -> str:
+        return f"({self.x}%{self.c})"
+
+
+@dataclass(frozen=True)
+class Lin:
+    """`const + sum(coef * atom)`, with terms in a canonical order so equal sums compare equal."""
+
+    terms: tuple[tuple[Atom, int], ...]
+    const: int
+
+    @property
+    def min(self) -> int:
+        return self.const + sum(c * (a.min if c > 0 else a.max) for a, c in self.terms)
+
+    @property
+    def max(self) -> int:
+        return self.const + sum(c * (a.max if c > 0 else a.min) for a, c in self.terms)
+
+    @property
+    def is_const(self) -> bool:
+        return not self.terms
+
+    def coef(self, atom: Atom) -> int:
+        return dict(self.terms).get(atom, 0)
+
+    def atoms(self) -> set[Atom]:
+        """Every atom at any depth (inside divisions too)."""
+        out: set[Atom] = set()
+        for a, _ in self.terms:
+            out.add(a)
+            if isinstance(a, (FloorDiv, Mod)):
+                out |= a.x.atoms()
+        return out
+
+    def has_divmod(self) -> bool:
+        return any(isinstance(a, (FloorDiv, Mod)) for a in self.atoms())
+
+    def __repr__(self) -> str:
+        parts = [(f"{a}" if c == 1 else f"{a}*{c}") for a, c in self.terms]
+        if self.const or not parts:
+            parts.append(str(self.const))
+        return " + ".join(parts)
+
+    def __eq__(self, o) -> bool:
+        if isinstance(o, Atom):
+            o = lin(o)
+        if isinstance(o, int):
+            return self.is_const and self.const == o
+        return isinstance(o, Lin) and self.terms == o.terms and self.const == o.const
+
+    def __hash__(self) -> int:
+        return hash((self.terms, self.const))
+
+    # -- arithmetic
+    def __add__(self, o) -> Lin:
+        o = lin(o)
+        coefs = dict(self.terms)
+        for a, c in o.terms:
+            coefs[a] = coefs.get(a, 0) + c
+        return _make(coefs, self.const + o.const)
+
+    __radd__ = __add__
+
+    def __neg__(self) -> Lin:
+        return self * -1
+
+    def __sub__(self, o) -> Lin:
+        return self + lin(o) * -1
+
+    def __rsub__(self, o) -> Lin:
+        return lin(o) - self
+
+    def __mul__(self, k: int) -> Lin:
+        assert isinstance(k, int), "index expressions only multiply by constants"
+        if k == 0:
+            return Lin((), 0)
+        return _make({a: c * k for a, c in self.terms}, self.const * k)
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, c: int) -> Lin:
+        assert isinstance(c, int) and c > 0
+        if c == 1:
+            return self
+        # split off the part that divides exactly: (q*c + r) // c == q + r // c
+        q = {a: k // c for a, k in self.terms if k // c}
+        r = {a: k % c for a, k in self.terms if k % c}
+        rest = _make(r, self.const % c)
+        quotient = _make(q, self.const // c)
+        lo, hi = rest.min, rest.max
+        if lo // c == hi // c:
+            return quotient + lo // c
+        if len(rest.terms) == 1 and rest.const == 0 and isinstance(rest.terms[0][0], FloorDiv):
+            (inner, k), = rest.terms
+            if k == 1:  # (x // a) // c == x // (a * c)
+                return quotient + lin(FloorDiv(inner.x, inner.c * c))
+        return quotient + lin(FloorDiv(rest, c))
+
+    def __mod__(self, c: int) -> Lin:
+        assert isinstance(c, int) and c > 0
+        if c == 1:
+            return Lin((), 0)
+        rest = _make({a: k % c for a, k in self.terms if k % c}, self.const % c)
+        lo, hi = rest.min, rest.max
+        if lo // c == hi // c:
+            return rest - (lo // c) * c
+        if len(rest.terms) == 1 and rest.const == 0 and isinstance(rest.terms[0][0], Mod):
+            (inner, k), = rest.terms
+            if k == 1 and inner.c % c == 0:  # (x % (a*c)) % c == x % c
+                return inner.x % c
+        return lin(Mod(rest, c))
+
+    def substitute(self, env: dict[Atom, Lin]) -> Lin:
+        """Replace variables by expressions, re-simplifying on the way up."""
+        out = lin(self.const)
+        for a, c in self.terms:
+            if a in env:
+                v = env[a]
+            elif isinstance(a, FloorDiv):
+                v = a.x.substitute(env) // a.c
+            elif isinstance(a, Mod):
+                v = a.x.substitute(env) % a.c
+            else:
+                v = lin(a)
+            out = out + v * c
+        return out
+
+
+def lin(x) -> Lin:
+    """Lift an int or an atom to an expression."""
+    if isinstance(x, Lin):
+        return x
+    if isinstance(x, int):
+        return Lin((), x)
+    if isinstance(x, Atom):
+        return Lin(((x, 1),), 0)
+    raise TypeError(f"not an index expression: {x!r}")
+
+
+def _make(coefs: dict[Atom, int], const: int) -> Lin:
+    coefs = {a: c for a, c in coefs.items() if c}
+    const += _fold_divmod_pairs(coefs)
+    terms = tuple(sorted(coefs.items(), key=lambda ac: _order(ac[0])))
+    return Lin(terms, const)
+
+
+def _fold_divmod_pairs(coefs: dict[Atom, int]) -> int:
+    """(x // c) * c * k + (x % c) * k  ==  x * k: undo a split that a later merge reverses.
+
+    Rewrites `coefs` in place and returns the constant the folded terms add.
+    """
+    const = 0
+    for a in [a for a in coefs if isinstance(a, Mod)]:
+        k = coefs.get(a)
+        d = FloorDiv(a.x, a.c)
+        if k and coefs.get(d) == k * a.c:
+            del coefs[a], coefs[d]
+            for atom, c in a.x.terms:
+                coefs[atom] = coefs.get(atom, 0) + c * k
+            const += a.x.const * k
+            for atom in [atom for atom, c in coefs.items() if c == 0]:
+                del coefs[atom]
+    return const
+
+
+def _order(a: Atom):
+    if isinstance(a, Var):
+        return (0, a.name)
+    return (1, repr(a))
+
+
+def linear_coeffs(e: Lin) -> dict[Var, int] | None:
+    """The coefficient of each loop variable if `e` is affine in them, else None."""
+    if e.has_divmod():
+        return None
+    return {a: c for a, c in e.terms}

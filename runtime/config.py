@@ -1,0 +1,64 @@
+"""Every setting fusegrad reads from the environment, in one place.
+
+| variable            | meaning                                                        | default |
+|---------------------|----------------------------------------------------------------|---------|
+| FUSEGRAD_DEBUG      | 1: a line per kernel launched; 2: + the schedule; 3: + code     | 0       |
+| FUSEGRAD_DUMP       | folder to write every kernel and a manifest.json into          | unset   |
+| FUSEGRAD_THREADS    | threads that run kernels                                       | cores   |
+| FUSEGRAD_CACHE      | folder of the on-disk compile cache ("off" disables it)       | ~/.cache/fusegrad |
+
+Read or change them from Python too:
+
+>>> import fusegrad as fg
+>>> with fg.config.override(debug=2):
+...     pass
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, fields
+
+
+def _default_cache() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "fusegrad")
+
+
+@dataclass
+class Config:
+    debug: int = 0
+    dump: str | None = None
+    threads: int = 1
+    cache: str | None = None
+
+    @classmethod
+    def from_env(cls) -> Config:
+        cache = os.environ.get("FUSEGRAD_CACHE", _default_cache())
+        threads = int(os.environ.get("FUSEGRAD_THREADS", "0") or 0)
+        return cls(
+            debug=int(os.environ.get("FUSEGRAD_DEBUG", "0") or 0),
+            dump=os.environ.get("FUSEGRAD_DUMP") or None,
+            threads=threads if threads > 0 else (os.cpu_count() or 1),
+            cache=None if cache.lower() in ("off", "0", "") else cache,
+        )
+
+    @contextlib.contextmanager
+    def override(self, **changes):
+        """Temporarily change settings: `with fg.config.override(threads=1): ...`."""
+        names = {f.name for f in fields(self)}
+        unknown = set(changes) - names
+        if unknown:
+            raise TypeError(f"unknown setting(s) {sorted(unknown)}; settings are {sorted(names)}")
+        old = {k: getattr(self, k) for k in changes}
+        for k, v in changes.items():
+            setattr(self, k, v)
+        try:
+            yield self
+        finally:
+            for k, v in old.items():
+                setattr(self, k, v)
+
+
+config = Config.from_env()

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Set up a virtual environment (first run only) and run the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev]"
+.venv/bin/python -m ruff check frontend ir codegen runtime nn tests examples benchmarks
+.venv/bin/python -m pytest -q "$@"
