@@ -41,7 +41,11 @@ def literal(value, dt: DType) -> str:
         return f"{int(value)}LL" if dt.itemsize == 8 else str(int(value))
     v = float(value)
     if v != v:
-        text = "__int_as_float(0x7fc00000)" if dt.itemsize == 4 else "__longlong_as_double(0x7ff8000000000000LL)"
+        text = (
+            "__int_as_float(0x7fc00000)"
+            if dt.itemsize == 4
+            else "__longlong_as_double(0x7ff8000000000000LL)"
+        )
         return text
     if v in (float("inf"), float("-inf")):
         sign = "-" if v < 0 else ""
@@ -91,7 +95,11 @@ class _Renderer:
             if isinstance(s, Loop):
                 if s.kind == "parallel":
                     v = s.var.name
-                    self.line(depth, f"long long {v} = start + (long long)blockIdx.x * blockDim.x + threadIdx.x;")
+                    self.line(
+                        depth,
+                        f"long long {v} = start + (long long)blockIdx.x * blockDim.x"
+                        " + threadIdx.x;",
+                    )
                     self.line(depth, f"if ({v} >= end) return;")
                     self.block(s.body, depth)
                 else:
@@ -124,7 +132,9 @@ class _Renderer:
         if isinstance(s, Rand):
             key = rand.seed_key(s.seed)
             h = f"fg_fmix((unsigned int){index(s.index)} ^ {key}u)"
-            return self.decl(s.dst, s.dtype, f"({s.dtype.cuda})({h} >> 8) * ({s.dtype.cuda})(1.0 / 16777216.0)")
+            return self.decl(
+                s.dst, s.dtype, f"({s.dtype.cuda})({h} >> 8) * ({s.dtype.cuda})(1.0 / 16777216.0)"
+            )
         if isinstance(s, Alu):
             return self.decl(s.dst, s.dtype, self.alu(s))
         if isinstance(s, AccInit):
@@ -170,7 +180,9 @@ class _Renderer:
             params.append(f"{const}{mem_type(p.dtype)}* __restrict__ {p.name}")
         self.block(self.k.body, 1)
         if not any(isinstance(s, Loop) and s.kind == "parallel" for s in self.k.body):
-            self.lines.insert(0, "  if (start + (long long)blockIdx.x * blockDim.x + threadIdx.x >= end) return;")
+            self.lines.insert(
+                0, "  if (start + (long long)blockIdx.x * blockDim.x + threadIdx.x >= end) return;"
+            )
         head = f'extern "C" __global__ void {self.symbol}({", ".join(params)}) {{'
         return "\n".join([f"// kernel {self.k.name}", PRELUDE, head, *self.lines, "}", ""])
 

@@ -112,7 +112,9 @@ class _Renderer:
         if s.dtype.is_bool:
             v = self.emit(f"icmp ne i8 {v}, 0")
         if ok:
-            v = self.emit(f"select i1 {ok}, {s.dtype.llvm} {v}, {s.dtype.llvm} {literal(0, s.dtype)}")
+            v = self.emit(
+                f"select i1 {ok}, {s.dtype.llvm} {v}, {s.dtype.llvm} {literal(0, s.dtype)}"
+            )
         self.bind(s.dst, v, s.dtype)
 
     def stmt_Const(self, s: Const) -> None:
@@ -168,7 +170,9 @@ class _Renderer:
             if s.op is Ops.ADD:
                 new = self.emit(f"fadd reassoc nsz {t} {cur}, {val}")
             else:
-                new = self.emit(f"call reassoc nsz {t} @llvm.maximum.{_sfx(dt)}({t} {cur}, {t} {val})")
+                new = self.emit(
+                    f"call reassoc nsz {t} @llvm.maximum.{_sfx(dt)}({t} {cur}, {t} {val})"
+                )
         elif dt.is_bool:
             new = self.emit(f"or i1 {cur}, {val}")
         elif s.op is Ops.ADD:

@@ -93,7 +93,7 @@ def _log(ty: str) -> str:
     terms = 10 if f64 else 5
     # denormals: scale up first
     sub = b(f"fcmp olt {ty} %x, {b.c(tiny)}")
-    xs = b(f"fmul {ty} %x, {b.c(2.0 ** bits)}")
+    xs = b(f"fmul {ty} %x, {b.c(2.0**bits)}")
     x = b(f"select i1 {sub}, {ty} {xs}, {ty} %x")
     eadj = b(f"select i1 {sub}, {it} {bits}, {it} 0")
     xb = b(f"bitcast {ty} {x} to {it}")
@@ -131,7 +131,7 @@ def _sin(ty: str) -> str:
     """sin via quadrant reduction by pi/2, computed in double, then sin/cos polynomials."""
     b = _Builder("double")
     f64 = ty == "double"
-    x = "%x" if f64 else b(f"fpext float %x to double")
+    x = "%x" if f64 else b("fpext float %x to double")
     n = b(f"fmul double {x}, {b.c(2 / math.pi)}")
     n = b("call double @llvm.rint.f64(double " + n + ")")
     negn = b(f"fneg double {n}")

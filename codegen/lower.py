@@ -154,7 +154,7 @@ class _Lowerer:
         if n.op in ELEMENTWISE:
             args = tuple(self.gen(s, coords, guard) for s in n.srcs)
             return self.emit(Alu(self.fresh(), n.dtype, n.op, args), 1)
-        if n.op is Ops.CONTIGUOUS:
+        if n.op in (Ops.CONTIGUOUS, Ops.DETACH):
             return self.gen(n.srcs[0], coords, guard)
         if n.op in REDUCE:
             return self.gen_reduce(n, coords, guard)
@@ -177,9 +177,7 @@ class _Lowerer:
             Var(f"r{gi}", 0, math.prod(src.shape[a] for a in g) - 1) for gi, g in enumerate(groups)
         ]
         red_coords = _coords_from_groups(src.shape, groups, red_vars)
-        src_coords = tuple(
-            red_coords[i] if i in n.arg else c for i, c in enumerate(coords)
-        )
+        src_coords = tuple(red_coords[i] if i in n.arg else c for i, c in enumerate(coords))
         saved_block, saved_iter = self.block, self.iterations
         for v in red_vars:
             loop = Loop(v, v.max + 1, [], "reduce")

@@ -13,9 +13,8 @@ from __future__ import annotations
 import argparse
 import time
 
-import numpy as np
-
 import fusegrad as fg
+import numpy as np
 
 
 def show(title: str, *tensors, code: str = "loop") -> None:
@@ -34,7 +33,9 @@ def show(title: str, *tensors, code: str = "loop") -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--show", choices=["loop", "llvm", "asm", "cuda"], default="loop")
     args = ap.parse_args()
     fg.manual_seed(0)

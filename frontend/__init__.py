@@ -20,7 +20,11 @@ from .errors import (
     FusegradError,
     IndexingError,
     ShapeError,
+)
+from .errors import (
     register_package_dirs as _register_package_dirs,
+)
+from .errors import (
     user_site as _user_site,
 )
 from .ir import node as _node
@@ -32,6 +36,8 @@ _register_package_dirs(
 )
 _node.SITE_HOOK = _user_site
 
+from . import testing  # noqa: E402
+from .autograd import GradError, grad  # noqa: E402
 from .autograd_state import enable_grad, no_grad  # noqa: E402
 from .creation import (  # noqa: E402
     arange,

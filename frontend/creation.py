@@ -16,10 +16,20 @@ import math
 
 import numpy as np
 
-from .ir import node as N
-from .ir.dtypes import DEFAULT_FLOAT, DType, bool_, float32, from_numpy as dtype_of_numpy, int64, to_dtype
-from .runtime.buffer import Buffer
 from .errors import DeviceError, DTypeError, ShapeError, fail
+from .ir import node as N
+from .ir.dtypes import (
+    DEFAULT_FLOAT,
+    DType,
+    bool_,
+    float32,
+    int64,
+    to_dtype,
+)
+from .ir.dtypes import (
+    from_numpy as dtype_of_numpy,
+)
+from .runtime.buffer import Buffer
 from .tensor import Tensor
 
 _seed = {"seed": 0, "counter": 0}
@@ -40,8 +50,13 @@ def _check_device(device) -> None:
     if device is None or str(device) == "cpu":
         return
     if str(device).startswith("cuda"):
-        fail(DeviceError, "device", "the CUDA runtime is not available in this build of fusegrad "
-             "(kernels render to CUDA C, but running them needs the [cuda] extra and a GPU); use 'cpu'")
+        fail(
+            DeviceError,
+            "device",
+            "the CUDA runtime is not available in this build of fusegrad "
+            "(kernels render to CUDA C, but running them needs the [cuda] extra and a GPU); "
+            "use 'cpu'",
+        )
     fail(DeviceError, "device", f"unknown device {device!r}; fusegrad runs on 'cpu'")
 
 
@@ -59,8 +74,13 @@ def _shape(shape) -> tuple[int, ...]:
 
 def _finish(node: N.Node, requires_grad: bool) -> Tensor:
     if requires_grad and not node.dtype.is_float:
-        fail(DTypeError, "requires_grad", f"only float tensors can require grad, got {node.dtype.name}")
-    return Tensor(node, requires_grad=requires_grad, leaf=True)
+        fail(
+            DTypeError,
+            "requires_grad",
+            f"only float tensors can require grad, got {node.dtype.name}",
+        )
+    t = Tensor(node, requires_grad=False, leaf=True)
+    return t.requires_grad_() if requires_grad else t
 
 
 def from_numpy(array: np.ndarray, requires_grad: bool = False) -> Tensor:
@@ -95,7 +115,9 @@ def tensor(data, dtype=None, requires_grad: bool = False, device=None) -> Tensor
         elif arr.dtype.kind in "iu":
             arr = arr.astype(np.int64)
     if arr.dtype == object or arr.dtype.kind in "USO":
-        fail(DTypeError, "tensor", f"cannot make a tensor from {type(data).__name__} of {arr.dtype}")
+        fail(
+            DTypeError, "tensor", f"cannot make a tensor from {type(data).__name__} of {arr.dtype}"
+        )
     if dtype is not None:
         arr = arr.astype(to_dtype(dtype).np)
     elif arr.dtype.kind in "iu" and arr.dtype != np.int32:
@@ -109,7 +131,13 @@ def full(size, fill_value, dtype=None, requires_grad: bool = False, device=None)
     _check_device(device)
     shape = _shape(size if isinstance(size, (tuple, list)) else (size,))
     if dtype is None:
-        dtype = bool_ if isinstance(fill_value, bool) else int64 if isinstance(fill_value, int) else float32
+        dtype = (
+            bool_
+            if isinstance(fill_value, bool)
+            else int64
+            if isinstance(fill_value, int)
+            else float32
+        )
     return _finish(N.const(fill_value, shape, to_dtype(dtype)), requires_grad)
 
 
@@ -153,7 +181,9 @@ def linspace(start: float, end: float, steps: int, dtype=None) -> Tensor:
     return from_numpy(np.linspace(start, end, steps).astype(to_dtype(dtype or float32).np))
 
 
-def eye(n: int, m: int | None = None, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+def eye(
+    n: int, m: int | None = None, dtype=None, requires_grad: bool = False, device=None
+) -> Tensor:
     _check_device(device)
     return from_numpy(np.eye(n, m, dtype=to_dtype(dtype or float32).np), requires_grad)
 

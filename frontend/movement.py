@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import math
 
+from .errors import IndexingError, ShapeError, fail
 from .ir import node as N
 from .ir.dtypes import bool_, promote
-from .errors import IndexingError, ShapeError, fail
 
 
 def _contiguous_strides(shape):
@@ -80,12 +80,20 @@ class MovementMixin:
         if -1 in shape:
             known = math.prod(s for s in shape if s != -1)
             if known == 0 or self.numel() % known:
-                fail(ShapeError, op, f"cannot reshape tensor of shape {self.shape} "
-                     f"({self.numel()} elements) into {shape}")
+                fail(
+                    ShapeError,
+                    op,
+                    f"cannot reshape tensor of shape {self.shape} "
+                    f"({self.numel()} elements) into {shape}",
+                )
             shape = tuple(self.numel() // known if s == -1 else s for s in shape)
         if any(s < 0 for s in shape) or math.prod(shape) != self.numel():
-            fail(ShapeError, op, f"cannot reshape tensor of shape {self.shape} "
-                 f"({self.numel()} elements) into {shape} ({math.prod(shape)} elements)")
+            fail(
+                ShapeError,
+                op,
+                f"cannot reshape tensor of shape {self.shape} "
+                f"({self.numel()} elements) into {shape} ({math.prod(shape)} elements)",
+            )
         return shape
 
     def reshape(self, *shape):
@@ -99,8 +107,12 @@ class MovementMixin:
         shape = self._resolve_shape(shape, "view")
         st = _view_strides(self.shape, self.stride(), shape)
         if st is None:
-            fail(ShapeError, "view", f"view of shape {shape} is not compatible with strides "
-                 f"{self.stride()} of shape {self.shape}; use reshape() or contiguous() first")
+            fail(
+                ShapeError,
+                "view",
+                f"view of shape {shape} is not compatible with strides "
+                f"{self.stride()} of shape {self.shape}; use reshape() or contiguous() first",
+            )
         return self._view(N.reshape(self.node, shape), st)
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1):
@@ -124,8 +136,12 @@ class MovementMixin:
     def unsqueeze(self, dim: int):
         n = self.ndim + 1
         if not -n <= dim < n:
-            fail(ShapeError, "unsqueeze", f"dim {dim} is out of range for a tensor of shape {self.shape} "
-                 f"(expected -{n} <= dim < {n})")
+            fail(
+                ShapeError,
+                "unsqueeze",
+                f"dim {dim} is out of range for a tensor of shape {self.shape} "
+                f"(expected -{n} <= dim < {n})",
+            )
         dim %= n
         shape = self.shape[:dim] + (1,) + self.shape[dim:]
         st = self.stride()
@@ -138,10 +154,18 @@ class MovementMixin:
         if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
             dims = tuple(dims[0])
         if len(dims) != self.ndim:
-            fail(ShapeError, "permute", f"got {len(dims)} dims {tuple(dims)} for a tensor of shape {self.shape}")
+            fail(
+                ShapeError,
+                "permute",
+                f"got {len(dims)} dims {tuple(dims)} for a tensor of shape {self.shape}",
+            )
         order = tuple(self._dim(d, "permute") for d in dims)
         if sorted(order) != list(range(self.ndim)):
-            fail(ShapeError, "permute", f"{tuple(dims)} is not a permutation of the axes of shape {self.shape}")
+            fail(
+                ShapeError,
+                "permute",
+                f"{tuple(dims)} is not a permutation of the axes of shape {self.shape}",
+            )
         st = self.stride()
         return self._view(N.permute(self.node, order), tuple(st[o] for o in order))
 
@@ -176,8 +200,11 @@ class MovementMixin:
         shape = tuple(s if t == -1 else t for s, t in zip(src, shape))
         for s, t in zip(src, shape):
             if s != t and s != 1:
-                fail(ShapeError, "expand", f"cannot expand shape {self.shape} to {shape}: "
-                     f"only size-1 axes can grow")
+                fail(
+                    ShapeError,
+                    "expand",
+                    f"cannot expand shape {self.shape} to {shape}: only size-1 axes can grow",
+                )
         st = (0,) * lead + self.stride()
         strides = tuple(0 if s != t else x for s, t, x in zip(src, shape, st))
         node = N.expand(N.reshape(self.node, src), shape)
@@ -202,17 +229,29 @@ class MovementMixin:
             index = index[:k] + (slice(None),) * (self.ndim - used) + index[k + 1 :]
         used = sum(1 for i in index if i is not None)
         if used > self.ndim:
-            fail(IndexingError, "index", f"too many indices ({used}) for a tensor of shape {self.shape}")
+            fail(
+                IndexingError,
+                "index",
+                f"too many indices ({used}) for a tensor of shape {self.shape}",
+            )
         index = index + (slice(None),) * (self.ndim - used)
-        x, axis, out_shape = self, 0, []
-        bounds, steps, keep, strides = [], [], [], []
+        x, axis = self, 0
+        bounds, steps, keep = [], [], []
         st = self.stride()
         for i in index:
             if i is None:
                 continue
             size = self.shape[axis]
-            if isinstance(i, bool) or not isinstance(i, (int, slice)) and not hasattr(i, "__index__"):
-                fail(IndexingError, "index", f"unsupported index {i!r}: use ints, slices, None or ...")
+            if (
+                isinstance(i, bool)
+                or not isinstance(i, (int, slice))
+                and not hasattr(i, "__index__")
+            ):
+                fail(
+                    IndexingError,
+                    "index",
+                    f"unsupported index {i!r}: use ints, slices, None or ...",
+                )
             if isinstance(i, slice):
                 start, stop, step = i.indices(size)
                 if i.step is not None and i.step <= 0:
@@ -224,7 +263,11 @@ class MovementMixin:
             else:
                 j = int(i)
                 if not -size <= j < size:
-                    fail(IndexingError, "index", f"index {j} is out of bounds for axis {axis} with size {size}")
+                    fail(
+                        IndexingError,
+                        "index",
+                        f"index {j} is out of bounds for axis {axis} with size {size}",
+                    )
                 j %= size
                 bounds.append((j, j + 1))
                 steps.append(1)
@@ -233,13 +276,12 @@ class MovementMixin:
         node = N.shrink(x.node, tuple(bounds))
         if any(s != 1 for s in steps):
             node = _stride_node(node, steps)
-        offset_shape = node.shape
         new_strides = []
-        for s, k, stp, stride in zip(offset_shape, keep, steps, st):
+        for k, stp, stride in zip(keep, steps, st):
             if k:
                 new_strides.append(stride * stp)
         # final shape: drop int-indexed axes, insert None axes
-        kept = iter([s for s, k in zip(offset_shape, keep) if k])
+        kept = iter([s for s, k in zip(node.shape, keep) if k])
         kept_st = iter(new_strides)
         shape, strides_out = [], []
         ki = iter(keep)
@@ -254,19 +296,27 @@ class MovementMixin:
 
     # ---------------------------------------------------------------- padding
     def pad(self, pad, value: float = 0.0):
-        """Pad with PyTorch's F.pad order: (left of last axis, right of last axis, left of the one before, ...).
+        """Pad as PyTorch's F.pad: (before last axis, after it, before the axis before, ...).
 
         Negative amounts crop.
         """
         if len(pad) % 2 or len(pad) // 2 > self.ndim:
-            fail(ShapeError, "pad", f"padding {tuple(pad)} must have an even length of at most "
-                 f"2 * ndim = {2 * self.ndim}")
+            fail(
+                ShapeError,
+                "pad",
+                f"padding {tuple(pad)} must have an even length of at most "
+                f"2 * ndim = {2 * self.ndim}",
+            )
         pairs = [(0, 0)] * self.ndim
         for k in range(len(pad) // 2):
             pairs[self.ndim - 1 - k] = (int(pad[2 * k]), int(pad[2 * k + 1]))
         crop = tuple((max(-b, 0), s - max(-a, 0)) for (b, a), s in zip(pairs, self.shape))
         if any(lo > hi for lo, hi in crop):
-            fail(ShapeError, "pad", f"negative padding {tuple(pad)} removes more than shape {self.shape}")
+            fail(
+                ShapeError,
+                "pad",
+                f"negative padding {tuple(pad)} removes more than shape {self.shape}",
+            )
         node = N.shrink(self.node, crop)
         grow = tuple((max(b, 0), max(a, 0)) for b, a in pairs)
         padded = self._view(N.pad(node, grow), None)
@@ -304,7 +354,7 @@ def _stride_node(node, steps):
 
 
 def cat(tensors, dim: int = 0):
-    """Join tensors along an existing axis (as torch.cat): each is padded to the full size, then summed."""
+    """Join tensors along an existing axis (as torch.cat): each is padded, then added."""
     from .tensor import Tensor
 
     tensors = list(tensors)
@@ -313,10 +363,16 @@ def cat(tensors, dim: int = 0):
     first = tensors[0]
     d = first._dim(dim, "cat")
     for t in tensors[1:]:
-        if not isinstance(t, Tensor) or t.ndim != first.ndim or any(
-            a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != d
+        if (
+            not isinstance(t, Tensor)
+            or t.ndim != first.ndim
+            or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != d)
         ):
-            fail(ShapeError, "cat", f"shapes {[tuple(x.shape) for x in tensors]} differ outside dim {dim}")
+            fail(
+                ShapeError,
+                "cat",
+                f"shapes {[tuple(x.shape) for x in tensors]} differ outside dim {dim}",
+            )
     total = sum(t.shape[d] for t in tensors)
     out, offset = None, 0
     dtype = first.dtype
@@ -339,5 +395,9 @@ def stack(tensors, dim: int = 0):
         fail(ShapeError, "stack", "expected a non-empty list of tensors")
     shapes = {t.shape for t in tensors}
     if len(shapes) > 1:
-        fail(ShapeError, "stack", f"all tensors must have the same shape, got {[t.shape for t in tensors]}")
+        fail(
+            ShapeError,
+            "stack",
+            f"all tensors must have the same shape, got {[t.shape for t in tensors]}",
+        )
     return cat([t.unsqueeze(dim) for t in tensors], dim)

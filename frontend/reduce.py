@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections import namedtuple
 
+from .errors import DTypeError, ShapeError, fail
 from .ir import node as N
 from .ir.dtypes import int64
 from .ir.ops import Ops
-from .errors import DTypeError, ShapeError, fail
 
 MaxResult = namedtuple("MaxResult", ["values", "indices"])
 
@@ -31,7 +31,9 @@ class ReduceMixin:
         node = N.reduce(ir_op, self.node, axes)
         out = self._make(node)
         if not keepdim:
-            out = out._make(N.reshape(node, tuple(s for i, s in enumerate(self.shape) if i not in axes)))
+            out = out._make(
+                N.reshape(node, tuple(s for i, s in enumerate(self.shape) if i not in axes))
+            )
         return out
 
     def sum(self, dim=None, keepdim: bool = False, dtype=None):
@@ -43,7 +45,11 @@ class ReduceMixin:
 
     def mean(self, dim=None, keepdim: bool = False):
         if not self.dtype.is_float:
-            fail(DTypeError, "mean", f"needs a float tensor, got {self.dtype.name}; use .float() first")
+            fail(
+                DTypeError,
+                "mean",
+                f"needs a float tensor, got {self.dtype.name}; use .float() first",
+            )
         axes = self._dims(dim, "mean")
         count = 1
         for a in axes:
@@ -97,7 +103,9 @@ class ReduceMixin:
         shape[d] = n
         idx = arange(n).reshape(shape)
         # first occurrence: the smallest index among the maxima
-        cand = (self == best).where(idx, n)
+        from .tensor import where
+
+        cand = where(self == best, idx, n)
         return cand.amin(d, keepdim)
 
     def argmin(self, dim=None, keepdim: bool = False):
@@ -140,18 +148,27 @@ def matmul(a, b):
 
     a, b = as_tensor(a, "matmul"), as_tensor(b, "matmul")
     if not isinstance(a, Tensor) or a.ndim == 0 or b.ndim == 0:
-        fail(ShapeError, "matmul", f"both operands need at least 1 dim, got {a.shape} and {b.shape}")
+        fail(
+            ShapeError, "matmul", f"both operands need at least 1 dim, got {a.shape} and {b.shape}"
+        )
     if a.dtype is not b.dtype:
-        fail(DTypeError, "matmul", f"expected both operands to have the same dtype, got "
-             f"{a.dtype.name} and {b.dtype.name}")
+        fail(
+            DTypeError,
+            "matmul",
+            f"expected both operands to have the same dtype, got {a.dtype.name} and {b.dtype.name}",
+        )
     if a.dtype.is_bool:
         fail(DTypeError, "matmul", "not supported on bool tensors")
     a2 = a.unsqueeze(0) if a.ndim == 1 else a
     b2 = b.unsqueeze(1) if b.ndim == 1 else b
     k1, k2 = a2.shape[-1], b2.shape[-2]
     if k1 != k2:
-        fail(ShapeError, "matmul", f"shapes {a.shape} and {b.shape} cannot be multiplied "
-             f"(inner dimensions {k1} and {k2} differ)")
+        fail(
+            ShapeError,
+            "matmul",
+            f"shapes {a.shape} and {b.shape} cannot be multiplied "
+            f"(inner dimensions {k1} and {k2} differ)",
+        )
     batch = broadcast_shapes(a2.shape[:-2], b2.shape[:-2], "matmul")
     m, n = a2.shape[-2], b2.shape[-1]
     # (..., M, 1, K) * (..., 1, N, K) summed over K

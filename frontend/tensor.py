@@ -21,15 +21,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from . import autograd_state
+from .autograd import GradError, backward, register_leaf
+from .errors import DTypeError, ShapeError, fail
 from .ir import node as N
 from .ir.dtypes import DType, bool_, float32, promote, promote_scalar, to_dtype
 from .ir.ops import Ops
-from .runtime.buffer import Buffer
-from .runtime.realize import realize as _realize
-from . import autograd_state
-from .errors import DTypeError, ShapeError, fail
 from .movement import MovementMixin
 from .reduce import ReduceMixin
+from .runtime.realize import realize as _realize
 
 Scalar = int | float | bool
 
@@ -116,7 +116,11 @@ class Tensor(MovementMixin, ReduceMixin):
 
     def item(self):
         if self.numel() != 1:
-            fail(ShapeError, "item", f"only one-element tensors convert to a Python scalar; shape is {self.shape}")
+            fail(
+                ShapeError,
+                "item",
+                f"only one-element tensors convert to a Python scalar; shape is {self.shape}",
+            )
         return self.numpy().reshape(()).item()
 
     def tolist(self):
@@ -128,7 +132,11 @@ class Tensor(MovementMixin, ReduceMixin):
 
     def __bool__(self) -> bool:
         if self.numel() != 1:
-            fail(ShapeError, "bool", f"truth value of a tensor with {self.numel()} elements is ambiguous")
+            fail(
+                ShapeError,
+                "bool",
+                f"truth value of a tensor with {self.numel()} elements is ambiguous",
+            )
         return bool(self.item())
 
     def __float__(self) -> float:
@@ -139,21 +147,29 @@ class Tensor(MovementMixin, ReduceMixin):
 
     def __repr__(self) -> str:
         body = np.array2string(self.numpy(), separator=", ", prefix="tensor(")
-        extra = "" if self.dtype in (float32, to_dtype("int64"), bool_) else f", dtype={self.dtype!r}"
+        extra = (
+            "" if self.dtype in (float32, to_dtype("int64"), bool_) else f", dtype={self.dtype!r}"
+        )
         if self.requires_grad:
             extra += ", requires_grad=True"
         return f"tensor({body}{extra})"
 
     # ---------------------------------------------------------------- building blocks
     def _make(self, node: N.Node, *parents: Tensor, strides=None) -> Tensor:
-        rg = autograd_state.enabled() and any(p.requires_grad for p in (self, *parents))
-        return Tensor(node, requires_grad=rg, strides=strides, leaf=not rg)
+        wants = self.requires_grad or any(p.requires_grad for p in parents)
+        if wants and not autograd_state.enabled():
+            node, wants = N.detach(node), False  # no_grad(): cut the result off the graph
+        return Tensor(node, requires_grad=wants, strides=strides, leaf=not wants)
 
     def _dim(self, dim: int, op: str) -> int:
         n = max(self.ndim, 1)
         if not isinstance(dim, (int, np.integer)) or not -n <= dim < n:
-            fail(ShapeError, op, f"dim {dim} is out of range for a tensor of shape {self.shape} "
-                 f"(expected -{n} <= dim < {n})")
+            fail(
+                ShapeError,
+                op,
+                f"dim {dim} is out of range for a tensor of shape {self.shape} "
+                f"(expected -{n} <= dim < {n})",
+            )
         return int(dim) % n
 
     def _dims(self, dim, op: str) -> tuple[int, ...]:
@@ -208,7 +224,10 @@ class Tensor(MovementMixin, ReduceMixin):
             fail(DTypeError, op, f"unsupported operand type {type(other).__name__}")
         a, b = self.cast(dtype), o.cast(dtype)
         shape = broadcast_shapes(a.shape, b.shape, op)
-        a, b = a.expand(shape) if a.shape != shape else a, b.expand(shape) if b.shape != shape else b
+        a, b = (
+            a.expand(shape) if a.shape != shape else a,
+            b.expand(shape) if b.shape != shape else b,
+        )
         return (b, a) if reverse else (a, b)
 
     def _binary(self, ir_op: Ops, other, op: str, reverse: bool = False) -> Tensor:
@@ -344,7 +363,8 @@ class Tensor(MovementMixin, ReduceMixin):
         return -self
 
     def relu(self):
-        return self.maximum(0)
+        """max(x, 0); its gradient at 0 is 0 and NaN passes through, as torch.relu."""
+        return where(self <= 0, 0, self)
 
     def sigmoid(self):
         x = self._float()
@@ -400,17 +420,41 @@ class Tensor(MovementMixin, ReduceMixin):
         self._grad = value
 
     def requires_grad_(self, flag: bool = True) -> Tensor:
+        """Make this leaf require grad (as PyTorch, only leaves can be changed)."""
         if flag and not self.dtype.is_float:
-            fail(DTypeError, "requires_grad_", f"only float tensors can require grad, got {self.dtype.name}")
+            fail(
+                DTypeError,
+                "requires_grad_",
+                f"only float tensors can require grad, got {self.dtype.name}",
+            )
+        if not self._is_leaf:
+            fail(
+                GradError,
+                "requires_grad_",
+                "you can only change requires_grad of leaf tensors; use detach() first",
+            )
         self.requires_grad = flag
+        if flag:
+            register_leaf(self)
         return self
 
     def detach(self) -> Tensor:
-        return Tensor(self.node, requires_grad=False, strides=self._strides)
+        """The same value, with no gradient flowing back through it."""
+        if self.node.op is Ops.BUFFER:
+            node = N.buffer(self.node.realized, self.shape, self.dtype)
+        else:
+            node = N.detach(self.node)
+        return Tensor(node, requires_grad=False, strides=self._strides)
+
+    def zero_(self) -> Tensor:
+        """Set every element to zero (rebinds this tensor to a zero constant)."""
+        self.node = N.const(0, self.shape, self.dtype)
+        if self.requires_grad and self._is_leaf:
+            register_leaf(self)
+        return self
 
     def backward(self, gradient=None, retain_graph=None, create_graph: bool = False):
-        from .autograd import backward
-
+        """Accumulate gradients into the `.grad` of every leaf this tensor depends on."""
         backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph)
 
 
@@ -424,7 +468,11 @@ def broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...], op: str) -> tuple[i
         x = a[-i] if i <= len(a) else 1
         y = b[-i] if i <= len(b) else 1
         if x != y and x != 1 and y != 1:
-            fail(ShapeError, op, f"shapes {a} and {b} cannot be broadcast together (axis -{i}: {x} vs {y})")
+            fail(
+                ShapeError,
+                op,
+                f"shapes {a} and {b} cannot be broadcast together (axis -{i}: {x} vs {y})",
+            )
         out.append(max(x, y) if x != 1 and y != 1 else x * y)
     return tuple(reversed(out))
 
@@ -445,7 +493,9 @@ def where(cond, a, b) -> Tensor:
         fail(DTypeError, "where", f"condition must be a bool tensor, got {cond.dtype.name}")
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
         a = Tensor(N.const(a, (), promote_scalar(bool_, a)))
-    ta, tb = a._operands(b, "where") if isinstance(a, Tensor) else b._operands(a, "where", reverse=True)
+    ta, tb = (
+        a._operands(b, "where") if isinstance(a, Tensor) else b._operands(a, "where", reverse=True)
+    )
     shape = broadcast_shapes(cond.shape, ta.shape, "where")
     ta, tb, c = ta.expand(shape), tb.expand(shape), cond.expand(shape)
     return ta._make(N.where(c.node, ta.node, tb.node), tb, c)

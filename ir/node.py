@@ -24,9 +24,14 @@ from .ops import BINARY, COMPARISON, ELEMENTWISE, MOVEMENT, REDUCE, UNARY, Ops
 
 Shape = tuple[int, ...]
 
+
 # The frontend installs a function returning the user's "file:line" so that every node
 # remembers where it was written; kernels report these lines.
-SITE_HOOK: Callable[[], str | None] = lambda: None
+def _no_site() -> str | None:
+    return None
+
+
+SITE_HOOK: Callable[[], str | None] = _no_site
 
 _CACHE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
@@ -175,9 +180,9 @@ def permute(x: Node, order: tuple[int, ...]) -> Node:
 
 def expand(x: Node, shape: Shape) -> Node:
     shape = tuple(shape)
-    assert len(shape) == len(x.shape) and all(
-        s == t or s == 1 for s, t in zip(x.shape, shape)
-    ), f"expand {x.shape} -> {shape}"
+    assert len(shape) == len(x.shape) and all(s == t or s == 1 for s, t in zip(x.shape, shape)), (
+        f"expand {x.shape} -> {shape}"
+    )
     if shape == x.shape:
         return x
     return make(Ops.EXPAND, (x,), shape, shape, x.dtype)
@@ -212,6 +217,13 @@ def flip(x: Node, axes: tuple[int, ...]) -> Node:
 
 def contiguous(x: Node) -> Node:
     return make(Ops.CONTIGUOUS, (x,), None, x.shape, x.dtype)
+
+
+def detach(x: Node) -> Node:
+    """The same value, cut off from differentiation."""
+    if x.op in (Ops.DETACH, Ops.CONST, Ops.RAND):
+        return x
+    return make(Ops.DETACH, (x,), None, x.shape, x.dtype)
 
 
 # ---------------------------------------------------------------- graph walks

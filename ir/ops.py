@@ -46,6 +46,8 @@ class Ops(Enum):
     FLIP = auto()  # arg = tuple of axes
     # a user's request that a value be materialized (contiguous())
     CONTIGUOUS = auto()
+    # the identity, through which no gradient flows (detach(), no_grad())
+    DETACH = auto()
 
     def __repr__(self) -> str:
         return f"Ops.{self.name}"

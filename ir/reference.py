@@ -56,6 +56,7 @@ _ELEMENTWISE = {
     Ops.SHRINK: lambda n, x: _shrink(x, n.arg),
     Ops.FLIP: lambda n, x: np.flip(x, n.arg),
     Ops.CONTIGUOUS: lambda n, x: np.ascontiguousarray(x),
+    Ops.DETACH: lambda n, x: x,
 }
 
 

@@ -122,7 +122,7 @@ def schedule(roots: list[Node]) -> list[ScheduleItem]:
 
 def _same_coordinates(u: Node, ok: dict[int, bool]) -> bool:
     """User u reads its sources at its own coordinates, and so on up to the kernel output."""
-    keeps = u.op in ELEMENTWISE or u.op is Ops.CONTIGUOUS or is_squeeze(u)
+    keeps = u.op in ELEMENTWISE or u.op in (Ops.CONTIGUOUS, Ops.DETACH) or is_squeeze(u)
     return keeps and ok.get(id(u), False)
 
 

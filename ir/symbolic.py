@@ -190,7 +190,7 @@ class Lin:
         if lo // c == hi // c:
             return quotient + lo // c
         if len(rest.terms) == 1 and rest.const == 0 and isinstance(rest.terms[0][0], FloorDiv):
-            (inner, k), = rest.terms
+            ((inner, k),) = rest.terms
             if k == 1:  # (x // a) // c == x // (a * c)
                 return quotient + lin(FloorDiv(inner.x, inner.c * c))
         return quotient + lin(FloorDiv(rest, c))
@@ -204,7 +204,7 @@ class Lin:
         if lo // c == hi // c:
             return rest - (lo // c) * c
         if len(rest.terms) == 1 and rest.const == 0 and isinstance(rest.terms[0][0], Mod):
-            (inner, k), = rest.terms
+            ((inner, k),) = rest.terms
             if k == 1 and inner.c % c == 0:  # (x % (a*c)) % c == x % c
                 return inner.x % c
         return lin(Mod(rest, c))

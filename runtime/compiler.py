@@ -121,9 +121,7 @@ def compile_kernel(source: str, symbol: str, nparams: int) -> CompiledKernel:
     hit = _memory.get(symbol)
     if hit is not None:
         stats["memory_hits"] += 1
-        return CompiledKernel(
-            symbol, source, hit.address, nparams, 0.0, "memory", hit._texts
-        )
+        return CompiledKernel(symbol, source, hit.address, nparams, 0.0, "memory", hit._texts)
     tm, engine, fingerprint = _target()
     key = hashlib.sha256((fingerprint + "\n" + source).encode()).hexdigest()
     path = _disk_path(key)

@@ -5,7 +5,7 @@
 | FUSEGRAD_DEBUG      | 1: a line per kernel launched; 2: + the schedule; 3: + code     | 0       |
 | FUSEGRAD_DUMP       | folder to write every kernel and a manifest.json into          | unset   |
 | FUSEGRAD_THREADS    | threads that run kernels                                       | cores   |
-| FUSEGRAD_CACHE      | folder of the on-disk compile cache ("off" disables it)       | ~/.cache/fusegrad |
+| FUSEGRAD_CACHE      | on-disk compile cache folder ("off" disables it)   | ~/.cache/fusegrad |
 
 Read or change them from Python too:
 

@@ -75,10 +75,13 @@ class KernelRecord:
         gbs = self.bytes / self.seconds / 1e9 if self.seconds > 0 else 0.0
         gfl = self.flops / self.seconds / 1e9 if self.seconds > 0 else 0.0
         shape = "x".join(map(str, self.shape)) or "scalar"
-        return (
-            f"{self.name:<40} {shape:>16} {ms:9.3f} ms {gbs:7.1f} GB/s {gfl:7.1f} GFLOP/s"
-            f"  [{self.cache}{'' if self.cache == 'memory' else f' {self.compile_seconds*1e3:.1f} ms'}]"
+        cache = (
+            self.cache
+            if self.cache == "memory"
+            else f"{self.cache} {self.compile_seconds * 1e3:.1f} ms"
         )
+        rate = f"{gbs:7.1f} GB/s {gfl:7.1f} GFLOP/s"
+        return f"{self.name:<40} {shape:>16} {ms:9.3f} ms {rate}  [{cache}]"
 
 
 def _log(msg: str) -> None:
@@ -114,7 +117,9 @@ def _run(item: ScheduleItem) -> KernelRecord:
     out = Buffer(root.numel, root.dtype)
     inputs = [n.realized for n in item.inputs]
     ptrs = [out.ptr] + [b.ptr for b in inputs]
-    work = root.numel * (math.prod(item.reduce.srcs[0].shape) // item.reduce.numel if item.reduce else 1)
+    work = root.numel * (
+        math.prod(item.reduce.srcs[0].shape) // item.reduce.numel if item.reduce else 1
+    )
     t0 = time.perf_counter()
     launch(compiled.fn, loop.parallel_extent, work, ptrs)
     seconds = time.perf_counter() - t0

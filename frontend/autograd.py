@@ -1,0 +1,144 @@
+"""PyTorch's autograd API over symbolic gradients: backward(), .grad, fusegrad.grad().
+
+There is no tape. A leaf that requires grad is a buffer node of its own; at
+`backward()` the loss's graph is differentiated symbolically
+(`fusegrad.ir.autodiff`) with respect to every such leaf it reaches, and each
+leaf's `.grad` becomes a lazy tensor: reading it (or the optimizer step that
+uses it) compiles the backward kernels, fused with whatever else is realized
+with them.
+
+>>> import fusegrad as fg
+>>> x = fg.tensor([[1., 2, 3], [3., 2, 1]], requires_grad=True)
+>>> y = fg.tensor([[3., 2, 1], [1., 2, 3]], requires_grad=True)
+>>> ((x - y) ** 3).sum().backward()
+>>> x.grad.tolist()
+[[12.0, 0.0, 12.0], [12.0, 0.0, 12.0]]
+"""
+
+from __future__ import annotations
+
+import weakref
+
+from .errors import FusegradError, ShapeError, fail
+from .ir import node as N
+from .ir.autodiff import gradients
+from .ir.ops import Ops
+
+# keyed by id(): Tensor's == is elementwise, so tensors cannot be set members
+_leaves: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_consumed: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # roots already backwarded
+
+
+class GradError(FusegradError, RuntimeError):
+    """Differentiating something that cannot be differentiated (as PyTorch's RuntimeError)."""
+
+
+def register_leaf(t) -> None:
+    """Make `t` a differentiable leaf: its own buffer node, tracked for backward()."""
+    from .tensor import realize
+
+    if t.node.op is not Ops.BUFFER:
+        realize(t)
+    # a fresh node, so that no other tensor (a detached copy, say) shares it
+    t.node = N.buffer(t.node.realized, t.shape, t.dtype)
+    t._is_leaf = True
+    _leaves[id(t)] = t
+
+
+def _grad_output(t, gradient, op: str):
+    from .tensor import Tensor, as_tensor
+
+    if gradient is None:
+        if t.numel() != 1:
+            fail(
+                GradError,
+                op,
+                f"grad can be implicitly created only for scalar outputs; "
+                f"this output has shape {t.shape}, pass a gradient of that shape",
+            )
+        return N.const(1.0, t.shape, t.dtype)
+    g = as_tensor(gradient)
+    if not isinstance(g, Tensor) or g.shape != t.shape:
+        fail(ShapeError, op, f"gradient has shape {g.shape}, output has shape {t.shape}")
+    return N.cast(g.node, t.dtype)
+
+
+def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) -> None:
+    """Accumulate d(t)/d(leaf) into `leaf.grad` for every leaf requiring grad that t depends on."""
+    from .tensor import Tensor
+
+    if not t.requires_grad:
+        fail(
+            GradError,
+            "backward",
+            "element 0 of tensors does not require grad and does not have "
+            "a grad_fn (call requires_grad_() on the leaves, or check for no_grad())",
+        )
+    if _consumed.get(id(t)) is t:
+        fail(
+            GradError,
+            "backward",
+            "trying to backward through the graph a second time; "
+            "pass retain_graph=True to the first backward() if you need to",
+        )
+    root_grad = _grad_output(t, gradient, "backward")
+    leaves = [leaf for leaf in list(_leaves.values()) if leaf.requires_grad and leaf._is_leaf]
+    grads = gradients(t.node, root_grad, [leaf.node for leaf in leaves])
+    for leaf, g in zip(leaves, grads):
+        if g is None:
+            continue
+        gt = Tensor(
+            g if create_graph else N.detach(g), requires_grad=create_graph, leaf=not create_graph
+        )
+        leaf._grad = gt if leaf._grad is None else leaf._grad + gt
+    if not (retain_graph or create_graph):
+        _consumed[id(t)] = t
+
+
+def grad(
+    outputs,
+    inputs,
+    grad_outputs=None,
+    retain_graph=None,
+    create_graph: bool = False,
+    allow_unused: bool = False,
+):
+    """Gradients of `outputs` with respect to `inputs`, returned instead of accumulated.
+
+    With `create_graph=True` the results are differentiable themselves, so
+    `grad(grad(y, x, create_graph=True)[0].sum(), x)` is a second derivative.
+    """
+    from .tensor import Tensor
+
+    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    inputs_t = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+    if grad_outputs is None or isinstance(grad_outputs, Tensor):
+        grad_outputs = [grad_outputs] * len(outputs)
+    for o in outputs:
+        if not o.requires_grad:
+            fail(
+                GradError,
+                "grad",
+                "an output does not require grad (no input it depends on requires grad)",
+            )
+    total: list = [None] * len(inputs_t)
+    for o, go in zip(outputs, grad_outputs):
+        gs = gradients(o.node, _grad_output(o, go, "grad"), [x.node for x in inputs_t])
+        for i, g in enumerate(gs):
+            if g is not None:
+                total[i] = g if total[i] is None else N.add(total[i], g)
+    result = []
+    for x, g in zip(inputs_t, total):
+        if g is None:
+            if not allow_unused:
+                fail(
+                    GradError,
+                    "grad",
+                    f"one of the inputs (shape {x.shape}) was not used to compute "
+                    "the outputs; pass allow_unused=True to get None for it",
+                )
+            result.append(None)
+            continue
+        node = g if create_graph else N.detach(g)
+        result.append(Tensor(node, requires_grad=create_graph, leaf=not create_graph))
+    return tuple(result)

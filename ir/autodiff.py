@@ -1,0 +1,149 @@
+"""Symbolic reverse-mode differentiation: gradients are more IR.
+
+Each primitive has one vector-Jacobian rule, a function from the node and the
+gradient of its output to the gradients of its sources, built from the same
+node constructors as everything else. The backward graph is then scheduled,
+fused and compiled like any other graph, and can itself be differentiated
+(higher-order derivatives).
+
+>>> from fusegrad.ir import node as N
+>>> from fusegrad.ir.dtypes import float64
+>>> from fusegrad.ir.reference import evaluate
+>>> x = N.const(3.0, (), float64)
+>>> y = N.mul(x, x)
+>>> (g,) = gradients(y, N.const(1.0, (), float64), [x])
+>>> float(evaluate(g))
+6.0
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from . import node as N
+from .node import Node, toposort
+from .ops import Ops
+
+
+def _c(value, like: Node) -> Node:
+    return N.const(value, like.shape, like.dtype)
+
+
+def _neg(x: Node) -> Node:
+    return N.unary(Ops.NEG, x)
+
+
+def _div(a: Node, b: Node) -> Node:
+    return N.binary(Ops.DIV, a, b)
+
+
+def _sub(a: Node, b: Node) -> Node:
+    return N.add(a, _neg(b))
+
+
+def _cast_like(x: Node, like: Node) -> Node:
+    return N.cast(x, like.dtype)
+
+
+def _expand_to(g: Node, shape) -> Node:
+    return N.expand(g, shape)
+
+
+def _sum_to(g: Node, src_shape) -> Node:
+    """Sum `g` over the axes an EXPAND grew from size 1, back to `src_shape`."""
+    axes = tuple(i for i, (s, t) in enumerate(zip(src_shape, g.shape)) if s != t)
+    return N.reduce(Ops.SUM, g, axes)
+
+
+def _max_grad(n: Node, g: Node):
+    a, b = n.srcs
+    # ties split the gradient evenly, as torch.maximum does
+    gt = N.cast(N.binary(Ops.CMPLT, b, a), g.dtype)
+    eq = N.cast(N.binary(Ops.CMPEQ, a, b), g.dtype)
+    share_a = N.add(gt, N.mul(eq, _c(0.5, g)))
+    return N.mul(g, share_a), N.mul(g, _sub(_c(1.0, g), share_a))
+
+
+def _reduce_max_grad(n: Node, g: Node):
+    x = n.srcs[0]
+    hit = N.cast(N.binary(Ops.CMPEQ, x, N.expand(n, x.shape)), g.dtype)
+    count = N.reduce(Ops.SUM, hit, n.arg)
+    share = _div(g, count)
+    return (N.mul(N.expand(share, x.shape), hit),)
+
+
+def _inverse(order) -> tuple[int, ...]:
+    inv = [0] * len(order)
+    for i, o in enumerate(order):
+        inv[o] = i
+    return tuple(inv)
+
+
+# op -> rule(node, grad_of_node) -> gradients of node.srcs (None where no gradient flows)
+VJP: dict[Ops, Callable[[Node, Node], tuple]] = {
+    Ops.NEG: lambda n, g: (_neg(g),),
+    Ops.EXP: lambda n, g: (N.mul(g, n),),
+    Ops.LOG: lambda n, g: (_div(g, n.srcs[0]),),
+    Ops.SIN: lambda n, g: (N.mul(g, N.unary(Ops.SIN, N.add(n.srcs[0], _c(math.pi / 2, n)))),),
+    Ops.SQRT: lambda n, g: (_div(g, N.mul(n, _c(2.0, n))),),
+    Ops.RECIP: lambda n, g: (_neg(N.mul(g, N.mul(n, n))),),
+    Ops.CAST: lambda n, g: (_cast_like(g, n.srcs[0]) if n.srcs[0].dtype.is_float else None,),
+    Ops.ADD: lambda n, g: (g, g),
+    Ops.MUL: lambda n, g: (N.mul(g, n.srcs[1]), N.mul(g, n.srcs[0])),
+    Ops.DIV: lambda n, g: (
+        _div(g, n.srcs[1]),
+        _neg(_div(N.mul(g, n.srcs[0]), N.mul(n.srcs[1], n.srcs[1]))),
+    ),
+    Ops.MAX: _max_grad,
+    Ops.CMPLT: lambda n, g: (None, None),
+    Ops.CMPEQ: lambda n, g: (None, None),
+    Ops.WHERE: lambda n, g: (
+        None,
+        N.where(n.srcs[0], g, _c(0.0, g)),
+        N.where(n.srcs[0], _c(0.0, g), g),
+    ),
+    Ops.SUM: lambda n, g: (_expand_to(g, n.srcs[0].shape),),
+    Ops.REDUCE_MAX: _reduce_max_grad,
+    Ops.RESHAPE: lambda n, g: (N.reshape(g, n.srcs[0].shape),),
+    Ops.PERMUTE: lambda n, g: (N.permute(g, _inverse(n.arg)),),
+    Ops.EXPAND: lambda n, g: (_sum_to(g, n.srcs[0].shape),),
+    Ops.PAD: lambda n, g: (
+        N.shrink(g, tuple((b, b + s) for (b, _), s in zip(n.arg, n.srcs[0].shape))),
+    ),
+    Ops.SHRINK: lambda n, g: (
+        N.pad(g, tuple((b, s - e) for (b, e), s in zip(n.arg, n.srcs[0].shape))),
+    ),
+    Ops.FLIP: lambda n, g: (N.flip(g, n.arg),),
+    Ops.CONTIGUOUS: lambda n, g: (g,),
+    Ops.DETACH: lambda n, g: (None,),
+}
+
+
+def reaches(roots: list[Node], targets: set[int]) -> set[int]:
+    """Ids of the nodes under `roots` from which some target can be reached (targets included)."""
+    out: set[int] = set()
+    for n in toposort(roots, stop=lambda n: n.op is Ops.DETACH):
+        if id(n) in targets or any(id(s) in out for s in n.srcs):
+            out.add(id(n))
+    return out
+
+
+def gradients(root: Node, root_grad: Node, targets: list[Node]) -> list[Node | None]:
+    """d(sum(root * root_grad)) / d(target) for each target; None where it does not depend on it."""
+    wanted = {id(t) for t in targets}
+    live = reaches([root], wanted)
+    grads: dict[int, Node] = {id(root): root_grad}
+    for n in reversed(toposort([root], stop=lambda n: n.op is Ops.DETACH)):
+        g = grads.get(id(n))
+        if g is None or not n.srcs or id(n) not in live:
+            continue
+        for src, gs in zip(n.srcs, VJP[n.op](n, g)):
+            if gs is None or id(src) not in live:
+                continue
+            assert gs.shape == src.shape, f"{n.op}: gradient {gs.shape} for {src.shape}"
+            if gs.dtype is not src.dtype:
+                gs = N.cast(gs, src.dtype)
+            prev = grads.get(id(src))
+            grads[id(src)] = gs if prev is None else N.add(prev, gs)
+    return [grads.get(id(t)) for t in targets]
