@@ -16,7 +16,19 @@ from ..ir import rand
 from ..ir.dtypes import DType
 from ..ir.ops import Ops
 from ..ir.symbolic import FloorDiv, Lin, Mod, Var
-from .loopir import AccInit, AccUpdate, Alu, Const, Kernel, Load, Loop, Rand, Select, Store
+from .loopir import (
+    AccInit,
+    AccRead,
+    AccUpdate,
+    Alu,
+    Const,
+    Kernel,
+    Load,
+    Loop,
+    Rand,
+    Select,
+    Store,
+)
 
 PRELUDE = """\
 __device__ __forceinline__ float fg_max(float a, float b) { return (a != a || a > b) ? a : b; }
@@ -139,11 +151,20 @@ class _Renderer:
             return self.decl(s.dst, s.dtype, self.alu(s))
         if isinstance(s, AccInit):
             self.types[s.acc] = s.dtype
-            return f"{s.dtype.cuda} {s.acc} = {literal(s.value, s.dtype)};"
+            init = literal(s.value, s.dtype)
+            if s.size == 1:
+                return f"{s.dtype.cuda} {s.acc} = {init};"
+            return (
+                f"{s.dtype.cuda} {s.acc}[{s.size}]; "
+                f"for (int k = 0; k < {s.size}; ++k) {s.acc}[k] = {init};"
+            )
+        if isinstance(s, AccRead):
+            return self.decl(s.dst, s.dtype, f"{s.acc}[{index(s.index)}]")
         if isinstance(s, AccUpdate):
+            ref = s.acc if s.index is None else f"{s.acc}[{index(s.index)}]"
             if s.op is Ops.ADD and not s.dtype.is_bool:
-                return f"{s.acc} += {s.value};"
-            return f"{s.acc} = fg_max({s.acc}, {s.value});"
+                return f"{ref} += {s.value};"
+            return f"{ref} = fg_max({ref}, {s.value});"
         if isinstance(s, Store):
             v = f"(unsigned char){s.value}" if s.param.dtype.is_bool else s.value
             return f"{s.param.name}[{index(s.index)}] = {v};"

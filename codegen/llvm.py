@@ -7,16 +7,37 @@ The function takes the parallel loop's range and one pointer per buffer:
 so a thread pool can give each thread a slice of the outermost loop. Loop
 counters and accumulators live in allocas that LLVM's O3 pipeline promotes to
 registers; floating-point reductions carry `reassoc nsz` so the loop
-vectorizer may reorder them, elementwise math stays exact IEEE.
+vectorizer may reorder them, and multiplies and adds carry `contract` so they
+may fuse into FMAs; nothing else changes IEEE semantics (no fast-math).
+
+The loop IR's register tiles are rendered as written, not left to LLVM's
+heuristics: an `unroll` loop is emitted once per iteration, and the body of a
+`vector` loop of extent W is emitted once with `<W x T>` values. There, a
+value that does not depend on the vector variable stays scalar; a load is a
+vector load where its index moves by 1 per lane, a scalar load where it does
+not move, and a masked gather otherwise.
 """
 
 from __future__ import annotations
 
+from ..ir import rand
 from ..ir.dtypes import DType
 from ..ir.ops import Ops
-from ..ir.symbolic import FloorDiv, Lin, Mod, Var
-from .llvm_math import INTRINSICS, fconst, math_functions
-from .loopir import AccInit, AccUpdate, Alu, Const, Kernel, Load, Loop, Rand, Select, Store
+from ..ir.symbolic import FloorDiv, Lin, Mod, Var, lin
+from .llvm_math import fconst, function_name, intrinsic_suffix, math_functions, vector_type
+from .loopir import (
+    AccInit,
+    AccRead,
+    AccUpdate,
+    Alu,
+    Const,
+    Kernel,
+    Load,
+    Loop,
+    Rand,
+    Select,
+    Store,
+)
 
 
 def mem_type(dt: DType) -> str:
@@ -32,51 +53,150 @@ def literal(value, dt: DType) -> str:
     return str(int(value))
 
 
+def _i32(v: int) -> str:
+    v &= 0xFFFFFFFF
+    return str(v - (1 << 32) if v >= 1 << 31 else v)
+
+
+# `contract` lets a multiply and an add fuse into one FMA (one rounding instead of two)
+_FLOAT_BINARY = {Ops.ADD: "fadd contract", Ops.MUL: "fmul contract", Ops.DIV: "fdiv"}
+_INT_BINARY = {Ops.ADD: "add", Ops.MUL: "mul"}
+_BOOL_BINARY = {Ops.ADD: "or", Ops.MUL: "and", Ops.MAX: "or"}
+
+
 class _Renderer:
     def __init__(self, kernel: Kernel, symbol: str):
         self.k, self.symbol = kernel, symbol
         self.lines: list[str] = []
         self.allocas: list[str] = []
-        self.math: set[tuple[str, str]] = set()
+        self.math: set[tuple[str, str, int | None]] = set()
+        self.decls: set[str] = set()
         self.n = 0
+        self.values: dict[str, tuple[str, bool]] = {}  # loop-IR name -> (SSA value, varying)
         self.types: dict[str, DType] = {}
+        self.loop_names: dict[str, str] = {}
+        self.unrolled: dict[str, int] = {}
+        self.loop_count = 0
+        self.width: int | None = None  # lanes while inside a vector loop
+        self.vec_var: Var | None = None
 
-    def tmp(self) -> str:
-        self.n += 1
-        return f"%t{self.n}"
-
+    # ---------------------------------------------------------------- helpers
     def emit(self, text: str) -> str:
-        name = self.tmp()
+        self.n += 1
+        name = f"%t{self.n}"
         self.lines.append(f"  {name} = {text}")
         return name
 
     def label(self, name: str) -> None:
         self.lines.append(f"{name}:")
 
+    def ty(self, dt_llvm: str, varying: bool) -> str:
+        return vector_type(dt_llvm, self.width if varying else None)
+
+    def const(self, value, dt: DType, varying: bool) -> str:
+        lit = literal(value, dt)
+        return f"splat ({dt.llvm} {lit})" if varying else lit
+
+    def intrinsic(self, name: str, ty: str, nargs: int, ret: str | None = None) -> str:
+        fn = f"@llvm.{name}.{intrinsic_suffix(ty)}"
+        self.decls.add(f"declare {ret or ty} {fn}({', '.join([ty] * nargs)})")
+        return fn
+
+    def splat(self, value: str, elem: str) -> str:
+        vt = vector_type(elem, self.width)
+        one = self.emit(f"insertelement {vt} poison, {elem} {value}, i64 0")
+        return self.emit(
+            f"shufflevector {vt} {one}, {vt} poison, <{self.width} x i32> zeroinitializer"
+        )
+
+    def moves(self, e: Lin) -> bool:
+        """Whether index expression `e` depends on the vector loop's variable."""
+        return self.vec_var is not None and self.vec_var in e.atoms()
+
     # ---------------------------------------------------------------- indices
     def index(self, e: Lin) -> str:
+        """A scalar i64 for an index expression that does not move with the vector variable."""
         acc = str(e.const)
         for atom, coef in e.terms:
             a = self.atom(atom)
+            if a.lstrip("-").isdigit():
+                acc = (
+                    str(int(acc) + int(a) * coef)
+                    if acc.lstrip("-").isdigit()
+                    else self.emit(f"add nsw i64 {acc}, {int(a) * coef}")
+                )
+                continue
             term = a if coef == 1 else self.emit(f"mul nsw i64 {a}, {coef}")
             acc = term if acc == "0" else self.emit(f"add nsw i64 {acc}, {term}")
         return acc
 
     def atom(self, a) -> str:
         if isinstance(a, Var):
-            return f"%{a.name}"
+            if a.name in self.unrolled:
+                return str(self.unrolled[a.name])
+            return f"%{self.loop_names[a.name]}"
         if isinstance(a, FloorDiv):
-            return self.emit(f"sdiv i64 {self.index(a.x)}, {a.c}")
+            x = self.index(a.x)
+            return (
+                str(int(x) // a.c) if x.lstrip("-").isdigit() else self.emit(f"sdiv i64 {x}, {a.c}")
+            )
         if isinstance(a, Mod):
-            return self.emit(f"srem i64 {self.index(a.x)}, {a.c}")
+            x = self.index(a.x)
+            return (
+                str(int(x) % a.c) if x.lstrip("-").isdigit() else self.emit(f"srem i64 {x}, {a.c}")
+            )
         raise TypeError(a)
 
-    def valid(self, conds) -> str:
-        ok = "true"
+    def vindex(self, e: Lin) -> str:
+        """A <W x i64> of the index in every lane of the vector loop."""
+        lanes = []
+        for k in range(self.width):
+            lanes.append(e.substitute({self.vec_var: lin(k)}))
+        if all(isinstance(x, Lin) and x.is_const for x in lanes):
+            return "<" + ", ".join(f"i64 {x.const}" for x in lanes) + ">"
+        base = lanes[0]
+        steps = [(x - base) for x in lanes]
+        if all(s.is_const for s in steps):  # affine in the vector variable
+            b = self.splat(self.index(base), "i64")
+            offs = "<" + ", ".join(f"i64 {s.const}" for s in steps) + ">"
+            return self.emit(f"add <{self.width} x i64> {b}, {offs}")
+        vec = "poison"
+        for k, x in enumerate(lanes):
+            vec = self.emit(
+                f"insertelement <{self.width} x i64> {vec}, i64 {self.index(x)}, i64 {k}"
+            )
+        return vec
+
+    def valid(self, conds) -> tuple[str, bool]:
+        """The conjunction of `cond >= 0`, scalar i1 or a lane mask if a condition moves."""
+        varying = any(self.moves(c) for c in conds)
+        bt = self.ty("i1", varying)
+        ok = None
         for c in conds:
-            v = self.emit(f"icmp sge i64 {self.index(c)}, 0")
-            ok = v if ok == "true" else self.emit(f"and i1 {ok}, {v}")
-        return ok
+            if varying:
+                idx = self.vindex(c) if self.moves(c) else self.splat(self.index(c), "i64")
+                v = self.emit(f"icmp sge <{self.width} x i64> {idx}, zeroinitializer")
+            else:
+                v = self.emit(f"icmp sge i64 {self.index(c)}, 0")
+            ok = v if ok is None else self.emit(f"and {bt} {ok}, {v}")
+        return ok or "true", varying
+
+    # ---------------------------------------------------------------- values
+    def bind(self, name: str, value: str, dt: DType, varying: bool = False) -> None:
+        self.values[name] = (value, varying)
+        self.types[name] = dt
+
+    def lookup(self, name: str) -> tuple[str, bool]:
+        """(SSA value, varying) of a loop-IR name; a scalar accumulator is loaded where read."""
+        if name in self.values:
+            return self.values[name]
+        return self.emit(f"load {self.types[name].llvm}, ptr %{name}.addr"), False
+
+    def ref(self, name: str, want_vector: bool = False) -> str:
+        value, varying = self.lookup(name)
+        if want_vector and not varying:
+            return self.splat(value, self.types[name].llvm)
+        return value
 
     # ---------------------------------------------------------------- statements
     def block(self, body) -> None:
@@ -84,7 +204,22 @@ class _Renderer:
             getattr(self, "stmt_" + type(s).__name__)(s)
 
     def stmt_Loop(self, s: Loop) -> None:
-        v = s.var.name
+        if s.kind == "unroll":
+            for k in range(s.extent):
+                self.unrolled[s.var.name] = k
+                self.block(s.body)
+            del self.unrolled[s.var.name]
+            return
+        if s.kind == "vector":
+            assert self.width is None, "nested vector loops"
+            self.width, self.vec_var = s.extent, s.var
+            self.block(s.body)
+            self.width, self.vec_var = None, None
+            return
+        # a variable may name several loops (a tile's accumulate and epilogue loops)
+        self.loop_count += 1
+        v = f"{s.var.name}.{self.loop_count}"
+        self.loop_names[s.var.name] = v
         self.allocas.append(f"  %{v}.addr = alloca i64")
         start = "%start" if s.kind == "parallel" else "0"
         end = "%end" if s.kind == "parallel" else str(s.extent)
@@ -102,167 +237,162 @@ class _Renderer:
         self.label(f"{v}.exit")
 
     def stmt_Load(self, s: Load) -> None:
-        p, mt = s.param, mem_type(s.dtype)
+        p, mt, dt = s.param, mem_type(s.dtype), s.dtype
+        moves = self.moves(s.index) or any(self.moves(c) for c in s.valid)
+        if moves and self.width:
+            self.bind(s.dst, self.vector_load(s), dt, True)
+            return
         idx = self.index(s.index)
-        ok = self.valid(s.valid) if s.valid else None
+        ok = self.valid(s.valid)[0] if s.valid else None
         if ok:
             idx = self.emit(f"select i1 {ok}, i64 {idx}, i64 0")
         ptr = self.emit(f"getelementptr inbounds {mt}, ptr %{p.name}, i64 {idx}")
         v = self.emit(f"load {mt}, ptr {ptr}")
-        if s.dtype.is_bool:
+        if dt.is_bool:
             v = self.emit(f"icmp ne i8 {v}, 0")
         if ok:
+            v = self.emit(f"select i1 {ok}, {dt.llvm} {v}, {dt.llvm} {literal(0, dt)}")
+        self.bind(s.dst, v, dt)
+
+    def vector_load(self, s: Load) -> str:
+        p, mt, dt, w = s.param, mem_type(s.dtype), s.dtype, self.width
+        vt = f"<{w} x {mt}>"
+        contiguous = s.index.coef(self.vec_var) == 1 and not self.moves(s.index - lin(self.vec_var))
+        ok, ok_varying = self.valid(s.valid) if s.valid else (None, False)
+        if contiguous and not ok_varying:
+            base = self.index(s.index.substitute({self.vec_var: lin(0)}))
+            if ok:
+                base = self.emit(f"select i1 {ok}, i64 {base}, i64 0")
+            ptr = self.emit(f"getelementptr inbounds {mt}, ptr %{p.name}, i64 {base}")
+            v = self.emit(f"load {vt}, ptr {ptr}, align {dt.itemsize}")
+            if ok:
+                v = self.emit(f"select i1 {ok}, {vt} {v}, {vt} zeroinitializer")
+        else:
+            idx = self.vindex(s.index)
+            ptrs = self.emit(f"getelementptr inbounds {mt}, ptr %{p.name}, <{w} x i64> {idx}")
+            mask = ok if ok_varying else (self.splat(ok, "i1") if ok else "splat (i1 true)")
+            fn = f"@llvm.masked.gather.{intrinsic_suffix(vt)}.v{w}p0"
+            self.decls.add(f"declare {vt} {fn}(<{w} x ptr>, i32, <{w} x i1>, {vt})")
             v = self.emit(
-                f"select i1 {ok}, {s.dtype.llvm} {v}, {s.dtype.llvm} {literal(0, s.dtype)}"
+                f"call {vt} {fn}(<{w} x ptr> {ptrs}, i32 {dt.itemsize}, <{w} x i1> {mask}, "
+                f"{vt} zeroinitializer)"
             )
-        self.bind(s.dst, v, s.dtype)
+        if dt.is_bool:
+            v = self.emit(f"icmp ne {vt} {v}, zeroinitializer")
+        return v
 
     def stmt_Const(self, s: Const) -> None:
         self.bind(s.dst, literal(s.value, s.dtype), s.dtype)
 
     def stmt_Select(self, s: Select) -> None:
-        ok = self.valid(s.valid)
-        t = s.dtype.llvm
-        v = self.emit(f"select i1 {ok}, {t} {self.ref(s.value)}, {t} {literal(0, s.dtype)}")
-        self.bind(s.dst, v, s.dtype)
+        ok, ok_varying = self.valid(s.valid)
+        varying = ok_varying or self.lookup(s.value)[1]
+        t = self.ty(s.dtype.llvm, varying)
+        val = self.ref(s.value, want_vector=varying)
+        zero = "zeroinitializer" if varying else literal(0, s.dtype)
+        cond_ty = self.ty("i1", ok_varying)
+        self.bind(
+            s.dst, self.emit(f"select {cond_ty} {ok}, {t} {val}, {t} {zero}"), s.dtype, varying
+        )
 
     def stmt_Rand(self, s: Rand) -> None:
-        from ..ir import rand
+        varying = self.moves(s.index)
+        i32 = self.ty("i32", varying)
+        if varying:
+            idx = self.emit(f"trunc <{self.width} x i64> {self.vindex(s.index)} to {i32}")
+        else:
+            idx = self.emit(f"trunc i64 {self.index(s.index)} to i32")
 
-        idx = self.emit(f"trunc i64 {self.index(s.index)} to i32")
-        x = self.emit(f"xor i32 {idx}, {_i32(rand.seed_key(s.seed))}")
+        def c(v: int) -> str:
+            return f"splat (i32 {_i32(v)})" if varying else _i32(v)
+
+        x = self.emit(f"xor {i32} {idx}, {c(rand.seed_key(s.seed))}")
         for shift, mul in ((16, rand.MIX1), (13, rand.MIX2), (16, None)):
-            sh = self.emit(f"lshr i32 {x}, {shift}")
-            x = self.emit(f"xor i32 {x}, {sh}")
+            sh = self.emit(f"lshr {i32} {x}, {c(shift)}")
+            x = self.emit(f"xor {i32} {x}, {sh}")
             if mul is not None:
-                x = self.emit(f"mul i32 {x}, {_i32(mul)}")
-        top = self.emit(f"lshr i32 {x}, 8")
-        t = s.dtype.llvm
-        f = self.emit(f"uitofp i32 {top} to {t}")
-        v = self.emit(f"fmul {t} {f}, {fconst(1.0 / (1 << 24), t)}")
-        self.bind(s.dst, v, s.dtype)
+                x = self.emit(f"mul {i32} {x}, {c(mul)}")
+        top = self.emit(f"lshr {i32} {x}, {c(8)}")
+        t = self.ty(s.dtype.llvm, varying)
+        f = self.emit(f"uitofp {i32} {top} to {t}")
+        scale = self.const(1.0 / (1 << 24), s.dtype, varying)
+        self.bind(s.dst, self.emit(f"fmul {t} {f}, {scale}"), s.dtype, varying)
 
     def stmt_Alu(self, s: Alu) -> None:
-        args = [self.ref(a) for a in s.args]
-        src_dt = self.types[s.args[0]] if s.args else s.dtype
+        varying = any(self.lookup(a)[1] for a in s.args)
+        args = [self.ref(a, want_vector=varying) for a in s.args]
+        src = self.types[s.args[0]]
         if s.op is Ops.WHERE:
-            t = s.dtype.llvm
-            v = self.emit(f"select i1 {args[0]}, {t} {args[1]}, {t} {args[2]}")
+            c_varying = self.lookup(s.args[0])[1]
+            t = self.ty(s.dtype.llvm, varying)
+            bt = self.ty("i1", c_varying or varying)
+            v = self.emit(f"select {bt} {args[0]}, {t} {args[1]}, {t} {args[2]}")
         elif s.op is Ops.CAST:
-            v = self.cast(args[0], src_dt, s.dtype)
-        elif src_dt.is_float:
-            v = self.float_op(s.op, args, src_dt)
+            v = self.cast(args[0], src, s.dtype, varying)
+        elif src.is_float:
+            v = self.float_op(s.op, args, src, varying)
         else:
-            v = self.int_op(s.op, args, src_dt)
-        self.bind(s.dst, v, s.dtype)
+            v = self.int_op(s.op, args, src, varying)
+        self.bind(s.dst, v, s.dtype, varying)
 
-    def stmt_AccInit(self, s: AccInit) -> None:
-        t = s.dtype.llvm
-        self.allocas.append(f"  %{s.acc}.addr = alloca {t}")
-        self.lines.append(f"  store {t} {literal(s.value, s.dtype)}, ptr %{s.acc}.addr")
-        self.types[s.acc] = s.dtype
-
-    def stmt_AccUpdate(self, s: AccUpdate) -> None:
-        t, dt = s.dtype.llvm, s.dtype
-        cur = self.emit(f"load {t}, ptr %{s.acc}.addr")
-        val = self.ref(s.value)
-        if dt.is_float:
-            if s.op is Ops.ADD:
-                new = self.emit(f"fadd reassoc nsz {t} {cur}, {val}")
-            else:
-                new = self.emit(
-                    f"call reassoc nsz {t} @llvm.maximum.{_sfx(dt)}({t} {cur}, {t} {val})"
-                )
-        elif dt.is_bool:
-            new = self.emit(f"or i1 {cur}, {val}")
-        elif s.op is Ops.ADD:
-            new = self.emit(f"add {t} {cur}, {val}")
-        else:
-            new = self.emit(f"call {t} @llvm.smax.{t}({t} {cur}, {t} {val})")
-        self.lines.append(f"  store {t} {new}, ptr %{s.acc}.addr")
-
-    def stmt_Store(self, s: Store) -> None:
-        dt = s.param.dtype
-        v = self.ref(s.value)
-        if dt.is_bool:
-            v = self.emit(f"zext i1 {v} to i8")
-        idx = self.index(s.index)
-        ptr = self.emit(f"getelementptr inbounds {mem_type(dt)}, ptr %{s.param.name}, i64 {idx}")
-        self.lines.append(f"  store {mem_type(dt)} {v}, ptr {ptr}")
-
-    # ---------------------------------------------------------------- values
-    def bind(self, name: str, value: str, dt: DType) -> None:
-        self.values[name] = value
-        self.types[name] = dt
-
-    def ref(self, name: str) -> str:
-        if name.startswith("acc"):
-            dt = self.types[name]
-            return self.emit(f"load {dt.llvm}, ptr %{name}.addr")
-        return self.values[name]
-
-    def float_op(self, op: Ops, a: list[str], dt: DType) -> str:
-        t = dt.llvm
-        simple = {
-            Ops.ADD: "fadd",
-            Ops.MUL: "fmul",
-            Ops.DIV: "fdiv",
-        }
-        if op in simple:
-            return self.emit(f"{simple[op]} {t} {a[0]}, {a[1]}")
+    def float_op(self, op: Ops, a: list[str], dt: DType, varying: bool) -> str:
+        t = self.ty(dt.llvm, varying)
+        if op in _FLOAT_BINARY:
+            return self.emit(f"{_FLOAT_BINARY[op]} {t} {a[0]}, {a[1]}")
         if op is Ops.NEG:
             return self.emit(f"fneg {t} {a[0]}")
         if op is Ops.RECIP:
-            return self.emit(f"fdiv {t} {fconst(1.0, t)}, {a[0]}")
+            return self.emit(f"fdiv {t} {self.const(1.0, dt, varying)}, {a[0]}")
         if op is Ops.CMPLT:
             return self.emit(f"fcmp olt {t} {a[0]}, {a[1]}")
         if op is Ops.CMPEQ:
             return self.emit(f"fcmp oeq {t} {a[0]}, {a[1]}")
         if op is Ops.MAX:
-            return self.emit(f"call {t} @llvm.maximum.{_sfx(dt)}({t} {a[0]}, {t} {a[1]})")
+            return self.emit(f"call {t} {self.intrinsic('maximum', t, 2)}({t} {a[0]}, {t} {a[1]})")
         if op is Ops.SQRT:
-            return self.emit(f"call {t} @llvm.sqrt.{_sfx(dt)}({t} {a[0]})")
+            return self.emit(f"call {t} {self.intrinsic('sqrt', t, 1)}({t} {a[0]})")
         name = {Ops.EXP: "exp", Ops.LOG: "log", Ops.SIN: "sin"}[op]
-        self.math.add((name, t))
-        return self.emit(f"call {t} @fg_{name}_{t}({t} {a[0]})")
+        width = self.width if varying else None
+        self.math.add((name, dt.llvm, width))
+        return self.emit(f"call {t} {function_name(name, dt.llvm, width)}({t} {a[0]})")
 
-    def int_op(self, op: Ops, a: list[str], dt: DType) -> str:
-        t = dt.llvm
+    def int_op(self, op: Ops, a: list[str], dt: DType, varying: bool) -> str:
+        t = self.ty(dt.llvm, varying)
+        bt = self.ty("i1", varying)
         if dt.is_bool:
-            table = {
-                Ops.ADD: "or i1 {0}, {1}",
-                Ops.MUL: "and i1 {0}, {1}",
-                Ops.MAX: "or i1 {0}, {1}",
-                Ops.NEG: "xor i1 {0}, true",
-                Ops.CMPLT: "icmp ult i1 {0}, {1}",
-                Ops.CMPEQ: "icmp eq i1 {0}, {1}",
-            }
-            return self.emit(table[op].format(*a))
-        table = {
-            Ops.ADD: "add {t} {0}, {1}",
-            Ops.MUL: "mul {t} {0}, {1}",
-            Ops.NEG: "sub {t} 0, {0}",
-            Ops.CMPLT: "icmp slt {t} {0}, {1}",
-            Ops.CMPEQ: "icmp eq {t} {0}, {1}",
-            Ops.MAX: "call {t} @llvm.smax.{t}({t} {0}, {t} {1})",
-        }
-        if op in table:
-            return self.emit(table[op].format(*a, t=t))
+            if op in _BOOL_BINARY:
+                return self.emit(f"{_BOOL_BINARY[op]} {t} {a[0]}, {a[1]}")
+            if op is Ops.NEG:
+                return self.emit(f"xor {t} {a[0]}, {self.const(True, dt, varying)}")
+            cmp = {Ops.CMPLT: "ult", Ops.CMPEQ: "eq"}[op]
+            return self.emit(f"icmp {cmp} {t} {a[0]}, {a[1]}")
+        zero = self.const(0, dt, varying)
+        if op in _INT_BINARY:
+            return self.emit(f"{_INT_BINARY[op]} {t} {a[0]}, {a[1]}")
+        if op is Ops.NEG:
+            return self.emit(f"sub {t} {zero}, {a[0]}")
+        if op is Ops.CMPLT:
+            return self.emit(f"icmp slt {t} {a[0]}, {a[1]}")
+        if op is Ops.CMPEQ:
+            return self.emit(f"icmp eq {t} {a[0]}, {a[1]}")
+        if op is Ops.MAX:
+            return self.emit(f"call {t} {self.intrinsic('smax', t, 2)}({t} {a[0]}, {t} {a[1]})")
         if op is Ops.DIV:  # integer division by zero gives 0 instead of a crash
-            zero = self.emit(f"icmp eq {t} {a[1]}, 0")
-            safe = self.emit(f"select i1 {zero}, {t} 1, {t} {a[1]}")
+            is_zero = self.emit(f"icmp eq {t} {a[1]}, {zero}")
+            one = self.const(1, dt, varying)
+            safe = self.emit(f"select {bt} {is_zero}, {t} {one}, {t} {a[1]}")
             q = self.emit(f"sdiv {t} {a[0]}, {safe}")
-            return self.emit(f"select i1 {zero}, {t} 0, {t} {q}")
+            return self.emit(f"select {bt} {is_zero}, {t} {zero}, {t} {q}")
         raise NotImplementedError(f"{op.name} on {dt.name}")
 
-    def cast(self, v: str, src: DType, dst: DType) -> str:
-        s, d = src.llvm, dst.llvm
+    def cast(self, v: str, src: DType, dst: DType, varying: bool) -> str:
+        s, d = self.ty(src.llvm, varying), self.ty(dst.llvm, varying)
         if src is dst:
             return v
         if dst.is_bool:
             if src.is_float:
-                return self.emit(f"fcmp une {s} {v}, {fconst(0.0, s)}")
-            return self.emit(f"icmp ne {s} {v}, 0")
+                return self.emit(f"fcmp une {s} {v}, {self.const(0.0, src, varying)}")
+            return self.emit(f"icmp ne {s} {v}, {self.const(0, src, varying)}")
         if dst.is_float:
             if src.is_float:
                 op = "fpext" if src.itemsize < dst.itemsize else "fptrunc"
@@ -272,13 +402,90 @@ class _Renderer:
         if src.is_float:
             return self.emit(f"fptosi {s} {v} to {d}")
         if src.is_bool:
-            return self.emit(f"zext i1 {v} to {d}")
+            return self.emit(f"zext {s} {v} to {d}")
         op = "sext" if src.itemsize < dst.itemsize else "trunc"
         return self.emit(f"{op} {s} {v} to {d}")
 
+    # ---------------------------------------------------------------- accumulators
+    def stmt_AccInit(self, s: AccInit) -> None:
+        t = s.dtype.llvm
+        self.types[s.acc] = s.dtype
+        if s.size == 1:
+            self.allocas.append(f"  %{s.acc}.addr = alloca {t}")
+            self.lines.append(f"  store {t} {literal(s.value, s.dtype)}, ptr %{s.acc}.addr")
+            return
+        vt = f"<{s.size} x {t}>"
+        self.allocas.append(f"  %{s.acc}.addr = alloca {vt}, align 64")
+        self.lines.append(
+            f"  store {vt} splat ({t} {literal(s.value, s.dtype)}), ptr %{s.acc}.addr"
+        )
+
+    def acc_ptr(self, acc: str, index: Lin | None) -> tuple[str, bool]:
+        """Pointer to an accumulator element (the first lane's, if the index moves by lane)."""
+        if index is None:
+            return f"%{acc}.addr", False
+        t = self.types[acc].llvm
+        moves = self.moves(index)
+        if moves:
+            assert index.coef(self.vec_var) == 1, "a tile's lanes must be adjacent accumulators"
+            index = index.substitute({self.vec_var: lin(0)})
+        return self.emit(
+            f"getelementptr inbounds {t}, ptr %{acc}.addr, i64 {self.index(index)}"
+        ), moves
+
+    def stmt_AccRead(self, s: AccRead) -> None:
+        ptr, moves = self.acc_ptr(s.acc, s.index)
+        t = self.ty(s.dtype.llvm, moves)
+        self.bind(s.dst, self.emit(f"load {t}, ptr {ptr}"), s.dtype, moves)
+
+    def stmt_AccUpdate(self, s: AccUpdate) -> None:
+        dt = s.dtype
+        ptr, moves = self.acc_ptr(s.acc, s.index)
+        t = self.ty(dt.llvm, moves)
+        cur = self.emit(f"load {t}, ptr {ptr}")
+        val = self.ref(s.value, want_vector=moves)
+        if dt.is_float and s.op is Ops.ADD:
+            new = self.emit(f"fadd reassoc nsz contract {t} {cur}, {val}")
+        elif dt.is_float:
+            fn = self.intrinsic("maximum", t, 2)
+            new = self.emit(f"call reassoc nsz {t} {fn}({t} {cur}, {t} {val})")
+        elif dt.is_bool:
+            new = self.emit(f"or {t} {cur}, {val}")
+        elif s.op is Ops.ADD:
+            new = self.emit(f"add {t} {cur}, {val}")
+        else:
+            new = self.emit(f"call {t} {self.intrinsic('smax', t, 2)}({t} {cur}, {t} {val})")
+        self.lines.append(f"  store {t} {new}, ptr {ptr}")
+
+    def stmt_Store(self, s: Store) -> None:
+        dt = s.param.dtype
+        mt = mem_type(dt)
+        value, varying = self.lookup(s.value)
+        moves = self.moves(s.index)
+        if self.width and (moves or varying):
+            value = self.ref(s.value, want_vector=True)
+            vt = f"<{self.width} x {mt}>"
+            if dt.is_bool:
+                value = self.emit(f"zext <{self.width} x i1> {value} to {vt}")
+            if s.index.coef(self.vec_var) == 1 and not self.moves(s.index - lin(self.vec_var)):
+                base = self.index(s.index.substitute({self.vec_var: lin(0)}))
+                ptr = self.emit(f"getelementptr inbounds {mt}, ptr %{s.param.name}, i64 {base}")
+                self.lines.append(f"  store {vt} {value}, ptr {ptr}, align {dt.itemsize}")
+                return
+            for k in range(self.width):  # a scatter, lane by lane
+                lane = self.emit(f"extractelement {vt} {value}, i64 {k}")
+                idx = self.index(s.index.substitute({self.vec_var: lin(k)}))
+                ptr = self.emit(f"getelementptr inbounds {mt}, ptr %{s.param.name}, i64 {idx}")
+                self.lines.append(f"  store {mt} {lane}, ptr {ptr}")
+            return
+        if dt.is_bool:
+            value = self.emit(f"zext i1 {value} to i8")
+        idx = self.index(s.index)
+        ptr = self.emit(f"getelementptr inbounds {mt}, ptr %{s.param.name}, i64 {idx}")
+        self.lines.append(f"  store {mt} {value}, ptr {ptr}")
+
     # ---------------------------------------------------------------- module
     def render(self) -> str:
-        self.values: dict[str, str] = {}
         self.block(self.k.body)
         params = ["i64 %start", "i64 %end"]
         for p in self.k.params:
@@ -286,26 +493,18 @@ class _Renderer:
             params.append(f"ptr {attrs} %{p.name}")
         head = f"define void @{self.symbol}({', '.join(params)}) nounwind {{"
         body = ["entry:"] + self.allocas + ["  br label %top", "top:"] + self.lines + ["  ret void"]
+        math_text, math_decls = math_functions(self.math)
         return "\n".join(
             [
                 f"; kernel {self.k.name}",
-                INTRINSICS,
-                math_functions(self.math),
+                *sorted(self.decls | math_decls),
+                math_text,
                 head,
                 *body,
                 "}",
                 "",
             ]
         )
-
-
-def _sfx(dt: DType) -> str:
-    return "f32" if dt.llvm == "float" else "f64"
-
-
-def _i32(v: int) -> str:
-    v &= 0xFFFFFFFF
-    return str(v - (1 << 32) if v >= 1 << 31 else v)
 
 
 def render_llvm(kernel: Kernel, symbol: str) -> str:

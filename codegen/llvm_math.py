@@ -24,8 +24,18 @@ def fconst(value: float, ty: str) -> str:
 
 
 class _Builder:
-    def __init__(self, ty: str):
-        self.ty, self.lines, self.n = ty, [], 0
+    """Straight-line IR for one float type, scalar or a vector of `width` lanes."""
+
+    def __init__(self, elem: str, width: int | None):
+        self.elem, self.width = elem, width
+        self.lines: list[str] = []
+        self.n = 0
+        ielem = "i64" if elem == "double" else "i32"
+        self.ty = vector_type(elem, width)
+        self.ity = vector_type(ielem, width)
+        self.bty = vector_type("i1", width)
+        self.ielem = ielem
+        self.decls: set[str] = set()
 
     def __call__(self, text: str) -> str:
         self.n += 1
@@ -33,13 +43,23 @@ class _Builder:
         self.lines.append(f"  {name} = {text}")
         return name
 
-    def c(self, v: float) -> str:
-        return fconst(v, self.ty)
+    def c(self, v: float, elem: str | None = None) -> str:
+        elem = elem or self.elem
+        lit = fconst(v, elem)
+        return f"splat ({elem} {lit})" if self.width else lit
+
+    def i(self, v: int) -> str:
+        return f"splat ({self.ielem} {v})" if self.width else str(v)
+
+    def intrinsic(self, name: str, nargs: int = 1) -> str:
+        """The name of llvm.NAME for this type, declared as taking `nargs` of it."""
+        fn = f"@llvm.{name}.{intrinsic_suffix(self.ty)}"
+        self.decls.add(f"declare {self.ty} {fn}({', '.join([self.ty] * nargs)})")
+        return fn
 
     def fma(self, a: str, b: str, c: str) -> str:
         t = self.ty
-        sfx = "f32" if t == "float" else "f64"
-        return self(f"call {t} @llvm.fma.{sfx}({t} {a}, {t} {b}, {t} {c})")
+        return self(f"call {t} {self.intrinsic('fma', 3)}({t} {a}, {t} {b}, {t} {c})")
 
     def horner(self, x: str, coefs: list[float]) -> str:
         """coefs[0] + x*(coefs[1] + x*(...)), highest degree innermost."""
@@ -49,10 +69,24 @@ class _Builder:
         return acc
 
 
-def _exp(ty: str) -> str:
-    b = _Builder(ty)
-    f64 = ty == "double"
-    it, bits, bias = ("i64", 52, 1022) if f64 else ("i32", 23, 126)
+def vector_type(elem: str, width: int | None) -> str:
+    return f"<{width} x {elem}>" if width else elem
+
+
+def intrinsic_suffix(ty: str) -> str:
+    """LLVM's overload suffix: float -> f32, <16 x float> -> v16f32, <8 x i64> -> v8i64."""
+    names = {"float": "f32", "double": "f64", "i1": "i1", "i8": "i8", "i32": "i32", "i64": "i64"}
+    if ty.startswith("<"):
+        width, _, elem = ty[1:-1].split(" ")
+        return f"v{width}{names[elem]}"
+    return names[ty]
+
+
+def _exp(elem: str, width: int | None) -> str:
+    b = _Builder(elem, width)
+    ty, it = b.ty, b.ity
+    f64 = elem == "double"
+    bits, bias = (52, 1022) if f64 else (23, 126)
     lo, hi = (-708.0, 709.782712893384) if f64 else (-87.0, 88.72283935546875)
     ln2_hi, ln2_lo = (
         (6.93147180369123816490e-01, 1.90821492927058770002e-10)
@@ -60,33 +94,33 @@ def _exp(ty: str) -> str:
         else (0.693359375, -2.12194440e-4)
     )
     degree = 13 if f64 else 7
-    sfx = "f64" if f64 else "f32"
     t = b(f"fmul {ty} %x, {b.c(1 / math.log(2))}")
-    n = b(f"call {ty} @llvm.rint.{sfx}({ty} {t})")
+    n = b(f"call {ty} {b.intrinsic('rint')}({ty} {t})")
     negn = b(f"fneg {ty} {n}")
     r = b.fma(negn, b.c(ln2_hi), "%x")
     r = b.fma(negn, b.c(ln2_lo), r)
     p = b.horner(r, [1 / math.factorial(k) for k in range(degree + 1)])
     # 2^(n-1) then *2, so that n = max exponent + 1 still builds a finite scale
     ni = b(f"fptosi {ty} {n} to {it}")
-    e = b(f"add {it} {ni}, {bias}")
-    e = b(f"shl {it} {e}, {bits}")
+    e = b(f"add {it} {ni}, {b.i(bias)}")
+    e = b(f"shl {it} {e}, {b.i(bits)}")
     scale = b(f"bitcast {it} {e} to {ty}")
     y = b(f"fmul {ty} {p}, {scale}")
     y = b(f"fmul {ty} {y}, {b.c(2.0)}")
     small = b(f"fcmp olt {ty} %x, {b.c(lo)}")
-    y = b(f"select i1 {small}, {ty} {b.c(0.0)}, {ty} {y}")
+    y = b(f"select {b.bty} {small}, {ty} {b.c(0.0)}, {ty} {y}")
     big = b(f"fcmp ogt {ty} %x, {b.c(hi)}")
-    y = b(f"select i1 {big}, {ty} {b.c(math.inf)}, {ty} {y}")
+    y = b(f"select {b.bty} {big}, {ty} {b.c(math.inf)}, {ty} {y}")
     nan = b(f"fcmp uno {ty} %x, %x")
-    y = b(f"select i1 {nan}, {ty} %x, {ty} {y}")
-    return _function("exp", ty, b, y)
+    y = b(f"select {b.bty} {nan}, {ty} %x, {ty} {y}")
+    return _function("exp", b, y)
 
 
-def _log(ty: str) -> str:
-    b = _Builder(ty)
-    f64 = ty == "double"
-    it, bits, bias = ("i64", 52, 1023) if f64 else ("i32", 23, 127)
+def _log(elem: str, width: int | None) -> str:
+    b = _Builder(elem, width)
+    ty, it, bt = b.ty, b.ity, b.bty
+    f64 = elem == "double"
+    bits, bias = (52, 1023) if f64 else (23, 127)
     mant_mask = (1 << bits) - 1
     one_bits = bias << bits
     tiny = 2.2250738585072014e-308 if f64 else 1.1754943508222875e-38
@@ -94,20 +128,20 @@ def _log(ty: str) -> str:
     # denormals: scale up first
     sub = b(f"fcmp olt {ty} %x, {b.c(tiny)}")
     xs = b(f"fmul {ty} %x, {b.c(2.0**bits)}")
-    x = b(f"select i1 {sub}, {ty} {xs}, {ty} %x")
-    eadj = b(f"select i1 {sub}, {it} {bits}, {it} 0")
+    x = b(f"select {bt} {sub}, {ty} {xs}, {ty} %x")
+    eadj = b(f"select {bt} {sub}, {it} {b.i(bits)}, {it} {b.i(0)}")
     xb = b(f"bitcast {ty} {x} to {it}")
-    e = b(f"lshr {it} {xb}, {bits}")
-    e = b(f"sub {it} {e}, {bias}")
+    e = b(f"lshr {it} {xb}, {b.i(bits)}")
+    e = b(f"sub {it} {e}, {b.i(bias)}")
     e = b(f"sub {it} {e}, {eadj}")
-    m = b(f"and {it} {xb}, {mant_mask}")
-    m = b(f"or {it} {m}, {one_bits}")
+    m = b(f"and {it} {xb}, {b.i(mant_mask)}")
+    m = b(f"or {it} {m}, {b.i(one_bits)}")
     m = b(f"bitcast {it} {m} to {ty}")
     big = b(f"fcmp ogt {ty} {m}, {b.c(math.sqrt(2.0))}")
     mh = b(f"fmul {ty} {m}, {b.c(0.5)}")
-    m = b(f"select i1 {big}, {ty} {mh}, {ty} {m}")
-    e1 = b(f"add {it} {e}, 1")
-    e = b(f"select i1 {big}, {it} {e1}, {it} {e}")
+    m = b(f"select {bt} {big}, {ty} {mh}, {ty} {m}")
+    e1 = b(f"add {it} {e}, {b.i(1)}")
+    e = b(f"select {bt} {big}, {it} {e1}, {it} {e}")
     f = b(f"fsub {ty} {m}, {b.c(1.0)}")
     den = b(f"fadd {ty} {f}, {b.c(2.0)}")
     s = b(f"fdiv {ty} {f}, {den}")
@@ -119,73 +153,78 @@ def _log(ty: str) -> str:
     ef = b(f"sitofp {it} {e} to {ty}")
     y = b.fma(ef, b.c(math.log(2.0)), p)
     inf = b(f"fcmp oeq {ty} %x, {b.c(math.inf)}")
-    y = b(f"select i1 {inf}, {ty} %x, {ty} {y}")
+    y = b(f"select {bt} {inf}, {ty} %x, {ty} {y}")
     zero = b(f"fcmp oeq {ty} %x, {b.c(0.0)}")
-    y = b(f"select i1 {zero}, {ty} {b.c(-math.inf)}, {ty} {y}")
+    y = b(f"select {bt} {zero}, {ty} {b.c(-math.inf)}, {ty} {y}")
     neg = b(f"fcmp ult {ty} %x, {b.c(0.0)}")  # true for negatives and NaN
-    y = b(f"select i1 {neg}, {ty} {b.c(math.nan)}, {ty} {y}")
-    return _function("log", ty, b, y)
+    y = b(f"select {bt} {neg}, {ty} {b.c(math.nan)}, {ty} {y}")
+    return _function("log", b, y)
 
 
-def _sin(ty: str) -> str:
+def _sin(elem: str, width: int | None) -> str:
     """sin via quadrant reduction by pi/2, computed in double, then sin/cos polynomials."""
-    b = _Builder("double")
-    f64 = ty == "double"
-    x = "%x" if f64 else b("fpext float %x to double")
-    n = b(f"fmul double {x}, {b.c(2 / math.pi)}")
-    n = b("call double @llvm.rint.f64(double " + n + ")")
-    negn = b(f"fneg double {n}")
+    f64 = elem == "double"
+    b = _Builder("double", width)
+    b.arg_ty = vector_type(elem, width)
+    d, bt = b.ty, b.bty
+    q_ty = vector_type("i64", width)
+    x = "%x" if f64 else b(f"fpext {b.arg_ty} %x to {d}")
+    n = b(f"fmul {d} {x}, {b.c(2 / math.pi)}")
+    n = b(f"call {d} {b.intrinsic('rint')}({d} {n})")
+    negn = b(f"fneg {d} {n}")
     # pi/2 in three parts (Cody-Waite) so that r = x - n*pi/2 keeps its low bits
     p1, p2, p3 = 1.5707963267341256e00, 6.077100506303966e-11, 2.0222662487959506e-21
     r = b.fma(negn, b.c(p1), x)
     r = b.fma(negn, b.c(p2), r)
     r = b.fma(negn, b.c(p3), r)
-    r2 = b(f"fmul double {r}, {r}")
+    r2 = b(f"fmul {d} {r}, {r}")
     deg = 11 if f64 else 6
     sin_c = [(-1) ** k / math.factorial(2 * k + 1) for k in range(deg)]
     cos_c = [(-1) ** k / math.factorial(2 * k) for k in range(deg + 1)]
     sp = b.horner(r2, sin_c)
-    sp = b(f"fmul double {sp}, {r}")
+    sp = b(f"fmul {d} {sp}, {r}")
     cp = b.horner(r2, cos_c)
-    q = b(f"fptosi double {n} to i64")
-    q = b(f"and i64 {q}, 3")
-    odd = b(f"trunc i64 {q} to i1")
-    v = b(f"select i1 {odd}, double {cp}, double {sp}")
-    hi = b(f"icmp uge i64 {q}, 2")
-    nv = b(f"fneg double {v}")
-    v = b(f"select i1 {hi}, double {nv}, double {v}")
-    diff = b(f"fsub double {x}, {x}")
-    finite = b(f"fcmp ord double {diff}, {b.c(0.0)}")
-    v = b(f"select i1 {finite}, double {v}, double {b.c(math.nan)}")
+    q = b(f"fptosi {d} {n} to {q_ty}")
+    q = b(f"and {q_ty} {q}, {b.i(3)}")
+    odd = b(f"trunc {q_ty} {q} to {bt}")
+    v = b(f"select {bt} {odd}, {d} {cp}, {d} {sp}")
+    hi = b(f"icmp uge {q_ty} {q}, {b.i(2)}")
+    nv = b(f"fneg {d} {v}")
+    v = b(f"select {bt} {hi}, {d} {nv}, {d} {v}")
+    diff = b(f"fsub {d} {x}, {x}")
+    finite = b(f"fcmp ord {d} {diff}, {b.c(0.0)}")
+    v = b(f"select {bt} {finite}, {d} {v}, {d} {b.c(math.nan)}")
     if not f64:
-        v = b(f"fptrunc double {v} to float")
-    return _function("sin", ty, b, v)
+        v = b(f"fptrunc {d} {v} to {b.arg_ty}")
+    b.ty = b.arg_ty
+    return _function("sin", b, v)
 
 
-def _function(name: str, ty: str, b: _Builder, result: str) -> str:
+def function_name(name: str, elem: str, width: int | None) -> str:
+    return f"@fg_{name}_{'v' + str(width) if width else ''}{elem}"
+
+
+def _function(name: str, b: _Builder, result: str) -> tuple[str, set[str]]:
     body = "\n".join(b.lines)
-    return (
-        f"define internal {ty} @fg_{name}_{ty}({ty} %x) alwaysinline nounwind {{\n"
+    ty = b.ty
+    elem = ty.split(" ")[-1].rstrip(">")
+    fn = function_name(name, elem, b.width)
+    text = (
+        f"define internal {ty} {fn}({ty} %x) alwaysinline nounwind {{\n"
         f"{body}\n  ret {ty} {result}\n}}\n"
     )
+    return text, b.decls
 
 
 _GENERATORS = {"exp": _exp, "log": _log, "sin": _sin}
 
-INTRINSICS = """\
-declare float @llvm.fma.f32(float, float, float)
-declare double @llvm.fma.f64(double, double, double)
-declare float @llvm.rint.f32(float)
-declare double @llvm.rint.f64(double)
-declare float @llvm.sqrt.f32(float)
-declare double @llvm.sqrt.f64(double)
-declare float @llvm.maximum.f32(float, float)
-declare double @llvm.maximum.f64(double, double)
-declare i32 @llvm.smax.i32(i32, i32)
-declare i64 @llvm.smax.i64(i64, i64)
-"""
 
-
-def math_functions(used: set[tuple[str, str]]) -> str:
-    """IR text for the (function, type) pairs a module calls, e.g. {("exp", "float")}."""
-    return "\n".join(_GENERATORS[name](ty) for name, ty in sorted(used))
+def math_functions(used: set[tuple[str, str, int | None]]) -> tuple[str, set[str]]:
+    """IR text for the (function, element type, width) triples a module calls, and the
+    declarations of the intrinsics they use."""
+    texts, decls = [], set()
+    for name, elem, width in sorted(used, key=str):
+        text, d = _GENERATORS[name](elem, width)
+        texts.append(text)
+        decls |= d
+    return "\n".join(texts), decls

@@ -84,9 +84,12 @@ class Rand:
 
 @dataclass
 class AccInit:
+    """A mutable accumulator, or `size` of them (a register tile) indexed by AccUpdate/AccRead."""
+
     acc: str
     dtype: DType
     value: object
+    size: int = 1
 
 
 @dataclass
@@ -95,6 +98,17 @@ class AccUpdate:
     dtype: DType
     op: Ops  # ADD or MAX
     value: str
+    index: Lin | None = None  # which element of a tile
+
+
+@dataclass
+class AccRead:
+    """The current value of one element of an accumulator tile."""
+
+    dst: str
+    dtype: DType
+    acc: str
+    index: Lin
 
 
 @dataclass
@@ -109,7 +123,9 @@ class Loop:
     var: Var
     extent: int
     body: list = field(default_factory=list)
-    kind: str = "serial"  # "parallel" (split over threads / GPU threads), "serial", "reduce"
+    # "parallel" (split over threads / GPU threads), "serial", "reduce", or "unroll" and
+    # "vector" for the small constant loops of a register tile
+    kind: str = "serial"
 
 
 @dataclass
@@ -135,7 +151,8 @@ def _print_block(body, depth: int, lines: list[str]) -> None:
     pad = "  " * depth
     for s in body:
         if isinstance(s, Loop):
-            kind = "parallel for" if s.kind == "parallel" else "for"
+            kind = {"parallel": "parallel for", "unroll": "unrolled for", "vector": "vector for"}
+            kind = kind.get(s.kind, "for")
             lines.append(f"{pad}{kind} {s.var} in 0..{s.extent}:")
             _print_block(s.body, depth + 1, lines)
         elif isinstance(s, Load):
@@ -151,9 +168,13 @@ def _print_block(body, depth: int, lines: list[str]) -> None:
         elif isinstance(s, Rand):
             lines.append(f"{pad}{s.dst} = rand(seed={s.seed}, index={s.index})")
         elif isinstance(s, AccInit):
-            lines.append(f"{pad}{s.acc}: {s.dtype.name} = {s.value!r}")
+            size = f"[{s.size}]" if s.size > 1 else ""
+            lines.append(f"{pad}{s.acc}{size}: {s.dtype.name} = {s.value!r}")
         elif isinstance(s, AccUpdate):
-            lines.append(f"{pad}{s.acc} = {s.op.name.lower()}({s.acc}, {s.value})")
+            at = f"[{s.index}]" if s.index is not None else ""
+            lines.append(f"{pad}{s.acc}{at} = {s.op.name.lower()}({s.acc}{at}, {s.value})")
+        elif isinstance(s, AccRead):
+            lines.append(f"{pad}{s.dst} = {s.acc}[{s.index}]")
         elif isinstance(s, Store):
             lines.append(f"{pad}store {s.param.name}[{s.index}] = {s.value}")
         else:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from dataclasses import dataclass
 
 from ..ir.dtypes import DType
 from ..ir.node import Node
@@ -22,6 +23,7 @@ from ..ir.schedule import ScheduleItem
 from ..ir.symbolic import FloorDiv, Lin, Mod, Var, lin
 from .loopir import (
     AccInit,
+    AccRead,
     AccUpdate,
     Alu,
     Const,
@@ -84,9 +86,21 @@ def view_source_coords(n: Node, coords: tuple[Lin, ...]) -> tuple[tuple[Lin, ...
     raise AssertionError(n.op)
 
 
+@dataclass(frozen=True)
+class Tile:
+    """Register tiling of a reduction: `cols` outputs along out group `col` share each loaded
+    value of the other operand, `rows` outputs along group `row` share each of this one's."""
+
+    col: int
+    cols: int
+    row: int | None = None
+    rows: int = 1
+
+
 class _Lowerer:
-    def __init__(self, item: ScheduleItem, out_groups, red_groups):
+    def __init__(self, item: ScheduleItem, out_groups, red_groups, tile: Tile | None = None):
         self.item = item
+        self.tile = tile
         self.out_groups = out_groups
         self.red_groups = red_groups
         self.params: dict[int, Param] = {}
@@ -105,6 +119,8 @@ class _Lowerer:
 
     # ---------------------------------------------------------------- structure
     def lower(self) -> Kernel:
+        if self.tile is not None:
+            return self.lower_tiled()
         root = self.item.root
         loop_vars, loops_shape = [], []
         for gi, group in enumerate(self.out_groups):
@@ -127,6 +143,76 @@ class _Lowerer:
         params = [self.out] + [self.params[id(n)] for n in self.item.inputs]
         extent = loops_shape[0] if loops_shape else 1
         return Kernel(kernel_name(self.item), params, body, extent, self.flops)
+
+    def lower_tiled(self) -> Kernel:
+        """Loops over tiles of outputs; each tile accumulates in registers, then runs the epilogue.
+
+        parallel for p in 0..M/rows:  for q in 0..N/cols:
+          acc[rows*cols] = identity
+          for r ...: unrolled for i in 0..rows: vector for t in 0..cols: acc[i*cols+t] += ...
+          unrolled for i: vector for t: store out[...] = epilogue(acc[i*cols+t])
+        """
+        root, red, tile = self.item.root, self.item.reduce, self.tile
+        body: list = []
+        self.block, self.iterations, self.flops = body, 1, 0
+        group_expr: list[Lin] = []
+        i_var = Var("i", 0, tile.rows - 1)
+        t_var = Var("t", 0, tile.cols - 1)
+        first_extent = None
+        for gi, group in enumerate(self.out_groups):
+            extent = math.prod(root.shape[a] for a in group)
+            step = tile.cols if gi == tile.col else tile.rows if gi == tile.row else 1
+            v = Var(f"o{gi}", 0, extent // step - 1)
+            kind = "parallel" if gi == 0 else "serial"
+            self._open_loop(Loop(v, extent // step, [], kind))
+            first_extent = extent // step if first_extent is None else first_extent
+            inner = t_var if gi == tile.col else i_var if gi == tile.row else None
+            group_expr.append(lin(v) * step + inner if inner is not None else lin(v))
+        coords = _coords_from_groups(root.shape, self.out_groups, group_expr)
+        red_coords = squeeze_coords(coords, root.shape, red.shape)
+        size = tile.rows * tile.cols
+        slot = lin(i_var) * tile.cols + t_var
+        acc = self._new_acc()
+        self.emit(AccInit(acc, red.dtype, reduce_identity(red.op, red.dtype), size))
+        outer_block, outer_iter = self.block, self.iterations
+        value = self._reduction_body(red, red_coords, (), tile_vars=(i_var, t_var))
+        self.emit(AccUpdate(acc, red.dtype, REDUCE_COMBINE[red.op], value, slot), 1)
+        self.scopes.pop()
+        self.block, self.iterations = outer_block, outer_iter
+        self._open_loop(Loop(i_var, tile.rows, [], "unroll"))
+        self._open_loop(Loop(t_var, tile.cols, [], "vector"))
+        self.scopes.append({})
+        got = self.emit(AccRead(self.fresh(), red.dtype, acc, slot))
+        self.scopes[-1][(id(red), red_coords, ())] = got
+        value = self.gen(root, coords, ())
+        self.emit(Store(self.out, linear_index(coords, root.shape), value))
+        params = [self.out] + [self.params[id(n)] for n in self.item.inputs]
+        return Kernel(kernel_name(self.item), params, body, first_extent or 1, self.flops)
+
+    def _open_loop(self, loop: Loop) -> None:
+        self.block.append(loop)
+        self.block = loop.body
+        self.iterations *= loop.extent
+
+    def _new_acc(self) -> str:
+        self.acc_count += 1
+        return f"acc{self.acc_count}"
+
+    def _reduction_body(self, n: Node, coords, guard, tile_vars=()) -> str:
+        """Open the reduction loops (and a tile's inner loops); the value to accumulate."""
+        src = n.srcs[0]
+        red_vars = [
+            Var(f"r{gi}", 0, math.prod(src.shape[a] for a in g) - 1)
+            for gi, g in enumerate(self.red_groups)
+        ]
+        red_coords = _coords_from_groups(src.shape, self.red_groups, red_vars)
+        src_coords = tuple(red_coords[i] if i in n.arg else c for i, c in enumerate(coords))
+        for v in red_vars:
+            self._open_loop(Loop(v, v.max + 1, [], "reduce"))
+        for v, kind in zip(tile_vars, ("unroll", "vector")):
+            self._open_loop(Loop(v, v.max + 1, [], kind))
+        self.scopes.append({})
+        return self.gen(src, src_coords, guard)
 
     def emit(self, stmt, ops: int = 0):
         self.block.append(stmt)
@@ -168,24 +254,10 @@ class _Lowerer:
         return self.emit(Select(self.fresh(), n.dtype, valid, inner))
 
     def gen_reduce(self, n: Node, coords, guard) -> str:
-        src = n.srcs[0]
-        self.acc_count += 1
-        acc = f"acc{self.acc_count}"
+        acc = self._new_acc()
         self.emit(AccInit(acc, n.dtype, reduce_identity(n.op, n.dtype)))
-        groups = self.red_groups
-        red_vars = [
-            Var(f"r{gi}", 0, math.prod(src.shape[a] for a in g) - 1) for gi, g in enumerate(groups)
-        ]
-        red_coords = _coords_from_groups(src.shape, groups, red_vars)
-        src_coords = tuple(red_coords[i] if i in n.arg else c for i, c in enumerate(coords))
         saved_block, saved_iter = self.block, self.iterations
-        for v in red_vars:
-            loop = Loop(v, v.max + 1, [], "reduce")
-            self.block.append(loop)
-            self.block = loop.body
-            self.iterations *= v.max + 1
-        self.scopes.append({})
-        value = self.gen(src, src_coords, guard)
+        value = self._reduction_body(n, coords, guard)
         self.emit(AccUpdate(acc, n.dtype, REDUCE_COMBINE[n.op], value), 1)
         self.scopes.pop()
         self.block, self.iterations = saved_block, saved_iter
@@ -204,6 +276,17 @@ def reduce_identity(op: Ops, dtype: DType):
     if dtype.is_bool:
         return False
     return -(2 ** (8 * dtype.itemsize - 1))
+
+
+def squeeze_coords(coords, shape, target_shape) -> tuple[Lin, ...]:
+    """Coordinates in `target_shape` of the same element, for shapes equal up to size-1 axes."""
+    if tuple(shape) == tuple(target_shape):
+        return tuple(coords)
+    flat = linear_index(coords, shape)
+    return tuple(
+        lin(0) if s == 1 else (flat // st) % s
+        for st, s in zip(strides_of(target_shape), target_shape)
+    )
 
 
 def _coords_from_groups(shape, groups, loop_vars) -> tuple[Lin, ...]:
@@ -268,7 +351,57 @@ def lower(item: ScheduleItem) -> Kernel:
         state["red"] = _merge_groups(red_axes, lambda g: score_with(state["out"], g))
     if len(out_axes) > 1:
         state["out"] = _merge_groups(out_axes, lambda g: score_with(g, state["red"]))
-    return _Lowerer(item, state["out"], state["red"]).lower()
+    plain = _Lowerer(item, state["out"], state["red"]).lower()
+    tile = choose_tile(plain, item, state["out"])
+    if tile is None:
+        return plain
+    return _Lowerer(item, state["out"], state["red"], tile).lower()
+
+
+TILE_COLS = (32, 16, 8)
+TILE_ROWS = 4
+
+
+def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
+    """Register-tile a reduction whose inner loop walks memory with a stride.
+
+    When every load is contiguous along the innermost reduction loop (a row
+    sum) or does not move with it, the plain loop nest already vectorizes.
+    Otherwise (a matmul's right operand, a column sum, a convolution) the loop
+    over the output axis along which most strided loads are contiguous becomes
+    a vector of `cols` accumulators, and another output axis is unrolled
+    `rows` times to reuse each load.
+    """
+    if item.reduce is None or not out_groups:
+        return None
+    loads, red_vars = [], []
+
+    def walk(body):
+        for s in body:
+            if isinstance(s, Loop):
+                if s.kind == "reduce":
+                    red_vars.append(s.var)
+                walk(s.body)
+            elif isinstance(s, Load) and red_vars:
+                loads.append(s)
+
+    walk(plain.body)
+    # loads that walk memory with a stride along the innermost reduction loop
+    loads = [ld for ld in loads if ld.index.coef(red_vars[-1]) not in (0, 1)]
+    if not loads:
+        return None
+    extents = [math.prod(item.root.shape[a] for a in g) for g in out_groups]
+    out_vars = [Var(f"o{g}", 0, e - 1) for g, e in enumerate(extents)]
+    votes = [sum(ld.index.coef(v) == 1 for ld in loads) for v in out_vars]
+    col = max(range(len(extents)), key=lambda g: (votes[g], g))
+    if votes[col] == 0:
+        return None
+    cols = next((c for c in TILE_COLS if extents[col] % c == 0), None)
+    if cols is None:
+        return None
+    rows_ok = [g for g in range(len(extents)) if g != col and extents[g] % TILE_ROWS == 0]
+    row = rows_ok[-1] if rows_ok else None
+    return Tile(col, cols, row, TILE_ROWS if row is not None else 1)
 
 
 def _contiguous_axes(axes: list[int]) -> bool:

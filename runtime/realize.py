@@ -100,7 +100,20 @@ def realize(nodes: list[Node]) -> list[KernelRecord]:
             _log(f"  [{i}] {' '.join(item.ops)} -> {item.root.shape} ({item.reason})")
             for site in item.sites:
                 _log(f"        from {site}")
-    records = [_run(item) for item in items]
+    last_read = {}
+    for i, item in enumerate(items):
+        for n in item.inputs:
+            last_read[id(n)] = i
+    wanted = {id(n) for n in todo}
+    made_here: set[int] = set()
+    records = []
+    for i, item in enumerate(items):
+        records.append(_run(item))
+        made_here.add(id(item.root))
+        # memory planning: an intermediate's buffer goes back to the pool after its last reader
+        for n in item.inputs:
+            if last_read[id(n)] == i and id(n) in made_here and id(n) not in wanted:
+                n.realized = None
     for n in todo:
         n.realized.kernels = records
     _dump(records)
