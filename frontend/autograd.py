@@ -27,6 +27,7 @@ from .ir.ops import Ops
 # keyed by id(): Tensor's == is elementwise, so tensors cannot be set members
 _leaves: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _consumed: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # roots already backwarded
+_pending: list[weakref.ref] = []  # roots backwarded since the last optimizer step
 
 
 class GradError(FusegradError, RuntimeError):
@@ -93,6 +94,22 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
         leaf._grad = gt if leaf._grad is None else leaf._grad + gt
     if not (retain_graph or create_graph):
         _consumed[id(t)] = t
+    _pending.append(weakref.ref(t))
+
+
+def take_pending_outputs() -> list:
+    """The tensors backward() was called on since the last call, still alive and unrealized.
+
+    An optimizer step realizes them together with the new parameters, so the
+    forward pass runs once and `loss.item()` after `step()` costs nothing.
+    """
+    out = []
+    for ref in _pending:
+        t = ref()
+        if t is not None and t.node.realized is None:
+            out.append(t)
+    _pending.clear()
+    return out
 
 
 def grad(

@@ -446,6 +446,27 @@ class Tensor(MovementMixin, ReduceMixin):
             node = N.detach(self.node)
         return Tensor(node, requires_grad=False, strides=self._strides)
 
+    def assign_(self, value) -> Tensor:
+        """Give this tensor a new value in place (lazily); a leaf stays the same leaf.
+
+        This is how optimizers update parameters: `p.assign_(p - lr * p.grad)`.
+        The value is detached: no gradient flows from the new value to the old.
+        """
+        value = as_tensor(value)
+        if value.shape != self.shape:
+            fail(
+                ShapeError,
+                "assign_",
+                f"value of shape {value.shape} for a tensor of shape {self.shape}",
+            )
+        value = value.cast(self.dtype)
+        if value.node.realized is not None:
+            self.node = N.buffer(value.node.realized, self.shape, self.dtype)
+        else:
+            self.node = N.detach(value.node)
+        self._strides = None
+        return self
+
     def zero_(self) -> Tensor:
         """Set every element to zero (rebinds this tensor to a zero constant)."""
         self.node = N.const(0, self.shape, self.dtype)

@@ -176,3 +176,27 @@ def _item(root: Node, reduce: Node | None, why: str, reason: dict[int, str]) -> 
     inputs = [m for m in nodes if boundary(m)]
     inside = [m for m in nodes if not boundary(m)]
     return ScheduleItem(root, reduce, why, inputs, inside)
+
+
+def structural_key(roots: list[Node]) -> tuple[tuple, list[Node]]:
+    """A hashable description of the graph under `roots`, with realized values as parameters.
+
+    Two graphs with the same key schedule identically; the second list holds
+    the realized nodes (the parameters) in the order the key numbers them, so a
+    cached schedule can be re-run on new buffers.
+    """
+    graph = toposort(roots, stop=lambda n: n.realized is not None)
+    index: dict[int, int] = {}
+    leaves: list[Node] = []
+    parts = []
+    for i, n in enumerate(graph):
+        index[id(n)] = i
+        if n.realized is not None:
+            leaves.append(n)
+            parts.append((len(leaves) - 1, n.shape, n.dtype.name))
+        elif n.op is Ops.CONST:
+            parts.append((n.op, n.dtype.name, n.shape, repr(n.arg)))
+        else:
+            srcs = tuple(index[id(s)] for s in n.srcs)
+            parts.append((n.op, n.arg, n.shape, n.dtype.name, srcs))
+    return (tuple(parts), tuple(index[id(r)] for r in roots)), leaves

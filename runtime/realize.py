@@ -15,14 +15,14 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..codegen.cuda import render_cuda
 from ..codegen.llvm import render_llvm
 from ..codegen.loopir import Kernel
 from ..codegen.lower import kernel_symbol, lower
 from ..ir.node import Node
-from ..ir.schedule import ScheduleItem, schedule
+from ..ir.schedule import ScheduleItem, schedule, structural_key
 from .buffer import Buffer
 from .compiler import CompiledKernel, compile_kernel
 from .config import config
@@ -88,11 +88,60 @@ def _log(msg: str) -> None:
     print(f"fusegrad: {msg}", file=sys.stderr)
 
 
+@dataclass
+class _Step:
+    """One kernel of a cached schedule, with its inputs as positions instead of nodes."""
+
+    record: KernelRecord  # the first run's record: names, code, lines
+    extent: int
+    work: int
+    size: int
+    dtype: object
+    inputs: list[tuple[str, int]]  # ("leaf", i): the i-th realized input; ("tmp", k): step k
+    frees: list[int]  # steps whose buffers are dead once this step has run
+
+
+@dataclass
+class _Plan:
+    steps: list[_Step]
+    outputs: list[int]  # for each requested node, the step that computes it
+
+
+PLAN_CACHE_SIZE = 512
+_plans: dict[tuple, _Plan] = {}
+stats = {"scheduled": 0, "schedule_hits": 0}
+
+
 def realize(nodes: list[Node]) -> list[KernelRecord]:
-    """Compute every node in `nodes` that has no buffer yet; return the kernels that ran."""
-    todo = [n for n in nodes if n.realized is None]
+    """Compute every node in `nodes` that has no buffer yet; return the kernels that ran.
+
+    Scheduling and compiling happen once per graph *structure*: the plan is
+    cached under the graph's structural key (realized values are its
+    parameters), so the second step of a training loop only launches kernels.
+    """
+    todo = list({id(n): n for n in nodes if n.realized is None}.values())
     if not todo:
         return []
+    key, leaves = structural_key(todo)
+    plan = _plans.get(key)
+    if plan is None:
+        stats["scheduled"] += 1
+        records, plan = _schedule_and_run(todo, leaves)
+        if len(_plans) >= PLAN_CACHE_SIZE:
+            _plans.pop(next(iter(_plans)))
+        _plans[key] = plan
+    else:
+        stats["schedule_hits"] += 1
+        if config.debug >= 1:
+            _log(f"schedule cache hit: {len(plan.steps)} kernel(s), nothing scheduled or compiled")
+        records = _run_plan(plan, todo, leaves)
+    for n in todo:
+        n.realized.kernels = records
+    _dump(records)
+    return records
+
+
+def _schedule_and_run(todo: list[Node], leaves: list[Node]) -> tuple[list[KernelRecord], _Plan]:
     items = schedule(todo)
     if config.debug >= 2:
         _log(f"schedule: {len(items)} kernel(s)")
@@ -100,27 +149,63 @@ def realize(nodes: list[Node]) -> list[KernelRecord]:
             _log(f"  [{i}] {' '.join(item.ops)} -> {item.root.shape} ({item.reason})")
             for site in item.sites:
                 _log(f"        from {site}")
-    last_read = {}
-    for i, item in enumerate(items):
+    position = {id(n): ("leaf", i) for i, n in enumerate(leaves)}
+    for k, item in enumerate(items):
+        position[id(item.root)] = ("tmp", k)
+    last_read: dict[int, int] = {}
+    for k, item in enumerate(items):
         for n in item.inputs:
-            last_read[id(n)] = i
+            last_read[id(n)] = k
     wanted = {id(n) for n in todo}
-    made_here: set[int] = set()
+    steps: list[_Step] = []
     records = []
-    for i, item in enumerate(items):
-        records.append(_run(item))
-        made_here.add(id(item.root))
+    for k, item in enumerate(items):
+        rec, extent, work = _run(item)
+        records.append(rec)
         # memory planning: an intermediate's buffer goes back to the pool after its last reader
+        frees = []
         for n in item.inputs:
-            if last_read[id(n)] == i and id(n) in made_here and id(n) not in wanted:
+            where = position[id(n)]
+            if last_read[id(n)] == k and where[0] == "tmp" and id(n) not in wanted:
                 n.realized = None
-    for n in todo:
-        n.realized.kernels = records
-    _dump(records)
+                frees.append(where[1])
+        root = item.root
+        steps.append(
+            _Step(
+                rec,
+                extent,
+                work,
+                root.numel,
+                root.dtype,
+                [position[id(n)] for n in item.inputs],
+                frees,
+            )
+        )
+    return records, _Plan(steps, [position[id(n)][1] for n in todo])
+
+
+def _run_plan(plan: _Plan, todo: list[Node], leaves: list[Node]) -> list[KernelRecord]:
+    bufs: list[Buffer | None] = [None] * len(plan.steps)
+    params = [n.realized for n in leaves]
+    records = []
+    for k, step in enumerate(plan.steps):
+        out = Buffer(step.size, step.dtype)
+        inputs = [params[i] if kind == "leaf" else bufs[i] for kind, i in step.inputs]
+        t0 = time.perf_counter()
+        launch(step.record.compiled.fn, step.extent, step.work, [out.ptr] + [b.ptr for b in inputs])
+        rec = replace(step.record, seconds=time.perf_counter() - t0, cache="memory")
+        records.append(rec)
+        if config.debug >= 1:
+            _log(rec.summary())
+        bufs[k] = out
+        for f in step.frees:
+            bufs[f] = None
+    for n, k in zip(todo, plan.outputs):
+        n.realized = bufs[k]
     return records
 
 
-def _run(item: ScheduleItem) -> KernelRecord:
+def _run(item: ScheduleItem) -> tuple[KernelRecord, int, int]:
     loop = lower(item)
     source = render_llvm(loop, "KERNEL")
     symbol = kernel_symbol(source, loop.name)
@@ -157,7 +242,7 @@ def _run(item: ScheduleItem) -> KernelRecord:
         _log(rec.summary())
     if config.debug >= 3:
         _log(f"loop IR:\n{rec.loop_ir}\nLLVM IR:\n{rec.llvm_ir}")
-    return rec
+    return rec, loop.parallel_extent, work
 
 
 def _dump(records: list[KernelRecord]) -> None:
