@@ -359,6 +359,8 @@ def lower(item: ScheduleItem) -> Kernel:
 
 
 TILE_COLS = (32, 16, 8)
+TILE_MIN_COLS = 4
+SHORT_REDUCTION = 16
 TILE_ROWS = 4
 
 
@@ -386,10 +388,13 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
                 loads.append(s)
 
     walk(plain.body)
-    # loads that walk memory with a stride along the innermost reduction loop
-    loads = [ld for ld in loads if ld.index.coef(red_vars[-1]) not in (0, 1)]
-    if not loads:
+    # tile when some load walks memory with a stride along the innermost reduction loop, or
+    # when that loop is too short to vectorize (a convolution's kernel width)
+    inner = red_vars[-1]
+    strided = [ld for ld in loads if ld.index.coef(inner) not in (0, 1)]
+    if not strided and inner.max + 1 >= SHORT_REDUCTION:
         return None
+    loads = strided or loads
     extents = [math.prod(item.root.shape[a] for a in g) for g in out_groups]
     out_vars = [Var(f"o{g}", 0, e - 1) for g, e in enumerate(extents)]
     votes = [sum(ld.index.coef(v) == 1 for ld in loads) for v in out_vars]
@@ -397,6 +402,10 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
     if votes[col] == 0:
         return None
     cols = next((c for c in TILE_COLS if extents[col] % c == 0), None)
+    if cols is None:  # the largest divisor that fills a few vector lanes (28 -> 28, 10 -> 10)
+        cols = next(
+            (c for c in range(TILE_COLS[0], TILE_MIN_COLS - 1, -1) if extents[col] % c == 0), None
+        )
     if cols is None:
         return None
     rows_ok = [g for g in range(len(extents)) if g != col and extents[g] % TILE_ROWS == 0]

@@ -401,3 +401,63 @@ def stack(tensors, dim: int = 0):
             f"all tensors must have the same shape, got {[t.shape for t in tensors]}",
         )
     return cat([t.unsqueeze(dim) for t in tensors], dim)
+
+
+def sliding_windows(x, kernel, stride, dilation):
+    """A view of the sliding windows over the last len(kernel) axes: no data is copied.
+
+    For one axis of size i, window c holds x[c*s], x[c*s + d], ..., and the
+    view is built from movement ops alone: repeat the axis f times, flatten,
+    cut to k*(i+d) and fold it to (k, i+d), so that element [a, b] is
+    x[a*d + b]; then keep every s-th column. Index simplification turns the
+    composition back into `x[c*s + a*d]`.
+
+    Returns shape (*prefix, *outputs, *kernel).
+    """
+    n = len(kernel)
+    prefix, spatial = x.shape[: x.ndim - n], x.shape[x.ndim - n :]
+    outs = [(i - d * (k - 1) - 1) // s + 1 for i, k, s, d in zip(spatial, kernel, stride, dilation)]
+    if any(o <= 0 for o in outs):
+        fail(
+            ShapeError,
+            "window",
+            f"kernel {tuple(kernel)} (dilation {tuple(dilation)}) is larger "
+            f"than the input's spatial size {tuple(spatial)}",
+        )
+    node = x.node
+    p = len(prefix)
+    reps = [-(-k * (i + d) // i) for i, k, d in zip(spatial, kernel, dilation)]
+    # repeat every spatial axis: (*prefix, f1, i1, f2, i2, ...)
+    node = N.reshape(node, prefix + tuple(v for i in spatial for v in (1, i)))
+    node = N.expand(node, prefix + tuple(v for f, i in zip(reps, spatial) for v in (f, i)))
+    node = N.reshape(node, prefix + tuple(f * i for f, i in zip(reps, spatial)))
+    node = N.shrink(
+        node,
+        tuple((0, s) for s in prefix)
+        + tuple((0, k * (i + d)) for i, k, d in zip(spatial, kernel, dilation)),
+    )
+    node = N.reshape(
+        node, prefix + tuple(v for i, k, d in zip(spatial, kernel, dilation) for v in (k, i + d))
+    )
+    # keep columns 0, s, 2s, ...: make each row exactly o*s long, split (o, s), keep s == 0
+    bounds = [(0, s) for s in prefix]
+    grow = [(0, 0)] * p
+    for i, k, s, d, o in zip(spatial, kernel, stride, dilation, outs):
+        bounds += [(0, k), (0, min(o * s, i + d))]
+        grow += [(0, 0), (0, max(0, o * s - (i + d)))]
+    node = N.pad(N.shrink(node, tuple(bounds)), tuple(grow))
+    node = N.reshape(
+        node, prefix + tuple(v for k, o, s in zip(kernel, outs, stride) for v in (k, o, s))
+    )
+    node = N.shrink(
+        node,
+        tuple((0, s) for s in prefix)
+        + tuple(v for k, o in zip(kernel, outs) for v in ((0, k), (0, o), (0, 1))),
+    )
+    node = N.reshape(node, prefix + tuple(v for k, o in zip(kernel, outs) for v in (k, o)))
+    order = (
+        tuple(range(p))
+        + tuple(p + 2 * j + 1 for j in range(n))
+        + tuple(p + 2 * j for j in range(n))
+    )
+    return x._make(N.permute(node, order))

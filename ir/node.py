@@ -215,8 +215,9 @@ def flip(x: Node, axes: tuple[int, ...]) -> Node:
     return make(Ops.FLIP, (x,), axes, x.shape, x.dtype)
 
 
-def contiguous(x: Node) -> Node:
-    return make(Ops.CONTIGUOUS, (x,), None, x.shape, x.dtype)
+def contiguous(x: Node, reason: str | None = None) -> Node:
+    """Materialize x; `reason` says who asked (the user's contiguous() if None)."""
+    return make(Ops.CONTIGUOUS, (x,), reason, x.shape, x.dtype)
 
 
 def detach(x: Node) -> Node:

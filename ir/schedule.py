@@ -96,7 +96,7 @@ def schedule(roots: list[Node]) -> list[ScheduleItem]:
         if id(n) in root_ids:
             reason[id(n)] = "output requested"
         elif n.op is Ops.CONTIGUOUS:
-            reason[id(n)] = "user called contiguous()"
+            reason[id(n)] = n.arg or "user called contiguous()"
         elif n.op in REDUCE:
             why = _reduce_cut(n, users.get(id(n), []), r, epilogue_ok, claimed, reason)
             if why:

@@ -1,0 +1,179 @@
+"""Convolutions and pooling as graph builders: sliding-window views plus one reduction.
+
+A convolution is the windows of the (padded) input times the weight, summed
+over input channels and kernel positions; pooling is the windows reduced by
+max or mean. The windows are a view (`fusegrad.movement.sliding_windows`), so
+the scheduler sees one multiply-and-sum and emits one register-tiled kernel,
+with bias and activation fused after it; gradients come from the primitives'
+rules.
+
+>>> import fusegrad as fg
+>>> from fusegrad.nn.conv import conv2d
+>>> x, w = fg.ones(1, 1, 4, 4), fg.ones(2, 1, 3, 3)
+>>> conv2d(x, w, padding=1)[0, 0].tolist()[0]
+[4.0, 6.0, 6.0, 4.0]
+"""
+
+from __future__ import annotations
+
+from ..errors import DTypeError, ShapeError, fail
+from ..ir import node as N
+from ..movement import sliding_windows
+from ..tensor import Tensor
+
+
+def _tuple(v, n: int, name: str, op: str) -> tuple[int, ...]:
+    if isinstance(v, int):
+        return (v,) * n
+    v = tuple(int(a) for a in v)
+    if len(v) != n:
+        fail(ShapeError, op, f"{name} must be an int or {n} ints, got {v}")
+    return v
+
+
+def _same_padding(kernel, dilation) -> list[tuple[int, int]]:
+    """PyTorch's padding='same' (stride 1): extra padding goes after, as PyTorch puts it."""
+    out = []
+    for k, d in zip(kernel, dilation):
+        total = d * (k - 1)
+        out.append((total // 2, total - total // 2))
+    return out
+
+
+def _convnd(
+    x: Tensor, weight: Tensor, bias, stride, padding, dilation, groups: int, n: int, op: str
+) -> Tensor:
+    if x.ndim not in (n + 1, n + 2):
+        fail(
+            ShapeError,
+            op,
+            f"expected a {n + 2}-D (batched) or {n + 1}-D input, got shape {x.shape}",
+        )
+    if x.ndim == n + 1:
+        return _convnd(x.unsqueeze(0), weight, bias, stride, padding, dilation, groups, n, op)[0]
+    if weight.ndim != n + 2:
+        fail(
+            ShapeError,
+            op,
+            f"weight must be {n + 2}-D (out, in/groups, *kernel), got {weight.shape}",
+        )
+    if x.dtype is not weight.dtype:
+        fail(DTypeError, op, f"input is {x.dtype.name} but weight is {weight.dtype.name}")
+    batch, cin = x.shape[:2]
+    cout, cin_g = weight.shape[:2]
+    kernel = weight.shape[2:]
+    if groups < 1 or cin % groups or cout % groups:
+        fail(
+            ShapeError, op, f"groups={groups} must divide in_channels={cin} and out_channels={cout}"
+        )
+    if cin_g * groups != cin:
+        fail(
+            ShapeError,
+            op,
+            f"input has {cin} channels but weight {weight.shape} expects "
+            f"{cin_g * groups} (= {cin_g} x groups {groups})",
+        )
+    stride = _tuple(stride, n, "stride", op)
+    dilation = _tuple(dilation, n, "dilation", op)
+    if isinstance(padding, str):
+        if padding == "valid":
+            pads = [(0, 0)] * n
+        elif padding == "same":
+            if any(s != 1 for s in stride):
+                fail(ShapeError, op, "padding='same' is not supported for strided convolutions")
+            pads = _same_padding(kernel, dilation)
+        else:
+            fail(
+                ShapeError,
+                op,
+                f"padding must be 'valid', 'same', an int or a tuple, got {padding!r}",
+            )
+    else:
+        pads = [(p, p) for p in _tuple(padding, n, "padding", op)]
+    flat_pad = [v for before, after in reversed(pads) for v in (before, after)]
+    if any(flat_pad):
+        # every element is read by kernel-size windows: one padded copy costs less than
+        # bounds checks on every read
+        x = x.pad(flat_pad)
+        x = x._make(N.contiguous(x.node, f"{op}: padded input, so windows read it unguarded"))
+    win = sliding_windows(x, kernel, stride, dilation)  # (N, Cin, *out, *kernel)
+    outs = win.shape[2 : 2 + n]
+    g, cout_g = groups, cout // groups
+    # (N, G, 1, Cin/G, *out, *kernel) * (1, G, Cout/G, Cin/G, *1, *kernel),
+    # summed over Cin/G and the kernel axes
+    win = win.reshape(batch, g, 1, cin_g, *outs, *kernel)
+    w = weight.reshape(1, g, cout_g, cin_g, *([1] * n), *kernel)
+    axes = (3,) + tuple(range(4 + n, 4 + 2 * n))
+    out = (win * w).sum(axes).reshape(batch, cout, *outs)
+    if bias is not None:
+        if bias.shape != (cout,):
+            fail(ShapeError, op, f"bias must have shape ({cout},), got {bias.shape}")
+        out = out + bias.reshape(1, cout, *([1] * n))
+    return out
+
+
+def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1) -> Tensor:
+    """1-D convolution over (N, C, L) with PyTorch's semantics (padding may be 'same')."""
+    return _convnd(x, weight, bias, stride, padding, dilation, groups, 1, "conv1d")
+
+
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1) -> Tensor:
+    """2-D convolution over (N, C, H, W) with PyTorch's semantics (padding may be 'same')."""
+    return _convnd(x, weight, bias, stride, padding, dilation, groups, 2, "conv2d")
+
+
+def _poolnd(
+    x: Tensor,
+    kernel_size,
+    stride,
+    padding,
+    n: int,
+    kind: str,
+    op: str,
+    count_include_pad: bool = True,
+    dilation=1,
+) -> Tensor:
+    if x.ndim < n + 1:
+        fail(ShapeError, op, f"expected at least {n + 1} dims, got shape {x.shape}")
+    kernel = _tuple(kernel_size, n, "kernel_size", op)
+    stride = kernel if stride is None else _tuple(stride, n, "stride", op)
+    pads = _tuple(padding, n, "padding", op)
+    dilation = _tuple(dilation, n, "dilation", op)
+    if any(2 * p > k for p, k in zip(pads, kernel)):
+        fail(ShapeError, op, f"padding {pads} must be at most half of kernel_size {kernel}")
+    flat_pad = [v for p in reversed(pads) for v in (p, p)]
+    fill = float("-inf") if kind == "max" else 0.0
+    xp = x.pad(flat_pad, value=fill) if any(pads) else x
+    win = sliding_windows(xp, kernel, stride, dilation)
+    axes = tuple(range(win.ndim - n, win.ndim))
+    if kind == "max":
+        return win.amax(axes)
+    total = win.sum(axes)
+    if count_include_pad or not any(pads):
+        count = 1
+        for k in kernel:
+            count *= k
+        return total / count
+    from ..creation import ones
+
+    ones_in = ones(*x.shape[x.ndim - n :]).pad(flat_pad)
+    counts = sliding_windows(ones_in, kernel, stride, dilation).sum(tuple(range(n, 2 * n)))
+    return total / counts
+
+
+def max_pool1d(x, kernel_size, stride=None, padding=0, dilation=1) -> Tensor:
+    return _poolnd(x, kernel_size, stride, padding, 1, "max", "max_pool1d", dilation=dilation)
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1) -> Tensor:
+    """Max over sliding windows of the last two axes (stride defaults to kernel_size)."""
+    return _poolnd(x, kernel_size, stride, padding, 2, "max", "max_pool2d", dilation=dilation)
+
+
+def avg_pool1d(x, kernel_size, stride=None, padding=0, count_include_pad: bool = True) -> Tensor:
+    return _poolnd(x, kernel_size, stride, padding, 1, "avg", "avg_pool1d", count_include_pad)
+
+
+def avg_pool2d(x, kernel_size, stride=None, padding=0, count_include_pad: bool = True) -> Tensor:
+    """Mean over sliding windows of the last two axes (stride defaults to kernel_size)."""
+    return _poolnd(x, kernel_size, stride, padding, 2, "avg", "avg_pool2d", count_include_pad)
