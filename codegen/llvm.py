@@ -491,7 +491,8 @@ class _Renderer:
         for p in self.k.params:
             attrs = "noalias" if p.output else "noalias readonly"
             params.append(f"ptr {attrs} %{p.name}")
-        head = f"define void @{self.symbol}({', '.join(params)}) nounwind {{"
+        # "no-builtins": never turn loops into memset/memcpy calls; kernels call nothing
+        head = f'define void @{self.symbol}({", ".join(params)}) nounwind "no-builtins" {{'
         body = ["entry:"] + self.allocas + ["  br label %top", "top:"] + self.lines + ["  ret void"]
         math_text, math_decls = math_functions(self.math)
         return "\n".join(

@@ -86,8 +86,9 @@ def _exp(elem: str, width: int | None) -> str:
     b = _Builder(elem, width)
     ty, it = b.ty, b.ity
     f64 = elem == "double"
-    bits, bias = (52, 1022) if f64 else (23, 126)
-    lo, hi = (-708.0, 709.782712893384) if f64 else (-87.0, 88.72283935546875)
+    bits, bias = (52, 1023) if f64 else (23, 127)
+    # below lo the result rounds to zero; subnormal results come out of the two-step scale
+    lo, hi = (-745.2, 709.782712893384) if f64 else (-104.0, 88.72283935546875)
     ln2_hi, ln2_lo = (
         (6.93147180369123816490e-01, 1.90821492927058770002e-10)
         if f64
@@ -100,13 +101,17 @@ def _exp(elem: str, width: int | None) -> str:
     r = b.fma(negn, b.c(ln2_hi), "%x")
     r = b.fma(negn, b.c(ln2_lo), r)
     p = b.horner(r, [1 / math.factorial(k) for k in range(degree + 1)])
-    # 2^(n-1) then *2, so that n = max exponent + 1 still builds a finite scale
+    # scale by 2^n as 2^(n>>1) * 2^(n - (n>>1)): both factors are normal numbers for every n
+    # in range, so large results stay finite and tiny ones round gradually into subnormals
     ni = b(f"fptosi {ty} {n} to {it}")
-    e = b(f"add {it} {ni}, {b.i(bias)}")
-    e = b(f"shl {it} {e}, {b.i(bits)}")
-    scale = b(f"bitcast {it} {e} to {ty}")
-    y = b(f"fmul {ty} {p}, {scale}")
-    y = b(f"fmul {ty} {y}, {b.c(2.0)}")
+    n1 = b(f"ashr {it} {ni}, {b.i(1)}")
+    n2 = b(f"sub {it} {ni}, {n1}")
+    y = p
+    for part in (n1, n2):
+        e = b(f"add {it} {part}, {b.i(bias)}")
+        e = b(f"shl {it} {e}, {b.i(bits)}")
+        scale = b(f"bitcast {it} {e} to {ty}")
+        y = b(f"fmul {ty} {y}, {scale}")
     small = b(f"fcmp olt {ty} %x, {b.c(lo)}")
     y = b(f"select {b.bty} {small}, {ty} {b.c(0.0)}, {ty} {y}")
     big = b(f"fcmp ogt {ty} %x, {b.c(hi)}")
@@ -194,6 +199,13 @@ def _sin(elem: str, width: int | None) -> str:
     diff = b(f"fsub {d} {x}, {x}")
     finite = b(f"fcmp ord {d} {diff}, {b.c(0.0)}")
     v = b(f"select {bt} {finite}, {d} {v}, {d} {b.c(math.nan)}")
+    # beyond about 1e9 the reduction loses accuracy: at least keep the result a sine's
+    lo = b(f"fcmp olt {d} {v}, {b.c(-1.0)}")
+    v = b(f"select {bt} {lo}, {d} {b.c(-1.0)}, {d} {v}")
+    hi1 = b(f"fcmp ogt {d} {v}, {b.c(1.0)}")
+    v = b(f"select {bt} {hi1}, {d} {b.c(1.0)}, {d} {v}")
+    zero = b(f"fcmp oeq {d} {x}, {b.c(0.0)}")  # sin(-0.0) is -0.0
+    v = b(f"select {bt} {zero}, {d} {x}, {d} {v}")
     if not f64:
         v = b(f"fptrunc {d} {v} to {b.arg_ty}")
     b.ty = b.arg_ty

@@ -19,6 +19,7 @@ fused and compiled like any other graph, and can itself be differentiated
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable
 
 from . import node as N
@@ -120,6 +121,21 @@ VJP: dict[Ops, Callable[[Node, Node], tuple]] = {
 }
 
 
+# Composites with a gradient of their own, keyed by the node that ends them. The rule maps
+# the composite's output gradient to (source node, gradient) pairs and replaces the
+# derivation through the composite's inner nodes. Used where the derived gradient is
+# measurably worse (a sliding-window view's derived gradient is index arithmetic full of
+# divisions; its own rule is a sum of shifted pads). Tests check each against the derived one.
+CUSTOM_VJP: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+use_custom_vjp = True  # tests turn this off to compare with the derived gradients
+
+
+def with_vjp(n: Node, rule: Callable[[Node], list[tuple[Node, Node]]]) -> Node:
+    """Give composite node `n` its own gradient rule (see CUSTOM_VJP)."""
+    CUSTOM_VJP[n] = rule
+    return n
+
+
 def reaches(roots: list[Node], targets: set[int]) -> set[int]:
     """Ids of the nodes under `roots` from which some target can be reached (targets included)."""
     out: set[int] = set()
@@ -138,7 +154,9 @@ def gradients(root: Node, root_grad: Node, targets: list[Node]) -> list[Node | N
         g = grads.get(id(n))
         if g is None or not n.srcs or id(n) not in live:
             continue
-        for src, gs in zip(n.srcs, VJP[n.op](n, g)):
+        rule = CUSTOM_VJP.get(n) if use_custom_vjp else None
+        pairs = rule(g) if rule is not None else zip(n.srcs, VJP[n.op](n, g))
+        for src, gs in pairs:
             if gs is None or id(src) not in live:
                 continue
             assert gs.shape == src.shape, f"{n.op}: gradient {gs.shape} for {src.shape}"

@@ -88,7 +88,7 @@ def schedule(roots: list[Node]) -> list[ScheduleItem]:
     for n in reversed(graph):
         if n.realized is not None:
             continue
-        if n.op in LEAF:
+        if n.op in LEAF and id(n) not in root_ids:
             reach[id(n)] = reads(n)
             continue
         r = reads(n)
@@ -98,7 +98,7 @@ def schedule(roots: list[Node]) -> list[ScheduleItem]:
         elif n.op is Ops.CONTIGUOUS:
             reason[id(n)] = n.arg or "user called contiguous()"
         elif n.op in REDUCE:
-            why = _reduce_cut(n, users.get(id(n), []), r, epilogue_ok, claimed, reason)
+            why = _reduce_cut(n, users, r, epilogue_ok, claimed, reason)
             if why:
                 reason[id(n)] = why
             else:
@@ -137,19 +137,31 @@ def _reduce_cut(n, users, reads, ok, claimed, reason) -> str | None:
     """None if reduction `n` can be fused into its reader's kernel, else the reason it cannot."""
     if len(reads) > 1:
         return f"reduction read by {len(reads)} kernels"
-    for u in users:
-        if u.op in REDUCE and id(u) not in reason:
+    direct = users.get(id(n), [])
+    if all(_same_coordinates(u, ok) for u in direct):
+        (root_id,) = reads
+        if root_id in claimed:
+            return "its consumer's kernel already fuses another reduction"
+        return None
+    # find what stands between the reduction and its reader's output, nearest first
+    seen, frontier = set(), list(direct)
+    first_view = None
+    while frontier:
+        u = frontier.pop(0)
+        if id(u) in seen:
+            continue
+        seen.add(id(u))
+        if u.op in REDUCE:
             return "reduction feeding another reduction"
         if u.op is Ops.EXPAND:
             axes = [i for i, (a, b) in enumerate(zip(u.srcs[0].shape, u.shape)) if a != b]
             return f"reduction broadcast back over axis {', '.join(map(str, axes))}"
-    bad = [u for u in users if not _same_coordinates(u, ok)]
-    if bad:
-        return f"reduction read through {bad[0].op.name.lower()} by its consumer"
-    (root_id,) = reads
-    if root_id in claimed:
-        return "its consumer's kernel already fuses another reduction"
-    return None
+        if first_view is None and not (u.op in ELEMENTWISE or is_squeeze(u)):
+            first_view = u
+        if id(u) not in reason:
+            frontier.extend(users.get(id(u), []))
+    bad = first_view or direct[0]
+    return f"reduction read through {bad.op.name.lower()} by its consumer"
 
 
 def _recompute_cost(n: Node, cost: dict[int, int]) -> int:

@@ -244,21 +244,44 @@ def _make(coefs: dict[Atom, int], const: int) -> Lin:
 
 
 def _fold_divmod_pairs(coefs: dict[Atom, int]) -> int:
-    """(x // c) * c * k + (x % c) * k  ==  x * k: undo a split that a later merge reverses.
+    """Undo splits that a later merge reverses, until nothing changes:
+
+        (x // c) * c * k + (x % c) * k        ==  x * k
+        ((x // a) % b) * a * k + (x % a) * k  ==  (x % (a * b)) * k
 
     Rewrites `coefs` in place and returns the constant the folded terms add.
     """
-    const = 0
-    for a in [a for a in coefs if isinstance(a, Mod)]:
-        k = coefs.get(a)
-        d = FloorDiv(a.x, a.c)
-        if k and coefs.get(d) == k * a.c:
-            del coefs[a], coefs[d]
-            for atom, c in a.x.terms:
-                coefs[atom] = coefs.get(atom, 0) + c * k
-            const += a.x.const * k
+    const, changed = 0, True
+    while changed:
+        changed = False
+        for a in [a for a in coefs if isinstance(a, Mod)]:
+            k = coefs.get(a)
+            if not k:
+                continue
+            d = FloorDiv(a.x, a.c)
+            if coefs.get(d) == k * a.c:
+                del coefs[a], coefs[d]
+                folded = a.x * k
+            else:
+                outer = next(
+                    (
+                        m
+                        for m in coefs
+                        if isinstance(m, Mod) and coefs[m] == k * a.c and m.x == lin(d)
+                    ),
+                    None,
+                )
+                if outer is None:
+                    continue
+                del coefs[a], coefs[outer]
+                folded = (a.x % (a.c * outer.c)) * k
+            for atom, c in folded.terms:
+                coefs[atom] = coefs.get(atom, 0) + c
+            const += folded.const
             for atom in [atom for atom, c in coefs.items() if c == 0]:
                 del coefs[atom]
+            changed = True
+            break
     return const
 
 

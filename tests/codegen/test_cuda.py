@@ -1,0 +1,225 @@
+"""The CUDA C renderer's output compiles with nvcc, for every kind of kernel fusegrad makes.
+
+Kernels from many expressions (elementwise in every dtype, casts, where,
+reductions, softmax, matmul, padding and strided slices with validity masks,
+counter-based random numbers, comparisons, transcendentals) are rendered to
+CUDA C and compiled to PTX in one nvcc run (the shared `__device__` prelude is
+kept once), so the renderer is checked even where there is no GPU. Each
+kernel must appear in the PTX as an `.entry` with the signature the launcher
+passes: `(start, end, out0, in0, ...)`.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+import fusegrad as fg
+import numpy as np
+import pytest
+
+NVCC = shutil.which("nvcc") or (
+    "/usr/local/bin/nvcc" if shutil.which("/usr/local/bin/nvcc") else None
+)
+pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
+
+RNG = np.random.default_rng(5)
+
+
+def f32(*shape):
+    return fg.from_numpy(RNG.standard_normal(shape).astype(np.float32))
+
+
+def f64(*shape):
+    return fg.from_numpy(RNG.standard_normal(shape))
+
+
+def i64(*shape):
+    return fg.from_numpy(RNG.integers(-50, 50, shape))
+
+
+def i32(*shape):
+    return fg.from_numpy(RNG.integers(-50, 50, shape).astype(np.int32))
+
+
+def boolean(*shape):
+    return fg.from_numpy(RNG.random(shape) > 0.5)
+
+
+def chain(x):
+    return (((x * 0.5 + 1.0).exp() * x - 3.0).relu()) / (1 + x * x)
+
+
+# name -> the tensors whose kernels are rendered; all float32-only unless the name says otherwise
+CASES = {
+    "elementwise_float32": lambda: [chain(f32(32, 48))],
+    "elementwise_float64": lambda: [chain(f64(32, 48))],
+    "elementwise_int64": lambda: [(lambda a: a * 3 - a.maximum(a * 2) + (-a))(i64(32, 48))],
+    "elementwise_int32": lambda: [(lambda a: a * 3 + a.maximum(-a))(i32(32, 48))],
+    "elementwise_bool": lambda: [(lambda b: (b & ~b) | (f32(32, 48) > 0))(boolean(32, 48))],
+    "casts": lambda: [
+        f32(8, 8).int() + i64(8, 8).float().long(),
+        boolean(8, 8).float() + f64(8, 8).float(),
+        f32(8, 8).double() * 2,
+        f32(8, 8).bool(),
+        i64(8, 8).bool(),
+        f64(8, 8).int(),
+        i32(8, 8).long() + boolean(8, 8).long(),
+    ],
+    "where": lambda: [
+        fg.where(f32(16, 16) > 0, f32(16, 16), 0.0),
+        fg.where(boolean(16, 16), i64(16, 16), 7),
+        fg.where(boolean(16), boolean(16), ~boolean(16)),
+    ],
+    "reduce_sum": lambda: [
+        f32(32, 48).sum(1),
+        i64(32, 48).sum(0),
+        boolean(32, 48).sum(),
+        f64(9).sum(),
+    ],
+    "reduce_max": lambda: [f32(32, 48).amax(1), i64(32, 48).amax(0), boolean(32, 48).amax(1)],
+    "reduce_max_float64": lambda: [f64(32, 48).amax()],
+    "mean_var_std": lambda: [f32(32, 48).mean(1), f32(32, 48).var(0), f32(32, 48).std()],
+    "softmax": lambda: [f32(32, 48).softmax(1)],
+    "log_softmax_float64": lambda: [f64(32, 48).log_softmax(0)],
+    "argmax": lambda: [f32(32, 48).argmax(1), f32(32, 48).argmin(0)],
+    "matmul": lambda: [f32(32, 48) @ f32(48, 64)],
+    "matmul_float64": lambda: [f64(48, 32).T @ f64(48, 16)],
+    "matmul_vector": lambda: [f32(16, 24) @ f32(24), f32(24) @ f32(24)],
+    "pad_and_slices": lambda: [
+        f32(16, 24).pad((1, 2, 3, 4)) + 1,
+        f32(16, 24)[2:10:3, 1::2] * 2,
+        f32(16, 24)[:, 5:9].pad((2, 2)) * 3,
+        fg.cat([f32(4, 6), f32(4, 3)], 1) + 0.5,
+        fg.stack([i64(5), i64(5)], 0) * 2,
+    ],
+    "transpose_and_broadcast": lambda: [
+        f32(16, 24).T.contiguous() + 1,
+        f32(16, 1) * f32(1, 24),
+        f32(2, 3, 4).permute(2, 0, 1) - f32(4, 1, 1),
+    ],
+    "random": lambda: [
+        fg.rand(64, 3) * 2,
+        fg.randn(128, dtype=fg.float64),
+        fg.randint(0, 10, (16,)),
+    ],
+    "comparisons": lambda: [
+        f32(8, 8) < f32(8, 8),
+        f32(8, 8) == f32(8, 8),
+        i64(8, 8) >= 3,
+        i64(8, 8) != i32(8, 8).long(),
+        f64(8, 8) <= 0.5,
+        boolean(8, 8) == boolean(8, 8),
+    ],
+    "unary_float32": lambda: [
+        f32(64).sqrt(),
+        f32(64).abs().log(),
+        f32(64).sin(),
+        f32(64).cos(),
+        f32(64).reciprocal(),
+        f32(64).sigmoid(),
+        f32(64).tanh(),
+        f32(64) ** 2,
+    ],
+    "unary_float64": lambda: [f64(64).exp(), f64(64).abs().sqrt(), f64(64).sin(), f64(64).tanh()],
+}
+
+# cases whose kernels touch no double: a float32 kernel computing in double is a missing `f`
+FLOAT32_ONLY = {"elementwise_float32", "softmax", "matmul", "reduce_max", "mean_var_std"}
+
+
+def _split(source: str) -> tuple[str, str]:
+    """(the helpers before the kernel, the kernel itself) of one rendered source."""
+    at = source.index('extern "C"')
+    helpers = "\n".join(line for line in source[:at].splitlines() if not line.startswith("//"))
+    return helpers, source[at:]
+
+
+def _nvcc(source: str, path) -> tuple[int, str, str]:
+    cu, ptx = path.with_suffix(".cu"), path.with_suffix(".ptx")
+    cu.write_text(source)
+    r = subprocess.run(
+        [NVCC, "--ptx", "-o", str(ptx), str(cu)], capture_output=True, text=True, timeout=300
+    )
+    return r.returncode, r.stderr, ptx.read_text() if r.returncode == 0 else ""
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """Render every case's kernels and compile them together; per-symbol PTX and errors."""
+    tmp = tmp_path_factory.mktemp("cuda")
+    kernels: dict[str, list] = {}
+    sources: dict[str, str] = {}
+    for name, build in CASES.items():
+        kernels[name] = fg.kernels(*build())
+        for k in kernels[name]:
+            sources[k.compiled.symbol] = k.cuda_c
+    # one translation unit per distinct prelude (today there is one)
+    groups: dict[str, list[str]] = {}
+    for symbol, src in sources.items():
+        groups.setdefault(_split(src)[0], []).append(symbol)
+    jobs = [
+        (helpers + "\n" + "\n".join(_split(sources[s])[1] for s in symbols), tmp / f"group{i}")
+        for i, (helpers, symbols) in enumerate(groups.items())
+    ]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda job: _nvcc(*job), jobs))
+    errors: dict[str, str] = {}
+    failed = [s for (rc, _, _), symbols in zip(results, groups.values()) if rc for s in symbols]
+    ptx = "".join(text for _, _, text in results)
+    if failed:  # compile the failing group's kernels one by one to say which is broken
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            singles = list(pool.map(lambda s: _nvcc(sources[s], tmp / s), failed))
+        for symbol, (rc, err, text) in zip(failed, singles):
+            ptx += text
+            if rc:
+                errors[symbol] = err
+    return kernels, sources, _entries(ptx), errors
+
+
+def _entries(ptx: str) -> dict[str, tuple[int, str]]:
+    """symbol -> (number of parameters, body) of every `.entry` in the PTX."""
+    out = {}
+    pattern = r"(?ms)^\.visible \.entry (\w+)\((.*?)\)\s*^\{(.*?)^\}"
+    for m in re.finditer(pattern, ptx):
+        out[m.group(1)] = (m.group(2).count(".param"), m.group(3))
+    return out
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_kernels_compile_to_ptx_entries(compiled, case):
+    kernels, sources, entries, errors = compiled
+    assert kernels[case], f"{case} made no kernels"
+    for k in kernels[case]:
+        symbol = k.compiled.symbol
+        assert symbol not in errors, (
+            f"{k.name} does not compile:\n{errors[symbol]}\n{sources[symbol]}"
+        )
+        assert symbol in entries, f"no .entry {symbol} in the PTX"
+        nparams, _ = entries[symbol]
+        assert nparams == 2 + len(k.loop.params), (
+            f"{k.name}: .entry takes {nparams} parameters, the launcher passes "
+            f"start, end and {len(k.loop.params)} buffers"
+        )
+
+
+@pytest.mark.parametrize("case", sorted(FLOAT32_ONLY))
+def test_float32_kernels_do_not_compute_in_double(compiled, case):
+    kernels, sources, entries, _ = compiled
+    for k in kernels[case]:
+        _, body = entries.get(k.compiled.symbol, (0, ""))
+        assert body, f"{k.name} did not compile"
+        doubles = sorted(set(re.findall(r"\b[a-z]+(?:\.[a-z0-9]+)*\.f64\b", body)))
+        assert not doubles, f"{k.name} uses {doubles}:\n{sources[k.compiled.symbol]}"
+
+
+def test_every_case_is_covered_by_a_distinct_kernel(compiled):
+    kernels, sources, _, _ = compiled
+    # a renderer that gave every kernel the same name would pass the checks above vacuously
+    symbols = [k.compiled.symbol for ks in kernels.values() for k in ks]
+    assert len(set(symbols)) == len(sources) >= 40
+    for ks in kernels.values():
+        for k in ks:
+            assert f"void {k.compiled.symbol}(" in k.cuda_c

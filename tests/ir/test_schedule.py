@@ -1,0 +1,249 @@
+"""The scheduler's cuts: how many kernels an expression becomes, and the reason for each.
+
+Counts are pinned (fusion is the point of fusegrad); every result is also
+checked against numpy, so a schedule that fuses too much is caught as well.
+"""
+
+from __future__ import annotations
+
+import fusegrad as fg
+import numpy as np
+import pytest
+
+RNG = np.random.default_rng(1234)
+
+
+def realized(a: np.ndarray) -> fg.Tensor:
+    return fg.from_numpy(np.ascontiguousarray(a))
+
+
+def matrix(rows: int = 64, cols: int = 128) -> np.ndarray:
+    return RNG.standard_normal((rows, cols)).astype(np.float32)
+
+
+def chain(x):
+    """The README's activation chain; works on tensors and numpy arrays alike."""
+    e = np.exp(x * 0.5 + 1.0) if isinstance(x, np.ndarray) else (x * 0.5 + 1.0).exp()
+    r = e * x - 3.0
+    r = np.maximum(r, 0) if isinstance(x, np.ndarray) else r.relu()
+    return r / (1 + x * x)
+
+
+def test_elementwise_chain_is_one_kernel():
+    a = RNG.standard_normal(4096).astype(np.float32)
+    y = chain(realized(a))
+    ks = fg.kernels(y)
+    assert len(ks) == 1, [k.name for k in ks]
+    assert ks[0].reason == "output requested"
+    assert ks[0].shape == (4096,)
+    assert {"EXP", "MUL", "ADD", "DIV"} <= set(ks[0].ops)
+    np.testing.assert_allclose(y.numpy(), chain(a.astype(np.float64)), rtol=1e-5, atol=1e-6)
+
+
+def test_kernel_lines_point_at_the_users_source():
+    x = realized(RNG.standard_normal(64).astype(np.float32))
+    y = (x * 2).exp()
+    z = y + 1
+    (k,) = fg.kernels(z)
+    here = __file__.rsplit("/", 1)[-1]
+    assert k.lines and all(line.startswith(here + ":") for line in k.lines), k.lines
+    assert len(k.lines) == 2
+
+
+def test_elementwise_chain_on_random_input_is_one_kernel():
+    # randn is a counter-based generator: it is computed inside the kernel, not stored
+    y = chain(fg.randn(4096))
+    ks = fg.kernels(y)
+    assert len(ks) == 1, [(k.name, k.reason) for k in ks]
+    assert np.isfinite(y.numpy()).all()
+
+
+def test_row_softmax_is_three_kernels_and_only_the_last_is_full_size():
+    a = matrix()
+    y = realized(a).softmax(1)
+    ks = fg.kernels(y)
+    assert len(ks) <= 3, [(k.name, k.reason) for k in ks]
+    for k in ks[:-1]:
+        assert int(np.prod(k.shape)) < a.size, f"{k.name} writes {k.shape} ({k.reason})"
+    assert ks[-1].shape == a.shape
+    e = np.exp(a - a.max(1, keepdims=True))
+    np.testing.assert_allclose(y.numpy(), e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+def test_column_softmax_cuts_the_same_way():
+    a = matrix()
+    y = realized(a).softmax(0)
+    ks = fg.kernels(y)
+    assert len(ks) <= 3
+    assert all(int(np.prod(k.shape)) < a.size for k in ks[:-1])
+    e = np.exp(a - a.max(0, keepdims=True))
+    np.testing.assert_allclose(y.numpy(), e / e.sum(0, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+def test_matmul_is_one_kernel():
+    a, b = matrix(64, 64), matrix(64, 64)
+    y = realized(a) @ realized(b)
+    ks = fg.kernels(y)
+    assert len(ks) == 1, [(k.name, k.reason) for k in ks]
+    assert ks[0].shape == (64, 64)
+    assert "SUM" in ks[0].ops and "MUL" in ks[0].ops
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_of_a_transposed_operand_is_one_kernel():
+    a, b = matrix(48, 32), matrix(48, 16)
+    y = realized(a).T @ realized(b)
+    ks = fg.kernels(y)
+    assert len(ks) == 1
+    np.testing.assert_allclose(y.numpy(), a.T.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_reduction_absorbs_its_elementwise_epilogue():
+    a = matrix()
+    y = realized(a).sum(1) * 2 + 1
+    ks = fg.kernels(y)
+    assert len(ks) == 1, [(k.name, k.reason) for k in ks]
+    assert ks[0].shape == (64,)
+    assert {"SUM", "MUL", "ADD"} <= set(ks[0].ops)
+    np.testing.assert_allclose(y.numpy(), a.astype(np.float64).sum(1) * 2 + 1, rtol=1e-5, atol=1e-4)
+
+
+def test_reduction_absorbs_its_elementwise_prologue():
+    a = matrix()
+    y = (realized(a) * 3).exp().sum(1)
+    ks = fg.kernels(y)
+    assert len(ks) == 1
+    np.testing.assert_allclose(y.numpy(), np.exp(a.astype(np.float64) * 3).sum(1), rtol=1e-5)
+
+
+def test_mean_of_everything_is_one_kernel():
+    a = matrix()
+    y = realized(a).mean()
+    assert len(fg.kernels(y)) == 1
+    np.testing.assert_allclose(y.item(), a.astype(np.float64).mean(), rtol=1e-5, atol=1e-6)
+
+
+# each: (expression, numpy equivalent, axis of the broadcast)
+BROADCAST_BACK = {
+    "x - amax(1)": (
+        lambda x: x - x.amax(1, keepdim=True),
+        lambda a: a - a.max(1, keepdims=True),
+        1,
+    ),
+    "x - max(1).values": (
+        lambda x: x - x.max(1, keepdim=True).values,
+        lambda a: a - a.max(1, keepdims=True),
+        1,
+    ),
+    "x / sum(1)": (lambda x: x / x.sum(1, keepdim=True), lambda a: a / a.sum(1, keepdims=True), 1),
+    "x - sum(0)": (lambda x: x - x.sum(0, keepdim=True), lambda a: a - a.sum(0, keepdims=True), 0),
+    "x - mean(1)": (
+        lambda x: x - x.mean(1, keepdim=True),
+        lambda a: a - a.mean(1, keepdims=True),
+        1,
+    ),
+    "x - log(sum(exp, 1))": (
+        lambda x: x - x.exp().sum(1, keepdim=True).log(),
+        lambda a: a - np.log(np.exp(a).sum(1, keepdims=True)),
+        1,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BROADCAST_BACK))
+def test_reduction_broadcast_back_is_cut_with_that_reason(case):
+    build, reference, axis = BROADCAST_BACK[case]
+    a = matrix()
+    y = build(realized(a))
+    ks = fg.kernels(y)
+    assert len(ks) == 2, [(k.name, k.reason) for k in ks]
+    first, last = ks
+    assert "broadcast" in first.reason and str(axis) in first.reason, first.reason
+    assert last.reason == "output requested"
+    assert int(np.prod(first.shape)) == a.shape[1 - axis]
+    np.testing.assert_allclose(y.numpy(), reference(a.astype(np.float64)), rtol=1e-4, atol=1e-5)
+
+
+def test_contiguous_on_a_transposed_view_is_its_own_kernel():
+    a = matrix()
+    t = realized(a).T.contiguous()
+    y = t + 1
+    ks = fg.kernels(y)
+    assert len(ks) == 2, [(k.name, k.reason) for k in ks]
+    assert ks[0].reason == "user called contiguous()"
+    assert ks[0].shape == (128, 64)
+    np.testing.assert_array_equal(y.numpy(), a.T + 1)
+
+
+def test_transposed_view_without_contiguous_fuses():
+    a = matrix()
+    y = realized(a).T + 1
+    assert len(fg.kernels(y)) == 1
+    np.testing.assert_array_equal(y.numpy(), a.T + 1)
+
+
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_sum_of_a_sum_is_two_kernels(keepdim):
+    a = matrix()
+    y = realized(a).sum(1, keepdim=keepdim).sum()
+    ks = fg.kernels(y)
+    assert len(ks) == 2, [(k.name, k.reason) for k in ks]
+    assert ks[0].shape[0] == 64 and int(np.prod(ks[0].shape)) == 64
+    # the inner sum is materialized because the outer one reduces it, whatever view lies between
+    assert "another reduction" in ks[0].reason, ks[0].reason
+    np.testing.assert_allclose(y.item(), a.astype(np.float64).sum(), rtol=1e-4, atol=1e-3)
+
+
+def test_cheap_value_read_by_two_kernels_is_recomputed():
+    a = matrix()
+    x = realized(a)
+    shared = x * 2 + 1  # two ALU ops: cheaper to recompute than to store
+    s, m = shared.sum(1), shared.amax(1)
+    ks = fg.kernels(s, m)
+    assert len(ks) == 2 and all(k.reason == "output requested" for k in ks)
+    ref = a.astype(np.float64) * 2 + 1
+    np.testing.assert_allclose(s.numpy(), ref.sum(1), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(m.numpy(), ref.max(1), rtol=1e-6)
+
+
+def test_costly_value_read_by_two_kernels_is_materialized_with_its_cost():
+    a = matrix() * 0.1
+    x = realized(a)
+    shared = x
+    for _ in range(5):  # 5 exps at 8 units each: over the recompute limit of 32
+        shared = shared.exp() * 0.5
+    s, m = shared.sum(1), shared.amax(1)
+    ks = fg.kernels(s, m)
+    assert len(ks) == 3, [(k.name, k.reason) for k in ks]
+    assert "read by 2 kernels" in ks[0].reason and ks[0].shape == a.shape, ks[0].reason
+    ref = a.astype(np.float64)
+    for _ in range(5):
+        ref = np.exp(ref) * 0.5
+    np.testing.assert_allclose(s.numpy(), ref.sum(1), rtol=1e-5)
+    np.testing.assert_allclose(m.numpy(), ref.max(1), rtol=1e-5)
+
+
+LEAVES = {
+    "zeros": (lambda: fg.zeros(3), np.zeros(3, np.float32)),
+    "full int": (lambda: fg.full((2, 3), 7), np.full((2, 3), 7, np.int64)),
+    "ones bool": (lambda: fg.ones(4, dtype=fg.bool), np.ones(4, bool)),
+}
+
+
+@pytest.mark.parametrize("case", list(LEAVES))
+def test_a_constant_alone_is_computed_by_at_most_one_kernel(case):
+    build, want = LEAVES[case]
+    t = build()
+    assert len(fg.kernels(t)) <= 1
+    got = t.numpy()
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+def test_rand_alone_is_computed_by_one_kernel():
+    t = fg.rand(4096)
+    assert len(fg.kernels(t)) <= 1
+    v = t.numpy()
+    assert v.dtype == np.float32 and ((v >= 0) & (v < 1)).all()
+    assert 0.45 < v.mean() < 0.55 and len(np.unique(v)) > 4000
