@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from . import node as N
 from .node import Node, toposort
-from .ops import Ops
+from .ops import MOVEMENT, Ops
 
 
 def _c(value, like: Node) -> Node:
@@ -131,7 +131,12 @@ use_custom_vjp = True  # tests turn this off to compare with the derived gradien
 
 
 def with_vjp(n: Node, rule: Callable[[Node], list[tuple[Node, Node]]]) -> Node:
-    """Give composite node `n` its own gradient rule (see CUSTOM_VJP)."""
+    """Give composite node `n` its own gradient rule (see CUSTOM_VJP).
+
+    `n` must not be a view: reshapes of reshapes fold into one node, so a rule on a
+    view could vanish from the graph that uses it.
+    """
+    assert n.op not in MOVEMENT, f"custom gradient on a view ({n.op.name}) could be folded away"
     CUSTOM_VJP[n] = rule
     return n
 
@@ -150,13 +155,20 @@ def gradients(root: Node, root_grad: Node, targets: list[Node]) -> list[Node | N
     wanted = {id(t) for t in targets}
     live = reaches([root], wanted)
     grads: dict[int, Node] = {id(root): root_grad}
-    for n in reversed(toposort([root], stop=lambda n: n.op is Ops.DETACH)):
+    order = toposort([root], stop=lambda n: n.op is Ops.DETACH)
+    in_graph = {id(n) for n in order}
+    for n in reversed(order):
         g = grads.get(id(n))
         if g is None or not n.srcs or id(n) not in live:
             continue
         rule = CUSTOM_VJP.get(n) if use_custom_vjp else None
         pairs = rule(g) if rule is not None else zip(n.srcs, VJP[n.op](n, g))
         for src, gs in pairs:
+            # a custom rule may name a view that graph rewrites folded into its neighbours:
+            # carry its gradient down to the node the graph really holds
+            while gs is not None and id(src) not in in_graph and src.op in MOVEMENT:
+                (gs,) = VJP[src.op](src, gs)
+                src = src.srcs[0]
             if gs is None or id(src) not in live:
                 continue
             assert gs.shape == src.shape, f"{n.op}: gradient {gs.shape} for {src.shape}"

@@ -11,10 +11,14 @@ Rules, applied to each node with its users already decided:
 3. Otherwise a reduction is materialized, with the reason in words: it is
    broadcast back, read through another view, read by several kernels, or feeds
    another reduction.
-4. The save-or-recompute rule: an elementwise value read by more than one
-   kernel is materialized when recomputing it costs more than
-   `RECOMPUTE_LIMIT` units per element (a transcendental costs
-   `TRANSCENDENTAL_COST` units, other ops 1); otherwise each kernel recomputes it.
+4. The save-or-recompute rule, one formula: an elementwise value is recomputed
+   wherever it is read unless `(evaluations per element - 1) * cost >
+   STORE_COST`. Evaluations count every read by every kernel, and a value read
+   inside a reduction is evaluated once per step of it (a convolution's weight
+   gradient reads each element of the output gradient kernel-size times).
+   The cost counts ops down to materialized values (a transcendental costs
+   `TRANSCENDENTAL_COST` units, other ops 1); `STORE_COST` is what writing
+   and re-reading one element costs in the same units.
 5. `contiguous()` and the requested outputs are always materialized.
 """
 
@@ -25,7 +29,8 @@ from dataclasses import dataclass, field
 from .node import Node, toposort
 from .ops import ELEMENTWISE, LEAF, REDUCE, TRANSCENDENTAL, Ops
 
-RECOMPUTE_LIMIT = 32
+STORE_COST = 32
+COST_CAP = 10 * STORE_COST
 TRANSCENDENTAL_COST = 8
 
 
@@ -60,6 +65,9 @@ def is_squeeze(n: Node) -> bool:
 
 
 def _op_cost(n: Node) -> int:
+    """Work per element: views are index arithmetic, free; ALU ops cost."""
+    if n.op not in ELEMENTWISE:
+        return 0
     return TRANSCENDENTAL_COST if n.op in TRANSCENDENTAL else 1
 
 
@@ -76,8 +84,24 @@ def schedule(roots: list[Node]) -> list[ScheduleItem]:
     reach: dict[int, set[int]] = {}  # id -> ids of the kernel outputs that inline this node
     epilogue_ok: dict[int, bool] = {}  # id -> the path up to the kernel output keeps coordinates
     claimed: dict[int, Node] = {}  # kernel output id -> the reduction fused into it
-    cost: dict[int, int] = {}
+    cost = _recompute_costs(graph)
+    evals: dict[int, int] = {}  # id -> how many times kernels evaluate the node, in total
     root_ids = {id(r) for r in roots}
+
+    def evaluations(n: Node) -> int:
+        """Times kernels compute n. Users that read n at their own coordinates inside the
+        same kernels share one computation (codegen reuses it), so they count once."""
+        total, same_coords = 0, {}
+        for u in {id(u): u for u in users.get(id(n), ())}.values():
+            per = u.numel if id(u) in reason else evals[id(u)]
+            if u.op in REDUCE:
+                total += per * (u.srcs[0].numel // max(u.numel, 1))
+            elif u.op in ELEMENTWISE and id(u) not in reason:
+                group = frozenset(reach[id(u)])
+                same_coords[group] = max(same_coords.get(group, 0), per)
+            else:
+                total += per
+        return total + sum(same_coords.values())
 
     def reads(n: Node) -> set[int]:
         out: set[int] = set()
@@ -92,7 +116,7 @@ def schedule(roots: list[Node]) -> list[ScheduleItem]:
             reach[id(n)] = reads(n)
             continue
         r = reads(n)
-        cost[id(n)] = 0
+        evals[id(n)] = evaluations(n)
         if id(n) in root_ids:
             reason[id(n)] = "output requested"
         elif n.op is Ops.CONTIGUOUS:
@@ -104,11 +128,16 @@ def schedule(roots: list[Node]) -> list[ScheduleItem]:
             else:
                 (root_id,) = r
                 claimed[root_id] = n
-        elif len(r) > 1 and _recompute_cost(n, cost) > RECOMPUTE_LIMIT:
-            reason[id(n)] = (
-                f"read by {len(r)} kernels; recomputing costs "
-                f"{_recompute_cost(n, cost)} > {RECOMPUTE_LIMIT} units per element"
-            )
+        elif n.op in ELEMENTWISE:  # a view is never stored for reuse: its source is
+            reuse = evals[id(n)] / max(n.numel, 1)
+            if (reuse - 1) * cost[id(n)] > STORE_COST:
+                how = _broadcast_note(n, users) or (
+                    f"read by {len(r)} kernels" if len(r) > 1 else "read inside a reduction"
+                )
+                reason[id(n)] = (
+                    f"{how}: evaluated {reuse:.3g} times per element, recomputing costs "
+                    f"{cost[id(n)]} units each time, storing {STORE_COST}"
+                )
         reach[id(n)] = r
         epilogue_ok[id(n)] = _keeps_coordinates(n, users.get(id(n), []), epilogue_ok, reason)
 
@@ -164,18 +193,28 @@ def _reduce_cut(n, users, reads, ok, claimed, reason) -> str | None:
     return f"reduction read through {bad.op.name.lower()} by its consumer"
 
 
-def _recompute_cost(n: Node, cost: dict[int, int]) -> int:
-    """Units of work to recompute n per element, down to materialized values (capped)."""
-    memo: dict[int, int] = {}
+def _broadcast_note(n: Node, users, depth: int = 3) -> str | None:
+    """'broadcast back over axis k' if n reaches an EXPAND through views, else None."""
+    for u in users.get(id(n), ()):
+        if u.op is Ops.EXPAND:
+            axes = [i for i, (a, b) in enumerate(zip(u.srcs[0].shape, u.shape)) if a != b]
+            return f"broadcast back over axis {', '.join(map(str, axes))}"
+        if depth and u.op in (Ops.RESHAPE, Ops.PERMUTE):
+            note = _broadcast_note(u, users, depth - 1)
+            if note:
+                return note
+    return None
 
-    def walk(m: Node) -> int:
-        if m.realized is not None or m.op in LEAF or m.op in REDUCE or m.op is Ops.CONTIGUOUS:
-            return 0
-        if id(m) not in memo:
-            memo[id(m)] = min(_op_cost(m) + sum(walk(s) for s in m.srcs), 10 * RECOMPUTE_LIMIT)
-        return memo[id(m)]
 
-    return walk(n)
+def _recompute_costs(graph: list[Node]) -> dict[int, int]:
+    """Units of work to recompute each node per element, down to leaves and reductions."""
+    cost: dict[int, int] = {}
+    for n in graph:
+        if n.realized is not None or n.op in LEAF or n.op in REDUCE or n.op is Ops.CONTIGUOUS:
+            cost[id(n)] = 0
+        else:
+            cost[id(n)] = min(_op_cost(n) + sum(cost[id(s)] for s in n.srcs), COST_CAP)
+    return cost
 
 
 def _item(root: Node, reduce: Node | None, why: str, reason: dict[int, str]) -> ScheduleItem:

@@ -18,6 +18,7 @@ access renders without a single division.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -193,6 +194,10 @@ class Lin:
             ((inner, k),) = rest.terms
             if k == 1:  # (x // a) // c == x // (a * c)
                 return quotient + lin(FloorDiv(inner.x, inner.c * c))
+        split = _common_factor(rest, c)
+        if split is not None:  # (a*x + y) // (a*m) == x // m  when 0 <= y < a
+            a, big, _ = split
+            return quotient + big // (c // a)
         return quotient + lin(FloorDiv(rest, c))
 
     def __mod__(self, c: int) -> Lin:
@@ -207,6 +212,10 @@ class Lin:
             ((inner, k),) = rest.terms
             if k == 1 and inner.c % c == 0:  # (x % (a*c)) % c == x % c
                 return inner.x % c
+        split = _common_factor(rest, c)
+        if split is not None:  # (a*x + y) % (a*m) == (x % m)*a + y  when 0 <= y < a
+            a, big, small = split
+            return (big % (c // a)) * a + small
         return lin(Mod(rest, c))
 
     def substitute(self, env: dict[Atom, Lin]) -> Lin:
@@ -223,6 +232,23 @@ class Lin:
                 v = lin(a)
             out = out + v * c
         return out
+
+
+def _common_factor(e: Lin, c: int):
+    """Write e = a*big + small with a | c, 1 < a < c and 0 <= small < a, if possible.
+
+    Returns (a, big, small) for the largest such a, else None.
+    """
+    best = None
+    for _, coef in e.terms:
+        a = math.gcd(c, coef)
+        if a <= 1 or a >= c or (best is not None and a <= best[0]):
+            continue
+        big = {atom: k // a for atom, k in e.terms if k % a == 0}
+        small = _make({atom: k for atom, k in e.terms if k % a}, e.const)
+        if small.min >= 0 and small.max < a and not small.has_divmod():
+            best = (a, _make(big, 0), small)
+    return best
 
 
 def lin(x) -> Lin:

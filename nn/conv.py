@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from ..errors import DTypeError, ShapeError, fail
 from ..ir import node as N
+from ..ir.autodiff import with_vjp
 from ..movement import sliding_windows
 from ..tensor import Tensor
 
@@ -90,12 +91,25 @@ def _convnd(
             )
     else:
         pads = [(p, p) for p in _tuple(padding, n, "padding", op)]
-    flat_pad = [v for before, after in reversed(pads) for v in (before, after)]
-    if any(flat_pad):
-        # every element is read by kernel-size windows: one padded copy costs less than
-        # bounds checks on every read
-        x = x.pad(flat_pad)
-        x = x._make(N.contiguous(x.node, f"{op}: padded input, so windows read it unguarded"))
+    out = _correlate(x, weight, pads, stride, dilation, groups, op)
+    geometry = (x.shape, weight.shape, pads, stride, dilation, groups)
+    # the rule sits on the reduction: views around it may be folded into their neighbours
+    total = out.node.srcs[0]
+    with_vjp(total, lambda g: _conv_vjp(Tensor(g).reshape(out.shape), x, weight, geometry, op))
+    if bias is not None:
+        if bias.shape != (cout,):
+            fail(ShapeError, op, f"bias must have shape ({cout},), got {bias.shape}")
+        out = out + bias.reshape(1, cout, *([1] * n))
+    return out
+
+
+def _correlate(x: Tensor, weight: Tensor, pads, stride, dilation, groups: int, op: str) -> Tensor:
+    """sum over (Cin/G, kernel) of windows(pad(x)) * weight: the convolution itself."""
+    n = len(pads)
+    batch, cin = x.shape[:2]
+    cout, cin_g = weight.shape[:2]
+    kernel = weight.shape[2:]
+    x = _padded(x, pads, op)
     win = sliding_windows(x, kernel, stride, dilation)  # (N, Cin, *out, *kernel)
     outs = win.shape[2 : 2 + n]
     g, cout_g = groups, cout // groups
@@ -104,12 +118,63 @@ def _convnd(
     win = win.reshape(batch, g, 1, cin_g, *outs, *kernel)
     w = weight.reshape(1, g, cout_g, cin_g, *([1] * n), *kernel)
     axes = (3,) + tuple(range(4 + n, 4 + 2 * n))
-    out = (win * w).sum(axes).reshape(batch, cout, *outs)
-    if bias is not None:
-        if bias.shape != (cout,):
-            fail(ShapeError, op, f"bias must have shape ({cout},), got {bias.shape}")
-        out = out + bias.reshape(1, cout, *([1] * n))
-    return out
+    return (win * w).sum(axes).reshape(batch, cout, *outs)
+
+
+def _padded(x: Tensor, pads, op: str) -> Tensor:
+    """x padded for a convolution, materialized: every element is read by kernel-size
+    windows, and one padded copy costs less than bounds checks on every read."""
+    flat_pad = [v for before, after in reversed(pads) for v in (before, after)]
+    if not any(flat_pad):
+        return x
+    x = x.pad(flat_pad)
+    if any(v < 0 for v in flat_pad):  # a crop is a view already
+        return x
+    return x._make(N.contiguous(x.node, f"{op}: padded input, so windows read it unguarded"))
+
+
+def _dilate(t: Tensor, stride, n: int) -> Tensor:
+    """Insert stride-1 zeros between the elements of the last n axes."""
+    if all(s == 1 for s in stride):
+        return t
+    lead = t.shape[: t.ndim - n]
+    sizes = t.shape[t.ndim - n :]
+    t = t.reshape(*lead, *[v for o in sizes for v in (o, 1)])
+    t = t.pad([v for s in reversed(stride) for v in (0, s - 1, 0, 0)])
+    t = t.reshape(*lead, *[o * s for o, s in zip(sizes, stride)])
+    return t[
+        (slice(None),) * len(lead) + tuple(slice(0, (o - 1) * s + 1) for o, s in zip(sizes, stride))
+    ]
+
+
+def _conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str):
+    """The convolution's own gradients: a transposed convolution for the input, a
+    correlation of input windows with the output gradient for the weight. The derived
+    gradient of the window view is correct but full of index divisions (tested equal)."""
+    x_shape, w_shape, pads, stride, dilation, groups = geometry
+    n = len(pads)
+    batch, cin = x_shape[:2]
+    cout, cin_g = w_shape[:2]
+    kernel = w_shape[2:]
+    outs = g.shape[2:]
+    cout_g = cout // groups
+    # input: correlate the stride-dilated gradient, padded "full", with the flipped weight
+    gd = _dilate(g, stride, n)
+    tpads = []
+    for i, (before, after), k, d, s, o in zip(x_shape[2:], pads, kernel, dilation, stride, outs):
+        covered = (o - 1) * s + 1 + d * (k - 1)
+        extra = i + before + after - covered
+        tpads.append((d * (k - 1) - before, d * (k - 1) - after + extra))
+    wt = weight.reshape(groups, cout_g, cin_g, *kernel).transpose(1, 2)
+    wt = wt.reshape(cin, cout_g, *kernel)
+    wt = wt._make(N.flip(wt.node, tuple(range(2, 2 + n))))
+    dx = _correlate(gd, wt, tpads, (1,) * n, dilation, groups, op)
+    # weight: sum over batch and output positions of windows(x) * g
+    win = sliding_windows(_padded(x, pads, op), kernel, stride, dilation)
+    win = win.reshape(batch, groups, 1, cin_g, *outs, *kernel)
+    gw = g.reshape(batch, groups, cout_g, 1, *outs, *([1] * n))
+    dw = (win * gw).sum((0,) + tuple(range(4, 4 + n))).reshape(*w_shape)
+    return [(x.node, dx.node), (weight.node, dw.node)]
 
 
 def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1) -> Tensor:
