@@ -182,9 +182,14 @@ class Lin:
         assert isinstance(c, int) and c > 0
         if c == 1:
             return self
+        lo, hi = self.min, self.max
+        if lo // c == hi // c:  # the whole range falls in one bucket (a flipped index, say)
+            return lin(lo // c)
         # split off the part that divides exactly: (q*c + r) // c == q + r // c
-        q = {a: k // c for a, k in self.terms if k // c}
-        r = {a: k % c for a, k in self.terms if k % c}
+        # (q*c + r) // c == q + r // c for any integer q; truncating keeps small negative
+        # coefficients (a flipped axis) in the remainder, where their range can cancel
+        q = {a: _trunc(k, c) for a, k in self.terms if _trunc(k, c)}
+        r = {a: k - _trunc(k, c) * c for a, k in self.terms if k - _trunc(k, c) * c}
         rest = _make(r, self.const % c)
         quotient = _make(q, self.const // c)
         lo, hi = rest.min, rest.max
@@ -204,7 +209,12 @@ class Lin:
         assert isinstance(c, int) and c > 0
         if c == 1:
             return Lin((), 0)
-        rest = _make({a: k % c for a, k in self.terms if k % c}, self.const % c)
+        if self.min // c == self.max // c:
+            return self - (self.min // c) * c
+        rest = _make(
+            {a: k - _trunc(k, c) * c for a, k in self.terms if k - _trunc(k, c) * c},
+            self.const % c,
+        )
         lo, hi = rest.min, rest.max
         if lo // c == hi // c:
             return rest - (lo // c) * c
@@ -232,6 +242,11 @@ class Lin:
                 v = lin(a)
             out = out + v * c
         return out
+
+
+def _trunc(k: int, c: int) -> int:
+    """k / c rounded toward zero."""
+    return -(-k // c) if k < 0 else k // c
 
 
 def _common_factor(e: Lin, c: int):
