@@ -19,6 +19,7 @@ from ..ir.symbolic import FloorDiv, Lin, Mod, Var
 from .loopir import (
     AccInit,
     AccRead,
+    AccReduceLanes,
     AccUpdate,
     Alu,
     Const,
@@ -160,6 +161,16 @@ class _Renderer:
             )
         if isinstance(s, AccRead):
             return self.decl(s.dst, s.dtype, f"{s.acc}[{index(s.index)}]")
+        if isinstance(s, AccReduceLanes):
+            self.types[s.dst] = s.dtype
+            base = index(s.base)
+            step = f"{s.dst} += {s.acc}[{base} + k];"
+            if s.op is not Ops.ADD or s.dtype.is_bool:
+                step = f"{s.dst} = fg_max({s.dst}, {s.acc}[{base} + k]);"
+            return (
+                f"{s.dtype.cuda} {s.dst} = {s.acc}[{base}]; "
+                f"for (int k = 1; k < {s.lanes}; ++k) {step}"
+            )
         if isinstance(s, AccUpdate):
             ref = s.acc if s.index is None else f"{s.acc}[{index(s.index)}]"
             if s.op is Ops.ADD and not s.dtype.is_bool:

@@ -28,6 +28,7 @@ from .llvm_math import fconst, function_name, intrinsic_suffix, math_functions, 
 from .loopir import (
     AccInit,
     AccRead,
+    AccReduceLanes,
     AccUpdate,
     Alu,
     Const,
@@ -437,6 +438,27 @@ class _Renderer:
         ptr, moves = self.acc_ptr(s.acc, s.index)
         t = self.ty(s.dtype.llvm, moves)
         self.bind(s.dst, self.emit(f"load {t}, ptr {ptr}"), s.dtype, moves)
+
+    def stmt_AccReduceLanes(self, s: AccReduceLanes) -> None:
+        dt, w = s.dtype, s.lanes
+        t, vt = dt.llvm, f"<{w} x {dt.llvm}>"
+        ptr = self.emit(f"getelementptr inbounds {t}, ptr %{s.acc}.addr, i64 {self.index(s.base)}")
+        vec = self.emit(f"load {vt}, ptr {ptr}")
+        sfx = intrinsic_suffix(vt)
+        if dt.is_float and s.op is Ops.ADD:
+            fn = f"@llvm.vector.reduce.fadd.{sfx}"
+            self.decls.add(f"declare {t} {fn}({t}, {vt})")
+            v = self.emit(f"call reassoc nsz {t} {fn}({t} {literal(-0.0, dt)}, {vt} {vec})")
+        else:
+            kind = (
+                "fmaximum"
+                if dt.is_float
+                else ("or" if dt.is_bool else "add" if s.op is Ops.ADD else "smax")
+            )
+            fn = f"@llvm.vector.reduce.{kind}.{sfx}"
+            self.decls.add(f"declare {t} {fn}({vt})")
+            v = self.emit(f"call {t} {fn}({vt} {vec})")
+        self.bind(s.dst, v, dt)
 
     def stmt_AccUpdate(self, s: AccUpdate) -> None:
         dt = s.dtype

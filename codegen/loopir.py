@@ -112,6 +112,18 @@ class AccRead:
 
 
 @dataclass
+class AccReduceLanes:
+    """Combine `lanes` adjacent accumulator elements, from `base` on, into one value."""
+
+    dst: str
+    dtype: DType
+    acc: str
+    base: Lin
+    lanes: int
+    op: Ops  # ADD or MAX
+
+
+@dataclass
 class Store:
     param: Param
     index: Lin
@@ -175,6 +187,9 @@ def _print_block(body, depth: int, lines: list[str]) -> None:
             lines.append(f"{pad}{s.acc}{at} = {s.op.name.lower()}({s.acc}{at}, {s.value})")
         elif isinstance(s, AccRead):
             lines.append(f"{pad}{s.dst} = {s.acc}[{s.index}]")
+        elif isinstance(s, AccReduceLanes):
+            what = f"{s.acc}[{s.base} : {s.base} + {s.lanes}]"
+            lines.append(f"{pad}{s.dst} = {s.op.name.lower()} over {what}")
         elif isinstance(s, Store):
             lines.append(f"{pad}store {s.param.name}[{s.index}] = {s.value}")
         else:

@@ -24,6 +24,7 @@ from ..ir.symbolic import FloorDiv, Lin, Mod, Var, lin
 from .loopir import (
     AccInit,
     AccRead,
+    AccReduceLanes,
     AccUpdate,
     Alu,
     Const,
@@ -91,10 +92,11 @@ class Tile:
     """Register tiling of a reduction: `cols` outputs along out group `col` share each loaded
     value of the other operand, `rows` outputs along group `row` share each of this one's."""
 
-    col: int
+    col: int | None
     cols: int
     row: int | None = None
     rows: int = 1
+    lanes: bool = False  # vector lanes run along the innermost reduction loop instead of `col`
 
 
 class _Lowerer:
@@ -175,14 +177,21 @@ class _Lowerer:
         acc = self._new_acc()
         self.emit(AccInit(acc, red.dtype, reduce_identity(red.op, red.dtype), size))
         outer_block, outer_iter = self.block, self.iterations
-        value = self._reduction_body(red, red_coords, (), tile_vars=(i_var, t_var))
-        self.emit(AccUpdate(acc, red.dtype, REDUCE_COMBINE[red.op], value, slot), 1)
+        value = self._reduction_body(
+            red, red_coords, (), tile_vars=(i_var, t_var), lane_split=tile.lanes
+        )
+        combine = REDUCE_COMBINE[red.op]
+        self.emit(AccUpdate(acc, red.dtype, combine, value, slot), 1)
         self.scopes.pop()
         self.block, self.iterations = outer_block, outer_iter
         self._open_loop(Loop(i_var, tile.rows, [], "unroll"))
-        self._open_loop(Loop(t_var, tile.cols, [], "vector"))
         self.scopes.append({})
-        got = self.emit(AccRead(self.fresh(), red.dtype, acc, slot))
+        if tile.lanes:  # each row's lanes hold partial results: combine them
+            base = lin(i_var) * tile.cols
+            got = self.emit(AccReduceLanes(self.fresh(), red.dtype, acc, base, tile.cols, combine))
+        else:
+            self._open_loop(Loop(t_var, tile.cols, [], "vector"))
+            got = self.emit(AccRead(self.fresh(), red.dtype, acc, slot))
         self.scopes[-1][(id(red), red_coords, ())] = got
         value = self.gen(root, coords, ())
         self.emit(Store(self.out, linear_index(coords, root.shape), value))
@@ -198,14 +207,24 @@ class _Lowerer:
         self.acc_count += 1
         return f"acc{self.acc_count}"
 
-    def _reduction_body(self, n: Node, coords, guard, tile_vars=()) -> str:
-        """Open the reduction loops (and a tile's inner loops); the value to accumulate."""
+    def _reduction_body(self, n: Node, coords, guard, tile_vars=(), lane_split=False) -> str:
+        """Open the reduction loops (and a tile's inner loops); the value to accumulate.
+
+        With `lane_split`, the innermost reduction loop steps by the tile's lane count and
+        the tile's vector variable walks the lanes.
+        """
         src = n.srcs[0]
         red_vars = [
             Var(f"r{gi}", 0, math.prod(src.shape[a] for a in g) - 1)
             for gi, g in enumerate(self.red_groups)
         ]
-        red_coords = _coords_from_groups(src.shape, self.red_groups, red_vars)
+        red_exprs = [lin(v) for v in red_vars]
+        if lane_split:
+            lanes = tile_vars[1].max + 1
+            last = red_vars[-1]
+            red_vars[-1] = Var(last.name, 0, (last.max + 1) // lanes - 1)
+            red_exprs[-1] = lin(red_vars[-1]) * lanes + tile_vars[1]
+        red_coords = _coords_from_groups(src.shape, self.red_groups, red_exprs)
         src_coords = tuple(red_coords[i] if i in n.arg else c for i, c in enumerate(coords))
         for v in red_vars:
             self._open_loop(Loop(v, v.max + 1, [], "reduce"))
@@ -365,14 +384,19 @@ TILE_ROWS = 4
 
 
 def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
-    """Register-tile a reduction whose inner loop walks memory with a stride.
+    """Register-tile a reduction, or leave the plain loop nest when it already vectorizes.
 
-    When every load is contiguous along the innermost reduction loop (a row
-    sum) or does not move with it, the plain loop nest already vectorizes.
-    Otherwise (a matmul's right operand, a column sum, a convolution) the loop
-    over the output axis along which most strided loads are contiguous becomes
-    a vector of `cols` accumulators, and another output axis is unrolled
-    `rows` times to reuse each load.
+    - Some load walks memory with a stride along the innermost reduction loop
+      (a matmul's right operand, a column sum): the output axis along which
+      those loads are contiguous becomes a vector of `cols` accumulators.
+    - Every load is contiguous along (or does not move with) the innermost
+      reduction loop, and some output axis leaves a load unchanged (a
+      convolution's weight gradient): vector lanes run along the reduction and
+      that output axis is unrolled `rows` times, so each load serves every row.
+    - Otherwise a long reduction is left to LLVM's vectorizer (a row sum), and
+      a short one (a convolution's kernel width) gets an output-axis vector.
+
+    Another output axis is unrolled `rows` times in the first case too.
     """
     if item.reduce is None or not out_groups:
         return None
@@ -388,29 +412,49 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
                 loads.append(s)
 
     walk(plain.body)
-    # tile when some load walks memory with a stride along the innermost reduction loop, or
-    # when that loop is too short to vectorize (a convolution's kernel width)
-    inner = red_vars[-1]
-    strided = [ld for ld in loads if ld.index.coef(inner) not in (0, 1)]
-    if not strided and inner.max + 1 >= SHORT_REDUCTION:
+    if not loads:
         return None
-    loads = strided or loads
+    inner = red_vars[-1]
     extents = [math.prod(item.root.shape[a] for a in g) for g in out_groups]
     out_vars = [Var(f"o{g}", 0, e - 1) for g, e in enumerate(extents)]
-    votes = [sum(ld.index.coef(v) == 1 for ld in loads) for v in out_vars]
+    strided = [ld for ld in loads if abs(ld.index.coef(inner)) > 1]
+    if not strided:
+        unit = all(ld.index.coef(inner) in (0, 1) for ld in loads)  # lanes load as vectors
+        lanes = _divisor(inner.max + 1, TILE_COLS[0], 8) if unit else None
+        # an output axis some load does not depend on: rows along it share that load
+        shared = [
+            g
+            for g, v in enumerate(out_vars)
+            if extents[g] > 1 and any(ld.index.coef(v) == 0 for ld in loads)
+        ]
+        if lanes and shared:
+            row = max(
+                shared, key=lambda g: (sum(ld.index.coef(out_vars[g]) == 0 for ld in loads), g)
+            )
+            rows = extents[row] if extents[row] <= 8 else _divisor(extents[row], TILE_ROWS, 2)
+            if rows:
+                return Tile(None, lanes, row, rows, lanes=True)
+        if inner.max + 1 >= SHORT_REDUCTION:
+            return None
+    votes = [sum(ld.index.coef(v) == 1 for ld in strided) for v in out_vars]
+    if not any(votes):
+        votes = [sum(ld.index.coef(v) == 1 for ld in loads) for v in out_vars]
     col = max(range(len(extents)), key=lambda g: (votes[g], g))
     if votes[col] == 0:
         return None
     cols = next((c for c in TILE_COLS if extents[col] % c == 0), None)
     if cols is None:  # the largest divisor that fills a few vector lanes (28 -> 28, 10 -> 10)
-        cols = next(
-            (c for c in range(TILE_COLS[0], TILE_MIN_COLS - 1, -1) if extents[col] % c == 0), None
-        )
+        cols = _divisor(extents[col], TILE_COLS[0], TILE_MIN_COLS)
     if cols is None:
         return None
     rows_ok = [g for g in range(len(extents)) if g != col and extents[g] % TILE_ROWS == 0]
     row = rows_ok[-1] if rows_ok else None
     return Tile(col, cols, row, TILE_ROWS if row is not None else 1)
+
+
+def _divisor(n: int, most: int, least: int) -> int | None:
+    """The largest divisor of n in [least, most], or None."""
+    return next((c for c in range(min(most, n), least - 1, -1) if n % c == 0), None)
 
 
 def _contiguous_axes(axes: list[int]) -> bool:
