@@ -30,9 +30,19 @@ from .errors import (
 from .ir import node as _node
 from .ir.dtypes import DType, bool_, float32, float64, int32, int64
 
+
+def _nn_dirs() -> list[str]:
+    import importlib.util
+
+    spec = importlib.util.find_spec(__name__ + ".nn")
+    return list(spec.submodule_search_locations or []) if spec else []
+
+
+# frames in these folders are fusegrad's; errors and kernels name the first frame outside
 _register_package_dirs(
     [_os.path.dirname(_os.path.abspath(__file__))]
     + [_os.path.dirname(_os.path.abspath(m.__file__)) for m in (_ir, _codegen, _runtime)]
+    + _nn_dirs()
 )
 _node.SITE_HOOK = _user_site
 

@@ -19,6 +19,10 @@ def register_package_dirs(dirs) -> None:
     """The folders whose frames are fusegrad's own, not the user's."""
     global _PACKAGE_DIRS
     _PACKAGE_DIRS = tuple(os.path.abspath(d) + os.sep for d in dirs)
+    _is_ours.clear()
+
+
+_is_ours: dict[str, bool] = {}  # file name -> inside fusegrad (called for every new node)
 
 
 def user_site() -> str | None:
@@ -26,7 +30,10 @@ def user_site() -> str | None:
     f = sys._getframe(1)
     while f is not None:
         name = f.f_code.co_filename
-        if not name.startswith(_PACKAGE_DIRS) and not name.startswith("<frozen"):
+        ours = _is_ours.get(name)
+        if ours is None:
+            ours = _is_ours[name] = name.startswith(_PACKAGE_DIRS) or name.startswith("<frozen")
+        if not ours:
             return f"{os.path.basename(name)}:{f.f_lineno}"
         f = f.f_back
     return None
