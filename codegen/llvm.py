@@ -59,10 +59,33 @@ def _i32(v: int) -> str:
     return str(v - (1 << 32) if v >= 1 << 31 else v)
 
 
-# `contract` lets a multiply and an add fuse into one FMA (one rounding instead of two)
-_FLOAT_BINARY = {Ops.ADD: "fadd contract", Ops.MUL: "fmul contract", Ops.DIV: "fdiv"}
-_INT_BINARY = {Ops.ADD: "add", Ops.MUL: "mul"}
-_BOOL_BINARY = {Ops.ADD: "or", Ops.MUL: "and", Ops.MAX: "or"}
+# One row per op and type family; {t} is the (scalar or vector) type, {0} {1} the operands.
+# `contract` lets a multiply and an add fuse into one FMA (one rounding instead of two).
+_FLOAT_OPS = {
+    Ops.ADD: "fadd contract {t} {0}, {1}",
+    Ops.MUL: "fmul contract {t} {0}, {1}",
+    Ops.DIV: "fdiv {t} {0}, {1}",
+    Ops.NEG: "fneg {t} {0}",
+    Ops.RECIP: "fdiv {t} {one}, {0}",
+    Ops.CMPLT: "fcmp olt {t} {0}, {1}",
+    Ops.CMPEQ: "fcmp oeq {t} {0}, {1}",
+}
+_FLOAT_INTRINSICS = {Ops.MAX: ("maximum", 2), Ops.SQRT: ("sqrt", 1)}  # maximum propagates NaN
+_INT_OPS = {
+    Ops.ADD: "add {t} {0}, {1}",
+    Ops.MUL: "mul {t} {0}, {1}",
+    Ops.NEG: "sub {t} {zero}, {0}",
+    Ops.CMPLT: "icmp slt {t} {0}, {1}",
+    Ops.CMPEQ: "icmp eq {t} {0}, {1}",
+}
+_BOOL_OPS = {
+    Ops.ADD: "or {t} {0}, {1}",
+    Ops.MUL: "and {t} {0}, {1}",
+    Ops.MAX: "or {t} {0}, {1}",
+    Ops.NEG: "xor {t} {0}, {true}",
+    Ops.CMPLT: "icmp ult {t} {0}, {1}",
+    Ops.CMPEQ: "icmp eq {t} {0}, {1}",
+}
 
 
 class _Renderer:
@@ -338,20 +361,12 @@ class _Renderer:
 
     def float_op(self, op: Ops, a: list[str], dt: DType, varying: bool) -> str:
         t = self.ty(dt.llvm, varying)
-        if op in _FLOAT_BINARY:
-            return self.emit(f"{_FLOAT_BINARY[op]} {t} {a[0]}, {a[1]}")
-        if op is Ops.NEG:
-            return self.emit(f"fneg {t} {a[0]}")
-        if op is Ops.RECIP:
-            return self.emit(f"fdiv {t} {self.const(1.0, dt, varying)}, {a[0]}")
-        if op is Ops.CMPLT:
-            return self.emit(f"fcmp olt {t} {a[0]}, {a[1]}")
-        if op is Ops.CMPEQ:
-            return self.emit(f"fcmp oeq {t} {a[0]}, {a[1]}")
-        if op is Ops.MAX:
-            return self.emit(f"call {t} {self.intrinsic('maximum', t, 2)}({t} {a[0]}, {t} {a[1]})")
-        if op is Ops.SQRT:
-            return self.emit(f"call {t} {self.intrinsic('sqrt', t, 1)}({t} {a[0]})")
+        if op in _FLOAT_OPS:
+            return self.emit(_FLOAT_OPS[op].format(*a, t=t, one=self.const(1.0, dt, varying)))
+        if op in _FLOAT_INTRINSICS:
+            name, nargs = _FLOAT_INTRINSICS[op]
+            args = ", ".join(f"{t} {x}" for x in a[:nargs])
+            return self.emit(f"call {t} {self.intrinsic(name, t, nargs)}({args})")
         name = {Ops.EXP: "exp", Ops.LOG: "log", Ops.SIN: "sin"}[op]
         width = self.width if varying else None
         self.math.add((name, dt.llvm, width))
@@ -360,22 +375,12 @@ class _Renderer:
     def int_op(self, op: Ops, a: list[str], dt: DType, varying: bool) -> str:
         t = self.ty(dt.llvm, varying)
         bt = self.ty("i1", varying)
-        if dt.is_bool:
-            if op in _BOOL_BINARY:
-                return self.emit(f"{_BOOL_BINARY[op]} {t} {a[0]}, {a[1]}")
-            if op is Ops.NEG:
-                return self.emit(f"xor {t} {a[0]}, {self.const(True, dt, varying)}")
-            cmp = {Ops.CMPLT: "ult", Ops.CMPEQ: "eq"}[op]
-            return self.emit(f"icmp {cmp} {t} {a[0]}, {a[1]}")
         zero = self.const(0, dt, varying)
-        if op in _INT_BINARY:
-            return self.emit(f"{_INT_BINARY[op]} {t} {a[0]}, {a[1]}")
-        if op is Ops.NEG:
-            return self.emit(f"sub {t} {zero}, {a[0]}")
-        if op is Ops.CMPLT:
-            return self.emit(f"icmp slt {t} {a[0]}, {a[1]}")
-        if op is Ops.CMPEQ:
-            return self.emit(f"icmp eq {t} {a[0]}, {a[1]}")
+        table = _BOOL_OPS if dt.is_bool else _INT_OPS
+        if op in table:
+            return self.emit(
+                table[op].format(*a, t=t, zero=zero, true=self.const(True, dt, varying))
+            )
         if op is Ops.MAX:
             return self.emit(f"call {t} {self.intrinsic('smax', t, 2)}({t} {a[0]}, {t} {a[1]})")
         if op is Ops.DIV:  # integer division by zero gives 0 instead of a crash
