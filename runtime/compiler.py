@@ -32,7 +32,9 @@ def _target():
     llvm.initialize_native_asmprinter()
     target = llvm.Target.from_default_triple()
     cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
-    tm = target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic", jit=True)
+    # static relocations: position-independent code reaches outside symbols through a GOT,
+    # which MCJIT patched wrongly once several object files were loaded
+    tm = target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="static", jit=True)
     engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
     fingerprint = "|".join(
         [llvmlite.__version__, ".".join(map(str, llvm.llvm_version_info)), cpu, features]
@@ -116,6 +118,23 @@ def _write_atomic(path: str, data: bytes) -> None:
         raise
 
 
+def _read_cached(path: str) -> bytes | None:
+    """An object file from the cache, or None if it is missing or damaged.
+
+    Each file ends with the sha256 of the object before it: loading a truncated
+    or corrupted object file would crash the process inside LLVM.
+    """
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    obj, digest = data[:-32], data[-32:]
+    if len(data) <= 32 or hashlib.sha256(obj).digest() != digest:
+        return None
+    return obj
+
+
 def compile_kernel(source: str, symbol: str, nparams: int) -> CompiledKernel:
     """Machine code for `source` (which defines `symbol`), from a cache when possible."""
     hit = _memory.get(symbol)
@@ -126,21 +145,15 @@ def compile_kernel(source: str, symbol: str, nparams: int) -> CompiledKernel:
     key = hashlib.sha256((fingerprint + "\n" + source).encode()).hexdigest()
     path = _disk_path(key)
     t0 = time.perf_counter()
-    obj, how = None, "compiled"
-    if path and os.path.exists(path):
-        try:
-            with open(path, "rb") as f:
-                obj = f.read()
-            how = "disk"
-        except OSError:
-            obj = None
+    obj, how = _read_cached(path) if path else None, "disk"
     texts = {}
     if obj is None:
+        how = "compiled"
         mod = _optimize(source)
         obj = tm.emit_object(mod)
         if path:
             try:
-                _write_atomic(path, obj)
+                _write_atomic(path, obj + hashlib.sha256(obj).digest())
             except OSError:
                 pass  # a read-only cache folder only costs speed
         stats["compiled"] += 1

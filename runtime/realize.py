@@ -28,8 +28,7 @@ from .compiler import CompiledKernel, compile_kernel
 from .config import config
 from .launch import launch
 
-_dump_counter = 0
-_manifest: list[dict] = []
+_manifests: dict[str, list[dict]] = {}  # dump folder -> its manifest entries
 
 
 @dataclass
@@ -193,7 +192,9 @@ def _run_plan(plan: _Plan, todo: list[Node], leaves: list[Node]) -> list[KernelR
         inputs = [params[i] if kind == "leaf" else bufs[i] for kind, i in step.inputs]
         t0 = time.perf_counter()
         launch(step.record.compiled.fn, step.extent, step.work, [out.ptr] + [b.ptr for b in inputs])
-        rec = replace(step.record, seconds=time.perf_counter() - t0, cache="memory")
+        rec = replace(
+            step.record, seconds=time.perf_counter() - t0, cache="memory", compile_seconds=0.0
+        )
         records.append(rec)
         if config.debug >= 1:
             _log(rec.summary())
@@ -246,17 +247,16 @@ def _run(item: ScheduleItem) -> tuple[KernelRecord, int, int]:
 
 
 def _dump(records: list[KernelRecord]) -> None:
-    global _dump_counter
     if not config.dump:
         return
     os.makedirs(config.dump, exist_ok=True)
+    manifest = _manifests.setdefault(os.path.abspath(config.dump), [])
     for rec in records:
-        stem = f"{_dump_counter:03d}_{rec.name}"
-        _dump_counter += 1
+        stem = f"{len(manifest):03d}_{rec.name}"
         for ext, text in ((".loop", rec.loop_ir), (".ll", rec.llvm_ir), (".cu", rec.cuda_c)):
             with open(os.path.join(config.dump, stem + ext), "w") as f:
                 f.write(text)
-        _manifest.append(
+        manifest.append(
             {
                 "file": stem,
                 "name": rec.name,
@@ -272,4 +272,4 @@ def _dump(records: list[KernelRecord]) -> None:
             }
         )
     with open(os.path.join(config.dump, "manifest.json"), "w") as f:
-        json.dump(_manifest, f, indent=1)
+        json.dump(manifest, f, indent=1)

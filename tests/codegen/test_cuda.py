@@ -16,9 +16,10 @@ import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
-import fusegrad as fg
 import numpy as np
 import pytest
+
+import fusegrad as fg
 
 NVCC = shutil.which("nvcc") or (
     "/usr/local/bin/nvcc" if shutil.which("/usr/local/bin/nvcc") else None

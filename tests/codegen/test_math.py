@@ -11,9 +11,10 @@ The arrays are long enough to run both the vectorized loop and its scalar tail.
 
 from __future__ import annotations
 
-import fusegrad as fg
 import numpy as np
 import pytest
+
+import fusegrad as fg
 
 F32, F64 = np.float32, np.float64
 LONG = np.longdouble

@@ -12,9 +12,10 @@ from __future__ import annotations
 import platform
 import re
 
-import fusegrad as fg
 import numpy as np
 import pytest
+
+import fusegrad as fg
 
 pytestmark = pytest.mark.skipif(
     platform.machine().lower() not in ("x86_64", "amd64"),

@@ -6,9 +6,10 @@ checked against numpy, so a schedule that fuses too much is caught as well.
 
 from __future__ import annotations
 
-import fusegrad as fg
 import numpy as np
 import pytest
+
+import fusegrad as fg
 
 RNG = np.random.default_rng(1234)
 

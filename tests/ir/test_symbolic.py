@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import itertools
 
-import fusegrad as fg
 import numpy as np
-from fusegrad.codegen.loopir import Load, Loop, Store
-from fusegrad.ir.symbolic import FloorDiv, Lin, Mod, Var, lin
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import fusegrad as fg
+from fusegrad.codegen.loopir import Load, Loop, Store
+from fusegrad.ir.symbolic import FloorDiv, Lin, Mod, Var, lin
 
 # ---------------------------------------------------------------- an independent evaluator
 

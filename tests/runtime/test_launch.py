@@ -1,0 +1,237 @@
+"""Launching kernels over threads, and what a user sees of them (FUSEGRAD_DUMP, FUSEGRAD_DEBUG).
+
+The parallel loop of every kernel is cut into one slice per thread by
+`split`; the slices must cover the loop exactly, or elements are skipped or
+written twice. A kernel's answer must not depend on how many threads ran it,
+including more threads than the machine has cores. The dump and debug outputs
+are checked in a child process, with the environment variables a user sets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import fusegrad as fg
+import fusegrad.runtime.launch as launch_module
+from fusegrad.runtime.launch import PARALLEL_MIN_WORK, split
+
+RNG = np.random.default_rng(7)
+
+# ---------------------------------------------------------------- split
+
+
+@given(extent=st.integers(0, 1 << 22), parts=st.integers(1, 256))
+def test_split_covers_the_range_exactly_in_balanced_slices(extent, parts):
+    slices = split(extent, parts)
+    assert slices[0][0] == 0
+    assert slices[-1][1] == extent
+    for (_, end), (start, _) in zip(slices, slices[1:]):
+        assert end == start, slices  # contiguous: nothing skipped, nothing run twice
+    sizes = [end - start for start, end in slices]
+    assert min(sizes) >= 0
+    assert max(sizes) - min(sizes) <= 1, sizes  # balanced
+    assert len(slices) == max(1, min(parts, extent))  # never an empty slice for a thread
+    if extent > 0:
+        assert min(sizes) >= 1
+
+
+def test_split_of_a_small_range_gives_one_element_per_thread():
+    assert split(3, 8) == [(0, 1), (1, 2), (2, 3)]
+    assert split(10, 3) == [(0, 4), (4, 7), (7, 10)]
+    assert split(5, 1) == [(0, 5)]
+
+
+# ---------------------------------------------------------------- thread counts
+
+ROWS, COLS = 257, 301  # odd sizes, so no thread count divides the loop evenly
+assert ROWS * COLS >= PARALLEL_MIN_WORK  # big enough that the launcher splits it
+
+
+def chain(x):
+    if isinstance(x, np.ndarray):
+        return np.maximum(np.exp(x * 0.5 + 1.0) * x - 3.0, 0.0) / (1 + x * x)
+    return (((x * 0.5 + 1.0).exp() * x - 3.0).relu()) / (1 + x * x)
+
+
+def softmax_np(x):
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+CASES = {
+    "elementwise chain": (chain, chain),
+    "row sum": (lambda t: t.sum(1), lambda a: a.sum(axis=1)),
+    "column sum": (lambda t: t.sum(0), lambda a: a.sum(axis=0)),
+    "row max": (lambda t: t.amax(1), lambda a: a.max(axis=1)),
+    "row argmax": (lambda t: t.argmax(1), lambda a: a.argmax(axis=1)),
+    "row softmax": (lambda t: t.softmax(dim=1), softmax_np),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_results_do_not_depend_on_the_thread_count(case, monkeypatch):
+    build, oracle = CASES[case]
+    a = RNG.standard_normal((ROWS, COLS)).astype(np.float32)
+    slices_seen: list[list[tuple[int, int]]] = []
+
+    def recording_split(extent, parts):
+        out = split(extent, parts)
+        slices_seen.append(out)
+        return out
+
+    monkeypatch.setattr(launch_module, "split", recording_split)
+    results = {}
+    for threads in (1, 2, 3):  # 3 is more threads than this machine's cores
+        slices_seen.clear()
+        with fg.config.override(threads=threads):
+            # a fresh input buffer each time, so the kernels really run again
+            y = build(fg.from_numpy(a))
+            records = fg.kernels(y)
+        results[threads] = np.array(y.numpy())
+        assert records, "nothing ran"
+        if threads > 1:
+            # every kernel of the expression was cut into one slice per thread
+            assert len(slices_seen) == len(records), (case, threads, slices_seen)
+            assert all(len(s) == threads for s in slices_seen), (case, threads, slices_seen)
+    want = oracle(a.astype(np.float64))
+    np.testing.assert_allclose(results[1], want, rtol=2e-5, atol=2e-5)
+    for threads in (2, 3):
+        # bit for bit: each output element is computed by one thread with the same code
+        assert np.array_equal(results[threads], results[1]), (case, threads)
+
+
+def test_a_kernel_too_small_to_split_runs_on_the_calling_thread(monkeypatch):
+    calls = []
+    monkeypatch.setattr(launch_module, "split", lambda e, p: calls.append((e, p)) or split(e, p))
+    a = RNG.standard_normal((16, 16)).astype(np.float32)
+    with fg.config.override(threads=4):
+        y = (fg.from_numpy(a) * 3.0).realize()
+    assert calls == []
+    np.testing.assert_allclose(y.numpy(), a * 3.0, rtol=1e-6)
+
+
+# ---------------------------------------------------------------- child processes
+
+
+def run_child(script: str, tmp_path: Path, env: dict[str, str], name: str = "user_script.py"):
+    """Run `script` in a fresh Python with `env` added; returns (stdout, stderr, script lines)."""
+    path = tmp_path / name
+    text = textwrap.dedent(script)
+    path.write_text(text)
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEGRAD_")}
+    child_env.update({"FUSEGRAD_CACHE": "off", **env})
+    proc = subprocess.run(
+        [sys.executable, str(path)],
+        env=child_env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, f"child exited {proc.returncode}:\n{proc.stderr[-3000:]}"
+    return proc.stdout, proc.stderr, text.splitlines()
+
+
+def line_of(lines: list[str], marker: str) -> int:
+    """The 1-based number of the script line carrying `# marker`."""
+    (number,) = [i + 1 for i, line in enumerate(lines) if line.rstrip().endswith(f"# {marker}")]
+    return number
+
+
+USER_SCRIPT = """\
+    import json
+    import numpy as np
+    import fusegrad as fg
+
+    x = fg.from_numpy(np.linspace(-2, 2, 3 * 4096, dtype=np.float32).reshape(3, 4096))
+    y = (x * 0.5).exp()  # ELEMENTWISE
+    s = x.softmax(dim=1)  # SOFTMAX
+    records = fg.kernels(y, s)
+    print(json.dumps([
+        {"name": r.name, "ops": r.ops, "lines": r.lines, "shape": list(r.shape),
+         "input_shapes": [list(i) for i in r.input_shapes], "bytes": r.bytes,
+         "flops": r.flops, "cache": r.cache}
+        for r in records
+    ]))
+"""
+
+
+def test_dump_writes_every_kernel_and_a_manifest(tmp_path):
+    dump = tmp_path / "dump"
+    out, _, lines = run_child(USER_SCRIPT, tmp_path, {"FUSEGRAD_DUMP": str(dump)})
+    records = json.loads(out)
+    assert len(records) >= 2  # the exp, and at least the softmax's last kernel
+
+    manifest = json.loads((dump / "manifest.json").read_text())
+    assert len(manifest) == len(records)
+    expected_files = {"manifest.json"}
+    for i, (rec, entry) in enumerate(zip(records, manifest)):
+        stem = f"{i:03d}_{rec['name']}"
+        expected_files |= {stem + ".loop", stem + ".ll", stem + ".cu"}
+        assert f"kernel {rec['name']}" in (dump / f"{stem}.loop").read_text()
+        assert "define void @" in (dump / f"{stem}.ll").read_text()
+        assert "__global__" in (dump / f"{stem}.cu").read_text()
+        for key in ("ops", "lines", "shape", "input_shapes", "bytes", "flops", "cache"):
+            assert entry[key] == rec[key], (stem, key, entry[key], rec[key])
+        assert entry["cache"] == "compiled"  # FUSEGRAD_CACHE=off: nothing comes from disk
+        assert isinstance(entry["compile_ms"], (int, float)) and entry["compile_ms"] > 0
+        assert entry["bytes"] > 0 and entry["flops"] > 0
+    assert set(os.listdir(dump)) == expected_files
+
+    user_lines = [line for entry in manifest for line in entry["lines"]]
+    assert f"user_script.py:{line_of(lines, 'ELEMENTWISE')}" in user_lines
+    assert f"user_script.py:{line_of(lines, 'SOFTMAX')}" in user_lines
+
+
+def test_each_dump_folder_has_a_manifest_of_its_own_files(tmp_path):
+    """Dumping two runs into two folders (to diff them): each manifest names its folder's files."""
+    script = """\
+        import numpy as np
+        import fusegrad as fg
+
+        x = fg.from_numpy(np.arange(12, dtype=np.float32).reshape(3, 4))
+        with fg.config.override(dump="first"):
+            (x * 2).exp().realize()
+        with fg.config.override(dump="second"):
+            x.softmax(dim=1).realize()
+    """
+    run_child(script, tmp_path, {})
+    for folder in ("first", "second"):
+        files = set(os.listdir(tmp_path / folder)) - {"manifest.json"}
+        manifest = json.loads((tmp_path / folder / "manifest.json").read_text())
+        named = {entry["file"] + ext for entry in manifest for ext in (".loop", ".ll", ".cu")}
+        assert named == files, f"{folder}/manifest.json names {sorted(named)}; has {sorted(files)}"
+
+
+def test_debug_2_prints_the_schedule_with_the_users_lines(tmp_path):
+    out, err, lines = run_child(USER_SCRIPT, tmp_path, {"FUSEGRAD_DEBUG": "2"})
+    records = json.loads(out)
+    log = [line for line in err.splitlines() if line.startswith("fusegrad:")]
+    assert f"fusegrad: schedule: {len(records)} kernel(s)" in log
+    for i, rec in enumerate(records):
+        # the schedule entry: index, fused ops, output shape
+        entry = f"[{i}] {' '.join(rec['ops'])} -> {tuple(rec['shape'])}"
+        assert any(entry in line for line in log), (entry, log)
+        # and the one line per kernel launched (debug level 1 and up)
+        assert any(line.split()[1:2] == [rec["name"]] and "[compiled" in line for line in log), (
+            rec["name"],
+            log,
+        )
+    froms = {line.split("from ", 1)[1].strip() for line in log if " from " in line}
+    assert f"user_script.py:{line_of(lines, 'ELEMENTWISE')}" in froms
+    assert f"user_script.py:{line_of(lines, 'SOFTMAX')}" in froms
+
+
+def test_debug_0_prints_nothing(tmp_path):
+    _, err, _ = run_child(USER_SCRIPT, tmp_path, {"FUSEGRAD_DEBUG": "0"})
+    assert "fusegrad:" not in err
