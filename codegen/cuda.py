@@ -12,7 +12,6 @@ numpy's `maximum` does.
 
 from __future__ import annotations
 
-from ..ir import rand
 from ..ir.dtypes import DType
 from ..ir.ops import Ops
 from ..ir.symbolic import FloorDiv, Lin, Mod, Var
@@ -143,8 +142,7 @@ class _Renderer:
         if isinstance(s, Select):
             return self.decl(s.dst, s.dtype, f"({valid(s.valid)}) ? {s.value} : ({s.dtype.cuda})0")
         if isinstance(s, Rand):
-            key = rand.seed_key(s.seed)
-            h = f"fg_fmix((unsigned int){index(s.index)} ^ {key}u)"
+            h = f"fg_fmix((unsigned int){index(s.index)} ^ (unsigned int){s.key})"
             return self.decl(
                 s.dst, s.dtype, f"({s.dtype.cuda})({h} >> 8) * ({s.dtype.cuda})(1.0 / 16777216.0)"
             )

@@ -330,7 +330,8 @@ class _Renderer:
         def c(v: int) -> str:
             return f"splat (i32 {_i32(v)})" if varying else _i32(v)
 
-        x = self.emit(f"xor {i32} {idx}, {c(rand.seed_key(s.seed))}")
+        key = self.ref(s.key, want_vector=varying)
+        x = self.emit(f"xor {i32} {idx}, {key}")
         for shift, mul in ((16, rand.MIX1), (13, rand.MIX2), (16, None)):
             sh = self.emit(f"lshr {i32} {x}, {c(shift)}")
             x = self.emit(f"xor {i32} {x}, {sh}")

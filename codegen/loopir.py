@@ -74,11 +74,11 @@ class Select:
 
 @dataclass
 class Rand:
-    """Uniform [0, 1) from `fusegrad.ir.rand` at linear index `index`."""
+    """Uniform [0, 1) from `fusegrad.ir.rand` at linear index `index`, keyed by value `key`."""
 
     dst: str
     dtype: DType
-    seed: int
+    key: str  # an int32 value
     index: Lin
 
 
@@ -178,7 +178,7 @@ def _print_block(body, depth: int, lines: list[str]) -> None:
         elif isinstance(s, Select):
             lines.append(f"{pad}{s.dst} = {s.value} if {_valid_str(s.valid)} else 0")
         elif isinstance(s, Rand):
-            lines.append(f"{pad}{s.dst} = rand(seed={s.seed}, index={s.index})")
+            lines.append(f"{pad}{s.dst} = rand(key={s.key}, index={s.index})")
         elif isinstance(s, AccInit):
             size = f"[{s.size}]" if s.size > 1 else ""
             lines.append(f"{pad}{s.acc}{size}: {s.dtype.name} = {s.value!r}")

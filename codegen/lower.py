@@ -255,7 +255,8 @@ class _Lowerer:
         if n.op is Ops.CONST:
             return self.emit(Const(self.fresh("c"), n.dtype, n.arg))
         if n.op is Ops.RAND:
-            return self.emit(Rand(self.fresh(), n.dtype, n.arg, linear_index(coords, n.shape)), 8)
+            key = self.gen(n.srcs[0], (), ())
+            return self.emit(Rand(self.fresh(), n.dtype, key, linear_index(coords, n.shape)), 8)
         if n.op in ELEMENTWISE:
             args = tuple(self.gen(s, coords, guard) for s in n.srcs)
             return self.emit(Alu(self.fresh(), n.dtype, n.op, args), 1)

@@ -13,8 +13,9 @@ from __future__ import annotations
 import argparse
 import time
 
-import fusegrad as fg
 import numpy as np
+
+import fusegrad as fg
 
 
 def show(title: str, *tensors, code: str = "loop") -> None:

@@ -18,11 +18,13 @@ import numpy as np
 
 from .errors import DeviceError, DTypeError, ShapeError, fail
 from .ir import node as N
+from .ir import rand as rand_spec
 from .ir.dtypes import (
     DEFAULT_FLOAT,
     DType,
     bool_,
     float32,
+    int32,
     int64,
     to_dtype,
 )
@@ -44,6 +46,13 @@ def manual_seed(seed: int) -> None:
 def _next_seed() -> int:
     _seed["counter"] += 1
     return (_seed["seed"] * 1_000_003 + _seed["counter"] * 7_919) & 0xFFFFFFFFFFFF
+
+
+def _key() -> N.Node:
+    """A fresh random stream's key, as a 0-d int32 buffer (data, so kernels stay reusable)."""
+    key = rand_spec.key_as_int32(rand_spec.seed_key(_next_seed()))
+    buf = Buffer.from_numpy(np.array([key], dtype=np.int32), int32)
+    return N.buffer(buf, (), int32)
 
 
 def _check_device(device) -> None:
@@ -194,7 +203,7 @@ def rand(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
     dt = to_dtype(dtype or float32)
     if not dt.is_float:
         fail(DTypeError, "rand", f"needs a float dtype, got {dt.name}")
-    return _finish(N.rand(_next_seed(), _shape(size), dt), requires_grad)
+    return _finish(N.rand(_key(), _shape(size), dt), requires_grad)
 
 
 def randn(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
@@ -204,8 +213,8 @@ def randn(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor
     if not dt.is_float:
         fail(DTypeError, "randn", f"needs a float dtype, got {dt.name}")
     shape = _shape(size)
-    u1 = Tensor(N.rand(_next_seed(), shape, dt))
-    u2 = Tensor(N.rand(_next_seed(), shape, dt))
+    u1 = Tensor(N.rand(_key(), shape, dt))
+    u2 = Tensor(N.rand(_key(), shape, dt))
     r = ((1 - u1).log() * -2).sqrt()  # 1 - u1 is in (0, 1], so the log is finite
     z = r * (u2 * (2 * math.pi)).cos()
     return _finish(z.node, requires_grad)

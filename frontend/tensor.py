@@ -367,13 +367,17 @@ class Tensor(MovementMixin, ReduceMixin):
         return where(self <= 0, 0, self)
 
     def sigmoid(self):
+        """1 / (1 + e^-x), from z = e^-|x| <= 1 so that neither the value nor any derivative
+        overflows: x >= 0 gives 1 / (1 + z), x < 0 gives z / (1 + z)."""
         x = self._float()
-        return (1 + (-x).exp()).reciprocal()
+        z = (-x.abs()).exp()
+        return where(x >= 0, 1, z) / (1 + z)
 
     def tanh(self):
         """tanh(x) = 2 sigmoid(2x) - 1, with a series near 0 where that form cancels."""
         x = self._float()
-        big = 2 * (2 * x).sigmoid() - 1
+        e = (-2 * x.abs()).exp()  # <= 1: no overflow in the value or its derivatives
+        big = where(x < 0, -1, 1) * (1 - e) / (1 + e)
         x2 = x * x
         # odd Taylor series to x^9: error < 1e-8 for |x| < 0.25
         small = x * (1 + x2 * (-1 / 3 + x2 * (2 / 15 + x2 * (-17 / 315 + x2 * (62 / 2835)))))

@@ -117,6 +117,7 @@ VJP: dict[Ops, Callable[[Node, Node], tuple]] = {
     ),
     Ops.FLIP: lambda n, g: (N.flip(g, n.arg),),
     Ops.CONTIGUOUS: lambda n, g: (g,),
+    Ops.RAND: lambda n, g: (None,),
     Ops.DETACH: lambda n, g: (None,),
 }
 

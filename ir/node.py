@@ -101,10 +101,14 @@ def const(value, shape: Shape, dtype: DType) -> Node:
     return make(Ops.CONST, (), value, tuple(shape), dtype)
 
 
-def rand(seed: int, shape: Shape, dtype: DType) -> Node:
-    """Uniform [0, 1) numbers: element i is a hash of (seed, i), so any kernel can regenerate it."""
-    assert dtype.is_float
-    return make(Ops.RAND, (), int(seed), tuple(shape), dtype)
+def rand(key: Node, shape: Shape, dtype: DType) -> Node:
+    """Uniform [0, 1) numbers: element i is a hash of (key, i), so any kernel can regenerate it.
+
+    The key is data (a 0-d int32 node, usually a buffer), not a constant in the graph: a new
+    dropout mask each step changes a buffer, not the graph, so nothing is recompiled.
+    """
+    assert dtype.is_float and key.shape == () and key.dtype.name == "int32"
+    return make(Ops.RAND, (key,), None, tuple(shape), dtype)
 
 
 # ---------------------------------------------------------------- elementwise
@@ -222,7 +226,7 @@ def contiguous(x: Node, reason: str | None = None) -> Node:
 
 def detach(x: Node) -> Node:
     """The same value, cut off from differentiation."""
-    if x.op in (Ops.DETACH, Ops.CONST, Ops.RAND):
+    if x.op in (Ops.DETACH, Ops.CONST):
         return x
     return make(Ops.DETACH, (x,), None, x.shape, x.dtype)
 

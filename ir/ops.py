@@ -16,7 +16,7 @@ class Ops(Enum):
     # leaves
     BUFFER = auto()  # realized data; arg is the runtime Buffer
     CONST = auto()  # a scalar broadcast to the node's shape; arg is the Python value
-    RAND = auto()  # uniform [0, 1) from a counter-based hash; arg is the seed
+    RAND = auto()  # uniform [0, 1) from a counter-based hash of (key, index); src: the key
     # unary elementwise
     NEG = auto()
     EXP = auto()
@@ -53,7 +53,7 @@ class Ops(Enum):
         return f"Ops.{self.name}"
 
 
-LEAF = {Ops.BUFFER, Ops.CONST, Ops.RAND}
+LEAF = {Ops.BUFFER, Ops.CONST}
 UNARY = {Ops.NEG, Ops.EXP, Ops.LOG, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.CAST}
 BINARY = {Ops.ADD, Ops.MUL, Ops.DIV, Ops.MAX, Ops.CMPLT, Ops.CMPEQ}
 TERNARY = {Ops.WHERE}

@@ -1,6 +1,6 @@
 """The counter-based random number generator behind the RAND primitive.
 
-Element `i` of `rand(seed, shape)` is a pure function of `(seed, i)`, so a
+Element `i` of `rand(key, shape)` is a pure function of `(key, i)`, so a
 kernel can regenerate a dropout mask instead of reading it from memory, and the
 forward and backward kernels agree on it. The function is a MurmurHash3
 finalizer over 32-bit integers, then the top 24 bits as a float in [0, 1).
@@ -32,9 +32,20 @@ def seed_key(seed: int) -> int:
     return fmix32((seed * GOLDEN + (seed >> 32)) & MASK32)
 
 
+def key_as_int32(key: int) -> int:
+    """The 32-bit key as the signed value an int32 buffer holds."""
+    key &= MASK32
+    return key - (1 << 32) if key >= 1 << 31 else key
+
+
 def uniform(seed: int, index: np.ndarray) -> np.ndarray:
     """Reference values for linear indices `index` (any integer array), as float64 in [0, 1)."""
-    x = (index.astype(np.uint64) & MASK32).astype(np.uint32) ^ np.uint32(seed_key(seed))
+    return uniform_from_key(seed_key(seed), index)
+
+
+def uniform_from_key(key: int, index: np.ndarray) -> np.ndarray:
+    """The same, from the 32-bit key the RAND node reads."""
+    x = (index.astype(np.uint64) & MASK32).astype(np.uint32) ^ np.uint32(key & MASK32)
     x = x.astype(np.uint32)
     x ^= x >> np.uint32(16)
     x *= np.uint32(MIX1)

@@ -47,6 +47,9 @@ _ELEMENTWISE = {
     Ops.CMPLT: lambda n, a, b: a < b,
     Ops.CMPEQ: lambda n, a, b: a == b,
     Ops.WHERE: lambda n, c, a, b: np.where(c, a, b),
+    Ops.RAND: lambda n, key: rand.uniform_from_key(
+        int(key), np.arange(n.numel, dtype=np.int64).reshape(n.shape)
+    ),
     Ops.SUM: lambda n, x: np.sum(x, axis=n.arg, keepdims=True, dtype=n.dtype.np),
     Ops.REDUCE_MAX: lambda n, x: np.max(x, axis=n.arg, keepdims=True),
     Ops.RESHAPE: lambda n, x: x.reshape(n.arg),
@@ -65,9 +68,6 @@ def _leaf(n: Node) -> np.ndarray:
         return np.asarray(n.realized.numpy()).reshape(n.shape)
     if n.op is Ops.CONST:
         return np.full(n.shape, n.arg, dtype=n.dtype.np)
-    if n.op is Ops.RAND:
-        index = np.arange(n.numel, dtype=np.int64).reshape(n.shape)
-        return rand.uniform(n.arg, index).astype(n.dtype.np)
     raise AssertionError(f"not a leaf: {n}")
 
 

@@ -66,6 +66,8 @@ def is_squeeze(n: Node) -> bool:
 
 def _op_cost(n: Node) -> int:
     """Work per element: views are index arithmetic, free; ALU ops cost."""
+    if n.op is Ops.RAND:
+        return TRANSCENDENTAL_COST
     if n.op not in ELEMENTWISE:
         return 0
     return TRANSCENDENTAL_COST if n.op in TRANSCENDENTAL else 1

@@ -242,3 +242,144 @@ def avg_pool1d(x, kernel_size, stride=None, padding=0, count_include_pad: bool =
 def avg_pool2d(x, kernel_size, stride=None, padding=0, count_include_pad: bool = True) -> Tensor:
     """Mean over sliding windows of the last two axes (stride defaults to kernel_size)."""
     return _poolnd(x, kernel_size, stride, padding, 2, "avg", "avg_pool2d", count_include_pad)
+
+
+# ---------------------------------------------------------------- modules
+
+
+def _module_bases():
+    from .layers import _uninitialized
+    from .module import Module
+
+    return Module, _uninitialized
+
+
+_Module, _uninitialized = _module_bases()
+
+
+class _ConvNd(_Module):
+    """Shared parts of Conv1d/Conv2d: PyTorch's parameters, initialisation and repr."""
+
+    n = 0
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size,
+        stride=1,
+        padding=0,
+        dilation=1,
+        groups: int = 1,
+        bias: bool = True,
+        dtype=None,
+    ):
+        super().__init__()
+        name = f"Conv{self.n}d"
+        if in_channels % groups or out_channels % groups:
+            fail(
+                ShapeError,
+                name,
+                f"groups={groups} must divide in_channels={in_channels} "
+                f"and out_channels={out_channels}",
+            )
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size = _tuple(kernel_size, self.n, "kernel_size", name)
+        self.stride = _tuple(stride, self.n, "stride", name)
+        self.padding = (
+            padding if isinstance(padding, str) else _tuple(padding, self.n, "padding", name)
+        )
+        self.dilation = _tuple(dilation, self.n, "dilation", name)
+        self.weight = _uninitialized(
+            out_channels, in_channels // groups, *self.kernel_size, dtype=dtype
+        )
+        if bias:
+            self.bias = _uninitialized(out_channels, dtype=dtype)
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """As torch: kaiming_uniform(a=sqrt(5)) weights, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) bias."""
+        import math
+
+        from . import init
+
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            fan_in = (self.in_channels // self.groups) * math.prod(self.kernel_size)
+            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+            init.uniform_(self.bias, -bound, bound)
+
+    def extra_repr(self) -> str:
+        s = (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+            f"stride={self.stride}"
+        )
+        if self.padding != (0,) * self.n:
+            s += f", padding={self.padding}"
+        if self.dilation != (1,) * self.n:
+            s += f", dilation={self.dilation}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        if self.bias is None:
+            s += ", bias=False"
+        return s
+
+
+class Conv1d(_ConvNd):
+    """1-D convolution layer over (N, C, L), as torch.nn.Conv1d."""
+
+    n = 1
+
+    def forward(self, x):
+        return conv1d(
+            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
+        )
+
+
+class Conv2d(_ConvNd):
+    """2-D convolution layer over (N, C, H, W), as torch.nn.Conv2d."""
+
+    n = 2
+
+    def forward(self, x):
+        return conv2d(
+            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
+        )
+
+
+class _PoolNd(_Module):
+    n, kind = 2, "max"
+
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__()
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+
+    def extra_repr(self) -> str:
+        stride = self.kernel_size if self.stride is None else self.stride
+        return f"kernel_size={self.kernel_size}, stride={stride}, padding={self.padding}"
+
+
+class MaxPool1d(_PoolNd):
+    def forward(self, x):
+        return max_pool1d(x, self.kernel_size, self.stride, self.padding)
+
+
+class MaxPool2d(_PoolNd):
+    """Max over sliding windows, as torch.nn.MaxPool2d."""
+
+    def forward(self, x):
+        return max_pool2d(x, self.kernel_size, self.stride, self.padding)
+
+
+class AvgPool1d(_PoolNd):
+    def forward(self, x):
+        return avg_pool1d(x, self.kernel_size, self.stride, self.padding)
+
+
+class AvgPool2d(_PoolNd):
+    """Mean over sliding windows, as torch.nn.AvgPool2d."""
+
+    def forward(self, x):
+        return avg_pool2d(x, self.kernel_size, self.stride, self.padding)

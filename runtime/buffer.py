@@ -47,6 +47,8 @@ class Buffer:
         return self.array
 
     def __del__(self):
+        if _pool is None:  # interpreter shutdown: the module's globals are already gone
+            return
         global live_buffers, _pooled_bytes
         live_buffers -= 1
         a = self.array

@@ -1,0 +1,219 @@
+"""LeNet-5 on real MNIST, compiled by fusegrad into fused LLVM kernels.
+
+Run:  python examples/lenet_mnist.py [--epochs 1] [--arch lenet|minitorch]
+                                     [--save w.npz] [--load w.npz] [--plot]
+
+Each training step (forward, backward, SGD-with-momentum update) is one lazy
+graph; the first step schedules and compiles it, every later step re-runs the
+cached kernels. The 60,000 training and 10,000 test images ship with the
+repository (examples/data/mnist, with their provenance).
+
+--arch minitorch trains MiniTorch's network instead (conv 4@3x3, conv 8@3x3,
+average-pool 4, linear 392->64, dropout 0.25, linear 10, log-softmax) and
+prints MiniTorch's log lines: `Epoch e loss L valid acc c/16`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+import fusegrad as fg
+from fusegrad import nn
+from fusegrad.nn import functional as F
+from fusegrad.nn.conv import AvgPool2d, Conv2d, MaxPool2d
+from fusegrad.nn.mnist import load_mnist
+
+MEAN, STD = 0.1307, 0.3081  # of the MNIST training pixels, as everyone normalizes
+
+
+class LeNet5(nn.Module):
+    """conv 6@5x5 (pad 2), ReLU, max-pool 2; conv 16@5x5, ReLU, max-pool 2; 120, 84, 10."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = Conv2d(1, 6, 5, padding=2)
+        self.conv2 = Conv2d(6, 16, 5)
+        self.pool = MaxPool2d(2)
+        self.fc1 = nn.Linear(16 * 5 * 5, 120)
+        self.fc2 = nn.Linear(120, 84)
+        self.fc3 = nn.Linear(84, 10)
+
+    def forward(self, x):
+        x = self.pool(self.conv1(x).relu())
+        x = self.pool(self.conv2(x).relu())
+        x = x.flatten(1)
+        x = self.fc1(x).relu()
+        x = self.fc2(x).relu()
+        return self.fc3(x)
+
+
+class MiniTorchNet(nn.Module):
+    """MiniTorch's MNIST network: two 'same' 3x3 convolutions, average-pool 4, two linears."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = Conv2d(1, 4, 3, padding="same")
+        self.conv2 = Conv2d(4, 8, 3, padding="same")
+        self.pool = AvgPool2d(4)
+        self.fc1 = nn.Linear(392, 64)
+        self.drop = nn.Dropout(0.25)
+        self.fc2 = nn.Linear(64, 10)
+
+    def forward(self, x):
+        x = self.conv1(x).relu()
+        x = self.conv2(x).relu()
+        x = self.pool(x).flatten(1)
+        x = self.drop(self.fc1(x).relu())
+        return self.fc2(x).log_softmax(1)
+
+
+def normalize(images: np.ndarray) -> np.ndarray:
+    return ((images.astype(np.float32) / 255.0 - MEAN) / STD)[:, None, :, :]
+
+
+def evaluate(model, images: np.ndarray, labels: np.ndarray, batch: int = 1000):
+    """Accuracy over all images, and the predictions."""
+    model.eval()
+    preds = []
+    with fg.no_grad():
+        for i in range(0, len(images), batch):
+            logits = model(fg.tensor(images[i : i + batch]))
+            preds.append(logits.argmax(1).numpy())
+    model.train()
+    pred = np.concatenate(preds)
+    return float((pred == labels).mean()), pred
+
+
+def progress(iterable, total: int, desc: str):
+    """A tqdm bar when tqdm is installed and the output is a terminal or a log."""
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover - tqdm is a dependency
+        return iterable
+    return tqdm(iterable, total=total, desc=desc, mininterval=0.5, file=sys.stderr)
+
+
+def plot(history: dict, images, labels, pred, path_prefix: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("--plot needs matplotlib: pip install -e .[plot]")
+        return
+    fig, ax = plt.subplots(1, 2, figsize=(10, 4))
+    ax[0].plot(history["step"], history["loss"])
+    ax[0].set_xlabel("step")
+    ax[0].set_ylabel("training loss")
+    ax[1].plot(range(1, len(history["test_acc"]) + 1), history["test_acc"], marker="o")
+    ax[1].set_xlabel("epoch")
+    ax[1].set_ylabel("test accuracy")
+    fig.tight_layout()
+    fig.savefig(path_prefix + "_curves.png")
+    wrong = np.nonzero(pred != labels)[0][:36]
+    fig, axes = plt.subplots(6, 6, figsize=(8, 8))
+    for a in axes.flat:
+        a.axis("off")
+    for a, i in zip(axes.flat, wrong):
+        a.imshow(images[i], cmap="gray")
+        a.set_title(f"{labels[i]} as {pred[i]}", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path_prefix + "_misclassified.png")
+    print(f"wrote {path_prefix}_curves.png and {path_prefix}_misclassified.png")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--arch", choices=["lenet", "minitorch"], default="lenet")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--optim", choices=["adam", "sgd"], default="adam")
+    ap.add_argument("--lr", type=float, default=None, help="default 2e-3 (adam), 0.02 (sgd)")
+    ap.add_argument("--momentum", type=float, default=0.9, help="for --optim sgd")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--save", help="write the trained weights to this .npz file")
+    ap.add_argument("--load", help="start from weights in this .npz file")
+    ap.add_argument(
+        "--plot", action="store_true", help="write loss/accuracy curves and misclassified digits"
+    )
+    ap.add_argument("--data", help="folder with the four MNIST .gz files (default: shipped copy)")
+    ap.add_argument("--limit", type=int, default=None, help="use only this many training images")
+    args = ap.parse_args()
+
+    fg.manual_seed(args.seed)
+    train_x, train_y, test_x, test_y = load_mnist(args.data)
+    if args.limit:
+        train_x, train_y = train_x[: args.limit], train_y[: args.limit]
+    xs, xt = normalize(train_x), normalize(test_x)
+    minitorch = args.arch == "minitorch"
+    model = MiniTorchNet() if minitorch else LeNet5()
+    if args.load:
+        model.load_state_dict(nn.load(args.load))
+    lr = args.lr if args.lr is not None else (2e-3 if args.optim == "adam" else 0.02)
+    if args.optim == "adam":
+        opt = fg.optim.Adam(model.parameters(), lr=lr)
+    else:
+        opt = fg.optim.SGD(model.parameters(), lr=lr, momentum=args.momentum)
+    rng = np.random.default_rng(args.seed)
+    steps_per_epoch = len(xs) // args.batch
+    history = {"step": [], "loss": [], "test_acc": []}
+    print(
+        f"{args.arch}: {sum(p.numel() for p in model.parameters())} parameters, "
+        f"{len(xs)} training images, batch {args.batch}, {args.optim} lr {lr}"
+    )
+    start = time.perf_counter()
+    for epoch in range(1, args.epochs + 1):
+        order = rng.permutation(len(xs))
+        bar = progress(range(steps_per_epoch), steps_per_epoch, f"epoch {epoch}")
+        t0, seen, correct, recent = time.perf_counter(), 0, 0, []
+        for step in bar:
+            idx = order[step * args.batch : (step + 1) * args.batch]
+            x, y = fg.tensor(xs[idx]), fg.tensor(train_y[idx].astype(np.int64))
+            out = model(x)
+            loss = F.nll_loss(out, y) if minitorch else F.cross_entropy(out, y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()  # realizes forward, backward and update together
+            value = loss.item()
+            recent.append(value)
+            history["step"].append((epoch - 1) * steps_per_epoch + step)
+            history["loss"].append(value)
+            if step % 50 == 0 or step == steps_per_epoch - 1:
+                correct += int((out.argmax(1).numpy() == train_y[idx]).sum())
+                seen += len(idx)
+                rate = (step + 1) / (time.perf_counter() - t0)
+                if hasattr(bar, "set_postfix"):
+                    bar.set_postfix(
+                        loss=f"{np.mean(recent[-50:]):.3f}",
+                        acc=f"{correct / seen:.3f}",
+                        steps_s=f"{rate:.0f}",
+                    )
+            if minitorch and step % 100 == 0:
+                vi = rng.choice(len(xt), 16, replace=False)
+                acc, _ = evaluate(model, xt[vi], test_y[vi], batch=16)
+                mean = np.mean(recent[-100:])
+                print(f"Epoch {epoch} loss {mean:.4f} valid acc {round(acc * 16)}/16")
+        acc, pred = evaluate(model, xt, test_y)
+        history["test_acc"].append(acc)
+        elapsed = time.perf_counter() - start
+        print(
+            f"epoch {epoch}: train loss {np.mean(recent):.4f}, test accuracy {acc * 100:.2f}% "
+            f"({int(acc * len(test_y))}/{len(test_y)}), {elapsed:.1f} s so far"
+        )
+    if args.save:
+        nn.save(model.state_dict(), args.save)
+        print(f"saved weights to {args.save}")
+    if args.plot:
+        plot(history, test_x, test_y, pred, os.path.splitext(args.save or "lenet")[0])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""`fusegrad.data`: datasets and a batching, shuffling DataLoader that yields fusegrad tensors.
+
+Samples are gathered on the host with numpy and each batch becomes realized
+tensors (`fg.from_numpy`): to the compiler a batch is data, so every
+full-size batch runs the same cached schedule.
+
+>>> import numpy as np
+>>> from fusegrad.data import DataLoader, TensorDataset
+>>> ds = TensorDataset(np.arange(10.0).reshape(5, 2), np.arange(5))
+>>> [tuple(x.shape) for x, y in DataLoader(ds, batch_size=2)]
+[(2, 2), (2, 2), (1, 2)]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+
+from .. import creation
+from ..tensor import Tensor
+
+
+class Dataset:
+    """A map-style dataset: subclasses define `__getitem__(i)` and `__len__()`.
+
+    A subclass may also define `__getitems__(indices)` returning a whole batch
+    at once (as `TensorDataset` does); the DataLoader then uses it.
+    """
+
+    def __getitem__(self, index):
+        raise NotImplementedError(f"{type(self).__name__} must define __getitem__")
+
+    def __len__(self) -> int:
+        raise NotImplementedError(f"{type(self).__name__} must define __len__")
+
+
+class TensorDataset(Dataset):
+    """Samples are rows of the given tensors (or numpy arrays), which share their first dim.
+
+    `ds[i]` is a tuple of tensors, one row of each; the data is kept as numpy
+    arrays so that batches are gathered without running kernels.
+    """
+
+    def __init__(self, *tensors):
+        if not tensors:
+            raise ValueError("TensorDataset needs at least one tensor")
+        self.arrays = [np.asarray(t.numpy() if isinstance(t, Tensor) else t) for t in tensors]
+        n = len(self.arrays[0]) if self.arrays[0].ndim else None
+        if n is None or any(a.ndim == 0 or len(a) != n for a in self.arrays):
+            raise ValueError("Size mismatch between tensors")
+        self.tensors = tuple(tensors)
+
+    def __len__(self) -> int:
+        return len(self.arrays[0])
+
+    def __getitem__(self, index):
+        return tuple(_to_tensor(np.asarray(a[index])) for a in self.arrays)
+
+    def __getitems__(self, indices: Sequence[int]):
+        idx = np.asarray(indices, dtype=np.int64)
+        return tuple(_to_tensor(a[idx]) for a in self.arrays)
+
+
+def _to_tensor(a: np.ndarray) -> Tensor:
+    if a.dtype == np.float64 or a.dtype == np.float16:
+        a = a.astype(np.float32)  # fusegrad's default float, as fg.tensor does for Python floats
+    elif a.dtype.kind in "iu" and a.dtype != np.int32:
+        a = a.astype(np.int64)
+    return creation.from_numpy(np.ascontiguousarray(a))
+
+
+def default_collate(samples: list):
+    """Stack a list of samples into a batch: tensors, arrays and numbers stack along a new dim 0;
+    tuples, lists and dicts are collated field by field."""
+    first = samples[0]
+    if isinstance(first, dict):
+        return {k: default_collate([s[k] for s in samples]) for k in first}
+    if isinstance(first, (tuple, list)):
+        return type(first)(default_collate(list(field)) for field in zip(*samples))
+    if isinstance(first, Tensor):
+        return creation.from_numpy(np.stack([s.numpy() for s in samples]))
+    return _to_tensor(np.stack([np.asarray(s) for s in samples]))
+
+
+class DataLoader:
+    """Iterate over a dataset in batches of fusegrad tensors.
+
+    `shuffle=True` draws a new permutation each epoch from `generator` (a
+    numpy Generator), or from `seed`, or else from the `fg.manual_seed` stream,
+    so runs are reproducible. `drop_last` drops a final short batch.
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        batch_size: int | None = 1,
+        shuffle: bool = False,
+        drop_last: bool = False,
+        collate_fn: Callable | None = None,
+        generator: np.random.Generator | None = None,
+        seed: int | None = None,
+    ):
+        if batch_size is not None and batch_size <= 0:
+            raise ValueError(f"batch_size should be a positive integer, got {batch_size}")
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.drop_last = drop_last
+        self.collate_fn = collate_fn
+        if generator is None and seed is not None:
+            generator = np.random.default_rng(seed)
+        self.generator = generator
+
+    def __len__(self) -> int:
+        n = len(self.dataset)
+        if self.batch_size is None:
+            return n
+        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+
+    def _order(self) -> np.ndarray:
+        n = len(self.dataset)
+        if not self.shuffle:
+            return np.arange(n)
+        rng = self.generator or np.random.default_rng(creation._next_seed())
+        return rng.permutation(n)
+
+    def __iter__(self) -> Iterator:
+        order = self._order()
+        if self.batch_size is None:  # no batching: samples one by one, as torch does
+            for i in order:
+                yield self.dataset[int(i)]
+            return
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start : start + self.batch_size]
+            if self.drop_last and len(idx) < self.batch_size:
+                return
+            yield self._fetch(idx)
+
+    def _fetch(self, idx: np.ndarray):
+        if self.collate_fn is None and hasattr(self.dataset, "__getitems__"):
+            return self.dataset.__getitems__(idx)
+        samples = [self.dataset[int(i)] for i in idx]
+        return (self.collate_fn or default_collate)(samples)

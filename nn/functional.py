@@ -1,0 +1,357 @@
+"""`fusegrad.nn.functional`: layers and losses as functions, as torch.nn.functional.
+
+Every function composes frontend ops (so it is differentiable and fuses with
+its neighbours); none computes anything when called.
+
+>>> import fusegrad as fg
+>>> import fusegrad.nn.functional as F
+>>> logits = fg.tensor([[2.0, 0.5, -1.0]])
+>>> round(F.cross_entropy(logits, fg.tensor([0])).item(), 4)
+0.2413
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from .. import creation
+from ..tensor import Tensor, where
+
+# ---------------------------------------------------------------- activations
+
+
+def relu(input: Tensor, inplace: bool = False) -> Tensor:
+    return input.relu()
+
+
+def sigmoid(input: Tensor) -> Tensor:
+    """1 / (1 + exp(-x)), with torch's gradient y (1 - y) computed from the output y.
+
+    The value is written so that it cannot overflow: with e = exp(-|x|) in
+    (0, 1], sigmoid(x) is 1 / (1 + e) for x >= 0 and e / (1 + e) below.
+    The gradient is torch's formula rather than the chain rule through that
+    expression: where y rounds to exactly 0 or 1 it is exactly 0, as in torch,
+    which is what keeps a saturated Sigmoid + BCELoss from taking huge steps
+    (BCELoss divides by max(y (1 - y), 1e-12)). Like BCELoss's, this gradient
+    is itself not differentiated again: use `Tensor.sigmoid` for second derivatives.
+    """
+    x = input.detach()
+    e = (-x.abs()).exp()
+    y = where(x >= 0, 1.0, e) / (1.0 + e)
+    return _with_gradients(y, (input, y * (1.0 - y)))
+
+
+def tanh(input: Tensor) -> Tensor:
+    """tanh(x); inputs are clamped to [-20, 20], where float32 tanh is already +-1.
+
+    The clamp keeps `Tensor.tanh`'s gradient finite (it is NaN for x < -44),
+    and changes no value: the true derivative beyond 20 is below 1e-17.
+    """
+    return input.clamp(-20.0, 20.0).tanh()
+
+
+def _softmax_dim(ndim: int) -> int:
+    # torch's legacy rule for softmax(dim=None), with its warning
+    warnings.warn(
+        "Implicit dimension choice for softmax has been deprecated. "
+        "Change the call to include dim=X as an argument.",
+        stacklevel=3,
+    )
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+def softmax(input: Tensor, dim: int | None = None) -> Tensor:
+    """exp(x) / sum(exp(x)) along `dim`, computed stably (the max is subtracted first)."""
+    return input.softmax(_softmax_dim(input.ndim) if dim is None else dim)
+
+
+def log_softmax(input: Tensor, dim: int | None = None) -> Tensor:
+    return input.log_softmax(_softmax_dim(input.ndim) if dim is None else dim)
+
+
+# ---------------------------------------------------------------- layers as functions
+
+
+def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """x @ W.T + b, with W of shape (out_features, in_features) as torch stores it."""
+    out = input @ weight.T
+    return out if bias is None else out + bias
+
+
+def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    """Zero each element with probability p and scale the rest by 1 / (1 - p) (inverted dropout).
+
+    The mask is `fg.rand` (the counter-based RAND primitive): it is recomputed
+    inside whichever kernels read it, forward and backward alike, and never
+    stored. Outside training (or with p == 0) the input is returned unchanged.
+    """
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0.0:
+        return input
+    if p == 1.0:
+        return input * 0.0
+    keep = creation.rand(*input.shape, dtype=input.dtype) >= p  # P(u >= p) = 1 - p
+    return where(keep, input * (1.0 / (1.0 - p)), 0.0)
+
+
+def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
+    """int64 one-hot encoding along a new last axis (num_classes=-1 reads max + 1, as torch)."""
+    if tensor.dtype.is_float or tensor.dtype.is_bool:
+        raise TypeError(f"one_hot is only applicable to index tensors, got {tensor.dtype.name}")
+    if num_classes == -1:
+        num_classes = int(tensor.max().item()) + 1 if tensor.numel() else 0
+    return (tensor[..., None] == creation.arange(num_classes)).long()
+
+
+def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> Tensor:
+    """Rows of `weight` picked by the integer tensor `input`: shape input.shape + (dim,).
+
+    There is no gather primitive, so the lookup is a one-hot compare times the
+    table, `(idx[..., None] == arange(V)) @ weight`; the scheduler fuses the
+    compare into the matmul's reduction, so the one-hot matrix is never stored,
+    and the gradient for `weight` is the matching scatter-add.
+    Rows at `padding_idx` receive no gradient.
+    """
+    if input.dtype.is_float or input.dtype.is_bool:
+        raise TypeError(
+            "embedding: expected an integer index tensor (int64 or int32), "
+            f"got {input.dtype.name}; use .long()"
+        )
+    num, dim = weight.shape
+    _check_indices(input, num)
+    hit = input[..., None] == creation.arange(num)
+    if padding_idx is not None:
+        padding_idx = padding_idx % num
+        hit = hit & (creation.arange(num) != padding_idx)
+    out = hit.cast(weight.dtype) @ weight
+    if padding_idx is not None:
+        pad_rows = (input == padding_idx)[..., None].cast(weight.dtype)
+        out = out + pad_rows * weight[padding_idx].detach()
+    return out.reshape(tuple(input.shape) + (dim,))
+
+
+def _check_indices(input: Tensor, num: int) -> None:
+    """Out-of-range indices would silently give zero rows: check them when they are known."""
+    if input.node.realized is None or input.numel() == 0:
+        return
+    values = input.numpy()
+    lo, hi = int(values.min()), int(values.max())
+    if lo < 0 or hi >= num:
+        bad = lo if lo < 0 else hi
+        raise IndexError(f"embedding: index {bad} is out of range for a table of {num} rows")
+
+
+# ---------------------------------------------------------------- losses
+
+
+def _reduce(loss: Tensor, reduction: str) -> Tensor:
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "none":
+        return loss
+    raise ValueError(f"{reduction} is not a valid value for reduction")
+
+
+def _check_reduction(reduction: str) -> None:
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+
+
+def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    """(input - target)^2, averaged (or summed) over every element."""
+    _check_reduction(reduction)
+    if tuple(input.shape) != tuple(target.shape):
+        warnings.warn(
+            f"Using a target size ({tuple(target.shape)}) that is different to the input size "
+            f"({tuple(input.shape)}). This will likely lead to incorrect results due to "
+            "broadcasting. Please ensure they have the same size.",
+            stacklevel=2,
+        )
+    diff = input - target
+    return _reduce(diff * diff, reduction)
+
+
+def binary_cross_entropy(
+    input: Tensor, target: Tensor, weight: Tensor | None = None, reduction: str = "mean"
+) -> Tensor:
+    """-w (y log(x) + (1 - y) log(1 - x)) for probabilities x; each log is clamped at -100.
+
+    The gradient is torch's, w (x - y) / max(x (1 - x), 1e-12), not the chain
+    rule through the clamped logs: where a sigmoid saturates to exactly 0 or 1
+    that chain rule multiplies 0 by an infinite 1/x and gives NaN.
+    """
+    _check_reduction(reduction)
+    if tuple(input.shape) != tuple(target.shape):
+        raise ValueError(
+            f"Using a target size ({tuple(target.shape)}) that is different to the input size "
+            f"({tuple(input.shape)}) is deprecated. Please ensure they have the same size."
+        )
+    x, y = input.detach(), target.detach()
+    log_x = x.log().maximum(-100.0)
+    log_1mx = (1.0 - x).log().maximum(-100.0)
+    value = -(y * log_x + (1.0 - y) * log_1mx)
+    grad_x = (x - y) / (x * (1.0 - x)).maximum(1e-12)
+    loss = _with_gradients(value, (input, grad_x), (target, log_1mx - log_x))
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+def _with_gradients(value: Tensor, *pairs: tuple[Tensor, Tensor]) -> Tensor:
+    """`value` (detached), whose gradient with respect to each `t` is the given `grad`.
+
+    value + (t - t.detach()) * grad: the added term is exactly 0, and its
+    derivative in t is `grad`, so this is a hand-written vector-Jacobian
+    product built from ordinary ops.
+    """
+    out = value
+    for t, grad in pairs:
+        if t.requires_grad:
+            out = out + (t - t.detach()) * grad
+    return out
+
+
+def binary_cross_entropy_with_logits(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    reduction: str = "mean",
+    pos_weight: Tensor | None = None,
+) -> Tensor:
+    """Sigmoid and binary cross-entropy in one stable formula.
+
+    loss = (1 - y) x + l (log(1 + exp(-|x|)) + max(-x, 0)), with l = 1 + (pos_weight - 1) y.
+    """
+    _check_reduction(reduction)
+    if tuple(input.shape) != tuple(target.shape):
+        raise ValueError(
+            f"Target size ({tuple(target.shape)}) must be the same as input size "
+            f"({tuple(input.shape)})"
+        )
+    softplus_neg = (1.0 + (-input.abs()).exp()).log() + (-input).maximum(0.0)
+    if pos_weight is not None:
+        softplus_neg = softplus_neg * ((pos_weight - 1.0) * target + 1.0)
+    loss = (1.0 - target) * input + softplus_neg
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+def _classes_last(input: Tensor) -> Tensor:
+    """(N, C, d1, ...) -> (N, d1, ..., C): every loss below reduces over the last axis."""
+    if input.ndim <= 2:
+        return input
+    return input.permute(0, *range(2, input.ndim), 1)
+
+
+def _class_count(input: Tensor) -> int:
+    if input.ndim == 0:
+        raise ValueError("input must have at least one dimension (the classes)")
+    return input.shape[1] if input.ndim >= 2 else input.shape[0]
+
+
+def _check_targets(input: Tensor, target: Tensor, op: str) -> None:
+    want = (input.shape[0],) + tuple(input.shape[2:]) if input.ndim >= 2 else ()
+    if tuple(target.shape) != want:
+        raise ValueError(
+            f"{op}: expected target of shape {want} for input of shape {tuple(input.shape)}, "
+            f"got {tuple(target.shape)}"
+        )
+
+
+def nll_loss(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+) -> Tensor:
+    """-w[y] * input[..., y] for log-probabilities `input` (classes on dim 1) and class indices.
+
+    'mean' divides by the sum of the picked weights, as torch does; targets equal
+    to `ignore_index` contribute nothing.
+    """
+    _check_reduction(reduction)
+    if target.dtype.is_float or target.dtype.is_bool:
+        raise TypeError(f"nll_loss: expected integer class indices, got {target.dtype.name}")
+    _check_targets(input, target, "nll_loss")
+    if input.ndim == 1:  # unbatched: one sample of C classes
+        loss = nll_loss(input[None], target.reshape(1), weight, ignore_index, reduction)
+        return loss.reshape(()) if reduction == "none" else loss
+    classes = _class_count(input)
+    x = _classes_last(input)
+    hit = target[..., None] == creation.arange(classes)
+    if 0 <= ignore_index < classes:  # out-of-range ignore_index never matches anyway
+        hit = hit & (target != ignore_index)[..., None]
+    picked = where(hit, x, 0.0).sum(-1)
+    if weight is not None:
+        w = where(hit, weight.cast(x.dtype), 0.0).sum(-1)
+    else:
+        w = hit.cast(x.dtype).sum(-1)
+    loss = -(w * picked)
+    if reduction == "mean":
+        return loss.sum() / w.sum()
+    return _reduce(loss, reduction)
+
+
+def cross_entropy(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+) -> Tensor:
+    """log_softmax over dim 1 and the negative log-likelihood of the target.
+
+    `target` is either class indices (an integer tensor without the class axis)
+    or class probabilities (a float tensor shaped like `input`), as in torch.
+    """
+    _check_reduction(reduction)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"label_smoothing must be between 0.0 and 1.0, got {label_smoothing}")
+    classes = _class_count(input)
+    if input.ndim == 1:  # unbatched: one sample of C classes
+        target = target[None] if target.dtype.is_float else target.reshape(1)
+        loss = cross_entropy(input[None], target, weight, ignore_index, reduction, label_smoothing)
+        return loss.reshape(()) if reduction == "none" else loss
+    logp = input.log_softmax(1)
+    if target.dtype.is_float:
+        return _cross_entropy_probs(logp, target, weight, reduction, label_smoothing, classes)
+    nll = nll_loss(logp, target, weight, ignore_index, reduction)
+    if label_smoothing == 0.0:
+        return nll
+    x = _classes_last(logp)
+    w = weight.cast(x.dtype) if weight is not None else None
+    smooth = -((x * w) if w is not None else x).sum(-1)
+    valid = target != ignore_index
+    smooth = where(valid, smooth, 0.0)
+    if reduction == "mean":
+        if w is not None:
+            hit = (target[..., None] == creation.arange(classes)) & valid[..., None]
+            denom = where(hit, w, 0.0).sum()
+        else:
+            denom = valid.cast(x.dtype).sum()
+        smooth = smooth.sum() / denom
+    else:
+        smooth = _reduce(smooth, reduction)
+    return (1.0 - label_smoothing) * nll + smooth * (label_smoothing / classes)
+
+
+def _cross_entropy_probs(logp, target, weight, reduction, label_smoothing, classes):
+    if tuple(target.shape) != tuple(logp.shape):
+        raise ValueError(
+            f"cross_entropy: probability targets must have the input's shape "
+            f"{tuple(logp.shape)}, got {tuple(target.shape)}"
+        )
+    if label_smoothing > 0.0:
+        target = target * (1.0 - label_smoothing) + label_smoothing / classes
+    x, y = _classes_last(logp), _classes_last(target)
+    terms = x * y if weight is None else x * y * weight.cast(x.dtype)
+    loss = -terms.sum(-1)
+    if reduction == "mean":
+        return loss.sum() / (logp.numel() // classes)
+    return _reduce(loss, reduction)

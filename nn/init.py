@@ -1,0 +1,143 @@
+"""`fusegrad.nn.init`: fill tensors in place with PyTorch's initialisation schemes.
+
+Values are drawn on the host by a numpy `Generator` seeded from fusegrad's
+generator state (`fg.manual_seed`), so a model built after `fg.manual_seed(s)`
+is the same every run, and initialising costs no kernel compilation.
+Each function returns its tensor, as torch's do.
+
+>>> import fusegrad as fg
+>>> from fusegrad.nn import init
+>>> w = fg.zeros(3, 4)
+>>> _ = init.kaiming_uniform_(w, a=5 ** 0.5)     # torch's default for Linear
+>>> bool((w.numpy() ** 2).max() <= 1 / 4)       # bound = 1 / sqrt(fan_in)
+True
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import creation
+from ..tensor import Tensor
+
+
+def _rng(generator: np.random.Generator | None) -> np.random.Generator:
+    if generator is not None:
+        return generator
+    return np.random.default_rng(creation._next_seed())  # advances the fg.manual_seed stream
+
+
+def _fill(tensor: Tensor, values: np.ndarray) -> Tensor:
+    tensor.assign_(creation.from_numpy(np.ascontiguousarray(values, dtype=tensor.dtype.np)))
+    return tensor
+
+
+def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
+    """The recommended gain for a nonlinearity (torch.nn.init.calculate_gain).
+
+    linear, conv and sigmoid: 1; tanh: 5/3; relu: sqrt(2);
+    leaky_relu: sqrt(2 / (1 + slope^2)) with slope `param` (default 0.01); selu: 3/4.
+    """
+    linear_fns = ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d")
+    linear_fns += ("conv_transpose2d", "conv_transpose3d")
+    if nonlinearity in linear_fns or nonlinearity == "sigmoid":
+        return 1.0
+    if nonlinearity == "tanh":
+        return 5.0 / 3
+    if nonlinearity == "relu":
+        return math.sqrt(2.0)
+    if nonlinearity == "leaky_relu":
+        if param is None:
+            slope = 0.01
+        elif isinstance(param, (int, float)) and not isinstance(param, bool):
+            slope = param
+        else:
+            raise ValueError(f"negative_slope {param} not a valid number")
+        return math.sqrt(2.0 / (1 + slope**2))
+    if nonlinearity == "selu":
+        return 3.0 / 4
+    raise ValueError(f"Unsupported nonlinearity {nonlinearity}")
+
+
+def _calculate_fan_in_and_fan_out(tensor: Tensor) -> tuple[int, int]:
+    """fan_in = shape[1] * receptive field, fan_out = shape[0] * receptive field."""
+    if tensor.ndim < 2:
+        raise ValueError(
+            "Fan in and fan out can not be computed for tensor with fewer than 2 dimensions"
+        )
+    receptive = math.prod(tensor.shape[2:])
+    return tensor.shape[1] * receptive, tensor.shape[0] * receptive
+
+
+def _fan(tensor: Tensor, mode: str) -> int:
+    if mode not in ("fan_in", "fan_out"):
+        raise ValueError(f"Mode {mode} not supported, please use one of fan_in, fan_out")
+    fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
+    return fan_in if mode == "fan_in" else fan_out
+
+
+def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0, generator=None) -> Tensor:
+    """Fill with U(a, b)."""
+    return _fill(tensor, _rng(generator).uniform(a, b, tensor.shape))
+
+
+def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, generator=None) -> Tensor:
+    """Fill with N(mean, std^2)."""
+    return _fill(tensor, _rng(generator).normal(mean, std, tensor.shape))
+
+
+def constant_(tensor: Tensor, val: float) -> Tensor:
+    return _fill(tensor, np.full(tensor.shape, val))
+
+
+def zeros_(tensor: Tensor) -> Tensor:
+    return constant_(tensor, 0.0)
+
+
+def ones_(tensor: Tensor) -> Tensor:
+    return constant_(tensor, 1.0)
+
+
+def kaiming_uniform_(
+    tensor: Tensor,
+    a: float = 0.0,
+    mode: str = "fan_in",
+    nonlinearity: str = "leaky_relu",
+    generator=None,
+) -> Tensor:
+    """He uniform: U(-bound, bound), bound = gain * sqrt(3 / fan)."""
+    if 0 in tensor.shape:
+        return tensor
+    std = calculate_gain(nonlinearity, a) / math.sqrt(_fan(tensor, mode))
+    bound = math.sqrt(3.0) * std
+    return uniform_(tensor, -bound, bound, generator)
+
+
+def kaiming_normal_(
+    tensor: Tensor,
+    a: float = 0.0,
+    mode: str = "fan_in",
+    nonlinearity: str = "leaky_relu",
+    generator=None,
+) -> Tensor:
+    """He normal: N(0, std^2), std = gain / sqrt(fan)."""
+    if 0 in tensor.shape:
+        return tensor
+    std = calculate_gain(nonlinearity, a) / math.sqrt(_fan(tensor, mode))
+    return normal_(tensor, 0.0, std, generator)
+
+
+def xavier_uniform_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
+    """Glorot uniform: U(-a, a), a = gain * sqrt(6 / (fan_in + fan_out))."""
+    fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
+    a = math.sqrt(3.0) * gain * math.sqrt(2.0 / float(fan_in + fan_out))
+    return uniform_(tensor, -a, a, generator)
+
+
+def xavier_normal_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
+    """Glorot normal: N(0, std^2), std = gain * sqrt(2 / (fan_in + fan_out))."""
+    fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
+    std = gain * math.sqrt(2.0 / float(fan_in + fan_out))
+    return normal_(tensor, 0.0, std, generator)

@@ -1,0 +1,201 @@
+"""Layers: modules whose `forward` builds graph from their parameters and input.
+
+Each initialises itself as torch does (`reset_parameters`), from the
+`fg.manual_seed` stream, and prints as torch prints it.
+
+>>> import fusegrad as fg
+>>> from fusegrad import nn
+>>> fg.manual_seed(0)
+>>> layer = nn.Linear(3, 2)
+>>> layer
+Linear(in_features=3, out_features=2, bias=True)
+>>> layer(fg.ones(5, 3)).shape
+(5, 2)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import creation
+from . import functional as F
+from . import init
+from .module import Module, Parameter
+
+
+def _uninitialized(*shape: int, dtype=None) -> Parameter:
+    """A parameter of this shape whose values `reset_parameters` sets (no kernel runs)."""
+    dt = creation.to_dtype(dtype or "float32")
+    return Parameter(creation.from_numpy(np.zeros(shape, dtype=dt.np)))
+
+
+class Identity(Module):
+    def forward(self, input):
+        return input
+
+
+class Linear(Module):
+    """y = x @ W.T + b, W of shape (out_features, in_features).
+
+    Initialised as torch.nn.Linear: W by kaiming_uniform(a=sqrt(5)), i.e.
+    U(-1/sqrt(in), 1/sqrt(in)), and b by U(-1/sqrt(in), 1/sqrt(in)).
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, dtype=None):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = _uninitialized(out_features, in_features, dtype=dtype)
+        if bias:
+            self.bias = _uninitialized(out_features, dtype=dtype)
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            fan_in = self.in_features
+            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input):
+        return F.linear(input, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"bias={self.bias is not None}"
+        )
+
+
+class ReLU(Module):
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+
+    def forward(self, input):
+        return input.relu()
+
+
+class Sigmoid(Module):
+    def forward(self, input):
+        return F.sigmoid(input)
+
+
+class Tanh(Module):
+    def forward(self, input):
+        return F.tanh(input)
+
+
+class Softmax(Module):
+    def __init__(self, dim: int | None = None):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, input):
+        return F.softmax(input, self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class LogSoftmax(Module):
+    def __init__(self, dim: int | None = None):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, input):
+        return F.log_softmax(input, self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class Dropout(Module):
+    """Inverted dropout in train(); the identity in eval(). See `functional.dropout`."""
+
+    def __init__(self, p: float = 0.5, inplace: bool = False):
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+        self.p = p
+
+    def forward(self, input):
+        return F.dropout(input, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}, inplace=False"
+
+
+class Flatten(Module):
+    """Flatten dims start_dim..end_dim into one (by default all but the batch dim)."""
+
+    def __init__(self, start_dim: int = 1, end_dim: int = -1):
+        super().__init__()
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def forward(self, input):
+        return input.flatten(self.start_dim, self.end_dim)
+
+    def extra_repr(self) -> str:
+        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
+
+class Embedding(Module):
+    """A lookup table of `num_embeddings` vectors of size `embedding_dim`, indexed by integers.
+
+    Initialised from N(0, 1), with the `padding_idx` row zero, as torch.nn.Embedding.
+
+    >>> import fusegrad as fg
+    >>> emb = Embedding.from_pretrained(fg.tensor([[0.0, 1.0], [2.0, 3.0]]))
+    >>> emb(fg.tensor([1, 0, 1])).tolist()
+    [[2.0, 3.0], [0.0, 1.0], [2.0, 3.0]]
+    """
+
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        padding_idx: int | None = None,
+        _weight=None,
+        _freeze: bool = False,
+        dtype=None,
+    ):
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        if padding_idx is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise AssertionError("Padding_idx must be within num_embeddings")
+            padding_idx %= num_embeddings
+        self.padding_idx = padding_idx
+        if _weight is None:
+            self.weight = _uninitialized(num_embeddings, embedding_dim, dtype=dtype)
+            self.weight.requires_grad = not _freeze
+            self.reset_parameters()
+        else:
+            if tuple(_weight.shape) != (num_embeddings, embedding_dim):
+                raise ValueError("Shape of weight does not match num_embeddings and embedding_dim")
+            self.weight = Parameter(_weight, requires_grad=not _freeze)
+
+    def reset_parameters(self) -> None:
+        init.normal_(self.weight)
+        if self.padding_idx is not None:
+            w = self.weight.numpy().copy()
+            w[self.padding_idx] = 0
+            self.weight.assign_(creation.from_numpy(w))
+
+    def forward(self, input):
+        return F.embedding(input, self.weight, self.padding_idx)
+
+    @classmethod
+    def from_pretrained(cls, embeddings, freeze: bool = True, padding_idx: int | None = None):
+        """An Embedding holding `embeddings` (a 2-D tensor); frozen (no grad) by default."""
+        if embeddings.ndim != 2:
+            raise ValueError("Embeddings parameter is expected to be 2-dimensional")
+        rows, cols = embeddings.shape
+        return cls(rows, cols, padding_idx, _weight=embeddings, _freeze=freeze)
+
+    def extra_repr(self) -> str:
+        s = f"{self.num_embeddings}, {self.embedding_dim}"
+        return s + (f", padding_idx={self.padding_idx}" if self.padding_idx is not None else "")

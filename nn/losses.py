@@ -1,0 +1,91 @@
+"""Loss modules: the functions of `functional` with their options stored, as torch.nn.
+
+>>> import fusegrad as fg
+>>> from fusegrad import nn
+>>> nn.MSELoss()(fg.tensor([1.0, 2.0]), fg.tensor([1.0, 4.0])).item()
+2.0
+"""
+
+from __future__ import annotations
+
+from . import functional as F
+from .module import Module
+
+
+class _Loss(Module):
+    def __init__(self, reduction: str = "mean"):
+        super().__init__()
+        F._check_reduction(reduction)
+        self.reduction = reduction
+
+    def extra_repr(self) -> str:
+        return "" if self.reduction == "mean" else f"reduction={self.reduction}"
+
+
+class _WeightedLoss(_Loss):
+    def __init__(self, weight=None, reduction: str = "mean"):
+        super().__init__(reduction)
+        self.register_buffer("weight", weight)
+
+
+class MSELoss(_Loss):
+    """Mean squared error: mean((input - target)^2)."""
+
+    def forward(self, input, target):
+        return F.mse_loss(input, target, reduction=self.reduction)
+
+
+class BCELoss(_WeightedLoss):
+    """Binary cross-entropy on probabilities (put a Sigmoid before it)."""
+
+    def forward(self, input, target):
+        return F.binary_cross_entropy(input, target, self.weight, self.reduction)
+
+
+class BCEWithLogitsLoss(_WeightedLoss):
+    """Sigmoid + binary cross-entropy in one numerically stable formula."""
+
+    def __init__(self, weight=None, reduction: str = "mean", pos_weight=None):
+        super().__init__(weight, reduction)
+        self.register_buffer("pos_weight", pos_weight)
+
+    def forward(self, input, target):
+        return F.binary_cross_entropy_with_logits(
+            input, target, self.weight, self.reduction, self.pos_weight
+        )
+
+
+class NLLLoss(_WeightedLoss):
+    """Negative log-likelihood of class indices, given log-probabilities (after LogSoftmax)."""
+
+    def __init__(self, weight=None, ignore_index: int = -100, reduction: str = "mean"):
+        super().__init__(weight, reduction)
+        self.ignore_index = ignore_index
+
+    def forward(self, input, target):
+        return F.nll_loss(input, target, self.weight, self.ignore_index, self.reduction)
+
+
+class CrossEntropyLoss(_WeightedLoss):
+    """LogSoftmax + NLLLoss; targets are class indices or class probabilities."""
+
+    def __init__(
+        self,
+        weight=None,
+        ignore_index: int = -100,
+        reduction: str = "mean",
+        label_smoothing: float = 0.0,
+    ):
+        super().__init__(weight, reduction)
+        self.ignore_index = ignore_index
+        self.label_smoothing = label_smoothing
+
+    def forward(self, input, target):
+        return F.cross_entropy(
+            input,
+            target,
+            self.weight,
+            self.ignore_index,
+            self.reduction,
+            self.label_smoothing,
+        )

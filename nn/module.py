@@ -1,0 +1,359 @@
+"""`Module` and `Parameter`: PyTorch's model-building API over lazy fusegrad tensors.
+
+A module is a tree: each attribute that is a `Parameter`, a `Module` or a
+registered buffer is recorded, so `parameters()`, `state_dict()` and `train()`
+walk the whole tree. A module's `forward` only builds graph; nothing runs until
+a value is read or an optimizer step realizes it.
+
+>>> import fusegrad as fg
+>>> from fusegrad import nn
+>>> class Net(nn.Module):
+...     def __init__(self):
+...         super().__init__()
+...         self.fc = nn.Linear(2, 3)
+...         self.scale = nn.Parameter(fg.ones(3))
+...     def forward(self, x):
+...         return self.fc(x) * self.scale
+>>> [name for name, _ in Net().named_parameters()]
+['scale', 'fc.weight', 'fc.bias']
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict, namedtuple
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+from .. import creation
+from ..tensor import Tensor
+from ..tensor import realize as _realize
+
+IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+
+
+class Parameter(Tensor):
+    """A tensor that is a module's learnable state: a leaf that requires grad.
+
+    `Parameter(data)` takes a tensor (or anything `fusegrad.tensor` accepts),
+    computes its value and makes it a leaf of its own, so `backward()` fills
+    its `.grad` and optimizers update it in place with `assign_`.
+
+    >>> import fusegrad as fg
+    >>> p = Parameter(fg.zeros(2))
+    >>> p.requires_grad, p.is_leaf
+    (True, True)
+    """
+
+    __slots__ = ()
+
+    def __init__(self, data=None, requires_grad: bool = True):
+        if data is None:
+            data = creation.empty(0)
+        t = data.detach() if isinstance(data, Tensor) else creation.tensor(data)
+        _realize(t)  # a parameter is always data, never a pending graph
+        super().__init__(t.node, requires_grad=False, leaf=True)
+        if requires_grad:
+            self.requires_grad_()
+
+    def __repr__(self) -> str:
+        return "Parameter containing:\n" + super().__repr__()
+
+
+def _is_parameter(value) -> bool:
+    return isinstance(value, Parameter)
+
+
+class Module:
+    """Base class of every layer and model; subclasses define `forward`.
+
+    Assigning a `Parameter` or a `Module` to an attribute registers it (in
+    that order of assignment), exactly as in PyTorch.
+    """
+
+    training: bool
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "training", True)
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_non_persistent", set())
+        object.__setattr__(self, "_modules", OrderedDict())
+
+    # ---------------------------------------------------------------- attribute registry
+    def __setattr__(self, name: str, value) -> None:
+        params = self.__dict__.get("_parameters")
+        if _is_parameter(value) or isinstance(value, Module):
+            if params is None:
+                raise AttributeError(
+                    f"cannot assign {type(value).__name__} '{name}' before Module.__init__() call"
+                )
+            self._forget(name)
+            store = self._parameters if _is_parameter(value) else self._modules
+            store[name] = value
+        elif params is not None and name in params:
+            if value is not None:
+                raise TypeError(
+                    f"cannot assign '{type(value).__name__}' as parameter '{name}' "
+                    "(fusegrad.nn.Parameter or None expected)"
+                )
+            params[name] = None
+        elif params is not None and name in self._modules:
+            if value is not None:
+                raise TypeError(
+                    f"cannot assign '{type(value).__name__}' as child module '{name}' "
+                    "(fusegrad.nn.Module or None expected)"
+                )
+            self._modules[name] = None
+        elif params is not None and name in self._buffers:
+            if value is not None and not isinstance(value, Tensor):
+                raise TypeError(
+                    f"cannot assign '{type(value).__name__}' as buffer '{name}' "
+                    "(fusegrad.Tensor or None expected)"
+                )
+            self._buffers[name] = value
+        else:
+            object.__setattr__(self, name, value)
+
+    def __getattr__(self, name: str):
+        # only called when normal lookup fails: the registered attributes live in these dicts
+        for store in ("_parameters", "_buffers", "_modules"):
+            entries = self.__dict__.get(store)
+            if entries is not None and name in entries:
+                return entries[name]
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __delattr__(self, name: str) -> None:
+        if not self._forget(name):
+            object.__delattr__(self, name)
+
+    def _forget(self, name: str) -> bool:
+        found = False
+        for store in (self._parameters, self._buffers, self._modules):
+            if name in store:
+                del store[name]
+                found = True
+        self._non_persistent.discard(name)
+        self.__dict__.pop(name, None)
+        return found
+
+    def register_parameter(self, name: str, param: Parameter | None) -> None:
+        if param is not None and not _is_parameter(param):
+            raise TypeError(f"cannot assign '{type(param).__name__}' as parameter '{name}'")
+        self._forget(name)
+        self._parameters[name] = param
+
+    def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
+        """Non-learnable state that belongs in `state_dict()` (when persistent)."""
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise TypeError(f"cannot assign '{type(tensor).__name__}' as buffer '{name}'")
+        self._forget(name)
+        self._buffers[name] = tensor
+        if not persistent:
+            self._non_persistent.add(name)
+
+    def add_module(self, name: str, module: Module | None) -> None:
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"{type(module).__name__} is not a Module subclass")
+        self._forget(name)
+        self._modules[name] = module
+
+    register_module = add_module
+
+    def get_submodule(self, target: str) -> Module:
+        mod = self
+        for part in target.split(".") if target else []:
+            if part not in mod._modules:
+                raise AttributeError(f"{type(mod).__name__} has no submodule '{part}'")
+            mod = mod._modules[part]
+        return mod
+
+    # ---------------------------------------------------------------- walking the tree
+    def named_modules(self, memo=None, prefix: str = "") -> Iterator[tuple[str, Module]]:
+        """Every module of the tree, this one first, each once, with its dotted name."""
+        memo = set() if memo is None else memo
+        if id(self) in memo:
+            return
+        memo.add(id(self))
+        yield prefix, self
+        for name, child in self._modules.items():
+            if child is not None:
+                yield from child.named_modules(memo, f"{prefix}.{name}" if prefix else name)
+
+    def modules(self) -> Iterator[Module]:
+        for _, m in self.named_modules():
+            yield m
+
+    def named_children(self) -> Iterator[tuple[str, Module]]:
+        seen = set()
+        for name, child in self._modules.items():
+            if child is not None and id(child) not in seen:
+                seen.add(id(child))
+                yield name, child
+
+    def children(self) -> Iterator[Module]:
+        for _, child in self.named_children():
+            yield child
+
+    def _named_members(self, store: str, prefix: str, recurse: bool):
+        seen = set()  # ids: a shared (tied) tensor is reported once
+        mods = self.named_modules(prefix=prefix) if recurse else [(prefix, self)]
+        for mod_prefix, mod in mods:
+            for name, value in getattr(mod, store).items():
+                if value is None or id(value) in seen:
+                    continue
+                seen.add(id(value))
+                yield (f"{mod_prefix}.{name}" if mod_prefix else name), value
+
+    def named_parameters(
+        self, prefix: str = "", recurse: bool = True
+    ) -> Iterator[tuple[str, Parameter]]:
+        """(dotted name, parameter) pairs: this module's own first, then each child's."""
+        return self._named_members("_parameters", prefix, recurse)
+
+    def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
+        for _, p in self.named_parameters(recurse=recurse):
+            yield p
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True):
+        return self._named_members("_buffers", prefix, recurse)
+
+    def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
+        for _, b in self.named_buffers(recurse=recurse):
+            yield b
+
+    def apply(self, fn: Callable[[Module], None]) -> Module:
+        for child in self.children():
+            child.apply(fn)
+        fn(self)
+        return self
+
+    # ---------------------------------------------------------------- modes and grads
+    def train(self, mode: bool = True) -> Module:
+        """Set training mode on this module and every descendant (Dropout reads it)."""
+        if not isinstance(mode, bool):
+            raise ValueError("training mode is expected to be boolean")
+        self.training = mode
+        for child in self.children():
+            child.train(mode)
+        return self
+
+    def eval(self) -> Module:
+        return self.train(False)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Module:
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.parameters():
+            if p.grad is None:
+                continue
+            p.grad = None if set_to_none else creation.zeros_like(p)
+
+    # ---------------------------------------------------------------- forward
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f'Module [{type(self).__name__}] is missing "forward"')
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    # ---------------------------------------------------------------- state
+    def state_dict(
+        self, destination=None, prefix: str = "", keep_vars: bool = False
+    ) -> OrderedDict:
+        """Each parameter and persistent buffer by dotted name (detached unless keep_vars)."""
+        out = OrderedDict() if destination is None else destination
+        for name, p in self._parameters.items():
+            if p is not None:
+                out[prefix + name] = p if keep_vars else p.detach()
+        for name, b in self._buffers.items():
+            if b is not None and name not in self._non_persistent:
+                out[prefix + name] = b if keep_vars else b.detach()
+        for name, child in self._modules.items():
+            if child is not None:
+                child.state_dict(out, prefix + name + ".", keep_vars)
+        return out
+
+    def load_state_dict(self, state_dict, strict: bool = True) -> IncompatibleKeys:
+        """Copy values (tensors or numpy arrays) into the parameters and buffers of the same name.
+
+        With `strict`, missing or unexpected keys raise; a shape mismatch always raises.
+        """
+        own = self.state_dict(keep_vars=True)
+        missing = [k for k in own if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in own]
+        errors = []
+        if strict and (missing or unexpected):
+            if unexpected:
+                errors.append(
+                    "Unexpected key(s) in state_dict: " + ", ".join(map(repr, unexpected))
+                )
+            if missing:
+                errors.append("Missing key(s) in state_dict: " + ", ".join(map(repr, missing)))
+        for key, target in own.items():
+            if key not in state_dict:
+                continue
+            value = state_dict[key]
+            shape = tuple(value.shape)
+            if shape != target.shape:
+                errors.append(
+                    f"size mismatch for {key}: copying a param with shape {shape} from "
+                    f"checkpoint, the shape in current model is {target.shape}."
+                )
+                continue
+            data = value.detach() if isinstance(value, Tensor) else None
+            if data is None:
+                data = creation.from_numpy(np.asarray(value, dtype=target.dtype.np))
+            data = data.cast(target.dtype)
+            _realize(data)
+            target.assign_(data)
+        if errors:
+            raise RuntimeError(
+                f"Error(s) in loading state_dict for {type(self).__name__}:\n\t"
+                + "\n\t".join(errors)
+            )
+        return IncompatibleKeys(missing, unexpected)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write `state_dict()` to an `.npz` file, one array per dotted name."""
+        save(self.state_dict(), path)
+
+    def load(self, path: str | os.PathLike, strict: bool = True) -> IncompatibleKeys:
+        """Read an `.npz` file written by `save` into this module."""
+        return self.load_state_dict(load(path), strict=strict)
+
+    # ---------------------------------------------------------------- printing
+    def extra_repr(self) -> str:
+        """The text inside this module's parentheses, e.g. `in_features=2, out_features=3`."""
+        return ""
+
+    def __repr__(self) -> str:
+        extra = self.extra_repr()
+        extra_lines = extra.split("\n") if extra else []
+        child_lines = [
+            f"({name}): " + repr(child).replace("\n", "\n  ")
+            for name, child in self._modules.items()
+        ]
+        if len(extra_lines) == 1 and not child_lines:
+            return f"{type(self).__name__}({extra_lines[0]})"
+        lines = extra_lines + child_lines
+        body = "\n  " + "\n  ".join(lines) + "\n" if lines else ""
+        return f"{type(self).__name__}({body})"
+
+
+def save(state: dict, path: str | os.PathLike) -> None:
+    """Save a dict of tensors (a `state_dict`) as an `.npz` archive (numpy adds the suffix)."""
+    arrays = {k: v.numpy() if isinstance(v, Tensor) else np.asarray(v) for k, v in state.items()}
+    np.savez(path, **arrays)
+
+
+def load(path: str | os.PathLike) -> OrderedDict:
+    """Read an `.npz` archive written by `save` into a dict of tensors."""
+    path = os.fspath(path)
+    if not os.path.exists(path) and os.path.exists(path + ".npz"):
+        path += ".npz"
+    with np.load(path) as archive:
+        return OrderedDict((k, creation.from_numpy(archive[k])) for k in archive.files)

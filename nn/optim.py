@@ -1,0 +1,369 @@
+"""`fusegrad.optim`: SGD, Adam and AdamW with PyTorch's exact update formulas.
+
+A step builds every parameter's update as graph and realizes, in ONE
+`fg.realize` call, the new parameters, the new optimizer state and the losses
+`backward()` was called on since the last step. So the forward pass, the
+backward pass and the update are scheduled together (fused where they can
+be), and `loss.item()` after `step()` reads a value already computed.
+
+Scalars that change from step to step (the learning rate, Adam's bias
+corrections, momentum on the first step) are not baked into the graph as
+constants: each step passes them in as small realized 0-d tensors, which
+the graph reads as data. The graph therefore has the same structure every
+step, and the schedule and kernels compiled for the first step are reused
+by every later one.
+
+>>> import fusegrad as fg
+>>> from fusegrad import nn, optim
+>>> w = nn.Parameter(fg.tensor([1.0, 2.0]))
+>>> opt = optim.SGD([w], lr=0.1)
+>>> (w * w).sum().backward()
+>>> opt.step()
+>>> w.tolist()
+[0.800000011920929, 1.600000023841858]
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+
+from .. import creation
+from ..autograd import take_pending_outputs
+from ..autograd_state import enable_grad, no_grad
+from ..tensor import Tensor
+from ..tensor import realize as _realize
+
+
+class Optimizer:
+    """Base class: parameter groups, per-parameter state, zero_grad and the fused step.
+
+    A subclass creates its state in `_init_state`, lists each step's scalars
+    in `_group_scalars` and `_param_scalars` (host floats, which reach the
+    graph as realized 0-d tensors) and builds the update from them in `_update`.
+    """
+
+    def __init__(self, params, defaults: dict):
+        self.defaults = defaults
+        self.state: defaultdict = defaultdict(dict)  # keyed by the parameter (hashed by identity)
+        self.param_groups: list[dict] = []
+        if isinstance(params, Tensor):
+            raise TypeError(
+                "params argument given to the optimizer should be an iterable of Tensors "
+                "or dicts, but got a Tensor"
+            )
+        groups = list(params)
+        if not groups:
+            raise ValueError("optimizer got an empty parameter list")
+        if not isinstance(groups[0], dict):
+            groups = [{"params": groups}]
+        for group in groups:
+            self.add_param_group(group)
+
+    def add_param_group(self, param_group: dict) -> None:
+        group = dict(param_group)
+        params = group["params"]
+        group["params"] = [params] if isinstance(params, Tensor) else list(params)
+        seen = {id(p) for g in self.param_groups for p in g["params"]}
+        for p in group["params"]:
+            if not isinstance(p, Tensor):
+                raise TypeError(f"optimizer can only optimize Tensors, got {type(p).__name__}")
+            if not p.is_leaf:
+                raise ValueError("can't optimize a non-leaf Tensor")
+            if id(p) in seen:
+                raise ValueError("some parameters appear in more than one parameter group")
+            seen.add(id(p))
+        for name, default in self.defaults.items():
+            group.setdefault(name, default)
+        self.param_groups.append(group)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Forget every parameter's gradient (or set it to zeros with set_to_none=False)."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.grad = None if set_to_none else creation.zeros_like(p)
+
+    # ---------------------------------------------------------------- the fused step
+    def step(self, closure=None):
+        """Update every parameter that has a gradient; realize it all in one schedule."""
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
+        pending = take_pending_outputs()
+        outputs = []
+        with no_grad():
+            for group in self.param_groups:
+                shared: dict = {}  # the group's scalars, one set of tensors per dtype
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    state = self.state[p]
+                    if not state:
+                        self._init_state(p, state, group)
+                    if p.dtype not in shared:
+                        shared[p.dtype] = _scalar_tensors(self._group_scalars(group), p)
+                    h = shared[p.dtype] + _scalar_tensors(self._param_scalars(group, state), p)
+                    self._update(p, p.grad, group, state, h)
+                    outputs.append(p)
+                    outputs.extend(t for t in state.values() if isinstance(t, Tensor))
+        if outputs or pending:
+            _realize(*outputs, *pending)
+        return loss
+
+    def _init_state(self, p: Tensor, state: dict, group: dict) -> None:
+        """Create a parameter's state tensors (realized zeros) before its first update."""
+        raise NotImplementedError
+
+    def _group_scalars(self, group: dict) -> list[float]:
+        """This step's scalars shared by the group's parameters (the lr, ...), as host floats."""
+        raise NotImplementedError
+
+    def _param_scalars(self, group: dict, state: dict) -> list[float]:
+        """This step's scalars of one parameter (bias corrections, ...); advances its step."""
+        raise NotImplementedError
+
+    def _update(self, p: Tensor, grad: Tensor, group: dict, state: dict, h: list) -> None:
+        """Build the update from `h` (group scalars, then the parameter's) and assign_ it."""
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict:
+        """{'state': {index: {name: value}}, 'param_groups': [...]} with parameters as indices."""
+        index = {}
+        groups = []
+        for group in self.param_groups:
+            packed = {k: v for k, v in group.items() if k != "params"}
+            packed["params"] = []
+            for p in group["params"]:
+                index[id(p)] = len(index)
+                packed["params"].append(index[id(p)])
+            groups.append(packed)
+        state = {}
+        for p, s in self.state.items():
+            if id(p) in index:
+                state[index[id(p)]] = {
+                    k: (v.detach() if isinstance(v, Tensor) else v) for k, v in s.items()
+                }
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups):
+            raise ValueError("loaded state dict has a different number of parameter groups")
+        params = []
+        for mine, theirs in zip(self.param_groups, groups):
+            if len(mine["params"]) != len(theirs["params"]):
+                raise ValueError(
+                    "loaded state dict contains a parameter group "
+                    "that doesn't match the size of optimizer's group"
+                )
+            mine.update({k: v for k, v in theirs.items() if k != "params"})
+            params.extend(zip(theirs["params"], mine["params"]))
+        self.state = defaultdict(dict)
+        for idx, p in params:
+            if idx not in state_dict["state"]:
+                continue
+            entry = {}
+            for k, v in state_dict["state"][idx].items():
+                if isinstance(v, (Tensor, np.ndarray)):
+                    v = creation.from_numpy(np.array(v, dtype=p.dtype.np))
+                entry[k] = v
+            self.state[p] = entry
+
+    def __repr__(self) -> str:
+        lines = [f"{type(self).__name__} ("]
+        for i, group in enumerate(self.param_groups):
+            lines.append(f"Parameter Group {i}")
+            for k in sorted(group):
+                if k != "params":
+                    lines.append(f"    {k}: {group[k]}")
+        return "\n".join(lines) + "\n)"
+
+
+def _scalar_tensors(values: list[float], like: Tensor) -> list[Tensor]:
+    """Each value as a fresh realized 0-d tensor of `like`'s dtype.
+
+    The graph reads these as data, like any realized buffer: changing a value
+    from one step to the next changes no graph structure, so nothing recompiles.
+    """
+    return [creation.from_numpy(np.array(v, dtype=like.dtype.np)) for v in values]
+
+
+def _zeros_like(p: Tensor) -> Tensor:
+    return creation.from_numpy(np.zeros(p.shape, dtype=p.dtype.np))
+
+
+def _check(value: float, name: str, low: float = 0.0) -> None:
+    if not value >= low:
+        raise ValueError(f"Invalid {name} value: {value}")
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent with momentum, dampening, Nesterov and weight decay.
+
+    As torch.optim.SGD: g = grad + weight_decay * p; with momentum,
+    b = g on the first step and b = momentum * b + (1 - dampening) * g after,
+    and g = g + momentum * b (Nesterov) or g = b; then p = p - lr * g.
+    """
+
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-3,
+        momentum: float = 0.0,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+        *,
+        maximize: bool = False,
+    ):
+        _check(lr, "learning rate")
+        _check(momentum, "momentum")
+        _check(weight_decay, "weight_decay")
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+        defaults = dict(
+            lr=lr,
+            momentum=momentum,
+            dampening=dampening,
+            weight_decay=weight_decay,
+            nesterov=nesterov,
+            maximize=maximize,
+        )
+        super().__init__(params, defaults)
+
+    def _init_state(self, p, state, group):
+        if group["momentum"] != 0:
+            state["momentum_buffer"] = _zeros_like(p)
+            state["_started"] = False
+
+    def _group_scalars(self, group):
+        return [group["lr"], group["weight_decay"], group["momentum"]]
+
+    def _param_scalars(self, group, state):
+        # the momentum buffer's decay and the new gradient's weight: (0, 1) on the first step
+        if "_started" not in state:
+            return []
+        first, state["_started"] = not state["_started"], True
+        return [0.0, 1.0] if first else [group["momentum"], 1.0 - group["dampening"]]
+
+    def _update(self, p, grad, group, state, h):
+        lr, wd, momentum, *buffer_weights = h
+        g = -grad if group["maximize"] else grad
+        if group["weight_decay"] != 0:
+            g = g + wd * p
+        if group["momentum"] != 0:
+            decay, fresh = buffer_weights
+            buf = state["momentum_buffer"]
+            buf.assign_(decay * buf + fresh * g)  # on the first step: 0 * 0 + 1 * g = g exactly
+            g = g + momentum * buf if group["nesterov"] else buf
+        p.assign_(p - lr * g)
+
+
+class Adam(Optimizer):
+    """Adam (Kingma & Ba) with torch.optim.Adam's formulas, bias correction included.
+
+    m = m + (1 - b1)(g - m); v = b2 v + (1 - b2) g^2;
+    p = p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps),
+    with v replaced by its running maximum under amsgrad. Weight decay adds
+    weight_decay * p to g (Adam) or multiplies p by 1 - lr * weight_decay first
+    (AdamW, `decoupled_weight_decay=True`).
+    """
+
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+        decoupled_weight_decay: bool = False,
+    ):
+        _check(lr, "learning rate")
+        _check(eps, "epsilon value")
+        _check(weight_decay, "weight_decay value")
+        for i, b in enumerate(betas):
+            if not 0.0 <= b < 1.0:
+                raise ValueError(f"Invalid beta parameter at index {i}: {b}")
+        defaults = dict(
+            lr=lr,
+            betas=tuple(betas),
+            eps=eps,
+            weight_decay=weight_decay,
+            amsgrad=amsgrad,
+            maximize=maximize,
+            decoupled_weight_decay=decoupled_weight_decay,
+        )
+        super().__init__(params, defaults)
+
+    def _init_state(self, p, state, group):
+        state["step"] = 0
+        state["exp_avg"] = _zeros_like(p)
+        state["exp_avg_sq"] = _zeros_like(p)
+        if group["amsgrad"]:
+            state["max_exp_avg_sq"] = _zeros_like(p)
+
+    def _group_scalars(self, group):
+        lr, (b1, b2), wd = group["lr"], group["betas"], group["weight_decay"]
+        decay = 1 - lr * wd if group["decoupled_weight_decay"] else wd
+        return [decay, 1 - b1, b2, 1 - b2, group["eps"]]
+
+    def _param_scalars(self, group, state):
+        state["step"] += 1
+        t = state["step"]
+        (b1, b2), lr = group["betas"], group["lr"]
+        bias_correction1 = 1 - b1**t
+        bias_correction2 = 1 - b2**t
+        return [lr / bias_correction1, math.sqrt(bias_correction2)]
+
+    def _update(self, p, grad, group, state, h):
+        wd, one_minus_b1, b2, one_minus_b2, eps, step_size, bc2_sqrt = h
+        g = -grad if group["maximize"] else grad
+        base = p
+        if group["weight_decay"] != 0:
+            if group["decoupled_weight_decay"]:
+                base = p * wd  # wd holds 1 - lr * weight_decay here
+            else:
+                g = g + wd * p
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        m.assign_(m + one_minus_b1 * (g - m))
+        v.assign_(b2 * v + one_minus_b2 * (g * g))
+        if group["amsgrad"]:
+            vmax = state["max_exp_avg_sq"]
+            vmax.assign_(vmax.maximum(v))
+            v = vmax
+        denom = v.sqrt() / bc2_sqrt + eps
+        p.assign_(base - step_size * (m / denom))
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (default 0.01), as torch.optim.AdamW."""
+
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+    ):
+        super().__init__(
+            params,
+            lr,
+            betas,
+            eps,
+            weight_decay,
+            amsgrad,
+            maximize=maximize,
+            decoupled_weight_decay=True,
+        )

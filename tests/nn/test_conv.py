@@ -1,0 +1,173 @@
+"""Convolution and pooling against a direct numpy reference, values and gradients."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fusegrad as fg
+from fusegrad.ir import autodiff
+from fusegrad.nn import conv as C
+
+
+def ref_conv(x, w, b, stride, pad, dil, groups):
+    """Direct loops over output positions, in float64, for any number of spatial axes."""
+    n = x.ndim - 2
+    x = np.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in pad])
+    outs = [(x.shape[2 + i] - dil[i] * (w.shape[2 + i] - 1) - 1) // stride[i] + 1 for i in range(n)]
+    cout, cin_g = w.shape[:2]
+    og = cout // groups
+    out = np.zeros((x.shape[0], cout, *outs))
+    for o in range(cout):
+        g = o // og
+        for pos in np.ndindex(*outs):
+            sl = tuple(
+                slice(p * s, p * s + d * (k - 1) + 1, d)
+                for p, s, d, k in zip(pos, stride, dil, w.shape[2:])
+            )
+            patch = x[(slice(None), slice(g * cin_g, (g + 1) * cin_g), *sl)]
+            out[(slice(None), o, *pos)] = (patch * w[o]).reshape(x.shape[0], -1).sum(1)
+    if b is not None:
+        out += b.reshape(1, cout, *([1] * n))
+    return out
+
+
+def ref_pool(x, k, s, p, kind):
+    n = x.ndim - 2
+    fill = -np.inf if kind == "max" else 0.0
+    x = np.pad(x, [(0, 0), (0, 0)] + [(q, q) for q in p], constant_values=fill)
+    outs = [(x.shape[2 + i] - k[i]) // s[i] + 1 for i in range(n)]
+    out = np.zeros(x.shape[:2] + tuple(outs))
+    for pos in np.ndindex(*outs):
+        sl = tuple(slice(q * si, q * si + ki) for q, si, ki in zip(pos, s, k))
+        win = x[(slice(None), slice(None), *sl)].reshape(*x.shape[:2], -1)
+        out[(slice(None), slice(None), *pos)] = win.max(-1) if kind == "max" else win.mean(-1)
+    return out
+
+
+@st.composite
+def conv_cases(draw, dims):
+    groups = draw(st.sampled_from([1, 2]))
+    cin = groups * draw(st.integers(1, 2))
+    cout = groups * draw(st.integers(1, 2))
+    k = tuple(draw(st.integers(1, 3)) for _ in range(dims))
+    stride = tuple(draw(st.integers(1, 2)) for _ in range(dims))
+    dil = tuple(draw(st.integers(1, 2)) for _ in range(dims))
+    pad = tuple(draw(st.integers(0, 2)) for _ in range(dims))
+    size = tuple(d * (kk - 1) + 1 + draw(st.integers(0, 4)) for kk, d in zip(k, dil))
+    batch = draw(st.integers(1, 2))
+    bias = draw(st.booleans())
+    return batch, cin, cout, k, stride, dil, pad, size, groups, bias
+
+
+def _conv_fn(dims):
+    return C.conv1d if dims == 1 else C.conv2d
+
+
+@pytest.mark.parametrize("dims", [1, 2])
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(data=st.data())
+def test_conv_matches_numpy_values_and_gradients(dims, data):
+    batch, cin, cout, k, stride, dil, pad, size, groups, bias = data.draw(conv_cases(dims))
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, cin, *size))
+    w = rng.standard_normal((cout, cin // groups, *k))
+    b = rng.standard_normal(cout) if bias else None
+    conv = _conv_fn(dims)
+    xt, wt = fg.tensor(x, dtype=fg.float64), fg.tensor(w, dtype=fg.float64)
+    bt = fg.tensor(b, dtype=fg.float64) if bias else None
+    out = conv(xt, wt, bt, stride, pad, dil, groups)
+    np.testing.assert_allclose(out.numpy(), ref_conv(x, w, b, stride, pad, dil, groups), atol=1e-10)
+    inputs = [xt, wt] + ([bt] if bias else [])
+
+    def fn(*ts):
+        return conv(ts[0], ts[1], ts[2] if bias else None, stride, pad, dil, groups)
+
+    assert fg.testing.gradcheck(fn, inputs, atol=1e-6, rtol=1e-5)
+
+
+@settings(max_examples=15, deadline=None, derandomize=True)
+@given(case=conv_cases(2))
+def test_conv_own_gradient_equals_the_derived_one(case):
+    batch, cin, cout, k, stride, dil, pad, size, groups, bias = case
+    rng = np.random.default_rng(1)
+    x = fg.tensor(rng.standard_normal((batch, cin, *size)), dtype=fg.float64, requires_grad=True)
+    w = fg.tensor(
+        rng.standard_normal((cout, cin // groups, *k)), dtype=fg.float64, requires_grad=True
+    )
+    shape = C.conv2d(x, w, None, stride, pad, dil, groups).shape
+    proj = fg.tensor(rng.standard_normal(shape), dtype=fg.float64)
+    grads = []
+    try:
+        for custom in (True, False):
+            autodiff.use_custom_vjp = custom
+            out = C.conv2d(x, w, None, stride, pad, dil, groups)
+            grads.append([g.numpy() for g in fg.grad((out * proj).sum(), [x, w])])
+    finally:
+        autodiff.use_custom_vjp = True
+    for a, b in zip(*grads):
+        np.testing.assert_allclose(a, b, atol=1e-10)
+
+
+@pytest.mark.parametrize("kind", ["max", "avg"])
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(
+    k=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    s=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    extra=st.tuples(st.integers(0, 4), st.integers(0, 4)),
+    padded=st.booleans(),
+)
+def test_pool2d_matches_numpy(kind, k, s, extra, padded):
+    p = tuple(kk // 2 for kk in k) if padded else (0, 0)
+    size = tuple(kk + e for kk, e in zip(k, extra))
+    x = np.random.default_rng(2).standard_normal((2, 3, *size))
+    pool = C.max_pool2d if kind == "max" else C.avg_pool2d
+    out = pool(fg.tensor(x, dtype=fg.float64), k, s, p)
+    np.testing.assert_allclose(out.numpy(), ref_pool(x, k, s, p, kind), atol=1e-12)
+    assert fg.testing.gradcheck(
+        lambda t: pool(t, k, s, p), [fg.tensor(x, dtype=fg.float64)], atol=1e-6, rtol=1e-5
+    )
+
+
+def test_same_padding_keeps_the_width_even_for_even_kernels():
+    x = fg.randn(2, 3, 11, dtype=fg.float64)
+    w = fg.randn(4, 3, 4, dtype=fg.float64)
+    out = C.conv1d(x, w, padding="same")
+    assert out.shape == (2, 4, 11)
+    # PyTorch puts the extra padding after: left 1, right 2 for k = 4
+    ref = ref_conv(
+        np.pad(x.numpy(), ((0, 0), (0, 0), (1, 2))), w.numpy(), None, (1,), (0,), (1,), 1
+    )
+    np.testing.assert_allclose(out.numpy(), ref, atol=1e-10)
+
+
+def test_conv_modules_follow_pytorch_shapes_and_init():
+    fg.manual_seed(0)
+    m = C.Conv2d(3, 8, 3, stride=2, padding=1)
+    assert m.weight.shape == (8, 3, 3, 3) and m.bias.shape == (8,)
+    bound = 1 / np.sqrt(3 * 9)
+    assert np.abs(m.weight.numpy()).max() <= bound + 1e-7
+    assert np.abs(m.bias.numpy()).max() <= bound + 1e-7
+    assert m(fg.randn(2, 3, 9, 9)).shape == (2, 8, 5, 5)
+    assert C.MaxPool2d(2)(fg.randn(1, 2, 7, 7)).shape == (1, 2, 3, 3)
+    assert "kernel_size=(3, 3)" in repr(m)
+
+
+def test_conv_errors_name_the_problem():
+    with pytest.raises(fg.ShapeError, match="channels"):
+        C.conv2d(fg.ones(1, 2, 5, 5), fg.ones(3, 1, 3, 3))
+    with pytest.raises(fg.ShapeError, match="groups"):
+        C.conv2d(fg.ones(1, 4, 5, 5), fg.ones(3, 2, 3, 3), groups=2)
+    with pytest.raises(fg.ShapeError, match="larger"):
+        C.conv2d(fg.ones(1, 1, 2, 2), fg.ones(1, 1, 3, 3))
+    with pytest.raises(fg.DTypeError):
+        C.conv2d(fg.ones(1, 1, 5, 5), fg.ones(1, 1, 3, 3, dtype=fg.float64))
+
+
+def test_lenet_shapes_through_conv_and_pool():
+    x = fg.randn(4, 1, 28, 28)
+    h = C.max_pool2d(C.conv2d(x, fg.randn(6, 1, 5, 5), padding=2).relu(), 2)
+    h = C.max_pool2d(C.conv2d(h, fg.randn(16, 6, 5, 5)).relu(), 2)
+    assert h.shape == (4, 16, 5, 5)
