@@ -94,7 +94,15 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
         leaf._grad = gt if leaf._grad is None else leaf._grad + gt
     if not (retain_graph or create_graph):
         _consumed[id(t)] = t
+        from .tensor import drop_graph
+
+        drop_graph(t)  # a value already computed no longer needs the graph behind it
     _pending.append(weakref.ref(t))
+
+
+def graph_consumed(t) -> bool:
+    """Whether backward() used t's graph without retain_graph (so the graph can be freed)."""
+    return _consumed.get(id(t)) is t
 
 
 def take_pending_outputs() -> list:

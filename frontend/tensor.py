@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import autograd_state
-from .autograd import GradError, backward, register_leaf
+from .autograd import GradError, backward, graph_consumed, register_leaf
 from .errors import DTypeError, ShapeError, fail
 from .ir import node as N
 from .ir.dtypes import DType, bool_, float32, promote, promote_scalar, to_dtype
@@ -548,14 +548,19 @@ def pow_(base: Tensor, exponent) -> Tensor:
 def realize(*tensors: Tensor) -> list:
     """Compute several tensors at once, sharing work between them; returns the kernels run.
 
-    A realized tensor that is not part of a graph being differentiated is
-    re-pointed at its buffer, so the graph that produced it can be freed.
+    A realized tensor whose graph no longer needs differentiating (it does not
+    require grad, or backward() already used its graph) is re-pointed at its
+    buffer, so the graph that produced it, and every buffer in it, can be freed.
     """
     nodes = [t.node for t in tensors]
     records = _realize(nodes)
     for t in tensors:
-        if t._is_leaf or not t.requires_grad:
-            buf = t.node.realized
-            if t.node.op is not Ops.BUFFER:
-                t.node = N.buffer(buf, t.shape, t.dtype)
+        if t._is_leaf or not t.requires_grad or graph_consumed(t):
+            drop_graph(t)
     return records
+
+
+def drop_graph(t: Tensor) -> None:
+    """Point a realized tensor at its buffer alone."""
+    if t.node.realized is not None and t.node.op is not Ops.BUFFER:
+        t.node = N.buffer(t.node.realized, t.shape, t.dtype)
