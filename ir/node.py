@@ -114,14 +114,27 @@ def rand(key: Node, shape: Shape, dtype: DType) -> Node:
 # ---------------------------------------------------------------- elementwise
 
 
+def _fold(op: Ops, srcs: tuple[Node, ...], shape: Shape, dtype: DType) -> Node:
+    """Constant folding: an elementwise op on constants is a constant, computed as numpy
+    (the reference evaluator) computes it in that dtype."""
+    from .reference import fold_constant
+
+    return const(fold_constant(op, [s.arg for s in srcs], [s.dtype for s in srcs], dtype),
+                 shape, dtype)
+
+
 def unary(op: Ops, x: Node) -> Node:
     assert op in UNARY and op is not Ops.CAST
+    if x.op is Ops.CONST:
+        return _fold(op, (x,), x.shape, x.dtype)
     return make(op, (x,), None, x.shape, x.dtype)
 
 
 def cast(x: Node, dtype: DType) -> Node:
     if x.dtype is dtype:
         return x
+    if x.op is Ops.CONST:
+        return _fold(Ops.CAST, (x,), x.shape, dtype)
     return make(Ops.CAST, (x,), None, x.shape, dtype)
 
 
@@ -129,11 +142,16 @@ def binary(op: Ops, a: Node, b: Node) -> Node:
     assert op in BINARY
     assert a.shape == b.shape, f"{op.name}: {a.shape} vs {b.shape}"
     assert a.dtype is b.dtype, f"{op.name}: {a.dtype} vs {b.dtype}"
-    return make(op, (a, b), None, a.shape, bool_ if op in COMPARISON else a.dtype)
+    out = bool_ if op in COMPARISON else a.dtype
+    if a.op is Ops.CONST and b.op is Ops.CONST:
+        return _fold(op, (a, b), a.shape, out)
+    return make(op, (a, b), None, a.shape, out)
 
 
 def where(cond: Node, a: Node, b: Node) -> Node:
     assert cond.dtype is bool_ and cond.shape == a.shape == b.shape and a.dtype is b.dtype
+    if cond.op is Ops.CONST:
+        return a if cond.arg else b
     return make(Ops.WHERE, (cond, a, b), None, a.shape, a.dtype)
 
 

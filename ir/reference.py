@@ -63,6 +63,19 @@ _ELEMENTWISE = {
 }
 
 
+def fold_constant(op: Ops, values: list, dtypes: list, out_dtype):
+    """The Python value of elementwise `op` on scalar constants, computed as numpy would."""
+
+    class _Scalar:  # the fields the table's lambdas read
+        def __init__(self, dtype):
+            self.dtype, self.arg = dtype, None
+
+    args = [np.asarray(v, dtype=d.np) for v, d in zip(values, dtypes)]
+    with np.errstate(all="ignore"):
+        out = _ELEMENTWISE[op](_Scalar(out_dtype), *args)
+    return np.asarray(out, dtype=out_dtype.np).item()
+
+
 def _leaf(n: Node) -> np.ndarray:
     if n.realized is not None:
         return np.asarray(n.realized.numpy()).reshape(n.shape)
