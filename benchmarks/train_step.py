@@ -168,10 +168,15 @@ def bench(name: str, steps: int) -> None:
             t = time.perf_counter()
             th_step(x, y)
             th_times.append(time.perf_counter() - t)
-    per_step = _kernels_per_step(name)
+    per_step, moved, floor = _kernels_per_step(name)
     fg_ms = np.median(fg_times) * 1e3
     print(f"\n{name}: {steps} steps, threads {fg.config.threads}")
     print(f"  fusegrad       {fg_ms:8.2f} ms/step (median)   kernels per step: {per_step}")
+    print(
+        f"  bytes moved by the step's kernels: {moved / 1e6:.2f} MB; the tensors a step must "
+        f"touch (batch, parameters and momentum read, parameters, momentum and loss written): "
+        f"{floor / 1e6:.2f} MB (ratio {moved / floor:.1f})"
+    )
     if th_step:
         th_ms = np.median(th_times) * 1e3
         print(f"  PyTorch eager  {th_ms:8.2f} ms/step (median)")
@@ -192,14 +197,19 @@ def bench(name: str, steps: int) -> None:
     )
 
 
-def _kernels_per_step(name: str) -> int:
+def _kernels_per_step(name: str) -> tuple[int, int, int]:
+    """Kernels of one step, the bytes they move, and the bytes a step cannot avoid."""
     data = batches(name, 1)
     model, step = make_fusegrad_step(name)
     step(*data[0])
     import fusegrad as fg
 
-    p = next(iter(model.parameters()))
-    return len(fg.kernels(p))
+    records = fg.kernels(next(iter(model.parameters())))
+    moved = sum(r.bytes for r in records)
+    params = sum(p.numel() * 4 for p in model.parameters())
+    x, y = data[0]
+    floor = x.nbytes + y.nbytes + 2 * params + 2 * params + 4
+    return len(records), moved, floor
 
 
 def main() -> None:
