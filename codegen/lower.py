@@ -265,6 +265,12 @@ class _Lowerer:
         if n.op in REDUCE:
             return self.gen_reduce(n, coords, guard)
         # movement
+        src = n.srcs[0]
+        if n.op is Ops.RESHAPE and id(src) in self.params:
+            # a buffer is contiguous: a reshape of it keeps every element's linear index, so
+            # index it directly instead of splitting coordinates with divisions
+            p = self.params[id(src)]
+            return self.emit(Load(self.fresh(), src.dtype, p, linear_index(coords, n.shape), guard))
         src_coords, valid = view_source_coords(n, coords)
         if any(v.max < 0 for v in valid):  # entirely in the padding
             return self.emit(Const(self.fresh("c"), n.dtype, _zero(n.dtype)))
@@ -437,11 +443,18 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
                 return Tile(None, lanes, row, rows, lanes=True)
         if inner.max + 1 >= SHORT_REDUCTION:
             return None
-    votes = [sum(ld.index.coef(v) == 1 for ld in strided) for v in out_vars]
-    if not any(votes):
-        votes = [sum(ld.index.coef(v) == 1 for ld in loads) for v in out_vars]
+    # score each output axis by the data its lanes would load contiguously, minus the data
+    # they would have to gather
+    def score(v: Var) -> int:
+        total = 0
+        for ld in loads:
+            c = ld.index.coef(v)
+            total += ld.param.size if c == 1 else -ld.param.size if c not in (0, 1) else 0
+        return total
+
+    votes = [score(v) for v in out_vars]
     col = max(range(len(extents)), key=lambda g: (votes[g], g))
-    if votes[col] == 0:
+    if votes[col] <= 0:
         return None
     cols = next((c for c in TILE_COLS if extents[col] % c == 0), None)
     if cols is None:  # the largest divisor that fills a few vector lanes (28 -> 28, 10 -> 10)
