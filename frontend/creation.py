@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from .errors import DeviceError, DTypeError, ShapeError, fail
+from .errors import DeviceError, DTypeError, ShapeError, checked_dtype, fail
 from .ir import node as N
 from .ir import rand as rand_spec
 from .ir.dtypes import (
@@ -26,7 +26,7 @@ from .ir.dtypes import (
     float32,
     int32,
     int64,
-    to_dtype,
+    to_dtype,  # noqa: F401  (nn reads it from here)
 )
 from .ir.dtypes import (
     from_numpy as dtype_of_numpy,
@@ -119,16 +119,16 @@ def tensor(data, dtype=None, requires_grad: bool = False, device=None) -> Tensor
             arr = np.array(data)
         except ValueError as e:
             fail(ShapeError, "tensor", f"data is ragged or not numeric: {e}")
-        if arr.dtype == np.float64:
+        if arr.dtype == np.float64 and dtype is None:
             arr = arr.astype(np.float32)
-        elif arr.dtype.kind in "iu":
+        elif arr.dtype.kind in "iu" and dtype is None:
             arr = arr.astype(np.int64)
     if arr.dtype == object or arr.dtype.kind in "USO":
         fail(
             DTypeError, "tensor", f"cannot make a tensor from {type(data).__name__} of {arr.dtype}"
         )
     if dtype is not None:
-        arr = arr.astype(to_dtype(dtype).np)
+        arr = arr.astype(checked_dtype(dtype, 'tensor').np)
     elif arr.dtype.kind in "iu" and arr.dtype != np.int32:
         arr = arr.astype(np.int64)
     elif arr.dtype == np.float16:
@@ -137,7 +137,10 @@ def tensor(data, dtype=None, requires_grad: bool = False, device=None) -> Tensor
 
 
 def full(size, fill_value, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+    """A tensor of `size` filled with `fill_value` (a lazy constant: no memory until used)."""
     _check_device(device)
+    if not isinstance(fill_value, (int, float, bool, np.number, np.bool_)):
+        fail(DTypeError, "full", f"fill_value must be a number, got {type(fill_value).__name__}")
     shape = _shape(size if isinstance(size, (tuple, list)) else (size,))
     if dtype is None:
         dtype = (
@@ -147,7 +150,7 @@ def full(size, fill_value, dtype=None, requires_grad: bool = False, device=None)
             if isinstance(fill_value, int)
             else float32
         )
-    return _finish(N.const(fill_value, shape, to_dtype(dtype)), requires_grad)
+    return _finish(N.const(fill_value, shape, checked_dtype(dtype, 'full')), requires_grad)
 
 
 def zeros(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
@@ -182,25 +185,26 @@ def arange(start, end=None, step=1, dtype=None, requires_grad: bool = False, dev
     if step == 0:
         fail(ShapeError, "arange", "step must be nonzero")
     ints = all(isinstance(v, int) for v in (start, end, step))
-    dt = to_dtype(dtype) if dtype is not None else (int64 if ints else float32)
+    dt = checked_dtype(dtype, 'arange') if dtype is not None else (int64 if ints else float32)
     return from_numpy(np.arange(start, end, step).astype(dt.np), requires_grad)
 
 
 def linspace(start: float, end: float, steps: int, dtype=None) -> Tensor:
-    return from_numpy(np.linspace(start, end, steps).astype(to_dtype(dtype or float32).np))
+    dt = checked_dtype(dtype or float32, "linspace")
+    return from_numpy(np.linspace(start, end, steps).astype(dt.np))
 
 
 def eye(
     n: int, m: int | None = None, dtype=None, requires_grad: bool = False, device=None
 ) -> Tensor:
     _check_device(device)
-    return from_numpy(np.eye(n, m, dtype=to_dtype(dtype or float32).np), requires_grad)
+    return from_numpy(np.eye(n, m, dtype=checked_dtype(dtype or float32, 'eye').np), requires_grad)
 
 
 def rand(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
     """Uniform [0, 1) numbers from the counter-based generator (see manual_seed)."""
     _check_device(device)
-    dt = to_dtype(dtype or float32)
+    dt = checked_dtype(dtype or float32, 'rand')
     if not dt.is_float:
         fail(DTypeError, "rand", f"needs a float dtype, got {dt.name}")
     return _finish(N.rand(_key(), _shape(size), dt), requires_grad)
@@ -209,7 +213,7 @@ def rand(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
 def randn(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
     """Standard normal numbers (Box-Muller over two uniform streams)."""
     _check_device(device)
-    dt: DType = to_dtype(dtype or float32)
+    dt: DType = checked_dtype(dtype or float32, 'randn')
     if not dt.is_float:
         fail(DTypeError, "randn", f"needs a float dtype, got {dt.name}")
     shape = _shape(size)
@@ -232,4 +236,4 @@ def randint(low: int, high: int | None = None, size=(), dtype=None) -> Tensor:
     if high is None:
         low, high = 0, low
     u = rand(*_shape(tuple(size)), dtype="float64")
-    return (u * (high - low) + low).cast(to_dtype(dtype or int64))
+    return (u * (high - low) + low).cast(checked_dtype(dtype or int64, 'randint'))

@@ -59,6 +59,16 @@ class DeviceError(FusegradError, RuntimeError):
     """A device that does not exist here (no GPU, no PyCUDA)."""
 
 
+def checked_dtype(dtype, op: str):
+    """`fusegrad.ir.dtypes.to_dtype`, with an error naming the op and the user's line."""
+    from .ir.dtypes import to_dtype
+
+    try:
+        return to_dtype(dtype)
+    except (TypeError, ValueError) as e:
+        fail(DTypeError, op, str(e))
+
+
 def fail(kind: type[FusegradError], op: str, message: str):
     """Raise `kind` with the op name, the message and the user's file:line."""
     site = user_site()

@@ -253,9 +253,9 @@ class MovementMixin:
                     f"unsupported index {i!r}: use ints, slices, None or ...",
                 )
             if isinstance(i, slice):
-                start, stop, step = i.indices(size)
                 if i.step is not None and i.step <= 0:
                     fail(IndexingError, "index", f"step must be positive, got {i.step}")
+                start, stop, step = i.indices(size)
                 stop = max(stop, start)
                 bounds.append((start, stop))
                 steps.append(step)
@@ -288,10 +288,15 @@ class MovementMixin:
         for i in index:
             if i is None:
                 shape.append(1)
-                strides_out.append(0)
+                strides_out.append(None)  # filled below from the axis after it
             elif next(ki):
                 shape.append(next(kept))
                 strides_out.append(next(kept_st))
+        # as PyTorch: a new axis's stride is the next axis's stride times its size (1 at the end)
+        for k in reversed(range(len(strides_out))):
+            if strides_out[k] is None:
+                last = k + 1 == len(strides_out)
+                strides_out[k] = 1 if last else strides_out[k + 1] * shape[k + 1]
         return self._view(N.reshape(node, tuple(shape)), tuple(strides_out))
 
     # ---------------------------------------------------------------- padding

@@ -120,11 +120,13 @@ class ReduceMixin:
 
     def softmax(self, dim: int):
         """exp(x - max) / sum(exp(x - max)) along `dim`: three kernels for a row softmax."""
+        dim = self._dim(dim, "softmax")
         x = self._float()
         e = (x - x.amax(dim, keepdim=True).detach()).exp()
         return e / e.sum(dim, keepdim=True)
 
     def log_softmax(self, dim: int):
+        dim = self._dim(dim, "log_softmax")
         x = self._float()
         shifted = x - x.amax(dim, keepdim=True).detach()
         return shifted - shifted.exp().sum(dim, keepdim=True).log()
@@ -174,7 +176,7 @@ def matmul(a, b):
     # (..., M, 1, K) * (..., 1, N, K) summed over K
     x = a2.reshape(a2.shape[:-2] + (m, 1, k1)).expand(batch + (m, n, k1))
     y = b2.mT.reshape(b2.shape[:-2] + (1, n, k1)).expand(batch + (m, n, k1))
-    out = (x * y).sum(-1)
+    out = (x * y)._reduce(Ops.SUM, -1, False, "matmul")  # ints keep their width, as torch
     if a.ndim == 1:
         out = out.squeeze(-2)
     if b.ndim == 1:

@@ -23,7 +23,7 @@ import numpy as np
 
 from . import autograd_state
 from .autograd import GradError, backward, graph_consumed, register_leaf
-from .errors import DTypeError, ShapeError, fail
+from .errors import DTypeError, ShapeError, checked_dtype, fail
 from .ir import node as N
 from .ir.dtypes import DType, bool_, float32, promote, promote_scalar, to_dtype
 from .ir.ops import Ops
@@ -183,7 +183,7 @@ class Tensor(MovementMixin, ReduceMixin):
         return (self._dim(dim, op),) if self.ndim else ()
 
     def cast(self, dtype) -> Tensor:
-        dtype = to_dtype(dtype)
+        dtype = checked_dtype(dtype, "cast")
         return self if dtype is self.dtype else self._make(N.cast(self.node, dtype))
 
     to = cast
@@ -214,7 +214,7 @@ class Tensor(MovementMixin, ReduceMixin):
     def _operands(self, other, op: str, reverse: bool = False) -> tuple[Tensor, Tensor]:
         """Both operands as tensors of one shape and one dtype (numpy broadcasting)."""
         if isinstance(other, Tensor):
-            dtype = promote(self.dtype, other.dtype)
+            dtype = promote_tensors(self, other)
             o = other
         elif isinstance(other, (int, float, bool, np.number, np.bool_)):
             other = other.item() if isinstance(other, (np.number, np.bool_)) else other
@@ -381,7 +381,9 @@ class Tensor(MovementMixin, ReduceMixin):
         x2 = x * x
         # odd Taylor series to x^9: error < 1e-8 for |x| < 0.25
         small = x * (1 + x2 * (-1 / 3 + x2 * (2 / 15 + x2 * (-17 / 315 + x2 * (62 / 2835)))))
-        return self.where_(x.abs() < 0.25, small, big)
+        # the series is exact to the last bit below 0.25 in float32, below 0.02 in float64
+        limit = 0.25 if x.dtype.itemsize == 4 else 0.02
+        return self.where_(x.abs() < limit, small, big)
 
     def square(self):
         return self * self
@@ -484,6 +486,18 @@ class Tensor(MovementMixin, ReduceMixin):
 
 
 # ---------------------------------------------------------------- module functions
+
+
+def promote_tensors(a: Tensor, b: Tensor) -> DType:
+    """PyTorch's rule: a 0-d tensor counts like a Python scalar of its kind against a tensor
+    with dimensions (it lifts the kind, never the width); otherwise the wider dtype wins."""
+    if (a.ndim == 0) == (b.ndim == 0):
+        return promote(a.dtype, b.dtype)
+    dims, zero = (a, b) if b.ndim == 0 else (b, a)
+    kinds = "bif"
+    if kinds.index(zero.dtype.kind) <= kinds.index(dims.dtype.kind):
+        return dims.dtype
+    return promote_scalar(dims.dtype, 0.0 if zero.dtype.is_float else 0)
 
 
 def broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...], op: str) -> tuple[int, ...]:

@@ -74,6 +74,9 @@ def _key_arg(op: Ops, arg):
 
 def make(op: Ops, srcs: tuple[Node, ...], arg, shape: Shape, dtype: DType) -> Node:
     """Return the unique node for these fields, building it if it is new."""
+    if op not in (Ops.BUFFER, Ops.CONST) and 0 in shape:
+        # an empty value has no elements to compute: a constant, so no kernel ever reads it
+        return const(False if dtype.is_bool else 0, shape, dtype)
     key = (op, srcs, _key_arg(op, arg), shape, dtype)
     if op is not Ops.BUFFER:
         hit = _CACHE.get(key)

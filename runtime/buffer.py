@@ -28,7 +28,9 @@ class Buffer:
     def __init__(self, size: int, dtype: DType, array: np.ndarray | None = None):
         global live_buffers
         self.size, self.dtype = size, dtype
-        self.array = array if array is not None else _take(size * dtype.itemsize).view(dtype.np)
+        if array is None:
+            array = _take(size * dtype.itemsize).view(dtype.np) if size else np.empty(0, dtype.np)
+        self.array = array
         self.kernels: list = []  # the kernel records of the realize call that computed it
         live_buffers += 1
 

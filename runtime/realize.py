@@ -119,6 +119,9 @@ def realize(nodes: list[Node]) -> list[KernelRecord]:
     parameters), so the second step of a training loop only launches kernels.
     """
     todo = list({id(n): n for n in nodes if n.realized is None}.values())
+    for n in [n for n in todo if n.numel == 0]:  # nothing to compute
+        n.realized = Buffer(0, n.dtype)
+        todo.remove(n)
     if not todo:
         return []
     key, leaves = structural_key(todo)
