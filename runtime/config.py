@@ -6,6 +6,7 @@
 | FUSEGRAD_DUMP       | folder to write every kernel and a manifest.json into          | unset   |
 | FUSEGRAD_THREADS    | threads that run kernels                                       | cores   |
 | FUSEGRAD_CACHE      | on-disk compile cache folder ("off" disables it)   | ~/.cache/fusegrad |
+| FUSEGRAD_PROGRAM    | 0: launch a cached schedule's kernels one by one   | 1       |
 
 Read or change them from Python too:
 
@@ -32,6 +33,7 @@ class Config:
     dump: str | None = None
     threads: int = 1
     cache: str | None = None
+    program: bool = True  # run cached schedules as one native call per thread
 
     @classmethod
     def from_env(cls) -> Config:
@@ -42,6 +44,7 @@ class Config:
             dump=os.environ.get("FUSEGRAD_DUMP") or None,
             threads=threads if threads > 0 else (os.cpu_count() or 1),
             cache=None if cache.lower() in ("off", "0", "") else cache,
+            program=os.environ.get("FUSEGRAD_PROGRAM", "1") != "0",
         )
 
     @contextlib.contextmanager

@@ -75,6 +75,14 @@ def split(extent: int, parts: int) -> list[tuple[int, int]]:
     return out
 
 
+def run_threads(fn, threads: int, args: list[int]) -> None:
+    """Call fn(tid, threads, *args) once on each of `threads` threads (this one is tid 0)."""
+    if threads <= 1:
+        fn(0, 1, *args)
+        return
+    _pool.run(fn, [(t, threads) for t in range(threads)], args)
+
+
 def launch(fn, extent: int, work: int, ptrs: list[int]) -> None:
     """Run `fn` over range(extent) of its parallel loop; `work` is its total inner iterations."""
     threads = config.threads if work >= PARALLEL_MIN_WORK else 1

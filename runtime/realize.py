@@ -9,6 +9,7 @@ that into machine code and the launcher runs it. Each kernel run leaves a
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import json
 import math
@@ -16,6 +17,8 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field, replace
+
+import numpy as np
 
 from ..codegen.cuda import render_cuda
 from ..codegen.llvm import render_llvm
@@ -26,7 +29,8 @@ from ..ir.schedule import ScheduleItem, schedule, structural_key
 from .buffer import Buffer
 from .compiler import CompiledKernel, compile_kernel
 from .config import config
-from .launch import launch
+from .launch import launch, run_threads
+from .program import compile_program
 
 _manifests: dict[str, list[dict]] = {}  # dump folder -> its manifest entries
 
@@ -104,6 +108,10 @@ class _Step:
 class _Plan:
     steps: list[_Step]
     outputs: list[int]  # for each requested node, the step that computes it
+    program: object = None  # the native program, built on the first cache hit
+    fns: object = None  # kernel addresses, as the program reads them
+    barrier: object = None
+    records: list = field(default_factory=list)  # what a run through the program reports
 
 
 PLAN_CACHE_SIZE = 512
@@ -129,6 +137,8 @@ def realize(nodes: list[Node]) -> list[KernelRecord]:
     if plan is None:
         stats["scheduled"] += 1
         records, plan = _schedule_and_run(todo, leaves)
+        if config.program:
+            _build_program(plan, len(leaves))  # now, so that later steps compile nothing
         if len(_plans) >= PLAN_CACHE_SIZE:
             _plans.pop(next(iter(_plans)))
         _plans[key] = plan
@@ -186,7 +196,48 @@ def _schedule_and_run(todo: list[Node], leaves: list[Node]) -> tuple[list[Kernel
     return records, _Plan(steps, [position[id(n)][1] for n in todo])
 
 
+def _build_program(plan: _Plan, nleaves: int) -> None:
+    """String a plan's kernels into one native program (see runtime/program.py)."""
+    if plan.program is None and len(plan.steps) > 1:
+        steps = [
+            (
+                s.extent,
+                s.work,
+                [nleaves + k] + [i if kind == "leaf" else nleaves + i for kind, i in s.inputs],
+            )
+            for k, s in enumerate(plan.steps)
+        ]
+        plan.program = compile_program(steps)
+        fns = [s.record.compiled.address for s in plan.steps] + [_sched_yield_address()]
+        plan.fns = np.array(fns, dtype=np.uint64)
+        plan.barrier = np.zeros(2, dtype=np.int64)
+        plan.records = [
+            replace(s.record, seconds=0.0, cache="memory", compile_seconds=0.0) for s in plan.steps
+        ]
+
+
+def _run_program(plan: _Plan, todo: list[Node], leaves: list[Node]) -> list[KernelRecord]:
+    """Run a cached schedule as one native call per thread."""
+    _build_program(plan, len(leaves))
+    outs = [Buffer(s.size, s.dtype) for s in plan.steps]
+    ptrs = np.array([n.realized.ptr for n in leaves] + [b.ptr for b in outs], dtype=np.uint64)
+    plan.barrier[:] = 0
+    args = [ptrs.ctypes.data, plan.fns.ctypes.data, plan.barrier.ctypes.data]
+    threads = max(1, config.threads)
+    run_threads(plan.program.fn, threads, args)
+    for n, k in zip(todo, plan.outputs):
+        n.realized = outs[k]
+    return plan.records
+
+
+def _sched_yield_address() -> int:
+    """libc's sched_yield, which the program calls through a pointer (no symbol to link)."""
+    return ctypes.cast(ctypes.CDLL(None).sched_yield, ctypes.c_void_p).value
+
+
 def _run_plan(plan: _Plan, todo: list[Node], leaves: list[Node]) -> list[KernelRecord]:
+    if config.program and config.debug == 0 and len(plan.steps) > 1:
+        return _run_program(plan, todo, leaves)
     bufs: list[Buffer | None] = [None] * len(plan.steps)
     params = [n.realized for n in leaves]
     records = []

@@ -563,7 +563,7 @@ def test_the_generator_draws_every_op():
     """Guards against kinks must not starve an op: each one is drawn and kept in a fixed run."""
     kept: set[str] = set()
 
-    @settings(max_examples=80, **SETTINGS)
+    @settings(max_examples=200, **SETTINGS)
     @given(st.data())
     def collect(data):
         p = Program(data)

@@ -93,7 +93,7 @@ def test_results_do_not_depend_on_the_thread_count(case, monkeypatch):
     results = {}
     for threads in (1, 2, 3):  # 3 is more threads than this machine's cores
         slices_seen.clear()
-        with fg.config.override(threads=threads):
+        with fg.config.override(threads=threads, program=False):  # kernel by kernel
             # a fresh input buffer each time, so the kernels really run again
             y = build(fg.from_numpy(a))
             records = fg.kernels(y)
@@ -103,6 +103,9 @@ def test_results_do_not_depend_on_the_thread_count(case, monkeypatch):
             # every kernel of the expression was cut into one slice per thread
             assert len(slices_seen) == len(records), (case, threads, slices_seen)
             assert all(len(s) == threads for s in slices_seen), (case, threads, slices_seen)
+        with fg.config.override(threads=threads):  # the cached schedule as one native program
+            again = np.array(build(fg.from_numpy(a)).numpy())
+        assert np.array_equal(again, results[threads]), (case, threads)
     want = oracle(a.astype(np.float64))
     np.testing.assert_allclose(results[1], want, rtol=2e-5, atol=2e-5)
     for threads in (2, 3):
