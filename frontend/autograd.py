@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import weakref
 
-from .errors import FusegradError, ShapeError, fail
+from .errors import FusegradError, ShapeError, at_callers_site, fail
 from .ir import node as N
 from .ir.autodiff import gradients
 from .ir.ops import Ops
@@ -84,7 +84,8 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
         )
     root_grad = _grad_output(t, gradient, "backward")
     leaves = [leaf for leaf in list(_leaves.values()) if leaf.requires_grad and leaf._is_leaf]
-    grads = gradients(t.node, root_grad, [leaf.node for leaf in leaves])
+    with at_callers_site():
+        grads = gradients(t.node, root_grad, [leaf.node for leaf in leaves])
     for leaf, g in zip(leaves, grads):
         if g is None:
             continue

@@ -33,6 +33,7 @@ import numpy as np
 from .. import creation
 from ..autograd import take_pending_outputs
 from ..autograd_state import enable_grad, no_grad
+from ..errors import at_callers_site
 from ..tensor import Tensor
 from ..tensor import realize as _realize
 
@@ -95,7 +96,7 @@ class Optimizer:
                 loss = closure()
         pending = take_pending_outputs()
         outputs = []
-        with no_grad():
+        with no_grad(), at_callers_site():
             for group in self.param_groups:
                 shared: dict = {}  # the group's scalars, one set of tensors per dtype
                 for p in group["params"]:
