@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # one object per dtype: identity is equality, hashing is cheap
 class DType:
     """A tensor element type: its name and how numpy, LLVM and CUDA spell it."""
 

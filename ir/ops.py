@@ -52,6 +52,10 @@ class Ops(Enum):
     def __repr__(self) -> str:
         return f"Ops.{self.name}"
 
+    # members are singletons: hash by identity (Enum's default hashes the name, in Python,
+    # and every node lookup hashes its op)
+    __hash__ = object.__hash__
+
 
 LEAF = {Ops.BUFFER, Ops.CONST}
 UNARY = {Ops.NEG, Ops.EXP, Ops.LOG, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.CAST}
