@@ -386,6 +386,7 @@ def lower(item: ScheduleItem) -> Kernel:
 
 TILE_COLS = (32, 16, 8)
 TILE_MIN_COLS = 4
+TILE_MAX_ACCUMULATORS = 128  # beyond this LLVM stops keeping a tile in registers
 SHORT_REDUCTION = 16
 TILE_ROWS = 4
 
@@ -461,9 +462,25 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
         cols = _divisor(extents[col], TILE_COLS[0], TILE_MIN_COLS)
     if cols is None:
         return None
-    rows_ok = [g for g in range(len(extents)) if g != col and extents[g] % TILE_ROWS == 0]
-    row = rows_ok[-1] if rows_ok else None
-    return Tile(col, cols, row, TILE_ROWS if row is not None else 1)
+    # unroll rows along the output axis that the vector loads do not depend on, so each
+    # loaded vector serves every row (a convolution's output channels, a matmul's rows)
+    vector_loads = [ld for ld in loads if ld.index.coef(out_vars[col]) == 1]
+
+    def shared(g: int) -> int:
+        return sum(ld.param.size for ld in vector_loads if ld.index.coef(out_vars[g]) == 0)
+
+    def rows_for(g: int) -> int | None:
+        if g == col or extents[g] <= 1:
+            return None
+        if extents[g] <= 2 * TILE_ROWS and extents[g] * cols <= TILE_MAX_ACCUMULATORS:
+            return extents[g]
+        return TILE_ROWS if extents[g] % TILE_ROWS == 0 else None
+
+    candidates = [g for g in range(len(extents)) if rows_for(g)]
+    if not candidates:
+        return Tile(col, cols)
+    row = max(candidates, key=lambda g: (shared(g), g))
+    return Tile(col, cols, row, rows_for(row))
 
 
 def _divisor(n: int, most: int, least: int) -> int | None:
