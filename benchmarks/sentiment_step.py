@@ -1,0 +1,314 @@
+"""One training step of the sentiment CNN (examples/sentiment.py), fusegrad against PyTorch eager.
+
+Run:  .venv/bin/python benchmarks/sentiment_step.py [--quick] [--finetune]
+
+The step is MiniTorch's setting: batch 10, sentences padded to 52 tokens
+(real training sentences of the bundled data, cycled), Kim's CNN with frozen
+50-d GloVe vectors (15,459 words), three Conv1d(50 -> 100, k = 3, 4, 5) with
+ReLU and a length-masked max over time, dropout 0.25, linear, sigmoid,
+binary cross-entropy, Adam. A timed step is everything a training loop does:
+look up the vectors, build the graph, backward, the optimizer step, and read
+the loss (`loss.item()`), so fusegrad's scheduling, launch and Python
+overhead are inside the time, as PyTorch's are.
+
+How the numbers are taken (see ../../shared/BENCHMARKS.md and README.md here):
+- both systems start from the same weights; before anything is timed, one step
+  without dropout is checked: logits, loss and every gradient must agree;
+- fusegrad and PyTorch alternate in blocks of steps, the order rotating each
+  round, with a 0.2 s pause after PyTorch (its OpenMP workers spin after a call);
+  each figure is the median over all timed steps;
+- PyTorch gets `torch.set_num_threads(fg.config.threads)`;
+- the first step is timed in fresh subprocesses: once against an empty compile
+  cache (a new FUSEGRAD_CACHE folder: schedule + compile), once against the
+  cache that run filled (schedule + load compiled kernels from disk).
+
+fusegrad looks the vectors up with numpy, as the example does (it has no
+gather primitive; see examples/sentiment.py); PyTorch uses nn.Embedding.
+`--finetune` adds a row with trainable embeddings: fusegrad scatter-adds the
+vectors' gradients into the table on the host, PyTorch's nn.Embedding does it
+in its backward.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import fusegrad as fg
+from fusegrad.nn import functional as F
+from fusegrad.nn import text
+
+try:
+    import torch
+except ImportError:  # PyTorch is optional: its column is left empty
+    torch = None
+
+BATCH, LENGTH = 10, 52
+PAUSE_AFTER_TORCH_S = 0.2
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXAMPLE = os.path.join(HERE, "..", "examples", "sentiment.py")
+
+
+def load_example():
+    spec = importlib.util.spec_from_file_location("sentiment_example", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def make_batches(count: int, seed: int = 0):
+    """`count` batches of real training sentences (at most LENGTH tokens), padded to LENGTH."""
+    glove = text.load_glove()
+    data = text.load_sentiment(known=glove)
+    encoded = [s for s in data.train.encode(data.vocab) if len(s) <= LENGTH]
+    labels = data.train.labels[[len(s) <= LENGTH for s in data.train.tokens]]
+    rng = np.random.default_rng(seed)
+    batches = []
+    for _ in range(count):
+        index = rng.choice(len(encoded), BATCH, replace=False)
+        ids, lengths = text.pad_batch([encoded[i] for i in index], length=LENGTH)
+        batches.append((ids, lengths, labels[index].astype(np.float32)))
+    return data.vocab.vectors(glove), batches
+
+
+# ---------------------------------------------------------------- the two systems
+
+
+class FusegradStep:
+    def __init__(self, example, table, finetune: bool, dropout: float):
+        fg.manual_seed(0)
+        self.model = example.KimCNN(table, finetune=finetune, dropout=dropout)
+        self.opt = fg.optim.Adam([p for p in self.model.parameters() if p.requires_grad], lr=1e-3)
+
+    def __call__(self, ids, lengths, y) -> float:
+        probs = F.sigmoid(self.model(ids, lengths))
+        loss = F.binary_cross_entropy(probs, fg.tensor(y))
+        self.opt.zero_grad()
+        loss.backward()
+        self.model.scatter_embedding_grads()  # fine-tuned vectors only; nothing when frozen
+        self.opt.step()
+        return loss.item()
+
+
+class TorchKim(torch.nn.Module if torch is not None else object):
+    """The same model in PyTorch, holding a copy of the fusegrad model's weights."""
+
+    def __init__(self, fg_model, finetune: bool, dropout: float):
+        super().__init__()
+        table = torch.from_numpy(np.array(fg_model.embedding.weight.numpy()))
+        self.embedding = torch.nn.Embedding.from_pretrained(
+            table, freeze=not finetune, padding_idx=0
+        )
+        self.kernel_sizes = fg_model.kernel_sizes
+        self.convs = torch.nn.ModuleList()
+        for conv in fg_model.convs:
+            c = torch.nn.Conv1d(conv.in_channels, conv.out_channels, conv.kernel_size[0])
+            c.weight.data = torch.from_numpy(np.array(conv.weight.numpy()))
+            c.bias.data = torch.from_numpy(np.array(conv.bias.numpy()))
+            self.convs.append(c)
+        self.dropout = torch.nn.Dropout(dropout)
+        self.fc = torch.nn.Linear(fg_model.fc.in_features, 1)
+        self.fc.weight.data = torch.from_numpy(np.array(fg_model.fc.weight.numpy()))
+        self.fc.bias.data = torch.from_numpy(np.array(fg_model.fc.bias.numpy()))
+
+    def forward(self, ids, lengths):
+        x = self.embedding(ids).permute(0, 2, 1)
+        pooled = []
+        for conv, k in zip(self.convs, self.kernel_sizes):
+            h = conv(x).relu()
+            n = h.shape[2]
+            valid = torch.arange(n)[None, None] < (lengths - (k - 1)).clamp(min=1)[:, None, None]
+            pooled.append(torch.where(valid, h, -1e9).amax(2))
+        return self.fc(self.dropout(torch.cat(pooled, 1))).reshape(-1)
+
+
+class TorchStep:
+    def __init__(self, fg_model, finetune: bool, dropout: float):
+        torch.manual_seed(0)
+        self.model = TorchKim(fg_model, finetune, dropout)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.opt = torch.optim.Adam(params, lr=1e-3)
+
+    def __call__(self, ids, lengths, y) -> float:
+        probs = torch.sigmoid(self.model(torch.from_numpy(ids), torch.from_numpy(lengths)))
+        loss = torch.nn.functional.binary_cross_entropy(probs, torch.from_numpy(y))
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+        return loss.item()
+
+
+def check_answers(example, table, batch, finetune: bool) -> float:
+    """Logits, loss and gradients of one batch without dropout, fusegrad against PyTorch."""
+    ids, lengths, y = batch
+    mine = FusegradStep(example, table, finetune, dropout=0.0)
+    theirs = TorchStep(mine.model, finetune, dropout=0.0)
+    logits = mine.model(ids, lengths)
+    loss = F.binary_cross_entropy(F.sigmoid(logits), fg.tensor(y))
+    loss.backward()
+    t_logits = theirs.model(torch.from_numpy(ids), torch.from_numpy(lengths))
+    t_loss = torch.nn.functional.binary_cross_entropy(torch.sigmoid(t_logits), torch.from_numpy(y))
+    t_loss.backward()
+    mine.model.scatter_embedding_grads()
+    pairs = [("logits", logits, t_logits), ("loss", loss, t_loss)]
+    for (name, p), tp in zip(mine.model.named_parameters(), theirs.model.parameters()):
+        if p.requires_grad:
+            pairs.append((f"{name}.grad", p.grad, tp.grad))
+    worst = 0.0
+    for name, a, b in pairs:
+        a, b = np.asarray(a.numpy(), np.float64), b.detach().numpy().astype(np.float64)
+        err = float(np.abs(a - b).max() / (np.abs(b).max() + 1e-12))
+        if not err < 1e-3:
+            raise SystemExit(f"{name}: fusegrad and PyTorch differ by {err:.2e} (relative)")
+        worst = max(worst, err)
+    return worst
+
+
+# ---------------------------------------------------------------- timing
+
+
+def alternate(steps: dict, batches, rounds: int, per_block: int) -> dict[str, list[float]]:
+    """Blocks of `per_block` steps per system, the order rotating every round."""
+    names = list(steps)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    k = 0
+    for r in range(rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for name in order:
+            gc.collect()
+            for _ in range(per_block):
+                ids, lengths, y = batches[k % len(batches)]
+                k += 1
+                t0 = time.perf_counter()
+                steps[name](ids, lengths, y)
+                times[name].append(time.perf_counter() - t0)
+            if name == "torch":
+                time.sleep(PAUSE_AFTER_TORCH_S)
+    return times
+
+
+def first_step_child(finetune: bool) -> None:
+    """Run in a subprocess: time the first two steps of a fresh process, print JSON."""
+    example = load_example()
+    table, batches = make_batches(2)
+    step = FusegradStep(example, table, finetune, dropout=0.25)
+    out = {}
+    for name, batch in zip(("first", "second"), batches):
+        t0 = time.perf_counter()
+        step(*batch)
+        out[name] = time.perf_counter() - t0
+    print(json.dumps(out))
+
+
+def first_steps(finetune: bool) -> tuple[dict, dict]:
+    """The first step against an empty compile cache, then against the cache it filled."""
+    with tempfile.TemporaryDirectory(prefix="fusegrad-sentiment-cache-") as cache:
+        env = dict(os.environ, FUSEGRAD_CACHE=cache)
+        cmd = [sys.executable, os.path.abspath(__file__), "--first-step-child"]
+        cmd += ["--finetune"] if finetune else []
+        runs = []
+        for _ in range(2):
+            done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+            runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return runs[0], runs[1]
+
+
+def load_average() -> str:
+    try:
+        return " ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def source_version() -> str:
+    try:
+        commit = subprocess.run(
+            ["git", "-C", HERE, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", HERE, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:
+        return "unknown commit"
+    return (commit + ("+" if dirty else "")) if commit else "unknown commit"
+
+
+def run_case(example, table, batches, finetune: bool, rounds: int, per_block: int) -> dict:
+    err = check_answers(example, table, batches[0], finetune) if torch is not None else None
+    steps = {"fusegrad": FusegradStep(example, table, finetune, dropout=0.25)}
+    if torch is not None:
+        steps["torch"] = TorchStep(steps["fusegrad"].model, finetune, dropout=0.25)
+    alternate(steps, batches, 1, 3)  # warm-up: compile, fill pools, let PyTorch settle
+    times = alternate(steps, batches, rounds, per_block)
+    cold, warm = first_steps(finetune)
+    return {"times": times, "err": err, "cold": cold, "warm": warm}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
+    ap.add_argument("--finetune", action="store_true", help="also time trainable embeddings")
+    ap.add_argument("--first-step-child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.first_step_child:
+        first_step_child(args.finetune)
+        return
+
+    if torch is not None:
+        torch.set_num_threads(fg.config.threads)
+    rounds, per_block = (4, 5) if args.quick else (10, 20)
+    print(
+        f"sentiment CNN training step, batch {BATCH}, length {LENGTH} | fusegrad "
+        f"{source_version()}, {fg.config.threads} threads | torch "
+        f"{torch.__version__ + f', {torch.get_num_threads()} threads' if torch else '-'}"
+    )
+    print(f"load average before: {load_average()}")
+    example = load_example()
+    table, batches = make_batches(64)
+    cases = [("frozen GloVe", False)] + ([("fine-tuned GloVe", True)] if args.finetune else [])
+    head = (
+        f"{'embeddings':<18}{'fg ms':>9}{'torch ms':>10}{'torch/fg':>10}{'steps':>7}"
+        f"{'max err':>9}{'1st step, empty cache':>23}{'1st, warm cache':>17}{'2nd step':>10}"
+    )
+    lines = []
+    for name, finetune in cases:
+        r = run_case(example, table, batches, finetune, rounds, per_block)
+        fg_ms = statistics.median(r["times"]["fusegrad"]) * 1e3
+        t_ms = statistics.median(r["times"]["torch"]) * 1e3 if torch is not None else None
+        lines.append(
+            f"{name:<18}{fg_ms:>9.2f}"
+            + (f"{t_ms:>10.2f}{t_ms / fg_ms:>10.2f}" if t_ms else f"{'-':>10}{'-':>10}")
+            + f"{len(r['times']['fusegrad']):>7}"
+            + (f"{r['err']:>9.1e}" if r["err"] is not None else f"{'-':>9}")
+            + f"{r['cold']['first'] * 1e3:>20.0f} ms{r['warm']['first'] * 1e3:>14.0f} ms"
+            + f"{r['cold']['second'] * 1e3:>7.0f} ms"
+        )
+    print("\nmedian ms per training step (look-up, graph, backward, Adam, loss.item());")
+    print("torch/fg above 1 means fusegrad is faster\n")
+    print(head)
+    print("-" * len(head))
+    print("\n".join(lines))
+    print(
+        "\n'max err': largest difference of logits, loss and gradients from PyTorch's (one step,"
+        "\nno dropout), relative to the largest magnitude; '1st step': a fresh process, compile"
+        "\ncache empty / filled by the previous process; '2nd step': the next step of the first."
+    )
+    print(f"load average after: {load_average()}")
+
+
+if __name__ == "__main__":
+    main()
