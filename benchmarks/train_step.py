@@ -27,6 +27,7 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+PAUSE = 0.05  # seconds between the two systems (BENCHMARKS.md: spinning threads fight)
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 
 
@@ -165,9 +166,11 @@ def bench(name: str, steps: int) -> None:
         fg_step(x, y)
         fg_times.append(time.perf_counter() - t)
         if th_step:
+            time.sleep(PAUSE)  # let fusegrad's worker park before torch runs
             t = time.perf_counter()
             th_step(x, y)
             th_times.append(time.perf_counter() - t)
+            time.sleep(PAUSE)  # torch's OpenMP threads spin after each op: let them sleep
     per_step, moved, floor = _kernels_per_step(name)
     fg_ms = np.median(fg_times) * 1e3
     print(f"\n{name}: {steps} steps, threads {fg.config.threads}")
