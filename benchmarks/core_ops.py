@@ -331,6 +331,7 @@ def thread_scaling(cases: list[Case], budget_s: float, most: int) -> None:
 
         return go
 
+    time.sleep(1.0)  # numpy's and torch's worker threads spin for a while after their last op
     for case in cases:
         run = case.runs[FUSEGRAD]
         runs = {1: with_threads(run, 1), all_threads: with_threads(run, all_threads)}
