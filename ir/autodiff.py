@@ -144,9 +144,13 @@ def with_vjp(n: Node, rule: Callable[[Node], list[tuple[Node, Node]]]) -> Node:
 
 def reaches(roots: list[Node], targets: set[int]) -> set[int]:
     """Ids of the nodes under `roots` from which some target can be reached (targets included)."""
+    return _live(toposort(roots, stop=lambda n: n.op is Ops.DETACH), targets)
+
+
+def _live(order: list[Node], targets: set[int]) -> set[int]:
     out: set[int] = set()
-    for n in toposort(roots, stop=lambda n: n.op is Ops.DETACH):
-        if id(n) in targets or any(id(s) in out for s in n.srcs):
+    for n in order:
+        if id(n) in targets or (n.op is not Ops.DETACH and any(id(s) in out for s in n.srcs)):
             out.add(id(n))
     return out
 
@@ -154,9 +158,9 @@ def reaches(roots: list[Node], targets: set[int]) -> set[int]:
 def gradients(root: Node, root_grad: Node, targets: list[Node]) -> list[Node | None]:
     """d(sum(root * root_grad)) / d(target) for each target; None where it does not depend on it."""
     wanted = {id(t) for t in targets}
-    live = reaches([root], wanted)
-    grads: dict[int, Node] = {id(root): root_grad}
     order = toposort([root], stop=lambda n: n.op is Ops.DETACH)
+    live = _live(order, wanted)
+    grads: dict[int, Node] = {id(root): root_grad}
     in_graph = {id(n) for n in order}
     for n in reversed(order):
         g = grads.get(id(n))

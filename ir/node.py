@@ -262,18 +262,19 @@ def toposort(roots: list[Node], stop: Callable[[Node], bool] = lambda n: False) 
     for root in roots:
         if id(root) in seen:
             continue
-        stack = [(root, False)]
-        while stack:
-            n, done = stack.pop()
-            if done:
-                order.append(n)
-                continue
-            if id(n) in seen:
-                continue
-            seen.add(id(n))
-            stack.append((n, True))
-            if not stop(n):
-                stack.extend((s, False) for s in reversed(n.srcs) if id(s) not in seen)
+        seen.add(id(root))
+        nodes = [root]
+        pending = [iter(() if stop(root) else root.srcs)]
+        while nodes:
+            for s in pending[-1]:
+                if id(s) not in seen:
+                    seen.add(id(s))
+                    nodes.append(s)
+                    pending.append(iter(() if stop(s) else s.srcs))
+                    break
+            else:  # every source is placed: so is this node
+                pending.pop()
+                order.append(nodes.pop())
     return order
 
 
