@@ -43,6 +43,7 @@ import tempfile
 import time
 
 import numpy as np
+from core_ops import source_version  # same folder; prints the commit measured
 
 import fusegrad as fg
 from fusegrad.nn import functional as F
@@ -228,21 +229,6 @@ def load_average() -> str:
         return " ".join(f"{v:.2f}" for v in os.getloadavg())
     except OSError:
         return "unknown"
-
-
-def source_version() -> str:
-    try:
-        commit = subprocess.run(
-            ["git", "-C", HERE, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", HERE, "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    except OSError:
-        return "unknown commit"
-    return (commit + ("+" if dirty else "")) if commit else "unknown commit"
 
 
 def run_case(example, table, batches, finetune: bool, rounds: int, per_block: int) -> dict:

@@ -305,11 +305,8 @@ class _ConvNd(_Module):
 
         from . import init
 
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            fan_in = (self.in_channels // self.groups) * math.prod(self.kernel_size)
-            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
-            init.uniform_(self.bias, -bound, bound)
+        fan_in = (self.in_channels // self.groups) * math.prod(self.kernel_size)
+        init.torch_default_(self.weight, self.bias, fan_in)
 
     def extra_repr(self) -> str:
         s = (

@@ -100,6 +100,15 @@ def ones_(tensor: Tensor) -> Tensor:
     return constant_(tensor, 1.0)
 
 
+def torch_default_(weight: Tensor, bias: Tensor | None, fan_in: int) -> None:
+    """PyTorch's default for Linear and Conv layers: kaiming_uniform(a=sqrt(5)) weights,
+    i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and a bias from the same range."""
+    kaiming_uniform_(weight, a=math.sqrt(5))
+    if bias is not None:
+        bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+        uniform_(bias, -bound, bound)
+
+
 def kaiming_uniform_(
     tensor: Tensor,
     a: float = 0.0,

@@ -15,8 +15,6 @@ Linear(in_features=3, out_features=2, bias=True)
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from .. import creation
@@ -54,11 +52,7 @@ class Linear(Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            fan_in = self.in_features
-            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
-            init.uniform_(self.bias, -bound, bound)
+        init.torch_default_(self.weight, self.bias, self.in_features)
 
     def forward(self, input):
         return F.linear(input, self.weight, self.bias)
