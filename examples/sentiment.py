@@ -39,19 +39,17 @@ masked out of the max over time (computed from the sentence lengths), and a
 sentence shorter than the widest filter is padded to it with zero vectors,
 as Kim does.
 
-Two things happen on the host rather than in the graph, on purpose:
-- the embedding lookup. fusegrad has no gather primitive: `nn.Embedding`
+One thing happens on the host rather than in the graph, on purpose:
+the embedding lookup. fusegrad has no gather primitive: `nn.Embedding`
   multiplies a one-hot (tokens x vocabulary) matrix into the table, which at
   15,459 words is 13 times the FLOPs of the three convolutions, and as much
   again for its gradient. So the rows are picked with numpy, and with --finetune the
   picked vectors are a leaf whose gradient is scatter-added into the table's
   rows (`KimCNN.scatter_embedding_grads`, the gradient nn.Embedding would
   give, checked against it in tests/nn/test_text.py); Adam then updates the
-  table with the other parameters.
-- the dropout mask. `nn.Dropout` draws from a seed that is a constant of the
-  graph, so each step would be a new graph structure, rescheduled and
-  recompiled (measured: ~0.5 s a step instead of ~0.05 s). A mask drawn with
-  numpy is data, and the compiled step is reused.
+  table with the other parameters. (A gather primitive is the real fix.)
+Dropout is `nn.Dropout`: its mask comes from the RAND primitive, whose key is
+data, so a new mask each step reuses the compiled step.
 """
 
 from __future__ import annotations
@@ -71,29 +69,6 @@ from fusegrad.nn import text
 from fusegrad.nn.conv import Conv1d
 
 PAD_MULTIPLE = 8  # batch lengths are rounded up to this, so few shapes are compiled
-
-
-class HostDropout(nn.Module):
-    """Inverted dropout whose mask is drawn with numpy and enters the graph as data.
-
-    The same as `nn.Dropout` (zero with probability p, scale the rest by
-    1 / (1 - p), the identity in eval()), but the graph keeps one structure
-    from step to step, so the compiled training step is reused.
-    """
-
-    def __init__(self, p: float, seed: int = 0):
-        super().__init__()
-        self.p = p
-        self.rng = np.random.default_rng(seed)
-
-    def forward(self, x):
-        if not self.training or self.p == 0.0:
-            return x
-        keep = self.rng.random(x.shape) >= self.p
-        return x * fg.tensor((keep / (1.0 - self.p)).astype(np.float32))
-
-    def extra_repr(self) -> str:
-        return f"p={self.p}"
 
 
 def window_mask(lengths: fg.Tensor, positions: int, kernel: int) -> fg.Tensor:
@@ -138,7 +113,7 @@ class KimCNN(nn.Module):
         )
         dim = table.shape[1]
         self.convs = nn.ModuleList([Conv1d(dim, feature_maps, k) for k in kernel_sizes])
-        self.dropout = HostDropout(dropout, seed)
+        self.dropout = nn.Dropout(dropout)
         features = feature_maps * (len(kernel_sizes) if combine == "cat" else 1)
         self.fc = nn.Linear(features, 1)
 
