@@ -28,3 +28,56 @@ def kernels(*tensors: Tensor) -> list:
             if all(rec is not r for r in out):
                 out.append(rec)
     return out
+
+
+def graph_dot(*tensors: Tensor) -> str:
+    """The graph behind `tensors` in Graphviz DOT, without running it: one cluster per kernel
+    the scheduler would cut, labelled with its reason; realized inputs are boxes. A value
+    that several kernels recompute is drawn once, in the first of them.
+
+    >>> import fusegrad as fg
+    >>> x = fg.randn(4, 3).realize()
+    >>> "cluster_0" in fg.graph_dot(x.softmax(1))
+    True
+
+    Render it with Graphviz: `dot -Tsvg graph.dot -o graph.svg`.
+    """
+    from .ir.node import toposort
+    from .ir.ops import Ops
+    from .ir.schedule import schedule
+
+    roots = [t.node for t in tensors if t.node.realized is None]
+    items = schedule(roots) if roots else []
+    lines = ["digraph fusegrad {", "  rankdir=BT;", '  node [fontname="monospace", fontsize=10];']
+    names: dict[int, str] = {}
+
+    def name(n) -> str:
+        if id(n) not in names:
+            names[id(n)] = f"n{len(names)}"
+        return names[id(n)]
+
+    def label(n) -> str:
+        shape = "x".join(map(str, n.shape)) or "scalar"
+        extra = f" {n.arg}" if n.op is Ops.CONST else ""
+        return f"{n.op.name}{extra}\\n{shape} {n.dtype.name}"
+
+    placed: set[int] = set()
+    for k, item in enumerate(items):
+        reason = item.reason.replace('"', "'")
+        lines.append(f"  subgraph cluster_{k} {{")
+        lines.append(f'    label="kernel {k}: {reason}"; style=rounded; color=blue;')
+        for n in item.nodes:
+            if id(n) not in placed:
+                placed.add(id(n))
+                lines.append(f'    {name(n)} [label="{label(n)}"];')
+        lines.append("  }")
+    every = toposort([t.node for t in tensors], stop=lambda n: n.realized is not None)
+    for n in every:
+        if id(n) not in placed:
+            shape = "box" if n.realized is not None else "ellipse"
+            lines.append(f'  {name(n)} [label="{label(n)}", shape={shape}];')
+        if n.realized is None:
+            for s in n.srcs:
+                lines.append(f"  {name(s)} -> {name(n)};")
+    lines.append("}")
+    return "\n".join(lines)
