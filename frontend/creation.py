@@ -31,6 +31,7 @@ from .ir.dtypes import (
 from .ir.dtypes import (
     from_numpy as dtype_of_numpy,
 )
+from .jit import key_buffer
 from .runtime.buffer import Buffer
 from .tensor import Tensor
 
@@ -48,10 +49,19 @@ def _next_seed() -> int:
     return (_seed["seed"] * 1_000_003 + _seed["counter"] * 7_919) & 0xFFFFFFFFFFFF
 
 
+def _draw_key() -> int:
+    return rand_spec.key_as_int32(rand_spec.seed_key(_next_seed()))
+
+
 def _key() -> N.Node:
-    """A fresh random stream's key, as a 0-d int32 buffer (data, so kernels stay reusable)."""
-    key = rand_spec.key_as_int32(rand_spec.seed_key(_next_seed()))
-    buf = Buffer.from_numpy(np.array([key], dtype=np.int32), int32)
+    """A fresh random stream's key, as a 0-d int32 buffer (data, so kernels stay reusable).
+
+    While `fusegrad.jit` records a call the buffer is one the jit keeps, so that a
+    replay can draw the call's keys into it again.
+    """
+    buf = key_buffer(_draw_key)
+    if buf is None:
+        buf = Buffer.from_numpy(np.array([_draw_key()], dtype=np.int32), int32)
     return N.buffer(buf, (), int32)
 
 
@@ -128,7 +138,7 @@ def tensor(data, dtype=None, requires_grad: bool = False, device=None) -> Tensor
             DTypeError, "tensor", f"cannot make a tensor from {type(data).__name__} of {arr.dtype}"
         )
     if dtype is not None:
-        arr = arr.astype(checked_dtype(dtype, 'tensor').np)
+        arr = arr.astype(checked_dtype(dtype, "tensor").np)
     elif arr.dtype.kind in "iu" and arr.dtype != np.int32:
         arr = arr.astype(np.int64)
     elif arr.dtype == np.float16:
@@ -150,7 +160,7 @@ def full(size, fill_value, dtype=None, requires_grad: bool = False, device=None)
             if isinstance(fill_value, int)
             else float32
         )
-    return _finish(N.const(fill_value, shape, checked_dtype(dtype, 'full')), requires_grad)
+    return _finish(N.const(fill_value, shape, checked_dtype(dtype, "full")), requires_grad)
 
 
 def zeros(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
@@ -185,8 +195,33 @@ def arange(start, end=None, step=1, dtype=None, requires_grad: bool = False, dev
     if step == 0:
         fail(ShapeError, "arange", "step must be nonzero")
     ints = all(isinstance(v, int) for v in (start, end, step))
-    dt = checked_dtype(dtype, 'arange') if dtype is not None else (int64 if ints else float32)
-    return from_numpy(np.arange(start, end, step).astype(dt.np), requires_grad)
+    dt = checked_dtype(dtype, "arange") if dtype is not None else (int64 if ints else float32)
+    if requires_grad:
+        return from_numpy(np.arange(start, end, step).astype(dt.np), requires_grad)
+    return _shared(("arange", start, end, step, dt), lambda: np.arange(start, end, step), dt)
+
+
+_SHARED_LIMIT = 1 << 16  # elements: tables this small are kept, one buffer per distinct call
+_shared_buffers: dict[tuple, Buffer] = {}
+
+
+def _shared(key: tuple, make, dt: DType) -> Tensor:
+    """A new tensor over the one read-only buffer that holds `make()` for this key.
+
+    Index tables (`arange` for one-hot targets, masks) are rebuilt by every step
+    that asks for them; sharing the buffer saves the copy, and keeps a step's
+    inputs the same buffers from call to call (what `fusegrad.jit` needs).
+    """
+    buf = _shared_buffers.get(key)
+    if buf is None:
+        array = np.asarray(make()).astype(dt.np)
+        buf = Buffer.from_numpy(array, dt)
+        if array.size > _SHARED_LIMIT:
+            return Tensor(N.buffer(buf, array.shape, dt))
+        buf.array.flags.writeable = False  # shared: writing into t.numpy() must fail, not leak
+        _shared_buffers[key] = buf
+    shape = (buf.size,)
+    return Tensor(N.buffer(buf, shape, dt))
 
 
 def linspace(start: float, end: float, steps: int, dtype=None) -> Tensor:
@@ -198,13 +233,13 @@ def eye(
     n: int, m: int | None = None, dtype=None, requires_grad: bool = False, device=None
 ) -> Tensor:
     _check_device(device)
-    return from_numpy(np.eye(n, m, dtype=checked_dtype(dtype or float32, 'eye').np), requires_grad)
+    return from_numpy(np.eye(n, m, dtype=checked_dtype(dtype or float32, "eye").np), requires_grad)
 
 
 def rand(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
     """Uniform [0, 1) numbers from the counter-based generator (see manual_seed)."""
     _check_device(device)
-    dt = checked_dtype(dtype or float32, 'rand')
+    dt = checked_dtype(dtype or float32, "rand")
     if not dt.is_float:
         fail(DTypeError, "rand", f"needs a float dtype, got {dt.name}")
     return _finish(N.rand(_key(), _shape(size), dt), requires_grad)
@@ -213,7 +248,7 @@ def rand(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
 def randn(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
     """Standard normal numbers (Box-Muller over two uniform streams)."""
     _check_device(device)
-    dt: DType = checked_dtype(dtype or float32, 'randn')
+    dt: DType = checked_dtype(dtype or float32, "randn")
     if not dt.is_float:
         fail(DTypeError, "randn", f"needs a float dtype, got {dt.name}")
     shape = _shape(size)
@@ -236,4 +271,4 @@ def randint(low: int, high: int | None = None, size=(), dtype=None) -> Tensor:
     if high is None:
         low, high = 0, low
     u = rand(*_shape(tuple(size)), dtype="float64")
-    return (u * (high - low) + low).cast(checked_dtype(dtype or int64, 'randint'))
+    return (u * (high - low) + low).cast(checked_dtype(dtype or int64, "randint"))

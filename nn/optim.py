@@ -8,10 +8,10 @@ be), and `loss.item()` after `step()` reads a value already computed.
 
 Scalars that change from step to step (the learning rate, Adam's bias
 corrections, momentum on the first step) are not baked into the graph as
-constants: each step passes them in as small realized 0-d tensors, which
-the graph reads as data. The graph therefore has the same structure every
-step, and the schedule and kernels compiled for the first step are reused
-by every later one.
+constants: each step writes them into the same small realized 0-d tensors,
+which the graph reads as data. The graph therefore has the same structure
+every step, the schedule and kernels compiled for the first step are reused
+by every later one, and `fusegrad.jit` can replay a step by rewriting them.
 
 >>> import fusegrad as fg
 >>> from fusegrad import nn, optim
@@ -25,6 +25,7 @@ by every later one.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 
@@ -34,6 +35,7 @@ from .. import creation
 from ..autograd import take_pending_outputs
 from ..autograd_state import enable_grad, no_grad
 from ..errors import at_callers_site
+from ..jit import on_replay
 from ..tensor import Tensor
 from ..tensor import realize as _realize
 
@@ -48,6 +50,7 @@ class Optimizer:
 
     def __init__(self, params, defaults: dict):
         self.defaults = defaults
+        self._slots: dict = {}  # the step's scalars as 0-d tensors (see _write_scalars)
         self.state: defaultdict = defaultdict(dict)  # keyed by the parameter (hashed by identity)
         self.param_groups: list[dict] = []
         if isinstance(params, Tensor):
@@ -95,25 +98,38 @@ class Optimizer:
             with enable_grad():
                 loss = closure()
         pending = take_pending_outputs()
+        active = [(g, p) for g in self.param_groups for p in g["params"] if p.grad is not None]
+        for group, p in active:
+            if not self.state[p]:
+                self._init_state(p, self.state[p], group)
+        scalars = self._write_scalars(active)
+        on_replay(functools.partial(self._write_scalars, active))
         outputs = []
         with no_grad(), at_callers_site():
-            for group in self.param_groups:
-                shared: dict = {}  # the group's scalars, one set of tensors per dtype
-                for p in group["params"]:
-                    if p.grad is None:
-                        continue
-                    state = self.state[p]
-                    if not state:
-                        self._init_state(p, state, group)
-                    if p.dtype not in shared:
-                        shared[p.dtype] = _scalar_tensors(self._group_scalars(group), p)
-                    h = shared[p.dtype] + _scalar_tensors(self._param_scalars(group, state), p)
-                    self._update(p, p.grad, group, state, h)
-                    outputs.append(p)
-                    outputs.extend(t for t in state.values() if isinstance(t, Tensor))
+            for group, p in active:
+                state = self.state[p]
+                self._update(p, p.grad, group, state, scalars[id(p)])
+                outputs.append(p)
+                outputs.extend(t for t in state.values() if isinstance(t, Tensor))
         if outputs or pending:
             _realize(*outputs, *pending)
         return loss
+
+    def _write_scalars(self, active: list) -> dict[int, list[Tensor]]:
+        """Compute this step's scalars on the host and write them into their 0-d tensors.
+
+        Each group (per dtype) and each parameter keeps the same tensors from
+        step to step; a step writes new values into their buffers. The graph
+        reads them as data, so a new learning rate or Adam's next bias
+        correction changes no graph structure and nothing recompiles; and
+        `fusegrad.jit` replays a step by calling this function alone.
+        """
+        out = {}
+        for group, p in active:
+            shared = _scalar_slots(self._slots, (id(group), p.dtype), self._group_scalars(group), p)
+            own = _scalar_slots(self._slots, id(p), self._param_scalars(group, self.state[p]), p)
+            out[id(p)] = shared + own
+        return out
 
     def _init_state(self, p: Tensor, state: dict, group: dict) -> None:
         """Create a parameter's state tensors (realized zeros) before its first update."""
@@ -185,13 +201,14 @@ class Optimizer:
         return "\n".join(lines) + "\n)"
 
 
-def _scalar_tensors(values: list[float], like: Tensor) -> list[Tensor]:
-    """Each value as a fresh realized 0-d tensor of `like`'s dtype.
-
-    The graph reads these as data, like any realized buffer: changing a value
-    from one step to the next changes no graph structure, so nothing recompiles.
-    """
-    return [creation.from_numpy(np.array(v, dtype=like.dtype.np)) for v in values]
+def _scalar_slots(slots: dict, key, values: list[float], like: Tensor) -> list[Tensor]:
+    """`values` written into the realized 0-d tensors kept under `key` (made on first use)."""
+    held = slots.get(key)
+    if held is None or len(held) != len(values):
+        held = slots[key] = [creation.from_numpy(np.zeros((), like.dtype.np)) for _ in values]
+    for t, v in zip(held, values):
+        t.node.realized.array[0] = v
+    return held
 
 
 def _zeros_like(p: Tensor) -> Tensor:

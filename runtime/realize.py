@@ -118,6 +118,10 @@ PLAN_CACHE_SIZE = 512
 _plans: dict[tuple, _Plan] = {}
 stats = {"scheduled": 0, "schedule_hits": 0}
 
+# While `fusegrad.jit` records a call, every realize appends (plan, requested nodes, leaves)
+# here, so the call can later be replayed as these plans alone (frontend/jit.py).
+capture: list | None = None
+
 
 def realize(nodes: list[Node]) -> list[KernelRecord]:
     """Compute every node in `nodes` that has no buffer yet; return the kernels that ran.
@@ -146,7 +150,11 @@ def realize(nodes: list[Node]) -> list[KernelRecord]:
         stats["schedule_hits"] += 1
         if config.debug >= 1:
             _log(f"schedule cache hit: {len(plan.steps)} kernel(s), nothing scheduled or compiled")
-        records = _run_plan(plan, todo, leaves)
+        outs, records = run_plan(plan, [n.realized for n in leaves])
+        for n, out in zip(todo, outs):
+            n.realized = out
+    if capture is not None:
+        capture.append((plan, todo, leaves))
     for n in todo:
         n.realized.kernels = records
     _dump(records)
@@ -216,18 +224,16 @@ def _build_program(plan: _Plan, nleaves: int) -> None:
         ]
 
 
-def _run_program(plan: _Plan, todo: list[Node], leaves: list[Node]) -> list[KernelRecord]:
+def _run_program(plan: _Plan, leaves: list[Buffer]) -> tuple[list[Buffer], list[KernelRecord]]:
     """Run a cached schedule as one native call per thread."""
     _build_program(plan, len(leaves))
     outs = [Buffer(s.size, s.dtype) for s in plan.steps]
-    ptrs = np.array([n.realized.ptr for n in leaves] + [b.ptr for b in outs], dtype=np.uint64)
+    ptrs = np.array([b.ptr for b in leaves] + [b.ptr for b in outs], dtype=np.uint64)
     plan.barrier[:] = 0
     args = [ptrs.ctypes.data, plan.fns.ctypes.data, plan.barrier.ctypes.data]
     threads = max(1, config.threads)
     run_threads(plan.program.fn, threads, args)
-    for n, k in zip(todo, plan.outputs):
-        n.realized = outs[k]
-    return plan.records
+    return [outs[k] for k in plan.outputs], plan.records
 
 
 def _sched_yield_address() -> int:
@@ -235,15 +241,18 @@ def _sched_yield_address() -> int:
     return ctypes.cast(ctypes.CDLL(None).sched_yield, ctypes.c_void_p).value
 
 
-def _run_plan(plan: _Plan, todo: list[Node], leaves: list[Node]) -> list[KernelRecord]:
+def run_plan(plan: _Plan, leaves: list[Buffer]) -> tuple[list[Buffer], list[KernelRecord]]:
+    """Run a cached schedule on these leaf buffers; return its outputs' buffers and records.
+
+    The outputs come in the order of the nodes the plan was made for.
+    """
     if config.program and config.debug == 0 and len(plan.steps) > 1:
-        return _run_program(plan, todo, leaves)
+        return _run_program(plan, leaves)
     bufs: list[Buffer | None] = [None] * len(plan.steps)
-    params = [n.realized for n in leaves]
     records = []
     for k, step in enumerate(plan.steps):
         out = Buffer(step.size, step.dtype)
-        inputs = [params[i] if kind == "leaf" else bufs[i] for kind, i in step.inputs]
+        inputs = [leaves[i] if kind == "leaf" else bufs[i] for kind, i in step.inputs]
         t0 = time.perf_counter()
         launch(step.record.compiled.fn, step.extent, step.work, [out.ptr] + [b.ptr for b in inputs])
         rec = replace(
@@ -255,9 +264,7 @@ def _run_plan(plan: _Plan, todo: list[Node], leaves: list[Node]) -> list[KernelR
         bufs[k] = out
         for f in step.frees:
             bufs[f] = None
-    for n, k in zip(todo, plan.outputs):
-        n.realized = bufs[k]
-    return records
+    return [bufs[k] for k in plan.outputs], records
 
 
 def _run(item: ScheduleItem) -> tuple[KernelRecord, int, int]:

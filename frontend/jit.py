@@ -1,0 +1,335 @@
+"""`fusegrad.jit`: record a step function's kernels once, then replay them without Python.
+
+A training step written with lazy tensors spends its time in two places: the
+kernels, and the Python that builds the graph, differentiates it and looks
+its schedule up (hundreds of nodes a step). The graph is the same every step,
+so after a few calls only the kernels need to run:
+
+>>> import fusegrad as fg
+>>> from fusegrad import nn, optim
+>>> model = nn.Linear(3, 1)
+>>> opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+>>> @fg.jit
+... def step(x, y):
+...     loss = ((model(x) - y) ** 2).mean()
+...     opt.zero_grad()
+...     loss.backward()
+...     opt.step()
+...     return loss
+>>> for i in range(5):
+...     loss = step(fg.ones(4, 3), fg.zeros(4, 1))   # calls 4 and 5 only run kernels
+>>> step.replays
+2
+
+How it works. The first call runs eagerly (optimizer state is created then);
+the second and third run eagerly too while every `realize` they make is
+recorded. Comparing the two recordings tells where each kernel input comes
+from: an argument of the call, a value the previous call computed (a
+parameter, optimizer state), a value computed earlier in the same call, or a
+buffer that is the same every call (frozen weights, optimizer scalars). From
+then on a call binds its arguments, runs the recorded schedules as native
+programs and copies each result the next call reads (new parameters,
+optimizer state) into the buffer the third call left it in, so the tensors
+that hold the state show the newest value; returned tensors are fresh each
+call.
+
+What a replay does not redo is Python: the function body does not run. So:
+
+- Arguments are tensors (numpy arrays are converted) of the same shapes and
+  dtypes as when recorded; other arguments must be equal to the recorded ones
+  (a new shape or value records again). Results are tensors, tuples or lists
+  of tensors, or None.
+- Host work that must happen every step is redone by hooks the library
+  registers while recording: optimizers recompute their scalars (learning
+  rate changes, Adam's step count, SGD's first step), and random keys
+  (dropout) are drawn from the generator as eager calls would. Your own
+  Python side effects (printing, appending to lists, reading `.item()`)
+  happen only on the recorded calls. Likewise a tensor the function stores
+  somewhere (not returned, not read by the next call) keeps the value of the
+  last recorded call: return it instead.
+- The function must compute the same graph each call. A tensor made from
+  host data inside the function (`fg.tensor(np_array)`) is a new buffer each
+  call: recording fails with an error naming it; pass it as an argument.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import FusegradError
+from .ir import node as N
+from .ir.dtypes import int32
+from .runtime import realize as R
+from .runtime.buffer import Buffer
+from .tensor import Tensor
+from .tensor import realize as realize_tensors
+
+
+class JitError(FusegradError):
+    """A function cannot be recorded and replayed by `fusegrad.jit`."""
+
+
+@dataclass
+class _Recording:
+    """One eager call with every realize it made, and the hooks the library registered."""
+
+    args: list[Buffer]
+    realizes: list[tuple] = field(default_factory=list)  # (plan, requested nodes, leaves)
+    hooks: list[Callable[[], None]] = field(default_factory=list)
+    keys: int = 0  # random keys drawn (each also a hook)
+
+
+@dataclass
+class _Replay:
+    """What a replay runs: each plan with where each of its inputs comes from."""
+
+    plans: list[tuple[object, list[tuple]]]  # (plan, [(kind, a, b) per leaf])
+    state: dict[tuple[int, int], Buffer]  # (realize, output) the next call reads: where it is kept
+    results: object  # the returned structure, with (kind, a, b) sources in place of tensors
+    hooks: list[Callable[[], None]]
+
+
+_recording: _Recording | None = None
+_entry: _Entry | None = None  # the jit entry whose call is being recorded
+
+
+def on_replay(hook: Callable[[], None]) -> None:
+    """Have `hook()` run before every replay of the function being recorded (if any).
+
+    For host-side work a step must redo each call, like an optimizer writing its
+    step's scalars: register it each time the work is done, and a replay does it
+    as many times, in the same order.
+    """
+    if _recording is not None:
+        _recording.hooks.append(hook)
+
+
+def key_buffer(draw: Callable[[], int]) -> Buffer | None:
+    """While recording: the buffer for the call's next random key, the same every call.
+
+    `draw()` gives a key from the generator; a replay draws the call's keys again,
+    in order, into the same buffers, so its random numbers are those eager calls get.
+    """
+    if _entry is None:
+        return None
+    k = _recording.keys
+    _recording.keys += 1
+    slots = _entry.key_slots
+    if k == len(slots):
+        slots.append(Buffer.from_numpy(np.zeros(1, np.int32), int32))
+    slot = slots[k]
+
+    def refill():
+        slot.array[0] = draw()
+
+    refill()
+    _recording.hooks.append(refill)
+    return slot
+
+
+@dataclass
+class _Entry:
+    calls: int = 0
+    last: _Recording | None = None
+    replay: _Replay | None = None
+    key_slots: list[Buffer] = field(default_factory=list)
+
+
+class jit:
+    """Wrap a step function so that its later calls replay its kernels (see the module doc).
+
+    `step.replays` counts the calls that were replayed, `step.reset()` forgets
+    the recordings (say, after adding parameters to the optimizer).
+    """
+
+    def __init__(self, fn: Callable):
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.replays = 0
+        self._entries: dict[tuple, _Entry] = {}
+
+    def reset(self) -> None:
+        self._entries.clear()
+
+    def __call__(self, *args):
+        tensors, signature = _prepare(args)
+        entry = self._entries.setdefault(signature, _Entry())
+        if entry.replay is not None:
+            self.replays += 1
+            return _run_replay(entry.replay, [t.node.realized for t in tensors])
+        entry.calls += 1
+        if entry.calls == 1:  # the first call creates state (optimizer buffers): not recorded
+            return self.fn(*args)
+        out, recording = self._record(entry, args, tensors)
+        if entry.last is not None:
+            entry.replay = _plan_replay(self.fn, entry.last, recording, out)
+        entry.last = recording
+        return out
+
+    def _record(self, entry: _Entry, args, tensors):
+        global _recording, _entry
+        if R.capture is not None:
+            raise JitError("fusegrad.jit: a jitted function cannot call another while recording")
+        recording = _Recording([t.node.realized for t in tensors])
+        R.capture, _recording, _entry = recording.realizes, recording, entry
+        try:
+            out = self.fn(*args)
+            pending = [t for t in _flatten(out) if t.node.realized is None]
+            if pending:
+                realize_tensors(*pending)
+        finally:
+            R.capture, _recording, _entry = None, None, None
+        return out, recording
+
+
+def _prepare(args) -> tuple[list[Tensor], tuple]:
+    """The call's tensor arguments (realized) and the signature its recording is kept under."""
+    tensors, signature = [], []
+    for a in args:
+        if isinstance(a, np.ndarray):
+            raise JitError(
+                "fusegrad.jit: pass tensors, not numpy arrays (fg.tensor(a) makes one); "
+                "an array converted inside the function would be a new buffer every call"
+            )
+        if isinstance(a, Tensor):
+            if a.node.realized is None:
+                realize_tensors(a)
+            tensors.append(a)
+            signature.append(("tensor", a.shape, a.dtype.name, a.requires_grad))
+        else:
+            try:
+                hash(a)
+            except TypeError:
+                raise JitError(
+                    f"fusegrad.jit: argument of type {type(a).__name__} is neither a tensor "
+                    "nor hashable (non-tensor arguments are part of what a recording is for)"
+                ) from None
+            signature.append(("value", a))
+    return tensors, tuple(signature)
+
+
+def _flatten(out) -> list[Tensor]:
+    if out is None:
+        return []
+    if isinstance(out, Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)) and all(isinstance(t, Tensor) for t in out):
+        return list(out)
+    raise JitError(
+        "fusegrad.jit: a jitted function returns a tensor, a tuple or list of tensors, or "
+        f"None; got {type(out).__name__} (a Python number would not change on replay)"
+    )
+
+
+def _plan_replay(fn, a: _Recording, b: _Recording, out) -> _Replay:
+    """Compare two consecutive recorded calls and say where each kernel input comes from."""
+    name = getattr(fn, "__qualname__", "the function")
+    if [p for p, _, _ in a.realizes] != [p for p, _, _ in b.realizes]:
+        raise JitError(
+            f"fusegrad.jit: {name} computed different graphs on two calls "
+            f"({len(a.realizes)} and {len(b.realizes)} realizes): it cannot be replayed"
+        )
+    produced_a = _outputs(a)
+    produced_b = _outputs(b)
+    b_args = {id(buf): i for i, buf in enumerate(b.args)}
+    plans = []
+    for (plan, _, leaves_a), (_, _, leaves_b) in zip(a.realizes, b.realizes):
+        sources = []
+        for la, lb in zip(leaves_a, leaves_b):
+            buf = lb.realized
+            if id(buf) in b_args:
+                sources.append(("arg", b_args[id(buf)], 0))
+            elif id(buf) in produced_b:
+                sources.append(("now",) + produced_b[id(buf)])
+            elif id(buf) in produced_a:
+                sources.append(("state",) + produced_a[id(buf)])
+            elif buf is la.realized:
+                sources.append(("fixed", buf, 0))
+            else:
+                raise JitError(
+                    f"fusegrad.jit: {name} reads a {lb.dtype.name} tensor of shape {lb.shape} "
+                    f"(made at {lb.site or 'an unknown place'}) that is a new buffer every "
+                    "call; if it is an input, pass it as an argument"
+                )
+        plans.append((plan, sources))
+    results = _sources_of(out, produced_b, b_args, name)
+    carried = sorted({(s[1], s[2]) for _, sources in plans for s in sources if s[0] == "state"})
+    state = {rj: b.realizes[rj[0]][1][rj[1]].realized for rj in carried}
+    return _Replay(plans, state, results, b.hooks)
+
+
+def _outputs(rec: _Recording) -> dict[int, tuple[int, int]]:
+    return {
+        id(n.realized): (r, j)
+        for r, (_, todo, _) in enumerate(rec.realizes)
+        for j, n in enumerate(todo)
+    }
+
+
+@dataclass(frozen=True)
+class _Result:
+    """A returned tensor: output `index` of realize `r` ("now"), or argument `r` ("arg")."""
+
+    kind: str
+    r: int
+    index: int
+    shape: tuple
+    dtype: object
+
+
+def _sources_of(out, produced, args, name):
+    def one(t: Tensor):
+        buf = t.node.realized
+        if id(buf) in produced:
+            return _Result("now", *produced[id(buf)], t.shape, t.dtype)
+        if id(buf) in args:
+            return _Result("arg", args[id(buf)], 0, t.shape, t.dtype)
+        raise JitError(
+            f"fusegrad.jit: {name} returns a tensor it did not compute (shape {t.shape}); "
+            "return only the step's results"
+        )
+
+    if out is None:
+        return None
+    if isinstance(out, Tensor):
+        return one(out)
+    return type(out)(one(t) for t in out)
+
+
+def _run_replay(replay: _Replay, args: list[Buffer]):
+    for hook in replay.hooks:
+        hook()
+    outs: list[list[Buffer]] = []
+    for plan, sources in replay.plans:
+        leaves = [_source(s, args, outs, replay.state) for s in sources]
+        bufs, records = R.run_plan(plan, leaves)
+        for b in bufs:
+            b.kernels = records
+        outs.append(bufs)
+    for (r, j), dst in replay.state.items():  # the tensors holding state see the new value
+        np.copyto(dst.array, outs[r][j].array)
+        dst.kernels = outs[r][j].kernels
+
+    def result(s: _Result) -> Tensor:
+        buf = args[s.r] if s.kind == "arg" else outs[s.r][s.index]
+        return Tensor(N.buffer(buf, s.shape, s.dtype))
+
+    r = replay.results
+    if r is None or isinstance(r, _Result):
+        return r and result(r)
+    return type(r)(result(s) for s in r)
+
+
+def _source(s, args, outs, state) -> Buffer:
+    kind, a, b = s
+    if kind == "arg":
+        return args[a]
+    if kind == "now":
+        return outs[a][b]
+    if kind == "state":
+        return state[a, b]
+    return a  # fixed

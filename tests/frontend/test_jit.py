@@ -1,0 +1,213 @@
+"""fusegrad.jit: a replayed step must compute exactly what the eager step computes."""
+
+from __future__ import annotations
+
+import doctest
+
+import numpy as np
+import pytest
+
+import fusegrad as fg
+from fusegrad import nn
+from fusegrad.nn import functional as F
+
+
+def _model(dropout: float = 0.0):
+    fg.manual_seed(0)
+    layers = [nn.Linear(6, 16), nn.ReLU()]
+    if dropout:
+        layers.append(nn.Dropout(dropout))
+    return nn.Sequential(*layers, nn.Linear(16, 3))
+
+
+def _data(n: int = 5, batch: int = 8):
+    rng = np.random.default_rng(1)
+    return [
+        (
+            fg.tensor(rng.standard_normal((batch, 6)).astype(np.float32)),
+            fg.tensor(rng.integers(0, 3, batch)),
+        )
+        for _ in range(n)
+    ]
+
+
+def _stepper(model, opt):
+    def step(x, y):
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def _train(make_opt, steps: int, jitted: bool, dropout: float = 0.0, on_step=None):
+    model = _model(dropout)
+    opt = make_opt(model.parameters())
+    step = _stepper(model, opt)
+    if jitted:
+        step = fg.jit(step)
+    fg.manual_seed(7)  # the dropout masks' stream
+    losses = []
+    data = _data()
+    for i in range(steps):
+        if on_step:
+            on_step(i, opt)
+        losses.append(step(*data[i % len(data)]))
+    return [t.item() for t in losses], [p.numpy().copy() for p in model.parameters()], step
+
+
+OPTIMIZERS = {
+    "sgd": lambda ps: fg.optim.SGD(ps, lr=0.05),
+    "sgd_momentum_nesterov_wd": lambda ps: fg.optim.SGD(
+        ps, lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-3
+    ),
+    "adam": lambda ps: fg.optim.Adam(ps, lr=1e-2),
+    "adamw_amsgrad": lambda ps: fg.optim.AdamW(ps, lr=1e-2, amsgrad=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_replay_equals_eager(name):
+    eager_losses, eager_params, _ = _train(OPTIMIZERS[name], 9, jitted=False)
+    jit_losses, jit_params, step = _train(OPTIMIZERS[name], 9, jitted=True)
+    assert step.replays == 9 - 3  # one warm-up call and two recorded calls
+    assert jit_losses == eager_losses  # the same kernels on the same inputs: bit for bit
+    for a, b in zip(eager_params, jit_params):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_replay_draws_the_same_dropout_masks():
+    def run(jitted):
+        return _train(OPTIMIZERS["adam"], 8, jitted=jitted, dropout=0.5)
+
+    eager_losses, eager_params, _ = run(False)
+    jit_losses, jit_params, step = run(True)
+    assert step.replays == 5
+    assert jit_losses == eager_losses
+    for a, b in zip(eager_params, jit_params):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_learning_rate_changes_reach_replays():
+    def schedule(i, opt):
+        for g in opt.param_groups:
+            g["lr"] = 0.1 / (1 + i)
+
+    eager_losses, eager_params, _ = _train(OPTIMIZERS["sgd"], 8, False, on_step=schedule)
+    jit_losses, jit_params, step = _train(OPTIMIZERS["sgd"], 8, True, on_step=schedule)
+    assert step.replays == 5
+    assert jit_losses == eager_losses
+    for a, b in zip(eager_params, jit_params):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_results_are_fresh_tensors_and_state_is_current():
+    model = _model()
+    opt = fg.optim.SGD(model.parameters(), lr=0.1)
+    step = fg.jit(_stepper(model, opt))
+    x, y = _data(1)[0]
+    losses = [step(x, y) for _ in range(6)]
+    values = [t.item() for t in losses]
+    assert len(set(values)) == 6  # each call's loss is its own (training changes it)
+    assert values == sorted(values, reverse=True)  # same batch: the loss goes down
+    # the parameters the Python objects hold are the replayed ones: one more eager step agrees
+    w = model[0].weight.numpy().copy()
+    expected = F.cross_entropy(model(x), y).item()
+    assert step(x, y).item() == pytest.approx(expected, rel=1e-6)
+    assert not np.array_equal(model[0].weight.numpy(), w)
+    assert fg.kernels(losses[-1])  # replayed results carry their kernel records
+
+
+def test_new_shapes_record_again():
+    model = _model()
+    opt = fg.optim.SGD(model.parameters(), lr=0.1)
+    step = fg.jit(_stepper(model, opt))
+    small, big = _data(1, batch=4)[0], _data(1, batch=8)[0]
+    for _ in range(4):
+        step(*small)
+    assert step.replays == 1
+    step(*big)  # a new signature: eager again, then recorded
+    assert step.replays == 1
+
+
+def test_host_data_made_inside_the_step_is_refused():
+    w = nn.Parameter(fg.ones(3))
+    opt = fg.optim.SGD([w], lr=0.1)
+    rng = np.random.default_rng(0)
+
+    @fg.jit
+    def step(x):
+        noise = fg.tensor(rng.standard_normal(3).astype(np.float32))  # a new buffer every call
+        loss = ((w * x + noise) ** 2).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    x = fg.ones(3)
+    step(x)
+    step(x)
+    refused = r"made at test_jit\.py:\d+\) that is a new buffer every call"
+    with pytest.raises(fg.JitError, match=refused):
+        step(x)
+
+
+def test_bad_arguments_and_results():
+    @fg.jit
+    def number(x):
+        return (x * 2).sum().item()
+
+    with pytest.raises(fg.JitError, match="numpy arrays"):
+        number(np.ones(3, np.float32))
+    with pytest.raises(fg.JitError, match="neither a tensor nor hashable"):
+        number(fg.ones(3), [1, 2])
+    number(fg.ones(3))
+    with pytest.raises(fg.JitError, match="returns a tensor"):
+        number(fg.ones(3))
+
+
+def test_a_graph_that_changes_is_refused():
+    calls = {"n": 0}
+
+    @fg.jit
+    def step(x):
+        calls["n"] += 1
+        y = x * 2 if calls["n"] % 2 else x.exp()
+        return y.sum()
+
+    x = fg.ones(3)
+    step(x)
+    step(x)
+    with pytest.raises(fg.JitError, match="different graphs"):
+        step(x)
+
+
+def test_forward_only_function():
+    @fg.jit
+    def f(a, b):
+        return (a @ b).relu(), a.sum()
+
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        a = rng.standard_normal((4, 5)).astype(np.float32)
+        b = rng.standard_normal((5, 2)).astype(np.float32)
+        y, s = f(fg.tensor(a), fg.tensor(b))
+        np.testing.assert_allclose(y.numpy(), np.maximum(a @ b, 0), rtol=1e-5, atol=1e-6)
+        assert s.item() == pytest.approx(a.sum(), rel=1e-5)
+    assert f.replays == 2
+
+
+def test_shared_index_tables_are_read_only():
+    a = fg.arange(5)
+    with pytest.raises(ValueError):
+        a.numpy()[0] = 7
+    assert fg.arange(5).tolist() == [0, 1, 2, 3, 4]
+
+
+def test_module_doc_example():
+    import sys
+
+    result = doctest.testmod(sys.modules["fusegrad.jit"])
+    assert result.attempted > 0 and result.failed == 0
