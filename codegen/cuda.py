@@ -176,7 +176,8 @@ class _Renderer:
             return f"{ref} = fg_max({ref}, {s.value});"
         if isinstance(s, Store):
             v = f"(unsigned char){s.value}" if s.param.dtype.is_bool else s.value
-            return f"{s.param.name}[{index(s.index)}] = {v};"
+            store = f"{s.param.name}[{index(s.index)}] = {v};"
+            return f"if ({valid(s.valid)}) {store}" if s.valid else store
         raise TypeError(s)
 
     def alu(self, s: Alu) -> str:

@@ -102,6 +102,7 @@ class _Renderer:
         self.unrolled: dict[str, int] = {}
         self.loop_count = 0
         self.width: int | None = None  # lanes while inside a vector loop
+        self.acc_lanes: dict[str, int] = {}  # a tile accumulator's row width
         self.vec_var: Var | None = None
 
     # ---------------------------------------------------------------- helpers
@@ -291,6 +292,15 @@ class _Renderer:
             v = self.emit(f"load {vt}, ptr {ptr}, align {dt.itemsize}")
             if ok:
                 v = self.emit(f"select i1 {ok}, {vt} {v}, {vt} zeroinitializer")
+        elif contiguous:  # lanes past an edge are masked off: they read nothing, give 0
+            base = self.index(s.index.substitute({self.vec_var: lin(0)}))
+            ptr = self.emit(f"getelementptr {mt}, ptr %{p.name}, i64 {base}")
+            fn = f"@llvm.masked.load.{intrinsic_suffix(vt)}.p0"
+            self.decls.add(f"declare {vt} {fn}(ptr, i32, <{w} x i1>, {vt})")
+            v = self.emit(
+                f"call {vt} {fn}(ptr {ptr}, i32 {dt.itemsize}, <{w} x i1> {ok}, "
+                f"{vt} zeroinitializer)"
+            )
         else:
             idx = self.vindex(s.index)
             ptrs = self.emit(f"getelementptr inbounds {mt}, ptr %{p.name}, <{w} x i64> {idx}")
@@ -421,11 +431,15 @@ class _Renderer:
             self.allocas.append(f"  %{s.acc}.addr = alloca {t}")
             self.lines.append(f"  store {t} {literal(s.value, s.dtype)}, ptr %{s.acc}.addr")
             return
-        vt = f"<{s.size} x {t}>"
-        self.allocas.append(f"  %{s.acc}.addr = alloca {vt}, align 64")
-        self.lines.append(
-            f"  store {vt} splat ({t} {literal(s.value, s.dtype)}), ptr %{s.acc}.addr"
-        )
+        # a tile: one <lanes x T> slot per row, each read and written whole, so LLVM keeps
+        # every row in a vector register (one flat array gets split into scalars instead)
+        self.acc_lanes[s.acc] = s.lanes
+        vt = f"<{s.lanes} x {t}>"
+        for row in range(s.size // s.lanes):
+            self.allocas.append(f"  %{s.acc}.{row}.addr = alloca {vt}, align 64")
+            self.lines.append(
+                f"  store {vt} splat ({t} {literal(s.value, s.dtype)}), ptr %{s.acc}.{row}.addr"
+            )
 
     def acc_ptr(self, acc: str, index: Lin | None) -> tuple[str, bool]:
         """Pointer to an accumulator element (the first lane's, if the index moves by lane)."""
@@ -436,9 +450,13 @@ class _Renderer:
         if moves:
             assert index.coef(self.vec_var) == 1, "a tile's lanes must be adjacent accumulators"
             index = index.substitute({self.vec_var: lin(0)})
-        return self.emit(
-            f"getelementptr inbounds {t}, ptr %{acc}.addr, i64 {self.index(index)}"
-        ), moves
+        flat = self.index(index)
+        assert flat.lstrip("-").isdigit(), "a tile's accumulators are addressed by unrolled loops"
+        row, lane = divmod(int(flat), self.acc_lanes[acc])
+        ptr = f"%{acc}.{row}.addr"
+        if lane:
+            ptr = self.emit(f"getelementptr inbounds {t}, ptr {ptr}, i64 {lane}")
+        return ptr, moves
 
     def stmt_AccRead(self, s: AccRead) -> None:
         ptr, moves = self.acc_ptr(s.acc, s.index)
@@ -448,7 +466,7 @@ class _Renderer:
     def stmt_AccReduceLanes(self, s: AccReduceLanes) -> None:
         dt, w = s.dtype, s.lanes
         t, vt = dt.llvm, f"<{w} x {dt.llvm}>"
-        ptr = self.emit(f"getelementptr inbounds {t}, ptr %{s.acc}.addr, i64 {self.index(s.base)}")
+        ptr, _ = self.acc_ptr(s.acc, s.base)
         vec = self.emit(f"load {vt}, ptr {ptr}")
         sfx = intrinsic_suffix(vt)
         if dt.is_float and s.op is Ops.ADD:
@@ -489,16 +507,17 @@ class _Renderer:
         dt = s.param.dtype
         mt = mem_type(dt)
         value, varying = self.lookup(s.value)
-        moves = self.moves(s.index)
+        moves = self.moves(s.index) or any(self.moves(c) for c in s.valid)
         if self.width and (moves or varying):
             value = self.ref(s.value, want_vector=True)
             vt = f"<{self.width} x {mt}>"
             if dt.is_bool:
                 value = self.emit(f"zext <{self.width} x i1> {value} to {vt}")
-            if s.index.coef(self.vec_var) == 1 and not self.moves(s.index - lin(self.vec_var)):
-                base = self.index(s.index.substitute({self.vec_var: lin(0)}))
-                ptr = self.emit(f"getelementptr inbounds {mt}, ptr %{s.param.name}, i64 {base}")
-                self.lines.append(f"  store {vt} {value}, ptr {ptr}, align {dt.itemsize}")
+            contiguous = s.index.coef(self.vec_var) == 1 and not self.moves(
+                s.index - lin(self.vec_var)
+            )
+            if contiguous or s.valid:
+                self.vector_store(s, value, vt, contiguous)
                 return
             for k in range(self.width):  # a scatter, lane by lane
                 lane = self.emit(f"extractelement {vt} {value}, i64 {k}")
@@ -510,7 +529,47 @@ class _Renderer:
             value = self.emit(f"zext i1 {value} to i8")
         idx = self.index(s.index)
         ptr = self.emit(f"getelementptr inbounds {mt}, ptr %{s.param.name}, i64 {idx}")
+        if not s.valid:
+            self.lines.append(f"  store {mt} {value}, ptr {ptr}")
+            return
+        ok = self.valid(s.valid)[0]  # a scalar store past an edge is skipped
+        self.loop_count += 1
+        yes, done = f"store.{self.loop_count}", f"stored.{self.loop_count}"
+        self.lines.append(f"  br i1 {ok}, label %{yes}, label %{done}")
+        self.label(yes)
         self.lines.append(f"  store {mt} {value}, ptr {ptr}")
+        self.lines.append(f"  br label %{done}")
+        self.label(done)
+
+    def vector_store(self, s: Store, value: str, vt: str, contiguous: bool) -> None:
+        """A vector store, masked where a lane is past the tile's edge (s.valid)."""
+        dt, mt, w = s.param.dtype, mem_type(s.param.dtype), self.width
+        if s.valid:
+            ok, ok_varying = self.valid(s.valid)
+            mask = ok if ok_varying else self.splat(ok, "i1")
+        else:
+            mask = "splat (i1 true)"
+        if contiguous:
+            base = self.index(s.index.substitute({self.vec_var: lin(0)}))
+            ptr = self.emit(f"getelementptr {mt}, ptr %{s.param.name}, i64 {base}")
+            if not s.valid:
+                self.lines.append(f"  store {vt} {value}, ptr {ptr}, align {dt.itemsize}")
+                return
+            fn = f"@llvm.masked.store.{intrinsic_suffix(vt)}.p0"
+            self.decls.add(f"declare void {fn}({vt}, ptr, i32, <{w} x i1>)")
+            self.lines.append(
+                f"  call void {fn}({vt} {value}, ptr {ptr}, i32 {dt.itemsize}, <{w} x i1> {mask})"
+            )
+            return
+        ptrs = self.emit(
+            f"getelementptr {mt}, ptr %{s.param.name}, <{w} x i64> {self.vindex(s.index)}"
+        )
+        fn = f"@llvm.masked.scatter.{intrinsic_suffix(vt)}.v{w}p0"
+        self.decls.add(f"declare void {fn}({vt}, <{w} x ptr>, i32, <{w} x i1>)")
+        self.lines.append(
+            f"  call void {fn}({vt} {value}, <{w} x ptr> {ptrs}, i32 {dt.itemsize}, "
+            f"<{w} x i1> {mask})"
+        )
 
     # ---------------------------------------------------------------- module
     def render(self) -> str:

@@ -90,6 +90,7 @@ class AccInit:
     dtype: DType
     value: object
     size: int = 1
+    lanes: int = 1  # a tile is rows of this many lanes, each accessed as one vector
 
 
 @dataclass
@@ -128,6 +129,7 @@ class Store:
     param: Param
     index: Lin
     value: str
+    valid: tuple[Lin, ...] = ()  # stored only where every `expr >= 0` (a tile's ragged edge)
 
 
 @dataclass
@@ -191,6 +193,7 @@ def _print_block(body, depth: int, lines: list[str]) -> None:
             what = f"{s.acc}[{s.base} : {s.base} + {s.lanes}]"
             lines.append(f"{pad}{s.dst} = {s.op.name.lower()} over {what}")
         elif isinstance(s, Store):
-            lines.append(f"{pad}store {s.param.name}[{s.index}] = {s.value}")
+            guard = f" if {_valid_str(s.valid)}" if s.valid else ""
+            lines.append(f"{pad}store {s.param.name}[{s.index}] = {s.value}{guard}")
         else:
             raise TypeError(s)

@@ -114,6 +114,7 @@ class _Lowerer:
         self.counter = 0
         self.flops_per_iter: list[tuple[int, int]] = []  # (ops, loop depth multiplier)
         self.acc_count = 0
+        self.stand_ins: dict[Var, Lin] = {}  # a ragged tile's coordinates (see _ragged)
 
     def fresh(self, prefix: str = "v") -> str:
         self.counter += 1
@@ -161,24 +162,31 @@ class _Lowerer:
         i_var = Var("i", 0, tile.rows - 1)
         t_var = Var("t", 0, tile.cols - 1)
         first_extent = None
+        edge: tuple[Lin, ...] = ()  # a ragged last tile: its lanes past the end are masked
         for gi, group in enumerate(self.out_groups):
             extent = math.prod(root.shape[a] for a in group)
             step = tile.cols if gi == tile.col else tile.rows if gi == tile.row else 1
-            v = Var(f"o{gi}", 0, extent // step - 1)
+            count = -(-extent // step)
+            v = Var(f"o{gi}", 0, count - 1)
             kind = "parallel" if gi == 0 else "serial"
-            self._open_loop(Loop(v, extent // step, [], kind))
-            first_extent = extent // step if first_extent is None else first_extent
+            self._open_loop(Loop(v, count, [], kind))
+            first_extent = count if first_extent is None else first_extent
             inner = t_var if gi == tile.col else i_var if gi == tile.row else None
             group_expr.append(lin(v) * step + inner if inner is not None else lin(v))
+            if extent % step:
+                assert gi == tile.col, "only the vector axis of a tile may be ragged"
+                edge = (self._ragged(f"c{gi}", extent, group_expr[-1]),)
+                group_expr[-1] = lin(extent - 1) - edge[0]
         coords = _coords_from_groups(root.shape, self.out_groups, group_expr)
         red_coords = squeeze_coords(coords, root.shape, red.shape)
         size = tile.rows * tile.cols
         slot = lin(i_var) * tile.cols + t_var
         acc = self._new_acc()
-        self.emit(AccInit(acc, red.dtype, reduce_identity(red.op, red.dtype), size))
+        identity = reduce_identity(red.op, red.dtype)
+        self.emit(AccInit(acc, red.dtype, identity, size, tile.cols))
         outer_block, outer_iter = self.block, self.iterations
         value = self._reduction_body(
-            red, red_coords, (), tile_vars=(i_var, t_var), lane_split=tile.lanes
+            red, red_coords, edge, tile_vars=(i_var, t_var), lane_split=tile.lanes
         )
         combine = REDUCE_COMBINE[red.op]
         self.emit(AccUpdate(acc, red.dtype, combine, value, slot), 1)
@@ -192,11 +200,25 @@ class _Lowerer:
         else:
             self._open_loop(Loop(t_var, tile.cols, [], "vector"))
             got = self.emit(AccRead(self.fresh(), red.dtype, acc, slot))
-        self.scopes[-1][(id(red), red_coords, ())] = got
-        value = self.gen(root, coords, ())
-        self.emit(Store(self.out, linear_index(coords, root.shape), value))
+        self.scopes[-1][(id(red), red_coords, edge)] = got
+        value = self.gen(root, coords, edge)
+        self.emit(Store(self.out, linear_index(coords, root.shape), value, edge))
+        if self.stand_ins:
+            _substitute(body, self.stand_ins)
         params = [self.out] + [self.params[id(n)] for n in self.item.inputs]
         return Kernel(kernel_name(self.item), params, body, first_extent or 1, self.flops)
+
+    def _ragged(self, name: str, extent: int, expr: Lin) -> Lin:
+        """The edge condition (`>= 0` inside) of a coordinate `expr` that overshoots `extent`.
+
+        Index expressions are built from a stand-in variable ranging over the axis
+        alone, so they simplify as for an exact tile (no divisions by the axis sizes
+        the overshoot would cross); `expr` replaces it once the kernel is built.
+        Lanes past the end compute addresses past the axis, but the edge masks them.
+        """
+        stand_in = Var(name, 0, extent - 1)
+        self.stand_ins[stand_in] = expr
+        return lin(extent - 1) - lin(stand_in)
 
     def _open_loop(self, loop: Loop) -> None:
         self.block.append(loop)
@@ -219,11 +241,16 @@ class _Lowerer:
             for gi, g in enumerate(self.red_groups)
         ]
         red_exprs = [lin(v) for v in red_vars]
+        edge: tuple[Lin, ...] = ()
         if lane_split:
             lanes = tile_vars[1].max + 1
             last = red_vars[-1]
-            red_vars[-1] = Var(last.name, 0, (last.max + 1) // lanes - 1)
+            red_vars[-1] = Var(last.name, 0, -(-(last.max + 1) // lanes) - 1)
             red_exprs[-1] = lin(red_vars[-1]) * lanes + tile_vars[1]
+            if (last.max + 1) % lanes:  # ragged: lanes past the end add the identity (0)
+                assert n.op is Ops.SUM, "only a sum's lanes may be ragged"
+                edge = (self._ragged(f"{last.name}c", last.max + 1, red_exprs[-1]),)
+                red_exprs[-1] = lin(last.max) - edge[0]
         red_coords = _coords_from_groups(src.shape, self.red_groups, red_exprs)
         src_coords = tuple(red_coords[i] if i in n.arg else c for i, c in enumerate(coords))
         for v in red_vars:
@@ -231,7 +258,10 @@ class _Lowerer:
         for v, kind in zip(tile_vars, ("unroll", "vector")):
             self._open_loop(Loop(v, v.max + 1, [], kind))
         self.scopes.append({})
-        return self.gen(src, src_coords, guard)
+        value = self.gen(src, src_coords, guard + edge)
+        if edge:
+            value = self.emit(Select(self.fresh(), src.dtype, edge, value))
+        return value
 
     def emit(self, stmt, ops: int = 0):
         self.block.append(stmt)
@@ -288,6 +318,27 @@ class _Lowerer:
         self.scopes.pop()
         self.block, self.iterations = saved_block, saved_iter
         return acc
+
+
+def _substitute(body: list, env: dict) -> None:
+    """Replace a ragged tile's stand-in variables (see `_Lowerer._ragged`), in place.
+
+    A load whose address does not move with a stand-in reads inside its buffer in
+    every lane, so it drops the edge conditions: a value in a lane past the edge
+    is never stored, or is zeroed (a sum's ragged lanes) before it is added.
+    """
+    for s in body:
+        if isinstance(s, Loop):
+            _substitute(s.body, env)
+            continue
+        if isinstance(s, Load) and s.valid and not (s.index.atoms() & env.keys()):
+            s.valid = tuple(c for c in s.valid if not (c.atoms() & env.keys()))
+        for name in ("index", "valid"):
+            e = getattr(s, name, None)
+            if isinstance(e, Lin):
+                setattr(s, name, e.substitute(env))
+            elif isinstance(e, tuple):
+                setattr(s, name, tuple(c.substitute(env) for c in e))
 
 
 def _zero(dtype: DType):
@@ -428,7 +479,8 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
     strided = [ld for ld in loads if abs(ld.index.coef(inner)) > 1]
     if not strided:
         unit = all(ld.index.coef(inner) in (0, 1) for ld in loads)  # lanes load as vectors
-        lanes = _divisor(inner.max + 1, TILE_COLS[0], 8) if unit else None
+        ragged_ok = item.reduce.op is Ops.SUM
+        lanes = _vector_width(inner.max + 1, ragged_ok) if unit else None
         # an output axis some load does not depend on: rows along it share that load
         shared = [
             g
@@ -444,6 +496,7 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
                 return Tile(None, lanes, row, rows, lanes=True)
         if inner.max + 1 >= SHORT_REDUCTION:
             return None
+
     # score each output axis by the data its lanes would load contiguously, minus the data
     # they would have to gather
     def score(v: Var) -> int:
@@ -457,8 +510,8 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
     col = max(range(len(extents)), key=lambda g: (votes[g], g))
     if votes[col] <= 0:
         return None
-    cols = next((c for c in TILE_COLS if extents[col] % c == 0), None)
-    if cols is None:  # the largest divisor that fills a few vector lanes (28 -> 28, 10 -> 10)
+    cols = _vector_width(extents[col], True)
+    if cols is None:  # a short axis: the largest divisor that fills a few lanes (5 -> 5)
         cols = _divisor(extents[col], TILE_COLS[0], TILE_MIN_COLS)
     if cols is None:
         return None
@@ -481,6 +534,16 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
         return Tile(col, cols)
     row = max(candidates, key=lambda g: (shared(g), g))
     return Tile(col, cols, row, rows_for(row))
+
+
+def _vector_width(n: int, ragged_ok: bool) -> int | None:
+    """Lanes for a vector along an axis of n: a power of two (the machine's registers hold
+    8 or 16 floats; other widths compile to spilled pieces). One that divides n, else,
+    where a ragged last vector may be masked, 16 or 8 lanes for the last partial vector."""
+    exact = next((c for c in TILE_COLS if n % c == 0), None)
+    if exact or not ragged_ok:
+        return exact
+    return 16 if n >= 12 else 8 if n >= 6 else None
 
 
 def _divisor(n: int, most: int, least: int) -> int | None:

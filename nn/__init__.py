@@ -19,6 +19,7 @@ True
 
 from . import data, datasets, functional, init, optim
 from .containers import ModuleList, Sequential
+from .conv import AvgPool1d, AvgPool2d, Conv1d, Conv2d, MaxPool1d, MaxPool2d
 from .layers import (
     Dropout,
     Embedding,
@@ -35,8 +36,12 @@ from .losses import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, MSELoss, NLLLo
 from .module import Module, Parameter, load, save
 
 __all__ = [
+    "AvgPool1d",
+    "AvgPool2d",
     "BCELoss",
     "BCEWithLogitsLoss",
+    "Conv1d",
+    "Conv2d",
     "CrossEntropyLoss",
     "Dropout",
     "Embedding",
@@ -45,6 +50,8 @@ __all__ = [
     "Linear",
     "LogSoftmax",
     "MSELoss",
+    "MaxPool1d",
+    "MaxPool2d",
     "Module",
     "ModuleList",
     "NLLLoss",

@@ -355,3 +355,14 @@ def _cross_entropy_probs(logp, target, weight, reduction, label_smoothing, class
     if reduction == "mean":
         return loss.sum() / (logp.numel() // classes)
     return _reduce(loss, reduction)
+
+
+# convolution and pooling live in nn/conv.py; they are functional ops, as in torch
+from .conv import (  # noqa: E402, F401  (re-exported)
+    avg_pool1d,
+    avg_pool2d,
+    conv1d,
+    conv2d,
+    max_pool1d,
+    max_pool2d,
+)

@@ -89,6 +89,8 @@ CASES = {
     "matmul": lambda: [f32(32, 48) @ f32(48, 64)],
     "matmul_float64": lambda: [f64(48, 32).T @ f64(48, 16)],
     "matmul_vector": lambda: [f32(16, 24) @ f32(24), f32(24) @ f32(24)],
+    # tiles with a masked last vector: outputs 28 wide, a sum over 28 lanes
+    "ragged_tiles": lambda: [f32(6, 20) @ f32(20, 28), f32(8, 28) @ f32(4, 28).T],
     "pad_and_slices": lambda: [
         f32(16, 24).pad((1, 2, 3, 4)) + 1,
         f32(16, 24)[2:10:3, 1::2] * 2,

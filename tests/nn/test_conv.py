@@ -171,3 +171,16 @@ def test_lenet_shapes_through_conv_and_pool():
     h = C.max_pool2d(C.conv2d(x, fg.randn(6, 1, 5, 5), padding=2).relu(), 2)
     h = C.max_pool2d(C.conv2d(h, fg.randn(16, 6, 5, 5)).relu(), 2)
     assert h.shape == (4, 16, 5, 5)
+
+
+def test_torch_names_are_exported():
+    """PyTorch's homes: nn.Conv2d & co., and the functional ops in nn.functional."""
+    import fusegrad.nn.functional as F
+    from fusegrad import nn
+
+    for name in ("Conv1d", "Conv2d", "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d"):
+        assert getattr(nn, name) is getattr(C, name)
+    for name in ("conv1d", "conv2d", "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d"):
+        assert getattr(F, name) is getattr(C, name)
+    y = F.conv2d(fg.ones(1, 1, 4, 4), fg.ones(2, 1, 3, 3), padding=1)
+    assert y[0, 0].tolist()[0] == [4.0, 6.0, 6.0, 4.0]

@@ -1,0 +1,101 @@
+"""Register tiles with a ragged edge: vectors of 8 or 16 lanes over axes they do not divide.
+
+An output axis of 28 gets two 16-lane vectors, the second masked past the
+end (its loads read nothing there and its store writes nothing); a summed
+axis of 28 gets lanes that add zero past the end. These check the values
+against numpy over many sizes, and that the tiles really are ragged.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fusegrad as fg
+from fusegrad.codegen.lower import _vector_width
+
+RNG = np.random.default_rng(11)
+
+
+def f32(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def only_kernel(t):
+    (k,) = fg.kernels(t)
+    return k
+
+
+def test_vector_widths_are_powers_of_two():
+    assert _vector_width(400, True) == 16
+    assert _vector_width(64, True) == 32
+    assert _vector_width(28, True) == 16  # two vectors, the second 12 lanes full
+    assert _vector_width(10, True) == 8
+    assert _vector_width(28, False) is None  # a max cannot pad with zeros
+    assert _vector_width(5, True) is None
+
+
+@settings(max_examples=25, deadline=None)
+@given(m=st.integers(1, 9), k=st.integers(1, 40), n=st.integers(1, 40))
+def test_matmul_with_bias_and_relu_any_size(m, k, n):
+    a, b, bias = f32(m, k), f32(k, n), f32(n)
+    y = ((fg.tensor(a) @ fg.tensor(b)) + fg.tensor(bias)).relu()
+    want = np.maximum(a.astype(np.float64) @ b + bias, 0)
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=25, deadline=None)
+@given(m=st.integers(1, 9), k=st.integers(1, 70), n=st.integers(1, 9))
+def test_rows_times_rows_any_size(m, k, n):
+    """a @ b.T with both operands contiguous along k: lanes run along the sum."""
+    a, b = f32(m, k), f32(n, k)
+    y = fg.tensor(a) @ fg.tensor(b).T
+    np.testing.assert_allclose(y.numpy(), a.astype(np.float64) @ b.T, rtol=1e-4, atol=1e-4)
+    m_ = fg.tensor(a)[:, None, :] + fg.tensor(b)[None, :, :]
+    np.testing.assert_array_equal(m_.amax(2).numpy(), (a[:, None, :] + b[None]).max(2))
+
+
+def test_ragged_output_tile_masks_its_loads_and_store():
+    a, b = f32(6, 20), f32(20, 28)
+    y = fg.tensor(a) @ fg.tensor(b)
+    k = only_kernel(y)
+    ir = k.llvm_ir_optimized
+    assert "vector for t in 0..16" in k.loop_ir
+    assert "llvm.masked.store" in ir and "llvm.masked.load" in ir
+    assert "gather" not in ir  # the broadcast operand is read unmasked, as a scalar
+    np.testing.assert_allclose(y.numpy(), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_ragged_lanes_of_a_sum():
+    a, b = f32(8, 28), f32(4, 28)
+    y = fg.tensor(a) @ fg.tensor(b).T
+    k = only_kernel(y)
+    assert "vector for t in 0..16" in k.loop_ir and "add over" in k.loop_ir
+    np.testing.assert_allclose(y.numpy(), a.astype(np.float64) @ b.T, rtol=1e-4, atol=1e-4)
+
+
+def test_tile_rows_live_in_registers():
+    """Each row of a tile is one vector value in the optimized IR, not an array in memory."""
+    a, b = f32(64, 150), f32(150, 28)
+    k = only_kernel(fg.tensor(a) @ fg.tensor(b))
+    ir = k.llvm_ir_optimized
+    assert "alloca" not in ir, "a tile accumulator was left in memory"
+
+
+@pytest.mark.parametrize("width", [28, 14, 10])
+def test_conv_weight_gradient_at_mnist_widths(width):
+    from fusegrad.nn import functional as F
+
+    x = fg.tensor(f32(4, 3, width, width))
+    w = fg.tensor(f32(5, 3, 5, 5), requires_grad=True)
+    y = F.conv2d(x, w, padding=2)
+    (y * y).sum().backward()
+    xd, wd = x.numpy().astype(np.float64), w.numpy().astype(np.float64)
+    xp = np.pad(xd, ((0, 0), (0, 0), (2, 2), (2, 2)))
+    windows = np.lib.stride_tricks.sliding_window_view(xp, (5, 5), axis=(2, 3))
+    out = np.einsum("nchwij,ocij->nohw", windows, wd)
+    grad = np.einsum("nohw,nchwij->ocij", 2 * out, windows)
+    np.testing.assert_allclose(y.numpy(), out, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(w.grad.numpy(), grad, rtol=1e-3, atol=1e-2)
