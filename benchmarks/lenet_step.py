@@ -1,17 +1,25 @@
-"""One training step (forward, backward, optimizer update), fusegrad vs PyTorch eager.
+"""One LeNet-5 training step (forward, backward, SGD-momentum update), fusegrad vs PyTorch.
 
-Run:  python benchmarks/train_step.py [--model lenet|mlp|both] [--steps 60] [--quick]
+Run:  python benchmarks/lenet_step.py [--model lenet|mlp|both] [--steps 60] [--quick]
 
 - lenet: LeNet-5 on a 64-image MNIST-shaped batch, SGD with momentum 0.9
-- mlp:   784-128-64-10 ReLU MLP, batch 64, SGD with momentum 0.9
+- mlp:   784-128-64-10 ReLU MLP, batch 64, SGD with momentum 0.9 (`--model mlp`)
 
-The two systems alternate step by step (A B A B ...) in one process, on the same
-data, with torch.set_num_threads equal to fusegrad's threads; the report is the
-median ms per step and the ratio fusegrad / PyTorch (below 1: fusegrad is
-faster). Each fusegrad step realizes loss, gradients and updated parameters
-(`loss.item()` reads the value the step computed). Also reported: fusegrad's
-first step with an empty compile cache and with a warm one (each in a fresh
-process, so the in-memory caches are empty too) and the kernels per step.
+Three steps alternate (A B C A B C ...) in one process, on the same data, with
+torch.set_num_threads equal to fusegrad's threads:
+
+- fusegrad eager: the step as a user writes it; every call builds the graph,
+  differentiates it and looks its schedule up (no compiling after the first);
+- fusegrad jit: the same function under `fusegrad.jit`, which replays the
+  step's recorded native programs without running its Python;
+- PyTorch eager.
+
+The report is the median ms per step and the ratios fusegrad / PyTorch (below
+1: fusegrad is faster). Each step returns the loss as a Python float
+(`loss.item()`), so every step has finished when it is timed. Also reported:
+fusegrad's first step with an empty compile cache and with a warm one (each in a
+fresh process, so the in-memory caches are empty too), the kernels per step, and
+the bytes they move.
 """
 
 from __future__ import annotations
@@ -86,19 +94,25 @@ def batches(name: str, n: int):
     ]
 
 
-def make_fusegrad_step(name: str):
+def make_fusegrad_step(name: str, jit: bool = False):
+    """(model, step): step(x, y) on numpy arrays trains one batch and returns the loss."""
     import fusegrad as fg
     from fusegrad.nn import functional as F
 
     model = fusegrad_model(name)
     opt = fg.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
-    def step(x, y):
-        loss = F.cross_entropy(model(fg.tensor(x)), fg.tensor(y))
+    def train(x, y):
+        loss = F.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
-        return loss.item()
+        return loss
+
+    run = fg.jit(train) if jit else train
+
+    def step(x, y):
+        return run(fg.tensor(x), fg.tensor(y)).item()
 
     return model, step
 
@@ -124,7 +138,7 @@ def first_step_seconds(name: str, cache_dir: str) -> dict:
     """Time the first step in a fresh process with the given compile cache folder."""
     code = "\n".join(
         [
-            f"import time, sys; sys.path.insert(0, {HERE!r}); import train_step as b",
+            f"import time, sys; sys.path.insert(0, {HERE!r}); import lenet_step as b",
             f"data = b.batches({name!r}, 2)",
             f"model, step = b.make_fusegrad_step({name!r})",
             "t = time.perf_counter(); step(*data[0]); first = time.perf_counter() - t",
@@ -143,47 +157,46 @@ def bench(name: str, steps: int) -> None:
     import fusegrad as fg
 
     data = batches(name, 8)
-    model, fg_step = make_fusegrad_step(name)
+    model, eager_step = make_fusegrad_step(name)
+    _, jit_step = make_fusegrad_step(name, jit=True)
+    steps_by_system = {"fusegrad eager": eager_step, "fusegrad jit": jit_step}
     try:
         import torch
 
         torch.set_num_threads(fg.config.threads)
-        th_step = make_torch_step(name, model)
+        steps_by_system["PyTorch eager"] = make_torch_step(name, model)
     except ImportError:
-        th_step = None
-    # warm up (the first fusegrad step schedules and compiles)
-    for i in range(3):
-        fg_step(*data[i % len(data)])
-        if th_step:
-            th_step(*data[i % len(data)])
+        pass
+    for i in range(4):  # warm up: the first fusegrad step compiles, the jit records two
+        for step in steps_by_system.values():
+            step(*data[i % len(data)])
     from fusegrad.runtime.realize import stats
 
-    fg_times, th_times = [], []
+    times: dict[str, list[float]] = {k: [] for k in steps_by_system}
     scheduled = stats["scheduled"]
+    order = list(steps_by_system)
     for i in range(steps):
         x, y = data[i % len(data)]
-        t = time.perf_counter()
-        fg_step(x, y)
-        fg_times.append(time.perf_counter() - t)
-        if th_step:
-            time.sleep(PAUSE)  # let fusegrad's worker park before torch runs
+        for k in order[i % len(order) :] + order[: i % len(order)]:  # rotate who goes first
             t = time.perf_counter()
-            th_step(x, y)
-            th_times.append(time.perf_counter() - t)
-            time.sleep(PAUSE)  # torch's OpenMP threads spin after each op: let them sleep
+            steps_by_system[k](x, y)
+            times[k].append(time.perf_counter() - t)
+            time.sleep(PAUSE)  # spinning worker threads (ours, OpenMP's) park before the next
     per_step, moved, floor = _kernels_per_step(name)
-    fg_ms = np.median(fg_times) * 1e3
-    print(f"\n{name}: {steps} steps, threads {fg.config.threads}")
-    print(f"  fusegrad       {fg_ms:8.2f} ms/step (median)   kernels per step: {per_step}")
+    ms = {k: float(np.median(v)) * 1e3 for k, v in times.items()}
+    print(f"\n{name}: {steps} steps each, threads {fg.config.threads}")
+    for k, v in ms.items():
+        print(f"  {k:<15} {v:8.2f} ms/step (median)")
+    print(f"  kernels per step: {per_step}")
     print(
         f"  bytes moved by the step's kernels: {moved / 1e6:.2f} MB; the tensors a step must "
         f"touch (batch, parameters and momentum read, parameters, momentum and loss written): "
         f"{floor / 1e6:.2f} MB (ratio {moved / floor:.1f})"
     )
-    if th_step:
-        th_ms = np.median(th_times) * 1e3
-        print(f"  PyTorch eager  {th_ms:8.2f} ms/step (median)")
-        print(f"  ratio fusegrad / PyTorch = {fg_ms / th_ms:.2f}  (below 1: fusegrad is faster)")
+    if "PyTorch eager" in ms:
+        torch_ms = ms["PyTorch eager"]
+        for k in ("fusegrad eager", "fusegrad jit"):
+            print(f"  ratio {k} / PyTorch eager = {ms[k] / torch_ms:.2f}  (below 1: faster)")
     else:
         print("  PyTorch not installed: no side-by-side figure")
     print(f"  schedules built during the timed steps: {stats['scheduled'] - scheduled}")
