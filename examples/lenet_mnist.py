@@ -176,11 +176,12 @@ def main() -> None:
 
     @fg.jit  # from the fourth call on, a step replays its kernels without running this Python
     def train_step(x, y):
-        loss = loss_fn(model(x), y)
+        out = model(x)
+        loss, pred = loss_fn(out, y), out.argmax(1)
         opt.zero_grad()
         loss.backward()
-        opt.step()  # realizes forward, backward and update together
-        return loss
+        opt.step(with_outputs=[pred])  # forward, backward, update and predictions: one schedule
+        return loss, pred
 
     start = time.perf_counter()
     for epoch in range(1, args.epochs + 1):
@@ -190,14 +191,14 @@ def main() -> None:
         for step in bar:
             idx = order[step * args.batch : (step + 1) * args.batch]
             x, y = fg.tensor(xs[idx]), fg.tensor(train_y[idx].astype(np.int64))
-            value = train_step(x, y).item()
+            loss, pred = train_step(x, y)
+            value = loss.item()
             recent.append(value)
             history["step"].append((epoch - 1) * steps_per_epoch + step)
             history["loss"].append(value)
-            if step % 50 == 0 or step == steps_per_epoch - 1:  # accuracy on this batch, now
-                with fg.no_grad():
-                    correct += int((model(x).argmax(1).numpy() == train_y[idx]).sum())
-                seen += len(idx)
+            correct += int((pred.numpy() == train_y[idx]).sum())
+            seen += len(idx)
+            if step % 50 == 0 or step == steps_per_epoch - 1:
                 rate = (step + 1) / (time.perf_counter() - t0)
                 if hasattr(bar, "set_postfix"):
                     bar.set_postfix(

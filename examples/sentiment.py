@@ -157,13 +157,19 @@ class KimCNN(nn.Module):
 
     def forward(self, ids, lengths):
         ids = np.asarray(ids.numpy() if isinstance(ids, fg.Tensor) else ids, dtype=np.int64)
-        lengths = fg.tensor(np.asarray(lengths, dtype=np.int64))
         if ids.ndim != 2 or ids.shape[1] < max(self.kernel_sizes):
             raise ValueError(
                 f"ids must be (batch, length) with length >= {max(self.kernel_sizes)}, "
                 f"got shape {ids.shape}"
             )
-        x = self.embed(ids).permute(0, 2, 1)  # (B, D, L): channels first, as Conv1d wants
+        return self.classify(self.embed(ids), fg.tensor(np.asarray(lengths, dtype=np.int64)))
+
+    def classify(self, vectors: fg.Tensor, lengths: fg.Tensor) -> fg.Tensor:
+        """The (B,) logits of looked-up (B, L, D) word vectors and the (B,) sentence lengths.
+
+        All of it is graph (no host data), so a step built on it can run under `fg.jit`.
+        """
+        x = vectors.permute(0, 2, 1)  # (B, D, L): channels first, as Conv1d wants
         pooled = []
         for conv, k in zip(self.convs, self.kernel_sizes):
             h = conv(x).relu()  # (B, maps, L - k + 1), all >= 0
@@ -215,6 +221,50 @@ def progress(iterable, total: int, desc: str):
 # ---------------------------------------------------------------- training
 
 
+def make_train_step(model: KimCNN, opt):
+    """`step(ids, lengths, y)` trains on one padded batch; returns (loss, P(positive)).
+
+    Frozen vectors: the rows are looked up on the host and everything else
+    (forward, backward, Adam, the probabilities) is one schedule run under
+    `fg.jit`, which replays it without rebuilding the graph (one recording per
+    batch shape). Fine-tuned vectors: eager, because the looked-up vectors'
+    gradients are scatter-added into the table on the host between backward
+    and the update.
+    """
+    params = [p for g in opt.param_groups for p in g["params"]]
+
+    def graph_step(vectors, lengths, y):
+        probs = F.sigmoid(model.classify(vectors, lengths))
+        loss = F.binary_cross_entropy(probs, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step(with_outputs=[probs])  # forward, backward, update: one schedule
+        return loss, probs
+
+    if not model.embedding.weight.requires_grad:
+        replayed = fg.jit(graph_step)
+
+        def frozen_step(ids, lengths, y):
+            vectors = fg.tensor(model.embedding.weight.numpy()[ids])
+            loss, probs = replayed(vectors, fg.tensor(lengths.astype(np.int64)), fg.tensor(y))
+            return loss.item(), probs.numpy()
+
+        return frozen_step
+
+    def finetune_step(ids, lengths, y):
+        probs = F.sigmoid(model(ids, lengths))
+        loss = F.binary_cross_entropy(probs, fg.tensor(y))
+        opt.zero_grad()
+        loss.backward()
+        # forward and backward in one schedule, the gradients kept for the update
+        fg.realize(loss, probs, *model.lookup_grads(), *[p.grad for p in params if p.grad])
+        model.scatter_embedding_grads()
+        opt.step()
+        return loss.item(), probs.numpy()
+
+    return finetune_step
+
+
 def train(model, opt, data, encoded, args):
     """Train `args.epochs` epochs; keep the weights of the best validation epoch."""
     rng = np.random.default_rng(args.seed)
@@ -223,6 +273,7 @@ def train(model, opt, data, encoded, args):
     minimum = max(model.kernel_sizes)
     history = {"step": [], "loss": [], "train_acc": [], "val_acc": [], "test_acc": []}
     best = (-1.0, 0, None)  # validation accuracy, epoch, weights
+    train_step = make_train_step(model, opt)
     start, step = time.perf_counter(), 0
     for epoch in range(1, args.epochs + 1):
         batches = text.bucket_batches([len(s) for s in train_ids], args.batch, rng)
@@ -230,17 +281,9 @@ def train(model, opt, data, encoded, args):
         total_loss, correct, seen = 0.0, 0, 0
         for done, index in enumerate(bar, 1):
             ids, lengths, y = batch_arrays(train_ids, train_y, index, minimum)
-            probs = F.sigmoid(model(ids, lengths))
-            loss = F.binary_cross_entropy(probs, fg.tensor(y))
-            opt.zero_grad()
-            loss.backward()
-            # forward and backward, kept: the step below reuses them
-            fg.realize(loss, probs, *model.lookup_grads())
-            model.scatter_embedding_grads()
-            opt.step()
-            value = loss.item()
+            value, probs = train_step(ids, lengths, y)
             total_loss += value
-            correct += int(((probs.numpy() > 0.5) == (y == 1)).sum())
+            correct += int(((probs > 0.5) == (y == 1)).sum())
             seen += len(index)
             step += 1
             history["step"].append(step)

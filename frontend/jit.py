@@ -24,14 +24,13 @@ so after a few calls only the kernels need to run:
 How it works. The first call runs eagerly (optimizer state is created then);
 the second and third run eagerly too while every `realize` they make is
 recorded. Comparing the two recordings tells where each kernel input comes
-from: an argument of the call, a value the previous call computed (a
-parameter, optimizer state), a value computed earlier in the same call, or a
+from: an argument of the call, a value computed earlier in the same call, a
+tensor the optimizer declared as state (`track`: parameters, momentum), or a
 buffer that is the same every call (frozen weights, optimizer scalars). From
-then on a call binds its arguments, runs the recorded schedules as native
-programs and copies each result the next call reads (new parameters,
-optimizer state) into the buffer the third call left it in, so the tensors
-that hold the state show the newest value; returned tensors are fresh each
-call.
+then on a call binds its arguments and the state tensors' current buffers,
+runs the recorded schedules as native programs, and points each state tensor
+at its new value; returned tensors are fresh each call. Several jitted
+functions (or eager steps) can update the same parameters in any order.
 
 What a replay does not redo is Python: the function body does not run. So:
 
@@ -45,8 +44,12 @@ What a replay does not redo is Python: the function body does not run. So:
   (dropout) are drawn from the generator as eager calls would. Your own
   Python side effects (printing, appending to lists, reading `.item()`)
   happen only on the recorded calls. Likewise a tensor the function stores
-  somewhere (not returned, not read by the next call) keeps the value of the
-  last recorded call: return it instead.
+  somewhere (say `p.grad`) keeps the value of the last recorded call: return
+  what you need instead.
+- A value carried from one call to the next must be optimizer state; other
+  carried values are refused when recording. A tensor the step only reads
+  (a frozen weight) is read from the buffer it had when recorded: after giving
+  it a new value, call `step.reset()`.
 - The function must compute the same graph each call. A tensor made from
   host data inside the function (`fg.tensor(np_array)`) is a new buffer each
   call: recording fails with an error naming it; pass it as an argument.
@@ -81,6 +84,7 @@ class _Recording:
     realizes: list[tuple] = field(default_factory=list)  # (plan, requested nodes, leaves)
     hooks: list[Callable[[], None]] = field(default_factory=list)
     keys: int = 0  # random keys drawn (each also a hook)
+    state: list[tuple[Tensor, Buffer]] = field(default_factory=list)  # (tensor, value before)
 
 
 @dataclass
@@ -88,8 +92,9 @@ class _Replay:
     """What a replay runs: each plan with where each of its inputs comes from."""
 
     plans: list[tuple[object, list[tuple]]]  # (plan, [(kind, a, b) per leaf])
-    state: dict[tuple[int, int], Buffer]  # (realize, output) the next call reads: where it is kept
-    results: object  # the returned structure, with (kind, a, b) sources in place of tensors
+    state: list[Tensor]  # tensors a call reads and updates (parameters, optimizer state)
+    updates: list[tuple[int, int, int]]  # (state index, realize, output): a state's new value
+    results: object  # the returned structure, with _Result in place of tensors
     hooks: list[Callable[[], None]]
 
 
@@ -106,6 +111,19 @@ def on_replay(hook: Callable[[], None]) -> None:
     """
     if _recording is not None:
         _recording.hooks.append(hook)
+
+
+def track(tensors) -> None:
+    """Declare tensors a step reads and then updates in place (an optimizer's parameters and
+    state), while a call is recorded. A replay reads each one's value when it runs and
+    points the tensor at its new value, so parameters stay right across several
+    jitted functions (one per batch shape, say) and eager steps mixed in any order.
+    Call it before the update is built."""
+    if _recording is None:
+        return
+    for t in tensors:
+        if t.node.realized is not None:
+            _recording.state.append((t, t.node.realized))
 
 
 def key_buffer(draw: Callable[[], int]) -> Buffer | None:
@@ -226,16 +244,18 @@ def _flatten(out) -> list[Tensor]:
 
 
 def _plan_replay(fn, a: _Recording, b: _Recording, out) -> _Replay:
-    """Compare two consecutive recorded calls and say where each kernel input comes from."""
+    """Compare two recorded calls and say where each kernel input comes from."""
     name = getattr(fn, "__qualname__", "the function")
     if [p for p, _, _ in a.realizes] != [p for p, _, _ in b.realizes]:
         raise JitError(
             f"fusegrad.jit: {name} computed different graphs on two calls "
             f"({len(a.realizes)} and {len(b.realizes)} realizes): it cannot be replayed"
         )
-    produced_a = _outputs(a)
-    produced_b = _outputs(b)
+    produced = _outputs(b)
     b_args = {id(buf): i for i, buf in enumerate(b.args)}
+    state = list({id(t): t for t, _ in b.state}.values())
+    index = {id(t): k for k, t in enumerate(state)}
+    before = {id(buf): index[id(t)] for t, buf in b.state}
     plans = []
     for (plan, _, leaves_a), (_, _, leaves_b) in zip(a.realizes, b.realizes):
         sources = []
@@ -243,23 +263,27 @@ def _plan_replay(fn, a: _Recording, b: _Recording, out) -> _Replay:
             buf = lb.realized
             if id(buf) in b_args:
                 sources.append(("arg", b_args[id(buf)], 0))
-            elif id(buf) in produced_b:
-                sources.append(("now",) + produced_b[id(buf)])
-            elif id(buf) in produced_a:
-                sources.append(("state",) + produced_a[id(buf)])
+            elif id(buf) in produced:
+                sources.append(("now",) + produced[id(buf)])
+            elif id(buf) in before:
+                sources.append(("state", before[id(buf)], 0))
             elif buf is la.realized:
                 sources.append(("fixed", buf, 0))
             else:
                 raise JitError(
                     f"fusegrad.jit: {name} reads a {lb.dtype.name} tensor of shape {lb.shape} "
                     f"(made at {lb.site or 'an unknown place'}) that is a new buffer every "
-                    "call; if it is an input, pass it as an argument"
+                    "call; if it is an input, pass it as an argument (a value carried from "
+                    "call to call other than an optimizer's cannot be replayed)"
                 )
         plans.append((plan, sources))
-    results = _sources_of(out, produced_b, b_args, name)
-    carried = sorted({(s[1], s[2]) for _, sources in plans for s in sources if s[0] == "state"})
-    state = {rj: b.realizes[rj[0]][1][rj[1]].realized for rj in carried}
-    return _Replay(plans, state, results, b.hooks)
+    updates = [
+        (k, *produced[id(t.node.realized)])
+        for k, t in enumerate(state)
+        if id(t.node.realized) in produced
+    ]
+    results = _sources_of(out, produced, b_args, name)
+    return _Replay(plans, state, updates, results, b.hooks)
 
 
 def _outputs(rec: _Recording) -> dict[int, tuple[int, int]]:
@@ -303,16 +327,20 @@ def _sources_of(out, produced, args, name):
 def _run_replay(replay: _Replay, args: list[Buffer]):
     for hook in replay.hooks:
         hook()
+    stale = [t for t in replay.state if t.node.realized is None]
+    if stale:  # a parameter given a lazy value outside the step: compute it first
+        realize_tensors(*stale)
+    current = [t.node.realized for t in replay.state]
     outs: list[list[Buffer]] = []
     for plan, sources in replay.plans:
-        leaves = [_source(s, args, outs, replay.state) for s in sources]
+        leaves = [_source(s, args, outs, current) for s in sources]
         bufs, records = R.run_plan(plan, leaves)
         for b in bufs:
             b.kernels = records
         outs.append(bufs)
-    for (r, j), dst in replay.state.items():  # the tensors holding state see the new value
-        np.copyto(dst.array, outs[r][j].array)
-        dst.kernels = outs[r][j].kernels
+    for k, r, j in replay.updates:  # parameters and optimizer state take their new values
+        t = replay.state[k]
+        t.node, t._strides = N.buffer(outs[r][j], t.shape, t.dtype), None
 
     def result(s: _Result) -> Tensor:
         buf = args[s.r] if s.kind == "arg" else outs[s.r][s.index]
@@ -324,12 +352,12 @@ def _run_replay(replay: _Replay, args: list[Buffer]):
     return type(r)(result(s) for s in r)
 
 
-def _source(s, args, outs, state) -> Buffer:
+def _source(s, args, outs, current) -> Buffer:
     kind, a, b = s
     if kind == "arg":
         return args[a]
     if kind == "now":
         return outs[a][b]
     if kind == "state":
-        return state[a, b]
+        return current[a]
     return a  # fixed

@@ -35,7 +35,7 @@ from .. import creation
 from ..autograd import take_pending_outputs
 from ..autograd_state import enable_grad, no_grad
 from ..errors import at_callers_site
-from ..jit import on_replay
+from ..jit import on_replay, track
 from ..tensor import Tensor
 from ..tensor import realize as _realize
 
@@ -91,8 +91,13 @@ class Optimizer:
                     p.grad = None if set_to_none else creation.zeros_like(p)
 
     # ---------------------------------------------------------------- the fused step
-    def step(self, closure=None):
-        """Update every parameter that has a gradient; realize it all in one schedule."""
+    def step(self, closure=None, *, with_outputs=()):
+        """Update every parameter that has a gradient; realize it all in one schedule.
+
+        The schedule also computes the tensors `backward()` was called on and any
+        in `with_outputs` (say, the batch's predictions), so reading them after
+        the step costs nothing: the forward pass runs once.
+        """
         loss = None
         if closure is not None:
             with enable_grad():
@@ -104,6 +109,10 @@ class Optimizer:
                 self._init_state(p, self.state[p], group)
         scalars = self._write_scalars(active)
         on_replay(functools.partial(self._write_scalars, active))
+        track(
+            [p for _, p in active]
+            + [t for _, p in active for t in self.state[p].values() if isinstance(t, Tensor)]
+        )
         outputs = []
         with no_grad(), at_callers_site():
             for group, p in active:
@@ -111,8 +120,9 @@ class Optimizer:
                 self._update(p, p.grad, group, state, scalars[id(p)])
                 outputs.append(p)
                 outputs.extend(t for t in state.values() if isinstance(t, Tensor))
-        if outputs or pending:
-            _realize(*outputs, *pending)
+        extra = [t for t in with_outputs if t.node.realized is None]
+        if outputs or pending or extra:
+            _realize(*outputs, *pending, *extra)
         return loss
 
     def _write_scalars(self, active: list) -> dict[int, list[Tensor]]:

@@ -211,3 +211,44 @@ def test_module_doc_example():
 
     result = doctest.testmod(sys.modules["fusegrad.jit"])
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_interleaved_shapes_and_eager_steps_share_the_parameters():
+    """Two batch shapes (two recordings) and eager steps, alternating, update one model."""
+
+    def run(jitted):
+        model = _model()
+        opt = fg.optim.Adam(model.parameters(), lr=1e-2)
+        step = _stepper(model, opt)
+        fast = fg.jit(step) if jitted else step
+        small, big = _data(3, batch=4), _data(3, batch=8)
+        losses = []
+        for i in range(12):
+            x, y = (small if i % 2 else big)[i % 3]
+            run_step = step if i % 5 == 4 else fast  # now and then an eager step in between
+            losses.append(run_step(x, y).item())
+        return losses, [p.numpy().copy() for p in model.parameters()], fast
+
+    eager_losses, eager_params, _ = run(False)
+    jit_losses, jit_params, fast = run(True)
+    assert fast.replays > 0
+    assert jit_losses == eager_losses
+    for a, b in zip(eager_params, jit_params):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_values_carried_between_calls_are_refused():
+    state = {"h": fg.zeros(3)}
+
+    @fg.jit
+    def rnn_step(x):
+        h = (state["h"] * 0.5 + x).tanh()
+        h.realize()
+        state["h"] = h
+        return h
+
+    x = fg.tensor([1.0, 2.0, 3.0])
+    for _ in range(2):
+        rnn_step(x)
+    with pytest.raises(fg.JitError, match="carried from call to call"):
+        rnn_step(x)

@@ -274,3 +274,17 @@ def test_step_realizes_pending_losses_with_the_update():
     assert stats["scheduled"] + stats["schedule_hits"] == hits + 1
     assert w.item() == pytest.approx(3.0 - 0.25 * 10)
     assert w.is_leaf and w.requires_grad
+
+
+def test_step_realizes_with_outputs_in_the_same_schedule():
+    w = nn.Parameter(fg.tensor([1.0, -2.0, 3.0]))
+    opt = optim.SGD([w], lr=0.5)
+    x = fg.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
+    logits = x * w
+    pred = logits.argmax(1)
+    logits.sum().backward()
+    hits = stats["scheduled"] + stats["schedule_hits"]
+    opt.step(with_outputs=[pred])
+    assert pred.tolist() == [0, 2]  # the predictions of the weights before the update
+    assert stats["scheduled"] + stats["schedule_hits"] == hits + 1  # one realize for both
+    assert w.tolist() == [0.5, -2.0, 2.5]
