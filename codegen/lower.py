@@ -480,7 +480,7 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
     if not strided:
         unit = all(ld.index.coef(inner) in (0, 1) for ld in loads)  # lanes load as vectors
         ragged_ok = item.reduce.op is Ops.SUM
-        lanes = _vector_width(inner.max + 1, ragged_ok) if unit else None
+        lanes = _vector_width(inner.max + 1, ragged_ok, along_sum=True) if unit else None
         # an output axis some load does not depend on: rows along it share that load
         shared = [
             g
@@ -536,14 +536,19 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
     return Tile(col, cols, row, rows_for(row))
 
 
-def _vector_width(n: int, ragged_ok: bool) -> int | None:
+def _vector_width(n: int, ragged_ok: bool, along_sum: bool = False) -> int | None:
     """Lanes for a vector along an axis of n: a power of two (the machine's registers hold
     8 or 16 floats; other widths compile to spilled pieces). One that divides n, else,
-    where a ragged last vector may be masked, 16 or 8 lanes for the last partial vector."""
+    where a ragged last vector may be masked, 16 or 8 lanes with the last one partial.
+
+    An output axis of 9..15 takes one 16-lane vector (half the instructions of two
+    8-lane ones); lanes along a sum take 16 only from 12 on, since each ragged vector
+    there also pays for zeroing its lanes past the end (measured on LeNet's kernels).
+    """
     exact = next((c for c in TILE_COLS if n % c == 0), None)
     if exact or not ragged_ok:
         return exact
-    return 16 if n >= 12 else 8 if n >= 6 else None
+    return 16 if n >= (12 if along_sum else 9) else 8 if n >= 6 else None
 
 
 def _divisor(n: int, most: int, least: int) -> int | None:

@@ -32,7 +32,8 @@ def test_vector_widths_are_powers_of_two():
     assert _vector_width(400, True) == 16
     assert _vector_width(64, True) == 32
     assert _vector_width(28, True) == 16  # two vectors, the second 12 lanes full
-    assert _vector_width(10, True) == 8
+    assert _vector_width(10, True) == 16  # one masked vector beats two
+    assert _vector_width(10, True, along_sum=True) == 8
     assert _vector_width(28, False) is None  # a max cannot pad with zeros
     assert _vector_width(5, True) is None
 
