@@ -47,9 +47,11 @@ What a replay does not redo is Python: the function body does not run. So:
   somewhere (say `p.grad`) keeps the value of the last recorded call: return
   what you need instead.
 - A value carried from one call to the next must be optimizer state; other
-  carried values are refused when recording. A tensor the step only reads
-  (a frozen weight) is read from the buffer it had when recorded: after giving
-  it a new value, call `step.reset()`.
+  carried values are refused when recording. Parameters are always read at
+  their current value (so a jitted evaluation sees training elsewhere); any
+  other tensor the step only reads (a frozen table that is not a parameter)
+  is read from the buffer it had when recorded: after giving it a new value,
+  call `step.reset()`.
 - The function must compute the same graph each call. A tensor made from
   host data inside the function (`fg.tensor(np_array)`) is a new buffer each
   call: recording fails with an error naming it; pass it as an argument.
@@ -63,6 +65,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import autograd
 from .errors import FusegradError
 from .ir import node as N
 from .ir.dtypes import int32
@@ -194,6 +197,7 @@ class jit:
             raise JitError("fusegrad.jit: a jitted function cannot call another while recording")
         recording = _Recording([t.node.realized for t in tensors])
         R.capture, _recording, _entry = recording.realizes, recording, entry
+        N.RECOMPUTE_REALIZED = True
         try:
             out = self.fn(*args)
             pending = [t for t in _flatten(out) if t.node.realized is None]
@@ -201,6 +205,7 @@ class jit:
                 realize_tensors(*pending)
         finally:
             R.capture, _recording, _entry = None, None, None
+            N.RECOMPUTE_REALIZED = False
         return out, recording
 
 
@@ -253,9 +258,17 @@ def _plan_replay(fn, a: _Recording, b: _Recording, out) -> _Replay:
         )
     produced = _outputs(b)
     b_args = {id(buf): i for i, buf in enumerate(b.args)}
+    # tensors whose current value a replay reads: the state the optimizer declared, and every
+    # parameter (a function that only reads the weights, like an evaluation, must see them
+    # change when something else trains them)
     state = list({id(t): t for t, _ in b.state}.values())
     index = {id(t): k for k, t in enumerate(state)}
     before = {id(buf): index[id(t)] for t, buf in b.state}
+    for t in list(autograd._leaves.values()):
+        buf = t.node.realized
+        if buf is not None and id(buf) not in before:
+            before[id(buf)] = len(state)
+            state.append(t)
     plans = []
     for (plan, _, leaves_a), (_, _, leaves_b) in zip(a.realizes, b.realizes):
         sources = []

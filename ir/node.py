@@ -35,6 +35,11 @@ SITE_HOOK: Callable[[], str | None] = _no_site
 
 _CACHE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
+# While `fusegrad.jit` records a call, a node equal to one already computed is built anew
+# rather than shared, so the call's realizes compute everything it needs (a replay runs
+# only what was recorded; a value left over from an earlier call would be missing).
+RECOMPUTE_REALIZED = False
+
 
 class Node:
     """One IR value. Never construct directly: use the functions below."""
@@ -80,7 +85,7 @@ def make(op: Ops, srcs: tuple[Node, ...], arg, shape: Shape, dtype: DType) -> No
     key = (op, srcs, _key_arg(op, arg), shape, dtype)
     if op is not Ops.BUFFER:
         hit = _CACHE.get(key)
-        if hit is not None:
+        if hit is not None and (hit.realized is None or not RECOMPUTE_REALIZED):
             return hit
     n = object.__new__(Node)
     n.op, n.srcs, n.arg, n.shape, n.dtype = op, srcs, arg, shape, dtype
@@ -122,8 +127,9 @@ def _fold(op: Ops, srcs: tuple[Node, ...], shape: Shape, dtype: DType) -> Node:
     (the reference evaluator) computes it in that dtype."""
     from .reference import fold_constant
 
-    return const(fold_constant(op, [s.arg for s in srcs], [s.dtype for s in srcs], dtype),
-                 shape, dtype)
+    return const(
+        fold_constant(op, [s.arg for s in srcs], [s.dtype for s in srcs], dtype), shape, dtype
+    )
 
 
 def unary(op: Ops, x: Node) -> Node:

@@ -252,3 +252,22 @@ def test_values_carried_between_calls_are_refused():
         rnn_step(x)
     with pytest.raises(fg.JitError, match="carried from call to call"):
         rnn_step(x)
+
+
+def test_a_jitted_evaluation_sees_weights_trained_elsewhere():
+    model = _model()
+    opt = fg.optim.SGD(model.parameters(), lr=0.5)
+    train = _stepper(model, opt)
+
+    @fg.jit
+    def evaluate(x):
+        with fg.no_grad():
+            return model(x)
+
+    x, y = _data(1)[0]
+    for _ in range(3):
+        evaluate(x)  # recorded while the weights stand still
+    for _ in range(3):
+        train(x, y)  # eager training gives the parameters new buffers
+        np.testing.assert_array_equal(evaluate(x).numpy(), model(x).numpy())
+    assert evaluate.replays == 3
