@@ -34,14 +34,19 @@ functions (or eager steps) can update the same parameters in any order.
 
 What a replay does not redo is Python: the function body does not run. So:
 
-- Arguments are tensors (numpy arrays are converted) of the same shapes and
-  dtypes as when recorded; other arguments must be equal to the recorded ones
-  (a new shape or value records again). Results are tensors, tuples or lists
-  of tensors, or None.
+- Arguments are tensors of the same shapes and dtypes as when recorded;
+  other arguments must be equal to the recorded ones (a new shape or value
+  records again). Results are tensors, tuples or lists of tensors, or None,
+  and carry no gradient graph (on every call alike): do the backward pass
+  inside the function.
 - Host work that must happen every step is redone by hooks the library
   registers while recording: optimizers recompute their scalars (learning
   rate changes, Adam's step count, SGD's first step), and random keys
-  (dropout) are drawn from the generator as eager calls would. Your own
+  (dropout) are drawn from the generator as eager calls would. Guards catch
+  what would change the graph: a dropout module switched by `eval()`, an
+  optimizer option that adds or removes terms (momentum, weight decay, ...),
+  `no_grad()` around the call; the call then runs eagerly and is recorded
+  again. Your own
   Python side effects (printing, appending to lists, reading `.item()`)
   happen only on the recorded calls. Likewise a tensor the function stores
   somewhere (say `p.grad`) keeps the value of the last recorded call: return
@@ -65,7 +70,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import autograd
+from . import autograd, autograd_state
 from .errors import FusegradError
 from .ir import node as N
 from .ir.dtypes import int32
@@ -88,6 +93,7 @@ class _Recording:
     hooks: list[Callable[[], None]] = field(default_factory=list)
     keys: int = 0  # random keys drawn (each also a hook)
     state: list[tuple[Tensor, Buffer]] = field(default_factory=list)  # (tensor, value before)
+    guards: list[Callable[[], bool]] = field(default_factory=list)
 
 
 @dataclass
@@ -99,6 +105,7 @@ class _Replay:
     updates: list[tuple[int, int, int]]  # (state index, realize, output): a state's new value
     results: object  # the returned structure, with _Result in place of tensors
     hooks: list[Callable[[], None]]
+    guards: list[Callable[[], bool]]  # all true, or the recording no longer holds
 
 
 _recording: _Recording | None = None
@@ -114,6 +121,14 @@ def on_replay(hook: Callable[[], None]) -> None:
     """
     if _recording is not None:
         _recording.hooks.append(hook)
+
+
+def guard(holds: Callable[[], bool]) -> None:
+    """While recording: `holds()` must stay true for a replay to be valid (say, a dropout
+    module still in training mode). When one is false, the call runs eagerly and the
+    function is recorded again."""
+    if _recording is not None:
+        _recording.guards.append(holds)
 
 
 def track(tensors) -> None:
@@ -179,17 +194,19 @@ class jit:
     def __call__(self, *args):
         tensors, signature = _prepare(args)
         entry = self._entries.setdefault(signature, _Entry())
+        if entry.replay is not None and not all(holds() for holds in entry.replay.guards):
+            entry.calls, entry.last, entry.replay = 1, None, None  # record again from the next call
         if entry.replay is not None:
             self.replays += 1
             return _run_replay(entry.replay, [t.node.realized for t in tensors])
         entry.calls += 1
         if entry.calls == 1:  # the first call creates state (optimizer buffers): not recorded
-            return self.fn(*args)
+            return _detached(self.fn(*args))
         out, recording = self._record(entry, args, tensors)
         if entry.last is not None:
             entry.replay = _plan_replay(self.fn, entry.last, recording, out)
         entry.last = recording
-        return out
+        return _detached(out)
 
     def _record(self, entry: _Entry, args, tensors):
         global _recording, _entry
@@ -211,7 +228,7 @@ class jit:
 
 def _prepare(args) -> tuple[list[Tensor], tuple]:
     """The call's tensor arguments (realized) and the signature its recording is kept under."""
-    tensors, signature = [], []
+    tensors, signature = [], [("grad mode", autograd_state.enabled())]
     for a in args:
         if isinstance(a, np.ndarray):
             raise JitError(
@@ -233,6 +250,15 @@ def _prepare(args) -> tuple[list[Tensor], tuple]:
                 ) from None
             signature.append(("value", a))
     return tensors, tuple(signature)
+
+
+def _detached(out):
+    """Results as replays give them: values without a gradient graph, on every call."""
+    if isinstance(out, Tensor):
+        return out.detach()
+    if isinstance(out, (tuple, list)):
+        return type(out)(t.detach() if isinstance(t, Tensor) else t for t in out)
+    return out
 
 
 def _flatten(out) -> list[Tensor]:
@@ -296,7 +322,7 @@ def _plan_replay(fn, a: _Recording, b: _Recording, out) -> _Replay:
         if id(t.node.realized) in produced
     ]
     results = _sources_of(out, produced, b_args, name)
-    return _Replay(plans, state, updates, results, b.hooks)
+    return _Replay(plans, state, updates, results, b.hooks, b.guards)
 
 
 def _outputs(rec: _Recording) -> dict[int, tuple[int, int]]:

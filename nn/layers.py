@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import creation
+from ..jit import guard
 from . import functional as F
 from . import init
 from .module import Module, Parameter
@@ -116,6 +117,8 @@ class Dropout(Module):
         self.p = p
 
     def forward(self, input):
+        mode = (self.training, self.p)
+        guard(lambda: (self.training, self.p) == mode)  # a jitted step records this mode
         return F.dropout(input, self.p, self.training)
 
     def extra_repr(self) -> str:

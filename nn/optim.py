@@ -35,7 +35,7 @@ from .. import creation
 from ..autograd import take_pending_outputs
 from ..autograd_state import enable_grad, no_grad
 from ..errors import at_callers_site
-from ..jit import on_replay, track
+from ..jit import guard, on_replay, track
 from ..tensor import Tensor
 from ..tensor import realize as _realize
 
@@ -113,6 +113,8 @@ class Optimizer:
             [p for _, p in active]
             + [t for _, p in active for t in self.state[p].values() if isinstance(t, Tensor)]
         )
+        shape = self._graph_options()
+        guard(lambda: self._graph_options() == shape)
         outputs = []
         with no_grad(), at_callers_site():
             for group, p in active:
@@ -140,6 +142,17 @@ class Optimizer:
             own = _scalar_slots(self._slots, id(p), self._param_scalars(group, self.state[p]), p)
             out[id(p)] = shared + own
         return out
+
+    def _graph_options(self) -> tuple:
+        """What in the groups decides the update's graph (not its scalars): the parameters,
+        and options that add or remove terms. A jitted step is recorded for these."""
+        return tuple(
+            (tuple(map(id, g["params"])),)
+            + tuple((k, g[k] if isinstance(g[k], bool) else g[k] != 0) for k in self._switches)
+            for g in self.param_groups
+        )
+
+    _switches: tuple[str, ...] = ()  # options whose being zero / False changes the graph
 
     def _init_state(self, p: Tensor, state: dict, group: dict) -> None:
         """Create a parameter's state tensors (realized zeros) before its first update."""
@@ -264,6 +277,8 @@ class SGD(Optimizer):
         )
         super().__init__(params, defaults)
 
+    _switches = ("momentum", "weight_decay", "nesterov", "maximize")
+
     def _init_state(self, p, state, group):
         if group["momentum"] != 0:
             state["momentum_buffer"] = _zeros_like(p)
@@ -330,6 +345,8 @@ class Adam(Optimizer):
             decoupled_weight_decay=decoupled_weight_decay,
         )
         super().__init__(params, defaults)
+
+    _switches = ("weight_decay", "amsgrad", "maximize", "decoupled_weight_decay")
 
     def _init_state(self, p, state, group):
         state["step"] = 0

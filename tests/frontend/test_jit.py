@@ -271,3 +271,39 @@ def test_a_jitted_evaluation_sees_weights_trained_elsewhere():
         train(x, y)  # eager training gives the parameters new buffers
         np.testing.assert_array_equal(evaluate(x).numpy(), model(x).numpy())
     assert evaluate.replays == 3
+
+
+def test_guards_record_again_when_the_graph_would_change():
+    def run(jitted):
+        model = _model(dropout=0.5)
+        opt = fg.optim.SGD(model.parameters(), lr=0.05)
+        step = _stepper(model, opt)
+        step = fg.jit(step) if jitted else step
+        fg.manual_seed(3)
+        losses = []
+        for i, (x, y) in enumerate(_data(5) * 3):
+            if i == 6:
+                model.eval()  # no dropout from here: a different graph
+            if i == 10:
+                opt.param_groups[0]["momentum"] = 0.9  # a momentum term appears
+            losses.append(step(x, y).item())
+        return losses, step
+
+    eager, _ = run(False)
+    jitted, step = run(True)
+    assert jitted == eager
+    assert step.replays > 0
+
+
+def test_no_grad_around_a_call_is_its_own_recording():
+    w = nn.Parameter(fg.tensor([1.0, 2.0]))
+
+    @fg.jit
+    def f(x):
+        return (w * x).sum()
+
+    x = fg.tensor([3.0, 4.0])
+    for _ in range(4):
+        assert f(x).requires_grad is False  # results are plain values either way
+    with fg.no_grad():
+        assert f(x).item() == 11.0
