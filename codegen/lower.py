@@ -97,6 +97,8 @@ class Tile:
     row: int | None = None
     rows: int = 1
     lanes: bool = False  # vector lanes run along the innermost reduction loop instead of `col`
+    row2: int | None = None  # a second unrolled output axis: a rows x rows2 grid of vectors
+    rows2: int = 1
 
 
 class _Lowerer:
@@ -160,18 +162,23 @@ class _Lowerer:
         self.block, self.iterations, self.flops = body, 1, 0
         group_expr: list[Lin] = []
         i_var = Var("i", 0, tile.rows - 1)
+        j_var = Var("j", 0, tile.rows2 - 1)
         t_var = Var("t", 0, tile.cols - 1)
+        unrolled = (i_var, j_var) if tile.rows2 > 1 else (i_var,)
         first_extent = None
         edge: tuple[Lin, ...] = ()  # a ragged last tile: its lanes past the end are masked
         for gi, group in enumerate(self.out_groups):
             extent = math.prod(root.shape[a] for a in group)
-            step = tile.cols if gi == tile.col else tile.rows if gi == tile.row else 1
+            inner, step = {
+                tile.col: (t_var, tile.cols),
+                tile.row: (i_var, tile.rows),
+                tile.row2: (j_var, tile.rows2),
+            }.get(gi, (None, 1))
             count = -(-extent // step)
             v = Var(f"o{gi}", 0, count - 1)
             kind = "parallel" if gi == 0 else "serial"
             self._open_loop(Loop(v, count, [], kind))
             first_extent = count if first_extent is None else first_extent
-            inner = t_var if gi == tile.col else i_var if gi == tile.row else None
             group_expr.append(lin(v) * step + inner if inner is not None else lin(v))
             if extent % step:
                 assert gi == tile.col, "only the vector axis of a tile may be ragged"
@@ -179,23 +186,25 @@ class _Lowerer:
                 group_expr[-1] = lin(extent - 1) - edge[0]
         coords = _coords_from_groups(root.shape, self.out_groups, group_expr)
         red_coords = squeeze_coords(coords, root.shape, red.shape)
-        size = tile.rows * tile.cols
-        slot = lin(i_var) * tile.cols + t_var
+        size = tile.rows * tile.rows2 * tile.cols
+        row_of = lin(i_var) * tile.rows2 + j_var if tile.rows2 > 1 else lin(i_var)
+        slot = row_of * tile.cols + t_var
         acc = self._new_acc()
         identity = reduce_identity(red.op, red.dtype)
         self.emit(AccInit(acc, red.dtype, identity, size, tile.cols))
         outer_block, outer_iter = self.block, self.iterations
         value = self._reduction_body(
-            red, red_coords, edge, tile_vars=(i_var, t_var), lane_split=tile.lanes
+            red, red_coords, edge, tile_vars=(*unrolled, t_var), lane_split=tile.lanes
         )
         combine = REDUCE_COMBINE[red.op]
         self.emit(AccUpdate(acc, red.dtype, combine, value, slot), 1)
         self.scopes.pop()
         self.block, self.iterations = outer_block, outer_iter
-        self._open_loop(Loop(i_var, tile.rows, [], "unroll"))
+        for v in unrolled:
+            self._open_loop(Loop(v, v.max + 1, [], "unroll"))
         self.scopes.append({})
         if tile.lanes:  # each row's lanes hold partial results: combine them
-            base = lin(i_var) * tile.cols
+            base = row_of * tile.cols
             got = self.emit(AccReduceLanes(self.fresh(), red.dtype, acc, base, tile.cols, combine))
         else:
             self._open_loop(Loop(t_var, tile.cols, [], "vector"))
@@ -243,10 +252,10 @@ class _Lowerer:
         red_exprs = [lin(v) for v in red_vars]
         edge: tuple[Lin, ...] = ()
         if lane_split:
-            lanes = tile_vars[1].max + 1
+            lanes = tile_vars[-1].max + 1
             last = red_vars[-1]
             red_vars[-1] = Var(last.name, 0, -(-(last.max + 1) // lanes) - 1)
-            red_exprs[-1] = lin(red_vars[-1]) * lanes + tile_vars[1]
+            red_exprs[-1] = lin(red_vars[-1]) * lanes + tile_vars[-1]
             if (last.max + 1) % lanes:  # ragged: lanes past the end add the identity (0)
                 assert n.op is Ops.SUM, "only a sum's lanes may be ragged"
                 edge = (self._ragged(f"{last.name}c", last.max + 1, red_exprs[-1]),)
@@ -255,7 +264,8 @@ class _Lowerer:
         src_coords = tuple(red_coords[i] if i in n.arg else c for i, c in enumerate(coords))
         for v in red_vars:
             self._open_loop(Loop(v, v.max + 1, [], "reduce"))
-        for v, kind in zip(tile_vars, ("unroll", "vector")):
+        for k, v in enumerate(tile_vars):
+            kind = "vector" if k == len(tile_vars) - 1 else "unroll"
             self._open_loop(Loop(v, v.max + 1, [], kind))
         self.scopes.append({})
         value = self.gen(src, src_coords, guard + edge)
@@ -438,6 +448,7 @@ def lower(item: ScheduleItem) -> Kernel:
 TILE_COLS = (32, 16, 8)
 TILE_MIN_COLS = 4
 TILE_MAX_ACCUMULATORS = 128  # beyond this LLVM stops keeping a tile in registers
+TILE_GRID_ACCUMULATORS = 160  # a grid of lane rows: at most 20 8-lane or 10 16-lane registers
 SHORT_REDUCTION = 16
 TILE_ROWS = 4
 
@@ -493,6 +504,22 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
             )
             rows = extents[row] if extents[row] <= 8 else _divisor(extents[row], TILE_ROWS, 2)
             if rows:
+                # a second axis whose loads the first one's rows do not share (a weight
+                # gradient's output channels, next to its kernel columns): a grid of rows
+                others = [
+                    g
+                    for g in shared
+                    if g != row
+                    and any(
+                        ld.index.coef(out_vars[row]) == 0 and ld.index.coef(out_vars[g]) != 0
+                        for ld in loads
+                    )
+                ]
+                room = TILE_GRID_ACCUMULATORS // (rows * lanes)
+                for g in sorted(others, key=lambda g: -extents[g]):
+                    rows2 = next((r for r in (4, 3, 2) if r <= room and extents[g] % r == 0), None)
+                    if rows2:
+                        return Tile(None, lanes, row, rows, lanes=True, row2=g, rows2=rows2)
                 return Tile(None, lanes, row, rows, lanes=True)
         if inner.max + 1 >= SHORT_REDUCTION:
             return None

@@ -100,3 +100,19 @@ def test_conv_weight_gradient_at_mnist_widths(width):
     grad = np.einsum("nohw,nchwij->ocij", 2 * out, windows)
     np.testing.assert_allclose(y.numpy(), out, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(w.grad.numpy(), grad, rtol=1e-3, atol=1e-2)
+
+
+def test_weight_gradient_gets_a_grid_of_rows():
+    """A conv weight gradient's tile: kernel columns x output channels, lanes along the sum."""
+    from fusegrad.nn import functional as F
+
+    x = fg.tensor(f32(8, 6, 14, 14))
+    w = fg.tensor(f32(16, 6, 5, 5), requires_grad=True)
+    g = f32(8, 16, 10, 10)
+    (F.conv2d(x, w) * fg.tensor(g)).sum().backward()
+    (k,) = [k for k in fg.kernels(w.grad) if "unrolled for j" in k.loop_ir]
+    assert "vector for t in 0..8" in k.loop_ir
+    xd = x.numpy().astype(np.float64)
+    windows = np.lib.stride_tricks.sliding_window_view(xd, (5, 5), axis=(2, 3))
+    want = np.einsum("nohw,nchwij->ocij", g, windows)
+    np.testing.assert_allclose(w.grad.numpy(), want, rtol=1e-4, atol=1e-3)
