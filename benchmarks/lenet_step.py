@@ -5,8 +5,10 @@ Run:  python benchmarks/lenet_step.py [--model lenet|mlp|both] [--steps 60] [--q
 - lenet: LeNet-5 on a 64-image MNIST-shaped batch, SGD with momentum 0.9
 - mlp:   784-128-64-10 ReLU MLP, batch 64, SGD with momentum 0.9 (`--model mlp`)
 
-Three steps alternate (A B C A B C ...) in one process, on the same data, with
-torch.set_num_threads equal to fusegrad's threads:
+Three steps alternate in blocks of 10 back-to-back steps (A B C, B C A, ...) in one
+process, on the same data, with torch.set_num_threads equal to fusegrad's
+threads, and a 0.2 s pause after each block so that no system's spinning worker
+threads steal cores from the next:
 
 - fusegrad eager: the step as a user writes it; every call builds the graph,
   differentiates it and looks its schedule up (no compiling after the first);
@@ -35,7 +37,8 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PAUSE = 0.05  # seconds between the two systems (BENCHMARKS.md: spinning threads fight)
+PAUSE = 0.2  # seconds between blocks of two systems (BENCHMARKS.md: spinning threads fight)
+BLOCK = 10  # steps each system runs back to back before the other's turn
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 
 
@@ -175,16 +178,18 @@ def bench(name: str, steps: int) -> None:
     times: dict[str, list[float]] = {k: [] for k in steps_by_system}
     scheduled = stats["scheduled"]
     order = list(steps_by_system)
-    for i in range(steps):
-        x, y = data[i % len(data)]
-        for k in order[i % len(order) :] + order[: i % len(order)]:  # rotate who goes first
-            t = time.perf_counter()
-            steps_by_system[k](x, y)
-            times[k].append(time.perf_counter() - t)
+    rounds = max(1, steps // BLOCK)
+    for r in range(rounds):
+        for k in order[r % len(order) :] + order[: r % len(order)]:  # rotate who goes first
+            for i in range(BLOCK):  # a block of steps back to back, as a training loop runs
+                x, y = data[(r * BLOCK + i) % len(data)]
+                t = time.perf_counter()
+                steps_by_system[k](x, y)
+                times[k].append(time.perf_counter() - t)
             time.sleep(PAUSE)  # spinning worker threads (ours, OpenMP's) park before the next
     per_step, moved, floor = _kernels_per_step(name)
     ms = {k: float(np.median(v)) * 1e3 for k, v in times.items()}
-    print(f"\n{name}: {steps} steps each, threads {fg.config.threads}")
+    print(f"\n{name}: {rounds * BLOCK} steps each, threads {fg.config.threads}")
     for k, v in ms.items():
         print(f"  {k:<15} {v:8.2f} ms/step (median)")
     print(f"  kernels per step: {per_step}")

@@ -27,6 +27,13 @@ def _default_cache() -> str:
     return os.path.join(base, "fusegrad")
 
 
+def _usable_cpus() -> int:
+    """The CPUs this process may run on (taskset, cgroups' cpusets), else all of them."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
 @dataclass
 class Config:
     debug: int = 0
@@ -42,7 +49,7 @@ class Config:
         return cls(
             debug=int(os.environ.get("FUSEGRAD_DEBUG", "0") or 0),
             dump=os.environ.get("FUSEGRAD_DUMP") or None,
-            threads=threads if threads > 0 else (os.cpu_count() or 1),
+            threads=threads if threads > 0 else _usable_cpus(),
             cache=None if cache.lower() in ("off", "0", "") else cache,
             program=os.environ.get("FUSEGRAD_PROGRAM", "1") != "0",
         )

@@ -238,3 +238,26 @@ def test_debug_2_prints_the_schedule_with_the_users_lines(tmp_path):
 def test_debug_0_prints_nothing(tmp_path):
     _, err, _ = run_child(USER_SCRIPT, tmp_path, {"FUSEGRAD_DEBUG": "0"})
     assert "fusegrad:" not in err
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs two CPUs this process may use",
+)
+def test_workers_stay_off_the_callers_cpu():
+    """A worker sharing the caller's CPU would take turns with it at every barrier."""
+    pool = launch_module._pool
+    with fg.config.override(threads=2):
+        x = fg.randn(1 << 20)
+        (x * 2).realize()  # big enough to run on both threads
+    caller_cpu = pool.placed_for[0]  # where the caller ran when the workers were placed
+    assert caller_cpu >= 0 and pool.workers
+    for t in pool.workers:
+        assert caller_cpu not in os.sched_getaffinity(t.native_id)
+
+
+def test_default_threads_are_the_cpus_this_process_may_use():
+    from fusegrad.runtime.config import _usable_cpus
+
+    if hasattr(os, "sched_getaffinity"):
+        assert _usable_cpus() == len(os.sched_getaffinity(0))
