@@ -364,3 +364,41 @@ def test_finetuned_step_changes_only_the_rows_it_read(example):
     opt.step()
     changed = np.nonzero(np.abs(model.embedding.weight.numpy() - before).max(axis=1))[0]
     assert changed.tolist() == [3, 4, 5, 6, 7]
+
+
+@pytest.mark.parametrize("finetune", [False, True])
+def test_example_train_step_matches_the_plain_step(example, finetune):
+    """The example's step (fg.jit when frozen) trains exactly as the step written plainly."""
+    batches = [
+        text.pad_batch(s, multiple=8, minimum=5)
+        for s in ([[3, 4, 5, 6, 7], [8, 3, 9]], [[5, 6, 7, 8, 9, 3], [4, 4, 4]])
+    ]
+    labels = np.array([1.0, 0.0], dtype=np.float32)
+
+    def plain(model, opt, ids, lengths):
+        probs = F.sigmoid(model(ids, lengths))
+        loss = F.binary_cross_entropy(probs, fg.tensor(labels))
+        opt.zero_grad()
+        loss.backward()
+        model.scatter_embedding_grads()
+        opt.step()
+        return loss.item()
+
+    def run(use_example):
+        fg.manual_seed(0)
+        model = small_model(example, finetune).train()
+        model.dropout.p = 0.0  # no random masks: the two runs must agree exactly
+        opt = fg.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+        step = example.make_train_step(model, opt) if use_example else None
+        losses = []
+        for i in range(8):
+            ids, lengths = batches[i % 2]
+            if step:
+                losses.append(step(ids, lengths, labels)[0])
+            else:
+                losses.append(plain(model, opt, ids, lengths))
+        return losses, model.embedding.weight.numpy().copy()
+
+    (want, want_table), (got, got_table) = run(False), run(True)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    np.testing.assert_array_equal(got_table == want_table, True)
