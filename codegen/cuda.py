@@ -24,8 +24,10 @@ from .loopir import (
     Const,
     Kernel,
     Load,
+    LoadRow,
     Loop,
     Rand,
+    ScatterAdd,
     Select,
     Store,
 )
@@ -137,6 +139,15 @@ class _Renderer:
                 if s.dtype.is_bool:
                     ref = f"({ref} != 0)"
             return self.decl(s.dst, s.dtype, ref)
+        if isinstance(s, (LoadRow, ScatterAdd)):
+            ok = f"{s.row} >= 0 && {s.row} < {s.rows}LL" + (
+                f" && {valid(s.valid)}" if s.valid else ""
+            )
+            at = f"(long long){s.row} * {s.row_size}LL + {index(s.col)}"
+            if isinstance(s, ScatterAdd):  # this thread owns these columns: no atomics needed
+                return f"if ({ok}) {s.param.name}[{at}] += {s.value};"
+            ref = f"(({ok}) ? {s.param.name}[({ok}) ? {at} : 0LL] : 0)"
+            return self.decl(s.dst, s.dtype, f"({ref} != 0)" if s.dtype.is_bool else ref)
         if isinstance(s, Const):
             return self.decl(s.dst, s.dtype, literal(s.value, s.dtype))
         if isinstance(s, Select):

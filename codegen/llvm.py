@@ -34,8 +34,10 @@ from .loopir import (
     Const,
     Kernel,
     Load,
+    LoadRow,
     Loop,
     Rand,
+    ScatterAdd,
     Select,
     Store,
 )
@@ -314,6 +316,50 @@ class _Renderer:
         if dt.is_bool:
             v = self.emit(f"icmp ne {vt} {v}, zeroinitializer")
         return v
+
+    def row_address(self, row: str, rows: int, row_size: int, col: Lin, valid) -> tuple[str, str]:
+        """(i1 in range, i64 element index) of a data-dependent row's element; the index is
+        0 when out of range, so the address stays inside the buffer."""
+        assert self.width is None, "a data-dependent row is read in a scalar loop"
+        r, dt = self.lookup(row)[0], self.types[row]
+        r64 = r if dt.itemsize == 8 else self.emit(f"sext {dt.llvm} {r} to i64")
+        lo = self.emit(f"icmp sge i64 {r64}, 0")
+        hi = self.emit(f"icmp slt i64 {r64}, {rows}")
+        ok = self.emit(f"and i1 {lo}, {hi}")
+        if valid:
+            ok = self.emit(f"and i1 {ok}, {self.valid(valid)[0]}")
+        base = self.emit(f"mul nsw i64 {r64}, {row_size}")
+        at = self.emit(f"add nsw i64 {base}, {self.index(col)}")
+        return ok, self.emit(f"select i1 {ok}, i64 {at}, i64 0")
+
+    def stmt_LoadRow(self, s: LoadRow) -> None:
+        ok, at = self.row_address(s.row, s.rows, s.row_size, s.col, s.valid)
+        mt = mem_type(s.dtype)
+        ptr = self.emit(f"getelementptr inbounds {mt}, ptr %{s.param.name}, i64 {at}")
+        v = self.emit(f"load {mt}, ptr {ptr}")
+        if s.dtype.is_bool:
+            v = self.emit(f"icmp ne i8 {v}, 0")
+        zero = literal(0, s.dtype)
+        self.bind(
+            s.dst, self.emit(f"select i1 {ok}, {s.dtype.llvm} {v}, {s.dtype.llvm} {zero}"), s.dtype
+        )
+
+    def stmt_ScatterAdd(self, s: ScatterAdd) -> None:
+        dt = s.param.dtype
+        assert not dt.is_bool, "scatter-add of bools"
+        ok, at = self.row_address(s.row, s.rows, s.row_size, s.col, s.valid)
+        value = self.ref(s.value)
+        self.loop_count += 1
+        yes, done = f"scatter.{self.loop_count}", f"scattered.{self.loop_count}"
+        self.lines.append(f"  br i1 {ok}, label %{yes}, label %{done}")
+        self.label(yes)
+        ptr = self.emit(f"getelementptr inbounds {dt.llvm}, ptr %{s.param.name}, i64 {at}")
+        cur = self.emit(f"load {dt.llvm}, ptr {ptr}")
+        add = "fadd" if dt.is_float else "add"
+        new = self.emit(f"{add} {dt.llvm} {cur}, {value}")
+        self.lines.append(f"  store {dt.llvm} {new}, ptr {ptr}")
+        self.lines.append(f"  br label %{done}")
+        self.label(done)
 
     def stmt_Const(self, s: Const) -> None:
         self.bind(s.dst, literal(s.value, s.dtype), s.dtype)

@@ -46,6 +46,36 @@ class Load:
 
 
 @dataclass
+class LoadRow:
+    """`param[row * row_size + col]`, where `row` is a value (an integer loaded or computed);
+    0 where `row` is outside [0, rows) or a `valid` condition fails. A gather's read."""
+
+    dst: str
+    dtype: DType
+    param: Param
+    row: str
+    rows: int
+    row_size: int
+    col: Lin
+    valid: tuple[Lin, ...] = ()
+
+
+@dataclass
+class ScatterAdd:
+    """`param[row * row_size + col] += value` unless `row` is outside [0, rows) or a `valid`
+    condition fails. A scatter-add's write; threads own disjoint columns, so no two add
+    to one element at once."""
+
+    param: Param
+    row: str
+    rows: int
+    row_size: int
+    col: Lin
+    value: str
+    valid: tuple[Lin, ...] = ()
+
+
+@dataclass
 class Const:
     dst: str
     dtype: DType
@@ -172,6 +202,16 @@ def _print_block(body, depth: int, lines: list[str]) -> None:
         elif isinstance(s, Load):
             guard = f" if {_valid_str(s.valid)}" if s.valid else ""
             lines.append(f"{pad}{s.dst} = load {s.param.name}[{s.index}]{guard}")
+        elif isinstance(s, LoadRow):
+            guard = f" if {_valid_str(s.valid)}" if s.valid else ""
+            at = f"{s.row}*{s.row_size} + {s.col}"
+            lines.append(
+                f"{pad}{s.dst} = load {s.param.name}[{at}] (row {s.row} < {s.rows}){guard}"
+            )
+        elif isinstance(s, ScatterAdd):
+            guard = f" if {_valid_str(s.valid)}" if s.valid else ""
+            at = f"{s.row}*{s.row_size} + {s.col}"
+            lines.append(f"{pad}{s.param.name}[{at}] += {s.value} (row {s.row} < {s.rows}){guard}")
         elif isinstance(s, Const):
             lines.append(f"{pad}{s.dst} = {s.value!r}")
         elif isinstance(s, Alu):

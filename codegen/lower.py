@@ -30,9 +30,11 @@ from .loopir import (
     Const,
     Kernel,
     Load,
+    LoadRow,
     Loop,
     Param,
     Rand,
+    ScatterAdd,
     Select,
     Store,
 )
@@ -148,6 +150,46 @@ class _Lowerer:
         params = [self.out] + [self.params[id(n)] for n in self.item.inputs]
         extent = loops_shape[0] if loops_shape else 1
         return Kernel(kernel_name(self.item), params, body, extent, self.flops)
+
+    def lower_scatter(self) -> Kernel:
+        """A scatter-add: zero the output, then add each source row into the row its index
+        names. Threads own disjoint column blocks of the output, so their adds never meet:
+
+        parallel for b in 0..R/W:  (W columns of every row)
+          for v in 0..V: for t in 0..W: out[v, b*W + t] = 0
+          for s in 0..S: i = index[s]; for t in 0..W: out[i, b*W + t] += values[s, b*W + t]
+        """
+        root = self.item.root
+        values, index = root.srcs
+        rows, size = root.shape[0], math.prod(root.shape[1:])
+        width = min(size, 16)
+        body: list = []
+        self.block, self.iterations, self.flops = body, 1, 0
+        b = Var("b", 0, -(-size // width) - 1)
+        t = Var("t", 0, width - 1)
+        self._open_loop(Loop(b, b.max + 1, [], "parallel"))
+        per_block, per_iter = self.block, self.iterations
+        col = lin(b) * width + t
+        edge = (lin(size - 1) - col,) if size % width else ()
+        v = Var("v", 0, rows - 1)
+        self._open_loop(Loop(v, rows, [], "serial"))
+        self._open_loop(Loop(t, width, []))
+        zero = self.emit(Const(self.fresh("c"), root.dtype, _zero(root.dtype)))
+        self.emit(Store(self.out, lin(v) * size + col, zero, edge))
+        self.block, self.iterations = per_block, per_iter
+        s_var = Var("s", 0, index.numel - 1)
+        self._open_loop(Loop(s_var, index.numel, [], "serial"))
+        s_coords = _coords_from_groups(index.shape, [tuple(range(len(index.shape)))], [s_var])
+        row = self.gen(index, s_coords, ())
+        self._open_loop(Loop(t, width, []))
+        self.scopes.append({})
+        rest = root.shape[1:]
+        c_coords = _coords_from_groups(rest, [tuple(range(len(rest)))], [col])
+        value = self.gen(values, s_coords + c_coords, edge)
+        self.emit(ScatterAdd(self.out, row, rows, size, col, value, edge), 1)
+        self.scopes.pop()
+        params = [self.out] + [self.params[id(n)] for n in self.item.inputs]
+        return Kernel(kernel_name(self.item), params, body, b.max + 1, self.flops)
 
     def lower_tiled(self) -> Kernel:
         """Loops over tiles of outputs; each tile accumulates in registers, then runs the epilogue.
@@ -302,6 +344,14 @@ class _Lowerer:
             return self.emit(Alu(self.fresh(), n.dtype, n.op, args), 1)
         if n.op in (Ops.CONTIGUOUS, Ops.DETACH):
             return self.gen(n.srcs[0], coords, guard)
+        if n.op is Ops.GATHER:
+            table, index = n.srcs
+            k = len(index.shape)
+            row = self.gen(index, coords[:k], guard)
+            col = linear_index(coords[k:], table.shape[1:])
+            rows, size = table.shape[0], math.prod(table.shape[1:])
+            p = self.params[id(table)]
+            return self.emit(LoadRow(self.fresh(), n.dtype, p, row, rows, size, col, guard))
         if n.op in REDUCE:
             return self.gen_reduce(n, coords, guard)
         # movement
@@ -426,6 +476,8 @@ def _merge_groups(axes: list[int], try_lower) -> list[tuple[int, ...]]:
 def lower(item: ScheduleItem) -> Kernel:
     """The loop IR of a scheduled kernel, with its loops merged where that stays affine."""
     root, red = item.root, item.reduce
+    if root.op is Ops.SCATTER_ADD:
+        return _Lowerer(item, [], []).lower_scatter()
     out_axes = [i for i, s in enumerate(root.shape) if s != 1]
     red_axes = [a for a in red.arg] if red is not None else []
     # merging reduce axes first, with the output axes unmerged, then the output axes
@@ -592,7 +644,8 @@ def kernel_name(item: ScheduleItem) -> str:
     notable = []
     for n in item.nodes:
         name = n.op.name.lower()
-        if n.op in REDUCE or n.op in {Ops.EXP, Ops.LOG, Ops.SIN, Ops.SQRT, Ops.RAND, Ops.PAD}:
+        notable_ops = {Ops.EXP, Ops.LOG, Ops.SIN, Ops.SQRT, Ops.RAND, Ops.PAD}
+        if n.op in REDUCE or n.op in notable_ops | {Ops.GATHER, Ops.SCATTER_ADD}:
             name = {"reduce_max": "max"}.get(name, name)
             if name not in notable:
                 notable.append(name)

@@ -119,6 +119,8 @@ VJP: dict[Ops, Callable[[Node, Node], tuple]] = {
     Ops.CONTIGUOUS: lambda n, g: (g,),
     Ops.RAND: lambda n, g: (None,),
     Ops.DETACH: lambda n, g: (None,),
+    Ops.GATHER: lambda n, g: (N.scatter_add(g, n.srcs[1], n.srcs[0].shape[0]), None),
+    Ops.SCATTER_ADD: lambda n, g: (N.gather(g, n.srcs[1]), None),
 }
 
 

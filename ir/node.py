@@ -258,6 +258,25 @@ def detach(x: Node) -> Node:
     return make(Ops.DETACH, (x,), None, x.shape, x.dtype)
 
 
+# ---------------------------------------------------------------- data-dependent rows
+
+
+def gather(table: Node, index: Node) -> Node:
+    """Rows of `table` picked by the integers in `index`: shape index.shape + table.shape[1:]."""
+    assert index.dtype.is_int and not index.dtype.is_bool and table.shape
+    shape = index.shape + table.shape[1:]
+    if table.op is Ops.CONST:  # every row is the same
+        return const(table.arg, shape, table.dtype)
+    return make(Ops.GATHER, (table, index), None, shape, table.dtype)
+
+
+def scatter_add(values: Node, index: Node, rows: int) -> Node:
+    """Sums of `values` rows into `rows` rows chosen by `index` (the transpose of gather)."""
+    k = len(index.shape)
+    assert index.dtype.is_int and values.shape[:k] == index.shape
+    return make(Ops.SCATTER_ADD, (values, index), rows, (rows,) + values.shape[k:], values.dtype)
+
+
 # ---------------------------------------------------------------- graph walks
 
 

@@ -48,6 +48,12 @@ class Ops(Enum):
     CONTIGUOUS = auto()
     # the identity, through which no gradient flows (detach(), no_grad())
     DETACH = auto()
+    # data-dependent rows: srcs (table, index); out[s..., r...] = table[index[s...], r...]
+    # (0 where the index is outside the table)
+    GATHER = auto()
+    # srcs (values, index), arg = rows V; out[v, r...] = sum of values[s..., r...] over the s
+    # with index[s...] == v (indices outside [0, V) add nothing): the gradient of GATHER
+    SCATTER_ADD = auto()
 
     def __repr__(self) -> str:
         return f"Ops.{self.name}"

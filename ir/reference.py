@@ -24,6 +24,24 @@ def _int_div(a, b):
     return np.where(b == 0, 0, np.where((a < 0) != (safe < 0), -q, q)).astype(a.dtype)
 
 
+def _gather(table, index):
+    inside = (index >= 0) & (index < table.shape[0])
+    rows = table[np.where(inside, index, 0)]
+    return np.where(inside.reshape(inside.shape + (1,) * (table.ndim - 1)), rows, 0).astype(
+        table.dtype
+    )
+
+
+def _scatter_add(values, index, rows):
+    k = index.ndim
+    flat_index = index.reshape(-1)
+    flat_values = values.reshape((flat_index.size,) + values.shape[k:])
+    out = np.zeros((rows,) + values.shape[k:], dtype=values.dtype)
+    inside = (flat_index >= 0) & (flat_index < rows)
+    np.add.at(out, flat_index[inside], flat_values[inside])
+    return out
+
+
 def _pad(x, pads):
     return np.pad(x, pads)
 
@@ -60,6 +78,8 @@ _ELEMENTWISE = {
     Ops.FLIP: lambda n, x: np.flip(x, n.arg),
     Ops.CONTIGUOUS: lambda n, x: np.ascontiguousarray(x),
     Ops.DETACH: lambda n, x: x,
+    Ops.GATHER: lambda n, table, index: _gather(table, index),
+    Ops.SCATTER_ADD: lambda n, values, index: _scatter_add(values, index, n.arg),
 }
 
 

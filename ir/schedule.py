@@ -98,6 +98,8 @@ def schedule(roots: list[Node]) -> list[ScheduleItem]:
             per = u.numel if id(u) in reason else evals[id(u)]
             if u.op in REDUCE:
                 total += per * (u.srcs[0].numel // max(u.numel, 1))
+            elif u.op is Ops.SCATTER_ADD:  # runs over its sources' elements, not its own
+                total += u.srcs[0].numel
             elif u.op in ELEMENTWISE and id(u) not in reason:
                 group = frozenset(reach[id(u)])
                 same_coords[group] = max(same_coords.get(group, 0), per)
@@ -121,6 +123,12 @@ def schedule(roots: list[Node]) -> list[ScheduleItem]:
         evals[id(n)] = evaluations(n)
         if id(n) in root_ids:
             reason[id(n)] = "output requested"
+        elif n.op is Ops.GATHER:
+            reason[id(n)] = "gather: rows picked by an index"
+        elif n.op is Ops.SCATTER_ADD:
+            reason[id(n)] = "scatter-add: rows summed in the order of an index"
+        elif any(u.op is Ops.GATHER and u.srcs[0] is n for u in users.get(id(n), ())):
+            reason[id(n)] = "read at data-dependent rows (a gather's table)"
         elif n.op is Ops.CONTIGUOUS:
             reason[id(n)] = n.arg or "user called contiguous()"
         elif n.op in REDUCE:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import warnings
 
 from .. import creation
+from ..ir import node as N
 from ..tensor import Tensor, where
 
 # ---------------------------------------------------------------- activations
@@ -107,28 +108,26 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
 def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> Tensor:
     """Rows of `weight` picked by the integer tensor `input`: shape input.shape + (dim,).
 
-    There is no gather primitive, so the lookup is a one-hot compare times the
-    table, `(idx[..., None] == arange(V)) @ weight`; the scheduler fuses the
-    compare into the matmul's reduction, so the one-hot matrix is never stored,
-    and the gradient for `weight` is the matching scatter-add.
-    Rows at `padding_idx` receive no gradient.
+    One GATHER kernel (rows read where the indices say); the gradient for
+    `weight` is the matching SCATTER_ADD, which touches only the rows read.
+    Rows at `padding_idx` receive no gradient. Indices already computed are
+    checked against the table's size; inside a kernel, an index outside it
+    reads a zero row.
     """
     if input.dtype.is_float or input.dtype.is_bool:
         raise TypeError(
             "embedding: expected an integer index tensor (int64 or int32), "
             f"got {input.dtype.name}; use .long()"
         )
-    num, dim = weight.shape
+    if weight.ndim != 2:
+        raise ValueError(f"embedding: weight must be 2-D (rows, dim), got shape {weight.shape}")
+    num = weight.shape[0]
     _check_indices(input, num)
-    hit = input[..., None] == creation.arange(num)
-    if padding_idx is not None:
+    out = weight._make(N.gather(weight.node, input.node), input)
+    if padding_idx is not None and out.requires_grad:
         padding_idx = padding_idx % num
-        hit = hit & (creation.arange(num) != padding_idx)
-    out = hit.cast(weight.dtype) @ weight
-    if padding_idx is not None:
-        pad_rows = (input == padding_idx)[..., None].cast(weight.dtype)
-        out = out + pad_rows * weight[padding_idx].detach()
-    return out.reshape(tuple(input.shape) + (dim,))
+        out = where((input == padding_idx)[..., None], out.detach(), out)
+    return out
 
 
 def _check_indices(input: Tensor, num: int) -> None:

@@ -91,6 +91,8 @@ CASES = {
     "matmul_vector": lambda: [f32(16, 24) @ f32(24), f32(24) @ f32(24)],
     # tiles with a masked last vector: outputs 28 wide, a sum over 28 lanes
     "ragged_tiles": lambda: [f32(6, 20) @ f32(20, 28), f32(8, 28) @ f32(4, 28).T],
+    # rows picked by data, and their transpose (columns owned by threads: no atomics)
+    "gather_scatter": lambda: _gather_scatter(),
     "pad_and_slices": lambda: [
         f32(16, 24).pad((1, 2, 3, 4)) + 1,
         f32(16, 24)[2:10:3, 1::2] * 2,
@@ -128,6 +130,16 @@ CASES = {
     ],
     "unary_float64": lambda: [f64(64).exp(), f64(64).abs().sqrt(), f64(64).sin(), f64(64).tanh()],
 }
+
+
+def _gather_scatter():
+    from fusegrad.nn import functional as F
+
+    w = fg.tensor(RNG.standard_normal((30, 7)).astype(np.float32), requires_grad=True)
+    out = F.embedding(fg.from_numpy(RNG.integers(0, 30, (4, 5)).astype(np.int32)), w)
+    (out * f32(4, 5, 7)).sum().backward()
+    return [out, w.grad]
+
 
 # cases whose kernels touch no double: a float32 kernel computing in double is a missing `f`
 FLOAT32_ONLY = {"elementwise_float32", "softmax", "matmul", "reduce_max", "mean_var_std"}

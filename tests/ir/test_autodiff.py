@@ -121,6 +121,8 @@ def cast_round_trip(x):
 MASK = np.array([[True, False, True], [False, False, True]])
 
 # name -> (the op whose rule is under test, graph builder, input generators, central-difference eps)
+ROWS = np.array([[2, 0, 2], [5, 3, -1]])  # row 2 twice; 5 and -1 are outside a 4-row table
+
 CASES = {
     "NEG": (Ops.NEG, lambda x: N.unary(Ops.NEG, x), [normal(2, 3)], EPS),
     "EXP": (Ops.EXP, lambda x: N.unary(Ops.EXP, x), [normal(2, 3)], EPS),
@@ -182,6 +184,19 @@ CASES = {
         Ops.CONTIGUOUS,
         lambda x: N.contiguous(N.unary(Ops.SIN, N.permute(x, (1, 0)))),
         [normal(2, 3)],
+        EPS,
+    ),
+    # rows picked by data (repeated and out-of-range indices too), and their transpose
+    "GATHER": (
+        Ops.GATHER,
+        lambda x: N.gather(x, leaf(ROWS, int64)),
+        [normal(4, 3)],
+        EPS,
+    ),
+    "SCATTER_ADD": (
+        Ops.SCATTER_ADD,
+        lambda x: N.scatter_add(x, leaf(ROWS, int64), 4),
+        [normal(2, 3, 3)],
         EPS,
     ),
     # views composed: each rule must hand the next one a gradient of the right shape
