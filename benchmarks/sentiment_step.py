@@ -22,11 +22,9 @@ How the numbers are taken (see ../../shared/BENCHMARKS.md and README.md here):
   cache (a new FUSEGRAD_CACHE folder: schedule + compile), once against the
   cache that run filled (schedule + load compiled kernels from disk).
 
-fusegrad looks the vectors up with numpy, as the example does (it has no
-gather primitive; see examples/sentiment.py); PyTorch uses nn.Embedding.
-`--finetune` adds a row with trainable embeddings: fusegrad scatter-adds the
-vectors' gradients into the table on the host, PyTorch's nn.Embedding does it
-in its backward.
+Both look the vectors up with nn.Embedding (fusegrad: a GATHER kernel, and a
+SCATTER_ADD for its gradient). `--finetune` adds a row with trainable
+embeddings.
 """
 
 from __future__ import annotations
@@ -86,9 +84,8 @@ def make_batches(count: int, seed: int = 0):
 
 
 class FusegradStep:
-    """The step as written plainly (`eager`), or the example's own training step: under
-    `fg.jit` with frozen vectors, eager with one schedule for forward and backward when
-    they are fine-tuned (see examples/sentiment.py, make_train_step)."""
+    """The step as written plainly (`eager`), or the example's own training step, which
+    runs under `fg.jit` (see examples/sentiment.py, make_train_step)."""
 
     def __init__(self, example, table, finetune: bool, dropout: float, eager: bool = True):
         fg.manual_seed(0)
@@ -103,7 +100,6 @@ class FusegradStep:
         loss = F.binary_cross_entropy(probs, fg.tensor(y))
         self.opt.zero_grad()
         loss.backward()
-        self.model.scatter_embedding_grads()  # fine-tuned vectors only; nothing when frozen
         self.opt.step()
         return loss.item()
 
@@ -167,7 +163,6 @@ def check_answers(example, table, batch, finetune: bool) -> float:
     t_logits = theirs.model(torch.from_numpy(ids), torch.from_numpy(lengths))
     t_loss = torch.nn.functional.binary_cross_entropy(torch.sigmoid(t_logits), torch.from_numpy(y))
     t_loss.backward()
-    mine.model.scatter_embedding_grads()
     pairs = [("logits", logits, t_logits), ("loss", loss, t_loss)]
     for (name, p), tp in zip(mine.model.named_parameters(), theirs.model.parameters()):
         if p.requires_grad:
@@ -300,8 +295,8 @@ def main() -> None:
             + f"{r['cold']['second'] * 1e3:>7.0f} ms"
         )
     print("\nmedian ms per training step (look-up, graph, backward, Adam, loss.item());")
-    print("'fg eager': the step written plainly; 'fg step': the example's step (fg.jit when")
-    print("the vectors are frozen); torch/... above 1 means fusegrad is faster\n")
+    print("'fg eager': the step written plainly; 'fg step': the example's step (under fg.jit);")
+    print("torch/... above 1 means fusegrad is faster\n")
     print(head)
     print("-" * len(head))
     print("\n".join(lines))

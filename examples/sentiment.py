@@ -30,10 +30,10 @@ here.
 
 Measured on the 2-core development machine (defaults otherwise), test
 accuracy of the best-validation model: frozen vectors, seeds 0 / 1 / 2:
-77.36% / 74.78% / 76.37% (mean 76.2%), about 18-21 s for 20 epochs each;
+77.36% / 74.78% / 76.37% (mean 76.2%), 16-21 s for 20 epochs each;
 `--raw-vectors`: 75.67% / 75.27% / 75.07%. `--finetune`: 81.93% / 81.83%
-(seeds 0 / 1, best epoch 3), 83 s. Static 50-d vectors are the limit, not
-the compiler.
+(seeds 0 / 1, best epoch 3), 31-33 s. Static 50-d vectors are the limit,
+not the compiler.
 
 Batches. Sentences have 2 to 63 tokens; a batch holds sentences of similar
 length (sorted within pools of 50 batches, then shuffled), padded to a
@@ -45,15 +45,10 @@ masked out of the max over time (computed from the sentence lengths), and a
 sentence shorter than the widest filter is padded to it with zero vectors,
 as Kim does.
 
-One thing happens on the host rather than in the graph, on purpose:
-the embedding lookup. fusegrad has no gather primitive: `nn.Embedding`
-  multiplies a one-hot (tokens x vocabulary) matrix into the table, which at
-  15,459 words is 13 times the FLOPs of the three convolutions, and as much
-  again for its gradient. So the rows are picked with numpy, and with --finetune the
-  picked vectors are a leaf whose gradient is scatter-added into the table's
-  rows (`KimCNN.scatter_embedding_grads`, the gradient nn.Embedding would
-  give, checked against it in tests/nn/test_text.py); Adam then updates the
-  table with the other parameters. (A gather primitive is the real fix.)
+The embedding lookup is `nn.Embedding`: one GATHER kernel reads the rows the
+token ids name, and with --finetune its gradient is a SCATTER_ADD into the
+rows read, so the whole step (lookup, convolutions, loss, backward, Adam) is
+one graph, replayed by `fg.jit` without rebuilding it.
 Dropout is `nn.Dropout`: its mask comes from the RAND primitive, whose key is
 data, so a new mask each step reuses the compiled step.
 """
@@ -69,7 +64,6 @@ import numpy as np
 
 import fusegrad as fg
 from fusegrad import nn
-from fusegrad.autograd_state import enabled as grad_enabled
 from fusegrad.nn import functional as F
 from fusegrad.nn import text
 from fusegrad.nn.conv import Conv1d
@@ -112,7 +106,6 @@ class KimCNN(nn.Module):
         if combine not in ("cat", "sum"):
             raise ValueError(f"combine must be 'cat' or 'sum', got {combine!r}")
         self.combine, self.kernel_sizes = combine, tuple(kernel_sizes)
-        self._lookups: list = []  # (ids, vectors) of this step, for scatter_embedding_grads
         table = fg.tensor(np.asarray(vectors, dtype=np.float32))
         self.embedding = nn.Embedding.from_pretrained(
             table, freeze=not finetune, padding_idx=text.Vocab.pad_index
@@ -123,52 +116,18 @@ class KimCNN(nn.Module):
         features = feature_maps * (len(kernel_sizes) if combine == "cat" else 1)
         self.fc = nn.Linear(features, 1)
 
-    def embed(self, ids: np.ndarray) -> fg.Tensor:
-        """(B, L, D) vectors, picked from the table with numpy.
-
-        With a trainable table the picked vectors are a leaf that requires grad;
-        `scatter_embedding_grads` adds their gradients into the table's rows.
-        """
-        weight = self.embedding.weight
-        trained = weight.requires_grad and grad_enabled()
-        x = fg.tensor(weight.numpy()[ids], requires_grad=trained)
-        if trained:
-            self._lookups.append((ids, x))
-        return x
-
-    def lookup_grads(self) -> list[fg.Tensor]:
-        """The (lazy) gradients of the vectors looked up since the last scatter."""
-        return [x.grad for _, x in self._lookups if x.grad is not None]
-
-    def scatter_embedding_grads(self) -> None:
-        """Add each looked-up vector's gradient into its row of the table's `.grad`.
-
-        The same gradient `nn.Embedding` builds in the graph (one-hot transposed
-        times the upstream gradient; the padding row gets none), as a scatter-add
-        of B x L rows on the host instead of a product over the whole vocabulary.
-        Call it after `backward()` and before the optimizer step.
-        """
-        weight = self.embedding.weight
-        if not self._lookups:
-            return
-        fg.realize(*self.lookup_grads())
-        total = np.zeros(weight.shape, dtype=np.float32)
-        for ids, x in self._lookups:
-            if x.grad is not None:
-                np.add.at(total, ids.reshape(-1), x.grad.numpy().reshape(-1, weight.shape[1]))
-        total[self.embedding.padding_idx] = 0
-        grad = fg.tensor(total)
-        weight.grad = grad if weight.grad is None else weight.grad + grad
-        self._lookups.clear()
-
     def forward(self, ids, lengths):
-        ids = np.asarray(ids.numpy() if isinstance(ids, fg.Tensor) else ids, dtype=np.int64)
+        """`ids` and `lengths` as tensors (int64) or arrays (converted here)."""
+        if not isinstance(ids, fg.Tensor):
+            ids = fg.tensor(np.asarray(ids, dtype=np.int64))
+        if not isinstance(lengths, fg.Tensor):
+            lengths = fg.tensor(np.asarray(lengths, dtype=np.int64))
         if ids.ndim != 2 or ids.shape[1] < max(self.kernel_sizes):
             raise ValueError(
                 f"ids must be (batch, length) with length >= {max(self.kernel_sizes)}, "
                 f"got shape {ids.shape}"
             )
-        return self.classify(self.embed(ids), fg.tensor(np.asarray(lengths, dtype=np.int64)))
+        return self.classify(self.embedding(ids), lengths)
 
     def classify(self, vectors: fg.Tensor, lengths: fg.Tensor) -> fg.Tensor:
         """The (B,) logits of looked-up (B, L, D) word vectors and the (B,) sentence lengths.
@@ -240,47 +199,27 @@ def unit_rows(vocab: text.Vocab, glove, seed: int) -> np.ndarray:
 def make_train_step(model: KimCNN, opt):
     """`step(ids, lengths, y)` trains on one padded batch; returns (loss, P(positive)).
 
-    Frozen vectors: the rows are looked up on the host and everything else
-    (forward, backward, Adam, the probabilities) is one schedule run under
-    `fg.jit`, which replays it without rebuilding the graph (one recording per
-    batch shape). Fine-tuned vectors: eager, because the looked-up vectors'
-    gradients are scatter-added into the table on the host between backward
-    and the update.
+    Everything (lookup, forward, backward, Adam, the probabilities) is one
+    schedule, run under `fg.jit`, which replays it without rebuilding the graph
+    (one recording per batch shape).
     """
-    params = [p for g in opt.param_groups for p in g["params"]]
 
-    def graph_step(vectors, lengths, y):
-        probs = F.sigmoid(model.classify(vectors, lengths))
+    @fg.jit
+    def graph_step(ids, lengths, y):
+        probs = F.sigmoid(model(ids, lengths))
         loss = F.binary_cross_entropy(probs, y)
         opt.zero_grad()
         loss.backward()
         opt.step(with_outputs=[probs])  # forward, backward, update: one schedule
         return loss, probs
 
-    if not model.embedding.weight.requires_grad:
-        replayed = fg.jit(graph_step)
-
-        def frozen_step(ids, lengths, y):
-            vectors = fg.tensor(model.embedding.weight.numpy()[ids])
-            loss, probs = replayed(vectors, fg.tensor(lengths.astype(np.int64)), fg.tensor(y))
-            return loss.item(), probs.numpy()
-
-        return frozen_step
-
-    def finetune_step(ids, lengths, y):
-        probs = F.sigmoid(model(ids, lengths))
-        loss = F.binary_cross_entropy(probs, fg.tensor(y))
-        opt.zero_grad()
-        loss.backward()
-        # forward and backward in one schedule, the gradients kept for the update
-        fg.realize(
-            loss, probs, *model.lookup_grads(), *[p.grad for p in params if p.grad is not None]
+    def step(ids, lengths, y):
+        loss, probs = graph_step(
+            fg.tensor(ids.astype(np.int64)), fg.tensor(lengths.astype(np.int64)), fg.tensor(y)
         )
-        model.scatter_embedding_grads()
-        opt.step()
         return loss.item(), probs.numpy()
 
-    return finetune_step
+    return step
 
 
 def train(model, opt, data, encoded, args):

@@ -52,11 +52,11 @@ What a replay does not redo is Python: the function body does not run. So:
   somewhere (say `p.grad`) keeps the value of the last recorded call: return
   what you need instead.
 - A value carried from one call to the next must be optimizer state; other
-  carried values are refused when recording. Parameters are always read at
-  their current value (so a jitted evaluation sees training elsewhere); any
-  other tensor the step only reads (a frozen table that is not a parameter)
-  is read from the buffer it had when recorded: after giving it a new value,
-  call `step.reset()`.
+  carried values are refused when recording. Parameters (trained or frozen)
+  are always read at their current value, so a jitted evaluation sees
+  training elsewhere and `load_state_dict` takes effect; any other tensor the
+  step only reads is read from the buffer it had when recorded: after giving
+  it a new value, call `step.reset()`.
 - The function must compute the same graph each call. A tensor made from
   host data inside the function (`fg.tensor(np_array)`) is a new buffer each
   call: recording fails with an error naming it; pass it as an argument.
@@ -65,6 +65,7 @@ What a replay does not redo is Python: the function body does not run. So:
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -109,6 +110,13 @@ class _Replay:
 
 
 _recording: _Recording | None = None
+# every nn.Parameter, trained or frozen: a replay reads each at its current value
+_parameters: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def note_parameter(t: Tensor) -> None:
+    """Remember a module parameter (frozen ones too), so replays read its current value."""
+    _parameters[id(t)] = t
 _entry: _Entry | None = None  # the jit entry whose call is being recorded
 
 
@@ -290,7 +298,7 @@ def _plan_replay(fn, a: _Recording, b: _Recording, out) -> _Replay:
     state = list({id(t): t for t, _ in b.state}.values())
     index = {id(t): k for k, t in enumerate(state)}
     before = {id(buf): index[id(t)] for t, buf in b.state}
-    for t in list(autograd._leaves.values()):
+    for t in list(autograd._leaves.values()) + list(_parameters.values()):
         buf = t.node.realized
         if buf is not None and id(buf) not in before:
             before[id(buf)] = len(state)

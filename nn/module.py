@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from .. import creation
+from ..jit import note_parameter
 from ..tensor import Tensor
 from ..tensor import realize as _realize
 
@@ -54,6 +55,7 @@ class Parameter(Tensor):
         t = data.detach() if isinstance(data, Tensor) else creation.tensor(data)
         _realize(t)  # a parameter is always data, never a pending graph
         super().__init__(t.node, requires_grad=False, leaf=True)
+        note_parameter(self)
         if requires_grad:
             self.requires_grad_()
 

@@ -307,3 +307,19 @@ def test_no_grad_around_a_call_is_its_own_recording():
         assert f(x).requires_grad is False  # results are plain values either way
     with fg.no_grad():
         assert f(x).item() == 11.0
+
+
+def test_frozen_parameters_are_read_at_their_current_value():
+    table = nn.Parameter(fg.tensor(np.arange(6, dtype=np.float32).reshape(3, 2)), False)
+
+    @fg.jit
+    def lookup(ids):
+        return F.embedding(ids, table)
+
+    ids = fg.tensor(np.array([2, 0]))
+    for _ in range(4):
+        assert lookup(ids).tolist() == [[4.0, 5.0], [0.0, 1.0]]
+    table.assign_(fg.tensor(np.full((3, 2), 7.0, np.float32)))  # as load_state_dict does
+    table.realize()
+    assert lookup(ids).tolist() == [[7.0, 7.0], [7.0, 7.0]]
+    assert lookup.replays >= 2

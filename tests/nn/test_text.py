@@ -322,34 +322,30 @@ def test_trainable_embedding_gradient_is_a_scatter_add(padding_idx):
 
 
 def test_model_embedding_gradient_frozen_and_finetuned(example):
-    """Fine-tuned, the host scatter-add gives the gradient nn.Embedding builds in the graph."""
+    """Fine-tuned, the table's gradient is the looked-up vectors' gradients scatter-added
+    into their rows (the padding row gets none); frozen, the table gets none at all."""
     sentences = [[3, 4, 5, 6, 7, 3], [8, 3, 9]]
     ids, lengths = text.pad_batch(sentences, multiple=8, minimum=5)
     y = fg.tensor([1.0, 0.0])
 
-    def loss_of(model):
-        return F.binary_cross_entropy(F.sigmoid(model(ids, lengths)), y)
-
     frozen = small_model(example, False)
-    loss_of(frozen).backward()
-    frozen.scatter_embedding_grads()
-    assert frozen.embedding.weight.grad is None and frozen.lookup_grads() == []
+    F.binary_cross_entropy(F.sigmoid(frozen(ids, lengths)), y).backward()
+    assert frozen.embedding.weight.grad is None
     assert all(conv.weight.grad is not None for conv in frozen.convs)
 
     tuned = small_model(example, True)
-    loss_of(tuned).backward()
-    assert len(tuned.lookup_grads()) == 1
-    tuned.scatter_embedding_grads()
+    F.binary_cross_entropy(F.sigmoid(tuned(ids, lengths)), y).backward()
     got = tuned.embedding.weight.grad.numpy()
-    conv_grad = tuned.convs[0].weight.grad.numpy()
 
-    # the library's own path: the lookup as nn.Embedding's one-hot product, in the graph
+    # the same model with the looked-up vectors as a leaf: their gradient, scattered by hand
     reference = small_model(example, True)
-    reference.embed = lambda batch: reference.embedding(fg.tensor(batch))
-    loss_of(reference).backward()
-    want = reference.embedding.weight.grad.numpy()
+    vectors = fg.tensor(reference.embedding.weight.numpy()[ids], requires_grad=True)
+    lens = fg.tensor(np.asarray(lengths, dtype=np.int64))
+    F.binary_cross_entropy(F.sigmoid(reference.classify(vectors, lens)), y).backward()
+    want = np.zeros_like(got)
+    np.add.at(want, ids.reshape(-1), vectors.grad.numpy().reshape(-1, got.shape[1]))
+    want[text.Vocab.pad_index] = 0
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(conv_grad, reference.convs[0].weight.grad.numpy(), rtol=1e-4)
     assert np.abs(got[[3, 4, 5, 8, 9]]).max(axis=1).min() > 0  # every row read learns
     assert not got[[0, 1, 2, 10, 11]].any()  # unused rows, and the padding row, get nothing
 
@@ -360,7 +356,6 @@ def test_finetuned_step_changes_only_the_rows_it_read(example):
     opt = fg.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
     ids, lengths = text.pad_batch([[3, 4, 5, 6, 7]], minimum=5)
     F.binary_cross_entropy(F.sigmoid(model(ids, lengths)), fg.tensor([1.0])).backward()
-    model.scatter_embedding_grads()
     opt.step()
     changed = np.nonzero(np.abs(model.embedding.weight.numpy() - before).max(axis=1))[0]
     assert changed.tolist() == [3, 4, 5, 6, 7]
@@ -380,7 +375,6 @@ def test_example_train_step_matches_the_plain_step(example, finetune):
         loss = F.binary_cross_entropy(probs, fg.tensor(labels))
         opt.zero_grad()
         loss.backward()
-        model.scatter_embedding_grads()
         opt.step()
         return loss.item()
 
