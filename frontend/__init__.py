@@ -69,7 +69,7 @@ from .creation import (  # noqa: E402
     zeros,
     zeros_like,
 )
-from .debug import graph_dot, kernels  # noqa: E402
+from .debug import compile_times, graph_dot, kernels  # noqa: E402
 from .jit import JitError, jit  # noqa: E402
 from .movement import cat, stack  # noqa: E402
 from .reduce import matmul  # noqa: E402

@@ -14,7 +14,23 @@ came from), `reason` (why the kernel's output is materialized), `loop_ir`,
 
 from __future__ import annotations
 
+from .ir import phases
 from .tensor import Tensor, realize
+
+
+def compile_times(reset: bool = False) -> dict[str, float]:
+    """Seconds spent so far in each compile phase (see `fusegrad.ir.phases`): autodiff,
+    key (schedule lookup), schedule, lower (loop IR), render (LLVM IR), llvm (machine
+    code, or loading it from the disk cache) and program; `reset=True` zeroes them after.
+
+    >>> import fusegrad as fg
+    >>> sorted(fg.compile_times())[:3]
+    ['autodiff', 'key', 'llvm']
+    """
+    out = phases.snapshot()
+    if reset:
+        phases.reset()
+    return out
 
 
 def kernels(*tensors: Tensor) -> list:

@@ -117,6 +117,8 @@ _parameters: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 def note_parameter(t: Tensor) -> None:
     """Remember a module parameter (frozen ones too), so replays read its current value."""
     _parameters[id(t)] = t
+
+
 _entry: _Entry | None = None  # the jit entry whose call is being recorded
 
 

@@ -23,6 +23,7 @@ import weakref
 from collections.abc import Callable
 
 from . import node as N
+from . import phases
 from .node import Node, toposort
 from .ops import MOVEMENT, Ops
 
@@ -159,6 +160,11 @@ def _live(order: list[Node], targets: set[int]) -> set[int]:
 
 def gradients(root: Node, root_grad: Node, targets: list[Node]) -> list[Node | None]:
     """d(sum(root * root_grad)) / d(target) for each target; None where it does not depend on it."""
+    with phases.timed("autodiff"):
+        return _gradients(root, root_grad, targets)
+
+
+def _gradients(root: Node, root_grad: Node, targets: list[Node]) -> list[Node | None]:
     wanted = {id(t) for t in targets}
     order = toposort([root], stop=lambda n: n.op is Ops.DETACH)
     live = _live(order, wanted)

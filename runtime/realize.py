@@ -24,6 +24,7 @@ from ..codegen.cuda import render_cuda
 from ..codegen.llvm import render_llvm
 from ..codegen.loopir import Kernel
 from ..codegen.lower import kernel_symbol, lower
+from ..ir import phases
 from ..ir.node import Node
 from ..ir.schedule import ScheduleItem, schedule, structural_key
 from .buffer import Buffer
@@ -136,13 +137,17 @@ def realize(nodes: list[Node]) -> list[KernelRecord]:
         todo.remove(n)
     if not todo:
         return []
-    key, leaves = structural_key(todo)
+    with phases.timed("key"):
+        key, leaves = structural_key(todo)
     plan = _plans.get(key)
     if plan is None:
         stats["scheduled"] += 1
+        before = phases.snapshot() if config.debug >= 1 else None
         records, plan = _schedule_and_run(todo, leaves)
         if config.program:
             _build_program(plan, len(leaves))  # now, so that later steps compile nothing
+        if before is not None:
+            _log_phases(before, records)
         if len(_plans) >= PLAN_CACHE_SIZE:
             _plans.pop(next(iter(_plans)))
         _plans[key] = plan
@@ -162,7 +167,8 @@ def realize(nodes: list[Node]) -> list[KernelRecord]:
 
 
 def _schedule_and_run(todo: list[Node], leaves: list[Node]) -> tuple[list[KernelRecord], _Plan]:
-    items = schedule(todo)
+    with phases.timed("schedule"):
+        items = schedule(todo)
     if config.debug >= 2:
         _log(f"schedule: {len(items)} kernel(s)")
         for i, item in enumerate(items):
@@ -215,7 +221,8 @@ def _build_program(plan: _Plan, nleaves: int) -> None:
             )
             for k, s in enumerate(plan.steps)
         ]
-        plan.program = compile_program(steps)
+        with phases.timed("program"):
+            plan.program = compile_program(steps)
         fns = [s.record.compiled.address for s in plan.steps] + [_sched_yield_address()]
         plan.fns = np.array(fns, dtype=np.uint64)
         plan.barrier = np.zeros(2, dtype=np.int64)
@@ -234,6 +241,17 @@ def _run_program(plan: _Plan, leaves: list[Buffer]) -> tuple[list[Buffer], list[
     threads = max(1, config.threads)
     run_threads(plan.program.fn, threads, args)
     return [outs[k] for k in plan.outputs], plan.records
+
+
+def _log_phases(before: dict[str, float], records: list[KernelRecord]) -> None:
+    """One line: the compile time a new schedule cost, phase by phase."""
+    spent = {k: v - before[k] for k, v in phases.seconds.items() if k not in ("autodiff", "key")}
+    how = {c: sum(r.cache == c for r in records) for c in ("compiled", "disk", "memory")}
+    parts = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in spent.items())
+    _log(
+        f"new schedule, {len(records)} kernel(s) ({how['compiled']} compiled, {how['disk']} "
+        f"from disk, {how['memory']} in memory): {parts}"
+    )
 
 
 def _sched_yield_address() -> int:
@@ -268,11 +286,14 @@ def run_plan(plan: _Plan, leaves: list[Buffer]) -> tuple[list[Buffer], list[Kern
 
 
 def _run(item: ScheduleItem) -> tuple[KernelRecord, int, int]:
-    loop = lower(item)
-    source = render_llvm(loop, "KERNEL")
+    with phases.timed("lower"):
+        loop = lower(item)
+    with phases.timed("render"):
+        source = render_llvm(loop, "KERNEL")
     symbol = kernel_symbol(source, loop.name)
     source = source.replace("@KERNEL(", f"@{symbol}(")
-    compiled = compile_kernel(source, symbol, len(loop.params))
+    with phases.timed("llvm"):
+        compiled = compile_kernel(source, symbol, len(loop.params))
     root = item.root
     out = Buffer(root.numel, root.dtype)
     inputs = [n.realized for n in item.inputs]

@@ -261,3 +261,23 @@ def test_default_threads_are_the_cpus_this_process_may_use():
 
     if hasattr(os, "sched_getaffinity"):
         assert _usable_cpus() == len(os.sched_getaffinity(0))
+
+
+def test_compile_time_is_accounted_per_phase(capfd):
+    fg.compile_times(reset=True)
+    x = fg.tensor(np.arange(12, dtype=np.float32).reshape(3, 4), requires_grad=True)
+    with fg.config.override(debug=1):
+        ((x * 3.25).sin() + 0.125).sum().backward()  # a graph no other test builds
+        x.grad.realize()
+    first = fg.compile_times()
+    assert first["schedule"] > 0 and first["lower"] > 0 and first["render"] > 0
+    assert first["llvm"] > 0 and first["autodiff"] > 0 and first["key"] > 0
+    assert "new schedule, " in capfd.readouterr().err
+    x.grad = None
+    ((x * 3.25).sin() + 0.125).sum().backward()  # the same structure: a cache hit
+    x.grad.realize()
+    again = fg.compile_times(reset=True)
+    for phase in ("schedule", "lower", "render", "llvm", "program"):
+        assert again[phase] == first[phase], phase  # nothing compiled the second time
+    assert again["key"] > first["key"]
+    assert fg.compile_times() == dict.fromkeys(again, 0.0)

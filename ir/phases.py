@@ -1,0 +1,48 @@
+"""Where compile time goes: seconds accumulated per phase, for `fusegrad.compile_times()`.
+
+The phases, in the order a new graph meets them:
+
+- `autodiff`: building the backward graph (`backward()`, `fusegrad.grad`);
+- `key`: hashing a graph's structure to look its schedule up (every realize);
+- `schedule`: cutting a new graph into kernels;
+- `lower`: each kernel to loop IR (register tiles decided here);
+- `render`: loop IR to LLVM IR text;
+- `llvm`: LLVM's O3 pipeline and machine code, or loading it from the disk cache;
+- `program`: stringing a cached schedule's kernels into one native program.
+
+Only `autodiff` and `key` are paid again by a step whose graph was seen
+before (`fusegrad.jit` skips those too).
+
+>>> from fusegrad.ir import phases
+>>> with phases.timed("schedule"):
+...     pass
+>>> phases.seconds["schedule"] >= 0.0
+True
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+
+PHASES = ("autodiff", "key", "schedule", "lower", "render", "llvm", "program")
+seconds: dict[str, float] = dict.fromkeys(PHASES, 0.0)
+
+
+@contextmanager
+def timed(phase: str):
+    """Add the time spent inside the block to `seconds[phase]`."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        seconds[phase] += time.perf_counter() - t0
+
+
+def snapshot() -> dict[str, float]:
+    return dict(seconds)
+
+
+def reset() -> None:
+    for k in seconds:
+        seconds[k] = 0.0
