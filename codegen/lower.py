@@ -202,14 +202,16 @@ class _Lowerer:
         root, red, tile = self.item.root, self.item.reduce, self.tile
         body: list = []
         self.block, self.iterations, self.flops = body, 1, 0
-        group_expr: list[Lin] = []
         i_var = Var("i", 0, tile.rows - 1)
         j_var = Var("j", 0, tile.rows2 - 1)
         t_var = Var("t", 0, tile.cols - 1)
         unrolled = (i_var, j_var) if tile.rows2 > 1 else (i_var,)
         first_extent = None
         edge: tuple[Lin, ...] = ()  # a ragged last tile: its lanes past the end are masked
-        for gi, group in enumerate(self.out_groups):
+        group_expr = [lin(0)] * len(self.out_groups)
+        order = self._loop_order()
+        for gi in order:
+            group = self.out_groups[gi]
             extent = math.prod(root.shape[a] for a in group)
             inner, step = {
                 tile.col: (t_var, tile.cols),
@@ -218,14 +220,14 @@ class _Lowerer:
             }.get(gi, (None, 1))
             count = -(-extent // step)
             v = Var(f"o{gi}", 0, count - 1)
-            kind = "parallel" if gi == 0 else "serial"
+            kind = "parallel" if gi == order[0] else "serial"
             self._open_loop(Loop(v, count, [], kind))
             first_extent = count if first_extent is None else first_extent
-            group_expr.append(lin(v) * step + inner if inner is not None else lin(v))
+            group_expr[gi] = lin(v) * step + inner if inner is not None else lin(v)
             if extent % step:
                 assert gi == tile.col, "only the vector axis of a tile may be ragged"
-                edge = (self._ragged(f"c{gi}", extent, group_expr[-1]),)
-                group_expr[-1] = lin(extent - 1) - edge[0]
+                edge = (self._ragged(f"c{gi}", extent, group_expr[gi]),)
+                group_expr[gi] = lin(extent - 1) - edge[0]
         coords = _coords_from_groups(root.shape, self.out_groups, group_expr)
         red_coords = squeeze_coords(coords, root.shape, red.shape)
         size = tile.rows * tile.rows2 * tile.cols
@@ -258,6 +260,27 @@ class _Lowerer:
             _substitute(body, self.stand_ins)
         params = [self.out] + [self.params[id(n)] for n in self.item.inputs]
         return Kernel(kernel_name(self.item), params, body, first_extent or 1, self.flops)
+
+    def _loop_order(self) -> list[int]:
+        """The output groups' loops, outermost (parallel) first.
+
+        Normally the groups' own order. When the operand read as vectors (a matmul's
+        right-hand side) is too big to stay in cache, the vector axis's tiles go
+        outermost: each thread then keeps one panel of it (cols x the reduction) in
+        cache while it walks every row, instead of streaming the whole operand once
+        per row tile (a 1024^3 matmul: 1 GB of traffic instead of 128 MB).
+        """
+        order = list(range(len(self.out_groups)))
+        col = self.tile.col
+        if col is None or col == 0 or self.tile.lanes:
+            return order
+        shape = self.item.root.shape
+        tiles = math.prod(shape[a] for a in self.out_groups[col]) // self.tile.cols
+        big = max((n.numel * n.dtype.itemsize for n in self.item.inputs), default=0)
+        if big >= PANEL_CACHE_BYTES and tiles >= 4:
+            order.remove(col)
+            order.insert(0, col)
+        return order
 
     def _ragged(self, name: str, extent: int, expr: Lin) -> Lin:
         """The edge condition (`>= 0` inside) of a coordinate `expr` that overshoots `extent`.
@@ -500,6 +523,7 @@ def lower(item: ScheduleItem) -> Kernel:
 TILE_COLS = (32, 16, 8)
 TILE_MIN_COLS = 4
 TILE_MAX_ACCUMULATORS = 128  # beyond this LLVM stops keeping a tile in registers
+PANEL_CACHE_BYTES = 1 << 21  # an input this big does not stay in cache across row tiles
 TILE_GRID_ACCUMULATORS = 160  # a grid of lane rows: at most 20 8-lane or 10 16-lane registers
 SHORT_REDUCTION = 16
 TILE_ROWS = 4
@@ -576,30 +600,47 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
         if inner.max + 1 >= SHORT_REDUCTION:
             return None
 
+    def width(g: int) -> int | None:
+        w = _vector_width(extents[g], True)
+        return w or _divisor(extents[g], TILE_COLS[0], TILE_MIN_COLS)  # short: 5 -> 5
+
+    widths = [width(g) for g in range(len(extents))]
+
+    def lane_step(ld: Load, g: int) -> int:
+        """How far a load's address moves from one lane to the next, with lanes along g.
+
+        Read off the index once the tile splits the loop (o = q * width + t), so a layout
+        that is affine only within aligned tiles (a packed matmul operand's n//32, n%32)
+        counts as contiguous."""
+        w = widths[g]
+        if not w or extents[g] % w:
+            return ld.index.coef(out_vars[g])
+        q = Var("q", 0, extents[g] // w - 1)
+        t = Var("t", 0, w - 1)
+        return ld.index.substitute({out_vars[g]: lin(q) * w + t}).coef(t)
+
     # score each output axis by the data its lanes would load contiguously, minus the data
     # they would have to gather
-    def score(v: Var) -> int:
+    def score(g: int) -> int:
         total = 0
         for ld in loads:
-            c = ld.index.coef(v)
+            c = lane_step(ld, g)
             total += ld.param.size if c == 1 else -ld.param.size if c not in (0, 1) else 0
         return total
 
-    votes = [score(v) for v in out_vars]
+    votes = [score(g) for g in range(len(extents))]
     col = max(range(len(extents)), key=lambda g: (votes[g], g))
     if votes[col] <= 0:
         return None
-    cols = _vector_width(extents[col], True)
-    if cols is None:  # a short axis: the largest divisor that fills a few lanes (5 -> 5)
-        cols = _divisor(extents[col], TILE_COLS[0], TILE_MIN_COLS)
+    cols = widths[col]
     if cols is None:
         return None
     # unroll rows along the output axis that the vector loads do not depend on, so each
     # loaded vector serves every row (a convolution's output channels, a matmul's rows)
-    vector_loads = [ld for ld in loads if ld.index.coef(out_vars[col]) == 1]
+    vector_loads = [ld for ld in loads if lane_step(ld, col) == 1]
 
     def shared(g: int) -> int:
-        return sum(ld.param.size for ld in vector_loads if ld.index.coef(out_vars[g]) == 0)
+        return sum(ld.param.size for ld in vector_loads if out_vars[g] not in ld.index.atoms())
 
     def rows_for(g: int) -> int | None:
         if g == col or extents[g] <= 1:

@@ -140,6 +140,10 @@ class ReduceMixin:
         return matmul(self, other)
 
 
+PANEL = 32  # the matmul tile's vector width (codegen/lower.py, TILE_COLS[0])
+PACK_BYTES = 1 << 21  # right operands this large are packed (see PANEL_CACHE_BYTES in lower.py)
+
+
 def matmul(a, b):
     """Matrix product with PyTorch's rules for 1-D, 2-D and batched operands.
 
@@ -173,6 +177,14 @@ def matmul(a, b):
         )
     batch = broadcast_shapes(a2.shape[:-2], b2.shape[:-2], "matmul")
     m, n = a2.shape[-2], b2.shape[-1]
+    if b2.ndim == 2 and n % PANEL == 0 and n > PANEL and k2 * n * b2.dtype.itemsize >= PACK_BYTES:
+        # a large right operand is copied once into panels of 32 columns, each panel's rows
+        # adjacent: the kernel then streams one panel (its vector loads) from memory in order
+        panels = N.contiguous(
+            b2.reshape(k2, n // PANEL, PANEL).permute(1, 0, 2).node,
+            "matmul: a large right operand packed in panels of 32 columns",
+        )
+        b2 = b2._make(panels, b2).permute(1, 0, 2).reshape(k2, n)
     # (..., M, 1, K) * (..., 1, N, K) summed over K
     x = a2.reshape(a2.shape[:-2] + (m, 1, k1)).expand(batch + (m, n, k1))
     y = b2.mT.reshape(b2.shape[:-2] + (1, n, k1)).expand(batch + (m, n, k1))

@@ -116,3 +116,19 @@ def test_weight_gradient_gets_a_grid_of_rows():
     windows = np.lib.stride_tricks.sliding_window_view(xd, (5, 5), axis=(2, 3))
     want = np.einsum("nohw,nchwij->ocij", g, windows)
     np.testing.assert_allclose(w.grad.numpy(), want, rtol=1e-4, atol=1e-3)
+
+
+def test_large_matmul_packs_its_right_operand_and_walks_panels_outermost():
+    a, b = f32(96, 512), f32(512, 1024)  # b is 2 MiB: packed into 32-column panels
+    ta, tb = fg.tensor(a, requires_grad=True), fg.tensor(b, requires_grad=True)
+    y = ta @ tb
+    ks = fg.kernels(y)
+    assert [k.reason for k in ks][0].startswith("matmul: a large right operand packed")
+    mm = ks[-1].loop_ir
+    assert mm.splitlines()[1].strip().startswith("parallel for o1")  # panels outermost
+    assert "vector for t in 0..32" in mm and "%" not in mm and "//" not in mm
+    np.testing.assert_allclose(y.numpy(), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+    g = f32(96, 1024)
+    (y * fg.tensor(g)).sum().backward()
+    np.testing.assert_allclose(tb.grad.numpy(), a.T.astype(np.float64) @ g, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(ta.grad.numpy(), g.astype(np.float64) @ b.T, rtol=1e-4, atol=1e-3)
