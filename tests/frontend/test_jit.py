@@ -6,6 +6,8 @@ import doctest
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import fusegrad as fg
 from fusegrad import nn
@@ -323,3 +325,44 @@ def test_frozen_parameters_are_read_at_their_current_value():
     table.realize()
     assert lookup(ids).tolist() == [[7.0, 7.0], [7.0, 7.0]]
     assert lookup.replays >= 2
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    widths=st.lists(st.integers(1, 12), min_size=1, max_size=3),
+    act=st.sampled_from(["relu", "tanh", "sigmoid"]),
+    dropout=st.sampled_from([0.0, 0.3]),
+    opt_name=st.sampled_from(sorted(OPTIMIZERS)),
+    batches=st.lists(st.sampled_from([3, 5]), min_size=4, max_size=9),
+)
+def test_random_models_replay_exactly_as_they_run_eagerly(widths, act, dropout, opt_name, batches):
+    """Any small model, optimizer and sequence of batch shapes: jit and eager agree bit for bit."""
+    acts = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid}
+    rng = np.random.default_rng(len(batches))
+    data = {
+        b: (
+            fg.tensor(rng.standard_normal((b, 4)).astype(np.float32)),
+            fg.tensor(rng.integers(0, 3, b)),
+        )
+        for b in (3, 5)
+    }
+
+    def run(jitted):
+        fg.manual_seed(1)
+        layers, width = [], 4
+        for w in widths:
+            layers += [nn.Linear(width, w), acts[act]()]
+            if dropout:
+                layers.append(nn.Dropout(dropout))
+            width = w
+        model = nn.Sequential(*layers, nn.Linear(width, 3))
+        step = _stepper(model, OPTIMIZERS[opt_name](model.parameters()))
+        step = fg.jit(step) if jitted else step
+        fg.manual_seed(2)
+        losses = [step(*data[b]).item() for b in batches]
+        return losses, [p.numpy().copy() for p in model.parameters()]
+
+    (eager, eager_params), (jitted, jit_params) = run(False), run(True)
+    assert jitted == eager
+    for a, b in zip(eager_params, jit_params):
+        np.testing.assert_array_equal(a, b)
