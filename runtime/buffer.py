@@ -23,7 +23,7 @@ live_buffers = 0  # buffers allocated and not yet freed, for tests of memory pla
 class Buffer:
     """`size` elements of `dtype` in one contiguous array."""
 
-    __slots__ = ("size", "dtype", "array", "kernels", "__weakref__")
+    __slots__ = ("size", "dtype", "array", "kernels", "ptr", "__weakref__")
 
     def __init__(self, size: int, dtype: DType, array: np.ndarray | None = None):
         global live_buffers
@@ -31,6 +31,7 @@ class Buffer:
         if array is None:
             array = _take(size * dtype.itemsize).view(dtype.np) if size else np.empty(0, dtype.np)
         self.array = array
+        self.ptr: int = array.ctypes.data  # the data's address (an array never moves)
         self.kernels: list = []  # the kernel records of the realize call that computed it
         live_buffers += 1
 
@@ -40,10 +41,6 @@ class Buffer:
         if flat.base is not None or not flat.flags.owndata:
             flat = flat.copy()
         return cls(flat.size, dtype, flat)
-
-    @property
-    def ptr(self) -> int:
-        return self.array.ctypes.data
 
     def numpy(self) -> np.ndarray:
         return self.array
