@@ -110,6 +110,7 @@ class _Replay:
 
 
 _recording: _Recording | None = None
+_entry: _Entry | None = None  # the jit entry whose call is being recorded
 # every nn.Parameter, trained or frozen: a replay reads each at its current value
 _parameters: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
@@ -117,9 +118,6 @@ _parameters: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 def note_parameter(t: Tensor) -> None:
     """Remember a module parameter (frozen ones too), so replays read its current value."""
     _parameters[id(t)] = t
-
-
-_entry: _Entry | None = None  # the jit entry whose call is being recorded
 
 
 def on_replay(hook: Callable[[], None]) -> None:
