@@ -56,7 +56,7 @@ class _Pool:
             self.done.release()
 
     def place(self, n: int) -> None:
-        """Keep the first n workers off the CPU the calling thread runs on, one CPU each.
+        """Keep the workers off the CPU the calling thread runs on.
 
         Left alone, the scheduler may wake a worker on its waker's CPU (to share a warm
         cache); the two then take turns on one core, and threads that meet at a spinning
@@ -69,11 +69,11 @@ class _Pool:
         here = _sched_getcpu()
         if here == self.placed_for[0] and n <= self.placed_for[1]:
             return
-        allowed = sorted(os.sched_getaffinity(0))
-        others = [c for c in allowed if c != here] or allowed
-        for i, t in enumerate(self.workers):
+        allowed = os.sched_getaffinity(0)
+        others = (allowed - {here}) or allowed  # the scheduler spreads them over the rest
+        for t in self.workers:
             try:
-                os.sched_setaffinity(t.native_id, {others[i % len(others)]})
+                os.sched_setaffinity(t.native_id, others)
             except OSError:  # pragma: no cover - a CPU went offline: let the scheduler place it
                 return
         self.placed_for = (here, len(self.workers))
