@@ -34,11 +34,11 @@ functions (or eager steps) can update the same parameters in any order.
 
 What a replay does not redo is Python: the function body does not run. So:
 
-- Arguments are tensors of the same shapes and dtypes as when recorded;
-  other arguments must be equal to the recorded ones (a new shape or value
-  records again). Results are tensors, tuples or lists of tensors, or None,
-  and carry no gradient graph (on every call alike): do the backward pass
-  inside the function.
+- Arguments are tensors (or numpy arrays, converted before the call) of the
+  same shapes and dtypes as when recorded; other arguments must be equal to
+  the recorded ones (a new shape or value records again). Results are
+  tensors, tuples or lists of tensors, or None, and carry no gradient graph
+  (on every call alike): do the backward pass inside the function.
 - Host work that must happen every step is redone by hooks the library
   registers while recording: optimizers recompute their scalars (learning
   rate changes, Adam's step count, SGD's first step), and random keys
@@ -200,7 +200,7 @@ class jit:
         self._entries.clear()
 
     def __call__(self, *args):
-        tensors, signature = _prepare(args)
+        args, tensors, signature = _prepare(args)
         entry = self._entries.setdefault(signature, _Entry())
         if entry.replay is not None and not all(holds() for holds in entry.replay.guards):
             entry.calls, entry.last, entry.replay = 1, None, None  # record again from the next call
@@ -234,15 +234,16 @@ class jit:
         return out, recording
 
 
-def _prepare(args) -> tuple[list[Tensor], tuple]:
-    """The call's tensor arguments (realized) and the signature its recording is kept under."""
-    tensors, signature = [], [("grad mode", autograd_state.enabled())]
+def _prepare(args) -> tuple[list, list[Tensor], tuple]:
+    """The arguments to call with (numpy arrays become tensors), the tensor arguments
+    (realized), and the signature the call's recording is kept under."""
+    from .creation import from_numpy
+
+    call_args, tensors, signature = [], [], [("grad mode", autograd_state.enabled())]
     for a in args:
-        if isinstance(a, np.ndarray):
-            raise JitError(
-                "fusegrad.jit: pass tensors, not numpy arrays (fg.tensor(a) makes one); "
-                "an array converted inside the function would be a new buffer every call"
-            )
+        if isinstance(a, np.ndarray):  # converted here, outside the function: an argument
+            a = from_numpy(a)
+        call_args.append(a)
         if isinstance(a, Tensor):
             if a.node.realized is None:
                 realize_tensors(a)
@@ -257,7 +258,7 @@ def _prepare(args) -> tuple[list[Tensor], tuple]:
                     "nor hashable (non-tensor arguments are part of what a recording is for)"
                 ) from None
             signature.append(("value", a))
-    return tensors, tuple(signature)
+    return call_args, tensors, tuple(signature)
 
 
 def _detached(out):
