@@ -8,7 +8,8 @@
 
 Each record has `name`, `ops` (the fused ops), `lines` (your file:lines they
 came from), `reason` (why the kernel's output is materialized), `loop_ir`,
-`llvm_ir`, `llvm_ir_optimized`, `asm` and `cuda_c`, plus `seconds`, `bytes`,
+`llvm_ir`, `llvm_ir_optimized`, `asm` and `cuda_c`, plus `seconds` (None for a kernel that
+ran inside a native program, timed as a whole; FUSEGRAD_DEBUG=1 times each), `bytes`,
 `flops` and `cache` ("compiled", "disk" or "memory").
 """
 

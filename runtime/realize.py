@@ -48,7 +48,10 @@ class KernelRecord:
     input_shapes: list[tuple[int, ...]]
     bytes: int  # bytes read and written
     flops: int
-    seconds: float
+    # None when the kernel ran inside a native program (a cached schedule of several
+    # kernels runs as one call per thread): the program is timed as a whole, not each
+    # kernel. FUSEGRAD_DEBUG=1 launches kernels one by one and times each.
+    seconds: float | None
     compile_seconds: float
     cache: str  # "compiled", "disk" or "memory"
     loop: Kernel = field(repr=False)
@@ -75,10 +78,12 @@ class KernelRecord:
         return render_cuda(self.loop, self.compiled.symbol)
 
     def summary(self) -> str:
+        shape = "x".join(map(str, self.shape)) or "scalar"
+        if self.seconds is None:
+            return f"{self.name:<40} {shape:>16}  (ran inside a program: not timed alone)"
         ms = self.seconds * 1e3
         gbs = self.bytes / self.seconds / 1e9 if self.seconds > 0 else 0.0
         gfl = self.flops / self.seconds / 1e9 if self.seconds > 0 else 0.0
-        shape = "x".join(map(str, self.shape)) or "scalar"
         cache = (
             self.cache
             if self.cache == "memory"
@@ -227,7 +232,7 @@ def _build_program(plan: _Plan, nleaves: int) -> None:
         plan.fns = np.array(fns, dtype=np.uint64)
         plan.barrier = np.zeros(2, dtype=np.int64)
         plan.records = [
-            replace(s.record, seconds=0.0, cache="memory", compile_seconds=0.0) for s in plan.steps
+            replace(s.record, seconds=None, cache="memory", compile_seconds=0.0) for s in plan.steps
         ]
 
 
