@@ -156,7 +156,10 @@ class Tensor(MovementMixin, ReduceMixin):
 
     # ---------------------------------------------------------------- building blocks
     def _make(self, node: N.Node, *parents: Tensor, strides=None) -> Tensor:
-        wants = self.requires_grad or any(p.requires_grad for p in parents)
+        # only floating-point values have gradients (argmax, comparisons: none), as in torch
+        wants = node.dtype.is_float and (
+            self.requires_grad or any(p.requires_grad for p in parents)
+        )
         if wants and not autograd_state.enabled():
             node, wants = N.detach(node), False  # no_grad(): cut the result off the graph
         return Tensor(node, requires_grad=wants, strides=strides, leaf=not wants)
@@ -446,7 +449,7 @@ class Tensor(MovementMixin, ReduceMixin):
 
     def detach(self) -> Tensor:
         """The same value, with no gradient flowing back through it."""
-        if self.node.op is Ops.BUFFER:
+        if self.node.realized is not None:  # computed already: the buffer, not a copy of it
             node = N.buffer(self.node.realized, self.shape, self.dtype)
         else:
             node = N.detach(self.node)

@@ -623,3 +623,16 @@ def test_optimizer_update_fuses_into_the_gradient_kernels():
     updated = [p - 0.1 * p.grad for p in params]
     ks = fg.kernels(*updated)
     assert len(ks) == alone, [(k.name, k.reason) for k in ks]
+
+
+def test_integer_and_bool_results_never_require_grad():
+    """As in torch: argmax, comparisons and integer casts of a differentiable tensor have no
+    gradient, so realizing them drops their graph and detach() reads their buffer."""
+    x = fg.randn(3, 4, requires_grad=True)
+    assert not x.argmax(1).requires_grad
+    assert not (x > 0).requires_grad
+    assert not x.long().requires_grad
+    assert (x * 2).requires_grad and x.sum().requires_grad
+    pred = x.argmax(1)
+    pred.realize()
+    assert pred.detach().node.op.name == "BUFFER"  # the computed buffer, not a copy kernel
