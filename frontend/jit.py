@@ -65,6 +65,7 @@ What a replay does not redo is Python: the function body does not run. So:
 from __future__ import annotations
 
 import functools
+import sys
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -77,6 +78,7 @@ from .ir import node as N
 from .ir.dtypes import int32
 from .runtime import realize as R
 from .runtime.buffer import Buffer
+from .runtime.config import config
 from .tensor import Tensor
 from .tensor import realize as realize_tensors
 
@@ -206,6 +208,12 @@ class jit:
             entry.calls, entry.last, entry.replay = 1, None, None  # record again from the next call
         if entry.replay is not None:
             self.replays += 1
+            if config.debug >= 1:
+                kernels = sum(len(plan.steps) for plan, _ in entry.replay.plans)
+                print(
+                    f"fusegrad: jit replay of {self.__qualname__}: {kernels} kernel(s), no Python",
+                    file=sys.stderr,
+                )
             return _run_replay(entry.replay, [t.node.realized for t in tensors])
         entry.calls += 1
         if entry.calls == 1:  # the first call creates state (optimizer buffers): not recorded
