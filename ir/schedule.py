@@ -43,6 +43,13 @@ class ScheduleItem:
     reason: str
     inputs: list[Node] = field(default_factory=list)  # nodes read from memory, in first-use order
     nodes: list[Node] = field(default_factory=list)  # every node computed inside, sources first
+    # more outputs stored by the same loop nest at the root's coordinates (an optimizer's new
+    # parameter next to its new momentum)
+    extra: list[Node] = field(default_factory=list)
+
+    @property
+    def outputs(self) -> list[Node]:
+        return [self.root, *self.extra]
 
     @property
     def ops(self) -> list[str]:

@@ -104,16 +104,16 @@ class _Step:
     record: KernelRecord  # the first run's record: names, code, lines
     extent: int
     work: int
-    size: int
-    dtype: object
-    inputs: list[tuple[str, int]]  # ("leaf", i): the i-th realized input; ("tmp", k): step k
-    frees: list[int]  # steps whose buffers are dead once this step has run
+    outs: list[tuple[int, int, object]]  # (slot, size, dtype) of each buffer it writes
+    inputs: list[tuple[str, int]]  # ("leaf", i): the i-th realized input; ("tmp", g): slot g
+    frees: list[int]  # slots whose buffers are dead once this step has run
 
 
 @dataclass
 class _Plan:
     steps: list[_Step]
-    outputs: list[int]  # for each requested node, the step that computes it
+    outputs: list[int]  # for each requested node, the slot that holds it
+    slots: int = 0  # kernel outputs in all
     program: object = None  # the native program, built on the first cache hit
     fns: object = None  # kernel addresses, as the program reads them
     barrier: object = None
@@ -181,8 +181,11 @@ def _schedule_and_run(todo: list[Node], leaves: list[Node]) -> tuple[list[Kernel
             for site in item.sites:
                 _log(f"        from {site}")
     position = {id(n): ("leaf", i) for i, n in enumerate(leaves)}
-    for k, item in enumerate(items):
-        position[id(item.root)] = ("tmp", k)
+    slots = 0
+    for item in items:
+        for n in item.outputs:
+            position[id(n)] = ("tmp", slots)
+            slots += 1
     last_read: dict[int, int] = {}
     for k, item in enumerate(items):
         for n in item.inputs:
@@ -200,19 +203,9 @@ def _schedule_and_run(todo: list[Node], leaves: list[Node]) -> tuple[list[Kernel
             if last_read[id(n)] == k and where[0] == "tmp" and id(n) not in wanted:
                 n.realized = None
                 frees.append(where[1])
-        root = item.root
-        steps.append(
-            _Step(
-                rec,
-                extent,
-                work,
-                root.numel,
-                root.dtype,
-                [position[id(n)] for n in item.inputs],
-                frees,
-            )
-        )
-    return records, _Plan(steps, [position[id(n)][1] for n in todo])
+        outs = [(position[id(n)][1], n.numel, n.dtype) for n in item.outputs]
+        steps.append(_Step(rec, extent, work, outs, [position[id(n)] for n in item.inputs], frees))
+    return records, _Plan(steps, [position[id(n)][1] for n in todo], slots)
 
 
 def _build_program(plan: _Plan, nleaves: int) -> None:
@@ -222,9 +215,10 @@ def _build_program(plan: _Plan, nleaves: int) -> None:
             (
                 s.extent,
                 s.work,
-                [nleaves + k] + [i if kind == "leaf" else nleaves + i for kind, i in s.inputs],
+                [nleaves + g for g, _, _ in s.outs]
+                + [i if kind == "leaf" else nleaves + i for kind, i in s.inputs],
             )
-            for k, s in enumerate(plan.steps)
+            for s in plan.steps
         ]
         with phases.timed("program"):
             plan.program = compile_program(steps)
@@ -239,7 +233,10 @@ def _build_program(plan: _Plan, nleaves: int) -> None:
 def _run_program(plan: _Plan, leaves: list[Buffer]) -> tuple[list[Buffer], list[KernelRecord]]:
     """Run a cached schedule as one native call per thread."""
     _build_program(plan, len(leaves))
-    outs = [Buffer(s.size, s.dtype) for s in plan.steps]
+    outs: list = [None] * plan.slots
+    for s in plan.steps:
+        for g, size, dtype in s.outs:
+            outs[g] = Buffer(size, dtype)
     ptrs = np.array([b.ptr for b in leaves] + [b.ptr for b in outs], dtype=np.uint64)
     plan.barrier[:] = 0
     args = [ptrs.ctypes.data, plan.fns.ctypes.data, plan.barrier.ctypes.data]
@@ -271,20 +268,22 @@ def run_plan(plan: _Plan, leaves: list[Buffer]) -> tuple[list[Buffer], list[Kern
     """
     if config.program and config.debug == 0 and len(plan.steps) > 1:
         return _run_program(plan, leaves)
-    bufs: list[Buffer | None] = [None] * len(plan.steps)
+    bufs: list[Buffer | None] = [None] * plan.slots
     records = []
-    for k, step in enumerate(plan.steps):
-        out = Buffer(step.size, step.dtype)
+    for step in plan.steps:
+        outs = [Buffer(size, dtype) for _, size, dtype in step.outs]
         inputs = [leaves[i] if kind == "leaf" else bufs[i] for kind, i in step.inputs]
+        ptrs = [b.ptr for b in outs] + [b.ptr for b in inputs]
         t0 = time.perf_counter()
-        launch(step.record.compiled.fn, step.extent, step.work, [out.ptr] + [b.ptr for b in inputs])
+        launch(step.record.compiled.fn, step.extent, step.work, ptrs)
         rec = replace(
             step.record, seconds=time.perf_counter() - t0, cache="memory", compile_seconds=0.0
         )
         records.append(rec)
         if config.debug >= 1:
             _log(rec.summary())
-        bufs[k] = out
+        for (g, _, _), out in zip(step.outs, outs):
+            bufs[g] = out
         for f in step.frees:
             bufs[f] = None
     return [bufs[k] for k in plan.outputs], records
@@ -300,17 +299,18 @@ def _run(item: ScheduleItem) -> tuple[KernelRecord, int, int]:
     with phases.timed("llvm"):
         compiled = compile_kernel(source, symbol, len(loop.params))
     root = item.root
-    out = Buffer(root.numel, root.dtype)
+    outs = [Buffer(n.numel, n.dtype) for n in item.outputs]
     inputs = [n.realized for n in item.inputs]
-    ptrs = [out.ptr] + [b.ptr for b in inputs]
+    ptrs = [b.ptr for b in outs] + [b.ptr for b in inputs]
     work = root.numel * (
         math.prod(item.reduce.srcs[0].shape) // item.reduce.numel if item.reduce else 1
     )
     t0 = time.perf_counter()
     launch(compiled.fn, loop.parallel_extent, work, ptrs)
     seconds = time.perf_counter() - t0
-    root.realized = out
-    nbytes = out.size * out.dtype.itemsize + sum(b.size * b.dtype.itemsize for b in inputs)
+    for n, out in zip(item.outputs, outs):
+        n.realized = out
+    nbytes = sum(b.size * b.dtype.itemsize for b in outs + inputs)
     rec = KernelRecord(
         name=loop.name,
         ops=item.ops,
