@@ -110,8 +110,8 @@ class _Lowerer:
         self.out_groups = out_groups
         self.red_groups = red_groups
         self.params: dict[int, Param] = {}
-        root = item.root
-        self.out = Param("out0", root.dtype, root.numel, True)
+        self.outs = [Param(f"out{k}", n.dtype, n.numel, True) for k, n in enumerate(item.outputs)]
+        self.out = self.outs[0]
         for i, n in enumerate(item.inputs):
             self.params[id(n)] = Param(f"in{i}", n.dtype, n.numel, False)
         self.scopes: list[dict] = [{}]
@@ -147,7 +147,8 @@ class _Lowerer:
         self.flops = 0
         value = self.gen(root, coords, ())
         self.block.append(Store(self.out, linear_index(coords, root.shape), value))
-        params = [self.out] + [self.params[id(n)] for n in self.item.inputs]
+        self._store_extra(coords, ())
+        params = self.outs + [self.params[id(n)] for n in self.item.inputs]
         extent = loops_shape[0] if loops_shape else 1
         return Kernel(kernel_name(self.item), params, body, extent, self.flops)
 
@@ -160,6 +161,7 @@ class _Lowerer:
           for s in 0..S: i = index[s]; for t in 0..W: out[i, b*W + t] += values[s, b*W + t]
         """
         root = self.item.root
+        assert not self.item.extra, "a scatter-add stores one output"
         values, index = root.srcs
         rows, size = root.shape[0], math.prod(root.shape[1:])
         width = min(size, 16)
@@ -188,7 +190,7 @@ class _Lowerer:
         value = self.gen(values, s_coords + c_coords, edge)
         self.emit(ScatterAdd(self.out, row, rows, size, col, value, edge), 1)
         self.scopes.pop()
-        params = [self.out] + [self.params[id(n)] for n in self.item.inputs]
+        params = self.outs + [self.params[id(n)] for n in self.item.inputs]
         return Kernel(kernel_name(self.item), params, body, b.max + 1, self.flops)
 
     def lower_tiled(self) -> Kernel:
@@ -256,9 +258,10 @@ class _Lowerer:
         self.scopes[-1][(id(red), red_coords, edge)] = got
         value = self.gen(root, coords, edge)
         self.emit(Store(self.out, linear_index(coords, root.shape), value, edge))
+        self._store_extra(coords, edge)
         if self.stand_ins:
             _substitute(body, self.stand_ins)
-        params = [self.out] + [self.params[id(n)] for n in self.item.inputs]
+        params = self.outs + [self.params[id(n)] for n in self.item.inputs]
         return Kernel(kernel_name(self.item), params, body, first_extent or 1, self.flops)
 
     def _loop_order(self) -> list[int]:
@@ -281,6 +284,13 @@ class _Lowerer:
             order.remove(col)
             order.insert(0, col)
         return order
+
+    def _store_extra(self, coords, guard) -> None:
+        """Store the kernel's extra outputs, computed at the root's coordinates (they read the
+        root's value from registers: `gen` finds it in scope)."""
+        for out, n in zip(self.outs[1:], self.item.extra):
+            value = self.gen(n, coords, guard)
+            self.emit(Store(out, linear_index(coords, n.shape), value, guard))
 
     def _ragged(self, name: str, extent: int, expr: Lin) -> Lin:
         """The edge condition (`>= 0` inside) of a coordinate `expr` that overshoots `extent`.

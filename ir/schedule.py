@@ -158,12 +158,60 @@ def schedule(roots: list[Node]) -> list[ScheduleItem]:
         reach[id(n)] = r
         epilogue_ok[id(n)] = _keeps_coordinates(n, users.get(id(n), []), epilogue_ok, reason)
 
+    extra = _siblings(graph, users, reason, claimed)
     items = []
     for n in graph:
         if id(n) in reason:
             fused = claimed.get(id(n), n if n.op in REDUCE else None)
-            items.append(_item(n, fused, reason[id(n)], reason))
+            items.append(_item(n, fused, reason[id(n)], reason, extra.get(id(n), [])))
     return items
+
+
+_SAME_COORDS = ELEMENTWISE | {Ops.DETACH}
+
+
+def _siblings(graph, users, reason, claimed) -> dict[int, list[Node]]:
+    """Requested outputs computed elementwise from another kernel's output, moved into that
+    kernel as extra outputs: an optimizer's new parameter, `p - lr * m`, is stored by the
+    kernel that computes the new momentum `m`, which it reads from registers instead of
+    memory, and one kernel launch goes away.
+
+    An output n joins kernel m when nothing else in the graph reads n, n has m's shape,
+    every node between them is elementwise (so n reads m at m's own coordinates), n
+    contains no reduction, and m is the only value n reads that this schedule computes
+    (the rest are realized buffers).
+    """
+    extra: dict[int, list[Node]] = {}
+    taken: set[int] = set()
+    for n in graph:
+        if reason.get(id(n)) != "output requested" or users.get(id(n)) or id(n) in claimed:
+            continue
+        if n.op not in _SAME_COORDS or id(n) in extra:
+            continue
+
+        def boundary(x: Node, n=n) -> bool:
+            return x is not n and (x.realized is not None or id(x) in reason)
+
+        inside = toposort([n], stop=boundary)
+        kernels = [x for x in inside if x is not n and id(x) in reason and x.realized is None]
+        body = [x for x in inside if not boundary(x)]
+        if len(kernels) != 1 or any(x.op in REDUCE for x in body):
+            continue
+        (m,) = kernels
+        if m.shape != n.shape or id(m) in taken or m.op in (Ops.GATHER, Ops.SCATTER_ADD):
+            continue
+        # the nodes between m and n: all elementwise, all of n's shape
+        reaches = {id(m)}
+        for x in body:
+            if any(id(s) in reaches for s in x.srcs):
+                if x.op not in _SAME_COORDS or x.shape != n.shape:
+                    break
+                reaches.add(id(x))
+        else:  # n reads no other value this schedule computes: m's kernel has all it needs
+            del reason[id(n)]
+            extra.setdefault(id(m), []).append(n)
+            taken.add(id(n))
+    return extra
 
 
 def _same_coordinates(u: Node, ok: dict[int, bool]) -> bool:
@@ -234,16 +282,18 @@ def _recompute_costs(graph: list[Node]) -> dict[int, int]:
     return cost
 
 
-def _item(root: Node, reduce: Node | None, why: str, reason: dict[int, str]) -> ScheduleItem:
+def _item(
+    root: Node, reduce: Node | None, why: str, reason: dict[int, str], extra: list[Node]
+) -> ScheduleItem:
     """Collect the nodes a kernel computes and the values it loads."""
 
     def boundary(m: Node) -> bool:
         return m is not root and (m.realized is not None or id(m) in reason)
 
-    nodes = toposort([root], stop=boundary)
+    nodes = toposort([root, *extra], stop=boundary)
     inputs = [m for m in nodes if boundary(m)]
     inside = [m for m in nodes if not boundary(m)]
-    return ScheduleItem(root, reduce, why, inputs, inside)
+    return ScheduleItem(root, reduce, why, inputs, inside, list(extra))
 
 
 def structural_key(roots: list[Node]) -> tuple[tuple, list[Node]]:
