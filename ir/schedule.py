@@ -159,6 +159,7 @@ def schedule(roots: list[Node]) -> list[ScheduleItem]:
         epilogue_ok[id(n)] = _keeps_coordinates(n, users.get(id(n), []), epilogue_ok, reason)
 
     extra = _siblings(graph, users, reason, claimed)
+    _absorb(graph, users, reason, claimed, extra)
     items = []
     for n in graph:
         if id(n) in reason:
@@ -168,6 +169,50 @@ def schedule(roots: list[Node]) -> list[ScheduleItem]:
 
 
 _SAME_COORDS = ELEMENTWISE | {Ops.DETACH}
+_OWN_KERNEL = (Ops.GATHER, Ops.SCATTER_ADD, Ops.CONTIGUOUS)
+
+
+def _absorb(graph, users, reason, claimed, extra: dict[int, list[Node]]) -> None:
+    """Requested elementwise outputs read only by another requested output's kernel, at its
+    own coordinates, are computed and stored by that kernel: Adam's new m and v are stored
+    by the kernel of the new parameter, which reads them, instead of by two kernels of their
+    own whose outputs it would load again."""
+
+    def boundary_of(root):
+        return lambda x: x is not root and (x.realized is not None or id(x) in reason)
+
+    def elementwise_body(root) -> list[Node] | None:
+        inside = toposort([root], stop=boundary_of(root))
+        body = [x for x in inside if not boundary_of(root)(x)]
+        return None if any(x.op in REDUCE or x.op in _OWN_KERNEL for x in body) else body
+
+    for n in graph:
+        if reason.get(id(n)) != "output requested" or id(n) in claimed or n.op in REDUCE:
+            continue
+        body = elementwise_body(n)
+        if body is None:
+            continue
+        inside = {id(x) for x in body}
+        for m in toposort([n], stop=boundary_of(n)):
+            if m is n or reason.get(id(m)) != "output requested" or m.realized is not None:
+                continue
+            if m.shape != n.shape or id(m) in claimed or id(m) in extra or m.op in REDUCE:
+                continue
+            if not all(id(u) in inside for u in users.get(id(m), ())):
+                continue  # another kernel reads m's buffer
+            if elementwise_body(m) is None:
+                continue
+            # every node of n's kernel that depends on m reads it at n's coordinates
+            reaches, ok = {id(m)}, True
+            for x in body:
+                if any(id(s) in reaches for s in x.srcs):
+                    if x.op not in _SAME_COORDS or x.shape != n.shape:
+                        ok = False
+                        break
+                    reaches.add(id(x))
+            if ok:
+                del reason[id(m)]
+                extra.setdefault(id(n), []).append(m)
 
 
 def _siblings(graph, users, reason, claimed) -> dict[int, list[Node]]:
@@ -184,7 +229,7 @@ def _siblings(graph, users, reason, claimed) -> dict[int, list[Node]]:
     extra: dict[int, list[Node]] = {}
     taken: set[int] = set()
     for n in graph:
-        if reason.get(id(n)) != "output requested" or users.get(id(n)) or id(n) in claimed:
+        if reason.get(id(n)) != "output requested" or id(n) in claimed:
             continue
         if n.op not in _SAME_COORDS or id(n) in extra:
             continue

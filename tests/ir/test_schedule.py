@@ -268,3 +268,24 @@ def test_sgd_momentum_stores_parameter_and_momentum_in_one_kernel():
     assert len(ks) == 1 and "store out1[" in ks[0].loop_ir, [k.name for k in ks]
     np.testing.assert_allclose(w.numpy(), want_w, rtol=1e-5)
     np.testing.assert_allclose(opt.state[w]["momentum_buffer"].numpy(), want_m, rtol=1e-5)
+
+
+def test_adam_stores_its_state_in_the_parameter_kernel():
+    """Adam's new m and v are read only by the new parameter's kernel: it stores all three."""
+    w = fg.nn.Parameter(fg.tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)))
+    x = fg.tensor(np.linspace(0.5, 2, 20, dtype=np.float32).reshape(5, 4))
+    opt = fg.optim.Adam([w], lr=0.1)
+    p, m, v = w.numpy().astype(np.float64), np.zeros((4, 3)), np.zeros((4, 3))
+    for t in range(1, 4):
+        opt.zero_grad()
+        ((x @ w) ** 2).sum().backward()
+        opt.step()
+        g = 2 * x.numpy().T.astype(np.float64) @ (x.numpy() @ p)
+        m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
+        p = p - 0.1 / (1 - 0.9**t) * m / (np.sqrt(v) / np.sqrt(1 - 0.999**t) + 1e-8)
+    ks = fg.kernels(w)
+    update = [k for k in ks if "store out2[" in k.loop_ir]
+    assert len(update) == 1, [k.name for k in ks]
+    np.testing.assert_allclose(w.numpy(), p, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(opt.state[w]["exp_avg"].numpy(), m, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(opt.state[w]["exp_avg_sq"].numpy(), v, rtol=1e-4, atol=1e-6)
