@@ -93,6 +93,8 @@ CASES = {
     "ragged_tiles": lambda: [f32(6, 20) @ f32(20, 28), f32(8, 28) @ f32(4, 28).T],
     # rows picked by data, and their transpose (columns owned by threads: no atomics)
     "gather_scatter": lambda: _gather_scatter(),
+    # kernels that store several outputs (an optimizer's parameter and state)
+    "multi_output": lambda: _optimizer_step(),
     "pad_and_slices": lambda: [
         f32(16, 24).pad((1, 2, 3, 4)) + 1,
         f32(16, 24)[2:10:3, 1::2] * 2,
@@ -139,6 +141,16 @@ def _gather_scatter():
     out = F.embedding(fg.from_numpy(RNG.integers(0, 30, (4, 5)).astype(np.int32)), w)
     (out * f32(4, 5, 7)).sum().backward()
     return [out, w.grad]
+
+
+def _optimizer_step():
+    w = fg.nn.Parameter(f32(6, 5))
+    opt = fg.optim.Adam([w], lr=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        (f32(4, 6) @ w).relu().sum().backward()
+        opt.step()
+    return [w]
 
 
 # cases whose kernels touch no double: a float32 kernel computing in double is a missing `f`
