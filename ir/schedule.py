@@ -158,7 +158,7 @@ def schedule(roots: list[Node]) -> list[ScheduleItem]:
         reach[id(n)] = r
         epilogue_ok[id(n)] = _keeps_coordinates(n, users.get(id(n), []), epilogue_ok, reason)
 
-    extra = _siblings(graph, users, reason, claimed)
+    extra = _siblings(graph, reason, claimed)
     _absorb(graph, users, reason, claimed, extra)
     items = []
     for n in graph:
@@ -169,7 +169,62 @@ def schedule(roots: list[Node]) -> list[ScheduleItem]:
 
 
 _SAME_COORDS = ELEMENTWISE | {Ops.DETACH}
-_OWN_KERNEL = (Ops.GATHER, Ops.SCATTER_ADD, Ops.CONTIGUOUS)
+_DATA_DEPENDENT = (Ops.GATHER, Ops.SCATTER_ADD)  # kernels of their own shape (no extras)
+_OWN_KERNEL = _DATA_DEPENDENT + (Ops.CONTIGUOUS,)  # never computed inside another kernel
+
+
+def _kernel_of(root: Node, reason: dict[int, str]) -> tuple[list[Node], list[Node]]:
+    """(values it loads, nodes it computes) of the kernel `root` would be on its own."""
+
+    def boundary(x: Node) -> bool:
+        return x is not root and (x.realized is not None or id(x) in reason)
+
+    nodes = toposort([root], stop=boundary)
+    return [x for x in nodes if boundary(x)], [x for x in nodes if not boundary(x)]
+
+
+def _reads_at_own_coordinates(body: list[Node], m: Node, shape) -> bool:
+    """Every node of `body` that depends on m is elementwise and of `shape`, so the kernel
+    reads m at its own coordinates (and can take m's value from the same loop nest)."""
+    reaches = {id(m)}
+    for x in body:
+        if any(id(s) in reaches for s in x.srcs):
+            if x.op not in _SAME_COORDS or x.shape != shape:
+                return False
+            reaches.add(id(x))
+    return True
+
+
+def _siblings(graph, reason, claimed) -> dict[int, list[Node]]:
+    """Requested outputs computed elementwise from another kernel's output, moved into that
+    kernel as extra outputs: an optimizer's new parameter, `p - lr * m`, is stored by the
+    kernel that computes the new momentum `m`, which it reads from registers instead of
+    memory, and one kernel launch goes away.
+
+    An output n joins kernel m when n has m's shape, every node between them is
+    elementwise (so n reads m at m's own coordinates), n contains no reduction, and m is
+    the only value n reads that this schedule computes (the rest are realized buffers).
+    A later kernel that reads n recomputes it from m, like any inlined value.
+    """
+    extra: dict[int, list[Node]] = {}
+    moved: set[int] = set()
+    for n in graph:
+        if reason.get(id(n)) != "output requested" or id(n) in claimed or id(n) in extra:
+            continue
+        if n.op not in _SAME_COORDS:
+            continue
+        loads, body = _kernel_of(n, reason)
+        kernels = [x for x in loads if x.realized is None]
+        if len(kernels) != 1 or any(x.op in REDUCE for x in body):
+            continue
+        (m,) = kernels
+        if m.shape != n.shape or id(m) in moved or m.op in _DATA_DEPENDENT:
+            continue
+        if _reads_at_own_coordinates(body, m, n.shape):
+            del reason[id(n)]
+            extra.setdefault(id(m), []).append(n)
+            moved.add(id(n))
+    return extra
 
 
 def _absorb(graph, users, reason, claimed, extra: dict[int, list[Node]]) -> None:
@@ -178,85 +233,26 @@ def _absorb(graph, users, reason, claimed, extra: dict[int, list[Node]]) -> None
     by the kernel of the new parameter, which reads them, instead of by two kernels of their
     own whose outputs it would load again."""
 
-    def boundary_of(root):
-        return lambda x: x is not root and (x.realized is not None or id(x) in reason)
+    def elementwise(body: list[Node]) -> bool:
+        return not any(x.op in REDUCE or x.op in _OWN_KERNEL for x in body)
 
-    def elementwise_body(root) -> list[Node] | None:
-        inside = toposort([root], stop=boundary_of(root))
-        body = [x for x in inside if not boundary_of(root)(x)]
-        return None if any(x.op in REDUCE or x.op in _OWN_KERNEL for x in body) else body
-
-    for n in graph:
-        if reason.get(id(n)) != "output requested" or id(n) in claimed or n.op in REDUCE:
-            continue
-        body = elementwise_body(n)
-        if body is None:
-            continue
-        inside = {id(x) for x in body}
-        for m in toposort([n], stop=boundary_of(n)):
-            if m is n or reason.get(id(m)) != "output requested" or m.realized is not None:
-                continue
-            if m.shape != n.shape or id(m) in claimed or id(m) in extra or m.op in REDUCE:
-                continue
-            if not all(id(u) in inside for u in users.get(id(m), ())):
-                continue  # another kernel reads m's buffer
-            if elementwise_body(m) is None:
-                continue
-            # every node of n's kernel that depends on m reads it at n's coordinates
-            reaches, ok = {id(m)}, True
-            for x in body:
-                if any(id(s) in reaches for s in x.srcs):
-                    if x.op not in _SAME_COORDS or x.shape != n.shape:
-                        ok = False
-                        break
-                    reaches.add(id(x))
-            if ok:
-                del reason[id(m)]
-                extra.setdefault(id(n), []).append(m)
-
-
-def _siblings(graph, users, reason, claimed) -> dict[int, list[Node]]:
-    """Requested outputs computed elementwise from another kernel's output, moved into that
-    kernel as extra outputs: an optimizer's new parameter, `p - lr * m`, is stored by the
-    kernel that computes the new momentum `m`, which it reads from registers instead of
-    memory, and one kernel launch goes away.
-
-    An output n joins kernel m when nothing else in the graph reads n, n has m's shape,
-    every node between them is elementwise (so n reads m at m's own coordinates), n
-    contains no reduction, and m is the only value n reads that this schedule computes
-    (the rest are realized buffers).
-    """
-    extra: dict[int, list[Node]] = {}
-    taken: set[int] = set()
     for n in graph:
         if reason.get(id(n)) != "output requested" or id(n) in claimed:
             continue
-        if n.op not in _SAME_COORDS or id(n) in extra:
+        loads, body = _kernel_of(n, reason)
+        if not elementwise(body):
             continue
-
-        def boundary(x: Node, n=n) -> bool:
-            return x is not n and (x.realized is not None or id(x) in reason)
-
-        inside = toposort([n], stop=boundary)
-        kernels = [x for x in inside if x is not n and id(x) in reason and x.realized is None]
-        body = [x for x in inside if not boundary(x)]
-        if len(kernels) != 1 or any(x.op in REDUCE for x in body):
-            continue
-        (m,) = kernels
-        if m.shape != n.shape or id(m) in taken or m.op in (Ops.GATHER, Ops.SCATTER_ADD):
-            continue
-        # the nodes between m and n: all elementwise, all of n's shape
-        reaches = {id(m)}
-        for x in body:
-            if any(id(s) in reaches for s in x.srcs):
-                if x.op not in _SAME_COORDS or x.shape != n.shape:
-                    break
-                reaches.add(id(x))
-        else:  # n reads no other value this schedule computes: m's kernel has all it needs
-            del reason[id(n)]
-            extra.setdefault(id(m), []).append(n)
-            taken.add(id(n))
-    return extra
+        inside = {id(x) for x in body}
+        for m in loads:
+            if reason.get(id(m)) != "output requested" or id(m) in claimed or id(m) in extra:
+                continue
+            if m.shape != n.shape or not elementwise(_kernel_of(m, reason)[1]):
+                continue
+            if not all(id(u) in inside for u in users.get(id(m), ())):
+                continue  # another kernel reads m's buffer
+            if _reads_at_own_coordinates(body, m, n.shape):
+                del reason[id(m)]
+                extra.setdefault(id(n), []).append(m)
 
 
 def _same_coordinates(u: Node, ok: dict[int, bool]) -> bool:
