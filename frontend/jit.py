@@ -217,12 +217,12 @@ class jit:
             return _run_replay(entry.replay, [t.node.realized for t in tensors])
         entry.calls += 1
         if entry.calls == 1:  # the first call creates state (optimizer buffers): not recorded
-            return _detached(self.fn(*args))
+            return _results(self.fn(*args), Tensor.detach)
         out, recording = self._record(entry, args, tensors)
         if entry.last is not None:
             entry.replay = _plan_replay(self.fn, entry.last, recording, out)
         entry.last = recording
-        return _detached(out)
+        return _results(out, Tensor.detach)
 
     def _record(self, entry: _Entry, args, tensors):
         global _recording, _entry
@@ -233,7 +233,8 @@ class jit:
         N.RECOMPUTE_REALIZED = True
         try:
             out = self.fn(*args)
-            pending = [t for t in _flatten(out) if t.node.realized is None]
+            pending = []
+            _results(out, lambda t: t.node.realized is None and pending.append(t))
             if pending:
                 realize_tensors(*pending)
         finally:
@@ -269,22 +270,18 @@ def _prepare(args) -> tuple[list, list[Tensor], tuple]:
     return call_args, tensors, tuple(signature)
 
 
-def _detached(out):
-    """Results as replays give them: values without a gradient graph, on every call."""
-    if isinstance(out, Tensor):
-        return out.detach()
-    if isinstance(out, (tuple, list)):
-        return type(out)(t.detach() if isinstance(t, Tensor) else t for t in out)
-    return out
+def _results(out, f, leaf=Tensor):
+    """`out` (None, a tensor, or a tuple or list of them) with `f` applied to each tensor.
 
-
-def _flatten(out) -> list[Tensor]:
+    Replays rebuild the same structure around `_Result`s (`leaf`). Results are values
+    without a gradient graph on every call, eager or replayed (`f` = detach).
+    """
     if out is None:
-        return []
-    if isinstance(out, Tensor):
-        return [out]
-    if isinstance(out, (tuple, list)) and all(isinstance(t, Tensor) for t in out):
-        return list(out)
+        return None
+    if isinstance(out, leaf):
+        return f(out)
+    if isinstance(out, (tuple, list)) and all(isinstance(t, leaf) for t in out):
+        return type(out)(f(t) for t in out)
     raise JitError(
         "fusegrad.jit: a jitted function returns a tensor, a tuple or list of tensors, or "
         f"None; got {type(out).__name__} (a Python number would not change on replay)"
@@ -362,7 +359,7 @@ class _Result:
 
 
 def _sources_of(out, produced, args, name):
-    def one(t: Tensor):
+    def one(t: Tensor) -> _Result:
         buf = t.node.realized
         if id(buf) in produced:
             return _Result("now", *produced[id(buf)], t.shape, t.dtype)
@@ -373,11 +370,7 @@ def _sources_of(out, produced, args, name):
             "return only the step's results"
         )
 
-    if out is None:
-        return None
-    if isinstance(out, Tensor):
-        return one(out)
-    return type(out)(one(t) for t in out)
+    return _results(out, one)
 
 
 def _run_replay(replay: _Replay, args: list[Buffer]):
@@ -402,10 +395,7 @@ def _run_replay(replay: _Replay, args: list[Buffer]):
         buf = args[s.r] if s.kind == "arg" else outs[s.r][s.index]
         return Tensor(N.buffer(buf, s.shape, s.dtype))
 
-    r = replay.results
-    if r is None or isinstance(r, _Result):
-        return r and result(r)
-    return type(r)(result(s) for s in r)
+    return _results(replay.results, result, leaf=_Result)
 
 
 def _source(s, args, outs, current) -> Buffer:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 
+from .codegen.lower import PANEL_CACHE_BYTES, TILE_COLS
 from .errors import DTypeError, ShapeError, fail
 from .ir import node as N
 from .ir.dtypes import int64
@@ -140,8 +141,7 @@ class ReduceMixin:
         return matmul(self, other)
 
 
-PANEL = 32  # the matmul tile's vector width (codegen/lower.py, TILE_COLS[0])
-PACK_BYTES = 1 << 21  # right operands this large are packed (see PANEL_CACHE_BYTES in lower.py)
+PANEL = TILE_COLS[0]  # the widest vector a matmul tile uses: one panel is one tile's columns
 
 
 def matmul(a, b):
@@ -177,12 +177,17 @@ def matmul(a, b):
         )
     batch = broadcast_shapes(a2.shape[:-2], b2.shape[:-2], "matmul")
     m, n = a2.shape[-2], b2.shape[-1]
-    if b2.ndim == 2 and n % PANEL == 0 and n > PANEL and k2 * n * b2.dtype.itemsize >= PACK_BYTES:
-        # a large right operand is copied once into panels of 32 columns, each panel's rows
+    if (
+        b2.ndim == 2
+        and n % PANEL == 0
+        and n > PANEL
+        and k2 * n * b2.dtype.itemsize >= PANEL_CACHE_BYTES
+    ):
+        # a right operand too big for cache is copied once into panels of PANEL columns, rows
         # adjacent: the kernel then streams one panel (its vector loads) from memory in order
         panels = N.contiguous(
             b2.reshape(k2, n // PANEL, PANEL).permute(1, 0, 2).node,
-            "matmul: a large right operand packed in panels of 32 columns",
+            f"matmul: a large right operand packed in panels of {PANEL} columns",
         )
         b2 = b2._make(panels, b2).permute(1, 0, 2).reshape(k2, n)
     # (..., M, 1, K) * (..., 1, N, K) summed over K

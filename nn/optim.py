@@ -136,11 +136,13 @@ class Optimizer:
         correction changes no graph structure and nothing recompiles; and
         `fusegrad.jit` replays a step by calling this function alone.
         """
-        out = {}
+        out, shared = {}, {}
         for group, p in active:
-            shared = _scalar_slots(self._slots, (id(group), p.dtype), self._group_scalars(group), p)
+            key = (id(group), p.dtype)
+            if key not in shared:  # once per group and dtype, not per parameter
+                shared[key] = _scalar_slots(self._slots, key, self._group_scalars(group), p)
             own = _scalar_slots(self._slots, id(p), self._param_scalars(group, self.state[p]), p)
-            out[id(p)] = shared + own
+            out[id(p)] = shared[key] + own
         return out
 
     def _graph_options(self) -> tuple:
