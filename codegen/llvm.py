@@ -20,6 +20,8 @@ not move, and a masked gather otherwise.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from ..ir import rand
 from ..ir.dtypes import DType
 from ..ir.ops import Ops
@@ -349,15 +351,21 @@ class _Renderer:
         assert not dt.is_bool, "scatter-add of bools"
         ok, at = self.row_address(s.row, s.rows, s.row_size, s.col, s.valid)
         value = self.ref(s.value)
+        with self.only_if(ok):
+            ptr = self.emit(f"getelementptr inbounds {dt.llvm}, ptr %{s.param.name}, i64 {at}")
+            cur = self.emit(f"load {dt.llvm}, ptr {ptr}")
+            add = "fadd" if dt.is_float else "add"
+            new = self.emit(f"{add} {dt.llvm} {cur}, {value}")
+            self.lines.append(f"  store {dt.llvm} {new}, ptr {ptr}")
+
+    @contextmanager
+    def only_if(self, ok: str):
+        """Emit the statements of the block in a branch taken only where the i1 `ok` holds."""
         self.loop_count += 1
-        yes, done = f"scatter.{self.loop_count}", f"scattered.{self.loop_count}"
+        yes, done = f"then.{self.loop_count}", f"done.{self.loop_count}"
         self.lines.append(f"  br i1 {ok}, label %{yes}, label %{done}")
         self.label(yes)
-        ptr = self.emit(f"getelementptr inbounds {dt.llvm}, ptr %{s.param.name}, i64 {at}")
-        cur = self.emit(f"load {dt.llvm}, ptr {ptr}")
-        add = "fadd" if dt.is_float else "add"
-        new = self.emit(f"{add} {dt.llvm} {cur}, {value}")
-        self.lines.append(f"  store {dt.llvm} {new}, ptr {ptr}")
+        yield
         self.lines.append(f"  br label %{done}")
         self.label(done)
 
@@ -578,14 +586,8 @@ class _Renderer:
         if not s.valid:
             self.lines.append(f"  store {mt} {value}, ptr {ptr}")
             return
-        ok = self.valid(s.valid)[0]  # a scalar store past an edge is skipped
-        self.loop_count += 1
-        yes, done = f"store.{self.loop_count}", f"stored.{self.loop_count}"
-        self.lines.append(f"  br i1 {ok}, label %{yes}, label %{done}")
-        self.label(yes)
-        self.lines.append(f"  store {mt} {value}, ptr {ptr}")
-        self.lines.append(f"  br label %{done}")
-        self.label(done)
+        with self.only_if(self.valid(s.valid)[0]):  # a scalar store past an edge is skipped
+            self.lines.append(f"  store {mt} {value}, ptr {ptr}")
 
     def vector_store(self, s: Store, value: str, vt: str, contiguous: bool) -> None:
         """A vector store, masked where a lane is past the tile's edge (s.valid)."""
