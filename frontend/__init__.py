@@ -74,7 +74,23 @@ from .jit import JitError, jit  # noqa: E402
 from .movement import cat, stack  # noqa: E402
 from .reduce import matmul  # noqa: E402
 from .runtime.config import config  # noqa: E402
-from .tensor import Tensor, realize, where  # noqa: E402
+from .tensor import Tensor, realize  # noqa: E402
+from . import indexing as _indexing  # noqa: E402
+from .indexing import (  # noqa: E402
+    gather,
+    index_select,
+    masked_fill,
+    masked_select,
+    nonzero,
+    scatter,
+    scatter_add,
+    scatter_reduce,
+    take_along_dim,
+    where,
+    flip,
+)
+
+_indexing.install(Tensor)
 
 bool = bool_  # noqa: A001  (torch.bool)
 float = float32  # noqa: A001
