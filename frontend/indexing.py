@@ -224,7 +224,8 @@ def getitem(x, index):
     entries = _entries(x, index, "index")
     # 1. views: flip the axes sliced with a negative step, then slice, select, add new axes
     flips = [
-        a for a, e in enumerate(e for e in entries if e[0] in ("slice", "int", "idx"))
+        a
+        for a, e in enumerate(e for e in entries if e[0] in ("slice", "int", "idx"))
         if e[0] == "slice" and e[1].step is not None and e[1].step < 0
     ]
     if flips:
@@ -722,4 +723,3 @@ def install(cls) -> None:
     for name in ("scatter", "scatter_add", "scatter_reduce", "masked_fill"):
         setattr(cls, name + "_", inplace(METHODS[name]))
     cls.__setitem__ = setitem
-
