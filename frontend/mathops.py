@@ -158,22 +158,22 @@ def trunc(x):
         return x
     big = x.abs() < _integral_limit(x)  # false for inf and NaN too
     safe = _where(big, x, 0)
-    t = safe.detach().cast(int64).cast(x.dtype)
-    return _flat(_keep_zero_sign(_where(big, t, x.detach()), x.detach()), x)
+    t = safe.cast(int64).cast(x.dtype)
+    return _flat(_keep_zero_sign(_where(big, t, x), x), x)
 
 
 def floor(x):
     """The largest integer <= x (exact; -0.0, inf and NaN pass through)."""
     if not x.dtype.is_float:
         return x
-    t, w = trunc(x).detach(), x.detach()
+    t, w = trunc(x), x
     return _flat(_keep_zero_sign(t - (t > w).cast(x.dtype), w), x)
 
 
 def ceil(x):
     if not x.dtype.is_float:
         return x
-    t, w = trunc(x).detach(), x.detach()
+    t, w = trunc(x), x
     return _flat(_keep_zero_sign(t + (t < w).cast(x.dtype), w), x)
 
 
@@ -184,7 +184,7 @@ def round_(x, decimals: int = 0):
     if decimals:
         scale = 10.0**decimals
         return round_(x * scale) / scale
-    w = x.detach()
+    w = x
     f = floor(w)
     d = w - f  # exact: f and x are in the same binade, or f is 0 or -1
     odd = (f - 2 * floor(f * 0.5)) == 1
@@ -204,7 +204,7 @@ def sign(x):
     if x.dtype.is_bool:
         return x
     one = x._make(N.const(1, x.shape, x.dtype))
-    w = x.detach()
+    w = x
     out = _where(w > 0, one, _where(w < 0, -one, w))
     return _flat(out, x) if x.dtype.is_float else out
 
@@ -218,9 +218,8 @@ def copysign(a, b):
     a = _tensor(a, "copysign")
     a, b = a._operands(b, "copysign")
     a, b = a._float(), b._float()
-    neg = signbit(b)
-    mag = a.abs()
-    return _where(neg, -mag, mag)
+    mag = _where(signbit(a), -a, a)  # abs() keeps -0.0's sign
+    return _where(signbit(b), -mag, mag)
 
 
 # ---------------------------------------------------------------- division and remainders
@@ -256,7 +255,7 @@ def fmod(a, b):
         fail(DTypeError, "fmod", "not supported on bool tensors")
     if not a.dtype.is_float:
         return a - a._binary(Ops.DIV, b, "fmod") * b
-    x, y = _f64(a).detach(), _f64(b).detach()
+    x, y = _f64(a), _f64(b)
     q = trunc(x / y)
     p = q * y
     r = (x - p) - _two_product_error(q, y, p)
@@ -290,13 +289,13 @@ def floor_divide(a, b):
         q = a._binary(Ops.DIV, b, "floor_divide")
         fix = (q * b != a) & ((a < 0) != (b < 0))
         return _where(fix, q - 1, q)
-    mod = fmod(a, b).detach()
-    div = (a.detach() - mod) / b.detach()
+    mod = fmod(a, b)
+    div = (a - mod) / b
     div = _where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
     fd = floor(div)
     fd = _where(div - fd > 0.5, fd + 1, fd)
-    fd = _where(div == 0, copysign(fd * 0, a.detach() / b.detach()), fd)
-    return _with_grad(_where(b == 0, a.detach() / b.detach(), fd), [(a, _zero(a)), (b, _zero(b))])
+    fd = _where(div == 0, copysign(fd * 0, a / b), fd)
+    return _with_grad(_where(b == 0, a / b, fd), [(a, _zero(a)), (b, _zero(b))])
 
 
 def div(a, b, rounding_mode=None):
@@ -324,7 +323,7 @@ def div(a, b, rounding_mode=None):
 def log1p(x):
     """log(1 + x), accurate for tiny x: log(u) * x / (u - 1) with u = 1 + x (Goldberg)."""
     xf = x._float()
-    w = _f64(xf).detach()
+    w = _f64(xf)
     u = 1 + w
     res = _where(u == 1, w, u.log() * w / (u - 1))
     res = _where(u == math.inf, u, res)
@@ -335,7 +334,7 @@ def log1p(x):
 def expm1(x):
     """e^x - 1, accurate for tiny x: (u - 1) * x / log(u) with u = e^x (Kahan)."""
     xf = x._float()
-    w = _f64(xf).detach()
+    w = _f64(xf)
     u = w.exp()
     res = _where(u == 1, w, (u - 1) * w / u.log())
     res = _where(u - 1 == -1, -1.0, res)
@@ -346,23 +345,24 @@ def expm1(x):
 
 def log2(x):
     xf = x._float()
-    out = _back(_f64(xf).detach().log() * (1 / LN2), xf)
+    out = _back(_f64(xf).log() * (1 / LN2), xf)
     return _with_grad(out, [(xf, 1 / (xf * LN2))])
 
 
 def log10(x):
     xf = x._float()
-    out = _back(_f64(xf).detach().log() * (1 / math.log(10.0)), xf)
+    out = _back(_f64(xf).log() * (1 / math.log(10.0)), xf)
     return _with_grad(out, [(xf, 1 / (xf * math.log(10.0)))])
 
 
 def _pow2_int(n):
-    """2^n exactly for integer-valued float64 n in [-1100, 1100]: a product of 2^(+-2^k)."""
+    """2^n exactly for integer-valued float64 n in [-1023, 1023]: a product of 2^(+-2^k)."""
     a = n.abs()
     out = None
-    for k in range(11):
+    for k in range(10):
         bit = (floor(a * 2.0**-k) - 2 * floor(a * 2.0 ** -(k + 1))) == 1
-        factor = _where(n < 0, 2.0 ** -(2**k), 2.0 ** (2**k))
+        up = n._make(N.const(2.0 ** (2**k), (), n.dtype))
+        factor = _where(n < 0, 2.0 ** -(2**k), up)
         term = _where(bit, factor, 1.0)
         out = term if out is None else out * term
     return out
@@ -371,7 +371,7 @@ def _pow2_int(n):
 def exp2(x):
     """2^x = 2^n * e^(f ln 2) with n = round(x): 2^n is exact, so the error is e^'s alone."""
     xf = x._float()
-    w = _f64(xf).detach()
+    w = _f64(xf)
     n = round_(w.clamp(-1100, 1100))
     f = w - n
     # e^(f ln2) first, so that 2^n * it underflows gradually rather than at 2^n
@@ -405,7 +405,7 @@ def erf(x):
     cancellation); |x| >= 2: 1 - erfc with erfc from its continued fraction (60 terms).
     """
     xf = x._float()
-    w = _f64(xf).detach()
+    w = _f64(xf)
     a = w.abs()
     x2 = a * a
     s = 1.0
@@ -457,7 +457,7 @@ def _atan64(w):
 def atan(x):
     """Arctangent, within 2 float64 ulps: 1/x reflection, then a pi/6 shift, then a series."""
     xf = x._float()
-    out = _back(_atan64(_f64(xf).detach()), xf)
+    out = _back(_atan64(_f64(xf)), xf)
     return _with_grad(out, [(xf, 1 / (1 + xf * xf))])
 
 
@@ -479,7 +479,7 @@ def atan2(y, x):
     y = _tensor(y, "atan2")
     y, x = y._operands(x, "atan2")
     y, x = y._float(), x._float()
-    res = _back(_atan2_64(_f64(y).detach(), _f64(x).detach()), y)
+    res = _back(_atan2_64(_f64(y), _f64(x)), y)
     r2 = x * x + y * y
     return _with_grad(res, [(y, x / r2), (x, -y / r2)])
 
@@ -490,7 +490,7 @@ arctan2 = atan2
 def asin(x):
     """atan2(x, sqrt((1 - x)(1 + x))); NaN outside [-1, 1]."""
     xf = x._float()
-    w = _f64(xf).detach()
+    w = _f64(xf)
     res = _atan2_64(w, ((1 - w) * (1 + w)).sqrt())
     out = _back(res, xf)
     return _with_grad(out, [(xf, ((1 - xf) * (1 + xf)).rsqrt())])
@@ -498,24 +498,39 @@ def asin(x):
 
 def acos(x):
     xf = x._float()
-    w = _f64(xf).detach()
+    w = _f64(xf)
     res = _atan2_64(((1 - w) * (1 + w)).sqrt(), w)
     out = _back(res, xf)
     return _with_grad(out, [(xf, -((1 - xf) * (1 + xf)).rsqrt())])
 
 
+# pi/2 in three parts of 33 bits each (fdlibm's pio2_1, pio2_2, pio2_3): k * part is exact
+PIO2 = (1.57079632673412561417e00, 6.07710050630396597660e-11, 2.02226624871116645580e-21)
+
+
 def tan(x):
-    """sin / cos (as accurate as this project's sin and cos; near pi/2 + k pi tan is
-    ill-conditioned itself)."""
+    """sin(r) / cos(r) on r = x - k pi/2 in [-pi/4, pi/4] (Cody-Waite reduction, pi/2 in
+    three exact parts), and -cos(r) / sin(r) for odd k: within a few float64 ulps for
+    |x| < 2^19, where k * pi/2's parts stay exact. Float32 goes through float64."""
     xf = x._float()
-    out = _back(_f64(xf).detach().sin() / _f64(xf).detach().cos(), xf)
+    w = _f64(xf)
+    k = round_(w * (2 / math.pi))
+    r = ((w - k * PIO2[0]) - k * PIO2[1]) - k * PIO2[2]
+    sr, cr = r.sin(), _cos_small(r)
+    odd = (k - 2 * floor(k * 0.5)) != 0
+    res = _where(odd, -cr / sr, sr / cr)
+    res = _where(isfinite(w), res, w - w)
+    out = _back(res, xf)
     return _with_grad(out, [(xf, 1 + out * out)])
 
 
-def sinh(x):
-    """(e^x - e^-x) / 2, with its Taylor series for |x| < 1 where that form cancels."""
-    xf = x._float()
-    w = _f64(xf).detach()
+def _cos_small(r):
+    """cos(r) for |r| <= pi/4 as 1 - 2 sin^2(r/2): no pi/2 shift, so no cancellation."""
+    h = (r * 0.5).sin()
+    return 1 - 2 * h * h
+
+
+def _sinh64(w):
     a = w.abs()
     e = a.exp()
     big = (e - 1 / e) * 0.5
@@ -525,23 +540,31 @@ def sinh(x):
         p = 1 + x2 / ((2 * n) * (2 * n + 1)) * p
     mag = _where(a < 1, a * p, big)
     res = _where(w < 0, -mag, mag)
-    res = _where(isnan(w), w, res)
-    out = _back(res, xf)
-    return _with_grad(out, [(xf, cosh(xf).detach())])
+    return _where(isnan(w), w, res)
+
+
+def _cosh64(w):
+    e = w.abs().exp()
+    return (e + 1 / e) * 0.5
+
+
+def sinh(x):
+    """(e^x - e^-x) / 2, with its Taylor series for |x| < 1 where that form cancels."""
+    xf = x._float()
+    w = _f64(xf)
+    return _with_grad(_back(_sinh64(w), xf), [(xf, _back(_cosh64(w), xf))])
 
 
 def cosh(x):
     xf = x._float()
-    w = _f64(xf).detach()
-    e = w.abs().exp()
-    out = _back((e + 1 / e) * 0.5, xf)
-    return _with_grad(out, [(xf, sinh(xf).detach())])
+    w = _f64(xf)
+    return _with_grad(_back(_cosh64(w), xf), [(xf, _back(_sinh64(w), xf))])
 
 
 def asinh(x):
     """sign(x) log1p(|x| + x^2 / (1 + sqrt(1 + x^2))); log(2|x|) where x^2 would overflow."""
     xf = x._float()
-    w = _f64(xf).detach()
+    w = _f64(xf)
     a = w.abs()
     huge = a > 1e150
     sa = _where(huge, 1.0, a)
@@ -556,7 +579,7 @@ def asinh(x):
 def acosh(x):
     """log1p(t + sqrt(2t + t^2)) with t = x - 1; log(2x) for huge x; NaN below 1."""
     xf = x._float()
-    w = _f64(xf).detach()
+    w = _f64(xf)
     huge = w > 1e150
     t = _where(huge, 1.0, w) - 1
     mid = log1p(t + (2 * t + t * t).sqrt())
@@ -568,7 +591,7 @@ def acosh(x):
 def atanh(x):
     """sign(x) log1p(2|x| / (1 - |x|)) / 2: accurate near 0 and near +-1."""
     xf = x._float()
-    w = _f64(xf).detach()
+    w = _f64(xf)
     a = w.abs()
     mag = 0.5 * log1p(2 * a / (1 - a))
     res = _where(w < 0, -mag, mag)
@@ -598,7 +621,8 @@ def isclose(a, b, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = Fals
     if x.dtype.is_bool:
         return x == y
     x, y = x._float(), y._float()
-    close = (x == y) | ((x - y).abs() <= atol + rtol * y.abs())
+    d, lim = (x - y).abs(), atol + rtol * y.abs()
+    close = (x == y) | (d < lim) | (d == lim)  # (not <=: NaN must compare false)
     close = close & ~((isinf(x) | isinf(y)) & (x != y))
     if equal_nan:
         close = close | (isnan(x) & isnan(y))

@@ -123,7 +123,7 @@ def norm(x, p="fro", dim=None, keepdim: bool = False):
         fail(DTypeError, "norm", f"needs a float tensor, got {x.dtype.name}")
     if p == "fro" or p == 2:
         n = (x * x).sum(dim, keepdim=True).sqrt()
-        out = x._make(N.contiguous(n.detach().node, "norm with its own gradient"), x)
+        out = x._make(N.contiguous(n.node, "norm with its own gradient"), x)
         if out.requires_grad:
             safe = _where(n == 0, 1, n).detach()
             share = _where(n == 0, 0, x / safe)
