@@ -521,7 +521,7 @@ def scatter_reduce(x, dim: int, index, src, reduce: str, include_self: bool = Tr
     xf = x.reshape(-1)
     hitf = hit.reshape(-1)
     if reduce == "prod":
-        from .mathops import prod
+        from .shapeops import prod
 
         red = prod(where(onehot, v, 1), 1)
         out = red * xf if include_self else where(hitf, red, xf)
