@@ -553,17 +553,13 @@ def meshgrid(*tensors, indexing: str = "ij"):
     if indexing not in ("ij", "xy"):
         fail(ShapeError, "meshgrid", f"indexing must be 'ij' or 'xy', got {indexing!r}")
     ts = [t.reshape(-1) for t in tensors]
-    swap = indexing == "xy" and len(ts) >= 2
-    if swap:
-        ts[0], ts[1] = ts[1], ts[0]
     shape = tuple(t.shape[0] for t in ts)
     out = []
     for k, t in enumerate(ts):
         view = [1] * len(ts)
         view[k] = shape[k]
         out.append(t.reshape(view).expand(shape))
-    if swap:
-        out[0], out[1] = out[1], out[0]
+    if indexing == "xy" and len(ts) >= 2:  # Cartesian: the first two axes swap
         out = [o.transpose(0, 1) for o in out]
     return tuple(out)
 
