@@ -289,3 +289,15 @@ def test_flip_and_negative_steps():
     assert np.array_equal(x[2:0:-1, -1:-5:-2].numpy(), A[2:0:-1, -1:-5:-2])
     assert np.array_equal(x.fliplr().numpy(), np.fliplr(A))
     assert fg.testing.gradcheck(lambda t: t[::-2, 1:, ::-1].flip(1), [x])
+
+
+def test_flipped_column_shifted_by_a_pad_reads_inside_the_buffer():
+    # the index (3 - o) % 3 was simplified to (-o) % 3 and rendered with srem, which is
+    # negative for o > 0: a read before the buffer (ir/symbolic.py now keeps it >= 0)
+    c = np.arange(1.0, 7.0).reshape(3, 2)
+    got = fg.tensor(c)[:, 0].flip(0).pad((1, 0)).numpy()
+    assert got.tolist() == [0.0, 5.0, 3.0, 1.0]
+    t = fg.tensor(A)
+    assert np.array_equal(
+        (t[0] * t[1]).flip(0).cumsum(0).numpy(), np.cumsum((A[0] * A[1])[::-1], 0)
+    )
