@@ -362,3 +362,37 @@ def test_binary_gradients():
         assert fg.testing.gradcheck(fn, [a, b])
     w = fg.tensor([0.2, 0.6, 0.9, 0.1], dtype=fg.float64)
     assert fg.testing.gradcheck(lambda p, q, r: fg.lerp(p, q, r), [a, b, w])
+
+
+def test_smaller_aliases_and_relatives():
+    a = np.array([1.5, -2.5, math.inf, -math.inf, 0.0])
+    t = fg.tensor(a)
+    assert t.isposinf().tolist() == np.isposinf(a).tolist()
+    assert t.isneginf().tolist() == np.isneginf(a).tolist()
+    assert t.fix().tolist() == np.trunc(a).tolist() and t.sgn().tolist() == np.sign(a).tolist()
+    assert t.isreal().tolist() == [True] * 5
+    np.testing.assert_allclose(
+        fg.tensor([1.0, 3.0]).logaddexp2(fg.tensor([2.0, 3.0])).numpy(),
+        np.logaddexp2([1.0, 3.0], [2.0, 3.0]),
+        rtol=1e-6,
+    )
+    p, q = fg.tensor([1, 0, 2]), fg.tensor([1, 1, 0])
+    assert fg.logical_and(p, q).tolist() == [True, False, False]
+    assert fg.logical_or(p, q).tolist() == [True, True, True]
+    assert fg.logical_xor(p, q).tolist() == [False, True, True]
+    b = fg.tensor([6.0, 8.0])
+    assert b.true_divide(4).tolist() == [1.5, 2.0] and b.divide(4).tolist() == [1.5, 2.0]
+    assert b.multiply(2).tolist() == [12.0, 16.0] and b.subtract(1).tolist() == [5.0, 7.0]
+    assert (
+        b.arctan2(fg.tensor([1.0, 1.0])).tolist()
+        == np.arctan2([6.0, 8.0], 1.0).astype(np.float32).tolist()
+    )
+    c = fg.tensor([1.0, 2.0, 3.0])
+    c.masked_fill_(fg.tensor([False, True, False]), 0.0)
+    assert c.tolist() == [1.0, 0.0, 3.0]
+    c.scatter_reduce_(0, fg.tensor([0, 0]), fg.tensor([5.0, 7.0]), "amax")
+    assert c.tolist() == [7.0, 0.0, 3.0]
+    assert (1 << fg.tensor([1, 2])).tolist() == [2, 4] and (64 >> fg.tensor([1, 2])).tolist() == [
+        32,
+        16,
+    ]

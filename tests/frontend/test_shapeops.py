@@ -230,3 +230,25 @@ def test_broadcast_shapes_and_minitorch_grad_check():
         wrong = fg.tensor([0.5, 2.0], dtype=fg.float64)
         # backward sees only "+ t" (derivative 1); the function really is t^2 + t
         fg.testing.grad_check(lambda t: t.detach() * t.detach() + t, wrong)
+
+
+def test_smaller_aliases_and_relatives():
+    v = RNG.normal(size=(2, 3))
+    t = fg.tensor(v)
+    same(t.diag_embed(), np.stack([np.diag(r) for r in v]))
+    same(fg.tensor(v[0]).diag_embed(1), np.diag(v[0], 1))
+    same(t.kron(fg.tensor([[1.0, 2.0]])), np.kron(v, [[1.0, 2.0]]))
+    for p, w in zip(X.tensor_split(3, 2), np.array_split(A, 3, 2)):
+        same(p, w)
+    for p, w in zip(X.tensor_split([1, 3], 1), np.split(A, [1, 3], 1)):
+        same(p, w)
+    same(X.movedim(0, 2), np.moveaxis(A, 0, 2))
+    same(X.moveaxis((0, 1), (2, 0)), np.moveaxis(A, (0, 1), (2, 0)))
+    same(X.swapaxes(0, 2), np.swapaxes(A, 0, 2))
+    same(X.tile((2,)), np.tile(A, (1, 1, 2)))
+    same(X.narrow(1, -3, 2), A[:, 1:3])
+    with pytest.raises(fg.IndexingError, match="exceeds"):
+        X.narrow(1, 3, 2)
+    same(X.msort(), np.sort(A, 0))
+    assert np.array_equal(fg.tensor(v > 0).argwhere().numpy(), np.argwhere(v > 0))
+    same(X.flipud(), A[::-1])
