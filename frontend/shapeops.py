@@ -202,7 +202,12 @@ def _tri(x, diagonal: int, upper: bool, op: str):
 
 
 def tril(x, diagonal: int = 0):
-    """The lower triangle (elements with col - row <= diagonal); the rest is 0."""
+    """The lower triangle (elements with col - row <= diagonal); the rest is 0.
+
+    >>> import fusegrad as fg
+    >>> fg.ones(2, 2).tril().tolist()
+    [[1.0, 0.0], [1.0, 1.0]]
+    """
     return _tri(x, diagonal, False, "tril")
 
 
@@ -374,7 +379,12 @@ def narrow(x, dim: int, start: int, length: int):
 
 
 def split(x, split_size_or_sections, dim: int = 0):
-    """Pieces of `split_size` along `dim` (the last may be shorter), or of the given sizes."""
+    """Pieces of `split_size` along `dim` (the last may be shorter), or of the given sizes.
+
+    >>> import fusegrad as fg
+    >>> [t.tolist() for t in fg.arange(5).split(2)]
+    [[0, 1], [2, 3], [4]]
+    """
     d = x._dim(dim, "split")
     n = x.shape[d]
     if isinstance(split_size_or_sections, int):
@@ -475,7 +485,12 @@ def unfold(x, dimension: int, size: int, step: int):
 
 
 def repeat(x, *sizes):
-    """Tile x: `sizes` gives the copies along each axis (more axes than x adds leading ones)."""
+    """Tile x: `sizes` gives the copies along each axis (more axes than x adds leading ones).
+
+    >>> import fusegrad as fg
+    >>> fg.tensor([1, 2]).repeat(2).tolist(), fg.tensor([1, 2]).repeat_interleave(2).tolist()
+    ([1, 2, 1, 2], [1, 1, 2, 2])
+    """
     if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
         sizes = tuple(sizes[0])
     sizes = tuple(int(s) for s in sizes)
@@ -592,7 +607,12 @@ def _scan(x, dim, combine, fill, op: str):
 
 
 def cumsum(x, dim: int, dtype=None):
-    """Running sums along `dim` (ints and bools sum as int64): log2(n) shifted adds."""
+    """Running sums along `dim` (ints and bools sum as int64): log2(n) shifted adds.
+
+    >>> import fusegrad as fg
+    >>> fg.tensor([1, 2, 3]).cumsum(0).tolist()
+    [1, 3, 6]
+    """
     x = x.cast(dtype) if dtype is not None else (x if x.dtype.is_float else x.cast(int64))
     return _scan(x, dim, lambda a, b: a + b, 0, "cumsum")
 
@@ -668,7 +688,13 @@ def _ranks(x, d: int, descending: bool, op: str):
 
 
 def sort(x, dim: int = -1, descending: bool = False, stable: bool = False):
-    """(sorted values, indices) along `dim`, stable, NaN last; see SORT_LIMIT."""
+    """(sorted values, indices) along `dim`, stable, NaN last; see SORT_LIMIT.
+
+    >>> import fusegrad as fg
+    >>> v, i = fg.tensor([3.0, 1.0, 2.0]).sort()
+    >>> v.tolist(), i.tolist()
+    ([1.0, 2.0, 3.0], [1, 2, 0])
+    """
     if x.ndim == 0:
         return ValuesIndices(x, x._make(N.const(0, (), int64)))
     d = x._dim(dim, "sort")
@@ -695,7 +721,12 @@ def msort(x):
 
 
 def topk(x, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
-    """The k largest (or smallest) along `dim`, with their indices."""
+    """The k largest (or smallest) along `dim`, with their indices.
+
+    >>> import fusegrad as fg
+    >>> fg.tensor([3.0, 1.0, 2.0]).topk(2).values.tolist()
+    [3.0, 2.0]
+    """
     d = x._dim(dim, "topk") if x.ndim else 0
     n = x.shape[d] if x.ndim else 1
     if not 0 <= k <= n:
