@@ -678,13 +678,19 @@ def _check_bits(a, b, op: str):
 
 
 def _bits(x, nbits):
-    """Two's complement bits of an integer tensor, lowest first, as integers 0/1."""
+    """Two's complement bits of an integer tensor, lowest first, as bools.
+
+    For x < 0 the bits are those of ~x = -x - 1 >= 0, inverted; bit k of a value u >= 0 is
+    u // 2^k - 2 (u // 2^(k+1)) with truncating (here exact) division by constants.
+    """
+    neg = x < 0
+    u = _where(neg, -x - 1, x)
     out = []
-    rest = x
-    for _ in range(nbits):
-        half = floor_divide(rest, 2)
-        out.append(rest - half * 2)
-        rest = half
+    for k in range(nbits):
+        # u < 2^(nbits - 1): the quotients by larger powers (not representable) are 0
+        hi = u._binary(Ops.DIV, 2 ** (k + 1), "bits") if k + 1 < nbits - 1 else u * 0
+        lo = u._binary(Ops.DIV, 2**k, "bits") if 0 < k < nbits - 1 else (u if k == 0 else u * 0)
+        out.append((lo - hi * 2 == 1) != neg)
     return out
 
 
@@ -716,7 +722,7 @@ def _bitwise(a, b, op: str, combine):
         return combine(x, y)
     n = x.dtype.itemsize * 8
     bx, by = _bits(x, n), _bits(y, n)
-    return _from_bits([combine(p == 1, q == 1).cast(x.dtype) for p, q in zip(bx, by)], x.dtype)
+    return _from_bits([combine(p, q).cast(x.dtype) for p, q in zip(bx, by)], x.dtype)
 
 
 def bitwise_and(a, b):

@@ -112,6 +112,7 @@ def test_rounding_is_exact_everywhere(name, dt):
     ref = {"floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "round": np.round}[name]
     halves = np.arange(-10, 10, 0.5)
     edges = np.array([2.0**23 - 0.5, 2.0**52 - 0.5, 0.49999997, -0.49999997, 2.5e300, -1e20])
+    edges = edges[np.abs(edges) < np.finfo(dt).max]
     a = np.concatenate([wide(dt), halves, edges]).astype(dt)
     a = np.concatenate([a, np.array(SPECIAL, dt)])
     got = getattr(fg.tensor(a), name)().numpy()
@@ -166,7 +167,8 @@ def test_integer_division_modes_and_operators():
     assert fg.fmod(ta, tb).tolist() == np.fmod(a, b).tolist()
     assert ta.div(tb, rounding_mode="trunc").tolist() == (np.trunc(a / b)).astype(int).tolist()
     assert ta.div(tb, rounding_mode="floor").tolist() == (a // b).tolist()
-    assert (17 // ta).tolist() == (17 // a).tolist()
+    with np.errstate(divide="ignore"):  # 17 // 0: numpy gives 0 with a warning, fusegrad 0
+        assert (17 // ta).tolist() == (17 // a).tolist()
     assert (17 % tb).tolist() == (17 % b).tolist()
     np.testing.assert_allclose(ta.div(tb).numpy(), a / b, rtol=1e-6)
     f = fg.tensor([7.5, -7.5])
