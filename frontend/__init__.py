@@ -74,6 +74,10 @@ from .debug import compile_times, graph_dot, kernels  # noqa: E402
 from .indexing import (  # noqa: E402
     flip,
     gather,
+    index_add,
+    index_copy,
+    index_fill,
+    index_put,
     index_select,
     masked_fill,
     masked_select,
@@ -81,6 +85,7 @@ from .indexing import (  # noqa: E402
     scatter,
     scatter_add,
     scatter_reduce,
+    take,
     take_along_dim,
     where,
 )

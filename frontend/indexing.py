@@ -553,6 +553,74 @@ def index_select(x, dim: int, index):
     return x[(slice(None),) * d + (index.reshape(-1),)]
 
 
+def take(x, index):
+    """The elements of the flattened tensor at `index` (any shape).
+
+    >>> import fusegrad as fg
+    >>> fg.tensor([[4, 3], [5, 6]]).take(fg.tensor([0, 3])).tolist()
+    [4, 6]
+    """
+    index = _as_index(index, "take")
+    return x.reshape(-1)[index]
+
+
+def _along(x, dim: int, index, op: str):
+    """A 1-D index along `dim`, spread to the shape of the selection it makes."""
+    index = _as_index(index, op)
+    if index.ndim > 1 or index.dtype.is_bool:
+        fail(IndexingError, op, f"index must be a vector of ints, got shape {index.shape}")
+    d = x._dim(dim, op)
+    index = index.reshape(-1)
+    _check_range(index, x.shape[d], d, op)
+    view = [1] * x.ndim
+    view[d] = index.shape[0]
+    shape = x.shape[:d] + (index.shape[0],) + x.shape[d + 1 :]
+    return d, _wrap(index, x.shape[d]).reshape(view).expand(shape)
+
+
+def index_add(x, dim: int, index, source, alpha=1):
+    """x with alpha * source[..., i, ...] added to x[..., index[i], ...] along `dim`.
+
+    >>> import fusegrad as fg
+    >>> fg.zeros(3).index_add(0, fg.tensor([0, 0, 2]), fg.tensor([1.0, 2.0, 3.0])).tolist()
+    [3.0, 0.0, 3.0]
+    """
+    d, spread = _along(x, dim, index, "index_add")
+    src = source * alpha if alpha != 1 else source
+    return scatter_add(x, d, spread, src)
+
+
+def index_copy(x, dim: int, index, source):
+    """x with x[..., index[i], ...] = source[..., i, ...] along `dim`."""
+    d, spread = _along(x, dim, index, "index_copy")
+    return scatter(x, d, spread, source)
+
+
+def index_fill(x, dim: int, index, value):
+    """x with `value` at the positions `index` along `dim`."""
+    d, spread = _along(x, dim, index, "index_fill")
+    return scatter(x, d, spread, value)
+
+
+def index_put(x, indices, values, accumulate: bool = False):
+    """x[indices] = values (a tuple of index tensors), or += with accumulate=True, where
+    repeated places add up."""
+    from .creation import arange
+    from .tensor import Tensor, as_tensor
+
+    indices = tuple(indices)
+    positions = arange(x.numel()).reshape(x.shape)[indices]
+    if not accumulate:
+        out = x.clone()
+        setitem(out, indices, values)
+        return out
+    v = values if isinstance(values, Tensor) else as_tensor(values)
+    v = v.cast(x.dtype).expand(positions.shape).reshape(-1)
+    pos = positions.reshape(-1)
+    summed = v._make(N.scatter_add(v.node, pos.node, x.numel()), v)
+    return x + summed.reshape(x.shape)
+
+
 def take_along_dim(x, indices, dim=None):
     """Values of `x` at `indices` along `dim` (numpy's take_along_axis); flattened if dim is None.
 
@@ -697,6 +765,11 @@ METHODS = {
     "scatter_reduce": scatter_reduce,
     "index_select": index_select,
     "take_along_dim": take_along_dim,
+    "take": take,
+    "index_add": index_add,
+    "index_copy": index_copy,
+    "index_fill": index_fill,
+    "index_put": index_put,
     "masked_fill": masked_fill,
     "masked_select": masked_select,
     "nonzero": nonzero,
@@ -720,6 +793,15 @@ def install(cls) -> None:
         method.__doc__ = f"In-place form of {fn.__name__} (rebinds this tensor's value)."
         return method
 
-    for name in ("scatter", "scatter_add", "scatter_reduce", "masked_fill"):
+    for name in (
+        "scatter",
+        "scatter_add",
+        "scatter_reduce",
+        "masked_fill",
+        "index_add",
+        "index_copy",
+        "index_fill",
+        "index_put",
+    ):
         setattr(cls, name + "_", inplace(METHODS[name]))
     cls.__setitem__ = setitem

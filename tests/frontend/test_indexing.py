@@ -301,3 +301,42 @@ def test_flipped_column_shifted_by_a_pad_reads_inside_the_buffer():
     assert np.array_equal(
         (t[0] * t[1]).flip(0).cumsum(0).numpy(), np.cumsum((A[0] * A[1])[::-1], 0)
     )
+
+
+def test_take_and_the_index_family():
+    x = fg.tensor(A)
+    flat = np.array([[0, 59], [7, 7]])
+    assert np.array_equal(x.take(fg.tensor(flat)).numpy(), np.take(A, flat))
+    src = np.random.default_rng(3).normal(size=(3, 3, 5))
+    idx = np.array([3, 0, 3])
+    want = A.copy()
+    np.add.at(want, (slice(None), idx), 2 * src)
+    got = x.index_add(1, fg.tensor(idx), fg.tensor(src), alpha=2).numpy()
+    np.testing.assert_allclose(got, want)
+    want = A.copy()
+    want[:, [1, 0, 2]] = src
+    np.testing.assert_array_equal(
+        x.index_copy(1, fg.tensor([1, 0, 2]), fg.tensor(src)).numpy(), want
+    )
+    want = A.copy()
+    want[:, :, [4, 0]] = -1
+    np.testing.assert_array_equal(x.index_fill(2, fg.tensor([4, 0]), -1).numpy(), want)
+    rows, cols = np.array([0, 0, 2]), np.array([1, 1, 3])
+    want = A.copy()
+    np.add.at(want, (rows, cols), 1.0)
+    got = x.index_put((fg.tensor(rows), fg.tensor(cols)), fg.tensor(1.0), accumulate=True)
+    np.testing.assert_allclose(got.numpy(), want)
+    want = A.copy()
+    want[rows, cols] = 5.0
+    got = x.index_put((fg.tensor(rows), fg.tensor(cols)), fg.tensor(5.0))
+    np.testing.assert_array_equal(got.numpy(), want)
+    assert np.array_equal(x.numpy(), A)  # out of place
+    y = fg.tensor(A.copy())
+    y.index_fill_(0, fg.tensor([1]), 0.0)
+    assert y.numpy()[1].sum() == 0
+    I = fg.tensor(idx)
+    assert fg.testing.gradcheck(lambda t, s: t.index_add(1, I, s), [x, fg.tensor(src)])
+    with pytest.raises(fg.IndexingError, match="vector"):
+        x.index_add(1, fg.tensor([[0]]), fg.ones(3, 1, 5, dtype=fg.float64))
+    with pytest.raises(fg.IndexingError, match="out of bounds"):
+        x.index_fill(1, fg.tensor([4]), 0.0)
