@@ -322,6 +322,23 @@ def _put(x, positions, values, may_repeat: bool = True):
     return where(hit, summed, x.reshape(-1)).reshape(x.shape)
 
 
+def _positions(x):
+    """The flat position of every element of x, lazily: sum of arange(n_d) * stride_d over the
+    axes (small shared index tables, not a host array as large as x)."""
+    from .creation import arange
+
+    shape = x.shape
+    out = x._make(N.const(0, shape, int64))
+    stride = 1
+    for d in reversed(range(len(shape))):
+        if shape[d] > 1:
+            view = [1] * len(shape)
+            view[d] = shape[d]
+            out = out + (arange(shape[d]) * stride).reshape(view)
+        stride *= shape[d]
+    return out
+
+
 def _has_tensor_index(index) -> bool:
     items = index if isinstance(index, tuple) else (index,)
     return any(_is_advanced(i) for i in items)
@@ -329,10 +346,9 @@ def _has_tensor_index(index) -> bool:
 
 def setitem(x, index, value) -> None:
     """`x[index] = value`: x is rebound to a new value (see the module docstring)."""
-    from .creation import arange
     from .tensor import Tensor, as_tensor
 
-    positions = arange(x.numel()).reshape(x.shape)[index]
+    positions = _positions(x)[index]
     if not isinstance(value, Tensor):
         value = as_tensor(value) if not isinstance(value, (int, float, bool)) else value
     if isinstance(value, Tensor):
@@ -605,11 +621,10 @@ def index_fill(x, dim: int, index, value):
 def index_put(x, indices, values, accumulate: bool = False):
     """x[indices] = values (a tuple of index tensors), or += with accumulate=True, where
     repeated places add up."""
-    from .creation import arange
     from .tensor import Tensor, as_tensor
 
     indices = tuple(indices)
-    positions = arange(x.numel()).reshape(x.shape)[indices]
+    positions = _positions(x)[indices]
     if not accumulate:
         out = x.clone()
         setitem(out, indices, values)
