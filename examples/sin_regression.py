@@ -29,7 +29,7 @@ from tqdm import tqdm
 import fusegrad as fg
 from fusegrad import nn
 from fusegrad.runtime import compiler
-from fusegrad.runtime.realize import stats
+from fusegrad.runtime.engine import stats
 
 
 def main() -> None:

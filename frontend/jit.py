@@ -76,9 +76,9 @@ from . import autograd, autograd_state
 from .errors import FusegradError
 from .ir import node as N
 from .ir.dtypes import int32
-from .runtime import realize as R
 from .runtime.buffer import Buffer
 from .runtime.config import config
+from .runtime.engine import engine
 from .tensor import Tensor
 from .tensor import realize as realize_tensors
 
@@ -150,8 +150,9 @@ def track(tensors) -> None:
     if _recording is None:
         return
     for t in tensors:
-        if t.node.realized is not None:
-            _recording.state.append((t, t.node.realized))
+        buf = engine.value(t.node)
+        if buf is not None:
+            _recording.state.append((t, buf))
 
 
 def key_buffer(draw: Callable[[], int]) -> Buffer | None:
@@ -214,7 +215,7 @@ class jit:
                     f"fusegrad: jit replay of {self.__qualname__}: {kernels} kernel(s), no Python",
                     file=sys.stderr,
                 )
-            return _run_replay(entry.replay, [t.node.realized for t in tensors])
+            return _run_replay(entry.replay, [engine.value(t.node) for t in tensors])
         entry.calls += 1
         if entry.calls == 1:  # the first call creates state (optimizer buffers): not recorded
             return _results(self.fn(*args), Tensor.detach)
@@ -226,20 +227,22 @@ class jit:
 
     def _record(self, entry: _Entry, args, tensors):
         global _recording, _entry
-        if R.capture is not None:
+        if engine.recording():
             raise JitError("fusegrad.jit: a jitted function cannot call another while recording")
-        recording = _Recording([t.node.realized for t in tensors])
-        R.capture, _recording, _entry = recording.realizes, recording, entry
-        N.RECOMPUTE_REALIZED = True
+        recording = _Recording([engine.value(t.node) for t in tensors])
+        captured = engine.start_recording()
+        recording.realizes = captured.realizes
+        _recording, _entry = recording, entry
         try:
             out = self.fn(*args)
             pending = []
-            _results(out, lambda t: t.node.realized is None and pending.append(t))
+            fresh = engine.has_value_predicate()
+            _results(out, lambda t: not fresh(t.node) and pending.append(t))
             if pending:
                 realize_tensors(*pending)
         finally:
-            R.capture, _recording, _entry = None, None, None
-            N.RECOMPUTE_REALIZED = False
+            engine.stop_recording()
+            _recording, _entry = None, None
         return out, recording
 
 
@@ -254,7 +257,7 @@ def _prepare(args) -> tuple[list, list[Tensor], tuple]:
             a = from_numpy(a)
         call_args.append(a)
         if isinstance(a, Tensor):
-            if a.node.realized is None:
+            if engine.value(a.node) is None:
                 realize_tensors(a)
             tensors.append(a)
             signature.append(("tensor", a.shape, a.dtype.name, a.requires_grad))
@@ -304,8 +307,8 @@ def _plan_replay(fn, a: _Recording, b: _Recording, out) -> _Replay:
     state = list({id(t): t for t, _ in b.state}.values())
     index = {id(t): k for k, t in enumerate(state)}
     before = {id(buf): index[id(t)] for t, buf in b.state}
-    for t in list(autograd._leaves.values()) + list(_parameters.values()):
-        buf = t.node.realized
+    for t in autograd._live_leaves() + list(_parameters.values()):
+        buf = engine.value(t.node)
         if buf is not None and id(buf) not in before:
             before[id(buf)] = len(state)
             state.append(t)
@@ -313,14 +316,14 @@ def _plan_replay(fn, a: _Recording, b: _Recording, out) -> _Replay:
     for (plan, _, leaves_a), (_, _, leaves_b) in zip(a.realizes, b.realizes):
         sources = []
         for la, lb in zip(leaves_a, leaves_b):
-            buf = lb.realized
+            buf = engine.value(lb)
             if id(buf) in b_args:
                 sources.append(("arg", b_args[id(buf)], 0))
             elif id(buf) in produced:
                 sources.append(("now",) + produced[id(buf)])
             elif id(buf) in before:
                 sources.append(("state", before[id(buf)], 0))
-            elif buf is la.realized:
+            elif buf is engine.value(la):
                 sources.append(("fixed", buf, 0))
             else:
                 raise JitError(
@@ -331,9 +334,9 @@ def _plan_replay(fn, a: _Recording, b: _Recording, out) -> _Replay:
                 )
         plans.append((plan, sources))
     updates = [
-        (k, *produced[id(t.node.realized)])
+        (k, *produced[id(engine.value(t.node))])
         for k, t in enumerate(state)
-        if id(t.node.realized) in produced
+        if id(engine.value(t.node)) in produced
     ]
     results = _sources_of(out, produced, b_args, name)
     return _Replay(plans, state, updates, results, b.hooks, b.guards)
@@ -341,7 +344,7 @@ def _plan_replay(fn, a: _Recording, b: _Recording, out) -> _Replay:
 
 def _outputs(rec: _Recording) -> dict[int, tuple[int, int]]:
     return {
-        id(n.realized): (r, j)
+        id(engine.value(n)): (r, j)
         for r, (_, todo, _) in enumerate(rec.realizes)
         for j, n in enumerate(todo)
     }
@@ -360,7 +363,7 @@ class _Result:
 
 def _sources_of(out, produced, args, name):
     def one(t: Tensor) -> _Result:
-        buf = t.node.realized
+        buf = engine.value(t.node)
         if id(buf) in produced:
             return _Result("now", *produced[id(buf)], t.shape, t.dtype)
         if id(buf) in args:
@@ -376,14 +379,14 @@ def _sources_of(out, produced, args, name):
 def _run_replay(replay: _Replay, args: list[Buffer]):
     for hook in replay.hooks:
         hook()
-    stale = [t for t in replay.state if t.node.realized is None]
+    stale = [t for t in replay.state if engine.value(t.node) is None]
     if stale:  # a parameter given a lazy value outside the step: compute it first
         realize_tensors(*stale)
-    current = [t.node.realized for t in replay.state]
+    current = [engine.value(t.node) for t in replay.state]
     outs: list[list[Buffer]] = []
     for plan, sources in replay.plans:
         leaves = [_source(s, args, outs, current) for s in sources]
-        bufs, records = R.run_plan(plan, leaves)
+        bufs, records = engine.execute(plan, leaves)
         for b in bufs:
             b.kernels = records
         outs.append(bufs)

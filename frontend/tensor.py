@@ -29,7 +29,7 @@ from .ir.dtypes import DType, bool_, float32, promote, promote_scalar, to_dtype
 from .ir.ops import Ops
 from .movement import MovementMixin
 from .reduce import ReduceMixin
-from .runtime.realize import realize as _realize
+from .runtime.engine import engine
 
 Scalar = int | float | bool
 
@@ -107,10 +107,21 @@ class Tensor(MovementMixin, ReduceMixin):
         realize(self)
         return self
 
+    def _has_value(self) -> bool:
+        """Whether this tensor's value is already computed (reading it runs nothing)."""
+        return engine.value(self.node) is not None
+
+    def _write_scalar(self, value) -> None:
+        """Overwrite the one element of a realized 0-d buffer tensor in place (an
+        optimizer's per-step scalars: the graph reads them as data, so their new values
+        change no graph structure)."""
+        assert self.node.op is Ops.BUFFER and self.numel() == 1
+        self.node.arg.array[0] = value
+
     def numpy(self) -> np.ndarray:
         """The value as a read-only numpy array of this tensor's shape and dtype."""
         self.realize()
-        a = self.node.realized.numpy().reshape(self.shape).view()
+        a = engine.value(self.node).numpy().reshape(self.shape).view()
         a.setflags(write=False)
         return a
 
@@ -449,8 +460,9 @@ class Tensor(MovementMixin, ReduceMixin):
 
     def detach(self) -> Tensor:
         """The same value, with no gradient flowing back through it."""
-        if self.node.realized is not None:  # computed already: the buffer, not a copy of it
-            node = N.buffer(self.node.realized, self.shape, self.dtype)
+        buf = engine.value(self.node)
+        if buf is not None:  # computed already: the buffer, not a copy of it
+            node = N.buffer(buf, self.shape, self.dtype)
         else:
             node = N.detach(self.node)
         return Tensor(node, requires_grad=False, strides=self._strides)
@@ -469,8 +481,9 @@ class Tensor(MovementMixin, ReduceMixin):
                 f"value of shape {value.shape} for a tensor of shape {self.shape}",
             )
         value = value.cast(self.dtype)
-        if value.node.realized is not None:
-            self.node = N.buffer(value.node.realized, self.shape, self.dtype)
+        buf = engine.value(value.node)
+        if buf is not None:
+            self.node = N.buffer(buf, self.shape, self.dtype)
         else:
             self.node = N.detach(value.node)
         self._strides = None
@@ -486,6 +499,54 @@ class Tensor(MovementMixin, ReduceMixin):
     def backward(self, gradient=None, retain_graph=None, create_graph: bool = False):
         """Accumulate gradients into the `.grad` of every leaf this tensor depends on."""
         backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph)
+
+
+class LazyGrad(Tensor):
+    """A leaf's gradient from backward(), built only when first used.
+
+    Its shape and dtype are known at once; its node (the backward graph) is built the
+    first time anything reads it, for all the gradients of that backward() call together
+    (`autograd.PendingGrads`). An optimizer step that finds every gradient still unbuilt
+    may run a cached plan instead (`frontend/stepcache.py`).
+    """
+
+    __slots__ = ("pending", "index")
+
+    def __init__(self, pending, index: int):
+        self.pending, self.index = pending, index
+        _NODE.__set__(self, None)
+        self.requires_grad = False
+        self._grad = None
+        self._strides = None
+        self._is_leaf = True
+
+    @property
+    def node(self) -> N.Node:
+        n = _NODE.__get__(self, Tensor)
+        if n is None:
+            n = self.pending.materialize()[self.index]
+            _NODE.__set__(self, n)
+        return n
+
+    @node.setter
+    def node(self, value: N.Node) -> None:
+        _NODE.__set__(self, value)
+
+    @property
+    def built(self) -> bool:
+        """Whether the backward graph behind this gradient has been built."""
+        return _NODE.__get__(self, Tensor) is not None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.pending.targets[self.index].shape
+
+    @property
+    def dtype(self) -> DType:
+        return self.pending.targets[self.index].dtype
+
+
+_NODE = Tensor.__dict__["node"]  # the slot itself, under LazyGrad's property
 
 
 # ---------------------------------------------------------------- module functions
@@ -570,7 +631,7 @@ def realize(*tensors: Tensor) -> list:
     buffer, so the graph that produced it, and every buffer in it, can be freed.
     """
     nodes = [t.node for t in tensors]
-    records = _realize(nodes)
+    records = engine.realize(nodes)
     for t in tensors:
         if t._is_leaf or not t.requires_grad or graph_consumed(t):
             drop_graph(t)
@@ -579,5 +640,7 @@ def realize(*tensors: Tensor) -> list:
 
 def drop_graph(t: Tensor) -> None:
     """Point a realized tensor at its buffer alone."""
-    if t.node.realized is not None and t.node.op is not Ops.BUFFER:
-        t.node = N.buffer(t.node.realized, t.shape, t.dtype)
+    if t.node.op is not Ops.BUFFER:
+        buf = engine.value(t.node)
+        if buf is not None:
+            t.node = N.buffer(buf, t.shape, t.dtype)

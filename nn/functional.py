@@ -132,7 +132,7 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> 
 
 def _check_indices(input: Tensor, num: int) -> None:
     """Out-of-range indices would silently give zero rows: check them when they are known."""
-    if input.node.realized is None or input.numel() == 0:
+    if not input._has_value() or input.numel() == 0:
         return
     values = input.numpy()
     lo, hi = int(values.min()), int(values.max())

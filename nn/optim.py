@@ -122,7 +122,7 @@ class Optimizer:
                 self._update(p, p.grad, group, state, scalars[id(p)])
                 outputs.append(p)
                 outputs.extend(t for t in state.values() if isinstance(t, Tensor))
-        extra = [t for t in with_outputs if t.node.realized is None]
+        extra = [t for t in with_outputs if not t._has_value()]
         if outputs or pending or extra:
             _realize(*outputs, *pending, *extra)
         return loss
@@ -232,7 +232,7 @@ def _scalar_slots(slots: dict, key, values: list[float], like: Tensor) -> list[T
     if held is None or len(held) != len(values):
         held = slots[key] = [creation.from_numpy(np.zeros((), like.dtype.np)) for _ in values]
     for t, v in zip(held, values):
-        t.node.realized.array[0] = v
+        t._write_scalar(v)
     return held
 
 

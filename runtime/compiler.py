@@ -15,7 +15,9 @@ import functools
 import hashlib
 import os
 import tempfile
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import llvmlite
@@ -80,6 +82,10 @@ class CompiledKernel:
         return ctypes.CFUNCTYPE(None, *argtypes)(self.address)
 
     def _texts_now(self) -> dict:
+        with _lock:
+            return self._make_texts()
+
+    def _make_texts(self) -> dict:
         if not self._texts:
             tm, _, _ = _target()
             mod = _optimize(self.source)
@@ -96,7 +102,14 @@ class CompiledKernel:
         return self._texts_now()["asm"]
 
 
-_memory: dict[str, CompiledKernel] = {}
+# symbol -> the kernel, most recently used last; bounded by config.kernel_cache_size. The
+# machine code itself stays loaded in the one MCJIT engine (it cannot unload an object
+# file), so `_addresses` remembers where every symbol ever loaded lives: a kernel evicted
+# here and needed again is found there instead of being loaded a second time.
+_memory: OrderedDict[str, CompiledKernel] = OrderedDict()
+_addresses: dict[str, int] = {}
+# llvmlite's engine and pass managers are not thread-safe: one compile at a time
+_lock = threading.RLock()
 
 
 def _disk_path(key: str) -> str | None:
@@ -137,10 +150,24 @@ def _read_cached(path: str) -> bytes | None:
 
 def compile_kernel(source: str, symbol: str, nparams: int) -> CompiledKernel:
     """Machine code for `source` (which defines `symbol`), from a cache when possible."""
-    hit = _memory.get(symbol)
-    if hit is not None:
-        stats["memory_hits"] += 1
-        return CompiledKernel(symbol, source, hit.address, nparams, 0.0, "memory", hit._texts)
+    with _lock:
+        hit = _memory.get(symbol)
+        if hit is not None:
+            _memory.move_to_end(symbol)
+            stats["memory_hits"] += 1
+            return CompiledKernel(symbol, source, hit.address, nparams, 0.0, "memory", hit._texts)
+        address = _addresses.get(symbol)
+        if address is not None:  # evicted from the memory cache, still loaded
+            k = CompiledKernel(symbol, source, address, nparams, 0.0, "memory")
+        else:
+            k = _load(source, symbol, nparams)
+        _memory[symbol] = k
+        while len(_memory) > max(1, config.kernel_cache_size):
+            _memory.popitem(last=False)
+        return k
+
+
+def _load(source: str, symbol: str, nparams: int) -> CompiledKernel:
     tm, engine, fingerprint = _target()
     key = hashlib.sha256((fingerprint + "\n" + source).encode()).hexdigest()
     path = _disk_path(key)
@@ -164,6 +191,5 @@ def compile_kernel(source: str, symbol: str, nparams: int) -> CompiledKernel:
     address = engine.get_function_address(symbol)
     if not address:
         raise RuntimeError(f"kernel {symbol} did not load from its object file")
-    k = CompiledKernel(symbol, source, address, nparams, time.perf_counter() - t0, how, texts)
-    _memory[symbol] = k
-    return k
+    _addresses[symbol] = address
+    return CompiledKernel(symbol, source, address, nparams, time.perf_counter() - t0, how, texts)

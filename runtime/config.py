@@ -7,6 +7,8 @@
 | FUSEGRAD_THREADS    | threads that run kernels                                       | cores   |
 | FUSEGRAD_CACHE      | on-disk compile cache folder ("off" disables it)   | ~/.cache/fusegrad |
 | FUSEGRAD_PROGRAM    | 0: launch a cached schedule's kernels one by one   | 1       |
+| FUSEGRAD_PLAN_CACHE | schedules (compiled plans) kept in memory, LRU     | 512     |
+| FUSEGRAD_KERNEL_CACHE | compiled kernels kept in memory, LRU             | 2048    |
 
 Read or change them from Python too:
 
@@ -41,6 +43,8 @@ class Config:
     threads: int = 1
     cache: str | None = None
     program: bool = True  # run cached schedules as one native call per thread
+    plan_cache_size: int = 512  # compiled schedules kept in memory (least recently used go)
+    kernel_cache_size: int = 2048  # compiled kernels' records kept in memory
 
     @classmethod
     def from_env(cls) -> Config:
@@ -52,6 +56,8 @@ class Config:
             threads=threads if threads > 0 else _usable_cpus(),
             cache=None if cache.lower() in ("off", "0", "") else cache,
             program=os.environ.get("FUSEGRAD_PROGRAM", "1") != "0",
+            plan_cache_size=int(os.environ.get("FUSEGRAD_PLAN_CACHE", "512") or 512),
+            kernel_cache_size=int(os.environ.get("FUSEGRAD_KERNEL_CACHE", "2048") or 2048),
         )
 
     @contextlib.contextmanager
