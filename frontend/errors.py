@@ -76,6 +76,10 @@ class IndexingError(FusegradError, IndexError):
     """An index or slice outside the tensor."""
 
 
+class JitError(FusegradError):
+    """A function cannot be recorded and replayed by `fusegrad.jit`."""
+
+
 class DeviceError(FusegradError, RuntimeError):
     """A device that does not exist here (no GPU, no PyCUDA)."""
 

@@ -17,6 +17,7 @@ Movement ops (`reshape`, `permute`, slicing, `expand`, `pad`, ...) are in
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -120,6 +121,10 @@ class Tensor(MovementMixin, ReduceMixin):
 
     def numpy(self) -> np.ndarray:
         """The value as a read-only numpy array of this tensor's shape and dtype."""
+        if jit_recording() and _called_by_user():
+            from .jit import host_read_refused
+
+            host_read_refused("reading a value (.numpy(), .item(), bool(), float(), int())")
         self.realize()
         a = engine.value(self.node).numpy().reshape(self.shape).view()
         a.setflags(write=False)
@@ -499,6 +504,24 @@ class Tensor(MovementMixin, ReduceMixin):
     def backward(self, gradient=None, retain_graph=None, create_graph: bool = False):
         """Accumulate gradients into the `.grad` of every leaf this tensor depends on."""
         backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph)
+
+
+def jit_recording() -> bool:
+    return engine.recording()
+
+
+_THIS_FILE = __file__
+
+
+def _called_by_user() -> bool:
+    """Whether the first frame outside this file is the user's (not fusegrad's own code,
+    which reads values on the host for its checks)."""
+    from .errors import _PACKAGE_DIRS
+
+    f = sys._getframe(2)
+    while f is not None and f.f_code.co_filename == _THIS_FILE:
+        f = f.f_back
+    return f is not None and not f.f_code.co_filename.startswith(_PACKAGE_DIRS)
 
 
 class LazyGrad(Tensor):

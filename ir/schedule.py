@@ -28,9 +28,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .node import Node, toposort
-from .ops import ELEMENTWISE, LEAF, REDUCE, TRANSCENDENTAL, Ops
+from .ops import ELEMENTWISE, LEAF, MOVEMENT, REDUCE, TRANSCENDENTAL, Ops
 
 STORE_COST = 32
+MAX_KERNEL_OPS = 500  # elementwise ops inlined into one kernel before a value is stored
 COST_CAP = 10 * STORE_COST
 TRANSCENDENTAL_COST = 8
 
@@ -100,6 +101,7 @@ def schedule(roots: list[Node], has_value: Callable[[Node], bool]) -> list[Sched
     epilogue_ok: dict[int, bool] = {}  # id -> the path up to the kernel output keeps coordinates
     claimed: dict[int, Node] = {}  # kernel output id -> the reduction fused into it
     cost = _recompute_costs(graph, held)
+    too_big = _size_cuts(graph, held)
     evals: dict[int, int] = {}  # id -> how many times kernels evaluate the node, in total
     root_ids = {id(r) for r in roots}
 
@@ -144,6 +146,8 @@ def schedule(roots: list[Node], has_value: Callable[[Node], bool]) -> list[Sched
             reason[id(n)] = "read at data-dependent rows (a gather's table)"
         elif n.op is Ops.CONTIGUOUS:
             reason[id(n)] = n.arg or "user called contiguous()"
+        elif id(n) in too_big:
+            reason[id(n)] = too_big[id(n)]
         elif n.op in REDUCE:
             why = _reduce_cut(n, users, r, epilogue_ok, claimed, reason)
             if why:
@@ -316,6 +320,24 @@ def _broadcast_note(n: Node, users, depth: int = 3) -> str | None:
             if note:
                 return note
     return None
+
+
+def _size_cuts(graph: list[Node], held) -> dict[int, str]:
+    """Elementwise values stored because the kernel inlining them would grow past
+    MAX_KERNEL_OPS ops: LLVM's time grows faster than a kernel's length, and a chain of
+    100,000 additions is better as many kernels of equal shape, which compile once."""
+    size: dict[int, int] = {}
+    cuts: dict[int, str] = {}
+    for n in graph:
+        if id(n) in held or n.op not in ELEMENTWISE and n.op not in MOVEMENT:
+            size[id(n)] = 0
+            continue
+        total = (n.op in ELEMENTWISE) + sum(size.get(id(s), 0) for s in n.srcs)
+        if total > MAX_KERNEL_OPS and n.op in ELEMENTWISE:
+            cuts[id(n)] = f"kernel too long: more than {MAX_KERNEL_OPS} ops inlined"
+            total = 0
+        size[id(n)] = total
+    return cuts
 
 
 def _recompute_costs(graph: list[Node], held) -> dict[int, int]:

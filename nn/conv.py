@@ -95,7 +95,14 @@ def _convnd(
     geometry = (x.shape, weight.shape, pads, stride, dilation, groups)
     # the rule sits on the reduction: views around it may be folded into their neighbours
     total = out.node.srcs[0]
-    with_vjp(total, lambda g: _conv_vjp(Tensor(g).reshape(out.shape), x, weight, geometry, op))
+    # the rule keeps the nodes, never the tensors: a tensor may be given a new value later (an
+    # optimizer step) while the gradient is still to be built; and nothing in it may lead
+    # back to `total`, the rule's weak key, or the table would keep every convolution alive
+    out_shape, xn, wn = out.shape, x.node, weight.node
+    with_vjp(
+        total,
+        lambda g: _conv_vjp(Tensor(g).reshape(out_shape), Tensor(xn), Tensor(wn), geometry, op),
+    )
     if bias is not None:
         if bias.shape != (cout,):
             fail(ShapeError, op, f"bias must have shape ({cout},), got {bias.shape}")

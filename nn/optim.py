@@ -36,8 +36,8 @@ from ..autograd import take_pending_outputs
 from ..autograd_state import enable_grad, no_grad
 from ..errors import at_callers_site
 from ..jit import guard, on_replay, track
+from ..stepcache import StepCache
 from ..tensor import Tensor
-from ..tensor import realize as _realize
 
 
 class Optimizer:
@@ -51,6 +51,7 @@ class Optimizer:
     def __init__(self, params, defaults: dict):
         self.defaults = defaults
         self._slots: dict = {}  # the step's scalars as 0-d tensors (see _write_scalars)
+        self._steps = StepCache()  # steps seen before run without building graphs
         self.state: defaultdict = defaultdict(dict)  # keyed by the parameter (hashed by identity)
         self.param_groups: list[dict] = []
         if isinstance(params, Tensor):
@@ -115,16 +116,24 @@ class Optimizer:
         )
         shape = self._graph_options()
         guard(lambda: self._graph_options() == shape)
-        outputs = []
-        with no_grad(), at_callers_site():
-            for group, p in active:
-                state = self.state[p]
-                self._update(p, p.grad, group, state, scalars[id(p)])
-                outputs.append(p)
-                outputs.extend(t for t in state.values() if isinstance(t, Tensor))
+
+        def build():
+            outputs = []
+            with no_grad(), at_callers_site():
+                for group, p in active:
+                    state = self.state[p]
+                    self._update(p, p.grad, group, state, scalars[id(p)])
+                    outputs.append(p)
+                    outputs.extend(t for t in state.values() if isinstance(t, Tensor))
+            return outputs
+
         extra = [t for t in with_outputs if not t._has_value()]
-        if outputs or pending or extra:
-            _realize(*outputs, *pending, *extra)
+        params = [p for _, p in active]
+        states = [[t for t in self.state[p].values() if isinstance(t, Tensor)] for p in params]
+        opt_key = (type(self), shape, tuple(id(p) for p in params))
+        self._steps.step(
+            opt_key, params, states, [scalars[id(p)] for p in params], pending, extra, build
+        )
         return loss
 
     def _write_scalars(self, active: list) -> dict[int, list[Tensor]]:

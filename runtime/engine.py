@@ -217,16 +217,23 @@ class Engine:
         if not todo:
             return []
         plan, leaves, fresh = self.plan_for(todo, has_value)
-        outs, records = self.execute(plan, [self.value(x) for x in leaves], timed=fresh)
-        for n, out in zip(todo, outs):
-            self.bind(n, out)
-            out.kernels = records
+        self.run(plan, [self.value(x) for x in leaves], todo, range(len(todo)), timed=fresh)
         if rec is not None:
             rec.realizes.append((plan, todo, leaves))
             rec.fresh.update(id(n) for n in todo)
+        return self.value(todo[0]).kernels
+
+    def run(self, plan: Plan, leaves: list[Buffer], nodes, targets, timed=False) -> list[Buffer]:
+        """Execute `plan` on `leaves`; node `nodes[k]` takes output `targets[k]` as its value.
+        Returns the plan's output buffers; the observers see the kernels' records."""
+        outs, records = self.execute(plan, leaves, timed=timed)
+        for out in outs:
+            out.kernels = records
+        for n, j in zip(nodes, targets):
+            self.bind(n, outs[j])
         for observe in self.observers:
             observe(records)
-        return records
+        return outs
 
     def plan_for(self, todo: list[Node], has_value=None) -> tuple[Plan, list[Node], bool]:
         """The plan computing `todo`, the nodes it takes as inputs, and whether it is new."""
