@@ -76,6 +76,10 @@ class IndexingError(FusegradError, IndexError):
     """An index or slice outside the tensor."""
 
 
+class DimError(ShapeError, IndexingError):
+    """A dim out of range: an IndexError, as PyTorch raises (and a ShapeError, as before)."""
+
+
 class DeviceError(FusegradError, RuntimeError):
     """A device that does not exist here (no GPU, no PyCUDA)."""
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from . import autograd_state
 from .autograd import GradError, backward, graph_consumed, register_leaf
-from .errors import DTypeError, ShapeError, checked_dtype, fail
+from .errors import DimError, DTypeError, ShapeError, checked_dtype, fail
 from .ir import node as N
 from .ir.dtypes import DType, bool_, float32, promote, promote_scalar, to_dtype
 from .ir.ops import Ops
@@ -168,7 +168,7 @@ class Tensor(MovementMixin, ReduceMixin):
         n = max(self.ndim, 1)
         if not isinstance(dim, (int, np.integer)) or not -n <= dim < n:
             fail(
-                ShapeError,
+                DimError,
                 op,
                 f"dim {dim} is out of range for a tensor of shape {self.shape} "
                 f"(expected -{n} <= dim < {n})",
@@ -183,7 +183,8 @@ class Tensor(MovementMixin, ReduceMixin):
             if len(set(out)) != len(out):
                 fail(ShapeError, op, f"dim {tuple(dim)} names an axis twice")
             return out
-        return (self._dim(dim, op),) if self.ndim else ()
+        d = self._dim(dim, op)  # a 0-d tensor takes dim 0 or -1, as in torch
+        return (d,) if self.ndim else ()
 
     def cast(self, dtype) -> Tensor:
         dtype = checked_dtype(dtype, "cast")
@@ -305,10 +306,11 @@ class Tensor(MovementMixin, ReduceMixin):
         return self._binary(Ops.CMPLT, o, "gt", reverse=True)
 
     def __le__(self, o):
-        return (self > o).logical_not()
+        # (a < b) | (a == b), not ~(a > b): a comparison with NaN is false, as in torch
+        return (self < o) | (self == o)
 
     def __ge__(self, o):
-        return (self < o).logical_not()
+        return (self > o) | (self == o)
 
     def __eq__(self, o):  # type: ignore[override]
         return self._binary(Ops.CMPEQ, o, "eq")
@@ -360,7 +362,12 @@ class Tensor(MovementMixin, ReduceMixin):
         return self._float()._unary(Ops.RECIP)
 
     def abs(self):
-        return self.where_(self < 0, -self, self) if not self.dtype.is_bool else self
+        """|x|; its gradient is sign(x), so 0 at 0, as torch.abs."""
+        if self.dtype.is_bool:
+            return self
+        if not self.dtype.is_float:
+            return where(self < 0, -self, self)
+        return where(self < 0, -self, where(self == 0, 0.0, self))
 
     def neg(self):
         return -self
@@ -395,19 +402,30 @@ class Tensor(MovementMixin, ReduceMixin):
         return self._binary(Ops.MAX, o, "maximum")
 
     def minimum(self, o):
+        """Elementwise min; NaN propagates, ties split the gradient evenly, as torch.minimum."""
         a, b = self._operands(o, "minimum")
         if a.dtype.is_bool:
             return a & b
-        return -((-a).maximum(-b))
+        return a._order_flip().maximum(b._order_flip())._order_flip()
+
+    def _order_flip(self) -> Tensor:
+        """An order-reversing bijection: -x for floats (exact, NaN stays NaN), ~x = -x - 1 for
+        integers (in wrapping arithmetic it never overflows: INT_MIN <-> INT_MAX), so that a
+        min is a max of flipped values without negating INT_MIN."""
+        return -self if self.dtype.is_float else -self + (-1)
 
     def clamp(self, min=None, max=None):
+        """Limit to [min, max] (max wins where min > max). As torch.clamp: NaN stays NaN, and
+        the gradient is 1 where min <= x <= max (the bounds included) and 0 elsewhere."""
         if min is None and max is None:
             fail(ShapeError, "clamp", "at least one of min and max must be given")
         out = self
+        if self.requires_grad and self.dtype.is_float:  # NaN: value NaN, gradient 0
+            out = where(self == self, self, self.detach())
         if min is not None:
-            out = out.maximum(min)
+            out = where(out < min, min, out)
         if max is not None:
-            out = out.minimum(max)
+            out = where(out > max, max, out)
         return out
 
     clip = clamp
@@ -492,15 +510,17 @@ class Tensor(MovementMixin, ReduceMixin):
 
 
 def promote_tensors(a: Tensor, b: Tensor) -> DType:
-    """PyTorch's rule: a 0-d tensor counts like a Python scalar of its kind against a tensor
-    with dimensions (it lifts the kind, never the width); otherwise the wider dtype wins."""
+    """PyTorch's rule: against a tensor with dimensions, a 0-d tensor of the same or a lower
+    kind (bool < int < float) does not change the dtype; one of a higher kind gives its own
+    dtype (`bool_tensor + int32_0d` is int32, `int32_tensor + float64_0d` float64).
+    Otherwise the wider dtype wins."""
     if (a.ndim == 0) == (b.ndim == 0):
         return promote(a.dtype, b.dtype)
     dims, zero = (a, b) if b.ndim == 0 else (b, a)
     kinds = "bif"
     if kinds.index(zero.dtype.kind) <= kinds.index(dims.dtype.kind):
         return dims.dtype
-    return promote_scalar(dims.dtype, 0.0 if zero.dtype.is_float else 0)
+    return zero.dtype
 
 
 def broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...], op: str) -> tuple[int, ...]:
