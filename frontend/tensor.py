@@ -23,8 +23,9 @@ import numpy as np
 
 from . import autograd_state
 from .autograd import GradError, backward, graph_consumed, register_leaf
-from .errors import DimError, DTypeError, ShapeError, checked_dtype, fail
+from .errors import ArgumentError, DimError, DTypeError, ShapeError, checked_dtype, fail
 from .ir import node as N
+from .ir.autodiff import with_vjp
 from .ir.dtypes import DType, bool_, float32, promote, promote_scalar, to_dtype
 from .ir.ops import Ops
 from .movement import MovementMixin
@@ -564,22 +565,115 @@ def where(cond, a, b) -> Tensor:
 
 
 def pow_(base: Tensor, exponent) -> Tensor:
-    """x ** y: exact repeated multiplication for small integer exponents, else exp(y log x)."""
+    """x ** y with torch.pow's values and gradients.
+
+    A Python integer exponent is repeated multiplication (exact for integers, which stay
+    integers; x ** 0 is 1 with a zero gradient). Otherwise: integral exponents below 64 are
+    repeated multiplication chosen per element, others exp(y log|x|) computed in float64,
+    with the sign of a negative base, and C's special cases (0 ** 0 = 1 ** nan = nan ** 0 = 1,
+    0 ** -y = inf, (-1) ** inf = 1).
+    """
     if isinstance(exponent, (int, float)) and not isinstance(exponent, bool):
-        if float(exponent).is_integer() and abs(exponent) <= 16:
-            n = int(exponent)
-            x = base if n >= 0 else base._float().reciprocal()
-            out, p, n = None, x, abs(n)
-            while n:
-                if n & 1:
-                    out = p if out is None else out * p
-                p, n = p * p, n >> 1
-            return out if out is not None else Tensor(N.const(1, base.shape, base.dtype))
-        if exponent == 0.5:
+        if float(exponent).is_integer() and (abs(exponent) <= 64 or not base.dtype.is_float):
+            return _int_power(base, int(exponent))
+        if exponent == 0.5 and base.dtype.is_float:
             return base.sqrt()
     b, e = base._operands(exponent, "pow")
-    b, e = b._float(), e._float()
-    return (e * b.log()).exp()
+    if not b.dtype.is_float:
+        if b.dtype.is_bool:
+            b, e = b.cast("int64"), e.cast("int64")
+        return _int_tensor_power(b, e)
+    return _float_power(b, e)
+
+
+def _power_by_squaring(x: Tensor, n: int) -> Tensor:
+    out, p = None, x
+    while n:
+        if n & 1:
+            out = p if out is None else out * p
+        n >>= 1
+        if n:
+            p = p * p
+    return out
+
+
+def _int_power(base: Tensor, n: int) -> Tensor:
+    if n == 0:
+        # 1 everywhere (NaN included), still a function of base: its gradient is 0, as torch's
+        keep = (base == base) | (base != base)
+        return (
+            where(keep, 1, base)
+            if base.dtype.is_float
+            else base._make(N.const(1, base.shape, base.dtype))
+        )
+    if n < 0 and not base.dtype.is_float:
+        fail(ArgumentError, "pow", "Integers to negative integer powers are not allowed.")
+    if base.dtype.is_bool:
+        return base
+    out = _power_by_squaring(base, abs(n))
+    return out.reciprocal() if n < 0 else out
+
+
+def _int_tensor_power(b: Tensor, e: Tensor) -> Tensor:
+    """Integers to integer tensor powers, exactly (wrapping on overflow, as torch)."""
+    known = e.numpy() if e.node.op is Ops.BUFFER else None
+    if known is not None and (known < 0).any():
+        fail(ArgumentError, "pow", "Integers to negative integer powers are not allowed.")
+    bits = 8 * e.dtype.itemsize - 1
+    out, p, k = None, b, e
+    for i in range(bits):
+        factor = where(_low_bit(k), p, 1)
+        out = factor if out is None else out * factor
+        if i + 1 < bits:
+            p, k = p * p, _half(k)
+    return out
+
+
+def _low_bit(k: Tensor) -> Tensor:
+    return k - _half(k) * 2 != 0
+
+
+def _half(k: Tensor) -> Tensor:
+    """k // 2 for k >= 0 (integer division truncates)."""
+    return k._make(N.binary(Ops.DIV, k.node, N.const(2, k.shape, k.dtype)))
+
+
+def _float_power(b: Tensor, e: Tensor) -> Tensor:
+    wide = "float64"
+    x, y = b.cast(wide), e.cast(wide)  # not detached: the rule below needs b, e reachable
+    ax = x.abs()
+    # integral exponents: per-element repeated squaring over 6 bits (exact, as torch)
+    # beyond 2^53 every float is an even integer; NaN would not convert to an integer
+    yc = where(y == y, y.clamp(-(2.0**62), 2.0**62), 0.5)
+    k = yc.cast("int64")
+    integral = k.cast(wide) == yc
+    odd = integral & _low_bit(k.abs())
+    small = integral & (yc.abs() < 64)
+    ks, p, exact = where(small, k.abs(), 0), ax, None
+    for i in range(6):
+        factor = where(_low_bit(ks), p, 1.0)
+        exact = factor if exact is None else exact * factor
+        if i < 5:
+            p, ks = p * p, _half(ks)
+    exact = where(yc < 0, 1.0 / exact, exact)
+    general = (y * ax.log()).exp()
+    mag = where(small, exact, general)
+    negative = (x < 0) | (1.0 / x < 0)  # -0.0 included: (-0.0) ** -1 is -inf
+    value = where(negative & odd, -mag, mag)
+    value = where((x < 0) & ~integral & (x != float("-inf")), float("nan"), value)
+    value = where((ax == 1) & (y.abs() == float("inf")), 1.0, value)
+    value = where((x == 1) | (y == 0), 1.0, value).cast(b.dtype)
+    if not (b.requires_grad or e.requires_grad):
+        return value
+    node = N.mul(value.node, N.const(1, value.shape, value.dtype))  # a node of its own
+
+    def rule(g):
+        gt = Tensor(g)
+        gx = where(e == 0, 0.0, gt * e * pow_(b, e - 1))
+        gy = gt * where((b == 0) & (e >= 0), 0.0, value * b.log())
+        return [(b.node, gx.node), (e.node, gy.node)]
+
+    return b._make(with_vjp(node, rule), e)
 
 
 def realize(*tensors: Tensor) -> list:

@@ -14,7 +14,6 @@ import fusegrad as fg
 import fusegrad.nn.functional as F
 from fusegrad import nn
 
-
 # ---------------------------------------------------------------- class indices
 
 

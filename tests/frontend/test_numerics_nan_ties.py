@@ -161,7 +161,8 @@ def test_max_pool_gives_the_gradient_to_the_first_maximum():
 
 def test_max_pool_with_padding_and_nan_gradient():
     _, grad = grad_of(lambda t: F.max_pool1d(t, 3, 1, padding=1), [[[NAN, 1.0, 1.0]]])
-    np.testing.assert_array_equal(grad, [[[2, 1, 0]]])  # windows: (pad, nan, 1), (nan, 1, 1), (1, 1, pad)
+    # windows: (pad, nan, 1), (nan, 1, 1), (1, 1, pad)
+    np.testing.assert_array_equal(grad, [[[2, 1, 0]]])
 
 
 def test_max_pool_gradient_matches_a_loop_on_random_ties():
