@@ -23,6 +23,7 @@ from .errors import FusegradError, ShapeError, at_callers_site, fail
 from .ir import node as N
 from .ir.autodiff import gradients
 from .ir.ops import Ops
+from .versions import check_unmodified
 
 # keyed by id(): Tensor's == is elementwise, so tensors cannot be set members
 _leaves: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
@@ -83,6 +84,7 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
             "pass retain_graph=True to the first backward() if you need to",
         )
     root_grad = _grad_output(t, gradient, "backward")
+    check_unmodified(t.node, "backward")  # a leaf updated in place since t was built
     leaves = [leaf for leaf in list(_leaves.values()) if leaf.requires_grad and leaf._is_leaf]
     with at_callers_site():
         grads = gradients(t.node, root_grad, [leaf.node for leaf in leaves])
@@ -149,6 +151,7 @@ def grad(
             )
     total: list = [None] * len(inputs_t)
     for o, go in zip(outputs, grad_outputs):
+        check_unmodified(o.node, "grad")
         gs = gradients(o.node, _grad_output(o, go, "grad"), [x.node for x in inputs_t])
         for i, g in enumerate(gs):
             if g is not None:

@@ -46,7 +46,15 @@ def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
 class Tensor(MovementMixin, ReduceMixin):
     """A lazy n-dimensional array: a node of the IR graph plus PyTorch's tensor API."""
 
-    __slots__ = ("node", "requires_grad", "_grad", "_strides", "_is_leaf", "__weakref__")
+    __slots__ = (
+        "node",
+        "requires_grad",
+        "_grad",
+        "_strides",
+        "_is_leaf",
+        "_version",
+        "__weakref__",
+    )
     __array_priority__ = 1000  # numpy scalars on the left defer to our operators
 
     def __init__(self, node: N.Node, requires_grad: bool = False, strides=None, leaf=None):
@@ -55,6 +63,7 @@ class Tensor(MovementMixin, ReduceMixin):
         self._grad = None
         self._strides = strides
         self._is_leaf = leaf if leaf is not None else (node.op is Ops.BUFFER or not requires_grad)
+        self._version = 0  # in-place updates so far (versions.py)
 
     # ---------------------------------------------------------------- properties
     @property
@@ -495,12 +504,90 @@ class Tensor(MovementMixin, ReduceMixin):
         self._strides = None
         return self
 
-    def zero_(self) -> Tensor:
-        """Set every element to zero (rebinds this tensor to a zero constant)."""
-        self.node = N.const(0, self.shape, self.dtype)
-        if self.requires_grad and self._is_leaf:
-            register_leaf(self)
+    # ---------------------------------------------------------------- in-place updates
+    def _inplace(self, value, op: str) -> Tensor:
+        """Make `value` this tensor's value, with PyTorch's rules for in-place ops: the
+        result keeps this tensor's shape and dtype (no float into an int tensor), a leaf that
+        requires grad may only be updated under no_grad(), and a leaf stays the same leaf."""
+        from .versions import InplaceError, retire
+
+        value = as_tensor(value)
+        if value.shape != self.shape:
+            fail(
+                ShapeError,
+                op,
+                f"output with shape {self.shape} doesn't match the broadcast shape {value.shape}",
+            )
+        kinds = "bif"
+        if kinds.index(value.dtype.kind) > kinds.index(self.dtype.kind):
+            fail(
+                DTypeError,
+                op,
+                f"result type {value.dtype.name} can't be cast to the desired output type "
+                f"{self.dtype.name}",
+            )
+        grad_mode = autograd_state.enabled()
+        if grad_mode and self.requires_grad and self._is_leaf:
+            fail(
+                InplaceError,
+                op,
+                "a leaf Variable that requires grad is being used in an in-place operation "
+                "(update it under `with fg.no_grad():`)",
+            )
+        old = self.node
+        self._version += 1
+        if grad_mode and value.requires_grad:  # a differentiable update: no longer a leaf
+            value = value.cast(self.dtype)
+            self.node, self.requires_grad, self._is_leaf = value.node, True, False
+            self._strides = None
+        else:
+            self.assign_(value.detach())
+            if self.requires_grad and self._is_leaf:
+                retire(old, self)
         return self
+
+    def __iadd__(self, o):
+        return self._inplace(self + o, "add_")
+
+    def __isub__(self, o):
+        return self._inplace(self - o, "sub_")
+
+    def __imul__(self, o):
+        return self._inplace(self * o, "mul_")
+
+    def __itruediv__(self, o):
+        return self._inplace(self / o, "div_")
+
+    def add_(self, other, alpha=1) -> Tensor:
+        """self += alpha * other, in place (see `_inplace` for the rules)."""
+        return self._inplace(self + (other if alpha == 1 else other * alpha), "add_")
+
+    def sub_(self, other, alpha=1) -> Tensor:
+        return self._inplace(self - (other if alpha == 1 else other * alpha), "sub_")
+
+    def mul_(self, other) -> Tensor:
+        return self._inplace(self * other, "mul_")
+
+    def div_(self, other) -> Tensor:
+        return self._inplace(self / other, "div_")
+
+    def fill_(self, value) -> Tensor:
+        """Set every element to `value`, in place."""
+        if isinstance(value, Tensor):
+            return self._inplace(value.cast(self.dtype).expand(self.shape), "fill_")
+        return self._inplace(Tensor(N.const(value, self.shape, self.dtype)), "fill_")
+
+    def zero_(self) -> Tensor:
+        """Set every element to zero, in place: `with fg.no_grad(): w.zero_()`."""
+        return self.fill_(0)
+
+    def copy_(self, src) -> Tensor:
+        """Copy `src` (broadcast to this shape, cast to this dtype) into this tensor."""
+        src = as_tensor(src)
+        shape = broadcast_shapes(self.shape, src.shape, "copy_")
+        if shape != self.shape:
+            fail(ShapeError, "copy_", f"cannot copy shape {src.shape} into shape {self.shape}")
+        return self._inplace(src.cast(self.dtype).expand(self.shape), "copy_")
 
     def backward(self, gradient=None, retain_graph=None, create_graph: bool = False):
         """Accumulate gradients into the `.grad` of every leaf this tensor depends on."""
