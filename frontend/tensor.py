@@ -360,7 +360,7 @@ class Tensor(MovementMixin, ReduceMixin):
         return self._float()._unary(Ops.SIN)
 
     def cos(self):
-        return (self._float() + math.pi / 2).sin()
+        return self._float()._unary(Ops.COS)
 
     def sqrt(self):
         return self._float()._unary(Ops.SQRT)

@@ -18,7 +18,6 @@ fused and compiled like any other graph, and can itself be differentiated
 
 from __future__ import annotations
 
-import math
 import weakref
 from collections.abc import Callable
 
@@ -100,7 +99,8 @@ VJP: dict[Ops, Callable[[Node, Node], tuple]] = {
     Ops.NEG: lambda n, g: (_neg(g),),
     Ops.EXP: lambda n, g: (N.mul(g, n),),
     Ops.LOG: lambda n, g: (_div(g, n.srcs[0]),),
-    Ops.SIN: lambda n, g: (N.mul(g, N.unary(Ops.SIN, N.add(n.srcs[0], _c(math.pi / 2, n)))),),
+    Ops.SIN: lambda n, g: (N.mul(g, N.unary(Ops.COS, n.srcs[0])),),
+    Ops.COS: lambda n, g: (_neg(N.mul(g, N.unary(Ops.SIN, n.srcs[0]))),),
     Ops.SQRT: lambda n, g: (_div(g, N.mul(n, _c(2.0, n))),),
     Ops.RECIP: lambda n, g: (_neg(N.mul(g, N.mul(n, n))),),
     Ops.CAST: lambda n, g: (_cast_like(g, n.srcs[0]) if n.srcs[0].dtype.is_float else None,),
