@@ -46,6 +46,8 @@ class ReduceMixin:
         x = self.cast(dtype) if dtype is not None else self
         if not x.dtype.is_float:
             x = x.cast(int64)
+        if x.node.op is Ops.EXPAND:
+            return _sum_of_broadcast(x, dim, keepdim)
         return x._reduce(Ops.SUM, dim, keepdim, "sum")
 
     def mean(self, dim=None, keepdim: bool = False):
@@ -167,6 +169,20 @@ class ReduceMixin:
         if self.ndim != 1 or other.ndim != 1:
             fail(ShapeError, "dot", f"expects 1-D tensors, got {self.shape} and {other.shape}")
         return matmul(self, other)
+
+
+def _sum_of_broadcast(x, dim, keepdim: bool):
+    """A sum over axes that an expand grew is the smaller sum times an exact count:
+    `ones(1).expand(n).sum()` is n (rounded once), not n ones accumulated in float."""
+    axes = x._dims(dim, "sum")
+    src = x.node.srcs[0]
+    grown = [a for a in axes if src.shape[a] == 1 and x.shape[a] != 1]
+    count = 1
+    for a in grown:
+        count *= x.shape[a]
+    small = tuple(1 if a in grown else s for a, s in enumerate(x.shape))
+    y = x._make(N.expand(src, small))
+    return y._reduce(Ops.SUM, axes, keepdim, "sum") * count
 
 
 def _at_index(x, values, index, d: int):
