@@ -721,7 +721,7 @@ def kernel_name(item: ScheduleItem) -> str:
     notable = []
     for n in item.nodes:
         name = n.op.name.lower()
-        notable_ops = {Ops.EXP, Ops.LOG, Ops.SIN, Ops.SQRT, Ops.RAND, Ops.PAD}
+        notable_ops = {Ops.EXP, Ops.LOG, Ops.SIN, Ops.COS, Ops.SQRT, Ops.RAND, Ops.PAD}
         if n.op in REDUCE or n.op in notable_ops | {Ops.GATHER, Ops.SCATTER_ADD}:
             name = {"reduce_max": "max"}.get(name, name)
             if name not in notable:

@@ -26,6 +26,7 @@ from .ir.autodiff import gradients
 from .ir.node import toposort
 from .ir.ops import Ops
 from .runtime.engine import engine
+from .versions import check_unmodified
 
 # every tensor made a differentiable leaf, by id() (Tensor's == is elementwise, so tensors
 # cannot be set members): id -> weak reference. Guarded by a lock: threads register leaves
@@ -150,6 +151,7 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
             "pass retain_graph=True to the first backward() if you need to",
         )
     root_grad = _grad_output(t, gradient, "backward")
+    check_unmodified(t.node, "backward")  # a leaf updated in place since t was built
     by_node = {id(leaf.node): leaf for leaf in _live_leaves()}
     with at_callers_site():
         if create_graph:
@@ -225,6 +227,7 @@ def grad(
             )
     total: list = [None] * len(inputs_t)
     for o, go in zip(outputs, grad_outputs):
+        check_unmodified(o.node, "grad")
         gs = gradients(o.node, _grad_output(o, go, "grad"), [x.node for x in inputs_t])
         for i, g in enumerate(gs):
             if g is not None:

@@ -55,6 +55,7 @@ _ELEMENTWISE = {
     Ops.EXP: lambda n, x: np.exp(x),
     Ops.LOG: lambda n, x: np.log(x),
     Ops.SIN: lambda n, x: np.sin(x),
+    Ops.COS: lambda n, x: np.cos(x),
     Ops.SQRT: lambda n, x: np.sqrt(x),
     Ops.RECIP: lambda n, x: np.reciprocal(x),
     Ops.CAST: lambda n, x: (x != 0) if n.dtype.is_bool else x.astype(n.dtype.np),

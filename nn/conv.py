@@ -16,6 +16,8 @@ rules.
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..errors import DTypeError, ShapeError, fail
 from ..ir import node as N
 from ..ir.autodiff import with_vjp
@@ -214,12 +216,15 @@ def _poolnd(
     if any(2 * p > k for p, k in zip(pads, kernel)):
         fail(ShapeError, op, f"padding {pads} must be at most half of kernel_size {kernel}")
     flat_pad = [v for p in reversed(pads) for v in (p, p)]
-    fill = float("-inf") if kind == "max" else 0.0
+    fill = 0.0
+    if kind == "max":  # the smallest value of the dtype, so integers stay integers
+        fill = float("-inf") if x.dtype.is_float else int(np.iinfo(x.dtype.np).min)
     xp = x.pad(flat_pad, value=fill) if any(pads) else x
     win = sliding_windows(xp, kernel, stride, dilation)
     axes = tuple(range(win.ndim - n, win.ndim))
     if kind == "max":
-        return win.amax(axes)
+        out = win.amax(axes)
+        return _first_max_gradient(win, out, n) if out.requires_grad else out
     total = win.sum(axes)
     if count_include_pad or not any(pads):
         count = 1
@@ -231,6 +236,30 @@ def _poolnd(
     ones_in = ones(*x.shape[x.ndim - n :]).pad(flat_pad)
     counts = sliding_windows(ones_in, kernel, stride, dilation).sum(tuple(range(n, 2 * n)))
     return total / counts
+
+
+def _first_max_gradient(win: Tensor, out: Tensor, n: int) -> Tensor:
+    """The pooled maxima `out` with torch's gradient: all of it to the first maximum of each
+    window (in row-major window order; a NaN counts as the maximum), none to later ties."""
+    from ..creation import arange
+    from ..tensor import where
+
+    lead = win.shape[: win.ndim - n]
+    size = 1
+    for k in win.shape[win.ndim - n :]:
+        size *= k
+    node = N.mul(out.node, N.const(1, out.shape, out.dtype))  # a node of its own for the rule
+
+    def rule(g):
+        flat = win.detach().reshape(*lead, size)
+        best = out.detach()[..., None]
+        hit = (flat == best) | ((flat != flat) & (best != best))
+        pos = arange(size)
+        first = where(hit, pos, size).amin(-1, keepdim=True)
+        gw = where(pos == first, Tensor(g)[..., None], 0.0).reshape(win.shape)
+        return [(win.node, gw.node)]
+
+    return out._make(with_vjp(node, rule))
 
 
 def max_pool1d(x, kernel_size, stride=None, padding=0, dilation=1) -> Tensor:

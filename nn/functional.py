@@ -102,6 +102,12 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
         raise TypeError(f"one_hot is only applicable to index tensors, got {tensor.dtype.name}")
     if num_classes == -1:
         num_classes = int(tensor.max().item()) + 1 if tensor.numel() else 0
+    values = _known_values(tensor)
+    if values is not None and values.size:
+        if values.min() < 0:
+            raise ClassIndexError("Class values must be non-negative.")
+        if values.max() >= num_classes:
+            raise ClassIndexError("Class values must be smaller than num_classes.")
     return (tensor[..., None] == creation.arange(num_classes)).long()
 
 
@@ -128,6 +134,27 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> 
         padding_idx = padding_idx % num
         out = where((input == padding_idx)[..., None], out.detach(), out)
     return out
+
+
+class ClassIndexError(IndexError, RuntimeError):
+    """A class index outside [0, classes): torch raises IndexError (losses) or RuntimeError
+    (one_hot) for it; this is both."""
+
+
+def _known_values(t: Tensor):
+    """t's values if they are computed already (data a user passed in), else None: checking
+    a lazy value would compute it early."""
+    return t.numpy() if t.node.op is N.Ops.BUFFER else None
+
+
+def _check_targets_in_range(target: Tensor, classes: int, ignore_index: int) -> None:
+    """As torch: a class index outside [0, classes) that is not ignore_index raises."""
+    values = _known_values(target)
+    if values is None or values.size == 0:
+        return
+    bad = values[((values < 0) | (values >= classes)) & (values != ignore_index)]
+    if bad.size:
+        raise ClassIndexError(f"Target {int(bad[0])} is out of bounds.")
 
 
 def _check_indices(input: Tensor, num: int) -> None:
@@ -277,6 +304,7 @@ def nll_loss(
     if target.dtype.is_float or target.dtype.is_bool:
         raise TypeError(f"nll_loss: expected integer class indices, got {target.dtype.name}")
     _check_targets(input, target, "nll_loss")
+    _check_targets_in_range(target, _class_count(input), ignore_index)
     if input.ndim == 1:  # unbatched: one sample of C classes
         loss = nll_loss(input[None], target.reshape(1), weight, ignore_index, reduction)
         return loss.reshape(()) if reduction == "none" else loss

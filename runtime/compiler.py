@@ -131,11 +131,17 @@ def _write_atomic(path: str, data: bytes) -> None:
         raise
 
 
-def _read_cached(path: str) -> bytes | None:
-    """An object file from the cache, or None if it is missing or damaged.
+def _seal(key: str, obj: bytes) -> bytes:
+    """The checksum a cache file ends with: of its key and its object, so that a file
+    copied or renamed from another kernel's key fails the check like a damaged one."""
+    return hashlib.sha256(key.encode() + b"\n" + obj).digest()
 
-    Each file ends with the sha256 of the object before it: loading a truncated
-    or corrupted object file would crash the process inside LLVM.
+
+def _read_cached(path: str, key: str) -> bytes | None:
+    """The object file cached for `key`, or None if it is missing, damaged or another's.
+
+    Loading a truncated, corrupted or foreign object file would crash the process
+    inside LLVM or bind the wrong code, so anything that fails the check is a miss.
     """
     try:
         with open(path, "rb") as f:
@@ -143,9 +149,16 @@ def _read_cached(path: str) -> bytes | None:
     except OSError:
         return None
     obj, digest = data[:-32], data[-32:]
-    if len(data) <= 32 or hashlib.sha256(obj).digest() != digest:
+    if len(data) <= 32 or _seal(key, obj) != digest:
         return None
     return obj
+
+
+def _load(engine, obj: bytes, symbol: str) -> int:
+    """Add an object file to the engine; the address of `symbol` in it (0 if absent)."""
+    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    engine.finalize_object()
+    return engine.get_function_address(symbol)
 
 
 def compile_kernel(source: str, symbol: str, nparams: int) -> CompiledKernel:
@@ -172,23 +185,26 @@ def _load(source: str, symbol: str, nparams: int) -> CompiledKernel:
     key = hashlib.sha256((fingerprint + "\n" + source).encode()).hexdigest()
     path = _disk_path(key)
     t0 = time.perf_counter()
-    obj, how = _read_cached(path) if path else None, "disk"
+    obj, how = _read_cached(path, key) if path else None, "disk"
     texts = {}
-    if obj is None:
+    address = 0
+    if obj is not None:
+        try:
+            address = _load(engine, obj, symbol)
+            stats["disk_hits"] += 1
+        except Exception:  # any failure to load a cached object is a miss: compile instead
+            address = 0
+    if not address:
         how = "compiled"
         mod = _optimize(source)
         obj = tm.emit_object(mod)
         if path:
             try:
-                _write_atomic(path, obj + hashlib.sha256(obj).digest())
+                _write_atomic(path, obj + _seal(key, obj))
             except OSError:
                 pass  # a read-only cache folder only costs speed
         stats["compiled"] += 1
-    else:
-        stats["disk_hits"] += 1
-    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
-    engine.finalize_object()
-    address = engine.get_function_address(symbol)
+        address = _load(engine, obj, symbol)
     if not address:
         raise RuntimeError(f"kernel {symbol} did not load from its object file")
     _addresses[symbol] = address
