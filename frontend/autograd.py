@@ -129,7 +129,7 @@ def _reached_leaves(root, by_node: dict) -> list:
     along float values, never through a detach."""
     stop_ops = (Ops.DETACH,)
     order = toposort([root], stop=lambda n: n.op in stop_ops or not n.dtype.is_float)
-    return [by_node[id(n)] for n in order if n.op is Ops.BUFFER and id(n) in by_node]
+    return [by_node[id(n)] for n in order if id(n) in by_node]
 
 
 def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) -> None:

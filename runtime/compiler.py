@@ -154,7 +154,7 @@ def _read_cached(path: str, key: str) -> bytes | None:
     return obj
 
 
-def _load(engine, obj: bytes, symbol: str) -> int:
+def _add_object(engine, obj: bytes, symbol: str) -> int:
     """Add an object file to the engine; the address of `symbol` in it (0 if absent)."""
     engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
     engine.finalize_object()
@@ -190,7 +190,7 @@ def _load(source: str, symbol: str, nparams: int) -> CompiledKernel:
     address = 0
     if obj is not None:
         try:
-            address = _load(engine, obj, symbol)
+            address = _add_object(engine, obj, symbol)
             stats["disk_hits"] += 1
         except Exception:  # any failure to load a cached object is a miss: compile instead
             address = 0
@@ -204,7 +204,7 @@ def _load(source: str, symbol: str, nparams: int) -> CompiledKernel:
             except OSError:
                 pass  # a read-only cache folder only costs speed
         stats["compiled"] += 1
-        address = _load(engine, obj, symbol)
+        address = _add_object(engine, obj, symbol)
     if not address:
         raise RuntimeError(f"kernel {symbol} did not load from its object file")
     _addresses[symbol] = address
