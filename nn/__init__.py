@@ -20,6 +20,7 @@ True
 from . import data, datasets, functional, init, optim
 from .containers import ModuleList, Sequential
 from .conv import AvgPool1d, AvgPool2d, Conv1d, Conv2d, MaxPool1d, MaxPool2d
+from .conv_transpose import ConvTranspose1d, ConvTranspose2d
 from .layers import (
     Dropout,
     Embedding,
@@ -34,6 +35,19 @@ from .layers import (
 )
 from .losses import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, MSELoss, NLLLoss
 from .module import Module, Parameter, load, save
+from .padding import (
+    CircularPad1d,
+    CircularPad2d,
+    ConstantPad1d,
+    ConstantPad2d,
+    ReflectionPad1d,
+    ReflectionPad2d,
+    ReplicationPad1d,
+    ReplicationPad2d,
+    ZeroPad1d,
+    ZeroPad2d,
+)
+from .upsample import Upsample
 
 __all__ = [
     "AvgPool1d",
@@ -61,6 +75,19 @@ __all__ = [
     "Sigmoid",
     "Softmax",
     "Tanh",
+    "CircularPad1d",
+    "CircularPad2d",
+    "ConstantPad1d",
+    "ConstantPad2d",
+    "ConvTranspose1d",
+    "ConvTranspose2d",
+    "ReflectionPad1d",
+    "ReflectionPad2d",
+    "ReplicationPad1d",
+    "ReplicationPad2d",
+    "Upsample",
+    "ZeroPad1d",
+    "ZeroPad2d",
     "data",
     "datasets",
     "functional",
