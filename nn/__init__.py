@@ -18,6 +18,24 @@ True
 """
 
 from . import data, datasets, functional, init, optim
+from .activations import (
+    CELU,
+    ELU,
+    GELU,
+    GLU,
+    SELU,
+    Hardsigmoid,
+    Hardswish,
+    Hardtanh,
+    LeakyReLU,
+    LogSigmoid,
+    Mish,
+    ReLU6,
+    SiLU,
+    Softmin,
+    Softplus,
+    Softsign,
+)
 from .containers import ModuleList, Sequential
 from .conv import AvgPool1d, AvgPool2d, Conv1d, Conv2d, MaxPool1d, MaxPool2d
 from .conv_transpose import ConvTranspose1d, ConvTranspose2d
@@ -50,6 +68,22 @@ from .padding import (
 from .upsample import Upsample
 
 __all__ = [
+    "CELU",
+    "ELU",
+    "GELU",
+    "GLU",
+    "Hardsigmoid",
+    "Hardswish",
+    "Hardtanh",
+    "LeakyReLU",
+    "LogSigmoid",
+    "Mish",
+    "ReLU6",
+    "SELU",
+    "SiLU",
+    "Softmin",
+    "Softplus",
+    "Softsign",
     "AvgPool1d",
     "AvgPool2d",
     "BCELoss",

@@ -357,6 +357,24 @@ def _cross_entropy_probs(logp, target, weight, reduction, label_smoothing, class
 
 
 # convolution and pooling live in nn/conv.py; they are functional ops, as in torch
+from .activations import (  # noqa: E402, F401
+    celu,
+    elu,
+    gelu,
+    glu,
+    hardsigmoid,
+    hardswish,
+    hardtanh,
+    leaky_relu,
+    logsigmoid,
+    mish,
+    relu6,
+    selu,
+    silu,
+    softmin,
+    softplus,
+    softsign,
+)
 from .conv import (  # noqa: E402, F401  (re-exported)
     avg_pool1d,
     avg_pool2d,
