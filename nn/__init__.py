@@ -53,6 +53,7 @@ from .layers import (
 )
 from .losses import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, MSELoss, NLLLoss
 from .module import Module, Parameter, load, save
+from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
 from .padding import (
     CircularPad1d,
     CircularPad2d,
@@ -68,6 +69,10 @@ from .padding import (
 from .upsample import Upsample
 
 __all__ = [
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "GroupNorm",
+    "LayerNorm",
     "CELU",
     "ELU",
     "GELU",

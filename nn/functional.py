@@ -384,5 +384,6 @@ from .conv import (  # noqa: E402, F401  (re-exported)
     max_pool2d,
 )
 from .conv_transpose import conv_transpose1d, conv_transpose2d  # noqa: E402, F401
+from .normalization import batch_norm, group_norm, layer_norm, normalize  # noqa: E402, F401
 from .padding import pad  # noqa: E402, F401
 from .upsample import interpolate  # noqa: E402, F401
