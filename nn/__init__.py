@@ -36,6 +36,7 @@ from .activations import (
     Softplus,
     Softsign,
 )
+from .attention import MultiheadAttention
 from .containers import ModuleList, Sequential
 from .conv import AvgPool1d, AvgPool2d, Conv1d, Conv2d, MaxPool1d, MaxPool2d
 from .conv_transpose import ConvTranspose1d, ConvTranspose2d
@@ -69,6 +70,7 @@ from .padding import (
 from .upsample import Upsample
 
 __all__ = [
+    "MultiheadAttention",
     "BatchNorm1d",
     "BatchNorm2d",
     "GroupNorm",

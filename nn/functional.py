@@ -375,6 +375,7 @@ from .activations import (  # noqa: E402, F401
     softplus,
     softsign,
 )
+from .attention import scaled_dot_product_attention  # noqa: E402, F401
 from .conv import (  # noqa: E402, F401  (re-exported)
     avg_pool1d,
     avg_pool2d,
