@@ -17,7 +17,7 @@ realizes forward, backward and update together as one cached schedule.
 True
 """
 
-from . import data, datasets, functional, init, optim
+from . import clip_grad, data, datasets, functional, init, optim, utils
 from .activations import (
     CELU,
     ELU,
@@ -37,7 +37,7 @@ from .activations import (
     Softsign,
 )
 from .attention import MultiheadAttention
-from .containers import ModuleList, Sequential
+from .containers import ModuleDict, ModuleList, ParameterList, Sequential
 from .conv import AvgPool1d, AvgPool2d, Conv1d, Conv2d, MaxPool1d, MaxPool2d
 from .conv_transpose import ConvTranspose1d, ConvTranspose2d
 from .layers import (
@@ -70,6 +70,8 @@ from .padding import (
 from .upsample import Upsample
 
 __all__ = [
+    "ModuleDict",
+    "ParameterList",
     "MultiheadAttention",
     "BatchNorm1d",
     "BatchNorm2d",
@@ -136,4 +138,6 @@ __all__ = [
     "load",
     "optim",
     "save",
+    "clip_grad",
+    "utils",
 ]
