@@ -4,7 +4,7 @@ Each is a composition of frontend ops, so it fuses into its neighbours and
 its gradients (of any order) come from the primitives' rules. Branches are
 written with `where` on the same condition PyTorch's backward formula tests,
 so the gradient at a kink is PyTorch's (leaky_relu at 0: the slope; hardtanh
-at its limits: 0; hardswish at -3: -0.5), and the branch not taken is fed a
+at its limits: 0; hardswish at -3: 0), and the branch not taken is fed a
 safe argument so that no inf or NaN leaks into the gradient through it.
 
 >>> import fusegrad as fg
@@ -176,9 +176,10 @@ def hardsigmoid(input: Tensor, inplace: bool = False) -> Tensor:
 
 
 def hardswish(input: Tensor, inplace: bool = False) -> Tensor:
-    """x * hardsigmoid(x): 0 below -3, x above 3, x (x + 3) / 6 between."""
+    """x * hardsigmoid(x): 0 below -3, x above 3, x (x + 3) / 6 between (gradient 0 at -3,
+    1 at 3, as PyTorch's backward)."""
     x = input._float()
-    return where(x < -3.0, 0.0, where(x <= 3.0, x * (x + 3.0) * (1 / 6), x))
+    return where(x <= -3.0, 0.0, where(x < 3.0, x * (x + 3.0) * (1 / 6), x))
 
 
 def logsigmoid(input: Tensor) -> Tensor:

