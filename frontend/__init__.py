@@ -74,6 +74,7 @@ from .jit import JitError, jit  # noqa: E402
 from .movement import cat, stack  # noqa: E402
 from .reduce import matmul  # noqa: E402
 from .runtime.config import config  # noqa: E402
+from .serialization import SerializationError, load, save  # noqa: E402
 from .tensor import Tensor, realize, where  # noqa: E402
 
 bool = bool_  # noqa: A001  (torch.bool)
@@ -191,4 +192,5 @@ import sys as _sys  # noqa: E402
 from .nn import data, optim  # noqa: E402
 
 _sys.modules[__name__ + ".optim"] = optim
+_sys.modules[__name__ + ".optim.lr_scheduler"] = optim.lr_scheduler
 _sys.modules[__name__ + ".data"] = data

@@ -68,7 +68,8 @@ def _to_tensor(a: np.ndarray) -> Tensor:
         a = a.astype(np.float32)  # fusegrad's default float, as fg.tensor does for Python floats
     elif a.dtype.kind in "iu" and a.dtype != np.int32:
         a = a.astype(np.int64)
-    return creation.from_numpy(np.ascontiguousarray(a))
+    # np.ascontiguousarray makes a 0-d array 1-d: keep ds[i]'s scalar labels of shape ()
+    return creation.from_numpy(np.ascontiguousarray(a).reshape(a.shape))
 
 
 def default_collate(samples: list):

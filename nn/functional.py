@@ -385,6 +385,25 @@ def _cross_entropy_probs(logp, target, weight, reduction, label_smoothing, class
 
 
 # convolution and pooling live in nn/conv.py; they are functional ops, as in torch
+from .activations import (  # noqa: E402, F401
+    celu,
+    elu,
+    gelu,
+    glu,
+    hardsigmoid,
+    hardswish,
+    hardtanh,
+    leaky_relu,
+    logsigmoid,
+    mish,
+    relu6,
+    selu,
+    silu,
+    softmin,
+    softplus,
+    softsign,
+)
+from .attention import scaled_dot_product_attention  # noqa: E402, F401
 from .conv import (  # noqa: E402, F401  (re-exported)
     avg_pool1d,
     avg_pool2d,
@@ -393,3 +412,7 @@ from .conv import (  # noqa: E402, F401  (re-exported)
     max_pool1d,
     max_pool2d,
 )
+from .conv_transpose import conv_transpose1d, conv_transpose2d  # noqa: E402, F401
+from .normalization import batch_norm, group_norm, layer_norm, normalize  # noqa: E402, F401
+from .padding import pad  # noqa: E402, F401
+from .upsample import interpolate  # noqa: E402, F401
