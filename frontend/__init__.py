@@ -46,6 +46,7 @@ _register_package_dirs(
 )
 _node.SITE_HOOK = _user_site
 
+from . import indexing as _indexing  # noqa: E402
 from . import testing  # noqa: E402
 from .autograd import GradError, grad  # noqa: E402
 from .autograd_state import enable_grad, no_grad  # noqa: E402
@@ -70,12 +71,133 @@ from .creation import (  # noqa: E402
     zeros_like,
 )
 from .debug import compile_times, graph_dot, kernels  # noqa: E402
+from .indexing import (  # noqa: E402
+    flip,
+    gather,
+    index_select,
+    masked_fill,
+    masked_select,
+    nonzero,
+    scatter,
+    scatter_add,
+    scatter_reduce,
+    take_along_dim,
+    where,
+)
 from .jit import JitError, jit  # noqa: E402
 from .movement import cat, stack  # noqa: E402
 from .reduce import matmul  # noqa: E402
 from .runtime.config import config  # noqa: E402
 from .serialization import SerializationError, load, save  # noqa: E402
-from .tensor import Tensor, realize, where  # noqa: E402
+from .tensor import Tensor, realize  # noqa: E402
+
+_indexing.install(Tensor)
+from . import mathops as _mathops  # noqa: E402
+from . import shapeops as _shapeops  # noqa: E402
+
+_mathops.install(Tensor)
+_shapeops.install(Tensor)
+import builtins as _builtins  # noqa: E402
+
+from .mathops import (  # noqa: E402
+    acos,
+    acosh,
+    allclose,
+    asin,
+    asinh,
+    atan,
+    atan2,
+    atanh,
+    bitwise_and,
+    bitwise_left_shift,
+    bitwise_not,
+    bitwise_or,
+    bitwise_right_shift,
+    bitwise_xor,
+    ceil,
+    clone,
+    copysign,
+    cosh,
+    div,
+    equal,
+    erf,
+    erfc,
+    exp2,
+    expm1,
+    floor,
+    floor_divide,
+    fmod,
+    frac,
+    isclose,
+    isfinite,
+    isinf,
+    isnan,
+    lerp,
+    log1p,
+    log2,
+    log10,
+    logaddexp,
+    logical_and,
+    logical_or,
+    logical_xor,
+    nan_to_num,
+    remainder,
+    sign,
+    signbit,
+    sinh,
+    tan,
+    trunc,
+)
+from .mathops import round_ as round  # noqa: E402, A004
+from .shapeops import all_ as all  # noqa: E402, A004
+from .shapeops import any_ as any  # noqa: E402, A004
+from .shapeops import (  # noqa: E402
+    argsort,
+    bmm,
+    chunk,
+    cummax,
+    cummin,
+    cumprod,
+    cumsum,
+    diag,
+    diagonal,
+    einsum,
+    kthvalue,
+    logcumsumexp,
+    median,
+    meshgrid,
+    movedim,
+    norm,
+    outer,
+    prod,
+    repeat_interleave,
+    roll,
+    sort,
+    split,
+    std_mean,
+    topk,
+    tril,
+    triu,
+    unbind,
+    unflatten,
+    var_mean,
+)
+from .tensor import broadcast_shapes as _broadcast_shapes  # noqa: E402
+
+
+def broadcast_shapes(*shapes) -> tuple[int, ...]:
+    """The shape that tensors of these shapes broadcast to (torch.broadcast_shapes).
+
+    >>> import fusegrad as fg
+    >>> fg.broadcast_shapes((3, 1), (4,), ())
+    (3, 4)
+    """
+    out: tuple[int, ...] = ()
+    for s in shapes:
+        s = (s,) if isinstance(s, _builtins.int) else tuple(s)
+        out = _broadcast_shapes(out, s, "broadcast_shapes")
+    return out
+
 
 bool = bool_  # noqa: A001  (torch.bool)
 float = float32  # noqa: A001

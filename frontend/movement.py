@@ -218,7 +218,12 @@ class MovementMixin:
 
     # ---------------------------------------------------------------- slicing
     def __getitem__(self, index):
-        """Basic indexing: ints, slices (with positive steps), None and Ellipsis."""
+        """Indexing as PyTorch: ints, slices, None, ..., and tensors, lists and bool masks
+        (those, and negative steps, in `indexing.py`)."""
+        from . import indexing
+
+        if indexing.needs_general(index):
+            return indexing.getitem(self, index)
         if not isinstance(index, tuple):
             index = (index,)
         if any(i is Ellipsis for i in index):

@@ -90,3 +90,45 @@ def gradcheck(
                 raise GradcheckError(msg)
             return False
     return True
+
+
+def grad_check(f, *vals, samples: int = 100) -> None:
+    """MiniTorch's `grad_check(f, *vals)`: backward through `f(*vals).sum()` and compare each
+    input's `.grad` with central differences (rtol = atol = 1e-2, as MiniTorch), raising
+    AssertionError on a mismatch. The inputs become leaves that require grad (their `.grad`
+    is replaced), as in MiniTorch. Up to `samples` elements per input are checked.
+
+    >>> import fusegrad as fg
+    >>> x = fg.tensor([[0.5, -1.0], [2.0, 0.1]], dtype=fg.float64)
+    >>> fg.testing.grad_check(lambda t: (t * t).relu().sum(1), x)
+    """
+    from .creation import from_numpy
+
+    for x in vals:
+        if not x.is_leaf:
+            raise GradcheckError("grad_check: inputs must be leaf tensors (use detach())")
+        x.requires_grad_(True)
+        x.grad = None
+    out = f(*vals)
+    out.sum().backward()
+    rng = np.random.default_rng(10)
+    arrays = [np.asarray(x.numpy(), dtype=np.float64) for x in vals]
+    for i, x in enumerate(vals):
+        grad = x.grad.numpy() if x.grad is not None else np.zeros(x.shape)
+        places = list(np.ndindex(x.shape))
+        if len(places) > samples:
+            places = [places[k] for k in rng.choice(len(places), samples, replace=False)]
+        for ind in places:
+
+            def total(v, i=i, ind=ind):
+                moved = [a.copy() for a in arrays]
+                moved[i][ind] = v
+                ts = [from_numpy(a.astype(t.dtype.np)) for a, t in zip(moved, vals)]
+                return float(np.asarray(f(*ts).numpy(), dtype=np.float64).sum())
+
+            check = central_difference(total, float(arrays[i][ind]))
+            if not np.allclose(grad[ind], check, 1e-2, 1e-2):
+                raise GradcheckError(
+                    f"grad_check: derivative check at arg {i}, index {ind}: "
+                    f"backward gives {grad[ind]:.8g}, central difference {check:.8g}"
+                )

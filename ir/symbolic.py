@@ -203,6 +203,9 @@ class Lin:
         if split is not None:  # (a*x + y) // (a*m) == x // m  when 0 <= y < a
             a, big, _ = split
             return quotient + big // (c // a)
+        if lo < 0:  # renderers divide truncating (sdiv): keep the argument >= 0
+            k = -(lo // c)
+            return quotient - k + lin(FloorDiv(rest + k * c, c))
         return quotient + lin(FloorDiv(rest, c))
 
     def __mod__(self, c: int) -> Lin:
@@ -226,6 +229,8 @@ class Lin:
         if split is not None:  # (a*x + y) % (a*m) == (x % m)*a + y  when 0 <= y < a
             a, big, small = split
             return (big % (c // a)) * a + small
+        if lo < 0:  # renderers take remainders truncating (srem): keep the argument >= 0
+            rest = rest + (-(lo // c)) * c
         return lin(Mod(rest, c))
 
     def substitute(self, env: dict[Atom, Lin]) -> Lin:

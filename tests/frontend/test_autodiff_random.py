@@ -5,10 +5,12 @@ Hypothesis draws a small program over float64 leaves: elementwise math (+ - *
 fresh leaves, softmax and log_softmax, every view (reshape, permute,
 transpose, expand, slicing with steps, pad, cat, stack, flatten, squeeze,
 unsqueeze), the reductions sum, mean and amax with and without keepdim,
-matmul, and (in a second test) conv1d/conv2d with random stride, padding,
-dilation and groups, max_pool2d and avg_pool2d. Its output is projected on a
-random weight and differentiated with `fusegrad.grad`. The gradients are
-computed three ways and must agree:
+matmul, a sample of the wider tensor API (log1p, expm1, atan, asinh, sinh,
+atan2, logaddexp, tensor indices, gather, scatter_add, flip, cumsum, cumprod,
+prod, norm, tril, roll, repeat, einsum), and (in a second test) conv1d/conv2d
+with random stride, padding, dilation and groups, max_pool2d and avg_pool2d.
+Its output is projected on a random weight and differentiated with
+`fusegrad.grad`. The gradients are computed three ways and must agree:
 
 - compiled: the gradient graph realized into fused kernels;
 - reference: the same gradient graph evaluated op by op by
@@ -318,8 +320,85 @@ def op_matmul(p: Program, t):
     return t @ p.leaf((2,) + (1,) * max(t.ndim - 2, 0) + (k, n))
 
 
-OPS = [op_unary, op_binary, op_where, op_softmax, op_view, op_reduce, op_matmul]
-WEIGHTS = [4, 4, 1, 1, 5, 2, 1]
+API_OPS = [
+    "log1p",
+    "expm1",
+    "atan",
+    "asinh",
+    "sinh",
+    "atan2",
+    "logaddexp",
+    "index",
+    "gather",
+    "scatter_add",
+    "flip",
+    "cumsum",
+    "cumprod",
+    "prod",
+    "norm",
+    "tril",
+    "roll",
+    "repeat",
+    "einsum",
+]
+
+
+def op_api(p: Program, t):
+    """Differentiable ops of the wider tensor API (frontend/indexing, mathops, shapeops)."""
+    name = p.pick(API_OPS)
+    v = value(t)
+    if name == "log1p":
+        return (t * t).log1p()
+    if name in ("expm1", "sinh"):
+        return getattr(t, name)() if np.abs(v).max() < 4 else None
+    if name in ("atan", "asinh"):
+        return getattr(t, name)()
+    if name == "atan2":
+        return fg.atan2(t, p.leaf(p.broadcastable(t.shape)) + 2.5)  # x > 0: away from the cut
+    if name == "logaddexp":
+        return fg.logaddexp(t, p.other(t))
+    if t.ndim == 0:
+        return None
+    d = int(p.draw(st.integers(0, t.ndim - 1)))
+    n = t.shape[d]
+    if name == "index":  # integer tensor indices, repeats included, with a slice beside them
+        rows = fg.tensor(p.rng.integers(-n, n, size=int(p.rng.integers(1, 4))))
+        return t[(slice(None),) * d + (rows,)]
+    if name == "gather":
+        shape = list(t.shape)
+        shape[d] = int(p.rng.integers(1, 4))
+        return t.gather(d, fg.tensor(p.rng.integers(0, n, size=shape)))
+    if name == "scatter_add":
+        shape = list(t.shape)
+        shape[d] = int(p.rng.integers(1, 4))
+        src = p.leaf(shape)
+        return t.scatter_add(d, fg.tensor(p.rng.integers(0, n, size=shape)), src)
+    if name == "flip":
+        return t.flip(d)
+    if name == "cumsum":
+        return t.cumsum(d)
+    if name == "cumprod":
+        return t.cumprod(d) if np.abs(v).max() < 3 else None
+    if name == "prod":
+        return t.prod(d, keepdim=p.draw(st.booleans())) if np.abs(v).max() < 3 else None
+    if name == "norm":  # the 2-norm has a kink only at 0
+        out = t.norm(dim=d)
+        return out if np.all(value(out) > GAP) else None
+    if name == "tril":
+        return t.tril(int(p.draw(st.integers(-1, 1)))) if t.ndim >= 2 else None
+    if name == "roll":
+        return t.roll(int(p.draw(st.integers(-3, 3))), d)
+    if name == "repeat":
+        return t.repeat(*[int(p.draw(st.integers(1, 2))) for _ in range(t.ndim)])
+    # einsum: a contraction with a fresh leaf over axis d
+    letters = "abcde"[: t.ndim]
+    other = p.leaf((n, 2))
+    out = letters.replace(letters[d], "") + "z"
+    return fg.einsum(f"{letters},{letters[d]}z->{out}", t, other)
+
+
+OPS = [op_unary, op_binary, op_where, op_softmax, op_view, op_reduce, op_matmul, op_api]
+WEIGHTS = [4, 4, 1, 1, 5, 2, 1, 3]
 
 
 def grow(p: Program, t: fg.Tensor, steps: int) -> fg.Tensor:
@@ -557,6 +636,7 @@ ALL_NAMES = (
     + ["softmax", "log_softmax", "sum", "mean", "amax", "amax_tied"]
     + ["matmul", "matmul_vector", "matmul_left", "matmul_batched"]
     + VIEWS
+    + API_OPS
 )
 
 

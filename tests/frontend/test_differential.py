@@ -369,6 +369,34 @@ class Program:
         t = getattr(fg, name)(x.t) if use_fn else getattr(x.t, name)()
         return self.add(t, a, err, f"{name}({x.name})")
 
+    def op_api_math(self) -> Val | None:
+        """Functions of the wider tensor API (frontend/mathops.py), each Lipschitz on the range
+        drawn, so an input error ex becomes at most L * ex. (erf, with its 100-term series, is
+        left to test_unary_functions_match_numpy: compiling it in every program costs minutes.)"""
+        x = self.pick()
+        name = self.draw(st.sampled_from(["atan", "asinh", "log1p", "expm1", "sinh"]))
+        dtype = float_of(x.dtype)
+        xa, ex, mx = x.a.astype(dtype), x.err, x.mag
+        r = TRANSCENDENTAL_ULPS * UNIT_ROUNDOFF[dtype]
+        x64 = xa.astype(np.float64)
+        if name == "log1p":  # of |x|, where the slope is at most 1
+            if x.dtype == "bool":
+                return None
+            t, a, lip, text = x.t.abs().log1p(), np.log1p(np.abs(x64)), 1.0, f"log1p(|{x.name}|)"
+        elif name in ("expm1", "sinh"):
+            if mx > 20:
+                return None
+            a = np.expm1(x64) if name == "expm1" else np.sinh(x64)
+            lip, t, text = math.exp(mx + ex), getattr(x.t, name)(), f"{name}({x.name})"
+        else:
+            a = {"atan": np.arctan, "asinh": np.arcsinh}[name](x64)
+            lip = 1.0
+            t = getattr(fg, name)(x.t) if self.draw(st.booleans()) else getattr(x.t, name)()
+            text = f"{name}({x.name})"
+        a = a.astype(dtype)
+        err = lip * ex * 1.01 + r * max(1.0, float(np.max(np.abs(a), initial=0.0)))
+        return self.add(t, a, err, text)
+
     def op_unary_exact(self) -> Val | None:
         x = self.pick(lambda v: v.dtype != "bool")
         if x is None:
@@ -890,6 +918,7 @@ def broadcasts(a, b) -> bool:
 
 # op groups; an op listed twice is drawn twice as often
 ELEMENTWISE = ["arith"] * 3 + ["pow", "unary_math", "unary_math", "unary_exact", "compare"]
+ELEMENTWISE += ["api_math"]
 ELEMENTWISE += ["where", "cast"]
 VIEWS = ["reshape", "permute", "expand", "flatten", "squeeze", "index", "index", "pad", "cat"]
 VIEWS += ["contiguous"]
@@ -997,6 +1026,26 @@ UNARY = {
     "abs": (np.abs, (-5, 5)),
     "neg": (np.negative, (-5, 5)),
     "square": (np.square, (-100, 100)),
+    # the wider tensor API (frontend/mathops.py; tests/frontend/test_mathops.py goes to ulps)
+    "log1p": (np.log1p, (-0.999, 100)),
+    "expm1": (np.expm1, (-20, 20)),
+    "log2": (np.log2, (1e-3, 100)),
+    "log10": (np.log10, (1e-3, 100)),
+    "exp2": (np.exp2, (-30, 30)),
+    "erf": (np.vectorize(math.erf, otypes=[np.float64]), (-6, 6)),
+    "atan": (np.arctan, (-100, 100)),
+    "asin": (np.arcsin, (-1, 1)),
+    "acos": (np.arccos, (-1, 1)),
+    "tan": (np.tan, (-1.5, 1.5)),
+    "sinh": (np.sinh, (-20, 20)),
+    "cosh": (np.cosh, (-20, 20)),
+    "asinh": (np.arcsinh, (-100, 100)),
+    "atanh": (np.arctanh, (-0.999, 0.999)),
+    "floor": (np.floor, (-100, 100)),
+    "ceil": (np.ceil, (-100, 100)),
+    "trunc": (np.trunc, (-100, 100)),
+    "round": (np.round, (-100, 100)),
+    "sign": (np.sign, (-5, 5)),
 }
 
 

@@ -130,6 +130,10 @@ def check_against_brute_force(tree, bounds) -> None:
         for a in atoms_of(e):
             v = evaluate(a, env)
             assert a.min <= v <= a.max, f"atom {a} = {v} at {env}, outside [{a.min}, {a.max}]"
+            if isinstance(a, (FloorDiv, Mod)):
+                # the renderers divide truncating (sdiv, srem, C's / and %), which is floor
+                # division only for arguments >= 0
+                assert evaluate(a.x, env) >= 0, f"atom {a} divides a negative value at {env}"
         values.append(got)
     assert e.min <= min(values) and max(values) <= e.max, (
         f"{e}: takes [{min(values)}, {max(values)}], bounds say [{e.min}, {e.max}]"

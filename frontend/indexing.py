@@ -1,0 +1,725 @@
+"""Advanced indexing: tensor, list and mask indices, gather/scatter and their relatives.
+
+Everything here is built on two primitives: `GATHER` (rows of a table picked by
+an index) and `SCATTER_ADD` (the sum of rows sent to the places an index
+says), with views around them. `x[idx]` with integer tensors is one gather
+from `x` seen as a table whose rows are the indexed axes; its gradient is the
+matching scatter-add, so repeated indices accumulate, as in PyTorch.
+
+>>> import fusegrad as fg
+>>> x = fg.arange(12).reshape(3, 4)
+>>> x[[0, 2], 1:3].tolist()
+[[1, 2], [9, 10]]
+>>> x[x > 8].tolist()                 # a mask's values decide the shape: the mask is computed
+[9, 10, 11]
+>>> x.gather(1, fg.tensor([[3], [0], [1]])).tolist()
+[[3], [4], [9]]
+
+What needs values on the host: a boolean mask index, `masked_select` and
+`nonzero` have shapes that depend on the mask's values, so they compute the
+mask (`.numpy()`) when written; `x[idx] = v` and `scatter` with tensor
+indices compute the indices to find repeated places (PyTorch's CPU rule: the
+last write wins). Indices already computed (tensors made from data, lists)
+are checked, and out-of-range ones raise IndexError as in PyTorch; an index
+still lazy when the op is written is not checked, and inside a kernel an
+index outside the axis reads 0 (a gather's rule).
+
+`x[idx] = v` gives `x` a new value (its node is rebound, as `assign_` does):
+views taken from `x` earlier do not see the write, unlike PyTorch, where they
+share memory.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .errors import DTypeError, IndexingError, ShapeError, fail
+from .ir import node as N
+from .ir.dtypes import int64
+from .ir.ops import Ops
+
+
+def _tensor_cls():
+    from .tensor import Tensor
+
+    return Tensor
+
+
+def _is_advanced(i) -> bool:
+    return isinstance(i, (_tensor_cls(), list, np.ndarray, bool, np.bool_))
+
+
+def needs_general(index) -> bool:
+    """Whether `x[index]` needs more than the basic view path (ints, positive slices, None, ...)."""
+    items = index if isinstance(index, tuple) else (index,)
+    return any(
+        _is_advanced(i) or (isinstance(i, slice) and i.step is not None and i.step < 0)
+        for i in items
+    )
+
+
+def host_values(t):
+    """The values of `t` if they are known without running a kernel (data, constants), else None."""
+    if t.node.op in (Ops.BUFFER, Ops.CONST):
+        return t.numpy()
+    return None
+
+
+def _as_index(i, op: str):
+    """A tensor index from a tensor, list or array; bools stay bool, integers become int64."""
+    from .creation import tensor
+
+    Tensor = _tensor_cls()
+    if not isinstance(i, Tensor):
+        try:
+            arr = np.asarray(i)
+        except ValueError as e:
+            fail(IndexingError, op, f"index {i!r} is ragged: {e}")
+        if arr.size == 0 and arr.dtype.kind == "f":
+            arr = arr.astype(np.int64)  # [] is an empty integer index, as in PyTorch
+        if arr.dtype.kind not in "biu":
+            fail(
+                IndexingError,
+                op,
+                f"tensors used as indices must be long, int or bool, got {arr.dtype}",
+            )
+        i = tensor(arr)
+    if i.dtype.is_float:
+        fail(
+            IndexingError,
+            op,
+            f"tensors used as indices must be long, int or bool tensors, got {i.dtype.name}",
+        )
+    return i
+
+
+def _check_range(t, size: int, axis: int, op: str) -> None:
+    vals = host_values(t)
+    if vals is None or vals.size == 0:
+        return
+    lo, hi = int(vals.min()), int(vals.max())
+    if lo < -size or hi >= size:
+        bad = lo if lo < -size else hi
+        fail(IndexingError, op, f"index {bad} is out of bounds for axis {axis} with size {size}")
+
+
+def _wrap(t, size: int):
+    """Negative indices count from the end, as in Python."""
+    from .tensor import where
+
+    t = t.cast(int64)
+    vals = host_values(t)
+    if vals is not None and (vals.size == 0 or vals.min() >= 0):
+        return t
+    return where(t < 0, t + size, t)
+
+
+def _positive_slice(s: slice, size: int) -> slice:
+    """The slice of the flipped axis that picks what negative-step `s` picks, in its order."""
+    start, stop, step = s.indices(size)
+    n = len(range(start, stop, step))
+    if n == 0:
+        return slice(0, 0)
+    first = size - 1 - start
+    return slice(first, first + (n - 1) * (-step) + 1, -step)
+
+
+def _entries(x, index, op: str):
+    """The index as one entry per axis of x (plus new axes): ('none',) ('slice', s)
+    ('int', j) ('idx', int tensor) ('newidx', int tensor on a new size-1 axis)."""
+    Tensor = _tensor_cls()
+    if not isinstance(index, tuple):
+        index = (index,)
+    raw = []
+    for i in index:
+        if i is None or i is Ellipsis or isinstance(i, slice):
+            raw.append(i)
+        elif isinstance(i, (bool, np.bool_)):
+            raw.append(("bool0", bool(i)))
+        elif isinstance(i, (Tensor, list, np.ndarray)):
+            t = _as_index(i, op)
+            raw.append(("bool", t) if t.dtype.is_bool else ("idx", t))
+        elif hasattr(i, "__index__"):
+            raw.append(("int", int(i)))
+        else:
+            fail(
+                IndexingError,
+                op,
+                f"unsupported index {i!r}: use ints, slices, None, ..., tensors or lists",
+            )
+    if sum(1 for i in raw if i is Ellipsis) > 1:
+        fail(IndexingError, op, "an index can only have a single ellipsis")
+
+    def width(i):
+        if i is None or i is Ellipsis or (isinstance(i, tuple) and i[0] == "bool0"):
+            return 0
+        if isinstance(i, tuple) and i[0] == "bool":
+            return max(i[1].ndim, 0)
+        return 1
+
+    used = sum(width(i) for i in raw)
+    if used > x.ndim:
+        fail(IndexingError, op, f"too many indices ({used}) for a tensor of shape {x.shape}")
+    if Ellipsis in [i for i in raw if not isinstance(i, tuple)]:
+        k = next(n for n, i in enumerate(raw) if i is Ellipsis)
+        raw = raw[:k] + [slice(None)] * (x.ndim - used) + raw[k + 1 :]
+    else:
+        raw = raw + [slice(None)] * (x.ndim - used)
+    out, axis = [], 0
+    for i in raw:
+        if i is None:
+            out.append(("none",))
+        elif isinstance(i, slice):
+            out.append(("slice", i))
+            axis += 1
+        elif i[0] == "int":
+            size = x.shape[axis]
+            if not -size <= i[1] < size:
+                fail(
+                    IndexingError,
+                    op,
+                    f"index {i[1]} is out of bounds for axis {axis} with size {size}",
+                )
+            out.append(("int", i[1] % size))
+            axis += 1
+        elif i[0] == "bool0":
+            from .creation import arange
+
+            out.append(("newidx", arange(1 if i[1] else 0)))
+        elif i[0] == "bool":
+            mask = i[1]
+            have = x.shape[axis : axis + mask.ndim]
+            if mask.shape != have:
+                fail(
+                    IndexingError,
+                    op,
+                    f"the shape of the mask {mask.shape} does not match the shape "
+                    f"{have} of the indexed tensor at axis {axis}",
+                )
+            if mask.ndim == 0:
+                from .creation import arange
+
+                out.append(("newidx", arange(1 if bool(mask.item()) else 0)))
+                continue
+            from .creation import tensor
+
+            # the mask's values decide the result's shape: compute it now
+            for coords in np.nonzero(mask.numpy()):
+                out.append(("idx", tensor(coords.astype(np.int64))))
+                axis += 1
+        else:
+            t = i[1]
+            _check_range(t, x.shape[axis], axis, op)
+            out.append(("idx", t))
+            axis += 1
+    return out
+
+
+def getitem(x, index):
+    """`x[index]` for any mix of ints, slices (any step), None, ..., tensors, lists and masks."""
+    from .tensor import broadcast_shapes
+
+    entries = _entries(x, index, "index")
+    # 1. views: flip the axes sliced with a negative step, then slice, select, add new axes
+    flips = [
+        a
+        for a, e in enumerate(e for e in entries if e[0] in ("slice", "int", "idx"))
+        if e[0] == "slice" and e[1].step is not None and e[1].step < 0
+    ]
+    if flips:
+        x = x._make(N.flip(x.node, tuple(flips)))
+    basic, axis = [], 0
+    for e in entries:
+        if e[0] == "none":
+            basic.append(None)
+        elif e[0] == "newidx":
+            basic.append(None)
+        elif e[0] == "slice":
+            s = e[1]
+            basic.append(_positive_slice(s, x.shape[axis]) if axis in flips else s)
+            axis += 1
+        elif e[0] == "int":
+            basic.append(e[1])
+            axis += 1
+        else:
+            basic.append(slice(None))
+            axis += 1
+    from .movement import MovementMixin
+
+    x = MovementMixin.__getitem__(x, tuple(basic))
+    # 2. the axes of x now: one per entry that is not an int
+    kept = [e for e in entries if e[0] != "int"]
+    adv = [k for k, e in enumerate(kept) if e[0] in ("idx", "newidx")]
+    if not adv:
+        return x
+    sizes = [x.shape[k] for k in adv]
+    idx = [_wrap(kept[k][1], x.shape[k]) for k in adv]
+    shape = ()
+    for t in idx:
+        shape = broadcast_shapes(shape, t.shape, "index")
+    rest = [k for k in range(x.ndim) if k not in adv]
+    table = x.permute(adv + rest).reshape((math.prod(sizes),) + tuple(x.shape[k] for k in rest))
+    flat = None
+    stride = 1
+    for t, s in zip(reversed(idx), reversed(sizes)):
+        term = t.expand(shape) * stride if stride != 1 else t.expand(shape)
+        flat = term if flat is None else flat + term
+        stride *= s
+    out = table._make(N.gather(table.node, flat.node), flat)
+    # 3. where the index's axes go: in place if the advanced indices (ints included) are
+    # adjacent, else first (numpy's and PyTorch's rule)
+    places = [k for k, e in enumerate(entries) if e[0] in ("int", "idx", "newidx")]
+    if places[-1] - places[0] + 1 != len(places):
+        return out
+    p = sum(1 for e in entries[: places[0]] if e[0] in ("none", "slice"))
+    b = len(shape)
+    order = list(range(b, b + p)) + list(range(b)) + list(range(b + p, out.ndim))
+    return out.permute(order)
+
+
+def _rebind(x, new) -> None:
+    """Give `x` the value `new` (gradients flow to what `new` is built from, as in PyTorch)."""
+    from . import autograd_state
+    from .autograd import GradError
+
+    if x.requires_grad and x.is_leaf and autograd_state.enabled():
+        fail(
+            GradError,
+            "setitem",
+            "a leaf tensor that requires grad is used in an in-place operation; "
+            "write under fg.no_grad() or on a clone()",
+        )
+    x.node = new.node
+    x.requires_grad = new.requires_grad
+    x._is_leaf = not new.requires_grad
+    x._strides = None
+
+
+def _put(x, positions, values, may_repeat: bool = True):
+    """x with the flat places `positions` set to `values` (same shape); the last write wins.
+
+    Where places may repeat, the positions are computed to find the last write to each."""
+    from .creation import tensor
+    from .tensor import where
+
+    numel = x.numel()
+    pos = positions.reshape(-1)
+    vals = values.reshape(-1)
+    if may_repeat:
+        p = pos.numpy()
+        uniq, first_rev = np.unique(p[::-1], return_index=True)
+        if uniq.size != p.size:  # repeated places: keep the last value written to each
+            keep = np.sort(p.size - 1 - first_rev)
+            pos = tensor(p[keep].astype(np.int64))
+            vals = vals[tensor(keep.astype(np.int64))]
+    if numel == 0 or pos.numel() == 0:
+        return x
+    summed = vals._make(N.scatter_add(vals.node, pos.node, numel), vals)
+    hit = N.scatter_add(N.const(1, pos.shape, int64), pos.node, numel)
+    hit = x._make(N.binary(Ops.CMPLT, N.const(0, (numel,), int64), hit))
+    return where(hit, summed, x.reshape(-1)).reshape(x.shape)
+
+
+def _has_tensor_index(index) -> bool:
+    items = index if isinstance(index, tuple) else (index,)
+    return any(_is_advanced(i) for i in items)
+
+
+def setitem(x, index, value) -> None:
+    """`x[index] = value`: x is rebound to a new value (see the module docstring)."""
+    from .creation import arange
+    from .tensor import Tensor, as_tensor
+
+    positions = arange(x.numel()).reshape(x.shape)[index]
+    if not isinstance(value, Tensor):
+        value = as_tensor(value) if not isinstance(value, (int, float, bool)) else value
+    if isinstance(value, Tensor):
+        v = value.cast(x.dtype)
+        try:
+            from .tensor import broadcast_shapes
+
+            broadcast_shapes(v.shape, positions.shape, "setitem")
+            v = v.expand(positions.shape)
+        except ShapeError:
+            fail(
+                ShapeError,
+                "setitem",
+                f"shape mismatch: value tensor of shape {value.shape} cannot be broadcast "
+                f"to indexing result of shape {positions.shape}",
+            )
+    else:
+        v = Tensor(N.const(value, positions.shape, x.dtype))
+    _rebind(x, _put(x, positions, v, may_repeat=_has_tensor_index(index)))
+
+
+# ---------------------------------------------------------------- along an axis
+
+
+def _flat_along(shape, dim: int, index):
+    """Flat positions in a row-major tensor of `shape` of index's elements along `dim`:
+    position[i, j, k] = i*s0 + index[i, j, k]*s1 + k*s2 for dim = 1."""
+    from .creation import arange
+
+    strides = [math.prod(shape[d + 1 :]) for d in range(len(shape))]
+    flat = index.cast(int64) * strides[dim]
+    for d in range(len(shape)):
+        if d != dim and index.shape[d] > 1:
+            view = [1] * len(shape)
+            view[d] = index.shape[d]
+            flat = flat + (arange(index.shape[d]) * strides[d]).reshape(view)
+    return flat.expand(index.shape)
+
+
+def _check_along(x, dim, index, op: str, src=None):
+    Tensor = _tensor_cls()
+    if not isinstance(index, Tensor):
+        index = _as_index(index, op)
+    if index.dtype.is_float or index.dtype.is_bool:
+        fail(DTypeError, op, f"index must be an int64 tensor, got {index.dtype.name}")
+    d = x._dim(dim, op)
+    if index.ndim != x.ndim:
+        fail(
+            ShapeError,
+            op,
+            f"index tensor must have the same number of dimensions as input tensor "
+            f"(index {index.shape}, input {x.shape})",
+        )
+    for a in range(x.ndim):
+        if a != d and index.shape[a] > x.shape[a]:
+            fail(
+                ShapeError,
+                op,
+                f"size of index {index.shape} exceeds input {x.shape} at dimension {a}",
+            )
+        if src is not None and index.shape[a] > src.shape[a]:
+            fail(
+                ShapeError,
+                op,
+                f"size of index {index.shape} exceeds src {src.shape} at dimension {a}",
+            )
+    vals = host_values(index)
+    size = x.shape[d] if x.ndim else 1
+    if vals is not None and vals.size and (vals.min() < 0 or vals.max() >= size):
+        bad = int(vals.min()) if vals.min() < 0 else int(vals.max())
+        fail(IndexingError, op, f"index {bad} is out of bounds for dimension {d} with size {size}")
+    return d, index
+
+
+def gather(x, dim: int, index):
+    """out[i][j][k] = x[i][index[i][j][k]][k] for dim = 1 (torch.gather).
+
+    >>> import fusegrad as fg
+    >>> fg.tensor([[1, 2], [3, 4]]).gather(1, fg.tensor([[0, 0], [1, 0]])).tolist()
+    [[1, 1], [4, 3]]
+    """
+    if x.ndim == 0:
+        x = x.reshape(1)
+    d, index = _check_along(x, dim, index, "gather")
+    flat = _flat_along(x.shape, d, index)
+    table = x.reshape(-1)
+    return table._make(N.gather(table.node, flat.node), flat)
+
+
+def _src_along(x, index, src, op: str):
+    """src cut to index's shape (as PyTorch reads it), in x's dtype; a number is broadcast."""
+    Tensor = _tensor_cls()
+    if not isinstance(src, Tensor):
+        return Tensor(N.const(src, index.shape, x.dtype))
+    src = src.cast(x.dtype)
+    if src.ndim != index.ndim:
+        fail(ShapeError, op, f"src {src.shape} and index {index.shape} differ in dims")
+    return src[tuple(slice(0, s) for s in index.shape)]
+
+
+def scatter(x, dim: int, index, src=None, value=None, reduce=None):
+    """out = x, then out[i][index[i][j][k]][k] = src[i][j][k] for dim = 1 (torch.scatter).
+
+    The index is computed to find repeated places (where the last write wins).
+
+    >>> import fusegrad as fg
+    >>> fg.zeros(2, 3).scatter(1, fg.tensor([[2], [0]]), fg.tensor([[5.0], [7.0]])).tolist()
+    [[0.0, 0.0, 5.0], [7.0, 0.0, 0.0]]
+    """
+    if src is None:
+        src = value
+    if reduce is not None:
+        mode = {"add": "sum", "multiply": "prod"}.get(reduce)
+        if mode is None:
+            fail(ShapeError, "scatter", f"reduce must be 'add' or 'multiply', got {reduce!r}")
+        return scatter_reduce(x, dim, index, src, mode)
+    Tensor = _tensor_cls()
+    d, index = _check_along(x, dim, index, "scatter", src if isinstance(src, Tensor) else None)
+    vals = _src_along(x, index, src, "scatter")
+    return _put(x, _flat_along(x.shape, d, index), vals)
+
+
+def scatter_add(x, dim: int, index, src):
+    """out = x, then out[i][index[i][j][k]][k] += src[i][j][k] for dim = 1 (one SCATTER_ADD).
+
+    >>> import fusegrad as fg
+    >>> fg.zeros(3).scatter_add(0, fg.tensor([0, 2, 0]), fg.tensor([1.0, 2.0, 3.0])).tolist()
+    [4.0, 0.0, 2.0]
+    """
+    d, index = _check_along(x, dim, index, "scatter_add", src)
+    vals = _src_along(x, index, src, "scatter_add")
+    return x + _scattered_sum(x, d, index, vals)
+
+
+def _scattered_sum(x, d, index, vals):
+    flat = _flat_along(x.shape, d, index).reshape(-1)
+    v = vals.reshape(-1)
+    return v._make(N.scatter_add(v.node, flat.node, x.numel()), flat).reshape(x.shape)
+
+
+ONE_HOT_LIMIT = 1 << 24  # elements of the (places x sources) table that amax/amin/prod build
+
+
+def scatter_reduce(x, dim: int, index, src, reduce: str, include_self: bool = True):
+    """torch.scatter_reduce with reduce in sum, mean, prod, amax, amin.
+
+    sum and mean are one SCATTER_ADD each; prod, amax and amin compare every place
+    with every source (a one-hot table), so they raise above ONE_HOT_LIMIT elements.
+    Integer means round down, as PyTorch's.
+    """
+    from .tensor import where
+
+    if reduce not in ("sum", "mean", "prod", "amax", "amin"):
+        fail(
+            ShapeError,
+            "scatter_reduce",
+            f"reduce must be one of sum, mean, prod, amax, amin, got {reduce!r}",
+        )
+    d, index = _check_along(x, dim, index, "scatter_reduce", src)
+    vals = _src_along(x, index, src, "scatter_reduce")
+    ones = vals._make(N.const(1, vals.shape, int64))
+    count = _scattered_sum(x.cast(int64), d, index, ones)
+    hit = count > 0
+    base = x if include_self else where(hit, 0, x)
+    if reduce in ("sum", "mean"):
+        total = base + _scattered_sum(x, d, index, vals)
+        if reduce == "sum":
+            return total
+        n = count + int(include_self)
+        if x.dtype.is_float:
+            return where(hit, total / n.cast(x.dtype).maximum(1), x)
+        return where(hit, total.div(n.maximum(1), rounding_mode="floor"), x)
+    numel, m = x.numel(), vals.numel()
+    if numel * m > ONE_HOT_LIMIT:
+        fail(
+            ShapeError,
+            "scatter_reduce",
+            f"reduce={reduce!r} compares {numel} places with {m} sources "
+            f"({numel * m} > {ONE_HOT_LIMIT} elements); only sum and mean scale further",
+        )
+    from .creation import arange
+
+    flat = _flat_along(x.shape, d, index).reshape(1, m)
+    onehot = arange(numel).reshape(numel, 1) == flat
+    v = vals.reshape(1, m).expand(numel, m)
+    xf = x.reshape(-1)
+    hitf = hit.reshape(-1)
+    if reduce == "prod":
+        from .shapeops import prod
+
+        red = prod(where(onehot, v, 1), 1)
+        out = red * xf if include_self else where(hitf, red, xf)
+    else:
+        big = math.inf if x.dtype.is_float else np.iinfo(x.dtype.np).max
+        if reduce == "amax":
+            red = where(onehot, v, -big).amax(1)
+            out = where(hitf, red.maximum(xf) if include_self else red, xf)
+        else:
+            red = where(onehot, v, big).amin(1)
+            out = where(hitf, red.minimum(xf) if include_self else red, xf)
+    return out.reshape(x.shape)
+
+
+def index_select(x, dim: int, index):
+    """The entries of `x` at `index` (a vector) along `dim`.
+
+    >>> import fusegrad as fg
+    >>> fg.arange(6).reshape(2, 3).index_select(1, fg.tensor([2, 0])).tolist()
+    [[2, 0], [5, 3]]
+    """
+    index = _as_index(index, "index_select")
+    if index.ndim > 1 or index.dtype.is_bool:
+        fail(IndexingError, "index_select", f"index must be a vector of ints, got {index.shape}")
+    d = x._dim(dim, "index_select")
+    if x.ndim == 0:
+        return x[index.reshape(-1)].reshape(())
+    _check_range(index.reshape(-1), x.shape[d], d, "index_select")
+    return x[(slice(None),) * d + (index.reshape(-1),)]
+
+
+def take_along_dim(x, indices, dim=None):
+    """Values of `x` at `indices` along `dim` (numpy's take_along_axis); flattened if dim is None.
+
+    >>> import fusegrad as fg
+    >>> x = fg.tensor([[10, 30, 20], [60, 40, 50]])
+    >>> x.take_along_dim(x.argmax(1, keepdim=True), 1).tolist()
+    [[30], [60]]
+    """
+    from .tensor import broadcast_shapes
+
+    indices = _as_index(indices, "take_along_dim")
+    if dim is None:
+        return gather(x.reshape(-1), 0, indices.reshape(-1))
+    d = x._dim(dim, "take_along_dim")
+    if indices.ndim != x.ndim:
+        fail(
+            ShapeError,
+            "take_along_dim",
+            f"input {x.shape} and indices {indices.shape} should have the same number of dims",
+        )
+    a = x.shape[:d] + (1,) + x.shape[d + 1 :]
+    b = indices.shape[:d] + (1,) + indices.shape[d + 1 :]
+    common = broadcast_shapes(a, b, "take_along_dim")
+    xs = common[:d] + (x.shape[d],) + common[d + 1 :]
+    ind = common[:d] + (indices.shape[d],) + common[d + 1 :]
+    return gather(x.expand(xs), d, indices.expand(ind))
+
+
+def masked_fill(x, mask, value):
+    """x with `value` where `mask` is true (mask broadcasts to x; x keeps its dtype).
+
+    >>> import fusegrad as fg
+    >>> fg.tensor([1.0, 2.0, 3.0]).masked_fill(fg.tensor([True, False, True]), 0).tolist()
+    [0.0, 2.0, 0.0]
+    """
+    from .tensor import Tensor, broadcast_shapes, where
+
+    mask = _as_index(mask, "masked_fill") if not isinstance(mask, Tensor) else mask
+    if not mask.dtype.is_bool:
+        fail(DTypeError, "masked_fill", f"mask must be a bool tensor, got {mask.dtype.name}")
+    if broadcast_shapes(mask.shape, x.shape, "masked_fill") != x.shape:
+        fail(
+            ShapeError,
+            "masked_fill",
+            f"mask of shape {mask.shape} does not broadcast to the tensor's shape {x.shape}",
+        )
+    if isinstance(value, Tensor):
+        if value.ndim != 0:
+            fail(
+                ShapeError,
+                "masked_fill",
+                f"only 0-dim value tensors are supported, got shape {value.shape}",
+            )
+        value = value.cast(x.dtype)
+    else:
+        value = Tensor(N.const(value, (), x.dtype))
+    return where(mask, value, x)
+
+
+def masked_select(x, mask):
+    """The elements of `x` where `mask` is true, as a 1-D tensor (the mask is computed now).
+
+    >>> import fusegrad as fg
+    >>> fg.tensor([1.0, 2.0, 3.0]).masked_select(fg.tensor([True, False, True])).tolist()
+    [1.0, 3.0]
+    """
+    from .tensor import broadcast_shapes
+
+    mask = _as_index(mask, "masked_select")
+    if not mask.dtype.is_bool:
+        fail(DTypeError, "masked_select", f"mask must be a bool tensor, got {mask.dtype.name}")
+    shape = broadcast_shapes(x.shape, mask.shape, "masked_select")
+    return x.expand(shape)[mask.expand(shape)]
+
+
+def nonzero(x, as_tuple: bool = False):
+    """Coordinates of the nonzero elements, shape (count, ndim) (the values are computed now).
+
+    >>> import fusegrad as fg
+    >>> fg.tensor([[0, 1], [2, 0]]).nonzero().tolist()
+    [[0, 1], [1, 0]]
+    """
+    from .creation import tensor
+
+    a = np.asarray(x.numpy())
+    if as_tuple:
+        if a.ndim == 0:
+            return (tensor(np.nonzero(a.reshape(1))[0].astype(np.int64)),)
+        return tuple(tensor(c.astype(np.int64)) for c in np.nonzero(a))
+    return tensor(np.argwhere(a).astype(np.int64).reshape(-1, a.ndim))
+
+
+def argwhere(x):
+    return nonzero(x)
+
+
+def where(cond, a=None, b=None):
+    """`a` where `cond` is true, else `b`; with `cond` alone, `nonzero(cond, as_tuple=True)`.
+
+    >>> import fusegrad as fg
+    >>> [t.tolist() for t in fg.where(fg.tensor([0, 3, 0, 4]))]
+    [[1, 3]]
+    """
+    from .tensor import where as where3
+
+    if a is None and b is None:
+        return nonzero(cond, as_tuple=True)
+    if a is None or b is None:
+        fail(ShapeError, "where", "give both a and b, or neither")
+    return where3(cond, a, b)
+
+
+def flip(x, dims):
+    """The elements in reverse order along `dims` (a copy in PyTorch; a view here).
+
+    >>> import fusegrad as fg
+    >>> fg.arange(4).flip(0).tolist()
+    [3, 2, 1, 0]
+    """
+    if isinstance(dims, int):
+        dims = (dims,)
+    axes = x._dims(tuple(dims), "flip")
+    return x._make(N.flip(x.node, axes))
+
+
+def fliplr(x):
+    if x.ndim < 2:
+        fail(ShapeError, "fliplr", f"input must be >= 2-d, got shape {x.shape}")
+    return flip(x, 1)
+
+
+def flipud(x):
+    if x.ndim < 1:
+        fail(ShapeError, "flipud", f"input must be >= 1-d, got shape {x.shape}")
+    return flip(x, 0)
+
+
+METHODS = {
+    "gather": gather,
+    "scatter": scatter,
+    "scatter_add": scatter_add,
+    "scatter_reduce": scatter_reduce,
+    "index_select": index_select,
+    "take_along_dim": take_along_dim,
+    "masked_fill": masked_fill,
+    "masked_select": masked_select,
+    "nonzero": nonzero,
+    "argwhere": argwhere,
+    "flip": flip,
+    "fliplr": fliplr,
+    "flipud": flipud,
+}
+
+
+def install(cls) -> None:
+    """Attach the methods above, and in-place forms that rebind, to Tensor."""
+    for name, fn in METHODS.items():
+        setattr(cls, name, fn)
+
+    def inplace(fn):
+        def method(self, *args, **kwargs):
+            _rebind(self, fn(self, *args, **kwargs))
+            return self
+
+        method.__doc__ = f"In-place form of {fn.__name__} (rebinds this tensor's value)."
+        return method
+
+    for name in ("scatter", "scatter_add", "scatter_reduce", "masked_fill"):
+        setattr(cls, name + "_", inplace(METHODS[name]))
+    cls.__setitem__ = setitem

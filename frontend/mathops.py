@@ -1,0 +1,908 @@
+"""Elementwise math beyond the primitives: rounding, division modes, inverse trig, erf, ...
+
+Each function is a composition of the IR's primitives (`exp log sin sqrt recip`,
+`+ * / max`, comparisons, `where`, casts). Where the textbook formula loses
+accuracy the composition says how it avoids that, and the accuracy reached is
+tested against numpy over wide ranges (tests/frontend/test_mathops.py states
+the tolerance for each). Functions whose derivation through the composition
+would be poor (log1p, erf, atan, ...) carry their own gradient rule
+(`ir.autodiff.with_vjp`).
+
+Float32 inputs of the transcendental functions here are computed in float64
+and rounded once, so they are within one float32 ulp of the exact value.
+
+>>> import fusegrad as fg
+>>> x = fg.tensor([-1.5, -0.5, 0.5, 2.5])
+>>> x.floor().tolist(), x.round().tolist()
+([-2.0, -1.0, 0.0, 2.0], [-2.0, -0.0, 0.0, 2.0])
+>>> (fg.tensor([7, -7]) // 2).tolist(), (fg.tensor([7, -7]) % 3).tolist()
+([3, -4], [1, 2])
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .errors import DTypeError, ShapeError, fail
+from .ir import node as N
+from .ir.autodiff import with_vjp
+from .ir.dtypes import bool_, float64, int64
+from .ir.ops import MOVEMENT, Ops
+
+LN2 = math.log(2.0)
+
+
+def _T():
+    from .tensor import Tensor
+
+    return Tensor
+
+
+def _where(c, a, b):
+    from .tensor import where
+
+    return where(c, a, b)
+
+
+def _tensor(x, op: str):
+    from .tensor import as_tensor
+
+    return as_tensor(x, op)
+
+
+def _with_grad(res, pairs):
+    """`res` (computed from detached inputs) as a function of the tensors in `pairs`, with
+    the gradient rule out' = sum of d * x' over (x, d)."""
+    xs = [x for x, _ in pairs]
+    out = xs[0]._make(res.node, *xs[1:])
+    if not out.requires_grad:
+        return out
+    node = out.node
+    if node.op in MOVEMENT or node.op is Ops.CONST:
+        node = N.contiguous(node, "an op with its own gradient rule")
+        out = xs[0]._make(node, *xs[1:])
+    live = [(x, d) for x, d in pairs if x.requires_grad]
+    with_vjp(node, lambda g: [(x.node, N.mul(g, N.cast(d.node, g.dtype))) for x, d in live])
+    return out
+
+
+def _zero(x):
+    return x._make(N.const(0, x.shape, x.dtype))
+
+
+def _flat(res, x):
+    """A piecewise-constant result of x: its gradient is 0, as PyTorch's."""
+    return _with_grad(res, [(x, _zero(x))])
+
+
+def _f64(x):
+    """Work dtype: float64 (float32 inputs are rounded once at the end)."""
+    return x._float().cast(float64)
+
+
+def _back(res, x):
+    return res.cast(x._float().dtype)
+
+
+# ---------------------------------------------------------------- classification
+
+
+def isnan(x):
+    """True where x is NaN (never for integers)."""
+    if not x.dtype.is_float:
+        return x._make(N.const(False, x.shape, bool_))
+    return x != x
+
+
+def isinf(x):
+    if not x.dtype.is_float:
+        return x._make(N.const(False, x.shape, bool_))
+    return x.abs() == math.inf
+
+
+def isposinf(x):
+    return isinf(x) & (x > 0)
+
+
+def isneginf(x):
+    return isinf(x) & (x < 0)
+
+
+def isfinite(x):
+    if not x.dtype.is_float:
+        return x._make(N.const(True, x.shape, bool_))
+    return x.abs() < math.inf
+
+
+def isreal(x):
+    return x._make(N.const(True, x.shape, bool_))
+
+
+def signbit(x):
+    """True where x is negative, -0.0 included (its reciprocal is -inf)."""
+    if not x.dtype.is_float:
+        return x < 0
+    return (x < 0) | ((x == 0) & (x.reciprocal() < 0))
+
+
+def nan_to_num(x, nan: float = 0.0, posinf=None, neginf=None):
+    """NaN, +inf and -inf replaced by finite numbers (by default 0, the largest, the smallest)."""
+    if not x.dtype.is_float:
+        return x
+    info = np.finfo(x.dtype.np)
+    posinf = float(info.max) if posinf is None else posinf
+    neginf = float(info.min) if neginf is None else neginf
+    out = _where(isnan(x), nan, x)
+    out = _where(out == math.inf, posinf, out)
+    return _where(out == -math.inf, neginf, out)
+
+
+# ---------------------------------------------------------------- rounding
+
+
+def _integral_limit(x) -> float:
+    """Floats at or above this magnitude are integers already (2^52, 2^23)."""
+    return 2.0 ** (np.finfo(x.dtype.np).nmant)
+
+
+def _keep_zero_sign(out, x):
+    """A zero result takes the sign of x, as numpy's floor/ceil/trunc/round do (-0.5 -> -0.0)."""
+    return _where(out == 0, copysign(out, x), out)
+
+
+def trunc(x):
+    """Round toward zero: exact for every float (large ones, inf and NaN pass through)."""
+    if not x.dtype.is_float:
+        return x
+    big = x.abs() < _integral_limit(x)  # false for inf and NaN too
+    safe = _where(big, x, 0)
+    t = safe.cast(int64).cast(x.dtype)
+    return _flat(_keep_zero_sign(_where(big, t, x), x), x)
+
+
+def floor(x):
+    """The largest integer <= x (exact; -0.0, inf and NaN pass through)."""
+    if not x.dtype.is_float:
+        return x
+    t, w = trunc(x), x
+    return _flat(_keep_zero_sign(t - (t > w).cast(x.dtype), w), x)
+
+
+def ceil(x):
+    if not x.dtype.is_float:
+        return x
+    t, w = trunc(x), x
+    return _flat(_keep_zero_sign(t + (t < w).cast(x.dtype), w), x)
+
+
+def round_(x, decimals: int = 0):
+    """Round half to even, as torch.round; `decimals` scales by 10^decimals first."""
+    if not x.dtype.is_float:
+        return x
+    if decimals:
+        scale = 10.0**decimals
+        return round_(x * scale) / scale
+    w = x
+    f = floor(w)
+    d = w - f  # exact: f and x are in the same binade, or f is 0 or -1
+    odd = (f - 2 * floor(f * 0.5)) == 1
+    up = (d > 0.5) | ((d == 0.5) & odd)
+    return _flat(_keep_zero_sign(f + up.cast(x.dtype), w), x)
+
+
+def frac(x):
+    """x - trunc(x), with the sign of x."""
+    if not x.dtype.is_float:
+        fail(DTypeError, "frac", f"not implemented for {x.dtype.name}")
+    return x - trunc(x)
+
+
+def sign(x):
+    """-1, 0 or 1 (NaN stays NaN; bools are their own sign)."""
+    if x.dtype.is_bool:
+        return x
+    one = x._make(N.const(1, x.shape, x.dtype))
+    w = x
+    out = _where(w > 0, one, _where(w < 0, -one, w))
+    return _flat(out, x) if x.dtype.is_float else out
+
+
+def sgn(x):
+    return sign(x)
+
+
+def copysign(a, b):
+    """|a| with the sign of b (-0.0 counts as negative), as a float."""
+    a = _tensor(a, "copysign")
+    a, b = a._operands(b, "copysign")
+    a, b = a._float(), b._float()
+    mag = _where(signbit(a), -a, a)  # abs() keeps -0.0's sign
+    return _where(signbit(b), -mag, mag)
+
+
+# ---------------------------------------------------------------- division and remainders
+
+
+def _split(x):
+    """Veltkamp's split: x = hi + lo with each half of the mantissa (for exact products)."""
+    c = float(2 ** ((np.finfo(x.dtype.np).nmant + 2) // 2) + 1)
+    p = x * c
+    hi = p - (p - x)
+    return hi, x - hi
+
+
+def _two_product_error(a, b, p):
+    """e with a*b = p + e exactly, where p = fl(a*b) (Dekker)."""
+    ah, al = _split(a)
+    bh, bl = _split(b)
+    return ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
+def fmod(a, b):
+    """The remainder of a / b with the sign of a (C's fmod).
+
+    Integers: exact (a - trunc(a / b) * b; a zero divisor gives 0, as the IR's
+    integer division does, where PyTorch raises). Floats: exact while
+    |a / b| < 2^52 in float64 (the product q * b is carried exactly as two
+    doubles) and while |a / b| < 2^29 for float32 (computed in float64); beyond
+    that the quotient's rounding shows (a test pins where).
+
+    >>> import fusegrad as fg
+    >>> x = fg.tensor([-7.0, 7.0])
+    >>> fg.fmod(x, 3).tolist(), fg.remainder(x, 3).tolist()
+    ([-1.0, 1.0], [2.0, 1.0])
+    """
+    a = _tensor(a, "fmod")
+    a, b = a._operands(b, "fmod")
+    if a.dtype.is_bool:
+        fail(DTypeError, "fmod", "not supported on bool tensors")
+    if not a.dtype.is_float:
+        return a - a._binary(Ops.DIV, b, "fmod") * b
+    x, y = _f64(a), _f64(b)
+    q = trunc(x / y)
+    p = q * y
+    r = (x - p) - _two_product_error(q, y, p)
+    # the quotient may be off by one where a / b rounded across an integer
+    ay = y.abs()
+    r = _where((r != 0) & (signbit(r) != signbit(x)), r + copysign(ay, x), r)
+    r = _where(r.abs() >= ay, r - copysign(ay, x), r)
+    r = _where(isinf(y) & isfinite(x), x, r)
+    r = _keep_zero_sign(r, x)
+    # d/da = 1, d/db = -trunc(a / b), as PyTorch
+    one = a._make(N.const(1, a.shape, a.dtype))
+    return _with_grad(_back(r, a), [(a, one), (b, -_back(q, a))])
+
+
+def remainder(a, b):
+    """Python's %: the remainder of floor division, with the sign of b."""
+    a = _tensor(a, "remainder")
+    a, b = a._operands(b, "remainder")
+    r = fmod(a, b)
+    fix = (r != 0) & ((r < 0) != (b < 0))
+    return _where(fix, r + b, r)
+
+
+def floor_divide(a, b):
+    """a // b: floor division (numpy's divmod rule for floats)."""
+    a = _tensor(a, "floor_divide")
+    a, b = a._operands(b, "floor_divide")
+    if a.dtype.is_bool:
+        fail(DTypeError, "floor_divide", "not supported on bool tensors")
+    if not a.dtype.is_float:
+        q = a._binary(Ops.DIV, b, "floor_divide")
+        fix = (q * b != a) & ((a < 0) != (b < 0))
+        return _where(fix, q - 1, q)
+    mod = fmod(a, b)
+    div = (a - mod) / b
+    div = _where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
+    fd = floor(div)
+    fd = _where(div - fd > 0.5, fd + 1, fd)
+    fd = _where(div == 0, copysign(fd * 0, a / b), fd)
+    return _with_grad(_where(b == 0, a / b, fd), [(a, _zero(a)), (b, _zero(b))])
+
+
+def div(a, b, rounding_mode=None):
+    """a / b; rounding_mode 'trunc' or 'floor' rounds the quotient (integers stay integers)."""
+    a = _tensor(a, "div")
+    if rounding_mode is None:
+        return a / b
+    if rounding_mode == "floor":
+        return floor_divide(a, b)
+    if rounding_mode == "trunc":
+        x, y = a._operands(b, "div")
+        if not x.dtype.is_float:
+            return x._binary(Ops.DIV, y, "div")
+        return trunc(x / y)
+    fail(
+        ShapeError,
+        "div",
+        f"rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}",
+    )
+
+
+# ---------------------------------------------------------------- exponentials and logarithms
+
+
+def log1p(x):
+    """log(1 + x), accurate for tiny x: log(u) * x / (u - 1) with u = 1 + x (Goldberg).
+
+    >>> import fusegrad as fg
+    >>> f"{fg.tensor([1e-10], dtype=fg.float64).log1p().item():.12e}"  # log(1 + x): 1.00000008e-10
+    '9.999999999500e-11'
+    """
+    xf = x._float()
+    w = _f64(xf)
+    u = 1 + w
+    res = _where(u == 1, w, u.log() * w / (u - 1))
+    res = _where(u == math.inf, u, res)
+    out = _back(res, xf)
+    return _with_grad(out, [(xf, 1 / (1 + xf))])
+
+
+def expm1(x):
+    """e^x - 1, accurate for tiny x: (u - 1) * x / log(u) with u = e^x (Kahan)."""
+    xf = x._float()
+    w = _f64(xf)
+    u = w.exp()
+    res = _where(u == 1, w, (u - 1) * w / u.log())
+    res = _where(u - 1 == -1, -1.0, res)
+    res = _where(u == math.inf, u, res)
+    out = _back(res, xf)
+    return _with_grad(out, [(xf, xf.exp())])
+
+
+def log2(x):
+    xf = x._float()
+    out = _back(_f64(xf).log() * (1 / LN2), xf)
+    return _with_grad(out, [(xf, 1 / (xf * LN2))])
+
+
+def log10(x):
+    xf = x._float()
+    out = _back(_f64(xf).log() * (1 / math.log(10.0)), xf)
+    return _with_grad(out, [(xf, 1 / (xf * math.log(10.0)))])
+
+
+def _pow2_int(n):
+    """2^n exactly for integer-valued float64 n in [-1023, 1023]: a product of 2^(+-2^k)."""
+    a = n.abs()
+    out = None
+    for k in range(10):
+        bit = (floor(a * 2.0**-k) - 2 * floor(a * 2.0 ** -(k + 1))) == 1
+        up = n._make(N.const(2.0 ** (2**k), (), n.dtype))
+        factor = _where(n < 0, 2.0 ** -(2**k), up)
+        term = _where(bit, factor, 1.0)
+        out = term if out is None else out * term
+    return out
+
+
+def exp2(x):
+    """2^x = 2^n * e^(f ln 2) with n = round(x): 2^n is exact, so the error is e^'s alone."""
+    xf = x._float()
+    w = _f64(xf)
+    n = round_(w.clamp(-1100, 1100))
+    f = w - n
+    # e^(f ln2) first, so that 2^n * it underflows gradually rather than at 2^n
+    small = (f * LN2).exp()
+    half = floor(n * 0.5)  # two factors, so that neither overflows where 2^n is subnormal
+    res = small * _pow2_int(half) * _pow2_int(n - half)
+    res = _where(isnan(w), w, res)
+    out = _back(res, xf)
+    return _with_grad(out, [(xf, out * LN2)])
+
+
+def logaddexp(a, b):
+    """log(e^a + e^b) = max + log1p(e^-|a - b|), without overflow."""
+    a = _tensor(a, "logaddexp")
+    a, b = a._operands(b, "logaddexp")
+    a, b = a._float(), b._float()
+    m = a.maximum(b)
+    d = (a - b).abs()
+    out = m + log1p((-d).exp())
+    return _where(a == b, a + LN2, out)
+
+
+def logaddexp2(a, b):
+    return logaddexp(a * LN2, b * LN2) / LN2
+
+
+def erf(x):
+    """The error function, within 5 float64 ulps (1 float32 ulp).
+
+    |x| < 2: 2/sqrt(pi) x e^-x^2 sum (2x^2)^n / (1*3*...*(2n+1)), all terms positive (no
+    cancellation); |x| >= 2: 1 - erfc with erfc from its continued fraction (60 terms).
+
+    >>> import fusegrad as fg
+    >>> round(fg.tensor([0.5]).erf().item(), 6)
+    0.5205
+    """
+    xf = x._float()
+    w = _f64(xf)
+    a = w.abs()
+    x2 = a * a
+    s = 1.0
+    for n in range(40, 0, -1):
+        s = 1 + s * (2 * x2 / (2 * n + 1))
+    small = (2 / math.sqrt(math.pi)) * a * (-x2).exp() * s
+    t = a.maximum(2.0)
+    f = t
+    for k in range(60, 0, -1):
+        f = t + (k / 2) / f
+    big = 1 - (-t * t).exp() / (math.sqrt(math.pi) * f)
+    mag = _where(a < 2, small, _where(a == math.inf, 1.0, big))
+    res = _where(w < 0, -mag, mag)
+    res = _where(isnan(w), w, res)
+    out = _back(res, xf)
+    return _with_grad(out, [(xf, (2 / math.sqrt(math.pi)) * (-xf * xf).exp())])
+
+
+def erfc(x):
+    return 1 - erf(x)
+
+
+# ---------------------------------------------------------------- trigonometry
+
+
+def _atan_reduced(t):
+    """atan for 0 <= t <= 1 (float64): reduce past tan(pi/12) with atan(t) = pi/6 +
+    atan((t sqrt3 - 1) / (sqrt3 + t)), then the Taylor series to t^41 (|t| <= 0.268)."""
+    s3 = math.sqrt(3.0)
+    far = t > 2 - s3
+    r = _where(far, (t * s3 - 1) / (s3 + t), t)
+    r2 = r * r
+    p = 0.0
+    for n in range(20, -1, -1):
+        p = (-1) ** n / (2 * n + 1) + r2 * p
+    return _where(far, math.pi / 6 + r * p, r * p)
+
+
+def _atan64(w):
+    a = w.abs()
+    inv = a > 1
+    t = _where(inv, 1 / a, a)
+    base = _atan_reduced(t)
+    mag = _where(inv, math.pi / 2 - base, base)
+    res = _where(w < 0, -mag, mag)
+    return _where(isnan(w), w, res)
+
+
+def atan(x):
+    """Arctangent, within 2 float64 ulps: 1/x reflection, then a pi/6 shift, then a series."""
+    xf = x._float()
+    out = _back(_atan64(_f64(xf)), xf)
+    return _with_grad(out, [(xf, 1 / (1 + xf * xf))])
+
+
+def _atan2_64(y, x):
+    ay, ax = y.abs(), x.abs()
+    swap = ay > ax
+    t = _where(swap, ax / ay, ay / ax)
+    t = _where((ax == math.inf) & (ay == math.inf), 1.0, t)
+    t = _where((ax == 0) & (ay == 0), 0.0, t)
+    base = _atan_reduced(t)
+    a = _where(swap, math.pi / 2 - base, base)
+    a = _where(signbit(x), math.pi - a, a)
+    res = _where(signbit(y), -a, a)
+    return _where(isnan(x) | isnan(y), x + y, res)
+
+
+def atan2(y, x):
+    """The angle of (x, y) in (-pi, pi], signed zeros and infinities as numpy's arctan2.
+    >>> import fusegrad as fg
+    >>> fg.atan2(fg.tensor([1.0, -1.0]), fg.tensor([-1.0, -1.0])).tolist()
+    [2.356194496154785, -2.356194496154785]
+    """
+    y = _tensor(y, "atan2")
+    y, x = y._operands(x, "atan2")
+    y, x = y._float(), x._float()
+    res = _back(_atan2_64(_f64(y), _f64(x)), y)
+    r2 = x * x + y * y
+    return _with_grad(res, [(y, x / r2), (x, -y / r2)])
+
+
+arctan2 = atan2
+
+
+def asin(x):
+    """atan2(x, sqrt((1 - x)(1 + x))); NaN outside [-1, 1]."""
+    xf = x._float()
+    w = _f64(xf)
+    res = _atan2_64(w, ((1 - w) * (1 + w)).sqrt())
+    out = _back(res, xf)
+    return _with_grad(out, [(xf, ((1 - xf) * (1 + xf)).rsqrt())])
+
+
+def acos(x):
+    xf = x._float()
+    w = _f64(xf)
+    res = _atan2_64(((1 - w) * (1 + w)).sqrt(), w)
+    out = _back(res, xf)
+    return _with_grad(out, [(xf, -((1 - xf) * (1 + xf)).rsqrt())])
+
+
+# pi/2 in three parts of 33 bits each (fdlibm's pio2_1, pio2_2, pio2_3): k * part is exact
+PIO2 = (1.57079632673412561417e00, 6.07710050630396597660e-11, 2.02226624871116645580e-21)
+
+
+def tan(x):
+    """sin(r) / cos(r) on r = x - k pi/2 in [-pi/4, pi/4] (Cody-Waite reduction, pi/2 in
+    three exact parts), and -cos(r) / sin(r) for odd k: within a few float64 ulps for
+    |x| < 2^19, where k * pi/2's parts stay exact. Float32 goes through float64."""
+    xf = x._float()
+    w = _f64(xf)
+    k = round_(w * (2 / math.pi))
+    r = ((w - k * PIO2[0]) - k * PIO2[1]) - k * PIO2[2]
+    sr, cr = r.sin(), _cos_small(r)
+    odd = (k - 2 * floor(k * 0.5)) != 0
+    res = _where(odd, -cr / sr, sr / cr)
+    res = _where(isfinite(w), res, w - w)
+    out = _back(res, xf)
+    return _with_grad(out, [(xf, 1 + out * out)])
+
+
+def _cos_small(r):
+    """cos(r) for |r| <= pi/4 as 1 - 2 sin^2(r/2): no pi/2 shift, so no cancellation."""
+    h = (r * 0.5).sin()
+    return 1 - 2 * h * h
+
+
+def _sinh64(w):
+    a = w.abs()
+    e = a.exp()
+    big = (e - 1 / e) * 0.5
+    x2 = a * a
+    p = 0.0
+    for n in range(12, 0, -1):
+        p = 1 + x2 / ((2 * n) * (2 * n + 1)) * p
+    mag = _where(a < 1, a * p, big)
+    res = _where(w < 0, -mag, mag)
+    return _where(isnan(w), w, res)
+
+
+def _cosh64(w):
+    e = w.abs().exp()
+    return (e + 1 / e) * 0.5
+
+
+def sinh(x):
+    """(e^x - e^-x) / 2, with its Taylor series for |x| < 1 where that form cancels."""
+    xf = x._float()
+    w = _f64(xf)
+    return _with_grad(_back(_sinh64(w), xf), [(xf, _back(_cosh64(w), xf))])
+
+
+def cosh(x):
+    xf = x._float()
+    w = _f64(xf)
+    return _with_grad(_back(_cosh64(w), xf), [(xf, _back(_sinh64(w), xf))])
+
+
+def asinh(x):
+    """sign(x) log1p(|x| + x^2 / (1 + sqrt(1 + x^2))); log(2|x|) where x^2 would overflow."""
+    xf = x._float()
+    w = _f64(xf)
+    a = w.abs()
+    huge = a > 1e150
+    sa = _where(huge, 1.0, a)
+    mid = log1p(sa + sa * sa / (1 + (1 + sa * sa).sqrt()))
+    mag = _where(huge, a.log() + LN2, mid)
+    res = _where(w < 0, -mag, mag)
+    res = _where(isnan(w), w, res)
+    out = _back(res, xf)
+    return _with_grad(out, [(xf, (1 + xf * xf).rsqrt())])
+
+
+def acosh(x):
+    """log1p(t + sqrt(2t + t^2)) with t = x - 1; log(2x) for huge x; NaN below 1."""
+    xf = x._float()
+    w = _f64(xf)
+    huge = w > 1e150
+    t = _where(huge, 1.0, w) - 1
+    mid = log1p(t + (2 * t + t * t).sqrt())
+    res = _where(huge, w.log() + LN2, mid)
+    out = _back(res, xf)
+    return _with_grad(out, [(xf, ((xf - 1) * (xf + 1)).rsqrt())])
+
+
+def atanh(x):
+    """sign(x) log1p(2|x| / (1 - |x|)) / 2: accurate near 0 and near +-1."""
+    xf = x._float()
+    w = _f64(xf)
+    a = w.abs()
+    mag = 0.5 * log1p(2 * a / (1 - a))
+    res = _where(w < 0, -mag, mag)
+    res = _where(isnan(w), w, res)
+    out = _back(res, xf)
+    return _with_grad(out, [(xf, 1 / ((1 - xf) * (1 + xf)))])
+
+
+# ---------------------------------------------------------------- two-argument helpers
+
+
+def lerp(start, end, weight):
+    """start + weight * (end - start), PyTorch's two-sided form (exact at weight 0 and 1)."""
+    start = _tensor(start, "lerp")
+    s, e = start._operands(end, "lerp")
+    w = weight
+    diff = e - s
+    low = s + w * diff
+    high = e - diff * (1 - w)
+    return _where((w if isinstance(w, _T()) else s * 0 + w).abs() < 0.5, low, high)
+
+
+def isclose(a, b, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False):
+    """|a - b| <= atol + rtol |b|, elementwise (infinities equal only themselves).
+
+    >>> import fusegrad as fg
+    >>> fg.isclose(fg.tensor([1.0, 2.0]), fg.tensor([1.0 + 1e-7, 2.1])).tolist()
+    [True, False]
+    """
+    a = _tensor(a, "isclose")
+    x, y = a._operands(b, "isclose")
+    if x.dtype.is_bool:
+        return x == y
+    x, y = x._float(), y._float()
+    d, lim = (x - y).abs(), atol + rtol * y.abs()
+    close = (x == y) | (d < lim) | (d == lim)  # (not <=: NaN must compare false)
+    close = close & ~((isinf(x) | isinf(y)) & (x != y))
+    if equal_nan:
+        close = close | (isnan(x) & isnan(y))
+    return close
+
+
+def allclose(a, b, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:
+    """Whether every element is close (a Python bool: the values are computed)."""
+    return bool(isclose(a, b, rtol, atol, equal_nan).all().item())
+
+
+def equal(a, b) -> bool:
+    """Same shape and the same elements (a Python bool)."""
+    b = _tensor(b, "equal")
+    if a.shape != b.shape:
+        return False
+    return bool((a == b).all().item())
+
+
+# ---------------------------------------------------------------- bitwise
+
+
+def _check_bits(a, b, op: str):
+    a = _tensor(a, op)
+    if a.dtype.is_float or (isinstance(b, _T()) and b.dtype.is_float) or isinstance(b, float):
+        fail(DTypeError, op, "bitwise ops need integer or bool tensors")
+    return a._operands(b, op)
+
+
+def _bits(x, nbits):
+    """Two's complement bits of an integer tensor, lowest first, as integers 0/1."""
+    out = []
+    rest = x
+    for _ in range(nbits):
+        half = floor_divide(rest, 2)
+        out.append(rest - half * 2)
+        rest = half
+    return out
+
+
+def _from_bits(bits, dtype):
+    acc = None
+    n = len(bits)
+    for k, b in enumerate(bits):
+        weight = -(2 ** (n - 1)) if k == n - 1 else 2**k
+        term = b * weight
+        acc = term if acc is None else acc + term
+    return acc.cast(dtype)
+
+
+def _bool_and(p, q):
+    return p._binary(Ops.MUL, q, "and")
+
+
+def _bool_or(p, q):
+    return p._binary(Ops.ADD, q, "or")
+
+
+def _bool_xor(p, q):
+    return p != q
+
+
+def _bitwise(a, b, op: str, combine):
+    x, y = _check_bits(a, b, op)
+    if x.dtype.is_bool:
+        return combine(x, y)
+    n = x.dtype.itemsize * 8
+    bx, by = _bits(x, n), _bits(y, n)
+    return _from_bits([combine(p == 1, q == 1).cast(x.dtype) for p, q in zip(bx, by)], x.dtype)
+
+
+def bitwise_and(a, b):
+    """a & b. Integers are taken apart bit by bit (no bitwise primitive): one kernel, but
+    with a few hundred operations per element for int64.
+
+    >>> import fusegrad as fg
+    >>> (fg.tensor([12, -1]) & fg.tensor([10, 6])).tolist()
+    [8, 6]
+    """
+    return _bitwise(a, b, "bitwise_and", _bool_and)
+
+
+def bitwise_or(a, b):
+    return _bitwise(a, b, "bitwise_or", _bool_or)
+
+
+def bitwise_xor(a, b):
+    return _bitwise(a, b, "bitwise_xor", _bool_xor)
+
+
+def bitwise_not(x):
+    """~x: logical not for bools, -x - 1 for integers."""
+    if x.dtype.is_bool:
+        return x.logical_not()
+    if x.dtype.is_float:
+        fail(DTypeError, "invert", f"~ needs a bool or integer tensor, got {x.dtype.name}")
+    return -x - 1
+
+
+def bitwise_left_shift(a, b):
+    """a << b = a * 2^b (wrapping as two's complement)."""
+    x, y = _check_bits(a, b, "bitwise_left_shift")
+    return x * _int_pow2(y)
+
+
+def bitwise_right_shift(a, b):
+    """a >> b = floor(a / 2^b) (arithmetic shift)."""
+    x, y = _check_bits(a, b, "bitwise_right_shift")
+    return floor_divide(x, _int_pow2(y))
+
+
+def _int_pow2(y):
+    out = None
+    for k in range(6):
+        bit = floor_divide(y, 2**k) - 2 * floor_divide(y, 2 ** (k + 1))
+        term = _where(bit == 1, 2 ** (2**k) if k < 6 else 1, 1).cast(y.dtype)
+        out = term if out is None else out * term
+    return out
+
+
+def logical_and(a, b):
+    return a.bool() & _tensor(b, "logical_and").bool()
+
+
+def logical_or(a, b):
+    return a.bool() | _tensor(b, "logical_or").bool()
+
+
+def logical_xor(a, b):
+    return a.bool() != _tensor(b, "logical_xor").bool()
+
+
+def _pow(a, b):
+    return a**b
+
+
+def _add(a, b, alpha=1):
+    """a + alpha * b."""
+    return a + (b * alpha if alpha != 1 else b)
+
+
+def _sub(a, b, alpha=1):
+    return a - (b * alpha if alpha != 1 else b)
+
+
+def clone(x, memory_format=None):
+    """A new tensor with the same value (values are immutable here, so nothing is copied);
+    gradients flow back to x, as PyTorch's clone."""
+    return _T()(x.node, requires_grad=x.requires_grad, strides=x._strides, leaf=not x.requires_grad)
+
+
+def _get_data(x):
+    return x.detach()
+
+
+def _set_data(x, value):
+    x.node = value.detach().node
+    x._strides = None
+
+
+METHODS = {
+    "isnan": isnan,
+    "isinf": isinf,
+    "isposinf": isposinf,
+    "isneginf": isneginf,
+    "isfinite": isfinite,
+    "isreal": isreal,
+    "signbit": signbit,
+    "nan_to_num": nan_to_num,
+    "trunc": trunc,
+    "fix": trunc,
+    "floor": floor,
+    "ceil": ceil,
+    "round": round_,
+    "frac": frac,
+    "sign": sign,
+    "sgn": sgn,
+    "copysign": copysign,
+    "fmod": fmod,
+    "remainder": remainder,
+    "floor_divide": floor_divide,
+    "div": div,
+    "divide": div,
+    "true_divide": lambda a, b: a / b,
+    "add": _add,
+    "sub": _sub,
+    "subtract": _sub,
+    "mul": lambda a, b: a * b,
+    "multiply": lambda a, b: a * b,
+    "pow": _pow,
+    "log1p": log1p,
+    "expm1": expm1,
+    "log2": log2,
+    "log10": log10,
+    "exp2": exp2,
+    "logaddexp": logaddexp,
+    "logaddexp2": logaddexp2,
+    "erf": erf,
+    "erfc": erfc,
+    "atan": atan,
+    "arctan": atan,
+    "atan2": atan2,
+    "arctan2": atan2,
+    "asin": asin,
+    "arcsin": asin,
+    "acos": acos,
+    "arccos": acos,
+    "tan": tan,
+    "sinh": sinh,
+    "cosh": cosh,
+    "asinh": asinh,
+    "arcsinh": asinh,
+    "acosh": acosh,
+    "arccosh": acosh,
+    "atanh": atanh,
+    "arctanh": atanh,
+    "lerp": lerp,
+    "isclose": isclose,
+    "allclose": allclose,
+    "equal": equal,
+    "bitwise_and": bitwise_and,
+    "bitwise_or": bitwise_or,
+    "bitwise_xor": bitwise_xor,
+    "bitwise_not": bitwise_not,
+    "bitwise_left_shift": bitwise_left_shift,
+    "bitwise_right_shift": bitwise_right_shift,
+    "logical_and": logical_and,
+    "logical_or": logical_or,
+    "logical_xor": logical_xor,
+    "clone": clone,
+}
+
+
+def install(cls) -> None:
+    """Attach the functions above as methods, and the operators % // ^ << >> & | ~."""
+    for name, fn in METHODS.items():
+        setattr(cls, name, fn)
+    cls.data = property(_get_data, _set_data)
+    cls.__mod__ = lambda a, b: remainder(a, b)
+    cls.__rmod__ = lambda a, b: remainder(_reverse(a, b, "remainder"), a)
+    cls.__floordiv__ = lambda a, b: floor_divide(a, b)
+    cls.__rfloordiv__ = lambda a, b: floor_divide(_reverse(a, b, "floor_divide"), a)
+    cls.__and__ = lambda a, b: bitwise_and(a, b)
+    cls.__rand__ = lambda a, b: bitwise_and(a, b)
+    cls.__or__ = lambda a, b: bitwise_or(a, b)
+    cls.__ror__ = lambda a, b: bitwise_or(a, b)
+    cls.__xor__ = lambda a, b: bitwise_xor(a, b)
+    cls.__rxor__ = lambda a, b: bitwise_xor(a, b)
+    cls.__invert__ = lambda a: bitwise_not(a)
+    cls.__lshift__ = lambda a, b: bitwise_left_shift(a, b)
+    cls.__rshift__ = lambda a, b: bitwise_right_shift(a, b)
+    cls.__rlshift__ = lambda a, b: bitwise_left_shift(_reverse(a, b, "lshift"), a)
+    cls.__rrshift__ = lambda a, b: bitwise_right_shift(_reverse(a, b, "rshift"), a)
+
+
+def _reverse(t, value, op: str):
+    """A Python number on the left of an operator, as a 0-d tensor of the result's kind."""
+    from .ir.dtypes import promote_scalar
+
+    return t._make(N.const(value, (), promote_scalar(t.dtype, value)))

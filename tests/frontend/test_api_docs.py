@@ -1,0 +1,16 @@
+"""The examples in the docstrings of the tensor API modules run and print what they say."""
+
+from __future__ import annotations
+
+import doctest
+
+import pytest
+
+import fusegrad
+from fusegrad import indexing, mathops, shapeops, testing
+
+
+@pytest.mark.parametrize("module", [indexing, mathops, shapeops, testing, fusegrad])
+def test_docstring_examples(module):
+    result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0

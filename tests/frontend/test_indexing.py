@@ -1,0 +1,303 @@
+"""Advanced indexing against numpy: tensor, list and mask indices, their placement rules,
+assignment, and the gather/scatter family (values, gradients, errors)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fusegrad as fg
+
+A = np.arange(60, dtype=np.float64).reshape(3, 4, 5)
+
+
+CASES = [
+    ([0, 2],),
+    (Ellipsis, [1, 3]),
+    ([0, 2], slice(None), [1, 4]),  # separated: the index axes go first
+    (0, slice(None), [1, 4]),  # an int counts as an index: separated again
+    (slice(None), [0, -1], [1, 4]),  # adjacent: in place
+    (slice(None, None, -1), 1, slice(None, None, -2)),
+    (None, [[0], [1]], None, [1, 2]),
+    (1, None, [0, 1], slice(2, None)),
+    ([[0, 1], [2, 0]], Ellipsis, 3),
+    (slice(1, None), [2, 2, 0]),  # repeated indices
+    (Ellipsis, slice(None, 1, -1)),
+    (slice(-1, -4, -1),),
+    ([],),
+    (True,),
+    (False,),
+]
+
+
+@pytest.mark.parametrize("index", CASES, ids=[repr(c) for c in CASES])
+def test_get_matches_numpy(index):
+    want = A[tuple(np.array(i, dtype=np.int64) if isinstance(i, list) else i for i in index)]
+    fg_index = tuple(fg.tensor(i, dtype=fg.int64) if isinstance(i, list) else i for i in index)
+    assert np.array_equal(fg.tensor(A)[fg_index].numpy(), want)
+    # lists work as well as tensors
+    assert np.array_equal(fg.tensor(A)[index].numpy(), want)
+
+
+def test_bool_masks_read_the_mask():
+    x = fg.tensor(A)
+    assert np.array_equal(x[x > 30].numpy(), A[A > 30])
+    assert np.array_equal(x[x[:, :, 0] > 10].numpy(), A[A[:, :, 0] > 10])
+    assert np.array_equal(x[:, [True, False, True, True]].numpy(), A[:, [True, False, True, True]])
+    assert np.array_equal(x[fg.tensor(True)].numpy(), A[True])
+    assert x[x > 1000].shape == (0,)
+
+
+def test_tensor_index_next_to_ellipsis():
+    # used to fail with "eq: unsupported operand type ellipsis"
+    x = fg.tensor(A)
+    assert np.array_equal(x[fg.tensor([1]), ...].numpy(), A[[1], ...])
+    assert np.array_equal(x[..., fg.tensor([1])].numpy(), A[..., [1]])
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.data())
+def test_random_mixed_indices_match_numpy(data):
+    shape = tuple(data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
+    a = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    np_index, fg_index = [], []
+    for s in shape:
+        kind = data.draw(st.sampled_from(["slice", "int", "list", "tensor", "none", "mask"]))
+        if kind == "slice":
+            step = data.draw(st.sampled_from([1, 2, -1, -2]))
+            i = slice(data.draw(st.integers(-s, s)), data.draw(st.integers(-s, s)), step)
+            np_index.append(i), fg_index.append(i)
+        elif kind == "int":
+            i = data.draw(st.integers(-s, s - 1))
+            np_index.append(i), fg_index.append(i)
+        elif kind in ("list", "tensor"):
+            i = data.draw(st.lists(st.integers(-s, s - 1), min_size=1, max_size=3))
+            np_index.append(np.array(i))
+            fg_index.append(i if kind == "list" else fg.tensor(i))
+        elif kind == "mask":
+            m = data.draw(st.lists(st.booleans(), min_size=s, max_size=s))
+            np_index.append(np.array(m)), fg_index.append(fg.tensor(m))
+        else:
+            np_index += [None, slice(None)]
+            fg_index += [None, slice(None)]
+    try:
+        want = a[tuple(np_index)]
+    except IndexError:  # arrays that do not broadcast together
+        with pytest.raises(fg.ShapeError):
+            fg.tensor(a)[tuple(fg_index)]
+        return
+    got = fg.tensor(a)[tuple(fg_index)].numpy()
+    assert got.shape == want.shape and np.array_equal(got, want)
+
+
+def test_index_gradients_accumulate_repeats():
+    x = fg.tensor(A)
+    assert fg.testing.gradcheck(lambda t: t[[0, 0, 2], 1:, [1, 1, 3]], [x])
+    assert fg.testing.gradcheck(lambda t: t[::-1, [2, 2]], [x])
+    mask = fg.tensor(A > 40)  # fixed: a perturbed value must not change the shape
+    assert fg.testing.gradcheck(lambda t: t[mask], [x])
+
+
+def test_setitem_matches_numpy():
+    x, b = fg.tensor(A.copy()), A.copy()
+    x[0, [1, 2]] = 7.0
+    b[0, [1, 2]] = 7.0
+    x[:, 1:3, ::2] = fg.tensor([1.0, 2, 3])
+    b[:, 1:3, ::2] = [1, 2, 3]
+    x[x > 50] = -1
+    b[b > 50] = -1
+    x[[0, 0], [1, 1]] = fg.tensor([[5.0] * 5, [6.0] * 5])  # the last write wins
+    b[[0, 0], [1, 1]] = [[5.0] * 5, [6.0] * 5]
+    x[..., -1] = fg.tensor([[1.0], [2.0], [3.0]])
+    b[..., -1] = [[1.0], [2.0], [3.0]]
+    x[1] = 0
+    b[1] = 0
+    assert np.array_equal(x.numpy(), b)
+    i = fg.tensor([1, 2, 3])
+    i[1] = 2.7  # the value takes the tensor's dtype
+    assert i.tolist() == [1, 2, 3]
+
+
+def test_setitem_gradients_and_leaf_rule():
+    v = fg.tensor([1.0, 2.0], requires_grad=True)
+    x = fg.zeros(4)
+    x[[1, 3]] = v * 3
+    assert x.requires_grad and not x.is_leaf
+    x.sum().backward()
+    assert v.grad.tolist() == [3.0, 3.0]
+    w = fg.ones(3, requires_grad=True)
+    with pytest.raises(fg.GradError, match="leaf"):
+        w[0] = 2.0
+    with fg.no_grad():
+        w[0] = 2.0
+    assert w.tolist() == [2.0, 1.0, 1.0]
+    with pytest.raises(fg.ShapeError, match="shape mismatch"):
+        fg.zeros(4)[[0, 1]] = fg.ones(3)
+
+
+def test_gather_and_take_along_dim():
+    rng = np.random.default_rng(0)
+    ind = rng.integers(0, 5, (3, 4, 2))
+    got = fg.tensor(A).gather(2, fg.tensor(ind)).numpy()
+    assert np.array_equal(got, np.take_along_axis(A, ind, 2))
+    ind0 = rng.integers(0, 3, (2, 4, 5))
+    assert np.array_equal(
+        fg.gather(fg.tensor(A), 0, fg.tensor(ind0)).numpy(), np.take_along_axis(A, ind0, 0)
+    )
+    small = rng.integers(0, 4, (2, 3, 5))  # smaller than the input outside dim
+    want = np.take_along_axis(A[:2, :, :], small, 1)
+    assert np.array_equal(fg.tensor(A).gather(1, fg.tensor(small)).numpy(), want)
+    I = fg.tensor(ind)
+    assert fg.testing.gradcheck(lambda t: t.gather(2, I), [fg.tensor(A)])
+    am = fg.tensor(A).argmax(2, keepdim=True)
+    assert np.array_equal(fg.tensor(A).take_along_dim(am, 2).numpy(), A.max(2, keepdims=True))
+    bc = fg.tensor([[0], [1], [2]]).reshape(3, 1, 1)  # broadcasts against (3, 4, 5)
+    want = np.take_along_axis(
+        A, np.broadcast_to(np.array([0, 1, 2]).reshape(3, 1, 1), (3, 4, 1)), 2
+    )
+    assert np.array_equal(fg.tensor(A).take_along_dim(bc, 2).numpy(), want)
+    assert fg.tensor(A).take_along_dim(fg.tensor([59, 0])).tolist() == [59, 0]
+
+
+def test_gather_errors():
+    x = fg.tensor(A)
+    with pytest.raises(fg.IndexingError, match="out of bounds"):
+        x.gather(2, fg.tensor(np.full((3, 4, 1), 5)))
+    with pytest.raises(fg.IndexingError, match="out of bounds"):
+        x.gather(2, fg.tensor(np.full((3, 4, 1), -1)))
+    with pytest.raises(fg.ShapeError, match="same number of dimensions"):
+        x.gather(2, fg.tensor([0, 1]))
+    with pytest.raises(fg.DTypeError, match="int64"):
+        x.gather(2, fg.tensor(np.zeros((3, 4, 1), np.float32)))
+    with pytest.raises(fg.ShapeError, match="exceeds"):
+        x.gather(2, fg.tensor(np.zeros((4, 4, 1), np.int64)))
+
+
+def scatter_np(a, dim, index, src, mode):
+    out = a.copy()
+    for pos in np.ndindex(index.shape):
+        target = list(pos)
+        target[dim] = index[pos]
+        target = tuple(target)
+        if mode == "set":
+            out[target] = src[pos]
+        else:
+            out[target] += src[pos]
+    return out
+
+
+def test_scatter_and_scatter_add():
+    rng = np.random.default_rng(1)
+    index = rng.integers(0, 4, (3, 2, 5))
+    src = rng.normal(size=(3, 3, 5))
+    x = fg.tensor(A)
+    got = x.scatter_add(1, fg.tensor(index), fg.tensor(src)).numpy()
+    np.testing.assert_allclose(got, scatter_np(A, 1, index, src, "add"))
+    # scatter: the last write wins where places repeat (PyTorch's CPU order)
+    got = x.scatter(1, fg.tensor(index), fg.tensor(src)).numpy()
+    np.testing.assert_array_equal(got, scatter_np(A, 1, index, src, "set"))
+    got = x.scatter(1, fg.tensor(index), 9.0).numpy()
+    np.testing.assert_array_equal(got, scatter_np(A, 1, index, np.full(index.shape, 9.0), "set"))
+    I, S = fg.tensor(index), fg.tensor(src)
+    assert fg.testing.gradcheck(lambda t, s: t.scatter_add(1, I, s), [x, S])
+    perm = fg.tensor(np.argsort(rng.normal(size=(3, 4, 5)), axis=1))  # no repeats
+    S2 = fg.tensor(rng.normal(size=(3, 4, 5)))
+    assert fg.testing.gradcheck(lambda t, s: t.scatter(1, perm, s), [x, S2])
+    y = fg.zeros(3, 4, 5, dtype=fg.float64)
+    y.scatter_add_(1, I, S)
+    np.testing.assert_allclose(y.numpy(), scatter_np(np.zeros((3, 4, 5)), 1, index, src, "add"))
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "prod", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce(reduce, include_self):
+    rng = np.random.default_rng(2)
+    base = rng.normal(size=(2, 5))
+    index = rng.integers(0, 5, (2, 6))
+    src = rng.normal(size=(2, 6))
+    want = base.copy()
+    groups = {}
+    for pos in np.ndindex(index.shape):
+        groups.setdefault((pos[0], index[pos]), []).append(src[pos])
+    fn = {"sum": np.sum, "mean": np.mean, "prod": np.prod, "amax": np.max, "amin": np.min}[reduce]
+    for target, vals in groups.items():
+        want[target] = fn(vals + [base[target]] if include_self else vals)
+    got = fg.tensor(base).scatter_reduce(
+        1, fg.tensor(index), fg.tensor(src), reduce, include_self=include_self
+    )
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)
+    if reduce in ("sum", "mean", "prod"):
+        I = fg.tensor(index)
+        assert fg.testing.gradcheck(
+            lambda b, s: b.scatter_reduce(1, I, s, reduce, include_self=include_self),
+            [fg.tensor(base), fg.tensor(src)],
+        )
+
+
+def test_scatter_reduce_integer_mean_and_limits():
+    got = fg.tensor([10, 10]).scatter_reduce(0, fg.tensor([0, 0, 1]), fg.tensor([1, 2, 5]), "mean")
+    assert got.tolist() == [4, 7]  # (10 + 1 + 2) // 3, (10 + 5) // 2
+    with pytest.raises(fg.ShapeError, match="reduce"):
+        fg.zeros(3).scatter_reduce(0, fg.tensor([0]), fg.ones(1), "median")
+    with pytest.raises(fg.ShapeError, match="ONE_HOT_LIMIT|only sum and mean"):
+        fg.zeros(1 << 13).scatter_reduce(
+            0, fg.zeros(1 << 12, dtype=fg.int64), fg.ones(1 << 12), "amax"
+        )
+
+
+def test_index_select_masked_fill_masked_select_nonzero_where():
+    x = fg.tensor(A)
+    assert np.array_equal(x.index_select(1, fg.tensor([3, 0, 3])).numpy(), A[:, [3, 0, 3]])
+    assert np.array_equal(fg.index_select(x, 2, fg.tensor([4])).numpy(), A[:, :, [4]])
+    with pytest.raises(fg.IndexingError):
+        x.index_select(1, fg.tensor([4]))
+    with pytest.raises(fg.IndexingError, match="vector"):
+        x.index_select(1, fg.tensor([[0]]))
+    mask = A % 7 == 0
+    assert np.array_equal(x.masked_fill(fg.tensor(mask), -1).numpy(), np.where(mask, -1, A))
+    i = fg.tensor([1, 2, 3]).masked_fill(fg.tensor([True, False, False]), 2.9)
+    assert i.dtype == fg.int64 and i.tolist() == [2, 2, 3]
+    with pytest.raises(fg.ShapeError, match="broadcast"):
+        fg.ones(3).masked_fill(fg.tensor([[True], [False]]), 0)
+    v = fg.tensor(2.0, requires_grad=True)
+    fg.ones(3).masked_fill(fg.tensor([True, False, True]), v).sum().backward()
+    assert v.grad.item() == 2.0
+    assert np.array_equal(x.masked_select(fg.tensor(mask)).numpy(), A[mask])
+    row = fg.tensor([True, False, False, True, False])
+    assert np.array_equal(
+        x.masked_select(row).numpy(), A[np.broadcast_to([True, False, False, True, False], A.shape)]
+    )
+    assert np.array_equal(fg.tensor(mask).nonzero().numpy(), np.argwhere(mask))
+    assert all(
+        np.array_equal(a.numpy(), b)
+        for a, b in zip(fg.nonzero(fg.tensor(mask), as_tuple=True), np.nonzero(mask))
+    )
+    assert all(
+        np.array_equal(a.numpy(), b) for a, b in zip(fg.where(fg.tensor(mask)), np.nonzero(mask))
+    )
+    assert fg.where(fg.tensor([True, False]), 1.0, 2.0).tolist() == [1.0, 2.0]
+
+
+def test_flip_and_negative_steps():
+    x = fg.tensor(A)
+    assert np.array_equal(x.flip(0).numpy(), A[::-1])
+    assert np.array_equal(x.flip((0, 2)).numpy(), A[::-1, :, ::-1])
+    assert np.array_equal(fg.flip(x, [-1]).numpy(), A[..., ::-1])
+    assert np.array_equal(x[:, ::-3].numpy(), A[:, ::-3])
+    assert np.array_equal(x[2:0:-1, -1:-5:-2].numpy(), A[2:0:-1, -1:-5:-2])
+    assert np.array_equal(x.fliplr().numpy(), np.fliplr(A))
+    assert fg.testing.gradcheck(lambda t: t[::-2, 1:, ::-1].flip(1), [x])
+
+
+def test_flipped_column_shifted_by_a_pad_reads_inside_the_buffer():
+    # the index (3 - o) % 3 was simplified to (-o) % 3 and rendered with srem, which is
+    # negative for o > 0: a read before the buffer (ir/symbolic.py now keeps it >= 0)
+    c = np.arange(1.0, 7.0).reshape(3, 2)
+    got = fg.tensor(c)[:, 0].flip(0).pad((1, 0)).numpy()
+    assert got.tolist() == [0.0, 5.0, 3.0, 1.0]
+    t = fg.tensor(A)
+    assert np.array_equal(
+        (t[0] * t[1]).flip(0).cumsum(0).numpy(), np.cumsum((A[0] * A[1])[::-1], 0)
+    )
