@@ -190,5 +190,7 @@ import sys as _sys  # noqa: E402
 
 from .nn import data, optim  # noqa: E402
 
+from . import distributed  # noqa: E402  (mpi4py is imported by init_process_group only)
+
 _sys.modules[__name__ + ".optim"] = optim
 _sys.modules[__name__ + ".data"] = data
