@@ -17,7 +17,7 @@ realizes forward, backward and update together as one cached schedule.
 True
 """
 
-from . import data, datasets, functional, init, optim
+from . import data, datasets, functional, init, optim, parallel
 from .containers import ModuleList, Sequential
 from .conv import AvgPool1d, AvgPool2d, Conv1d, Conv2d, MaxPool1d, MaxPool2d
 from .layers import (
@@ -67,5 +67,6 @@ __all__ = [
     "init",
     "load",
     "optim",
+    "parallel",
     "save",
 ]
