@@ -32,13 +32,14 @@ average the accumulated sum, as in PyTorch.
 
 `fg.jit` does not compose with DDP: the all-reduce runs on the host between
 the backward pass and the update, which a replay (native kernels, no Python)
-cannot do. Calling a DDP model inside a jitted function fails with JitError
-when it is recorded; train DDP models eagerly.
+cannot do. A jitted function that calls a DDP model fails with JitError when
+it is recorded (its second call); train DDP models eagerly.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 import weakref
 
 import numpy as np
@@ -48,6 +49,7 @@ from .. import distributed as dist
 from ..autograd import take_pending_outputs
 from ..autograd_state import enabled as grad_enabled
 from ..errors import ShapeError, fail
+from ..jit import JitError
 from ..tensor import Tensor
 from ..tensor import realize as _realize
 from .module import Module, Parameter
@@ -169,6 +171,7 @@ class DistributedDataParallel(Module):
 
     # ---------------------------------------------------------------- forward and no_sync
     def forward(self, *args, **kwargs):
+        _refuse_inside_jit()
         if grad_enabled():  # under no_grad() (evaluation) a pending average stays pending
             self._pending = self.require_backward_grad_sync
         return self.module(*args, **kwargs)
@@ -240,6 +243,25 @@ class DistributedDataParallel(Module):
     def extra_repr(self) -> str:
         sizes = [sum(self._params[i].numel() for i in b) for b in self.buckets]
         return f"buckets={len(self.buckets)} (elements {sizes}), world_size={dist.get_world_size()}"
+
+
+def _refuse_inside_jit() -> None:
+    """Fail at the user's line when a jitted function being recorded calls a DDP model.
+
+    Uses `fusegrad.jit.is_recording()` where the jit module offers it; without
+    it, fg.jit itself refuses the step when recording (the averaged gradients
+    are new host buffers each call), with a less direct message.
+    """
+    jit_module = sys.modules[JitError.__module__]  # fusegrad.jit (the name is the decorator)
+    is_recording = getattr(jit_module, "is_recording", None)
+    if is_recording is not None and is_recording():
+        fail(
+            JitError,
+            "DistributedDataParallel",
+            "cannot run inside fg.jit: gradients are averaged across ranks on the host "
+            "between the backward pass and the update, which a replay cannot do; "
+            "train DDP models without fg.jit",
+        )
 
 
 def _state_tensors(module: Module) -> list[tuple[str, Tensor]]:
