@@ -133,6 +133,7 @@ class DistributedDataParallel(Module):
         self.buckets: list[list[int]] = _plan_buckets(self._params, bucket_cap_mb * 2**20)
         self._averaged: dict[int, Tensor | None] = {id(p): p.grad for p in self._params}
         self._pending = False  # a forward pass outside no_sync() since the last averaging
+        self._outputs: list[weakref.ref] = []  # the last forward's results
         for p in self._params:
             _adopt(p, self)
 
@@ -174,7 +175,11 @@ class DistributedDataParallel(Module):
         _refuse_inside_jit()
         if grad_enabled():  # under no_grad() (evaluation) a pending average stays pending
             self._pending = self.require_backward_grad_sync
-        return self.module(*args, **kwargs)
+        out = self.module(*args, **kwargs)
+        # computed with the gradients, so predictions read from them later (argmax, say)
+        # do not run the forward pass a second time
+        self._outputs = [weakref.ref(t) for t in _tensors_in(out)]
+        return out
 
     @contextlib.contextmanager
     def no_sync(self):
@@ -208,9 +213,12 @@ class DistributedDataParallel(Module):
         local = [Tensor.grad.fget(p) for p in params]
         present = np.array([g is not None for g in local], dtype=np.uint8)
         dist.allreduce_arrays([present], "max")
-        # compute the forward and backward passes (and the losses backward() was called
-        # on, which the step would otherwise compute once more) in one schedule
-        _realize(*[g for g in local if g is not None], *take_pending_outputs())
+        # compute the forward and backward passes in one schedule, with the losses
+        # backward() was called on and the model's outputs (the step, or a prediction,
+        # would otherwise run the forward pass once more)
+        outputs = [t for t in (ref() for ref in self._outputs) if t is not None]
+        self._outputs = []
+        _realize(*[g for g in local if g is not None], *take_pending_outputs(), *outputs)
         flats, members = [], []
         for bucket in self.buckets:
             used = [i for i in bucket if present[i]]
@@ -262,6 +270,16 @@ def _refuse_inside_jit() -> None:
             "between the backward pass and the update, which a replay cannot do; "
             "train DDP models without fg.jit",
         )
+
+
+def _tensors_in(value) -> list[Tensor]:
+    if isinstance(value, Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensors_in(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors_in(v)]
+    return []
 
 
 def _state_tensors(module: Module) -> list[tuple[str, Tensor]]:
