@@ -24,15 +24,17 @@ Faults. Once a group exists, an exception that nobody catches in any rank
 prints its traceback and aborts the whole job (`MPI_Abort`), so the other
 ranks do not wait forever in a collective; a rank killed by a signal ends the
 job through `mpiexec`. A collective that waits longer than the group's
-`timeout` (30 minutes by default, as PyTorch) raises `DistributedError`, which
-then aborts the job the same way.
+`timeout` (30 minutes by default, as PyTorch) aborts the job too, with a
+message naming the collective and the rank that waited.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import sys
+import threading
 import time
 import traceback
 
@@ -78,6 +80,10 @@ class _Group:
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self.timeout = timeout
+        self.current: tuple[str, float] | None = None  # the collective running, and since when
+        self.closed = threading.Event()
+        if self.size > 1:
+            threading.Thread(target=_watchdog, args=(self,), daemon=True).start()
 
 
 _group: _Group | None = None
@@ -143,6 +149,7 @@ def destroy_process_group() -> None:
     global _group, _previous_excepthook
     group = _require("destroy_process_group")
     _group = None
+    group.closed.set()
     group.comm.Free()
     if _previous_excepthook is not None:
         sys.excepthook = _previous_excepthook
@@ -233,22 +240,24 @@ def broadcast(tensor, src: int) -> None:
 def barrier() -> None:
     """Wait until every rank has reached its barrier() (bounded by the group's timeout)."""
     group = _require("barrier")
-    _wait([group.comm.Ibarrier()], group, "barrier")
+    with _watched(group, "barrier"):
+        group.comm.Barrier()
 
 
 # ---------------------------------------------------------------- on numpy arrays (for DDP)
 
 
 def allreduce_arrays(arrays: list[np.ndarray], op: str = "sum") -> None:
-    """Reduce each C-contiguous array in place across the ranks: one MPI call per array,
-    all in flight together. The caller guarantees equal shapes and dtypes on every rank."""
+    """Reduce each C-contiguous array in place across the ranks, one MPI call per array.
+    The caller guarantees equal shapes and dtypes on every rank."""
     group = _require("all_reduce")
-    MPI = _mpi()
-    mpi_op = {"sum": MPI.SUM, "max": MPI.MAX}[op]
     if group.size == 1:
         return
-    requests = [group.comm.Iallreduce(MPI.IN_PLACE, a, op=mpi_op) for a in arrays]
-    _wait(requests, group, "all_reduce")
+    MPI = _mpi()
+    mpi_op = {"sum": MPI.SUM, "max": MPI.MAX}[op]
+    with _watched(group, "all_reduce"):
+        for a in arrays:
+            group.comm.Allreduce(MPI.IN_PLACE, a, op=mpi_op)
 
 
 def broadcast_arrays(arrays: list[np.ndarray], src: int) -> None:
@@ -256,54 +265,52 @@ def broadcast_arrays(arrays: list[np.ndarray], src: int) -> None:
     group = _require("broadcast")
     if group.size == 1:
         return
-    requests = [group.comm.Ibcast(a, root=src) for a in arrays]
-    _wait(requests, group, "broadcast")
+    with _watched(group, "broadcast"):
+        for a in arrays:
+            group.comm.Bcast(a, root=src)
 
 
 def allgather_object(obj) -> list:
     """Every rank's `obj` (small, picklable), in rank order, on every rank."""
     group = _require("all_gather_object")
-    MPI = _mpi()
-    if group.size == 1:
-        return [obj]
-    import pickle
-
-    mine = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
-    sizes = np.zeros(group.size, dtype=np.int64)
-    _wait(
-        [group.comm.Iallgather(np.array([mine.size], np.int64), sizes)], group, "all_gather_object"
-    )
-    everything = np.empty(int(sizes.sum()), dtype=np.uint8)
-    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    _wait(
-        [group.comm.Iallgatherv(mine, [everything, sizes, offsets, MPI.BYTE])],
-        group,
-        "all_gather_object",
-    )
-    return [pickle.loads(everything[o : o + s].tobytes()) for o, s in zip(offsets, sizes)]
+    with _watched(group, "all_gather_object"):
+        return group.comm.allgather(obj)
 
 
-def _wait(requests: list, group: _Group, op: str) -> None:
-    """Wait for MPI requests, polling, and raise DistributedError past the group's timeout.
+# ---------------------------------------------------------------- timeouts
 
-    Blocking MPI calls would wait forever for a rank that is stuck or gone;
-    polling with short sleeps also leaves the cores to the other ranks'
-    kernels while this one waits.
+
+@contextlib.contextmanager
+def _watched(group: _Group, op: str):
+    """Mark a blocking collective for the watchdog (see _watchdog) while it runs.
+
+    The collectives themselves are MPI's blocking ones, the fastest Open MPI
+    has; a rank that waits in one past the group's timeout is ended by the
+    watchdog thread, which aborts the whole job with a message naming the
+    collective (as PyTorch's NCCL watchdog does), instead of hanging forever.
     """
-    MPI = _mpi()
-    deadline = time.monotonic() + group.timeout
-    pause, spins = 0.0, 0
-    while not MPI.Request.Testall(requests):
-        spins += 1
-        if spins > 200:  # a few microseconds of spinning first: small messages are fast
-            if time.monotonic() > deadline:
-                raise DistributedError(
-                    f"{op}: rank {group.rank} waited more than {group.timeout:g} s for the "
-                    f"other ranks of {group.size}; one of them is stuck, or left the job "
-                    "without calling this collective"
-                )
-            pause = min(max(pause * 2, 5e-5), 1e-3)
-            time.sleep(pause)
+    group.current = (op, time.monotonic())
+    try:
+        yield
+    finally:
+        group.current = None
+
+
+def _watchdog(group: _Group) -> None:
+    period = min(1.0, group.timeout / 10)
+    while not group.closed.wait(period):
+        current = group.current
+        if current is None:
+            continue
+        op, since = current
+        if time.monotonic() - since > group.timeout:
+            sys.stderr.write(
+                f"[fusegrad.distributed] DistributedError: {op}: rank {group.rank} waited more "
+                f"than {group.timeout:g} s for the other ranks of {group.size}; one of them is "
+                "stuck, or left the job without calling this collective. Aborting the job.\n"
+            )
+            sys.stderr.flush()
+            _mpi().COMM_WORLD.Abort(1)
 
 
 def _check_same_everywhere(group: _Group, tensor, op: str) -> None:
