@@ -32,6 +32,7 @@ def test_one_machine_command():
     assert cmd[-3:] == ["/py", "train.py", "--ddp"]
     assert "FUSEGRAD_THREADS=3" in cmd and env["FUSEGRAD_THREADS"] == "3"
     assert option(cmd, "--bind-to") == "none" and "--oversubscribe" in cmd
+    assert cmd[cmd.index("mpi_yield_when_idle") + 1] == "1"
     assert "--host" not in cmd
 
 
