@@ -311,6 +311,7 @@ __all__ = [n for n in dir() if not n.startswith("_")]
 # torch-style homes for the optimizers and data loading of nn/ (fusegrad.optim, fusegrad.data)
 import sys as _sys  # noqa: E402
 
+from . import distributed  # noqa: E402  (mpi4py is imported by init_process_group only)
 from .nn import data, optim  # noqa: E402
 
 _sys.modules[__name__ + ".optim"] = optim

@@ -17,7 +17,7 @@ realizes forward, backward and update together as one cached schedule.
 True
 """
 
-from . import clip_grad, data, datasets, functional, init, optim, utils
+from . import clip_grad, data, datasets, functional, init, optim, parallel, utils
 from .activations import (
     CELU,
     ELU,
@@ -137,6 +137,7 @@ __all__ = [
     "init",
     "load",
     "optim",
+    "parallel",
     "save",
     "clip_grad",
     "utils",
