@@ -94,7 +94,10 @@ class DistributedDataParallel(Module):
     ShapeError on every rank, naming the parameter), then rank 0's parameters
     and buffers are broadcast to all. Gradients are averaged in buckets of at
     most `bucket_cap_mb` megabytes, filled in reverse parameter order (the
-    last layers' gradients first, as PyTorch does).
+    last layers' gradients first, as PyTorch does). A parameter that has no
+    gradient on some ranks (unused in their forward pass) counts as zero
+    there, so `find_unused_parameters` is not needed; it, `device_ids` and
+    `output_device` are accepted for PyTorch's signature and ignored.
 
     >>> import fusegrad as fg, fusegrad.distributed as dist
     >>> from fusegrad import nn
@@ -198,7 +201,17 @@ class DistributedDataParallel(Module):
 
     # ---------------------------------------------------------------- the averaging
     def _before_grad_read(self, p: Tensor) -> None:
-        if self._pending and Tensor.grad.fget(p) is not self._averaged.get(id(p)):
+        """Average now if a backward pass left new gradients: in p, or, when p has none
+        here (unused by this rank's forward pass), in any parameter, so that every rank
+        sees p's gradient from its first read on, whichever order they are read in."""
+        if not self._pending:
+            return
+        mine = Tensor.grad.fget(p)
+        if mine is not None:
+            fresh = mine is not self._averaged.get(id(p))
+        else:
+            fresh = any(Tensor.grad.fget(q) is not self._averaged.get(id(q)) for q in self._params)
+        if fresh:
             self.sync_gradients()
 
     def sync_gradients(self) -> None:

@@ -54,7 +54,23 @@ def no_sync_case(out: str) -> None:
     local = np.array(model.module.weight.grad.numpy())
     model(x).sum().backward()
     total = np.array(model.module.weight.grad.numpy())
-    np.savez(os.path.join(out, f"rank{rank}.npz"), local=local, total=total)
+    # a layer only rank 0 uses counts as zero on rank 1; one nobody uses keeps no gradient
+    partial = DistributedDataParallel(_TwoHeads())
+    partial(fg.ones(2, 6), use_b=rank == 0).sum().backward()
+    b_grad = np.array(partial.module.b.weight.grad.numpy())
+    unused = partial.module.c.weight.grad is None
+    np.savez(
+        os.path.join(out, f"rank{rank}.npz"), local=local, total=total, b=b_grad, unused=unused
+    )
+
+
+class _TwoHeads(fg.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = (fg.nn.Linear(6, 3) for _ in range(3))
+
+    def forward(self, x, use_b):
+        return self.a(x) + self.b(x) if use_b else self.a(x)
 
 
 def collectives_case(out: str) -> None:

@@ -65,7 +65,7 @@ def test_ddp_step_equals_one_process_on_the_global_batch(tmp_path, kind, optimiz
         assert len(buckets) == 1
 
 
-def test_no_sync_keeps_gradients_local_until_the_next_synced_backward(tmp_path):
+def test_no_sync_and_parameters_without_gradients(tmp_path):
     done, _ = run_ranks("no_sync", tmp_path)
     assert done.returncode == 0, done.stderr
     r0, r1 = (np.load(tmp_path / f"rank{r}.npz") for r in range(2))
@@ -75,6 +75,10 @@ def test_no_sync_keeps_gradients_local_until_the_next_synced_backward(tmp_path):
     # then each rank has twice its local gradient, and the average is (2*2 + 2*4) / 2
     np.testing.assert_allclose(r0["total"], r1["total"])
     np.testing.assert_allclose(r0["total"], 3 * r0["local"], rtol=1e-6)
+    # a layer used on rank 0 only: its gradient (2 per element) averaged with rank 1's zero
+    for r in (r0, r1):
+        np.testing.assert_allclose(r["b"], np.full((3, 6), 1.0))
+        assert r["unused"]  # used on no rank: no gradient, as in one process
 
 
 def test_collectives(tmp_path):
