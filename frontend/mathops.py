@@ -629,7 +629,9 @@ def lerp(start, end, weight):
     diff = e - s
     low = s + w * diff
     high = e - diff * (1 - w)
-    return _where((w if isinstance(w, _T()) else s * 0 + w).abs() < 0.5, low, high)
+    if not isinstance(w, _T()):  # a number picks its side once
+        return low if abs(w) < 0.5 else high
+    return _where(w.abs() < 0.5, low, high)
 
 
 def isclose(a, b, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False):
