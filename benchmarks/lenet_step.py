@@ -173,7 +173,7 @@ def bench(name: str, steps: int) -> None:
     for i in range(4):  # warm up: the first fusegrad step compiles, the jit records two
         for step in steps_by_system.values():
             step(*data[i % len(data)])
-    from fusegrad.runtime.realize import stats
+    from fusegrad.runtime.engine import stats
 
     times: dict[str, list[float]] = {k: [] for k in steps_by_system}
     scheduled = stats["scheduled"]

@@ -1,30 +1,35 @@
 """One training step of the sentiment CNN (examples/sentiment.py), fusegrad against PyTorch eager.
 
-Run:  .venv/bin/python benchmarks/sentiment_step.py [--quick] [--finetune]
+Run:  .venv/bin/python benchmarks/sentiment_step.py [--quick] [--only finetune|static] [--batch 10]
 
-The step is MiniTorch's setting: batch 10, sentences padded to 52 tokens
-(real training sentences of the bundled data, cycled), Kim's CNN with frozen
-50-d GloVe vectors (15,459 words), three Conv1d(50 -> 100, k = 3, 4, 5) with
-ReLU and a length-masked max over time, dropout 0.25, linear, sigmoid,
-binary cross-entropy, Adam. A timed step is everything a training loop does:
-look up the vectors, build the graph, backward, the optimizer step, and read
-the loss (`loss.item()`), so fusegrad's scheduling, launch and Python
-overhead are inside the time, as PyTorch's are.
+The headline is the example's default: Kim's CNN with *fine-tuned* 50-d
+GloVe vectors (15,459 words; the embedding table is a parameter, its gradient
+a SCATTER_ADD into the rows read, and Adam updates it); the row beside it
+keeps the vectors frozen (`--static`, MiniTorch's setting). The step: batch
+10 (`--batch`), sentences padded to 52 tokens (real training sentences of the
+bundled data, cycled), three Conv1d(50 -> 100, k = 3, 4, 5) with ReLU and a
+length-masked max over time, dropout 0.25, linear, sigmoid, binary
+cross-entropy, Adam. A timed step is everything a training loop does: look up
+the vectors, build the graph, backward, the optimizer step, and read the loss
+(`loss.item()`), so fusegrad's scheduling, launch and Python overhead are
+inside the time, as PyTorch's are.
+
+fusegrad runs it two ways: **plain** (the step written as an ordinary loop
+body: every call builds the graph, differentiates it and looks its schedule
+up) and **fg.jit** (the example's own step, `make_train_step`, which replays
+the recorded native programs without the Python). PyTorch runs it eagerly,
+with the same number of threads; PyTorch is optional (its columns print `-`).
 
 How the numbers are taken (see ../../shared/BENCHMARKS.md and README.md here):
-- both systems start from the same weights; before anything is timed, one step
+- all systems start from the same weights; before anything is timed, one step
   without dropout is checked: logits, loss and every gradient must agree;
-- fusegrad and PyTorch alternate in blocks of steps, the order rotating each
-  round, with a 0.2 s pause after PyTorch (its OpenMP workers spin after a call);
+- the systems alternate in blocks of steps, the order rotating each round,
+  with a 0.2 s pause after PyTorch (its OpenMP workers spin after a call);
   each figure is the median over all timed steps;
 - PyTorch gets `torch.set_num_threads(fg.config.threads)`;
 - the first step is timed in fresh subprocesses: once against an empty compile
   cache (a new FUSEGRAD_CACHE folder: schedule + compile), once against the
   cache that run filled (schedule + load compiled kernels from disk).
-
-Both look the vectors up with nn.Embedding (fusegrad: a GATHER kernel, and a
-SCATTER_ADD for its gradient). `--finetune` adds a row with trainable
-embeddings.
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ try:
 except ImportError:  # PyTorch is optional: its column is left empty
     torch = None
 
-BATCH, LENGTH = 10, 52
+BATCH, LENGTH = 10, 52  # MiniTorch's batch; 52 tokens holds nearly every sentence
 PAUSE_AFTER_TORCH_S = 0.2
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(HERE, "..", "examples", "sentiment.py")
@@ -65,7 +70,7 @@ def load_example():
     return module
 
 
-def make_batches(count: int, seed: int = 0):
+def make_batches(count: int, seed: int = 0, batch: int = BATCH):
     """`count` batches of real training sentences (at most LENGTH tokens), padded to LENGTH."""
     glove = text.load_glove()
     data = text.load_sentiment(known=glove)
@@ -74,7 +79,7 @@ def make_batches(count: int, seed: int = 0):
     rng = np.random.default_rng(seed)
     batches = []
     for _ in range(count):
-        index = rng.choice(len(encoded), BATCH, replace=False)
+        index = rng.choice(len(encoded), batch, replace=False)
         ids, lengths = text.pad_batch([encoded[i] for i in index], length=LENGTH)
         batches.append((ids, lengths, labels[index].astype(np.float32)))
     return data.vocab.vectors(glove), batches
@@ -200,25 +205,25 @@ def alternate(steps: dict, batches, rounds: int, per_block: int) -> dict[str, li
     return times
 
 
-def first_step_child(finetune: bool) -> None:
+def first_step_child(finetune: bool, batch: int) -> None:
     """Run in a subprocess: time the first two steps of a fresh process, print JSON."""
     example = load_example()
-    table, batches = make_batches(2)
+    table, batches = make_batches(2, batch=batch)
     step = FusegradStep(example, table, finetune, dropout=0.25)
     out = {}
-    for name, batch in zip(("first", "second"), batches):
+    for name, one in zip(("first", "second"), batches):
         t0 = time.perf_counter()
-        step(*batch)
+        step(*one)
         out[name] = time.perf_counter() - t0
     print(json.dumps(out))
 
 
-def first_steps(finetune: bool) -> tuple[dict, dict]:
+def first_steps(finetune: bool, batch: int) -> tuple[dict, dict]:
     """The first step against an empty compile cache, then against the cache it filled."""
     with tempfile.TemporaryDirectory(prefix="fusegrad-sentiment-cache-") as cache:
         env = dict(os.environ, FUSEGRAD_CACHE=cache)
-        cmd = [sys.executable, os.path.abspath(__file__), "--first-step-child"]
-        cmd += ["--finetune"] if finetune else []
+        cmd = [sys.executable, os.path.abspath(__file__), "--batch", str(batch)]
+        cmd += ["--first-step-child", "finetune" if finetune else "static"]
         runs = []
         for _ in range(2):
             done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
@@ -236,15 +241,18 @@ def load_average() -> str:
 def run_case(example, table, batches, finetune: bool, rounds: int, per_block: int) -> dict:
     err = check_answers(example, table, batches[0], finetune) if torch is not None else None
     steps = {
-        "fusegrad": FusegradStep(example, table, finetune, dropout=0.25),
-        "example": FusegradStep(example, table, finetune, dropout=0.25, eager=False),
+        "plain": FusegradStep(example, table, finetune, dropout=0.25),
+        "jit": FusegradStep(example, table, finetune, dropout=0.25, eager=False),
     }
     if torch is not None:
-        steps["torch"] = TorchStep(steps["fusegrad"].model, finetune, dropout=0.25)
-    alternate(steps, batches, 1, 3)  # warm-up: compile, fill pools, let PyTorch settle
+        steps["torch"] = TorchStep(steps["plain"].model, finetune, dropout=0.25)
+    alternate(steps, batches, 1, 3)  # warm-up: compile, record, fill pools, let PyTorch settle
     times = alternate(steps, batches, rounds, per_block)
-    cold, warm = first_steps(finetune)
+    cold, warm = first_steps(finetune, len(batches[0][2]))
     return {"times": times, "err": err, "cold": cold, "warm": warm}
+
+
+CASES = {"finetune": "fine-tuned GloVe", "static": "frozen (--static)"}
 
 
 def main() -> None:
@@ -252,51 +260,57 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
-    ap.add_argument("--finetune", action="store_true", help="also time trainable embeddings")
-    ap.add_argument("--first-step-child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--only",
+        choices=list(CASES),
+        help="time one variant (default: fine-tuned, the headline, then frozen)",
+    )
+    ap.add_argument("--batch", type=int, default=BATCH, help="sentences per step")
+    ap.add_argument("--finetune", action="store_true", help=argparse.SUPPRESS)  # old flag: no-op
+    ap.add_argument("--first-step-child", choices=list(CASES), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.first_step_child:
-        first_step_child(args.finetune)
+        first_step_child(args.first_step_child == "finetune", args.batch)
         return
 
     if torch is not None:
         torch.set_num_threads(fg.config.threads)
     rounds, per_block = (4, 5) if args.quick else (10, 20)
     print(
-        f"sentiment CNN training step, batch {BATCH}, length {LENGTH} | fusegrad "
+        f"sentiment CNN training step, batch {args.batch}, length {LENGTH} | fusegrad "
         f"{source_version()}, {fg.config.threads} threads | torch "
         f"{torch.__version__ + f', {torch.get_num_threads()} threads' if torch else '-'}"
     )
     print(f"load average before: {load_average()}")
     example = load_example()
-    table, batches = make_batches(64)
-    cases = [("frozen GloVe", False)] + ([("fine-tuned GloVe", True)] if args.finetune else [])
+    table, batches = make_batches(64, batch=args.batch)
+    cases = [args.only] if args.only else list(CASES)
     head = (
-        f"{'embeddings':<18}{'fg eager':>9}{'fg step':>9}{'torch ms':>10}{'torch/eager':>12}"
-        f"{'torch/step':>11}{'steps':>7}{'max err':>9}{'1st step, empty cache':>23}"
+        f"{'embeddings':<19}{'plain ms':>9}{'jit ms':>8}{'torch ms':>10}{'torch/plain':>12}"
+        f"{'torch/jit':>10}{'steps':>7}{'max err':>9}{'1st step, empty cache':>23}"
         f"{'1st, warm cache':>17}{'2nd step':>10}"
     )
     lines = []
-    for name, finetune in cases:
-        r = run_case(example, table, batches, finetune, rounds, per_block)
-        fg_ms = statistics.median(r["times"]["fusegrad"]) * 1e3
-        ex_ms = statistics.median(r["times"]["example"]) * 1e3
+    for case in cases:
+        r = run_case(example, table, batches, case == "finetune", rounds, per_block)
+        plain_ms = statistics.median(r["times"]["plain"]) * 1e3
+        jit_ms = statistics.median(r["times"]["jit"]) * 1e3
         t_ms = statistics.median(r["times"]["torch"]) * 1e3 if torch is not None else None
         lines.append(
-            f"{name:<18}{fg_ms:>9.2f}{ex_ms:>9.2f}"
+            f"{CASES[case]:<19}{plain_ms:>9.2f}{jit_ms:>8.2f}"
             + (
-                f"{t_ms:>10.2f}{t_ms / fg_ms:>12.2f}{t_ms / ex_ms:>11.2f}"
+                f"{t_ms:>10.2f}{t_ms / plain_ms:>12.2f}{t_ms / jit_ms:>10.2f}"
                 if t_ms
-                else f"{'-':>10}{'-':>12}{'-':>11}"
+                else f"{'-':>10}{'-':>12}{'-':>10}"
             )
-            + f"{len(r['times']['fusegrad']):>7}"
+            + f"{len(r['times']['plain']):>7}"
             + (f"{r['err']:>9.1e}" if r["err"] is not None else f"{'-':>9}")
             + f"{r['cold']['first'] * 1e3:>20.0f} ms{r['warm']['first'] * 1e3:>14.0f} ms"
             + f"{r['cold']['second'] * 1e3:>7.0f} ms"
         )
     print("\nmedian ms per training step (look-up, graph, backward, Adam, loss.item());")
-    print("'fg eager': the step written plainly; 'fg step': the example's step (under fg.jit);")
-    print("torch/... above 1 means fusegrad is faster\n")
+    print("'plain': the step written as a plain loop body; 'jit': the example's step under")
+    print("fg.jit; PyTorch eager; torch/... above 1 means fusegrad is faster\n")
     print(head)
     print("-" * len(head))
     print("\n".join(lines))

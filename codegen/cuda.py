@@ -91,7 +91,7 @@ def valid(conds) -> str:
     return " && ".join(f"{index(c)} >= 0" for c in conds) or "true"
 
 
-_FLOAT_FN = {Ops.EXP: "exp", Ops.LOG: "log", Ops.SIN: "sin", Ops.SQRT: "sqrt"}
+_FLOAT_FN = {Ops.EXP: "exp", Ops.LOG: "log", Ops.SIN: "sin", Ops.COS: "cos", Ops.SQRT: "sqrt"}
 _BINARY = {Ops.ADD: "+", Ops.MUL: "*", Ops.DIV: "/", Ops.CMPLT: "<", Ops.CMPEQ: "=="}
 
 

@@ -432,7 +432,7 @@ class _Renderer:
             name, nargs = _FLOAT_INTRINSICS[op]
             args = ", ".join(f"{t} {x}" for x in a[:nargs])
             return self.emit(f"call {t} {self.intrinsic(name, t, nargs)}({args})")
-        name = {Ops.EXP: "exp", Ops.LOG: "log", Ops.SIN: "sin"}[op]
+        name = {Ops.EXP: "exp", Ops.LOG: "log", Ops.SIN: "sin", Ops.COS: "cos"}[op]
         width = self.width if varying else None
         self.math.add((name, dt.llvm, width))
         return self.emit(f"call {t} {function_name(name, dt.llvm, width)}({t} {a[0]})")

@@ -167,7 +167,17 @@ def _log(elem: str, width: int | None) -> str:
 
 
 def _sin(elem: str, width: int | None) -> str:
-    """sin via quadrant reduction by pi/2, computed in double, then sin/cos polynomials."""
+    return _sin_or_cos(elem, width, cos=False)
+
+
+def _cos(elem: str, width: int | None) -> str:
+    return _sin_or_cos(elem, width, cos=True)
+
+
+def _sin_or_cos(elem: str, width: int | None, cos: bool) -> str:
+    """sin or cos via quadrant reduction by pi/2, computed in double, then sin/cos
+    polynomials of the remainder r: cos(x) is sin's table one quadrant on (q + 1), so
+    both keep the reduction's accuracy (cos is not sin(x + pi/2), which rounds x + pi/2)."""
     f64 = elem == "double"
     b = _Builder("double", width)
     b.arg_ty = vector_type(elem, width)
@@ -190,6 +200,8 @@ def _sin(elem: str, width: int | None) -> str:
     sp = b(f"fmul {d} {sp}, {r}")
     cp = b.horner(r2, cos_c)
     q = b(f"fptosi {d} {n} to {q_ty}")
+    if cos:
+        q = b(f"add {q_ty} {q}, {b.i(1)}")
     q = b(f"and {q_ty} {q}, {b.i(3)}")
     odd = b(f"trunc {q_ty} {q} to {bt}")
     v = b(f"select {bt} {odd}, {d} {cp}, {d} {sp}")
@@ -204,12 +216,13 @@ def _sin(elem: str, width: int | None) -> str:
     v = b(f"select {bt} {lo}, {d} {b.c(-1.0)}, {d} {v}")
     hi1 = b(f"fcmp ogt {d} {v}, {b.c(1.0)}")
     v = b(f"select {bt} {hi1}, {d} {b.c(1.0)}, {d} {v}")
-    zero = b(f"fcmp oeq {d} {x}, {b.c(0.0)}")  # sin(-0.0) is -0.0
-    v = b(f"select {bt} {zero}, {d} {x}, {d} {v}")
+    if not cos:
+        zero = b(f"fcmp oeq {d} {x}, {b.c(0.0)}")  # sin(-0.0) is -0.0
+        v = b(f"select {bt} {zero}, {d} {x}, {d} {v}")
     if not f64:
         v = b(f"fptrunc {d} {v} to {b.arg_ty}")
     b.ty = b.arg_ty
-    return _function("sin", b, v)
+    return _function("cos" if cos else "sin", b, v)
 
 
 def function_name(name: str, elem: str, width: int | None) -> str:
@@ -228,7 +241,7 @@ def _function(name: str, b: _Builder, result: str) -> tuple[str, set[str]]:
     return text, b.decls
 
 
-_GENERATORS = {"exp": _exp, "log": _log, "sin": _sin}
+_GENERATORS = {"exp": _exp, "log": _log, "sin": _sin, "cos": _cos}
 
 
 def math_functions(used: set[tuple[str, str, int | None]]) -> tuple[str, set[str]]:

@@ -355,13 +355,39 @@ class _Lowerer:
 
     # ---------------------------------------------------------------- values
     def gen(self, n: Node, coords: tuple[Lin, ...], guard: tuple[Lin, ...]) -> str:
+        """The register holding n's value at `coords`, emitting the code for it once.
+
+        Elementwise ops read their sources at their own coordinates, so a chain of them is
+        walked with an explicit stack, not recursion: a 100,000-op chain lowers as well as
+        a short one. Views and reductions recurse, one level per view or reduction.
+        """
         key = (id(n), coords, guard)
+        hit = self._lookup(key)
+        if hit is not None:
+            return hit
+        stack = [(n, False)]
+        while stack:
+            m, ready = stack.pop()
+            k = (id(m), coords, guard)
+            if self._lookup(k) is not None:
+                continue
+            inline = m.op in ELEMENTWISE and not (id(m) in self.params and m is not self.item.root)
+            if not inline:
+                self.scopes[-1][k] = self._gen(m, coords, guard)
+            elif not ready:
+                stack.append((m, True))
+                stack.extend((s, False) for s in reversed(m.srcs))
+            else:
+                args = tuple(self._lookup((id(s), coords, guard)) for s in m.srcs)
+                self.scopes[-1][k] = self.emit(Alu(self.fresh(), m.dtype, m.op, args), 1)
+        return self._lookup(key)
+
+    def _lookup(self, key) -> str | None:
         for scope in reversed(self.scopes):
-            if key in scope:
-                return scope[key]
-        value = self._gen(n, coords, guard)
-        self.scopes[-1][key] = value
-        return value
+            value = scope.get(key)
+            if value is not None:
+                return value
+        return None
 
     def _gen(self, n: Node, coords, guard) -> str:
         if id(n) in self.params and n is not self.item.root:
@@ -695,7 +721,7 @@ def kernel_name(item: ScheduleItem) -> str:
     notable = []
     for n in item.nodes:
         name = n.op.name.lower()
-        notable_ops = {Ops.EXP, Ops.LOG, Ops.SIN, Ops.SQRT, Ops.RAND, Ops.PAD}
+        notable_ops = {Ops.EXP, Ops.LOG, Ops.SIN, Ops.COS, Ops.SQRT, Ops.RAND, Ops.PAD}
         if n.op in REDUCE or n.op in notable_ops | {Ops.GATHER, Ops.SCATTER_ADD}:
             name = {"reduce_max": "max"}.get(name, name)
             if name not in notable:

@@ -2,6 +2,8 @@
 
 Run:  python examples/lenet_mnist.py [--epochs 1] [--arch lenet|minitorch]
                                      [--save w.npz] [--load w.npz] [--plot]
+On 2 processes (data-parallel, --batch images per process):
+      python -m fusegrad.distributed.run --nproc 2 examples/lenet_mnist.py --ddp
 
 Each training step (forward, backward, Adam or SGD-with-momentum update) is one
 lazy graph; the first step schedules and compiles it, and `fusegrad.jit`
@@ -149,7 +151,19 @@ def main() -> None:
     )
     ap.add_argument("--data", help="folder with the four MNIST .gz files (default: shipped copy)")
     ap.add_argument("--limit", type=int, default=None, help="use only this many training images")
+    ap.add_argument(
+        "--ddp",
+        action="store_true",
+        help="data-parallel over MPI ranks (run it under the launcher)",
+    )
     args = ap.parse_args()
+    rank, world = 0, 1
+    if args.ddp:  # each rank trains on its shard of every epoch; gradients averaged
+        import fusegrad.distributed as dist
+
+        dist.init_process_group()
+        rank, world = dist.get_rank(), dist.get_world_size()
+    say = print if rank == 0 else (lambda *a, **k: None)
 
     fg.manual_seed(args.seed)
     train_x, train_y, test_x, test_y = load_mnist(args.data)
@@ -160,21 +174,25 @@ def main() -> None:
     model = MiniTorchNet() if minitorch else LeNet5()
     if args.load:
         model.load_state_dict(nn.load(args.load))
+    net = model  # the module itself: evaluation and saving
+    if args.ddp:
+        model = nn.parallel.DistributedDataParallel(net)  # rank 0's weights everywhere
+        sampler = fg.data.DistributedSampler(range(len(xs)), seed=args.seed)
     lr = args.lr if args.lr is not None else (2e-3 if args.optim == "adam" else 0.02)
     if args.optim == "adam":
         opt = fg.optim.Adam(model.parameters(), lr=lr)
     else:
         opt = fg.optim.SGD(model.parameters(), lr=lr, momentum=args.momentum)
     rng = np.random.default_rng(args.seed)
-    steps_per_epoch = len(xs) // args.batch
+    steps_per_epoch = (len(sampler) if args.ddp else len(xs)) // args.batch
     history = {"step": [], "loss": [], "test_acc": []}
-    print(
+    say(
         f"{args.arch}: {sum(p.numel() for p in model.parameters())} parameters, "
         f"{len(xs)} training images, batch {args.batch}, {args.optim} lr {lr}"
+        + (f", {world} ranks" if args.ddp else "")
     )
     loss_fn = F.nll_loss if minitorch else F.cross_entropy
 
-    @fg.jit  # from the fourth call on, a step replays its kernels without running this Python
     def train_step(x, y):
         out = model(x)
         loss, pred = loss_fn(out, y), out.argmax(1)
@@ -183,10 +201,18 @@ def main() -> None:
         opt.step(with_outputs=[pred])  # forward, backward, update and predictions: one schedule
         return loss, pred
 
+    if not args.ddp:  # DDP averages gradients on the host mid-step: it does not compose with jit
+        train_step = fg.jit(train_step)  # from the 4th call on, replays kernels without Python
+
     start = time.perf_counter()
     for epoch in range(1, args.epochs + 1):
         order = rng.permutation(len(xs))
-        bar = progress(range(steps_per_epoch), steps_per_epoch, f"epoch {epoch}")
+        if args.ddp:
+            sampler.set_epoch(epoch)
+            order = np.fromiter(sampler, dtype=np.int64)
+        bar = range(steps_per_epoch)
+        if rank == 0:
+            bar = progress(bar, steps_per_epoch, f"epoch {epoch}")
         t0, seen, correct, recent = time.perf_counter(), 0, 0, []
         for step in bar:
             idx = order[step * args.batch : (step + 1) * args.batch]
@@ -208,20 +234,20 @@ def main() -> None:
                     )
             if minitorch and step % 100 == 0:
                 vi = rng.choice(len(xt), 16, replace=False)
-                acc, _ = evaluate(model, xt[vi], test_y[vi], batch=16)
+                acc, _ = evaluate(net, xt[vi], test_y[vi], batch=16)
                 mean = np.mean(recent[-100:])
-                print(f"Epoch {epoch} loss {mean:.4f} valid acc {round(acc * 16)}/16")
-        acc, pred = evaluate(model, xt, test_y)
+                say(f"Epoch {epoch} loss {mean:.4f} valid acc {round(acc * 16)}/16")
+        acc, pred = evaluate(net, xt, test_y)
         history["test_acc"].append(acc)
         elapsed = time.perf_counter() - start
-        print(
+        say(
             f"epoch {epoch}: train loss {np.mean(recent):.4f}, test accuracy {acc * 100:.2f}% "
             f"({int(acc * len(test_y))}/{len(test_y)}), {elapsed:.1f} s so far"
         )
-    if args.save:
-        nn.save(model.state_dict(), args.save)
+    if args.save and rank == 0:
+        nn.save(net.state_dict(), args.save)
         print(f"saved weights to {args.save}")
-    if args.plot:
+    if args.plot and rank == 0:
         plot(history, test_x, test_y, pred, os.path.splitext(args.save or "lenet")[0])
 
 

@@ -93,6 +93,7 @@ from .jit import JitError, jit  # noqa: E402
 from .movement import cat, stack  # noqa: E402
 from .reduce import matmul  # noqa: E402
 from .runtime.config import config  # noqa: E402
+from .serialization import SerializationError, load, save  # noqa: E402
 from .tensor import Tensor, realize  # noqa: E402
 
 _indexing.install(Tensor)
@@ -315,7 +316,9 @@ __all__ = [n for n in dir() if not n.startswith("_")]
 # torch-style homes for the optimizers and data loading of nn/ (fusegrad.optim, fusegrad.data)
 import sys as _sys  # noqa: E402
 
+from . import distributed  # noqa: E402  (mpi4py is imported by init_process_group only)
 from .nn import data, optim  # noqa: E402
 
 _sys.modules[__name__ + ".optim"] = optim
+_sys.modules[__name__ + ".optim.lr_scheduler"] = optim.lr_scheduler
 _sys.modules[__name__ + ".data"] = data

@@ -17,17 +17,24 @@ with them.
 
 from __future__ import annotations
 
+import threading
 import weakref
 
-from .errors import FusegradError, ShapeError, at_callers_site, fail
+from .errors import FusegradError, ShapeError, at_callers_site, fail, user_site
 from .ir import node as N
 from .ir.autodiff import gradients
+from .ir.node import toposort
 from .ir.ops import Ops
+from .runtime.engine import engine
+from .versions import check_unmodified
 
-# keyed by id(): Tensor's == is elementwise, so tensors cannot be set members
-_leaves: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+# every tensor made a differentiable leaf, by id() (Tensor's == is elementwise, so tensors
+# cannot be set members): id -> weak reference. Guarded by a lock: threads register leaves
+# while others run backward().
+_leaves: dict[int, weakref.ref] = {}
+_leaves_lock = threading.Lock()
 _consumed: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # roots already backwarded
-_pending: list[weakref.ref] = []  # roots backwarded since the last optimizer step
+_local = threading.local()  # .pending: roots this thread backwarded since its last step
 
 
 class GradError(FusegradError, RuntimeError):
@@ -41,9 +48,28 @@ def register_leaf(t) -> None:
     if t.node.op is not Ops.BUFFER:
         realize(t)
     # a fresh node, so that no other tensor (a detached copy, say) shares it
-    t.node = N.buffer(t.node.realized, t.shape, t.dtype)
+    t.node = N.buffer(engine.value(t.node), t.shape, t.dtype)
     t._is_leaf = True
-    _leaves[id(t)] = t
+    key = id(t)
+
+    def forget(ref, key=key):
+        with _leaves_lock:
+            if _leaves.get(key) is ref:
+                del _leaves[key]
+
+    with _leaves_lock:
+        _leaves[key] = weakref.ref(t, forget)
+
+
+def _live_leaves() -> list:
+    with _leaves_lock:
+        refs = list(_leaves.values())
+    out = []
+    for r in refs:
+        t = r()
+        if t is not None and t.requires_grad and t._is_leaf:
+            out.append(t)
+    return out
 
 
 def _grad_output(t, gradient, op: str):
@@ -64,9 +90,51 @@ def _grad_output(t, gradient, op: str):
     return N.cast(g.node, t.dtype)
 
 
+class PendingGrads:
+    """The gradients of one backward() call, not built yet.
+
+    backward() only finds which leaves get a gradient; the backward graph is built
+    (`fusegrad.ir.autodiff`) when one of them is first used. An optimizer step whose
+    gradients are all still pending, and whose graph it has seen before, runs the
+    cached fused plan of forward + backward + update without building the backward or
+    update graphs at all (`frontend/stepcache.py`).
+    """
+
+    def __init__(self, root, root_grad, targets: list, site: str | None):
+        self.root, self.root_grad, self.site = root, root_grad, site
+        self.targets = targets  # the leaves' nodes when backward() was called
+        self.grads: list | None = None
+        self._lock = threading.Lock()
+
+    def materialize(self) -> list:
+        with self._lock:
+            if self.grads is None:
+                from .errors import _fixed
+
+                outer = getattr(_fixed, "site", None)
+                _fixed.site = outer or self.site
+                try:
+                    grads = gradients(self.root, self.root_grad, self.targets)
+                finally:
+                    _fixed.site = outer
+                self.grads = [
+                    N.detach(g) if g is not None else N.const(0.0, t.shape, t.dtype)
+                    for g, t in zip(grads, self.targets)
+                ]
+        return self.grads
+
+
+def _reached_leaves(root, by_node: dict) -> list:
+    """The leaves (in `by_node`, keyed by node id) that a gradient from `root` reaches:
+    along float values, never through a detach."""
+    stop_ops = (Ops.DETACH,)
+    order = toposort([root], stop=lambda n: n.op in stop_ops or not n.dtype.is_float)
+    return [by_node[id(n)] for n in order if id(n) in by_node]
+
+
 def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) -> None:
     """Accumulate d(t)/d(leaf) into `leaf.grad` for every leaf requiring grad that t depends on."""
-    from .tensor import Tensor
+    from .tensor import LazyGrad, Tensor
 
     if not t.requires_grad:
         fail(
@@ -83,22 +151,31 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
             "pass retain_graph=True to the first backward() if you need to",
         )
     root_grad = _grad_output(t, gradient, "backward")
-    leaves = [leaf for leaf in list(_leaves.values()) if leaf.requires_grad and leaf._is_leaf]
+    check_unmodified(t.node, "backward")  # a leaf updated in place since t was built
+    by_node = {id(leaf.node): leaf for leaf in _live_leaves()}
     with at_callers_site():
-        grads = gradients(t.node, root_grad, [leaf.node for leaf in leaves])
-    for leaf, g in zip(leaves, grads):
-        if g is None:
-            continue
-        gt = Tensor(
-            g if create_graph else N.detach(g), requires_grad=create_graph, leaf=not create_graph
-        )
-        leaf._grad = gt if leaf._grad is None else leaf._grad + gt
+        if create_graph:
+            leaves = list(by_node.values())
+            grads = gradients(t.node, root_grad, [leaf.node for leaf in leaves])
+            fresh = [
+                None if g is None else Tensor(g, requires_grad=True, leaf=False) for g in grads
+            ]
+        else:
+            leaves = _reached_leaves(t.node, by_node)
+            pending = PendingGrads(t.node, root_grad, [x.node for x in leaves], user_site())
+            fresh = [LazyGrad(pending, i) for i in range(len(leaves))]
+    for leaf, gt in zip(leaves, fresh):
+        if gt is not None:
+            leaf._grad = gt if leaf._grad is None else leaf._grad + gt
     if not (retain_graph or create_graph):
         _consumed[id(t)] = t
         from .tensor import drop_graph
 
         drop_graph(t)  # a value already computed no longer needs the graph behind it
-    _pending.append(weakref.ref(t))
+    pending_roots = getattr(_local, "pending", None)
+    if pending_roots is None:
+        pending_roots = _local.pending = []
+    pending_roots.append(weakref.ref(t))
 
 
 def graph_consumed(t) -> bool:
@@ -112,12 +189,13 @@ def take_pending_outputs() -> list:
     An optimizer step realizes them together with the new parameters, so the
     forward pass runs once and `loss.item()` after `step()` costs nothing.
     """
+    pending = getattr(_local, "pending", None) or []
+    _local.pending = []
     out = []
-    for ref in _pending:
+    for ref in pending:
         t = ref()
-        if t is not None and t.node.realized is None:
+        if t is not None and engine.value(t.node) is None:
             out.append(t)
-    _pending.clear()
     return out
 
 
@@ -149,6 +227,7 @@ def grad(
             )
     total: list = [None] * len(inputs_t)
     for o, go in zip(outputs, grad_outputs):
+        check_unmodified(o.node, "grad")
         gs = gradients(o.node, _grad_output(o, go, "grad"), [x.node for x in inputs_t])
         for i, g in enumerate(gs):
             if g is not None:

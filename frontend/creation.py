@@ -82,10 +82,10 @@ def _check_device(device) -> None:
 def _shape(shape) -> tuple[int, ...]:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
-    try:
-        shape = tuple(int(s) for s in shape)
-    except (TypeError, ValueError):
-        fail(ShapeError, "shape", f"sizes must be integers, got {shape}")
+    if not all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in shape):
+        # as torch: zeros(1.5) is a TypeError, not a silent zeros(1)
+        fail(DTypeError, "shape", f"sizes must be integers, got {tuple(shape)}")
+    shape = tuple(int(s) for s in shape)
     if any(s < 0 for s in shape):
         fail(ShapeError, "shape", f"sizes must be non-negative, got {shape}")
     return shape
@@ -225,7 +225,10 @@ def _shared(key: tuple, make, dt: DType) -> Tensor:
 
 
 def linspace(start: float, end: float, steps: int, dtype=None) -> Tensor:
+    """`steps` evenly spaced values from start to end inclusive (float32 unless dtype says)."""
     dt = checked_dtype(dtype or float32, "linspace")
+    if dt.is_bool:
+        fail(DTypeError, "linspace", "is not supported for bool (as in torch); use a number dtype")
     return from_numpy(np.linspace(start, end, steps).astype(dt.np))
 
 

@@ -16,6 +16,7 @@ ran inside a native program, timed as a whole; FUSEGRAD_DEBUG=1 times each), `by
 from __future__ import annotations
 
 from .ir import phases
+from .runtime.engine import engine
 from .tensor import Tensor, realize
 
 
@@ -41,7 +42,7 @@ def kernels(*tensors: Tensor) -> list:
         return fresh
     out: list = []
     for t in tensors:
-        for rec in getattr(t.node.realized, "kernels", []):
+        for rec in getattr(engine.value(t.node), "kernels", []):
             if all(rec is not r for r in out):
                 out.append(rec)
     return out
@@ -63,8 +64,9 @@ def graph_dot(*tensors: Tensor) -> str:
     from .ir.ops import Ops
     from .ir.schedule import schedule
 
-    roots = [t.node for t in tensors if t.node.realized is None]
-    items = schedule(roots) if roots else []
+    has_value = engine.has_value_predicate()
+    roots = [t.node for t in tensors if not has_value(t.node)]
+    items = schedule(roots, has_value) if roots else []
     lines = ["digraph fusegrad {", "  rankdir=BT;", '  node [fontname="monospace", fontsize=10];']
     names: dict[int, str] = {}
 
@@ -88,12 +90,12 @@ def graph_dot(*tensors: Tensor) -> str:
                 placed.add(id(n))
                 lines.append(f'    {name(n)} [label="{label(n)}"];')
         lines.append("  }")
-    every = toposort([t.node for t in tensors], stop=lambda n: n.realized is not None)
+    every = toposort([t.node for t in tensors], stop=has_value)
     for n in every:
         if id(n) not in placed:
-            shape = "box" if n.realized is not None else "ellipse"
+            shape = "box" if has_value(n) else "ellipse"
             lines.append(f'  {name(n)} [label="{label(n)}", shape={shape}];')
-        if n.realized is None:
+        if not has_value(n):
             for s in n.srcs:
                 lines.append(f"  {name(s)} -> {name(n)};")
     lines.append("}")

@@ -76,6 +76,18 @@ class IndexingError(FusegradError, IndexError):
     """An index or slice outside the tensor."""
 
 
+class JitError(FusegradError):
+    """A function cannot be recorded and replayed by `fusegrad.jit`."""
+
+
+class DimError(ShapeError, IndexingError):
+    """A dim out of range: an IndexError, as PyTorch raises (and a ShapeError, as before)."""
+
+
+class ArgumentError(FusegradError, RuntimeError):
+    """Arguments the op does not accept, where PyTorch raises RuntimeError."""
+
+
 class DeviceError(FusegradError, RuntimeError):
     """A device that does not exist here (no GPU, no PyCUDA)."""
 

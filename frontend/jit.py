@@ -73,18 +73,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import autograd, autograd_state
-from .errors import FusegradError
+from .errors import JitError  # noqa: E402  (raised by the Tensor too: see host_read)
 from .ir import node as N
 from .ir.dtypes import int32
-from .runtime import realize as R
 from .runtime.buffer import Buffer
 from .runtime.config import config
+from .runtime.engine import engine
 from .tensor import Tensor
 from .tensor import realize as realize_tensors
-
-
-class JitError(FusegradError):
-    """A function cannot be recorded and replayed by `fusegrad.jit`."""
 
 
 @dataclass
@@ -122,6 +118,132 @@ def note_parameter(t: Tensor) -> None:
     _parameters[id(t)] = t
 
 
+_modules: weakref.WeakSet = weakref.WeakSet()
+
+
+def note_module(m) -> None:
+    """Remember a module: a replay reads its tensor attributes (buffers such as running
+    statistics, or any tensor assigned to it) at their current values and writes the new
+    values a call gives them; a change of its Python-number attributes records again."""
+    _modules.add(m)
+
+
+class _Attr:
+    """A module's tensor attribute as replay state: whatever tensor the module holds under
+    `name` now is read, and takes the new value (the function may reassign the attribute,
+    as a hand-written running mean does, or update it in place)."""
+
+    def __init__(self, module, name: str):
+        self.module, self.name = module, name
+
+    @property
+    def tensor(self) -> Tensor:
+        return getattr(self.module, self.name)
+
+    @property
+    def node(self):
+        return self.tensor.node
+
+    @node.setter
+    def node(self, value) -> None:
+        self.tensor.node = value
+
+    @property
+    def _strides(self):
+        return self.tensor._strides
+
+    @_strides.setter
+    def _strides(self, value) -> None:
+        self.tensor._strides = value
+
+    @property
+    def shape(self):
+        return self.tensor.shape
+
+    @property
+    def dtype(self):
+        return self.tensor.dtype
+
+
+def _module_tensors() -> list[tuple[_Attr, Tensor]]:
+    """Every live module's tensor attributes (registered buffers and plain attributes)."""
+    out = []
+    for m in list(_modules):
+        names = [k for k, v in vars(m).items() if isinstance(v, Tensor)]
+        names += [k for k, v in m.__dict__.get("_buffers", {}).items() if isinstance(v, Tensor)]
+        out.extend((_Attr(m, k), getattr(m, k)) for k in names)
+    return out
+
+
+_SCALARS = (int, float, bool, str, type(None))
+
+
+def _python_values(fn) -> list[tuple[object, str, object]]:
+    """The Python numbers (and flags, strings) a call may have baked into its graph: the
+    function's closure cells and the globals it names, and every live module's attributes.
+    A replay checks they are unchanged; a changed one records the function again."""
+    out = []
+    code = getattr(fn, "__code__", None)
+    if code is not None:
+        names, stack = set(), [code]
+        while stack:  # the names of nested functions and comprehensions too
+            c = stack.pop()
+            names.update(c.co_names)
+            stack.extend(k for k in c.co_consts if hasattr(k, "co_names"))
+        g = getattr(fn, "__globals__", {})
+        out += [(g, k, g[k]) for k in sorted(names) if k in g and isinstance(g[k], _SCALARS)]
+        for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
+            try:
+                v = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if isinstance(v, _SCALARS):
+                out.append((cell, name, v))
+    for m in list(_modules):
+        out += [(m, k, v) for k, v in vars(m).items() if isinstance(v, _SCALARS)]
+    return out
+
+
+def _current(holder, name):
+    if isinstance(holder, dict):
+        return holder.get(name, _MISSING)
+    if type(holder).__name__ == "cell":
+        try:
+            return holder.cell_contents
+        except ValueError:
+            return _MISSING
+    return getattr(holder, name, _MISSING)
+
+
+_MISSING = object()
+
+
+def _unchanged(values) -> Callable[[], bool]:
+    def holds() -> bool:
+        return all(_same(_current(h, k), v) for h, k, v in values)
+
+    return holds
+
+
+def _same(a, b) -> bool:
+    return type(a) is type(b) and (a == b or (a != a and b != b))  # NaN equals NaN here
+
+
+def host_read_refused(what: str) -> None:
+    """Raise if a jitted function is being recorded: its Python reads a tensor's value
+    (`.item()`, `bool()`, ...), which a replay would not redo, so a branch on it would be
+    frozen at the recorded value."""
+    from .errors import user_site
+
+    if _recording is not None:
+        raise JitError(
+            f"fusegrad.jit: {what} reads a tensor's value inside a jitted function at "
+            f"{user_site()}; a replay does not run the function's Python, so anything "
+            "decided from the value would be frozen at the recorded one. Return the tensor "
+            "and read it after the call, or use fusegrad.where for a data-dependent choice"
+        )
+
+
 def on_replay(hook: Callable[[], None]) -> None:
     """Have `hook()` run before every replay of the function being recorded (if any).
 
@@ -150,8 +272,9 @@ def track(tensors) -> None:
     if _recording is None:
         return
     for t in tensors:
-        if t.node.realized is not None:
-            _recording.state.append((t, t.node.realized))
+        buf = engine.value(t.node)
+        if buf is not None:
+            _recording.state.append((t, buf))
 
 
 def key_buffer(draw: Callable[[], int]) -> Buffer | None:
@@ -214,7 +337,7 @@ class jit:
                     f"fusegrad: jit replay of {self.__qualname__}: {kernels} kernel(s), no Python",
                     file=sys.stderr,
                 )
-            return _run_replay(entry.replay, [t.node.realized for t in tensors])
+            return _run_replay(entry.replay, [engine.value(t.node) for t in tensors])
         entry.calls += 1
         if entry.calls == 1:  # the first call creates state (optimizer buffers): not recorded
             return _results(self.fn(*args), Tensor.detach)
@@ -226,20 +349,39 @@ class jit:
 
     def _record(self, entry: _Entry, args, tensors):
         global _recording, _entry
-        if R.capture is not None:
+        if engine.recording():
             raise JitError("fusegrad.jit: a jitted function cannot call another while recording")
-        recording = _Recording([t.node.realized for t in tensors])
-        R.capture, _recording, _entry = recording.realizes, recording, entry
-        N.RECOMPUTE_REALIZED = True
+        recording = _Recording([engine.value(t.node) for t in tensors])
+        attrs = _module_tensors()
+        recording.state.extend((a, engine.value(t.node)) for a, t in attrs if t._has_value())
+        shapes = [(a, t.shape, t.dtype) for a, t in attrs]
+        recording.guards.append(
+            lambda: all(
+                isinstance(a.tensor, Tensor) and a.shape == s and a.dtype == d for a, s, d in shapes
+            )
+        )
+        recording.guards.append(_unchanged(_python_values(self.fn)))
+        captured = engine.start_recording()
+        recording.realizes = captured.realizes
+        _recording, _entry = recording, entry
         try:
             out = self.fn(*args)
             pending = []
-            _results(out, lambda t: t.node.realized is None and pending.append(t))
+            fresh = engine.has_value_predicate()
+            _results(out, lambda t: not fresh(t.node) and pending.append(t))
+            # module attributes the call gave new values (running statistics): computed in
+            # the call, so that a replay computes them too and the module sees them
+            before = {id(a.module): {} for a, _ in attrs}
+            for a, t in attrs:
+                before[id(a.module)][a.name] = t.node
+            for a, t in _module_tensors():
+                if before.get(id(a.module), {}).get(a.name) is not t.node and not fresh(t.node):
+                    pending.append(t)
             if pending:
                 realize_tensors(*pending)
         finally:
-            R.capture, _recording, _entry = None, None, None
-            N.RECOMPUTE_REALIZED = False
+            engine.stop_recording()
+            _recording, _entry = None, None
         return out, recording
 
 
@@ -254,7 +396,7 @@ def _prepare(args) -> tuple[list, list[Tensor], tuple]:
             a = from_numpy(a)
         call_args.append(a)
         if isinstance(a, Tensor):
-            if a.node.realized is None:
+            if engine.value(a.node) is None:
                 realize_tensors(a)
             tensors.append(a)
             signature.append(("tensor", a.shape, a.dtype.name, a.requires_grad))
@@ -304,8 +446,8 @@ def _plan_replay(fn, a: _Recording, b: _Recording, out) -> _Replay:
     state = list({id(t): t for t, _ in b.state}.values())
     index = {id(t): k for k, t in enumerate(state)}
     before = {id(buf): index[id(t)] for t, buf in b.state}
-    for t in list(autograd._leaves.values()) + list(_parameters.values()):
-        buf = t.node.realized
+    for t in autograd._live_leaves() + list(_parameters.values()):
+        buf = engine.value(t.node)
         if buf is not None and id(buf) not in before:
             before[id(buf)] = len(state)
             state.append(t)
@@ -313,14 +455,14 @@ def _plan_replay(fn, a: _Recording, b: _Recording, out) -> _Replay:
     for (plan, _, leaves_a), (_, _, leaves_b) in zip(a.realizes, b.realizes):
         sources = []
         for la, lb in zip(leaves_a, leaves_b):
-            buf = lb.realized
+            buf = engine.value(lb)
             if id(buf) in b_args:
                 sources.append(("arg", b_args[id(buf)], 0))
             elif id(buf) in produced:
                 sources.append(("now",) + produced[id(buf)])
             elif id(buf) in before:
                 sources.append(("state", before[id(buf)], 0))
-            elif buf is la.realized:
+            elif buf is engine.value(la):
                 sources.append(("fixed", buf, 0))
             else:
                 raise JitError(
@@ -331,9 +473,9 @@ def _plan_replay(fn, a: _Recording, b: _Recording, out) -> _Replay:
                 )
         plans.append((plan, sources))
     updates = [
-        (k, *produced[id(t.node.realized)])
+        (k, *produced[id(engine.value(t.node))])
         for k, t in enumerate(state)
-        if id(t.node.realized) in produced
+        if id(engine.value(t.node)) in produced
     ]
     results = _sources_of(out, produced, b_args, name)
     return _Replay(plans, state, updates, results, b.hooks, b.guards)
@@ -341,7 +483,7 @@ def _plan_replay(fn, a: _Recording, b: _Recording, out) -> _Replay:
 
 def _outputs(rec: _Recording) -> dict[int, tuple[int, int]]:
     return {
-        id(n.realized): (r, j)
+        id(engine.value(n)): (r, j)
         for r, (_, todo, _) in enumerate(rec.realizes)
         for j, n in enumerate(todo)
     }
@@ -360,7 +502,7 @@ class _Result:
 
 def _sources_of(out, produced, args, name):
     def one(t: Tensor) -> _Result:
-        buf = t.node.realized
+        buf = engine.value(t.node)
         if id(buf) in produced:
             return _Result("now", *produced[id(buf)], t.shape, t.dtype)
         if id(buf) in args:
@@ -376,14 +518,14 @@ def _sources_of(out, produced, args, name):
 def _run_replay(replay: _Replay, args: list[Buffer]):
     for hook in replay.hooks:
         hook()
-    stale = [t for t in replay.state if t.node.realized is None]
+    stale = [getattr(t, "tensor", t) for t in replay.state if engine.value(t.node) is None]
     if stale:  # a parameter given a lazy value outside the step: compute it first
         realize_tensors(*stale)
-    current = [t.node.realized for t in replay.state]
+    current = [engine.value(t.node) for t in replay.state]
     outs: list[list[Buffer]] = []
     for plan, sources in replay.plans:
         leaves = [_source(s, args, outs, current) for s in sources]
-        bufs, records = R.run_plan(plan, leaves)
+        bufs, records = engine.execute(plan, leaves)
         for b in bufs:
             b.kernels = records
         outs.append(bufs)

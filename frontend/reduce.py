@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections import namedtuple
 
 from .codegen.lower import PANEL_CACHE_BYTES, TILE_COLS
-from .errors import DTypeError, ShapeError, fail
+from .errors import DimError, DTypeError, ShapeError, fail
 from .ir import node as N
+from .ir.autodiff import with_vjp
 from .ir.dtypes import int64
 from .ir.ops import Ops
 
@@ -30,6 +31,9 @@ class ReduceMixin:
     def _reduce(self, ir_op: Ops, dim, keepdim: bool, op: str):
         axes = self._dims(dim, op)
         node = N.reduce(ir_op, self.node, axes)
+        if self.numel() == 0 and node.numel:  # a sum of no elements is 0, as in torch
+            assert ir_op is Ops.SUM, "amax checks that it reduces no empty axis"
+            node = N.const(0, node.shape, node.dtype)
         out = self._make(node)
         if not keepdim:
             out = out._make(
@@ -42,6 +46,8 @@ class ReduceMixin:
         x = self.cast(dtype) if dtype is not None else self
         if not x.dtype.is_float:
             x = x.cast(int64)
+        if x.node.op is Ops.EXPAND:
+            return _sum_of_broadcast(x, dim, keepdim)
         return x._reduce(Ops.SUM, dim, keepdim, "sum")
 
     def mean(self, dim=None, keepdim: bool = False):
@@ -69,8 +75,14 @@ class ReduceMixin:
         return self.var(dim, keepdim, correction).sqrt()
 
     def amax(self, dim=None, keepdim: bool = False):
-        if self.numel() == 0:
-            fail(ShapeError, "max", "cannot reduce an empty tensor (it has no identity)")
+        empty = [a for a in self._dims(dim, "max") if self.shape[a] == 0]
+        if empty or (self.numel() == 0 and dim is None):
+            fail(
+                DimError,
+                "max",
+                f"cannot reduce an empty axis (axis {empty[0] if empty else 0} of "
+                f"shape {self.shape}): a max of nothing has no value",
+            )
         x = self.cast(int64) if self.dtype.is_bool else self
         out = x._reduce(Ops.REDUCE_MAX, dim, keepdim, "max")
         return out.bool() if self.dtype.is_bool else out
@@ -78,41 +90,55 @@ class ReduceMixin:
     def amin(self, dim=None, keepdim: bool = False):
         if self.dtype.is_bool:
             return self.logical_not().amax(dim, keepdim).logical_not()
-        return -((-self).amax(dim, keepdim))
+        return self._order_flip().amax(dim, keepdim)._order_flip()
 
     def max(self, dim=None, keepdim: bool = False):
-        """The largest element; with an int `dim`, a (values, indices) pair as in PyTorch."""
+        """The largest element; with an int `dim`, a (values, indices) pair as in PyTorch.
+
+        As torch: the gradient of max() and amax() is split evenly between tied maxima,
+        that of max(dim).values goes to the index max(dim) returns (the first maximum).
+        """
         if dim is None or isinstance(dim, (tuple, list)):
             return self.amax(dim, keepdim)
-        return MaxResult(self.amax(dim, keepdim), self.argmax(dim, keepdim))
+        d = self._dim(dim, "max")
+        index = self.argmax(d, keepdim=True)
+        values = _at_index(self, self.amax(d, keepdim=True), index, d)
+        return _pair(values, index, dim, keepdim)
 
     def min(self, dim=None, keepdim: bool = False):
         if dim is None or isinstance(dim, (tuple, list)):
             return self.amin(dim, keepdim)
-        return MaxResult(self.amin(dim, keepdim), self.argmin(dim, keepdim))
+        d = self._dim(dim, "min")
+        index = self.argmin(d, keepdim=True)
+        values = _at_index(self, self.amin(d, keepdim=True), index, d)
+        return _pair(values, index, dim, keepdim)
 
     def argmax(self, dim=None, keepdim: bool = False):
-        """Index of the first largest element along `dim` (of the flattened tensor if None)."""
+        """Index of the first largest element along `dim` (of the flattened tensor if None);
+        a NaN counts as the largest, as in torch."""
         if dim is None:
             return self.reshape(-1).argmax(0, keepdim=False)
         from .creation import arange
 
         d = self._dim(dim, "argmax")
         n = self.shape[d]
-        best = self.amax(d, keepdim=True)
+        best = self.amax(d, keepdim=True)  # NaN where the row holds a NaN
         shape = [1] * self.ndim
         shape[d] = n
         idx = arange(n).reshape(shape)
         # first occurrence: the smallest index among the maxima
         from .tensor import where
 
-        cand = where(self == best, idx, n)
+        hit = self == best
+        if self.dtype.is_float:
+            hit = hit | (self != self)  # no NaN in the row unless best is NaN
+        cand = where(hit, idx, n)
         return cand.amin(d, keepdim)
 
     def argmin(self, dim=None, keepdim: bool = False):
         if self.dtype.is_bool:
             return self.logical_not().argmax(dim, keepdim)
-        return (-self).argmax(dim, keepdim)
+        return self._order_flip().argmax(dim, keepdim)
 
     def logsumexp(self, dim, keepdim: bool = False):
         m = self.amax(dim, keepdim=True).detach()
@@ -123,12 +149,16 @@ class ReduceMixin:
         """exp(x - max) / sum(exp(x - max)) along `dim`: three kernels for a row softmax."""
         dim = self._dim(dim, "softmax")
         x = self._float()
+        if x.numel() == 0:  # nothing to normalize (torch returns the empty tensor)
+            return x
         e = (x - x.amax(dim, keepdim=True).detach()).exp()
         return e / e.sum(dim, keepdim=True)
 
     def log_softmax(self, dim: int):
         dim = self._dim(dim, "log_softmax")
         x = self._float()
+        if x.numel() == 0:
+            return x
         shifted = x - x.amax(dim, keepdim=True).detach()
         return shifted - shifted.exp().sum(dim, keepdim=True).log()
 
@@ -139,6 +169,46 @@ class ReduceMixin:
         if self.ndim != 1 or other.ndim != 1:
             fail(ShapeError, "dot", f"expects 1-D tensors, got {self.shape} and {other.shape}")
         return matmul(self, other)
+
+
+def _sum_of_broadcast(x, dim, keepdim: bool):
+    """A sum over axes that an expand grew is the smaller sum times an exact count:
+    `ones(1).expand(n).sum()` is n (rounded once), not n ones accumulated in float."""
+    axes = x._dims(dim, "sum")
+    src = x.node.srcs[0]
+    grown = [a for a in axes if src.shape[a] == 1 and x.shape[a] != 1]
+    count = 1
+    for a in grown:
+        count *= x.shape[a]
+    small = tuple(1 if a in grown else s for a, s in enumerate(x.shape))
+    y = x._make(N.expand(src, small))
+    return y._reduce(Ops.SUM, axes, keepdim, "sum") * count
+
+
+def _at_index(x, values, index, d: int):
+    """`values` (keepdim) whose gradient goes to `x` at `index` along `d` alone, as torch's
+    max(dim)/min(dim) do at ties (amax splits it instead: a rule of its own on a node of
+    its own, values * 1, which is exact for every value)."""
+    if not values.requires_grad:
+        return values
+    from .creation import arange
+    from .tensor import Tensor, where
+
+    node = N.mul(values.node, N.const(1, values.shape, values.dtype))
+    shape = [1] * x.ndim
+    shape[d] = x.shape[d]
+    picked = arange(x.shape[d]).reshape(shape) == index
+
+    def rule(g):
+        return [(x.node, where(picked, Tensor(g).expand(x.shape), 0.0).node)]
+
+    return values._make(with_vjp(node, rule))
+
+
+def _pair(values, index, dim, keepdim: bool) -> MaxResult:
+    if not keepdim:
+        values, index = values.squeeze(dim), index.squeeze(dim)
+    return MaxResult(values, index)
 
 
 PANEL = TILE_COLS[0]  # the widest vector a matmul tile uses: one panel is one tile's columns

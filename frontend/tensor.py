@@ -17,19 +17,21 @@ Movement ops (`reshape`, `permute`, slicing, `expand`, `pad`, ...) are in
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 
 import numpy as np
 
 from . import autograd_state
 from .autograd import GradError, backward, graph_consumed, register_leaf
-from .errors import DTypeError, ShapeError, checked_dtype, fail
+from .errors import ArgumentError, DimError, DTypeError, ShapeError, checked_dtype, fail
 from .ir import node as N
+from .ir.autodiff import with_vjp
 from .ir.dtypes import DType, bool_, float32, promote, promote_scalar, to_dtype
 from .ir.ops import Ops
 from .movement import MovementMixin
 from .reduce import ReduceMixin
-from .runtime.realize import realize as _realize
+from .runtime.engine import engine
 
 Scalar = int | float | bool
 
@@ -45,7 +47,15 @@ def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
 class Tensor(MovementMixin, ReduceMixin):
     """A lazy n-dimensional array: a node of the IR graph plus PyTorch's tensor API."""
 
-    __slots__ = ("node", "requires_grad", "_grad", "_strides", "_is_leaf", "__weakref__")
+    __slots__ = (
+        "node",
+        "requires_grad",
+        "_grad",
+        "_strides",
+        "_is_leaf",
+        "_version",
+        "__weakref__",
+    )
     __array_priority__ = 1000  # numpy scalars on the left defer to our operators
 
     def __init__(self, node: N.Node, requires_grad: bool = False, strides=None, leaf=None):
@@ -54,6 +64,7 @@ class Tensor(MovementMixin, ReduceMixin):
         self._grad = None
         self._strides = strides
         self._is_leaf = leaf if leaf is not None else (node.op is Ops.BUFFER or not requires_grad)
+        self._version = 0  # in-place updates so far (versions.py)
 
     # ---------------------------------------------------------------- properties
     @property
@@ -107,10 +118,25 @@ class Tensor(MovementMixin, ReduceMixin):
         realize(self)
         return self
 
+    def _has_value(self) -> bool:
+        """Whether this tensor's value is already computed (reading it runs nothing)."""
+        return engine.value(self.node) is not None
+
+    def _write_scalar(self, value) -> None:
+        """Overwrite the one element of a realized 0-d buffer tensor in place (an
+        optimizer's per-step scalars: the graph reads them as data, so their new values
+        change no graph structure)."""
+        assert self.node.op is Ops.BUFFER and self.numel() == 1
+        self.node.arg.array[0] = value
+
     def numpy(self) -> np.ndarray:
         """The value as a read-only numpy array of this tensor's shape and dtype."""
+        if jit_recording() and _called_by_user():
+            from .jit import host_read_refused
+
+            host_read_refused("reading a value (.numpy(), .item(), bool(), float(), int())")
         self.realize()
-        a = self.node.realized.numpy().reshape(self.shape).view()
+        a = engine.value(self.node).numpy().reshape(self.shape).view()
         a.setflags(write=False)
         return a
 
@@ -168,7 +194,7 @@ class Tensor(MovementMixin, ReduceMixin):
         n = max(self.ndim, 1)
         if not isinstance(dim, (int, np.integer)) or not -n <= dim < n:
             fail(
-                ShapeError,
+                DimError,
                 op,
                 f"dim {dim} is out of range for a tensor of shape {self.shape} "
                 f"(expected -{n} <= dim < {n})",
@@ -183,7 +209,8 @@ class Tensor(MovementMixin, ReduceMixin):
             if len(set(out)) != len(out):
                 fail(ShapeError, op, f"dim {tuple(dim)} names an axis twice")
             return out
-        return (self._dim(dim, op),) if self.ndim else ()
+        d = self._dim(dim, op)  # a 0-d tensor takes dim 0 or -1, as in torch
+        return (d,) if self.ndim else ()
 
     def cast(self, dtype) -> Tensor:
         dtype = checked_dtype(dtype, "cast")
@@ -305,10 +332,11 @@ class Tensor(MovementMixin, ReduceMixin):
         return self._binary(Ops.CMPLT, o, "gt", reverse=True)
 
     def __le__(self, o):
-        return (self > o).logical_not()
+        # (a < b) | (a == b), not ~(a > b): a comparison with NaN is false, as in torch
+        return (self < o) | (self == o)
 
     def __ge__(self, o):
-        return (self < o).logical_not()
+        return (self > o) | (self == o)
 
     def __eq__(self, o):  # type: ignore[override]
         return self._binary(Ops.CMPEQ, o, "eq")
@@ -348,7 +376,7 @@ class Tensor(MovementMixin, ReduceMixin):
         return self._float()._unary(Ops.SIN)
 
     def cos(self):
-        return (self._float() + math.pi / 2).sin()
+        return self._float()._unary(Ops.COS)
 
     def sqrt(self):
         return self._float()._unary(Ops.SQRT)
@@ -360,7 +388,12 @@ class Tensor(MovementMixin, ReduceMixin):
         return self._float()._unary(Ops.RECIP)
 
     def abs(self):
-        return self.where_(self < 0, -self, self) if not self.dtype.is_bool else self
+        """|x|; its gradient is sign(x), so 0 at 0, as torch.abs."""
+        if self.dtype.is_bool:
+            return self
+        if not self.dtype.is_float:
+            return where(self < 0, -self, self)
+        return where(self < 0, -self, where(self == 0, 0.0, self))
 
     def neg(self):
         return -self
@@ -395,19 +428,30 @@ class Tensor(MovementMixin, ReduceMixin):
         return self._binary(Ops.MAX, o, "maximum")
 
     def minimum(self, o):
+        """Elementwise min; NaN propagates, ties split the gradient evenly, as torch.minimum."""
         a, b = self._operands(o, "minimum")
         if a.dtype.is_bool:
             return a & b
-        return -((-a).maximum(-b))
+        return a._order_flip().maximum(b._order_flip())._order_flip()
+
+    def _order_flip(self) -> Tensor:
+        """An order-reversing bijection: -x for floats (exact, NaN stays NaN), ~x = -x - 1 for
+        integers (in wrapping arithmetic it never overflows: INT_MIN <-> INT_MAX), so that a
+        min is a max of flipped values without negating INT_MIN."""
+        return -self if self.dtype.is_float else -self + (-1)
 
     def clamp(self, min=None, max=None):
+        """Limit to [min, max] (max wins where min > max). As torch.clamp: NaN stays NaN, and
+        the gradient is 1 where min <= x <= max (the bounds included) and 0 elsewhere."""
         if min is None and max is None:
             fail(ShapeError, "clamp", "at least one of min and max must be given")
         out = self
+        if self.requires_grad and self.dtype.is_float:  # NaN: value NaN, gradient 0
+            out = where(self == self, self, self.detach())
         if min is not None:
-            out = out.maximum(min)
+            out = where(out < min, min, out)
         if max is not None:
-            out = out.minimum(max)
+            out = where(out > max, max, out)
         return out
 
     clip = clamp
@@ -449,8 +493,9 @@ class Tensor(MovementMixin, ReduceMixin):
 
     def detach(self) -> Tensor:
         """The same value, with no gradient flowing back through it."""
-        if self.node.realized is not None:  # computed already: the buffer, not a copy of it
-            node = N.buffer(self.node.realized, self.shape, self.dtype)
+        buf = engine.value(self.node)
+        if buf is not None:  # computed already: the buffer, not a copy of it
+            node = N.buffer(buf, self.shape, self.dtype)
         else:
             node = N.detach(self.node)
         return Tensor(node, requires_grad=False, strides=self._strides)
@@ -469,38 +514,185 @@ class Tensor(MovementMixin, ReduceMixin):
                 f"value of shape {value.shape} for a tensor of shape {self.shape}",
             )
         value = value.cast(self.dtype)
-        if value.node.realized is not None:
-            self.node = N.buffer(value.node.realized, self.shape, self.dtype)
+        buf = engine.value(value.node)
+        if buf is not None:
+            self.node = N.buffer(buf, self.shape, self.dtype)
         else:
             self.node = N.detach(value.node)
         self._strides = None
         return self
 
-    def zero_(self) -> Tensor:
-        """Set every element to zero (rebinds this tensor to a zero constant)."""
-        self.node = N.const(0, self.shape, self.dtype)
-        if self.requires_grad and self._is_leaf:
-            register_leaf(self)
+    # ---------------------------------------------------------------- in-place updates
+    def _inplace(self, value, op: str) -> Tensor:
+        """Make `value` this tensor's value, with PyTorch's rules for in-place ops: the
+        result keeps this tensor's shape and dtype (no float into an int tensor), a leaf that
+        requires grad may only be updated under no_grad(), and a leaf stays the same leaf."""
+        from .versions import InplaceError, retire
+
+        value = as_tensor(value)
+        if value.shape != self.shape:
+            fail(
+                ShapeError,
+                op,
+                f"output with shape {self.shape} doesn't match the broadcast shape {value.shape}",
+            )
+        kinds = "bif"
+        if kinds.index(value.dtype.kind) > kinds.index(self.dtype.kind):
+            fail(
+                DTypeError,
+                op,
+                f"result type {value.dtype.name} can't be cast to the desired output type "
+                f"{self.dtype.name}",
+            )
+        grad_mode = autograd_state.enabled()
+        if grad_mode and self.requires_grad and self._is_leaf:
+            fail(
+                InplaceError,
+                op,
+                "a leaf Variable that requires grad is being used in an in-place operation "
+                "(update it under `with fg.no_grad():`)",
+            )
+        old = self.node
+        self._version += 1
+        if grad_mode and value.requires_grad:  # a differentiable update: no longer a leaf
+            value = value.cast(self.dtype)
+            self.node, self.requires_grad, self._is_leaf = value.node, True, False
+            self._strides = None
+        else:
+            self.assign_(value.detach())
+            if self.requires_grad and self._is_leaf:
+                retire(old, self)
         return self
+
+    def __iadd__(self, o):
+        return self._inplace(self + o, "add_")
+
+    def __isub__(self, o):
+        return self._inplace(self - o, "sub_")
+
+    def __imul__(self, o):
+        return self._inplace(self * o, "mul_")
+
+    def __itruediv__(self, o):
+        return self._inplace(self / o, "div_")
+
+    def add_(self, other, alpha=1) -> Tensor:
+        """self += alpha * other, in place (see `_inplace` for the rules)."""
+        return self._inplace(self + (other if alpha == 1 else other * alpha), "add_")
+
+    def sub_(self, other, alpha=1) -> Tensor:
+        return self._inplace(self - (other if alpha == 1 else other * alpha), "sub_")
+
+    def mul_(self, other) -> Tensor:
+        return self._inplace(self * other, "mul_")
+
+    def div_(self, other) -> Tensor:
+        return self._inplace(self / other, "div_")
+
+    def fill_(self, value) -> Tensor:
+        """Set every element to `value`, in place."""
+        if isinstance(value, Tensor):
+            return self._inplace(value.cast(self.dtype).expand(self.shape), "fill_")
+        return self._inplace(Tensor(N.const(value, self.shape, self.dtype)), "fill_")
+
+    def zero_(self) -> Tensor:
+        """Set every element to zero, in place: `with fg.no_grad(): w.zero_()`."""
+        return self.fill_(0)
+
+    def copy_(self, src) -> Tensor:
+        """Copy `src` (broadcast to this shape, cast to this dtype) into this tensor."""
+        src = as_tensor(src)
+        shape = broadcast_shapes(self.shape, src.shape, "copy_")
+        if shape != self.shape:
+            fail(ShapeError, "copy_", f"cannot copy shape {src.shape} into shape {self.shape}")
+        return self._inplace(src.cast(self.dtype).expand(self.shape), "copy_")
 
     def backward(self, gradient=None, retain_graph=None, create_graph: bool = False):
         """Accumulate gradients into the `.grad` of every leaf this tensor depends on."""
         backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph)
 
 
+def jit_recording() -> bool:
+    return engine.recording()
+
+
+_THIS_FILE = __file__
+
+
+def _called_by_user() -> bool:
+    """Whether the first frame outside this file is the user's (not fusegrad's own code,
+    which reads values on the host for its checks)."""
+    from .errors import _PACKAGE_DIRS
+
+    f = sys._getframe(2)
+    while f is not None and f.f_code.co_filename == _THIS_FILE:
+        f = f.f_back
+    return f is not None and not f.f_code.co_filename.startswith(_PACKAGE_DIRS)
+
+
+class LazyGrad(Tensor):
+    """A leaf's gradient from backward(), built only when first used.
+
+    Its shape and dtype are known at once; its node (the backward graph) is built the
+    first time anything reads it, for all the gradients of that backward() call together
+    (`autograd.PendingGrads`). An optimizer step that finds every gradient still unbuilt
+    may run a cached plan instead (`frontend/stepcache.py`).
+    """
+
+    __slots__ = ("pending", "index")
+
+    def __init__(self, pending, index: int):
+        self.pending, self.index = pending, index
+        _NODE.__set__(self, None)
+        self.requires_grad = False
+        self._grad = None
+        self._strides = None
+        self._is_leaf = True
+
+    @property
+    def node(self) -> N.Node:
+        n = _NODE.__get__(self, Tensor)
+        if n is None:
+            n = self.pending.materialize()[self.index]
+            _NODE.__set__(self, n)
+        return n
+
+    @node.setter
+    def node(self, value: N.Node) -> None:
+        _NODE.__set__(self, value)
+
+    @property
+    def built(self) -> bool:
+        """Whether the backward graph behind this gradient has been built."""
+        return _NODE.__get__(self, Tensor) is not None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.pending.targets[self.index].shape
+
+    @property
+    def dtype(self) -> DType:
+        return self.pending.targets[self.index].dtype
+
+
+_NODE = Tensor.__dict__["node"]  # the slot itself, under LazyGrad's property
+
+
 # ---------------------------------------------------------------- module functions
 
 
 def promote_tensors(a: Tensor, b: Tensor) -> DType:
-    """PyTorch's rule: a 0-d tensor counts like a Python scalar of its kind against a tensor
-    with dimensions (it lifts the kind, never the width); otherwise the wider dtype wins."""
+    """PyTorch's rule: against a tensor with dimensions, a 0-d tensor of the same or a lower
+    kind (bool < int < float) does not change the dtype; one of a higher kind gives its own
+    dtype (`bool_tensor + int32_0d` is int32, `int32_tensor + float64_0d` float64).
+    Otherwise the wider dtype wins."""
     if (a.ndim == 0) == (b.ndim == 0):
         return promote(a.dtype, b.dtype)
     dims, zero = (a, b) if b.ndim == 0 else (b, a)
     kinds = "bif"
     if kinds.index(zero.dtype.kind) <= kinds.index(dims.dtype.kind):
         return dims.dtype
-    return promote_scalar(dims.dtype, 0.0 if zero.dtype.is_float else 0)
+    return zero.dtype
 
 
 def broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...], op: str) -> tuple[int, ...]:
@@ -544,22 +736,115 @@ def where(cond, a, b) -> Tensor:
 
 
 def pow_(base: Tensor, exponent) -> Tensor:
-    """x ** y: exact repeated multiplication for small integer exponents, else exp(y log x)."""
+    """x ** y with torch.pow's values and gradients.
+
+    A Python integer exponent is repeated multiplication (exact for integers, which stay
+    integers; x ** 0 is 1 with a zero gradient). Otherwise: integral exponents below 64 are
+    repeated multiplication chosen per element, others exp(y log|x|) computed in float64,
+    with the sign of a negative base, and C's special cases (0 ** 0 = 1 ** nan = nan ** 0 = 1,
+    0 ** -y = inf, (-1) ** inf = 1).
+    """
     if isinstance(exponent, (int, float)) and not isinstance(exponent, bool):
-        if float(exponent).is_integer() and abs(exponent) <= 16:
-            n = int(exponent)
-            x = base if n >= 0 else base._float().reciprocal()
-            out, p, n = None, x, abs(n)
-            while n:
-                if n & 1:
-                    out = p if out is None else out * p
-                p, n = p * p, n >> 1
-            return out if out is not None else Tensor(N.const(1, base.shape, base.dtype))
-        if exponent == 0.5:
+        if float(exponent).is_integer() and (abs(exponent) <= 64 or not base.dtype.is_float):
+            return _int_power(base, int(exponent))
+        if exponent == 0.5 and base.dtype.is_float:
             return base.sqrt()
     b, e = base._operands(exponent, "pow")
-    b, e = b._float(), e._float()
-    return (e * b.log()).exp()
+    if not b.dtype.is_float:
+        if b.dtype.is_bool:
+            b, e = b.cast("int64"), e.cast("int64")
+        return _int_tensor_power(b, e)
+    return _float_power(b, e)
+
+
+def _power_by_squaring(x: Tensor, n: int) -> Tensor:
+    out, p = None, x
+    while n:
+        if n & 1:
+            out = p if out is None else out * p
+        n >>= 1
+        if n:
+            p = p * p
+    return out
+
+
+def _int_power(base: Tensor, n: int) -> Tensor:
+    if n == 0:
+        # 1 everywhere (NaN included), still a function of base: its gradient is 0, as torch's
+        keep = (base == base) | (base != base)
+        return (
+            where(keep, 1, base)
+            if base.dtype.is_float
+            else base._make(N.const(1, base.shape, base.dtype))
+        )
+    if n < 0 and not base.dtype.is_float:
+        fail(ArgumentError, "pow", "Integers to negative integer powers are not allowed.")
+    if base.dtype.is_bool:
+        return base
+    out = _power_by_squaring(base, abs(n))
+    return out.reciprocal() if n < 0 else out
+
+
+def _int_tensor_power(b: Tensor, e: Tensor) -> Tensor:
+    """Integers to integer tensor powers, exactly (wrapping on overflow, as torch)."""
+    known = e.numpy() if e.node.op is Ops.BUFFER else None
+    if known is not None and (known < 0).any():
+        fail(ArgumentError, "pow", "Integers to negative integer powers are not allowed.")
+    bits = 8 * e.dtype.itemsize - 1
+    out, p, k = None, b, e
+    for i in range(bits):
+        factor = where(_low_bit(k), p, 1)
+        out = factor if out is None else out * factor
+        if i + 1 < bits:
+            p, k = p * p, _half(k)
+    return out
+
+
+def _low_bit(k: Tensor) -> Tensor:
+    return k - _half(k) * 2 != 0
+
+
+def _half(k: Tensor) -> Tensor:
+    """k // 2 for k >= 0 (integer division truncates)."""
+    return k._make(N.binary(Ops.DIV, k.node, N.const(2, k.shape, k.dtype)))
+
+
+def _float_power(b: Tensor, e: Tensor) -> Tensor:
+    wide = "float64"
+    x, y = b.cast(wide), e.cast(wide)  # not detached: the rule below needs b, e reachable
+    ax = x.abs()
+    # integral exponents: per-element repeated squaring over 6 bits (exact, as torch)
+    # beyond 2^53 every float is an even integer; NaN would not convert to an integer
+    yc = where(y == y, y.clamp(-(2.0**62), 2.0**62), 0.5)
+    k = yc.cast("int64")
+    integral = k.cast(wide) == yc
+    odd = integral & _low_bit(k.abs())
+    small = integral & (yc.abs() < 64)
+    ks, p, exact = where(small, k.abs(), 0), ax, None
+    for i in range(6):
+        factor = where(_low_bit(ks), p, 1.0)
+        exact = factor if exact is None else exact * factor
+        if i < 5:
+            p, ks = p * p, _half(ks)
+    exact = where(yc < 0, 1.0 / exact, exact)
+    general = (y * ax.log()).exp()
+    mag = where(small, exact, general)
+    negative = (x < 0) | (1.0 / x < 0)  # -0.0 included: (-0.0) ** -1 is -inf
+    value = where(negative & odd, -mag, mag)
+    value = where((x < 0) & ~integral & (x != float("-inf")), float("nan"), value)
+    value = where((ax == 1) & (y.abs() == float("inf")), 1.0, value)
+    value = where((x == 1) | (y == 0), 1.0, value).cast(b.dtype)
+    if not (b.requires_grad or e.requires_grad):
+        return value
+    node = N.mul(value.node, N.const(1, value.shape, value.dtype))  # a node of its own
+
+    def rule(g):
+        gt = Tensor(g)
+        gx = where(e == 0, 0.0, gt * e * pow_(b, e - 1))
+        gy = gt * where((b == 0) & (e >= 0), 0.0, value * b.log())
+        return [(b.node, gx.node), (e.node, gy.node)]
+
+    return b._make(with_vjp(node, rule), e)
 
 
 def realize(*tensors: Tensor) -> list:
@@ -570,7 +855,7 @@ def realize(*tensors: Tensor) -> list:
     buffer, so the graph that produced it, and every buffer in it, can be freed.
     """
     nodes = [t.node for t in tensors]
-    records = _realize(nodes)
+    records = engine.realize(nodes)
     for t in tensors:
         if t._is_leaf or not t.requires_grad or graph_consumed(t):
             drop_graph(t)
@@ -579,5 +864,7 @@ def realize(*tensors: Tensor) -> list:
 
 def drop_graph(t: Tensor) -> None:
     """Point a realized tensor at its buffer alone."""
-    if t.node.realized is not None and t.node.op is not Ops.BUFFER:
-        t.node = N.buffer(t.node.realized, t.shape, t.dtype)
+    if t.node.op is not Ops.BUFFER:
+        buf = engine.value(t.node)
+        if buf is not None:
+            t.node = N.buffer(buf, t.shape, t.dtype)

@@ -18,7 +18,6 @@ fused and compiled like any other graph, and can itself be differentiated
 
 from __future__ import annotations
 
-import math
 import weakref
 from collections.abc import Callable
 
@@ -59,17 +58,30 @@ def _sum_to(g: Node, src_shape) -> Node:
 
 
 def _max_grad(n: Node, g: Node):
+    # torch.maximum: ties split the gradient evenly; a NaN operand passes all of it to both
+    # sides (neither a < b nor b < a holds)
     a, b = n.srcs
-    # ties split the gradient evenly, as torch.maximum does
-    gt = N.cast(N.binary(Ops.CMPLT, b, a), g.dtype)
-    eq = N.cast(N.binary(Ops.CMPEQ, a, b), g.dtype)
-    share_a = N.add(gt, N.mul(eq, _c(0.5, g)))
-    return N.mul(g, share_a), N.mul(g, _sub(_c(1.0, g), share_a))
+    zero, half = _c(0.0, g), N.mul(g, _c(0.5, g))
+    tie = N.binary(Ops.CMPEQ, a, b)
+    ga = N.where(tie, half, N.where(N.binary(Ops.CMPLT, a, b), zero, g))
+    gb = N.where(tie, half, N.where(N.binary(Ops.CMPLT, b, a), zero, g))
+    return ga, gb
+
+
+def _is_nan(x: Node) -> Node:
+    return N.unary(Ops.NEG, N.binary(Ops.CMPEQ, x, x))
 
 
 def _reduce_max_grad(n: Node, g: Node):
+    # torch.amax and the full max(): the gradient is split evenly between the maxima (between
+    # the NaNs, where the maximum is NaN); max(dim) and max_pool route it to the first maximum
+    # with their own rules (frontend/reduce.py, nn/conv.py)
     x = n.srcs[0]
-    hit = N.cast(N.binary(Ops.CMPEQ, x, N.expand(n, x.shape)), g.dtype)
+    y = N.expand(n, x.shape)
+    hit = N.binary(Ops.CMPEQ, x, y)
+    if x.dtype.is_float:
+        hit = N.add(hit, N.mul(_is_nan(x), _is_nan(y)))  # bool add/mul: or/and
+    hit = N.cast(hit, g.dtype)
     count = N.reduce(Ops.SUM, hit, n.arg)
     share = _div(g, count)
     return (N.mul(N.expand(share, x.shape), hit),)
@@ -87,7 +99,8 @@ VJP: dict[Ops, Callable[[Node, Node], tuple]] = {
     Ops.NEG: lambda n, g: (_neg(g),),
     Ops.EXP: lambda n, g: (N.mul(g, n),),
     Ops.LOG: lambda n, g: (_div(g, n.srcs[0]),),
-    Ops.SIN: lambda n, g: (N.mul(g, N.unary(Ops.SIN, N.add(n.srcs[0], _c(math.pi / 2, n)))),),
+    Ops.SIN: lambda n, g: (N.mul(g, N.unary(Ops.COS, n.srcs[0])),),
+    Ops.COS: lambda n, g: (_neg(N.mul(g, N.unary(Ops.SIN, n.srcs[0]))),),
     Ops.SQRT: lambda n, g: (_div(g, N.mul(n, _c(2.0, n))),),
     Ops.RECIP: lambda n, g: (_neg(N.mul(g, N.mul(n, n))),),
     Ops.CAST: lambda n, g: (_cast_like(g, n.srcs[0]) if n.srcs[0].dtype.is_float else None,),

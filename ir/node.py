@@ -15,6 +15,7 @@ mistakes into readable errors, so an assertion here is a bug in fusegrad.
 
 from __future__ import annotations
 
+import functools
 import math
 import weakref
 from collections.abc import Callable
@@ -33,18 +34,26 @@ def _no_site() -> str | None:
 
 SITE_HOOK: Callable[[], str | None] = _no_site
 
-_CACHE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+# Hash-consing table: key -> weak reference to the one node with that key. A dict of
+# weakrefs rather than a WeakValueDictionary: this lookup runs for every node built, and
+# the plain dict costs a third as much. A dead entry is removed by the reference's callback.
+_CACHE: dict[tuple, weakref.ref] = {}
 
-# While `fusegrad.jit` records a call, a node equal to one already computed is built anew
-# rather than shared, so the call's realizes compute everything it needs (a replay runs
-# only what was recorded; a value left over from an earlier call would be missing).
-RECOMPUTE_REALIZED = False
+
+def _forget(ref, key=None, table=_CACHE) -> None:
+    if table.get(key) is ref:
+        del table[key]
 
 
 class Node:
-    """One IR value. Never construct directly: use the functions below."""
+    """One IR value. Never construct directly: use the functions below.
 
-    __slots__ = ("op", "srcs", "arg", "shape", "dtype", "site", "realized", "__weakref__")
+    A node never changes after it is made. Its value, once computed, is kept by the
+    runtime (`fusegrad.runtime.engine`), not by the node; a `BUFFER` node's value is its
+    `arg`, the buffer itself.
+    """
+
+    __slots__ = ("op", "srcs", "arg", "shape", "dtype", "site", "__weakref__")
 
     op: Ops
     srcs: tuple[Node, ...]
@@ -52,7 +61,6 @@ class Node:
     shape: Shape
     dtype: DType
     site: str | None  # the user's file:line that first built this node
-    realized: object  # the runtime Buffer holding this node's value once computed
 
     def __repr__(self) -> str:
         arg = "" if self.arg is None or self.op is Ops.BUFFER else f", arg={self.arg!r}"
@@ -62,15 +70,8 @@ class Node:
     def numel(self) -> int:
         return math.prod(self.shape)
 
-    @property
-    def base(self) -> Node:
-        """The node itself, or the buffer that already holds its value."""
-        return self
-
 
 def _key_arg(op: Ops, arg):
-    if op is Ops.BUFFER:
-        return id(arg)
     if isinstance(arg, float):
         # keep 0.0 and -0.0 apart; NaN never equals itself, so NaN constants are never shared
         return (arg, math.copysign(1.0, arg))
@@ -78,21 +79,28 @@ def _key_arg(op: Ops, arg):
 
 
 def make(op: Ops, srcs: tuple[Node, ...], arg, shape: Shape, dtype: DType) -> Node:
-    """Return the unique node for these fields, building it if it is new."""
-    if op not in (Ops.BUFFER, Ops.CONST) and 0 in shape:
+    """Return the unique node for these fields, building it if it is new (BUFFER nodes are
+    never shared: each is its own value)."""
+    if op is Ops.BUFFER:
+        return _new(op, srcs, arg, shape, dtype)
+    if op is not Ops.CONST and 0 in shape:
         # an empty value has no elements to compute: a constant, so no kernel ever reads it
         return const(False if dtype.is_bool else 0, shape, dtype)
     key = (op, srcs, _key_arg(op, arg), shape, dtype)
-    if op is not Ops.BUFFER:
-        hit = _CACHE.get(key)
-        if hit is not None and (hit.realized is None or not RECOMPUTE_REALIZED):
+    ref = _CACHE.get(key)
+    if ref is not None:
+        hit = ref()
+        if hit is not None:
             return hit
+    n = _new(op, srcs, arg, shape, dtype)
+    _CACHE[key] = weakref.ref(n, functools.partial(_forget, key=key))
+    return n
+
+
+def _new(op, srcs, arg, shape, dtype) -> Node:
     n = object.__new__(Node)
     n.op, n.srcs, n.arg, n.shape, n.dtype = op, srcs, arg, shape, dtype
     n.site = SITE_HOOK()
-    n.realized = arg if op is Ops.BUFFER else None
-    if op is not Ops.BUFFER:
-        _CACHE[key] = n
     return n
 
 

@@ -22,6 +22,7 @@ class Ops(Enum):
     EXP = auto()
     LOG = auto()
     SIN = auto()
+    COS = auto()  # its own reduction (codegen/llvm_math.py), not sin(x + pi/2) rounded
     SQRT = auto()
     RECIP = auto()
     CAST = auto()  # arg is unused; the node's dtype is the target
@@ -64,14 +65,14 @@ class Ops(Enum):
 
 
 LEAF = {Ops.BUFFER, Ops.CONST}
-UNARY = {Ops.NEG, Ops.EXP, Ops.LOG, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.CAST}
+UNARY = {Ops.NEG, Ops.EXP, Ops.LOG, Ops.SIN, Ops.COS, Ops.SQRT, Ops.RECIP, Ops.CAST}
 BINARY = {Ops.ADD, Ops.MUL, Ops.DIV, Ops.MAX, Ops.CMPLT, Ops.CMPEQ}
 TERNARY = {Ops.WHERE}
 ELEMENTWISE = UNARY | BINARY | TERNARY
 REDUCE = {Ops.SUM, Ops.REDUCE_MAX}
 MOVEMENT = {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}
 COMPARISON = {Ops.CMPLT, Ops.CMPEQ}
-TRANSCENDENTAL = {Ops.EXP, Ops.LOG, Ops.SIN, Ops.SQRT}
+TRANSCENDENTAL = {Ops.EXP, Ops.LOG, Ops.SIN, Ops.COS, Ops.SQRT}
 
 # What a reduction starts from.
 REDUCE_IDENTITY = {Ops.SUM: 0.0, Ops.REDUCE_MAX: float("-inf")}

@@ -55,6 +55,7 @@ _ELEMENTWISE = {
     Ops.EXP: lambda n, x: np.exp(x),
     Ops.LOG: lambda n, x: np.log(x),
     Ops.SIN: lambda n, x: np.sin(x),
+    Ops.COS: lambda n, x: np.cos(x),
     Ops.SQRT: lambda n, x: np.sqrt(x),
     Ops.RECIP: lambda n, x: np.reciprocal(x),
     Ops.CAST: lambda n, x: (x != 0) if n.dtype.is_bool else x.astype(n.dtype.np),
@@ -97,18 +98,22 @@ def fold_constant(op: Ops, values: list, dtypes: list, out_dtype):
 
 
 def _leaf(n: Node) -> np.ndarray:
-    if n.realized is not None:
-        return np.asarray(n.realized.numpy()).reshape(n.shape)
+    if n.op is Ops.BUFFER:
+        return np.asarray(n.arg.numpy()).reshape(n.shape)
     if n.op is Ops.CONST:
         return np.full(n.shape, n.arg, dtype=n.dtype.np)
     raise AssertionError(f"not a leaf: {n}")
 
 
 def evaluate_many(roots: list[Node]) -> list[np.ndarray]:
-    """Values of several nodes, sharing the work on common subgraphs."""
+    """Values of several nodes, sharing the work on common subgraphs.
+
+    Everything is computed from the graph's leaves (buffers and constants), op by op, in
+    one pass over a topological order: no recursion, so any depth works.
+    """
     values: dict[int, np.ndarray] = {}
-    for n in toposort(roots, stop=lambda n: n.realized is not None):
-        if n.realized is not None or not n.srcs:
+    for n in toposort(roots):
+        if not n.srcs:
             values[id(n)] = _leaf(n)
             continue
         with np.errstate(all="ignore"):

@@ -24,12 +24,14 @@ Rules, applied to each node with its users already decided:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .node import Node, toposort
-from .ops import ELEMENTWISE, LEAF, REDUCE, TRANSCENDENTAL, Ops
+from .ops import ELEMENTWISE, LEAF, MOVEMENT, REDUCE, TRANSCENDENTAL, Ops
 
 STORE_COST = 32
+MAX_KERNEL_OPS = 500  # elementwise ops inlined into one kernel before a value is stored
 COST_CAP = 10 * STORE_COST
 TRANSCENDENTAL_COST = 8
 
@@ -80,12 +82,17 @@ def _op_cost(n: Node) -> int:
     return TRANSCENDENTAL_COST if n.op in TRANSCENDENTAL else 1
 
 
-def schedule(roots: list[Node]) -> list[ScheduleItem]:
-    """Kernels that compute `roots`, in an order where every input exists before it is read."""
-    graph = toposort(roots, stop=lambda n: n.realized is not None)
+def schedule(roots: list[Node], has_value: Callable[[Node], bool]) -> list[ScheduleItem]:
+    """Kernels that compute `roots`, in an order where every input exists before it is read.
+
+    `has_value(n)` says whether n's value is already in memory (a buffer, or a value the
+    runtime computed earlier): such nodes are the kernels' inputs, never recomputed.
+    """
+    graph = toposort(roots, stop=has_value)
+    held = {id(n) for n in graph if has_value(n)}  # ids of the values already in memory
     users: dict[int, list[Node]] = {}
     for n in graph:
-        if n.realized is None:
+        if id(n) not in held:
             for s in n.srcs:
                 users.setdefault(id(s), []).append(n)
 
@@ -93,7 +100,8 @@ def schedule(roots: list[Node]) -> list[ScheduleItem]:
     reach: dict[int, set[int]] = {}  # id -> ids of the kernel outputs that inline this node
     epilogue_ok: dict[int, bool] = {}  # id -> the path up to the kernel output keeps coordinates
     claimed: dict[int, Node] = {}  # kernel output id -> the reduction fused into it
-    cost = _recompute_costs(graph)
+    cost = _recompute_costs(graph, held)
+    too_big = _size_cuts(graph, held)
     evals: dict[int, int] = {}  # id -> how many times kernels evaluate the node, in total
     root_ids = {id(r) for r in roots}
 
@@ -121,7 +129,7 @@ def schedule(roots: list[Node]) -> list[ScheduleItem]:
         return out
 
     for n in reversed(graph):
-        if n.realized is not None:
+        if id(n) in held:
             continue
         if n.op in LEAF and id(n) not in root_ids:
             reach[id(n)] = reads(n)
@@ -138,6 +146,8 @@ def schedule(roots: list[Node]) -> list[ScheduleItem]:
             reason[id(n)] = "read at data-dependent rows (a gather's table)"
         elif n.op is Ops.CONTIGUOUS:
             reason[id(n)] = n.arg or "user called contiguous()"
+        elif id(n) in too_big:
+            reason[id(n)] = too_big[id(n)]
         elif n.op in REDUCE:
             why = _reduce_cut(n, users, r, epilogue_ok, claimed, reason)
             if why:
@@ -158,13 +168,13 @@ def schedule(roots: list[Node]) -> list[ScheduleItem]:
         reach[id(n)] = r
         epilogue_ok[id(n)] = _keeps_coordinates(n, users.get(id(n), []), epilogue_ok, reason)
 
-    extra = _siblings(graph, reason, claimed)
-    _absorb(graph, users, reason, claimed, extra)
+    extra = _siblings(graph, reason, claimed, held)
+    _absorb(graph, users, reason, claimed, extra, held)
     items = []
     for n in graph:
         if id(n) in reason:
             fused = claimed.get(id(n), n if n.op in REDUCE else None)
-            items.append(_item(n, fused, reason[id(n)], reason, extra.get(id(n), [])))
+            items.append(_item(n, fused, reason[id(n)], reason, extra.get(id(n), []), held))
     return items
 
 
@@ -173,11 +183,11 @@ _DATA_DEPENDENT = (Ops.GATHER, Ops.SCATTER_ADD)  # kernels of their own shape (n
 _OWN_KERNEL = _DATA_DEPENDENT + (Ops.CONTIGUOUS,)  # never computed inside another kernel
 
 
-def _kernel_of(root: Node, reason: dict[int, str]) -> tuple[list[Node], list[Node]]:
+def _kernel_of(root: Node, reason: dict[int, str], held) -> tuple[list[Node], list[Node]]:
     """(values it loads, nodes it computes) of the kernel `root` would be on its own."""
 
     def boundary(x: Node) -> bool:
-        return x is not root and (x.realized is not None or id(x) in reason)
+        return x is not root and (id(x) in held or id(x) in reason)
 
     nodes = toposort([root], stop=boundary)
     return [x for x in nodes if boundary(x)], [x for x in nodes if not boundary(x)]
@@ -195,7 +205,7 @@ def _reads_at_own_coordinates(body: list[Node], m: Node, shape) -> bool:
     return True
 
 
-def _siblings(graph, reason, claimed) -> dict[int, list[Node]]:
+def _siblings(graph, reason, claimed, held) -> dict[int, list[Node]]:
     """Requested outputs computed elementwise from another kernel's output, moved into that
     kernel as extra outputs: an optimizer's new parameter, `p - lr * m`, is stored by the
     kernel that computes the new momentum `m`, which it reads from registers instead of
@@ -213,8 +223,8 @@ def _siblings(graph, reason, claimed) -> dict[int, list[Node]]:
             continue
         if n.op not in _SAME_COORDS:
             continue
-        loads, body = _kernel_of(n, reason)
-        kernels = [x for x in loads if x.realized is None]
+        loads, body = _kernel_of(n, reason, held)
+        kernels = [x for x in loads if id(x) not in held]
         if len(kernels) != 1 or any(x.op in REDUCE for x in body):
             continue
         (m,) = kernels
@@ -227,7 +237,7 @@ def _siblings(graph, reason, claimed) -> dict[int, list[Node]]:
     return extra
 
 
-def _absorb(graph, users, reason, claimed, extra: dict[int, list[Node]]) -> None:
+def _absorb(graph, users, reason, claimed, extra: dict[int, list[Node]], held) -> None:
     """Requested elementwise outputs read only by another requested output's kernel, at its
     own coordinates, are computed and stored by that kernel: Adam's new m and v are stored
     by the kernel of the new parameter, which reads them, instead of by two kernels of their
@@ -239,14 +249,14 @@ def _absorb(graph, users, reason, claimed, extra: dict[int, list[Node]]) -> None
     for n in graph:
         if reason.get(id(n)) != "output requested" or id(n) in claimed:
             continue
-        loads, body = _kernel_of(n, reason)
+        loads, body = _kernel_of(n, reason, held)
         if not elementwise(body):
             continue
         inside = {id(x) for x in body}
         for m in loads:
             if reason.get(id(m)) != "output requested" or id(m) in claimed or id(m) in extra:
                 continue
-            if m.shape != n.shape or not elementwise(_kernel_of(m, reason)[1]):
+            if m.shape != n.shape or not elementwise(_kernel_of(m, reason, held)[1]):
                 continue
             if not all(id(u) in inside for u in users.get(id(m), ())):
                 continue  # another kernel reads m's buffer
@@ -312,11 +322,29 @@ def _broadcast_note(n: Node, users, depth: int = 3) -> str | None:
     return None
 
 
-def _recompute_costs(graph: list[Node]) -> dict[int, int]:
+def _size_cuts(graph: list[Node], held) -> dict[int, str]:
+    """Elementwise values stored because the kernel inlining them would grow past
+    MAX_KERNEL_OPS ops: LLVM's time grows faster than a kernel's length, and a chain of
+    100,000 additions is better as many kernels of equal shape, which compile once."""
+    size: dict[int, int] = {}
+    cuts: dict[int, str] = {}
+    for n in graph:
+        if id(n) in held or n.op not in ELEMENTWISE and n.op not in MOVEMENT:
+            size[id(n)] = 0
+            continue
+        total = (n.op in ELEMENTWISE) + sum(size.get(id(s), 0) for s in n.srcs)
+        if total > MAX_KERNEL_OPS and n.op in ELEMENTWISE:
+            cuts[id(n)] = f"kernel too long: more than {MAX_KERNEL_OPS} ops inlined"
+            total = 0
+        size[id(n)] = total
+    return cuts
+
+
+def _recompute_costs(graph: list[Node], held) -> dict[int, int]:
     """Units of work to recompute each node per element, down to leaves and reductions."""
     cost: dict[int, int] = {}
     for n in graph:
-        if n.realized is not None or n.op in LEAF or n.op in REDUCE or n.op is Ops.CONTIGUOUS:
+        if id(n) in held or n.op in LEAF or n.op in REDUCE or n.op is Ops.CONTIGUOUS:
             cost[id(n)] = 0
         else:
             cost[id(n)] = min(_op_cost(n) + sum(cost[id(s)] for s in n.srcs), COST_CAP)
@@ -324,12 +352,12 @@ def _recompute_costs(graph: list[Node]) -> dict[int, int]:
 
 
 def _item(
-    root: Node, reduce: Node | None, why: str, reason: dict[int, str], extra: list[Node]
+    root: Node, reduce: Node | None, why: str, reason: dict[int, str], extra: list[Node], held
 ) -> ScheduleItem:
     """Collect the nodes a kernel computes and the values it loads."""
 
     def boundary(m: Node) -> bool:
-        return m is not root and (m.realized is not None or id(m) in reason)
+        return m is not root and (id(m) in held or id(m) in reason)
 
     nodes = toposort([root, *extra], stop=boundary)
     inputs = [m for m in nodes if boundary(m)]
@@ -337,25 +365,32 @@ def _item(
     return ScheduleItem(root, reduce, why, inputs, inside, list(extra))
 
 
-def structural_key(roots: list[Node]) -> tuple[tuple, list[Node]]:
-    """A hashable description of the graph under `roots`, with realized values as parameters.
+def structural_key(roots: list[Node], has_value: Callable[[Node], bool]) -> tuple[tuple, list]:
+    """A hashable description of the graph under `roots`, with values in memory as parameters.
 
     Two graphs with the same key schedule identically; the second list holds
-    the realized nodes (the parameters) in the order the key numbers them, so a
-    cached schedule can be re-run on new buffers.
+    the nodes with values (the parameters) in the order the key numbers them, so a
+    cached schedule can be re-run on new buffers. One pass, no recursion: each node
+    contributes its op, argument, shape, dtype and the positions of its sources.
     """
-    graph = toposort(roots, stop=lambda n: n.realized is not None)
+    graph = toposort(roots, stop=has_value)
     index: dict[int, int] = {}
     leaves: list[Node] = []
     parts = []
     for i, n in enumerate(graph):
         index[id(n)] = i
-        if n.realized is not None:
+        if n.op is Ops.CONST:
+            parts.append((n.op, n.dtype, n.shape, _const_key(n.arg)))
+        elif has_value(n):
             leaves.append(n)
-            parts.append((len(leaves) - 1, n.shape, n.dtype.name))
-        elif n.op is Ops.CONST:
-            parts.append((n.op, n.dtype.name, n.shape, repr(n.arg)))
+            parts.append((n.shape, n.dtype))
         else:
-            srcs = tuple(index[id(s)] for s in n.srcs)
-            parts.append((n.op, n.arg, n.shape, n.dtype.name, srcs))
-    return (tuple(parts), tuple(index[id(r)] for r in roots)), leaves
+            parts.append((n.op, n.arg, n.shape, n.dtype, tuple([index[id(s)] for s in n.srcs])))
+    return (tuple(parts), tuple([index[id(r)] for r in roots])), leaves
+
+
+def _const_key(value):
+    """Constants differ as their values and signs (0.0 and -0.0) and NaN equals NaN here."""
+    if isinstance(value, float):
+        return (repr(value),)
+    return (type(value), value)

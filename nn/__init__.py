@@ -17,9 +17,29 @@ realizes forward, backward and update together as one cached schedule.
 True
 """
 
-from . import data, datasets, functional, init, optim
-from .containers import ModuleList, Sequential
+from . import clip_grad, data, datasets, functional, init, optim, parallel, utils
+from .activations import (
+    CELU,
+    ELU,
+    GELU,
+    GLU,
+    SELU,
+    Hardsigmoid,
+    Hardswish,
+    Hardtanh,
+    LeakyReLU,
+    LogSigmoid,
+    Mish,
+    ReLU6,
+    SiLU,
+    Softmin,
+    Softplus,
+    Softsign,
+)
+from .attention import MultiheadAttention
+from .containers import ModuleDict, ModuleList, ParameterList, Sequential
 from .conv import AvgPool1d, AvgPool2d, Conv1d, Conv2d, MaxPool1d, MaxPool2d
+from .conv_transpose import ConvTranspose1d, ConvTranspose2d
 from .layers import (
     Dropout,
     Embedding,
@@ -34,8 +54,45 @@ from .layers import (
 )
 from .losses import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, MSELoss, NLLLoss
 from .module import Module, Parameter, load, save
+from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
+from .padding import (
+    CircularPad1d,
+    CircularPad2d,
+    ConstantPad1d,
+    ConstantPad2d,
+    ReflectionPad1d,
+    ReflectionPad2d,
+    ReplicationPad1d,
+    ReplicationPad2d,
+    ZeroPad1d,
+    ZeroPad2d,
+)
+from .upsample import Upsample
 
 __all__ = [
+    "ModuleDict",
+    "ParameterList",
+    "MultiheadAttention",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "GroupNorm",
+    "LayerNorm",
+    "CELU",
+    "ELU",
+    "GELU",
+    "GLU",
+    "Hardsigmoid",
+    "Hardswish",
+    "Hardtanh",
+    "LeakyReLU",
+    "LogSigmoid",
+    "Mish",
+    "ReLU6",
+    "SELU",
+    "SiLU",
+    "Softmin",
+    "Softplus",
+    "Softsign",
     "AvgPool1d",
     "AvgPool2d",
     "BCELoss",
@@ -61,11 +118,27 @@ __all__ = [
     "Sigmoid",
     "Softmax",
     "Tanh",
+    "CircularPad1d",
+    "CircularPad2d",
+    "ConstantPad1d",
+    "ConstantPad2d",
+    "ConvTranspose1d",
+    "ConvTranspose2d",
+    "ReflectionPad1d",
+    "ReflectionPad2d",
+    "ReplicationPad1d",
+    "ReplicationPad2d",
+    "Upsample",
+    "ZeroPad1d",
+    "ZeroPad2d",
     "data",
     "datasets",
     "functional",
     "init",
     "load",
     "optim",
+    "parallel",
     "save",
+    "clip_grad",
+    "utils",
 ]

@@ -16,6 +16,10 @@ rules.
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from ..errors import DTypeError, ShapeError, fail
 from ..ir import node as N
 from ..ir.autodiff import with_vjp
@@ -95,7 +99,14 @@ def _convnd(
     geometry = (x.shape, weight.shape, pads, stride, dilation, groups)
     # the rule sits on the reduction: views around it may be folded into their neighbours
     total = out.node.srcs[0]
-    with_vjp(total, lambda g: _conv_vjp(Tensor(g).reshape(out.shape), x, weight, geometry, op))
+    # the rule keeps the nodes, never the tensors: a tensor may be given a new value later (an
+    # optimizer step) while the gradient is still to be built; and nothing in it may lead
+    # back to `total`, the rule's weak key, or the table would keep every convolution alive
+    out_shape, xn, wn = out.shape, x.node, weight.node
+    with_vjp(
+        total,
+        lambda g: _conv_vjp(Tensor(g).reshape(out_shape), Tensor(xn), Tensor(wn), geometry, op),
+    )
     if bias is not None:
         if bias.shape != (cout,):
             fail(ShapeError, op, f"bias must have shape ({cout},), got {bias.shape}")
@@ -197,51 +208,217 @@ def _poolnd(
     op: str,
     count_include_pad: bool = True,
     dilation=1,
-) -> Tensor:
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+    divisor_override: int | None = None,
+):
     if x.ndim < n + 1:
         fail(ShapeError, op, f"expected at least {n + 1} dims, got shape {x.shape}")
     kernel = _tuple(kernel_size, n, "kernel_size", op)
-    stride = kernel if stride is None else _tuple(stride, n, "stride", op)
+    stride = kernel if stride is None or stride == [] else _tuple(stride, n, "stride", op)
     pads = _tuple(padding, n, "padding", op)
     dilation = _tuple(dilation, n, "dilation", op)
     if any(2 * p > k for p, k in zip(pads, kernel)):
         fail(ShapeError, op, f"padding {pads} must be at most half of kernel_size {kernel}")
-    flat_pad = [v for p in reversed(pads) for v in (p, p)]
-    fill = float("-inf") if kind == "max" else 0.0
-    xp = x.pad(flat_pad, value=fill) if any(pads) else x
+    if divisor_override is not None and divisor_override == 0:
+        fail(ShapeError, op, "divisor must be not zero")
+    spatial = x.shape[x.ndim - n :]
+    outs = [
+        _pool_out_size(i, k, s, p, d, ceil_mode)
+        for i, k, s, p, d in zip(spatial, kernel, stride, pads, dilation)
+    ]
+    if any(o <= 0 for o in outs):
+        fail(
+            ShapeError,
+            op,
+            f"output size {tuple(outs)} is too small for input {x.shape} "
+            f"(kernel {kernel}, stride {stride}, padding {pads})",
+        )
+    # ceil_mode: the last window may reach past the padding; pad it further with the fill
+    extra = [
+        max(0, (o - 1) * s + d * (k - 1) + 1 - (i + 2 * p))
+        for o, i, k, s, p, d in zip(outs, spatial, kernel, stride, pads, dilation)
+    ]
+    flat_pad = [v for p, e in zip(reversed(pads), reversed(extra)) for v in (p, p + e)]
+    fill = 0.0
+    if kind == "max":  # the smallest value of the dtype, so integers stay integers
+        fill = float("-inf") if x.dtype.is_float else int(np.iinfo(x.dtype.np).min)
+    xp = x.pad(flat_pad, value=fill) if any(flat_pad) else x
     win = sliding_windows(xp, kernel, stride, dilation)
     axes = tuple(range(win.ndim - n, win.ndim))
     if kind == "max":
-        return win.amax(axes)
+        best = win.amax(axes)
+        if best.requires_grad:
+            best = _first_max_gradient(win, best, n)
+        if not return_indices:
+            return best
+        return best, _argmax_indices(win, best, spatial, flat_pad, kernel, stride, dilation)
     total = win.sum(axes)
-    if count_include_pad or not any(pads):
-        count = 1
-        for k in kernel:
-            count *= k
-        return total / count
+    if divisor_override is not None:
+        return total / divisor_override
+    if not any(flat_pad) or (count_include_pad and not any(extra)):
+        return total / math.prod(kernel)
     from ..creation import ones
 
-    ones_in = ones(*x.shape[x.ndim - n :]).pad(flat_pad)
+    # the divisor counts the window's cells inside the input, or inside input + padding
+    # (count_include_pad), never the cells ceil_mode adds beyond the padding (as PyTorch)
+    ones_in = ones(*spatial)
+    if count_include_pad:
+        ones_in = ones_in.pad([v for p in reversed(pads) for v in (p, p)], value=1.0)
+        ones_in = ones_in.pad([v for e in reversed(extra) for v in (0, e)])
+    else:
+        ones_in = ones_in.pad(flat_pad)
     counts = sliding_windows(ones_in, kernel, stride, dilation).sum(tuple(range(n, 2 * n)))
     return total / counts
 
 
-def max_pool1d(x, kernel_size, stride=None, padding=0, dilation=1) -> Tensor:
-    return _poolnd(x, kernel_size, stride, padding, 1, "max", "max_pool1d", dilation=dilation)
+def _first_max_gradient(win: Tensor, out: Tensor, n: int) -> Tensor:
+    """The pooled maxima `out` with torch's gradient: all of it to the first maximum of each
+    window (in row-major window order; a NaN counts as the maximum), none to later ties."""
+    from ..creation import arange
+    from ..tensor import where
+
+    lead = win.shape[: win.ndim - n]
+    size = 1
+    for k in win.shape[win.ndim - n :]:
+        size *= k
+    node = N.mul(out.node, N.const(1, out.shape, out.dtype))  # a node of its own for the rule
+
+    def rule(g):
+        flat = win.detach().reshape(*lead, size)
+        best = out.detach()[..., None]
+        hit = (flat == best) | ((flat != flat) & (best != best))
+        pos = arange(size)
+        first = where(hit, pos, size).amin(-1, keepdim=True)
+        gw = where(pos == first, Tensor(g)[..., None], 0.0).reshape(win.shape)
+        return [(win.node, gw.node)]
+
+    return out._make(with_vjp(node, rule))
 
 
-def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1) -> Tensor:
-    """Max over sliding windows of the last two axes (stride defaults to kernel_size)."""
-    return _poolnd(x, kernel_size, stride, padding, 2, "max", "max_pool2d", dilation=dilation)
+def _pool_out_size(i: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
+    """PyTorch's pooling output size; with ceil_mode the last window must start inside
+    the input or its left padding."""
+    span = i + 2 * p - d * (k - 1) - 1
+    out = (-(-span // s) if ceil_mode else span // s) + 1
+    if ceil_mode and (out - 1) * s >= i + p:
+        out -= 1
+    return out
 
 
-def avg_pool1d(x, kernel_size, stride=None, padding=0, count_include_pad: bool = True) -> Tensor:
-    return _poolnd(x, kernel_size, stride, padding, 1, "avg", "avg_pool1d", count_include_pad)
+def _argmax_indices(win, best, spatial, flat_pad, kernel, stride, dilation) -> Tensor:
+    """Flat index (into each input plane) of the first largest element of every window."""
+    from ..creation import arange
+    from ..tensor import where
+
+    n = len(kernel)
+    plane = math.prod(spatial)
+    idx = arange(plane).reshape(*spatial)
+    if any(flat_pad):
+        idx = idx.pad(flat_pad, value=plane)  # padding never wins: it is -inf
+    idx_win = sliding_windows(idx, kernel, stride, dilation)
+    axes = tuple(range(win.ndim - n, win.ndim))
+    expanded = best.reshape(*best.shape, *([1] * n))
+    hit = (win == expanded) | (win != win)  # NaN wins, as in PyTorch
+    return where(hit, idx_win, plane).amin(axes)
 
 
-def avg_pool2d(x, kernel_size, stride=None, padding=0, count_include_pad: bool = True) -> Tensor:
+def max_pool1d(
+    x,
+    kernel_size,
+    stride=None,
+    padding=0,
+    dilation=1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+):
+    """Max over sliding windows of the last axis; with return_indices, also their flat indices."""
+    return _poolnd(
+        x,
+        kernel_size,
+        stride,
+        padding,
+        1,
+        "max",
+        "max_pool1d",
+        dilation=dilation,
+        ceil_mode=ceil_mode,
+        return_indices=return_indices,
+    )
+
+
+def max_pool2d(
+    x,
+    kernel_size,
+    stride=None,
+    padding=0,
+    dilation=1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+):
+    """Max over sliding windows of the last two axes (stride defaults to kernel_size).
+
+    With `return_indices`, also each maximum's flat index into its H*W plane
+    (the first one on ties), as torch.nn.functional.max_pool2d.
+    """
+    return _poolnd(
+        x,
+        kernel_size,
+        stride,
+        padding,
+        2,
+        "max",
+        "max_pool2d",
+        dilation=dilation,
+        ceil_mode=ceil_mode,
+        return_indices=return_indices,
+    )
+
+
+def avg_pool1d(
+    x,
+    kernel_size,
+    stride=None,
+    padding=0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+) -> Tensor:
+    """Mean over sliding windows of the last axis."""
+    return _poolnd(
+        x,
+        kernel_size,
+        stride,
+        padding,
+        1,
+        "avg",
+        "avg_pool1d",
+        count_include_pad,
+        ceil_mode=ceil_mode,
+    )
+
+
+def avg_pool2d(
+    x,
+    kernel_size,
+    stride=None,
+    padding=0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> Tensor:
     """Mean over sliding windows of the last two axes (stride defaults to kernel_size)."""
-    return _poolnd(x, kernel_size, stride, padding, 2, "avg", "avg_pool2d", count_include_pad)
+    return _poolnd(
+        x,
+        kernel_size,
+        stride,
+        padding,
+        2,
+        "avg",
+        "avg_pool2d",
+        count_include_pad,
+        ceil_mode=ceil_mode,
+        divisor_override=divisor_override,
+    )
 
 
 # ---------------------------------------------------------------- modules
@@ -349,34 +526,101 @@ class Conv2d(_ConvNd):
 class _PoolNd(_Module):
     n, kind = 2, "max"
 
-    def __init__(self, kernel_size, stride=None, padding=0):
+    def __init__(
+        self,
+        kernel_size,
+        stride=None,
+        padding=0,
+        dilation=1,
+        return_indices: bool = False,
+        ceil_mode: bool = False,
+    ):
         super().__init__()
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.dilation, self.return_indices, self.ceil_mode = dilation, return_indices, ceil_mode
+
+    def forward(self, x):
+        fn = {1: max_pool1d, 2: max_pool2d}[self.n]
+        return fn(
+            x,
+            self.kernel_size,
+            self.stride,
+            self.padding,
+            self.dilation,
+            self.ceil_mode,
+            self.return_indices,
+        )
+
+    def extra_repr(self) -> str:
+        stride = self.kernel_size if self.stride is None else self.stride
+        return (
+            f"kernel_size={self.kernel_size}, stride={stride}, padding={self.padding}, "
+            f"dilation={self.dilation}, ceil_mode={self.ceil_mode}"
+        )
+
+
+class MaxPool1d(_PoolNd):
+    """Max over sliding windows, as torch.nn.MaxPool1d."""
+
+    n = 1
+
+
+class MaxPool2d(_PoolNd):
+    """Max over sliding windows, as torch.nn.MaxPool2d."""
+
+
+class _AvgPoolNd(_Module):
+    n = 2
+
+    def __init__(
+        self,
+        kernel_size,
+        stride=None,
+        padding=0,
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
+        divisor_override: int | None = None,
+    ):
+        super().__init__()
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
+        self.divisor_override = divisor_override
+
+    def forward(self, x):
+        if self.n == 1:
+            return avg_pool1d(
+                x,
+                self.kernel_size,
+                self.stride,
+                self.padding,
+                self.ceil_mode,
+                self.count_include_pad,
+            )
+        return avg_pool2d(
+            x,
+            self.kernel_size,
+            self.stride,
+            self.padding,
+            self.ceil_mode,
+            self.count_include_pad,
+            self.divisor_override,
+        )
 
     def extra_repr(self) -> str:
         stride = self.kernel_size if self.stride is None else self.stride
         return f"kernel_size={self.kernel_size}, stride={stride}, padding={self.padding}"
 
 
-class MaxPool1d(_PoolNd):
-    def forward(self, x):
-        return max_pool1d(x, self.kernel_size, self.stride, self.padding)
+class AvgPool1d(_AvgPoolNd):
+    """Mean over sliding windows, as torch.nn.AvgPool1d."""
+
+    n = 1
+
+    def __init__(
+        self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True
+    ):
+        super().__init__(kernel_size, stride, padding, ceil_mode, count_include_pad)
 
 
-class MaxPool2d(_PoolNd):
-    """Max over sliding windows, as torch.nn.MaxPool2d."""
-
-    def forward(self, x):
-        return max_pool2d(x, self.kernel_size, self.stride, self.padding)
-
-
-class AvgPool1d(_PoolNd):
-    def forward(self, x):
-        return avg_pool1d(x, self.kernel_size, self.stride, self.padding)
-
-
-class AvgPool2d(_PoolNd):
+class AvgPool2d(_AvgPoolNd):
     """Mean over sliding windows, as torch.nn.AvgPool2d."""
-
-    def forward(self, x):
-        return avg_pool2d(x, self.kernel_size, self.stride, self.padding)

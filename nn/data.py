@@ -68,7 +68,8 @@ def _to_tensor(a: np.ndarray) -> Tensor:
         a = a.astype(np.float32)  # fusegrad's default float, as fg.tensor does for Python floats
     elif a.dtype.kind in "iu" and a.dtype != np.int32:
         a = a.astype(np.int64)
-    return creation.from_numpy(np.ascontiguousarray(a))
+    # np.ascontiguousarray makes a 0-d array 1-d: keep ds[i]'s scalar labels of shape ()
+    return creation.from_numpy(np.ascontiguousarray(a).reshape(a.shape))
 
 
 def default_collate(samples: list):
@@ -89,7 +90,9 @@ class DataLoader:
 
     `shuffle=True` draws a new permutation each epoch from `generator` (a
     numpy Generator), or from `seed`, or else from the `fg.manual_seed` stream,
-    so runs are reproducible. `drop_last` drops a final short batch.
+    so runs are reproducible. `drop_last` drops a final short batch. A
+    `sampler` (an iterable of indices with a length, such as a
+    `DistributedSampler`) chooses the samples and their order instead.
     """
 
     def __init__(
@@ -101,9 +104,13 @@ class DataLoader:
         collate_fn: Callable | None = None,
         generator: np.random.Generator | None = None,
         seed: int | None = None,
+        sampler=None,
     ):
         if batch_size is not None and batch_size <= 0:
             raise ValueError(f"batch_size should be a positive integer, got {batch_size}")
+        if sampler is not None and shuffle:
+            raise ValueError("sampler option is mutually exclusive with shuffle")
+        self.sampler = sampler  # an iterable of indices (a DistributedSampler, say)
         self.dataset = dataset
         self.batch_size = batch_size
         self.shuffle = shuffle
@@ -114,12 +121,14 @@ class DataLoader:
         self.generator = generator
 
     def __len__(self) -> int:
-        n = len(self.dataset)
+        n = len(self.sampler) if self.sampler is not None else len(self.dataset)
         if self.batch_size is None:
             return n
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
     def _order(self) -> np.ndarray:
+        if self.sampler is not None:
+            return np.fromiter(iter(self.sampler), dtype=np.int64)
         n = len(self.dataset)
         if not self.shuffle:
             return np.arange(n)
@@ -143,3 +152,81 @@ class DataLoader:
             return self.dataset.__getitems__(idx)
         samples = [self.dataset[int(i)] for i in idx]
         return (self.collate_fn or default_collate)(samples)
+
+
+class DistributedSampler:
+    """The indices of this rank's shard of a dataset, for data-parallel training.
+
+    As torch.utils.data.DistributedSampler: each epoch the indices are shuffled
+    (with `seed + epoch`, the same order on every rank; call `set_epoch(e)` at
+    the start of each epoch), padded by repeating the first ones until every
+    rank gets `ceil(len / num_replicas)` (or, with `drop_last`, trimmed to
+    `floor(len / num_replicas)` each), and rank r takes every
+    `num_replicas`-th index starting at r. So the shards have equal lengths and
+    together cover the dataset. `num_replicas` and `rank` default to the
+    process group's.
+
+    >>> s = DistributedSampler(range(5), num_replicas=2, rank=1, shuffle=False)
+    >>> list(s), len(s)
+    ([1, 3, 0], 3)
+    """
+
+    def __init__(
+        self,
+        dataset,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+    ):
+        if num_replicas is None or rank is None:
+            from .. import distributed
+
+            if not distributed.is_initialized():
+                raise RuntimeError(
+                    "DistributedSampler: pass num_replicas and rank, or call "
+                    "fusegrad.distributed.init_process_group() first"
+                )
+            num_replicas = distributed.get_world_size() if num_replicas is None else num_replicas
+            rank = distributed.get_rank() if rank is None else rank
+        if num_replicas < 1:
+            raise ValueError(f"num_replicas should be a positive integer, got {num_replicas}")
+        if not 0 <= rank < num_replicas:
+            raise ValueError(
+                f"Invalid rank {rank}, rank should be in the interval [0, {num_replicas - 1}]"
+            )
+        self.dataset = dataset
+        self.num_replicas = num_replicas
+        self.rank = rank
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self.epoch = 0
+        n = len(dataset)
+        if drop_last and n % num_replicas != 0:
+            self.num_samples = math.ceil((n - num_replicas) / num_replicas)
+        else:
+            self.num_samples = math.ceil(n / num_replicas)
+        self.total_size = self.num_samples * num_replicas
+
+    def __iter__(self) -> Iterator[int]:
+        n = len(self.dataset)
+        if self.shuffle:
+            indices = np.random.default_rng(self.seed + self.epoch).permutation(n)
+        else:
+            indices = np.arange(n)
+        if not self.drop_last:
+            padding = self.total_size - n
+            if padding > 0:  # repeat from the start (several times over for a tiny dataset)
+                indices = np.concatenate([indices, np.resize(indices, padding)])
+        else:
+            indices = indices[: self.total_size]
+        return iter(indices[self.rank : self.total_size : self.num_replicas].tolist())
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use `epoch` in the next shuffle, so each epoch has a new order (same on every rank)."""
+        self.epoch = epoch

@@ -102,6 +102,12 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
         raise TypeError(f"one_hot is only applicable to index tensors, got {tensor.dtype.name}")
     if num_classes == -1:
         num_classes = int(tensor.max().item()) + 1 if tensor.numel() else 0
+    values = _known_values(tensor)
+    if values is not None and values.size:
+        if values.min() < 0:
+            raise ClassIndexError("Class values must be non-negative.")
+        if values.max() >= num_classes:
+            raise ClassIndexError("Class values must be smaller than num_classes.")
     return (tensor[..., None] == creation.arange(num_classes)).long()
 
 
@@ -130,9 +136,30 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> 
     return out
 
 
+class ClassIndexError(IndexError, RuntimeError):
+    """A class index outside [0, classes): torch raises IndexError (losses) or RuntimeError
+    (one_hot) for it; this is both."""
+
+
+def _known_values(t: Tensor):
+    """t's values if they are computed already (data a user passed in), else None: checking
+    a lazy value would compute it early."""
+    return t.numpy() if t.node.op is N.Ops.BUFFER else None
+
+
+def _check_targets_in_range(target: Tensor, classes: int, ignore_index: int) -> None:
+    """As torch: a class index outside [0, classes) that is not ignore_index raises."""
+    values = _known_values(target)
+    if values is None or values.size == 0:
+        return
+    bad = values[((values < 0) | (values >= classes)) & (values != ignore_index)]
+    if bad.size:
+        raise ClassIndexError(f"Target {int(bad[0])} is out of bounds.")
+
+
 def _check_indices(input: Tensor, num: int) -> None:
     """Out-of-range indices would silently give zero rows: check them when they are known."""
-    if input.node.realized is None or input.numel() == 0:
+    if not input._has_value() or input.numel() == 0:
         return
     values = input.numpy()
     lo, hi = int(values.min()), int(values.max())
@@ -277,6 +304,7 @@ def nll_loss(
     if target.dtype.is_float or target.dtype.is_bool:
         raise TypeError(f"nll_loss: expected integer class indices, got {target.dtype.name}")
     _check_targets(input, target, "nll_loss")
+    _check_targets_in_range(target, _class_count(input), ignore_index)
     if input.ndim == 1:  # unbatched: one sample of C classes
         loss = nll_loss(input[None], target.reshape(1), weight, ignore_index, reduction)
         return loss.reshape(()) if reduction == "none" else loss
@@ -357,6 +385,25 @@ def _cross_entropy_probs(logp, target, weight, reduction, label_smoothing, class
 
 
 # convolution and pooling live in nn/conv.py; they are functional ops, as in torch
+from .activations import (  # noqa: E402, F401
+    celu,
+    elu,
+    gelu,
+    glu,
+    hardsigmoid,
+    hardswish,
+    hardtanh,
+    leaky_relu,
+    logsigmoid,
+    mish,
+    relu6,
+    selu,
+    silu,
+    softmin,
+    softplus,
+    softsign,
+)
+from .attention import scaled_dot_product_attention  # noqa: E402, F401
 from .conv import (  # noqa: E402, F401  (re-exported)
     avg_pool1d,
     avg_pool2d,
@@ -365,3 +412,7 @@ from .conv import (  # noqa: E402, F401  (re-exported)
     max_pool1d,
     max_pool2d,
 )
+from .conv_transpose import conv_transpose1d, conv_transpose2d  # noqa: E402, F401
+from .normalization import batch_norm, group_norm, layer_norm, normalize  # noqa: E402, F401
+from .padding import pad  # noqa: E402, F401
+from .upsample import interpolate  # noqa: E402, F401

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from .. import creation
-from ..jit import note_parameter
+from ..jit import note_module, note_parameter
 from ..tensor import Tensor
 from ..tensor import realize as _realize
 
@@ -77,6 +77,7 @@ class Module:
     training: bool
 
     def __init__(self) -> None:
+        note_module(self)
         object.__setattr__(self, "training", True)
         object.__setattr__(self, "_parameters", OrderedDict())
         object.__setattr__(self, "_buffers", OrderedDict())

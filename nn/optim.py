@@ -36,8 +36,8 @@ from ..autograd import take_pending_outputs
 from ..autograd_state import enable_grad, no_grad
 from ..errors import at_callers_site
 from ..jit import guard, on_replay, track
+from ..stepcache import StepCache
 from ..tensor import Tensor
-from ..tensor import realize as _realize
 
 
 class Optimizer:
@@ -51,6 +51,7 @@ class Optimizer:
     def __init__(self, params, defaults: dict):
         self.defaults = defaults
         self._slots: dict = {}  # the step's scalars as 0-d tensors (see _write_scalars)
+        self._steps = StepCache()  # steps seen before run without building graphs
         self.state: defaultdict = defaultdict(dict)  # keyed by the parameter (hashed by identity)
         self.param_groups: list[dict] = []
         if isinstance(params, Tensor):
@@ -115,16 +116,24 @@ class Optimizer:
         )
         shape = self._graph_options()
         guard(lambda: self._graph_options() == shape)
-        outputs = []
-        with no_grad(), at_callers_site():
-            for group, p in active:
-                state = self.state[p]
-                self._update(p, p.grad, group, state, scalars[id(p)])
-                outputs.append(p)
-                outputs.extend(t for t in state.values() if isinstance(t, Tensor))
-        extra = [t for t in with_outputs if t.node.realized is None]
-        if outputs or pending or extra:
-            _realize(*outputs, *pending, *extra)
+
+        def build():
+            outputs = []
+            with no_grad(), at_callers_site():
+                for group, p in active:
+                    state = self.state[p]
+                    self._update(p, p.grad, group, state, scalars[id(p)])
+                    outputs.append(p)
+                    outputs.extend(t for t in state.values() if isinstance(t, Tensor))
+            return outputs
+
+        extra = [t for t in with_outputs if not t._has_value()]
+        params = [p for _, p in active]
+        states = [[t for t in self.state[p].values() if isinstance(t, Tensor)] for p in params]
+        opt_key = (type(self), shape, tuple(id(p) for p in params))
+        self._steps.step(
+            opt_key, params, states, [scalars[id(p)] for p in params], pending, extra, build
+        )
         return loss
 
     def _write_scalars(self, active: list) -> dict[int, list[Tensor]]:
@@ -232,7 +241,7 @@ def _scalar_slots(slots: dict, key, values: list[float], like: Tensor) -> list[T
     if held is None or len(held) != len(values):
         held = slots[key] = [creation.from_numpy(np.zeros((), like.dtype.np)) for _ in values]
     for t, v in zip(held, values):
-        t.node.realized.array[0] = v
+        t._write_scalar(v)
     return held
 
 
@@ -414,3 +423,139 @@ class AdamW(Adam):
             maximize=maximize,
             decoupled_weight_decay=True,
         )
+
+
+class RMSprop(Optimizer):
+    """RMSprop with torch.optim.RMSprop's formulas (centered, momentum, weight decay).
+
+    v = alpha v + (1 - alpha) g^2; with `centered`, a = alpha a + (1 - alpha) g
+    and the denominator is sqrt(v - a^2) + eps, else sqrt(v) + eps; then
+    p -= lr * g / denom, or through a momentum buffer b = momentum b + g / denom.
+    """
+
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-2,
+        alpha: float = 0.99,
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        momentum: float = 0.0,
+        centered: bool = False,
+        *,
+        maximize: bool = False,
+    ):
+        _check(lr, "learning rate")
+        _check(eps, "epsilon value")
+        _check(momentum, "momentum value")
+        _check(weight_decay, "weight_decay value")
+        _check(alpha, "alpha value")
+        defaults = dict(
+            lr=lr,
+            alpha=alpha,
+            eps=eps,
+            weight_decay=weight_decay,
+            momentum=momentum,
+            centered=centered,
+            maximize=maximize,
+        )
+        super().__init__(params, defaults)
+
+    _switches = ("momentum", "weight_decay", "centered", "maximize")
+
+    def _init_state(self, p, state, group):
+        state["step"] = 0
+        state["square_avg"] = _zeros_like(p)
+        if group["momentum"] > 0:
+            state["momentum_buffer"] = _zeros_like(p)
+        if group["centered"]:
+            state["grad_avg"] = _zeros_like(p)
+
+    def _group_scalars(self, group):
+        a = group["alpha"]
+        return [group["lr"], a, 1 - a, group["eps"], group["weight_decay"], group["momentum"]]
+
+    def _param_scalars(self, group, state):
+        state["step"] += 1
+        return []
+
+    def _update(self, p, grad, group, state, h):
+        lr, alpha, one_minus_alpha, eps, wd, momentum = h
+        g = -grad if group["maximize"] else grad
+        if group["weight_decay"] != 0:
+            g = g + wd * p
+        v = state["square_avg"]
+        v.assign_(alpha * v + one_minus_alpha * (g * g))
+        if group["centered"]:
+            a = state["grad_avg"]
+            a.assign_(a + one_minus_alpha * (g - a))  # torch's lerp
+            denom = (v - a * a).sqrt() + eps
+        else:
+            denom = v.sqrt() + eps
+        if group["momentum"] > 0:
+            buf = state["momentum_buffer"]
+            buf.assign_(momentum * buf + g / denom)
+            p.assign_(p - lr * buf)
+        else:
+            p.assign_(p - lr * (g / denom))
+
+
+class Adagrad(Optimizer):
+    """Adagrad with torch.optim.Adagrad's formulas.
+
+    s += g^2; p -= lr / (1 + (t - 1) lr_decay) * g / (sqrt(s) + eps), with
+    s starting at `initial_accumulator_value`.
+    """
+
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-2,
+        lr_decay: float = 0.0,
+        weight_decay: float = 0.0,
+        initial_accumulator_value: float = 0.0,
+        eps: float = 1e-10,
+        *,
+        maximize: bool = False,
+    ):
+        _check(lr, "learning rate")
+        _check(lr_decay, "lr_decay value")
+        _check(weight_decay, "weight_decay value")
+        _check(initial_accumulator_value, "initial_accumulator_value value")
+        _check(eps, "epsilon value")
+        defaults = dict(
+            lr=lr,
+            lr_decay=lr_decay,
+            weight_decay=weight_decay,
+            initial_accumulator_value=initial_accumulator_value,
+            eps=eps,
+            maximize=maximize,
+        )
+        super().__init__(params, defaults)
+
+    _switches = ("weight_decay", "maximize")
+
+    def _init_state(self, p, state, group):
+        state["step"] = 0
+        start = group["initial_accumulator_value"]
+        state["sum"] = creation.from_numpy(np.full(p.shape, start, dtype=p.dtype.np))
+
+    def _group_scalars(self, group):
+        return [group["eps"], group["weight_decay"]]
+
+    def _param_scalars(self, group, state):
+        state["step"] += 1
+        return [group["lr"] / (1 + (state["step"] - 1) * group["lr_decay"])]
+
+    def _update(self, p, grad, group, state, h):
+        eps, wd, clr = h
+        g = -grad if group["maximize"] else grad
+        if group["weight_decay"] != 0:
+            g = g + wd * p
+        s = state["sum"]
+        s.assign_(s + g * g)
+        p.assign_(p - clr * (g / (s.sqrt() + eps)))
+
+
+# schedulers live in lr_scheduler.py; `fusegrad.optim.lr_scheduler` as in torch
+from . import lr_scheduler  # noqa: E402, F401

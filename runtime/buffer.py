@@ -9,6 +9,7 @@ is still referenced from outside (a user kept `t.numpy()`) is not recycled.
 from __future__ import annotations
 
 import sys
+import threading
 
 import numpy as np
 
@@ -17,13 +18,15 @@ from ..ir.dtypes import DType
 POOL_LIMIT_BYTES = 1 << 30
 _pool: dict[int, list[np.ndarray]] = {}
 _pooled_bytes = 0
+_lock = threading.Lock()  # Python threads allocate and free at once
 live_buffers = 0  # buffers allocated and not yet freed, for tests of memory planning
 
 
 class Buffer:
-    """`size` elements of `dtype` in one contiguous array."""
+    """`size` elements of `dtype` in one contiguous array, on the CPU."""
 
     __slots__ = ("size", "dtype", "array", "kernels", "ptr", "__weakref__")
+    device = "cpu"
 
     def __init__(self, size: int, dtype: DType, array: np.ndarray | None = None):
         global live_buffers
@@ -55,10 +58,11 @@ class Buffer:
         if a is None or sys.getrefcount(a) > 3 or a.base is None:
             return
         raw = a.base
-        if sys.getrefcount(raw) > 3 or _pooled_bytes + raw.nbytes > POOL_LIMIT_BYTES:
-            return
-        _pool.setdefault(raw.nbytes, []).append(raw)
-        _pooled_bytes += raw.nbytes
+        with _lock:
+            if sys.getrefcount(raw) > 3 or _pooled_bytes + raw.nbytes > POOL_LIMIT_BYTES:
+                return
+            _pool.setdefault(raw.nbytes, []).append(raw)
+            _pooled_bytes += raw.nbytes
 
     def __repr__(self) -> str:
         return f"<Buffer {self.size} x {self.dtype.name}>"
@@ -67,10 +71,11 @@ class Buffer:
 def _take(nbytes: int) -> np.ndarray:
     global _pooled_bytes
     nbytes = max(nbytes, 1)
-    free = _pool.get(nbytes)
-    if free:
-        _pooled_bytes -= nbytes
-        return free.pop()
+    with _lock:
+        free = _pool.get(nbytes)
+        if free:
+            _pooled_bytes -= nbytes
+            return free.pop()
     return np.empty(nbytes, dtype=np.uint8)
 
 

@@ -15,7 +15,9 @@ import functools
 import hashlib
 import os
 import tempfile
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import llvmlite
@@ -80,6 +82,10 @@ class CompiledKernel:
         return ctypes.CFUNCTYPE(None, *argtypes)(self.address)
 
     def _texts_now(self) -> dict:
+        with _lock:
+            return self._make_texts()
+
+    def _make_texts(self) -> dict:
         if not self._texts:
             tm, _, _ = _target()
             mod = _optimize(self.source)
@@ -96,7 +102,14 @@ class CompiledKernel:
         return self._texts_now()["asm"]
 
 
-_memory: dict[str, CompiledKernel] = {}
+# symbol -> the kernel, most recently used last; bounded by config.kernel_cache_size. The
+# machine code itself stays loaded in the one MCJIT engine (it cannot unload an object
+# file), so `_addresses` remembers where every symbol ever loaded lives: a kernel evicted
+# here and needed again is found there instead of being loaded a second time.
+_memory: OrderedDict[str, CompiledKernel] = OrderedDict()
+_addresses: dict[str, int] = {}
+# llvmlite's engine and pass managers are not thread-safe: one compile at a time
+_lock = threading.RLock()
 
 
 def _disk_path(key: str) -> str | None:
@@ -118,11 +131,17 @@ def _write_atomic(path: str, data: bytes) -> None:
         raise
 
 
-def _read_cached(path: str) -> bytes | None:
-    """An object file from the cache, or None if it is missing or damaged.
+def _seal(key: str, obj: bytes) -> bytes:
+    """The checksum a cache file ends with: of its key and its object, so that a file
+    copied or renamed from another kernel's key fails the check like a damaged one."""
+    return hashlib.sha256(key.encode() + b"\n" + obj).digest()
 
-    Each file ends with the sha256 of the object before it: loading a truncated
-    or corrupted object file would crash the process inside LLVM.
+
+def _read_cached(path: str, key: str) -> bytes | None:
+    """The object file cached for `key`, or None if it is missing, damaged or another's.
+
+    Loading a truncated, corrupted or foreign object file would crash the process
+    inside LLVM or bind the wrong code, so anything that fails the check is a miss.
     """
     try:
         with open(path, "rb") as f:
@@ -130,40 +149,63 @@ def _read_cached(path: str) -> bytes | None:
     except OSError:
         return None
     obj, digest = data[:-32], data[-32:]
-    if len(data) <= 32 or hashlib.sha256(obj).digest() != digest:
+    if len(data) <= 32 or _seal(key, obj) != digest:
         return None
     return obj
 
 
+def _add_object(engine, obj: bytes, symbol: str) -> int:
+    """Add an object file to the engine; the address of `symbol` in it (0 if absent)."""
+    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    engine.finalize_object()
+    return engine.get_function_address(symbol)
+
+
 def compile_kernel(source: str, symbol: str, nparams: int) -> CompiledKernel:
     """Machine code for `source` (which defines `symbol`), from a cache when possible."""
-    hit = _memory.get(symbol)
-    if hit is not None:
-        stats["memory_hits"] += 1
-        return CompiledKernel(symbol, source, hit.address, nparams, 0.0, "memory", hit._texts)
+    with _lock:
+        hit = _memory.get(symbol)
+        if hit is not None:
+            _memory.move_to_end(symbol)
+            stats["memory_hits"] += 1
+            return CompiledKernel(symbol, source, hit.address, nparams, 0.0, "memory", hit._texts)
+        address = _addresses.get(symbol)
+        if address is not None:  # evicted from the memory cache, still loaded
+            k = CompiledKernel(symbol, source, address, nparams, 0.0, "memory")
+        else:
+            k = _load(source, symbol, nparams)
+        _memory[symbol] = k
+        while len(_memory) > max(1, config.kernel_cache_size):
+            _memory.popitem(last=False)
+        return k
+
+
+def _load(source: str, symbol: str, nparams: int) -> CompiledKernel:
     tm, engine, fingerprint = _target()
     key = hashlib.sha256((fingerprint + "\n" + source).encode()).hexdigest()
     path = _disk_path(key)
     t0 = time.perf_counter()
-    obj, how = _read_cached(path) if path else None, "disk"
+    obj, how = _read_cached(path, key) if path else None, "disk"
     texts = {}
-    if obj is None:
+    address = 0
+    if obj is not None:
+        try:
+            address = _add_object(engine, obj, symbol)
+            stats["disk_hits"] += 1
+        except Exception:  # any failure to load a cached object is a miss: compile instead
+            address = 0
+    if not address:
         how = "compiled"
         mod = _optimize(source)
         obj = tm.emit_object(mod)
         if path:
             try:
-                _write_atomic(path, obj + hashlib.sha256(obj).digest())
+                _write_atomic(path, obj + _seal(key, obj))
             except OSError:
                 pass  # a read-only cache folder only costs speed
         stats["compiled"] += 1
-    else:
-        stats["disk_hits"] += 1
-    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
-    engine.finalize_object()
-    address = engine.get_function_address(symbol)
+        address = _add_object(engine, obj, symbol)
     if not address:
         raise RuntimeError(f"kernel {symbol} did not load from its object file")
-    k = CompiledKernel(symbol, source, address, nparams, time.perf_counter() - t0, how, texts)
-    _memory[symbol] = k
-    return k
+    _addresses[symbol] = address
+    return CompiledKernel(symbol, source, address, nparams, time.perf_counter() - t0, how, texts)

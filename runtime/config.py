@@ -7,6 +7,8 @@
 | FUSEGRAD_THREADS    | threads that run kernels                                       | cores   |
 | FUSEGRAD_CACHE      | on-disk compile cache folder ("off" disables it)   | ~/.cache/fusegrad |
 | FUSEGRAD_PROGRAM    | 0: launch a cached schedule's kernels one by one   | 1       |
+| FUSEGRAD_PLAN_CACHE | schedules (compiled plans) kept in memory, LRU     | 512     |
+| FUSEGRAD_KERNEL_CACHE | compiled kernels kept in memory, LRU             | 2048    |
 
 Read or change them from Python too:
 
@@ -34,6 +36,24 @@ def _usable_cpus() -> int:
     return os.cpu_count() or 1
 
 
+class ConfigError(ValueError):
+    """An environment variable fusegrad reads holds a value it cannot use."""
+
+
+def _int_env(name: str, default: int, meaning: str, allowed=None) -> int:
+    """An integer setting from the environment, or an error that names the variable."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = None
+    if value is None or value < 0 or (allowed is not None and value not in allowed):
+        raise ConfigError(f"{name}={raw!r} is not valid: expected {meaning}")
+    return value
+
+
 @dataclass
 class Config:
     debug: int = 0
@@ -41,17 +61,23 @@ class Config:
     threads: int = 1
     cache: str | None = None
     program: bool = True  # run cached schedules as one native call per thread
+    plan_cache_size: int = 512  # compiled schedules kept in memory (least recently used go)
+    kernel_cache_size: int = 2048  # compiled kernels' records kept in memory
 
     @classmethod
     def from_env(cls) -> Config:
         cache = os.environ.get("FUSEGRAD_CACHE", _default_cache())
-        threads = int(os.environ.get("FUSEGRAD_THREADS", "0") or 0)
+        threads = _int_env("FUSEGRAD_THREADS", 0, "a number of threads (0: all cores)")
+        program = _int_env("FUSEGRAD_PROGRAM", 1, "0 or 1", (0, 1))
         return cls(
-            debug=int(os.environ.get("FUSEGRAD_DEBUG", "0") or 0),
+            debug=_int_env("FUSEGRAD_DEBUG", 0, "a level: 0, 1, 2 or 3"),
             dump=os.environ.get("FUSEGRAD_DUMP") or None,
             threads=threads if threads > 0 else _usable_cpus(),
             cache=None if cache.lower() in ("off", "0", "") else cache,
-            program=os.environ.get("FUSEGRAD_PROGRAM", "1") != "0",
+            program=program != 0,
+            plan_cache_size=_int_env("FUSEGRAD_PLAN_CACHE", 512, "a number of schedules") or 512,
+            kernel_cache_size=_int_env("FUSEGRAD_KERNEL_CACHE", 2048, "a number of kernels")
+            or 2048,
         )
 
     @contextlib.contextmanager

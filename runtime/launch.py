@@ -10,6 +10,7 @@ they do.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import threading
 
@@ -26,34 +27,41 @@ PARALLEL_MIN_WORK = 1 << 15
 
 
 class _Pool:
+    """Worker threads that run slices of one native call at a time.
+
+    One caller at a time owns the workers (`lock`); a Python thread that finds them busy
+    runs its call alone on its own thread instead of waiting, so threads never deadlock
+    on the pool and never see another call's jobs. Each call has its own job list and
+    completion semaphore.
+    """
+
     def __init__(self):
         self.workers: list[threading.Thread] = []
-        self.jobs: list[tuple | None] = []
+        self.inboxes: list[list] = []  # per worker: the job handed to it
         self.start_events: list[threading.Event] = []
-        self.done = threading.Semaphore(0)
-        self.errors: list[BaseException] = []
+        self.lock = threading.Lock()
         self.placed_for = (-1, 0)  # (the caller's CPU, workers) when workers were last placed
 
     def ensure(self, n: int) -> None:
         while len(self.workers) < n:
             i = len(self.workers)
-            self.jobs.append(None)
+            self.inboxes.append([None])
             self.start_events.append(threading.Event())
             t = threading.Thread(target=self._work, args=(i,), daemon=True, name=f"fusegrad-{i}")
             self.workers.append(t)
             t.start()
 
     def _work(self, i: int) -> None:
-        ev = self.start_events[i]
+        ev, inbox = self.start_events[i], self.inboxes[i]
         while True:
             ev.wait()
             ev.clear()
-            fn, args = self.jobs[i]
+            fn, args, call = inbox[0]
             try:
                 fn(*args)
             except BaseException as e:  # pragma: no cover - native code does not raise
-                self.errors.append(e)
-            self.done.release()
+                call.errors.append(e)
+            call.done.release()
 
     def place(self, n: int) -> None:
         """Keep the workers off the CPU the calling thread runs on.
@@ -78,22 +86,52 @@ class _Pool:
                 return
         self.placed_for = (here, len(self.workers))
 
-    def run(self, fn, slices: list[tuple[int, int]], ptrs: list[int]) -> None:
-        helpers = slices[1:]
-        self.ensure(len(helpers))
-        self.place(len(helpers))
-        for i, (a, b) in enumerate(helpers):
-            self.jobs[i] = (fn, (a, b, *ptrs))
-            self.start_events[i].set()
-        a, b = slices[0]
-        fn(a, b, *ptrs)
-        for _ in helpers:
-            self.done.acquire()
-        if self.errors:
-            raise self.errors.pop()
+    def run(self, fn, slices: list[tuple], ptrs: list[int]) -> bool:
+        """Run fn(*slice, *ptrs) for every slice, the first on this thread; False (and
+        nothing run) if another thread is using the workers."""
+        if not self.lock.acquire(blocking=False):
+            return False
+        try:
+            helpers = slices[1:]
+            self.ensure(len(helpers))
+            self.place(len(helpers))
+            call = _Call()
+            for i, sl in enumerate(helpers):
+                self.inboxes[i][0] = (fn, (*sl, *ptrs), call)
+                self.start_events[i].set()
+            fn(*slices[0], *ptrs)
+            for _ in helpers:
+                call.done.acquire()
+            if call.errors:  # pragma: no cover - native code does not raise
+                raise call.errors[0]
+            return True
+        finally:
+            self.lock.release()
+
+
+class _Call:
+    """One pool call's own completion count and errors."""
+
+    __slots__ = ("done", "errors")
+
+    def __init__(self):
+        self.done = threading.Semaphore(0)
+        self.errors: list[BaseException] = []
 
 
 _pool = _Pool()
+
+
+def _reset_after_fork() -> None:
+    """A forked child has only the thread that forked: the parent's workers do not exist
+    there, and its lock may be held. Start from a new, empty pool."""
+    global _pool
+    _pool = _Pool()
+    _usable_cpus.cache_clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 def split(extent: int, parts: int) -> list[tuple[int, int]]:
@@ -108,18 +146,28 @@ def split(extent: int, parts: int) -> list[tuple[int, int]]:
     return out
 
 
+def effective_threads() -> int:
+    """The threads a native program runs on: FUSEGRAD_THREADS, but never more than the
+    CPUs this process may use. Threads meet at a barrier after every kernel, and a thread
+    waiting there for one that has no CPU to run on spins (then yields) for a whole time
+    slice: more threads than CPUs would turn every barrier into a scheduler round trip."""
+    return max(1, min(config.threads, _usable_cpus()))
+
+
+@functools.lru_cache(maxsize=1)
+def _usable_cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def run_threads(fn, threads: int, args: list[int]) -> None:
-    """Call fn(tid, threads, *args) once on each of `threads` threads (this one is tid 0)."""
-    if threads <= 1:
+    """Call fn(tid, n, *args) once on each of n threads (this one is tid 0): n is `threads`,
+    or 1 when another Python thread is using the pool (the call then runs here alone)."""
+    if threads <= 1 or not _pool.run(fn, [(t, threads) for t in range(threads)], args):
         fn(0, 1, *args)
-        return
-    _pool.run(fn, [(t, threads) for t in range(threads)], args)
 
 
 def launch(fn, extent: int, work: int, ptrs: list[int]) -> None:
     """Run `fn` over range(extent) of its parallel loop; `work` is its total inner iterations."""
     threads = config.threads if work >= PARALLEL_MIN_WORK else 1
-    if threads <= 1 or extent <= 1:
+    if threads <= 1 or extent <= 1 or not _pool.run(fn, split(extent, threads), ptrs):
         fn(0, extent, *ptrs)
-        return
-    _pool.run(fn, split(extent, threads), ptrs)

@@ -36,6 +36,7 @@ import fusegrad as fg
 import fusegrad.ir.autodiff as autodiff
 from fusegrad.ir.reference import evaluate, evaluate_many
 from fusegrad.nn.conv import avg_pool2d, conv1d, conv2d, max_pool2d
+from fusegrad.runtime.engine import engine
 
 EPS = 1e-6
 GAP = 1e-3  # distance from a kink below which an op is not drawn
@@ -434,7 +435,7 @@ def central_differences(projected: fg.Tensor, leaves: list[fg.Tensor]) -> list[n
     """Move each leaf element by +-EPS in its buffer and re-evaluate the forward graph."""
     out = []
     for t in leaves:
-        flat = t.node.realized.array
+        flat = engine.value(t.node).array
         g = np.zeros(flat.size)
         for i in range(flat.size):
             keep = flat[i]

@@ -128,6 +128,7 @@ CASES = {
     "EXP": (Ops.EXP, lambda x: N.unary(Ops.EXP, x), [normal(2, 3)], EPS),
     "LOG": (Ops.LOG, lambda x: N.unary(Ops.LOG, x), [positive(2, 3)], EPS),
     "SIN": (Ops.SIN, lambda x: N.unary(Ops.SIN, x), [normal(2, 3)], EPS),
+    "COS": (Ops.COS, lambda x: N.unary(Ops.COS, x), [normal(2, 3)], EPS),
     "SQRT": (Ops.SQRT, lambda x: N.unary(Ops.SQRT, x), [positive(2, 3)], EPS),
     "RECIP": (Ops.RECIP, lambda x: N.unary(Ops.RECIP, x), [away_from_zero(2, 3)], EPS),
     # linear, so a large step is exact up to float32 rounding of the values

@@ -15,7 +15,7 @@ import pytest
 import fusegrad as fg
 from fusegrad import nn, optim
 from fusegrad.runtime import compiler
-from fusegrad.runtime.realize import stats
+from fusegrad.runtime.engine import stats
 
 RNG = np.random.default_rng(7)
 SHAPES = [(3, 4), (5,)]

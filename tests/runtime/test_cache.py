@@ -211,6 +211,39 @@ def test_a_damaged_cache_file_is_never_used(filled, tmp_path, damage):
     assert same_outputs(again, reference)
 
 
+def test_a_cache_file_swapped_with_another_kernels_is_recompiled(filled, tmp_path):
+    """Each file holds another kernel's whole, well-checksummed object: the checksum is of
+    the key too, so every one is a miss (before, this ran the wrong code or crashed)."""
+    cache, reference = filled
+    swapped = tmp_path / "cache"
+    shutil.copytree(cache, swapped)
+    files = files_under(swapped)
+    assert len(files) >= 2
+    contents = [p.read_bytes() for p in files]
+    for p, data in zip(files, contents[1:] + contents[:1]):
+        p.write_bytes(data)
+    again = run(tmp_path, swapped, "swapped")
+    assert "disk" not in again.statuses, again.statuses
+    assert same_outputs(again, reference)
+    after = run(tmp_path, swapped, "after_swap")  # the misses were written back, right
+    assert "compiled" not in after.statuses and same_outputs(after, reference)
+
+
+def test_garbage_with_a_checksum_of_itself_is_a_miss(filled, tmp_path):
+    """Garbage followed by its own sha256 (a checksum not bound to the key) is not loaded."""
+    import hashlib
+
+    cache, reference = filled
+    forged = tmp_path / "cache"
+    shutil.copytree(cache, forged)
+    for p in files_under(forged):
+        junk = b"\x7fELF" + overwritten(p.read_bytes())[4:-32]
+        p.write_bytes(junk + hashlib.sha256(junk).digest())
+    again = run(tmp_path, forged, "forged")
+    assert "disk" not in again.statuses
+    assert same_outputs(again, reference)
+
+
 def test_a_cache_folder_that_cannot_be_written_only_costs_speed(filled, tmp_path):
     _, reference = filled
     blocker = tmp_path / "not_a_folder"

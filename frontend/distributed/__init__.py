@@ -1,0 +1,349 @@
+"""`fusegrad.distributed`: collectives across processes over MPI (as torch.distributed).
+
+Each process of a job (started by `python -m fusegrad.distributed.run --nproc N
+script.py`, or by `mpiexec` directly) calls `init_process_group()` once, then
+exchanges tensor values with the others. Values travel through host copies:
+a tensor is realized, its numpy array is sent with mpi4py, and the result is
+given back to the tensor with `assign_`, so it stays the same tensor (the same
+leaf, for a parameter).
+
+>>> import fusegrad as fg
+>>> import fusegrad.distributed as dist
+>>> dist.init_process_group()          # under mpiexec -n 2: ranks 0 and 1
+>>> t = fg.tensor([1.0, 2.0]) * (dist.get_rank() + 1)
+>>> dist.all_reduce(t)                 # in place: the sum over the ranks
+>>> t.tolist()                         # with one process: [1.0, 2.0]
+[1.0, 2.0]
+>>> dist.destroy_process_group()
+
+The engine is MPI through mpi4py (Open MPI from Debian's `openmpi-bin`;
+`pip install fusegrad[mpi]` brings mpi4py). It is imported on the first
+`init_process_group()`, so `import fusegrad` never needs it.
+
+Faults. Once a group exists, an exception that nobody catches in any rank
+prints its traceback and aborts the whole job (`MPI_Abort`), so the other
+ranks do not wait forever in a collective; a rank killed by a signal ends the
+job through `mpiexec`. A collective that waits longer than the group's
+`timeout` (30 minutes by default, as PyTorch) aborts the job too, with a
+message naming the collective and the rank that waited.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import sys
+import threading
+import time
+import traceback
+
+import numpy as np
+
+from ..errors import DTypeError, FusegradError, ShapeError, fail
+
+__all__ = [
+    "DistributedError",
+    "ReduceOp",
+    "all_reduce",
+    "barrier",
+    "broadcast",
+    "destroy_process_group",
+    "get_backend",
+    "get_rank",
+    "get_world_size",
+    "init_process_group",
+    "is_available",
+    "is_initialized",
+]
+
+DEFAULT_TIMEOUT = 1800.0  # seconds, as torch.distributed's default of 30 minutes
+
+
+class DistributedError(FusegradError, RuntimeError):
+    """No process group, no MPI, or a collective that failed or timed out."""
+
+
+class ReduceOp:
+    """Names of the reductions `all_reduce` accepts (strings work too)."""
+
+    SUM = "sum"
+    MEAN = "mean"
+    MAX = "max"
+
+
+class _Group:
+    """The process group: a private duplicate of MPI_COMM_WORLD and its settings."""
+
+    def __init__(self, comm, timeout: float):
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+        self.timeout = timeout
+        self.current: tuple[str, float] | None = None  # the collective running, and since when
+        self.closed = threading.Event()
+        if self.size > 1:
+            threading.Thread(target=_watchdog, args=(self,), daemon=True).start()
+
+
+_group: _Group | None = None
+_previous_excepthook = None
+
+
+def is_available() -> bool:
+    """Whether mpi4py can be imported (the MPI library itself is loaded on init)."""
+    import importlib.util
+
+    return importlib.util.find_spec("mpi4py") is not None
+
+
+def _mpi():
+    try:
+        from mpi4py import MPI
+    except ImportError as e:
+        raise DistributedError(
+            "fusegrad.distributed needs mpi4py and an MPI library: "
+            "apt-get install openmpi-bin libopenmpi-dev; pip install -e .[mpi] "
+            f"({e})"
+        ) from None
+    return MPI
+
+
+def init_process_group(backend: str = "mpi", timeout=None, **_ignored) -> None:
+    """Join the job's process group: every rank of the job calls this once.
+
+    The rank and world size come from MPI (`mpiexec` sets them); a script run
+    without `mpiexec` is a group of one. `timeout` (seconds or a
+    `datetime.timedelta`; 30 minutes by default) bounds how long a collective
+    waits for the other ranks. Also installs the fault handler: an uncaught
+    exception aborts the whole job instead of leaving the others waiting.
+
+    >>> import fusegrad.distributed as dist
+    >>> dist.init_process_group()
+    >>> dist.get_world_size() >= 1
+    True
+    >>> dist.destroy_process_group()
+    """
+    global _group, _previous_excepthook
+    if backend != "mpi":
+        raise ValueError(f"fusegrad.distributed supports the 'mpi' backend only, got {backend!r}")
+    if _group is not None:
+        raise DistributedError(
+            "init_process_group: trying to initialize the default process group twice "
+            "(call destroy_process_group() first)"
+        )
+    if isinstance(timeout, datetime.timedelta):
+        timeout = timeout.total_seconds()
+    timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)
+    if not timeout > 0:
+        raise ValueError(f"timeout must be positive, got {timeout}")
+    MPI = _mpi()
+    _group = _Group(MPI.COMM_WORLD.Dup(), timeout)
+    if _previous_excepthook is None:
+        _previous_excepthook = sys.excepthook
+        sys.excepthook = _abort_on_uncaught
+
+
+def destroy_process_group() -> None:
+    """Leave the process group (MPI itself is finalized when the process exits)."""
+    global _group, _previous_excepthook
+    group = _require("destroy_process_group")
+    _group = None
+    group.closed.set()
+    group.comm.Free()
+    if _previous_excepthook is not None:
+        sys.excepthook = _previous_excepthook
+        _previous_excepthook = None
+
+
+def is_initialized() -> bool:
+    """Whether `init_process_group()` has been called (and not destroyed)."""
+    return _group is not None
+
+
+def get_rank() -> int:
+    """This process's rank, 0 .. world size - 1."""
+    return _require("get_rank").rank
+
+
+def get_world_size() -> int:
+    """How many processes the group has."""
+    return _require("get_world_size").size
+
+
+def get_backend() -> str:
+    _require("get_backend")
+    return "mpi"
+
+
+def _require(op: str) -> _Group:
+    if _group is None:
+        raise DistributedError(
+            f"{op}: the default process group has not been initialized; "
+            "call fusegrad.distributed.init_process_group() first"
+        )
+    return _group
+
+
+# ---------------------------------------------------------------- collectives on tensors
+
+
+def all_reduce(tensor, op: str = "sum") -> None:
+    """Replace `tensor`'s value, on every rank, by its reduction over the ranks (in place).
+
+    `op` is "sum", "mean" (floats only) or "max". Every rank must call it with
+    a tensor of the same shape and dtype; a mismatch raises on every rank.
+
+    >>> import fusegrad as fg
+    >>> import fusegrad.distributed as dist
+    >>> dist.init_process_group()
+    >>> t = fg.tensor([3.0])
+    >>> dist.all_reduce(t, op="max"); t.item()
+    3.0
+    >>> dist.destroy_process_group()
+    """
+    group = _require("all_reduce")
+    op = str(op).lower()
+    if op not in ("sum", "mean", "max"):
+        raise ValueError(f"all_reduce: op must be 'sum', 'mean' or 'max', got {op!r}")
+    if op == "mean" and not tensor.dtype.is_float:
+        fail(DTypeError, "all_reduce", f"op='mean' needs a float tensor, got {tensor.dtype.name}")
+    _check_same_everywhere(group, tensor, "all_reduce")
+    values = np.array(tensor.numpy(), copy=True, order="C")
+    allreduce_arrays([values], "max" if op == "max" else "sum")
+    if op == "mean":
+        values /= group.size
+    _give_value(tensor, values)
+
+
+def broadcast(tensor, src: int) -> None:
+    """Give `tensor`, on every rank, the value it has on rank `src` (in place).
+
+    >>> import fusegrad as fg
+    >>> import fusegrad.distributed as dist
+    >>> dist.init_process_group()
+    >>> t = fg.tensor([float(dist.get_rank())])
+    >>> dist.broadcast(t, src=0); t.item()
+    0.0
+    >>> dist.destroy_process_group()
+    """
+    group = _require("broadcast")
+    if not 0 <= src < group.size:
+        raise ValueError(f"broadcast: src {src} is not a rank of a group of {group.size}")
+    _check_same_everywhere(group, tensor, "broadcast")
+    values = np.array(tensor.numpy(), copy=True, order="C")
+    broadcast_arrays([values], src)
+    if group.rank != src:
+        _give_value(tensor, values)
+
+
+def barrier() -> None:
+    """Wait until every rank has reached its barrier() (bounded by the group's timeout)."""
+    group = _require("barrier")
+    with _watched(group, "barrier"):
+        group.comm.Barrier()
+
+
+# ---------------------------------------------------------------- on numpy arrays (for DDP)
+
+
+def allreduce_arrays(arrays: list[np.ndarray], op: str = "sum") -> None:
+    """Reduce each C-contiguous array in place across the ranks, one MPI call per array.
+    The caller guarantees equal shapes and dtypes on every rank."""
+    group = _require("all_reduce")
+    if group.size == 1:
+        return
+    MPI = _mpi()
+    mpi_op = {"sum": MPI.SUM, "max": MPI.MAX}[op]
+    with _watched(group, "all_reduce"):
+        for a in arrays:
+            group.comm.Allreduce(MPI.IN_PLACE, a, op=mpi_op)
+
+
+def broadcast_arrays(arrays: list[np.ndarray], src: int) -> None:
+    """Overwrite each C-contiguous array with rank `src`'s, in place."""
+    group = _require("broadcast")
+    if group.size == 1:
+        return
+    with _watched(group, "broadcast"):
+        for a in arrays:
+            group.comm.Bcast(a, root=src)
+
+
+def allgather_object(obj) -> list:
+    """Every rank's `obj` (small, picklable), in rank order, on every rank."""
+    group = _require("all_gather_object")
+    with _watched(group, "all_gather_object"):
+        return group.comm.allgather(obj)
+
+
+# ---------------------------------------------------------------- timeouts
+
+
+@contextlib.contextmanager
+def _watched(group: _Group, op: str):
+    """Mark a blocking collective for the watchdog (see _watchdog) while it runs.
+
+    The collectives themselves are MPI's blocking ones, the fastest Open MPI
+    has; a rank that waits in one past the group's timeout is ended by the
+    watchdog thread, which aborts the whole job with a message naming the
+    collective (as PyTorch's NCCL watchdog does), instead of hanging forever.
+    """
+    group.current = (op, time.monotonic())
+    try:
+        yield
+    finally:
+        group.current = None
+
+
+def _watchdog(group: _Group) -> None:
+    period = min(1.0, group.timeout / 10)
+    while not group.closed.wait(period):
+        current = group.current
+        if current is None:
+            continue
+        op, since = current
+        if time.monotonic() - since > group.timeout:
+            sys.stderr.write(
+                f"[fusegrad.distributed] DistributedError: {op}: rank {group.rank} waited more "
+                f"than {group.timeout:g} s for the other ranks of {group.size}; one of them is "
+                "stuck, or left the job without calling this collective. Aborting the job.\n"
+            )
+            sys.stderr.flush()
+            _mpi().COMM_WORLD.Abort(1)
+
+
+def _check_same_everywhere(group: _Group, tensor, op: str) -> None:
+    mine = (tuple(tensor.shape), tensor.dtype.name)
+    everyone = allgather_object(mine)
+    for rank, theirs in enumerate(everyone):
+        if theirs != mine:
+            fail(
+                ShapeError,
+                op,
+                f"rank {group.rank} has a tensor of shape {mine[0]} ({mine[1]}) but rank "
+                f"{rank} has shape {theirs[0]} ({theirs[1]}); every rank must pass the same",
+            )
+
+
+def _give_value(tensor, values: np.ndarray) -> None:
+    from ..creation import from_numpy
+
+    tensor.assign_(from_numpy(values.reshape(tensor.shape)))
+
+
+def _abort_on_uncaught(kind, value, tb) -> None:
+    """sys.excepthook while a group exists: report, then end every rank of the job."""
+    group = _group
+    if group is None or group.size == 1 or issubclass(kind, KeyboardInterrupt):
+        (_previous_excepthook or sys.__excepthook__)(kind, value, tb)
+        return
+    text = "".join(traceback.format_exception(kind, value, tb))
+    sys.stderr.write(
+        f"[fusegrad.distributed] rank {group.rank} of {group.size} failed; "
+        f"aborting the job:\n{text}"
+    )
+    sys.stderr.flush()
+    sys.stdout.flush()
+    _mpi().COMM_WORLD.Abort(1)
+    os._exit(1)  # pragma: no cover - Abort does not return

@@ -1,0 +1,235 @@
+"""`fg.save` / `fg.load`: tensors, state dicts and nested containers, with no code in the file.
+
+A file is a plain JSON description of the object (containers, numbers,
+strings, and references to arrays) followed by the arrays' raw bytes, and a
+SHA-256 digest of everything before it. `load` rebuilds only those types
+(no pickle, nothing is imported or called), checks every array's dtype
+against a list of plain numeric ones and every length against the file, so a
+truncated or altered file raises `SerializationError` instead of loading.
+
+    MAGIC (8 bytes) | header length (8 bytes, little-endian) | header (JSON, UTF-8)
+    | array bytes | SHA-256 of all the above (32 bytes)
+
+>>> import io
+>>> import fusegrad as fg
+>>> buf = io.BytesIO()
+>>> fg.save({"w": fg.tensor([1.0, 2.0]), "step": 3, "betas": (0.9, 0.999)}, buf)
+>>> _ = buf.seek(0)
+>>> state = fg.load(buf)
+>>> state["w"].tolist(), state["step"], state["betas"]
+([1.0, 2.0], 3, (0.9, 0.999))
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import struct
+from collections import OrderedDict
+
+import numpy as np
+
+from .errors import FusegradError
+
+MAGIC = b"FGSAVE01"
+_DIGEST = 32
+# plain numeric dtypes only: an object dtype could not be read safely, so it is never accepted
+_DTYPES = {
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+}
+
+
+class SerializationError(FusegradError, RuntimeError):
+    """A file that is not a complete, unaltered fusegrad save file."""
+
+
+def save(obj, f) -> None:
+    """Write `obj` (tensors, numpy arrays, numbers, strings, None, and lists, tuples and
+    dicts of them, nested) to a path or a binary file object, as torch.save.
+
+    >>> import fusegrad as fg, io
+    >>> fg.save([fg.ones(2)], io.BytesIO())
+    """
+    arrays: list[np.ndarray] = []
+    header = {"format": "fusegrad", "version": 1, "root": _encode(obj, arrays), "arrays": []}
+    blobs = []
+    offset = 0
+    for a in arrays:
+        a = np.ascontiguousarray(a).reshape(a.shape)
+        data = a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
+        header["arrays"].append(
+            {"dtype": a.dtype.name, "shape": list(a.shape), "offset": offset, "nbytes": len(data)}
+        )
+        blobs.append(data)
+        offset += len(data)
+    head = json.dumps(header, allow_nan=True).encode("utf-8")
+    body = MAGIC + struct.pack("<Q", len(head)) + head + b"".join(blobs)
+    payload = body + hashlib.sha256(body).digest()
+    if hasattr(f, "write"):
+        f.write(payload)
+        return
+    path = os.fspath(f)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as out:
+        out.write(payload)
+    os.replace(tmp, path)  # never a half-written file under the real name
+
+
+def load(f, map_location=None, weights_only: bool = True):
+    """Read an object written by `save` from a path or a binary file object.
+
+    Only the saved data is rebuilt: tensors (with their requires_grad), numpy
+    arrays, numbers, strings, None, lists, tuples and dicts. `map_location`
+    may be None or 'cpu'; `weights_only` is accepted for torch compatibility
+    (loading never runs code either way).
+    """
+    if map_location not in (None, "cpu"):
+        raise ValueError(f"fg.load: map_location must be None or 'cpu', got {map_location!r}")
+    if hasattr(f, "read"):
+        raw, name = f.read(), getattr(f, "name", "the file")
+    else:
+        with open(os.fspath(f), "rb") as fh:
+            raw, name = fh.read(), os.fspath(f)
+    return _decode_file(raw, name)
+
+
+def _bad(name, why: str):
+    raise SerializationError(f"fg.load: {name} is not a valid fusegrad save file: {why}")
+
+
+def _decode_file(raw: bytes, name):
+    if len(raw) < len(MAGIC) + 8 + _DIGEST or not raw.startswith(MAGIC):
+        if raw[:2] == b"PK" or raw[:1] == b"\x80":
+            _bad(name, "it looks like a zip or pickle file (torch.save / np.savez?), not fg.save")
+        _bad(name, "it is too short or does not start with the fusegrad header (truncated?)")
+    body, digest = raw[:-_DIGEST], raw[-_DIGEST:]
+    if hashlib.sha256(body).digest() != digest:
+        _bad(name, "its checksum does not match (the file is truncated or was altered)")
+    (head_len,) = struct.unpack("<Q", body[len(MAGIC) : len(MAGIC) + 8])
+    start = len(MAGIC) + 8
+    if start + head_len > len(body):
+        _bad(name, "its header runs past the end of the file")
+    try:
+        header = json.loads(body[start : start + head_len].decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        _bad(name, f"its header is not valid JSON ({e})")
+    if not isinstance(header, dict) or header.get("format") != "fusegrad":
+        _bad(name, "its header does not describe a fusegrad save")
+    if header.get("version") != 1:
+        _bad(name, f"version {header.get('version')!r} is not supported (this fusegrad reads 1)")
+    data = memoryview(body)[start + head_len :]
+    arrays = [_read_array(spec, data, name) for spec in header.get("arrays", [])]
+    return _decode(header.get("root"), arrays, name)
+
+
+def _read_array(spec, data, name) -> np.ndarray:
+    try:
+        dtype, shape = spec["dtype"], tuple(int(s) for s in spec["shape"])
+        offset, nbytes = int(spec["offset"]), int(spec["nbytes"])
+    except (KeyError, TypeError, ValueError):
+        _bad(name, f"an array entry is malformed: {spec!r}")
+    if dtype not in _DTYPES:
+        _bad(name, f"array dtype {dtype!r} is not a plain numeric dtype")
+    dt = np.dtype(dtype).newbyteorder("<")
+    count = 1
+    for s in shape:
+        if s < 0:
+            _bad(name, f"an array has a negative dimension {shape}")
+        count *= s
+    if nbytes != count * dt.itemsize or offset < 0 or offset + nbytes > len(data):
+        _bad(name, f"an array of shape {shape} and dtype {dtype} does not fit in the file")
+    a = np.frombuffer(data[offset : offset + nbytes], dtype=dt).reshape(shape)
+    return a.astype(np.dtype(dtype), copy=True)
+
+
+# ---------------------------------------------------------------- the object description
+
+
+def _encode(obj, arrays: list):
+    from .tensor import Tensor
+
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        if isinstance(obj, int) and not isinstance(obj, bool) and abs(obj) >= 2**63:
+            return {"bigint": str(obj)}
+        return obj
+    if isinstance(obj, Tensor):
+        arrays.append(np.asarray(obj.numpy()))
+        return {"tensor": len(arrays) - 1, "requires_grad": bool(obj.requires_grad)}
+    if isinstance(obj, (np.ndarray, np.generic)):
+        a = np.asarray(obj)
+        if a.dtype.name not in _DTYPES:
+            raise TypeError(f"fg.save: cannot save numpy arrays of dtype {a.dtype}")
+        arrays.append(a)
+        kind = "ndarray" if isinstance(obj, np.ndarray) else "npscalar"
+        return {kind: len(arrays) - 1}
+    if isinstance(obj, (list, tuple)):
+        items = [_encode(v, arrays) for v in obj]
+        return {"tuple": items} if isinstance(obj, tuple) else {"list": items}
+    if isinstance(obj, dict):
+        kind = "odict" if isinstance(obj, OrderedDict) else "dict"
+        return {kind: [[_encode(k, arrays), _encode(v, arrays)] for k, v in obj.items()]}
+    raise TypeError(
+        f"fg.save: cannot save an object of type {type(obj).__name__}; save its state_dict() "
+        "(tensors, numbers, strings, and lists, tuples and dicts of them)"
+    )
+
+
+def _decode(node, arrays: list, name):
+    if node is None or isinstance(node, (bool, int, float, str)):
+        return node
+    if not isinstance(node, dict) or len(node) not in (1, 2):
+        _bad(name, f"unexpected entry {str(node)[:80]!r} in its description")
+    if "tensor" in node:
+        from .creation import from_numpy
+
+        t = from_numpy(_array(node["tensor"], arrays, name))
+        return t.requires_grad_() if node.get("requires_grad") and t.dtype.is_float else t
+    (kind, value), = node.items()  # fmt: skip
+    if kind == "ndarray":
+        return _array(value, arrays, name)
+    if kind == "npscalar":
+        return _array(value, arrays, name)[()]
+    if kind == "bigint" and isinstance(value, str):
+        return int(value)
+    if kind in ("list", "tuple") and isinstance(value, list):
+        items = [_decode(v, arrays, name) for v in value]
+        return tuple(items) if kind == "tuple" else items
+    if kind in ("dict", "odict") and isinstance(value, list):
+        pairs = []
+        for pair in value:
+            if not isinstance(pair, list) or len(pair) != 2:
+                _bad(name, "a dict entry is not a key-value pair")
+            key = _decode(pair[0], arrays, name)
+            try:
+                hash(key)
+            except TypeError:
+                _bad(name, f"a dict key of type {type(key).__name__} cannot be a key")
+            pairs.append((key, _decode(pair[1], arrays, name)))
+        return OrderedDict(pairs) if kind == "odict" else dict(pairs)
+    _bad(name, f"unknown entry kind {kind!r}")
+
+
+def _array(index, arrays: list, name) -> np.ndarray:
+    if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(arrays):
+        _bad(name, f"it refers to array {index!r}, which is not in the file")
+    return arrays[index]
+
+
+def dumps(obj) -> bytes:
+    """`save` into bytes."""
+    buf = io.BytesIO()
+    save(obj, buf)
+    return buf.getvalue()

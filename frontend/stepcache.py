@@ -1,0 +1,173 @@
+"""The plain training loop at replay speed: optimizer steps cached by graph structure.
+
+`opt.zero_grad(); loss = f(model(x), y); loss.backward(); opt.step()` builds the
+same graphs every step. The forward graph must be built (it is the user's code),
+but the backward graph and the update are functions of the forward graph's
+structure and the optimizer's options alone. So `backward()` only notes which
+leaves get a gradient (`autograd.PendingGrads`), and `step()` looks the step up:
+
+    key = (optimizer options, the forward graph's structural key,
+           where each parameter sits among the forward graph's inputs, ...)
+
+- **Miss**: the gradients and the update are built as graphs and realized in one
+  plan, as always; the plan is kept with, for each of its inputs, where a later
+  step finds it (an input of the forward graph, an optimizer state tensor, or one
+  of the step's scalars), and for each output, which tensor takes it.
+- **Hit**: nothing is built. The step binds this step's buffers to the plan's
+  inputs, runs it (one native program), and gives the parameters, the optimizer's
+  state and the loss their new buffers.
+
+A hit computes exactly what the miss would: the plan is the one the miss compiled
+for the same structure, on this step's buffers. Anything that does not fit the
+pattern (a gradient read or changed before the step, gradients accumulated over
+several backward() calls, an input that is none of the three kinds) takes the
+miss path, so it is never wrong, only slower.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from .ir import node as N
+from .ir import phases
+from .ir.schedule import structural_key
+from .runtime.engine import Plan, engine
+
+CACHE_SIZE = 32  # step structures kept per optimizer (batch shapes, train/eval variants)
+
+
+@dataclass
+class _Entry:
+    plan: Plan
+    sources: list[tuple[str, int]]  # per plan input: ("fwd" | "state" | "scalar", index)
+    targets: list[int]  # per requested tensor: the plan output that holds its new value
+
+
+_UNCACHEABLE = object()
+
+
+class StepCache:
+    """One optimizer's cached steps (see the module docstring)."""
+
+    def __init__(self):
+        self.entries: OrderedDict = OrderedDict()
+        self.hits = 0
+
+    def step(self, opt_key, params, states, scalars, pending, extra, build) -> None:
+        """Update `params` (and their optimizer `states`) and compute `pending` / `extra`.
+
+        `build()` builds the update as lazy graph (assigning each parameter and state
+        tensor its new value) for a miss; `scalars` are the step's 0-d input tensors.
+        """
+        from .tensor import LazyGrad
+
+        grads = [p.grad for p in params]
+        first = grads[0] if grads else None
+        record = first.pending if type(first) is LazyGrad and not first.built else None
+        usable = (
+            record is not None
+            and not engine.recording()
+            and all(
+                type(g) is LazyGrad
+                and g.pending is record
+                and not g.built
+                and record.targets[g.index] is p.node
+                for g, p in zip(grads, params)
+            )
+            and all(t.node is record.root for t in pending)
+        )
+        if not usable:
+            _realize_all(build(), pending, extra)
+            return
+        has_value = engine.has_value_predicate()
+        roots = [record.root, record.root_grad] + [e.node for e in extra]
+        with phases.timed("key"):
+            fkey, fleaves = structural_key(roots, has_value)
+        where = {id(n): i for i, n in enumerate(fleaves)}
+        if any(id(p.node) not in where for p in params):
+            _realize_all(build(), pending, extra)
+            return
+        flat_states = [t for s in states for t in s]
+        flat_scalars = [t for h in scalars for t in h]
+        key = (
+            opt_key,
+            fkey,
+            tuple(where[id(p.node)] for p in params),
+            tuple(map(len, states)),
+            tuple(map(len, scalars)),
+            len(pending),
+        )
+        entry = self.entries.get(key)
+        if entry is None:
+            entry = self._record(params, flat_states, flat_scalars, pending, extra, build, where)
+            self.entries[key] = entry
+            while len(self.entries) > CACHE_SIZE:
+                self.entries.popitem(last=False)
+            return
+        self.entries.move_to_end(key)
+        if entry is _UNCACHEABLE:
+            _realize_all(build(), pending, extra)
+            return
+        self.hits += 1
+        engine.stats["schedule_hits"] += 1
+        inputs = []
+        for kind, i in entry.sources:
+            node = (
+                fleaves[i]
+                if kind == "fwd"
+                else (flat_states if kind == "state" else flat_scalars)[i].node
+            )
+            inputs.append(engine.value(node))
+        requested = [*params, *flat_states, *pending, *extra]
+        outs = engine.run(entry.plan, inputs, [t.node for t in requested], entry.targets)
+        _take_values(requested, outs, entry.targets, len(params) + len(flat_states))
+
+    def _record(self, params, flat_states, flat_scalars, pending, extra, build, where):
+        """A miss: build and realize the step, and work out where a hit finds each input."""
+        state_at = {id(t.node): i for i, t in enumerate(flat_states)}
+        scalar_at = {id(t.node): i for i, t in enumerate(flat_scalars)}
+        build()
+        requested = [*params, *flat_states, *pending, *extra]
+        nodes = [t.node for t in requested]
+        has_value = engine.has_value_predicate()
+        todo = list({id(n): n for n in nodes}.values())
+        if any(has_value(n) or n.numel == 0 for n in todo):
+            _realize_all([*params, *flat_states], pending, extra)
+            return _UNCACHEABLE
+        plan, leaves, fresh = engine.plan_for(todo, has_value)
+        sources = []
+        for leaf in leaves:
+            k = id(leaf)
+            if k in where:
+                sources.append(("fwd", where[k]))
+            elif k in state_at:
+                sources.append(("state", state_at[k]))
+            elif k in scalar_at:
+                sources.append(("scalar", scalar_at[k]))
+            else:
+                sources = None
+                break
+        position = {id(n): j for j, n in enumerate(todo)}
+        targets = [position[id(n)] for n in nodes]
+        outs = engine.run(plan, [engine.value(x) for x in leaves], nodes, targets, timed=fresh)
+        _take_values(requested, outs, targets, len(params) + len(flat_states))
+        return _Entry(plan, sources, targets) if sources is not None else _UNCACHEABLE
+
+
+def _take_values(requested, outs, targets, updated: int) -> None:
+    """Point the first `updated` tensors (parameters, optimizer state) at their new buffers,
+    and the others (losses, requested outputs) too where their graph is no longer needed,
+    as `fusegrad.realize` does."""
+    from .autograd import graph_consumed
+
+    for k, (t, j) in enumerate(zip(requested, targets)):
+        if k < updated or t._is_leaf or not t.requires_grad or graph_consumed(t):
+            t.node, t._strides = N.buffer(outs[j], t.shape, t.dtype), None
+
+
+def _realize_all(outputs, pending, extra) -> None:
+    from .tensor import realize
+
+    if outputs or pending or extra:
+        realize(*outputs, *pending, *extra)

@@ -1,0 +1,376 @@
+"""Activation functions (`F.gelu`, `F.silu`, ...) and their modules, as torch.nn.
+
+Each is a composition of frontend ops, so it fuses into its neighbours and
+its gradients (of any order) come from the primitives' rules. Branches are
+written with `where` on the same condition PyTorch's backward formula tests,
+so the gradient at a kink is PyTorch's (leaky_relu at 0: the slope; hardtanh
+at its limits: 0; hardswish at -3: 0), and the branch not taken is fed a
+safe argument so that no inf or NaN leaks into the gradient through it.
+
+>>> import fusegrad as fg
+>>> import fusegrad.nn.functional as F
+>>> x = fg.tensor([-1.0, 0.0, 2.0])
+>>> [round(v, 4) for v in F.gelu(x).tolist()]
+[-0.1587, 0.0, 1.9545]
+>>> F.hardtanh(x * 2).tolist()
+[-1.0, 0.0, 1.0]
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..errors import ShapeError, fail
+from ..tensor import Tensor, where
+from .module import Module
+
+# ---------------------------------------------------------------- private numerics
+
+
+def _log1p(u: Tensor) -> Tensor:
+    """log(1 + u) accurate for tiny u (Goldberg's trick: log(w) * u / (w - 1), w = 1 + u).
+
+    The factor u / (w - 1) is 1 up to rounding, so it carries no gradient; where w
+    rounds to 1 the answer is u itself.
+    """
+    w = 1.0 + u
+    exact = w == 1.0
+    factor = (u / where(exact, 1.0, w - 1.0)).detach()
+    return where(exact, u, where(exact, 1.0, w).log() * factor)
+
+
+def _expm1(x: Tensor) -> Tensor:
+    """exp(x) - 1 without cancellation near 0 (a Taylor polynomial for |x| < 0.1)."""
+    small = x.abs() < 0.1
+    s = where(small, x, 0.0)
+    series = s * (1.0 + s * (1 / 2 + s * (1 / 6 + s * (1 / 24 + s * (1 / 120 + s / 720)))))
+    return where(small, series, where(small, 0.0, x).exp() - 1.0)
+
+
+_ERFC_COEFFS = (  # Numerical Recipes' erfcc: relative error below 1.2e-7 everywhere
+    -1.26551223,
+    1.00002368,
+    0.37409196,
+    0.09678418,
+    -0.18628806,
+    0.27886807,
+    -1.13520398,
+    1.48851587,
+    -0.82215223,
+    0.17087277,
+)
+
+
+def _erf(x: Tensor) -> Tensor:
+    """erf(x): its Taylor series below |x| = 0.5, else 1 - erfc(|x|) with the sign restored.
+
+    (A private helper for gelu; absolute error below 1.2e-7.)
+    """
+    small = x.abs() < 0.5
+    s = where(small, x, 0.0)
+    s2 = s * s
+    series = (2 / math.sqrt(math.pi)) * s
+    series = series * (
+        1.0
+        + s2
+        * (-1 / 3 + s2 * (1 / 10 + s2 * (-1 / 42 + s2 * (1 / 216 + s2 * (-1 / 1320 + s2 / 9360)))))
+    )
+    z = where(small, 1.0, x.abs())
+    t = 1.0 / (1.0 + 0.5 * z)
+    poly = _ERFC_COEFFS[-1]
+    for c in reversed(_ERFC_COEFFS[:-1]):
+        poly = c + t * poly
+    erfc = t * (poly - z * z).exp()
+    big = where(x < 0, erfc - 1.0, 1.0 - erfc)
+    return where(small, series, big)
+
+
+def _softplus_unit(z: Tensor) -> Tensor:
+    """log(1 + exp(z)), stable on both sides (gradient sigmoid(z), 1/2 at 0)."""
+    pos = z >= 0
+    zp, zn = where(pos, z, 0.0), where(pos, 0.0, z)
+    return where(pos, zp + _log1p((-zp).exp()), _log1p(zn.exp()))
+
+
+# ---------------------------------------------------------------- functions
+
+
+def gelu(input: Tensor, approximate: str = "none") -> Tensor:
+    """x * Phi(x) (approximate='none'), or PyTorch's tanh approximation (approximate='tanh')."""
+    x = input._float()
+    if approximate == "tanh":
+        inner = math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)
+        # beyond +-20 tanh is +-1 in float32 and float64 alike; the clamp keeps its gradient finite
+        return 0.5 * x * (1.0 + inner.clamp(-20.0, 20.0).tanh())
+    if approximate != "none":
+        raise ValueError(f"approximate argument must be either none or tanh, got {approximate!r}")
+    return 0.5 * x * (1.0 + _erf(x * (1 / math.sqrt(2))))
+
+
+def silu(input: Tensor, inplace: bool = False) -> Tensor:
+    """x * sigmoid(x) (also called swish)."""
+    x = input._float()
+    return x * x.sigmoid()
+
+
+def mish(input: Tensor, inplace: bool = False) -> Tensor:
+    """x * tanh(softplus(x))."""
+    x = input._float()
+    return x * _softplus_unit(x).tanh()
+
+
+def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
+    """x for x > 0, else negative_slope * x (the gradient at 0 is the slope, as PyTorch)."""
+    return where(input > 0, input, input * negative_slope)
+
+
+def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
+    """x for x > 0, else alpha * (exp(x) - 1)."""
+    x = input._float()
+    return where(x > 0, x, alpha * _expm1(where(x > 0, 0.0, x)))
+
+
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def selu(input: Tensor, inplace: bool = False) -> Tensor:
+    """scale * elu(x, alpha) with the self-normalizing constants of Klambauer et al."""
+    return _SELU_SCALE * elu(input, _SELU_ALPHA)
+
+
+def celu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
+    """x for x > 0, else alpha * (exp(x / alpha) - 1)."""
+    if alpha == 0:
+        raise ZeroDivisionError("ZeroDivisionError: celu with alpha=0")
+    x = input._float()
+    return where(x > 0, x, alpha * _expm1(where(x > 0, 0.0, x) * (1.0 / alpha)))
+
+
+def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold."""
+    x = input._float()
+    bx = x * beta
+    linear = bx > threshold
+    return where(linear, x, _softplus_unit(where(linear, 0.0, bx)) * (1.0 / beta))
+
+
+def hardtanh(
+    input: Tensor, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False
+) -> Tensor:
+    """x clamped to [min_val, max_val]; the gradient is 0 at and beyond the limits."""
+    if max_val < min_val:
+        raise ValueError("max_val must be greater than or equal to min_val")
+    return where(input <= min_val, min_val, where(input >= max_val, max_val, input))
+
+
+def relu6(input: Tensor, inplace: bool = False) -> Tensor:
+    """min(max(x, 0), 6) (hardtanh(x, 0, 6), with its gradients)."""
+    return hardtanh(input, 0.0, 6.0)
+
+
+def hardsigmoid(input: Tensor, inplace: bool = False) -> Tensor:
+    """0 below -3, 1 above 3, x / 6 + 1/2 between (gradient 0 at +-3)."""
+    x = input._float()
+    return where(x <= -3.0, 0.0, where(x >= 3.0, 1.0, x * (1 / 6) + 0.5))
+
+
+def hardswish(input: Tensor, inplace: bool = False) -> Tensor:
+    """x * hardsigmoid(x): 0 below -3, x above 3, x (x + 3) / 6 between (gradient 0 at -3,
+    1 at 3, as PyTorch's backward)."""
+    x = input._float()
+    return where(x <= -3.0, 0.0, where(x < 3.0, x * (x + 3.0) * (1 / 6), x))
+
+
+def logsigmoid(input: Tensor) -> Tensor:
+    """log(sigmoid(x)) = -softplus(-x), stable for large |x|."""
+    return -_softplus_unit(-input._float())
+
+
+def softsign(input: Tensor) -> Tensor:
+    """x / (1 + |x|)."""
+    x = input._float()
+    return x / (1.0 + x.abs())
+
+
+def softmin(input: Tensor, dim: int | None = None) -> Tensor:
+    """softmax(-x) along `dim`."""
+    from .functional import softmax
+
+    return softmax(-input._float(), dim)
+
+
+def glu(input: Tensor, dim: int = -1) -> Tensor:
+    """a * sigmoid(b), where a and b are the two halves of `input` along `dim`."""
+    if input.ndim == 0:
+        fail(ShapeError, "glu", "glu does not support scalars because halving size must be even")
+    d = input._dim(dim, "glu")
+    size = input.shape[d]
+    if size % 2:
+        fail(ShapeError, "glu", f"Halving dimension must be even, but dimension {d} is size {size}")
+    half = size // 2
+    lo = [slice(None)] * input.ndim
+    hi = [slice(None)] * input.ndim
+    lo[d], hi[d] = slice(0, half), slice(half, size)
+    return input[tuple(lo)] * input[tuple(hi)].sigmoid()
+
+
+# ---------------------------------------------------------------- modules
+
+
+class GELU(Module):
+    """Gaussian error linear unit, as torch.nn.GELU (approximate='none' or 'tanh')."""
+
+    def __init__(self, approximate: str = "none"):
+        super().__init__()
+        self.approximate = approximate
+
+    def forward(self, input):
+        return gelu(input, self.approximate)
+
+    def extra_repr(self) -> str:
+        return f"approximate={self.approximate!r}"
+
+
+class SiLU(Module):
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+
+    def forward(self, input):
+        return silu(input)
+
+
+class Mish(Module):
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+
+    def forward(self, input):
+        return mish(input)
+
+
+class LeakyReLU(Module):
+    def __init__(self, negative_slope: float = 0.01, inplace: bool = False):
+        super().__init__()
+        self.negative_slope = negative_slope
+
+    def forward(self, input):
+        return leaky_relu(input, self.negative_slope)
+
+    def extra_repr(self) -> str:
+        return f"negative_slope={self.negative_slope}"
+
+
+class ELU(Module):
+    def __init__(self, alpha: float = 1.0, inplace: bool = False):
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, input):
+        return elu(input, self.alpha)
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}"
+
+
+class SELU(Module):
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+
+    def forward(self, input):
+        return selu(input)
+
+
+class CELU(Module):
+    def __init__(self, alpha: float = 1.0, inplace: bool = False):
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, input):
+        return celu(input, self.alpha)
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}"
+
+
+class Softplus(Module):
+    def __init__(self, beta: float = 1.0, threshold: float = 20.0):
+        super().__init__()
+        self.beta, self.threshold = beta, threshold
+
+    def forward(self, input):
+        return softplus(input, self.beta, self.threshold)
+
+    def extra_repr(self) -> str:
+        return f"beta={self.beta}, threshold={self.threshold}"
+
+
+class Hardtanh(Module):
+    def __init__(self, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False):
+        super().__init__()
+        if max_val < min_val:
+            raise ValueError("max_val must be greater than or equal to min_val")
+        self.min_val, self.max_val = min_val, max_val
+
+    def forward(self, input):
+        return hardtanh(input, self.min_val, self.max_val)
+
+    def extra_repr(self) -> str:
+        return f"min_val={self.min_val}, max_val={self.max_val}"
+
+
+class ReLU6(Hardtanh):
+    def __init__(self, inplace: bool = False):
+        super().__init__(0.0, 6.0)
+
+    def extra_repr(self) -> str:
+        return ""
+
+
+class Hardsigmoid(Module):
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+
+    def forward(self, input):
+        return hardsigmoid(input)
+
+
+class Hardswish(Module):
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+
+    def forward(self, input):
+        return hardswish(input)
+
+
+class LogSigmoid(Module):
+    def forward(self, input):
+        return logsigmoid(input)
+
+
+class Softsign(Module):
+    def forward(self, input):
+        return softsign(input)
+
+
+class Softmin(Module):
+    def __init__(self, dim: int | None = None):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, input):
+        return softmin(input, self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class GLU(Module):
+    def __init__(self, dim: int = -1):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, input):
+        return glu(input, self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"

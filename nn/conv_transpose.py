@@ -1,0 +1,205 @@
+"""Transposed convolutions: the gradient of a convolution with respect to its input, as a layer.
+
+conv_transpose(x, w) spreads every input element over a kernel-sized patch of
+the output, `stride` apart. It is computed as a plain correlation: insert
+stride - 1 zeros between the input's elements, pad by dilation * (k - 1) -
+padding on each side (plus `output_padding` after), and correlate with the
+weight flipped and with its in/out channel axes swapped.
+
+>>> import fusegrad as fg
+>>> from fusegrad.nn.conv_transpose import conv_transpose1d
+>>> conv_transpose1d(fg.ones(1, 1, 3), fg.ones(1, 1, 2), stride=2).tolist()
+[[[1.0, 1.0, 1.0, 1.0, 1.0, 1.0]]]
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..errors import DTypeError, ShapeError, fail
+from ..ir import node as N
+from ..tensor import Tensor
+from .conv import _correlate, _dilate, _module_bases, _tuple
+
+
+def _conv_transposend(
+    x: Tensor, weight, bias, stride, padding, output_padding, groups, dilation, n: int, op: str
+) -> Tensor:
+    if x.ndim not in (n + 1, n + 2):
+        fail(ShapeError, op, f"expected a {n + 2}-D (batched) or {n + 1}-D input, got {x.shape}")
+    if x.ndim == n + 1:
+        out = _conv_transposend(
+            x.unsqueeze(0), weight, bias, stride, padding, output_padding, groups, dilation, n, op
+        )
+        return out[0]
+    if weight.ndim != n + 2:
+        fail(
+            ShapeError,
+            op,
+            f"weight must be {n + 2}-D (in, out/groups, *kernel), got {weight.shape}",
+        )
+    if x.dtype is not weight.dtype:
+        fail(DTypeError, op, f"input is {x.dtype.name} but weight is {weight.dtype.name}")
+    cin, cout_g = weight.shape[:2]
+    kernel = weight.shape[2:]
+    if groups < 1 or cin % groups:
+        fail(ShapeError, op, f"groups={groups} must divide the weight's in_channels {cin}")
+    if x.shape[1] != cin:
+        fail(
+            ShapeError,
+            op,
+            f"input has {x.shape[1]} channels but weight {weight.shape} expects {cin}",
+        )
+    stride = _tuple(stride, n, "stride", op)
+    pads = _tuple(padding, n, "padding", op)
+    out_pads = _tuple(output_padding, n, "output_padding", op)
+    dilation = _tuple(dilation, n, "dilation", op)
+    for o, s, d in zip(out_pads, stride, dilation):
+        if o >= s and o >= d:
+            fail(
+                ShapeError,
+                op,
+                f"output padding must be smaller than either stride or dilation, but got "
+                f"output_padding={out_pads}, stride={stride}, dilation={dilation}",
+            )
+    if any(p < 0 for p in pads) or any(s < 1 for s in stride):
+        fail(ShapeError, op, f"negative padding {pads} or non-positive stride {stride}")
+    cout = cout_g * groups
+    cin_g = cin // groups
+    # (in, out/g, *k) -> (out, in/g, *k), flipped: the weight of the equivalent correlation
+    w = weight.reshape(groups, cin_g, cout_g, *kernel).transpose(1, 2)
+    w = w.reshape(cout, cin_g, *kernel)
+    w = w._make(N.flip(w.node, tuple(range(2, 2 + n))))
+    xd = _dilate(x, stride, n)
+    full = [
+        (d * (k - 1) - p, d * (k - 1) - p + o)
+        for k, p, o, d in zip(kernel, pads, out_pads, dilation)
+    ]
+    sizes = [
+        (i - 1) * s - 2 * p + d * (k - 1) + o + 1
+        for i, s, p, d, k, o in zip(x.shape[2:], stride, pads, dilation, kernel, out_pads)
+    ]
+    if any(v <= 0 for v in sizes):
+        fail(ShapeError, op, f"output size {tuple(sizes)} is too small (input {x.shape})")
+    out = _correlate(xd, w, full, (1,) * n, dilation, groups, op)
+    if bias is not None:
+        if bias.shape != (cout,):
+            fail(ShapeError, op, f"bias must have shape ({cout},), got {bias.shape}")
+        out = out + bias.reshape(1, cout, *([1] * n))
+    return out
+
+
+def conv_transpose1d(
+    input, weight, bias=None, stride=1, padding=0, output_padding=0, groups: int = 1, dilation=1
+) -> Tensor:
+    """1-D transposed convolution over (N, C, L); weight is (in, out/groups, k), as PyTorch."""
+    return _conv_transposend(
+        input, weight, bias, stride, padding, output_padding, groups, dilation, 1,
+        "conv_transpose1d",
+    )  # fmt: skip
+
+
+def conv_transpose2d(
+    input, weight, bias=None, stride=1, padding=0, output_padding=0, groups: int = 1, dilation=1
+) -> Tensor:
+    """2-D transposed convolution over (N, C, H, W); weight is (in, out/groups, kh, kw).
+
+    Output size per axis: (in - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1.
+    """
+    return _conv_transposend(
+        input, weight, bias, stride, padding, output_padding, groups, dilation, 2,
+        "conv_transpose2d",
+    )  # fmt: skip
+
+
+_Module, _uninitialized = _module_bases()
+
+
+class _ConvTransposeNd(_Module):
+    n = 0
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size,
+        stride=1,
+        padding=0,
+        output_padding=0,
+        groups: int = 1,
+        bias: bool = True,
+        dilation=1,
+        dtype=None,
+    ):
+        super().__init__()
+        name = f"ConvTranspose{self.n}d"
+        if in_channels % groups or out_channels % groups:
+            fail(
+                ShapeError,
+                name,
+                f"groups={groups} must divide in_channels={in_channels} "
+                f"and out_channels={out_channels}",
+            )
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size = _tuple(kernel_size, self.n, "kernel_size", name)
+        self.stride = _tuple(stride, self.n, "stride", name)
+        self.padding = _tuple(padding, self.n, "padding", name)
+        self.output_padding = _tuple(output_padding, self.n, "output_padding", name)
+        self.dilation = _tuple(dilation, self.n, "dilation", name)
+        self.weight = _uninitialized(
+            in_channels, out_channels // groups, *self.kernel_size, dtype=dtype
+        )
+        if bias:
+            self.bias = _uninitialized(out_channels, dtype=dtype)
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """As torch: fan_in is weight.shape[1] * kernel size (out_channels / groups * k)."""
+        from . import init
+
+        fan_in = (self.out_channels // self.groups) * math.prod(self.kernel_size)
+        init.torch_default_(self.weight, self.bias, fan_in)
+
+    def forward(self, input):
+        fn = conv_transpose1d if self.n == 1 else conv_transpose2d
+        return fn(
+            input,
+            self.weight,
+            self.bias,
+            self.stride,
+            self.padding,
+            self.output_padding,
+            self.groups,
+            self.dilation,
+        )
+
+    def extra_repr(self) -> str:
+        s = (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+            f"stride={self.stride}"
+        )
+        if self.padding != (0,) * self.n:
+            s += f", padding={self.padding}"
+        if self.output_padding != (0,) * self.n:
+            s += f", output_padding={self.output_padding}"
+        if self.dilation != (1,) * self.n:
+            s += f", dilation={self.dilation}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        if self.bias is None:
+            s += ", bias=False"
+        return s
+
+
+class ConvTranspose1d(_ConvTransposeNd):
+    """1-D transposed convolution layer, as torch.nn.ConvTranspose1d."""
+
+    n = 1
+
+
+class ConvTranspose2d(_ConvTransposeNd):
+    """2-D transposed convolution layer, as torch.nn.ConvTranspose2d."""
+
+    n = 2

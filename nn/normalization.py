@@ -1,0 +1,326 @@
+"""Normalization layers: LayerNorm, BatchNorm1d/2d, GroupNorm, and `F.normalize`.
+
+Statistics are biased means and variances over the normalized axes, computed
+as graph (so they fuse, and their gradients come from the primitives'
+rules). BatchNorm keeps PyTorch's running statistics as module buffers: in
+training each forward updates them with `momentum` (the unbiased batch
+variance, as PyTorch), or with a cumulative average when momentum is None;
+`eval()` normalizes with them instead.
+
+>>> import fusegrad as fg
+>>> from fusegrad import nn
+>>> ln = nn.LayerNorm(4)
+>>> y = ln(fg.tensor([[1.0, 2.0, 3.0, 4.0]]))
+>>> [round(v, 4) for v in y.tolist()[0]]
+[-1.3416, -0.4472, 0.4472, 1.3416]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import creation
+from ..autograd_state import no_grad
+from ..errors import ShapeError, fail
+from ..tensor import Tensor, where
+from ..tensor import realize as _realize
+from .module import Module, Parameter
+
+
+def _normalized(x: Tensor, axes: tuple[int, ...], eps: float) -> Tensor:
+    mean = x.mean(axes, keepdim=True)
+    centered = x - mean
+    var = (centered * centered).mean(axes, keepdim=True)
+    return centered * (var + eps).rsqrt()
+
+
+# ---------------------------------------------------------------- functions
+
+
+def layer_norm(
+    input: Tensor, normalized_shape, weight=None, bias=None, eps: float = 1e-5
+) -> Tensor:
+    """(x - mean) / sqrt(var + eps) over the last len(normalized_shape) axes, then * w + b."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    k = len(shape)
+    if k == 0 or tuple(input.shape[input.ndim - k :]) != shape or input.ndim < k:
+        fail(
+            ShapeError,
+            "layer_norm",
+            f"Given normalized_shape={list(shape)}, expected input with shape "
+            f"[*, {', '.join(map(str, shape))}], but got input of size {input.shape}",
+        )
+    x = input._float()
+    out = _normalized(x, tuple(range(x.ndim - k, x.ndim)), eps)
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    return out
+
+
+def group_norm(input: Tensor, num_groups: int, weight=None, bias=None, eps: float = 1e-5) -> Tensor:
+    """Normalize each of `num_groups` channel groups of each sample, then per-channel w, b."""
+    if input.ndim < 2:
+        fail(ShapeError, "group_norm", f"expected at least 2 dims (N, C, ...), got {input.shape}")
+    n, c = input.shape[:2]
+    if c % num_groups:
+        fail(
+            ShapeError,
+            "group_norm",
+            f"Expected number of channels in input to be divisible by num_groups, but got "
+            f"input of shape {input.shape} and num_groups={num_groups}",
+        )
+    x = input._float().reshape(n, num_groups, -1)
+    out = _normalized(x, (2,), eps).reshape(*input.shape)
+    per_channel = (1, c) + (1,) * (input.ndim - 2)
+    if weight is not None:
+        out = out * weight.reshape(per_channel)
+    if bias is not None:
+        out = out + bias.reshape(per_channel)
+    return out
+
+
+def batch_norm(
+    input: Tensor,
+    running_mean: Tensor | None,
+    running_var: Tensor | None,
+    weight=None,
+    bias=None,
+    training: bool = False,
+    momentum: float | None = 0.1,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Normalize each channel (dim 1) over the batch and spatial axes, as F.batch_norm.
+
+    training=True uses the batch's statistics and, when running buffers are
+    given, updates them in place: r = (1 - momentum) r + momentum * s, with
+    the unbiased variance (momentum=None: the caller passes the cumulative
+    factor; see BatchNorm). training=False uses the running statistics.
+    """
+    if input.ndim < 2:
+        fail(ShapeError, "batch_norm", f"expected at least 2 dims (N, C, ...), got {input.shape}")
+    c = input.shape[1]
+    x = input._float()
+    axes = (0,) + tuple(range(2, x.ndim))
+    per_channel = (1, c) + (1,) * (x.ndim - 2)
+    for name, t in (("running_mean", running_mean), ("running_var", running_var)):
+        if t is not None and t.shape != (c,):
+            fail(ShapeError, "batch_norm", f"{name} should have shape ({c},), got {t.shape}")
+    if training:
+        count = x.numel() // c
+        if count <= 1:
+            raise ValueError(
+                "Expected more than 1 value per channel when training, "
+                f"got input size {input.shape}"
+            )
+        mean = x.mean(axes, keepdim=True)
+        centered = x - mean
+        var = (centered * centered).mean(axes, keepdim=True)
+        out = centered * (var + eps).rsqrt()
+        if running_mean is not None or running_var is not None:
+            _update_running(running_mean, running_var, mean, var, count, momentum)
+    else:
+        if running_mean is None or running_var is None:
+            fail(ShapeError, "batch_norm", "running_mean and running_var are needed in eval mode")
+        out = (x - running_mean.reshape(per_channel)) * (
+            running_var.reshape(per_channel) + eps
+        ).rsqrt()
+    if weight is not None:
+        out = out * weight.reshape(per_channel)
+    if bias is not None:
+        out = out + bias.reshape(per_channel)
+    return out
+
+
+def _update_running(running_mean, running_var, mean, var, count: int, momentum) -> None:
+    """r = (1 - m) r + m s, computed now: a lazy update would chain every step's batch into
+    the next step's graph. (It costs one extra pass over the layer's input per step.)"""
+    m = 0.1 if momentum is None else float(momentum)
+    updated = []
+    with no_grad():
+        if running_mean is not None:
+            new = (1.0 - m) * running_mean + m * mean.detach().reshape(-1)
+            updated.append((running_mean, new.cast(running_mean.dtype)))
+        if running_var is not None:
+            unbiased = var.detach().reshape(-1) * (count / (count - 1))
+            new = (1.0 - m) * running_var + m * unbiased
+            updated.append((running_var, new.cast(running_var.dtype)))
+        _realize(*[v for _, v in updated])
+        for target, value in updated:
+            target.assign_(value)
+
+
+def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+    """x / max(||x||_p, eps) along `dim`, as F.normalize.
+
+    At a zero vector the gradient is 1 / eps, as PyTorch's (the norm's own gradient
+    there is taken as 0, not NaN).
+    """
+    x = input._float()
+    d = x._dim(dim, "normalize")
+    a = x.abs()
+    if p == float("inf"):
+        norm = a.amax(d, keepdim=True)
+    elif p == 1:
+        norm = a.sum(d, keepdim=True)
+    elif p == 2:
+        ss = (x * x).sum(d, keepdim=True)
+        norm = where(ss > 0, where(ss > 0, ss, 1.0).sqrt(), 0.0)
+    elif p > 0:
+        total = (where(a > 0, a, 1.0) ** p * (a > 0)).sum(d, keepdim=True)
+        norm = where(total > 0, where(total > 0, total, 1.0) ** (1.0 / p), 0.0)
+    else:
+        raise ValueError(f"normalize: p must be positive, got {p}")
+    return x / norm.maximum(eps)
+
+
+# ---------------------------------------------------------------- modules
+
+
+def _param(*shape: int, value: float) -> Parameter:
+    return Parameter(creation.from_numpy(np.full(shape, value, np.float32)))
+
+
+class LayerNorm(Module):
+    """Normalize over the last axes `normalized_shape`, with a learned scale and shift."""
+
+    def __init__(
+        self,
+        normalized_shape,
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+    ):
+        super().__init__()
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
+        self.normalized_shape = tuple(int(s) for s in shape)
+        self.eps, self.elementwise_affine = eps, elementwise_affine
+        if elementwise_affine:
+            self.weight = _param(*self.normalized_shape, value=1.0)
+            if bias:
+                self.bias = _param(*self.normalized_shape, value=0.0)
+            else:
+                self.register_parameter("bias", None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+
+    def forward(self, input):
+        return layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+        )
+
+
+class GroupNorm(Module):
+    """Normalize channel groups of each sample, as torch.nn.GroupNorm."""
+
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True):
+        super().__init__()
+        if num_channels % num_groups:
+            raise ValueError("num_channels must be divisible by num_groups")
+        self.num_groups, self.num_channels, self.eps, self.affine = (
+            num_groups,
+            num_channels,
+            eps,
+            affine,
+        )
+        if affine:
+            self.weight = _param(num_channels, value=1.0)
+            self.bias = _param(num_channels, value=0.0)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+
+    def forward(self, input):
+        return group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
+
+
+class _BatchNorm(Module):
+    dims: tuple[int, ...] = ()
+
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+    ):
+        super().__init__()
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        if affine:
+            self.weight = _param(num_features, value=1.0)
+            self.bias = _param(num_features, value=0.0)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        if track_running_stats:
+            self.register_buffer("running_mean", creation.zeros(num_features).realize())
+            self.register_buffer("running_var", creation.ones(num_features).realize())
+            self.register_buffer("num_batches_tracked", creation.tensor(0, dtype="int64").realize())
+        else:
+            self.register_buffer("running_mean", None)
+            self.register_buffer("running_var", None)
+            self.register_buffer("num_batches_tracked", None)
+
+    def reset_running_stats(self) -> None:
+        if self.track_running_stats:
+            self.running_mean.assign_(creation.zeros(self.num_features))
+            self.running_var.assign_(creation.ones(self.num_features))
+            self.num_batches_tracked.assign_(creation.tensor(0, dtype="int64"))
+
+    def forward(self, input):
+        if input.ndim not in self.dims:
+            wanted = " or ".join(f"{d}D" for d in self.dims)
+            raise ValueError(f"expected {wanted} input (got {input.ndim}D input)")
+        if input.shape[1] != self.num_features:
+            fail(
+                ShapeError,
+                type(self).__name__,
+                f"expected {self.num_features} channels (dim 1), got input of shape {input.shape}",
+            )
+        factor = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats:
+            done = int(self.num_batches_tracked.item()) + 1
+            self.num_batches_tracked.assign_(creation.tensor(done, dtype="int64"))
+            if self.momentum is None:  # cumulative moving average
+                factor = 1.0 / done
+        use_batch = self.training or not self.track_running_stats
+        # running buffers are updated only while training with tracking on
+        track = self.training and self.track_running_stats
+        return batch_norm(
+            input,
+            self.running_mean if track or not use_batch else None,
+            self.running_var if track or not use_batch else None,
+            self.weight,
+            self.bias,
+            use_batch,
+            factor,
+            self.eps,
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
+            f"affine={self.affine}, track_running_stats={self.track_running_stats}"
+        )
+
+
+class BatchNorm1d(_BatchNorm):
+    """Batch normalization over (N, C) or (N, C, L), as torch.nn.BatchNorm1d."""
+
+    dims = (2, 3)
+
+
+class BatchNorm2d(_BatchNorm):
+    """Batch normalization over (N, C, H, W), as torch.nn.BatchNorm2d."""
+
+    dims = (4,)

@@ -1,0 +1,154 @@
+"""`F.interpolate` (nearest, nearest-exact, linear, bilinear) and `nn.Upsample`.
+
+Each spatial axis is resampled on its own: the source positions are computed
+on the host (PyTorch's formulas, `align_corners` included), and the rows at
+those positions are gathered (the GATHER primitive that `F.embedding` uses,
+whose gradient scatters back), then blended with fixed weights for the
+linear modes.
+
+>>> import fusegrad as fg
+>>> import fusegrad.nn.functional as F
+>>> x = fg.tensor([[[1.0, 2.0]]])
+>>> F.interpolate(x, scale_factor=2, mode="nearest").tolist()
+[[[1.0, 1.0, 2.0, 2.0]]]
+>>> F.interpolate(x, size=3, mode="linear", align_corners=True).tolist()
+[[[1.0, 1.5, 2.0]]]
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import creation
+from ..errors import ShapeError, fail
+from ..tensor import Tensor
+from .module import Module
+
+_MODES = {"nearest": None, "nearest-exact": None, "linear": 1, "bilinear": 2}
+
+
+def _take_rows(x: Tensor, dim: int, index: np.ndarray) -> Tensor:
+    """x's slices at positions `index` along `dim` (a gather; its gradient scatter-adds)."""
+    from .functional import embedding
+
+    moved = x.transpose(0, dim) if dim else x
+    rest = moved.shape[1:]
+    table = moved.reshape(moved.shape[0], -1)
+    picked = embedding(creation.tensor(index.astype(np.int64)), table)
+    out = picked.reshape(len(index), *rest)
+    return out.transpose(0, dim) if dim else out
+
+
+def _scale(in_size: int, out_size: int, scale_factor, align_corners: bool) -> float:
+    if align_corners:
+        return (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
+    return 1.0 / scale_factor if scale_factor is not None else in_size / out_size
+
+
+def interpolate(
+    input: Tensor,
+    size=None,
+    scale_factor=None,
+    mode: str = "nearest",
+    align_corners: bool | None = None,
+    recompute_scale_factor: bool | None = None,
+    antialias: bool = False,
+) -> Tensor:
+    """Resize the spatial axes (all but N and C) of `input`, as torch.nn.functional.interpolate.
+
+    Give either `size` or `scale_factor`. 'nearest' takes floor(dst * scale)
+    (PyTorch's legacy rule), 'nearest-exact' rounds to the nearest centre;
+    'linear' (3-D input) and 'bilinear' (4-D) blend the two neighbours, with
+    corner pixels aligned when `align_corners=True`.
+    """
+    if mode not in _MODES:
+        raise NotImplementedError(
+            f"interpolate: mode '{mode}' is not supported (supported: {', '.join(_MODES)})"
+        )
+    if antialias:
+        raise NotImplementedError("interpolate: antialias=True is not supported")
+    linear = _MODES[mode]
+    if linear is None and align_corners is not None:
+        raise ValueError(
+            "align_corners option can only be set with the interpolating modes: "
+            "linear | bilinear | bicubic | trilinear"
+        )
+    n = input.ndim - 2
+    if n < 1:
+        fail(
+            ShapeError, "interpolate", f"expected a 3-D to 5-D input (N, C, ...), got {input.shape}"
+        )
+    if linear is not None and linear != n:
+        raise NotImplementedError(
+            f"Got {input.ndim}D input, but {mode} mode needs {linear + 2}D input"
+        )
+    if (size is None) == (scale_factor is None):
+        raise ValueError("only one of size or scale_factor should be defined")
+    spatial = input.shape[2:]
+    if size is not None:
+        sizes = (size,) * n if isinstance(size, int) else tuple(int(s) for s in size)
+        if len(sizes) != n:
+            raise ValueError(
+                f"Input and output must have the same number of spatial dimensions, but got "
+                f"input with spatial dimensions of {list(spatial)} and output size of {size}."
+            )
+        scales = (None,) * n
+    else:
+        scales = (
+            (float(scale_factor),) * n
+            if isinstance(scale_factor, (int, float))
+            else tuple(float(s) for s in scale_factor)
+        )
+        if len(scales) != n:
+            raise ValueError(
+                f"Input and scale_factor must have the same number of spatial dimensions, but "
+                f"got input with spatial dimensions of {list(spatial)} and scale_factor of "
+                f"shape {scale_factor}."
+            )
+        sizes = tuple(math.floor(i * s) for i, s in zip(spatial, scales))
+        if recompute_scale_factor:
+            scales = (None,) * n
+    if any(s <= 0 for s in sizes):
+        fail(ShapeError, "interpolate", f"output size {sizes} must be positive")
+    x = input if input.dtype.is_float else input.float()
+    for k, (i, o, sf) in enumerate(zip(spatial, sizes, scales)):
+        dim = 2 + k
+        dst = np.arange(o, dtype=np.float64)
+        if linear is None:
+            scale = _scale(i, o, sf, False)
+            offset = 0.5 if mode == "nearest-exact" else 0.0
+            src = np.minimum(np.floor((dst + offset) * scale), i - 1).astype(np.int64)
+            x = _take_rows(x, dim, src)
+            continue
+        corners = bool(align_corners)
+        scale = _scale(i, o, sf, corners)
+        pos = dst * scale if corners else np.maximum((dst + 0.5) * scale - 0.5, 0.0)
+        lo = np.minimum(np.floor(pos), i - 1).astype(np.int64)
+        hi = np.minimum(lo + 1, i - 1)
+        frac = (pos - lo).astype(x.dtype.np)
+        shape = [1] * x.ndim
+        shape[dim] = o
+        w_hi = creation.tensor(frac.reshape(shape), dtype=x.dtype)
+        x = _take_rows(x, dim, lo) * (1.0 - w_hi) + _take_rows(x, dim, hi) * w_hi
+    return x
+
+
+class Upsample(Module):
+    """Resize with `F.interpolate`, as torch.nn.Upsample."""
+
+    def __init__(self, size=None, scale_factor=None, mode: str = "nearest", align_corners=None):
+        super().__init__()
+        self.size, self.scale_factor = size, scale_factor
+        self.mode, self.align_corners = mode, align_corners
+
+    def forward(self, input):
+        return interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners)
+
+    def extra_repr(self) -> str:
+        if self.scale_factor is not None:
+            info = f"scale_factor={self.scale_factor!r}"
+        else:
+            info = f"size={self.size!r}"
+        return info + f", mode={self.mode!r}"

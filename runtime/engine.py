@@ -1,0 +1,477 @@
+"""The engine: the one runtime object that computes values of IR nodes.
+
+Everything that outlives a single call lives here, in one place:
+
+- `values`: node -> buffer, for the nodes computed so far. Weak in the node: when
+  the last reference to a node goes, so does its entry (nodes themselves never
+  change after they are made).
+- `plans`: compiled schedules keyed by graph structure, least recently used first,
+  bounded by `config.plan_cache_size` (kernels: `runtime/compiler.py`, bounded too).
+- the observers of every run (`FUSEGRAD_DUMP` writes kernels through one).
+- per-thread recording of the realizes a call makes (`fusegrad.jit`).
+
+Realizing is one path: find the graph's structural key, compile a plan on a miss
+(schedule -> lower -> render -> compile every kernel), then `execute(plan, leaves)`.
+A plan runs kernel by kernel (timed: the first run, and under `FUSEGRAD_DEBUG`) or as
+one native program per thread (`runtime/program.py`). A plan names its device; the
+CPU is the only one so far.
+
+>>> import fusegrad as fg
+>>> from fusegrad.runtime.engine import engine
+>>> y = fg.ones(3) * 2
+>>> _ = engine.realize([y.node])
+>>> engine.value(y.node).numpy().tolist()
+[2.0, 2.0, 2.0]
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import json
+import math
+import os
+import sys
+import threading
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from ..codegen.cuda import render_cuda
+from ..codegen.llvm import render_llvm
+from ..codegen.loopir import Kernel
+from ..codegen.lower import kernel_symbol, lower
+from ..ir import phases
+from ..ir.node import Node
+from ..ir.ops import Ops
+from ..ir.schedule import ScheduleItem, schedule, structural_key
+from .buffer import Buffer
+from .compiler import CompiledKernel, compile_kernel
+from .config import config
+from .launch import effective_threads, launch, run_threads
+from .program import compile_program
+
+
+@dataclass
+class KernelRecord:
+    """One kernel that ran: what it fused, why it is a kernel, and its code at every level."""
+
+    name: str
+    ops: list[str]
+    lines: list[str]  # the user's file:line of the ops inside
+    reason: str  # why this kernel's output is materialized
+    shape: tuple[int, ...]
+    input_shapes: list[tuple[int, ...]]
+    bytes: int  # bytes read and written
+    flops: int
+    # None when the kernel ran inside a native program (a cached schedule of several
+    # kernels runs as one call per thread): the program is timed as a whole, not each
+    # kernel. FUSEGRAD_DEBUG=1 launches kernels one by one and times each.
+    seconds: float | None
+    compile_seconds: float
+    cache: str  # "compiled", "disk" or "memory"
+    loop: Kernel = field(repr=False)
+    compiled: CompiledKernel = field(repr=False)
+
+    @property
+    def loop_ir(self) -> str:
+        return str(self.loop)
+
+    @property
+    def llvm_ir(self) -> str:
+        return self.compiled.source
+
+    @property
+    def llvm_ir_optimized(self) -> str:
+        return self.compiled.optimized_ir
+
+    @property
+    def asm(self) -> str:
+        return self.compiled.asm
+
+    @functools.cached_property
+    def cuda_c(self) -> str:
+        return render_cuda(self.loop, self.compiled.symbol)
+
+    def summary(self) -> str:
+        shape = "x".join(map(str, self.shape)) or "scalar"
+        if self.seconds is None:
+            return f"{self.name:<40} {shape:>16}  (ran inside a program: not timed alone)"
+        ms = self.seconds * 1e3
+        gbs = self.bytes / self.seconds / 1e9 if self.seconds > 0 else 0.0
+        gfl = self.flops / self.seconds / 1e9 if self.seconds > 0 else 0.0
+        cache = (
+            self.cache
+            if self.cache == "memory"
+            else f"{self.cache} {self.compile_seconds * 1e3:.1f} ms"
+        )
+        rate = f"{gbs:7.1f} GB/s {gfl:7.1f} GFLOP/s"
+        return f"{self.name:<40} {shape:>16} {ms:9.3f} ms {rate}  [{cache}]"
+
+
+def _log(msg: str) -> None:
+    print(f"fusegrad: {msg}", file=sys.stderr)
+
+
+@dataclass
+class Step:
+    """One kernel of a plan, with its inputs as positions instead of nodes."""
+
+    record: KernelRecord  # names, code, lines, and how it was compiled
+    extent: int  # the parallel loop's length
+    work: int  # inner iterations in all (decides whether threads help)
+    outs: list[tuple[int, int, object]]  # (slot, size, dtype) of each buffer it writes
+    inputs: list[tuple[str, int]]  # ("leaf", i): the plan's i-th input; ("tmp", g): slot g
+    frees: list[int]  # slots whose buffers are dead once this step has run
+
+
+@dataclass
+class Plan:
+    """A compiled schedule: kernels, where each reads and writes, what it returns."""
+
+    steps: list[Step]
+    outputs: list[int]  # for each requested node, the slot that holds it
+    slots: int  # kernel outputs in all
+    nleaves: int  # inputs it is run on
+    device: str = "cpu"
+    program: object = None  # the native program, built once the plan is cached
+    fns: object = None  # kernel addresses, as the program reads them
+    records: list = field(default_factory=list)  # what a run through the program reports
+
+
+@dataclass
+class _Recording:
+    """A thread's realizes while `fusegrad.jit` records a call."""
+
+    realizes: list = field(default_factory=list)  # (plan, requested nodes, leaves)
+    fresh: set = field(default_factory=set)  # ids of the nodes computed during the call
+
+
+class Engine:
+    """Computes node values, keeps them, and caches the plans that computed them."""
+
+    def __init__(self):
+        self._values: dict[int, tuple[weakref.ref, Buffer]] = {}
+        self.plans: OrderedDict[tuple, Plan] = OrderedDict()
+        self._plans_lock = threading.Lock()
+        self.stats = {"scheduled": 0, "schedule_hits": 0}
+        self.observers: list[Callable[[list[KernelRecord]], None]] = [_dump]
+        self._local = threading.local()
+
+    # ---------------------------------------------------------------- values
+    def value(self, n: Node) -> Buffer | None:
+        """The buffer holding n's value, or None if it has not been computed."""
+        if n.op is Ops.BUFFER:
+            return n.arg
+        e = self._values.get(id(n))
+        return e[1] if e is not None else None
+
+    def bind(self, n: Node, buf: Buffer) -> None:
+        """Record `buf` as n's value (for as long as n lives)."""
+        if n.op is Ops.BUFFER:
+            return
+        key = id(n)
+        values = self._values
+
+        def forget(ref, key=key):
+            e = values.get(key)
+            if e is not None and e[0] is ref:
+                del values[key]
+
+        values[key] = (weakref.ref(n, forget), buf)
+
+    def has_value_predicate(self) -> Callable[[Node], bool]:
+        """Whether a node is an input to kernels (its value is in memory) rather than
+        something to compute. Constants are always computed inline. While a jit call is
+        recorded, only values computed during the call count, so the recording holds
+        every kernel a replay must run."""
+        rec = getattr(self._local, "recording", None)
+        values = rec.fresh if rec is not None else self._values
+        buffer, const = Ops.BUFFER, Ops.CONST
+
+        def has_value(n: Node) -> bool:
+            return n.op is buffer or (n.op is not const and id(n) in values)
+
+        return has_value
+
+    # ---------------------------------------------------------------- realize
+    def realize(self, nodes: list[Node]) -> list[KernelRecord]:
+        """Compute every node in `nodes` that has no value yet; return the kernels that ran.
+
+        Scheduling and compiling happen once per graph *structure*: the plan is
+        cached under the graph's structural key (values already in memory are its
+        parameters), so the second step of a training loop only runs kernels.
+        """
+        has_value = self.has_value_predicate()
+        todo = list({id(n): n for n in nodes if not has_value(n)}.values())
+        rec = getattr(self._local, "recording", None)
+        if rec is None:
+            todo = [n for n in todo if id(n) not in self._values]
+        for n in [n for n in todo if n.numel == 0]:  # nothing to compute
+            self.bind(n, Buffer(0, n.dtype))
+            todo.remove(n)
+        if not todo:
+            return []
+        plan, leaves, fresh = self.plan_for(todo, has_value)
+        self.run(plan, [self.value(x) for x in leaves], todo, range(len(todo)), timed=fresh)
+        if rec is not None:
+            rec.realizes.append((plan, todo, leaves))
+            rec.fresh.update(id(n) for n in todo)
+        return self.value(todo[0]).kernels
+
+    def run(self, plan: Plan, leaves: list[Buffer], nodes, targets, timed=False) -> list[Buffer]:
+        """Execute `plan` on `leaves`; node `nodes[k]` takes output `targets[k]` as its value.
+        Returns the plan's output buffers; the observers see the kernels' records."""
+        outs, records = self.execute(plan, leaves, timed=timed)
+        for out in outs:
+            out.kernels = records
+        for n, j in zip(nodes, targets):
+            self.bind(n, outs[j])
+        for observe in self.observers:
+            observe(records)
+        return outs
+
+    def plan_for(self, todo: list[Node], has_value=None) -> tuple[Plan, list[Node], bool]:
+        """The plan computing `todo`, the nodes it takes as inputs, and whether it is new."""
+        has_value = has_value or self.has_value_predicate()
+        with phases.timed("key"):
+            key, leaves = structural_key(todo, has_value)
+        with self._plans_lock:
+            plan = self.plans.get(key)
+            if plan is not None:
+                self.plans.move_to_end(key)
+        if plan is not None:
+            self.stats["schedule_hits"] += 1
+            if config.debug >= 1:
+                _log(f"schedule cache hit: {len(plan.steps)} kernel(s), nothing compiled")
+            return plan, leaves, False
+        self.stats["scheduled"] += 1
+        before = phases.snapshot() if config.debug >= 1 else None
+        plan = compile_plan(todo, leaves, has_value)
+        if config.program:
+            _build_program(plan)  # now, so that later runs compile nothing
+        if before is not None:
+            _log_phases(before, plan.records)
+        with self._plans_lock:
+            self.plans[key] = plan
+            while len(self.plans) > max(1, config.plan_cache_size):
+                self.plans.popitem(last=False)
+        return plan, leaves, True
+
+    # ---------------------------------------------------------------- execute
+    def execute(
+        self, plan: Plan, leaves: list[Buffer], timed: bool = False
+    ) -> tuple[list[Buffer], list[KernelRecord]]:
+        """Run `plan` on these input buffers; its outputs' buffers and the kernels' records.
+
+        Kernel by kernel (each timed) when `timed`, under FUSEGRAD_DEBUG or with
+        FUSEGRAD_PROGRAM=0; otherwise as one native program per thread.
+        """
+        if not timed and config.program and config.debug == 0 and len(plan.steps) > 1:
+            return _run_program(plan, leaves)
+        bufs: list[Buffer | None] = [None] * plan.slots
+        records = []
+        for step in plan.steps:
+            outs = [Buffer(size, dtype) for _, size, dtype in step.outs]
+            inputs = [leaves[i] if kind == "leaf" else bufs[i] for kind, i in step.inputs]
+            ptrs = [b.ptr for b in outs] + [b.ptr for b in inputs]
+            t0 = time.perf_counter()
+            launch(step.record.compiled.fn, step.extent, step.work, ptrs)
+            seconds = time.perf_counter() - t0
+            rec = step.record
+            if not timed:  # a cached plan: nothing was compiled for this run
+                rec = replace(rec, cache="memory", compile_seconds=0.0)
+            rec = replace(rec, seconds=seconds)
+            records.append(rec)
+            if config.debug >= 1:
+                _log(rec.summary())
+                if config.debug >= 3 and timed:
+                    _log(f"loop IR:\n{rec.loop_ir}\nLLVM IR:\n{rec.llvm_ir}")
+            for (g, _, _), out in zip(step.outs, outs):
+                bufs[g] = out
+            for f in step.frees:
+                bufs[f] = None
+        return [bufs[k] for k in plan.outputs], records
+
+    # ---------------------------------------------------------------- recording
+    def start_recording(self) -> _Recording:
+        """Record this thread's realizes (see `fusegrad.jit`) until `stop_recording`."""
+        if getattr(self._local, "recording", None) is not None:
+            raise RuntimeError("already recording on this thread")
+        rec = self._local.recording = _Recording()
+        return rec
+
+    def stop_recording(self) -> None:
+        self._local.recording = None
+
+    def recording(self) -> bool:
+        return getattr(self._local, "recording", None) is not None
+
+
+def compile_plan(todo: list[Node], leaves: list[Node], has_value) -> Plan:
+    """Schedule the graph under `todo`, and lower, render and compile every kernel."""
+    with phases.timed("schedule"):
+        items = schedule(todo, has_value)
+    if config.debug >= 2:
+        _log(f"schedule: {len(items)} kernel(s)")
+        for i, item in enumerate(items):
+            _log(f"  [{i}] {' '.join(item.ops)} -> {item.root.shape} ({item.reason})")
+            for site in item.sites:
+                _log(f"        from {site}")
+    position = {id(n): ("leaf", i) for i, n in enumerate(leaves)}
+    slots = 0
+    for item in items:
+        for n in item.outputs:
+            position[id(n)] = ("tmp", slots)
+            slots += 1
+    last_read: dict[int, int] = {}
+    for k, item in enumerate(items):
+        for n in item.inputs:
+            last_read[id(n)] = k
+    wanted = {id(n) for n in todo}
+    steps: list[Step] = []
+    for k, item in enumerate(items):
+        rec, extent, work = _compile_item(item)
+        # memory planning: an intermediate's buffer goes back to the pool after its last reader
+        frees = [
+            position[id(n)][1]
+            for n in item.inputs
+            if last_read[id(n)] == k and position[id(n)][0] == "tmp" and id(n) not in wanted
+        ]
+        outs = [(position[id(n)][1], n.numel, n.dtype) for n in item.outputs]
+        steps.append(Step(rec, extent, work, outs, [position[id(n)] for n in item.inputs], frees))
+    plan = Plan(steps, [position[id(n)][1] for n in todo], slots, len(leaves))
+    plan.records = [
+        replace(s.record, seconds=None, cache="memory", compile_seconds=0.0) for s in steps
+    ]
+    return plan
+
+
+def _compile_item(item: ScheduleItem) -> tuple[KernelRecord, int, int]:
+    with phases.timed("lower"):
+        loop = lower(item)
+    with phases.timed("render"):
+        source = render_llvm(loop, "KERNEL")
+    symbol = kernel_symbol(source, loop.name)
+    source = source.replace("@KERNEL(", f"@{symbol}(")
+    with phases.timed("llvm"):
+        compiled = compile_kernel(source, symbol, len(loop.params))
+    root = item.root
+    work = root.numel * (
+        math.prod(item.reduce.srcs[0].shape) // item.reduce.numel if item.reduce else 1
+    )
+    nbytes = sum(n.numel * n.dtype.itemsize for n in item.outputs + item.inputs)
+    rec = KernelRecord(
+        name=loop.name,
+        ops=item.ops,
+        lines=item.sites,
+        reason=item.reason,
+        shape=root.shape,
+        input_shapes=[n.shape for n in item.inputs],
+        bytes=nbytes,
+        flops=loop.flops,
+        seconds=None,
+        compile_seconds=compiled.compile_seconds,
+        cache=compiled.cache,
+        loop=loop,
+        compiled=compiled,
+    )
+    return rec, loop.parallel_extent, work
+
+
+def _build_program(plan: Plan) -> None:
+    """String a plan's kernels into one native program (see runtime/program.py)."""
+    if plan.program is not None or len(plan.steps) < 2:
+        return
+    n = plan.nleaves
+    steps = [
+        (
+            s.extent,
+            s.work,
+            [n + g for g, _, _ in s.outs]
+            + [i if kind == "leaf" else n + i for kind, i in s.inputs],
+        )
+        for s in plan.steps
+    ]
+    with phases.timed("program"):
+        program = compile_program(steps)
+    fns = [s.record.compiled.address for s in plan.steps] + [_sched_yield_address()]
+    plan.fns = np.array(fns, dtype=np.uint64)
+    plan.program = program
+
+
+def _run_program(plan: Plan, leaves: list[Buffer]) -> tuple[list[Buffer], list[KernelRecord]]:
+    """Run a cached schedule as one native call per thread."""
+    _build_program(plan)
+    outs: list = [None] * plan.slots
+    for s in plan.steps:
+        for g, size, dtype in s.outs:
+            outs[g] = Buffer(size, dtype)
+    ptrs = np.array([b.ptr for b in leaves] + [b.ptr for b in outs], dtype=np.uint64)
+    barrier = np.zeros(2, dtype=np.int64)  # per call: two threads may run one plan at once
+    args = [ptrs.ctypes.data, plan.fns.ctypes.data, barrier.ctypes.data]
+    run_threads(plan.program.fn, effective_threads(), args)
+    return [outs[k] for k in plan.outputs], plan.records
+
+
+def _log_phases(before: dict[str, float], records: list[KernelRecord]) -> None:
+    """One line: the compile time a new schedule cost, phase by phase."""
+    spent = {k: v - before[k] for k, v in phases.seconds.items() if k not in ("autodiff", "key")}
+    how = {c: sum(r.cache == c for r in records) for c in ("compiled", "disk", "memory")}
+    parts = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in spent.items())
+    _log(
+        f"new schedule, {len(records)} kernel(s) ({how['compiled']} compiled, {how['disk']} "
+        f"from disk, {how['memory']} in memory): {parts}"
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _sched_yield_address() -> int:
+    """libc's sched_yield, which the program calls through a pointer (no symbol to link)."""
+    return ctypes.cast(ctypes.CDLL(None).sched_yield, ctypes.c_void_p).value
+
+
+_manifests: dict[str, list[dict]] = {}  # dump folder -> its manifest entries
+
+
+def _dump(records: list[KernelRecord]) -> None:
+    """The FUSEGRAD_DUMP observer: every kernel's code and a manifest.json."""
+    if not config.dump:
+        return
+    os.makedirs(config.dump, exist_ok=True)
+    manifest = _manifests.setdefault(os.path.abspath(config.dump), [])
+    for rec in records:
+        stem = f"{len(manifest):03d}_{rec.name}"
+        for ext, text in ((".loop", rec.loop_ir), (".ll", rec.llvm_ir), (".cu", rec.cuda_c)):
+            with open(os.path.join(config.dump, stem + ext), "w") as f:
+                f.write(text)
+        manifest.append(
+            {
+                "file": stem,
+                "name": rec.name,
+                "ops": rec.ops,
+                "lines": rec.lines,
+                "reason": rec.reason,
+                "shape": list(rec.shape),
+                "input_shapes": [list(s) for s in rec.input_shapes],
+                "bytes": rec.bytes,
+                "flops": rec.flops,
+                "compile_ms": round(rec.compile_seconds * 1e3, 3),
+                "cache": rec.cache,
+            }
+        )
+    with open(os.path.join(config.dump, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=1)
+
+
+engine = Engine()
+stats = engine.stats
+
+
+def realize(nodes: list[Node]) -> list[KernelRecord]:
+    """`engine.realize(nodes)`."""
+    return engine.realize(nodes)

@@ -1,0 +1,123 @@
+"""Ulp error tables of fusegrad's exp, log, sin, cos, tanh and sigmoid, written to docs/NUMERICS.md.
+
+    .venv/bin/python scripts/ulp_tables.py            # writes docs/NUMERICS.md
+    .venv/bin/python scripts/ulp_tables.py --print    # prints the tables only
+
+The oracle is numpy in float64 (float32 results) or mpmath-free float64 with the
+float64 function's own rounding (float64 results: numpy's libm, itself within about
+1 ulp, so float64 figures near 1 ulp are limited by the oracle). Points are evenly
+spaced over each range (1,000,001 of them), plus the range's ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+
+import numpy as np
+
+import fusegrad as fg
+
+N = 1_000_001
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+FUNCTIONS = {
+    "exp": (np.exp, [(-87.0, 88.0), (-700.0, 700.0)]),
+    "log": (np.log, [(1e-30, 1e30), (1e-6, 10.0)]),
+    "sin": (np.sin, [(-100.0, 100.0), (-1e4, 1e4), (-1e6, 1e6)]),
+    "cos": (np.cos, [(-100.0, 100.0), (-1e4, 1e4), (-1e6, 1e6)]),
+    "tanh": (np.tanh, [(-10.0, 10.0), (-0.5, 0.5)]),
+    "sigmoid": (_sigmoid, [(-30.0, 30.0), (-1.0, 1.0)]),
+}
+
+
+def ulp_errors(name: str, lo: float, hi: float, dtype: str) -> np.ndarray:
+    ref, _ = FUNCTIONS[name]
+    npdt = np.dtype(dtype)
+    if name == "log" and lo > 0 and hi / lo > 1e3:
+        x = np.geomspace(lo, hi, N)
+    else:
+        x = np.linspace(lo, hi, N)
+    x = x.astype(npdt)
+    if name == "exp" and dtype == "float32":
+        x = x[np.abs(x) <= 88]
+    got = getattr(fg.tensor(x), name)().numpy().astype(np.float64)
+    with np.errstate(all="ignore"):
+        want = ref(x.astype(np.float64))
+    spacing = np.spacing(np.abs(want).astype(npdt)).astype(np.float64)
+    spacing = np.maximum(spacing, np.finfo(npdt).smallest_subnormal)
+    return np.abs(got - want) / spacing
+
+
+def table(dtype: str) -> str:
+    rows = [
+        f"| function | range | max ulp | 99.9% ulp | points > 2 ulp | ({dtype}) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, (_, ranges) in FUNCTIONS.items():
+        for lo, hi in ranges:
+            if dtype == "float32" and name == "exp" and hi > 88:
+                continue
+            e = ulp_errors(name, lo, hi, dtype)
+            rows.append(
+                f"| {name} | [{lo:g}, {hi:g}] | {e.max():.2f} | {np.percentile(e, 99.9):.2f} | "
+                f"{(e > 2).mean() * 100:.3f}% | |"
+            )
+    return "\n".join(rows)
+
+
+HEADER = """# Numerics
+
+fusegrad's transcendentals are polynomials in LLVM IR (`codegen/llvm_math.py`), so the
+loop vectorizer can widen them; this page is how accurate they are. Regenerate it with
+
+    .venv/bin/python scripts/ulp_tables.py
+
+Errors are in ulps of the result's dtype against numpy in float64 (for float64 results
+the oracle is itself about 1 ulp off, which bounds what the float64 table can show).
+sin and cos reduce the argument by pi/2 in double with a three-part (Cody-Waite) pi/2,
+so float32 results are correctly rounded or 1 ulp off to |x| ~ 1e9; cos is its own
+function of the same reduction (one quadrant on), not sin(x + pi/2). tanh and sigmoid
+are compositions of exp in the frontend (`frontend/tensor.py`).
+
+## Where fusegrad differs from PyTorch on purpose
+
+- An in-place update of a tensor that is not a leaf keeps graphs built before it right
+  (they hold the old value), so `backward()` through them does not raise as PyTorch's
+  version check would; updating a leaf that an older graph uses does raise.
+- In-place operators rebind the tensor itself; a view (`v = x[0]; v += 1`) does not write
+  through to the tensor it was taken from.
+- Class indices and one_hot inputs are checked when their values are already known
+  (data passed in); a target computed lazily in the same graph is not read early.
+- Gradient of amax over a row with a NaN: shared among the NaNs (as torch's full max());
+  torch's amax gives NaN there.
+
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--print", action="store_true")
+    args = ap.parse_args()
+    text = (
+        HEADER
+        + "## float32\n\n"
+        + table("float32")
+        + "\n\n## float64\n\n"
+        + table("float64")
+        + "\n"
+    )
+    if args.print:
+        print(text)
+        return
+    out = pathlib.Path(__file__).resolve().parent.parent / "docs" / "NUMERICS.md"
+    out.write_text(text)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""One rank of the distributed tests: `mpiexec -n 2 python _ddp_worker.py CASE OUT_DIR [...]`.
+
+Each case checks what only the ranks can see and writes its results to OUT_DIR
+for the test (tests/distributed/test_ddp.py) to compare with a single process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+from _ddp_models import global_batches, make_model, make_optimizer, parameters, train
+
+import fusegrad as fg
+import fusegrad.distributed as dist
+from fusegrad.data import DistributedSampler
+from fusegrad.nn.parallel import DistributedDataParallel
+
+
+def train_case(out: str, kind: str, optimizer: str, micro: int, cap_mb: float) -> None:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    # a different initialization on each rank: DDP must start every rank from rank 0's
+    model = DistributedDataParallel(make_model(kind, seed=100 + rank), bucket_cap_mb=cap_mb)
+    opt = make_optimizer(optimizer, model.parameters())
+    calls = []
+    reduce_arrays = dist.allreduce_arrays
+
+    def counting(arrays, op="sum"):
+        calls.append([int(a.size) for a in arrays])
+        reduce_arrays(arrays, op)
+
+    dist.allreduce_arrays = counting
+    batches = global_batches(kind, steps=2, size=4 * world * micro)
+    rows = list(DistributedSampler(range(len(batches[0][0])), shuffle=False))
+    no_sync = model.no_sync if micro > 1 else None
+    losses = train(model, opt, batches, rows=rows, micro=micro, no_sync=no_sync)
+    np.savez(os.path.join(out, f"rank{rank}.npz"), **parameters(model.module))
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump({"losses": losses, "calls": calls, "buckets": model.buckets}, f)
+
+
+def no_sync_case(out: str) -> None:
+    """Inside no_sync() the gradients stay local (they differ between ranks); after the
+    next backward outside it they are averaged (equal on every rank)."""
+    rank = dist.get_rank()
+    model = DistributedDataParallel(fg.nn.Linear(6, 3))  # linear: d sum / d weight is sum(x)
+    x = fg.full((2, 6), float(rank + 1))
+    with model.no_sync():
+        model(x).sum().backward()
+    local = np.array(model.module.weight.grad.numpy())
+    model(x).sum().backward()
+    total = np.array(model.module.weight.grad.numpy())
+    # a layer only rank 0 uses counts as zero on rank 1; one nobody uses keeps no gradient
+    partial = DistributedDataParallel(_TwoHeads())
+    partial(fg.ones(2, 6), use_b=rank == 0).sum().backward()
+    b_grad = np.array(partial.module.b.weight.grad.numpy())
+    unused = partial.module.c.weight.grad is None
+    np.savez(
+        os.path.join(out, f"rank{rank}.npz"), local=local, total=total, b=b_grad, unused=unused
+    )
+
+
+class _TwoHeads(fg.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = (fg.nn.Linear(6, 3) for _ in range(3))
+
+    def forward(self, x, use_b):
+        return self.a(x) + self.b(x) if use_b else self.a(x)
+
+
+def collectives_case(out: str) -> None:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    t = fg.tensor([1.0, -2.0]) * (rank + 1)
+    dist.all_reduce(t)
+    s = t.tolist()
+    t = fg.tensor([1.0, -2.0]) * (rank + 1)
+    dist.all_reduce(t, op="mean")
+    m = t.tolist()
+    t = fg.tensor([float(rank), -float(rank)])
+    dist.all_reduce(t, op="max")
+    mx = t.tolist()
+    w = fg.tensor([[float(rank)] * 3], requires_grad=True)
+    dist.broadcast(w, src=world - 1)
+    b, leaf = w.tolist(), w.is_leaf and w.requires_grad
+    dist.barrier()
+    errors = []
+    try:  # shapes that differ between ranks: every rank raises, nobody hangs
+        dist.all_reduce(fg.zeros(rank + 1))
+    except fg.ShapeError as e:
+        errors.append(str(e))
+    try:
+        dist.all_reduce(fg.tensor([1, 2]), op="mean")
+    except fg.DTypeError as e:
+        errors.append(str(e))
+    jit_error = None
+    model = DistributedDataParallel(make_model("mlp", seed=0))
+    opt = fg.optim.SGD(model.parameters(), lr=0.1)
+
+    @fg.jit
+    def step(x):
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+
+    try:
+        for _ in range(4):
+            step(fg.ones(2, 6))
+    except fg.JitError as e:
+        jit_error = str(e)
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump(
+            {
+                "sum": s,
+                "mean": m,
+                "max": mx,
+                "bcast": b,
+                "leaf": leaf,
+                "errors": errors,
+                "jit": jit_error,
+                "world": world,
+            },
+            f,
+        )
+
+
+def fault_case(out: str, how: str) -> None:
+    rank = dist.get_rank()
+    model = DistributedDataParallel(make_model("mlp", seed=0, width=16 + rank * (how == "shape")))
+    opt = fg.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(3):
+        if rank == 1 and step == 1:
+            if how == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            if how == "raise":
+                raise RuntimeError("injected fault in rank 1")
+            if how == "hang":
+                time.sleep(120)
+        opt.zero_grad()
+        model(fg.ones(2, 6)).sum().backward()
+        opt.step()
+    print(f"rank {rank} finished", flush=True)
+
+
+if __name__ == "__main__":
+    case, out, *rest = sys.argv[1:]
+    timeout = float(os.environ.get("DDP_TEST_TIMEOUT", "120"))
+    dist.init_process_group(timeout=timeout)
+    if case == "train":
+        kind, optimizer, micro, cap = rest
+        train_case(out, kind, optimizer, int(micro), float(cap))
+    elif case == "no_sync":
+        no_sync_case(out)
+    elif case == "collectives":
+        collectives_case(out)
+    else:
+        fault_case(out, case)
+    dist.destroy_process_group()

@@ -1,0 +1,46 @@
+"""Running the 2-rank worker from pytest: skipped only where MPI is not installed (never in CI)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "_ddp_worker.py")
+
+
+def _mpi_missing() -> str | None:
+    if shutil.which("mpiexec") is None:
+        return "mpiexec not found (apt-get install openmpi-bin libopenmpi-dev; .ci/run does)"
+    return None  # with mpiexec present, a missing mpi4py is a failure, not a skip
+
+
+MISSING = _mpi_missing()
+if MISSING and os.environ.get("CI"):  # CI installs Open MPI: these tests must run there
+    raise RuntimeError(f"CI=true but the distributed tests cannot run: {MISSING}")
+
+needs_mpi = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
+
+
+def run_ranks(case: str, out, *args: str, nproc: int = 2, timeout: float = 240, env=None):
+    """Run the worker on `nproc` ranks (1 thread each) through the launcher; returns
+    (CompletedProcess, seconds). A job still running after `timeout` fails the test."""
+    cmd = [sys.executable, "-m", "fusegrad.distributed.run", "--nproc", str(nproc)]
+    cmd += ["--threads", "1", WORKER, case, str(out), *args]
+    start = time.monotonic()
+    try:
+        done = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, **(env or {})},
+        )
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"{case}: the job hung for more than {timeout} s:\n{e.stderr}")
+    return done, time.monotonic() - start

@@ -1,0 +1,142 @@
+"""x ** y as torch.pow: exact integral powers, signs of negative bases, C's special cases,
+gradients (at 0 too), integer powers that stay integers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import fusegrad as fg
+
+INF, NAN = math.inf, math.nan
+
+
+def c_pow(x: float, y: float) -> float:
+    """C99 pow (what torch.pow calls for tensor exponents), in float64."""
+    if y == 0 or x == 1:
+        return 1.0
+    if math.isnan(x) or math.isnan(y):
+        return NAN
+    integral = math.isfinite(y) and float(y).is_integer()
+    odd = integral and abs(y) < 2**53 and int(y) % 2 == 1
+    if x == 0:
+        sign = -1.0 if (math.copysign(1, x) < 0 and odd) else 1.0
+        return sign * (0.0 if y > 0 else INF)
+    if math.isinf(x):
+        mag = INF if (y > 0) == (x > 0 or True) and y > 0 else 0.0
+        sign = -1.0 if (x < 0 and odd) else 1.0
+        return sign * mag
+    if x < 0 and not integral and math.isfinite(y):
+        return NAN
+    if abs(x) == 1 and math.isinf(y):
+        return 1.0
+    with np.errstate(all="ignore"):
+        return float(np.sign(x) ** (1 if odd else 0) * np.power(np.float64(abs(x)), y))
+
+
+BASES = [0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 3.0, INF, -INF, NAN]
+EXPONENTS = [0.0, 1.0, 2.0, 3.0, -1.0, -2.0, -3.0, 0.5, -0.5, 2.5, 1 / 3, INF, -INF, NAN, 10.0]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_special_cases_match_c_pow(dtype):
+    xs, ys = np.meshgrid(BASES, EXPONENTS, indexing="ij")
+    got = (fg.tensor(xs, dtype=dtype) ** fg.tensor(ys, dtype=dtype)).numpy()
+    want = np.vectorize(c_pow)(xs, ys).astype(dtype)
+    # float32 is computed in float64 and rounded: exact; float64 non-integral exponents
+    # go through exp(y log x), a few ulp
+    np.testing.assert_allclose(got, want, rtol=0 if dtype == "float32" else 4e-15)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+def test_integral_tensor_exponents_are_exact():
+    assert (3 ** fg.tensor([3.0, 5.0])).tolist() == [27.0, 243.0]
+    e = np.arange(-20, 21, dtype=np.float64)
+    for base in (3.0, -7.0, 1.1):
+        got = (fg.tensor(base, dtype="float64") ** fg.tensor(e)).numpy()
+        want = np.array([base**k for k in e.astype(int)])  # repeated multiplication
+        np.testing.assert_allclose(got, want, rtol=4e-16)
+    for base in (3.0, -5.0):
+        got = (fg.tensor(base) ** fg.tensor(np.arange(0, 11, dtype=np.float32))).numpy()
+        np.testing.assert_array_equal(got, np.float32(base) ** np.arange(11).astype(np.float32))
+
+
+def test_negative_bases_get_signs_for_integral_exponents():
+    x = fg.tensor([-2.0, -2.0, -2.0, -0.5])
+    y = fg.tensor([2.0, 3.0, -3.0, 5.0])
+    np.testing.assert_array_equal((x**y).numpy(), [4.0, -8.0, -0.125, -0.03125])
+    assert math.isnan((fg.tensor(-2.0) ** fg.tensor(0.5)).item())
+
+
+def test_general_exponents_are_accurate():
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0.01, 100, 1000).astype(np.float32)
+    y = rng.uniform(-8, 8, 1000).astype(np.float32)
+    got = (fg.tensor(x) ** fg.tensor(y)).numpy()
+    want = np.power(x.astype(np.float64), y.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=1.2e-7)  # correctly rounded float32 or 1 ulp
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 7, 16])
+def test_python_integer_exponents(n):
+    a = np.array([0.0, -0.0, 1.5, -2.0, INF, NAN], np.float32)
+    with np.errstate(all="ignore"):
+        for k in (n, -n):  # the exact power rounded once to float32 (numpy's powf is 1 ulp off)
+            want = np.power(a.astype(np.float64), float(k)).astype(np.float32)
+            np.testing.assert_array_equal((fg.tensor(a) ** k).numpy(), want)
+
+
+def test_zero_power_keeps_a_gradient_graph():
+    x = fg.tensor([0.0, 2.0, NAN], requires_grad=True)
+    y = x**0
+    assert y.requires_grad
+    np.testing.assert_array_equal(y.numpy(), [1.0, 1.0, 1.0])
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [0.0, 0.0, 0.0])
+
+
+def test_gradients_as_torch_including_at_zero():
+    x = fg.tensor([0.0, 1.0, -2.0, 0.0, 4.0], dtype="float64", requires_grad=True)
+    e = fg.tensor([2.0, 0.5, 3.0, 0.5, 0.0], dtype="float64", requires_grad=True)
+    (x**e).sum().backward()
+    # d/dx = y x^(y-1) (0 where y == 0); d/dy = x^y log x (0 where x == 0 and y >= 0)
+    np.testing.assert_array_equal(x.grad.numpy(), [0.0, 0.5, 12.0, INF, 0.0])
+    gy = e.grad.numpy()
+    np.testing.assert_array_equal(gy[[0, 1, 3]], [0.0, 0.0, 0.0])
+    assert math.isnan(gy[2])  # log of a negative base, as torch
+    assert gy[4] == pytest.approx(math.log(4.0))
+
+
+def test_gradient_matches_central_differences():
+    rng = np.random.default_rng(1)
+    a, b = rng.uniform(0.5, 3, 6), rng.uniform(-2, 2, 6)
+    x = fg.tensor(a, requires_grad=True)
+    e = fg.tensor(b, requires_grad=True)
+    (x**e).sum().backward()
+    h = 1e-6
+    np.testing.assert_allclose(x.grad.numpy(), ((a + h) ** b - (a - h) ** b) / (2 * h), rtol=1e-6)
+    np.testing.assert_allclose(e.grad.numpy(), (a ** (b + h) - a ** (b - h)) / (2 * h), rtol=1e-6)
+
+
+def test_integer_powers_stay_integer_and_exact():
+    x = fg.tensor([2, 3, -3, 0, 1], dtype="int64")
+    out = x**40
+    assert out.dtype == fg.int64
+    want = [int(np.int64(v) ** np.int64(40)) for v in [2, 3, -3, 0, 1]]  # wraps as torch
+    assert out.tolist() == want
+    e = fg.tensor([31, 3, 5, 0, 7], dtype="int64")
+    assert (x**e).dtype == fg.int64
+    assert (x**e).tolist() == [2**31, 27, -243, 1, 1]
+    y = fg.tensor([2, 5], dtype="int32") ** fg.tensor([10, 3], dtype="int32")
+    assert y.dtype == fg.int32 and y.tolist() == [1024, 125]
+    assert (fg.tensor([2], dtype="int32") ** 2).dtype == fg.int32
+
+
+def test_integer_to_negative_integer_power_raises():
+    with pytest.raises(RuntimeError, match="Integers to negative integer powers are not allowed."):
+        fg.tensor([2], dtype="int32") ** -2
+    with pytest.raises(RuntimeError, match="negative integer powers"):
+        fg.tensor([2, 3]) ** fg.tensor([1, -1])
+    assert (fg.tensor([2.0]) ** -2).tolist() == [0.25]

@@ -1,0 +1,135 @@
+"""fg.save / fg.load: round trips of tensors, state dicts and nested containers, and
+truncated, altered or foreign files refused with a clear error."""
+
+from __future__ import annotations
+
+import io
+import pickle
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+
+import fusegrad as fg
+from fusegrad import nn
+
+
+def roundtrip(obj):
+    buf = io.BytesIO()
+    fg.save(obj, buf)
+    buf.seek(0)
+    return fg.load(buf)
+
+
+def test_tensors_keep_values_dtypes_shapes_and_requires_grad():
+    ts = [
+        fg.tensor([[1.5, -2.0]]),
+        fg.tensor(3, dtype=fg.int64),
+        fg.tensor([True, False]),
+        fg.tensor(np.arange(6.0).reshape(2, 3), dtype=fg.float64),
+        fg.tensor([1, 2], dtype=fg.int32),
+        fg.zeros(0, 3),
+        fg.tensor([1.0, 2.0], requires_grad=True),
+    ]
+    back = roundtrip(ts)
+    for a, b in zip(ts, back):
+        assert b.dtype is a.dtype and b.shape == a.shape and b.requires_grad == a.requires_grad
+        np.testing.assert_array_equal(b.numpy(), a.numpy())
+
+
+def test_nested_containers_and_plain_values():
+    obj = {
+        "ints": [1, -2, 2**70],
+        "tuple": (0.5, float("inf"), None, "text"),
+        3: {"inner": OrderedDict([("b", 1), ("a", fg.ones(2))])},
+        (1, 2): np.arange(3, dtype=np.int16),
+        "scalar": np.float32(2.5),
+        "flag": True,
+    }
+    back = roundtrip(obj)
+    assert back["ints"] == [1, -2, 2**70]
+    assert back["tuple"] == (0.5, float("inf"), None, "text")
+    assert isinstance(back[3]["inner"], OrderedDict) and list(back[3]["inner"]) == ["b", "a"]
+    assert back[3]["inner"]["a"].tolist() == [1.0, 1.0]
+    assert back[(1, 2)].dtype == np.int16 and back[(1, 2)].tolist() == [0, 1, 2]
+    assert back["scalar"] == np.float32(2.5) and back["flag"] is True
+
+
+def test_model_and_optimizer_state_dicts(tmp_path):
+    fg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2))
+    opt = fg.optim.AdamW(model.parameters(), lr=0.01)
+    model(fg.ones(5, 3)).sum().backward()
+    opt.step()
+    path = tmp_path / "ckpt.fg"
+    fg.save({"model": model.state_dict(), "opt": opt.state_dict(), "epoch": 7}, path)
+    ckpt = fg.load(path)
+    fresh = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2))
+    fresh.load_state_dict(ckpt["model"])
+    for (name, a), (_, b) in zip(model.state_dict().items(), fresh.state_dict().items()):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=name)
+    opt2 = fg.optim.AdamW(fresh.parameters(), lr=0.5)
+    opt2.load_state_dict(ckpt["opt"])
+    assert opt2.param_groups[0]["lr"] == 0.01 and ckpt["epoch"] == 7
+    assert opt2.state_dict()["state"][0]["step"] == 1
+
+
+def test_unsupported_objects_are_refused_at_save():
+    with pytest.raises(TypeError, match="cannot save an object of type"):
+        fg.save({"fn": print}, io.BytesIO())
+    with pytest.raises(TypeError, match="dtype"):
+        fg.save(np.array(["a"], dtype=object), io.BytesIO())
+
+
+def saved_bytes():
+    buf = io.BytesIO()
+    fg.save({"w": fg.tensor([1.0, 2.0, 3.0]), "n": 4}, buf)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("cut", [0, 5, 20, -40, -1])
+def test_truncated_file_raises(cut):
+    raw = saved_bytes()
+    with pytest.raises(fg.SerializationError, match="not a valid fusegrad save file"):
+        fg.load(io.BytesIO(raw[:cut]))
+
+
+def test_altered_file_raises():
+    raw = bytearray(saved_bytes())
+    raw[-40] ^= 0xFF  # a byte of the tensor data
+    with pytest.raises(fg.SerializationError, match="checksum"):
+        fg.load(io.BytesIO(bytes(raw)))
+
+
+def test_pickle_files_are_not_executed():
+    class Boom:
+        def __reduce__(self):
+            return (exec, ("raise SystemExit('executed')",))
+
+    with pytest.raises(fg.SerializationError, match="pickle"):
+        fg.load(io.BytesIO(pickle.dumps(Boom())))
+
+
+def test_a_well_formed_file_with_a_bad_description_is_refused():
+    import hashlib
+    import json
+    import struct
+
+    from fusegrad.serialization import MAGIC
+
+    def forge(header, data=b""):
+        head = json.dumps(header).encode()
+        body = MAGIC + struct.pack("<Q", len(head)) + head + data
+        return io.BytesIO(body + hashlib.sha256(body).digest())
+
+    base = {"format": "fusegrad", "version": 1, "arrays": []}
+    with pytest.raises(fg.SerializationError, match="unknown entry kind"):
+        fg.load(forge({**base, "root": {"module": "os.system"}}))
+    with pytest.raises(fg.SerializationError, match="plain numeric dtype"):
+        arrays = [{"dtype": "object", "shape": [1], "offset": 0, "nbytes": 8}]
+        fg.load(forge({**base, "root": {"ndarray": 0}, "arrays": arrays}, b"\0" * 8))
+    with pytest.raises(fg.SerializationError, match="does not fit"):
+        arrays = [{"dtype": "float64", "shape": [4], "offset": 0, "nbytes": 32}]
+        fg.load(forge({**base, "root": {"ndarray": 0}, "arrays": arrays}, b"\0" * 8))
+    with pytest.raises(fg.SerializationError, match="not in the file"):
+        fg.load(forge({**base, "root": {"tensor": 3}}))

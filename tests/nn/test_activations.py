@@ -1,0 +1,205 @@
+"""Activations against numpy formulas in float64, central-difference gradients, PyTorch's
+gradients at the kinks, and float32 behaviour at large magnitudes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fusegrad as fg
+import fusegrad.nn.functional as F
+from fusegrad import nn
+from fusegrad.ir.reference import evaluate_many
+from fusegrad.testing import gradcheck
+
+ERF = np.vectorize(math.erf)
+A, S = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+
+
+def np_softplus(x, beta=1.0, threshold=20.0):
+    return np.where(x * beta > threshold, x, np.logaddexp(0, x * beta) / beta)
+
+
+def np_sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+REFERENCES = {
+    "gelu": (F.gelu, lambda x: 0.5 * x * (1 + ERF(x / math.sqrt(2)))),
+    "gelu_tanh": (
+        lambda t: F.gelu(t, approximate="tanh"),
+        lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))),
+    ),
+    "silu": (F.silu, lambda x: x * np_sigmoid(x)),
+    "mish": (F.mish, lambda x: x * np.tanh(np.logaddexp(0, x))),
+    "leaky_relu": (lambda t: F.leaky_relu(t, 0.2), lambda x: np.where(x > 0, x, 0.2 * x)),
+    "elu": (lambda t: F.elu(t, 1.5), lambda x: np.where(x > 0, x, 1.5 * np.expm1(x))),
+    "selu": (F.selu, lambda x: S * np.where(x > 0, x, A * np.expm1(x))),
+    "celu": (lambda t: F.celu(t, 2.0), lambda x: np.where(x > 0, x, 2.0 * np.expm1(x / 2.0))),
+    "softplus": (F.softplus, np_softplus),
+    "softplus_beta": (
+        lambda t: F.softplus(t, beta=2.0, threshold=3.0),
+        lambda x: np_softplus(x, 2.0, 3.0),
+    ),
+    "hardtanh": (lambda t: F.hardtanh(t, -0.5, 2.0), lambda x: np.clip(x, -0.5, 2.0)),
+    "relu6": (F.relu6, lambda x: np.clip(x, 0, 6)),
+    "hardsigmoid": (F.hardsigmoid, lambda x: np.clip(x / 6 + 0.5, 0, 1)),
+    "hardswish": (F.hardswish, lambda x: x * np.clip(x / 6 + 0.5, 0, 1)),
+    "logsigmoid": (F.logsigmoid, lambda x: -np.logaddexp(0, -x)),
+    "softsign": (F.softsign, lambda x: x / (1 + np.abs(x))),
+}
+
+
+def t64(a):
+    return fg.tensor(np.asarray(a, np.float64), dtype=fg.float64)
+
+
+# points away from every kink (0, +-3, +-0.5, 2, 6, the softplus thresholds)
+SMOOTH = np.array([-7.3, -3.7, -2.2, -1.1, -0.31, -0.07, 0.04, 0.23, 0.8, 1.3, 1.7, 2.6, 4.1, 8.2])
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+def test_values_match_numpy(name):
+    fn, ref = REFERENCES[name]
+    x = np.concatenate([np.linspace(-12, 12, 241), SMOOTH, [0.0, -3.0, 3.0, 6.0, 1e-5, -1e-5]])
+    np.testing.assert_allclose(fn(t64(x)).numpy(), ref(x), rtol=2e-7, atol=2e-7)
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+def test_gradients_match_central_differences(name):
+    fn, _ = REFERENCES[name]
+    assert gradcheck(fn, [t64(SMOOTH)])
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+def test_float32_large_inputs_stay_finite(name):
+    fn, ref = REFERENCES[name]
+    x = np.array([-1e4, -100.0, -30.0, 30.0, 100.0, 1e4], np.float32)
+    t = fg.tensor(x, requires_grad=True)
+    out = fn(t)
+    out.sum().backward()
+    assert np.isfinite(t.grad.numpy()).all()
+    with np.errstate(over="ignore"):  # the numpy formulas overflow in branches not taken
+        want = ref(x.astype(np.float64))
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-6, atol=1e-30)
+
+
+def grad_at(fn, points):
+    x = t64(points)
+    x.requires_grad_()
+    fn(x).sum().backward()
+    return x.grad.numpy().tolist()
+
+
+def test_gradients_at_kinks_are_pytorchs():
+    assert grad_at(lambda t: F.leaky_relu(t, 0.1), [0.0]) == [0.1]
+    assert grad_at(F.elu, [0.0]) == [1.0]
+    assert grad_at(lambda t: F.elu(t, 2.0), [0.0]) == [2.0]
+    assert grad_at(F.selu, [0.0]) == pytest.approx([S * A])
+    assert grad_at(lambda t: F.celu(t, 3.0), [0.0]) == [1.0]
+    assert grad_at(F.hardtanh, [-1.0, 1.0]) == [0.0, 0.0]
+    assert grad_at(F.relu6, [0.0, 6.0, 3.0]) == [0.0, 0.0, 1.0]
+    assert grad_at(F.hardsigmoid, [-3.0, 3.0]) == [0.0, 0.0]
+    assert grad_at(F.hardswish, [-3.0, 3.0]) == [0.0, 1.0]
+    assert grad_at(F.softplus, [0.0]) == [0.5]
+    assert grad_at(F.logsigmoid, [0.0]) == [0.5]
+    assert grad_at(F.softsign, [0.0]) == [1.0]
+    # exact gelu's derivative Phi(x) + x phi(x)
+    xs = np.array([-2.0, -0.4, 0.0, 0.3, 1.7])
+    want = 0.5 * (1 + ERF(xs / math.sqrt(2))) + xs * np.exp(-xs * xs / 2) / math.sqrt(2 * math.pi)
+    np.testing.assert_allclose(grad_at(F.gelu, xs), want, atol=1e-6)
+
+
+def test_second_derivative_of_gelu_and_silu():
+    x = t64([0.7, -1.2])
+    x.requires_grad_()
+    (g,) = fg.grad(F.silu(x).sum(), [x], create_graph=True)
+    (h,) = fg.grad(g.sum(), [x])
+    v = x.numpy()
+    s = np_sigmoid(v)
+    np.testing.assert_allclose(h.numpy(), s * (1 - s) * (2 + v * (1 - 2 * s)), rtol=1e-10)
+
+
+def test_softmin_and_glu():
+    x = np.random.default_rng(0).standard_normal((3, 4))
+    e = np.exp(-x - (-x).max(1, keepdims=True))
+    np.testing.assert_allclose(F.softmin(t64(x), dim=1).numpy(), e / e.sum(1, keepdims=True))
+    np.testing.assert_allclose(
+        F.glu(t64(x), dim=1).numpy(), x[:, :2] * np_sigmoid(x[:, 2:]), rtol=1e-12
+    )
+    assert gradcheck(lambda t: F.glu(t, 0), [t64(x[:2])])
+    assert gradcheck(lambda t: F.softmin(t, 1), [t64(x)])
+    with pytest.raises(ValueError, match="Halving dimension must be even"):
+        F.glu(t64(x), dim=0)
+
+
+def test_errors():
+    with pytest.raises(ValueError, match="approximate"):
+        F.gelu(fg.ones(2), approximate="erf")
+    with pytest.raises(ValueError, match="max_val"):
+        nn.Hardtanh(1.0, -1.0)
+
+
+@pytest.mark.parametrize(
+    "module,fn",
+    [
+        (nn.GELU("tanh"), lambda t: F.gelu(t, approximate="tanh")),
+        (nn.SiLU(), F.silu),
+        (nn.Mish(), F.mish),
+        (nn.LeakyReLU(0.3), lambda t: F.leaky_relu(t, 0.3)),
+        (nn.ELU(0.5), lambda t: F.elu(t, 0.5)),
+        (nn.SELU(), F.selu),
+        (nn.CELU(0.7), lambda t: F.celu(t, 0.7)),
+        (nn.Softplus(2.0, 5.0), lambda t: F.softplus(t, 2.0, 5.0)),
+        (nn.Hardtanh(-2.0, 2.0), lambda t: F.hardtanh(t, -2.0, 2.0)),
+        (nn.ReLU6(), F.relu6),
+        (nn.Hardsigmoid(), F.hardsigmoid),
+        (nn.Hardswish(), F.hardswish),
+        (nn.LogSigmoid(), F.logsigmoid),
+        (nn.Softsign(), F.softsign),
+        (nn.Softmin(dim=-1), lambda t: F.softmin(t, -1)),
+        (nn.GLU(), F.glu),
+    ],
+)
+def test_modules_apply_their_function(module, fn):
+    x = fg.tensor(np.linspace(-5, 5, 24, dtype=np.float32).reshape(3, 8))
+    np.testing.assert_array_equal(module(x).numpy(), fn(x).numpy())
+
+
+# ---------------------------------------------------------------- compiled vs reference
+
+# kink points and formula switches included on purpose: compiled and reference run one graph
+SPECIAL = [0.0, -3.0, 3.0, 6.0, -1.0, 1.0, 0.1, -0.1, 0.7071067811865476, 20.0, -20.0, 1e-4]
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(
+    name=st.sampled_from(sorted(REFERENCES)),
+    shape=st.lists(st.integers(1, 5), min_size=1, max_size=3),
+    data=st.data(),
+)
+def test_compiled_activation_and_gradient_match_the_reference_evaluator(name, shape, data):
+    """Random shapes and values (kinks included) through an activation and a broadcast affine
+    map: fused kernels against the op-by-op numpy reference, for values and gradients."""
+    fn, _ = REFERENCES[name]
+    n = int(np.prod(shape))
+    values = data.draw(
+        st.lists(
+            st.one_of(st.sampled_from(SPECIAL), st.floats(-8, 8, allow_nan=False)),
+            min_size=n,
+            max_size=n,
+        )
+    )
+    x = t64(np.array(values).reshape(shape))
+    x.requires_grad_()
+    scale = t64(np.linspace(0.5, 1.5, shape[-1]))
+    out = fn(x * scale) * 1.5
+    weights = t64(np.random.default_rng(n).uniform(0.5, 1.5, size=shape))
+    (g,) = fg.grad((out * weights).sum(), [x])
+    want_out, want_g = evaluate_many([out.node, g.node])
+    np.testing.assert_allclose(out.numpy(), want_out, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(g.numpy(), want_g, rtol=1e-12, atol=1e-14)

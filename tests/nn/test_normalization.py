@@ -1,0 +1,155 @@
+"""LayerNorm, GroupNorm, BatchNorm (running statistics, momentum, eval) and F.normalize
+against numpy, with float64 central-difference gradients."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fusegrad as fg
+import fusegrad.nn.functional as F
+from fusegrad import nn
+from fusegrad.testing import gradcheck
+
+RNG = np.random.default_rng(3)
+
+
+def t64(a):
+    return fg.tensor(np.asarray(a, np.float64), dtype=fg.float64)
+
+
+def np_norm(x, axes, eps):
+    m = x.mean(axes, keepdims=True)
+    v = x.var(axes, keepdims=True)
+    return (x - m) / np.sqrt(v + eps)
+
+
+def test_layer_norm_values_and_gradients():
+    x = RNG.standard_normal((2, 3, 4))
+    w, b = RNG.standard_normal((3, 4)), RNG.standard_normal((3, 4))
+    out = F.layer_norm(t64(x), (3, 4), t64(w), t64(b), eps=1e-5)
+    np.testing.assert_allclose(out.numpy(), np_norm(x, (1, 2), 1e-5) * w + b, rtol=1e-10)
+    assert gradcheck(
+        lambda a, ww, bb: F.layer_norm(a, (4,), ww, bb), [t64(x), t64(w[0]), t64(b[0])]
+    )
+
+
+def test_layer_norm_module_and_errors():
+    ln = nn.LayerNorm(4)
+    assert [n for n, _ in ln.named_parameters()] == ["weight", "bias"]
+    assert ln.weight.tolist() == [1.0] * 4 and ln.bias.tolist() == [0.0] * 4
+    x = RNG.standard_normal((3, 4)).astype(np.float32)
+    np.testing.assert_allclose(ln(fg.tensor(x)).numpy(), np_norm(x, (1,), 1e-5), atol=1e-5)
+    assert list(nn.LayerNorm(4, elementwise_affine=False).parameters()) == []
+    assert [n for n, _ in nn.LayerNorm(4, bias=False).named_parameters()] == ["weight"]
+    with pytest.raises(ValueError, match="normalized_shape"):
+        F.layer_norm(fg.ones(2, 3), (4,))
+
+
+def test_group_norm_values_and_gradients():
+    x = RNG.standard_normal((2, 6, 3))
+    w, b = RNG.standard_normal(6), RNG.standard_normal(6)
+    want = np_norm(x.reshape(2, 3, -1), (2,), 1e-5).reshape(x.shape) * w[:, None] + b[:, None]
+    np.testing.assert_allclose(F.group_norm(t64(x), 3, t64(w), t64(b)).numpy(), want, rtol=1e-10)
+    assert gradcheck(lambda a, ww: F.group_norm(a, 2, ww), [t64(x), t64(w)])
+    gn = nn.GroupNorm(3, 6)
+    np.testing.assert_allclose(
+        gn(fg.tensor(x.astype(np.float32))).numpy(),
+        np_norm(x.reshape(2, 3, -1), (2,), 1e-5).reshape(x.shape),
+        atol=1e-5,
+    )
+    with pytest.raises(ValueError, match="divisible"):
+        nn.GroupNorm(4, 6)
+
+
+def test_batch_norm_training_values_and_gradients():
+    x = RNG.standard_normal((4, 3, 5))
+    w, b = RNG.standard_normal(3), RNG.standard_normal(3)
+    want = np_norm(x, (0, 2), 1e-5) * w[:, None] + b[:, None]
+    out = F.batch_norm(t64(x), None, None, t64(w), t64(b), training=True)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-10)
+
+    def fn(a, ww, bb):
+        return F.batch_norm(a, None, None, ww, bb, training=True)
+
+    assert gradcheck(fn, [t64(x), t64(w), t64(b)])
+
+
+@pytest.mark.parametrize("momentum", [0.1, 0.5, None])
+def test_batch_norm_running_statistics(momentum):
+    bn = nn.BatchNorm2d(3, momentum=momentum)
+    mean, var = np.zeros(3), np.ones(3)
+    for step in range(1, 4):
+        x = RNG.standard_normal((4, 3, 2, 2)).astype(np.float32) * step + step
+        out = bn(fg.tensor(x))
+        np.testing.assert_allclose(out.numpy(), np_norm(x, (0, 2, 3), 1e-5), atol=1e-5)
+        m = 1.0 / step if momentum is None else momentum
+        mean = (1 - m) * mean + m * x.mean((0, 2, 3))
+        var = (1 - m) * var + m * x.var((0, 2, 3), ddof=1)  # unbiased, as PyTorch
+        np.testing.assert_allclose(bn.running_mean.numpy(), mean, rtol=1e-5)
+        np.testing.assert_allclose(bn.running_var.numpy(), var, rtol=1e-5)
+        assert bn.num_batches_tracked.item() == step
+    bn.eval()
+    x = RNG.standard_normal((2, 3, 2, 2)).astype(np.float32)
+    want = (x - mean[:, None, None]) / np.sqrt(var[:, None, None] + 1e-5)
+    np.testing.assert_allclose(bn(fg.tensor(x)).numpy(), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(bn.running_mean.numpy(), mean, rtol=1e-5)  # eval: unchanged
+    assert set(bn.state_dict()) == {
+        "weight",
+        "bias",
+        "running_mean",
+        "running_var",
+        "num_batches_tracked",
+    }
+
+
+def test_batch_norm_options_and_errors():
+    bn = nn.BatchNorm1d(2, affine=False, track_running_stats=False)
+    assert list(bn.parameters()) == [] and bn.running_mean is None
+    x = RNG.standard_normal((5, 2)).astype(np.float32)
+    bn.eval()  # no running statistics: batch statistics even in eval
+    np.testing.assert_allclose(bn(fg.tensor(x)).numpy(), np_norm(x, (0,), 1e-5), atol=1e-5)
+    with pytest.raises(ValueError, match="Expected more than 1 value per channel"):
+        nn.BatchNorm1d(2)(fg.ones(1, 2))
+    with pytest.raises(ValueError, match="expected 2D or 3D input"):
+        nn.BatchNorm1d(2)(fg.ones(2, 2, 2, 2))
+    with pytest.raises(ValueError, match="expected 4D input"):
+        nn.BatchNorm2d(2)(fg.ones(2, 2, 2))
+
+
+def test_batch_norm_trains_inside_a_model():
+    fg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 1))
+    opt = fg.optim.SGD(model.parameters(), lr=0.1)
+    x = fg.tensor(RNG.standard_normal((16, 3)).astype(np.float32))
+    y = fg.tensor(RNG.standard_normal((16, 1)).astype(np.float32))
+    losses = []
+    for _ in range(5):
+        loss = F.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+    assert model[1].num_batches_tracked.item() == 5
+
+
+@pytest.mark.parametrize("p", [1, 2, 3.0, float("inf")])
+def test_normalize(p):
+    x = RNG.standard_normal((3, 4))
+    if p == float("inf"):
+        norm = np.abs(x).max(1, keepdims=True)
+    else:
+        norm = (np.abs(x) ** p).sum(1, keepdims=True) ** (1 / p)
+    np.testing.assert_allclose(F.normalize(t64(x), p=p).numpy(), x / norm, rtol=1e-10)
+    if p != float("inf"):
+        assert gradcheck(lambda t: F.normalize(t, p=p, dim=0), [t64(x)])
+
+
+def test_normalize_zero_vector_gradient_is_one_over_eps():
+    x = t64(np.zeros((2, 3)))
+    x.requires_grad_()
+    out = F.normalize(x, dim=1)
+    assert out.tolist() == [[0.0] * 3] * 2
+    out.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.full((2, 3), 1e12))  # 1 / eps, as PyTorch

@@ -1,0 +1,345 @@
+"""The engine: threads, fork, memory that stays flat, deep graphs, and the plain training
+loop's cached steps (frontend/stepcache.py) computing exactly what the full path does."""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import fusegrad as fg
+from fusegrad import nn, optim
+from fusegrad.nn import functional as F
+from fusegrad.runtime import buffer as buffer_module
+from fusegrad.runtime.engine import engine
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "examples"))
+
+
+# ---------------------------------------------------------------- threads and fork
+
+
+def _mixed_steps(seed: int, steps: int, errors: list) -> None:
+    """Forward, .numpy(), backward and matmul on shapes shared with other threads and
+    shapes of this thread's own, some large enough to run on the worker pool."""
+    rng = np.random.default_rng(seed)
+    try:
+        for i in range(steps):
+            n = (64, 1 << 16, 32 + seed)[i % 3]  # equal shapes across threads, and a private one
+            a = rng.standard_normal(n).astype(np.float32)
+            x = fg.tensor(a, requires_grad=True)
+            y = ((x * 0.5).exp() * x).sum()
+            want = float(np.sum(np.exp(a.astype(np.float64) * 0.5) * a))
+            got = y.item()
+            assert abs(got - want) <= 1e-3 * max(1.0, abs(want)), (seed, i, got, want)
+            y.backward()
+            g = np.exp(a * 0.5) * (1 + 0.5 * a)
+            np.testing.assert_allclose(x.grad.numpy(), g, rtol=1e-4, atol=1e-5)
+            m = rng.standard_normal((48, 40 + (i % 2))).astype(np.float32)
+            w = rng.standard_normal((40 + (i % 2), 24)).astype(np.float32)
+            np.testing.assert_allclose(
+                (fg.tensor(m) @ fg.tensor(w)).numpy(), m @ w, rtol=1e-4, atol=1e-4
+            )
+    except BaseException as e:  # reported by the main thread
+        errors.append(e)
+
+
+def test_four_threads_mixed_steps_give_right_answers_without_hanging():
+    errors: list = []
+    threads = [
+        threading.Thread(target=_mixed_steps, args=(k, 200, errors), daemon=True) for k in range(4)
+    ]
+    with fg.config.override(threads=2):
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+    assert not any(t.is_alive() for t in threads), "a thread hung"
+    assert not errors, errors[0]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_computes_after_its_parent_used_the_pool():
+    with fg.config.override(threads=2):
+        big = fg.ones(1 << 20)
+        assert (big * 2).sum().item() == 2 * (1 << 20)  # the parent's pool has run
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: its pool's threads do not exist until it makes new ones
+            try:
+                ok = (fg.ones(1 << 20) * 3).sum().item() == 3 * (1 << 20)
+                os.write(w, b"1" if ok else b"0")
+            finally:
+                os._exit(0)
+        os.close(w)
+        got = os.read(r, 1)
+        os.waitpid(pid, 0)
+    assert got == b"1"
+
+
+def test_more_threads_than_cpus_still_runs_programs_at_the_cpus_count():
+    from fusegrad.runtime.launch import _usable_cpus, effective_threads
+
+    with fg.config.override(threads=64):
+        assert effective_threads() == min(64, _usable_cpus())
+        x = fg.tensor(np.arange(8, dtype=np.float32).reshape(2, 4))
+        for _ in range(2):  # the second run is one native program
+            out = (x.softmax(1) * 2).numpy()
+    np.testing.assert_allclose(out.sum(1), [2, 2], rtol=1e-6)
+
+
+# ---------------------------------------------------------------- memory
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc")
+def test_memory_stays_flat_over_500_eager_lenet_steps():
+    from lenet_mnist import LeNet5
+
+    fg.manual_seed(0)
+    model = LeNet5()
+    opt = optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 1, 28, 28)).astype(np.float32)
+    y = rng.integers(0, 10, 8)
+
+    def step():
+        opt.zero_grad()
+        loss = F.cross_entropy(model(fg.tensor(x)), fg.tensor(y))
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    for _ in range(50):  # compile, fill the pools
+        step()
+    gc.collect()
+    live, values, rss = buffer_module.live_buffers, len(engine._values), _rss_mb()
+    for _ in range(500):
+        step()
+    gc.collect()
+    assert buffer_module.live_buffers <= live
+    assert len(engine._values) <= values
+    assert _rss_mb() - rss < 20, (rss, _rss_mb())
+
+
+def test_eager_convolutions_do_not_keep_their_inputs_alive():
+    conv = nn.Conv2d(1, 2, 3)
+    gc.collect()
+    start = buffer_module.live_buffers
+    for _ in range(5):
+        conv(fg.randn(2, 1, 6, 6)).sum().item()
+        gc.collect()
+    assert buffer_module.live_buffers <= start + 1
+
+
+def test_the_plan_cache_is_bounded():
+    with fg.config.override(plan_cache_size=8):
+        for n in range(1, 30):
+            (fg.ones(n) * 2).numpy()
+        assert len(engine.plans) <= 8
+    (fg.ones(3) * 2).numpy()
+
+
+# ---------------------------------------------------------------- deep graphs
+
+
+def test_a_100000_term_chain_and_its_gradient():
+    """No recursion on graph depth: toposort, autodiff, key, schedule, lowering."""
+    n = 100_000
+    x = fg.tensor(np.ones(4, np.float32), requires_grad=True)
+    ts = [fg.tensor(np.full(4, k % 5, np.float32)) for k in range(400)]  # distinct tensors
+    y = x
+    for i in range(n):
+        y = y + ts[i % len(ts)]
+    total = y.sum()
+    assert total.item() == pytest.approx(4 * (1 + (n // 5) * (0 + 1 + 2 + 3 + 4)))
+    total.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.ones(4, np.float32))
+
+
+def test_the_reference_evaluator_takes_deep_graphs():
+    from fusegrad.ir.reference import evaluate
+
+    x = fg.ones(3)
+    y = x
+    for _ in range(20_000):
+        y = y * 1.0
+    assert evaluate(y.node).tolist() == [1.0, 1.0, 1.0]
+
+
+# ---------------------------------------------------------------- the plain loop's cache
+
+
+def _mlp():
+    return nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+
+
+@pytest.mark.parametrize(
+    "make_opt",
+    [
+        lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01),
+        lambda ps: optim.Adam(ps, lr=0.01, amsgrad=True),
+        lambda ps: optim.AdamW(ps, lr=0.01),
+    ],
+)
+def test_cached_plain_steps_equal_the_full_path_bit_for_bit(make_opt):
+    """The same loop twice: once with every step built in full (the step cache emptied
+    before each step), once cached; parameters and losses agree exactly."""
+    rng = np.random.default_rng(1)
+    batches = [
+        (rng.standard_normal((b, 6)).astype(np.float32), rng.integers(0, 3, b))
+        for b in (5, 5, 7, 5, 7, 5, 5, 5)
+    ]
+    runs = []
+    for cached in (False, True):
+        fg.manual_seed(3)
+        model = _mlp()
+        opt = make_opt(model.parameters())
+        losses = []
+        for x, y in batches:
+            if not cached:
+                opt._steps.entries.clear()
+            opt.zero_grad()
+            loss = F.cross_entropy(model(fg.tensor(x)), fg.tensor(y))
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        runs.append((losses, [p.numpy().copy() for p in model.parameters()], opt._steps.hits))
+    (l0, p0, hits0), (l1, p1, hits1) = runs
+    assert hits0 == 0 and hits1 >= 4
+    assert l0 == l1
+    for a, b in zip(p0, p1):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_gradient_read_after_a_cached_step_is_the_step_gradient():
+    fg.manual_seed(0)
+    model = _mlp()
+    opt = optim.SGD(model.parameters(), lr=0.1)
+    x = fg.tensor(np.ones((2, 6), np.float32))
+    for _ in range(3):
+        opt.zero_grad()
+        model(x).sum().backward()
+        w_before = model[0].weight.numpy().copy()
+        opt.step()
+    assert opt._steps.hits >= 1
+    g = model[0].weight.grad.numpy()  # built now, from the graph of that step's backward()
+    np.testing.assert_allclose(model[0].weight.numpy(), w_before - 0.1 * g, rtol=1e-5, atol=1e-7)
+
+
+def test_gradients_accumulated_over_two_backwards_take_the_full_path():
+    fg.manual_seed(0)
+    model = _mlp()
+    opt = optim.SGD(model.parameters(), lr=0.1)
+    x = fg.tensor(np.ones((2, 6), np.float32))
+    for _ in range(3):
+        opt.zero_grad()
+        model(x).sum().backward()
+        model(x * 2).sum().backward()
+        w = model[0].weight.numpy().copy()
+        opt.step()
+    g = model[0].weight.grad.numpy()
+    np.testing.assert_allclose(model[0].weight.numpy(), w - 0.1 * g, rtol=1e-6)
+
+
+# ---------------------------------------------------------------- jit: never stale
+
+
+def test_jit_refuses_a_branch_on_a_value_read_while_recording():
+    w = nn.Parameter(fg.ones(3))
+
+    @fg.jit
+    def f(x):
+        s = (x * w).sum()
+        return s * 2 if s.item() > 0 else s * -1
+
+    f(fg.ones(3))  # the first call runs eagerly
+    with pytest.raises(fg.JitError, match="reads a tensor's value"):
+        f(fg.ones(3))
+
+
+def test_jit_keeps_a_hand_written_running_mean_running():
+    class RunningMean(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mean = fg.zeros(3)
+
+        def forward(self, x):
+            self.mean = 0.9 * self.mean + 0.1 * x.mean(0)
+            return x - self.mean
+
+    m = RunningMean()
+    f = fg.jit(lambda x: m(x))
+    want = np.zeros(3)
+    for k in range(8):
+        x = np.full((2, 3), float(k), np.float32)
+        f(fg.tensor(x))
+        want = 0.9 * want + 0.1 * x.mean(0)
+        np.testing.assert_allclose(m.mean.numpy(), want, rtol=1e-5)
+    assert f.replays >= 3
+
+
+def test_jit_reads_a_reassigned_module_tensor_attribute():
+    class Scale(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.s = fg.tensor(2.0)
+
+        def forward(self, x):
+            return x * self.s
+
+    m = Scale()
+    f = fg.jit(lambda x: m(x))
+    for _ in range(4):
+        f(fg.ones(2))
+    m.s = fg.tensor(5.0)
+    assert f(fg.ones(2)).tolist() == [5.0, 5.0]
+
+
+def test_jit_records_again_when_a_python_number_changes():
+    temp = {"t": 2.0}
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.temp = 2.0
+
+        def forward(self, x):
+            return x / self.temp
+
+    net = Net()
+    f = fg.jit(lambda x: net(x))
+    for _ in range(4):
+        f(fg.ones(2))
+    net.temp = 4.0
+    assert f(fg.ones(2)).tolist() == [0.25, 0.25]
+    assert temp  # (a plain dict is not watched: only modules, closures and globals)
+
+
+SCALE = 3.0
+
+
+def test_jit_records_again_when_a_global_number_changes():
+    global SCALE
+    SCALE = 3.0
+
+    @fg.jit
+    def f(x):
+        return x * SCALE
+
+    for _ in range(4):
+        f(fg.ones(2))
+    SCALE = 7.0
+    try:
+        assert f(fg.ones(2)).tolist() == [7.0, 7.0]
+    finally:
+        SCALE = 3.0
