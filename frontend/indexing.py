@@ -60,6 +60,15 @@ def needs_general(index) -> bool:
     )
 
 
+def values_for_shape(t, what: str):
+    """t's values, read on the host because a shape depends on them; refused (JitError) while
+    fusegrad.jit records, since a replay would keep the recorded shape."""
+    from .jit import host_read_refused
+
+    host_read_refused(what)
+    return t.numpy()
+
+
 def host_values(t):
     """The values of `t` if they are known without running a kernel (data, constants), else None."""
     if t.node.op in (Ops.BUFFER, Ops.CONST):
@@ -206,7 +215,7 @@ def _entries(x, index, op: str):
             from .creation import tensor
 
             # the mask's values decide the result's shape: compute it now
-            for coords in np.nonzero(mask.numpy()):
+            for coords in np.nonzero(values_for_shape(mask, "a bool mask index")):
                 out.append(("idx", tensor(coords.astype(np.int64))))
                 axis += 1
         else:
@@ -279,45 +288,52 @@ def getitem(x, index):
     return out.permute(order)
 
 
-def _rebind(x, new) -> None:
-    """Give `x` the value `new` (gradients flow to what `new` is built from, as in PyTorch)."""
-    from . import autograd_state
-    from .autograd import GradError
+def _rebind(x, new, op: str = "setitem") -> None:
+    """Give `x` the value `new` by PyTorch's in-place rules (`Tensor._inplace`): gradients flow
+    to what `new` is built from, and a leaf that requires grad refuses outside no_grad()."""
+    x._inplace(new, op)
 
-    if x.requires_grad and x.is_leaf and autograd_state.enabled():
-        fail(
-            GradError,
-            "setitem",
-            "a leaf tensor that requires grad is used in an in-place operation; "
-            "write under fg.no_grad() or on a clone()",
-        )
-    x.node = new.node
-    x.requires_grad = new.requires_grad
-    x._is_leaf = not new.requires_grad
-    x._strides = None
+
+LAZY_REPEATS_LIMIT = 1 << 20  # (places written)^2 up to which repeats are found lazily
 
 
 def _put(x, positions, values, may_repeat: bool = True):
     """x with the flat places `positions` set to `values` (same shape); the last write wins.
 
-    Where places may repeat, the positions are computed to find the last write to each."""
+    Where places may repeat, a write is kept only if no later one goes to the same place:
+    found by comparing every pair of places (lazily) up to LAZY_REPEATS_LIMIT pairs, else
+    by reading the places on the host.
+    """
     from .creation import tensor
     from .tensor import where
 
     numel = x.numel()
     pos = positions.reshape(-1)
     vals = values.reshape(-1)
-    if may_repeat:
-        p = pos.numpy()
-        uniq, first_rev = np.unique(p[::-1], return_index=True)
-        if uniq.size != p.size:  # repeated places: keep the last value written to each
-            keep = np.sort(p.size - 1 - first_rev)
-            pos = tensor(p[keep].astype(np.int64))
-            vals = vals[tensor(keep.astype(np.int64))]
     if numel == 0 or pos.numel() == 0:
         return x
+    keep = None
+    k = pos.numel()
+    if may_repeat and k * k <= LAZY_REPEATS_LIMIT:
+        from .creation import arange
+
+        order = arange(k)
+        later = (order.reshape(1, k) > order.reshape(k, 1)) & (
+            pos.reshape(1, k) == pos.reshape(k, 1)
+        )
+        keep = later.any(1).logical_not()
+    elif may_repeat:
+        p = values_for_shape(pos, "x[index] = v with many tensor indices")
+        uniq, first_rev = np.unique(p[::-1], return_index=True)
+        if uniq.size != p.size:  # repeated places: keep the last value written to each
+            last = np.sort(p.size - 1 - first_rev)
+            pos = tensor(p[last].astype(np.int64))
+            vals = vals[tensor(last.astype(np.int64))]
+    if keep is not None:
+        vals = where(keep, vals, 0)
     summed = vals._make(N.scatter_add(vals.node, pos.node, numel), vals)
-    hit = N.scatter_add(N.const(1, pos.shape, int64), pos.node, numel)
+    ones = N.const(1, pos.shape, int64) if keep is None else keep.cast(int64).node
+    hit = N.scatter_add(ones, pos.node, numel)
     hit = x._make(N.binary(Ops.CMPLT, N.const(0, (numel,), int64), hit))
     return where(hit, summed, x.reshape(-1)).reshape(x.shape)
 
@@ -367,7 +383,7 @@ def setitem(x, index, value) -> None:
             )
     else:
         v = Tensor(N.const(value, positions.shape, x.dtype))
-    _rebind(x, _put(x, positions, v, may_repeat=_has_tensor_index(index)))
+    _rebind(x, _put(x, positions, v, may_repeat=_has_tensor_index(index)), "setitem")
 
 
 # ---------------------------------------------------------------- along an axis
@@ -720,7 +736,7 @@ def nonzero(x, as_tuple: bool = False):
     """
     from .creation import tensor
 
-    a = np.asarray(x.numpy())
+    a = np.asarray(values_for_shape(x, "nonzero"))
     if as_tuple:
         if a.ndim == 0:
             return (tensor(np.nonzero(a.reshape(1))[0].astype(np.int64)),)
@@ -802,7 +818,7 @@ def install(cls) -> None:
 
     def inplace(fn):
         def method(self, *args, **kwargs):
-            _rebind(self, fn(self, *args, **kwargs))
+            _rebind(self, fn(self, *args, **kwargs), fn.__name__ + "_")
             return self
 
         method.__doc__ = f"In-place form of {fn.__name__} (rebinds this tensor's value)."

@@ -520,14 +520,21 @@ def repeat_interleave(x, repeats, dim=None):
         x, dim = x.reshape(-1), 0
     d = x._dim(dim, "repeat_interleave")
     if isinstance(repeats, Tensor) and repeats.numel() == 1:
-        repeats = int(repeats.item())
+        from .indexing import values_for_shape
+
+        repeats = int(values_for_shape(repeats, "repeat_interleave with tensor repeats").item())
     if isinstance(repeats, int):
         if repeats < 0:
             fail(ShapeError, "repeat_interleave", f"repeats must be >= 0, got {repeats}")
         y = x.unsqueeze(d + 1)
         y = y.expand(x.shape[: d + 1] + (repeats,) + x.shape[d + 1 :])
         return y.flatten(d, d + 1)
-    reps = np.asarray(repeats.numpy() if isinstance(repeats, Tensor) else repeats)
+    if isinstance(repeats, Tensor):
+        from .indexing import values_for_shape
+
+        reps = np.asarray(values_for_shape(repeats, "repeat_interleave with tensor repeats"))
+    else:
+        reps = np.asarray(repeats)
     if reps.shape != (x.shape[d],) or (reps < 0).any():
         fail(
             ShapeError,

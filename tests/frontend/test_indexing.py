@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fusegrad as fg
+from fusegrad.versions import InplaceError
 
 A = np.arange(60, dtype=np.float64).reshape(3, 4, 5)
 
@@ -128,7 +129,7 @@ def test_setitem_gradients_and_leaf_rule():
     x.sum().backward()
     assert v.grad.tolist() == [3.0, 3.0]
     w = fg.ones(3, requires_grad=True)
-    with pytest.raises(fg.GradError, match="leaf"):
+    with pytest.raises(InplaceError, match="leaf"):
         w[0] = 2.0
     with fg.no_grad():
         w[0] = 2.0
@@ -340,3 +341,49 @@ def test_take_and_the_index_family():
         x.index_add(1, fg.tensor([[0]]), fg.ones(3, 1, 5, dtype=fg.float64))
     with pytest.raises(fg.IndexingError, match="out of bounds"):
         x.index_fill(1, fg.tensor([4]), 0.0)
+
+
+@pytest.mark.parametrize("lazy", [True, False])
+def test_repeated_places_keep_the_last_write_both_ways(lazy, monkeypatch):
+    from fusegrad import indexing
+
+    if not lazy:  # the places are read on the host instead of compared pairwise
+        monkeypatch.setattr(indexing, "LAZY_REPEATS_LIMIT", 1)
+    b = A.copy()
+    rows = np.array([2, 0, 2, 2, 1])
+    vals = np.arange(5.0 * 4 * 5).reshape(5, 4, 5)
+    b[rows] = vals
+    x = fg.tensor(A.copy())
+    x[fg.tensor(rows)] = fg.tensor(vals)
+    assert np.array_equal(x.numpy(), b)
+    v = fg.tensor(vals, requires_grad=True)
+    y = fg.tensor(A.copy())
+    y[fg.tensor(rows)] = v
+    y.sum().backward()
+    want = np.zeros_like(vals)
+    want[[1, 3, 4]] = 1.0  # only the writes that stay receive a gradient
+    assert np.array_equal(v.grad.numpy(), want)
+
+
+def test_jit_replays_tensor_index_writes_and_refuses_mask_shapes():
+    @fg.jit
+    def put(x, i, v):
+        y = x * 1
+        y[i] = v
+        return y
+
+    for k in range(4):
+        i = np.array([k % 3, 1, k % 3])
+        v = np.arange(3.0) + 10 * k
+        want = A[:, 0, 0].copy()
+        want[i] = v
+        got = put(fg.tensor(A[:, 0, 0].copy()), fg.tensor(i), fg.tensor(v))
+        assert np.array_equal(got.numpy(), want)
+
+    @fg.jit
+    def select(x):
+        return x[x > 0]
+
+    with pytest.raises(fg.JitError, match="bool mask"):
+        for _ in range(3):
+            select(fg.tensor(A))
