@@ -76,10 +76,13 @@ def test_without_a_process_group_everything_says_so():
 def test_the_launcher_runs_a_script_on_each_rank_with_its_threads(tmp_path):
     script = tmp_path / "hello.py"
     script.write_text(
-        "import fusegrad as fg, fusegrad.distributed as dist\n"
+        "import sys, fusegrad as fg, fusegrad.distributed as dist\n"
         "dist.init_process_group()\n"
-        "print('rank', dist.get_rank(), 'of', dist.get_world_size(),"
-        " 'threads', fg.config.threads, flush=True)\n"
+        # one write per line: print() writes its arguments one by one, and the ranks' pieces
+        # could interleave ('rankrank 1 of 2 ...')
+        "line = f'rank {dist.get_rank()} of {dist.get_world_size()} threads {fg.config.threads}'\n"
+        "sys.stdout.write(line + '\\n')\n"
+        "sys.stdout.flush()\n"
         "dist.destroy_process_group()\n"
     )
     cmd = [sys.executable, "-m", "fusegrad.distributed.run", "--nproc", "2", str(script)]
