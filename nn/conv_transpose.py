@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 
 from ..errors import DTypeError, ShapeError, fail
-from ..ir import node as N
 from ..tensor import Tensor
 from .conv import _correlate, _dilate, _module_bases, _tuple
 
@@ -69,7 +68,7 @@ def _conv_transposend(
     # (in, out/g, *k) -> (out, in/g, *k), flipped: the weight of the equivalent correlation
     w = weight.reshape(groups, cin_g, cout_g, *kernel).transpose(1, 2)
     w = w.reshape(cout, cin_g, *kernel)
-    w = w._make(N.flip(w.node, tuple(range(2, 2 + n))))
+    w = w.flip(tuple(range(2, 2 + n)))
     xd = _dilate(x, stride, n)
     full = [
         (d * (k - 1) - p, d * (k - 1) - p + o)

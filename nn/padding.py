@@ -17,7 +17,6 @@ gradients come from the movement primitives' rules.
 from __future__ import annotations
 
 from ..errors import ShapeError, fail
-from ..ir import node as N
 from ..movement import cat
 from ..tensor import Tensor
 from .module import Module
@@ -27,7 +26,7 @@ _MODES = ("constant", "reflect", "replicate", "circular")
 
 def _flip(x: Tensor, dim: int) -> Tensor:
     """x reversed along `dim` (a view)."""
-    return x._make(N.flip(x.node, (dim,)))
+    return x.flip(dim)
 
 
 def _take(x: Tensor, dim: int, start: int, stop: int) -> Tensor:
