@@ -11,8 +11,9 @@ leaves get a gradient (`autograd.PendingGrads`), and `step()` looks the step up:
 
 - **Miss**: the gradients and the update are built as graphs and realized in one
   plan, as always; the plan is kept with, for each of its inputs, where a later
-  step finds it (an input of the forward graph, an optimizer state tensor, or one
-  of the step's scalars), and for each output, which tensor takes it.
+  step finds it (an input of the forward graph, an optimizer state tensor, one
+  of the step's scalars, or a shared read-only index table such as the `arange`
+  that max_pool's gradient compares with), and for each output, which tensor takes it.
 - **Hit**: nothing is built. The step binds this step's buffers to the plan's
   inputs, runs it (one native program), and gives the parameters, the optimizer's
   state and the loss their new buffers.
@@ -20,7 +21,7 @@ leaves get a gradient (`autograd.PendingGrads`), and `step()` looks the step up:
 A hit computes exactly what the miss would: the plan is the one the miss compiled
 for the same structure, on this step's buffers. Anything that does not fit the
 pattern (a gradient read or changed before the step, gradients accumulated over
-several backward() calls, an input that is none of the three kinds) takes the
+several backward() calls, an input that is none of the four kinds) takes the
 miss path, so it is never wrong, only slower.
 """
 
@@ -40,7 +41,9 @@ CACHE_SIZE = 32  # step structures kept per optimizer (batch shapes, train/eval 
 @dataclass
 class _Entry:
     plan: Plan
-    sources: list[tuple[str, int]]  # per plan input: ("fwd" | "state" | "scalar", index)
+    # per plan input: ("fwd" | "state" | "scalar", index), or ("table", buffer) for a
+    # read-only index table the backward built (`arange` in max_pool's gradient)
+    sources: list[tuple[str, object]]
     targets: list[int]  # per requested tensor: the plan output that holds its new value
 
 
@@ -113,6 +116,9 @@ class StepCache:
         engine.stats["schedule_hits"] += 1
         inputs = []
         for kind, i in entry.sources:
+            if kind == "table":
+                inputs.append(i)
+                continue
             node = (
                 fleaves[i]
                 if kind == "fwd"
@@ -145,6 +151,10 @@ class StepCache:
                 sources.append(("state", state_at[k]))
             elif k in scalar_at:
                 sources.append(("scalar", scalar_at[k]))
+            elif _is_table(engine.value(leaf)):
+                # the backward of the same structure asks for the same table (its size is a
+                # shape of the graph), and shared tables are one buffer per size: keep it
+                sources.append(("table", engine.value(leaf)))
             else:
                 sources = None
                 break
@@ -153,6 +163,12 @@ class StepCache:
         outs = engine.run(plan, [engine.value(x) for x in leaves], nodes, targets, timed=fresh)
         _take_values(requested, outs, targets, len(params) + len(flat_states))
         return _Entry(plan, sources, targets) if sources is not None else _UNCACHEABLE
+
+
+def _is_table(buf) -> bool:
+    """A shared read-only table from `creation._shared` (arange): never written, never freed."""
+    array = getattr(buf, "array", None)
+    return array is not None and not array.flags.writeable
 
 
 def _take_values(requested, outs, targets, updated: int) -> None:

@@ -183,6 +183,21 @@ def _mlp():
     return nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
 
 
+def _convnet():
+    """Convolution, ReLU and max-pooling (whose gradient reads a shared `arange` table)."""
+    return nn.Sequential(
+        nn.Conv2d(1, 3, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(48, 3)
+    )
+
+
+def _mlp_batches(rng, b):
+    return rng.standard_normal((b, 6)).astype(np.float32), rng.integers(0, 3, b)
+
+
+def _conv_batches(rng, b):
+    return rng.standard_normal((b, 1, 8, 8)).astype(np.float32), rng.integers(0, 3, b)
+
+
 @pytest.mark.parametrize(
     "make_opt",
     [
@@ -191,18 +206,17 @@ def _mlp():
         lambda ps: optim.AdamW(ps, lr=0.01),
     ],
 )
-def test_cached_plain_steps_equal_the_full_path_bit_for_bit(make_opt):
+@pytest.mark.parametrize("model_and_data", [(_mlp, _mlp_batches), (_convnet, _conv_batches)])
+def test_cached_plain_steps_equal_the_full_path_bit_for_bit(make_opt, model_and_data):
     """The same loop twice: once with every step built in full (the step cache emptied
     before each step), once cached; parameters and losses agree exactly."""
+    make_model, make_batch = model_and_data
     rng = np.random.default_rng(1)
-    batches = [
-        (rng.standard_normal((b, 6)).astype(np.float32), rng.integers(0, 3, b))
-        for b in (5, 5, 7, 5, 7, 5, 5, 5)
-    ]
+    batches = [make_batch(rng, b) for b in (5, 5, 7, 5, 7, 5, 5, 5)]
     runs = []
     for cached in (False, True):
         fg.manual_seed(3)
-        model = _mlp()
+        model = make_model()
         opt = make_opt(model.parameters())
         losses = []
         for x, y in batches:
