@@ -55,9 +55,16 @@ def user_site() -> str | None:
         if ours is None:
             ours = _is_ours[name] = name.startswith(_PACKAGE_DIRS) or name.startswith("<frozen")
         if not ours:
-            return f"{os.path.basename(name)}:{f.f_lineno}"
+            key = (name, f.f_lineno)
+            text = _site_text.get(key)
+            if text is None:
+                text = _site_text[key] = f"{os.path.basename(name)}:{key[1]}"
+            return text
         f = f.f_back
     return None
+
+
+_site_text: dict[tuple[str, int], str] = {}  # (file, line) -> "file:line", made once
 
 
 class FusegradError(Exception):

@@ -13,6 +13,7 @@ a step multiplies the stride.
 
 from __future__ import annotations
 
+import functools
 import math
 
 from .errors import IndexingError, ShapeError, fail
@@ -20,6 +21,7 @@ from .ir import node as N
 from .ir.dtypes import bool_, promote
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of shapes, which repeat every step
 def _contiguous_strides(shape):
     out, acc = [], 1
     for s in reversed(shape):
@@ -28,6 +30,7 @@ def _contiguous_strides(shape):
     return tuple(reversed(out))
 
 
+@functools.lru_cache(maxsize=4096)
 def _view_strides(old_shape, old_strides, new_shape):
     """Strides of a reshape that needs no copy, or None (numpy's attempt_nocopy_reshape idea)."""
     if math.prod(old_shape) == 0:

@@ -220,7 +220,7 @@ def matmul(a, b):
     The product is one broadcast multiply and one sum over the shared axis,
     which the scheduler fuses into a single kernel.
     """
-    from .tensor import Tensor, as_tensor, broadcast_shapes
+    from .tensor import Tensor, _broadcast_node, as_tensor, broadcast_shapes
 
     a, b = as_tensor(a, "matmul"), as_tensor(b, "matmul")
     if not isinstance(a, Tensor) or a.ndim == 0 or b.ndim == 0:
@@ -235,9 +235,10 @@ def matmul(a, b):
         )
     if a.dtype.is_bool:
         fail(DTypeError, "matmul", "not supported on bool tensors")
-    a2 = a.unsqueeze(0) if a.ndim == 1 else a
-    b2 = b.unsqueeze(1) if b.ndim == 1 else b
-    k1, k2 = a2.shape[-1], b2.shape[-2]
+    # built on nodes, not tensors: matmul runs in every layer of every step
+    an = N.reshape(a.node, (1,) + a.shape) if a.ndim == 1 else a.node
+    bn = N.reshape(b.node, b.shape + (1,)) if b.ndim == 1 else b.node
+    k1, k2 = an.shape[-1], bn.shape[-2]
     if k1 != k2:
         fail(
             ShapeError,
@@ -245,27 +246,30 @@ def matmul(a, b):
             f"shapes {a.shape} and {b.shape} cannot be multiplied "
             f"(inner dimensions {k1} and {k2} differ)",
         )
-    batch = broadcast_shapes(a2.shape[:-2], b2.shape[:-2], "matmul")
-    m, n = a2.shape[-2], b2.shape[-1]
+    batch = broadcast_shapes(an.shape[:-2], bn.shape[:-2], "matmul")
+    m, n = an.shape[-2], bn.shape[-1]
     if (
-        b2.ndim == 2
+        len(bn.shape) == 2
         and n % PANEL == 0
         and n > PANEL
-        and k2 * n * b2.dtype.itemsize >= PANEL_CACHE_BYTES
+        and k2 * n * bn.dtype.itemsize >= PANEL_CACHE_BYTES
     ):
         # a right operand too big for cache is copied once into panels of PANEL columns, rows
         # adjacent: the kernel then streams one panel (its vector loads) from memory in order
         panels = N.contiguous(
-            b2.reshape(k2, n // PANEL, PANEL).permute(1, 0, 2).node,
+            N.permute(N.reshape(bn, (k2, n // PANEL, PANEL)), (1, 0, 2)),
             f"matmul: a large right operand packed in panels of {PANEL} columns",
         )
-        b2 = b2._make(panels, b2).permute(1, 0, 2).reshape(k2, n)
+        bn = N.reshape(N.permute(panels, (1, 0, 2)), (k2, n))
     # (..., M, 1, K) * (..., 1, N, K) summed over K
-    x = a2.reshape(a2.shape[:-2] + (m, 1, k1)).expand(batch + (m, n, k1))
-    y = b2.mT.reshape(b2.shape[:-2] + (1, n, k1)).expand(batch + (m, n, k1))
-    out = (x * y)._reduce(Ops.SUM, -1, False, "matmul")  # ints keep their width, as torch
-    if a.ndim == 1:
-        out = out.squeeze(-2)
-    if b.ndim == 1:
-        out = out.squeeze(-1)
-    return out
+    full = batch + (m, n, k1)
+    nd = len(bn.shape)
+    bt = N.permute(bn, tuple(range(nd - 2)) + (nd - 1, nd - 2))
+    x = _broadcast_node(N.reshape(an, an.shape[:-2] + (m, 1, k1)), full)
+    y = _broadcast_node(N.reshape(bt, bn.shape[:-2] + (1, n, k1)), full)
+    # ints keep their width, as torch
+    node = N.reduce(Ops.SUM, N.binary(Ops.MUL, x, y), (len(full) - 1,))
+    if k1 == 0:  # a sum of no products is 0, as in torch
+        node = N.const(0, node.shape, node.dtype)
+    shape = batch + ((m,) if a.ndim > 1 else ()) + ((n,) if b.ndim > 1 else ())
+    return a._make(N.reshape(node, shape), b)

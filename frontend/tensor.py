@@ -16,6 +16,7 @@ Movement ops (`reshape`, `permute`, slicing, `expand`, `pad`, ...) are in
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections.abc import Sequence
@@ -37,6 +38,11 @@ Scalar = int | float | bool
 
 
 def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    return _contiguous(tuple(shape))
+
+
+@functools.lru_cache(maxsize=4096)  # a pure function of shapes, which repeat every step
+def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
     out, acc = [], 1
     for s in reversed(shape):
         out.append(acc)
@@ -183,10 +189,15 @@ class Tensor(MovementMixin, ReduceMixin):
     # ---------------------------------------------------------------- building blocks
     def _make(self, node: N.Node, *parents: Tensor, strides=None) -> Tensor:
         # only floating-point values have gradients (argmax, comparisons: none), as in torch
-        wants = node.dtype.is_float and (
-            self.requires_grad or any(p.requires_grad for p in parents)
-        )
-        if wants and not autograd_state.enabled():
+        wants = self.requires_grad
+        if not wants:
+            for p in parents:
+                if p.requires_grad:
+                    wants = True
+                    break
+        if wants and not node.dtype.is_float:
+            wants = False
+        elif wants and not autograd_state.enabled():
             node, wants = N.detach(node), False  # no_grad(): cut the result off the graph
         return Tensor(node, requires_grad=wants, strides=strides, leaf=not wants)
 
@@ -243,26 +254,49 @@ class Tensor(MovementMixin, ReduceMixin):
     # ---------------------------------------------------------------- broadcasting
     def _operands(self, other, op: str, reverse: bool = False) -> tuple[Tensor, Tensor]:
         """Both operands as tensors of one shape and one dtype (numpy broadcasting)."""
-        if isinstance(other, Tensor):
-            dtype = promote_tensors(self, other)
-            o = other
-        elif isinstance(other, (int, float, bool, np.number, np.bool_)):
-            other = other.item() if isinstance(other, (np.number, np.bool_)) else other
-            dtype = promote_scalar(self.dtype, other)
-            o = Tensor(N.const(other, self.shape, dtype))
-        else:
-            fail(DTypeError, op, f"unsupported operand type {type(other).__name__}")
-        a, b = self.cast(dtype), o.cast(dtype)
-        shape = broadcast_shapes(a.shape, b.shape, op)
-        a, b = (
-            a.expand(shape) if a.shape != shape else a,
-            b.expand(shape) if b.shape != shape else b,
-        )
+        a, b, other = self._operand_nodes(other, op)
+        a = self if a is self.node else self._make(a)
+        b = other if isinstance(other, Tensor) and b is other.node else Tensor._wrap(b, other)
         return (b, a) if reverse else (a, b)
 
+    def _operand_nodes(self, other, op: str):
+        """The nodes of both operands promoted to one dtype and broadcast to one shape, and
+        `other` (as given, or as a 0-d constant tensor's stand-in `None` for a scalar).
+
+        The hot path of every binary operator: it builds nodes only, no Tensor per cast or
+        expand."""
+        a = self.node
+        if isinstance(other, Tensor):
+            b = other.node
+            if a.dtype is not b.dtype:
+                dtype = promote_tensors(self, other)
+                a, b = N.cast(a, dtype), N.cast(b, dtype)
+        elif isinstance(other, (int, float, bool, np.number, np.bool_)):
+            value = other.item() if isinstance(other, (np.number, np.bool_)) else other
+            dtype = promote_scalar(a.dtype, value)
+            return N.cast(a, dtype), N.const(value, a.shape, dtype), None
+        else:
+            fail(DTypeError, op, f"unsupported operand type {type(other).__name__}")
+        if a.shape != b.shape:
+            shape = broadcast_shapes(a.shape, b.shape, op)
+            a, b = _broadcast_node(a, shape), _broadcast_node(b, shape)
+        return a, b, other
+
+    @staticmethod
+    def _wrap(node: N.Node, like) -> Tensor:
+        """A tensor for `node`, derived from `like` (a Tensor, or None for a constant)."""
+        if like is None:
+            return Tensor(node)
+        return like._make(node)
+
     def _binary(self, ir_op: Ops, other, op: str, reverse: bool = False) -> Tensor:
-        a, b = self._operands(other, op, reverse)
-        return a._make(N.binary(ir_op, a.node, b.node), b)
+        a, b, other = self._operand_nodes(other, op)
+        if reverse:
+            a, b = b, a
+        node = N.binary(ir_op, a, b)
+        if other is None:
+            return self._make(node)
+        return self._make(node, other)
 
     def _unary(self, ir_op: Ops) -> Tensor:
         return self._make(N.unary(ir_op, self.node))
@@ -709,6 +743,14 @@ def broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...], op: str) -> tuple[i
             )
         out.append(max(x, y) if x != 1 and y != 1 else x * y)
     return tuple(reversed(out))
+
+
+def _broadcast_node(node: N.Node, shape: tuple[int, ...]) -> N.Node:
+    """`node` broadcast to `shape` (already checked by broadcast_shapes)."""
+    if node.shape == shape:
+        return node
+    src = (1,) * (len(shape) - len(node.shape)) + node.shape
+    return N.expand(N.reshape(node, src), shape)
 
 
 def as_tensor(x, op: str = "tensor") -> Tensor:
