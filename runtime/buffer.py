@@ -68,6 +68,20 @@ class Buffer:
         return f"<Buffer {self.size} x {self.dtype.name}>"
 
 
+def take_scratch(nbytes: int) -> np.ndarray:
+    """Raw bytes for values that live only inside one native program run (from the pool)."""
+    return _take(nbytes)
+
+
+def give_scratch(raw: np.ndarray) -> None:
+    """Return `take_scratch` memory to the pool once the program that used it has run."""
+    global _pooled_bytes
+    with _lock:
+        if _pooled_bytes + raw.nbytes <= POOL_LIMIT_BYTES:
+            _pool.setdefault(raw.nbytes, []).append(raw)
+            _pooled_bytes += raw.nbytes
+
+
 def _take(nbytes: int) -> np.ndarray:
     global _pooled_bytes
     nbytes = max(nbytes, 1)

@@ -49,7 +49,7 @@ from ..ir import phases
 from ..ir.node import Node
 from ..ir.ops import Ops
 from ..ir.schedule import ScheduleItem, schedule, structural_key
-from .buffer import Buffer
+from .buffer import Buffer, give_scratch, take_scratch
 from .compiler import CompiledKernel, compile_kernel
 from .config import config
 from .launch import effective_threads, launch, run_threads
@@ -141,6 +141,8 @@ class Plan:
     program: object = None  # the native program, built once the plan is cached
     fns: object = None  # kernel addresses, as the program reads them
     records: list = field(default_factory=list)  # what a run through the program reports
+    returned: list = field(default_factory=list)  # (slot, size, dtype) of the outputs returned
+    scratch: tuple = ()  # (program slots, byte offsets, bytes) of values that die inside
 
 
 @dataclass
@@ -383,6 +385,9 @@ def _compile_item(item: ScheduleItem) -> tuple[KernelRecord, int, int]:
     return rec, loop.parallel_extent, work
 
 
+SCRATCH_ALIGN = 64  # bytes: each value inside a program's scratch starts on a cache line
+
+
 def _build_program(plan: Plan) -> None:
     """String a plan's kernels into one native program (see runtime/program.py)."""
     if plan.program is not None or len(plan.steps) < 2:
@@ -401,20 +406,43 @@ def _build_program(plan: Plan) -> None:
         program = compile_program(steps)
     fns = [s.record.compiled.address for s in plan.steps] + [_sched_yield_address()]
     plan.fns = np.array(fns, dtype=np.uint64)
+    # values that die inside the program share one scratch allocation: slot -> offset
+    returned = set(plan.outputs)
+    scratch, offsets, size = [], [], 0
+    plan.returned = []
+    for s in plan.steps:
+        for g, numel, dtype in s.outs:
+            if g in returned:
+                plan.returned.append((g, numel, dtype))
+            else:
+                scratch.append(n + g)
+                offsets.append(size)
+                size += -(-max(numel * dtype.itemsize, 1) // SCRATCH_ALIGN) * SCRATCH_ALIGN
+    plan.scratch = (np.array(scratch, dtype=np.int64), np.array(offsets, dtype=np.uint64), size)
     plan.program = program
 
 
 def _run_program(plan: Plan, leaves: list[Buffer]) -> tuple[list[Buffer], list[KernelRecord]]:
     """Run a cached schedule as one native call per thread."""
     _build_program(plan)
-    outs: list = [None] * plan.slots
-    for s in plan.steps:
-        for g, size, dtype in s.outs:
-            outs[g] = Buffer(size, dtype)
-    ptrs = np.array([b.ptr for b in leaves] + [b.ptr for b in outs], dtype=np.uint64)
+    n = plan.nleaves
+    ptrs = np.empty(n + plan.slots, dtype=np.uint64)
+    ptrs[:n] = [b.ptr for b in leaves]
+    outs: dict[int, Buffer] = {}
+    for g, size, dtype in plan.returned:
+        outs[g] = b = Buffer(size, dtype)
+        ptrs[n + g] = b.ptr
+    where, offsets, nbytes = plan.scratch
+    scratch = take_scratch(nbytes) if len(where) else None
+    if scratch is not None:
+        ptrs[where] = offsets + np.uint64(scratch.ctypes.data)
     barrier = np.zeros(2, dtype=np.int64)  # per call: two threads may run one plan at once
     args = [ptrs.ctypes.data, plan.fns.ctypes.data, barrier.ctypes.data]
-    run_threads(plan.program.fn, effective_threads(), args)
+    try:
+        run_threads(plan.program.fn, effective_threads(), args)
+    finally:
+        if scratch is not None:
+            give_scratch(scratch)
     return [outs[k] for k in plan.outputs], plan.records
 
 
