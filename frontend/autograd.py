@@ -23,7 +23,6 @@ import weakref
 from .errors import FusegradError, ShapeError, at_callers_site, fail, user_site
 from .ir import node as N
 from .ir.autodiff import gradients
-from .ir.node import toposort
 from .ir.ops import Ops
 from .runtime.engine import engine
 from .versions import check_unmodified
@@ -127,9 +126,20 @@ class PendingGrads:
 def _reached_leaves(root, by_node: dict) -> list:
     """The leaves (in `by_node`, keyed by node id) that a gradient from `root` reaches:
     along float values, never through a detach."""
-    stop_ops = (Ops.DETACH,)
-    order = toposort([root], stop=lambda n: n.op in stop_ops or not n.dtype.is_float)
-    return [by_node[id(n)] for n in order if id(n) in by_node]
+    detach = Ops.DETACH
+    seen, stack, out = {id(root)}, [root], []
+    while stack:
+        n = stack.pop()
+        leaf = by_node.get(id(n))
+        if leaf is not None:
+            out.append(leaf)
+        if n.op is detach or not n.dtype.is_float:
+            continue
+        for s in n.srcs:
+            if id(s) not in seen:
+                seen.add(id(s))
+                stack.append(s)
+    return out
 
 
 def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) -> None:

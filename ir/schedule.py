@@ -371,22 +371,42 @@ def structural_key(roots: list[Node], has_value: Callable[[Node], bool]) -> tupl
     Two graphs with the same key schedule identically; the second list holds
     the nodes with values (the parameters) in the order the key numbers them, so a
     cached schedule can be re-run on new buffers. One pass, no recursion: each node
-    contributes its op, argument, shape, dtype and the positions of its sources.
+    contributes its op, argument, shape, dtype and the positions of its sources, in
+    one flat tuple (this runs on every realize and every cached training step).
     """
-    graph = toposort(roots, stop=has_value)
     index: dict[int, int] = {}
     leaves: list[Node] = []
-    parts = []
-    for i, n in enumerate(graph):
-        index[id(n)] = i
-        if n.op is Ops.CONST:
-            parts.append((n.op, n.dtype, n.shape, _const_key(n.arg)))
-        elif has_value(n):
-            leaves.append(n)
-            parts.append((n.shape, n.dtype))
-        else:
-            parts.append((n.op, n.arg, n.shape, n.dtype, tuple([index[id(s)] for s in n.srcs])))
-    return (tuple(parts), tuple([index[id(r)] for r in roots])), leaves
+    flat: list = []
+    const, buffer = Ops.CONST, Ops.BUFFER
+    # the engine's predicate names the ids of its computed values: test them inline
+    values = getattr(has_value, "values", None)
+    for root in roots:
+        stack = [root]
+        while stack:
+            n = stack[-1]
+            k = id(n)
+            if k in index:
+                stack.pop()
+                continue
+            op = n.op
+            if op is const:
+                flat += (const, n.dtype, n.shape, _const_key(n.arg))
+            elif op is buffer or (k in values if values is not None else has_value(n)):
+                leaves.append(n)
+                flat += (None, n.shape, n.dtype)
+            else:
+                waiting = False
+                for s in n.srcs:
+                    if id(s) not in index:
+                        stack.append(s)
+                        waiting = True
+                if waiting:
+                    continue
+                flat += (op, n.arg, n.shape, n.dtype, len(n.srcs))
+                flat += [index[id(s)] for s in n.srcs]
+            stack.pop()
+            index[k] = len(index)
+    return (tuple(flat), tuple([index[id(r)] for r in roots])), leaves
 
 
 def _const_key(value):

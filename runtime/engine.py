@@ -198,6 +198,7 @@ class Engine:
         def has_value(n: Node) -> bool:
             return n.op is buffer or (n.op is not const and id(n) in values)
 
+        has_value.values = values  # structural_key tests ids against it inline
         return has_value
 
     # ---------------------------------------------------------------- realize
