@@ -366,11 +366,16 @@ class Tensor(MovementMixin, ReduceMixin):
         return self._binary(Ops.CMPLT, o, "gt", reverse=True)
 
     def __le__(self, o):
-        # (a < b) | (a == b), not ~(a > b): a comparison with NaN is false, as in torch
-        return (self < o) | (self == o)
+        return self._or_equal(o, "le", reverse=False)
 
     def __ge__(self, o):
-        return (self > o) | (self == o)
+        return self._or_equal(o, "ge", reverse=True)
+
+    def _or_equal(self, other, op: str, reverse: bool) -> Tensor:
+        # (a < b) | (a == b), not ~(a > b): a comparison with NaN is false, as in torch
+        a, b, _ = self._operand_nodes(other, op)
+        less = N.binary(Ops.CMPLT, b, a) if reverse else N.binary(Ops.CMPLT, a, b)
+        return Tensor(N.binary(Ops.ADD, less, N.binary(Ops.CMPEQ, a, b)))  # bool | is +
 
     def __eq__(self, o):  # type: ignore[override]
         return self._binary(Ops.CMPEQ, o, "eq")
@@ -434,7 +439,15 @@ class Tensor(MovementMixin, ReduceMixin):
 
     def relu(self):
         """max(x, 0); its gradient at 0 is 0 and NaN passes through, as torch.relu."""
-        return where(self <= 0, 0, self)
+        # where(x <= 0, 0, x), built on nodes: relu runs in every layer of every step
+        x = self.node
+        if x.dtype.is_bool:
+            return where(self <= 0, 0, self)
+        zero = N.const(0, x.shape, x.dtype)
+        at_most_zero = N.binary(
+            Ops.ADD, N.binary(Ops.CMPLT, x, zero), N.binary(Ops.CMPEQ, x, zero)
+        )
+        return self._make(N.where(at_most_zero, zero, x))
 
     def sigmoid(self):
         """1 / (1 + e^-x), from z = e^-|x| <= 1 so that neither the value nor any derivative
@@ -769,12 +782,19 @@ def where(cond, a, b) -> Tensor:
         fail(DTypeError, "where", f"condition must be a bool tensor, got {cond.dtype.name}")
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
         a = Tensor(N.const(a, (), promote_scalar(bool_, a)))
-    ta, tb = (
-        a._operands(b, "where") if isinstance(a, Tensor) else b._operands(a, "where", reverse=True)
+    if isinstance(a, Tensor):
+        x, y, other = a._operand_nodes(b, "where")
+        first = a
+    else:
+        y, x, other = b._operand_nodes(a, "where")
+        first = b
+    shape = broadcast_shapes(cond.shape, x.shape, "where")
+    node = N.where(
+        _broadcast_node(cond.node, shape), _broadcast_node(x, shape), _broadcast_node(y, shape)
     )
-    shape = broadcast_shapes(cond.shape, ta.shape, "where")
-    ta, tb, c = ta.expand(shape), tb.expand(shape), cond.expand(shape)
-    return ta._make(N.where(c.node, ta.node, tb.node), tb, c)
+    if other is None:
+        return first._make(node)
+    return first._make(node, other)
 
 
 def pow_(base: Tensor, exponent) -> Tensor:
