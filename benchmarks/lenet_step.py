@@ -105,9 +105,9 @@ def make_fusegrad_step(name: str, jit: bool = False):
     model = fusegrad_model(name)
     opt = fg.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
-    def train(x, y):
-        loss = F.cross_entropy(model(x), y)
+    def train(x, y):  # the loop body as the engine issue writes it
         opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
         return loss
@@ -128,8 +128,8 @@ def make_torch_step(name: str, fg_model):
     lossf = torch.nn.CrossEntropyLoss()
 
     def step(x, y):
-        loss = lossf(model(torch.from_numpy(x)), torch.from_numpy(y))
         opt.zero_grad()
+        loss = lossf(model(torch.from_numpy(x)), torch.from_numpy(y))
         loss.backward()
         opt.step()
         return loss.item()
