@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from .node import Node, toposort
 from .ops import ELEMENTWISE, LEAF, MOVEMENT, REDUCE, TRANSCENDENTAL, Ops
+from .sites import Site, site_of
 
 STORE_COST = 32
 MAX_KERNEL_OPS = 500  # elementwise ops inlined into one kernel before a value is stored
@@ -58,12 +59,27 @@ class ScheduleItem:
         return [n.op.name for n in self.nodes if n.op not in LEAF]
 
     @property
-    def sites(self) -> list[str]:
-        out: list[str] = []
-        for n in self.nodes:
-            if n.site and n.site not in out:
-                out.append(n.site)
-        return out
+    def sites(self) -> list[Site]:
+        """Where the ops inside were written (`ir/sites.py`), one per line, label and role."""
+        return [s for s, _ in self.op_groups() if s is not None]
+
+    def op_groups(self) -> list[tuple[Site | None, list[str]]]:
+        """The user-level ops inside, each with its primitives: `(linear at train.py:9,
+        [RESHAPE, EXPAND, MUL, SUM])`. A node no user line made (inside a composite)
+        belongs to the op of its first user in the kernel; constants are skipped (one
+        constant is shared by every line that writes it)."""
+        inherited: dict[int, Site] = {}
+        groups: dict[tuple | None, tuple[Site | None, list[str]]] = {}
+        for n in reversed(self.nodes):
+            s = site_of(n) or inherited.get(id(n))
+            for src in n.srcs:
+                if s is not None:
+                    inherited.setdefault(id(src), s)
+            if n.op in LEAF:
+                continue
+            key = (s.code, s.line, s.label, s.role) if s is not None else None
+            groups.setdefault(key, (s, []))[1].append(n.op.name)
+        return [(s, ops[::-1]) for s, ops in reversed(groups.values())]
 
 
 def is_squeeze(n: Node) -> bool:

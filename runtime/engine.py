@@ -63,6 +63,9 @@ class KernelRecord:
     name: str
     ops: list[str]
     lines: list[str]  # the user's file:line of the ops inside
+    user_ops: list[str]  # the user-level ops inside, with their lines: "linear (train.py:9)"
+    roles: list[str]  # "forward", "backward", "optimizer": what the ops inside belong to
+    op_groups: list[tuple[str, list[str]]]  # each user-level op with its primitives
     reason: str  # why this kernel's output is materialized
     shape: tuple[int, ...]
     input_shapes: list[tuple[int, ...]]
@@ -159,7 +162,8 @@ class Engine:
         self.plans: OrderedDict[tuple, Plan] = OrderedDict()
         self._plans_lock = threading.Lock()
         self.stats = {"scheduled": 0, "schedule_hits": 0}
-        self.observers: list[Callable[[list[KernelRecord]], None]] = [_dump]
+        # called after every run with the plan and its kernels' records
+        self.observers: list[Callable[[Plan, list[KernelRecord]], None]] = [_dump]
         self._local = threading.local()
 
     # ---------------------------------------------------------------- values
@@ -232,7 +236,7 @@ class Engine:
         for n, j in zip(nodes, targets):
             self.bind(n, outs[j])
         for observe in self.observers:
-            observe(records)
+            observe(plan, records)
         return outs
 
     def plan_for(self, todo: list[Node], has_value=None) -> tuple[Plan, list[Node], bool]:
@@ -290,7 +294,10 @@ class Engine:
             if config.debug >= 1:
                 _log(rec.summary())
                 if config.debug >= 3 and timed:
-                    _log(f"loop IR:\n{rec.loop_ir}\nLLVM IR:\n{rec.llvm_ir}")
+                    _log(
+                        f"\n{kernel_header(rec)}loop IR:\n{rec.loop_ir}\n"
+                        f"optimized LLVM IR:\n{rec.llvm_ir_optimized}"
+                    )
             for (g, _, _), out in zip(step.outs, outs):
                 bufs[g] = out
             for f in step.frees:
@@ -318,10 +325,6 @@ def compile_plan(todo: list[Node], leaves: list[Node], has_value) -> Plan:
         items = schedule(todo, has_value)
     if config.debug >= 2:
         _log(f"schedule: {len(items)} kernel(s)")
-        for i, item in enumerate(items):
-            _log(f"  [{i}] {' '.join(item.ops)} -> {item.root.shape} ({item.reason})")
-            for site in item.sites:
-                _log(f"        from {site}")
     position = {id(n): ("leaf", i) for i, n in enumerate(leaves)}
     slots = 0
     for item in items:
@@ -336,6 +339,10 @@ def compile_plan(todo: list[Node], leaves: list[Node], has_value) -> Plan:
     steps: list[Step] = []
     for k, item in enumerate(items):
         rec, extent, work = _compile_item(item)
+        if config.debug >= 2:  # named as its launch line, dump file and profile name it
+            _log(f"  [{k}] {rec.name}: {' '.join(item.ops)} -> {item.root.shape} ({item.reason})")
+            for line, labels in _ops_by_line(item.sites).items():
+                _log(f"        from {line} ({', '.join(labels)})")
         # memory planning: an intermediate's buffer goes back to the pool after its last reader
         frees = [
             position[id(n)][1]
@@ -358,6 +365,7 @@ def _compile_item(item: ScheduleItem) -> tuple[KernelRecord, int, int]:
         source = render_llvm(loop, "KERNEL")
     symbol = kernel_symbol(source, loop.name)
     source = source.replace("@KERNEL(", f"@{symbol}(")
+    loop.name = symbol  # one name in the listing, the launch line, the dump and the profile
     with phases.timed("llvm"):
         compiled = compile_kernel(source, symbol, len(loop.params))
     root = item.root
@@ -366,9 +374,12 @@ def _compile_item(item: ScheduleItem) -> tuple[KernelRecord, int, int]:
     )
     nbytes = sum(n.numel * n.dtype.itemsize for n in item.outputs + item.inputs)
     rec = KernelRecord(
-        name=loop.name,
+        name=symbol,
         ops=item.ops,
-        lines=item.sites,
+        lines=list(dict.fromkeys(str(s) for s in item.sites)),
+        user_ops=[s.describe() for s in item.sites],
+        op_groups=[(s.describe() if s else "(no user line)", ops) for s, ops in item.op_groups()],
+        roles=sorted({s.role for s in item.sites}),
         reason=item.reason,
         shape=root.shape,
         input_shapes=[n.shape for n in item.inputs],
@@ -381,6 +392,16 @@ def _compile_item(item: ScheduleItem) -> tuple[KernelRecord, int, int]:
         compiled=compiled,
     )
     return rec, loop.parallel_extent, work
+
+
+def _ops_by_line(sites) -> dict[str, list[str]]:
+    """file:line -> the user-level ops written on it ("linear", "relu backward")."""
+    out: dict[str, list[str]] = {}
+    for s in sites:
+        labels = out.setdefault(str(s), [])
+        if s.label not in labels:
+            labels.append(s.label)
+    return out
 
 
 def _build_program(plan: Plan) -> None:
@@ -435,37 +456,99 @@ def _sched_yield_address() -> int:
     return ctypes.cast(ctypes.CDLL(None).sched_yield, ctypes.c_void_p).value
 
 
-_manifests: dict[str, list[dict]] = {}  # dump folder -> its manifest entries
+def kernel_header(rec: KernelRecord, comment: str = "//") -> str:
+    """The comment block a dumped kernel file begins with: its name, the user's lines and
+    ops inside (with their primitives), forward/backward/optimizer, why it is a kernel of
+    its own, bytes and FLOPs. Nothing that changes from run to run (no times)."""
+    shape = "x".join(map(str, rec.shape)) or "scalar"
+    inputs = ", ".join("x".join(map(str, s)) or "scalar" for s in rec.input_shapes) or "none"
+    lines = [
+        f"kernel {rec.name}",
+        f"  part of: {', '.join(rec.roles) or 'no user line'}",
+        f"  why a kernel: {rec.reason}",
+        f"  output {shape}, inputs {inputs}",
+        f"  {rec.bytes} bytes read and written, {rec.flops} FLOPs",
+        "  user ops (primitives):",
+    ]
+    lines += [f"    {op}: {' '.join(prims)}" for op, prims in rec.op_groups]
+    return "".join(f"{comment} {line}".rstrip() + "\n" for line in lines) + "\n"
 
 
-def _dump(records: list[KernelRecord]) -> None:
-    """The FUSEGRAD_DUMP observer: every kernel's code and a manifest.json."""
+class _DumpFolder:
+    """What has been written into one FUSEGRAD_DUMP folder: each plan is written once, the
+    first time it runs, and each kernel once whatever plans share it."""
+
+    def __init__(self):
+        self.plans: dict[int, weakref.ref] = {}
+        self.files: dict[str, str] = {}  # kernel name -> its file stem
+        self.manifest: list[dict] = []
+        self.schedules = 0
+
+
+_dump_folders: dict[str, _DumpFolder] = {}
+_dump_lock = threading.Lock()
+
+# (extension, comment marker, text of a record): the files written per kernel
+_DUMP_FILES = (
+    (".loop", "//", lambda r: r.loop_ir),
+    (".ll", ";", lambda r: r.llvm_ir_optimized),
+    (".raw.ll", ";", lambda r: r.llvm_ir),
+    (".s", "#", lambda r: r.asm),
+    (".cu", "//", lambda r: r.cuda_c),
+)
+
+
+def _dump(plan: Plan, records: list[KernelRecord]) -> None:
+    """The FUSEGRAD_DUMP observer: each new schedule's kernels and a manifest.json.
+
+    Every kernel is written as loop IR (`.loop`), optimized LLVM IR (`.ll`), the IR before
+    LLVM's passes (`.raw.ll`), assembly (`.s`) and CUDA C (`.cu`), each file beginning with
+    `kernel_header`. Two runs of one script write byte-identical files; in manifest.json
+    only the `this_run` fields (compile time, cache) can differ.
+    """
     if not config.dump:
         return
-    os.makedirs(config.dump, exist_ok=True)
-    manifest = _manifests.setdefault(os.path.abspath(config.dump), [])
-    for rec in records:
-        stem = f"{len(manifest):03d}_{rec.name}"
-        for ext, text in ((".loop", rec.loop_ir), (".ll", rec.llvm_ir), (".cu", rec.cuda_c)):
-            with open(os.path.join(config.dump, stem + ext), "w") as f:
-                f.write(text)
-        manifest.append(
-            {
-                "file": stem,
-                "name": rec.name,
-                "ops": rec.ops,
-                "lines": rec.lines,
-                "reason": rec.reason,
-                "shape": list(rec.shape),
-                "input_shapes": [list(s) for s in rec.input_shapes],
-                "bytes": rec.bytes,
-                "flops": rec.flops,
-                "compile_ms": round(rec.compile_seconds * 1e3, 3),
-                "cache": rec.cache,
-            }
-        )
-    with open(os.path.join(config.dump, "manifest.json"), "w") as f:
-        json.dump(manifest, f, indent=1)
+    folder_name = os.path.abspath(config.dump)
+    with _dump_lock:
+        folder = _dump_folders.setdefault(folder_name, _DumpFolder())
+        ref = folder.plans.get(id(plan))
+        if ref is not None and ref() is plan:
+            return  # a schedule already written: later steps add nothing
+        folder.plans[id(plan)] = weakref.ref(plan)
+        schedule_index = folder.schedules
+        folder.schedules += 1
+        os.makedirs(folder_name, exist_ok=True)
+        for k, rec in enumerate(records):
+            if rec.name in folder.files:
+                continue
+            stem = f"{len(folder.files):03d}_{rec.name}"
+            folder.files[rec.name] = stem
+            for ext, comment, text in _DUMP_FILES:
+                with open(os.path.join(folder_name, stem + ext), "w") as f:
+                    f.write(kernel_header(rec, comment) + text(rec))
+            folder.manifest.append(
+                {
+                    "file": stem,
+                    "name": rec.name,
+                    "schedule": schedule_index,
+                    "position": k,
+                    "ops": rec.ops,
+                    "lines": rec.lines,
+                    "user_ops": rec.user_ops,
+                    "roles": rec.roles,
+                    "reason": rec.reason,
+                    "shape": list(rec.shape),
+                    "input_shapes": [list(s) for s in rec.input_shapes],
+                    "bytes": rec.bytes,
+                    "flops": rec.flops,
+                    "this_run": {
+                        "compile_ms": round(rec.compile_seconds * 1e3, 3),
+                        "cache": rec.cache,
+                    },
+                }
+            )
+        with open(os.path.join(folder_name, "manifest.json"), "w") as f:
+            json.dump(folder.manifest, f, indent=1)
 
 
 engine = Engine()
