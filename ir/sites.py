@@ -127,7 +127,7 @@ def _snake(name: str) -> str:
     """`MaxPool2d` -> `max_pool2d`; a base class's `_PoolNd` -> `pool`."""
     name = name.lstrip("_")
     name = name[:-2] if name.endswith("Nd") else name
-    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z][a-z])", "_", name).lower()  # ReLU -> relu
 
 
 def _label_of(code) -> str:

@@ -54,6 +54,8 @@ from .compiler import CompiledKernel, compile_kernel
 from .config import config
 from .launch import effective_threads, launch, run_threads
 from .program import compile_program
+from .recompile import RecompileLog
+from .recompile import warn as warn_recompile
 
 
 @dataclass
@@ -165,6 +167,7 @@ class Engine:
         # called after every run with the plan and its kernels' records
         self.observers: list[Callable[[Plan, list[KernelRecord]], None]] = [_dump]
         self._local = threading.local()
+        self.recompiles = RecompileLog()  # what changed when a user line compiles again
 
     # ---------------------------------------------------------------- values
     def value(self, n: Node) -> Buffer | None:
@@ -254,6 +257,14 @@ class Engine:
                 _log(f"schedule cache hit: {len(plan.steps)} kernel(s), nothing compiled")
             return plan, leaves, False
         self.stats["scheduled"] += 1
+        if config.debug >= 1 or config.recompile_warning > 0:
+            said = self.recompiles.explain(key, todo, has_value)
+            if said is not None:
+                text, count, site = said
+                if config.debug >= 1:
+                    _log(text)
+                if self.recompiles.should_warn(count, config.recompile_warning):
+                    warn_recompile(f"fusegrad: {text}", site)
         before = phases.snapshot() if config.debug >= 1 else None
         plan = compile_plan(todo, leaves, has_value)
         if config.program:
