@@ -303,3 +303,53 @@ def test_kernels_run_inside_a_program_are_not_given_a_made_up_time():
     with fg.config.override(debug=1):
         timed = fg.kernels(x.softmax(1) * 0.375)  # launched one by one, each timed
     assert all(r.seconds is not None and r.seconds >= 0 for r in timed)
+
+
+TRAINING_SCRIPT = """\
+    import json
+    import os
+    import numpy as np
+    import fusegrad as fg
+    import fusegrad.nn as nn
+    import fusegrad.nn.functional as F
+
+    fg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(12, 8), nn.ReLU(), nn.Linear(8, 3))
+    opt = fg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x = fg.from_numpy(np.linspace(-1, 1, 5 * 12, dtype=np.float32).reshape(5, 12))
+    y = fg.tensor([0, 1, 2, 1, 0])
+    counts = []
+    for step in range(6):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        loss.item()
+        counts.append(len(os.listdir(os.environ["FUSEGRAD_DUMP"])))
+    print(json.dumps(counts))
+"""
+
+
+def test_dumps_are_written_once_per_schedule_and_identical_across_runs(tmp_path):
+    """Two runs of one script dump byte-identical kernel files and manifests that differ
+    only in their `this_run` fields; steps that reuse a schedule write nothing."""
+    folders = []
+    for run in ("one", "two"):
+        out, _, _ = run_child(TRAINING_SCRIPT, tmp_path, {"FUSEGRAD_DUMP": run})
+        counts = json.loads(out)
+        assert counts[1] > 0 and counts[-1] == counts[2], counts  # nothing new after step 3
+        folders.append(tmp_path / run)
+    first, second = (sorted(os.listdir(f)) for f in folders)
+    assert first == second
+    for name in first:
+        a, b = ((f / name).read_text() for f in folders)
+        if name == "manifest.json":
+            a, b = json.loads(a), json.loads(b)
+            assert all(isinstance(e["this_run"]["compile_ms"], float) for e in a)
+            for entry in a + b:
+                del entry["this_run"]
+        assert a == b, name
+    manifest = json.loads((folders[0] / "manifest.json").read_text())
+    assert len(first) == 5 * len(manifest) + 1  # .loop .ll .raw.ll .s .cu per kernel
+    roles = {role for entry in manifest for role in entry["roles"]}
+    assert roles == {"forward", "backward", "optimizer"}
