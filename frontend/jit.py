@@ -529,6 +529,8 @@ def _run_replay(replay: _Replay, args: list[Buffer]):
         bufs, records = engine.execute(plan, leaves)
         for b in bufs:
             b.kernels = records
+        for observe in engine.observers:  # dumps, fusegrad.profile
+            observe(plan, records)
         outs.append(bufs)
     for k, r, j in replay.updates:  # parameters and optimizer state take their new values
         t = replay.state[k]

@@ -81,6 +81,7 @@ class KernelRecord:
     cache: str  # "compiled", "disk" or "memory"
     loop: Kernel = field(repr=False)
     compiled: CompiledKernel = field(repr=False)
+    started: float | None = None  # time.perf_counter() at launch, when timed alone
 
     @property
     def loop_ir(self) -> str:
@@ -300,7 +301,7 @@ class Engine:
             rec = step.record
             if not timed:  # a cached plan: nothing was compiled for this run
                 rec = replace(rec, cache="memory", compile_seconds=0.0)
-            rec = replace(rec, seconds=seconds)
+            rec = replace(rec, seconds=seconds, started=t0)
             records.append(rec)
             if config.debug >= 1:
                 _log(rec.summary())
