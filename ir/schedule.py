@@ -63,23 +63,31 @@ class ScheduleItem:
         """Where the ops inside were written (`ir/sites.py`), one per line, label and role."""
         return [s for s, _ in self.op_groups() if s is not None]
 
+    def node_sites(self) -> dict[int, Site]:
+        """id -> site of each node inside: its own, or, for a node no user line made
+        (inside a composite), the site of its first user in the kernel."""
+        out: dict[int, Site] = {}
+        for n in reversed(self.nodes):
+            s = site_of(n) or out.get(id(n))
+            if s is not None:
+                out[id(n)] = s
+                for src in n.srcs:
+                    out.setdefault(id(src), s)
+        return out
+
     def op_groups(self) -> list[tuple[Site | None, list[str]]]:
         """The user-level ops inside, each with its primitives: `(linear at train.py:9,
-        [RESHAPE, EXPAND, MUL, SUM])`. A node no user line made (inside a composite)
-        belongs to the op of its first user in the kernel; constants are skipped (one
+        [RESHAPE, EXPAND, MUL, SUM])` (see `node_sites`); constants are skipped (one
         constant is shared by every line that writes it)."""
-        inherited: dict[int, Site] = {}
+        where = self.node_sites()
         groups: dict[tuple | None, tuple[Site | None, list[str]]] = {}
-        for n in reversed(self.nodes):
-            s = site_of(n) or inherited.get(id(n))
-            for src in n.srcs:
-                if s is not None:
-                    inherited.setdefault(id(src), s)
+        for n in self.nodes:
             if n.op in LEAF:
                 continue
+            s = where.get(id(n))
             key = (s.code, s.line, s.label, s.role) if s is not None else None
             groups.setdefault(key, (s, []))[1].append(n.op.name)
-        return [(s, ops[::-1]) for s, ops in reversed(groups.values())]
+        return list(groups.values())
 
 
 def is_squeeze(n: Node) -> bool:

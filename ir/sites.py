@@ -144,7 +144,7 @@ def _label_of(code) -> str:
         if name.startswith("i") and name[1:] in ("add", "sub", "mul", "truediv"):
             name = name[1:]
         return _DUNDER.get(name, name)
-    return name
+    return name.rstrip("_") or name
 
 
 _fixed = threading.local()

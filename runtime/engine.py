@@ -370,6 +370,16 @@ def compile_plan(todo: list[Node], leaves: list[Node], has_value) -> Plan:
     return plan
 
 
+def kernel_names(items: list[ScheduleItem]) -> list[str]:
+    """The name each item's kernel has when it runs (lowered and rendered, not compiled):
+    for pictures of a graph not run yet."""
+    out = []
+    for item in items:
+        loop = lower(item)
+        out.append(kernel_symbol(render_llvm(loop, "KERNEL"), loop.name))
+    return out
+
+
 def _compile_item(item: ScheduleItem) -> tuple[KernelRecord, int, int]:
     with phases.timed("lower"):
         loop = lower(item)
