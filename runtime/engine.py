@@ -271,7 +271,7 @@ class Engine:
         if config.program:
             _build_program(plan)  # now, so that later runs compile nothing
         if before is not None:
-            _log_phases(before, plan.records)
+            _log_phases(before, [s.record for s in plan.steps])
         with self._plans_lock:
             self.plans[key] = plan
             while len(self.plans) > max(1, config.plan_cache_size):
@@ -401,7 +401,9 @@ def _compile_item(item: ScheduleItem) -> tuple[KernelRecord, int, int]:
         lines=list(dict.fromkeys(str(s) for s in item.sites)),
         user_ops=[s.describe() for s in item.sites],
         op_groups=[(s.describe() if s else "(no user line)", ops) for s, ops in item.op_groups()],
-        roles=sorted({s.role for s in item.sites}),
+        roles=[
+            r for r in ("forward", "backward", "optimizer") if r in {s.role for s in item.sites}
+        ],
         reason=item.reason,
         shape=root.shape,
         input_shapes=[n.shape for n in item.inputs],
