@@ -6,8 +6,11 @@
 >>> len(ks), ks[0].ops[-1]
 (1, 'EXP')
 
-Each record has `name`, `ops` (the fused ops), `lines` (your file:lines they
-came from), `reason` (why the kernel's output is materialized), `loop_ir`,
+Each record has `name` (the one name the listing, launch line, dump, profile and
+graph use), `ops` (the fused primitives), `lines` (your file:lines they came
+from), `user_ops` (the user-level ops: "linear (train.py:9)"), `op_groups` (each
+user-level op with its primitives), `roles` (forward, backward, optimizer),
+`reason` (why the kernel's output is materialized), `loop_ir`,
 `llvm_ir`, `llvm_ir_optimized`, `asm` and `cuda_c`, plus `seconds` (None for a kernel that
 ran inside a native program, timed as a whole; FUSEGRAD_DEBUG=1 times each), `bytes`,
 `flops` and `cache` ("compiled", "disk" or "memory").

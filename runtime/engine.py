@@ -7,7 +7,9 @@ Everything that outlives a single call lives here, in one place:
   change after they are made).
 - `plans`: compiled schedules keyed by graph structure, least recently used first,
   bounded by `config.plan_cache_size` (kernels: `runtime/compiler.py`, bounded too).
-- the observers of every run (`FUSEGRAD_DUMP` writes kernels through one).
+- the observers of every run, called with the plan and its kernels' records
+  (`FUSEGRAD_DUMP` writes kernels through one, `fusegrad.profile` collects through one).
+- `recompiles`: per user line, the last structure compiled there, to say what changed.
 - per-thread recording of the realizes a call makes (`fusegrad.jit`).
 
 Realizing is one path: find the graph's structural key, compile a plan on a miss
