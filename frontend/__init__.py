@@ -24,10 +24,6 @@ from .errors import (
 from .errors import (
     register_package_dirs as _register_package_dirs,
 )
-from .errors import (
-    user_site as _user_site,
-)
-from .ir import node as _node
 from .ir.dtypes import DType, bool_, float32, float64, int32, int64
 
 
@@ -44,7 +40,6 @@ _register_package_dirs(
     + [_os.path.dirname(_os.path.abspath(m.__file__)) for m in (_ir, _codegen, _runtime)]
     + _nn_dirs()
 )
-_node.SITE_HOOK = _user_site
 
 from . import indexing as _indexing  # noqa: E402
 from . import testing  # noqa: E402
@@ -91,6 +86,7 @@ from .indexing import (  # noqa: E402
 )
 from .jit import JitError, jit  # noqa: E402
 from .movement import cat, stack  # noqa: E402
+from .profiler import profile  # noqa: E402
 from .reduce import matmul  # noqa: E402
 from .runtime.config import config  # noqa: E402
 from .serialization import SerializationError, load, save  # noqa: E402

@@ -20,8 +20,9 @@ from __future__ import annotations
 import threading
 import weakref
 
-from .errors import FusegradError, ShapeError, at_callers_site, fail, user_site
+from .errors import FusegradError, ShapeError, at_callers_site, fail
 from .ir import node as N
+from .ir import sites as _sites
 from .ir.autodiff import gradients
 from .ir.ops import Ops
 from .runtime.engine import engine
@@ -108,14 +109,8 @@ class PendingGrads:
     def materialize(self) -> list:
         with self._lock:
             if self.grads is None:
-                from .errors import _fixed
-
-                outer = getattr(_fixed, "site", None)
-                _fixed.site = outer or self.site
-                try:
+                with _sites.fixed(self.site):
                     grads = gradients(self.root, self.root_grad, self.targets)
-                finally:
-                    _fixed.site = outer
                 self.grads = [
                     N.detach(g) if g is not None else N.const(0.0, t.shape, t.dtype)
                     for g, t in zip(grads, self.targets)
@@ -172,7 +167,7 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
             ]
         else:
             leaves = _reached_leaves(t.node, by_node)
-            pending = PendingGrads(t.node, root_grad, [x.node for x in leaves], user_site())
+            pending = PendingGrads(t.node, root_grad, [x.node for x in leaves], _sites.capture())
             fresh = [LazyGrad(pending, i) for i in range(len(leaves))]
     for leaf, gt in zip(leaves, fresh):
         if gt is not None:

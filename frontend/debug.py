@@ -6,8 +6,11 @@
 >>> len(ks), ks[0].ops[-1]
 (1, 'EXP')
 
-Each record has `name`, `ops` (the fused ops), `lines` (your file:lines they
-came from), `reason` (why the kernel's output is materialized), `loop_ir`,
+Each record has `name` (the one name the listing, launch line, dump, profile and
+graph use), `ops` (the fused primitives), `lines` (your file:lines they came
+from), `user_ops` (the user-level ops: "linear (train.py:9)"), `op_groups` (each
+user-level op with its primitives), `roles` (forward, backward, optimizer),
+`reason` (why the kernel's output is materialized), `loop_ir`,
 `llvm_ir`, `llvm_ir_optimized`, `asm` and `cuda_c`, plus `seconds` (None for a kernel that
 ran inside a native program, timed as a whole; FUSEGRAD_DEBUG=1 times each), `bytes`,
 `flops` and `cache` ("compiled", "disk" or "memory").
@@ -48,10 +51,16 @@ def kernels(*tensors: Tensor) -> list:
     return out
 
 
-def graph_dot(*tensors: Tensor) -> str:
-    """The graph behind `tensors` in Graphviz DOT, without running it: one cluster per kernel
-    the scheduler would cut, labelled with its reason; realized inputs are boxes. A value
-    that several kernels recompute is drawn once, in the first of them.
+def graph_dot(*tensors: Tensor, params=None, collapse: bool | None = None) -> str:
+    """The graph behind `tensors` in Graphviz DOT, without running it.
+
+    Each kernel the scheduler would cut is a cluster named as it will run (the name
+    the launch line, the dump and the profile use) with the reason it is a kernel;
+    each op shows its primitive, shape and dtype, and the user-level op and line it
+    came from (`linear @ train.py:9`). Realized inputs are boxes, named from `params`:
+    a module (its `named_parameters()` and `named_buffers()`) or a dict of name ->
+    tensor. A graph of more than `COLLAPSE_OVER` nodes is drawn collapsed, one box per
+    kernel listing its user-level ops (`collapse=True` / `False` to choose).
 
     >>> import fusegrad as fg
     >>> x = fg.randn(4, 3).realize()
@@ -63,10 +72,17 @@ def graph_dot(*tensors: Tensor) -> str:
     from .ir.node import toposort
     from .ir.ops import Ops
     from .ir.schedule import schedule
+    from .ir.sites import site_of
+    from .runtime.engine import kernel_names
 
     has_value = engine.has_value_predicate()
     roots = [t.node for t in tensors if not has_value(t.node)]
     items = schedule(roots, has_value) if roots else []
+    kernel_name = kernel_names(items)
+    every = toposort([t.node for t in tensors], stop=has_value)
+    if collapse is None:
+        collapse = len(every) > COLLAPSE_OVER
+    param_names = _param_names(params)
     lines = ["digraph fusegrad {", "  rankdir=BT;", '  node [fontname="monospace", fontsize=10];']
     names: dict[int, str] = {}
 
@@ -75,28 +91,75 @@ def graph_dot(*tensors: Tensor) -> str:
             names[id(n)] = f"n{len(names)}"
         return names[id(n)]
 
-    def label(n) -> str:
-        shape = "x".join(map(str, n.shape)) or "scalar"
+    def shape_of(n) -> str:
+        return f"{'x'.join(map(str, n.shape)) or 'scalar'} {n.dtype.name}"
+
+    def leaf_label(n) -> str:
+        return f"{param_names.get(id(n)) or 'input'}\\n{shape_of(n)}"
+
+    def draw_leaf(n) -> None:
+        if id(n) not in names:
+            lines.append(f'  {name(n)} [label="{_quote(leaf_label(n))}", shape=box];')
+
+    if collapse:
+        made_by = {id(out): k for k, item in enumerate(items) for out in item.outputs}
+        for k, item in enumerate(items):
+            ops = [f"{s.label} @ {s}" if s else "(no user line)" for s, _ in item.op_groups()]
+            text = "\\n".join([kernel_name[k], *ops[:8]] + (["..."] if len(ops) > 8 else []))
+            text += f"\\n-> {shape_of(item.root)}"
+            lines.append(f'  k{k} [label="{_quote(text)}", shape=box, style=rounded, color=blue];')
+            for n in item.inputs:
+                if id(n) in made_by:
+                    lines.append(f"  k{made_by[id(n)]} -> k{k};")
+                else:
+                    draw_leaf(n)
+                    lines.append(f"  {name(n)} -> k{k};")
+        lines.append("}")
+        return "\n".join(lines)
+
+    def label(n, site) -> str:
         extra = f" {n.arg}" if n.op is Ops.CONST else ""
-        return f"{n.op.name}{extra}\\n{shape} {n.dtype.name}"
+        text = f"{n.op.name}{extra}\\n{shape_of(n)}"
+        return text + (f"\\n{site.label} @ {site}" if site is not None else "")
 
     placed: set[int] = set()
     for k, item in enumerate(items):
-        reason = item.reason.replace('"', "'")
+        where = item.node_sites()
         lines.append(f"  subgraph cluster_{k} {{")
-        lines.append(f'    label="kernel {k}: {reason}"; style=rounded; color=blue;')
+        title = _quote(f"{kernel_name[k]}\\n{item.reason}")
+        lines.append(f'    label="{title}"; style=rounded; color=blue;')
         for n in item.nodes:
             if id(n) not in placed:
                 placed.add(id(n))
-                lines.append(f'    {name(n)} [label="{label(n)}"];')
+                lines.append(f'    {name(n)} [label="{_quote(label(n, where.get(id(n))))}"];')
         lines.append("  }")
-    every = toposort([t.node for t in tensors], stop=has_value)
     for n in every:
         if id(n) not in placed:
-            shape = "box" if has_value(n) else "ellipse"
-            lines.append(f'  {name(n)} [label="{label(n)}", shape={shape}];')
+            if has_value(n):
+                draw_leaf(n)
+            else:
+                lines.append(f'  {name(n)} [label="{_quote(label(n, site_of(n)))}"];')
         if not has_value(n):
             for s in n.srcs:
                 lines.append(f"  {name(s)} -> {name(n)};")
     lines.append("}")
     return "\n".join(lines)
+
+
+COLLAPSE_OVER = 48  # graph_dot draws larger graphs one box per kernel
+
+
+def _quote(text: str) -> str:
+    return text.replace('"', "'")
+
+
+def _param_names(params) -> dict[int, str]:
+    """id(node) -> name of each named tensor (a module's parameters and buffers, or a dict)."""
+    if params is None:
+        return {}
+    if hasattr(params, "named_parameters"):
+        named = list(params.named_parameters())
+        named += list(getattr(params, "named_buffers", lambda: [])())
+    else:
+        named = list(dict(params).items())
+    return {id(t.node): n for n, t in named if isinstance(t, Tensor)}

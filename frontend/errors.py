@@ -9,62 +9,32 @@ traceback and the message both point at the user's line:
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
-import threading
-
-_PACKAGE_DIRS: tuple[str, ...] = ()
+from .ir import sites as _sites
 
 
 def register_package_dirs(dirs) -> None:
     """The folders whose frames are fusegrad's own, not the user's."""
-    global _PACKAGE_DIRS
-    _PACKAGE_DIRS = tuple(os.path.abspath(d) + os.sep for d in dirs)
-    _is_ours.clear()
+    _sites.register_library_dirs(dirs)
 
 
-_is_ours: dict[str, bool] = {}  # file name -> inside fusegrad (called for every new node)
-_fixed = threading.local()
-
-
-@contextlib.contextmanager
-def at_callers_site():
-    """Within this block every new node gets the site of the user's call that opened it.
+def at_callers_site(label: str | None = None, role: str = "forward"):
+    """Within this block every new node gets the site of the user's call that opened it
+    (labelled `label` in `role`, when given: an optimizer's step is "sgd update").
 
     backward() and optimizer steps build hundreds of nodes from one user line; looking
     the line up once instead of walking the stack for each node saves real time per step.
     """
-    outer = getattr(_fixed, "site", None)
-    _fixed.site = outer or user_site()
-    try:
-        yield
-    finally:
-        _fixed.site = outer
+    site = _sites.capture()
+    if site is not None and label is not None:
+        site = site.with_label(label, role)
+    return _sites.fixed(site)
 
 
 def user_site() -> str | None:
-    """`file:line` of the innermost frame outside fusegrad."""
-    fixed = getattr(_fixed, "site", None)
-    if fixed is not None:
-        return fixed
-    f = sys._getframe(1)
-    while f is not None:
-        name = f.f_code.co_filename
-        ours = _is_ours.get(name)
-        if ours is None:
-            ours = _is_ours[name] = name.startswith(_PACKAGE_DIRS) or name.startswith("<frozen")
-        if not ours:
-            key = (name, f.f_lineno)
-            text = _site_text.get(key)
-            if text is None:
-                text = _site_text[key] = f"{os.path.basename(name)}:{key[1]}"
-            return text
-        f = f.f_back
-    return None
-
-
-_site_text: dict[tuple[str, int], str] = {}  # (file, line) -> "file:line", made once
+    """`file:line` of the innermost frame outside fusegrad (and outside the standard
+    library: a `with` block's contextlib frames are not the user's)."""
+    site = _sites.capture()
+    return str(site) if site is not None else None
 
 
 class FusegradError(Exception):

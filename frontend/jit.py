@@ -76,6 +76,7 @@ from . import autograd, autograd_state
 from .errors import JitError  # noqa: E402  (raised by the Tensor too: see host_read)
 from .ir import node as N
 from .ir.dtypes import int32
+from .ir.sites import site_of
 from .runtime.buffer import Buffer
 from .runtime.config import config
 from .runtime.engine import engine
@@ -467,7 +468,7 @@ def _plan_replay(fn, a: _Recording, b: _Recording, out) -> _Replay:
             else:
                 raise JitError(
                     f"fusegrad.jit: {name} reads a {lb.dtype.name} tensor of shape {lb.shape} "
-                    f"(made at {lb.site or 'an unknown place'}) that is a new buffer every "
+                    f"(made at {site_of(lb) or 'an unknown place'}) that is a new buffer every "
                     "call; if it is an input, pass it as an argument (a value carried from "
                     "call to call other than an optimizer's cannot be replayed)"
                 )
@@ -528,6 +529,8 @@ def _run_replay(replay: _Replay, args: list[Buffer]):
         bufs, records = engine.execute(plan, leaves)
         for b in bufs:
             b.kernels = records
+        for observe in engine.observers:  # dumps, fusegrad.profile
+            observe(plan, records)
         outs.append(bufs)
     for k, r, j in replay.updates:  # parameters and optimizer state take their new values
         t = replay.state[k]

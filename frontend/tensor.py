@@ -27,6 +27,7 @@ from . import autograd_state
 from .autograd import GradError, backward, graph_consumed, register_leaf
 from .errors import ArgumentError, DimError, DTypeError, ShapeError, checked_dtype, fail
 from .ir import node as N
+from .ir import sites as _sites
 from .ir.autodiff import with_vjp
 from .ir.dtypes import DType, bool_, float32, promote, promote_scalar, to_dtype
 from .ir.ops import Ops
@@ -71,6 +72,8 @@ class Tensor(MovementMixin, ReduceMixin):
         self._strides = strides
         self._is_leaf = leaf if leaf is not None else (node.op is Ops.BUFFER or not requires_grad)
         self._version = 0  # in-place updates so far (versions.py)
+        if not _sites.noted(node):  # the user's line that asked for it, for kernels to report
+            _sites.note(node, _sites.capture())
 
     # ---------------------------------------------------------------- properties
     @property
@@ -669,12 +672,10 @@ _THIS_FILE = __file__
 def _called_by_user() -> bool:
     """Whether the first frame outside this file is the user's (not fusegrad's own code,
     which reads values on the host for its checks)."""
-    from .errors import _PACKAGE_DIRS
-
     f = sys._getframe(2)
     while f is not None and f.f_code.co_filename == _THIS_FILE:
         f = f.f_back
-    return f is not None and not f.f_code.co_filename.startswith(_PACKAGE_DIRS)
+    return f is not None and not f.f_code.co_filename.startswith(_sites.library_dirs())
 
 
 class LazyGrad(Tensor):

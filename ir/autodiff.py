@@ -25,6 +25,7 @@ from . import node as N
 from . import phases
 from .node import Node, toposort
 from .ops import MOVEMENT, Ops
+from .sites import fixed, note, site_of
 
 
 def _c(value, like: Node) -> Node:
@@ -187,8 +188,16 @@ def _gradients(root: Node, root_grad: Node, targets: list[Node]) -> list[Node | 
         g = grads.get(id(n))
         if g is None or not n.srcs or id(n) not in live:
             continue
+        # gradient nodes report the line of the forward op they differentiate ("linear
+        # backward"); an inner node of a composite passes on the site of its gradient
+        site = site_of(n)
+        site = site.backward() if site is not None else site_of(g)
         rule = CUSTOM_VJP.get(n) if use_custom_vjp else None
-        pairs = rule(g) if rule is not None else zip(n.srcs, VJP[n.op](n, g))
+        if rule is not None:  # it may build tensors: they belong to this backward, too
+            with fixed(site, replace=True):
+                pairs = rule(g)
+        else:
+            pairs = zip(n.srcs, VJP[n.op](n, g))
         for src, gs in pairs:
             # a custom rule may name a view that graph rewrites folded into its neighbours:
             # carry its gradient down to the node the graph really holds
@@ -202,4 +211,6 @@ def _gradients(root: Node, root_grad: Node, targets: list[Node]) -> list[Node | 
                 gs = N.cast(gs, src.dtype)
             prev = grads.get(id(src))
             grads[id(src)] = gs if prev is None else N.add(prev, gs)
+            note(grads[id(src)], site)
+            note(gs, site)
     return [grads.get(id(t)) for t in targets]

@@ -26,14 +26,6 @@ from .ops import BINARY, COMPARISON, ELEMENTWISE, MOVEMENT, REDUCE, UNARY, Ops
 Shape = tuple[int, ...]
 
 
-# The frontend installs a function returning the user's "file:line" so that every node
-# remembers where it was written; kernels report these lines.
-def _no_site() -> str | None:
-    return None
-
-
-SITE_HOOK: Callable[[], str | None] = _no_site
-
 # Hash-consing table: key -> weak reference to the one node with that key. A dict of
 # weakrefs rather than a WeakValueDictionary: this lookup runs for every node built, and
 # the plain dict costs a third as much. A dead entry is removed by the reference's callback.
@@ -50,17 +42,17 @@ class Node:
 
     A node never changes after it is made. Its value, once computed, is kept by the
     runtime (`fusegrad.runtime.engine`), not by the node; a `BUFFER` node's value is its
-    `arg`, the buffer itself.
+    `arg`, the buffer itself. Where it was written is in a side table (`ir/sites.py`):
+    equal nodes are one node whoever built them.
     """
 
-    __slots__ = ("op", "srcs", "arg", "shape", "dtype", "site", "__weakref__")
+    __slots__ = ("op", "srcs", "arg", "shape", "dtype", "__weakref__")
 
     op: Ops
     srcs: tuple[Node, ...]
     arg: object
     shape: Shape
     dtype: DType
-    site: str | None  # the user's file:line that first built this node
 
     def __repr__(self) -> str:
         arg = "" if self.arg is None or self.op is Ops.BUFFER else f", arg={self.arg!r}"
@@ -100,7 +92,6 @@ def make(op: Ops, srcs: tuple[Node, ...], arg, shape: Shape, dtype: DType) -> No
 def _new(op, srcs, arg, shape, dtype) -> Node:
     n = object.__new__(Node)
     n.op, n.srcs, n.arg, n.shape, n.dtype = op, srcs, arg, shape, dtype
-    n.site = SITE_HOOK()
     return n
 
 

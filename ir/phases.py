@@ -27,6 +27,8 @@ from contextlib import contextmanager
 
 PHASES = ("autodiff", "key", "schedule", "lower", "render", "llvm", "program")
 seconds: dict[str, float] = dict.fromkeys(PHASES, 0.0)
+# called with (phase, start, end) after each timed block while set (`fusegrad.profile`)
+listener = None
 
 
 @contextmanager
@@ -36,7 +38,10 @@ def timed(phase: str):
     try:
         yield
     finally:
-        seconds[phase] += time.perf_counter() - t0
+        t1 = time.perf_counter()
+        seconds[phase] += t1 - t0
+        if listener is not None:
+            listener(phase, t0, t1)
 
 
 def snapshot() -> dict[str, float]:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from .node import Node, toposort
 from .ops import ELEMENTWISE, LEAF, MOVEMENT, REDUCE, TRANSCENDENTAL, Ops
+from .sites import Site, site_of
 
 STORE_COST = 32
 MAX_KERNEL_OPS = 500  # elementwise ops inlined into one kernel before a value is stored
@@ -58,12 +59,35 @@ class ScheduleItem:
         return [n.op.name for n in self.nodes if n.op not in LEAF]
 
     @property
-    def sites(self) -> list[str]:
-        out: list[str] = []
-        for n in self.nodes:
-            if n.site and n.site not in out:
-                out.append(n.site)
+    def sites(self) -> list[Site]:
+        """Where the ops inside were written (`ir/sites.py`), one per line, label and role."""
+        return [s for s, _ in self.op_groups() if s is not None]
+
+    def node_sites(self) -> dict[int, Site]:
+        """id -> site of each node inside: its own, or, for a node no user line made
+        (inside a composite), the site of its first user in the kernel."""
+        out: dict[int, Site] = {}
+        for n in reversed(self.nodes):
+            s = site_of(n) or out.get(id(n))
+            if s is not None:
+                out[id(n)] = s
+                for src in n.srcs:
+                    out.setdefault(id(src), s)
         return out
+
+    def op_groups(self) -> list[tuple[Site | None, list[str]]]:
+        """The user-level ops inside, each with its primitives: `(linear at train.py:9,
+        [RESHAPE, EXPAND, MUL, SUM])` (see `node_sites`); constants are skipped (one
+        constant is shared by every line that writes it)."""
+        where = self.node_sites()
+        groups: dict[tuple | None, tuple[Site | None, list[str]]] = {}
+        for n in self.nodes:
+            if n.op in LEAF:
+                continue
+            s = where.get(id(n))
+            key = (s.code, s.line, s.label, s.role) if s is not None else None
+            groups.setdefault(key, (s, []))[1].append(n.op.name)
+        return list(groups.values())
 
 
 def is_squeeze(n: Node) -> bool:

@@ -119,7 +119,7 @@ class Optimizer:
 
         def build():
             outputs = []
-            with no_grad(), at_callers_site():
+            with no_grad(), at_callers_site(f"{type(self).__name__.lower()} update", "optimizer"):
                 for group, p in active:
                     state = self.state[p]
                     self._update(p, p.grad, group, state, scalars[id(p)])

@@ -9,6 +9,7 @@
 | FUSEGRAD_PROGRAM    | 0: launch a cached schedule's kernels one by one   | 1       |
 | FUSEGRAD_PLAN_CACHE | schedules (compiled plans) kept in memory, LRU     | 512     |
 | FUSEGRAD_KERNEL_CACHE | compiled kernels kept in memory, LRU             | 2048    |
+| FUSEGRAD_RECOMPILE_WARNING | N: warn when one line has compiled N schedules (0: never) | 0 |
 
 Read or change them from Python too:
 
@@ -63,6 +64,9 @@ class Config:
     program: bool = True  # run cached schedules as one native call per thread
     plan_cache_size: int = 512  # compiled schedules kept in memory (least recently used go)
     kernel_cache_size: int = 2048  # compiled kernels' records kept in memory
+    # a RecompileWarning saying what changed once one user line has compiled this many
+    # schedules (0: never; FUSEGRAD_DEBUG=1 says it at every recompile anyway)
+    recompile_warning: int = 0
 
     @classmethod
     def from_env(cls) -> Config:
@@ -78,6 +82,9 @@ class Config:
             plan_cache_size=_int_env("FUSEGRAD_PLAN_CACHE", 512, "a number of schedules") or 512,
             kernel_cache_size=_int_env("FUSEGRAD_KERNEL_CACHE", 2048, "a number of kernels")
             or 2048,
+            recompile_warning=_int_env(
+                "FUSEGRAD_RECOMPILE_WARNING", 0, "a number of schedules (0: never warn)"
+            ),
         )
 
     @contextlib.contextmanager

@@ -7,7 +7,9 @@ Everything that outlives a single call lives here, in one place:
   change after they are made).
 - `plans`: compiled schedules keyed by graph structure, least recently used first,
   bounded by `config.plan_cache_size` (kernels: `runtime/compiler.py`, bounded too).
-- the observers of every run (`FUSEGRAD_DUMP` writes kernels through one).
+- the observers of every run, called with the plan and its kernels' records
+  (`FUSEGRAD_DUMP` writes kernels through one, `fusegrad.profile` collects through one).
+- `recompiles`: per user line, the last structure compiled there, to say what changed.
 - per-thread recording of the realizes a call makes (`fusegrad.jit`).
 
 Realizing is one path: find the graph's structural key, compile a plan on a miss
@@ -54,6 +56,8 @@ from .compiler import CompiledKernel, compile_kernel
 from .config import config
 from .launch import effective_threads, launch, run_threads
 from .program import compile_program
+from .recompile import RecompileLog
+from .recompile import warn as warn_recompile
 
 
 @dataclass
@@ -63,6 +67,9 @@ class KernelRecord:
     name: str
     ops: list[str]
     lines: list[str]  # the user's file:line of the ops inside
+    user_ops: list[str]  # the user-level ops inside, with their lines: "linear (train.py:9)"
+    roles: list[str]  # "forward", "backward", "optimizer": what the ops inside belong to
+    op_groups: list[tuple[str, list[str]]]  # each user-level op with its primitives
     reason: str  # why this kernel's output is materialized
     shape: tuple[int, ...]
     input_shapes: list[tuple[int, ...]]
@@ -76,6 +83,7 @@ class KernelRecord:
     cache: str  # "compiled", "disk" or "memory"
     loop: Kernel = field(repr=False)
     compiled: CompiledKernel = field(repr=False)
+    started: float | None = None  # time.perf_counter() at launch, when timed alone
 
     @property
     def loop_ir(self) -> str:
@@ -161,8 +169,10 @@ class Engine:
         self.plans: OrderedDict[tuple, Plan] = OrderedDict()
         self._plans_lock = threading.Lock()
         self.stats = {"scheduled": 0, "schedule_hits": 0}
-        self.observers: list[Callable[[list[KernelRecord]], None]] = [_dump]
+        # called after every run with the plan and its kernels' records
+        self.observers: list[Callable[[Plan, list[KernelRecord]], None]] = [_dump]
         self._local = threading.local()
+        self.recompiles = RecompileLog()  # what changed when a user line compiles again
 
     # ---------------------------------------------------------------- values
     def value(self, n: Node) -> Buffer | None:
@@ -235,7 +245,7 @@ class Engine:
         for n, j in zip(nodes, targets):
             self.bind(n, outs[j])
         for observe in self.observers:
-            observe(records)
+            observe(plan, records)
         return outs
 
     def plan_for(self, todo: list[Node], has_value=None) -> tuple[Plan, list[Node], bool]:
@@ -253,12 +263,20 @@ class Engine:
                 _log(f"schedule cache hit: {len(plan.steps)} kernel(s), nothing compiled")
             return plan, leaves, False
         self.stats["scheduled"] += 1
+        if config.debug >= 1 or config.recompile_warning > 0:
+            said = self.recompiles.explain(key, todo, has_value)
+            if said is not None:
+                text, count, site = said
+                if config.debug >= 1:
+                    _log(text)
+                if self.recompiles.should_warn(count, config.recompile_warning):
+                    warn_recompile(f"fusegrad: {text}", site)
         before = phases.snapshot() if config.debug >= 1 else None
         plan = compile_plan(todo, leaves, has_value)
         if config.program:
             _build_program(plan)  # now, so that later runs compile nothing
         if before is not None:
-            _log_phases(before, plan.records)
+            _log_phases(before, [s.record for s in plan.steps])
         with self._plans_lock:
             self.plans[key] = plan
             while len(self.plans) > max(1, config.plan_cache_size):
@@ -288,12 +306,15 @@ class Engine:
             rec = step.record
             if not timed:  # a cached plan: nothing was compiled for this run
                 rec = replace(rec, cache="memory", compile_seconds=0.0)
-            rec = replace(rec, seconds=seconds)
+            rec = replace(rec, seconds=seconds, started=t0)
             records.append(rec)
             if config.debug >= 1:
                 _log(rec.summary())
                 if config.debug >= 3 and timed:
-                    _log(f"loop IR:\n{rec.loop_ir}\nLLVM IR:\n{rec.llvm_ir}")
+                    _log(
+                        f"\n{kernel_header(rec)}loop IR:\n{rec.loop_ir}\n"
+                        f"optimized LLVM IR:\n{rec.llvm_ir_optimized}"
+                    )
             for (g, _, _), out in zip(step.outs, outs):
                 bufs[g] = out
             for f in step.frees:
@@ -321,10 +342,6 @@ def compile_plan(todo: list[Node], leaves: list[Node], has_value) -> Plan:
         items = schedule(todo, has_value)
     if config.debug >= 2:
         _log(f"schedule: {len(items)} kernel(s)")
-        for i, item in enumerate(items):
-            _log(f"  [{i}] {' '.join(item.ops)} -> {item.root.shape} ({item.reason})")
-            for site in item.sites:
-                _log(f"        from {site}")
     position = {id(n): ("leaf", i) for i, n in enumerate(leaves)}
     slots = 0
     for item in items:
@@ -339,6 +356,10 @@ def compile_plan(todo: list[Node], leaves: list[Node], has_value) -> Plan:
     steps: list[Step] = []
     for k, item in enumerate(items):
         rec, extent, work = _compile_item(item)
+        if config.debug >= 2:  # named as its launch line, dump file and profile name it
+            _log(f"  [{k}] {rec.name}: {' '.join(item.ops)} -> {item.root.shape} ({item.reason})")
+            for line, labels in _ops_by_line(item.sites).items():
+                _log(f"        from {line} ({', '.join(labels)})")
         # memory planning: an intermediate's buffer goes back to the pool after its last reader
         frees = [
             position[id(n)][1]
@@ -354,6 +375,16 @@ def compile_plan(todo: list[Node], leaves: list[Node], has_value) -> Plan:
     return plan
 
 
+def kernel_names(items: list[ScheduleItem]) -> list[str]:
+    """The name each item's kernel has when it runs (lowered and rendered, not compiled):
+    for pictures of a graph not run yet."""
+    out = []
+    for item in items:
+        loop = lower(item)
+        out.append(kernel_symbol(render_llvm(loop, "KERNEL"), loop.name))
+    return out
+
+
 def _compile_item(item: ScheduleItem) -> tuple[KernelRecord, int, int]:
     with phases.timed("lower"):
         loop = lower(item)
@@ -361,6 +392,7 @@ def _compile_item(item: ScheduleItem) -> tuple[KernelRecord, int, int]:
         source = render_llvm(loop, "KERNEL")
     symbol = kernel_symbol(source, loop.name)
     source = source.replace("@KERNEL(", f"@{symbol}(")
+    loop.name = symbol  # one name in the listing, the launch line, the dump and the profile
     with phases.timed("llvm"):
         compiled = compile_kernel(source, symbol, len(loop.params))
     root = item.root
@@ -369,9 +401,14 @@ def _compile_item(item: ScheduleItem) -> tuple[KernelRecord, int, int]:
     )
     nbytes = sum(n.numel * n.dtype.itemsize for n in item.outputs + item.inputs)
     rec = KernelRecord(
-        name=loop.name,
+        name=symbol,
         ops=item.ops,
-        lines=item.sites,
+        lines=list(dict.fromkeys(str(s) for s in item.sites)),
+        user_ops=[s.describe() for s in item.sites],
+        op_groups=[(s.describe() if s else "(no user line)", ops) for s, ops in item.op_groups()],
+        roles=[
+            r for r in ("forward", "backward", "optimizer") if r in {s.role for s in item.sites}
+        ],
         reason=item.reason,
         shape=root.shape,
         input_shapes=[n.shape for n in item.inputs],
@@ -384,6 +421,16 @@ def _compile_item(item: ScheduleItem) -> tuple[KernelRecord, int, int]:
         compiled=compiled,
     )
     return rec, loop.parallel_extent, work
+
+
+def _ops_by_line(sites) -> dict[str, list[str]]:
+    """file:line -> the user-level ops written on it ("linear", "relu backward")."""
+    out: dict[str, list[str]] = {}
+    for s in sites:
+        labels = out.setdefault(str(s), [])
+        if s.label not in labels:
+            labels.append(s.label)
+    return out
 
 
 SCRATCH_ALIGN = 64  # bytes: each value inside a program's scratch starts on a cache line
@@ -464,37 +511,99 @@ def _sched_yield_address() -> int:
     return ctypes.cast(ctypes.CDLL(None).sched_yield, ctypes.c_void_p).value
 
 
-_manifests: dict[str, list[dict]] = {}  # dump folder -> its manifest entries
+def kernel_header(rec: KernelRecord, comment: str = "//") -> str:
+    """The comment block a dumped kernel file begins with: its name, the user's lines and
+    ops inside (with their primitives), forward/backward/optimizer, why it is a kernel of
+    its own, bytes and FLOPs. Nothing that changes from run to run (no times)."""
+    shape = "x".join(map(str, rec.shape)) or "scalar"
+    inputs = ", ".join("x".join(map(str, s)) or "scalar" for s in rec.input_shapes) or "none"
+    lines = [
+        f"kernel {rec.name}",
+        f"  part of: {', '.join(rec.roles) or 'no user line'}",
+        f"  why a kernel: {rec.reason}",
+        f"  output {shape}, inputs {inputs}",
+        f"  {rec.bytes} bytes read and written, {rec.flops} FLOPs",
+        "  user ops (primitives):",
+    ]
+    lines += [f"    {op}: {' '.join(prims)}" for op, prims in rec.op_groups]
+    return "".join(f"{comment} {line}".rstrip() + "\n" for line in lines) + "\n"
 
 
-def _dump(records: list[KernelRecord]) -> None:
-    """The FUSEGRAD_DUMP observer: every kernel's code and a manifest.json."""
+class _DumpFolder:
+    """What has been written into one FUSEGRAD_DUMP folder: each plan is written once, the
+    first time it runs, and each kernel once whatever plans share it."""
+
+    def __init__(self):
+        self.plans: dict[int, weakref.ref] = {}
+        self.files: dict[str, str] = {}  # kernel name -> its file stem
+        self.manifest: list[dict] = []
+        self.schedules = 0
+
+
+_dump_folders: dict[str, _DumpFolder] = {}
+_dump_lock = threading.Lock()
+
+# (extension, comment marker, text of a record): the files written per kernel
+_DUMP_FILES = (
+    (".loop", "//", lambda r: r.loop_ir),
+    (".ll", ";", lambda r: r.llvm_ir_optimized),
+    (".raw.ll", ";", lambda r: r.llvm_ir),
+    (".s", "#", lambda r: r.asm),
+    (".cu", "//", lambda r: r.cuda_c),
+)
+
+
+def _dump(plan: Plan, records: list[KernelRecord]) -> None:
+    """The FUSEGRAD_DUMP observer: each new schedule's kernels and a manifest.json.
+
+    Every kernel is written as loop IR (`.loop`), optimized LLVM IR (`.ll`), the IR before
+    LLVM's passes (`.raw.ll`), assembly (`.s`) and CUDA C (`.cu`), each file beginning with
+    `kernel_header`. Two runs of one script write byte-identical files; in manifest.json
+    only the `this_run` fields (compile time, cache) can differ.
+    """
     if not config.dump:
         return
-    os.makedirs(config.dump, exist_ok=True)
-    manifest = _manifests.setdefault(os.path.abspath(config.dump), [])
-    for rec in records:
-        stem = f"{len(manifest):03d}_{rec.name}"
-        for ext, text in ((".loop", rec.loop_ir), (".ll", rec.llvm_ir), (".cu", rec.cuda_c)):
-            with open(os.path.join(config.dump, stem + ext), "w") as f:
-                f.write(text)
-        manifest.append(
-            {
-                "file": stem,
-                "name": rec.name,
-                "ops": rec.ops,
-                "lines": rec.lines,
-                "reason": rec.reason,
-                "shape": list(rec.shape),
-                "input_shapes": [list(s) for s in rec.input_shapes],
-                "bytes": rec.bytes,
-                "flops": rec.flops,
-                "compile_ms": round(rec.compile_seconds * 1e3, 3),
-                "cache": rec.cache,
-            }
-        )
-    with open(os.path.join(config.dump, "manifest.json"), "w") as f:
-        json.dump(manifest, f, indent=1)
+    folder_name = os.path.abspath(config.dump)
+    with _dump_lock:
+        folder = _dump_folders.setdefault(folder_name, _DumpFolder())
+        ref = folder.plans.get(id(plan))
+        if ref is not None and ref() is plan:
+            return  # a schedule already written: later steps add nothing
+        folder.plans[id(plan)] = weakref.ref(plan)
+        schedule_index = folder.schedules
+        folder.schedules += 1
+        os.makedirs(folder_name, exist_ok=True)
+        for k, rec in enumerate(records):
+            if rec.name in folder.files:
+                continue
+            stem = f"{len(folder.files):03d}_{rec.name}"
+            folder.files[rec.name] = stem
+            for ext, comment, text in _DUMP_FILES:
+                with open(os.path.join(folder_name, stem + ext), "w") as f:
+                    f.write(kernel_header(rec, comment) + text(rec))
+            folder.manifest.append(
+                {
+                    "file": stem,
+                    "name": rec.name,
+                    "schedule": schedule_index,
+                    "position": k,
+                    "ops": rec.ops,
+                    "lines": rec.lines,
+                    "user_ops": rec.user_ops,
+                    "roles": rec.roles,
+                    "reason": rec.reason,
+                    "shape": list(rec.shape),
+                    "input_shapes": [list(s) for s in rec.input_shapes],
+                    "bytes": rec.bytes,
+                    "flops": rec.flops,
+                    "this_run": {
+                        "compile_ms": round(rec.compile_seconds * 1e3, 3),
+                        "cache": rec.cache,
+                    },
+                }
+            )
+        with open(os.path.join(folder_name, "manifest.json"), "w") as f:
+            json.dump(folder.manifest, f, indent=1)
 
 
 engine = Engine()

@@ -180,14 +180,22 @@ def test_dump_writes_every_kernel_and_a_manifest(tmp_path):
     expected_files = {"manifest.json"}
     for i, (rec, entry) in enumerate(zip(records, manifest)):
         stem = f"{i:03d}_{rec['name']}"
-        expected_files |= {stem + ".loop", stem + ".ll", stem + ".cu"}
-        assert f"kernel {rec['name']}" in (dump / f"{stem}.loop").read_text()
-        assert "define void @" in (dump / f"{stem}.ll").read_text()
-        assert "__global__" in (dump / f"{stem}.cu").read_text()
-        for key in ("ops", "lines", "shape", "input_shapes", "bytes", "flops", "cache"):
+        expected_files |= {stem + ext for ext in (".loop", ".ll", ".raw.ll", ".s", ".cu")}
+        assert f"kernel {rec['name']}(" in (dump / f"{stem}.loop").read_text()
+        optimized, raw = (dump / f"{stem}.ll").read_text(), (dump / f"{stem}.raw.ll").read_text()
+        assert f"define void @{rec['name']}(" in optimized and "alloca" not in optimized
+        assert "alloca" in raw  # the renderer's stack slots, before LLVM's passes
+        assert f"{rec['name']}:" in (dump / f"{stem}.s").read_text()  # the symbol's label
+        assert f"void {rec['name']}(" in (dump / f"{stem}.cu").read_text()
+        for ext, comment in ((".loop", "//"), (".ll", ";"), (".s", "#"), (".cu", "//")):
+            head = (dump / f"{stem}{ext}").read_text().split("\n\n", 1)[0].splitlines()
+            assert head[0] == f"{comment} kernel {rec['name']}", (ext, head)
+            assert all(line.startswith(comment) for line in head), (ext, head)
+            assert any(line in " ".join(head) for line in rec["lines"]), (ext, head)
+        for key in ("ops", "lines", "shape", "input_shapes", "bytes", "flops"):
             assert entry[key] == rec[key], (stem, key, entry[key], rec[key])
-        assert entry["cache"] == "compiled"  # FUSEGRAD_CACHE=off: nothing comes from disk
-        assert isinstance(entry["compile_ms"], (int, float)) and entry["compile_ms"] > 0
+        assert entry["this_run"]["cache"] == "compiled"  # FUSEGRAD_CACHE=off: none from disk
+        assert entry["this_run"]["compile_ms"] > 0
         assert entry["bytes"] > 0 and entry["flops"] > 0
     assert set(os.listdir(dump)) == expected_files
 
@@ -212,7 +220,8 @@ def test_each_dump_folder_has_a_manifest_of_its_own_files(tmp_path):
     for folder in ("first", "second"):
         files = set(os.listdir(tmp_path / folder)) - {"manifest.json"}
         manifest = json.loads((tmp_path / folder / "manifest.json").read_text())
-        named = {entry["file"] + ext for entry in manifest for ext in (".loop", ".ll", ".cu")}
+        exts = (".loop", ".ll", ".raw.ll", ".s", ".cu")
+        named = {entry["file"] + ext for entry in manifest for ext in exts}
         assert named == files, f"{folder}/manifest.json names {sorted(named)}; has {sorted(files)}"
 
 
@@ -222,15 +231,15 @@ def test_debug_2_prints_the_schedule_with_the_users_lines(tmp_path):
     log = [line for line in err.splitlines() if line.startswith("fusegrad:")]
     assert f"fusegrad: schedule: {len(records)} kernel(s)" in log
     for i, rec in enumerate(records):
-        # the schedule entry: index, fused ops, output shape
-        entry = f"[{i}] {' '.join(rec['ops'])} -> {tuple(rec['shape'])}"
+        # the schedule entry: index, the kernel's name, fused ops, output shape
+        entry = f"[{i}] {rec['name']}: {' '.join(rec['ops'])} -> {tuple(rec['shape'])}"
         assert any(entry in line for line in log), (entry, log)
         # and the one line per kernel launched (debug level 1 and up)
         assert any(line.split()[1:2] == [rec["name"]] and "[compiled" in line for line in log), (
             rec["name"],
             log,
         )
-    froms = {line.split("from ", 1)[1].strip() for line in log if " from " in line}
+    froms = {line.split("from ", 1)[1].split(" (")[0] for line in log if " from " in line}
     assert f"user_script.py:{line_of(lines, 'ELEMENTWISE')}" in froms
     assert f"user_script.py:{line_of(lines, 'SOFTMAX')}" in froms
 
@@ -294,3 +303,53 @@ def test_kernels_run_inside_a_program_are_not_given_a_made_up_time():
     with fg.config.override(debug=1):
         timed = fg.kernels(x.softmax(1) * 0.375)  # launched one by one, each timed
     assert all(r.seconds is not None and r.seconds >= 0 for r in timed)
+
+
+TRAINING_SCRIPT = """\
+    import json
+    import os
+    import numpy as np
+    import fusegrad as fg
+    import fusegrad.nn as nn
+    import fusegrad.nn.functional as F
+
+    fg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(12, 8), nn.ReLU(), nn.Linear(8, 3))
+    opt = fg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x = fg.from_numpy(np.linspace(-1, 1, 5 * 12, dtype=np.float32).reshape(5, 12))
+    y = fg.tensor([0, 1, 2, 1, 0])
+    counts = []
+    for step in range(6):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        loss.item()
+        counts.append(len(os.listdir(os.environ["FUSEGRAD_DUMP"])))
+    print(json.dumps(counts))
+"""
+
+
+def test_dumps_are_written_once_per_schedule_and_identical_across_runs(tmp_path):
+    """Two runs of one script dump byte-identical kernel files and manifests that differ
+    only in their `this_run` fields; steps that reuse a schedule write nothing."""
+    folders = []
+    for run in ("one", "two"):
+        out, _, _ = run_child(TRAINING_SCRIPT, tmp_path, {"FUSEGRAD_DUMP": run})
+        counts = json.loads(out)
+        assert counts[1] > 0 and counts[-1] == counts[2], counts  # nothing new after step 3
+        folders.append(tmp_path / run)
+    first, second = (sorted(os.listdir(f)) for f in folders)
+    assert first == second
+    for name in first:
+        a, b = ((f / name).read_text() for f in folders)
+        if name == "manifest.json":
+            a, b = json.loads(a), json.loads(b)
+            assert all(isinstance(e["this_run"]["compile_ms"], float) for e in a)
+            for entry in a + b:
+                del entry["this_run"]
+        assert a == b, name
+    manifest = json.loads((folders[0] / "manifest.json").read_text())
+    assert len(first) == 5 * len(manifest) + 1  # .loop .ll .raw.ll .s .cu per kernel
+    roles = {role for entry in manifest for role in entry["roles"]}
+    assert roles == {"forward", "backward", "optimizer"}

@@ -1,0 +1,264 @@
+"""`fusegrad.profile()`: where a training loop's time goes, kernel by kernel and phase by phase.
+
+>>> import fusegrad as fg
+>>> x = fg.randn(256, 64).realize()
+>>> with fg.profile() as prof:
+...     for _ in range(3):
+...         _ = (x @ x.T).relu().sum().item()
+>>> prof.kernels[0].calls
+3
+>>> sorted(prof.phases())[:3]
+['autodiff', 'compile', 'run']
+
+`prof.table()` is the report (one row per kernel: its name, the user-level ops it
+holds, calls, total and mean time, GB/s and GFLOP/s with the share of this
+machine's measured limits; then the phases), and `prof.export_chrome_trace(path)`
+writes a trace for chrome://tracing or https://ui.perfetto.dev (one track per
+Python thread that ran kernels, one for compile phases).
+
+Inside the block every kernel is launched on its own so that each can be timed
+(outside, a cached schedule runs as one native program per thread); the kernels'
+times are the same, the time between them a little longer.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .ir import phases as _phases
+from .runtime.config import config
+from .runtime.engine import engine
+
+# phase of the report -> the compile-time phases (fusegrad.ir.phases) it sums
+_PHASE_GROUPS = {
+    "autodiff": ("autodiff",),
+    "schedule": ("key", "schedule"),
+    "compile": ("lower", "render", "llvm", "program"),
+}
+
+
+@dataclass
+class KernelStats:
+    """One kernel's runs inside the profile."""
+
+    name: str
+    user_ops: list[str]
+    roles: list[str]
+    bytes: int
+    flops: int
+    calls: int = 0
+    seconds: float = 0.0
+
+    @property
+    def mean_seconds(self) -> float:
+        return self.seconds / self.calls if self.calls else 0.0
+
+    @property
+    def gbs(self) -> float:
+        return self.bytes * self.calls / self.seconds / 1e9 if self.seconds > 0 else 0.0
+
+    @property
+    def gflops(self) -> float:
+        return self.flops * self.calls / self.seconds / 1e9 if self.seconds > 0 else 0.0
+
+
+@functools.lru_cache(maxsize=1)
+def machine_limits() -> dict[str, float]:
+    """This machine's measured limits, once per process: memory bandwidth (GB/s, a 64 MB
+    copy by numpy, bytes read plus written) and arithmetic (GFLOP/s, numpy's float32
+    matrix product of 1024 x 1024, a practical peak). Best of three runs each."""
+    a = np.ones(1 << 24, np.float32)
+    b = np.empty_like(a)
+    copy = min(_timed(lambda: np.copyto(b, a)) for _ in range(3))
+    m = np.ones((1024, 1024), np.float32)
+    matmul = min(_timed(lambda: m @ m) for _ in range(3))
+    return {"GB/s": 2 * a.nbytes / copy / 1e9, "GFLOP/s": 2 * 1024**3 / matmul / 1e9}
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+@dataclass
+class Profile:
+    """What ran inside one `with fusegrad.profile():` block (see the module docstring)."""
+
+    wall: float = 0.0
+    by_name: dict[str, KernelStats] = field(default_factory=dict)
+    events: list[tuple] = field(default_factory=list)  # (name, thread, start, seconds, rec)
+    spans: list[tuple] = field(default_factory=list)  # (phase, thread, start, end)
+    threads: dict[int, tuple[int, str]] = field(default_factory=dict)  # ident -> track, name
+    _phases: dict[str, float] = field(default_factory=dict)
+    _start: float = 0.0
+
+    # ---------------------------------------------------------------- collecting
+    def __enter__(self) -> Profile:
+        self._lock = threading.Lock()
+        self._before = _phases.snapshot()
+        self._override = config.override(program=False)  # time each kernel alone
+        self._override.__enter__()
+        self._listener = _phases.listener
+        _phases.listener = self._span
+        engine.observers.append(self._observe)
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.wall = time.perf_counter() - self._start
+        engine.observers.remove(self._observe)
+        _phases.listener = self._listener
+        self._override.__exit__(*exc)
+        after = _phases.snapshot()
+        self._phases = {k: after[k] - self._before.get(k, 0.0) for k in after}
+
+    def _thread(self) -> int:
+        """The calling thread's track number (1, 2, ...: the order threads first ran)."""
+        ident = threading.get_ident()
+        track = self.threads.get(ident)
+        if track is None:
+            with self._lock:
+                track = self.threads.setdefault(
+                    ident, (len(self.threads) + 1, threading.current_thread().name)
+                )
+        return track[0]
+
+    def _span(self, phase: str, start: float, end: float) -> None:
+        if phase != "key":  # every realize hashes its graph: too many to draw
+            self.spans.append((phase, self._thread(), start, end))
+
+    def _observe(self, plan, records) -> None:
+        tid = self._thread()
+        with self._lock:  # several threads may realize at once
+            for rec in records:
+                stats = self.by_name.get(rec.name)
+                if stats is None:
+                    stats = self.by_name[rec.name] = KernelStats(
+                        rec.name, rec.user_ops, rec.roles, rec.bytes, rec.flops
+                    )
+                stats.calls += 1
+                if rec.seconds is not None:
+                    stats.seconds += rec.seconds
+                    if rec.started is not None:
+                        self.events.append((rec.name, tid, rec.started, rec.seconds, rec))
+
+    # ---------------------------------------------------------------- reading
+    @property
+    def kernels(self) -> list[KernelStats]:
+        """Every kernel that ran, the most time first."""
+        return sorted(self.by_name.values(), key=lambda k: -k.seconds)
+
+    def phases(self) -> dict[str, float]:
+        """Seconds per phase: autodiff, schedule (structure keys and cutting into kernels),
+        compile (lower, render, LLVM), run (the kernels), and python: the rest of the
+        block's wall time, which is your code, building graphs (tracing) and launching."""
+        out = {
+            group: sum(self._phases.get(p, 0.0) for p in ps) for group, ps in _PHASE_GROUPS.items()
+        }
+        out["run"] = sum(k.seconds for k in self.by_name.values())
+        out["python"] = max(0.0, self.wall - sum(out.values()))
+        return out
+
+    def table(self, rows: int = 25) -> str:
+        """The report: kernels by total time, then the phases."""
+        limits = machine_limits()
+        head = (
+            f"{'kernel':<44} {'calls':>5} {'total ms':>9} {'mean ms':>8} "
+            f"{'GB/s':>7} {'%mem':>5} {'GFLOP/s':>8} {'%peak':>5}  user ops"
+        )
+        lines = [head, "-" * len(head)]
+        for k in self.kernels[:rows]:
+            ops = ", ".join(k.user_ops) or "-"
+            lines.append(
+                f"{k.name:<44} {k.calls:>5} {k.seconds * 1e3:>9.3f} {k.mean_seconds * 1e3:>8.3f} "
+                f"{k.gbs:>7.2f} {100 * k.gbs / limits['GB/s']:>5.1f} {k.gflops:>8.2f} "
+                f"{100 * k.gflops / limits['GFLOP/s']:>5.1f}  {ops[:90]}"
+            )
+        if len(self.by_name) > rows:
+            lines.append(f"... and {len(self.by_name) - rows} more kernel(s)")
+        lines.append(
+            f"this machine: {limits['GB/s']:.1f} GB/s (numpy copy), "
+            f"{limits['GFLOP/s']:.1f} GFLOP/s (numpy float32 matmul)"
+        )
+        lines.append("")
+        lines.append(f"{'phase':<10} {'ms':>9} {'share':>6}")
+        for name, sec in self.phases().items():
+            share = 100 * sec / self.wall if self.wall > 0 else 0.0
+            lines.append(f"{name:<10} {sec * 1e3:>9.2f} {share:>5.1f}%")
+        lines.append(f"{'wall':<10} {self.wall * 1e3:>9.2f}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def chrome_trace(self) -> dict:
+        """The profile as a Chrome trace (JSON object format): kernels and compile phases
+        as complete events, one track per thread, times in microseconds from the start."""
+
+        def us(t: float) -> float:
+            return round((t - self._start) * 1e6, 3)
+
+        events: list[dict] = []
+        for tid, name in self.threads.values():
+            meta = {"name": "thread_name", "ph": "M", "pid": 1, "tid": tid}
+            events.append({**meta, "args": {"name": name}})
+        compile_tid = 0  # compile phases on a track of their own
+        events.append(
+            {
+                "name": "thread_name",
+                "ph": "M",
+                "pid": 1,
+                "tid": compile_tid,
+                "args": {"name": "compile"},
+            }
+        )
+        for name, tid, start, seconds, rec in self.events:
+            events.append(
+                {
+                    "name": name,
+                    "cat": "kernel," + ",".join(rec.roles),
+                    "ph": "X",
+                    "pid": 1,
+                    "tid": tid,
+                    "ts": us(start),
+                    "dur": round(seconds * 1e6, 3),
+                    "args": {
+                        "user ops": rec.user_ops,
+                        "shape": list(rec.shape),
+                        "bytes": rec.bytes,
+                        "flops": rec.flops,
+                        "reason": rec.reason,
+                    },
+                }
+            )
+        for phase, tid, start, end in self.spans:
+            events.append(
+                {
+                    "name": phase,
+                    "cat": "compile",
+                    "ph": "X",
+                    "pid": 1,
+                    "tid": compile_tid,
+                    "ts": us(start),
+                    "dur": round((end - start) * 1e6, 3),
+                    "args": {"thread": tid},
+                }
+            )
+        return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+    def export_chrome_trace(self, path: str) -> None:
+        """Write `chrome_trace()` to `path` (open it in chrome://tracing or Perfetto)."""
+        with open(path, "w") as f:
+            json.dump(self.chrome_trace(), f)
+
+
+def profile() -> Profile:
+    """Profile the block: `with fusegrad.profile() as prof: ...; print(prof.table())`."""
+    return Profile()

@@ -1,0 +1,232 @@
+"""Where each node was written: a side table from nodes to the user's source line.
+
+Nodes carry no source information (two equal nodes are one node whoever built
+them, so a site cannot be part of a node). Instead this table maps a node to the
+`Site` that first asked for it, weakly: an entry goes when its node does. The
+frontend fills it when it wraps a node in a tensor (`note`), autodiff marks the
+gradient nodes it builds with the forward op they differentiate (`Site.backward`),
+and kernels report the sites of the nodes inside them.
+
+A site is cheap to take (`capture`: the innermost frame outside the registered
+library folders): a code object, a line number and the code object of the
+library function the user called. Names are worked out only when printed:
+
+>>> site = Site(compile("y = x @ w", "train.py", "exec"), 12)
+>>> str(site), site.backward().role
+('train.py:12', 'backward')
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import sysconfig
+import threading
+import weakref
+
+_LIBRARY_DIRS: tuple[str, ...] = ()
+# code object -> 0: the user's; 1: a library function whose name labels an op;
+# 2: a library frame that only passes calls on (Module.__call__, contextlib, containers)
+_kind: dict = {}
+_PASS_THROUGH = {"__call__", "_call_impl", "__enter__", "__exit__", "helper", "inner", "wrapper"}
+_CONTAINERS = {"Sequential", "ModuleList", "ModuleDict", "_NoParamModule"}
+
+
+def _stdlib_dirs() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    dirs = {paths.get("stdlib"), paths.get("platstdlib")}
+    return tuple(os.path.abspath(d) + os.sep for d in dirs if d)
+
+
+_STDLIB = _stdlib_dirs()
+
+
+def register_library_dirs(dirs) -> None:
+    """The folders whose frames are fusegrad's own, not the user's (the frontend says which)."""
+    global _LIBRARY_DIRS
+    _LIBRARY_DIRS = tuple(os.path.abspath(d) + os.sep for d in dirs)
+    _kind.clear()
+
+
+def library_dirs() -> tuple[str, ...]:
+    return _LIBRARY_DIRS
+
+
+def _kind_of(code) -> int:
+    name = code.co_filename
+    if not (name.startswith(_LIBRARY_DIRS) or name.startswith(_STDLIB) or name[:7] == "<frozen"):
+        k = 0
+    elif code.co_name in _PASS_THROUGH or name.startswith(_STDLIB) or name[:7] == "<frozen":
+        k = 2
+    else:
+        qual = getattr(code, "co_qualname", code.co_name)
+        k = 2 if qual.rpartition(".")[0] in _CONTAINERS else 1
+    _kind[code] = k
+    return k
+
+
+class Site:
+    """A user's source line, and the library call made on it (the op's label).
+
+    `str(site)` is `file:line`; `site.label` the user-level op (`linear`, `conv2d`,
+    `cross_entropy`, `sgd update`); `site.role` is "forward", "backward" (a gradient
+    of the op at that line) or "optimizer".
+    """
+
+    __slots__ = ("code", "line", "api", "_label", "role", "_backward", "_text")
+
+    def __init__(self, code, line: int, api=None, label: str | None = None, role="forward"):
+        self.code, self.line, self.api, self._label, self.role = code, line, api, label, role
+        self._backward: Site | None = None
+        self._text: str | None = None
+
+    def __str__(self) -> str:
+        if self._text is None:
+            self._text = f"{os.path.basename(self.code.co_filename)}:{self.line}"
+        return self._text
+
+    __repr__ = __str__
+
+    @property
+    def path(self) -> str:
+        """The full file name."""
+        return self.code.co_filename
+
+    @property
+    def label(self) -> str:
+        if self._label is None:
+            self._label = _label_of(self.api) if self.api is not None else "op"
+            if self.role == "backward":
+                self._label += " backward"
+        return self._label
+
+    def with_label(self, label: str, role: str) -> Site:
+        return Site(self.code, self.line, self.api, label, role)
+
+    def backward(self) -> Site:
+        """The site of gradients of this site's op: the same line, role "backward"."""
+        if self.role == "backward":
+            return self
+        if self._backward is None:
+            self._backward = Site(self.code, self.line, self.api, None, "backward")
+            if self._label is not None:  # an explicit label (an optimizer's) carries over
+                self._backward._label = self._label + " backward"
+        return self._backward
+
+    def describe(self) -> str:
+        """`label (file:line)`, as kernels list their ops."""
+        return f"{self.label} ({self})"
+
+
+_REVERSED = {"radd", "rsub", "rmul", "rtruediv", "rfloordiv", "rmatmul", "rpow", "rmod"}
+_DUNDER = {"truediv": "div", "getitem": "index", "setitem": "index_put", "neg": "neg"}
+
+
+def _snake(name: str) -> str:
+    """`MaxPool2d` -> `max_pool2d`; a base class's `_PoolNd` -> `pool`."""
+    name = name.lstrip("_")
+    name = name[:-2] if name.endswith("Nd") else name
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z][a-z])", "_", name).lower()  # ReLU -> relu
+
+
+def _label_of(code) -> str:
+    """The user-level name of the library function `code` (`Linear.forward` -> `linear`)."""
+    qual = getattr(code, "co_qualname", code.co_name)
+    owner, _, name = qual.rpartition(".")
+    owner = owner.rpartition(".")[2]
+    if name == "forward" and owner:
+        return _snake(owner)
+    if name.startswith("__") and name.endswith("__"):
+        name = name[2:-2]
+        if name in _REVERSED:
+            name = name[1:]
+        if name.startswith("i") and name[1:] in ("add", "sub", "mul", "truediv"):
+            name = name[1:]
+        return _DUNDER.get(name, name)
+    return name.rstrip("_") or name
+
+
+_fixed = threading.local()
+
+
+def capture(depth: int = 1) -> Site | None:
+    """The site of the innermost frame outside the library, `depth` frames above the caller.
+
+    Inside `fixed(site)` it is that site, without walking the stack.
+    """
+    site = getattr(_fixed, "site", None)
+    if site is not None:
+        return site
+    f = sys._getframe(depth + 1)
+    api = None
+    kind = _kind
+    while f is not None:
+        code = f.f_code
+        k = kind.get(code)
+        if k is None:
+            k = _kind_of(code)
+        if k == 0:
+            return Site(code, f.f_lineno, api)
+        if k == 1:
+            api = code
+        f = f.f_back
+    return None
+
+
+class fixed:
+    """Within this block every capture returns `site` (one stack walk for a whole
+    backward() or optimizer step instead of one per node). Nested blocks keep the outer
+    site."""
+
+    __slots__ = ("site", "outer", "replace")
+
+    def __init__(self, site: Site | None, replace: bool = False):
+        self.site, self.replace = site, replace  # replace: the inner site wins
+
+    def __enter__(self):
+        self.outer = getattr(_fixed, "site", None)
+        _fixed.site = (self.site or self.outer) if self.replace else (self.outer or self.site)
+        return _fixed.site
+
+    def __exit__(self, *exc):
+        _fixed.site = self.outer
+
+
+# ---------------------------------------------------------------- the side table
+
+# id(node) -> (weak reference to the node, its site). The reference has no callback
+# (CPython shares one such reference per object, so it is cheap); dead entries are swept
+# when the table has doubled since the last sweep.
+_table: dict[int, tuple[weakref.ref, Site]] = {}
+_sweep_at = [4096]
+
+
+def note(node, site: Site | None) -> None:
+    """Record `site` as where `node` was written, unless the node has a site already."""
+    if site is None:
+        return
+    e = _table.get(id(node))
+    if e is not None and e[0]() is node:
+        return
+    _table[id(node)] = (weakref.ref(node), site)
+    if len(_table) > _sweep_at[0]:
+        _sweep()
+
+
+def noted(node) -> bool:
+    e = _table.get(id(node))
+    return e is not None and e[0]() is node
+
+
+def site_of(node) -> Site | None:
+    """Where `node` was first written, or None (a node no user line made)."""
+    e = _table.get(id(node))
+    return e[1] if e is not None and e[0]() is node else None
+
+
+def _sweep() -> None:
+    for k, (ref, _) in list(_table.items()):
+        if ref() is None:
+            _table.pop(k, None)
+    _sweep_at[0] = max(4096, 2 * len(_table))

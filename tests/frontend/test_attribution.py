@@ -1,0 +1,195 @@
+"""Which user line and user-level op each kernel reports, and why a line recompiles.
+
+Oracles: the lines of this file and of examples/lenet_mnist.py, found by their text.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import os
+import re
+import warnings
+
+import numpy as np
+import pytest
+
+import fusegrad as fg
+import fusegrad.nn as nn
+import fusegrad.nn.functional as F
+from fusegrad.ir import node as N
+from fusegrad.ir import sites
+from fusegrad.ir.dtypes import float32
+from fusegrad.ir.ops import Ops
+from fusegrad.runtime.engine import engine
+from fusegrad.runtime.recompile import RecompileWarning
+
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "lenet_mnist.py")
+HERE = os.path.basename(__file__)
+
+
+def line_in(path: str, text: str) -> int:
+    """The 1-based number of the one line of `path` ending with `text`."""
+    with open(path) as f:
+        (number,) = [i + 1 for i, line in enumerate(f) if line.rstrip().endswith(text)]
+    return number
+
+
+@pytest.fixture(scope="module")
+def lenet():
+    spec = importlib.util.spec_from_file_location("lenet_mnist_example", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.LeNet5
+
+
+@pytest.fixture
+def ran():
+    """The records of every kernel run while the test runs."""
+    records = []
+
+    def observe(plan, recs):
+        records.extend(recs)
+
+    engine.observers.append(observe)
+    yield records
+    engine.observers.remove(observe)
+
+
+def test_a_lenet_step_names_only_the_examples_lines(lenet, ran):
+    fg.manual_seed(0)
+    model = lenet()
+    opt = fg.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = fg.from_numpy(np.random.default_rng(0).standard_normal((2, 1, 28, 28), np.float32))
+    y = fg.tensor([3, 7])
+    opt.zero_grad()
+    loss = F.cross_entropy(model(x), y)  # LOSS
+    loss.backward()
+    opt.step()  # STEP
+    loss.item()
+    assert ran
+    lines = {line for r in ran for line in r.lines}
+    files = {line.rsplit(":", 1)[0] for line in lines}
+    assert files == {"lenet_mnist.py", HERE}, sorted(lines)
+    loss_line = line_in(__file__, "# LOSS")
+    step_line = line_in(__file__, "# STEP")
+    assert {line for line in lines if line.startswith(HERE)} == {
+        f"{HERE}:{loss_line}",
+        f"{HERE}:{step_line}",
+    }
+    conv1 = line_in(EXAMPLE, "x = self.pool(self.conv1(x).relu())")
+    forward = range(conv1, line_in(EXAMPLE, "return self.fc3(x)") + 1)  # LeNet5.forward
+    for line in lines - {f"{HERE}:{loss_line}", f"{HERE}:{step_line}"}:
+        assert int(line.rsplit(":", 1)[1]) in forward, line
+
+    ops = {op for r in ran for op in r.user_ops}
+    fc1 = line_in(EXAMPLE, "x = self.fc1(x).relu()")
+    for expected in (
+        f"conv2d (lenet_mnist.py:{conv1})",
+        f"conv2d backward (lenet_mnist.py:{conv1})",
+        f"relu (lenet_mnist.py:{conv1})",
+        f"linear (lenet_mnist.py:{fc1})",
+        f"linear backward (lenet_mnist.py:{fc1})",
+        f"cross_entropy ({HERE}:{loss_line})",
+        f"sgd update ({HERE}:{step_line})",
+    ):
+        assert expected in ops, (expected, sorted(ops))
+    # the update is tagged with the opt.step() line, and only the update is
+    updates = [r for r in ran if "optimizer" in r.roles]
+    assert updates and all(f"sgd update ({HERE}:{step_line})" in r.user_ops for r in updates)
+    assert all(op.endswith(f"({HERE}:{step_line})") == op.startswith("sgd update") for op in ops), (
+        sorted(ops)
+    )
+    # each user-level op lists its primitives, one level down
+    for r in ran:
+        assert sum(len(p) for _, p in r.op_groups) == len(r.ops), (r.name, r.op_groups, r.ops)
+        for op, prims in r.op_groups:
+            assert prims and all(p.isupper() for p in prims), (op, prims)
+
+
+def test_a_with_block_is_not_the_users_line():
+    """contextlib's frames (a `with` statement inside fusegrad) are library frames."""
+    x = fg.randn(8, requires_grad=True)
+    with fg.no_grad():
+        y = x * 3  # WITH
+    (k,) = fg.kernels(y)
+    assert k.lines == [f"{HERE}:{line_in(__file__, '# WITH')}"]
+    assert k.user_ops[-1] == f"mul ({HERE}:{line_in(__file__, '# WITH')})"
+
+
+def test_sites_are_a_side_table_not_part_of_nodes():
+    assert "site" not in N.Node.__slots__
+    a = N.const(1.0, (3,), float32)
+    b = N.unary(Ops.EXP, N.buffer(fg.zeros(3).realize().node.arg, (3,), float32))
+    assert sites.site_of(b) is None  # built below the frontend: no user line
+    t = fg.Tensor(b)  # WRAP (wrapping it notes the user's line, once)
+    wrap = line_in(__file__, "# WRAP (wrapping it notes the user's line, once)")
+    assert str(sites.site_of(b)) == f"{HERE}:{wrap}"
+    first = sites.site_of(b)
+    fg.Tensor(b)  # equal nodes are one node: the first line stays
+    assert sites.site_of(b) is first
+    del t, b
+    gc.collect()
+    assert a is N.const(1.0, (3,), float32)  # hash-consing knows nothing of sites
+
+
+def test_modules_in_a_sequential_are_labelled_by_their_own_op(ran):
+    model = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
+    model(fg.randn(5, 4)).realize()  # SEQUENTIAL
+    labels = {op.split(" (")[0] for r in ran for op in r.user_ops}
+    assert {"linear", "relu"} <= labels, labels
+    assert "sequential" not in labels
+
+
+def mlp_steps(temps):
+    engine.recompiles.clear()  # count this call's schedules only
+    fg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 3))
+    opt = fg.optim.SGD(model.parameters(), lr=0.1)
+    x = fg.randn(4, 6).realize()
+    y = fg.tensor([0, 1, 2, 1])
+    for temp in temps:
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x) * temp, y)  # TEMP
+        loss.backward()
+        opt.step()  # RECOMPILES
+        loss.item()
+
+
+def test_a_changing_python_float_is_reported_with_its_line(capfd):
+    capfd.readouterr()
+    with fg.config.override(debug=1):
+        mlp_steps([0.5, 0.625])
+    err = capfd.readouterr().err
+    said = [line for line in err.splitlines() if "recompiling at" in line]
+    step, temp = line_in(__file__, "# RECOMPILES"), line_in(__file__, "# TEMP")
+    assert said, err[-2000:]
+    assert f"recompiling at {HERE}:{step} (2nd schedule here)" in said[0]
+    assert f"the Python number 0.625 at {HERE}:{temp} (mul) was 0.5" in said[0]
+    assert "0-d tensor (fg.tensor(0.625))" in said[0]
+
+
+def test_recompiles_become_a_warning_after_n_at_one_line():
+    with fg.config.override(recompile_warning=3), warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        mlp_steps([0.25, 0.375, 0.4375, 0.46875])
+    ours = [w for w in got if issubclass(w.category, RecompileWarning)]
+    assert len(ours) == 2  # the 3rd and 4th schedules at that line
+    assert ours[0].filename == __file__ and ours[0].lineno == line_in(__file__, "# RECOMPILES")
+    assert "3rd schedule here" in str(ours[0].message)
+    with fg.config.override(recompile_warning=0), warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        mlp_steps([0.1875, 0.21875, 0.234375])
+    assert not [w for w in got if issubclass(w.category, RecompileWarning)]
+
+
+def test_a_changed_shape_is_named(capfd):
+    capfd.readouterr()
+    with fg.config.override(debug=1):
+        for n in (3, 5):
+            w = fg.from_numpy(np.ones((n, 2), np.float32))
+            (w * 2.5).sum().item()  # SHAPES
+    said = [line for line in capfd.readouterr().err.splitlines() if "recompiling at" in line]
+    assert len(said) == 1, said
+    assert f"{HERE}:{line_in(__file__, '# SHAPES')}" in said[0]
+    assert re.search(r"input 0 .*has shape \(5, 2\), was \(3, 2\)", said[0]), said[0]

@@ -1,0 +1,80 @@
+"""`fusegrad.profile()`: kernels and phases of a training loop, and its Chrome trace."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+
+import fusegrad as fg
+import fusegrad.nn as nn
+import fusegrad.nn.functional as F
+from fusegrad.profiler import machine_limits
+from fusegrad.runtime.engine import engine
+
+
+def make_step(seed: int, hidden: int = 7):
+    fg.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(10, hidden), nn.ReLU(), nn.Linear(hidden, 3))
+    opt = fg.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    x = fg.from_numpy(np.random.default_rng(seed).standard_normal((6, 10), np.float32))
+    y = fg.tensor([0, 1, 2, 0, 1, 2])
+
+    def step():
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    return step
+
+
+def test_profile_counts_each_kernel_and_splits_the_time_into_phases():
+    step = make_step(0)
+    step()  # compile outside the profile
+    step()
+    with fg.profile() as prof:
+        for _ in range(3):
+            step()
+    assert prof.kernels
+    for k in prof.kernels:
+        assert k.calls == 3, (k.name, k.calls)
+        assert k.seconds > 0 and k.mean_seconds == k.seconds / 3
+        assert k.user_ops and k.bytes > 0
+    phases = prof.phases()
+    assert set(phases) == {"autodiff", "schedule", "compile", "run", "python"}
+    assert phases["compile"] == 0.0  # every schedule was compiled before the block
+    assert phases["run"] == sum(k.seconds for k in prof.kernels) > 0
+    assert abs(sum(phases.values()) - prof.wall) < 1e-9 or phases["python"] == 0.0
+    table = prof.table()
+    for k in prof.kernels:
+        assert k.name in table
+    limits = machine_limits()
+    assert limits["GB/s"] > 0 and limits["GFLOP/s"] > 0
+    assert "sgd update" in table and "linear" in table and "wall" in table
+    assert fg.config.program  # the block's kernel-by-kernel launching ends with it
+
+
+def test_chrome_trace_has_one_track_per_thread_and_the_compile_phases(tmp_path):
+    steps = [make_step(1, hidden=11), make_step(2, hidden=11)]  # shapes no other test uses
+    engine.plans.clear()  # so that the first step schedules, even after other tests
+    with fg.profile() as prof:
+        steps[0]()  # compiles: the compile track gets spans
+        worker = threading.Thread(target=lambda: [steps[1]() for _ in range(2)], name="worker")
+        worker.start()
+        worker.join(timeout=120)
+        assert not worker.is_alive()
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    trace = json.loads(path.read_text())["traceEvents"]
+    names = {e["tid"]: e["args"]["name"] for e in trace if e["ph"] == "M"}
+    assert sorted(names.values()) == ["MainThread", "compile", "worker"]
+    kernels = [e for e in trace if e["ph"] == "X" and e["cat"].startswith("kernel")]
+    by_track = {names[e["tid"]] for e in kernels}
+    assert by_track == {"MainThread", "worker"}
+    assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in trace if e["ph"] == "X")
+    compile_spans = {e["name"] for e in trace if e["ph"] == "X" and e["cat"] == "compile"}
+    assert {"schedule", "lower", "llvm"} <= compile_spans
+    assert all(e["args"]["user ops"] for e in kernels)
