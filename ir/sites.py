@@ -214,6 +214,27 @@ def note(node, site: Site | None) -> None:
         _sweep()
 
 
+def note_with_sources(node, site: Site | None) -> None:
+    """Record `site` for `node` and for the sources under it that have none yet.
+
+    An op built straight from nodes (a binary operator's casts and broadcasts, matmul's
+    multiply and sum) wraps only its result in a tensor; the nodes under it are the same
+    user line's work. The walk stops at noted nodes, so each node is visited once.
+    """
+    if site is None:
+        return
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        e = _table.get(id(n))
+        if e is not None and e[0]() is n:
+            continue
+        _table[id(n)] = (weakref.ref(n), site)
+        stack.extend(n.srcs)
+    if len(_table) > _sweep_at[0]:
+        _sweep()
+
+
 def noted(node) -> bool:
     e = _table.get(id(node))
     return e is not None and e[0]() is node

@@ -23,6 +23,7 @@ from collections import OrderedDict
 
 from ..ir.node import Node, toposort
 from ..ir.ops import Ops
+from ..ir.schedule import _const_key
 from ..ir.sites import capture, site_of
 
 _KEEP = 256  # user lines remembered
@@ -55,7 +56,8 @@ class RecompileLog:
         line's Site)."""
         site = capture()
         where = (site.code, site.line) if site is not None else None
-        parts = key[0]
+        graph = toposort(todo, stop=has_value)
+        parts = _parts(graph, has_value)
         with self._lock:
             hist = self._lines.get(where)
             if hist is None:
@@ -64,7 +66,6 @@ class RecompileLog:
                     self._lines.popitem(last=False)
             self._lines.move_to_end(where)
             old_parts, old_consts = hist.parts, hist.consts
-            graph = toposort(todo, stop=has_value)
             hist.parts = parts
             hist.consts = {i: n for i, n in enumerate(graph) if n.op is Ops.CONST}
             hist.count += 1
@@ -80,6 +81,22 @@ class RecompileLog:
     def clear(self) -> None:
         with self._lock:
             self._lines.clear()
+
+
+def _parts(graph: list[Node], has_value) -> tuple:
+    """One entry per node, in `graph`'s order: a constant's value, an input's shape and
+    dtype, or an op with its argument, shape, dtype and sources' positions (what the
+    structural key holds, node by node, so two graphs can be compared node by node)."""
+    index = {id(n): i for i, n in enumerate(graph)}
+    out = []
+    for n in graph:
+        if n.op is Ops.CONST:
+            out.append((n.op, n.dtype, n.shape, _const_key(n.arg)))
+        elif has_value(n):
+            out.append((n.shape, n.dtype))
+        else:
+            out.append((n.op, n.arg, n.shape, n.dtype, tuple(index[id(s)] for s in n.srcs)))
+    return tuple(out)
 
 
 def _ordinal(k: int) -> str:
