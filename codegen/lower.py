@@ -449,7 +449,6 @@ class _Lowerer:
         self.block, self.iterations = saved_block, saved_iter
         return acc
 
-
     # ---------------------------------------------------------------- cascaded sums
     def gen_cascade(self, n: Node, coords, guard) -> str:
         """A float sum as a tree of vector accumulators (PyTorch's cascade sum).
