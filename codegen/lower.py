@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 from ..ir.dtypes import DType
@@ -247,14 +247,18 @@ class _Lowerer:
         acc = self._new_acc()
         identity = reduce_identity(red.op, red.dtype)
         self.emit(AccInit(acc, red.dtype, identity, size, tile.cols))
-        outer_block, outer_iter = self.block, self.iterations
-        value = self._reduction_body(
-            red, red_coords, edge, tile_vars=(*unrolled, t_var), lane_split=tile.lanes
-        )
         combine = REDUCE_COMBINE[red.op]
-        self.emit(AccUpdate(acc, red.dtype, combine, value, slot), 1)
-        self.scopes.pop()
-        self.block, self.iterations = outer_block, outer_iter
+        if self._tile_cascades(size):
+            level = self._level(red.dtype, size, tile.cols, [*unrolled, t_var], slot)
+            self._tile_cascade(red, red_coords, edge, [*unrolled, t_var], slot, acc, level)
+        else:
+            outer_block, outer_iter = self.block, self.iterations
+            value = self._reduction_body(
+                red, red_coords, edge, tile_vars=(*unrolled, t_var), lane_split=tile.lanes
+            )
+            self.emit(AccUpdate(acc, red.dtype, combine, value, slot), 1)
+            self.scopes.pop()
+            self.block, self.iterations = outer_block, outer_iter
         for v in unrolled:
             self._open_loop(Loop(v, v.max + 1, [], "unroll"))
         self.scopes.append({})
@@ -450,6 +454,39 @@ class _Lowerer:
         return acc
 
     # ---------------------------------------------------------------- cascaded sums
+    def _tile_cascades(self, size: int) -> bool:
+        """Whether a tile's float sum runs as a cascade (see `_tile_cascade`): one long
+        reduction loop read with a stride (a column sum), into a tile small enough that
+        its levels stay in registers (a matmul's 128 accumulators keep one plain loop)."""
+        red = self.item.reduce
+        if red.op is not Ops.SUM or not red.dtype.is_float or self.tile.lanes:
+            return False
+        if len(self.red_groups) != 1 or size > CASCADE_TILE_MAX:
+            return False
+        return math.prod(red.srcs[0].shape) // max(red.numel, 1) >= CASCADE_MIN
+
+    def _tile_cascade(self, red: Node, coords, guard, tile_loops, slot, acc, level) -> None:
+        """A tile's sum over its reduction loop as a tree (see `gen_cascade`): every tile
+        accumulator receives at most CASCADE_FANOUT rows before its level moves up.
+
+            acc1[32] = 0
+            for j2 in 0..256:
+              acc3[32] = 0
+              for k4 in 0..16: vector for t in 0..32: acc3[t] += x[(j2*16 + k4)*N + o*32 + t]
+              vector for t in 0..32: acc1[t] += acc3[t]
+        """
+        src = red.srcs[0]
+        extent = math.prod(src.shape[a] for a in self.red_groups[0])
+
+        def unit(idx: Lin, dst: str) -> None:
+            red_coords = _coords_from_groups(src.shape, self.red_groups, [idx])
+            src_coords = tuple(red_coords[i] if i in red.arg else c for i, c in enumerate(coords))
+            with self._tile_loops(tile_loops):
+                value = self.gen(src, src_coords, guard)
+                self.emit(AccUpdate(dst, red.dtype, Ops.ADD, value, slot, ordered=True), 1)
+
+        self._sum_units(extent, unit, acc, level)
+
     def gen_cascade(self, n: Node, coords, guard) -> str:
         """A float sum as a tree of vector accumulators (PyTorch's cascade sum).
 
@@ -491,25 +528,27 @@ class _Lowerer:
                     reduce_group(k + 1, acc)
                     exprs.pop()
 
-                self._sum_units(extents[k], unit, dst, n.dtype)
+                self._sum_units(extents[k], unit, dst, level)
                 return
             vectors, tail = divmod(extents[k], lanes)
             if vectors:
                 self._sum_units(
-                    vectors, lambda u, acc: add_vector(acc, u * lanes + t, ()), dst, n.dtype
+                    vectors, lambda u, acc: add_vector(acc, u * lanes + t, ()), dst, level
                 )
             if tail:  # lanes past the end read nothing and add 0
                 at = lin(t) + vectors * lanes
                 add_vector(dst, at, (lin(extents[k] - 1) - at,))
 
-        top = self._vector_acc(n.dtype)
+        level = self._level(n.dtype, lanes, lanes, [t], lin(t))
+        top = level.new()
         reduce_group(0, top)
         return self.emit(AccReduceLanes(self.fresh(), n.dtype, top, lin(0), lanes, Ops.ADD))
 
-    def _sum_units(self, count: int, unit, dst: str, dtype: DType, base: Lin | None = None):
+    def _sum_units(self, count: int, unit, dst: str, level, base: Lin | None = None) -> None:
         """Emit `unit(index, acc)` for index in base + 0..count, adding into dst through
         levels of at most CASCADE_FANOUT units each: full subtrees of FANOUT^k units in a
-        loop, each into a fresh accumulator added to dst once, then the rest recursively."""
+        loop, each into a fresh accumulator (`level.new()`) added to dst once
+        (`level.add(dst, acc)`), then the rest recursively."""
         base = lin(0) if base is None else base
         if count <= CASCADE_FANOUT:
             if count == 1:
@@ -525,20 +564,39 @@ class _Lowerer:
         blocks, rest = divmod(count, size)
         j = Var(self.fresh("j"), 0, blocks - 1)
         with self._loop(j, "reduce"):
-            acc = self._vector_acc(dtype)
-            self._sum_units(size, unit, acc, dtype, base + lin(j) * size)
-            t = Var("t", 0, self.cascade_lanes - 1)
-            with self._loop(t, "vector"):
-                part = self.emit(AccRead(self.fresh(), dtype, acc, lin(t)))
-                self.emit(AccUpdate(dst, dtype, Ops.ADD, part, lin(t), ordered=True), 1)
+            acc = level.new()
+            self._sum_units(size, unit, acc, level, base + lin(j) * size)
+            level.add(dst, acc)
         if rest:
-            self._sum_units(rest, unit, dst, dtype, base + blocks * size)
+            self._sum_units(rest, unit, dst, level, base + blocks * size)
 
-    def _vector_acc(self, dtype: DType) -> str:
-        acc = self._new_acc()
-        lanes = self.cascade_lanes
-        self.emit(AccInit(acc, dtype, _zero(dtype), lanes, lanes))
-        return acc
+    def _level(self, dtype: DType, size: int, lanes: int, tile_loops: list[Var], slot: Lin):
+        """How a cascade makes and combines accumulators: `size` of them in rows of `lanes`,
+        walked by `tile_loops` (unrolled, then the vector loop) at element `slot`."""
+        lowerer = self
+
+        class Level:
+            def new(self) -> str:
+                acc = lowerer._new_acc()
+                lowerer.emit(AccInit(acc, dtype, _zero(dtype), size, lanes))
+                return acc
+
+            def add(self, dst: str, acc: str) -> None:
+                with lowerer._tile_loops(tile_loops):
+                    part = lowerer.emit(AccRead(lowerer.fresh(), dtype, acc, slot))
+                    lowerer.emit(AccUpdate(dst, dtype, Ops.ADD, part, slot, ordered=True), 1)
+
+        return Level()
+
+    @contextmanager
+    def _tile_loops(self, tile_loops: list[Var]):
+        """The unrolled loops of a tile, then its vector loop (the last variable)."""
+        with ExitStack() as stack:
+            for k, v in enumerate(tile_loops):
+                stack.enter_context(
+                    self._loop(v, "vector" if k == len(tile_loops) - 1 else "unroll")
+                )
+            yield
 
     @contextmanager
     def _loop(self, var: Var, kind: str):
@@ -676,6 +734,7 @@ def lower(item: ScheduleItem) -> Kernel:
 
 CASCADE_FANOUT = 16  # vectors (or blocks) an accumulator receives before it moves up a level
 CASCADE_MIN = 1024  # a shorter sum is accurate as LLVM vectorizes it (<= 16 adds per lane)
+CASCADE_TILE_MAX = 64  # a tile's accumulators, times its levels, must fit the registers
 
 
 def cascade_lanes(plain: Kernel, item: ScheduleItem) -> int:
