@@ -9,6 +9,9 @@ strung together in one generated function that every thread calls once:
       for each kernel: run my slice of its parallel loop; wait at the barrier
 
 Small kernels run on thread 0 alone (the others go straight to the barrier).
+Once only such kernels remain (a full sum's last, tiny step), the other threads
+arrive at the barrier before them and return; no barrier follows the last kernel
+(the caller joins the threads), so no thread waits for work it takes no part in.
 The barrier is a counter and a generation number updated with atomics. So the
 Python cost of a cached step no longer grows with the number of kernels.
 """
