@@ -764,12 +764,16 @@ def cascade_lanes(plain: Kernel, item: ScheduleItem) -> int:
     if not inner or inner[0].extent < 128:
         return 0
     loop = inner[0]
+
+    def divides(e: Lin) -> bool:  # the loop variable inside a division: lane by lane
+        return any(isinstance(a, (FloorDiv, Mod)) and loop.var in a.x.atoms() for a in e.atoms())
+
     for s in loop.body:
-        if isinstance(s, Load):
-            moving = [a for a in s.index.atoms() if isinstance(a, (FloorDiv, Mod))]
-            if s.index.coef(loop.var) not in (0, 1) or any(loop.var in a.x.atoms() for a in moving):
-                return 0
-        elif not isinstance(s, (Const, Alu, Select, AccUpdate)):
+        if not isinstance(s, (Load, Const, Alu, Select, AccUpdate)):
+            return 0
+        if isinstance(s, Load) and (s.index.coef(loop.var) not in (0, 1) or divides(s.index)):
+            return 0
+        if any(divides(c) for c in getattr(s, "valid", ())):
             return 0
     return 64 if loop.extent >= 256 else 32
 

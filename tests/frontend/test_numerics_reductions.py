@@ -73,6 +73,13 @@ def test_sum_over_a_long_first_axis_into_few_outputs():
     np.testing.assert_allclose(got, a.astype(np.float64).sum(0), rtol=2e-7)
 
 
+def test_long_column_sums_are_cascaded_too():
+    a = np.random.default_rng(9).random((1 << 16, 64), dtype=np.float32)
+    got = fg.tensor(a).sum(0).numpy()
+    worst = max(ulps(g, w) for g, w in zip(got, a.astype(np.float64).sum(0)))
+    assert worst <= 4.0  # one accumulator per column: 120 ulp
+
+
 def test_var_and_mean_of_a_long_vector():
     x = np.random.default_rng(3).standard_normal(1 << 22).astype(np.float32) * 3 + 5
     t = fg.tensor(x)
