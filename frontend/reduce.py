@@ -188,8 +188,8 @@ def _sum_of_broadcast(x, dim, keepdim: bool):
     return y._reduce(Ops.SUM, axes, keepdim, "sum") * count
 
 
-SPLIT_MIN_ELEMENTS = 1 << 18  # a sum this long into few outputs is cut into parts...
-SPLIT_MIN_PART = 1 << 14  # ...of at least this many elements each...
+SPLIT_MIN_ELEMENTS = 1 << 21  # a sum this long into few outputs is cut into parts...
+SPLIT_MIN_PART = 1 << 15  # ...of at least this many elements each...
 SPLIT_MAX_PARTS = 64  # ...and at most this many parts (a divisor of the split axis)
 SPLIT_MAX_OUTPUTS = 16  # fewer outputs than this leave threads idle: their sums are split
 
@@ -201,12 +201,14 @@ def _sum_in_parts(x, dim, keepdim: bool):
     A kernel is parallel over its outputs, so `x.sum()` would run on one thread; its
     partial sums are outputs of their own (one kernel, every thread), and the second sum
     is a tiny kernel. The parts depend on the shape alone, never on the thread count, so
-    the result is the same on every machine. None where the sum is short, has many
-    outputs, or no reduced axis has a divisor in [2, SPLIT_MAX_PARTS].
+    the result is the same on every machine. Below SPLIT_MIN_ELEMENTS (8 MB of float32)
+    the second kernel and the larger graph cost more than the threads save. None where
+    the sum is short, has many outputs, or no reduced axis has a divisor in
+    [2, SPLIT_MAX_PARTS].
 
     >>> import fusegrad as fg
-    >>> fg.ones(1 << 20).sum().item()
-    1048576.0
+    >>> fg.ones(1 << 21).sum().item()
+    2097152.0
     """
     axes = x._dims(dim, "sum")
     count = 1

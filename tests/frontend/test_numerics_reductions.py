@@ -110,7 +110,7 @@ def test_float64_sums_are_cascaded_too():
 
 
 def test_full_sum_runs_as_parts_then_a_tiny_sum():
-    x = fg.tensor(np.random.default_rng(6).random(1 << 20, dtype=np.float32))
+    x = fg.tensor(np.random.default_rng(6).random(1 << 21, dtype=np.float32))
     records = fg.kernels(x.sum())
     assert [r.shape for r in records] == [(64, 1), ()]
     assert records[0].loop.parallel_extent == 64  # every thread takes some parts
@@ -134,12 +134,12 @@ def test_short_sums_are_one_kernel_of_plain_loops():
 
 
 def test_split_sum_keeps_shapes_gradients_and_integers():
-    a = np.random.default_rng(8).random((512, 1024), dtype=np.float32)
+    a = np.random.default_rng(8).random((2048, 1024), dtype=np.float32)
     x = fg.tensor(a, requires_grad=True)
     s = x.sum(dim=(0, 1), keepdim=True)
     assert s.shape == (1, 1)
     (x.mean() * 2).backward()
     np.testing.assert_allclose(x.grad.numpy(), np.full(a.shape, 2 / a.size), rtol=1e-6)
-    n = 1 << 20
+    n = 1 << 21
     assert fg.arange(n).sum().item() == n * (n - 1) // 2
-    assert fg.arange(n, dtype="int32").reshape(1024, 1024).sum().item() == n * (n - 1) // 2
+    assert fg.arange(n, dtype="int32").reshape(2048, 1024).sum().item() == n * (n - 1) // 2

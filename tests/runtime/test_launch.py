@@ -309,7 +309,7 @@ def test_threads_leave_a_program_once_only_thread_0_has_work():
     assert "br i1 %is0, label %wait0, label %end" in tail
     every = render_program([(64, big, [0, 1]), (64, big, [2, 0])], "P")
     assert every.count("atomicrmw") == 1 and "label %end" not in every.split("k1:")[0]
-    x = np.random.default_rng(0).random(1 << 20).astype(np.float32)
+    x = np.random.default_rng(0).random(1 << 21).astype(np.float32)
     for threads in (1, 2, 3):
         with fg.config.override(threads=threads):
             for _ in range(2):  # the second run is the cached schedule, one native program
