@@ -2,9 +2,10 @@
 
 Run:  .venv/bin/python benchmarks/core_ops.py [--quick]
 
-Four workloads (an elementwise chain over 2^24 floats, row softmax and row sum
-of 4096x4096, a 1024^3 matmul) plus the memory-bandwidth floor of the chain: a
-plain copy of the same 2^24 floats, read once and written once. Every system
+Five workloads (an elementwise chain over 2^24 floats, row softmax and row sum
+of 4096x4096, the sum of all 2^24 floats, a 1024^3 matmul) plus the
+memory-bandwidth floor of the chain: a plain copy of the same 2^24 floats, read
+once and written once. Every system
 runs the same inputs, taken from one `fg.randn` (never zeros), and the answers
 are checked against numpy's before anything is timed.
 
@@ -175,6 +176,12 @@ def make_cases(n_chain: int, n_rows: int, n_mm: int) -> list[Case]:
             {FUSEGRAD: fg_realized(lambda: a.sum(1)), NUMPY: lambda: an.sum(axis=1)},
         ),
         Case(
+            f"full sum 2^{n_chain.bit_length() - 1}",
+            n_chain * f4,
+            "GB/s",
+            {FUSEGRAD: fg_realized(lambda: x.sum()), NUMPY: lambda: xn.sum()},
+        ),
+        Case(
             f"matmul {n_mm}^3",
             2.0 * n_mm**3,
             "GFLOP/s",
@@ -189,6 +196,7 @@ def make_cases(n_chain: int, n_rows: int, n_mm: int) -> list[Case]:
             lambda: torch.relu(torch.exp(xt * 0.5 + 1.0) * xt - 3.0) / (1 + xt * xt),
             lambda: torch.softmax(at, dim=1),
             lambda: at.sum(1),
+            lambda: xt.sum(),
             lambda: bt @ ct,
         ]
         for case, run in zip(cases, torch_runs):
@@ -376,6 +384,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
+    ap.add_argument(
+        "--only", metavar="TEXT", help="time only the workloads whose name contains TEXT"
+    )
     args = ap.parse_args()
     most, budget_s, warmup = (5, 4.0, 1) if args.quick else (15, 15.0, 2)
 
@@ -397,15 +408,21 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="fusegrad-bench-cache-") as cache:
         with fg.config.override(cache=cache):
             cases = make_cases(1 << 24, 4096, 1024)
+            if args.only:
+                cases = [case for case in cases if args.only in case.name]
             checks = {}
             for case in cases:
                 first_call(case)
                 checks[case.name] = check_answers(case)
-            copy, chain, *others = cases
-            for group in [[copy, chain]] + [[case] for case in others]:
+            # the chain and its copy floor are timed in one alternation
+            floor = [case for case in cases if case.name.startswith(("copy", "chain"))]
+            groups = [floor] if len(floor) == 2 else [[case] for case in floor]
+            groups += [[case] for case in cases if case not in floor]
+            for group in groups:
                 measure(group, budget_s * len(group), most, warmup)
             print_table(cases, checks)
-            print_floor(cases[0], cases[1])
+            if len(floor) == 2:
+                print_floor(*floor)
             thread_scaling(cases, budget_s, most)
     print(
         f"\nload average after: {load_average()} "

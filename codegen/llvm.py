@@ -545,7 +545,8 @@ class _Renderer:
         cur = self.emit(f"load {t}, ptr {ptr}")
         val = self.ref(s.value, want_vector=moves)
         if dt.is_float and s.op is Ops.ADD:
-            new = self.emit(f"fadd reassoc nsz contract {t} {cur}, {val}")
+            flags = "contract" if s.ordered else "reassoc nsz contract"
+            new = self.emit(f"fadd {flags} {t} {cur}, {val}")
         elif dt.is_float:
             fn = self.intrinsic("maximum", t, 2)
             new = self.emit(f"call reassoc nsz {t} {fn}({t} {cur}, {t} {val})")

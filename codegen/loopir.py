@@ -125,11 +125,16 @@ class AccInit:
 
 @dataclass
 class AccUpdate:
+    """`acc = op(acc, value)`. A float sum's updates may be reordered by a renderer (a vector
+    unit's lanes) unless `ordered`: a cascaded sum's levels are added exactly as written, so
+    its error stays bounded by its tree's depth."""
+
     acc: str
     dtype: DType
     op: Ops  # ADD or MAX
     value: str
     index: Lin | None = None  # which element of a tile
+    ordered: bool = False
 
 
 @dataclass
@@ -226,7 +231,8 @@ def _print_block(body, depth: int, lines: list[str]) -> None:
             lines.append(f"{pad}{s.acc}{size}: {s.dtype.name} = {s.value!r}")
         elif isinstance(s, AccUpdate):
             at = f"[{s.index}]" if s.index is not None else ""
-            lines.append(f"{pad}{s.acc}{at} = {s.op.name.lower()}({s.acc}{at}, {s.value})")
+            how = " (in order)" if s.ordered else ""
+            lines.append(f"{pad}{s.acc}{at} = {s.op.name.lower()}({s.acc}{at}, {s.value}){how}")
         elif isinstance(s, AccRead):
             lines.append(f"{pad}{s.dst} = {s.acc}[{s.index}]")
         elif isinstance(s, AccReduceLanes):

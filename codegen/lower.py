@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 from ..ir.dtypes import DType
@@ -104,9 +105,17 @@ class Tile:
 
 
 class _Lowerer:
-    def __init__(self, item: ScheduleItem, out_groups, red_groups, tile: Tile | None = None):
+    def __init__(
+        self,
+        item: ScheduleItem,
+        out_groups,
+        red_groups,
+        tile: Tile | None = None,
+        cascade_lanes: int = 0,
+    ):
         self.item = item
         self.tile = tile
+        self.cascade_lanes = cascade_lanes  # a float sum in a tree of vector accumulators
         self.out_groups = out_groups
         self.red_groups = red_groups
         self.params: dict[int, Param] = {}
@@ -238,14 +247,18 @@ class _Lowerer:
         acc = self._new_acc()
         identity = reduce_identity(red.op, red.dtype)
         self.emit(AccInit(acc, red.dtype, identity, size, tile.cols))
-        outer_block, outer_iter = self.block, self.iterations
-        value = self._reduction_body(
-            red, red_coords, edge, tile_vars=(*unrolled, t_var), lane_split=tile.lanes
-        )
         combine = REDUCE_COMBINE[red.op]
-        self.emit(AccUpdate(acc, red.dtype, combine, value, slot), 1)
-        self.scopes.pop()
-        self.block, self.iterations = outer_block, outer_iter
+        if self._tile_cascades(size):
+            level = self._level(red.dtype, size, tile.cols, [*unrolled, t_var], slot)
+            self._tile_cascade(red, red_coords, edge, [*unrolled, t_var], slot, acc, level)
+        else:
+            outer_block, outer_iter = self.block, self.iterations
+            value = self._reduction_body(
+                red, red_coords, edge, tile_vars=(*unrolled, t_var), lane_split=tile.lanes
+            )
+            self.emit(AccUpdate(acc, red.dtype, combine, value, slot), 1)
+            self.scopes.pop()
+            self.block, self.iterations = outer_block, outer_iter
         for v in unrolled:
             self._open_loop(Loop(v, v.max + 1, [], "unroll"))
         self.scopes.append({})
@@ -429,6 +442,8 @@ class _Lowerer:
         return self.emit(Select(self.fresh(), n.dtype, valid, inner))
 
     def gen_reduce(self, n: Node, coords, guard) -> str:
+        if self.cascade_lanes:
+            return self.gen_cascade(n, coords, guard)
         acc = self._new_acc()
         self.emit(AccInit(acc, n.dtype, reduce_identity(n.op, n.dtype)))
         saved_block, saved_iter = self.block, self.iterations
@@ -437,6 +452,164 @@ class _Lowerer:
         self.scopes.pop()
         self.block, self.iterations = saved_block, saved_iter
         return acc
+
+    # ---------------------------------------------------------------- cascaded sums
+    def _tile_cascades(self, size: int) -> bool:
+        """Whether a tile's float sum runs as a cascade (see `_tile_cascade`): one long
+        reduction loop read with a stride (a column sum), into a tile small enough that
+        its levels stay in registers (a matmul's 128 accumulators keep one plain loop)."""
+        red = self.item.reduce
+        if red.op is not Ops.SUM or not red.dtype.is_float or self.tile.lanes:
+            return False
+        if len(self.red_groups) != 1 or size > CASCADE_TILE_MAX:
+            return False
+        return math.prod(red.srcs[0].shape) // max(red.numel, 1) >= CASCADE_MIN
+
+    def _tile_cascade(self, red: Node, coords, guard, tile_loops, slot, acc, level) -> None:
+        """A tile's sum over its reduction loop as a tree (see `gen_cascade`): every tile
+        accumulator receives at most CASCADE_FANOUT rows before its level moves up.
+
+            acc1[32] = 0
+            for j2 in 0..256:
+              acc3[32] = 0
+              for k4 in 0..16: vector for t in 0..32: acc3[t] += x[(j2*16 + k4)*N + o*32 + t]
+              vector for t in 0..32: acc1[t] += acc3[t]
+        """
+        src = red.srcs[0]
+        extent = math.prod(src.shape[a] for a in self.red_groups[0])
+
+        def unit(idx: Lin, dst: str) -> None:
+            red_coords = _coords_from_groups(src.shape, self.red_groups, [idx])
+            src_coords = tuple(red_coords[i] if i in red.arg else c for i, c in enumerate(coords))
+            with self._tile_loops(tile_loops):
+                value = self.gen(src, src_coords, guard)
+                self.emit(AccUpdate(dst, red.dtype, Ops.ADD, value, slot, ordered=True), 1)
+
+        self._sum_units(extent, unit, acc, level)
+
+    def gen_cascade(self, n: Node, coords, guard) -> str:
+        """A float sum as a tree of vector accumulators (PyTorch's cascade sum).
+
+        The innermost reduction loop is read `lanes` elements at a time into a vector of
+        accumulators; every accumulator receives at most `CASCADE_FANOUT` vectors before it
+        is added, lane by lane, into the one a level up, and an outer reduction loop's
+        iterations are grouped the same way. A 2^24-element sum adds 2^18 vectors in five
+        levels of at most 16, so each value's rounding error grows with the tree's depth,
+        not with n. The adds are `ordered`: a renderer must not flatten the tree. Lanes
+        combine at the end (a tree too); a ragged last vector is masked to 0.
+
+            acc2[64] = 0
+            for j in 0..4:  (4 blocks of 16 vectors)
+              acc3[64] = 0
+              for k in 0..16: vector for t in 0..64: acc3[t] += x[(j*16 + k)*64 + t]
+              vector for t in 0..64: acc2[t] += acc3[t]
+            s = add over acc2[0 : 64]
+        """
+        src, lanes = n.srcs[0], self.cascade_lanes
+        extents = [math.prod(src.shape[a] for a in g) for g in self.red_groups]
+        t = Var("t", 0, lanes - 1)
+        exprs: list[Lin] = []  # the outer reduction groups' coordinates, outermost first
+
+        def add_vector(dst: str, expr: Lin, edge: tuple[Lin, ...]) -> None:
+            red_coords = _coords_from_groups(src.shape, self.red_groups, [*exprs, expr])
+            src_coords = tuple(red_coords[i] if i in n.arg else c for i, c in enumerate(coords))
+            with self._loop(t, "vector"):
+                value = self.gen(src, src_coords, guard + edge)
+                if edge:
+                    value = self.emit(Select(self.fresh(), src.dtype, edge, value))
+                self.emit(AccUpdate(dst, n.dtype, Ops.ADD, value, lin(t), ordered=True), 1)
+
+        def reduce_group(k: int, dst: str) -> None:
+            """Add the sum over reduction groups k.. (the outer ones at `exprs`) into dst."""
+            if k < len(extents) - 1:
+
+                def unit(idx: Lin, acc: str) -> None:
+                    exprs.append(idx)
+                    reduce_group(k + 1, acc)
+                    exprs.pop()
+
+                self._sum_units(extents[k], unit, dst, level)
+                return
+            vectors, tail = divmod(extents[k], lanes)
+            if vectors:
+                self._sum_units(
+                    vectors, lambda u, acc: add_vector(acc, u * lanes + t, ()), dst, level
+                )
+            if tail:  # lanes past the end read nothing and add 0
+                at = lin(t) + vectors * lanes
+                add_vector(dst, at, (lin(extents[k] - 1) - at,))
+
+        level = self._level(n.dtype, lanes, lanes, [t], lin(t))
+        top = level.new()
+        reduce_group(0, top)
+        return self.emit(AccReduceLanes(self.fresh(), n.dtype, top, lin(0), lanes, Ops.ADD))
+
+    def _sum_units(self, count: int, unit, dst: str, level, base: Lin | None = None) -> None:
+        """Emit `unit(index, acc)` for index in base + 0..count, adding into dst through
+        levels of at most CASCADE_FANOUT units each: full subtrees of FANOUT^k units in a
+        loop, each into a fresh accumulator (`level.new()`) added to dst once
+        (`level.add(dst, acc)`), then the rest recursively."""
+        base = lin(0) if base is None else base
+        if count <= CASCADE_FANOUT:
+            if count == 1:
+                unit(base, dst)
+                return
+            v = Var(self.fresh("k"), 0, count - 1)
+            with self._loop(v, "reduce"):
+                unit(base + v, dst)
+            return
+        size = CASCADE_FANOUT
+        while size * CASCADE_FANOUT < count:
+            size *= CASCADE_FANOUT
+        blocks, rest = divmod(count, size)
+        j = Var(self.fresh("j"), 0, blocks - 1)
+        with self._loop(j, "reduce"):
+            acc = level.new()
+            self._sum_units(size, unit, acc, level, base + lin(j) * size)
+            level.add(dst, acc)
+        if rest:
+            self._sum_units(rest, unit, dst, level, base + blocks * size)
+
+    def _level(self, dtype: DType, size: int, lanes: int, tile_loops: list[Var], slot: Lin):
+        """How a cascade makes and combines accumulators: `size` of them in rows of `lanes`,
+        walked by `tile_loops` (unrolled, then the vector loop) at element `slot`."""
+        lowerer = self
+
+        class Level:
+            def new(self) -> str:
+                acc = lowerer._new_acc()
+                lowerer.emit(AccInit(acc, dtype, _zero(dtype), size, lanes))
+                return acc
+
+            def add(self, dst: str, acc: str) -> None:
+                with lowerer._tile_loops(tile_loops):
+                    part = lowerer.emit(AccRead(lowerer.fresh(), dtype, acc, slot))
+                    lowerer.emit(AccUpdate(dst, dtype, Ops.ADD, part, slot, ordered=True), 1)
+
+        return Level()
+
+    @contextmanager
+    def _tile_loops(self, tile_loops: list[Var]):
+        """The unrolled loops of a tile, then its vector loop (the last variable)."""
+        with ExitStack() as stack:
+            for k, v in enumerate(tile_loops):
+                stack.enter_context(
+                    self._loop(v, "vector" if k == len(tile_loops) - 1 else "unroll")
+                )
+            yield
+
+    @contextmanager
+    def _loop(self, var: Var, kind: str):
+        """Emit the statements of the `with` body inside a loop over var, in a scope of
+        their own (a value computed in one loop is not visible after it)."""
+        saved_block, saved_iter = self.block, self.iterations
+        self._open_loop(Loop(var, var.max + 1, [], kind))
+        self.scopes.append({})
+        try:
+            yield
+        finally:
+            self.scopes.pop()
+            self.block, self.iterations = saved_block, saved_iter
 
 
 def _substitute(body: list, env: dict) -> None:
@@ -551,9 +724,58 @@ def lower(item: ScheduleItem) -> Kernel:
         state["out"] = _merge_groups(out_axes, lambda g: score_with(g, state["red"]))
     plain = _Lowerer(item, state["out"], state["red"]).lower()
     tile = choose_tile(plain, item, state["out"])
-    if tile is None:
-        return plain
-    return _Lowerer(item, state["out"], state["red"], tile).lower()
+    if tile is not None:
+        return _Lowerer(item, state["out"], state["red"], tile).lower()
+    lanes = cascade_lanes(plain, item)
+    if lanes:
+        return _Lowerer(item, state["out"], state["red"], cascade_lanes=lanes).lower()
+    return plain
+
+
+CASCADE_FANOUT = 16  # vectors (or blocks) an accumulator receives before it moves up a level
+CASCADE_MIN = 1024  # a shorter sum is accurate as LLVM vectorizes it (<= 16 adds per lane)
+CASCADE_TILE_MAX = 64  # a tile's accumulators, times its levels, must fit the registers
+
+
+def cascade_lanes(plain: Kernel, item: ScheduleItem) -> int:
+    """The vector width of a cascaded sum for this kernel, or 0 where it keeps its plain loops.
+
+    A float sum of at least CASCADE_MIN elements per output whose innermost reduction loop
+    reads every operand contiguously, or not at all (a row sum, a softmax denominator, a
+    full sum), is summed in a tree (see `_Lowerer.gen_cascade`): as fast as one long loop,
+    with PyTorch's accuracy instead of an error growing with the length. Sums read with a
+    stride (column sums, matmuls) keep their register tiles.
+    """
+    red = item.reduce
+    if red is None or red.op is not Ops.SUM or not red.dtype.is_float:
+        return 0
+    if math.prod(red.srcs[0].shape) // max(red.numel, 1) < CASCADE_MIN:
+        return 0
+    inner: list[Loop] = []
+
+    def walk(body):
+        for s in body:
+            if isinstance(s, Loop):
+                if s.kind == "reduce":
+                    inner[:] = [s]
+                walk(s.body)
+
+    walk(plain.body)
+    if not inner or inner[0].extent < 128:
+        return 0
+    loop = inner[0]
+
+    def divides(e: Lin) -> bool:  # the loop variable inside a division: lane by lane
+        return any(isinstance(a, (FloorDiv, Mod)) and loop.var in a.x.atoms() for a in e.atoms())
+
+    for s in loop.body:
+        if not isinstance(s, (Load, Const, Alu, Select, AccUpdate)):
+            return 0
+        if isinstance(s, Load) and (s.index.coef(loop.var) not in (0, 1) or divides(s.index)):
+            return 0
+        if any(divides(c) for c in getattr(s, "valid", ())):
+            return 0
+    return 64 if loop.extent >= 256 else 32
 
 
 TILE_COLS = (32, 16, 8)

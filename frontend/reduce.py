@@ -48,6 +48,9 @@ class ReduceMixin:
             x = x.cast(int64)
         if x.node.op is Ops.EXPAND:
             return _sum_of_broadcast(x, dim, keepdim)
+        split = _sum_in_parts(x, dim, keepdim)
+        if split is not None:
+            return split
         return x._reduce(Ops.SUM, dim, keepdim, "sum")
 
     def mean(self, dim=None, keepdim: bool = False):
@@ -183,6 +186,52 @@ def _sum_of_broadcast(x, dim, keepdim: bool):
     small = tuple(1 if a in grown else s for a, s in enumerate(x.shape))
     y = x._make(N.expand(src, small))
     return y._reduce(Ops.SUM, axes, keepdim, "sum") * count
+
+
+SPLIT_MIN_ELEMENTS = 1 << 21  # a sum this long into few outputs is cut into parts...
+SPLIT_MIN_PART = 1 << 15  # ...of at least this many elements each...
+SPLIT_MAX_PARTS = 64  # ...and at most this many parts (a divisor of the split axis)
+SPLIT_MAX_OUTPUTS = 16  # fewer outputs than this leave threads idle: their sums are split
+
+
+def _sum_in_parts(x, dim, keepdim: bool):
+    """A long sum into few outputs as two sums: `parts` partial sums of contiguous slices
+    of the first reduced axis that divides well, then the sum of the parts.
+
+    A kernel is parallel over its outputs, so `x.sum()` would run on one thread; its
+    partial sums are outputs of their own (one kernel, every thread), and the second sum
+    is a tiny kernel. The parts depend on the shape alone, never on the thread count, so
+    the result is the same on every machine. Below SPLIT_MIN_ELEMENTS (8 MB of float32)
+    the second kernel and the larger graph cost more than the threads save. None where
+    the sum is short, has many outputs, or no reduced axis has a divisor in
+    [2, SPLIT_MAX_PARTS].
+
+    >>> import fusegrad as fg
+    >>> fg.ones(1 << 21).sum().item()
+    2097152.0
+    """
+    axes = x._dims(dim, "sum")
+    count = 1
+    for a in axes:
+        count *= x.shape[a]
+    if count < SPLIT_MIN_ELEMENTS or x.numel() // count >= SPLIT_MAX_OUTPUTS:
+        return None
+    most = min(SPLIT_MAX_PARTS, count // SPLIT_MIN_PART)
+    for a in sorted(axes):
+        parts = next((p for p in range(most, 1, -1) if x.shape[a] % p == 0), None)
+        if parts is not None:
+            break
+    else:
+        return None
+    shape = x.shape[:a] + (parts, x.shape[a] // parts) + x.shape[a + 1 :]
+    inner = tuple(b + 1 if b >= a else b for b in axes)  # the part axis a is kept
+    split = x._make(N.reshape(x.node, shape))
+    partial = split._reduce(Ops.SUM, inner, True, "sum")
+    total = partial._reduce(Ops.SUM, (a,), True, "sum")
+    out = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
+    if not keepdim:
+        out = tuple(s for i, s in enumerate(x.shape) if i not in axes)
+    return total._make(N.reshape(total.node, out))
 
 
 def _at_index(x, values, index, d: int):

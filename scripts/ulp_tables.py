@@ -84,6 +84,23 @@ so float32 results are correctly rounded or 1 ulp off to |x| ~ 1e9; cos is its o
 function of the same reduction (one quadrant on), not sin(x + pi/2). tanh and sigmoid
 are compositions of exp in the frontend (`frontend/tensor.py`).
 
+## Sums
+
+Float sums (`sum`, `mean`, `var`/`std`, softmax denominators, norms: every `SUM` that
+reads its operand contiguously, or in columns through a small register tile) are
+cascaded as PyTorch's are: vectors of 64 (or 32) accumulators, each receiving at most
+16 values before its total is added, once and in order, into the level above
+(`gen_cascade` in `codegen/lower.py`). The error grows with the tree's depth (log16 n),
+not with n: sums of 2^24 uniform float32 values are within 1 ulp of the float64 sum (a
+single loop: 1-18 ulp), and `fg.tensor(np.full(20_000_000, .1, np.float32)).mean()` is
+0.10000002 (PyTorch 0.09999994; a single loop 0.1006). A sum of at least 2^21 elements
+into fewer than 16 outputs is cut into up to 64 parts of contiguous slices, summed by
+every thread, then one small sum (`_sum_in_parts` in `frontend/reduce.py`); the parts
+depend on the shape alone, so the result is the same for any thread count. A sum over
+broadcast elements is an exact count times the smaller sum (`ones(1).expand(3e9).sum()`
+is 3e9). Matmuls (tiles of 128 accumulators) still add each output's K products in one
+loop.
+
 ## Where fusegrad differs from PyTorch on purpose
 
 - An in-place update of a tensor that is not a leaf keeps graphs built before it right

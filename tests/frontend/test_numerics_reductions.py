@@ -4,6 +4,7 @@ accumulations of ones (a sum over an expand is the smaller sum times the count).
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import fusegrad as fg
 
@@ -32,3 +33,113 @@ def test_integer_sum_of_a_broadcast():
     t = fg.tensor([1, 2]).reshape(2, 1).expand(2, 3)
     assert t.sum().item() == 9 and t.sum().dtype == fg.int64
     assert fg.tensor(7, dtype="int32").expand(5).sum().tolist() == 35
+
+
+# ---------------------------------------------------------------- float accuracy
+# Float32 sums are cascaded (a tree of vector accumulators, each adding at most 16 values
+# before passing its total up), as PyTorch's are: the error of a long sum stays within
+# about one unit in the last place of the float32 result. A plain loop (one accumulator
+# per vector lane) errs by 1-20 ulp on these sums and by 0.6% on the mean of 0.1s.
+
+
+def ulps(got, want) -> float:
+    """|got - want| in units in the last place of float32 at `want` (float64)."""
+    return float(abs(np.float64(got) - want) / np.spacing(np.float32(want)))
+
+
+def test_mean_of_twenty_million_tenths_is_a_tenth():
+    m = fg.tensor(np.full(20_000_000, 0.1, np.float32)).mean().item()
+    assert abs(m - 0.1) / 0.1 < 1e-6  # PyTorch: 0.09999994 (6e-7); a plain loop 0.1006
+
+
+def test_sum_of_2_24_uniform_values_within_one_ulp():
+    for seed in range(3):
+        x = np.random.default_rng(seed).random(1 << 24, dtype=np.float32)
+        assert ulps(fg.tensor(x).sum().item(), x.astype(np.float64).sum()) <= 1.0, seed
+
+
+def test_long_row_sums_within_one_ulp():
+    a = np.random.default_rng(1).random((4, 1 << 20), dtype=np.float32)
+    got = fg.tensor(a).sum(1).numpy()
+    for g, w in zip(got, a.astype(np.float64).sum(1)):
+        assert ulps(g, w) <= 1.0
+    tenths = fg.tensor(np.full((3, 1 << 20), 0.1, np.float32)).sum(1).numpy()
+    np.testing.assert_allclose(tenths, 0.1 * (1 << 20), rtol=1e-6)
+
+
+def test_sum_over_a_long_first_axis_into_few_outputs():
+    a = np.random.default_rng(2).standard_normal((1 << 20, 4), dtype=np.float32) + 1
+    got = fg.tensor(a).sum(0).numpy()
+    np.testing.assert_allclose(got, a.astype(np.float64).sum(0), rtol=2e-7)
+
+
+def test_long_column_sums_are_cascaded_too():
+    a = np.random.default_rng(9).random((1 << 16, 64), dtype=np.float32)
+    got = fg.tensor(a).sum(0).numpy()
+    worst = max(ulps(g, w) for g, w in zip(got, a.astype(np.float64).sum(0)))
+    assert worst <= 4.0  # one accumulator per column: 120 ulp
+
+
+def test_var_and_mean_of_a_long_vector():
+    x = np.random.default_rng(3).standard_normal(1 << 22).astype(np.float32) * 3 + 5
+    t = fg.tensor(x)
+    x64 = x.astype(np.float64)
+    assert abs(t.mean().item() - x64.mean()) / x64.mean() < 2e-7
+    assert abs(t.var().item() - x64.var(ddof=1)) / x64.var(ddof=1) < 2e-7
+    np.testing.assert_allclose(
+        fg.tensor(x.reshape(4, -1)).var(1).numpy(), x64.reshape(4, -1).var(1, ddof=1), rtol=2e-7
+    )
+
+
+def test_softmax_of_long_rows():
+    r = np.random.default_rng(4).standard_normal((2, 1 << 20)).astype(np.float32)
+    got = fg.tensor(r).softmax(1).numpy().astype(np.float64)
+    e = np.exp(r.astype(np.float64) - r.max(1, keepdims=True))
+    want = e / e.sum(1, keepdims=True)
+    np.testing.assert_allclose(got, want, rtol=2e-6)
+    np.testing.assert_allclose(got.sum(1), 1.0, rtol=1e-6)
+
+
+def test_float64_sums_are_cascaded_too():
+    x = np.random.default_rng(5).random(1 << 21)
+    got = fg.tensor(x, dtype="float64").sum().item()
+    assert got == pytest.approx(np.sum(x), rel=1e-15)
+
+
+# ---------------------------------------------------------------- how long sums run
+
+
+def test_full_sum_runs_as_parts_then_a_tiny_sum():
+    x = fg.tensor(np.random.default_rng(6).random(1 << 21, dtype=np.float32))
+    records = fg.kernels(x.sum())
+    assert [r.shape for r in records] == [(64, 1), ()]
+    assert records[0].loop.parallel_extent == 64  # every thread takes some parts
+    assert "(in order)" in str(records[0].loop)  # each part is a cascaded sum
+
+
+def test_parts_do_not_depend_on_the_thread_count():
+    x = np.random.default_rng(7).random(1 << 21, dtype=np.float32)
+    with fg.config.override(threads=1):
+        one = fg.tensor(x).sum().item()
+    with fg.config.override(threads=2):
+        two = fg.tensor(x).sum().item()
+    assert one == two
+
+
+def test_short_sums_are_one_kernel_of_plain_loops():
+    x = fg.tensor(np.arange(1000, dtype=np.float32))
+    (record,) = fg.kernels(x.sum())
+    assert "(in order)" not in str(record.loop)
+    assert x.sum().item() == 499500.0
+
+
+def test_split_sum_keeps_shapes_gradients_and_integers():
+    a = np.random.default_rng(8).random((2048, 1024), dtype=np.float32)
+    x = fg.tensor(a, requires_grad=True)
+    s = x.sum(dim=(0, 1), keepdim=True)
+    assert s.shape == (1, 1)
+    (x.mean() * 2).backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.full(a.shape, 2 / a.size), rtol=1e-6)
+    n = 1 << 21
+    assert fg.arange(n).sum().item() == n * (n - 1) // 2
+    assert fg.arange(n, dtype="int32").reshape(2048, 1024).sum().item() == n * (n - 1) // 2

@@ -353,3 +353,24 @@ def test_dumps_are_written_once_per_schedule_and_identical_across_runs(tmp_path)
     assert len(first) == 5 * len(manifest) + 1  # .loop .ll .raw.ll .s .cu per kernel
     roles = {role for entry in manifest for role in entry["roles"]}
     assert roles == {"forward", "backward", "optimizer"}
+
+
+def test_threads_leave_a_program_once_only_thread_0_has_work():
+    """A parallel kernel then a tiny one (a full sum's parts, then their sum): the other
+    threads arrive at the barrier between them and return; no barrier follows the last
+    kernel (the caller joins the threads). Every kernel parallel: one barrier between
+    each pair, none after the last."""
+    from fusegrad.runtime.program import render_program
+
+    big = PARALLEL_MIN_WORK
+    tail = render_program([(64, big, [0, 1]), (1, 64, [2, 0]), (1, 1, [3, 2])], "P")
+    assert tail.count("atomicrmw") == 1
+    assert "br i1 %is0, label %wait0, label %end" in tail
+    every = render_program([(64, big, [0, 1]), (64, big, [2, 0])], "P")
+    assert every.count("atomicrmw") == 1 and "label %end" not in every.split("k1:")[0]
+    x = np.random.default_rng(0).random(1 << 21).astype(np.float32)
+    for threads in (1, 2, 3):
+        with fg.config.override(threads=threads):
+            for _ in range(2):  # the second run is the cached schedule, one native program
+                got = fg.from_numpy(x).sum().item()
+        assert got == pytest.approx(x.astype(np.float64).sum(), rel=1e-7)
