@@ -46,6 +46,21 @@ _register_package_dirs(
 )
 _node.SITE_HOOK = _user_site
 
+
+def _mixed_devices(op, a: str, b: str):
+    from .errors import fail as _fail
+
+    _fail(
+        DeviceError,
+        op.name.lower(),
+        f"Expected all tensors to be on the same device, but found at least two devices, "
+        f"{a} and {b}!",
+    )
+
+
+_node.MIXED_DEVICES_HOOK = _mixed_devices
+from . import cuda  # noqa: E402
+
 from . import indexing as _indexing  # noqa: E402
 from . import testing  # noqa: E402
 from .autograd import GradError, grad  # noqa: E402
@@ -53,6 +68,7 @@ from .autograd_state import enable_grad, no_grad  # noqa: E402
 from .creation import (  # noqa: E402
     arange,
     empty,
+    empty_like,
     eye,
     from_numpy,
     full,
@@ -70,6 +86,7 @@ from .creation import (  # noqa: E402
     zeros,
     zeros_like,
 )
+from .device import device, get_default_device, set_default_device  # noqa: E402
 from .debug import compile_times, graph_dot, kernels  # noqa: E402
 from .indexing import (  # noqa: E402
     flip,

@@ -371,7 +371,8 @@ def structural_key(roots: list[Node], has_value: Callable[[Node], bool]) -> tupl
     Two graphs with the same key schedule identically; the second list holds
     the nodes with values (the parameters) in the order the key numbers them, so a
     cached schedule can be re-run on new buffers. One pass, no recursion: each node
-    contributes its op, argument, shape, dtype and the positions of its sources.
+    contributes its op, argument, shape, dtype and the positions of its sources (a
+    parameter: its shape, dtype and device).
     """
     graph = toposort(roots, stop=has_value)
     index: dict[int, int] = {}
@@ -383,7 +384,7 @@ def structural_key(roots: list[Node], has_value: Callable[[Node], bool]) -> tupl
             parts.append((n.op, n.dtype, n.shape, _const_key(n.arg)))
         elif has_value(n):
             leaves.append(n)
-            parts.append((n.shape, n.dtype))
+            parts.append((n.shape, n.dtype, n.device))
         else:
             parts.append((n.op, n.arg, n.shape, n.dtype, tuple([index[id(s)] for s in n.srcs])))
     return (tuple(parts), tuple([index[id(r)] for r in roots])), leaves

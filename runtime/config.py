@@ -9,6 +9,8 @@
 | FUSEGRAD_PROGRAM    | 0: launch a cached schedule's kernels one by one   | 1       |
 | FUSEGRAD_PLAN_CACHE | schedules (compiled plans) kept in memory, LRU     | 512     |
 | FUSEGRAD_KERNEL_CACHE | compiled kernels kept in memory, LRU             | 2048    |
+| FUSEGRAD_CUDA       | the `cuda` device: "pycuda" (a GPU), "emulate" (the CPU      | pycuda  |
+|                     | emulator of the generated CUDA C) or "off"                     |         |
 
 Read or change them from Python too:
 
@@ -54,6 +56,9 @@ def _int_env(name: str, default: int, meaning: str, allowed=None) -> int:
     return value
 
 
+CUDA_BACKENDS = ("pycuda", "emulate", "off")
+
+
 @dataclass
 class Config:
     debug: int = 0
@@ -63,12 +68,18 @@ class Config:
     program: bool = True  # run cached schedules as one native call per thread
     plan_cache_size: int = 512  # compiled schedules kept in memory (least recently used go)
     kernel_cache_size: int = 2048  # compiled kernels' records kept in memory
+    cuda: str = "pycuda"  # what backs the "cuda" device: "pycuda", "emulate" or "off"
 
     @classmethod
     def from_env(cls) -> Config:
         cache = os.environ.get("FUSEGRAD_CACHE", _default_cache())
         threads = _int_env("FUSEGRAD_THREADS", 0, "a number of threads (0: all cores)")
         program = _int_env("FUSEGRAD_PROGRAM", 1, "0 or 1", (0, 1))
+        cuda = os.environ.get("FUSEGRAD_CUDA", "").strip().lower() or "pycuda"
+        if cuda not in CUDA_BACKENDS:
+            raise ConfigError(
+                f"FUSEGRAD_CUDA={cuda!r} is not valid: expected one of {', '.join(CUDA_BACKENDS)}"
+            )
         return cls(
             debug=_int_env("FUSEGRAD_DEBUG", 0, "a level: 0, 1, 2 or 3"),
             dump=os.environ.get("FUSEGRAD_DUMP") or None,
@@ -78,6 +89,7 @@ class Config:
             plan_cache_size=_int_env("FUSEGRAD_PLAN_CACHE", 512, "a number of schedules") or 512,
             kernel_cache_size=_int_env("FUSEGRAD_KERNEL_CACHE", 2048, "a number of kernels")
             or 2048,
+            cuda=cuda,
         )
 
     @contextlib.contextmanager
