@@ -59,10 +59,8 @@ def _mixed_devices(op, a: str, b: str):
 
 
 _node.MIXED_DEVICES_HOOK = _mixed_devices
-from . import cuda  # noqa: E402
-
+from . import cuda, testing  # noqa: E402
 from . import indexing as _indexing  # noqa: E402
-from . import testing  # noqa: E402
 from .autograd import GradError, grad  # noqa: E402
 from .autograd_state import enable_grad, no_grad  # noqa: E402
 from .creation import (  # noqa: E402
@@ -86,8 +84,8 @@ from .creation import (  # noqa: E402
     zeros,
     zeros_like,
 )
-from .device import device, get_default_device, set_default_device  # noqa: E402
 from .debug import compile_times, graph_dot, kernels  # noqa: E402
+from .device import device, get_default_device, set_default_device  # noqa: E402
 from .indexing import (  # noqa: E402
     flip,
     gather,

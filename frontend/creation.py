@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from .device import default_name, resolve
 from .errors import DTypeError, ShapeError, checked_dtype, fail
 from .ir import node as N
 from .ir import rand as rand_spec
@@ -32,7 +33,6 @@ from .ir.dtypes import (
     from_numpy as dtype_of_numpy,
 )
 from .jit import key_buffer
-from .device import default_name, resolve
 from .runtime.buffer import Buffer
 from .runtime.cuda import to_device
 from .tensor import Tensor

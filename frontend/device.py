@@ -153,4 +153,6 @@ def get_default_device() -> device:
 
 def default_name() -> str:
     return _default
+
+
 numpy_reads_devices = False  # tests of a whole suite on "cuda" read values with .numpy()
