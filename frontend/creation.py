@@ -33,7 +33,7 @@ from .ir.dtypes import (
     from_numpy as dtype_of_numpy,
 )
 from .jit import key_buffer
-from .runtime.buffer import Buffer
+from .runtime.buffer import Buffer, HostTable
 from .runtime.cuda import to_device
 from .tensor import Tensor
 
@@ -211,11 +211,28 @@ def arange(start, end=None, step=1, dtype=None, requires_grad: bool = False, dev
     return _shared(key, lambda: np.arange(start, end, step), dt, device)
 
 
+def index_arange(start, end=None, step=1, dtype=None) -> Tensor:
+    """`arange` as a table fusegrad builds for itself (to compare indices against): host
+    data of no device, usable by a graph on any device (see `runtime.buffer.HostTable`)."""
+    if end is None:
+        start, end = 0, start
+    dt = checked_dtype(dtype, "arange") if dtype is not None else int64
+    key = ("arange", start, end, step, dt, None)
+    return _shared(key, lambda: np.arange(start, end, step), dt, None)
+
+
+def host_table(array: np.ndarray) -> Tensor:
+    """A tensor over a copy of host data fusegrad built for itself (index positions read
+    on the host): of no device, usable by a graph on any device."""
+    dt = dtype_of_numpy(array.dtype)
+    return Tensor(N.buffer(HostTable.from_numpy(array, dt), array.shape, dt))
+
+
 _SHARED_LIMIT = 1 << 16  # elements: tables this small are kept, one buffer per distinct call
 _shared_buffers: dict[tuple, Buffer] = {}
 
 
-def _shared(key: tuple, make, dt: DType, device: str = "cpu") -> Tensor:
+def _shared(key: tuple, make, dt: DType, device: str | None = "cpu") -> Tensor:
     """A new tensor over the one read-only buffer that holds `make()` for this key.
 
     Index tables (`arange` for one-hot targets, masks) are rebuilt by every step
@@ -225,10 +242,13 @@ def _shared(key: tuple, make, dt: DType, device: str = "cpu") -> Tensor:
     buf = _shared_buffers.get(key)
     if buf is None:
         array = np.asarray(make()).astype(dt.np)
-        buf = _buffer(array, dt, device)
+        if device is None:  # a table of no device
+            buf = HostTable.from_numpy(array, dt)
+        else:
+            buf = _buffer(array, dt, device)
         if array.size > _SHARED_LIMIT:
             return Tensor(N.buffer(buf, array.shape, dt))
-        if device == "cpu":  # shared: writing into t.numpy() must fail, not leak
+        if device in ("cpu", None):  # shared: writing into t.numpy() must fail, not leak
             buf.array.flags.writeable = False
         _shared_buffers[key] = buf
     shape = (buf.size,)

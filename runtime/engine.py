@@ -300,9 +300,7 @@ class Engine:
         return self._execute_steps(plan, leaves, timed)
 
     def _execute_on_device(self, plan, leaves, timed):
-        for b in leaves:
-            if b.device != plan.device:  # the frontend's device checks make this a bug
-                raise RuntimeError(f"a {b.device} buffer given to a {plan.device} plan")
+        leaves = [b if b.device == plan.device else _on_device(b, plan.device) for b in leaves]
         outs, records = self._execute_steps(plan, leaves, timed)
         cuda.synchronize()
         return outs, records
@@ -424,6 +422,14 @@ def _compile_item(item: ScheduleItem, device: str = "cpu") -> tuple[KernelRecord
         compiled=compiled,
     )
     return rec, loop.parallel_extent, work
+
+
+def _on_device(buf, device: str):
+    """A leaf for a `device` plan: a host table's copy there; anything else is a bug (the
+    frontend refuses ops mixing devices when they are written)."""
+    if buf.device is None:
+        return buf.on(device)
+    raise RuntimeError(f"a {buf.device} buffer given to a {device} plan")
 
 
 def _empty(size: int, dtype, device: str):
