@@ -85,7 +85,7 @@ from .creation import (  # noqa: E402
     zeros_like,
 )
 from .debug import compile_times, graph_dot, kernels  # noqa: E402
-from .device import device, get_default_device, set_default_device  # noqa: E402
+from .devices import device, get_default_device, set_default_device  # noqa: E402
 from .indexing import (  # noqa: E402
     flip,
     gather,

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from .device import default_name, resolve
+from .devices import default_name, resolve
 from .errors import DTypeError, ShapeError, checked_dtype, fail
 from .ir import node as N
 from .ir import rand as rand_spec

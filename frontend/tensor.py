@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import autograd_state
-from . import device as _device
+from . import devices as _device
 from .autograd import GradError, backward, graph_consumed, register_leaf
 from .errors import ArgumentError, DimError, DTypeError, ShapeError, checked_dtype, fail
 from .ir import node as N

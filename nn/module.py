@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from .. import creation
-from ..device import is_device
+from ..devices import is_device
 from ..jit import note_module, note_parameter
 from ..tensor import Tensor
 from ..tensor import realize as _realize

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from .errors import DeviceError, fail
 from .runtime import cuda as _cuda
+from .runtime.engine import engine
 
 _TYPES = ("cpu", "cuda")
 
@@ -105,9 +106,9 @@ def resolve(spec, op: str = "device") -> str:
     checked usable here: a CUDA device that cannot run says why, at the user's line."""
     if spec is None:
         return _default
-    if spec == "cpu" and isinstance(spec, str):
+    if isinstance(spec, str) and spec == "cpu":
         return "cpu"
-    name = device(spec).canonical()
+    name = spec.canonical() if isinstance(spec, device) else device(spec).canonical()
     if name != "cpu":
         require_cuda(name, op)
     return name
@@ -144,6 +145,7 @@ def set_default_device(spec) -> None:
     as torch.set_default_device. None goes back to the CPU."""
     global _default
     _default = "cpu" if spec is None else resolve(spec, "set_default_device")
+    engine.default_device = _default  # where fusegrad's own constants are computed
 
 
 def get_default_device() -> device:
@@ -155,4 +157,6 @@ def default_name() -> str:
     return _default
 
 
-numpy_reads_devices = False  # tests of a whole suite on "cuda" read values with .numpy()
+# Tensor.numpy() of a device tensor raises TypeError, as in PyTorch; a test suite run on
+# "cuda" (tests/conftest.py, FUSEGRAD_TEST_DEVICE=cuda) reads values with .numpy() instead.
+numpy_reads_devices = False
