@@ -1,20 +1,24 @@
-"""Render a loop-IR kernel as CUDA C.
+"""Render a loop-IR kernel as CUDA C, on the grid mapping `codegen/gpu.py` decided.
 
-One GPU thread runs one iteration of the kernel's parallel loop; the loops
-inside it run serially in that thread. The signature mirrors the CPU one,
+The result is a `CudaKernel`: the source, the buffers it takes (the CPU
+kernel's parameters, in order, then any scratch buffers) and its launches
+(symbol, grid, block), run in order with the same arguments:
 
-    extern "C" __global__ void SYMBOL(long long start, long long end, float* out0, ...)
+    extern "C" __global__ void SYMBOL(float* __restrict__ out0, const float* __restrict__ in0, ...)
 
-so the launcher passes the same range and buffers. Transcendentals are CUDA's
-own device functions (`expf`, `logf`, `sinf`, ...); `MAX` propagates NaN as
-numpy's `maximum` does.
+Transcendentals are CUDA's own device functions (`expf`, `logf`, `sinf`, ...);
+`MAX` propagates NaN as numpy's `maximum` does. Block reductions go through
+`fg_block_reduce` (warp shuffles, then one 32-slot shared array).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from ..ir.dtypes import DType
 from ..ir.ops import Ops
 from ..ir.symbolic import FloorDiv, Lin, Mod, Var
+from .gpu import GpuKernel, Reduction, map_to_gpu
 from .loopir import (
     AccInit,
     AccRead,
@@ -26,6 +30,7 @@ from .loopir import (
     Load,
     LoadRow,
     Loop,
+    Param,
     Rand,
     ScatterAdd,
     Select,
@@ -40,6 +45,25 @@ __device__ __forceinline__ long long fg_max(long long a, long long b) { return a
 __device__ __forceinline__ bool fg_max(bool a, bool b) { return a || b; }
 __device__ __forceinline__ unsigned int fg_fmix(unsigned int x) {
   x ^= x >> 16; x *= 0x85EBCA6Bu; x ^= x >> 13; x *= 0xC2B2AE35u; x ^= x >> 16; return x;
+}
+template <class T, bool IS_MAX> __device__ __forceinline__ T fg_combine(T a, T b) {
+  return IS_MAX ? fg_max(a, b) : a + b;
+}
+template <class T, bool IS_MAX> __device__ __forceinline__ T fg_warp_reduce(T v) {
+  for (int d = 16; d > 0; d >>= 1) v = fg_combine<T, IS_MAX>(v, __shfl_down_sync(~0u, v, d));
+  return v;  // lane 0 holds the warp's total
+}
+// Combine one value per thread over the block; every thread gets the result. Called by all
+// threads together; blockDim.x is a multiple of 32 and at most 1024; buf holds 32 values.
+template <class T, bool IS_MAX> __device__ T fg_block_reduce(T v, T* buf, T identity) {
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  v = fg_warp_reduce<T, IS_MAX>(v);
+  if (lane == 0) buf[warp] = v;
+  __syncthreads();
+  v = fg_warp_reduce<T, IS_MAX>(lane < (blockDim.x >> 5) ? buf[lane] : identity);
+  v = __shfl_sync(~0u, v, 0);
+  __syncthreads();  // buf is free again for the next reduction
+  return v;
 }
 """
 
@@ -95,34 +119,166 @@ _FLOAT_FN = {Ops.EXP: "exp", Ops.LOG: "log", Ops.SIN: "sin", Ops.COS: "cos", Ops
 _BINARY = {Ops.ADD: "+", Ops.MUL: "*", Ops.DIV: "/", Ops.CMPLT: "<", Ops.CMPEQ: "=="}
 
 
+@dataclass(frozen=True)
+class CudaLaunch:
+    """One kernel launch: `module.get_function(symbol)(*buffers, grid=, block=, shared=)`."""
+
+    symbol: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int = 0  # dynamic shared memory to ask for at launch
+
+
+@dataclass
+class CudaKernel:
+    """A kernel rendered for the GPU, with its launch configuration.
+
+    Buffers are passed as `(*params, *scratch)`: the CPU kernel's parameters in
+    their order (outputs first), then `scratch` buffers of `(dtype, count)` that
+    the caller allocates (a long reduction's partials). The launches run in
+    order, each with the same arguments."""
+
+    name: str
+    source: str
+    params: list[Param]
+    launches: tuple[CudaLaunch, ...]
+    scratch: list = field(default_factory=list)
+    static_shared_bytes: int = 0  # the `__shared__` arrays the source declares, per block
+
+    @property
+    def symbol(self) -> str:
+        return self.launches[0].symbol
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        return self.launches[0].grid
+
+    @property
+    def block(self) -> tuple[int, int, int]:
+        return self.launches[0].block
+
+    @property
+    def shared_bytes(self) -> int:
+        return self.launches[0].shared_bytes
+
+    def launch(self, module, buffers) -> None:
+        """Run every launch of this kernel from `module` (an `EmulatedModule` or a PyCUDA
+        `SourceModule` of `source`) on `buffers` (params, then scratch)."""
+        for ln in self.launches:
+            module.get_function(ln.symbol)(
+                *buffers, grid=ln.grid, block=ln.block, shared=ln.shared_bytes
+            )
+
+
+PARTIAL = "fg_partial"  # the scratch buffer of a split reduction's partials
+
+
 class _Renderer:
-    def __init__(self, kernel: Kernel, symbol: str):
-        self.k, self.symbol = kernel, symbol
+    """Prints one launch of a `GpuKernel`: `part` is "all" (the whole kernel), or "partials"
+    and "final" for the two passes of a split reduction."""
+
+    def __init__(self, gpu: GpuKernel, part: str = "all"):
+        self.gpu, self.k, self.part = gpu, gpu.kernel, part
         self.lines: list[str] = []
         self.types: dict[str, DType] = {}
+        self.shared: list[str] = []
+        self.shared_bytes = 0
 
     def line(self, depth: int, text: str) -> None:
         self.lines.append("  " * depth + text)
 
-    def block(self, body, depth: int) -> None:
+    def index_vars(self, loops: list[Loop], flat: str, depth: int) -> None:
+        """Declare each loop's variable from the flat index over all of them (row-major)."""
+        inner = 1
+        for k in range(len(loops) - 1, -1, -1):
+            lp = loops[k]
+            expr = flat if inner == 1 else f"{flat} / {inner}LL"
+            if k > 0:
+                expr = f"{expr} % {lp.extent}LL"
+            self.line(depth, f"const long long {lp.var.name} = {expr if lp.extent > 1 else '0LL'};")
+            inner *= lp.extent
+
+    def block(self, body, depth: int) -> bool:
+        """Print `body`; False once a split reduction's first pass has written its partial
+        (nothing after the reduction belongs to that pass)."""
         for s in body:
-            if isinstance(s, Loop):
-                if s.kind == "parallel":
-                    v = s.var.name
-                    self.line(
-                        depth,
-                        f"long long {v} = start + (long long)blockIdx.x * blockDim.x"
-                        " + threadIdx.x;",
-                    )
-                    self.line(depth, f"if ({v} >= end) return;")
-                    self.block(s.body, depth)
-                else:
-                    v = s.var.name
-                    self.line(depth, f"for (long long {v} = 0; {v} < {s.extent}LL; ++{v}) {{")
-                    self.block(s.body, depth + 1)
-                    self.line(depth, "}")
+            if isinstance(s, Loop) and id(s) in self.gpu.reductions:
+                if not self.cooperative(self.gpu.reductions[id(s)], depth):
+                    return False
+            elif isinstance(s, Loop):
+                v = s.var.name
+                self.line(depth, f"for (long long {v} = 0; {v} < {s.extent}LL; ++{v}) {{")
+                self.block(s.body, depth + 1)
+                self.line(depth, "}")
             else:
-                self.line(depth, self.stmt(s))
+                text = self.stmt(s)
+                if self.gpu.mode == "block" and isinstance(s, (Store, ScatterAdd)):
+                    text = f"if (threadIdx.x == 0) {{ {text} }}"
+                self.line(depth, text)
+        return True
+
+    def cooperative(self, red: Reduction, depth: int) -> bool:
+        """A reduction split over the block's threads, then combined across the block."""
+        acc, dt, split = red.init.acc, red.init.dtype, self.gpu.split
+        if self.part == "final":  # combine the first pass's partials of this output
+            self.line(
+                depth, f"for (long long red = threadIdx.x; red < {split}LL; red += blockDim.x)"
+            )
+            part = f"{PARTIAL}[gid * {split}LL + red]"
+            update = AccUpdate(acc, dt, red.op, f"({part} != 0)" if dt.is_bool else part)
+            self.line(depth + 1, self.stmt(update))
+        else:
+            first, step = "(long long)threadIdx.x", "(long long)blockDim.x"
+            if self.part == "partials":
+                first, step = f"part * blockDim.x + {first}", f"{split}LL * blockDim.x"
+            self.line(
+                depth, f"for (long long red = {first}; red < {red.length}LL; red += {step}) {{"
+            )
+            self.index_vars(red.loops, "red", depth + 1)
+            self.block(red.body, depth + 1)
+            self.line(depth, "}")
+        t = "int" if dt.is_bool else dt.cuda
+        buf = f"{acc}_shared"
+        self.shared.append(f"  __shared__ {t} {buf}[32];")
+        self.shared_bytes += 32 * (4 if dt.is_bool else dt.itemsize)
+        is_max = "true" if red.op is Ops.MAX or dt.is_bool else "false"
+        identity = literal(red.init.value, dt) if not dt.is_bool else "0"
+        value = f"({t}){acc}" if dt.is_bool else acc
+        reduced = f"fg_block_reduce<{t}, {is_max}>({value}, {buf}, {identity})"
+        self.line(depth, f"{acc} = {reduced}{' != 0' if dt.is_bool else ''};")
+        if self.part == "partials":
+            v = f"(unsigned char){acc}" if dt.is_bool else acc
+            self.line(depth, f"if (threadIdx.x == 0) {PARTIAL}[blockIdx.x] = {v};")
+            return False
+        return True
+
+    def render(self, symbol: str) -> str:
+        gpu = self.gpu
+        params = []
+        for p in self.k.params:
+            const = "" if p.output else "const "
+            params.append(f"{const}{mem_type(p.dtype)}* __restrict__ {p.name}")
+        if gpu.split > 1:
+            red = next(iter(gpu.reductions.values()))
+            params.append(f"{mem_type(red.init.dtype)}* __restrict__ {PARTIAL}")
+        extent = f"{gpu.extent}LL"
+        if self.part == "partials":
+            self.line(1, f"const long long gid = blockIdx.x / {gpu.split}LL;")
+            self.line(1, f"const long long part = blockIdx.x % {gpu.split}LL;")
+            self.line(1, "{")
+        elif gpu.mode == "block":
+            self.line(1, f"for (long long gid = blockIdx.x; gid < {extent}; gid += gridDim.x) {{")
+        else:
+            self.line(
+                1,
+                "for (long long gid = (long long)blockIdx.x * blockDim.x + threadIdx.x; "
+                f"gid < {extent}; gid += (long long)gridDim.x * blockDim.x) {{",
+            )
+        self.index_vars(gpu.outputs, "gid", 2)
+        self.block(gpu.body, 2)
+        self.line(1, "}")
+        head = f'extern "C" __global__ void {symbol}({", ".join(params)}) {{'
+        return "\n".join([head, *self.shared, *self.lines, "}"])
 
     def decl(self, name: str, dt: DType, expr: str) -> str:
         self.types[name] = dt
@@ -215,20 +371,28 @@ class _Renderer:
             return f"({a[1]} == 0 ? ({src.cuda})0 : {a[0]} / {a[1]})"
         return f"{a[0]} {_BINARY[s.op]} {a[1]}"
 
-    def render(self) -> str:
-        params = ["long long start", "long long end"]
-        for p in self.k.params:
-            const = "" if p.output else "const "
-            params.append(f"{const}{mem_type(p.dtype)}* __restrict__ {p.name}")
-        self.block(self.k.body, 1)
-        if not any(isinstance(s, Loop) and s.kind == "parallel" for s in self.k.body):
-            self.lines.insert(
-                0, "  if (start + (long long)blockIdx.x * blockDim.x + threadIdx.x >= end) return;"
-            )
-        head = f'extern "C" __global__ void {self.symbol}({", ".join(params)}) {{'
-        return "\n".join([f"// kernel {self.k.name}", PRELUDE, head, *self.lines, "}", ""])
+
+def cuda_kernel(kernel: Kernel, symbol: str) -> CudaKernel:
+    """`kernel` as GPU code: its grid mapping (`codegen/gpu.py`), source and launches."""
+    gpu = map_to_gpu(kernel)
+    if gpu.split == 1:
+        r = _Renderer(gpu)
+        bodies = [r.render(symbol)]
+        launches = (CudaLaunch(symbol, (gpu.grid, 1, 1), (gpu.block, 1, 1)),)
+        scratch = []
+    else:
+        r, r2 = _Renderer(gpu, "partials"), _Renderer(gpu, "final")
+        bodies = [r.render(symbol), r2.render(f"{symbol}_final")]
+        launches = (
+            CudaLaunch(symbol, (gpu.grid, 1, 1), (gpu.block, 1, 1)),
+            CudaLaunch(f"{symbol}_final", (gpu.grid2, 1, 1), (gpu.block2, 1, 1)),
+        )
+        red = next(iter(gpu.reductions.values()))
+        scratch = [(red.init.dtype, gpu.grid)]
+    source = "\n".join([f"// kernel {kernel.name}", PRELUDE, *bodies, ""])
+    return CudaKernel(kernel.name, source, list(kernel.params), launches, scratch, r.shared_bytes)
 
 
 def render_cuda(kernel: Kernel, symbol: str) -> str:
-    """CUDA C text of `kernel` as a `__global__` function named `symbol`."""
-    return _Renderer(kernel, symbol).render()
+    """CUDA C text of `kernel`, its `__global__` function(s) named from `symbol`."""
+    return cuda_kernel(kernel, symbol).source

@@ -2,6 +2,10 @@
 
 Run:  python examples/lenet_mnist.py [--epochs 1] [--arch lenet|minitorch]
                                      [--save w.npz] [--load w.npz] [--plot]
+                                     [--device cpu|cuda]
+On a GPU (PyCUDA), or on the CPU emulator of the generated CUDA C:
+      python examples/lenet_mnist.py --device cuda
+      FUSEGRAD_CUDA=emulate python examples/lenet_mnist.py --device cuda --limit 640
 On 2 processes (data-parallel, --batch images per process):
       python -m fusegrad.distributed.run --nproc 2 examples/lenet_mnist.py --ddp
 
@@ -81,14 +85,14 @@ def normalize(images: np.ndarray) -> np.ndarray:
     return ((images.astype(np.float32) / 255.0 - MEAN) / STD)[:, None, :, :]
 
 
-def evaluate(model, images: np.ndarray, labels: np.ndarray, batch: int = 1000):
+def evaluate(model, images: np.ndarray, labels: np.ndarray, batch: int = 1000, device="cpu"):
     """Accuracy over all images, and the predictions."""
     model.eval()
     preds = []
     with fg.no_grad():
         for i in range(0, len(images), batch):
-            logits = model(fg.tensor(images[i : i + batch]))
-            preds.append(logits.argmax(1).numpy())
+            logits = model(fg.tensor(images[i : i + batch], device=device))
+            preds.append(logits.argmax(1).cpu().numpy())
     model.train()
     pred = np.concatenate(preds)
     return float((pred == labels).mean()), pred
@@ -152,6 +156,9 @@ def main() -> None:
     ap.add_argument("--data", help="folder with the four MNIST .gz files (default: shipped copy)")
     ap.add_argument("--limit", type=int, default=None, help="use only this many training images")
     ap.add_argument(
+        "--device", default="cpu", help="cpu or cuda (a GPU, or FUSEGRAD_CUDA=emulate)"
+    )
+    ap.add_argument(
         "--ddp",
         action="store_true",
         help="data-parallel over MPI ranks (run it under the launcher)",
@@ -174,6 +181,8 @@ def main() -> None:
     model = MiniTorchNet() if minitorch else LeNet5()
     if args.load:
         model.load_state_dict(nn.load(args.load))
+    device = args.device
+    model.to(device)  # before the optimizer is built, as in PyTorch
     net = model  # the module itself: evaluation and saving
     if args.ddp:
         model = nn.parallel.DistributedDataParallel(net)  # rank 0's weights everywhere
@@ -216,13 +225,14 @@ def main() -> None:
         t0, seen, correct, recent = time.perf_counter(), 0, 0, []
         for step in bar:
             idx = order[step * args.batch : (step + 1) * args.batch]
-            x, y = fg.tensor(xs[idx]), fg.tensor(train_y[idx].astype(np.int64))
+            x = fg.tensor(xs[idx], device=device)
+            y = fg.tensor(train_y[idx].astype(np.int64), device=device)
             loss, pred = train_step(x, y)
             value = loss.item()
             recent.append(value)
             history["step"].append((epoch - 1) * steps_per_epoch + step)
             history["loss"].append(value)
-            correct += int((pred.numpy() == train_y[idx]).sum())
+            correct += int((pred.cpu().numpy() == train_y[idx]).sum())
             seen += len(idx)
             if step % 50 == 0 or step == steps_per_epoch - 1:
                 rate = (step + 1) / (time.perf_counter() - t0)
@@ -234,10 +244,10 @@ def main() -> None:
                     )
             if minitorch and step % 100 == 0:
                 vi = rng.choice(len(xt), 16, replace=False)
-                acc, _ = evaluate(net, xt[vi], test_y[vi], batch=16)
+                acc, _ = evaluate(net, xt[vi], test_y[vi], batch=16, device=device)
                 mean = np.mean(recent[-100:])
                 say(f"Epoch {epoch} loss {mean:.4f} valid acc {round(acc * 16)}/16")
-        acc, pred = evaluate(net, xt, test_y)
+        acc, pred = evaluate(net, xt, test_y, device=device)
         history["test_acc"].append(acc)
         elapsed = time.perf_counter() - start
         say(

@@ -24,6 +24,7 @@ from .errors import (
 from .errors import (
     register_package_dirs as _register_package_dirs,
 )
+from .ir import node as _node
 from .ir.dtypes import DType, bool_, float32, float64, int32, int64
 
 
@@ -41,13 +42,27 @@ _register_package_dirs(
     + _nn_dirs()
 )
 
+
+def _mixed_devices(op, a: str, b: str):
+    from .errors import fail as _fail
+
+    _fail(
+        DeviceError,
+        op.name.lower(),
+        f"Expected all tensors to be on the same device, but found at least two devices, "
+        f"{a} and {b}!",
+    )
+
+
+_node.MIXED_DEVICES_HOOK = _mixed_devices
+from . import cuda, testing  # noqa: E402
 from . import indexing as _indexing  # noqa: E402
-from . import testing  # noqa: E402
 from .autograd import GradError, grad  # noqa: E402
 from .autograd_state import enable_grad, no_grad  # noqa: E402
 from .creation import (  # noqa: E402
     arange,
     empty,
+    empty_like,
     eye,
     from_numpy,
     full,
@@ -66,6 +81,7 @@ from .creation import (  # noqa: E402
     zeros_like,
 )
 from .debug import compile_times, graph_dot, kernels  # noqa: E402
+from .devices import device, get_default_device, set_default_device  # noqa: E402
 from .indexing import (  # noqa: E402
     flip,
     gather,

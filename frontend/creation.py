@@ -16,7 +16,8 @@ import math
 
 import numpy as np
 
-from .errors import DeviceError, DTypeError, ShapeError, checked_dtype, fail
+from .devices import default_name, resolve
+from .errors import DTypeError, ShapeError, checked_dtype, fail
 from .ir import node as N
 from .ir import rand as rand_spec
 from .ir.dtypes import (
@@ -32,7 +33,8 @@ from .ir.dtypes import (
     from_numpy as dtype_of_numpy,
 )
 from .jit import key_buffer
-from .runtime.buffer import Buffer
+from .runtime.buffer import Buffer, HostTable
+from .runtime.cuda import to_device
 from .tensor import Tensor
 
 _seed = {"seed": 0, "counter": 0}
@@ -53,30 +55,23 @@ def _draw_key() -> int:
     return rand_spec.key_as_int32(rand_spec.seed_key(_next_seed()))
 
 
-def _key() -> N.Node:
+def _key(device: str = "cpu") -> N.Node:
     """A fresh random stream's key, as a 0-d int32 buffer (data, so kernels stay reusable).
 
     While `fusegrad.jit` records a call the buffer is one the jit keeps, so that a
     replay can draw the call's keys into it again.
     """
-    buf = key_buffer(_draw_key)
+    buf = key_buffer(_draw_key) if device == "cpu" else None
     if buf is None:
-        buf = Buffer.from_numpy(np.array([_draw_key()], dtype=np.int32), int32)
+        buf = _buffer(np.array([_draw_key()], dtype=np.int32), int32, device)
     return N.buffer(buf, (), int32)
 
 
-def _check_device(device) -> None:
-    if device is None or str(device) == "cpu":
-        return
-    if str(device).startswith("cuda"):
-        fail(
-            DeviceError,
-            "device",
-            "the CUDA runtime is not available in this build of fusegrad "
-            "(kernels render to CUDA C, but running them needs the [cuda] extra and a GPU); "
-            "use 'cpu'",
-        )
-    fail(DeviceError, "device", f"unknown device {device!r}; fusegrad runs on 'cpu'")
+def _buffer(array: np.ndarray, dt: DType, device: str):
+    """A buffer holding a copy of `array` on `device`."""
+    if device == "cpu":
+        return Buffer.from_numpy(array, dt)
+    return to_device(Buffer.from_numpy(array, dt), device)
 
 
 def _shape(shape) -> tuple[int, ...]:
@@ -102,13 +97,15 @@ def _finish(node: N.Node, requires_grad: bool) -> Tensor:
     return t.requires_grad_() if requires_grad else t
 
 
-def from_numpy(array: np.ndarray, requires_grad: bool = False) -> Tensor:
-    """A tensor holding a copy of a numpy array (its dtype must be one fusegrad has)."""
+def from_numpy(array: np.ndarray, requires_grad: bool = False, device=None) -> Tensor:
+    """A tensor holding a copy of a numpy array (its dtype must be one fusegrad has), on
+    `device` (the default device if None: fusegrad copies, so unlike torch.from_numpy the
+    tensor need not live on the CPU)."""
     try:
         dt = dtype_of_numpy(array.dtype)
     except TypeError as e:
         fail(DTypeError, "from_numpy", str(e))
-    buf = Buffer.from_numpy(array, dt)
+    buf = _buffer(array, dt, resolve(device, "from_numpy"))
     return _finish(N.buffer(buf, array.shape, dt), requires_grad)
 
 
@@ -117,9 +114,9 @@ def tensor(data, dtype=None, requires_grad: bool = False, device=None) -> Tensor
 
     Python floats become float32, ints int64, bools bool, as in PyTorch.
     """
-    _check_device(device)
+    device = resolve(device, "tensor")
     if isinstance(data, Tensor):
-        data = data.numpy()
+        data = data._host()
     if isinstance(data, np.ndarray):
         arr = data
         if dtype is None and arr.dtype == np.float64 and not isinstance(data, np.ndarray):
@@ -143,12 +140,12 @@ def tensor(data, dtype=None, requires_grad: bool = False, device=None) -> Tensor
         arr = arr.astype(np.int64)
     elif arr.dtype == np.float16:
         arr = arr.astype(np.float32)
-    return from_numpy(arr, requires_grad)
+    return from_numpy(arr, requires_grad, device)
 
 
 def full(size, fill_value, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
     """A tensor of `size` filled with `fill_value` (a lazy constant: no memory until used)."""
-    _check_device(device)
+    device = resolve(device, "full")
     if not isinstance(fill_value, (int, float, bool, np.number, np.bool_)):
         fail(DTypeError, "full", f"fill_value must be a number, got {type(fill_value).__name__}")
     shape = _shape(size if isinstance(size, (tuple, list)) else (size,))
@@ -160,7 +157,8 @@ def full(size, fill_value, dtype=None, requires_grad: bool = False, device=None)
             if isinstance(fill_value, int)
             else float32
         )
-    return _finish(N.const(fill_value, shape, checked_dtype(dtype, "full")), requires_grad)
+    node = N.const(fill_value, shape, checked_dtype(dtype, "full"), device)
+    return _finish(node, requires_grad)
 
 
 def zeros(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
@@ -175,21 +173,32 @@ def empty(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor
     return zeros(*size, dtype=dtype, requires_grad=requires_grad, device=device)
 
 
-def zeros_like(t: Tensor, dtype=None, requires_grad: bool = False) -> Tensor:
-    return full(t.shape, 0, dtype or t.dtype, requires_grad)
+def _like(t: Tensor, device) -> str:
+    """The device a *_like op makes its tensor on: t's unless told."""
+    return t.node.device or default_name() if device is None else device
 
 
-def ones_like(t: Tensor, dtype=None, requires_grad: bool = False) -> Tensor:
-    return full(t.shape, 1, dtype or t.dtype, requires_grad)
+def zeros_like(t: Tensor, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+    return full(t.shape, 0, dtype or t.dtype, requires_grad, _like(t, device))
 
 
-def full_like(t: Tensor, fill_value, dtype=None, requires_grad: bool = False) -> Tensor:
-    return full(t.shape, fill_value, dtype or t.dtype, requires_grad)
+def ones_like(t: Tensor, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+    return full(t.shape, 1, dtype or t.dtype, requires_grad, _like(t, device))
+
+
+def full_like(
+    t: Tensor, fill_value, dtype=None, requires_grad: bool = False, device=None
+) -> Tensor:
+    return full(t.shape, fill_value, dtype or t.dtype, requires_grad, _like(t, device))
+
+
+def empty_like(t: Tensor, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+    return zeros_like(t, dtype, requires_grad, device)
 
 
 def arange(start, end=None, step=1, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
     """Evenly spaced values in [start, end), as torch.arange (int64 for ints, else float32)."""
-    _check_device(device)
+    device = resolve(device, "arange")
     if end is None:
         start, end = 0, start
     if step == 0:
@@ -197,15 +206,33 @@ def arange(start, end=None, step=1, dtype=None, requires_grad: bool = False, dev
     ints = all(isinstance(v, int) for v in (start, end, step))
     dt = checked_dtype(dtype, "arange") if dtype is not None else (int64 if ints else float32)
     if requires_grad:
-        return from_numpy(np.arange(start, end, step).astype(dt.np), requires_grad)
-    return _shared(("arange", start, end, step, dt), lambda: np.arange(start, end, step), dt)
+        return from_numpy(np.arange(start, end, step).astype(dt.np), requires_grad, device)
+    key = ("arange", start, end, step, dt, device)
+    return _shared(key, lambda: np.arange(start, end, step), dt, device)
+
+
+def index_arange(start, end=None, step=1, dtype=None) -> Tensor:
+    """`arange` as a table fusegrad builds for itself (to compare indices against): host
+    data of no device, usable by a graph on any device (see `runtime.buffer.HostTable`)."""
+    if end is None:
+        start, end = 0, start
+    dt = checked_dtype(dtype, "arange") if dtype is not None else int64
+    key = ("arange", start, end, step, dt, None)
+    return _shared(key, lambda: np.arange(start, end, step), dt, None)
+
+
+def host_table(array: np.ndarray) -> Tensor:
+    """A tensor over a copy of host data fusegrad built for itself (index positions read
+    on the host): of no device, usable by a graph on any device."""
+    dt = dtype_of_numpy(array.dtype)
+    return Tensor(N.buffer(HostTable.from_numpy(array, dt), array.shape, dt))
 
 
 _SHARED_LIMIT = 1 << 16  # elements: tables this small are kept, one buffer per distinct call
 _shared_buffers: dict[tuple, Buffer] = {}
 
 
-def _shared(key: tuple, make, dt: DType) -> Tensor:
+def _shared(key: tuple, make, dt: DType, device: str | None = "cpu") -> Tensor:
     """A new tensor over the one read-only buffer that holds `make()` for this key.
 
     Index tables (`arange` for one-hot targets, masks) are rebuilt by every step
@@ -215,63 +242,67 @@ def _shared(key: tuple, make, dt: DType) -> Tensor:
     buf = _shared_buffers.get(key)
     if buf is None:
         array = np.asarray(make()).astype(dt.np)
-        buf = Buffer.from_numpy(array, dt)
+        if device is None:  # a table of no device
+            buf = HostTable.from_numpy(array, dt)
+        else:
+            buf = _buffer(array, dt, device)
         if array.size > _SHARED_LIMIT:
             return Tensor(N.buffer(buf, array.shape, dt))
-        buf.array.flags.writeable = False  # shared: writing into t.numpy() must fail, not leak
+        if device in ("cpu", None):  # shared: writing into t.numpy() must fail, not leak
+            buf.array.flags.writeable = False
         _shared_buffers[key] = buf
     shape = (buf.size,)
     return Tensor(N.buffer(buf, shape, dt))
 
 
-def linspace(start: float, end: float, steps: int, dtype=None) -> Tensor:
+def linspace(start: float, end: float, steps: int, dtype=None, device=None) -> Tensor:
     """`steps` evenly spaced values from start to end inclusive (float32 unless dtype says)."""
     dt = checked_dtype(dtype or float32, "linspace")
     if dt.is_bool:
         fail(DTypeError, "linspace", "is not supported for bool (as in torch); use a number dtype")
-    return from_numpy(np.linspace(start, end, steps).astype(dt.np))
+    return from_numpy(np.linspace(start, end, steps).astype(dt.np), device=device)
 
 
 def eye(
     n: int, m: int | None = None, dtype=None, requires_grad: bool = False, device=None
 ) -> Tensor:
-    _check_device(device)
-    return from_numpy(np.eye(n, m, dtype=checked_dtype(dtype or float32, "eye").np), requires_grad)
+    array = np.eye(n, m, dtype=checked_dtype(dtype or float32, "eye").np)
+    return from_numpy(array, requires_grad, device)
 
 
 def rand(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
     """Uniform [0, 1) numbers from the counter-based generator (see manual_seed)."""
-    _check_device(device)
+    device = resolve(device, "rand")
     dt = checked_dtype(dtype or float32, "rand")
     if not dt.is_float:
         fail(DTypeError, "rand", f"needs a float dtype, got {dt.name}")
-    return _finish(N.rand(_key(), _shape(size), dt), requires_grad)
+    return _finish(N.rand(_key(device), _shape(size), dt), requires_grad)
 
 
 def randn(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
     """Standard normal numbers (Box-Muller over two uniform streams)."""
-    _check_device(device)
+    device = resolve(device, "randn")
     dt: DType = checked_dtype(dtype or float32, "randn")
     if not dt.is_float:
         fail(DTypeError, "randn", f"needs a float dtype, got {dt.name}")
     shape = _shape(size)
-    u1 = Tensor(N.rand(_key(), shape, dt))
-    u2 = Tensor(N.rand(_key(), shape, dt))
+    u1 = Tensor(N.rand(_key(device), shape, dt))
+    u2 = Tensor(N.rand(_key(device), shape, dt))
     r = ((1 - u1).log() * -2).sqrt()  # 1 - u1 is in (0, 1], so the log is finite
     z = r * (u2 * (2 * math.pi)).cos()
     return _finish(z.node, requires_grad)
 
 
-def rand_like(t: Tensor, dtype=None) -> Tensor:
-    return rand(t.shape, dtype=dtype or t.dtype)
+def rand_like(t: Tensor, dtype=None, device=None) -> Tensor:
+    return rand(t.shape, dtype=dtype or t.dtype, device=_like(t, device))
 
 
-def randn_like(t: Tensor, dtype=None) -> Tensor:
-    return randn(t.shape, dtype=dtype or t.dtype)
+def randn_like(t: Tensor, dtype=None, device=None) -> Tensor:
+    return randn(t.shape, dtype=dtype or t.dtype, device=_like(t, device))
 
 
-def randint(low: int, high: int | None = None, size=(), dtype=None) -> Tensor:
+def randint(low: int, high: int | None = None, size=(), dtype=None, device=None) -> Tensor:
     if high is None:
         low, high = 0, low
-    u = rand(*_shape(tuple(size)), dtype="float64")
+    u = rand(*_shape(tuple(size)), dtype="float64", device=device)
     return (u * (high - low) + low).cast(checked_dtype(dtype or int64, "randint"))

@@ -78,7 +78,7 @@ def host_values(t):
 
 def _as_index(i, op: str):
     """A tensor index from a tensor, list or array; bools stay bool, integers become int64."""
-    from .creation import tensor
+    from .creation import host_table
 
     Tensor = _tensor_cls()
     if not isinstance(i, Tensor):
@@ -94,7 +94,7 @@ def _as_index(i, op: str):
                 op,
                 f"tensors used as indices must be long, int or bool, got {arr.dtype}",
             )
-        i = tensor(arr)
+        i = host_table(arr if arr.dtype.kind == "b" else arr.astype(np.int64))
     if i.dtype.is_float:
         fail(
             IndexingError,
@@ -194,7 +194,7 @@ def _entries(x, index, op: str):
             out.append(("int", i[1] % size))
             axis += 1
         elif i[0] == "bool0":
-            from .creation import arange
+            from .creation import index_arange as arange
 
             out.append(("newidx", arange(1 if i[1] else 0)))
         elif i[0] == "bool":
@@ -208,15 +208,15 @@ def _entries(x, index, op: str):
                     f"{have} of the indexed tensor at axis {axis}",
                 )
             if mask.ndim == 0:
-                from .creation import arange
+                from .creation import index_arange as arange
 
                 out.append(("newidx", arange(1 if bool(mask.item()) else 0)))
                 continue
-            from .creation import tensor
+            from .creation import host_table
 
             # the mask's values decide the result's shape: compute it now
             for coords in np.nonzero(values_for_shape(mask, "a bool mask index")):
-                out.append(("idx", tensor(coords.astype(np.int64))))
+                out.append(("idx", host_table(coords.astype(np.int64))))
                 axis += 1
         else:
             t = i[1]
@@ -304,7 +304,7 @@ def _put(x, positions, values, may_repeat: bool = True):
     found by comparing every pair of places (lazily) up to LAZY_REPEATS_LIMIT pairs, else
     by reading the places on the host.
     """
-    from .creation import tensor
+    from .creation import host_table
     from .tensor import where
 
     numel = x.numel()
@@ -315,7 +315,7 @@ def _put(x, positions, values, may_repeat: bool = True):
     keep = None
     k = pos.numel()
     if may_repeat and k * k <= LAZY_REPEATS_LIMIT:
-        from .creation import arange
+        from .creation import index_arange as arange
 
         order = arange(k)
         later = (order.reshape(1, k) > order.reshape(k, 1)) & (
@@ -327,8 +327,8 @@ def _put(x, positions, values, may_repeat: bool = True):
         uniq, first_rev = np.unique(p[::-1], return_index=True)
         if uniq.size != p.size:  # repeated places: keep the last value written to each
             last = np.sort(p.size - 1 - first_rev)
-            pos = tensor(p[last].astype(np.int64))
-            vals = vals[tensor(last.astype(np.int64))]
+            pos = host_table(p[last].astype(np.int64))
+            vals = vals[host_table(last.astype(np.int64))]
     if keep is not None:
         vals = where(keep, vals, 0)
     summed = vals._make(N.scatter_add(vals.node, pos.node, numel), vals)
@@ -341,7 +341,7 @@ def _put(x, positions, values, may_repeat: bool = True):
 def _positions(x):
     """The flat position of every element of x, lazily: sum of arange(n_d) * stride_d over the
     axes (small shared index tables, not a host array as large as x)."""
-    from .creation import arange
+    from .creation import index_arange as arange
 
     shape = x.shape
     out = x._make(N.const(0, shape, int64))
@@ -392,7 +392,7 @@ def setitem(x, index, value) -> None:
 def _flat_along(shape, dim: int, index):
     """Flat positions in a row-major tensor of `shape` of index's elements along `dim`:
     position[i, j, k] = i*s0 + index[i, j, k]*s1 + k*s2 for dim = 1."""
-    from .creation import arange
+    from .creation import index_arange as arange
 
     strides = [math.prod(shape[d + 1 :]) for d in range(len(shape))]
     flat = index.cast(int64) * strides[dim]
@@ -545,7 +545,7 @@ def scatter_reduce(x, dim: int, index, src, reduce: str, include_self: bool = Tr
             f"reduce={reduce!r} compares {numel} places with {m} sources "
             f"({numel * m} > {ONE_HOT_LIMIT} elements); only sum and mean scale further",
         )
-    from .creation import arange
+    from .creation import index_arange as arange
 
     flat = _flat_along(x.shape, d, index).reshape(1, m)
     onehot = arange(numel).reshape(numel, 1) == flat
@@ -737,11 +737,12 @@ def nonzero(x, as_tuple: bool = False):
     from .creation import tensor
 
     a = np.asarray(values_for_shape(x, "nonzero"))
+    device = x.device
     if as_tuple:
         if a.ndim == 0:
-            return (tensor(np.nonzero(a.reshape(1))[0].astype(np.int64)),)
-        return tuple(tensor(c.astype(np.int64)) for c in np.nonzero(a))
-    return tensor(np.argwhere(a).astype(np.int64).reshape(-1, a.ndim))
+            return (tensor(np.nonzero(a.reshape(1))[0].astype(np.int64), device=device),)
+        return tuple(tensor(c.astype(np.int64), device=device) for c in np.nonzero(a))
+    return tensor(np.argwhere(a).astype(np.int64).reshape(-1, a.ndim), device=device)
 
 
 def argwhere(x):

@@ -334,10 +334,8 @@ class MovementMixin:
         grow = tuple((max(b, 0), max(a, 0)) for b, a in pairs)
         padded = self._view(N.pad(node, grow), None)
         if value != 0:
-            from .creation import ones
-
             inside = N.pad(N.const(True, node.shape, bool_), grow)
-            padded = _fill_outside(padded, ones((), dtype="bool")._make(inside), value)
+            padded = _fill_outside(padded, padded._make(inside), value)
         return padded
 
     def contiguous(self):

@@ -121,7 +121,7 @@ class ReduceMixin:
         a NaN counts as the largest, as in torch."""
         if dim is None:
             return self.reshape(-1).argmax(0, keepdim=False)
-        from .creation import arange
+        from .creation import index_arange as arange
 
         d = self._dim(dim, "argmax")
         n = self.shape[d]
@@ -240,7 +240,7 @@ def _at_index(x, values, index, d: int):
     its own, values * 1, which is exact for every value)."""
     if not values.requires_grad:
         return values
-    from .creation import arange
+    from .creation import index_arange as arange
     from .tensor import Tensor, where
 
     node = N.mul(values.node, N.const(1, values.shape, values.dtype))

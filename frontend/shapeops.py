@@ -39,7 +39,7 @@ def _where(c, a, b):
 
 
 def _arange_along(n: int, dim: int, ndim: int):
-    from .creation import arange
+    from .creation import index_arange as arange
 
     shape = [1] * ndim
     shape[dim] = n
@@ -541,9 +541,9 @@ def repeat_interleave(x, repeats, dim=None):
             "repeat_interleave",
             f"repeats must be non-negative with shape ({x.shape[d]},), got {reps.shape}",
         )
-    from .creation import tensor
+    from .creation import host_table
 
-    idx = tensor(np.repeat(np.arange(x.shape[d]), reps).astype(np.int64))
+    idx = host_table(np.repeat(np.arange(x.shape[d]), reps).astype(np.int64))
     return x.index_select(d, idx)
 
 

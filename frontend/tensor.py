@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import autograd_state
+from . import devices as _device
 from .autograd import GradError, backward, graph_consumed, register_leaf
 from .errors import ArgumentError, DimError, DTypeError, ShapeError, checked_dtype, fail
 from .ir import node as N
@@ -33,6 +34,7 @@ from .ir.dtypes import DType, bool_, float32, promote, promote_scalar, to_dtype
 from .ir.ops import Ops
 from .movement import MovementMixin
 from .reduce import ReduceMixin
+from .runtime.cuda import to_device
 from .runtime.engine import engine
 
 Scalar = int | float | bool
@@ -97,8 +99,13 @@ class Tensor(MovementMixin, ReduceMixin):
         return self.ndim
 
     @property
-    def device(self) -> str:
-        return "cpu"
+    def device(self) -> _device.device:
+        """Where the value lives (`fg.device`, equal to "cpu" or "cuda:0")."""
+        return _device.of(self.node.device)
+
+    @property
+    def is_cuda(self) -> bool:
+        return (self.node.device or _device.default_name()) != "cpu"
 
     @property
     def is_leaf(self) -> bool:
@@ -136,10 +143,25 @@ class Tensor(MovementMixin, ReduceMixin):
         optimizer's per-step scalars: the graph reads them as data, so their new values
         change no graph structure)."""
         assert self.node.op is Ops.BUFFER and self.numel() == 1
-        self.node.arg.array[0] = value
+        buf = self.node.arg
+        if buf.device == "cpu":
+            buf.array[0] = value
+        else:
+            buf.write_scalar(value)
 
     def numpy(self) -> np.ndarray:
         """The value as a read-only numpy array of this tensor's shape and dtype."""
+        if self.node.device not in ("cpu", None) and not _device.numpy_reads_devices:
+            if _called_by_user():
+                raise TypeError(
+                    f"can't convert {self.node.device} device type tensor to numpy. Use "
+                    "Tensor.cpu() to copy the tensor to host memory first."
+                )
+        return self._host()
+
+    def _host(self) -> np.ndarray:
+        """The value on the host, as a read-only array (a copy if it lives on a device);
+        what item(), tolist() and print read, and fusegrad's own checks."""
         if jit_recording() and _called_by_user():
             from .jit import host_read_refused
 
@@ -156,10 +178,10 @@ class Tensor(MovementMixin, ReduceMixin):
                 "item",
                 f"only one-element tensors convert to a Python scalar; shape is {self.shape}",
             )
-        return self.numpy().reshape(()).item()
+        return self._host().reshape(()).item()
 
     def tolist(self):
-        return self.numpy().tolist()
+        return self._host().tolist()
 
     def __array__(self, dtype=None, copy=None):
         a = np.array(self.numpy())
@@ -181,10 +203,12 @@ class Tensor(MovementMixin, ReduceMixin):
         return int(self.item())
 
     def __repr__(self) -> str:
-        body = np.array2string(self.numpy(), separator=", ", prefix="tensor(")
+        body = np.array2string(self._host(), separator=", ", prefix="tensor(")
         extra = (
             "" if self.dtype in (float32, to_dtype("int64"), bool_) else f", dtype={self.dtype!r}"
         )
+        if self.node.device not in ("cpu", None):
+            extra += f", device='{self.node.device}'"
         if self.requires_grad:
             extra += ", requires_grad=True"
         return f"tensor({body}{extra})"
@@ -202,6 +226,8 @@ class Tensor(MovementMixin, ReduceMixin):
             wants = False
         elif wants and not autograd_state.enabled():
             node, wants = N.detach(node), False  # no_grad(): cut the result off the graph
+        if node.device is None and self.node.device is not None:
+            node = N.place(node, self.node.device)  # a constant result stays on self's device
         return Tensor(node, requires_grad=wants, strides=strides, leaf=not wants)
 
     def _dim(self, dim: int, op: str) -> int:
@@ -230,7 +256,53 @@ class Tensor(MovementMixin, ReduceMixin):
         dtype = checked_dtype(dtype, "cast")
         return self if dtype is self.dtype else self._make(N.cast(self.node, dtype))
 
-    to = cast
+    def to(self, *args, dtype=None, device=None, non_blocking: bool = False, copy: bool = False):
+        """This tensor on another device and/or as another dtype, as torch.Tensor.to:
+        `t.to("cuda")`, `t.to("cpu")`, `t.to(fg.float64)`, `t.to("cuda", fg.float16)`,
+        `t.to(other)` (other's device and dtype). Returns self when nothing changes.
+
+        A move between devices copies the (computed) value; it is not differentiable yet,
+        so moving a tensor that requires grad under grad mode is refused.
+        """
+        if len(args) > 2:
+            fail(ArgumentError, "to", f"takes at most 2 positional arguments, got {len(args)}")
+        for a in args:
+            if isinstance(a, Tensor):
+                device, dtype = a.device, a.dtype
+            elif _device.is_device(a) or (isinstance(a, int) and not isinstance(a, bool)):
+                device = a
+            else:
+                dtype = a
+        out = self if dtype is None else self.cast(checked_dtype(dtype, "to"))
+        if device is not None:
+            out = out._to_device(_device.resolve(device, "to"))
+        if copy and out is self:
+            out = self.clone()
+        return out
+
+    def _to_device(self, name: str) -> Tensor:
+        here = self.node.device or _device.default_name()
+        if name == here:
+            return self
+        if self.requires_grad and autograd_state.enabled():
+            fail(
+                ArgumentError,
+                "to",
+                f"moving a tensor that requires grad from {here} to {name} is not "
+                "differentiable in fusegrad yet: move the leaves (parameters, inputs) before "
+                "building the graph, or detach() first",
+            )
+        self.realize()
+        buf = to_device(engine.value(self.node), name)
+        return Tensor(N.buffer(buf, self.shape, self.dtype))
+
+    def cuda(self, device=None, non_blocking: bool = False) -> Tensor:
+        """This tensor on the CUDA device (`device`: an index or "cuda:N"; default cuda:0)."""
+        return self.to(device="cuda" if device is None else device)
+
+    def cpu(self) -> Tensor:
+        """This tensor on the CPU (self if it is there already)."""
+        return self.to(device="cpu")
 
     def type(self, dtype) -> Tensor:
         return self.cast(dtype)
@@ -564,6 +636,9 @@ class Tensor(MovementMixin, ReduceMixin):
                 f"value of shape {value.shape} for a tensor of shape {self.shape}",
             )
         value = value.cast(self.dtype)
+        here, there = self.node.device, value.node.device
+        if here is not None and there is not None and here != there:  # copy_ across devices
+            value = value.detach()._to_device(here)
         buf = engine.value(value.node)
         if buf is not None:
             self.node = N.buffer(buf, self.shape, self.dtype)

@@ -26,6 +26,17 @@ from .ops import BINARY, COMPARISON, ELEMENTWISE, MOVEMENT, REDUCE, UNARY, Ops
 Shape = tuple[int, ...]
 
 
+def _mixed_devices(op: Ops, a: str, b: str):
+    raise RuntimeError(
+        f"{op.name.lower()}: Expected all tensors to be on the same device, but found at least "
+        f"two devices, {a} and {b}!"
+    )
+
+
+# Called when an op's sources sit on two devices; the frontend installs one that names the
+# user's line. Devices are strings ("cpu", "cuda:0"); None is a constant, usable anywhere.
+MIXED_DEVICES_HOOK: Callable[[Ops, str, str], None] = _mixed_devices
+
 # Hash-consing table: key -> weak reference to the one node with that key. A dict of
 # weakrefs rather than a WeakValueDictionary: this lookup runs for every node built, and
 # the plain dict costs a third as much. A dead entry is removed by the reference's callback.
@@ -44,15 +55,20 @@ class Node:
     runtime (`fusegrad.runtime.engine`), not by the node; a `BUFFER` node's value is its
     `arg`, the buffer itself. Where it was written is in a side table (`ir/sites.py`):
     equal nodes are one node whoever built them.
+
+    `device` is where its value lives: a `BUFFER`'s is its buffer's; a constant made
+    inside fusegrad has None and computes inline on any device; any other node's is
+    its sources' one device (sources on two devices are refused when the node is built).
     """
 
-    __slots__ = ("op", "srcs", "arg", "shape", "dtype", "__weakref__")
+    __slots__ = ("op", "srcs", "arg", "shape", "dtype", "device", "__weakref__")
 
     op: Ops
     srcs: tuple[Node, ...]
     arg: object
     shape: Shape
     dtype: DType
+    device: str | None
 
     def __repr__(self) -> str:
         arg = "" if self.arg is None or self.op is Ops.BUFFER else f", arg={self.arg!r}"
@@ -70,28 +86,46 @@ def _key_arg(op: Ops, arg):
     return arg
 
 
-def make(op: Ops, srcs: tuple[Node, ...], arg, shape: Shape, dtype: DType) -> Node:
+def make(
+    op: Ops, srcs: tuple[Node, ...], arg, shape: Shape, dtype: DType, device: str | None = None
+) -> Node:
     """Return the unique node for these fields, building it if it is new (BUFFER nodes are
-    never shared: each is its own value)."""
+    never shared: each is its own value). `device` is a leaf's; other nodes take their
+    sources' device."""
     if op is Ops.BUFFER:
-        return _new(op, srcs, arg, shape, dtype)
+        return _new(op, srcs, arg, shape, dtype, getattr(arg, "device", "cpu"))
+    if srcs:
+        device = common_device(op, srcs)
     if op is not Ops.CONST and 0 in shape:
         # an empty value has no elements to compute: a constant, so no kernel ever reads it
-        return const(False if dtype.is_bool else 0, shape, dtype)
-    key = (op, srcs, _key_arg(op, arg), shape, dtype)
+        return const(False if dtype.is_bool else 0, shape, dtype, device)
+    key = (op, srcs, _key_arg(op, arg), shape, dtype, device)
     ref = _CACHE.get(key)
     if ref is not None:
         hit = ref()
         if hit is not None:
             return hit
-    n = _new(op, srcs, arg, shape, dtype)
+    n = _new(op, srcs, arg, shape, dtype, device)
     _CACHE[key] = weakref.ref(n, functools.partial(_forget, key=key))
     return n
 
 
-def _new(op, srcs, arg, shape, dtype) -> Node:
+def common_device(op: Ops, srcs: tuple[Node, ...]) -> str | None:
+    """The one device of `srcs` (None if all are constants); two devices are refused."""
+    device = srcs[0].device
+    for s in srcs[1:]:
+        d = s.device
+        if d is not device and d is not None:
+            if device is None:
+                device = d
+            elif d != device:
+                MIXED_DEVICES_HOOK(op, device, d)
+    return device
+
+
+def _new(op, srcs, arg, shape, dtype, device) -> Node:
     n = object.__new__(Node)
-    n.op, n.srcs, n.arg, n.shape, n.dtype = op, srcs, arg, shape, dtype
+    n.op, n.srcs, n.arg, n.shape, n.dtype, n.device = op, srcs, arg, shape, dtype, device
     return n
 
 
@@ -103,9 +137,10 @@ def buffer(buf, shape: Shape, dtype: DType) -> Node:
     return make(Ops.BUFFER, (), buf, tuple(shape), dtype)
 
 
-def const(value, shape: Shape, dtype: DType) -> Node:
+def const(value, shape: Shape, dtype: DType, device: str | None = None) -> Node:
+    """`value` everywhere; `device` None (fusegrad's own constants) computes on any device."""
     value = bool(value) if dtype.is_bool else int(value) if dtype.is_int else float(value)
-    return make(Ops.CONST, (), value, tuple(shape), dtype)
+    return make(Ops.CONST, (), value, tuple(shape), dtype, device)
 
 
 def rand(key: Node, shape: Shape, dtype: DType) -> Node:
@@ -126,9 +161,8 @@ def _fold(op: Ops, srcs: tuple[Node, ...], shape: Shape, dtype: DType) -> Node:
     (the reference evaluator) computes it in that dtype."""
     from .reference import fold_constant
 
-    return const(
-        fold_constant(op, [s.arg for s in srcs], [s.dtype for s in srcs], dtype), shape, dtype
-    )
+    value = fold_constant(op, [s.arg for s in srcs], [s.dtype for s in srcs], dtype)
+    return const(value, shape, dtype, common_device(op, srcs))
 
 
 def unary(op: Ops, x: Node) -> Node:
@@ -159,6 +193,7 @@ def binary(op: Ops, a: Node, b: Node) -> Node:
 def where(cond: Node, a: Node, b: Node) -> Node:
     assert cond.dtype is bool_ and cond.shape == a.shape == b.shape and a.dtype is b.dtype
     if cond.op is Ops.CONST:
+        common_device(Ops.WHERE, (cond, a, b))  # two devices are refused even here
         return a if cond.arg else b
     return make(Ops.WHERE, (cond, a, b), None, a.shape, a.dtype)
 
@@ -265,7 +300,7 @@ def gather(table: Node, index: Node) -> Node:
     assert index.dtype.is_int and not index.dtype.is_bool and table.shape
     shape = index.shape + table.shape[1:]
     if table.op is Ops.CONST:  # every row is the same
-        return const(table.arg, shape, table.dtype)
+        return const(table.arg, shape, table.dtype, common_device(Ops.GATHER, (table, index)))
     return make(Ops.GATHER, (table, index), None, shape, table.dtype)
 
 
@@ -274,6 +309,21 @@ def scatter_add(values: Node, index: Node, rows: int) -> Node:
     k = len(index.shape)
     assert index.dtype.is_int and values.shape[:k] == index.shape
     return make(Ops.SCATTER_ADD, (values, index), rows, (rows,) + values.shape[k:], values.dtype)
+
+
+def place(x: Node, device: str) -> Node:
+    """`x` computed on `device`: a node built only from fusegrad's own constants (device
+    None) is rebuilt with its constants on `device`; any other node is returned as is."""
+    if x.device is not None:
+        return x
+    placed: dict[int, Node] = {}
+    for n in toposort([x]):
+        if n.op is Ops.CONST:
+            m = const(n.arg, n.shape, n.dtype, device)
+        else:
+            m = make(n.op, tuple(placed[id(s)] for s in n.srcs), n.arg, n.shape, n.dtype)
+        placed[id(n)] = m
+    return placed[id(x)]
 
 
 # ---------------------------------------------------------------- graph walks

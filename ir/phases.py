@@ -8,7 +8,8 @@ The phases, in the order a new graph meets them:
 - `lower`: each kernel to loop IR (register tiles decided here);
 - `render`: loop IR to LLVM IR text;
 - `llvm`: LLVM's O3 pipeline and machine code, or loading it from the disk cache;
-- `program`: stringing a cached schedule's kernels into one native program.
+- `program`: stringing a cached schedule's kernels into one native program;
+- `cuda`: compiling CUDA C (nvcc through PyCUDA, or the emulator's C++ compiler).
 
 Only `autodiff` and `key` are paid again by a step whose graph was seen
 before (`fusegrad.jit` skips those too).
@@ -25,7 +26,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 
-PHASES = ("autodiff", "key", "schedule", "lower", "render", "llvm", "program")
+PHASES = ("autodiff", "key", "schedule", "lower", "render", "llvm", "program", "cuda")
 seconds: dict[str, float] = dict.fromkeys(PHASES, 0.0)
 # called with (phase, start, end) after each timed block while set (`fusegrad.profile`)
 listener = None

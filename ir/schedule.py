@@ -395,8 +395,9 @@ def structural_key(roots: list[Node], has_value: Callable[[Node], bool]) -> tupl
     Two graphs with the same key schedule identically; the second list holds
     the nodes with values (the parameters) in the order the key numbers them, so a
     cached schedule can be re-run on new buffers. One pass, no recursion: each node
-    contributes its op, argument, shape, dtype and the positions of its sources, in
-    one flat tuple (this runs on every realize and every cached training step).
+    contributes its op, argument, shape, dtype and the positions of its sources (a
+    parameter: its shape, dtype and device), in one flat tuple (this runs on every
+    realize and every cached training step).
     """
     index: dict[int, int] = {}
     leaves: list[Node] = []
@@ -417,7 +418,7 @@ def structural_key(roots: list[Node], has_value: Callable[[Node], bool]) -> tupl
                 flat += (const, n.dtype, n.shape, _const_key(n.arg))
             elif op is buffer or (k in values if values is not None else has_value(n)):
                 leaves.append(n)
-                flat += (None, n.shape, n.dtype)
+                flat += (None, n.shape, n.dtype, n.device)
             else:
                 waiting = False
                 for s in n.srcs:

@@ -27,7 +27,7 @@ from .module import Module
 
 def _causal_mask(lq: int, lk: int) -> Tensor:
     """True where query i may attend to key j: j <= i (top-left aligned, as torch.tril)."""
-    return creation.arange(lk).reshape(1, lk) <= creation.arange(lq).reshape(lq, 1)
+    return creation.index_arange(lk).reshape(1, lk) <= creation.index_arange(lq).reshape(lq, 1)
 
 
 def scaled_dot_product_attention(

@@ -262,7 +262,7 @@ def _poolnd(
 
     # the divisor counts the window's cells inside the input, or inside input + padding
     # (count_include_pad), never the cells ceil_mode adds beyond the padding (as PyTorch)
-    ones_in = ones(*spatial)
+    ones_in = ones(*spatial, device=total.device)
     if count_include_pad:
         ones_in = ones_in.pad([v for p in reversed(pads) for v in (p, p)], value=1.0)
         ones_in = ones_in.pad([v for e in reversed(extra) for v in (0, e)])
@@ -275,7 +275,7 @@ def _poolnd(
 def _first_max_gradient(win: Tensor, out: Tensor, n: int) -> Tensor:
     """The pooled maxima `out` with torch's gradient: all of it to the first maximum of each
     window (in row-major window order; a NaN counts as the maximum), none to later ties."""
-    from ..creation import arange
+    from ..creation import index_arange as arange
     from ..tensor import where
 
     lead = win.shape[: win.ndim - n]
@@ -308,7 +308,7 @@ def _pool_out_size(i: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> i
 
 def _argmax_indices(win, best, spatial, flat_pad, kernel, stride, dilation) -> Tensor:
     """Flat index (into each input plane) of the first largest element of every window."""
-    from ..creation import arange
+    from ..creation import index_arange as arange
     from ..tensor import where
 
     n = len(kernel)

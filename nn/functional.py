@@ -92,7 +92,8 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
         return input
     if p == 1.0:
         return input * 0.0
-    keep = creation.rand(*input.shape, dtype=input.dtype) >= p  # P(u >= p) = 1 - p
+    u = creation.rand(*input.shape, dtype=input.dtype, device=input.device)
+    keep = u >= p  # P(u >= p) = 1 - p
     return where(keep, input * (1.0 / (1.0 - p)), 0.0)
 
 
@@ -108,7 +109,7 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
             raise ClassIndexError("Class values must be non-negative.")
         if values.max() >= num_classes:
             raise ClassIndexError("Class values must be smaller than num_classes.")
-    return (tensor[..., None] == creation.arange(num_classes)).long()
+    return (tensor[..., None] == creation.index_arange(num_classes)).long()
 
 
 def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> Tensor:
@@ -310,7 +311,7 @@ def nll_loss(
         return loss.reshape(()) if reduction == "none" else loss
     classes = _class_count(input)
     x = _classes_last(input)
-    hit = target[..., None] == creation.arange(classes)
+    hit = target[..., None] == creation.index_arange(classes)
     if 0 <= ignore_index < classes:  # out-of-range ignore_index never matches anyway
         hit = hit & (target != ignore_index)[..., None]
     picked = where(hit, x, 0.0).sum(-1)
@@ -358,7 +359,7 @@ def cross_entropy(
     smooth = where(valid, smooth, 0.0)
     if reduction == "mean":
         if w is not None:
-            hit = (target[..., None] == creation.arange(classes)) & valid[..., None]
+            hit = (target[..., None] == creation.index_arange(classes)) & valid[..., None]
             denom = where(hit, w, 0.0).sum()
         else:
             denom = valid.cast(x.dtype).sum()

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from .. import creation
+from ..devices import is_device
 from ..jit import note_module, note_parameter
 from ..tensor import Tensor
 from ..tensor import realize as _realize
@@ -255,6 +256,47 @@ class Module:
             if p.grad is None:
                 continue
             p.grad = None if set_to_none else creation.zeros_like(p)
+
+    # ---------------------------------------------------------------- devices
+    def to(self, *args, device=None, dtype=None, non_blocking: bool = False) -> Module:
+        """Move every parameter and buffer to `device` and/or cast the floating ones to
+        `dtype`, in place, as torch.nn.Module.to: `model.to("cuda")`,
+        `model.to(fg.float64)`, `model.to("cuda", fg.float64)`, `model.to(tensor)`.
+
+        The parameters stay the same objects (an optimizer built before or after sees
+        them); their gradients move with them.
+        """
+        probe = creation.zeros(())  # parses the arguments exactly as Tensor.to does
+        for a in args:
+            if isinstance(a, Tensor):
+                device, dtype = a.device, a.dtype
+            elif is_device(a) or (isinstance(a, int) and not isinstance(a, bool)):
+                device = a
+            else:
+                dtype = a
+        probe.to(device=device, dtype=dtype)  # a bad device or dtype fails here, at the call
+
+        def moved(t: Tensor) -> Tensor:
+            cast = dtype if dtype is not None and t.dtype.is_float else None
+            return t.detach().to(device=device, dtype=cast)
+
+        for m in self.modules():
+            for store in (m._parameters, m._buffers):
+                for t in store.values():
+                    if t is None:
+                        continue
+                    t.data = moved(t)
+                    if t.grad is not None:
+                        t.grad = moved(t.grad)
+        return self
+
+    def cuda(self, device=None) -> Module:
+        """`to("cuda")` (or `to(f"cuda:{device}")`)."""
+        return self.to(device="cuda" if device is None else device)
+
+    def cpu(self) -> Module:
+        """`to("cpu")`."""
+        return self.to(device="cpu")
 
     # ---------------------------------------------------------------- forward
     def forward(self, *args, **kwargs):

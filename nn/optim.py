@@ -221,7 +221,7 @@ class Optimizer:
             entry = {}
             for k, v in state_dict["state"][idx].items():
                 if isinstance(v, (Tensor, np.ndarray)):
-                    v = creation.from_numpy(np.array(v, dtype=p.dtype.np))
+                    v = creation.from_numpy(np.array(v, dtype=p.dtype.np), device=p.device)
                 entry[k] = v
             self.state[p] = entry
 
@@ -239,14 +239,16 @@ def _scalar_slots(slots: dict, key, values: list[float], like: Tensor) -> list[T
     """`values` written into the realized 0-d tensors kept under `key` (made on first use)."""
     held = slots.get(key)
     if held is None or len(held) != len(values):
-        held = slots[key] = [creation.from_numpy(np.zeros((), like.dtype.np)) for _ in values]
+        held = slots[key] = [
+            creation.from_numpy(np.zeros((), like.dtype.np), device=like.device) for _ in values
+        ]
     for t, v in zip(held, values):
         t._write_scalar(v)
     return held
 
 
 def _zeros_like(p: Tensor) -> Tensor:
-    return creation.from_numpy(np.zeros(p.shape, dtype=p.dtype.np))
+    return creation.from_numpy(np.zeros(p.shape, dtype=p.dtype.np), device=p.device)
 
 
 def _check(value: float, name: str, low: float = 0.0) -> None:
@@ -538,7 +540,9 @@ class Adagrad(Optimizer):
     def _init_state(self, p, state, group):
         state["step"] = 0
         start = group["initial_accumulator_value"]
-        state["sum"] = creation.from_numpy(np.full(p.shape, start, dtype=p.dtype.np))
+        state["sum"] = creation.from_numpy(
+            np.full(p.shape, start, dtype=p.dtype.np), device=p.device
+        )
 
     def _group_scalars(self, group):
         return [group["eps"], group["weight_decay"]]

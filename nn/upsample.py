@@ -36,7 +36,7 @@ def _take_rows(x: Tensor, dim: int, index: np.ndarray) -> Tensor:
     moved = x.transpose(0, dim) if dim else x
     rest = moved.shape[1:]
     table = moved.reshape(moved.shape[0], -1)
-    picked = embedding(creation.tensor(index.astype(np.int64)), table)
+    picked = embedding(creation.tensor(index.astype(np.int64), device=x.device), table)
     out = picked.reshape(len(index), *rest)
     return out.transpose(0, dim) if dim else out
 
@@ -130,7 +130,7 @@ def interpolate(
         frac = (pos - lo).astype(x.dtype.np)
         shape = [1] * x.ndim
         shape[dim] = o
-        w_hi = creation.tensor(frac.reshape(shape), dtype=x.dtype)
+        w_hi = creation.tensor(frac.reshape(shape), dtype=x.dtype, device=x.device)
         x = _take_rows(x, dim, lo) * (1.0 - w_hi) + _take_rows(x, dim, hi) * w_hi
     return x
 

@@ -82,6 +82,28 @@ def give_scratch(raw: np.ndarray) -> None:
             _pooled_bytes += raw.nbytes
 
 
+class HostTable(Buffer):
+    """A read-only table fusegrad builds for itself (the `arange` an index op compares
+    against): host data of no device, so a graph on any device may read it. A device
+    plan reads a copy made once per device and kept with the table."""
+
+    __slots__ = ("copies",)
+    device = None
+
+    def __init__(self, size: int, dtype: DType, array: np.ndarray | None = None):
+        super().__init__(size, dtype, array)
+        self.copies: dict = {}
+
+    def on(self, device: str):
+        """This table's copy on `device` (made on first use)."""
+        copy = self.copies.get(device)
+        if copy is None:
+            from .cuda import to_device
+
+            copy = self.copies[device] = to_device(self, device)
+        return copy
+
+
 def _take(nbytes: int) -> np.ndarray:
     global _pooled_bytes
     nbytes = max(nbytes, 1)

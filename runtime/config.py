@@ -10,6 +10,8 @@
 | FUSEGRAD_PLAN_CACHE | schedules (compiled plans) kept in memory, LRU     | 512     |
 | FUSEGRAD_KERNEL_CACHE | compiled kernels kept in memory, LRU             | 2048    |
 | FUSEGRAD_RECOMPILE_WARNING | N: warn when one line has compiled N schedules (0: never) | 0 |
+| FUSEGRAD_CUDA       | the `cuda` device: "pycuda" (a GPU), "emulate" (the CPU      | pycuda  |
+|                     | emulator of the generated CUDA C) or "off"                     |         |
 
 Read or change them from Python too:
 
@@ -55,6 +57,9 @@ def _int_env(name: str, default: int, meaning: str, allowed=None) -> int:
     return value
 
 
+CUDA_BACKENDS = ("pycuda", "emulate", "off")
+
+
 @dataclass
 class Config:
     debug: int = 0
@@ -67,12 +72,18 @@ class Config:
     # a RecompileWarning saying what changed once one user line has compiled this many
     # schedules (0: never; FUSEGRAD_DEBUG=1 says it at every recompile anyway)
     recompile_warning: int = 0
+    cuda: str = "pycuda"  # what backs the "cuda" device: "pycuda", "emulate" or "off"
 
     @classmethod
     def from_env(cls) -> Config:
         cache = os.environ.get("FUSEGRAD_CACHE", _default_cache())
         threads = _int_env("FUSEGRAD_THREADS", 0, "a number of threads (0: all cores)")
         program = _int_env("FUSEGRAD_PROGRAM", 1, "0 or 1", (0, 1))
+        cuda = os.environ.get("FUSEGRAD_CUDA", "").strip().lower() or "pycuda"
+        if cuda not in CUDA_BACKENDS:
+            raise ConfigError(
+                f"FUSEGRAD_CUDA={cuda!r} is not valid: expected one of {', '.join(CUDA_BACKENDS)}"
+            )
         return cls(
             debug=_int_env("FUSEGRAD_DEBUG", 0, "a level: 0, 1, 2 or 3"),
             dump=os.environ.get("FUSEGRAD_DUMP") or None,
@@ -85,6 +96,7 @@ class Config:
             recompile_warning=_int_env(
                 "FUSEGRAD_RECOMPILE_WARNING", 0, "a number of schedules (0: never warn)"
             ),
+            cuda=cuda,
         )
 
     @contextlib.contextmanager

@@ -15,8 +15,9 @@ Everything that outlives a single call lives here, in one place:
 Realizing is one path: find the graph's structural key, compile a plan on a miss
 (schedule -> lower -> render -> compile every kernel), then `execute(plan, leaves)`.
 A plan runs kernel by kernel (timed: the first run, and under `FUSEGRAD_DEBUG`) or as
-one native program per thread (`runtime/program.py`). A plan names its device; the
-CPU is the only one so far.
+one native program per thread (`runtime/program.py`). A plan names its device: a
+plan for "cuda:N" renders CUDA C and runs through `runtime/cuda.py` (PyCUDA, or the
+CPU emulator under FUSEGRAD_CUDA=emulate).
 
 >>> import fusegrad as fg
 >>> from fusegrad.runtime.engine import engine
@@ -51,6 +52,7 @@ from ..ir import phases
 from ..ir.node import Node
 from ..ir.ops import Ops
 from ..ir.schedule import ScheduleItem, schedule, structural_key
+from . import cuda
 from .buffer import Buffer, give_scratch, take_scratch
 from .compiler import CompiledKernel, compile_kernel
 from .config import config
@@ -103,6 +105,8 @@ class KernelRecord:
 
     @functools.cached_property
     def cuda_c(self) -> str:
+        if isinstance(self.compiled, cuda.CompiledCudaKernel):  # the source that ran
+            return self.compiled.source
         return render_cuda(self.loop, self.compiled.symbol)
 
     def summary(self) -> str:
@@ -173,6 +177,9 @@ class Engine:
         self.observers: list[Callable[[Plan, list[KernelRecord]], None]] = [_dump]
         self._local = threading.local()
         self.recompiles = RecompileLog()  # what changed when a user line compiles again
+        # where nodes of no device (fusegrad's own constants) are computed: the frontend's
+        # default device (`fusegrad.set_default_device`)
+        self.default_device = "cpu"
 
     # ---------------------------------------------------------------- values
     def value(self, n: Node) -> Buffer | None:
@@ -225,16 +232,27 @@ class Engine:
         if rec is None:
             todo = [n for n in todo if id(n) not in self._values]
         for n in [n for n in todo if n.numel == 0]:  # nothing to compute
-            self.bind(n, Buffer(0, n.dtype))
+            self.bind(n, _empty(0, n.dtype, n.device or self.default_device))
             todo.remove(n)
         if not todo:
             return []
-        plan, leaves, fresh = self.plan_for(todo, has_value)
-        self.run(plan, [self.value(x) for x in leaves], todo, range(len(todo)), timed=fresh)
-        if rec is not None:
-            rec.realizes.append((plan, todo, leaves))
-            rec.fresh.update(id(n) for n in todo)
+        for group in self._by_device(todo):
+            plan, leaves, fresh = self.plan_for(group, has_value)
+            self.run(plan, [self.value(x) for x in leaves], group, range(len(group)), timed=fresh)
+            if rec is not None:
+                rec.realizes.append((plan, group, leaves))
+                rec.fresh.update(id(n) for n in group)
         return self.value(todo[0]).kernels
+
+    def _by_device(self, todo: list[Node]) -> list[list[Node]]:
+        """`todo` split into one list per device (a plan runs on one device)."""
+        first = todo[0].device
+        if all(n.device == first for n in todo):  # the usual case
+            return [todo]
+        groups: dict[str, list[Node]] = {}
+        for n in todo:
+            groups.setdefault(n.device or self.default_device, []).append(n)
+        return list(groups.values())
 
     def run(self, plan: Plan, leaves: list[Buffer], nodes, targets, timed=False) -> list[Buffer]:
         """Execute `plan` on `leaves`; node `nodes[k]` takes output `targets[k]` as its value.
@@ -251,8 +269,11 @@ class Engine:
     def plan_for(self, todo: list[Node], has_value=None) -> tuple[Plan, list[Node], bool]:
         """The plan computing `todo`, the nodes it takes as inputs, and whether it is new."""
         has_value = has_value or self.has_value_predicate()
+        device = todo[0].device or self.default_device
         with phases.timed("key"):
             key, leaves = structural_key(todo, has_value)
+        if device != "cpu":
+            key = (device, key)
         with self._plans_lock:
             plan = self.plans.get(key)
             if plan is not None:
@@ -272,8 +293,8 @@ class Engine:
                 if self.recompiles.should_warn(count, config.recompile_warning):
                     warn_recompile(f"fusegrad: {text}", site)
         before = phases.snapshot() if config.debug >= 1 else None
-        plan = compile_plan(todo, leaves, has_value)
-        if config.program:
+        plan = compile_plan(todo, leaves, has_value, device)
+        if config.program and device == "cpu":
             _build_program(plan)  # now, so that later runs compile nothing
         if before is not None:
             _log_phases(before, [s.record for s in plan.steps])
@@ -292,16 +313,32 @@ class Engine:
         Kernel by kernel (each timed) when `timed`, under FUSEGRAD_DEBUG or with
         FUSEGRAD_PROGRAM=0; otherwise as one native program per thread.
         """
+        device = plan.device
+        if device != "cpu":
+            return self._execute_on_device(plan, leaves, timed)
         if not timed and config.program and config.debug == 0 and len(plan.steps) > 1:
             return _run_program(plan, leaves)
-        bufs: list[Buffer | None] = [None] * plan.slots
+        return self._execute_steps(plan, leaves, timed)
+
+    def _execute_on_device(self, plan, leaves, timed):
+        leaves = [b if b.device == plan.device else _on_device(b, plan.device) for b in leaves]
+        outs, records = self._execute_steps(plan, leaves, timed)
+        cuda.synchronize()
+        return outs, records
+
+    def _execute_steps(self, plan, leaves, timed):
+        device = plan.device
+        bufs: list = [None] * plan.slots
         records = []
         for step in plan.steps:
-            outs = [Buffer(size, dtype) for _, size, dtype in step.outs]
+            outs = [_empty(size, dtype, device) for _, size, dtype in step.outs]
             inputs = [leaves[i] if kind == "leaf" else bufs[i] for kind, i in step.inputs]
-            ptrs = [b.ptr for b in outs] + [b.ptr for b in inputs]
             t0 = time.perf_counter()
-            launch(step.record.compiled.fn, step.extent, step.work, ptrs)
+            if device == "cpu":
+                ptrs = [b.ptr for b in outs] + [b.ptr for b in inputs]
+                launch(step.record.compiled.fn, step.extent, step.work, ptrs)
+            else:
+                cuda.launch(step.record.compiled, outs + inputs, timed or config.debug >= 1)
             seconds = time.perf_counter() - t0
             rec = step.record
             if not timed:  # a cached plan: nothing was compiled for this run
@@ -336,8 +373,9 @@ class Engine:
         return getattr(self._local, "recording", None) is not None
 
 
-def compile_plan(todo: list[Node], leaves: list[Node], has_value) -> Plan:
-    """Schedule the graph under `todo`, and lower, render and compile every kernel."""
+def compile_plan(todo: list[Node], leaves: list[Node], has_value, device: str = "cpu") -> Plan:
+    """Schedule the graph under `todo`, and lower, render and compile every kernel for
+    `device`."""
     with phases.timed("schedule"):
         items = schedule(todo, has_value)
     if config.debug >= 2:
@@ -355,7 +393,7 @@ def compile_plan(todo: list[Node], leaves: list[Node], has_value) -> Plan:
     wanted = {id(n) for n in todo}
     steps: list[Step] = []
     for k, item in enumerate(items):
-        rec, extent, work = _compile_item(item)
+        rec, extent, work = _compile_item(item, device)
         if config.debug >= 2:  # named as its launch line, dump file and profile name it
             _log(f"  [{k}] {rec.name}: {' '.join(item.ops)} -> {item.root.shape} ({item.reason})")
             for line, labels in _ops_by_line(item.sites).items():
@@ -368,7 +406,7 @@ def compile_plan(todo: list[Node], leaves: list[Node], has_value) -> Plan:
         ]
         outs = [(position[id(n)][1], n.numel, n.dtype) for n in item.outputs]
         steps.append(Step(rec, extent, work, outs, [position[id(n)] for n in item.inputs], frees))
-    plan = Plan(steps, [position[id(n)][1] for n in todo], slots, len(leaves))
+    plan = Plan(steps, [position[id(n)][1] for n in todo], slots, len(leaves), device)
     plan.records = [
         replace(s.record, seconds=None, cache="memory", compile_seconds=0.0) for s in steps
     ]
@@ -385,16 +423,19 @@ def kernel_names(items: list[ScheduleItem]) -> list[str]:
     return out
 
 
-def _compile_item(item: ScheduleItem) -> tuple[KernelRecord, int, int]:
+def _compile_item(item: ScheduleItem, device: str = "cpu") -> tuple[KernelRecord, int, int]:
     with phases.timed("lower"):
         loop = lower(item)
-    with phases.timed("render"):
-        source = render_llvm(loop, "KERNEL")
-    symbol = kernel_symbol(source, loop.name)
-    source = source.replace("@KERNEL(", f"@{symbol}(")
-    loop.name = symbol  # one name in the listing, the launch line, the dump and the profile
-    with phases.timed("llvm"):
-        compiled = compile_kernel(source, symbol, len(loop.params))
+    if device == "cpu":
+        with phases.timed("render"):
+            source = render_llvm(loop, "KERNEL")
+        symbol = kernel_symbol(source, loop.name)
+        source = source.replace("@KERNEL(", f"@{symbol}(")
+        loop.name = symbol  # one name in the listing, the launch line, the dump and the profile
+        with phases.timed("llvm"):
+            compiled = compile_kernel(source, symbol, len(loop.params))
+    else:
+        compiled = cuda.compile_loop(loop)
     root = item.root
     work = root.numel * (
         math.prod(item.reduce.srcs[0].shape) // item.reduce.numel if item.reduce else 1
@@ -434,6 +475,19 @@ def _ops_by_line(sites) -> dict[str, list[str]]:
 
 
 SCRATCH_ALIGN = 64  # bytes: each value inside a program's scratch starts on a cache line
+
+
+def _on_device(buf, device: str):
+    """A leaf for a `device` plan: a host table's copy there; anything else is a bug (the
+    frontend refuses ops mixing devices when they are written)."""
+    if buf.device is None:
+        return buf.on(device)
+    raise RuntimeError(f"a {buf.device} buffer given to a {device} plan")
+
+
+def _empty(size: int, dtype, device: str):
+    """A new buffer of `size` elements on `device`."""
+    return Buffer(size, dtype) if device == "cpu" else cuda.DeviceBuffer(size, dtype, device)
 
 
 def _build_program(plan: Plan) -> None:

@@ -1,0 +1,40 @@
+"""`fusegrad.cuda`: whether the cuda device can run here, as `torch.cuda`.
+
+>>> import fusegrad as fg
+>>> isinstance(fg.cuda.is_available(), bool)
+True
+"""
+
+from __future__ import annotations
+
+from .runtime import cuda as _cuda
+
+
+def is_available() -> bool:
+    """True if tensors can be put on "cuda" (a GPU through PyCUDA, or FUSEGRAD_CUDA=emulate)."""
+    return _cuda.why_unavailable() is None
+
+
+def device_count() -> int:
+    """The CUDA devices usable here (0 if none)."""
+    return _cuda.device_count()
+
+
+def why_unavailable() -> str | None:
+    """None if `is_available()`, else why not (no PyCUDA, no driver, no device, turned off)."""
+    return _cuda.why_unavailable()
+
+
+def current_device() -> int:
+    return 0
+
+
+def get_device_name(device=None) -> str:
+    """The GPU's name (or the emulator's description)."""
+    return _cuda.backend().description
+
+
+def synchronize() -> None:
+    """Wait for every kernel launched so far (fusegrad already waits when a value is read)."""
+    if is_available():
+        _cuda.backend().synchronize()

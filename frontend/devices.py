@@ -1,0 +1,162 @@
+"""Devices, with PyTorch's names: `fg.device`, `device=` on creation ops, the default device.
+
+A tensor's device is its graph node's (`Node.device`: "cpu" or "cuda:N"). Values live
+where their buffers do; ops check that their inputs share one device when they are
+written. `"cuda"` runs through PyCUDA on a GPU, or on the CPU emulator of the
+generated CUDA C when `FUSEGRAD_CUDA=emulate` (see `runtime/cuda.py`).
+
+>>> import fusegrad as fg
+>>> fg.device("cpu") == "cpu"
+True
+>>> fg.device("cuda:0")
+device(type='cuda', index=0)
+>>> fg.zeros(2).device
+device(type='cpu')
+"""
+
+from __future__ import annotations
+
+from .errors import DeviceError, fail
+from .runtime import cuda as _cuda
+from .runtime.engine import engine
+
+_TYPES = ("cpu", "cuda")
+
+
+class device:
+    """A device: `device("cpu")`, `device("cuda")`, `device("cuda:1")`, `device("cuda", 0)`.
+
+    Compares equal to another device or a string naming the same device; "cuda"
+    without an index means the current CUDA device (cuda:0), as a tensor reports it.
+    """
+
+    __slots__ = ("type", "index")
+
+    def __init__(self, spec, index: int | None = None):
+        if isinstance(spec, device):
+            spec, index = spec.type, spec.index if index is None else index
+        kind, idx = _parse(spec)
+        if index is not None:
+            if idx is not None:
+                fail(DeviceError, "device", f"type (string) must not include an index: {spec!r}")
+            idx = int(index)
+        if kind == "cpu" and idx not in (None, 0):
+            fail(DeviceError, "device", f"the cpu device has no index {idx}")
+        self.type, self.index = kind, (None if kind == "cpu" else idx)
+
+    def canonical(self) -> str:
+        """The name nodes and buffers carry: "cpu" or "cuda:N"."""
+        return "cpu" if self.type == "cpu" else f"cuda:{self.index or 0}"
+
+    def __str__(self) -> str:
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+    def __repr__(self) -> str:
+        if self.index is None:
+            return f"device(type={self.type!r})"
+        return f"device(type={self.type!r}, index={self.index})"
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, str):
+            try:
+                other = device(other)
+            except DeviceError:
+                return False
+        if not isinstance(other, device):
+            return NotImplemented
+        return self.canonical() == other.canonical()
+
+    def __hash__(self) -> int:
+        return hash(self.canonical())
+
+
+def _parse(spec) -> tuple[str, int | None]:
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        return "cuda", spec  # torch: a bare ordinal is a CUDA device
+    if not isinstance(spec, str):
+        fail(DeviceError, "device", f"expected a device name such as 'cpu' or 'cuda', got {spec!r}")
+    kind, _, idx = spec.strip().partition(":")
+    if kind not in _TYPES:
+        fail(
+            DeviceError,
+            "device",
+            f"Expected one of {', '.join(_TYPES)} device type at start of device string: {spec}",
+        )
+    if not _:
+        return kind, None
+    if not idx.isdigit():
+        fail(DeviceError, "device", f"invalid device string: {spec!r}")
+    return kind, int(idx)
+
+
+_objects: dict[str, device] = {}  # canonical name -> the device object tensors report
+
+
+def of(name: str | None) -> device:
+    """The device object for a node's device name (None, a constant: the default device)."""
+    name = name or _default
+    d = _objects.get(name)
+    if d is None:
+        d = _objects[name] = device(name)
+    return d
+
+
+def resolve(spec, op: str = "device") -> str:
+    """The canonical name of the device `spec` asks for (None: the default device),
+    checked usable here: a CUDA device that cannot run says why, at the user's line."""
+    if spec is None:
+        return _default
+    if isinstance(spec, str) and spec == "cpu":
+        return "cpu"
+    name = spec.canonical() if isinstance(spec, device) else device(spec).canonical()
+    if name != "cpu":
+        require_cuda(name, op)
+    return name
+
+
+def require_cuda(name: str, op: str) -> None:
+    """Raise `DeviceError` naming why `name` (a cuda device) cannot be used here."""
+    why = _cuda.why_unavailable()
+    if why is not None:
+        fail(DeviceError, op, f"{name} is not available: {why}")
+    count = _cuda.device_count()
+    index = int(name.partition(":")[2] or 0)
+    if index >= count:
+        fail(
+            DeviceError,
+            op,
+            f"{name} does not exist: {count} CUDA device(s) here (valid: cuda:0"
+            + (f" to cuda:{count - 1})" if count > 1 else ")"),
+        )
+
+
+def is_device(spec) -> bool:
+    """Whether `spec` names a device (not a dtype): a device object, or 'cpu'/'cuda[:N]'."""
+    if isinstance(spec, device):
+        return True
+    return isinstance(spec, str) and spec.strip().partition(":")[0] in _TYPES
+
+
+_default = "cpu"
+
+
+def set_default_device(spec) -> None:
+    """The device creation ops use when given none (`fg.set_default_device("cuda")`),
+    as torch.set_default_device. None goes back to the CPU."""
+    global _default
+    _default = "cpu" if spec is None else resolve(spec, "set_default_device")
+    engine.default_device = _default  # where fusegrad's own constants are computed
+
+
+def get_default_device() -> device:
+    """The device creation ops use when given none."""
+    return of(_default)
+
+
+def default_name() -> str:
+    return _default
+
+
+# Tensor.numpy() of a device tensor raises TypeError, as in PyTorch; a test suite run on
+# "cuda" (tests/conftest.py, FUSEGRAD_TEST_DEVICE=cuda) reads values with .numpy() instead.
+numpy_reads_devices = False

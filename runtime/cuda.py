@@ -1,0 +1,311 @@
+"""The CUDA device: device buffers, host<->device copies, compiled kernels, launches.
+
+One interface, two implementations, chosen by `FUSEGRAD_CUDA` (`config.cuda`):
+
+- `pycuda` (the default): a real GPU through PyCUDA (the `[cuda]` extra). PyCUDA is
+  imported the first time a CUDA device is used, never by `import fusegrad`.
+- `emulate`: the CPU emulator of the generated CUDA C (`runtime/cuda_emulator.py`):
+  the same source, compiled by the host C++ compiler, each block's threads run as
+  real threads. Device memory is host numpy memory. It makes every CUDA kernel
+  testable where there is no GPU.
+
+The engine asks for a `CudaDevice` only when a plan's device is "cuda:N"; the
+frontend never sees which implementation runs.
+
+>>> from fusegrad.runtime import cuda
+>>> isinstance(cuda.why_unavailable(), (str, type(None)))
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ir.dtypes import DType
+from .config import config
+
+
+class CudaUnavailable(RuntimeError):
+    """The cuda device cannot run here; the message says exactly why."""
+
+
+_HINT = "set FUSEGRAD_CUDA=emulate to run the CUDA kernels on the CPU emulator instead"
+
+
+class _PyCudaBackend:
+    """A GPU through PyCUDA: a memory pool, `SourceModule`-compiled cubins cached on disk."""
+
+    name = "pycuda"
+
+    def __init__(self):
+        try:
+            import pycuda.driver as drv
+        except ImportError as e:
+            raise CudaUnavailable(
+                f"PyCUDA is not installed ({e}); install the extra: pip install 'fusegrad[cuda]' "
+                f"(or {_HINT})"
+            ) from None
+        try:
+            drv.init()
+        except Exception as e:  # pycuda raises its own RuntimeError subclasses
+            raise CudaUnavailable(
+                f"the CUDA driver could not be initialised ({e}): no NVIDIA driver? ({_HINT})"
+            ) from None
+        if drv.Device.count() == 0:
+            raise CudaUnavailable(f"the CUDA driver found no CUDA device ({_HINT})")
+        from pycuda.tools import DeviceMemoryPool
+
+        self.drv = drv
+        self.count = drv.Device.count()
+        self.context = drv.Device(0).retain_primary_context()
+        self.context.push()
+        self.pool = DeviceMemoryPool()
+        major, minor = drv.Device(0).compute_capability()
+        self.arch = f"sm_{major}{minor}"
+        self.description = f"{drv.Device(0).name()} ({self.arch})"
+
+    def alloc(self, nbytes: int):
+        return self.pool.allocate(max(nbytes, 1))
+
+    def upload(self, mem, host: np.ndarray) -> None:
+        if host.nbytes:
+            self.drv.memcpy_htod(mem, host)
+
+    def download(self, host: np.ndarray, mem) -> None:
+        if host.nbytes:
+            self.drv.memcpy_dtoh(host, mem)
+
+    def arg(self, mem):
+        return np.uintp(int(mem))
+
+    def compile(self, source: str):
+        """The loaded module; its cubin is cached on disk under a key of the source, the
+        GPU's compute capability and the CUDA toolkit's version."""
+        from pycuda.compiler import compile as nvcc_compile
+        from pycuda.compiler import get_nvcc_version
+
+        key = "|".join([get_nvcc_version("nvcc") or "", self.arch, source])
+        cubin, how = _disk_cached(
+            key, ".cubin", lambda: nvcc_compile(source, no_extern_c=True, arch=self.arch)
+        )
+        return self.drv.module_from_buffer(cubin), how
+
+    def synchronize(self) -> None:
+        self.drv.Context.synchronize()
+
+
+class _EmulatedBackend:
+    """The CPU emulator of CUDA C: device memory is host memory."""
+
+    name = "emulate"
+    count = 1
+    description = "CUDA emulator on the CPU (FUSEGRAD_CUDA=emulate)"
+
+    def __init__(self):
+        from . import cuda_emulator
+
+        self.emulator = cuda_emulator
+
+    def alloc(self, nbytes: int):
+        return np.empty(max(nbytes, 1), dtype=np.uint8)
+
+    def upload(self, mem, host: np.ndarray) -> None:
+        mem[: host.nbytes] = host.reshape(-1).view(np.uint8)
+
+    def download(self, host: np.ndarray, mem) -> None:
+        host.reshape(-1).view(np.uint8)[:] = mem[: host.nbytes]
+
+    def arg(self, mem):
+        return mem
+
+    def compile(self, source: str):
+        """The module, built by the host C++ compiler (the emulator caches the library)."""
+        return self.emulator.EmulatedModule(source), "compiled"
+
+    def synchronize(self) -> None:
+        pass
+
+
+_lock = threading.Lock()
+_backend = None
+_failure: str | None = None
+_backend_kind: str | None = None
+
+
+def backend():
+    """The implementation behind the cuda device, started on first use; `CudaUnavailable`
+    (saying why) when it cannot run here."""
+    global _backend, _failure, _backend_kind
+    kind = config.cuda
+    with _lock:
+        if kind != _backend_kind:  # FUSEGRAD_CUDA changed (tests switch it): start again
+            _backend, _failure, _backend_kind = None, None, kind
+        if _backend is not None:
+            return _backend
+        if _failure is None:
+            try:
+                if kind == "off":
+                    raise CudaUnavailable("the cuda device is turned off (FUSEGRAD_CUDA=off)")
+                _backend = _EmulatedBackend() if kind == "emulate" else _PyCudaBackend()
+            except CudaUnavailable as e:
+                _failure = str(e)
+        if _backend is None:
+            raise CudaUnavailable(_failure)
+        return _backend
+
+
+def why_unavailable() -> str | None:
+    """None if the cuda device can run here, else the reason in words."""
+    try:
+        backend()
+    except CudaUnavailable as e:
+        return str(e)
+    return None
+
+
+def device_count() -> int:
+    """CUDA devices usable here (the emulator is one; 0 when none can run)."""
+    try:
+        return backend().count
+    except CudaUnavailable:
+        return 0
+
+
+# ---------------------------------------------------------------- buffers
+
+
+class DeviceBuffer:
+    """`size` elements of `dtype` in device memory (from the backend's pool).
+
+    The engine's CPU `Buffer` has the same fields the engine reads (`size`, `dtype`,
+    `device`, `kernels`); `numpy()` copies the value to the host.
+    """
+
+    __slots__ = ("size", "dtype", "mem", "kernels", "device", "__weakref__")
+
+    def __init__(self, size: int, dtype: DType, device: str = "cuda:0", mem=None):
+        self.size, self.dtype, self.device = size, dtype, device
+        self.mem = mem if mem is not None else backend().alloc(size * dtype.itemsize)
+        self.kernels: list = []
+
+    @classmethod
+    def from_numpy(cls, a: np.ndarray, dtype: DType, device: str = "cuda:0") -> DeviceBuffer:
+        """A device copy of host data."""
+        host = np.ascontiguousarray(a, dtype=dtype.np).reshape(-1)
+        buf = cls(host.size, dtype, device)
+        backend().upload(buf.mem, host)
+        return buf
+
+    def numpy(self) -> np.ndarray:
+        """The value, copied to a new host array."""
+        host = np.empty(self.size, self.dtype.np)
+        backend().download(host, self.mem)
+        return host
+
+    def write_scalar(self, value) -> None:
+        """Overwrite element 0 (an optimizer's per-step scalar) from the host."""
+        backend().upload(self.mem, np.array([value], dtype=self.dtype.np))
+
+    def __repr__(self) -> str:
+        return f"<DeviceBuffer {self.size} x {self.dtype.name} on {self.device}>"
+
+
+def to_device(buf, device: str):
+    """A copy of a realized buffer (CPU `Buffer` or `DeviceBuffer`) on `device`."""
+    if device == "cpu":
+        from .buffer import Buffer
+
+        return Buffer.from_numpy(buf.numpy(), buf.dtype)
+    return DeviceBuffer.from_numpy(buf.numpy(), buf.dtype, device)
+
+
+# ---------------------------------------------------------------- kernels
+
+
+@dataclass
+class CompiledCudaKernel:
+    """A compiled CUDA kernel and how to launch it: the part `CompiledKernel` plays on
+    the CPU (`source` is the CUDA C; `kernel` the codegen's launches and scratch)."""
+
+    symbol: str
+    source: str
+    module: object  # the backend's module (pycuda SourceModule-like)
+    kernel: object  # codegen.cuda.CudaKernel: launches, scratch buffers
+    compile_seconds: float
+    cache: str  # "compiled", "disk" or "memory"
+    address: int = 0  # no host address: the CPU program never strings CUDA kernels
+
+    @property
+    def optimized_ir(self) -> str:
+        return self.source
+
+    @property
+    def asm(self) -> str:
+        return self.source
+
+
+_modules: dict[tuple[str, str], object] = {}  # (backend, symbol) -> loaded module
+_modules_lock = threading.Lock()
+
+
+def compile_loop(loop) -> CompiledCudaKernel:
+    """Render a loop-IR kernel as CUDA C and compile it for the current backend."""
+    from ..codegen.cuda import cuda_kernel
+    from ..codegen.lower import kernel_symbol
+    from ..ir import phases
+
+    with phases.timed("render"):
+        symbol = kernel_symbol(cuda_kernel(loop, "KERNEL").source, loop.name)
+        kernel = cuda_kernel(loop, symbol)
+    b = backend()
+    t0 = time.perf_counter()
+    with phases.timed("cuda"), _modules_lock:
+        module = _modules.get((b.name, symbol))
+        how = "memory"
+        if module is None:
+            module, how = b.compile(kernel.source)
+            _modules[(b.name, symbol)] = module
+    seconds = time.perf_counter() - t0 if how != "memory" else 0.0
+    return CompiledCudaKernel(symbol, kernel.source, module, kernel, seconds, how)
+
+
+def launch(compiled: CompiledCudaKernel, buffers: list, wait: bool = False) -> None:
+    """Launch a kernel on these buffers (outputs first, then inputs, as its parameters);
+    `wait`: until it has finished (to time it)."""
+    b = backend()
+    k = compiled.kernel
+    args = [b.arg(x.mem) for x in buffers]
+    scratch = [DeviceBuffer(count, dt) for dt, count in k.scratch]  # alive through the call
+    args += [b.arg(x.mem) for x in scratch]
+    k.launch(compiled.module, args)
+    if wait:
+        b.synchronize()
+
+
+def synchronize() -> None:
+    """Wait for every kernel launched so far."""
+    backend().synchronize()
+
+
+def _disk_cached(key: str, ext: str, make) -> tuple[bytes, str]:
+    """`make()`'s bytes, cached in the compile cache folder under a hash of `key`."""
+    from .compiler import _read_cached, _seal, _write_atomic
+
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    path = os.path.join(config.cache, "cuda", digest + ext) if config.cache else None
+    data = _read_cached(path, digest) if path else None
+    if data is not None:
+        return data, "disk"
+    data = make()
+    if path:
+        try:
+            _write_atomic(path, data + _seal(digest, data))
+        except OSError:
+            pass  # a read-only cache folder only costs speed
+    return data, "compiled"

@@ -1,0 +1,238 @@
+"""Run CUDA C on the CPU: the same source nvcc would compile, built by the host g++.
+
+The source is compiled against `cuda_emu.h` (next to this file), which gives it
+`threadIdx`/`blockIdx`/`blockDim`/`gridDim`, `__shared__` memory per block,
+`__syncthreads()` as a real barrier and the warp shuffles, and runs every
+thread of a block as an OS thread, the blocks one after another. It is slow
+and exact: the tool that makes every CUDA kernel fusegrad renders testable on a
+machine without a GPU (`FUSEGRAD_CUDA=emulate`).
+
+The interface mirrors PyCUDA's, so a runtime can hold either kind of module:
+
+>>> import numpy as np
+>>> from fusegrad.runtime.cuda_emulator import EmulatedModule
+>>> mod = EmulatedModule('''
+... extern "C" __global__ void twice(float* out, const float* x, long long n) {
+...   long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+...   if (i < n) out[i] = 2 * x[i];
+... }''')
+>>> x = np.arange(5, dtype=np.float32); out = np.empty_like(x)
+>>> mod.get_function("twice")(out, x, np.int64(5), grid=(1, 1, 1), block=(32, 1, 1))
+>>> out.tolist()
+[0.0, 2.0, 4.0, 6.0, 8.0]
+
+Device memory is host memory here: a pointer argument is a numpy array, an
+object with an integer `ptr` (a fusegrad Buffer) or a raw address; a scalar
+argument is a number, converted to the parameter's C type. Dynamic shared
+memory (`extern __shared__`) is not provided: the renderer sizes its shared
+arrays statically, so `shared=` is accepted and must be 0.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import re
+import subprocess
+import tempfile
+import threading
+
+import numpy as np
+
+from .config import config
+
+HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda_emu.h")
+CXX_FLAGS = ["-O2", "-pthread", "-std=c++17", "-shared", "-fPIC", "-w"]
+
+_SCALARS = {
+    "bool": ctypes.c_bool,
+    "char": ctypes.c_char,
+    "signed char": ctypes.c_byte,
+    "unsigned char": ctypes.c_ubyte,
+    "short": ctypes.c_short,
+    "unsigned short": ctypes.c_ushort,
+    "int": ctypes.c_int,
+    "unsigned int": ctypes.c_uint,
+    "unsigned": ctypes.c_uint,
+    "long": ctypes.c_long,
+    "unsigned long": ctypes.c_ulong,
+    "long long": ctypes.c_longlong,
+    "unsigned long long": ctypes.c_ulonglong,
+    "float": ctypes.c_float,
+    "double": ctypes.c_double,
+}
+_KERNEL = re.compile(
+    r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+'
+    r"(\w+)\s*\(([^)]*)\)"
+)
+_MAX_THREADS = 1024
+
+
+class EmulatorError(RuntimeError):
+    """The emulated source did not compile, or a launch was malformed."""
+
+
+@functools.lru_cache(maxsize=1)
+def _compiler_id() -> str:
+    try:
+        out = subprocess.run(["g++", "--version"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise EmulatorError(f"the CUDA emulator needs the host C++ compiler g++: {e}") from e
+    return out.stdout.splitlines()[0]
+
+
+def _param_type(decl: str) -> str:
+    """The C type of one parameter declaration, without its name and `__restrict__`."""
+    decl = decl.replace("__restrict__", " ").strip()
+    m = re.match(r"(.*?)(\w+)\s*$", decl)
+    if m is None or not m.group(1).strip():
+        raise EmulatorError(f"cannot read the parameter {decl!r}")
+    return " ".join(m.group(1).replace("*", " * ").split()).replace(" *", "*")
+
+
+def _kernels(source: str) -> dict[str, list[str]]:
+    """symbol -> parameter C types, for every `extern "C" __global__` function."""
+    out = {}
+    for m in _KERNEL.finditer(source):
+        params = [p for p in m.group(2).split(",") if p.strip()]
+        out[m.group(1)] = [_param_type(p) for p in params]
+    return out
+
+
+def _launchers(kernels: dict[str, list[str]]) -> str:
+    """One `fg_launch_<symbol>(args, grid, block)` per kernel, unpacking `void** args`."""
+    parts = []
+    for name, types in kernels.items():
+        unpack = ", ".join(f"*({t}*)a[{i}]" for i, t in enumerate(types))
+        parts.append(
+            f'extern "C" void fg_launch_{name}(void** args, unsigned gx, unsigned gy, '
+            "unsigned gz, unsigned bx, unsigned by, unsigned bz) {\n"
+            f"  fg_emu::launch([](void** a) {{ {name}({unpack}); }}, args, "
+            "dim3{gx, gy, gz}, dim3{bx, by, bz});\n}"
+        )
+    return "\n".join(parts)
+
+
+def _build(text: str, path: str) -> None:
+    """Compile `text` into the shared library `path`, atomically."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(path))
+    os.close(fd)
+    cmd = ["g++", *CXX_FLAGS, "-I", os.path.dirname(HEADER), "-x", "c++", "-", "-o", tmp]
+    try:
+        r = subprocess.run(cmd, input=text, capture_output=True, text=True)
+        if r.returncode:
+            numbered = "\n".join(f"{i + 1:4d} {line}" for i, line in enumerate(text.splitlines()))
+            raise EmulatorError(f"g++ could not compile the CUDA source:\n{r.stderr}\n{numbered}")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+_build_lock = threading.Lock()
+_scratch_dir: str | None = None
+
+
+def _library_path(key: str) -> str:
+    global _scratch_dir
+    if config.cache:
+        return os.path.join(config.cache, "cuda_emu", key[:2], key + ".so")
+    if _scratch_dir is None:
+        _scratch_dir = tempfile.mkdtemp(prefix="fusegrad_cuda_emu_")
+    return os.path.join(_scratch_dir, key + ".so")
+
+
+class EmulatedModule:
+    """CUDA C source compiled for the CPU emulator, like `pycuda.compiler.SourceModule`.
+
+    The shared library is cached on disk (in fusegrad's cache folder) under a hash
+    of the source, the header and the compiler, so a source compiles once.
+    """
+
+    def __init__(self, source: str):
+        self.source = source
+        self.kernels = _kernels(source)
+        if not self.kernels:
+            raise EmulatorError('no `extern "C" __global__` function in the source')
+        with open(HEADER) as f:
+            header = f.read()
+        text = f'#include "cuda_emu.h"\n{source}\n{_launchers(self.kernels)}\n'
+        key = hashlib.sha256(
+            "\0".join([text, header, _compiler_id(), *CXX_FLAGS]).encode()
+        ).hexdigest()
+        path = _library_path(key)
+        with _build_lock:
+            if not os.path.exists(path):
+                _build(text, path)
+        self.library = ctypes.CDLL(path)
+
+    def get_function(self, symbol: str) -> EmulatedFunction:
+        """The kernel named `symbol`, to call with arguments and `grid=`, `block=`."""
+        if symbol not in self.kernels:
+            raise EmulatorError(f"no kernel {symbol!r}; the module has {sorted(self.kernels)}")
+        entry = getattr(self.library, f"fg_launch_{symbol}")
+        entry.restype = None
+        entry.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 6
+        return EmulatedFunction(symbol, self.kernels[symbol], entry)
+
+
+def _dims(value, what: str) -> tuple[int, int, int]:
+    dims = tuple(int(v) for v in value) + (1,) * (3 - len(value))
+    if len(dims) != 3 or min(dims) < 1:
+        raise EmulatorError(f"{what}={value!r}: expected up to three positive sizes")
+    return dims
+
+
+def _address(arg, symbol: str, i: int) -> int:
+    if isinstance(arg, np.ndarray):
+        return arg.ctypes.data
+    ptr = getattr(arg, "ptr", None)
+    if ptr is not None:
+        return int(ptr)
+    if isinstance(arg, (int, np.integer)) and not isinstance(arg, bool):
+        return int(arg)
+    raise EmulatorError(
+        f"{symbol}: argument {i} is a pointer; pass an array, a buffer or an address, "
+        f"not {type(arg).__name__}"
+    )
+
+
+class EmulatedFunction:
+    """One kernel of an `EmulatedModule`: `f(*args, grid=(gx, gy, gz), block=(bx, by, bz))`."""
+
+    def __init__(self, symbol: str, types: list[str], entry):
+        self.symbol, self.types, self.entry = symbol, types, entry
+
+    def __call__(self, *args, grid=(1, 1, 1), block=(1, 1, 1), shared: int = 0) -> None:
+        if len(args) != len(self.types):
+            raise EmulatorError(
+                f"{self.symbol} takes {len(self.types)} arguments ({', '.join(self.types)}), "
+                f"got {len(args)}"
+            )
+        if shared:
+            raise EmulatorError("dynamic shared memory (shared=) is not emulated")
+        grid, block = _dims(grid, "grid"), _dims(block, "block")
+        if block[0] * block[1] * block[2] > _MAX_THREADS or block[2] > 64:
+            raise EmulatorError(f"block={block}: at most {_MAX_THREADS} threads (z at most 64)")
+        if grid[1] > 65535 or grid[2] > 65535 or grid[0] >= 2**31:
+            raise EmulatorError(f"grid={grid} is beyond CUDA's limits")
+        slots = []
+        for i, (arg, t) in enumerate(zip(args, self.types)):
+            if t.endswith("*"):
+                slots.append(ctypes.c_void_p(_address(arg, self.symbol, i)))
+                continue
+            base = t.removeprefix("const ").strip()
+            ctype = _SCALARS.get(base)
+            if ctype is None:
+                raise EmulatorError(f"{self.symbol}: parameter type {t!r} is not supported")
+            integral = ctype not in (ctypes.c_float, ctypes.c_double)
+            if integral and isinstance(arg, (float, np.floating)):
+                raise EmulatorError(f"{self.symbol}: argument {i} is {t}, got the float {arg!r}")
+            slots.append(ctype(arg.item() if isinstance(arg, np.generic) else arg))
+        pointers = (ctypes.c_void_p * max(1, len(slots)))(
+            *[ctypes.cast(ctypes.pointer(s), ctypes.c_void_p) for s in slots]
+        )
+        self.entry(pointers, *grid, *block)

@@ -1,0 +1,185 @@
+"""The CUDA kernels fusegrad renders compute the right numbers, run in the CUDA emulator.
+
+Each case builds a fusegrad graph (forward, and backward where it says so),
+schedules, lowers and renders its kernels as the engine does (the plan's loop
+IR, through `cuda_kernel`), runs them in `runtime/cuda_emulator.py` on the
+plan's input buffers, and compares every output with the CPU device's answer
+and with the numpy reference evaluator (`ir/reference.py`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fusegrad as fg
+from fusegrad.codegen.cuda import PRELUDE, cuda_kernel
+from fusegrad.codegen.gpu import map_to_gpu
+from fusegrad.ir.reference import evaluate_many
+from fusegrad.nn import functional as F
+from fusegrad.runtime.cuda_emulator import EmulatedModule
+from fusegrad.runtime.engine import engine
+
+RNG = np.random.default_rng(12)
+
+
+def f32(*shape, grad=False):
+    return fg.tensor(RNG.standard_normal(shape).astype(np.float32), requires_grad=grad)
+
+
+def f64(*shape):
+    return fg.from_numpy(RNG.standard_normal(shape))
+
+
+def i64(*shape):
+    return fg.from_numpy(RNG.integers(-50, 50, shape))
+
+
+def boolean(*shape):
+    return fg.from_numpy(RNG.random(shape) > 0.5)
+
+
+def emulate(tensors):
+    """Run the kernels computing `tensors` in the emulator: (outputs as numpy, kernels)."""
+    nodes = [t.node for t in tensors]
+    has_value = engine.has_value_predicate()
+    assert all(not has_value(n) for n in nodes), "the case must compute its outputs"
+    plan, leaves, _ = engine.plan_for(nodes, has_value)
+    kernels = [cuda_kernel(s.record.loop, s.record.compiled.symbol) for s in plan.steps]
+    bodies = {}  # one translation unit: the shared prelude once, each distinct kernel once
+    for k in kernels:
+        bodies.setdefault(k.symbol, k.source[k.source.index('extern "C"') :])
+    module = EmulatedModule(PRELUDE + "\n".join(bodies.values()))
+    leaf_arrays = [engine.value(n).numpy() for n in leaves]
+    slots: list = [None] * plan.slots
+    for step, k in zip(plan.steps, kernels):
+        outs = [np.full(size, 7, dtype=dtype.np) for _, size, dtype in step.outs]  # not zeros
+        ins = [leaf_arrays[i] if kind == "leaf" else slots[i] for kind, i in step.inputs]
+        scratch = [np.full(count, 7, dtype=dtype.np) for dtype, count in k.scratch]
+        k.launch(module, outs + ins + scratch)
+        for (g, _, _), out in zip(step.outs, outs):
+            slots[g] = out
+    return [slots[j].reshape(n.shape) for j, n in zip(plan.outputs, nodes)], kernels
+
+
+def check(tensors, rtol=1e-4, atol=1e-4):
+    """The emulated GPU, the CPU and the reference evaluator agree on `tensors`."""
+    got, kernels = emulate(tensors)
+    reference = evaluate_many([t.node for t in tensors])
+    for g, t, ref in zip(got, tensors, reference):
+        cpu = t.numpy()
+        assert g.dtype == cpu.dtype and g.shape == cpu.shape
+        if cpu.dtype.kind in "fc":
+            np.testing.assert_allclose(g, cpu, rtol=rtol, atol=atol)
+            np.testing.assert_allclose(g, ref, rtol=rtol, atol=atol)
+        else:
+            np.testing.assert_array_equal(g, cpu)
+            np.testing.assert_array_equal(g, ref)
+    return kernels
+
+
+def chain(x):
+    return (((x * 0.5 + 1.0).exp() * x - 3.0).relu()) / (1 + x * x)
+
+
+def grads(loss_of, *params):
+    loss_of(*params).backward()
+    return [p.grad for p in params]
+
+
+def _softmax_backward():
+    x = f32(6, 40, grad=True)
+    w = f32(6, 40)
+    return grads(lambda x: (x.softmax(1) * w).sum(), x)
+
+
+def _matmul_backward():
+    a, b = f32(12, 20, grad=True), f32(20, 28, grad=True)
+    return grads(lambda a, b: ((a @ b).relu() * f32(12, 28)).sum(), a, b)
+
+
+def _conv_backward():
+    x, w, b = f32(2, 3, 9, 9, grad=True), f32(4, 3, 3, 3, grad=True), f32(4, grad=True)
+    return grads(lambda x, w, b: (F.conv2d(x, w, b, padding=1) ** 2).mean(), x, w, b)
+
+
+def _embedding_backward():
+    w = f32(30, 7, grad=True)
+    idx = fg.from_numpy(RNG.integers(0, 30, (4, 5)).astype(np.int32))
+    return grads(lambda w: (F.embedding(idx, w) * f32(4, 5, 7)).sum(), w)
+
+
+def _cross_entropy_backward():
+    x = f32(8, 10, grad=True)
+    target = fg.from_numpy(RNG.integers(0, 10, (8,)))
+    return [F.cross_entropy(x, target)] + grads(lambda x: F.cross_entropy(x, target), x)
+
+
+CASES = {
+    "elementwise_float32": lambda: [chain(f32(33, 47))],
+    "elementwise_float64": lambda: [chain(f64(5, 7, 3))],
+    "elementwise_int_bool": lambda: [
+        (lambda a: a * 3 - a.maximum(a * 2) + (-a))(i64(9, 13)),
+        (lambda b: (b & ~b) | (f32(9, 13) > 0))(boolean(9, 13)),
+        fg.where(boolean(16, 3), i64(16, 3), 7),
+    ],
+    "casts": lambda: [f32(8, 8).int() + i64(8, 8).float().long(), f64(8, 8).bool()],
+    "row_reductions": lambda: [f32(32, 1025).sum(1), f32(7, 300).amax(1), i64(5, 64).sum(1)],
+    "column_reductions": lambda: [f32(1025, 6).sum(0), f64(40, 3).amax(0), boolean(50, 4).amax(0)],
+    "short_reductions": lambda: [f32(300, 3).sum(1), i64(200, 2).amax(1)],
+    "full_reductions_of_every_dtype": lambda: [
+        f64(1000).sum(),
+        i64(700).amax(),
+        boolean(333).sum(),
+        boolean(100).amax(),
+        f32(3, 5, 7).sum((0, 2)),
+    ],
+    "mean_var_std": lambda: [f32(32, 48).mean(1), f32(32, 48).var(0), f32(100).std()],
+    "softmax": lambda: [f32(32, 48).softmax(1), f64(9, 300).log_softmax(0)],
+    "softmax_backward": _softmax_backward,
+    "argmax": lambda: [f32(32, 48).argmax(1), f32(32, 48).argmin(0)],
+    "matmul": lambda: [f32(32, 48) @ f32(48, 64), f32(6, 20) @ f32(20, 28), f32(24) @ f32(24)],
+    "matmul_backward": _matmul_backward,
+    "conv2d": lambda: [F.conv2d(f32(2, 3, 10, 10), f32(5, 3, 3, 3), f32(5), stride=2, padding=1)],
+    "conv2d_backward": _conv_backward,
+    "gather_scatter": _embedding_backward,
+    "cross_entropy_backward": _cross_entropy_backward,
+    "pad_and_slices": lambda: [
+        f32(16, 24).pad((1, 2, 3, 4)) + 1,
+        f32(16, 24)[2:10:3, 1::2] * 2,
+        fg.cat([f32(4, 6), f32(4, 3)], 1) + 0.5,
+    ],
+    "random": lambda: [fg.rand(64, 3) * 2, fg.randint(0, 10, (16,))],
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_emulated_kernels_match_the_cpu(case):
+    check(CASES[case]())
+
+
+@pytest.mark.parametrize("n", [1, 31, 1024, 1025, 2**20])
+def test_full_reductions_of_any_length(n):
+    x = RNG.standard_normal(n).astype(np.float32)
+    t = fg.from_numpy(x)
+    (total, peak), kernels = emulate([t.sum(), t.amax()])
+    np.testing.assert_allclose(total, x.sum(dtype=np.float64), rtol=1e-5, atol=1e-4)
+    assert peak == x.max()
+    if n == 2**20:  # long enough to be split over blocks and finished by a second pass
+        assert all(len(k.launches) == 2 and k.scratch for k in kernels)
+
+
+def test_a_long_reduction_is_split_over_many_threads():
+    # one output, 2^20 terms: no thread adds up more than a small share of them
+    x = fg.from_numpy(np.ones(2**20, np.float32))
+    (k,) = fg.kernels(x.sum())
+    gpu = map_to_gpu(k.loop)
+    assert gpu.mode == "block" and gpu.split > 1
+    assert 2**20 / (gpu.grid * gpu.block) <= 64
+
+
+def test_nan_propagates_through_a_block_max():
+    x = np.arange(2000, dtype=np.float32)
+    x[1500] = np.nan
+    (peak,), _ = emulate([fg.from_numpy(x).amax()])
+    assert np.isnan(peak)

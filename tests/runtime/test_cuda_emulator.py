@@ -1,0 +1,144 @@
+"""The CUDA emulator runs CUDA C as a GPU would, for what fusegrad's kernels rely on.
+
+Each test launches a small hand-written kernel whose answer depends on the
+feature under test (a missing barrier, a wrong shuffle lane, a swapped index
+gives a wrong number), and compares with numpy.
+"""
+
+from __future__ import annotations
+
+import doctest
+
+import numpy as np
+import pytest
+
+from fusegrad.runtime import cuda_emulator
+from fusegrad.runtime.cuda_emulator import EmulatedModule, EmulatorError
+
+SOURCE = r"""
+extern "C" __global__ void indices(int* out) {
+  // every thread writes its own coordinates: x, y, z of the thread and of the block
+  unsigned t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  unsigned b = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  int* o = out + 6 * (b * blockDim.x * blockDim.y * blockDim.z + t);
+  o[0] = threadIdx.x; o[1] = threadIdx.y; o[2] = threadIdx.z;
+  o[3] = blockIdx.x; o[4] = blockIdx.y; o[5] = blockIdx.z;
+}
+
+extern "C" __global__ void tree_sum(double* out, const double* x, int n) {
+  // a shared-memory tree: wrong without a real barrier between the steps
+  __shared__ double buf[256];
+  double v = 0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) v += x[(long long)blockIdx.x * n + i];
+  buf[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) buf[threadIdx.x] += buf[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = buf[0];
+}
+
+extern "C" __global__ void shuffles(int* down, int* xr, int* bcast, float* fdown) {
+  int lane = threadIdx.x;
+  down[lane] = __shfl_down_sync(0xffffffffu, lane * 10, 3);
+  xr[lane] = __shfl_xor_sync(0xffffffffu, lane, 5);
+  bcast[lane] = __shfl_sync(0xffffffffu, lane + 1000, 7);
+  fdown[lane] = __shfl_down_sync(0xffffffffu, 0.5f * lane, 16);
+}
+
+extern "C" __global__ void early_return(int* out, long long n) {
+  // threads that returned no longer count at the barrier, as on the GPU
+  long long i = threadIdx.x;
+  if (i >= n) return;
+  out[i] = 1;
+  __syncthreads();
+  int next = out[(i + 1) % n];
+  __syncthreads();
+  out[i] += next;
+}
+
+extern "C" __global__ void scalars(double* out, float a, long long b, int c, unsigned char d) {
+  out[0] = a; out[1] = (double)b; out[2] = c; out[3] = d;
+  out[4] = __int_as_float(0x3f800000); out[5] = expf(1.0f); out[6] = __longlong_as_double(0);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def module():
+    return EmulatedModule(SOURCE)
+
+
+def test_every_thread_sees_its_own_coordinates(module):
+    grid, block = (3, 2, 2), (4, 2, 3)
+    threads, blocks = 4 * 2 * 3, 3 * 2 * 2
+    out = np.full((blocks, threads, 6), -1, np.int32)
+    module.get_function("indices")(out, grid=grid, block=block)
+    b = np.arange(blocks)
+    t = np.arange(threads)
+    expect_t = np.stack([t % 4, t // 4 % 2, t // 8], 1)
+    expect_b = np.stack([b % 3, b // 3 % 2, b // 6], 1)
+    np.testing.assert_array_equal(out[:, :, :3], np.broadcast_to(expect_t, (blocks, threads, 3)))
+    np.testing.assert_array_equal(out[:, :, 3:], np.repeat(expect_b[:, None], threads, 1))
+
+
+@pytest.mark.parametrize("n", [1, 31, 256, 1000])
+def test_syncthreads_is_a_barrier(module, n):
+    x = np.random.default_rng(n).standard_normal((5, n))
+    out = np.zeros(5)
+    module.get_function("tree_sum")(out, x, np.int32(n), grid=(5,), block=(256,))
+    np.testing.assert_allclose(out, x.sum(1), rtol=1e-12)
+
+
+def test_warp_shuffles(module):
+    down, xr, bc = (np.zeros(64, np.int32) for _ in range(3))
+    fdown = np.zeros(64, np.float32)
+    module.get_function("shuffles")(down, xr, bc, fdown, block=(64,))
+    lane = np.arange(64)
+    # a lane past the warp's end keeps its own value
+    np.testing.assert_array_equal(down, np.where(lane % 32 + 3 < 32, lane + 3, lane) * 10)
+    np.testing.assert_array_equal(xr, lane ^ 5)
+    np.testing.assert_array_equal(bc, lane // 32 * 32 + 7 + 1000)
+    np.testing.assert_array_equal(fdown, np.where(lane % 32 + 16 < 32, lane + 16, lane) * 0.5)
+
+
+def test_returned_threads_leave_the_barrier(module):
+    out = np.zeros(64, np.int32)
+    module.get_function("early_return")(out, 40, block=(64,))
+    np.testing.assert_array_equal(out[:40], 2)
+    np.testing.assert_array_equal(out[40:], 0)
+
+
+def test_scalar_arguments_take_the_parameter_types(module):
+    out = np.zeros(7)
+    module.get_function("scalars")(out, np.float32(1.5), 2**40, np.int32(-3), 200)
+    np.testing.assert_allclose(out, [1.5, 2.0**40, -3, 200, 1.0, np.exp(np.float32(1)), 0.0])
+
+
+def test_launch_errors_are_named(module):
+    f = module.get_function("scalars")
+    with pytest.raises(EmulatorError, match="takes 5 arguments"):
+        f(np.zeros(7))
+    with pytest.raises(EmulatorError, match="long long, got the float"):
+        f(np.zeros(7), 1.0, 2.5, 1, 1)
+    with pytest.raises(EmulatorError, match="at most 1024 threads"):
+        module.get_function("indices")(np.zeros(1, np.int32), block=(2048,))
+    with pytest.raises(EmulatorError, match="no kernel 'nope'"):
+        module.get_function("nope")
+    with pytest.raises(EmulatorError, match="pointer"):
+        module.get_function("indices")("not memory")
+
+
+def test_compile_errors_show_the_numbered_source():
+    with pytest.raises(EmulatorError, match=r"(?s)g\+\+ could not compile.*   2 "):
+        EmulatedModule('extern "C" __global__ void broken(float* x) {\n  x[0] = undefined;\n}')
+
+
+def test_the_compiled_library_is_cached(module):
+    again = EmulatedModule(SOURCE)
+    assert again.library._name == module.library._name
+
+
+def test_docstring_example():
+    assert doctest.testmod(cuda_emulator).failed == 0
