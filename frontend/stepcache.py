@@ -84,7 +84,17 @@ class StepCache:
             _realize_all(build(), pending, extra)
             return
         has_value = engine.has_value_predicate()
-        roots = [record.root, record.root_grad] + [e.node for e in extra]
+        root = record.root
+        if has_value(root):
+            # the loss was read (`loss.item()`) before the step: the step computes it again
+            # with the backward, from the forward graph still behind it, rather than take
+            # it as an input and lose every activation the backward needs
+            computed = has_value
+
+            def has_value(n, computed=computed, root=root):
+                return n is not root and computed(n)
+
+        roots = [root, record.root_grad] + [e.node for e in extra]
         with phases.timed("key"):
             fkey, fleaves = structural_key(roots, has_value)
         where = {id(n): i for i, n in enumerate(fleaves)}
@@ -103,7 +113,9 @@ class StepCache:
         )
         entry = self.entries.get(key)
         if entry is None:
-            entry = self._record(params, flat_states, flat_scalars, pending, extra, build, where)
+            entry = self._record(
+                params, flat_states, flat_scalars, pending, extra, build, where, has_value
+            )
             self.entries[key] = entry
             while len(self.entries) > CACHE_SIZE:
                 self.entries.popitem(last=False)
@@ -129,14 +141,14 @@ class StepCache:
         outs = engine.run(entry.plan, inputs, [t.node for t in requested], entry.targets)
         _take_values(requested, outs, entry.targets, len(params) + len(flat_states))
 
-    def _record(self, params, flat_states, flat_scalars, pending, extra, build, where):
-        """A miss: build and realize the step, and work out where a hit finds each input."""
+    def _record(self, params, flat_states, flat_scalars, pending, extra, build, where, has_value):
+        """A miss: build and realize the step, and work out where a hit finds each input
+        (`has_value`: the values the step takes as inputs, as its key was made with)."""
         state_at = {id(t.node): i for i, t in enumerate(flat_states)}
         scalar_at = {id(t.node): i for i, t in enumerate(flat_scalars)}
         build()
         requested = [*params, *flat_states, *pending, *extra]
         nodes = [t.node for t in requested]
-        has_value = engine.has_value_predicate()
         todo = list({id(n): n for n in nodes}.values())
         if any(has_value(n) or n.numel == 0 for n in todo):
             _realize_all([*params, *flat_states], pending, extra)

@@ -235,6 +235,34 @@ def test_cached_plain_steps_equal_the_full_path_bit_for_bit(make_opt, model_and_
         np.testing.assert_array_equal(a, b)
 
 
+def test_a_loss_read_before_the_step_still_hits_the_cache():
+    """`loss.backward(); loss.item(); opt.step()`: the step computes the loss again with
+    the backward (its activations were not kept) and is cached like any other; the
+    parameters equal those of the full path, and the losses read are the forward's."""
+    rng = np.random.default_rng(2)
+    batches = [_conv_batches(rng, 5) for _ in range(6)]
+    runs = []
+    for cached in (False, True):
+        fg.manual_seed(3)
+        model = _convnet()
+        opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        losses = []
+        for x, y in batches:
+            if not cached:
+                opt._steps.entries.clear()
+            opt.zero_grad()
+            loss = F.cross_entropy(model(fg.tensor(x)), fg.tensor(y))
+            loss.backward()
+            losses.append(loss.item())
+            opt.step()
+        runs.append((losses, [p.numpy().copy() for p in model.parameters()], opt._steps.hits))
+    (l0, p0, hits0), (l1, p1, hits1) = runs
+    assert hits0 == 0 and hits1 >= 4
+    assert l0 == l1
+    for a, b in zip(p0, p1):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_a_gradient_read_after_a_cached_step_is_the_step_gradient():
     fg.manual_seed(0)
     model = _mlp()
