@@ -74,8 +74,7 @@ class Tensor(MovementMixin, ReduceMixin):
         self._strides = strides
         self._is_leaf = leaf if leaf is not None else (node.op is Ops.BUFFER or not requires_grad)
         self._version = 0  # in-place updates so far (versions.py)
-        if not _sites.noted(node):  # the user's line that asked for it, for kernels to report
-            _sites.note_with_sources(node, _sites.capture())
+        _sites.note_new(node)  # the user's line that asked for it, for kernels to report
 
     # ---------------------------------------------------------------- properties
     @property

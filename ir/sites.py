@@ -47,6 +47,7 @@ def register_library_dirs(dirs) -> None:
     global _LIBRARY_DIRS
     _LIBRARY_DIRS = tuple(os.path.abspath(d) + os.sep for d in dirs)
     _kind.clear()
+    _interned.clear()
 
 
 def library_dirs() -> tuple[str, ...]:
@@ -150,6 +151,11 @@ def _label_of(code) -> str:
 _fixed = threading.local()
 
 
+# (code, line, library call) -> its Site: one object per place in the user's code, so a
+# capture on the hot path (every tensor an op returns) allocates nothing new
+_interned: dict = {}
+
+
 def capture(depth: int = 1) -> Site | None:
     """The site of the innermost frame outside the library, `depth` frames above the caller.
 
@@ -167,7 +173,11 @@ def capture(depth: int = 1) -> Site | None:
         if k is None:
             k = _kind_of(code)
         if k == 0:
-            return Site(code, f.f_lineno, api)
+            key = (code, f.f_lineno, api)
+            site = _interned.get(key)
+            if site is None:
+                site = _interned[key] = Site(code, key[1], api)
+            return site
         if k == 1:
             api = code
         f = f.f_back
@@ -212,6 +222,15 @@ def note(node, site: Site | None) -> None:
     _table[id(node)] = (weakref.ref(node), site)
     if len(_table) > _sweep_at[0]:
         _sweep()
+
+
+def note_new(node) -> None:
+    """If `node` has no site yet, note the caller's user line for it and for the sources
+    under it that have none (`note_with_sources`); one table lookup when it has one."""
+    e = _table.get(id(node))
+    if e is not None and e[0]() is node:
+        return
+    note_with_sources(node, capture(2))
 
 
 def note_with_sources(node, site: Site | None) -> None:
