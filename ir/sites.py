@@ -148,6 +148,7 @@ def _label_of(code) -> str:
 
 
 _fixed = threading.local()
+_sites: dict[tuple, Site] = {}  # (code, line, library code) -> its Site
 
 
 def capture(depth: int = 1) -> Site | None:
@@ -166,8 +167,12 @@ def capture(depth: int = 1) -> Site | None:
         k = kind.get(code)
         if k is None:
             k = _kind_of(code)
-        if k == 0:
-            return Site(code, f.f_lineno, api)
+        if k == 0:  # one Site per (line, call): nodes share it, its text is made once
+            key = (code, f.f_lineno, api)
+            site = _sites.get(key)
+            if site is None:
+                site = _sites[key] = Site(code, f.f_lineno, api)
+            return site
         if k == 1:
             api = code
         f = f.f_back
