@@ -27,7 +27,6 @@ from __future__ import annotations
 import functools
 import json
 import sys
-import sysconfig
 import threading
 import time
 from dataclasses import dataclass, field
@@ -35,11 +34,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .ir import phases as _phases
+from .ir.sites import is_stdlib
 from .runtime import engine as engine_module
 from .runtime.config import config
 from .runtime.engine import engine
-
-_STDLIB = sysconfig.get_paths()["stdlib"]
 
 # phase of the report -> the compile-time phases (fusegrad.ir.phases) it sums
 _PHASE_GROUPS = {
@@ -299,7 +297,7 @@ class _TraceSampler:
     def _run(self) -> None:
         while not self._stop.wait(SAMPLE_SECONDS):
             frame = sys._current_frames().get(self.ident)
-            while frame is not None and frame.f_code.co_filename.startswith(_STDLIB):
+            while frame is not None and is_stdlib(frame.f_code.co_filename):
                 frame = frame.f_back  # a with block's or a lock's frames: look at the caller
             if frame is None:
                 continue
