@@ -1,14 +1,15 @@
 """`fusegrad.profile()`: where a training loop's time goes, kernel by kernel and phase by phase.
 
 >>> import fusegrad as fg
->>> x = fg.randn(256, 64).realize()
+>>> w = fg.randn(64, 64).realize()
 >>> with fg.profile() as prof:
 ...     for _ in range(3):
-...         _ = (x @ x.T).relu().sum().item()
->>> prof.kernels[0].calls
-3
->>> sorted(prof.phases())[:3]
-['autodiff', 'compile', 'run']
+...         x = fg.randn(256, 64)  # new numbers, the same graph
+...         _ = (x @ w).relu().sum().item()
+>>> {k.calls for k in prof.kernels}
+{3}
+>>> list(prof.phases())
+['trace', 'autodiff', 'schedule', 'compile', 'run', 'python']
 
 `prof.table()` is the report (one row per kernel: its name, the user-level ops it
 holds, calls, total and mean time, GB/s and GFLOP/s with the share of this
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -32,6 +34,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .ir import phases as _phases
+from .ir.sites import is_stdlib
+from .runtime import engine as engine_module
 from .runtime.config import config
 from .runtime.engine import engine
 
@@ -108,11 +112,13 @@ class Profile:
         self._listener = _phases.listener
         _phases.listener = self._span
         engine.observers.append(self._observe)
+        self._sampler = _TraceSampler(threading.get_ident())
         self._start = time.perf_counter()
         return self
 
     def __exit__(self, *exc) -> None:
         self.wall = time.perf_counter() - self._start
+        self._trace_share = self._sampler.stop()
         engine.observers.remove(self._observe)
         _phases.listener = self._listener
         self._override.__exit__(*exc)
@@ -156,13 +162,17 @@ class Profile:
         return sorted(self.by_name.values(), key=lambda k: -k.seconds)
 
     def phases(self) -> dict[str, float]:
-        """Seconds per phase: autodiff, schedule (structure keys and cutting into kernels),
-        compile (lower, render, LLVM), run (the kernels), and python: the rest of the
-        block's wall time, which is your code, building graphs (tracing) and launching."""
-        out = {
+        """Seconds per phase: trace (building graphs in fusegrad's Python: tensor ops,
+        modules, the optimizer; estimated by sampling the profiled thread's stack every
+        `SAMPLE_SECONDS`), autodiff, schedule (structure keys and cutting into kernels),
+        compile (lower, render, LLVM), run (the kernels, timed), and python: the rest of
+        the block's wall time (your code, launching kernels, waiting)."""
+        measured = {
             group: sum(self._phases.get(p, 0.0) for p in ps) for group, ps in _PHASE_GROUPS.items()
         }
-        out["run"] = sum(k.seconds for k in self.by_name.values())
+        measured["run"] = sum(k.seconds for k in self.by_name.values())
+        trace = min(self.wall * getattr(self, "_trace_share", 0.0), self.wall)
+        out = {"trace": trace, **measured}
         out["python"] = max(0.0, self.wall - sum(out.values()))
         return out
 
@@ -257,6 +267,51 @@ class Profile:
         """Write `chrome_trace()` to `path` (open it in chrome://tracing or Perfetto)."""
         with open(path, "w") as f:
             json.dump(self.chrome_trace(), f)
+
+
+SAMPLE_SECONDS = 0.002  # how often the profiled thread's stack is sampled for "trace"
+
+
+class _TraceSampler:
+    """Samples one thread's innermost frame: the share of samples in fusegrad's graph
+    building (frontend, nn) is the trace phase's share of the wall time. Frames in
+    the runtime, codegen and ir are timed exactly elsewhere and count as neither."""
+
+    def __init__(self, ident: int):
+        import importlib.util
+        import os
+
+        from .ir import sites
+
+        spec = importlib.util.find_spec(__package__ + ".codegen")  # its folder, not imported
+        timed = [os.path.dirname(os.path.abspath(m.__file__)) for m in (_phases, engine_module)]
+        timed += list(spec.submodule_search_locations or []) if spec else []
+        self.timed = tuple(os.path.abspath(d) + os.sep for d in timed)
+        # fusegrad's other folders (the frontend, nn) build graphs
+        self.building = tuple(d for d in sites.library_dirs() if d not in self.timed)
+        self.ident, self.samples, self.trace = ident, 0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fusegrad-profile", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(SAMPLE_SECONDS):
+            frame = sys._current_frames().get(self.ident)
+            while frame is not None and is_stdlib(frame.f_code.co_filename):
+                frame = frame.f_back  # a with block's or a lock's frames: look at the caller
+            if frame is None:
+                continue
+            name = frame.f_code.co_filename
+            self.samples += 1
+            if name.startswith(self.timed):
+                continue
+            self.trace += name.startswith(self.building)
+
+    def stop(self) -> float:
+        """Stop sampling; the share of samples spent building graphs."""
+        self._stop.set()
+        self._thread.join()
+        return self.trace / self.samples if self.samples else 0.0
 
 
 def profile() -> Profile:

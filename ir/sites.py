@@ -33,13 +33,20 @@ _PASS_THROUGH = {"__call__", "_call_impl", "__enter__", "__exit__", "helper", "i
 _CONTAINERS = {"Sequential", "ModuleList", "ModuleDict", "_NoParamModule"}
 
 
-def _stdlib_dirs() -> tuple[str, ...]:
+def _dirs(*keys: str) -> tuple[str, ...]:
     paths = sysconfig.get_paths()
-    dirs = {paths.get("stdlib"), paths.get("platstdlib")}
-    return tuple(os.path.abspath(d) + os.sep for d in dirs if d)
+    return tuple({os.path.abspath(paths[k]) + os.sep for k in keys if paths.get(k)})
 
 
-_STDLIB = _stdlib_dirs()
+_STDLIB = _dirs("stdlib", "platstdlib")
+_SITE_PACKAGES = _dirs("purelib", "platlib")  # inside the stdlib folder outside a venv
+
+
+def is_stdlib(name: str) -> bool:
+    """Whether a file is part of the standard library (site-packages are not)."""
+    return (name.startswith(_STDLIB) and not name.startswith(_SITE_PACKAGES)) or (
+        name[:7] == "<frozen"
+    )
 
 
 def register_library_dirs(dirs) -> None:
@@ -47,7 +54,6 @@ def register_library_dirs(dirs) -> None:
     global _LIBRARY_DIRS
     _LIBRARY_DIRS = tuple(os.path.abspath(d) + os.sep for d in dirs)
     _kind.clear()
-    _interned.clear()
 
 
 def library_dirs() -> tuple[str, ...]:
@@ -56,9 +62,10 @@ def library_dirs() -> tuple[str, ...]:
 
 def _kind_of(code) -> int:
     name = code.co_filename
-    if not (name.startswith(_LIBRARY_DIRS) or name.startswith(_STDLIB) or name[:7] == "<frozen"):
+    stdlib = is_stdlib(name)
+    if not (stdlib or name.startswith(_LIBRARY_DIRS)):
         k = 0
-    elif code.co_name in _PASS_THROUGH or name.startswith(_STDLIB) or name[:7] == "<frozen":
+    elif stdlib or code.co_name in _PASS_THROUGH:
         k = 2
     else:
         qual = getattr(code, "co_qualname", code.co_name)
@@ -149,11 +156,7 @@ def _label_of(code) -> str:
 
 
 _fixed = threading.local()
-
-
-# (code, line, library call) -> its Site: one object per place in the user's code, so a
-# capture on the hot path (every tensor an op returns) allocates nothing new
-_interned: dict = {}
+_sites: dict[tuple, Site] = {}  # (code, line, library code) -> its Site
 
 
 def capture(depth: int = 1) -> Site | None:
@@ -172,11 +175,11 @@ def capture(depth: int = 1) -> Site | None:
         k = kind.get(code)
         if k is None:
             k = _kind_of(code)
-        if k == 0:
+        if k == 0:  # one Site per (line, call): nodes share it, its text is made once
             key = (code, f.f_lineno, api)
-            site = _interned.get(key)
+            site = _sites.get(key)
             if site is None:
-                site = _interned[key] = Site(code, key[1], api)
+                site = _sites[key] = Site(code, f.f_lineno, api)
             return site
         if k == 1:
             api = code

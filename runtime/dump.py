@@ -1,0 +1,114 @@
+"""`FUSEGRAD_DUMP=dir/`: every new schedule's kernels as files a person can read and diff.
+
+An observer of the engine (`runtime/engine.py`): it sees every run and writes a
+plan's kernels the first time the plan runs while a dump folder is set, so a
+training loop writes its step's kernels once, not once per step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import weakref
+from typing import TYPE_CHECKING
+
+from .config import config
+
+if TYPE_CHECKING:
+    from .engine import KernelRecord, Plan
+
+
+def kernel_header(rec: KernelRecord, comment: str = "//") -> str:
+    """The comment block a dumped kernel file begins with: its name, the user's lines and
+    ops inside (with their primitives), forward/backward/optimizer, why it is a kernel of
+    its own, bytes and FLOPs. Nothing that changes from run to run (no times)."""
+    shape = "x".join(map(str, rec.shape)) or "scalar"
+    inputs = ", ".join("x".join(map(str, s)) or "scalar" for s in rec.input_shapes) or "none"
+    lines = [
+        f"kernel {rec.name}",
+        f"  part of: {', '.join(rec.roles) or 'no user line'}",
+        f"  why a kernel: {rec.reason}",
+        f"  output {shape}, inputs {inputs}",
+        f"  {rec.bytes} bytes read and written, {rec.flops} FLOPs",
+        "  user ops (primitives):",
+    ]
+    lines += [f"    {op}: {' '.join(prims)}" for op, prims in rec.op_groups]
+    return "".join(f"{comment} {line}".rstrip() + "\n" for line in lines) + "\n"
+
+
+class _DumpFolder:
+    """What has been written into one FUSEGRAD_DUMP folder: each plan is written once, the
+    first time it runs, and each kernel once whatever plans share it."""
+
+    def __init__(self):
+        self.plans: dict[int, weakref.ref] = {}
+        self.files: dict[str, str] = {}  # kernel name -> its file stem
+        self.manifest: list[dict] = []
+        self.schedules = 0
+
+
+_dump_folders: dict[str, _DumpFolder] = {}
+_dump_lock = threading.Lock()
+
+# (extension, comment marker, text of a record): the files written per kernel
+_DUMP_FILES = (
+    (".loop", "//", lambda r: r.loop_ir),
+    (".ll", ";", lambda r: r.llvm_ir_optimized),
+    (".raw.ll", ";", lambda r: r.llvm_ir),
+    (".s", "#", lambda r: r.asm),
+    (".cu", "//", lambda r: r.cuda_c),
+)
+
+
+def dump_new_plans(plan: Plan, records: list[KernelRecord]) -> None:
+    """The FUSEGRAD_DUMP observer: each new schedule's kernels and a manifest.json.
+
+    Every kernel is written as loop IR (`.loop`), optimized LLVM IR (`.ll`), the IR before
+    LLVM's passes (`.raw.ll`), assembly (`.s`) and CUDA C (`.cu`), each file beginning with
+    `kernel_header`. Two runs of one script write byte-identical files; in manifest.json
+    only the `this_run` fields (compile time, cache) can differ.
+    """
+    if not config.dump:
+        return
+    folder_name = os.path.abspath(config.dump)
+    with _dump_lock:
+        folder = _dump_folders.setdefault(folder_name, _DumpFolder())
+        ref = folder.plans.get(id(plan))
+        if ref is not None and ref() is plan:
+            return  # a schedule already written: later steps add nothing
+        folder.plans[id(plan)] = weakref.ref(plan)
+        schedule_index = folder.schedules
+        folder.schedules += 1
+        os.makedirs(folder_name, exist_ok=True)
+        for k, rec in enumerate(records):
+            if rec.name in folder.files:
+                continue
+            stem = f"{len(folder.files):03d}_{rec.name}"
+            folder.files[rec.name] = stem
+            for ext, comment, text in _DUMP_FILES:
+                with open(os.path.join(folder_name, stem + ext), "w") as f:
+                    f.write(kernel_header(rec, comment) + text(rec))
+            folder.manifest.append(
+                {
+                    "file": stem,
+                    "name": rec.name,
+                    "schedule": schedule_index,
+                    "position": k,
+                    "ops": rec.ops,
+                    "lines": rec.lines,
+                    "user_ops": rec.user_ops,
+                    "roles": rec.roles,
+                    "reason": rec.reason,
+                    "shape": list(rec.shape),
+                    "input_shapes": [list(s) for s in rec.input_shapes],
+                    "bytes": rec.bytes,
+                    "flops": rec.flops,
+                    "this_run": {
+                        "compile_ms": round(rec.compile_seconds * 1e3, 3),
+                        "cache": rec.cache,
+                    },
+                }
+            )
+        with open(os.path.join(folder_name, "manifest.json"), "w") as f:
+            json.dump(folder.manifest, f, indent=1)
