@@ -54,6 +54,7 @@ def register_library_dirs(dirs) -> None:
     global _LIBRARY_DIRS
     _LIBRARY_DIRS = tuple(os.path.abspath(d) + os.sep for d in dirs)
     _kind.clear()
+    _sites.clear()  # a site's library call depends on which frames are the library's
 
 
 def library_dirs() -> tuple[str, ...]:
