@@ -198,21 +198,10 @@ def _conv_batches(rng, b):
     return rng.standard_normal((b, 1, 8, 8)).astype(np.float32), rng.integers(0, 3, b)
 
 
-@pytest.mark.parametrize(
-    "make_opt",
-    [
-        lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01),
-        lambda ps: optim.Adam(ps, lr=0.01, amsgrad=True),
-        lambda ps: optim.AdamW(ps, lr=0.01),
-    ],
-)
-@pytest.mark.parametrize("model_and_data", [(_mlp, _mlp_batches), (_convnet, _conv_batches)])
-def test_cached_plain_steps_equal_the_full_path_bit_for_bit(make_opt, model_and_data):
+def _cached_and_full_agree(make_model, make_opt, batches, read_loss_first=False) -> None:
     """The same loop twice: once with every step built in full (the step cache emptied
-    before each step), once cached; parameters and losses agree exactly."""
-    make_model, make_batch = model_and_data
-    rng = np.random.default_rng(1)
-    batches = [make_batch(rng, b) for b in (5, 5, 7, 5, 7, 5, 5, 5)]
+    before each step), once cached; parameters and losses must agree exactly, and the
+    cached run must have hit the cache."""
     runs = []
     for cached in (False, True):
         fg.manual_seed(3)
@@ -225,42 +214,46 @@ def test_cached_plain_steps_equal_the_full_path_bit_for_bit(make_opt, model_and_
             opt.zero_grad()
             loss = F.cross_entropy(model(fg.tensor(x)), fg.tensor(y))
             loss.backward()
+            if read_loss_first:
+                losses.append(loss.item())
             opt.step()
-            losses.append(loss.item())
+            if not read_loss_first:
+                losses.append(loss.item())
         runs.append((losses, [p.numpy().copy() for p in model.parameters()], opt._steps.hits))
     (l0, p0, hits0), (l1, p1, hits1) = runs
     assert hits0 == 0 and hits1 >= 4
     assert l0 == l1
     for a, b in zip(p0, p1):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(
+    "make_opt",
+    [
+        lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01),
+        lambda ps: optim.Adam(ps, lr=0.01, amsgrad=True),
+        lambda ps: optim.AdamW(ps, lr=0.01),
+    ],
+)
+@pytest.mark.parametrize("model_and_data", [(_mlp, _mlp_batches), (_convnet, _conv_batches)])
+def test_cached_plain_steps_equal_the_full_path_bit_for_bit(make_opt, model_and_data):
+    make_model, make_batch = model_and_data
+    rng = np.random.default_rng(1)
+    batches = [make_batch(rng, b) for b in (5, 5, 7, 5, 7, 5, 5, 5)]
+    _cached_and_full_agree(make_model, make_opt, batches)
 
 
 def test_a_loss_read_before_the_step_still_hits_the_cache():
     """`loss.backward(); loss.item(); opt.step()`: the step computes the loss again with
-    the backward (its activations were not kept) and is cached like any other; the
-    parameters equal those of the full path, and the losses read are the forward's."""
+    the backward (its activations were not kept) and is cached like any other."""
     rng = np.random.default_rng(2)
     batches = [_conv_batches(rng, 5) for _ in range(6)]
-    runs = []
-    for cached in (False, True):
-        fg.manual_seed(3)
-        model = _convnet()
-        opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-        losses = []
-        for x, y in batches:
-            if not cached:
-                opt._steps.entries.clear()
-            opt.zero_grad()
-            loss = F.cross_entropy(model(fg.tensor(x)), fg.tensor(y))
-            loss.backward()
-            losses.append(loss.item())
-            opt.step()
-        runs.append((losses, [p.numpy().copy() for p in model.parameters()], opt._steps.hits))
-    (l0, p0, hits0), (l1, p1, hits1) = runs
-    assert hits0 == 0 and hits1 >= 4
-    assert l0 == l1
-    for a, b in zip(p0, p1):
-        np.testing.assert_array_equal(a, b)
+    _cached_and_full_agree(
+        _convnet,
+        lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9),
+        batches,
+        read_loss_first=True,
+    )
 
 
 def test_a_gradient_read_after_a_cached_step_is_the_step_gradient():
