@@ -160,6 +160,13 @@ def backend():
         return _backend
 
 
+def reset() -> None:
+    """Forget the backend (and why it failed): the next use starts it again."""
+    global _backend, _failure, _backend_kind
+    with _lock:
+        _backend, _failure, _backend_kind = None, None, None
+
+
 def why_unavailable() -> str | None:
     """None if the cuda device can run here, else the reason in words."""
     try:
