@@ -19,6 +19,7 @@ True
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import threading
@@ -64,7 +65,8 @@ class _PyCudaBackend:
         self.drv = drv
         self.count = drv.Device.count()
         self.context = drv.Device(0).retain_primary_context()
-        self.context.push()
+        self.context.push()  # current on this thread: fusegrad drives the GPU from one thread
+        atexit.register(self.context.pop)
         self.pool = DeviceMemoryPool()
         major, minor = drv.Device(0).compute_capability()
         self.arch = f"sm_{major}{minor}"
