@@ -63,7 +63,7 @@ def test_cpu_tensors_move_and_cast_with_to(cpu_default):
     assert t.to(other).dtype is fg.int32
     copied = t.to("cpu", copy=True)
     assert copied is not t and copied.tolist() == t.tolist()
-    with pytest.raises(fg.DTypeError, match=HERE):
+    with pytest.raises(fg.DeviceError, match=r"'complex512' is neither a device .* nor a dtype"):
         t.to("complex512")
 
 
@@ -173,3 +173,22 @@ def test_runtime_cuda_reports_the_same_reason_as_fg_cuda(cpu_default):
         assert runtime_cuda.why_unavailable() == fg.cuda.why_unavailable()
         with pytest.raises(runtime_cuda.CudaUnavailable, match="turned off"):
             runtime_cuda.backend()
+
+
+def test_to_and_module_to_refuse_bad_arguments_at_the_users_line(cpu_default):
+    t = fg.ones(2)
+    with pytest.raises(fg.FusegradError, match=rf"at most 2 positional arguments.*{HERE}"):
+        t.to("cpu", fg.float64, "cpu")
+    with pytest.raises(
+        fg.DeviceError, match=rf"device type at start of device string: tpu.*{HERE}"
+    ):
+        t.to(device="tpu")
+    model = fg.nn.Linear(2, 2)
+    with pytest.raises(fg.DeviceError, match=rf"'tpu:0' is neither a device.*{HERE}"):
+        model.to("tpu:0")
+    with pytest.raises(fg.FusegradError, match=HERE):
+        model.to("cpu", fg.float64, 3)
+    with pytest.raises(fg.DTypeError, match=HERE):
+        model.to(dtype="complex512")
+    assert all(p.device == "cpu" and p.dtype is fg.float32 for p in model.parameters())
+    assert model.to("cpu") is model and model.cpu() is model
