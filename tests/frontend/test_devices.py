@@ -192,3 +192,13 @@ def test_to_and_module_to_refuse_bad_arguments_at_the_users_line(cpu_default):
         model.to(dtype="complex512")
     assert all(p.device == "cpu" and p.dtype is fg.float32 for p in model.parameters())
     assert model.to("cpu") is model and model.cpu() is model
+
+
+def test_docstring_examples_of_the_device_modules(cpu_default):
+    import doctest
+
+    from fusegrad import cuda, devices
+
+    for module in (devices, cuda, runtime_cuda):
+        result = doctest.testmod(module)
+        assert result.attempted > 0 and result.failed == 0, module.__name__
