@@ -115,34 +115,52 @@ def _launchers(kernels: dict[str, list[str]]) -> str:
     return "\n".join(parts)
 
 
-def _build(text: str, path: str) -> None:
-    """Compile `text` into the shared library `path`, atomically."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(path))
+def _compile(cmd: list[str], out: str, text: str | None = None) -> None:
+    """Run g++ `cmd` writing `-o` to a temporary file, renamed to `out` once it is whole."""
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".tmp", dir=os.path.dirname(out))
     os.close(fd)
-    cmd = ["g++", *CXX_FLAGS, "-I", os.path.dirname(HEADER), "-x", "c++", "-", "-o", tmp]
     try:
-        r = subprocess.run(cmd, input=text, capture_output=True, text=True)
+        r = subprocess.run([*cmd, "-o", tmp], input=text, capture_output=True, text=True)
         if r.returncode:
-            numbered = "\n".join(f"{i + 1:4d} {line}" for i, line in enumerate(text.splitlines()))
+            lines = (text or "").splitlines()
+            numbered = "\n".join(f"{i + 1:4d} {line}" for i, line in enumerate(lines))
             raise EmulatorError(f"g++ could not compile the CUDA source:\n{r.stderr}\n{numbered}")
-        os.replace(tmp, path)
+        os.replace(tmp, out)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _header_dir(base: str, fingerprint: str) -> str:
+    """A folder holding the header and its precompiled form, which halves every compile
+    (most of g++'s time goes to parsing <thread> and <mutex>)."""
+    folder = os.path.join(base, "pch-" + hashlib.sha256(fingerprint.encode()).hexdigest()[:16])
+    gch = os.path.join(folder, "cuda_emu.h.gch")
+    if not os.path.exists(gch):
+        os.makedirs(folder, exist_ok=True)
+        header = os.path.join(folder, "cuda_emu.h")
+        if not os.path.exists(header):
+            fd, tmp = tempfile.mkstemp(dir=folder)
+            with os.fdopen(fd, "w") as f, open(HEADER) as src:
+                f.write(src.read())
+            os.replace(tmp, header)
+        flags = [f for f in CXX_FLAGS if f != "-shared"]
+        _compile(["g++", *flags, "-x", "c++-header", header], gch)
+    return folder
 
 
 _build_lock = threading.Lock()
 _scratch_dir: str | None = None
 
 
-def _library_path(key: str) -> str:
+def _cache_dir() -> str:
     global _scratch_dir
     if config.cache:
-        return os.path.join(config.cache, "cuda_emu", key[:2], key + ".so")
+        return os.path.join(config.cache, "cuda_emu")
     if _scratch_dir is None:
         _scratch_dir = tempfile.mkdtemp(prefix="fusegrad_cuda_emu_")
-    return os.path.join(_scratch_dir, key + ".so")
+    return _scratch_dir
 
 
 class EmulatedModule:
@@ -160,13 +178,14 @@ class EmulatedModule:
         with open(HEADER) as f:
             header = f.read()
         text = f'#include "cuda_emu.h"\n{source}\n{_launchers(self.kernels)}\n'
-        key = hashlib.sha256(
-            "\0".join([text, header, _compiler_id(), *CXX_FLAGS]).encode()
-        ).hexdigest()
-        path = _library_path(key)
+        fingerprint = "\0".join([header, _compiler_id(), *CXX_FLAGS])
+        key = hashlib.sha256(f"{text}\0{fingerprint}".encode()).hexdigest()
+        base = _cache_dir()
+        path = os.path.join(base, key[:2], key + ".so")
         with _build_lock:
             if not os.path.exists(path):
-                _build(text, path)
+                include = _header_dir(base, fingerprint)
+                _compile(["g++", *CXX_FLAGS, "-I", include, "-x", "c++", "-"], path, text)
         self.library = ctypes.CDLL(path)
 
     def get_function(self, symbol: str) -> EmulatedFunction:

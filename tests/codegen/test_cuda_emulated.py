@@ -39,17 +39,29 @@ def boolean(*shape):
     return fg.from_numpy(RNG.random(shape) > 0.5)
 
 
-def emulate(tensors):
-    """Run the kernels computing `tensors` in the emulator: (outputs as numpy, kernels)."""
+def prepare(tensors):
+    """The plan computing `tensors`, its input nodes and its kernels rendered for the GPU."""
     nodes = [t.node for t in tensors]
     has_value = engine.has_value_predicate()
     assert all(not has_value(n) for n in nodes), "the case must compute its outputs"
     plan, leaves, _ = engine.plan_for(nodes, has_value)
     kernels = [cuda_kernel(s.record.loop, s.record.compiled.symbol) for s in plan.steps]
-    bodies = {}  # one translation unit: the shared prelude once, each distinct kernel once
-    for k in kernels:
-        bodies.setdefault(k.symbol, k.source[k.source.index('extern "C"') :])
-    module = EmulatedModule(PRELUDE + "\n".join(bodies.values()))
+    return nodes, plan, leaves, kernels
+
+
+def compile_together(prepared) -> EmulatedModule:
+    """One module for the kernels of many plans: the prelude once, each distinct kernel once
+    (one g++ run instead of one per case)."""
+    bodies = {}
+    for _, _, _, kernels in prepared:
+        for k in kernels:
+            bodies.setdefault(k.symbol, k.source[k.source.index('extern "C"') :])
+    return EmulatedModule(PRELUDE + "\n".join(bodies.values()))
+
+
+def run(prepared, module):
+    """Run a prepared plan's kernels in the emulator: its outputs as numpy arrays."""
+    nodes, plan, leaves, kernels = prepared
     leaf_arrays = [engine.value(n).numpy() for n in leaves]
     slots: list = [None] * plan.slots
     for step, k in zip(plan.steps, kernels):
@@ -59,12 +71,17 @@ def emulate(tensors):
         k.launch(module, outs + ins + scratch)
         for (g, _, _), out in zip(step.outs, outs):
             slots[g] = out
-    return [slots[j].reshape(n.shape) for j, n in zip(plan.outputs, nodes)], kernels
+    return [slots[j].reshape(n.shape) for j, n in zip(plan.outputs, nodes)]
 
 
-def check(tensors, rtol=1e-4, atol=1e-4):
-    """The emulated GPU, the CPU and the reference evaluator agree on `tensors`."""
-    got, kernels = emulate(tensors)
+def emulate(tensors):
+    """Run the kernels computing `tensors` in the emulator: (outputs as numpy, kernels)."""
+    prepared = prepare(tensors)
+    return run(prepared, compile_together([prepared])), prepared[3]
+
+
+def compare(got, tensors, rtol=1e-4, atol=1e-4):
+    """The emulated GPU's outputs `got` agree with the CPU's and the reference evaluator's."""
     reference = evaluate_many([t.node for t in tensors])
     for g, t, ref in zip(got, tensors, reference):
         cpu = t.numpy()
@@ -75,7 +92,6 @@ def check(tensors, rtol=1e-4, atol=1e-4):
         else:
             np.testing.assert_array_equal(g, cpu)
             np.testing.assert_array_equal(g, ref)
-    return kernels
 
 
 def chain(x):
@@ -153,9 +169,18 @@ CASES = {
 }
 
 
+@pytest.fixture(scope="module")
+def cases():
+    """Every case's tensors and prepared plan, and one module with all their kernels."""
+    built = {name: build() for name, build in CASES.items()}
+    prepared = {name: prepare(tensors) for name, tensors in built.items()}
+    return built, prepared, compile_together(list(prepared.values()))
+
+
 @pytest.mark.parametrize("case", list(CASES))
-def test_emulated_kernels_match_the_cpu(case):
-    check(CASES[case]())
+def test_emulated_kernels_match_the_cpu(cases, case):
+    built, prepared, module = cases
+    compare(run(prepared[case], module), built[case])
 
 
 @pytest.mark.parametrize("n", [1, 31, 1024, 1025, 2**20])
