@@ -4,18 +4,20 @@
 // - every thread of a block is a real OS thread; blocks run one after another (so `__shared__`,
 //   which becomes `static`, is one copy per block, as on the GPU);
 // - threadIdx/blockIdx/blockDim/gridDim are thread_local;
-// - __syncthreads() is a real barrier among the block's threads that have not returned;
-// - warp shuffles exchange values through a per-block table between two barriers, so every
-//   thread of the block must call them together (the renderer calls them uniformly);
+// - __syncthreads() is a real barrier (std::barrier) among the block's threads that have not
+//   returned;
+// - warp shuffles exchange values through per-block tables and that barrier, so every thread
+//   of the block must call them together (the renderer calls them uniformly);
 // - the device math functions are the C library's.
 // runtime/cuda_emulator.py appends one `fg_launch_<symbol>(void** args)` per kernel that
 // unpacks the arguments, as CUDA's kernelParams does, and launches through fg_emu_launch.
 #pragma once
 #include <cmath>
 #include <cstring>
-#include <condition_variable>
+#include <barrier>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -37,44 +39,30 @@ static const int warpSize = 32;
 
 namespace fg_emu {
 
-// A reusable barrier that threads may leave for good (a returned thread no longer counts,
-// as on the GPU where __syncthreads waits only for the threads that have not exited).
-struct Barrier {
-  std::mutex m;
-  std::condition_variable cv;
-  unsigned expected = 0, arrived = 0, generation = 0;
-
-  void release_locked() { arrived = 0; ++generation; cv.notify_all(); }
-  void wait() {
-    std::unique_lock<std::mutex> lock(m);
-    unsigned gen = generation;
-    if (++arrived == expected) { release_locked(); return; }
-    cv.wait(lock, [&] { return generation != gen; });
-  }
-  void leave() {
-    std::lock_guard<std::mutex> lock(m);
-    --expected;
-    if (expected > 0 && arrived == expected) release_locked();
-  }
-};
-
 struct Block {
-  Barrier sync;                       // __syncthreads
-  std::vector<uint64_t> exchange;     // one slot per thread, for warp shuffles
+  // __syncthreads; made afresh for every block, since a returned thread leaves it for good
+  // (as on the GPU, where __syncthreads waits only for the threads that have not exited)
+  std::optional<std::barrier<>> sync;
+  std::vector<uint64_t> exchange[2];  // one slot per thread, for warp shuffles
 };
 
 thread_local Block* current_block = nullptr;
 thread_local unsigned linear_tid = 0;
+thread_local unsigned parity = 0;  // which exchange table this thread's next shuffle uses
 
+// Every thread publishes its value, waits for all, reads its source's. The two tables take
+// turns, so one barrier per shuffle suffices: a table is written again only two shuffles
+// later, after a barrier that every reader of it has passed.
 template <class T> inline T shuffle(T v, unsigned from_linear) {
   static_assert(sizeof(T) <= 8, "a shuffled value fits in 8 bytes");
   Block& b = *current_block;
+  std::vector<uint64_t>& table = b.exchange[parity];
+  parity ^= 1;
   uint64_t slot = 0;
   std::memcpy(&slot, &v, sizeof(T));
-  b.exchange[linear_tid] = slot;
-  b.sync.wait();
-  uint64_t got = b.exchange[from_linear];
-  b.sync.wait();  // nobody overwrites its slot before every thread has read
+  table[linear_tid] = slot;
+  b.sync->arrive_and_wait();
+  uint64_t got = table[from_linear];
   T out;
   std::memcpy(&out, &got, sizeof(T));
   return out;
@@ -82,7 +70,7 @@ template <class T> inline T shuffle(T v, unsigned from_linear) {
 
 }  // namespace fg_emu
 
-inline void __syncthreads() { fg_emu::current_block->sync.wait(); }
+inline void __syncthreads() { fg_emu::current_block->sync->arrive_and_wait(); }
 
 template <class T> inline T __shfl_down_sync(unsigned, T v, unsigned delta, int width = 32) {
   unsigned lane = fg_emu::linear_tid % width;
@@ -117,9 +105,9 @@ inline void launch(void (*entry)(void**), void** args, dim3 grid, dim3 block) {
   const unsigned nthreads = block.x * block.y * block.z;
   const unsigned long long nblocks = 1ULL * grid.x * grid.y * grid.z;
   Block b;
-  b.exchange.assign(nthreads, 0);
-  Barrier block_done;  // every thread finishes a block before any starts the next
-  block_done.expected = nthreads;
+  b.exchange[0].assign(nthreads, 0);
+  b.exchange[1].assign(nthreads, 0);
+  std::barrier<> block_done(nthreads);  // every thread finishes a block before any starts the next
   auto worker = [&](unsigned tid) {
     current_block = &b;
     linear_tid = tid;
@@ -129,14 +117,12 @@ inline void launch(void (*entry)(void**), void** args, dim3 grid, dim3 block) {
     for (unsigned long long k = 0; k < nblocks; ++k) {
       blockIdx = {unsigned(k % grid.x), unsigned(k / grid.x % grid.y),
                   unsigned(k / (1ULL * grid.x * grid.y))};
-      if (tid == 0) {
-        std::lock_guard<std::mutex> g(b.sync.m);
-        b.sync.expected = nthreads;
-      }
-      block_done.wait();  // the barrier is reset before anyone syncs in this block
+      parity = 0;
+      if (tid == 0) b.sync.emplace(nthreads);
+      block_done.arrive_and_wait();  // the block's barrier is made before anyone syncs on it
       entry(args);
-      b.sync.leave();
-      block_done.wait();
+      b.sync->arrive_and_drop();
+      block_done.arrive_and_wait();
     }
   };
   std::vector<std::thread> threads;

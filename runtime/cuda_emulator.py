@@ -44,7 +44,7 @@ import numpy as np
 from .config import config
 
 HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda_emu.h")
-CXX_FLAGS = ["-O2", "-pthread", "-std=c++17", "-shared", "-fPIC", "-w"]
+CXX_FLAGS = ["-O2", "-pthread", "-std=c++20", "-shared", "-fPIC", "-w"]
 
 _SCALARS = {
     "bool": ctypes.c_bool,

@@ -183,13 +183,28 @@ def test_emulated_kernels_match_the_cpu(cases, case):
     compare(run(prepared[case], module), built[case])
 
 
-@pytest.mark.parametrize("n", [1, 31, 1024, 1025, 2**20])
-def test_full_reductions_of_any_length(n):
-    x = RNG.standard_normal(n).astype(np.float32)
-    t = fg.from_numpy(x)
-    (total, peak), kernels = emulate([t.sum(), t.amax()])
+LENGTHS = [1, 31, 1024, 1025, 2**20]
+
+
+@pytest.fixture(scope="module")
+def full_reductions():
+    """A sum and a max over each length, all compiled into one module."""
+    data = {n: RNG.standard_normal(n).astype(np.float32) for n in LENGTHS}
+    prepared = {}
+    for n, x in data.items():
+        t = fg.from_numpy(x)
+        prepared[n] = prepare([t.sum(), t.amax()])
+    return data, prepared, compile_together(list(prepared.values()))
+
+
+@pytest.mark.parametrize("n", LENGTHS)
+def test_full_reductions_of_any_length(full_reductions, n):
+    data, prepared, module = full_reductions
+    x = data[n]
+    total, peak = run(prepared[n], module)
     np.testing.assert_allclose(total, x.sum(dtype=np.float64), rtol=1e-5, atol=1e-4)
     assert peak == x.max()
+    kernels = prepared[n][3]
     if n == 2**20:  # long enough to be split over blocks and finished by a second pass
         assert all(len(k.launches) == 2 and k.scratch for k in kernels)
 
