@@ -36,6 +36,7 @@ from .loopir import (
     Select,
     Store,
 )
+from .optable import op_row
 
 PRELUDE = """\
 __device__ __forceinline__ float fg_max(float a, float b) { return (a != a || a > b) ? a : b; }
@@ -113,10 +114,6 @@ def _atom(a) -> str:
 
 def valid(conds) -> str:
     return " && ".join(f"{index(c)} >= 0" for c in conds) or "true"
-
-
-_FLOAT_FN = {Ops.EXP: "exp", Ops.LOG: "log", Ops.SIN: "sin", Ops.COS: "cos", Ops.SQRT: "sqrt"}
-_BINARY = {Ops.ADD: "+", Ops.MUL: "*", Ops.DIV: "/", Ops.CMPLT: "<", Ops.CMPEQ: "=="}
 
 
 @dataclass(frozen=True)
@@ -356,20 +353,8 @@ class _Renderer:
             if s.dtype.is_bool:
                 return f"({a[0]} != 0)"
             return f"({s.dtype.cuda}){a[0]}"
-        if s.op is Ops.NEG:
-            return f"!{a[0]}" if src.is_bool else f"-{a[0]}"
-        if s.op is Ops.RECIP:
-            return f"({src.cuda})1 / {a[0]}"
-        if s.op is Ops.MAX:
-            return f"fg_max({a[0]}, {a[1]})"
-        if s.op in _FLOAT_FN:
-            fn = _FLOAT_FN[s.op] + ("f" if src.itemsize == 4 else "")
-            return f"{fn}({a[0]})"
-        if src.is_bool and s.op in (Ops.ADD, Ops.MUL):
-            return f"{a[0]} {'||' if s.op is Ops.ADD else '&&'} {a[1]}"
-        if s.op is Ops.DIV and not src.is_float:
-            return f"({a[1]} == 0 ? ({src.cuda})0 : {a[0]} / {a[1]})"
-        return f"{a[0]} {_BINARY[s.op]} {a[1]}"
+        f = "f" if src.is_float and src.itemsize == 4 else ""
+        return op_row(s.op, src).cuda.format(*a, t=src.cuda, f=f)
 
 
 def cuda_kernel(kernel: Kernel, symbol: str) -> CudaKernel:
