@@ -15,13 +15,17 @@ import re
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
 import fusegrad as fg
 from fusegrad.codegen.cuda import cuda_kernel
+from fusegrad.codegen.lower import lower
+from fusegrad.ir.schedule import schedule
 from fusegrad.nn import functional as F
+from fusegrad.runtime.engine import engine
 
 NVCC = shutil.which("nvcc") or (
     "/usr/local/bin/nvcc" if shutil.which("/usr/local/bin/nvcc") else None
@@ -152,7 +156,7 @@ def _gather_scatter():
 def _conv_backward():
     x = fg.tensor(RNG.standard_normal((2, 3, 9, 9)).astype(np.float32), requires_grad=True)
     w = fg.tensor(RNG.standard_normal((4, 3, 3, 3)).astype(np.float32), requires_grad=True)
-    y = F.conv2d(x, w, padding=1, stride=2)
+    y = F.conv2d(x, w, padding=1)
     (y * y).sum().backward()
     return [y, x.grad, w.grad]
 
@@ -216,9 +220,9 @@ def compiled(request, tmp_path_factory):
     kernels: dict[str, list] = {}
     sources: dict[str, str] = {}
     for name, build in CASES.items():
-        kernels[name] = fg.kernels(*build())
+        kernels[name] = _render_both(build())
         for k in kernels[name]:
-            sources[k.compiled.symbol] = k.cuda_c
+            sources[k.gpu.symbol] = k.gpu.source
     # one translation unit per distinct prelude (today there is one)
     groups: dict[str, list[str]] = {}
     for symbol, src in sources.items():
@@ -242,6 +246,33 @@ def compiled(request, tmp_path_factory):
     return kernels, sources, _entries(ptx), errors
 
 
+@dataclass
+class Rendered:
+    name: str
+    loop: object  # the loop IR it was rendered from
+    gpu: object  # its CudaKernel
+
+
+def _render_both(tensors) -> list[Rendered]:
+    """Each kernel computing `tensors`, rendered from the CPU's loop nest (the plan's, with
+    register tiles) and from the GPU's (`lower(item, tile=False)`: shared-memory tiles)."""
+    items = schedule([t.node for t in tensors], engine.has_value_predicate())
+    records = fg.kernels(*tensors)
+    if not items:  # realized while built (an optimizer step): only the plan's loop nests
+        items = [None] * len(records)
+    names = [lower(item).name if item else r.name for r, item in zip(records, items)]
+    assert [r.name for r in records] == names
+    out = []
+    for rec, item in zip(records, items):
+        symbol = rec.compiled.symbol
+        out.append(Rendered(rec.name, rec.loop, cuda_kernel(rec.loop, symbol)))
+        if item is None:
+            continue
+        plain = lower(item, tile=False)
+        out.append(Rendered(f"{rec.name} (GPU lowering)", plain, cuda_kernel(plain, symbol + "_g")))
+    return out
+
+
 def _entries(ptx: str) -> dict[str, tuple[int, str]]:
     """symbol -> (number of parameters, body) of every `.entry` in the PTX."""
     out = {}
@@ -256,18 +287,17 @@ def test_kernels_compile_to_ptx_entries(compiled, case):
     kernels, sources, entries, errors = compiled
     assert kernels[case], f"{case} made no kernels"
     for k in kernels[case]:
-        symbol = k.compiled.symbol
+        symbol = k.gpu.symbol
         assert symbol not in errors, (
             f"{k.name} does not compile:\n{errors[symbol]}\n{sources[symbol]}"
         )
-        gpu = cuda_kernel(k.loop, symbol)
-        assert gpu.params == k.loop.params  # the CPU kernel's buffers, in its order
-        for launch in gpu.launches:
+        assert k.gpu.params == k.loop.params  # the CPU kernel's buffers, in its order
+        for launch in k.gpu.launches:
             assert launch.symbol in entries, f"no .entry {launch.symbol} in the PTX"
             nparams, _ = entries[launch.symbol]
-            assert nparams == len(k.loop.params) + len(gpu.scratch), (
+            assert nparams == len(k.loop.params) + len(k.gpu.scratch), (
                 f"{k.name}: .entry {launch.symbol} takes {nparams} parameters, the launcher "
-                f"passes {len(k.loop.params)} buffers and {len(gpu.scratch)} scratch buffers"
+                f"passes {len(k.loop.params)} buffers and {len(k.gpu.scratch)} scratch buffers"
             )
 
 
@@ -275,17 +305,29 @@ def test_kernels_compile_to_ptx_entries(compiled, case):
 def test_float32_kernels_do_not_compute_in_double(compiled, case):
     kernels, sources, entries, _ = compiled
     for k in kernels[case]:
-        _, body = entries.get(k.compiled.symbol, (0, ""))
-        assert body, f"{k.name} did not compile"
-        doubles = sorted(set(re.findall(r"\b[a-z]+(?:\.[a-z0-9]+)*\.f64\b", body)))
-        assert not doubles, f"{k.name} uses {doubles}:\n{sources[k.compiled.symbol]}"
+        for launch in k.gpu.launches:
+            _, body = entries.get(launch.symbol, (0, ""))
+            assert body, f"{k.name} did not compile"
+            doubles = sorted(set(re.findall(r"\b[a-z]+(?:\.[a-z0-9]+)*\.f64\b", body)))
+            assert not doubles, f"{k.name} uses {doubles}:\n{sources[k.gpu.symbol]}"
 
 
 def test_every_case_is_covered_by_a_distinct_kernel(compiled):
     kernels, sources, _, _ = compiled
     # a renderer that gave every kernel the same name would pass the checks above vacuously
-    symbols = [k.compiled.symbol for ks in kernels.values() for k in ks]
-    assert len(set(symbols)) == len(sources) >= 40
+    symbols = [k.gpu.symbol for ks in kernels.values() for k in ks]
+    assert len(set(symbols)) == len(sources) >= 80
     for ks in kernels.values():
         for k in ks:
-            assert f"void {k.compiled.symbol}(" in k.cuda_c
+            for launch in k.gpu.launches:
+                assert f"void {launch.symbol}(" in k.gpu.source
+
+
+def test_contractions_are_tiled_through_shared_memory(compiled):
+    kernels, _, entries, _ = compiled
+    for case in ("matmul", "conv2d"):
+        tiled = [k for k in kernels[case] if k.gpu.block == (16, 16, 1)]
+        assert tiled, f"no kernel of {case} is tiled"
+        for k in tiled:
+            _, body = entries[k.gpu.symbol]
+            assert "st.shared" in body and "ld.shared" in body and "bar.sync" in body

@@ -15,7 +15,9 @@ import pytest
 import fusegrad as fg
 from fusegrad.codegen.cuda import PRELUDE, cuda_kernel
 from fusegrad.codegen.gpu import map_to_gpu
+from fusegrad.codegen.lower import lower
 from fusegrad.ir.reference import evaluate_many
+from fusegrad.ir.schedule import schedule
 from fusegrad.nn import functional as F
 from fusegrad.runtime.cuda_emulator import EmulatedModule
 from fusegrad.runtime.engine import engine
@@ -39,13 +41,26 @@ def boolean(*shape):
     return fg.from_numpy(RNG.random(shape) > 0.5)
 
 
-def prepare(tensors):
-    """The plan computing `tensors`, its input nodes and its kernels rendered for the GPU."""
+LOWERINGS = ("gpu", "cpu_tiles")
+
+
+def prepare(tensors, lowering="gpu"):
+    """The plan computing `tensors`, its input nodes and its kernels rendered for the GPU:
+    from the GPU's loop nests (`lower(item, tile=False)`: shared-memory tiles), or from the
+    CPU's register-tiled ones that the plan holds (a kernel must be right from either)."""
     nodes = [t.node for t in tensors]
     has_value = engine.has_value_predicate()
     assert all(not has_value(n) for n in nodes), "the case must compute its outputs"
     plan, leaves, _ = engine.plan_for(nodes, has_value)
-    kernels = [cuda_kernel(s.record.loop, s.record.compiled.symbol) for s in plan.steps]
+    if lowering == "gpu":
+        items = schedule(nodes, has_value)  # the plan's kernels, in its order
+        loops = [lower(item, tile=False) for item in items]
+    else:
+        loops = [s.record.loop for s in plan.steps]
+    assert [k.name for k in loops] == [s.record.loop.name for s in plan.steps]
+    kernels = [
+        cuda_kernel(k, f"{s.record.compiled.symbol}_{lowering}") for k, s in zip(loops, plan.steps)
+    ]
     return nodes, plan, leaves, kernels
 
 
@@ -156,7 +171,7 @@ CASES = {
     "argmax": lambda: [f32(32, 48).argmax(1), f32(32, 48).argmin(0)],
     "matmul": lambda: [f32(32, 48) @ f32(48, 64), f32(6, 20) @ f32(20, 28), f32(24) @ f32(24)],
     "matmul_backward": _matmul_backward,
-    "conv2d": lambda: [F.conv2d(f32(2, 3, 10, 10), f32(5, 3, 3, 3), f32(5), stride=2, padding=1)],
+    "conv2d": lambda: [F.conv2d(f32(2, 3, 10, 10), f32(5, 3, 3, 3), f32(5), padding=1)],
     "conv2d_backward": _conv_backward,
     "gather_scatter": _embedding_backward,
     "cross_entropy_backward": _cross_entropy_backward,
@@ -171,16 +186,27 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def cases():
-    """Every case's tensors and prepared plan, and one module with all their kernels."""
+    """Every case's tensors and prepared plans, and one module with all their kernels."""
     built = {name: build() for name, build in CASES.items()}
-    prepared = {name: prepare(tensors) for name, tensors in built.items()}
+    prepared = {(name, how): prepare(built[name], how) for name in CASES for how in LOWERINGS}
     return built, prepared, compile_together(list(prepared.values()))
 
 
+@pytest.mark.parametrize("lowering", LOWERINGS)
 @pytest.mark.parametrize("case", list(CASES))
-def test_emulated_kernels_match_the_cpu(cases, case):
+def test_emulated_kernels_match_the_cpu(cases, case, lowering):
     built, prepared, module = cases
-    compare(run(prepared[case], module), built[case])
+    compare(run(prepared[case, lowering], module), built[case])
+
+
+@pytest.mark.parametrize("case", ["matmul", "matmul_backward", "conv2d", "conv2d_backward"])
+def test_contractions_go_through_shared_memory(cases, case):
+    _, prepared, _ = cases
+    kernels = prepared[case, "gpu"][3]
+    tiled = [k for k in kernels if "__shared__" in k.source and k.block[1] > 1]
+    assert tiled, f"no kernel of {case} is tiled through shared memory"
+    for k in tiled:
+        assert "__syncthreads" in k.source and "_tile[" in k.source
 
 
 LENGTHS = [1, 31, 1024, 1025, 2**20]
