@@ -249,3 +249,39 @@ def test_nan_propagates_through_a_block_max():
     x[1500] = np.nan
     (peak,), _ = emulate([fg.from_numpy(x).amax()])
     assert np.isnan(peak)
+
+
+def random_program(seed: int):
+    """A reduction over random axes of a random shape, with ops fused before and after it,
+    and its gradient: every GPU mapping (thread, block, split, tile) is drawn somewhere."""
+    rng = np.random.default_rng(seed)
+    ndim = int(rng.integers(1, 5))
+    shape = tuple(int(s) for s in rng.choice([1, 2, 3, 5, 8, 17, 33, 64], ndim))
+    x = fg.tensor(rng.standard_normal(shape).astype(np.float32), requires_grad=True)
+    axes = tuple(int(a) for a in np.flatnonzero(rng.random(ndim) < 0.5)) or (ndim - 1,)
+    keep = bool(rng.integers(2))
+    pre = [lambda t: t.exp(), lambda t: t * t + 1, lambda t: t.relu(), lambda t: t][seed % 4]
+    red = [
+        lambda t: t.sum(axes, keepdim=keep),
+        lambda t: t.amax(axes, keepdim=keep),
+        lambda t: t.mean(axes, keepdim=keep),
+    ][int(rng.integers(3))]
+    y = red(pre(x)) * 0.5 - 1
+    (y * y).sum().backward()
+    return [y, x.grad]
+
+
+SEEDS = range(24)
+
+
+@pytest.fixture(scope="module")
+def programs():
+    built = {seed: random_program(seed) for seed in SEEDS}
+    prepared = {seed: prepare(tensors) for seed, tensors in built.items()}
+    return built, prepared, compile_together(list(prepared.values()))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_random_reductions_and_their_gradients(programs, seed):
+    built, prepared, module = programs
+    compare(run(prepared[seed], module), built[seed])
