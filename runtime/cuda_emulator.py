@@ -2,8 +2,10 @@
 
 The source is compiled against `cuda_emu.h` (next to this file), which gives it
 `threadIdx`/`blockIdx`/`blockDim`/`gridDim`, `__shared__` memory per block,
-`__syncthreads()` as a real barrier and the warp shuffles, and runs every
-thread of a block as an OS thread, the blocks one after another. It is slow
+`__syncthreads()` as a real barrier and the warp shuffles; `cuda_emu_runtime.cpp`
+(built once per cache, loaded first) runs every thread of a block as an OS
+thread, the blocks one after another. The header a kernel includes is light
+(C headers only), so a module compiles in well under a second. It is slow
 and exact: the tool that makes every CUDA kernel fusegrad renders testable on a
 machine without a GPU (`FUSEGRAD_CUDA=emulate`).
 
@@ -43,7 +45,9 @@ import numpy as np
 
 from .config import config
 
-HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda_emu.h")
+HERE = os.path.dirname(os.path.abspath(__file__))
+HEADER = os.path.join(HERE, "cuda_emu.h")  # what a kernel sees
+RUNTIME_SOURCE = os.path.join(HERE, "cuda_emu_runtime.cpp")  # threads and barriers, built once
 CXX_FLAGS = ["-O2", "-pthread", "-std=c++20", "-shared", "-fPIC", "-w"]
 
 _SCALARS = {
@@ -109,7 +113,7 @@ def _launchers(kernels: dict[str, list[str]]) -> str:
         parts.append(
             f'extern "C" void fg_launch_{name}(void** args, unsigned gx, unsigned gy, '
             "unsigned gz, unsigned bx, unsigned by, unsigned bz) {\n"
-            f"  fg_emu::launch([](void** a) {{ {name}({unpack}); }}, args, "
+            f"  fg_emu_launch([](void** a) {{ {name}({unpack}); }}, args, "
             "dim3{gx, gy, gz}, dim3{bx, by, bz});\n}"
         )
     return "\n".join(parts)
@@ -132,22 +136,20 @@ def _compile(cmd: list[str], out: str, text: str | None = None) -> None:
             os.unlink(tmp)
 
 
-def _header_dir(base: str, fingerprint: str) -> str:
-    """A folder holding the header and its precompiled form, which halves every compile
-    (most of g++'s time goes to parsing <thread> and <mutex>)."""
-    folder = os.path.join(base, "pch-" + hashlib.sha256(fingerprint.encode()).hexdigest()[:16])
-    gch = os.path.join(folder, "cuda_emu.h.gch")
-    if not os.path.exists(gch):
-        os.makedirs(folder, exist_ok=True)
-        header = os.path.join(folder, "cuda_emu.h")
-        if not os.path.exists(header):
-            fd, tmp = tempfile.mkstemp(dir=folder)
-            with os.fdopen(fd, "w") as f, open(HEADER) as src:
-                f.write(src.read())
-            os.replace(tmp, header)
-        flags = [f for f in CXX_FLAGS if f != "-shared"]
-        _compile(["g++", *flags, "-x", "c++-header", header], gch)
-    return folder
+_runtimes: dict[str, ctypes.CDLL] = {}
+
+
+def _load_runtime(base: str, fingerprint: str) -> None:
+    """Build (once per cache) and load the emulator's runtime library, globally, so that the
+    kernel modules loaded after it find `threadIdx`, `fg_emu_launch`, ... in it."""
+    name = "runtime-" + hashlib.sha256(fingerprint.encode()).hexdigest()[:16] + ".so"
+    path = os.path.join(base, name)
+    if path in _runtimes:
+        return
+    if not os.path.exists(path):
+        with open(RUNTIME_SOURCE) as f:
+            _compile(["g++", *CXX_FLAGS, "-I", HERE, "-x", "c++", "-"], path, f.read())
+    _runtimes[path] = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
 
 
 _build_lock = threading.Lock()
@@ -175,17 +177,16 @@ class EmulatedModule:
         self.kernels = _kernels(source)
         if not self.kernels:
             raise EmulatorError('no `extern "C" __global__` function in the source')
-        with open(HEADER) as f:
-            header = f.read()
+        with open(HEADER) as f, open(RUNTIME_SOURCE) as g:
+            fingerprint = "\0".join([f.read(), g.read(), _compiler_id(), *CXX_FLAGS])
         text = f'#include "cuda_emu.h"\n{source}\n{_launchers(self.kernels)}\n'
-        fingerprint = "\0".join([header, _compiler_id(), *CXX_FLAGS])
         key = hashlib.sha256(f"{text}\0{fingerprint}".encode()).hexdigest()
         base = _cache_dir()
         path = os.path.join(base, key[:2], key + ".so")
         with _build_lock:
+            _load_runtime(base, fingerprint)
             if not os.path.exists(path):
-                include = _header_dir(base, fingerprint)
-                _compile(["g++", *CXX_FLAGS, "-I", include, "-x", "c++", "-"], path, text)
+                _compile(["g++", *CXX_FLAGS, "-I", HERE, "-x", "c++", "-"], path, text)
         self.library = ctypes.CDLL(path)
 
     def get_function(self, symbol: str) -> EmulatedFunction:

@@ -1,0 +1,74 @@
+// fusegrad's CUDA emulator, the side that runs kernels: one OS thread per thread of a block,
+// the blocks in turn, real barriers. Compiled once into a shared library that
+// runtime/cuda_emulator.py loads (RTLD_GLOBAL) before any kernel module; see cuda_emu.h.
+#include "cuda_emu.h"
+
+#include <barrier>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+__thread uint3 threadIdx;
+__thread uint3 blockIdx;
+__thread dim3 blockDim;
+__thread dim3 gridDim;
+
+namespace {
+
+struct Block {
+  // __syncthreads; made afresh for every block, since a returned thread leaves it for good
+  // (as on the GPU, where __syncthreads waits only for the threads that have not exited)
+  std::optional<std::barrier<>> sync;
+  std::vector<uint64_t> exchange[2];  // one slot per thread, for warp shuffles
+};
+
+thread_local Block* current_block = nullptr;
+thread_local unsigned parity = 0;  // which exchange table this thread's next shuffle uses
+
+}  // namespace
+
+extern "C" void fg_emu_syncthreads() { current_block->sync->arrive_and_wait(); }
+
+// Every thread publishes its value, waits for all, reads its source's. The two tables take
+// turns, so one barrier per shuffle suffices: a table is written again only two shuffles
+// later, after a barrier that every reader of it has passed.
+extern "C" uint64_t fg_emu_exchange(uint64_t value, unsigned from_linear) {
+  std::vector<uint64_t>& table = current_block->exchange[parity];
+  parity ^= 1;
+  table[fg_emu::linear_tid()] = value;
+  current_block->sync->arrive_and_wait();
+  return table[from_linear];
+}
+
+// Run `entry(args)` over the grid: one OS thread per thread of a block, the blocks in turn.
+extern "C" void fg_emu_launch(void (*entry)(void**), void** args, dim3 grid, dim3 block) {
+  static std::mutex one_launch_at_a_time;  // `__shared__` statics are one copy per kernel
+  std::lock_guard<std::mutex> lock(one_launch_at_a_time);
+  const unsigned nthreads = block.x * block.y * block.z;
+  const unsigned long long nblocks = 1ULL * grid.x * grid.y * grid.z;
+  Block b;
+  b.exchange[0].assign(nthreads, 0);
+  b.exchange[1].assign(nthreads, 0);
+  std::barrier<> block_done(nthreads);  // every thread finishes a block before any starts the next
+  auto worker = [&](unsigned tid) {
+    current_block = &b;
+    blockDim = block;
+    gridDim = grid;
+    threadIdx = {tid % block.x, tid / block.x % block.y, tid / (block.x * block.y)};
+    for (unsigned long long k = 0; k < nblocks; ++k) {
+      blockIdx = {unsigned(k % grid.x), unsigned(k / grid.x % grid.y),
+                  unsigned(k / (1ULL * grid.x * grid.y))};
+      parity = 0;
+      if (tid == 0) b.sync.emplace(nthreads);
+      block_done.arrive_and_wait();  // the block's barrier is made before anyone syncs on it
+      entry(args);
+      b.sync->arrive_and_drop();
+      block_done.arrive_and_wait();
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(nthreads);
+  for (unsigned t = 0; t < nthreads; ++t) threads.emplace_back(worker, t);
+  for (auto& t : threads) t.join();
+}
