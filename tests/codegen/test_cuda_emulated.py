@@ -167,6 +167,8 @@ CASES = {
         boolean(100).amax(),
         f32(3, 5, 7).sum((0, 2)),
     ],
+    # split over blocks, finished by a second launch: bool, integer and float64 accumulators
+    "long_reductions": lambda: [boolean(2**17).amax(), i64(3, 40000).amax(1), f64(2**17).sum()],
     "mean_var_std": lambda: [f32(32, 48).mean(1), f32(32, 48).var(0), f32(100).std()],
     "softmax": lambda: [f32(32, 48).softmax(1), f64(9, 300).log_softmax(0)],
     "softmax_backward": _softmax_backward,
