@@ -175,6 +175,13 @@ CASES = {
     "argmax": lambda: [f32(32, 48).argmax(1), f32(32, 48).argmin(0)],
     "matmul": lambda: [f32(32, 48) @ f32(48, 64), f32(6, 20) @ f32(20, 28), f32(24) @ f32(24)],
     "matmul_backward": _matmul_backward,
+    # ragged tiles on both sides and along the reduction, a transposed operand, a batch
+    "matmul_shapes": lambda: [
+        f32(65, 31) @ f32(31, 70),
+        f32(40, 5).T @ f32(40, 66),
+        f32(3, 17, 33) @ f32(3, 33, 9),
+        (f32(20, 33).exp() @ f32(33, 18)).relu() + f32(18),
+    ],
     "conv2d": lambda: [F.conv2d(f32(2, 3, 10, 10), f32(5, 3, 3, 3), f32(5), padding=1)],
     "conv2d_backward": _conv_backward,
     "gather_scatter": _embedding_backward,
@@ -203,7 +210,9 @@ def test_emulated_kernels_match_the_cpu(cases, case, lowering):
     compare(run(prepared[case, lowering], module), built[case])
 
 
-@pytest.mark.parametrize("case", ["matmul", "matmul_backward", "conv2d", "conv2d_backward"])
+@pytest.mark.parametrize(
+    "case", ["matmul", "matmul_backward", "matmul_shapes", "conv2d", "conv2d_backward"]
+)
 def test_contractions_go_through_shared_memory(cases, case):
     _, prepared, _ = cases
     kernels = prepared[case, "gpu"][3]
