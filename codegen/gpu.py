@@ -21,9 +21,12 @@ mappings:
   partial per block into a scratch buffer, pass 2 (one block per output)
   combines the partials and runs the epilogue.
 
-    >>> from fusegrad.codegen.gpu import map_to_gpu   # doctest: +SKIP
-    >>> map_to_gpu(kernel_of(x.sum())).mode           # doctest: +SKIP
-    'block'
+    >>> import fusegrad as fg
+    >>> from fusegrad.codegen.gpu import map_to_gpu
+    >>> (k,) = fg.kernels(fg.ones(2**20).sum())
+    >>> gpu = map_to_gpu(k.loop)
+    >>> gpu.mode, gpu.block, gpu.split, gpu.grid
+    ('block', 256, 64, 64)
 """
 
 from __future__ import annotations

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import doctest
+
 import pytest
 
-from fusegrad.codegen import optable
+from fusegrad.codegen import gpu, optable
 from fusegrad.codegen.cuda import render_cuda
 from fusegrad.codegen.llvm import render_llvm
 from fusegrad.codegen.loopir import Alu, Kernel, Load, Loop, Param, Store
@@ -70,3 +72,9 @@ def test_changing_a_row_changes_both_backends(monkeypatch):
 def test_a_missing_row_is_named():
     with pytest.raises(NotImplementedError, match="EXP on int32: no row in codegen/optable.py"):
         render_cuda(one_op_kernel(Ops.EXP, int32), "k")
+
+
+@pytest.mark.parametrize("module", [optable, gpu], ids=["optable", "gpu"])
+def test_docstring_examples(module):
+    result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0
