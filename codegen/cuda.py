@@ -258,8 +258,10 @@ class _Renderer:
         dt = red.init.dtype
         for side, exports, width in (("a", c.a_exports, ta), ("b", c.b_exports, tb)):
             for name, t in exports:
-                self.shared.append(f"  __shared__ {t.cuda} {side}_{name}[{kc}][{width}];")
-                self.shared_bytes += kc * width * t.itemsize
+                # one spare column: a side staged along the reduction stores down a column,
+                # and rows of width + 1 put consecutive threads' stores in different banks
+                self.shared.append(f"  __shared__ {t.cuda} {side}_{name}[{kc}][{width + 1}];")
+                self.shared_bytes += kc * (width + 1) * t.itemsize
         init = literal(red.init.value, dt)
         self.line(1, "const int tid = threadIdx.y * blockDim.x + threadIdx.x;")
         self.line(1, f"for (long long tile_a = blockIdx.y * {ta}LL; tile_a < {c.na}LL; "
