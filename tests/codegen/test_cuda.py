@@ -331,3 +331,4 @@ def test_contractions_are_tiled_through_shared_memory(compiled):
         for k in tiled:
             _, body = entries[k.gpu.symbol]
             assert "st.shared" in body and "ld.shared" in body and "bar.sync" in body
+            assert ".local" not in body, f"{k.name}: the register tile went to local memory"
