@@ -32,11 +32,13 @@ arrays statically, so `shared=` is accepted and must be 0.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -160,8 +162,9 @@ def _cache_dir() -> str:
     global _scratch_dir
     if config.cache:
         return os.path.join(config.cache, "cuda_emu")
-    if _scratch_dir is None:
+    if _scratch_dir is None:  # the cache is off: this process's own folder, removed at exit
         _scratch_dir = tempfile.mkdtemp(prefix="fusegrad_cuda_emu_")
+        atexit.register(shutil.rmtree, _scratch_dir, ignore_errors=True)
     return _scratch_dir
 
 

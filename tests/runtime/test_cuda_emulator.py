@@ -142,3 +142,14 @@ def test_the_compiled_library_is_cached(module):
 
 def test_docstring_example():
     assert doctest.testmod(cuda_emulator).failed == 0
+
+
+def test_without_a_cache_the_library_lives_in_a_scratch_folder():
+    from fusegrad.runtime.config import config
+
+    with config.override(cache=None):
+        mod = EmulatedModule(SOURCE.replace("tree_sum", "tree_sum_uncached"))
+    assert "fusegrad_cuda_emu_" in mod.library._name
+    out = np.zeros(1)
+    mod.get_function("tree_sum_uncached")(out, np.ones(10), np.int32(10), block=(256,))
+    assert out[0] == 10
