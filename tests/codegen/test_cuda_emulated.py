@@ -307,12 +307,10 @@ def test_random_reductions_and_their_gradients(programs, seed):
     compare(run(prepared[seed], module), built[seed])
 
 
-def test_an_optimizer_step_with_its_multi_output_kernels(monkeypatch):
-    """Adam's fused step: kernels that store a parameter and its state together. The step
-    realizes inside `opt.step()`, so the plan is caught as the engine runs it, with copies
-    of its inputs; then every kernel runs again in the emulator, from both lowerings."""
-    w = fg.nn.Parameter(f32(6, 40))
-    opt = fg.optim.Adam([w], lr=0.1)
+def catch_plans(monkeypatch, fn):
+    """Call `fn`, catching every plan the engine runs meanwhile with what it needs to run it
+    again: (plan, its kernels' schedule items, copies of its inputs, copies of its outputs).
+    A plan replayed from the cache has no items (nothing was scheduled for it)."""
     caught = []
     real_run = engine.run
 
@@ -323,29 +321,85 @@ def test_an_optimizer_step_with_its_multi_output_kernels(monkeypatch):
         caught.append((plan, items, inputs, [b.numpy().copy() for b in outs]))
         return outs
 
-    monkeypatch.setattr(engine, "run", run_and_catch)
-    for _ in range(2):  # the first step makes Adam's state; both update it
-        opt.zero_grad()
-        (f32(4, 6) @ w).relu().sum().backward()
-        opt.step()
-    monkeypatch.undo()
-    # the first step's run, scheduled afresh (the second replays the cached plan)
-    plan, items, inputs, expected = caught[0]
+    with monkeypatch.context() as m:
+        m.setattr(engine, "run", run_and_catch)
+        fn()
+    return [c for c in caught if len(c[1]) == len(c[0].steps)]
+
+
+def emulate_caught(plan, items, inputs, lowering):
+    """Run a caught plan's kernels again in the emulator: its flat outputs."""
     assert [lower(item).name for item in items] == [s.record.loop.name for s in plan.steps]
+    if lowering == "gpu":
+        loops = [lower(item, tile=False) for item in items]
+    else:
+        loops = [s.record.loop for s in plan.steps]
+    symbols = [f"{s.record.compiled.symbol}_{lowering}" for s in plan.steps]
+    kernels = [cuda_kernel(k, symbol) for k, symbol in zip(loops, symbols)]
+    module = compile_together([(None, plan, None, kernels)])
+    return run_plan(plan, kernels, inputs, module)
+
+
+def test_an_optimizer_step_with_its_multi_output_kernels(monkeypatch):
+    """Adam's fused step: kernels that store a parameter and its state together. The step
+    realizes inside `opt.step()`, so its plan is caught as the engine runs it."""
+    w = fg.nn.Parameter(f32(6, 40))
+    opt = fg.optim.Adam([w], lr=0.1)
+
+    def steps():
+        for _ in range(2):  # the first makes Adam's state, then the plan is replayed
+            opt.zero_grad()
+            (f32(4, 6) @ w).relu().sum().backward()
+            opt.step()
+
+    (plan, items, inputs, expected), *_ = catch_plans(monkeypatch, steps)
     assert any(len(s.outs) > 1 for s in plan.steps), "no kernel stores several outputs"
     for lowering in LOWERINGS:
-        loops = (
-            [lower(item, tile=False) for item in items]
-            if lowering == "gpu"
-            else [s.record.loop for s in plan.steps]
-        )
-        kernels = [
-            cuda_kernel(k, f"{s.record.compiled.symbol}_{lowering}")
-            for k, s in zip(loops, plan.steps)
-        ]
-        nodes = [None] * len(plan.outputs)
-        prepared = (nodes, plan, [None] * len(inputs), kernels)
-        module = compile_together([prepared])
-        got = run_plan(plan, kernels, inputs, module)
+        got = emulate_caught(plan, items, inputs, lowering)
         for g, e in zip(got, expected):
             np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
+
+
+class LeNet5(fg.nn.Module):
+    """examples/lenet_mnist.py's network."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = fg.nn.Conv2d(1, 6, 5, padding=2)
+        self.conv2 = fg.nn.Conv2d(6, 16, 5)
+        self.pool = fg.nn.MaxPool2d(2)
+        self.fc1 = fg.nn.Linear(16 * 5 * 5, 120)
+        self.fc2 = fg.nn.Linear(120, 84)
+        self.fc3 = fg.nn.Linear(84, 10)
+
+    def forward(self, x):
+        x = self.pool(self.conv1(x).relu())
+        x = self.pool(self.conv2(x).relu())
+        x = self.fc2(self.fc1(x.flatten(1)).relu()).relu()
+        return self.fc3(x)
+
+
+def test_a_lenet_training_step_matches_the_cpu(monkeypatch):
+    """Forward, backward and SGD-momentum update of LeNet-5 on 4 images: every kernel of the
+    step, GPU-lowered (shared-memory tiles for the convolutions and linears) and emulated,
+    gives the CPU's new parameters, momenta and loss to 1e-4."""
+    fg.manual_seed(0)
+    model = LeNet5()
+    opt = fg.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    images = fg.from_numpy(RNG.standard_normal((4, 1, 28, 28)).astype(np.float32))
+    labels = fg.from_numpy(RNG.integers(0, 10, (4,)))
+
+    def step():
+        opt.zero_grad()
+        F.cross_entropy(model(images), labels).backward()
+        opt.step()
+
+    caught = catch_plans(monkeypatch, step)
+    assert caught
+    tiled = 0
+    for plan, items, inputs, expected in caught:
+        got = emulate_caught(plan, items, inputs, "gpu")
+        for g, e in zip(got, expected):
+            np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4)
+        tiled += sum(map_to_gpu(lower(item, tile=False)).mode == "tile" for item in items)
+    assert tiled >= 4  # the convolutions and the linear layers, forward and backward
