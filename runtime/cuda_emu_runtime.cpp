@@ -18,17 +18,19 @@ namespace {
 
 struct Block {
   // __syncthreads; made afresh for every block, since a returned thread leaves it for good
-  // (as on the GPU, where __syncthreads waits only for the threads that have not exited)
-  std::optional<std::barrier<>> sync;
+  // (as on the GPU, where __syncthreads waits only for the threads that have not exited).
+  // Blocks take turns between two, so that the next block's is made while this one runs.
+  std::optional<std::barrier<>> syncs[2];
   std::vector<uint64_t> exchange[2];  // one slot per thread, for warp shuffles
 };
 
 thread_local Block* current_block = nullptr;
+thread_local std::barrier<>* current_sync = nullptr;  // this block's __syncthreads
 thread_local unsigned parity = 0;  // which exchange table this thread's next shuffle uses
 
 }  // namespace
 
-extern "C" void fg_emu_syncthreads() { current_block->sync->arrive_and_wait(); }
+extern "C" void fg_emu_syncthreads() { current_sync->arrive_and_wait(); }
 
 // Every thread publishes its value, waits for all, reads its source's. The two tables take
 // turns, so one barrier per shuffle suffices: a table is written again only two shuffles
@@ -37,7 +39,7 @@ extern "C" uint64_t fg_emu_exchange(uint64_t value, unsigned from_linear) {
   std::vector<uint64_t>& table = current_block->exchange[parity];
   parity ^= 1;
   table[fg_emu::linear_tid()] = value;
-  current_block->sync->arrive_and_wait();
+  current_sync->arrive_and_wait();
   return table[from_linear];
 }
 
@@ -50,6 +52,7 @@ extern "C" void fg_emu_launch(void (*entry)(void**), void** args, dim3 grid, dim
   Block b;
   b.exchange[0].assign(nthreads, 0);
   b.exchange[1].assign(nthreads, 0);
+  b.syncs[0].emplace(nthreads);
   std::barrier<> block_done(nthreads);  // every thread finishes a block before any starts the next
   auto worker = [&](unsigned tid) {
     current_block = &b;
@@ -60,10 +63,11 @@ extern "C" void fg_emu_launch(void (*entry)(void**), void** args, dim3 grid, dim
       blockIdx = {unsigned(k % grid.x), unsigned(k / grid.x % grid.y),
                   unsigned(k / (1ULL * grid.x * grid.y))};
       parity = 0;
-      if (tid == 0) b.sync.emplace(nthreads);
-      block_done.arrive_and_wait();  // the block's barrier is made before anyone syncs on it
+      current_sync = &*b.syncs[k % 2];
+      // the next block's barrier was the previous block's, which everyone has left
+      if (tid == 0 && k + 1 < nblocks) b.syncs[(k + 1) % 2].emplace(nthreads);
       entry(args);
-      b.sync->arrive_and_drop();
+      current_sync->arrive_and_drop();
       block_done.arrive_and_wait();
     }
   };
