@@ -3,8 +3,13 @@
 // runtime/cuda_emulator.py loads (RTLD_GLOBAL) before any kernel module; see cuda_emu.h.
 #include "cuda_emu.h"
 
+#include <pthread.h>
+
 #include <barrier>
+#include <functional>
+#include <atomic>
 #include <mutex>
+#include <semaphore>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -43,10 +48,47 @@ extern "C" uint64_t fg_emu_exchange(uint64_t value, unsigned from_linear) {
   return table[from_linear];
 }
 
+namespace {
+
+// The OS threads that play a block's threads, kept between launches (starting 256 threads
+// costs more than most emulated kernels). Worker t sleeps on its own semaphore until a
+// launch needs a t-th thread, runs its part, and the last to finish wakes the launcher
+// (through the pool's own counter and semaphore, which outlive every launch).
+struct Pool {
+  std::vector<std::binary_semaphore*> wake;
+  std::function<void(unsigned)> work;  // the current launch's part for worker t
+  std::atomic<unsigned> running{0};
+  std::binary_semaphore finished{0};
+
+  void grow(unsigned n) {
+    while (wake.size() < n) {
+      unsigned t = wake.size();
+      auto* sem = new std::binary_semaphore(0);
+      wake.push_back(sem);
+      std::thread([this, t, sem] {
+        for (;;) {
+          sem->acquire();
+          work(t);
+          if (running.fetch_sub(1) == 1) finished.release();
+        }
+      }).detach();
+    }
+  }
+};
+
+Pool* pool = new Pool;  // never destroyed: its threads outlive main's statics
+
+void forget_pool_in_child() { pool = new Pool; }  // a forked child has none of the threads
+
+const int pool_fork_hook = pthread_atfork(nullptr, nullptr, forget_pool_in_child);
+
+}  // namespace
+
 // Run `entry(args)` over the grid: one OS thread per thread of a block, the blocks in turn.
 extern "C" void fg_emu_launch(void (*entry)(void**), void** args, dim3 grid, dim3 block) {
   static std::mutex one_launch_at_a_time;  // `__shared__` statics are one copy per kernel
   std::lock_guard<std::mutex> lock(one_launch_at_a_time);
+  (void)pool_fork_hook;
   const unsigned nthreads = block.x * block.y * block.z;
   const unsigned long long nblocks = 1ULL * grid.x * grid.y * grid.z;
   Block b;
@@ -54,7 +96,9 @@ extern "C" void fg_emu_launch(void (*entry)(void**), void** args, dim3 grid, dim
   b.exchange[1].assign(nthreads, 0);
   b.syncs[0].emplace(nthreads);
   std::barrier<> block_done(nthreads);  // every thread finishes a block before any starts the next
-  auto worker = [&](unsigned tid) {
+  pool->grow(nthreads);
+  pool->running = nthreads;
+  pool->work = [&](unsigned tid) {
     current_block = &b;
     blockDim = block;
     gridDim = grid;
@@ -71,8 +115,6 @@ extern "C" void fg_emu_launch(void (*entry)(void**), void** args, dim3 grid, dim
       block_done.arrive_and_wait();
     }
   };
-  std::vector<std::thread> threads;
-  threads.reserve(nthreads);
-  for (unsigned t = 0; t < nthreads; ++t) threads.emplace_back(worker, t);
-  for (auto& t : threads) t.join();
+  for (unsigned t = 0; t < nthreads; ++t) pool->wake[t]->release();
+  pool->finished.acquire();
 }
