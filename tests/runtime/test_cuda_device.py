@@ -225,7 +225,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "frontend"))
 import test_autodiff_random as programs  # noqa: E402
 
 
-@settings(max_examples=25, **programs.SETTINGS)
+@settings(max_examples=20, **programs.SETTINGS)
 @given(st.data())
 def test_random_programs_forward_and_backward_match_the_reference(data):
     fg.set_default_device("cuda")  # the program's leaves and weights are made there
