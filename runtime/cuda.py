@@ -46,24 +46,27 @@ class _PyCudaBackend:
 
     def __init__(self):
         try:
-            import pycuda.driver as drv
+            import pycuda  # noqa: F401
         except ImportError as e:
             raise CudaUnavailable(
                 f"PyCUDA is not installed ({e}); install the extra: pip install 'fusegrad[cuda]' "
                 f"(or {_HINT})"
             ) from None
         try:
+            import pycuda.driver as drv
+
             drv.init()
-        except Exception as e:  # pycuda raises its own RuntimeError subclasses
+            count = drv.Device.count()
+        except Exception as e:  # no libcuda (ImportError), pycuda's own RuntimeErrors
             raise CudaUnavailable(
                 f"the CUDA driver could not be initialised ({e}): no NVIDIA driver? ({_HINT})"
             ) from None
-        if drv.Device.count() == 0:
+        if count == 0:
             raise CudaUnavailable(f"the CUDA driver found no CUDA device ({_HINT})")
         from pycuda.tools import DeviceMemoryPool
 
         self.drv = drv
-        self.count = drv.Device.count()
+        self.count = count
         self.context = drv.Device(0).retain_primary_context()
         self.context.push()  # current on this thread: fusegrad drives the GPU from one thread
         atexit.register(self.context.pop)

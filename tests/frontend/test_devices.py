@@ -137,6 +137,10 @@ def test_cuda_without_a_driver_or_a_device_says_which(monkeypatch, cpu_default):
     _fake_pycuda(monkeypatch, driver)
     with fg.config.override(cuda="pycuda"):
         assert "CUDA driver could not be initialised (cuInit failed" in fg.cuda.why_unavailable()
+    monkeypatch.setitem(sys.modules, "pycuda.driver", None)  # pycuda without libcuda
+    runtime_cuda.reset()
+    with fg.config.override(cuda="pycuda"):
+        assert "CUDA driver could not be initialised" in fg.cuda.why_unavailable()
     driver = types.SimpleNamespace(init=lambda: None, Device=types.SimpleNamespace(count=lambda: 0))
     _fake_pycuda(monkeypatch, driver)
     runtime_cuda.reset()
