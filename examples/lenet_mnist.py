@@ -157,9 +157,7 @@ def main() -> None:
     ap.add_argument("--data", help="folder with the four MNIST .gz files (default: shipped copy)")
     ap.add_argument("--limit", type=int, default=None, help="use only this many training images")
     ap.add_argument("--test-limit", type=int, default=None, help="test on only this many images")
-    ap.add_argument(
-        "--device", default="cpu", help="cpu or cuda (a GPU, or FUSEGRAD_CUDA=emulate)"
-    )
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (a GPU, or FUSEGRAD_CUDA=emulate)")
     ap.add_argument(
         "--ddp",
         action="store_true",
