@@ -75,8 +75,8 @@ class _PyCudaBackend:
         self.arch = f"sm_{major}{minor}"
         self.description = f"{drv.Device(0).name()} ({self.arch})"
 
-    def alloc(self, nbytes: int):
-        return self.pool.allocate(max(nbytes, 1))
+    def alloc(self, size: int, dtype: DType):
+        return self.pool.allocate(max(size * dtype.itemsize, 1))
 
     def upload(self, mem, host: np.ndarray) -> None:
         if host.nbytes:
@@ -106,7 +106,8 @@ class _PyCudaBackend:
 
 
 class _EmulatedBackend:
-    """The CPU emulator of CUDA C: device memory is host memory."""
+    """The CPU emulator of CUDA C: device memory is host memory, a CPU `Buffer` (so it
+    comes from, and goes back to, the CPU's buffer pool)."""
 
     name = "emulate"
     count = 1
@@ -117,17 +118,19 @@ class _EmulatedBackend:
 
         self.emulator = cuda_emulator
 
-    def alloc(self, nbytes: int):
-        return np.empty(max(nbytes, 1), dtype=np.uint8)
+    def alloc(self, size: int, dtype: DType):
+        from .buffer import Buffer
+
+        return Buffer(size, dtype)
 
     def upload(self, mem, host: np.ndarray) -> None:
-        mem[: host.nbytes] = host.reshape(-1).view(np.uint8)
+        mem.array[: host.size] = host.reshape(-1)
 
     def download(self, host: np.ndarray, mem) -> None:
-        host.reshape(-1).view(np.uint8)[:] = mem[: host.nbytes]
+        host.reshape(-1)[:] = mem.array[: host.size]
 
     def arg(self, mem):
-        return mem
+        return mem.ptr
 
     def compile(self, source: str):
         """The module, built by the host C++ compiler (the emulator caches the library)."""
@@ -203,7 +206,7 @@ class DeviceBuffer:
 
     def __init__(self, size: int, dtype: DType, device: str = "cuda:0", mem=None):
         self.size, self.dtype, self.device = size, dtype, device
-        self.mem = mem if mem is not None else backend().alloc(size * dtype.itemsize)
+        self.mem = mem if mem is not None else backend().alloc(size, dtype)
         self.kernels: list = []
 
     @classmethod
