@@ -1,13 +1,13 @@
 """GPU lowering: how a loop-IR kernel maps onto a CUDA grid. The renderer only prints this.
 
 A kernel's output loops (its parallel loop and the serial loops nested
-directly inside it) flatten into one output index `gid`. Then one of two
+directly inside it) flatten into one output index `gid`. Then one of three
 mappings:
 
 - **thread**: one GPU thread per output iteration, in a grid-stride loop;
-  everything inside (a short reduction, a register tile, a scatter's rows)
-  runs serially in that thread. Elementwise kernels, tiled contractions,
-  short reductions.
+  everything inside (a short reduction, a CPU register tile, a scatter's rows)
+  runs serially in that thread. Elementwise kernels, gathers and scatters,
+  short reductions into many outputs.
 
 - **block**: one block per output (grid-stride over outputs), the block's
   threads splitting every reduction of that output. Each thread accumulates
@@ -20,6 +20,9 @@ mappings:
   splits each output's reduction over `split` blocks: pass 1 writes one
   partial per block into a scratch buffer, pass 2 (one block per output)
   combines the partials and runs the epilogue.
+
+- **tile**: a contraction (matmul, convolution) through shared memory; see
+  `Contraction`. Taken from the plain loop nest (`lower(item, tile=False)`).
 
     >>> import fusegrad as fg
     >>> from fusegrad.codegen.gpu import map_to_gpu
