@@ -264,6 +264,7 @@ class _Renderer:
                 self.shared_bytes += kc * (width + 1) * t.itemsize
         init = literal(red.init.value, dt)
         self.line(1, "const int tid = threadIdx.y * blockDim.x + threadIdx.x;")
+        self.line(1, f"for (long long ic = blockIdx.z; ic < {c.nc}LL; ic += gridDim.z)")
         self.line(1, f"for (long long tile_a = blockIdx.y * {ta}LL; tile_a < {c.na}LL; "
                      f"tile_a += (long long)gridDim.y * {ta}) {{")  # fmt: skip
         self.line(2, f"for (long long tile_b = blockIdx.x * {tb}LL; tile_b < {c.nb}LL; "
@@ -285,6 +286,7 @@ class _Renderer:
             self.line(5, f"if (i{side} < {math.prod(lp.extent for lp in loops)}LL && "
                          f"red < {red.length}LL) {{")  # fmt: skip
             self.index_vars(loops, f"i{side}", 6)
+            self.index_vars(c.c_loops, "ic", 6)
             self.index_vars(red.loops, "red", 6)
             self.block(c.consts + stmts, 6)
             for name, _ in exports:
@@ -319,6 +321,7 @@ class _Renderer:
         self.line(4, f"if (ia >= {c.na}LL || ib >= {c.nb}LL) continue;")
         self.index_vars(c.a_loops, "ia", 4)
         self.index_vars(c.b_loops, "ib", 4)
+        self.index_vars(c.c_loops, "ic", 4)
         self.line(4, f"{dt.cuda} {acc} = {acc}_tile[i][j];")
         self.block(c.prefix + c.epilogue, 4)
         self.line(3, "}")

@@ -1,13 +1,13 @@
 """GPU lowering: how a loop-IR kernel maps onto a CUDA grid. The renderer only prints this.
 
 A kernel's output loops (its parallel loop and the serial loops nested
-directly inside it) flatten into one output index `gid`. Then one of two
+directly inside it) flatten into one output index `gid`. Then one of three
 mappings:
 
 - **thread**: one GPU thread per output iteration, in a grid-stride loop;
-  everything inside (a short reduction, a register tile, a scatter's rows)
-  runs serially in that thread. Elementwise kernels, tiled contractions,
-  short reductions.
+  everything inside (a short reduction, a CPU register tile, a scatter's rows)
+  runs serially in that thread. Elementwise kernels, gathers and scatters,
+  short reductions into many outputs.
 
 - **block**: one block per output (grid-stride over outputs), the block's
   threads splitting every reduction of that output. Each thread accumulates
@@ -21,6 +21,9 @@ mappings:
   partial per block into a scratch buffer, pass 2 (one block per output)
   combines the partials and runs the epilogue.
 
+- **tile**: a contraction (matmul, convolution) through shared memory; see
+  `Contraction`. Taken from the plain loop nest (`lower(item, tile=False)`).
+
     >>> import fusegrad as fg
     >>> from fusegrad.codegen.gpu import map_to_gpu
     >>> (k,) = fg.kernels(fg.ones(2**20).sum())
@@ -31,6 +34,7 @@ mappings:
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -106,7 +110,7 @@ class GpuKernel:
         if c is not None:
             tiles_b = -(-c.nb // (TILE_THREADS * c.rb))
             tiles_a = -(-c.na // (TILE_THREADS * c.ra))
-            return (min(tiles_b, MAX_GRID_X), min(tiles_a, MAX_GRID_Y), 1)
+            return (min(tiles_b, MAX_GRID_X), min(tiles_a, MAX_GRID_Y), min(c.nc, MAX_GRID_Y))
         return (self.grid, 1, 1)
 
     @property
@@ -190,7 +194,8 @@ CONTRACTION_MIN_OUTPUTS = 256
 class Contraction:
     """A reduction whose every term is f(a-side values, b-side values), where the a side
     depends on the reduction and the output loops in `a_loops` only, the b side on those in
-    `b_loops` (a matmul's rows and columns; a convolution's output channels and pixels).
+    `b_loops` (a matmul's rows and columns; a convolution's output channels and pixels);
+    both may depend on the batch loops `c_loops` too (one batch per grid z index).
 
     A block computes a (16*ra) x (16*rb) tile of outputs, each thread an ra x rb register
     tile. The block stages each side's values for `TILE_K` reduction steps at a time in
@@ -213,6 +218,7 @@ class Contraction:
     rb: int
     a_kk_fastest: bool
     b_kk_fastest: bool
+    c_loops: list[Loop] = field(default_factory=list)  # a batch: output loops both sides read
 
     @property
     def na(self) -> int:
@@ -221,6 +227,10 @@ class Contraction:
     @property
     def nb(self) -> int:
         return math.prod(lp.extent for lp in self.b_loops)
+
+    @property
+    def nc(self) -> int:
+        return math.prod(lp.extent for lp in self.c_loops)
 
 
 def _defs_and_uses(s) -> tuple[str | None, set[str], set]:
@@ -270,20 +280,23 @@ def _contraction(gpu: GpuKernel) -> Contraction | None:
         return None
     loops = gpu.outputs
     best = None
-    for mask in range(1, 2 ** len(loops) - 1):
-        a_vars = {lp.var for k, lp in enumerate(loops) if mask >> k & 1}
-        split = _split_terms(body, deps, pure, constant, a_vars, out_vars - a_vars, value)
+    # each output loop goes to the a side, the b side, or the batch (both sides read it)
+    for sides in itertools.product("abc", repeat=len(loops)):
+        if "a" not in sides or "b" not in sides:
+            continue
+        a_vars, b_vars, c_vars = ({lp.var for lp, w in zip(loops, sides) if w == k} for k in "abc")
+        split = _split_terms(body, deps, pure, constant, a_vars | c_vars, b_vars | c_vars, value)
         if split is None:
             continue
         na = math.prod(lp.extent for lp in loops if lp.var in a_vars)
-        nb = gpu.extent // na
-        if min(na, nb) >= 4 and (best is None or min(na, nb) > best[0]):
-            best = (min(na, nb), a_vars, split)
+        nb = math.prod(lp.extent for lp in loops if lp.var in b_vars)
+        score = (min(na, nb), -len(c_vars))  # big tiles first, then as little batch as can be
+        if min(na, nb) >= 4 and (best is None or score > best[0]):
+            best = (score, sides, split)
     if best is None:
         return None
-    _, a_vars, (consts, a_stmts, b_stmts, terms, a_exp, b_exp) = best
-    a_loops = [lp for lp in loops if lp.var in a_vars]
-    b_loops = [lp for lp in loops if lp.var not in a_vars]
+    _, sides, (consts, a_stmts, b_stmts, terms, a_exp, b_exp) = best
+    a_loops, b_loops, c_loops = ([lp for lp, w in zip(loops, sides) if w == k] for k in "abc")
     inner = red.loops[-1].var
 
     def kk_fastest(stmts) -> bool:
@@ -295,7 +308,7 @@ def _contraction(gpu: GpuKernel) -> Contraction | None:
     na, nb = math.prod(lp.extent for lp in a_loops), math.prod(lp.extent for lp in b_loops)
     return Contraction(
         red, a_loops, b_loops, consts, a_stmts, b_stmts, terms, a_exp, b_exp, prefix,
-        epilogue, regs(na), regs(nb), kk_fastest(a_stmts), kk_fastest(b_stmts),
+        epilogue, regs(na), regs(nb), kk_fastest(a_stmts), kk_fastest(b_stmts), c_loops,
     )  # fmt: skip
 
 

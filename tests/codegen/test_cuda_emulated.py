@@ -225,6 +225,8 @@ def test_contractions_go_through_shared_memory(cases, case):
     assert tiled, f"no kernel of {case} is tiled through shared memory"
     for k in tiled:
         assert "__syncthreads" in k.source and "_tile[" in k.source
+    if case == "matmul_shapes":  # the batched one too: a batch per grid z index
+        assert any(k.grid[2] == 3 for k in tiled)
 
 
 LENGTHS = [1, 31, 1024, 1025, 2**20]
