@@ -13,12 +13,13 @@ Transcendentals are CUDA's own device functions (`expf`, `logf`, `sinf`, ...);
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from ..ir.dtypes import DType
 from ..ir.ops import Ops
 from ..ir.symbolic import FloorDiv, Lin, Mod, Var
-from .gpu import GpuKernel, Reduction, map_to_gpu
+from .gpu import TILE_K, TILE_THREADS, Contraction, GpuKernel, Reduction, map_to_gpu
 from .loopir import (
     AccInit,
     AccRead,
@@ -36,6 +37,7 @@ from .loopir import (
     Select,
     Store,
 )
+from .optable import op_row
 
 PRELUDE = """\
 __device__ __forceinline__ float fg_max(float a, float b) { return (a != a || a > b) ? a : b; }
@@ -113,10 +115,6 @@ def _atom(a) -> str:
 
 def valid(conds) -> str:
     return " && ".join(f"{index(c)} >= 0" for c in conds) or "true"
-
-
-_FLOAT_FN = {Ops.EXP: "exp", Ops.LOG: "log", Ops.SIN: "sin", Ops.COS: "cos", Ops.SQRT: "sqrt"}
-_BINARY = {Ops.ADD: "+", Ops.MUL: "*", Ops.DIV: "/", Ops.CMPLT: "<", Ops.CMPEQ: "=="}
 
 
 @dataclass(frozen=True)
@@ -252,6 +250,84 @@ class _Renderer:
             return False
         return True
 
+    def tiled(self, c: Contraction) -> None:
+        """A contraction through shared memory: see `codegen/gpu.py`'s `Contraction`."""
+        n, kc = TILE_THREADS, TILE_K
+        ta, tb = n * c.ra, n * c.rb
+        red, acc = c.red, c.red.init.acc
+        dt = red.init.dtype
+        for side, exports, width in (("a", c.a_exports, ta), ("b", c.b_exports, tb)):
+            for name, t in exports:
+                # one spare column: a side staged along the reduction stores down a column,
+                # and rows of width + 1 put consecutive threads' stores in different banks
+                self.shared.append(f"  __shared__ {t.cuda} {side}_{name}[{kc}][{width + 1}];")
+                self.shared_bytes += kc * (width + 1) * t.itemsize
+        init = literal(red.init.value, dt)
+        self.line(1, "const int tid = threadIdx.y * blockDim.x + threadIdx.x;")
+        self.line(1, f"for (long long ic = blockIdx.z; ic < {c.nc}LL; ic += gridDim.z)")
+        self.line(1, f"for (long long tile_a = blockIdx.y * {ta}LL; tile_a < {c.na}LL; "
+                     f"tile_a += (long long)gridDim.y * {ta}) {{")  # fmt: skip
+        self.line(2, f"for (long long tile_b = blockIdx.x * {tb}LL; tile_b < {c.nb}LL; "
+                     f"tile_b += (long long)gridDim.x * {tb}) {{")  # fmt: skip
+        self.line(3, f"{dt.cuda} {acc}_tile[{c.ra}][{c.rb}];")
+        self.line(3, f"for (int i = 0; i < {c.ra}; ++i) for (int j = 0; j < {c.rb}; ++j) "
+                     f"{acc}_tile[i][j] = {init};")  # fmt: skip
+        self.line(3, f"for (long long k0 = 0; k0 < {red.length}LL; k0 += {kc}) {{")
+        for side, loops, stmts, exports, width, kk_fastest in (
+            ("a", c.a_loops, c.a_stmts, c.a_exports, ta, c.a_kk_fastest),
+            ("b", c.b_loops, c.b_stmts, c.b_exports, tb, c.b_kk_fastest),
+        ):
+            if not exports:
+                continue
+            self.line(4, f"for (int e = tid; e < {kc * width}; e += {n * n}) {{")
+            kk, at = (f"e % {kc}", f"e / {kc}") if kk_fastest else (f"e / {width}", f"e % {width}")
+            self.line(5, f"const int kk = {kk}, at = {at};")
+            self.line(5, f"const long long i{side} = tile_{side} + at, red = k0 + kk;")
+            self.line(5, f"if (i{side} < {math.prod(lp.extent for lp in loops)}LL && "
+                         f"red < {red.length}LL) {{")  # fmt: skip
+            self.index_vars(loops, f"i{side}", 6)
+            self.index_vars(c.c_loops, "ic", 6)
+            self.index_vars(red.loops, "red", 6)
+            self.block(c.consts + stmts, 6)
+            for name, _ in exports:
+                self.line(6, f"{side}_{name}[kk][at] = {name};")
+            self.line(5, "}")
+            self.line(4, "}")
+        self.line(4, "__syncthreads();")
+        self.line(4, f"const int kmax = {red.length}LL - k0 < {kc} ? (int)({red.length}LL - k0) "
+                     f": {kc};")  # fmt: skip
+        self.line(4, "for (int kk = 0; kk < kmax; ++kk) {")
+        self.line(5, "#pragma unroll")
+        self.line(5, f"for (int i = 0; i < {c.ra}; ++i) {{")
+        self.line(6, "#pragma unroll")
+        self.line(6, f"for (int j = 0; j < {c.rb}; ++j) {{")
+        for side, exports, var, thread in (
+            ("a", c.a_exports, "i", "threadIdx.y"),
+            ("b", c.b_exports, "j", "threadIdx.x"),
+        ):
+            for name, t in exports:
+                self.line(7, f"const {t.cuda} {name} = {side}_{name}[kk][{thread} + {var} * {n}];")
+        self.block(c.consts + c.terms, 7)
+        value = next(s for s in red.body if isinstance(s, AccUpdate) and s.acc == acc)
+        self.line(7, self.stmt(AccUpdate(f"{acc}_tile[i][j]", dt, red.op, value.value)))
+        self.line(6, "}")
+        self.line(5, "}")
+        self.line(4, "}")
+        self.line(4, "__syncthreads();  // the tiles are read before the next step overwrites them")
+        self.line(3, "}")
+        self.line(3, f"for (int i = 0; i < {c.ra}; ++i) for (int j = 0; j < {c.rb}; ++j) {{")
+        self.line(4, f"const long long ia = tile_a + threadIdx.y + i * {n};")
+        self.line(4, f"const long long ib = tile_b + threadIdx.x + j * {n};")
+        self.line(4, f"if (ia >= {c.na}LL || ib >= {c.nb}LL) continue;")
+        self.index_vars(c.a_loops, "ia", 4)
+        self.index_vars(c.b_loops, "ib", 4)
+        self.index_vars(c.c_loops, "ic", 4)
+        self.line(4, f"{dt.cuda} {acc} = {acc}_tile[i][j];")
+        self.block(c.prefix + c.epilogue, 4)
+        self.line(3, "}")
+        self.line(2, "}")
+        self.line(1, "}")
+
     def render(self, symbol: str) -> str:
         gpu = self.gpu
         params = []
@@ -262,7 +338,9 @@ class _Renderer:
             red = next(iter(gpu.reductions.values()))
             params.append(f"{mem_type(red.init.dtype)}* __restrict__ {PARTIAL}")
         extent = f"{gpu.extent}LL"
-        if self.part == "partials":
+        if gpu.contraction is not None:
+            self.tiled(gpu.contraction)
+        elif self.part == "partials":
             self.line(1, f"const long long gid = blockIdx.x / {gpu.split}LL;")
             self.line(1, f"const long long part = blockIdx.x % {gpu.split}LL;")
             self.line(1, "{")
@@ -274,9 +352,10 @@ class _Renderer:
                 "for (long long gid = (long long)blockIdx.x * blockDim.x + threadIdx.x; "
                 f"gid < {extent}; gid += (long long)gridDim.x * blockDim.x) {{",
             )
-        self.index_vars(gpu.outputs, "gid", 2)
-        self.block(gpu.body, 2)
-        self.line(1, "}")
+        if gpu.contraction is None:
+            self.index_vars(gpu.outputs, "gid", 2)
+            self.block(gpu.body, 2)
+            self.line(1, "}")
         head = f'extern "C" __global__ void {symbol}({", ".join(params)}) {{'
         return "\n".join([head, *self.shared, *self.lines, "}"])
 
@@ -356,20 +435,8 @@ class _Renderer:
             if s.dtype.is_bool:
                 return f"({a[0]} != 0)"
             return f"({s.dtype.cuda}){a[0]}"
-        if s.op is Ops.NEG:
-            return f"!{a[0]}" if src.is_bool else f"-{a[0]}"
-        if s.op is Ops.RECIP:
-            return f"({src.cuda})1 / {a[0]}"
-        if s.op is Ops.MAX:
-            return f"fg_max({a[0]}, {a[1]})"
-        if s.op in _FLOAT_FN:
-            fn = _FLOAT_FN[s.op] + ("f" if src.itemsize == 4 else "")
-            return f"{fn}({a[0]})"
-        if src.is_bool and s.op in (Ops.ADD, Ops.MUL):
-            return f"{a[0]} {'||' if s.op is Ops.ADD else '&&'} {a[1]}"
-        if s.op is Ops.DIV and not src.is_float:
-            return f"({a[1]} == 0 ? ({src.cuda})0 : {a[0]} / {a[1]})"
-        return f"{a[0]} {_BINARY[s.op]} {a[1]}"
+        f = "f" if src.is_float and src.itemsize == 4 else ""
+        return op_row(s.op, src).cuda.format(*a, t=src.cuda, f=f)
 
 
 def cuda_kernel(kernel: Kernel, symbol: str) -> CudaKernel:
@@ -378,7 +445,7 @@ def cuda_kernel(kernel: Kernel, symbol: str) -> CudaKernel:
     if gpu.split == 1:
         r = _Renderer(gpu)
         bodies = [r.render(symbol)]
-        launches = (CudaLaunch(symbol, (gpu.grid, 1, 1), (gpu.block, 1, 1)),)
+        launches = (CudaLaunch(symbol, gpu.grid_dims, gpu.block_dims),)
         scratch = []
     else:
         r, r2 = _Renderer(gpu, "partials"), _Renderer(gpu, "final")

@@ -1,13 +1,13 @@
 """GPU lowering: how a loop-IR kernel maps onto a CUDA grid. The renderer only prints this.
 
 A kernel's output loops (its parallel loop and the serial loops nested
-directly inside it) flatten into one output index `gid`. Then one of two
+directly inside it) flatten into one output index `gid`. Then one of three
 mappings:
 
 - **thread**: one GPU thread per output iteration, in a grid-stride loop;
-  everything inside (a short reduction, a register tile, a scatter's rows)
-  runs serially in that thread. Elementwise kernels, tiled contractions,
-  short reductions.
+  everything inside (a short reduction, a CPU register tile, a scatter's rows)
+  runs serially in that thread. Elementwise kernels, gathers and scatters,
+  short reductions into many outputs.
 
 - **block**: one block per output (grid-stride over outputs), the block's
   threads splitting every reduction of that output. Each thread accumulates
@@ -21,19 +21,40 @@ mappings:
   partial per block into a scratch buffer, pass 2 (one block per output)
   combines the partials and runs the epilogue.
 
-    >>> from fusegrad.codegen.gpu import map_to_gpu   # doctest: +SKIP
-    >>> map_to_gpu(kernel_of(x.sum())).mode           # doctest: +SKIP
-    'block'
+- **tile**: a contraction (matmul, convolution) through shared memory; see
+  `Contraction`. Taken from the plain loop nest (`lower(item, tile=False)`).
+
+    >>> import fusegrad as fg
+    >>> from fusegrad.codegen.gpu import map_to_gpu
+    >>> (k,) = fg.kernels(fg.ones(2**20).sum())
+    >>> gpu = map_to_gpu(k.loop)
+    >>> gpu.mode, gpu.block, gpu.split, gpu.grid
+    ('block', 256, 64, 64)
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
-from .loopir import AccInit, AccUpdate, Kernel, Loop, ScatterAdd
+from ..ir.symbolic import Var
+from .loopir import (
+    AccInit,
+    AccUpdate,
+    Alu,
+    Const,
+    Kernel,
+    Load,
+    LoadRow,
+    Loop,
+    Rand,
+    ScatterAdd,
+    Select,
+)
 
 MAX_BLOCK = 256  # threads per block
+MAX_GRID_X, MAX_GRID_Y = 2**31 - 1, 65535
 MAX_GRID = 1024  # blocks of a grid-stride launch: about 8 per SM of an 132-SM H100
 WARP = 32
 BLOCK_REDUCE_MIN = 32  # a reduction this long gets a block of threads per output
@@ -68,13 +89,29 @@ class GpuKernel:
     kernel: Kernel
     outputs: list[Loop]
     body: list
-    mode: str  # "thread" or "block"
+    mode: str  # "thread", "block" or "tile"
     block: int
     grid: int
     reductions: dict[int, Reduction] = field(default_factory=dict)
     split: int = 1
     block2: int = 0
     grid2: int = 0
+    contraction: Contraction | None = None
+
+    @property
+    def block_dims(self) -> tuple[int, int, int]:
+        if self.contraction is not None:
+            return (TILE_THREADS, TILE_THREADS, 1)
+        return (self.block, 1, 1)
+
+    @property
+    def grid_dims(self) -> tuple[int, int, int]:
+        c = self.contraction
+        if c is not None:
+            tiles_b = -(-c.nb // (TILE_THREADS * c.rb))
+            tiles_a = -(-c.na // (TILE_THREADS * c.ra))
+            return (min(tiles_b, MAX_GRID_X), min(tiles_a, MAX_GRID_Y), min(c.nc, MAX_GRID_Y))
+        return (self.grid, 1, 1)
 
     @property
     def extent(self) -> int:
@@ -125,17 +162,17 @@ def map_to_gpu(kernel: Kernel) -> GpuKernel:
             if red is not None:
                 reductions[id(s)] = red
     longest = max((r.length for r in reductions.values()), default=0)
-    cooperative = (
-        reductions
-        and not _has(body, ScatterAdd)
-        and (longest >= BLOCK_REDUCE_MIN or extent < FEW_OUTPUTS)
-    )
-    if not cooperative:
+    scatter = _has(body, ScatterAdd)
+    block = min(MAX_BLOCK, _round_up(longest, WARP))
+    gpu = GpuKernel(kernel, outputs, body, "block", block, min(extent, MAX_GRID), reductions)
+    gpu.contraction = _contraction(gpu) if reductions and not scatter else None
+    if gpu.contraction is not None:
+        gpu.mode, gpu.block = "tile", TILE_THREADS * TILE_THREADS
+        return gpu
+    if not reductions or scatter or (longest < BLOCK_REDUCE_MIN and extent >= FEW_OUTPUTS):
         block = min(MAX_BLOCK, _round_up(extent, WARP))
         grid = min(MAX_GRID, -(-extent // block))
         return GpuKernel(kernel, outputs, body, "thread", block, grid)
-    block = min(MAX_BLOCK, _round_up(longest, WARP))
-    gpu = GpuKernel(kernel, outputs, body, "block", block, min(extent, MAX_GRID), reductions)
     split = -(-longest // (block * SPLIT_ITEMS))
     split = min(split, MAX_GRID // extent)
     if len(reductions) == 1 and extent <= SPLIT_MAX_OUTPUTS and split > 1:
@@ -144,3 +181,161 @@ def map_to_gpu(kernel: Kernel) -> GpuKernel:
         gpu.block2 = min(MAX_BLOCK, _round_up(gpu.split, WARP))
         gpu.grid2 = extent
     return gpu
+
+
+# ---------------------------------------------------------------- contractions
+TILE_THREADS = 16  # a contraction's block is 16 x 16 threads
+TILE_K = 16  # reduction steps staged in shared memory at a time
+CONTRACTION_MIN_K = 8
+CONTRACTION_MIN_OUTPUTS = 256
+
+
+@dataclass
+class Contraction:
+    """A reduction whose every term is f(a-side values, b-side values), where the a side
+    depends on the reduction and the output loops in `a_loops` only, the b side on those in
+    `b_loops` (a matmul's rows and columns; a convolution's output channels and pixels);
+    both may depend on the batch loops `c_loops` too (one batch per grid z index).
+
+    A block computes a (16*ra) x (16*rb) tile of outputs, each thread an ra x rb register
+    tile. The block stages each side's values for `TILE_K` reduction steps at a time in
+    shared memory (`a_exports`, `b_exports`: the side values the terms read), then every
+    thread combines its tile from there; `kk_fastest` says which side's staging walks
+    the reduction fastest (the one whose loads are contiguous along it)."""
+
+    red: Reduction
+    a_loops: list[Loop]
+    b_loops: list[Loop]
+    consts: list  # statements that depend on nothing: repeated wherever they are needed
+    a_stmts: list
+    b_stmts: list
+    terms: list  # the statements that combine both sides (arithmetic only)
+    a_exports: list  # (name, dtype)
+    b_exports: list
+    prefix: list  # per-output statements before the reduction, run with the epilogue
+    epilogue: list
+    ra: int
+    rb: int
+    a_kk_fastest: bool
+    b_kk_fastest: bool
+    c_loops: list[Loop] = field(default_factory=list)  # a batch: output loops both sides read
+
+    @property
+    def na(self) -> int:
+        return math.prod(lp.extent for lp in self.a_loops)
+
+    @property
+    def nb(self) -> int:
+        return math.prod(lp.extent for lp in self.b_loops)
+
+    @property
+    def nc(self) -> int:
+        return math.prod(lp.extent for lp in self.c_loops)
+
+
+def _defs_and_uses(s) -> tuple[str | None, set[str], set]:
+    """(the name `s` defines, the names it reads, the loop variables it reads)."""
+    names, exprs = set(), []
+    if isinstance(s, Load):
+        exprs = [s.index, *s.valid]
+    elif isinstance(s, LoadRow):
+        names, exprs = {s.row}, [s.col, *s.valid]
+    elif isinstance(s, Alu):
+        names = set(s.args)
+    elif isinstance(s, Select):
+        names, exprs = {s.value}, list(s.valid)
+    elif isinstance(s, Rand):
+        names, exprs = {s.key}, [s.index]
+    elif not isinstance(s, Const):
+        return None, set(), set()
+    atoms = set().union(*(e.atoms() for e in exprs)) if exprs else set()
+    return s.dst, names, {a for a in atoms if isinstance(a, Var)}
+
+
+def _contraction(gpu: GpuKernel) -> Contraction | None:
+    """The shared-memory tiling of a single reduction, if its terms split into two sides."""
+    if len(gpu.reductions) != 1 or len(gpu.outputs) < 2:
+        return None
+    (red,) = gpu.reductions.values()
+    if red.length < CONTRACTION_MIN_K or gpu.extent < CONTRACTION_MIN_OUTPUTS:
+        return None
+    at = next(i for i, s in enumerate(gpu.body) if isinstance(s, Loop) and id(s) in gpu.reductions)
+    prefix, epilogue = gpu.body[: at - 1], gpu.body[at + 1 :]
+    if any(isinstance(s, (Loop, AccInit)) for s in prefix + epilogue):
+        return None
+    body = [s for s in red.body if not (isinstance(s, AccUpdate) and s.acc == red.init.acc)]
+    deps: dict[str, set] = {}  # value -> the output loop variables it depends on
+    pure: dict[str, bool] = {}
+    constant: dict[str, bool] = {}  # computed from literals alone
+    out_vars = {lp.var for lp in gpu.outputs}
+    for s in body:
+        dst, names, vars_ = _defs_and_uses(s)
+        if dst is None or any(n not in deps for n in names):  # a loop, or a value from outside
+            return None
+        deps[dst] = (vars_ & out_vars).union(*(deps[n] for n in names))
+        pure[dst] = isinstance(s, (Alu, Const))  # arithmetic, which any thread can redo
+        constant[dst] = pure[dst] and not deps[dst] and all(constant[n] for n in names)
+    value = next(s for s in red.body if isinstance(s, AccUpdate)).value
+    if value not in deps:
+        return None
+    loops = gpu.outputs
+    best = None
+    # each output loop goes to the a side, the b side, or the batch (both sides read it)
+    for sides in itertools.product("abc", repeat=len(loops)):
+        if "a" not in sides or "b" not in sides:
+            continue
+        a_vars, b_vars, c_vars = ({lp.var for lp, w in zip(loops, sides) if w == k} for k in "abc")
+        split = _split_terms(body, deps, pure, constant, a_vars | c_vars, b_vars | c_vars, value)
+        if split is None:
+            continue
+        na = math.prod(lp.extent for lp in loops if lp.var in a_vars)
+        nb = math.prod(lp.extent for lp in loops if lp.var in b_vars)
+        score = (min(na, nb), -len(c_vars))  # big tiles first, then as little batch as can be
+        if min(na, nb) >= 4 and (best is None or score > best[0]):
+            best = (score, sides, split)
+    if best is None:
+        return None
+    _, sides, (consts, a_stmts, b_stmts, terms, a_exp, b_exp) = best
+    a_loops, b_loops, c_loops = ([lp for lp, w in zip(loops, sides) if w == k] for k in "abc")
+    inner = red.loops[-1].var
+
+    def kk_fastest(stmts) -> bool:
+        return any(isinstance(s, Load) and abs(s.index.coef(inner)) == 1 for s in stmts)
+
+    def regs(n: int) -> int:
+        return 4 if n >= 64 else 2 if n >= 32 else 1
+
+    na, nb = math.prod(lp.extent for lp in a_loops), math.prod(lp.extent for lp in b_loops)
+    return Contraction(
+        red, a_loops, b_loops, consts, a_stmts, b_stmts, terms, a_exp, b_exp, prefix,
+        epilogue, regs(na), regs(nb), kk_fastest(a_stmts), kk_fastest(b_stmts), c_loops,
+    )  # fmt: skip
+
+
+def _split_terms(body, deps, pure, constant, a_vars, b_vars, value):
+    """Sort the reduction body into consts, a side, b side and the terms combining them."""
+    consts, a_stmts, b_stmts, terms = [], [], [], []
+    side: dict[str, str] = {}
+    for s in body:
+        d = deps[s.dst]
+        if constant[s.dst]:
+            consts.append(s)
+            side[s.dst] = "const"
+        elif d <= a_vars:
+            a_stmts.append(s)
+            side[s.dst] = "a"
+        elif d <= b_vars:
+            b_stmts.append(s)
+            side[s.dst] = "b"
+        elif pure[s.dst]:
+            terms.append(s)
+            side[s.dst] = "terms"
+        else:
+            return None
+    if side[value] != "terms":
+        return None
+    types = {s.dst: s.dtype for s in body}
+    used = {n for s in terms for n in _defs_and_uses(s)[1]}
+    a_exp = [(n, types[n]) for n in sorted(used) if side[n] == "a"]
+    b_exp = [(n, types[n]) for n in sorted(used) if side[n] == "b"]
+    return consts, a_stmts, b_stmts, terms, a_exp, b_exp

@@ -43,6 +43,7 @@ from .loopir import (
     Select,
     Store,
 )
+from .optable import SAFE_DIV, Intrinsic, MathFn, op_row
 
 
 def mem_type(dt: DType) -> str:
@@ -61,35 +62,6 @@ def literal(value, dt: DType) -> str:
 def _i32(v: int) -> str:
     v &= 0xFFFFFFFF
     return str(v - (1 << 32) if v >= 1 << 31 else v)
-
-
-# One row per op and type family; {t} is the (scalar or vector) type, {0} {1} the operands.
-# `contract` lets a multiply and an add fuse into one FMA (one rounding instead of two).
-_FLOAT_OPS = {
-    Ops.ADD: "fadd contract {t} {0}, {1}",
-    Ops.MUL: "fmul contract {t} {0}, {1}",
-    Ops.DIV: "fdiv {t} {0}, {1}",
-    Ops.NEG: "fneg {t} {0}",
-    Ops.RECIP: "fdiv {t} {one}, {0}",
-    Ops.CMPLT: "fcmp olt {t} {0}, {1}",
-    Ops.CMPEQ: "fcmp oeq {t} {0}, {1}",
-}
-_FLOAT_INTRINSICS = {Ops.MAX: ("maximum", 2), Ops.SQRT: ("sqrt", 1)}  # maximum propagates NaN
-_INT_OPS = {
-    Ops.ADD: "add {t} {0}, {1}",
-    Ops.MUL: "mul {t} {0}, {1}",
-    Ops.NEG: "sub {t} {zero}, {0}",
-    Ops.CMPLT: "icmp slt {t} {0}, {1}",
-    Ops.CMPEQ: "icmp eq {t} {0}, {1}",
-}
-_BOOL_OPS = {
-    Ops.ADD: "or {t} {0}, {1}",
-    Ops.MUL: "and {t} {0}, {1}",
-    Ops.MAX: "or {t} {0}, {1}",
-    Ops.NEG: "xor {t} {0}, {true}",
-    Ops.CMPLT: "icmp ult {t} {0}, {1}",
-    Ops.CMPEQ: "icmp eq {t} {0}, {1}",
-}
 
 
 class _Renderer:
@@ -418,43 +390,32 @@ class _Renderer:
             v = self.emit(f"select {bt} {args[0]}, {t} {args[1]}, {t} {args[2]}")
         elif s.op is Ops.CAST:
             v = self.cast(args[0], src, s.dtype, varying)
-        elif src.is_float:
-            v = self.float_op(s.op, args, src, varying)
         else:
-            v = self.int_op(s.op, args, src, varying)
+            v = self.table_op(s.op, args, src, varying)
         self.bind(s.dst, v, s.dtype, varying)
 
-    def float_op(self, op: Ops, a: list[str], dt: DType, varying: bool) -> str:
+    def table_op(self, op: Ops, a: list[str], dt: DType, varying: bool) -> str:
+        """`op` on operands of type `dt`, as its row in `codegen/optable.py` spells it."""
+        spelling = op_row(op, dt).llvm
         t = self.ty(dt.llvm, varying)
-        if op in _FLOAT_OPS:
-            return self.emit(_FLOAT_OPS[op].format(*a, t=t, one=self.const(1.0, dt, varying)))
-        if op in _FLOAT_INTRINSICS:
-            name, nargs = _FLOAT_INTRINSICS[op]
-            args = ", ".join(f"{t} {x}" for x in a[:nargs])
-            return self.emit(f"call {t} {self.intrinsic(name, t, nargs)}({args})")
-        name = {Ops.EXP: "exp", Ops.LOG: "log", Ops.SIN: "sin", Ops.COS: "cos"}[op]
-        width = self.width if varying else None
-        self.math.add((name, dt.llvm, width))
-        return self.emit(f"call {t} {function_name(name, dt.llvm, width)}({t} {a[0]})")
-
-    def int_op(self, op: Ops, a: list[str], dt: DType, varying: bool) -> str:
-        t = self.ty(dt.llvm, varying)
-        bt = self.ty("i1", varying)
-        zero = self.const(0, dt, varying)
-        table = _BOOL_OPS if dt.is_bool else _INT_OPS
-        if op in table:
-            return self.emit(
-                table[op].format(*a, t=t, zero=zero, true=self.const(True, dt, varying))
-            )
-        if op is Ops.MAX:
-            return self.emit(f"call {t} {self.intrinsic('smax', t, 2)}({t} {a[0]}, {t} {a[1]})")
-        if op is Ops.DIV:  # integer division by zero gives 0 instead of a crash
+        if isinstance(spelling, Intrinsic):
+            args = ", ".join(f"{t} {x}" for x in a[: spelling.nargs])
+            return self.emit(f"call {t} {self.intrinsic(spelling.name, t, spelling.nargs)}({args})")
+        if isinstance(spelling, MathFn):
+            width = self.width if varying else None
+            self.math.add((spelling.name, dt.llvm, width))
+            fn = function_name(spelling.name, dt.llvm, width)
+            return self.emit(f"call {t} {fn}({t} {a[0]})")
+        if spelling == SAFE_DIV:  # integer division by zero gives 0 instead of a crash
+            bt = self.ty("i1", varying)
+            zero, one = self.const(0, dt, varying), self.const(1, dt, varying)
             is_zero = self.emit(f"icmp eq {t} {a[1]}, {zero}")
-            one = self.const(1, dt, varying)
             safe = self.emit(f"select {bt} {is_zero}, {t} {one}, {t} {a[1]}")
             q = self.emit(f"sdiv {t} {a[0]}, {safe}")
             return self.emit(f"select {bt} {is_zero}, {t} {zero}, {t} {q}")
-        raise NotImplementedError(f"{op.name} on {dt.name}")
+        consts = {"one": 1, "zero": 0, "true": True}
+        named = {k: self.const(v, dt, varying) for k, v in consts.items() if f"{{{k}}}" in spelling}
+        return self.emit(spelling.format(*a, t=t, **named))
 
     def cast(self, v: str, src: DType, dst: DType, varying: bool) -> str:
         s, d = self.ty(src.llvm, varying), self.ty(dst.llvm, varying)

@@ -705,8 +705,12 @@ def _merge_groups(axes: list[int], try_lower) -> list[tuple[int, ...]]:
     return groups
 
 
-def lower(item: ScheduleItem) -> Kernel:
-    """The loop IR of a scheduled kernel, with its loops merged where that stays affine."""
+def lower(item: ScheduleItem, tile: bool = True) -> Kernel:
+    """The loop IR of a scheduled kernel, with its loops merged where that stays affine.
+
+    With `tile`, a reduction may get the CPU's register tile (`choose_tile`); the GPU
+    lowering (`codegen/gpu.py`) takes the plain loop nest (`tile=False`) and tiles it
+    for the GPU's threads and shared memory instead."""
     root, red = item.root, item.reduce
     if root.op is Ops.SCATTER_ADD:
         return _Lowerer(item, [], []).lower_scatter()
@@ -723,10 +727,11 @@ def lower(item: ScheduleItem) -> Kernel:
     if len(out_axes) > 1:
         state["out"] = _merge_groups(out_axes, lambda g: score_with(g, state["red"]))
     plain = _Lowerer(item, state["out"], state["red"]).lower()
-    tile = choose_tile(plain, item, state["out"])
-    if tile is not None:
-        return _Lowerer(item, state["out"], state["red"], tile).lower()
-    lanes = cascade_lanes(plain, item)
+    chosen = choose_tile(plain, item, state["out"]) if tile else None
+    if chosen is not None:
+        return _Lowerer(item, state["out"], state["red"], chosen).lower()
+    # cascaded sums are the CPU's (tile=True); the GPU lowering reduces a plain loop over a block
+    lanes = cascade_lanes(plain, item) if tile else 0
     if lanes:
         return _Lowerer(item, state["out"], state["red"], cascade_lanes=lanes).lower()
     return plain

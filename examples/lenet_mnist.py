@@ -5,7 +5,8 @@ Run:  python examples/lenet_mnist.py [--epochs 1] [--arch lenet|minitorch]
                                      [--device cpu|cuda]
 On a GPU (PyCUDA), or on the CPU emulator of the generated CUDA C:
       python examples/lenet_mnist.py --device cuda
-      FUSEGRAD_CUDA=emulate python examples/lenet_mnist.py --device cuda --limit 640
+      FUSEGRAD_CUDA=emulate python examples/lenet_mnist.py --device cuda --limit 128 \
+          --test-limit 100
 On 2 processes (data-parallel, --batch images per process):
       python -m fusegrad.distributed.run --nproc 2 examples/lenet_mnist.py --ddp
 
@@ -155,9 +156,8 @@ def main() -> None:
     )
     ap.add_argument("--data", help="folder with the four MNIST .gz files (default: shipped copy)")
     ap.add_argument("--limit", type=int, default=None, help="use only this many training images")
-    ap.add_argument(
-        "--device", default="cpu", help="cpu or cuda (a GPU, or FUSEGRAD_CUDA=emulate)"
-    )
+    ap.add_argument("--test-limit", type=int, default=None, help="test on only this many images")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (a GPU, or FUSEGRAD_CUDA=emulate)")
     ap.add_argument(
         "--ddp",
         action="store_true",
@@ -176,6 +176,8 @@ def main() -> None:
     train_x, train_y, test_x, test_y = load_mnist(args.data)
     if args.limit:
         train_x, train_y = train_x[: args.limit], train_y[: args.limit]
+    if args.test_limit:
+        test_x, test_y = test_x[: args.test_limit], test_y[: args.test_limit]
     xs, xt = normalize(train_x), normalize(test_x)
     minitorch = args.arch == "minitorch"
     model = MiniTorchNet() if minitorch else LeNet5()

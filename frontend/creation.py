@@ -61,7 +61,7 @@ def _key(device: str = "cpu") -> N.Node:
     While `fusegrad.jit` records a call the buffer is one the jit keeps, so that a
     replay can draw the call's keys into it again.
     """
-    buf = key_buffer(_draw_key) if device == "cpu" else None
+    buf = key_buffer(_draw_key, device)
     if buf is None:
         buf = _buffer(np.array([_draw_key()], dtype=np.int32), int32, device)
     return N.buffer(buf, (), int32)

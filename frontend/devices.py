@@ -137,6 +137,32 @@ def is_device(spec) -> bool:
     return isinstance(spec, str) and spec.strip().partition(":")[0] in _TYPES
 
 
+def to_arguments(args, device, dtype, tensor_type):
+    """`(device, dtype)` from `.to(*args, device=, dtype=)`'s arguments, as torch reads
+    them: a tensor gives both; a device object, a device name or an index is the device;
+    a dtype (or a dtype's name) is the dtype; another string is refused naming both."""
+    from .ir.dtypes import to_dtype
+
+    for a in args:
+        if isinstance(a, tensor_type):
+            device, dtype = a.device, a.dtype
+        elif is_device(a) or (isinstance(a, int) and not isinstance(a, bool)):
+            device = a
+        elif isinstance(a, str):
+            try:
+                dtype = to_dtype(a)
+            except (TypeError, ValueError) as e:
+                fail(
+                    DeviceError,
+                    "to",
+                    f"{a!r} is neither a device (expected one of {', '.join(_TYPES)} device "
+                    f"type at start of device string: {a}) nor a dtype ({e})",
+                )
+        else:
+            dtype = a
+    return device, dtype
+
+
 _default = "cpu"
 
 

@@ -79,6 +79,7 @@ from .ir.dtypes import int32
 from .ir.sites import site_of
 from .runtime.buffer import Buffer
 from .runtime.config import config
+from .runtime.cuda import to_device
 from .runtime.engine import engine
 from .tensor import Tensor
 from .tensor import realize as realize_tensors
@@ -278,8 +279,9 @@ def track(tensors) -> None:
             _recording.state.append((t, buf))
 
 
-def key_buffer(draw: Callable[[], int]) -> Buffer | None:
-    """While recording: the buffer for the call's next random key, the same every call.
+def key_buffer(draw: Callable[[], int], device: str = "cpu") -> Buffer | None:
+    """While recording: the buffer (on `device`) for the call's next random key, the same
+    every call.
 
     `draw()` gives a key from the generator; a replay draws the call's keys again,
     in order, into the same buffers, so its random numbers are those eager calls get.
@@ -290,11 +292,17 @@ def key_buffer(draw: Callable[[], int]) -> Buffer | None:
     _recording.keys += 1
     slots = _entry.key_slots
     if k == len(slots):
-        slots.append(Buffer.from_numpy(np.zeros(1, np.int32), int32))
+        slots.append(None)
+    if slots[k] is None or slots[k].device != device:
+        zero = Buffer.from_numpy(np.zeros(1, np.int32), int32)
+        slots[k] = zero if device == "cpu" else to_device(zero, device)
     slot = slots[k]
 
     def refill():
-        slot.array[0] = draw()
+        if slot.device == "cpu":
+            slot.array[0] = draw()
+        else:
+            slot.write_scalar(draw())
 
     refill()
     _recording.hooks.append(refill)

@@ -265,13 +265,7 @@ class Tensor(MovementMixin, ReduceMixin):
         """
         if len(args) > 2:
             fail(ArgumentError, "to", f"takes at most 2 positional arguments, got {len(args)}")
-        for a in args:
-            if isinstance(a, Tensor):
-                device, dtype = a.device, a.dtype
-            elif _device.is_device(a) or (isinstance(a, int) and not isinstance(a, bool)):
-                device = a
-            else:
-                dtype = a
+        device, dtype = _device.to_arguments(args, device, dtype, Tensor)
         out = self if dtype is None else self.cast(checked_dtype(dtype, "to"))
         if device is not None:
             out = out._to_device(_device.resolve(device, "to"))

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from .. import creation
-from ..devices import is_device
+from ..devices import to_arguments
 from ..jit import note_module, note_parameter
 from ..tensor import Tensor
 from ..tensor import realize as _realize
@@ -266,15 +266,10 @@ class Module:
         The parameters stay the same objects (an optimizer built before or after sees
         them); their gradients move with them.
         """
-        probe = creation.zeros(())  # parses the arguments exactly as Tensor.to does
-        for a in args:
-            if isinstance(a, Tensor):
-                device, dtype = a.device, a.dtype
-            elif is_device(a) or (isinstance(a, int) and not isinstance(a, bool)):
-                device = a
-            else:
-                dtype = a
-        probe.to(device=device, dtype=dtype)  # a bad device or dtype fails here, at the call
+        if len(args) > 2:
+            creation.zeros(()).to(*args)  # the error Tensor.to gives
+        device, dtype = to_arguments(args, device, dtype, Tensor)
+        creation.zeros(()).to(device=device, dtype=dtype)  # a bad device or dtype fails here
 
         def moved(t: Tensor) -> Tensor:
             cast = dtype if dtype is not None and t.dtype.is_float else None

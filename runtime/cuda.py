@@ -19,6 +19,7 @@ True
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import threading
@@ -45,33 +46,37 @@ class _PyCudaBackend:
 
     def __init__(self):
         try:
-            import pycuda.driver as drv
+            import pycuda  # noqa: F401
         except ImportError as e:
             raise CudaUnavailable(
                 f"PyCUDA is not installed ({e}); install the extra: pip install 'fusegrad[cuda]' "
                 f"(or {_HINT})"
             ) from None
         try:
+            import pycuda.driver as drv
+
             drv.init()
-        except Exception as e:  # pycuda raises its own RuntimeError subclasses
+            count = drv.Device.count()
+        except Exception as e:  # no libcuda (ImportError), pycuda's own RuntimeErrors
             raise CudaUnavailable(
                 f"the CUDA driver could not be initialised ({e}): no NVIDIA driver? ({_HINT})"
             ) from None
-        if drv.Device.count() == 0:
+        if count == 0:
             raise CudaUnavailable(f"the CUDA driver found no CUDA device ({_HINT})")
         from pycuda.tools import DeviceMemoryPool
 
         self.drv = drv
-        self.count = drv.Device.count()
+        self.count = count
         self.context = drv.Device(0).retain_primary_context()
-        self.context.push()
+        self.context.push()  # current on this thread: fusegrad drives the GPU from one thread
+        atexit.register(self.context.pop)
         self.pool = DeviceMemoryPool()
         major, minor = drv.Device(0).compute_capability()
         self.arch = f"sm_{major}{minor}"
         self.description = f"{drv.Device(0).name()} ({self.arch})"
 
-    def alloc(self, nbytes: int):
-        return self.pool.allocate(max(nbytes, 1))
+    def alloc(self, size: int, dtype: DType):
+        return self.pool.allocate(max(size * dtype.itemsize, 1))
 
     def upload(self, mem, host: np.ndarray) -> None:
         if host.nbytes:
@@ -101,7 +106,8 @@ class _PyCudaBackend:
 
 
 class _EmulatedBackend:
-    """The CPU emulator of CUDA C: device memory is host memory."""
+    """The CPU emulator of CUDA C: device memory is host memory, a CPU `Buffer` (so it
+    comes from, and goes back to, the CPU's buffer pool)."""
 
     name = "emulate"
     count = 1
@@ -112,17 +118,19 @@ class _EmulatedBackend:
 
         self.emulator = cuda_emulator
 
-    def alloc(self, nbytes: int):
-        return np.empty(max(nbytes, 1), dtype=np.uint8)
+    def alloc(self, size: int, dtype: DType):
+        from .buffer import Buffer
+
+        return Buffer(size, dtype)
 
     def upload(self, mem, host: np.ndarray) -> None:
-        mem[: host.nbytes] = host.reshape(-1).view(np.uint8)
+        mem.array[: host.size] = host.reshape(-1)
 
     def download(self, host: np.ndarray, mem) -> None:
-        host.reshape(-1).view(np.uint8)[:] = mem[: host.nbytes]
+        host.reshape(-1)[:] = mem.array[: host.size]
 
     def arg(self, mem):
-        return mem
+        return mem.ptr
 
     def compile(self, source: str):
         """The module, built by the host C++ compiler (the emulator caches the library)."""
@@ -160,6 +168,13 @@ def backend():
         return _backend
 
 
+def reset() -> None:
+    """Forget the backend (and why it failed): the next use starts it again."""
+    global _backend, _failure, _backend_kind
+    with _lock:
+        _backend, _failure, _backend_kind = None, None, None
+
+
 def why_unavailable() -> str | None:
     """None if the cuda device can run here, else the reason in words."""
     try:
@@ -191,7 +206,7 @@ class DeviceBuffer:
 
     def __init__(self, size: int, dtype: DType, device: str = "cuda:0", mem=None):
         self.size, self.dtype, self.device = size, dtype, device
-        self.mem = mem if mem is not None else backend().alloc(size * dtype.itemsize)
+        self.mem = mem if mem is not None else backend().alloc(size, dtype)
         self.kernels: list = []
 
     @classmethod

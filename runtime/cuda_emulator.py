@@ -2,8 +2,10 @@
 
 The source is compiled against `cuda_emu.h` (next to this file), which gives it
 `threadIdx`/`blockIdx`/`blockDim`/`gridDim`, `__shared__` memory per block,
-`__syncthreads()` as a real barrier and the warp shuffles, and runs every
-thread of a block as an OS thread, the blocks one after another. It is slow
+`__syncthreads()` as a real barrier and the warp shuffles; `cuda_emu_runtime.cpp`
+(built once per cache, loaded first) runs every thread of a block as an OS
+thread, the blocks one after another. The header a kernel includes is light
+(C headers only), so a module compiles in well under a second. It is slow
 and exact: the tool that makes every CUDA kernel fusegrad renders testable on a
 machine without a GPU (`FUSEGRAD_CUDA=emulate`).
 
@@ -30,11 +32,13 @@ arrays statically, so `shared=` is accepted and must be 0.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -43,8 +47,10 @@ import numpy as np
 
 from .config import config
 
-HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda_emu.h")
-CXX_FLAGS = ["-O2", "-pthread", "-std=c++17", "-shared", "-fPIC", "-w"]
+HERE = os.path.dirname(os.path.abspath(__file__))
+HEADER = os.path.join(HERE, "cuda_emu.h")  # what a kernel sees
+RUNTIME_SOURCE = os.path.join(HERE, "cuda_emu_runtime.cpp")  # threads and barriers, built once
+CXX_FLAGS = ["-O2", "-pthread", "-std=c++20", "-shared", "-fPIC", "-w"]
 
 _SCALARS = {
     "bool": ctypes.c_bool,
@@ -109,40 +115,57 @@ def _launchers(kernels: dict[str, list[str]]) -> str:
         parts.append(
             f'extern "C" void fg_launch_{name}(void** args, unsigned gx, unsigned gy, '
             "unsigned gz, unsigned bx, unsigned by, unsigned bz) {\n"
-            f"  fg_emu::launch([](void** a) {{ {name}({unpack}); }}, args, "
+            f"  fg_emu_launch([](void** a) {{ {name}({unpack}); }}, args, "
             "dim3{gx, gy, gz}, dim3{bx, by, bz});\n}"
         )
     return "\n".join(parts)
 
 
-def _build(text: str, path: str) -> None:
-    """Compile `text` into the shared library `path`, atomically."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(path))
+def _compile(cmd: list[str], out: str, text: str | None = None) -> None:
+    """Run g++ `cmd` writing `-o` to a temporary file, renamed to `out` once it is whole."""
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".tmp", dir=os.path.dirname(out))
     os.close(fd)
-    cmd = ["g++", *CXX_FLAGS, "-I", os.path.dirname(HEADER), "-x", "c++", "-", "-o", tmp]
     try:
-        r = subprocess.run(cmd, input=text, capture_output=True, text=True)
+        r = subprocess.run([*cmd, "-o", tmp], input=text, capture_output=True, text=True)
         if r.returncode:
-            numbered = "\n".join(f"{i + 1:4d} {line}" for i, line in enumerate(text.splitlines()))
+            lines = (text or "").splitlines()
+            numbered = "\n".join(f"{i + 1:4d} {line}" for i, line in enumerate(lines))
             raise EmulatorError(f"g++ could not compile the CUDA source:\n{r.stderr}\n{numbered}")
-        os.replace(tmp, path)
+        os.replace(tmp, out)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+_runtimes: dict[str, ctypes.CDLL] = {}
+
+
+def _load_runtime(base: str, fingerprint: str) -> None:
+    """Build (once per cache) and load the emulator's runtime library, globally, so that the
+    kernel modules loaded after it find `threadIdx`, `fg_emu_launch`, ... in it."""
+    name = "runtime-" + hashlib.sha256(fingerprint.encode()).hexdigest()[:16] + ".so"
+    path = os.path.join(base, name)
+    if path in _runtimes:
+        return
+    if not os.path.exists(path):
+        with open(RUNTIME_SOURCE) as f:
+            _compile(["g++", *CXX_FLAGS, "-I", HERE, "-x", "c++", "-"], path, f.read())
+    _runtimes[path] = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
 
 
 _build_lock = threading.Lock()
 _scratch_dir: str | None = None
 
 
-def _library_path(key: str) -> str:
+def _cache_dir() -> str:
     global _scratch_dir
     if config.cache:
-        return os.path.join(config.cache, "cuda_emu", key[:2], key + ".so")
-    if _scratch_dir is None:
+        return os.path.join(config.cache, "cuda_emu")
+    if _scratch_dir is None:  # the cache is off: this process's own folder, removed at exit
         _scratch_dir = tempfile.mkdtemp(prefix="fusegrad_cuda_emu_")
-    return os.path.join(_scratch_dir, key + ".so")
+        atexit.register(shutil.rmtree, _scratch_dir, ignore_errors=True)
+    return _scratch_dir
 
 
 class EmulatedModule:
@@ -157,16 +180,16 @@ class EmulatedModule:
         self.kernels = _kernels(source)
         if not self.kernels:
             raise EmulatorError('no `extern "C" __global__` function in the source')
-        with open(HEADER) as f:
-            header = f.read()
+        with open(HEADER) as f, open(RUNTIME_SOURCE) as g:
+            fingerprint = "\0".join([f.read(), g.read(), _compiler_id(), *CXX_FLAGS])
         text = f'#include "cuda_emu.h"\n{source}\n{_launchers(self.kernels)}\n'
-        key = hashlib.sha256(
-            "\0".join([text, header, _compiler_id(), *CXX_FLAGS]).encode()
-        ).hexdigest()
-        path = _library_path(key)
+        key = hashlib.sha256(f"{text}\0{fingerprint}".encode()).hexdigest()
+        base = _cache_dir()
+        path = os.path.join(base, key[:2], key + ".so")
         with _build_lock:
+            _load_runtime(base, fingerprint)
             if not os.path.exists(path):
-                _build(text, path)
+                _compile(["g++", *CXX_FLAGS, "-I", HERE, "-x", "c++", "-"], path, text)
         self.library = ctypes.CDLL(path)
 
     def get_function(self, symbol: str) -> EmulatedFunction:

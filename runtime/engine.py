@@ -92,6 +92,8 @@ class KernelRecord:
 
     @property
     def llvm_ir(self) -> str:
+        if isinstance(self.compiled, cuda.CompiledCudaKernel):  # ran as CUDA C: render on request
+            return render_llvm(self.loop, self.compiled.symbol)
         return self.compiled.source
 
     @property
@@ -347,10 +349,12 @@ class Engine:
             if config.debug >= 1:
                 _log(rec.summary())
                 if config.debug >= 3 and timed:
-                    _log(
-                        f"\n{kernel_header(rec)}loop IR:\n{rec.loop_ir}\n"
-                        f"optimized LLVM IR:\n{rec.llvm_ir_optimized}"
+                    code = (
+                        ("optimized LLVM IR", rec.llvm_ir_optimized)
+                        if device == "cpu"
+                        else ("CUDA C", rec.cuda_c)
                     )
+                    _log(f"\n{kernel_header(rec)}loop IR:\n{rec.loop_ir}\n{code[0]}:\n{code[1]}")
             for (g, _, _), out in zip(step.outs, outs):
                 bufs[g] = out
             for f in step.frees:

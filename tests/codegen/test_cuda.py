@@ -3,10 +3,10 @@
 Kernels from many expressions (elementwise in every dtype, casts, where,
 reductions, softmax, matmul, padding and strided slices with validity masks,
 counter-based random numbers, comparisons, transcendentals) are rendered to
-CUDA C and compiled to PTX in one nvcc run (the shared `__device__` prelude is
-kept once), so the renderer is checked even where there is no GPU. Each
-kernel must appear in the PTX as an `.entry` with the signature the launcher
-passes: `(start, end, out0, in0, ...)`.
+CUDA C and compiled to PTX in one nvcc run per architecture (sm_80 and sm_90;
+the shared `__device__` prelude is kept once), so the renderer is checked even
+where there is no GPU. Each launch of each kernel must appear in the PTX as an
+`.entry` taking the buffers the launcher passes: `(out0, ..., in0, ..., scratch...)`.
 """
 
 from __future__ import annotations
@@ -15,11 +15,17 @@ import re
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
 import fusegrad as fg
+from fusegrad.codegen.cuda import cuda_kernel
+from fusegrad.codegen.lower import lower
+from fusegrad.ir.schedule import schedule
+from fusegrad.nn import functional as F
+from fusegrad.runtime.engine import engine
 
 NVCC = shutil.which("nvcc") or (
     "/usr/local/bin/nvcc" if shutil.which("/usr/local/bin/nvcc") else None
@@ -130,6 +136,10 @@ CASES = {
         f32(64).tanh(),
         f32(64) ** 2,
     ],
+    # split over blocks and finished by a second launch
+    "long_reductions": lambda: [f32(2**17).sum(), f64(3, 2**16).amax(1), boolean(2**17).sum()],
+    "conv2d": lambda: _conv_backward(),
+    "softmax_backward": lambda: _softmax_backward(),
     "unary_float64": lambda: [f64(64).exp(), f64(64).abs().sqrt(), f64(64).sin(), f64(64).tanh()],
 }
 
@@ -143,6 +153,20 @@ def _gather_scatter():
     return [out, w.grad]
 
 
+def _conv_backward():
+    x = fg.tensor(RNG.standard_normal((2, 3, 9, 9)).astype(np.float32), requires_grad=True)
+    w = fg.tensor(RNG.standard_normal((4, 3, 3, 3)).astype(np.float32), requires_grad=True)
+    y = F.conv2d(x, w, padding=1)
+    (y * y).sum().backward()
+    return [y, x.grad, w.grad]
+
+
+def _softmax_backward():
+    x = fg.tensor(RNG.standard_normal((16, 300)).astype(np.float32), requires_grad=True)
+    (x.softmax(1) * f32(16, 300)).sum().backward()
+    return [x.grad]
+
+
 def _optimizer_step():
     w = fg.nn.Parameter(f32(6, 5))
     opt = fg.optim.Adam([w], lr=0.1)
@@ -154,7 +178,15 @@ def _optimizer_step():
 
 
 # cases whose kernels touch no double: a float32 kernel computing in double is a missing `f`
-FLOAT32_ONLY = {"elementwise_float32", "softmax", "matmul", "reduce_max", "mean_var_std"}
+FLOAT32_ONLY = {
+    "elementwise_float32",
+    "softmax",
+    "matmul",
+    "reduce_max",
+    "mean_var_std",
+    "conv2d",
+    "softmax_backward",
+}
 
 
 def _split(source: str) -> tuple[str, str]:
@@ -164,25 +196,33 @@ def _split(source: str) -> tuple[str, str]:
     return helpers, source[at:]
 
 
-def _nvcc(source: str, path) -> tuple[int, str, str]:
-    cu, ptx = path.with_suffix(".cu"), path.with_suffix(".ptx")
+ARCHS = ("sm_80", "sm_90")
+
+
+def _nvcc(source: str, path, arch: str) -> tuple[int, str, str]:
+    cu, ptx = path.with_suffix(f".{arch}.cu"), path.with_suffix(f".{arch}.ptx")
     cu.write_text(source)
     r = subprocess.run(
-        [NVCC, "--ptx", "-o", str(ptx), str(cu)], capture_output=True, text=True, timeout=300
+        [NVCC, "--ptx", f"-arch={arch}", "-o", str(ptx), str(cu)],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     return r.returncode, r.stderr, ptx.read_text() if r.returncode == 0 else ""
 
 
-@pytest.fixture(scope="module")
-def compiled(tmp_path_factory):
-    """Render every case's kernels and compile them together; per-symbol PTX and errors."""
+@pytest.fixture(scope="module", params=ARCHS)
+def compiled(request, tmp_path_factory):
+    """Render every case's kernels and compile them together for one architecture;
+    per-symbol PTX and errors."""
+    arch = request.param
     tmp = tmp_path_factory.mktemp("cuda")
     kernels: dict[str, list] = {}
     sources: dict[str, str] = {}
     for name, build in CASES.items():
-        kernels[name] = fg.kernels(*build())
+        kernels[name] = _render_both(build())
         for k in kernels[name]:
-            sources[k.compiled.symbol] = k.cuda_c
+            sources[k.gpu.symbol] = k.gpu.source
     # one translation unit per distinct prelude (today there is one)
     groups: dict[str, list[str]] = {}
     for symbol, src in sources.items():
@@ -192,18 +232,45 @@ def compiled(tmp_path_factory):
         for i, (helpers, symbols) in enumerate(groups.items())
     ]
     with ThreadPoolExecutor(max_workers=4) as pool:
-        results = list(pool.map(lambda job: _nvcc(*job), jobs))
+        results = list(pool.map(lambda job: _nvcc(*job, arch), jobs))
     errors: dict[str, str] = {}
     failed = [s for (rc, _, _), symbols in zip(results, groups.values()) if rc for s in symbols]
     ptx = "".join(text for _, _, text in results)
     if failed:  # compile the failing group's kernels one by one to say which is broken
         with ThreadPoolExecutor(max_workers=4) as pool:
-            singles = list(pool.map(lambda s: _nvcc(sources[s], tmp / s), failed))
+            singles = list(pool.map(lambda s: _nvcc(sources[s], tmp / s, arch), failed))
         for symbol, (rc, err, text) in zip(failed, singles):
             ptx += text
             if rc:
                 errors[symbol] = err
     return kernels, sources, _entries(ptx), errors
+
+
+@dataclass
+class Rendered:
+    name: str
+    loop: object  # the loop IR it was rendered from
+    gpu: object  # its CudaKernel
+
+
+def _render_both(tensors) -> list[Rendered]:
+    """Each kernel computing `tensors`, rendered from the CPU's loop nest (the plan's, with
+    register tiles) and from the GPU's (`lower(item, tile=False)`: shared-memory tiles)."""
+    items = schedule([t.node for t in tensors], engine.has_value_predicate())
+    records = fg.kernels(*tensors)
+    if not items:  # realized while built (an optimizer step): only the plan's loop nests
+        items = [None] * len(records)
+    names = [lower(item).name if item else r.name for r, item in zip(records, items)]
+    assert [r.name for r in records] == names
+    out = []
+    for rec, item in zip(records, items):
+        symbol = rec.compiled.symbol
+        out.append(Rendered(rec.name, rec.loop, cuda_kernel(rec.loop, symbol)))
+        if item is None:
+            continue
+        plain = lower(item, tile=False)
+        out.append(Rendered(f"{rec.name} (GPU lowering)", plain, cuda_kernel(plain, symbol + "_g")))
+    return out
 
 
 def _entries(ptx: str) -> dict[str, tuple[int, str]]:
@@ -220,33 +287,48 @@ def test_kernels_compile_to_ptx_entries(compiled, case):
     kernels, sources, entries, errors = compiled
     assert kernels[case], f"{case} made no kernels"
     for k in kernels[case]:
-        symbol = k.compiled.symbol
+        symbol = k.gpu.symbol
         assert symbol not in errors, (
             f"{k.name} does not compile:\n{errors[symbol]}\n{sources[symbol]}"
         )
-        assert symbol in entries, f"no .entry {symbol} in the PTX"
-        nparams, _ = entries[symbol]
-        assert nparams == 2 + len(k.loop.params), (
-            f"{k.name}: .entry takes {nparams} parameters, the launcher passes "
-            f"start, end and {len(k.loop.params)} buffers"
-        )
+        assert k.gpu.params == k.loop.params  # the CPU kernel's buffers, in its order
+        for launch in k.gpu.launches:
+            assert launch.symbol in entries, f"no .entry {launch.symbol} in the PTX"
+            nparams, _ = entries[launch.symbol]
+            assert nparams == len(k.loop.params) + len(k.gpu.scratch), (
+                f"{k.name}: .entry {launch.symbol} takes {nparams} parameters, the launcher "
+                f"passes {len(k.loop.params)} buffers and {len(k.gpu.scratch)} scratch buffers"
+            )
 
 
 @pytest.mark.parametrize("case", sorted(FLOAT32_ONLY))
 def test_float32_kernels_do_not_compute_in_double(compiled, case):
     kernels, sources, entries, _ = compiled
     for k in kernels[case]:
-        _, body = entries.get(k.compiled.symbol, (0, ""))
-        assert body, f"{k.name} did not compile"
-        doubles = sorted(set(re.findall(r"\b[a-z]+(?:\.[a-z0-9]+)*\.f64\b", body)))
-        assert not doubles, f"{k.name} uses {doubles}:\n{sources[k.compiled.symbol]}"
+        for launch in k.gpu.launches:
+            _, body = entries.get(launch.symbol, (0, ""))
+            assert body, f"{k.name} did not compile"
+            doubles = sorted(set(re.findall(r"\b[a-z]+(?:\.[a-z0-9]+)*\.f64\b", body)))
+            assert not doubles, f"{k.name} uses {doubles}:\n{sources[k.gpu.symbol]}"
 
 
 def test_every_case_is_covered_by_a_distinct_kernel(compiled):
     kernels, sources, _, _ = compiled
     # a renderer that gave every kernel the same name would pass the checks above vacuously
-    symbols = [k.compiled.symbol for ks in kernels.values() for k in ks]
-    assert len(set(symbols)) == len(sources) >= 40
+    symbols = [k.gpu.symbol for ks in kernels.values() for k in ks]
+    assert len(set(symbols)) == len(sources) >= 80
     for ks in kernels.values():
         for k in ks:
-            assert f"void {k.compiled.symbol}(" in k.cuda_c
+            for launch in k.gpu.launches:
+                assert f"void {launch.symbol}(" in k.gpu.source
+
+
+def test_contractions_are_tiled_through_shared_memory(compiled):
+    kernels, _, entries, _ = compiled
+    for case in ("matmul", "conv2d"):
+        tiled = [k for k in kernels[case] if k.gpu.block == (16, 16, 1)]
+        assert tiled, f"no kernel of {case} is tiled"
+        for k in tiled:
+            _, body = entries[k.gpu.symbol]
+            assert "st.shared" in body and "ld.shared" in body and "bar.sync" in body
+            assert ".local" not in body, f"{k.name}: the register tile went to local memory"

@@ -201,10 +201,19 @@ def test_tensor_of_strings():
 
 
 def test_cuda_device():
-    raises_here(fg.DeviceError, "device", lambda: fg.zeros(3, device="cuda"), "CUDA")
-    raises_here(fg.DeviceError, "device", lambda: fg.tensor([1.0], device="cuda:0"), "CUDA")
-    raises_here(fg.DeviceError, "device", lambda: fg.randn(2, device="cuda"), "CUDA")
+    from fusegrad.runtime import cuda
+
+    cuda.reset()
+    with fg.config.override(cuda="off"):  # the device unavailable, whatever this machine has
+        off = "cuda:0 is not available: the cuda device is turned off (FUSEGRAD_CUDA=off)"
+        raises_here(fg.DeviceError, "full", lambda: fg.zeros(3, device="cuda"), off)
+        raises_here(fg.DeviceError, "tensor", lambda: fg.tensor([1.0], device="cuda:0"), off)
+        raises_here(fg.DeviceError, "randn", lambda: fg.randn(2, device="cuda"), off)
+    cuda.reset()
     raises_here(fg.DeviceError, "device", lambda: fg.ones(2, device="tpu"), "tpu")
+    x, y = fg.ones(2), fg.ones(2)
+    raises_here(fg.DeviceError, "device", lambda: x.to("cuda:x"), "cuda:x")
+    assert y.to("cpu") is y
 
 
 def test_scalar_conversions_of_many_elements():

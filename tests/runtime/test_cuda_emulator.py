@@ -8,6 +8,7 @@ gives a wrong number), and compares with numpy.
 from __future__ import annotations
 
 import doctest
+import os
 
 import numpy as np
 import pytest
@@ -142,3 +143,27 @@ def test_the_compiled_library_is_cached(module):
 
 def test_docstring_example():
     assert doctest.testmod(cuda_emulator).failed == 0
+
+
+def test_without_a_cache_the_library_lives_in_a_scratch_folder():
+    from fusegrad.runtime.config import config
+
+    with config.override(cache=None):
+        mod = EmulatedModule(SOURCE.replace("tree_sum", "tree_sum_uncached"))
+    assert "fusegrad_cuda_emu_" in mod.library._name
+    out = np.zeros(1)
+    mod.get_function("tree_sum_uncached")(out, np.ones(10), np.int32(10), block=(256,))
+    assert out[0] == 10
+
+
+def test_a_forked_child_launches_with_threads_of_its_own(module):
+    # the parent's pool of block threads does not survive a fork: the child makes its own
+    out = np.zeros(1)
+    f = module.get_function("tree_sum")
+    f(out, np.ones(10), np.int32(10), block=(256,))
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 only if its launch ran and was right
+        f(out, np.ones(20), np.int32(20), block=(256,))
+        os._exit(0 if out[0] == 20 else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

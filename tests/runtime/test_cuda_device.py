@@ -1,0 +1,330 @@
+"""The cuda device end to end, on the CPU emulator of the generated CUDA C.
+
+Every test here runs with `FUSEGRAD_CUDA=emulate` (set through `fg.config`), so the
+engine renders each kernel as CUDA C, compiles it with the host C++ compiler against
+the emulator's header and runs it with real threads per block: the same path as a
+GPU, minus PyCUDA. The answers are checked against the CPU device, numpy and the
+reference evaluator (`ir/reference.py`). The whole suite runs on the device with
+`FUSEGRAD_TEST_DEVICE=cuda FUSEGRAD_CUDA=emulate` (tests/conftest.py); this module
+is the representative subset CI runs every time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fusegrad as fg
+from fusegrad import devices
+from fusegrad.ir.reference import evaluate_many
+from fusegrad.nn import functional as F
+from fusegrad.runtime import cuda as runtime_cuda
+
+HERE = os.path.basename(__file__)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(autouse=True)
+def emulated():
+    """The cuda device on the emulator, the CPU as the default device, .numpy() refused
+    for device tensors (as PyTorch does) whatever the suite's settings."""
+    before, strict = fg.get_default_device(), devices.numpy_reads_devices
+    with fg.config.override(cuda="emulate"):
+        runtime_cuda.reset()
+        fg.set_default_device("cpu")
+        devices.numpy_reads_devices = False
+        try:
+            yield
+        finally:
+            devices.numpy_reads_devices = strict
+            fg.set_default_device(before)
+    runtime_cuda.reset()
+
+
+def host(t: fg.Tensor) -> np.ndarray:
+    return t.detach().cpu().numpy()
+
+
+# ---------------------------------------------------------------- the device API
+
+
+def test_cuda_is_available_under_the_emulator():
+    assert fg.cuda.is_available() and fg.cuda.device_count() == 1
+    assert fg.cuda.why_unavailable() is None
+    assert "emulator" in fg.cuda.get_device_name()
+
+
+def test_creation_ops_put_their_tensors_on_the_device():
+    x = fg.ones(2, 3, device="cuda")
+    made = {
+        "zeros": fg.zeros(2, device="cuda"),
+        "ones": x,
+        "full": fg.full((2,), 3.0, device=fg.device("cuda:0")),
+        "empty": fg.empty(2, device="cuda"),
+        "arange": fg.arange(4, device="cuda"),
+        "rand": fg.rand(3, device="cuda"),
+        "randn": fg.randn(3, device="cuda"),
+        "eye": fg.eye(2, device="cuda"),
+        "linspace": fg.linspace(0, 1, 3, device="cuda"),
+        "tensor": fg.tensor([1, 2], device="cuda"),
+        "from_numpy": fg.from_numpy(np.zeros(2), device="cuda"),
+        "zeros_like": fg.zeros_like(x),
+        "full_like": fg.full_like(x, 2),
+        "rand_like": fg.rand_like(x),
+        "randn_like": fg.randn_like(x),
+        "randint": fg.randint(0, 5, (3,), device="cuda"),
+        "op": x * 2 + 1,
+        "reduction": x.sum(1),
+    }
+    for name, t in made.items():
+        assert t.device == "cuda:0" and t.device == "cuda" and t.is_cuda, name
+        assert t.device.type == "cuda" and t.device.index == 0, name
+    assert fg.zeros_like(x, device="cpu").device == "cpu"
+    assert made["arange"].tolist() == [0, 1, 2, 3]
+    assert made["full"].tolist() == [3.0, 3.0] and made["eye"].tolist() == [[1, 0], [0, 1]]
+
+
+def test_random_numbers_are_the_same_on_both_devices():
+    fg.manual_seed(3)
+    cpu = fg.randn(1000).numpy()
+    fg.manual_seed(3)
+    gpu = host(fg.randn(1000, device="cuda"))
+    np.testing.assert_allclose(gpu, cpu, rtol=1e-5, atol=1e-6)
+
+
+def test_to_moves_values_both_ways_with_dtypes():
+    a = np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5
+    t = fg.tensor(a)
+    c = t.to("cuda")
+    assert c.device == "cuda:0" and c.to("cuda") is c and c.cuda() is c
+    assert t.cuda().device == "cuda" and t.cuda(0).device == "cuda:0"
+    assert t.to(c).device == "cuda"  # another tensor's device (and dtype)
+    d = c.to("cpu", fg.float64)
+    assert d.device == "cpu" and d.dtype is fg.float64
+    np.testing.assert_array_equal(d.numpy(), a.astype(np.float64))
+    np.testing.assert_array_equal(c.to(fg.int64).cpu().numpy(), a.astype(np.int64))
+    e = t.to(device="cuda", dtype=fg.float64)
+    assert e.device == "cuda" and e.dtype is fg.float64
+    np.testing.assert_array_equal(c.cpu().numpy(), a)
+    lazy = t.exp() * 2  # a pending graph is computed on its own device, then copied
+    np.testing.assert_allclose(host(lazy.to("cuda")), np.exp(a) * 2, rtol=1e-6)
+
+
+def test_numpy_of_a_device_tensor_is_refused_as_in_pytorch():
+    c = fg.tensor([1.5, -2.0], device="cuda")
+    with pytest.raises(TypeError, match=r"can't convert cuda:0 device type tensor to numpy"):
+        c.numpy()
+    with pytest.raises(TypeError, match="Tensor.cpu()"):
+        np.asarray(c)
+    assert c.tolist() == [1.5, -2.0] and c[0].item() == 1.5 and float(c.sum()) == -0.5
+    assert repr(c) == "tensor([ 1.5, -2. ], device='cuda:0')"
+    assert bool(c[0] > 0) and int(c[1]) == -2
+
+
+def _mixing_error(op_name: str) -> str:
+    return (
+        rf"{op_name}: Expected all tensors to be on the same device, but found at least two "
+        rf"devices, (cuda:0 and cpu|cpu and cuda:0)! at {HERE}:\d+"
+    )
+
+
+def test_mixing_devices_raises_at_the_users_line_naming_both():
+    c, x = fg.ones(3, device="cuda"), fg.ones(3)
+    with pytest.raises(fg.DeviceError, match=_mixing_error("add")) as info:
+        c + x  # noqa: B018
+    assert isinstance(info.value, RuntimeError)  # what PyTorch raises
+    with pytest.raises(fg.DeviceError, match=_mixing_error("mul")):
+        x * c  # noqa: B018
+    with pytest.raises(fg.DeviceError, match=_mixing_error(r"\w+")):
+        fg.ones(2, 3, device="cuda") @ fg.ones(3, 2)  # noqa: B018
+    with pytest.raises(fg.DeviceError, match=_mixing_error(r"\w+")):
+        fg.where(c > 0, x, c)
+    with pytest.raises(fg.DeviceError, match=_mixing_error(r"\w+")):
+        fg.cat([c, x])
+    with pytest.raises(fg.DeviceError, match=_mixing_error(r"\w+")):
+        fg.zeros(3, device="cuda") + fg.zeros(3)  # two constants: still two devices
+    assert (c + 2).device == "cuda" and (2 * c - c.sum()).device == "cuda"
+
+
+def test_the_error_names_the_line_that_mixed_the_devices():
+    c, x = fg.ones(3, device="cuda"), fg.ones(3)
+    try:
+        c - x
+    except fg.DeviceError as e:
+        where = int(re.search(rf"{HERE}:(\d+)", str(e)).group(1))
+    assert where == sys._getframe().f_lineno - 3
+
+
+def test_moving_a_tensor_that_requires_grad_is_refused_not_silently_detached():
+    w = fg.randn(3, requires_grad=True)
+    with pytest.raises(fg.FusegradError, match=rf"not differentiable.*detach\(\).*{HERE}"):
+        w.to("cuda")
+    assert w.detach().to("cuda").device == "cuda"
+    with fg.no_grad():
+        assert w.cuda().device == "cuda"
+
+
+def test_default_device_makes_creation_ops_use_it():
+    fg.set_default_device("cuda")
+    assert fg.get_default_device() == "cuda:0"
+    assert fg.zeros(2).device == "cuda" and fg.tensor([1.0]).device == "cuda"
+    assert fg.randn(2).device == "cuda" and fg.arange(3).device == "cuda"
+    fg.set_default_device("cpu")
+    assert fg.zeros(2).device == "cpu"
+    with pytest.raises(fg.DeviceError, match=rf"cuda:1 does not exist: 1 CUDA device.*{HERE}"):
+        fg.set_default_device("cuda:1")
+
+
+def test_kernels_of_a_device_tensor_are_cuda_c():
+    y = (fg.randn(64, device="cuda") * 2).exp().sum()
+    (k,) = fg.kernels(y)
+    assert "__global__" in k.cuda_c and k.cuda_c == k.compiled.source
+
+
+# ---------------------------------------------------------------- numbers
+
+
+@pytest.mark.parametrize("n", [1, 31, 1024, 1025, 1 << 20])
+def test_reductions_of_every_length(n):
+    rng = np.random.default_rng(n)
+    a = rng.standard_normal(n).astype(np.float32)
+    c = fg.tensor(a, device="cuda")
+    tol = dict(rtol=1e-5, atol=1e-6 * np.sqrt(n))
+    np.testing.assert_allclose(c.sum().item(), a.astype(np.float64).sum(), **tol)
+    np.testing.assert_allclose(c.mean().item(), a.astype(np.float64).mean(), rtol=1e-5, atol=1e-6)
+    assert c.amax().item() == a.max() and c.amin().item() == a.min()
+    if n <= 1025:  # along an axis too: rows of a matrix, and columns
+        m = rng.standard_normal((3, n)).astype(np.float32)
+        cm = fg.tensor(m, device="cuda")
+        np.testing.assert_allclose(host(cm.sum(1)), m.astype(np.float64).sum(1), **tol)
+        np.testing.assert_allclose(host(cm.amax(0)), m.max(0))
+        np.testing.assert_allclose(host(cm.softmax(1)), host(fg.tensor(m).softmax(1)), rtol=1e-5)
+
+
+def test_matmul_and_integer_ops_match_numpy():
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((37, 70)).astype(np.float32)
+    b = rng.standard_normal((70, 45)).astype(np.float32)
+    got = host(fg.tensor(a, device="cuda") @ fg.tensor(b, device="cuda"))
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+    i = rng.integers(-100, 100, (5, 7))
+    ci = fg.tensor(i, device="cuda")
+    np.testing.assert_array_equal(host(ci * 3 - ci.sum(0)), i * 3 - i.sum(0))
+    np.testing.assert_array_equal(host(ci.argmax(1)), i.argmax(1))
+    np.testing.assert_array_equal(host(ci[[0, 2], 1:5:2]), i[[0, 2], 1:5:2])
+
+
+# the random programs of the autodiff tests, on the device, forward and backward
+sys.path.insert(0, os.path.join(ROOT, "tests", "frontend"))
+import test_autodiff_random as programs  # noqa: E402
+
+
+@settings(max_examples=20, **programs.SETTINGS)
+@given(st.data())
+def test_random_programs_forward_and_backward_match_the_reference(data):
+    fg.set_default_device("cuda")  # the program's leaves and weights are made there
+    p = programs.Program(data)
+    ndim = data.draw(st.integers(0, 3), label="ndim")
+    shape = tuple(data.draw(st.lists(st.integers(1, 4), min_size=ndim, max_size=ndim)))
+    out = programs.grow(p, p.leaf(shape), data.draw(st.integers(1, 5), label="steps"))
+    assert out.device == "cuda"
+    projected, grads = programs.gradient_graphs(p, out)
+    live = [g for g in grads if g is not None]
+    wanted = [out, projected, *live]
+    reference = evaluate_many([t.node for t in wanted])  # numpy, op by op
+    fg.realize(*wanted)  # compiled kernels, run in the emulator
+    trace = " | ".join(p.trace)
+    for i, (t, ref) in enumerate(zip(wanted, reference)):
+        assert t.device == "cuda"
+        scale = max(1.0, float(np.abs(ref).max()))
+        np.testing.assert_allclose(
+            host(t), ref, rtol=1e-9, atol=1e-10 * scale, err_msg=f"value {i}: {trace}"
+        )
+
+
+# ---------------------------------------------------------------- modules
+
+
+def test_module_to_moves_parameters_and_buffers_in_place():
+    m = fg.nn.Sequential(fg.nn.Linear(3, 4), fg.nn.BatchNorm1d(4), fg.nn.ReLU())
+    params = list(m.parameters())
+    assert m.to("cuda") is m
+    assert all(a is b for a, b in zip(params, m.parameters()))  # the same objects
+    assert all(p.device == "cuda" and p.requires_grad and p.is_leaf for p in m.parameters())
+    assert all(b.device == "cuda" for b in m.buffers())
+    m.to(fg.float64)
+    assert all(p.dtype is fg.float64 and p.device == "cuda" for p in m.parameters())
+    assert m[1].num_batches_tracked.dtype is fg.int64  # only floating tensors are cast
+    m.cpu()
+    assert all(t.device == "cpu" for t in [*m.parameters(), *m.buffers()])
+    m.cuda()
+    assert all(t.device == "cuda" for t in [*m.parameters(), *m.buffers()])
+
+
+def _train(device: str, steps: int, make_model, make_opt, batch, jit=False):
+    fg.manual_seed(0)
+    model = make_model().to(device)
+    opt = make_opt(model.parameters())  # built after the move, as in PyTorch
+    x, y = batch
+
+    def step(x, y):
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    step = fg.jit(step) if jit else step
+    losses = [step(fg.tensor(x, device=device), fg.tensor(y, device=device)).item()]
+    for _ in range(steps - 1):
+        losses.append(step(fg.tensor(x, device=device), fg.tensor(y, device=device)).item())
+    return losses, [host(p) for p in model.parameters()], [host(b) for b in model.buffers()]
+
+
+def test_small_model_trains_the_same_on_both_devices_under_jit():
+    """BatchNorm's running statistics, dropout's masks (a new key each step, redrawn by
+    the jit's replays) and momentum: five steps, the last two replayed by fg.jit."""
+    rng = np.random.default_rng(0)
+    batch = rng.standard_normal((16, 5)).astype(np.float32), rng.integers(0, 3, 16)
+
+    def make():
+        return fg.nn.Sequential(
+            fg.nn.Linear(5, 8),
+            fg.nn.BatchNorm1d(8),
+            fg.nn.Tanh(),
+            fg.nn.Dropout(0.2),
+            fg.nn.Linear(8, 3),
+        )
+
+    def opt(params):
+        return fg.optim.SGD(params, lr=0.1, momentum=0.9)
+
+    cpu = _train("cpu", 5, make, opt, batch, jit=True)
+    gpu = _train("cuda", 5, make, opt, batch, jit=True)
+    assert len(set(cpu[0])) == 5  # the steps did change the weights
+    np.testing.assert_allclose(gpu[0], cpu[0], rtol=1e-5)
+    for a, b in zip(gpu[1] + gpu[2], cpu[1] + cpu[2]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_one_lenet_training_step_matches_the_cpu_device():
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    from lenet_mnist import LeNet5
+
+    rng = np.random.default_rng(0)
+    batch = rng.standard_normal((8, 1, 28, 28)).astype(np.float32), rng.integers(0, 10, 8)
+
+    def opt(params):
+        return fg.optim.Adam(params, lr=1e-3)
+
+    cpu = _train("cpu", 1, LeNet5, opt, batch)
+    gpu = _train("cuda", 1, LeNet5, opt, batch)
+    np.testing.assert_allclose(gpu[0], cpu[0], rtol=1e-4)
+    for a, b in zip(gpu[1], cpu[1]):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
