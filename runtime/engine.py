@@ -428,7 +428,9 @@ def kernel_names(items: list[ScheduleItem]) -> list[str]:
 
 def _compile_item(item: ScheduleItem, device: str = "cpu") -> tuple[KernelRecord, int, int]:
     with phases.timed("lower"):
-        loop = lower(item)
+        # the GPU gets the plain loop nest: codegen/gpu.py tiles contractions through
+        # shared memory itself (the CPU's register tiles would stand in its way)
+        loop = lower(item) if device == "cpu" else lower(item, tile=False)
     if device == "cpu":
         with phases.timed("render"):
             source = render_llvm(loop, "KERNEL")
