@@ -24,10 +24,14 @@ mappings:
 - **tile**: a contraction (matmul, convolution) through shared memory; see
   `Contraction`. Taken from the plain loop nest (`lower(item, tile=False)`).
 
+    >>> import numpy as np
     >>> import fusegrad as fg
     >>> from fusegrad.codegen.gpu import map_to_gpu
-    >>> (k,) = fg.kernels(fg.ones(2**20).sum())
-    >>> gpu = map_to_gpu(k.loop)
+    >>> from fusegrad.codegen.lower import lower
+    >>> from fusegrad.ir.schedule import schedule
+    >>> total = fg.from_numpy(np.ones(2**20, np.float32)).sum()
+    >>> (item,) = schedule([total.node], lambda n: n.op.name == "BUFFER")
+    >>> gpu = map_to_gpu(lower(item, tile=False))  # the GPU's loop nest
     >>> gpu.mode, gpu.block, gpu.split, gpu.grid
     ('block', 256, 64, 64)
 """

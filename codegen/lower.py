@@ -961,3 +961,9 @@ def kernel_name(item: ScheduleItem) -> str:
 def kernel_symbol(source: str, name: str) -> str:
     """The symbol a compiled kernel is exported as: its name plus a hash of its source."""
     return f"{name}_{hashlib.sha256(source.encode()).hexdigest()[:12]}"
+
+
+def base_name(symbol: str) -> str:
+    """A kernel's name without the hash `kernel_symbol` adds (`r_sum_64x128`)."""
+    head, _, tail = symbol.rpartition("_")
+    return head if len(tail) == 12 and all(c in "0123456789abcdef" for c in tail) else symbol

@@ -441,6 +441,7 @@ def _compile_item(item: ScheduleItem, device: str = "cpu") -> tuple[KernelRecord
             compiled = compile_kernel(source, symbol, len(loop.params))
     else:
         compiled = cuda.compile_loop(loop)
+        symbol = loop.name = compiled.symbol  # one name everywhere, as on the CPU
     root = item.root
     work = root.numel * (
         math.prod(item.reduce.srcs[0].shape) // item.reduce.numel if item.reduce else 1
