@@ -19,6 +19,7 @@ from .ir import node as N
 from .ir.autodiff import with_vjp
 from .ir.dtypes import int64
 from .ir.ops import Ops
+from .ir.sites import one_site
 
 MaxResult = namedtuple("MaxResult", ["values", "indices"])
 
@@ -148,6 +149,7 @@ class ReduceMixin:
         out = (self - m).exp().sum(dim, keepdim=True).log() + m
         return out if keepdim else out.squeeze(dim)
 
+    @one_site
     def softmax(self, dim: int):
         """exp(x - max) / sum(exp(x - max)) along `dim`: three kernels for a row softmax."""
         dim = self._dim(dim, "softmax")
@@ -157,6 +159,7 @@ class ReduceMixin:
         e = (x - x.amax(dim, keepdim=True).detach()).exp()
         return e / e.sum(dim, keepdim=True)
 
+    @one_site
     def log_softmax(self, dim: int):
         dim = self._dim(dim, "log_softmax")
         x = self._float()
@@ -263,6 +266,7 @@ def _pair(values, index, dim, keepdim: bool) -> MaxResult:
 PANEL = TILE_COLS[0]  # the widest vector a matmul tile uses: one panel is one tile's columns
 
 
+@one_site
 def matmul(a, b):
     """Matrix product with PyTorch's rules for 1-D, 2-D and batched operands.
 

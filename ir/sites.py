@@ -18,6 +18,7 @@ library function the user called. Names are worked out only when printed:
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -160,8 +161,9 @@ _fixed = threading.local()
 _sites: dict[tuple, Site] = {}  # (code, line, library code) -> its Site
 
 
-def capture(depth: int = 1) -> Site | None:
-    """The site of the innermost frame outside the library, `depth` frames above the caller.
+def capture(depth: int = 1, api=None) -> Site | None:
+    """The site of the innermost frame outside the library, `depth` frames above the caller
+    (`api`: the library function being entered there, if the walk finds no outer one).
 
     Inside `fixed(site)` it is that site, without walking the stack.
     """
@@ -169,7 +171,6 @@ def capture(depth: int = 1) -> Site | None:
     if site is not None:
         return site
     f = sys._getframe(depth + 1)
-    api = None
     kind = _kind
     while f is not None:
         code = f.f_code
@@ -186,6 +187,26 @@ def capture(depth: int = 1) -> Site | None:
             api = code
         f = f.f_back
     return None
+
+
+def one_site(fn):
+    """Decorator for a library op that makes many tensors (`cross_entropy`, `linear`,
+    `log_softmax`): the user's line is found once, on entry, instead of once per tensor
+    the op makes. The site is the same either way (the user's line, labelled by the
+    outermost library call made on it)."""
+    api = fn.__code__
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if getattr(_fixed, "site", None) is not None:
+            return fn(*args, **kwargs)
+        _fixed.site = capture(1, api)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _fixed.site = None
+
+    return wrapper
 
 
 class fixed:

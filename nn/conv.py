@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from ..errors import DTypeError, ShapeError, fail
+from ..errors import DTypeError, ShapeError, fail, one_site
 from ..ir import node as N
 from ..ir.autodiff import with_vjp
 from ..movement import sliding_windows
@@ -188,9 +188,15 @@ def _conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str):
     return [(x.node, dx.node), (weight.node, dw.node)]
 
 
+@one_site
+
+
 def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1) -> Tensor:
     """1-D convolution over (N, C, L) with PyTorch's semantics (padding may be 'same')."""
     return _convnd(x, weight, bias, stride, padding, dilation, groups, 1, "conv1d")
+
+
+@one_site
 
 
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1) -> Tensor:
@@ -323,6 +329,9 @@ def _argmax_indices(win, best, spatial, flat_pad, kernel, stride, dilation) -> T
     return where(hit, idx_win, plane).amin(axes)
 
 
+@one_site
+
+
 def max_pool1d(
     x,
     kernel_size,
@@ -345,6 +354,9 @@ def max_pool1d(
         ceil_mode=ceil_mode,
         return_indices=return_indices,
     )
+
+
+@one_site
 
 
 def max_pool2d(
@@ -395,6 +407,9 @@ def avg_pool1d(
         count_include_pad,
         ceil_mode=ceil_mode,
     )
+
+
+@one_site
 
 
 def avg_pool2d(

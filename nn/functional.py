@@ -15,6 +15,7 @@ from __future__ import annotations
 import warnings
 
 from .. import creation
+from ..errors import one_site
 from ..ir import node as N
 from ..tensor import Tensor, where
 
@@ -73,10 +74,16 @@ def log_softmax(input: Tensor, dim: int | None = None) -> Tensor:
 # ---------------------------------------------------------------- layers as functions
 
 
+@one_site
+
+
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """x @ W.T + b, with W of shape (out_features, in_features) as torch stores it."""
     out = input @ weight.T
     return out if bias is None else out + bias
+
+
+@one_site
 
 
 def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
@@ -110,6 +117,9 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
         if values.max() >= num_classes:
             raise ClassIndexError("Class values must be smaller than num_classes.")
     return (tensor[..., None] == creation.index_arange(num_classes)).long()
+
+
+@one_site
 
 
 def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> Tensor:
@@ -201,6 +211,9 @@ def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     return _reduce(diff * diff, reduction)
 
 
+@one_site
+
+
 def binary_cross_entropy(
     input: Tensor, target: Tensor, weight: Tensor | None = None, reduction: str = "mean"
 ) -> Tensor:
@@ -239,6 +252,9 @@ def _with_gradients(value: Tensor, *pairs: tuple[Tensor, Tensor]) -> Tensor:
         if t.requires_grad:
             out = out + (t - t.detach()) * grad
     return out
+
+
+@one_site
 
 
 def binary_cross_entropy_with_logits(
@@ -289,6 +305,9 @@ def _check_targets(input: Tensor, target: Tensor, op: str) -> None:
         )
 
 
+@one_site
+
+
 def nll_loss(
     input: Tensor,
     target: Tensor,
@@ -323,6 +342,9 @@ def nll_loss(
     if reduction == "mean":
         return loss.sum() / w.sum()
     return _reduce(loss, reduction)
+
+
+@one_site
 
 
 def cross_entropy(
