@@ -22,6 +22,7 @@ from ..ir.node import Node
 from ..ir.ops import ELEMENTWISE, REDUCE, REDUCE_COMBINE, Ops
 from ..ir.schedule import ScheduleItem
 from ..ir.symbolic import FloorDiv, Lin, Mod, Var, lin
+from ..ir.tiling import PANEL_CACHE_BYTES, TILE_COLS
 from .loopir import (
     AccInit,
     AccRead,
@@ -783,10 +784,8 @@ def cascade_lanes(plain: Kernel, item: ScheduleItem) -> int:
     return 64 if loop.extent >= 256 else 32
 
 
-TILE_COLS = (32, 16, 8)
 TILE_MIN_COLS = 4
 TILE_MAX_ACCUMULATORS = 128  # beyond this LLVM stops keeping a tile in registers
-PANEL_CACHE_BYTES = 1 << 21  # an input this big does not stay in cache across row tiles
 TILE_GRID_ACCUMULATORS = 160  # a grid of lane rows: at most 20 8-lane or 10 16-lane registers
 SHORT_REDUCTION = 16
 TILE_ROWS = 4

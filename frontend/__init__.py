@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import os as _os
 
-from . import codegen as _codegen
-from . import ir as _ir
-from . import runtime as _runtime
 from .errors import (
     DeviceError,
     DTypeError,
@@ -28,18 +25,18 @@ from .ir import node as _node
 from .ir.dtypes import DType, bool_, float32, float64, int32, int64
 
 
-def _nn_dirs() -> list[str]:
+def _package_dirs(name: str) -> list[str]:
+    """The folders of subpackage `name`, found without importing it."""
     import importlib.util
 
-    spec = importlib.util.find_spec(__name__ + ".nn")
-    return list(spec.submodule_search_locations or []) if spec else []
+    spec = importlib.util.find_spec(f"{__name__}.{name}")
+    return [_os.path.abspath(d) for d in (spec.submodule_search_locations or [])] if spec else []
 
 
 # frames in these folders are fusegrad's; errors and kernels name the first frame outside
 _register_package_dirs(
     [_os.path.dirname(_os.path.abspath(__file__))]
-    + [_os.path.dirname(_os.path.abspath(m.__file__)) for m in (_ir, _codegen, _runtime)]
-    + _nn_dirs()
+    + [d for name in ("ir", "codegen", "runtime", "nn") for d in _package_dirs(name)]
 )
 
 

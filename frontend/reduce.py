@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from collections import namedtuple
 
-from .codegen.lower import PANEL_CACHE_BYTES, TILE_COLS
 from .errors import DimError, DTypeError, ShapeError, fail
 from .ir import node as N
 from .ir.autodiff import with_vjp
 from .ir.dtypes import int64
 from .ir.ops import Ops
 from .ir.sites import one_site
+from .ir.tiling import PANEL_CACHE_BYTES, TILE_COLS
 
 MaxResult = namedtuple("MaxResult", ["values", "indices"])
 

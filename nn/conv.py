@@ -21,8 +21,7 @@ import math
 import numpy as np
 
 from ..errors import DTypeError, ShapeError, fail, one_site
-from ..ir import node as N
-from ..ir.autodiff import with_vjp
+from ..extend import custom_gradient, materialize
 from ..movement import sliding_windows
 from ..tensor import Tensor
 
@@ -95,18 +94,16 @@ def _convnd(
             )
     else:
         pads = [(p, p) for p in _tuple(padding, n, "padding", op)]
-    out = _correlate(x, weight, pads, stride, dilation, groups, op)
     geometry = (x.shape, weight.shape, pads, stride, dilation, groups)
-    # the rule sits on the reduction: views around it may be folded into their neighbours
-    total = out.node.srcs[0]
-    # the rule keeps the nodes, never the tensors: a tensor may be given a new value later (an
-    # optimizer step) while the gradient is still to be built; and nothing in it may lead
-    # back to `total`, the rule's weak key, or the table would keep every convolution alive
-    out_shape, xn, wn = out.shape, x.node, weight.node
-    with_vjp(
+    # the rule sits on the reduction (keepdim): a view around it could be folded away
+    total = _correlate(x, weight, pads, stride, dilation, groups, op, keepdim=True)
+    out_shape = _correlated_shape(total, groups)
+    total = custom_gradient(
         total,
-        lambda g: _conv_vjp(Tensor(g).reshape(out_shape), Tensor(xn), Tensor(wn), geometry, op),
+        [x, weight],
+        lambda g, x, w: _conv_vjp(g.reshape(out_shape), x, w, geometry, op),
     )
+    out = total.reshape(out_shape)
     if bias is not None:
         if bias.shape != (cout,):
             fail(ShapeError, op, f"bias must have shape ({cout},), got {bias.shape}")
@@ -114,8 +111,11 @@ def _convnd(
     return out
 
 
-def _correlate(x: Tensor, weight: Tensor, pads, stride, dilation, groups: int, op: str) -> Tensor:
-    """sum over (Cin/G, kernel) of windows(pad(x)) * weight: the convolution itself."""
+def _correlate(
+    x: Tensor, weight: Tensor, pads, stride, dilation, groups: int, op: str, keepdim=False
+) -> Tensor:
+    """sum over (Cin/G, kernel) of windows(pad(x)) * weight: the convolution itself
+    ((N, Cout, *out); with `keepdim`, the sum itself, (N, G, Cout/G, 1, *out, *1))."""
     n = len(pads)
     batch, cin = x.shape[:2]
     cout, cin_g = weight.shape[:2]
@@ -129,7 +129,14 @@ def _correlate(x: Tensor, weight: Tensor, pads, stride, dilation, groups: int, o
     win = win.reshape(batch, g, 1, cin_g, *outs, *kernel)
     w = weight.reshape(1, g, cout_g, cin_g, *([1] * n), *kernel)
     axes = (3,) + tuple(range(4 + n, 4 + 2 * n))
-    return (win * w).sum(axes).reshape(batch, cout, *outs)
+    total = (win * w).sum(axes, keepdim=True)
+    return total if keepdim else total.reshape(batch, cout, *outs)
+
+
+def _correlated_shape(total: Tensor, groups: int) -> tuple[int, ...]:
+    """(N, Cout, *out) of a keepdim `_correlate` sum (N, G, Cout/G, 1, *out, *1)."""
+    n = (total.ndim - 4) // 2
+    return (total.shape[0], groups * total.shape[2], *total.shape[4 : 4 + n])
 
 
 def _padded(x: Tensor, pads, op: str) -> Tensor:
@@ -141,7 +148,7 @@ def _padded(x: Tensor, pads, op: str) -> Tensor:
     x = x.pad(flat_pad)
     if any(v < 0 for v in flat_pad):  # a crop is a view already
         return x
-    return x._make(N.contiguous(x.node, f"{op}: padded input, so windows read it unguarded"))
+    return materialize(x, f"{op}: padded input, so windows read it unguarded")
 
 
 def _dilate(t: Tensor, stride, n: int) -> Tensor:
@@ -178,14 +185,14 @@ def _conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str):
         tpads.append((d * (k - 1) - before, d * (k - 1) - after + extra))
     wt = weight.reshape(groups, cout_g, cin_g, *kernel).transpose(1, 2)
     wt = wt.reshape(cin, cout_g, *kernel)
-    wt = wt._make(N.flip(wt.node, tuple(range(2, 2 + n))))
+    wt = wt.flip(tuple(range(2, 2 + n)))
     dx = _correlate(gd, wt, tpads, (1,) * n, dilation, groups, op)
     # weight: sum over batch and output positions of windows(x) * g
     win = sliding_windows(_padded(x, pads, op), kernel, stride, dilation)
     win = win.reshape(batch, groups, 1, cin_g, *outs, *kernel)
     gw = g.reshape(batch, groups, cout_g, 1, *outs, *([1] * n))
     dw = (win * gw).sum((0,) + tuple(range(4, 4 + n))).reshape(*w_shape)
-    return [(x.node, dx.node), (weight.node, dw.node)]
+    return [dx, dw]
 
 
 @one_site
@@ -288,18 +295,17 @@ def _first_max_gradient(win: Tensor, out: Tensor, n: int) -> Tensor:
     size = 1
     for k in win.shape[win.ndim - n :]:
         size *= k
-    node = N.mul(out.node, N.const(1, out.shape, out.dtype))  # a node of its own for the rule
 
-    def rule(g):
+    def rule(g, win):
         flat = win.detach().reshape(*lead, size)
         best = out.detach()[..., None]
         hit = (flat == best) | ((flat != flat) & (best != best))
         pos = arange(size)
         first = where(hit, pos, size).amin(-1, keepdim=True)
-        gw = where(pos == first, Tensor(g)[..., None], 0.0).reshape(win.shape)
-        return [(win.node, gw.node)]
+        return [where(pos == first, g[..., None], 0.0).reshape(win.shape)]
 
-    return out._make(with_vjp(node, rule))
+    # a node of its own for the rule: `out` may equal an amax built elsewhere
+    return custom_gradient(out, [win], rule, own_node=True)
 
 
 def _pool_out_size(i: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:

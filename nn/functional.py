@@ -16,7 +16,7 @@ import warnings
 
 from .. import creation
 from ..errors import one_site
-from ..ir import node as N
+from ..extend import gather_rows, host_data
 from ..tensor import Tensor, where
 
 # ---------------------------------------------------------------- activations
@@ -140,7 +140,7 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> 
         raise ValueError(f"embedding: weight must be 2-D (rows, dim), got shape {weight.shape}")
     num = weight.shape[0]
     _check_indices(input, num)
-    out = weight._make(N.gather(weight.node, input.node), input)
+    out = gather_rows(weight, input)
     if padding_idx is not None and out.requires_grad:
         padding_idx = padding_idx % num
         out = where((input == padding_idx)[..., None], out.detach(), out)
@@ -155,7 +155,7 @@ class ClassIndexError(IndexError, RuntimeError):
 def _known_values(t: Tensor):
     """t's values if they are computed already (data a user passed in), else None: checking
     a lazy value would compute it early."""
-    return t.numpy() if t.node.op is N.Ops.BUFFER else None
+    return host_data(t)
 
 
 def _check_targets_in_range(target: Tensor, classes: int, ignore_index: int) -> None:

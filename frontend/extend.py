@@ -1,0 +1,79 @@
+"""Building new ops on fusegrad: what `nn` (and a user's own layers) need beyond `Tensor`.
+
+Everything here works on tensors; none of it exposes graph nodes. These are the
+pieces that ordinary tensor methods do not cover:
+
+- `custom_gradient(out, inputs, rule)`: give a composite op its own gradient, as
+  `torch.autograd.Function` does (a convolution's transposed convolution, pooling's
+  first-maximum rule), instead of the one derived from its primitives;
+- `gather_rows(table, index)`: rows of a 2-D table picked by an integer tensor (an
+  embedding lookup), without bounds checks (check the indices first);
+- `materialize(t, reason)`: store `t` in memory rather than recompute it in every
+  kernel that reads it, with the reason the schedule reports;
+- `host_data(t)`: `t`'s values if they are data already in memory, else None (so a
+  check never computes a lazy value early).
+
+>>> import fusegrad as fg
+>>> from fusegrad.extend import custom_gradient
+>>> x = fg.tensor([1.0, -2.0], requires_grad=True)
+>>> y = custom_gradient(x.abs(), [x], lambda g, x: [g * 2])  # a made-up gradient
+>>> y.sum().backward(); x.grad.tolist()
+[2.0, 2.0]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from .ir import node as N
+from .ir.autodiff import CUSTOM_VJP, with_vjp
+from .ir.ops import MOVEMENT, Ops
+from .tensor import Tensor
+
+
+def custom_gradient(
+    out: Tensor,
+    inputs: Sequence[Tensor],
+    rule: Callable[..., Sequence[Tensor | None]],
+    *,
+    own_node: bool = False,
+) -> Tensor:
+    """`out`, computed from `inputs`, with the gradient `rule(grad_out, *inputs)` (one
+    gradient or None per input) instead of the one derived from its ops.
+
+    The rule runs when a backward pass is built, on tensors over the values the
+    inputs had when `custom_gradient` was called (so it need not, and should not,
+    capture the input tensors: one may be given a new value by an optimizer step
+    before the gradient is built, and a captured tensor keeps its graph alive).
+    `own_node=True` (or an `out` that is a view, a leaf or already has a rule) puts
+    the rule on a node of its own (`out * 1`), so it cannot attach to an equal node
+    built elsewhere.
+    """
+    node = out.node
+    if own_node or node.op in MOVEMENT or node.op in (Ops.BUFFER, Ops.CONST) or node in CUSTOM_VJP:
+        node = N.mul(node, N.const(1, node.shape, node.dtype))
+    sources = [t.node for t in inputs]
+
+    def node_rule(g):
+        grads = rule(Tensor(g), *[Tensor(s) for s in sources])
+        return [(s, d.node) for s, d in zip(sources, grads) if d is not None]
+
+    with_vjp(node, node_rule)
+    return out if node is out.node else out._make(node, *inputs)
+
+
+def gather_rows(table: Tensor, index: Tensor) -> Tensor:
+    """Rows of `table` picked by the integers in `index`: shape index.shape + table.shape[1:].
+
+    Indices are not checked (the caller checks them where their values are known)."""
+    return table._make(N.gather(table.node, index.node), index)
+
+
+def materialize(t: Tensor, reason: str) -> Tensor:
+    """`t`, stored in memory by its own kernel; `reason` is what the schedule says."""
+    return t._make(N.contiguous(t.node, reason))
+
+
+def host_data(t: Tensor):
+    """`t`'s values as a numpy array if they are data in memory already, else None."""
+    return t.numpy() if t.node.op is Ops.BUFFER else None

@@ -1,0 +1,11 @@
+"""Tile sizes that both graph building and code generation depend on.
+
+A large matmul's right operand is packed into panels by the frontend (a graph
+rewrite: a CONTIGUOUS of a permuted view) so that the kernel codegen makes for it
+streams one panel at a time. The panel width must be a tile width of the codegen,
+and the size from which packing pays is the cache size the codegen assumes, so both
+live here, where `frontend/` and `codegen/` may both read them.
+"""
+
+TILE_COLS = (32, 16, 8)  # vector lanes a register tile's row may have, widest first
+PANEL_CACHE_BYTES = 1 << 21  # an input this big does not stay in cache across row tiles
