@@ -132,3 +132,27 @@ def test_large_matmul_packs_its_right_operand_and_walks_panels_outermost():
     (y * fg.tensor(g)).sum().backward()
     np.testing.assert_allclose(tb.grad.numpy(), a.T.astype(np.float64) @ g, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(ta.grad.numpy(), g.astype(np.float64) @ b.T, rtol=1e-4, atol=1e-3)
+
+
+def test_tile_loop_order_streams_the_smaller_operand():
+    """x @ W.T (x 64x784, W 128x784, a linear layer): with x's row tiles outermost the
+    inner loop would stream all of W once per tile of x (12.8 MB); W's tiles go
+    outermost instead, so x (half W's size) is what streams. Bit for bit the same sums."""
+    x, w = f32(64, 784), f32(128, 784)
+    y = fg.tensor(x) @ fg.tensor(w).T
+    k = only_kernel(y)
+    parallel = k.loop_ir.splitlines()[1].strip()
+    assert parallel.startswith("parallel for o1"), k.loop_ir
+    np.testing.assert_allclose(y.numpy(), x.astype(np.float64) @ w.T, rtol=1e-4, atol=1e-3)
+
+
+def test_weight_gradient_fused_with_its_update_keeps_row_order():
+    """A weight gradient whose epilogue reads and writes arrays of its own shape (an SGD
+    step fused after it) keeps the rows outermost: those streams then run in order."""
+    x, g = f32(64, 784), f32(64, 128)
+    w = fg.tensor(f32(128, 784), requires_grad=True)
+    opt = fg.optim.SGD([w], lr=0.1, momentum=0.9)
+    ((fg.tensor(x) @ w.T) * fg.tensor(g)).sum().backward()
+    opt.step()
+    (k,) = [k for k in fg.kernels(w) if k.shape == (128, 784)]
+    assert k.loop_ir.splitlines()[1].strip().startswith("parallel for o0"), k.loop_ir
