@@ -213,6 +213,8 @@ def _sum_in_parts(x, dim, keepdim: bool):
     >>> fg.ones(1 << 21).sum().item()
     2097152.0
     """
+    if x.numel() < SPLIT_MIN_ELEMENTS:  # the common case, told without reading `dim`
+        return None
     axes = x._dims(dim, "sum")
     count = 1
     for a in axes:
@@ -264,6 +266,46 @@ def _pair(values, index, dim, keepdim: bool) -> MaxResult:
 
 
 PANEL = TILE_COLS[0]  # the widest vector a matmul tile uses: one panel is one tile's columns
+
+
+@one_site
+def linear(x, weight, bias=None):
+    """x @ weight.T + bias (nn.Linear, weight stored (out_features, in_features)).
+
+    A 2-D float input, weight and 1-D bias of one dtype (every Linear layer of a
+    training step) are built straight on nodes: the same nodes `x @ weight.T + bias`
+    makes, without the transposed weight, the product as a tensor, or the checks
+    that other operands need. Anything else takes that general form.
+    """
+    from .tensor import Tensor
+
+    general = (
+        not isinstance(x, Tensor)
+        or not isinstance(weight, Tensor)
+        or x.ndim != 2
+        or weight.ndim != 2
+        or x.shape[1] != weight.shape[1]
+        or x.dtype is not weight.dtype
+        or not x.dtype.is_float
+        or (bias is not None and (not isinstance(bias, Tensor) or bias.dtype is not x.dtype))
+        or (bias is not None and bias.shape != (weight.shape[0],))
+        # matmul packs a right operand this big into panels: let it
+        or weight.numel() * weight.dtype.itemsize >= PANEL_CACHE_BYTES
+    )
+    if general:
+        out = matmul(x, weight.T)
+        return out if bias is None else out + bias
+    (m, k), n = x.shape, weight.shape[0]
+    full = (m, n, k)
+    xs = N.expand(N.reshape(x.node, (m, 1, k)), full)
+    ws = N.expand(N.reshape(weight.node, (1, n, k)), full)
+    node = N.reshape(N.reduce(Ops.SUM, N.binary(Ops.MUL, xs, ws), (2,)), (m, n))
+    if k == 0:  # a sum of no products is 0, as in torch
+        node = N.const(0, (m, n), x.dtype)
+    if bias is None:
+        return x._make(node, weight)
+    node = N.binary(Ops.ADD, node, N.expand(N.reshape(bias.node, (1, n)), (m, n)))
+    return x._make(node, weight, bias)
 
 
 @one_site

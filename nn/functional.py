@@ -17,6 +17,7 @@ import warnings
 from .. import creation
 from ..errors import one_site
 from ..extend import gather_rows, host_data
+from ..reduce import linear as _linear
 from ..tensor import Tensor, where
 
 # ---------------------------------------------------------------- activations
@@ -74,13 +75,9 @@ def log_softmax(input: Tensor, dim: int | None = None) -> Tensor:
 # ---------------------------------------------------------------- layers as functions
 
 
-@one_site
-
-
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """x @ W.T + b, with W of shape (out_features, in_features) as torch stores it."""
-    out = input @ weight.T
-    return out if bias is None else out + bias
+    return _linear(input, weight, bias)
 
 
 @one_site
@@ -158,14 +155,20 @@ def _known_values(t: Tensor):
     return host_data(t)
 
 
-def _check_targets_in_range(target: Tensor, classes: int, ignore_index: int) -> None:
-    """As torch: a class index outside [0, classes) that is not ignore_index raises."""
+def _check_targets_in_range(target: Tensor, classes: int, ignore_index: int) -> bool:
+    """As torch: a class index outside [0, classes) that is not ignore_index raises.
+
+    Returns whether every target is known to be a class (none is ignore_index)."""
     values = _known_values(target)
     if values is None or values.size == 0:
-        return
+        return False
+    lo, hi = values.min(), values.max()
+    if lo >= 0 and hi < classes and not lo <= ignore_index <= hi:
+        return True  # the usual batch, told with two reductions
     bad = values[((values < 0) | (values >= classes)) & (values != ignore_index)]
     if bad.size:
         raise ClassIndexError(f"Target {int(bad[0])} is out of bounds.")
+    return not (values == ignore_index).any()
 
 
 def _check_indices(input: Tensor, num: int) -> None:
@@ -324,16 +327,21 @@ def nll_loss(
     if target.dtype.is_float or target.dtype.is_bool:
         raise TypeError(f"nll_loss: expected integer class indices, got {target.dtype.name}")
     _check_targets(input, target, "nll_loss")
-    _check_targets_in_range(target, _class_count(input), ignore_index)
+    all_classes = _check_targets_in_range(target, _class_count(input), ignore_index)
     if input.ndim == 1:  # unbatched: one sample of C classes
         loss = nll_loss(input[None], target.reshape(1), weight, ignore_index, reduction)
         return loss.reshape(()) if reduction == "none" else loss
     classes = _class_count(input)
     x = _classes_last(input)
-    hit = target[..., None] == creation.index_arange(classes)
-    if 0 <= ignore_index < classes:  # out-of-range ignore_index never matches anyway
+    hit = target.reshape(*target.shape, 1) == creation.index_arange(classes)
+    if 0 <= ignore_index < classes and not all_classes:  # out of range, it never matches
         hit = hit & (target != ignore_index)[..., None]
     picked = where(hit, x, 0.0).sum(-1)
+    if weight is None and all_classes:
+        # every row has its one class and weight 1 (the targets were read above): the same
+        # values as the general form below, from a third of its graph
+        loss = -picked
+        return loss.sum() / target.numel() if reduction == "mean" else _reduce(loss, reduction)
     if weight is not None:
         w = where(hit, weight.cast(x.dtype), 0.0).sum(-1)
     else:

@@ -331,7 +331,7 @@ class Engine:
         device = plan.device
         bufs: list = [None] * plan.slots
         records = []
-        for step in plan.steps:
+        for k, step in enumerate(plan.steps):
             outs = [_empty(size, dtype, device) for _, size, dtype in step.outs]
             inputs = [leaves[i] if kind == "leaf" else bufs[i] for kind, i in step.inputs]
             t0 = time.perf_counter()
@@ -341,10 +341,8 @@ class Engine:
             else:
                 cuda.launch(step.record.compiled, outs + inputs, timed or config.debug >= 1)
             seconds = time.perf_counter() - t0
-            rec = step.record
-            if not timed:  # a cached plan: nothing was compiled for this run
-                rec = replace(rec, cache="memory", compile_seconds=0.0)
-            rec = replace(rec, seconds=seconds, started=t0)
+            # a cached plan's record says nothing was compiled for this run
+            rec = _ran(step.record if timed else plan.records[k], seconds, t0)
             records.append(rec)
             if config.debug >= 1:
                 _log(rec.summary())
@@ -374,6 +372,15 @@ class Engine:
 
     def recording(self) -> bool:
         return getattr(self._local, "recording", None) is not None
+
+
+def _ran(base: KernelRecord, seconds: float, started: float) -> KernelRecord:
+    """A copy of `base` with one run's time: a plain attribute copy, since
+    `dataclasses.replace` runs `__init__` and costs more than launching a small kernel."""
+    rec = object.__new__(KernelRecord)
+    rec.__dict__.update(base.__dict__)
+    rec.seconds, rec.started = seconds, started
+    return rec
 
 
 def compile_plan(todo: list[Node], leaves: list[Node], has_value, device: str = "cpu") -> Plan:

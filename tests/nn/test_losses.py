@@ -245,6 +245,26 @@ def test_cross_entropy_class_indices(reduction, label_smoothing, weighted):
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("ignored_row", [False, True])
+@pytest.mark.parametrize("spatial", [False, True])
+def test_cross_entropy_default_ignore_index(reduction, ignored_row, spatial):
+    """With every target a class, the loss takes a shorter graph (no weights to sum);
+    a target equal to the default ignore_index (-100) takes the general one. Both agree
+    with the reference, values and gradients."""
+    shape, tshape = ((3, 4, 2), (3, 2)) if spatial else ((6, 4), (6,))
+    target = RNG.integers(0, 4, tshape)
+    if ignored_row:
+        target.flat[1] = -100
+    inputs = dict(input=(RNG.standard_normal(shape) * 2).astype(np.float32), target=target)
+    check(
+        lambda input, target: F.cross_entropy(input, target, reduction=reduction),
+        lambda input, target: cross_entropy_np(input, target, reduction=reduction),
+        inputs,
+        ["input"],
+    )
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
 def test_cross_entropy_spatial_input(reduction):
     """(N, C, d) input with (N, d) targets: the class axis is dim 1, as in torch."""
     inputs = dict(
