@@ -139,19 +139,36 @@ def _compile(cmd: list[str], out: str, text: str | None = None) -> None:
 
 
 _runtimes: dict[str, ctypes.CDLL] = {}
+_include_dirs: dict[str, list[str]] = {}  # cache folder -> g++'s -I options for a kernel
 
 
-def _load_runtime(base: str, fingerprint: str) -> None:
+def _load_runtime(base: str, fingerprint: str) -> list[str]:
     """Build (once per cache) and load the emulator's runtime library, globally, so that the
-    kernel modules loaded after it find `threadIdx`, `fg_emu_launch`, ... in it."""
-    name = "runtime-" + hashlib.sha256(fingerprint.encode()).hexdigest()[:16] + ".so"
-    path = os.path.join(base, name)
+    kernel modules loaded after it find `threadIdx`, `fg_emu_launch`, ... in it.
+
+    Also builds the header precompiled (`cuda_emu.h.gch`, in a folder searched before
+    this one): parsing the C++ math headers is most of a kernel's compile (0.45 s of
+    g++ without it, 0.19 s with it, measured on the 2-core CI machine). Returns the
+    `-I` options a kernel module compiles with."""
+    digest = hashlib.sha256(fingerprint.encode()).hexdigest()[:16]
+    path = os.path.join(base, f"runtime-{digest}.so")
     if path in _runtimes:
-        return
+        return _include_dirs[path]
     if not os.path.exists(path):
         with open(RUNTIME_SOURCE) as f:
             _compile(["g++", *CXX_FLAGS, "-I", HERE, "-x", "c++", "-"], path, f.read())
+    pch_dir = os.path.join(base, f"pch-{digest}")
+    pch = os.path.join(pch_dir, "cuda_emu.h.gch")
+    if not os.path.exists(pch):
+        # g++ takes a .gch only next to its header (an invalid one falls back to the copy)
+        os.makedirs(pch_dir, exist_ok=True)
+        copy = os.path.join(pch_dir, "cuda_emu.h")
+        shutil.copyfile(HEADER, copy + ".tmp")
+        os.replace(copy + ".tmp", copy)
+        _compile(["g++", *CXX_FLAGS, "-x", "c++-header", copy], pch)
     _runtimes[path] = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
+    _include_dirs[path] = ["-I", pch_dir, "-I", HERE]
+    return _include_dirs[path]
 
 
 _build_lock = threading.Lock()
@@ -187,9 +204,9 @@ class EmulatedModule:
         base = _cache_dir()
         path = os.path.join(base, key[:2], key + ".so")
         with _build_lock:
-            _load_runtime(base, fingerprint)
+            includes = _load_runtime(base, fingerprint)
             if not os.path.exists(path):
-                _compile(["g++", *CXX_FLAGS, "-I", HERE, "-x", "c++", "-"], path, text)
+                _compile(["g++", *CXX_FLAGS, *includes, "-x", "c++", "-"], path, text)
         self.library = ctypes.CDLL(path)
 
     def get_function(self, symbol: str) -> EmulatedFunction:
