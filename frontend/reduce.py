@@ -165,6 +165,14 @@ class ReduceMixin:
         x = self._float()
         if x.numel() == 0:
             return x
+        if x.numel() < SPLIT_MIN_ELEMENTS:  # its sum is one reduce: build the nodes at once
+            # the nodes of the form below (a loss's every step: 7 tensors' worth of checks)
+            xn, shape = x.node, x.shape
+            top = N.detach(N.reduce(Ops.REDUCE_MAX, xn, (dim,)))
+            shifted = N.binary(Ops.ADD, xn, N.unary(Ops.NEG, N.expand(top, shape)))
+            total = N.reduce(Ops.SUM, N.unary(Ops.EXP, shifted), (dim,))
+            lse = N.unary(Ops.LOG, total)
+            return x._make(N.binary(Ops.ADD, shifted, N.unary(Ops.NEG, N.expand(lse, shape))))
         shifted = x - x.amax(dim, keepdim=True).detach()
         return shifted - shifted.exp().sum(dim, keepdim=True).log()
 

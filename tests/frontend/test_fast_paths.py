@@ -1,0 +1,45 @@
+"""Ops that every training step calls are built straight on IR nodes, skipping the
+tensor-level checks and intermediate tensors of their composed form. Nodes are
+hash-consed, so the fast form must give the very same node as the composed one: the
+same graph, kernels, values and gradients."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fusegrad as fg
+from fusegrad.nn import functional as F
+
+
+@pytest.mark.parametrize(
+    ("shape", "dim"), [((64, 10), 1), ((3, 1, 5), 1), ((4, 6), 0), ((2, 3, 4), -1)]
+)
+def test_log_softmax_builds_the_composed_graph(shape, dim):
+    x = fg.randn(*shape, requires_grad=True) * 1.0
+    d = dim % len(shape)
+    shifted = x - x.amax(d, keepdim=True).detach()
+    assert x.log_softmax(dim).node is (shifted - shifted.exp().sum(d, keepdim=True).log()).node
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_linear_builds_the_composed_graph(bias):
+    x = fg.randn(8, 5, requires_grad=True)
+    w = fg.randn(3, 5, requires_grad=True)
+    b = fg.randn(3, requires_grad=True) if bias else None
+    composed = x @ w.T if b is None else x @ w.T + b
+    out = F.linear(x, w, b)
+    assert out.node is composed.node
+    assert out.requires_grad
+
+
+def test_linear_under_no_grad_and_other_shapes_match_the_composed_form():
+    x3 = fg.randn(2, 4, 5)  # a batch of sequences: the general form
+    w, b = fg.randn(3, 5, requires_grad=True), fg.randn(3)
+    np.testing.assert_allclose(
+        F.linear(x3, w, b).numpy(), x3.numpy() @ w.numpy().T + b.numpy(), rtol=1e-5, atol=1e-5
+    )
+    with fg.no_grad():
+        assert not F.linear(fg.randn(4, 5), w, b).requires_grad
+    with pytest.raises(fg.ShapeError):
+        F.linear(fg.randn(4, 6), w, b)
