@@ -227,6 +227,13 @@ class DeviceBuffer:
         """Overwrite element 0 (an optimizer's per-step scalar) from the host."""
         backend().upload(self.mem, np.array([value], dtype=self.dtype.np))
 
+    def write(self, host: np.ndarray) -> None:
+        """Overwrite the whole value from host data of `size` elements."""
+        host = np.ascontiguousarray(host, dtype=self.dtype.np).reshape(-1)
+        if host.size != self.size:
+            raise ValueError(f"write: {host.size} elements into a buffer of {self.size}")
+        backend().upload(self.mem, host)
+
     def __repr__(self) -> str:
         return f"<DeviceBuffer {self.size} x {self.dtype.name} on {self.device}>"
 

@@ -435,15 +435,23 @@ def central_differences(projected: fg.Tensor, leaves: list[fg.Tensor]) -> list[n
     """Move each leaf element by +-EPS in its buffer and re-evaluate the forward graph."""
     out = []
     for t in leaves:
-        flat = engine.value(t.node).array
+        buf = engine.value(t.node)
+        on_host = getattr(buf, "array", None) is not None  # else a device buffer: a copy
+        flat = buf.array if on_host else buf.numpy()
         g = np.zeros(flat.size)
+
+        def set_element(i, value, flat=flat, buf=buf, on_host=on_host):
+            flat[i] = value
+            if not on_host:
+                buf.write(flat)
+
         for i in range(flat.size):
             keep = flat[i]
-            flat[i] = keep + EPS
+            set_element(i, keep + EPS)
             up = float(evaluate(projected.node))
-            flat[i] = keep - EPS
+            set_element(i, keep - EPS)
             down = float(evaluate(projected.node))
-            flat[i] = keep
+            set_element(i, keep)
             g[i] = (up - down) / (2 * EPS)
         out.append(g.reshape(t.shape))
     return out

@@ -116,6 +116,14 @@ def test_to_moves_values_both_ways_with_dtypes():
     np.testing.assert_allclose(host(lazy.to("cuda")), np.exp(a) * 2, rtol=1e-6)
 
 
+def test_a_device_buffer_is_written_whole_from_the_host():
+    buf = runtime_cuda.DeviceBuffer.from_numpy(np.zeros(4), fg.float32)
+    buf.write(np.arange(4))
+    np.testing.assert_array_equal(buf.numpy(), [0, 1, 2, 3])
+    with pytest.raises(ValueError, match="3 elements into a buffer of 4"):
+        buf.write(np.ones(3))
+
+
 def test_numpy_of_a_device_tensor_is_refused_as_in_pytorch():
     c = fg.tensor([1.5, -2.0], device="cuda")
     with pytest.raises(TypeError, match=r"can't convert cuda:0 device type tensor to numpy"):
