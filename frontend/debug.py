@@ -78,7 +78,8 @@ def graph_dot(*tensors: Tensor, params=None, collapse: bool | None = None) -> st
     has_value = engine.has_value_predicate()
     roots = [t.node for t in tensors if not has_value(t.node)]
     items = schedule(roots, has_value) if roots else []
-    kernel_name = kernel_names(items)
+    device = (roots[0].device or engine.default_device) if roots else "cpu"
+    kernel_name = kernel_names(items, device)
     every = toposort([t.node for t in tensors], stop=has_value)
     if collapse is None:
         collapse = len(every) > COLLAPSE_OVER

@@ -276,14 +276,21 @@ _modules: dict[tuple[str, str], object] = {}  # (backend, symbol) -> loaded modu
 _modules_lock = threading.Lock()
 
 
+def symbol_of(loop) -> str:
+    """The name a loop-IR kernel runs under on a CUDA device (its CUDA C's hash)."""
+    from ..codegen.cuda import cuda_kernel
+    from ..codegen.lower import kernel_symbol
+
+    return kernel_symbol(cuda_kernel(loop, "KERNEL").source, loop.name)
+
+
 def compile_loop(loop) -> CompiledCudaKernel:
     """Render a loop-IR kernel as CUDA C and compile it for the current backend."""
     from ..codegen.cuda import cuda_kernel
-    from ..codegen.lower import kernel_symbol
     from ..ir import phases
 
     with phases.timed("render"):
-        symbol = kernel_symbol(cuda_kernel(loop, "KERNEL").source, loop.name)
+        symbol = symbol_of(loop)
         kernel = cuda_kernel(loop, symbol)
     b = backend()
     t0 = time.perf_counter()

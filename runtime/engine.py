@@ -423,9 +423,11 @@ def compile_plan(todo: list[Node], leaves: list[Node], has_value, device: str = 
     return plan
 
 
-def kernel_names(items: list[ScheduleItem]) -> list[str]:
-    """The name each item's kernel has when it runs (lowered and rendered, not compiled):
-    for pictures of a graph not run yet."""
+def kernel_names(items: list[ScheduleItem], device: str = "cpu") -> list[str]:
+    """The name each item's kernel has when it runs on `device` (lowered and rendered as
+    `_compile_item` does, not compiled): for pictures of a graph not run yet."""
+    if device != "cpu":
+        return [cuda.symbol_of(lower(item, tile=False)) for item in items]
     out = []
     for item in items:
         loop = lower(item)

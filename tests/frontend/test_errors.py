@@ -211,7 +211,7 @@ def test_cuda_device():
         raises_here(fg.DeviceError, "randn", lambda: fg.randn(2, device="cuda"), off)
     cuda.reset()
     raises_here(fg.DeviceError, "device", lambda: fg.ones(2, device="tpu"), "tpu")
-    x, y = fg.ones(2), fg.ones(2)
+    x, y = fg.ones(2, device="cpu"), fg.ones(2, device="cpu")  # whatever the default device
     raises_here(fg.DeviceError, "device", lambda: x.to("cuda:x"), "cuda:x")
     assert y.to("cpu") is y
 

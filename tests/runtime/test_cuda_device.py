@@ -189,6 +189,13 @@ def test_default_device_makes_creation_ops_use_it():
         fg.set_default_device("cuda:1")
 
 
+def test_graph_dot_names_a_device_graphs_kernels_as_they_run():
+    x = fg.randn(8, 5, device="cuda").realize()
+    y = x.softmax(1)
+    drawn = re.findall(r'subgraph cluster_\d+ \{\n    label="([^"\\]*)\\n', fg.graph_dot(y))
+    assert drawn == [k.name for k in fg.kernels(y)] and len(drawn) == 3
+
+
 def test_kernels_of_a_device_tensor_are_cuda_c():
     y = (fg.randn(64, device="cuda") * 2).exp().sum()
     (k,) = fg.kernels(y)
