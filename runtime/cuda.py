@@ -24,6 +24,7 @@ import hashlib
 import os
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -134,7 +135,8 @@ class _EmulatedBackend:
 
     def compile(self, source: str):
         """The module, built by the host C++ compiler (the emulator caches the library)."""
-        return self.emulator.EmulatedModule(source), "compiled"
+        module = self.emulator.EmulatedModule(source)
+        return module, "compiled" if module.built else "disk"
 
     def synchronize(self) -> None:
         pass
@@ -272,7 +274,9 @@ class CompiledCudaKernel:
         return self.source
 
 
-_modules: dict[tuple[str, str], object] = {}  # (backend, symbol) -> loaded module
+# (backend, symbol) -> loaded module, most recently used last; bounded as the CPU's kernel
+# cache is (config.kernel_cache_size)
+_modules: OrderedDict[tuple[str, str], object] = OrderedDict()
 _modules_lock = threading.Lock()
 
 
@@ -300,6 +304,10 @@ def compile_loop(loop) -> CompiledCudaKernel:
         if module is None:
             module, how = b.compile(kernel.source)
             _modules[(b.name, symbol)] = module
+            while len(_modules) > max(1, config.kernel_cache_size):
+                _modules.popitem(last=False)
+        else:
+            _modules.move_to_end((b.name, symbol))
     seconds = time.perf_counter() - t0 if how != "memory" else 0.0
     return CompiledCudaKernel(symbol, kernel.source, module, kernel, seconds, how)
 

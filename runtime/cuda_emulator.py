@@ -205,7 +205,8 @@ class EmulatedModule:
         path = os.path.join(base, key[:2], key + ".so")
         with _build_lock:
             includes = _load_runtime(base, fingerprint)
-            if not os.path.exists(path):
+            self.built = not os.path.exists(path)  # False: loaded from the disk cache
+            if self.built:
                 _compile(["g++", *CXX_FLAGS, *includes, "-x", "c++", "-"], path, text)
         self.library = ctypes.CDLL(path)
 

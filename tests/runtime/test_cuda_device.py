@@ -343,3 +343,27 @@ def test_one_lenet_training_step_matches_the_cpu_device():
     np.testing.assert_allclose(gpu[0], cpu[0], rtol=1e-4)
     for a, b in zip(gpu[1], cpu[1]):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_emulated_kernels_say_where_they_came_from_and_the_module_cache_is_bounded(tmp_path):
+    """g++ ran ("compiled"), the library came from the disk cache ("disk"), or the module
+    was loaded already ("memory"); loaded modules are kept up to the kernel cache's size,
+    the least recently used dropped first."""
+    from fusegrad.ir.schedule import schedule
+    from fusegrad.runtime.engine import _compile_item, engine
+
+    x = fg.randn(16, device="cuda").realize()
+    has_value = engine.has_value_predicate()
+    items = [schedule([(x * k + 1).node], has_value)[0] for k in (2, 3, 4)]
+
+    def origins(items):
+        return [_compile_item(item, "cuda")[0].cache for item in items]
+
+    with fg.config.override(cache=str(tmp_path), kernel_cache_size=2):
+        runtime_cuda._modules.clear()
+        try:
+            assert origins(items) == ["compiled"] * 3
+            assert len(runtime_cuda._modules) == 2  # the first was dropped
+            assert origins(items[::-1]) == ["memory", "memory", "disk"]
+        finally:
+            runtime_cuda._modules.clear()
