@@ -815,7 +815,7 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
     """
     if item.reduce is None or not out_groups:
         return None
-    loads, red_vars = [], []
+    loads, red_vars, every_load = [], [], []
 
     def walk(body):
         for s in body:
@@ -823,8 +823,10 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
                 if s.kind == "reduce":
                     red_vars.append(s.var)
                 walk(s.body)
-            elif isinstance(s, Load) and red_vars:
-                loads.append(s)
+            elif isinstance(s, Load):
+                every_load.append(s)
+                if red_vars:
+                    loads.append(s)
 
     walk(plain.body)
     if not loads:
@@ -865,7 +867,7 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
                     rows2 = next((r for r in (4, 3, 2) if r <= room and extents[g] % r == 0), None)
                     if rows2:
                         steps = {row: rows, g: rows2}
-                        first = _outermost(loads, out_vars, extents, steps)
+                        first = _outermost(loads, every_load, out_vars, extents, steps)
                         return Tile(
                             None, lanes, row, rows, lanes=True, row2=g, rows2=rows2, first=first
                         )
@@ -926,13 +928,14 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
     if not candidates:
         return Tile(col, cols)
     row = max(candidates, key=lambda g: (shared(g), g))
-    first = _outermost(loads, out_vars, extents, {row: rows_for(row), col: cols})
+    first = _outermost(loads, every_load, out_vars, extents, {row: rows_for(row), col: cols})
     return Tile(col, cols, row, rows_for(row), first=first)
 
 
-def _outermost(loads, out_vars, extents, steps: dict[int, int]) -> int | None:
+def _outermost(loads, every_load, out_vars, extents, steps: dict[int, int]) -> int | None:
     """Of a tile's two output groups (group -> its step), the one whose tiles should be the
-    outer loop, so that the data streamed through the inner loop is the least.
+    outer loop, so that the data streamed through the inner loop is the least (`loads`:
+    those inside the reduction, `every_load`: the kernel's, its epilogue's included).
 
     With group `a` outer, the loads that move with `b` but not with `a` are read again
     for every tile of `a`, once per sweep of the inner loop, while the tile of `a`'s own
@@ -944,7 +947,7 @@ def _outermost(loads, out_vars, extents, steps: dict[int, int]) -> int | None:
     (a, step_a), (b, step_b) = steps.items()
     if 0 not in (a, b):  # the outer loop is another axis (a batch): leave it
         return None
-    if any(ld.index.coef(out_vars[a]) and ld.index.coef(out_vars[b]) for ld in loads):
+    if any(ld.index.coef(out_vars[a]) and ld.index.coef(out_vars[b]) for ld in every_load):
         # an epilogue reading arrays of the output's shape (an optimizer update fused after
         # a weight gradient): those streams run in order only with the groups' own order,
         # and measured, that matters more than the operand traffic saved
