@@ -60,9 +60,13 @@ def test_sum_of_2_24_uniform_values_within_one_ulp():
 
 def test_long_row_sums_within_one_ulp():
     a = np.random.default_rng(1).random((4, 1 << 20), dtype=np.float32)
-    got = fg.tensor(a).sum(1).numpy()
+    t = fg.tensor(a)
+    got = t.sum(1).numpy()
+    # the cuda device's order (strided shares, a shuffle tree, 64 partials) lands within
+    # 1.1 ulp on these rows, as PyTorch's CUDA order would (docs/NUMERICS.md)
+    bound = 1.0 if t.device == "cpu" else 1.5
     for g, w in zip(got, a.astype(np.float64).sum(1)):
-        assert ulps(g, w) <= 1.0
+        assert ulps(g, w) <= bound
     tenths = fg.tensor(np.full((3, 1 << 20), 0.1, np.float32)).sum(1).numpy()
     np.testing.assert_allclose(tenths, 0.1 * (1 << 20), rtol=1e-6)
 
@@ -114,7 +118,8 @@ def test_full_sum_runs_as_parts_then_a_tiny_sum():
     records = fg.kernels(x.sum())
     assert [r.shape for r in records] == [(64, 1), ()]
     assert records[0].loop.parallel_extent == 64  # every thread takes some parts
-    assert "(in order)" in str(records[0].loop)  # each part is a cascaded sum
+    if x.device == "cpu":  # each part is a cascaded sum (a cuda block splits each part)
+        assert "(in order)" in str(records[0].loop)
 
 
 def test_parts_do_not_depend_on_the_thread_count():
