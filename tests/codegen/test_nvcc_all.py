@@ -33,6 +33,7 @@ def test_a_broken_kernel_is_named_with_nvccs_message():
         assert f.kernel == "E_broken"
         assert "in9" in f.message and "undefined" in f.message
     assert collector.folder.exists()  # kept for a look at the failing unit
+    shutil.rmtree(collector.folder)
 
 
 def test_identical_kernels_compile_once():
@@ -51,3 +52,4 @@ def test_an_error_outside_every_kernel_blames_the_unit():
     (failure,) = collector.finish()
     assert failure.kernel.startswith("unit0 (1 kernels: E_good")
     assert "error" in failure.message
+    shutil.rmtree(collector.folder)
