@@ -107,8 +107,10 @@ class NvccAll:
         return failures
 
     def cancel(self) -> None:
-        """Drop the units not started (an interrupted session)."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Drop the units not started, wait for those running, remove the folder (an
+        interrupted session)."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        shutil.rmtree(self.folder, ignore_errors=True)
 
     def compile_unit(self, unit: list[tuple[str, str]], arch: str, name: str) -> list[Failure]:
         """Compile these kernels as one translation unit for `arch`; the failures, each
