@@ -31,6 +31,11 @@ SYMBOL = "FG_NVCC_SYMBOL"  # the placeholder `add` expects where the kernel's na
 # over cuda_runtime.h, then cicc's start); a unit of this many kernels spends most of its
 # time on the kernels yet is done a few seconds after it fills.
 UNIT_SIZE = 200
+# cicc's optimizer is most of nvcc's time (a unit of 200 suite kernels: 2-10 s at nvcc's
+# default -O3, 0.6-0.9 s at -O0). Without it nvcc still parses and type-checks every
+# kernel and generates its PTX for the architecture, which is what fails when the renderer
+# is wrong; tests/codegen/test_cuda.py compiles its representative kernels fully optimized.
+FAST = ("-Xcicc", "-O0")
 _LINE = re.compile(r"\.cu\((\d+)\): ")
 _ERROR = re.compile(r"\.cu\(\d+\): (catastrophic )?error")  # not a warning
 
@@ -55,11 +60,13 @@ class NvccAll:
         archs: tuple[str, ...] = ARCHS,
         unit_size: int = UNIT_SIZE,
         workers: int = 2,
+        flags: tuple[str, ...] = FAST,
     ):
         self.nvcc = nvcc
         self.prelude = prelude
         self.archs = archs
         self.unit_size = unit_size
+        self.flags = flags
         self.folder = Path(tempfile.mkdtemp(prefix="fusegrad_nvcc_all_"))
         # niced so that, on a small machine, the tests keep their core and nvcc takes the rest
         self.nice = [shutil.which("nice"), "-n", "10"] if shutil.which("nice") else []
@@ -132,6 +139,7 @@ class NvccAll:
                 self.nvcc,
                 "--ptx",
                 f"-arch={arch}",
+                *self.flags,
                 "-o",
                 str(cu.with_suffix(".ptx")),
                 str(cu),

@@ -6,6 +6,8 @@ what the CUDA device runs) and from the CPU's (the plan's, with register tiles),
 them with `nvcc --ptx` for sm_80 and sm_90 in units of a few hundred distinct kernels, in
 background threads while the tests run (`tests/_nvcc_all.py`). At the end the session
 fails, naming each kernel nvcc refused with nvcc's messages, if any does not compile.
+cicc's optimizer is off (`-Xcicc -O0`: a sixth of the time, the same parsing, checking and
+PTX generation); `--nvcc-optimize` turns it back on.
 
 `FUSEGRAD_TEST_DEVICE=cuda` (with FUSEGRAD_CUDA=emulate where there is no GPU) makes
 "cuda" the default device for the whole session, so the op, autodiff and nn tests
@@ -21,7 +23,7 @@ import threading
 import time
 
 import pytest
-from _nvcc_all import ARCHS, SYMBOL, NvccAll
+from _nvcc_all import ARCHS, FAST, SYMBOL, NvccAll
 
 TEST_DEVICE = os.environ.get("FUSEGRAD_TEST_DEVICE", "cpu").strip() or "cpu"
 _nvcc: NvccAll | None = None  # the --nvcc-all collector, once configured
@@ -34,6 +36,12 @@ def pytest_addoption(parser):
         action="store_true",
         help="compile every kernel the tests generate with nvcc for sm_80 and sm_90",
     )
+    parser.addoption(
+        "--nvcc-optimize",
+        action="store_true",
+        help="--nvcc-all at nvcc's default optimization (cicc -O3: about 6x the time) "
+        "instead of -Xcicc -O0",
+    )
 
 
 def pytest_configure(config):
@@ -44,10 +52,10 @@ def pytest_configure(config):
         fg.set_default_device(TEST_DEVICE)
         devices.numpy_reads_devices = True
     if config.getoption("--nvcc-all"):
-        _start_nvcc_all()
+        _start_nvcc_all(() if config.getoption("--nvcc-optimize") else FAST)
 
 
-def _start_nvcc_all() -> None:
+def _start_nvcc_all(flags: tuple[str, ...]) -> None:
     """Wrap the engine's per-kernel compile so that each new kernel is rendered as CUDA C
     from both loop nests and handed to the nvcc collector."""
     global _nvcc
@@ -58,7 +66,7 @@ def _start_nvcc_all() -> None:
     from fusegrad.codegen.lower import lower
     from fusegrad.runtime import engine as engine_module
 
-    _nvcc = collector = NvccAll(nvcc, PRELUDE)
+    _nvcc = collector = NvccAll(nvcc, PRELUDE, flags=flags)
     compile_item = engine_module._compile_item
     seen: set[tuple[str, str]] = set()
     lock = threading.Lock()
@@ -94,7 +102,8 @@ def _nvcc_line(config) -> str:
         return "nvcc: the CUDA kernels are NOT compiled (no --nvcc-all; scripts/test.sh passes it)"
     if _nvcc is None:
         return "nvcc: --nvcc-all, but nvcc is not on PATH: the CUDA kernels are NOT compiled"
-    return f"nvcc: compiling every CUDA kernel for {', '.join(ARCHS)} ({_nvcc.nvcc})"
+    flags = " ".join(_nvcc.flags) or "optimized"
+    return f"nvcc: compiling every CUDA kernel for {', '.join(ARCHS)} ({_nvcc.nvcc}, {flags})"
 
 
 _summary: list[tuple[str, bool]] = []  # (line, red): what --nvcc-all found, for the summary
@@ -122,7 +131,8 @@ def pytest_sessionfinish(session, exitstatus):
         (
             f"{_nvcc.kernels} distinct kernels ({_nvcc.offered} rendered in "
             f"{_render_seconds:.1f} s), {_nvcc.units} units x {len(ARCHS)} archs "
-            f"(nvcc {_nvcc.nvcc_seconds:.0f} s in all, {waited:.1f} s after the tests): {verdict}",
+            f"(nvcc {' '.join(_nvcc.flags) or 'optimized'}: {_nvcc.nvcc_seconds:.0f} s in all, "
+            f"{waited:.1f} s after the tests): {verdict}",
             bool(failures),
         )
     )
