@@ -27,10 +27,10 @@ from pathlib import Path
 
 ARCHS = ("sm_80", "sm_90")
 SYMBOL = "FG_NVCC_SYMBOL"  # the placeholder `add` expects where the kernel's name goes
-# Each nvcc run costs about half a second before it reads a kernel (the host preprocessor
-# over cuda_runtime.h, then cicc's start); a unit of this many kernels spends most of its
-# time on the kernels yet is done a few seconds after it fills.
-UNIT_SIZE = 200
+# Each nvcc run costs about 0.4 s before it reads a kernel (the host preprocessor over
+# cuda_runtime.h, then cicc's start), then about 1.5 ms a kernel at -O0: a unit of this many
+# kernels spends most of its time on them yet is done a second or two after it fills.
+UNIT_SIZE = 500
 # cicc's optimizer is most of nvcc's time (a unit of 200 suite kernels: 2-10 s at nvcc's
 # default -O3, 0.6-0.9 s at -O0). Without it nvcc still parses and type-checks every
 # kernel and generates its PTX for the architecture, which is what fails when the renderer

@@ -3,7 +3,7 @@
 `--nvcc-all` (`scripts/test.sh` passes it wherever `nvcc` is on PATH): render every
 kernel the session compiles as CUDA C, from the GPU's loop nest (`lower(item, tile=False)`,
 what the CUDA device runs) and from the CPU's (the plan's, with register tiles), and compile
-them with `nvcc --ptx` for sm_80 and sm_90 in units of a few hundred distinct kernels, in
+them with `nvcc --ptx` for sm_80 and sm_90 in units of 500 distinct kernels, in
 background threads while the tests run (`tests/_nvcc_all.py`). At the end the session
 fails, naming each kernel nvcc refused with nvcc's messages, if any does not compile.
 cicc's optimizer is off (`-Xcicc -O0`: a sixth of the time, the same parsing, checking and
