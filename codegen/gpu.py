@@ -317,19 +317,24 @@ def _contraction(gpu: GpuKernel) -> Contraction | None:
 
 
 def _split_terms(body, deps, pure, constant, a_vars, b_vars, value):
-    """Sort the reduction body into consts, a side, b side and the terms combining them."""
-    consts, a_stmts, b_stmts, terms = [], [], [], []
+    """Sort the reduction body into consts, a side, b side and the terms combining them.
+
+    A value that depends on neither side's own loops (only on the batch's, or on the
+    reduction alone: `w[k]` in `(x[i,k] + w[k]) * y[k,j]`) is computed on each side that
+    reads it, since the sides are staged by different threads; the terms read it from
+    the a side."""
+    consts, terms = [], []
     side: dict[str, str] = {}
     for s in body:
         d = deps[s.dst]
         if constant[s.dst]:
             consts.append(s)
             side[s.dst] = "const"
+        elif d <= a_vars and d <= b_vars:
+            side[s.dst] = "both"
         elif d <= a_vars:
-            a_stmts.append(s)
             side[s.dst] = "a"
         elif d <= b_vars:
-            b_stmts.append(s)
             side[s.dst] = "b"
         elif pure[s.dst]:
             terms.append(s)
@@ -338,8 +343,18 @@ def _split_terms(body, deps, pure, constant, a_vars, b_vars, value):
             return None
     if side[value] != "terms":
         return None
+    reads = {s.dst: _defs_and_uses(s)[1] for s in body}
+    used = {n for s in terms for n in reads[s.dst]}
+    # the values each side computes: its own, and the shared ones it (or, for a, the terms) reads
+    need = {"a": {n for n in used if side[n] == "both"}, "b": set()}
+    for s in reversed(body):
+        for k in "ab":
+            if side[s.dst] == k or (side[s.dst] == "both" and s.dst in need[k]):
+                need[k].add(s.dst)
+                need[k] |= reads[s.dst]
+    a_stmts = [s for s in body if side[s.dst] in ("a", "both") and s.dst in need["a"]]
+    b_stmts = [s for s in body if side[s.dst] in ("b", "both") and s.dst in need["b"]]
     types = {s.dst: s.dtype for s in body}
-    used = {n for s in terms for n in _defs_and_uses(s)[1]}
-    a_exp = [(n, types[n]) for n in sorted(used) if side[n] == "a"]
+    a_exp = [(n, types[n]) for n in sorted(used) if side[n] in ("a", "both")]
     b_exp = [(n, types[n]) for n in sorted(used) if side[n] == "b"]
     return consts, a_stmts, b_stmts, terms, a_exp, b_exp

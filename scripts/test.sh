@@ -10,4 +10,12 @@ extras=dev
 if command -v mpiexec >/dev/null 2>&1; then extras=dev,mpi; fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$extras]"
 .venv/bin/python -m ruff check frontend ir codegen runtime nn tests examples benchmarks
-.venv/bin/python -m pytest -q "$@"
+# every CUDA kernel the tests generate is compiled with nvcc for sm_80 and sm_90 where nvcc
+# exists (in the background while the tests run: tests/_nvcc_all.py); say so where it does not
+nvcc_all=""
+if command -v nvcc >/dev/null 2>&1; then
+  nvcc_all=--nvcc-all
+else
+  echo "scripts/test.sh: nvcc is not on PATH: the CUDA kernels are NOT compiled with nvcc"
+fi
+.venv/bin/python -m pytest -q $nvcc_all "$@"

@@ -1,9 +1,13 @@
 """Test-session options shared by every test folder.
 
-`--nvcc-all`: render every kernel the session compiles as CUDA C (from the GPU's
-loop nest and from the CPU's) and, at the end, compile them all with `nvcc --ptx`
-for sm_80 and sm_90; the session fails if any does not compile. Slow (minutes):
-for a full check, e.g. `pytest -q --nvcc-all tests/frontend`.
+`--nvcc-all` (`scripts/test.sh` passes it wherever `nvcc` is on PATH): render every
+kernel the session compiles as CUDA C, from the GPU's loop nest (`lower(item, tile=False)`,
+what the CUDA device runs) and from the CPU's (the plan's, with register tiles), and compile
+them with `nvcc --ptx` for sm_80 and sm_90 in units of 500 distinct kernels, in
+background threads while the tests run (`tests/_nvcc_all.py`). At the end the session
+fails, naming each kernel nvcc refused with nvcc's messages, if any does not compile.
+cicc's optimizer is off (`-Xcicc -O0`: a sixth of the time, the same parsing, checking and
+PTX generation); `--nvcc-optimize` turns it back on.
 
 `FUSEGRAD_TEST_DEVICE=cuda` (with FUSEGRAD_CUDA=emulate where there is no GPU) makes
 "cuda" the default device for the whole session, so the op, autodiff and nn tests
@@ -15,15 +19,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import tempfile
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+import threading
+import time
 
-ARCHS = ("sm_80", "sm_90")
-KERNELS_PER_UNIT = 150  # kernels compiled in one nvcc run
-_rendered: dict[str, str] = {}  # symbol -> the kernel's __global__ functions (prelude cut off)
+import pytest
+from _nvcc_all import ARCHS, FAST, SYMBOL, NvccAll
+
 TEST_DEVICE = os.environ.get("FUSEGRAD_TEST_DEVICE", "cpu").strip() or "cpu"
+_nvcc: NvccAll | None = None  # the --nvcc-all collector, once configured
+_render_seconds = 0.0  # spent rendering CUDA C inside the tests
 
 
 def pytest_addoption(parser):
@@ -31,6 +35,12 @@ def pytest_addoption(parser):
         "--nvcc-all",
         action="store_true",
         help="compile every kernel the tests generate with nvcc for sm_80 and sm_90",
+    )
+    parser.addoption(
+        "--nvcc-optimize",
+        action="store_true",
+        help="--nvcc-all at nvcc's default optimization (cicc -O3: about 6x the time) "
+        "instead of -Xcicc -O0",
     )
 
 
@@ -41,76 +51,98 @@ def pytest_configure(config):
 
         fg.set_default_device(TEST_DEVICE)
         devices.numpy_reads_devices = True
-    if not config.getoption("--nvcc-all"):
-        return
-    from fusegrad.codegen.cuda import cuda_kernel
+    if config.getoption("--nvcc-all"):
+        _start_nvcc_all(() if config.getoption("--nvcc-optimize") else FAST)
+
+
+def _start_nvcc_all(flags: tuple[str, ...]) -> None:
+    """Wrap the engine's per-kernel compile so that each new kernel is rendered as CUDA C
+    from both loop nests and handed to the nvcc collector."""
+    global _nvcc
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        return  # said in the header and the summary; the session fails at its end
+    from fusegrad.codegen.cuda import PRELUDE, cuda_kernel
     from fusegrad.codegen.lower import lower
     from fusegrad.runtime import engine as engine_module
 
+    _nvcc = collector = NvccAll(nvcc, PRELUDE, flags=flags)
     compile_item = engine_module._compile_item
+    seen: set[tuple[str, str]] = set()
+    lock = threading.Lock()
 
     def compile_and_render(item, device="cpu"):
+        global _render_seconds
         record, extent, work = compile_item(item, device)
         symbol = record.compiled.symbol
-        for suffix, loop in (("", record.loop), ("_gpu", lower(item, tile=False))):
-            source = cuda_kernel(loop, symbol + suffix).source
-            _rendered[symbol + suffix] = source[source.index('extern "C"') :]
+        with lock:
+            if (device, symbol) in seen:
+                return record, extent, work
+            seen.add((device, symbol))
+        t0 = time.perf_counter()
+        if device == "cpu":  # the plan's loop nest is the CPU's
+            loops = (("", record.loop), ("_gpu", lower(item, tile=False)))
+        else:
+            loops = (("_cpu", lower(item)), ("", record.loop))
+        for suffix, loop in loops:
+            source = cuda_kernel(loop, SYMBOL).source
+            collector.add(symbol + suffix, source[source.index('extern "C"') :])
+        _render_seconds += time.perf_counter() - t0
         return record, extent, work
 
     engine_module._compile_item = compile_and_render
 
 
 def pytest_report_header(config):
-    return f"fusegrad test device: {TEST_DEVICE} (FUSEGRAD_TEST_DEVICE)"
+    return [f"fusegrad test device: {TEST_DEVICE} (FUSEGRAD_TEST_DEVICE)", _nvcc_line(config)]
 
 
-def _nvcc(nvcc: str, text: str, arch: str, folder: Path, name: str) -> str:
-    """nvcc's complaints about one translation unit, or "" if it compiles."""
-    cu = folder / f"{name}.{arch}.cu"
-    cu.write_text(text)
-    r = subprocess.run(
-        [nvcc, "--ptx", f"-arch={arch}", "-o", str(cu.with_suffix(".ptx")), str(cu)],
-        capture_output=True,
-        text=True,
-    )
-    return r.stderr if r.returncode else ""
+def _nvcc_line(config) -> str:
+    if not config.getoption("--nvcc-all"):
+        return "nvcc: the CUDA kernels are NOT compiled (no --nvcc-all; scripts/test.sh passes it)"
+    if _nvcc is None:
+        return "nvcc: --nvcc-all, but nvcc is not on PATH: the CUDA kernels are NOT compiled"
+    flags = " ".join(_nvcc.flags) or "optimized"
+    return f"nvcc: compiling every CUDA kernel for {', '.join(ARCHS)} ({_nvcc.nvcc}, {flags})"
+
+
+_summary: list[tuple[str, bool]] = []  # (line, red): what --nvcc-all found, for the summary
 
 
 def pytest_sessionfinish(session, exitstatus):
+    """Wait for nvcc (it has been compiling since the first unit filled); fail the session
+    if a kernel does not compile."""
     if not session.config.getoption("--nvcc-all"):
         return
-    from fusegrad.codegen.cuda import PRELUDE
-
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        reporter.write_line("--nvcc-all: nvcc is not installed", red=True)
+    if _nvcc is None:
         session.exitstatus = 1
         return
-    symbols = sorted(_rendered)
-    units = [symbols[i : i + KERNELS_PER_UNIT] for i in range(0, len(symbols), KERNELS_PER_UNIT)]
-    folder = Path(tempfile.mkdtemp(prefix="fusegrad_nvcc_all_"))
-    jobs = [(unit, arch, f"unit{k}") for k, unit in enumerate(units) for arch in ARCHS]
-
-    def compile_unit(job):
-        unit, arch, name = job
-        text = PRELUDE + "\n".join(_rendered[s] for s in unit)
-        return job, _nvcc(nvcc, text, arch, folder, name)
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        failures = [(job, err) for job, err in pool.map(compile_unit, jobs) if err]
-    for (unit, arch, name), err in failures:
-        reporter.write_line(f"--nvcc-all: {name} ({arch}, {len(unit)} kernels) failed:", red=True)
-        reporter.write_line(err[:4000])
-    verdict = (
-        f"{len(failures)} of {len(jobs)} units failed (sources in {folder})"
-        if failures
-        else "all compile"
-    )
-    reporter.write_line(
-        f"--nvcc-all: {len(symbols)} kernels, {len(units)} units x {len(ARCHS)} archs: {verdict}"
+    if exitstatus == pytest.ExitCode.INTERRUPTED:
+        _nvcc.cancel()
+        return
+    t0 = time.perf_counter()
+    failures = _nvcc.finish()
+    waited = time.perf_counter() - t0
+    for f in failures:
+        _summary.append((f"{f.kernel} does not compile for {f.arch}:", True))
+        _summary.append((f.message[:4000], False))
+    verdict = f"{len(failures)} failed (units in {_nvcc.folder})" if failures else "all compile"
+    _summary.append(
+        (
+            f"{_nvcc.kernels} distinct kernels ({_nvcc.offered} rendered in "
+            f"{_render_seconds:.1f} s), {_nvcc.units} unit(s) x {len(ARCHS)} archs "
+            f"(nvcc {' '.join(_nvcc.flags) or 'optimized'}: {_nvcc.nvcc_seconds:.0f} s in all, "
+            f"{waited:.1f} s after the tests): {verdict}",
+            bool(failures),
+        )
     )
     if failures:
         session.exitstatus = 1
-    else:
-        shutil.rmtree(folder, ignore_errors=True)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    terminalreporter.write_sep("-", "nvcc")
+    if not _summary:
+        terminalreporter.write_line(_nvcc_line(config), red=config.getoption("--nvcc-all"))
+    for line, red in _summary:
+        terminalreporter.write_line(line, red=red)

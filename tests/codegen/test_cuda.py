@@ -95,6 +95,11 @@ CASES = {
     "matmul": lambda: [f32(32, 48) @ f32(48, 64)],
     "matmul_float64": lambda: [f64(48, 32).T @ f64(48, 16)],
     "matmul_vector": lambda: [f32(16, 24) @ f32(24), f32(24) @ f32(24)],
+    # values both sides read (w[k], v[k]; a batch's bias): each side computes its own
+    "matmul_shared_terms": lambda: [
+        (f32(16, 32) + f32(32)) @ (f32(32, 24) + f32(32, 1)),
+        (f32(4, 16, 32) + f32(4, 1, 32)) @ (f32(4, 32, 24) + f32(4, 32, 1)),
+    ],
     # tiles with a masked last vector: outputs 28 wide, a sum over 28 lanes
     "ragged_tiles": lambda: [f32(6, 20) @ f32(20, 28), f32(8, 28) @ f32(4, 28).T],
     # rows picked by data, and their transpose (columns owned by threads: no atomics)

@@ -187,6 +187,9 @@ CASES = {
         f32(40, 5).T @ f32(40, 66),
         f32(3, 17, 33) @ f32(3, 33, 9),
         (f32(20, 33).exp() @ f32(33, 18)).relu() + f32(18),
+        # values both sides read: each side computes its own copy
+        (f32(16, 32) + f32(32)) @ (f32(32, 24) + f32(32, 1)),
+        (f32(4, 16, 32) + f32(4, 1, 32)) @ (f32(4, 32, 24) + f32(4, 32, 1)),
     ],
     "conv2d": lambda: [F.conv2d(f32(2, 3, 10, 10), f32(5, 3, 3, 3), f32(5), padding=1)],
     "conv2d_backward": _conv_backward,
