@@ -24,7 +24,6 @@ True
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
 
 PHASES = ("autodiff", "key", "schedule", "lower", "render", "llvm", "program", "cuda")
 seconds: dict[str, float] = dict.fromkeys(PHASES, 0.0)
@@ -32,17 +31,23 @@ seconds: dict[str, float] = dict.fromkeys(PHASES, 0.0)
 listener = None
 
 
-@contextmanager
-def timed(phase: str):
-    """Add the time spent inside the block to `seconds[phase]`."""
-    t0 = time.perf_counter()
-    try:
-        yield
-    finally:
+class timed:
+    """Add the time spent inside the block to `seconds[phase]`. A plain class, not a
+    `contextmanager` generator: the `key` phase wraps every realize."""
+
+    __slots__ = ("phase", "t0")
+
+    def __init__(self, phase: str):
+        self.phase = phase
+
+    def __enter__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc) -> None:
         t1 = time.perf_counter()
-        seconds[phase] += t1 - t0
+        seconds[self.phase] += t1 - self.t0
         if listener is not None:
-            listener(phase, t0, t1)
+            listener(self.phase, self.t0, t1)
 
 
 def snapshot() -> dict[str, float]:
