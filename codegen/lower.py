@@ -962,10 +962,10 @@ def _outermost(loads, every_load, out_vars, extents, steps: dict[int, int]) -> i
         ]
         return tiles[outer] * sum(ld.param.size * ld.dtype.itemsize for ld in moving)
 
-    best = min((a, b), key=lambda g: (streamed(g, b if g == a else a), g != min(a, b)))
-    if best == min(a, b) or tiles[best] < MIN_OUTER_TILES:
+    now, other = (a, b) if a == 0 else (b, a)  # group 0 is the outer loop today
+    if tiles[other] < MIN_OUTER_TILES or streamed(other, now) >= streamed(now, other):
         return None
-    return best
+    return other
 
 
 def _vector_width(n: int, ragged_ok: bool, along_sum: bool = False) -> int | None:

@@ -282,10 +282,10 @@ def linear(x, weight, bias=None):
 
     A 2-D float input, weight and 1-D bias of one dtype (every Linear layer of a
     training step) are built straight on nodes: the same nodes `x @ weight.T + bias`
-    makes, without the transposed weight, the product as a tensor, or the checks
-    that other operands need. Anything else takes that general form.
+    makes (matmul's `_product`), without the transposed weight, the product as a
+    tensor, or the checks that other operands need. Anything else takes that form.
     """
-    from .tensor import Tensor
+    from .tensor import Tensor, _broadcast_node
 
     general = (
         not isinstance(x, Tensor)
@@ -297,22 +297,14 @@ def linear(x, weight, bias=None):
         or not x.dtype.is_float
         or (bias is not None and (not isinstance(bias, Tensor) or bias.dtype is not x.dtype))
         or (bias is not None and bias.shape != (weight.shape[0],))
-        # matmul packs a right operand this big into panels: let it
-        or weight.numel() * weight.dtype.itemsize >= PANEL_CACHE_BYTES
     )
     if general:
         out = matmul(x, weight.T)
         return out if bias is None else out + bias
-    (m, k), n = x.shape, weight.shape[0]
-    full = (m, n, k)
-    xs = N.expand(N.reshape(x.node, (m, 1, k)), full)
-    ws = N.expand(N.reshape(weight.node, (1, n, k)), full)
-    node = N.reshape(N.reduce(Ops.SUM, N.binary(Ops.MUL, xs, ws), (2,)), (m, n))
-    if k == 0:  # a sum of no products is 0, as in torch
-        node = N.const(0, (m, n), x.dtype)
+    node = _product(x.node, N.permute(weight.node, (1, 0)), ())
     if bias is None:
         return x._make(node, weight)
-    node = N.binary(Ops.ADD, node, N.expand(N.reshape(bias.node, (1, n)), (m, n)))
+    node = N.binary(Ops.ADD, node, _broadcast_node(bias.node, node.shape))
     return x._make(node, weight, bias)
 
 
@@ -323,7 +315,7 @@ def matmul(a, b):
     The product is one broadcast multiply and one sum over the shared axis,
     which the scheduler fuses into a single kernel.
     """
-    from .tensor import Tensor, _broadcast_node, as_tensor, broadcast_shapes
+    from .tensor import Tensor, as_tensor, broadcast_shapes
 
     a, b = as_tensor(a, "matmul"), as_tensor(b, "matmul")
     if not isinstance(a, Tensor) or a.ndim == 0 or b.ndim == 0:
@@ -350,29 +342,36 @@ def matmul(a, b):
             f"(inner dimensions {k1} and {k2} differ)",
         )
     batch = broadcast_shapes(an.shape[:-2], bn.shape[:-2], "matmul")
+    node = _product(an, bn, batch)
     m, n = an.shape[-2], bn.shape[-1]
-    if (
-        len(bn.shape) == 2
-        and n % PANEL == 0
-        and n > PANEL
-        and k2 * n * bn.dtype.itemsize >= PANEL_CACHE_BYTES
-    ):
+    shape = batch + ((m,) if a.ndim > 1 else ()) + ((n,) if b.ndim > 1 else ())
+    return a._make(N.reshape(node, shape), b)
+
+
+def _product(an, bn, batch: tuple[int, ...]):
+    """The (*batch, M, N) product node of (..., M, K) and (..., K, N) nodes whose shapes
+    matmul has checked: one broadcast multiply and one sum over K, which the scheduler
+    fuses into a single kernel."""
+    from .tensor import _broadcast_node
+
+    (m, k), n = an.shape[-2:], bn.shape[-1]
+    big = k * n * bn.dtype.itemsize >= PANEL_CACHE_BYTES
+    if len(bn.shape) == 2 and n % PANEL == 0 and n > PANEL and big:
         # a right operand too big for cache is copied once into panels of PANEL columns, rows
         # adjacent: the kernel then streams one panel (its vector loads) from memory in order
         panels = N.contiguous(
-            N.permute(N.reshape(bn, (k2, n // PANEL, PANEL)), (1, 0, 2)),
+            N.permute(N.reshape(bn, (k, n // PANEL, PANEL)), (1, 0, 2)),
             f"matmul: a large right operand packed in panels of {PANEL} columns",
         )
-        bn = N.reshape(N.permute(panels, (1, 0, 2)), (k2, n))
+        bn = N.reshape(N.permute(panels, (1, 0, 2)), (k, n))
     # (..., M, 1, K) * (..., 1, N, K) summed over K
-    full = batch + (m, n, k1)
+    full = batch + (m, n, k)
     nd = len(bn.shape)
     bt = N.permute(bn, tuple(range(nd - 2)) + (nd - 1, nd - 2))
-    x = _broadcast_node(N.reshape(an, an.shape[:-2] + (m, 1, k1)), full)
-    y = _broadcast_node(N.reshape(bt, bn.shape[:-2] + (1, n, k1)), full)
+    x = _broadcast_node(N.reshape(an, an.shape[:-2] + (m, 1, k)), full)
+    y = _broadcast_node(N.reshape(bt, bn.shape[:-2] + (1, n, k)), full)
     # ints keep their width, as torch
     node = N.reduce(Ops.SUM, N.binary(Ops.MUL, x, y), (len(full) - 1,))
-    if k1 == 0:  # a sum of no products is 0, as in torch
+    if k == 0:  # a sum of no products is 0, as in torch
         node = N.const(0, node.shape, node.dtype)
-    shape = batch + ((m,) if a.ndim > 1 else ()) + ((n,) if b.ndim > 1 else ())
-    return a._make(N.reshape(node, shape), b)
+    return N.reshape(node, batch + (m, n))

@@ -427,19 +427,24 @@ def kernel_names(items: list[ScheduleItem], device: str = "cpu") -> list[str]:
     """The name each item's kernel has when it runs on `device` (lowered and rendered as
     `_compile_item` does, not compiled): for pictures of a graph not run yet."""
     if device != "cpu":
-        return [cuda.symbol_of(lower(item, tile=False)) for item in items]
+        return [cuda.symbol_of(_lower_for(item, device)) for item in items]
     out = []
     for item in items:
-        loop = lower(item)
+        loop = _lower_for(item, device)
         out.append(kernel_symbol(render_llvm(loop, "KERNEL"), loop.name))
     return out
 
 
+def _lower_for(item: ScheduleItem, device: str):
+    """The item's loop IR for `device`: the GPU gets the plain loop nest, since
+    codegen/gpu.py tiles contractions through shared memory itself (the CPU's register
+    tiles would stand in its way)."""
+    return lower(item) if device == "cpu" else lower(item, tile=False)
+
+
 def _compile_item(item: ScheduleItem, device: str = "cpu") -> tuple[KernelRecord, int, int]:
     with phases.timed("lower"):
-        # the GPU gets the plain loop nest: codegen/gpu.py tiles contractions through
-        # shared memory itself (the CPU's register tiles would stand in its way)
-        loop = lower(item) if device == "cpu" else lower(item, tile=False)
+        loop = _lower_for(item, device)
     if device == "cpu":
         with phases.timed("render"):
             source = render_llvm(loop, "KERNEL")

@@ -23,10 +23,11 @@ def test_log_softmax_builds_the_composed_graph(shape, dim):
 
 
 @pytest.mark.parametrize("bias", [False, True])
-def test_linear_builds_the_composed_graph(bias):
-    x = fg.randn(8, 5, requires_grad=True)
-    w = fg.randn(3, 5, requires_grad=True)
-    b = fg.randn(3, requires_grad=True) if bias else None
+@pytest.mark.parametrize(("k", "n"), [(5, 3), (512, 1024)])  # 2 MiB: packed in panels
+def test_linear_builds_the_composed_graph(bias, k, n):
+    x = fg.randn(8, k, requires_grad=True)
+    w = fg.randn(n, k, requires_grad=True)
+    b = fg.randn(n, requires_grad=True) if bias else None
     composed = x @ w.T if b is None else x @ w.T + b
     out = F.linear(x, w, b)
     assert out.node is composed.node
