@@ -166,13 +166,7 @@ class ReduceMixin:
         if x.numel() == 0:
             return x
         if x.numel() < SPLIT_MIN_ELEMENTS:  # its sum is one reduce: build the nodes at once
-            # the nodes of the form below (a loss's every step: 7 tensors' worth of checks)
-            xn, shape = x.node, x.shape
-            top = N.detach(N.reduce(Ops.REDUCE_MAX, xn, (dim,)))
-            shifted = N.binary(Ops.ADD, xn, N.unary(Ops.NEG, N.expand(top, shape)))
-            total = N.reduce(Ops.SUM, N.unary(Ops.EXP, shifted), (dim,))
-            lse = N.unary(Ops.LOG, total)
-            return x._make(N.binary(Ops.ADD, shifted, N.unary(Ops.NEG, N.expand(lse, shape))))
+            return x._make(log_softmax_node(x.node, dim))
         shifted = x - x.amax(dim, keepdim=True).detach()
         return shifted - shifted.exp().sum(dim, keepdim=True).log()
 
@@ -183,6 +177,19 @@ class ReduceMixin:
         if self.ndim != 1 or other.ndim != 1:
             fail(ShapeError, "dot", f"expects 1-D tensors, got {self.shape} and {other.shape}")
         return matmul(self, other)
+
+
+def log_softmax_node(xn, dim: int):
+    """The nodes of `shifted - shifted.exp().sum(dim, keepdim=True).log()`, where `shifted`
+    is `x - x.amax(dim, keepdim=True).detach()`, for a float node whose sum along `dim` is
+    one reduce (fewer than SPLIT_MIN_ELEMENTS elements): what a loss builds every step,
+    without the 7 tensors' worth of checks of that form."""
+    shape = xn.shape
+    top = N.detach(N.reduce(Ops.REDUCE_MAX, xn, (dim,)))
+    shifted = N.binary(Ops.ADD, xn, N.unary(Ops.NEG, N.expand(top, shape)))
+    total = N.reduce(Ops.SUM, N.unary(Ops.EXP, shifted), (dim,))
+    lse = N.unary(Ops.LOG, total)
+    return N.binary(Ops.ADD, shifted, N.unary(Ops.NEG, N.expand(lse, shape)))
 
 
 def _sum_of_broadcast(x, dim, keepdim: bool):

@@ -15,7 +15,6 @@ mistakes into readable errors, so an assertion here is a bug in fusegrad.
 
 from __future__ import annotations
 
-import functools
 import math
 import weakref
 from collections.abc import Callable
@@ -39,13 +38,21 @@ MIXED_DEVICES_HOOK: Callable[[Ops, str, str], None] = _mixed_devices
 
 # Hash-consing table: key -> weak reference to the one node with that key. A dict of
 # weakrefs rather than a WeakValueDictionary: this lookup runs for every node built, and
-# the plain dict costs a third as much. A dead entry is removed by the reference's callback.
+# the plain dict costs a third as much. A key names the sources by id, so an entry holds
+# no node alive. The references have no callback (CPython then shares one reference per
+# object with the sites table, and a node's death runs no Python code); dead entries are
+# swept when the table has doubled since the last sweep. An entry whose node is alive is
+# exact: that node holds its sources, so no other object can have their ids.
 _CACHE: dict[tuple, weakref.ref] = {}
+_SWEEP_MIN = 1 << 14
+_sweep_at = [_SWEEP_MIN]
 
 
-def _forget(ref, key=None, table=_CACHE) -> None:
-    if table.get(key) is ref:
-        del table[key]
+def _sweep() -> None:
+    for key, ref in list(_CACHE.items()):
+        if ref() is None and _CACHE.get(key) is ref:
+            del _CACHE[key]
+    _sweep_at[0] = max(_SWEEP_MIN, 2 * len(_CACHE))
 
 
 class Node:
@@ -94,19 +101,29 @@ def make(
     sources' device."""
     if op is Ops.BUFFER:
         return _new(op, srcs, arg, shape, dtype, getattr(arg, "device", "cpu"))
-    if srcs:
+    # the hottest function of graph building: the common cases inline
+    if len(srcs) == 1:
+        device = srcs[0].device
+        ids = id(srcs[0])
+    elif srcs:
         device = common_device(op, srcs)
-    if op is not Ops.CONST and 0 in shape:
+        ids = tuple(map(id, srcs))
+    else:
+        ids = ()
+    if 0 in shape and op is not Ops.CONST:
         # an empty value has no elements to compute: a constant, so no kernel ever reads it
         return const(False if dtype.is_bool else 0, shape, dtype, device)
-    key = (op, srcs, _key_arg(op, arg), shape, dtype, device)
+    key = (op, ids, _key_arg(op, arg) if isinstance(arg, float) else arg, shape, dtype, device)
     ref = _CACHE.get(key)
     if ref is not None:
         hit = ref()
         if hit is not None:
             return hit
-    n = _new(op, srcs, arg, shape, dtype, device)
-    _CACHE[key] = weakref.ref(n, functools.partial(_forget, key=key))
+    n = object.__new__(Node)
+    n.op, n.srcs, n.arg, n.shape, n.dtype, n.device = op, srcs, arg, shape, dtype, device
+    _CACHE[key] = weakref.ref(n)
+    if len(_CACHE) > _sweep_at[0]:
+        _sweep()
     return n
 
 

@@ -17,8 +17,12 @@ import warnings
 from .. import creation
 from ..errors import one_site
 from ..extend import gather_rows, host_data
+from ..ir import node as N
+from ..ir.dtypes import promote
+from ..ir.ops import Ops
+from ..reduce import SPLIT_MIN_ELEMENTS, log_softmax_node
 from ..reduce import linear as _linear
-from ..tensor import Tensor, where
+from ..tensor import Tensor, _broadcast_node, where
 
 # ---------------------------------------------------------------- activations
 
@@ -81,8 +85,6 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
 
 @one_site
-
-
 def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
     """Zero each element with probability p and scale the rest by 1 / (1 - p) (inverted dropout).
 
@@ -117,8 +119,6 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
 
 
 @one_site
-
-
 def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> Tensor:
     """Rows of `weight` picked by the integer tensor `input`: shape input.shape + (dim,).
 
@@ -215,8 +215,6 @@ def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
 
 
 @one_site
-
-
 def binary_cross_entropy(
     input: Tensor, target: Tensor, weight: Tensor | None = None, reduction: str = "mean"
 ) -> Tensor:
@@ -258,8 +256,6 @@ def _with_gradients(value: Tensor, *pairs: tuple[Tensor, Tensor]) -> Tensor:
 
 
 @one_site
-
-
 def binary_cross_entropy_with_logits(
     input: Tensor,
     target: Tensor,
@@ -309,8 +305,6 @@ def _check_targets(input: Tensor, target: Tensor, op: str) -> None:
 
 
 @one_site
-
-
 def nll_loss(
     input: Tensor,
     target: Tensor,
@@ -352,9 +346,31 @@ def nll_loss(
     return _reduce(loss, reduction)
 
 
+def _class_cross_entropy(input: Tensor, target: Tensor, reduction: str) -> Tensor:
+    """cross_entropy of (N, C) logits and class indices that are all classes (read and
+    checked by the caller), no weight, no smoothing: every classifier's every step.
+
+    Built straight on nodes: the very nodes of the general form below (log_softmax, then
+    nll_loss's picked log-probabilities), without its eleven intermediate tensors."""
+    batch, classes = input.shape
+    x = log_softmax_node(input.node, 1)
+    t = N.reshape(target.node, (batch, 1))
+    arange = creation.index_arange(classes).node
+    if t.dtype is not arange.dtype:
+        dtype = promote(t.dtype, arange.dtype)
+        t, arange = N.cast(t, dtype), N.cast(arange, dtype)
+    shape = (batch, classes)
+    hit = N.binary(Ops.CMPEQ, _broadcast_node(t, shape), _broadcast_node(arange, shape))
+    picked = N.where(hit, x, N.const(0.0, shape, x.dtype))
+    loss = N.unary(Ops.NEG, N.reshape(N.reduce(Ops.SUM, picked, (1,)), (batch,)))
+    if reduction != "none":
+        loss = N.reshape(N.reduce(Ops.SUM, loss, (0,)), ())
+        if reduction == "mean":
+            loss = N.binary(Ops.DIV, loss, N.const(batch, (), x.dtype))
+    return input._make(loss)
+
+
 @one_site
-
-
 def cross_entropy(
     input: Tensor,
     target: Tensor,
@@ -376,6 +392,18 @@ def cross_entropy(
         target = target[None] if target.dtype.is_float else target.reshape(1)
         loss = cross_entropy(input[None], target, weight, ignore_index, reduction, label_smoothing)
         return loss.reshape(()) if reduction == "none" else loss
+    if (
+        weight is None
+        and label_smoothing == 0.0
+        and input.ndim == 2
+        and input.dtype.is_float
+        and target.ndim == 1
+        and target.shape[0] == input.shape[0]
+        and not (target.dtype.is_float or target.dtype.is_bool)
+        and input.numel() < SPLIT_MIN_ELEMENTS
+        and _check_targets_in_range(target, classes, ignore_index)
+    ):
+        return _class_cross_entropy(input, target, reduction)
     logp = input.log_softmax(1)
     if target.dtype.is_float:
         return _cross_entropy_probs(logp, target, weight, reduction, label_smoothing, classes)

@@ -44,3 +44,33 @@ def test_linear_under_no_grad_and_other_shapes_match_the_composed_form():
         assert not F.linear(fg.randn(4, 5), w, b).requires_grad
     with pytest.raises(fg.ShapeError):
         F.linear(fg.randn(4, 6), w, b)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("target_dtype", ["int64", "int32"])
+def test_cross_entropy_builds_the_composed_graph(reduction, target_dtype):
+    """Every target a class, no weight: the nodes of log_softmax then nll_loss. The class
+    table (`arange`) is a new leaf node each call on one shared buffer, so the graphs are
+    compared by structure and leaf buffers rather than by identity."""
+    from fusegrad.ir.schedule import structural_key
+
+    x = fg.randn(8, 5, requires_grad=True) * 1.0
+    y = fg.tensor(np.array([0, 1, 2, 3, 4, 0, 1, 2]), dtype=target_dtype)
+    fast = F.cross_entropy(x, y, reduction=reduction)
+    composed = F.nll_loss(x.log_softmax(1), y, reduction=reduction)
+    (fast_key, fast_leaves), (key, leaves) = (
+        structural_key([t.node], lambda n: False) for t in (fast, composed)
+    )
+    assert fast_key == key
+    assert [n.arg for n in fast_leaves] == [n.arg for n in leaves]
+    assert fast.requires_grad
+    np.testing.assert_allclose(fast.numpy(), composed.numpy(), rtol=1e-6)
+
+
+def test_cross_entropy_with_an_ignored_or_bad_target_takes_the_general_form():
+    x = fg.randn(4, 3, requires_grad=True)
+    with_ignored = F.cross_entropy(x, fg.tensor([0, -100, 2, 1]))
+    want = -x.log_softmax(1).numpy()[[0, 2, 3], [0, 2, 1]].mean()
+    np.testing.assert_allclose(with_ignored.item(), want, rtol=1e-6)
+    with pytest.raises(IndexError, match="Target 3 is out of bounds"):
+        F.cross_entropy(x, fg.tensor([0, 3, 2, 1]))

@@ -1,0 +1,53 @@
+"""The hash-consing table: equal nodes are one node, and the table keeps none alive."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import numpy as np
+
+from fusegrad.ir import node as N
+from fusegrad.ir.dtypes import float32
+from fusegrad.ir.ops import Ops
+from fusegrad.runtime.buffer import Buffer
+
+
+def _leaf(n: int = 4) -> N.Node:
+    return N.buffer(Buffer.from_numpy(np.arange(n, dtype=np.float32), float32), (n,), float32)
+
+
+def test_equal_nodes_are_one_node_and_sources_tell_them_apart():
+    x, y = _leaf(), _leaf()
+    assert N.unary(Ops.EXP, x) is N.unary(Ops.EXP, x)
+    assert N.binary(Ops.ADD, x, y) is N.binary(Ops.ADD, x, y)
+    assert N.binary(Ops.ADD, x, y) is not N.binary(Ops.ADD, y, x)
+    assert N.unary(Ops.EXP, x) is not N.unary(Ops.EXP, y)
+    assert N.const(0.0, (2,), float32) is not N.const(-0.0, (2,), float32)
+
+
+def test_the_table_holds_no_node_alive():
+    x = _leaf()
+    chain = N.unary(Ops.EXP, N.binary(Ops.ADD, x, x))
+    refs = [weakref.ref(chain), weakref.ref(chain.srcs[0])]
+    del chain
+    gc.collect()
+    assert all(r() is None for r in refs)
+
+
+def test_a_node_rebuilt_after_its_twin_died_is_a_fresh_node_on_its_own_sources():
+    # a dead entry's key names ids that new objects may reuse: such an entry never answers
+    for _ in range(200):
+        x = _leaf()
+        e = N.unary(Ops.EXP, x)
+        assert e.srcs[0] is x
+        del x, e
+
+
+def test_dead_entries_are_swept_as_the_table_grows():
+    base = len(N._CACHE)
+    x = _leaf()
+    for i in range(3 * N._SWEEP_MIN):
+        N.binary(Ops.MUL, x, N.const(float(i), (4,), float32))  # each dies at once
+    # swept whenever it doubled: never more than twice the live entries (and the minimum)
+    assert len(N._CACHE) <= max(2 * base, N._SWEEP_MIN) + 2
