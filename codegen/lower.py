@@ -12,6 +12,7 @@ access into divisions is not made.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from contextlib import ExitStack, contextmanager
@@ -795,6 +796,23 @@ TILE_MAX_ACCUMULATORS = 128  # beyond this LLVM stops keeping a tile in register
 TILE_GRID_ACCUMULATORS = 160  # a grid of lane rows: at most 20 8-lane or 10 16-lane registers
 SHORT_REDUCTION = 16
 TILE_ROWS = 4
+# With 32 vector registers (AVX-512) a tile may hold twice the accumulator registers: 8 rows
+# of one 16-lane register, or a 4 x 4 grid of lane rows (16 registers). More independent
+# multiply-add chains keep both FMA ports busy, and each loaded vector serves more rows:
+# LeNet's and the MLP's 784-wide layers ran 1.7-2.3x faster (forward x @ W.T and the
+# weight gradient fused with its update).
+WIDE_TILE_ROWS = 8
+WIDE_GRID_ACCUMULATORS = 256
+
+
+@functools.lru_cache(maxsize=1)
+def wide_registers() -> bool:
+    """Whether the host has 32 vector registers of 16 float32 lanes (AVX-512)."""
+    import llvmlite.binding as llvm
+
+    return "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
+
+
 MIN_OUTER_TILES = 4  # a tile loop with fewer iterations does not become the parallel one
 
 
@@ -862,7 +880,8 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
                         for ld in loads
                     )
                 ]
-                room = TILE_GRID_ACCUMULATORS // (rows * lanes)
+                grid = WIDE_GRID_ACCUMULATORS if wide_registers() else TILE_GRID_ACCUMULATORS
+                room = grid // (rows * lanes)
                 for g in sorted(others, key=lambda g: -extents[g]):
                     rows2 = next((r for r in (4, 3, 2) if r <= room and extents[g] % r == 0), None)
                     if rows2:
@@ -922,6 +941,8 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
             return None
         if extents[g] <= 2 * TILE_ROWS and extents[g] * cols <= TILE_MAX_ACCUMULATORS:
             return extents[g]
+        if cols <= 16 and extents[g] % WIDE_TILE_ROWS == 0 and wide_registers():
+            return WIDE_TILE_ROWS  # rows of one register each
         return TILE_ROWS if extents[g] % TILE_ROWS == 0 else None
 
     candidates = [g for g in range(len(extents)) if rows_for(g)]

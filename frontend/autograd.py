@@ -30,9 +30,10 @@ from .versions import check_unmodified
 
 # every tensor made a differentiable leaf, by id() (Tensor's == is elementwise, so tensors
 # cannot be set members): id -> weak reference. Guarded by a lock: threads register leaves
-# while others run backward().
+# while others run backward(). Re-entrant: a garbage collection inside the locked region
+# (an allocation there) may run a dead leaf's callback on this very thread.
 _leaves: dict[int, weakref.ref] = {}
-_leaves_lock = threading.Lock()
+_leaves_lock = threading.RLock()
 _consumed: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # roots already backwarded
 _local = threading.local()  # .pending: roots this thread backwarded since its last step
 

@@ -49,8 +49,13 @@ _sweep_at = [_SWEEP_MIN]
 
 
 def _sweep() -> None:
-    for key, ref in list(_CACHE.items()):
-        if ref() is None and _CACHE.get(key) is ref:
+    # a private copy to walk: dict.copy() runs no Python code while it copies, whereas
+    # list(d.items()) allocates a tuple per entry, so a garbage collection (finalizers,
+    # weakref callbacks: Python code, a thread switch) could run mid-walk while another
+    # thread inserts ("dictionary changed size during iteration")
+    entries = _CACHE.copy()
+    for key, ref in [(k, r) for k, r in entries.items() if r() is None]:
+        if _CACHE.get(key) is ref:
             del _CACHE[key]
     _sweep_at[0] = max(_SWEEP_MIN, 2 * len(_CACHE))
 

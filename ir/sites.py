@@ -291,7 +291,8 @@ def site_of(node) -> Site | None:
 
 
 def _sweep() -> None:
-    for k, (ref, _) in list(_table.items()):
-        if ref() is None:
-            _table.pop(k, None)
+    entries = _table.copy()  # a private copy to walk (see ir/node.py's _sweep)
+    for k, entry in [(k, v) for k, v in entries.items() if v[0]() is None]:
+        if _table.get(k) is entry:
+            del _table[k]
     _sweep_at[0] = max(4096, 2 * len(_table))

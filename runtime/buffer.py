@@ -16,7 +16,7 @@ import numpy as np
 from ..ir.dtypes import DType
 
 POOL_LIMIT_BYTES = 1 << 30
-_pool: dict[int, list[np.ndarray]] = {}
+_pool: dict[int, list[tuple[np.ndarray, int]]] = {}  # bytes -> free (raw array, address)
 _pooled_bytes = 0
 _lock = threading.Lock()  # Python threads allocate and free at once
 live_buffers = 0  # buffers allocated and not yet freed, for tests of memory planning
@@ -31,10 +31,14 @@ class Buffer:
     def __init__(self, size: int, dtype: DType, array: np.ndarray | None = None):
         global live_buffers
         self.size, self.dtype = size, dtype
-        if array is None:
-            array = _take(size * dtype.itemsize).view(dtype.np) if size else np.empty(0, dtype.np)
+        if array is None and size:
+            raw, self.ptr = _take(size * dtype.itemsize)
+            array = raw.view(dtype.np)
+        else:
+            if array is None:
+                array = np.empty(0, dtype.np)
+            self.ptr: int = array.ctypes.data  # the data's address (an array never moves)
         self.array = array
-        self.ptr: int = array.ctypes.data  # the data's address (an array never moves)
         self.kernels: list = []  # the kernel records of the realize call that computed it
         live_buffers += 1
 
@@ -61,25 +65,27 @@ class Buffer:
         with _lock:
             if sys.getrefcount(raw) > 3 or _pooled_bytes + raw.nbytes > POOL_LIMIT_BYTES:
                 return
-            _pool.setdefault(raw.nbytes, []).append(raw)
+            _pool.setdefault(raw.nbytes, []).append((raw, self.ptr))
             _pooled_bytes += raw.nbytes
 
     def __repr__(self) -> str:
         return f"<Buffer {self.size} x {self.dtype.name}>"
 
 
-def take_scratch(nbytes: int) -> np.ndarray:
-    """Raw bytes for values that live only inside one native program run (from the pool)."""
+def take_scratch(nbytes: int) -> tuple[np.ndarray, int]:
+    """Raw bytes for values that live only inside one native program run (from the pool),
+    and their address."""
     return _take(nbytes)
 
 
-def give_scratch(raw: np.ndarray) -> None:
+def give_scratch(scratch: tuple[np.ndarray, int]) -> None:
     """Return `take_scratch` memory to the pool once the program that used it has run."""
     global _pooled_bytes
+    nbytes = scratch[0].nbytes
     with _lock:
-        if _pooled_bytes + raw.nbytes <= POOL_LIMIT_BYTES:
-            _pool.setdefault(raw.nbytes, []).append(raw)
-            _pooled_bytes += raw.nbytes
+        if _pooled_bytes + nbytes <= POOL_LIMIT_BYTES:
+            _pool.setdefault(nbytes, []).append(scratch)
+            _pooled_bytes += nbytes
 
 
 class HostTable(Buffer):
@@ -104,7 +110,8 @@ class HostTable(Buffer):
         return copy
 
 
-def _take(nbytes: int) -> np.ndarray:
+def _take(nbytes: int) -> tuple[np.ndarray, int]:
+    """`nbytes` raw bytes and their address: a pooled array of that size, or a new one."""
     global _pooled_bytes
     nbytes = max(nbytes, 1)
     with _lock:
@@ -112,7 +119,8 @@ def _take(nbytes: int) -> np.ndarray:
         if free:
             _pooled_bytes -= nbytes
             return free.pop()
-    return np.empty(nbytes, dtype=np.uint8)
+    raw = np.empty(nbytes, dtype=np.uint8)
+    return raw, raw.ctypes.data
 
 
 def clear_pool() -> None:

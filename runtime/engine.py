@@ -153,6 +153,7 @@ class Plan:
     device: str = "cpu"
     program: object = None  # the native program, built once the plan is cached
     fns: object = None  # kernel addresses, as the program reads them
+    fns_address: int = 0  # where `fns` lies
     records: list = field(default_factory=list)  # what a run through the program reports
     returned: list = field(default_factory=list)  # (slot, size, dtype) of the outputs returned
     scratch: tuple = ()  # (program slots, byte offsets, bytes) of values that die inside
@@ -528,6 +529,7 @@ def _build_program(plan: Plan) -> None:
         program = compile_program(steps)
     fns = [s.record.compiled.address for s in plan.steps] + [_sched_yield_address()]
     plan.fns = np.array(fns, dtype=np.uint64)
+    plan.fns_address = plan.fns.ctypes.data
     # values that die inside the program share one scratch allocation: slot -> offset
     returned = set(plan.outputs)
     scratch, offsets, size = [], [], 0
@@ -547,9 +549,12 @@ def _build_program(plan: Plan) -> None:
 def _run_program(plan: Plan, leaves: list[Buffer]) -> tuple[list[Buffer], list[KernelRecord]]:
     """Run a cached schedule as one native call per thread."""
     _build_program(plan)
-    n = plan.nleaves
-    ptrs = np.empty(n + plan.slots, dtype=np.uint64)
+    n, slots = plan.nleaves, plan.slots
+    # the buffers' addresses, then the barrier's two words (per call: two Python threads
+    # may run one plan at once), in one array
+    ptrs = np.empty(n + slots + 2, dtype=np.uint64)
     ptrs[:n] = [b.ptr for b in leaves]
+    ptrs[n + slots :] = 0
     outs: dict[int, Buffer] = {}
     for g, size, dtype in plan.returned:
         outs[g] = b = Buffer(size, dtype)
@@ -557,9 +562,9 @@ def _run_program(plan: Plan, leaves: list[Buffer]) -> tuple[list[Buffer], list[K
     where, offsets, nbytes = plan.scratch
     scratch = take_scratch(nbytes) if len(where) else None
     if scratch is not None:
-        ptrs[where] = offsets + np.uint64(scratch.ctypes.data)
-    barrier = np.zeros(2, dtype=np.int64)  # per call: two threads may run one plan at once
-    args = [ptrs.ctypes.data, plan.fns.ctypes.data, barrier.ctypes.data]
+        ptrs[where] = offsets + np.uint64(scratch[1])
+    base = ptrs.ctypes.data
+    args = [base, plan.fns_address, base + 8 * (n + slots)]
     try:
         run_threads(plan.program.fn, effective_threads(), args)
     finally:

@@ -134,16 +134,42 @@ def test_large_matmul_packs_its_right_operand_and_walks_panels_outermost():
     np.testing.assert_allclose(ta.grad.numpy(), g.astype(np.float64) @ b.T, rtol=1e-4, atol=1e-3)
 
 
-def test_tile_loop_order_streams_the_smaller_operand():
-    """x @ W.T (x 64x784, W 128x784, a linear layer): with x's row tiles outermost the
-    inner loop would stream all of W once per tile of x (12.8 MB); W's tiles go
-    outermost instead, so x (half W's size) is what streams. Bit for bit the same sums."""
+def _lowered(t, monkeypatch, wide: bool):
+    """t's one kernel lowered as on a host with (wide) or without 32 vector registers."""
+    from fusegrad.codegen import lower as L
+    from fusegrad.ir.ops import Ops
+    from fusegrad.ir.schedule import schedule
+
+    monkeypatch.setattr(L, "wide_registers", lambda: wide)
+    (item,) = schedule([t.node], lambda n: n.op is Ops.BUFFER)
+    return L.lower(item)
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_tile_loop_order_streams_the_smaller_operand(monkeypatch, wide):
+    """x @ W.T (x 64x784, W 128x784, a linear layer) in 4 x 2 tiles (16 vector registers):
+    with x's row tiles outermost the inner loop would stream all of W once per tile of x
+    (12.8 MB); W's tiles go outermost instead, so x (half W's size) is what streams. In
+    the 4 x 4 tiles of a host with 32 registers both orders stream as much: the groups'
+    own order stays. Bit for bit the same sums either way."""
     x, w = f32(64, 784), f32(128, 784)
     y = fg.tensor(x) @ fg.tensor(w).T
-    k = only_kernel(y)
-    parallel = k.loop_ir.splitlines()[1].strip()
-    assert parallel.startswith("parallel for o1"), k.loop_ir
+    kernel = _lowered(y, monkeypatch, wide)
+    parallel = kernel.body[0]
+    assert parallel.var.name == ("o0" if wide else "o1"), kernel
+    assert parallel.extent == (16 if wide else 32)
     np.testing.assert_allclose(y.numpy(), x.astype(np.float64) @ w.T, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_wide_registers_give_a_row_tile_twice_the_rows(monkeypatch, wide):
+    """A column-vector tile of one 16-lane register per row (a weight gradient, dW = g.T @ x
+    with the batch summed) takes 8 rows with 32 vector registers, 4 with 16."""
+    x, g = f32(64, 784), f32(64, 128)
+    dw = fg.tensor(g).T @ fg.tensor(x)
+    text = str(_lowered(dw, monkeypatch, wide))
+    assert f"unrolled for i in 0..{8 if wide else 4}" in text, text
+    np.testing.assert_allclose(dw.numpy(), g.T.astype(np.float64) @ x, rtol=1e-4, atol=1e-3)
 
 
 def test_weight_gradient_fused_with_its_update_keeps_row_order():

@@ -51,3 +51,37 @@ def test_dead_entries_are_swept_as_the_table_grows():
         N.binary(Ops.MUL, x, N.const(float(i), (4,), float32))  # each dies at once
     # swept whenever it doubled: never more than twice the live entries (and the minimum)
     assert len(N._CACHE) <= max(2 * base, N._SWEEP_MIN) + 2
+
+
+def test_a_sweep_survives_finalizers_that_build_nodes(monkeypatch):
+    """A garbage collection may run mid-sweep (the sweep allocates) and with it finalizers
+    that build nodes (inserting into the table): the sweep walks a private copy, so that
+    never raises "dictionary changed size during iteration"."""
+    x = _leaf()
+    built, stop = [], []
+
+    class BuildsOnDeath:
+        def __init__(self):
+            self.me = self  # a cycle: only the collector frees it
+
+        def __del__(self):
+            if not stop:
+                built.append(N.unary(Ops.EXP, N.binary(Ops.ADD, x, _leaf())))
+                BuildsOnDeath()  # garbage for the next collection: every one builds nodes
+
+    monkeypatch.setattr(N, "_sweep_at", [1 << 30])  # no sweep while the table fills
+    for i in range(20_000):  # dead entries, more than the 2-tuple free list holds
+        N.binary(Ops.MUL, x, N.const(float(i), (4,), float32))
+    old = gc.get_threshold()
+    gc.disable()  # the cycle waits for the sweep's allocations
+    try:
+        BuildsOnDeath()
+        gc.set_threshold(1)  # a collection at nearly every allocation
+        gc.enable()
+        N._sweep()
+    finally:
+        stop.append(True)
+        gc.set_threshold(*old)
+        gc.enable()
+        gc.collect()
+    assert built
