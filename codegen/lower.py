@@ -105,6 +105,7 @@ class Tile:
     row2: int | None = None  # a second unrolled output axis: a rows x rows2 grid of vectors
     rows2: int = 1
     first: int | None = None  # the out group whose tiles are the outermost (parallel) loop
+    cascade: bool = False  # lanes along a long float sum, summed in a tree (`_lane_cascade`)
 
 
 class _Lowerer:
@@ -254,6 +255,9 @@ class _Lowerer:
         if self._tile_cascades(size):
             level = self._level(red.dtype, size, tile.cols, [*unrolled, t_var], slot)
             self._tile_cascade(red, red_coords, edge, [*unrolled, t_var], slot, acc, level)
+        elif tile.cascade:
+            level = self._level(red.dtype, size, tile.cols, [*unrolled, t_var], slot)
+            self._lane_cascade(red, red_coords, edge, unrolled, t_var, slot, acc, level)
         else:
             outer_block, outer_iter = self.block, self.iterations
             value = self._reduction_body(
@@ -494,6 +498,39 @@ class _Lowerer:
                 self.emit(AccUpdate(dst, red.dtype, Ops.ADD, value, slot, ordered=True), 1)
 
         self._sum_units(extent, unit, acc, level)
+
+    def _lane_cascade(self, red: Node, coords, guard, unrolled, t: Var, slot, acc, level) -> None:
+        """`gen_cascade` for a tile of rows: each unit adds one vector of `lanes` consecutive
+        elements of every row of the tile, so each thread streams several rows at once
+        (two memory streams keep more loads in flight than one: a 4096^2 row sum ran
+        10-13% faster). Each row's sum is the same tree as `gen_cascade` builds for it.
+
+            acc1[128] = 0
+            for j in 0..4:
+              acc2[128] = 0
+              for k in 0..16:
+                unrolled for i in 0..2: vector for t in 0..64:
+                  acc2[i*64 + t] += x[(2*o + i)*4096 + (j*16 + k)*64 + t]
+              unrolled for i: vector for t: acc1[i*64 + t] += acc2[i*64 + t]
+        """
+        src, lanes = red.srcs[0], self.tile.cols
+        extent = math.prod(src.shape[a] for a in self.red_groups[0])
+
+        def add_vector(dst: str, expr: Lin, edge: tuple[Lin, ...]) -> None:
+            red_coords = _coords_from_groups(src.shape, self.red_groups, [expr])
+            src_coords = tuple(red_coords[i] if i in red.arg else c for i, c in enumerate(coords))
+            with self._tile_loops([*unrolled, t]):
+                value = self.gen(src, src_coords, guard + edge)
+                if edge:
+                    value = self.emit(Select(self.fresh(), src.dtype, edge, value))
+                self.emit(AccUpdate(dst, red.dtype, Ops.ADD, value, slot, ordered=True), 1)
+
+        vectors, tail = divmod(extent, lanes)
+        if vectors:
+            self._sum_units(vectors, lambda u, a: add_vector(a, u * lanes + t, ()), acc, level)
+        if tail:  # lanes past the end read nothing and add 0
+            at = lin(t) + vectors * lanes
+            add_vector(acc, at, (lin(extent - 1) - at,))
 
     def gen_cascade(self, n: Node, coords, guard) -> str:
         """A float sum as a tree of vector accumulators (PyTorch's cascade sum).
@@ -741,8 +778,30 @@ def lower(item: ScheduleItem, tile: bool = True) -> Kernel:
     # cascaded sums are the CPU's (tile=True); the GPU lowering reduces a plain loop over a block
     lanes = cascade_lanes(plain, item) if tile else 0
     if lanes:
+        rows = _cascade_rows(item, state["out"], state["red"])
+        if rows is not None:
+            row, count = rows
+            chosen = Tile(None, lanes, row, count, lanes=True, cascade=True)
+            return _Lowerer(item, state["out"], state["red"], chosen).lower()
         return _Lowerer(item, state["out"], state["red"], cascade_lanes=lanes).lower()
     return plain
+
+
+CASCADE_ROWS = 2  # rows of a cascaded sum one thread streams at once
+CASCADE_ROWS_MIN_TILES = 8  # enough tiles left to share among the threads
+
+
+def _cascade_rows(item: ScheduleItem, out_groups, red_groups) -> tuple[int, int] | None:
+    """(out group, rows) for a cascaded sum summed CASCADE_ROWS rows at a time
+    (`_Lowerer._lane_cascade`): one reduction group, and an output group the rows divide
+    into at least CASCADE_ROWS_MIN_TILES tiles. None: one row at a time (`gen_cascade`)."""
+    if len(red_groups) != 1:
+        return None
+    for g, group in enumerate(out_groups):
+        extent = math.prod(item.root.shape[a] for a in group)
+        if extent % CASCADE_ROWS == 0 and extent // CASCADE_ROWS >= CASCADE_ROWS_MIN_TILES:
+            return g, CASCADE_ROWS
+    return None
 
 
 CASCADE_FANOUT = 16  # vectors (or blocks) an accumulator receives before it moves up a level

@@ -16,6 +16,7 @@ mistakes into readable errors, so an assertion here is a bug in fusegrad.
 from __future__ import annotations
 
 import math
+import threading
 import weakref
 from collections.abc import Callable
 
@@ -48,16 +49,28 @@ _SWEEP_MIN = 1 << 14
 _sweep_at = [_SWEEP_MIN]
 
 
+_sweeping = threading.Lock()
+
+
 def _sweep() -> None:
-    # a private copy to walk: dict.copy() runs no Python code while it copies, whereas
-    # list(d.items()) allocates a tuple per entry, so a garbage collection (finalizers,
-    # weakref callbacks: Python code, a thread switch) could run mid-walk while another
-    # thread inserts ("dictionary changed size during iteration")
-    entries = _CACHE.copy()
-    for key, ref in [(k, r) for k, r in entries.items() if r() is None]:
-        if _CACHE.get(key) is ref:
-            del _CACHE[key]
-    _sweep_at[0] = max(_SWEEP_MIN, 2 * len(_CACHE))
+    """Drop the dead entries. One thread sweeps at a time (another one, or a finalizer
+    building nodes mid-sweep, skips it); other threads insert meanwhile."""
+    if not _sweeping.acquire(blocking=False):
+        return
+    try:
+        # a private copy to walk: dict.copy() runs no Python code while it copies, whereas
+        # list(d.items()) allocates a tuple per entry, so a garbage collection (finalizers,
+        # weakref callbacks: Python code, a thread switch) could run mid-walk while another
+        # thread inserts ("dictionary changed size during iteration")
+        entries = _CACHE.copy()
+        for key, ref in [(k, r) for k, r in entries.items() if r() is None]:
+            if _CACHE.get(key) is ref:
+                now = _CACHE.pop(key, None)
+                if now is not None and now is not ref:  # replaced meanwhile: put it back
+                    _CACHE.setdefault(key, now)
+        _sweep_at[0] = max(_SWEEP_MIN, 2 * len(_CACHE))
+    finally:
+        _sweeping.release()
 
 
 class Node:
@@ -126,7 +139,13 @@ def make(
             return hit
     n = object.__new__(Node)
     n.op, n.srcs, n.arg, n.shape, n.dtype, n.device = op, srcs, arg, shape, dtype, device
-    _CACHE[key] = weakref.ref(n)
+    ref = weakref.ref(n)
+    prev = _CACHE.setdefault(key, ref)  # one step: another thread may be building it too
+    if prev is not ref:
+        hit = prev()
+        if hit is not None:  # it did, first
+            return hit
+        _CACHE[key] = ref  # a dead entry
     if len(_CACHE) > _sweep_at[0]:
         _sweep()
     return n

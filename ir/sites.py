@@ -25,6 +25,7 @@ import sys
 import sysconfig
 import threading
 import weakref
+from collections import deque
 
 _LIBRARY_DIRS: tuple[str, ...] = ()
 # code object -> 0: the user's; 1: a library function whose name labels an op;
@@ -236,11 +237,34 @@ class fixed:
 _table: dict[int, tuple[weakref.ref, Site]] = {}
 _sweep_at = [4096]
 
+# Tensors made since the table was last read: (weak reference to the node, its site), in
+# order. Walking a new tensor's subgraph to note its nodes waits until something reads
+# the table (a schedule naming its kernels' lines, autodiff, a recompile warning): by
+# then most graphs of a training loop are dead and are never walked. The queue is noted
+# in order, so the first tensor to ask for a node still gives it its site.
+_pending: deque = deque()
+PENDING_MAX = 4096
+
+
+def _flush() -> None:
+    """Note the queued tensors' subgraphs (those still alive), oldest first."""
+    pop = _pending.popleft
+    while _pending:
+        try:
+            ref, site = pop()
+        except IndexError:  # another thread took the last one
+            return
+        n = ref()
+        if n is not None:
+            _note_walk(n, site)
+
 
 def note(node, site: Site | None) -> None:
     """Record `site` as where `node` was written, unless the node has a site already."""
     if site is None:
         return
+    if _pending:
+        _flush()
     e = _table.get(id(node))
     if e is not None and e[0]() is node:
         return
@@ -250,12 +274,18 @@ def note(node, site: Site | None) -> None:
 
 
 def note_new(node) -> None:
-    """If `node` has no site yet, note the caller's user line for it and for the sources
-    under it that have none (`note_with_sources`); one table lookup when it has one."""
+    """If `node` has no site yet, queue the caller's user line for it and for the sources
+    under it that have none (`note_with_sources`, when the table is next read); one
+    table lookup when it has one."""
     e = _table.get(id(node))
     if e is not None and e[0]() is node:
         return
-    note_with_sources(node, capture(2))
+    site = capture(2)
+    if site is None:
+        return
+    _pending.append((weakref.ref(node), site))
+    if len(_pending) > PENDING_MAX:
+        _flush()
 
 
 def note_with_sources(node, site: Site | None) -> None:
@@ -267,6 +297,12 @@ def note_with_sources(node, site: Site | None) -> None:
     """
     if site is None:
         return
+    if _pending:
+        _flush()
+    _note_walk(node, site)
+
+
+def _note_walk(node, site: Site) -> None:
     stack = [node]
     while stack:
         n = stack.pop()
@@ -280,19 +316,32 @@ def note_with_sources(node, site: Site | None) -> None:
 
 
 def noted(node) -> bool:
+    if _pending:
+        _flush()
     e = _table.get(id(node))
     return e is not None and e[0]() is node
 
 
 def site_of(node) -> Site | None:
     """Where `node` was first written, or None (a node no user line made)."""
+    if _pending:
+        _flush()
     e = _table.get(id(node))
     return e[1] if e is not None and e[0]() is node else None
 
 
+_sweeping = threading.Lock()
+
+
 def _sweep() -> None:
-    entries = _table.copy()  # a private copy to walk (see ir/node.py's _sweep)
-    for k, entry in [(k, v) for k, v in entries.items() if v[0]() is None]:
-        if _table.get(k) is entry:
-            del _table[k]
-    _sweep_at[0] = max(4096, 2 * len(_table))
+    """Drop dead entries; one thread at a time, on a private copy (see ir/node.py)."""
+    if not _sweeping.acquire(blocking=False):
+        return
+    try:
+        entries = _table.copy()
+        for k, entry in [(k, v) for k, v in entries.items() if v[0]() is None]:
+            if _table.get(k) is entry:
+                _table.pop(k, None)
+        _sweep_at[0] = max(4096, 2 * len(_table))
+    finally:
+        _sweeping.release()

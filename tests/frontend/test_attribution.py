@@ -193,3 +193,28 @@ def test_a_changed_shape_is_named(capfd):
     assert len(said) == 1, said
     assert f"{HERE}:{line_in(__file__, '# SHAPES')}" in said[0]
     assert re.search(r"input 0 .*has shape \(5, 2\), was \(3, 2\)", said[0]), said[0]
+
+
+def test_nodes_are_noted_when_the_table_is_read_and_dead_graphs_never_are(monkeypatch):
+    """A tensor's subgraph is noted when something reads the table, in the order the
+    tensors were made (the first to ask for a node gives it its site); graphs that die
+    first are never walked, and the queue of tensors to note stays bounded (a full queue
+    is noted then and there)."""
+    walked = []
+    real = sites._note_walk
+    monkeypatch.setattr(sites, "_note_walk", lambda n, s: (walked.append(n), real(n, s)))
+    x = fg.randn(3, 4).realize()
+    walked.clear()  # (realizing read the table)
+    y = (x * 2.0).exp()  # written here
+    y_line = line_in(__file__, "# written here")
+    z = y + 1.0
+    inner = y.node.srcs[0]  # x * 2.0, noted under y's site
+    assert walked == []  # nothing walked yet
+    assert str(sites.site_of(inner)) == f"{HERE}:{y_line}"
+    assert str(sites.site_of(z.node)) == f"{HERE}:{y_line + 2}"
+    walked.clear()
+    for _ in range(3 * sites.PENDING_MAX):
+        (x * 3.0).exp()  # dies at once
+    assert len(sites._pending) <= sites.PENDING_MAX
+    # each of the 3 flushes walks only what is alive then: the expression being built
+    assert len(walked) <= 3 * 2

@@ -117,9 +117,12 @@ def test_full_sum_runs_as_parts_then_a_tiny_sum():
     x = fg.tensor(np.random.default_rng(6).random(1 << 21, dtype=np.float32))
     records = fg.kernels(x.sum())
     assert [r.shape for r in records] == [(64, 1), ()]
-    assert records[0].loop.parallel_extent == 64  # every thread takes some parts
-    if x.device == "cpu":  # each part is a cascaded sum (a cuda block splits each part)
+    # every thread takes some parts: on the CPU two at a time, each a cascaded sum (a cuda
+    # block splits each part)
+    assert records[0].loop.parallel_extent == (32 if x.device == "cpu" else 64)
+    if x.device == "cpu":
         assert "(in order)" in str(records[0].loop)
+        assert "unrolled for i in 0..2" in str(records[0].loop)
 
 
 def test_parts_do_not_depend_on_the_thread_count():
@@ -148,3 +151,33 @@ def test_split_sum_keeps_shapes_gradients_and_integers():
     n = 1 << 21
     assert fg.arange(n).sum().item() == n * (n - 1) // 2
     assert fg.arange(n, dtype="int32").reshape(2048, 1024).sum().item() == n * (n - 1) // 2
+
+
+@pytest.mark.parametrize(
+    ("shape", "paired"),
+    [
+        ((16, 1025), True),
+        ((64, 4096), True),
+        ((32, 3000), True),
+        ((16, 1 << 16), True),
+        ((10, 3000), False),
+    ],  # 5 pairs: too few to share among threads, one row at a time
+)
+def test_rows_summed_two_at_a_time_equal_one_at_a_time_bit_for_bit(shape, paired, monkeypatch):
+    """A CPU thread streams two rows of a long sum at once (codegen/lower.py,
+    `_lane_cascade`); each row's tree of partial sums is the one-row cascade's, so the
+    sums are the same bits (a ragged last vector included)."""
+    from fusegrad.codegen import lower as L
+    from fusegrad.runtime.engine import engine
+
+    a = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+    x = fg.tensor(a)
+    two = x.sum(1)
+    if x.device == "cpu":
+        assert ("unrolled for i in 0..2" in str(fg.kernels(two)[0].loop)) == paired
+    two = two.numpy()
+    monkeypatch.setattr(L, "_cascade_rows", lambda *args: None)
+    engine.plans.clear()
+    one = fg.tensor(a).sum(1).numpy()
+    np.testing.assert_array_equal(two, one)
+    np.testing.assert_allclose(two, a.astype(np.float64).sum(1), rtol=1e-5, atol=1e-4)

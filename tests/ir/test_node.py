@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import sys
 import weakref
 
 import numpy as np
@@ -85,3 +86,39 @@ def test_a_sweep_survives_finalizers_that_build_nodes(monkeypatch):
         gc.enable()
         gc.collect()
     assert built
+
+
+def test_threads_building_nodes_while_the_table_is_swept(monkeypatch):
+    """Sweeps run often here (a small table): threads that build, drop and share nodes
+    meanwhile never see an error. (Two threads building one node at once may, rarely,
+    each get their own copy: equal values, a missed sharing, never a wrong one.)"""
+    import threading
+
+    monkeypatch.setattr(N, "_SWEEP_MIN", 256)
+    monkeypatch.setattr(N, "_sweep_at", [256])
+    x = _leaf()
+    errors: list = []
+
+    def work(k: int) -> None:
+        try:
+            for i in range(3000):
+                c = N.const(float(i % 97), (4,), float32)
+                a = N.binary(Ops.MUL, x, c)
+                assert a.op is Ops.MUL and a.srcs[0] is x and a.srcs[1] is c
+                N.unary(
+                    Ops.EXP, N.binary(Ops.ADD, a, N.const(float(k * 10_000 + i), (4,), float32))
+                )
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads take turns between almost any two bytecodes
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors[0]
