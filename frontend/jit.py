@@ -246,6 +246,11 @@ def host_read_refused(what: str) -> None:
         )
 
 
+def recording() -> bool:
+    """Whether a jitted function is being recorded now (the hooks below then listen)."""
+    return _recording is not None
+
+
 def on_replay(hook: Callable[[], None]) -> None:
     """Have `hook()` run before every replay of the function being recorded (if any).
 

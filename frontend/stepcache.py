@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from .autograd import graph_consumed
 from .ir import node as N
 from .ir import phases
 from .ir.schedule import structural_key
@@ -187,11 +188,11 @@ def _take_values(requested, outs, targets, updated: int) -> None:
     """Point the first `updated` tensors (parameters, optimizer state) at their new buffers,
     and the others (losses, requested outputs) too where their graph is no longer needed,
     as `fusegrad.realize` does."""
-    from .autograd import graph_consumed
-
+    buffer = N.buffer
     for k, (t, j) in enumerate(zip(requested, targets)):
         if k < updated or t._is_leaf or not t.requires_grad or graph_consumed(t):
-            t.node, t._strides = N.buffer(outs[j], t.shape, t.dtype), None
+            node = t.node
+            t.node, t._strides = buffer(outs[j], node.shape, node.dtype), None
 
 
 def _realize_all(outputs, pending, extra) -> None:

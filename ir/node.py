@@ -175,7 +175,7 @@ def _new(op, srcs, arg, shape, dtype, device) -> Node:
 
 def buffer(buf, shape: Shape, dtype: DType) -> Node:
     """A node for realized data (a runtime Buffer of `prod(shape)` elements, row-major)."""
-    return make(Ops.BUFFER, (), buf, tuple(shape), dtype)
+    return _new(Ops.BUFFER, (), buf, tuple(shape), dtype, getattr(buf, "device", "cpu"))
 
 
 def const(value, shape: Shape, dtype: DType, device: str | None = None) -> Node:
@@ -264,7 +264,7 @@ def reduce(op: Ops, x: Node, axes: tuple[int, ...]) -> Node:
 
 
 def reshape(x: Node, shape: Shape) -> Node:
-    shape = tuple(int(s) for s in shape)
+    shape = tuple(map(int, shape))
     assert math.prod(shape) == x.numel, f"reshape {x.shape} -> {shape}"
     if shape == x.shape:
         return x
@@ -286,11 +286,11 @@ def permute(x: Node, order: tuple[int, ...]) -> Node:
 
 def expand(x: Node, shape: Shape) -> Node:
     shape = tuple(shape)
+    if shape == x.shape:
+        return x
     assert len(shape) == len(x.shape) and all(s == t or s == 1 for s, t in zip(x.shape, shape)), (
         f"expand {x.shape} -> {shape}"
     )
-    if shape == x.shape:
-        return x
     return make(Ops.EXPAND, (x,), shape, shape, x.dtype)
 
 

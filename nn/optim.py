@@ -36,6 +36,7 @@ from ..autograd import take_pending_outputs
 from ..autograd_state import enable_grad, no_grad
 from ..errors import at_callers_site
 from ..jit import guard, on_replay, track
+from ..jit import recording as jit_recording
 from ..stepcache import StepCache
 from ..tensor import Tensor
 
@@ -109,13 +110,14 @@ class Optimizer:
             if not self.state[p]:
                 self._init_state(p, self.state[p], group)
         scalars = self._write_scalars(active)
-        on_replay(functools.partial(self._write_scalars, active))
-        track(
-            [p for _, p in active]
-            + [t for _, p in active for t in self.state[p].values() if isinstance(t, Tensor)]
-        )
         shape = self._graph_options()
-        guard(lambda: self._graph_options() == shape)
+        if jit_recording():  # (the hooks' arguments cost a plain step for nothing)
+            on_replay(functools.partial(self._write_scalars, active))
+            track(
+                [p for _, p in active]
+                + [t for _, p in active for t in self.state[p].values() if isinstance(t, Tensor)]
+            )
+            guard(lambda: self._graph_options() == shape)
 
         def build():
             outputs = []
