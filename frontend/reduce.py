@@ -35,12 +35,9 @@ class ReduceMixin:
         if self.numel() == 0 and node.numel:  # a sum of no elements is 0, as in torch
             assert ir_op is Ops.SUM, "amax checks that it reduces no empty axis"
             node = N.const(0, node.shape, node.dtype)
-        out = self._make(node)
         if not keepdim:
-            out = out._make(
-                N.reshape(node, tuple(s for i, s in enumerate(self.shape) if i not in axes))
-            )
-        return out
+            node = N.reshape(node, tuple(s for i, s in enumerate(self.shape) if i not in axes))
+        return self._make(node)
 
     def sum(self, dim=None, keepdim: bool = False, dtype=None):
         """Sum over `dim` (an int, a tuple, or None for all); bools and ints sum as int64."""
@@ -245,13 +242,13 @@ def _sum_in_parts(x, dim, keepdim: bool):
         return None
     shape = x.shape[:a] + (parts, x.shape[a] // parts) + x.shape[a + 1 :]
     inner = tuple(b + 1 if b >= a else b for b in axes)  # the part axis a is kept
-    split = x._make(N.reshape(x.node, shape))
-    partial = split._reduce(Ops.SUM, inner, True, "sum")
-    total = partial._reduce(Ops.SUM, (a,), True, "sum")
+    # built on nodes, one tensor for the result (the nodes of split._reduce(...) twice)
+    partial = N.reduce(Ops.SUM, N.reshape(x.node, shape), inner)
+    total = N.reduce(Ops.SUM, partial, (a,))
     out = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
     if not keepdim:
         out = tuple(s for i, s in enumerate(x.shape) if i not in axes)
-    return total._make(N.reshape(total.node, out))
+    return x._make(N.reshape(total, out))
 
 
 def _at_index(x, values, index, d: int):
