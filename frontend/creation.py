@@ -109,11 +109,17 @@ def from_numpy(array: np.ndarray, requires_grad: bool = False, device=None) -> T
     return _finish(N.buffer(buf, array.shape, dt), requires_grad)
 
 
+# numpy dtypes `tensor` keeps as they are (float64 arrays stay float64, as in torch)
+_KEPT = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.int64, np.int32, np.bool_))
+
+
 def tensor(data, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
     """A tensor from nested lists, numbers, a numpy array or another tensor.
 
     Python floats become float32, ints int64, bools bool, as in PyTorch.
     """
+    if dtype is None and type(data) is np.ndarray and data.dtype in _KEPT:
+        return from_numpy(data, requires_grad, device)  # the usual batch: no conversion
     device = resolve(device, "tensor")
     if isinstance(data, Tensor):
         data = data._host()

@@ -56,10 +56,17 @@ DEFAULT_INT = int64
 _BY_NAME = {d.name: d for d in ALL_DTYPES}
 
 
+_BY_NUMPY: dict = {}  # numpy dtype (or type, or name) -> DType, as looked up so far
+
+
 def from_numpy(dt) -> DType:
     """The fusegrad dtype of a numpy dtype; raises TypeError for ones we do not support."""
+    hit = _BY_NUMPY.get(dt)
+    if hit is not None:
+        return hit
     name = np.dtype(dt).name
     if name in _BY_NAME:
+        _BY_NUMPY[dt] = _BY_NAME[name]
         return _BY_NAME[name]
     raise TypeError(
         f"unsupported dtype {name}: fusegrad has {', '.join(d.name for d in ALL_DTYPES)}"
