@@ -420,15 +420,17 @@ def structural_key(roots: list[Node], has_value: Callable[[Node], bool]) -> tupl
                 leaves.append(n)
                 flat += (None, n.shape, n.dtype, n.device)
             else:
+                srcs = n.srcs
                 waiting = False
-                for s in n.srcs:
+                for s in srcs:
                     if id(s) not in index:
                         stack.append(s)
                         waiting = True
                 if waiting:
                     continue
-                flat += (op, n.arg, n.shape, n.dtype, len(n.srcs))
-                flat += [index[id(s)] for s in n.srcs]
+                flat += (op, n.arg, n.shape, n.dtype, len(srcs))
+                for s in srcs:  # (a loop, not a comprehension: no call per node)
+                    flat.append(index[id(s)])
             stack.pop()
             index[k] = len(index)
     return (tuple(flat), tuple([index[id(r)] for r in roots])), leaves
