@@ -16,7 +16,7 @@ from collections import namedtuple
 from .errors import DimError, DTypeError, ShapeError, fail
 from .ir import node as N
 from .ir.autodiff import with_vjp
-from .ir.dtypes import int64
+from .ir.dtypes import int64, promote
 from .ir.ops import Ops
 from .ir.sites import one_site
 from .ir.tiling import PANEL_CACHE_BYTES, TILE_COLS
@@ -187,6 +187,48 @@ def log_softmax_node(xn, dim: int):
     total = N.reduce(Ops.SUM, N.unary(Ops.EXP, shifted), (dim,))
     lse = N.unary(Ops.LOG, total)
     return N.binary(Ops.ADD, shifted, N.unary(Ops.NEG, N.expand(lse, shape)))
+
+
+def fits_class_cross_entropy(input, target) -> bool:
+    """Whether `class_cross_entropy` builds cross_entropy(input, target): (N, C) float
+    logits, N integer class indices, one reduce per row (fewer than SPLIT_MIN_ELEMENTS)."""
+    return (
+        input.ndim == 2
+        and input.dtype.is_float
+        and target.ndim == 1
+        and target.shape[0] == input.shape[0]
+        and not (target.dtype.is_float or target.dtype.is_bool)
+        and input.numel() < SPLIT_MIN_ELEMENTS
+    )
+
+
+def class_cross_entropy(input, target, reduction: str):
+    """cross_entropy of (N, C) logits and class indices that the caller has read and found
+    to be all classes, without weight or smoothing (`fits_class_cross_entropy` holds):
+    every classifier's every step.
+
+    Built straight on nodes: the very nodes of the general form in nn.functional
+    (log_softmax, then nll_loss's picked log-probabilities), without its eleven
+    intermediate tensors."""
+    from .creation import index_arange
+    from .tensor import _broadcast_node
+
+    batch, classes = input.shape
+    x = log_softmax_node(input.node, 1)
+    t = N.reshape(target.node, (batch, 1))
+    arange = index_arange(classes).node
+    if t.dtype is not arange.dtype:
+        dtype = promote(t.dtype, arange.dtype)
+        t, arange = N.cast(t, dtype), N.cast(arange, dtype)
+    shape = (batch, classes)
+    hit = N.binary(Ops.CMPEQ, _broadcast_node(t, shape), _broadcast_node(arange, shape))
+    picked = N.where(hit, x, N.const(0.0, shape, x.dtype))
+    loss = N.unary(Ops.NEG, N.reshape(N.reduce(Ops.SUM, picked, (1,)), (batch,)))
+    if reduction != "none":
+        loss = N.reshape(N.reduce(Ops.SUM, loss, (0,)), ())
+        if reduction == "mean":
+            loss = N.binary(Ops.DIV, loss, N.const(batch, (), x.dtype))
+    return input._make(loss)
 
 
 def _sum_of_broadcast(x, dim, keepdim: bool):

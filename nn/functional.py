@@ -17,12 +17,9 @@ import warnings
 from .. import creation
 from ..errors import one_site
 from ..extend import gather_rows, host_data
-from ..ir import node as N
-from ..ir.dtypes import promote
-from ..ir.ops import Ops
-from ..reduce import SPLIT_MIN_ELEMENTS, log_softmax_node
+from ..reduce import class_cross_entropy, fits_class_cross_entropy
 from ..reduce import linear as _linear
-from ..tensor import Tensor, _broadcast_node, where
+from ..tensor import Tensor, where
 
 # ---------------------------------------------------------------- activations
 
@@ -346,30 +343,6 @@ def nll_loss(
     return _reduce(loss, reduction)
 
 
-def _class_cross_entropy(input: Tensor, target: Tensor, reduction: str) -> Tensor:
-    """cross_entropy of (N, C) logits and class indices that are all classes (read and
-    checked by the caller), no weight, no smoothing: every classifier's every step.
-
-    Built straight on nodes: the very nodes of the general form below (log_softmax, then
-    nll_loss's picked log-probabilities), without its eleven intermediate tensors."""
-    batch, classes = input.shape
-    x = log_softmax_node(input.node, 1)
-    t = N.reshape(target.node, (batch, 1))
-    arange = creation.index_arange(classes).node
-    if t.dtype is not arange.dtype:
-        dtype = promote(t.dtype, arange.dtype)
-        t, arange = N.cast(t, dtype), N.cast(arange, dtype)
-    shape = (batch, classes)
-    hit = N.binary(Ops.CMPEQ, _broadcast_node(t, shape), _broadcast_node(arange, shape))
-    picked = N.where(hit, x, N.const(0.0, shape, x.dtype))
-    loss = N.unary(Ops.NEG, N.reshape(N.reduce(Ops.SUM, picked, (1,)), (batch,)))
-    if reduction != "none":
-        loss = N.reshape(N.reduce(Ops.SUM, loss, (0,)), ())
-        if reduction == "mean":
-            loss = N.binary(Ops.DIV, loss, N.const(batch, (), x.dtype))
-    return input._make(loss)
-
-
 @one_site
 def cross_entropy(
     input: Tensor,
@@ -395,15 +368,10 @@ def cross_entropy(
     if (
         weight is None
         and label_smoothing == 0.0
-        and input.ndim == 2
-        and input.dtype.is_float
-        and target.ndim == 1
-        and target.shape[0] == input.shape[0]
-        and not (target.dtype.is_float or target.dtype.is_bool)
-        and input.numel() < SPLIT_MIN_ELEMENTS
+        and fits_class_cross_entropy(input, target)
         and _check_targets_in_range(target, classes, ignore_index)
-    ):
-        return _class_cross_entropy(input, target, reduction)
+    ):  # every classifier's every step: the same graph as below, built at once
+        return class_cross_entropy(input, target, reduction)
     logp = input.log_softmax(1)
     if target.dtype.is_float:
         return _cross_entropy_probs(logp, target, weight, reduction, label_smoothing, classes)
