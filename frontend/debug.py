@@ -69,6 +69,7 @@ def graph_dot(*tensors: Tensor, params=None, collapse: bool | None = None) -> st
 
     Render it with Graphviz: `dot -Tsvg graph.dot -o graph.svg`.
     """
+    from .ir.macro import expand_all
     from .ir.node import toposort
     from .ir.ops import Ops
     from .ir.schedule import schedule
@@ -76,11 +77,13 @@ def graph_dot(*tensors: Tensor, params=None, collapse: bool | None = None) -> st
     from .runtime.engine import kernel_names
 
     has_value = engine.has_value_predicate()
-    roots = [t.node for t in tensors if not has_value(t.node)]
+    # drawn as scheduled: macros (one node for a linear, a loss) as their expansions
+    nodes = expand_all([t.node for t in tensors], has_value)
+    roots = [n for n in nodes if not has_value(n)]
     items = schedule(roots, has_value) if roots else []
     device = (roots[0].device or engine.default_device) if roots else "cpu"
     kernel_name = kernel_names(items, device)
-    every = toposort([t.node for t in tensors], stop=has_value)
+    every = toposort(nodes, stop=has_value)
     if collapse is None:
         collapse = len(every) > COLLAPSE_OVER
     param_names = _param_names(params)

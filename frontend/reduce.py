@@ -17,6 +17,7 @@ from .errors import DimError, DTypeError, ShapeError, fail
 from .ir import node as N
 from .ir.autodiff import with_vjp
 from .ir.dtypes import int64, promote
+from .ir.macro import macro, register
 from .ir.ops import Ops
 from .ir.sites import one_site
 from .ir.tiling import PANEL_CACHE_BYTES, TILE_COLS
@@ -207,16 +208,27 @@ def class_cross_entropy(input, target, reduction: str):
     to be all classes, without weight or smoothing (`fits_class_cross_entropy` holds):
     every classifier's every step.
 
-    Built straight on nodes: the very nodes of the general form in nn.functional
-    (log_softmax, then nll_loss's picked log-probabilities), without its eleven
-    intermediate tensors."""
+    One macro node (ir/macro.py) that expands to the very nodes of the general form in
+    nn.functional (log_softmax, then nll_loss's picked log-probabilities): a cached
+    training step builds and keys one node instead of 27."""
     from .creation import index_arange
-    from .tensor import _broadcast_node
 
     batch, classes = input.shape
-    x = log_softmax_node(input.node, 1)
-    t = N.reshape(target.node, (batch, 1))
-    arange = index_arange(classes).node
+    srcs = (input.node, target.node, index_arange(classes).node)
+    shape = () if reduction != "none" else (batch,)
+    return input._make(macro("cross_entropy", srcs, (reduction,), shape, input.dtype))
+
+
+def _cross_entropy_rule(srcs, params):
+    """The expansion of a "cross_entropy" macro: log_softmax, then nll_loss's picked
+    log-probabilities of the targets, reduced as `params[0]` says."""
+    from .tensor import _broadcast_node
+
+    logits, target, arange = srcs
+    (reduction,) = params
+    batch, classes = logits.shape
+    x = log_softmax_node(logits, 1)
+    t = N.reshape(target, (batch, 1))
     if t.dtype is not arange.dtype:
         dtype = promote(t.dtype, arange.dtype)
         t, arange = N.cast(t, dtype), N.cast(arange, dtype)
@@ -228,7 +240,10 @@ def class_cross_entropy(input, target, reduction: str):
         loss = N.reshape(N.reduce(Ops.SUM, loss, (0,)), ())
         if reduction == "mean":
             loss = N.binary(Ops.DIV, loss, N.const(batch, (), x.dtype))
-    return input._make(loss)
+    return loss
+
+
+register("cross_entropy", _cross_entropy_rule)
 
 
 def _sum_of_broadcast(x, dim, keepdim: bool):
@@ -327,11 +342,11 @@ def linear(x, weight, bias=None):
     """x @ weight.T + bias (nn.Linear, weight stored (out_features, in_features)).
 
     A 2-D float input, weight and 1-D bias of one dtype (every Linear layer of a
-    training step) are built straight on nodes: the same nodes `x @ weight.T + bias`
-    makes (matmul's `_product`), without the transposed weight, the product as a
-    tensor, or the checks that other operands need. Anything else takes that form.
+    training step) make one macro node (ir/macro.py) that expands to the same nodes
+    `x @ weight.T + bias` makes (matmul's `_product`): a cached training step builds
+    and keys one node instead of 13. Anything else takes that form.
     """
-    from .tensor import Tensor, _broadcast_node
+    from .tensor import Tensor
 
     general = (
         not isinstance(x, Tensor)
@@ -347,11 +362,25 @@ def linear(x, weight, bias=None):
     if general:
         out = matmul(x, weight.T)
         return out if bias is None else out + bias
-    node = _product(x.node, N.permute(weight.node, (1, 0)), ())
+    shape = (x.shape[0], weight.shape[0])
     if bias is None:
-        return x._make(node, weight)
-    node = N.binary(Ops.ADD, node, _broadcast_node(bias.node, node.shape))
+        return x._make(macro("linear", (x.node, weight.node), (), shape, x.dtype), weight)
+    node = macro("linear", (x.node, weight.node, bias.node), (), shape, x.dtype)
     return x._make(node, weight, bias)
+
+
+def _linear_rule(srcs, params):
+    """The expansion of a "linear" macro: matmul's product of x and weight.T, plus the
+    bias broadcast over the rows (the nodes `x @ weight.T + bias` builds)."""
+    from .tensor import _broadcast_node
+
+    node = _product(srcs[0], N.permute(srcs[1], (1, 0)), ())
+    if len(srcs) == 3:
+        node = N.binary(Ops.ADD, node, _broadcast_node(srcs[2], node.shape))
+    return node
+
+
+register("linear", _linear_rule)
 
 
 @one_site

@@ -136,7 +136,19 @@ VJP: dict[Ops, Callable[[Node, Node], tuple]] = {
     Ops.DETACH: lambda n, g: (None,),
     Ops.GATHER: lambda n, g: (N.scatter_add(g, n.srcs[1], n.srcs[0].shape[0]), None),
     Ops.SCATTER_ADD: lambda n, g: (N.gather(g, n.srcs[1]), None),
+    Ops.MACRO: lambda n, g: _macro_grad(n, g),
 }
+
+
+def _macro_grad(n: Node, g: Node) -> list[tuple[Node, Node]]:
+    """A macro's gradient is its expansion's (ir/macro.py), down to the nodes it reads:
+    (node, gradient) pairs, as a custom rule gives them. Those nodes are the macro's
+    sources and views under them (a view of a source folds into one view), each once."""
+    from .macro import expansion, inputs_of
+
+    inputs = inputs_of(n.srcs)
+    grads = _gradients(expansion(n), g, inputs, stop={id(s) for s in inputs})
+    return [(s, gs) for s, gs in zip(inputs, grads) if gs is not None]
 
 
 # Composites with a gradient of their own, keyed by the node that ends them. The rule maps
@@ -178,15 +190,21 @@ def gradients(root: Node, root_grad: Node, targets: list[Node]) -> list[Node | N
         return _gradients(root, root_grad, targets)
 
 
-def _gradients(root: Node, root_grad: Node, targets: list[Node]) -> list[Node | None]:
+def _gradients(
+    root: Node, root_grad: Node, targets: list[Node], stop: set[int] | None = None
+) -> list[Node | None]:
+    """(`stop`: ids of nodes not to descend below: a macro's sources.)"""
     wanted = {id(t) for t in targets}
-    order = toposort([root], stop=lambda n: n.op is Ops.DETACH)
+    if stop:
+        order = toposort([root], stop=lambda n: n.op is Ops.DETACH or id(n) in stop)
+    else:
+        order = toposort([root], stop=lambda n: n.op is Ops.DETACH)
     live = _live(order, wanted)
     grads: dict[int, Node] = {id(root): root_grad}
     in_graph = {id(n) for n in order}
     for n in reversed(order):
         g = grads.get(id(n))
-        if g is None or not n.srcs or id(n) not in live:
+        if g is None or not n.srcs or id(n) not in live or (stop and id(n) in stop):
             continue
         # gradient nodes report the line of the forward op they differentiate ("linear
         # backward"); an inner node of a composite passes on the site of its gradient
@@ -196,6 +214,8 @@ def _gradients(root: Node, root_grad: Node, targets: list[Node]) -> list[Node | 
         if rule is not None:  # it may build tensors: they belong to this backward, too
             with fixed(site, replace=True):
                 pairs = rule(g)
+        elif n.op is Ops.MACRO:  # (node, gradient) pairs, as a custom rule's
+            pairs = _macro_grad(n, g)
         else:
             pairs = zip(n.srcs, VJP[n.op](n, g))
         for src, gs in pairs:

@@ -55,6 +55,10 @@ class Ops(Enum):
     # srcs (values, index), arg = rows V; out[v, r...] = sum of values[s..., r...] over the s
     # with index[s...] == v (indices outside [0, V) add nothing): the gradient of GATHER
     SCATTER_ADD = auto()
+    # not a primitive: a library op (linear, cross_entropy) as one node, arg = (kind,
+    # params), whose value is its expansion's (ir/macro.py); the scheduler and the
+    # reference evaluator see the expansion, autodiff differentiates it
+    MACRO = auto()
 
     def __repr__(self) -> str:
         return f"Ops.{self.name}"

@@ -111,6 +111,9 @@ def evaluate_many(roots: list[Node]) -> list[np.ndarray]:
     Everything is computed from the graph's leaves (buffers and constants), op by op, in
     one pass over a topological order: no recursion, so any depth works.
     """
+    from .macro import expand_all
+
+    roots = expand_all(roots)
     values: dict[int, np.ndarray] = {}
     for n in toposort(roots):
         if not n.srcs:

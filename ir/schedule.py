@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .macro import expand_all
 from .node import Node, toposort
 from .ops import ELEMENTWISE, LEAF, MOVEMENT, REDUCE, TRANSCENDENTAL, Ops
 from .sites import Site, site_of
@@ -111,7 +112,10 @@ def schedule(roots: list[Node], has_value: Callable[[Node], bool]) -> list[Sched
 
     `has_value(n)` says whether n's value is already in memory (a buffer, or a value the
     runtime computed earlier): such nodes are the kernels' inputs, never recomputed.
+    Macros are scheduled as their expansions (ir/macro.py): a caller that finds its roots
+    among the items' outputs passes roots already expanded (`expand_all`).
     """
+    roots = expand_all(roots, has_value)
     graph = toposort(roots, stop=has_value)
     held = {id(n) for n in graph if has_value(n)}  # ids of the values already in memory
     users: dict[int, list[Node]] = {}

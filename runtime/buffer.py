@@ -44,10 +44,13 @@ class Buffer:
 
     @classmethod
     def from_numpy(cls, a: np.ndarray, dtype: DType) -> Buffer:
-        flat = np.ascontiguousarray(a, dtype=dtype.np).reshape(-1)
-        if flat.base is not None or not flat.flags.owndata:
-            flat = flat.copy()
-        return cls(flat.size, dtype, flat)
+        """A buffer holding a copy of `a` converted to `dtype` (numpy's casting, as
+        `astype`), in pooled memory: a training loop's batch of the same size each step
+        lands in memory the last one left warm instead of a fresh allocation."""
+        buf = cls(a.size, dtype)
+        if a.size:
+            np.copyto(buf.array.reshape(a.shape), a, casting="unsafe")
+        return buf
 
     def numpy(self) -> np.ndarray:
         return self.array

@@ -47,6 +47,7 @@ from ..codegen.llvm import render_llvm
 from ..codegen.loopir import Kernel
 from ..codegen.lower import kernel_symbol, lower
 from ..ir import phases
+from ..ir.macro import expand_all
 from ..ir.node import Node
 from ..ir.ops import Ops
 from ..ir.schedule import ScheduleItem, schedule, structural_key
@@ -386,8 +387,9 @@ def _ran(base: KernelRecord, seconds: float, started: float) -> KernelRecord:
 
 def compile_plan(todo: list[Node], leaves: list[Node], has_value, device: str = "cpu") -> Plan:
     """Schedule the graph under `todo`, and lower, render and compile every kernel for
-    `device`."""
+    `device`. Macros (`ir/macro.py`) are scheduled as their expansions."""
     with phases.timed("schedule"):
+        todo = expand_all(todo, has_value)
         items = schedule(todo, has_value)
     if config.debug >= 2:
         _log(f"schedule: {len(items)} kernel(s)")

@@ -1,7 +1,8 @@
 """Ops that every training step calls are built straight on IR nodes, skipping the
 tensor-level checks and intermediate tensors of their composed form. Nodes are
-hash-consed, so the fast form must give the very same node as the composed one: the
-same graph, kernels, values and gradients."""
+hash-consed, so the fast form must give the very same node as the composed one (for
+`linear` and `cross_entropy`, one macro node whose expansion is): the same graph,
+kernels, values and gradients."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import numpy as np
 import pytest
 
 import fusegrad as fg
+from fusegrad.ir.macro import expand_all
+from fusegrad.ir.ops import Ops
 from fusegrad.nn import functional as F
 
 
@@ -30,8 +33,19 @@ def test_linear_builds_the_composed_graph(bias, k, n):
     b = fg.randn(n, requires_grad=True) if bias else None
     composed = x @ w.T if b is None else x @ w.T + b
     out = F.linear(x, w, b)
-    assert out.node is composed.node
+    # one macro node, whose expansion is the composed form's very nodes
+    assert out.node.op is Ops.MACRO and out.node.arg[0] == "linear"
+    assert expand_all([out.node]) == [composed.node]
     assert out.requires_grad
+    # the macro's gradient is its expansion's: bit for bit the composed form's
+    leaves = [x, w] + ([b] if b is not None else [])
+    out.sum().backward()
+    got = [t.grad.numpy() for t in leaves]
+    for t in leaves:
+        t.grad = None
+    composed.sum().backward()
+    for g, t in zip(got, leaves):
+        np.testing.assert_array_equal(g, t.grad.numpy())
 
 
 def test_linear_under_no_grad_and_other_shapes_match_the_composed_form():
@@ -57,9 +71,10 @@ def test_cross_entropy_builds_the_composed_graph(reduction, target_dtype):
     x = fg.randn(8, 5, requires_grad=True) * 1.0
     y = fg.tensor(np.array([0, 1, 2, 3, 4, 0, 1, 2]), dtype=target_dtype)
     fast = F.cross_entropy(x, y, reduction=reduction)
+    assert fast.node.op is Ops.MACRO and fast.node.arg == ("cross_entropy", (reduction,))
     composed = F.nll_loss(x.log_softmax(1), y, reduction=reduction)
     (fast_key, fast_leaves), (key, leaves) = (
-        structural_key([t.node], lambda n: False) for t in (fast, composed)
+        structural_key(expand_all([t.node]), lambda n: False) for t in (fast, composed)
     )
     assert fast_key == key
     assert [n.arg for n in fast_leaves] == [n.arg for n in leaves]

@@ -25,6 +25,7 @@ import pytest
 from fusegrad.ir import node as N
 from fusegrad.ir.autodiff import VJP, gradients
 from fusegrad.ir.dtypes import bool_, float32, float64, int64
+from fusegrad.ir.macro import macro, register
 from fusegrad.ir.node import toposort
 from fusegrad.ir.ops import LEAF, Ops
 from fusegrad.ir.reference import evaluate
@@ -123,8 +124,23 @@ MASK = np.array([[True, False, True], [False, False, True]])
 # name -> (the op whose rule is under test, graph builder, input generators, central-difference eps)
 ROWS = np.array([[2, 0, 2], [5, 3, -1]])  # row 2 twice; 5 and -1 are outside a 4-row table
 
+def _reshaped_product(srcs, params):
+    """A macro's expansion that reads its first source through a view folded into the
+    source's own (reshape of a reshape): its gradient must still reach that source."""
+    a, b = srcs
+    return N.mul(N.reshape(a, b.shape), N.unary(Ops.EXP, b))
+
+
+register("test_reshaped_product", _reshaped_product)
+
+
+def reshaped_product_macro(a, b):
+    return macro("test_reshaped_product", (N.reshape(a, (3, 2)), b), (), b.shape, b.dtype)
+
+
 CASES = {
     "NEG": (Ops.NEG, lambda x: N.unary(Ops.NEG, x), [normal(2, 3)], EPS),
+    "MACRO": (Ops.MACRO, reshaped_product_macro, [normal(2, 3), normal(2, 3)], EPS),
     "EXP": (Ops.EXP, lambda x: N.unary(Ops.EXP, x), [normal(2, 3)], EPS),
     "LOG": (Ops.LOG, lambda x: N.unary(Ops.LOG, x), [positive(2, 3)], EPS),
     "SIN": (Ops.SIN, lambda x: N.unary(Ops.SIN, x), [normal(2, 3)], EPS),

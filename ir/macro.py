@@ -1,0 +1,139 @@
+"""Macro nodes: one node for a library op that builds many primitives, expanded on demand.
+
+Every step of a training loop builds its forward graph again (it is the user's
+code), but a cached step (frontend/stepcache.py) only needs that graph's
+structural key and its leaves: the nodes inside a `linear` (13 of them) or a
+`cross_entropy` (27) are built and walked for nothing. So the hottest library
+ops build one `MACRO` node instead:
+
+    MACRO(srcs), arg = (kind, params)
+
+whose value is, by definition, that of its *expansion*: the primitive graph
+`RULES[kind](srcs, params)` builds on the same sources. The expansion depends on
+the kind, the params and the sources' shapes, dtypes and devices alone, so two
+macros with one structural key expand to one structure, and it may read no data
+but its sources (any table it needs is one of them) and constants.
+
+Only three places look inside a macro, and nothing else needs to know they exist:
+
+- `expand_all(roots)`: the graph with every macro replaced by its expansion, for the
+  scheduler (runtime/engine.py `compile_plan`), the reference evaluator and
+  `graph_dot`; a cache hit never lowers;
+- autodiff: a macro's gradient is the gradient of its expansion with respect to
+  its sources (ir/autodiff.py);
+- the expansion is built once per macro node (`expansion`) and kept as long as
+  the node lives, so expanding the same graph twice (the step, then its gradient's
+  schedule) builds it once; hash-consing makes it the very nodes the composed
+  form would have built.
+
+The inner nodes carry the macro's site, so kernels are named after the user's
+line as before (`linear (train.py:9)`).
+
+>>> from fusegrad.ir import node as N
+>>> from fusegrad.ir.dtypes import float32
+>>> from fusegrad.ir.ops import Ops
+>>> register("double", lambda srcs, params: N.add(srcs[0], srcs[0]))
+>>> x = N.const(1.5, (2,), float32)
+>>> m = macro("double", (x,), (), (2,), float32)
+>>> m.op is Ops.MACRO and expand_all([m])[0] is N.add(x, x)
+True
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable
+
+from . import node as N
+from .node import Node, toposort
+from .ops import MOVEMENT, Ops
+from .sites import note, site_of
+
+Rule = Callable[[tuple[Node, ...], tuple], Node]
+
+RULES: dict[str, Rule] = {}  # kind -> builder of the expansion from (srcs, params)
+
+# macro node -> its expansion on its own sources (kept while the macro lives)
+_EXPANSIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def register(kind: str, rule: Rule) -> None:
+    """Make `kind` a macro whose expansion `rule(srcs, params)` builds (primitives only,
+    from the sources and constants: no other data)."""
+    RULES[kind] = rule
+
+
+def macro(kind: str, srcs: tuple[Node, ...], params: tuple, shape, dtype) -> Node:
+    """The macro node of `kind` on `srcs` (hash-consed as any node): `shape` and `dtype`
+    are its expansion's, which the caller knows without building it."""
+    assert kind in RULES, f"unknown macro {kind!r}"
+    return N.make(Ops.MACRO, tuple(srcs), (kind, params), tuple(shape), dtype)
+
+
+def expansion(m: Node) -> Node:
+    """The primitive graph `m` stands for, on `m`'s own sources (built once per node)."""
+    got = _EXPANSIONS.get(m)
+    if got is None:
+        got = _expand(m, m.srcs)
+        with _lock:
+            got = _EXPANSIONS.setdefault(m, got)
+    return got
+
+
+def _expand(m: Node, srcs: tuple[Node, ...]) -> Node:
+    kind, params = m.arg
+    out = RULES[kind](srcs, params)
+    assert out.shape == m.shape and out.dtype is m.dtype, (
+        f"macro {kind}: expansion {out.shape} {out.dtype.name} for {m.shape} {m.dtype.name}"
+    )
+    site = site_of(m)
+    if site is not None:  # the inner nodes are the user's line's work, as the macro is
+        inputs = {id(s) for s in inputs_of(srcs)}
+        for n in toposort([out], lambda n: id(n) in inputs):
+            if id(n) not in inputs:
+                note(n, site)
+    return out
+
+
+def inputs_of(srcs: tuple[Node, ...]) -> list[Node]:
+    """The nodes an expansion on `srcs` may read its inputs at: each source, and the views
+    under it (node constructors fold a view of a view into one, so the expansion of a
+    linear on `flatten(x)` reads `x` itself). The walk into an expansion stops at them."""
+    out: dict[int, Node] = {}
+    for s in srcs:
+        while id(s) not in out:
+            out[id(s)] = s
+            if s.op not in MOVEMENT:
+                break
+            s = s.srcs[0]
+    return list(out.values())
+
+
+def expand_all(roots: list[Node], stop: Callable[[Node], bool] | None = None) -> list[Node]:
+    """`roots` with every macro under them replaced by its expansion (and the nodes above
+    a macro rebuilt on the expanded sources); nodes where `stop` holds (values in memory)
+    are kept as they are, with what is under them. Returns `roots` itself when the graph
+    holds no macro. One pass over a topological order: no recursion."""
+    order = toposort(roots, stop) if stop is not None else toposort(roots)
+    macro_op = Ops.MACRO
+    if not any(n.op is macro_op for n in order):
+        return roots
+    new: dict[int, Node] = {}
+    for n in order:
+        if not n.srcs or (stop is not None and stop(n)):
+            continue
+        srcs = tuple([new.get(id(s), s) for s in n.srcs])
+        changed = any(a is not b for a, b in zip(srcs, n.srcs))
+        if n.op is macro_op:
+            m = _expand(n, srcs) if changed else expansion(n)
+        elif changed:
+            m = N.make(n.op, srcs, n.arg, n.shape, n.dtype)
+            site = site_of(n)
+            if site is not None:
+                note(m, site)
+        else:
+            continue
+        new[id(n)] = m
+    return [new.get(id(r), r) for r in roots]
