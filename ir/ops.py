@@ -2,10 +2,10 @@
 
 Everything a user writes (sigmoid, softmax, matmul, conv2d, losses) is a
 composition of these. (`MACRO` is not a primitive: one node standing for a
-registered composition, ir/macro.py; nothing past the scheduler sees it.) Adding a primitive means one row here, one shape rule
-(ir/node.py), one gradient rule (ir/autodiff.py), one line per renderer
-(codegen/llvm.py, codegen/cuda.py) and one reference-evaluator line
-(ir/reference.py).
+registered composition, ir/macro.py; nothing past the scheduler sees it.)
+Adding a primitive means one row here, one shape rule (ir/node.py), one
+gradient rule (ir/autodiff.py), one line per renderer (codegen/llvm.py,
+codegen/cuda.py) and one reference-evaluator line (ir/reference.py).
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ from .compiler import CompiledKernel, compile_kernel
 from .config import config
 from .dump import dump_new_plans, kernel_header
 from .launch import effective_threads, launch, run_threads
-from .program import compile_program
+from .program import compile_program, runs_parallel
 from .recompile import RecompileLog
 from .recompile import warn as warn_recompile
 
@@ -158,6 +158,7 @@ class Plan:
     records: list = field(default_factory=list)  # what a run through the program reports
     returned: list = field(default_factory=list)  # (slot, size, dtype) of the outputs returned
     scratch: tuple = ()  # (program slots, byte offsets, bytes) of values that die inside
+    parallel: bool = True  # whether any kernel of the program is shared among threads
 
 
 @dataclass
@@ -545,6 +546,9 @@ def _build_program(plan: Plan) -> None:
                 offsets.append(size)
                 size += -(-max(numel * dtype.itemsize, 1) // SCRATCH_ALIGN) * SCRATCH_ALIGN
     plan.scratch = (np.array(scratch, dtype=np.int64), np.array(offsets, dtype=np.uint64), size)
+    # a program of small kernels only runs on thread 0 whatever the thread count: waking
+    # the workers would only make them arrive at its first barrier and leave
+    plan.parallel = any(runs_parallel(s.extent, s.work) for s in plan.steps)
     plan.program = program
 
 
@@ -568,7 +572,7 @@ def _run_program(plan: Plan, leaves: list[Buffer]) -> tuple[list[Buffer], list[K
     base = ptrs.ctypes.data
     args = [base, plan.fns_address, base + 8 * (n + slots)]
     try:
-        run_threads(plan.program.fn, effective_threads(), args)
+        run_threads(plan.program.fn, effective_threads() if plan.parallel else 1, args)
     finally:
         if scratch is not None:
             give_scratch(scratch)

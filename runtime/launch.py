@@ -9,6 +9,7 @@ they do.
 
 from __future__ import annotations
 
+import _thread
 import ctypes
 import functools
 import os
@@ -31,37 +32,46 @@ class _Pool:
 
     One caller at a time owns the workers (`lock`); a Python thread that finds them busy
     runs its call alone on its own thread instead of waiting, so threads never deadlock
-    on the pool and never see another call's jobs. Each call has its own job list and
-    completion semaphore.
+    on the pool and never see another call's jobs. Each call has its own error list.
+
+    A worker waits on, and signals with, bare locks (`_thread.allocate_lock`): `go[i]`
+    is held while worker i has nothing to do, and the caller releases it to hand over a
+    job; `done[i]` is held until the worker has finished it. Acquiring and releasing
+    one is a single C call, where `threading.Event` and `Semaphore` run a dozen lines of
+    Python each, holding the GIL that the other thread needs to start or return.
     """
 
     def __init__(self):
         self.workers: list[threading.Thread] = []
         self.inboxes: list[list] = []  # per worker: the job handed to it
-        self.start_events: list[threading.Event] = []
+        self.go: list = []  # per worker: released to start its job
+        self.done: list = []  # per worker: released when its job has run
         self.lock = threading.Lock()
         self.placed_for = (-1, 0)  # (the caller's CPU, workers) when workers were last placed
 
     def ensure(self, n: int) -> None:
         while len(self.workers) < n:
             i = len(self.workers)
+            go, done = _thread.allocate_lock(), _thread.allocate_lock()
+            go.acquire()
+            done.acquire()
             self.inboxes.append([None])
-            self.start_events.append(threading.Event())
+            self.go.append(go)
+            self.done.append(done)
             t = threading.Thread(target=self._work, args=(i,), daemon=True, name=f"fusegrad-{i}")
             self.workers.append(t)
             t.start()
 
     def _work(self, i: int) -> None:
-        ev, inbox = self.start_events[i], self.inboxes[i]
+        go, done, inbox = self.go[i], self.done[i], self.inboxes[i]
         while True:
-            ev.wait()
-            ev.clear()
-            fn, args, call = inbox[0]
+            go.acquire()
+            fn, args, errors = inbox[0]
             try:
                 fn(*args)
             except BaseException as e:  # pragma: no cover - native code does not raise
-                call.errors.append(e)
-            call.done.release()
+                errors.append(e)
+            done.release()
 
     def place(self, n: int) -> None:
         """Keep the workers off the CPU the calling thread runs on.
@@ -92,31 +102,23 @@ class _Pool:
         if not self.lock.acquire(blocking=False):
             return False
         try:
-            helpers = slices[1:]
-            self.ensure(len(helpers))
-            self.place(len(helpers))
-            call = _Call()
-            for i, sl in enumerate(helpers):
-                self.inboxes[i][0] = (fn, (*sl, *ptrs), call)
-                self.start_events[i].set()
-            fn(*slices[0], *ptrs)
-            for _ in helpers:
-                call.done.acquire()
-            if call.errors:  # pragma: no cover - native code does not raise
-                raise call.errors[0]
+            helpers = len(slices) - 1
+            self.ensure(helpers)
+            self.place(helpers)
+            errors: list[BaseException] = []
+            for i in range(helpers):
+                self.inboxes[i][0] = (fn, (*slices[i + 1], *ptrs), errors)
+                self.go[i].release()
+            try:
+                fn(*slices[0], *ptrs)
+            finally:  # the workers' jobs are this call's: wait for them whatever happens
+                for i in range(helpers):
+                    self.done[i].acquire()
+            if errors:  # pragma: no cover - native code does not raise
+                raise errors[0]
             return True
         finally:
             self.lock.release()
-
-
-class _Call:
-    """One pool call's own completion count and errors."""
-
-    __slots__ = ("done", "errors")
-
-    def __init__(self):
-        self.done = threading.Semaphore(0)
-        self.errors: list[BaseException] = []
 
 
 _pool = _Pool()

@@ -40,7 +40,7 @@ def render_program(steps: list[tuple[int, int, list[int]]], name: str) -> str:
         "  %is0 = icmp eq i64 %tid, 0",
         "  br label %k0",
     ]
-    parallel = [work >= PARALLEL_MIN_WORK and extent > 1 for extent, work, _ in steps]
+    parallel = [runs_parallel(extent, work) for extent, work, _ in steps]
     # from step `alone` on, thread 0 runs every kernel by itself: the other threads leave
     # once they have arrived at the barrier before it, and no barrier follows it (the
     # caller joins the threads), so they never wait for work they take no part in
@@ -79,6 +79,11 @@ def render_program(steps: list[tuple[int, int, list[int]]], name: str) -> str:
     lines += ["end:", "  ret void", "}"]
     head = "declare void @llvm.x86.sse2.pause()\n" if pause else ""
     return head + "\n".join(lines) + "\n"
+
+
+def runs_parallel(extent: int, work: int) -> bool:
+    """Whether a kernel of a program is shared among the threads (or run by thread 0)."""
+    return work >= PARALLEL_MIN_WORK and extent > 1
 
 
 SPINS_BEFORE_YIELD = 4000

@@ -374,3 +374,32 @@ def test_threads_leave_a_program_once_only_thread_0_has_work():
             for _ in range(2):  # the second run is the cached schedule, one native program
                 got = fg.from_numpy(x).sum().item()
         assert got == pytest.approx(x.astype(np.float64).sum(), rel=1e-7)
+
+
+def test_a_program_of_small_kernels_never_wakes_the_workers(monkeypatch):
+    """Its kernels all run on thread 0, so the other threads would only arrive at the first
+    barrier and leave: the program runs on the calling thread alone. A program with a
+    large kernel still shares it among the threads."""
+    pool = launch_module._pool
+    calls = []
+    real_run = type(pool).run
+
+    def counting_run(self, fn, slices, ptrs):
+        calls.append(len(slices))
+        return real_run(self, fn, slices, ptrs)
+
+    monkeypatch.setattr(type(pool), "run", counting_run)
+    with fg.config.override(threads=2):
+        x = fg.randn(8, 10).realize()
+        small = x.softmax(1) * 2  # two small kernels: one native program
+        for _ in range(3):  # the first run is timed kernel by kernel; then the program
+            np.testing.assert_allclose(
+                small.numpy(), 2 * np.exp(x.numpy()) / np.exp(x.numpy()).sum(1, keepdims=True),
+                rtol=1e-6,
+            )
+            small = x.softmax(1) * 2
+        assert calls == []
+        big = fg.randn(1024, 1024).realize()
+        for _ in range(3):
+            (big.softmax(1) * 2).realize()
+        assert calls and all(n == 2 for n in calls)
