@@ -15,6 +15,7 @@ waits, and returns what failed: per kernel, nvcc's messages about its lines.
 from __future__ import annotations
 
 import bisect
+import os
 import re
 import shutil
 import subprocess
@@ -70,6 +71,11 @@ class NvccAll:
         self.folder = Path(tempfile.mkdtemp(prefix="fusegrad_nvcc_all_"))
         # niced so that, on a small machine, the tests keep their core and nvcc takes the rest
         self.nice = [shutil.which("nice"), "-n", "10"] if shutil.which("nice") else []
+        # nvcc runs on background threads while tests set environment variables; a child
+        # spawned without `env` executes with the C library's `environ`, which a setenv on
+        # another thread may move meanwhile (seen once in CI: "[Errno 14] Bad address:
+        # '/usr/bin/nice'"). A copy taken now is handed to every child instead.
+        self.env = dict(os.environ)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nvcc")
         self._futures: list[Future] = []
         self._pending: list[tuple[str, str]] = []
@@ -146,6 +152,7 @@ class NvccAll:
             ],
             capture_output=True,
             text=True,
+            env=self.env,
         )
         with self._lock:
             self.nvcc_seconds += time.perf_counter() - t0
