@@ -69,7 +69,21 @@ def macro(kind: str, srcs: tuple[Node, ...], params: tuple, shape, dtype) -> Nod
     """The macro node of `kind` on `srcs` (hash-consed as any node): `shape` and `dtype`
     are its expansion's, which the caller knows without building it."""
     assert kind in RULES, f"unknown macro {kind!r}"
+    first = srcs[0].device
+    for s in srcs:
+        if s.device is not first:  # two devices are refused naming the library op
+            N.common_device(_Named(kind), tuple(srcs))
+            break
     return N.make(Ops.MACRO, tuple(srcs), (kind, params), tuple(shape), dtype)
+
+
+class _Named:
+    """What a mixed-device error names for a macro: its kind (`linear`), not `MACRO`."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, kind: str):
+        self.name = kind
 
 
 def expansion(m: Node) -> Node:

@@ -160,6 +160,21 @@ def test_mixing_devices_raises_at_the_users_line_naming_both():
     assert (c + 2).device == "cuda" and (2 * c - c.sum()).device == "cuda"
 
 
+def test_mixing_devices_in_a_macro_names_the_library_op():
+    """linear and cross_entropy are one macro node each (ir/macro.py): the error names them."""
+    from fusegrad.nn import functional as F
+
+    with pytest.raises(fg.DeviceError, match=_mixing_error("linear")):
+        F.linear(fg.ones(4, 5, device="cuda"), fg.ones(3, 5))
+    with pytest.raises(fg.DeviceError, match=_mixing_error("cross_entropy")):
+        F.cross_entropy(fg.ones(4, 3, device="cuda"), fg.tensor([0, 1, 2, 1]))
+    out = F.cross_entropy(
+        F.linear(fg.ones(4, 5, device="cuda"), fg.ones(3, 5, device="cuda")),
+        fg.tensor([0, 1, 2, 1], device="cuda"),
+    )
+    assert out.device == "cuda" and abs(out.item() - np.log(3.0)) < 1e-6
+
+
 def test_the_error_names_the_line_that_mixed_the_devices():
     c, x = fg.ones(3, device="cuda"), fg.ones(3)
     try:
