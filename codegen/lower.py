@@ -108,6 +108,30 @@ class Tile:
     cascade: bool = False  # lanes along a long float sum, summed in a tree (`_lane_cascade`)
 
 
+class _Level:
+    """One level of a cascade (`_Lowerer._level`). A plain class, not one defined per call:
+    a class is a reference cycle, so a class made per kernel would keep the lowerer, and
+    through its schedule item the graph and its buffers, alive until a garbage collection."""
+
+    __slots__ = ("lowerer", "dtype", "size", "lanes", "tile_loops", "slot")
+
+    def __init__(self, lowerer, dtype, size, lanes, tile_loops, slot):
+        self.lowerer, self.dtype, self.size, self.lanes = lowerer, dtype, size, lanes
+        self.tile_loops, self.slot = tile_loops, slot
+
+    def new(self) -> str:
+        lw = self.lowerer
+        acc = lw._new_acc()
+        lw.emit(AccInit(acc, self.dtype, _zero(self.dtype), self.size, self.lanes))
+        return acc
+
+    def add(self, dst: str, acc: str) -> None:
+        lw, dtype, slot = self.lowerer, self.dtype, self.slot
+        with lw._tile_loops(self.tile_loops):
+            part = lw.emit(AccRead(lw.fresh(), dtype, acc, slot))
+            lw.emit(AccUpdate(dst, dtype, Ops.ADD, part, slot, ordered=True), 1)
+
+
 class _Lowerer:
     def __init__(
         self,
@@ -619,20 +643,7 @@ class _Lowerer:
     def _level(self, dtype: DType, size: int, lanes: int, tile_loops: list[Var], slot: Lin):
         """How a cascade makes and combines accumulators: `size` of them in rows of `lanes`,
         walked by `tile_loops` (unrolled, then the vector loop) at element `slot`."""
-        lowerer = self
-
-        class Level:
-            def new(self) -> str:
-                acc = lowerer._new_acc()
-                lowerer.emit(AccInit(acc, dtype, _zero(dtype), size, lanes))
-                return acc
-
-            def add(self, dst: str, acc: str) -> None:
-                with lowerer._tile_loops(tile_loops):
-                    part = lowerer.emit(AccRead(lowerer.fresh(), dtype, acc, slot))
-                    lowerer.emit(AccUpdate(dst, dtype, Ops.ADD, part, slot, ordered=True), 1)
-
-        return Level()
+        return _Level(self, dtype, size, lanes, tile_loops, slot)
 
     @contextmanager
     def _tile_loops(self, tile_loops: list[Var]):

@@ -378,3 +378,22 @@ def test_jit_records_again_when_a_global_number_changes():
         assert f(fg.ones(2)).tolist() == [7.0, 7.0]
     finally:
         SCALE = 3.0
+
+
+def test_compiling_a_new_graph_leaves_no_cycle_that_keeps_it_alive():
+    """The first realize of a structure schedules, lowers and compiles it; nothing made on
+    the way may hold the graph (and so its values) until a garbage collection."""
+    import gc
+    import weakref
+
+    x = fg.randn(64, 4099).realize()  # a shape no other test sums: a new plan
+    gc.collect()
+    gc.disable()
+    try:
+        s = (x * 1.5).sum(1)  # a float row sum: a cascade of accumulators
+        node = weakref.ref(s.node)
+        s.realize()
+        del s
+        assert node() is None
+    finally:
+        gc.enable()
