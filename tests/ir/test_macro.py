@@ -109,3 +109,16 @@ def test_kernels_inside_a_macro_are_named_after_the_users_line():
     assert records
     for r in records:
         assert r.user_ops and all(op.startswith("linear (test_macro.py:") for op in r.user_ops)
+
+
+def test_second_order_gradients_through_a_macro_match_the_composed_form():
+    fg.manual_seed(1)
+    x = fg.randn(4, 5, requires_grad=True)
+    w = fg.randn(3, 5, requires_grad=True)
+    b = fg.randn(3, requires_grad=True)
+    results = []
+    for f in (lambda: F.linear(x, w, b), lambda: x @ w.T + b):
+        (gw,) = fg.grad((f().tanh() ** 2).sum(), [w], create_graph=True)
+        results.append([g.numpy() for g in fg.grad((gw * gw).sum(), [x, b])])
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
