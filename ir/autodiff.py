@@ -136,6 +136,8 @@ VJP: dict[Ops, Callable[[Node, Node], tuple]] = {
     Ops.DETACH: lambda n, g: (None,),
     Ops.GATHER: lambda n, g: (N.scatter_add(g, n.srcs[1], n.srcs[0].shape[0]), None),
     Ops.SCATTER_ADD: lambda n, g: (N.gather(g, n.srcs[1]), None),
+    # (node, gradient) pairs rather than one gradient per source: `_gradients` takes them
+    # as it takes a custom rule's
     Ops.MACRO: lambda n, g: _macro_grad(n, g),
 }
 
