@@ -62,6 +62,41 @@ def register_leaf(t) -> None:
         _leaves[key] = weakref.ref(t, forget)
 
 
+# non-leaf tensors whose gradient backward() keeps (`Tensor.retain_grad()`), by id();
+# guarded by `_leaves_lock` as the leaves are
+_retained: dict[int, weakref.ref] = {}
+
+
+def retain_grad(t) -> None:
+    """Keep t's gradient in `t.grad` at the next backward() calls (as torch: a no-op on a
+    leaf, which keeps its gradient anyway)."""
+    if not t.requires_grad:
+        fail(GradError, "retain_grad", "can't retain_grad on Tensor that has requires_grad=False")
+    if t._is_leaf:
+        return
+    key = id(t)
+
+    def forget(ref, key=key):
+        with _leaves_lock:
+            if _retained.get(key) is ref:
+                del _retained[key]
+
+    with _leaves_lock:
+        _retained[key] = weakref.ref(t, forget)
+
+
+def retains_grad(t) -> bool:
+    """Whether retain_grad() was called on the non-leaf tensor t."""
+    e = _retained.get(id(t))
+    return e is not None and e() is t
+
+
+def _live_retained() -> list:
+    with _leaves_lock:
+        refs = list(_retained.values())
+    return [t for t in (r() for r in refs) if t is not None and not t._is_leaf]
+
+
 def _live_leaves() -> list:
     with _leaves_lock:
         refs = list(_leaves.values())
@@ -159,6 +194,9 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
     root_grad = _grad_output(t, gradient, "backward")
     check_unmodified(t.node, "backward")  # a leaf updated in place since t was built
     by_node = {id(leaf.node): leaf for leaf in _live_leaves()}
+    retained = _live_retained() if _retained else []
+    for r in retained:  # non-leaves whose gradient is kept: targets too
+        by_node.setdefault(id(r.node), r)
     with at_callers_site():
         if create_graph:
             leaves = list(by_node.values())
@@ -170,6 +208,13 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
             leaves = _reached_leaves(t.node, by_node)
             pending = PendingGrads(t.node, root_grad, [x.node for x in leaves], _sites.capture())
             fresh = [LazyGrad(pending, i) for i in range(len(leaves))]
+    if retained:  # a retained tensor with another target's node (equal nodes are one node)
+        at = {id(x.node): k for k, x in enumerate(leaves)}
+        for r in retained:
+            k = at.get(id(r.node))
+            if k is not None and leaves[k] is not r:
+                leaves.append(r)
+                fresh.append(fresh[k])
     for leaf, gt in zip(leaves, fresh):
         if gt is not None:
             leaf._grad = gt if leaf._grad is None else leaf._grad + gt

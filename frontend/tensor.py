@@ -25,7 +25,14 @@ import numpy as np
 
 from . import autograd_state
 from . import devices as _device
-from .autograd import GradError, backward, graph_consumed, register_leaf
+from .autograd import (
+    GradError,
+    backward,
+    graph_consumed,
+    register_leaf,
+    retain_grad,
+    retains_grad,
+)
 from .errors import ArgumentError, DimError, DTypeError, ShapeError, checked_dtype, fail
 from .ir import node as N
 from .ir import sites as _sites
@@ -586,6 +593,15 @@ class Tensor(MovementMixin, ReduceMixin):
     @grad.setter
     def grad(self, value):
         self._grad = value
+
+    def retain_grad(self) -> None:
+        """Keep this non-leaf tensor's gradient in `.grad` at backward() (as torch)."""
+        retain_grad(self)
+
+    @property
+    def retains_grad(self) -> bool:
+        """Whether `retain_grad()` was called on this non-leaf tensor."""
+        return retains_grad(self)
 
     def requires_grad_(self, flag: bool = True) -> Tensor:
         """Make this leaf require grad (as PyTorch, only leaves can be changed)."""

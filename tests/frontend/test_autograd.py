@@ -637,3 +637,53 @@ def test_integer_and_bool_results_never_require_grad():
     pred = x.argmax(1)
     pred.realize()
     assert pred.detach().node.op.name == "BUFFER"  # the computed buffer, not a copy kernel
+
+
+# ---------------------------------------------------------------- retain_grad
+
+
+def test_retain_grad_keeps_a_non_leafs_gradient_as_torch():
+    """Oracle: d(sum(y*y))/dy = 2y, and y = 2x so d/dx = 8x; equal nodes (y and z are one
+    node) both keep it; a leaf's retain_grad is a no-op; accumulation over two backward()
+    calls, as for leaves."""
+    x = fg.tensor([1.0, -2.0, 3.0], requires_grad=True)
+    y = x * 2
+    z = x * 2
+    untouched = x * 3
+    y.retain_grad()
+    z.retain_grad()
+    assert y.retains_grad and not untouched.retains_grad and not x.retains_grad
+    (y * y).sum().backward()
+    np.testing.assert_array_equal(y.grad.numpy(), [4.0, -8.0, 12.0])
+    np.testing.assert_array_equal(z.grad.numpy(), [4.0, -8.0, 12.0])
+    np.testing.assert_array_equal(x.grad.numpy(), [8.0, -16.0, 24.0])
+    assert untouched.grad is None
+    (y * 3).sum().backward()
+    np.testing.assert_array_equal(y.grad.numpy(), [7.0, -5.0, 15.0])
+    x.retain_grad()  # a leaf keeps its gradient anyway
+    assert not x.retains_grad
+
+
+def test_retain_grad_on_a_tensor_without_grad_is_refused():
+    with pytest.raises(fg.GradError, match="can't retain_grad on Tensor that has requires_grad"):
+        fg.tensor([1.0]).retain_grad()
+
+
+def test_retain_grad_in_a_training_loop_gives_the_activations_gradient():
+    """The optimizer's cached step still runs (the retained gradient is built only when
+    read); the activation's gradient is the one `fg.grad` gives on the same graph."""
+    fg.manual_seed(0)
+    model = fg.nn.Sequential(fg.nn.Linear(6, 5), fg.nn.ReLU(), fg.nn.Linear(5, 3))
+    opt = fg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x, y = fg.randn(4, 6).realize(), fg.tensor([0, 2, 1, 2])
+    for _ in range(3):
+        opt.zero_grad()
+        h = model[0](x)
+        h.retain_grad()
+        loss = fg.nn.functional.cross_entropy(model[2](model[1](h)), y)
+        (want,) = fg.grad(loss, [h], retain_graph=True)
+        want = want.numpy()
+        loss.backward()
+        opt.step()
+        np.testing.assert_allclose(h.grad.numpy(), want, rtol=1e-6, atol=1e-7)
+    assert opt._steps.hits >= 1
