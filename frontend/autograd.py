@@ -51,15 +51,20 @@ def register_leaf(t) -> None:
     # a fresh node, so that no other tensor (a detached copy, say) shares it
     t.node = N.buffer(engine.value(t.node), t.shape, t.dtype)
     t._is_leaf = True
+    _track(_leaves, t)
+
+
+def _track(table: dict, t) -> None:
+    """Keep a weak reference to `t` in `table` under id(t), gone when t is."""
     key = id(t)
 
     def forget(ref, key=key):
         with _leaves_lock:
-            if _leaves.get(key) is ref:
-                del _leaves[key]
+            if table.get(key) is ref:
+                del table[key]
 
     with _leaves_lock:
-        _leaves[key] = weakref.ref(t, forget)
+        table[key] = weakref.ref(t, forget)
 
 
 # non-leaf tensors whose gradient backward() keeps (`Tensor.retain_grad()`), by id();
@@ -72,17 +77,8 @@ def retain_grad(t) -> None:
     leaf, which keeps its gradient anyway)."""
     if not t.requires_grad:
         fail(GradError, "retain_grad", "can't retain_grad on Tensor that has requires_grad=False")
-    if t._is_leaf:
-        return
-    key = id(t)
-
-    def forget(ref, key=key):
-        with _leaves_lock:
-            if _retained.get(key) is ref:
-                del _retained[key]
-
-    with _leaves_lock:
-        _retained[key] = weakref.ref(t, forget)
+    if not t._is_leaf:
+        _track(_retained, t)
 
 
 def retains_grad(t) -> bool:
