@@ -58,8 +58,10 @@ def _track(table: dict, t) -> None:
     """Keep a weak reference to `t` in `table` under id(t), gone when t is."""
     key = id(t)
 
-    def forget(ref, key=key):
-        with _leaves_lock:
+    # the lock is bound now: at interpreter exit the module's globals are cleared before
+    # the last tensors die
+    def forget(ref, key=key, lock=_leaves_lock):
+        with lock:
             if table.get(key) is ref:
                 del table[key]
 
