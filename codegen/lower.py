@@ -538,24 +538,31 @@ class _Lowerer:
                   acc2[i*64 + t] += x[(2*o + i)*4096 + (j*16 + k)*64 + t]
               unrolled for i: vector for t: acc1[i*64 + t] += acc2[i*64 + t]
         """
-        src, lanes = red.srcs[0], self.tile.cols
-        extent = math.prod(src.shape[a] for a in self.red_groups[0])
+        extent = math.prod(red.srcs[0].shape[a] for a in self.red_groups[0])
+        self._add_vectors(red, coords, guard, [], extent, [*unrolled, t], slot, acc, level)
 
-        def add_vector(dst: str, expr: Lin, edge: tuple[Lin, ...]) -> None:
-            red_coords = _coords_from_groups(src.shape, self.red_groups, [expr])
+    def _add_vectors(self, red: Node, coords, guard, outer, extent, loops, slot, dst, level):
+        """Add the innermost reduction group (`extent` long; `outer`: the coordinates of the
+        outer groups) into accumulator `dst`, one vector (the last of `loops`) at a time,
+        in units of the cascade's `level`s; a ragged last vector is masked to 0."""
+        src, t = red.srcs[0], loops[-1]
+        lanes = t.max + 1
+
+        def add_vector(acc: str, expr: Lin, edge: tuple[Lin, ...]) -> None:
+            red_coords = _coords_from_groups(src.shape, self.red_groups, [*outer, expr])
             src_coords = tuple(red_coords[i] if i in red.arg else c for i, c in enumerate(coords))
-            with self._tile_loops([*unrolled, t]):
+            with self._tile_loops(loops):
                 value = self.gen(src, src_coords, guard + edge)
                 if edge:
                     value = self.emit(Select(self.fresh(), src.dtype, edge, value))
-                self.emit(AccUpdate(dst, red.dtype, Ops.ADD, value, slot, ordered=True), 1)
+                self.emit(AccUpdate(acc, red.dtype, Ops.ADD, value, slot, ordered=True), 1)
 
         vectors, tail = divmod(extent, lanes)
         if vectors:
-            self._sum_units(vectors, lambda u, a: add_vector(a, u * lanes + t, ()), acc, level)
+            self._sum_units(vectors, lambda u, a: add_vector(a, u * lanes + t, ()), dst, level)
         if tail:  # lanes past the end read nothing and add 0
             at = lin(t) + vectors * lanes
-            add_vector(acc, at, (lin(extent - 1) - at,))
+            add_vector(dst, at, (lin(extent - 1) - at,))
 
     def gen_cascade(self, n: Node, coords, guard) -> str:
         """A float sum as a tree of vector accumulators (PyTorch's cascade sum).
@@ -580,15 +587,6 @@ class _Lowerer:
         t = Var("t", 0, lanes - 1)
         exprs: list[Lin] = []  # the outer reduction groups' coordinates, outermost first
 
-        def add_vector(dst: str, expr: Lin, edge: tuple[Lin, ...]) -> None:
-            red_coords = _coords_from_groups(src.shape, self.red_groups, [*exprs, expr])
-            src_coords = tuple(red_coords[i] if i in n.arg else c for i, c in enumerate(coords))
-            with self._loop(t, "vector"):
-                value = self.gen(src, src_coords, guard + edge)
-                if edge:
-                    value = self.emit(Select(self.fresh(), src.dtype, edge, value))
-                self.emit(AccUpdate(dst, n.dtype, Ops.ADD, value, lin(t), ordered=True), 1)
-
         def reduce_group(k: int, dst: str) -> None:
             """Add the sum over reduction groups k.. (the outer ones at `exprs`) into dst."""
             if k < len(extents) - 1:
@@ -600,14 +598,7 @@ class _Lowerer:
 
                 self._sum_units(extents[k], unit, dst, level)
                 return
-            vectors, tail = divmod(extents[k], lanes)
-            if vectors:
-                self._sum_units(
-                    vectors, lambda u, acc: add_vector(acc, u * lanes + t, ()), dst, level
-                )
-            if tail:  # lanes past the end read nothing and add 0
-                at = lin(t) + vectors * lanes
-                add_vector(dst, at, (lin(extents[k] - 1) - at,))
+            self._add_vectors(n, coords, guard, exprs, extents[k], [t], lin(t), dst, level)
 
         level = self._level(n.dtype, lanes, lanes, [t], lin(t))
         top = level.new()

@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from .dtypes import DType, bool_
 from .ops import BINARY, COMPARISON, ELEMENTWISE, MOVEMENT, REDUCE, UNARY, Ops
+from .weaktable import sweep
 
 Shape = tuple[int, ...]
 
@@ -53,24 +54,13 @@ _sweeping = threading.Lock()
 
 
 def _sweep() -> None:
-    """Drop the dead entries. One thread sweeps at a time (another one, or a finalizer
-    building nodes mid-sweep, skips it); other threads insert meanwhile."""
-    if not _sweeping.acquire(blocking=False):
-        return
-    try:
-        # a private copy to walk: dict.copy() runs no Python code while it copies, whereas
-        # list(d.items()) allocates a tuple per entry, so a garbage collection (finalizers,
-        # weakref callbacks: Python code, a thread switch) could run mid-walk while another
-        # thread inserts ("dictionary changed size during iteration")
-        entries = _CACHE.copy()
-        for key, ref in [(k, r) for k, r in entries.items() if r() is None]:
-            if _CACHE.get(key) is ref:
-                now = _CACHE.pop(key, None)
-                if now is not None and now is not ref:  # replaced meanwhile: put it back
-                    _CACHE.setdefault(key, now)
+    """Drop the dead entries (`weaktable.sweep`: one thread at a time)."""
+    if sweep(_CACHE, _dead_ref, _sweeping):
         _sweep_at[0] = max(_SWEEP_MIN, 2 * len(_CACHE))
-    finally:
-        _sweeping.release()
+
+
+def _dead_ref(ref: weakref.ref) -> bool:
+    return ref() is None
 
 
 class Node:

@@ -107,15 +107,19 @@ def _op_cost(n: Node) -> int:
     return TRANSCENDENTAL_COST if n.op in TRANSCENDENTAL else 1
 
 
-def schedule(roots: list[Node], has_value: Callable[[Node], bool]) -> list[ScheduleItem]:
+def schedule(
+    roots: list[Node], has_value: Callable[[Node], bool], expanded: bool = False
+) -> list[ScheduleItem]:
     """Kernels that compute `roots`, in an order where every input exists before it is read.
 
     `has_value(n)` says whether n's value is already in memory (a buffer, or a value the
     runtime computed earlier): such nodes are the kernels' inputs, never recomputed.
     Macros are scheduled as their expansions (ir/macro.py): a caller that finds its roots
-    among the items' outputs passes roots already expanded (`expand_all`).
+    among the items' outputs passes roots it has expanded (`expand_all`), and says so
+    (`expanded`: the walk looking for macros is not made twice).
     """
-    roots = expand_all(roots, has_value)
+    if not expanded:
+        roots = expand_all(roots, has_value)
     graph = toposort(roots, stop=has_value)
     held = {id(n) for n in graph if has_value(n)}  # ids of the values already in memory
     users: dict[int, list[Node]] = {}

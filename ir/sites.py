@@ -27,6 +27,8 @@ import threading
 import weakref
 from collections import deque
 
+from .weaktable import sweep
+
 _LIBRARY_DIRS: tuple[str, ...] = ()
 # code object -> 0: the user's; 1: a library function whose name labels an op;
 # 2: a library frame that only passes calls on (Module.__call__, contextlib, containers)
@@ -334,14 +336,10 @@ _sweeping = threading.Lock()
 
 
 def _sweep() -> None:
-    """Drop dead entries; one thread at a time, on a private copy (see ir/node.py)."""
-    if not _sweeping.acquire(blocking=False):
-        return
-    try:
-        entries = _table.copy()
-        for k, entry in [(k, v) for k, v in entries.items() if v[0]() is None]:
-            if _table.get(k) is entry:
-                _table.pop(k, None)
+    """Drop dead entries (`weaktable.sweep`: one thread at a time, on a private copy)."""
+    if sweep(_table, _dead_entry, _sweeping):
         _sweep_at[0] = max(4096, 2 * len(_table))
-    finally:
-        _sweeping.release()
+
+
+def _dead_entry(entry: tuple[weakref.ref, Site]) -> bool:
+    return entry[0]() is None

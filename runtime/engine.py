@@ -56,8 +56,8 @@ from .buffer import Buffer, give_scratch, take_scratch
 from .compiler import CompiledKernel, compile_kernel
 from .config import config
 from .dump import dump_new_plans, kernel_header
-from .launch import effective_threads, launch, run_threads
-from .program import compile_program, runs_parallel
+from .launch import effective_threads, launch, run_threads, runs_parallel
+from .program import compile_program
 from .recompile import RecompileLog
 from .recompile import warn as warn_recompile
 
@@ -391,7 +391,7 @@ def compile_plan(todo: list[Node], leaves: list[Node], has_value, device: str = 
     `device`. Macros (`ir/macro.py`) are scheduled as their expansions."""
     with phases.timed("schedule"):
         todo = expand_all(todo, has_value)
-        items = schedule(todo, has_value)
+        items = schedule(todo, has_value, expanded=True)
     if config.debug >= 2:
         _log(f"schedule: {len(items)} kernel(s)")
     position = {id(n): ("leaf", i) for i, n in enumerate(leaves)}

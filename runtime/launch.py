@@ -27,6 +27,12 @@ except (AttributeError, OSError):  # pragma: no cover - not glibc
 PARALLEL_MIN_WORK = 1 << 15
 
 
+def runs_parallel(extent: int, work: int) -> bool:
+    """Whether a kernel's parallel loop is shared among the threads, or run by one: a
+    launch alone and a kernel of a native program (runtime/program.py) alike."""
+    return work >= PARALLEL_MIN_WORK and extent > 1
+
+
 class _Pool:
     """Worker threads that run slices of one native call at a time.
 
@@ -170,6 +176,6 @@ def run_threads(fn, threads: int, args: list[int]) -> None:
 
 def launch(fn, extent: int, work: int, ptrs: list[int]) -> None:
     """Run `fn` over range(extent) of its parallel loop; `work` is its total inner iterations."""
-    threads = config.threads if work >= PARALLEL_MIN_WORK else 1
-    if threads <= 1 or extent <= 1 or not _pool.run(fn, split(extent, threads), ptrs):
+    threads = config.threads if runs_parallel(extent, work) else 1
+    if threads <= 1 or not _pool.run(fn, split(extent, threads), ptrs):
         fn(0, extent, *ptrs)

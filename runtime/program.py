@@ -23,7 +23,7 @@ import hashlib
 import llvmlite.binding as llvm
 
 from .compiler import CompiledKernel, compile_kernel
-from .launch import PARALLEL_MIN_WORK
+from .launch import runs_parallel
 
 
 def render_program(steps: list[tuple[int, int, list[int]]], name: str) -> str:
@@ -79,11 +79,6 @@ def render_program(steps: list[tuple[int, int, list[int]]], name: str) -> str:
     lines += ["end:", "  ret void", "}"]
     head = "declare void @llvm.x86.sse2.pause()\n" if pause else ""
     return head + "\n".join(lines) + "\n"
-
-
-def runs_parallel(extent: int, work: int) -> bool:
-    """Whether a kernel of a program is shared among the threads (or run by thread 0)."""
-    return work >= PARALLEL_MIN_WORK and extent > 1
 
 
 SPINS_BEFORE_YIELD = 4000
