@@ -13,12 +13,14 @@ import threading
 
 import numpy as np
 
-from ..ir.dtypes import DType
+from ..ir.dtypes import ALL_DTYPES, DType
 
 POOL_LIMIT_BYTES = 1 << 30
-_pool: dict[int, list[tuple[np.ndarray, int]]] = {}  # bytes -> free (raw array, address)
+# bytes -> free (raw array, address, the typed array last made of it, or None)
+_pool: dict[int, list[tuple[np.ndarray, int, np.ndarray | None]]] = {}
 _pooled_bytes = 0
 _lock = threading.Lock()  # Python threads allocate and free at once
+_NP = {d: np.dtype(d.np) for d in ALL_DTYPES}  # numpy's dtype object for each of ours
 live_buffers = 0  # buffers allocated and not yet freed, for tests of memory planning
 
 
@@ -32,8 +34,11 @@ class Buffer:
         global live_buffers
         self.size, self.dtype = size, dtype
         if array is None and size:
-            raw, self.ptr = _take(size * dtype.itemsize)
-            array = raw.view(dtype.np)
+            raw, self.ptr, typed = _take(size * dtype.itemsize)
+            # the array a freed buffer of this size and dtype had: no numpy call to make one
+            array = typed if typed is not None and typed.dtype is _NP[dtype] else raw.view(
+                _NP[dtype]
+            )
         else:
             if array is None:
                 array = np.empty(0, dtype.np)
@@ -68,20 +73,23 @@ class Buffer:
         with _lock:
             if sys.getrefcount(raw) > 3 or _pooled_bytes + raw.nbytes > POOL_LIMIT_BYTES:
                 return
-            _pool.setdefault(raw.nbytes, []).append((raw, self.ptr))
+            # its typed array goes with it, unless someone made it read-only
+            typed = a if a.flags.writeable else None
+            _pool.setdefault(raw.nbytes, []).append((raw, self.ptr, typed))
             _pooled_bytes += raw.nbytes
 
     def __repr__(self) -> str:
         return f"<Buffer {self.size} x {self.dtype.name}>"
 
 
-def take_scratch(nbytes: int) -> tuple[np.ndarray, int]:
+def take_scratch(nbytes: int) -> tuple[np.ndarray, int, None]:
     """Raw bytes for values that live only inside one native program run (from the pool),
     and their address."""
-    return _take(nbytes)
+    raw, ptr, _ = _take(nbytes)
+    return raw, ptr, None
 
 
-def give_scratch(scratch: tuple[np.ndarray, int]) -> None:
+def give_scratch(scratch: tuple[np.ndarray, int, None]) -> None:
     """Return `take_scratch` memory to the pool once the program that used it has run."""
     global _pooled_bytes
     nbytes = scratch[0].nbytes
@@ -113,8 +121,9 @@ class HostTable(Buffer):
         return copy
 
 
-def _take(nbytes: int) -> tuple[np.ndarray, int]:
-    """`nbytes` raw bytes and their address: a pooled array of that size, or a new one."""
+def _take(nbytes: int) -> tuple[np.ndarray, int, np.ndarray | None]:
+    """`nbytes` raw bytes, their address and the typed array last made of them: a pooled
+    array of that size, or a new one."""
     global _pooled_bytes
     nbytes = max(nbytes, 1)
     with _lock:
@@ -123,7 +132,7 @@ def _take(nbytes: int) -> tuple[np.ndarray, int]:
             _pooled_bytes -= nbytes
             return free.pop()
     raw = np.empty(nbytes, dtype=np.uint8)
-    return raw, raw.ctypes.data
+    return raw, raw.ctypes.data, None
 
 
 def clear_pool() -> None:

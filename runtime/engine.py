@@ -56,7 +56,7 @@ from .buffer import Buffer, give_scratch, take_scratch
 from .compiler import CompiledKernel, compile_kernel
 from .config import config
 from .dump import dump_new_plans, kernel_header
-from .launch import effective_threads, launch, run_threads, runs_parallel
+from .launch import effective_threads, launch, prewake, run_threads, runs_parallel
 from .program import compile_program
 from .recompile import RecompileLog
 from .recompile import warn as warn_recompile
@@ -158,7 +158,11 @@ class Plan:
     records: list = field(default_factory=list)  # what a run through the program reports
     returned: list = field(default_factory=list)  # (slot, size, dtype) of the outputs returned
     scratch: tuple = ()  # (program slots, byte offsets, bytes) of values that die inside
-    parallel: bool = True  # whether any kernel of the program is shared among threads
+    # whether any kernel is shared among threads: a program of small kernels only runs on
+    # thread 0 whatever the thread count (waking the workers would only make them arrive
+    # at its first barrier and leave), and no worker is woken ahead of its run
+    parallel: bool = True
+    ready: list = field(default_factory=list)  # `_program_arrays` sets no run is using
 
 
 @dataclass
@@ -242,6 +246,8 @@ class Engine:
             return []
         for group in self._by_device(todo):
             plan, leaves, fresh = self.plan_for(group, has_value)
+            if plan.parallel and plan.device == "cpu":  # wake the workers while we prepare
+                prewake(effective_threads())
             self.run(plan, [self.value(x) for x in leaves], group, range(len(group)), timed=fresh)
             if rec is not None:
                 rec.realizes.append((plan, group, leaves))
@@ -340,7 +346,7 @@ class Engine:
             t0 = time.perf_counter()
             if device == "cpu":
                 ptrs = [b.ptr for b in outs] + [b.ptr for b in inputs]
-                launch(step.record.compiled.fn, step.extent, step.work, ptrs)
+                launch(step.record.compiled, step.extent, step.work, ptrs)
             else:
                 cuda.launch(step.record.compiled, outs + inputs, timed or config.debug >= 1)
             seconds = time.perf_counter() - t0
@@ -421,6 +427,7 @@ def compile_plan(todo: list[Node], leaves: list[Node], has_value, device: str = 
         outs = [(position[id(n)][1], n.numel, n.dtype) for n in item.outputs]
         steps.append(Step(rec, extent, work, outs, [position[id(n)] for n in item.inputs], frees))
     plan = Plan(steps, [position[id(n)][1] for n in todo], slots, len(leaves), device)
+    plan.parallel = any(runs_parallel(s.extent, s.work) for s in steps)
     plan.records = [
         replace(s.record, seconds=None, cache="memory", compile_seconds=0.0) for s in steps
     ]
@@ -546,37 +553,56 @@ def _build_program(plan: Plan) -> None:
                 offsets.append(size)
                 size += -(-max(numel * dtype.itemsize, 1) // SCRATCH_ALIGN) * SCRATCH_ALIGN
     plan.scratch = (np.array(scratch, dtype=np.int64), np.array(offsets, dtype=np.uint64), size)
-    # a program of small kernels only runs on thread 0 whatever the thread count: waking
-    # the workers would only make them arrive at its first barrier and leave
-    plan.parallel = any(runs_parallel(s.extent, s.work) for s in plan.steps)
     plan.program = program
 
 
 def _run_program(plan: Plan, leaves: list[Buffer]) -> tuple[list[Buffer], list[KernelRecord]]:
     """Run a cached schedule as one native call per thread."""
     _build_program(plan)
-    n, slots = plan.nleaves, plan.slots
-    # the buffers' addresses, then the barrier's two words (per call: two Python threads
-    # may run one plan at once), in one array
-    ptrs = np.empty(n + slots + 2, dtype=np.uint64)
+    try:  # a set of arrays no other call of this plan is using (two threads may run it)
+        arrays = plan.ready.pop()
+    except IndexError:
+        arrays = _program_arrays(plan)
+    ptrs, view, args, kept = arrays
+    n = plan.nleaves
     ptrs[:n] = [b.ptr for b in leaves]
-    ptrs[n + slots :] = 0
     outs: dict[int, Buffer] = {}
     for g, size, dtype in plan.returned:
         outs[g] = b = Buffer(size, dtype)
         ptrs[n + g] = b.ptr
     where, offsets, nbytes = plan.scratch
-    scratch = take_scratch(nbytes) if len(where) else None
+    scratch = take_scratch(nbytes) if len(where) and kept is None else None
     if scratch is not None:
-        ptrs[where] = offsets + np.uint64(scratch[1])
-    base = ptrs.ctypes.data
-    args = [base, plan.fns_address, base + 8 * (n + slots)]
+        view[where] = offsets + np.uint64(scratch[1])
     try:
-        run_threads(plan.program.fn, effective_threads() if plan.parallel else 1, args)
+        run_threads(plan.program, effective_threads() if plan.parallel else 1, args)
     finally:
         if scratch is not None:
             give_scratch(scratch)
+        plan.ready.append(arrays)
     return [outs[k] for k in plan.outputs], plan.records
+
+
+PLAN_SCRATCH_KEPT = 1 << 20  # bytes: a program whose scratch is this small keeps its own
+
+
+def _program_arrays(plan: Plan) -> tuple:
+    """The arrays one run of a plan's program reads, made once and reused run after run:
+    its buffers' addresses (the plan's inputs, its slots, then the barrier's count, which
+    every run leaves at zero, and its generation, which a thread only compares with what
+    it read on arriving), a numpy view of them, the program's three arguments,
+    and its scratch memory when that is small (bigger scratch comes from the pool each
+    run: a training step's intermediates are not worth keeping per plan)."""
+    n, slots = plan.nleaves, plan.slots
+    ptrs = (ctypes.c_uint64 * (n + slots + 2))()
+    view = np.frombuffer(ptrs, dtype=np.uint64)
+    base = ctypes.addressof(ptrs)
+    where, offsets, nbytes = plan.scratch
+    kept = None
+    if len(where) and nbytes <= PLAN_SCRATCH_KEPT:
+        kept = np.empty(nbytes, dtype=np.uint8)
+        view[where] = offsets + np.uint64(kept.ctypes.data)
+    return ptrs, view, [base, plan.fns_address, base + 8 * (n + slots)], kept
 
 
 def _log_phases(before: dict[str, float], records: list[KernelRecord]) -> None:

@@ -1,27 +1,24 @@
 """Run a compiled CPU kernel over its parallel loop on a pool of threads.
 
 Every kernel takes `(start, end, *buffers)`, the slice of its outermost loop
-to run. The pool cuts that loop into one contiguous slice per thread; ctypes
-releases the GIL during the native call, so the slices really run at once.
-Small kernels run on the calling thread: waking a worker costs more than
-they do.
+to run. The pool cuts that loop into one contiguous slice per thread (`split`)
+and runs them at once: the workers wait for jobs in native code
+(runtime/pool.py), so handing one a slice is a store and, when it sleeps, a futex
+wake; no Python runs on a worker. Small kernels run on the calling thread:
+waking a worker costs more than they do.
 """
 
 from __future__ import annotations
 
-import _thread
 import ctypes
 import functools
 import os
 import threading
 
-from .config import config
+import numpy as np
 
-try:
-    _sched_getcpu = ctypes.CDLL(None).sched_getcpu  # the CPU the calling thread runs on
-    _sched_getcpu.restype = ctypes.c_int
-except (AttributeError, OSError):  # pragma: no cover - not glibc
-    _sched_getcpu = None
+from . import pool as native
+from .config import config
 
 # below this many inner iterations in total, one thread is faster than waking others
 PARALLEL_MIN_WORK = 1 << 15
@@ -33,51 +30,57 @@ def runs_parallel(extent: int, work: int) -> bool:
     return work >= PARALLEL_MIN_WORK and extent > 1
 
 
+_RUN = ctypes.CFUNCTYPE(
+    ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64
+)
+_PREWAKE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
+_WORKER = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
+
+
 class _Pool:
     """Worker threads that run slices of one native call at a time.
 
     One caller at a time owns the workers (`lock`); a Python thread that finds them busy
     runs its call alone on its own thread instead of waiting, so threads never deadlock
-    on the pool and never see another call's jobs. Each call has its own error list.
-
-    A worker waits on, and signals with, bare locks (`_thread.allocate_lock`): `go[i]`
-    is held while worker i has nothing to do, and the caller releases it to hand over a
-    job; `done[i]` is held until the worker has finished it. Acquiring and releasing
-    one is a single C call, where `threading.Event` and `Semaphore` run a dozen lines of
-    Python each, holding the GIL that the other thread needs to start or return.
+    on the pool and never see another call's jobs. The owner writes the job's arguments
+    into the shared words and calls `fg_pool_run` (see runtime/pool.py).
     """
 
     def __init__(self):
         self.workers: list[threading.Thread] = []
-        self.inboxes: list[list] = []  # per worker: the job handed to it
-        self.go: list = []  # per worker: released to start its job
-        self.done: list = []  # per worker: released when its job has run
         self.lock = threading.Lock()
         self.placed_for = (-1, 0)  # (the caller's CPU, workers) when workers were last placed
+        self.words = None  # the shared words (runtime/pool.py's Layout), made on first use
+
+    def _start(self) -> None:
+        fns = native.functions()
+        words = np.zeros(native.Layout.WORDS + 8, dtype=np.int64)
+        skip = (-words.ctypes.data % 64) // 8  # the slots on cache-line boundaries
+        self.words = words[skip : skip + native.Layout.WORDS]
+        self.address = self.words.ctypes.data
+        L, per_us = native.Layout, native.cycles_per_us()
+        self.words[L.PLACED_CPU] = -1
+        self.words[L.JOB_SPIN] = int(native.JOB_SPIN_US * per_us)
+        self.words[L.WAKE_SPIN] = int(native.WAKE_SPIN_US * per_us)
+        self.words[L.SYSCALL : L.FUTEX_NR + 1] = native.libc_addresses()
+        self.args = (ctypes.c_uint64 * native.MAX_ARGS).from_address(self.address + 8 * L.ARGS)
+        self._run = _RUN(fns["fg_pool_run"])
+        self._prewake = _PREWAKE(fns["fg_pool_prewake"])
+        self._close = _PREWAKE(fns["fg_pool_close"])  # the same signature
+        self._worker = _WORKER(fns["fg_pool_worker"])
 
     def ensure(self, n: int) -> None:
+        if self.words is None:
+            self._start()
         while len(self.workers) < n:
             i = len(self.workers)
-            go, done = _thread.allocate_lock(), _thread.allocate_lock()
-            go.acquire()
-            done.acquire()
-            self.inboxes.append([None])
-            self.go.append(go)
-            self.done.append(done)
-            t = threading.Thread(target=self._work, args=(i,), daemon=True, name=f"fusegrad-{i}")
+            # the thread enters native code and stays there (ctypes released the GIL)
+            t = threading.Thread(
+                target=self._worker, args=(self.address, i), daemon=True, name=f"fusegrad-{i}"
+            )
+            t.words = self.words  # a running thread keeps the words it reads alive
             self.workers.append(t)
             t.start()
-
-    def _work(self, i: int) -> None:
-        go, done, inbox = self.go[i], self.done[i], self.inboxes[i]
-        while True:
-            go.acquire()
-            fn, args, errors = inbox[0]
-            try:
-                fn(*args)
-            except BaseException as e:  # pragma: no cover - native code does not raise
-                errors.append(e)
-            done.release()
 
     def place(self, n: int) -> None:
         """Keep the workers off the CPU the calling thread runs on.
@@ -86,46 +89,60 @@ class _Pool:
         cache); the two then take turns on one core, and threads that meet at a spinning
         barrier between kernels (runtime/program.py) wait for the other's time slice:
         measured on a 2-core VM, a 0.5 ms step took 3.7 ms. The main thread is never
-        pinned; its CPU is checked each run and the workers move only when it moved.
+        pinned; `fg_pool_run` checks its CPU on every run (a vDSO call) and refuses the
+        run when it moved, and the workers move then.
         """
-        if _sched_getcpu is None or not hasattr(os, "sched_setaffinity"):
-            return
-        here = _sched_getcpu()
-        if here == self.placed_for[0] and n <= self.placed_for[1]:
-            return
-        allowed = os.sched_getaffinity(0)
-        others = (allowed - {here}) or allowed  # the scheduler spreads them over the rest
-        for t in self.workers:
-            try:
-                os.sched_setaffinity(t.native_id, others)
-            except OSError:  # pragma: no cover - a CPU went offline: let the scheduler place it
-                return
+        here = _sched_getcpu() if _sched_getcpu is not None else -1
+        if here >= 0 and hasattr(os, "sched_setaffinity"):
+            allowed = os.sched_getaffinity(0)
+            others = (allowed - {here}) or allowed  # the scheduler spreads them over the rest
+            for t in self.workers:
+                try:
+                    os.sched_setaffinity(t.native_id, others)
+                except OSError:  # pragma: no cover - a CPU went offline: let it place them
+                    break
         self.placed_for = (here, len(self.workers))
+        self.words[native.Layout.PLACED_CPU] = here
 
-    def run(self, fn, slices: list[tuple], ptrs: list[int]) -> bool:
-        """Run fn(*slice, *ptrs) for every slice, the first on this thread; False (and
+    def close(self) -> None:
+        """Stop the workers (each returns from native code) and wait for them."""
+        with self.lock:
+            if not self.workers:
+                return
+            self._close(self.address, len(self.workers))
+            for t in self.workers:
+                t.join()
+            self.workers = []
+
+    def prewake(self, threads: int) -> None:
+        """Wake the workers a run on `threads` threads will use, if they sleep."""
+        if self.words is not None and threads > 1:
+            self._prewake(self.address, min(threads - 1, len(self.workers)))
+
+    def run(self, address: int, threads: int, extent: int, ptrs) -> bool:
+        """Run the function at `address` on `threads` threads, the first this one: slice
+        t of range(extent) each (`split`), or (t, threads) when extent is -1; False (and
         nothing run) if another thread is using the workers."""
-        if not self.lock.acquire(blocking=False):
+        if len(ptrs) > native.MAX_ARGS or not self.lock.acquire(blocking=False):
             return False
         try:
-            helpers = len(slices) - 1
-            self.ensure(helpers)
-            self.place(helpers)
-            errors: list[BaseException] = []
-            for i in range(helpers):
-                self.inboxes[i][0] = (fn, (*slices[i + 1], *ptrs), errors)
-                self.go[i].release()
-            try:
-                fn(*slices[0], *ptrs)
-            finally:  # the workers' jobs are this call's: wait for them whatever happens
-                for i in range(helpers):
-                    self.done[i].acquire()
-            if errors:  # pragma: no cover - native code does not raise
-                raise errors[0]
+            helpers = threads - 1
+            if len(self.workers) < helpers:
+                self.ensure(helpers)
+                self.place(helpers)
+            self.args[: len(ptrs)] = ptrs
+            while self._run(self.address, address, threads, extent):
+                self.place(helpers)  # the caller moved to another CPU: move the workers
             return True
         finally:
             self.lock.release()
 
+
+try:
+    _sched_getcpu = ctypes.CDLL(None).sched_getcpu  # the CPU the calling thread runs on
+    _sched_getcpu.restype = ctypes.c_int
+except (AttributeError, OSError):  # pragma: no cover - not glibc
+    _sched_getcpu = None
 
 _pool = _Pool()
 
@@ -143,7 +160,8 @@ if hasattr(os, "register_at_fork"):
 
 
 def split(extent: int, parts: int) -> list[tuple[int, int]]:
-    """`parts` contiguous slices of range(extent), as even as possible."""
+    """`parts` contiguous slices of range(extent), as even as possible: the slices the
+    pool's threads run (computed in native code, runtime/pool.py, the same way)."""
     parts = max(1, min(parts, extent))
     base, extra = divmod(extent, parts)
     out, start = [], 0
@@ -159,7 +177,7 @@ def effective_threads() -> int:
     CPUs this process may use. Threads meet at a barrier after every kernel, and a thread
     waiting there for one that has no CPU to run on spins (then yields) for a whole time
     slice: more threads than CPUs would turn every barrier into a scheduler round trip."""
-    return max(1, min(config.threads, _usable_cpus()))
+    return max(1, min(config.threads, _usable_cpus(), native.MAX_WORKERS + 1))
 
 
 @functools.lru_cache(maxsize=1)
@@ -167,15 +185,29 @@ def _usable_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def run_threads(fn, threads: int, args: list[int]) -> None:
-    """Call fn(tid, n, *args) once on each of n threads (this one is tid 0): n is `threads`,
-    or 1 when another Python thread is using the pool (the call then runs here alone)."""
-    if threads <= 1 or not _pool.run(fn, [(t, threads) for t in range(threads)], args):
-        fn(0, 1, *args)
+def prewake(threads: int) -> None:
+    """Wake sleeping workers now, because a parallel run on `threads` threads is coming:
+    they wake while the caller prepares it (runtime/pool.py)."""
+    if threads > 1 and _POOL_OK:
+        _pool.prewake(threads)
 
 
-def launch(fn, extent: int, work: int, ptrs: list[int]) -> None:
-    """Run `fn` over range(extent) of its parallel loop; `work` is its total inner iterations."""
-    threads = config.threads if runs_parallel(extent, work) else 1
-    if threads <= 1 or not _pool.run(fn, split(extent, threads), ptrs):
-        fn(0, extent, *ptrs)
+def run_threads(program, threads: int, args: list[int]) -> None:
+    """Call program(tid, n, *args) once on each of n threads (this one is tid 0): n is
+    `threads`, or 1 when another Python thread is using the pool (the call then runs here
+    alone). `program` is a CompiledKernel."""
+    if threads <= 1 or not _POOL_OK or not _pool.run(program.address, threads, -1, args):
+        program.fn(0, 1, *args)
+
+
+def launch(kernel, extent: int, work: int, ptrs: list[int]) -> None:
+    """Run `kernel` (a CompiledKernel) over range(extent) of its parallel loop; `work` is
+    its total inner iterations."""
+    threads = (
+        min(config.threads, extent, native.MAX_WORKERS + 1) if runs_parallel(extent, work) else 1
+    )
+    if threads <= 1 or not _POOL_OK or not _pool.run(kernel.address, threads, extent, ptrs):
+        kernel.fn(0, extent, *ptrs)
+
+
+_POOL_OK = native.available()

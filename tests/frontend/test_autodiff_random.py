@@ -652,7 +652,11 @@ def test_the_generator_draws_every_op():
     """Guards against kinks must not starve an op: each one is drawn and kept in a fixed run."""
     kept: set[str] = set()
 
-    @settings(max_examples=200, **SETTINGS)
+    # hypothesis replays and mutates earlier inputs, so far fewer than max_examples of the
+    # seeds that pick the ops are new, and which ones it tries depends on more than this
+    # code: a change to the thread pool alone, every value computed the same, once left
+    # 200 examples without a cumsum
+    @settings(max_examples=500, **SETTINGS)
     @given(st.data())
     def collect(data):
         p = Program(data)

@@ -83,13 +83,13 @@ def test_results_do_not_depend_on_the_thread_count(case, monkeypatch):
     build, oracle = CASES[case]
     a = RNG.standard_normal((ROWS, COLS)).astype(np.float32)
     slices_seen: list[list[tuple[int, int]]] = []
+    real_run = launch_module._Pool.run
 
-    def recording_split(extent, parts):
-        out = split(extent, parts)
-        slices_seen.append(out)
-        return out
+    def recording_run(self, address, threads, extent, ptrs):
+        slices_seen.append(split(extent, threads))  # the slices the native pool cuts
+        return real_run(self, address, threads, extent, ptrs)
 
-    monkeypatch.setattr(launch_module, "split", recording_split)
+    monkeypatch.setattr(launch_module._Pool, "run", recording_run)
     results = {}
     for threads in (1, 2, 3):  # 3 is more threads than this machine's cores
         slices_seen.clear()
@@ -115,7 +115,10 @@ def test_results_do_not_depend_on_the_thread_count(case, monkeypatch):
 
 def test_a_kernel_too_small_to_split_runs_on_the_calling_thread(monkeypatch):
     calls = []
-    monkeypatch.setattr(launch_module, "split", lambda e, p: calls.append((e, p)) or split(e, p))
+    real_run = launch_module._Pool.run
+    monkeypatch.setattr(
+        launch_module._Pool, "run", lambda self, *a: calls.append(a) or real_run(self, *a)
+    )
     a = RNG.standard_normal((16, 16)).astype(np.float32)
     with fg.config.override(threads=4):
         y = (fg.from_numpy(a) * 3.0).realize()
@@ -384,9 +387,9 @@ def test_a_program_of_small_kernels_never_wakes_the_workers(monkeypatch):
     calls = []
     real_run = type(pool).run
 
-    def counting_run(self, fn, slices, ptrs):
-        calls.append(len(slices))
-        return real_run(self, fn, slices, ptrs)
+    def counting_run(self, address, threads, extent, ptrs):
+        calls.append(threads)
+        return real_run(self, address, threads, extent, ptrs)
 
     monkeypatch.setattr(type(pool), "run", counting_run)
     with fg.config.override(threads=2):

@@ -1,0 +1,438 @@
+"""The worker pool's native half: threads that wait for kernels without Python.
+
+Each worker is a Python thread that calls `fg_pool_worker` once and never comes back
+to Python: it waits in native code for a job, runs its slice, and waits again, so
+handing it a kernel costs no GIL hand-over, no Python on the worker, and no lock
+object. A caller hands over a job in one native call, `fg_pool_run`, which also runs
+the caller's own slice and waits for the workers' (spinning, then yielding).
+
+A worker that has nothing to do spins for a short while (`JOB_SPIN_US`: a training
+step's next kernel usually comes within it), then sleeps on a futex. Waking a
+sleeping thread of a virtual machine's idle CPU takes tens to hundreds of
+microseconds, so the engine calls `fg_pool_prewake` as soon as it knows that the
+plan it is about to run has a parallel kernel: the workers wake while the caller's
+Python prepares the run, and spin (at most `WAKE_SPIN_US`) until it arrives.
+
+The memory the three functions share is one array of 64-bit words (`Layout`): the
+futex word, settings, the job's arguments (one set for all threads: only each
+thread's slice differs), and a slot per worker (the job's sequence number, the one
+it has finished, whether it sleeps, the function, the thread count, the loop length).
+
+A null function is the pool closing: the worker returns to Python, and its thread
+ends. A job's function is called as `fn(start, end, a0, ..., a61)`: a kernel's own
+signature is `(start, end, ptr...)` with at most MAX_ARGS pointers, and reads only
+those (the C calling conventions of x86-64 and AArch64 let a caller pass more
+arguments than the callee reads). A program (runtime/program.py) is called as
+`fn(tid, nthreads, buffers, kernels, barrier)`: `extent` -1 selects that form.
+
+Linux only (futexes); elsewhere `available()` is False and kernels run on the
+calling thread.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import platform
+import sys
+import time
+
+import llvmlite.binding as llvm
+
+MAX_ARGS = 62  # pointer arguments a kernel run by the pool may take (64 in all)
+MAX_WORKERS = 255
+JOB_SPIN_US = 50  # a worker spins this long after a job before it sleeps
+WAKE_SPIN_US = 1000  # and this long after a pre-wake, waiting for the job it announced
+CALLER_SPINS = 4000  # pauses the caller spins waiting for a worker before it yields
+
+
+class Layout:
+    """Word offsets in the shared array."""
+
+    GEN = 0  # the futex word (its low 32 bits): bumped to wake sleeping workers
+    PLACED_CPU = 1  # the CPU the caller ran on when the workers were placed off it
+    JOB_SPIN = 2  # cycles a worker spins after a job
+    WAKE_SPIN = 3  # cycles a worker spins after being woken
+    SYSCALL = 4  # libc's syscall(), sched_getcpu() and sched_yield() addresses
+    GETCPU = 5
+    YIELD = 6
+    FUTEX_NR = 7  # the futex system call's number on this architecture
+    ARGS = 8  # MAX_ARGS words: the job's arguments
+    SLOTS = 80  # then a slot per worker
+    SLOT_WORDS = 16  # 128 bytes, so two workers' slots never share a cache line
+    SEQ, DONE, SLEEPING, FN, N, EXTENT, TID = range(7)
+    WORDS = SLOTS + SLOT_WORDS * MAX_WORKERS
+
+
+_FUTEX_NR = {"x86_64": 202, "aarch64": 98}
+FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
+
+
+def available() -> bool:
+    """Whether this platform has the native pool (Linux on x86-64 or AArch64)."""
+    return sys.platform.startswith("linux") and platform.machine() in _FUTEX_NR
+
+
+def _slot_field(lines: list[str], name: str, slot: str, field: int) -> None:
+    lines.append(f"  %{name} = getelementptr inbounds i64, ptr {slot}, i64 {field}")
+
+
+def _word(lines: list[str], name: str, word: int) -> None:
+    lines.append(f"  %{name} = getelementptr inbounds i64, ptr %pool, i64 {word}")
+
+
+def _slice_bounds(lines: list[str], p: str, tid: str, n: str, ext: str) -> None:
+    """%{p}start, %{p}end: thread `tid`'s slice of range(ext) cut in `n` (as `split`: the
+    first ext % n slices one longer), or (tid, n) when ext is -1 (a program)."""
+    lines += [
+        f"  %{p}base = udiv i64 {ext}, {n}",
+        f"  %{p}extra = urem i64 {ext}, {n}",
+        f"  %{p}lt = icmp ult i64 {tid}, %{p}extra",
+        f"  %{p}min = select i1 %{p}lt, i64 {tid}, i64 %{p}extra",
+        f"  %{p}s0 = mul i64 {tid}, %{p}base",
+        f"  %{p}s = add i64 %{p}s0, %{p}min",
+        f"  %{p}one = zext i1 %{p}lt to i64",
+        f"  %{p}len = add i64 %{p}base, %{p}one",
+        f"  %{p}e = add i64 %{p}s, %{p}len",
+        f"  %{p}prog = icmp slt i64 {ext}, 0",
+        f"  %{p}start = select i1 %{p}prog, i64 {tid}, i64 %{p}s",
+        f"  %{p}end = select i1 %{p}prog, i64 {n}, i64 %{p}e",
+    ]
+
+
+def _call_job(lines: list[str], p: str, fn: str) -> None:
+    """Call fn(%{p}start, %{p}end, args[0 .. MAX_ARGS-1])."""
+    args = []
+    for k in range(MAX_ARGS):
+        lines.append(
+            f"  %{p}a{k}.at = getelementptr inbounds i64, ptr %pool, i64 {Layout.ARGS + k}"
+        )
+        lines.append(f"  %{p}a{k} = load i64, ptr %{p}a{k}.at")
+        args.append(f"i64 %{p}a{k}")
+    sig = ", ".join(["i64"] * (MAX_ARGS + 2))
+    lines.append(f"  call void ({sig}) {fn}(i64 %{p}start, i64 %{p}end, {', '.join(args)})")
+
+
+def render() -> str:
+    """The LLVM IR of fg_pool_worker, fg_pool_run, fg_pool_prewake, fg_pool_close and
+    fg_pool_cycles."""
+    x86 = platform.machine() == "x86_64"
+    pause = "  call void @llvm.x86.sse2.pause()" if x86 else "  fence seq_cst"
+    L = Layout
+    out = ["declare i64 @llvm.readcyclecounter()"]
+    if x86:
+        out.append("declare void @llvm.x86.sse2.pause()")
+
+    # ---- the worker: wait for a job, run it, say so; forever
+    w = [
+        "define void @fg_pool_worker(ptr %pool, i64 %w) nounwind {",
+        "entry:",
+        "  %seen.a = alloca i64",
+        "  %until.a = alloca i64",
+        f"  %o1 = mul i64 %w, {L.SLOT_WORDS}",
+        f"  %o2 = add i64 %o1, {L.SLOTS}",
+        "  %slot = getelementptr inbounds i64, ptr %pool, i64 %o2",
+    ]
+    for name, field in (
+        ("seq", L.SEQ),
+        ("done", L.DONE),
+        ("sleep", L.SLEEPING),
+        ("fn", L.FN),
+        ("n", L.N),
+        ("ext", L.EXTENT),
+        ("tid", L.TID),
+    ):
+        _slot_field(w, f"{name}.p", "%slot", field)
+    for name, word in (
+        ("jobspin.p", L.JOB_SPIN),
+        ("wakespin.p", L.WAKE_SPIN),
+        ("sys.p", L.SYSCALL),
+        ("nr.p", L.FUTEX_NR),
+    ):
+        _word(w, name, word)
+    w += [
+        # the jobs it has seen are those it has done: a job posted before this thread got
+        # going is still new to it
+        "  %s0 = load atomic i64, ptr %done.p acquire, align 8",
+        "  store i64 %s0, ptr %seen.a",
+        "  %t0 = call i64 @llvm.readcyclecounter()",
+        "  %js0 = load i64, ptr %jobspin.p",
+        "  %u0 = add i64 %t0, %js0",
+        "  store i64 %u0, ptr %until.a",
+        "  br label %poll",
+        "poll:",
+        "  %seen = load i64, ptr %seen.a",
+        "  %q = load atomic i64, ptr %seq.p acquire, align 8",
+        "  %new = icmp ne i64 %q, %seen",
+        "  br i1 %new, label %job, label %idle",
+        "idle:",
+        "  %now = call i64 @llvm.readcyclecounter()",
+        "  %until = load i64, ptr %until.a",
+        "  %early = icmp ult i64 %now, %until",
+        "  br i1 %early, label %pause, label %sleep",
+        "pause:",
+        pause,
+        "  br label %poll",
+        # sleeping: say so, then look once more (the caller, having posted a job, looks at
+        # `sleeping` after a fence: one of the two sees the other's store)
+        "sleep:",
+        "  %g = load atomic i32, ptr %pool acquire, align 8",
+        "  store atomic i64 1, ptr %sleep.p seq_cst, align 8",
+        "  fence seq_cst",
+        "  %q2 = load atomic i64, ptr %seq.p seq_cst, align 8",
+        "  %still = icmp eq i64 %q2, %seen",
+        "  br i1 %still, label %futex, label %woke",
+        "futex:",
+        "  %sys = load ptr, ptr %sys.p",
+        "  %nr = load i64, ptr %nr.p",
+        "  %g64 = zext i32 %g to i64",
+        f"  %r = call i64 (i64, ...) %sys(i64 %nr, ptr %pool, i64 {FUTEX_WAIT_PRIVATE}, "
+        "i64 %g64, ptr null, ptr null, i64 0)",
+        "  br label %woke",
+        "woke:",
+        "  store atomic i64 0, ptr %sleep.p seq_cst, align 8",
+        "  %t1 = call i64 @llvm.readcyclecounter()",
+        "  %ws = load i64, ptr %wakespin.p",
+        "  %u1 = add i64 %t1, %ws",
+        "  store i64 %u1, ptr %until.a",
+        "  br label %poll",
+        "job:",
+        "  store i64 %q, ptr %seen.a",
+        "  %fn = load ptr, ptr %fn.p",
+        "  %quit = icmp eq ptr %fn, null",  # a null function: the pool is closing
+        "  br i1 %quit, label %exit, label %run",
+        "exit:",
+        "  store atomic i64 %q, ptr %done.p release, align 8",
+        "  ret void",
+        "run:",
+        "  %n = load i64, ptr %n.p",
+        "  %ext = load i64, ptr %ext.p",
+        "  %tid = load i64, ptr %tid.p",
+    ]
+    _slice_bounds(w, "j.", "%tid", "%n", "%ext")
+    _call_job(w, "j.", "%fn")
+    w += [
+        "  store atomic i64 %q, ptr %done.p release, align 8",
+        "  %t2 = call i64 @llvm.readcyclecounter()",
+        "  %js = load i64, ptr %jobspin.p",
+        "  %u2 = add i64 %t2, %js",
+        "  store i64 %u2, ptr %until.a",
+        "  br label %poll",
+        "}",
+    ]
+    out += w
+
+    # ---- waking every sleeping worker among the first %k (shared by run and prewake)
+    wake = [
+        "define internal void @fg_pool_wake(ptr %pool, i64 %k) nounwind {",
+        "entry:",
+        "  fence seq_cst",
+        "  br label %test",
+        "test:",
+        "  %i = phi i64 [0, %entry], [%i.n, %next]",
+        "  %more = icmp ult i64 %i, %k",
+        "  br i1 %more, label %look, label %none",
+        "look:",
+        f"  %o1 = mul i64 %i, {L.SLOT_WORDS}",
+        f"  %o2 = add i64 %o1, {L.SLOTS + L.SLEEPING}",
+        "  %sp = getelementptr inbounds i64, ptr %pool, i64 %o2",
+        "  %s = load atomic i64, ptr %sp seq_cst, align 8",
+        "  %i.n = add i64 %i, 1",
+        "  %asleep = icmp ne i64 %s, 0",
+        "  br i1 %asleep, label %wake, label %next",
+        "next:",
+        "  br label %test",
+        "wake:",
+        "  %old = atomicrmw add ptr %pool, i32 1 seq_cst",
+    ]
+    _word(wake, "sys.p", L.SYSCALL)
+    _word(wake, "nr.p", L.FUTEX_NR)
+    wake += [
+        "  %sys = load ptr, ptr %sys.p",
+        "  %nr = load i64, ptr %nr.p",
+        f"  %r = call i64 (i64, ...) %sys(i64 %nr, ptr %pool, i64 {FUTEX_WAKE_PRIVATE}, "
+        "i64 2147483647, ptr null, ptr null, i64 0)",
+        "  ret void",
+        "none:",
+        "  ret void",
+        "}",
+    ]
+    out += wake
+
+    out += [
+        "define void @fg_pool_prewake(ptr %pool, i64 %k) nounwind {",
+        "entry:",
+        "  call void @fg_pool_wake(ptr %pool, i64 %k)",
+        "  ret void",
+        "}",
+        # closing: a null job for each of the first %k workers, then wake them all
+        "define void @fg_pool_close(ptr %pool, i64 %k) nounwind {",
+        "entry:",
+        "  br label %test",
+        "test:",
+        "  %i = phi i64 [0, %entry], [%i.n, %body]",
+        "  %more = icmp ult i64 %i, %k",
+        "  br i1 %more, label %body, label %wake",
+        "body:",
+        f"  %o1 = mul i64 %i, {L.SLOT_WORDS}",
+        f"  %o2 = add i64 %o1, {L.SLOTS}",
+        "  %s = getelementptr inbounds i64, ptr %pool, i64 %o2",
+        f"  %fnp = getelementptr inbounds i64, ptr %s, i64 {L.FN}",
+        "  store ptr null, ptr %fnp",
+        "  %sq = load atomic i64, ptr %s monotonic, align 8",
+        "  %sq.n = add i64 %sq, 1",
+        "  store atomic i64 %sq.n, ptr %s release, align 8",
+        "  %i.n = add i64 %i, 1",
+        "  br label %test",
+        "wake:",
+        "  call void @fg_pool_wake(ptr %pool, i64 %k)",
+        "  ret void",
+        "}",
+        "define i64 @fg_pool_cycles() nounwind {",
+        "entry:",
+        "  %c = call i64 @llvm.readcyclecounter()",
+        "  ret i64 %c",
+        "}",
+    ]
+
+    # ---- the caller: post the job to workers 0 .. n-2, run slice 0, wait for the rest.
+    # Returns 1 (and runs nothing) when the caller is no longer on the CPU the workers
+    # were placed off.
+    r = [
+        "define i64 @fg_pool_run(ptr %pool, ptr %fn, i64 %n, i64 %ext) nounwind {",
+        "entry:",
+    ]
+    _word(r, "getcpu.p", L.GETCPU)
+    _word(r, "placed.p", L.PLACED_CPU)
+    _word(r, "yield.p", L.YIELD)
+    r += [
+        "  %getcpu = load ptr, ptr %getcpu.p",
+        "  %cpu = call i32 %getcpu()",
+        "  %cpu64 = sext i32 %cpu to i64",
+        "  %placed = load i64, ptr %placed.p",
+        "  %moved = icmp ne i64 %cpu64, %placed",
+        "  br i1 %moved, label %refuse, label %post",
+        "refuse:",
+        "  ret i64 1",
+        "post:",
+        "  %workers = sub i64 %n, 1",
+        "  br label %ptest",
+        "ptest:",
+        "  %i = phi i64 [0, %post], [%i.n, %pbody]",
+        "  %pmore = icmp ult i64 %i, %workers",
+        "  br i1 %pmore, label %pbody, label %posted",
+        "pbody:",
+        f"  %po1 = mul i64 %i, {L.SLOT_WORDS}",
+        f"  %po2 = add i64 %po1, {L.SLOTS}",
+        "  %ps = getelementptr inbounds i64, ptr %pool, i64 %po2",
+    ]
+    for name, field in (
+        ("pseq", L.SEQ),
+        ("pfn", L.FN),
+        ("pn", L.N),
+        ("pext", L.EXTENT),
+        ("ptid", L.TID),
+    ):
+        _slot_field(r, name, "%ps", field)
+    r += [
+        "  store ptr %fn, ptr %pfn",
+        "  store i64 %n, ptr %pn",
+        "  store i64 %ext, ptr %pext",
+        "  %i.n = add i64 %i, 1",
+        "  store i64 %i.n, ptr %ptid",
+        "  %sq = load atomic i64, ptr %pseq monotonic, align 8",
+        "  %sq.n = add i64 %sq, 1",
+        "  store atomic i64 %sq.n, ptr %pseq release, align 8",
+        "  br label %ptest",
+        "posted:",
+        "  call void @fg_pool_wake(ptr %pool, i64 %workers)",
+    ]
+    _slice_bounds(r, "m.", "0", "%n", "%ext")
+    _call_job(r, "m.", "%fn")
+    r += [
+        "  br label %jtest",
+        "jtest:",
+        "  %j = phi i64 [0, %posted], [%j.n, %jdone]",
+        "  %jmore = icmp ult i64 %j, %workers",
+        "  br i1 %jmore, label %jbody, label %joined",
+        "jbody:",
+        f"  %jo1 = mul i64 %j, {L.SLOT_WORDS}",
+        f"  %jo2 = add i64 %jo1, {L.SLOTS}",
+        "  %js = getelementptr inbounds i64, ptr %pool, i64 %jo2",
+    ]
+    _slot_field(r, "jseq", "%js", L.SEQ)
+    _slot_field(r, "jdonep", "%js", L.DONE)
+    r += [
+        "  %want = load atomic i64, ptr %jseq monotonic, align 8",
+        "  br label %jwait",
+        "jwait:",
+        "  %spins = phi i64 [0, %jbody], [%spins.n, %jpause], [0, %jyield]",
+        "  %d = load atomic i64, ptr %jdonep acquire, align 8",
+        "  %finished = icmp eq i64 %d, %want",
+        "  br i1 %finished, label %jdone, label %jspin",
+        "jspin:",
+        "  %spins.n = add i64 %spins, 1",
+        f"  %long = icmp ugt i64 %spins.n, {CALLER_SPINS}",
+        "  br i1 %long, label %jyield, label %jpause",
+        "jpause:",
+        pause,
+        "  br label %jwait",
+        "jyield:",
+        "  %yield = load ptr, ptr %yield.p",
+        "  %y = call i32 %yield()",
+        "  br label %jwait",
+        "jdone:",
+        "  %j.n = add i64 %j, 1",
+        "  br label %jtest",
+        "joined:",
+        "  ret i64 0",
+        "}",
+    ]
+    out += r
+    return "\n".join(out) + "\n"
+
+
+@functools.lru_cache(maxsize=1)
+def functions() -> dict[str, int]:
+    """The five functions' addresses (compiled once per process, or read from the cache)."""
+    from .compiler import _target, compile_kernel
+
+    source = render()
+    compiled = compile_kernel(source, "fg_pool_run", 2)
+    engine = _target()[1]
+    out = {"fg_pool_run": compiled.address}
+    for name in ("fg_pool_worker", "fg_pool_prewake", "fg_pool_close", "fg_pool_cycles"):
+        out[name] = engine.get_function_address(name)
+        if not out[name]:
+            raise RuntimeError(f"the worker pool's {name} did not load")
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def cycles_per_us() -> float:
+    """How fast the cycle counter the workers time their spinning with ticks."""
+    cycles = ctypes.CFUNCTYPE(ctypes.c_uint64)(functions()["fg_pool_cycles"])
+    t0, c0 = time.perf_counter(), cycles()
+    while time.perf_counter() - t0 < 2e-3:
+        pass
+    t1, c1 = time.perf_counter(), cycles()
+    return max((c1 - c0) / ((t1 - t0) * 1e6), 1.0)
+
+
+def libc_addresses() -> tuple[int, int, int, int]:
+    """(syscall, sched_getcpu, sched_yield, the futex call's number) for the shared words."""
+    libc = ctypes.CDLL(None)
+
+    def address(name):
+        return ctypes.cast(getattr(libc, name), ctypes.c_void_p).value
+
+    nr = _FUTEX_NR[platform.machine()]
+    return address("syscall"), address("sched_getcpu"), address("sched_yield"), nr
+
+
+def _check_ir() -> None:  # pragma: no cover - a development aid: python -m ...pool
+    llvm.parse_assembly(render()).verify()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(render())

@@ -1,0 +1,43 @@
+"""The CPU buffer pool (runtime/buffer.py): freed memory is reused, with its typed array
+when the dtype matches, and never while anything outside still reads it."""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from fusegrad.ir.dtypes import float32, int32
+from fusegrad.runtime import buffer as B
+
+
+def test_a_freed_buffer_s_memory_and_typed_array_are_reused():
+    B.clear_pool()
+    a = B.Buffer(1000, float32)
+    ptr, array = a.ptr, weakref.ref(a.array)  # a weak reference: the pool checks for others
+    del a
+    b = B.Buffer(1000, float32)
+    assert b.ptr == ptr and b.array is array()  # no new memory, no new numpy array
+    del b
+    c = B.Buffer(1000, int32)  # the same bytes as another dtype: a fresh view of them
+    assert c.ptr == ptr and c.array.dtype == np.int32 and c.array.size == 1000
+
+
+def test_memory_still_read_outside_is_not_reused():
+    B.clear_pool()
+    a = B.Buffer(500, float32)
+    ptr, kept = a.ptr, a.array.reshape(10, 50)  # the user kept a view (t.numpy())
+    del a
+    b = B.Buffer(500, float32)
+    assert b.ptr != ptr
+    kept[:] = 1.0  # still the user's: nothing else writes there
+
+
+def test_a_read_only_typed_array_is_never_handed_out_again():
+    B.clear_pool()
+    a = B.Buffer(256, float32)
+    ptr = a.ptr
+    a.array.flags.writeable = False
+    del a
+    b = B.Buffer(256, float32)
+    assert b.ptr == ptr and b.array.flags.writeable

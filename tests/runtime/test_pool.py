@@ -1,0 +1,151 @@
+"""The native worker pool (runtime/pool.py): the slices it cuts, its futex sleep and
+wake, pre-waking, and the jobs it refuses.
+
+A recorder function compiled for the test stands in for a kernel: each thread
+writes its slice's end at its start (or, called as a program, the thread count
+at its thread id), so the test reads back exactly which slices ran.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fusegrad.runtime.launch as launch_module
+from fusegrad.runtime import pool as native
+from fusegrad.runtime.compiler import compile_kernel
+from fusegrad.runtime.launch import split
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="the native pool is Linux-only")
+
+RECORDER = """\
+define void @test_pool_recorder(i64 %start, i64 %end, ptr %out) nounwind {
+entry:
+  %empty = icmp sge i64 %start, %end
+  br i1 %empty, label %done, label %write
+write:
+  %at = getelementptr inbounds i64, ptr %out, i64 %start
+  store i64 %end, ptr %at
+  br label %done
+done:
+  ret void
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def recorder() -> int:
+    return compile_kernel(RECORDER, "test_pool_recorder", 1).address
+
+
+@pytest.fixture
+def new_pool():
+    """A pool of the test's own, closed after it (its workers return and end)."""
+    pools = []
+
+    def make():
+        pools.append(launch_module._Pool())
+        return pools[-1]
+
+    yield make
+    for pool in pools:
+        workers = list(pool.workers)
+        pool.close()
+        assert all(not t.is_alive() for t in workers)
+
+
+def slices_run(out: np.ndarray, extent: int) -> list[tuple[int, int]]:
+    """The (start, end) pairs the recorder wrote, following each end to the next start."""
+    got, start = [], 0
+    while start < extent:
+        end = int(out[start])
+        assert end > start, (start, out[: extent + 1])
+        got.append((start, end))
+        start = end
+    return got
+
+
+@pytest.fixture(scope="module")
+def shared_pool():
+    pool = launch_module._Pool()
+    yield pool
+    pool.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(extent=st.integers(2, 5000), threads=st.integers(2, 4))
+def test_the_native_slices_are_split_s(recorder, shared_pool, extent, threads):
+    out = np.full(extent + 1, -1, dtype=np.int64)
+    threads = min(threads, extent)
+    assert shared_pool.run(recorder, threads, extent, [out.ctypes.data])
+    assert slices_run(out, extent) == split(extent, threads)
+
+
+def test_a_program_is_called_with_its_thread_id_and_count(recorder, new_pool):
+    pool = new_pool()
+    out = np.full(8, -1, dtype=np.int64)
+    assert pool.run(recorder, 3, -1, [out.ctypes.data])  # fn(tid, 3, out) on each thread
+    assert out[:3].tolist() == [3, 3, 3] and (out[3:] == -1).all()
+
+
+def test_a_job_posted_before_a_new_worker_got_going_still_runs(recorder, new_pool):
+    """The first run of a fresh pool starts its workers and posts at once: a worker that
+    starts after the post must still take the job (or the caller would wait forever)."""
+    for _ in range(20):
+        pool = new_pool()
+        out = np.full(101, -1, dtype=np.int64)
+        assert pool.run(recorder, 2, 100, [out.ctypes.data])
+        assert slices_run(out, 100) == [(0, 50), (50, 100)]
+
+
+def test_sleeping_workers_wake_for_a_job_and_after_a_prewake(recorder, new_pool):
+    pool = new_pool()
+    out = np.full(65, -1, dtype=np.int64)
+    assert pool.run(recorder, 2, 64, [out.ctypes.data])  # one worker
+    sleeping = native.Layout.SLOTS + native.Layout.SLEEPING
+
+    def wait_until(asleep: bool) -> bool:
+        deadline = time.monotonic() + 5
+        while bool(pool.words[sleeping]) != asleep and time.monotonic() < deadline:
+            time.sleep(0)
+        return bool(pool.words[sleeping]) == asleep
+
+    for rounds in range(3):
+        assert wait_until(True), "the worker never went to sleep after its spin"
+        if rounds == 1:
+            pool.prewake(2)
+            assert wait_until(False), "a pre-wake left the worker asleep"
+        out[:] = -1
+        assert pool.run(recorder, 2, 64, [out.ctypes.data])
+        assert slices_run(out, 64) == [(0, 32), (32, 64)]
+
+
+def test_many_runs_back_to_back_each_run_every_slice(recorder, new_pool):
+    pool = new_pool()
+    out = np.full(1001, -1, dtype=np.int64)
+    for k in range(2000):
+        extent = 2 + k % 999
+        threads = 2 + k % 2
+        out[: extent + 1] = -1
+        assert pool.run(recorder, threads, extent, [out.ctypes.data])
+        assert slices_run(out, extent) == split(extent, threads)
+
+
+def test_a_kernel_with_more_arguments_than_the_pool_passes_is_refused(recorder):
+    """Refused runs run on the calling thread (`launch` calls the kernel itself)."""
+    pool = launch_module._Pool()
+    assert not pool.run(recorder, 2, 10, [0] * (native.MAX_ARGS + 1))
+    assert pool.workers == []  # nothing started, nothing run
+
+
+def test_the_workers_spin_settings_are_in_cycles_of_the_counter_they_read(new_pool):
+    pool = new_pool()
+    pool.ensure(1)
+    per_us = native.cycles_per_us()
+    assert per_us > 1
+    assert pool.words[native.Layout.JOB_SPIN] == int(native.JOB_SPIN_US * per_us)
+    assert pool.words[native.Layout.WAKE_SPIN] == int(native.WAKE_SPIN_US * per_us)
