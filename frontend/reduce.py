@@ -11,6 +11,8 @@ with elementwise ops and views; the scheduler decides how they fuse.
 
 from __future__ import annotations
 
+import functools
+import math
 from collections import namedtuple
 
 from .errors import DimError, DTypeError, ShapeError, fail
@@ -276,7 +278,8 @@ def _sum_in_parts(x, dim, keepdim: bool):
     the result is the same on every machine. Below SPLIT_MIN_ELEMENTS (8 MB of float32)
     the second kernel and the larger graph cost more than the threads save. None where
     the sum is short, has many outputs, or no reduced axis has a divisor in
-    [2, SPLIT_MAX_PARTS].
+    [2, SPLIT_MAX_PARTS]. The result is one `sum_parts` macro node (ir/macro.py): a
+    cached step builds one node for it, and the scheduler sees the two sums.
 
     >>> import fusegrad as fg
     >>> fg.ones(1 << 21).sum().item()
@@ -284,28 +287,44 @@ def _sum_in_parts(x, dim, keepdim: bool):
     """
     if x.numel() < SPLIT_MIN_ELEMENTS:  # the common case, told without reading `dim`
         return None
-    axes = x._dims(dim, "sum")
+    params = _parts_of(x.shape, x._dims(dim, "sum"), keepdim)
+    if params is None:
+        return None
+    return x._make(macro("sum_parts", (x.node,), params, params[3], x.dtype))
+
+
+@functools.lru_cache(maxsize=256)
+def _parts_of(shape: tuple, axes: tuple, keepdim: bool) -> tuple | None:
+    """How `_sum_in_parts` cuts a sum of `shape` over `axes`: (the shape with the part
+    axis, the axes the partial sums reduce, the part axis, the result's shape), or None."""
     count = 1
     for a in axes:
-        count *= x.shape[a]
-    if count < SPLIT_MIN_ELEMENTS or x.numel() // count >= SPLIT_MAX_OUTPUTS:
+        count *= shape[a]
+    if count < SPLIT_MIN_ELEMENTS or math.prod(shape) // count >= SPLIT_MAX_OUTPUTS:
         return None
     most = min(SPLIT_MAX_PARTS, count // SPLIT_MIN_PART)
     for a in sorted(axes):
-        parts = next((p for p in range(most, 1, -1) if x.shape[a] % p == 0), None)
+        parts = next((p for p in range(most, 1, -1) if shape[a] % p == 0), None)
         if parts is not None:
             break
     else:
         return None
-    shape = x.shape[:a] + (parts, x.shape[a] // parts) + x.shape[a + 1 :]
+    split = shape[:a] + (parts, shape[a] // parts) + shape[a + 1 :]
     inner = tuple(b + 1 if b >= a else b for b in axes)  # the part axis a is kept
-    # built on nodes, one tensor for the result (the nodes of split._reduce(...) twice)
-    partial = N.reduce(Ops.SUM, N.reshape(x.node, shape), inner)
-    total = N.reduce(Ops.SUM, partial, (a,))
-    out = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
+    out = tuple(1 if i in axes else s for i, s in enumerate(shape))
     if not keepdim:
-        out = tuple(s for i, s in enumerate(x.shape) if i not in axes)
-    return x._make(N.reshape(total, out))
+        out = tuple(s for i, s in enumerate(shape) if i not in axes)
+    return split, inner, a, out
+
+
+def _sum_parts_rule(srcs, params):
+    """The `sum_parts` macro: the partial sums, their sum, the result's shape."""
+    split, inner, a, out = params
+    partial = N.reduce(Ops.SUM, N.reshape(srcs[0], split), inner)
+    return N.reshape(N.reduce(Ops.SUM, partial, (a,)), out)
+
+
+register("sum_parts", _sum_parts_rule)
 
 
 def _at_index(x, values, index, d: int):

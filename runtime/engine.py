@@ -57,7 +57,7 @@ from .compiler import CompiledKernel, compile_kernel
 from .config import config
 from .dump import dump_new_plans, kernel_header
 from .launch import effective_threads, launch, prewake, run_threads, runs_parallel
-from .program import compile_program
+from .program import compile_program, counter_words
 from .recompile import RecompileLog
 from .recompile import warn as warn_recompile
 
@@ -163,6 +163,7 @@ class Plan:
     # at its first barrier and leave), and no worker is woken ahead of its run
     parallel: bool = True
     ready: list = field(default_factory=list)  # `_program_arrays` sets no run is using
+    counters: int = 2  # words of the program's barrier argument (runtime/program.py)
 
 
 @dataclass
@@ -188,6 +189,8 @@ class Engine:
         # where nodes of no device (fusegrad's own constants) are computed: the frontend's
         # default device (`fusegrad.set_default_device`)
         self.default_device = "cpu"
+        self.last_parallel = False  # whether the last CPU plan run had a parallel kernel
+        self._has_value = _predicate(self._values)  # made once: every realize asks
 
     # ---------------------------------------------------------------- values
     def value(self, n: Node) -> Buffer | None:
@@ -217,14 +220,9 @@ class Engine:
         recorded, only values computed during the call count, so the recording holds
         every kernel a replay must run."""
         rec = getattr(self._local, "recording", None)
-        values = rec.fresh if rec is not None else self._values
-        buffer, const = Ops.BUFFER, Ops.CONST
-
-        def has_value(n: Node) -> bool:
-            return n.op is buffer or (n.op is not const and id(n) in values)
-
-        has_value.values = values  # structural_key tests ids against it inline
-        return has_value
+        if rec is None:
+            return self._has_value
+        return _predicate(rec.fresh)
 
     # ---------------------------------------------------------------- realize
     def realize(self, nodes: list[Node]) -> list[KernelRecord]:
@@ -234,20 +232,29 @@ class Engine:
         cached under the graph's structural key (values already in memory are its
         parameters), so the second step of a training loop only runs kernels.
         """
-        has_value = self.has_value_predicate()
-        todo = list({id(n): n for n in nodes if not has_value(n)}.values())
         rec = getattr(self._local, "recording", None)
-        if rec is None:
-            todo = [n for n in todo if id(n) not in self._values]
-        for n in [n for n in todo if n.numel == 0]:  # nothing to compute
+        has_value = self._has_value if rec is None else _predicate(rec.fresh)
+        if len(nodes) == 1:  # the usual case, without the dictionary
+            todo = [] if has_value(nodes[0]) else list(nodes)
+        else:
+            todo = list({id(n): n for n in nodes if not has_value(n)}.values())
+        for n in [n for n in todo if 0 in n.shape]:  # nothing to compute
             self.bind(n, _empty(0, n.dtype, n.device or self.default_device))
             todo.remove(n)
         if not todo:
             return []
+        # wake sleeping workers while this thread prepares the run (runtime/pool.py): at
+        # once when the last plan run was parallel (a loop runs one plan over and over),
+        # else as soon as the plan says so
+        woken = self.last_parallel
+        if woken:
+            prewake(effective_threads())
         for group in self._by_device(todo):
             plan, leaves, fresh = self.plan_for(group, has_value)
-            if plan.parallel and plan.device == "cpu":  # wake the workers while we prepare
-                prewake(effective_threads())
+            if plan.device == "cpu":
+                self.last_parallel = plan.parallel
+                if plan.parallel and not woken:
+                    prewake(effective_threads())
             self.run(plan, [self.value(x) for x in leaves], group, range(len(group)), timed=fresh)
             if rec is not None:
                 rec.realizes.append((plan, group, leaves))
@@ -257,7 +264,7 @@ class Engine:
     def _by_device(self, todo: list[Node]) -> list[list[Node]]:
         """`todo` split into one list per device (a plan runs on one device)."""
         first = todo[0].device
-        if all(n.device == first for n in todo):  # the usual case
+        if len(todo) == 1 or all(n.device == first for n in todo):  # the usual case
             return [todo]
         groups: dict[str, list[Node]] = {}
         for n in todo:
@@ -280,8 +287,9 @@ class Engine:
         """The plan computing `todo`, the nodes it takes as inputs, and whether it is new."""
         has_value = has_value or self.has_value_predicate()
         device = todo[0].device or self.default_device
-        with phases.timed("key"):
-            key, leaves = structural_key(todo, has_value)
+        t0 = time.perf_counter()  # (phases.timed, written out: this runs every realize)
+        key, leaves = structural_key(todo, has_value)
+        phases.add("key", t0, time.perf_counter())
         if device != "cpu":
             key = (device, key)
         with self._plans_lock:
@@ -381,6 +389,17 @@ class Engine:
 
     def recording(self) -> bool:
         return getattr(self._local, "recording", None) is not None
+
+
+def _predicate(values) -> Callable[[Node], bool]:
+    """`has_value` over `values` (ids of computed nodes), for `has_value_predicate`."""
+    buffer, const = Ops.BUFFER, Ops.CONST
+
+    def has_value(n: Node) -> bool:
+        return n.op is buffer or (n.op is not const and id(n) in values)
+
+    has_value.values = values  # structural_key tests ids against it inline
+    return has_value
 
 
 def _ran(base: KernelRecord, seconds: float, started: float) -> KernelRecord:
@@ -537,6 +556,7 @@ def _build_program(plan: Plan) -> None:
     ]
     with phases.timed("program"):
         program = compile_program(steps)
+    plan.counters = counter_words(steps)
     fns = [s.record.compiled.address for s in plan.steps] + [_sched_yield_address()]
     plan.fns = np.array(fns, dtype=np.uint64)
     plan.fns_address = plan.fns.ctypes.data
@@ -588,13 +608,14 @@ PLAN_SCRATCH_KEPT = 1 << 20  # bytes: a program whose scratch is this small keep
 
 def _program_arrays(plan: Plan) -> tuple:
     """The arrays one run of a plan's program reads, made once and reused run after run:
-    its buffers' addresses (the plan's inputs, its slots, then the barrier's count, which
-    every run leaves at zero, and its generation, which a thread only compares with what
-    it read on arriving), a numpy view of them, the program's three arguments,
-    and its scratch memory when that is small (bigger scratch comes from the pool each
-    run: a training step's intermediates are not worth keeping per plan)."""
+    its buffers' addresses (the plan's inputs, its slots, then the barrier's count and the
+    kernels' chunk counters, which every run leaves at zero, and the barrier's generation,
+    which a thread only compares with what it read on arriving), a numpy view of them,
+    the program's three arguments, and its scratch memory when that is small (bigger
+    scratch comes from the pool each run: a training step's intermediates are not worth
+    keeping per plan)."""
     n, slots = plan.nleaves, plan.slots
-    ptrs = (ctypes.c_uint64 * (n + slots + 2))()
+    ptrs = (ctypes.c_uint64 * (n + slots + plan.counters))()
     view = np.frombuffer(ptrs, dtype=np.uint64)
     base = ctypes.addressof(ptrs)
     where, offsets, nbytes = plan.scratch

@@ -1,11 +1,13 @@
 """Run a compiled CPU kernel over its parallel loop on a pool of threads.
 
-Every kernel takes `(start, end, *buffers)`, the slice of its outermost loop
-to run. The pool cuts that loop into one contiguous slice per thread (`split`)
-and runs them at once: the workers wait for jobs in native code
-(runtime/pool.py), so handing one a slice is a store and, when it sleeps, a futex
-wake; no Python runs on a worker. Small kernels run on the calling thread:
-waking a worker costs more than they do.
+Every kernel takes `(start, end, *buffers)`, a slice of its outermost loop to
+run. The pool's threads claim the loop in chunks, about CHUNKS_PER_THREAD each,
+from a shared counter, and run them at once: the workers wait for jobs in native
+code (runtime/pool.py), so handing them a kernel is a few stores and, when they
+sleep, a futex wake; no Python runs on a worker. Each output element is computed
+by one thread with the same code, whichever thread that is, so results do not
+depend on the thread count. Small kernels run on the calling thread: waking a
+worker costs more than they do.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ def runs_parallel(extent: int, work: int) -> bool:
 _RUN = ctypes.CFUNCTYPE(
     ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64
 )
-_PREWAKE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
+_PREWAKE = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64)
 _WORKER = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
 
 
@@ -66,7 +68,7 @@ class _Pool:
         self.args = (ctypes.c_uint64 * native.MAX_ARGS).from_address(self.address + 8 * L.ARGS)
         self._run = _RUN(fns["fg_pool_run"])
         self._prewake = _PREWAKE(fns["fg_pool_prewake"])
-        self._close = _PREWAKE(fns["fg_pool_close"])  # the same signature
+        self._close = _WORKER(fns["fg_pool_close"])  # the same signature
         self._worker = _WORKER(fns["fg_pool_worker"])
 
     def ensure(self, n: int) -> None:
@@ -115,14 +117,23 @@ class _Pool:
             self.workers = []
 
     def prewake(self, threads: int) -> None:
-        """Wake the workers a run on `threads` threads will use, if they sleep."""
-        if self.words is not None and threads > 1:
-            self._prewake(self.address, min(threads - 1, len(self.workers)))
+        """Wake the workers a run on `threads` threads will use, if they sleep (and first
+        move them off this thread's CPU if it moved: they would spin in its way)."""
+        if self.words is None or threads <= 1:
+            return
+        k = min(threads - 1, len(self.workers))
+        if self._prewake(self.address, k) and self.lock.acquire(blocking=False):
+            try:  # placing them is the pool owner's business: skip it when it is busy
+                self.place(k)
+                self._prewake(self.address, k)
+            finally:
+                self.lock.release()
 
     def run(self, address: int, threads: int, extent: int, ptrs) -> bool:
-        """Run the function at `address` on `threads` threads, the first this one: slice
-        t of range(extent) each (`split`), or (t, threads) when extent is -1; False (and
-        nothing run) if another thread is using the workers."""
+        """Run the function at `address` on `threads` threads, the first this one: over
+        chunks of range(extent) they claim, or once each as fn(t, threads, ...) when
+        extent is -1 (a program); False (and nothing run) if another thread is using the
+        workers or the function takes more arguments than the pool passes."""
         if len(ptrs) > native.MAX_ARGS or not self.lock.acquire(blocking=False):
             return False
         try:
@@ -157,19 +168,6 @@ def _reset_after_fork() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_after_fork)
-
-
-def split(extent: int, parts: int) -> list[tuple[int, int]]:
-    """`parts` contiguous slices of range(extent), as even as possible: the slices the
-    pool's threads run (computed in native code, runtime/pool.py, the same way)."""
-    parts = max(1, min(parts, extent))
-    base, extra = divmod(extent, parts)
-    out, start = [], 0
-    for i in range(parts):
-        end = start + base + (1 if i < extra else 0)
-        out.append((start, end))
-        start = end
-    return out
 
 
 def effective_threads() -> int:

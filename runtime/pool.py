@@ -43,6 +43,7 @@ MAX_ARGS = 62  # pointer arguments a kernel run by the pool may take (64 in all)
 MAX_WORKERS = 255
 JOB_SPIN_US = 50  # a worker spins this long after a job before it sleeps
 WAKE_SPIN_US = 1000  # and this long after a pre-wake, waiting for the job it announced
+CHUNKS_PER_THREAD = 8  # a kernel's loop is claimed in about this many chunks per thread
 CALLER_SPINS = 4000  # pauses the caller spins waiting for a worker before it yields
 
 
@@ -58,6 +59,7 @@ class Layout:
     YIELD = 6
     FUTEX_NR = 7  # the futex system call's number on this architecture
     ARGS = 8  # MAX_ARGS words: the job's arguments
+    NEXT = 72  # the next chunk of a kernel's loop to claim (a cache line of its own)
     SLOTS = 80  # then a slot per worker
     SLOT_WORDS = 16  # 128 bytes, so two workers' slots never share a cache line
     SEQ, DONE, SLEEPING, FN, N, EXTENT, TID = range(7)
@@ -81,36 +83,50 @@ def _word(lines: list[str], name: str, word: int) -> None:
     lines.append(f"  %{name} = getelementptr inbounds i64, ptr %pool, i64 {word}")
 
 
-def _slice_bounds(lines: list[str], p: str, tid: str, n: str, ext: str) -> None:
-    """%{p}start, %{p}end: thread `tid`'s slice of range(ext) cut in `n` (as `split`: the
-    first ext % n slices one longer), or (tid, n) when ext is -1 (a program)."""
-    lines += [
-        f"  %{p}base = udiv i64 {ext}, {n}",
-        f"  %{p}extra = urem i64 {ext}, {n}",
-        f"  %{p}lt = icmp ult i64 {tid}, %{p}extra",
-        f"  %{p}min = select i1 %{p}lt, i64 {tid}, i64 %{p}extra",
-        f"  %{p}s0 = mul i64 {tid}, %{p}base",
-        f"  %{p}s = add i64 %{p}s0, %{p}min",
-        f"  %{p}one = zext i1 %{p}lt to i64",
-        f"  %{p}len = add i64 %{p}base, %{p}one",
-        f"  %{p}e = add i64 %{p}s, %{p}len",
-        f"  %{p}prog = icmp slt i64 {ext}, 0",
-        f"  %{p}start = select i1 %{p}prog, i64 {tid}, i64 %{p}s",
-        f"  %{p}end = select i1 %{p}prog, i64 {n}, i64 %{p}e",
+def _do_job() -> list[str]:
+    """fg_pool_do(pool, fn, tid, n, ext): one thread's part of a job. A kernel's loop is
+    claimed in chunks from the shared counter, so a thread that starts late (a sleeping
+    CPU takes long to wake) or is preempted takes fewer chunks instead of holding up the
+    others; a program (ext -1) is called once as fn(tid, n, ...)."""
+    args, lines = [], [
+        "define internal void @fg_pool_do(ptr %pool, ptr %fn, i64 %tid, i64 %n, i64 %ext) "
+        "nounwind {",
+        "entry:",
     ]
-
-
-def _call_job(lines: list[str], p: str, fn: str) -> None:
-    """Call fn(%{p}start, %{p}end, args[0 .. MAX_ARGS-1])."""
-    args = []
     for k in range(MAX_ARGS):
-        lines.append(
-            f"  %{p}a{k}.at = getelementptr inbounds i64, ptr %pool, i64 {Layout.ARGS + k}"
-        )
-        lines.append(f"  %{p}a{k} = load i64, ptr %{p}a{k}.at")
-        args.append(f"i64 %{p}a{k}")
+        lines.append(f"  %a{k}.at = getelementptr inbounds i64, ptr %pool, i64 {Layout.ARGS + k}")
+        lines.append(f"  %a{k} = load i64, ptr %a{k}.at")
+        args.append(f"i64 %a{k}")
     sig = ", ".join(["i64"] * (MAX_ARGS + 2))
-    lines.append(f"  call void ({sig}) {fn}(i64 %{p}start, i64 %{p}end, {', '.join(args)})")
+    rest = ", ".join(args)
+    lines += [
+        f"  %next = getelementptr inbounds i64, ptr %pool, i64 {Layout.NEXT}",
+        "  %prog = icmp slt i64 %ext, 0",
+        "  br i1 %prog, label %program, label %chunks",
+        "program:",
+        f"  call void ({sig}) %fn(i64 %tid, i64 %n, {rest})",
+        "  ret void",
+        "chunks:",
+        f"  %parts = mul i64 %n, {CHUNKS_PER_THREAD}",
+        "  %c0 = udiv i64 %ext, %parts",
+        "  %small = icmp eq i64 %c0, 0",
+        "  %chunk = select i1 %small, i64 1, i64 %c0",
+        "  br label %claim",
+        "claim:",
+        "  %start = atomicrmw add ptr %next, i64 %chunk monotonic",
+        "  %left = icmp slt i64 %start, %ext",
+        "  br i1 %left, label %run, label %done",
+        "run:",
+        "  %e0 = add i64 %start, %chunk",
+        "  %over = icmp sgt i64 %e0, %ext",
+        "  %end = select i1 %over, i64 %ext, i64 %e0",
+        f"  call void ({sig}) %fn(i64 %start, i64 %end, {rest})",
+        "  br label %claim",
+        "done:",
+        "  ret void",
+        "}",
+    ]
+    return lines
 
 
 def render() -> str:
@@ -122,6 +138,7 @@ def render() -> str:
     out = ["declare i64 @llvm.readcyclecounter()"]
     if x86:
         out.append("declare void @llvm.x86.sse2.pause()")
+    out += _do_job()
 
     # ---- the worker: wait for a job, run it, say so; forever
     w = [
@@ -209,8 +226,7 @@ def render() -> str:
         "  %ext = load i64, ptr %ext.p",
         "  %tid = load i64, ptr %tid.p",
     ]
-    _slice_bounds(w, "j.", "%tid", "%n", "%ext")
-    _call_job(w, "j.", "%fn")
+    w.append("  call void @fg_pool_do(ptr %pool, ptr %fn, i64 %tid, i64 %n, i64 %ext)")
     w += [
         "  store atomic i64 %q, ptr %done.p release, align 8",
         "  %t2 = call i64 @llvm.readcyclecounter()",
@@ -260,10 +276,23 @@ def render() -> str:
     out += wake
 
     out += [
-        "define void @fg_pool_prewake(ptr %pool, i64 %k) nounwind {",
+        # pre-waking: refused (1) when the caller has moved to another CPU, as a run is:
+        # a worker woken on the caller's CPU would spin there, in the caller's way
+        "define i64 @fg_pool_prewake(ptr %pool, i64 %k) nounwind {",
         "entry:",
+        f"  %getcpu.p = getelementptr inbounds i64, ptr %pool, i64 {L.GETCPU}",
+        f"  %placed.p = getelementptr inbounds i64, ptr %pool, i64 {L.PLACED_CPU}",
+        "  %getcpu = load ptr, ptr %getcpu.p",
+        "  %cpu = call i32 %getcpu()",
+        "  %cpu64 = sext i32 %cpu to i64",
+        "  %placed = load i64, ptr %placed.p",
+        "  %moved = icmp ne i64 %cpu64, %placed",
+        "  br i1 %moved, label %refuse, label %wake",
+        "refuse:",
+        "  ret i64 1",
+        "wake:",
         "  call void @fg_pool_wake(ptr %pool, i64 %k)",
-        "  ret void",
+        "  ret i64 0",
         "}",
         # closing: a null job for each of the first %k workers, then wake them all
         "define void @fg_pool_close(ptr %pool, i64 %k) nounwind {",
@@ -315,6 +344,8 @@ def render() -> str:
         "refuse:",
         "  ret i64 1",
         "post:",
+        f"  %next = getelementptr inbounds i64, ptr %pool, i64 {L.NEXT}",
+        "  store i64 0, ptr %next",  # published to the workers by each slot's release store
         "  %workers = sub i64 %n, 1",
         "  br label %ptest",
         "ptest:",
@@ -347,8 +378,7 @@ def render() -> str:
         "posted:",
         "  call void @fg_pool_wake(ptr %pool, i64 %workers)",
     ]
-    _slice_bounds(r, "m.", "0", "%n", "%ext")
-    _call_job(r, "m.", "%fn")
+    r.append("  call void @fg_pool_do(ptr %pool, ptr %fn, i64 0, i64 %n, i64 %ext)")
     r += [
         "  br label %jtest",
         "jtest:",

@@ -6,9 +6,13 @@ spend milliseconds in Python. Once a schedule is cached, its kernels are
 strung together in one generated function that every thread calls once:
 
     void program(i64 tid, i64 nthreads, ptr buffers, ptr kernels, ptr barrier)
-      for each kernel: run my slice of its parallel loop; wait at the barrier
+      for each kernel: claim chunks of its parallel loop until none is left;
+                       wait at the barrier
 
-Small kernels run on thread 0 alone (the others go straight to the barrier).
+The chunks come from a counter per kernel (after the barrier's words), so a thread
+that starts late (its CPU was asleep) or is preempted takes fewer of them instead
+of holding the others up. Small kernels run on thread 0 alone (the others go
+straight to the barrier).
 Once only such kernels remain (a full sum's last, tiny step), the other threads
 arrive at the barrier before them and return; no barrier follows the last kernel
 (the caller joins the threads), so no thread waits for work it takes no part in.
@@ -47,6 +51,7 @@ def render_program(steps: list[tuple[int, int, list[int]]], name: str) -> str:
     alone = len(steps)
     while alone > 0 and not parallel[alone - 1]:
         alone -= 1
+    counter = 2  # words after %bar: the barrier's two, then two per parallel kernel
     for j, (extent, _, slots) in enumerate(steps):
         lines.append(f"k{j}:")
         args = []
@@ -56,19 +61,14 @@ def render_program(steps: list[tuple[int, int, list[int]]], name: str) -> str:
             args.append(f"ptr %p{j}.{s}")
         lines.append(f"  %f{j}.at = getelementptr inbounds ptr, ptr %fns, i64 {j}")
         lines.append(f"  %f{j} = load ptr, ptr %f{j}.at")
-        if parallel[j]:  # every thread takes an even slice
-            lines += [
-                f"  %a{j}.m = mul i64 %tid, {extent}",
-                f"  %a{j} = sdiv i64 %a{j}.m, %n",
-                f"  %b{j}.t = add i64 %tid, 1",
-                f"  %b{j}.m = mul i64 %b{j}.t, {extent}",
-                f"  %b{j} = sdiv i64 %b{j}.m, %n",
-            ]
+        sig = ", ".join(["i64", "i64"] + ["ptr"] * len(slots))
+        if parallel[j]:  # the threads claim chunks of its loop
+            lines += _claim_chunks(j, extent, counter, sig, args)
+            counter += 2
         else:  # thread 0 runs it whole
             lines += [f"  %a{j} = add i64 0, 0", f"  %b{j} = select i1 %is0, i64 {extent}, i64 0"]
-        call_args = ", ".join([f"i64 %a{j}", f"i64 %b{j}"] + args)
-        sig = ", ".join(["i64", "i64"] + ["ptr"] * len(slots))
-        lines.append(f"  call void ({sig}) %f{j}({call_args})")
+            call_args = ", ".join([f"i64 %a{j}", f"i64 %b{j}"] + args)
+            lines.append(f"  call void ({sig}) %f{j}({call_args})")
         nxt = f"k{j + 1}" if j + 1 < len(steps) else "end"
         if j + 1 < alone:
             lines += _barrier(j, nxt, pause, len(steps))
@@ -79,6 +79,61 @@ def render_program(steps: list[tuple[int, int, list[int]]], name: str) -> str:
     lines += ["end:", "  ret void", "}"]
     head = "declare void @llvm.x86.sse2.pause()\n" if pause else ""
     return head + "\n".join(lines) + "\n"
+
+
+CHUNKS_PER_THREAD = 8  # a parallel kernel's loop is claimed in about this many per thread
+
+
+def counter_words(steps: list[tuple[int, int, list[int]]]) -> int:
+    """Words a program's barrier argument points to: the barrier's count and generation,
+    then a claim counter and a finished counter per parallel kernel (all zero between
+    runs: see `_claim_chunks`)."""
+    return 2 + 2 * sum(runs_parallel(extent, work) for extent, work, _ in steps)
+
+
+def _claim_chunks(j: int, extent: int, counter: int, sig: str, args: list[str]) -> list[str]:
+    """Kernel j run in chunks each thread claims from a shared counter (`%bar` + counter):
+    a thread that starts late, or is preempted, takes fewer chunks instead of holding up
+    the others at the next barrier. Alone (n = 1) a thread runs the whole loop and the
+    counters stay untouched. Each thread, once it finds nothing left, counts itself out;
+    the last one out zeroes both counters for the next run (every thread has stopped
+    claiming by then)."""
+    call = f"call void ({sig}) %f{j}"
+    rest = ", ".join(args)
+    return [
+        f"  %q{j}.one = icmp eq i64 %n, 1",
+        f"  br i1 %q{j}.one, label %k{j}.all, label %k{j}.chunks",
+        f"k{j}.all:",
+        f"  {call}(i64 0, i64 {extent}, {rest})",
+        f"  br label %k{j}.ran",
+        f"k{j}.chunks:",
+        f"  %q{j}.next = getelementptr inbounds i64, ptr %bar, i64 {counter}",
+        f"  %q{j}.out = getelementptr inbounds i64, ptr %bar, i64 {counter + 1}",
+        f"  %q{j}.parts = mul i64 %n, {CHUNKS_PER_THREAD}",
+        f"  %q{j}.c0 = udiv i64 {extent}, %q{j}.parts",
+        f"  %q{j}.small = icmp eq i64 %q{j}.c0, 0",
+        f"  %q{j}.chunk = select i1 %q{j}.small, i64 1, i64 %q{j}.c0",
+        f"  br label %k{j}.claim",
+        f"k{j}.claim:",
+        f"  %q{j}.s = atomicrmw add ptr %q{j}.next, i64 %q{j}.chunk monotonic",
+        f"  %q{j}.left = icmp slt i64 %q{j}.s, {extent}",
+        f"  br i1 %q{j}.left, label %k{j}.run, label %k{j}.out",
+        f"k{j}.run:",
+        f"  %q{j}.e0 = add i64 %q{j}.s, %q{j}.chunk",
+        f"  %q{j}.over = icmp sgt i64 %q{j}.e0, {extent}",
+        f"  %q{j}.e = select i1 %q{j}.over, i64 {extent}, i64 %q{j}.e0",
+        f"  {call}(i64 %q{j}.s, i64 %q{j}.e, {rest})",
+        f"  br label %k{j}.claim",
+        f"k{j}.out:",
+        f"  %q{j}.gone = atomicrmw add ptr %q{j}.out, i64 1 acq_rel",
+        f"  %q{j}.last = icmp eq i64 %q{j}.gone, %last.tid",
+        f"  br i1 %q{j}.last, label %k{j}.reset, label %k{j}.ran",
+        f"k{j}.reset:",
+        f"  store atomic i64 0, ptr %q{j}.next monotonic, align 8",
+        f"  store atomic i64 0, ptr %q{j}.out monotonic, align 8",
+        f"  br label %k{j}.ran",
+        f"k{j}.ran:",
+    ]
 
 
 SPINS_BEFORE_YIELD = 4000

@@ -1,8 +1,8 @@
 """Launching kernels over threads, and what a user sees of them (FUSEGRAD_DUMP, FUSEGRAD_DEBUG).
 
-The parallel loop of every kernel is cut into one slice per thread by
-`split`; the slices must cover the loop exactly, or elements are skipped or
-written twice. A kernel's answer must not depend on how many threads ran it,
+The parallel loop of every kernel is claimed in chunks by the pool's threads
+(tests/runtime/test_pool.py checks that they cover the loop exactly once). A
+kernel's answer must not depend on how many threads ran it,
 including more threads than the machine has cores. The dump and debug outputs
 are checked in a child process, with the environment variables a user sets.
 """
@@ -18,38 +18,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 import fusegrad as fg
 import fusegrad.runtime.launch as launch_module
-from fusegrad.runtime.launch import PARALLEL_MIN_WORK, split
+from fusegrad.runtime.launch import PARALLEL_MIN_WORK
 
 RNG = np.random.default_rng(7)
-
-# ---------------------------------------------------------------- split
-
-
-@given(extent=st.integers(0, 1 << 22), parts=st.integers(1, 256))
-def test_split_covers_the_range_exactly_in_balanced_slices(extent, parts):
-    slices = split(extent, parts)
-    assert slices[0][0] == 0
-    assert slices[-1][1] == extent
-    for (_, end), (start, _) in zip(slices, slices[1:]):
-        assert end == start, slices  # contiguous: nothing skipped, nothing run twice
-    sizes = [end - start for start, end in slices]
-    assert min(sizes) >= 0
-    assert max(sizes) - min(sizes) <= 1, sizes  # balanced
-    assert len(slices) == max(1, min(parts, extent))  # never an empty slice for a thread
-    if extent > 0:
-        assert min(sizes) >= 1
-
-
-def test_split_of_a_small_range_gives_one_element_per_thread():
-    assert split(3, 8) == [(0, 1), (1, 2), (2, 3)]
-    assert split(10, 3) == [(0, 4), (4, 7), (7, 10)]
-    assert split(5, 1) == [(0, 5)]
-
 
 # ---------------------------------------------------------------- thread counts
 
@@ -82,17 +56,17 @@ CASES = {
 def test_results_do_not_depend_on_the_thread_count(case, monkeypatch):
     build, oracle = CASES[case]
     a = RNG.standard_normal((ROWS, COLS)).astype(np.float32)
-    slices_seen: list[list[tuple[int, int]]] = []
+    runs_seen: list[int] = []
     real_run = launch_module._Pool.run
 
     def recording_run(self, address, threads, extent, ptrs):
-        slices_seen.append(split(extent, threads))  # the slices the native pool cuts
+        runs_seen.append(threads)
         return real_run(self, address, threads, extent, ptrs)
 
     monkeypatch.setattr(launch_module._Pool, "run", recording_run)
     results = {}
     for threads in (1, 2, 3):  # 3 is more threads than this machine's cores
-        slices_seen.clear()
+        runs_seen.clear()
         with fg.config.override(threads=threads, program=False):  # kernel by kernel
             # a fresh input buffer each time, so the kernels really run again
             y = build(fg.from_numpy(a))
@@ -100,9 +74,8 @@ def test_results_do_not_depend_on_the_thread_count(case, monkeypatch):
         results[threads] = np.array(y.numpy())
         assert records, "nothing ran"
         if threads > 1:
-            # every kernel of the expression was cut into one slice per thread
-            assert len(slices_seen) == len(records), (case, threads, slices_seen)
-            assert all(len(s) == threads for s in slices_seen), (case, threads, slices_seen)
+            # every kernel of the expression ran on all the threads
+            assert runs_seen == [threads] * len(records), (case, threads, runs_seen)
         with fg.config.override(threads=threads):  # the cached schedule as one native program
             again = np.array(build(fg.from_numpy(a)).numpy())
         assert np.array_equal(again, results[threads]), (case, threads)
@@ -366,11 +339,12 @@ def test_threads_leave_a_program_once_only_thread_0_has_work():
     from fusegrad.runtime.program import render_program
 
     big = PARALLEL_MIN_WORK
+    barrier = "atomicrmw add ptr %bar, i64 1 acq_rel"  # a thread arriving at a barrier
     tail = render_program([(64, big, [0, 1]), (1, 64, [2, 0]), (1, 1, [3, 2])], "P")
-    assert tail.count("atomicrmw") == 1
+    assert tail.count(barrier) == 1
     assert "br i1 %is0, label %wait0, label %end" in tail
     every = render_program([(64, big, [0, 1]), (64, big, [2, 0])], "P")
-    assert every.count("atomicrmw") == 1 and "label %end" not in every.split("k1:")[0]
+    assert every.count(barrier) == 1 and "label %end" not in every.split("k1:")[0]
     x = np.random.default_rng(0).random(1 << 21).astype(np.float32)
     for threads in (1, 2, 3):
         with fg.config.override(threads=threads):
@@ -406,3 +380,29 @@ def test_a_program_of_small_kernels_never_wakes_the_workers(monkeypatch):
         for _ in range(3):
             (big.softmax(1) * 2).realize()
         assert calls and all(n == 2 for n in calls)
+
+
+@pytest.mark.parametrize("tail", ["a tiny kernel", "a parallel kernel"])
+def test_a_program_s_chunk_counters_are_zero_after_every_run(tail):
+    """The threads claim a parallel kernel's chunks from counters kept with the plan; the
+    last thread out of each kernel zeroes them, so the next run claims the whole loop
+    again (whether a barrier follows the kernel or it ends the program)."""
+    from fusegrad.runtime.engine import engine
+
+    x = np.random.default_rng(1).random((512, 256)).astype(np.float32)
+    xt = fg.from_numpy(x)
+
+    def build():
+        y = (xt * 2.0).softmax(1)
+        return y.sum() if tail == "a tiny kernel" else y * 3.0
+
+    want = build().numpy()
+    with fg.config.override(threads=2):
+        for _ in range(30):
+            got = build()
+            np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)
+    plans = [p for p in engine.plans.values() if p.program is not None and p.counters > 2]
+    assert plans
+    for plan in plans:
+        for _, view, _, _ in plan.ready:
+            assert (view[len(view) - plan.counters + 2 :] == 0).all()

@@ -1,9 +1,9 @@
-"""The native worker pool (runtime/pool.py): the slices it cuts, its futex sleep and
-wake, pre-waking, and the jobs it refuses.
+"""The native worker pool (runtime/pool.py): the chunks its threads claim, its futex
+sleep and wake, pre-waking, and the jobs it refuses.
 
-A recorder function compiled for the test stands in for a kernel: each thread
-writes its slice's end at its start (or, called as a program, the thread count
-at its thread id), so the test reads back exactly which slices ran.
+A recorder function compiled for the test stands in for a kernel: each call
+writes its chunk's end at its start (or, called as a program, the thread count
+at its thread id), so the test reads back exactly which chunks ran.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 import fusegrad.runtime.launch as launch_module
 from fusegrad.runtime import pool as native
 from fusegrad.runtime.compiler import compile_kernel
-from fusegrad.runtime.launch import split
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="the native pool is Linux-only")
 
@@ -59,7 +58,8 @@ def new_pool():
 
 
 def slices_run(out: np.ndarray, extent: int) -> list[tuple[int, int]]:
-    """The (start, end) pairs the recorder wrote, following each end to the next start."""
+    """The (start, end) pairs the recorder wrote, following each end to the next start:
+    they must cover range(extent), each element once."""
     got, start = [], 0
     while start < extent:
         end = int(out[start])
@@ -78,11 +78,18 @@ def shared_pool():
 
 @settings(max_examples=60, deadline=None)
 @given(extent=st.integers(2, 5000), threads=st.integers(2, 4))
-def test_the_native_slices_are_split_s(recorder, shared_pool, extent, threads):
+def test_the_chunks_cover_the_loop_once(recorder, shared_pool, extent, threads):
     out = np.full(extent + 1, -1, dtype=np.int64)
     threads = min(threads, extent)
     assert shared_pool.run(recorder, threads, extent, [out.ctypes.data])
-    assert slices_run(out, extent) == split(extent, threads)
+    assert slices_run(out, extent) == chunks(extent, threads)
+    assert (out[extent:] == -1).all()
+
+
+def chunks(extent: int, threads: int) -> list[tuple[int, int]]:
+    """The chunks the pool's threads claim: about CHUNKS_PER_THREAD each, the last shorter."""
+    size = max(1, extent // (threads * native.CHUNKS_PER_THREAD))
+    return [(s, min(s + size, extent)) for s in range(0, extent, size)]
 
 
 def test_a_program_is_called_with_its_thread_id_and_count(recorder, new_pool):
@@ -99,7 +106,7 @@ def test_a_job_posted_before_a_new_worker_got_going_still_runs(recorder, new_poo
         pool = new_pool()
         out = np.full(101, -1, dtype=np.int64)
         assert pool.run(recorder, 2, 100, [out.ctypes.data])
-        assert slices_run(out, 100) == [(0, 50), (50, 100)]
+        assert slices_run(out, 100) == chunks(100, 2)
 
 
 def test_sleeping_workers_wake_for_a_job_and_after_a_prewake(recorder, new_pool):
@@ -121,7 +128,7 @@ def test_sleeping_workers_wake_for_a_job_and_after_a_prewake(recorder, new_pool)
             assert wait_until(False), "a pre-wake left the worker asleep"
         out[:] = -1
         assert pool.run(recorder, 2, 64, [out.ctypes.data])
-        assert slices_run(out, 64) == [(0, 32), (32, 64)]
+        assert slices_run(out, 64) == chunks(64, 2)
 
 
 def test_many_runs_back_to_back_each_run_every_slice(recorder, new_pool):
@@ -132,7 +139,7 @@ def test_many_runs_back_to_back_each_run_every_slice(recorder, new_pool):
         threads = 2 + k % 2
         out[: extent + 1] = -1
         assert pool.run(recorder, threads, extent, [out.ctypes.data])
-        assert slices_run(out, extent) == split(extent, threads)
+        assert slices_run(out, extent) == chunks(extent, threads)
 
 
 def test_a_kernel_with_more_arguments_than_the_pool_passes_is_refused(recorder):
