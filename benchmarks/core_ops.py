@@ -20,9 +20,10 @@ How the numbers are taken (see ../../shared/BENCHMARKS.md, and README.md here):
 - a timed fusegrad call builds the lazy graph and realizes it (`.realize()`),
   so scheduling, launch and Python overhead are all inside the time; the
   "kernels" column is the time spent inside the compiled kernels alone;
-- after numpy or PyTorch the script pauses 0.2 s, because OpenBLAS and OpenMP
-  keep their worker threads spinning for a while after a call and would steal
-  cores from the next system;
+- after every call the script pauses 0.2 s, because OpenBLAS and OpenMP keep
+  their worker threads spinning for a while after a call (fusegrad's for at
+  most 1 ms) and would steal cores from the next system; so every timed call,
+  whichever system, starts with its worker threads asleep;
 - PyTorch gets as many threads as fusegrad (`torch.set_num_threads`); numpy
   uses OpenBLAS's own default (all cores) for matmul.
 
@@ -82,9 +83,10 @@ def timed(run: Callable[[], object]) -> tuple[float, object]:
 
 
 def pause_if_needed(system) -> None:
-    """After numpy or PyTorch, wait until their spinning worker threads have gone to sleep."""
-    if system in (NUMPY, TORCH):
-        time.sleep(PAUSE_AFTER_OTHERS_S)
+    """After every call, wait until the system's spinning worker threads have gone to
+    sleep: numpy's and PyTorch's spin about 0.1 s, fusegrad's at most 1 ms
+    (runtime/pool.py). Every system then starts from the same state: its threads asleep."""
+    time.sleep(PAUSE_AFTER_OTHERS_S)
 
 
 def alternate(runs: dict, rounds: int, on_result=None, system_of=lambda key: key):
@@ -400,7 +402,7 @@ def main() -> None:
     print(
         f"threads: fusegrad {fg.config.threads}, torch "
         f"{torch.get_num_threads() if torch is not None else '-'}, numpy/OpenBLAS default | "
-        f"rounds: up to {most} per system, {warmup} warm-up | pause after numpy/torch "
+        f"rounds: up to {most} per system, {warmup} warm-up | pause after every call "
         f"{PAUSE_AFTER_OTHERS_S} s"
     )
 

@@ -26,6 +26,7 @@ import numpy as np
 from .errors import DTypeError, IndexingError, ShapeError, fail
 from .ir import node as N
 from .ir.dtypes import bool_, int64
+from .reduce import ReduceMixin  # (at the top: an import in a function runs each call)
 
 SORT_LIMIT = 1 << 24  # compared pairs (rows * n * n) a sort may build
 
@@ -149,8 +150,6 @@ def var(x, dim=None, unbiased=None, keepdim: bool = False, correction=None):
         correction = 1 if unbiased is None or unbiased else 0
     if isinstance(dim, bool):  # var(True): the old positional unbiased
         dim, correction = None, int(dim)
-    from .reduce import ReduceMixin
-
     return ReduceMixin.var(x, dim, keepdim, correction)
 
 
@@ -169,8 +168,6 @@ def std_mean(x, dim=None, unbiased=None, keepdim: bool = False, correction=None)
 
 def sum_(x, dim=None, keepdim: bool = False, dtype=None, axis=None):
     """Sum over `dim` (`axis` is accepted as numpy's name)."""
-    from .reduce import ReduceMixin
-
     if axis is not None:
         if dim is not None:
             fail(ShapeError, "sum", "give dim or axis, not both")

@@ -32,8 +32,13 @@ def runs_parallel(extent: int, work: int) -> bool:
     return work >= PARALLEL_MIN_WORK and extent > 1
 
 
-_RUN = ctypes.CFUNCTYPE(
-    ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64
+_RUN = ctypes.CFUNCTYPE(  # (pool, fn, threads, extent, least iterations per chunk)
+    ctypes.c_int64,
+    ctypes.c_void_p,
+    ctypes.c_void_p,
+    ctypes.c_int64,
+    ctypes.c_int64,
+    ctypes.c_int64,
 )
 _PREWAKE = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64)
 _WORKER = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
@@ -129,11 +134,12 @@ class _Pool:
             finally:
                 self.lock.release()
 
-    def run(self, address: int, threads: int, extent: int, ptrs) -> bool:
+    def run(self, address: int, threads: int, extent: int, ptrs, least: int = 1) -> bool:
         """Run the function at `address` on `threads` threads, the first this one: over
         chunks of range(extent) they claim, or once each as fn(t, threads, ...) when
-        extent is -1 (a program); False (and nothing run) if another thread is using the
-        workers or the function takes more arguments than the pool passes."""
+        extent is -1 (a program), `least` iterations a chunk at least; False (and nothing
+        run) if another thread is using the workers or the function takes more arguments
+        than the pool passes."""
         if len(ptrs) > native.MAX_ARGS or not self.lock.acquire(blocking=False):
             return False
         try:
@@ -142,7 +148,7 @@ class _Pool:
                 self.ensure(helpers)
                 self.place(helpers)
             self.args[: len(ptrs)] = ptrs
-            while self._run(self.address, address, threads, extent):
+            while self._run(self.address, address, threads, extent, least):
                 self.place(helpers)  # the caller moved to another CPU: move the workers
             return True
         finally:
@@ -204,8 +210,16 @@ def launch(kernel, extent: int, work: int, ptrs: list[int]) -> None:
     threads = (
         min(config.threads, extent, native.MAX_WORKERS + 1) if runs_parallel(extent, work) else 1
     )
-    if threads <= 1 or not _POOL_OK or not _pool.run(kernel.address, threads, extent, ptrs):
+    if threads <= 1 or not _POOL_OK:
         kernel.fn(0, extent, *ptrs)
+    elif not _pool.run(kernel.address, threads, extent, ptrs, chunk_least(extent, work)):
+        kernel.fn(0, extent, *ptrs)
+
+
+def chunk_least(extent: int, work: int) -> int:
+    """The fewest iterations of a kernel's parallel loop a chunk claimed by one thread
+    holds: enough for native.CHUNK_MIN_WORK inner iterations."""
+    return max(1, -(-extent * native.CHUNK_MIN_WORK // max(work, 1)))
 
 
 _POOL_OK = native.available()

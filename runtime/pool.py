@@ -43,7 +43,11 @@ MAX_ARGS = 62  # pointer arguments a kernel run by the pool may take (64 in all)
 MAX_WORKERS = 255
 JOB_SPIN_US = 50  # a worker spins this long after a job before it sleeps
 WAKE_SPIN_US = 1000  # and this long after a pre-wake, waiting for the job it announced
-CHUNKS_PER_THREAD = 8  # a kernel's loop is claimed in about this many chunks per thread
+# a kernel's loop is claimed in about this many chunks per thread (a late thread then
+# holds the others up by at most a chunk), each at least CHUNK_MIN_WORK inner iterations
+# (so claiming costs little next to running one)
+CHUNKS_PER_THREAD = 32
+CHUNK_MIN_WORK = 1 << 14
 CALLER_SPINS = 4000  # pauses the caller spins waiting for a worker before it yields
 
 
@@ -62,7 +66,7 @@ class Layout:
     NEXT = 72  # the next chunk of a kernel's loop to claim (a cache line of its own)
     SLOTS = 80  # then a slot per worker
     SLOT_WORDS = 16  # 128 bytes, so two workers' slots never share a cache line
-    SEQ, DONE, SLEEPING, FN, N, EXTENT, TID = range(7)
+    SEQ, DONE, SLEEPING, FN, N, EXTENT, TID, CHUNK = range(8)
     WORDS = SLOTS + SLOT_WORDS * MAX_WORKERS
 
 
@@ -84,15 +88,19 @@ def _word(lines: list[str], name: str, word: int) -> None:
 
 
 def _do_job() -> list[str]:
-    """fg_pool_do(pool, fn, tid, n, ext): one thread's part of a job. A kernel's loop is
-    claimed in chunks from the shared counter, so a thread that starts late (a sleeping
-    CPU takes long to wake) or is preempted takes fewer chunks instead of holding up the
-    others; a program (ext -1) is called once as fn(tid, n, ...)."""
-    args, lines = [], [
-        "define internal void @fg_pool_do(ptr %pool, ptr %fn, i64 %tid, i64 %n, i64 %ext) "
-        "nounwind {",
-        "entry:",
-    ]
+    """fg_pool_do(pool, fn, tid, n, ext, chunk): one thread's part of a job. A kernel's
+    loop is claimed `chunk` iterations at a time from the shared counter, so a thread that
+    starts late (a sleeping CPU takes long to wake) or is preempted takes fewer chunks
+    instead of holding up the others; a program (ext -1) is called once as
+    fn(tid, n, ...)."""
+    args, lines = (
+        [],
+        [
+            "define internal void @fg_pool_do(ptr %pool, ptr %fn, i64 %tid, i64 %n, i64 %ext, "
+            "i64 %chunk) nounwind {",
+            "entry:",
+        ],
+    )
     for k in range(MAX_ARGS):
         lines.append(f"  %a{k}.at = getelementptr inbounds i64, ptr %pool, i64 {Layout.ARGS + k}")
         lines.append(f"  %a{k} = load i64, ptr %a{k}.at")
@@ -107,10 +115,6 @@ def _do_job() -> list[str]:
         f"  call void ({sig}) %fn(i64 %tid, i64 %n, {rest})",
         "  ret void",
         "chunks:",
-        f"  %parts = mul i64 %n, {CHUNKS_PER_THREAD}",
-        "  %c0 = udiv i64 %ext, %parts",
-        "  %small = icmp eq i64 %c0, 0",
-        "  %chunk = select i1 %small, i64 1, i64 %c0",
         "  br label %claim",
         "claim:",
         "  %start = atomicrmw add ptr %next, i64 %chunk monotonic",
@@ -158,6 +162,7 @@ def render() -> str:
         ("n", L.N),
         ("ext", L.EXTENT),
         ("tid", L.TID),
+        ("chunk", L.CHUNK),
     ):
         _slot_field(w, f"{name}.p", "%slot", field)
     for name, word in (
@@ -225,8 +230,9 @@ def render() -> str:
         "  %n = load i64, ptr %n.p",
         "  %ext = load i64, ptr %ext.p",
         "  %tid = load i64, ptr %tid.p",
+        "  %chunk = load i64, ptr %chunk.p",
     ]
-    w.append("  call void @fg_pool_do(ptr %pool, ptr %fn, i64 %tid, i64 %n, i64 %ext)")
+    w.append("  call void @fg_pool_do(ptr %pool, ptr %fn, i64 %tid, i64 %n, i64 %ext, i64 %chunk)")
     w += [
         "  store atomic i64 %q, ptr %done.p release, align 8",
         "  %t2 = call i64 @llvm.readcyclecounter()",
@@ -328,7 +334,7 @@ def render() -> str:
     # Returns 1 (and runs nothing) when the caller is no longer on the CPU the workers
     # were placed off.
     r = [
-        "define i64 @fg_pool_run(ptr %pool, ptr %fn, i64 %n, i64 %ext) nounwind {",
+        "define i64 @fg_pool_run(ptr %pool, ptr %fn, i64 %n, i64 %ext, i64 %least) nounwind {",
         "entry:",
     ]
     _word(r, "getcpu.p", L.GETCPU)
@@ -344,6 +350,13 @@ def render() -> str:
         "refuse:",
         "  ret i64 1",
         "post:",
+        # chunks: about CHUNKS_PER_THREAD per thread, but at least `least` iterations
+        f"  %parts = mul i64 %n, {CHUNKS_PER_THREAD}",
+        "  %c0 = udiv i64 %ext, %parts",
+        "  %big = icmp ugt i64 %c0, %least",
+        "  %c1 = select i1 %big, i64 %c0, i64 %least",
+        "  %small = icmp slt i64 %c1, 1",
+        "  %chunk = select i1 %small, i64 1, i64 %c1",
         f"  %next = getelementptr inbounds i64, ptr %pool, i64 {L.NEXT}",
         "  store i64 0, ptr %next",  # published to the workers by each slot's release store
         "  %workers = sub i64 %n, 1",
@@ -363,12 +376,14 @@ def render() -> str:
         ("pn", L.N),
         ("pext", L.EXTENT),
         ("ptid", L.TID),
+        ("pchunk", L.CHUNK),
     ):
         _slot_field(r, name, "%ps", field)
     r += [
         "  store ptr %fn, ptr %pfn",
         "  store i64 %n, ptr %pn",
         "  store i64 %ext, ptr %pext",
+        "  store i64 %chunk, ptr %pchunk",
         "  %i.n = add i64 %i, 1",
         "  store i64 %i.n, ptr %ptid",
         "  %sq = load atomic i64, ptr %pseq monotonic, align 8",
@@ -378,7 +393,7 @@ def render() -> str:
         "posted:",
         "  call void @fg_pool_wake(ptr %pool, i64 %workers)",
     ]
-    r.append("  call void @fg_pool_do(ptr %pool, ptr %fn, i64 0, i64 %n, i64 %ext)")
+    r.append("  call void @fg_pool_do(ptr %pool, ptr %fn, i64 0, i64 %n, i64 %ext, i64 %chunk)")
     r += [
         "  br label %jtest",
         "jtest:",

@@ -27,7 +27,8 @@ import hashlib
 import llvmlite.binding as llvm
 
 from .compiler import CompiledKernel, compile_kernel
-from .launch import runs_parallel
+from .launch import chunk_least, runs_parallel
+from .pool import CHUNKS_PER_THREAD
 
 
 def render_program(steps: list[tuple[int, int, list[int]]], name: str) -> str:
@@ -52,7 +53,7 @@ def render_program(steps: list[tuple[int, int, list[int]]], name: str) -> str:
     while alone > 0 and not parallel[alone - 1]:
         alone -= 1
     counter = 2  # words after %bar: the barrier's two, then two per parallel kernel
-    for j, (extent, _, slots) in enumerate(steps):
+    for j, (extent, work, slots) in enumerate(steps):
         lines.append(f"k{j}:")
         args = []
         for s, slot in enumerate(slots):
@@ -63,7 +64,7 @@ def render_program(steps: list[tuple[int, int, list[int]]], name: str) -> str:
         lines.append(f"  %f{j} = load ptr, ptr %f{j}.at")
         sig = ", ".join(["i64", "i64"] + ["ptr"] * len(slots))
         if parallel[j]:  # the threads claim chunks of its loop
-            lines += _claim_chunks(j, extent, counter, sig, args)
+            lines += _claim_chunks(j, extent, chunk_least(extent, work), counter, sig, args)
             counter += 2
         else:  # thread 0 runs it whole
             lines += [f"  %a{j} = add i64 0, 0", f"  %b{j} = select i1 %is0, i64 {extent}, i64 0"]
@@ -81,9 +82,6 @@ def render_program(steps: list[tuple[int, int, list[int]]], name: str) -> str:
     return head + "\n".join(lines) + "\n"
 
 
-CHUNKS_PER_THREAD = 8  # a parallel kernel's loop is claimed in about this many per thread
-
-
 def counter_words(steps: list[tuple[int, int, list[int]]]) -> int:
     """Words a program's barrier argument points to: the barrier's count and generation,
     then a claim counter and a finished counter per parallel kernel (all zero between
@@ -91,8 +89,11 @@ def counter_words(steps: list[tuple[int, int, list[int]]]) -> int:
     return 2 + 2 * sum(runs_parallel(extent, work) for extent, work, _ in steps)
 
 
-def _claim_chunks(j: int, extent: int, counter: int, sig: str, args: list[str]) -> list[str]:
-    """Kernel j run in chunks each thread claims from a shared counter (`%bar` + counter):
+def _claim_chunks(
+    j: int, extent: int, least: int, counter: int, sig: str, args: list[str]
+) -> list[str]:
+    """Kernel j run in chunks each thread claims from a shared counter (`%bar` + counter),
+    about CHUNKS_PER_THREAD per thread and at least `least` iterations each (as the pool's):
     a thread that starts late, or is preempted, takes fewer chunks instead of holding up
     the others at the next barrier. Alone (n = 1) a thread runs the whole loop and the
     counters stay untouched. Each thread, once it finds nothing left, counts itself out;
@@ -111,8 +112,8 @@ def _claim_chunks(j: int, extent: int, counter: int, sig: str, args: list[str]) 
         f"  %q{j}.out = getelementptr inbounds i64, ptr %bar, i64 {counter + 1}",
         f"  %q{j}.parts = mul i64 %n, {CHUNKS_PER_THREAD}",
         f"  %q{j}.c0 = udiv i64 {extent}, %q{j}.parts",
-        f"  %q{j}.small = icmp eq i64 %q{j}.c0, 0",
-        f"  %q{j}.chunk = select i1 %q{j}.small, i64 1, i64 %q{j}.c0",
+        f"  %q{j}.small = icmp ult i64 %q{j}.c0, {least}",
+        f"  %q{j}.chunk = select i1 %q{j}.small, i64 {least}, i64 %q{j}.c0",
         f"  br label %k{j}.claim",
         f"k{j}.claim:",
         f"  %q{j}.s = atomicrmw add ptr %q{j}.next, i64 %q{j}.chunk monotonic",

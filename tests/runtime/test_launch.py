@@ -59,9 +59,9 @@ def test_results_do_not_depend_on_the_thread_count(case, monkeypatch):
     runs_seen: list[int] = []
     real_run = launch_module._Pool.run
 
-    def recording_run(self, address, threads, extent, ptrs):
+    def recording_run(self, address, threads, extent, ptrs, *least):
         runs_seen.append(threads)
-        return real_run(self, address, threads, extent, ptrs)
+        return real_run(self, address, threads, extent, ptrs, *least)
 
     monkeypatch.setattr(launch_module._Pool, "run", recording_run)
     results = {}
@@ -361,9 +361,9 @@ def test_a_program_of_small_kernels_never_wakes_the_workers(monkeypatch):
     calls = []
     real_run = type(pool).run
 
-    def counting_run(self, address, threads, extent, ptrs):
+    def counting_run(self, address, threads, extent, ptrs, *least):
         calls.append(threads)
-        return real_run(self, address, threads, extent, ptrs)
+        return real_run(self, address, threads, extent, ptrs, *least)
 
     monkeypatch.setattr(type(pool), "run", counting_run)
     with fg.config.override(threads=2):

@@ -77,18 +77,19 @@ def shared_pool():
 
 
 @settings(max_examples=60, deadline=None)
-@given(extent=st.integers(2, 5000), threads=st.integers(2, 4))
-def test_the_chunks_cover_the_loop_once(recorder, shared_pool, extent, threads):
+@given(extent=st.integers(2, 5000), threads=st.integers(2, 4), least=st.integers(1, 300))
+def test_the_chunks_cover_the_loop_once(recorder, shared_pool, extent, threads, least):
     out = np.full(extent + 1, -1, dtype=np.int64)
     threads = min(threads, extent)
-    assert shared_pool.run(recorder, threads, extent, [out.ctypes.data])
-    assert slices_run(out, extent) == chunks(extent, threads)
+    assert shared_pool.run(recorder, threads, extent, [out.ctypes.data], least)
+    assert slices_run(out, extent) == chunks(extent, threads, least)
     assert (out[extent:] == -1).all()
 
 
-def chunks(extent: int, threads: int) -> list[tuple[int, int]]:
-    """The chunks the pool's threads claim: about CHUNKS_PER_THREAD each, the last shorter."""
-    size = max(1, extent // (threads * native.CHUNKS_PER_THREAD))
+def chunks(extent: int, threads: int, least: int = 1) -> list[tuple[int, int]]:
+    """The chunks the pool's threads claim: about CHUNKS_PER_THREAD each but at least
+    `least` iterations, the last shorter."""
+    size = max(1, least, extent // (threads * native.CHUNKS_PER_THREAD))
     return [(s, min(s + size, extent)) for s in range(0, extent, size)]
 
 
