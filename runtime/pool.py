@@ -79,8 +79,20 @@ def available() -> bool:
     return sys.platform.startswith("linux") and platform.machine() in _FUTEX_NR
 
 
-def _slot_field(lines: list[str], name: str, slot: str, field: int) -> None:
-    lines.append(f"  %{name} = getelementptr inbounds i64, ptr {slot}, i64 {field}")
+def _slot(name: str, index: str, field: int = 0) -> list[str]:
+    """%{name} = the address of word `field` of worker `index`'s slot."""
+    L = Layout
+    return [
+        f"  %{name}.o1 = mul i64 {index}, {L.SLOT_WORDS}",
+        f"  %{name}.o2 = add i64 %{name}.o1, {L.SLOTS + field}",
+        f"  %{name} = getelementptr inbounds i64, ptr %pool, i64 %{name}.o2",
+    ]
+
+
+def _slot_fields(lines: list[str], slot: str, names: dict[str, int]) -> None:
+    """%name = the address of each named field of the slot at `slot`."""
+    for name, field in names.items():
+        lines.append(f"  %{name} = getelementptr inbounds i64, ptr {slot}, i64 {field}")
 
 
 def _word(lines: list[str], name: str, word: int) -> None:
@@ -144,27 +156,17 @@ def render() -> str:
         out.append("declare void @llvm.x86.sse2.pause()")
     out += _do_job()
 
-    # ---- the worker: wait for a job, run it, say so; forever
+    # ---- the worker: wait for a job, run it, say so; until a null job (closing)
     w = [
         "define void @fg_pool_worker(ptr %pool, i64 %w) nounwind {",
         "entry:",
         "  %seen.a = alloca i64",
         "  %until.a = alloca i64",
-        f"  %o1 = mul i64 %w, {L.SLOT_WORDS}",
-        f"  %o2 = add i64 %o1, {L.SLOTS}",
-        "  %slot = getelementptr inbounds i64, ptr %pool, i64 %o2",
+        *_slot("slot", "%w"),
     ]
-    for name, field in (
-        ("seq", L.SEQ),
-        ("done", L.DONE),
-        ("sleep", L.SLEEPING),
-        ("fn", L.FN),
-        ("n", L.N),
-        ("ext", L.EXTENT),
-        ("tid", L.TID),
-        ("chunk", L.CHUNK),
-    ):
-        _slot_field(w, f"{name}.p", "%slot", field)
+    fields = {"seq.p": L.SEQ, "done.p": L.DONE, "sleep.p": L.SLEEPING, "fn.p": L.FN}
+    fields.update({"n.p": L.N, "ext.p": L.EXTENT, "tid.p": L.TID, "chunk.p": L.CHUNK})
+    _slot_fields(w, "%slot", fields)
     for name, word in (
         ("jobspin.p", L.JOB_SPIN),
         ("wakespin.p", L.WAKE_SPIN),
@@ -255,9 +257,7 @@ def render() -> str:
         "  %more = icmp ult i64 %i, %k",
         "  br i1 %more, label %look, label %none",
         "look:",
-        f"  %o1 = mul i64 %i, {L.SLOT_WORDS}",
-        f"  %o2 = add i64 %o1, {L.SLOTS + L.SLEEPING}",
-        "  %sp = getelementptr inbounds i64, ptr %pool, i64 %o2",
+        *_slot("sp", "%i", L.SLEEPING),
         "  %s = load atomic i64, ptr %sp seq_cst, align 8",
         "  %i.n = add i64 %i, 1",
         "  %asleep = icmp ne i64 %s, 0",
@@ -309,9 +309,7 @@ def render() -> str:
         "  %more = icmp ult i64 %i, %k",
         "  br i1 %more, label %body, label %wake",
         "body:",
-        f"  %o1 = mul i64 %i, {L.SLOT_WORDS}",
-        f"  %o2 = add i64 %o1, {L.SLOTS}",
-        "  %s = getelementptr inbounds i64, ptr %pool, i64 %o2",
+        *_slot("s", "%i"),
         f"  %fnp = getelementptr inbounds i64, ptr %s, i64 {L.FN}",
         "  store ptr null, ptr %fnp",
         "  %sq = load atomic i64, ptr %s monotonic, align 8",
@@ -366,19 +364,10 @@ def render() -> str:
         "  %pmore = icmp ult i64 %i, %workers",
         "  br i1 %pmore, label %pbody, label %posted",
         "pbody:",
-        f"  %po1 = mul i64 %i, {L.SLOT_WORDS}",
-        f"  %po2 = add i64 %po1, {L.SLOTS}",
-        "  %ps = getelementptr inbounds i64, ptr %pool, i64 %po2",
+        *_slot("ps", "%i"),
     ]
-    for name, field in (
-        ("pseq", L.SEQ),
-        ("pfn", L.FN),
-        ("pn", L.N),
-        ("pext", L.EXTENT),
-        ("ptid", L.TID),
-        ("pchunk", L.CHUNK),
-    ):
-        _slot_field(r, name, "%ps", field)
+    fields = {"pseq": L.SEQ, "pfn": L.FN, "pn": L.N, "pext": L.EXTENT, "ptid": L.TID}
+    _slot_fields(r, "%ps", {**fields, "pchunk": L.CHUNK})
     r += [
         "  store ptr %fn, ptr %pfn",
         "  store i64 %n, ptr %pn",
@@ -401,12 +390,9 @@ def render() -> str:
         "  %jmore = icmp ult i64 %j, %workers",
         "  br i1 %jmore, label %jbody, label %joined",
         "jbody:",
-        f"  %jo1 = mul i64 %j, {L.SLOT_WORDS}",
-        f"  %jo2 = add i64 %jo1, {L.SLOTS}",
-        "  %js = getelementptr inbounds i64, ptr %pool, i64 %jo2",
+        *_slot("js", "%j"),
     ]
-    _slot_field(r, "jseq", "%js", L.SEQ)
-    _slot_field(r, "jdonep", "%js", L.DONE)
+    _slot_fields(r, "%js", {"jseq": L.SEQ, "jdonep": L.DONE})
     r += [
         "  %want = load atomic i64, ptr %jseq monotonic, align 8",
         "  br label %jwait",
