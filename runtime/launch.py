@@ -222,4 +222,4 @@ def chunk_least(extent: int, work: int) -> int:
     return max(1, -(-extent * native.CHUNK_MIN_WORK // max(work, 1)))
 
 
-_POOL_OK = native.available()
+_POOL_OK = native.available() and _sched_getcpu is not None  # (the pool checks the CPU)
