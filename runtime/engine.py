@@ -219,10 +219,10 @@ class Engine:
         something to compute. Constants are always computed inline. While a jit call is
         recorded, only values computed during the call count, so the recording holds
         every kernel a replay must run."""
-        rec = getattr(self._local, "recording", None)
-        if rec is None:
-            return self._has_value
-        return _predicate(rec.fresh)
+        return self._predicate_for(getattr(self._local, "recording", None))
+
+    def _predicate_for(self, rec: _Recording | None) -> Callable[[Node], bool]:
+        return self._has_value if rec is None else _predicate(rec.fresh)
 
     # ---------------------------------------------------------------- realize
     def realize(self, nodes: list[Node]) -> list[KernelRecord]:
@@ -233,7 +233,7 @@ class Engine:
         parameters), so the second step of a training loop only runs kernels.
         """
         rec = getattr(self._local, "recording", None)
-        has_value = self._has_value if rec is None else _predicate(rec.fresh)
+        has_value = self._predicate_for(rec)
         if len(nodes) == 1:  # the usual case, without the dictionary
             todo = [] if has_value(nodes[0]) else list(nodes)
         else:

@@ -56,7 +56,6 @@ class _Pool:
     def __init__(self):
         self.workers: list[threading.Thread] = []
         self.lock = threading.Lock()
-        self.placed_for = (-1, 0)  # (the caller's CPU, workers) when workers were last placed
         self.words = None  # the shared words (runtime/pool.py's Layout), made on first use
 
     def _start(self) -> None:
@@ -108,8 +107,7 @@ class _Pool:
                     os.sched_setaffinity(t.native_id, others)
                 except OSError:  # pragma: no cover - a CPU went offline: let it place them
                     break
-        self.placed_for = (here, len(self.workers))
-        self.words[native.Layout.PLACED_CPU] = here
+        self.words[native.Layout.PLACED_CPU] = here  # what `fg_pool_run` compares with
 
     def close(self) -> None:
         """Stop the workers (each returns from native code) and wait for them."""
@@ -210,9 +208,11 @@ def launch(kernel, extent: int, work: int, ptrs: list[int]) -> None:
     threads = (
         min(config.threads, extent, native.MAX_WORKERS + 1) if runs_parallel(extent, work) else 1
     )
-    if threads <= 1 or not _POOL_OK:
-        kernel.fn(0, extent, *ptrs)
-    elif not _pool.run(kernel.address, threads, extent, ptrs, chunk_least(extent, work)):
+    if (
+        threads <= 1
+        or not _POOL_OK
+        or not _pool.run(kernel.address, threads, extent, ptrs, chunk_least(extent, work))
+    ):
         kernel.fn(0, extent, *ptrs)
 
 

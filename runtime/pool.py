@@ -37,8 +37,6 @@ import platform
 import sys
 import time
 
-import llvmlite.binding as llvm
-
 MAX_ARGS = 62  # pointer arguments a kernel run by the pool may take (64 in all)
 MAX_WORKERS = 255
 JOB_SPIN_US = 50  # a worker spins this long after a job before it sleeps
@@ -99,6 +97,37 @@ def _word(lines: list[str], name: str, word: int) -> None:
     lines.append(f"  %{name} = getelementptr inbounds i64, ptr %pool, i64 {word}")
 
 
+def chunk_size_ir(p: str, extent, n, least) -> list[str]:
+    """%{p}chunk: iterations of a loop of `extent` a thread claims at a time, about
+    CHUNKS_PER_THREAD chunks per thread of `n` but at least `least` (>= 1). Shared by the
+    pool's launches and the programs' kernels (runtime/program.py)."""
+    return [
+        f"  %{p}parts = mul i64 {n}, {CHUNKS_PER_THREAD}",
+        f"  %{p}c0 = udiv i64 {extent}, %{p}parts",
+        f"  %{p}big = icmp ugt i64 %{p}c0, {least}",
+        f"  %{p}chunk = select i1 %{p}big, i64 %{p}c0, i64 {least}",
+    ]
+
+
+def claim_loop_ir(p: str, counter: str, extent, chunk: str, call: str, done: str) -> list[str]:
+    """Blocks {p}claim and {p}run: claim `chunk` iterations of range(extent) at a time
+    from the shared counter at `counter`, run each chunk (`call`: the call's text, with
+    `{}` where the chunk's start and end go), and branch to `done` once none is left."""
+    return [
+        f"  br label %{p}claim",
+        f"{p}claim:",
+        f"  %{p}s = atomicrmw add ptr {counter}, i64 {chunk} monotonic",
+        f"  %{p}left = icmp slt i64 %{p}s, {extent}",
+        f"  br i1 %{p}left, label %{p}run, label %{done}",
+        f"{p}run:",
+        f"  %{p}e0 = add i64 %{p}s, {chunk}",
+        f"  %{p}over = icmp sgt i64 %{p}e0, {extent}",
+        f"  %{p}e = select i1 %{p}over, i64 {extent}, i64 %{p}e0",
+        "  " + call.format(f"%{p}s", f"%{p}e"),
+        f"  br label %{p}claim",
+    ]
+
+
 def _do_job() -> list[str]:
     """fg_pool_do(pool, fn, tid, n, ext, chunk): one thread's part of a job. A kernel's
     loop is claimed `chunk` iterations at a time from the shared counter, so a thread that
@@ -127,17 +156,14 @@ def _do_job() -> list[str]:
         f"  call void ({sig}) %fn(i64 %tid, i64 %n, {rest})",
         "  ret void",
         "chunks:",
-        "  br label %claim",
-        "claim:",
-        "  %start = atomicrmw add ptr %next, i64 %chunk monotonic",
-        "  %left = icmp slt i64 %start, %ext",
-        "  br i1 %left, label %run, label %done",
-        "run:",
-        "  %e0 = add i64 %start, %chunk",
-        "  %over = icmp sgt i64 %e0, %ext",
-        "  %end = select i1 %over, i64 %ext, i64 %e0",
-        f"  call void ({sig}) %fn(i64 %start, i64 %end, {rest})",
-        "  br label %claim",
+        *claim_loop_ir(
+            "c.",
+            "%next",
+            "%ext",
+            "%chunk",
+            f"call void ({sig}) %fn(i64 {{}}, i64 {{}}, {rest})",
+            "done",
+        ),
         "done:",
         "  ret void",
         "}",
@@ -348,13 +374,7 @@ def render() -> str:
         "refuse:",
         "  ret i64 1",
         "post:",
-        # chunks: about CHUNKS_PER_THREAD per thread, but at least `least` iterations
-        f"  %parts = mul i64 %n, {CHUNKS_PER_THREAD}",
-        "  %c0 = udiv i64 %ext, %parts",
-        "  %big = icmp ugt i64 %c0, %least",
-        "  %c1 = select i1 %big, i64 %c0, i64 %least",
-        "  %small = icmp slt i64 %c1, 1",
-        "  %chunk = select i1 %small, i64 1, i64 %c1",
+        *chunk_size_ir("", "%ext", "%n", "%least"),
         f"  %next = getelementptr inbounds i64, ptr %pool, i64 {L.NEXT}",
         "  store i64 0, ptr %next",  # published to the workers by each slot's release store
         "  %workers = sub i64 %n, 1",
@@ -459,11 +479,3 @@ def libc_addresses() -> tuple[int, int, int, int]:
 
     nr = _FUTEX_NR[platform.machine()]
     return address("syscall"), address("sched_getcpu"), address("sched_yield"), nr
-
-
-def _check_ir() -> None:  # pragma: no cover - a development aid: python -m ...pool
-    llvm.parse_assembly(render()).verify()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    print(render())

@@ -28,7 +28,7 @@ import llvmlite.binding as llvm
 
 from .compiler import CompiledKernel, compile_kernel
 from .launch import chunk_least, runs_parallel
-from .pool import CHUNKS_PER_THREAD
+from .pool import chunk_size_ir, claim_loop_ir
 
 
 def render_program(steps: list[tuple[int, int, list[int]]], name: str) -> str:
@@ -93,7 +93,7 @@ def _claim_chunks(
     j: int, extent: int, least: int, counter: int, sig: str, args: list[str]
 ) -> list[str]:
     """Kernel j run in chunks each thread claims from a shared counter (`%bar` + counter),
-    about CHUNKS_PER_THREAD per thread and at least `least` iterations each (as the pool's):
+    sized and claimed as the pool's launches are (runtime/pool.py), at least `least` each:
     a thread that starts late, or is preempted, takes fewer chunks instead of holding up
     the others at the next barrier. Alone (n = 1) a thread runs the whole loop and the
     counters stay untouched. Each thread, once it finds nothing left, counts itself out;
@@ -110,21 +110,15 @@ def _claim_chunks(
         f"k{j}.chunks:",
         f"  %q{j}.next = getelementptr inbounds i64, ptr %bar, i64 {counter}",
         f"  %q{j}.out = getelementptr inbounds i64, ptr %bar, i64 {counter + 1}",
-        f"  %q{j}.parts = mul i64 %n, {CHUNKS_PER_THREAD}",
-        f"  %q{j}.c0 = udiv i64 {extent}, %q{j}.parts",
-        f"  %q{j}.small = icmp ult i64 %q{j}.c0, {least}",
-        f"  %q{j}.chunk = select i1 %q{j}.small, i64 {least}, i64 %q{j}.c0",
-        f"  br label %k{j}.claim",
-        f"k{j}.claim:",
-        f"  %q{j}.s = atomicrmw add ptr %q{j}.next, i64 %q{j}.chunk monotonic",
-        f"  %q{j}.left = icmp slt i64 %q{j}.s, {extent}",
-        f"  br i1 %q{j}.left, label %k{j}.run, label %k{j}.out",
-        f"k{j}.run:",
-        f"  %q{j}.e0 = add i64 %q{j}.s, %q{j}.chunk",
-        f"  %q{j}.over = icmp sgt i64 %q{j}.e0, {extent}",
-        f"  %q{j}.e = select i1 %q{j}.over, i64 {extent}, i64 %q{j}.e0",
-        f"  {call}(i64 %q{j}.s, i64 %q{j}.e, {rest})",
-        f"  br label %k{j}.claim",
+        *chunk_size_ir(f"q{j}.", extent, "%n", least),
+        *claim_loop_ir(
+            f"q{j}.",
+            f"%q{j}.next",
+            extent,
+            f"%q{j}.chunk",
+            call + "(i64 {}, i64 {}, " + rest + ")",
+            f"k{j}.out",
+        ),
         f"k{j}.out:",
         f"  %q{j}.gone = atomicrmw add ptr %q{j}.out, i64 1 acq_rel",
         f"  %q{j}.last = icmp eq i64 %q{j}.gone, %last.tid",

@@ -235,7 +235,8 @@ def test_workers_stay_off_the_callers_cpu():
     with fg.config.override(threads=2):
         x = fg.randn(1 << 20)
         (x * 2).realize()  # big enough to run on both threads
-    caller_cpu = pool.placed_for[0]  # where the caller ran when the workers were placed
+    # where the caller ran when the workers were placed
+    caller_cpu = int(pool.words[launch_module.native.Layout.PLACED_CPU])
     assert caller_cpu >= 0 and pool.workers
     for t in pool.workers:
         assert caller_cpu not in os.sched_getaffinity(t.native_id)
@@ -371,7 +372,8 @@ def test_a_program_of_small_kernels_never_wakes_the_workers(monkeypatch):
         small = x.softmax(1) * 2  # two small kernels: one native program
         for _ in range(3):  # the first run is timed kernel by kernel; then the program
             np.testing.assert_allclose(
-                small.numpy(), 2 * np.exp(x.numpy()) / np.exp(x.numpy()).sum(1, keepdims=True),
+                small.numpy(),
+                2 * np.exp(x.numpy()) / np.exp(x.numpy()).sum(1, keepdims=True),
                 rtol=1e-6,
             )
             small = x.softmax(1) * 2
