@@ -40,10 +40,29 @@ class CudaUnavailable(RuntimeError):
 _HINT = "set FUSEGRAD_CUDA=emulate to run the CUDA kernels on the CPU emulator instead"
 
 
+def _pool_bytes(nbytes: int) -> int:
+    """The size class a device allocation of `nbytes` is rounded up to: four classes per
+    power of two (at most 25% unused), 256 bytes at least."""
+    if nbytes <= 256:
+        return 256
+    step = 1 << max(nbytes.bit_length() - 3, 0)
+    return -(-nbytes // step) * step
+
+
 class _PyCudaBackend:
-    """A GPU through PyCUDA: a memory pool, `SourceModule`-compiled cubins cached on disk."""
+    """A GPU through PyCUDA: fusegrad's own pool of device allocations, cubins compiled
+    by nvcc and cached on disk.
+
+    The pool is fusegrad's, not PyCUDA's `DeviceMemoryPool`: PyCUDA's pool needs a
+    current CUDA context on whichever thread frees a block into an empty pool, and
+    throws from a C++ destructor (ending the process) when there is none, which a
+    Python thread dropping the last reference to a tensor can do at any time. Here a
+    freed block goes onto a Python list; only allocating and copying, done by threads
+    that have made the context current (`enter`), call CUDA.
+    """
 
     name = "pycuda"
+    host_memory = False  # device buffers are GPU memory (counted in `live_buffers` here)
 
     def __init__(self):
         try:
@@ -64,31 +83,75 @@ class _PyCudaBackend:
             ) from None
         if count == 0:
             raise CudaUnavailable(f"the CUDA driver found no CUDA device ({_HINT})")
-        from pycuda.tools import DeviceMemoryPool
-
         self.drv = drv
         self.count = count
         self.context = drv.Device(0).retain_primary_context()
-        self.context.push()  # current on this thread: fusegrad drives the GPU from one thread
-        atexit.register(self.context.pop)
-        self.pool = DeviceMemoryPool()
+        self._thread = threading.local()  # whether the context is current on this thread
+        self.enter()
+        self._held: dict[int, list] = {}  # size class -> free device allocations
+        self._held_lock = threading.Lock()
+        atexit.register(self.close)
         major, minor = drv.Device(0).compute_capability()
         self.arch = f"sm_{major}{minor}"
         self.description = f"{drv.Device(0).name()} ({self.arch})"
 
+    def enter(self) -> None:
+        """Make the GPU's primary context current on the calling thread (CUDA contexts are
+        per thread: a training loop on a worker thread needs it there too)."""
+        if not getattr(self._thread, "entered", False):
+            self.context.push()
+            self._thread.entered = True
+
     def alloc(self, size: int, dtype: DType):
-        return self.pool.allocate(max(size * dtype.itemsize, 1))
+        """A device allocation of at least `size` elements: a held one of its size class,
+        else a new one (after giving every held block back to CUDA, if memory is short)."""
+        nbytes = _pool_bytes(size * dtype.itemsize)
+        with self._held_lock:
+            held = self._held.get(nbytes)
+            if held:
+                return held.pop()
+        self.enter()
+        try:
+            return self.drv.mem_alloc(nbytes)
+        except self.drv.MemoryError:
+            self.release_held()
+            return self.drv.mem_alloc(nbytes)
+
+    def free(self, mem, size: int, dtype: DType) -> None:
+        """Hold `mem` (from `alloc(size, dtype)`) for the next allocation of its class; no
+        CUDA call, so any thread may free."""
+        nbytes = _pool_bytes(size * dtype.itemsize)
+        with self._held_lock:
+            self._held.setdefault(nbytes, []).append(mem)
+
+    def release_held(self) -> None:
+        """Give every held block back to CUDA."""
+        self.enter()
+        with self._held_lock:
+            held, self._held = self._held, {}
+        for blocks in held.values():
+            for mem in blocks:
+                mem.free()
+
+    def close(self) -> None:
+        """At exit: free the held blocks while the context is still current, then pop it."""
+        try:
+            self.release_held()
+        finally:
+            self.context.pop()
 
     def upload(self, mem, host: np.ndarray) -> None:
+        self.enter()
         if host.nbytes:
             self.drv.memcpy_htod(mem, host)
 
     def download(self, host: np.ndarray, mem) -> None:
+        self.enter()
         if host.nbytes:
             self.drv.memcpy_dtoh(host, mem)
 
     def arg(self, mem):
-        return np.uintp(int(mem))
+        return int(mem)
 
     def compile(self, source: str):
         """The loaded module; its cubin is cached on disk under a key of the source, the
@@ -96,13 +159,24 @@ class _PyCudaBackend:
         from pycuda.compiler import compile as nvcc_compile
         from pycuda.compiler import get_nvcc_version
 
+        self.enter()
         key = "|".join([get_nvcc_version("nvcc") or "", self.arch, source])
         cubin, how = _disk_cached(
             key, ".cubin", lambda: nvcc_compile(source, no_extern_c=True, arch=self.arch)
         )
         return self.drv.module_from_buffer(cubin), how
 
+    def functions(self, module, kernel, nargs: int) -> list:
+        """Each launch's function, prepared for `nargs` pointer arguments (PyCUDA's prepared
+        calls skip the per-call argument inspection of a plain call)."""
+        return [module.get_function(ln.symbol).prepare("P" * nargs) for ln in kernel.launches]
+
+    def launch(self, functions: list, launches, args: list) -> None:
+        for fn, ln in zip(functions, launches):
+            fn.prepared_call(ln.grid, ln.block, *args, shared_size=ln.shared_bytes)
+
     def synchronize(self) -> None:
+        self.enter()
         self.drv.Context.synchronize()
 
 
@@ -111,6 +185,7 @@ class _EmulatedBackend:
     comes from, and goes back to, the CPU's buffer pool)."""
 
     name = "emulate"
+    host_memory = True  # device buffers are CPU `Buffer`s (counted in buffer.live_buffers)
     count = 1
     description = "CUDA emulator on the CPU (FUSEGRAD_CUDA=emulate)"
 
@@ -124,6 +199,9 @@ class _EmulatedBackend:
 
         return Buffer(size, dtype)
 
+    def free(self, mem, size: int, dtype: DType) -> None:
+        pass  # a CPU Buffer goes back to the CPU's pool when its last reference goes
+
     def upload(self, mem, host: np.ndarray) -> None:
         mem.array[: host.size] = host.reshape(-1)
 
@@ -133,10 +211,20 @@ class _EmulatedBackend:
     def arg(self, mem):
         return mem.ptr
 
+    def enter(self) -> None:
+        pass  # the emulator runs on any thread
+
     def compile(self, source: str):
         """The module, built by the host C++ compiler (the emulator caches the library)."""
         module = self.emulator.EmulatedModule(source)
         return module, "compiled" if module.built else "disk"
+
+    def functions(self, module, kernel, nargs: int) -> list:
+        return [module.get_function(ln.symbol) for ln in kernel.launches]
+
+    def launch(self, functions: list, launches, args: list) -> None:
+        for fn, ln in zip(functions, launches):
+            fn(*args, grid=ln.grid, block=ln.block, shared=ln.shared_bytes)
 
     def synchronize(self) -> None:
         pass
@@ -196,6 +284,8 @@ def device_count() -> int:
 
 # ---------------------------------------------------------------- buffers
 
+live_buffers = 0  # GPU buffers allocated and not yet freed, as buffer.live_buffers for the CPU
+
 
 class DeviceBuffer:
     """`size` elements of `dtype` in device memory (from the backend's pool).
@@ -204,12 +294,23 @@ class DeviceBuffer:
     `device`, `kernels`); `numpy()` copies the value to the host.
     """
 
-    __slots__ = ("size", "dtype", "mem", "kernels", "device", "__weakref__")
+    __slots__ = ("size", "dtype", "mem", "kernels", "device", "owner", "counted", "__weakref__")
 
-    def __init__(self, size: int, dtype: DType, device: str = "cuda:0", mem=None):
+    def __init__(self, size: int, dtype: DType, device: str = "cuda:0"):
+        global live_buffers
         self.size, self.dtype, self.device = size, dtype, device
-        self.mem = mem if mem is not None else backend().alloc(size, dtype)
+        self.owner = b = backend()  # the backend whose memory this is
+        self.mem = b.alloc(size, dtype)
         self.kernels: list = []
+        self.counted = not b.host_memory
+        if self.counted:
+            live_buffers += 1
+
+    def __del__(self):
+        global live_buffers
+        if self.counted:
+            live_buffers -= 1
+            self.owner.free(self.mem, self.size, self.dtype)
 
     @classmethod
     def from_numpy(cls, a: np.ndarray, dtype: DType, device: str = "cuda:0") -> DeviceBuffer:
@@ -264,6 +365,7 @@ class CompiledCudaKernel:
     compile_seconds: float
     cache: str  # "compiled", "disk" or "memory"
     address: int = 0  # no host address: the CPU program never strings CUDA kernels
+    functions: list | None = None  # the backend's launchable function per launch, once made
 
     @property
     def optimized_ir(self) -> str:
@@ -316,11 +418,21 @@ def launch(compiled: CompiledCudaKernel, buffers: list, wait: bool = False) -> N
     """Launch a kernel on these buffers (outputs first, then inputs, as its parameters);
     `wait`: until it has finished (to time it)."""
     b = backend()
+    b.enter()
     k = compiled.kernel
+    for x in buffers:
+        if x.owner.name != b.name:
+            raise CudaUnavailable(
+                f"a tensor's device memory belongs to the {x.owner.name} backend, but "
+                f"FUSEGRAD_CUDA is now {b.name}: tensors do not survive a change of backend"
+            )
     args = [b.arg(x.mem) for x in buffers]
     scratch = [DeviceBuffer(count, dt) for dt, count in k.scratch]  # alive through the call
     args += [b.arg(x.mem) for x in scratch]
-    k.launch(compiled.module, args)
+    functions = compiled.functions
+    if functions is None:
+        functions = compiled.functions = b.functions(compiled.module, k, len(args))
+    b.launch(functions, k.launches, args)
     if wait:
         b.synchronize()
 

@@ -290,8 +290,8 @@ class Engine:
         t0 = time.perf_counter()  # (phases.timed, written out: this runs every realize)
         key, leaves = structural_key(todo, has_value)
         phases.add("key", t0, time.perf_counter())
-        if device != "cpu":
-            key = (device, key)
+        if device != "cpu":  # a device plan's kernels belong to the backend they were built by
+            key = (device, config.cuda, key)
         with self._plans_lock:
             plan = self.plans.get(key)
             if plan is not None:

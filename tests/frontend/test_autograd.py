@@ -19,6 +19,7 @@ import pytest
 import fusegrad as fg
 from fusegrad.ir.schedule import STORE_COST
 from fusegrad.runtime import buffer as buffer_module
+from fusegrad.runtime import cuda as runtime_cuda
 from fusegrad.runtime.engine import engine
 from fusegrad.testing import GradcheckError, central_difference
 
@@ -473,9 +474,14 @@ def sgd_step(params, x, y):
     return loss
 
 
+def live_buffers() -> int:
+    """Buffers alive on the CPU and in GPU memory (the suite may run on the cuda device)."""
+    return buffer_module.live_buffers + runtime_cuda.live_buffers
+
+
 def test_training_step_leaves_no_buffer_alive():
     gc.collect()
-    before = buffer_module.live_buffers
+    before = live_buffers()
     rng = np.random.default_rng(0)
     params = mlp_params(rng)
     x, y = f64(rng.standard_normal((32, 8))), f64(rng.standard_normal((32, 4)))
@@ -497,16 +503,16 @@ def test_training_step_leaves_no_buffer_alive():
     assert all(r() is None for r in grad_buffers)
     assert hidden_buffer() is None
     assert all(r() is None for r in old)  # the parameters' values before the update
-    assert buffer_module.live_buffers == before + 6  # four parameters, x and y
+    assert live_buffers() == before + 6  # four parameters, x and y
     # steady state: more steps leave the same number alive, and training works
     for _ in range(5):
         last = sgd_step(params, x, y).item()
     gc.collect()
-    assert buffer_module.live_buffers == before + 6
+    assert live_buffers() == before + 6
     assert last < first
     del params, x, y
     gc.collect()
-    assert buffer_module.live_buffers == before
+    assert live_buffers() == before
 
 
 def test_realizing_gradients_frees_every_intermediate_buffer():
@@ -515,11 +521,11 @@ def test_realizing_gradients_frees_every_intermediate_buffer():
     x, y = f64(rng.standard_normal((32, 8))), f64(rng.standard_normal((32, 4)))
     grads = fg.grad(((relu_mlp(params, x) - y) ** 2).mean(), params)
     gc.collect()
-    before = buffer_module.live_buffers
+    before = live_buffers()
     ks = fg.kernels(*grads)
     assert len(ks) > len(grads)  # there were intermediates
     gc.collect()
-    assert buffer_module.live_buffers == before + len(grads)
+    assert live_buffers() == before + len(grads)
 
 
 def test_a_realized_loss_does_not_keep_the_old_parameters_alive():

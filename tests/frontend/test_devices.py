@@ -22,7 +22,9 @@ HERE = os.path.basename(__file__)
 @pytest.fixture
 def cpu_default():
     """The CPU as the default device (the suite may run with FUSEGRAD_TEST_DEVICE=cuda),
-    and the cuda backend started afresh (these tests fake what it finds)."""
+    and the cuda backend started afresh (these tests fake what it finds). A test that fakes
+    with `monkeypatch` names this fixture first, so the fakes are undone before the default
+    device (maybe a real GPU) is restored."""
     before = fg.get_default_device()
     fg.set_default_device("cpu")
     runtime_cuda.reset()
@@ -118,7 +120,7 @@ def _fake_pycuda(monkeypatch, driver):
     monkeypatch.setitem(sys.modules, "pycuda.driver", driver)
 
 
-def test_cuda_without_pycuda_says_how_to_install_it(monkeypatch, cpu_default):
+def test_cuda_without_pycuda_says_how_to_install_it(cpu_default, monkeypatch):
     monkeypatch.setitem(sys.modules, "pycuda", None)  # `import pycuda` raises ImportError
     monkeypatch.setitem(sys.modules, "pycuda.driver", None)
     with fg.config.override(cuda="pycuda"):
@@ -129,7 +131,7 @@ def test_cuda_without_pycuda_says_how_to_install_it(monkeypatch, cpu_default):
             fg.randn(3, device="cuda")
 
 
-def test_cuda_without_a_driver_or_a_device_says_which(monkeypatch, cpu_default):
+def test_cuda_without_a_driver_or_a_device_says_which(cpu_default, monkeypatch):
     def no_driver():
         raise RuntimeError("cuInit failed: no CUDA-capable device is detected")
 

@@ -1,0 +1,214 @@
+"""fusegrad's cuda device against PyTorch CUDA on the same GPU, timed alternately in one process.
+
+Run:  python benchmarks/gpu.py [--quick]        (needs a GPU, PyCUDA and PyTorch with CUDA)
+
+Workloads, each on the GPU for both systems, on the same random inputs:
+
+- chain 2^24: relu(exp(x/2 + 1) * x - 3) / (1 + x*x), one fused kernel in fusegrad, six
+  kernels in PyTorch eager;
+- softmax 4096x4096 (rows), row sum 4096x4096, full sum 2^24;
+- sgemm 4096^3 in float32 (PyTorch with TF32 off, its default for matmul: true fp32);
+- one LeNet-5 training step, batch 64, SGD momentum 0.9, as a user writes the plain loop
+  (`opt.zero_grad(); loss = ...; loss.backward(); opt.step(); loss.item()`), and the same
+  step under `fg.jit`.
+
+Timing: the systems alternate call by call (A B A B ..., the order swapping every
+round); each call is timed from the Python call to the end of the GPU's work
+(`fg.cuda.synchronize()` / `torch.cuda.synchronize()` inside the timed region, so
+launch and Python overhead count), and each figure is the median of the rounds.
+A ratio above 1 means fusegrad is faster. Answers are checked against PyTorch's
+before anything is timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import fusegrad as fg
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+SIZES = (1 << 24, 4096, 4096)  # chain and full sum elements; softmax and row sum rows; sgemm n
+
+
+def timed_median(runs: dict, rounds: int) -> dict:
+    """Median seconds of each callable over `rounds` alternating calls (each includes its sync)."""
+    keys = list(runs)
+    times = {k: [] for k in keys}
+    for r in range(rounds):
+        order = keys if r % 2 == 0 else keys[::-1]
+        for key in order:
+            t0 = time.perf_counter()
+            runs[key]()
+            times[key].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def op_cases(torch):
+    """(name, work, unit, fusegrad call, torch call, check) for the core ops."""
+    fg.manual_seed(0)
+    n, rows, mm = SIZES
+    host = {
+        "x": np.array(fg.randn(n).numpy()),
+        "a": np.array(fg.randn(rows, rows).numpy()),
+        "b": np.array(fg.randn(mm, mm).numpy()),
+        "c": np.array(fg.randn(mm, mm).numpy()),
+    }
+    f = {k: fg.tensor(v, device="cuda").realize() for k, v in host.items()}
+    t = {k: torch.from_numpy(v).cuda() for k, v in host.items()}
+    sync_fg, sync_t = fg.cuda.synchronize, torch.cuda.synchronize
+
+    def fg_run(build):
+        def go():
+            out = build().realize()
+            sync_fg()
+            return out
+
+        return go
+
+    def t_run(build):
+        def go():
+            out = build()
+            sync_t()
+            return out
+
+        return go
+
+    x, a, b, c = f["x"], f["a"], f["b"], f["c"]
+    xt, at, bt, ct = t["x"], t["a"], t["b"], t["c"]
+    f4 = 4
+    return [
+        (
+            "chain 2^24",
+            2 * n * f4,
+            "GB/s",
+            fg_run(lambda: (((x * 0.5 + 1.0).exp() * x - 3.0).relu()) / (1 + x * x)),
+            t_run(lambda: torch.relu(torch.exp(xt * 0.5 + 1.0) * xt - 3.0) / (1 + xt * xt)),
+        ),
+        (
+            "softmax 4096x4096",
+            2 * rows * rows * f4,
+            "GB/s",
+            fg_run(lambda: a.softmax(dim=1)),
+            t_run(lambda: torch.softmax(at, dim=1)),
+        ),
+        (
+            "row sum 4096x4096",
+            (rows * rows + rows) * f4,
+            "GB/s",
+            fg_run(lambda: a.sum(1)),
+            t_run(lambda: at.sum(1)),
+        ),
+        ("full sum 2^24", n * f4, "GB/s", fg_run(lambda: x.sum()), t_run(lambda: xt.sum())),
+        ("sgemm 4096^3", 2.0 * mm**3, "GFLOP/s", fg_run(lambda: b @ c), t_run(lambda: bt @ ct)),
+    ]
+
+
+def lenet_steps(torch):
+    """fusegrad eager, fusegrad jit and PyTorch LeNet-5 steps on the GPU, same weights."""
+    from lenet_step import batches, fusegrad_model, torch_model
+
+    from fusegrad.nn import functional as F
+
+    data = batches("lenet", 4)
+
+    def fg_step(jit):
+        model = fusegrad_model("lenet").to("cuda")
+        opt = fg.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+        def train(x, y):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        run = fg.jit(train) if jit else train
+        dev = [(fg.tensor(x, device="cuda"), fg.tensor(y, device="cuda")) for x, y in data]
+        i = [0]
+
+        def step():
+            x, y = dev[i[0] % len(dev)]
+            i[0] += 1
+            return run(x, y).item()
+
+        return step
+
+    tm = torch_model("lenet", fusegrad_model("lenet")).cuda()
+    topt = torch.optim.SGD(tm.parameters(), lr=0.01, momentum=0.9)
+    tdev = [(torch.from_numpy(x).cuda(), torch.from_numpy(y).cuda()) for x, y in data]
+    j = [0]
+
+    def torch_step():
+        x, y = tdev[j[0] % len(tdev)]
+        j[0] += 1
+        topt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(tm(x), y)
+        loss.backward()
+        topt.step()
+        return loss.item()
+
+    return {"fusegrad": fg_step(False), "fusegrad jit": fg_step(True), "torch": torch_step}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--quick", action="store_true", help="fewer rounds")
+    args = ap.parse_args()
+    rounds = 10 if args.quick else 40
+
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SystemExit("gpu.py: PyTorch sees no CUDA device")
+    if not fg.cuda.is_available():
+        raise SystemExit(f"gpu.py: fusegrad's cuda device cannot run: {fg.cuda.why_unavailable()}")
+    torch.backends.cuda.matmul.allow_tf32 = False  # fusegrad computes sgemm in true fp32
+    print(
+        f"GPU: {torch.cuda.get_device_name(0)} | fusegrad cuda: {fg.cuda.get_device_name()} | "
+        f"torch {torch.__version__} (CUDA {torch.version.cuda}) | {rounds} rounds, alternating"
+    )
+    with tempfile.TemporaryDirectory(prefix="fusegrad-gpu-cache-") as cache:
+        with fg.config.override(cache=cache):
+            print(
+                f"\n{'op':<20}{'unit':>8}{'fg ms':>10}{'rate':>9}{'torch ms':>10}{'rate':>9}"
+                f"{'torch/fg':>10}{'first ms':>10}{'max err':>10}"
+            )
+            for name, work, unit, fg_call, t_call in op_cases(torch):
+                t0 = time.perf_counter()
+                got = fg_call()
+                first = (time.perf_counter() - t0) * 1e3
+                want = t_call().double().cpu().numpy()
+                err = float(np.abs(np.asarray(got.cpu().numpy(), np.float64) - want).max())
+                err /= float(np.abs(want).max()) or 1.0
+                for _ in range(3):
+                    fg_call(), t_call()
+                runs = {"fg": fg_call, "t": t_call}
+                ms = {k: v * 1e3 for k, v in timed_median(runs, rounds).items()}
+                print(
+                    f"{name:<20}{unit:>8}{ms['fg']:>10.3f}{work / ms['fg'] / 1e6:>9.1f}"
+                    f"{ms['t']:>10.3f}{work / ms['t'] / 1e6:>9.1f}"
+                    f"{ms['t'] / ms['fg']:>10.2f}{first:>10.1f}{err:>10.1e}"
+                )
+
+            steps = lenet_steps(torch)
+            losses = {k: [s() for _ in range(3)] for k, s in steps.items()}  # compile, warm
+            first = ", ".join(f"{k} {v[0]:.4f}" for k, v in losses.items())
+            print(f"\nLeNet-5 step, batch 64, SGD momentum (first losses: {first})")
+            ms = {k: v * 1e3 for k, v in timed_median(steps, rounds * 2).items()}
+            for k in ("fusegrad", "fusegrad jit"):
+                print(f"  {k:<14}{ms[k]:8.3f} ms   torch / {k} = {ms['torch'] / ms[k]:5.2f}")
+            print(f"  {'torch':<14}{ms['torch']:8.3f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The cuda device's checks on a real NVIDIA GPU: fusegrad's CUDA tests, then the GPU
+# benchmarks next to PyTorch CUDA (benchmarks/gpu.py). For a machine that has the driver,
+# nvcc, PyTorch with CUDA, numpy, llvmlite, pytest and hypothesis, but may reach no package
+# registry: PyCUDA and its pure-Python dependencies come as wheels from WHEELS.
+#
+#   bash scripts/gpu.sh WHEELS OUT [tests|bench|all] [pytest args...]
+#
+# WHEELS: a folder of wheels (pycuda built for this Python, pytools, platformdirs, mako,
+# siphash24, typing_extensions; pycuda's sdist as well, built here if its wheel won't load); OUT: where logs go (gpu-tests.log, gpu-bench.log).
+# The tests run with pytest-xdist over the CPU's cores where it is installed; FG_BENCH_TIMEOUT
+# and FG_TESTS_TIMEOUT (seconds) bound the two parts.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+wheels=$1
+out=$2
+what=${3:-all}
+shift 3 2>/dev/null || shift $#
+mkdir -p "$out"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/fg-site \
+  "$wheels"/*.whl || exit 1
+export PYTHONPATH=/tmp/fg-site PYTHONUNBUFFERED=1 FUSEGRAD_CUDA=pycuda
+if ! python3 -c "import pycuda.driver" 2>"$out/pycuda-import.txt"; then
+  # the carried pycuda wheel does not load here: build pycuda from its sdist, if carried
+  cat "$out/pycuda-import.txt"
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/fg-site \
+    "$wheels"/pycuda-*.tar.gz || exit 1
+fi
+python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . || exit 1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+python3 - <<'EOF' 2>&1 | tee -a "$out/gpu.txt" || exit 1
+import fusegrad as fg
+print("fusegrad cuda:", fg.cuda.is_available(), fg.cuda.why_unavailable() or fg.cuda.get_device_name())
+x = fg.arange(1000, dtype=fg.float32, device="cuda")
+print("smoke: sum of 0..999 on the GPU =", (x * 2).sum().item(), "(want 999000.0)")
+EOF
+if [ "$what" != tests ]; then
+  timeout "${FG_BENCH_TIMEOUT:-900}" python3 benchmarks/gpu.py 2>&1 | tee "$out/gpu-bench.log"
+fi
+if [ "$what" != bench ]; then
+  workers=""
+  if python3 -c "import xdist" 2>/dev/null; then workers="-n $(($(nproc) - 2))"; fi
+  FUSEGRAD_TEST_DEVICE=cuda timeout "${FG_TESTS_TIMEOUT:-3600}" python3 -m pytest -q -p no:cacheprovider $workers \
+    tests/frontend tests/ir tests/nn tests/runtime/test_cuda_device.py tests/codegen/test_cuda.py \
+    "$@" 2>&1 | tee "$out/gpu-tests.log" | tail -60
+fi
