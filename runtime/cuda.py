@@ -57,8 +57,13 @@ class _PyCudaBackend:
     current CUDA context on whichever thread frees a block into an empty pool, and
     throws from a C++ destructor (ending the process) when there is none, which a
     Python thread dropping the last reference to a tensor can do at any time. Here a
-    freed block goes onto a Python list; only allocating and copying, done by threads
-    that have made the context current (`enter`), call CUDA.
+    freed block goes onto a Python list; only allocating, copying, compiling and
+    launching call CUDA.
+
+    Every call into CUDA runs with the GPU's primary context pushed for its duration
+    (`_Active`), on whichever thread makes it, and popped after: CUDA contexts are
+    current per thread, and PyCUDA aborts the process when a thread ends with a context
+    still pushed, so none is left pushed between calls.
     """
 
     name = "pycuda"
@@ -86,21 +91,13 @@ class _PyCudaBackend:
         self.drv = drv
         self.count = count
         self.context = drv.Device(0).retain_primary_context()
-        self._thread = threading.local()  # whether the context is current on this thread
-        self.enter()
+        self.active = _Active(self.context)  # `with self.active:` around each CUDA call
         self._held: dict[int, list] = {}  # size class -> free device allocations
         self._held_lock = threading.Lock()
         atexit.register(self.close)
         major, minor = drv.Device(0).compute_capability()
         self.arch = f"sm_{major}{minor}"
         self.description = f"{drv.Device(0).name()} ({self.arch})"
-
-    def enter(self) -> None:
-        """Make the GPU's primary context current on the calling thread (CUDA contexts are
-        per thread: a training loop on a worker thread needs it there too)."""
-        if not getattr(self._thread, "entered", False):
-            self.context.push()
-            self._thread.entered = True
 
     def alloc(self, size: int, dtype: DType):
         """A device allocation of at least `size` elements: a held one of its size class,
@@ -110,12 +107,13 @@ class _PyCudaBackend:
             held = self._held.get(nbytes)
             if held:
                 return held.pop()
-        self.enter()
         try:
-            return self.drv.mem_alloc(nbytes)
+            with self.active:
+                return self.drv.mem_alloc(nbytes)
         except self.drv.MemoryError:
             self.release_held()
-            return self.drv.mem_alloc(nbytes)
+            with self.active:
+                return self.drv.mem_alloc(nbytes)
 
     def free(self, mem, size: int, dtype: DType) -> None:
         """Hold `mem` (from `alloc(size, dtype)`) for the next allocation of its class; no
@@ -126,29 +124,26 @@ class _PyCudaBackend:
 
     def release_held(self) -> None:
         """Give every held block back to CUDA."""
-        self.enter()
         with self._held_lock:
             held, self._held = self._held, {}
-        for blocks in held.values():
-            for mem in blocks:
-                mem.free()
+        with self.active:
+            for blocks in held.values():
+                for mem in blocks:
+                    mem.free()
 
     def close(self) -> None:
-        """At exit: free the held blocks while the context is still current, then pop it."""
-        try:
-            self.release_held()
-        finally:
-            self.context.pop()
+        """At exit: give the held blocks back while CUDA is still up."""
+        self.release_held()
 
     def upload(self, mem, host: np.ndarray) -> None:
-        self.enter()
         if host.nbytes:
-            self.drv.memcpy_htod(mem, host)
+            with self.active:
+                self.drv.memcpy_htod(mem, host)
 
     def download(self, host: np.ndarray, mem) -> None:
-        self.enter()
         if host.nbytes:
-            self.drv.memcpy_dtoh(host, mem)
+            with self.active:
+                self.drv.memcpy_dtoh(host, mem)
 
     def arg(self, mem):
         return int(mem)
@@ -159,25 +154,42 @@ class _PyCudaBackend:
         from pycuda.compiler import compile as nvcc_compile
         from pycuda.compiler import get_nvcc_version
 
-        self.enter()
         key = "|".join([get_nvcc_version("nvcc") or "", self.arch, source])
         cubin, how = _disk_cached(
             key, ".cubin", lambda: nvcc_compile(source, no_extern_c=True, arch=self.arch)
         )
-        return self.drv.module_from_buffer(cubin), how
+        with self.active:
+            return self.drv.module_from_buffer(cubin), how
 
     def functions(self, module, kernel, nargs: int) -> list:
         """Each launch's function, prepared for `nargs` pointer arguments (PyCUDA's prepared
         calls skip the per-call argument inspection of a plain call)."""
-        return [module.get_function(ln.symbol).prepare("P" * nargs) for ln in kernel.launches]
+        with self.active:
+            return [module.get_function(ln.symbol).prepare("P" * nargs) for ln in kernel.launches]
 
     def launch(self, functions: list, launches, args: list) -> None:
-        for fn, ln in zip(functions, launches):
-            fn.prepared_call(ln.grid, ln.block, *args, shared_size=ln.shared_bytes)
+        with self.active:
+            for fn, ln in zip(functions, launches):
+                fn.prepared_call(ln.grid, ln.block, *args, shared_size=ln.shared_bytes)
 
     def synchronize(self) -> None:
-        self.enter()
-        self.drv.Context.synchronize()
+        with self.active:
+            self.drv.Context.synchronize()
+
+
+class _Active:
+    """`with` it: the context is current on this thread inside, and as before after."""
+
+    __slots__ = ("context",)
+
+    def __init__(self, context):
+        self.context = context
+
+    def __enter__(self):
+        self.context.push()
+
+    def __exit__(self, *exc):
+        self.context.pop()
 
 
 class _EmulatedBackend:
@@ -210,9 +222,6 @@ class _EmulatedBackend:
 
     def arg(self, mem):
         return mem.ptr
-
-    def enter(self) -> None:
-        pass  # the emulator runs on any thread
 
     def compile(self, source: str):
         """The module, built by the host C++ compiler (the emulator caches the library)."""
@@ -310,7 +319,10 @@ class DeviceBuffer:
         global live_buffers
         if self.counted:
             live_buffers -= 1
-            self.owner.free(self.mem, self.size, self.dtype)
+            try:
+                self.owner.free(self.mem, self.size, self.dtype)
+            except Exception:  # at interpreter exit the pool may be gone already
+                pass
 
     @classmethod
     def from_numpy(cls, a: np.ndarray, dtype: DType, device: str = "cuda:0") -> DeviceBuffer:
@@ -418,7 +430,6 @@ def launch(compiled: CompiledCudaKernel, buffers: list, wait: bool = False) -> N
     """Launch a kernel on these buffers (outputs first, then inputs, as its parameters);
     `wait`: until it has finished (to time it)."""
     b = backend()
-    b.enter()
     k = compiled.kernel
     for x in buffers:
         if x.owner.name != b.name:

@@ -9,7 +9,7 @@
 # WHEELS: a folder of wheels (pycuda built for this Python, pytools, platformdirs, mako,
 # siphash24, typing_extensions; pycuda's sdist as well, built here if its wheel won't load); OUT: where logs go (gpu-tests.log, gpu-bench.log).
 # The tests run with pytest-xdist over the CPU's cores where it is installed; FG_BENCH_TIMEOUT
-# and FG_TESTS_TIMEOUT (seconds) bound the two parts.
+# and FG_TESTS_TIMEOUT (seconds) bound the two parts; FG_TESTS names other test paths.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 wheels=$1
@@ -41,6 +41,6 @@ if [ "$what" != bench ]; then
   workers=""
   if python3 -c "import xdist" 2>/dev/null; then workers="-n $(($(nproc) - 2))"; fi
   FUSEGRAD_TEST_DEVICE=cuda timeout "${FG_TESTS_TIMEOUT:-3600}" python3 -m pytest -q -p no:cacheprovider $workers \
-    tests/frontend tests/ir tests/nn tests/runtime/test_cuda_device.py tests/codegen/test_cuda.py \
+    ${FG_TESTS:-tests/frontend tests/ir tests/nn tests/runtime/test_cuda_device.py tests/codegen/test_cuda.py} \
     "$@" 2>&1 | tee "$out/gpu-tests.log" | tail -60
 fi
