@@ -40,6 +40,11 @@ class CudaUnavailable(RuntimeError):
 _HINT = "set FUSEGRAD_CUDA=emulate to run the CUDA kernels on the CPU emulator instead"
 
 
+# nvcc's warnings about generated code a user cannot act on: a value declared and never
+# read (#177) or set and never read (#550), which a split reduction's partial pass leaves
+_NVCC_OPTIONS = ["--diag-suppress", "177,550"]
+
+
 def _pool_bytes(nbytes: int) -> int:
     """The size class a device allocation of `nbytes` is rounded up to: four classes per
     power of two (at most 25% unused), 256 bytes at least."""
@@ -156,7 +161,9 @@ class _PyCudaBackend:
 
         key = "|".join([get_nvcc_version("nvcc") or "", self.arch, source])
         cubin, how = _disk_cached(
-            key, ".cubin", lambda: nvcc_compile(source, no_extern_c=True, arch=self.arch)
+            key,
+            ".cubin",
+            lambda: nvcc_compile(source, options=_NVCC_OPTIONS, no_extern_c=True, arch=self.arch),
         )
         with self.active:
             return self.drv.module_from_buffer(cubin), how
