@@ -113,24 +113,12 @@ def op_cases(torch):
 
 def lenet_steps(torch):
     """fusegrad eager, fusegrad jit and PyTorch LeNet-5 steps on the GPU, same weights."""
-    from lenet_step import batches, fusegrad_model, torch_model
-
-    from fusegrad.nn import functional as F
+    from lenet_step import batches, fusegrad_model, make_fusegrad_train, torch_model
 
     data = batches("lenet", 4)
 
     def fg_step(jit):
-        model = fusegrad_model("lenet").to("cuda")
-        opt = fg.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-
-        def train(x, y):
-            opt.zero_grad()
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
-            opt.step()
-            return loss
-
-        run = fg.jit(train) if jit else train
+        _, run = make_fusegrad_train("lenet", jit, device="cuda")
         dev = [(fg.tensor(x, device="cuda"), fg.tensor(y, device="cuda")) for x, y in data]
         i = [0]
 

@@ -97,12 +97,13 @@ def batches(name: str, n: int):
     ]
 
 
-def make_fusegrad_step(name: str, jit: bool = False):
-    """(model, step): step(x, y) on numpy arrays trains one batch and returns the loss."""
+def make_fusegrad_train(name: str, jit: bool = False, device: str = "cpu"):
+    """(model, train): train(x, y) on fusegrad tensors on `device` trains one batch and
+    returns the loss tensor (under `fg.jit` when `jit`)."""
     import fusegrad as fg
     from fusegrad.nn import functional as F
 
-    model = fusegrad_model(name)
+    model = fusegrad_model(name).to(device)
     opt = fg.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     def train(x, y):  # the loop body as the engine issue writes it
@@ -112,7 +113,14 @@ def make_fusegrad_step(name: str, jit: bool = False):
         opt.step()
         return loss
 
-    run = fg.jit(train) if jit else train
+    return model, fg.jit(train) if jit else train
+
+
+def make_fusegrad_step(name: str, jit: bool = False):
+    """(model, step): step(x, y) on numpy arrays trains one batch and returns the loss."""
+    import fusegrad as fg
+
+    model, run = make_fusegrad_train(name, jit)
 
     def step(x, y):
         return run(fg.tensor(x), fg.tensor(y)).item()
