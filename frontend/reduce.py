@@ -33,13 +33,20 @@ class ReduceMixin:
     __slots__ = ()
 
     def _reduce(self, ir_op: Ops, dim, keepdim: bool, op: str):
-        axes = self._dims(dim, op)
+        return self._reduce_axes(ir_op, self._dims(dim, op), keepdim)
+
+    def _reduce_axes(self, ir_op: Ops, axes: tuple[int, ...], keepdim: bool):
         node = N.reduce(ir_op, self.node, axes)
         if self.numel() == 0 and node.numel:  # a sum of no elements is 0, as in torch
             assert ir_op is Ops.SUM, "amax checks that it reduces no empty axis"
             node = N.const(0, node.shape, node.dtype)
         if not keepdim:
-            node = N.reshape(node, tuple(s for i, s in enumerate(self.shape) if i not in axes))
+            shape = self.shape
+            if len(axes) == 1:  # the usual case, without a generator
+                a = axes[0]
+                node = N.reshape(node, shape[:a] + shape[a + 1 :])
+            else:
+                node = N.reshape(node, tuple(s for i, s in enumerate(shape) if i not in axes))
         return self._make(node)
 
     def sum(self, dim=None, keepdim: bool = False, dtype=None):
@@ -49,10 +56,12 @@ class ReduceMixin:
             x = x.cast(int64)
         if x.node.op is Ops.EXPAND:
             return _sum_of_broadcast(x, dim, keepdim)
-        split = _sum_in_parts(x, dim, keepdim)
-        if split is not None:
-            return split
-        return x._reduce(Ops.SUM, dim, keepdim, "sum")
+        axes = x._dims(dim, "sum")
+        if x.numel() >= SPLIT_MIN_ELEMENTS:  # long sums only (told without the call)
+            split = _sum_in_parts(x, axes, keepdim)
+            if split is not None:
+                return split
+        return x._reduce_axes(Ops.SUM, axes, keepdim)
 
     def mean(self, dim=None, keepdim: bool = False):
         if not self.dtype.is_float:
@@ -268,7 +277,7 @@ SPLIT_MAX_PARTS = 64  # ...and at most this many parts (a divisor of the split a
 SPLIT_MAX_OUTPUTS = 16  # fewer outputs than this leave threads idle: their sums are split
 
 
-def _sum_in_parts(x, dim, keepdim: bool):
+def _sum_in_parts(x, axes: tuple[int, ...], keepdim: bool):
     """A long sum into few outputs as two sums: `parts` partial sums of contiguous slices
     of the first reduced axis that divides well, then the sum of the parts.
 
@@ -285,9 +294,7 @@ def _sum_in_parts(x, dim, keepdim: bool):
     >>> fg.ones(1 << 21).sum().item()
     2097152.0
     """
-    if x.numel() < SPLIT_MIN_ELEMENTS:  # the common case, told without reading `dim`
-        return None
-    params = _parts_of(x.shape, x._dims(dim, "sum"), keepdim)
+    params = _parts_of(x.shape, axes, keepdim)
     if params is None:
         return None
     return x._make(macro("sum_parts", (x.node,), params, params[3], x.dtype))

@@ -243,11 +243,18 @@ def mul(a, b):
 def reduce(op: Ops, x: Node, axes: tuple[int, ...]) -> Node:
     """Reduce over `axes`, which keep size 1 (keepdim); no axes is the identity."""
     assert op in REDUCE
-    axes = tuple(sorted(set(a for a in axes if x.shape[a] != 1)))
+    shape = x.shape
+    if len(axes) == 1:  # the usual case, without building sets and generators
+        a = axes[0]
+        if a < 0:
+            a += len(shape)
+        if shape[a] == 1:
+            return x
+        return make(op, (x,), (a,), shape[:a] + (1,) + shape[a + 1 :], x.dtype)
+    axes = tuple(sorted(set(a for a in axes if shape[a] != 1)))
     if not axes:
         return x
-    shape = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
-    return make(op, (x,), axes, shape, x.dtype)
+    return make(op, (x,), axes, tuple(1 if i in axes else s for i, s in enumerate(shape)), x.dtype)
 
 
 # ---------------------------------------------------------------- movement
