@@ -137,8 +137,10 @@ class _PyCudaBackend:
                     mem.free()
 
     def close(self) -> None:
-        """At exit: give the held blocks back while CUDA is still up."""
-        self.release_held()
+        """At exit: give the held blocks back while CUDA is still up (not in a forked
+        child, where the blocks are the parent's)."""
+        if not getattr(self, "forked", False):
+            self.release_held()
 
     def upload(self, mem, host: np.ndarray) -> None:
         if host.nbytes:
@@ -272,6 +274,27 @@ def backend():
         if _backend is None:
             raise CudaUnavailable(_failure)
         return _backend
+
+
+_FORKED = (
+    "CUDA cannot be used in a process forked after its parent used the GPU (as in PyTorch): "
+    "use multiprocessing's 'spawn' start method, or fork before the first cuda tensor"
+)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child inherits the parent's GPU state but cannot use it (CUDA does not
+    survive fork): every later use says so instead of failing inside the driver."""
+    global _backend, _failure, _lock
+    _lock = threading.Lock()  # another thread may have held it at the fork
+    b = _backend
+    if b is not None and not b.host_memory:
+        b.forked = True  # its exit handler must not call CUDA
+        _backend, _failure = None, _FORKED
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def reset() -> None:

@@ -12,6 +12,7 @@ H100 (benchmarks/README.md).
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -167,3 +168,24 @@ def test_a_tensor_from_another_backend_is_refused_by_name(emulated):
     buf.owner = Elsewhere()
     with pytest.raises(runtime_cuda.CudaUnavailable, match="pycuda backend.*now emulate"):
         (x * 3).realize()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_is_told_that_the_gpu_does_not_survive_the_fork(monkeypatch):
+    b, log, context = fake_backend()
+    monkeypatch.setattr(runtime_cuda, "_backend", b)
+    monkeypatch.setattr(runtime_cuda, "_backend_kind", fg.config.cuda)
+    monkeypatch.setattr(runtime_cuda, "_failure", None)
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 only for the clear refusal
+        code = 1
+        try:
+            runtime_cuda.backend()
+        except runtime_cuda.CudaUnavailable as e:
+            code = 0 if "forked" in str(e) and "spawn" in str(e) and b.forked else 2
+        except BaseException:
+            code = 3
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert runtime_cuda.backend() is b and not getattr(b, "forked", False)  # the parent's GPU
