@@ -34,6 +34,13 @@ def get_device_name(device=None) -> str:
     return _cuda.backend().description
 
 
+def empty_cache() -> None:
+    """Give the GPU memory fusegrad holds for reuse (freed tensors' blocks) back to CUDA,
+    as torch.cuda.empty_cache; tensors still alive keep theirs. Nothing to do on the
+    emulator (its memory is the CPU's buffer pool) or where the cuda device never ran."""
+    _cuda.empty_cache()
+
+
 def synchronize() -> None:
     """Wait for every kernel launched so far (fusegrad already waits when a value is read)."""
     if is_available():

@@ -304,6 +304,13 @@ def reset() -> None:
         _backend, _failure, _backend_kind = None, None, None
 
 
+def empty_cache() -> None:
+    """Give the held device blocks of the running backend back to CUDA (if it holds any)."""
+    b = _backend
+    if b is not None and not b.host_memory:
+        b.release_held()
+
+
 def why_unavailable() -> str | None:
     """None if the cuda device can run here, else the reason in words."""
     try:

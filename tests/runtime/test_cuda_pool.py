@@ -189,3 +189,20 @@ def test_a_forked_child_is_told_that_the_gpu_does_not_survive_the_fork(monkeypat
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
     assert runtime_cuda.backend() is b and not getattr(b, "forked", False)  # the parent's GPU
+
+
+def test_empty_cache_gives_held_blocks_back_and_keeps_live_ones(monkeypatch):
+    b, log, context = fake_backend()
+    monkeypatch.setattr(runtime_cuda, "_backend", b)
+    live = b.alloc(1000, float32)
+    held = b.alloc(1000, float32)
+    b.free(held, 1000, float32)
+    fg.cuda.empty_cache()
+    assert held.freed and not live.freed
+    assert b.alloc(1000, float32) is not held  # a new block: nothing was held any more
+    assert all(d == 0 for d in context.depth.values())
+
+
+def test_empty_cache_is_harmless_without_a_gpu(monkeypatch):
+    monkeypatch.setattr(runtime_cuda, "_backend", None)
+    fg.cuda.empty_cache()  # the cuda device never ran: nothing to give back
