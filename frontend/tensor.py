@@ -519,9 +519,7 @@ class Tensor(MovementMixin, ReduceMixin):
         if x.dtype.is_bool:
             return where(self <= 0, 0, self)
         zero = N.const(0, x.shape, x.dtype)
-        at_most_zero = N.binary(
-            Ops.ADD, N.binary(Ops.CMPLT, x, zero), N.binary(Ops.CMPEQ, x, zero)
-        )
+        at_most_zero = N.binary(Ops.ADD, N.binary(Ops.CMPLT, x, zero), N.binary(Ops.CMPEQ, x, zero))
         return self._make(N.where(at_most_zero, zero, x))
 
     def sigmoid(self):

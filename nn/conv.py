@@ -196,16 +196,12 @@ def _conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str):
 
 
 @one_site
-
-
 def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1) -> Tensor:
     """1-D convolution over (N, C, L) with PyTorch's semantics (padding may be 'same')."""
     return _convnd(x, weight, bias, stride, padding, dilation, groups, 1, "conv1d")
 
 
 @one_site
-
-
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1) -> Tensor:
     """2-D convolution over (N, C, H, W) with PyTorch's semantics (padding may be 'same')."""
     return _convnd(x, weight, bias, stride, padding, dilation, groups, 2, "conv2d")
@@ -336,8 +332,6 @@ def _argmax_indices(win, best, spatial, flat_pad, kernel, stride, dilation) -> T
 
 
 @one_site
-
-
 def max_pool1d(
     x,
     kernel_size,
@@ -363,8 +357,6 @@ def max_pool1d(
 
 
 @one_site
-
-
 def max_pool2d(
     x,
     kernel_size,
@@ -416,8 +408,6 @@ def avg_pool1d(
 
 
 @one_site
-
-
 def avg_pool2d(
     x,
     kernel_size,

@@ -36,8 +36,8 @@ class Buffer:
         if array is None and size:
             raw, self.ptr, typed = _take(size * dtype.itemsize)
             # the array a freed buffer of this size and dtype had: no numpy call to make one
-            array = typed if typed is not None and typed.dtype is _NP[dtype] else raw.view(
-                _NP[dtype]
+            array = (
+                typed if typed is not None and typed.dtype is _NP[dtype] else raw.view(_NP[dtype])
             )
         else:
             if array is None:

@@ -124,6 +124,7 @@ MASK = np.array([[True, False, True], [False, False, True]])
 # name -> (the op whose rule is under test, graph builder, input generators, central-difference eps)
 ROWS = np.array([[2, 0, 2], [5, 3, -1]])  # row 2 twice; 5 and -1 are outside a 4-row table
 
+
 def _reshaped_product(srcs, params):
     """A macro's expansion that reads its first source through a view folded into the
     source's own (reshape of a reshape): its gradient must still reach that source."""
