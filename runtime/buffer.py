@@ -14,6 +14,7 @@ import threading
 import numpy as np
 
 from ..ir.dtypes import ALL_DTYPES, DType
+from .config import config
 
 POOL_LIMIT_BYTES = 1 << 30
 # bytes -> free (raw array, address, the typed array last made of it, or None)
@@ -112,12 +113,14 @@ class HostTable(Buffer):
         self.copies: dict = {}
 
     def on(self, device: str):
-        """This table's copy on `device` (made on first use)."""
-        copy = self.copies.get(device)
+        """This table's copy on `device` (made on first use, once per cuda backend: a copy
+        made on the GPU is no use to the emulator, nor the other way round)."""
+        key = (device, config.cuda)
+        copy = self.copies.get(key)
         if copy is None:
             from .cuda import to_device
 
-            copy = self.copies[device] = to_device(self, device)
+            copy = self.copies[key] = to_device(self, device)
         return copy
 
 

@@ -468,12 +468,6 @@ def launch(compiled: CompiledCudaKernel, buffers: list, wait: bool = False) -> N
     `wait`: until it has finished (to time it)."""
     b = backend()
     k = compiled.kernel
-    for x in buffers:
-        if x.owner.name != b.name:
-            raise CudaUnavailable(
-                f"a tensor's device memory belongs to the {x.owner.name} backend, but "
-                f"FUSEGRAD_CUDA is now {b.name}: tensors do not survive a change of backend"
-            )
     args = [b.arg(x.mem) for x in buffers]
     scratch = [DeviceBuffer(count, dt) for dt, count in k.scratch]  # alive through the call
     args += [b.arg(x.mem) for x in scratch]
@@ -483,6 +477,19 @@ def launch(compiled: CompiledCudaKernel, buffers: list, wait: bool = False) -> N
     b.launch(functions, k.launches, args)
     if wait:
         b.synchronize()
+
+
+def check_backend(buffers) -> None:
+    """Refuse buffers whose memory another backend owns (FUSEGRAD_CUDA changed since they
+    were made). A plan's inputs are the only buffers that can be: everything else it
+    touches it allocates itself, and plans are keyed by backend."""
+    b = backend()
+    for x in buffers:
+        if x.owner.name != b.name:
+            raise CudaUnavailable(
+                f"a tensor's device memory belongs to the {x.owner.name} backend, but "
+                f"FUSEGRAD_CUDA is now {b.name}: tensors do not survive a change of backend"
+            )
 
 
 def synchronize() -> None:

@@ -206,3 +206,18 @@ def test_empty_cache_gives_held_blocks_back_and_keeps_live_ones(monkeypatch):
 def test_empty_cache_is_harmless_without_a_gpu(monkeypatch):
     monkeypatch.setattr(runtime_cuda, "_backend", None)
     fg.cuda.empty_cache()  # the cuda device never ran: nothing to give back
+
+
+def test_a_host_tables_device_copy_is_made_once_per_backend(emulated, monkeypatch):
+    """fusegrad's own tables (the `arange` an index op compares against) are copied to the
+    device on first use; a copy made by one backend is not handed to another."""
+    from fusegrad.runtime.buffer import HostTable
+
+    table = HostTable(4, float32, np.arange(4, dtype=np.float32))
+    on_emulator = table.on("cuda:0")
+    assert table.on("cuda:0") is on_emulator  # made once
+    elsewhere = object()
+    monkeypatch.setattr(runtime_cuda, "to_device", lambda buf, device: elsewhere)
+    with fg.config.override(cuda="pycuda"):
+        assert table.on("cuda:0") is elsewhere
+    assert table.on("cuda:0") is on_emulator
