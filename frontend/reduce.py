@@ -273,7 +273,7 @@ def _sum_of_broadcast(x, dim, keepdim: bool):
 
 SPLIT_MIN_ELEMENTS = 1 << 21  # a sum this long into few outputs is cut into parts...
 SPLIT_MIN_PART = 1 << 15  # ...of at least this many elements each...
-SPLIT_MAX_PARTS = 64  # ...and at most this many parts (a divisor of the split axis)
+SPLIT_MAX_PARTS = 512  # ...and at most this many parts (a divisor of the split axis)
 SPLIT_MAX_OUTPUTS = 16  # fewer outputs than this leave threads idle: their sums are split
 
 

@@ -46,6 +46,11 @@ WAKE_SPIN_US = 1000  # and this long after a pre-wake, waiting for the job it an
 # (so claiming costs little next to running one)
 CHUNKS_PER_THREAD = 32
 CHUNK_MIN_WORK = 1 << 14
+# near the end of a loop the chunks shrink, so that the threads finish together: a claim
+# takes at most 1 / (TAIL_PARTS_PER_THREAD * threads) of what is left (but never less
+# than its least), so the last eighth of a loop goes in ever smaller chunks instead of a
+# whole chunk that one thread runs while the others wait
+TAIL_PARTS_PER_THREAD = 4
 CALLER_SPINS = 4000  # pauses the caller spins waiting for a worker before it yields
 
 
@@ -64,7 +69,7 @@ class Layout:
     NEXT = 72  # the next chunk of a kernel's loop to claim (a cache line of its own)
     SLOTS = 80  # then a slot per worker
     SLOT_WORDS = 16  # 128 bytes, so two workers' slots never share a cache line
-    SEQ, DONE, SLEEPING, FN, N, EXTENT, TID, CHUNK = range(8)
+    SEQ, DONE, SLEEPING, FN, N, EXTENT, TID, CHUNK, LEAST = range(9)
     WORDS = SLOTS + SLOT_WORDS * MAX_WORKERS
 
 
@@ -109,18 +114,38 @@ def chunk_size_ir(p: str, extent, n, least) -> list[str]:
     ]
 
 
-def claim_loop_ir(p: str, counter: str, extent, chunk: str, call: str, done: str) -> list[str]:
-    """Blocks {p}claim and {p}run: claim `chunk` iterations of range(extent) at a time
-    from the shared counter at `counter`, run each chunk (`call`: the call's text, with
-    `{}` where the chunk's start and end go), and branch to `done` once none is left."""
+def claim_loop_ir(
+    p: str, counter: str, extent, chunk: str, least, n, call: str, done: str
+) -> list[str]:
+    """Blocks {p}claim, {p}size and {p}run: claim iterations of range(extent) from the
+    shared counter at `counter`, `chunk` at a time until the last part of the loop, then
+    1 / (TAIL_PARTS_PER_THREAD * n) of what is left but at least `least` (a chunk's size
+    depends only on where it starts, so the chunks are the same whichever thread claims
+    them); run each (`call`: the call's text, with `{}` where the chunk's start and end
+    go), and branch to `done` once none is left."""
     return [
         f"  br label %{p}claim",
         f"{p}claim:",
-        f"  %{p}s = atomicrmw add ptr {counter}, i64 {chunk} monotonic",
+        f"  %{p}s0 = load atomic i64, ptr {counter} monotonic, align 8",
+        f"  br label %{p}try",
+        f"{p}try:",
+        f"  %{p}s = phi i64 [%{p}s0, %{p}claim], [%{p}seen, %{p}size]",
         f"  %{p}left = icmp slt i64 %{p}s, {extent}",
-        f"  br i1 %{p}left, label %{p}run, label %{done}",
+        f"  br i1 %{p}left, label %{p}size, label %{done}",
+        f"{p}size:",
+        f"  %{p}rest = sub i64 {extent}, %{p}s",
+        f"  %{p}tparts = mul i64 {n}, {TAIL_PARTS_PER_THREAD}",
+        f"  %{p}t0 = udiv i64 %{p}rest, %{p}tparts",
+        f"  %{p}tbig = icmp ugt i64 %{p}t0, {least}",
+        f"  %{p}t = select i1 %{p}tbig, i64 %{p}t0, i64 {least}",
+        f"  %{p}tsmall = icmp ult i64 %{p}t, {chunk}",
+        f"  %{p}take = select i1 %{p}tsmall, i64 %{p}t, i64 {chunk}",
+        f"  %{p}e0 = add i64 %{p}s, %{p}take",
+        f"  %{p}pair = cmpxchg ptr {counter}, i64 %{p}s, i64 %{p}e0 monotonic monotonic",
+        f"  %{p}seen = extractvalue {{ i64, i1 }} %{p}pair, 0",
+        f"  %{p}won = extractvalue {{ i64, i1 }} %{p}pair, 1",
+        f"  br i1 %{p}won, label %{p}run, label %{p}try",
         f"{p}run:",
-        f"  %{p}e0 = add i64 %{p}s, {chunk}",
         f"  %{p}over = icmp sgt i64 %{p}e0, {extent}",
         f"  %{p}e = select i1 %{p}over, i64 {extent}, i64 %{p}e0",
         "  " + call.format(f"%{p}s", f"%{p}e"),
@@ -129,8 +154,8 @@ def claim_loop_ir(p: str, counter: str, extent, chunk: str, call: str, done: str
 
 
 def _do_job() -> list[str]:
-    """fg_pool_do(pool, fn, tid, n, ext, chunk): one thread's part of a job. A kernel's
-    loop is claimed `chunk` iterations at a time from the shared counter, so a thread that
+    """fg_pool_do(pool, fn, tid, n, ext, chunk, least): one thread's part of a job. A
+    kernel's loop is claimed in chunks from the shared counter (`claim_loop_ir`), so a thread that
     starts late (a sleeping CPU takes long to wake) or is preempted takes fewer chunks
     instead of holding up the others; a program (ext -1) is called once as
     fn(tid, n, ...)."""
@@ -138,7 +163,7 @@ def _do_job() -> list[str]:
         [],
         [
             "define internal void @fg_pool_do(ptr %pool, ptr %fn, i64 %tid, i64 %n, i64 %ext, "
-            "i64 %chunk) nounwind {",
+            "i64 %chunk, i64 %least) nounwind {",
             "entry:",
         ],
     )
@@ -161,6 +186,8 @@ def _do_job() -> list[str]:
             "%next",
             "%ext",
             "%chunk",
+            "%least",
+            "%n",
             f"call void ({sig}) %fn(i64 {{}}, i64 {{}}, {rest})",
             "done",
         ),
@@ -192,6 +219,7 @@ def render() -> str:
     ]
     fields = {"seq.p": L.SEQ, "done.p": L.DONE, "sleep.p": L.SLEEPING, "fn.p": L.FN}
     fields.update({"n.p": L.N, "ext.p": L.EXTENT, "tid.p": L.TID, "chunk.p": L.CHUNK})
+    fields["least.p"] = L.LEAST
     _slot_fields(w, "%slot", fields)
     for name, word in (
         ("jobspin.p", L.JOB_SPIN),
@@ -259,8 +287,12 @@ def render() -> str:
         "  %ext = load i64, ptr %ext.p",
         "  %tid = load i64, ptr %tid.p",
         "  %chunk = load i64, ptr %chunk.p",
+        "  %least = load i64, ptr %least.p",
     ]
-    w.append("  call void @fg_pool_do(ptr %pool, ptr %fn, i64 %tid, i64 %n, i64 %ext, i64 %chunk)")
+    w.append(
+        "  call void @fg_pool_do(ptr %pool, ptr %fn, i64 %tid, i64 %n, i64 %ext, i64 %chunk, "
+        "i64 %least)"
+    )
     w += [
         "  store atomic i64 %q, ptr %done.p release, align 8",
         "  %t2 = call i64 @llvm.readcyclecounter()",
@@ -387,12 +419,13 @@ def render() -> str:
         *_slot("ps", "%i"),
     ]
     fields = {"pseq": L.SEQ, "pfn": L.FN, "pn": L.N, "pext": L.EXTENT, "ptid": L.TID}
-    _slot_fields(r, "%ps", {**fields, "pchunk": L.CHUNK})
+    _slot_fields(r, "%ps", {**fields, "pchunk": L.CHUNK, "pleast": L.LEAST})
     r += [
         "  store ptr %fn, ptr %pfn",
         "  store i64 %n, ptr %pn",
         "  store i64 %ext, ptr %pext",
         "  store i64 %chunk, ptr %pchunk",
+        "  store i64 %least, ptr %pleast",
         "  %i.n = add i64 %i, 1",
         "  store i64 %i.n, ptr %ptid",
         "  %sq = load atomic i64, ptr %pseq monotonic, align 8",
@@ -402,7 +435,10 @@ def render() -> str:
         "posted:",
         "  call void @fg_pool_wake(ptr %pool, i64 %workers)",
     ]
-    r.append("  call void @fg_pool_do(ptr %pool, ptr %fn, i64 0, i64 %n, i64 %ext, i64 %chunk)")
+    r.append(
+        "  call void @fg_pool_do(ptr %pool, ptr %fn, i64 0, i64 %n, i64 %ext, i64 %chunk, "
+        "i64 %least)"
+    )
     r += [
         "  br label %jtest",
         "jtest:",

@@ -116,6 +116,8 @@ def _claim_chunks(
             f"%q{j}.next",
             extent,
             f"%q{j}.chunk",
+            least,
+            "%n",
             call + "(i64 {}, i64 {}, " + rest + ")",
             f"k{j}.out",
         ),

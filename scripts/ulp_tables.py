@@ -93,8 +93,8 @@ cascaded as PyTorch's are: vectors of 64 (or 32) accumulators, each receiving at
 (`gen_cascade` in `codegen/lower.py`). The error grows with the tree's depth (log16 n),
 not with n: sums of 2^24 uniform float32 values are within 1 ulp of the float64 sum (a
 single loop: 1-18 ulp), and `fg.tensor(np.full(20_000_000, .1, np.float32)).mean()` is
-0.10000002 (PyTorch 0.09999994; a single loop 0.1006). A sum of at least 2^21 elements
-into fewer than 16 outputs is cut into up to 64 parts of contiguous slices, summed by
+0.099999994 (PyTorch 0.09999994; a single loop 0.1006). A sum of at least 2^21 elements
+into fewer than 16 outputs is cut into up to 512 parts of contiguous slices, summed by
 every thread, then one small sum (`_sum_in_parts` in `frontend/reduce.py`); the parts
 depend on the shape alone, so the result is the same for any thread count. A sum over
 broadcast elements is an exact count times the smaller sum (`ones(1).expand(3e9).sum()`

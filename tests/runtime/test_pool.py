@@ -88,9 +88,27 @@ def test_the_chunks_cover_the_loop_once(recorder, shared_pool, extent, threads, 
 
 def chunks(extent: int, threads: int, least: int = 1) -> list[tuple[int, int]]:
     """The chunks the pool's threads claim: about CHUNKS_PER_THREAD each but at least
-    `least` iterations, the last shorter."""
+    `least` iterations; near the end at most 1 / (TAIL_PARTS_PER_THREAD * threads) of
+    what is left (but at least `least`), the last cut at the loop's end."""
     size = max(1, least, extent // (threads * native.CHUNKS_PER_THREAD))
-    return [(s, min(s + size, extent)) for s in range(0, extent, size)]
+    out, s = [], 0
+    while s < extent:
+        take = min(size, max(least, (extent - s) // (native.TAIL_PARTS_PER_THREAD * threads)))
+        out.append((s, min(s + take, extent)))
+        s += take
+    return out
+
+
+def test_the_chunks_shrink_near_the_end_of_a_long_loop(recorder, shared_pool):
+    """The last part of a loop goes in ever smaller chunks, down to `least`, so no thread
+    is left running a whole chunk while the others wait (a row sum of 4096 rows)."""
+    out = np.full(4097, -1, dtype=np.int64)
+    assert shared_pool.run(recorder, 2, 4096, [out.ctypes.data], 4)
+    got = slices_run(out, 4096)
+    sizes = [e - s for s, e in got]
+    assert sizes[0] == 4096 // (2 * native.CHUNKS_PER_THREAD)
+    assert sizes[-1] <= 4 and sorted(sizes, reverse=True) == sizes
+    assert got[0][0] == 0 and got[-1][1] == 4096
 
 
 def test_a_program_is_called_with_its_thread_id_and_count(recorder, new_pool):
