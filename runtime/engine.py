@@ -331,11 +331,13 @@ class Engine:
         Kernel by kernel (each timed) when `timed`, under FUSEGRAD_DEBUG or with
         FUSEGRAD_PROGRAM=0; otherwise as one native program per thread.
         """
-        device = plan.device
-        if device != "cpu":
+        if plan.device != "cpu":
             return self._execute_on_device(plan, leaves, timed)
-        if not timed and config.program and config.debug == 0 and len(plan.steps) > 1:
-            return _run_program(plan, leaves)
+        if not timed and config.debug == 0:
+            if len(plan.steps) == 1:
+                return _run_one(plan, leaves)
+            if config.program:
+                return _run_program(plan, leaves)
         return self._execute_steps(plan, leaves, timed)
 
     def _execute_on_device(self, plan, leaves, timed):
@@ -575,6 +577,24 @@ def _build_program(plan: Plan) -> None:
                 size += -(-max(numel * dtype.itemsize, 1) // SCRATCH_ALIGN) * SCRATCH_ALIGN
     plan.scratch = (np.array(scratch, dtype=np.int64), np.array(offsets, dtype=np.uint64), size)
     plan.program = program
+
+
+def _run_one(plan: Plan, leaves: list[Buffer]) -> tuple[list[Buffer], list[KernelRecord]]:
+    """Run a cached CPU plan of one kernel, timed (`_execute_steps` without what only
+    several kernels, a first run or FUSEGRAD_DEBUG need: a sum or a matmul on its own
+    runs this way)."""
+    step = plan.steps[0]
+    outs = [Buffer(size, dtype) for _, size, dtype in step.outs]  # slots 0, 1, ... in order
+    ptrs = [b.ptr for b in outs]
+    for _, i in step.inputs:  # a first kernel reads only the plan's inputs
+        ptrs.append(leaves[i].ptr)
+    # the record is copied before the kernel runs, while what it touches is still in the
+    # cache (a kernel streaming a large array through evicts it): afterwards only its time
+    rec = _ran(plan.records[0], None, None)
+    t0 = time.perf_counter()
+    launch(step.record.compiled, step.extent, step.work, ptrs)
+    rec.seconds, rec.started = time.perf_counter() - t0, t0
+    return [outs[k] for k in plan.outputs], [rec]
 
 
 def _run_program(plan: Plan, leaves: list[Buffer]) -> tuple[list[Buffer], list[KernelRecord]]:

@@ -282,6 +282,26 @@ def test_kernels_run_inside_a_program_are_not_given_a_made_up_time():
     assert all(r.seconds is not None and r.seconds >= 0 for r in timed)
 
 
+def test_a_cached_single_kernel_is_timed_and_reports_its_plan_unchanged():
+    """A cached plan of one kernel runs without the step-by-step machinery (the engine's
+    `_run_one`), still timed; its record is a copy, so the plan's own stays untimed."""
+    from fusegrad.runtime.engine import engine
+
+    x = fg.tensor(np.arange(48, dtype=np.float32).reshape(6, 8))
+    with fg.config.override(debug=0):
+        first = fg.kernels(x.sum(1) * 0.625)
+        out = (x.sum(1) * 0.625).realize()  # the same structure: a cache hit
+        again = fg.kernels(out)
+    assert len(first) == len(again) == 1
+    assert again[0].seconds is not None and again[0].seconds >= 0
+    assert again[0].cache == "memory" and again[0].name == first[0].name
+    np.testing.assert_allclose(out.numpy(), x.numpy().sum(1) * 0.625, rtol=1e-6)
+    plan = next(
+        p for p in engine.plans.values() if p.records and p.records[0].name == first[0].name
+    )
+    assert plan.records[0].seconds is None and plan.records[0] is not again[0]
+
+
 TRAINING_SCRIPT = """\
     import json
     import os
