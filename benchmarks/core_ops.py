@@ -25,7 +25,11 @@ How the numbers are taken (see ../../shared/BENCHMARKS.md, and README.md here):
   most 1 ms) and would steal cores from the next system; so every timed call,
   whichever system, starts with its worker threads asleep;
 - PyTorch gets as many threads as fusegrad (`torch.set_num_threads`); numpy
-  uses OpenBLAS's own default (all cores) for matmul.
+  uses OpenBLAS's own default (all cores) for matmul;
+- the systems' calls of one round ran within a second of each other, so each
+  round also gives a paired ratio: the table below the main one has their median,
+  a 95% bootstrap interval for it, and in how many rounds fusegrad was the faster.
+  An interval that holds 1 means the run cannot tell the two systems apart.
 
 A ratio above 1 means fusegrad is faster than that system.
 """
@@ -115,6 +119,20 @@ def rounds_for(seconds_per_round: float, budget_s: float, most: int, least: int 
 
 def median_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1e3
+
+
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def paired(other: list[float], mine: list[float]) -> tuple[float, float, float, int]:
+    """Round by round, other / mine: the median ratio, a 95% bootstrap interval for that
+    median (resampling the rounds, seeded: the same samples give the same interval), and
+    the rounds in which `mine` was the faster."""
+    ratios = np.array(other) / np.array(mine)
+    rng = np.random.default_rng(0)
+    picks = rng.integers(0, len(ratios), size=(BOOTSTRAP_RESAMPLES, len(ratios)))
+    low, high = np.percentile(np.median(ratios[picks], axis=1), [2.5, 97.5])
+    return float(np.median(ratios)), float(low), float(high), int((ratios > 1).sum())
 
 
 # ---------------------------------------------------------------- workloads
@@ -261,6 +279,8 @@ def measure(group: list[Case], budget_s: float, most: int, warmup: int) -> None:
         for (_, name), run in runs.items():
             seconds_per_round += timed(run)[0]
             pause_if_needed(name)
+    # every call is followed by its pause: they are most of a round's time
+    seconds_per_round += PAUSE_AFTER_OTHERS_S * len(runs)
     rounds = rounds_for(seconds_per_round, budget_s, most)
     names = " + ".join(case.name for case in group)
     print(f"  timing {names}: {rounds} rounds ...", file=sys.stderr)
@@ -313,6 +333,23 @@ def print_table(cases: list[Case], checks: dict[str, str]) -> None:
         "\ncache and 'compile' the compile time inside it; 'max err' is the largest difference"
         "\nfrom numpy's answer over all systems, relative to the answer's largest magnitude."
     )
+
+
+def print_paired(cases: list[Case]) -> None:
+    print(
+        "\nround by round (each round's calls ran within a second of each other): median of"
+        "\nthe rounds' ratios [95% bootstrap interval], and the rounds fusegrad was faster in\n"
+    )
+    for case in cases:
+        mine = case.timings[FUSEGRAD]
+        parts = []
+        for name, label in ((NUMPY, "np/fg"), (TORCH, "torch/fg")):
+            if name not in case.timings:
+                continue
+            ratio, low, high, wins = paired(case.timings[name], mine)
+            interval = f"[{low:4.2f}, {high:4.2f}]"
+            parts.append(f"{label} {ratio:5.2f} {interval}, faster in {wins:>2} of {len(mine)}")
+        print(f"  {case.name:<24}" + "   ".join(parts))
 
 
 def print_floor(copy: Case, chain: Case) -> None:
@@ -390,7 +427,7 @@ def main() -> None:
         "--only", metavar="TEXT", help="time only the workloads whose name contains TEXT"
     )
     args = ap.parse_args()
-    most, budget_s, warmup = (5, 4.0, 1) if args.quick else (15, 15.0, 2)
+    most, budget_s, warmup = (5, 4.0, 1) if args.quick else (31, 20.0, 2)
 
     if torch is not None:
         torch.set_num_threads(fg.config.threads)
@@ -423,6 +460,7 @@ def main() -> None:
             for group in groups:
                 measure(group, budget_s * len(group), most, warmup)
             print_table(cases, checks)
+            print_paired(cases)
             if len(floor) == 2:
                 print_floor(*floor)
             thread_scaling(cases, budget_s, most)
