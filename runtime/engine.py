@@ -581,7 +581,7 @@ def _build_program(plan: Plan) -> None:
 
 def _run_one(plan: Plan, leaves: list[Buffer]) -> tuple[list[Buffer], list[KernelRecord]]:
     """Run a cached CPU plan of one kernel, timed (`_execute_steps` without what only
-    several kernels, a first run or FUSEGRAD_DEBUG need: a sum or a matmul on its own
+    several kernels, a first run or FUSEGRAD_DEBUG need: a sum or an elementwise chain on its own
     runs this way)."""
     step = plan.steps[0]
     outs = [Buffer(size, dtype) for _, size, dtype in step.outs]  # slots 0, 1, ... in order
