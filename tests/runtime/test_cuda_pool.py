@@ -191,6 +191,30 @@ def test_a_forked_child_is_told_that_the_gpu_does_not_survive_the_fork(monkeypat
     assert runtime_cuda.backend() is b and not getattr(b, "forked", False)  # the parent's GPU
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_of_a_gpu_process_still_computes_on_the_cpu(monkeypatch):
+    """Only the GPU is refused after a fork: the child's CPU tensors run on its own new
+    worker pool, and never ask the cuda backend for anything."""
+    b, log, context = fake_backend()
+    monkeypatch.setattr(runtime_cuda, "_backend", b)
+    monkeypatch.setattr(runtime_cuda, "_backend_kind", fg.config.cuda)
+    monkeypatch.setattr(runtime_cuda, "_failure", None)
+    calls = len(log)
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 only when the CPU answer is right, GPU untouched
+        code = 1
+        try:
+            with fg.config.override(threads=2):
+                x = fg.ones(1 << 20, device="cpu")
+                ok = (x * 3).sum().item() == 3 * (1 << 20)
+            code = 0 if ok and b.forked and len(log) == calls else 2
+        except BaseException:
+            code = 3
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
 def test_empty_cache_gives_held_blocks_back_and_keeps_live_ones(monkeypatch):
     b, log, context = fake_backend()
     monkeypatch.setattr(runtime_cuda, "_backend", b)

@@ -65,14 +65,16 @@ def test_four_threads_mixed_steps_give_right_answers_without_hanging():
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_forked_child_computes_after_its_parent_used_the_pool():
+    """The CPU's worker pool, so on the CPU whatever the test device: a child forked from
+    a process that used a GPU may not use the GPU (tests/runtime/test_cuda_pool.py)."""
     with fg.config.override(threads=2):
-        big = fg.ones(1 << 20)
+        big = fg.ones(1 << 20, device="cpu")
         assert (big * 2).sum().item() == 2 * (1 << 20)  # the parent's pool has run
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: its pool's threads do not exist until it makes new ones
             try:
-                ok = (fg.ones(1 << 20) * 3).sum().item() == 3 * (1 << 20)
+                ok = (fg.ones(1 << 20, device="cpu") * 3).sum().item() == 3 * (1 << 20)
                 os.write(w, b"1" if ok else b"0")
             finally:
                 os._exit(0)
