@@ -159,14 +159,6 @@ class CudaKernel:
     def shared_bytes(self) -> int:
         return self.launches[0].shared_bytes
 
-    def launch(self, module, buffers) -> None:
-        """Run every launch of this kernel from `module` (an `EmulatedModule` or a PyCUDA
-        `SourceModule` of `source`) on `buffers` (params, then scratch)."""
-        for ln in self.launches:
-            module.get_function(ln.symbol)(
-                *buffers, grid=ln.grid, block=ln.block, shared=ln.shared_bytes
-            )
-
 
 PARTIAL = "fg_partial"  # the scratch buffer of a split reduction's partials
 

@@ -16,7 +16,8 @@ Python prepares the run, and spin (at most `WAKE_SPIN_US`) until it arrives.
 The memory the three functions share is one array of 64-bit words (`Layout`): the
 futex word, settings, the job's arguments (one set for all threads: only each
 thread's slice differs), and a slot per worker (the job's sequence number, the one
-it has finished, whether it sleeps, the function, the thread count, the loop length).
+it has finished, whether it sleeps, the function, the thread count, the loop length,
+its thread id and the fewest iterations a chunk of the loop holds).
 
 A null function is the pool closing: the worker returns to Python, and its thread
 ends. A job's function is called as `fn(start, end, a0, ..., a61)`: a kernel's own
@@ -69,7 +70,7 @@ class Layout:
     NEXT = 72  # the next chunk of a kernel's loop to claim (a cache line of its own)
     SLOTS = 80  # then a slot per worker
     SLOT_WORDS = 16  # 128 bytes, so two workers' slots never share a cache line
-    SEQ, DONE, SLEEPING, FN, N, EXTENT, TID, CHUNK, LEAST = range(9)
+    SEQ, DONE, SLEEPING, FN, N, EXTENT, TID, LEAST = range(8)
     WORDS = SLOTS + SLOT_WORDS * MAX_WORKERS
 
 
@@ -102,28 +103,20 @@ def _word(lines: list[str], name: str, word: int) -> None:
     lines.append(f"  %{name} = getelementptr inbounds i64, ptr %pool, i64 {word}")
 
 
-def chunk_size_ir(p: str, extent, n, least) -> list[str]:
-    """%{p}chunk: iterations of a loop of `extent` a thread claims at a time, about
-    CHUNKS_PER_THREAD chunks per thread of `n` but at least `least` (>= 1). Shared by the
-    pool's launches and the programs' kernels (runtime/program.py)."""
+def claim_loop_ir(p: str, counter: str, extent, least, n, call: str, done: str) -> list[str]:
+    """Blocks {p}claim, {p}size and {p}run, for `n` threads sharing a loop of `extent`:
+    claim iterations from the shared counter at `counter`, about CHUNKS_PER_THREAD chunks
+    per thread but at least `least` (>= 1) each, and near the end 1 / (TAIL_PARTS_PER_THREAD
+    * n) of what is left but at least `least` (a chunk's size depends only on where it
+    starts, so the chunks are the same whichever thread claims them); run each (`call`:
+    the call's text, with `{}` where the chunk's start and end go), and branch to `done`
+    once none is left. Shared by the pool's launches and the programs' kernels
+    (runtime/program.py)."""
     return [
         f"  %{p}parts = mul i64 {n}, {CHUNKS_PER_THREAD}",
         f"  %{p}c0 = udiv i64 {extent}, %{p}parts",
         f"  %{p}big = icmp ugt i64 %{p}c0, {least}",
         f"  %{p}chunk = select i1 %{p}big, i64 %{p}c0, i64 {least}",
-    ]
-
-
-def claim_loop_ir(
-    p: str, counter: str, extent, chunk: str, least, n, call: str, done: str
-) -> list[str]:
-    """Blocks {p}claim, {p}size and {p}run: claim iterations of range(extent) from the
-    shared counter at `counter`, `chunk` at a time until the last part of the loop, then
-    1 / (TAIL_PARTS_PER_THREAD * n) of what is left but at least `least` (a chunk's size
-    depends only on where it starts, so the chunks are the same whichever thread claims
-    them); run each (`call`: the call's text, with `{}` where the chunk's start and end
-    go), and branch to `done` once none is left."""
-    return [
         f"  br label %{p}claim",
         f"{p}claim:",
         f"  %{p}s0 = load atomic i64, ptr {counter} monotonic, align 8",
@@ -138,8 +131,8 @@ def claim_loop_ir(
         f"  %{p}t0 = udiv i64 %{p}rest, %{p}tparts",
         f"  %{p}tbig = icmp ugt i64 %{p}t0, {least}",
         f"  %{p}t = select i1 %{p}tbig, i64 %{p}t0, i64 {least}",
-        f"  %{p}tsmall = icmp ult i64 %{p}t, {chunk}",
-        f"  %{p}take = select i1 %{p}tsmall, i64 %{p}t, i64 {chunk}",
+        f"  %{p}tsmall = icmp ult i64 %{p}t, %{p}chunk",
+        f"  %{p}take = select i1 %{p}tsmall, i64 %{p}t, i64 %{p}chunk",
         f"  %{p}e0 = add i64 %{p}s, %{p}take",
         f"  %{p}pair = cmpxchg ptr {counter}, i64 %{p}s, i64 %{p}e0 monotonic monotonic",
         f"  %{p}seen = extractvalue {{ i64, i1 }} %{p}pair, 0",
@@ -154,8 +147,8 @@ def claim_loop_ir(
 
 
 def _do_job() -> list[str]:
-    """fg_pool_do(pool, fn, tid, n, ext, chunk, least): one thread's part of a job. A
-    kernel's loop is claimed in chunks from the shared counter (`claim_loop_ir`), so a thread that
+    """fg_pool_do(pool, fn, tid, n, ext, least): one thread's part of a job. A kernel's
+    loop is claimed in chunks from the shared counter (`claim_loop_ir`), so a thread that
     starts late (a sleeping CPU takes long to wake) or is preempted takes fewer chunks
     instead of holding up the others; a program (ext -1) is called once as
     fn(tid, n, ...)."""
@@ -163,7 +156,7 @@ def _do_job() -> list[str]:
         [],
         [
             "define internal void @fg_pool_do(ptr %pool, ptr %fn, i64 %tid, i64 %n, i64 %ext, "
-            "i64 %chunk, i64 %least) nounwind {",
+            "i64 %least) nounwind {",
             "entry:",
         ],
     )
@@ -185,7 +178,6 @@ def _do_job() -> list[str]:
             "c.",
             "%next",
             "%ext",
-            "%chunk",
             "%least",
             "%n",
             f"call void ({sig}) %fn(i64 {{}}, i64 {{}}, {rest})",
@@ -218,8 +210,7 @@ def render() -> str:
         *_slot("slot", "%w"),
     ]
     fields = {"seq.p": L.SEQ, "done.p": L.DONE, "sleep.p": L.SLEEPING, "fn.p": L.FN}
-    fields.update({"n.p": L.N, "ext.p": L.EXTENT, "tid.p": L.TID, "chunk.p": L.CHUNK})
-    fields["least.p"] = L.LEAST
+    fields.update({"n.p": L.N, "ext.p": L.EXTENT, "tid.p": L.TID, "least.p": L.LEAST})
     _slot_fields(w, "%slot", fields)
     for name, word in (
         ("jobspin.p", L.JOB_SPIN),
@@ -286,13 +277,9 @@ def render() -> str:
         "  %n = load i64, ptr %n.p",
         "  %ext = load i64, ptr %ext.p",
         "  %tid = load i64, ptr %tid.p",
-        "  %chunk = load i64, ptr %chunk.p",
         "  %least = load i64, ptr %least.p",
     ]
-    w.append(
-        "  call void @fg_pool_do(ptr %pool, ptr %fn, i64 %tid, i64 %n, i64 %ext, i64 %chunk, "
-        "i64 %least)"
-    )
+    w.append("  call void @fg_pool_do(ptr %pool, ptr %fn, i64 %tid, i64 %n, i64 %ext, i64 %least)")
     w += [
         "  store atomic i64 %q, ptr %done.p release, align 8",
         "  %t2 = call i64 @llvm.readcyclecounter()",
@@ -406,7 +393,6 @@ def render() -> str:
         "refuse:",
         "  ret i64 1",
         "post:",
-        *chunk_size_ir("", "%ext", "%n", "%least"),
         f"  %next = getelementptr inbounds i64, ptr %pool, i64 {L.NEXT}",
         "  store i64 0, ptr %next",  # published to the workers by each slot's release store
         "  %workers = sub i64 %n, 1",
@@ -419,12 +405,11 @@ def render() -> str:
         *_slot("ps", "%i"),
     ]
     fields = {"pseq": L.SEQ, "pfn": L.FN, "pn": L.N, "pext": L.EXTENT, "ptid": L.TID}
-    _slot_fields(r, "%ps", {**fields, "pchunk": L.CHUNK, "pleast": L.LEAST})
+    _slot_fields(r, "%ps", {**fields, "pleast": L.LEAST})
     r += [
         "  store ptr %fn, ptr %pfn",
         "  store i64 %n, ptr %pn",
         "  store i64 %ext, ptr %pext",
-        "  store i64 %chunk, ptr %pchunk",
         "  store i64 %least, ptr %pleast",
         "  %i.n = add i64 %i, 1",
         "  store i64 %i.n, ptr %ptid",
@@ -435,10 +420,7 @@ def render() -> str:
         "posted:",
         "  call void @fg_pool_wake(ptr %pool, i64 %workers)",
     ]
-    r.append(
-        "  call void @fg_pool_do(ptr %pool, ptr %fn, i64 0, i64 %n, i64 %ext, i64 %chunk, "
-        "i64 %least)"
-    )
+    r.append("  call void @fg_pool_do(ptr %pool, ptr %fn, i64 0, i64 %n, i64 %ext, i64 %least)")
     r += [
         "  br label %jtest",
         "jtest:",

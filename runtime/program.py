@@ -28,7 +28,7 @@ import llvmlite.binding as llvm
 
 from .compiler import CompiledKernel, compile_kernel
 from .launch import chunk_least, runs_parallel
-from .pool import chunk_size_ir, claim_loop_ir
+from .pool import claim_loop_ir
 
 
 def render_program(steps: list[tuple[int, int, list[int]]], name: str) -> str:
@@ -110,12 +110,10 @@ def _claim_chunks(
         f"k{j}.chunks:",
         f"  %q{j}.next = getelementptr inbounds i64, ptr %bar, i64 {counter}",
         f"  %q{j}.out = getelementptr inbounds i64, ptr %bar, i64 {counter + 1}",
-        *chunk_size_ir(f"q{j}.", extent, "%n", least),
         *claim_loop_ir(
             f"q{j}.",
             f"%q{j}.next",
             extent,
-            f"%q{j}.chunk",
             least,
             "%n",
             call + "(i64 {}, i64 {}, " + rest + ")",

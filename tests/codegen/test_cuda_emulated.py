@@ -21,6 +21,7 @@ from fusegrad.codegen.lower import base_name, lower
 from fusegrad.ir.reference import evaluate_many
 from fusegrad.ir.schedule import schedule
 from fusegrad.nn import functional as F
+from fusegrad.runtime.cuda import _EmulatedBackend
 from fusegrad.runtime.cuda_emulator import EmulatedModule
 from fusegrad.runtime.engine import engine
 
@@ -77,6 +78,9 @@ def compile_together(prepared) -> EmulatedModule:
     return EmulatedModule(PRELUDE + "\n".join(bodies.values()))
 
 
+EMULATED = _EmulatedBackend()
+
+
 def run(prepared, module):
     """Run a prepared plan's kernels in the emulator: its outputs as numpy arrays."""
     nodes, plan, leaves, kernels = prepared
@@ -91,7 +95,8 @@ def run_plan(plan, kernels, leaf_arrays, module):
         outs = [np.full(size, 7, dtype=dtype.np) for _, size, dtype in step.outs]  # not zeros
         ins = [leaf_arrays[i] if kind == "leaf" else slots[i] for kind, i in step.inputs]
         scratch = [np.full(count, 7, dtype=dtype.np) for dtype, count in k.scratch]
-        k.launch(module, outs + ins + scratch)
+        args = outs + ins + scratch  # launched as the runtime's emulated backend does
+        EMULATED.launch(EMULATED.functions(module, k, len(args)), k.launches, args)
         for (g, _, _), out in zip(step.outs, outs):
             slots[g] = out
     return [slots[j] for j in plan.outputs]
