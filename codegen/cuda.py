@@ -78,7 +78,8 @@ def literal(value, dt: DType) -> str:
     if dt.is_bool:
         return "true" if value else "false"
     if dt.is_int:
-        return f"{int(value)}LL" if dt.itemsize == 8 else str(int(value))
+        v = dt.wrap(int(value))
+        return f"{v}LL" if dt.itemsize == 8 else f"({dt.cuda}){v}" if dt.itemsize < 4 else str(v)
     v = float(value)
     if v != v:
         text = (
@@ -227,13 +228,15 @@ class _Renderer:
             self.index_vars(red.loops, "red", depth + 1)
             self.block(red.body, depth + 1)
             self.line(depth, "}")
-        t = "int" if dt.is_bool else dt.cuda
+        # warp shuffles move 4 bytes at least: bools, bytes and shorts travel as int
+        narrow = dt.is_bool or dt.itemsize < 4
+        t = "int" if narrow else dt.cuda
         buf = f"{acc}_shared"
         self.shared.append(f"  __shared__ {t} {buf}[32];")
-        self.shared_bytes += 32 * (4 if dt.is_bool else dt.itemsize)
+        self.shared_bytes += 32 * (4 if narrow else dt.itemsize)
         is_max = "true" if red.op is Ops.MAX or dt.is_bool else "false"
         identity = literal(red.init.value, dt) if not dt.is_bool else "0"
-        value = f"({t}){acc}" if dt.is_bool else acc
+        value = f"({t}){acc}" if narrow else acc
         reduced = f"fg_block_reduce<{t}, {is_max}>({value}, {buf}, {identity})"
         self.line(depth, f"{acc} = {reduced}{' != 0' if dt.is_bool else ''};")
         if self.part == "partials":
@@ -426,6 +429,10 @@ class _Renderer:
         if s.op is Ops.CAST:
             if s.dtype.is_bool:
                 return f"({a[0]} != 0)"
+            if src.is_float and s.dtype.itemsize < 4:
+                # through int, then wrap (as the CPU kernels and torch on the CPU): a direct
+                # float -> unsigned char conversion saturates on the GPU and is UB in C++
+                return f"({s.dtype.cuda})(int){a[0]}"
             return f"({s.dtype.cuda}){a[0]}"
         f = "f" if src.is_float and src.itemsize == 4 else ""
         return op_row(s.op, src).cuda.format(*a, t=src.cuda, f=f)

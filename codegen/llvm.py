@@ -43,7 +43,7 @@ from .loopir import (
     Select,
     Store,
 )
-from .optable import SAFE_DIV, Intrinsic, MathFn, op_row
+from .optable import SAFE_DIV, SAFE_UDIV, Intrinsic, MathFn, op_row
 
 
 def mem_type(dt: DType) -> str:
@@ -56,7 +56,12 @@ def literal(value, dt: DType) -> str:
         return fconst(float(value), dt.llvm)
     if dt.is_bool:
         return "true" if value else "false"
-    return str(int(value))
+    return str(dt.wrap(int(value)))
+
+
+def _imax(dt: DType) -> str:
+    """The integer max intrinsic's name for `dt`."""
+    return "umax" if dt.unsigned else "smax"
 
 
 def _i32(v: int) -> str:
@@ -296,7 +301,8 @@ class _Renderer:
         0 when out of range, so the address stays inside the buffer."""
         assert self.width is None, "a data-dependent row is read in a scalar loop"
         r, dt = self.lookup(row)[0], self.types[row]
-        r64 = r if dt.itemsize == 8 else self.emit(f"sext {dt.llvm} {r} to i64")
+        widen = "zext" if dt.unsigned else "sext"
+        r64 = r if dt.itemsize == 8 else self.emit(f"{widen} {dt.llvm} {r} to i64")
         lo = self.emit(f"icmp sge i64 {r64}, 0")
         hi = self.emit(f"icmp slt i64 {r64}, {rows}")
         ok = self.emit(f"and i1 {lo}, {hi}")
@@ -406,12 +412,21 @@ class _Renderer:
             self.math.add((spelling.name, dt.llvm, width))
             fn = function_name(spelling.name, dt.llvm, width)
             return self.emit(f"call {t} {fn}({t} {a[0]})")
-        if spelling == SAFE_DIV:  # integer division by zero gives 0 instead of a crash
+        if spelling in (SAFE_DIV, SAFE_UDIV):  # division by zero gives 0 instead of a crash
             bt = self.ty("i1", varying)
             zero, one = self.const(0, dt, varying), self.const(1, dt, varying)
             is_zero = self.emit(f"icmp eq {t} {a[1]}, {zero}")
             safe = self.emit(f"select {bt} {is_zero}, {t} {one}, {t} {a[1]}")
-            q = self.emit(f"sdiv {t} {a[0]}, {safe}")
+            if spelling == SAFE_UDIV:
+                q = self.emit(f"udiv {t} {a[0]}, {safe}")
+            elif dt.itemsize < 4:
+                # int8 -128 / -1 overflows sdiv (poison in LLVM); in i32 it is 128, which
+                # truncates back to -128: the wrapped answer, as C and torch give
+                wt = self.ty("i32", varying)
+                x, y = (self.emit(f"sext {t} {v} to {wt}") for v in (a[0], safe))
+                q = self.emit(f"trunc {wt} {self.emit(f'sdiv {wt} {x}, {y}')} to {t}")
+            else:
+                q = self.emit(f"sdiv {t} {a[0]}, {safe}")
             return self.emit(f"select {bt} {is_zero}, {t} {zero}, {t} {q}")
         consts = {"one": 1, "zero": 0, "true": True}
         named = {k: self.const(v, dt, varying) for k, v in consts.items() if f"{{{k}}}" in spelling}
@@ -429,13 +444,20 @@ class _Renderer:
             if src.is_float:
                 op = "fpext" if src.itemsize < dst.itemsize else "fptrunc"
             else:
-                op = "uitofp" if src.is_bool else "sitofp"
+                op = "uitofp" if src.is_bool or src.unsigned else "sitofp"
             return self.emit(f"{op} {s} {v} to {d}")
         if src.is_float:
-            return self.emit(f"fptosi {s} {v} to {d}")
+            if dst.itemsize >= 4:
+                return self.emit(f"fptosi {s} {v} to {d}")
+            # to a byte or a short through i32, then wrap: what torch gives on the CPU for
+            # -1.0 -> uint8 (255); fptoui of a negative value would be poison
+            wide = self.emit(f"fptosi {s} {v} to {self.ty('i32', varying)}")
+            return self.emit(f"trunc {self.ty('i32', varying)} {wide} to {d}")
         if src.is_bool:
             return self.emit(f"zext {s} {v} to {d}")
-        op = "sext" if src.itemsize < dst.itemsize else "trunc"
+        if src.itemsize == dst.itemsize:  # uint8 <-> int8: the same bits
+            return v
+        op = ("zext" if src.unsigned else "sext") if src.itemsize < dst.itemsize else "trunc"
         return self.emit(f"{op} {s} {v} to {d}")
 
     # ---------------------------------------------------------------- accumulators
@@ -492,7 +514,7 @@ class _Renderer:
             kind = (
                 "fmaximum"
                 if dt.is_float
-                else ("or" if dt.is_bool else "add" if s.op is Ops.ADD else "smax")
+                else ("or" if dt.is_bool else "add" if s.op is Ops.ADD else _imax(dt))
             )
             fn = f"@llvm.vector.reduce.{kind}.{sfx}"
             self.decls.add(f"declare {t} {fn}({vt})")
@@ -516,7 +538,7 @@ class _Renderer:
         elif s.op is Ops.ADD:
             new = self.emit(f"add {t} {cur}, {val}")
         else:
-            new = self.emit(f"call {t} {self.intrinsic('smax', t, 2)}({t} {cur}, {t} {val})")
+            new = self.emit(f"call {t} {self.intrinsic(_imax(dt), t, 2)}({t} {cur}, {t} {val})")
         self.lines.append(f"  store {t} {new}, ptr {ptr}")
 
     def stmt_Store(self, s: Store) -> None:

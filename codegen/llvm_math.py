@@ -75,7 +75,15 @@ def vector_type(elem: str, width: int | None) -> str:
 
 def intrinsic_suffix(ty: str) -> str:
     """LLVM's overload suffix: float -> f32, <16 x float> -> v16f32, <8 x i64> -> v8i64."""
-    names = {"float": "f32", "double": "f64", "i1": "i1", "i8": "i8", "i32": "i32", "i64": "i64"}
+    names = {
+        "float": "f32",
+        "double": "f64",
+        "i1": "i1",
+        "i8": "i8",
+        "i16": "i16",
+        "i32": "i32",
+        "i64": "i64",
+    }
     if ty.startswith("<"):
         width, _, elem = ty[1:-1].split(" ")
         return f"v{width}{names[elem]}"

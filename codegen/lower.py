@@ -692,7 +692,7 @@ def reduce_identity(op: Ops, dtype: DType):
         return float("-inf")
     if dtype.is_bool:
         return False
-    return -(2 ** (8 * dtype.itemsize - 1))
+    return 0 if dtype.unsigned else -(2 ** (8 * dtype.itemsize - 1))
 
 
 def squeeze_coords(coords, shape, target_shape) -> tuple[Lin, ...]:

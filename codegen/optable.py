@@ -2,7 +2,9 @@
 
 A new primitive is one row here, read by both renderers (plus its shape rule,
 gradient rule and reference-evaluator line in `ir/`). The kind is
-`DType.kind` of the operands: "f" float, "i" signed integer, "b" bool.
+`DType.kind` of the operands: "f" float, "i" integer, "b" bool; "u" rows hold
+the few ops where an unsigned integer (uint8) differs from a signed one, and an
+unsigned op without one uses the "i" row (add, mul and neg wrap the same way).
 
     >>> from fusegrad.ir.ops import Ops
     >>> row = OPS[Ops.ADD, "f"]
@@ -42,12 +44,13 @@ class MathFn:
     name: str
 
 
-SAFE_DIV = "safe integer division"
+SAFE_DIV = "safe integer division"  # signed: sdiv, on at least i32 (see llvm.py)
+SAFE_UDIV = "safe unsigned integer division"
 
 
 @dataclass(frozen=True)
 class OpRow:
-    llvm: object  # str | Intrinsic | MathFn | SAFE_DIV
+    llvm: object  # str | Intrinsic | MathFn | SAFE_DIV | SAFE_UDIV
     cuda: str
 
 
@@ -74,6 +77,10 @@ OPS: dict[tuple[Ops, str], OpRow] = {
     (Ops.CMPLT, "i"): OpRow("icmp slt {t} {0}, {1}", "{0} < {1}"),
     (Ops.CMPEQ, "i"): OpRow("icmp eq {t} {0}, {1}", "{0} == {1}"),
     (Ops.MAX, "i"): OpRow(Intrinsic("smax", 2), "fg_max({0}, {1})"),
+    # unsigned integers, where they differ (C's unsigned char compares and divides unsigned)
+    (Ops.DIV, "u"): OpRow(SAFE_UDIV, "({1} == 0 ? ({t})0 : {0} / {1})"),
+    (Ops.CMPLT, "u"): OpRow("icmp ult {t} {0}, {1}", "{0} < {1}"),
+    (Ops.MAX, "u"): OpRow(Intrinsic("umax", 2), "fg_max({0}, {1})"),
     # bool: + is or, * is and, - is not
     (Ops.ADD, "b"): OpRow("or {t} {0}, {1}", "{0} || {1}"),
     (Ops.MUL, "b"): OpRow("and {t} {0}, {1}", "{0} && {1}"),
@@ -86,7 +93,8 @@ OPS: dict[tuple[Ops, str], OpRow] = {
 
 def op_row(op: Ops, dtype: DType) -> OpRow:
     """The row of `op` on operands of `dtype`; NotImplementedError if no backend has one."""
-    row = OPS.get((op, dtype.kind))
+    row = OPS.get((op, "u")) if dtype.unsigned else None
+    row = row or OPS.get((op, dtype.kind))
     if row is None:
         raise NotImplementedError(f"{op.name} on {dtype.name}: no row in codegen/optable.py")
     return row

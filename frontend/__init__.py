@@ -22,7 +22,7 @@ from .errors import (
     register_package_dirs as _register_package_dirs,
 )
 from .ir import node as _node
-from .ir.dtypes import DType, bool_, float32, float64, int32, int64
+from .ir.dtypes import DType, bool_, float32, float64, int8, int16, int32, int64, uint8
 
 
 def _package_dirs(name: str) -> list[str]:
@@ -218,6 +218,7 @@ float = float32  # noqa: A001
 double = float64
 long = int64
 int = int32  # noqa: A001
+short = int16
 
 
 def exp(x):

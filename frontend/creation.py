@@ -28,6 +28,7 @@ from .ir.dtypes import (
     int32,
     int64,
     to_dtype,  # noqa: F401  (nn reads it from here)
+    unsupported,
 )
 from .ir.dtypes import (
     from_numpy as dtype_of_numpy,
@@ -109,14 +110,21 @@ def from_numpy(array: np.ndarray, requires_grad: bool = False, device=None) -> T
     return _finish(N.buffer(buf, array.shape, dt), requires_grad)
 
 
-# numpy dtypes `tensor` keeps as they are (float64 arrays stay float64, as in torch)
-_KEPT = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.int64, np.int32, np.bool_))
+# numpy dtypes `tensor` keeps as they are (float64 arrays stay float64, uint8 stay uint8, as in
+# torch); the other integer widths (uint16, uint32, ...) become int64
+_KEPT = frozenset(
+    np.dtype(t)
+    for t in (np.float32, np.float64, np.int64, np.int32, np.int16, np.int8, np.uint8, np.bool_)
+)
 
 
 def tensor(data, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
     """A tensor from nested lists, numbers, a numpy array or another tensor.
 
-    Python floats become float32, ints int64, bools bool, as in PyTorch.
+    Python floats become float32, ints int64, bools bool, as in PyTorch; a numpy array
+    keeps its dtype (`np.uint8` data gives a `fusegrad.uint8` tensor). Data of a dtype
+    fusegrad has not (float16, complex, datetime, object) is refused, never converted
+    silently; ask for the conversion with `dtype=` or numpy's `astype`.
     """
     if dtype is None and type(data) is np.ndarray and data.dtype in _KEPT:
         return from_numpy(data, requires_grad, device)  # the usual batch: no conversion
@@ -125,8 +133,6 @@ def tensor(data, dtype=None, requires_grad: bool = False, device=None) -> Tensor
         data = data._host()
     if isinstance(data, np.ndarray):
         arr = data
-        if dtype is None and arr.dtype == np.float64 and not isinstance(data, np.ndarray):
-            arr = arr.astype(np.float32)
     else:
         try:
             arr = np.array(data)
@@ -136,16 +142,12 @@ def tensor(data, dtype=None, requires_grad: bool = False, device=None) -> Tensor
             arr = arr.astype(np.float32)
         elif arr.dtype.kind in "iu" and dtype is None:
             arr = arr.astype(np.int64)
-    if arr.dtype == object or arr.dtype.kind in "USO":
-        fail(
-            DTypeError, "tensor", f"cannot make a tensor from {type(data).__name__} of {arr.dtype}"
-        )
+    if arr.dtype.kind in "USOVMmc" or (arr.dtype == np.float16 and dtype is None):
+        fail(DTypeError, "tensor", f"data of {type(data).__name__}: {unsupported(arr.dtype.name)}")
     if dtype is not None:
         arr = arr.astype(checked_dtype(dtype, "tensor").np)
-    elif arr.dtype.kind in "iu" and arr.dtype != np.int32:
+    elif arr.dtype.kind in "iu" and arr.dtype not in _KEPT:
         arr = arr.astype(np.int64)
-    elif arr.dtype == np.float16:
-        arr = arr.astype(np.float32)
     return from_numpy(arr, requires_grad, device)
 
 

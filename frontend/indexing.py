@@ -40,6 +40,12 @@ from .ir import node as N
 from .ir.dtypes import int64
 from .ir.ops import Ops
 
+# torch reads a uint8 index as a mask (deprecated) where an int8 one is positions: no guessing
+_UINT8_INDEX = (
+    "a uint8 index is not supported (torch reads it as a deprecated mask); use a bool mask "
+    "(.bool()) or int64 positions (.long())"
+)
+
 
 def _tensor_cls():
     from .tensor import Tensor
@@ -94,7 +100,11 @@ def _as_index(i, op: str):
                 op,
                 f"tensors used as indices must be long, int or bool, got {arr.dtype}",
             )
+        if arr.dtype == np.uint8:
+            fail(IndexingError, op, _UINT8_INDEX)
         i = host_table(arr if arr.dtype.kind == "b" else arr.astype(np.int64))
+    if i.dtype.unsigned:
+        fail(IndexingError, op, _UINT8_INDEX)
     if i.dtype.is_float:
         fail(
             IndexingError,

@@ -74,6 +74,22 @@ class Tensor(MovementMixin, ReduceMixin):
     )
     __array_priority__ = 1000  # numpy scalars on the left defer to our operators
 
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """`ndarray + tensor`, `np.float64(2) * tensor`, `ndarray == tensor`: numpy hands its
+        operators to this hook, which gives them back to the tensor's, so the result is a
+        tensor (dtype promoted as `tensor + ndarray`). Other numpy functions on tensors
+        (`np.exp(t)`, `out=`) compute on the values and give numpy arrays, as before."""
+        names = _UFUNC_OPERATORS.get(ufunc.__name__)
+        if names is not None and method == "__call__" and not kwargs and len(inputs) == 2:
+            a, b = inputs
+            if isinstance(a, Tensor):
+                return getattr(a, names[0])(b)
+            return getattr(b, names[1])(a)
+        args = [x.numpy() if isinstance(x, Tensor) else x for x in inputs]
+        if "out" in kwargs:
+            kwargs["out"] = tuple(x.numpy() if isinstance(x, Tensor) else x for x in kwargs["out"])
+        return getattr(ufunc, method)(*args, **kwargs)
+
     def __init__(self, node: N.Node, requires_grad: bool = False, strides=None, leaf=None):
         self.node = node
         self.requires_grad = requires_grad
@@ -322,6 +338,19 @@ class Tensor(MovementMixin, ReduceMixin):
     def bool(self) -> Tensor:
         return self.cast(bool_)
 
+    def byte(self) -> Tensor:
+        """This tensor as uint8 (floats truncate toward zero, then wrap modulo 256, as torch
+        on the CPU: -1.0 -> 255)."""
+        return self.cast("uint8")
+
+    def char(self) -> Tensor:
+        """This tensor as int8."""
+        return self.cast("int8")
+
+    def short(self) -> Tensor:
+        """This tensor as int16."""
+        return self.cast("int16")
+
     def _float(self) -> Tensor:
         """Integers and bools become the default float, as PyTorch does for exp, log, /, ..."""
         return self if self.dtype.is_float else self.cast(float32)
@@ -347,11 +376,23 @@ class Tensor(MovementMixin, ReduceMixin):
                 dtype = promote_tensors(self, other)
                 a, b = N.cast(a, dtype), N.cast(b, dtype)
         elif isinstance(other, (int, float, bool, np.number, np.bool_)):
+            # a numpy scalar counts as a Python number (as on torch's right-hand side)
             value = other.item() if isinstance(other, (np.number, np.bool_)) else other
             dtype = promote_scalar(a.dtype, value)
+            if dtype.is_int:
+                value = dtype.wrap(value)  # uint8 + 300 wraps, as torch's does
             return N.cast(a, dtype), N.const(value, a.shape, dtype), None
+        elif isinstance(other, np.ndarray):
+            # as torch: the array is a tensor of its own dtype (a 0-d one if 0-d), here
+            other = as_tensor(other, op).to(self.device)
+            return self._operand_nodes(other, op)
         else:
-            fail(DTypeError, op, f"unsupported operand type {type(other).__name__}")
+            fail(
+                DTypeError,
+                op,
+                f"unsupported operand type {type(other).__name__} (as in torch: make it a "
+                "tensor first, fusegrad.tensor(...))",
+            )
         if a.shape != b.shape:
             shape = broadcast_shapes(a.shape, b.shape, op)
             a, b = _broadcast_node(a, shape), _broadcast_node(b, shape)
@@ -819,10 +860,28 @@ def promote_tensors(a: Tensor, b: Tensor) -> DType:
     if (a.ndim == 0) == (b.ndim == 0):
         return promote(a.dtype, b.dtype)
     dims, zero = (a, b) if b.ndim == 0 else (b, a)
-    kinds = "bif"
-    if kinds.index(zero.dtype.kind) <= kinds.index(dims.dtype.kind):
+    if zero.dtype.category <= dims.dtype.category:  # uint8 + int64 0-d stays uint8
         return dims.dtype
     return zero.dtype
+
+
+# numpy ufunc -> (the tensor's method when it is on the left, when it is on the right)
+_UFUNC_OPERATORS = {
+    "add": ("__add__", "__radd__"),
+    "subtract": ("__sub__", "__rsub__"),
+    "multiply": ("__mul__", "__rmul__"),
+    "true_divide": ("__truediv__", "__rtruediv__"),
+    "power": ("__pow__", "__rpow__"),
+    "matmul": ("__matmul__", "__rmatmul__"),
+    "less": ("__lt__", "__gt__"),
+    "greater": ("__gt__", "__lt__"),
+    "less_equal": ("__le__", "__ge__"),
+    "greater_equal": ("__ge__", "__le__"),
+    "equal": ("__eq__", "__eq__"),
+    "not_equal": ("__ne__", "__ne__"),
+    "bitwise_and": ("__and__", "__and__"),  # of bools: logical, which is symmetric
+    "bitwise_or": ("__or__", "__or__"),
+}
 
 
 def broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...], op: str) -> tuple[int, ...]:
@@ -862,7 +921,11 @@ def where(cond, a, b) -> Tensor:
     if not isinstance(cond, Tensor):
         cond = as_tensor(cond)
     if not cond.dtype.is_bool:
-        fail(DTypeError, "where", f"condition must be a bool tensor, got {cond.dtype.name}")
+        fail(
+            DTypeError,
+            "where",
+            f"condition must be a bool tensor, got {cond.dtype.name} (use cond.bool())",
+        )
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
         a = Tensor(N.const(a, (), promote_scalar(bool_, a)))
     if isinstance(a, Tensor):

@@ -4,6 +4,8 @@
 (4, 'float32', True)
 >>> promote(int32, float32) is float32
 True
+>>> promote(uint8, int8) is int16  # as torch: the smallest signed type holding both ranges
+True
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ class DType:
 
     name: str
     itemsize: int
-    kind: str  # "f" float, "i" signed integer, "b" bool
+    kind: str  # "f" float, "i" integer (signed or not), "b" bool
     priority: int  # promotion order within and across kinds
     llvm: str  # the type in registers
     cuda: str
+    unsigned: bool = False  # uint8: compares, divides, widens and converts as unsigned
 
     @property
     def np(self) -> str:
@@ -40,20 +43,50 @@ class DType:
     def is_bool(self) -> bool:
         return self.kind == "b"
 
+    @property
+    def category(self) -> int:
+        """0 bool, 1 integer, 2 float: what a 0-d tensor or a Python scalar can lift a
+        tensor to (PyTorch's promotion compares categories first)."""
+        return "bif".index(self.kind)
+
+    def wrap(self, value: int) -> int:
+        """An integer brought into this type's range as its arithmetic wraps (uint8: mod 256).
+
+        >>> uint8.wrap(300), int8.wrap(200), int8.wrap(-1)
+        (44, -56, -1)
+        """
+        bits = 8 * self.itemsize
+        value &= (1 << bits) - 1
+        return value - (1 << bits) if not self.unsigned and value >> (bits - 1) else value
+
     def __repr__(self) -> str:
         return f"fusegrad.{self.name}"
 
 
 bool_ = DType("bool", 1, "b", 0, "i1", "bool")
-int32 = DType("int32", 4, "i", 1, "i32", "int")
-int64 = DType("int64", 8, "i", 2, "i64", "long long")
-float32 = DType("float32", 4, "f", 3, "float", "float")
-float64 = DType("float64", 8, "f", 4, "double", "double")
+uint8 = DType("uint8", 1, "i", 1, "i8", "unsigned char", unsigned=True)
+int8 = DType("int8", 1, "i", 2, "i8", "signed char")
+int16 = DType("int16", 2, "i", 3, "i16", "short")
+int32 = DType("int32", 4, "i", 4, "i32", "int")
+int64 = DType("int64", 8, "i", 5, "i64", "long long")
+float32 = DType("float32", 4, "f", 6, "float", "float")
+float64 = DType("float64", 8, "f", 7, "double", "double")
 
-ALL_DTYPES = (bool_, int32, int64, float32, float64)
+ALL_DTYPES = (bool_, uint8, int8, int16, int32, int64, float32, float64)
 DEFAULT_FLOAT = float32
 DEFAULT_INT = int64
 _BY_NAME = {d.name: d for d in ALL_DTYPES}
+_BY_NAME.update({"byte": uint8, "char": int8, "short": int16})  # torch's other names
+
+# dtypes numpy and torch have that fusegrad has not (yet): refused by name, with the way out,
+# never converted silently
+_NOT_YET = {
+    "float16": "half precision is not supported yet; convert with .astype(np.float32)",
+    "half": "half precision is not supported yet; convert with .astype(np.float32)",
+    "bfloat16": "bfloat16 is not supported yet; convert to float32 first",
+    "complex64": "complex numbers are not supported; use the real and imaginary parts",
+    "complex128": "complex numbers are not supported; use the real and imaginary parts",
+}
 
 
 _BY_NUMPY: dict = {}  # numpy dtype (or type, or name) -> DType, as looked up so far
@@ -68,9 +101,18 @@ def from_numpy(dt) -> DType:
     if name in _BY_NAME:
         _BY_NUMPY[dt] = _BY_NAME[name]
         return _BY_NAME[name]
-    raise TypeError(
-        f"unsupported dtype {name}: fusegrad has {', '.join(d.name for d in ALL_DTYPES)}"
-    )
+    raise TypeError(unsupported(name))
+
+
+def unsupported(name: str) -> str:
+    """Why dtype `name` is refused, and what to do instead."""
+    have = ", ".join(d.name for d in ALL_DTYPES)
+    why = _NOT_YET.get(name)
+    if why is None and name.startswith("complex"):
+        why = _NOT_YET["complex64"]
+    if why is None and (name == "object" or name.startswith(("datetime", "timedelta"))):
+        why = "only numeric data converts to a tensor"
+    return f"dtype {name} is not supported: {why or 'no such dtype here'} (fusegrad has {have})"
 
 
 def to_dtype(dt) -> DType:
@@ -83,13 +125,30 @@ def to_dtype(dt) -> DType:
         return int64
     if dt is bool:
         return bool_
-    if isinstance(dt, str) and dt in _BY_NAME:
-        return _BY_NAME[dt]
+    if isinstance(dt, str):
+        name = dt.removeprefix("torch.").removeprefix("fusegrad.")
+        if name in _BY_NAME:
+            return _BY_NAME[name]
+        if name in _NOT_YET:
+            raise TypeError(unsupported(name))
+    if getattr(dt, "__module__", None) == "torch":  # torch.float32 and the like
+        return to_dtype(str(dt))
     return from_numpy(dt)
 
 
 def promote(a: DType, b: DType) -> DType:
-    """The result type of a binary op on two tensors (PyTorch's rule for these five types)."""
+    """The result type of a binary op on two tensors, PyTorch's table: the higher kind
+    (bool < integer < float), else the wider type; uint8 with a signed integer gives a
+    signed type that holds both ranges (int16 at least), as in torch.
+
+    >>> promote(uint8, bool_), promote(uint8, int8), promote(uint8, int32)
+    (fusegrad.uint8, fusegrad.int16, fusegrad.int32)
+    """
+    if a is b:
+        return a
+    if a.is_int and b.is_int and a.unsigned != b.unsigned:
+        signed = b if a.unsigned else a
+        return signed if signed.itemsize > 1 else int16
     return a if a.priority >= b.priority else b
 
 
@@ -109,7 +168,6 @@ def promote_scalar(t: DType, value) -> DType:
     (True, True)
     """
     s = scalar_dtype(value)
-    kinds = "bif"
-    if kinds.index(s.kind) > kinds.index(t.kind):
+    if s.category > t.category:
         return DEFAULT_FLOAT if s.kind == "f" else (DEFAULT_INT if s.kind == "i" else s)
     return t

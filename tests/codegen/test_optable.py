@@ -10,11 +10,11 @@ from fusegrad.codegen import gpu, optable
 from fusegrad.codegen.cuda import render_cuda
 from fusegrad.codegen.llvm import render_llvm
 from fusegrad.codegen.loopir import Alu, Kernel, Load, Loop, Param, Store
-from fusegrad.ir.dtypes import ALL_DTYPES, bool_, float32, float64, int32, int64
+from fusegrad.ir.dtypes import ALL_DTYPES, bool_, float32, float64, int32, int64, uint8
 from fusegrad.ir.ops import BINARY, ELEMENTWISE, Ops
 from fusegrad.ir.symbolic import Var, lin
 
-DTYPE_OF_KIND = {"f": float32, "i": int64, "b": bool_}
+DTYPE_OF_KIND = {"f": float32, "i": int64, "b": bool_, "u": uint8}
 
 
 def one_op_kernel(op: Ops, dt) -> Kernel:
@@ -37,7 +37,8 @@ def test_every_elementwise_op_has_a_float_row():
     spelled_elsewhere = {Ops.WHERE, Ops.CAST}
     missing = [op.name for op in ELEMENTWISE - spelled_elsewhere if (op, "f") not in optable.OPS]
     assert not missing
-    assert {kind for _, kind in optable.OPS} == {dt.kind for dt in ALL_DTYPES}
+    unsigned = {"u"} if any(dt.unsigned for dt in ALL_DTYPES) else set()
+    assert {kind for _, kind in optable.OPS} == {dt.kind for dt in ALL_DTYPES} | unsigned
 
 
 @pytest.mark.parametrize("key", list(optable.OPS), ids=lambda k: f"{k[0].name}-{k[1]}")
@@ -56,6 +57,8 @@ def test_each_row_is_what_both_renderers_print(key):
         assert f"{row.llvm.name}" in llvm
     elif row.llvm == optable.SAFE_DIV:
         assert "sdiv" in llvm
+    elif row.llvm == optable.SAFE_UDIV:
+        assert "udiv" in llvm
     else:
         assert f" = {row.llvm.split()[0]} " in llvm
 
