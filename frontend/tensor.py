@@ -870,7 +870,7 @@ _UFUNC_OPERATORS = {
     "add": ("__add__", "__radd__"),
     "subtract": ("__sub__", "__rsub__"),
     "multiply": ("__mul__", "__rmul__"),
-    "true_divide": ("__truediv__", "__rtruediv__"),
+    "divide": ("__truediv__", "__rtruediv__"),  # np.true_divide's name
     "power": ("__pow__", "__rpow__"),
     "matmul": ("__matmul__", "__rmatmul__"),
     "less": ("__lt__", "__gt__"),
