@@ -720,6 +720,8 @@ def _bitwise(a, b, op: str, combine):
     x, y = _check_bits(a, b, op)
     if x.dtype.is_bool:
         return combine(x, y)
+    if x.dtype.unsigned:  # _bits reads two's complement: take uint8's 8 bits from an int16
+        return _bitwise(x.short(), y.short(), op, combine).cast(x.dtype)
     n = x.dtype.itemsize * 8
     bx, by = _bits(x, n), _bits(y, n)
     return _from_bits([combine(p, q).cast(x.dtype) for p, q in zip(bx, by)], x.dtype)

@@ -141,6 +141,20 @@ def test_reductions():
         u.mean()
 
 
+def test_bitwise_ops_and_shifts():
+    u, s = u8([250, 3]), i8([-128, 5])
+    check(u & 3, [2, 3], uint8)
+    check(u | u8([1, 1]), [251, 3], uint8)  # the top bit of a uint8 survives
+    check(u ^ 1, [251, 2], uint8)
+    check(u8([255, 170]) ^ u8([15, 255]), [240, 85], uint8)
+    check(u << 1, [244, 6], uint8)
+    check(u >> 1, [125, 1], uint8)  # logical: 250 >> 1 is 125, not -3
+    check(s >> 1, [-64, 2], int8)  # arithmetic
+    check(~u, [5, 252], uint8)
+    check(~s, [127, -6], int8)
+    check(s & i8([-1, 4]), [-128, 4], int8)
+
+
 def test_casts_from_float_follow_torch():
     x = fg.tensor([-1.0, 255.0, 256.0, 3.7, -3.7, 300.5])
     check(x.byte(), [255, 255, 0, 3, 253, 44], uint8)
