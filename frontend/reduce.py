@@ -50,9 +50,10 @@ class ReduceMixin:
         return self._make(node)
 
     def sum(self, dim=None, keepdim: bool = False, dtype=None):
-        """Sum over `dim` (an int, a tuple, or None for all); bools and ints sum as int64."""
+        """Sum over `dim` (an int, a tuple, or None for all); bools and ints sum as int64
+        unless `dtype` says otherwise (`dtype=fg.uint8` wraps, as torch's)."""
         x = self.cast(dtype) if dtype is not None else self
-        if not x.dtype.is_float:
+        if not x.dtype.is_float and (dtype is None or x.dtype.is_bool):
             x = x.cast(int64)
         if x.node.op is Ops.EXPAND:
             return _sum_of_broadcast(x, dim, keepdim)

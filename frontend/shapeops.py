@@ -638,7 +638,12 @@ def _cum_extreme(x, dim, largest: bool, op: str):
     d = x._dim(dim, op) if x.ndim else 0
     if x.ndim == 0:
         return ValuesIndices(x, x._make(N.const(0, (), int64)))
-    key = x if largest else -x if not x.dtype.is_bool else x.logical_not()
+    if largest:
+        key = x
+    elif x.dtype.is_bool:
+        key = x.logical_not()
+    else:  # -x of a uint8, or of an int8 -128, would wrap: negate in int64
+        key = -(x.cast(int64) if x.dtype.is_int and x.dtype.itemsize < 8 else x)
     low = -math.inf if key.dtype.is_float else int(np.iinfo(np.int64).min)
     k = key if not key.dtype.is_bool else key.cast(int64)
     run = _scan(k.detach(), d, lambda a, b: a.maximum(b), low, op)
@@ -677,8 +682,8 @@ def _ranks(x, d: int, descending: bool, op: str):
     y = movedim(x.detach(), d, -1)
     a = y.unsqueeze(-1)  # element i
     b = y.unsqueeze(-2)  # element j
-    if y.dtype.is_bool:
-        a, b = a.cast(int64), b.cast(int64)
+    if y.dtype.is_bool or (y.dtype.is_int and y.dtype.itemsize < 8):
+        a, b = a.cast(int64), b.cast(int64)  # so that -a cannot wrap (uint8, int8 -128)
     if descending:
         a, b = -a if not a.dtype.is_bool else a, -b if not b.dtype.is_bool else b
     # NaN sorts last (as the largest), in either direction

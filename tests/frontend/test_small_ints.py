@@ -137,6 +137,8 @@ def test_reductions():
     check(s.max(), 5, int8)
     check(u8([[1, 2], [0, 7]]).amax(1), [2, 7], uint8)
     assert u.argmax().item() == 2
+    check(u.sum(dtype=fg.uint8), 252, uint8)  # asked for: wraps, as torch's
+    check(u8([0, 5, 200]).min(), 0, uint8)
     with pytest.raises(DTypeError, match="float"):
         u.mean()
 
@@ -153,6 +155,18 @@ def test_bitwise_ops_and_shifts():
     check(~u, [5, 252], uint8)
     check(~s, [127, -6], int8)
     check(s & i8([-1, 4]), [-128, 4], int8)
+
+
+def test_orderings_do_not_wrap():
+    u, s = u8([0, 5, 200, 3]), i8([-128, 5, 127, 0])
+    top = u.topk(2)
+    check(top.values, [200, 5], uint8)
+    check(top.indices, [2, 1], fg.int64)
+    check(u.sort(descending=True).values, [200, 5, 3, 0], uint8)
+    check(s.sort(descending=True).values, [127, 5, 0, -128], int8)
+    check(u.cummin(0).values, [0, 0, 0, 0], uint8)
+    check(u.cummax(0).values, [0, 5, 200, 200], uint8)
+    check(s.cummin(0).values, [-128, -128, -128, -128], int8)
 
 
 def test_casts_from_float_follow_torch():
