@@ -247,6 +247,10 @@ def _gpu_case():
         u.max(),
         s.max(),
         h.amax(0, keepdim=True),
+        # long rows: reductions split over a block's threads (warp shuffles of bytes)
+        u8(np.arange(9 * 700) * 37 % 256).reshape(9, 700).amax(1),
+        fg.tensor((np.arange(5000) * 53 % 256 - 128).astype(np.int8)).max(),
+        u8(np.arange(5000) * 7 % 256).sum(dtype=fg.uint8),
     ]
 
 
