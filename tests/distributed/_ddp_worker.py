@@ -140,10 +140,26 @@ def fault_case(out: str, how: str) -> None:
                 raise RuntimeError("injected fault in rank 1")
             if how == "hang":
                 time.sleep(120)
+            if how.startswith("exit"):  # exit0, exit3: leaves while rank 0 waits for it
+                sys.exit(int(how[4:]))
+            if how == "end":  # the end of its script, the group still open
+                return
         opt.zero_grad()
         model(fg.ones(2, 6)).sum().backward()
         opt.step()
     print(f"rank {rank} finished", flush=True)
+
+
+def wait_cpu_case(out: str) -> None:
+    """Rank 0 waits about 3 s in all_reduce for rank 1: how much CPU does it burn?"""
+    rank = dist.get_rank()
+    if rank == 1:
+        time.sleep(3.0)
+    wall, cpu = time.monotonic(), time.process_time()  # all of the process's threads
+    dist.all_reduce(fg.ones(4))
+    wall, cpu = time.monotonic() - wall, time.process_time() - cpu
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump({"wall": wall, "cpu": cpu}, f)
 
 
 if __name__ == "__main__":
@@ -157,6 +173,10 @@ if __name__ == "__main__":
         no_sync_case(out)
     elif case == "collectives":
         collectives_case(out)
+    elif case == "wait_cpu":
+        wait_cpu_case(out)
     else:
         fault_case(out, case)
-    dist.destroy_process_group()
+    # as many PyTorch scripts do, no_sync and end end with the group still open
+    if case not in ("no_sync", "end"):
+        dist.destroy_process_group()
