@@ -240,7 +240,7 @@ def all_reduce(tensor, op: str = "sum") -> None:
         fail(DTypeError, "all_reduce", f"op='mean' needs a float tensor, got {tensor.dtype.name}")
     _check_same_everywhere(group, tensor, "all_reduce")
     values = np.array(tensor.numpy(), copy=True, order="C")
-    allreduce_arrays([values], "max" if op == "max" else "sum")
+    _allreduce(group, [values], "max" if op == "max" else "sum")  # the check gathered all
     if op == "mean":
         values /= group.size
     _give_value(tensor, values)
@@ -262,7 +262,7 @@ def broadcast(tensor, src: int) -> None:
         raise ValueError(f"broadcast: src {src} is not a rank of a group of {group.size}")
     _check_same_everywhere(group, tensor, "broadcast")
     values = np.array(tensor.numpy(), copy=True, order="C")
-    broadcast_arrays([values], src)
+    _broadcast(group, [values], src)  # the check gathered all
     if group.rank != src:
         _give_value(tensor, values)
 
@@ -281,23 +281,15 @@ def allreduce_arrays(arrays: list[np.ndarray], op: str = "sum") -> None:
     """Reduce each C-contiguous array in place across the ranks, one MPI call per array.
     The caller guarantees equal shapes and dtypes on every rank."""
     group = _require("all_reduce")
-    if group.size == 1:
-        return
-    MPI = _mpi()
-    mpi_op = {"sum": MPI.SUM, "max": MPI.MAX}[op]
-    _gate(group, "all_reduce")
-    for a in arrays:
-        group.comm.Allreduce(MPI.IN_PLACE, a, op=mpi_op)
+    _gate(group, "allreduce_arrays")
+    _allreduce(group, arrays, op)
 
 
 def broadcast_arrays(arrays: list[np.ndarray], src: int) -> None:
     """Overwrite each C-contiguous array with rank `src`'s, in place."""
     group = _require("broadcast")
-    if group.size == 1:
-        return
-    _gate(group, "broadcast")
-    for a in arrays:
-        group.comm.Bcast(a, root=src)
+    _gate(group, "broadcast_arrays")
+    _broadcast(group, arrays, src)
 
 
 def allgather_object(obj) -> list:
@@ -305,6 +297,23 @@ def allgather_object(obj) -> list:
     group = _require("all_gather_object")
     _gate(group, "all_gather_object")
     return group.comm.allgather(obj)
+
+
+def _allreduce(group: _Group, arrays: list[np.ndarray], op: str) -> None:
+    """MPI's all-reduce of each array, once every rank is known to be here (_gate)."""
+    if group.size == 1:
+        return
+    MPI = _mpi()
+    mpi_op = {"sum": MPI.SUM, "max": MPI.MAX}[op]
+    for a in arrays:
+        group.comm.Allreduce(MPI.IN_PLACE, a, op=mpi_op)
+
+
+def _broadcast(group: _Group, arrays: list[np.ndarray], src: int) -> None:
+    if group.size == 1:
+        return
+    for a in arrays:
+        group.comm.Bcast(a, root=src)
 
 
 # ---------------------------------------------------------------- faults
@@ -319,7 +328,8 @@ def _gate(group: _Group, op: str) -> None:
 
 def _check_same_everywhere(group: _Group, tensor, op: str) -> None:
     mine = (tuple(tensor.shape), tensor.dtype.name)
-    everyone = allgather_object(mine)
+    _gate(group, op)
+    everyone = group.comm.allgather(mine)
     for rank, theirs in enumerate(everyone):
         if theirs != mine:
             fail(

@@ -8,8 +8,9 @@ communicator:
 
 - each rank entering collective #N sends "arrived at #N (all_reduce)" to
   every other rank, then waits until it has that notice from all of them,
-  polling with a growing pause (a few microseconds up to 2 ms), so a waiting
-  rank sleeps instead of spinning;
+  looking at its mailbox again at once (giving its core away in between) for
+  the first millisecond, then after a growing sleep (at most 2 ms), so a
+  waiting rank sleeps instead of spinning;
 - only then does it call the MPI collective, which everyone is known to be
   calling too, so that call waits for nothing but the data.
 
@@ -23,8 +24,7 @@ flight when MPI is finalized.
 
 Two ranks that call different collectives as their #N are caught at the gate
 too (the notice names the collective). N counts the group's collectives of
-every kind, from 1; `all_reduce` and `broadcast` on tensors are two each (the
-first compares the shapes).
+every kind, from 1.
 
 >>> live = Liveness(comm, timeout=60.0)            # doctest: +SKIP
 >>> live.gate("all_reduce")                         # doctest: +SKIP
@@ -33,6 +33,7 @@ first compares the shapes).
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -40,10 +41,20 @@ import numpy as np
 from ..errors import FusegradError
 
 ARRIVED, LEFT = 1, 2  # message kinds (the MPI tag)
-OPS = ("barrier", "all_reduce", "broadcast", "all_gather_object")
+# the collectives, by the function called: all_reduce and broadcast on tensors are not the
+# same MPI calls as allreduce_arrays and broadcast_arrays (DDP's) on arrays
+OPS = (
+    "barrier",
+    "all_reduce",
+    "broadcast",
+    "all_gather_object",
+    "allreduce_arrays",
+    "broadcast_arrays",
+)
 # how a rank left, in its notice
 BY_SYS_EXIT, BY_SCRIPT_END, BY_DESTROY = 0, 1, 2
 UNKNOWN_CODE = -1
+SPIN = 0.001  # seconds of looking at the mailbox without sleeping
 MAX_PAUSE = 0.002  # seconds between two looks at the mailbox, once the wait is long
 
 
@@ -67,10 +78,7 @@ def describe_leave(rank: int, code: int, how: int) -> str:
         return f"rank {rank} left the job through sys.exit({code}) (exit code {code})"
     if how == BY_DESTROY:
         return f"rank {rank} left the group (destroy_process_group())"
-    return (
-        f"rank {rank} left the job: its script ended or raised SystemExit (exit code "
-        "unknown; sys.exit(code) tells it) without destroy_process_group()"
-    )
+    return f"rank {rank} left the job (its script ended, or raised SystemExit; exit code unknown)"
 
 
 class Liveness:
@@ -86,6 +94,7 @@ class Liveness:
         self.others = [r for r in range(self.size) if r != self.rank]
         self.timeout = timeout
         self.count = 0  # collectives entered so far
+        self.op = 0  # the one entered last, as an index in OPS
         self.arrived = [0] * self.size  # per rank, the last collective it entered
         self.ops_of: dict[tuple[int, int], int] = {}  # (rank, #) -> op, for # not yet checked
         self.left: dict[int, tuple[int, int]] = {}  # rank -> (exit code, how it left)
@@ -104,19 +113,14 @@ class Liveness:
                 self.broken.exit_code,
             )
         self.count += 1
-        n, op_id = self.count, OPS.index(op)
-        self._send_all(ARRIVED, n, op_id)
+        n = self.count
+        self.op = OPS.index(op)
+        self._send_all(ARRIVED, n, self.op)
         start = time.monotonic()
+        for r in self.others:  # notices of ranks that were here first
+            self._check_op(r, self.ops_of.pop((r, n), self.op))
         while True:
             self._receive()
-            for r in self.others:
-                theirs = self.ops_of.pop((r, n), op_id)
-                if theirs != op_id:
-                    self._fail(
-                        f"{op} #{n}: rank {r} called {OPS[theirs]} as its collective #{n} "
-                        f"while rank {self.rank} called {op}; every rank must call the "
-                        "same collectives in the same order"
-                    )
             missing = [r for r in self.others if self.arrived[r] < n]
             if not missing:
                 return
@@ -173,13 +177,24 @@ class Liveness:
         while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=st):
             src = st.Get_source()
             self.comm.Recv(self._inbox, source=src, tag=st.Get_tag())
-            kind, a, b = (int(v) for v in self._inbox)
+            kind, a, b = self._inbox.tolist()
             if kind == ARRIVED:
                 self.arrived[src] = a
-                if a >= self.count:  # checked when this rank enters collective #a
+                if a == self.count:
+                    self._check_op(src, b)
+                elif a > self.count:  # checked when this rank enters collective #a
                     self.ops_of[(src, a)] = b
             else:
                 self.left[src] = (a, b)
+
+    def _check_op(self, rank: int, op: int) -> None:
+        if op != self.op:
+            n, mine = self.count, OPS[self.op]
+            self._fail(
+                f"{mine} #{n}: rank {rank} called {OPS[op]} as the group's collective #{n} "
+                f"while rank {self.rank} called {mine}; every rank must call the same "
+                "collectives in the same order"
+            )
 
     def _fail(self, message: str, exit_code: int = 1) -> None:
         self.broken = DistributedError(message, exit_code)
@@ -187,7 +202,10 @@ class Liveness:
 
 
 def _pause(waited: float) -> None:
-    """Look again at once for the first 50 us, then sleep a sixteenth of the wait so far
-    (at most MAX_PAUSE): a short wait costs little latency, a long one almost no CPU."""
-    if waited > 50e-6:
-        time.sleep(min(max(waited / 16, 20e-6), MAX_PAUSE))
+    """For the first SPIN seconds give the core away and look again at once (the others
+    are usually just behind); then sleep a sixteenth of the wait so far, at most
+    MAX_PAUSE: a short wait costs little latency, a long one almost no CPU."""
+    if waited < SPIN:
+        os.sched_yield()
+    else:
+        time.sleep(min(waited / 16, MAX_PAUSE))

@@ -162,6 +162,25 @@ def wait_cpu_case(out: str) -> None:
         json.dump({"wall": wall, "cpu": cpu}, f)
 
 
+def leave_case(out: str, how: str) -> None:
+    """Ranks that leave or disagree after the model is built (see test_ddp.py)."""
+    rank = dist.get_rank()
+    t = fg.ones(2)
+    dist.all_reduce(t)
+    if how == "destroy" and rank == 1:
+        dist.destroy_process_group()  # leaves while rank 0 waits in the next all_reduce
+        return
+    if how == "mismatch" and rank == 1:
+        dist.broadcast(t, src=0)  # rank 0 calls all_reduce
+    if how == "late_exit3":  # every collective done: leaving now is no fault
+        print(f"rank {rank} finished", flush=True)
+        if rank == 1:
+            sys.exit(3)
+        return
+    dist.all_reduce(t)
+    print(f"rank {rank} finished", flush=True)
+
+
 if __name__ == "__main__":
     case, out, *rest = sys.argv[1:]
     timeout = float(os.environ.get("DDP_TEST_TIMEOUT", "120"))
@@ -175,6 +194,9 @@ if __name__ == "__main__":
         collectives_case(out)
     elif case == "wait_cpu":
         wait_cpu_case(out)
+    elif case in ("destroy", "mismatch", "late_exit3"):
+        leave_case(out, case)
+        sys.exit(0)  # the group still open: sys.exit(0) is an ordinary end
     else:
         fault_case(out, case)
     # as many PyTorch scripts do, no_sync and end end with the group still open
