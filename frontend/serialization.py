@@ -99,7 +99,8 @@ def _write_atomically(path: str, payload: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(path) + ".", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as out:
-            os.fchmod(out.fileno(), 0o666 & ~_umask())  # as open() would, not mkstemp's 0o600
+            if hasattr(os, "fchmod"):  # as open() would, not mkstemp's 0o600
+                os.fchmod(out.fileno(), 0o666 & ~_umask())
             out.write(payload)
             out.flush()
             os.fsync(out.fileno())

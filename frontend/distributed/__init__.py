@@ -349,7 +349,8 @@ def _give_value(tensor, values: np.ndarray) -> None:
 def _abort_on_uncaught(kind, value, tb) -> None:
     """sys.excepthook while a group exists: report, then end every rank of the job."""
     group = _group
-    if group is None or group.size == 1 or issubclass(kind, KeyboardInterrupt):
+    alone = group is None or group.size == 1 or group.pid != os.getpid()  # or a forked child
+    if alone or issubclass(kind, KeyboardInterrupt):
         (_previous_excepthook or sys.__excepthook__)(kind, value, tb)
         return
     text = "".join(traceback.format_exception(kind, value, tb))
