@@ -22,11 +22,13 @@ truncated or altered file raises `SerializationError` instead of loading.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import os
 import struct
+import tempfile
 from collections import OrderedDict
 
 import numpy as np
@@ -81,11 +83,52 @@ def save(obj, f) -> None:
     if hasattr(f, "write"):
         f.write(payload)
         return
-    path = os.fspath(f)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as out:
-        out.write(payload)
-    os.replace(tmp, path)  # never a half-written file under the real name
+    _write_atomically(os.fspath(f), payload)
+
+
+def _write_atomically(path: str, payload: bytes) -> None:
+    """Put `payload` under `path` all at once: a reader sees the old file or the new one,
+    never a part, even with other processes saving to the same path at the same time.
+
+    The bytes go to a temporary file of a unique name in the same folder (a fixed
+    `path + ".tmp"` would be shared by two writers), reach the disk (fsync), and
+    then replace `path` in one rename; the folder is synced so the rename survives
+    a crash. On any failure the temporary file is removed.
+    """
+    folder = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(path) + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            if hasattr(os, "fchmod"):  # as open() would, not mkstemp's 0o600
+                os.fchmod(out.fileno(), 0o666 & ~_umask())
+            out.write(payload)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if hasattr(os, "O_DIRECTORY"):  # POSIX: a folder can be opened and synced
+        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            # some file systems cannot sync a folder (EINVAL): the file itself is on disk
+            with contextlib.suppress(OSError):
+                os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it (os.umask would, for every thread)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    return 0o022
 
 
 def load(f, map_location=None, weights_only: bool = True):

@@ -23,24 +23,34 @@ The engine is MPI through mpi4py (Open MPI from Debian's `openmpi-bin`;
 Faults. Once a group exists, an exception that nobody catches in any rank
 prints its traceback and aborts the whole job (`MPI_Abort`), so the other
 ranks do not wait forever in a collective; a rank killed by a signal ends the
-job through `mpiexec`. A collective that waits longer than the group's
-`timeout` (30 minutes by default, as PyTorch) aborts the job too, with a
-message naming the collective and the rank that waited.
+job through `mpiexec`. A rank that leaves (`sys.exit(code)`, any code, or the
+end of its script) while others wait in a collective makes them raise
+`DistributedError` at once, naming it and its code; uncaught, that ends the
+job with the same exit code (1 for 0). A collective that waits longer than
+the group's `timeout` (30 minutes by default, as PyTorch) raises naming the
+ranks that did not arrive. A waiting rank sleeps between looks at its
+mailbox rather than spinning (`liveness.py` says how).
 """
 
 from __future__ import annotations
 
-import contextlib
+import atexit
 import datetime
 import os
 import sys
-import threading
-import time
 import traceback
 
 import numpy as np
 
-from ..errors import DTypeError, FusegradError, ShapeError, fail
+from ..errors import DTypeError, ShapeError, fail
+from .liveness import (
+    BY_DESTROY,
+    BY_SCRIPT_END,
+    BY_SYS_EXIT,
+    UNKNOWN_CODE,
+    DistributedError,
+    Liveness,
+)
 
 __all__ = [
     "DistributedError",
@@ -60,10 +70,6 @@ __all__ = [
 DEFAULT_TIMEOUT = 1800.0  # seconds, as torch.distributed's default of 30 minutes
 
 
-class DistributedError(FusegradError, RuntimeError):
-    """No process group, no MPI, or a collective that failed or timed out."""
-
-
 class ReduceOp:
     """Names of the reductions `all_reduce` accepts (strings work too)."""
 
@@ -73,21 +79,24 @@ class ReduceOp:
 
 
 class _Group:
-    """The process group: a private duplicate of MPI_COMM_WORLD and its settings."""
+    """The process group: a private duplicate of MPI_COMM_WORLD, its settings, and (with
+    several ranks) the arrival and leave notices on a second one (see liveness.py)."""
 
     def __init__(self, comm, timeout: float):
         self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self.timeout = timeout
-        self.current: tuple[str, float] | None = None  # the collective running, and since when
-        self.closed = threading.Event()
-        if self.size > 1:
-            threading.Thread(target=_watchdog, args=(self,), daemon=True).start()
+        self.pid = os.getpid()  # a forked child inherits the group but is not a rank
+        self.live = Liveness(comm.Dup(), timeout) if self.size > 1 else None
+        self.exit_code: int | None = None  # what sys.exit was last called with
 
 
+_SYS_EXIT = sys.exit
 _group: _Group | None = None
 _previous_excepthook = None
+_previous_exit = None
+_atexit_registered = False
 
 
 def is_available() -> bool:
@@ -124,7 +133,7 @@ def init_process_group(backend: str = "mpi", timeout=None, **_ignored) -> None:
     True
     >>> dist.destroy_process_group()
     """
-    global _group, _previous_excepthook
+    global _group, _previous_excepthook, _previous_exit, _atexit_registered
     if backend != "mpi":
         raise ValueError(f"fusegrad.distributed supports the 'mpi' backend only, got {backend!r}")
     if _group is not None:
@@ -142,18 +151,39 @@ def init_process_group(backend: str = "mpi", timeout=None, **_ignored) -> None:
     if _previous_excepthook is None:
         _previous_excepthook = sys.excepthook
         sys.excepthook = _abort_on_uncaught
+    if _previous_exit is None:
+        _previous_exit = sys.exit
+        sys.exit = _exit_recording_code
+    if not _atexit_registered:  # after mpi4py's import, so it runs before MPI_Finalize
+        atexit.register(_leave_at_exit)
+        _atexit_registered = True
 
 
 def destroy_process_group() -> None:
-    """Leave the process group (MPI itself is finalized when the process exits)."""
-    global _group, _previous_excepthook
+    """Leave the process group (MPI itself is finalized when the process exits).
+
+    With several ranks, this waits (up to the group's timeout) until every
+    other rank has left too, by `destroy_process_group()` or by exiting; a
+    rank still waiting in a collective for this one raises instead.
+    """
+    global _group, _previous_excepthook, _previous_exit
     group = _require("destroy_process_group")
     _group = None
-    group.closed.set()
-    group.comm.Free()
     if _previous_excepthook is not None:
         sys.excepthook = _previous_excepthook
         _previous_excepthook = None
+    if _previous_exit is not None:
+        sys.exit = _previous_exit
+        _previous_exit = None
+    if group.live is not None:
+        staying = group.live.leave(BY_DESTROY)
+        if staying:
+            raise DistributedError(
+                f"destroy_process_group: rank {group.rank} waited {group.timeout:g} s for "
+                f"ranks {staying} to leave the group too; they are stuck or still running"
+            )
+        group.live.comm.Free()
+    group.comm.Free()
 
 
 def is_initialized() -> bool:
@@ -210,7 +240,7 @@ def all_reduce(tensor, op: str = "sum") -> None:
         fail(DTypeError, "all_reduce", f"op='mean' needs a float tensor, got {tensor.dtype.name}")
     _check_same_everywhere(group, tensor, "all_reduce")
     values = np.array(tensor.numpy(), copy=True, order="C")
-    allreduce_arrays([values], "max" if op == "max" else "sum")
+    _allreduce(group, [values], "max" if op == "max" else "sum")  # the check gathered all
     if op == "mean":
         values /= group.size
     _give_value(tensor, values)
@@ -232,7 +262,7 @@ def broadcast(tensor, src: int) -> None:
         raise ValueError(f"broadcast: src {src} is not a rank of a group of {group.size}")
     _check_same_everywhere(group, tensor, "broadcast")
     values = np.array(tensor.numpy(), copy=True, order="C")
-    broadcast_arrays([values], src)
+    _broadcast(group, [values], src)  # the check gathered all
     if group.rank != src:
         _give_value(tensor, values)
 
@@ -240,8 +270,8 @@ def broadcast(tensor, src: int) -> None:
 def barrier() -> None:
     """Wait until every rank has reached its barrier() (bounded by the group's timeout)."""
     group = _require("barrier")
-    with _watched(group, "barrier"):
-        group.comm.Barrier()
+    _gate(group, "barrier")
+    group.comm.Barrier()
 
 
 # ---------------------------------------------------------------- on numpy arrays (for DDP)
@@ -251,71 +281,55 @@ def allreduce_arrays(arrays: list[np.ndarray], op: str = "sum") -> None:
     """Reduce each C-contiguous array in place across the ranks, one MPI call per array.
     The caller guarantees equal shapes and dtypes on every rank."""
     group = _require("all_reduce")
-    if group.size == 1:
-        return
-    MPI = _mpi()
-    mpi_op = {"sum": MPI.SUM, "max": MPI.MAX}[op]
-    with _watched(group, "all_reduce"):
-        for a in arrays:
-            group.comm.Allreduce(MPI.IN_PLACE, a, op=mpi_op)
+    _gate(group, "allreduce_arrays")
+    _allreduce(group, arrays, op)
 
 
 def broadcast_arrays(arrays: list[np.ndarray], src: int) -> None:
     """Overwrite each C-contiguous array with rank `src`'s, in place."""
     group = _require("broadcast")
-    if group.size == 1:
-        return
-    with _watched(group, "broadcast"):
-        for a in arrays:
-            group.comm.Bcast(a, root=src)
+    _gate(group, "broadcast_arrays")
+    _broadcast(group, arrays, src)
 
 
 def allgather_object(obj) -> list:
     """Every rank's `obj` (small, picklable), in rank order, on every rank."""
     group = _require("all_gather_object")
-    with _watched(group, "all_gather_object"):
-        return group.comm.allgather(obj)
+    _gate(group, "all_gather_object")
+    return group.comm.allgather(obj)
 
 
-# ---------------------------------------------------------------- timeouts
+def _allreduce(group: _Group, arrays: list[np.ndarray], op: str) -> None:
+    """MPI's all-reduce of each array, once every rank is known to be here (_gate)."""
+    if group.size == 1:
+        return
+    MPI = _mpi()
+    mpi_op = {"sum": MPI.SUM, "max": MPI.MAX}[op]
+    for a in arrays:
+        group.comm.Allreduce(MPI.IN_PLACE, a, op=mpi_op)
 
 
-@contextlib.contextmanager
-def _watched(group: _Group, op: str):
-    """Mark a blocking collective for the watchdog (see _watchdog) while it runs.
-
-    The collectives themselves are MPI's blocking ones, the fastest Open MPI
-    has; a rank that waits in one past the group's timeout is ended by the
-    watchdog thread, which aborts the whole job with a message naming the
-    collective (as PyTorch's NCCL watchdog does), instead of hanging forever.
-    """
-    group.current = (op, time.monotonic())
-    try:
-        yield
-    finally:
-        group.current = None
+def _broadcast(group: _Group, arrays: list[np.ndarray], src: int) -> None:
+    if group.size == 1:
+        return
+    for a in arrays:
+        group.comm.Bcast(a, root=src)
 
 
-def _watchdog(group: _Group) -> None:
-    period = min(1.0, group.timeout / 10)
-    while not group.closed.wait(period):
-        current = group.current
-        if current is None:
-            continue
-        op, since = current
-        if time.monotonic() - since > group.timeout:
-            sys.stderr.write(
-                f"[fusegrad.distributed] DistributedError: {op}: rank {group.rank} waited more "
-                f"than {group.timeout:g} s for the other ranks of {group.size}; one of them is "
-                "stuck, or left the job without calling this collective. Aborting the job.\n"
-            )
-            sys.stderr.flush()
-            _mpi().COMM_WORLD.Abort(1)
+# ---------------------------------------------------------------- faults
+
+
+def _gate(group: _Group, op: str) -> None:
+    """Wait, sleeping, until every rank has entered this collective (liveness.py): the
+    MPI call that follows then waits for no one, and a rank that left or stalls is named."""
+    if group.live is not None:
+        group.live.gate(op)
 
 
 def _check_same_everywhere(group: _Group, tensor, op: str) -> None:
     mine = (tuple(tensor.shape), tensor.dtype.name)
-    everyone = allgather_object(mine)
+    _gate(group, op)
+    everyone = group.comm.allgather(mine)
     for rank, theirs in enumerate(everyone):
         if theirs != mine:
             fail(
@@ -335,7 +349,8 @@ def _give_value(tensor, values: np.ndarray) -> None:
 def _abort_on_uncaught(kind, value, tb) -> None:
     """sys.excepthook while a group exists: report, then end every rank of the job."""
     group = _group
-    if group is None or group.size == 1 or issubclass(kind, KeyboardInterrupt):
+    alone = group is None or group.size == 1 or group.pid != os.getpid()  # or a forked child
+    if alone or issubclass(kind, KeyboardInterrupt):
         (_previous_excepthook or sys.__excepthook__)(kind, value, tb)
         return
     text = "".join(traceback.format_exception(kind, value, tb))
@@ -343,7 +358,45 @@ def _abort_on_uncaught(kind, value, tb) -> None:
         f"[fusegrad.distributed] rank {group.rank} of {group.size} failed; "
         f"aborting the job:\n{text}"
     )
+    _abort(getattr(value, "exit_code", 1))
+
+
+def _abort(code: int) -> None:
     sys.stderr.flush()
     sys.stdout.flush()
-    _mpi().COMM_WORLD.Abort(1)
-    os._exit(1)  # pragma: no cover - Abort does not return
+    _mpi().COMM_WORLD.Abort(code)
+    os._exit(code)  # pragma: no cover - Abort does not return
+
+
+def _exit_recording_code(status=None):
+    """sys.exit while a group exists: remember the code for the other ranks to report
+    (atexit cannot see it), then exit as always."""
+    group = _group
+    if group is not None:  # Python's rule: None is 0, an int itself, anything else 1
+        group.exit_code = 0 if status is None else int(status) if isinstance(status, int) else 1
+    _SYS_EXIT(status)
+
+
+def _leave_at_exit() -> None:
+    """atexit: a rank that exits with its group open tells the others, so that one
+    waiting for it in a collective raises instead of hanging; then it waits for them
+    to exit too, as MPI_Finalize would, but no longer than the group's timeout."""
+    group = _group
+    if group is None or group.live is None or group.pid != os.getpid():
+        return
+    live = group.live
+    if live.broken is not None and not live.left:
+        # a collective timed out and the error was caught: the stalled rank will not
+        # answer, and MPI_Finalize would wait for it
+        sys.stderr.write(f"[fusegrad.distributed] rank {group.rank}: {live.broken}\n")
+        _abort(live.broken.exit_code)
+    code = group.exit_code
+    how = BY_SYS_EXIT if code is not None else BY_SCRIPT_END
+    staying = live.leave(how, UNKNOWN_CODE if code is None else code)
+    if staying:
+        sys.stderr.write(
+            f"[fusegrad.distributed] rank {group.rank} exited and waited {group.timeout:g} s "
+            f"for ranks {staying} to exit too; they are stuck or still running. Aborting "
+            "the job.\n"
+        )
+        _abort(code or 1)

@@ -140,9 +140,44 @@ def fault_case(out: str, how: str) -> None:
                 raise RuntimeError("injected fault in rank 1")
             if how == "hang":
                 time.sleep(120)
+            if how.startswith("exit"):  # exit0, exit3: leaves while rank 0 waits for it
+                sys.exit(int(how[4:]))
+            if how == "end":  # the end of its script, the group still open
+                return
         opt.zero_grad()
         model(fg.ones(2, 6)).sum().backward()
         opt.step()
+    print(f"rank {rank} finished", flush=True)
+
+
+def wait_cpu_case(out: str) -> None:
+    """Rank 0 waits about 3 s in all_reduce for rank 1: how much CPU does it burn?"""
+    rank = dist.get_rank()
+    if rank == 1:
+        time.sleep(3.0)
+    wall, cpu = time.monotonic(), time.process_time()  # all of the process's threads
+    dist.all_reduce(fg.ones(4))
+    wall, cpu = time.monotonic() - wall, time.process_time() - cpu
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump({"wall": wall, "cpu": cpu}, f)
+
+
+def leave_case(out: str, how: str) -> None:
+    """Ranks that leave or disagree after the model is built (see test_ddp.py)."""
+    rank = dist.get_rank()
+    t = fg.ones(2)
+    dist.all_reduce(t)
+    if how == "destroy" and rank == 1:
+        dist.destroy_process_group()  # leaves while rank 0 waits in the next all_reduce
+        return
+    if how == "mismatch" and rank == 1:
+        dist.broadcast(t, src=0)  # rank 0 calls all_reduce
+    if how == "late_exit3":  # every collective done: leaving now is no fault
+        print(f"rank {rank} finished", flush=True)
+        if rank == 1:
+            sys.exit(3)
+        return
+    dist.all_reduce(t)
     print(f"rank {rank} finished", flush=True)
 
 
@@ -157,6 +192,13 @@ if __name__ == "__main__":
         no_sync_case(out)
     elif case == "collectives":
         collectives_case(out)
+    elif case == "wait_cpu":
+        wait_cpu_case(out)
+    elif case in ("destroy", "mismatch", "late_exit3"):
+        leave_case(out, case)
+        sys.exit(0)  # the group still open: sys.exit(0) is an ordinary end
     else:
         fault_case(out, case)
-    dist.destroy_process_group()
+    # as many PyTorch scripts do, no_sync and end end with the group still open
+    if case not in ("no_sync", "end"):
+        dist.destroy_process_group()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -33,14 +34,20 @@ def run_ranks(case: str, out, *args: str, nproc: int = 2, timeout: float = 240, 
     cmd = [sys.executable, "-m", "fusegrad.distributed.run", "--nproc", str(nproc)]
     cmd += ["--threads", "1", WORKER, case, str(out), *args]
     start = time.monotonic()
+    # a session of its own, so that a hung job's mpiexec and ranks can all be ended
+    job = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+        start_new_session=True,
+    )
     try:
-        done = subprocess.run(
-            cmd,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env={**os.environ, **(env or {})},
-        )
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"{case}: the job hung for more than {timeout} s:\n{e.stderr}")
+        stdout, stderr = job.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        stdout, stderr = job.communicate()
+        pytest.fail(f"{case}: the job hung for more than {timeout} s:\n{stderr}")
+    done = subprocess.CompletedProcess(cmd, job.returncode, stdout, stderr)
     return done, time.monotonic() - start

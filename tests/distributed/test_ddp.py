@@ -9,6 +9,7 @@ initialization, and be bitwise equal between the ranks.
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -66,6 +67,7 @@ def test_ddp_step_equals_one_process_on_the_global_batch(tmp_path, kind, optimiz
 
 
 def test_no_sync_and_parameters_without_gradients(tmp_path):
+    # the ranks end their scripts without destroy_process_group(): the job ends normally
     done, _ = run_ranks("no_sync", tmp_path)
     assert done.returncode == 0, done.stderr
     r0, r1 = (np.load(tmp_path / f"rank{r}.npz") for r in range(2))
@@ -103,7 +105,7 @@ def test_collectives(tmp_path):
     [
         ("kill", "signal 9"),
         ("raise", "injected fault in rank 1"),
-        ("hang", "waited more than 5 s"),
+        ("hang", "rank 1 did not reach allreduce_arrays #"),
         (
             "shape",
             "'0.weight' has shape (16, 6) (float32) on rank 0 but '0.weight' has shape (17, 6)",
@@ -118,3 +120,55 @@ def test_a_failing_rank_ends_the_job_with_an_error(tmp_path, how, message):
     assert message in done.stderr, done.stderr
     assert "rank 0 finished" not in done.stdout
     assert seconds < 60
+
+
+@pytest.mark.parametrize(
+    "how, message, code",
+    [
+        ("exit0", "rank 1 left the job through sys.exit(0) (exit code 0)", 1),
+        ("exit3", "rank 1 left the job through sys.exit(3) (exit code 3)", 3),
+        ("end", "rank 1 left the job (its script ended", 1),
+    ],
+)
+def test_a_rank_that_exits_early_ends_the_job_at_once(tmp_path, how, message, code):
+    """Rank 1 leaves (sys.exit with any code, or the end of its script) while rank 0 waits
+    for it in an all_reduce: rank 0 raises within seconds, not after the group's timeout
+    (60 s here), naming rank 1 and its code, and the job exits with that code (1 for 0)."""
+    done, _ = run_ranks(how, tmp_path, timeout=45, env={"DDP_TEST_TIMEOUT": "60"})
+    assert message in done.stderr, done.stderr
+    assert "allreduce_arrays #" in done.stderr and "rank 0 waited" in done.stderr
+    waited = float(re.search(r"rank 0 waited ([0-9.]+) s", done.stderr).group(1))
+    assert waited < 10
+    assert done.returncode == code, done.stderr
+    assert "rank 0 finished" not in done.stdout
+
+
+def test_a_waiting_rank_sleeps_instead_of_spinning(tmp_path):
+    done, _ = run_ranks("wait_cpu", tmp_path, timeout=60)
+    assert done.returncode == 0, done.stderr
+    got = json.loads((tmp_path / "rank0.json").read_text())
+    assert got["wall"] > 2.0  # it did wait for rank 1's 3 s
+    # spinning (MPI's blocking all-reduce) is about 1.0 of a core
+    assert got["cpu"] / got["wall"] < 0.2, got
+
+
+def test_a_rank_that_leaves_the_group_or_calls_another_collective_is_named(tmp_path):
+    done, _ = run_ranks("destroy", tmp_path, timeout=45, env={"DDP_TEST_TIMEOUT": "60"})
+    assert done.returncode == 1
+    assert "rank 1 left the group (destroy_process_group()) without reaching all_reduce #" in (
+        done.stderr
+    )
+    done, _ = run_ranks("mismatch", tmp_path, timeout=45, env={"DDP_TEST_TIMEOUT": "60"})
+    assert done.returncode == 1
+    assert "called broadcast as the group's collective #2 while rank" in done.stderr, done.stderr
+    assert "rank 0 finished" not in done.stdout
+
+
+def test_ranks_that_leave_after_their_last_collective_end_the_job_normally(tmp_path):
+    """sys.exit on every rank (rank 1 with code 3) once all collectives are done, the
+    group still open: no error, and the job's exit status is rank 1's."""
+    done, _ = run_ranks("late_exit3", tmp_path, timeout=45, env={"DDP_TEST_TIMEOUT": "60"})
+    assert done.returncode == 3, done.stderr
+    assert "DistributedError" not in done.stderr and "aborting" not in done.stderr
+    finished = sorted(line for line in done.stdout.splitlines() if line.startswith("rank"))
+    assert finished == ["rank 0 finished", "rank 1 finished"]

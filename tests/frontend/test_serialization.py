@@ -4,8 +4,13 @@ truncated, altered or foreign files refused with a clear error."""
 from __future__ import annotations
 
 import io
+import os
 import pickle
+import stat
+import subprocess
+import sys
 from collections import OrderedDict
+from subprocess import PIPE
 
 import numpy as np
 import pytest
@@ -133,3 +138,61 @@ def test_a_well_formed_file_with_a_bad_description_is_refused():
         fg.load(forge({**base, "root": {"ndarray": 0}, "arrays": arrays}, b"\0" * 8))
     with pytest.raises(fg.SerializationError, match="not in the file"):
         fg.load(forge({**base, "root": {"tensor": 3}}))
+
+
+WRITER = """
+import sys
+import numpy as np
+import fusegrad as fg
+path, value, times = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+state = {"w": fg.tensor(np.full(300_000, value, np.float32)), "value": value}
+for _ in range(times):
+    fg.save(state, path)
+"""
+
+
+def test_concurrent_saves_to_one_path_never_show_a_partial_file(tmp_path):
+    """Two processes save different 1.2 MB states to one path, again and again, while
+    this one loads it: every load is whole and is one of the two; no temporary file
+    stays behind. (With one fixed `path + '.tmp'` the writers wrote into each other's
+    file and renamed it away under each other.)"""
+    path = tmp_path / "state.fg"
+    fg.save({"w": fg.tensor(np.full(300_000, 1.0, np.float32)), "value": 1.0}, path)
+    writers = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(v), "25"], stderr=PIPE)
+        for v in (1.0, 2.0)
+    ]
+    seen = set()
+    while any(w.poll() is None for w in writers):
+        state = fg.load(path)  # raises SerializationError on a partial file
+        w = state["w"].numpy()
+        assert w.shape == (300_000,) and (w == state["value"]).all()
+        seen.add(state["value"])
+    for w in writers:
+        assert w.wait(timeout=60) == 0, w.stderr.read().decode()
+    assert seen <= {1.0, 2.0} and seen
+    assert fg.load(path)["value"] in (1.0, 2.0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.fg"]
+
+
+def test_a_failed_save_keeps_the_old_file_and_leaves_no_temporary(tmp_path, monkeypatch):
+    path = tmp_path / "state.fg"
+    fg.save({"step": 1}, path)
+
+    def disk_full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        fg.save({"step": 2}, path)
+    monkeypatch.undo()
+    assert fg.load(path) == {"step": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["state.fg"]
+
+
+def test_a_saved_file_has_the_usual_permissions(tmp_path):
+    path = tmp_path / "state.fg"
+    fg.save({"step": 1}, path)
+    old = os.umask(0o022)
+    os.umask(old)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o666 & ~old
