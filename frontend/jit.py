@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -109,25 +110,48 @@ class _Replay:
     guards: list[Callable[[], bool]]  # all true, or the recording no longer holds
 
 
-_recording: _Recording | None = None
-_entry: _Entry | None = None  # the jit entry whose call is being recorded
-# every nn.Parameter, trained or frozen: a replay reads each at its current value
+# What a thread is recording: `.recording` (its _Recording) and `.entry` (the jit entry whose
+# call it is), both None when it records nothing. Per thread, as the engine's recording
+# is: another thread's eager step (its optimizer hooks, tracked tensors, guards, random
+# keys) must not land in this thread's recording.
+_local = threading.local()
+
+
+def _recording_now() -> _Recording | None:
+    return getattr(_local, "recording", None)
+
+
+# every nn.Parameter, trained or frozen: a replay reads each at its current value; and
+# every module (see note_module). Shared by all threads (a model may be built in one and
+# trained in another), so guarded by a lock: a weak collection cannot be iterated while
+# another thread adds to it.
 _parameters: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_modules: weakref.WeakSet = weakref.WeakSet()
+_registry_lock = threading.Lock()
 
 
 def note_parameter(t: Tensor) -> None:
     """Remember a module parameter (frozen ones too), so replays read its current value."""
-    _parameters[id(t)] = t
-
-
-_modules: weakref.WeakSet = weakref.WeakSet()
+    with _registry_lock:
+        _parameters[id(t)] = t
 
 
 def note_module(m) -> None:
     """Remember a module: a replay reads its tensor attributes (buffers such as running
     statistics, or any tensor assigned to it) at their current values and writes the new
     values a call gives them; a change of its Python-number attributes records again."""
-    _modules.add(m)
+    with _registry_lock:
+        _modules.add(m)
+
+
+def _live_modules() -> list:
+    with _registry_lock:
+        return list(_modules)
+
+
+def _live_parameters() -> list[Tensor]:
+    with _registry_lock:
+        return list(_parameters.values())
 
 
 class _Attr:
@@ -170,7 +194,7 @@ class _Attr:
 def _module_tensors() -> list[tuple[_Attr, Tensor]]:
     """Every live module's tensor attributes (registered buffers and plain attributes)."""
     out = []
-    for m in list(_modules):
+    for m in _live_modules():
         names = [k for k, v in vars(m).items() if isinstance(v, Tensor)]
         names += [k for k, v in m.__dict__.get("_buffers", {}).items() if isinstance(v, Tensor)]
         out.extend((_Attr(m, k), getattr(m, k)) for k in names)
@@ -201,7 +225,7 @@ def _python_values(fn) -> list[tuple[object, str, object]]:
                 continue
             if isinstance(v, _SCALARS):
                 out.append((cell, name, v))
-    for m in list(_modules):
+    for m in _live_modules():
         out += [(m, k, v) for k, v in vars(m).items() if isinstance(v, _SCALARS)]
     return out
 
@@ -237,7 +261,7 @@ def host_read_refused(what: str) -> None:
     frozen at the recorded value."""
     from .errors import user_site
 
-    if _recording is not None:
+    if _recording_now() is not None:
         raise JitError(
             f"fusegrad.jit: {what} reads a tensor's value inside a jitted function at "
             f"{user_site()}; a replay does not run the function's Python, so anything "
@@ -247,8 +271,8 @@ def host_read_refused(what: str) -> None:
 
 
 def recording() -> bool:
-    """Whether a jitted function is being recorded now (the hooks below then listen)."""
-    return _recording is not None
+    """Whether this thread is recording a jitted function now (the hooks below then listen)."""
+    return _recording_now() is not None
 
 
 def on_replay(hook: Callable[[], None]) -> None:
@@ -258,16 +282,18 @@ def on_replay(hook: Callable[[], None]) -> None:
     step's scalars: register it each time the work is done, and a replay does it
     as many times, in the same order.
     """
-    if _recording is not None:
-        _recording.hooks.append(hook)
+    rec = _recording_now()
+    if rec is not None:
+        rec.hooks.append(hook)
 
 
 def guard(holds: Callable[[], bool]) -> None:
     """While recording: `holds()` must stay true for a replay to be valid (say, a dropout
     module still in training mode). When one is false, the call runs eagerly and the
     function is recorded again."""
-    if _recording is not None:
-        _recording.guards.append(holds)
+    rec = _recording_now()
+    if rec is not None:
+        rec.guards.append(holds)
 
 
 def track(tensors) -> None:
@@ -276,12 +302,13 @@ def track(tensors) -> None:
     points the tensor at its new value, so parameters stay right across several
     jitted functions (one per batch shape, say) and eager steps mixed in any order.
     Call it before the update is built."""
-    if _recording is None:
+    rec = _recording_now()
+    if rec is None:
         return
     for t in tensors:
         buf = engine.value(t.node)
         if buf is not None:
-            _recording.state.append((t, buf))
+            rec.state.append((t, buf))
 
 
 def key_buffer(draw: Callable[[], int], device: str = "cpu") -> Buffer | None:
@@ -291,11 +318,12 @@ def key_buffer(draw: Callable[[], int], device: str = "cpu") -> Buffer | None:
     `draw()` gives a key from the generator; a replay draws the call's keys again,
     in order, into the same buffers, so its random numbers are those eager calls get.
     """
-    if _entry is None:
+    entry, rec = getattr(_local, "entry", None), _recording_now()
+    if entry is None:
         return None
-    k = _recording.keys
-    _recording.keys += 1
-    slots = _entry.key_slots
+    k = rec.keys
+    rec.keys += 1
+    slots = entry.key_slots
     if k == len(slots):
         slots.append(None)
     if slots[k] is None or slots[k].device != device:
@@ -310,7 +338,7 @@ def key_buffer(draw: Callable[[], int], device: str = "cpu") -> Buffer | None:
             slot.write_scalar(draw())
 
     refill()
-    _recording.hooks.append(refill)
+    rec.hooks.append(refill)
     return slot
 
 
@@ -362,7 +390,6 @@ class jit:
         return _results(out, Tensor.detach)
 
     def _record(self, entry: _Entry, args, tensors):
-        global _recording, _entry
         if engine.recording():
             raise JitError("fusegrad.jit: a jitted function cannot call another while recording")
         recording = _Recording([engine.value(t.node) for t in tensors])
@@ -377,7 +404,7 @@ class jit:
         recording.guards.append(_unchanged(_python_values(self.fn)))
         captured = engine.start_recording()
         recording.realizes = captured.realizes
-        _recording, _entry = recording, entry
+        _local.recording, _local.entry = recording, entry
         try:
             out = self.fn(*args)
             pending = []
@@ -395,7 +422,7 @@ class jit:
                 realize_tensors(*pending)
         finally:
             engine.stop_recording()
-            _recording, _entry = None, None
+            _local.recording = _local.entry = None
         return out, recording
 
 
@@ -460,7 +487,7 @@ def _plan_replay(fn, a: _Recording, b: _Recording, out) -> _Replay:
     state = list({id(t): t for t, _ in b.state}.values())
     index = {id(t): k for k, t in enumerate(state)}
     before = {id(buf): index[id(t)] for t, buf in b.state}
-    for t in autograd._live_leaves() + list(_parameters.values()):
+    for t in autograd._live_leaves() + _live_parameters():
         buf = engine.value(t.node)
         if buf is not None and id(buf) not in before:
             before[id(buf)] = len(state)
@@ -492,6 +519,18 @@ def _plan_replay(fn, a: _Recording, b: _Recording, out) -> _Replay:
         if id(engine.value(t.node)) in produced
     ]
     results = _sources_of(out, produced, b_args, name)
+    # keep only the state the replay reads or updates: the candidates are every live
+    # parameter and module tensor, other threads' included, and a replay must not touch
+    # (or realize) tensors of a model it does not use
+    read = {k for _, sources in plans for kind, k, _ in sources if kind == "state"}
+    used = sorted(read | {k for k, _, _ in updates})
+    new_index = {k: i for i, k in enumerate(used)}
+    plans = [
+        (plan, [(kind, new_index[a], c) if kind == "state" else (kind, a, c) for kind, a, c in src])
+        for plan, src in plans
+    ]
+    updates = [(new_index[k], r, j) for k, r, j in updates]
+    state = [state[k] for k in used]
     return _Replay(plans, state, updates, results, b.hooks, b.guards)
 
 
