@@ -36,7 +36,8 @@ What a replay does not redo is Python: the function body does not run. So:
 
 - Arguments are tensors (or numpy arrays, converted before the call) of the
   same shapes and dtypes as when recorded; other arguments must be equal to
-  the recorded ones (a new shape or value records again). Results are
+  the recorded ones, of the same type (a new shape or value records again;
+  1, 1.0 and True are three recordings, as are 0.0 and -0.0). Results are
   tensors, tuples or lists of tensors, or None, and carry no gradient graph
   (on every call alike): do the backward pass inside the function.
 - Host work that must happen every step is redone by hooks the library
@@ -46,7 +47,15 @@ What a replay does not redo is Python: the function body does not run. So:
   what would change the graph: a dropout module switched by `eval()`, an
   optimizer option that adds or removes terms (momentum, weight decay, ...),
   `no_grad()` around the call; the call then runs eagerly and is recorded
-  again. Your own
+  again. So does a changed Python value the function read (a module attribute,
+  or a global, closure variable or argument, directly or through constant
+  attribute and subscript reads such as `cfg.lr`, `state["scale"]`, `vals[0]`,
+  `vals[i]`: see `jitguards`). A value the function's own bytecode does not
+  read that way is not guarded, and replays keep the recorded one: one returned
+  by a call (`cfg.get_lr()`), read through a local alias, or read by another
+  function it calls (other than a module's attributes); pass such a value as an
+  argument. A learning-rate scheduler stepped inside the function steps on every
+  replay (a hook, as the optimizer's); `ReduceLROnPlateau.step` is refused. Your own
   Python side effects (printing, appending to lists, reading `.item()`)
   happen only on the recorded calls. Likewise a tensor the function stores
   somewhere (say `p.grad`) keeps the value of the last recorded call: return
@@ -60,6 +69,11 @@ What a replay does not redo is Python: the function body does not run. So:
 - The function must compute the same graph each call. A tensor made from
   host data inside the function (`fg.tensor(np_array)`) is a new buffer each
   call: recording fails with an error naming it; pass it as an argument.
+- Recording is per thread: threads may each train their own model, jitted or
+  eager, at once; one thread's optimizer hooks, tracked tensors, guards and
+  random keys only enter its own recordings, and a replay reads and updates only
+  the tensors its kernels use. (Random keys come from the one global generator,
+  as in torch, so threads drawing at once interleave their draws.)
 """
 
 from __future__ import annotations
@@ -78,6 +92,7 @@ from .errors import JitError  # noqa: E402  (raised by the Tensor too: see host_
 from .ir import node as N
 from .ir.dtypes import int32
 from .ir.sites import site_of
+from .jitguards import NOT_A_VALUE, read_guard, snapshot
 from .runtime.buffer import Buffer
 from .runtime.config import config
 from .runtime.cuda import to_device
@@ -369,7 +384,14 @@ class jit:
     def __call__(self, *args):
         args, tensors, signature = _prepare(args)
         entry = self._entries.setdefault(signature, _Entry())
-        if entry.replay is not None and not all(holds() for holds in entry.replay.guards):
+        broken = entry.replay and next((h for h in entry.replay.guards if not h()), None)
+        if broken:
+            if config.debug >= 1:  # (a read that changes every call never lets it replay)
+                what = getattr(broken, "changed", None) or "what the recording assumed"
+                print(
+                    f"fusegrad: jit records {self.__qualname__} again: {what} changed",
+                    file=sys.stderr,
+                )
             entry.calls, entry.last, entry.replay = 1, None, None  # record again from the next call
         if entry.replay is not None:
             self.replays += 1
@@ -402,6 +424,7 @@ class jit:
             )
         )
         recording.guards.append(_unchanged(_python_values(self.fn)))
+        recording.guards.append(read_guard(self.fn, args))
         captured = engine.start_recording()
         recording.realizes = captured.realizes
         _local.recording, _local.entry = recording, entry
@@ -449,7 +472,10 @@ def _prepare(args) -> tuple[list, list[Tensor], tuple]:
                     f"fusegrad.jit: argument of type {type(a).__name__} is neither a tensor "
                     "nor hashable (non-tensor arguments are part of what a recording is for)"
                 ) from None
-            signature.append(("value", a))
+            # a Python value by its type and bits too: 1, 1.0 and True are equal keys, and
+            # 0.0 and -0.0, but `x * 1` and `x * 1.0` may differ in dtype
+            value = snapshot(a)
+            signature.append(("value", a if value is NOT_A_VALUE else value))
     return call_args, tensors, tuple(signature)
 
 

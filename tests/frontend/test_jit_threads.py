@@ -59,7 +59,7 @@ class _Trainer:
         def step(x, y):
             loss = F.cross_entropy(self.model(x), y)
             if during_step is not None:
-                during_step(self.calls)
+                during_step()  # (reads no Python value: this function is replayed)
             self.opt.zero_grad()
             loss.backward()
             self.opt.step()
@@ -122,8 +122,8 @@ def test_an_eager_step_in_another_thread_stays_out_of_a_recording():
     b_turn, b_done = threading.Event(), threading.Event()
     a_finished = threading.Event()
 
-    def during_a(calls):
-        if calls in (2, 3):  # the two recorded calls (the first is a warm-up)
+    def during_a():
+        if a.calls in (2, 3):  # the two recorded calls (the first is a warm-up)
             b_turn.set()
             assert b_done.wait(JOIN_TIMEOUT)
             b_done.clear()
@@ -165,7 +165,7 @@ def test_eight_models_in_eight_threads_train_as_they_do_alone():
     # a pause inside each step's Python lets the other threads run their steps meanwhile
     # (so eager steps happen while jitted ones record)
     trainers = [
-        _Trainer(name, seed, jitted, during_step=lambda _: time.sleep(0.002))
+        _Trainer(name, seed, jitted, during_step=lambda: time.sleep(0.002))
         for name, seed, jitted in configs
     ]
     start = threading.Barrier(len(trainers), timeout=JOIN_TIMEOUT)
