@@ -111,6 +111,9 @@ class _Recording:
     keys: int = 0  # random keys drawn (each also a hook)
     state: list[tuple[Tensor, Buffer]] = field(default_factory=list)  # (tensor, value before)
     guards: list[Callable[[], bool]] = field(default_factory=list)
+    # what this thread wrote during the call: tensors given a value in place (by id), and
+    # module attributes it assigned ((id(module), name)); see note_write
+    written: set = field(default_factory=set)
 
 
 @dataclass
@@ -285,6 +288,17 @@ def host_read_refused(what: str) -> None:
         )
 
 
+def note_write(target, name: str | None = None) -> None:
+    """While this thread records: tensor `target` was given a new value in place, or (with
+    `name`) module `target` had its attribute `name` assigned. The call's module attributes
+    that change are computed in the call (so replays compute them too) when this thread
+    changed them: another thread's model, updated meanwhile, is none of the call's business.
+    """
+    rec = _recording_now()
+    if rec is not None:
+        rec.written.add(id(target) if name is None else (id(target), name))
+
+
 def recording() -> bool:
     """Whether this thread is recording a jitted function now (the hooks below then listen)."""
     return _recording_now() is not None
@@ -416,6 +430,8 @@ class jit:
             raise JitError("fusegrad.jit: a jitted function cannot call another while recording")
         recording = _Recording([engine.value(t.node) for t in tensors])
         attrs = _module_tensors()
+        before = {(id(a.module), a.name): t.node for a, t in attrs}  # (an in-place write
+        # changes the node of the same tensor: taken now, not after the call)
         recording.state.extend((a, engine.value(t.node)) for a, t in attrs if t._has_value())
         shapes = [(a, t.shape, t.dtype) for a, t in attrs]
         recording.guards.append(
@@ -435,11 +451,11 @@ class jit:
             _results(out, lambda t: not fresh(t.node) and pending.append(t))
             # module attributes the call gave new values (running statistics): computed in
             # the call, so that a replay computes them too and the module sees them
-            before = {id(a.module): {} for a, _ in attrs}
-            for a, t in attrs:
-                before[id(a.module)][a.name] = t.node
+            written = recording.written
             for a, t in _module_tensors():
-                if before.get(id(a.module), {}).get(a.name) is not t.node and not fresh(t.node):
+                key = (id(a.module), a.name)
+                changed = before.get(key) is not t.node and not fresh(t.node)
+                if changed and (key in written or id(t) in written):
                     pending.append(t)
             if pending:
                 realize_tensors(*pending)

@@ -11,6 +11,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 
 import fusegrad as fg
 from fusegrad import nn
@@ -247,3 +248,59 @@ def test_grad_mode_is_per_thread():
 
     _run_threads([without_grad, with_grad])
     assert seen == {"no_grad": False, "grad": True, "enable_grad": True}
+
+
+class _RunningMean(nn.Module):
+    """A hand-written running mean: a lazy new value for a module attribute each call."""
+
+    def __init__(self, in_place: bool):
+        super().__init__()
+        self.in_place = in_place
+        self.mean = fg.zeros(4)
+
+    def forward(self, x):
+        new = 0.9 * self.mean + 0.1 * x.mean(0)
+        if self.in_place:
+            with fg.no_grad():
+                self.mean.copy_(new)
+        else:
+            self.mean = new
+        return x - self.mean
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["rebound", "in_place"])
+def test_module_attributes_another_thread_writes_stay_out_of_a_recording(in_place):
+    """Thread B updates its own module's running mean (lazily) while thread A records its
+    jitted step: A neither computes B's update nor replays it."""
+    b_turn, b_done = threading.Event(), threading.Event()
+
+    def during_a():
+        if a.calls in (2, 3):
+            b_turn.set()
+            assert b_done.wait(JOIN_TIMEOUT)
+            b_done.clear()
+
+    a = _Trainer("sgd", 1, jitted=True, during_step=during_a)
+    running = _RunningMean(in_place)
+    rng = np.random.default_rng(5)
+    batches = [rng.standard_normal((5, 4)).astype(np.float32) for _ in range(2)]
+    xs = [fg.tensor(x) for x in batches]
+
+    def run_a():
+        for _ in range(8):
+            a.step()
+
+    def run_b():
+        for x in xs:
+            assert b_turn.wait(JOIN_TIMEOUT)
+            b_turn.clear()
+            running(x)
+            b_done.set()
+
+    _run_threads([run_a, run_b])
+    assert a.fn.replays == 5
+    _assert_same(a.result(), _serial("sgd", 1, True, 8))
+    want = np.zeros(4, np.float32)
+    for x in batches:
+        want = 0.9 * want + 0.1 * x.mean(0)
+    np.testing.assert_allclose(running.mean.numpy(), want, rtol=1e-5)
