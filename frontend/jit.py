@@ -92,7 +92,7 @@ from .errors import JitError  # noqa: E402  (raised by the Tensor too: see host_
 from .ir import node as N
 from .ir.dtypes import int32
 from .ir.sites import site_of
-from .jitguards import NOT_A_VALUE, read_guard, snapshot
+from .jitguards import NOT_A_VALUE, read_guard, snapshot, unwrap
 from .runtime.buffer import Buffer
 from .runtime.config import config
 from .runtime.cuda import to_device
@@ -227,6 +227,7 @@ def _python_values(fn) -> list[tuple[object, str, object]]:
     function's closure cells and the globals it names, and every live module's attributes.
     A replay checks they are unchanged; a changed one records the function again."""
     out = []
+    fn = unwrap(fn)[0]  # a bound method's or a functools.partial's function
     code = getattr(fn, "__code__", None)
     if code is not None:
         names, stack = set(), [code]

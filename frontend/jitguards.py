@@ -13,18 +13,23 @@ or argument, followed by constant attribute and subscript reads:
 >>> sorted(str(r) for r in reads_of(f))  # (x is a tensor: no value to keep)
 ["state['n']['k']", "state['scale']", 'x']
 
-A read is guarded when its value is a Python number, flag, string or None, a
-numpy scalar, or a tuple, list or dict of those (a list read with a computed
-index, `vals[i]`, is guarded whole). What it cannot see is not guarded: a value
+A read is guarded when its value is a Python number, flag, string or None, an
+enum member, a numpy scalar, or a tuple, list, set or dict of those (a list read
+with a computed index, `vals[i]`, is guarded whole). What it cannot see is not guarded: a value
 reached through a call (`cfg.get_lr()`, a method other than a dict's or list's
-reading ones), through a local alias (`c = cfg; c.lr`), or read by another
+reading ones), through a local alias (`c = cfg; c.lr`), read by another
 function the step calls (a module's `forward` reading a global: module
-attributes themselves are guarded, see `python_values`).
+attributes themselves are guarded, by `jit._python_values`), or held in a
+container of more than `_MAX_LEAVES` values (snapshotting it every call would
+cost more than the replay saves). Nor are objects other than these values: a
+global list of modules that grows is not seen.
 """
 
 from __future__ import annotations
 
 import dis
+import enum
+import functools
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,9 +64,14 @@ def snapshot(v, budget: list[int] | None = None):
         return (t, v)
     if isinstance(v, np.generic):
         return (t, v.tobytes())
+    if isinstance(v, enum.Enum):  # (an IntEnum too: its members are not plain ints)
+        return (t, v.name)
     if t in (tuple, list):
         items = tuple(snapshot(x, budget) for x in v)
         return NOT_A_VALUE if any(x is NOT_A_VALUE for x in items) else (t, items)
+    if t in (set, frozenset):
+        items = frozenset(snapshot(x, budget) for x in v)
+        return NOT_A_VALUE if NOT_A_VALUE in items else (t, items)
     if t is dict:
         items = tuple((snapshot(k, budget), snapshot(x, budget)) for k, x in v.items())
         if any(k is NOT_A_VALUE or x is NOT_A_VALUE for k, x in items):
@@ -91,7 +101,7 @@ class Read:
 def reads_of(fn) -> list[Read]:
     """The constant-path reads of globals, closure variables and arguments that `fn`'s
     bytecode makes (see the module doc); the ends of mutating method calls left out."""
-    fn = getattr(fn, "__func__", fn)  # a bound method: its function's code
+    fn = unwrap(fn)[0]
     code = getattr(fn, "__code__", None)
     if code is None:
         return []
@@ -155,10 +165,8 @@ def read_guard(fn, args: tuple) -> Callable[[], bool]:
     """A check that every guardable read of `fn` (see `reads_of`) still gives the value it
     gives now, for a call with these arguments (a recording is kept per argument values,
     so an argument's reads are followed from the same object)."""
-    fn_args = list(args)
-    if getattr(fn, "__self__", None) is not None:  # a bound method: self is an argument
-        fn_args.insert(0, fn.__self__)
-    func = getattr(fn, "__func__", fn)
+    func, bound = unwrap(fn)
+    fn_args = bound + list(args)
     code = getattr(func, "__code__", None)
     names = code.co_varnames[: len(fn_args)] if code is not None else ()
     cells = dict(zip(code.co_freevars, func.__closure__ or ())) if code is not None else {}
@@ -186,6 +194,21 @@ def read_guard(fn, args: tuple) -> Callable[[], bool]:
         return True
 
     return holds
+
+
+def unwrap(fn) -> tuple[object, list]:
+    """The plain function behind `fn` (a bound method, a functools.partial) and the
+    positional arguments bound to it."""
+    bound: list = []
+    while True:
+        if isinstance(fn, functools.partial):
+            bound = list(fn.args) + bound
+            fn = fn.func
+        elif getattr(fn, "__self__", None) is not None and hasattr(fn, "__func__"):
+            bound = [fn.__self__] + bound
+            fn = fn.__func__
+        else:
+            return fn, bound
 
 
 def _value(read: Read, root):

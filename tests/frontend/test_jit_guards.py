@@ -274,3 +274,39 @@ def test_reduce_lr_on_plateau_inside_a_jitted_step_is_refused():
     f(fg.ones(2))
     with pytest.raises(fg.JitError, match="ReduceLROnPlateau"):
         f(fg.ones(2))
+
+
+class Mode(__import__("enum").Enum):
+    SUM = "sum"
+    MEAN = "mean"
+
+
+SETTINGS = {"mode": Mode.SUM}
+
+
+def test_an_enum_a_partial_and_a_method_are_guarded():
+    import functools
+
+    def reduce(x, cfg):
+        return x.sum() if SETTINGS["mode"] is Mode.SUM else x.mean() * cfg.lr
+
+    class Model:
+        def __init__(self):
+            self.scale = 2.0
+
+        def step(self, x):
+            return x * self.scale
+
+    cfg = PlainConfig()
+    f = fg.jit(functools.partial(reduce, cfg=cfg))
+    m = Model()
+    g = fg.jit(m.step)
+    try:
+        assert _calls(f, fg.ones(4)) == 4.0
+        assert _calls(g, fg.ones(1)) == [2.0]
+        SETTINGS["mode"] = Mode.MEAN
+        m.scale = 3.0
+        assert _calls(f, fg.ones(4)) == 2.0
+        assert _calls(g, fg.ones(1)) == [3.0]
+    finally:
+        SETTINGS["mode"] = Mode.SUM
