@@ -304,3 +304,32 @@ def test_module_attributes_another_thread_writes_stay_out_of_a_recording(in_plac
     for x in batches:
         want = 0.9 * want + 0.1 * x.mean(0)
     np.testing.assert_allclose(running.mean.numpy(), want, rtol=1e-5)
+
+
+def test_a_value_read_in_another_thread_is_not_refused_while_one_records():
+    """`nonzero` reads its input on the host (refused inside a recording): thread B may
+    call it eagerly while thread A records."""
+    b_turn, b_done = threading.Event(), threading.Event()
+
+    def during_a():
+        if a.calls == 2:
+            b_turn.set()
+            assert b_done.wait(JOIN_TIMEOUT)
+
+    a = _Trainer("sgd", 1, jitted=True, during_step=during_a)
+    found = []
+
+    def run_a():
+        for _ in range(4):
+            a.step()
+
+    def run_b():
+        assert b_turn.wait(JOIN_TIMEOUT)
+        try:
+            found.append(fg.tensor([0.0, 2.0, 0.0, 3.0]).nonzero().tolist())
+        finally:
+            b_done.set()
+
+    _run_threads([run_a, run_b])
+    assert found == [[[1], [3]]]
+    assert a.fn.replays == 1
