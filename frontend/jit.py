@@ -36,7 +36,8 @@ What a replay does not redo is Python: the function body does not run. So:
 
 - Arguments are tensors (or numpy arrays, converted before the call) of the
   same shapes and dtypes as when recorded; other arguments must be equal to
-  the recorded ones (a new shape or value records again). Results are
+  the recorded ones, of the same type (a new shape or value records again;
+  1, 1.0 and True are three recordings, as are 0.0 and -0.0). Results are
   tensors, tuples or lists of tensors, or None, and carry no gradient graph
   (on every call alike): do the backward pass inside the function.
 - Host work that must happen every step is redone by hooks the library
@@ -46,7 +47,15 @@ What a replay does not redo is Python: the function body does not run. So:
   what would change the graph: a dropout module switched by `eval()`, an
   optimizer option that adds or removes terms (momentum, weight decay, ...),
   `no_grad()` around the call; the call then runs eagerly and is recorded
-  again. Your own
+  again. So does a changed Python value the function read (a module attribute,
+  or a global, closure variable or argument, directly or through constant
+  attribute and subscript reads such as `cfg.lr`, `state["scale"]`, `vals[0]`,
+  `vals[i]`: see `jitguards`). A value the function's own bytecode does not
+  read that way is not guarded, and replays keep the recorded one: one returned
+  by a call (`cfg.get_lr()`), read through a local alias, or read by another
+  function it calls (other than a module's attributes); pass such a value as an
+  argument. A learning-rate scheduler stepped inside the function steps on every
+  replay (a hook, as the optimizer's); `ReduceLROnPlateau.step` is refused. Your own
   Python side effects (printing, appending to lists, reading `.item()`)
   happen only on the recorded calls. Likewise a tensor the function stores
   somewhere (say `p.grad`) keeps the value of the last recorded call: return
@@ -60,12 +69,18 @@ What a replay does not redo is Python: the function body does not run. So:
 - The function must compute the same graph each call. A tensor made from
   host data inside the function (`fg.tensor(np_array)`) is a new buffer each
   call: recording fails with an error naming it; pass it as an argument.
+- Recording is per thread: threads may each train their own model, jitted or
+  eager, at once; one thread's optimizer hooks, tracked tensors, guards and
+  random keys only enter its own recordings, and a replay reads and updates only
+  the tensors its kernels use. (Random keys come from the one global generator,
+  as in torch, so threads drawing at once interleave their draws.)
 """
 
 from __future__ import annotations
 
 import functools
 import sys
+import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -77,6 +92,7 @@ from .errors import JitError  # noqa: E402  (raised by the Tensor too: see host_
 from .ir import node as N
 from .ir.dtypes import int32
 from .ir.sites import site_of
+from .jitguards import NOT_A_VALUE, read_guard, snapshot, unwrap
 from .runtime.buffer import Buffer
 from .runtime.config import config
 from .runtime.cuda import to_device
@@ -95,6 +111,9 @@ class _Recording:
     keys: int = 0  # random keys drawn (each also a hook)
     state: list[tuple[Tensor, Buffer]] = field(default_factory=list)  # (tensor, value before)
     guards: list[Callable[[], bool]] = field(default_factory=list)
+    # what this thread wrote during the call: tensors given a value in place (by id), and
+    # module attributes it assigned ((id(module), name)); see note_write
+    written: set = field(default_factory=set)
 
 
 @dataclass
@@ -109,25 +128,48 @@ class _Replay:
     guards: list[Callable[[], bool]]  # all true, or the recording no longer holds
 
 
-_recording: _Recording | None = None
-_entry: _Entry | None = None  # the jit entry whose call is being recorded
-# every nn.Parameter, trained or frozen: a replay reads each at its current value
+# What a thread is recording: `.recording` (its _Recording) and `.entry` (the jit entry whose
+# call it is), both None when it records nothing. Per thread, as the engine's recording
+# is: another thread's eager step (its optimizer hooks, tracked tensors, guards, random
+# keys) must not land in this thread's recording.
+_local = threading.local()
+
+
+def _recording_now() -> _Recording | None:
+    return getattr(_local, "recording", None)
+
+
+# every nn.Parameter, trained or frozen: a replay reads each at its current value; and
+# every module (see note_module). Shared by all threads (a model may be built in one and
+# trained in another), so guarded by a lock: a weak collection cannot be iterated while
+# another thread adds to it.
 _parameters: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_modules: weakref.WeakSet = weakref.WeakSet()
+_registry_lock = threading.Lock()
 
 
 def note_parameter(t: Tensor) -> None:
     """Remember a module parameter (frozen ones too), so replays read its current value."""
-    _parameters[id(t)] = t
-
-
-_modules: weakref.WeakSet = weakref.WeakSet()
+    with _registry_lock:
+        _parameters[id(t)] = t
 
 
 def note_module(m) -> None:
     """Remember a module: a replay reads its tensor attributes (buffers such as running
     statistics, or any tensor assigned to it) at their current values and writes the new
     values a call gives them; a change of its Python-number attributes records again."""
-    _modules.add(m)
+    with _registry_lock:
+        _modules.add(m)
+
+
+def _live_modules() -> list:
+    with _registry_lock:
+        return list(_modules)
+
+
+def _live_parameters() -> list[Tensor]:
+    with _registry_lock:
+        return list(_parameters.values())
 
 
 class _Attr:
@@ -170,7 +212,7 @@ class _Attr:
 def _module_tensors() -> list[tuple[_Attr, Tensor]]:
     """Every live module's tensor attributes (registered buffers and plain attributes)."""
     out = []
-    for m in list(_modules):
+    for m in _live_modules():
         names = [k for k, v in vars(m).items() if isinstance(v, Tensor)]
         names += [k for k, v in m.__dict__.get("_buffers", {}).items() if isinstance(v, Tensor)]
         out.extend((_Attr(m, k), getattr(m, k)) for k in names)
@@ -185,6 +227,7 @@ def _python_values(fn) -> list[tuple[object, str, object]]:
     function's closure cells and the globals it names, and every live module's attributes.
     A replay checks they are unchanged; a changed one records the function again."""
     out = []
+    fn = unwrap(fn)[0]  # a bound method's or a functools.partial's function
     code = getattr(fn, "__code__", None)
     if code is not None:
         names, stack = set(), [code]
@@ -201,7 +244,7 @@ def _python_values(fn) -> list[tuple[object, str, object]]:
                 continue
             if isinstance(v, _SCALARS):
                 out.append((cell, name, v))
-    for m in list(_modules):
+    for m in _live_modules():
         out += [(m, k, v) for k, v in vars(m).items() if isinstance(v, _SCALARS)]
     return out
 
@@ -237,7 +280,7 @@ def host_read_refused(what: str) -> None:
     frozen at the recorded value."""
     from .errors import user_site
 
-    if _recording is not None:
+    if _recording_now() is not None:
         raise JitError(
             f"fusegrad.jit: {what} reads a tensor's value inside a jitted function at "
             f"{user_site()}; a replay does not run the function's Python, so anything "
@@ -246,9 +289,20 @@ def host_read_refused(what: str) -> None:
         )
 
 
+def note_write(target, name: str | None = None) -> None:
+    """While this thread records: tensor `target` was given a new value in place, or (with
+    `name`) module `target` had its attribute `name` assigned. The call's module attributes
+    that change are computed in the call (so replays compute them too) when this thread
+    changed them: another thread's model, updated meanwhile, is none of the call's business.
+    """
+    rec = _recording_now()
+    if rec is not None:
+        rec.written.add(id(target) if name is None else (id(target), name))
+
+
 def recording() -> bool:
-    """Whether a jitted function is being recorded now (the hooks below then listen)."""
-    return _recording is not None
+    """Whether this thread is recording a jitted function now (the hooks below then listen)."""
+    return _recording_now() is not None
 
 
 def on_replay(hook: Callable[[], None]) -> None:
@@ -258,16 +312,18 @@ def on_replay(hook: Callable[[], None]) -> None:
     step's scalars: register it each time the work is done, and a replay does it
     as many times, in the same order.
     """
-    if _recording is not None:
-        _recording.hooks.append(hook)
+    rec = _recording_now()
+    if rec is not None:
+        rec.hooks.append(hook)
 
 
 def guard(holds: Callable[[], bool]) -> None:
     """While recording: `holds()` must stay true for a replay to be valid (say, a dropout
     module still in training mode). When one is false, the call runs eagerly and the
     function is recorded again."""
-    if _recording is not None:
-        _recording.guards.append(holds)
+    rec = _recording_now()
+    if rec is not None:
+        rec.guards.append(holds)
 
 
 def track(tensors) -> None:
@@ -276,12 +332,13 @@ def track(tensors) -> None:
     points the tensor at its new value, so parameters stay right across several
     jitted functions (one per batch shape, say) and eager steps mixed in any order.
     Call it before the update is built."""
-    if _recording is None:
+    rec = _recording_now()
+    if rec is None:
         return
     for t in tensors:
         buf = engine.value(t.node)
         if buf is not None:
-            _recording.state.append((t, buf))
+            rec.state.append((t, buf))
 
 
 def key_buffer(draw: Callable[[], int], device: str = "cpu") -> Buffer | None:
@@ -291,11 +348,12 @@ def key_buffer(draw: Callable[[], int], device: str = "cpu") -> Buffer | None:
     `draw()` gives a key from the generator; a replay draws the call's keys again,
     in order, into the same buffers, so its random numbers are those eager calls get.
     """
-    if _entry is None:
+    entry, rec = getattr(_local, "entry", None), _recording_now()
+    if entry is None:
         return None
-    k = _recording.keys
-    _recording.keys += 1
-    slots = _entry.key_slots
+    k = rec.keys
+    rec.keys += 1
+    slots = entry.key_slots
     if k == len(slots):
         slots.append(None)
     if slots[k] is None or slots[k].device != device:
@@ -310,7 +368,7 @@ def key_buffer(draw: Callable[[], int], device: str = "cpu") -> Buffer | None:
             slot.write_scalar(draw())
 
     refill()
-    _recording.hooks.append(refill)
+    rec.hooks.append(refill)
     return slot
 
 
@@ -341,7 +399,14 @@ class jit:
     def __call__(self, *args):
         args, tensors, signature = _prepare(args)
         entry = self._entries.setdefault(signature, _Entry())
-        if entry.replay is not None and not all(holds() for holds in entry.replay.guards):
+        broken = entry.replay and next((h for h in entry.replay.guards if not h()), None)
+        if broken:
+            if config.debug >= 1:  # (a read that changes every call never lets it replay)
+                what = getattr(broken, "changed", None) or "what the recording assumed"
+                print(
+                    f"fusegrad: jit records {self.__qualname__} again: {what} changed",
+                    file=sys.stderr,
+                )
             entry.calls, entry.last, entry.replay = 1, None, None  # record again from the next call
         if entry.replay is not None:
             self.replays += 1
@@ -362,11 +427,12 @@ class jit:
         return _results(out, Tensor.detach)
 
     def _record(self, entry: _Entry, args, tensors):
-        global _recording, _entry
         if engine.recording():
             raise JitError("fusegrad.jit: a jitted function cannot call another while recording")
         recording = _Recording([engine.value(t.node) for t in tensors])
         attrs = _module_tensors()
+        before = {(id(a.module), a.name): t.node for a, t in attrs}  # (an in-place write
+        # changes the node of the same tensor: taken now, not after the call)
         recording.state.extend((a, engine.value(t.node)) for a, t in attrs if t._has_value())
         shapes = [(a, t.shape, t.dtype) for a, t in attrs]
         recording.guards.append(
@@ -375,9 +441,10 @@ class jit:
             )
         )
         recording.guards.append(_unchanged(_python_values(self.fn)))
+        recording.guards.append(read_guard(self.fn, args))
         captured = engine.start_recording()
         recording.realizes = captured.realizes
-        _recording, _entry = recording, entry
+        _local.recording, _local.entry = recording, entry
         try:
             out = self.fn(*args)
             pending = []
@@ -385,17 +452,17 @@ class jit:
             _results(out, lambda t: not fresh(t.node) and pending.append(t))
             # module attributes the call gave new values (running statistics): computed in
             # the call, so that a replay computes them too and the module sees them
-            before = {id(a.module): {} for a, _ in attrs}
-            for a, t in attrs:
-                before[id(a.module)][a.name] = t.node
+            written = recording.written
             for a, t in _module_tensors():
-                if before.get(id(a.module), {}).get(a.name) is not t.node and not fresh(t.node):
+                key = (id(a.module), a.name)
+                changed = before.get(key) is not t.node and not fresh(t.node)
+                if changed and (key in written or id(t) in written):
                     pending.append(t)
             if pending:
                 realize_tensors(*pending)
         finally:
             engine.stop_recording()
-            _recording, _entry = None, None
+            _local.recording = _local.entry = None
         return out, recording
 
 
@@ -422,7 +489,10 @@ def _prepare(args) -> tuple[list, list[Tensor], tuple]:
                     f"fusegrad.jit: argument of type {type(a).__name__} is neither a tensor "
                     "nor hashable (non-tensor arguments are part of what a recording is for)"
                 ) from None
-            signature.append(("value", a))
+            # a Python value by its type and bits too: 1, 1.0 and True are equal keys, and
+            # 0.0 and -0.0, but `x * 1` and `x * 1.0` may differ in dtype
+            value = snapshot(a)
+            signature.append(("value", a if value is NOT_A_VALUE else value))
     return call_args, tensors, tuple(signature)
 
 
@@ -460,7 +530,7 @@ def _plan_replay(fn, a: _Recording, b: _Recording, out) -> _Replay:
     state = list({id(t): t for t, _ in b.state}.values())
     index = {id(t): k for k, t in enumerate(state)}
     before = {id(buf): index[id(t)] for t, buf in b.state}
-    for t in autograd._live_leaves() + list(_parameters.values()):
+    for t in autograd._live_leaves() + _live_parameters():
         buf = engine.value(t.node)
         if buf is not None and id(buf) not in before:
             before[id(buf)] = len(state)
@@ -492,6 +562,18 @@ def _plan_replay(fn, a: _Recording, b: _Recording, out) -> _Replay:
         if id(engine.value(t.node)) in produced
     ]
     results = _sources_of(out, produced, b_args, name)
+    # keep only the state the replay reads or updates: the candidates are every live
+    # parameter and module tensor, other threads' included, and a replay must not touch
+    # (or realize) tensors of a model it does not use
+    read = {k for _, sources in plans for kind, k, _ in sources if kind == "state"}
+    used = sorted(read | {k for k, _, _ in updates})
+    new_index = {k: i for i, k in enumerate(used)}
+    plans = [
+        (plan, [(kind, new_index[a], c) if kind == "state" else (kind, a, c) for kind, a, c in src])
+        for plan, src in plans
+    ]
+    updates = [(new_index[k], r, j) for k, r, j in updates]
+    state = [state[k] for k in used]
     return _Replay(plans, state, updates, results, b.hooks, b.guards)
 
 

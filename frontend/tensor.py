@@ -693,6 +693,8 @@ class Tensor(MovementMixin, ReduceMixin):
         else:
             self.node = N.detach(value.node)
         self._strides = None
+        if jit_recording():
+            _note_jit_write(self)
         return self
 
     # ---------------------------------------------------------------- in-place updates
@@ -731,6 +733,8 @@ class Tensor(MovementMixin, ReduceMixin):
             value = value.cast(self.dtype)
             self.node, self.requires_grad, self._is_leaf = value.node, True, False
             self._strides = None
+            if jit_recording():
+                _note_jit_write(self)
         else:
             self.assign_(value.detach())
             if self.requires_grad and self._is_leaf:
@@ -787,6 +791,12 @@ class Tensor(MovementMixin, ReduceMixin):
 
 def jit_recording() -> bool:
     return engine.recording()
+
+
+def _note_jit_write(t: Tensor) -> None:
+    from .jit import note_write  # (a module attribute this thread updates: see there)
+
+    note_write(t)
 
 
 _THIS_FILE = __file__

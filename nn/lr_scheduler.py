@@ -20,9 +20,14 @@ the learning rates match PyTorch's step for step, rounding included.
 
 from __future__ import annotations
 
+import functools
 import math
 import types
 from collections import Counter
+
+from ..errors import JitError
+from ..jit import on_replay
+from ..jit import recording as jit_recording
 
 _INF = float("inf")
 
@@ -59,6 +64,11 @@ class LRScheduler:
         return self._last_lr
 
     def step(self, epoch: int | None = None) -> None:
+        if jit_recording():  # inside a jitted step: each replay steps the schedule too
+            on_replay(functools.partial(self._step, epoch))
+        self._step(epoch)
+
+    def _step(self, epoch: int | None) -> None:
         self._step_count += 1
         if epoch is None:
             self.last_epoch += 1
@@ -379,6 +389,11 @@ class ReduceLROnPlateau:
         return a > best + self.threshold
 
     def step(self, metrics, epoch: int | None = None) -> None:
+        if jit_recording():
+            raise JitError(
+                "fusegrad.jit: ReduceLROnPlateau.step inside a jitted function would see the "
+                "recorded metric on every replay; call it after the call, with the result"
+            )
         current = float(metrics)
         self.last_epoch = self.last_epoch + 1 if epoch is None else epoch
         if self._is_better(current, self.best):

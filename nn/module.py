@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import creation
 from ..devices import to_arguments
-from ..jit import note_module, note_parameter
+from ..jit import note_module, note_parameter, note_write
 from ..tensor import Tensor
 from ..tensor import realize as _realize
 
@@ -119,6 +119,8 @@ class Module:
             self._buffers[name] = value
         else:
             object.__setattr__(self, name, value)
+        if isinstance(value, Tensor):
+            note_write(self, name)  # (fusegrad.jit: an attribute this thread assigns)
 
     def __getattr__(self, name: str):
         # only called when normal lookup fails: the registered attributes live in these dicts

@@ -317,7 +317,9 @@ class Engine:
         if before is not None:
             _log_phases(before, [s.record for s in plan.steps])
         with self._plans_lock:
-            self.plans[key] = plan
+            # another thread may have compiled the same structure meanwhile: keep one plan
+            # per structure (`fusegrad.jit` tells two recorded calls apart by their plans)
+            plan = self.plans.setdefault(key, plan)
             while len(self.plans) > max(1, config.plan_cache_size):
                 self.plans.popitem(last=False)
         return plan, leaves, True

@@ -389,3 +389,33 @@ def test_numpy_arguments_are_converted_before_the_call():
         want.append(float((w_eager * x).sum()))
         w_eager = w_eager - 0.1 * x
     np.testing.assert_allclose(values, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["rebound", "in_place"])
+def test_a_running_mean_updated_in_place_keeps_running(in_place):
+    """A module attribute given a lazy new value in place (`copy_`, `+=` under no_grad) is
+    computed by each replay, as one reassigned is."""
+
+    class RunningMean(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mean = fg.zeros(3)
+
+        def forward(self, x):
+            new = 0.9 * self.mean + 0.1 * x.mean(0)
+            if in_place:
+                with fg.no_grad():
+                    self.mean.copy_(new)
+            else:
+                self.mean = new
+            return x - self.mean
+
+    m = RunningMean()
+    f = fg.jit(lambda x: m(x))
+    want = np.zeros(3)
+    for k in range(8):
+        x = np.full((2, 3), float(k), np.float32)
+        f(fg.tensor(x))
+        want = 0.9 * want + 0.1 * x.mean(0)
+        np.testing.assert_allclose(m.mean.numpy(), want, rtol=1e-5)
+    assert f.replays == 5
