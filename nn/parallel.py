@@ -39,7 +39,6 @@ it is recorded (its second call); train DDP models eagerly.
 from __future__ import annotations
 
 import contextlib
-import sys
 import weakref
 
 import numpy as np
@@ -50,6 +49,7 @@ from ..autograd import take_pending_outputs
 from ..autograd_state import enabled as grad_enabled
 from ..errors import ShapeError, fail
 from ..jit import JitError
+from ..jit import recording as _jit_recording
 from ..tensor import Tensor
 from ..tensor import realize as _realize
 from .module import Module, Parameter
@@ -267,15 +267,9 @@ class DistributedDataParallel(Module):
 
 
 def _refuse_inside_jit() -> None:
-    """Fail at the user's line when a jitted function being recorded calls a DDP model.
-
-    Uses `fusegrad.jit.is_recording()` where the jit module offers it; without
-    it, fg.jit itself refuses the step when recording (the averaged gradients
-    are new host buffers each call), with a less direct message.
-    """
-    jit_module = sys.modules[JitError.__module__]  # fusegrad.jit (the name is the decorator)
-    is_recording = getattr(jit_module, "is_recording", None)
-    if is_recording is not None and is_recording():
+    """Fail at the user's line when a jitted function being recorded calls a DDP model
+    (its averaged gradients are new host buffers each call: a replay would be stale)."""
+    if _jit_recording():
         fail(
             JitError,
             "DistributedDataParallel",
