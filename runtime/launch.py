@@ -11,8 +11,8 @@ worker costs more than they do.
 
 Ctrl-C: a native call cannot be interrupted (Python runs its SIGINT handler only once
 the call returns), so a long run (LONG_WORK inner iterations or more) started on the
-main thread is handed to a thread of its own while the main thread waits, in Python,
-for it to finish. When the wait raises (KeyboardInterrupt, or whatever the SIGINT
+main thread is handed to the pool's runner thread while the main thread waits, in
+Python, for it to finish. When the wait raises (KeyboardInterrupt, or whatever the SIGINT
 handler raises), the pool's cancel word is set: the threads claim no more chunks (each
 at most CHUNK_MAX_WORK iterations, milliseconds), the run returns, the word is cleared
 and the exception goes on. The outputs are then incomplete; the engine binds nothing
@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import queue
 import threading
 
 import numpy as np
@@ -34,8 +35,8 @@ from .config import config
 # below this many inner iterations in total, one thread is faster than waking others
 PARALLEL_MIN_WORK = 1 << 15
 # from this many on, a run started on the main thread can be interrupted with Ctrl-C: it
-# takes tens of milliseconds at least, next to which handing it to a thread of its own
-# (about 0.1 ms) costs nothing; a shorter run ends within a fraction of a second anyway
+# takes milliseconds at least, next to which handing it to the runner thread (25-50 us
+# on a virtual machine) costs little; a shorter run ends within a second or so anyway
 LONG_WORK = 1 << 28
 WAIT_SLICE_S = 0.05  # the main thread returns to Python this often while a long run runs
 
@@ -73,6 +74,7 @@ class _Pool:
         self.workers: list[threading.Thread] = []
         self.lock = threading.Lock()
         self.words = None  # the shared words (runtime/pool.py's Layout), made on first use
+        self.runner = None  # the jobs of the thread that runs interruptible runs
 
     def _start(self) -> None:
         fns = native.functions()
@@ -191,8 +193,9 @@ class _Pool:
             self.place(helpers)  # the caller moved to another CPU: move the workers
 
     def _run_interruptible(self, job: tuple) -> None:
-        """`_run_job` on a new thread; this thread waits in Python, where the SIGINT
-        handler runs. If the wait raises, cancel the run, wait for it to stop, and raise.
+        """`_run_job` on the pool's runner thread; this thread waits in Python, where the
+        SIGINT handler runs. If the wait raises, cancel the run, wait for it to stop, and
+        raise.
 
         The runner starts the job only under `gate`, unless this thread has given it up
         there first: an exception raised while the thread is being started leaves no
@@ -217,7 +220,12 @@ class _Pool:
                 done.wait()
 
         try:
-            threading.Thread(target=run, daemon=True, name="fusegrad-run").start()
+            if self.runner is None:
+                self.runner = queue.SimpleQueue()
+                threading.Thread(
+                    target=_serve, args=(self.runner,), daemon=True, name="fusegrad-runner"
+                ).start()
+            self.runner.put(run)
             while not done.wait(WAIT_SLICE_S):  # (a signal another thread took shows here)
                 pass
         except BaseException:
@@ -225,6 +233,13 @@ class _Pool:
             _through_signals(settle)
             self.words[native.Layout.CANCEL] = 0
             raise
+
+
+def _serve(jobs: queue.SimpleQueue) -> None:
+    """The runner thread: call each function put in `jobs`, for good (a daemon thread
+    that waits on the queue costs nothing; starting one per run costs 0.1 ms)."""
+    while True:
+        jobs.get()()
 
 
 def _through_signals(wait) -> None:

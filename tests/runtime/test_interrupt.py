@@ -1,7 +1,7 @@
 """Ctrl-C during a long native run (runtime/launch.py, runtime/pool.py, runtime/program.py).
 
 A kernel runs in native code, where Python's SIGINT handler cannot run; a long run is
-handed to a thread of its own while the main thread waits in Python, and a
+handed to a runner thread while the main thread waits in Python, and a
 KeyboardInterrupt there sets the pool's cancel word, which every thread reads before
 claiming a chunk. These tests interrupt a computation of many minutes in a child
 process, kernel by kernel (a plan's first run) and as a native program (a cached
@@ -122,8 +122,9 @@ CHILD = textwrap.dedent(
 )
 
 
-def test_ctrl_c_stops_a_long_kernel_and_the_engine_goes_on():
-    env = dict(os.environ, FUSEGRAD_THREADS="2")
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_ctrl_c_stops_a_long_kernel_and_the_engine_goes_on(threads):
+    env = dict(os.environ, FUSEGRAD_THREADS=threads)
     proc = subprocess.Popen(
         [sys.executable, "-c", CHILD],
         stdout=subprocess.PIPE,
