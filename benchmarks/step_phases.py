@@ -42,9 +42,9 @@ def main() -> None:
     program: list[float] = []
     run_threads = engine_module.run_threads
 
-    def timed(fn, threads, ptrs):  # the native program, as the engine runs it
+    def timed(fn, threads, ptrs, work=0):  # the native program, as the engine runs it
         t = time.perf_counter()
-        run_threads(fn, threads, ptrs)
+        run_threads(fn, threads, ptrs, work)
         program.append(time.perf_counter() - t)
 
     engine_module.run_threads = timed

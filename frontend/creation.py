@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from .devices import default_name, resolve
-from .errors import DTypeError, ShapeError, checked_dtype, fail
+from .errors import ArgumentError, DTypeError, ShapeError, checked_dtype, fail
 from .ir import node as N
 from .ir import rand as rand_spec
 from .ir.dtypes import (
@@ -211,12 +211,38 @@ def arange(start, end=None, step=1, dtype=None, requires_grad: bool = False, dev
         start, end = 0, start
     if step == 0:
         fail(ShapeError, "arange", "step must be nonzero")
+    _check_range(start, end, step)
     ints = all(isinstance(v, int) for v in (start, end, step))
     dt = checked_dtype(dtype, "arange") if dtype is not None else (int64 if ints else float32)
+    if dt.is_bool:
+        fail(DTypeError, "arange", "is not supported for bool (as in torch); use a number dtype")
+    if math.isinf(step):  # one step leaves the range: empty, as torch's ceil(length / inf)
+        start = end = 0
     if requires_grad:
         return from_numpy(np.arange(start, end, step).astype(dt.np), requires_grad, device)
     key = ("arange", start, end, step, dt, device)
     return _shared(key, lambda: np.arange(start, end, step), dt, device)
+
+
+INT64_RANGE = (-(1 << 63), (1 << 63) - 1)
+
+
+def _check_range(start, end, step) -> None:
+    """torch.arange's checks: int arguments within int64 (numpy would wrap 2**63 into an
+    empty range), finite bounds, and a step that goes from start towards end."""
+    for name, v in (("start", start), ("end", end), ("step", step)):
+        if isinstance(v, int) and not INT64_RANGE[0] <= v <= INT64_RANGE[1]:
+            fail(ArgumentError, "arange", f"{name} = {v} does not fit in int64")
+        if isinstance(v, float) and math.isnan(v):
+            fail(ArgumentError, "arange", f"{name} is NaN")
+    if not (math.isfinite(start) and math.isfinite(end)):
+        fail(ArgumentError, "arange", f"unsupported range: {start} -> {end}")
+    if (step > 0 and end < start) or (step < 0 and end > start):
+        fail(
+            ArgumentError,
+            "arange",
+            f"the bounds {start} -> {end} are inconsistent with the step's sign (step = {step})",
+        )
 
 
 def index_arange(start, end=None, step=1, dtype=None) -> Tensor:
@@ -268,6 +294,10 @@ def linspace(start: float, end: float, steps: int, dtype=None, device=None) -> T
     dt = checked_dtype(dtype or float32, "linspace")
     if dt.is_bool:
         fail(DTypeError, "linspace", "is not supported for bool (as in torch); use a number dtype")
+    if not isinstance(steps, (int, np.integer)) or isinstance(steps, bool):
+        fail(DTypeError, "linspace", f"steps must be an int, got {steps!r}")
+    if steps < 0:
+        fail(ArgumentError, "linspace", f"number of steps must be non-negative, got {steps}")
     return from_numpy(np.linspace(start, end, steps).astype(dt.np), device=device)
 
 

@@ -155,9 +155,26 @@ class ReduceMixin:
         return self._order_flip().argmax(dim, keepdim)
 
     def logsumexp(self, dim, keepdim: bool = False):
-        m = self.amax(dim, keepdim=True).detach()
-        out = (self - m).exp().sum(dim, keepdim=True).log() + m
-        return out if keepdim else out.squeeze(dim)
+        """log(sum(exp(x))) along `dim`, shifted by the maximum so that it does not overflow.
+
+        As torch: an infinite maximum shifts by 0 instead (so [inf, 1] gives inf and
+        [-inf, -inf] gives -inf, not inf - inf), and an empty `dim` gives -inf.
+
+        >>> import fusegrad as fg
+        >>> fg.tensor([float("-inf"), float("-inf")]).logsumexp(0).item()
+        -inf
+        """
+        from .tensor import where
+
+        x = self._float()
+        axes = x._dims(dim, "logsumexp")
+        if any(x.shape[a] == 0 for a in axes):  # log(0): the sum of no exponentials is 0
+            m = 0.0
+        else:
+            m = x.amax(axes, keepdim=True).detach()
+            m = where(m.abs() == math.inf, 0.0, m)
+        out = (x - m).exp().sum(axes, keepdim=True).log() + m
+        return out if keepdim else out.squeeze(axes)
 
     @one_site
     def softmax(self, dim: int):

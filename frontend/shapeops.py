@@ -647,15 +647,26 @@ def _cum_extreme(x, dim, largest: bool, op: str):
     low = -math.inf if key.dtype.is_float else int(np.iinfo(np.int64).min)
     k = key if not key.dtype.is_bool else key.cast(int64)
     run = _scan(k.detach(), d, lambda a, b: a.maximum(b), low, op)
-    # the index of the last element on which the running extreme was reached
+    # the index of the last element on which the running extreme was reached; as torch, a
+    # NaN is reached where it stands, and from the first NaN on the running value is NaN
     pos = _arange_along(x.shape[d], d, x.ndim).expand(x.shape)
-    at = _where(k.detach() == run, pos, -1)
+    hit = k.detach() == run
+    if k.dtype.is_float:
+        hit = hit | (k.detach() != k.detach())
+    at = _where(hit, pos, -1)
     idx = _scan(at, d, lambda a, b: a.maximum(b), -1, op)
     return ValuesIndices(x.gather(d, idx), idx)
 
 
 def cummax(x, dim: int):
-    """(running maxima, their indices) along `dim`; the gradient goes to the index."""
+    """(running maxima, their indices) along `dim`; the gradient goes to the index. As
+    torch: a NaN propagates (the index is then the latest NaN's), ties take the later index.
+
+    >>> import fusegrad as fg
+    >>> v, i = fg.tensor([1.0, float("nan"), 3.0]).cummax(0)
+    >>> v.tolist(), i.tolist()
+    ([1.0, nan, nan], [0, 1, 1])
+    """
     return _cum_extreme(x, dim, True, "cummax")
 
 
@@ -686,9 +697,9 @@ def _ranks(x, d: int, descending: bool, op: str):
         a, b = a.cast(int64), b.cast(int64)  # so that -a cannot wrap (uint8, int8 -128)
     if descending:
         a, b = -a if not a.dtype.is_bool else a, -b if not b.dtype.is_bool else b
-    # NaN sorts last (as the largest), in either direction
+    # NaN sorts as the largest, as in torch: last ascending, first descending
     an, bn = isnan(a), isnan(b)
-    before = ((b < a) & ~bn) | (an & ~bn)
+    before = (b < a) | ((bn & ~an) if descending else (an & ~bn))
     tie = (b == a) | (an & bn)
     i = _arange_along(n, a.ndim - 2, a.ndim)
     j = _arange_along(n, a.ndim - 1, a.ndim)
@@ -697,7 +708,8 @@ def _ranks(x, d: int, descending: bool, op: str):
 
 
 def sort(x, dim: int = -1, descending: bool = False, stable: bool = False):
-    """(sorted values, indices) along `dim`, stable, NaN last; see SORT_LIMIT.
+    """(sorted values, indices) along `dim`, stable; NaN sorts as the largest value (last,
+    or first when `descending`), as in torch; see SORT_LIMIT.
 
     >>> import fusegrad as fg
     >>> v, i = fg.tensor([3.0, 1.0, 2.0]).sort()
@@ -730,7 +742,8 @@ def msort(x):
 
 
 def topk(x, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
-    """The k largest (or smallest) along `dim`, with their indices.
+    """The k largest (or smallest) along `dim`, with their indices; NaN counts as the
+    largest, as in torch.
 
     >>> import fusegrad as fg
     >>> fg.tensor([3.0, 1.0, 2.0]).topk(2).values.tolist()
@@ -761,6 +774,8 @@ def median(x, dim=None, keepdim: bool = False):
 
     if dim is None:
         flat = x.reshape(-1)
+        if flat.shape[0] == 0 and x.dtype.is_float:  # the median of nothing is NaN, as torch's
+            return x._make(N.const(math.nan, (), x.dtype))
         v = kthvalue(flat, (flat.shape[0] + 1) // 2, 0).values
         return _where(isnan(flat).any(), math.nan, v) if x.dtype.is_float else v
     d = x._dim(dim, "median")

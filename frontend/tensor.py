@@ -609,10 +609,11 @@ class Tensor(MovementMixin, ReduceMixin):
         out = self
         if self.requires_grad and self.dtype.is_float:  # NaN: value NaN, gradient 0
             out = where(self == self, self, self.detach())
+        # a NaN bound gives NaN, as in torch (a comparison with NaN alone would ignore it)
         if min is not None:
-            out = where(out < min, min, out)
+            out = where(_or_nan(out < min, min), min, out)
         if max is not None:
-            out = where(out > max, max, out)
+            out = where(_or_nan(out > max, max), max, out)
         return out
 
     clip = clamp
@@ -1025,6 +1026,15 @@ def _low_bit(k: Tensor) -> Tensor:
 def _half(k: Tensor) -> Tensor:
     """k // 2 for k >= 0 (integer division truncates)."""
     return k._make(N.binary(Ops.DIV, k.node, N.const(2, k.shape, k.dtype)))
+
+
+def _or_nan(mask: Tensor, bound) -> Tensor:
+    """`mask`, also True where the clamp bound `bound` (a number or a tensor) is NaN."""
+    if isinstance(bound, Tensor) and bound.dtype.is_float:
+        return mask | (bound != bound)
+    if isinstance(bound, float) and math.isnan(bound):
+        return mask | True
+    return mask
 
 
 def _float_power(b: Tensor, e: Tensor) -> Tensor:

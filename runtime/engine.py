@@ -164,6 +164,7 @@ class Plan:
     parallel: bool = True
     ready: list = field(default_factory=list)  # `_program_arrays` sets no run is using
     counters: int = 2  # words of the program's barrier argument (runtime/program.py)
+    work: int = 0  # the program's inner iterations in all: a long run is interruptible
 
 
 @dataclass
@@ -562,6 +563,7 @@ def _build_program(plan: Plan) -> None:
     with phases.timed("program"):
         program = compile_program(steps)
     plan.counters = counter_words(steps)
+    plan.work = sum(s.work for s in plan.steps)
     fns = [s.record.compiled.address for s in plan.steps] + [_sched_yield_address()]
     plan.fns = np.array(fns, dtype=np.uint64)
     plan.fns_address = plan.fns.ctypes.data
@@ -618,7 +620,7 @@ def _run_program(plan: Plan, leaves: list[Buffer]) -> tuple[list[Buffer], list[K
     if scratch is not None:
         view[where] = offsets + np.uint64(scratch[1])
     try:
-        run_threads(plan.program, effective_threads() if plan.parallel else 1, args)
+        run_threads(plan.program, effective_threads() if plan.parallel else 1, args, plan.work)
     finally:
         if scratch is not None:
             give_scratch(scratch)

@@ -8,6 +8,15 @@ sleep, a futex wake; no Python runs on a worker. Each output element is computed
 by one thread with the same code, whichever thread that is, so results do not
 depend on the thread count. Small kernels run on the calling thread: waking a
 worker costs more than they do.
+
+Ctrl-C: a native call cannot be interrupted (Python runs its SIGINT handler only once
+the call returns), so a long run (LONG_WORK inner iterations or more) started on the
+main thread is handed to the pool's runner thread while the main thread waits, in
+Python, for it to finish. When the wait raises (KeyboardInterrupt, or whatever the SIGINT
+handler raises), the pool's cancel word is set: the threads claim no more chunks (each
+at most CHUNK_MAX_WORK iterations, milliseconds), the run returns, the word is cleared
+and the exception goes on. The outputs are then incomplete; the engine binds nothing
+(the exception leaves `execute` first) and every counter is back at zero.
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import queue
 import threading
 
 import numpy as np
@@ -24,6 +34,11 @@ from .config import config
 
 # below this many inner iterations in total, one thread is faster than waking others
 PARALLEL_MIN_WORK = 1 << 15
+# from this many on, a run started on the main thread can be interrupted with Ctrl-C: it
+# takes milliseconds at least, next to which handing it to the runner thread (25-50 us
+# on a virtual machine) costs little; a shorter run ends within a second or so anyway
+LONG_WORK = 1 << 28
+WAIT_SLICE_S = 0.05  # the main thread returns to Python this often while a long run runs
 
 
 def runs_parallel(extent: int, work: int) -> bool:
@@ -32,14 +47,16 @@ def runs_parallel(extent: int, work: int) -> bool:
     return work >= PARALLEL_MIN_WORK and extent > 1
 
 
-_RUN = ctypes.CFUNCTYPE(  # (pool, fn, threads, extent, least iterations per chunk)
+_RUN = ctypes.CFUNCTYPE(  # (pool, fn, threads, extent, least and most iterations per chunk)
     ctypes.c_int64,
     ctypes.c_void_p,
     ctypes.c_void_p,
+    ctypes.c_int64,
     ctypes.c_int64,
     ctypes.c_int64,
     ctypes.c_int64,
 )
+NO_LIMIT = 1 << 62  # a chunk size no loop reaches
 _PREWAKE = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64)
 _WORKER = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
 
@@ -57,6 +74,7 @@ class _Pool:
         self.workers: list[threading.Thread] = []
         self.lock = threading.Lock()
         self.words = None  # the shared words (runtime/pool.py's Layout), made on first use
+        self.runner = None  # the jobs of the thread that runs interruptible runs
 
     def _start(self) -> None:
         fns = native.functions()
@@ -132,25 +150,108 @@ class _Pool:
             finally:
                 self.lock.release()
 
-    def run(self, address: int, threads: int, extent: int, ptrs, least: int = 1) -> bool:
+    def run(
+        self,
+        address: int,
+        threads: int,
+        extent: int,
+        ptrs,
+        least: int = 1,
+        most: int = NO_LIMIT,
+        interruptible: bool = False,
+    ) -> bool:
         """Run the function at `address` on `threads` threads, the first this one: over
-        chunks of range(extent) they claim, or once each as fn(t, threads, ...) when
-        extent is -1 (a program), `least` iterations a chunk at least; False (and nothing
-        run) if another thread is using the workers or the function takes more arguments
-        than the pool passes."""
-        if len(ptrs) > native.MAX_ARGS or not self.lock.acquire(blocking=False):
+        chunks of range(extent) they claim, `least` to `most` iterations each, or once
+        each as fn(t, threads, *ptrs, cancel) when extent is -1 (a program, which is
+        passed the cancel word's address last); False (and nothing run) if another thread
+        is using the workers or the function takes more arguments than the pool passes.
+        `interruptible`: run on a thread of its own while this one (the main thread)
+        waits in Python, so that Ctrl-C cancels the run (see the module's docstring)."""
+        program = extent < 0
+        if len(ptrs) + program > native.MAX_ARGS or not self.lock.acquire(blocking=False):
             return False
         try:
             helpers = threads - 1
-            if len(self.workers) < helpers:
+            if self.words is None or len(self.workers) < helpers:
                 self.ensure(helpers)
                 self.place(helpers)
             self.args[: len(ptrs)] = ptrs
-            while self._run(self.address, address, threads, extent, least):
-                self.place(helpers)  # the caller moved to another CPU: move the workers
+            if program:
+                self.args[len(ptrs)] = self.address + 8 * native.Layout.CANCEL
+            job = (address, threads, extent, least, most)
+            if interruptible:
+                self._run_interruptible(job)
+            else:
+                self._run_job(job)
             return True
         finally:
             self.lock.release()
+
+    def _run_job(self, job: tuple) -> None:
+        helpers = job[1] - 1
+        while self._run(self.address, *job):
+            self.place(helpers)  # the caller moved to another CPU: move the workers
+
+    def _run_interruptible(self, job: tuple) -> None:
+        """`_run_job` on the pool's runner thread; this thread waits in Python, where the
+        SIGINT handler runs. If the wait raises, cancel the run, wait for it to stop, and
+        raise.
+
+        The runner starts the job only under `gate`, unless this thread has given it up
+        there first: an exception raised while the thread is being started leaves no
+        run behind that writes into buffers the caller is about to free."""
+        gate, done = threading.Lock(), threading.Event()
+        state = {"begun": False, "abandoned": False}
+
+        def run():
+            with gate:
+                if state["abandoned"]:
+                    return
+                state["begun"] = True
+            try:
+                self._run_job(job)
+            finally:
+                done.set()
+
+        def settle():  # after an exception: no run, or the cancelled run has returned
+            with gate:
+                state["abandoned"] = True
+            if state["begun"]:
+                done.wait()
+
+        try:
+            if self.runner is None:
+                self.runner = queue.SimpleQueue()
+                threading.Thread(
+                    target=_serve, args=(self.runner,), daemon=True, name="fusegrad-runner"
+                ).start()
+            self.runner.put(run)
+            while not done.wait(WAIT_SLICE_S):  # (a signal another thread took shows here)
+                pass
+        except BaseException:
+            self.words[native.Layout.CANCEL] = 1
+            _through_signals(settle)
+            self.words[native.Layout.CANCEL] = 0
+            raise
+
+
+def _serve(jobs: queue.SimpleQueue) -> None:
+    """The runner thread: call each function put in `jobs`, for good (a daemon thread
+    that waits on the queue costs nothing; starting one per run costs 0.1 ms)."""
+    while True:
+        jobs.get()()
+
+
+def _through_signals(wait) -> None:
+    """Call `wait` until it returns: a cancelled run stops within milliseconds, but its
+    threads still write into buffers the caller owns. A second Ctrl-C meanwhile is
+    dropped; the first is already on its way."""
+    while True:
+        try:
+            wait()
+            return
+        except BaseException:  # (see the docstring)
+            continue
 
 
 try:
@@ -194,12 +295,16 @@ def prewake(threads: int) -> None:
         _pool.prewake(threads)
 
 
-def run_threads(program, threads: int, args: list[int]) -> None:
-    """Call program(tid, n, *args) once on each of n threads (this one is tid 0): n is
-    `threads`, or 1 when another Python thread is using the pool (the call then runs here
-    alone). `program` is a CompiledKernel."""
-    if threads <= 1 or not _POOL_OK or not _pool.run(program.address, threads, -1, args):
-        program.fn(0, 1, *args)
+def run_threads(program, threads: int, args: list[int], work: int = 0) -> None:
+    """Call program(tid, n, *args, cancel) once on each of n threads (this one is tid 0):
+    n is `threads`, or 1 when another Python thread is using the pool (the call then runs
+    here alone, never cancelled). `program` is a CompiledKernel; `work`, its kernels'
+    inner iterations in all, tells whether Ctrl-C may interrupt it (`LONG_WORK`)."""
+    long = _interruptible(work)
+    if (threads <= 1 and not long) or not _POOL_OK:
+        program.fn(0, 1, *args, _NEVER_CANCELLED)
+    elif not _pool.run(program.address, threads, -1, args, 1, NO_LIMIT, long):
+        program.fn(0, 1, *args, _NEVER_CANCELLED)
 
 
 def launch(kernel, extent: int, work: int, ptrs: list[int]) -> None:
@@ -208,12 +313,27 @@ def launch(kernel, extent: int, work: int, ptrs: list[int]) -> None:
     threads = (
         min(config.threads, extent, native.MAX_WORKERS + 1) if runs_parallel(extent, work) else 1
     )
+    long = _interruptible(work) and extent > 1  # (one iteration cannot be cut short)
     if (
-        threads <= 1
+        (threads <= 1 and not long)
         or not _POOL_OK
-        or not _pool.run(kernel.address, threads, extent, ptrs, chunk_least(extent, work))
+        or not _pool.run(
+            kernel.address,
+            threads,
+            extent,
+            ptrs,
+            chunk_least(extent, work),
+            chunk_most(extent, work),
+            long,
+        )
     ):
         kernel.fn(0, extent, *ptrs)
+
+
+def _interruptible(work: int) -> bool:
+    """Whether a run of `work` inner iterations is long enough to be worth making
+    interruptible, and runs on the main thread (the only one Python signals reach)."""
+    return work >= LONG_WORK and threading.current_thread() is threading.main_thread()
 
 
 def chunk_least(extent: int, work: int) -> int:
@@ -222,4 +342,13 @@ def chunk_least(extent: int, work: int) -> int:
     return max(1, -(-extent * native.CHUNK_MIN_WORK // max(work, 1)))
 
 
+def chunk_most(extent: int, work: int) -> int:
+    """The most iterations a chunk holds: about native.CHUNK_MAX_WORK inner iterations
+    (but never fewer than `chunk_least`), so that a cancelled run stops soon."""
+    return max(chunk_least(extent, work), extent * native.CHUNK_MAX_WORK // max(work, 1))
+
+
 _POOL_OK = native.available() and _sched_getcpu is not None  # (the pool checks the CPU)
+# the cancel word of a program run alone, outside the pool: never set
+_never = np.zeros(1, dtype=np.int64)
+_NEVER_CANCELLED = _never.ctypes.data

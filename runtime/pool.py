@@ -15,16 +15,22 @@ Python prepares the run, and spin (at most `WAKE_SPIN_US`) until it arrives.
 
 The memory the three functions share is one array of 64-bit words (`Layout`): the
 futex word, settings, the job's arguments (one set for all threads: only each
-thread's slice differs), and a slot per worker (the job's sequence number, the one
-it has finished, whether it sleeps, the function, the thread count, the loop length,
-its thread id and the fewest iterations a chunk of the loop holds).
+thread's slice differs), the cancel word, and a slot per worker (the job's sequence
+number, the one it has finished, whether it sleeps, the function, the thread count, the
+loop length, its thread id and the fewest and the most iterations a chunk holds).
+
+A nonzero cancel word stops a job early: every thread looks at it before claiming a
+chunk (one load per chunk) and claims no more once it is set, and a program skips its
+remaining kernels (runtime/program.py). The caller sets it when Ctrl-C interrupts a
+long run (runtime/launch.py) and clears it once the threads have returned; the
+outputs are then incomplete, and the caller raises instead of using them.
 
 A null function is the pool closing: the worker returns to Python, and its thread
 ends. A job's function is called as `fn(start, end, a0, ..., a61)`: a kernel's own
 signature is `(start, end, ptr...)` with at most MAX_ARGS pointers, and reads only
 those (the C calling conventions of x86-64 and AArch64 let a caller pass more
 arguments than the callee reads). A program (runtime/program.py) is called as
-`fn(tid, nthreads, buffers, kernels, barrier)`: `extent` -1 selects that form.
+`fn(tid, nthreads, buffers, kernels, barrier, cancel)`: `extent` -1 selects that form.
 
 Linux only (futexes); elsewhere `available()` is False and kernels run on the
 calling thread.
@@ -47,6 +53,9 @@ WAKE_SPIN_US = 1000  # and this long after a pre-wake, waiting for the job it an
 # (so claiming costs little next to running one)
 CHUNKS_PER_THREAD = 32
 CHUNK_MIN_WORK = 1 << 14
+# and at most this many (where a row of the loop is shorter), so that a cancelled run
+# stops within a few milliseconds even when 1/CHUNKS_PER_THREAD of its loop takes seconds
+CHUNK_MAX_WORK = 1 << 24
 # near the end of a loop the chunks shrink, so that the threads finish together: a claim
 # takes at most 1 / (TAIL_PARTS_PER_THREAD * threads) of what is left (but never less
 # than its least), so the last eighth of a loop goes in ever smaller chunks instead of a
@@ -67,10 +76,11 @@ class Layout:
     YIELD = 6
     FUTEX_NR = 7  # the futex system call's number on this architecture
     ARGS = 8  # MAX_ARGS words: the job's arguments
+    CANCEL = 70  # nonzero: claim no more chunks (read-mostly, beside the arguments)
     NEXT = 72  # the next chunk of a kernel's loop to claim (a cache line of its own)
     SLOTS = 80  # then a slot per worker
     SLOT_WORDS = 16  # 128 bytes, so two workers' slots never share a cache line
-    SEQ, DONE, SLEEPING, FN, N, EXTENT, TID, LEAST = range(8)
+    SEQ, DONE, SLEEPING, FN, N, EXTENT, TID, LEAST, MOST = range(9)
     WORDS = SLOTS + SLOT_WORDS * MAX_WORKERS
 
 
@@ -103,26 +113,35 @@ def _word(lines: list[str], name: str, word: int) -> None:
     lines.append(f"  %{name} = getelementptr inbounds i64, ptr %pool, i64 {word}")
 
 
-def claim_loop_ir(p: str, counter: str, extent, least, n, call: str, done: str) -> list[str]:
+def claim_loop_ir(
+    p: str, counter: str, extent, least, most, n, call: str, done: str, cancel: str
+) -> list[str]:
     """Blocks {p}claim, {p}size and {p}run, for `n` threads sharing a loop of `extent`:
     claim iterations from the shared counter at `counter`, about CHUNKS_PER_THREAD chunks
-    per thread but at least `least` (>= 1) each, and near the end 1 / (TAIL_PARTS_PER_THREAD
-    * n) of what is left but at least `least` (a chunk's size depends only on where it
-    starts, so the chunks are the same whichever thread claims them); run each (`call`:
-    the call's text, with `{}` where the chunk's start and end go), and branch to `done`
-    once none is left. Shared by the pool's launches and the programs' kernels
-    (runtime/program.py)."""
+    per thread but at least `least` (>= 1) and at most `most` (>= least) each, and near
+    the end 1 / (TAIL_PARTS_PER_THREAD * n) of what is left but at least `least` (a
+    chunk's size depends only on where it starts, so the chunks are the same whichever
+    thread claims them); run each (`call`: the call's text, with `{}` where the chunk's
+    start and end go), and branch to `done` once none is left, or before a claim once
+    the word at `cancel` is nonzero. Shared by the pool's launches and the programs'
+    kernels (runtime/program.py)."""
     return [
         f"  %{p}parts = mul i64 {n}, {CHUNKS_PER_THREAD}",
         f"  %{p}c0 = udiv i64 {extent}, %{p}parts",
         f"  %{p}big = icmp ugt i64 %{p}c0, {least}",
-        f"  %{p}chunk = select i1 %{p}big, i64 %{p}c0, i64 {least}",
+        f"  %{p}c1 = select i1 %{p}big, i64 %{p}c0, i64 {least}",
+        f"  %{p}huge = icmp ugt i64 %{p}c1, {most}",
+        f"  %{p}chunk = select i1 %{p}huge, i64 {most}, i64 %{p}c1",
         f"  br label %{p}claim",
         f"{p}claim:",
+        f"  %{p}stop = load atomic i64, ptr {cancel} monotonic, align 8",
+        f"  %{p}halt = icmp ne i64 %{p}stop, 0",
+        f"  br i1 %{p}halt, label %{done}, label %{p}load",
+        f"{p}load:",
         f"  %{p}s0 = load atomic i64, ptr {counter} monotonic, align 8",
         f"  br label %{p}try",
         f"{p}try:",
-        f"  %{p}s = phi i64 [%{p}s0, %{p}claim], [%{p}seen, %{p}size]",
+        f"  %{p}s = phi i64 [%{p}s0, %{p}load], [%{p}seen, %{p}size]",
         f"  %{p}left = icmp slt i64 %{p}s, {extent}",
         f"  br i1 %{p}left, label %{p}size, label %{done}",
         f"{p}size:",
@@ -147,16 +166,16 @@ def claim_loop_ir(p: str, counter: str, extent, least, n, call: str, done: str) 
 
 
 def _do_job() -> list[str]:
-    """fg_pool_do(pool, fn, tid, n, ext, least): one thread's part of a job. A kernel's
-    loop is claimed in chunks from the shared counter (`claim_loop_ir`), so a thread that
-    starts late (a sleeping CPU takes long to wake) or is preempted takes fewer chunks
-    instead of holding up the others; a program (ext -1) is called once as
+    """fg_pool_do(pool, fn, tid, n, ext, least, most): one thread's part of a job. A
+    kernel's loop is claimed in chunks from the shared counter (`claim_loop_ir`), so a
+    thread that starts late (a sleeping CPU takes long to wake) or is preempted takes
+    fewer chunks instead of holding up the others; a program (ext -1) is called once as
     fn(tid, n, ...)."""
     args, lines = (
         [],
         [
             "define internal void @fg_pool_do(ptr %pool, ptr %fn, i64 %tid, i64 %n, i64 %ext, "
-            "i64 %least) nounwind {",
+            "i64 %least, i64 %most) nounwind {",
             "entry:",
         ],
     )
@@ -168,6 +187,7 @@ def _do_job() -> list[str]:
     rest = ", ".join(args)
     lines += [
         f"  %next = getelementptr inbounds i64, ptr %pool, i64 {Layout.NEXT}",
+        f"  %cancel = getelementptr inbounds i64, ptr %pool, i64 {Layout.CANCEL}",
         "  %prog = icmp slt i64 %ext, 0",
         "  br i1 %prog, label %program, label %chunks",
         "program:",
@@ -179,9 +199,11 @@ def _do_job() -> list[str]:
             "%next",
             "%ext",
             "%least",
+            "%most",
             "%n",
             f"call void ({sig}) %fn(i64 {{}}, i64 {{}}, {rest})",
             "done",
+            "%cancel",
         ),
         "done:",
         "  ret void",
@@ -211,6 +233,7 @@ def render() -> str:
     ]
     fields = {"seq.p": L.SEQ, "done.p": L.DONE, "sleep.p": L.SLEEPING, "fn.p": L.FN}
     fields.update({"n.p": L.N, "ext.p": L.EXTENT, "tid.p": L.TID, "least.p": L.LEAST})
+    fields["most.p"] = L.MOST
     _slot_fields(w, "%slot", fields)
     for name, word in (
         ("jobspin.p", L.JOB_SPIN),
@@ -278,8 +301,10 @@ def render() -> str:
         "  %ext = load i64, ptr %ext.p",
         "  %tid = load i64, ptr %tid.p",
         "  %least = load i64, ptr %least.p",
+        "  %most = load i64, ptr %most.p",
+        "  call void @fg_pool_do(ptr %pool, ptr %fn, i64 %tid, i64 %n, i64 %ext, i64 %least, "
+        "i64 %most)",
     ]
-    w.append("  call void @fg_pool_do(ptr %pool, ptr %fn, i64 %tid, i64 %n, i64 %ext, i64 %least)")
     w += [
         "  store atomic i64 %q, ptr %done.p release, align 8",
         "  %t2 = call i64 @llvm.readcyclecounter()",
@@ -377,7 +402,8 @@ def render() -> str:
     # Returns 1 (and runs nothing) when the caller is no longer on the CPU the workers
     # were placed off.
     r = [
-        "define i64 @fg_pool_run(ptr %pool, ptr %fn, i64 %n, i64 %ext, i64 %least) nounwind {",
+        "define i64 @fg_pool_run(ptr %pool, ptr %fn, i64 %n, i64 %ext, i64 %least, i64 %most) "
+        "nounwind {",
         "entry:",
     ]
     _word(r, "getcpu.p", L.GETCPU)
@@ -405,12 +431,13 @@ def render() -> str:
         *_slot("ps", "%i"),
     ]
     fields = {"pseq": L.SEQ, "pfn": L.FN, "pn": L.N, "pext": L.EXTENT, "ptid": L.TID}
-    _slot_fields(r, "%ps", {**fields, "pleast": L.LEAST})
+    _slot_fields(r, "%ps", {**fields, "pleast": L.LEAST, "pmost": L.MOST})
     r += [
         "  store ptr %fn, ptr %pfn",
         "  store i64 %n, ptr %pn",
         "  store i64 %ext, ptr %pext",
         "  store i64 %least, ptr %pleast",
+        "  store i64 %most, ptr %pmost",
         "  %i.n = add i64 %i, 1",
         "  store i64 %i.n, ptr %ptid",
         "  %sq = load atomic i64, ptr %pseq monotonic, align 8",
@@ -420,7 +447,10 @@ def render() -> str:
         "posted:",
         "  call void @fg_pool_wake(ptr %pool, i64 %workers)",
     ]
-    r.append("  call void @fg_pool_do(ptr %pool, ptr %fn, i64 0, i64 %n, i64 %ext, i64 %least)")
+    r.append(
+        "  call void @fg_pool_do(ptr %pool, ptr %fn, i64 0, i64 %n, i64 %ext, i64 %least, "
+        "i64 %most)"
+    )
     r += [
         "  br label %jtest",
         "jtest:",

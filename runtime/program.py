@@ -5,7 +5,7 @@ Launching kernel after kernel from Python costs tens of microseconds each
 spend milliseconds in Python. Once a schedule is cached, its kernels are
 strung together in one generated function that every thread calls once:
 
-    void program(i64 tid, i64 nthreads, ptr buffers, ptr kernels, ptr barrier)
+    void program(i64 tid, i64 nthreads, ptr buffers, ptr kernels, ptr barrier, ptr cancel)
       for each kernel: claim chunks of its parallel loop until none is left;
                        wait at the barrier
 
@@ -18,6 +18,12 @@ arrive at the barrier before them and return; no barrier follows the last kernel
 (the caller joins the threads), so no thread waits for work it takes no part in.
 The barrier is a counter and a generation number updated with atomics. So the
 Python cost of a cached step no longer grows with the number of kernels.
+
+Once the word at `cancel` is nonzero (Ctrl-C, see runtime/launch.py) the threads claim
+no more chunks and thread 0 runs no more kernels of its own, but every thread still
+passes every barrier and counts itself out of every kernel: the program returns soon,
+its counters zero, and no kernel runs on the incomplete output of one that was cut
+short (the barrier orders a thread's sight of the word before the next kernel's).
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import hashlib
 import llvmlite.binding as llvm
 
 from .compiler import CompiledKernel, compile_kernel
-from .launch import chunk_least, runs_parallel
+from .launch import chunk_least, chunk_most, runs_parallel
 from .pool import claim_loop_ir
 
 
@@ -38,11 +44,13 @@ def render_program(steps: list[tuple[int, int, list[int]]], name: str) -> str:
     """
     pause = "x86_64" in llvm.get_process_triple()
     lines = [
-        f"define void @{name}(i64 %tid, i64 %n, ptr %bufs, ptr %fns, ptr %bar) nounwind {{",
+        f"define void @{name}(i64 %tid, i64 %n, ptr %bufs, ptr %fns, ptr %bar, ptr %cancel) "
+        "nounwind {",
         "entry:",
         "  %gen.ptr = getelementptr inbounds i64, ptr %bar, i64 1",
         "  %last.tid = sub i64 %n, 1",
         "  %is0 = icmp eq i64 %tid, 0",
+        "  %own = alloca i64",  # the chunk counter of a thread that runs the program alone
         "  br label %k0",
     ]
     parallel = [runs_parallel(extent, work) for extent, work, _ in steps]
@@ -64,10 +72,17 @@ def render_program(steps: list[tuple[int, int, list[int]]], name: str) -> str:
         lines.append(f"  %f{j} = load ptr, ptr %f{j}.at")
         sig = ", ".join(["i64", "i64"] + ["ptr"] * len(slots))
         if parallel[j]:  # the threads claim chunks of its loop
-            lines += _claim_chunks(j, extent, chunk_least(extent, work), counter, sig, args)
+            least, most = chunk_least(extent, work), chunk_most(extent, work)
+            lines += _claim_chunks(j, extent, (least, most), counter, sig, args)
             counter += 2
-        else:  # thread 0 runs it whole
-            lines += [f"  %a{j} = add i64 0, 0", f"  %b{j} = select i1 %is0, i64 {extent}, i64 0"]
+        else:  # thread 0 runs it whole, unless cancelled
+            lines += [
+                f"  %z{j} = load atomic i64, ptr %cancel monotonic, align 8",
+                f"  %go{j} = icmp eq i64 %z{j}, 0",
+                f"  %t{j} = and i1 %is0, %go{j}",
+                f"  %a{j} = add i64 0, 0",
+                f"  %b{j} = select i1 %t{j}, i64 {extent}, i64 0",
+            ]
             call_args = ", ".join([f"i64 %a{j}", f"i64 %b{j}"] + args)
             lines.append(f"  call void ({sig}) %f{j}({call_args})")
         nxt = f"k{j + 1}" if j + 1 < len(steps) else "end"
@@ -90,23 +105,35 @@ def counter_words(steps: list[tuple[int, int, list[int]]]) -> int:
 
 
 def _claim_chunks(
-    j: int, extent: int, least: int, counter: int, sig: str, args: list[str]
+    j: int, extent: int, sizes: tuple[int, int], counter: int, sig: str, args: list[str]
 ) -> list[str]:
     """Kernel j run in chunks each thread claims from a shared counter (`%bar` + counter),
-    sized and claimed as the pool's launches are (runtime/pool.py), at least `least` each:
-    a thread that starts late, or is preempted, takes fewer chunks instead of holding up
-    the others at the next barrier. Alone (n = 1) a thread runs the whole loop and the
+    sized and claimed as the pool's launches are (runtime/pool.py), `sizes` = (least,
+    most) iterations each: a thread that starts late, or is preempted, takes fewer chunks
+    instead of holding up the others at the next barrier. Alone (n = 1) a thread claims
+    from a counter of its own (so that it, too, stops when cancelled) and the shared
     counters stay untouched. Each thread, once it finds nothing left, counts itself out;
     the last one out zeroes both counters for the next run (every thread has stopped
     claiming by then)."""
     call = f"call void ({sig}) %f{j}"
     rest = ", ".join(args)
+    least, most = sizes
     return [
         f"  %q{j}.one = icmp eq i64 %n, 1",
         f"  br i1 %q{j}.one, label %k{j}.all, label %k{j}.chunks",
         f"k{j}.all:",
-        f"  {call}(i64 0, i64 {extent}, {rest})",
-        f"  br label %k{j}.ran",
+        "  store i64 0, ptr %own",
+        *claim_loop_ir(
+            f"o{j}.",
+            "%own",
+            extent,
+            least,
+            most,
+            "1",
+            call + "(i64 {}, i64 {}, " + rest + ")",
+            f"k{j}.ran",
+            "%cancel",
+        ),
         f"k{j}.chunks:",
         f"  %q{j}.next = getelementptr inbounds i64, ptr %bar, i64 {counter}",
         f"  %q{j}.out = getelementptr inbounds i64, ptr %bar, i64 {counter + 1}",
@@ -115,9 +142,11 @@ def _claim_chunks(
             f"%q{j}.next",
             extent,
             least,
+            most,
             "%n",
             call + "(i64 {}, i64 {}, " + rest + ")",
             f"k{j}.out",
+            "%cancel",
         ),
         f"k{j}.out:",
         f"  %q{j}.gone = atomicrmw add ptr %q{j}.out, i64 1 acq_rel",
@@ -184,4 +213,4 @@ def compile_program(steps: list[tuple[int, int, list[int]]]) -> CompiledKernel:
     """Compile (or fetch from the caches) the program for these kernels."""
     text = render_program(steps, "PROGRAM")
     name = "program_" + hashlib.sha256(text.encode()).hexdigest()[:16]
-    return compile_kernel(text.replace("@PROGRAM(", f"@{name}("), name, 3)
+    return compile_kernel(text.replace("@PROGRAM(", f"@{name}("), name, 4)
