@@ -227,6 +227,20 @@ class Optimizer:
                 entry[k] = v
             self.state[p] = entry
 
+    # ---------------------------------------------------------------- copy and pickle
+    def __getstate__(self) -> dict:
+        """Everything but the compiled steps and the scalar slots, which are keyed by the
+        ids of these parameters: a copy (`copy.deepcopy`, pickle) starts them afresh.
+        Its parameters are the copied ones when the model is copied in the same call,
+        `copy.deepcopy((model, opt))`, as in torch."""
+        state = dict(self.__dict__)
+        del state["_steps"], state["_slots"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._steps, self._slots = StepCache(), {}
+
     def __repr__(self) -> str:
         lines = [f"{type(self).__name__} ("]
         for i, group in enumerate(self.param_groups):
