@@ -53,6 +53,7 @@ class Optimizer:
         self.defaults = defaults
         self._slots: dict = {}  # the step's scalars as 0-d tensors (see _write_scalars)
         self._steps = StepCache()  # steps seen before run without building graphs
+        self._step_count = 0  # step() calls so far (a scheduler warns if it comes first)
         self.state: defaultdict = defaultdict(dict)  # keyed by the parameter (hashed by identity)
         self.param_groups: list[dict] = []
         if isinstance(params, Tensor):
@@ -100,6 +101,7 @@ class Optimizer:
         in `with_outputs` (say, the batch's predictions), so reading them after
         the step costs nothing: the forward pass runs once.
         """
+        self._step_count += 1
         loss = None
         if closure is not None:
             with enable_grad():
