@@ -235,3 +235,14 @@ def test_deepcopy_of_a_cuda_model():
     twin = copy.deepcopy(model)
     assert twin.weight.device == "cuda:0" and type(twin.weight) is nn.Parameter
     np.testing.assert_array_equal(twin.weight.cpu().numpy(), model.weight.cpu().numpy())
+
+
+@pytest.mark.usefixtures("emulated")
+def test_a_failed_device_allocation_leaves_no_broken_buffer(no_unraisable):
+    from fusegrad.runtime import cuda as runtime_cuda
+
+    with pytest.raises(Exception, match="(?i)memory|allocate"):  # the emulator's or the driver's
+        runtime_cuda.DeviceBuffer(1 << 60, fg.float32)  # 4 EiB
+    import gc
+
+    gc.collect()
