@@ -284,9 +284,20 @@ class Tensor(MovementMixin, ReduceMixin):
         here = self.node.device or _device.default_name()
         if name == here:
             return self
+        differentiable = self.requires_grad and autograd_state.enabled()
+        if differentiable and jit_recording():
+            from .errors import JitError
+
+            fail(
+                JitError,
+                "to",
+                f"moving a tensor that requires grad from {here} to {name} inside a jitted "
+                "function cannot be replayed (the copies of the value and of its gradient "
+                "are not kernels): move it before the call, or run the function without jit",
+            )
         self.realize()
         copied = to_device(engine.value(self.node), name)
-        if not (self.requires_grad and autograd_state.enabled()):
+        if not differentiable:
             return Tensor(N.buffer(copied, self.shape, self.dtype))
         return self._make(_device_copy(self.node, copied, here))
 

@@ -220,6 +220,18 @@ def test_a_move_there_and_back_and_second_derivatives():
     assert g2.tolist() == [12.0]  # 6 a
 
 
+def test_a_differentiable_move_inside_jit_is_refused_at_the_users_line():
+    w = fg.tensor([1.0, 2.0], requires_grad=True)
+
+    @fg.jit
+    def f(x):
+        return (w.cuda() * x).sum()
+
+    with pytest.raises(fg.FusegradError, match=rf"inside a jitted function cannot be.*{HERE}"):
+        for _ in range(4):  # the first calls run eagerly; a later one records
+            f(fg.ones(2, device="cuda"))
+
+
 def test_moves_under_no_grad_or_detached_are_leaves():
     w = fg.randn(3, requires_grad=True)
     assert w.detach().to("cuda").device == "cuda"
