@@ -252,6 +252,11 @@ def main(argv=None) -> None:
     ap.add_argument("--sample", type=int, default=300, help="characters to sample at the end")
     ap.add_argument("--prompt", default="this movie is ")
     ap.add_argument("--no-jit", action="store_true", help="eager steps instead of fg.jit")
+    ap.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="accepted as by every example (this one logs lines)",
+    )
     args = ap.parse_args(argv)
     data = CharData(load_text())
     print(

@@ -38,6 +38,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--show", choices=["loop", "llvm", "asm", "cuda"], default="loop")
+    ap.add_argument(
+        "--no-progress", action="store_true", help="accepted as by every example (no bar here)"
+    )
     args = ap.parse_args()
     fg.manual_seed(0)
 

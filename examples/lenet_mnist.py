@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 
 import numpy as np
@@ -36,6 +35,7 @@ from fusegrad.nn import functional as F
 from fusegrad.nn import minitorch as mt
 from fusegrad.nn.conv import AvgPool2d, Conv2d, MaxPool2d
 from fusegrad.nn.mnist import load_mnist
+from fusegrad.progress import progress
 
 MEAN, STD = 0.1307, 0.3081  # of the MNIST training pixels, as everyone normalizes
 
@@ -99,15 +99,6 @@ def evaluate(model, images: np.ndarray, labels: np.ndarray, batch: int = 1000, d
     return float((pred == labels).mean()), pred
 
 
-def progress(iterable, total: int, desc: str):
-    """A tqdm bar when tqdm is installed and the output is a terminal or a log."""
-    try:
-        from tqdm import tqdm
-    except ImportError:  # pragma: no cover - tqdm is a dependency
-        return iterable
-    return tqdm(iterable, total=total, desc=desc, mininterval=0.5, file=sys.stderr)
-
-
 def plot(history: dict, images, labels, pred, path_prefix: str) -> None:
     try:
         import matplotlib
@@ -158,6 +149,11 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None, help="use only this many training images")
     ap.add_argument("--test-limit", type=int, default=None, help="test on only this many images")
     ap.add_argument("--device", default="cpu", help="cpu or cuda (a GPU, or FUSEGRAD_CUDA=emulate)")
+    ap.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (none is drawn either when stderr is not a terminal)",
+    )
     ap.add_argument(
         "--ddp",
         action="store_true",
@@ -223,7 +219,7 @@ def main() -> None:
             order = np.fromiter(sampler, dtype=np.int64)
         bar = range(steps_per_epoch)
         if rank == 0:
-            bar = progress(bar, steps_per_epoch, f"epoch {epoch}")
+            bar = progress(bar, steps_per_epoch, f"epoch {epoch}", enabled=not args.no_progress)
         t0, seen, correct, recent = time.perf_counter(), 0, 0, []
         for step in bar:
             idx = order[step * args.batch : (step + 1) * args.batch]

@@ -73,7 +73,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 
 import numpy as np
@@ -83,6 +82,7 @@ from fusegrad import nn
 from fusegrad.nn import functional as F
 from fusegrad.nn import text
 from fusegrad.nn.conv import Conv1d
+from fusegrad.progress import progress
 
 PAD_MULTIPLE = 8  # batch lengths are rounded up to this, so few shapes are compiled
 FINETUNE_EPOCHS, FINETUNE_DROPOUT = 5, 0.5  # the default: Kim's CNN-non-static
@@ -194,15 +194,6 @@ def accuracy(model: KimCNN, encoded, labels) -> float:
     return float(((predict_proba(model, encoded) > 0.5) == (labels == 1)).mean())
 
 
-def progress(iterable, total: int, desc: str):
-    """A tqdm bar on stderr (a plain iterator if tqdm is missing)."""
-    try:
-        from tqdm import tqdm
-    except ImportError:  # pragma: no cover - tqdm is a dependency
-        return iterable
-    return tqdm(iterable, total=total, desc=desc, mininterval=0.5, file=sys.stderr, leave=False)
-
-
 # ---------------------------------------------------------------- training
 
 
@@ -254,7 +245,9 @@ def train(model, opt, data, encoded, args):
     start, step = time.perf_counter(), 0
     for epoch in range(1, args.epochs + 1):
         batches = text.bucket_batches([len(s) for s in train_ids], args.batch, rng)
-        bar = progress(batches, len(batches), f"epoch {epoch}")
+        bar = progress(
+            batches, len(batches), f"epoch {epoch}", enabled=not args.no_progress, leave=False
+        )
         total_loss, correct, seen = 0.0, 0, 0
         for done, index in enumerate(bar, 1):
             ids, lengths, y = batch_arrays(train_ids, train_y, index, minimum)
@@ -383,6 +376,11 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"default {FINETUNE_DROPOUT}, Kim's ({STATIC_DROPOUT} with --static, MiniTorch's)",
     )
     ap.add_argument("--seed", type=int, default=0, help="initialisation, batch order, dropout")
+    ap.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (none is drawn either when stderr is not a terminal)",
+    )
     ap.add_argument("--split-seed", type=int, default=0, help="the train/validation/test split")
     ap.add_argument(
         "--subset",

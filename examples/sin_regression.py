@@ -35,6 +35,7 @@ from tqdm import tqdm
 
 import fusegrad as fg
 from fusegrad import nn
+from fusegrad.progress import progress
 from fusegrad.runtime import compiler
 from fusegrad.runtime.engine import stats
 
@@ -127,7 +128,11 @@ def main(argv=None) -> None:
         help="norch (default): every weight and bias from U(-1, 1), as norch's Parameter; "
         "torch: PyTorch's default Linear initialisation",
     )
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (none is drawn either when stderr is not a terminal)",
+    )
     parser.add_argument("--plot", action="store_true", help="save the loss curve and the fit")
     parser.add_argument("--plot-dir", default="plots", help="where --plot writes")
     args = parser.parse_args(argv)
@@ -137,7 +142,7 @@ def main(argv=None) -> None:
     print(model)
 
     steps = args.epochs * len(x_values)
-    bar = tqdm(total=steps, unit="step", disable=args.no_progress, leave=False)
+    bar = progress(total=steps, unit="step", enabled=not args.no_progress, leave=False)
     before = dict(stats), dict(compiler.stats)
     t0 = time.perf_counter()
     losses = train(model, x_values, y_true, args.epochs, args.lr, log=tqdm.write, bar=bar)

@@ -38,6 +38,7 @@ from tqdm import tqdm
 import fusegrad as fg
 from fusegrad import nn
 from fusegrad.nn import datasets
+from fusegrad.progress import progress
 
 DEFAULTS = {
     "simple": dict(hidden=10, optimizer="sgd", lr=0.5, epochs=1000),
@@ -80,11 +81,11 @@ def train(name: str, args) -> dict:
     loss_fn = nn.BCELoss()
     losses = []
     t0 = time.perf_counter()
-    bar = tqdm(
+    bar = progress(
         range(1, cfg["epochs"] + 1),
         desc=f"{name:>6}",
         unit="step",
-        disable=args.no_progress,
+        enabled=not args.no_progress,
         leave=False,
     )
     for epoch in bar:
@@ -153,7 +154,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="seeds the points and the weights")
     parser.add_argument("--log-every", type=int, default=10, help="epochs between reports")
     parser.add_argument("--verbose", action="store_true", help="print a line every --log-every")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (none is drawn either when stderr is not a terminal)",
+    )
     parser.add_argument("--plot", action="store_true", help="save loss and boundary PNGs")
     parser.add_argument("--plot-dir", default="plots", help="where --plot writes")
     args = parser.parse_args()

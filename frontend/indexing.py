@@ -414,6 +414,39 @@ def _flat_along(shape, dim: int, index):
     return flat.expand(index.shape)
 
 
+def _tensor_arg(value, op: str, name: str, position: int | None = None):
+    """`value`, which must be a Tensor: otherwise torch's TypeError, naming the argument."""
+    if not isinstance(value, _tensor_cls()):
+        at = f" (position {position})" if position is not None else ""
+        fail(
+            DTypeError,
+            f"{op}()",
+            f"argument '{name}'{at} must be Tensor, not {type(value).__name__}",
+        )
+    return value
+
+
+def _number_arg(value, op: str, name: str):
+    """`value`, a Python number or a 0-d tensor (a fill value): otherwise a TypeError
+    naming the argument, not numpy's complaint about converting it."""
+    if isinstance(value, (bool, int, float, np.number, np.bool_, _tensor_cls())):
+        return value
+    fail(
+        DTypeError,
+        f"{op}()",
+        f"argument '{name}' must be Number or a 0-dim Tensor, not {type(value).__name__}",
+    )
+
+
+def _one_element(x, index, src):
+    """A 0-d input as a 1-element vector, as torch's gather and scatter treat it, with a 0-d
+    index and src made vectors too (the caller makes the result 0-d again)."""
+    Tensor = _tensor_cls()
+    index = index.reshape(1) if isinstance(index, Tensor) and index.ndim == 0 else index
+    src = src.reshape(1) if isinstance(src, Tensor) and src.ndim == 0 else src
+    return x.reshape(1), index, src
+
+
 def _check_along(x, dim, index, op: str, src=None):
     Tensor = _tensor_cls()
     if not isinstance(index, Tensor):
@@ -427,6 +460,12 @@ def _check_along(x, dim, index, op: str, src=None):
             op,
             f"index tensor must have the same number of dimensions as input tensor "
             f"(index {index.shape}, input {x.shape})",
+        )
+    if src is not None and src.ndim != index.ndim:
+        fail(
+            ShapeError,
+            op,
+            f"index {index.shape} and src {src.shape} must have the same number of dimensions",
         )
     for a in range(x.ndim):
         if a != d and index.shape[a] > x.shape[a]:
@@ -457,6 +496,9 @@ def gather(x, dim: int, index):
     [[1, 1], [4, 3]]
     """
     if x.ndim == 0:
+        x._dim(dim, "gather")
+        if isinstance(index, _tensor_cls()) and index.ndim == 0:
+            return gather(x.reshape(1), 0, index.reshape(1)).reshape(())
         x = x.reshape(1)
     d, index = _check_along(x, dim, index, "gather")
     flat = _flat_along(x.shape, d, index)
@@ -486,12 +528,18 @@ def scatter(x, dim: int, index, src=None, value=None, reduce=None):
     """
     if src is None:
         src = value
+    Tensor = _tensor_cls()
+    if not isinstance(src, Tensor):
+        _number_arg(src, "scatter", "value")
+    if x.ndim == 0:
+        x._dim(dim, "scatter")
+        x1, index1, src1 = _one_element(x, index, src)
+        return scatter(x1, 0, index1, src1, reduce=reduce).reshape(())
     if reduce is not None:
         mode = {"add": "sum", "multiply": "prod"}.get(reduce)
         if mode is None:
             fail(ShapeError, "scatter", f"reduce must be 'add' or 'multiply', got {reduce!r}")
         return scatter_reduce(x, dim, index, src, mode)
-    Tensor = _tensor_cls()
     d, index = _check_along(x, dim, index, "scatter", src if isinstance(src, Tensor) else None)
     vals = _src_along(x, index, src, "scatter")
     return _put(x, _flat_along(x.shape, d, index), vals)
@@ -504,6 +552,11 @@ def scatter_add(x, dim: int, index, src):
     >>> fg.zeros(3).scatter_add(0, fg.tensor([0, 2, 0]), fg.tensor([1.0, 2.0, 3.0])).tolist()
     [4.0, 0.0, 2.0]
     """
+    _tensor_arg(src, "scatter_add", "src", 3)
+    if x.ndim == 0:
+        x._dim(dim, "scatter_add")
+        x1, index1, src1 = _one_element(x, index, src)
+        return scatter_add(x1, 0, index1, src1).reshape(())
     d, index = _check_along(x, dim, index, "scatter_add", src)
     vals = _src_along(x, index, src, "scatter_add")
     return x + _scattered_sum(x, d, index, vals)
@@ -533,6 +586,11 @@ def scatter_reduce(x, dim: int, index, src, reduce: str, include_self: bool = Tr
             "scatter_reduce",
             f"reduce must be one of sum, mean, prod, amax, amin, got {reduce!r}",
         )
+    _tensor_arg(src, "scatter_reduce", "src", 3)
+    if x.ndim == 0:
+        x._dim(dim, "scatter_reduce")
+        x1, index1, src1 = _one_element(x, index, src)
+        return scatter_reduce(x1, 0, index1, src1, reduce, include_self).reshape(())
     d, index = _check_along(x, dim, index, "scatter_reduce", src)
     vals = _src_along(x, index, src, "scatter_reduce")
     ones = vals._make(N.const(1, vals.shape, int64))
@@ -590,7 +648,15 @@ def index_select(x, dim: int, index):
         fail(IndexingError, "index_select", f"index must be a vector of ints, got {index.shape}")
     d = x._dim(dim, "index_select")
     if x.ndim == 0:
-        return x[index.reshape(-1)].reshape(())
+        if index.numel() != 1:
+            fail(
+                IndexingError,
+                "index_select",
+                f"Index to scalar can have only 1 value, got {index.numel()} value(s)",
+            )
+        index = index.reshape(1)
+        _check_range(index, 1, 0, "index_select")
+        return x.reshape(1)[index].reshape(())
     _check_range(index.reshape(-1), x.shape[d], d, "index_select")
     return x[(slice(None),) * d + (index.reshape(-1),)]
 
@@ -627,6 +693,17 @@ def index_add(x, dim: int, index, source, alpha=1):
     >>> fg.zeros(3).index_add(0, fg.tensor([0, 0, 2]), fg.tensor([1.0, 2.0, 3.0])).tolist()
     [3.0, 0.0, 3.0]
     """
+    _tensor_arg(source, "index_add", "source", 3)
+    if not isinstance(alpha, (bool, int, float, np.number)):
+        fail(
+            DTypeError,
+            "index_add()",
+            f"argument 'alpha' must be Number, not {type(alpha).__name__}",
+        )
+    if x.ndim == 0:
+        x._dim(dim, "index_add")
+        x1, _, src1 = _one_element(x, None, source)
+        return index_add(x1, 0, index, src1, alpha).reshape(())
     d, spread = _along(x, dim, index, "index_add")
     src = source * alpha if alpha != 1 else source
     return scatter_add(x, d, spread, src)
@@ -634,13 +711,29 @@ def index_add(x, dim: int, index, source, alpha=1):
 
 def index_copy(x, dim: int, index, source):
     """x with x[..., index[i], ...] = source[..., i, ...] along `dim`."""
+    if x.ndim == 0:
+        x._dim(dim, "index_copy")
+        x1, _, src1 = _one_element(x, None, source)
+        return index_copy(x1, 0, index, src1).reshape(())
     d, spread = _along(x, dim, index, "index_copy")
     return scatter(x, d, spread, source)
 
 
 def index_fill(x, dim: int, index, value):
     """x with `value` at the positions `index` along `dim`."""
+    _number_arg(value, "index_fill", "value")
+    if x.ndim == 0:
+        x._dim(dim, "index_fill")
+        return index_fill(x.reshape(1), 0, index, value).reshape(())
     d, spread = _along(x, dim, index, "index_fill")
+    if isinstance(value, _tensor_cls()):
+        if value.ndim:
+            fail(
+                ShapeError,
+                "index_fill",
+                f"only supports a 0-dimensional value tensor, got shape {value.shape}",
+            )
+        value = value.expand(spread.shape)  # one value for every place
     return scatter(x, d, spread, value)
 
 
@@ -649,6 +742,18 @@ def index_put(x, indices, values, accumulate: bool = False):
     repeated places add up."""
     from .tensor import Tensor, as_tensor
 
+    if not isinstance(accumulate, (bool, np.bool_)):
+        fail(
+            DTypeError,
+            "index_put_()",
+            f"argument 'accumulate' must be bool, not {type(accumulate).__name__}",
+        )
+    if isinstance(indices, Tensor):  # not one index per row of it
+        fail(
+            DTypeError,
+            "index_put_()",
+            "argument 'indices' (position 1) must be tuple of Tensors, not Tensor",
+        )
     indices = tuple(indices)
     positions = _positions(x)[indices]
     if not accumulate:
@@ -700,6 +805,7 @@ def masked_fill(x, mask, value):
     from .tensor import Tensor, broadcast_shapes, where
 
     mask = _as_index(mask, "masked_fill") if not isinstance(mask, Tensor) else mask
+    _number_arg(value, "masked_fill", "value")
     if not mask.dtype.is_bool:
         fail(DTypeError, "masked_fill", f"mask must be a bool tensor, got {mask.dtype.name}")
     if broadcast_shapes(mask.shape, x.shape, "masked_fill") != x.shape:
@@ -752,6 +858,8 @@ def nonzero(x, as_tuple: bool = False):
         if a.ndim == 0:
             return (tensor(np.nonzero(a.reshape(1))[0].astype(np.int64), device=device),)
         return tuple(tensor(c.astype(np.int64), device=device) for c in np.nonzero(a))
+    if a.ndim == 0:  # torch: one row of no coordinates if the value is nonzero, else none
+        return tensor(np.zeros((int(a != 0), 0), np.int64), device=device)
     return tensor(np.argwhere(a).astype(np.int64).reshape(-1, a.ndim), device=device)
 
 
@@ -785,6 +893,8 @@ def flip(x, dims):
     if isinstance(dims, int):
         dims = (dims,)
     axes = x._dims(tuple(dims), "flip")
+    if x.ndim == 0:  # dim 0 or -1 of a 0-d tensor: nothing to reverse
+        return x._make(x.node)
     return x._make(N.flip(x.node, axes))
 
 

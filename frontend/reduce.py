@@ -115,6 +115,8 @@ class ReduceMixin:
         if dim is None or isinstance(dim, (tuple, list)):
             return self.amax(dim, keepdim)
         d = self._dim(dim, "max")
+        if self.ndim == 0:  # torch: the value and index 0, 0-d whatever keepdim
+            return MaxResult(*self.reshape(1).max(0))
         index = self.argmax(d, keepdim=True)
         values = _at_index(self, self.amax(d, keepdim=True), index, d)
         return _pair(values, index, dim, keepdim)
@@ -123,6 +125,8 @@ class ReduceMixin:
         if dim is None or isinstance(dim, (tuple, list)):
             return self.amin(dim, keepdim)
         d = self._dim(dim, "min")
+        if self.ndim == 0:
+            return MaxResult(*self.reshape(1).min(0))
         index = self.argmin(d, keepdim=True)
         values = _at_index(self, self.amin(d, keepdim=True), index, d)
         return _pair(values, index, dim, keepdim)
@@ -135,6 +139,8 @@ class ReduceMixin:
         from .creation import index_arange as arange
 
         d = self._dim(dim, "argmax")
+        if self.ndim == 0:  # index 0, 0-d whatever keepdim, as torch
+            return self.reshape(1).argmax(0)
         n = self.shape[d]
         best = self.amax(d, keepdim=True)  # NaN where the row holds a NaN
         shape = [1] * self.ndim
@@ -181,6 +187,8 @@ class ReduceMixin:
         """exp(x - max) / sum(exp(x - max)) along `dim`: three kernels for a row softmax."""
         dim = self._dim(dim, "softmax")
         x = self._float()
+        if x.ndim == 0:  # a row of one: 1, as torch
+            return x.reshape(1).softmax(0).reshape(())
         if x.numel() == 0:  # nothing to normalize (torch returns the empty tensor)
             return x
         e = (x - x.amax(dim, keepdim=True).detach()).exp()
@@ -190,6 +198,8 @@ class ReduceMixin:
     def log_softmax(self, dim: int):
         dim = self._dim(dim, "log_softmax")
         x = self._float()
+        if x.ndim == 0:  # a row of one: 0, as torch
+            return x.reshape(1).log_softmax(0).reshape(())
         if x.numel() == 0:
             return x
         if x.numel() < SPLIT_MIN_ELEMENTS:  # its sum is one reduce: build the nodes at once

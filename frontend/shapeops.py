@@ -23,7 +23,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from .errors import DTypeError, IndexingError, ShapeError, fail
+from .errors import DimError, DTypeError, IndexingError, ShapeError, fail
 from .ir import node as N
 from .ir.dtypes import bool_, int64
 from .reduce import ReduceMixin  # (at the top: an import in a function runs each call)
@@ -556,6 +556,8 @@ def roll(x, shifts, dims=None):
         fail(ShapeError, "roll", f"shifts {shifts} and dims {dims} differ in length")
     for s, dm in zip(shifts, dims):
         d = x._dim(dm, "roll")
+        if x.ndim == 0:  # torch refuses a dim for a 0-d tensor here (dims=None rolls it)
+            fail(DimError, "roll", f"dimension specified as {dm} but tensor has no dimensions")
         n = x.shape[d]
         if n == 0:
             continue
@@ -753,6 +755,9 @@ def topk(x, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
     n = x.shape[d] if x.ndim else 1
     if not 0 <= k <= n:
         fail(IndexingError, "topk", f"k ({k}) is out of range for dimension {d} of size {n}")
+    if x.ndim == 0:  # as torch: the value and index 0, 0-d
+        vals, idx = topk(x.reshape(1), max(k, 1), 0, largest, sorted)
+        return ValuesIndices(vals.reshape(()), idx.reshape(()))
     vals, idx = sort(x, d, descending=largest)
     return ValuesIndices(narrow(vals, d, 0, k), narrow(idx, d, 0, k))
 
@@ -763,6 +768,9 @@ def kthvalue(x, k: int, dim: int = -1, keepdim: bool = False):
     n = x.shape[d] if x.ndim else 1
     if not 1 <= k <= n:
         fail(IndexingError, "kthvalue", f"k ({k}) is out of range for dimension {d} of size {n}")
+    if x.ndim == 0:  # as torch: the value and index 0, 0-d whatever keepdim
+        vals, idx = kthvalue(x.reshape(1), k, 0)
+        return ValuesIndices(vals, idx)
     vals, idx = sort(x, d)
     v, i = narrow(vals, d, k - 1, 1), narrow(idx, d, k - 1, 1)
     return ValuesIndices(v, i) if keepdim else ValuesIndices(v.squeeze(d), i.squeeze(d))

@@ -283,8 +283,8 @@ class Tensor(MovementMixin, ReduceMixin):
         `t.to("cuda")`, `t.to("cpu")`, `t.to(fg.float64)`, `t.to("cuda", fg.float16)`,
         `t.to(other)` (other's device and dtype). Returns self when nothing changes.
 
-        A move between devices copies the (computed) value; it is not differentiable yet,
-        so moving a tensor that requires grad under grad mode is refused.
+        A move between devices copies the (computed) value. It is differentiable, as in
+        torch: the gradient that reaches the copy is moved back to this tensor's device.
         """
         if len(args) > 2:
             fail(ArgumentError, "to", f"takes at most 2 positional arguments, got {len(args)}")
@@ -300,17 +300,22 @@ class Tensor(MovementMixin, ReduceMixin):
         here = self.node.device or _device.default_name()
         if name == here:
             return self
-        if self.requires_grad and autograd_state.enabled():
+        differentiable = self.requires_grad and autograd_state.enabled()
+        if differentiable and jit_recording():
+            from .errors import JitError
+
             fail(
-                ArgumentError,
+                JitError,
                 "to",
-                f"moving a tensor that requires grad from {here} to {name} is not "
-                "differentiable in fusegrad yet: move the leaves (parameters, inputs) before "
-                "building the graph, or detach() first",
+                f"moving a tensor that requires grad from {here} to {name} inside a jitted "
+                "function cannot be replayed (the copies of the value and of its gradient "
+                "are not kernels): move it before the call, or run the function without jit",
             )
         self.realize()
-        buf = to_device(engine.value(self.node), name)
-        return Tensor(N.buffer(buf, self.shape, self.dtype))
+        copied = to_device(engine.value(self.node), name)
+        if not differentiable:
+            return Tensor(N.buffer(copied, self.shape, self.dtype))
+        return self._make(_device_copy(self.node, copied, here))
 
     def cuda(self, device=None, non_blocking: bool = False) -> Tensor:
         """This tensor on the CUDA device (`device`: an index or "cuda:N"; default cuda:0)."""
@@ -788,6 +793,45 @@ class Tensor(MovementMixin, ReduceMixin):
     def backward(self, gradient=None, retain_graph=None, create_graph: bool = False):
         """Accumulate gradients into the `.grad` of every leaf this tensor depends on."""
         backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph)
+
+    # ---------------------------------------------------------------- copy and pickle
+    def __deepcopy__(self, memo):
+        """A leaf with its own copy of the value (and of `.grad`), as torch (copying.py)."""
+        from .copying import deepcopy_tensor
+
+        return deepcopy_tensor(self, memo)
+
+    def __copy__(self):
+        from .copying import shallow_copy_tensor
+
+        return shallow_copy_tensor(self)
+
+    def __reduce_ex__(self, protocol):
+        """Pickle the value as a numpy array, not the runtime buffer (copying.py)."""
+        from .copying import reduce_tensor
+
+        return reduce_tensor(self)
+
+
+def _device_copy(src: N.Node, copied, source_device: str) -> N.Node:
+    """A differentiable device move: a node whose value is `copied` (src's value, already
+    copied to another device) and whose gradient is moved back to `source_device`.
+
+    A plan runs on one device, so the move is not a kernel: the value is copied now, and
+    the gradient when the backward graph is built (it is computed then, as torch
+    synchronizes at a copy). The gradient's own move is differentiable too, so a second
+    derivative (create_graph=True) crosses back as well."""
+    target = copied.device
+    node = N.device_copy(src, target)
+    engine.bind(node, copied)
+
+    def rule(g: N.Node):
+        g = N.place(g, target)  # a gradient of constants alone has no device yet
+        engine.realize([g])
+        back = to_device(engine.value(g), source_device)
+        return [(src, _device_copy(g, back, target))]
+
+    return with_vjp(node, rule)
 
 
 def jit_recording() -> bool:

@@ -323,6 +323,14 @@ def contiguous(x: Node, reason: str | None = None) -> Node:
     return make(Ops.CONTIGUOUS, (x,), reason, x.shape, x.dtype)
 
 
+def device_copy(x: Node, device: str) -> Node:
+    """x's value on another `device`: a node of its own (never shared, never folded) with
+    `x`, on its own device, as its source. Its value is the copy the caller binds to it
+    (the runtime copies buffers between devices; no kernel does); the source is there so
+    that a gradient can cross back (frontend/tensor.py `_to_device`)."""
+    return _new(Ops.CONTIGUOUS, (x,), "device copy", x.shape, x.dtype, device)
+
+
 def detach(x: Node) -> Node:
     """The same value, cut off from differentiation."""
     if x.op in (Ops.DETACH, Ops.CONST):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import warnings
 
 from .. import creation
-from ..errors import one_site
+from ..errors import FusegradError, fail, one_site
 from ..extend import gather_rows, host_data
 from ..reduce import class_cross_entropy, fits_class_cross_entropy
 from ..reduce import linear as _linear
@@ -109,9 +109,9 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     values = _known_values(tensor)
     if values is not None and values.size:
         if values.min() < 0:
-            raise ClassIndexError("Class values must be non-negative.")
+            fail(ClassIndexError, "one_hot", "Class values must be non-negative.")
         if values.max() >= num_classes:
-            raise ClassIndexError("Class values must be smaller than num_classes.")
+            fail(ClassIndexError, "one_hot", "Class values must be smaller than num_classes.")
     return (tensor[..., None] == creation.index_arange(num_classes)).long()
 
 
@@ -141,9 +141,9 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> 
     return out
 
 
-class ClassIndexError(IndexError, RuntimeError):
+class ClassIndexError(FusegradError, IndexError, RuntimeError):
     """A class index outside [0, classes): torch raises IndexError (losses) or RuntimeError
-    (one_hot) for it; this is both."""
+    (one_hot) for it; this is both (and names the user's line, as fusegrad's errors do)."""
 
 
 def _known_values(t: Tensor):
@@ -152,11 +152,17 @@ def _known_values(t: Tensor):
     return host_data(t)
 
 
-def _check_targets_in_range(target: Tensor, classes: int, ignore_index: int) -> bool:
-    """As torch: a class index outside [0, classes) that is not ignore_index raises.
+def _check_targets_in_range(target: Tensor, classes: int, ignore_index: int, op: str) -> bool:
+    """As torch: a class index outside [0, classes) that is not ignore_index raises, here,
+    naming the line of the loss call.
 
+    A target still to be computed (`labels.long()`) is computed now: inside the loss's
+    kernels an index outside the classes would match no class and silently drop its row.
     Returns whether every target is known to be a class (none is ignore_index)."""
     values = _known_values(target)
+    if values is None and target.numel():
+        target.realize()
+        values = _known_values(target)
     if values is None or values.size == 0:
         return False
     lo, hi = values.min(), values.max()
@@ -164,7 +170,7 @@ def _check_targets_in_range(target: Tensor, classes: int, ignore_index: int) -> 
         return True  # the usual batch, told with two reductions
     bad = values[((values < 0) | (values >= classes)) & (values != ignore_index)]
     if bad.size:
-        raise ClassIndexError(f"Target {int(bad[0])} is out of bounds.")
+        fail(ClassIndexError, op, f"Target {int(bad[0])} is out of bounds.")
     return not (values == ignore_index).any()
 
 
@@ -318,7 +324,7 @@ def nll_loss(
     if target.dtype.is_float or target.dtype.is_bool:
         raise TypeError(f"nll_loss: expected integer class indices, got {target.dtype.name}")
     _check_targets(input, target, "nll_loss")
-    all_classes = _check_targets_in_range(target, _class_count(input), ignore_index)
+    all_classes = _check_targets_in_range(target, _class_count(input), ignore_index, "nll_loss")
     if input.ndim == 1:  # unbatched: one sample of C classes
         loss = nll_loss(input[None], target.reshape(1), weight, ignore_index, reduction)
         return loss.reshape(()) if reduction == "none" else loss
@@ -369,7 +375,7 @@ def cross_entropy(
         weight is None
         and label_smoothing == 0.0
         and fits_class_cross_entropy(input, target)
-        and _check_targets_in_range(target, classes, ignore_index)
+        and _check_targets_in_range(target, classes, ignore_index, "cross_entropy")
     ):  # every classifier's every step: the same graph as below, built at once
         return class_cross_entropy(input, target, reduction)
     logp = input.log_softmax(1)

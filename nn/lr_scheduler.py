@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import math
 import types
+import warnings
 from collections import Counter
 
 from ..errors import JitError
@@ -30,6 +31,14 @@ from ..jit import on_replay
 from ..jit import recording as jit_recording
 
 _INF = float("inf")
+# torch's words (torch/optim/lr_scheduler.py)
+_ORDER_WARNING = (
+    "Detected call of `lr_scheduler.step()` before `optimizer.step()`. In PyTorch 1.1.0 and "
+    "later, you should call them in the opposite order: `optimizer.step()` before "
+    "`lr_scheduler.step()`.  Failure to do this will result in PyTorch skipping the first "
+    "value of the learning rate schedule. See more details at "
+    "https://pytorch.org/docs/stable/optim.html#how-to-adjust-learning-rate"
+)
 
 
 class LRScheduler:
@@ -64,6 +73,11 @@ class LRScheduler:
         return self._last_lr
 
     def step(self, epoch: int | None = None) -> None:
+        """Advance the schedule one epoch (call it after `optimizer.step()`)."""
+        # the first call after the constructor's own: PyTorch warns once if the optimizer
+        # has not stepped yet (the first learning rate of the schedule would be skipped)
+        if self._step_count == 1 and getattr(self.optimizer, "_step_count", 1) == 0:
+            warnings.warn(_ORDER_WARNING, UserWarning, stacklevel=2)
         if jit_recording():  # inside a jitted step: each replay steps the schedule too
             on_replay(functools.partial(self._step, epoch))
         self._step(epoch)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from .. import creation
+from .. import copying, creation
 from ..devices import to_arguments
 from ..jit import note_module, note_parameter, note_write
 from ..tensor import Tensor
@@ -63,6 +63,26 @@ class Parameter(Tensor):
     def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()
 
+    def __deepcopy__(self, memo):
+        """A Parameter of the same class with its own copy of the value and the same
+        requires_grad; as torch's, its `.grad` is not copied (a plain tensor's is)."""
+        if id(self) in memo:
+            return memo[id(self)]
+        out = type(self)(copying.value_copy(self), self.requires_grad)
+        memo[id(self)] = out
+        return out
+
+    def __reduce_ex__(self, protocol):
+        """Pickled as its value (a numpy array), class and requires_grad, as torch's."""
+        args = (type(self), copying.host_copy(self), self.dtype.name, str(self.device))
+        return (_rebuild_parameter, args + (self.requires_grad,))
+
+
+def _rebuild_parameter(cls, array, dtype: str, device: str, requires_grad: bool) -> Parameter:
+    """A Parameter from what `Parameter.__reduce_ex__` stored (pickle calls this)."""
+    data = copying.rebuild_tensor(Tensor, array, dtype, device, False, None, None)
+    return cls(data, requires_grad)
+
 
 def _is_parameter(value) -> bool:
     return isinstance(value, Parameter)
@@ -84,6 +104,11 @@ class Module:
         object.__setattr__(self, "_buffers", OrderedDict())
         object.__setattr__(self, "_non_persistent", set())
         object.__setattr__(self, "_modules", OrderedDict())
+
+    def __setstate__(self, state: dict) -> None:
+        """Restore a deep-copied or unpickled module (its tensors copy themselves)."""
+        self.__dict__.update(state)
+        note_module(self)
 
     # ---------------------------------------------------------------- attribute registry
     def __setattr__(self, name: str, value) -> None:

@@ -53,6 +53,7 @@ class Optimizer:
         self.defaults = defaults
         self._slots: dict = {}  # the step's scalars as 0-d tensors (see _write_scalars)
         self._steps = StepCache()  # steps seen before run without building graphs
+        self._step_count = 0  # step() calls so far (a scheduler warns if it comes first)
         self.state: defaultdict = defaultdict(dict)  # keyed by the parameter (hashed by identity)
         self.param_groups: list[dict] = []
         if isinstance(params, Tensor):
@@ -100,6 +101,7 @@ class Optimizer:
         in `with_outputs` (say, the batch's predictions), so reading them after
         the step costs nothing: the forward pass runs once.
         """
+        self._step_count += 1
         loss = None
         if closure is not None:
             with enable_grad():
@@ -226,6 +228,20 @@ class Optimizer:
                     v = creation.from_numpy(np.array(v, dtype=p.dtype.np), device=p.device)
                 entry[k] = v
             self.state[p] = entry
+
+    # ---------------------------------------------------------------- copy and pickle
+    def __getstate__(self) -> dict:
+        """Everything but the compiled steps and the scalar slots, which are keyed by the
+        ids of these parameters: a copy (`copy.deepcopy`, pickle) starts them afresh.
+        Its parameters are the copied ones when the model is copied in the same call,
+        `copy.deepcopy((model, opt))`, as in torch."""
+        state = dict(self.__dict__)
+        del state["_steps"], state["_slots"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._steps, self._slots = StepCache(), {}
 
     def __repr__(self) -> str:
         lines = [f"{type(self).__name__} ("]

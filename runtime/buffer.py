@@ -64,11 +64,15 @@ class Buffer:
     def __del__(self):
         if _pool is None:  # interpreter shutdown: the module's globals are already gone
             return
+        # an allocation that failed in __init__ (MemoryError) leaves no array and was never
+        # counted; deepcopy and pickle never make one (a Tensor copies its value instead)
+        a = getattr(self, "array", None)
+        if a is None:
+            return
         global live_buffers, _pooled_bytes
         live_buffers -= 1
-        a = self.array
         # 3 references: the slot, the local name, getrefcount's argument
-        if a is None or sys.getrefcount(a) > 3 or a.base is None:
+        if sys.getrefcount(a) > 3 or a.base is None:
             return
         raw = a.base
         with _lock:

@@ -354,7 +354,7 @@ class DeviceBuffer:
 
     def __del__(self):
         global live_buffers
-        if self.counted:
+        if getattr(self, "counted", False):  # not set when the allocation failed
             live_buffers -= 1
             try:
                 self.owner.free(self.mem, self.size, self.dtype)

@@ -9,6 +9,9 @@ fails, naming each kernel nvcc refused with nvcc's messages, if any does not com
 cicc's optimizer is off (`-Xcicc -O0`: a sixth of the time, the same parsing, checking and
 PTX generation); `--nvcc-optimize` turns it back on.
 
+Where `mpiexec` is missing the distributed tests are skipped, and the summary says so
+("distributed tests NOT run: mpiexec not found ...").
+
 `FUSEGRAD_TEST_DEVICE=cuda` (with FUSEGRAD_CUDA=emulate where there is no GPU) makes
 "cuda" the default device for the whole session, so the op, autodiff and nn tests
 build and run their graphs there. Values are read back with `.numpy()` as on the CPU
@@ -146,3 +149,21 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_line(_nvcc_line(config), red=config.getoption("--nvcc-all"))
     for line, red in _summary:
         terminalreporter.write_line(line, red=red)
+    mpi = _mpi_line(terminalreporter.stats.get("skipped", []))
+    if mpi:
+        terminalreporter.write_sep("-", "mpi")
+        terminalreporter.write_line(mpi, red=True)
+
+
+def _mpi_line(skipped) -> str | None:
+    """What the summary says when tests were skipped because MPI is missing
+    (tests/distributed/_mpi.py), as it says when nvcc is: a green run must not hide it."""
+    count, why = 0, None
+    for report in skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
+        if "mpiexec not found" in reason:
+            count += 1
+            why = reason.removeprefix("Skipped: ")
+    if not count:
+        return None
+    return f"distributed tests NOT run: {why} ({count} skipped)"

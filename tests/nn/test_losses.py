@@ -8,6 +8,10 @@ and the gradient is checked by central differences of that reference in float64.
 
 from __future__ import annotations
 
+import os
+import re
+import sys
+
 import numpy as np
 import pytest
 
@@ -355,3 +359,44 @@ def test_one_hot():
     assert F.one_hot(fg.from_numpy(idx)).shape == (2, 2, 3)  # num_classes = max + 1
     with pytest.raises(TypeError):
         F.one_hot(fg.tensor([1.0]))
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+@pytest.mark.parametrize(
+    "loss, op",
+    [
+        (lambda x, t: F.cross_entropy(x, t), "cross_entropy"),
+        (lambda x, t: nn.CrossEntropyLoss()(x, t), "cross_entropy"),
+        (lambda x, t: F.cross_entropy(x, t, label_smoothing=0.1), "nll_loss"),
+        (lambda x, t: F.nll_loss(x.log_softmax(1), t), "nll_loss"),
+        (lambda x, t: nn.NLLLoss()(x.log_softmax(1), t), "nll_loss"),
+    ],
+)
+def test_a_class_out_of_range_names_the_line_of_the_loss_call(loss, op, lazy):
+    x = fg.randn(2, 3, requires_grad=True)
+    t = fg.tensor([0, 5])
+    if lazy:  # a target still to be computed is computed at the loss call, and checked
+        t = (t + 0).long()
+    with pytest.raises(IndexError) as info:
+        loss(x, t)
+    assert isinstance(info.value, fg.FusegradError) and isinstance(info.value, RuntimeError)
+    message = str(info.value)
+    assert message.startswith(f"{op}: Target 5 is out of bounds.")
+    assert f"at {os.path.basename(__file__)}:" in message  # the lambda's line: the loss call
+
+
+def test_a_class_out_of_range_of_a_computed_target_names_the_exact_line():
+    x, t = fg.randn(2, 3), fg.tensor([1, 2]) * 2  # lazy: [2, 4]
+    try:
+        F.cross_entropy(x, t)
+    except IndexError as e:
+        where = int(re.search(rf"{os.path.basename(__file__)}:(\d+)", str(e)).group(1))
+        assert "Target 4 is out of bounds." in str(e)
+    assert where == sys._getframe().f_lineno - 4
+
+
+def test_one_hot_class_errors_name_the_line():
+    with pytest.raises(
+        RuntimeError, match=r"one_hot: Class values must be non-negative\..*test_losses"
+    ):
+        F.one_hot(fg.tensor([-1, 0]), 3)

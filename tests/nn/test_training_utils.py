@@ -329,3 +329,23 @@ def test_docstring_examples_of_new_modules():
     ):
         result = doctest.testmod(mod)
         assert result.failed == 0 and result.attempted > 0, mod.__name__
+
+
+def test_scheduler_step_before_optimizer_step_warns_once_as_torch():
+    import warnings
+
+    opt = make_opt()
+    sched = L.StepLR(opt, step_size=1, gamma=0.5)  # the constructor's own step: no warning
+    with pytest.warns(UserWarning, match=r"Detected call of `lr_scheduler.step\(\)` before"):
+        sched.step()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # only the first step is checked, as in torch
+        sched.step()
+        opt.step()
+        sched.step()
+        # in the right order nothing is said; ReduceLROnPlateau never checks (as torch)
+        good = make_opt()
+        sched = L.CosineAnnealingLR(good, T_max=4)
+        good.step()
+        sched.step()
+        L.ReduceLROnPlateau(make_opt()).step(1.0)

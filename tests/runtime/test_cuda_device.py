@@ -191,13 +191,68 @@ def test_the_error_names_the_line_that_mixed_the_devices():
     assert where == sys._getframe().f_lineno - 3
 
 
-def test_moving_a_tensor_that_requires_grad_is_refused_not_silently_detached():
+def test_moving_to_the_device_is_differentiable():
+    x = fg.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = (x * x).cuda()
+    assert y.device == "cuda" and y.requires_grad and not y.is_leaf
+    (y * 3).sum().backward()
+    # d/dx sum(3 x^2) = 6x, moved back to the CPU where x lives
+    assert x.grad.device == "cpu" and x.grad.tolist() == [6.0, 12.0, 18.0]
+
+
+def test_moving_to_the_cpu_is_differentiable():
+    w = fg.tensor([1.0, -2.0], device="cuda", requires_grad=True)
+    for move in (lambda t: t.cpu(), lambda t: t.to("cpu")):
+        w.grad = None
+        z = move(w.exp())
+        assert z.device == "cpu" and z.requires_grad
+        (z * fg.tensor([1.0, 2.0])).sum().backward()
+        assert w.grad.device == "cuda"
+        np.testing.assert_allclose(host(w.grad), [np.e, 2 * np.exp(-2.0)], rtol=1e-6)
+
+
+def test_a_move_there_and_back_and_second_derivatives():
+    a = fg.tensor([2.0], requires_grad=True)
+    b = (a.cuda() ** 3).cpu().sum()
+    (g,) = fg.grad(b, a, create_graph=True)
+    assert g.device == "cpu" and g.tolist() == [12.0]  # 3 a^2
+    (g2,) = fg.grad(g.sum(), a)
+    assert g2.tolist() == [12.0]  # 6 a
+
+
+def test_a_differentiable_move_inside_jit_is_refused_at_the_users_line():
+    w = fg.tensor([1.0, 2.0], requires_grad=True)
+
+    @fg.jit
+    def f(x):
+        return (w.cuda() * x).sum()
+
+    with pytest.raises(fg.FusegradError, match=rf"inside a jitted function cannot be.*{HERE}"):
+        for _ in range(4):  # the first calls run eagerly; a later one records
+            f(fg.ones(2, device="cuda"))
+
+
+def test_moves_under_no_grad_or_detached_are_leaves():
     w = fg.randn(3, requires_grad=True)
-    with pytest.raises(fg.FusegradError, match=rf"not differentiable.*detach\(\).*{HERE}"):
-        w.to("cuda")
     assert w.detach().to("cuda").device == "cuda"
     with fg.no_grad():
-        assert w.cuda().device == "cuda"
+        c = w.cuda()
+    assert c.device == "cuda" and not c.requires_grad and c.is_leaf
+
+
+def test_a_cpu_model_trained_on_device_inputs_through_a_move():
+    fg.manual_seed(0)
+    lin = fg.nn.Linear(3, 1)
+    opt = fg.optim.SGD(lin.parameters(), lr=0.1)
+    x = fg.tensor([[1.0, 2.0, 3.0]], device="cuda")
+    before = lin.weight.numpy().copy()
+    for _ in range(2):  # the second step takes the step cache's path
+        opt.zero_grad()
+        loss = (lin.weight.cuda() * x).sum() + lin.bias.cuda().sum()
+        loss.backward()
+        assert lin.weight.grad.device == "cpu" and lin.weight.grad.tolist() == [[1.0, 2.0, 3.0]]
+        opt.step()
+    np.testing.assert_allclose(lin.weight.numpy(), before - 0.2 * np.array([[1.0, 2.0, 3.0]]))
 
 
 def test_default_device_makes_creation_ops_use_it():
