@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import weakref
 from typing import TYPE_CHECKING
 
+from . import forksafe
 from .config import config
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ class _DumpFolder:
 
 
 _dump_folders: dict[str, _DumpFolder] = {}
-_dump_lock = threading.Lock()
+_dump_lock = forksafe.Lock()
 
 # (extension, comment marker, text of a record): the files written per kernel
 _DUMP_FILES = (

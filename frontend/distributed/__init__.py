@@ -41,6 +41,7 @@ import traceback
 import numpy as np
 
 from ..errors import DTypeError, FusegradError, ShapeError, fail
+from ..runtime import forksafe
 
 __all__ = [
     "DistributedError",
@@ -81,7 +82,7 @@ class _Group:
         self.size = comm.Get_size()
         self.timeout = timeout
         self.current: tuple[str, float] | None = None  # the collective running, and since when
-        self.closed = threading.Event()
+        self.closed = forksafe.Event()
         if self.size > 1:
             threading.Thread(target=_watchdog, args=(self,), daemon=True).start()
 
