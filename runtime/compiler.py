@@ -41,7 +41,7 @@ import llvmlite
 import llvmlite.binding as llvm
 
 from . import forksafe
-from .config import config
+from .config import config, warn_unusable_folder
 
 stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0, "libraries": 0}
 
@@ -203,9 +203,29 @@ def _dispose_retired() -> None:
 
 
 def _disk_path(key: str) -> str | None:
-    if not config.cache:
+    folder = config.cache
+    if not folder or not _usable_cache(folder):
         return None
-    return os.path.join(config.cache, key[:2], key + ".o")
+    return os.path.join(folder, key[:2], key + ".o")
+
+
+_cache_folders: dict[str, bool] = {}  # folder -> whether it can hold the disk cache
+
+
+def _usable_cache(folder: str) -> bool:
+    """Whether `folder` can hold the disk cache (made if missing). One that cannot (a
+    file, a path through a file, no permission to make it) is said once, naming
+    FUSEGRAD_CACHE, and the process compiles without the disk cache."""
+    usable = _cache_folders.get(folder)
+    if usable is None:
+        try:
+            os.makedirs(folder, exist_ok=True)
+            usable = True
+        except OSError as e:
+            warn_unusable_folder("FUSEGRAD_CACHE", folder, e, "compiling without the disk cache")
+            usable = False
+        _cache_folders[folder] = usable
+    return usable
 
 
 def _write_atomic(path: str, data: bytes) -> None:
@@ -289,8 +309,13 @@ def _load(source: str, symbol: str, nparams: int) -> CompiledKernel:
         if path:
             try:
                 _write_atomic(path, obj + _seal(key, obj))
-            except OSError:
-                pass  # a read-only cache folder only costs speed
+            except OSError as e:  # a read-only cache folder only costs speed
+                warn_unusable_folder(
+                    "FUSEGRAD_CACHE",
+                    config.cache,
+                    e,
+                    "kernels compiled now are not saved (those in it are still read)",
+                )
         stats["compiled"] += 1
         address = library.load(obj, symbol)
     if not address:

@@ -14,6 +14,9 @@
 | FUSEGRAD_CUDA       | the `cuda` device: "pycuda" (a GPU), "emulate" (the CPU      | pycuda  |
 |                     | emulator of the generated CUDA C) or "off"                     |         |
 
+A FUSEGRAD_CACHE or FUSEGRAD_DUMP folder that cannot be used is said once (a UserWarning
+naming the variable, the path and what happens instead); the run carries on.
+
 Read or change them from Python too:
 
 >>> import fusegrad as fg
@@ -120,3 +123,26 @@ class Config:
 
 
 config = Config.from_env()
+
+_warned_folders: set[tuple[str, str]] = set()
+
+
+def warn_unusable_folder(variable: str, path: str, error: BaseException, instead: str) -> None:
+    """Say once per folder, at the user's line, that the folder a setting names cannot be
+    used and what fusegrad does instead (it carries on): a UserWarning such as
+    "FUSEGRAD_CACHE='/x' cannot be used as a folder (NotADirectoryError: ...): compiling
+    without the disk cache"."""
+    if (variable, path) in _warned_folders:
+        return
+    _warned_folders.add((variable, path))
+    import warnings
+
+    from ..ir.sites import capture
+
+    why = f"{type(error).__name__}: {error}"
+    message = f"{variable}={path!r} cannot be used as a folder ({why}): {instead}"
+    site = capture()
+    if site is None:
+        warnings.warn(message, UserWarning, stacklevel=3)
+    else:
+        warnings.warn_explicit(message, UserWarning, site.path, site.line)
