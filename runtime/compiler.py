@@ -15,7 +15,7 @@ batch: the kernels a new plan compiles (`batch()`), or one kernel alone. Every
 library is dropped, and its engine disposed of, only once nothing can call into it:
 not the memory cache (`config.kernel_cache_size`, least recently used first), not a
 cached plan (`config.plan_cache_size`), not a record a user kept. The engine is
-disposed of at the next load, under the compile lock.
+disposed of then, or at the next load if another thread is compiling.
 
 Compiling leaks about 0.1 MB per kernel inside llvmlite 0.50 itself (each pass
 builder's instrumentation callbacks, the code generator): a process that compiles
@@ -101,9 +101,7 @@ class Library:
         engine.remove_module(empty)
         self.engine = engine
         self.addresses: dict[str, int] = {}
-        # disposing of an engine touches LLVM, so it waits for the compile lock: the
-        # last reference may go on any thread, at any time (a garbage collection)
-        weakref.finalize(self, _retired.append, engine)
+        weakref.finalize(self, _retire, engine)
         stats["libraries"] += 1
 
     def load(self, obj: bytes, symbol: str) -> int:
@@ -194,6 +192,19 @@ def _library_for_load() -> Library:
     if _batch.library is None:
         _batch.library = Library()
     return _batch.library
+
+
+def _retire(engine) -> None:
+    """Dispose of a dropped library's engine now if the compile lock is free, else at the
+    next load: disposing touches LLVM, and the last reference to a library may go on any
+    thread at any time (a garbage collection)."""
+    if _lock.acquire(blocking=False):
+        try:
+            engine.close()
+        finally:
+            _lock.release()
+    else:
+        _retired.append(engine)
 
 
 def _dispose_retired() -> None:
