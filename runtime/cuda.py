@@ -282,6 +282,7 @@ _FORKED = (
 )
 
 
+@forksafe.at_fork
 def _after_fork_in_child() -> None:
     """A forked child inherits the parent's GPU state but cannot use it (CUDA does not
     survive fork): every later use says so instead of failing inside the driver."""
@@ -290,10 +291,6 @@ def _after_fork_in_child() -> None:
     if b is not None and not b.host_memory:
         b.forked = True  # its exit handler must not call CUDA
         _backend, _failure = None, _FORKED
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def reset() -> None:

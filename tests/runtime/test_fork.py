@@ -153,6 +153,19 @@ def test_every_lock_outside_ir_is_made_by_forksafe():
     assert not bad, "locks a forked child would inherit held:\n" + "\n".join(bad)
 
 
+def test_every_reset_after_a_fork_goes_through_forksafe():
+    """One registry (`forksafe.at_fork`), run after the locks are free again."""
+    scattered = []
+    for folder in ("frontend", "ir", "codegen", "runtime", "nn"):
+        for dirpath, _, files in os.walk(os.path.join(ROOT, folder)):
+            for name in files:
+                where = os.path.relpath(os.path.join(dirpath, name), ROOT)
+                if name.endswith(".py") and where != os.path.join("runtime", "forksafe.py"):
+                    if "register_at_fork(" in open(os.path.join(ROOT, where)).read():
+                        scattered.append(where)
+    assert not scattered, scattered
+
+
 def test_the_ir_locks_are_made_afresh_in_a_child():
     import importlib
 
