@@ -25,6 +25,7 @@ from .ir import node as N
 from .ir import sites as _sites
 from .ir.autodiff import gradients
 from .ir.ops import Ops
+from .runtime import forksafe
 from .runtime.engine import engine
 from .versions import check_unmodified
 
@@ -33,7 +34,7 @@ from .versions import check_unmodified
 # while others run backward(). Re-entrant: a garbage collection inside the locked region
 # (an allocation there) may run a dead leaf's callback on this very thread.
 _leaves: dict[int, weakref.ref] = {}
-_leaves_lock = threading.RLock()
+_leaves_lock = forksafe.RLock()
 _consumed: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # roots already backwarded
 _local = threading.local()  # .pending: roots this thread backwarded since its last step
 
@@ -138,7 +139,7 @@ class PendingGrads:
         self.root, self.root_grad, self.site = root, root_grad, site
         self.targets = targets  # the leaves' nodes when backward() was called
         self.grads: list | None = None
-        self._lock = threading.Lock()
+        self._lock = forksafe.Lock()
 
     def materialize(self) -> list:
         with self._lock:

@@ -13,6 +13,8 @@ random tensors too are computed inside the kernels that read them.
 from __future__ import annotations
 
 import math
+import weakref
+from collections import OrderedDict
 
 import numpy as np
 
@@ -34,6 +36,7 @@ from .ir.dtypes import (
     from_numpy as dtype_of_numpy,
 )
 from .jit import key_buffer
+from .runtime import forksafe
 from .runtime.buffer import Buffer, HostTable
 from .runtime.cuda import to_device
 from .tensor import Tensor
@@ -262,8 +265,13 @@ def host_table(array: np.ndarray) -> Tensor:
     return Tensor(N.buffer(HostTable.from_numpy(array, dt), array.shape, dt))
 
 
-_SHARED_LIMIT = 1 << 16  # elements: tables this small are kept, one buffer per distinct call
-_shared_buffers: dict[tuple, Buffer] = {}
+_SHARED_LIMIT = 1 << 16  # elements: tables this small are shared, one buffer per distinct call
+_SHARED_RECENT = 64  # tables kept after their last tensor goes: the most recently asked for
+# key -> the table's buffer, while a tensor holds it; `_recent_shared` holds the last
+# _SHARED_RECENT asked for, so a program asking for 20,000 distinct tables keeps 64
+_shared_buffers: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_recent_shared: OrderedDict[tuple, Buffer] = OrderedDict()
+_shared_lock = forksafe.Lock()
 
 
 def _shared(key: tuple, make, dt: DType, device: str | None = "cpu") -> Tensor:
@@ -271,9 +279,15 @@ def _shared(key: tuple, make, dt: DType, device: str | None = "cpu") -> Tensor:
 
     Index tables (`arange` for one-hot targets, masks) are rebuilt by every step
     that asks for them; sharing the buffer saves the copy, and keeps a step's
-    inputs the same buffers from call to call (what `fusegrad.jit` needs).
+    inputs the same buffers from call to call (what `fusegrad.jit` needs) even when
+    the step drops its tables: the last `_SHARED_RECENT` stay. Others live as long as
+    a tensor holds them.
     """
-    buf = _shared_buffers.get(key)
+    with _shared_lock:
+        buf = _shared_buffers.get(key)
+        if buf is not None:
+            _recent_shared[key] = buf
+            _recent_shared.move_to_end(key)
     if buf is None:
         array = np.asarray(make()).astype(dt.np)
         if device is None:  # a table of no device
@@ -284,7 +298,11 @@ def _shared(key: tuple, make, dt: DType, device: str | None = "cpu") -> Tensor:
             return Tensor(N.buffer(buf, array.shape, dt))
         if device in ("cpu", None):  # shared: writing into t.numpy() must fail, not leak
             buf.array.flags.writeable = False
-        _shared_buffers[key] = buf
+        with _shared_lock:  # another thread may have made it meanwhile: one buffer wins
+            buf = _shared_buffers.setdefault(key, buf)
+            _recent_shared[key] = buf
+            while len(_recent_shared) > _SHARED_RECENT:
+                _recent_shared.popitem(last=False)
     shape = (buf.size,)
     return Tensor(N.buffer(buf, shape, dt))
 

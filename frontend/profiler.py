@@ -36,6 +36,7 @@ import numpy as np
 from .ir import phases as _phases
 from .ir.sites import is_stdlib
 from .runtime import engine as engine_module
+from .runtime import forksafe
 from .runtime.config import config
 from .runtime.engine import engine
 
@@ -105,7 +106,7 @@ class Profile:
 
     # ---------------------------------------------------------------- collecting
     def __enter__(self) -> Profile:
-        self._lock = threading.Lock()
+        self._lock = forksafe.Lock()
         self._before = _phases.snapshot()
         self._override = config.override(program=False)  # time each kernel alone
         self._override.__enter__()
@@ -290,7 +291,7 @@ class _TraceSampler:
         # fusegrad's other folders (the frontend, nn) build graphs
         self.building = tuple(d for d in sites.library_dirs() if d not in self.timed)
         self.ident, self.samples, self.trace = ident, 0, 0
-        self._stop = threading.Event()
+        self._stop = forksafe.Event()
         self._thread = threading.Thread(target=self._run, name="fusegrad-profile", daemon=True)
         self._thread.start()
 

@@ -9,18 +9,18 @@ is still referenced from outside (a user kept `t.numpy()`) is not recycled.
 from __future__ import annotations
 
 import sys
-import threading
 
 import numpy as np
 
 from ..ir.dtypes import ALL_DTYPES, DType
+from . import forksafe
 from .config import config
 
 POOL_LIMIT_BYTES = 1 << 30
 # bytes -> free (raw array, address, the typed array last made of it, or None)
 _pool: dict[int, list[tuple[np.ndarray, int, np.ndarray | None]]] = {}
 _pooled_bytes = 0
-_lock = threading.Lock()  # Python threads allocate and free at once
+_lock = forksafe.Lock()  # Python threads allocate and free at once
 _NP = {d: np.dtype(d.np) for d in ALL_DTYPES}  # numpy's dtype object for each of ours
 live_buffers = 0  # buffers allocated and not yet freed, for tests of memory planning
 

@@ -1,15 +1,31 @@
 """Compile LLVM IR to machine code in process, with a memory and an on-disk cache.
 
 Source text goes through llvmlite's O3 pipeline (loop and SLP vectorization on,
-for the host CPU and its features) and is emitted as an object file, which the
-process-wide MCJIT engine loads. Object files are cached on disk under a key
-made of the source, llvmlite's and LLVM's versions and the host CPU, written
-atomically (temporary file + rename), so a second process that builds the same
-kernels compiles nothing and concurrent processes cannot corrupt the cache.
+for the host CPU and its features) and is emitted as an object file, which an
+MCJIT engine loads. Object files are cached on disk under a key made of the
+source, llvmlite's and LLVM's versions and the host CPU, written atomically
+(temporary file + rename), so a second process that builds the same kernels
+compiles nothing and concurrent processes cannot corrupt the cache.
+
+Machine code is freed with the kernels that use it. An MCJIT engine cannot unload
+one object file, so kernels are loaded in batches, one engine (a `Library`) per
+batch: the kernels a new plan compiles (`batch()`), or one kernel alone. Every
+`CompiledKernel` holds its library, and whatever runs a kernel holds the kernel
+(plans hold their kernels' records, a plan being run is held by its caller), so a
+library is dropped, and its engine disposed of, only once nothing can call into it:
+not the memory cache (`config.kernel_cache_size`, least recently used first), not a
+cached plan (`config.plan_cache_size`), not a record a user kept. The engine is
+disposed of then, or at the next load if another thread is compiling.
+
+Compiling leaks about 0.1 MB per kernel inside llvmlite 0.50 itself (each pass
+builder's instrumentation callbacks, the code generator): a process that compiles
+new kernels for ever still grows by that much per kernel, whereas one whose kernels
+come from the disk cache does not.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -17,36 +33,44 @@ import os
 import tempfile
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import llvmlite
 import llvmlite.binding as llvm
 
-from .config import config
+from . import forksafe
+from .config import config, warn_unusable_folder
 
-stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0}
+stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0, "libraries": 0}
 
 
 @functools.lru_cache(maxsize=1)
 def _target():
+    """(a target machine for optimizing and emitting, a maker of new ones (each engine
+    owns its own), the host's description for cache keys)."""
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     target = llvm.Target.from_default_triple()
     cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
-    # static relocations: position-independent code reaches outside symbols through a GOT,
-    # which MCJIT patched wrongly once several object files were loaded
-    tm = target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="static", jit=True)
-    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
+
+    def new_machine():
+        # static relocations: position-independent code reaches outside symbols through a
+        # GOT, which MCJIT patched wrongly once several object files were loaded
+        return target.create_target_machine(
+            cpu=cpu, features=features, opt=3, reloc="static", jit=True
+        )
+
     fingerprint = "|".join(
         [llvmlite.__version__, ".".join(map(str, llvm.llvm_version_info)), cpu, features]
     )
-    return tm, engine, fingerprint
+    return new_machine(), new_machine, fingerprint
 
 
 def host_description() -> str:
-    tm, _, fingerprint = _target()
-    return fingerprint
+    with _lock:
+        return _target()[2]
 
 
 def _optimize(source: str):
@@ -64,9 +88,42 @@ def _optimize(source: str):
     return mod
 
 
+class Library:
+    """One MCJIT engine and the addresses of the kernels loaded into it. Its machine
+    code lives exactly as long as this object: every kernel loaded here holds it."""
+
+    def __init__(self):
+        _, new_machine, _ = _target()
+        empty = llvm.parse_assembly("")
+        engine = llvm.create_mcjit_compiler(empty, new_machine())
+        # an engine generates code for its modules at every finalize: without its empty
+        # one, loading an object file costs a tenth
+        engine.remove_module(empty)
+        self.engine = engine
+        self.addresses: dict[str, int] = {}
+        weakref.finalize(self, _retire, engine)
+        stats["libraries"] += 1
+
+    def load(self, obj: bytes, symbol: str) -> int:
+        """Add an object file; the address of `symbol` in it (0 if absent)."""
+        self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        self.engine.finalize_object()
+        address = self.engine.get_function_address(symbol)
+        if address:
+            self.addresses[symbol] = address
+            _live[symbol] = self
+        return address
+
+    def address_of(self, symbol: str) -> int:
+        """The address of another function the object files loaded here define."""
+        with _lock:
+            return self.engine.get_function_address(symbol)
+
+
 @dataclass
 class CompiledKernel:
-    """A loaded kernel: its entry point and, on request, its optimized IR and assembly."""
+    """A loaded kernel: its entry point and, on request, its optimized IR and assembly.
+    It holds the library its machine code lives in."""
 
     symbol: str
     source: str
@@ -75,6 +132,7 @@ class CompiledKernel:
     compile_seconds: float
     cache: str  # "compiled", "disk", or "memory"
     _texts: dict = field(default_factory=dict, repr=False)
+    library: Library | None = field(default=None, repr=False, compare=False)
 
     @functools.cached_property
     def fn(self):
@@ -102,20 +160,83 @@ class CompiledKernel:
         return self._texts_now()["asm"]
 
 
-# symbol -> the kernel, most recently used last; bounded by config.kernel_cache_size. The
-# machine code itself stays loaded in the one MCJIT engine (it cannot unload an object
-# file), so `_addresses` remembers where every symbol ever loaded lives: a kernel evicted
-# here and needed again is found there instead of being loaded a second time.
+# symbol -> the kernel, most recently used last; bounded by config.kernel_cache_size.
 _memory: OrderedDict[str, CompiledKernel] = OrderedDict()
-_addresses: dict[str, int] = {}
-# llvmlite's engine and pass managers are not thread-safe: one compile at a time
-_lock = threading.RLock()
+# symbol -> the library it is loaded in, while that library lives: a kernel evicted from
+# `_memory` that a plan still uses is found here instead of being loaded a second time
+_live: weakref.WeakValueDictionary[str, Library] = weakref.WeakValueDictionary()
+_retired: list = []  # engines of dropped libraries, disposed of at the next load
+_batch = threading.local()  # .open, .library: this thread's batch and its library
+# llvmlite's engines and pass managers are not thread-safe: one compile at a time. Held
+# across a fork (runtime/forksafe.py), so a child never inherits an engine mid-change.
+_lock = forksafe.RLock(held_across_fork=True)
+
+
+@contextlib.contextmanager
+def batch():
+    """Load the kernels this thread compiles inside into one library (one engine), which
+    lives while any of them is used: `with batch(): compile the kernels of a plan`."""
+    if getattr(_batch, "open", False):  # nested: the outer batch takes them
+        yield
+        return
+    _batch.open, _batch.library = True, None  # the library is made on the first load
+    try:
+        yield
+    finally:
+        _batch.open, _batch.library = False, None
+
+
+def _library_for_load() -> Library:
+    if not getattr(_batch, "open", False):  # outside a batch: a library of its own
+        return Library()
+    if _batch.library is None:
+        _batch.library = Library()
+    return _batch.library
+
+
+def _retire(engine) -> None:
+    """Dispose of a dropped library's engine now if the compile lock is free, else at the
+    next load: disposing touches LLVM, and the last reference to a library may go on any
+    thread at any time (a garbage collection)."""
+    if _lock.acquire(blocking=False):
+        try:
+            engine.close()
+        finally:
+            _lock.release()
+    else:
+        _retired.append(engine)
+
+
+def _dispose_retired() -> None:
+    """Free the machine code of the libraries nothing uses any more (under `_lock`)."""
+    while _retired:
+        _retired.pop().close()
 
 
 def _disk_path(key: str) -> str | None:
-    if not config.cache:
+    folder = config.cache
+    if not folder or not _usable_cache(folder):
         return None
-    return os.path.join(config.cache, key[:2], key + ".o")
+    return os.path.join(folder, key[:2], key + ".o")
+
+
+_cache_folders: dict[str, bool] = {}  # folder -> whether it can hold the disk cache
+
+
+def _usable_cache(folder: str) -> bool:
+    """Whether `folder` can hold the disk cache (made if missing). One that cannot (a
+    file, a path through a file, no permission to make it) is said once, naming
+    FUSEGRAD_CACHE, and the process compiles without the disk cache."""
+    usable = _cache_folders.get(folder)
+    if usable is None:
+        try:
+            os.makedirs(folder, exist_ok=True)
+            usable = True
+        except OSError as e:
+            warn_unusable_folder("FUSEGRAD_CACHE", folder, e, "compiling without the disk cache")
+            usable = False
+        _cache_folders[folder] = usable
+    return usable
 
 
 def _write_atomic(path: str, data: bytes) -> None:
@@ -154,13 +275,6 @@ def _read_cached(path: str, key: str) -> bytes | None:
     return obj
 
 
-def _add_object(engine, obj: bytes, symbol: str) -> int:
-    """Add an object file to the engine; the address of `symbol` in it (0 if absent)."""
-    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
-    engine.finalize_object()
-    return engine.get_function_address(symbol)
-
-
 def compile_kernel(source: str, symbol: str, nparams: int) -> CompiledKernel:
     """Machine code for `source` (which defines `symbol`), from a cache when possible."""
     with _lock:
@@ -168,10 +282,15 @@ def compile_kernel(source: str, symbol: str, nparams: int) -> CompiledKernel:
         if hit is not None:
             _memory.move_to_end(symbol)
             stats["memory_hits"] += 1
-            return CompiledKernel(symbol, source, hit.address, nparams, 0.0, "memory", hit._texts)
-        address = _addresses.get(symbol)
-        if address is not None:  # evicted from the memory cache, still loaded
-            k = CompiledKernel(symbol, source, address, nparams, 0.0, "memory")
+            return CompiledKernel(
+                symbol, source, hit.address, nparams, 0.0, "memory", hit._texts, hit.library
+            )
+        _dispose_retired()
+        library = _live.get(symbol)
+        if library is not None:  # evicted from the memory cache, still used and loaded
+            k = CompiledKernel(
+                symbol, source, library.addresses[symbol], nparams, 0.0, "memory", {}, library
+            )
         else:
             k = _load(source, symbol, nparams)
         _memory[symbol] = k
@@ -181,16 +300,16 @@ def compile_kernel(source: str, symbol: str, nparams: int) -> CompiledKernel:
 
 
 def _load(source: str, symbol: str, nparams: int) -> CompiledKernel:
-    tm, engine, fingerprint = _target()
+    tm, _, fingerprint = _target()
     key = hashlib.sha256((fingerprint + "\n" + source).encode()).hexdigest()
     path = _disk_path(key)
     t0 = time.perf_counter()
     obj, how = _read_cached(path, key) if path else None, "disk"
-    texts = {}
+    library = _library_for_load()
     address = 0
     if obj is not None:
         try:
-            address = _add_object(engine, obj, symbol)
+            address = library.load(obj, symbol)
             stats["disk_hits"] += 1
         except Exception:  # any failure to load a cached object is a miss: compile instead
             address = 0
@@ -201,11 +320,17 @@ def _load(source: str, symbol: str, nparams: int) -> CompiledKernel:
         if path:
             try:
                 _write_atomic(path, obj + _seal(key, obj))
-            except OSError:
-                pass  # a read-only cache folder only costs speed
+            except OSError as e:  # a read-only cache folder only costs speed
+                warn_unusable_folder(
+                    "FUSEGRAD_CACHE",
+                    config.cache,
+                    e,
+                    "kernels compiled now are not saved (those in it are still read)",
+                )
         stats["compiled"] += 1
-        address = _add_object(engine, obj, symbol)
+        address = library.load(obj, symbol)
     if not address:
         raise RuntimeError(f"kernel {symbol} did not load from its object file")
-    _addresses[symbol] = address
-    return CompiledKernel(symbol, source, address, nparams, time.perf_counter() - t0, how, texts)
+    return CompiledKernel(
+        symbol, source, address, nparams, time.perf_counter() - t0, how, {}, library
+    )

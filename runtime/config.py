@@ -8,10 +8,14 @@
 | FUSEGRAD_CACHE      | on-disk compile cache folder ("off" disables it)   | ~/.cache/fusegrad |
 | FUSEGRAD_PROGRAM    | 0: launch a cached schedule's kernels one by one   | 1       |
 | FUSEGRAD_PLAN_CACHE | schedules (compiled plans) kept in memory, LRU     | 512     |
-| FUSEGRAD_KERNEL_CACHE | compiled kernels kept in memory, LRU             | 2048    |
+| FUSEGRAD_KERNEL_CACHE | compiled kernels kept in memory, LRU; a kernel's | 2048    |
+|                     | machine code is freed once no cached plan uses it  |         |
 | FUSEGRAD_RECOMPILE_WARNING | N: warn when one line has compiled N schedules (0: never) | 0 |
 | FUSEGRAD_CUDA       | the `cuda` device: "pycuda" (a GPU), "emulate" (the CPU      | pycuda  |
 |                     | emulator of the generated CUDA C) or "off"                     |         |
+
+A FUSEGRAD_CACHE or FUSEGRAD_DUMP folder that cannot be used is said once (a UserWarning
+naming the variable, the path and what happens instead); the run carries on.
 
 Read or change them from Python too:
 
@@ -68,7 +72,9 @@ class Config:
     cache: str | None = None
     program: bool = True  # run cached schedules as one native call per thread
     plan_cache_size: int = 512  # compiled schedules kept in memory (least recently used go)
-    kernel_cache_size: int = 2048  # compiled kernels' records kept in memory
+    # compiled kernels kept in memory; evicted ones' machine code is freed once no cached
+    # plan uses it (runtime/compiler.py)
+    kernel_cache_size: int = 2048
     # a RecompileWarning saying what changed once one user line has compiled this many
     # schedules (0: never; FUSEGRAD_DEBUG=1 says it at every recompile anyway)
     recompile_warning: int = 0
@@ -117,3 +123,26 @@ class Config:
 
 
 config = Config.from_env()
+
+_warned_folders: set[tuple[str, str]] = set()
+
+
+def warn_unusable_folder(variable: str, path: str, error: BaseException, instead: str) -> None:
+    """Say once per folder, at the user's line, that the folder a setting names cannot be
+    used and what fusegrad does instead (it carries on): a UserWarning such as
+    "FUSEGRAD_CACHE='/x' cannot be used as a folder (NotADirectoryError: ...): compiling
+    without the disk cache"."""
+    if (variable, path) in _warned_folders:
+        return
+    _warned_folders.add((variable, path))
+    import warnings
+
+    from ..ir.sites import capture
+
+    why = f"{type(error).__name__}: {error}"
+    message = f"{variable}={path!r} cannot be used as a folder ({why}): {instead}"
+    site = capture()
+    if site is None:
+        warnings.warn(message, UserWarning, stacklevel=3)
+    else:
+        warnings.warn_explicit(message, UserWarning, site.path, site.line)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import atexit
 import hashlib
 import os
-import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.dtypes import DType
+from . import forksafe
 from .config import config
 
 
@@ -98,7 +98,7 @@ class _PyCudaBackend:
         self.context = drv.Device(0).retain_primary_context()
         self.active = _Active(self.context)  # `with self.active:` around each CUDA call
         self._held: dict[int, list] = {}  # size class -> free device allocations
-        self._held_lock = threading.Lock()
+        self._held_lock = forksafe.Lock()
         atexit.register(self.close)
         major, minor = drv.Device(0).compute_capability()
         self.arch = f"sm_{major}{minor}"
@@ -248,7 +248,7 @@ class _EmulatedBackend:
         pass
 
 
-_lock = threading.Lock()
+_lock = forksafe.Lock()
 _backend = None
 _failure: str | None = None
 _backend_kind: str | None = None
@@ -282,19 +282,15 @@ _FORKED = (
 )
 
 
+@forksafe.at_fork
 def _after_fork_in_child() -> None:
     """A forked child inherits the parent's GPU state but cannot use it (CUDA does not
     survive fork): every later use says so instead of failing inside the driver."""
-    global _backend, _failure, _lock
-    _lock = threading.Lock()  # another thread may have held it at the fork
+    global _backend, _failure
     b = _backend
     if b is not None and not b.host_memory:
         b.forked = True  # its exit handler must not call CUDA
         _backend, _failure = None, _FORKED
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def reset() -> None:
@@ -428,7 +424,7 @@ class CompiledCudaKernel:
 # (backend, symbol) -> loaded module, most recently used last; bounded as the CPU's kernel
 # cache is (config.kernel_cache_size)
 _modules: OrderedDict[tuple[str, str], object] = OrderedDict()
-_modules_lock = threading.Lock()
+_modules_lock = forksafe.Lock()
 
 
 def symbol_of(loop) -> str:

@@ -41,10 +41,10 @@ import re
 import shutil
 import subprocess
 import tempfile
-import threading
 
 import numpy as np
 
+from . import forksafe
 from .config import config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -171,7 +171,7 @@ def _load_runtime(base: str, fingerprint: str) -> list[str]:
     return _include_dirs[path]
 
 
-_build_lock = threading.Lock()
+_build_lock = forksafe.Lock()
 _scratch_dir: str | None = None
 
 

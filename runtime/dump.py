@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import weakref
 from typing import TYPE_CHECKING
 
-from .config import config
+from . import forksafe
+from .config import config, warn_unusable_folder
 
 if TYPE_CHECKING:
     from .engine import KernelRecord, Plan
@@ -49,7 +49,7 @@ class _DumpFolder:
 
 
 _dump_folders: dict[str, _DumpFolder] = {}
-_dump_lock = threading.Lock()
+_dump_lock = forksafe.Lock()
 
 # (extension, comment marker, text of a record): the files written per kernel
 _DUMP_FILES = (
@@ -72,6 +72,19 @@ def dump_new_plans(plan: Plan, records: list[KernelRecord]) -> None:
     if not config.dump:
         return
     folder_name = os.path.abspath(config.dump)
+    if folder_name in _unusable:
+        return
+    try:
+        _dump(folder_name, plan, records)
+    except OSError as e:  # a dump folder that cannot be written never stops the run
+        _unusable.add(folder_name)
+        warn_unusable_folder("FUSEGRAD_DUMP", config.dump, e, "kernels are not dumped")
+
+
+_unusable: set[str] = set()  # dump folders that could not be written: not tried again
+
+
+def _dump(folder_name: str, plan: Plan, records: list[KernelRecord]) -> None:
     with _dump_lock:
         folder = _dump_folders.setdefault(folder_name, _DumpFolder())
         ref = folder.plans.get(id(plan))

@@ -6,7 +6,9 @@ Everything that outlives a single call lives here, in one place:
   the last reference to a node goes, so does its entry (nodes themselves never
   change after they are made).
 - `plans`: compiled schedules keyed by graph structure, least recently used first,
-  bounded by `config.plan_cache_size` (kernels: `runtime/compiler.py`, bounded too).
+  bounded by `config.plan_cache_size` (kernels: `runtime/compiler.py`, bounded too). A
+  plan holds its kernels' machine code: an evicted kernel's code is freed once no
+  cached plan (and no run in progress) uses it.
 - the observers of every run, called with the plan and its kernels' records
   (`FUSEGRAD_DUMP` writes kernels through one, `fusegrad.profile` collects through one).
 - `recompiles`: per user line, the last structure compiled there, to say what changed.
@@ -51,9 +53,10 @@ from ..ir.macro import expand_all
 from ..ir.node import Node
 from ..ir.ops import Ops
 from ..ir.schedule import ScheduleItem, schedule, structural_key
-from . import cuda
+from . import cuda, forksafe
 from .buffer import Buffer, give_scratch, take_scratch
 from .compiler import CompiledKernel, compile_kernel
+from .compiler import batch as compiler_batch
 from .config import config
 from .dump import dump_new_plans, kernel_header
 from .launch import effective_threads, launch, prewake, run_threads, runs_parallel
@@ -181,7 +184,7 @@ class Engine:
     def __init__(self):
         self._values: dict[int, tuple[weakref.ref, Buffer]] = {}
         self.plans: OrderedDict[tuple, Plan] = OrderedDict()
-        self._plans_lock = threading.Lock()
+        self._plans_lock = forksafe.Lock()
         self.stats = {"scheduled": 0, "schedule_hits": 0}
         # called after every run with the plan and its kernels' records
         self.observers: list[Callable[[Plan, list[KernelRecord]], None]] = [dump_new_plans]
@@ -312,9 +315,10 @@ class Engine:
                 if self.recompiles.should_warn(count, config.recompile_warning):
                     warn_recompile(f"fusegrad: {text}", site)
         before = phases.snapshot() if config.debug >= 1 else None
-        plan = compile_plan(todo, leaves, has_value, device)
-        if config.program and device == "cpu":
-            _build_program(plan)  # now, so that later runs compile nothing
+        with compiler_batch():  # one engine for the plan's new kernels, freed with them
+            plan = compile_plan(todo, leaves, has_value, device)
+            if config.program and device == "cpu":
+                _build_program(plan)  # now, so that later runs compile nothing
         if before is not None:
             _log_phases(before, [s.record for s in plan.steps])
         with self._plans_lock:

@@ -29,6 +29,7 @@ import threading
 
 import numpy as np
 
+from . import forksafe
 from . import pool as native
 from .config import config
 
@@ -72,7 +73,7 @@ class _Pool:
 
     def __init__(self):
         self.workers: list[threading.Thread] = []
-        self.lock = threading.Lock()
+        self.lock = forksafe.Lock()
         self.words = None  # the shared words (runtime/pool.py's Layout), made on first use
         self.runner = None  # the jobs of the thread that runs interruptible runs
 
@@ -80,18 +81,20 @@ class _Pool:
         fns = native.functions()
         words = np.zeros(native.Layout.WORDS + 8, dtype=np.int64)
         skip = (-words.ctypes.data % 64) // 8  # the slots on cache-line boundaries
-        self.words = words[skip : skip + native.Layout.WORDS]
-        self.address = self.words.ctypes.data
+        words = words[skip : skip + native.Layout.WORDS]
+        self.address = words.ctypes.data
         L, per_us = native.Layout, native.cycles_per_us()
-        self.words[L.PLACED_CPU] = -1
-        self.words[L.JOB_SPIN] = int(native.JOB_SPIN_US * per_us)
-        self.words[L.WAKE_SPIN] = int(native.WAKE_SPIN_US * per_us)
-        self.words[L.SYSCALL : L.FUTEX_NR + 1] = native.libc_addresses()
+        words[L.PLACED_CPU] = -1
+        words[L.JOB_SPIN] = int(native.JOB_SPIN_US * per_us)
+        words[L.WAKE_SPIN] = int(native.WAKE_SPIN_US * per_us)
+        words[L.SYSCALL : L.FUTEX_NR + 1] = native.libc_addresses()
         self.args = (ctypes.c_uint64 * native.MAX_ARGS).from_address(self.address + 8 * L.ARGS)
         self._run = _RUN(fns["fg_pool_run"])
         self._prewake = _PREWAKE(fns["fg_pool_prewake"])
         self._close = _WORKER(fns["fg_pool_close"])  # the same signature
         self._worker = _WORKER(fns["fg_pool_worker"])
+        # last: `prewake` on another thread reads the words as soon as they are set
+        self.words = words
 
     def ensure(self, n: int) -> None:
         if self.words is None:
@@ -263,16 +266,13 @@ except (AttributeError, OSError):  # pragma: no cover - not glibc
 _pool = _Pool()
 
 
+@forksafe.at_fork
 def _reset_after_fork() -> None:
     """A forked child has only the thread that forked: the parent's workers do not exist
-    there, and its lock may be held. Start from a new, empty pool."""
+    there. Start from a new, empty pool (and count the CPUs the child may use)."""
     global _pool
     _pool = _Pool()
     _usable_cpus.cache_clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 def effective_threads() -> int:

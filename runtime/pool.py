@@ -491,17 +491,20 @@ def render() -> str:
     return "\n".join(out) + "\n"
 
 
+_kept = []  # the pool's compiled code: its workers run it as long as the process lives
+
+
 @functools.lru_cache(maxsize=1)
 def functions() -> dict[str, int]:
     """The five functions' addresses (compiled once per process, or read from the cache)."""
-    from .compiler import _target, compile_kernel
+    from .compiler import compile_kernel
 
     source = render()
     compiled = compile_kernel(source, "fg_pool_run", 2)
-    engine = _target()[1]
+    _kept.append(compiled)
     out = {"fg_pool_run": compiled.address}
     for name in ("fg_pool_worker", "fg_pool_prewake", "fg_pool_close", "fg_pool_cycles"):
-        out[name] = engine.get_function_address(name)
+        out[name] = compiled.library.address_of(name)
         if not out[name]:
             raise RuntimeError(f"the worker pool's {name} did not load")
     return out

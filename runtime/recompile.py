@@ -17,7 +17,6 @@ it a Python warning (`RecompileWarning`) once a line has compiled N schedules.
 
 from __future__ import annotations
 
-import threading
 import warnings
 from collections import OrderedDict
 
@@ -25,6 +24,7 @@ from ..ir.node import Node, toposort
 from ..ir.ops import Ops
 from ..ir.schedule import _const_key
 from ..ir.sites import capture, site_of
+from . import forksafe
 
 _KEEP = 256  # user lines remembered
 
@@ -48,7 +48,7 @@ class RecompileLog:
 
     def __init__(self):
         self._lines: OrderedDict = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = forksafe.Lock()
 
     def explain(self, key: tuple, todo: list[Node], has_value):
         """Note a new schedule for `todo` (structural key `key`); if the same user line

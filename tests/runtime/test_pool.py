@@ -37,8 +37,9 @@ done:
 
 
 @pytest.fixture(scope="module")
-def recorder() -> int:
-    return compile_kernel(RECORDER, "test_pool_recorder", 1).address
+def recorder():
+    kernel = compile_kernel(RECORDER, "test_pool_recorder", 1)
+    yield kernel.address  # held meanwhile: its machine code lives as long as the kernel
 
 
 @pytest.fixture

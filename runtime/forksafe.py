@@ -1,0 +1,107 @@
+"""Locks and process-wide state that a forked child starts afresh.
+
+`os.fork()` copies the memory of every thread but keeps only the one that forked: a
+lock another thread held at that moment stays held in the child for ever, and the
+child's next `with lock:` never returns (DataLoader workers fork while the parent's
+threads compute). So every lock fusegrad makes comes from here, and is made free again
+in the child:
+
+>>> from fusegrad.runtime import forksafe
+>>> _lock = forksafe.Lock()          # instead of threading.Lock()
+>>> @forksafe.at_fork
+... def _forget_workers():           # state the child must rebuild: called in the child
+...     pass
+
+Locks whose data may be mid-change at the fork take one more step: an
+`RLock(held_across_fork=True)` is acquired before the fork (by the forking thread, so
+the fork waits until the data is whole) and released after it. The compile lock is
+one: LLVM must not be forked halfway through adding a kernel to an engine.
+
+Thread-locals need nothing: the child's one thread keeps its own values, and the other
+threads' are gone with them. Caches that only the GIL guards (`functools.lru_cache`,
+dicts) cannot be copied mid-change: the forking thread holds the GIL.
+
+`ir/` imports nothing of the runtime, so its module-level locks are tracked from here.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections.abc import Callable
+
+_locks: weakref.WeakSet = weakref.WeakSet()  # made free again in a child
+_resets: list[Callable[[], None]] = []  # run in a child, in the order registered
+_held: list = []  # acquired before a fork, released after it
+
+
+def track(lock):
+    """Make `lock` (a Lock, RLock, Condition or Event) free again in a forked child."""
+    _locks.add(lock)
+    return lock
+
+
+def tracked(lock) -> bool:
+    """Whether a forked child gets `lock` free."""
+    return lock in _locks
+
+
+def Lock() -> threading.Lock:
+    """A `threading.Lock` that a forked child gets unlocked."""
+    return track(threading.Lock())
+
+
+def RLock(held_across_fork: bool = False) -> threading.RLock:
+    """A `threading.RLock` that a forked child gets unlocked. `held_across_fork`: the
+    forking thread also waits for it and holds it through the fork, so whatever it guards
+    is never copied into a child mid-change (re-entrant, so a thread that holds it may
+    fork)."""
+    lock = track(threading.RLock())
+    if held_across_fork:
+        _held.append(lock)
+    return lock
+
+
+def Event() -> threading.Event:
+    """A `threading.Event` whose lock a forked child gets free (it keeps its flag)."""
+    return track(threading.Event())
+
+
+def at_fork(reset: Callable[[], None]) -> Callable[[], None]:
+    """Call `reset()` in every forked child (after its locks are free again); a
+    decorator."""
+    _resets.append(reset)
+    return reset
+
+
+def _before() -> None:
+    for lock in _held:
+        lock.acquire()
+
+
+def _after_in_parent() -> None:
+    for lock in reversed(_held):
+        lock.release()
+
+
+def _after_in_child() -> None:
+    for lock in list(_locks):
+        lock._at_fork_reinit()  # what the standard library does for its own locks
+    for reset in _resets:
+        reset()
+
+
+def _track_ir_locks() -> None:
+    from ..ir import macro, node, sites
+
+    for lock in (node._sweeping, sites._sweeping, macro._lock):
+        track(lock)
+
+
+_track_ir_locks()
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_before, after_in_parent=_after_in_parent, after_in_child=_after_in_child
+    )
