@@ -93,6 +93,7 @@ from .ir import node as N
 from .ir.dtypes import int32
 from .ir.sites import site_of
 from .jitguards import NOT_A_VALUE, read_guard, snapshot, unwrap
+from .runtime import forksafe
 from .runtime.buffer import Buffer
 from .runtime.config import config
 from .runtime.cuda import to_device
@@ -145,7 +146,7 @@ def _recording_now() -> _Recording | None:
 # another thread adds to it.
 _parameters: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _modules: weakref.WeakSet = weakref.WeakSet()
-_registry_lock = threading.Lock()
+_registry_lock = forksafe.Lock()
 
 
 def note_parameter(t: Tensor) -> None:

@@ -203,7 +203,7 @@ class _Pool:
         The runner starts the job only under `gate`, unless this thread has given it up
         there first: an exception raised while the thread is being started leaves no
         run behind that writes into buffers the caller is about to free."""
-        gate, done = threading.Lock(), threading.Event()
+        gate, done = forksafe.Lock(), forksafe.Event()
         state = {"begun": False, "abandoned": False}
 
         def run():
