@@ -154,7 +154,7 @@ def var(x, dim=None, unbiased=None, keepdim: bool = False, correction=None):
 
 
 def std(x, dim=None, unbiased=None, keepdim: bool = False, correction=None):
-    return var(x, dim, unbiased, keepdim, correction).sqrt()
+    return ReduceMixin._std_of_var(var(x, dim, unbiased, keepdim, correction))
 
 
 def var_mean(x, dim=None, unbiased=None, keepdim: bool = False, correction=None):
