@@ -40,7 +40,7 @@ ON_PURPOSE: dict[str, str] = {
         "fusegrad in both)",
     ),
     **_each(
-        "F.hardsigmoid-float64-0",
+        "F.hardsigmoid-float64-0 F.hardsigmoid-float64-1",
         "torch's float64 hardsigmoid gradient is 1/6 rounded to float32 (0.16666667163)",
     ),
     **_each(
