@@ -653,6 +653,51 @@ def atanh(x):
 # ---------------------------------------------------------------- two-argument helpers
 
 
+def clamp_tensors(x, lo, hi):
+    """x.clamp(lo, hi) where a bound is a tensor: torch's values (a NaN bound gives NaN;
+    hi wins where lo > hi) and gradients (x's where lo <= x <= hi; lo's where x < lo < hi;
+    hi's where x > hi or hi < lo).
+
+    >>> import fusegrad as fg
+    >>> fg.tensor([0.0, 5.0]).clamp(fg.tensor([1.0, 1.0]), fg.tensor([2.0, 0.0])).tolist()
+    [1.0, 0.0]
+    """
+    from .tensor import broadcast_shapes, promote_tensors
+
+    ts = [x] + [_tensor(t, "clamp") for t in (lo, hi) if t is not None]
+    shape, dtype = x.shape, x.dtype
+    for t in ts[1:]:
+        shape = broadcast_shapes(shape, t.shape, "clamp")
+        dtype = promote_tensors(x, t) if t.dtype is not dtype else dtype
+    x, *bounds = [t.cast(dtype).expand(shape) for t in ts]
+    lo = bounds.pop(0) if lo is not None else None
+    hi = bounds.pop(0) if hi is not None else None
+    out, pairs = x, []
+    if lo is not None:  # a tie of zeros gives the bound's, as torch's
+        out = _where(out > lo, out, lo)
+    if hi is not None:
+        out = _where(out < hi, out, hi)
+    for t in (x, lo, hi):
+        out = out if t is None else _where(isnan(t), t, out)
+    if not dtype.is_float:
+        return out
+
+    def mask(m):
+        return m.cast(dtype)
+
+    if lo is not None and hi is not None:
+        pairs = [
+            (x, mask((x >= lo) & (x <= hi))),
+            (lo, mask((x < lo) & (lo < hi))),
+            (hi, mask((x > hi) | (hi < lo))),
+        ]
+    elif lo is not None:
+        pairs = [(x, mask(x >= lo)), (lo, mask(x < lo))]
+    else:
+        pairs = [(x, mask(x <= hi)), (hi, mask(x > hi))]
+    return _with_grad(out, pairs)
+
+
 def lerp(start, end, weight):
     """start + weight * (end - start), PyTorch's two-sided form (exact at weight 0 and 1)."""
     start = _tensor(start, "lerp")

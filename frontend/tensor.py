@@ -580,6 +580,10 @@ class Tensor(MovementMixin, ReduceMixin):
         the gradient is 1 where min <= x <= max (the bounds included) and 0 elsewhere."""
         if min is None and max is None:
             fail(ShapeError, "clamp", "at least one of min and max must be given")
+        if isinstance(min, Tensor) or isinstance(max, Tensor):
+            from .mathops import clamp_tensors
+
+            return clamp_tensors(self, min, max)
         out = self
         if self.requires_grad and self.dtype.is_float:  # NaN: value NaN, gradient 0
             out = where(self == self, self, self.detach())

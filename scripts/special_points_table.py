@@ -184,6 +184,9 @@ BINARY = {
     "where_method": "x.where(x > y, y)",
     "where_static": ("lib.where(x > y, x, y)", "x.where_(x > y, x, y)"),  # fusegrad only
     "hypot_like": "(x * x + y * y).sqrt()",
+    "clamp_tensors": "x.clamp(y, y + 1.0)",
+    "clamp_min_tensor": "x.clamp(min=y)",
+    "clamp_max_tensor": "x.clamp(max=y)",
     "fg.atan2": "lib.atan2(x, y)",
     "fg.copysign": "lib.copysign(x, y)",
     "fg.div": "lib.div(x, y)",
