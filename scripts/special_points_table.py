@@ -336,6 +336,10 @@ def cases() -> list[dict]:
     for name, expr in BINARY.items():
         xs, ys = zip(*itertools.product(PAIR_POINTS, PAIR_POINTS))
         add(name, expr, [list(xs), list(ys)])
+        if not name.startswith("fg."):
+            add(name, expr, [-0.0, 0.0])  # 0-d
+            add(name, expr, [[], []])  # empty
+            add(name, expr, [[1.0, -0.0, nan], 2.0])  # a 0-d second operand, broadcast
     for name, expr in POW.items():
         xs, ys = zip(*itertools.product(POW_POINTS, POW_POINTS))
         add(name, expr, [list(xs), list(ys)])
