@@ -915,6 +915,22 @@ def _own_gradient(out: Tensor, x: Tensor, rule) -> Tensor:
     return out
 
 
+def hardtanh_values(x: Tensor, lo: float, hi: float) -> Tensor:
+    """x limited to [lo, hi] as F.hardtanh: -0.0 and NaN pass (< and >, not <= and >=),
+    and torch's gradient: 0 at and beyond the limits, 1 at NaN."""
+    out = where(x < lo, lo, where(x > hi, hi, x))
+    if not out.dtype.is_float:
+        return out
+
+    def rule(g, y, xn):
+        low, high = N.const(lo, xn.shape, xn.dtype), N.const(hi, xn.shape, xn.dtype)
+        le = N.add(N.binary(Ops.CMPLT, xn, low), N.binary(Ops.CMPEQ, xn, low))
+        ge = N.add(N.binary(Ops.CMPLT, high, xn), N.binary(Ops.CMPEQ, xn, high))
+        return N.where(N.add(le, ge), N.const(0, g.shape, g.dtype), g)
+
+    return _own_gradient(out, x, rule)
+
+
 def _relu_grad(g: N.Node, y: N.Node, x: N.Node) -> N.Node:
     zero = N.const(0, x.shape, x.dtype)
     at_most_zero = N.binary(Ops.ADD, N.binary(Ops.CMPLT, x, zero), N.binary(Ops.CMPEQ, x, zero))

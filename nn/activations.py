@@ -21,9 +21,7 @@ from __future__ import annotations
 import math
 
 from ..errors import ShapeError, fail
-from ..ir import node as N
-from ..ir.ops import Ops
-from ..tensor import Tensor, _own_gradient, where
+from ..tensor import Tensor, hardtanh_values, where
 from .module import Module
 
 # ---------------------------------------------------------------- private numerics
@@ -167,19 +165,7 @@ def hardtanh(
     """x clamped to [min_val, max_val]; the gradient is 0 at and beyond the limits."""
     if max_val < min_val:
         raise ValueError("max_val must be greater than or equal to min_val")
-    # < and >, so that -0.0 passes (relu6(-0.0) is -0.0), with torch's gradient: 0 at the
-    # limits, 1 at NaN
-    out = where(input < min_val, min_val, where(input > max_val, max_val, input))
-    if not out.dtype.is_float:
-        return out
-
-    def rule(g, y, x):
-        lo, hi = N.const(min_val, x.shape, x.dtype), N.const(max_val, x.shape, x.dtype)
-        le = N.add(N.binary(Ops.CMPLT, x, lo), N.binary(Ops.CMPEQ, x, lo))
-        ge = N.add(N.binary(Ops.CMPLT, hi, x), N.binary(Ops.CMPEQ, x, hi))
-        return N.where(N.add(le, ge), N.const(0, g.shape, g.dtype), g)
-
-    return _own_gradient(out, input, rule)
+    return hardtanh_values(input, min_val, max_val)
 
 
 def relu6(input: Tensor, inplace: bool = False) -> Tensor:
