@@ -102,20 +102,9 @@ NOT_FIXED: dict[str, str] = {
         "sort(descending=True)/topk put NaN last; torch treats NaN as the largest",
     ),
     **_each(
-        "median-float64-1 median-float64-5 median-float64-7 fg.median-float64-1 "
-        "fg.median-float64-5 fg.median-float64-7",
-        "median()'s gradient goes to one of tied medians; torch's full median() splits it "
-        "evenly between them",
-    ),
-    **_each(
-        "median-float64-2 fg.median-float64-2 median_dim-float64-1 kthvalue_dim-float64-1 "
-        "kthvalue_dim-float64-2",
-        "median/kthvalue with NaN (or tied infinities): torch picks the NaN (its index and "
-        "its gradient), fusegrad another element",
-    ),
-    **_each(
-        "median-float64-9 fg.median-float64-9",
-        "median of an empty tensor raises; torch's is NaN",
+        "kthvalue_dim-float64-1 kthvalue_dim-float64-2",
+        "kthvalue with NaN (or tied infinities): torch picks the NaN (its index and its "
+        "gradient), fusegrad another element",
     ),
     **_each(
         "kthvalue-float64-8 fg.kthvalue-float64-8 topk-float64-8 fg.topk-float64-8",
