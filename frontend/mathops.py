@@ -53,8 +53,9 @@ def _tensor(x, op: str):
 
 
 def _with_grad(res, pairs):
-    """`res` (computed from detached inputs) as a function of the tensors in `pairs`, with
-    the gradient rule out' = sum of d * x' over (x, d)."""
+    """`res` as a function of the tensors in `pairs`, with the gradient rule
+    out' = sum of d * x' over (x, d). `res` must be computed from those tensors (not
+    detached copies): autodiff only visits nodes from which they can be reached."""
     xs = [x for x, _ in pairs]
     out = xs[0]._make(res.node, *xs[1:])
     if not out.requires_grad:
@@ -63,9 +64,14 @@ def _with_grad(res, pairs):
     if node.op in MOVEMENT or node.op is Ops.CONST:
         node = N.contiguous(node, "an op with its own gradient rule")
         out = xs[0]._make(node, *xs[1:])
-    live = [(x, d) for x, d in pairs if x.requires_grad]
+    # a zero gradient is no gradient (as torch's zeros): not 0 * g, NaN where g is inf
+    live = [(x, d) for x, d in pairs if x.requires_grad and not _is_zero(d)]
     with_vjp(node, lambda g: [(x.node, N.mul(g, N.cast(d.node, g.dtype))) for x, d in live])
     return out
+
+
+def _is_zero(d) -> bool:
+    return d.node.op is Ops.CONST and d.node.arg == 0
 
 
 def _zero(x):
@@ -84,6 +90,11 @@ def _f64(x):
 
 def _back(res, x):
     return res.cast(x._float().dtype)
+
+
+def _odd_at_zero(res, w):
+    """An odd function's value at +-0 is that zero, its sign kept (sinh(-0.0) is -0.0)."""
+    return _where(w == 0, w, res)
 
 
 # ---------------------------------------------------------------- classification
@@ -200,12 +211,12 @@ def frac(x):
 
 
 def sign(x):
-    """-1, 0 or 1 (NaN stays NaN; bools are their own sign)."""
+    """-1, 0 or 1; 0 at NaN, as torch.sign (numpy's is NaN); bools are their own sign."""
     if x.dtype.is_bool:
         return x
     one = x._make(N.const(1, x.shape, x.dtype))
     w = x
-    out = _where(w > 0, one, _where(w < 0, -one, w))
+    out = _where(w > 0, one, _where(w < 0, -one, _zero(x)))
     return _flat(out, x) if x.dtype.is_float else out
 
 
@@ -218,8 +229,11 @@ def copysign(a, b):
     a = _tensor(a, "copysign")
     a, b = a._operands(b, "copysign")
     a, b = a._float(), b._float()
-    mag = _where(signbit(a), -a, a)  # abs() keeps -0.0's sign
-    return _where(signbit(b), -mag, mag)
+    xa, xb = a, b  # (not detached: _with_grad's rule must see them under the result)
+    mag = _where(signbit(xa), -xa, xa)
+    out = _where(signbit(xb), -mag, mag)
+    # torch's gradient: out / a, and 0 where a is 0 (b: none)
+    return _with_grad(out, [(a, _where(xa == 0, 0.0, out / xa)), (b, _zero(b))])
 
 
 # ---------------------------------------------------------------- division and remainders
@@ -279,9 +293,15 @@ def remainder(a, b):
     """Python's %: the remainder of floor division, with the sign of b."""
     a = _tensor(a, "remainder")
     a, b = a._operands(b, "remainder")
-    r = fmod(a, b)
-    fix = (r != 0) & ((r < 0) != (b < 0))
-    return _where(fix, r + b, r)
+    if not a.dtype.is_float:
+        r = fmod(a, b)
+        return _where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+    xa, xb = a, b
+    r = fmod(xa, xb)
+    r = _where((r != 0) & ((r < 0) != (xb < 0)), r + xb, r)
+    # torch's gradients: 1 and -floor(a / b)
+    one = a._make(N.const(1, a.shape, a.dtype))
+    return _with_grad(r, [(a, one), (b, -floor_divide(xa, xb))])
 
 
 def floor_divide(a, b):
@@ -314,7 +334,8 @@ def div(a, b, rounding_mode=None):
         x, y = a._operands(b, "div")
         if not x.dtype.is_float:
             return x._binary(Ops.DIV, y, "div")
-        return trunc(x / y)
+        # a step function of both: its gradient is 0 (not 0 * the quotient's: NaN at y = 0)
+        return _with_grad(trunc(x / y), [(x, _zero(x)), (y, _zero(y))])
     fail(
         ShapeError,
         "div",
@@ -398,14 +419,22 @@ def logaddexp(a, b):
     a = _tensor(a, "logaddexp")
     a, b = a._operands(b, "logaddexp")
     a, b = a._float(), b._float()
-    m = a.maximum(b)
-    d = (a - b).abs()
-    out = m + log1p((-d).exp())
-    return _where(a == b, a + LN2, out)
+    xa, xb = a, b
+    m = xa.maximum(xb)
+    d = (xa - xb).abs()
+    out = _where(xa == xb, xa + LN2, m + log1p((-d).exp()))
+    # torch's 1 / (1 + e^(b - a)): 1/2 each at a tie
+    return _with_grad(out, [(a, 1 / (1 + (xb - xa).exp())), (b, 1 / (1 + (xa - xb).exp()))])
 
 
 def logaddexp2(a, b):
-    return logaddexp(a * LN2, b * LN2) / LN2
+    """log2(2^a + 2^b)."""
+    a = _tensor(a, "logaddexp2")
+    a, b = a._operands(b, "logaddexp2")
+    a, b = a._float(), b._float()
+    xa, xb = a, b
+    out = logaddexp(xa * LN2, xb * LN2) / LN2
+    return _with_grad(out, [(a, 1 / (1 + exp2(xb - xa))), (b, 1 / (1 + exp2(xa - xb)))])
 
 
 def erf(x):
@@ -433,7 +462,7 @@ def erf(x):
     big = 1 - (-t * t).exp() / (math.sqrt(math.pi) * f)
     mag = _where(a < 2, small, _where(a == math.inf, 1.0, big))
     res = _where(w < 0, -mag, mag)
-    res = _where(isnan(w), w, res)
+    res = _where(isnan(w), w, _odd_at_zero(res, w))
     out = _back(res, xf)
     return _with_grad(out, [(xf, (2 / math.sqrt(math.pi)) * (-xf * xf).exp())])
 
@@ -471,7 +500,8 @@ def _atan64(w):
 def atan(x):
     """Arctangent, within 2 float64 ulps: 1/x reflection, then a pi/6 shift, then a series."""
     xf = x._float()
-    out = _back(_atan64(_f64(xf)), xf)
+    w = _f64(xf)
+    out = _back(_odd_at_zero(_atan64(w), w), xf)
     return _with_grad(out, [(xf, 1 / (1 + xf * xf))])
 
 
@@ -499,7 +529,9 @@ def atan2(y, x):
     y, x = y._float(), x._float()
     res = _back(_atan2_64(_f64(y), _f64(x)), y)
     r2 = x * x + y * y
-    return _with_grad(res, [(y, x / r2), (x, -y / r2)])
+    # torch's x / r2 and -y / r2, and 0 at the origin, where both are 0 / 0
+    at_0 = r2 == 0
+    return _with_grad(res, [(y, _where(at_0, 0.0, x / r2)), (x, _where(at_0, 0.0, -y / r2))])
 
 
 arctan2 = atan2
@@ -537,7 +569,7 @@ def tan(x):
     sr, cr = r.sin(), _cos_small(r)
     odd = (k - 2 * floor(k * 0.5)) != 0
     res = _where(odd, -cr / sr, sr / cr)
-    res = _where(isfinite(w), res, w - w)
+    res = _where(isfinite(w), _odd_at_zero(res, w), w - w)
     out = _back(res, xf)
     return _with_grad(out, [(xf, 1 + out * out)])
 
@@ -558,7 +590,7 @@ def _sinh64(w):
         p = 1 + x2 / ((2 * n) * (2 * n + 1)) * p
     mag = _where(a < 1, a * p, big)
     res = _where(w < 0, -mag, mag)
-    return _where(isnan(w), w, res)
+    return _where(isnan(w), w, _odd_at_zero(res, w))
 
 
 def _cosh64(w):
@@ -589,7 +621,7 @@ def asinh(x):
     mid = log1p(sa + sa * sa / (1 + (1 + sa * sa).sqrt()))
     mag = _where(huge, a.log() + LN2, mid)
     res = _where(w < 0, -mag, mag)
-    res = _where(isnan(w), w, res)
+    res = _where(isnan(w), w, _odd_at_zero(res, w))
     out = _back(res, xf)
     return _with_grad(out, [(xf, (1 + xf * xf).rsqrt())])
 
@@ -603,7 +635,7 @@ def acosh(x):
     mid = log1p(t + (2 * t + t * t).sqrt())
     res = _where(huge, w.log() + LN2, mid)
     out = _back(res, xf)
-    return _with_grad(out, [(xf, ((xf - 1) * (xf + 1)).rsqrt())])
+    return _with_grad(out, [(xf, (xf * xf - 1).rsqrt())])  # torch's form: +inf at -1 too
 
 
 def atanh(x):
@@ -613,12 +645,57 @@ def atanh(x):
     a = w.abs()
     mag = 0.5 * log1p(2 * a / (1 - a))
     res = _where(w < 0, -mag, mag)
-    res = _where(isnan(w), w, res)
+    res = _where(isnan(w), w, _odd_at_zero(res, w))
     out = _back(res, xf)
     return _with_grad(out, [(xf, 1 / ((1 - xf) * (1 + xf)))])
 
 
 # ---------------------------------------------------------------- two-argument helpers
+
+
+def clamp_tensors(x, lo, hi):
+    """x.clamp(lo, hi) where a bound is a tensor: torch's values (a NaN bound gives NaN;
+    hi wins where lo > hi) and gradients (x's where lo <= x <= hi; lo's where x < lo < hi;
+    hi's where x > hi or hi < lo).
+
+    >>> import fusegrad as fg
+    >>> fg.tensor([0.0, 5.0]).clamp(fg.tensor([1.0, 1.0]), fg.tensor([2.0, 0.0])).tolist()
+    [1.0, 0.0]
+    """
+    from .tensor import broadcast_shapes, promote_tensors
+
+    ts = [x] + [_tensor(t, "clamp") for t in (lo, hi) if t is not None]
+    shape, dtype = x.shape, x.dtype
+    for t in ts[1:]:
+        shape = broadcast_shapes(shape, t.shape, "clamp")
+        dtype = promote_tensors(x, t) if t.dtype is not dtype else dtype
+    x, *bounds = [t.cast(dtype).expand(shape) for t in ts]
+    lo = bounds.pop(0) if lo is not None else None
+    hi = bounds.pop(0) if hi is not None else None
+    out, pairs = x, []
+    if lo is not None:  # a tie of zeros gives the bound's, as torch's
+        out = _where(out > lo, out, lo)
+    if hi is not None:
+        out = _where(out < hi, out, hi)
+    for t in (x, lo, hi):
+        out = out if t is None else _where(isnan(t), t, out)
+    if not dtype.is_float:
+        return out
+
+    def mask(m):
+        return m.cast(dtype)
+
+    if lo is not None and hi is not None:
+        pairs = [
+            (x, mask((x >= lo) & (x <= hi))),
+            (lo, mask((x < lo) & (lo < hi))),
+            (hi, mask((x > hi) | (hi < lo))),
+        ]
+    elif lo is not None:
+        pairs = [(x, mask(x >= lo)), (lo, mask(x < lo))]
+    else:
+        pairs = [(x, mask(x <= hi)), (hi, mask(x > hi))]
+    return _with_grad(out, pairs)
 
 
 def lerp(start, end, weight):

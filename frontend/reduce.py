@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
 from collections import namedtuple
 
 from .errors import DimError, DTypeError, ShapeError, fail
@@ -83,10 +84,41 @@ class ReduceMixin:
         for a in axes:
             count *= self.shape[a]
         centered = self - self.mean(dim, keepdim=True)
-        return (centered * centered).sum(dim, keepdim) / max(count - correction, 0)
+        denom = max(count - correction, 0)
+        out = (centered * centered).sum(dim, keepdim) / denom
+        if not out.requires_grad or out.node.op is not Ops.DIV:  # (empty: a constant)
+            return out
+        # torch's 2 (x - mean) / (N - correction): the chain rule through the mean adds
+        # a sum of those terms, which is 0 in exact arithmetic but NaN with an inf element
+        c, x = centered.node, self.node
+        kept = tuple(1 if i in axes else n for i, n in enumerate(self.shape))
+        scale = N.const(2 / denom if denom else math.inf, c.shape, c.dtype)
+
+        def rule(g):
+            return [(x, N.mul(N.expand(N.reshape(g, kept), x.shape), N.mul(c, scale)))]
+
+        with_vjp(out.node, rule)
+        return out
 
     def std(self, dim=None, keepdim: bool = False, correction: int = 1):
-        return self.var(dim, keepdim, correction).sqrt()
+        """sqrt(var); as torch, its gradient is 0 where it is 0 (not 1 / 0 times 0)."""
+        return ReduceMixin._std_of_var(self.var(dim, keepdim, correction))
+
+    @staticmethod
+    def _std_of_var(var):
+        """sqrt(var), with torch's gradient: 0 where it is 0."""
+        out = var.sqrt()
+        if out.requires_grad and out.node.op is Ops.SQRT:
+            ref, vn = weakref.ref(out.node), var.node
+
+            def rule(g):
+                y = ref()
+                zero = N.const(0, y.shape, y.dtype)
+                half = N.binary(Ops.DIV, g, N.add(y, y))
+                return [(vn, N.where(N.binary(Ops.CMPEQ, y, zero), zero, half))]
+
+            with_vjp(out.node, rule)
+        return out
 
     def amax(self, dim=None, keepdim: bool = False):
         empty = [a for a in self._dims(dim, "max") if self.shape[a] == 0]
@@ -114,6 +146,9 @@ class ReduceMixin:
         """
         if dim is None or isinstance(dim, (tuple, list)):
             return self.amax(dim, keepdim)
+        if self.ndim == 0:  # torch: the value itself, at index 0
+            self._dim(dim, "max")
+            return _pair(self.reshape(1).max(0, True)[0].reshape(()), self._index0(), dim, True)
         d = self._dim(dim, "max")
         if self.ndim == 0:  # torch: the value and index 0, 0-d whatever keepdim
             return MaxResult(*self.reshape(1).max(0))
@@ -124,12 +159,18 @@ class ReduceMixin:
     def min(self, dim=None, keepdim: bool = False):
         if dim is None or isinstance(dim, (tuple, list)):
             return self.amin(dim, keepdim)
+        if self.ndim == 0:
+            self._dim(dim, "min")
+            return _pair(self.reshape(1).min(0, True)[0].reshape(()), self._index0(), dim, True)
         d = self._dim(dim, "min")
         if self.ndim == 0:
             return MaxResult(*self.reshape(1).min(0))
         index = self.argmin(d, keepdim=True)
         values = _at_index(self, self.amin(d, keepdim=True), index, d)
         return _pair(values, index, dim, keepdim)
+
+    def _index0(self):
+        return self._make(N.const(0, (), int64))
 
     def argmax(self, dim=None, keepdim: bool = False):
         """Index of the first largest element along `dim` (of the flattened tensor if None);
@@ -202,6 +243,8 @@ class ReduceMixin:
             return x.reshape(1).log_softmax(0).reshape(())
         if x.numel() == 0:
             return x
+        if x.ndim == 0:  # one element along no axis, as torch: log(1) = 0
+            return x.reshape(1).log_softmax(0).reshape(())
         if x.numel() < SPLIT_MIN_ELEMENTS:  # its sum is one reduce: build the nodes at once
             return x._make(log_softmax_node(x.node, dim))
         shifted = x - x.amax(dim, keepdim=True).detach()

@@ -25,7 +25,9 @@ import numpy as np
 
 from .errors import DimError, DTypeError, IndexingError, ShapeError, fail
 from .ir import node as N
+from .ir.autodiff import with_vjp
 from .ir.dtypes import bool_, int64
+from .ir.ops import Ops
 from .reduce import ReduceMixin  # (at the top: an import in a function runs each call)
 
 SORT_LIMIT = 1 << 24  # compared pairs (rows * n * n) a sort may build
@@ -154,7 +156,7 @@ def var(x, dim=None, unbiased=None, keepdim: bool = False, correction=None):
 
 
 def std(x, dim=None, unbiased=None, keepdim: bool = False, correction=None):
-    return var(x, dim, unbiased, keepdim, correction).sqrt()
+    return ReduceMixin._std_of_var(var(x, dim, unbiased, keepdim, correction))
 
 
 def var_mean(x, dim=None, unbiased=None, keepdim: bool = False, correction=None):
@@ -785,16 +787,34 @@ def median(x, dim=None, keepdim: bool = False):
         if flat.shape[0] == 0 and x.dtype.is_float:  # the median of nothing is NaN, as torch's
             return x._make(N.const(math.nan, (), x.dtype))
         v = kthvalue(flat, (flat.shape[0] + 1) // 2, 0).values
-        return _where(isnan(flat).any(), math.nan, v) if x.dtype.is_float else v
+        if not x.dtype.is_float:
+            return v
+        return _shared_by_ties(_where(isnan(flat).any(), math.nan, v), flat)
     d = x._dim(dim, "median")
     n = x.shape[d]
     v, i = kthvalue(x, (n + 1) // 2, d, keepdim=True)
     if x.dtype.is_float:
         bad = isnan(x).any(d, keepdim=True)
-        # the first NaN's index, as PyTorch
+        # the first NaN's index, as PyTorch, and the value read there (so that its
+        # gradient goes to that NaN)
         first = _where(isnan(x), _arange_along(n, d, x.ndim), n).amin(d, keepdim=True)
-        v, i = _where(bad, math.nan, v), _where(bad, first, i)
+        i = _where(bad, first, i)
+        v = x.take_along_dim(i, d)
     return ValuesIndices(v, i) if keepdim else ValuesIndices(v.squeeze(d), i.squeeze(d))
+
+
+def _shared_by_ties(out, flat):
+    """`out`, a value picked from `flat`, with torch's gradient for a full median: shared
+    evenly by the elements equal to it (by the NaNs, where it is NaN)."""
+    if not out.requires_grad or out.node.op is not Ops.WHERE:
+        return out
+    from .mathops import isnan
+
+    hit = ((flat == out) | (isnan(flat) & isnan(out))).cast(flat.dtype)
+    share = (hit / hit.sum()).node
+    fn = flat.node
+    with_vjp(out.node, lambda g: [(fn, N.mul(N.expand(N.reshape(g, (1,)), fn.shape), share))])
+    return out
 
 
 METHODS = {

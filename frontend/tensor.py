@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import math
 import sys
+import weakref
 from collections.abc import Sequence
 
 import numpy as np
@@ -38,7 +39,7 @@ from .ir import node as N
 from .ir import sites as _sites
 from .ir.autodiff import with_vjp
 from .ir.dtypes import DType, bool_, float32, promote, promote_scalar, to_dtype
-from .ir.ops import Ops
+from .ir.ops import MOVEMENT, Ops
 from .movement import MovementMixin
 from .reduce import ReduceMixin
 from .runtime.cuda import to_device
@@ -548,32 +549,42 @@ class Tensor(MovementMixin, ReduceMixin):
         return self._float()._unary(Ops.RECIP)
 
     def abs(self):
-        """|x|; its gradient is sign(x), so 0 at 0, as torch.abs."""
+        """|x|; its gradient is g * sign(x) (0 at 0 and at NaN), as torch.abs.
+
+        A product, not a choice: where g is infinite at 0 (`x.abs().sqrt()`), the
+        gradient is inf * 0 = NaN, as PyTorch's chain rule gives.
+        """
         if self.dtype.is_bool:
             return self
         if not self.dtype.is_float:
             return where(self < 0, -self, self)
-        return where(self < 0, -self, where(self == 0, 0.0, self))
+        out = where(self < 0, -self, where(self == 0, 0.0, self))  # |-0.0| is +0.0
+        return _own_gradient(out, self, lambda g, y, x: N.mul(g, _sign_node(x)))
 
     def neg(self):
         return -self
 
     def relu(self):
-        """max(x, 0); its gradient at 0 is 0 and NaN passes through, as torch.relu."""
-        # where(x <= 0, 0, x), built on nodes: relu runs in every layer of every step
+        """max(x, 0); as torch.relu, -0.0 and NaN pass through, and the gradient is 0 at 0
+        and 1 at NaN (0 where x <= 0)."""
+        # built on nodes: relu runs in every layer of every step
         x = self.node
         if x.dtype.is_bool:
             return where(self <= 0, 0, self)
         zero = N.const(0, x.shape, x.dtype)
-        at_most_zero = N.binary(Ops.ADD, N.binary(Ops.CMPLT, x, zero), N.binary(Ops.CMPEQ, x, zero))
-        return self._make(N.where(at_most_zero, zero, x))
+        out = self._make(N.where(N.binary(Ops.CMPLT, x, zero), zero, x))  # relu(-0.0) = -0.0
+        return _own_gradient(out, self, _relu_grad)
 
     def sigmoid(self):
         """1 / (1 + e^-x), from z = e^-|x| <= 1 so that neither the value nor any derivative
         overflows: x >= 0 gives 1 / (1 + z), x < 0 gives z / (1 + z)."""
         x = self._float()
         z = (-x.abs()).exp()
-        return where(x >= 0, 1, z) / (1 + z)
+        out = where(x >= 0, 1, z) / (1 + z)
+        # s (1 - s) = z / (1 + z)^2, with no cancellation where s is near 1, rather than
+        # the chain rule through |x| (whose gradient at 0 is 0: sigmoid'(0) would be 0)
+        zn = z.node
+        return _own_gradient(out, x, lambda g, y, x: N.mul(g, _over_square_of_1_plus(zn, zn)))
 
     def tanh(self):
         """tanh(x) = 2 sigmoid(2x) - 1, with a series near 0 where that form cancels."""
@@ -585,7 +596,11 @@ class Tensor(MovementMixin, ReduceMixin):
         small = x * (1 + x2 * (-1 / 3 + x2 * (2 / 15 + x2 * (-17 / 315 + x2 * (62 / 2835)))))
         # the series is exact to the last bit below 0.25 in float32, below 0.02 in float64
         limit = 0.25 if x.dtype.itemsize == 4 else 0.02
-        return self.where_(x.abs() < limit, small, big)
+        out = self.where_(x.abs() < limit, small, big)
+        # 1 - t^2 = 4e / (1 + e)^2, with no cancellation where t is near +-1
+        en = e.node
+        four_e = N.mul(en, N.const(4, en.shape, en.dtype))
+        return _own_gradient(out, x, lambda g, y, x: N.mul(g, _over_square_of_1_plus(four_e, en)))
 
     def square(self):
         return self * self
@@ -611,6 +626,10 @@ class Tensor(MovementMixin, ReduceMixin):
         the gradient is 1 where min <= x <= max (the bounds included) and 0 elsewhere."""
         if min is None and max is None:
             fail(ShapeError, "clamp", "at least one of min and max must be given")
+        if isinstance(min, Tensor) or isinstance(max, Tensor):
+            from .mathops import clamp_tensors
+
+            return clamp_tensors(self, min, max)
         out = self
         if self.requires_grad and self.dtype.is_float:  # NaN: value NaN, gradient 0
             out = where(self == self, self, self.detach())
@@ -998,6 +1017,57 @@ def where(cond, a, b) -> Tensor:
     return first._make(node, other)
 
 
+def _own_gradient(out: Tensor, x: Tensor, rule) -> Tensor:
+    """`out`, a function of `x` alone, with the gradient rule(g, out_node, x_node) -> the
+    gradient of x (a node), in place of the chain rule through out's composition.
+
+    The rule is kept by the graph (`ir.autodiff.with_vjp`) while `out`'s node lives; it
+    is handed that node, so that it need not hold it (that would keep it alive forever).
+    An empty or constant-folded result keeps the derived gradient (there is no point).
+    """
+    node = out.node
+    if not out.requires_grad or node.op is Ops.CONST or node.op in MOVEMENT:
+        return out
+    ref, xn = weakref.ref(node), x.node
+    with_vjp(node, lambda g: [(xn, rule(g, ref(), xn))])
+    return out
+
+
+def hardtanh_values(x: Tensor, lo: float, hi: float) -> Tensor:
+    """x limited to [lo, hi] as F.hardtanh: -0.0 and NaN pass (< and >, not <= and >=),
+    and torch's gradient: 0 at and beyond the limits, 1 at NaN."""
+    out = where(x < lo, lo, where(x > hi, hi, x))
+    if not out.dtype.is_float:
+        return out
+
+    def rule(g, y, xn):
+        low, high = N.const(lo, xn.shape, xn.dtype), N.const(hi, xn.shape, xn.dtype)
+        le = N.add(N.binary(Ops.CMPLT, xn, low), N.binary(Ops.CMPEQ, xn, low))
+        ge = N.add(N.binary(Ops.CMPLT, high, xn), N.binary(Ops.CMPEQ, xn, high))
+        return N.where(N.add(le, ge), N.const(0, g.shape, g.dtype), g)
+
+    return _own_gradient(out, x, rule)
+
+
+def _relu_grad(g: N.Node, y: N.Node, x: N.Node) -> N.Node:
+    zero = N.const(0, x.shape, x.dtype)
+    at_most_zero = N.binary(Ops.ADD, N.binary(Ops.CMPLT, x, zero), N.binary(Ops.CMPEQ, x, zero))
+    return N.where(at_most_zero, N.const(0, g.shape, g.dtype), g)
+
+
+def _over_square_of_1_plus(a: N.Node, z: N.Node) -> N.Node:
+    """a / (1 + z)^2, as nodes."""
+    d = N.add(N.const(1, z.shape, z.dtype), z)
+    return N.binary(Ops.DIV, a, N.mul(d, d))
+
+
+def _sign_node(x: N.Node) -> N.Node:
+    """-1, 0 or 1, and 0 at NaN (torch.sign), as nodes: the factor of abs's gradient."""
+    zero, one = N.const(0, x.shape, x.dtype), N.const(1, x.shape, x.dtype)
+    neg = N.where(N.binary(Ops.CMPLT, x, zero), N.const(-1, x.shape, x.dtype), zero)
+    return N.where(N.binary(Ops.CMPLT, zero, x), one, neg)
+
+
 def pow_(base: Tensor, exponent) -> Tensor:
     """x ** y with torch.pow's values and gradients.
 
@@ -1012,6 +1082,14 @@ def pow_(base: Tensor, exponent) -> Tensor:
             return _int_power(base, int(exponent))
         if exponent == 0.5 and base.dtype.is_float:
             return base.sqrt()
+        if exponent == -0.5 and base.dtype.is_float:
+            # as torch: the value is rsqrt's ((-inf) ** -0.5 is NaN, not C's 0), the
+            # gradient pow's, g (-0.5) x^-1.5
+            return _own_gradient(
+                base.rsqrt(),
+                base,
+                lambda g, y, x: N.mul(g, N.mul(pow_(Tensor(x), -1.5).node, _c(-0.5, x))),
+            )
     b, e = base._operands(exponent, "pow")
     if not b.dtype.is_float:
         if b.dtype.is_bool:
@@ -1045,7 +1123,17 @@ def _int_power(base: Tensor, n: int) -> Tensor:
     if base.dtype.is_bool:
         return base
     out = _power_by_squaring(base, abs(n))
-    return out.reciprocal() if n < 0 else out
+    if n > 0:
+        return out
+    # torch's g n x^(n-1): the chain rule through 1 / x^|n| gives inf * 0 = NaN at 0 and inf
+    out = out.reciprocal()
+    return _own_gradient(
+        out, base, lambda g, y, x: N.mul(g, N.mul(_int_power(Tensor(x), n - 1).node, _c(n, x)))
+    )
+
+
+def _c(value, like: N.Node) -> N.Node:
+    return N.const(value, like.shape, like.dtype)
 
 
 def _int_tensor_power(b: Tensor, e: Tensor) -> Tensor:

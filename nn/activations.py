@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 
 from ..errors import ShapeError, fail
-from ..tensor import Tensor, where
+from ..tensor import Tensor, hardtanh_values, where
 from .module import Module
 
 # ---------------------------------------------------------------- private numerics
@@ -104,7 +104,9 @@ def gelu(input: Tensor, approximate: str = "none") -> Tensor:
         return 0.5 * x * (1.0 + inner.clamp(-20.0, 20.0).tanh())
     if approximate != "none":
         raise ValueError(f"approximate argument must be either none or tanh, got {approximate!r}")
-    return 0.5 * x * (1.0 + _erf(x * (1 / math.sqrt(2))))
+    # float32: the short erf (1.2e-7, about an ulp of 1), float64: the full-precision one
+    erf = _erf if x.dtype.itemsize < 8 else Tensor.erf
+    return 0.5 * x * (1.0 + erf(x * (1 / math.sqrt(2))))
 
 
 def silu(input: Tensor, inplace: bool = False) -> Tensor:
@@ -125,9 +127,10 @@ def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = Fals
 
 
 def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
-    """x for x > 0, else alpha * (exp(x) - 1)."""
+    """x for x > 0, else alpha * (exp(x) - 1) (NaN takes the first branch: gradient 1)."""
     x = input._float()
-    return where(x > 0, x, alpha * _expm1(where(x > 0, 0.0, x)))
+    neg = x <= 0
+    return where(neg, alpha * _expm1(where(neg, x, 0.0)), x)
 
 
 _SELU_ALPHA = 1.6732632423543772848170429916717
@@ -144,7 +147,8 @@ def celu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     if alpha == 0:
         raise ZeroDivisionError("ZeroDivisionError: celu with alpha=0")
     x = input._float()
-    return where(x > 0, x, alpha * _expm1(where(x > 0, 0.0, x) * (1.0 / alpha)))
+    neg = x <= 0
+    return where(neg, alpha * _expm1(where(neg, x, 0.0) * (1.0 / alpha)), x)
 
 
 def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
@@ -161,7 +165,7 @@ def hardtanh(
     """x clamped to [min_val, max_val]; the gradient is 0 at and beyond the limits."""
     if max_val < min_val:
         raise ValueError("max_val must be greater than or equal to min_val")
-    return where(input <= min_val, min_val, where(input >= max_val, max_val, input))
+    return hardtanh_values(input, min_val, max_val)
 
 
 def relu6(input: Tensor, inplace: bool = False) -> Tensor:
@@ -170,21 +174,25 @@ def relu6(input: Tensor, inplace: bool = False) -> Tensor:
 
 
 def hardsigmoid(input: Tensor, inplace: bool = False) -> Tensor:
-    """0 below -3, 1 above 3, x / 6 + 1/2 between (gradient 0 at +-3)."""
+    """0 below -3, 1 above 3, x / 6 + 1/2 between (gradient 0 at +-3 and at NaN)."""
     x = input._float()
-    return where(x <= -3.0, 0.0, where(x >= 3.0, 1.0, x * (1 / 6) + 0.5))
+    outside = where(x <= -3.0, 0.0, where(x >= 3.0, 1.0, x.detach()))
+    return where((x > -3.0) & (x < 3.0), x * (1 / 6) + 0.5, outside)
 
 
 def hardswish(input: Tensor, inplace: bool = False) -> Tensor:
     """x * hardsigmoid(x): 0 below -3, x above 3, x (x + 3) / 6 between (gradient 0 at -3,
     1 at 3, as PyTorch's backward)."""
     x = input._float()
-    return where(x <= -3.0, 0.0, where(x < 3.0, x * (x + 3.0) * (1 / 6), x))
+    # x * 0 below -3, as torch's x * relu6(x + 3) / 6: -0.0, and NaN at -inf
+    mid = (x > -3.0) & (x < 3.0)
+    xm = where(mid, x, 0.0)  # (an inf in the branch not taken would give inf * 0 = NaN)
+    return where(x <= -3.0, x * 0.0, where(mid, xm * (xm + 3.0) * (1 / 6), x))
 
 
 def logsigmoid(input: Tensor) -> Tensor:
     """log(sigmoid(x)) = -softplus(-x), stable for large |x|."""
-    return -_softplus_unit(-input._float())
+    return 0.0 - _softplus_unit(-input._float())  # (0 - y: +0.0 at +inf, as torch)
 
 
 def softsign(input: Tensor) -> Tensor:

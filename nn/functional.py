@@ -29,29 +29,14 @@ def relu(input: Tensor, inplace: bool = False) -> Tensor:
 
 
 def sigmoid(input: Tensor) -> Tensor:
-    """1 / (1 + exp(-x)), with torch's gradient y (1 - y) computed from the output y.
-
-    The value is written so that it cannot overflow: with e = exp(-|x|) in
-    (0, 1], sigmoid(x) is 1 / (1 + e) for x >= 0 and e / (1 + e) below.
-    The gradient is torch's formula rather than the chain rule through that
-    expression: where y rounds to exactly 0 or 1 it is exactly 0, as in torch,
-    which is what keeps a saturated Sigmoid + BCELoss from taking huge steps
-    (BCELoss divides by max(y (1 - y), 1e-12)). Like BCELoss's, this gradient
-    is itself not differentiated again: use `Tensor.sigmoid` for second derivatives.
-    """
-    x = input.detach()
-    e = (-x.abs()).exp()
-    y = where(x >= 0, 1.0, e) / (1.0 + e)
-    return _with_gradients(y, (input, y * (1.0 - y)))
+    """1 / (1 + exp(-x)) (`Tensor.sigmoid`: its gradient y (1 - y) is computed as
+    z / (1 + z)^2 with z = e^-|x|, finite everywhere and accurate where y is near 1)."""
+    return input.sigmoid()
 
 
 def tanh(input: Tensor) -> Tensor:
-    """tanh(x); inputs are clamped to [-20, 20], where float32 tanh is already +-1.
-
-    The clamp keeps `Tensor.tanh`'s gradient finite (it is NaN for x < -44),
-    and changes no value: the true derivative beyond 20 is below 1e-17.
-    """
-    return input.clamp(-20.0, 20.0).tanh()
+    """tanh(x) (`Tensor.tanh`, whose gradient is torch's 1 - y^2)."""
+    return input.tanh()
 
 
 def _softmax_dim(ndim: int) -> int:

@@ -166,10 +166,10 @@ def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -
         norm = a.sum(d, keepdim=True)
     elif p == 2:
         ss = (x * x).sum(d, keepdim=True)
-        norm = where(ss > 0, where(ss > 0, ss, 1.0).sqrt(), 0.0)
+        norm = where(ss == 0, 0.0, where(ss == 0, 1.0, ss).sqrt())  # (NaN stays NaN)
     elif p > 0:
         total = (where(a > 0, a, 1.0) ** p * (a > 0)).sum(d, keepdim=True)
-        norm = where(total > 0, where(total > 0, total, 1.0) ** (1.0 / p), 0.0)
+        norm = where(total == 0, 0.0, where(total == 0, 1.0, total) ** (1.0 / p))
     else:
         raise ValueError(f"normalize: p must be positive, got {p}")
     return x / norm.maximum(eps)
