@@ -15,7 +15,8 @@ from __future__ import annotations
 import warnings
 
 from .. import creation
-from ..errors import FusegradError, fail, one_site
+from ..errors import FusegradError, one_site
+from ..errors import fail as _fail
 from ..extend import gather_rows, host_data
 from ..reduce import class_cross_entropy, fits_class_cross_entropy
 from ..reduce import linear as _linear
@@ -94,9 +95,9 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     values = _known_values(tensor)
     if values is not None and values.size:
         if values.min() < 0:
-            fail(ClassIndexError, "one_hot", "Class values must be non-negative.")
+            _fail(ClassIndexError, "one_hot", "Class values must be non-negative.")
         if values.max() >= num_classes:
-            fail(ClassIndexError, "one_hot", "Class values must be smaller than num_classes.")
+            _fail(ClassIndexError, "one_hot", "Class values must be smaller than num_classes.")
     return (tensor[..., None] == creation.index_arange(num_classes)).long()
 
 
@@ -155,7 +156,7 @@ def _check_targets_in_range(target: Tensor, classes: int, ignore_index: int, op:
         return True  # the usual batch, told with two reductions
     bad = values[((values < 0) | (values >= classes)) & (values != ignore_index)]
     if bad.size:
-        fail(ClassIndexError, op, f"Target {int(bad[0])} is out of bounds.")
+        _fail(ClassIndexError, op, f"Target {int(bad[0])} is out of bounds.")
     return not (values == ignore_index).any()
 
 

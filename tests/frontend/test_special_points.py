@@ -85,30 +85,9 @@ NOT_FIXED: dict[str, str] = {
         "binary_cross_entropy(1, 1) is +0.0, torch's -0.0",
     ),
     **_each(
-        "logsumexp-float64-3 logsumexp-float32-3 logsumexp-float64-4 logsumexp-float32-4 "
-        "logsumexp-float64-5 logsumexp-float32-5 logsumexp_dim-float64-2",
-        "logsumexp with infinite elements is NaN (inf - inf), torch's is inf or -inf",
-    ),
-    **_each(
-        "logsumexp-float64-9 logsumexp-float32-9",
-        "logsumexp over an empty axis raises; torch's is -inf",
-    ),
-    **_each(
-        "cummax-float64-2 cummin-float64-2 fg.cummax-float64-2 fg.cummin-float64-2",
-        "cummax/cummin do not propagate NaN (torch: NaN from the NaN on)",
-    ),
-    **_each(
-        "sort_desc-float64-2 topk-float64-2 fg.topk-float64-2 topk_dim-float64-1",
-        "sort(descending=True)/topk put NaN last; torch treats NaN as the largest",
-    ),
-    **_each(
         "kthvalue_dim-float64-1 kthvalue_dim-float64-2",
         "kthvalue with NaN (or tied infinities): torch picks the NaN (its index and its "
         "gradient), fusegrad another element",
-    ),
-    **_each(
-        "kthvalue-float64-8 fg.kthvalue-float64-8 topk-float64-8 fg.topk-float64-8",
-        "kthvalue/topk of a 0-d tensor raise IndexError; torch treats it as one element",
     ),
     **_each(
         "scatter_reduce_amax-float64-0 scatter_reduce_amax-float64-1 "
@@ -228,7 +207,9 @@ EXCLUDED: dict[str, str] = {
         _names(
             "Tensor",
             "assign_ backward bool cast cpu cuda data detach device dim double dtype float "
-            "grad int is_contiguous is_cuda is_leaf item long ndim node numel numpy realize "
+            "grad int is_contiguous is_cuda is_leaf item long byte char short ndim node numel "
+            "numpy "
+            "realize "
             "requires_grad requires_grad_ retain_grad retains_grad shape size stride to "
             "tolist type",
         )
