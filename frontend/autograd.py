@@ -35,7 +35,9 @@ from .versions import check_unmodified
 _leaves: dict[int, weakref.ref] = {}
 _leaves_lock = threading.RLock()
 _consumed: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # roots already backwarded
-_local = threading.local()  # .pending: roots this thread backwarded since its last step
+# .pending: roots this thread backwarded since its last step;
+# .graded: the tensors it gave a gradient since then, which `settle` computes
+_local = threading.local()
 
 
 class GradError(FusegradError, RuntimeError):
@@ -213,9 +215,13 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
             if k is not None and leaves[k] is not r:
                 leaves.append(r)
                 fresh.append(fresh[k])
+    graded = getattr(_local, "graded", None)
+    if graded is None:
+        graded = _local.graded = {}
     for leaf, gt in zip(leaves, fresh):
         if gt is not None:
             leaf._grad = gt if leaf._grad is None else leaf._grad + gt
+            graded[id(leaf)] = weakref.ref(leaf)
     if not (retain_graph or create_graph):
         _consumed[id(t)] = t
         from .tensor import drop_graph
@@ -240,12 +246,33 @@ def take_pending_outputs() -> list:
     """
     pending = getattr(_local, "pending", None) or []
     _local.pending = []
+    _local.graded = {}  # the step computes the gradients too: `settle` need not
     out = []
     for ref in pending:
         t = ref()
         if t is not None and engine.value(t.node) is None:
             out.append(t)
     return out
+
+
+def settle(value) -> None:
+    """Compute tensor `value` now, in one plan with the gradients the backward() calls of
+    this thread gave since the last settle or optimizer step and the losses they were
+    called on (so the forward and backward passes run once, and `loss.item()` after costs
+    nothing). An update without history calls it (`versions.overwrite`): a manual SGD
+    step `p -= lr * p.grad` computes the step's forward, backward and first update
+    together, and each further parameter's update from values in memory."""
+    from .tensor import realize
+
+    graded = getattr(_local, "graded", None) or {}
+    _local.graded = {}
+    grads = {}
+    for ref in graded.values():
+        leaf = ref()
+        g = None if leaf is None else leaf._grad
+        if g is not None and not g.requires_grad and not g._has_value():
+            grads[id(g)] = g
+    realize(value, *grads.values(), *take_pending_outputs())
 
 
 def grad(
