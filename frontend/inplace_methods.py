@@ -35,7 +35,10 @@ SAME_SHAPE = (
     "greater greater_equal "
     # same-shape ops along a dimension, and indexed writes
     "cumsum cumprod tril triu masked_fill masked_scatter index_fill index_add index_copy "
-    "scatter scatter_add scatter_reduce index_put"
+    "scatter scatter_add scatter_reduce index_put index_reduce put renorm "
+    # torch's other same-shape ops: their variants appear as soon as fusegrad has the op
+    "hypot xlogy float_power logit lgamma digamma erfinv i0 sinc deg2rad rad2deg heaviside "
+    "nextafter ldexp gcd lcm igamma igammac polygamma mvlgamma addmm addmv addr addbmm baddbmm"
 ).split()
 
 # in-place variants that change the tensor's shape (metadata only in torch)
