@@ -816,13 +816,12 @@ def _set_data(x, value):
     """`x.data = value`: x takes value's value (any shape and dtype, as in torch), with no
     history; x stays the same leaf."""
     from .tensor import DataView, as_tensor
-    from .versions import overwrite
 
     value = as_tensor(value).detach()
     if type(x) is DataView:
         x = x.owner
-    if value.shape == x.shape and value.dtype is x.dtype:
-        overwrite(x, value, counted=False)
+    if value.shape == x.shape and value.dtype is x.dtype and value.device == x.device:
+        DataView(x)._inplace(value, "data")  # as a write through .data
         return
     from .runtime.engine import engine
     from .versions import retire

@@ -256,3 +256,11 @@ def test_a_chain_of_inplace_updates_stays_short():
         t.add_(1).mul_(2)  # x -> 2 (x + 1)
     assert reachable(t.node) <= 4  # the last update on a computed value
     assert t.tolist() == [2.0**20 * x + 2.0**21 - 2 for x in (0, 1, 2)]
+
+
+def test_assigning_data_to_a_non_leaf_keeps_its_gradient():
+    x = fg.ones(2, requires_grad=True)
+    y = x * 2
+    y.data = fg.tensor([5.0, 7.0])
+    (y * y).sum().backward()  # torch: d/dx of sum(y_graph * y) with y's new values: 2 * 2y
+    assert y.tolist() == [5.0, 7.0] and x.grad.tolist() == [20.0, 28.0]
