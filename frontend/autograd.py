@@ -256,23 +256,30 @@ def take_pending_outputs() -> list:
 
 
 def settle(value) -> None:
-    """Compute tensor `value` now, in one plan with the gradients the backward() calls of
-    this thread gave since the last settle or optimizer step and the losses they were
-    called on (so the forward and backward passes run once, and `loss.item()` after costs
-    nothing). An update without history calls it (`versions.overwrite`): a manual SGD
-    step `p -= lr * p.grad` computes the step's forward, backward and first update
-    together, and each further parameter's update from values in memory."""
-    from .tensor import realize
+    """Compute tensor `value` now; if gradients that backward() calls of this thread gave
+    since the last optimizer step were read (so `value` may use them) and are not computed
+    yet, compute them in the same plan, with the losses backward() was called on (so the
+    forward and backward passes run once, and `loss.item()` after costs nothing).
+
+    An update without history calls it (`versions.overwrite`): a manual SGD step
+    `p -= lr * p.grad` computes the step's forward, backward and first update together,
+    and each further parameter's update from values in memory. Gradients nobody read are
+    left alone, for the optimizer step's cached plan (`stepcache.py`)."""
+    from .tensor import LazyGrad, realize
 
     graded = getattr(_local, "graded", None) or {}
-    _local.graded = {}
     grads = {}
     for ref in graded.values():
         leaf = ref()
         g = None if leaf is None else leaf._grad
-        if g is not None and not g.requires_grad and not g._has_value():
+        if g is None or g.requires_grad or (type(g) is LazyGrad and not g.built):
+            continue
+        if not g._has_value():
             grads[id(g)] = g
-    realize(value, *grads.values(), *take_pending_outputs())
+    if not grads:
+        realize(value)
+        return
+    realize(value, *grads.values(), *take_pending_outputs())  # (which forgets `graded`)
 
 
 def grad(

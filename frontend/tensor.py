@@ -814,6 +814,17 @@ class LazyGrad(Tensor):
         """Whether the backward graph behind this gradient has been built."""
         return _NODE.__get__(self, Tensor) is not None
 
+    def _inplace(self, value, op: str) -> Tensor:
+        if self.built:
+            return super()._inplace(value, op)
+        # nothing read this gradient, so `value` does not use it (zero_, fill_, copy_):
+        # take the value without building the backward graph
+        value = self._checked_update(value, op).detach().cast(self.dtype)
+        buf = engine.value(value.node)
+        self.node = value.node if buf is None else N.buffer(buf, self.shape, self.dtype)
+        self._version += 1
+        return self
+
     @property
     def shape(self) -> tuple[int, ...]:
         n = _NODE.__get__(self, Tensor)  # (an in-place view op such as t_() changes it)

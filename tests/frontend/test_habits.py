@@ -264,3 +264,26 @@ def test_assigning_data_to_a_non_leaf_keeps_its_gradient():
     y.data = fg.tensor([5.0, 7.0])
     (y * y).sum().backward()  # torch: d/dx of sum(y_graph * y) with y's new values: 2 * 2y
     assert y.tolist() == [5.0, 7.0] and x.grad.tolist() == [20.0, 28.0]
+
+
+def test_zeroing_an_unread_gradient_builds_no_backward_graph():
+    w = fg.tensor([1.0, 2.0], requires_grad=True)
+    (w * w).sum().backward()
+    w.grad.zero_()
+    assert w.grad.built and w.grad._version == 1 and w.grad.tolist() == [0.0, 0.0]
+    assert w.grad.pending.grads is None  # autodiff never ran
+
+
+def test_an_update_that_reads_no_gradient_leaves_the_step_cached():
+    w = fg.tensor([1.0, 2.0], requires_grad=True)
+    ema = fg.tensor([0.0, 0.0])
+    opt = fg.optim.SGD([w], lr=0.1)
+    for _ in range(4):
+        opt.zero_grad()
+        loss = (w * w).sum()
+        loss.backward()
+        with fg.no_grad():  # an average of the weights, kept between backward and step
+            ema.mul_(0.5).add_(w, alpha=0.5)
+        opt.step()
+    assert opt._steps.hits == 3  # the first step records the plan, the others run it
+    np.testing.assert_allclose(w.numpy(), [0.4096, 0.8192], rtol=1e-6)
