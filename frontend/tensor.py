@@ -817,13 +817,16 @@ class LazyGrad(Tensor):
     def _inplace(self, value, op: str) -> Tensor:
         if self.built:
             return super()._inplace(value, op)
-        # nothing read this gradient, so `value` does not use it (zero_, fill_, copy_):
-        # take the value without building the backward graph
-        value = self._checked_update(value, op).detach().cast(self.dtype)
-        buf = engine.value(value.node)
-        self.node = value.node if buf is None else N.buffer(buf, self.shape, self.dtype)
+        self._take(self._checked_update(value, op))
         self._version += 1
         return self
+
+    def _take(self, value: Tensor) -> None:
+        """Take `value` (checked) while unbuilt: nothing read this gradient, so `value` does
+        not use it (zero_, fill_, copy_), and the backward graph need not be built."""
+        value = value.detach().cast(self.dtype)
+        buf = engine.value(value.node)
+        self.node = value.node if buf is None else N.buffer(buf, self.shape, self.dtype)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -917,6 +920,8 @@ class DataView(Tensor):
             new = N.where(always, N.cast(value.node, owner.dtype), old)
             owner.node = with_vjp(new, lambda g: [(old, g)])
             owner._strides = None
+        elif type(owner) is LazyGrad and not owner.built:
+            owner._take(value)  # `p.grad.data.zero_()`: no backward graph built for nothing
         else:
             overwrite(owner, value, counted=False)
         return self

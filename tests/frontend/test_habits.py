@@ -272,6 +272,10 @@ def test_zeroing_an_unread_gradient_builds_no_backward_graph():
     w.grad.zero_()
     assert w.grad.built and w.grad._version == 1 and w.grad.tolist() == [0.0, 0.0]
     assert w.grad.pending.grads is None  # autodiff never ran
+    w.grad = None
+    (w * w).sum().backward()
+    w.grad.data.zero_()
+    assert w.grad.tolist() == [0.0, 0.0] and w.grad.pending.grads is None
 
 
 def test_an_update_that_reads_no_gradient_leaves_the_step_cached():
