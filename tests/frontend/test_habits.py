@@ -291,3 +291,14 @@ def test_an_update_that_reads_no_gradient_leaves_the_step_cached():
         opt.step()
     assert opt._steps.hits == 3  # the first step records the plan, the others run it
     np.testing.assert_allclose(w.numpy(), [0.4096, 0.8192], rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "name", ["inplace_methods", "autograd_state", "versions", "creation", "tensor"]
+)
+def test_docstring_examples(name):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(f"fusegrad.{name}"))
+    assert result.attempted > 0 and result.failed == 0
