@@ -23,10 +23,13 @@ lazy value left as it is would grow by a whole training step every step. So
 `overwrite` computes the new value at once where that chain would form: for a
 leaf that requires grad (a parameter, which the next forward reads), and for a
 tensor whose current value is itself an update not computed yet (a momentum
-buffer `buf.mul_(m).add_(g)`: one kernel for both). It computes it together
-with the gradients of the last backward() and its loss (`autograd.settle`), so
-the forward and backward passes run once, in one plan, and each parameter's
-update after the first is a small kernel on values in memory.
+buffer `buf.mul_(m).add_(g)`: one kernel for both). If the gradients of the
+last backward() were read, it computes it together with them and the loss
+(`autograd.settle`), so the forward and backward passes run once, in one plan,
+and each parameter's update after the first is a small kernel on values in
+memory. (A tensor updated in place many times in a row is thus computed at every
+second update: `total += loss.detach()` before `opt.step()` computes the forward
+for itself, as `loss.item()` there would.)
 """
 
 from __future__ import annotations
