@@ -55,9 +55,15 @@ _node.MIXED_DEVICES_HOOK = _mixed_devices
 from . import cuda, testing  # noqa: E402
 from . import indexing as _indexing  # noqa: E402
 from .autograd import GradError, grad  # noqa: E402
-from .autograd_state import enable_grad, no_grad  # noqa: E402
+from .autograd_state import (  # noqa: E402
+    enable_grad,
+    inference_mode,
+    is_inference_mode_enabled,
+    no_grad,
+)
 from .creation import (  # noqa: E402
     arange,
+    as_tensor,
     empty,
     empty_like,
     eye,
@@ -111,6 +117,13 @@ from . import shapeops as _shapeops  # noqa: E402
 
 _mathops.install(Tensor)
 _shapeops.install(Tensor)
+from . import inplace_methods as _inplace_methods  # noqa: E402
+
+_inplace_methods.install(Tensor)  # after the others: it generates t.op_() from t.op()
+from .creation import NEW_METHODS as _new_methods  # noqa: E402
+
+for _name, _fn in _new_methods.items():  # t.new_zeros(...), t.new_tensor(...), ...
+    setattr(Tensor, _name, _fn)
 import builtins as _builtins  # noqa: E402
 
 from .mathops import (  # noqa: E402

@@ -36,7 +36,9 @@ from .versions import check_unmodified
 _leaves: dict[int, weakref.ref] = {}
 _leaves_lock = forksafe.RLock()
 _consumed: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # roots already backwarded
-_local = threading.local()  # .pending: roots this thread backwarded since its last step
+# .pending: roots this thread backwarded since its last step;
+# .graded: the tensors it gave a gradient since then, which `settle` computes
+_local = threading.local()
 
 
 class GradError(FusegradError, RuntimeError):
@@ -214,9 +216,13 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
             if k is not None and leaves[k] is not r:
                 leaves.append(r)
                 fresh.append(fresh[k])
+    graded = getattr(_local, "graded", None)
+    if graded is None:
+        graded = _local.graded = {}
     for leaf, gt in zip(leaves, fresh):
         if gt is not None:
             leaf._grad = gt if leaf._grad is None else leaf._grad + gt
+            graded[id(leaf)] = weakref.ref(leaf)
     if not (retain_graph or create_graph):
         _consumed[id(t)] = t
         from .tensor import drop_graph
@@ -241,12 +247,40 @@ def take_pending_outputs() -> list:
     """
     pending = getattr(_local, "pending", None) or []
     _local.pending = []
+    _local.graded = {}  # the step computes the gradients too: `settle` need not
     out = []
     for ref in pending:
         t = ref()
         if t is not None and engine.value(t.node) is None:
             out.append(t)
     return out
+
+
+def settle(value) -> None:
+    """Compute tensor `value` now; if gradients that backward() calls of this thread gave
+    since the last optimizer step were read (so `value` may use them) and are not computed
+    yet, compute them in the same plan, with the losses backward() was called on (so the
+    forward and backward passes run once, and `loss.item()` after costs nothing).
+
+    An update without history calls it (`versions.overwrite`): a manual SGD step
+    `p -= lr * p.grad` computes the step's forward, backward and first update together,
+    and each further parameter's update from values in memory. Gradients nobody read are
+    left alone, for the optimizer step's cached plan (`stepcache.py`)."""
+    from .tensor import LazyGrad, realize
+
+    graded = getattr(_local, "graded", None) or {}
+    grads = {}
+    for ref in graded.values():
+        leaf = ref()
+        g = None if leaf is None else leaf._grad
+        if g is None or g.requires_grad or (type(g) is LazyGrad and not g.built):
+            continue
+        if not g._has_value():
+            grads[id(g)] = g
+    if not grads:
+        realize(value)
+        return
+    realize(value, *grads.values(), *take_pending_outputs())  # (which forgets `graded`)
 
 
 def grad(

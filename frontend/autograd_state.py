@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 
 _state = threading.local()
@@ -31,3 +32,50 @@ def enable_grad():
         yield
     finally:
         _state.enabled = old
+
+
+def is_inference_mode_enabled() -> bool:
+    """Whether an `inference_mode()` block is running on this thread."""
+    return getattr(_state, "inference", False)
+
+
+class inference_mode:  # noqa: N801  (torch's name)
+    """Compute without recording gradients, as `torch.inference_mode()`: a context manager
+    and a decorator (`@fg.inference_mode()` or `@fg.inference_mode`).
+    `inference_mode(False)` changes nothing.
+
+    Within it, as under `no_grad()`, results never require grad. (fusegrad's lazy tensors
+    cost the same either way, so unlike PyTorch's "inference tensors" the results may be
+    used in autograd afterwards.)
+
+    >>> import fusegrad as fg
+    >>> w = fg.ones(2, requires_grad=True)
+    >>> with fg.inference_mode():
+    ...     (w * 2).requires_grad, fg.is_inference_mode_enabled()
+    (False, True)
+    """
+
+    def __new__(cls, mode=True):
+        if callable(mode):  # @fg.inference_mode, without the call
+            return cls()(mode)
+        return super().__new__(cls)
+
+    def __init__(self, mode: bool = True):
+        self.mode = bool(mode)
+        self._saved: list[tuple[bool, bool]] = []  # one per nested `with` of this object
+
+    def __enter__(self) -> None:
+        self._saved.append((enabled(), is_inference_mode_enabled()))
+        if self.mode:
+            _state.enabled, _state.inference = False, True
+
+    def __exit__(self, *exc) -> None:
+        _state.enabled, _state.inference = self._saved.pop()
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            with inference_mode(self.mode):
+                return fn(*args, **kwargs)
+
+        return run

@@ -154,6 +154,56 @@ def tensor(data, dtype=None, requires_grad: bool = False, device=None) -> Tensor
     return from_numpy(arr, requires_grad, device)
 
 
+def as_tensor(data, dtype=None, device=None) -> Tensor:
+    """`data` as a tensor, as torch.as_tensor: a tensor already of this dtype and device is
+    returned itself (no copy: updates of one are updates of the other); one of another
+    dtype or device is converted (`Tensor.to`); anything else is read as by `tensor()`.
+    fusegrad keeps its own copy of a numpy array's values (as `from_numpy` does), so later
+    writes to the array do not reach the tensor."""
+    if isinstance(data, Tensor):
+        return data.to(dtype=dtype, device=device)
+    return tensor(data, dtype=dtype, device=device)
+
+
+def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """`fill_value` everywhere in a tensor of `size`, with this tensor's dtype and device
+    unless told (Tensor.new_full; new_zeros, new_ones and new_empty likewise).
+
+    >>> import fusegrad as fg
+    >>> fg.zeros(2, dtype=fg.int32).new_full((2, 2), 7).tolist()
+    [[7, 7], [7, 7]]
+    """
+    return full(_shape(size), fill_value, dtype or self.dtype, requires_grad, _like(self, device))
+
+
+def new_zeros(self, *size, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return new_full(self, size, 0, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def new_ones(self, *size, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return new_full(self, size, 1, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def new_empty(self, *size, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return new_zeros(self, *size, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """A new tensor of `data`, with this tensor's dtype and device unless told (as torch:
+    `int_tensor.new_tensor([1.5])` is int)."""
+    data = data.detach() if isinstance(data, Tensor) else data
+    return tensor(data, dtype or self.dtype, requires_grad, _like(self, device))
+
+
+NEW_METHODS = {
+    "new_full": new_full,
+    "new_zeros": new_zeros,
+    "new_ones": new_ones,
+    "new_empty": new_empty,
+    "new_tensor": new_tensor,
+}
+
+
 def full(size, fill_value, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
     """A tensor of `size` filled with `fill_value` (a lazy constant: no memory until used)."""
     device = resolve(device, "full")

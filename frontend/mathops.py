@@ -885,12 +885,31 @@ def clone(x, memory_format=None):
 
 
 def _get_data(x):
-    return x.detach()
+    """`x.data`: x's value without history; in-place updates through it land in x."""
+    from .tensor import DataView
+
+    return x if type(x) is DataView else DataView(x)
 
 
 def _set_data(x, value):
-    x.node = value.detach().node
+    """`x.data = value`: x takes value's value (any shape and dtype, as in torch), with no
+    history; x stays the same leaf."""
+    from .tensor import DataView, as_tensor
+
+    value = as_tensor(value).detach()
+    if type(x) is DataView:
+        x = x.owner
+    if value.shape == x.shape and value.dtype is x.dtype and value.device == x.device:
+        DataView(x)._inplace(value, "data")  # as a write through .data
+        return
+    from .runtime.engine import engine
+    from .versions import retire
+
+    old, new = x.node, value.realize().node
+    x.node = N.buffer(engine.value(new), new.shape, new.dtype)  # x's own: never shared
     x._strides = None
+    if x.requires_grad and x._is_leaf:
+        retire(old, x, counted=False)
 
 
 METHODS = {

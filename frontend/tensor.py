@@ -6,7 +6,7 @@
 >>> y.shape
 (3,)
 >>> round(y.sum().item(), 2)     # reading a value compiles and runs the kernels
-1627.19
+1265.13
 
 Checks happen where the op is written; mistakes raise `ShapeError`,
 `DTypeError` or `IndexingError` naming the op, the shapes and your line.
@@ -356,6 +356,10 @@ class Tensor(MovementMixin, ReduceMixin):
     def short(self) -> Tensor:
         """This tensor as int16."""
         return self.cast("int16")
+
+    def type_as(self, other: Tensor) -> Tensor:
+        """This tensor with `other`'s dtype and device (torch.Tensor.type_as)."""
+        return self.to(device=other.device, dtype=other.dtype)
 
     def _float(self) -> Tensor:
         """Integers and bools become the default float, as PyTorch does for exp, log, /, ..."""
@@ -726,9 +730,35 @@ class Tensor(MovementMixin, ReduceMixin):
     def _inplace(self, value, op: str) -> Tensor:
         """Make `value` this tensor's value, with PyTorch's rules for in-place ops: the
         result keeps this tensor's shape and dtype (no float into an int tensor), a leaf that
-        requires grad may only be updated under no_grad(), and a leaf stays the same leaf."""
-        from .versions import InplaceError, retire
+        requires grad may only be updated under no_grad(), and a leaf stays the same leaf.
 
+        An update with no history is computed at once where leaving it lazy would chain
+        one training step's graph onto the next (`versions.overwrite`)."""
+        from .versions import InplaceError, overwrite
+
+        value = self._checked_update(value, op)
+        grad_mode = autograd_state.enabled()
+        if grad_mode and self.requires_grad and self._is_leaf:
+            fail(
+                InplaceError,
+                op,
+                "a leaf Variable that requires grad is being used in an in-place operation "
+                "(update it under `with fg.no_grad():`)",
+            )
+        if grad_mode and value.requires_grad:  # a differentiable update: no longer a leaf
+            self._version += 1
+            value = value.cast(self.dtype)
+            self.node, self.requires_grad, self._is_leaf = value.node, True, False
+            self._strides = None
+            if jit_recording():
+                _note_jit_write(self)
+        else:
+            overwrite(self, value)
+        return self
+
+    def _checked_update(self, value, op: str) -> Tensor:
+        """`value` as a tensor, checked to fit this one: the same shape, a dtype whose kind
+        (bool < int < float) this tensor's can hold."""
         value = as_tensor(value)
         if value.shape != self.shape:
             fail(
@@ -744,26 +774,13 @@ class Tensor(MovementMixin, ReduceMixin):
                 f"result type {value.dtype.name} can't be cast to the desired output type "
                 f"{self.dtype.name}",
             )
-        grad_mode = autograd_state.enabled()
-        if grad_mode and self.requires_grad and self._is_leaf:
-            fail(
-                InplaceError,
-                op,
-                "a leaf Variable that requires grad is being used in an in-place operation "
-                "(update it under `with fg.no_grad():`)",
-            )
-        old = self.node
-        self._version += 1
-        if grad_mode and value.requires_grad:  # a differentiable update: no longer a leaf
-            value = value.cast(self.dtype)
-            self.node, self.requires_grad, self._is_leaf = value.node, True, False
-            self._strides = None
-            if jit_recording():
-                _note_jit_write(self)
-        else:
-            self.assign_(value.detach())
-            if self.requires_grad and self._is_leaf:
-                retire(old, self)
+        return value
+
+    def detach_(self) -> Tensor:
+        """Cut this tensor off the graph that made it, in place: it becomes a leaf that does
+        not require grad (as torch.Tensor.detach_)."""
+        self.node = self.detach().node
+        self.requires_grad, self._is_leaf = False, True
         return self
 
     def __iadd__(self, o):
@@ -893,6 +910,7 @@ class LazyGrad(Tensor):
         self._grad = None
         self._strides = None
         self._is_leaf = True
+        self._version = 0
 
     @property
     def node(self) -> N.Node:
@@ -911,16 +929,127 @@ class LazyGrad(Tensor):
         """Whether the backward graph behind this gradient has been built."""
         return _NODE.__get__(self, Tensor) is not None
 
+    def _inplace(self, value, op: str) -> Tensor:
+        if self.built:
+            return super()._inplace(value, op)
+        self._take(self._checked_update(value, op))
+        self._version += 1
+        return self
+
+    def _take(self, value: Tensor) -> None:
+        """Take `value` (checked) while unbuilt: nothing read this gradient, so `value` does
+        not use it (zero_, fill_, copy_), and the backward graph need not be built."""
+        value = value.detach().cast(self.dtype)
+        buf = engine.value(value.node)
+        self.node = value.node if buf is None else N.buffer(buf, self.shape, self.dtype)
+
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.pending.targets[self.index].shape
+        n = _NODE.__get__(self, Tensor)  # (an in-place view op such as t_() changes it)
+        return (n if n is not None else self.pending.targets[self.index]).shape
 
     @property
     def dtype(self) -> DType:
-        return self.pending.targets[self.index].dtype
+        n = _NODE.__get__(self, Tensor)
+        return (n if n is not None else self.pending.targets[self.index]).dtype
 
 
 _NODE = Tensor.__dict__["node"]  # the slot itself, under LazyGrad's property
+
+
+class DataView(Tensor):
+    """`t.data`: t's value without its history, as torch's `.data`.
+
+    Reads see t's current value, even from a `d = p.data` kept across optimizer steps;
+    in-place updates (`p.data -= lr * p.grad`, `w.data.clamp_(-c, c)`, `g.data.zero_()`)
+    land in t itself, under grad mode too, and record no history. As in PyTorch they bump
+    the view's version, not t's; a graph built before such a write to a leaf that requires
+    grad raises at backward() (fusegrad's graph holds the old value, PyTorch's the new).
+
+    >>> import fusegrad as fg
+    >>> w = fg.ones(2, requires_grad=True)
+    >>> w.data.mul_(3)
+    tensor([3., 3.])
+    >>> w
+    tensor([3., 3.], requires_grad=True)
+    """
+
+    __slots__ = ("owner", "_seen")
+
+    def __init__(self, owner: Tensor):
+        self.owner = owner
+        self._seen = (None, None)  # (the owner's node, this view's node of it)
+        self.requires_grad = False
+        self._grad = None
+        self._is_leaf = True
+        self._version = 0
+
+    @property
+    def node(self) -> N.Node:
+        # one node per owner node, kept: a value computed for it stays found
+        source, mine = self._seen
+        now = self.owner.node
+        if now is not source:
+            buf = engine.value(now)
+            mine = N.detach(now) if buf is None else N.buffer(buf, now.shape, now.dtype)
+            self._seen = (now, mine)
+        return mine
+
+    @node.setter
+    def node(self, value: N.Node) -> None:
+        # a realize() re-pointing this view at its computed value: the owner holds it
+        if value.op is Ops.BUFFER and value.arg is engine.value(self.node):
+            return
+        fail(ArgumentError, "data", "a tensor's .data is a view of it: assign to .data instead")
+
+    @property
+    def _strides(self):
+        return self.owner._strides
+
+    @_strides.setter
+    def _strides(self, value) -> None:
+        pass  # the owner's strides are the view's
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.owner.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self.owner.dtype
+
+    def assign_(self, value) -> Tensor:
+        return self._inplace(value, "assign_")
+
+    def _inplace(self, value, op: str) -> Tensor:
+        from .versions import overwrite
+
+        value = self._checked_update(value, op).detach()
+        self._version += 1
+        owner = self.owner
+        if owner.requires_grad and not owner._is_leaf:
+            # torch's value changes and its gradient still flows through the old graph
+            old = owner.node
+            same = N.binary(Ops.CMPEQ, old, old)
+            always = N.binary(Ops.ADD, same, N.unary(Ops.NEG, same))  # NaN == NaN or not
+            new = N.where(always, N.cast(value.node, owner.dtype), old)
+            owner.node = with_vjp(new, lambda g: [(old, g)])
+            owner._strides = None
+        elif type(owner) is LazyGrad and not owner.built:
+            owner._take(value)  # `p.grad.data.zero_()`: no backward graph built for nothing
+        else:
+            overwrite(owner, value, counted=False)
+        return self
+
+    def requires_grad_(self, flag: bool = True) -> Tensor:
+        fail(
+            GradError,
+            "requires_grad_",
+            "a tensor's .data can't require grad; use .detach().requires_grad_() for a new leaf",
+        )
+
+    def detach_(self) -> Tensor:
+        return self  # it has no history
 
 
 # ---------------------------------------------------------------- module functions

@@ -15,6 +15,21 @@ would silently be missing. Such a leaf's old node is recorded here, and
 ...     w -= 0.1
 >>> w._version
 1
+
+An update with no history (under no_grad, or written through `.data`) must not
+chain one step's graph onto the next: `p -= lr * p.grad` builds p's new value
+from its old one and from a gradient whose graph reads p's old value too, so a
+lazy value left as it is would grow by a whole training step every step. So
+`overwrite` computes the new value at once where that chain would form: for a
+leaf that requires grad (a parameter, which the next forward reads), and for a
+tensor whose current value is itself an update not computed yet (a momentum
+buffer `buf.mul_(m).add_(g)`: one kernel for both). If the gradients of the
+last backward() were read, it computes it together with them and the loss
+(`autograd.settle`), so the forward and backward passes run once, in one plan,
+and each parameter's update after the first is a small kernel on values in
+memory. (A tensor updated in place many times in a row is thus computed at every
+second update: `total += loss.detach()` before `opt.step()` computes the forward
+for itself, as `loss.item()` there would.)
 """
 
 from __future__ import annotations
@@ -30,13 +45,41 @@ class InplaceError(FusegradError, RuntimeError):
     """An in-place update PyTorch refuses, or a graph that outlived one (RuntimeError)."""
 
 
-# a leaf's node before an in-place update -> (description, version it had)
+# a leaf's node before an in-place update -> (description, version it had, version now);
+# the versions are None for a write through `.data`, which PyTorch does not count
 _retired: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
+# nodes an in-place update without history gave a tensor, not computed yet (see overwrite)
+_updated: weakref.WeakSet = weakref.WeakSet()
 
-def retire(old: Node, t) -> None:
+
+def retire(old: Node, t, counted: bool = True) -> None:
     """Remember that leaf `t` no longer is `old` (t._version is its new version)."""
-    _retired[old] = (f"{t.dtype.name} {t.shape}", t._version - 1, t._version)
+    versions = (t._version - 1, t._version) if counted else (None, None)
+    _retired[old] = (f"{t.dtype.name} {t.shape}", *versions)
+
+
+def overwrite(t, value, counted: bool = True) -> None:
+    """Give tensor `t` the value of tensor `value` (already checked: same shape, a dtype
+    `t` can hold) with no history: `t` stays the same leaf, or becomes one that does
+    not require grad. `counted`: bump t's version (an update through `.data` does not,
+    as in PyTorch). Computes the value now where a lazy one would chain steps together
+    (see the module docstring)."""
+    from .autograd import settle
+    from .runtime.engine import engine
+
+    old = t.node
+    if counted:
+        t._version += 1
+    parameter = t.requires_grad and t._is_leaf
+    value = value.detach()
+    if parameter or (old in _updated and engine.value(old) is None):
+        settle(value)
+    t.assign_(value)
+    if parameter:
+        retire(old, t, counted)
+    elif t.node.op is not Ops.BUFFER:
+        _updated.add(t.node)
 
 
 def check_unmodified(root: Node, op: str) -> None:
@@ -47,10 +90,15 @@ def check_unmodified(root: Node, op: str) -> None:
         hit = _retired.get(n)
         if hit is not None:
             what, was, now = hit
+            how = (
+                f"through .data: [{what}]"
+                if was is None
+                else f"by an inplace operation: [{what}] is at version {now}; expected version "
+                f"{was} instead"
+            )
             fail(
                 InplaceError,
                 op,
-                "one of the variables needed for gradient computation has been modified by "
-                f"an inplace operation: [{what}] is at version {now}; expected version {was} "
-                "instead (the update came after this graph was built: build it again)",
+                f"one of the variables needed for gradient computation has been modified {how} "
+                "(the update came after this graph was built: build it again)",
             )

@@ -1,0 +1,224 @@
+"""PyTorch's in-place method variants, generated from tables rather than written one by one.
+
+>>> import fusegrad as fg
+>>> t = fg.tensor([1.0, 4.0, 9.0])
+>>> t.sqrt_().clamp_(max=2.5)
+tensor([1. , 2. , 2.5])
+
+Each variant in `SAME_SHAPE` is `self._inplace(self.op(*args, **kwargs), "op_")`, so it
+follows `Tensor._inplace`'s rules: the result keeps this tensor's shape and dtype (no
+float into an int tensor: `int_tensor.sqrt_()` raises, as in torch), a leaf that
+requires grad is updated only under no_grad(), and a differentiable update keeps its
+gradient. `VIEWS` change the shape (`unsqueeze_`, `t_`, ...), `RANDOM` draw new values
+(`normal_`, `uniform_`, ...). A variant fusegrad writes by hand (`add_`, `copy_`,
+`index_add_`, ...) is left as it is.
+"""
+
+from __future__ import annotations
+
+from . import autograd_state
+from .errors import DTypeError, fail
+from .tensor import Tensor, where
+
+# in-place variants of elementwise (and same-shape) ops: name_ is _inplace(name(...))
+SAME_SHAPE = (
+    # unary math
+    "abs absolute neg negative sign sgn exp exp2 expm1 log log2 log10 log1p sqrt rsqrt "
+    "reciprocal square sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh arcsin "
+    "arccos arctan arcsinh arccosh arctanh erf erfc sigmoid relu floor ceil round trunc fix "
+    "frac nan_to_num logical_not bitwise_not "
+    # with arguments
+    "clamp clip clamp_min clamp_max pow fmod remainder floor_divide div divide true_divide "
+    "mul multiply sub subtract atan2 arctan2 copysign lerp addcmul addcdiv "
+    "bitwise_and bitwise_or bitwise_xor bitwise_left_shift bitwise_right_shift "
+    "logical_and logical_or logical_xor eq ne lt le gt ge not_equal less less_equal "
+    "greater greater_equal "
+    # same-shape ops along a dimension, and indexed writes
+    "cumsum cumprod tril triu masked_fill masked_scatter index_fill index_add index_copy "
+    "scatter scatter_add scatter_reduce index_put index_reduce put renorm "
+    # torch's other same-shape ops: their variants appear as soon as fusegrad has the op
+    "hypot xlogy float_power logit lgamma digamma erfinv i0 sinc deg2rad rad2deg heaviside "
+    "nextafter ldexp gcd lcm igamma igammac polygamma mvlgamma addmm addmv addr addbmm baddbmm"
+).split()
+
+# in-place variants that change the tensor's shape (metadata only in torch)
+VIEWS = ("unsqueeze", "squeeze", "t", "transpose", "swapaxes", "swapdims")
+
+
+def _same_shape(name: str):
+    def method(self, *args, **kwargs):
+        return self._inplace(getattr(self, name)(*args, **kwargs), name + "_")
+
+    method.__name__ = method.__qualname__ = name + "_"
+    method.__doc__ = f"`{name}` in place: `t.{name}_(...)` gives t the value of `t.{name}(...)`."
+    return method
+
+
+def _view(name: str):
+    def method(self, *args, **kwargs):
+        from .versions import InplaceError, retire
+
+        if autograd_state.enabled() and self.requires_grad and self._is_leaf:
+            fail(
+                InplaceError,
+                name + "_",
+                "a leaf Variable that requires grad is being used in an in-place operation "
+                "(update it under `with fg.no_grad():`)",
+            )
+        out = getattr(self, name)(*args, **kwargs)
+        old = self.node
+        self._version += 1
+        self.node, self._strides = out.node, out._strides
+        if self.requires_grad and self._is_leaf:
+            retire(old, self)
+        return self
+
+    method.__name__ = method.__qualname__ = name + "_"
+    method.__doc__ = f"`{name}` in place: this tensor takes the shape `t.{name}(...)` has."
+    return method
+
+
+# ---------------------------------------------------------------- methods the table needs
+
+
+def clamp_min(self, min) -> Tensor:  # noqa: A002  (torch's name)
+    """`clamp(min=min)`."""
+    return self.clamp(min=min)
+
+
+def clamp_max(self, max) -> Tensor:  # noqa: A002
+    """`clamp(max=max)`."""
+    return self.clamp(max=max)
+
+
+def addcmul(self, tensor1, tensor2, *, value=1) -> Tensor:
+    """self + value * tensor1 * tensor2 (torch.addcmul)."""
+    return self + value * tensor1 * tensor2
+
+
+def addcdiv(self, tensor1, tensor2, *, value=1) -> Tensor:
+    """self + value * tensor1 / tensor2 (torch.addcdiv)."""
+    return self + value * (tensor1 / tensor2)
+
+
+def masked_scatter(self, mask, source) -> Tensor:
+    """Where `mask` (broadcast to self's shape) is true, the next elements of `source` in
+    row-major order; elsewhere self (torch.masked_scatter).
+
+    >>> import fusegrad as fg
+    >>> m = fg.tensor([[True, False, True], [False, True, False]])
+    >>> fg.zeros(2, 3).masked_scatter(m, fg.arange(6.0)).tolist()
+    [[0.0, 0.0, 1.0], [0.0, 2.0, 0.0]]
+    """
+    if not mask.dtype.is_bool:
+        fail(DTypeError, "masked_scatter", f"mask must be a bool tensor, got {mask.dtype.name}")
+    mask = mask.expand(self.shape)
+    flat = source.reshape(-1)
+    taken = mask.reshape(-1).long().cumsum(0) - 1  # the source element each true place takes
+    picked = flat[taken.clamp(0, max(flat.shape[0] - 1, 0))].reshape(self.shape)
+    return where(mask, picked.cast(self.dtype), self)
+
+
+def _compare(op: str):
+    return lambda self, other: getattr(self, op)(other)
+
+
+BASE = {
+    "clamp_min": clamp_min,
+    "clamp_max": clamp_max,
+    "addcmul": addcmul,
+    "addcdiv": addcdiv,
+    "masked_scatter": masked_scatter,
+    "negative": Tensor.__neg__,
+    "absolute": lambda self: self.abs(),
+    "eq": _compare("__eq__"),
+    "ne": _compare("__ne__"),
+    "lt": _compare("__lt__"),
+    "le": _compare("__le__"),
+    "gt": _compare("__gt__"),
+    "ge": _compare("__ge__"),
+    "not_equal": _compare("__ne__"),
+    "less": _compare("__lt__"),
+    "less_equal": _compare("__le__"),
+    "greater": _compare("__gt__"),
+    "greater_equal": _compare("__ge__"),
+}
+
+
+# ---------------------------------------------------------------- random fills
+
+
+def normal_(self, mean=0.0, std=1.0, *, generator=None) -> Tensor:
+    """Fill with samples of N(mean, std^2), in place."""
+    from .creation import randn
+
+    z = randn(*self.shape, dtype=self.dtype, device=self.device)
+    return self._inplace(z * std + mean, "normal_")
+
+
+def uniform_(self, a=0.0, b=1.0, *, generator=None) -> Tensor:
+    """Fill with samples of U[a, b), in place (torch names the bounds `from` and `to`)."""
+    from .creation import rand
+
+    u = rand(*self.shape, dtype=self.dtype, device=self.device)
+    return self._inplace(u * (b - a) + a, "uniform_")
+
+
+def bernoulli_(self, p=0.5, *, generator=None) -> Tensor:
+    """Fill with 1 (probability `p`, a number or a tensor) or 0, in place."""
+    from .creation import rand
+
+    u = rand(*self.shape, dtype="float64", device=self.device)
+    return self._inplace((u < p).cast(self.dtype), "bernoulli_")
+
+
+def exponential_(self, lambd=1.0, *, generator=None) -> Tensor:
+    """Fill with samples of the exponential distribution of rate `lambd`, in place."""
+    from .creation import rand
+
+    u = rand(*self.shape, dtype=self.dtype, device=self.device)
+    return self._inplace(-(1 - u).log() / lambd, "exponential_")
+
+
+def random_(self, a=None, b=None, *, generator=None) -> Tensor:
+    """Fill with integers drawn uniformly from [a, b) (`random_(b)`: [0, b); `random_()`:
+    [0, 2^mantissa] for floats, [0, max] for integers), in place."""
+    from .creation import randint
+
+    if a is None:
+        a, b = 0, _random_bound(self)
+    elif b is None:
+        a, b = 0, a
+    drawn = randint(a, b, self.shape, dtype="int64", device=self.device)
+    return self._inplace(drawn.cast(self.dtype), "random_")
+
+
+def _random_bound(t: Tensor) -> int:
+    if t.dtype.is_bool:
+        return 2
+    if t.dtype.is_float:
+        return 2 ** {2: 11, 4: 24, 8: 53}[t.dtype.itemsize] + 1
+    return 2 ** (8 * t.dtype.itemsize - 1)
+
+
+RANDOM = {
+    "normal_": normal_,
+    "uniform_": uniform_,
+    "bernoulli_": bernoulli_,
+    "exponential_": exponential_,
+    "random_": random_,
+}
+
+
+def install(cls) -> None:
+    """Attach the methods the tables need where `cls` lacks them, then every in-place
+    variant `cls` does not define by hand."""
+    for name, fn in BASE.items():
+        if not hasattr(cls, name):
+            setattr(cls, name, fn)
+    for table, make in ((SAME_SHAPE, _same_shape), (VIEWS, _view)):
+        for name in table:
+            if hasattr(cls, name) and not hasattr(cls, name + "_"):
+                setattr(cls, name + "_", make(name))
+    for name, fn in RANDOM.items():
+        setattr(cls, name, fn)
