@@ -65,8 +65,9 @@ def _with_grad(res, pairs):
         node = N.contiguous(node, "an op with its own gradient rule")
         out = xs[0]._make(node, *xs[1:])
     # a zero gradient is no gradient (as torch's zeros): not 0 * g, NaN where g is inf
-    live = [(x, d) for x, d in pairs if x.requires_grad and not _is_zero(d)]
-    with_vjp(node, lambda g: [(x.node, N.mul(g, N.cast(d.node, g.dtype))) for x, d in live])
+    # the nodes now, not at backward(): an in-place update (`x.acos_()`) rebinds x.node
+    live = [(x.node, d.node) for x, d in pairs if x.requires_grad and not _is_zero(d)]
+    with_vjp(node, lambda g: [(xn, N.mul(g, N.cast(dn, g.dtype))) for xn, dn in live])
     return out
 
 

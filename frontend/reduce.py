@@ -418,9 +418,10 @@ def _at_index(x, values, index, d: int):
     shape = [1] * x.ndim
     shape[d] = x.shape[d]
     picked = arange(x.shape[d]).reshape(shape) == index
+    xn = x.node  # now, not at backward(): an in-place update rebinds x.node
 
     def rule(g):
-        return [(x.node, where(picked, Tensor(g).expand(x.shape), 0.0).node)]
+        return [(xn, where(picked, Tensor(g).expand(xn.shape), 0.0).node)]
 
     return values._make(with_vjp(node, rule))
 

@@ -130,7 +130,8 @@ def norm(x, p="fro", dim=None, keepdim: bool = False):
         if out.requires_grad:
             safe = _where(n == 0, 1, n).detach()
             share = _where(n == 0, 0, x / safe)
-            with_vjp(out.node, lambda g: [(x.node, N.mul(N.expand(g, x.shape), share.node))])
+            xn, sn = x.node, share.node  # now: an in-place update would rebind x.node
+            with_vjp(out.node, lambda g: [(xn, N.mul(N.expand(g, xn.shape), sn))])
         return out if keepdim else out.squeeze(dim if dim is not None else None)
     a = x.abs()
     if p == math.inf or p == "inf":

@@ -1326,6 +1326,9 @@ def _float_power(b: Tensor, e: Tensor) -> Tensor:
     if not (b.requires_grad or e.requires_grad):
         return value
     node = N.mul(value.node, N.const(1, value.shape, value.dtype))  # a node of its own
+    # the operands as they are now: an in-place update (`x.pow_(y)`) rebinds b.node
+    b = Tensor(b.node, requires_grad=b.requires_grad, leaf=False)
+    e = Tensor(e.node, requires_grad=e.requires_grad, leaf=False)
 
     def rule(g):
         gt = Tensor(g)

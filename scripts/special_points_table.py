@@ -51,6 +51,8 @@ UNARY = {
     "log1p": "x.log1p()",
     "log2": "x.log2()",
     "neg": "x.neg()",
+    "negative": "x.negative()",
+    "absolute": "x.absolute()",
     "reciprocal": "x.reciprocal()",
     "relu": "x.relu()",
     "round": "x.round()",
@@ -186,6 +188,10 @@ BINARY = {
     "hypot_like": "(x * x + y * y).sqrt()",
     "clamp_tensors": "x.clamp(y, y + 1.0)",
     "clamp_min_tensor": "x.clamp(min=y)",
+    "clamp_min": "x.clamp_min(y)",
+    "clamp_max": "x.clamp_max(y)",
+    "addcmul": "x.addcmul(y, y, value=0.5)",
+    "addcdiv": "x.addcdiv(x, y, value=0.5)",
     "clamp_max_tensor": "x.clamp(max=y)",
     "fg.atan2": "lib.atan2(x, y)",
     "fg.copysign": "lib.copysign(x, y)",
@@ -301,6 +307,12 @@ ROW_REDUCE = {
     "scatter_reduce_amax": f"x.reshape(-1).scatter_reduce(0, {_IDX}, x.reshape(-1), 'amax')",
     "fg.scatter_reduce_amin": f"lib.scatter_reduce(x.view(-1), 0, {_IDX}, x.view(-1), 'amin')",
     "fg.einsum": "lib.einsum('ij,ij->i', x, x)",
+    "masked_scatter": "x.masked_scatter(x > 0, x * 2)",
+    "masked_scatter_": "x.clone().masked_scatter_(x > 0, x * 2)",
+    "tril_": "x.clone().tril_()",
+    "triu_": "x.clone().triu_()",
+    "cumsum_": "x.clone().cumsum_(1)",
+    "cumprod_": "x.clone().cumprod_(1)",
 }
 PROBS = [0.0, 1.0, 0.5, 1e-12, 1.0 - 1e-12]
 SPECIAL_PROBS = {
@@ -313,6 +325,22 @@ FLOAT32 |= {"F.gelu", "F.silu", "F.softplus", "F.elu", "F.leaky_relu", "F.logsig
 FLOAT32 |= {"F.sigmoid", "F.tanh", "F.mish", "F.hardswish", "sqrt_abs", "log_abs", "pow_2"}
 FLOAT32 |= {"div", "maximum", "minimum", "atan2", "pow", "std", "var", "softmax", "log_softmax"}
 FLOAT32 |= {"amax", "max", "logsumexp", "norm", "F.layer_norm", "F.cross_entropy", "mul"}
+
+
+def _inplace_variants(table: dict) -> dict:
+    """`x.op(args)` -> `x.clone().op_(args)` for each method of `table` that has an in-place
+    variant in torch: the variants compute the same value through the in-place path
+    (`Tensor._inplace`), whose gradient must be the op's."""
+    import re
+
+    import torch
+
+    out = {}
+    for expr in table.values():
+        m = re.fullmatch(r"x\.(\w+)\((.*)\)", expr) if isinstance(expr, str) else None
+        if m and hasattr(torch.Tensor, m.group(1) + "_"):
+            out.setdefault(m.group(1) + "_", f"x.clone().{m.group(1)}_({m.group(2)})")
+    return out
 
 
 def cases() -> list[dict]:
@@ -340,6 +368,11 @@ def cases() -> list[dict]:
             add(name, expr, [-0.0, 0.0])  # 0-d
             add(name, expr, [[], []])  # empty
             add(name, expr, [[1.0, -0.0, nan], 2.0])  # a 0-d second operand, broadcast
+    for name, expr in _inplace_variants(UNARY).items():
+        add(name, expr, [POINTS])
+    for name, expr in _inplace_variants({**BINARY, **POW}).items():
+        xs, ys = zip(*itertools.product(PAIR_POINTS, PAIR_POINTS))
+        add(name, expr, [list(xs), list(ys)])
     for name, expr in POW.items():
         xs, ys = zip(*itertools.product(POW_POINTS, POW_POINTS))
         add(name, expr, [list(xs), list(ys)])

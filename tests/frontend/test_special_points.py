@@ -96,6 +96,27 @@ NOT_FIXED: dict[str, str] = {
         "differently from torch (which counts the destination's own value), and NaN",
     ),
 }
+NOT_FIXED.update(
+    _each(
+        "acosh_-float64-0 asinh_-float64-0 atanh_-float64-0 arccosh_-float64-0 "
+        "arcsinh_-float64-0 arctanh_-float64-0",
+        "the in-place variant's zero has the other sign at one of the points (the out-of-place "
+        "op agrees with torch)",
+    )
+)
+ON_PURPOSE.update(
+    _each(
+        "floor_divide_-float64-0",
+        "torch raises in backward (no derivative for floor_divide); fusegrad's gradient is 0",
+    )
+)
+ON_PURPOSE.update(
+    _each(
+        "cumprod_-float64-1 cumprod_-float64-2",
+        "as cumprod: at a NaN or infinite element fusegrad's gradient is the product of the "
+        "other elements, torch's formula gives NaN",
+    )
+)
 KNOWN_DIFFERENCES = {**ON_PURPOSE, **NOT_FIXED}
 
 # ops whose zero results' sign is not compared: which of +0.0 and -0.0 a max or min of
@@ -104,7 +125,8 @@ KNOWN_DIFFERENCES = {**ON_PURPOSE, **NOT_FIXED}
 # kernels differ for clamp)
 ZERO_SIGN_UNSPECIFIED = {"maximum", "minimum", "amax", "amin", "max", "min", "max_dim"}
 ZERO_SIGN_UNSPECIFIED |= {"min_dim", "fg.maximum", "fg.minimum", "clamp_tensors"}
-ZERO_SIGN_UNSPECIFIED |= {"clamp_min_tensor", "clamp_max_tensor"}
+ZERO_SIGN_UNSPECIFIED |= {"clamp_min_tensor", "clamp_max_tensor", "clamp_min", "clamp_max"}
+ZERO_SIGN_UNSPECIFIED |= {"clamp_min_", "clamp_max_", "clamp_", "clip_", "maximum_", "minimum_"}
 
 TOLERANCE = {"float64": (1e-9, 1e-12), "float32": (2e-5, 1e-6)}  # (rtol, atol)
 
@@ -211,11 +233,13 @@ EXCLUDED: dict[str, str] = {
             "numpy "
             "realize "
             "requires_grad requires_grad_ retain_grad retains_grad shape size stride to "
-            "tolist type",
+            "tolist type type_as detach_ new_empty new_full new_ones new_tensor new_zeros "
+            "squeeze_ unsqueeze_ t_ transpose_ swapaxes_ swapdims_",
         )
         + _names(
             "fg",
-            "arange broadcast_shapes compile_times empty empty_like enable_grad eye "
+            "as_tensor is_inference_mode_enabled arange broadcast_shapes compile_times empty "
+            "empty_like enable_grad eye "
             "from_numpy full full_like get_default_device grad graph_dot is_tensor kernels "
             "linspace load manual_seed no_grad ones ones_like profile rand rand_like randint "
             "randn randn_like realize save set_default_device zeros zeros_like",
@@ -229,7 +253,11 @@ EXCLUDED: dict[str, str] = {
             "all allclose any argmax argmin argsort argwhere bitwise_and bitwise_left_shift "
             "bitwise_not bitwise_or bitwise_right_shift bitwise_xor equal isclose isfinite "
             "isinf isnan isneginf isposinf isreal logical_and logical_not logical_or "
-            "logical_xor nonzero signbit",
+            "logical_xor nonzero signbit eq ne lt le gt ge not_equal less less_equal greater "
+            "greater_equal eq_ ne_ lt_ le_ gt_ ge_ not_equal_ less_ less_equal_ greater_ "
+            "greater_equal_ bitwise_and_ bitwise_or_ bitwise_xor_ bitwise_not_ "
+            "bitwise_left_shift_ bitwise_right_shift_ logical_and_ logical_or_ logical_xor_ "
+            "logical_not_ bernoulli_ exponential_ normal_ random_ uniform_",
         )
         + _names(
             "fg",
@@ -263,8 +291,8 @@ EXCLUDED: dict[str, str] = {
     **dict.fromkeys(
         _names(
             "Tensor",
-            "add_ copy_ div_ fill_ index_add_ index_copy_ index_fill_ index_put_ "
-            "masked_fill_ mul_ scatter_ scatter_add_ scatter_reduce_ sub_ zero_",
+            "copy_ fill_ index_add_ index_copy_ index_fill_ index_put_ "
+            "masked_fill_ scatter_ scatter_add_ scatter_reduce_ zero_",
         ),
         _INPLACE,
     ),
