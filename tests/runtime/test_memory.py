@@ -90,6 +90,24 @@ def _measure(kind: str, count: int, cache: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _ran_in_fresh_process(name: str) -> bool:
+    """Run test `name` of this file in a fresh interpreter (what it counts, the buffers
+    and libraries alive, depends on what earlier tests left alive in this one); False
+    inside that interpreter, where the test runs its body."""
+    if os.environ.get("FUSEGRAD_TEST_FRESH_PROCESS"):
+        return False
+    env = dict(os.environ, FUSEGRAD_TEST_FRESH_PROCESS="1")
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"{__file__}::{name}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return True
+
+
 def test_evicted_kernels_free_their_machine_code():
     """120 shapes, a kernel each: once the caches are full, each new kernel's code
     replaces an evicted one's (before: 4 KB more executable memory per kernel, for ever)."""
@@ -116,6 +134,8 @@ def test_arange_of_20000_distinct_lengths_keeps_memory_bounded():
 
 
 def test_arange_shares_one_buffer_while_held_and_the_recent_ones_after():
+    if _ran_in_fresh_process("test_arange_shares_one_buffer_while_held_and_the_recent_ones_after"):
+        return
     from fusegrad import creation
 
     a, b = fg.arange(1234), fg.arange(1234)
@@ -171,6 +191,8 @@ def test_a_plan_whose_kernels_were_evicted_still_runs_right():
 
 
 def test_libraries_nothing_uses_are_disposed_of():
+    if _ran_in_fresh_process("test_libraries_nothing_uses_are_disposed_of"):
+        return
     with fg.config.override(kernel_cache_size=2, plan_cache_size=2, cache=None):
         for n in range(50, 70):
             _softmax_rows(fg.ones(n, 3)).numpy()
