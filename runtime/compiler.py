@@ -101,7 +101,9 @@ class Library:
         engine.remove_module(empty)
         self.engine = engine
         self.addresses: dict[str, int] = {}
-        weakref.finalize(self, _retire, engine)
+        # not at exit: threads (the worker pool, a program's helpers) may still be inside
+        # the code when the interpreter shuts down, and the process frees it anyway
+        weakref.finalize(self, _retire, engine).atexit = False
         stats["libraries"] += 1
 
     def load(self, obj: bytes, symbol: str) -> int:

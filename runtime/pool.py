@@ -501,6 +501,10 @@ def functions() -> dict[str, int]:
 
     source = render()
     compiled = compile_kernel(source, "fg_pool_run", 2)
+    # the workers live until the process ends, parked in this code: its library must never
+    # be disposed of, not even when the interpreter clears module globals at exit (a worker
+    # still spinning there would jump into unmapped memory)
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(compiled))
     _kept.append(compiled)
     out = {"fg_pool_run": compiled.address}
     for name in ("fg_pool_worker", "fg_pool_prewake", "fg_pool_close", "fg_pool_cycles"):
