@@ -19,38 +19,21 @@ import sys
 
 import numpy as np
 import pytest
+from _emulated import ON_GPU, emulated  # noqa: F401  (a fixture)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fusegrad as fg
-from fusegrad import devices
 from fusegrad.ir.reference import evaluate_many
 from fusegrad.nn import functional as F
 from fusegrad.runtime import cuda as runtime_cuda
 
 HERE = os.path.basename(__file__)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# the emulator, unless the whole suite runs on a real GPU (then the tests run there)
-ON_GPU = os.environ.get("FUSEGRAD_TEST_DEVICE", "cpu") != "cpu" and fg.config.cuda == "pycuda"
-BACKEND = "pycuda" if ON_GPU else "emulate"
 
 
-@pytest.fixture(autouse=True)
-def emulated():
-    """The cuda device on the emulator (or the GPU the suite runs on), the CPU as the
-    default device, .numpy() refused for device tensors (as PyTorch does) whatever the
-    suite's settings."""
-    before, strict = fg.get_default_device(), devices.numpy_reads_devices
-    with fg.config.override(cuda=BACKEND):
-        runtime_cuda.reset()
-        fg.set_default_device("cpu")
-        devices.numpy_reads_devices = False
-        try:
-            yield
-        finally:
-            devices.numpy_reads_devices = strict
-            fg.set_default_device(before)
-    runtime_cuda.reset()
+# every test here on the cuda device that `_emulated.emulated` sets up
+pytestmark = pytest.mark.usefixtures("emulated")
 
 
 def host(t: fg.Tensor) -> np.ndarray:
