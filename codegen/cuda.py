@@ -8,7 +8,12 @@ kernel's parameters, in order, then any scratch buffers) and its launches
 
 Transcendentals are CUDA's own device functions (`expf`, `logf`, `sinf`, ...);
 `MAX` propagates NaN as numpy's `maximum` does. Block reductions go through
-`fg_block_reduce` (warp shuffles, then one 32-slot shared array).
+`fg_block_reduce` (warp shuffles, then one 32-slot shared array), a warp's
+through `fg_warp_allreduce` (shuffles only). Contiguous 4-byte streams move 16
+bytes per access (`float4` / `int4` through `__ldg` and `__stwb`: `ld.global.nc.v4`,
+`st.global.wb.v4`) on a path taken when the buffers are 16-byte aligned, next to
+the scalar path.
+The source begins with the kernel's global-memory traffic (`gpu.traffic`).
 """
 
 from __future__ import annotations
@@ -19,7 +24,19 @@ from dataclasses import dataclass, field
 from ..ir.dtypes import DType
 from ..ir.ops import Ops
 from ..ir.symbolic import FloorDiv, Lin, Mod, Var
-from .gpu import TILE_K, TILE_THREADS, Contraction, GpuKernel, Reduction, map_to_gpu
+from .gpu import (
+    TILE_K,
+    TILE_THREADS,
+    VECTOR,
+    WARP,
+    Contraction,
+    GpuKernel,
+    Reduction,
+    Traffic,
+    map_to_gpu,
+    traffic,
+    vector_type,
+)
 from .loopir import (
     AccInit,
     AccRead,
@@ -54,6 +71,13 @@ template <class T, bool IS_MAX> __device__ __forceinline__ T fg_combine(T a, T b
 template <class T, bool IS_MAX> __device__ __forceinline__ T fg_warp_reduce(T v) {
   for (int d = 16; d > 0; d >>= 1) v = fg_combine<T, IS_MAX>(v, __shfl_down_sync(~0u, v, d));
   return v;  // lane 0 holds the warp's total
+}
+template <class T, bool IS_MAX> __device__ __forceinline__ T fg_warp_allreduce(T v) {
+  for (int d = 16; d > 0; d >>= 1) v = fg_combine<T, IS_MAX>(v, __shfl_xor_sync(~0u, v, d));
+  return v;  // every lane holds the warp's total
+}
+__device__ __forceinline__ bool fg_aligned16(const void* p) {
+  return ((unsigned long long)p & 15ull) == 0;
 }
 // Combine one value per thread over the block; every thread gets the result. Called by all
 // threads together; blockDim.x is a multiple of 32 and at most 1024; buf holds 32 values.
@@ -143,6 +167,7 @@ class CudaKernel:
     launches: tuple[CudaLaunch, ...]
     scratch: list = field(default_factory=list)
     static_shared_bytes: int = 0  # the `__shared__` arrays the source declares, per block
+    traffic: Traffic | None = None  # global-memory bytes and FLOPs (`codegen/gpu.py`)
 
     @property
     def symbol(self) -> str:
@@ -174,6 +199,9 @@ class _Renderer:
         self.types: dict[str, DType] = {}
         self.shared: list[str] = []
         self.shared_bytes = 0
+        self.lane: int | None = None  # which lane of a vector group is being printed
+        self.vector: set[int] = set()  # id() of the loads/stores moved VECTOR at a time
+        self.vector_names: dict[int, str] = {}  # ... and the vector value each one uses
 
     def line(self, depth: int, text: str) -> None:
         self.lines.append("  " * depth + text)
@@ -205,6 +233,8 @@ class _Renderer:
                 text = self.stmt(s)
                 if self.gpu.mode == "block" and isinstance(s, (Store, ScatterAdd)):
                     text = f"if (threadIdx.x == 0) {{ {text} }}"
+                elif self.gpu.mode == "warp" and isinstance(s, (Store, ScatterAdd)):
+                    text = f"if ((threadIdx.x & 31u) == 0) {{ {text} }}"
                 self.line(depth, text)
         return True
 
@@ -222,28 +252,86 @@ class _Renderer:
             first, step = "(long long)threadIdx.x", "(long long)blockDim.x"
             if self.part == "partials":
                 first, step = f"part * blockDim.x + {first}", f"{split}LL * blockDim.x"
+            if self.gpu.mode == "warp":
+                first, step = "(long long)(threadIdx.x & 31u)", f"{WARP}LL"
+            scalar = depth
+            if red.vector:
+                self.line(depth, f"if ({self.aligned(red.body, red.vector)}) {{")
+                self.line(depth + 1, f"for (long long rq = {first}; rq < "
+                                     f"{red.length // VECTOR}LL; rq += {step}) {{")  # fmt: skip
+                self.lanes(red.loops, "red", "rq", red.body, red.vector, depth + 2)
+                self.line(depth + 1, "}")
+                self.line(depth, "} else {  // a buffer is not 16-byte aligned: one at a time")
+                scalar = depth + 1
             self.line(
-                depth, f"for (long long red = {first}; red < {red.length}LL; red += {step}) {{"
+                scalar, f"for (long long red = {first}; red < {red.length}LL; red += {step}) {{"
             )
-            self.index_vars(red.loops, "red", depth + 1)
-            self.block(red.body, depth + 1)
-            self.line(depth, "}")
+            self.index_vars(red.loops, "red", scalar + 1)
+            self.block(red.body, scalar + 1)
+            self.line(scalar, "}")
+            if red.vector:
+                self.line(depth, "}")
         # warp shuffles move 4 bytes at least: bools, bytes and shorts travel as int
         narrow = dt.is_bool or dt.itemsize < 4
         t = "int" if narrow else dt.cuda
-        buf = f"{acc}_shared"
-        self.shared.append(f"  __shared__ {t} {buf}[32];")
-        self.shared_bytes += 32 * (4 if narrow else dt.itemsize)
         is_max = "true" if red.op is Ops.MAX or dt.is_bool else "false"
         identity = literal(red.init.value, dt) if not dt.is_bool else "0"
         value = f"({t}){acc}" if narrow else acc
-        reduced = f"fg_block_reduce<{t}, {is_max}>({value}, {buf}, {identity})"
+        if self.gpu.mode == "warp":
+            reduced = f"fg_warp_allreduce<{t}, {is_max}>({value})"
+        else:
+            buf = f"{acc}_shared"
+            self.shared.append(f"  __shared__ {t} {buf}[32];")
+            self.shared_bytes += 32 * (4 if narrow else dt.itemsize)
+            reduced = f"fg_block_reduce<{t}, {is_max}>({value}, {buf}, {identity})"
         self.line(depth, f"{acc} = {reduced}{' != 0' if dt.is_bool else ''};")
         if self.part == "partials":
             v = f"(unsigned char){acc}" if dt.is_bool else acc
             self.line(depth, f"if (threadIdx.x == 0) {PARTIAL}[blockIdx.x] = {v};")
             return False
         return True
+
+    def aligned(self, body: list, vector: set[int]) -> str:
+        """The condition under which `body`'s vector accesses are 16-byte aligned: their
+        buffers' addresses (their indices are multiples of VECTOR, `gpu.vector_accesses`)."""
+        names = dict.fromkeys(s.param.name for s in body if id(s) in vector)
+        return " && ".join(f"fg_aligned16({n})" for n in names)
+
+    def lanes(self, loops: list[Loop], flat: str, group: str, body, vector, depth: int) -> None:
+        """`body` for the VECTOR consecutive iterations `group * VECTOR + lane` of the
+        flattened `loops`: the vector loads first (at lane 0's index), each lane in its own
+        scope reading its component, then the vector stores."""
+        self.line(depth, f"const long long {flat} = {group} * {VECTOR}LL;")
+        self.index_vars(loops, flat, depth)
+        inner = loops[-1].var.name  # the only variable that changes within the group
+        self.line(depth, f"const long long {inner}_base = {inner};")
+        stores = []
+        for s in body:
+            if id(s) not in vector:
+                continue
+            name = f"{s.dst}_q" if isinstance(s, Load) else f"{s.param.name}_q{len(stores)}"
+            self.vector_names[id(s)] = name
+            vt = vector_type(s.param.dtype)
+            if isinstance(s, Load):
+                at = f"{s.param.name}[{index(s.index)}]"
+                self.line(depth, f"const {vt} {name} = __ldg((const {vt}*)&{at});")
+            else:
+                self.line(depth, f"{vt} {name};")
+                stores.append(s)
+        saved = self.vector
+        self.vector = vector
+        for lane in range(VECTOR):
+            self.lane = lane
+            self.line(depth, "{")
+            self.line(depth + 1, f"const long long {inner} = {inner}_base + {lane};")
+            self.block(body, depth + 1)
+            self.line(depth, "}")
+        self.lane, self.vector = None, saved
+        for s in stores:
+            vt = vector_type(s.param.dtype)
+            at = f"{s.param.name}[{index(s.index)}]"
+            # __stwb, not `*(float4*)p = v`: nvcc splits that store into four
+            self.line(depth, f"__stwb(({vt}*)&{at}, {self.vector_names[id(s)]});")
 
     def tiled(self, c: Contraction) -> None:
         """A contraction through shared memory: see `codegen/gpu.py`'s `Contraction`."""
@@ -341,7 +429,20 @@ class _Renderer:
             self.line(1, "{")
         elif gpu.mode == "block":
             self.line(1, f"for (long long gid = blockIdx.x; gid < {extent}; gid += gridDim.x) {{")
+        elif gpu.mode == "warp":
+            rows = "(long long)(blockDim.x >> 5)"
+            self.line(1, f"for (long long gid = blockIdx.x * {rows} + (threadIdx.x >> 5); "
+                         f"gid < {extent}; gid += gridDim.x * {rows}) {{")  # fmt: skip
         else:
+            if gpu.vector:  # 16 bytes per access where the buffers allow, else the loop below
+                self.line(1, f"if ({self.aligned(gpu.body, gpu.vector)}) {{")
+                self.line(2, "for (long long gq = (long long)blockIdx.x * blockDim.x + "
+                             f"threadIdx.x; gq < {gpu.extent // VECTOR}LL; "
+                             "gq += (long long)gridDim.x * blockDim.x) {")  # fmt: skip
+                self.lanes(gpu.outputs, "gid", "gq", gpu.body, gpu.vector, 3)
+                self.line(2, "}")
+                self.line(2, "return;")
+                self.line(1, "}")
             self.line(
                 1,
                 "for (long long gid = (long long)blockIdx.x * blockDim.x + threadIdx.x; "
@@ -359,6 +460,11 @@ class _Renderer:
         return f"const {dt.cuda} {name} = {expr};"
 
     def stmt(self, s) -> str:
+        if self.lane is not None and id(s) in self.vector:
+            part = f"{self.vector_names[id(s)]}.{'xyzw'[self.lane]}"
+            if isinstance(s, Load):
+                return self.decl(s.dst, s.dtype, part)
+            return f"{part} = {s.value};"
         if isinstance(s, Load):
             ref = f"{s.param.name}[{index(s.index)}]"
             if s.dtype.is_bool:
@@ -455,8 +561,11 @@ def cuda_kernel(kernel: Kernel, symbol: str) -> CudaKernel:
         )
         red = next(iter(gpu.reductions.values()))
         scratch = [(red.init.dtype, gpu.grid)]
-    source = "\n".join([f"// kernel {kernel.name}", PRELUDE, *bodies, ""])
-    return CudaKernel(kernel.name, source, list(kernel.params), launches, scratch, r.shared_bytes)
+    moved = traffic(gpu)
+    source = "\n".join([f"// kernel {kernel.name}", f"// {moved}", PRELUDE, *bodies, ""])
+    return CudaKernel(
+        kernel.name, source, list(kernel.params), launches, scratch, r.shared_bytes, moved
+    )
 
 
 def render_cuda(kernel: Kernel, symbol: str) -> str:

@@ -21,6 +21,11 @@ mappings:
   partial per block into a scratch buffer, pass 2 (one block per output)
   combines the partials and runs the epilogue.
 
+- **warp**: one warp per output, several outputs per block, for many short
+  reductions (rows of at most `WARP_ROW_MAX`): the warp's lanes split the
+  reduction and combine it with `__shfl_xor_sync` alone (no shared memory, no
+  barrier); lane 0 stores.
+
 - **tile**: a contraction (matmul, convolution) through shared memory; see
   `Contraction`. Taken from the plain loop nest (`lower(item, tile=False)`).
 
@@ -34,6 +39,20 @@ mappings:
     >>> gpu = map_to_gpu(lower(item, tile=False))  # the GPU's loop nest
     >>> gpu.mode, gpu.block, gpu.split, gpu.grid
     ('block', 256, 64, 64)
+
+Contiguous streams are read and written 16 bytes at a time (`VECTOR` lanes of a
+4-byte type: `ld.global.nc.v4`): an elementwise kernel's innermost output loop,
+or a reduction's innermost loop, runs in groups of `VECTOR` consecutive
+iterations when its extent is a multiple of `VECTOR`, and every load (store)
+whose index steps by 1 along it and starts each group at a multiple of
+`VECTOR` elements becomes one vector access (`vector_accesses`). The renderer
+takes that path only when the buffers' addresses are 16-byte aligned, and the
+scalar loop otherwise.
+
+`traffic(gpu)` counts each kernel's global-memory bytes (each distinct index
+expression's elements once: a value re-read through the same expression is a
+cache hit, a second pass over a row is not) and the minimum a kernel could
+move (its inputs read once, its outputs written once).
 """
 
 from __future__ import annotations
@@ -42,6 +61,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
+from ..ir.dtypes import DType
 from ..ir.symbolic import Var
 from .loopir import (
     AccInit,
@@ -55,6 +75,7 @@ from .loopir import (
     Rand,
     ScatterAdd,
     Select,
+    Store,
 )
 
 MAX_BLOCK = 256  # threads per block
@@ -65,6 +86,8 @@ BLOCK_REDUCE_MIN = 32  # a reduction this long gets a block of threads per outpu
 FEW_OUTPUTS = 64  # ... and so does any reduction of fewer outputs than this
 SPLIT_ITEMS = 64  # elements per thread beyond which a long reduction splits over blocks
 SPLIT_MAX_OUTPUTS = 64  # only a reduction into at most this many outputs splits
+WARP_ROW_MAX = 1024  # reductions at most this long, into many outputs, take a warp each
+VECTOR = 4  # lanes of a 16-byte access of a 4-byte type
 
 
 @dataclass
@@ -79,6 +102,7 @@ class Reduction:
     loops: list[Loop]
     body: list
     length: int
+    vector: set[int] = field(default_factory=set)  # id() of its loads read VECTOR at a time
 
 
 @dataclass
@@ -101,6 +125,13 @@ class GpuKernel:
     block2: int = 0
     grid2: int = 0
     contraction: Contraction | None = None
+    vector: set[int] = field(default_factory=set)  # thread mode: id() of vector loads/stores
+
+    @property
+    def rows_per_block(self) -> int:
+        """Outputs a block computes at once: one per warp in warp mode, else one (block mode)
+        or one per thread."""
+        return self.block // WARP if self.mode == "warp" else 1
 
     @property
     def block_dims(self) -> tuple[int, int, int]:
@@ -176,7 +207,16 @@ def map_to_gpu(kernel: Kernel) -> GpuKernel:
     if not reductions or scatter or (longest < BLOCK_REDUCE_MIN and extent >= FEW_OUTPUTS):
         block = min(MAX_BLOCK, _round_up(extent, WARP))
         grid = min(MAX_GRID, -(-extent // block))
-        return GpuKernel(kernel, outputs, body, "thread", block, grid)
+        gpu = GpuKernel(kernel, outputs, body, "thread", block, grid)
+        if outputs and not _has(body, Loop) and not scatter:
+            gpu.vector = vector_accesses(body, outputs[-1]) or set()
+        return gpu
+    for red in reductions.values():
+        red.vector = vector_accesses(red.body, red.loops[-1]) or set()
+    if longest <= WARP_ROW_MAX and extent >= FEW_OUTPUTS:
+        gpu.mode, gpu.block = "warp", MAX_BLOCK
+        gpu.grid = min(MAX_GRID, -(-extent // gpu.rows_per_block))
+        return gpu
     split = -(-longest // (block * SPLIT_ITEMS))
     split = min(split, MAX_GRID // extent)
     if len(reductions) == 1 and extent <= SPLIT_MAX_OUTPUTS and split > 1:
@@ -185,6 +225,123 @@ def map_to_gpu(kernel: Kernel) -> GpuKernel:
         gpu.block2 = min(MAX_BLOCK, _round_up(gpu.split, WARP))
         gpu.grid2 = extent
     return gpu
+
+
+VECTOR_TYPES = {"float32": "float4", "int32": "int4"}  # 16-byte CUDA vector types
+
+
+def vector_type(dt: DType) -> str | None:
+    """The CUDA type that moves `VECTOR` elements of `dt` in one 16-byte access, if any."""
+    return VECTOR_TYPES.get(dt.name)
+
+
+def _steps_by_one(index, var: Var) -> bool:
+    """`index` moves by 1 per step of `var` and is a multiple of VECTOR wherever `var` is."""
+    if index.coef(var) != 1 or index.const % VECTOR:
+        return False
+    for atom, coef in index.terms:
+        if atom == var:
+            continue
+        if coef % VECTOR or (not isinstance(atom, Var) and var in atom.x.atoms()):
+            return False
+    return True
+
+
+def vector_accesses(body: list, loop: Loop) -> set[int] | None:
+    """id() of the loads and stores in `body` that can move VECTOR elements at once when
+    `loop` (the innermost loop around `body`) runs VECTOR iterations per step; None when
+    it cannot (its extent is not a multiple of VECTOR, or nothing would be vectorized).
+
+    Within a group of VECTOR iterations only `loop.var` changes (by 1 each), so an
+    index with coefficient 1 on it and every other part a multiple of VECTOR reads
+    VECTOR consecutive, 16-byte-aligned elements (given an aligned buffer)."""
+    if loop.extent % VECTOR:
+        return None
+    out = set()
+    for s in body:
+        if isinstance(s, Load) and not s.valid and vector_type(s.dtype) and not s.param.output:
+            ok = s.param.dtype == s.dtype
+        elif isinstance(s, Store) and not s.valid and vector_type(s.param.dtype):
+            ok = True
+        else:
+            continue
+        if ok and _steps_by_one(s.index, loop.var):
+            out.add(id(s))
+    return out or None
+
+
+# ---------------------------------------------------------------- traffic
+@dataclass(frozen=True)
+class Traffic:
+    """A GPU kernel's global-memory bytes and FLOPs, next to the least it could move."""
+
+    bytes_read: int
+    bytes_written: int
+    flops: int
+    min_bytes: int  # every input read once, every output written once
+
+    @property
+    def bytes(self) -> int:
+        return self.bytes_read + self.bytes_written
+
+    @property
+    def ratio(self) -> float:
+        """Bytes moved over the minimum (1.0: each byte once)."""
+        return self.bytes / self.min_bytes if self.min_bytes else 1.0
+
+    def __str__(self) -> str:
+        return (
+            f"global memory: {self.bytes_read} bytes read, {self.bytes_written} written "
+            f"({self.ratio:.2f}x the minimum {self.min_bytes}); {self.flops} FLOPs"
+        )
+
+
+def _reach(index, size: int) -> int:
+    """Distinct elements `index` touches over its loop variables' ranges, at most `size`."""
+    n = math.prod(v.max - v.min + 1 for v in index.atoms() if isinstance(v, Var))
+    return min(size, n)
+
+
+def traffic(gpu: GpuKernel) -> Traffic:
+    """Count `gpu`'s global-memory traffic (see the module docstring).
+
+    >>> import numpy as np, fusegrad as fg
+    >>> from fusegrad.codegen.lower import lower
+    >>> from fusegrad.ir.schedule import schedule
+    >>> x = fg.from_numpy(np.ones((8, 64), np.float32))
+    >>> (item,) = schedule([x.sum(1).node], lambda n: n.op.name == "BUFFER")
+    >>> print(traffic(map_to_gpu(lower(item, tile=False))))
+    global memory: 2048 bytes read, 32 written (1.00x the minimum 2080); 512 FLOPs
+    """
+    reads: dict[str, set] = {}
+    writes: dict[str, set] = {}
+    sizes = {p.name: p for p in gpu.kernel.params}
+    read = written = 0
+
+    def walk(body: list, loops: int) -> None:
+        nonlocal read, written
+        for s in body:
+            if isinstance(s, Loop):
+                walk(s.body, loops * s.extent)
+            elif isinstance(s, Load) and s.index not in reads.setdefault(s.param.name, set()):
+                reads[s.param.name].add(s.index)
+                read += _reach(s.index, s.param.size) * s.param.dtype.itemsize
+            elif isinstance(s, LoadRow):
+                read += min(s.param.size, loops) * s.param.dtype.itemsize
+            elif isinstance(s, ScatterAdd):  # read, add, write back
+                n = min(s.param.size, loops) * s.param.dtype.itemsize
+                read, written = read + n, written + n
+            elif isinstance(s, Store) and s.index not in writes.setdefault(s.param.name, set()):
+                writes[s.param.name].add(s.index)
+                written += _reach(s.index, s.param.size) * s.param.dtype.itemsize
+
+    walk(gpu.kernel.body, 1)
+    if gpu.split > 1:  # the partials: written by the first pass, read by the second
+        red = next(iter(gpu.reductions.values()))
+        n = gpu.grid * red.init.dtype.itemsize
+        read, written = read + n, written + n
+    least = sum(p.size * p.dtype.itemsize for p in sizes.values())
+    return Traffic(read, written, gpu.kernel.flops, least)
 
 
 # ---------------------------------------------------------------- contractions

@@ -11,7 +11,11 @@
 //   returned;
 // - warp shuffles exchange values through per-block tables and that barrier, so every thread
 //   of the block must call them together (the renderer calls them uniformly);
-// - the device math functions are the C library's.
+// - the device math functions are the C library's;
+// - the 16-byte vector types the renderer uses (float4, int4) and __ldg / __stwb, a plain read
+//   and write here
+//   (the emulator is built with -fno-strict-aliasing, as a kernel reads a float buffer
+//   through a float4 pointer).
 // runtime/cuda_emulator.py appends one `fg_launch_<symbol>(void** args, grid, block)` per
 // kernel that unpacks the arguments, as CUDA's kernelParams does, and calls fg_emu_launch.
 #pragma once
@@ -27,6 +31,10 @@
 #define __launch_bounds__(...)
 
 struct uint3 { unsigned int x, y, z; };
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(16) int4 { int x, y, z, w; };
+template <class T> inline T __ldg(const T* p) { return *p; }
+template <class T> inline void __stwb(T* p, T v) { *p = v; }
 struct dim3 { unsigned int x, y, z; };
 
 extern __thread uint3 threadIdx;

@@ -50,7 +50,8 @@ from .config import config
 HERE = os.path.dirname(os.path.abspath(__file__))
 HEADER = os.path.join(HERE, "cuda_emu.h")  # what a kernel sees
 RUNTIME_SOURCE = os.path.join(HERE, "cuda_emu_runtime.cpp")  # threads and barriers, built once
-CXX_FLAGS = ["-O2", "-pthread", "-std=c++20", "-shared", "-fPIC", "-w"]
+# no strict aliasing: a kernel reads a float buffer through a float4 pointer, as CUDA allows
+CXX_FLAGS = ["-O2", "-fno-strict-aliasing", "-pthread", "-std=c++20", "-shared", "-fPIC", "-w"]
 
 _SCALARS = {
     "bool": ctypes.c_bool,
