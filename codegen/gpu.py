@@ -198,7 +198,11 @@ def map_to_gpu(kernel: Kernel) -> GpuKernel:
                 reductions[id(s)] = red
     longest = max((r.length for r in reductions.values()), default=0)
     scatter = _has(body, ScatterAdd)
-    block = min(MAX_BLOCK, _round_up(longest, WARP))
+    for red in reductions.values():
+        red.vector = vector_accesses(red.body, red.loops[-1]) or set()
+    # a thread's step covers VECTOR elements where every reduction reads vectors
+    steps = longest // VECTOR if all(r.vector for r in reductions.values()) else longest
+    block = min(MAX_BLOCK, _round_up(steps, WARP))
     gpu = GpuKernel(kernel, outputs, body, "block", block, min(extent, MAX_GRID), reductions)
     gpu.contraction = _contraction(gpu) if reductions and not scatter else None
     if gpu.contraction is not None:
@@ -211,8 +215,6 @@ def map_to_gpu(kernel: Kernel) -> GpuKernel:
         if outputs and not _has(body, Loop) and not scatter:
             gpu.vector = vector_accesses(body, outputs[-1]) or set()
         return gpu
-    for red in reductions.values():
-        red.vector = vector_accesses(red.body, red.loops[-1]) or set()
     if longest <= WARP_ROW_MAX and extent >= FEW_OUTPUTS:
         gpu.mode, gpu.block = "warp", MAX_BLOCK
         gpu.grid = min(MAX_GRID, -(-extent // gpu.rows_per_block))

@@ -285,6 +285,8 @@ def test_short_rows_take_a_warp_each_and_long_rows_a_block():
     assert "fg_warp_allreduce" in cuda_kernel(short.kernel, "k").source
     assert mode(512, WARP_ROW_MAX + VECTOR).mode == "block"
     assert mode(8, 256).mode == "block"  # few rows: a whole block each
+    # ... of as many threads as the row has steps: 4 elements each where it reads vectors
+    assert mode(8, 512).block == 128 and mode(8, 513).block == 256
     assert mode(512, 8).mode == "thread"
 
 
