@@ -18,6 +18,16 @@ round); each call is timed from the Python call to the end of the GPU's work
 launch and Python overhead count), and each figure is the median of the rounds.
 A ratio above 1 means fusegrad is faster. Answers are checked against PyTorch's
 before anything is timed.
+
+Kernel-only times (the `kern` columns) take the launch and Python overhead out: CUDA
+events bracket `KERNEL_REPEATS` back-to-back repetitions of just the GPU work, so
+the GPU's queue never drains: fusegrad's compiled kernels of the op relaunched on
+buffers of their sizes (`fusegrad.runtime.cuda.launch`), and PyTorch's op called
+without a synchronization in between. Its rate is the bytes each kernel must move
+(the op's `work`) over that time; last, the bytes fusegrad's kernels report they move
+(`traffic` on each CUDA kernel) over the op's own minimum (its input read once, its
+output written once: 2.00x for a softmax whose three kernels read its input thrice),
+or for sgemm over the kernels' minimum.
 """
 
 from __future__ import annotations
@@ -51,6 +61,39 @@ def timed_median(runs: dict, rounds: int) -> dict:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+KERNEL_REPEATS = 20
+
+
+def kernel_seconds(launch_all, events, repeats: int = KERNEL_REPEATS) -> float:
+    """GPU seconds per repetition of `launch_all()` (which launches without waiting),
+    timed by `events()`: a (start, end) pair with record(), synchronize(), elapsed_time()
+    in milliseconds, as torch.cuda.Event's."""
+    launch_all()  # warm: compiled, allocated
+    start, end = events()
+    start.record()
+    for _ in range(repeats):
+        launch_all()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3 / repeats
+
+
+def fusegrad_kernels(build):
+    """(a call that relaunches the kernels computing `build()` on buffers of their sizes,
+    the bytes those kernels report they move, the minimum bytes)."""
+    from fusegrad.runtime import cuda as fg_cuda
+
+    records = fg.kernels(build())
+    buffers = [[fg_cuda.DeviceBuffer(p.size, p.dtype) for p in r.loop.params] for r in records]
+
+    def launch_all():
+        for rec, bufs in zip(records, buffers):
+            fg_cuda.launch(rec.compiled, bufs)
+
+    moved = [rec.compiled.kernel.traffic for rec in records]
+    return launch_all, sum(t.bytes for t in moved), sum(t.min_bytes for t in moved)
+
+
 def op_cases(torch):
     """(name, work, unit, fusegrad call, torch call, check) for the core ops."""
     fg.manual_seed(0)
@@ -71,6 +114,7 @@ def op_cases(torch):
             sync_fg()
             return out
 
+        go.build = build  # for the kernel-only timing
         return go
 
     def t_run(build):
@@ -79,6 +123,7 @@ def op_cases(torch):
             sync_t()
             return out
 
+        go.build = build
         return go
 
     x, a, b, c = f["x"], f["a"], f["b"], f["c"]
@@ -167,9 +212,14 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory(prefix="fusegrad-gpu-cache-") as cache:
         with fg.config.override(cache=cache):
+
+            def events():
+                return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
             print(
                 f"\n{'op':<20}{'unit':>8}{'fg ms':>10}{'rate':>9}{'torch ms':>10}{'rate':>9}"
                 f"{'torch/fg':>10}{'first ms':>10}{'max err':>10}"
+                f"{'fg kern':>10}{'rate':>9}{'t kern':>10}{'rate':>9}{'traffic':>9}"
             )
             for name, work, unit, fg_call, t_call in op_cases(torch):
                 t0 = time.perf_counter()
@@ -182,10 +232,15 @@ def main() -> None:
                     fg_call(), t_call()
                 runs = {"fg": fg_call, "t": t_call}
                 ms = {k: v * 1e3 for k, v in timed_median(runs, rounds).items()}
+                launch_all, moved, least = fusegrad_kernels(fg_call.build)
+                fk = kernel_seconds(launch_all, events) * 1e3
+                tk = kernel_seconds(t_call.build, events) * 1e3
                 print(
                     f"{name:<20}{unit:>8}{ms['fg']:>10.3f}{work / ms['fg'] / 1e6:>9.1f}"
                     f"{ms['t']:>10.3f}{work / ms['t'] / 1e6:>9.1f}"
                     f"{ms['t'] / ms['fg']:>10.2f}{first:>10.1f}{err:>10.1e}"
+                    f"{fk:>10.3f}{work / fk / 1e6:>9.1f}{tk:>10.3f}{work / tk / 1e6:>9.1f}"
+                    f"{moved / (work if unit == 'GB/s' else least):>8.2f}x"
                 )
 
             steps = lenet_steps(torch)
