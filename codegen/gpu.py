@@ -1,7 +1,7 @@
 """GPU lowering: how a loop-IR kernel maps onto a CUDA grid. The renderer only prints this.
 
 A kernel's output loops (its parallel loop and the serial loops nested
-directly inside it) flatten into one output index `gid`. Then one of three
+directly inside it) flatten into one output index `gid`. Then one of four
 mappings:
 
 - **thread**: one GPU thread per output iteration, in a grid-stride loop;
