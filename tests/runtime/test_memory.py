@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 import fusegrad as fg
-from fusegrad.runtime import compiler
+from fusegrad.ir.dtypes import float32
+from fusegrad.runtime import buffer, compiler
 from fusegrad.runtime.engine import engine
 
 pytestmark = pytest.mark.skipif(
@@ -230,3 +231,49 @@ def test_libraries_nothing_uses_are_disposed_of():
     # worker pool's own code; not the twenty plans made
     assert len(live) <= 6, len(live)
     assert not compiler._retired
+
+
+def test_the_pool_keeps_the_sizes_a_loop_reuses_not_every_size_ever_freed():
+    """A training loop frees the same sizes every step; a program whose shapes keep
+    changing frees a new size each time. Before, the pool kept every size until it held
+    1 GiB, then refused all (the loop's too); now the least recently freed go."""
+    buffer.clear_pool()
+    try:
+        steady = buffer.Buffer(1000, float32)
+        ptr = steady.ptr
+        del steady
+        for n in range(1, 2001):  # a new size each "step", and the loop's own size again
+            buffer.Buffer(n * 64, float32)
+            again = buffer.Buffer(1000, float32)
+            assert again.ptr == ptr
+            del again
+        assert len(buffer._pool) <= buffer.POOL_SIZES
+        assert buffer._pooled_bytes <= buffer.POOL_LIMIT_BYTES
+        held = sum(size * len(free) for size, free in buffer._pool.items())
+        assert held == buffer._pooled_bytes
+        # what is kept is the most recent: the loop's size and the last sizes freed
+        assert 4000 in buffer._pool and 2000 * 256 in buffer._pool and 256 not in buffer._pool
+    finally:
+        buffer.clear_pool()
+
+
+def test_a_full_pool_drops_its_oldest_memory_for_new(monkeypatch):
+    monkeypatch.setattr(buffer, "POOL_LIMIT_BYTES", 1 << 20)
+    buffer.clear_pool()
+    try:
+        old = [
+            buffer.Buffer(64 << 10, float32) for _ in range(4)
+        ]  # 256 KiB each  # 1 MiB: the pool is full
+        del old
+        assert buffer._pooled_bytes == 1 << 20
+        b = buffer.Buffer(1000, float32)
+        ptr = b.ptr
+        del b  # pooled (before: refused, the pool being full of memory nothing reuses)
+        assert 4000 in buffer._pool and len(buffer._pool[256 << 10]) == 3  # one went
+        assert buffer.Buffer(1000, float32).ptr == ptr
+        assert buffer._pooled_bytes <= 1 << 20
+        big = buffer.Buffer(1 << 20, float32)  # 4 MiB: more than the whole pool, not kept
+        del big
+        assert buffer._pooled_bytes <= 1 << 20
+    finally:
+        buffer.clear_pool()
