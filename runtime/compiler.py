@@ -13,9 +13,15 @@ batch: the kernels a new plan compiles (`batch()`), or one kernel alone. Every
 `CompiledKernel` holds its library, and whatever runs a kernel holds the kernel
 (plans hold their kernels' records, a plan being run is held by its caller), so a
 library is dropped, and its engine disposed of, only once nothing can call into it:
-not the memory cache (`config.kernel_cache_size`, least recently used first), not a
-cached plan (`config.plan_cache_size`), not a record a user kept. The engine is
+not a cached plan (`config.plan_cache_size`), not a record a user kept. The engine is
 disposed of then, or at the next load if another thread is compiling.
+
+The memory cache (`config.kernel_cache_size` kernels, least recently used first)
+keeps object files, a few KB each, not loaded code: a kernel still loaded is found
+through the library it is in (`_live`), one whose library was dropped is loaded again
+from its object file without compiling. Loaded code costs about 40 KB a library (its
+engine and target machine) whatever its kernels, so what stays loaded is what cached
+plans use, no more.
 
 Each compile's O3 pipeline is freed by hand (`_dispose_pass_manager`: llvmlite's own
 `close()` leaves it, about 70 KB a kernel). What llvmlite 0.50 still never frees is
@@ -175,10 +181,10 @@ class CompiledKernel:
         return self._texts_now()["asm"]
 
 
-# symbol -> the kernel, most recently used last; bounded by config.kernel_cache_size.
-_memory: OrderedDict[str, CompiledKernel] = OrderedDict()
-# symbol -> the library it is loaded in, while that library lives: a kernel evicted from
-# `_memory` that a plan still uses is found here instead of being loaded a second time
+# symbol -> its object file, most recently used last; bounded by config.kernel_cache_size
+_memory: OrderedDict[str, bytes] = OrderedDict()
+# symbol -> the library it is loaded in, while that library lives: a kernel something
+# still uses is found here instead of being loaded a second time
 _live: weakref.WeakValueDictionary[str, Library] = weakref.WeakValueDictionary()
 _retired: list = []  # engines of dropped libraries, disposed of at the next load
 _batch = threading.local()  # .open, .library: this thread's batch and its library
@@ -293,28 +299,31 @@ def _read_cached(path: str, key: str) -> bytes | None:
 def compile_kernel(source: str, symbol: str, nparams: int) -> CompiledKernel:
     """Machine code for `source` (which defines `symbol`), from a cache when possible."""
     with _lock:
-        hit = _memory.get(symbol)
-        if hit is not None:
-            _memory.move_to_end(symbol)
-            stats["memory_hits"] += 1
-            return CompiledKernel(
-                symbol, source, hit.address, nparams, 0.0, "memory", hit._texts, hit.library
-            )
         _dispose_retired()
         library = _live.get(symbol)
-        if library is not None:  # evicted from the memory cache, still used and loaded
-            k = CompiledKernel(
-                symbol, source, library.addresses[symbol], nparams, 0.0, "memory", {}, library
-            )
-        else:
-            k = _load(source, symbol, nparams)
-        _memory[symbol] = k
+        obj = _memory.get(symbol)
+        if obj is not None:
+            _memory.move_to_end(symbol)
+        if library is not None:  # loaded, in a library something still uses
+            stats["memory_hits"] += 1
+            address = library.addresses[symbol]
+            return CompiledKernel(symbol, source, address, nparams, 0.0, "memory", {}, library)
+        if obj is not None:  # compiled before: only loading it again
+            t0 = time.perf_counter()
+            library = _library_for_load()
+            address = library.load(obj, symbol)
+            stats["memory_hits"] += 1
+            seconds = time.perf_counter() - t0
+            return CompiledKernel(symbol, source, address, nparams, seconds, "memory", {}, library)
+        k, obj = _load(source, symbol, nparams)
+        _memory[symbol] = obj
         while len(_memory) > max(1, config.kernel_cache_size):
             _memory.popitem(last=False)
         return k
 
 
-def _load(source: str, symbol: str, nparams: int) -> CompiledKernel:
+def _load(source: str, symbol: str, nparams: int) -> tuple[CompiledKernel, bytes]:
+    """The kernel loaded from the disk cache or compiled, and its object file."""
     tm, _, fingerprint = _target()
     key = hashlib.sha256((fingerprint + "\n" + source).encode()).hexdigest()
     path = _disk_path(key)
@@ -346,6 +355,5 @@ def _load(source: str, symbol: str, nparams: int) -> CompiledKernel:
         address = library.load(obj, symbol)
     if not address:
         raise RuntimeError(f"kernel {symbol} did not load from its object file")
-    return CompiledKernel(
-        symbol, source, address, nparams, time.perf_counter() - t0, how, {}, library
-    )
+    seconds = time.perf_counter() - t0
+    return CompiledKernel(symbol, source, address, nparams, seconds, how, {}, library), obj

@@ -277,3 +277,28 @@ def test_a_full_pool_drops_its_oldest_memory_for_new(monkeypatch):
         assert buffer._pooled_bytes <= 1 << 20
     finally:
         buffer.clear_pool()
+
+
+def test_the_kernel_cache_keeps_object_files_not_loaded_code():
+    """A kernel in the memory cache whose plan is gone holds its object file (a few KB),
+    not its library (about 40 KB of engine and target machine, whatever it holds): the
+    libraries alive are those cached plans use. Asked for again, it loads without
+    compiling."""
+    if _ran_in_fresh_process("test_the_kernel_cache_keeps_object_files_not_loaded_code"):
+        return
+    with fg.config.override(kernel_cache_size=1000, plan_cache_size=2, cache=None):
+        for n in range(50, 70):
+            _softmax_rows(fg.ones(n, 3)).numpy()
+        gc.collect()
+        compiler.compile_kernel(
+            "define void @test_memory_probe3(i64 %a, i64 %b) {\nret void\n}\n",
+            "test_memory_probe3",
+            0,
+        )
+        live = {id(lib) for lib in compiler._live.values()}
+        assert len(live) <= 6, len(live)  # before: the twenty plans' libraries, and more
+        compiled = compiler.stats["compiled"]
+        y = _softmax_rows(fg.ones(50, 3))  # the first shape again
+        np.testing.assert_allclose(y.numpy(), _want(np.ones((50, 3))), rtol=1e-5)
+        assert compiler.stats["compiled"] == compiled
+        assert {r.cache for r in engine.value(y.node).kernels} == {"memory"}
