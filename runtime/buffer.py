@@ -5,12 +5,12 @@ whole elementwise kernel over it, so a freed buffer goes back to a pool keyed
 by size and the next allocation of that size reuses it. A buffer whose array
 is still referenced from outside (a user kept `t.numpy()`) is not recycled.
 
-The pool is bounded twice: at most `POOL_LIMIT_BYTES` in all and at most
-`POOL_SIZES` distinct sizes, the sizes least recently freed dropped first. A
-training loop frees the same few sizes every step (LeNet-5: 25 sizes, 13 MB), which
-stay; a program whose shapes keep changing frees a new size each time, and those go
-once they are the oldest, instead of filling the pool with sizes nothing asks for
-again.
+A training loop allocates the same few sizes every step (LeNet-5: 25 sizes, 13 MB);
+a program whose shapes keep changing (a new batch size each call) allocates new ones,
+which nothing asks for again. So a size is pooled only once it has been allocated
+anew twice (a loop's second step; the first 4 x `POOL_SIZES` such sizes are
+remembered), and the pool is bounded twice: at most `POOL_LIMIT_BYTES` in all and at
+most `POOL_SIZES` distinct sizes, what was least recently freed dropped first.
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ POOL_SIZES = 128  # distinct sizes kept, least recently freed dropped first
 # least recently freed first
 _pool: OrderedDict[int, list[tuple[np.ndarray, int, np.ndarray | None]]] = OrderedDict()
 _pooled_bytes = 0
+# bytes -> how many times an array of that size was allocated anew (the pool had none)
+_misses: dict[int, int] = {}
 _lock = forksafe.Lock()  # Python threads allocate and free at once
 _NP = {d: np.dtype(d.np) for d in ALL_DTYPES}  # numpy's dtype object for each of ours
 live_buffers = 0  # buffers allocated and not yet freed, for tests of memory planning
@@ -124,8 +126,8 @@ def _give(nbytes: int, entry: tuple) -> None:
     pool is over either bound. Dropped arrays are freed here: numpy frees their memory
     and runs no Python code."""
     global _pooled_bytes
-    if nbytes > POOL_LIMIT_BYTES:
-        return
+    if nbytes > POOL_LIMIT_BYTES or (nbytes not in _pool and _misses.get(nbytes, 0) < 2):
+        return  # too big, or a size allocated once: likely never again
     free = _pool.get(nbytes)
     if free is None:
         _pool[nbytes] = [entry]
@@ -181,6 +183,9 @@ def _take(nbytes: int) -> tuple[np.ndarray, int, np.ndarray | None]:
             if not free:  # sizes in the pool are sizes with memory to give
                 del _pool[nbytes]
             return entry
+        if len(_misses) >= 4 * POOL_SIZES:  # bounded: a loop's sizes earn their place again
+            _misses.clear()
+        _misses[nbytes] = _misses.get(nbytes, 0) + 1
     raw = np.empty(nbytes, dtype=np.uint8)
     return raw, raw.ctypes.data, None
 
@@ -188,4 +193,5 @@ def _take(nbytes: int) -> tuple[np.ndarray, int, np.ndarray | None]:
 def clear_pool() -> None:
     global _pooled_bytes
     _pool.clear()
+    _misses.clear()
     _pooled_bytes = 0

@@ -233,25 +233,29 @@ def test_libraries_nothing_uses_are_disposed_of():
 
 
 def test_the_pool_keeps_the_sizes_a_loop_reuses_not_every_size_ever_freed():
-    """A training loop frees the same sizes every step; a program whose shapes keep
-    changing frees a new size each time. Before, the pool kept every size until it held
-    1 GiB, then refused all (the loop's too); now the least recently freed go."""
+    """A training loop allocates the same sizes every step; a program whose shapes keep
+    changing allocates new sizes, each once. Before, the pool kept every size freed
+    until it held 1 GiB, then refused all (the loop's too)."""
     buffer.clear_pool()
     try:
-        steady = buffer.Buffer(1000, float32)
-        ptr = steady.ptr
-        del steady
         for n in range(1, 2001):  # a new size each "step", and the loop's own size again
-            buffer.Buffer(n * 64, float32)
+            buffer.Buffer(n * 64 + 1, float32)
             again = buffer.Buffer(1000, float32)
-            assert again.ptr == ptr
+            if n == 2:
+                ptr = again.ptr
+            elif n > 2:  # from its second allocation on, the loop's size is pooled
+                assert again.ptr == ptr
             del again
+        assert list(buffer._pool) == [4000] and buffer._pooled_bytes == 4000
+        # sizes allocated twice and never again are pooled, and bounded: the oldest go
+        for n in range(1, 2001):
+            a, b = buffer.Buffer(n * 64 + 1, float32), buffer.Buffer(n * 64 + 1, float32)
+            del a, b
         assert len(buffer._pool) <= buffer.POOL_SIZES
         assert buffer._pooled_bytes <= buffer.POOL_LIMIT_BYTES
         held = sum(size * len(free) for size, free in buffer._pool.items())
         assert held == buffer._pooled_bytes
-        # what is kept is the most recent: the loop's size and the last sizes freed
-        assert 4000 in buffer._pool and 2000 * 256 in buffer._pool and 256 not in buffer._pool
+        assert (2000 * 64 + 1) * 4 in buffer._pool and 4000 not in buffer._pool
     finally:
         buffer.clear_pool()
 
@@ -260,20 +264,19 @@ def test_a_full_pool_drops_its_oldest_memory_for_new(monkeypatch):
     monkeypatch.setattr(buffer, "POOL_LIMIT_BYTES", 1 << 20)
     buffer.clear_pool()
     try:
-        old = [
-            buffer.Buffer(64 << 10, float32) for _ in range(4)
-        ]  # 256 KiB each  # 1 MiB: the pool is full
+        old = [buffer.Buffer(64 << 10, float32) for _ in range(4)]  # 256 KiB each
         del old
-        assert buffer._pooled_bytes == 1 << 20
-        b = buffer.Buffer(1000, float32)
+        assert buffer._pooled_bytes == 1 << 20  # the pool is full
+        buffer.Buffer(1000, float32)
+        b = buffer.Buffer(1000, float32)  # its size's second allocation: worth pooling
         ptr = b.ptr
         del b  # pooled (before: refused, the pool being full of memory nothing reuses)
         assert 4000 in buffer._pool and len(buffer._pool[256 << 10]) == 3  # one went
         assert buffer.Buffer(1000, float32).ptr == ptr
         assert buffer._pooled_bytes <= 1 << 20
-        big = buffer.Buffer(1 << 20, float32)  # 4 MiB: more than the whole pool, not kept
+        big = [buffer.Buffer(1 << 20, float32) for _ in range(2)]  # each more than the pool
         del big
-        assert buffer._pooled_bytes <= 1 << 20
+        assert buffer._pooled_bytes <= 1 << 20 and (4 << 20) not in buffer._pool
     finally:
         buffer.clear_pool()
 
