@@ -4,11 +4,20 @@ First-touching a fresh 64 MiB allocation costs about 7 ms here, more than a
 whole elementwise kernel over it, so a freed buffer goes back to a pool keyed
 by size and the next allocation of that size reuses it. A buffer whose array
 is still referenced from outside (a user kept `t.numpy()`) is not recycled.
+
+A training loop allocates the same few sizes every step (LeNet-5: 25 sizes, 13 MB);
+a program whose shapes keep changing (a new batch size each call) allocates new ones,
+which nothing asks for again. So a size is pooled only once it has been allocated
+anew twice (a loop's second step; the first 4 x `POOL_SIZES` such sizes are
+remembered), and the pool is bounded twice: at most `POOL_LIMIT_BYTES` in all and at
+most `POOL_SIZES` distinct sizes, what was least recently freed dropped first.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+from collections import OrderedDict
 
 import numpy as np
 
@@ -16,10 +25,24 @@ from ..ir.dtypes import ALL_DTYPES, DType
 from . import forksafe
 from .config import config
 
-POOL_LIMIT_BYTES = 1 << 30
-# bytes -> free (raw array, address, the typed array last made of it, or None)
-_pool: dict[int, list[tuple[np.ndarray, int, np.ndarray | None]]] = {}
+
+def _pool_limit() -> int:
+    """256 MiB, or a sixteenth of the machine's memory where that is less."""
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows): the fixed bound
+        ram = 1 << 40
+    return min(256 << 20, ram // 16)
+
+
+POOL_LIMIT_BYTES = _pool_limit()
+POOL_SIZES = 128  # distinct sizes kept, least recently freed dropped first
+# bytes -> free (raw array, address, the typed array last made of it, or None), the size
+# least recently freed first
+_pool: OrderedDict[int, list[tuple[np.ndarray, int, np.ndarray | None]]] = OrderedDict()
 _pooled_bytes = 0
+# bytes -> how many times an array of that size was allocated anew (the pool had none)
+_misses: dict[int, int] = {}
 _lock = forksafe.Lock()  # Python threads allocate and free at once
 _NP = {d: np.dtype(d.np) for d in ALL_DTYPES}  # numpy's dtype object for each of ours
 live_buffers = 0  # buffers allocated and not yet freed, for tests of memory planning
@@ -69,19 +92,17 @@ class Buffer:
         a = getattr(self, "array", None)
         if a is None:
             return
-        global live_buffers, _pooled_bytes
+        global live_buffers
         live_buffers -= 1
         # 3 references: the slot, the local name, getrefcount's argument
         if sys.getrefcount(a) > 3 or a.base is None:
             return
         raw = a.base
         with _lock:
-            if sys.getrefcount(raw) > 3 or _pooled_bytes + raw.nbytes > POOL_LIMIT_BYTES:
+            if sys.getrefcount(raw) > 3:
                 return
             # its typed array goes with it, unless someone made it read-only
-            typed = a if a.flags.writeable else None
-            _pool.setdefault(raw.nbytes, []).append((raw, self.ptr, typed))
-            _pooled_bytes += raw.nbytes
+            _give(raw.nbytes, (raw, self.ptr, a if a.flags.writeable else None))
 
     def __repr__(self) -> str:
         return f"<Buffer {self.size} x {self.dtype.name}>"
@@ -96,12 +117,33 @@ def take_scratch(nbytes: int) -> tuple[np.ndarray, int, None]:
 
 def give_scratch(scratch: tuple[np.ndarray, int, None]) -> None:
     """Return `take_scratch` memory to the pool once the program that used it has run."""
-    global _pooled_bytes
-    nbytes = scratch[0].nbytes
     with _lock:
-        if _pooled_bytes + nbytes <= POOL_LIMIT_BYTES:
-            _pool.setdefault(nbytes, []).append(scratch)
-            _pooled_bytes += nbytes
+        _give(scratch[0].nbytes, scratch)
+
+
+def _give(nbytes: int, entry: tuple) -> None:
+    """Pool `entry` (under `_lock`), then drop what was least recently freed while the
+    pool is over either bound. Dropped arrays are freed here: numpy frees their memory
+    and runs no Python code."""
+    global _pooled_bytes
+    if nbytes > POOL_LIMIT_BYTES or (nbytes not in _pool and _misses.get(nbytes, 0) < 2):
+        return  # too big, or a size allocated once: likely never again
+    free = _pool.get(nbytes)
+    if free is None:
+        _pool[nbytes] = [entry]
+    else:
+        free.append(entry)
+        _pool.move_to_end(nbytes)
+    _pooled_bytes += nbytes
+    while len(_pool) > POOL_SIZES:
+        size, dropped = _pool.popitem(last=False)
+        _pooled_bytes -= size * len(dropped)
+    while _pooled_bytes > POOL_LIMIT_BYTES:  # the oldest size's coldest array first
+        size, oldest = next(iter(_pool.items()))
+        oldest.pop(0)
+        _pooled_bytes -= size
+        if not oldest:
+            del _pool[size]
 
 
 class HostTable(Buffer):
@@ -137,7 +179,13 @@ def _take(nbytes: int) -> tuple[np.ndarray, int, np.ndarray | None]:
         free = _pool.get(nbytes)
         if free:
             _pooled_bytes -= nbytes
-            return free.pop()
+            entry = free.pop()
+            if not free:  # sizes in the pool are sizes with memory to give
+                del _pool[nbytes]
+            return entry
+        if len(_misses) >= 4 * POOL_SIZES:  # bounded: a loop's sizes earn their place again
+            _misses.clear()
+        _misses[nbytes] = _misses.get(nbytes, 0) + 1
     raw = np.empty(nbytes, dtype=np.uint8)
     return raw, raw.ctypes.data, None
 
@@ -145,4 +193,5 @@ def _take(nbytes: int) -> tuple[np.ndarray, int, np.ndarray | None]:
 def clear_pool() -> None:
     global _pooled_bytes
     _pool.clear()
+    _misses.clear()
     _pooled_bytes = 0

@@ -13,14 +13,23 @@ batch: the kernels a new plan compiles (`batch()`), or one kernel alone. Every
 `CompiledKernel` holds its library, and whatever runs a kernel holds the kernel
 (plans hold their kernels' records, a plan being run is held by its caller), so a
 library is dropped, and its engine disposed of, only once nothing can call into it:
-not the memory cache (`config.kernel_cache_size`, least recently used first), not a
-cached plan (`config.plan_cache_size`), not a record a user kept. The engine is
+not a cached plan (`config.plan_cache_size`), not a record a user kept. The engine is
 disposed of then, or at the next load if another thread is compiling.
 
-Compiling leaks about 0.1 MB per kernel inside llvmlite 0.50 itself (each pass
-builder's instrumentation callbacks, the code generator): a process that compiles
-new kernels for ever still grows by that much per kernel, whereas one whose kernels
-come from the disk cache does not.
+The memory cache (`config.kernel_cache_size` kernels, least recently used first)
+keeps object files, a few KB each, not loaded code: a kernel still loaded is found
+through the library it is in (`_live`), one whose library was dropped is loaded again
+from its object file without compiling. Loaded code costs about 40 KB a library (its
+engine and target machine) whatever its kernels, so what stays loaded is what cached
+plans use (at most `config.kernel_cache_size` kernels, `runtime/engine.py`), no more.
+
+Each compile's O3 pipeline is freed by hand (`_dispose_pass_manager`: llvmlite's own
+`close()` leaves it, about 70 KB a kernel), and each compile parses into an LLVM
+context of its own, freed with it (the global one keeps every constant ever parsed:
+1 to 3 KB a kernel). What llvmlite 0.50 still never frees is each pass builder's
+instrumentation callbacks (`new PassInstrumentationCallbacks` in its C++, which no
+call of its API deletes): about 1.5 KB per kernel *compiled* (a kernel loaded from the
+disk cache costs nothing), so 10,000 new kernels leave about 15 MB.
 """
 
 from __future__ import annotations
@@ -73,19 +82,40 @@ def host_description() -> str:
         return _target()[2]
 
 
-def _optimize(source: str):
+@contextlib.contextmanager
+def _optimized(source: str):
+    """`source` parsed and through O3, in an LLVM context of its own, freed on leaving:
+    constants and types are interned in their context, and every new shape's kernel
+    brings new ones (its loop bounds), which the global context would keep for ever."""
     tm, _, _ = _target()
-    mod = llvm.parse_assembly(source)
-    mod.triple = tm.triple
-    mod.data_layout = str(tm.target_data)
-    mod.verify()
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
-    pto.loop_vectorization = True
-    pto.slp_vectorization = True
-    pto.loop_unrolling = True
-    pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(mod, pb)
-    return mod
+    context = llvm.create_context()
+    mod = llvm.parse_assembly(source, context=context)
+    try:
+        mod.triple = tm.triple
+        mod.data_layout = str(tm.target_data)
+        mod.verify()
+        pto = llvm.create_pipeline_tuning_options(speed_level=3)
+        pto.loop_vectorization = True
+        pto.slp_vectorization = True
+        pto.loop_unrolling = True
+        pb = llvm.create_pass_builder(tm, pto)
+        mpm = pb.getModulePassManager()
+        try:
+            mpm.run(mod, pb)
+        finally:
+            _dispose_pass_manager(mpm)
+        yield mod
+    finally:
+        mod.close()  # the module before its context
+        context.close()
+
+
+def _dispose_pass_manager(mpm) -> None:
+    """Free an O3 pipeline (about 70 KB once it has run). llvmlite's `close()` does not:
+    `ModulePassManager` inherits `ObjectRef._dispose`, which does nothing, ahead of
+    `NewPassManager._dispose`, which frees it (llvmlite 0.50)."""
+    llvm.NewPassManager._dispose(mpm)
+    mpm.detach()
 
 
 class Library:
@@ -148,9 +178,9 @@ class CompiledKernel:
     def _make_texts(self) -> dict:
         if not self._texts:
             tm, _, _ = _target()
-            mod = _optimize(self.source)
-            self._texts["ir"] = str(mod)
-            self._texts["asm"] = tm.emit_assembly(mod)
+            with _optimized(self.source) as mod:
+                self._texts["ir"] = str(mod)
+                self._texts["asm"] = tm.emit_assembly(mod)
         return self._texts
 
     @property
@@ -162,10 +192,10 @@ class CompiledKernel:
         return self._texts_now()["asm"]
 
 
-# symbol -> the kernel, most recently used last; bounded by config.kernel_cache_size.
-_memory: OrderedDict[str, CompiledKernel] = OrderedDict()
-# symbol -> the library it is loaded in, while that library lives: a kernel evicted from
-# `_memory` that a plan still uses is found here instead of being loaded a second time
+# symbol -> its object file, most recently used last; bounded by config.kernel_cache_size
+_memory: OrderedDict[str, bytes] = OrderedDict()
+# symbol -> the library it is loaded in, while that library lives: a kernel something
+# still uses is found here instead of being loaded a second time
 _live: weakref.WeakValueDictionary[str, Library] = weakref.WeakValueDictionary()
 _retired: list = []  # engines of dropped libraries, disposed of at the next load
 _batch = threading.local()  # .open, .library: this thread's batch and its library
@@ -280,28 +310,31 @@ def _read_cached(path: str, key: str) -> bytes | None:
 def compile_kernel(source: str, symbol: str, nparams: int) -> CompiledKernel:
     """Machine code for `source` (which defines `symbol`), from a cache when possible."""
     with _lock:
-        hit = _memory.get(symbol)
-        if hit is not None:
-            _memory.move_to_end(symbol)
-            stats["memory_hits"] += 1
-            return CompiledKernel(
-                symbol, source, hit.address, nparams, 0.0, "memory", hit._texts, hit.library
-            )
         _dispose_retired()
         library = _live.get(symbol)
-        if library is not None:  # evicted from the memory cache, still used and loaded
-            k = CompiledKernel(
-                symbol, source, library.addresses[symbol], nparams, 0.0, "memory", {}, library
-            )
-        else:
-            k = _load(source, symbol, nparams)
-        _memory[symbol] = k
+        obj = _memory.get(symbol)
+        if obj is not None:
+            _memory.move_to_end(symbol)
+        if library is not None:  # loaded, in a library something still uses
+            stats["memory_hits"] += 1
+            address = library.addresses[symbol]
+            return CompiledKernel(symbol, source, address, nparams, 0.0, "memory", {}, library)
+        if obj is not None:  # compiled before: only loading it again
+            t0 = time.perf_counter()
+            library = _library_for_load()
+            address = library.load(obj, symbol)
+            stats["memory_hits"] += 1
+            seconds = time.perf_counter() - t0
+            return CompiledKernel(symbol, source, address, nparams, seconds, "memory", {}, library)
+        k, obj = _load(source, symbol, nparams)
+        _memory[symbol] = obj
         while len(_memory) > max(1, config.kernel_cache_size):
             _memory.popitem(last=False)
         return k
 
 
-def _load(source: str, symbol: str, nparams: int) -> CompiledKernel:
+def _load(source: str, symbol: str, nparams: int) -> tuple[CompiledKernel, bytes]:
+    """The kernel loaded from the disk cache or compiled, and its object file."""
     tm, _, fingerprint = _target()
     key = hashlib.sha256((fingerprint + "\n" + source).encode()).hexdigest()
     path = _disk_path(key)
@@ -317,8 +350,8 @@ def _load(source: str, symbol: str, nparams: int) -> CompiledKernel:
             address = 0
     if not address:
         how = "compiled"
-        mod = _optimize(source)
-        obj = tm.emit_object(mod)
+        with _optimized(source) as mod:
+            obj = tm.emit_object(mod)
         if path:
             try:
                 _write_atomic(path, obj + _seal(key, obj))
@@ -333,6 +366,5 @@ def _load(source: str, symbol: str, nparams: int) -> CompiledKernel:
         address = library.load(obj, symbol)
     if not address:
         raise RuntimeError(f"kernel {symbol} did not load from its object file")
-    return CompiledKernel(
-        symbol, source, address, nparams, time.perf_counter() - t0, how, {}, library
-    )
+    seconds = time.perf_counter() - t0
+    return CompiledKernel(symbol, source, address, nparams, seconds, how, {}, library), obj

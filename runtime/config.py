@@ -8,7 +8,7 @@
 | FUSEGRAD_CACHE      | on-disk compile cache folder ("off" disables it)   | ~/.cache/fusegrad |
 | FUSEGRAD_PROGRAM    | 0: launch a cached schedule's kernels one by one   | 1       |
 | FUSEGRAD_PLAN_CACHE | schedules (compiled plans) kept in memory, LRU     | 512     |
-| FUSEGRAD_KERNEL_CACHE | compiled kernels kept in memory, LRU; a kernel's | 2048    |
+| FUSEGRAD_KERNEL_CACHE | compiled kernels' object files kept in memory, LRU; | 2048 |
 |                     | machine code is freed once no cached plan uses it  |         |
 | FUSEGRAD_RECOMPILE_WARNING | N: warn when one line has compiled N schedules (0: never) | 0 |
 | FUSEGRAD_CUDA       | the `cuda` device: "pycuda" (a GPU), "emulate" (the CPU      | pycuda  |
@@ -72,7 +72,7 @@ class Config:
     cache: str | None = None
     program: bool = True  # run cached schedules as one native call per thread
     plan_cache_size: int = 512  # compiled schedules kept in memory (least recently used go)
-    # compiled kernels kept in memory; evicted ones' machine code is freed once no cached
+    # compiled kernels' object files kept in memory; machine code is freed once no cached
     # plan uses it (runtime/compiler.py)
     kernel_cache_size: int = 2048
     # a RecompileWarning saying what changed once one user line has compiled this many

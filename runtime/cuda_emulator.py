@@ -139,6 +139,20 @@ def _compile(cmd: list[str], out: str, text: str | None = None) -> None:
             os.unlink(tmp)
 
 
+def _copy_atomic(src: str, dst: str) -> None:
+    """Copy `src` to `dst` through a temporary file of this call's own, renamed into place:
+    processes sharing a cache folder may copy at once, and none may see a partial file or
+    move another's temporary away."""
+    fd, tmp = tempfile.mkstemp(suffix=".tmp", dir=os.path.dirname(dst))
+    os.close(fd)
+    try:
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
 _runtimes: dict[str, ctypes.CDLL] = {}
 _include_dirs: dict[str, list[str]] = {}  # cache folder -> g++'s -I options for a kernel
 
@@ -164,8 +178,7 @@ def _load_runtime(base: str, fingerprint: str) -> list[str]:
         # g++ takes a .gch only next to its header (an invalid one falls back to the copy)
         os.makedirs(pch_dir, exist_ok=True)
         copy = os.path.join(pch_dir, "cuda_emu.h")
-        shutil.copyfile(HEADER, copy + ".tmp")
-        os.replace(copy + ".tmp", copy)
+        _copy_atomic(HEADER, copy)
         _compile(["g++", *CXX_FLAGS, "-x", "c++-header", copy], pch)
     _runtimes[path] = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
     _include_dirs[path] = ["-I", pch_dir, "-I", HERE]

@@ -6,7 +6,8 @@ Everything that outlives a single call lives here, in one place:
   the last reference to a node goes, so does its entry (nodes themselves never
   change after they are made).
 - `plans`: compiled schedules keyed by graph structure, least recently used first,
-  bounded by `config.plan_cache_size` (kernels: `runtime/compiler.py`, bounded too). A
+  bounded by `config.plan_cache_size` plans and `config.kernel_cache_size` kernels in
+  them (kernels: `runtime/compiler.py`, bounded too). A
   plan holds its kernels' machine code: an evicted kernel's code is freed once no
   cached plan (and no run in progress) uses it.
 - the observers of every run, called with the plan and its kernels' records
@@ -325,8 +326,12 @@ class Engine:
             # another thread may have compiled the same structure meanwhile: keep one plan
             # per structure (`fusegrad.jit` tells two recorded calls apart by their plans)
             plan = self.plans.setdefault(key, plan)
-            while len(self.plans) > max(1, config.plan_cache_size):
-                self.plans.popitem(last=False)
+            # bounded in plans and in the kernels they keep loaded (runtime/compiler.py)
+            kernels = sum(len(p.steps) for p in self.plans.values())
+            while len(self.plans) > max(1, config.plan_cache_size) or (
+                kernels > config.kernel_cache_size and len(self.plans) > 1
+            ):
+                kernels -= len(self.plans.popitem(last=False)[1].steps)
         return plan, leaves, True
 
     # ---------------------------------------------------------------- execute

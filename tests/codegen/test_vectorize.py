@@ -62,7 +62,7 @@ def preferred_register() -> tuple[str, int]:
 
 
 def _probe_registers() -> set[str]:
-    from fusegrad.runtime.compiler import _optimize, _target
+    from fusegrad.runtime.compiler import _optimized, _target
 
     source = """
 define void @probe(ptr noalias %out, ptr noalias %a, ptr noalias %b) {
@@ -86,7 +86,8 @@ exit:
 }
 """
     tm, _, _ = _target()
-    return set(re.findall(r"%([xyz]mm)\d", tm.emit_assembly(_optimize(source))))
+    with _optimized(source) as mod:
+        return set(re.findall(r"%([xyz]mm)\d", tm.emit_assembly(mod)))
 
 
 REG, BITS = widest_register()

@@ -11,9 +11,16 @@ from fusegrad.ir.dtypes import float32, int32
 from fusegrad.runtime import buffer as B
 
 
+def _second_allocation(size, dtype):
+    """A buffer of a size allocated once before: the pool keeps such sizes (a size
+    allocated only once is likely never asked for again)."""
+    B.Buffer(size, dtype)
+    return B.Buffer(size, dtype)
+
+
 def test_a_freed_buffer_s_memory_and_typed_array_are_reused():
     B.clear_pool()
-    a = B.Buffer(1000, float32)
+    a = _second_allocation(1000, float32)
     ptr, array = a.ptr, weakref.ref(a.array)  # a weak reference: the pool checks for others
     del a
     b = B.Buffer(1000, float32)
@@ -25,7 +32,7 @@ def test_a_freed_buffer_s_memory_and_typed_array_are_reused():
 
 def test_memory_still_read_outside_is_not_reused():
     B.clear_pool()
-    a = B.Buffer(500, float32)
+    a = _second_allocation(500, float32)
     ptr, kept = a.ptr, a.array.reshape(10, 50)  # the user kept a view (t.numpy())
     del a
     b = B.Buffer(500, float32)
@@ -35,7 +42,7 @@ def test_memory_still_read_outside_is_not_reused():
 
 def test_a_read_only_typed_array_is_never_handed_out_again():
     B.clear_pool()
-    a = B.Buffer(256, float32)
+    a = _second_allocation(256, float32)
     ptr = a.ptr
     a.array.flags.writeable = False
     del a

@@ -167,3 +167,51 @@ def test_a_forked_child_launches_with_threads_of_its_own(module):
         os._exit(0 if out[0] == 20 else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_the_header_copy_cannot_collide_with_another_process(tmp_path, monkeypatch):
+    """Processes sharing a cache folder copy the header at once: each through a temporary
+    of its own. Another's temporary in the way (here a folder under the old fixed name
+    `cuda_emu.h.tmp`) made the copy fail."""
+    import hashlib
+    import threading
+
+    built = []
+
+    def fake_compile(cmd, out, text=None):  # the copy is under test, not g++
+        built.append(out)
+        with open(out, "w") as f:
+            f.write("built")
+
+    monkeypatch.setattr(cuda_emulator, "_compile", fake_compile)
+    monkeypatch.setattr(cuda_emulator, "_runtimes", {})
+    monkeypatch.setattr(cuda_emulator, "_include_dirs", {})
+    monkeypatch.setattr(cuda_emulator.ctypes, "CDLL", lambda path, mode=0: path)
+    pch_dir = tmp_path / f"pch-{hashlib.sha256(b'fp').hexdigest()[:16]}"
+    (pch_dir / "cuda_emu.h.tmp").mkdir(parents=True)
+    includes = cuda_emulator._load_runtime(str(tmp_path), "fp")
+    assert includes[:2] == ["-I", str(pch_dir)]
+    with open(cuda_emulator.HEADER) as f:
+        assert (pch_dir / "cuda_emu.h").read_text() == f.read()
+    assert str(pch_dir / "cuda_emu.h.gch") in built
+
+    errors = []
+
+    def copy_many():  # concurrent copies to one place: each whole, none in another's way
+        try:
+            for _ in range(20):
+                cuda_emulator._copy_atomic(cuda_emulator.HEADER, str(pch_dir / "cuda_emu.h"))
+        except OSError as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=copy_many) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert sorted(p.name for p in pch_dir.iterdir()) == [
+        "cuda_emu.h",
+        "cuda_emu.h.gch",
+        "cuda_emu.h.tmp",
+    ]

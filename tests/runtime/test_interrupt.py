@@ -46,7 +46,8 @@ done:
 
 def test_a_set_cancel_word_stops_the_claim_loop():
     """No chunk is claimed while the word is set; cleared, the same run covers the loop."""
-    recorder = compile_kernel(RECORDER, "test_interrupt_recorder", 1).address
+    kernel = compile_kernel(RECORDER, "test_interrupt_recorder", 1)  # held: its code lives
+    recorder = kernel.address
     pool = launch_module._Pool()
     try:
         out = np.zeros(4097, dtype=np.int64)
