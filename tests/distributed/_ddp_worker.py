@@ -142,12 +142,24 @@ def fault_case(out: str, how: str) -> None:
                 time.sleep(120)
             if how.startswith("exit"):  # exit0, exit3: leaves while rank 0 waits for it
                 sys.exit(int(how[4:]))
+            if how.startswith("systemexit"):  # systemexit5: raise SystemExit(5)
+                _raise_system_exit(int(how[10:]))
+            if how.startswith("os_exit"):  # os_exit7: no Python runs, no word to rank 0
+                os._exit(int(how[7:]))
             if how == "end":  # the end of its script, the group still open
                 return
         opt.zero_grad()
         model(fg.ones(2, 6)).sum().backward()
         opt.step()
     print(f"rank {rank} finished", flush=True)
+
+
+def _raise_system_exit(code: int) -> None:
+    try:  # one caught first: not how the rank leaves
+        raise SystemExit(2)
+    except SystemExit:
+        pass
+    raise SystemExit(code)
 
 
 def wait_cpu_case(out: str) -> None:

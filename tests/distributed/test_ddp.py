@@ -127,7 +127,8 @@ def test_a_failing_rank_ends_the_job_with_an_error(tmp_path, how, message):
     [
         ("exit0", "rank 1 left the job through sys.exit(0) (exit code 0)", 1),
         ("exit3", "rank 1 left the job through sys.exit(3) (exit code 3)", 3),
-        ("end", "rank 1 left the job (its script ended", 1),
+        ("systemexit5", "rank 1 left the job through raise SystemExit(5) (exit code 5)", 5),
+        ("end", "rank 1 left the job: its script ended (exit code 0)", 1),
     ],
 )
 def test_a_rank_that_exits_early_ends_the_job_at_once(tmp_path, how, message, code):
@@ -141,6 +142,26 @@ def test_a_rank_that_exits_early_ends_the_job_at_once(tmp_path, how, message, co
     assert waited < 10
     assert done.returncode == code, done.stderr
     assert "rank 0 finished" not in done.stdout
+
+
+@pytest.mark.parametrize(
+    "how, ending, code",
+    [
+        ("os_exit7", "exit code 7 (os._exit(7)", 7),
+        ("os_exit0", "exit code 0 (os._exit(0)", 1),  # mpiexec: 'exiting improperly'
+        ("kill", "killed by signal 9 (SIGKILL", 128 + 9),
+    ],
+)
+def test_a_rank_that_ends_without_a_word_is_named_with_its_code(tmp_path, how, ending, code):
+    """Rank 1 ends running no Python (os._exit, SIGKILL) while rank 0 waits for it: its
+    watcher (watch.py) names it with its code or signal, and the job ends within
+    seconds, not after the group's timeout (60 s here)."""
+    done, seconds = run_ranks(how, tmp_path, timeout=45, env={"DDP_TEST_TIMEOUT": "60"})
+    named = r"rank 1 \(pid \d+\) ended without leaving the process group: "
+    assert re.search(named + re.escape(ending), done.stderr), done.stderr
+    assert done.returncode == code, done.stderr
+    assert "rank 0 finished" not in done.stdout
+    assert seconds < 30
 
 
 def test_a_waiting_rank_sleeps_instead_of_spinning(tmp_path):
