@@ -174,6 +174,19 @@ def wait_cpu_case(out: str) -> None:
         json.dump({"wall": wall, "cpu": cpu}, f)
 
 
+def stall_cpu_case(out: str) -> None:
+    """Rank 1 stalls 6 s; rank 0 says (a file) when it starts waiting for it, so that the
+    test can read the whole job's CPU time from /proc meanwhile."""
+    rank = dist.get_rank()
+    t = fg.ones(4)
+    dist.all_reduce(t)  # everyone is up
+    if rank == 1:
+        time.sleep(6.0)
+    else:
+        open(os.path.join(out, "waiting"), "w").close()
+    dist.all_reduce(t)
+
+
 def leave_case(out: str, how: str) -> None:
     """Ranks that leave or disagree after the model is built (see test_ddp.py)."""
     rank = dist.get_rank()
@@ -206,6 +219,8 @@ if __name__ == "__main__":
         collectives_case(out)
     elif case == "wait_cpu":
         wait_cpu_case(out)
+    elif case == "stall_cpu":
+        stall_cpu_case(out)
     elif case in ("destroy", "mismatch", "late_exit3"):
         leave_case(out, case)
         sys.exit(0)  # the group still open: sys.exit(0) is an ordinary end

@@ -9,12 +9,15 @@ initialization, and be bitwise equal between the ranks.
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import time
 
 import numpy as np
 import pytest
 from _ddp_models import global_batches, make_model, make_optimizer, parameters, train
-from _mpi import needs_mpi, run_ranks
+from _mpi import needs_mpi, run_ranks, session_cpu_seconds, start_ranks
 
 pytestmark = needs_mpi
 
@@ -171,6 +174,29 @@ def test_a_waiting_rank_sleeps_instead_of_spinning(tmp_path):
     assert got["wall"] > 2.0  # it did wait for rank 1's 3 s
     # spinning (MPI's blocking all-reduce) is about 1.0 of a core
     assert got["cpu"] / got["wall"] < 0.2, got
+
+
+def test_a_stalled_job_burns_no_cpu(tmp_path):
+    """While rank 1 stalls and rank 0 waits for it, the whole job (launcher, mpiexec, the
+    watchers and both ranks, read from /proc) uses under a tenth of a core (spinning with
+    sched_yield took 0.3 on a loaded 2-core machine, a whole core on an idle one)."""
+    job = start_ranks("stall_cpu", tmp_path, env={"DDP_TEST_TIMEOUT": "60"})
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "waiting").exists():
+            assert job.poll() is None and time.monotonic() < deadline, job.communicate()
+            time.sleep(0.05)
+        time.sleep(0.2)
+        wall, cpu = time.monotonic(), session_cpu_seconds(job.pid)
+        time.sleep(2.0)
+        wall, cpu = time.monotonic() - wall, session_cpu_seconds(job.pid) - cpu
+        assert cpu / wall < 0.1, f"the job used {cpu / wall:.2f} of a core while waiting"
+        _, stderr = job.communicate(timeout=60)
+        assert job.returncode == 0, stderr
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
 
 
 def test_a_rank_that_leaves_the_group_or_calls_another_collective_is_named(tmp_path):
