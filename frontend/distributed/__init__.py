@@ -146,7 +146,7 @@ def init_process_group(backend: str = "mpi", timeout=None, **_ignored) -> None:
     if _previous_excepthook is None:
         _previous_excepthook = sys.excepthook
         sys.excepthook = _abort_on_uncaught
-    exits.install()
+    exits.install(vars(sys.modules["__main__"]), sys._getframe(1).f_globals)
     tell_watcher(b"j")  # joined: from now on, ending without a word is a fault
     if not _atexit_registered:  # after mpi4py's import, so it runs before MPI_Finalize
         atexit.register(_leave_at_exit)

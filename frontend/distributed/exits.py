@@ -80,12 +80,20 @@ def _sys_exit(status=None):
     raise _SysExit(status)
 
 
-def install() -> None:
-    """Stand in for builtins.SystemExit and sys.exit (init_process_group)."""
+def install(*namespaces: dict) -> None:
+    """Stand in for builtins.SystemExit and sys.exit (init_process_group), also where a
+    script took its own name for them first (`from sys import exit`): in `namespaces`,
+    the globals of __main__ and of init_process_group's caller."""
     global _last
     _last = None
     builtins.SystemExit = SystemExit
     sys.exit = _sys_exit
+    for names in namespaces:
+        for name, value in list(names.items()):
+            if value is _builtin_sys_exit:
+                names[name] = _sys_exit
+            elif value is _BUILTIN_SYSTEM_EXIT:
+                names[name] = SystemExit
 
 
 def uninstall() -> None:

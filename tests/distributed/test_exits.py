@@ -53,6 +53,20 @@ def test_the_uncaught_system_exit_is_the_one_at_exit(body, code, how):
     assert done.stdout.strip() == f"at exit: ({code}, {how})", done.stderr
 
 
+def test_names_a_script_took_before_install_are_replaced_too():
+    code = (
+        "import atexit\n"
+        "from sys import exit as leave\n"
+        "from fusegrad.distributed import exits\n"
+        "exits.install(globals())\n"
+        "atexit.register(lambda: print('at exit:', exits.last_exit(), flush=True))\n"
+        "leave(6)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 6
+    assert done.stdout.strip() == f"at exit: (6, {exits.BY_SYS_EXIT})", done.stderr
+
+
 def test_a_script_that_ends_or_catches_its_exit_has_no_record():
     done = run_script(
         """
