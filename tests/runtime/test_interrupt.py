@@ -244,3 +244,83 @@ def test_ctrl_c_stops_a_slow_kernel_of_few_iterations(threads):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+MANY_MEDIUM = textwrap.dedent(
+    """
+    import numpy as np
+    import fusegrad as fg
+    from fusegrad.runtime import engine as engine_module, launch
+
+    def announced(run):
+        def call(program, threads, args, work=0):  # the cached plan's program starts
+            if 1 << 24 <= work < launch.LONG_WORK:
+                print("running", flush=True)
+            return run(program, threads, args, work)
+
+        return call
+
+    engine_module.run_threads = announced(engine_module.run_threads)
+
+    def many():
+        # 40 kernels of 2^19 inner iterations (each under WATCHED_WORK), 48 transcendental
+        # functions each: seconds in all as one native program, under LONG_WORK
+        y = fg.tensor(np.linspace(0, 1, 1 << 9, dtype=np.float32))
+        b = fg.tensor(np.linspace(0, 1, 1 << 10, dtype=np.float32))
+        for _ in range(40):
+            x = y[:, None] * b[None, :]
+            for _ in range(24):
+                x = (x.sin() + 1.5).log()  # (never log 0: no NaN to compare)
+            y = x.sum(1) * 1e-3 + y
+        return y
+
+    want = many().numpy()  # the first run, kernel by kernel, caches the plan
+    try:
+        many().numpy()
+        print("not interrupted", flush=True)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+    assert np.array_equal(many().numpy(), want)  # the same program, whole, once more
+    print("computes", flush=True)
+    """
+)
+
+
+def test_ctrl_c_stops_a_program_of_many_medium_kernels():
+    """A cached plan of many kernels, each short, runs as one native program for seconds:
+    Ctrl-C stops it between kernels (or in a kernel's claim loop) within about a second."""
+    env = dict(os.environ, FUSEGRAD_THREADS="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", MANY_MEDIUM],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(
+        target=lambda: [lines.put(x.strip()) for x in proc.stdout], daemon=True
+    ).start()
+
+    def next_line(timeout: float) -> str:
+        try:
+            return lines.get(timeout=timeout)
+        except queue.Empty:
+            return f"nothing within {timeout} s"
+
+    try:
+        assert next_line(180) == "running"
+        time.sleep(0.5)
+        sent = time.perf_counter()
+        proc.send_signal(signal.SIGINT)
+        line = next_line(30)
+        waited = time.perf_counter() - sent
+        assert line == "interrupted", line
+        assert waited < 1.5, f"KeyboardInterrupt came {waited:.1f} s after Ctrl-C"
+        assert next_line(120) == "running"  # the check run
+        assert next_line(120) == "computes"
+        assert proc.wait(60) == 0, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
