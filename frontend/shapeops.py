@@ -804,6 +804,73 @@ def median(x, dim=None, keepdim: bool = False):
     return ValuesIndices(v, i) if keepdim else ValuesIndices(v.squeeze(d), i.squeeze(d))
 
 
+def nanmedian(x, dim=None, keepdim: bool = False):
+    """The lower median of the elements that are not NaN (NaN where all are), as
+    torch.nanmedian; with `dim`, also its index (the first NaN's, for a row of NaNs).
+
+    >>> import fusegrad as fg
+    >>> fg.tensor([[2.0, float("nan"), 1.0]]).nanmedian(1).values.tolist()
+    [1.0]
+    """
+    from .mathops import isnan
+
+    if not x.dtype.is_float:  # no NaN to leave out
+        return median(x, dim, keepdim)
+    if dim is None:
+        flat = x.reshape(-1)
+        if flat.shape[0] == 0:
+            return x._make(N.const(math.nan, (), x.dtype))
+        vals, _ = sort(flat, 0)  # NaNs last
+        count = (~isnan(flat)).sum()
+        k = _where(count > 0, (count - 1) // 2, 0).reshape(1)
+        v = vals.take_along_dim(k, 0).reshape(())
+        return _shared_by_ties(_where(count > 0, v, math.nan), flat)
+    if x.ndim == 0:  # as torch: the value and index 0
+        v, i = nanmedian(x.reshape(1), 0)
+        return ValuesIndices(v.reshape(()), i.reshape(()))
+    d = x._dim(dim, "nanmedian")
+    vals, idx = sort(x, d)  # NaNs last, in their order
+    count = (~isnan(x)).sum(d, keepdim=True)
+    k = _where(count > 0, (count - 1) // 2, 0)
+    i = idx.take_along_dim(k, d)
+    v = x.take_along_dim(i, d)  # read where it lies, so that its gradient goes there
+    return ValuesIndices(v, i) if keepdim else ValuesIndices(v.squeeze(d), i.squeeze(d))
+
+
+def nansum(x, dim=None, keepdim: bool = False, dtype=None):
+    """sum, counting NaNs as zero (torch.nansum); an integer tensor has none. The gradient
+    is torch's: the incoming one times (x is not NaN), so 0 at a NaN (NaN if it is inf).
+
+    >>> import fusegrad as fg
+    >>> fg.tensor([1.0, float("nan"), 2.0]).nansum().item()
+    3.0
+    """
+    from .mathops import isnan
+
+    if not x.dtype.is_float:
+        return x.sum(dim, keepdim, dtype=dtype)
+    nan = isnan(x)
+    clean = _where(nan, 0.0, x)
+    if clean.requires_grad and clean.node.op is Ops.WHERE:
+        keep, xn = (~nan).cast(x.dtype).node, x.node
+        with_vjp(clean.node, lambda g: [(xn, N.mul(g, keep))])
+    return clean.sum(dim, keepdim, dtype=dtype)
+
+
+def nanmean(x, dim=None, keepdim: bool = False):
+    """mean of the elements that are not NaN (NaN where all are), as torch.nanmean.
+
+    >>> import fusegrad as fg
+    >>> fg.tensor([1.0, float("nan"), 2.0]).nanmean().item()
+    1.5
+    """
+    from .mathops import isnan
+
+    if not x.dtype.is_float:
+        fail(DTypeError, "nanmean", f"needs a float tensor, got {x.dtype.name}; use .float()")
+    return nansum(x, dim, keepdim) / (~isnan(x)).sum(dim, keepdim)
+
+
 def _shared_by_ties(out, flat):
     """`out`, a value picked from `flat`, with torch's gradient for a full median: shared
     evenly by the elements equal to it (by the NaNs, where it is NaN)."""
@@ -863,6 +930,9 @@ METHODS = {
     "topk": topk,
     "kthvalue": kthvalue,
     "median": median,
+    "nanmedian": nanmedian,
+    "nansum": nansum,
+    "nanmean": nanmean,
 }
 
 

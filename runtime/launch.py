@@ -17,6 +17,13 @@ handler raises), the pool's cancel word is set: the threads claim no more chunks
 at most CHUNK_MAX_WORK iterations, milliseconds), the run returns, the word is cleared
 and the exception goes on. The outputs are then incomplete; the engine binds nothing
 (the exception leaves `execute` first) and every counter is back at zero.
+
+A shorter run (from WATCHED_WORK inner iterations) can still take seconds when each
+iteration is costly (a fused chain of transcendental functions, a sort): it runs on
+the main thread itself, through the claim loop, while a thread that reads Python's
+signal wakeup pipe (`signal.set_wakeup_fd`, when nobody else uses it) sets the cancel
+word on SIGINT; the run returns within a chunk and the KeyboardInterrupt is raised
+there (`_CtrlC`). With a SIGINT handler of the user's, nothing is cancelled.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import ctypes
 import functools
 import os
 import queue
+import signal
 import threading
 
 import numpy as np
@@ -39,6 +47,9 @@ PARALLEL_MIN_WORK = 1 << 15
 # takes milliseconds at least, next to which handing it to the runner thread (25-50 us
 # on a virtual machine) costs little; a shorter run ends within a second or so anyway
 LONG_WORK = 1 << 28
+# from this many on, a shorter run on the main thread notices Ctrl-C as it goes (see the
+# module's docstring): its chunks are claimed through the pool's loop, costing 1-2 us
+WATCHED_WORK = 1 << 20
 WAIT_SLICE_S = 0.05  # the main thread returns to Python this often while a long run runs
 
 
@@ -301,7 +312,11 @@ def run_threads(program, threads: int, args: list[int], work: int = 0) -> None:
     here alone, never cancelled). `program` is a CompiledKernel; `work`, its kernels'
     inner iterations in all, tells whether Ctrl-C may interrupt it (`LONG_WORK`)."""
     long = _interruptible(work)
-    if (threads <= 1 and not long) or not _POOL_OK:
+    if not long and _ctrl_c.arm(work):
+        with _ctrl_c:
+            if threads <= 1 or not _POOL_OK or not _pool.run(program.address, threads, -1, args):
+                program.fn(0, 1, *args, _ctrl_c.cancel_address)
+    elif (threads <= 1 and not long) or not _POOL_OK:
         program.fn(0, 1, *args, _NEVER_CANCELLED)
     elif not _pool.run(program.address, threads, -1, args, 1, NO_LIMIT, long):
         program.fn(0, 1, *args, _NEVER_CANCELLED)
@@ -314,6 +329,13 @@ def launch(kernel, extent: int, work: int, ptrs: list[int]) -> None:
         min(config.threads, extent, native.MAX_WORKERS + 1) if runs_parallel(extent, work) else 1
     )
     long = _interruptible(work) and extent > 1  # (one iteration cannot be cut short)
+    if not long and extent > 1 and _POOL_OK and _ctrl_c.arm(work):
+        least, most = chunk_least(extent, work), chunk_most(extent, work)
+        with _ctrl_c:  # (one thread too: its chunks are claimed, so it can stop)
+            if _pool.run(kernel.address, max(threads, 1), extent, ptrs, least, most):
+                return
+        kernel.fn(0, extent, *ptrs)  # the pool was busy: run here, whole
+        return
     if (
         (threads <= 1 and not long)
         or not _POOL_OK
@@ -346,6 +368,91 @@ def chunk_most(extent: int, work: int) -> int:
     """The most iterations a chunk holds: about native.CHUNK_MAX_WORK inner iterations
     (but never fewer than `chunk_least`), so that a cancelled run stops soon."""
     return max(chunk_least(extent, work), extent * native.CHUNK_MAX_WORK // max(work, 1))
+
+
+class _CtrlC:
+    """SIGINT during a run on the main thread shorter than LONG_WORK: a thread reads the
+    byte Python's C-level handler writes to the wakeup pipe and, while such a run is on
+    (`with _ctrl_c:`), sets the cancel words; the run returns early, and leaving the
+    `with` raises the KeyboardInterrupt (see the module's docstring)."""
+
+    def __init__(self):
+        self.fd = None  # the pipe's write end, once armed; -1: someone else's pipe
+        self.lock = forksafe.Lock()
+        self.running = False
+        self.hit = False
+        self.cancel = np.zeros(1, dtype=np.int64)  # a program run alone reads this one
+        self.cancel_address = self.cancel.ctypes.data
+
+    def arm(self, work: int) -> bool:
+        """Whether a run of `work` inner iterations here can be watched (then it must be
+        run inside `with self:`)."""
+        if work < WATCHED_WORK or threading.current_thread() is not threading.main_thread():
+            return False
+        if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+            return False  # a handler of the user's may not raise: cancel nothing
+        if self.fd is None:
+            r, w = os.pipe()
+            os.set_blocking(w, False)
+            old = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+            if old != -1:  # asyncio's, or the user's: leave it alone, for good
+                signal.set_wakeup_fd(old)
+                os.close(r), os.close(w)
+                self.fd = -1
+                return False
+            self.fd = w
+            threading.Thread(
+                target=self._read, args=(r,), daemon=True, name="fusegrad-sigint"
+            ).start()
+        # (should someone replace the pipe later, no byte comes, and nothing is cancelled)
+        return self.fd >= 0
+
+    def _read(self, r: int) -> None:
+        while True:
+            try:
+                got = os.read(r, 512)
+            except InterruptedError:  # pragma: no cover - PEP 475 retries
+                continue
+            if not got:
+                return
+            if signal.SIGINT in got:
+                with self.lock:
+                    if self.running:
+                        self.hit = True
+                        self.cancel[0] = 1
+                        if _pool.words is not None:
+                            _pool.words[native.Layout.CANCEL] = 1
+
+    def __enter__(self):
+        with self.lock:
+            self.running, self.hit = True, False
+
+    def __exit__(self, *exc) -> None:
+        with self.lock:
+            self.running = False
+            hit, self.hit = self.hit, False
+            if hit:
+                self.cancel[0] = 0
+                if _pool.words is not None:
+                    _pool.words[native.Layout.CANCEL] = 0
+        if hit and exc[0] is None:  # the outputs are incomplete: raise here, not later
+            ctypes.pythonapi.PyErr_CheckSignals()  # Python's handler: KeyboardInterrupt
+            raise KeyboardInterrupt
+
+
+_ctrl_c = _CtrlC()
+
+
+@forksafe.at_fork
+def _no_ctrl_c_watch_after_fork() -> None:
+    """The reading thread is gone in a child: its pipe would fill, and nobody cancel."""
+    global _ctrl_c
+    if _ctrl_c.fd is not None and _ctrl_c.fd >= 0:
+        try:
+            signal.set_wakeup_fd(-1)
+        except ValueError:  # pragma: no cover - forked from another thread
+            pass
+    _ctrl_c = _CtrlC()
 
 
 _POOL_OK = native.available() and _sched_getcpu is not None  # (the pool checks the CPU)

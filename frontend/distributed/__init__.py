@@ -23,10 +23,13 @@ The engine is MPI through mpi4py (Open MPI from Debian's `openmpi-bin`;
 Faults. Once a group exists, an exception that nobody catches in any rank
 prints its traceback and aborts the whole job (`MPI_Abort`), so the other
 ranks do not wait forever in a collective; a rank killed by a signal ends the
-job through `mpiexec`. A rank that leaves (`sys.exit(code)`, any code, or the
-end of its script) while others wait in a collective makes them raise
-`DistributedError` at once, naming it and its code; uncaught, that ends the
-job with the same exit code (1 for 0). A collective that waits longer than
+job through `mpiexec`. A rank that leaves (`sys.exit(code)` or `raise SystemExit(code)`,
+any code, Ctrl-C, or the end of its script) while others wait in a
+collective makes them raise `DistributedError` at once, naming it, how it
+left and its code (exits.py says how the code is known); uncaught, that ends
+the job with the same exit code (1 for 0). A rank that ends without a word
+(`os._exit(code)`, a signal) is named with its code or signal by the
+launcher's watcher (watch.py), and mpiexec ends the job. A collective that waits longer than
 the group's `timeout` (30 minutes by default, as PyTorch) raises naming the
 ranks that did not arrive. A waiting rank sleeps between looks at its
 mailbox rather than spinning (`liveness.py` says how).
@@ -43,14 +46,9 @@ import traceback
 import numpy as np
 
 from ..errors import DTypeError, ShapeError, fail
-from .liveness import (
-    BY_DESTROY,
-    BY_SCRIPT_END,
-    BY_SYS_EXIT,
-    UNKNOWN_CODE,
-    DistributedError,
-    Liveness,
-)
+from . import exits
+from .liveness import BY_DESTROY, BY_SCRIPT_END, DistributedError, Liveness
+from .watch import tell_watcher
 
 __all__ = [
     "DistributedError",
@@ -89,13 +87,10 @@ class _Group:
         self.timeout = timeout
         self.pid = os.getpid()  # a forked child inherits the group but is not a rank
         self.live = Liveness(comm.Dup(), timeout) if self.size > 1 else None
-        self.exit_code: int | None = None  # what sys.exit was last called with
 
 
-_SYS_EXIT = sys.exit
 _group: _Group | None = None
 _previous_excepthook = None
-_previous_exit = None
 _atexit_registered = False
 
 
@@ -133,7 +128,7 @@ def init_process_group(backend: str = "mpi", timeout=None, **_ignored) -> None:
     True
     >>> dist.destroy_process_group()
     """
-    global _group, _previous_excepthook, _previous_exit, _atexit_registered
+    global _group, _previous_excepthook, _atexit_registered
     if backend != "mpi":
         raise ValueError(f"fusegrad.distributed supports the 'mpi' backend only, got {backend!r}")
     if _group is not None:
@@ -151,9 +146,8 @@ def init_process_group(backend: str = "mpi", timeout=None, **_ignored) -> None:
     if _previous_excepthook is None:
         _previous_excepthook = sys.excepthook
         sys.excepthook = _abort_on_uncaught
-    if _previous_exit is None:
-        _previous_exit = sys.exit
-        sys.exit = _exit_recording_code
+    exits.install(vars(sys.modules["__main__"]), sys._getframe(1).f_globals)
+    tell_watcher(b"j")  # joined: from now on, ending without a word is a fault
     if not _atexit_registered:  # after mpi4py's import, so it runs before MPI_Finalize
         atexit.register(_leave_at_exit)
         _atexit_registered = True
@@ -166,15 +160,14 @@ def destroy_process_group() -> None:
     other rank has left too, by `destroy_process_group()` or by exiting; a
     rank still waiting in a collective for this one raises instead.
     """
-    global _group, _previous_excepthook, _previous_exit
+    global _group, _previous_excepthook
     group = _require("destroy_process_group")
     _group = None
     if _previous_excepthook is not None:
         sys.excepthook = _previous_excepthook
         _previous_excepthook = None
-    if _previous_exit is not None:
-        sys.exit = _previous_exit
-        _previous_exit = None
+    exits.uninstall()
+    tell_watcher(b"l")
     if group.live is not None:
         staying = group.live.leave(BY_DESTROY)
         if staying:
@@ -350,6 +343,8 @@ def _abort_on_uncaught(kind, value, tb) -> None:
     """sys.excepthook while a group exists: report, then end every rank of the job."""
     group = _group
     alone = group is None or group.size == 1 or group.pid != os.getpid()  # or a forked child
+    if issubclass(kind, KeyboardInterrupt):
+        exits.interrupted()
     if alone or issubclass(kind, KeyboardInterrupt):
         (_previous_excepthook or sys.__excepthook__)(kind, value, tb)
         return
@@ -362,19 +357,11 @@ def _abort_on_uncaught(kind, value, tb) -> None:
 
 
 def _abort(code: int) -> None:
+    tell_watcher(b"a")  # the reason is printed: the watcher need not name this rank
     sys.stderr.flush()
     sys.stdout.flush()
     _mpi().COMM_WORLD.Abort(code)
     os._exit(code)  # pragma: no cover - Abort does not return
-
-
-def _exit_recording_code(status=None):
-    """sys.exit while a group exists: remember the code for the other ranks to report
-    (atexit cannot see it), then exit as always."""
-    group = _group
-    if group is not None:  # Python's rule: None is 0, an int itself, anything else 1
-        group.exit_code = 0 if status is None else int(status) if isinstance(status, int) else 1
-    _SYS_EXIT(status)
 
 
 def _leave_at_exit() -> None:
@@ -382,17 +369,19 @@ def _leave_at_exit() -> None:
     waiting for it in a collective raises instead of hanging; then it waits for them
     to exit too, as MPI_Finalize would, but no longer than the group's timeout."""
     group = _group
-    if group is None or group.live is None or group.pid != os.getpid():
+    if group is None or group.pid != os.getpid():
         return
+    tell_watcher(b"l")  # exiting through Python, with a word to the others
     live = group.live
+    if live is None:
+        return
     if live.broken is not None and not live.left:
         # a collective timed out and the error was caught: the stalled rank will not
         # answer, and MPI_Finalize would wait for it
         sys.stderr.write(f"[fusegrad.distributed] rank {group.rank}: {live.broken}\n")
         _abort(live.broken.exit_code)
-    code = group.exit_code
-    how = BY_SYS_EXIT if code is not None else BY_SCRIPT_END
-    staying = live.leave(how, UNKNOWN_CODE if code is None else code)
+    code, how = exits.last_exit() or (0, BY_SCRIPT_END)
+    staying = live.leave(how, code)
     if staying:
         sys.stderr.write(
             f"[fusegrad.distributed] rank {group.rank} exited and waited {group.timeout:g} s "

@@ -16,9 +16,11 @@ communicator:
 
 While it waits, a rank knows exactly who is missing: when the group's
 timeout runs out it raises naming the ranks that did not arrive, and when a
-"left" notice comes instead (sent by a rank that leaves: `sys.exit`, the end
-of its script, or `destroy_process_group()`) it raises at once, naming that
-rank and its exit code. A leaving rank waits, as MPI_Finalize would, until
+"left" notice comes instead (sent by a rank that leaves: `sys.exit`, `raise
+SystemExit`, the end of its script, Ctrl-C, or `destroy_process_group()`) it
+raises at once, naming that rank, how it left and its exit code. (A rank that
+dies without a word, `os._exit` or a signal, is named by mpiexec and by the
+launcher's watcher, watch.py: the job ends then.) A leaving rank waits, as MPI_Finalize would, until
 every other rank leaves too (bounded by the timeout), so that nothing is in
 flight when MPI is finalized.
 
@@ -52,8 +54,7 @@ OPS = (
     "broadcast_arrays",
 )
 # how a rank left, in its notice
-BY_SYS_EXIT, BY_SCRIPT_END, BY_DESTROY = 0, 1, 2
-UNKNOWN_CODE = -1
+BY_SYS_EXIT, BY_SCRIPT_END, BY_DESTROY, BY_SYSTEM_EXIT, BY_INTERRUPT = 0, 1, 2, 3, 4
 SPIN = 0.001  # seconds of looking at the mailbox without sleeping
 MAX_PAUSE = 0.002  # seconds between two looks at the mailbox, once the wait is long
 
@@ -73,12 +74,20 @@ class DistributedError(FusegradError, RuntimeError):
 
 
 def describe_leave(rank: int, code: int, how: int) -> str:
-    """'rank 1 left the job through sys.exit(3)' and the like."""
+    """'rank 1 left the job through sys.exit(3) (exit code 3)' and the like.
+
+    >>> describe_leave(1, 0, BY_SCRIPT_END)
+    'rank 1 left the job: its script ended (exit code 0)'
+    """
     if how == BY_SYS_EXIT:
         return f"rank {rank} left the job through sys.exit({code}) (exit code {code})"
+    if how == BY_SYSTEM_EXIT:
+        return f"rank {rank} left the job through raise SystemExit({code}) (exit code {code})"
+    if how == BY_INTERRUPT:
+        return f"rank {rank} left the job through KeyboardInterrupt (Ctrl-C; exit code {code})"
     if how == BY_DESTROY:
         return f"rank {rank} left the group (destroy_process_group())"
-    return f"rank {rank} left the job (its script ended, or raised SystemExit; exit code unknown)"
+    return f"rank {rank} left the job: its script ended (exit code {code})"
 
 
 class Liveness:
@@ -146,7 +155,7 @@ class Liveness:
             _pause(waited)
 
     # ---------------------------------------------------------------- leaving
-    def leave(self, how: int, code: int = UNKNOWN_CODE) -> list[int]:
+    def leave(self, how: int, code: int = 0) -> list[int]:
         """Tell every rank this one leaves, and wait (up to the timeout) for them to leave
         too. Returns the ranks that did not leave in time ([] when all did)."""
         self._send_all(LEFT, code, how)

@@ -16,6 +16,10 @@ With `--hosts`, ranks are spread evenly over the hosts (Open MPI's
 password, and have the same Python environment at the same path. The
 launcher's core count is used for every host unless `--threads` is given.
 
+Each rank runs under a watcher (watch.py, `--no-watch` turns it off): a rank
+that ends without a word to the others (`os._exit`, a signal, a crash in
+native code) is named, with its exit code or signal, as the job ends.
+
 Open MPI refuses to run as root unless told to; the launcher tells it (as
 containers and CI run as root). Extra `mpiexec` options go after `--mpi-args`.
 """
@@ -29,6 +33,8 @@ import shlex
 import shutil
 import subprocess
 import sys
+
+WATCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "watch.py")
 
 
 def usable_cpus() -> int:
@@ -56,6 +62,7 @@ def mpiexec_command(
     mpiexec: str = "mpiexec",
     extra: list[str] | None = None,
     python: str = sys.executable,
+    watch: bool = True,
 ) -> tuple[list[str], dict[str, str]]:
     """The mpiexec command line and the environment to run it with (Open MPI's options)."""
     hosts = hosts or []
@@ -73,7 +80,7 @@ def mpiexec_command(
         cmd += ["--oversubscribe"]  # the slot count is ours to decide: threads are divided
     cmd += ["-x", f"FUSEGRAD_THREADS={threads}", "-x", "PYTHONUNBUFFERED=1"]
     cmd += list(extra or [])
-    cmd += [python, *script_and_args]
+    cmd += [python, *([WATCHER] if watch else []), *script_and_args]
     env = dict(os.environ)
     env["FUSEGRAD_THREADS"] = str(threads)
     if hasattr(os, "geteuid") and os.geteuid() == 0:
@@ -93,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=None, help="FUSEGRAD_THREADS of each rank")
     ap.add_argument("--mpiexec", default=os.environ.get("MPIEXEC", "mpiexec"))
     ap.add_argument("--mpi-args", default="", help="extra mpiexec options, as one string")
+    ap.add_argument("--no-watch", action="store_true", help="run the ranks without watch.py")
     ap.add_argument("--dry-run", action="store_true", help="print the mpiexec command only")
     ap.add_argument("script", help="the Python script every rank runs")
     ap.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
@@ -103,7 +111,13 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--threads must be at least 1, got {a.threads}")
     hosts = [h for h in a.hosts.split(",") if h]
     cmd, env = mpiexec_command(
-        a.nproc, [a.script, *a.args], hosts, a.threads, a.mpiexec, shlex.split(a.mpi_args)
+        a.nproc,
+        [a.script, *a.args],
+        hosts,
+        a.threads,
+        a.mpiexec,
+        shlex.split(a.mpi_args),
+        watch=not a.no_watch,
     )
     if a.dry_run:
         print(shlex.join(cmd))

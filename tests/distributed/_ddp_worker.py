@@ -142,12 +142,24 @@ def fault_case(out: str, how: str) -> None:
                 time.sleep(120)
             if how.startswith("exit"):  # exit0, exit3: leaves while rank 0 waits for it
                 sys.exit(int(how[4:]))
+            if how.startswith("systemexit"):  # systemexit5: raise SystemExit(5)
+                _raise_system_exit(int(how[10:]))
+            if how.startswith("os_exit"):  # os_exit7: no Python runs, no word to rank 0
+                os._exit(int(how[7:]))
             if how == "end":  # the end of its script, the group still open
                 return
         opt.zero_grad()
         model(fg.ones(2, 6)).sum().backward()
         opt.step()
     print(f"rank {rank} finished", flush=True)
+
+
+def _raise_system_exit(code: int) -> None:
+    try:  # one caught first: not how the rank leaves
+        raise SystemExit(2)
+    except SystemExit:
+        pass
+    raise SystemExit(code)
 
 
 def wait_cpu_case(out: str) -> None:
@@ -160,6 +172,19 @@ def wait_cpu_case(out: str) -> None:
     wall, cpu = time.monotonic() - wall, time.process_time() - cpu
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump({"wall": wall, "cpu": cpu}, f)
+
+
+def stall_cpu_case(out: str) -> None:
+    """Rank 1 stalls 6 s; rank 0 says (a file) when it starts waiting for it, so that the
+    test can read the whole job's CPU time from /proc meanwhile."""
+    rank = dist.get_rank()
+    t = fg.ones(4)
+    dist.all_reduce(t)  # everyone is up
+    if rank == 1:
+        time.sleep(6.0)
+    else:
+        open(os.path.join(out, "waiting"), "w").close()
+    dist.all_reduce(t)
 
 
 def leave_case(out: str, how: str) -> None:
@@ -194,6 +219,8 @@ if __name__ == "__main__":
         collectives_case(out)
     elif case == "wait_cpu":
         wait_cpu_case(out)
+    elif case == "stall_cpu":
+        stall_cpu_case(out)
     elif case in ("destroy", "mismatch", "late_exit3"):
         leave_case(out, case)
         sys.exit(0)  # the group still open: sys.exit(0) is an ordinary end

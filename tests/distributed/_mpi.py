@@ -28,14 +28,12 @@ if MISSING and os.environ.get("CI"):  # CI installs Open MPI: these tests must r
 needs_mpi = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 
 
-def run_ranks(case: str, out, *args: str, nproc: int = 2, timeout: float = 240, env=None):
-    """Run the worker on `nproc` ranks (1 thread each) through the launcher; returns
-    (CompletedProcess, seconds). A job still running after `timeout` fails the test."""
+def start_ranks(case: str, out, *args: str, nproc: int = 2, env=None) -> subprocess.Popen:
+    """Start the worker on `nproc` ranks (1 thread each) through the launcher, in a session
+    of its own (so that a hung job's mpiexec and ranks can all be ended)."""
     cmd = [sys.executable, "-m", "fusegrad.distributed.run", "--nproc", str(nproc)]
     cmd += ["--threads", "1", WORKER, case, str(out), *args]
-    start = time.monotonic()
-    # a session of its own, so that a hung job's mpiexec and ranks can all be ended
-    job = subprocess.Popen(
+    return subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -43,6 +41,28 @@ def run_ranks(case: str, out, *args: str, nproc: int = 2, timeout: float = 240, 
         env={**os.environ, **(env or {})},
         start_new_session=True,
     )
+
+
+def session_cpu_seconds(sid: int) -> float:
+    """User and system CPU time of the live processes of session `sid`, from /proc."""
+    total = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        if int(fields[3]) == sid:  # (fields after the name: state ppid pgrp session ...)
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def run_ranks(case: str, out, *args: str, nproc: int = 2, timeout: float = 240, env=None):
+    """Run the worker on `nproc` ranks (1 thread each) through the launcher; returns
+    (CompletedProcess, seconds). A job still running after `timeout` fails the test."""
+    start = time.monotonic()
+    job = start_ranks(case, out, *args, nproc=nproc, env=env)
+    cmd = job.args
     try:
         stdout, stderr = job.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -9,12 +9,15 @@ initialization, and be bitwise equal between the ranks.
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import time
 
 import numpy as np
 import pytest
 from _ddp_models import global_batches, make_model, make_optimizer, parameters, train
-from _mpi import needs_mpi, run_ranks
+from _mpi import needs_mpi, run_ranks, session_cpu_seconds, start_ranks
 
 pytestmark = needs_mpi
 
@@ -127,7 +130,8 @@ def test_a_failing_rank_ends_the_job_with_an_error(tmp_path, how, message):
     [
         ("exit0", "rank 1 left the job through sys.exit(0) (exit code 0)", 1),
         ("exit3", "rank 1 left the job through sys.exit(3) (exit code 3)", 3),
-        ("end", "rank 1 left the job (its script ended", 1),
+        ("systemexit5", "rank 1 left the job through raise SystemExit(5) (exit code 5)", 5),
+        ("end", "rank 1 left the job: its script ended (exit code 0)", 1),
     ],
 )
 def test_a_rank_that_exits_early_ends_the_job_at_once(tmp_path, how, message, code):
@@ -143,6 +147,26 @@ def test_a_rank_that_exits_early_ends_the_job_at_once(tmp_path, how, message, co
     assert "rank 0 finished" not in done.stdout
 
 
+@pytest.mark.parametrize(
+    "how, ending, code",
+    [
+        ("os_exit7", "exit code 7 (os._exit(7)", 7),
+        ("os_exit0", "exit code 0 (os._exit(0)", 1),  # mpiexec: 'exiting improperly'
+        ("kill", "killed by signal 9 (SIGKILL", 128 + 9),
+    ],
+)
+def test_a_rank_that_ends_without_a_word_is_named_with_its_code(tmp_path, how, ending, code):
+    """Rank 1 ends running no Python (os._exit, SIGKILL) while rank 0 waits for it: its
+    watcher (watch.py) names it with its code or signal, and the job ends within
+    seconds, not after the group's timeout (60 s here)."""
+    done, seconds = run_ranks(how, tmp_path, timeout=45, env={"DDP_TEST_TIMEOUT": "60"})
+    named = r"rank 1 \(pid \d+\) ended without leaving the process group: "
+    assert re.search(named + re.escape(ending), done.stderr), done.stderr
+    assert done.returncode == code, done.stderr
+    assert "rank 0 finished" not in done.stdout
+    assert seconds < 30
+
+
 def test_a_waiting_rank_sleeps_instead_of_spinning(tmp_path):
     done, _ = run_ranks("wait_cpu", tmp_path, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -150,6 +174,29 @@ def test_a_waiting_rank_sleeps_instead_of_spinning(tmp_path):
     assert got["wall"] > 2.0  # it did wait for rank 1's 3 s
     # spinning (MPI's blocking all-reduce) is about 1.0 of a core
     assert got["cpu"] / got["wall"] < 0.2, got
+
+
+def test_a_stalled_job_burns_no_cpu(tmp_path):
+    """While rank 1 stalls and rank 0 waits for it, the whole job (launcher, mpiexec, the
+    watchers and both ranks, read from /proc) uses under a tenth of a core (spinning with
+    sched_yield took 0.3 on a loaded 2-core machine, a whole core on an idle one)."""
+    job = start_ranks("stall_cpu", tmp_path, env={"DDP_TEST_TIMEOUT": "60"})
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "waiting").exists():
+            assert job.poll() is None and time.monotonic() < deadline, job.communicate()
+            time.sleep(0.05)
+        time.sleep(0.2)
+        wall, cpu = time.monotonic(), session_cpu_seconds(job.pid)
+        time.sleep(2.0)
+        wall, cpu = time.monotonic() - wall, session_cpu_seconds(job.pid) - cpu
+        assert cpu / wall < 0.1, f"the job used {cpu / wall:.2f} of a core while waiting"
+        _, stderr = job.communicate(timeout=60)
+        assert job.returncode == 0, stderr
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
 
 
 def test_a_rank_that_leaves_the_group_or_calls_another_collective_is_named(tmp_path):

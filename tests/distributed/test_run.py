@@ -29,11 +29,13 @@ def test_threads_divide_the_cores_among_the_ranks_of_a_machine():
 def test_one_machine_command():
     cmd, env = run.mpiexec_command(2, ["train.py", "--ddp"], threads=3, python="/py")
     assert cmd[:3] == ["mpiexec", "-n", "2"]
-    assert cmd[-3:] == ["/py", "train.py", "--ddp"]
+    assert cmd[-4:] == ["/py", run.WATCHER, "train.py", "--ddp"]  # each rank under watch.py
     assert "FUSEGRAD_THREADS=3" in cmd and env["FUSEGRAD_THREADS"] == "3"
     assert option(cmd, "--bind-to") == "none" and "--oversubscribe" in cmd
     assert cmd[cmd.index("mpi_yield_when_idle") + 1] == "1"
     assert "--host" not in cmd
+    cmd, _ = run.mpiexec_command(2, ["train.py"], threads=3, python="/py", watch=False)
+    assert cmd[-2:] == ["/py", "train.py"]
 
 
 def test_several_machines_command():

@@ -303,6 +303,11 @@ EXCLUDED: dict[str, str] = {
         _LINEAR,
     ),
     **dict.fromkeys(_names("F", "dropout"), _RANDOM),
+    **dict.fromkeys(
+        _names("Tensor", "nansum nanmean nanmedian") + _names("fg", "nansum nanmean nanmedian"),
+        "swept at NaN, inf, empty and all-NaN rows, with gradients, against torch's values in "
+        "tests/runtime/test_reliability_probe.py",
+    ),
     **dict.fromkeys(_names("F", "where class_cross_entropy"), _ALIAS),
 }
 

@@ -161,3 +161,167 @@ def test_ctrl_c_stops_a_long_kernel_and_the_engine_goes_on(threads):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+SHORT_BUT_SLOW = textwrap.dedent(
+    """
+    import numpy as np
+    import fusegrad as fg
+    from fusegrad.runtime import engine as engine_module, launch
+
+    def announced(run, work_at):
+        def call(*args):  # tell the parent when the slow kernel starts
+            if 1 << 26 <= args[work_at] < launch.LONG_WORK:
+                print("running", flush=True)
+            return run(*args)
+
+        return call
+
+    engine_module.launch = announced(engine_module.launch, 2)
+    engine_module.run_threads = announced(engine_module.run_threads, 3)
+
+    def slow():
+        # 2^27 inner iterations (under LONG_WORK), each 24 transcendental functions: tens
+        # of seconds in one kernel
+        a = fg.tensor(np.linspace(0, 1, 1 << 7, dtype=np.float32))
+        b = fg.tensor(np.linspace(0, 1, 1 << 20, dtype=np.float32))
+        x = a[:, None] * b[None, :]
+        for _ in range(12):
+            x = (x.sin() + 1.0).log()
+        return x.sum(1)
+
+    for attempt in ("kernel by kernel", "native program"):
+        try:
+            slow().numpy()
+            print("not interrupted", flush=True)
+        except KeyboardInterrupt:
+            print("interrupted", attempt, flush=True)
+        x = fg.tensor([1.0, 2.0, 3.0])
+        assert abs((x - x.sum()).softmax(0).sum().item() - 1.0) < 1e-6
+        assert (x * 2).tolist() == [2.0, 4.0, 6.0]
+        print("computes", flush=True)
+    print("done", flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_ctrl_c_stops_a_slow_kernel_of_few_iterations(threads):
+    """A kernel under LONG_WORK inner iterations whose iterations are costly runs on the
+    main thread, watched: Ctrl-C stops it within a second or so (launch.py's _CtrlC)."""
+    env = dict(os.environ, FUSEGRAD_THREADS=threads)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SHORT_BUT_SLOW],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(
+        target=lambda: [lines.put(x.strip()) for x in proc.stdout], daemon=True
+    ).start()
+
+    def next_line(timeout: float) -> str:
+        try:
+            return lines.get(timeout=timeout)
+        except queue.Empty:
+            return f"nothing within {timeout} s"
+
+    try:
+        for attempt in ("kernel by kernel", "native program"):
+            assert next_line(120) == "running"
+            time.sleep(0.5)
+            sent = time.perf_counter()
+            proc.send_signal(signal.SIGINT)
+            line = next_line(10)
+            waited = time.perf_counter() - sent
+            assert line == f"interrupted {attempt}", line
+            assert waited < 2.0, f"{attempt}: KeyboardInterrupt came {waited:.1f} s after Ctrl-C"
+            assert next_line(60) == "computes"
+        assert next_line(60) == "done"
+        assert proc.wait(60) == 0, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+MANY_MEDIUM = textwrap.dedent(
+    """
+    import numpy as np
+    import fusegrad as fg
+    from fusegrad.runtime import engine as engine_module, launch
+
+    def announced(run):
+        def call(program, threads, args, work=0):  # the cached plan's program starts
+            if 1 << 24 <= work < launch.LONG_WORK:
+                print("running", flush=True)
+            return run(program, threads, args, work)
+
+        return call
+
+    engine_module.run_threads = announced(engine_module.run_threads)
+
+    def many():
+        # 40 kernels of 2^19 inner iterations (each under WATCHED_WORK), 48 transcendental
+        # functions each: seconds in all as one native program, under LONG_WORK
+        y = fg.tensor(np.linspace(0, 1, 1 << 9, dtype=np.float32))
+        b = fg.tensor(np.linspace(0, 1, 1 << 10, dtype=np.float32))
+        for _ in range(40):
+            x = y[:, None] * b[None, :]
+            for _ in range(24):
+                x = (x.sin() + 1.5).log()  # (never log 0: no NaN to compare)
+            y = x.sum(1) * 1e-3 + y
+        return y
+
+    want = many().numpy()  # the first run, kernel by kernel, caches the plan
+    try:
+        many().numpy()
+        print("not interrupted", flush=True)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+    assert np.array_equal(many().numpy(), want)  # the same program, whole, once more
+    print("computes", flush=True)
+    """
+)
+
+
+def test_ctrl_c_stops_a_program_of_many_medium_kernels():
+    """A cached plan of many kernels, each short, runs as one native program for seconds:
+    Ctrl-C stops it between kernels (or in a kernel's claim loop) within about a second."""
+    env = dict(os.environ, FUSEGRAD_THREADS="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", MANY_MEDIUM],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(
+        target=lambda: [lines.put(x.strip()) for x in proc.stdout], daemon=True
+    ).start()
+
+    def next_line(timeout: float) -> str:
+        try:
+            return lines.get(timeout=timeout)
+        except queue.Empty:
+            return f"nothing within {timeout} s"
+
+    try:
+        assert next_line(180) == "running"
+        time.sleep(0.5)
+        sent = time.perf_counter()
+        proc.send_signal(signal.SIGINT)
+        line = next_line(30)
+        waited = time.perf_counter() - sent
+        assert line == "interrupted", line
+        assert waited < 1.5, f"KeyboardInterrupt came {waited:.1f} s after Ctrl-C"
+        assert next_line(120) == "running"  # the check run
+        assert next_line(120) == "computes"
+        assert proc.wait(60) == 0, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
