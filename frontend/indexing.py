@@ -37,6 +37,7 @@ import numpy as np
 
 from .errors import DTypeError, IndexingError, ShapeError, fail
 from .ir import node as N
+from .ir.autodiff import with_vjp
 from .ir.dtypes import int64
 from .ir.ops import Ops
 
@@ -633,7 +634,31 @@ def scatter_reduce(x, dim: int, index, src, reduce: str, include_self: bool = Tr
         else:
             red = where(onehot, v, big).amin(1)
             out = where(hitf, red.minimum(xf) if include_self else red, xf)
+        if out.requires_grad:
+            return _shared_among_equal(out.reshape(x.shape), x, d, index, vals, hit, include_self)
     return out.reshape(x.shape)
+
+
+def _shared_among_equal(out, x, d: int, index, vals, hit, include_self: bool):
+    """`out`, scatter_reduce's amax or amin, with torch's gradient: each place's gradient is
+    split evenly among the elements equal to its result, the place's own value (counted
+    also without include_self, as torch's formula does; it then gets no share) and the
+    sources reduced there. A NaN result equals nothing: g / 0 * 0, NaN, as torch's."""
+    from .tensor import Tensor, where
+
+    res = out.detach()
+    self_is = (x.detach() == res).cast(x.dtype)
+    src_is = (vals.detach() == res.gather(d, index)).cast(x.dtype)
+    count = self_is + _scattered_sum(self_is, d, index, src_is)
+    xn, vn = x.node, vals.node  # now: an in-place update would rebind x.node
+
+    def rule(g):
+        share = Tensor(g) / count
+        own = share * self_is if include_self else where(hit, 0.0, share * self_is)
+        return [(xn, own.node), (vn, (share.gather(d, index) * src_is).node)]
+
+    node = N.mul(out.node, N.const(1, out.shape, out.dtype))
+    return out._make(with_vjp(node, rule))
 
 
 def index_select(x, dim: int, index):

@@ -28,7 +28,10 @@ from .ir import node as N
 from .ir.autodiff import with_vjp
 from .ir.dtypes import bool_, int64
 from .ir.ops import Ops
-from .reduce import ReduceMixin  # (at the top: an import in a function runs each call)
+from .reduce import (
+    ReduceMixin,  # (at the top: an import in a function runs each call)
+    _nans_share,
+)
 
 SORT_LIMIT = 1 << 24  # compared pairs (rows * n * n) a sort may build
 
@@ -134,10 +137,10 @@ def norm(x, p="fro", dim=None, keepdim: bool = False):
             with_vjp(out.node, lambda g: [(xn, N.mul(N.expand(g, xn.shape), sn))])
         return out if keepdim else out.squeeze(dim if dim is not None else None)
     a = x.abs()
-    if p == math.inf or p == "inf":
-        return a.amax(dim, keepdim)
+    if p == math.inf or p == "inf":  # (torch's gradient: shared among NaNs, as max()'s)
+        return _nans_share(a, a.amax(dim, keepdim), dim)
     if p == -math.inf:
-        return a.amin(dim, keepdim)
+        return _nans_share(a, a.amin(dim, keepdim), dim)
     if p == 0:
         return (a != 0).cast(x.dtype).sum(dim, keepdim)
     if p == 1:
@@ -161,12 +164,40 @@ def std(x, dim=None, unbiased=None, keepdim: bool = False, correction=None):
 
 
 def var_mean(x, dim=None, unbiased=None, keepdim: bool = False, correction=None):
-    return var(x, dim, unbiased, keepdim, correction), x.mean(dim, keepdim)
+    """(var, mean) over `dim`, as torch.var_mean (its mean is Welford's: see std_mean)."""
+    return var(x, dim, unbiased, keepdim, correction), _welford_mean(x, dim, keepdim)
 
 
 def std_mean(x, dim=None, unbiased=None, keepdim: bool = False, correction=None):
-    """(std, mean) over `dim`, as torch.std_mean."""
-    return std(x, dim, unbiased, keepdim, correction), x.mean(dim, keepdim)
+    """(std, mean) over `dim`, as torch.std_mean.
+
+    The mean is torch's, which takes it by Welford's update m += (x - m) / k in the
+    order of the elements: NaN where an infinity is followed by any element (inf - inf),
+    inf where only the last is infinite, and +0.0 for a mean of -0.0s. Its gradient is
+    the mean's, 1 / N.
+
+    >>> import fusegrad as fg
+    >>> [m.item() for m in (fg.tensor([1.0, 2.0, float("inf")]).std_mean()[1],
+    ...                     fg.tensor([float("inf"), 1.0, 2.0]).std_mean()[1])]
+    [inf, nan]
+    """
+    return std(x, dim, unbiased, keepdim, correction), _welford_mean(x, dim, keepdim)
+
+
+def _welford_mean(x, dim, keepdim: bool):
+    """x.mean(dim), with the NaNs and zero signs of Welford's update (std_mean's)."""
+    mean = x.mean(dim, keepdim)
+    if x.ndim == 0 or x.numel() == 0:
+        return mean
+    from .mathops import isinf
+
+    axes = x._dims(dim, "mean")
+    last = None  # the last element of each reduction, in the order of the elements
+    for a in axes:
+        at_end = _arange_along(x.shape[a], a, x.ndim) == x.shape[a] - 1
+        last = at_end if last is None else last & at_end
+    followed = (isinf(x) & ~last).any(dim, keepdim)
+    return mean + _where(followed, math.nan, 0.0)  # (+ 0.0: -0.0 becomes 0.0, as Welford's)
 
 
 def sum_(x, dim=None, keepdim: bool = False, dtype=None, axis=None):

@@ -74,18 +74,25 @@ def _is_nan(x: Node) -> Node:
 
 
 def _reduce_max_grad(n: Node, g: Node):
-    # torch.amax and the full max(): the gradient is split evenly between the maxima (between
-    # the NaNs, where the maximum is NaN); max(dim) and max_pool route it to the first maximum
-    # with their own rules (frontend/reduce.py, nn/conv.py)
-    x = n.srcs[0]
-    y = N.expand(n, x.shape)
+    # torch.amax: the gradient is split evenly between the elements equal to the maximum; a
+    # NaN maximum equals none of them, so its row's gradient is g / 0 * 0, NaN (the full
+    # max() and norm(inf) share it among the NaNs instead, max(dim) and max_pool route it to
+    # the first maximum: rules of their own in frontend/reduce.py, nn/conv.py)
+    return (max_grad_shared(n.srcs[0], n, g, n.arg, nan_shares=False),)
+
+
+def max_grad_shared(x: Node, y: Node, g: Node, axes, nan_shares: bool) -> Node:
+    """The gradient of a maximum `y` of `x` over `axes` (y, g with those axes kept):
+    g split evenly among the elements of x equal to y (among the NaNs where y is NaN,
+    if `nan_shares`)."""
+    y = N.expand(y, x.shape)
     hit = N.binary(Ops.CMPEQ, x, y)
-    if x.dtype.is_float:
+    if nan_shares and x.dtype.is_float:
         hit = N.add(hit, N.mul(_is_nan(x), _is_nan(y)))  # bool add/mul: or/and
     hit = N.cast(hit, g.dtype)
-    count = N.reduce(Ops.SUM, hit, n.arg)
+    count = N.reduce(Ops.SUM, hit, tuple(axes))
     share = _div(g, count)
-    return (N.mul(N.expand(share, x.shape), hit),)
+    return N.mul(N.expand(share, x.shape), hit)
 
 
 def _inverse(order) -> tuple[int, ...]:
