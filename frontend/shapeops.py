@@ -76,25 +76,70 @@ def _tree_reduce(x, dim: int, combine, identity):
 def prod(x, dim=None, keepdim: bool = False, dtype=None):
     """The product over `dim` (all elements if None); bools and ints multiply as int64.
 
-    Multiplied pairwise (log2(n) steps), so the gradient is exact also where an
-    element is zero.
+    Multiplied pairwise (log2(n) steps). The gradient is torch's: result / x where the
+    tensor holds no zero (NaN at an infinite or NaN element, as torch's), else the
+    product of the other elements (exclusive running products both ways); a full prod()
+    over more than one zero has gradient 0, as torch's backward.
+
+    >>> import fusegrad as fg
+    >>> x = fg.tensor([2.0, 0.0, 3.0], requires_grad=True)
+    >>> x.prod().backward()
+    >>> x.grad.tolist()
+    [0.0, 6.0, 0.0]
     """
     if dtype is not None:
         x = x.cast(dtype)
     elif not x.dtype.is_float:
         x = x.cast(int64)
     if dim is None:
-        out = prod(x.reshape(-1), 0) if x.ndim else x
-        return out.reshape((1,) * x.ndim) if keepdim else out
+        out = _prod_along(x.reshape(-1), 0, True, full=True) if x.ndim else x
+        return out.reshape((1,) * x.ndim) if keepdim else out.reshape(())
     d = x._dim(dim, "prod")
     if x.ndim == 0:
         return x
+    return _prod_along(x, d, keepdim, full=False)
+
+
+def _prod_along(x, d: int, keepdim: bool, full: bool):
     if x.shape[d] == 0:
         shape = x.shape[:d] + (1,) + x.shape[d + 1 :]
         out = x._make(N.const(1, shape, x.dtype))
         return out if keepdim else out.squeeze(d)
     out = _tree_reduce(x, d, lambda a, b: a * b, 1)
+    if out.requires_grad:
+        out = _with_prod_gradient(out, x, d, full)
     return out if keepdim else out.squeeze(d)
+
+
+def _with_prod_gradient(out, x, d: int, full: bool):
+    """`out`, the product of `x` along `d` (kept), with torch's prod_backward as its rule."""
+    from .tensor import Tensor
+
+    xn, rn = x.node, out.node  # now: an in-place update would rebind x.node
+
+    def rule(g):
+        xs, res, g = Tensor(xn), Tensor(rn), Tensor(g)
+        zeros = (xs == 0).sum()
+        others = g * _exclusive_products(xs, d)
+        if full:  # torch's backward takes a full product over two zeros to be 0 outright
+            others = _where(zeros > 1, 0.0, others)
+        return [(xn, _where(zeros == 0, g * (res / xs), others).node)]
+
+    node = N.mul(rn, N.const(1, rn.shape, rn.dtype))
+    return out._make(with_vjp(node, rule))
+
+
+def _exclusive_products(x, d: int):
+    """The product of the other elements along `d` at each place, without division:
+    [b c, a c, a b] for [a, b, c] (running products from either end, as torch's)."""
+    from .indexing import flip
+    from .movement import cat
+
+    n = x.shape[d]
+    ones = x._make(N.const(1, narrow(x, d, 0, 1).shape, x.dtype))
+    before = cumprod(cat([ones, narrow(x, d, 0, n - 1)], d), d)
+    after = flip(cumprod(cat([ones, flip(narrow(x, d, 1, n - 1), [d])], d), d), [d])
+    return before * after
 
 
 def all_(x, dim=None, keepdim: bool = False):
@@ -658,16 +703,96 @@ def cumsum(x, dim: int, dtype=None):
 
 
 def cumprod(x, dim: int, dtype=None):
-    """Running products along `dim`; the gradient is exact where elements are zero."""
+    """Running products along `dim`, with torch's gradient: a reversed running sum of
+    out * g, divided by x, where the tensor holds no zero (NaN at an infinite or NaN
+    element, as torch's); with zeros, each row's elements before its first zero take
+    that form, the first zero the sum of the products after it up to the next zero,
+    and the elements after it 0.
+
+    >>> import fusegrad as fg
+    >>> x = fg.tensor([2.0, 0.0, 3.0], requires_grad=True)
+    >>> x.cumprod(0).sum().backward()
+    >>> x.grad.tolist()
+    [1.0, 8.0, 0.0]
+    """
     x = x.cast(dtype) if dtype is not None else (x if x.dtype.is_float else x.cast(int64))
-    return _scan(x, dim, lambda a, b: a * b, 1, "cumprod")
+    out = _scan(x, dim, lambda a, b: a * b, 1, "cumprod")
+    if not out.requires_grad or x.ndim == 0 or x.shape[x._dim(dim, "cumprod")] <= 1:
+        return out  # (one element along dim: its gradient is g, the scan's own)
+    from .tensor import Tensor
+
+    d = x._dim(dim, "cumprod")
+    xn, on = x.node, out.node  # now: an in-place update would rebind x.node
+
+    def rule(g):
+        return [(xn, _cumprod_backward(Tensor(xn), Tensor(g), Tensor(on), d).node)]
+
+    node = N.mul(on, N.const(1, on.shape, on.dtype))
+    return out._make(with_vjp(node, rule))
+
+
+def _cumprod_backward(x, g, out, d: int):
+    """torch's cumprod_backward (its first-order form) for x, the gradient g of out."""
+    from .indexing import flip
+    from .movement import cat
+
+    def reversed_cumsum(w):
+        return flip(cumsum(flip(w, [d]), d), [d])
+
+    w = out * g
+    is_zero = x == 0
+    simple = reversed_cumsum(w) / x
+    zeros = is_zero.cast(int64).cumsum(d)  # how many zeros up to each place
+    before = zeros == 0
+    grad = _where(before, reversed_cumsum(_where(before, w, 0.0)) / x, 0.0)
+    # at the first zero: sum over k up to the next zero of (x[z1+1] ... x[k]) g[k],
+    # times the product before it
+    first = (zeros == 1) & is_zero
+    between = (zeros == 1) & ~is_zero
+    running = _scan(_where(between, x, 1.0), d, lambda a, b: a * b, 1, "cumprod")
+    term = (running * _where(zeros == 1, g, 0.0)).sum(d, keepdim=True)
+    ones = x._make(N.const(1, narrow(x, d, 0, 1).shape, x.dtype))
+    prior = cat([ones, narrow(out, d, 0, x.shape[d] - 1)], d)
+    grad = _where(first, term * prior, grad)
+    return _where(is_zero.any(), grad, simple)
 
 
 def logcumsumexp(x, dim: int):
+    """log(cumsum(exp(x))) along `dim`, by log2(n) shifted logaddexps.
+
+    The gradient is torch's: the positive and negative parts of g, in log space,
+    through a reversed logcumsumexp (so at an infinite or NaN element, NaN or inf
+    where torch's is)."""
     from .mathops import logaddexp
 
     x = x._float()
-    return _scan(x, dim, lambda a, b: logaddexp(a, b), -math.inf, "logcumsumexp")
+    out = _scan(x, dim, lambda a, b: logaddexp(a, b), -math.inf, "logcumsumexp")
+    if not out.requires_grad or x.ndim == 0 or x.numel() == 0:
+        return out
+    from .tensor import Tensor
+
+    d = x._dim(dim, "logcumsumexp")
+    xn, on = x.node, out.node  # now: an in-place update would rebind x.node
+
+    def rule(g):
+        return [(xn, _logcumsumexp_backward(Tensor(xn), Tensor(g), Tensor(on), d).node)]
+
+    node = N.mul(on, N.const(1, on.shape, on.dtype))
+    return out._make(with_vjp(node, rule))
+
+
+def _logcumsumexp_backward(x, g, out, d: int):
+    """torch's logcumsumexp_backward: exp(reversed logcumsumexp(log g+ - out) + x), less
+    the same of g-, with log 0 taken as the dtype's lowest finite value."""
+    from .indexing import flip
+
+    lowest = float(np.finfo(x.dtype.np).min)
+    log_g = g.abs().log()
+    parts = []
+    for side in (g > 0, g < 0):
+        shifted = _where(side, log_g, lowest) - out
+        parts.append((flip(logcumsumexp(flip(shifted, [d]), d), [d]) + x).exp())
+    return parts[0] - parts[1]
 
 
 def _cum_extreme(x, dim, largest: bool, op: str):

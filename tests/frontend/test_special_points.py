@@ -48,20 +48,6 @@ ON_PURPOSE: dict[str, str] = {
     ),
 }
 
-ON_PURPOSE.update(
-    _each(
-        "prod-float64-2 prod-float64-3 prod-float64-4 prod-float64-5 fg.prod-float64-2 "
-        "fg.prod-float64-3 fg.prod-float64-4 fg.prod-float64-5 cumprod-float64-2 "
-        "cumprod-float64-3 cumprod-float64-4 cumprod-float64-5 fg.cumprod-float64-2 "
-        "fg.cumprod-float64-3 fg.cumprod-float64-4 fg.cumprod-float64-5 "
-        "logcumsumexp-float64-3 logcumsumexp-float64-4 fg.logcumsumexp-float64-3 "
-        "fg.logcumsumexp-float64-4",
-        "at a NaN or infinite element, fusegrad's gradient of prod/cumprod is the product "
-        "of the other elements (exact: pairwise products), logcumsumexp's finite; torch's "
-        "formulas (result / x, ...) give NaN there",
-    )
-)
-
 # case id -> a difference from PyTorch not fixed yet
 NOT_FIXED: dict[str, str] = {
     **_each(
@@ -82,13 +68,6 @@ ON_PURPOSE.update(
     _each(
         "floor_divide_-float64-0",
         "torch raises in backward (no derivative for floor_divide); fusegrad's gradient is 0",
-    )
-)
-ON_PURPOSE.update(
-    _each(
-        "cumprod_-float64-1 cumprod_-float64-2",
-        "as cumprod: at a NaN or infinite element fusegrad's gradient is the product of the "
-        "other elements, torch's formula gives NaN",
     )
 )
 KNOWN_DIFFERENCES = {**ON_PURPOSE, **NOT_FIXED}
@@ -419,3 +398,22 @@ def test_scatter_reduce_extremes_share_with_the_destination():
         (y * fg.tensor([1.0, 2.0, 3.0, 4.0, 5.0], dtype=fg.float64)).sum().backward()
         np.testing.assert_array_equal(x.grad.numpy(), gx, err_msg=f"{include_self} {reduce}")
         np.testing.assert_array_equal(s.grad.numpy(), gs, err_msg=f"{include_self} {reduce}")
+
+
+def test_prod_cumprod_logcumsumexp_gradients_are_torchs_formulas():
+    # torch 2.13: a full prod() over two zeros is 0 outright, prod(dim) takes the product of
+    # the others (0 * inf = NaN); cumprod's first zero gets the products after it; NaN
+    # where torch's result / x or its log-space logcumsumexp formula has it
+    inf, nan = float("inf"), float("nan")
+
+    def grad(values, f):
+        x = fg.tensor(values, dtype=fg.float64, requires_grad=True)
+        f(x).sum().backward()
+        return x.grad.numpy()
+
+    np.testing.assert_array_equal(grad([0.0, 0.0, inf], lambda x: x.prod()), [0.0, 0.0, 0.0])
+    np.testing.assert_array_equal(grad([0.0, 0.0, inf], lambda x: x.prod(0)), [nan, nan, 0.0])
+    got = grad([2.0, inf, 0.0, 3.0, nan], lambda x: x.cumprod(0))
+    np.testing.assert_array_equal(got, [inf, nan, nan, 0.0, 0.0])
+    got = grad([-inf, 1.0, inf, 0.5], lambda x: x.logcumsumexp(0))
+    np.testing.assert_array_equal(got, [nan, 1.0, nan, 0.0])
