@@ -37,7 +37,7 @@ import numpy as np
 
 from .errors import DTypeError, IndexingError, ShapeError, fail
 from .ir import node as N
-from .ir.autodiff import with_vjp
+from .ir.autodiff import own_node, with_vjp
 from .ir.dtypes import int64
 from .ir.ops import Ops
 
@@ -657,7 +657,7 @@ def _shared_among_equal(out, x, d: int, index, vals, hit, include_self: bool):
         own = share * self_is if include_self else where(hit, 0.0, share * self_is)
         return [(xn, own.node), (vn, (share.gather(d, index) * src_is).node)]
 
-    node = N.mul(out.node, N.const(1, out.shape, out.dtype))
+    node = own_node(out.node)
     return out._make(with_vjp(node, rule))
 
 

@@ -18,7 +18,7 @@ from collections import namedtuple
 
 from .errors import DimError, DTypeError, ShapeError, fail
 from .ir import node as N
-from .ir.autodiff import max_grad_shared, with_vjp
+from .ir.autodiff import max_grad_shared, own_node, with_vjp
 from .ir.dtypes import int64, promote
 from .ir.macro import macro, register
 from .ir.ops import Ops
@@ -440,7 +440,7 @@ def _nans_share(x, out, dim):
     axes = x._dims(dim, "max")
     kept = tuple(1 if i in axes else n for i, n in enumerate(x.shape))
     xn, on = x.node, out.node  # now: an in-place update would rebind x.node
-    node = N.mul(on, N.const(1, on.shape, on.dtype))
+    node = own_node(on)
 
     def rule(g):
         y, gk = N.reshape(on, kept), N.reshape(g, kept)

@@ -25,7 +25,7 @@ import numpy as np
 
 from .errors import DimError, DTypeError, IndexingError, ShapeError, fail
 from .ir import node as N
-from .ir.autodiff import with_vjp
+from .ir.autodiff import own_node, with_vjp
 from .ir.dtypes import bool_, int64
 from .ir.ops import Ops
 from .reduce import (
@@ -125,7 +125,7 @@ def _with_prod_gradient(out, x, d: int, full: bool):
             others = _where(zeros > 1, 0.0, others)
         return [(xn, _where(zeros == 0, g * (res / xs), others).node)]
 
-    node = N.mul(rn, N.const(1, rn.shape, rn.dtype))
+    node = own_node(rn)
     return out._make(with_vjp(node, rule))
 
 
@@ -727,7 +727,7 @@ def cumprod(x, dim: int, dtype=None):
     def rule(g):
         return [(xn, _cumprod_backward(Tensor(xn), Tensor(g), Tensor(on), d).node)]
 
-    node = N.mul(on, N.const(1, on.shape, on.dtype))
+    node = own_node(on)
     return out._make(with_vjp(node, rule))
 
 
@@ -777,7 +777,7 @@ def logcumsumexp(x, dim: int):
     def rule(g):
         return [(xn, _logcumsumexp_backward(Tensor(xn), Tensor(g), Tensor(on), d).node)]
 
-    node = N.mul(on, N.const(1, on.shape, on.dtype))
+    node = own_node(on)
     return out._make(with_vjp(node, rule))
 
 
@@ -922,7 +922,20 @@ def topk(x, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
 
 
 def kthvalue(x, k: int, dim: int = -1, keepdim: bool = False):
-    """The k-th smallest element along `dim` (k from 1), with its index."""
+    """The k-th smallest element along `dim` (k from 1), with its index; NaN counts as
+    the largest. Which of equal elements it picks is torch's CPU quickselect's on rows of
+    up to 3 (there a fixed network of compare-and-swaps), the first in a stable sort on
+    longer rows (torch's choice there depends on the data's order in its partitioning).
+
+    >>> import fusegrad as fg
+    >>> v, i = fg.tensor([0.0, 0.0, 0.0]).kthvalue(2)
+    >>> v.item(), i.item()
+    (0.0, 0)
+    """
+    return _kthvalue(x, k, dim, keepdim, as_torch_ties=True)
+
+
+def _kthvalue(x, k: int, dim, keepdim: bool, as_torch_ties: bool):
     d = x._dim(dim, "kthvalue") if x.ndim else 0
     n = x.shape[d] if x.ndim else 1
     if not 1 <= k <= n:
@@ -930,9 +943,37 @@ def kthvalue(x, k: int, dim: int = -1, keepdim: bool = False):
     if x.ndim == 0:  # as torch: the value and index 0, 0-d whatever keepdim
         vals, idx = kthvalue(x.reshape(1), k, 0)
         return ValuesIndices(vals, idx)
-    vals, idx = sort(x, d)
-    v, i = narrow(vals, d, k - 1, 1), narrow(idx, d, k - 1, 1)
+    if as_torch_ties and n == 3:
+        i = _quickselect3(x, d)[k - 1]
+        v = x.gather(d, i)
+    else:
+        vals, idx = sort(x, d)
+        v, i = narrow(vals, d, k - 1, 1), narrow(idx, d, k - 1, 1)
     return ValuesIndices(v, i) if keepdim else ValuesIndices(v.squeeze(d), i.squeeze(d))
+
+
+def _quickselect3(x, d: int):
+    """The indices, in order, of the 3 elements along `d` as torch's quick_select_template
+    leaves them: on 3 elements its median-of-three steps are compare-and-swaps of places
+    (1, 2), (0, 2), (1, 0) and then a swap of places 0 and 1, where "greater" is
+    a > b or a NaN over a number (kthvalue([0, 0, 0], 1) is index 1, as torch's)."""
+    from .mathops import isnan
+
+    xs = x.detach()
+    vals = [narrow(xs, d, i, 1) for i in range(3)]
+    idxs = [x._make(N.const(i, vals[0].shape, int64)) for i in range(3)]
+
+    def exchange(i, j, swap):
+        vals[i], vals[j] = _where(swap, vals[j], vals[i]), _where(swap, vals[i], vals[j])
+        idxs[i], idxs[j] = _where(swap, idxs[j], idxs[i]), _where(swap, idxs[i], idxs[j])
+
+    def greater(a, b):
+        return (a > b) | (isnan(a) & ~isnan(b))
+
+    exchange(1, 2, greater(vals[1], vals[2]))
+    exchange(0, 2, greater(vals[0], vals[2]))
+    exchange(0, 1, ~greater(vals[1], vals[0]))  # (the swap after the partition, folded in)
+    return idxs
 
 
 def median(x, dim=None, keepdim: bool = False):
@@ -943,13 +984,13 @@ def median(x, dim=None, keepdim: bool = False):
         flat = x.reshape(-1)
         if flat.shape[0] == 0 and x.dtype.is_float:  # the median of nothing is NaN, as torch's
             return x._make(N.const(math.nan, (), x.dtype))
-        v = kthvalue(flat, (flat.shape[0] + 1) // 2, 0).values
+        v = _kthvalue(flat, (flat.shape[0] + 1) // 2, 0, False, as_torch_ties=False).values
         if not x.dtype.is_float:
             return v
         return _shared_by_ties(_where(isnan(flat).any(), math.nan, v), flat)
     d = x._dim(dim, "median")
     n = x.shape[d]
-    v, i = kthvalue(x, (n + 1) // 2, d, keepdim=True)
+    v, i = _kthvalue(x, (n + 1) // 2, d, True, as_torch_ties=False)  # (nth_element's)
     if x.dtype.is_float:
         bad = isnan(x).any(d, keepdim=True)
         # the first NaN's index, as PyTorch, and the value read there (so that its

@@ -180,6 +180,26 @@ def with_vjp(n: Node, rule: Callable[[Node], list[tuple[Node, Node]]]) -> Node:
     return n
 
 
+# Nodes of ops without a derivative (torch's floor_divide): node -> a function that raises.
+# backward() raises at once where a gradient would pass through one (frontend/autograd.py),
+# and so does a rule built later (create_graph, a gradient read lazily).
+NO_DERIVATIVE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def without_derivative(n: Node, raise_error: Callable[[], None]) -> Node:
+    """Mark `n` (a node of its own: `own_node`) as having no derivative."""
+    NO_DERIVATIVE[n] = raise_error
+    CUSTOM_VJP[n] = lambda g: raise_error()
+    return n
+
+
+def own_node(n: Node) -> Node:
+    """A node of `n`'s value to hang a rule of its own on (`with_vjp`): n + (-0.0), exact
+    for every value (-0.0 + -0.0 is -0.0). Nodes are hash-consed, so n * 1 would be the
+    node of a user's own `x * 1`, and a rule on it would change that gradient too."""
+    return N.add(n, N.const(-0.0, n.shape, n.dtype))
+
+
 def reaches(roots: list[Node], targets: set[int]) -> set[int]:
     """Ids of the nodes under `roots` from which some target can be reached (targets included)."""
     return _live(toposort(roots, stop=lambda n: n.op is Ops.DETACH), targets)

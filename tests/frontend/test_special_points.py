@@ -30,44 +30,33 @@ def _each(ids: str, reason: str) -> dict[str, str]:
 # case id -> why fusegrad differs from PyTorch there on purpose (docs/NUMERICS.md)
 ON_PURPOSE: dict[str, str] = {
     **_each(
-        "floor_divide-float64-0 floor_divide-float64-1 floor_divide-float64-2 "
-        "floor_divide-float64-3 fg.floor_divide-float64-0",
-        "torch raises in backward (no derivative for floor_divide); fusegrad's gradient is 0, "
-        "as torch's own for div(rounding_mode='floor')",
-    ),
-    **_each(
         "F.gelu-float32-0",
         "torch's float32 CPU gelu gives +0.0 at -0.0 and -20 (its float64 kernel -0.0, as "
         "fusegrad in both)",
     ),
     **_each(
-        "kthvalue-float64-1 kthvalue-float64-7 fg.kthvalue-float64-1 fg.kthvalue-float64-7 "
-        "topk-float64-7 fg.topk-float64-7",
-        "which of equal elements torch's kthvalue/topk pick is unspecified (its sort is not "
-        "stable there); fusegrad picks the first",
+        "kthvalue-float64-7 fg.kthvalue-float64-7 topk-float64-7 fg.topk-float64-7",
+        "which of equal elements torch's CPU kthvalue/topk pick on rows longer than 3 "
+        "follows the data through its quickselect / std::nth_element partitioning; "
+        "fusegrad picks the first (rows of up to 3 are torch's choice)",
     ),
 }
 
 # case id -> a difference from PyTorch not fixed yet
-NOT_FIXED: dict[str, str] = {
-    **_each(
-        "kthvalue_dim-float64-1 kthvalue_dim-float64-2",
-        "kthvalue with NaN (or tied infinities): torch picks the NaN (its index and its "
-        "gradient), fusegrad another element",
-    ),
-}
+NOT_FIXED: dict[str, str] = {}
+ON_PURPOSE.update(
+    _each(
+        "floor_divide-float64-2",
+        "floor_divide of empty tensors: torch's backward raises (no derivative), fusegrad's "
+        "sum of an empty tensor is a constant 0, with no graph to raise through",
+    )
+)
 ON_PURPOSE.update(
     _each(
         "acosh_-float64-0 asinh_-float64-0 atanh_-float64-0 arccosh_-float64-0 "
         "arcsinh_-float64-0 arctanh_-float64-0",
         "torch has no derivative for the in-place acosh_/asinh_/atanh_ (its backward raises "
         "NotImplementedError); fusegrad's gradient is the op's",
-    )
-)
-ON_PURPOSE.update(
-    _each(
-        "floor_divide_-float64-0",
-        "torch raises in backward (no derivative for floor_divide); fusegrad's gradient is 0",
     )
 )
 KNOWN_DIFFERENCES = {**ON_PURPOSE, **NOT_FIXED}
@@ -417,3 +406,32 @@ def test_prod_cumprod_logcumsumexp_gradients_are_torchs_formulas():
     np.testing.assert_array_equal(got, [inf, nan, nan, 0.0, 0.0])
     got = grad([-inf, 1.0, inf, 0.5], lambda x: x.logcumsumexp(0))
     np.testing.assert_array_equal(got, [nan, 1.0, nan, 0.0])
+
+
+def test_kthvalue_picks_torchs_element_among_ties_on_rows_of_three():
+    # torch 2.13's CPU quickselect: on 3 elements a fixed network of compare-and-swaps
+    nan, inf = float("nan"), float("inf")
+    x = fg.tensor([[nan, 1.0, 1.0], [0.0, 0.0, 0.0], [inf, 1.0, inf]], requires_grad=True)
+    v, i = x.kthvalue(2, 1)
+    assert i.tolist() == [2, 0, 0]
+    v.sum().backward()
+    assert x.grad.tolist() == [[0.0, 0.0, 1.0], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
+    v, i = fg.tensor([0.0, -0.0, 0.0]).kthvalue(1)
+    assert i.item() == 1 and np.signbit(v.item())
+    assert fg.tensor([[-inf, -inf, 0.0]]).kthvalue(2, 1).indices.tolist() == [0]
+    assert fg.tensor([2.0, nan, 2.0]).kthvalue(3).indices.item() == 1
+
+
+def test_floor_divide_has_no_derivative():
+    # torch: RuntimeError "derivative for floor_divide is not implemented", at backward();
+    # div(rounding_mode="floor") is the same value with gradient 0
+    x = fg.tensor([7.0, -3.0], requires_grad=True)
+    y = fg.tensor([2.0, 2.0], requires_grad=True)
+    for f in [lambda: x // y, lambda: x.floor_divide(2.0), lambda: 7.0 // x]:
+        out = f().sum()
+        with pytest.raises(RuntimeError, match="derivative for floor_divide") as err:
+            out.backward()
+        assert "test_special_points.py" in str(err.value)  # the backward line
+    x.div(y, rounding_mode="floor").sum().backward()
+    assert x.grad.tolist() == [0.0, 0.0]
+    assert (x.detach() // 2.0).tolist() == [3.0, -2.0]
