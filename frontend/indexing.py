@@ -626,6 +626,8 @@ def scatter_reduce(x, dim: int, index, src, reduce: str, include_self: bool = Tr
 
         red = prod(where(onehot, v, 1), 1)
         out = red * xf if include_self else where(hitf, red, xf)
+        if out.requires_grad:
+            return _with_prod_gradient(out.reshape(x.shape), x, d, index, vals, include_self)
     else:
         big = math.inf if x.dtype.is_float else np.iinfo(x.dtype.np).max
         if reduce == "amax":
@@ -637,6 +639,33 @@ def scatter_reduce(x, dim: int, index, src, reduce: str, include_self: bool = Tr
         if out.requires_grad:
             return _shared_among_equal(out.reshape(x.shape), x, d, index, vals, hit, include_self)
     return out.reshape(x.shape)
+
+
+def _with_prod_gradient(out, x, d: int, index, vals, include_self: bool):
+    """`out`, scatter_reduce's prod, with torch's gradient: g * result / x for the places
+    (their zeros taken as 1), and for the sources g * result / src, or where a source is
+    the only zero reaching its place, the product of the others."""
+    from .extend import custom_gradient
+    from .tensor import where
+
+    def reduced(base, src):
+        return scatter_reduce(base.detach(), d, index, src.detach(), "prod", include_self)
+
+    hit = _scattered_sum(x.cast(int64), d, index, vals._make(N.const(1, vals.shape, int64))) > 0
+
+    def rule(g, x, src, res):
+        own = where(x == 0, 1.0, x)
+        grad_self = g * reduced(own, src) / own
+        if not include_self:
+            grad_self = where(hit, 0.0, grad_self)
+        zero = src == 0
+        zeros_there = _scattered_sum(x * 0, d, index, zero.cast(x.dtype)).gather(d, index)
+        single = zero & (zeros_there == 1)
+        others = (g * reduced(x, where(single, 1.0, src))).gather(d, index)
+        plain = (g * res).gather(d, index) / where(zero, 1.0, src)
+        return [grad_self, where(single, others, plain), None]
+
+    return custom_gradient(out, [x, vals, out.detach()], rule, own_node=True)
 
 
 def _shared_among_equal(out, x, d: int, index, vals, hit, include_self: bool):

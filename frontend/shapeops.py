@@ -191,8 +191,30 @@ def norm(x, p="fro", dim=None, keepdim: bool = False):
     if p == 1:
         return a.sum(dim, keepdim)
     if isinstance(p, (int, float)):
-        return (a**p).sum(dim, keepdim) ** (1.0 / p)
+        out = (a**p).sum(dim, keepdim) ** (1.0 / p)
+        return _with_norm_gradient(out, x, p, dim) if out.requires_grad else out
     fail(ShapeError, "norm", f"unsupported p {p!r}")
+
+
+def _with_norm_gradient(out, x, p: float, dim):
+    """`out`, the p-norm of x over `dim` (p not 0, 1, 2 or inf), with torch's gradient:
+    x |x|^(p-2) g / norm^(p-1) (sgn(x) |x|^(p-1) ... for p < 2), 0 where the norm is 0
+    (the chain rule through the root gives 0 * inf = NaN there)."""
+    from .extend import custom_gradient
+
+    axes = x._dims(dim, "norm")
+    kept = tuple(1 if i in axes else n for i, n in enumerate(x.shape))
+
+    def rule(g, x, norm):
+        g, norm = g.reshape(kept), norm.reshape(kept)
+        a = x.abs()
+        if p < 1:  # torch: |x|^(p - 1) is 0 at x = 0, and no division by the norm
+            scaled = x.sign() * _where(x == 0, 0.0, a ** (p - 1))
+            return [scaled * g * norm ** (1 - p), None]
+        scaled = x.sign() * a ** (p - 1) if p < 2 else x * a ** (p - 2)
+        return [scaled * _where(norm == 0, 0.0, g / norm ** (p - 1)), None]
+
+    return custom_gradient(out, [x, out.detach()], rule, own_node=True)
 
 
 def var(x, dim=None, unbiased=None, keepdim: bool = False, correction=None):

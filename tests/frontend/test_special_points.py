@@ -69,6 +69,10 @@ ZERO_SIGN_UNSPECIFIED = {"maximum", "minimum", "amax", "amin", "max", "min", "ma
 ZERO_SIGN_UNSPECIFIED |= {"min_dim", "fg.maximum", "fg.minimum", "clamp_tensors"}
 ZERO_SIGN_UNSPECIFIED |= {"clamp_min_tensor", "clamp_max_tensor", "clamp_min", "clamp_max"}
 ZERO_SIGN_UNSPECIFIED |= {"clamp_min_", "clamp_max_", "clamp_", "clip_", "maximum_", "minimum_"}
+ZERO_SIGN_UNSPECIFIED |= {"amax_dim", "amin_dim", "max_dim1", "min_dim1", "amax_dims"}
+ZERO_SIGN_UNSPECIFIED |= {"F.max_pool1d", "F.max_pool2d", "scatter_reduce_amax"}
+ZERO_SIGN_UNSPECIFIED |= {"fg.scatter_reduce_amin", "scatter_reduce_amax_excl", "max_keepdim"}
+ZERO_SIGN_UNSPECIFIED |= {"norm_inf_dim", "aminmax_like", "cummax_dim"}
 
 TOLERANCE = {"float64": (1e-9, 1e-12), "float32": (2e-5, 1e-6)}  # (rtol, atol)
 
@@ -214,7 +218,7 @@ EXCLUDED: dict[str, str] = {
         _names(
             "Tensor",
             "T mT broadcast_to chunk contiguous diag diag_embed diagonal expand expand_as "
-            "flatten flip fliplr flipud gather index_add index_copy index_fill index_put "
+            "flatten fliplr flipud gather index_add index_copy index_fill index_put "
             "index_select masked_fill masked_select moveaxis movedim narrow pad permute "
             "repeat repeat_interleave roll scatter scatter_add split squeeze swapaxes "
             "swapdims t take take_along_dim tensor_split tile transpose tril triu unbind "
