@@ -143,8 +143,11 @@ class ReduceMixin:
 
         As torch: the gradient of max() and amax() is split evenly between tied maxima
         (max() shares it among the NaNs where the maximum is NaN, amax's is NaN there), that
-        of max(dim).values goes to the index max(dim) returns (the first maximum).
+        of max(dim).values goes to the index max(dim) returns (the first maximum). With a
+        tensor, max(other) is maximum(self, other), as torch's.
         """
+        if isinstance(dim, type(self)):
+            return self.maximum(dim) if not keepdim else _no_keepdim("max")
         if dim is None:
             return _nans_share(self, self.amax(None, keepdim), None)
         if isinstance(dim, (tuple, list)):
@@ -160,6 +163,10 @@ class ReduceMixin:
         return _pair(values, index, dim, keepdim)
 
     def min(self, dim=None, keepdim: bool = False):
+        """The smallest element; with an int `dim`, (values, indices); min(other) is
+        minimum(self, other). As max()."""
+        if isinstance(dim, type(self)):
+            return self.minimum(dim) if not keepdim else _no_keepdim("min")
         if dim is None:
             return _nans_share(self, self.amin(None, keepdim), None)
         if isinstance(dim, (tuple, list)):
@@ -429,6 +436,10 @@ def _at_index(x, values, index, d: int):
         return [(xn, where(picked, Tensor(g).expand(xn.shape), 0.0).node)]
 
     return values._make(with_vjp(node, rule))
+
+
+def _no_keepdim(op: str):
+    fail(DTypeError, op, "with a tensor argument it is elementwise and takes no keepdim")
 
 
 def _nans_share(x, out, dim):

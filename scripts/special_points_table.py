@@ -204,6 +204,8 @@ BINARY = {
     "fg.logaddexp": "lib.logaddexp(x, y)",
     "fg.lerp": "lib.lerp(x, y, 0.75)",
     "F.mse_loss": "F.mse_loss(x, y, reduction='none')",
+    "max_other": "x.max(y)",
+    "min_other": "x.min(y)",
 }
 POW = {"pow": "x.pow(y)", "pow_op": "x ** y"}
 
@@ -354,6 +356,8 @@ SPECIAL_PROBS = {
     "F.binary_cross_entropy": "F.binary_cross_entropy(x, y, reduction='none')",
     "F.binary_cross_entropy_mean": "F.binary_cross_entropy(x, y)",
 }
+# sums of negative zeros (torch's accumulators start at +0.0)
+NEG_ZEROS = {"sum_neg0": "x.sum()", "mean_neg0": "x.mean()", "cumsum_neg0": "x.cumsum(0)"}
 # logits at special points against probability targets
 LOGIT_POINTS = [0.0, -0.0, 1.0, -1.0, 20.0, -20.0, 50.0, -50.0, inf, -inf, nan]
 LOGITS = {
@@ -425,6 +429,9 @@ def cases() -> list[dict]:
     for name, expr in SPECIAL_PROBS.items():
         xs, ys = zip(*itertools.product(PROBS, PROBS))
         add(name, expr, [list(xs), list(ys)])
+    for name, expr in NEG_ZEROS.items():
+        for values in [[-0.0, -0.0], -0.0, [-0.0]]:
+            add(name, expr, [values])
     for name, expr in LOGITS.items():
         xs, ys = zip(*itertools.product(LOGIT_POINTS, PROBS))
         add(name, expr, [list(xs), list(ys)])
