@@ -627,7 +627,8 @@ def scatter_reduce(x, dim: int, index, src, reduce: str, include_self: bool = Tr
         red = prod(where(onehot, v, 1), 1)
         out = red * xf if include_self else where(hitf, red, xf)
         if out.requires_grad:
-            return _with_prod_gradient(out.reshape(x.shape), x, d, index, vals, include_self)
+            out = out.reshape(x.shape)
+            return _with_scatter_prod_gradient(out, x, d, index, vals, include_self)
     else:
         big = math.inf if x.dtype.is_float else np.iinfo(x.dtype.np).max
         if reduce == "amax":
@@ -641,7 +642,7 @@ def scatter_reduce(x, dim: int, index, src, reduce: str, include_self: bool = Tr
     return out.reshape(x.shape)
 
 
-def _with_prod_gradient(out, x, d: int, index, vals, include_self: bool):
+def _with_scatter_prod_gradient(out, x, d: int, index, vals, include_self: bool):
     """`out`, scatter_reduce's prod, with torch's gradient: g * result / x for the places
     (their zeros taken as 1), and for the sources g * result / src, or where a source is
     the only zero reaching its place, the product of the others."""
@@ -649,7 +650,7 @@ def _with_prod_gradient(out, x, d: int, index, vals, include_self: bool):
     from .tensor import where
 
     def reduced(base, src):
-        return scatter_reduce(base.detach(), d, index, src.detach(), "prod", include_self)
+        return scatter_reduce(base, d, index, src, "prod", include_self)
 
     hit = _scattered_sum(x.cast(int64), d, index, vals._make(N.const(1, vals.shape, int64))) > 0
 
@@ -665,7 +666,7 @@ def _with_prod_gradient(out, x, d: int, index, vals, include_self: bool):
         plain = (g * res).gather(d, index) / where(zero, 1.0, src)
         return [grad_self, where(single, others, plain), None]
 
-    return custom_gradient(out, [x, vals, out.detach()], rule, own_node=True)
+    return custom_gradient(out, [x, vals, out], rule, own_node=True)
 
 
 def _shared_among_equal(out, x, d: int, index, vals, hit, include_self: bool):

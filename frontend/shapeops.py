@@ -101,6 +101,7 @@ def prod(x, dim=None, keepdim: bool = False, dtype=None):
 
 
 def _prod_along(x, d: int, keepdim: bool, full: bool):
+    """The product along `d` (`full`: of all of x, flattened), with torch's gradient."""
     if x.shape[d] == 0:
         shape = x.shape[:d] + (1,) + x.shape[d + 1 :]
         out = x._make(N.const(1, shape, x.dtype))
@@ -214,7 +215,7 @@ def _with_norm_gradient(out, x, p: float, dim):
         scaled = x.sign() * a ** (p - 1) if p < 2 else x * a ** (p - 2)
         return [scaled * _where(norm == 0, 0.0, g / norm ** (p - 1)), None]
 
-    return custom_gradient(out, [x, out.detach()], rule, own_node=True)
+    return custom_gradient(out, [x, out], rule, own_node=True)  # (out: for 2nd derivatives)
 
 
 def var(x, dim=None, unbiased=None, keepdim: bool = False, correction=None):

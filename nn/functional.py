@@ -228,7 +228,7 @@ def binary_cross_entropy(
 
     value = (target - 1.0) * (-input).log1p().maximum(-100.0)
     value = value - target * input.log().maximum(-100.0)
-    x, y = input.detach(), target.detach()
+    x, y = input, target  # (not detached: the rules' own gradients are the 2nd derivatives)
     grad_x = (x - y) / ((1.0 - x) * x).maximum(_BCE_EPSILON)
     loss = _with_grad(value, [(input, grad_x), (target, -(x / (1.0 - x)).log())])
     if weight is not None:

@@ -448,3 +448,32 @@ def test_floor_divide_has_no_derivative():
     x.div(y, rounding_mode="floor").sum().backward()
     assert x.grad.tolist() == [0.0, 0.0]
     assert (x.detach() // 2.0).tolist() == [3.0, -2.0]
+
+
+def test_second_derivatives_through_torchs_formulas():
+    # d/dx |d/dx sum(f(x)^2)|^2 at x = [0.3, -1.2, 2.0, 0.7], PyTorch 2.13's: the formulas'
+    # own gradients (their inputs not detached) are the second derivatives
+    want = {
+        "bce": [1.2106306215434938e-07, -0.00010133794570599128, 0.0004978827627774679,
+                9.721540019166907e-06],
+        "norm3": [-0.18715593943268616, -1.443989799874414, 14.97030458186694,
+                  -0.34770777916724116],
+        "scatter_prod": [750.6843402240002, -73032.41979494401, 47448.360263680006,
+                         93789.7393664],
+        "prod": [29.391398830080007, -11.828691947520003, 7.211924729856001,
+                 19.284917944320007],
+        "cumprod": [336.69652881407995, -140.07641444351998, 73.63183763865598,
+                    70.25997791232001],
+    }  # fmt: skip
+    fs = {
+        "bce": lambda x: F.binary_cross_entropy(x.sigmoid(), (x * 0.5).sigmoid()),
+        "norm3": lambda x: x.norm(p=3),
+        "scatter_prod": lambda x: x.scatter_reduce(0, fg.tensor([0, 0, 1, 1]), x * 2, "prod"),
+        "prod": lambda x: x.prod(),
+        "cumprod": lambda x: x.cumprod(0),
+    }
+    for name, f in fs.items():
+        x = fg.tensor([0.3, -1.2, 2.0, 0.7], dtype=fg.float64, requires_grad=True)
+        (g,) = fg.grad((f(x) ** 2).sum(), [x], create_graph=True)
+        (h,) = fg.grad((g * g).sum(), [x])
+        np.testing.assert_allclose(h.numpy(), want[name], rtol=1e-8, atol=1e-15, err_msg=name)
