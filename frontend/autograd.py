@@ -23,7 +23,7 @@ import weakref
 from .errors import FusegradError, ShapeError, at_callers_site, fail
 from .ir import node as N
 from .ir import sites as _sites
-from .ir.autodiff import gradients
+from .ir.autodiff import NO_DERIVATIVE, gradients
 from .ir.ops import Ops
 from .runtime import forksafe
 from .runtime.engine import engine
@@ -159,9 +159,12 @@ def _reached_leaves(root, by_node: dict) -> list:
     """The leaves (in `by_node`, keyed by node id) that a gradient from `root` reaches:
     along float values, never through a detach."""
     detach = Ops.DETACH
+    blocked = NO_DERIVATIVE if len(NO_DERIVATIVE) else None  # (floor_divide's: raise now)
     seen, stack, out = {id(root)}, [root], []
     while stack:
         n = stack.pop()
+        if blocked is not None and n in blocked:
+            blocked[n]()
         leaf = by_node.get(id(n))
         if leaf is not None:
             out.append(leaf)

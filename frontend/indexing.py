@@ -37,6 +37,7 @@ import numpy as np
 
 from .errors import DTypeError, IndexingError, ShapeError, fail
 from .ir import node as N
+from .ir.autodiff import own_node, with_vjp
 from .ir.dtypes import int64
 from .ir.ops import Ops
 
@@ -625,6 +626,9 @@ def scatter_reduce(x, dim: int, index, src, reduce: str, include_self: bool = Tr
 
         red = prod(where(onehot, v, 1), 1)
         out = red * xf if include_self else where(hitf, red, xf)
+        if out.requires_grad:
+            out = out.reshape(x.shape)
+            return _with_scatter_prod_gradient(out, x, d, index, vals, include_self)
     else:
         big = math.inf if x.dtype.is_float else np.iinfo(x.dtype.np).max
         if reduce == "amax":
@@ -633,7 +637,58 @@ def scatter_reduce(x, dim: int, index, src, reduce: str, include_self: bool = Tr
         else:
             red = where(onehot, v, big).amin(1)
             out = where(hitf, red.minimum(xf) if include_self else red, xf)
+        if out.requires_grad:
+            return _shared_among_equal(out.reshape(x.shape), x, d, index, vals, hit, include_self)
     return out.reshape(x.shape)
+
+
+def _with_scatter_prod_gradient(out, x, d: int, index, vals, include_self: bool):
+    """`out`, scatter_reduce's prod, with torch's gradient: g * result / x for the places
+    (their zeros taken as 1), and for the sources g * result / src, or where a source is
+    the only zero reaching its place, the product of the others."""
+    from .extend import custom_gradient
+    from .tensor import where
+
+    def reduced(base, src):
+        return scatter_reduce(base, d, index, src, "prod", include_self)
+
+    hit = _scattered_sum(x.cast(int64), d, index, vals._make(N.const(1, vals.shape, int64))) > 0
+
+    def rule(g, x, src, res):
+        own = where(x == 0, 1.0, x)
+        grad_self = g * reduced(own, src) / own
+        if not include_self:
+            grad_self = where(hit, 0.0, grad_self)
+        zero = src == 0
+        zeros_there = _scattered_sum(x * 0, d, index, zero.cast(x.dtype)).gather(d, index)
+        single = zero & (zeros_there == 1)
+        others = (g * reduced(x, where(single, 1.0, src))).gather(d, index)
+        plain = (g * res).gather(d, index) / where(zero, 1.0, src)
+        return [grad_self, where(single, others, plain), None]
+
+    return custom_gradient(out, [x, vals, out], rule, own_node=True)
+
+
+def _shared_among_equal(out, x, d: int, index, vals, hit, include_self: bool):
+    """`out`, scatter_reduce's amax or amin, with torch's gradient: each place's gradient is
+    split evenly among the elements equal to its result, the place's own value (counted
+    also without include_self, as torch's formula does; it then gets no share) and the
+    sources reduced there. A NaN result equals nothing: g / 0 * 0, NaN, as torch's."""
+    from .tensor import Tensor, where
+
+    res = out.detach()
+    self_is = (x.detach() == res).cast(x.dtype)
+    src_is = (vals.detach() == res.gather(d, index)).cast(x.dtype)
+    count = self_is + _scattered_sum(self_is, d, index, src_is)
+    xn, vn = x.node, vals.node  # now: an in-place update would rebind x.node
+
+    def rule(g):
+        share = Tensor(g) / count
+        own = share * self_is if include_self else where(hit, 0.0, share * self_is)
+        return [(xn, own.node), (vn, (share.gather(d, index) * src_is).node)]
+
+    node = own_node(out.node)
+    return out._make(with_vjp(node, rule))
 
 
 def index_select(x, dim: int, index):

@@ -25,9 +25,9 @@ import math
 
 import numpy as np
 
-from .errors import DTypeError, ShapeError, fail
+from .errors import ArgumentError, DTypeError, ShapeError, fail
 from .ir import node as N
-from .ir.autodiff import with_vjp
+from .ir.autodiff import own_node, with_vjp, without_derivative
 from .ir.dtypes import bool_, float64, int64
 from .ir.ops import MOVEMENT, Ops
 
@@ -302,11 +302,32 @@ def remainder(a, b):
     r = _where((r != 0) & ((r < 0) != (xb < 0)), r + xb, r)
     # torch's gradients: 1 and -floor(a / b)
     one = a._make(N.const(1, a.shape, a.dtype))
-    return _with_grad(r, [(a, one), (b, -floor_divide(xa, xb))])
+    return _with_grad(r, [(a, one), (b, -_floor_divide(xa, xb))])
 
 
 def floor_divide(a, b):
-    """a // b: floor division (numpy's divmod rule for floats)."""
+    """a // b: floor division (numpy's divmod rule for floats).
+
+    As in PyTorch it has no derivative: backward() through it raises, at that line
+    (`div(a, b, rounding_mode="floor")` is the same value with gradient 0).
+    """
+    out = _floor_divide(a, b)
+    if not out.requires_grad:
+        return out
+
+    def rule():
+        fail(
+            ArgumentError,
+            "floor_divide",
+            "derivative for floor_divide is not implemented (as in PyTorch); for a gradient "
+            "of 0 use div(a, b, rounding_mode='floor'), or detach() the operands",
+        )
+
+    return out._make(without_derivative(own_node(out.node), rule))
+
+
+def _floor_divide(a, b):
+    """floor_divide with gradient 0 (that of div(rounding_mode='floor'), as torch's)."""
     a = _tensor(a, "floor_divide")
     a, b = a._operands(b, "floor_divide")
     if a.dtype.is_bool:
@@ -330,7 +351,7 @@ def div(a, b, rounding_mode=None):
     if rounding_mode is None:
         return a / b
     if rounding_mode == "floor":
-        return floor_divide(a, b)
+        return _floor_divide(a, b)
     if rounding_mode == "trunc":
         x, y = a._operands(b, "div")
         if not x.dtype.is_float:

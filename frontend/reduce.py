@@ -18,7 +18,7 @@ from collections import namedtuple
 
 from .errors import DimError, DTypeError, ShapeError, fail
 from .ir import node as N
-from .ir.autodiff import with_vjp
+from .ir.autodiff import max_grad_shared, own_node, with_vjp
 from .ir.dtypes import int64, promote
 from .ir.macro import macro, register
 from .ir.ops import Ops
@@ -141,10 +141,16 @@ class ReduceMixin:
     def max(self, dim=None, keepdim: bool = False):
         """The largest element; with an int `dim`, a (values, indices) pair as in PyTorch.
 
-        As torch: the gradient of max() and amax() is split evenly between tied maxima,
-        that of max(dim).values goes to the index max(dim) returns (the first maximum).
+        As torch: the gradient of max() and amax() is split evenly between tied maxima
+        (max() shares it among the NaNs where the maximum is NaN, amax's is NaN there), that
+        of max(dim).values goes to the index max(dim) returns (the first maximum). With a
+        tensor, max(other) is maximum(self, other), as torch's.
         """
-        if dim is None or isinstance(dim, (tuple, list)):
+        if isinstance(dim, type(self)):
+            return self.maximum(dim) if not keepdim else _no_keepdim("max")
+        if dim is None:
+            return _nans_share(self, self.amax(None, keepdim), None)
+        if isinstance(dim, (tuple, list)):
             return self.amax(dim, keepdim)
         if self.ndim == 0:  # torch: the value itself, at index 0
             self._dim(dim, "max")
@@ -157,7 +163,13 @@ class ReduceMixin:
         return _pair(values, index, dim, keepdim)
 
     def min(self, dim=None, keepdim: bool = False):
-        if dim is None or isinstance(dim, (tuple, list)):
+        """The smallest element; with an int `dim`, (values, indices); min(other) is
+        minimum(self, other). As max()."""
+        if isinstance(dim, type(self)):
+            return self.minimum(dim) if not keepdim else _no_keepdim("min")
+        if dim is None:
+            return _nans_share(self, self.amin(None, keepdim), None)
+        if isinstance(dim, (tuple, list)):
             return self.amin(dim, keepdim)
         if self.ndim == 0:
             self._dim(dim, "min")
@@ -424,6 +436,28 @@ def _at_index(x, values, index, d: int):
         return [(xn, where(picked, Tensor(g).expand(xn.shape), 0.0).node)]
 
     return values._make(with_vjp(node, rule))
+
+
+def _no_keepdim(op: str):
+    fail(DTypeError, op, "with a tensor argument it is elementwise and takes no keepdim")
+
+
+def _nans_share(x, out, dim):
+    """`out`, a max or min of `x` over `dim`, whose gradient is split among the elements
+    equal to it and, where it is NaN, among the NaNs: torch's for max(), min() and
+    norm(p=inf) (amax's own rule gives NaN there)."""
+    if not out.requires_grad or not x.dtype.is_float:
+        return out
+    axes = x._dims(dim, "max")
+    kept = tuple(1 if i in axes else n for i, n in enumerate(x.shape))
+    xn, on = x.node, out.node  # now: an in-place update would rebind x.node
+    node = own_node(on)
+
+    def rule(g):
+        y, gk = N.reshape(on, kept), N.reshape(g, kept)
+        return [(xn, max_grad_shared(xn, y, gk, axes, nan_shares=True))]
+
+    return out._make(with_vjp(node, rule))
 
 
 def _pair(values, index, dim, keepdim: bool) -> MaxResult:

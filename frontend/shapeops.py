@@ -25,10 +25,13 @@ import numpy as np
 
 from .errors import DimError, DTypeError, IndexingError, ShapeError, fail
 from .ir import node as N
-from .ir.autodiff import with_vjp
+from .ir.autodiff import own_node, with_vjp
 from .ir.dtypes import bool_, int64
 from .ir.ops import Ops
-from .reduce import ReduceMixin  # (at the top: an import in a function runs each call)
+from .reduce import (
+    ReduceMixin,  # (at the top: an import in a function runs each call)
+    _nans_share,
+)
 
 SORT_LIMIT = 1 << 24  # compared pairs (rows * n * n) a sort may build
 
@@ -73,25 +76,71 @@ def _tree_reduce(x, dim: int, combine, identity):
 def prod(x, dim=None, keepdim: bool = False, dtype=None):
     """The product over `dim` (all elements if None); bools and ints multiply as int64.
 
-    Multiplied pairwise (log2(n) steps), so the gradient is exact also where an
-    element is zero.
+    Multiplied pairwise (log2(n) steps). The gradient is torch's: result / x where the
+    tensor holds no zero (NaN at an infinite or NaN element, as torch's), else the
+    product of the other elements (exclusive running products both ways); a full prod()
+    over more than one zero has gradient 0, as torch's backward.
+
+    >>> import fusegrad as fg
+    >>> x = fg.tensor([2.0, 0.0, 3.0], requires_grad=True)
+    >>> x.prod().backward()
+    >>> x.grad.tolist()
+    [0.0, 6.0, 0.0]
     """
     if dtype is not None:
         x = x.cast(dtype)
     elif not x.dtype.is_float:
         x = x.cast(int64)
     if dim is None:
-        out = prod(x.reshape(-1), 0) if x.ndim else x
-        return out.reshape((1,) * x.ndim) if keepdim else out
+        out = _prod_along(x.reshape(-1), 0, True, full=True) if x.ndim else x
+        return out.reshape((1,) * x.ndim) if keepdim else out.reshape(())
     d = x._dim(dim, "prod")
     if x.ndim == 0:
         return x
+    return _prod_along(x, d, keepdim, full=False)
+
+
+def _prod_along(x, d: int, keepdim: bool, full: bool):
+    """The product along `d` (`full`: of all of x, flattened), with torch's gradient."""
     if x.shape[d] == 0:
         shape = x.shape[:d] + (1,) + x.shape[d + 1 :]
         out = x._make(N.const(1, shape, x.dtype))
         return out if keepdim else out.squeeze(d)
     out = _tree_reduce(x, d, lambda a, b: a * b, 1)
+    if out.requires_grad:
+        out = _with_prod_gradient(out, x, d, full)
     return out if keepdim else out.squeeze(d)
+
+
+def _with_prod_gradient(out, x, d: int, full: bool):
+    """`out`, the product of `x` along `d` (kept), with torch's prod_backward as its rule."""
+    from .tensor import Tensor
+
+    xn, rn = x.node, out.node  # now: an in-place update would rebind x.node
+
+    def rule(g):
+        xs, res, g = Tensor(xn), Tensor(rn), Tensor(g)
+        zeros = (xs == 0).sum()
+        others = g * _exclusive_products(xs, d)
+        if full:  # torch's backward takes a full product over two zeros to be 0 outright
+            others = _where(zeros > 1, 0.0, others)
+        return [(xn, _where(zeros == 0, g * (res / xs), others).node)]
+
+    node = own_node(rn)
+    return out._make(with_vjp(node, rule))
+
+
+def _exclusive_products(x, d: int):
+    """The product of the other elements along `d` at each place, without division:
+    [b c, a c, a b] for [a, b, c] (running products from either end, as torch's)."""
+    from .indexing import flip
+    from .movement import cat
+
+    n = x.shape[d]
+    ones = x._make(N.const(1, narrow(x, d, 0, 1).shape, x.dtype))
+    before = cumprod(cat([ones, narrow(x, d, 0, n - 1)], d), d)
+    after = flip(cumprod(cat([ones, flip(narrow(x, d, 1, n - 1), [d])], d), d), [d])
+    return before * after
 
 
 def all_(x, dim=None, keepdim: bool = False):
@@ -134,17 +183,39 @@ def norm(x, p="fro", dim=None, keepdim: bool = False):
             with_vjp(out.node, lambda g: [(xn, N.mul(N.expand(g, xn.shape), sn))])
         return out if keepdim else out.squeeze(dim if dim is not None else None)
     a = x.abs()
-    if p == math.inf or p == "inf":
-        return a.amax(dim, keepdim)
+    if p == math.inf or p == "inf":  # (torch's gradient: shared among NaNs, as max()'s)
+        return _nans_share(a, a.amax(dim, keepdim), dim)
     if p == -math.inf:
-        return a.amin(dim, keepdim)
+        return _nans_share(a, a.amin(dim, keepdim), dim)
     if p == 0:
         return (a != 0).cast(x.dtype).sum(dim, keepdim)
     if p == 1:
         return a.sum(dim, keepdim)
     if isinstance(p, (int, float)):
-        return (a**p).sum(dim, keepdim) ** (1.0 / p)
+        out = (a**p).sum(dim, keepdim) ** (1.0 / p)
+        return _with_norm_gradient(out, x, p, dim) if out.requires_grad else out
     fail(ShapeError, "norm", f"unsupported p {p!r}")
+
+
+def _with_norm_gradient(out, x, p: float, dim):
+    """`out`, the p-norm of x over `dim` (p not 0, 1, 2 or inf), with torch's gradient:
+    x |x|^(p-2) g / norm^(p-1) (sgn(x) |x|^(p-1) ... for p < 2), 0 where the norm is 0
+    (the chain rule through the root gives 0 * inf = NaN there)."""
+    from .extend import custom_gradient
+
+    axes = x._dims(dim, "norm")
+    kept = tuple(1 if i in axes else n for i, n in enumerate(x.shape))
+
+    def rule(g, x, norm):
+        g, norm = g.reshape(kept), norm.reshape(kept)
+        a = x.abs()
+        if p < 1:  # torch: |x|^(p - 1) is 0 at x = 0, and no division by the norm
+            scaled = x.sign() * _where(x == 0, 0.0, a ** (p - 1))
+            return [scaled * g * norm ** (1 - p), None]
+        scaled = x.sign() * a ** (p - 1) if p < 2 else x * a ** (p - 2)
+        return [scaled * _where(norm == 0, 0.0, g / norm ** (p - 1)), None]
+
+    return custom_gradient(out, [x, out], rule, own_node=True)  # (out: for 2nd derivatives)
 
 
 def var(x, dim=None, unbiased=None, keepdim: bool = False, correction=None):
@@ -161,12 +232,40 @@ def std(x, dim=None, unbiased=None, keepdim: bool = False, correction=None):
 
 
 def var_mean(x, dim=None, unbiased=None, keepdim: bool = False, correction=None):
-    return var(x, dim, unbiased, keepdim, correction), x.mean(dim, keepdim)
+    """(var, mean) over `dim`, as torch.var_mean (its mean is Welford's: see std_mean)."""
+    return var(x, dim, unbiased, keepdim, correction), _welford_mean(x, dim, keepdim)
 
 
 def std_mean(x, dim=None, unbiased=None, keepdim: bool = False, correction=None):
-    """(std, mean) over `dim`, as torch.std_mean."""
-    return std(x, dim, unbiased, keepdim, correction), x.mean(dim, keepdim)
+    """(std, mean) over `dim`, as torch.std_mean.
+
+    The mean is torch's, which takes it by Welford's update m += (x - m) / k in the
+    order of the elements: NaN where an infinity is followed by any element (inf - inf),
+    inf where only the last is infinite, and +0.0 for a mean of -0.0s. Its gradient is
+    the mean's, 1 / N.
+
+    >>> import fusegrad as fg
+    >>> [m.item() for m in (fg.tensor([1.0, 2.0, float("inf")]).std_mean()[1],
+    ...                     fg.tensor([float("inf"), 1.0, 2.0]).std_mean()[1])]
+    [inf, nan]
+    """
+    return std(x, dim, unbiased, keepdim, correction), _welford_mean(x, dim, keepdim)
+
+
+def _welford_mean(x, dim, keepdim: bool):
+    """x.mean(dim), with the NaNs and zero signs of Welford's update (std_mean's)."""
+    mean = x.mean(dim, keepdim)
+    if x.ndim == 0 or x.numel() == 0:
+        return mean
+    from .mathops import isinf
+
+    axes = x._dims(dim, "mean")
+    last = None  # the last element of each reduction, in the order of the elements
+    for a in axes:
+        at_end = _arange_along(x.shape[a], a, x.ndim) == x.shape[a] - 1
+        last = at_end if last is None else last & at_end
+    followed = (isinf(x) & ~last).any(dim, keepdim)
+    return mean + _where(followed, math.nan, 0.0)  # (+ 0.0: -0.0 becomes 0.0, as Welford's)
 
 
 def sum_(x, dim=None, keepdim: bool = False, dtype=None, axis=None):
@@ -627,16 +726,96 @@ def cumsum(x, dim: int, dtype=None):
 
 
 def cumprod(x, dim: int, dtype=None):
-    """Running products along `dim`; the gradient is exact where elements are zero."""
+    """Running products along `dim`, with torch's gradient: a reversed running sum of
+    out * g, divided by x, where the tensor holds no zero (NaN at an infinite or NaN
+    element, as torch's); with zeros, each row's elements before its first zero take
+    that form, the first zero the sum of the products after it up to the next zero,
+    and the elements after it 0.
+
+    >>> import fusegrad as fg
+    >>> x = fg.tensor([2.0, 0.0, 3.0], requires_grad=True)
+    >>> x.cumprod(0).sum().backward()
+    >>> x.grad.tolist()
+    [1.0, 8.0, 0.0]
+    """
     x = x.cast(dtype) if dtype is not None else (x if x.dtype.is_float else x.cast(int64))
-    return _scan(x, dim, lambda a, b: a * b, 1, "cumprod")
+    out = _scan(x, dim, lambda a, b: a * b, 1, "cumprod")
+    if not out.requires_grad or x.ndim == 0 or x.shape[x._dim(dim, "cumprod")] <= 1:
+        return out  # (one element along dim: its gradient is g, the scan's own)
+    from .tensor import Tensor
+
+    d = x._dim(dim, "cumprod")
+    xn, on = x.node, out.node  # now: an in-place update would rebind x.node
+
+    def rule(g):
+        return [(xn, _cumprod_backward(Tensor(xn), Tensor(g), Tensor(on), d).node)]
+
+    node = own_node(on)
+    return out._make(with_vjp(node, rule))
+
+
+def _cumprod_backward(x, g, out, d: int):
+    """torch's cumprod_backward (its first-order form) for x, the gradient g of out."""
+    from .indexing import flip
+    from .movement import cat
+
+    def reversed_cumsum(w):
+        return flip(cumsum(flip(w, [d]), d), [d])
+
+    w = out * g
+    is_zero = x == 0
+    simple = reversed_cumsum(w) / x
+    zeros = is_zero.cast(int64).cumsum(d)  # how many zeros up to each place
+    before = zeros == 0
+    grad = _where(before, reversed_cumsum(_where(before, w, 0.0)) / x, 0.0)
+    # at the first zero: sum over k up to the next zero of (x[z1+1] ... x[k]) g[k],
+    # times the product before it
+    first = (zeros == 1) & is_zero
+    between = (zeros == 1) & ~is_zero
+    running = _scan(_where(between, x, 1.0), d, lambda a, b: a * b, 1, "cumprod")
+    term = (running * _where(zeros == 1, g, 0.0)).sum(d, keepdim=True)
+    ones = x._make(N.const(1, narrow(x, d, 0, 1).shape, x.dtype))
+    prior = cat([ones, narrow(out, d, 0, x.shape[d] - 1)], d)
+    grad = _where(first, term * prior, grad)
+    return _where(is_zero.any(), grad, simple)
 
 
 def logcumsumexp(x, dim: int):
+    """log(cumsum(exp(x))) along `dim`, by log2(n) shifted logaddexps.
+
+    The gradient is torch's: the positive and negative parts of g, in log space,
+    through a reversed logcumsumexp (so at an infinite or NaN element, NaN or inf
+    where torch's is)."""
     from .mathops import logaddexp
 
     x = x._float()
-    return _scan(x, dim, lambda a, b: logaddexp(a, b), -math.inf, "logcumsumexp")
+    out = _scan(x, dim, lambda a, b: logaddexp(a, b), -math.inf, "logcumsumexp")
+    if not out.requires_grad or x.ndim == 0 or x.numel() == 0:
+        return out
+    from .tensor import Tensor
+
+    d = x._dim(dim, "logcumsumexp")
+    xn, on = x.node, out.node  # now: an in-place update would rebind x.node
+
+    def rule(g):
+        return [(xn, _logcumsumexp_backward(Tensor(xn), Tensor(g), Tensor(on), d).node)]
+
+    node = own_node(on)
+    return out._make(with_vjp(node, rule))
+
+
+def _logcumsumexp_backward(x, g, out, d: int):
+    """torch's logcumsumexp_backward: exp(reversed logcumsumexp(log g+ - out) + x), less
+    the same of g-, with log 0 taken as the dtype's lowest finite value."""
+    from .indexing import flip
+
+    lowest = float(np.finfo(x.dtype.np).min)
+    log_g = g.abs().log()
+    parts = []
+    for side in (g > 0, g < 0):
+        shifted = _where(side, log_g, lowest) - out
+        parts.append((flip(logcumsumexp(flip(shifted, [d]), d), [d]) + x).exp())
+    return parts[0] - parts[1]
 
 
 def _cum_extreme(x, dim, largest: bool, op: str):
@@ -766,7 +945,20 @@ def topk(x, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
 
 
 def kthvalue(x, k: int, dim: int = -1, keepdim: bool = False):
-    """The k-th smallest element along `dim` (k from 1), with its index."""
+    """The k-th smallest element along `dim` (k from 1), with its index; NaN counts as
+    the largest. Which of equal elements it picks is torch's CPU quickselect's on rows of
+    up to 3 (there a fixed network of compare-and-swaps), the first in a stable sort on
+    longer rows (torch's choice there depends on the data's order in its partitioning).
+
+    >>> import fusegrad as fg
+    >>> v, i = fg.tensor([0.0, 0.0, 0.0]).kthvalue(2)
+    >>> v.item(), i.item()
+    (0.0, 0)
+    """
+    return _kthvalue(x, k, dim, keepdim, as_torch_ties=True)
+
+
+def _kthvalue(x, k: int, dim, keepdim: bool, as_torch_ties: bool):
     d = x._dim(dim, "kthvalue") if x.ndim else 0
     n = x.shape[d] if x.ndim else 1
     if not 1 <= k <= n:
@@ -774,9 +966,37 @@ def kthvalue(x, k: int, dim: int = -1, keepdim: bool = False):
     if x.ndim == 0:  # as torch: the value and index 0, 0-d whatever keepdim
         vals, idx = kthvalue(x.reshape(1), k, 0)
         return ValuesIndices(vals, idx)
-    vals, idx = sort(x, d)
-    v, i = narrow(vals, d, k - 1, 1), narrow(idx, d, k - 1, 1)
+    if as_torch_ties and n == 3:
+        i = _quickselect3(x, d)[k - 1]
+        v = x.gather(d, i)
+    else:
+        vals, idx = sort(x, d)
+        v, i = narrow(vals, d, k - 1, 1), narrow(idx, d, k - 1, 1)
     return ValuesIndices(v, i) if keepdim else ValuesIndices(v.squeeze(d), i.squeeze(d))
+
+
+def _quickselect3(x, d: int):
+    """The indices, in order, of the 3 elements along `d` as torch's quick_select_template
+    leaves them: on 3 elements its median-of-three steps are compare-and-swaps of places
+    (1, 2), (0, 2), (1, 0) and then a swap of places 0 and 1, where "greater" is
+    a > b or a NaN over a number (kthvalue([0, 0, 0], 1) is index 1, as torch's)."""
+    from .mathops import isnan
+
+    xs = x.detach()
+    vals = [narrow(xs, d, i, 1) for i in range(3)]
+    idxs = [x._make(N.const(i, vals[0].shape, int64)) for i in range(3)]
+
+    def exchange(i, j, swap):
+        vals[i], vals[j] = _where(swap, vals[j], vals[i]), _where(swap, vals[i], vals[j])
+        idxs[i], idxs[j] = _where(swap, idxs[j], idxs[i]), _where(swap, idxs[i], idxs[j])
+
+    def greater(a, b):
+        return (a > b) | (isnan(a) & ~isnan(b))
+
+    exchange(1, 2, greater(vals[1], vals[2]))
+    exchange(0, 2, greater(vals[0], vals[2]))
+    exchange(0, 1, ~greater(vals[1], vals[0]))  # (the swap after the partition, folded in)
+    return idxs
 
 
 def median(x, dim=None, keepdim: bool = False):
@@ -787,13 +1007,13 @@ def median(x, dim=None, keepdim: bool = False):
         flat = x.reshape(-1)
         if flat.shape[0] == 0 and x.dtype.is_float:  # the median of nothing is NaN, as torch's
             return x._make(N.const(math.nan, (), x.dtype))
-        v = kthvalue(flat, (flat.shape[0] + 1) // 2, 0).values
+        v = _kthvalue(flat, (flat.shape[0] + 1) // 2, 0, False, as_torch_ties=False).values
         if not x.dtype.is_float:
             return v
         return _shared_by_ties(_where(isnan(flat).any(), math.nan, v), flat)
     d = x._dim(dim, "median")
     n = x.shape[d]
-    v, i = kthvalue(x, (n + 1) // 2, d, keepdim=True)
+    v, i = _kthvalue(x, (n + 1) // 2, d, True, as_torch_ties=False)  # (nth_element's)
     if x.dtype.is_float:
         bad = isnan(x).any(d, keepdim=True)
         # the first NaN's index, as PyTorch, and the value read there (so that its

@@ -74,18 +74,25 @@ def _is_nan(x: Node) -> Node:
 
 
 def _reduce_max_grad(n: Node, g: Node):
-    # torch.amax and the full max(): the gradient is split evenly between the maxima (between
-    # the NaNs, where the maximum is NaN); max(dim) and max_pool route it to the first maximum
-    # with their own rules (frontend/reduce.py, nn/conv.py)
-    x = n.srcs[0]
-    y = N.expand(n, x.shape)
+    # torch.amax: the gradient is split evenly between the elements equal to the maximum; a
+    # NaN maximum equals none of them, so its row's gradient is g / 0 * 0, NaN (the full
+    # max() and norm(inf) share it among the NaNs instead, max(dim) and max_pool route it to
+    # the first maximum: rules of their own in frontend/reduce.py, nn/conv.py)
+    return (max_grad_shared(n.srcs[0], n, g, n.arg, nan_shares=False),)
+
+
+def max_grad_shared(x: Node, y: Node, g: Node, axes, nan_shares: bool) -> Node:
+    """The gradient of a maximum `y` of `x` over `axes` (y, g with those axes kept):
+    g split evenly among the elements of x equal to y (among the NaNs where y is NaN,
+    if `nan_shares`)."""
+    y = N.expand(y, x.shape)
     hit = N.binary(Ops.CMPEQ, x, y)
-    if x.dtype.is_float:
+    if nan_shares and x.dtype.is_float:
         hit = N.add(hit, N.mul(_is_nan(x), _is_nan(y)))  # bool add/mul: or/and
     hit = N.cast(hit, g.dtype)
-    count = N.reduce(Ops.SUM, hit, n.arg)
+    count = N.reduce(Ops.SUM, hit, tuple(axes))
     share = _div(g, count)
-    return (N.mul(N.expand(share, x.shape), hit),)
+    return N.mul(N.expand(share, x.shape), hit)
 
 
 def _inverse(order) -> tuple[int, ...]:
@@ -171,6 +178,26 @@ def with_vjp(n: Node, rule: Callable[[Node], list[tuple[Node, Node]]]) -> Node:
     assert n.op not in MOVEMENT, f"custom gradient on a view ({n.op.name}) could be folded away"
     CUSTOM_VJP[n] = rule
     return n
+
+
+# Nodes of ops without a derivative (torch's floor_divide): node -> a function that raises.
+# backward() raises at once where a gradient would pass through one (frontend/autograd.py),
+# and so does a rule built later (create_graph, a gradient read lazily).
+NO_DERIVATIVE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def without_derivative(n: Node, raise_error: Callable[[], None]) -> Node:
+    """Mark `n` (a node of its own: `own_node`) as having no derivative."""
+    NO_DERIVATIVE[n] = raise_error
+    CUSTOM_VJP[n] = lambda g: raise_error()
+    return n
+
+
+def own_node(n: Node) -> Node:
+    """A node of `n`'s value to hang a rule of its own on (`with_vjp`): n + (-0.0), exact
+    for every value (-0.0 + -0.0 is -0.0). Nodes are hash-consed, so n * 1 would be the
+    node of a user's own `x * 1`, and a rule on it would change that gradient too."""
+    return N.add(n, N.const(-0.0, n.shape, n.dtype))
 
 
 def reaches(roots: list[Node], targets: set[int]) -> set[int]:

@@ -173,11 +173,21 @@ def relu6(input: Tensor, inplace: bool = False) -> Tensor:
     return hardtanh(input, 0.0, 6.0)
 
 
+_ONE_SIXTH_F32 = 0.1666666716337204  # 1/6 rounded to float32: torch's hardsigmoid slope
+
+
 def hardsigmoid(input: Tensor, inplace: bool = False) -> Tensor:
-    """0 below -3, 1 above 3, x / 6 + 1/2 between (gradient 0 at +-3 and at NaN)."""
+    """0 below -3, 1 above 3, (x + 3) / 6 between (gradient 0 at +-3 and at NaN).
+
+    The gradient between is torch's constant, 1/6 rounded to float32 also in float64."""
+    from ..mathops import _with_grad
+
     x = input._float()
     outside = where(x <= -3.0, 0.0, where(x >= 3.0, 1.0, x.detach()))
-    return where((x > -3.0) & (x < 3.0), x * (1 / 6) + 0.5, outside)
+    mid = (x > -3.0) & (x < 3.0)
+    out = where(mid, (x + 3.0) / 6.0, outside)
+    slope = where(mid, _ONE_SIXTH_F32, 0.0).cast(x.dtype)
+    return _with_grad(out, [(x, slope)])
 
 
 def hardswish(input: Tensor, inplace: bool = False) -> Tensor:

@@ -283,7 +283,8 @@ def _poolnd(
 
 def _first_max_gradient(win: Tensor, out: Tensor, n: int) -> Tensor:
     """The pooled maxima `out` with torch's gradient: all of it to the first maximum of each
-    window (in row-major window order; a NaN counts as the maximum), none to later ties."""
+    window (in row-major window order), none to later ties; where the window holds a NaN, to
+    its last NaN (torch's CPU kernel takes each NaN it meets)."""
     from ..creation import index_arange as arange
     from ..tensor import where
 
@@ -295,10 +296,11 @@ def _first_max_gradient(win: Tensor, out: Tensor, n: int) -> Tensor:
     def rule(g, win):
         flat = win.detach().reshape(*lead, size)
         best = out.detach()[..., None]
-        hit = (flat == best) | ((flat != flat) & (best != best))
         pos = arange(size)
-        first = where(hit, pos, size).amin(-1, keepdim=True)
-        return [where(pos == first, g[..., None], 0.0).reshape(win.shape)]
+        first = where(flat == best, pos, size).amin(-1, keepdim=True)
+        last_nan = where(flat != flat, pos, -1).amax(-1, keepdim=True)
+        pick = where(best != best, last_nan, first)
+        return [where(pos == pick, g[..., None], 0.0).reshape(win.shape)]
 
     # a node of its own for the rule: `out` may equal an amax built elsewhere
     return custom_gradient(out, [win], rule, own_node=True)
@@ -315,7 +317,8 @@ def _pool_out_size(i: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> i
 
 
 def _argmax_indices(win, best, spatial, flat_pad, kernel, stride, dilation) -> Tensor:
-    """Flat index (into each input plane) of the first largest element of every window."""
+    """Flat index (into each input plane) of the first largest element of every window, or
+    of its last NaN (as torch's CPU kernel)."""
     from ..creation import index_arange as arange
     from ..tensor import where
 
@@ -327,8 +330,9 @@ def _argmax_indices(win, best, spatial, flat_pad, kernel, stride, dilation) -> T
     idx_win = sliding_windows(idx, kernel, stride, dilation)
     axes = tuple(range(win.ndim - n, win.ndim))
     expanded = best.reshape(*best.shape, *([1] * n))
-    hit = (win == expanded) | (win != win)  # NaN wins, as in PyTorch
-    return where(hit, idx_win, plane).amin(axes)
+    first = where(win == expanded, idx_win, plane).amin(axes)
+    last_nan = where(win != win, idx_win, -1).amax(axes)
+    return where(best != best, last_nan, first)
 
 
 @one_site

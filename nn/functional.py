@@ -203,15 +203,20 @@ def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     return _reduce(diff * diff, reduction)
 
 
+_BCE_EPSILON = 9.999999960041972e-13  # torch's 1e-12, a float32 constant, in float64
+
+
 @one_site
 def binary_cross_entropy(
     input: Tensor, target: Tensor, weight: Tensor | None = None, reduction: str = "mean"
 ) -> Tensor:
     """-w (y log(x) + (1 - y) log(1 - x)) for probabilities x; each log is clamped at -100.
 
-    The gradient is torch's, w (x - y) / max(x (1 - x), 1e-12), not the chain
-    rule through the clamped logs: where a sigmoid saturates to exactly 0 or 1
-    that chain rule multiplies 0 by an infinite 1/x and gives NaN.
+    Torch's formulas: the value (y - 1) max(log1p(-x), -100) - y max(log(x), -100) (so
+    -0.0 at x = y = 1), the gradient w (x - y) / max((1 - x) x, 1e-12) (1e-12 a float32,
+    as torch's), not the chain rule through the clamped logs: where a sigmoid saturates
+    to exactly 0 or 1 that chain rule multiplies 0 by an infinite 1/x and gives NaN. The
+    target's gradient is -logit(x), unclamped (+-inf at 0 and 1).
     """
     _check_reduction(reduction)
     if tuple(input.shape) != tuple(target.shape):
@@ -219,29 +224,16 @@ def binary_cross_entropy(
             f"Using a target size ({tuple(target.shape)}) that is different to the input size "
             f"({tuple(input.shape)}) is deprecated. Please ensure they have the same size."
         )
-    x, y = input.detach(), target.detach()
-    log_x = x.log().maximum(-100.0)
-    log_1mx = (1.0 - x).log().maximum(-100.0)
-    value = -(y * log_x + (1.0 - y) * log_1mx)
-    grad_x = (x - y) / (x * (1.0 - x)).maximum(1e-12)
-    loss = _with_gradients(value, (input, grad_x), (target, log_1mx - log_x))
+    from ..mathops import _with_grad
+
+    value = (target - 1.0) * (-input).log1p().maximum(-100.0)
+    value = value - target * input.log().maximum(-100.0)
+    x, y = input, target  # (not detached: the rules' own gradients are the 2nd derivatives)
+    grad_x = (x - y) / ((1.0 - x) * x).maximum(_BCE_EPSILON)
+    loss = _with_grad(value, [(input, grad_x), (target, -(x / (1.0 - x)).log())])
     if weight is not None:
         loss = loss * weight
     return _reduce(loss, reduction)
-
-
-def _with_gradients(value: Tensor, *pairs: tuple[Tensor, Tensor]) -> Tensor:
-    """`value` (detached), whose gradient with respect to each `t` is the given `grad`.
-
-    value + (t - t.detach()) * grad: the added term is exactly 0, and its
-    derivative in t is `grad`, so this is a hand-written vector-Jacobian
-    product built from ordinary ops.
-    """
-    out = value
-    for t, grad in pairs:
-        if t.requires_grad:
-            out = out + (t - t.detach()) * grad
-    return out
 
 
 @one_site

@@ -204,6 +204,8 @@ BINARY = {
     "fg.logaddexp": "lib.logaddexp(x, y)",
     "fg.lerp": "lib.lerp(x, y, 0.75)",
     "F.mse_loss": "F.mse_loss(x, y, reduction='none')",
+    "max_other": "x.max(y)",
+    "min_other": "x.min(y)",
 }
 POW = {"pow": "x.pow(y)", "pow_op": "x ** y"}
 
@@ -211,6 +213,7 @@ TIES = [[1.0, 3.0, 3.0, 2.0], [0.0, -0.0, 0.0], [2.0, nan, 1.0], [1.0, inf, 2.0]
 TIES += [[-inf, -inf], [5.0], [0.0, 0.0, 0.0, 0.0]]
 ROWS = [[[1.0, 1.0, 0.0], [0.0, 2.0, 2.0]], [[nan, 1.0, 1.0], [0.0, 0.0, 0.0]]]
 ROWS += [[[inf, 1.0, inf], [-inf, -inf, 0.0]]]
+ROWS += [[[0.0, -0.0, inf], [nan, nan, -inf]], [[2.0, 0.0, 0.0], [-1.0, 3.0, -1.0]]]
 # reductions and scans: tried on ties, zeros, NaN, infinities, 0-d and empty inputs
 REDUCE = {
     "sum": "x.sum()",
@@ -268,6 +271,15 @@ REDUCE = {
     "F.log_softmax": "F.log_softmax(x, 0)",
     "F.softmin": "F.softmin(x, 0)",
     "F.normalize": "F.normalize(x, dim=0)",
+    "norm_3": "x.norm(p=3)",
+    "norm_ninf": "x.norm(p=float('-inf'))",
+    "norm_0": "x.norm(p=0)",
+    "F.mse_loss_mean": "F.mse_loss(x, x * 0.5 + 1.0)",
+    "F.mse_loss_sum": "F.mse_loss(x, x * 0.5 + 1.0, reduction='sum')",
+    "F.normalize_inf": "F.normalize(x, p=float('inf'), dim=0)",
+    "F.normalize_1": "F.normalize(x, p=1.0, dim=0)",
+    "max_keepdim": "x.max(0, keepdim=True)",
+    "aminmax_like": "x.amax() - x.amin()",
 }
 _IDX = "lib.tensor([0, 0, 1, 1, 2, 2])"  # scatter_reduce's: pairs of elements
 ROW_REDUCE = {
@@ -313,10 +325,46 @@ ROW_REDUCE = {
     "triu_": "x.clone().triu_()",
     "cumsum_": "x.clone().cumsum_(1)",
     "cumprod_": "x.clone().cumprod_(1)",
+    "cumprod_dim": "x.cumprod(1)",
+    "logcumsumexp_dim": "x.logcumsumexp(1)",
+    "cummax_dim": "x.cummax(1)",
+    "softmax_dim": "x.softmax(1)",
+    "log_softmax_dim": "x.log_softmax(1)",
+    "std_mean_dim": ("lib.std_mean(x, 1)", "x.std_mean(1)"),
+    "var_mean_dim0": ("lib.var_mean(x, 0)", "x.var_mean(0)"),
+    "prod_dim0": "x.prod(0)",
+    "amax_dims": "x.amax((0, 1))",
+    "norm_inf_dim": "x.norm(p=float('inf'), dim=1)",
+    "kthvalue_dim_1": "x.kthvalue(1, 1)",
+    "kthvalue_dim_3": "x.kthvalue(3, 1, keepdim=True)",
+    "topk_dim_1": "x.topk(1, 1)",
+    "topk_smallest": "x.topk(2, 1, largest=False)",
+    "median_dim0": "x.median(0)",
+    "F.mse_loss_rows": "F.mse_loss(x, x.flip(1))",
+    "F.cross_entropy_none": "F.cross_entropy(x, lib.tensor([1, 0]), reduction='none')",
+    "F.nll_loss_sum": "F.nll_loss(x, lib.tensor([1, 2]), reduction='sum')",
+    "F.layer_norm_affine": "F.layer_norm(x, (3,), x[0] * 0 + 2.0, x[0] * 0 + 0.5)",
+    "scatter_reduce_amax_excl": (
+        f"x.reshape(-1).scatter_reduce(0, {_IDX}, x.reshape(-1).flip(0), 'amax', "
+        "include_self=False)"
+    ),
+    "scatter_reduce_prod": f"x.reshape(-1).scatter_reduce(0, {_IDX}, x.reshape(-1), 'prod')",
+    "scatter_reduce_mean": f"x.reshape(-1).scatter_reduce(0, {_IDX}, x.reshape(-1), 'mean')",
 }
 PROBS = [0.0, 1.0, 0.5, 1e-12, 1.0 - 1e-12]
 SPECIAL_PROBS = {
     "F.binary_cross_entropy": "F.binary_cross_entropy(x, y, reduction='none')",
+    "F.binary_cross_entropy_mean": "F.binary_cross_entropy(x, y)",
+}
+# sums of negative zeros (torch's accumulators start at +0.0)
+NEG_ZEROS = {"sum_neg0": "x.sum()", "mean_neg0": "x.mean()", "cumsum_neg0": "x.cumsum(0)"}
+# logits at special points against probability targets
+LOGIT_POINTS = [0.0, -0.0, 1.0, -1.0, 20.0, -20.0, 50.0, -50.0, inf, -inf, nan]
+LOGITS = {
+    "F.binary_cross_entropy_with_logits_none": (
+        "F.binary_cross_entropy_with_logits(x, y, reduction='none')"
+    ),
+    "F.binary_cross_entropy_with_logits_mean": "F.binary_cross_entropy_with_logits(x, y)",
 }
 
 # which of these also run in float32 (the ones every training step uses)
@@ -325,6 +373,8 @@ FLOAT32 |= {"F.gelu", "F.silu", "F.softplus", "F.elu", "F.leaky_relu", "F.logsig
 FLOAT32 |= {"F.sigmoid", "F.tanh", "F.mish", "F.hardswish", "sqrt_abs", "log_abs", "pow_2"}
 FLOAT32 |= {"div", "maximum", "minimum", "atan2", "pow", "std", "var", "softmax", "log_softmax"}
 FLOAT32 |= {"amax", "max", "logsumexp", "norm", "F.layer_norm", "F.cross_entropy", "mul"}
+FLOAT32 |= {"F.binary_cross_entropy_with_logits_none", "softmax_dim", "log_softmax_dim"}
+FLOAT32 |= {"F.mse_loss_mean", "F.max_pool2d", "F.hardsigmoid", "F.relu6", "F.hardtanh"}
 
 
 def _inplace_variants(table: dict) -> dict:
@@ -378,6 +428,12 @@ def cases() -> list[dict]:
         add(name, expr, [list(xs), list(ys)])
     for name, expr in SPECIAL_PROBS.items():
         xs, ys = zip(*itertools.product(PROBS, PROBS))
+        add(name, expr, [list(xs), list(ys)])
+    for name, expr in NEG_ZEROS.items():
+        for values in [[-0.0, -0.0], -0.0, [-0.0]]:
+            add(name, expr, [values])
+    for name, expr in LOGITS.items():
+        xs, ys = zip(*itertools.product(LOGIT_POINTS, PROBS))
         add(name, expr, [list(xs), list(ys)])
     for name, expr in REDUCE.items():
         for values in TIES + [2.0, []]:

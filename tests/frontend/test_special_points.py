@@ -30,91 +30,41 @@ def _each(ids: str, reason: str) -> dict[str, str]:
 # case id -> why fusegrad differs from PyTorch there on purpose (docs/NUMERICS.md)
 ON_PURPOSE: dict[str, str] = {
     **_each(
-        "floor_divide-float64-0 floor_divide-float64-1 floor_divide-float64-2 "
-        "floor_divide-float64-3 fg.floor_divide-float64-0",
-        "torch raises in backward (no derivative for floor_divide); fusegrad's gradient is 0, "
-        "as torch's own for div(rounding_mode='floor')",
-    ),
-    **_each(
         "F.gelu-float32-0",
         "torch's float32 CPU gelu gives +0.0 at -0.0 and -20 (its float64 kernel -0.0, as "
         "fusegrad in both)",
     ),
     **_each(
-        "F.hardsigmoid-float64-0 F.hardsigmoid-float64-1",
-        "torch's float64 hardsigmoid gradient is 1/6 rounded to float32 (0.16666667163)",
-    ),
-    **_each(
-        "std_mean-float64-3 std_mean-float64-5 var_mean-float64-3 var_mean-float64-5 "
-        "fg.std_mean-float64-3 fg.std_mean-float64-5 fg.var_mean-float64-3 "
-        "fg.var_mean-float64-5",
-        "torch's std_mean/var_mean take the mean by Welford's update: NaN with an infinite "
-        "element; fusegrad's is torch.mean's (inf)",
-    ),
-    **_each(
-        "amax-float64-2 amax-float32-2 amin-float64-2 amax_dim-float64-1 amin_dim-float64-1",
-        "amax over a NaN: the gradient is shared among the NaNs (as torch's full max()); "
-        "torch's amax gives NaN everywhere",
-    ),
-    **_each(
-        "kthvalue-float64-1 kthvalue-float64-7 fg.kthvalue-float64-1 fg.kthvalue-float64-7 "
-        "topk-float64-7 fg.topk-float64-7",
-        "which of equal elements torch's kthvalue/topk pick is unspecified (its sort is not "
-        "stable there); fusegrad picks the first",
+        "kthvalue-float64-7 fg.kthvalue-float64-7 topk-float64-7 fg.topk-float64-7",
+        "which of equal elements torch's CPU kthvalue/topk pick on rows longer than 3 "
+        "follows the data through its quickselect / std::nth_element partitioning; "
+        "fusegrad picks the first (rows of up to 3 are torch's choice)",
     ),
 }
-
-ON_PURPOSE.update(
-    _each(
-        "prod-float64-2 prod-float64-3 prod-float64-4 prod-float64-5 fg.prod-float64-2 "
-        "fg.prod-float64-3 fg.prod-float64-4 fg.prod-float64-5 cumprod-float64-2 "
-        "cumprod-float64-3 cumprod-float64-4 cumprod-float64-5 fg.cumprod-float64-2 "
-        "fg.cumprod-float64-3 fg.cumprod-float64-4 fg.cumprod-float64-5 "
-        "logcumsumexp-float64-3 logcumsumexp-float64-4 fg.logcumsumexp-float64-3 "
-        "fg.logcumsumexp-float64-4",
-        "at a NaN or infinite element, fusegrad's gradient of prod/cumprod is the product "
-        "of the other elements (exact: pairwise products), logcumsumexp's finite; torch's "
-        "formulas (result / x, ...) give NaN there",
-    )
-)
 
 # case id -> a difference from PyTorch not fixed yet
 NOT_FIXED: dict[str, str] = {
     **_each(
-        "F.binary_cross_entropy-float64-0",
-        "binary_cross_entropy(1, 1) is +0.0, torch's -0.0",
-    ),
-    **_each(
-        "kthvalue_dim-float64-1 kthvalue_dim-float64-2",
-        "kthvalue with NaN (or tied infinities): torch picks the NaN (its index and its "
-        "gradient), fusegrad another element",
-    ),
-    **_each(
-        "scatter_reduce_amax-float64-0 scatter_reduce_amax-float64-1 "
-        "fg.scatter_reduce_amin-float64-0 fg.scatter_reduce_amin-float64-1",
-        "scatter_reduce amax/amin: ties share the gradient with the value scattered into "
-        "differently from torch (which counts the destination's own value), and NaN",
+        "sum_neg0-float64-0 sum_neg0-float64-1 sum_neg0-float64-2 mean_neg0-float64-0 "
+        "mean_neg0-float64-1 mean_neg0-float64-2 cumsum_neg0-float64-0 cumsum_neg0-float64-2",
+        "a sum of -0.0s: torch's accumulator starts at +0.0 (+0.0), fusegrad's kernels "
+        "reduce from -0.0 with no signed zeros (nsz), and a sum over one element is that "
+        "element (-0.0)",
     ),
 }
+ON_PURPOSE.update(
+    _each(
+        "floor_divide-float64-2",
+        "floor_divide of empty tensors: torch's backward raises (no derivative), fusegrad's "
+        "sum of an empty tensor is a constant 0, with no graph to raise through",
+    )
+)
 ON_PURPOSE.update(
     _each(
         "acosh_-float64-0 asinh_-float64-0 atanh_-float64-0 arccosh_-float64-0 "
         "arcsinh_-float64-0 arctanh_-float64-0",
         "torch has no derivative for the in-place acosh_/asinh_/atanh_ (its backward raises "
         "NotImplementedError); fusegrad's gradient is the op's",
-    )
-)
-ON_PURPOSE.update(
-    _each(
-        "floor_divide_-float64-0",
-        "torch raises in backward (no derivative for floor_divide); fusegrad's gradient is 0",
-    )
-)
-ON_PURPOSE.update(
-    _each(
-        "cumprod_-float64-1 cumprod_-float64-2",
-        "as cumprod: at a NaN or infinite element fusegrad's gradient is the product of the "
-        "other elements, torch's formula gives NaN",
     )
 )
 KNOWN_DIFFERENCES = {**ON_PURPOSE, **NOT_FIXED}
@@ -127,6 +77,11 @@ ZERO_SIGN_UNSPECIFIED = {"maximum", "minimum", "amax", "amin", "max", "min", "ma
 ZERO_SIGN_UNSPECIFIED |= {"min_dim", "fg.maximum", "fg.minimum", "clamp_tensors"}
 ZERO_SIGN_UNSPECIFIED |= {"clamp_min_tensor", "clamp_max_tensor", "clamp_min", "clamp_max"}
 ZERO_SIGN_UNSPECIFIED |= {"clamp_min_", "clamp_max_", "clamp_", "clip_", "maximum_", "minimum_"}
+ZERO_SIGN_UNSPECIFIED |= {"amax_dim", "amin_dim", "max_dim1", "min_dim1", "amax_dims"}
+ZERO_SIGN_UNSPECIFIED |= {"F.max_pool1d", "F.max_pool2d", "scatter_reduce_amax"}
+ZERO_SIGN_UNSPECIFIED |= {"fg.scatter_reduce_amin", "scatter_reduce_amax_excl", "max_keepdim"}
+ZERO_SIGN_UNSPECIFIED |= {"norm_inf_dim", "aminmax_like", "cummax_dim", "max_other"}
+ZERO_SIGN_UNSPECIFIED |= {"min_other"}
 
 TOLERANCE = {"float64": (1e-9, 1e-12), "float32": (2e-5, 1e-6)}  # (rtol, atol)
 
@@ -272,7 +227,7 @@ EXCLUDED: dict[str, str] = {
         _names(
             "Tensor",
             "T mT broadcast_to chunk contiguous diag diag_embed diagonal expand expand_as "
-            "flatten flip fliplr flipud gather index_add index_copy index_fill index_put "
+            "flatten fliplr flipud gather index_add index_copy index_fill index_put "
             "index_select masked_fill masked_select moveaxis movedim narrow pad permute "
             "repeat repeat_interleave roll scatter scatter_add split squeeze swapaxes "
             "swapdims t take take_along_dim tensor_split tile transpose tril triu unbind "
@@ -403,3 +358,127 @@ def test_second_derivatives_through_the_own_rules():
     (h,) = fg.grad(g.sum(), [x])
     t = np.tanh(0.5)
     assert np.isclose(h.item(), -2 * t * (1 - t * t), rtol=1e-12)
+
+
+def test_std_mean_takes_welfords_mean():
+    # torch 2.13: an infinity followed by another element gives NaN (inf - inf in the
+    # update), an infinite last element inf; along a dim, each row in its own order
+    inf, nan = float("inf"), float("nan")
+    assert fg.tensor([1.0, 2.0, inf]).std_mean()[1].item() == inf
+    assert np.isnan(fg.tensor([inf, 1.0, 2.0]).var_mean()[1].item())
+    x = fg.tensor([[1.0, 2.0], [inf, 5.0]], dtype=fg.float64)
+    assert fg.std_mean(x, 0)[1].tolist() == [inf, 3.5]
+    assert np.isnan(fg.var_mean(x, 1)[1].numpy()).tolist() == [False, True]
+    assert not np.signbit(fg.tensor([-0.0, -0.0]).var_mean()[1].item())
+    assert np.isnan(fg.tensor([nan, 1.0]).std_mean()[1].item())
+
+
+def test_max_shares_among_nans_and_amax_gives_nan():
+    # torch: max() / min() / norm(inf) send the gradient to the NaNs, amax / amin to NaN
+    x = fg.tensor([2.0, float("nan"), float("nan")], dtype=fg.float64, requires_grad=True)
+    x.max().backward()
+    assert x.grad.tolist() == [0.0, 0.5, 0.5]
+    x.grad = None
+    x.min().backward()
+    assert x.grad.tolist() == [0.0, 0.5, 0.5]
+    x.grad = None
+    x.amin().backward()
+    assert np.isnan(x.grad.numpy()).all()
+    x.grad = None
+    x.norm(p=float("inf")).backward()  # the NaNs' share times sign(NaN) = 0
+    assert x.grad.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_scatter_reduce_extremes_share_with_the_destination():
+    # torch 2.13's gradients (weights 1..5 on the outputs), with and without include_self
+    nan = float("nan")
+    want = {
+        (True, "amax"): ([0.0, 1.0, nan, 0.0, 2.5], [1.0, 1.0, 0.0, 4.0, 0.0, 2.5]),
+        (True, "amin"): ([1.0, 0.0, nan, 4.0, 0.0], [0.0, 0.0, 2.0, 0.0, 5.0, 0.0]),
+        (False, "amax"): ([0.0, 0.0, nan, 0.0, 0.0], [1.0, 1.0, 0.0, 4.0, 0.0, 2.5]),
+        (False, "amin"): ([0.0, 0.0, nan, 0.0, 0.0], [1.0, 0.0, 2.0, 4.0, 5.0, 0.0]),
+    }
+    for (include_self, reduce), (gx, gs) in want.items():
+        x = fg.tensor([1.0, 2.0, nan, 0.0, 3.0], dtype=fg.float64, requires_grad=True)
+        s = fg.tensor([2.0, 2.0, 1.0, 5.0, 0.0, 3.0], dtype=fg.float64, requires_grad=True)
+        y = x.scatter_reduce(0, fg.tensor([0, 1, 1, 3, 4, 4]), s, reduce, include_self=include_self)
+        (y * fg.tensor([1.0, 2.0, 3.0, 4.0, 5.0], dtype=fg.float64)).sum().backward()
+        np.testing.assert_array_equal(x.grad.numpy(), gx, err_msg=f"{include_self} {reduce}")
+        np.testing.assert_array_equal(s.grad.numpy(), gs, err_msg=f"{include_self} {reduce}")
+
+
+def test_prod_cumprod_logcumsumexp_gradients_are_torchs_formulas():
+    # torch 2.13: a full prod() over two zeros is 0 outright, prod(dim) takes the product of
+    # the others (0 * inf = NaN); cumprod's first zero gets the products after it; NaN
+    # where torch's result / x or its log-space logcumsumexp formula has it
+    inf, nan = float("inf"), float("nan")
+
+    def grad(values, f):
+        x = fg.tensor(values, dtype=fg.float64, requires_grad=True)
+        f(x).sum().backward()
+        return x.grad.numpy()
+
+    np.testing.assert_array_equal(grad([0.0, 0.0, inf], lambda x: x.prod()), [0.0, 0.0, 0.0])
+    np.testing.assert_array_equal(grad([0.0, 0.0, inf], lambda x: x.prod(0)), [nan, nan, 0.0])
+    got = grad([2.0, inf, 0.0, 3.0, nan], lambda x: x.cumprod(0))
+    np.testing.assert_array_equal(got, [inf, nan, nan, 0.0, 0.0])
+    got = grad([-inf, 1.0, inf, 0.5], lambda x: x.logcumsumexp(0))
+    np.testing.assert_array_equal(got, [nan, 1.0, nan, 0.0])
+
+
+def test_kthvalue_picks_torchs_element_among_ties_on_rows_of_three():
+    # torch 2.13's CPU quickselect: on 3 elements a fixed network of compare-and-swaps
+    nan, inf = float("nan"), float("inf")
+    x = fg.tensor([[nan, 1.0, 1.0], [0.0, 0.0, 0.0], [inf, 1.0, inf]], requires_grad=True)
+    v, i = x.kthvalue(2, 1)
+    assert i.tolist() == [2, 0, 0]
+    v.sum().backward()
+    assert x.grad.tolist() == [[0.0, 0.0, 1.0], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
+    v, i = fg.tensor([0.0, -0.0, 0.0]).kthvalue(1)
+    assert i.item() == 1 and np.signbit(v.item())
+    assert fg.tensor([[-inf, -inf, 0.0]]).kthvalue(2, 1).indices.tolist() == [0]
+    assert fg.tensor([2.0, nan, 2.0]).kthvalue(3).indices.item() == 1
+
+
+def test_floor_divide_has_no_derivative():
+    # torch: RuntimeError "derivative for floor_divide is not implemented", at backward();
+    # div(rounding_mode="floor") is the same value with gradient 0
+    x = fg.tensor([7.0, -3.0], requires_grad=True)
+    y = fg.tensor([2.0, 2.0], requires_grad=True)
+    for f in [lambda: x // y, lambda: x.floor_divide(2.0), lambda: 7.0 // x]:
+        out = f().sum()
+        with pytest.raises(RuntimeError, match="derivative for floor_divide") as err:
+            out.backward()
+        assert "test_special_points.py" in str(err.value)  # the backward line
+    x.div(y, rounding_mode="floor").sum().backward()
+    assert x.grad.tolist() == [0.0, 0.0]
+    assert (x.detach() // 2.0).tolist() == [3.0, -2.0]
+
+
+def test_second_derivatives_through_torchs_formulas():
+    # d/dx |d/dx sum(f(x)^2)|^2 at x = [0.3, -1.2, 2.0, 0.7], PyTorch 2.13's: the formulas'
+    # own gradients (their inputs not detached) are the second derivatives
+    want = {
+        "bce": [1.2106306215434938e-07, -0.00010133794570599128, 0.0004978827627774679,
+                9.721540019166907e-06],
+        "norm3": [-0.18715593943268616, -1.443989799874414, 14.97030458186694,
+                  -0.34770777916724116],
+        "scatter_prod": [750.6843402240002, -73032.41979494401, 47448.360263680006,
+                         93789.7393664],
+        "prod": [29.391398830080007, -11.828691947520003, 7.211924729856001,
+                 19.284917944320007],
+        "cumprod": [336.69652881407995, -140.07641444351998, 73.63183763865598,
+                    70.25997791232001],
+    }  # fmt: skip
+    fs = {
+        "bce": lambda x: F.binary_cross_entropy(x.sigmoid(), (x * 0.5).sigmoid()),
+        "norm3": lambda x: x.norm(p=3),
+        "scatter_prod": lambda x: x.scatter_reduce(0, fg.tensor([0, 0, 1, 1]), x * 2, "prod"),
+        "prod": lambda x: x.prod(),
+        "cumprod": lambda x: x.cumprod(0),
+    }
+    for name, f in fs.items():
+        x = fg.tensor([0.3, -1.2, 2.0, 0.7], dtype=fg.float64, requires_grad=True)
+        (g,) = fg.grad((f(x) ** 2).sum(), [x], create_graph=True)
+        (h,) = fg.grad((g * g).sum(), [x])
+        np.testing.assert_allclose(h.numpy(), want[name], rtol=1e-8, atol=1e-15, err_msg=name)
