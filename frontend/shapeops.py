@@ -147,26 +147,26 @@ def norm(x, p="fro", dim=None, keepdim: bool = False):
     fail(ShapeError, "norm", f"unsupported p {p!r}")
 
 
-def var(x, dim=None, unbiased=None, keepdim: bool = False, correction=None):
+def var(x, dim=None, unbiased=None, keepdim: bool = False, correction=None, *, _op="var"):
     """Variance with PyTorch's `correction` (default 1) or the older `unbiased` flag."""
     if correction is None:
         correction = 1 if unbiased is None or unbiased else 0
     if isinstance(dim, bool):  # var(True): the old positional unbiased
         dim, correction = None, int(dim)
-    return ReduceMixin.var(x, dim, keepdim, correction)
+    return ReduceMixin.var(x, dim, keepdim, correction, op=_op)
 
 
-def std(x, dim=None, unbiased=None, keepdim: bool = False, correction=None):
-    return ReduceMixin._std_of_var(var(x, dim, unbiased, keepdim, correction))
+def std(x, dim=None, unbiased=None, keepdim: bool = False, correction=None, *, _op="std"):
+    return ReduceMixin._std_of_var(var(x, dim, unbiased, keepdim, correction, _op=_op))
 
 
 def var_mean(x, dim=None, unbiased=None, keepdim: bool = False, correction=None):
-    return var(x, dim, unbiased, keepdim, correction), x.mean(dim, keepdim)
+    return var(x, dim, unbiased, keepdim, correction, _op="var_mean"), x.mean(dim, keepdim)
 
 
 def std_mean(x, dim=None, unbiased=None, keepdim: bool = False, correction=None):
     """(std, mean) over `dim`, as torch.std_mean."""
-    return std(x, dim, unbiased, keepdim, correction), x.mean(dim, keepdim)
+    return std(x, dim, unbiased, keepdim, correction, _op="std_mean"), x.mean(dim, keepdim)
 
 
 def sum_(x, dim=None, keepdim: bool = False, dtype=None, axis=None):

@@ -44,6 +44,7 @@ from .movement import MovementMixin
 from .reduce import ReduceMixin
 from .runtime.cuda import to_device
 from .runtime.engine import engine
+from .scalars import checked_fill
 
 Scalar = int | float | bool
 
@@ -812,6 +813,7 @@ class Tensor(MovementMixin, ReduceMixin):
         """Set every element to `value`, in place."""
         if isinstance(value, Tensor):
             return self._inplace(value.cast(self.dtype).expand(self.shape), "fill_")
+        value = checked_fill(value, self.dtype, "fill_")  # 300 into uint8 raises, as in torch
         return self._inplace(Tensor(N.const(value, self.shape, self.dtype)), "fill_")
 
     def zero_(self) -> Tensor:
