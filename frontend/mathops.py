@@ -889,7 +889,7 @@ def _get_data(x):
     """`x.data`: x's value without history; in-place updates through it land in x."""
     from .tensor import DataView
 
-    return x if type(x) is DataView else DataView(x)
+    return DataView(x.owner, x._moves) if type(x) is DataView else DataView(x)
 
 
 def _set_data(x, value):

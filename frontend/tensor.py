@@ -974,13 +974,26 @@ class DataView(Tensor):
     tensor([3., 3.])
     >>> w
     tensor([3., 3.], requires_grad=True)
+
+    Movements in place (`t_ transpose_ swapaxes_ swapdims_ squeeze_ unsqueeze_`) change
+    the view's shape, not t's, as torch's change the metadata of the tensor `.data` gave:
+    the view then reads t moved, and writes through it land in t moved back.
+
+    >>> w = fg.zeros(2, 3)
+    >>> d = w.data.t_()
+    >>> d.shape, w.shape
+    ((3, 2), (2, 3))
+    >>> d[0] = 1.0
+    >>> w.tolist()
+    [[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
     """
 
-    __slots__ = ("owner", "_seen")
+    __slots__ = ("owner", "_seen", "_moves")
 
-    def __init__(self, owner: Tensor):
+    def __init__(self, owner: Tensor, moves: tuple = ()):
         self.owner = owner
-        self._seen = (None, None)  # (the owner's node, this view's node of it)
+        self._seen = (None, None, None)  # (the owner's node, this view's node, its strides)
+        self._moves = moves  # (method name, args, the shape before) per movement in place
         self.requires_grad = False
         self._grad = None
         self._is_leaf = True
@@ -988,14 +1001,41 @@ class DataView(Tensor):
 
     @property
     def node(self) -> N.Node:
+        return self._current()[0]
+
+    def _current(self):
         # one node per owner node, kept: a value computed for it stays found
-        source, mine = self._seen
+        source, mine, strides = self._seen
         now = self.owner.node
         if now is not source:
             buf = engine.value(now)
             mine = N.detach(now) if buf is None else N.buffer(buf, now.shape, now.dtype)
-            self._seen = (now, mine)
-        return mine
+            strides = None
+            if self._moves:
+                moved = Tensor(mine, strides=self.owner._strides)
+                for name, args, _ in self._moves:
+                    moved = getattr(moved, name)(*args)
+                mine, strides = moved.node, moved._strides
+            self._seen = (now, mine, strides)
+        return mine, strides
+
+    def _move_(self, name: str, args: tuple) -> Tensor:
+        """A movement in place: this view's shape changes, the owner's does not."""
+        before = self.shape
+        getattr(Tensor(self.node), name)(*args)  # its checks (dims in range), at the user's line
+        self._moves = (*self._moves, (name, args, before))
+        self._seen = (None, None, None)
+        self._version += 1
+        return self
+
+    def _unmoved(self, value: Tensor) -> Tensor:
+        """`value`, of this view's shape, brought back to the owner's: each movement undone."""
+        for name, args, before in reversed(self._moves):
+            if name in ("squeeze", "unsqueeze"):
+                value = value.reshape(before)
+            else:  # t, transpose, swapaxes, swapdims: each undoes itself
+                value = getattr(value, name)(*args)
+        return value
 
     @node.setter
     def node(self, value: N.Node) -> None:
@@ -1006,7 +1046,7 @@ class DataView(Tensor):
 
     @property
     def _strides(self):
-        return self.owner._strides
+        return self._current()[1] if self._moves else self.owner._strides
 
     @_strides.setter
     def _strides(self, value) -> None:
@@ -1014,7 +1054,7 @@ class DataView(Tensor):
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.owner.shape
+        return self.node.shape if self._moves else self.owner.shape
 
     @property
     def dtype(self) -> DType:
@@ -1026,7 +1066,7 @@ class DataView(Tensor):
     def _inplace(self, value, op: str) -> Tensor:
         from .versions import overwrite
 
-        value = self._checked_update(value, op).detach()
+        value = self._unmoved(self._checked_update(value, op).detach())
         self._version += 1
         owner = self.owner
         if owner.requires_grad and not owner._is_leaf:
@@ -1052,6 +1092,19 @@ class DataView(Tensor):
 
     def detach_(self) -> Tensor:
         return self  # it has no history
+
+
+def _data_view_move(name: str):
+    def method(self, *args):
+        return self._move_(name, args)
+
+    method.__name__ = method.__qualname__ = name + "_"
+    method.__doc__ = f"`{name}` in place: this view takes the shape `t.{name}(...)` has."
+    return method
+
+
+for _name in ("t", "transpose", "swapaxes", "swapdims", "squeeze", "unsqueeze"):
+    setattr(DataView, _name + "_", _data_view_move(_name))
 
 
 # ---------------------------------------------------------------- module functions
