@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import autograd_state
+from . import autograd_state, manualstep
 from . import devices as _device
 from .autograd import (
     GradError,
@@ -785,9 +785,13 @@ class Tensor(MovementMixin, ReduceMixin):
         return self
 
     def __iadd__(self, o):
+        if type(o) in _GRADIENTS and manualstep.defer(self, o, "add", 1):
+            return self
         return self._inplace(self + o, "add_")
 
     def __isub__(self, o):
+        if type(o) in _GRADIENTS and manualstep.defer(self, o, "sub", 1):
+            return self
         return self._inplace(self - o, "sub_")
 
     def __imul__(self, o):
@@ -798,9 +802,13 @@ class Tensor(MovementMixin, ReduceMixin):
 
     def add_(self, other, alpha=1) -> Tensor:
         """self += alpha * other, in place (see `_inplace` for the rules)."""
+        if type(other) in _GRADIENTS and manualstep.defer(self, other, "add", alpha):
+            return self
         return self._inplace(self + (other if alpha == 1 else other * alpha), "add_")
 
     def sub_(self, other, alpha=1) -> Tensor:
+        if type(other) in _GRADIENTS and manualstep.defer(self, other, "sub", alpha):
+            return self
         return self._inplace(self - (other if alpha == 1 else other * alpha), "sub_")
 
     def mul_(self, other) -> Tensor:
@@ -931,6 +939,16 @@ class LazyGrad(Tensor):
         """Whether the backward graph behind this gradient has been built."""
         return _NODE.__get__(self, Tensor) is not None
 
+    def __mul__(self, o):
+        if not self.built and _plain_number(o):
+            return ScaledGrad(self, o, "mul")
+        return Tensor.__mul__(self, o)
+
+    def __rmul__(self, o):
+        if not self.built and _plain_number(o):
+            return ScaledGrad(self, o, "rmul")
+        return Tensor.__rmul__(self, o)
+
     def _inplace(self, value, op: str) -> Tensor:
         if self.built:
             return super()._inplace(value, op)
@@ -957,6 +975,66 @@ class LazyGrad(Tensor):
 
 
 _NODE = Tensor.__dict__["node"]  # the slot itself, under LazyGrad's property
+
+
+def _plain_number(o) -> bool:
+    return type(o) is float or type(o) is int
+
+
+class ScaledGrad(Tensor):
+    """`lr * g` for a gradient `g` that backward() has not built yet (`LazyGrad`), built
+    only when first used: the hand-written update `p -= lr * p.grad` can then be
+    deferred into one cached step (`frontend/manualstep.py`) without building the
+    backward graph. Its value is `lr * g` as g was when it was made (a later
+    `p.grad.zero_()` does not change it), and anything else that reads it builds it.
+    """
+
+    __slots__ = ("pending", "index", "coef", "side")
+
+    def __init__(self, grad: LazyGrad, coef, side: str):
+        self.pending, self.index, self.coef, self.side = grad.pending, grad.index, coef, side
+        _NODE.__set__(self, None)
+        self.requires_grad = False
+        self._grad = None
+        self._strides = None
+        self._is_leaf = True
+        self._version = 0
+
+    def scaled(self) -> Tensor:
+        """The product as the eager path builds it (`g * c` or `c * g`)."""
+        g = LazyGrad(self.pending, self.index)
+        return Tensor.__mul__(g, self.coef) if self.side == "mul" else Tensor.__rmul__(g, self.coef)
+
+    @property
+    def node(self) -> N.Node:
+        n = _NODE.__get__(self, Tensor)
+        if n is None:
+            n = self.scaled().node
+            _NODE.__set__(self, n)
+        return n
+
+    @node.setter
+    def node(self, value: N.Node) -> None:
+        _NODE.__set__(self, value)
+
+    @property
+    def built(self) -> bool:
+        return _NODE.__get__(self, Tensor) is not None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        n = _NODE.__get__(self, Tensor)
+        return (n if n is not None else self.pending.targets[self.index]).shape
+
+    @property
+    def dtype(self) -> DType:
+        n = _NODE.__get__(self, Tensor)
+        if n is not None:
+            return n.dtype
+        return promote_scalar(self.pending.targets[self.index].dtype, self.coef)
+
+
+_GRADIENTS = (LazyGrad, ScaledGrad)  # what an in-place update may defer (manualstep.defer)
 
 
 class DataView(Tensor):
