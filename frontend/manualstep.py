@@ -44,7 +44,7 @@ class _Batch:
     def __init__(self, record):
         self.record = record
         self.thread = threading.get_ident()  # (whose backward() losses the step computes)
-        self.ops: list[tuple] = []  # (param, via_data, method, alpha, index, coef, side)
+        self.ops: list[tuple] = []  # (param, via_data, method, alpha, index, coef, side, base)
         self.left = {id(n) for n in record.targets}  # leaves still without their update
         self.done = False
 
@@ -85,7 +85,7 @@ def defer(t, other, method: str, alpha) -> bool:
         batch = _local.batch = _Batch(record)
     coef, side = (None, None) if type(other) is LazyGrad else (other.coef, other.side)
     t._version += 1  # as the eager update counts it (a .data write: the view's version)
-    batch.ops.append((owner, via_data, method, alpha, index, coef, side))
+    batch.ops.append((owner, via_data, method, alpha, index, coef, side, other.base))
     batch.left.discard(id(node))
     _hide(owner, batch)
     if not batch.left:
@@ -116,13 +116,13 @@ def flush(batch: _Batch | None = None) -> None:
 
     def build():
         with autograd_state.no_grad():
-            for p, _, method, alpha, index, coef, side in batch.ops:
-                p.assign_(_value(p, method, alpha, record, index, coef, side))
+            for p, _, method, alpha, index, coef, side, base in batch.ops:
+                p.assign_(_value(p, method, alpha, record, index, coef, side, base))
         return params
 
     usable = not engine.recording() and all(t.node is record.root for t in pending)
     if usable:
-        key = ("manual", tuple(op[1:4] + op[5:] for op in batch.ops))
+        key = ("manual", tuple(op[1:4] + op[5:7] + (op[7] is not None,) for op in batch.ops))
         empty = [[] for _ in params]
         _cache().run(record, key, params, empty, empty, pending, [], build)
     else:
@@ -131,11 +131,12 @@ def flush(batch: _Batch | None = None) -> None:
         retire(old, p, counted=not op[1])  # a graph from before the update raises at backward()
 
 
-def _value(p, method, alpha, record, index, coef, side):
-    """The updated value of `p`, built as the eager `p.<method>_(other, alpha)` builds it."""
+def _value(p, method, alpha, record, index, coef, side, base):
+    """The updated value of `p`, built as the eager `p.<method>_(other, alpha)` builds it
+    (`base`: the zeros the gradient was accumulated onto, or None)."""
     from .tensor import LazyGrad, Tensor
 
-    g = LazyGrad(record, index)
+    g = LazyGrad(record, index, base)
     if coef is not None:
         g = Tensor.__mul__(g, coef) if side == "mul" else Tensor.__rmul__(g, coef)
     other = g if alpha == 1 else g * alpha

@@ -76,6 +76,7 @@ class StepCache:
                 type(g) is LazyGrad
                 and g.pending is record
                 and not g.built
+                and g.base is None  # (`zeros + g`: built, as the plan does not add them)
                 and record.targets[g.index] is p.node
                 for g, p in zip(grads, params)
             )

@@ -909,12 +909,15 @@ class LazyGrad(Tensor):
     first time anything reads it, for all the gradients of that backward() call together
     (`autograd.PendingGrads`). An optimizer step that finds every gradient still unbuilt
     may run a cached plan instead (`frontend/stepcache.py`).
+
+    `base`: a gradient accumulated onto zeros (`p.grad.zero_()`, then backward()) is
+    `zeros + g`, still unbuilt: its node is that sum, built when first read.
     """
 
-    __slots__ = ("pending", "index")
+    __slots__ = ("pending", "index", "base")
 
-    def __init__(self, pending, index: int):
-        self.pending, self.index = pending, index
+    def __init__(self, pending, index: int, base: N.Node | None = None):
+        self.pending, self.index, self.base = pending, index, base
         _NODE.__set__(self, None)
         self.requires_grad = False
         self._grad = None
@@ -927,8 +930,22 @@ class LazyGrad(Tensor):
         n = _NODE.__get__(self, Tensor)
         if n is None:
             n = self.pending.materialize()[self.index]
+            if self.base is not None:  # as `zeros + g` builds it
+                n = Tensor.__add__(Tensor(self.base), Tensor(n)).node
             _NODE.__set__(self, n)
         return n
+
+    def __add__(self, o):
+        if (
+            type(o) is LazyGrad
+            and not o.built
+            and o.base is None
+            and o.shape == self.shape
+            and o.dtype is self.dtype
+            and _zeros(self)
+        ):
+            return LazyGrad(o.pending, o.index, base=self.node)  # backward() onto zero_()
+        return Tensor.__add__(self, o)
 
     @node.setter
     def node(self, value: N.Node) -> None:
@@ -981,6 +998,20 @@ def _plain_number(o) -> bool:
     return type(o) is float or type(o) is int
 
 
+def _zeros(g: LazyGrad) -> bool:
+    """Whether gradient `g` was set to +0.0 everywhere (`zero_()`) and not changed since."""
+    n = _NODE.__get__(g, Tensor)
+    if n is not None and n.op is Ops.DETACH:
+        n = n.srcs[0]
+    return (
+        n is not None
+        and n.op is Ops.CONST
+        and n.dtype.is_float
+        and n.arg == 0
+        and math.copysign(1.0, n.arg) > 0
+    )
+
+
 class ScaledGrad(Tensor):
     """`lr * g` for a gradient `g` that backward() has not built yet (`LazyGrad`), built
     only when first used: the hand-written update `p -= lr * p.grad` can then be
@@ -989,10 +1020,11 @@ class ScaledGrad(Tensor):
     `p.grad.zero_()` does not change it), and anything else that reads it builds it.
     """
 
-    __slots__ = ("pending", "index", "coef", "side")
+    __slots__ = ("pending", "index", "base", "coef", "side")
 
     def __init__(self, grad: LazyGrad, coef, side: str):
         self.pending, self.index, self.coef, self.side = grad.pending, grad.index, coef, side
+        self.base = grad.base
         _NODE.__set__(self, None)
         self.requires_grad = False
         self._grad = None
@@ -1002,7 +1034,7 @@ class ScaledGrad(Tensor):
 
     def scaled(self) -> Tensor:
         """The product as the eager path builds it (`g * c` or `c * g`)."""
-        g = LazyGrad(self.pending, self.index)
+        g = LazyGrad(self.pending, self.index, self.base)
         return Tensor.__mul__(g, self.coef) if self.side == "mul" else Tensor.__rmul__(g, self.coef)
 
     @property

@@ -85,6 +85,22 @@ def test_the_manual_loop_runs_the_cached_step_without_building_the_backward():
     assert record.grads is None  # the last step built no backward graph
 
 
+def test_gradients_zeroed_in_place_keep_the_fast_path():
+    model, x, y = mlp_and_batch()
+    params = list(model.parameters())
+    manualstep._local.cache = StepCache()
+    for _ in range(4):
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()  # onto p.grad.zero_(): zeros + g, still unbuilt
+        with fg.no_grad():
+            for p in params:
+                p -= LR * p.grad
+        for p in params:
+            p.grad.zero_()
+    assert manualstep._cache().hits == 2  # steps 1 and 2 differ: no zeros, zeros + g
+    assert params[0].grad.tolist()[0][:2] == [0.0, 0.0]
+
+
 def test_torchs_values_for_a_tiny_loop():
     w = fg.tensor([1.0, 2.0], requires_grad=True)
     for _ in range(3):
