@@ -55,6 +55,7 @@ def defer(t, other, method: str, alpha) -> bool:
     one) of the parameter `t` is (or whose `.data` it is). False when it does not fit: the
     caller computes the update as always."""
     from .tensor import DataView, LazyGrad
+    from .versions import retire
 
     via_data = type(t) is DataView
     if via_data:
@@ -85,6 +86,7 @@ def defer(t, other, method: str, alpha) -> bool:
         batch = _local.batch = _Batch(record)
     coef, side = (None, None) if type(other) is LazyGrad else (other.coef, other.side)
     t._version += 1  # as the eager update counts it (a .data write: the view's version)
+    retire(node, owner, counted=not via_data)  # a graph from before it raises at backward()
     batch.ops.append((owner, via_data, method, alpha, index, coef, side, other.base))
     batch.left.discard(id(node))
     _hide(owner, batch)
@@ -96,7 +98,6 @@ def defer(t, other, method: str, alpha) -> bool:
 def flush(batch: _Batch | None = None) -> None:
     """Compute a batch of deferred updates (this thread's, by default) as one step."""
     from .autograd import take_pending_outputs
-    from .versions import retire
 
     batch = batch if batch is not None else getattr(_local, "batch", None)
     if batch is None:
@@ -110,7 +111,6 @@ def flush(batch: _Batch | None = None) -> None:
     params = [op[0] for op in batch.ops]
     for p in params:
         _show(p)
-    olds = [p.node for p in params]
     record = batch.record
     pending = take_pending_outputs() if batch.thread == threading.get_ident() else []
 
@@ -127,8 +127,6 @@ def flush(batch: _Batch | None = None) -> None:
         _cache().run(record, key, params, empty, empty, pending, [], build)
     else:
         _realize_all(build(), pending, [])
-    for p, old, op in zip(params, olds, batch.ops):
-        retire(old, p, counted=not op[1])  # a graph from before the update raises at backward()
 
 
 def _value(p, method, alpha, record, index, coef, side, base):

@@ -167,6 +167,18 @@ def test_a_graph_from_before_the_update_raises_at_backward():
         old_graph.backward()
 
 
+def test_a_graph_from_before_a_deferred_update_raises_at_backward():
+    w = fg.tensor([1.0, 2.0], requires_grad=True)
+    b = fg.tensor([0.5], requires_grad=True)
+    (w * w + b).sum().backward()
+    old_graph = (w * 3).sum()
+    with fg.no_grad():
+        w -= 0.1 * w.grad  # deferred: b's update is still to come
+    with pytest.raises(InplaceError, match="modified by an inplace operation"):
+        old_graph.backward()
+    assert w.tolist() == pytest.approx([0.8, 1.6])
+
+
 def test_versions_as_the_eager_update_counts_them():
     w = fg.tensor([1.0, 2.0], requires_grad=True)
     (w * w).sum().backward()
