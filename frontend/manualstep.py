@@ -69,7 +69,7 @@ def defer(t, other, method: str, alpha) -> bool:
     if not (owner.requires_grad and owner._is_leaf) or other.built:
         return False
     if engine.recording() or (method == "sub" and alpha != 1 and alpha != -1):
-        return False  # (sub_ with alpha: `other * alpha` rounds; kept eager)
+        return False  # (rarer spellings, such as sub_ with an alpha, stay eager)
     if method == "add" and alpha != 1 and type(other) is not LazyGrad:
         return False
     record, index = other.pending, other.index
