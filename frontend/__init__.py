@@ -110,6 +110,7 @@ from .reduce import matmul  # noqa: E402
 from .runtime.config import config  # noqa: E402
 from .serialization import SerializationError, load, save  # noqa: E402
 from .tensor import Tensor, realize  # noqa: E402
+from .typeinfo import finfo, iinfo  # noqa: E402
 
 _indexing.install(Tensor)
 from . import mathops as _mathops  # noqa: E402

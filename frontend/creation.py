@@ -39,6 +39,7 @@ from .jit import key_buffer
 from .runtime import forksafe
 from .runtime.buffer import Buffer, HostTable
 from .runtime.cuda import to_device
+from .scalars import NumberOverflowError, check_data, checked_fill
 from .tensor import Tensor
 
 _seed = {"seed": 0, "counter": 0}
@@ -114,11 +115,25 @@ def from_numpy(array: np.ndarray, requires_grad: bool = False, device=None) -> T
 
 
 # numpy dtypes `tensor` keeps as they are (float64 arrays stay float64, uint8 stay uint8, as in
-# torch); the other integer widths (uint16, uint32, ...) become int64
+# torch); uint16, uint32 and uint64 become int64 (torch keeps them, as types with few ops;
+# fusegrad has none), refused where a value does not fit
 _KEPT = frozenset(
     np.dtype(t)
     for t in (np.float32, np.float64, np.int64, np.int32, np.int16, np.int8, np.uint8, np.bool_)
 )
+
+
+def _as_int64(arr: np.ndarray) -> np.ndarray:
+    """A uint16/32/64 array as int64, values kept; a uint64 value above int64's range raises."""
+    if arr.dtype == np.uint64 and arr.size and int(arr.max()) > INT64_RANGE[1]:
+        fail(
+            NumberOverflowError,
+            "tensor",
+            f"a uint64 array holds {int(arr.max())}, beyond int64 (fusegrad has no uint64: "
+            "its uint16/32/64 data becomes int64); convert it first, e.g. "
+            ".astype(np.float64), or pass dtype= to cast with wrap-around",
+        )
+    return arr.astype(np.int64)
 
 
 def tensor(data, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
@@ -141,16 +156,22 @@ def tensor(data, dtype=None, requires_grad: bool = False, device=None) -> Tensor
             arr = np.array(data)
         except ValueError as e:
             fail(ShapeError, "tensor", f"data is ragged or not numeric: {e}")
+        # Python numbers are checked against the dtype they go into, as torch does: never
+        # wrapped (an array given with dtype= is cast, with wrap-around, as in torch)
+        arr = check_data(arr, None if dtype is None else checked_dtype(dtype, "tensor"), data)
         if arr.dtype == np.float64 and dtype is None:
             arr = arr.astype(np.float32)
         elif arr.dtype.kind in "iu" and dtype is None:
             arr = arr.astype(np.int64)
-    if arr.dtype.kind in "USOVMmc" or (arr.dtype == np.float16 and dtype is None):
+    if arr.dtype.kind in "USVMmc" or (arr.dtype == np.float16 and dtype is None):
+        fail(DTypeError, "tensor", f"data of {type(data).__name__}: {unsupported(arr.dtype.name)}")
+    if arr.dtype.kind == "O" and (dtype is None or not checked_dtype(dtype, "tensor").is_float):
         fail(DTypeError, "tensor", f"data of {type(data).__name__}: {unsupported(arr.dtype.name)}")
     if dtype is not None:
-        arr = arr.astype(checked_dtype(dtype, "tensor").np)
+        with np.errstate(over="ignore"):  # 1e300 into float32 is inf, silently as in torch
+            arr = arr.astype(checked_dtype(dtype, "tensor").np)
     elif arr.dtype.kind in "iu" and arr.dtype not in _KEPT:
-        arr = arr.astype(np.int64)
+        arr = _as_int64(arr)
     return from_numpy(arr, requires_grad, device)
 
 
@@ -218,7 +239,8 @@ def full(size, fill_value, dtype=None, requires_grad: bool = False, device=None)
             if isinstance(fill_value, int)
             else float32
         )
-    node = N.const(fill_value, shape, checked_dtype(dtype, "full"), device)
+    dtype = checked_dtype(dtype, "full")
+    node = N.const(checked_fill(fill_value, dtype, "full"), shape, dtype, device)
     return _finish(node, requires_grad)
 
 

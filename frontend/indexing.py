@@ -40,6 +40,7 @@ from .ir import node as N
 from .ir.autodiff import own_node, with_vjp
 from .ir.dtypes import int64
 from .ir.ops import Ops
+from .scalars import checked_fill
 
 # torch reads a uint8 index as a mask (deprecated) where an int8 one is positions: no guessing
 _UINT8_INDEX = (
@@ -393,7 +394,7 @@ def setitem(x, index, value) -> None:
                 f"to indexing result of shape {positions.shape}",
             )
     else:
-        v = Tensor(N.const(value, positions.shape, x.dtype))
+        v = Tensor(N.const(checked_fill(value, x.dtype, "setitem"), positions.shape, x.dtype))
     _rebind(x, _put(x, positions, v, may_repeat=_has_tensor_index(index)), "setitem")
 
 
@@ -878,7 +879,7 @@ def masked_fill(x, mask, value):
             )
         value = value.cast(x.dtype)
     else:
-        value = Tensor(N.const(value, (), x.dtype))
+        value = Tensor(N.const(checked_fill(value, x.dtype, "masked_fill"), (), x.dtype))
     return where(mask, value, x)
 
 

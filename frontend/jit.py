@@ -398,6 +398,9 @@ class jit:
         self._entries.clear()
 
     def __call__(self, *args):
+        from .manualstep import flush
+
+        flush()  # hand-written updates left deferred before the call are computed outside it
         args, tensors, signature = _prepare(args)
         entry = self._entries.setdefault(signature, _Entry())
         broken = entry.replay and next((h for h in entry.replay.guards if not h()), None)

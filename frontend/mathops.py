@@ -910,7 +910,7 @@ def _get_data(x):
     """`x.data`: x's value without history; in-place updates through it land in x."""
     from .tensor import DataView
 
-    return x if type(x) is DataView else DataView(x)
+    return DataView(x.owner, x._moves) if type(x) is DataView else DataView(x)
 
 
 def _set_data(x, value):
@@ -918,9 +918,11 @@ def _set_data(x, value):
     history; x stays the same leaf."""
     from .tensor import DataView, as_tensor
 
-    value = as_tensor(value).detach()
     if type(x) is DataView:
         x = x.owner
+    if type(value) is DataView and value.owner is x and not value._moves:
+        return  # `p.data -= u` ends with `p.data = <p's view>`: nothing to write (nor to read)
+    value = as_tensor(value).detach()
     if value.shape == x.shape and value.dtype is x.dtype and value.device == x.device:
         DataView(x)._inplace(value, "data")  # as a write through .data
         return

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 import weakref
 from collections import namedtuple
 
 from .errors import DimError, DTypeError, ShapeError, fail
 from .ir import node as N
+from .ir import sites
 from .ir.autodiff import max_grad_shared, own_node, with_vjp
 from .ir.dtypes import int64, promote
 from .ir.macro import macro, register
@@ -26,6 +28,20 @@ from .ir.sites import one_site
 from .ir.tiling import PANEL_CACHE_BYTES, TILE_COLS
 
 MaxResult = namedtuple("MaxResult", ["values", "indices"])
+
+
+def _warn_no_degrees_of_freedom(op: str) -> None:
+    """torch's UserWarning for var/std with correction >= N (the result is nan or inf),
+    at the user's line."""
+    message = (
+        f"{op}(): degrees of freedom is <= 0. Correction should be strictly less than the "
+        "reduction factor (input numel divided by output numel)."
+    )
+    site = sites.capture()
+    if site is None:
+        warnings.warn(message, UserWarning, stacklevel=3)
+    else:
+        warnings.warn_explicit(message, UserWarning, site.path, site.line)
 
 
 class ReduceMixin:
@@ -78,13 +94,17 @@ class ReduceMixin:
             count *= self.shape[a]
         return self.sum(dim, keepdim) / count
 
-    def var(self, dim=None, keepdim: bool = False, correction: int = 1):
-        axes = self._dims(dim, "var")
+    def var(self, dim=None, keepdim: bool = False, correction: int = 1, *, op: str = "var"):
+        """Variance over `dim` with torch's `correction`; where N - correction <= 0 it
+        warns as torch does (`op`: the name the warning gives) and divides by 0."""
+        axes = self._dims(dim, op)
         count = 1
         for a in axes:
             count *= self.shape[a]
         centered = self - self.mean(dim, keepdim=True)
         denom = max(count - correction, 0)
+        if denom == 0:
+            _warn_no_degrees_of_freedom(op)
         out = (centered * centered).sum(dim, keepdim) / denom
         if not out.requires_grad or out.node.op is not Ops.DIV:  # (empty: a constant)
             return out
@@ -102,7 +122,7 @@ class ReduceMixin:
 
     def std(self, dim=None, keepdim: bool = False, correction: int = 1):
         """sqrt(var); as torch, its gradient is 0 where it is 0 (not 1 / 0 times 0)."""
-        return ReduceMixin._std_of_var(self.var(dim, keepdim, correction))
+        return ReduceMixin._std_of_var(ReduceMixin.var(self, dim, keepdim, correction, op="std"))
 
     @staticmethod
     def _std_of_var(var):

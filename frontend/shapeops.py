@@ -218,22 +218,24 @@ def _with_norm_gradient(out, x, p: float, dim):
     return custom_gradient(out, [x, out], rule, own_node=True)  # (out: for 2nd derivatives)
 
 
-def var(x, dim=None, unbiased=None, keepdim: bool = False, correction=None):
+def var(x, dim=None, unbiased=None, keepdim: bool = False, correction=None, *, _op="var"):
     """Variance with PyTorch's `correction` (default 1) or the older `unbiased` flag."""
     if correction is None:
         correction = 1 if unbiased is None or unbiased else 0
     if isinstance(dim, bool):  # var(True): the old positional unbiased
         dim, correction = None, int(dim)
-    return ReduceMixin.var(x, dim, keepdim, correction)
+    return ReduceMixin.var(x, dim, keepdim, correction, op=_op)
 
 
-def std(x, dim=None, unbiased=None, keepdim: bool = False, correction=None):
-    return ReduceMixin._std_of_var(var(x, dim, unbiased, keepdim, correction))
+def std(x, dim=None, unbiased=None, keepdim: bool = False, correction=None, *, _op="std"):
+    return ReduceMixin._std_of_var(var(x, dim, unbiased, keepdim, correction, _op=_op))
 
 
 def var_mean(x, dim=None, unbiased=None, keepdim: bool = False, correction=None):
     """(var, mean) over `dim`, as torch.var_mean (its mean is Welford's: see std_mean)."""
-    return var(x, dim, unbiased, keepdim, correction), _welford_mean(x, dim, keepdim)
+    return var(x, dim, unbiased, keepdim, correction, _op="var_mean"), _welford_mean(
+        x, dim, keepdim
+    )
 
 
 def std_mean(x, dim=None, unbiased=None, keepdim: bool = False, correction=None):
@@ -249,7 +251,9 @@ def std_mean(x, dim=None, unbiased=None, keepdim: bool = False, correction=None)
     ...                     fg.tensor([float("inf"), 1.0, 2.0]).std_mean()[1])]
     [inf, nan]
     """
-    return std(x, dim, unbiased, keepdim, correction), _welford_mean(x, dim, keepdim)
+    return std(x, dim, unbiased, keepdim, correction, _op="std_mean"), _welford_mean(
+        x, dim, keepdim
+    )
 
 
 def _welford_mean(x, dim, keepdim: bool):

@@ -76,6 +76,7 @@ class StepCache:
                 type(g) is LazyGrad
                 and g.pending is record
                 and not g.built
+                and g.base is None  # (`zeros + g`: built, as the plan does not add them)
                 and record.targets[g.index] is p.node
                 for g, p in zip(grads, params)
             )
@@ -84,6 +85,11 @@ class StepCache:
         if not usable:
             _realize_all(build(), pending, extra)
             return
+        self.run(record, opt_key, params, states, scalars, pending, extra, build)
+
+    def run(self, record, opt_key, params, states, scalars, pending, extra, build) -> None:
+        """`step` once it is known that every parameter's gradient is `record`'s, unbuilt,
+        and that the pending losses are its root: the cached plan, or a miss."""
         has_value = engine.has_value_predicate()
         root = record.root
         if has_value(root):

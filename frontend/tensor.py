@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import autograd_state
+from . import autograd_state, manualstep
 from . import devices as _device
 from .autograd import (
     GradError,
@@ -44,6 +44,7 @@ from .movement import MovementMixin
 from .reduce import ReduceMixin
 from .runtime.cuda import to_device
 from .runtime.engine import engine
+from .scalars import checked_fill
 
 Scalar = int | float | bool
 
@@ -784,9 +785,13 @@ class Tensor(MovementMixin, ReduceMixin):
         return self
 
     def __iadd__(self, o):
+        if type(o) in _GRADIENTS and manualstep.defer(self, o, "add", 1):
+            return self
         return self._inplace(self + o, "add_")
 
     def __isub__(self, o):
+        if type(o) in _GRADIENTS and manualstep.defer(self, o, "sub", 1):
+            return self
         return self._inplace(self - o, "sub_")
 
     def __imul__(self, o):
@@ -797,9 +802,13 @@ class Tensor(MovementMixin, ReduceMixin):
 
     def add_(self, other, alpha=1) -> Tensor:
         """self += alpha * other, in place (see `_inplace` for the rules)."""
+        if type(other) in _GRADIENTS and manualstep.defer(self, other, "add", alpha):
+            return self
         return self._inplace(self + (other if alpha == 1 else other * alpha), "add_")
 
     def sub_(self, other, alpha=1) -> Tensor:
+        if type(other) in _GRADIENTS and manualstep.defer(self, other, "sub", alpha):
+            return self
         return self._inplace(self - (other if alpha == 1 else other * alpha), "sub_")
 
     def mul_(self, other) -> Tensor:
@@ -812,6 +821,7 @@ class Tensor(MovementMixin, ReduceMixin):
         """Set every element to `value`, in place."""
         if isinstance(value, Tensor):
             return self._inplace(value.cast(self.dtype).expand(self.shape), "fill_")
+        value = checked_fill(value, self.dtype, "fill_")  # 300 into uint8 raises, as in torch
         return self._inplace(Tensor(N.const(value, self.shape, self.dtype)), "fill_")
 
     def zero_(self) -> Tensor:
@@ -899,12 +909,15 @@ class LazyGrad(Tensor):
     first time anything reads it, for all the gradients of that backward() call together
     (`autograd.PendingGrads`). An optimizer step that finds every gradient still unbuilt
     may run a cached plan instead (`frontend/stepcache.py`).
+
+    `base`: a gradient accumulated onto zeros (`p.grad.zero_()`, then backward()) is
+    `zeros + g`, still unbuilt: its node is that sum, built when first read.
     """
 
-    __slots__ = ("pending", "index")
+    __slots__ = ("pending", "index", "base")
 
-    def __init__(self, pending, index: int):
-        self.pending, self.index = pending, index
+    def __init__(self, pending, index: int, base: N.Node | None = None):
+        self.pending, self.index, self.base = pending, index, base
         _NODE.__set__(self, None)
         self.requires_grad = False
         self._grad = None
@@ -917,8 +930,22 @@ class LazyGrad(Tensor):
         n = _NODE.__get__(self, Tensor)
         if n is None:
             n = self.pending.materialize()[self.index]
+            if self.base is not None:  # as `zeros + g` builds it
+                n = Tensor.__add__(Tensor(self.base), Tensor(n)).node
             _NODE.__set__(self, n)
         return n
+
+    def __add__(self, o):
+        if (
+            type(o) is LazyGrad
+            and not o.built
+            and o.base is None
+            and o.shape == self.shape
+            and o.dtype is self.dtype
+            and _zeros(self)
+        ):
+            return LazyGrad(o.pending, o.index, base=self.node)  # backward() onto zero_()
+        return Tensor.__add__(self, o)
 
     @node.setter
     def node(self, value: N.Node) -> None:
@@ -928,6 +955,16 @@ class LazyGrad(Tensor):
     def built(self) -> bool:
         """Whether the backward graph behind this gradient has been built."""
         return _NODE.__get__(self, Tensor) is not None
+
+    def __mul__(self, o):
+        if not self.built and _plain_number(o):
+            return ScaledGrad(self, o, "mul")
+        return Tensor.__mul__(self, o)
+
+    def __rmul__(self, o):
+        if not self.built and _plain_number(o):
+            return ScaledGrad(self, o, "rmul")
+        return Tensor.__rmul__(self, o)
 
     def _inplace(self, value, op: str) -> Tensor:
         if self.built:
@@ -957,6 +994,81 @@ class LazyGrad(Tensor):
 _NODE = Tensor.__dict__["node"]  # the slot itself, under LazyGrad's property
 
 
+def _plain_number(o) -> bool:
+    return type(o) is float or type(o) is int
+
+
+def _zeros(g: LazyGrad) -> bool:
+    """Whether gradient `g` was set to +0.0 everywhere (`zero_()`) and not changed since."""
+    n = _NODE.__get__(g, Tensor)
+    if n is not None and n.op is Ops.DETACH:
+        n = n.srcs[0]
+    return (
+        n is not None
+        and n.op is Ops.CONST
+        and n.dtype.is_float
+        and n.arg == 0
+        and math.copysign(1.0, n.arg) > 0
+    )
+
+
+class ScaledGrad(Tensor):
+    """`lr * g` for a gradient `g` that backward() has not built yet (`LazyGrad`), built
+    only when first used: the hand-written update `p -= lr * p.grad` can then be
+    deferred into one cached step (`frontend/manualstep.py`) without building the
+    backward graph. Its value is `lr * g` as g was when it was made (a later
+    `p.grad.zero_()` does not change it), and anything else that reads it builds it.
+    """
+
+    __slots__ = ("pending", "index", "base", "coef", "side")
+
+    def __init__(self, grad: LazyGrad, coef, side: str):
+        self.pending, self.index, self.coef, self.side = grad.pending, grad.index, coef, side
+        self.base = grad.base
+        _NODE.__set__(self, None)
+        self.requires_grad = False
+        self._grad = None
+        self._strides = None
+        self._is_leaf = True
+        self._version = 0
+
+    def scaled(self) -> Tensor:
+        """The product as the eager path builds it (`g * c` or `c * g`)."""
+        g = LazyGrad(self.pending, self.index, self.base)
+        return Tensor.__mul__(g, self.coef) if self.side == "mul" else Tensor.__rmul__(g, self.coef)
+
+    @property
+    def node(self) -> N.Node:
+        n = _NODE.__get__(self, Tensor)
+        if n is None:
+            n = self.scaled().node
+            _NODE.__set__(self, n)
+        return n
+
+    @node.setter
+    def node(self, value: N.Node) -> None:
+        _NODE.__set__(self, value)
+
+    @property
+    def built(self) -> bool:
+        return _NODE.__get__(self, Tensor) is not None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        n = _NODE.__get__(self, Tensor)
+        return (n if n is not None else self.pending.targets[self.index]).shape
+
+    @property
+    def dtype(self) -> DType:
+        n = _NODE.__get__(self, Tensor)
+        if n is not None:
+            return n.dtype
+        return promote_scalar(self.pending.targets[self.index].dtype, self.coef)
+
+
+_GRADIENTS = (LazyGrad, ScaledGrad)  # what an in-place update may defer (manualstep.defer)
+
+
 class DataView(Tensor):
     """`t.data`: t's value without its history, as torch's `.data`.
 
@@ -972,13 +1084,26 @@ class DataView(Tensor):
     tensor([3., 3.])
     >>> w
     tensor([3., 3.], requires_grad=True)
+
+    Movements in place (`t_ transpose_ swapaxes_ swapdims_ squeeze_ unsqueeze_`) change
+    the view's shape, not t's, as torch's change the metadata of the tensor `.data` gave:
+    the view then reads t moved, and writes through it land in t moved back.
+
+    >>> w = fg.zeros(2, 3)
+    >>> d = w.data.t_()
+    >>> d.shape, w.shape
+    ((3, 2), (2, 3))
+    >>> d[0] = 1.0
+    >>> w.tolist()
+    [[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
     """
 
-    __slots__ = ("owner", "_seen")
+    __slots__ = ("owner", "_seen", "_moves")
 
-    def __init__(self, owner: Tensor):
+    def __init__(self, owner: Tensor, moves: tuple = ()):
         self.owner = owner
-        self._seen = (None, None)  # (the owner's node, this view's node of it)
+        self._seen = (None, None, None)  # (the owner's node, this view's node, its strides)
+        self._moves = moves  # (method name, args, the shape before) per movement in place
         self.requires_grad = False
         self._grad = None
         self._is_leaf = True
@@ -986,14 +1111,41 @@ class DataView(Tensor):
 
     @property
     def node(self) -> N.Node:
+        return self._current()[0]
+
+    def _current(self):
         # one node per owner node, kept: a value computed for it stays found
-        source, mine = self._seen
+        source, mine, strides = self._seen
         now = self.owner.node
         if now is not source:
             buf = engine.value(now)
             mine = N.detach(now) if buf is None else N.buffer(buf, now.shape, now.dtype)
-            self._seen = (now, mine)
-        return mine
+            strides = None
+            if self._moves:
+                moved = Tensor(mine, strides=self.owner._strides)
+                for name, args, _ in self._moves:
+                    moved = getattr(moved, name)(*args)
+                mine, strides = moved.node, moved._strides
+            self._seen = (now, mine, strides)
+        return mine, strides
+
+    def _move_(self, name: str, args: tuple) -> Tensor:
+        """A movement in place: this view's shape changes, the owner's does not."""
+        before = self.shape
+        getattr(Tensor(self.node), name)(*args)  # its checks (dims in range), at the user's line
+        self._moves = (*self._moves, (name, args, before))
+        self._seen = (None, None, None)
+        self._version += 1
+        return self
+
+    def _unmoved(self, value: Tensor) -> Tensor:
+        """`value`, of this view's shape, brought back to the owner's: each movement undone."""
+        for name, args, before in reversed(self._moves):
+            if name in ("squeeze", "unsqueeze"):
+                value = value.reshape(before)
+            else:  # t, transpose, swapaxes, swapdims: each undoes itself
+                value = getattr(value, name)(*args)
+        return value
 
     @node.setter
     def node(self, value: N.Node) -> None:
@@ -1004,7 +1156,7 @@ class DataView(Tensor):
 
     @property
     def _strides(self):
-        return self.owner._strides
+        return self._current()[1] if self._moves else self.owner._strides
 
     @_strides.setter
     def _strides(self, value) -> None:
@@ -1012,7 +1164,7 @@ class DataView(Tensor):
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.owner.shape
+        return self.node.shape if self._moves else self.owner.shape
 
     @property
     def dtype(self) -> DType:
@@ -1024,7 +1176,7 @@ class DataView(Tensor):
     def _inplace(self, value, op: str) -> Tensor:
         from .versions import overwrite
 
-        value = self._checked_update(value, op).detach()
+        value = self._unmoved(self._checked_update(value, op).detach())
         self._version += 1
         owner = self.owner
         if owner.requires_grad and not owner._is_leaf:
@@ -1050,6 +1202,19 @@ class DataView(Tensor):
 
     def detach_(self) -> Tensor:
         return self  # it has no history
+
+
+def _data_view_move(name: str):
+    def method(self, *args):
+        return self._move_(name, args)
+
+    method.__name__ = method.__qualname__ = name + "_"
+    method.__doc__ = f"`{name}` in place: this view takes the shape `t.{name}(...)` has."
+    return method
+
+
+for _name in ("t", "transpose", "swapaxes", "swapdims", "squeeze", "unsqueeze"):
+    setattr(DataView, _name + "_", _data_view_move(_name))
 
 
 # ---------------------------------------------------------------- module functions

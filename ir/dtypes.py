@@ -87,6 +87,8 @@ _NOT_YET = {
     "complex64": "complex numbers are not supported; use the real and imaginary parts",
     "complex128": "complex numbers are not supported; use the real and imaginary parts",
 }
+for _u in ("uint16", "uint32", "uint64"):  # torch has them, with few ops; fg.tensor(a) makes int64
+    _NOT_YET[_u] = f"there is no {_u} here; fusegrad.tensor(a) makes an int64 tensor of it"
 
 
 _BY_NUMPY: dict = {}  # numpy dtype (or type, or name) -> DType, as looked up so far

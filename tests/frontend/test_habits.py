@@ -246,8 +246,9 @@ def test_manual_step_computes_the_loss_with_the_update():
     loss.backward()
     with fg.no_grad():
         w -= 0.1 * w.grad
-    assert loss._has_value() and w.grad._has_value()  # one plan: forward, backward, update
+    assert loss._has_value() and w._has_value()  # one plan: forward, backward, update
     assert loss.item() == 5.0 and w.tolist() == pytest.approx([0.8, 1.6])
+    assert w.grad.tolist() == [2.0, 4.0]  # (kept out of the plan, as opt.step() does)
 
 
 def test_a_chain_of_inplace_updates_stays_short():
