@@ -58,8 +58,10 @@ from .autograd import GradError, grad  # noqa: E402
 from .autograd_state import (  # noqa: E402
     enable_grad,
     inference_mode,
+    is_grad_enabled,
     is_inference_mode_enabled,
     no_grad,
+    set_grad_enabled,
 )
 from .creation import (  # noqa: E402
     arange,
@@ -332,6 +334,61 @@ def pad(x, pad, value=0.0):  # noqa: A002
 
 def is_tensor(x) -> bool:
     return isinstance(x, Tensor)
+
+
+def max(x, dim=None, keepdim=False):  # noqa: A001
+    """torch.max: the largest element, (values, indices) along `dim`, or with a tensor as
+    the second argument the elementwise maximum."""
+    if isinstance(dim, Tensor):
+        return x.maximum(dim)
+    return x.max(dim, keepdim)
+
+
+def min(x, dim=None, keepdim=False):  # noqa: A001
+    """torch.min: the smallest element, (values, indices) along `dim`, or with a tensor as
+    the second argument the elementwise minimum."""
+    if isinstance(dim, Tensor):
+        return x.minimum(dim)
+    return x.min(dim, keepdim)
+
+
+def concat(tensors, dim=0):
+    """torch.concat, another name of `cat`."""
+    return cat(tensors, dim)
+
+
+def hstack(tensors):
+    """Join along the first axis of 1-d tensors, else the second (torch.hstack)."""
+    return cat(tensors, 0 if tensors[0].ndim == 1 else 1)
+
+
+def vstack(tensors):
+    """Join as rows: 1-d tensors become rows of a matrix (torch.vstack)."""
+    return cat([t.reshape(1, -1) if t.ndim < 2 else t for t in tensors], 0)
+
+
+def get_default_dtype():
+    """The dtype of float tensors made from Python floats: float32, as in torch."""
+    return float32
+
+
+def __getattr__(name: str):
+    """torch's function forms of tensor methods: `fg.mul(a, b)` is `a.mul(b)`, for every
+    public method of Tensor (`fg.pow`, `fg.numel`, `fg.narrow`, `fg.argmin`, ...)."""
+    method = None if name.startswith("_") else getattr(Tensor, name, None)
+    if not callable(method) or isinstance(method, type):
+        raise AttributeError(f"module 'fusegrad' has no attribute '{name}'")
+
+    def function(input, *args, **kwargs):  # noqa: A002
+        if not isinstance(input, Tensor):
+            raise TypeError(
+                f"{name}(): argument 'input' must be Tensor, not {type(input).__name__}"
+            )
+        return getattr(input, name)(*args, **kwargs)
+
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = f"`fg.{name}(t, ...)` is `t.{name}(...)`."
+    return function
 
 
 __all__ = [n for n in dir() if not n.startswith("_")]

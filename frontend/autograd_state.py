@@ -34,6 +34,44 @@ def enable_grad():
         _state.enabled = old
 
 
+def is_grad_enabled() -> bool:
+    """Whether operations record history now (False under `no_grad()`), as torch's."""
+    return enabled()
+
+
+class set_grad_enabled:  # noqa: N801  (torch's name)
+    """Turn recording on or off, as `torch.set_grad_enabled(mode)`: called plainly it sets
+    the mode; as a context manager (or decorator) the mode is restored on exit.
+
+    >>> import fusegrad as fg
+    >>> w = fg.ones(2, requires_grad=True)
+    >>> with fg.set_grad_enabled(False):
+    ...     (w * 2).requires_grad
+    False
+    """
+
+    def __init__(self, mode: bool):
+        self._before = enabled()
+        _state.enabled = bool(mode)
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc) -> None:
+        _state.enabled = self._before
+
+    def __call__(self, fn):
+        mode = enabled()
+        _state.enabled = self._before  # decorating does not change the mode now
+
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            with set_grad_enabled(mode):
+                return fn(*args, **kwargs)
+
+        return run
+
+
 def is_inference_mode_enabled() -> bool:
     """Whether an `inference_mode()` block is running on this thread."""
     return getattr(_state, "inference", False)

@@ -410,5 +410,7 @@ def randn_like(t: Tensor, dtype=None, device=None) -> Tensor:
 def randint(low: int, high: int | None = None, size=(), dtype=None, device=None) -> Tensor:
     if high is None:
         low, high = 0, low
+    elif isinstance(high, (tuple, list)):  # randint(high, size), as torch allows
+        low, high, size = 0, low, high
     u = rand(*_shape(tuple(size)), dtype="float64", device=device)
     return (u * (high - low) + low).cast(checked_dtype(dtype or int64, "randint"))

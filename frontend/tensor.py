@@ -40,7 +40,7 @@ from .ir import sites as _sites
 from .ir.autodiff import with_vjp
 from .ir.dtypes import DType, bool_, float32, promote, promote_scalar, to_dtype
 from .ir.ops import MOVEMENT, Ops
-from .movement import MovementMixin
+from .movement import MovementMixin, write_through
 from .reduce import ReduceMixin
 from .runtime.cuda import to_device
 from .runtime.engine import engine
@@ -71,6 +71,7 @@ class Tensor(MovementMixin, ReduceMixin):
         "_strides",
         "_is_leaf",
         "_version",
+        "_base",  # (base, redo) for a view whose in-place writes land in base (movement.py)
         "__weakref__",
     )
     __array_priority__ = 1000  # numpy scalars on the left defer to our operators
@@ -136,6 +137,33 @@ class Tensor(MovementMixin, ReduceMixin):
 
     def numel(self) -> int:
         return math.prod(self.shape)
+
+    def nelement(self) -> int:
+        return self.numel()
+
+    def element_size(self) -> int:
+        """Bytes per element (4 for float32)."""
+        return self.dtype.itemsize
+
+    def is_floating_point(self) -> bool:
+        return self.dtype.is_float
+
+    def view_as(self, other) -> Tensor:
+        return self.view(other.shape)
+
+    def reshape_as(self, other) -> Tensor:
+        return self.reshape(other.shape)
+
+    def ravel(self) -> Tensor:
+        return self.reshape(-1)
+
+    def mm(self, other) -> Tensor:
+        """The product of two matrices (as torch.mm: both must be 2-d)."""
+        if self.ndim != 2 or other.ndim != 2:
+            fail(
+                ShapeError, "mm", f"expects two matrices, got shapes {self.shape} and {other.shape}"
+            )
+        return self @ other
 
     def __len__(self) -> int:
         if not self.shape:
@@ -224,6 +252,24 @@ class Tensor(MovementMixin, ReduceMixin):
 
     def __int__(self) -> int:
         return int(self.item())
+
+    def __index__(self) -> int:
+        """An integer tensor of one element as a Python index: `xs[t]`, `range(t)`."""
+        if self.dtype.is_float or self.numel() != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self.item())
+
+    def __format__(self, spec: str) -> str:
+        """A 0-d tensor formats as its value (`f"{loss:.4f}"`), as in PyTorch."""
+        if self.ndim == 0:
+            return self.item().__format__(spec)
+        return object.__format__(self, spec)
+
+    def __iter__(self):
+        """The slices along the first axis; a 0-d tensor has none (a TypeError, as torch)."""
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return iter(self.unbind(0))
 
     def __repr__(self) -> str:
         body = np.array2string(self._host(), separator=", ", prefix="tensor(")
@@ -737,6 +783,9 @@ class Tensor(MovementMixin, ReduceMixin):
         from .versions import InplaceError, overwrite
 
         value = self._checked_update(value, op)
+        link = getattr(self, "_base", None)
+        if link is not None:  # a view: the write lands in its base first (which may refuse)
+            write_through(link, value.cast(self.dtype), op)
         grad_mode = autograd_state.enabled()
         if grad_mode and self.requires_grad and self._is_leaf:
             fail(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import warnings
 
 from .. import creation
-from ..errors import FusegradError, one_site
+from ..errors import DTypeError, FusegradError, ShapeError, one_site
 from ..errors import fail as _fail
 from ..extend import gather_rows, host_data
 from ..reduce import class_cross_entropy, fits_class_cross_entropy
@@ -112,9 +112,11 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> 
     reads a zero row.
     """
     if input.dtype.is_float or input.dtype.is_bool:
-        raise TypeError(
-            "embedding: expected an integer index tensor (int64 or int32), "
-            f"got {input.dtype.name}; use .long()"
+        _fail(
+            DTypeError,
+            "embedding",
+            f"expected an integer index tensor (int64 or int32), got {input.dtype.name}; "
+            "use .long()",
         )
     if weight.ndim != 2:
         raise ValueError(f"embedding: weight must be 2-D (rows, dim), got shape {weight.shape}")
@@ -389,9 +391,11 @@ def cross_entropy(
 
 def _cross_entropy_probs(logp, target, weight, reduction, label_smoothing, classes):
     if tuple(target.shape) != tuple(logp.shape):
-        raise ValueError(
-            f"cross_entropy: probability targets must have the input's shape "
-            f"{tuple(logp.shape)}, got {tuple(target.shape)}"
+        _fail(  # torch: a RuntimeError (float class indices, or the wrong shape)
+            ShapeError,
+            "cross_entropy",
+            f"probability targets must have the input's shape {tuple(logp.shape)}, got "
+            f"{tuple(target.shape)} (class indices must be an int64 tensor)",
         )
     if label_smoothing > 0.0:
         target = target * (1.0 - label_smoothing) + label_smoothing / classes

@@ -1,0 +1,212 @@
+"""Ordinary PyTorch habits found wrong or missing by probing fusegrad against PyTorch 2.13:
+writes through views, the function forms of tensor methods, Python protocols on tensors,
+and the error types PyTorch raises. Expected values are PyTorch's."""
+
+from __future__ import annotations
+
+import pytest
+
+import fusegrad as fg
+from fusegrad import nn
+
+# ---------------------------------------------------------------- writes through views
+
+
+def test_writing_into_an_index_of_an_index_lands_in_the_tensor():
+    x = fg.zeros(2, 3)
+    x[0][1] = 9.0
+    assert x.tolist() == [[0.0, 9.0, 0.0], [0.0, 0.0, 0.0]]
+
+
+def test_inplace_ops_on_views_land_in_the_base():
+    x = fg.zeros(2, 3)
+    x[:, 1].fill_(4.0)
+    assert x.tolist() == [[0.0, 4.0, 0.0], [0.0, 4.0, 0.0]]
+    x = fg.zeros(2, 3)
+    x.view(6)[0] = 5.0
+    assert x.tolist() == [[5.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    x = fg.zeros(2, 3)
+    x.t()[2].add_(1)  # a view of a view
+    assert x.tolist() == [[0.0, 0.0, 1.0], [0.0, 0.0, 1.0]]
+    t = fg.arange(6.0)
+    t.reshape(2, 3)[0] = -1.0
+    assert t.tolist() == [-1.0, -1.0, -1.0, 3.0, 4.0, 5.0]
+    base = fg.arange(6.0)
+    _, b = base.chunk(2)
+    b.fill_(0)
+    assert base.tolist() == [0.0, 1.0, 2.0, 0.0, 0.0, 0.0]
+    x = fg.zeros(2, 2)
+    x.unsqueeze(0).squeeze(0).permute(1, 0)[0].fill_(7)
+    assert x.tolist() == [[7.0, 0.0], [7.0, 0.0]]
+
+
+def test_a_view_written_after_its_base_changed_keeps_the_base_change():
+    x = fg.zeros(2, 3)
+    r = x[1]
+    x.add_(1)
+    r.zero_()
+    assert x.tolist() == [[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]]
+
+
+def test_views_of_data_and_grad_write_through():
+    x = fg.zeros(3)
+    x.data[1:].fill_(2)
+    assert x.tolist() == [0.0, 2.0, 2.0]
+    w = fg.ones(2, requires_grad=True)
+    (w * w).sum().backward()
+    w.grad[0].zero_()
+    assert w.grad.tolist() == [0.0, 2.0]
+
+
+def test_a_view_of_a_leaf_that_requires_grad_refuses_inplace_outside_no_grad():
+    w = fg.ones(2, requires_grad=True)
+    with pytest.raises(RuntimeError):
+        w[0].fill_(1)
+    m = nn.Linear(2, 2)
+    with fg.no_grad():
+        m.weight[0].zero_()
+        w[0].fill_(3)
+    assert m.weight[0].tolist() == [0.0, 0.0]
+    assert w.tolist() == [3.0, 1.0] and w.is_leaf and w.requires_grad
+
+
+def test_gradient_flows_through_a_write_into_a_view():
+    x = fg.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = x * 1
+    y[1:].mul_(2)
+    y.sum().backward()
+    assert y.tolist() == [1.0, 4.0, 6.0]
+    assert x.grad.tolist() == [1.0, 2.0, 2.0]
+
+
+def test_a_reshape_that_copies_is_not_a_view():
+    x = fg.arange(6.0).reshape(2, 3)
+    y = x.t().reshape(6)  # not expressible as a view: a copy, as in torch
+    y.fill_(0)
+    assert x.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+
+
+# ---------------------------------------------------------------- function forms
+
+
+def test_function_forms_of_tensor_methods():
+    a, b = fg.tensor([1.0, 5.0]), fg.tensor([3.0, 2.0])
+    assert fg.max(a).item() == 5.0 and fg.min(a).item() == 1.0
+    assert fg.max(a, b).tolist() == [3.0, 5.0] and fg.min(a, b).tolist() == [1.0, 2.0]
+    values, indices = fg.max(fg.tensor([[1.0, 5.0], [7.0, 2.0]]), dim=1)
+    assert values.tolist() == [5.0, 7.0] and indices.tolist() == [1, 0]
+    assert fg.mul(a, 3).tolist() == [3.0, 15.0]
+    assert fg.add(a, 3, alpha=2).tolist() == [7.0, 11.0]
+    assert fg.sub(a, 1).tolist() == [0.0, 4.0]
+    assert fg.pow(a, 2).tolist() == [1.0, 25.0]
+    assert fg.numel(fg.ones(2, 3)) == 6
+    assert fg.narrow(fg.arange(5), 0, 1, 2).tolist() == [1, 2]
+    assert fg.dot(fg.tensor([1.0, 2.0]), fg.tensor([3.0, 4.0])).item() == 11.0
+    with pytest.raises(AttributeError):
+        fg.no_such_function  # noqa: B018
+    with pytest.raises(TypeError):
+        fg.mul(2, a)
+
+
+def test_concat_hstack_vstack():
+    assert fg.concat([fg.ones(1), fg.zeros(1)]).tolist() == [1.0, 0.0]
+    assert fg.hstack([fg.ones(2), fg.zeros(2)]).tolist() == [1.0, 1.0, 0.0, 0.0]
+    assert fg.vstack([fg.ones(2), fg.zeros(2)]).tolist() == [[1.0, 1.0], [0.0, 0.0]]
+    assert fg.hstack([fg.ones(2, 1), fg.zeros(2, 2)]).shape == (2, 3)
+
+
+def test_set_grad_enabled_and_is_grad_enabled():
+    x = fg.tensor([1.0], requires_grad=True)
+    with fg.set_grad_enabled(False):
+        assert not (x * 2).requires_grad and not fg.is_grad_enabled()
+    assert (x * 2).requires_grad and fg.is_grad_enabled()
+
+    @fg.set_grad_enabled(False)
+    def f(t):
+        return t * 2
+
+    assert fg.is_grad_enabled() and not f(x).requires_grad
+
+
+def test_small_tensor_methods():
+    t = fg.zeros(2, 3)
+    assert t.element_size() == 4 and fg.zeros(1, dtype=fg.float64).element_size() == 8
+    assert t.nelement() == 6
+    assert t.is_floating_point() and not fg.tensor([1]).is_floating_point()
+    assert fg.arange(4).view_as(fg.zeros(2, 2)).tolist() == [[0, 1], [2, 3]]
+    assert fg.arange(4).reshape_as(fg.zeros(2, 2)).shape == (2, 2)
+    assert fg.ones(2, 2).ravel().shape == (4,)
+    assert fg.ones(2, 3).mm(fg.ones(3, 1)).tolist() == [[3.0], [3.0]]
+    assert fg.mm(fg.ones(2, 3), fg.ones(3, 1)).shape == (2, 1)
+    assert fg.get_default_dtype() == fg.float32
+
+
+def test_randint_with_high_and_size_only():
+    r = fg.randint(5, (3,))
+    assert r.shape == (3,) and r.dtype == fg.int64
+    assert all(0 <= v < 5 for v in r.tolist())
+
+
+# ---------------------------------------------------------------- Python protocols
+
+
+def test_integer_tensors_are_indices():
+    assert [10, 20, 30][fg.tensor(1)] == 20
+    assert list(range(fg.tensor(3))) == [0, 1, 2]
+    with pytest.raises(TypeError):
+        [10, 20][fg.tensor(1.0)]
+    with pytest.raises(TypeError):
+        [10, 20][fg.tensor([0, 1])]
+
+
+def test_format_of_a_0d_tensor_is_its_values():
+    assert f"{fg.tensor(2.5):.2f}" == "2.50"
+    assert f"{fg.tensor(3):>3}" == "  3"
+    with pytest.raises(TypeError):
+        f"{fg.tensor([1.0, 2.0]):.2f}"
+
+
+def test_iteration():
+    assert [r.tolist() for r in fg.tensor([[1, 2], [3, 4]])] == [[1, 2], [3, 4]]
+    with pytest.raises(TypeError, match="0-d"):
+        list(fg.tensor(1.0))
+
+
+# ---------------------------------------------------------------- error types
+
+
+@pytest.mark.parametrize(
+    "misuse",
+    [
+        lambda: fg.ones(2, 3) + fg.ones(2),  # broadcasting
+        lambda: fg.ones(2, 3) @ fg.ones(2, 3),  # matmul
+        lambda: fg.arange(24.0).view(5, 5),
+        lambda: fg.cat([fg.ones(2, 2), fg.zeros(2, 3)]),
+        lambda: fg.stack([fg.ones(2), fg.zeros(3)]),
+        lambda: fg.tensor([1.0, 2.0]).item(),
+        lambda: bool(fg.tensor([1.0, 2.0])),
+        lambda: fg.tensor([1.0, 2.0]).expand(3),
+        lambda: fg.tensor([1, 2]).mean(),  # an int mean: torch's RuntimeError
+        lambda: fg.tensor([1, 2], requires_grad=True),
+        lambda: fg.tensor([1, 2]).add_(1.5),
+        lambda: fg.ones(2, 3) @ fg.ones(3, 2, dtype=fg.int64),
+        lambda: nn.Linear(3, 2)(fg.ones(4, 2)),
+        lambda: nn.Embedding(5, 2)(fg.tensor([1.0])),
+        lambda: nn.functional.cross_entropy(fg.ones(3, 3), fg.tensor([0.0, 2.0, 1.0])),
+    ],
+)
+def test_common_misuse_raises_runtime_error_as_torch(misuse):
+    with pytest.raises(RuntimeError):
+        misuse()
+
+
+def test_errors_keep_their_older_types_too():
+    with pytest.raises(ValueError):  # a loss's batch-size mismatch is torch's ValueError
+        fg.ones(2, 3) + fg.ones(2)
+    with pytest.raises(TypeError):
+        fg.tensor([1, 2]).mean()
+
+
+def test_unsqueeze_out_of_range_is_an_index_error():
+    with pytest.raises(IndexError):
+        fg.zeros(3).unsqueeze(3)
