@@ -81,6 +81,7 @@ from .creation import (  # noqa: E402
     randint,
     randn,
     randn_like,
+    randperm,
     tensor,
     zeros,
     zeros_like,

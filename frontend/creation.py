@@ -407,6 +407,16 @@ def randn_like(t: Tensor, dtype=None, device=None) -> Tensor:
     return randn(t.shape, dtype=dtype or t.dtype, device=_like(t, device))
 
 
+def randperm(n: int, dtype=None, device=None) -> Tensor:
+    """A random permutation of 0..n-1 (int64), from the `manual_seed` stream: the order
+    that sorts n uniform draws."""
+    if n < 0:
+        fail(ArgumentError, "randperm", f"n must be non-negative, got {n}")
+    dtype = checked_dtype(dtype or int64, "randperm")
+    draws = rand(n, dtype="float64").numpy()  # sorted on the host: a sort kernel is O(n^2)
+    return tensor(np.argsort(draws, kind="stable"), dtype=dtype, device=device)
+
+
 def randint(low: int, high: int | None = None, size=(), dtype=None, device=None) -> Tensor:
     if high is None:
         low, high = 0, low

@@ -38,7 +38,7 @@ from .errors import ArgumentError, DimError, DTypeError, ShapeError, checked_dty
 from .ir import node as N
 from .ir import sites as _sites
 from .ir.autodiff import with_vjp
-from .ir.dtypes import DType, bool_, float32, promote, promote_scalar, to_dtype
+from .ir.dtypes import DType, bool_, float32, promote, promote_scalar
 from .ir.ops import MOVEMENT, Ops
 from .movement import MovementMixin, write_through
 from .reduce import ReduceMixin
@@ -272,15 +272,26 @@ class Tensor(MovementMixin, ReduceMixin):
         return iter(self.unbind(0))
 
     def __repr__(self) -> str:
-        body = np.array2string(self._host(), separator=", ", prefix="tensor(")
-        extra = (
-            "" if self.dtype in (float32, to_dtype("int64"), bool_) else f", dtype={self.dtype!r}"
-        )
+        """PyTorch's printed form (`frontend/printing.py`): `tensor([1.0000, 2.5000])`."""
+        from .printing import tensor_repr
+
+        tail = []
         if self.node.device not in ("cpu", None):
-            extra += f", device='{self.node.device}'"
-        if self.requires_grad:
-            extra += ", requires_grad=True"
-        return f"tensor({body}{extra})"
+            tail.append(f"device='{self.node.device}'")
+        grad_fn = self.grad_fn
+        if grad_fn is not None:
+            tail.append(f"grad_fn=<{grad_fn.name()}>")
+        elif self.requires_grad:
+            tail.append("requires_grad=True")
+        return tensor_repr(self._host(), f"dtype={self.dtype!r}", tail)
+
+    @property
+    def grad_fn(self):
+        """None for a leaf or a tensor without history; else the function that made it
+        (`grad_fn.name()`, as `MulBackward0`), for printing and `grad_fn is None` checks."""
+        if self._is_leaf or not self.requires_grad:
+            return None
+        return GradFn(self.node)
 
     # ---------------------------------------------------------------- building blocks
     def _make(self, node: N.Node, *parents: Tensor, strides=None) -> Tensor:
@@ -1004,6 +1015,21 @@ class LazyGrad(Tensor):
 
 
 _NODE = Tensor.__dict__["node"]  # the slot itself, under LazyGrad's property
+
+
+class GradFn:
+    """What `t.grad_fn` returns: names the op that made `t` (its IR op, in torch's style)."""
+
+    __slots__ = ("node",)
+
+    def __init__(self, node: N.Node):
+        self.node = node
+
+    def name(self) -> str:
+        return self.node.op.name.title().replace("_", "") + "Backward0"
+
+    def __repr__(self) -> str:
+        return f"<{self.name()} object>"
 
 
 class DataView(Tensor):

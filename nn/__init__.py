@@ -52,7 +52,16 @@ from .layers import (
     Softmax,
     Tanh,
 )
-from .losses import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, MSELoss, NLLLoss
+from .losses import (
+    BCELoss,
+    BCEWithLogitsLoss,
+    CrossEntropyLoss,
+    HuberLoss,
+    L1Loss,
+    MSELoss,
+    NLLLoss,
+    SmoothL1Loss,
+)
 from .module import Module, Parameter, load, save
 from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
 from .padding import (
@@ -107,6 +116,9 @@ __all__ = [
     "Linear",
     "LogSoftmax",
     "MSELoss",
+    "L1Loss",
+    "SmoothL1Loss",
+    "HuberLoss",
     "MaxPool1d",
     "MaxPool2d",
     "Module",

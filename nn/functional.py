@@ -205,6 +205,64 @@ def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     return _reduce(diff * diff, reduction)
 
 
+def _size_warning(input: Tensor, target: Tensor) -> None:
+    if tuple(input.shape) != tuple(target.shape):
+        warnings.warn(
+            f"Using a target size ({tuple(target.shape)}) that is different to the input size "
+            f"({tuple(input.shape)}). This will likely lead to incorrect results due to "
+            "broadcasting. Please ensure they have the same size.",
+            stacklevel=3,
+        )
+
+
+def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    """|input - target|, averaged (or summed); the gradient at a tie is 0, as torch's.
+
+    >>> import fusegrad as fg
+    >>> l1_loss(fg.tensor([1.0, -2.0]), fg.tensor([0.0, 0.0])).item()
+    1.5
+    """
+    _check_reduction(reduction)
+    _size_warning(input, target)
+    return _reduce((input - target).abs(), reduction)
+
+
+def smooth_l1_loss(
+    input: Tensor, target: Tensor, reduction: str = "mean", beta: float = 1.0
+) -> Tensor:
+    """0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (d = input - target), as torch's.
+
+    >>> import fusegrad as fg
+    >>> smooth_l1_loss(fg.tensor([0.5, -2.0]), fg.tensor([0.0, 0.0])).item()
+    0.8125
+    """
+    _check_reduction(reduction)
+    if beta < 0:
+        raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
+    _size_warning(input, target)
+    d = (input - target).abs()
+    if beta == 0.0:
+        return _reduce(d, reduction)
+    return _reduce((d * d * (0.5 / beta)).where(d < beta, d - 0.5 * beta), reduction)
+
+
+def huber_loss(
+    input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0
+) -> Tensor:
+    """0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta) (d = input - target).
+
+    >>> import fusegrad as fg
+    >>> huber_loss(fg.tensor([0.5, -2.0]), fg.tensor([0.0, 0.0]), delta=1.5).item()
+    1.0
+    """
+    _check_reduction(reduction)
+    if delta <= 0:
+        raise RuntimeError("huber_loss does not support non-positive values for delta.")
+    _size_warning(input, target)
+    d = (input - target).abs()
+    return _reduce((d * d * 0.5).where(d < delta, (d - 0.5 * delta) * delta), reduction)
+
+
 @one_site
 def binary_cross_entropy(
     input: Tensor, target: Tensor, weight: Tensor | None = None, reduction: str = "mean"

@@ -320,6 +320,14 @@ class Module:
         """`to("cpu")`."""
         return self.to(device="cpu")
 
+    def double(self) -> Module:
+        """Cast the floating parameters and buffers to float64 (`to(fg.float64)`)."""
+        return self.to(dtype="float64")
+
+    def float(self) -> Module:
+        """Cast the floating parameters and buffers to float32 (`to(fg.float32)`)."""
+        return self.to(dtype="float32")
+
     # ---------------------------------------------------------------- forward
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f'Module [{type(self).__name__}] is missing "forward"')

@@ -210,3 +210,89 @@ def test_errors_keep_their_older_types_too():
 def test_unsqueeze_out_of_range_is_an_index_error():
     with pytest.raises(IndexError):
         fg.zeros(3).unsqueeze(3)
+
+
+# ---------------------------------------------------------------- printing, as torch prints
+
+
+@pytest.mark.parametrize(
+    "make, text",
+    [
+        (lambda: fg.tensor([1.0, 2.5]), "tensor([1.0000, 2.5000])"),
+        (lambda: fg.tensor([[1.0, -2.0], [3.0, 4.0]]), "tensor([[ 1., -2.],\n        [ 3.,  4.]])"),
+        (lambda: fg.tensor([1e-5, 1.0]), "tensor([1.0000e-05, 1.0000e+00])"),
+        (lambda: fg.tensor([float("nan"), 1.5]), "tensor([   nan, 1.5000])"),
+        (lambda: fg.tensor([float("nan"), 1.0]), "tensor([nan, 1.])"),
+        (lambda: fg.tensor([123456.0, 1.0]), "tensor([1.2346e+05, 1.0000e+00])"),
+        (lambda: fg.tensor(0.0), "tensor(0.)"),
+        (lambda: fg.tensor(1.5), "tensor(1.5000)"),
+        (lambda: fg.tensor([-0.0, 0.0]), "tensor([-0., 0.])"),
+        (lambda: fg.tensor([float("inf"), -float("inf")]), "tensor([inf, -inf])"),
+        (lambda: fg.tensor([[True, False]]), "tensor([[ True, False]])"),
+        (lambda: fg.tensor([1, -100]), "tensor([   1, -100])"),
+        (lambda: fg.tensor([]), "tensor([])"),
+        (lambda: fg.zeros(0, 3), "tensor([], size=(0, 3))"),
+        (lambda: fg.zeros(0, dtype=fg.int64), "tensor([], dtype=fusegrad.int64)"),
+        (lambda: fg.tensor([1.5], dtype=fg.float64), "tensor([1.5000], dtype=fusegrad.float64)"),
+        (lambda: fg.tensor([1.5], requires_grad=True), "tensor([1.5000], requires_grad=True)"),
+        (lambda: fg.ones(2, requires_grad=True) * 2, "tensor([2., 2.], grad_fn=<MulBackward0>)"),
+        (
+            lambda: fg.arange(30.0),
+            "tensor([ 0.,  1.,  2.,  3.,  4.,  5.,  6.,  7.,  8.,  9., 10., 11., 12., 13.,\n"
+            "        14., 15., 16., 17., 18., 19., 20., 21., 22., 23., 24., 25., 26., 27.,\n"
+            "        28., 29.])",
+        ),
+        (
+            lambda: fg.arange(2000.0),
+            "tensor([0.0000e+00, 1.0000e+00, 2.0000e+00,  ..., 1.9970e+03, 1.9980e+03,\n"
+            "        1.9990e+03])",
+        ),
+        (
+            lambda: fg.arange(24).reshape(2, 3, 4),
+            "tensor([[[ 0,  1,  2,  3],\n         [ 4,  5,  6,  7],\n"
+            "         [ 8,  9, 10, 11]],\n\n"
+            "        [[12, 13, 14, 15],\n         [16, 17, 18, 19],\n"
+            "         [20, 21, 22, 23]]])",
+        ),
+    ],
+)
+def test_tensors_print_as_torch_prints_them(make, text):
+    assert repr(make()) == text
+    assert str(make()) == text
+
+
+def test_a_summarized_matrix_prints_its_corners():
+    text = repr(fg.arange(5000).reshape(50, 100))
+    assert text.startswith("tensor([[   0,    1,    2,  ...,   97,   98,   99],\n")
+    assert "        ...,\n" in text
+    assert text.endswith("[4900, 4901, 4902,  ..., 4997, 4998, 4999]])")
+
+
+def test_printing_docstring_examples():
+    import doctest
+
+    from fusegrad import printing
+
+    result = doctest.testmod(printing)
+    assert result.attempted > 0 and result.failed == 0
+
+
+def test_grad_fn():
+    x = fg.tensor([1.0], requires_grad=True)
+    assert x.grad_fn is None and fg.tensor([1.0]).grad_fn is None
+    assert x.detach().grad_fn is None
+    y = x * 2
+    assert y.grad_fn is not None and y.grad_fn.name() == "MulBackward0"
+    assert (x + 1).grad_fn.name() == "AddBackward0"
+    with fg.no_grad():
+        assert (x * 2).grad_fn is None
+
+
+def test_randperm_is_a_seeded_permutation():
+    fg.manual_seed(0)
+    a = fg.randperm(6)
+    fg.manual_seed(0)
+    assert a.tolist() == fg.randperm(6).tolist()
+    assert a.dtype == fg.int64 and sorted(a.tolist()) == [0, 1, 2, 3, 4, 5]
+    assert sorted(fg.randperm(10000).tolist()) == list(range(10000))  # no O(n^2) sort
+    assert fg.randperm(3, dtype=fg.int32).dtype == fg.int32

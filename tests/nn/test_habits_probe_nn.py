@@ -1,0 +1,105 @@
+"""nn, losses and data habits found missing or different by probing fusegrad against
+PyTorch 2.13: L1 / smooth L1 / Huber losses, Module.double(), random_split and Subset,
+TensorDataset keeping a tensor's dtype, DataLoader's worker options. Expected values are
+PyTorch's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fusegrad as fg
+from fusegrad import nn
+from fusegrad.data import DataLoader, Subset, TensorDataset, random_split
+
+F = nn.functional
+
+X = [0.5, -2.0, 1.0, 3.0, -0.2]
+Y = [0.0, 0.0, 1.0, 1.5, 0.1]
+
+
+def loss_and_grad(fn, x=X, y=Y):
+    x = fg.tensor(x, requires_grad=True)
+    loss = fn(x, fg.tensor(y))
+    (loss.sum() if loss.ndim else loss).backward()
+    return loss.tolist(), x.grad.tolist()
+
+
+def test_l1_loss_values_and_gradients_as_torch():
+    loss, grad = loss_and_grad(F.l1_loss)
+    assert loss == pytest.approx(0.86)
+    assert grad == pytest.approx([0.2, -0.2, 0.0, 0.2, -0.2])  # 0 at a tie, as torch's sign
+    assert F.l1_loss(fg.tensor(X), fg.tensor(Y), reduction="sum").item() == pytest.approx(4.3)
+    assert nn.L1Loss(reduction="none")(fg.tensor(X), fg.tensor(Y)).tolist() == pytest.approx(
+        [0.5, 2.0, 0.0, 1.5, 0.3]
+    )
+
+
+def test_smooth_l1_and_huber_as_torch():
+    loss, grad = loss_and_grad(F.smooth_l1_loss)
+    assert loss == pytest.approx(0.534)
+    assert grad == pytest.approx([0.1, -0.2, 0.0, 0.2, -0.06])
+    loss, grad = loss_and_grad(lambda a, b: F.smooth_l1_loss(a, b, beta=0.5))
+    assert loss == pytest.approx(0.668)
+    assert grad == pytest.approx([0.2, -0.2, 0.0, 0.2, -0.12])
+    # at |d| == beta the linear branch's gradient, as torch (|d| < beta is the square)
+    loss, grad = loss_and_grad(
+        lambda a, b: F.smooth_l1_loss(a, b, beta=0.5, reduction="none"),
+        y=[0.0, -1.5, 1.0, 2.0, 0.3],
+    )
+    assert loss == pytest.approx([0.25, 0.25, 0.0, 0.75, 0.25])
+    assert grad == pytest.approx([1.0, -1.0, 0.0, 1.0, -1.0])
+    loss, grad = loss_and_grad(lambda a, b: F.huber_loss(a, b, delta=1.5))
+    assert loss == pytest.approx(0.634)
+    assert grad == pytest.approx([0.1, -0.3, 0.0, 0.3, -0.06])
+    assert nn.SmoothL1Loss(beta=2.0)(fg.tensor(X), fg.tensor(Y)).item() == pytest.approx(0.3295)
+    assert nn.HuberLoss(delta=0.3)(fg.tensor(X), fg.tensor(Y)).item() == pytest.approx(0.222)
+    with pytest.raises(RuntimeError):
+        F.huber_loss(fg.tensor(X), fg.tensor(Y), delta=0)
+    with pytest.raises(ValueError):
+        F.l1_loss(fg.tensor(X), fg.tensor(Y), reduction="avg")
+
+
+def test_module_double_and_float():
+    m = nn.Linear(2, 1).double()
+    assert m.weight.dtype == fg.float64 and m(fg.ones(1, 2, dtype=fg.float64)).dtype == fg.float64
+    assert m.float().weight.dtype == fg.float32
+
+
+def test_random_split_and_subset():
+    fg.manual_seed(0)
+    a, b = random_split(TensorDataset(fg.arange(10)), [7, 3])
+    assert len(a) == 7 and len(b) == 3
+    seen = sorted([a[i][0].item() for i in range(7)] + [b[i][0].item() for i in range(3)])
+    assert seen == list(range(10))
+    assert [len(s) for s in random_split(TensorDataset(fg.arange(10)), [0.5, 0.25, 0.25])] == [
+        6,
+        2,
+        2,
+    ]
+    with pytest.raises(ValueError):
+        random_split(TensorDataset(fg.arange(10)), [5, 4])
+    s = Subset(TensorDataset(fg.arange(10) * 10), [3, 1])
+    assert len(s) == 2 and s[0][0].item() == 30
+    assert [y.tolist() for (y,) in DataLoader(s, batch_size=2)] == [[30, 10]]
+
+
+def test_tensor_dataset_keeps_a_tensors_dtype():
+    x = fg.tensor([[1.0], [2.0]], dtype=fg.float64)
+    u = fg.tensor([1, 2], dtype=fg.uint8)
+    (xb, ub) = next(iter(DataLoader(TensorDataset(x, u), batch_size=2)))
+    assert xb.dtype == fg.float64 and ub.dtype == fg.uint8
+    assert TensorDataset(x)[0][0].dtype == fg.float64
+    # numpy data is still converted to fusegrad's defaults (documented in nn/data.py)
+    assert TensorDataset(np.array([[1.0]]))[0][0].dtype == fg.float32
+
+
+def test_dataloader_takes_torch_worker_options_and_collates_text():
+    ds = TensorDataset(fg.arange(5))
+    loader = DataLoader(ds, batch_size=2, num_workers=2, pin_memory=True, persistent_workers=False)
+    assert [y.tolist() for (y,) in loader] == [[0, 1], [2, 3], [4]]
+    with pytest.raises(ValueError):
+        DataLoader(ds, num_workers=-1)
+    assert next(iter(DataLoader(["a", "b"], batch_size=2))) == ["a", "b"]
+    batch = next(iter(DataLoader([("x", 1), ("y", 2)], batch_size=2)))
+    assert batch[0] == ["x", "y"] and batch[1].tolist() == [1, 2]
