@@ -26,7 +26,8 @@ from ..tensor import Tensor, where
 
 
 def relu(input: Tensor, inplace: bool = False) -> Tensor:
-    return input.relu()
+    """max(x, 0); with `inplace=True` written into `input` too, as torch's."""
+    return input.relu_() if inplace else input.relu()
 
 
 def sigmoid(input: Tensor) -> Tensor:
@@ -80,10 +81,12 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
     if not training or p == 0.0:
         return input
     if p == 1.0:
-        return input * 0.0
-    u = creation.rand(*input.shape, dtype=input.dtype, device=input.device)
-    keep = u >= p  # P(u >= p) = 1 - p
-    return where(keep, input * (1.0 / (1.0 - p)), 0.0)
+        out = input * 0.0
+    else:
+        u = creation.rand(*input.shape, dtype=input.dtype, device=input.device)
+        keep = u >= p  # P(u >= p) = 1 - p
+        out = where(keep, input * (1.0 / (1.0 - p)), 0.0)
+    return input._inplace(out, "dropout_") if inplace else out
 
 
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:

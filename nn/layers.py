@@ -68,9 +68,13 @@ class Linear(Module):
 class ReLU(Module):
     def __init__(self, inplace: bool = False):
         super().__init__()
+        self.inplace = inplace  # as torch's: the input itself is overwritten with the result
 
     def forward(self, input):
-        return input.relu()
+        return input.relu_() if self.inplace else input.relu()
+
+    def extra_repr(self) -> str:
+        return "inplace=True" if self.inplace else ""
 
 
 class Sigmoid(Module):
@@ -115,14 +119,15 @@ class Dropout(Module):
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
         self.p = p
+        self.inplace = inplace
 
     def forward(self, input):
         mode = (self.training, self.p)
         guard(lambda: (self.training, self.p) == mode)  # a jitted step records this mode
-        return F.dropout(input, self.p, self.training)
+        return F.dropout(input, self.p, self.training, self.inplace)
 
     def extra_repr(self) -> str:
-        return f"p={self.p}, inplace=False"
+        return f"p={self.p}, inplace={self.inplace}"
 
 
 class Flatten(Module):

@@ -103,3 +103,68 @@ def test_dataloader_takes_torch_worker_options_and_collates_text():
     assert next(iter(DataLoader(["a", "b"], batch_size=2))) == ["a", "b"]
     batch = next(iter(DataLoader([("x", 1), ("y", 2)], batch_size=2)))
     assert batch[0] == ["x", "y"] and batch[1].tolist() == [1, 2]
+
+
+# ---------------------------------------------------------------- inplace=True writes the input
+
+INPLACE = {  # torch 2.13's values for [-1, 2, -4, 5], written into the input
+    "silu": [-0.268941, 1.761594, -0.071945, 4.966536],
+    "elu": [-0.632121, 2.0, -0.981684, 5.0],
+    "selu": [-1.111331, 2.101402, -1.725899, 5.253505],
+    "celu": [-0.632121, 2.0, -0.981684, 5.0],
+    "relu6": [0.0, 2.0, 0.0, 5.0],
+    "hardsigmoid": [0.333333, 0.833333, 0.0, 1.0],
+    "hardswish": [-0.333333, 1.666667, -0.0, 5.0],
+    "mish": [-0.303401, 1.943959, -0.072592, 4.999552],
+    "relu": [0.0, 2.0, 0.0, 5.0],
+    "hardtanh": [-1.0, 1.0, -1.0, 1.0],
+    "leaky_relu": [-0.01, 2.0, -0.04, 5.0],
+}
+
+
+@pytest.mark.parametrize("name", sorted(INPLACE))
+def test_functional_inplace_writes_the_input(name):
+    x = fg.tensor([-1.0, 2.0, -4.0, 5.0])
+    out = getattr(F, name)(x, inplace=True)
+    assert out is x
+    assert x.tolist() == pytest.approx(INPLACE[name], abs=1e-6)
+    y = fg.tensor([-1.0, 2.0, -4.0, 5.0])
+    getattr(F, name)(y)  # without it the input is left alone
+    assert y.tolist() == [-1.0, 2.0, -4.0, 5.0]
+
+
+def test_inplace_modules_write_the_input_and_keep_gradients():
+    x = fg.tensor([-1.0, 2.0])
+    nn.ReLU(inplace=True)(x)
+    assert x.tolist() == [0.0, 2.0]
+    w = fg.tensor([-1.0, 2.0], requires_grad=True)
+    y = w * 2
+    z = nn.LeakyReLU(0.1, inplace=True)(y)
+    z.sum().backward()
+    assert y is z and w.grad.tolist() == pytest.approx([0.2, 2.0])
+    with pytest.raises(RuntimeError):  # a leaf that requires grad, as torch
+        nn.ReLU(inplace=True)(fg.tensor([-1.0], requires_grad=True))
+    d = fg.ones(4)
+    nn.Dropout(1.0, inplace=True)(d)
+    assert d.tolist() == [0.0, 0.0, 0.0, 0.0]
+    assert repr(nn.ReLU(inplace=True)) == "ReLU(inplace=True)" and repr(nn.ReLU()) == "ReLU()"
+    assert repr(nn.ELU(inplace=True)) == "ELU(alpha=1.0, inplace=True)"
+    assert repr(nn.Dropout(0.2, inplace=True)) == "Dropout(p=0.2, inplace=True)"
+
+
+def test_a_model_with_inplace_activations_trains_as_without():
+    def losses(inplace):
+        fg.manual_seed(0)
+        m = nn.Sequential(nn.Linear(4, 8), nn.ReLU(inplace=inplace), nn.Linear(8, 3))
+        opt = fg.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        x, y = fg.randn(16, 4), fg.randint(0, 3, (16,))
+        out = []
+        for _ in range(4):
+            opt.zero_grad()
+            loss = F.cross_entropy(m(x), y)
+            loss.backward()
+            opt.step()
+            out.append(loss.item())
+        return out
+
+    assert losses(True) == losses(False)
