@@ -373,6 +373,32 @@ def get_default_dtype():
     return float32
 
 
+class Size(tuple):
+    """torch.Size: a shape, a tuple (`t.shape == fg.Size([2, 3])`)."""
+
+    def __repr__(self) -> str:
+        return f"fusegrad.Size({list(self)})"
+
+
+def _legacy(dtype, name: str):
+    from .tensor import legacy_constructor
+
+    def make(*args):
+        return legacy_constructor(dtype, *args)
+
+    make.__name__ = make.__qualname__ = name
+    make.__doc__ = f"torch's legacy `{name}(data)` / `{name}(*sizes)` constructor ({dtype.name})."
+    return make
+
+
+FloatTensor = _legacy(float32, "FloatTensor")
+DoubleTensor = _legacy(float64, "DoubleTensor")
+LongTensor = _legacy(int64, "LongTensor")
+IntTensor = _legacy(int32, "IntTensor")
+BoolTensor = _legacy(bool_, "BoolTensor")
+ByteTensor = _legacy(uint8, "ByteTensor")
+
+
 def __getattr__(name: str):
     """torch's function forms of tensor methods: `fg.mul(a, b)` is `a.mul(b)`, for every
     public method of Tensor (`fg.pow`, `fg.numel`, `fg.narrow`, `fg.argmin`, ...)."""

@@ -92,7 +92,10 @@ class Tensor(MovementMixin, ReduceMixin):
             kwargs["out"] = tuple(x.numpy() if isinstance(x, Tensor) else x for x in kwargs["out"])
         return getattr(ufunc, method)(*args, **kwargs)
 
-    def __init__(self, node: N.Node, requires_grad: bool = False, strides=None, leaf=None):
+    def __init__(self, node: N.Node = None, requires_grad: bool = False, strides=None, leaf=None):
+        if type(node) is not N.Node:  # torch's legacy `Tensor([1, 2])` / `Tensor(2, 3)`
+            node = legacy_constructor(float32, node, requires_grad, strides, leaf).node
+            requires_grad, strides, leaf = False, None, None
         self.node = node
         self.requires_grad = requires_grad
         self._grad = None
@@ -383,7 +386,11 @@ class Tensor(MovementMixin, ReduceMixin):
         """This tensor on the CPU (self if it is there already)."""
         return self.to(device="cpu")
 
-    def type(self, dtype) -> Tensor:
+    def type(self, dtype=None):
+        """`t.type(fg.float64)` casts; `t.type()` names the type, as torch's
+        ("fusegrad.FloatTensor")."""
+        if dtype is None:
+            return f"fusegrad.{_TYPE_NAMES.get(self.dtype.name, self.dtype.name)}Tensor"
         return self.cast(dtype)
 
     def float(self) -> Tensor:
@@ -561,9 +568,13 @@ class Tensor(MovementMixin, ReduceMixin):
         return Tensor(N.binary(Ops.ADD, less, N.binary(Ops.CMPEQ, a, b)))  # bool | is +
 
     def __eq__(self, o):  # type: ignore[override]
+        if o is None:  # `t == None` is False, as torch's
+            return False
         return self._binary(Ops.CMPEQ, o, "eq")
 
     def __ne__(self, o):  # type: ignore[override]
+        if o is None:
+            return True
         return (self == o).logical_not()
 
     __hash__ = object.__hash__
@@ -1015,6 +1026,36 @@ class LazyGrad(Tensor):
 
 
 _NODE = Tensor.__dict__["node"]  # the slot itself, under LazyGrad's property
+
+
+_TYPE_NAMES = {
+    "float32": "Float",
+    "float64": "Double",
+    "int64": "Long",
+    "int32": "Int",
+    "int16": "Short",
+    "int8": "Char",
+    "uint8": "Byte",
+    "bool": "Bool",
+}
+
+
+def legacy_constructor(dtype, *args) -> Tensor:
+    """torch's `Tensor(data)`, `Tensor(2, 3)` and `FloatTensor`-style constructors: sizes
+    give a tensor of zeros (torch's is uninitialized), data a copy in `dtype`."""
+    from .creation import tensor, zeros
+
+    args = [a for a in args if a is not None and a is not False]
+    if not args:
+        return zeros(0, dtype=dtype)
+    if all(isinstance(a, int) and not isinstance(a, bool) for a in args):
+        return zeros(*args, dtype=dtype)
+    if len(args) > 1:
+        fail(DTypeError, "Tensor", f"expects sizes or one sequence of data, got {args!r}")
+    data = args[0]
+    if isinstance(data, Tensor):
+        return data.detach().cast(dtype)
+    return tensor(data, dtype=dtype)
 
 
 class GradFn:

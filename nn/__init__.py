@@ -30,18 +30,21 @@ from .activations import (
     LeakyReLU,
     LogSigmoid,
     Mish,
+    PReLU,
     ReLU6,
     SiLU,
     Softmin,
     Softplus,
     Softsign,
 )
+from .adaptive import AdaptiveAvgPool1d, AdaptiveAvgPool2d
 from .attention import MultiheadAttention
 from .containers import ModuleDict, ModuleList, ParameterList, Sequential
 from .conv import AvgPool1d, AvgPool2d, Conv1d, Conv2d, MaxPool1d, MaxPool2d
 from .conv_transpose import ConvTranspose1d, ConvTranspose2d
 from .layers import (
     Dropout,
+    Dropout2d,
     Embedding,
     Flatten,
     Identity,
@@ -79,6 +82,8 @@ from .padding import (
 from .upsample import Upsample
 
 __all__ = [
+    "AdaptiveAvgPool1d",
+    "AdaptiveAvgPool2d",
     "ModuleDict",
     "ParameterList",
     "MultiheadAttention",
@@ -110,6 +115,8 @@ __all__ = [
     "Conv2d",
     "CrossEntropyLoss",
     "Dropout",
+    "Dropout2d",
+    "PReLU",
     "Embedding",
     "Flatten",
     "Identity",

@@ -355,6 +355,43 @@ class Hardswish(_InplaceOption):
         return hardswish(input, self.inplace)
 
 
+class PReLU(Module):
+    """x for x > 0, else a * x with a learned slope `a` (one, or one per channel of axis 1),
+    initialised to `init`, as torch's."""
+
+    def __init__(self, num_parameters: int = 1, init: float = 0.25):
+        from .. import creation
+        from .module import Parameter
+
+        super().__init__()
+        self.num_parameters = num_parameters
+        self.weight = Parameter(creation.full((num_parameters,), float(init)))
+
+    def forward(self, input):
+        return prelu(input, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"num_parameters={self.num_parameters}"
+
+
+def prelu(input: Tensor, weight: Tensor) -> Tensor:
+    """x for x > 0, else weight * x; `weight` has one slope, or one per channel (axis 1)."""
+    if weight.numel() != 1:
+        channels = input.shape[1] if input.ndim >= 2 else input.shape[0]
+        if weight.numel() != channels:
+            fail(
+                ShapeError,
+                "prelu",
+                f"{weight.numel()} slopes for an input of shape {input.shape} "
+                f"({channels} channels)",
+            )
+        if input.ndim >= 2:
+            weight = weight.reshape((channels,) + (1,) * (input.ndim - 2))
+    else:
+        weight = weight.reshape(())
+    return where(input > 0, input, weight * input)
+
+
 class LogSigmoid(Module):
     def forward(self, input):
         return logsigmoid(input)

@@ -89,6 +89,24 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
     return input._inplace(out, "dropout_") if inplace else out
 
 
+@one_site
+def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
+    """Zero whole channels (axis 1) with probability p and scale the rest by 1 / (1 - p),
+    as torch's; a 3-d input is (N, C, L), as torch 2.13 reads it."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if input.ndim not in (3, 4):
+        _fail(ShapeError, "dropout2d", f"expects a 3-d or 4-d input, got shape {input.shape}")
+    if not training or p == 0.0:
+        return input
+    # one draw per (sample, channel)
+    u = creation.rand(
+        *input.shape[:2], *(1,) * (input.ndim - 2), dtype=input.dtype, device=input.device
+    )
+    out = where(u >= p, input * (1.0 / (1.0 - p)), 0.0) if p < 1.0 else input * 0.0
+    return input._inplace(out, "dropout2d_") if inplace else out
+
+
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     """int64 one-hot encoding along a new last axis (num_classes=-1 reads max + 1, as torch)."""
     if tensor.dtype.is_float or tensor.dtype.is_bool:
@@ -480,6 +498,7 @@ from .activations import (  # noqa: E402, F401
     leaky_relu,
     logsigmoid,
     mish,
+    prelu,
     relu6,
     selu,
     silu,
@@ -487,6 +506,7 @@ from .activations import (  # noqa: E402, F401
     softplus,
     softsign,
 )
+from .adaptive import adaptive_avg_pool1d, adaptive_avg_pool2d  # noqa: E402, F401
 from .attention import scaled_dot_product_attention  # noqa: E402, F401
 from .conv import (  # noqa: E402, F401  (re-exported)
     avg_pool1d,

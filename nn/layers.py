@@ -130,6 +130,15 @@ class Dropout(Module):
         return f"p={self.p}, inplace={self.inplace}"
 
 
+class Dropout2d(Dropout):
+    """Zero whole channels in train() (`functional.dropout2d`); the identity in eval()."""
+
+    def forward(self, input):
+        mode = (self.training, self.p)
+        guard(lambda: (self.training, self.p) == mode)
+        return F.dropout2d(input, self.p, self.training, self.inplace)
+
+
 class Flatten(Module):
     """Flatten dims start_dim..end_dim into one (by default all but the batch dim)."""
 

@@ -296,3 +296,22 @@ def test_randperm_is_a_seeded_permutation():
     assert a.dtype == fg.int64 and sorted(a.tolist()) == [0, 1, 2, 3, 4, 5]
     assert sorted(fg.randperm(10000).tolist()) == list(range(10000))  # no O(n^2) sort
     assert fg.randperm(3, dtype=fg.int32).dtype == fg.int32
+
+
+def test_legacy_constructors():
+    assert fg.Tensor([1, 2]).tolist() == [1.0, 2.0] and fg.Tensor([1, 2]).dtype == fg.float32
+    assert fg.Tensor(2, 3).shape == (2, 3) and fg.Tensor(2, 3).dtype == fg.float32
+    assert fg.Tensor().shape == (0,)
+    assert fg.FloatTensor([1, 2]).dtype == fg.float32
+    assert fg.LongTensor([1.7, 2]).tolist() == [1, 2] and fg.LongTensor([1]).dtype == fg.int64
+    assert fg.DoubleTensor(3).dtype == fg.float64
+    assert fg.tensor([1.0]).type() == "fusegrad.FloatTensor"
+    assert fg.tensor([1]).type() == "fusegrad.LongTensor"
+    assert fg.tensor([1]).type(fg.float64).dtype == fg.float64
+
+
+def test_size_and_comparing_with_none():
+    assert fg.zeros(2, 3).size() == fg.Size([2, 3]) and fg.Size([2, 3]) == (2, 3)
+    assert repr(fg.Size([2, 3])) == "fusegrad.Size([2, 3])"
+    assert (fg.zeros(1) == None) is False  # noqa: E711  (the habit being tested)
+    assert (fg.zeros(1) != None) is True  # noqa: E711

@@ -168,3 +168,71 @@ def test_a_model_with_inplace_activations_trains_as_without():
         return out
 
     assert losses(True) == losses(False)
+
+
+# ---------------------------------------------------------------- adaptive pooling, PReLU, ...
+
+
+def test_adaptive_avg_pool2d_with_overlapping_cells_and_its_gradient():
+    x = fg.arange(35.0).reshape(1, 1, 5, 7).requires_grad_()
+    y = F.adaptive_avg_pool2d(x, (2, 3))
+    (y * y).sum().backward()
+    assert y.tolist() == [[[[8.0, 10.0, 12.0], [22.0, 24.0, 26.0]]]]
+    g = x.grad.tolist()[0][0]
+    assert g[0] == pytest.approx([16 / 9, 16 / 9, 4.0, 20 / 9, 44 / 9, 8 / 3, 8 / 3])
+    assert g[2] == pytest.approx([60 / 9, 60 / 9, 128 / 9, 68 / 9, 16.0, 76 / 9, 76 / 9])
+
+
+def test_adaptive_avg_pool_shapes_as_torch():
+    assert F.adaptive_avg_pool2d(fg.arange(16.0).reshape(1, 4, 4), (3, None)).tolist() == [
+        [[2.0, 3.0, 4.0, 5.0], [6.0, 7.0, 8.0, 9.0], [10.0, 11.0, 12.0, 13.0]]
+    ]
+    assert F.adaptive_avg_pool1d(fg.arange(5.0).reshape(1, 1, 5), 3).tolist() == [[[0.5, 2.0, 3.5]]]
+    up = F.adaptive_avg_pool2d(fg.arange(6.0).reshape(1, 1, 2, 3), 4)  # more cells than input
+    assert up.tolist() == [
+        [[[0.0, 0.5, 1.5, 2.0], [0.0, 0.5, 1.5, 2.0], [3.0, 3.5, 4.5, 5.0], [3.0, 3.5, 4.5, 5.0]]]
+    ]
+    assert nn.AdaptiveAvgPool2d((1, 1))(fg.ones(2, 3, 4, 4)).shape == (2, 3, 1, 1)
+    assert repr(nn.AdaptiveAvgPool2d((1, 1))) == "AdaptiveAvgPool2d(output_size=(1, 1))"
+    with pytest.raises(RuntimeError):
+        F.adaptive_avg_pool2d(fg.ones(4, 4), 2)
+
+
+def test_prelu_per_channel_values_and_gradients():
+    m = nn.PReLU(3, init=0.1)
+    x = (fg.arange(12.0).reshape(2, 3, 2) - 5).requires_grad_()
+    y = m(x)
+    (y * y).sum().backward()
+    assert y.reshape(-1).tolist() == pytest.approx(
+        [-0.5, -0.4, -0.3, -0.2, -0.1, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    )
+    assert x.grad[0].reshape(-1).tolist() == pytest.approx([-0.1, -0.08, -0.06, -0.04, -0.02, 0.0])
+    assert m.weight.grad.tolist() == pytest.approx([8.2, 2.6, 0.2])
+    assert [n for n, _ in m.named_parameters()] == ["weight"]
+    assert F.prelu(fg.tensor([-2.0, 3.0]), fg.tensor([0.5])).tolist() == [-1.0, 3.0]
+    with pytest.raises(RuntimeError):
+        nn.PReLU(4)(fg.ones(2, 3, 2))
+
+
+def test_dropout2d_drops_whole_channels():
+    fg.manual_seed(0)
+    y = nn.Dropout2d(0.5)(fg.ones(8, 16, 3, 3))
+    assert set(y.sum((2, 3)).reshape(-1).tolist()) == {0.0, 18.0}  # a channel: all or nothing
+    assert nn.Dropout2d(0.5).eval()(fg.ones(1, 2, 2, 2)).tolist() == fg.ones(1, 2, 2, 2).tolist()
+    assert F.dropout2d(fg.ones(1, 2, 2, 2), 1.0).sum().item() == 0.0
+    assert repr(nn.Dropout2d(0.3)) == "Dropout2d(p=0.3, inplace=False)"
+
+
+def test_forward_hooks():
+    m = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1))
+    seen = []
+    handle = m[1].register_forward_hook(lambda mod, args, out: seen.append(out.shape))
+    m(fg.ones(4, 2))
+    handle.remove()
+    m(fg.ones(4, 2))
+    assert seen == [(4, 3)]
+    lin = nn.Linear(2, 1)
+    with lin.register_forward_hook(lambda mod, args, out: out * 0):
+        assert lin(fg.ones(1, 2)).tolist() == [[0.0]]
+    lin.register_forward_pre_hook(lambda mod, args: (args[0] * 0,))
+    assert lin(fg.ones(1, 2)).tolist() == [[lin.bias.item()]]
