@@ -66,14 +66,19 @@ from .autograd_state import (  # noqa: E402
 from .creation import (  # noqa: E402
     arange,
     as_tensor,
+    bernoulli,
     empty,
     empty_like,
     eye,
     from_numpy,
     full,
     full_like,
+    get_rng_state,
+    initial_seed,
     linspace,
     manual_seed,
+    multinomial,
+    normal,
     ones,
     ones_like,
     rand,
@@ -82,6 +87,7 @@ from .creation import (  # noqa: E402
     randn,
     randn_like,
     randperm,
+    set_rng_state,
     tensor,
     zeros,
     zeros_like,
@@ -89,6 +95,7 @@ from .creation import (  # noqa: E402
 from .debug import compile_times, graph_dot, kernels  # noqa: E402
 from .devices import device, get_default_device, set_default_device  # noqa: E402
 from .indexing import (  # noqa: E402
+    argwhere,
     flip,
     gather,
     index_add,
@@ -104,6 +111,7 @@ from .indexing import (  # noqa: E402
     scatter_reduce,
     take,
     take_along_dim,
+    unique,
     where,
 )
 from .jit import JitError, jit  # noqa: E402
@@ -185,6 +193,7 @@ from .shapeops import (  # noqa: E402
     argsort,
     bmm,
     chunk,
+    count_nonzero,
     cummax,
     cummin,
     cumprod,

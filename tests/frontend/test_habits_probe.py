@@ -315,3 +315,41 @@ def test_size_and_comparing_with_none():
     assert repr(fg.Size([2, 3])) == "fusegrad.Size([2, 3])"
     assert (fg.zeros(1) == None) is False  # noqa: E711  (the habit being tested)
     assert (fg.zeros(1) != None) is True  # noqa: E711
+
+
+def test_unique_and_count_nonzero():
+    x = fg.tensor([[3, 1], [3, 2]])
+    values, inverse, counts = fg.unique(x, return_inverse=True, return_counts=True)
+    assert values.tolist() == [1, 2, 3] and values.dtype == fg.int64
+    assert inverse.tolist() == [[2, 0], [2, 1]] and counts.tolist() == [1, 1, 2]
+    assert fg.tensor([3.5, 1.0, 3.5]).unique().tolist() == [1.0, 3.5]
+    assert fg.count_nonzero(fg.tensor([0, 1, 2])).item() == 2
+    assert fg.tensor([[0, 1], [2, 3]]).count_nonzero(dim=0).tolist() == [1, 2]
+    assert fg.argwhere(fg.tensor([[0, 1], [1, 0]])).tolist() == [[0, 1], [1, 0]]
+
+
+def test_bernoulli_normal_multinomial():
+    fg.manual_seed(0)
+    assert fg.bernoulli(fg.full((5,), 1.0)).tolist() == [1.0] * 5
+    assert fg.bernoulli(fg.zeros(3, dtype=fg.float64)).dtype == fg.float64
+    assert abs(fg.bernoulli(fg.full((20000,), 0.3)).mean().item() - 0.3) < 0.02
+    z = fg.normal(3.0, 2.0, size=(50000,))
+    assert (
+        z.shape == (50000,) and abs(z.mean().item() - 3) < 0.05 and abs(z.std().item() - 2) < 0.05
+    )
+    assert fg.normal(fg.ones(3), fg.zeros(3)).tolist() == [1.0, 1.0, 1.0]
+    assert fg.normal(2.0, fg.zeros(4)).tolist() == [2.0] * 4
+    assert fg.multinomial(fg.tensor([0.0, 1.0, 0.0]), 4, replacement=True).tolist() == [1] * 4
+    assert sorted(fg.multinomial(fg.tensor([1.0, 1.0, 1.0]), 3).tolist()) == [0, 1, 2]
+    assert fg.multinomial(fg.tensor([[0.0, 1.0], [1.0, 0.0]]), 1).tolist() == [[1], [0]]
+    with pytest.raises(RuntimeError):
+        fg.multinomial(fg.tensor([1.0, 1.0]), 3)
+
+
+def test_rng_state_and_initial_seed():
+    fg.manual_seed(5)
+    assert fg.initial_seed() == 5
+    state = fg.get_rng_state()
+    a = fg.rand(3).tolist()
+    fg.set_rng_state(state)
+    assert fg.rand(3).tolist() == a

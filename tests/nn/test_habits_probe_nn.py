@@ -236,3 +236,65 @@ def test_forward_hooks():
         assert lin(fg.ones(1, 2)).tolist() == [[0.0]]
     lin.register_forward_pre_hook(lambda mod, args: (args[0] * 0,))
     assert lin(fg.ones(1, 2)).tolist() == [[lin.bias.item()]]
+
+
+# ---------------------------------------------------------------- schedulers, init, utils
+
+
+def scheduled_lrs(make, steps):
+    opt = fg.optim.SGD([nn.Parameter(fg.ones(1))], lr=1.0)
+    sched = make(opt)
+    lrs = [round(opt.param_groups[0]["lr"], 6)]
+    for _ in range(steps):
+        opt.step()
+        sched.step()
+        lrs.append(round(opt.param_groups[0]["lr"], 6))
+    return lrs
+
+
+def test_warmup_and_restart_schedulers_as_torch():
+    S = fg.optim.lr_scheduler
+    assert scheduled_lrs(lambda o: S.LinearLR(o, 0.1, 0.5, total_iters=4), 6) == [
+        0.1, 0.2, 0.3, 0.4, 0.5, 0.5, 0.5
+    ]  # fmt: skip
+    assert scheduled_lrs(lambda o: S.ConstantLR(o, factor=0.5, total_iters=3), 5) == [
+        0.5, 0.5, 0.5, 1.0, 1.0, 1.0
+    ]  # fmt: skip
+    assert scheduled_lrs(
+        lambda o: S.CosineAnnealingWarmRestarts(o, T_0=2, T_mult=2, eta_min=0.1), 8
+    ) == [1.0, 0.55, 1.0, 0.868198, 0.55, 0.231802, 1.0, 0.965746, 0.868198]
+    warm_cosine = lambda o: S.SequentialLR(  # noqa: E731
+        o, [S.LinearLR(o, 0.1, total_iters=3), S.CosineAnnealingLR(o, T_max=5)], milestones=[3]
+    )
+    assert scheduled_lrs(warm_cosine, 9) == [
+        0.1, 0.4, 0.7, 1.0, 0.904508, 0.654508, 0.345492, 0.095492, 0.0, 0.095492
+    ]  # fmt: skip
+    opt = fg.optim.SGD([nn.Parameter(fg.ones(1))], lr=1.0)
+    with pytest.raises(ValueError):
+        S.LinearLR(opt, start_factor=0)
+    with pytest.raises(ValueError):
+        S.SequentialLR(opt, [S.ConstantLR(opt), S.ExponentialLR(opt, 0.9)], milestones=[])
+
+
+def test_trunc_normal_and_orthogonal_init():
+    fg.manual_seed(0)
+    t = nn.init.trunc_normal_(fg.empty(1000), std=0.02, a=-0.04, b=0.04)
+    assert t.abs().max().item() <= 0.04 and 0.01 < t.std().item() < 0.02
+    for shape in [(4, 4), (3, 5), (5, 3), (4, 2, 3)]:
+        w = nn.init.orthogonal_(fg.empty(*shape)).reshape(shape[0], -1).numpy()
+        gram = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
+        np.testing.assert_allclose(gram, np.eye(gram.shape[0]), atol=1e-5)
+    with pytest.raises(ValueError):
+        nn.init.orthogonal_(fg.empty(3))
+
+
+def test_parameters_to_vector_and_back():
+    m = nn.Linear(2, 2)
+    with fg.no_grad():
+        m.weight.copy_(fg.tensor([[1.0, 2.0], [3.0, 4.0]]))
+        m.bias.copy_(fg.tensor([5.0, 6.0]))
+    v = nn.utils.parameters_to_vector(m.parameters())
+    assert v.tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    nn.utils.vector_to_parameters(v * 2, m.parameters())
+    assert m.weight.tolist() == [[2.0, 4.0], [6.0, 8.0]] and m.bias.tolist() == [10.0, 12.0]
+    assert m.weight.is_leaf and m.weight.requires_grad
