@@ -294,7 +294,7 @@ class Tensor(MovementMixin, ReduceMixin):
         (`grad_fn.name()`, as `MulBackward0`), for printing and `grad_fn is None` checks."""
         if self._is_leaf or not self.requires_grad:
             return None
-        return GradFn(self.node)
+        return _grad_fn_class(self.node.op.name)(self.node)
 
     # ---------------------------------------------------------------- building blocks
     def _make(self, node: N.Node, *parents: Tensor, strides=None) -> Tensor:
@@ -1059,7 +1059,8 @@ def legacy_constructor(dtype, *args) -> Tensor:
 
 
 class GradFn:
-    """What `t.grad_fn` returns: names the op that made `t` (its IR op, in torch's style)."""
+    """What `t.grad_fn` returns: names the op that made `t` (its IR op, in torch's style:
+    `type(t.grad_fn).__name__` and `t.grad_fn.name()` are `MulBackward0` for a product)."""
 
     __slots__ = ("node",)
 
@@ -1067,10 +1068,15 @@ class GradFn:
         self.node = node
 
     def name(self) -> str:
-        return self.node.op.name.title().replace("_", "") + "Backward0"
+        return type(self).__name__
 
     def __repr__(self) -> str:
         return f"<{self.name()} object>"
+
+
+@functools.cache
+def _grad_fn_class(op_name: str) -> type:
+    return type(op_name.title().replace("_", "") + "Backward0", (GradFn,), {"__slots__": ()})
 
 
 class DataView(Tensor):

@@ -43,6 +43,7 @@ from .containers import ModuleDict, ModuleList, ParameterList, Sequential
 from .conv import AvgPool1d, AvgPool2d, Conv1d, Conv2d, MaxPool1d, MaxPool2d
 from .conv_transpose import ConvTranspose1d, ConvTranspose2d
 from .layers import (
+    CosineSimilarity,
     Dropout,
     Dropout2d,
     Embedding,
@@ -60,6 +61,7 @@ from .losses import (
     BCEWithLogitsLoss,
     CrossEntropyLoss,
     HuberLoss,
+    KLDivLoss,
     L1Loss,
     MSELoss,
     NLLLoss,
@@ -126,6 +128,8 @@ __all__ = [
     "L1Loss",
     "SmoothL1Loss",
     "HuberLoss",
+    "KLDivLoss",
+    "CosineSimilarity",
     "MaxPool1d",
     "MaxPool2d",
     "Module",

@@ -267,6 +267,55 @@ def smooth_l1_loss(
     return _reduce((d * d * (0.5 / beta)).where(d < beta, d - 0.5 * beta), reduction)
 
 
+def kl_div(
+    input: Tensor,
+    target: Tensor,
+    size_average=None,
+    reduce=None,
+    reduction: str = "mean",
+    log_target: bool = False,
+) -> Tensor:
+    """KL(target || exp(input)) pointwise: target (log target - input), 0 where target is 0
+    (or exp(target) (target - input) with `log_target`); reduction "batchmean" divides the
+    sum by the batch size, the true KL divergence ("mean" averages every element, as
+    torch's, which warns about it).
+
+    >>> import fusegrad as fg
+    >>> kl_div(fg.tensor([[-1.0, -0.5]]), fg.tensor([[0.5, 0.5]]), reduction="batchmean").item()
+    0.05685...
+    """
+    if reduction not in ("mean", "sum", "none", "batchmean"):
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    if log_target:
+        pointwise = target.exp() * (target - input)
+    else:
+        positive = target > 0
+        pointwise = where(positive, target * where(positive, target, 1.0).log(), 0.0)
+        pointwise = pointwise - target * input
+    if reduction == "batchmean":
+        total = pointwise.sum()
+        return total / input.shape[0] if input.ndim else total
+    if reduction == "mean":
+        warnings.warn(
+            "reduction: 'mean' divides the total loss by both the batch size and the support "
+            "size.'batchmean' divides only by the batch size, and aligns with the KL div math "
+            "definition.'mean' will be changed to behave the same as 'batchmean' in the next "
+            "major release.",
+            stacklevel=2,
+        )
+    return _reduce(pointwise, reduction)
+
+
+def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
+    """sum(x1 x2) / (max(|x1|, eps) max(|x2|, eps)) along `dim` (broadcasting), as torch's:
+    each norm is clamped at eps in value while its gradient stays the norm's."""
+    n1 = x1.norm(dim=dim, keepdim=True)
+    n2 = x2.norm(dim=dim, keepdim=True)
+    n1 = n1 + (n1.clamp_min(eps) - n1).detach()
+    n2 = n2 + (n2.clamp_min(eps) - n2).detach()
+    return ((x1 / n1) * (x2 / n2)).sum(dim)
+
+
 def huber_loss(
     input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0
 ) -> Tensor:

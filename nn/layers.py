@@ -139,6 +139,17 @@ class Dropout2d(Dropout):
         return F.dropout2d(input, self.p, self.training, self.inplace)
 
 
+class CosineSimilarity(Module):
+    """Cosine similarity along `dim` (F.cosine_similarity)."""
+
+    def __init__(self, dim: int = 1, eps: float = 1e-8):
+        super().__init__()
+        self.dim, self.eps = dim, eps
+
+    def forward(self, x1, x2):
+        return F.cosine_similarity(x1, x2, self.dim, self.eps)
+
+
 class Flatten(Module):
     """Flatten dims start_dim..end_dim into one (by default all but the batch dim)."""
 

@@ -64,6 +64,19 @@ class HuberLoss(_Loss):
         return F.huber_loss(input, target, reduction=self.reduction, delta=self.delta)
 
 
+class KLDivLoss(Module):
+    """KL divergence (F.kl_div); use reduction="batchmean" for the true divergence."""
+
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean", log_target=False):
+        super().__init__()
+        if reduction not in ("mean", "sum", "none", "batchmean"):
+            raise ValueError(f"{reduction} is not a valid value for reduction")
+        self.reduction, self.log_target = reduction, log_target
+
+    def forward(self, input, target):
+        return F.kl_div(input, target, reduction=self.reduction, log_target=self.log_target)
+
+
 class BCELoss(_WeightedLoss):
     """Binary cross-entropy on probabilities (put a Sigmoid before it)."""
 

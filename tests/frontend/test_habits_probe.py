@@ -268,12 +268,14 @@ def test_a_summarized_matrix_prints_its_corners():
     assert text.endswith("[4900, 4901, 4902,  ..., 4997, 4998, 4999]])")
 
 
-def test_printing_docstring_examples():
+@pytest.mark.parametrize("name", ["printing", "linalg", "nn.adaptive", "nn.functional"])
+def test_docstring_examples_of_the_new_modules(name):
     import doctest
+    import importlib
 
-    from fusegrad import printing
-
-    result = doctest.testmod(printing)
+    result = doctest.testmod(
+        importlib.import_module(f"fusegrad.{name}"), optionflags=doctest.ELLIPSIS
+    )
     assert result.attempted > 0 and result.failed == 0
 
 
@@ -353,3 +355,24 @@ def test_rng_state_and_initial_seed():
     a = fg.rand(3).tolist()
     fg.set_rng_state(state)
     assert fg.rand(3).tolist() == a
+
+
+def test_linalg_norms():
+    assert fg.linalg.norm(fg.tensor([3.0, 4.0])).item() == 5.0
+    assert fg.linalg.norm(fg.tensor([[3.0, 4.0], [1.0, 2.0]]), dim=1).tolist() == pytest.approx(
+        [5.0, 5**0.5]
+    )
+    assert fg.linalg.norm(fg.tensor([[3.0, -4.0], [1.0, 2.0]]), ord=1, dim=1).tolist() == [7.0, 3.0]
+    assert fg.linalg.norm(fg.tensor([3.0, -4.0]), ord=float("inf")).item() == 4.0
+    assert fg.linalg.vector_norm(fg.tensor([[3.0, -4.0]]), ord=1, dim=1).tolist() == [7.0]
+    assert fg.linalg.matrix_norm(fg.ones(2, 2, 2)).tolist() == [2.0, 2.0]
+    with pytest.raises(RuntimeError):
+        fg.linalg.norm(fg.ones(2, 2), ord=2)  # the spectral norm is not available: says so
+
+
+def test_grad_fn_type_is_named_as_torch():
+    y = fg.ones(1, requires_grad=True) * 2
+    assert type(y.grad_fn).__name__ == "MulBackward0"
+    from fusegrad.tensor import GradFn
+
+    assert isinstance(y.grad_fn, GradFn) and y.grad_fn.name() == "MulBackward0"

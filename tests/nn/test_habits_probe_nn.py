@@ -298,3 +298,27 @@ def test_parameters_to_vector_and_back():
     nn.utils.vector_to_parameters(v * 2, m.parameters())
     assert m.weight.tolist() == [[2.0, 4.0], [6.0, 8.0]] and m.bias.tolist() == [10.0, 12.0]
     assert m.weight.is_leaf and m.weight.requires_grad
+
+
+def test_cosine_similarity_and_kl_div_as_torch():
+    x = fg.tensor([[1.0, 0.0], [3.0, 4.0]], requires_grad=True)
+    y = fg.tensor([[1.0, 1.0], [-3.0, 4.0]], requires_grad=True)
+    c = F.cosine_similarity(x, y)
+    c.sum().backward()
+    assert c.tolist() == pytest.approx([0.7071068, 0.28])
+    assert x.grad.reshape(-1).tolist() == pytest.approx([0.0, 0.7071068, -0.1536, 0.1152])
+    zero = F.cosine_similarity(fg.zeros(1, 2), fg.ones(1, 2))
+    assert zero.tolist() == [0.0]  # the norm clamped at eps: no NaN
+    assert nn.CosineSimilarity(dim=0)(fg.tensor([1.0, 0.0]), fg.tensor([1.0, 1.0])).item() == (
+        pytest.approx(0.7071068)
+    )
+    x = fg.tensor([[-1.0, -0.5, -2.0], [-0.3, -1.2, -0.1]], requires_grad=True)
+    t = fg.tensor([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5]])  # a 0 target contributes 0, not NaN
+    loss = F.kl_div(x, t, reduction="batchmean")
+    loss.backward()
+    assert loss.item() == pytest.approx(-0.2514001)
+    assert x.grad.reshape(-1).tolist() == pytest.approx([-0.25, -0.25, 0.0, -0.1, -0.15, -0.25])
+    module = nn.KLDivLoss(reduction="batchmean")
+    assert module(fg.tensor([[-1.0, -0.5]]), fg.tensor([[0.5, 0.5]])).item() == pytest.approx(
+        0.0568528
+    )
