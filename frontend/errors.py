@@ -54,8 +54,9 @@ class DTypeError(FusegradError, TypeError, RuntimeError):
     some: both catch it."""
 
 
-class IndexingError(FusegradError, IndexError):
-    """An index or slice outside the tensor."""
+class IndexingError(FusegradError, IndexError, RuntimeError):
+    """An index or slice outside the tensor. PyTorch raises IndexError for most of these
+    and RuntimeError for some (`gather`, `index_select` with a float index): both catch it."""
 
 
 class JitError(FusegradError):

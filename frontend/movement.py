@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import math
 
-from .errors import DimError, IndexingError, ShapeError, fail
+from .errors import DimError, DTypeError, IndexingError, ShapeError, fail
 from .ir import node as N
 from .ir.dtypes import bool_, promote
 
@@ -410,13 +410,18 @@ def cat(tensors, dim: int = 0):
     tensors = list(tensors)
     if not tensors:
         fail(ShapeError, "cat", "expected a non-empty list of tensors")
+    for i, t in enumerate(tensors):
+        if not isinstance(t, Tensor):
+            fail(
+                DTypeError,
+                "cat",
+                f"expected Tensor as element {i} in argument 0, but got {type(t).__name__}",
+            )
     first = tensors[0]
     d = first._dim(dim, "cat")
     for t in tensors[1:]:
-        if (
-            not isinstance(t, Tensor)
-            or t.ndim != first.ndim
-            or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != d)
+        if t.ndim != first.ndim or any(
+            a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != d
         ):
             fail(
                 ShapeError,

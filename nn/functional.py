@@ -110,7 +110,11 @@ def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: boo
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     """int64 one-hot encoding along a new last axis (num_classes=-1 reads max + 1, as torch)."""
     if tensor.dtype.is_float or tensor.dtype.is_bool:
-        raise TypeError(f"one_hot is only applicable to index tensors, got {tensor.dtype.name}")
+        _fail(
+            DTypeError,
+            "one_hot",
+            f"one_hot is only applicable to index tensors, got {tensor.dtype.name}",
+        )
     if num_classes == -1:
         num_classes = int(tensor.max().item()) + 1 if tensor.numel() else 0
     values = _known_values(tensor)

@@ -4,6 +4,7 @@ and the error types PyTorch raises. Expected values are PyTorch's."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import fusegrad as fg
@@ -193,6 +194,9 @@ def test_iteration():
         lambda: nn.Linear(3, 2)(fg.ones(4, 2)),
         lambda: nn.Embedding(5, 2)(fg.tensor([1.0])),
         lambda: nn.functional.cross_entropy(fg.ones(3, 3), fg.tensor([0.0, 2.0, 1.0])),
+        lambda: fg.ones(2, 2).gather(1, fg.tensor([[0], [2]])),
+        lambda: fg.ones(3).index_select(0, fg.tensor([0.0])),
+        lambda: nn.functional.one_hot(fg.tensor([1.0]), 3),
     ],
 )
 def test_common_misuse_raises_runtime_error_as_torch(misuse):
@@ -376,3 +380,10 @@ def test_grad_fn_type_is_named_as_torch():
     from fusegrad.tensor import GradFn
 
     assert isinstance(y.grad_fn, GradFn) and y.grad_fn.name() == "MulBackward0"
+
+
+def test_cat_of_a_non_tensor_is_a_type_error_naming_it():
+    with pytest.raises(TypeError, match="element 1 in argument 0, but got ndarray"):
+        fg.cat([fg.ones(2), np.ones(2)])
+    with pytest.raises(IndexError):  # still an IndexError for `except IndexError`
+        fg.ones(2, 2).gather(1, fg.tensor([[0], [2]]))
