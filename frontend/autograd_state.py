@@ -13,15 +13,42 @@ def enabled() -> bool:
     return getattr(_state, "enabled", True)
 
 
-@contextlib.contextmanager
-def no_grad():
-    """Within this block, results never require grad (as `torch.no_grad()`)."""
-    old = enabled()
-    _state.enabled = False
-    try:
-        yield
-    finally:
-        _state.enabled = old
+def no_grad(func=None):
+    """Within this block, results never require grad (as `torch.no_grad()`); also a
+    decorator, with or without the call (`@fg.no_grad()`, `@fg.no_grad`), as torch's.
+
+    >>> import fusegrad as fg
+    >>> @fg.no_grad
+    ... def double(t):
+    ...     return t * 2
+    >>> double(fg.ones(1, requires_grad=True)).requires_grad
+    False
+    """
+    if callable(func):  # @fg.no_grad, without the call
+        return _NoGrad()(func)
+    return _NoGrad()
+
+
+class _NoGrad:
+    """What `no_grad()` returns: a context manager, and a decorator."""
+
+    def __init__(self):
+        self._saved: list[bool] = []  # one per nested `with` of this object
+
+    def __enter__(self) -> None:
+        self._saved.append(enabled())
+        _state.enabled = False
+
+    def __exit__(self, *exc) -> None:
+        _state.enabled = self._saved.pop()
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            with _NoGrad():
+                return fn(*args, **kwargs)
+
+        return run
 
 
 @contextlib.contextmanager

@@ -272,7 +272,9 @@ def test_a_summarized_matrix_prints_its_corners():
     assert text.endswith("[4900, 4901, 4902,  ..., 4997, 4998, 4999]])")
 
 
-@pytest.mark.parametrize("name", ["printing", "linalg", "nn.adaptive", "nn.functional"])
+@pytest.mark.parametrize(
+    "name", ["printing", "linalg", "nn.adaptive", "nn.functional", "autograd_state"]
+)
 def test_docstring_examples_of_the_new_modules(name):
     import doctest
     import importlib
@@ -387,3 +389,22 @@ def test_cat_of_a_non_tensor_is_a_type_error_naming_it():
         fg.cat([fg.ones(2), np.ones(2)])
     with pytest.raises(IndexError):  # still an IndexError for `except IndexError`
         fg.ones(2, 2).gather(1, fg.tensor([[0], [2]]))
+
+
+def test_no_grad_as_a_decorator_without_the_call():
+    @fg.no_grad
+    def double(t):
+        return t * 2
+
+    x = fg.ones(1, requires_grad=True)
+    assert not double(x).requires_grad and fg.is_grad_enabled()
+    with fg.no_grad():
+        with fg.enable_grad():
+            assert (x * 2).requires_grad
+        assert not (x * 2).requires_grad
+    try:
+        with fg.no_grad():
+            raise KeyError
+    except KeyError:
+        pass
+    assert fg.is_grad_enabled()
