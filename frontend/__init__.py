@@ -52,26 +52,33 @@ def _mixed_devices(op, a: str, b: str):
 
 
 _node.MIXED_DEVICES_HOOK = _mixed_devices
-from . import cuda, testing  # noqa: E402
+from . import cuda, linalg, testing  # noqa: E402
 from . import indexing as _indexing  # noqa: E402
 from .autograd import GradError, grad  # noqa: E402
 from .autograd_state import (  # noqa: E402
     enable_grad,
     inference_mode,
+    is_grad_enabled,
     is_inference_mode_enabled,
     no_grad,
+    set_grad_enabled,
 )
 from .creation import (  # noqa: E402
     arange,
     as_tensor,
+    bernoulli,
     empty,
     empty_like,
     eye,
     from_numpy,
     full,
     full_like,
+    get_rng_state,
+    initial_seed,
     linspace,
     manual_seed,
+    multinomial,
+    normal,
     ones,
     ones_like,
     rand,
@@ -79,6 +86,8 @@ from .creation import (  # noqa: E402
     randint,
     randn,
     randn_like,
+    randperm,
+    set_rng_state,
     tensor,
     zeros,
     zeros_like,
@@ -86,6 +95,7 @@ from .creation import (  # noqa: E402
 from .debug import compile_times, graph_dot, kernels  # noqa: E402
 from .devices import device, get_default_device, set_default_device  # noqa: E402
 from .indexing import (  # noqa: E402
+    argwhere,
     flip,
     gather,
     index_add,
@@ -101,6 +111,7 @@ from .indexing import (  # noqa: E402
     scatter_reduce,
     take,
     take_along_dim,
+    unique,
     where,
 )
 from .jit import JitError, jit  # noqa: E402
@@ -183,6 +194,7 @@ from .shapeops import (  # noqa: E402
     argsort,
     bmm,
     chunk,
+    count_nonzero,
     cummax,
     cummin,
     cumprod,
@@ -336,6 +348,87 @@ def pad(x, pad, value=0.0):  # noqa: A002
 
 def is_tensor(x) -> bool:
     return isinstance(x, Tensor)
+
+
+def max(x, dim=None, keepdim=False):  # noqa: A001
+    """torch.max: the largest element, (values, indices) along `dim`, or with a tensor as
+    the second argument the elementwise maximum."""
+    if isinstance(dim, Tensor):
+        return x.maximum(dim)
+    return x.max(dim, keepdim)
+
+
+def min(x, dim=None, keepdim=False):  # noqa: A001
+    """torch.min: the smallest element, (values, indices) along `dim`, or with a tensor as
+    the second argument the elementwise minimum."""
+    if isinstance(dim, Tensor):
+        return x.minimum(dim)
+    return x.min(dim, keepdim)
+
+
+def concat(tensors, dim=0):
+    """torch.concat, another name of `cat`."""
+    return cat(tensors, dim)
+
+
+def hstack(tensors):
+    """Join along the first axis of 1-d tensors, else the second (torch.hstack)."""
+    return cat(tensors, 0 if tensors[0].ndim == 1 else 1)
+
+
+def vstack(tensors):
+    """Join as rows: 1-d tensors become rows of a matrix (torch.vstack)."""
+    return cat([t.reshape(1, -1) if t.ndim < 2 else t for t in tensors], 0)
+
+
+def get_default_dtype():
+    """The dtype of float tensors made from Python floats: float32, as in torch."""
+    return float32
+
+
+class Size(tuple):
+    """torch.Size: a shape, a tuple (`t.shape == fg.Size([2, 3])`)."""
+
+    def __repr__(self) -> str:
+        return f"fusegrad.Size({list(self)})"
+
+
+def _legacy(dtype, name: str):
+    from .tensor import legacy_constructor
+
+    def make(*args):
+        return legacy_constructor(dtype, *args)
+
+    make.__name__ = make.__qualname__ = name
+    make.__doc__ = f"torch's legacy `{name}(data)` / `{name}(*sizes)` constructor ({dtype.name})."
+    return make
+
+
+FloatTensor = _legacy(float32, "FloatTensor")
+DoubleTensor = _legacy(float64, "DoubleTensor")
+LongTensor = _legacy(int64, "LongTensor")
+IntTensor = _legacy(int32, "IntTensor")
+BoolTensor = _legacy(bool_, "BoolTensor")
+ByteTensor = _legacy(uint8, "ByteTensor")
+
+
+def __getattr__(name: str):
+    """torch's function forms of tensor methods: `fg.mul(a, b)` is `a.mul(b)`, for every
+    public method of Tensor (`fg.pow`, `fg.numel`, `fg.narrow`, `fg.argmin`, ...)."""
+    method = None if name.startswith("_") else getattr(Tensor, name, None)
+    if not callable(method) or isinstance(method, type):
+        raise AttributeError(f"module 'fusegrad' has no attribute '{name}'")
+
+    def function(input, *args, **kwargs):  # noqa: A002
+        if not isinstance(input, Tensor):
+            raise TypeError(
+                f"{name}(): argument 'input' must be Tensor, not {type(input).__name__}"
+            )
+        return getattr(input, name)(*args, **kwargs)
+
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = f"`fg.{name}(t, ...)` is `t.{name}(...)`."
+    return function
 
 
 __all__ = [n for n in dir() if not n.startswith("_")]

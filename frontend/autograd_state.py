@@ -13,15 +13,42 @@ def enabled() -> bool:
     return getattr(_state, "enabled", True)
 
 
-@contextlib.contextmanager
-def no_grad():
-    """Within this block, results never require grad (as `torch.no_grad()`)."""
-    old = enabled()
-    _state.enabled = False
-    try:
-        yield
-    finally:
-        _state.enabled = old
+def no_grad(func=None):
+    """Within this block, results never require grad (as `torch.no_grad()`); also a
+    decorator, with or without the call (`@fg.no_grad()`, `@fg.no_grad`), as torch's.
+
+    >>> import fusegrad as fg
+    >>> @fg.no_grad
+    ... def double(t):
+    ...     return t * 2
+    >>> double(fg.ones(1, requires_grad=True)).requires_grad
+    False
+    """
+    if callable(func):  # @fg.no_grad, without the call
+        return _NoGrad()(func)
+    return _NoGrad()
+
+
+class _NoGrad:
+    """What `no_grad()` returns: a context manager, and a decorator."""
+
+    def __init__(self):
+        self._saved: list[bool] = []  # one per nested `with` of this object
+
+    def __enter__(self) -> None:
+        self._saved.append(enabled())
+        _state.enabled = False
+
+    def __exit__(self, *exc) -> None:
+        _state.enabled = self._saved.pop()
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            with _NoGrad():
+                return fn(*args, **kwargs)
+
+        return run
 
 
 @contextlib.contextmanager
@@ -32,6 +59,44 @@ def enable_grad():
         yield
     finally:
         _state.enabled = old
+
+
+def is_grad_enabled() -> bool:
+    """Whether operations record history now (False under `no_grad()`), as torch's."""
+    return enabled()
+
+
+class set_grad_enabled:  # noqa: N801  (torch's name)
+    """Turn recording on or off, as `torch.set_grad_enabled(mode)`: called plainly it sets
+    the mode; as a context manager (or decorator) the mode is restored on exit.
+
+    >>> import fusegrad as fg
+    >>> w = fg.ones(2, requires_grad=True)
+    >>> with fg.set_grad_enabled(False):
+    ...     (w * 2).requires_grad
+    False
+    """
+
+    def __init__(self, mode: bool):
+        self._before = enabled()
+        _state.enabled = bool(mode)
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc) -> None:
+        _state.enabled = self._before
+
+    def __call__(self, fn):
+        mode = enabled()
+        _state.enabled = self._before  # decorating does not change the mode now
+
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            with set_grad_enabled(mode):
+                return fn(*args, **kwargs)
+
+        return run
 
 
 def is_inference_mode_enabled() -> bool:

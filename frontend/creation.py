@@ -429,8 +429,92 @@ def randn_like(t: Tensor, dtype=None, device=None) -> Tensor:
     return randn(t.shape, dtype=dtype or t.dtype, device=_like(t, device))
 
 
+def randperm(n: int, dtype=None, device=None) -> Tensor:
+    """A random permutation of 0..n-1 (int64), from the `manual_seed` stream: the order
+    that sorts n uniform draws."""
+    if n < 0:
+        fail(ArgumentError, "randperm", f"n must be non-negative, got {n}")
+    dtype = checked_dtype(dtype or int64, "randperm")
+    draws = rand(n, dtype="float64").numpy()  # sorted on the host: a sort kernel is O(n^2)
+    return tensor(np.argsort(draws, kind="stable"), dtype=dtype, device=device)
+
+
+def bernoulli(input: Tensor, p=None, *, generator=None) -> Tensor:
+    """1 with probability `input` (or `p`), else 0, elementwise, in input's dtype."""
+    u = rand(*input.shape, dtype="float64", device=input.device)
+    return (u < (input if p is None else p)).cast(input.dtype)
+
+
+def normal(mean, std=1.0, size=None, *, generator=None, dtype=None, device=None) -> Tensor:
+    """Samples of N(mean, std^2): `normal(0.0, 1.0, size=(3,))`, or elementwise for tensor
+    means and/or stds (the shape is theirs), as torch.normal."""
+    if isinstance(mean, Tensor) or isinstance(std, Tensor):
+        like = mean if isinstance(mean, Tensor) else std
+        shape = like.shape if size is None else tuple(size)
+        if isinstance(mean, Tensor) and isinstance(std, Tensor):
+            from .tensor import broadcast_shapes
+
+            shape = broadcast_shapes(mean.shape, std.shape, "normal")
+        return randn(*shape, dtype=like.dtype, device=like.device) * std + mean
+    if size is None:
+        fail(ArgumentError, "normal", "with a number for mean and std, give size=")
+    return randn(*_shape(tuple(size)), dtype=dtype, device=device) * std + mean
+
+
+def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *, generator=None):
+    """Indices drawn with the probabilities in each row of `input` (weights, need not sum
+    to 1), with or without replacement (int64; drawn on the host from the manual_seed
+    stream)."""
+    w = np.asarray(input.detach().numpy(), dtype=np.float64)
+    rows = w.reshape(1, -1) if w.ndim == 1 else w
+    if w.ndim not in (1, 2) or (rows < 0).any() or not np.isfinite(rows).all():
+        fail(ArgumentError, "multinomial", "expects 1-d or 2-d finite non-negative weights")
+    if not replacement and num_samples > rows.shape[1]:
+        fail(
+            ArgumentError,
+            "multinomial",
+            "cannot sample n_sample > prob_dist.size(-1) samples without replacement",
+        )
+    rng = np.random.default_rng(_next_seed())
+    out = []
+    for r in rows:
+        if r.sum() <= 0:
+            fail(
+                ArgumentError,
+                "multinomial",
+                "invalid multinomial distribution (sum of probabilities <= 0)",
+            )
+        if not replacement and np.count_nonzero(r) < num_samples:
+            fail(
+                ArgumentError,
+                "multinomial",
+                "invalid multinomial distribution (with replacement=False, not enough "
+                "non-negative category to sample)",
+            )
+        out.append(rng.choice(r.size, num_samples, replace=replacement, p=r / r.sum()))
+    out = np.asarray(out, dtype=np.int64)
+    return tensor(out[0] if w.ndim == 1 else out, device=input.device)
+
+
+def initial_seed() -> int:
+    """The seed `manual_seed` set last (0 until then)."""
+    return _seed["seed"]
+
+
+def get_rng_state() -> Tensor:
+    """The random stream's position (seed, draws so far), for `set_rng_state`."""
+    return tensor([_seed["seed"], _seed["counter"]], dtype=int64)
+
+
+def set_rng_state(state) -> None:
+    """Go back to a position `get_rng_state` returned: the same draws follow again."""
+    _seed["seed"], _seed["counter"] = (int(v) for v in state.tolist())
+
+
 def randint(low: int, high: int | None = None, size=(), dtype=None, device=None) -> Tensor:
     if high is None:
         low, high = 0, low
+    elif isinstance(high, (tuple, list)):  # randint(high, size), as torch allows
+        low, high, size = 0, low, high
     u = rand(*_shape(tuple(size)), dtype="float64", device=device)
     return (u * (high - low) + low).cast(checked_dtype(dtype or int64, "randint"))

@@ -42,16 +42,21 @@ class FusegradError(Exception):
     """Base class of the errors fusegrad raises on bad input."""
 
 
-class ShapeError(FusegradError, ValueError):
-    """Shapes that do not fit the op (broadcasting, reshape, matmul, dim)."""
+class ShapeError(FusegradError, ValueError, RuntimeError):
+    """Shapes that do not fit the op (broadcasting, reshape, matmul, dim). PyTorch raises
+    RuntimeError for most of these and ValueError for some (a loss's batch sizes): both
+    catch it."""
 
 
-class DTypeError(FusegradError, TypeError):
-    """A dtype, or a mix of dtypes, the op does not support."""
+class DTypeError(FusegradError, TypeError, RuntimeError):
+    """A dtype, or a mix of dtypes, the op does not support. PyTorch raises RuntimeError
+    for most of these (`mean` of an int tensor, matmul of int and float) and TypeError for
+    some: both catch it."""
 
 
-class IndexingError(FusegradError, IndexError):
-    """An index or slice outside the tensor."""
+class IndexingError(FusegradError, IndexError, RuntimeError):
+    """An index or slice outside the tensor. PyTorch raises IndexError for most of these
+    and RuntimeError for some (`gather`, `index_select` with a float index): both catch it."""
 
 
 class JitError(FusegradError):

@@ -35,7 +35,7 @@ import math
 
 import numpy as np
 
-from .errors import DTypeError, IndexingError, ShapeError, fail
+from .errors import ArgumentError, DTypeError, IndexingError, ShapeError, fail
 from .ir import node as N
 from .ir.autodiff import own_node, with_vjp
 from .ir.dtypes import int64
@@ -923,6 +923,30 @@ def argwhere(x):
     return nonzero(x)
 
 
+def unique(
+    x, sorted: bool = True, return_inverse: bool = False, return_counts: bool = False, dim=None
+):  # noqa: A002, E501
+    """The distinct values, sorted (the values are computed now), with torch's optional
+    inverse (where each element's value is in the result) and counts.
+
+    >>> import fusegrad as fg
+    >>> fg.tensor([3, 1, 3, 2]).unique(return_counts=True)
+    (tensor([1, 2, 3]), tensor([1, 1, 2]))
+    """
+    from .creation import tensor
+
+    if dim is not None:
+        fail(ArgumentError, "unique", "dim= is not supported here; unique of the flattened values")
+    a = np.asarray(values_for_shape(x, "unique"))
+    values, inverse, counts = np.unique(a, return_inverse=True, return_counts=True)
+    out = [tensor(values, dtype=x.dtype, device=x.device)]
+    if return_inverse:
+        out.append(tensor(inverse.reshape(a.shape).astype(np.int64), device=x.device))
+    if return_counts:
+        out.append(tensor(counts.astype(np.int64), device=x.device))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
 def where(cond, a=None, b=None):
     """`a` where `cond` is true, else `b`; with `cond` alone, `nonzero(cond, as_tuple=True)`.
 
@@ -967,6 +991,7 @@ def flipud(x):
 
 
 METHODS = {
+    "unique": unique,
     "gather": gather,
     "scatter": scatter,
     "scatter_add": scatter_add,

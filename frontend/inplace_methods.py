@@ -3,7 +3,7 @@
 >>> import fusegrad as fg
 >>> t = fg.tensor([1.0, 4.0, 9.0])
 >>> t.sqrt_().clamp_(max=2.5)
-tensor([1. , 2. , 2.5])
+tensor([1.0000, 2.0000, 2.5000])
 
 Each variant in `SAME_SHAPE` is `self._inplace(self.op(*args, **kwargs), "op_")`, so it
 follows `Tensor._inplace`'s rules: the result keeps this tensor's shape and dtype (no

@@ -5,6 +5,13 @@ PyTorch would report for the view (`stride()`), the way MiniTorch and norch
 teach them: transposing swaps strides, expanding gives stride 0, slicing with
 a step multiplies the stride.
 
+As in PyTorch, a view shares its base's elements for writes: an in-place op on a
+view (`x[0][1] = 5`, `x[:, 0].zero_()`, `x.view(-1).fill_(1)`) lands in the base
+too. Each view remembers its base and how to take itself from a tensor of the
+base's shape (`linked`); `write_through` puts the view's new elements back at
+their places in the base. Reads are not shared the other way: a view taken before
+its base is written keeps the old value (README, "Knowingly not supported").
+
 >>> import fusegrad as fg
 >>> x = fg.arange(12).reshape(3, 4)
 >>> x.T.shape, x.T.stride(), x.T.is_contiguous()
@@ -16,7 +23,7 @@ from __future__ import annotations
 import functools
 import math
 
-from .errors import IndexingError, ShapeError, fail
+from .errors import DimError, DTypeError, IndexingError, ShapeError, fail
 from .ir import node as N
 from .ir.dtypes import bool_, promote
 
@@ -65,6 +72,33 @@ def _view_strides(old_shape, old_strides, new_shape):
     return tuple(new_strides)
 
 
+def linked(view, base, redo):
+    """`view`, remembered as a view of `base` that `redo(t)` takes from any tensor `t` of
+    base's shape, so that in-place writes to it land in `base` (`write_through`)."""
+    if view is not base:
+        view._base = (base, redo)
+    return view
+
+
+def write_through(link, value, op: str) -> None:
+    """Write `value`, a view's new value, into the view's base at the view's places.
+
+    The places are the view of the base's flat positions: `redo` applied to them says
+    where each element of the view lives in the base.
+
+    >>> import fusegrad as fg
+    >>> x = fg.zeros(2, 3)
+    >>> x[0][1] = 5.0
+    >>> x.tolist()
+    [[0.0, 5.0, 0.0], [0.0, 0.0, 0.0]]
+    """
+    from .indexing import _positions, _put
+
+    base, redo = link
+    places = redo(_positions(base))
+    base._inplace(_put(base, places, value.cast(base.dtype), may_repeat=False), op)
+
+
 class MovementMixin:
     """View methods of Tensor."""
 
@@ -103,7 +137,8 @@ class MovementMixin:
         """The same elements in row-major order, in a new shape (one axis may be -1)."""
         shape = self._resolve_shape(shape, "reshape")
         st = _view_strides(self.shape, self.stride(), shape)
-        return self._view(N.reshape(self.node, shape), st or _contiguous_strides(shape))
+        out = self._view(N.reshape(self.node, shape), st or _contiguous_strides(shape))
+        return out if st is None else linked(out, self, lambda t: t.reshape(shape))
 
     def view(self, *shape):
         """Like reshape, but only where no copy would be needed (as PyTorch's view)."""
@@ -116,7 +151,7 @@ class MovementMixin:
                 f"view of shape {shape} is not compatible with strides "
                 f"{self.stride()} of shape {self.shape}; use reshape() or contiguous() first",
             )
-        return self._view(N.reshape(self.node, shape), st)
+        return linked(self._view(N.reshape(self.node, shape), st), self, lambda t: t.reshape(shape))
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1):
         if self.ndim == 0:
@@ -134,13 +169,14 @@ class MovementMixin:
             dims = [d for d in self._dims(dim, "squeeze") if self.shape[d] == 1]
         shape = tuple(s for i, s in enumerate(self.shape) if i not in dims)
         strides = tuple(st for i, st in enumerate(self.stride()) if i not in dims)
-        return self._view(N.reshape(self.node, shape), strides)
+        out = self._view(N.reshape(self.node, shape), strides)
+        return linked(out, self, lambda t: t.reshape(shape))
 
     def unsqueeze(self, dim: int):
         n = self.ndim + 1
         if not -n <= dim < n:
             fail(
-                ShapeError,
+                DimError,
                 "unsqueeze",
                 f"dim {dim} is out of range for a tensor of shape {self.shape} "
                 f"(expected -{n} <= dim < {n})",
@@ -150,7 +186,8 @@ class MovementMixin:
         st = self.stride()
         inner = st[dim] * self.shape[dim] if dim < self.ndim else 1
         strides = st[:dim] + (inner,) + st[dim:]
-        return self._view(N.reshape(self.node, shape), strides)
+        out = self._view(N.reshape(self.node, shape), strides)
+        return linked(out, self, lambda t: t.reshape(shape))
 
     # ---------------------------------------------------------------- axis order
     def permute(self, *dims):
@@ -170,7 +207,8 @@ class MovementMixin:
                 f"{tuple(dims)} is not a permutation of the axes of shape {self.shape}",
             )
         st = self.stride()
-        return self._view(N.permute(self.node, order), tuple(st[o] for o in order))
+        out = self._view(N.permute(self.node, order), tuple(st[o] for o in order))
+        return linked(out, self, lambda t: t.permute(order))
 
     def transpose(self, dim0: int = 0, dim1: int = 1):
         a, b = self._dim(dim0, "transpose"), self._dim(dim1, "transpose")
@@ -305,7 +343,8 @@ class MovementMixin:
             if strides_out[k] is None:
                 last = k + 1 == len(strides_out)
                 strides_out[k] = 1 if last else strides_out[k + 1] * shape[k + 1]
-        return self._view(N.reshape(node, tuple(shape)), tuple(strides_out))
+        out = self._view(N.reshape(node, tuple(shape)), tuple(strides_out))
+        return linked(out, self, lambda t: t[index])
 
     # ---------------------------------------------------------------- padding
     def pad(self, pad, value: float = 0.0):
@@ -371,13 +410,18 @@ def cat(tensors, dim: int = 0):
     tensors = list(tensors)
     if not tensors:
         fail(ShapeError, "cat", "expected a non-empty list of tensors")
+    for i, t in enumerate(tensors):
+        if not isinstance(t, Tensor):
+            fail(
+                DTypeError,
+                "cat",
+                f"expected Tensor as element {i} in argument 0, but got {type(t).__name__}",
+            )
     first = tensors[0]
     d = first._dim(dim, "cat")
     for t in tensors[1:]:
-        if (
-            not isinstance(t, Tensor)
-            or t.ndim != first.ndim
-            or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != d)
+        if t.ndim != first.ndim or any(
+            a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != d
         ):
             fail(
                 ShapeError,

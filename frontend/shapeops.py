@@ -1109,7 +1109,19 @@ def _shared_by_ties(out, flat):
     return out
 
 
+def count_nonzero(x, dim=None):
+    """How many elements are not zero (int64), over all of x or along `dim` (an int or a
+    tuple).
+
+    >>> import fusegrad as fg
+    >>> fg.count_nonzero(fg.tensor([[0, 1], [2, 3]]), dim=0).tolist()
+    [1, 2]
+    """
+    return (x != 0).cast("int64").sum(dim)
+
+
 METHODS = {
+    "count_nonzero": count_nonzero,
     "prod": prod,
     "all": all_,
     "any": any_,

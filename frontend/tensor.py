@@ -38,9 +38,9 @@ from .errors import ArgumentError, DimError, DTypeError, ShapeError, checked_dty
 from .ir import node as N
 from .ir import sites as _sites
 from .ir.autodiff import with_vjp
-from .ir.dtypes import DType, bool_, float32, promote, promote_scalar, to_dtype
+from .ir.dtypes import DType, bool_, float32, promote, promote_scalar
 from .ir.ops import MOVEMENT, Ops
-from .movement import MovementMixin
+from .movement import MovementMixin, write_through
 from .reduce import ReduceMixin
 from .runtime.cuda import to_device
 from .runtime.engine import engine
@@ -72,6 +72,7 @@ class Tensor(MovementMixin, ReduceMixin):
         "_strides",
         "_is_leaf",
         "_version",
+        "_base",  # (base, redo) for a view whose in-place writes land in base (movement.py)
         "__weakref__",
     )
     __array_priority__ = 1000  # numpy scalars on the left defer to our operators
@@ -92,7 +93,10 @@ class Tensor(MovementMixin, ReduceMixin):
             kwargs["out"] = tuple(x.numpy() if isinstance(x, Tensor) else x for x in kwargs["out"])
         return getattr(ufunc, method)(*args, **kwargs)
 
-    def __init__(self, node: N.Node, requires_grad: bool = False, strides=None, leaf=None):
+    def __init__(self, node: N.Node = None, requires_grad: bool = False, strides=None, leaf=None):
+        if type(node) is not N.Node:  # torch's legacy `Tensor([1, 2])` / `Tensor(2, 3)`
+            node = legacy_constructor(float32, node, requires_grad, strides, leaf).node
+            requires_grad, strides, leaf = False, None, None
         self.node = node
         self.requires_grad = requires_grad
         self._grad = None
@@ -137,6 +141,33 @@ class Tensor(MovementMixin, ReduceMixin):
 
     def numel(self) -> int:
         return math.prod(self.shape)
+
+    def nelement(self) -> int:
+        return self.numel()
+
+    def element_size(self) -> int:
+        """Bytes per element (4 for float32)."""
+        return self.dtype.itemsize
+
+    def is_floating_point(self) -> bool:
+        return self.dtype.is_float
+
+    def view_as(self, other) -> Tensor:
+        return self.view(other.shape)
+
+    def reshape_as(self, other) -> Tensor:
+        return self.reshape(other.shape)
+
+    def ravel(self) -> Tensor:
+        return self.reshape(-1)
+
+    def mm(self, other) -> Tensor:
+        """The product of two matrices (as torch.mm: both must be 2-d)."""
+        if self.ndim != 2 or other.ndim != 2:
+            fail(
+                ShapeError, "mm", f"expects two matrices, got shapes {self.shape} and {other.shape}"
+            )
+        return self @ other
 
     def __len__(self) -> int:
         if not self.shape:
@@ -226,16 +257,45 @@ class Tensor(MovementMixin, ReduceMixin):
     def __int__(self) -> int:
         return int(self.item())
 
+    def __index__(self) -> int:
+        """An integer tensor of one element as a Python index: `xs[t]`, `range(t)`."""
+        if self.dtype.is_float or self.numel() != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self.item())
+
+    def __format__(self, spec: str) -> str:
+        """A 0-d tensor formats as its value (`f"{loss:.4f}"`), as in PyTorch."""
+        if self.ndim == 0:
+            return self.item().__format__(spec)
+        return object.__format__(self, spec)
+
+    def __iter__(self):
+        """The slices along the first axis; a 0-d tensor has none (a TypeError, as torch)."""
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return iter(self.unbind(0))
+
     def __repr__(self) -> str:
-        body = np.array2string(self._host(), separator=", ", prefix="tensor(")
-        extra = (
-            "" if self.dtype in (float32, to_dtype("int64"), bool_) else f", dtype={self.dtype!r}"
-        )
+        """PyTorch's printed form (`frontend/printing.py`): `tensor([1.0000, 2.5000])`."""
+        from .printing import tensor_repr
+
+        tail = []
         if self.node.device not in ("cpu", None):
-            extra += f", device='{self.node.device}'"
-        if self.requires_grad:
-            extra += ", requires_grad=True"
-        return f"tensor({body}{extra})"
+            tail.append(f"device='{self.node.device}'")
+        grad_fn = self.grad_fn
+        if grad_fn is not None:
+            tail.append(f"grad_fn=<{grad_fn.name()}>")
+        elif self.requires_grad:
+            tail.append("requires_grad=True")
+        return tensor_repr(self._host(), f"dtype={self.dtype!r}", tail)
+
+    @property
+    def grad_fn(self):
+        """None for a leaf or a tensor without history; else the function that made it
+        (`grad_fn.name()`, as `MulBackward0`), for printing and `grad_fn is None` checks."""
+        if self._is_leaf or not self.requires_grad:
+            return None
+        return _grad_fn_class(self.node.op.name)(self.node)
 
     # ---------------------------------------------------------------- building blocks
     def _make(self, node: N.Node, *parents: Tensor, strides=None) -> Tensor:
@@ -327,7 +387,11 @@ class Tensor(MovementMixin, ReduceMixin):
         """This tensor on the CPU (self if it is there already)."""
         return self.to(device="cpu")
 
-    def type(self, dtype) -> Tensor:
+    def type(self, dtype=None):
+        """`t.type(fg.float64)` casts; `t.type()` names the type, as torch's
+        ("fusegrad.FloatTensor")."""
+        if dtype is None:
+            return f"fusegrad.{_TYPE_NAMES.get(self.dtype.name, self.dtype.name)}Tensor"
         return self.cast(dtype)
 
     def float(self) -> Tensor:
@@ -505,9 +569,13 @@ class Tensor(MovementMixin, ReduceMixin):
         return Tensor(N.binary(Ops.ADD, less, N.binary(Ops.CMPEQ, a, b)))  # bool | is +
 
     def __eq__(self, o):  # type: ignore[override]
+        if o is None:  # `t == None` is False, as torch's
+            return False
         return self._binary(Ops.CMPEQ, o, "eq")
 
     def __ne__(self, o):  # type: ignore[override]
+        if o is None:
+            return True
         return (self == o).logical_not()
 
     __hash__ = object.__hash__
@@ -738,6 +806,9 @@ class Tensor(MovementMixin, ReduceMixin):
         from .versions import InplaceError, overwrite
 
         value = self._checked_update(value, op)
+        link = getattr(self, "_base", None)
+        if link is not None:  # a view: the write lands in its base first (which may refuse)
+            write_through(link, value.cast(self.dtype), op)
         grad_mode = autograd_state.enabled()
         if grad_mode and self.requires_grad and self._is_leaf:
             fail(
@@ -1067,6 +1138,57 @@ class ScaledGrad(Tensor):
 
 
 _GRADIENTS = (LazyGrad, ScaledGrad)  # what an in-place update may defer (manualstep.defer)
+
+
+_TYPE_NAMES = {
+    "float32": "Float",
+    "float64": "Double",
+    "int64": "Long",
+    "int32": "Int",
+    "int16": "Short",
+    "int8": "Char",
+    "uint8": "Byte",
+    "bool": "Bool",
+}
+
+
+def legacy_constructor(dtype, *args) -> Tensor:
+    """torch's `Tensor(data)`, `Tensor(2, 3)` and `FloatTensor`-style constructors: sizes
+    give a tensor of zeros (torch's is uninitialized), data a copy in `dtype`."""
+    from .creation import tensor, zeros
+
+    args = [a for a in args if a is not None and a is not False]
+    if not args:
+        return zeros(0, dtype=dtype)
+    if all(isinstance(a, int) and not isinstance(a, bool) for a in args):
+        return zeros(*args, dtype=dtype)
+    if len(args) > 1:
+        fail(DTypeError, "Tensor", f"expects sizes or one sequence of data, got {args!r}")
+    data = args[0]
+    if isinstance(data, Tensor):
+        return data.detach().cast(dtype)
+    return tensor(data, dtype=dtype)
+
+
+class GradFn:
+    """What `t.grad_fn` returns: names the op that made `t` (its IR op, in torch's style:
+    `type(t.grad_fn).__name__` and `t.grad_fn.name()` are `MulBackward0` for a product)."""
+
+    __slots__ = ("node",)
+
+    def __init__(self, node: N.Node):
+        self.node = node
+
+    def name(self) -> str:
+        return type(self).__name__
+
+    def __repr__(self) -> str:
+        return f"<{self.name()} object>"
+
+
+@functools.cache
+def _grad_fn_class(op_name: str) -> type:
+    return type(op_name.title().replace("_", "") + "Backward0", (GradFn,), {"__slots__": ()})
 
 
 class DataView(Tensor):

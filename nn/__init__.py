@@ -30,18 +30,22 @@ from .activations import (
     LeakyReLU,
     LogSigmoid,
     Mish,
+    PReLU,
     ReLU6,
     SiLU,
     Softmin,
     Softplus,
     Softsign,
 )
+from .adaptive import AdaptiveAvgPool1d, AdaptiveAvgPool2d
 from .attention import MultiheadAttention
 from .containers import ModuleDict, ModuleList, ParameterList, Sequential
 from .conv import AvgPool1d, AvgPool2d, Conv1d, Conv2d, MaxPool1d, MaxPool2d
 from .conv_transpose import ConvTranspose1d, ConvTranspose2d
 from .layers import (
+    CosineSimilarity,
     Dropout,
+    Dropout2d,
     Embedding,
     Flatten,
     Identity,
@@ -52,7 +56,17 @@ from .layers import (
     Softmax,
     Tanh,
 )
-from .losses import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, MSELoss, NLLLoss
+from .losses import (
+    BCELoss,
+    BCEWithLogitsLoss,
+    CrossEntropyLoss,
+    HuberLoss,
+    KLDivLoss,
+    L1Loss,
+    MSELoss,
+    NLLLoss,
+    SmoothL1Loss,
+)
 from .module import Module, Parameter, load, save
 from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
 from .padding import (
@@ -70,6 +84,8 @@ from .padding import (
 from .upsample import Upsample
 
 __all__ = [
+    "AdaptiveAvgPool1d",
+    "AdaptiveAvgPool2d",
     "ModuleDict",
     "ParameterList",
     "MultiheadAttention",
@@ -101,12 +117,19 @@ __all__ = [
     "Conv2d",
     "CrossEntropyLoss",
     "Dropout",
+    "Dropout2d",
+    "PReLU",
     "Embedding",
     "Flatten",
     "Identity",
     "Linear",
     "LogSoftmax",
     "MSELoss",
+    "L1Loss",
+    "SmoothL1Loss",
+    "HuberLoss",
+    "KLDivLoss",
+    "CosineSimilarity",
     "MaxPool1d",
     "MaxPool2d",
     "Module",

@@ -27,6 +27,12 @@ from .module import Module
 # ---------------------------------------------------------------- private numerics
 
 
+def _in_place(input: Tensor, result: Tensor, inplace: bool, op: str) -> Tensor:
+    """torch's `inplace=True`: `result` is written into `input` (whose other users see it,
+    as in torch), and `input` returned; a leaf that requires grad refuses, as in torch."""
+    return input._inplace(result, op) if inplace else result
+
+
 def _log1p(u: Tensor) -> Tensor:
     """log(1 + u) accurate for tiny u (Goldberg's trick: log(w) * u / (w - 1), w = 1 + u).
 
@@ -112,25 +118,25 @@ def gelu(input: Tensor, approximate: str = "none") -> Tensor:
 def silu(input: Tensor, inplace: bool = False) -> Tensor:
     """x * sigmoid(x) (also called swish)."""
     x = input._float()
-    return x * x.sigmoid()
+    return _in_place(input, x * x.sigmoid(), inplace, "silu_")
 
 
 def mish(input: Tensor, inplace: bool = False) -> Tensor:
     """x * tanh(softplus(x))."""
     x = input._float()
-    return x * _softplus_unit(x).tanh()
+    return _in_place(input, x * _softplus_unit(x).tanh(), inplace, "mish_")
 
 
 def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
     """x for x > 0, else negative_slope * x (the gradient at 0 is the slope, as PyTorch)."""
-    return where(input > 0, input, input * negative_slope)
+    return _in_place(input, where(input > 0, input, input * negative_slope), inplace, "leaky_relu_")
 
 
 def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     """x for x > 0, else alpha * (exp(x) - 1) (NaN takes the first branch: gradient 1)."""
     x = input._float()
     neg = x <= 0
-    return where(neg, alpha * _expm1(where(neg, x, 0.0)), x)
+    return _in_place(input, where(neg, alpha * _expm1(where(neg, x, 0.0)), x), inplace, "elu_")
 
 
 _SELU_ALPHA = 1.6732632423543772848170429916717
@@ -139,7 +145,7 @@ _SELU_SCALE = 1.0507009873554804934193349852946
 
 def selu(input: Tensor, inplace: bool = False) -> Tensor:
     """scale * elu(x, alpha) with the self-normalizing constants of Klambauer et al."""
-    return _SELU_SCALE * elu(input, _SELU_ALPHA)
+    return _in_place(input, _SELU_SCALE * elu(input, _SELU_ALPHA), inplace, "selu_")
 
 
 def celu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
@@ -148,7 +154,8 @@ def celu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
         raise ZeroDivisionError("ZeroDivisionError: celu with alpha=0")
     x = input._float()
     neg = x <= 0
-    return where(neg, alpha * _expm1(where(neg, x, 0.0) * (1.0 / alpha)), x)
+    out = where(neg, alpha * _expm1(where(neg, x, 0.0) * (1.0 / alpha)), x)
+    return _in_place(input, out, inplace, "celu_")
 
 
 def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
@@ -165,12 +172,12 @@ def hardtanh(
     """x clamped to [min_val, max_val]; the gradient is 0 at and beyond the limits."""
     if max_val < min_val:
         raise ValueError("max_val must be greater than or equal to min_val")
-    return hardtanh_values(input, min_val, max_val)
+    return _in_place(input, hardtanh_values(input, min_val, max_val), inplace, "hardtanh_")
 
 
 def relu6(input: Tensor, inplace: bool = False) -> Tensor:
     """min(max(x, 0), 6) (hardtanh(x, 0, 6), with its gradients)."""
-    return hardtanh(input, 0.0, 6.0)
+    return hardtanh(input, 0.0, 6.0, inplace)
 
 
 _ONE_SIXTH_F32 = 0.1666666716337204  # 1/6 rounded to float32: torch's hardsigmoid slope
@@ -187,7 +194,7 @@ def hardsigmoid(input: Tensor, inplace: bool = False) -> Tensor:
     mid = (x > -3.0) & (x < 3.0)
     out = where(mid, (x + 3.0) / 6.0, outside)
     slope = where(mid, _ONE_SIXTH_F32, 0.0).cast(x.dtype)
-    return _with_grad(out, [(x, slope)])
+    return _in_place(input, _with_grad(out, [(x, slope)]), inplace, "hardsigmoid_")
 
 
 def hardswish(input: Tensor, inplace: bool = False) -> Tensor:
@@ -197,7 +204,8 @@ def hardswish(input: Tensor, inplace: bool = False) -> Tensor:
     # x * 0 below -3, as torch's x * relu6(x + 3) / 6: -0.0, and NaN at -inf
     mid = (x > -3.0) & (x < 3.0)
     xm = where(mid, x, 0.0)  # (an inf in the branch not taken would give inf * 0 = NaN)
-    return where(x <= -3.0, x * 0.0, where(mid, xm * (xm + 3.0) * (1 / 6), x))
+    out = where(x <= -3.0, x * 0.0, where(mid, xm * (xm + 3.0) * (1 / 6), x))
+    return _in_place(input, out, inplace, "hardswish_")
 
 
 def logsigmoid(input: Tensor) -> Tensor:
@@ -250,64 +258,66 @@ class GELU(Module):
         return f"approximate={self.approximate!r}"
 
 
-class SiLU(Module):
+class _InplaceOption(Module):
+    """An activation module with torch's `inplace` option (shown in its repr when set)."""
+
     def __init__(self, inplace: bool = False):
         super().__init__()
+        self.inplace = inplace
 
+    def extra_repr(self) -> str:
+        return "inplace=True" if self.inplace else ""
+
+
+class SiLU(_InplaceOption):
     def forward(self, input):
-        return silu(input)
+        return silu(input, self.inplace)
 
 
-class Mish(Module):
-    def __init__(self, inplace: bool = False):
-        super().__init__()
-
+class Mish(_InplaceOption):
     def forward(self, input):
-        return mish(input)
+        return mish(input, self.inplace)
 
 
-class LeakyReLU(Module):
+class LeakyReLU(_InplaceOption):
     def __init__(self, negative_slope: float = 0.01, inplace: bool = False):
-        super().__init__()
+        super().__init__(inplace)
         self.negative_slope = negative_slope
 
     def forward(self, input):
-        return leaky_relu(input, self.negative_slope)
+        return leaky_relu(input, self.negative_slope, self.inplace)
 
     def extra_repr(self) -> str:
-        return f"negative_slope={self.negative_slope}"
+        return f"negative_slope={self.negative_slope}" + (", inplace=True" if self.inplace else "")
 
 
-class ELU(Module):
+class ELU(_InplaceOption):
     def __init__(self, alpha: float = 1.0, inplace: bool = False):
-        super().__init__()
+        super().__init__(inplace)
         self.alpha = alpha
 
     def forward(self, input):
-        return elu(input, self.alpha)
+        return elu(input, self.alpha, self.inplace)
 
     def extra_repr(self) -> str:
-        return f"alpha={self.alpha}"
+        return f"alpha={self.alpha}" + (", inplace=True" if self.inplace else "")
 
 
-class SELU(Module):
-    def __init__(self, inplace: bool = False):
-        super().__init__()
-
+class SELU(_InplaceOption):
     def forward(self, input):
-        return selu(input)
+        return selu(input, self.inplace)
 
 
-class CELU(Module):
+class CELU(_InplaceOption):
     def __init__(self, alpha: float = 1.0, inplace: bool = False):
-        super().__init__()
+        super().__init__(inplace)
         self.alpha = alpha
 
     def forward(self, input):
-        return celu(input, self.alpha)
+        return celu(input, self.alpha, self.inplace)
 
     def extra_repr(self) -> str:
-        return f"alpha={self.alpha}"
+        return f"alpha={self.alpha}" + (", inplace=True" if self.inplace else "")
 
 
 class Softplus(Module):
@@ -322,15 +332,15 @@ class Softplus(Module):
         return f"beta={self.beta}, threshold={self.threshold}"
 
 
-class Hardtanh(Module):
+class Hardtanh(_InplaceOption):
     def __init__(self, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False):
-        super().__init__()
+        super().__init__(inplace)
         if max_val < min_val:
             raise ValueError("max_val must be greater than or equal to min_val")
         self.min_val, self.max_val = min_val, max_val
 
     def forward(self, input):
-        return hardtanh(input, self.min_val, self.max_val)
+        return hardtanh(input, self.min_val, self.max_val, self.inplace)
 
     def extra_repr(self) -> str:
         return f"min_val={self.min_val}, max_val={self.max_val}"
@@ -338,26 +348,57 @@ class Hardtanh(Module):
 
 class ReLU6(Hardtanh):
     def __init__(self, inplace: bool = False):
-        super().__init__(0.0, 6.0)
+        super().__init__(0.0, 6.0, inplace)
 
     def extra_repr(self) -> str:
-        return ""
+        return "inplace=True" if self.inplace else ""
 
 
-class Hardsigmoid(Module):
-    def __init__(self, inplace: bool = False):
+class Hardsigmoid(_InplaceOption):
+    def forward(self, input):
+        return hardsigmoid(input, self.inplace)
+
+
+class Hardswish(_InplaceOption):
+    def forward(self, input):
+        return hardswish(input, self.inplace)
+
+
+class PReLU(Module):
+    """x for x > 0, else a * x with a learned slope `a` (one, or one per channel of axis 1),
+    initialised to `init`, as torch's."""
+
+    def __init__(self, num_parameters: int = 1, init: float = 0.25):
+        from .. import creation
+        from .module import Parameter
+
         super().__init__()
+        self.num_parameters = num_parameters
+        self.weight = Parameter(creation.full((num_parameters,), float(init)))
 
     def forward(self, input):
-        return hardsigmoid(input)
+        return prelu(input, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"num_parameters={self.num_parameters}"
 
 
-class Hardswish(Module):
-    def __init__(self, inplace: bool = False):
-        super().__init__()
-
-    def forward(self, input):
-        return hardswish(input)
+def prelu(input: Tensor, weight: Tensor) -> Tensor:
+    """x for x > 0, else weight * x; `weight` has one slope, or one per channel (axis 1)."""
+    if weight.numel() != 1:
+        channels = input.shape[1] if input.ndim >= 2 else input.shape[0]
+        if weight.numel() != channels:
+            fail(
+                ShapeError,
+                "prelu",
+                f"{weight.numel()} slopes for an input of shape {input.shape} "
+                f"({channels} channels)",
+            )
+        if input.ndim >= 2:
+            weight = weight.reshape((channels,) + (1,) * (input.ndim - 2))
+    else:
+        weight = weight.reshape(())
+    return where(input > 0, input, weight * input)
 
 
 class LogSigmoid(Module):

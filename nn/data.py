@@ -36,6 +36,51 @@ class Dataset:
         raise NotImplementedError(f"{type(self).__name__} must define __len__")
 
 
+class Subset(Dataset):
+    """The samples of `dataset` at `indices`, in that order (as torch's Subset)."""
+
+    def __init__(self, dataset: Dataset, indices: Sequence[int]):
+        self.dataset, self.indices = dataset, list(indices)
+
+    def __getitem__(self, index):
+        if isinstance(index, (list, tuple)):
+            return [self.dataset[self.indices[i]] for i in index]
+        return self.dataset[self.indices[index]]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+def random_split(dataset: Dataset, lengths: Sequence, generator=None) -> list[Subset]:
+    """Split `dataset` at random into Subsets of the given lengths (or fractions summing
+    to 1, the remainder dealt one by one from the first, as torch's). The permutation is
+    drawn from `generator` (a numpy Generator) or else the `fg.manual_seed` stream.
+
+    >>> import numpy as np
+    >>> a, b = random_split(TensorDataset(np.arange(10)), [0.7, 0.3])
+    >>> len(a), len(b)
+    (7, 3)
+    """
+    n = len(dataset)
+    lengths = list(lengths)
+    if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:
+        sizes = [int(math.floor(n * f)) for f in lengths]
+        for i in range(n - sum(sizes)):
+            sizes[i % len(sizes)] += 1
+        lengths = sizes
+    if sum(lengths) != n:
+        raise ValueError("Sum of input lengths does not equal the length of the input dataset!")
+    if generator is None:
+        order = creation.randperm(n).numpy()
+    else:
+        order = generator.permutation(n)
+    out, start = [], 0
+    for k in lengths:
+        out.append(Subset(dataset, order[start : start + k].tolist()))
+        start += k
+    return out
+
+
 class TensorDataset(Dataset):
     """Samples are rows of the given tensors (or numpy arrays), which share their first dim.
 
@@ -47,6 +92,8 @@ class TensorDataset(Dataset):
         if not tensors:
             raise ValueError("TensorDataset needs at least one tensor")
         self.arrays = [np.asarray(t.numpy() if isinstance(t, Tensor) else t) for t in tensors]
+        # a tensor's rows keep its dtype (float64, uint8), as torch's; numpy data is converted
+        self._dtype_kept = [isinstance(t, Tensor) for t in tensors]
         n = len(self.arrays[0]) if self.arrays[0].ndim else None
         if n is None or any(a.ndim == 0 or len(a) != n for a in self.arrays):
             raise ValueError("Size mismatch between tensors")
@@ -56,19 +103,23 @@ class TensorDataset(Dataset):
         return len(self.arrays[0])
 
     def __getitem__(self, index):
-        return tuple(_to_tensor(np.asarray(a[index])) for a in self.arrays)
+        return tuple(
+            _to_tensor(np.asarray(a[index]), keep) for a, keep in zip(self.arrays, self._dtype_kept)
+        )
 
     def __getitems__(self, indices: Sequence[int]):
         idx = np.asarray(indices, dtype=np.int64)
-        return tuple(_to_tensor(a[idx]) for a in self.arrays)
+        return tuple(_to_tensor(a[idx], keep) for a, keep in zip(self.arrays, self._dtype_kept))
 
 
-def _to_tensor(a: np.ndarray) -> Tensor:
+def _to_tensor(a: np.ndarray, keep_dtype: bool = False) -> Tensor:
+    # np.ascontiguousarray makes a 0-d array 1-d: keep ds[i]'s scalar labels of shape ()
+    if keep_dtype:
+        return creation.from_numpy(np.ascontiguousarray(a).reshape(a.shape))
     if a.dtype == np.float64 or a.dtype == np.float16:
         a = a.astype(np.float32)  # fusegrad's default float, as fg.tensor does for Python floats
     elif a.dtype.kind in "iu" and a.dtype != np.int32:
         a = a.astype(np.int64)
-    # np.ascontiguousarray makes a 0-d array 1-d: keep ds[i]'s scalar labels of shape ()
     return creation.from_numpy(np.ascontiguousarray(a).reshape(a.shape))
 
 
@@ -76,6 +127,8 @@ def default_collate(samples: list):
     """Stack a list of samples into a batch: tensors, arrays and numbers stack along a new dim 0;
     tuples, lists and dicts are collated field by field."""
     first = samples[0]
+    if isinstance(first, (str, bytes)):  # text stays a list, as torch's default_collate
+        return list(samples)
     if isinstance(first, dict):
         return {k: default_collate([s[k] for s in samples]) for k in first}
     if isinstance(first, (tuple, list)):
@@ -105,7 +158,16 @@ class DataLoader:
         generator: np.random.Generator | None = None,
         seed: int | None = None,
         sampler=None,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        persistent_workers: bool = False,
+        prefetch_factor: int | None = None,
     ):
+        # torch's worker and pinning options are accepted so that torch code runs unchanged:
+        # batches are gathered in this process (numpy fancy indexing, no kernels), and
+        # fusegrad has no pinned memory; the batches are the same
+        if num_workers < 0:
+            raise ValueError("num_workers option should be non-negative")
         if batch_size is not None and batch_size <= 0:
             raise ValueError(f"batch_size should be a positive integer, got {batch_size}")
         if sampler is not None and shuffle:

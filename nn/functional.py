@@ -15,7 +15,7 @@ from __future__ import annotations
 import warnings
 
 from .. import creation
-from ..errors import FusegradError, one_site
+from ..errors import DTypeError, FusegradError, ShapeError, one_site
 from ..errors import fail as _fail
 from ..extend import gather_rows, host_data
 from ..reduce import class_cross_entropy, fits_class_cross_entropy
@@ -26,7 +26,8 @@ from ..tensor import Tensor, where
 
 
 def relu(input: Tensor, inplace: bool = False) -> Tensor:
-    return input.relu()
+    """max(x, 0); with `inplace=True` written into `input` too, as torch's."""
+    return input.relu_() if inplace else input.relu()
 
 
 def sigmoid(input: Tensor) -> Tensor:
@@ -80,16 +81,40 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
     if not training or p == 0.0:
         return input
     if p == 1.0:
-        return input * 0.0
-    u = creation.rand(*input.shape, dtype=input.dtype, device=input.device)
-    keep = u >= p  # P(u >= p) = 1 - p
-    return where(keep, input * (1.0 / (1.0 - p)), 0.0)
+        out = input * 0.0
+    else:
+        u = creation.rand(*input.shape, dtype=input.dtype, device=input.device)
+        keep = u >= p  # P(u >= p) = 1 - p
+        out = where(keep, input * (1.0 / (1.0 - p)), 0.0)
+    return input._inplace(out, "dropout_") if inplace else out
+
+
+@one_site
+def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
+    """Zero whole channels (axis 1) with probability p and scale the rest by 1 / (1 - p),
+    as torch's; a 3-d input is (N, C, L), as torch 2.13 reads it."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if input.ndim not in (3, 4):
+        _fail(ShapeError, "dropout2d", f"expects a 3-d or 4-d input, got shape {input.shape}")
+    if not training or p == 0.0:
+        return input
+    # one draw per (sample, channel)
+    u = creation.rand(
+        *input.shape[:2], *(1,) * (input.ndim - 2), dtype=input.dtype, device=input.device
+    )
+    out = where(u >= p, input * (1.0 / (1.0 - p)), 0.0) if p < 1.0 else input * 0.0
+    return input._inplace(out, "dropout2d_") if inplace else out
 
 
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     """int64 one-hot encoding along a new last axis (num_classes=-1 reads max + 1, as torch)."""
     if tensor.dtype.is_float or tensor.dtype.is_bool:
-        raise TypeError(f"one_hot is only applicable to index tensors, got {tensor.dtype.name}")
+        _fail(
+            DTypeError,
+            "one_hot",
+            f"one_hot is only applicable to index tensors, got {tensor.dtype.name}",
+        )
     if num_classes == -1:
         num_classes = int(tensor.max().item()) + 1 if tensor.numel() else 0
     values = _known_values(tensor)
@@ -112,9 +137,11 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> 
     reads a zero row.
     """
     if input.dtype.is_float or input.dtype.is_bool:
-        raise TypeError(
-            "embedding: expected an integer index tensor (int64 or int32), "
-            f"got {input.dtype.name}; use .long()"
+        _fail(
+            DTypeError,
+            "embedding",
+            f"expected an integer index tensor (int64 or int32), got {input.dtype.name}; "
+            "use .long()",
         )
     if weight.ndim != 2:
         raise ValueError(f"embedding: weight must be 2-D (rows, dim), got shape {weight.shape}")
@@ -204,6 +231,113 @@ def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
 
 
 _BCE_EPSILON = 9.999999960041972e-13  # torch's 1e-12, a float32 constant, in float64
+
+
+def _size_warning(input: Tensor, target: Tensor) -> None:
+    if tuple(input.shape) != tuple(target.shape):
+        warnings.warn(
+            f"Using a target size ({tuple(target.shape)}) that is different to the input size "
+            f"({tuple(input.shape)}). This will likely lead to incorrect results due to "
+            "broadcasting. Please ensure they have the same size.",
+            stacklevel=3,
+        )
+
+
+def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    """|input - target|, averaged (or summed); the gradient at a tie is 0, as torch's.
+
+    >>> import fusegrad as fg
+    >>> l1_loss(fg.tensor([1.0, -2.0]), fg.tensor([0.0, 0.0])).item()
+    1.5
+    """
+    _check_reduction(reduction)
+    _size_warning(input, target)
+    return _reduce((input - target).abs(), reduction)
+
+
+def smooth_l1_loss(
+    input: Tensor, target: Tensor, reduction: str = "mean", beta: float = 1.0
+) -> Tensor:
+    """0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (d = input - target), as torch's.
+
+    >>> import fusegrad as fg
+    >>> smooth_l1_loss(fg.tensor([0.5, -2.0]), fg.tensor([0.0, 0.0])).item()
+    0.8125
+    """
+    _check_reduction(reduction)
+    if beta < 0:
+        raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
+    _size_warning(input, target)
+    d = (input - target).abs()
+    if beta == 0.0:
+        return _reduce(d, reduction)
+    return _reduce((d * d * (0.5 / beta)).where(d < beta, d - 0.5 * beta), reduction)
+
+
+def kl_div(
+    input: Tensor,
+    target: Tensor,
+    size_average=None,
+    reduce=None,
+    reduction: str = "mean",
+    log_target: bool = False,
+) -> Tensor:
+    """KL(target || exp(input)) pointwise: target (log target - input), 0 where target is 0
+    (or exp(target) (target - input) with `log_target`); reduction "batchmean" divides the
+    sum by the batch size, the true KL divergence ("mean" averages every element, as
+    torch's, which warns about it).
+
+    >>> import fusegrad as fg
+    >>> kl_div(fg.tensor([[-1.0, -0.5]]), fg.tensor([[0.5, 0.5]]), reduction="batchmean").item()
+    0.05685...
+    """
+    if reduction not in ("mean", "sum", "none", "batchmean"):
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    if log_target:
+        pointwise = target.exp() * (target - input)
+    else:
+        positive = target > 0
+        pointwise = where(positive, target * where(positive, target, 1.0).log(), 0.0)
+        pointwise = pointwise - target * input
+    if reduction == "batchmean":
+        total = pointwise.sum()
+        return total / input.shape[0] if input.ndim else total
+    if reduction == "mean":
+        warnings.warn(
+            "reduction: 'mean' divides the total loss by both the batch size and the support "
+            "size.'batchmean' divides only by the batch size, and aligns with the KL div math "
+            "definition.'mean' will be changed to behave the same as 'batchmean' in the next "
+            "major release.",
+            stacklevel=2,
+        )
+    return _reduce(pointwise, reduction)
+
+
+def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
+    """sum(x1 x2) / (max(|x1|, eps) max(|x2|, eps)) along `dim` (broadcasting), as torch's:
+    each norm is clamped at eps in value while its gradient stays the norm's."""
+    n1 = x1.norm(dim=dim, keepdim=True)
+    n2 = x2.norm(dim=dim, keepdim=True)
+    n1 = n1 + (n1.clamp_min(eps) - n1).detach()
+    n2 = n2 + (n2.clamp_min(eps) - n2).detach()
+    return ((x1 / n1) * (x2 / n2)).sum(dim)
+
+
+def huber_loss(
+    input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0
+) -> Tensor:
+    """0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta) (d = input - target).
+
+    >>> import fusegrad as fg
+    >>> huber_loss(fg.tensor([0.5, -2.0]), fg.tensor([0.0, 0.0]), delta=1.5).item()
+    1.0
+    """
+    _check_reduction(reduction)
+    if delta <= 0:
+        raise RuntimeError("huber_loss does not support non-positive values for delta.")
+    _size_warning(input, target)
+    d = (input - target).abs()
+    return _reduce((d * d * 0.5).where(d < delta, (d - 0.5 * delta) * delta), reduction)
 
 
 @one_site
@@ -381,9 +515,11 @@ def cross_entropy(
 
 def _cross_entropy_probs(logp, target, weight, reduction, label_smoothing, classes):
     if tuple(target.shape) != tuple(logp.shape):
-        raise ValueError(
-            f"cross_entropy: probability targets must have the input's shape "
-            f"{tuple(logp.shape)}, got {tuple(target.shape)}"
+        _fail(  # torch: a RuntimeError (float class indices, or the wrong shape)
+            ShapeError,
+            "cross_entropy",
+            f"probability targets must have the input's shape {tuple(logp.shape)}, got "
+            f"{tuple(target.shape)} (class indices must be an int64 tensor)",
         )
     if label_smoothing > 0.0:
         target = target * (1.0 - label_smoothing) + label_smoothing / classes
@@ -407,6 +543,7 @@ from .activations import (  # noqa: E402, F401
     leaky_relu,
     logsigmoid,
     mish,
+    prelu,
     relu6,
     selu,
     silu,
@@ -414,6 +551,7 @@ from .activations import (  # noqa: E402, F401
     softplus,
     softsign,
 )
+from .adaptive import adaptive_avg_pool1d, adaptive_avg_pool2d  # noqa: E402, F401
 from .attention import scaled_dot_product_attention  # noqa: E402, F401
 from .conv import (  # noqa: E402, F401  (re-exported)
     avg_pool1d,

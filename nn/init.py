@@ -150,3 +150,35 @@ def xavier_normal_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
     fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
     std = gain * math.sqrt(2.0 / float(fan_in + fan_out))
     return normal_(tensor, 0.0, std, generator)
+
+
+def trunc_normal_(
+    tensor: Tensor,
+    mean: float = 0.0,
+    std: float = 1.0,
+    a: float = -2.0,
+    b: float = 2.0,
+    generator=None,
+) -> Tensor:
+    """Normal(mean, std) values redrawn until inside [a, b] (absolute bounds, as torch's)."""
+    rng = _rng(generator)
+    out = rng.normal(mean, std, tensor.shape)
+    bad = (out < a) | (out > b)
+    while bad.any():  # each round keeps a fixed share: a few rounds for any sane bounds
+        out[bad] = rng.normal(mean, std, int(bad.sum()))
+        bad = (out < a) | (out > b)
+    return _fill(tensor, out)
+
+
+def orthogonal_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
+    """A (semi-)orthogonal matrix from the QR decomposition of a normal one (rows or
+    columns orthonormal, times `gain`); more than 2 dims are flattened after the first."""
+    if tensor.ndim < 2:
+        raise ValueError("Only tensors with 2 or more dimensions are supported")
+    rows = tensor.shape[0]
+    cols = tensor.numel() // rows if rows else 0
+    flat = _rng(generator).normal(0.0, 1.0, (rows, cols))
+    q, r = np.linalg.qr(flat.T if rows < cols else flat)
+    q = q * np.sign(np.diag(r))  # a unique, uniformly distributed Q
+    q = q.T if rows < cols else q
+    return _fill(tensor, (gain * q).reshape(tensor.shape))

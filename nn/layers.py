@@ -68,9 +68,13 @@ class Linear(Module):
 class ReLU(Module):
     def __init__(self, inplace: bool = False):
         super().__init__()
+        self.inplace = inplace  # as torch's: the input itself is overwritten with the result
 
     def forward(self, input):
-        return input.relu()
+        return input.relu_() if self.inplace else input.relu()
+
+    def extra_repr(self) -> str:
+        return "inplace=True" if self.inplace else ""
 
 
 class Sigmoid(Module):
@@ -115,14 +119,35 @@ class Dropout(Module):
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
         self.p = p
+        self.inplace = inplace
 
     def forward(self, input):
         mode = (self.training, self.p)
         guard(lambda: (self.training, self.p) == mode)  # a jitted step records this mode
-        return F.dropout(input, self.p, self.training)
+        return F.dropout(input, self.p, self.training, self.inplace)
 
     def extra_repr(self) -> str:
-        return f"p={self.p}, inplace=False"
+        return f"p={self.p}, inplace={self.inplace}"
+
+
+class Dropout2d(Dropout):
+    """Zero whole channels in train() (`functional.dropout2d`); the identity in eval()."""
+
+    def forward(self, input):
+        mode = (self.training, self.p)
+        guard(lambda: (self.training, self.p) == mode)
+        return F.dropout2d(input, self.p, self.training, self.inplace)
+
+
+class CosineSimilarity(Module):
+    """Cosine similarity along `dim` (F.cosine_similarity)."""
+
+    def __init__(self, dim: int = 1, eps: float = 1e-8):
+        super().__init__()
+        self.dim, self.eps = dim, eps
+
+    def forward(self, x1, x2):
+        return F.cosine_similarity(x1, x2, self.dim, self.eps)
 
 
 class Flatten(Module):

@@ -35,6 +35,48 @@ class MSELoss(_Loss):
         return F.mse_loss(input, target, reduction=self.reduction)
 
 
+class L1Loss(_Loss):
+    """Mean absolute error: mean(|input - target|)."""
+
+    def forward(self, input, target):
+        return F.l1_loss(input, target, reduction=self.reduction)
+
+
+class SmoothL1Loss(_Loss):
+    """Squared below `beta`, absolute above (F.smooth_l1_loss)."""
+
+    def __init__(self, reduction: str = "mean", beta: float = 1.0):
+        super().__init__(reduction)
+        self.beta = beta
+
+    def forward(self, input, target):
+        return F.smooth_l1_loss(input, target, reduction=self.reduction, beta=self.beta)
+
+
+class HuberLoss(_Loss):
+    """Squared below `delta`, delta times absolute above (F.huber_loss)."""
+
+    def __init__(self, reduction: str = "mean", delta: float = 1.0):
+        super().__init__(reduction)
+        self.delta = delta
+
+    def forward(self, input, target):
+        return F.huber_loss(input, target, reduction=self.reduction, delta=self.delta)
+
+
+class KLDivLoss(Module):
+    """KL divergence (F.kl_div); use reduction="batchmean" for the true divergence."""
+
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean", log_target=False):
+        super().__init__()
+        if reduction not in ("mean", "sum", "none", "batchmean"):
+            raise ValueError(f"{reduction} is not a valid value for reduction")
+        self.reduction, self.log_target = reduction, log_target
+
+    def forward(self, input, target):
+        return F.kl_div(input, target, reduction=self.reduction, log_target=self.log_target)
+
+
 class BCELoss(_WeightedLoss):
     """Binary cross-entropy on probabilities (put a Sigmoid before it)."""
 

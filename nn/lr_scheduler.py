@@ -20,6 +20,7 @@ the learning rates match PyTorch's step for step, rounding included.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 import types
@@ -223,6 +224,168 @@ class CosineAnnealingLR(LRScheduler):
     def _get_closed_form_lr(self):
         t, T, lo = self.last_epoch, self.T_max, self.eta_min
         return [lo + (b - lo) * (1 + math.cos(math.pi * t / T)) / 2 for b in self.base_lrs]
+
+
+class ConstantLR(LRScheduler):
+    """lr = initial_lr * factor for the first `total_iters` epochs, then initial_lr."""
+
+    def __init__(self, optimizer, factor: float = 1.0 / 3, total_iters: int = 5, last_epoch=-1):
+        if factor > 1.0 or factor < 0:
+            raise ValueError("Constant multiplicative factor expected to be between 0 and 1.")
+        self.factor, self.total_iters = factor, total_iters
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        if self.last_epoch == 0:
+            return [lr * self.factor for lr in self._lrs()]
+        if self.last_epoch != self.total_iters:
+            return self._lrs()
+        return [lr * (1.0 / self.factor) for lr in self._lrs()]
+
+    def _get_closed_form_lr(self):
+        done = self.last_epoch >= self.total_iters
+        return [b * (self.factor + done * (1 - self.factor)) for b in self.base_lrs]
+
+
+class LinearLR(LRScheduler):
+    """lr goes linearly from initial_lr * start_factor to initial_lr * end_factor over
+    `total_iters` epochs (a warmup), then stays."""
+
+    def __init__(
+        self,
+        optimizer,
+        start_factor: float = 1.0 / 3,
+        end_factor: float = 1.0,
+        total_iters: int = 5,
+        last_epoch: int = -1,
+    ):
+        if start_factor > 1.0 or start_factor <= 0:
+            raise ValueError(
+                "Starting multiplicative factor expected to be greater than 0 and less or "
+                "equal to 1."
+            )
+        if end_factor > 1.0 or end_factor < 0:
+            raise ValueError("Ending multiplicative factor expected to be between 0 and 1.")
+        self.start_factor, self.end_factor, self.total_iters = start_factor, end_factor, total_iters
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        if self.last_epoch == 0:
+            return [lr * self.start_factor for lr in self._lrs()]
+        if self.last_epoch > self.total_iters:
+            return self._lrs()
+        delta = self.end_factor - self.start_factor
+        scale = 1.0 + delta / (self.total_iters * self.start_factor + (self.last_epoch - 1) * delta)
+        return [lr * scale for lr in self._lrs()]
+
+    def _get_closed_form_lr(self):
+        done = min(self.total_iters, self.last_epoch) / self.total_iters
+        return [
+            b * (self.start_factor + (self.end_factor - self.start_factor) * done)
+            for b in self.base_lrs
+        ]
+
+
+class CosineAnnealingWarmRestarts(LRScheduler):
+    """Cosine from initial_lr down to eta_min over T_i epochs, then restart; T_i starts at
+    T_0 and is multiplied by T_mult at each restart (SGDR)."""
+
+    def __init__(
+        self, optimizer, T_0: int, T_mult: int = 1, eta_min: float = 0.0, last_epoch: int = -1
+    ):
+        if T_0 <= 0 or not isinstance(T_0, int):
+            raise ValueError(f"Expected positive integer T_0, but got {T_0}")
+        if T_mult < 1 or not isinstance(T_mult, int):
+            raise ValueError(f"Expected integer T_mult >= 1, but got {T_mult}")
+        self.T_0, self.T_i, self.T_mult, self.eta_min = T_0, T_0, T_mult, eta_min
+        self.T_cur = last_epoch
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        cos = (1 + math.cos(math.pi * self.T_cur / self.T_i)) / 2
+        return [self.eta_min + (b - self.eta_min) * cos for b in self.base_lrs]
+
+    def _step(self, epoch) -> None:
+        self._step_count += 1
+        if epoch is None and self.last_epoch < 0:
+            epoch = 0
+        if epoch is None:
+            epoch = self.last_epoch + 1
+            self.T_cur += 1
+            if self.T_cur >= self.T_i:
+                self.T_cur %= self.T_i
+                self.T_i *= self.T_mult
+        elif epoch < 0:
+            raise ValueError(f"Expected non-negative epoch, but got {epoch}")
+        elif epoch >= self.T_0:
+            if self.T_mult == 1:
+                self.T_cur = epoch % self.T_0
+            else:
+                n = int(math.log((epoch / self.T_0 * (self.T_mult - 1) + 1), self.T_mult))
+                self.T_cur = epoch - self.T_0 * (self.T_mult**n - 1) / (self.T_mult - 1)
+                self.T_i = self.T_0 * self.T_mult**n
+        else:
+            self.T_i, self.T_cur = self.T_0, epoch
+        self.last_epoch = math.floor(epoch)
+        for group, lr in zip(self.optimizer.param_groups, self.get_lr()):
+            group["lr"] = lr
+        self._last_lr = self._lrs()
+
+
+class SequentialLR(LRScheduler):
+    """Run `schedulers` one after another, switching at the epochs in `milestones` (each
+    starts over from epoch 0), as torch's: `SequentialLR(opt, [LinearLR(...),
+    CosineAnnealingLR(...)], milestones=[warmup])`."""
+
+    def __init__(self, optimizer, schedulers, milestones, last_epoch: int = -1):
+        if len(schedulers) < 1:
+            raise ValueError("SequentialLR expects at least one scheduler, but got no scheduler.")
+        for i, sched in enumerate(schedulers):
+            if isinstance(sched, ReduceLROnPlateau):
+                raise ValueError(
+                    f"SequentialLR does not support `ReduceLROnPlateau` scheduler (at index {i})"
+                )
+            if sched.optimizer is not optimizer:
+                raise ValueError(
+                    "SequentialLR expects all schedulers to belong to the same optimizer, but "
+                    f"got scheduler {type(sched).__name__} at index {i} with another one"
+                )
+        if len(milestones) != len(schedulers) - 1:
+            raise ValueError(
+                "Sequential Schedulers expects number of schedulers provided to be one more "
+                f"than the number of milestone points, but got number of schedulers "
+                f"{len(schedulers)} and the number of milestones to be equal to {len(milestones)}"
+            )
+        self._schedulers, self._milestones = list(schedulers), list(milestones)
+        self.optimizer = optimizer
+        self.last_epoch = last_epoch + 1
+        self._step_count = 1
+        for group in optimizer.param_groups:
+            group["lr"] = group["initial_lr"]
+        for sched in self._schedulers:  # undo the step each made when it was built
+            sched.last_epoch -= 1
+        first = self._schedulers[bisect.bisect_right(self._milestones, 0)]
+        first._step_count = 0
+        first._step(None)
+        self._last_lr = first.get_last_lr()
+
+    def _step(self, epoch) -> None:
+        self.last_epoch += 1
+        i = bisect.bisect_right(self._milestones, self.last_epoch)
+        sched = self._schedulers[i]
+        sched._step(0 if i > 0 and self._milestones[i - 1] == self.last_epoch else None)
+        self._last_lr = sched.get_last_lr()
+
+    def state_dict(self) -> dict:
+        state = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_schedulers")}
+        state["_schedulers"] = [s.state_dict() for s in self._schedulers]
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        state = dict(state_dict)
+        for sched, saved in zip(self._schedulers, state.pop("_schedulers")):
+            sched.load_state_dict(saved)
+        self.__dict__.update(state)
 
 
 class OneCycleLR(LRScheduler):

@@ -84,6 +84,26 @@ def _rebuild_parameter(cls, array, dtype: str, device: str, requires_grad: bool)
     return cls(data, requires_grad)
 
 
+class RemovableHandle:
+    """What `register_forward_hook` returns: `remove()` takes the hook off (also on leaving
+    a `with` block)."""
+
+    _next_id = 0
+
+    def __init__(self, hooks: dict):
+        self.hooks, self.id = hooks, RemovableHandle._next_id
+        RemovableHandle._next_id += 1
+
+    def remove(self) -> None:
+        self.hooks.pop(self.id, None)
+
+    def __enter__(self) -> RemovableHandle:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+
 def _is_parameter(value) -> bool:
     return isinstance(value, Parameter)
 
@@ -320,12 +340,51 @@ class Module:
         """`to("cpu")`."""
         return self.to(device="cpu")
 
+    def double(self) -> Module:
+        """Cast the floating parameters and buffers to float64 (`to(fg.float64)`)."""
+        return self.to(dtype="float64")
+
+    def float(self) -> Module:
+        """Cast the floating parameters and buffers to float32 (`to(fg.float32)`)."""
+        return self.to(dtype="float32")
+
     # ---------------------------------------------------------------- forward
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f'Module [{type(self).__name__}] is missing "forward"')
 
     def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
+        if not self.__dict__.get("_hooks"):
+            return self.forward(*args, **kwargs)
+        hooks = self.__dict__["_hooks"]
+        for kind, hook in list(hooks.values()):
+            if kind == "pre":
+                changed = hook(self, args)
+                if changed is not None:
+                    args = changed if isinstance(changed, tuple) else (changed,)
+        out = self.forward(*args, **kwargs)
+        for kind, hook in list(hooks.values()):
+            if kind == "post":
+                changed = hook(self, args, out)
+                if changed is not None:
+                    out = changed
+        return out
+
+    def register_forward_hook(self, hook) -> RemovableHandle:
+        """Call `hook(module, args, output)` after each forward (a non-None return replaces
+        the output), as torch's; `handle.remove()` takes it off. (Under `fg.jit` it runs
+        when the step is recorded, not on replays.)"""
+        return self._add_hook("post", hook)
+
+    def register_forward_pre_hook(self, hook) -> RemovableHandle:
+        """Call `hook(module, args)` before each forward (a non-None return replaces the
+        arguments), as torch's."""
+        return self._add_hook("pre", hook)
+
+    def _add_hook(self, kind: str, hook) -> RemovableHandle:
+        hooks = self.__dict__.setdefault("_hooks", OrderedDict())
+        handle = RemovableHandle(hooks)
+        hooks[handle.id] = (kind, hook)
+        return handle
 
     # ---------------------------------------------------------------- state
     def state_dict(

@@ -5,6 +5,32 @@
 True
 """
 
+from ..movement import cat
 from .clip_grad import clip_grad_norm_, clip_grad_value_
 
-__all__ = ["clip_grad_norm_", "clip_grad_value_"]
+__all__ = [
+    "clip_grad_norm_",
+    "clip_grad_value_",
+    "parameters_to_vector",
+    "vector_to_parameters",
+]
+
+
+def parameters_to_vector(parameters):
+    """The parameters' values flattened and joined into one vector (differentiable)."""
+    return cat([p.reshape(-1) for p in parameters])
+
+
+def vector_to_parameters(vec, parameters) -> None:
+    """Copy consecutive pieces of `vec` into the parameters (in place, no history)."""
+    from ..autograd_state import no_grad
+    from ..tensor import Tensor
+
+    if not isinstance(vec, Tensor):
+        raise TypeError(f"expected torch.Tensor, but got: {type(vec).__name__}")
+    start = 0
+    with no_grad():
+        for p in parameters:
+            n = p.numel()
+            p.copy_(vec[start : start + n].reshape(p.shape))
+            start += n

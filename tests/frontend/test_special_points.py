@@ -173,6 +173,13 @@ _LINEAR = "a linear map of its inputs (sums of products): no special points beyo
 _RANDOM = "random (its gradient is a mask, tested in tests/nn)"
 
 _ALIAS = "the same function as a swept one (fg.where; the fused kernel behind F.cross_entropy)"
+_FUNCTION_FORM = (
+    "the function form of swept Tensor methods (fg.max(t) is t.max(), with a tensor maximum)"
+)
+_COMPOSED = (
+    "composed of swept ops (abs, where, log, norm); its kinks are PyTorch's, checked against "
+    "torch's values in tests/nn/test_habits_probe_nn.py"
+)
 
 
 def _names(prefix: str, names: str) -> list[str]:
@@ -264,6 +271,35 @@ EXCLUDED: dict[str, str] = {
         "tests/runtime/test_reliability_probe.py",
     ),
     **dict.fromkeys(_names("F", "where class_cross_entropy"), _ALIAS),
+    # the PyTorch-habits additions (tests/frontend/test_habits_probe.py, tests/nn/...nn.py)
+    **dict.fromkeys(
+        _names("Tensor", "element_size grad_fn is_floating_point nelement")
+        + _names(
+            "fg",
+            "BoolTensor ByteTensor DoubleTensor FloatTensor IntTensor LongTensor "
+            "get_default_dtype get_rng_state initial_seed is_grad_enabled randperm "
+            "set_rng_state",
+        ),
+        _NON_MATH,
+    ),
+    **dict.fromkeys(
+        _names("Tensor", "count_nonzero unique") + _names("fg", "argwhere count_nonzero unique"),
+        _NOT_DIFFERENTIABLE,
+    ),
+    **dict.fromkeys(
+        _names("Tensor", "ravel reshape_as view_as") + _names("fg", "concat hstack vstack"),
+        _MOVES,
+    ),
+    **dict.fromkeys(
+        _names("Tensor", "mm") + _names("F", "adaptive_avg_pool1d adaptive_avg_pool2d"),
+        _LINEAR,
+    ),
+    **dict.fromkeys(_names("fg", "bernoulli multinomial normal") + ["F.dropout2d"], _RANDOM),
+    **dict.fromkeys(_names("fg", "max min"), _FUNCTION_FORM),
+    **dict.fromkeys(
+        _names("F", "cosine_similarity huber_loss kl_div l1_loss prelu smooth_l1_loss"),
+        _COMPOSED,
+    ),
 }
 
 

@@ -1,0 +1,129 @@
+"""How a tensor prints: PyTorch's layout (torch/_tensor_str.py, default print options), so
+that printed values read the same as torch's and scripts comparing printed text agree.
+
+Floats print with 4 decimals (`tensor([1.0000, 2.5000])`), or as `1.` when every finite
+value is an integer, or in scientific notation when the finite non-zero magnitudes span more
+than a factor 1000, or exceed 1e8, or (with decimals) go below 1e-4. Every element is
+padded to one width; rows wrap at 80 columns; tensors of more than 1000 elements show their
+first and last 3 along each axis around `...`.
+
+>>> import fusegrad as fg
+>>> fg.tensor([[1.0, -2.5], [3.0, 4.0]])
+tensor([[ 1.0000, -2.5000],
+        [ 3.0000,  4.0000]])
+>>> fg.tensor([1e-5, 1.0])
+tensor([1.0000e-05, 1.0000e+00])
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+PRECISION = 4
+THRESHOLD = 1000  # more elements than this are summarized
+EDGEITEMS = 3
+LINEWIDTH = 80
+
+
+class _Formatter:
+    """One width and one notation for all the elements printed (torch's _Formatter)."""
+
+    def __init__(self, values: np.ndarray):
+        self.floating = values.dtype.kind == "f"
+        self.int_mode, self.sci_mode, self.width = True, False, 1
+        flat = values.reshape(-1)
+        if not self.floating:
+            for v in flat.tolist():
+                self.width = max(self.width, len(str(v)))
+            return
+        finite = flat[np.isfinite(flat) & (flat != 0)].astype(np.float64)
+        if finite.size == 0:
+            return
+        mags = np.abs(finite)
+        lo, hi = mags.min(), mags.max()
+        self.int_mode = bool(np.all(finite == np.ceil(finite)))
+        if self.int_mode:
+            self.sci_mode = hi / lo > 1000.0 or hi > 1.0e8
+        else:
+            self.sci_mode = hi / lo > 1000.0 or hi > 1.0e8 or lo < 1.0e-4
+        for v in finite.tolist():
+            if self.sci_mode:
+                self.width = max(self.width, len(f"{v:.{PRECISION}e}"))
+            elif self.int_mode:
+                self.width = max(self.width, len(f"{v:.0f}") + 1)
+            else:
+                self.width = max(self.width, len(f"{v:.{PRECISION}f}"))
+
+    def format(self, v) -> str:
+        if not self.floating:
+            s = str(v)
+        elif self.sci_mode:
+            s = f"{v:{self.width}.{PRECISION}e}"
+        elif self.int_mode:
+            s = f"{v:.0f}" + ("" if math.isinf(v) or math.isnan(v) else ".")
+        else:
+            s = f"{v:.{PRECISION}f}"
+        return " " * (self.width - len(s)) + s
+
+
+def _summarized(a: np.ndarray) -> np.ndarray:
+    """The elements a summary shows: the first and last EDGEITEMS along each axis."""
+    if a.ndim == 0:
+        return a
+    if a.shape[0] > 2 * EDGEITEMS:
+        a = np.concatenate([a[:EDGEITEMS], a[-EDGEITEMS:]])
+    return np.stack([_summarized(r) for r in a]) if a.ndim > 1 else a
+
+
+def _body(a: np.ndarray, indent: int, summarize: bool, fmt: _Formatter) -> str:
+    if a.ndim == 0:
+        return fmt.format(a.item())
+    long = summarize and a.shape[0] > 2 * EDGEITEMS
+    if a.ndim == 1:
+        per_line = max(1, (LINEWIDTH - indent) // (fmt.width + 2))
+        if long:
+            items = [fmt.format(v) for v in a[:EDGEITEMS].tolist()] + [" ..."]
+            items += [fmt.format(v) for v in a[-EDGEITEMS:].tolist()]
+        else:
+            items = [fmt.format(v) for v in a.tolist()]
+        lines = [", ".join(items[i : i + per_line]) for i in range(0, len(items), per_line)]
+        return "[" + (",\n" + " " * (indent + 1)).join(lines) + "]"
+    rows = range(a.shape[0])
+    if long:
+        rows = list(range(EDGEITEMS)) + [None] + list(range(a.shape[0] - EDGEITEMS, a.shape[0]))
+    parts = ["..." if i is None else _body(a[i], indent + 1, summarize, fmt) for i in rows]
+    return "[" + ("," + "\n" * (a.ndim - 1) + " " * (indent + 1)).join(parts) + "]"
+
+
+def tensor_repr(values: np.ndarray, dtype: str, tail: list[str]) -> str:
+    """`tensor(...)` for a tensor's host `values`, with torch's suffixes: `dtype` (its text,
+    `dtype=fusegrad.float64`) unless the dtype is a default one (float32, int64, bool; an
+    empty tensor shows any but float32, and its size unless (0,)), then `tail` (device,
+    grad)."""
+    prefix = "tensor("
+    indent = len(prefix)
+    suffixes = []
+    if values.size == 0:
+        if values.ndim != 1:
+            suffixes.append(f"size={tuple(values.shape)}")
+        if values.dtype != np.float32:
+            suffixes.append(dtype)
+        body = "[]"
+    else:
+        if values.dtype not in (np.float32, np.int64, np.bool_):
+            suffixes.append(dtype)
+        summarize = values.size > THRESHOLD
+        fmt = _Formatter(_summarized(values) if summarize else values)
+        body = _body(values, indent, summarize, fmt)
+    out = prefix + body
+    last = len(out) - out.rfind("\n") + 1
+    for s in suffixes + tail:
+        if last + len(s) + 2 > LINEWIDTH:
+            out += ",\n" + " " * indent + s
+            last = indent + len(s)
+        else:
+            out += ", " + s
+            last += len(s) + 2
+    return out + ")"
