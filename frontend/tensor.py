@@ -42,7 +42,7 @@ from .ir.dtypes import DType, bool_, float32, promote, promote_scalar, to_dtype
 from .ir.ops import MOVEMENT, Ops
 from .movement import MovementMixin
 from .reduce import ReduceMixin
-from .runtime.cuda import to_device
+from .runtime.backend import to_device
 from .runtime.engine import engine
 
 Scalar = int | float | bool
@@ -128,7 +128,7 @@ class Tensor(MovementMixin, ReduceMixin):
 
     @property
     def is_cuda(self) -> bool:
-        return (self.node.device or _device.default_name()) != "cpu"
+        return not _device.is_host(self.node.device or _device.default_name())
 
     @property
     def is_leaf(self) -> bool:
@@ -166,15 +166,11 @@ class Tensor(MovementMixin, ReduceMixin):
         optimizer's per-step scalars: the graph reads them as data, so their new values
         change no graph structure)."""
         assert self.node.op is Ops.BUFFER and self.numel() == 1
-        buf = self.node.arg
-        if buf.device == "cpu":
-            buf.array[0] = value
-        else:
-            buf.write_scalar(value)
+        self.node.arg.write_scalar(value)
 
     def numpy(self) -> np.ndarray:
         """The value as a read-only numpy array of this tensor's shape and dtype."""
-        if self.node.device not in ("cpu", None) and not _device.numpy_reads_devices:
+        if not _device.is_host(self.node.device) and not _device.numpy_reads_devices:
             if _called_by_user():
                 raise TypeError(
                     f"can't convert {self.node.device} device type tensor to numpy. Use "
@@ -230,7 +226,7 @@ class Tensor(MovementMixin, ReduceMixin):
         extra = (
             "" if self.dtype in (float32, to_dtype("int64"), bool_) else f", dtype={self.dtype!r}"
         )
-        if self.node.device not in ("cpu", None):
+        if not _device.is_host(self.node.device):
             extra += f", device='{self.node.device}'"
         if self.requires_grad:
             extra += ", requires_grad=True"

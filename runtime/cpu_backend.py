@@ -10,8 +10,13 @@ import time
 
 import numpy as np
 
+from ..codegen.llvm import render_llvm
+from ..codegen.lower import kernel_symbol, lower
 from ..ir import phases
-from .buffer import Buffer, give_scratch, take_scratch
+from .backend import Backend, register_backend
+from .buffer import Buffer, clear_pool, give_scratch, take_scratch
+from .compiler import CompiledKernel, compile_kernel
+from .config import config
 from .launch import effective_threads, launch, run_threads
 from .plan import KernelRecord, Plan, _ran
 from .program import compile_program, counter_words
@@ -128,3 +133,89 @@ def _program_arrays(plan: Plan) -> tuple:
 def _sched_yield_address() -> int:
     """libc's sched_yield, which the program calls through a pointer (no symbol to link)."""
     return ctypes.cast(ctypes.CDLL(None).sched_yield, ctypes.c_void_p).value
+
+
+class CpuBackend(Backend):
+    """The host: buffers are pooled numpy arrays, kernels LLVM-compiled machine code run on
+    the worker pool; a cached plan of one kernel runs without the step loop (`_run_one`),
+    one of several as a native program (`_run_program`)."""
+
+    name = "cpu"
+    indexed = False
+    is_host = True
+    is_host_memory = True
+    supports_fork = True
+    uses_worker_pool = True
+
+    @property
+    def description(self) -> str:
+        return f"the CPU ({effective_threads()} thread(s))"
+
+    @property
+    def bandwidth(self) -> float:
+        return _measured_limits()[0]
+
+    @property
+    def peak(self) -> float:
+        return _measured_limits()[1]
+
+    def alloc(self, size: int, dtype, device: str) -> Buffer:
+        return Buffer(size, dtype)
+
+    def free(self) -> None:
+        clear_pool()
+
+    def from_host(self, array: np.ndarray, dtype, device: str) -> Buffer:
+        return Buffer.from_numpy(array, dtype)
+
+    def lower(self, item):
+        return lower(item)
+
+    def kernel_symbol(self, loop) -> str:
+        return kernel_symbol(render_llvm(loop, "KERNEL"), loop.name)
+
+    def compile(self, loop) -> CompiledKernel:
+        with phases.timed("render"):
+            source = render_llvm(loop, "KERNEL")
+        symbol = kernel_symbol(source, loop.name)
+        source = source.replace("@KERNEL(", f"@{symbol}(")
+        loop.name = symbol  # one name in the listing, the launch line, the dump and the profile
+        with phases.timed("llvm"):
+            return compile_kernel(source, symbol, len(loop.params))
+
+    def prepare(self, plan: Plan) -> None:
+        if config.program:
+            _build_program(plan)  # now, so that later runs compile nothing
+
+    def run(self, plan: Plan, leaves: list[Buffer]):
+        if len(plan.steps) == 1:
+            return _run_one(plan, leaves)
+        if config.program:
+            return _run_program(plan, leaves)
+        return None
+
+    def launch(self, step, outs: list[Buffer], inputs: list[Buffer], timed: bool) -> None:
+        ptrs = [b.ptr for b in outs] + [b.ptr for b in inputs]
+        launch(step.record.compiled, step.extent, step.work, ptrs)
+
+
+@functools.lru_cache(maxsize=1)
+def _measured_limits() -> tuple[float, float]:
+    """This machine's measured limits, once per process: memory bandwidth (GB/s, a 64 MB
+    copy by numpy, bytes read plus written) and arithmetic (GFLOP/s, numpy's float32
+    matrix product of 1024 x 1024, a practical peak). Best of three runs each."""
+    a = np.ones(1 << 24, np.float32)
+    b = np.empty_like(a)
+    copy = min(_timed(lambda: np.copyto(b, a)) for _ in range(3))
+    m = np.ones((1024, 1024), np.float32)
+    matmul = min(_timed(lambda: m @ m) for _ in range(3))
+    return 2 * a.nbytes / copy / 1e9, 2 * 1024**3 / matmul / 1e9
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+register_backend("cpu", CpuBackend)

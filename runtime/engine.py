@@ -17,9 +17,10 @@ Everything that outlives a single call lives here, in one place:
 Realizing is one path: find the graph's structural key, compile a plan on a miss
 (schedule -> lower -> render -> compile every kernel), then `execute(plan, leaves)`.
 A plan runs kernel by kernel (timed: the first run, and under `FUSEGRAD_DEBUG`) or as
-one native program per thread (`runtime/program.py`). A plan names its device: a
-plan for "cuda:N" renders CUDA C and runs through `runtime/cuda.py` (PyCUDA, or the
-CPU emulator under FUSEGRAD_CUDA=emulate).
+one native program per thread (`runtime/program.py`). A plan names its device, and the
+device's backend (`runtime/backend.py`) lowers, compiles and runs its kernels: the CPU's
+(`runtime/cpu_backend.py`) or cuda's (`runtime/cuda_backend.py`). The engine never tests
+a device's name.
 
 >>> import fusegrad as fg
 >>> from fusegrad.runtime.engine import engine
@@ -40,21 +41,18 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from ..codegen.llvm import render_llvm
-from ..codegen.lower import kernel_symbol, lower
 from ..ir import phases
 from ..ir.macro import expand_all
 from ..ir.node import Node
 from ..ir.ops import Ops
 from ..ir.schedule import ScheduleItem, schedule, structural_key
-from . import cuda, forksafe
+from . import forksafe
+from .backend import HOST, get_backend
 from .buffer import Buffer
 from .compiler import batch as compiler_batch
-from .compiler import compile_kernel
 from .config import config
-from .cpu_backend import _build_program, _run_one, _run_program
 from .dump import dump_new_plans, kernel_header
-from .launch import effective_threads, launch, prewake, runs_parallel
+from .launch import effective_threads, prewake, runs_parallel
 from .plan import KernelRecord, Plan, Step, _ran
 from .recompile import RecompileLog
 from .recompile import warn as warn_recompile
@@ -86,7 +84,7 @@ class Engine:
         self.recompiles = RecompileLog()  # what changed when a user line compiles again
         # where nodes of no device (fusegrad's own constants) are computed: the frontend's
         # default device (`fusegrad.set_default_device`)
-        self.default_device = "cpu"
+        self.default_device = HOST
         self.last_parallel = False  # whether the last CPU plan run had a parallel kernel
         self._has_value = _predicate(self._values)  # made once: every realize asks
 
@@ -137,7 +135,8 @@ class Engine:
         else:
             todo = list({id(n): n for n in nodes if not has_value(n)}.values())
         for n in [n for n in todo if 0 in n.shape]:  # nothing to compute
-            self.bind(n, _empty(0, n.dtype, n.device or self.default_device))
+            device = n.device or self.default_device
+            self.bind(n, get_backend(device).alloc(0, n.dtype, device))
             todo.remove(n)
         if not todo:
             return []
@@ -149,7 +148,7 @@ class Engine:
             prewake(effective_threads())
         for group in self._by_device(todo):
             plan, leaves, fresh = self.plan_for(group, has_value)
-            if plan.device == "cpu":
+            if plan.backend.uses_worker_pool:
                 self.last_parallel = plan.parallel
                 if plan.parallel and not woken:
                     prewake(effective_threads())
@@ -185,11 +184,11 @@ class Engine:
         """The plan computing `todo`, the nodes it takes as inputs, and whether it is new."""
         has_value = has_value or self.has_value_predicate()
         device = todo[0].device or self.default_device
+        backend = get_backend(device)
         t0 = time.perf_counter()  # (phases.timed, written out: this runs every realize)
         key, leaves = structural_key(todo, has_value)
         phases.add("key", t0, time.perf_counter())
-        if device != "cpu":  # a device plan's kernels belong to the backend they were built by
-            key = (device, config.cuda, key)
+        key = backend.plan_key(device, key)
         with self._plans_lock:
             plan = self.plans.get(key)
             if plan is not None:
@@ -211,8 +210,7 @@ class Engine:
         before = phases.snapshot() if config.debug >= 1 else None
         with compiler_batch():  # one engine for the plan's new kernels, freed with them
             plan = compile_plan(todo, leaves, has_value, device)
-            if config.program and device == "cpu":
-                _build_program(plan)  # now, so that later runs compile nothing
+            backend.prepare(plan)
         if before is not None:
             _log_phases(before, [s.record for s in plan.steps])
         with self._plans_lock:
@@ -232,35 +230,22 @@ class Engine:
         Kernel by kernel (each timed) when `timed`, under FUSEGRAD_DEBUG or with
         FUSEGRAD_PROGRAM=0; otherwise as one native program per thread.
         """
-        if plan.device != "cpu":
-            return self._execute_on_device(plan, leaves, timed)
         if not timed and config.debug == 0:
-            if len(plan.steps) == 1:
-                return _run_one(plan, leaves)
-            if config.program:
-                return _run_program(plan, leaves)
+            done = plan.backend.run(plan, leaves)
+            if done is not None:
+                return done
         return self._execute_steps(plan, leaves, timed)
 
-    def _execute_on_device(self, plan, leaves, timed):
-        leaves = [b if b.device == plan.device else _on_device(b, plan.device) for b in leaves]
-        cuda.check_backend(leaves)  # once per run, not per kernel: only inputs can be foreign
-        outs, records = self._execute_steps(plan, leaves, timed)
-        cuda.synchronize()
-        return outs, records
-
     def _execute_steps(self, plan, leaves, timed):
-        device = plan.device
+        device, backend = plan.device, plan.backend
+        leaves = backend.begin(plan, leaves)
         bufs: list = [None] * plan.slots
         records = []
         for k, step in enumerate(plan.steps):
-            outs = [_empty(size, dtype, device) for _, size, dtype in step.outs]
+            outs = [backend.alloc(size, dtype, device) for _, size, dtype in step.outs]
             inputs = [leaves[i] if kind == "leaf" else bufs[i] for kind, i in step.inputs]
             t0 = time.perf_counter()
-            if device == "cpu":
-                ptrs = [b.ptr for b in outs] + [b.ptr for b in inputs]
-                launch(step.record.compiled, step.extent, step.work, ptrs)
-            else:
-                cuda.launch(step.record.compiled, outs + inputs, timed or config.debug >= 1)
+            backend.launch(step, outs, inputs, timed or config.debug >= 1)
             seconds = time.perf_counter() - t0
             # a cached plan's record says nothing was compiled for this run
             rec = _ran(step.record if timed else plan.records[k], seconds, t0)
@@ -270,7 +255,7 @@ class Engine:
                 if config.debug >= 3 and timed:
                     code = (
                         ("optimized LLVM IR", rec.llvm_ir_optimized)
-                        if device == "cpu"
+                        if rec.compiled.language == "llvm"
                         else ("CUDA C", rec.cuda_c)
                     )
                     _log(f"\n{kernel_header(rec)}loop IR:\n{rec.loop_ir}\n{code[0]}:\n{code[1]}")
@@ -278,6 +263,7 @@ class Engine:
                 bufs[g] = out
             for f in step.frees:
                 bufs[f] = None
+        backend.synchronize()
         return [bufs[k] for k in plan.outputs], records
 
     # ---------------------------------------------------------------- recording
@@ -306,7 +292,7 @@ def _predicate(values) -> Callable[[Node], bool]:
     return has_value
 
 
-def compile_plan(todo: list[Node], leaves: list[Node], has_value, device: str = "cpu") -> Plan:
+def compile_plan(todo: list[Node], leaves: list[Node], has_value, device: str = HOST) -> Plan:
     """Schedule the graph under `todo`, and lower, render and compile every kernel for
     `device`. Macros (`ir/macro.py`) are scheduled as their expansions."""
     with phases.timed("schedule"):
@@ -341,6 +327,7 @@ def compile_plan(todo: list[Node], leaves: list[Node], has_value, device: str = 
         outs = [(position[id(n)][1], n.numel, n.dtype) for n in item.outputs]
         steps.append(Step(rec, extent, work, outs, [position[id(n)] for n in item.inputs], frees))
     plan = Plan(steps, [position[id(n)][1] for n in todo], slots, len(leaves), device)
+    plan.backend = get_backend(device)
     plan.parallel = any(runs_parallel(s.extent, s.work) for s in steps)
     plan.records = [
         replace(s.record, seconds=None, cache="memory", compile_seconds=0.0) for s in steps
@@ -348,39 +335,19 @@ def compile_plan(todo: list[Node], leaves: list[Node], has_value, device: str = 
     return plan
 
 
-def kernel_names(items: list[ScheduleItem], device: str = "cpu") -> list[str]:
+def kernel_names(items: list[ScheduleItem], device: str = HOST) -> list[str]:
     """The name each item's kernel has when it runs on `device` (lowered and rendered as
     `_compile_item` does, not compiled): for pictures of a graph not run yet."""
-    if device != "cpu":
-        return [cuda.symbol_of(_lower_for(item, device)) for item in items]
-    out = []
-    for item in items:
-        loop = _lower_for(item, device)
-        out.append(kernel_symbol(render_llvm(loop, "KERNEL"), loop.name))
-    return out
+    backend = get_backend(device)
+    return [backend.kernel_symbol(backend.lower(item)) for item in items]
 
 
-def _lower_for(item: ScheduleItem, device: str):
-    """The item's loop IR for `device`: the GPU gets the plain loop nest, since
-    codegen/gpu.py tiles contractions through shared memory itself (the CPU's register
-    tiles would stand in its way)."""
-    return lower(item) if device == "cpu" else lower(item, tile=False)
-
-
-def _compile_item(item: ScheduleItem, device: str = "cpu") -> tuple[KernelRecord, int, int]:
+def _compile_item(item: ScheduleItem, device: str = HOST) -> tuple[KernelRecord, int, int]:
+    backend = get_backend(device)
     with phases.timed("lower"):
-        loop = _lower_for(item, device)
-    if device == "cpu":
-        with phases.timed("render"):
-            source = render_llvm(loop, "KERNEL")
-        symbol = kernel_symbol(source, loop.name)
-        source = source.replace("@KERNEL(", f"@{symbol}(")
-        loop.name = symbol  # one name in the listing, the launch line, the dump and the profile
-        with phases.timed("llvm"):
-            compiled = compile_kernel(source, symbol, len(loop.params))
-    else:
-        compiled = cuda.compile_loop(loop)
-        symbol = loop.name = compiled.symbol  # one name everywhere, as on the CPU
+        loop = backend.lower(item)
+    compiled = backend.compile(loop)  # names the loop after its symbol
+    symbol = compiled.symbol
     root = item.root
     work = root.numel * (
         math.prod(item.reduce.srcs[0].shape) // item.reduce.numel if item.reduce else 1
@@ -417,19 +384,6 @@ def _ops_by_line(sites) -> dict[str, list[str]]:
         if s.label not in labels:
             labels.append(s.label)
     return out
-
-
-def _on_device(buf, device: str):
-    """A leaf for a `device` plan: a host table's copy there; anything else is a bug (the
-    frontend refuses ops mixing devices when they are written)."""
-    if buf.device is None:
-        return buf.on(device)
-    raise RuntimeError(f"a {buf.device} buffer given to a {device} plan")
-
-
-def _empty(size: int, dtype, device: str):
-    """A new buffer of `size` elements on `device`."""
-    return Buffer(size, dtype) if device == "cpu" else cuda.DeviceBuffer(size, dtype, device)
 
 
 def _log_phases(before: dict[str, float], records: list[KernelRecord]) -> None:

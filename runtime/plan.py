@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from ..codegen.cuda import render_cuda
 from ..codegen.llvm import render_llvm
 from ..codegen.loopir import Kernel
-from . import cuda
 from .compiler import CompiledKernel
 
 
@@ -45,7 +44,7 @@ class KernelRecord:
 
     @property
     def llvm_ir(self) -> str:
-        if isinstance(self.compiled, cuda.CompiledCudaKernel):  # ran as CUDA C: render on request
+        if self.compiled.language != "llvm":  # ran as another language: render on request
             return render_llvm(self.loop, self.compiled.symbol)
         return self.compiled.source
 
@@ -59,7 +58,7 @@ class KernelRecord:
 
     @functools.cached_property
     def cuda_c(self) -> str:
-        if isinstance(self.compiled, cuda.CompiledCudaKernel):  # the source that ran
+        if self.compiled.language == "cuda":  # the source that ran
             return self.compiled.source
         return render_cuda(self.loop, self.compiled.symbol)
 
@@ -100,6 +99,7 @@ class Plan:
     slots: int  # kernel outputs in all
     nleaves: int  # inputs it is run on
     device: str = "cpu"
+    backend: object = None  # the device's (runtime/backend.py): compiles and runs the plan
     program: object = None  # the native program, built once the plan is cached
     fns: object = None  # kernel addresses, as the program reads them
     fns_address: int = 0  # where `fns` lies

@@ -79,7 +79,7 @@ CHILD = textwrap.dedent(
     import fusegrad as fg
     from fusegrad.runtime import launch, pool as native
 
-    from fusegrad.runtime import cpu_backend, engine as engine_module
+    from fusegrad.runtime import cpu_backend
 
     def announced(run, work_at):
         def call(*args):  # tell the parent when the long kernel starts
@@ -89,7 +89,7 @@ CHILD = textwrap.dedent(
 
         return call
 
-    engine_module.launch = announced(engine_module.launch, 2)  # (kernel, extent, work, ptrs)
+    cpu_backend.launch = announced(cpu_backend.launch, 2)  # (kernel, extent, work, ptrs)
     cpu_backend.run_threads = announced(cpu_backend.run_threads, 3)  # (..., args, work)
 
     def big():
