@@ -128,7 +128,7 @@ class Tensor(MovementMixin, ReduceMixin):
 
     @property
     def is_cuda(self) -> bool:
-        return not _device.is_host(self.node.device or _device.default_name())
+        return _device.of(self.node.device).type == "cuda"  # torch's: one type, by name
 
     @property
     def is_leaf(self) -> bool:

@@ -35,7 +35,7 @@ class Backend(ABC):
     Buffers are the backend's own objects with the fields the engine reads (`size`,
     `dtype`, `device`, `kernels`, `numpy()`, `write(host)`, `write_scalar(value)`); they
     give their memory back when their last reference goes. Compiled kernels have
-    `symbol`, `source`, `language` ("llvm", "cuda"), `optimized_ir`, `asm`,
+    `symbol`, `source`, `language` ("LLVM IR", "CUDA C"), `optimized_ir`, `asm`,
     `compile_seconds` and `cache`.
     """
 
@@ -71,9 +71,9 @@ class Backend(ABC):
         return 1
 
     def plan_key(self, device: str, key: tuple) -> tuple:
-        """The plan cache's key for a plan of structure `key` on `device`: what else a plan
-        built here depends on (the implementation behind the device)."""
-        return key
+        """The plan cache's key for a plan of structure `key` on `device`: the device, and
+        whatever else a plan built here depends on (the implementation behind it)."""
+        return (device, key)
 
     def copy_key(self, device: str):
         """What a copy of host data on `device` is kept under (`HostTable.on`)."""

@@ -135,7 +135,7 @@ class CompiledKernel:
     cache: str  # "compiled", "disk", or "memory"
     _texts: dict = field(default_factory=dict, repr=False)
     library: Library | None = field(default=None, repr=False, compare=False)
-    language = "llvm"  # what `source` is written in (KernelRecord.llvm_ir / cuda_c read it)
+    language = "LLVM IR"  # what `source` is written in (KernelRecord.llvm_ir, cuda_c read it)
 
     @functools.cached_property
     def fn(self):

@@ -159,6 +159,9 @@ class CpuBackend(Backend):
     def peak(self) -> float:
         return _measured_limits()[1]
 
+    def plan_key(self, device: str, key: tuple) -> tuple:
+        return key  # the host's plans are keyed by their structure alone
+
     def alloc(self, size: int, dtype, device: str) -> Buffer:
         return Buffer(size, dtype)
 

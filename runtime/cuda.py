@@ -402,7 +402,7 @@ class CompiledCudaKernel:
     cache: str  # "compiled", "disk" or "memory"
     address: int = 0  # no host address: the CPU program never strings CUDA kernels
     functions: list | None = None  # the backend's launchable function per launch, once made
-    language = "cuda"  # what `source` is written in
+    language = "CUDA C"  # what `source` is written in
 
     @property
     def optimized_ir(self) -> str:

@@ -255,7 +255,7 @@ class Engine:
                 if config.debug >= 3 and timed:
                     code = (
                         ("optimized LLVM IR", rec.llvm_ir_optimized)
-                        if rec.compiled.language == "llvm"
+                        if rec.compiled.language == "LLVM IR"
                         else ("CUDA C", rec.cuda_c)
                     )
                     _log(f"\n{kernel_header(rec)}loop IR:\n{rec.loop_ir}\n{code[0]}:\n{code[1]}")

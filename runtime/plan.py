@@ -44,7 +44,7 @@ class KernelRecord:
 
     @property
     def llvm_ir(self) -> str:
-        if self.compiled.language != "llvm":  # ran as another language: render on request
+        if self.compiled.language != "LLVM IR":  # ran as CUDA C: render on request
             return render_llvm(self.loop, self.compiled.symbol)
         return self.compiled.source
 
@@ -58,7 +58,7 @@ class KernelRecord:
 
     @functools.cached_property
     def cuda_c(self) -> str:
-        if self.compiled.language == "cuda":  # the source that ran
+        if self.compiled.language == "CUDA C":  # the source that ran
             return self.compiled.source
         return render_cuda(self.loop, self.compiled.symbol)
 

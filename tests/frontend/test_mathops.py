@@ -18,6 +18,10 @@ import fusegrad as fg
 
 DTYPES = [np.float32, np.float64]
 
+# every test once per backend (tests/conftest.py: `backend`; the others beside the CPU for
+# the tests marked backend_slice, all of them under --all-backends)
+pytestmark = pytest.mark.usefixtures("backend")
+
 
 def wide(dt, n=4000, lo=-30.0, hi=30.0, seed=0, signed=True):
     """Values of every magnitude from 10^lo to 10^hi, both signs."""
