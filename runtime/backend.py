@@ -142,11 +142,9 @@ _by_device: dict[str, Backend] = {}  # device name ("cuda:0") -> its backend, as
 
 
 def register_backend(name: str, factory: Callable[[], Backend]) -> None:
-    """Make `factory()` the backend of devices named `name` or `name:N`.
-
-    >>> from fusegrad.runtime import backend, cpu_backend
-    >>> backend.register_backend("cpu", cpu_backend.CpuBackend)
-    """
+    """Make `factory()` the backend of devices named `name` or `name:N`: a module of a new
+    device ends with `register_backend("tpu", TpuBackend)`, and `fg.device("tpu:0")`,
+    `fg.zeros(3, device="tpu")` and every plan on it then go through `TpuBackend`."""
     _factories[name] = factory
     _instances.pop(name, None)
     _by_device.clear()
@@ -181,7 +179,8 @@ def get_backend(device: str) -> Backend:
 
 def to_device(buf, device: str):
     """A copy of a realized buffer (of any device) on `device`, through the host."""
-    return get_backend(device).from_host(buf.numpy(), buf.dtype, device)
+    host = get_backend(buf.device or HOST).to_host(buf)  # a host table's device is None
+    return get_backend(device).from_host(host, buf.dtype, device)
 
 
 # the backends that come with fusegrad register themselves; imported last, since they
