@@ -24,7 +24,7 @@ import lenet_step  # noqa: E402  (the same models and batches)
 
 import fusegrad as fg  # noqa: E402
 from fusegrad.nn import functional as F  # noqa: E402
-from fusegrad.runtime import engine as engine_module  # noqa: E402
+from fusegrad.runtime import cpu_backend  # noqa: E402
 
 PHASES = ["fg.tensor", "zero_grad", "forward", "loss", "backward", "step", "item"]
 WARMUP = 100
@@ -40,14 +40,14 @@ def main() -> None:
     opt = fg.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     data = lenet_step.batches(args.model, 8)
     program: list[float] = []
-    run_threads = engine_module.run_threads
+    run_threads = cpu_backend.run_threads
 
     def timed(fn, threads, ptrs, work=0):  # the native program, as the engine runs it
         t = time.perf_counter()
         run_threads(fn, threads, ptrs, work)
         program.append(time.perf_counter() - t)
 
-    engine_module.run_threads = timed
+    cpu_backend.run_threads = timed
     spent = {p: [] for p in PHASES + ["  native program", "whole step"]}
     clock = time.perf_counter
     for i in range(WARMUP + args.steps):
@@ -74,7 +74,7 @@ def main() -> None:
                 spent[p].append((b - a) * 1e6)
             spent["  native program"].append(sum(program) * 1e6)
             spent["whole step"].append((t7 - t0) * 1e6)
-    engine_module.run_threads = run_threads
+    cpu_backend.run_threads = run_threads
     print(f"{args.model}, {args.steps} steps, {fg.config.threads} thread(s): us per step")
     for p, v in spent.items():
         print(f"  {p:<18} median {statistics.median(v):8.1f}   mean {statistics.mean(v):8.1f}")

@@ -38,8 +38,8 @@ import numpy as np
 from . import devices as _device
 from .ir import node as N
 from .ir.dtypes import to_dtype
+from .runtime.backend import HOST, to_device
 from .runtime.buffer import Buffer
-from .runtime.cuda import to_device
 from .runtime.engine import engine
 
 # torch's own words (torch/_tensor.py), so code that matches on them keeps working
@@ -57,7 +57,7 @@ def value_copy(t):
     from .tensor import Tensor
 
     buf = _computed(t)
-    here = getattr(buf, "device", None) or "cpu"
+    here = getattr(buf, "device", None) or HOST
     node = N.buffer(to_device(buf, here), t.shape, t.dtype)  # a device copy goes via host
     return Tensor(node, requires_grad=False, strides=t._strides, leaf=True)
 
@@ -117,8 +117,9 @@ def rebuild_tensor(cls, array, dtype: str, device: str, requires_grad: bool, str
 
     dt = to_dtype(dtype)
     buf = Buffer.from_numpy(array, dt)
-    if device != "cpu":
-        buf = to_device(buf, _device.resolve(device, "pickle"))
+    name = _device.resolve(device, "pickle")
+    if not _device.is_host(name):
+        buf = to_device(buf, name)
     out = _as_class(Tensor(N.buffer(buf, array.shape, dt), strides=strides, leaf=True), cls)
     if requires_grad:
         out.requires_grad_()

@@ -37,8 +37,8 @@ from .ir.dtypes import (
 )
 from .jit import key_buffer
 from .runtime import forksafe
+from .runtime.backend import HOST, get_backend
 from .runtime.buffer import Buffer, HostTable
-from .runtime.cuda import to_device
 from .scalars import NumberOverflowError, check_data, checked_fill
 from .tensor import Tensor
 
@@ -60,7 +60,7 @@ def _draw_key() -> int:
     return rand_spec.key_as_int32(rand_spec.seed_key(_next_seed()))
 
 
-def _key(device: str = "cpu") -> N.Node:
+def _key(device: str = HOST) -> N.Node:
     """A fresh random stream's key, as a 0-d int32 buffer (data, so kernels stay reusable).
 
     While `fusegrad.jit` records a call the buffer is one the jit keeps, so that a
@@ -74,9 +74,7 @@ def _key(device: str = "cpu") -> N.Node:
 
 def _buffer(array: np.ndarray, dt: DType, device: str):
     """A buffer holding a copy of `array` on `device`."""
-    if device == "cpu":
-        return Buffer.from_numpy(array, dt)
-    return to_device(Buffer.from_numpy(array, dt), device)
+    return get_backend(device).from_host(array, dt, device)
 
 
 def _shape(shape) -> tuple[int, ...]:
@@ -346,7 +344,7 @@ _recent_shared: OrderedDict[tuple, Buffer] = OrderedDict()
 _shared_lock = forksafe.Lock()
 
 
-def _shared(key: tuple, make, dt: DType, device: str | None = "cpu") -> Tensor:
+def _shared(key: tuple, make, dt: DType, device: str | None = HOST) -> Tensor:
     """A new tensor over the one read-only buffer that holds `make()` for this key.
 
     Index tables (`arange` for one-hot targets, masks) are rebuilt by every step
@@ -368,7 +366,7 @@ def _shared(key: tuple, make, dt: DType, device: str | None = "cpu") -> Tensor:
             buf = _buffer(array, dt, device)
         if array.size > _SHARED_LIMIT:
             return Tensor(N.buffer(buf, array.shape, dt))
-        if device in ("cpu", None):  # shared: writing into t.numpy() must fail, not leak
+        if device is None or get_backend(device).is_host:  # writing to t.numpy() must fail
             buf.array.flags.writeable = False
         with _shared_lock:  # another thread may have made it meanwhile: one buffer wins
             buf = _shared_buffers.setdefault(key, buf)

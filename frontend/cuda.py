@@ -7,22 +7,26 @@ True
 
 from __future__ import annotations
 
-from .runtime import cuda as _cuda
+from .runtime.backend import get_backend
+
+
+def _backend():
+    return get_backend("cuda")
 
 
 def is_available() -> bool:
     """True if tensors can be put on "cuda" (a GPU through PyCUDA, or FUSEGRAD_CUDA=emulate)."""
-    return _cuda.why_unavailable() is None
+    return _backend().why_unavailable() is None
 
 
 def device_count() -> int:
     """The CUDA devices usable here (0 if none)."""
-    return _cuda.device_count()
+    return _backend().device_count()
 
 
 def why_unavailable() -> str | None:
     """None if `is_available()`, else why not (no PyCUDA, no driver, no device, turned off)."""
-    return _cuda.why_unavailable()
+    return _backend().why_unavailable()
 
 
 def current_device() -> int:
@@ -31,17 +35,17 @@ def current_device() -> int:
 
 def get_device_name(device=None) -> str:
     """The GPU's name (or the emulator's description)."""
-    return _cuda.backend().description
+    return _backend().description
 
 
 def empty_cache() -> None:
     """Give the GPU memory fusegrad holds for reuse (freed tensors' blocks) back to CUDA,
     as torch.cuda.empty_cache; tensors still alive keep theirs. Nothing to do on the
     emulator (its memory is the CPU's buffer pool) or where the cuda device never ran."""
-    _cuda.empty_cache()
+    _backend().free()
 
 
 def synchronize() -> None:
     """Wait for every kernel launched so far (fusegrad already waits when a value is read)."""
     if is_available():
-        _cuda.backend().synchronize()
+        _backend().synchronize()

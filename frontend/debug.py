@@ -81,7 +81,7 @@ def graph_dot(*tensors: Tensor, params=None, collapse: bool | None = None) -> st
     nodes = expand_all([t.node for t in tensors], has_value)
     roots = [n for n in nodes if not has_value(n)]
     items = schedule(roots, has_value, expanded=True) if roots else []
-    device = (roots[0].device or engine.default_device) if roots else "cpu"
+    device = (roots[0].device if roots else None) or engine.default_device
     kernel_name = kernel_names(items, device)
     every = toposort(nodes, stop=has_value)
     if collapse is None:

@@ -2,8 +2,11 @@
 
 A tensor's device is its graph node's (`Node.device`: "cpu" or "cuda:N"). Values live
 where their buffers do; ops check that their inputs share one device when they are
-written. `"cuda"` runs through PyCUDA on a GPU, or on the CPU emulator of the
-generated CUDA C when `FUSEGRAD_CUDA=emulate` (see `runtime/cuda.py`).
+written. The device types are the registered backends' (`runtime/backend.py`); this
+module parses a user's device string and asks the device's backend what it can do
+(`is_host`, `indexed`, `why_unavailable`), never testing a name itself. `"cuda"` runs
+through PyCUDA on a GPU, or on the CPU emulator of the generated CUDA C when
+`FUSEGRAD_CUDA=emulate` (see `runtime/cuda_backend.py`).
 
 >>> import fusegrad as fg
 >>> fg.device("cpu") == "cpu"
@@ -17,10 +20,8 @@ device(type='cpu')
 from __future__ import annotations
 
 from .errors import DeviceError, fail
-from .runtime import cuda as _cuda
+from .runtime.backend import HOST, backend_names, get_backend
 from .runtime.engine import engine
-
-_TYPES = ("cpu", "cuda")
 
 
 class device:
@@ -40,13 +41,14 @@ class device:
             if idx is not None:
                 fail(DeviceError, "device", f"type (string) must not include an index: {spec!r}")
             idx = int(index)
-        if kind == "cpu" and idx not in (None, 0):
-            fail(DeviceError, "device", f"the cpu device has no index {idx}")
-        self.type, self.index = kind, (None if kind == "cpu" else idx)
+        indexed = get_backend(kind).indexed
+        if not indexed and idx not in (None, 0):
+            fail(DeviceError, "device", f"the {kind} device has no index {idx}")
+        self.type, self.index = kind, (idx if indexed else None)
 
     def canonical(self) -> str:
         """The name nodes and buffers carry: "cpu" or "cuda:N"."""
-        return "cpu" if self.type == "cpu" else f"cuda:{self.index or 0}"
+        return f"{self.type}:{self.index or 0}" if get_backend(self.type).indexed else self.type
 
     def __str__(self) -> str:
         return self.type if self.index is None else f"{self.type}:{self.index}"
@@ -76,11 +78,12 @@ def _parse(spec) -> tuple[str, int | None]:
     if not isinstance(spec, str):
         fail(DeviceError, "device", f"expected a device name such as 'cpu' or 'cuda', got {spec!r}")
     kind, _, idx = spec.strip().partition(":")
-    if kind not in _TYPES:
+    types = backend_names()
+    if kind not in types:
         fail(
             DeviceError,
             "device",
-            f"Expected one of {', '.join(_TYPES)} device type at start of device string: {spec}",
+            f"Expected one of {', '.join(types)} device type at start of device string: {spec}",
         )
     if not _:
         return kind, None
@@ -90,6 +93,7 @@ def _parse(spec) -> tuple[str, int | None]:
 
 
 _objects: dict[str, device] = {}  # canonical name -> the device object tensors report
+_canonical: dict[str, str] = {}  # a device string a user wrote -> its canonical name
 
 
 def of(name: str | None) -> device:
@@ -106,35 +110,52 @@ def resolve(spec, op: str = "device") -> str:
     checked usable here: a CUDA device that cannot run says why, at the user's line."""
     if spec is None:
         return _default
-    if isinstance(spec, str) and spec == "cpu":
-        return "cpu"
-    name = spec.canonical() if isinstance(spec, device) else device(spec).canonical()
-    if name != "cpu":
-        require_cuda(name, op)
+    if isinstance(spec, str):
+        name = _canonical.get(spec)
+        if name is None:
+            name = _canonical[spec] = device(spec).canonical()
+    else:
+        name = spec.canonical() if isinstance(spec, device) else device(spec).canonical()
+    require(name, op)
     return name
 
 
-def require_cuda(name: str, op: str) -> None:
-    """Raise `DeviceError` naming why `name` (a cuda device) cannot be used here."""
-    why = _cuda.why_unavailable()
+def require(name: str, op: str) -> None:
+    """Raise `DeviceError` naming why device `name` cannot be used here (the host always can)."""
+    b = get_backend(name)
+    if b.is_host:
+        return
+    why = b.why_unavailable()
     if why is not None:
         fail(DeviceError, op, f"{name} is not available: {why}")
-    count = _cuda.device_count()
+    count = b.device_count()
     index = int(name.partition(":")[2] or 0)
     if index >= count:
+        kind = b.name
         fail(
             DeviceError,
             op,
-            f"{name} does not exist: {count} CUDA device(s) here (valid: cuda:0"
-            + (f" to cuda:{count - 1})" if count > 1 else ")"),
+            f"{name} does not exist: {count} {kind.upper()} device(s) here (valid: {kind}:0"
+            + (f" to {kind}:{count - 1})" if count > 1 else ")"),
         )
+
+
+def is_host(name: str | None) -> bool:
+    """Whether a node's device name is the host's (None, a constant's, counts as the host):
+    a value there is a numpy array."""
+    return name is None or get_backend(name).is_host
+
+
+def names_host(spec) -> bool:
+    """Whether `spec` (a device object or string) names the host device."""
+    return is_device(spec) and is_host(device(spec).canonical())
 
 
 def is_device(spec) -> bool:
     """Whether `spec` names a device (not a dtype): a device object, or 'cpu'/'cuda[:N]'."""
     if isinstance(spec, device):
         return True
-    return isinstance(spec, str) and spec.strip().partition(":")[0] in _TYPES
+    return isinstance(spec, str) and spec.strip().partition(":")[0] in backend_names()
 
 
 def to_arguments(args, device, dtype, tensor_type):
@@ -155,22 +176,23 @@ def to_arguments(args, device, dtype, tensor_type):
                 fail(
                     DeviceError,
                     "to",
-                    f"{a!r} is neither a device (expected one of {', '.join(_TYPES)} device "
-                    f"type at start of device string: {a}) nor a dtype ({e})",
+                    f"{a!r} is neither a device (expected one of "
+                    f"{', '.join(backend_names())} device type at start of device string: {a}) "
+                    f"nor a dtype ({e})",
                 )
         else:
             dtype = a
     return device, dtype
 
 
-_default = "cpu"
+_default = HOST
 
 
 def set_default_device(spec) -> None:
     """The device creation ops use when given none (`fg.set_default_device("cuda")`),
     as torch.set_default_device. None goes back to the CPU."""
     global _default
-    _default = "cpu" if spec is None else resolve(spec, "set_default_device")
+    _default = HOST if spec is None else resolve(spec, "set_default_device")
     engine.default_device = _default  # where fusegrad's own constants are computed
 
 

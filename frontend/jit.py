@@ -94,9 +94,9 @@ from .ir.dtypes import int32
 from .ir.sites import site_of
 from .jitguards import NOT_A_VALUE, read_guard, snapshot, unwrap
 from .runtime import forksafe
+from .runtime.backend import HOST, get_backend
 from .runtime.buffer import Buffer
 from .runtime.config import config
-from .runtime.cuda import to_device
 from .runtime.engine import engine
 from .tensor import Tensor
 from .tensor import realize as realize_tensors
@@ -342,7 +342,7 @@ def track(tensors) -> None:
             rec.state.append((t, buf))
 
 
-def key_buffer(draw: Callable[[], int], device: str = "cpu") -> Buffer | None:
+def key_buffer(draw: Callable[[], int], device: str = HOST) -> Buffer | None:
     """While recording: the buffer (on `device`) for the call's next random key, the same
     every call.
 
@@ -358,15 +358,11 @@ def key_buffer(draw: Callable[[], int], device: str = "cpu") -> Buffer | None:
     if k == len(slots):
         slots.append(None)
     if slots[k] is None or slots[k].device != device:
-        zero = Buffer.from_numpy(np.zeros(1, np.int32), int32)
-        slots[k] = zero if device == "cpu" else to_device(zero, device)
+        slots[k] = get_backend(device).from_host(np.zeros(1, np.int32), int32, device)
     slot = slots[k]
 
     def refill():
-        if slot.device == "cpu":
-            slot.array[0] = draw()
-        else:
-            slot.write_scalar(draw())
+        slot.write_scalar(draw())
 
     refill()
     rec.hooks.append(refill)

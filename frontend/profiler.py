@@ -24,19 +24,17 @@ times are the same, the time between them a little longer.
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from .ir import phases as _phases
 from .ir.sites import is_stdlib
 from .runtime import engine as engine_module
 from .runtime import forksafe
+from .runtime.backend import HOST, get_backend
 from .runtime.config import config
 from .runtime.engine import engine
 
@@ -73,23 +71,12 @@ class KernelStats:
         return self.flops * self.calls / self.seconds / 1e9 if self.seconds > 0 else 0.0
 
 
-@functools.lru_cache(maxsize=1)
 def machine_limits() -> dict[str, float]:
-    """This machine's measured limits, once per process: memory bandwidth (GB/s, a 64 MB
-    copy by numpy, bytes read plus written) and arithmetic (GFLOP/s, numpy's float32
-    matrix product of 1024 x 1024, a practical peak). Best of three runs each."""
-    a = np.ones(1 << 24, np.float32)
-    b = np.empty_like(a)
-    copy = min(_timed(lambda: np.copyto(b, a)) for _ in range(3))
-    m = np.ones((1024, 1024), np.float32)
-    matmul = min(_timed(lambda: m @ m) for _ in range(3))
-    return {"GB/s": 2 * a.nbytes / copy / 1e9, "GFLOP/s": 2 * 1024**3 / matmul / 1e9}
-
-
-def _timed(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
+    """This machine's measured limits, as the host's backend measures them once per
+    process: memory bandwidth (GB/s, a 64 MB copy by numpy, bytes read plus written) and
+    arithmetic (GFLOP/s, numpy's float32 matrix product of 1024 x 1024, a practical peak)."""
+    host = get_backend(HOST)
+    return {"GB/s": host.bandwidth, "GFLOP/s": host.peak}
 
 
 @dataclass

@@ -131,6 +131,17 @@ def _umask() -> int:
     return 0o022
 
 
+def _names_host(spec) -> bool:
+    """Whether a `map_location` names the host device ('cpu', `fg.device("cpu")`)."""
+    from .devices import names_host
+    from .errors import DeviceError
+
+    try:
+        return names_host(spec)
+    except DeviceError:
+        return False
+
+
 def load(f, map_location=None, weights_only: bool = True):
     """Read an object written by `save` from a path or a binary file object.
 
@@ -139,7 +150,7 @@ def load(f, map_location=None, weights_only: bool = True):
     may be None or 'cpu'; `weights_only` is accepted for torch compatibility
     (loading never runs code either way).
     """
-    if map_location not in (None, "cpu"):
+    if map_location is not None and not _names_host(map_location):
         raise ValueError(f"fg.load: map_location must be None or 'cpu', got {map_location!r}")
     if hasattr(f, "read"):
         raw, name = f.read(), getattr(f, "name", "the file")

@@ -42,7 +42,7 @@ from .ir.dtypes import DType, bool_, float32, promote, promote_scalar
 from .ir.ops import MOVEMENT, Ops
 from .movement import MovementMixin, write_through
 from .reduce import ReduceMixin
-from .runtime.cuda import to_device
+from .runtime.backend import to_device
 from .runtime.engine import engine
 from .scalars import checked_fill
 
@@ -133,7 +133,7 @@ class Tensor(MovementMixin, ReduceMixin):
 
     @property
     def is_cuda(self) -> bool:
-        return (self.node.device or _device.default_name()) != "cpu"
+        return _device.of(self.node.device).type == "cuda"  # torch's: one type, by name
 
     @property
     def is_leaf(self) -> bool:
@@ -198,15 +198,11 @@ class Tensor(MovementMixin, ReduceMixin):
         optimizer's per-step scalars: the graph reads them as data, so their new values
         change no graph structure)."""
         assert self.node.op is Ops.BUFFER and self.numel() == 1
-        buf = self.node.arg
-        if buf.device == "cpu":
-            buf.array[0] = value
-        else:
-            buf.write_scalar(value)
+        self.node.arg.write_scalar(value)
 
     def numpy(self) -> np.ndarray:
         """The value as a read-only numpy array of this tensor's shape and dtype."""
-        if self.node.device not in ("cpu", None) and not _device.numpy_reads_devices:
+        if not _device.is_host(self.node.device) and not _device.numpy_reads_devices:
             if _called_by_user():
                 raise TypeError(
                     f"can't convert {self.node.device} device type tensor to numpy. Use "
@@ -280,7 +276,7 @@ class Tensor(MovementMixin, ReduceMixin):
         from .printing import tensor_repr
 
         tail = []
-        if self.node.device not in ("cpu", None):
+        if not _device.is_host(self.node.device):
             tail.append(f"device='{self.node.device}'")
         grad_fn = self.grad_fn
         if grad_fn is not None:

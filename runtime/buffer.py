@@ -23,7 +23,6 @@ import numpy as np
 
 from ..ir.dtypes import ALL_DTYPES, DType
 from . import forksafe
-from .config import config
 
 
 def _pool_limit() -> int:
@@ -83,6 +82,10 @@ class Buffer:
 
     def numpy(self) -> np.ndarray:
         return self.array
+
+    def write_scalar(self, value) -> None:
+        """Overwrite element 0 (an optimizer's per-step scalar), as `DeviceBuffer` does."""
+        self.array[0] = value
 
     def __del__(self):
         if _pool is None:  # interpreter shutdown: the module's globals are already gone
@@ -161,11 +164,11 @@ class HostTable(Buffer):
     def on(self, device: str):
         """This table's copy on `device` (made on first use, once per cuda backend: a copy
         made on the GPU is no use to the emulator, nor the other way round)."""
-        key = (device, config.cuda)
+        from .backend import get_backend, to_device
+
+        key = get_backend(device).copy_key(device)
         copy = self.copies.get(key)
         if copy is None:
-            from .cuda import to_device
-
             copy = self.copies[key] = to_device(self, device)
         return copy
 

@@ -158,13 +158,14 @@ class CompiledKernel:
     It holds the library its machine code lives in."""
 
     symbol: str
-    source: str
+    source: str  # LLVM IR
     address: int
     nparams: int
     compile_seconds: float
     cache: str  # "compiled", "disk", or "memory"
     _texts: dict = field(default_factory=dict, repr=False)
     library: Library | None = field(default=None, repr=False, compare=False)
+    language = "LLVM IR"  # what `source` is written in (KernelRecord.llvm_ir, cuda_c read it)
 
     @functools.cached_property
     def fn(self):

@@ -386,15 +386,6 @@ class DeviceBuffer:
         return f"<DeviceBuffer {self.size} x {self.dtype.name} on {self.device}>"
 
 
-def to_device(buf, device: str):
-    """A copy of a realized buffer (CPU `Buffer` or `DeviceBuffer`) on `device`."""
-    if device == "cpu":
-        from .buffer import Buffer
-
-        return Buffer.from_numpy(buf.numpy(), buf.dtype)
-    return DeviceBuffer.from_numpy(buf.numpy(), buf.dtype, device)
-
-
 # ---------------------------------------------------------------- kernels
 
 
@@ -411,6 +402,7 @@ class CompiledCudaKernel:
     cache: str  # "compiled", "disk" or "memory"
     address: int = 0  # no host address: the CPU program never strings CUDA kernels
     functions: list | None = None  # the backend's launchable function per launch, once made
+    language = "CUDA C"  # what `source` is written in
 
     @property
     def optimized_ir(self) -> str:

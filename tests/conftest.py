@@ -16,6 +16,14 @@ Where `mpiexec` is missing the distributed tests are skipped, and the summary sa
 "cuda" the default device for the whole session, so the op, autodiff and nn tests
 build and run their graphs there. Values are read back with `.numpy()` as on the CPU
 (PyTorch refuses that for device tensors; the tests of that refusal turn it back on).
+
+The `backend` fixture runs a test once per registered backend (`runtime/backend.py`:
+"cpu", and "cuda" on the GPU when the suite runs on one, else on the CPU emulator of the
+CUDA C), with that device the default one and `.numpy()` reading device values. A module
+takes it for all its tests with `pytestmark = pytest.mark.usefixtures("backend")`. The
+emulator is slow, so by default only the tests marked `backend_slice` (a representative
+slice) run on the other backends; `--all-backends` (or FUSEGRAD_TEST_ALL_BACKENDS=1) runs
+every test of the parametrization on every backend. The others are deselected, not skipped.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import pytest
 from _nvcc_all import ARCHS, FAST, SYMBOL, NvccAll
 
 TEST_DEVICE = os.environ.get("FUSEGRAD_TEST_DEVICE", "cpu").strip() or "cpu"
+ALL_BACKENDS_ENV = os.environ.get("FUSEGRAD_TEST_ALL_BACKENDS", "") not in ("", "0")
 _nvcc: NvccAll | None = None  # the --nvcc-all collector, once configured
 _render_seconds = 0.0  # spent rendering CUDA C inside the tests
 
@@ -40,6 +49,12 @@ def pytest_addoption(parser):
         help="compile every kernel the tests generate with nvcc for sm_80 and sm_90",
     )
     parser.addoption(
+        "--all-backends",
+        action="store_true",
+        help="run every test that takes the `backend` fixture on every registered backend "
+        "(default: the CPU, and the others for the tests marked backend_slice)",
+    )
+    parser.addoption(
         "--nvcc-optimize",
         action="store_true",
         help="--nvcc-all at nvcc's default optimization (cicc -O3: about 6x the time) "
@@ -47,7 +62,63 @@ def pytest_addoption(parser):
     )
 
 
+def _backend_params() -> list[str]:
+    from fusegrad.runtime.backend import backend_names
+
+    return backend_names()
+
+
+@pytest.fixture(params=_backend_params())
+def backend(request):
+    """Run the test on this backend's device: the default device for creation ops, and
+    `.numpy()` reading its values. The cuda backend is the emulator unless the suite runs
+    on a GPU (tests/_emulated.py)."""
+    from _emulated import BACKEND as CUDA_IMPLEMENTATION
+
+    import fusegrad as fg
+    from fusegrad import devices
+    from fusegrad.runtime.backend import get_backend
+
+    name = request.param
+    b = get_backend(name)
+    before, reads = fg.get_default_device(), devices.numpy_reads_devices
+    with fg.config.override(cuda=CUDA_IMPLEMENTATION):
+        why = b.why_unavailable()
+        if why is not None:
+            pytest.skip(f"the {name} backend cannot run here: {why}")
+        fg.set_default_device(name)
+        devices.numpy_reads_devices = True
+        try:
+            yield b
+        finally:
+            devices.numpy_reads_devices = reads
+            fg.set_default_device(before)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Outside --all-backends, a test of the `backend` parametrization runs on the host's
+    backend alone unless it is marked `backend_slice`."""
+    if config.getoption("--all-backends") or ALL_BACKENDS_ENV:
+        return
+    from fusegrad.runtime.backend import get_backend
+
+    keep, drop = [], []
+    for item in items:
+        spec = getattr(item, "callspec", None)
+        name = spec.params.get("backend") if spec is not None else None
+        on_host = name is None or get_backend(name).is_host
+        (keep if on_host or item.get_closest_marker("backend_slice") else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "backend_slice: with the `backend` fixture, runs on every backend by default "
+        "(the others run on the CPU alone unless --all-backends)",
+    )
     if TEST_DEVICE != "cpu":
         import fusegrad as fg
         from fusegrad import devices

@@ -25,6 +25,10 @@ from fusegrad.testing import GradcheckError, central_difference
 
 RNG = np.random.default_rng(2024)
 
+# every test once per backend (tests/conftest.py: `backend`; the others beside the CPU for
+# the tests marked backend_slice, all of them under --all-backends)
+pytestmark = pytest.mark.usefixtures("backend")
+
 
 def f64(a, requires_grad: bool = False) -> fg.Tensor:
     return fg.from_numpy(np.asarray(a, dtype=np.float64), requires_grad=requires_grad)
@@ -168,6 +172,7 @@ def test_backward_reaches_every_leaf_the_output_depends_on():
     assert unused.grad is None
 
 
+@pytest.mark.backend_slice
 def test_broadcasting_sums_the_gradient_back_to_the_leaf_shape():
     a = f64(RNG.standard_normal((3, 1)), requires_grad=True)
     b = f64(RNG.standard_normal((4,)), requires_grad=True)
@@ -266,6 +271,7 @@ def test_grad_returns_instead_of_accumulating():
     assert not g.requires_grad
 
 
+@pytest.mark.backend_slice
 def test_grad_of_several_inputs_and_outputs():
     x = f64([1.0, 2.0], requires_grad=True)
     y = f64([3.0, -1.0], requires_grad=True)
@@ -315,6 +321,7 @@ def test_grad_with_respect_to_an_intermediate():
 # ---------------------------------------------------------------- higher order
 
 
+@pytest.mark.backend_slice
 def test_second_and_third_derivative_of_sin_times_cube():
     a0 = np.array([-1.3, -0.4, 0.2, 0.9, 2.1])
     x = f64(a0, requires_grad=True)
@@ -621,6 +628,7 @@ def test_mlp_gradients_are_correct_when_fused():
         np.testing.assert_allclose(g.numpy(), numeric_grad(loss_of(i), a), rtol=1e-6, atol=1e-8)
 
 
+@pytest.mark.backend_slice
 def test_optimizer_update_fuses_into_the_gradient_kernels():
     """p - lr * grad is elementwise after each gradient's last kernel: it adds no kernel."""
     *_, grads = relu_mlp_gradients()

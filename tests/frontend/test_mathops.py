@@ -18,6 +18,10 @@ import fusegrad as fg
 
 DTYPES = [np.float32, np.float64]
 
+# every test once per backend (tests/conftest.py: `backend`; the others beside the CPU for
+# the tests marked backend_slice, all of them under --all-backends)
+pytestmark = pytest.mark.usefixtures("backend")
+
 
 def wide(dt, n=4000, lo=-30.0, hi=30.0, seed=0, signed=True):
     """Values of every magnitude from 10^lo to 10^hi, both signs."""
@@ -94,6 +98,7 @@ def test_exp2_over_the_whole_range(dt):
 
 
 @pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.backend_slice
 def test_erf_against_math_erf(dt):
     a = np.concatenate([wide(dt, lo=-30, hi=1.2), np.linspace(-7, 7, 2001)]).astype(dt)
     got = fg.tensor(a).erf().numpy()
@@ -159,6 +164,7 @@ def test_fmod_float64_is_exact_to_two_to_the_52_and_not_beyond():
     assert not np.array_equal(got, np.fmod(a, b))
 
 
+@pytest.mark.backend_slice
 def test_integer_division_modes_and_operators():
     a = np.array([7, -7, 7, -7, 0, 9], np.int64)
     b = np.array([2, 2, -2, -2, 3, 4], np.int64)
@@ -180,6 +186,7 @@ def test_integer_division_modes_and_operators():
 
 
 @pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.backend_slice
 def test_atan2_quadrants_zeros_and_infinities(dt):
     rng = np.random.default_rng(6)
     y = np.concatenate(
@@ -351,6 +358,7 @@ def test_unary_gradients(name, values):
     assert fg.testing.gradcheck(lambda t: getattr(t, name)(), [x])
 
 
+@pytest.mark.backend_slice
 def test_binary_gradients():
     a = fg.tensor([0.3, -1.2, 2.5, 4.0], dtype=fg.float64)
     b = fg.tensor([1.1, 0.7, -2.0, 3.0], dtype=fg.float64)

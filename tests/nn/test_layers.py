@@ -16,6 +16,10 @@ from fusegrad import nn
 
 RNG = np.random.default_rng(1234)
 
+# every test once per backend (tests/conftest.py: `backend`; the others beside the CPU for
+# the tests marked backend_slice, all of them under --all-backends)
+pytestmark = pytest.mark.usefixtures("backend")
+
 
 def randn(*shape, scale=1.0):
     return (RNG.standard_normal(shape) * scale).astype(np.float32)
@@ -33,6 +37,7 @@ def close(actual, expected, rtol=1e-5, atol=1e-6):
 
 
 @pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.backend_slice
 def test_linear_forward_and_gradients(bias):
     fg.manual_seed(0)
     layer = nn.Linear(5, 3, bias=bias)
@@ -140,6 +145,7 @@ def test_identity_returns_its_input():
 
 
 @pytest.mark.parametrize("index_dtype", ["int64", "int32"])
+@pytest.mark.backend_slice
 def test_embedding_lookup_and_gradient(index_dtype):
     fg.manual_seed(3)
     emb = nn.Embedding(7, 4)
@@ -222,6 +228,7 @@ def test_dropout_statistics_and_scaling():
     close(x.grad.numpy(), kept / (1 - p))
 
 
+@pytest.mark.backend_slice
 def test_dropout_masks_differ_between_calls_and_repeat_under_manual_seed():
     x = fg.ones(1000)
     fg.manual_seed(11)

@@ -236,12 +236,13 @@ def test_a_host_tables_device_copy_is_made_once_per_backend(emulated, monkeypatc
     """fusegrad's own tables (the `arange` an index op compares against) are copied to the
     device on first use; a copy made by one backend is not handed to another."""
     from fusegrad.runtime.buffer import HostTable
+    from fusegrad.runtime.cuda_backend import CudaBackend
 
     table = HostTable(4, float32, np.arange(4, dtype=np.float32))
     on_emulator = table.on("cuda:0")
     assert table.on("cuda:0") is on_emulator  # made once
     elsewhere = object()
-    monkeypatch.setattr(runtime_cuda, "to_device", lambda buf, device: elsewhere)
+    monkeypatch.setattr(CudaBackend, "from_host", lambda self, array, dtype, device: elsewhere)
     with fg.config.override(cuda="pycuda"):
         assert table.on("cuda:0") is elsewhere
     assert table.on("cuda:0") is on_emulator

@@ -80,7 +80,7 @@ CHILD = textwrap.dedent(
     import fusegrad as fg
     from fusegrad.runtime import launch, pool as native
 
-    from fusegrad.runtime import engine as engine_module
+    from fusegrad.runtime import cpu_backend
 
     def announced(run, work_at):
         def call(*args):  # tell the parent when the long kernel starts
@@ -90,8 +90,8 @@ CHILD = textwrap.dedent(
 
         return call
 
-    engine_module.launch = announced(engine_module.launch, 2)  # (kernel, extent, work, ptrs)
-    engine_module.run_threads = announced(engine_module.run_threads, 3)  # (..., args, work)
+    cpu_backend.launch = announced(cpu_backend.launch, 2)  # (kernel, extent, work, ptrs)
+    cpu_backend.run_threads = announced(cpu_backend.run_threads, 3)  # (..., args, work)
 
     def big():
         # 2^19 rows of 2^20 sines summed: about half an hour on two cores, and little memory

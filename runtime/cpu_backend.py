@@ -1,0 +1,224 @@
+"""The CPU backend: kernels compiled to machine code by LLVM, run on the worker pool, a
+cached plan of several kernels as one native program per thread (`runtime/program.py`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import time
+
+import numpy as np
+
+from ..codegen.llvm import render_llvm
+from ..codegen.lower import kernel_symbol, lower
+from ..ir import phases
+from .backend import Backend, register_backend
+from .buffer import Buffer, clear_pool, give_scratch, take_scratch
+from .compiler import CompiledKernel, compile_kernel
+from .config import config
+from .launch import effective_threads, launch, run_threads
+from .plan import KernelRecord, Plan, _ran
+from .program import compile_program, counter_words
+
+SCRATCH_ALIGN = 64  # bytes: each value inside a program's scratch starts on a cache line
+
+
+def _build_program(plan: Plan) -> None:
+    """String a plan's kernels into one native program (see runtime/program.py)."""
+    if plan.program is not None or len(plan.steps) < 2:
+        return
+    n = plan.nleaves
+    steps = [
+        (
+            s.extent,
+            s.work,
+            [n + g for g, _, _ in s.outs]
+            + [i if kind == "leaf" else n + i for kind, i in s.inputs],
+        )
+        for s in plan.steps
+    ]
+    with phases.timed("program"):
+        program = compile_program(steps)
+    plan.counters = counter_words(steps)
+    plan.work = sum(s.work for s in plan.steps)
+    fns = [s.record.compiled.address for s in plan.steps] + [_sched_yield_address()]
+    plan.fns = np.array(fns, dtype=np.uint64)
+    plan.fns_address = plan.fns.ctypes.data
+    # values that die inside the program share one scratch allocation: slot -> offset
+    returned = set(plan.outputs)
+    scratch, offsets, size = [], [], 0
+    plan.returned = []
+    for s in plan.steps:
+        for g, numel, dtype in s.outs:
+            if g in returned:
+                plan.returned.append((g, numel, dtype))
+            else:
+                scratch.append(n + g)
+                offsets.append(size)
+                size += -(-max(numel * dtype.itemsize, 1) // SCRATCH_ALIGN) * SCRATCH_ALIGN
+    plan.scratch = (np.array(scratch, dtype=np.int64), np.array(offsets, dtype=np.uint64), size)
+    plan.program = program
+
+
+def _run_one(plan: Plan, leaves: list[Buffer]) -> tuple[list[Buffer], list[KernelRecord]]:
+    """Run a cached CPU plan of one kernel, timed (`_execute_steps` without what only
+    several kernels, a first run or FUSEGRAD_DEBUG need: a sum or an elementwise chain on its own
+    runs this way)."""
+    step = plan.steps[0]
+    outs = [Buffer(size, dtype) for _, size, dtype in step.outs]  # slots 0, 1, ... in order
+    ptrs = [b.ptr for b in outs]
+    for _, i in step.inputs:  # a first kernel reads only the plan's inputs
+        ptrs.append(leaves[i].ptr)
+    # the record is copied before the kernel runs, while what it touches is still in the
+    # cache (a kernel streaming a large array through evicts it): afterwards only its time
+    rec = _ran(plan.records[0], None, None)
+    t0 = time.perf_counter()
+    launch(step.record.compiled, step.extent, step.work, ptrs)
+    rec.seconds, rec.started = time.perf_counter() - t0, t0
+    return [outs[k] for k in plan.outputs], [rec]
+
+
+def _run_program(plan: Plan, leaves: list[Buffer]) -> tuple[list[Buffer], list[KernelRecord]]:
+    """Run a cached schedule as one native call per thread."""
+    _build_program(plan)
+    try:  # a set of arrays no other call of this plan is using (two threads may run it)
+        arrays = plan.ready.pop()
+    except IndexError:
+        arrays = _program_arrays(plan)
+    ptrs, view, args, kept = arrays
+    n = plan.nleaves
+    ptrs[:n] = [b.ptr for b in leaves]
+    outs: dict[int, Buffer] = {}
+    for g, size, dtype in plan.returned:
+        outs[g] = b = Buffer(size, dtype)
+        ptrs[n + g] = b.ptr
+    where, offsets, nbytes = plan.scratch
+    scratch = take_scratch(nbytes) if len(where) and kept is None else None
+    if scratch is not None:
+        view[where] = offsets + np.uint64(scratch[1])
+    try:
+        run_threads(plan.program, effective_threads() if plan.parallel else 1, args, plan.work)
+    finally:
+        if scratch is not None:
+            give_scratch(scratch)
+        plan.ready.append(arrays)
+    return [outs[k] for k in plan.outputs], plan.records
+
+
+PLAN_SCRATCH_KEPT = 1 << 20  # bytes: a program whose scratch is this small keeps its own
+
+
+def _program_arrays(plan: Plan) -> tuple:
+    """The arrays one run of a plan's program reads, made once and reused run after run:
+    its buffers' addresses (the plan's inputs, its slots, then the barrier's count and the
+    kernels' chunk counters, which every run leaves at zero, and the barrier's generation,
+    which a thread only compares with what it read on arriving), a numpy view of them,
+    the program's three arguments, and its scratch memory when that is small (bigger
+    scratch comes from the pool each run: a training step's intermediates are not worth
+    keeping per plan)."""
+    n, slots = plan.nleaves, plan.slots
+    ptrs = (ctypes.c_uint64 * (n + slots + plan.counters))()
+    view = np.frombuffer(ptrs, dtype=np.uint64)
+    base = ctypes.addressof(ptrs)
+    where, offsets, nbytes = plan.scratch
+    kept = None
+    if len(where) and nbytes <= PLAN_SCRATCH_KEPT:
+        kept = np.empty(nbytes, dtype=np.uint8)
+        view[where] = offsets + np.uint64(kept.ctypes.data)
+    return ptrs, view, [base, plan.fns_address, base + 8 * (n + slots)], kept
+
+
+@functools.lru_cache(maxsize=1)
+def _sched_yield_address() -> int:
+    """libc's sched_yield, which the program calls through a pointer (no symbol to link)."""
+    return ctypes.cast(ctypes.CDLL(None).sched_yield, ctypes.c_void_p).value
+
+
+class CpuBackend(Backend):
+    """The host: buffers are pooled numpy arrays, kernels LLVM-compiled machine code run on
+    the worker pool; a cached plan of one kernel runs without the step loop (`_run_one`),
+    one of several as a native program (`_run_program`)."""
+
+    name = "cpu"
+    indexed = False
+    is_host = True
+    is_host_memory = True
+    supports_fork = True
+    uses_worker_pool = True
+
+    @property
+    def description(self) -> str:
+        return f"the CPU ({effective_threads()} thread(s))"
+
+    @property
+    def bandwidth(self) -> float:
+        return _measured_limits()[0]
+
+    @property
+    def peak(self) -> float:
+        return _measured_limits()[1]
+
+    def plan_key(self, device: str, key: tuple) -> tuple:
+        return key  # the host's plans are keyed by their structure alone
+
+    def alloc(self, size: int, dtype, device: str) -> Buffer:
+        return Buffer(size, dtype)
+
+    def free(self) -> None:
+        clear_pool()
+
+    def from_host(self, array: np.ndarray, dtype, device: str) -> Buffer:
+        return Buffer.from_numpy(array, dtype)
+
+    def lower(self, item):
+        return lower(item)
+
+    def kernel_symbol(self, loop) -> str:
+        return kernel_symbol(render_llvm(loop, "KERNEL"), loop.name)
+
+    def compile(self, loop) -> CompiledKernel:
+        with phases.timed("render"):
+            source = render_llvm(loop, "KERNEL")
+        symbol = kernel_symbol(source, loop.name)
+        source = source.replace("@KERNEL(", f"@{symbol}(")
+        loop.name = symbol  # one name in the listing, the launch line, the dump and the profile
+        with phases.timed("llvm"):
+            return compile_kernel(source, symbol, len(loop.params))
+
+    def prepare(self, plan: Plan) -> None:
+        if config.program:
+            _build_program(plan)  # now, so that later runs compile nothing
+
+    def run(self, plan: Plan, leaves: list[Buffer]):
+        if len(plan.steps) == 1:
+            return _run_one(plan, leaves)
+        if config.program:
+            return _run_program(plan, leaves)
+        return None
+
+    def launch(self, step, outs: list[Buffer], inputs: list[Buffer], timed: bool) -> None:
+        ptrs = [b.ptr for b in outs] + [b.ptr for b in inputs]
+        launch(step.record.compiled, step.extent, step.work, ptrs)
+
+
+@functools.lru_cache(maxsize=1)
+def _measured_limits() -> tuple[float, float]:
+    """This machine's measured limits, once per process: memory bandwidth (GB/s, a 64 MB
+    copy by numpy, bytes read plus written) and arithmetic (GFLOP/s, numpy's float32
+    matrix product of 1024 x 1024, a practical peak). Best of three runs each."""
+    a = np.ones(1 << 24, np.float32)
+    b = np.empty_like(a)
+    copy = min(_timed(lambda: np.copyto(b, a)) for _ in range(3))
+    m = np.ones((1024, 1024), np.float32)
+    matmul = min(_timed(lambda: m @ m) for _ in range(3))
+    return 2 * a.nbytes / copy / 1e9, 2 * 1024**3 / matmul / 1e9
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+register_backend("cpu", CpuBackend)

@@ -1,0 +1,122 @@
+"""The cuda backend: devices "cuda:N", through `runtime/cuda.py`, whose implementation
+`FUSEGRAD_CUDA` chooses (PyCUDA on a GPU, or the CPU emulator of the generated CUDA C).
+
+Kernels are lowered to the plain loop nest (`codegen/gpu.py` tiles contractions through
+shared memory itself) and rendered as CUDA C; a plan launches kernel by kernel and
+synchronizes once at its end (after each kernel when timed).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..codegen.lower import lower
+from . import cuda
+from .backend import HOST, Backend, get_backend, register_backend
+from .config import config
+
+# FP32 lanes per multiprocessor, by compute capability major (rated peak = 2 x lanes x
+# SMs x clock); sm_80 has 64, every later one 128
+_LANES_PER_SM = {7: 64, 8: 64}
+
+
+class CudaBackend(Backend):
+    """A CUDA device; what it runs on is `cuda.backend()`, started on first use."""
+
+    name = "cuda"
+    indexed = True
+    is_host = False
+
+    @property
+    def is_host_memory(self) -> bool:  # the emulator's device memory is the CPU's
+        try:
+            return cuda.backend().host_memory
+        except cuda.CudaUnavailable:
+            return False
+
+    @property
+    def supports_fork(self) -> bool:  # CUDA does not survive a fork; the emulator does
+        return self.is_host_memory
+
+    @property
+    def description(self) -> str:
+        return cuda.backend().description
+
+    @property
+    def bandwidth(self) -> float:
+        """Rated from the GPU's memory clock and bus width (the emulator: the host's)."""
+        b = cuda.backend()
+        if b.host_memory:
+            return get_backend(HOST).bandwidth
+        attr, dev = b.drv.device_attribute, b.drv.Device(0)
+        khz = dev.get_attribute(attr.MEMORY_CLOCK_RATE)
+        bits = dev.get_attribute(attr.GLOBAL_MEMORY_BUS_WIDTH)
+        return 2 * khz * 1e3 * bits / 8 / 1e9  # double data rate
+
+    @property
+    def peak(self) -> float:
+        """Rated float32 GFLOP/s (one fused multiply-add per lane per clock)."""
+        b = cuda.backend()
+        if b.host_memory:
+            return get_backend(HOST).peak
+        attr, dev = b.drv.device_attribute, b.drv.Device(0)
+        sms = dev.get_attribute(attr.MULTIPROCESSOR_COUNT)
+        khz = dev.get_attribute(attr.CLOCK_RATE)
+        lanes = _LANES_PER_SM.get(dev.compute_capability()[0], 128)
+        return 2 * lanes * sms * khz * 1e3 / 1e9
+
+    def why_unavailable(self) -> str | None:
+        return cuda.why_unavailable()
+
+    def device_count(self) -> int:
+        return cuda.device_count()
+
+    def plan_key(self, device: str, key: tuple) -> tuple:
+        # a device plan's kernels belong to the implementation they were built by
+        return (device, config.cuda, key)
+
+    def copy_key(self, device: str):
+        # a copy made on the GPU is no use to the emulator, nor the other way round
+        return (device, config.cuda)
+
+    def alloc(self, size: int, dtype, device: str) -> cuda.DeviceBuffer:
+        return cuda.DeviceBuffer(size, dtype, device)
+
+    def free(self) -> None:
+        cuda.empty_cache()
+
+    def from_host(self, array: np.ndarray, dtype, device: str) -> cuda.DeviceBuffer:
+        return cuda.DeviceBuffer.from_numpy(array, dtype, device)
+
+    def lower(self, item):
+        return lower(item, tile=False)
+
+    def kernel_symbol(self, loop) -> str:
+        return cuda.symbol_of(loop)
+
+    def compile(self, loop) -> cuda.CompiledCudaKernel:
+        compiled = cuda.compile_loop(loop)
+        loop.name = compiled.symbol  # one name everywhere, as on the CPU
+        return compiled
+
+    def begin(self, plan, leaves: list) -> list:
+        leaves = [b if b.device == plan.device else _on_device(b, plan.device) for b in leaves]
+        cuda.check_backend(leaves)  # once per run, not per kernel: only inputs can be foreign
+        return leaves
+
+    def launch(self, step, outs: list, inputs: list, timed: bool) -> None:
+        cuda.launch(step.record.compiled, outs + inputs, timed)
+
+    def synchronize(self) -> None:
+        cuda.synchronize()
+
+
+def _on_device(buf, device: str):
+    """A leaf for a `device` plan: a host table's copy there; anything else is a bug (the
+    frontend refuses ops mixing devices when they are written)."""
+    if buf.device is None:
+        return buf.on(device)
+    raise RuntimeError(f"a {buf.device} buffer given to a {device} plan")
+
+
+register_backend("cuda", CudaBackend)
