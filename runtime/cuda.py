@@ -20,6 +20,7 @@ True
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import os
 import time
@@ -74,16 +75,21 @@ class _PyCudaBackend:
     name = "pycuda"
     host_memory = False  # device buffers are GPU memory (counted in `live_buffers` here)
 
-    def __init__(self):
+    def __init__(self, driver=None):
+        """`driver`: an object standing in for `pycuda.driver` (runtime/cuda_stub.py), the
+        one place the driver comes from; PyCUDA's when None."""
+        drv = driver
+        if drv is None:
+            try:
+                import pycuda  # noqa: F401
+            except ImportError as e:
+                raise CudaUnavailable(
+                    f"PyCUDA is not installed ({e}); install the extra: pip install "
+                    f"'fusegrad[cuda]' (or {_HINT})"
+                ) from None
         try:
-            import pycuda  # noqa: F401
-        except ImportError as e:
-            raise CudaUnavailable(
-                f"PyCUDA is not installed ({e}); install the extra: pip install 'fusegrad[cuda]' "
-                f"(or {_HINT})"
-            ) from None
-        try:
-            import pycuda.driver as drv
+            if drv is None:
+                import pycuda.driver as drv
 
             drv.init()
             count = drv.Device.count()
@@ -158,6 +164,9 @@ class _PyCudaBackend:
     def compile(self, source: str):
         """The loaded module; its cubin is cached on disk under a key of the source, the
         GPU's compute capability and the CUDA toolkit's version."""
+        if hasattr(self.drv, "compile"):  # a stand-in driver compiles for itself
+            with self.active:
+                return self.drv.module_from_buffer(self.drv.compile(source, self.arch)), "compiled"
         from pycuda.compiler import compile as nvcc_compile
         from pycuda.compiler import get_nvcc_version
 
@@ -291,6 +300,50 @@ def _after_fork_in_child() -> None:
     if b is not None and not b.host_memory:
         b.forked = True  # its exit handler must not call CUDA
         _backend, _failure = None, _FORKED
+
+
+@contextlib.contextmanager
+def use_driver(driver):
+    """Run the cuda device through `driver`, an object standing in for `pycuda.driver`
+    (runtime/cuda_stub.py's `StubDriver`), inside the block: FUSEGRAD_CUDA reads "pycuda".
+    Afterwards the plans and modules made through it are forgotten, so that nothing built
+    for the stand-in runs on a real GPU.
+
+    >>> from fusegrad.runtime.cuda_stub import StubDriver
+    >>> with use_driver(StubDriver()) as b:
+    ...     b.description
+    'stub GPU (no kernel runs) (sm_90)'
+    """
+    global _backend, _failure, _backend_kind
+    with config.override(cuda="pycuda"):
+        b = _PyCudaBackend(driver)
+        with _lock:
+            _backend, _failure, _backend_kind = b, None, "pycuda"
+        try:
+            yield b
+        finally:
+            reset()
+            _forget_backend(b)
+
+
+def _forget_backend(b) -> None:
+    """Drop every cached module and device plan made while `b` ran."""
+    from .engine import engine
+
+    with _modules_lock:
+        for key in [k for k in _modules if k[0] == b.name]:
+            del _modules[key]
+    with engine._plans_lock:
+        for key in [k for k in engine.plans if _device_plan_of(k, b.name)]:
+            del engine.plans[key]
+
+
+def _device_plan_of(key, name: str) -> bool:
+    """Whether an engine plan key is a cuda plan's built by backend `name`: (device,
+    FUSEGRAD_CUDA, structure), as Engine.plan_for makes it."""
+    if type(key) is not tuple or len(key) != 3:
+        return False
+    return str(key[0]).startswith("cuda") and key[1] == name
 
 
 def reset() -> None:
