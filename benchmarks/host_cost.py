@@ -12,7 +12,9 @@ arguments with `struct` each call). A real driver adds its launch cost (a few
 microseconds per `cuLaunchKernel`) on top; this benchmark measures everything before it.
 
 Three figures, each the median of `rounds` rounds with a 95% bootstrap interval of that
-median (resampling the rounds, as benchmarks/core_ops.py does):
+median (resampling the rounds, as benchmarks/core_ops.py does), in CPU time of the
+calling thread (what the host spends: robust on a shared machine, where wall time also
+counts waiting for a core) and in wall time:
 
 - **per launch**: a cached plan of a chain of small kernels (`y = y - y.sum()`, 16 times:
   21 launches) run by `engine.execute`, its time divided by its launches; and the same
@@ -56,16 +58,24 @@ def median_interval(samples: list[float]) -> tuple[float, float, float]:
     return float(statistics.median(a)), float(low), float(high)
 
 
-def per_call_us(run, rounds: int, calls: int, divide: int = 1) -> list[float]:
-    """Microseconds per call (divided by `divide`) in each of `rounds` rounds of `calls`."""
-    out = []
+def per_call_us(run, rounds: int, calls: int, divide: int = 1) -> tuple[list, list]:
+    """Microseconds per call (divided by `divide`) in each of `rounds` rounds of `calls`:
+    the calling thread's CPU time, and wall time."""
+    cpu, wall = [], []
     for _ in range(rounds):
         gc.collect()
-        t0 = time.perf_counter()
+        c0, t0 = time.thread_time(), time.perf_counter()
         for _ in range(calls):
             run()
-        out.append((time.perf_counter() - t0) / calls / divide * 1e6)
-    return out
+        cpu.append((time.thread_time() - c0) / calls / divide * 1e6)
+        wall.append((time.perf_counter() - t0) / calls / divide * 1e6)
+    return cpu, wall
+
+
+def figures_of(name: str, samples: tuple[list, list], out: dict) -> None:
+    cpu, wall = samples
+    out[f"{name}, CPU (us)"] = median_interval(cpu)
+    out[f"{name}, wall (us)"] = median_interval(wall)
 
 
 def chain_cases(driver: StubDriver):
@@ -124,19 +134,12 @@ def measure(rounds: int, calls: int, lenet: bool = True) -> dict:
         packs = driver.packs
         run_plan()
         out["argument packs per chain run"] = driver.packs - packs
-        out["launch, cached plan (us)"] = median_interval(
-            per_call_us(run_plan, rounds, calls, launches)
-        )
-        out["launch, realize from Python (us)"] = median_interval(
-            per_call_us(realize, rounds, calls, launches)
-        )
+        figures_of("launch, cached plan", per_call_us(run_plan, rounds, calls, launches), out)
+        figures_of("launch, realize", per_call_us(realize, rounds, calls, launches), out)
         if lenet:
-            steps = lenet_cases()
-            for name, step in steps.items():
-                calls_lenet = max(1, calls // 4)
-                out[f"LeNet-5 b64 step, {name} (us)"] = median_interval(
-                    per_call_us(step, rounds, calls_lenet)
-                )
+            for name, step in lenet_cases().items():
+                samples = per_call_us(step, rounds, max(1, calls // 4))
+                figures_of(f"LeNet-5 b64 step, {name}", samples, out)
     return out
 
 

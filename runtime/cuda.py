@@ -22,14 +22,16 @@ from __future__ import annotations
 import atexit
 import contextlib
 import hashlib
+import heapq
 import os
+import struct
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir.dtypes import DType
+from ..ir.dtypes import DType, uint8
 from . import forksafe
 from .config import config
 
@@ -108,16 +110,30 @@ class _PyCudaBackend:
         atexit.register(self.close)
         major, minor = drv.Device(0).compute_capability()
         self.arch = f"sm_{major}{minor}"
+        # CUDA graphs where the driver module offers stream capture (PyCUDA 2026.1 does
+        # not): a graph is launched on a stream of its own, which the legacy default
+        # stream the plain launches use waits for, and which waits for it
+        self.graphs = hasattr(getattr(drv, "Stream", None), "begin_capture")
+        self.stream = None
+        if self.graphs:
+            with self.active:
+                self.stream = drv.Stream()
         self.description = f"{drv.Device(0).name()} ({self.arch})"
 
     def alloc(self, size: int, dtype: DType):
-        """A device allocation of at least `size` elements: a held one of its size class,
-        else a new one (after giving every held block back to CUDA, if memory is short)."""
+        """A device allocation of at least `size` elements: the held one of its size class
+        at the lowest address, else a new one (after giving every held block back to CUDA,
+        if memory is short).
+
+        Lowest address first, rather than the last one freed: which blocks a step gets then
+        depends on which are free, not on the order they were freed in, so a training
+        loop's steps settle on a few sets of addresses, and a cached plan's arguments stay
+        bound (`LaunchList`)."""
         nbytes = _pool_bytes(size * dtype.itemsize)
         with self._held_lock:
             held = self._held.get(nbytes)
             if held:
-                return held.pop()
+                return heapq.heappop(held)[1]
         try:
             with self.active:
                 return self.drv.mem_alloc(nbytes)
@@ -131,7 +147,7 @@ class _PyCudaBackend:
         CUDA call, so any thread may free."""
         nbytes = _pool_bytes(size * dtype.itemsize)
         with self._held_lock:
-            self._held.setdefault(nbytes, []).append(mem)
+            heapq.heappush(self._held.setdefault(nbytes, []), (int(mem), mem))
 
     def release_held(self) -> None:
         """Give every held block back to CUDA."""
@@ -139,7 +155,7 @@ class _PyCudaBackend:
             held, self._held = self._held, {}
         with self.active:
             for blocks in held.values():
-                for mem in blocks:
+                for _, mem in blocks:
                     mem.free()
 
     def close(self) -> None:
@@ -189,6 +205,39 @@ class _PyCudaBackend:
         with self.active:
             for fn, ln in zip(functions, launches):
                 fn.prepared_call(ln.grid, ln.block, *args, shared_size=ln.shared_bytes)
+
+    def bind(self, fn, grid, block, shared: int, ptrs: list[int]) -> tuple:
+        """One launch with its arguments packed once (PyCUDA's `prepared_call` packs them on
+        every call): what `run_bound` calls."""
+        return (fn._launch_kernel, grid, block, struct.pack("P" * len(ptrs), *ptrs), shared)
+
+    def run_bound(self, bound: _Bound) -> None:
+        """A cached plan's launches: its captured CUDA graph when it has one, else each
+        launch in turn; the context pushed once for all of them."""
+        with self.active:
+            if bound.graph is not None:
+                bound.graph.launch(self.stream)
+                return
+            for launch_kernel, grid, block, args, shared in bound.calls:
+                launch_kernel(grid, block, args, shared, None)
+        bound.runs += 1
+        if bound.runs == GRAPH_AFTER_RUNS and self.graphs:
+            self._capture(bound)
+
+    def _capture(self, bound: _Bound) -> None:
+        """Capture `bound`'s launches into a CUDA graph (stream capture, which launches
+        nothing); a driver that refuses turns graphs off for good (plain launches)."""
+        try:
+            with self.active:
+                self.stream.begin_capture()
+                try:
+                    for launch_kernel, grid, block, args, shared in bound.calls:
+                        launch_kernel(grid, block, args, shared, self.stream)
+                finally:
+                    graph = self.stream.end_capture()
+                bound.graph = graph.instantiate()
+        except Exception:  # the driver's refusal, in whatever type it raises
+            self.graphs = False
 
     def synchronize(self) -> None:
         with self.active:
@@ -252,6 +301,14 @@ class _EmulatedBackend:
     def launch(self, functions: list, launches, args: list) -> None:
         for fn, ln in zip(functions, launches):
             fn(*args, grid=ln.grid, block=ln.block, shared=ln.shared_bytes)
+
+    def bind(self, fn, grid, block, shared: int, ptrs: list[int]) -> tuple:
+        return (fn, tuple(ptrs), {"grid": grid, "block": block, "shared": shared})
+
+    def run_bound(self, bound: _Bound) -> None:
+        for fn, args, how in bound.calls:
+            fn(*args, **how)
+        bound.runs += 1
 
     def synchronize(self) -> None:
         pass
@@ -389,13 +446,29 @@ class DeviceBuffer:
     `device`, `kernels`); `numpy()` copies the value to the host.
     """
 
-    __slots__ = ("size", "dtype", "mem", "kernels", "device", "owner", "counted", "__weakref__")
+    __slots__ = (
+        "size",
+        "dtype",
+        "mem",
+        "ptr",
+        "kernels",
+        "device",
+        "owner",
+        "counted",
+        "scalar",
+        "__weakref__",
+    )
 
     def __init__(self, size: int, dtype: DType, device: str = "cuda:0"):
         global live_buffers
         self.size, self.dtype, self.device = size, dtype, device
-        self.owner = b = backend()  # the backend whose memory this is
+        b = _backend  # (`backend()` without its lock when it is the current one)
+        if b is None or _backend_kind != config.cuda:
+            b = backend()
+        self.owner = b  # the backend whose memory this is
         self.mem = b.alloc(size, dtype)
+        self.ptr = b.arg(self.mem)  # the address a kernel is passed
+        self.scalar = None  # element 0's bits as write_scalar last wrote them
         self.kernels: list = []
         self.counted = not b.host_memory
         if self.counted:
@@ -425,8 +498,16 @@ class DeviceBuffer:
         return host
 
     def write_scalar(self, value) -> None:
-        """Overwrite element 0 (an optimizer's per-step scalar) from the host."""
-        backend().upload(self.mem, np.array([value], dtype=self.dtype.np))
+        """Overwrite element 0 (an optimizer's per-step scalar) from the host. The same bits
+        as the last write_scalar are not copied again: a GPU copy from the host waits for
+        the kernels before it, and most of a step's scalars (a constant learning rate,
+        momentum) do not change. No kernel writes a buffer it did not allocate, so what
+        this buffer last received still holds."""
+        host = np.array([value], dtype=self.dtype.np)
+        bits = host.tobytes()
+        if bits != self.scalar:
+            backend().upload(self.mem, host)
+            self.scalar = bits
 
     def write(self, host: np.ndarray) -> None:
         """Overwrite the whole value from host data of `size` elements."""
@@ -434,6 +515,7 @@ class DeviceBuffer:
         if host.size != self.size:
             raise ValueError(f"write: {host.size} elements into a buffer of {self.size}")
         backend().upload(self.mem, host)
+        self.scalar = None
 
     def __repr__(self) -> str:
         return f"<DeviceBuffer {self.size} x {self.dtype.name} on {self.device}>"
@@ -526,6 +608,130 @@ def launch(compiled: CompiledCudaKernel, buffers: list, wait: bool = False) -> N
     b.launch(functions, k.launches, args)
     if wait:
         b.synchronize()
+
+
+# ---------------------------------------------------------------- cached plans
+
+ARENA_ALIGN = 256  # bytes: each value in a plan's arena starts where cudaMalloc's would
+BINDINGS_KEPT = 4  # pointer sets a plan keeps bound (a training loop's alternate: 2)
+GRAPH_AFTER_RUNS = 2  # a pointer set launched this often is captured as a CUDA graph
+
+
+class _Bound:
+    """A launch list's launches bound to one set of buffers: the backend's calls with
+    their arguments packed, and the CUDA graph captured from them (once they repeat)."""
+
+    __slots__ = ("calls", "runs", "graph")
+
+    def __init__(self, calls: list):
+        self.calls, self.runs, self.graph = calls, 0, None
+
+
+class LaunchList:
+    """A cached plan's kernels as one prepared list of launches.
+
+    Made once per plan (`run_plan`): each launch's function, grid, block and shared memory,
+    and where its arguments come from in a table of addresses (the plan's inputs, its
+    kernels' outputs, each kernel's scratch). Per run, only the outputs the plan returns
+    are new buffers; every value that dies inside the plan (and every scratch array) lies
+    in one arena, allocated from the pool per run, so two runs usually get the same arena.
+    The arguments are bound (packed) once per set of addresses, and the last
+    `BINDINGS_KEPT` sets are kept: a training loop whose buffers alternate between two
+    sets binds twice and then only launches. A set launched `GRAPH_AFTER_RUNS` times is
+    captured as a CUDA graph where the driver offers stream capture, and replayed as one
+    launch from then on.
+
+    >>> # l = LaunchList(plan, backend()); outs = l.run(leaves)   (see run_plan)
+    """
+
+    def __init__(self, plan, b):
+        n = plan.nleaves
+        returned = set(plan.outputs)
+        self.backend, self.device, self.nleaves = b, plan.device, n
+        self.outs: list[tuple[int, int, DType]] = []  # (table index, size, dtype): new per run
+        arena: list[tuple[int, int]] = []  # (table index, byte offset) of values in the arena
+        nbytes, table = 0, n + plan.slots  # scratch arrays take table entries past the slots
+        self.entries = []  # (function, grid, block, shared bytes, table indices)
+        for s in plan.steps:
+            for g, numel, dtype in s.outs:
+                if g in returned:
+                    self.outs.append((n + g, numel, dtype))
+                else:
+                    arena.append((n + g, nbytes))
+                    nbytes += _aligned(numel * dtype.itemsize)
+            compiled = s.record.compiled
+            k = compiled.kernel
+            where = [n + g for g, _, _ in s.outs]
+            where += [i if kind == "leaf" else n + i for kind, i in s.inputs]
+            for dtype, count in k.scratch:
+                arena.append((table, nbytes))
+                nbytes += _aligned(count * dtype.itemsize)
+                where.append(table)
+                table += 1
+            if compiled.functions is None:
+                compiled.functions = b.functions(compiled.module, k, len(where))
+            for fn, ln in zip(compiled.functions, k.launches):
+                self.entries.append((fn, ln.grid, ln.block, ln.shared_bytes, where))
+        self.arena, self.arena_bytes, self.table_size = arena, nbytes, table
+        position = {t: j for j, (t, _, _) in enumerate(self.outs)}
+        self.returned = [position[n + g] for g in plan.outputs]  # plan output -> self.outs
+        self.bindings: dict[tuple, _Bound] = {}
+        self.binds = 0  # argument sets bound so far (what tests count)
+        self._lock = forksafe.Lock()
+
+    def run(self, leaves: list) -> list:
+        """Launch the plan's kernels on `leaves`; its outputs' new buffers."""
+        device = self.device
+        outs = [DeviceBuffer(size, dtype, device) for _, size, dtype in self.outs]
+        arena = DeviceBuffer(self.arena_bytes, uint8, device) if self.arena_bytes else None
+        key = (*[x.ptr for x in leaves], *[o.ptr for o in outs], arena.ptr if arena else 0)
+        bound = self.bindings.get(key)
+        if bound is None:
+            bound = self._bind(key, outs)
+        self.backend.run_bound(bound)
+        # the arena goes back to the pool now: its next user is launched after these
+        # kernels on the same stream, so it cannot overwrite what they still read
+        return [outs[j] for j in self.returned]
+
+    def _bind(self, key: tuple, outs: list) -> _Bound:
+        n = self.nleaves
+        table = [0] * self.table_size
+        table[:n] = key[:n]
+        for (t, _, _), o in zip(self.outs, outs):
+            table[t] = o.ptr
+        base = key[-1]
+        for t, offset in self.arena:
+            table[t] = base + offset
+        bind = self.backend.bind
+        bound = _Bound(
+            [
+                bind(fn, grid, block, shared, [table[i] for i in where])
+                for fn, grid, block, shared, where in self.entries
+            ]
+        )
+        with self._lock:
+            self.binds += 1
+            self.bindings[key] = bound
+            while len(self.bindings) > BINDINGS_KEPT:  # the oldest set goes
+                del self.bindings[next(iter(self.bindings))]
+        return bound
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-max(nbytes, 1) // ARENA_ALIGN) * ARENA_ALIGN
+
+
+def run_plan(plan, leaves: list) -> list:
+    """Run a cached plan on `leaves` (buffers of the current backend) through its launch
+    list (made on its first run here); the plan's output buffers. Launches are
+    asynchronous on a GPU, as PyTorch's: `synchronize()` waits for them."""
+    b = _backend
+    if b is None or _backend_kind != config.cuda:
+        b = backend()
+    launches = plan.__dict__.get("launch_list")
+    if launches is None or launches.backend is not b:
+        launches = plan.__dict__["launch_list"] = LaunchList(plan, b)
+    return launches.run(leaves)
 
 
 def check_backend(buffers) -> None:

@@ -33,13 +33,13 @@ class StubDriver:
     """The `pycuda.driver` module's surface that runtime/cuda.py uses, for one fake GPU.
 
     Counters: `launches` (kernels launched, captured ones excluded), `packs` (argument
-    tuples packed into bytes, by `prepared_call` or by fusegrad's binding), `prepares`,
-    `allocations`, `synchronizes`, `captures` and `graph_launches`.
+    tuples `prepared_call` packed), `prepares`, `allocations`, `copies` (host to device),
+    `synchronizes`, `captures` and `graph_launches`.
     """
 
     def __init__(self, graphs: bool = False, arch: tuple[int, int] = (9, 0)):
         self.launches = self.packs = self.prepares = self.allocations = 0
-        self.synchronizes = self.captures = self.graph_launches = 0
+        self.synchronizes = self.captures = self.graph_launches = self.copies = 0
         self.arch = arch
         driver = self
 
@@ -68,7 +68,12 @@ class StubDriver:
         self.Device, self.Context = Device, Context
         self.MemoryError = type("MemoryError", (Exception,), {})
         if graphs:
-            self.Stream = lambda flags=0: _Stream(driver)
+
+            class Stream(_Stream):
+                def __init__(self, flags: int = 0):
+                    super().__init__(driver)
+
+            self.Stream = Stream
 
     def init(self) -> None:
         pass
@@ -78,6 +83,7 @@ class StubDriver:
         return _Allocation(nbytes)
 
     def memcpy_htod(self, mem: _Allocation, host: np.ndarray) -> None:
+        self.copies += 1
         mem.data[: host.nbytes] = host.view(np.uint8).reshape(-1)
 
     def memcpy_dtoh(self, host: np.ndarray, mem: _Allocation) -> None:
