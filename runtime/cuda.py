@@ -549,11 +549,19 @@ class CompiledCudaKernel:
 
     @property
     def optimized_ir(self) -> str:
-        return self.source
+        """No LLVM IR: a note saying so, and where the PTX is (not the CUDA C again)."""
+        from .cuda_asm import NO_LLVM_IR
+
+        return NO_LLVM_IR
 
     @property
     def asm(self) -> str:
-        return self.source
+        """The PTX nvcc emits (and SASS where cuobjdump or nvdisasm exists), under a header
+        of each launch's grid, block, shared memory, registers, spills and occupancy
+        (`runtime/cuda_asm.py`): for the GPU PyCUDA runs, else for `DEFAULT_ARCH`."""
+        from .cuda_asm import DEFAULT_ARCH, kernel_asm
+
+        return kernel_asm(self.kernel, getattr(_backend, "arch", None) or DEFAULT_ARCH)
 
 
 # (backend, symbol) -> loaded module, most recently used last; bounded as the CPU's kernel
@@ -640,8 +648,6 @@ class LaunchList:
     sets binds twice and then only launches. A set launched `GRAPH_AFTER_RUNS` times is
     captured as a CUDA graph where the driver offers stream capture, and replayed as one
     launch from then on.
-
-    >>> # l = LaunchList(plan, backend()); outs = l.run(leaves)   (see run_plan)
     """
 
     def __init__(self, plan, b):
