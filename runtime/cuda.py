@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import hashlib
 import heapq
+import operator
 import os
 import struct
 import time
@@ -48,6 +50,7 @@ _HINT = "set FUSEGRAD_CUDA=emulate to run the CUDA kernels on the CPU emulator i
 _NVCC_OPTIONS = ["--diag-suppress", "177,550"]
 
 
+@functools.lru_cache(maxsize=4096)  # (asked at every allocation and free)
 def _pool_bytes(nbytes: int) -> int:
     """The size class a device allocation of `nbytes` is rounded up to: four classes per
     power of two (at most 25% unused), 256 bytes at least."""
@@ -134,6 +137,23 @@ class _PyCudaBackend:
             held = self._held.get(nbytes)
             if held:
                 return heapq.heappop(held)[1]
+        return self._new(nbytes)
+
+    def alloc_many(self, classes: list[int]) -> list:
+        """Allocations of these size classes (bytes), as `alloc`: the held ones taken under
+        one lock (a cached plan's buffers, all at once)."""
+        out = []
+        with self._held_lock:
+            held = self._held
+            for nbytes in classes:
+                blocks = held.get(nbytes)
+                out.append(heapq.heappop(blocks)[1] if blocks else None)
+        for i, mem in enumerate(out):
+            if mem is None:
+                out[i] = self._new(classes[i])
+        return out
+
+    def _new(self, nbytes: int):
         try:
             with self.active:
                 return self.drv.mem_alloc(nbytes)
@@ -456,6 +476,7 @@ class DeviceBuffer:
         "owner",
         "counted",
         "scalar",
+        "scalar_value",
         "__weakref__",
     )
 
@@ -468,7 +489,8 @@ class DeviceBuffer:
         self.owner = b  # the backend whose memory this is
         self.mem = b.alloc(size, dtype)
         self.ptr = b.arg(self.mem)  # the address a kernel is passed
-        self.scalar = None  # element 0's bits as write_scalar last wrote them
+        # element 0 as write_scalar last wrote it: its bits, and the Python value given
+        self.scalar = self.scalar_value = None
         self.kernels: list = []
         self.counted = not b.host_memory
         if self.counted:
@@ -503,11 +525,14 @@ class DeviceBuffer:
         the kernels before it, and most of a step's scalars (a constant learning rate,
         momentum) do not change. No kernel writes a buffer it did not allocate, so what
         this buffer last received still holds."""
+        if value is self.scalar_value and value is not None:  # the very object last written
+            return
         host = np.array([value], dtype=self.dtype.np)
         bits = host.tobytes()
         if bits != self.scalar:
             backend().upload(self.mem, host)
             self.scalar = bits
+        self.scalar_value = value
 
     def write(self, host: np.ndarray) -> None:
         """Overwrite the whole value from host data of `size` elements."""
@@ -515,7 +540,7 @@ class DeviceBuffer:
         if host.size != self.size:
             raise ValueError(f"write: {host.size} elements into a buffer of {self.size}")
         backend().upload(self.mem, host)
-        self.scalar = None
+        self.scalar = self.scalar_value = None
 
     def __repr__(self) -> str:
         return f"<DeviceBuffer {self.size} x {self.dtype.name} on {self.device}>"
@@ -679,6 +704,13 @@ class LaunchList:
             for fn, ln in zip(compiled.functions, k.launches):
                 self.entries.append((fn, ln.grid, ln.block, ln.shared_bytes, where))
         self.arena, self.arena_bytes, self.table_size = arena, nbytes, table
+        # what each run allocates: (size, dtype, pool size class) of each output, then the
+        # arena's
+        self.specs = [
+            (size, dtype, _pool_bytes(size * dtype.itemsize)) for _, size, dtype in self.outs
+        ]
+        if nbytes:
+            self.specs.append((nbytes, uint8, _pool_bytes(nbytes)))
         position = {t: j for j, (t, _, _) in enumerate(self.outs)}
         self.returned = [position[n + g] for g in plan.outputs]  # plan output -> self.outs
         self.bindings: dict[tuple, _Bound] = {}
@@ -687,25 +719,23 @@ class LaunchList:
 
     def run(self, leaves: list) -> list:
         """Launch the plan's kernels on `leaves`; its outputs' new buffers."""
-        device = self.device
-        outs = [DeviceBuffer(size, dtype, device) for _, size, dtype in self.outs]
-        arena = DeviceBuffer(self.arena_bytes, uint8, device) if self.arena_bytes else None
-        key = (*[x.ptr for x in leaves], *[o.ptr for o in outs], arena.ptr if arena else 0)
+        bufs = _new_buffers(self.backend, self.specs, self.device)  # the outputs, the arena
+        key = tuple(map(_PTR, leaves)) + tuple(map(_PTR, bufs))
         bound = self.bindings.get(key)
         if bound is None:
-            bound = self._bind(key, outs)
+            bound = self._bind(key)
         self.backend.run_bound(bound)
         # the arena goes back to the pool now: its next user is launched after these
         # kernels on the same stream, so it cannot overwrite what they still read
-        return [outs[j] for j in self.returned]
+        return [bufs[j] for j in self.returned]
 
-    def _bind(self, key: tuple, outs: list) -> _Bound:
+    def _bind(self, key: tuple) -> _Bound:
         n = self.nleaves
         table = [0] * self.table_size
         table[:n] = key[:n]
-        for (t, _, _), o in zip(self.outs, outs):
-            table[t] = o.ptr
-        base = key[-1]
+        for (t, _, _), ptr in zip(self.outs, key[n:]):
+            table[t] = ptr
+        base = key[-1]  # the arena's (unused when there is none)
         for t, offset in self.arena:
             table[t] = base + offset
         bind = self.backend.bind
@@ -721,6 +751,27 @@ class LaunchList:
             while len(self.bindings) > BINDINGS_KEPT:  # the oldest set goes
                 del self.bindings[next(iter(self.bindings))]
         return bound
+
+
+_PTR = operator.attrgetter("ptr")
+
+
+def _new_buffers(b, specs: list, device: str) -> list:
+    """New DeviceBuffers of (size, dtype, size class) each: from the pool all at once where
+    the backend can (`alloc_many`), one by one where it cannot."""
+    global live_buffers
+    many = getattr(b, "alloc_many", None)
+    if many is None:
+        return [DeviceBuffer(size, dtype, device) for size, dtype, _ in specs]
+    out = []
+    new, arg = DeviceBuffer.__new__, b.arg
+    for (size, dtype, _), mem in zip(specs, many([c for _, _, c in specs])):
+        x = new(DeviceBuffer)
+        x.size, x.dtype, x.device, x.owner, x.mem, x.ptr = size, dtype, device, b, mem, arg(mem)
+        x.kernels, x.counted, x.scalar, x.scalar_value = [], True, None, None
+        out.append(x)
+    live_buffers += len(out)
+    return out
 
 
 def _aligned(nbytes: int) -> int:
@@ -746,7 +797,7 @@ def check_backend(buffers) -> None:
     touches it allocates itself, and plans are keyed by backend."""
     b = backend()
     for x in buffers:
-        if x.owner.name != b.name:
+        if x.owner is not b and x.owner.name != b.name:
             raise CudaUnavailable(
                 f"a tensor's device memory belongs to the {x.owner.name} backend, but "
                 f"FUSEGRAD_CUDA is now {b.name}: tensors do not survive a change of backend"
