@@ -21,7 +21,9 @@ counts waiting for a core) and in wall time:
   chain realized from Python (graph building and the plan lookup included), per launch;
 - **LeNet-5 step, plain loop**: `opt.zero_grad(); loss = cross_entropy(model(x), y);
   loss.backward(); opt.step(); loss.item()` at batch 64, the step cache hitting;
-- **LeNet-5 step, `fg.jit`**: the same step replayed (no Python of the step runs).
+- **LeNet-5 step, `fg.jit`**: the same step replayed (no Python of the step runs);
+- both steps again through a stand-in driver that captures CUDA graphs (as a driver
+  module with stream capture would): once a step's buffers settle, one graph launch.
 
 Targets (issue 28): at most 5 us per launch, at most 0.3 ms per cached LeNet step.
 """
@@ -123,7 +125,7 @@ def lenet_cases():
     return runs
 
 
-def measure(rounds: int, calls: int, lenet: bool = True) -> dict:
+def measure(rounds: int, calls: int, lenet: bool = True, graphs: bool = True) -> dict:
     """Every figure, as name -> (median, low, high) in microseconds; with a few counts of
     the stub's calls per run (launches, packs)."""
     driver = StubDriver()
@@ -140,6 +142,16 @@ def measure(rounds: int, calls: int, lenet: bool = True) -> dict:
             for name, step in lenet_cases().items():
                 samples = per_call_us(step, rounds, max(1, calls // 4))
                 figures_of(f"LeNet-5 b64 step, {name}", samples, out)
+    if lenet and graphs:  # a driver that captures CUDA graphs (PyCUDA 2026.1 does not)
+        driver = StubDriver(graphs=True)
+        with cuda.use_driver(driver):
+            for name, step in lenet_cases().items():
+                for _ in range(8):  # the steps settle on their addresses, then are graphs
+                    step()
+                launches = driver.launches
+                samples = per_call_us(step, rounds, max(1, calls // 4))
+                assert driver.launches == launches, "a step launched kernels, not a graph"
+                figures_of(f"LeNet-5 b64 step, {name}, CUDA graphs", samples, out)
     return out
 
 
@@ -162,9 +174,9 @@ def main(argv=None) -> dict:
     figures = measure(rounds, calls)
     for name, v in figures.items():
         if isinstance(v, tuple):
-            print(f"  {name:<40}{v[0]:9.2f}  [{v[1]:.2f}, {v[2]:.2f}]")
+            print(f"  {name:<48}{v[0]:9.2f}  [{v[1]:.2f}, {v[2]:.2f}]")
         else:
-            print(f"  {name:<40}{v:9d}")
+            print(f"  {name:<48}{v:9d}")
     return figures
 
 
