@@ -119,6 +119,9 @@ class _PyCudaBackend:
         self.graphs = hasattr(getattr(drv, "Stream", None), "begin_capture")
         self.stream = None
         if self.graphs:
+            # a capture forbids other threads' CUDA calls meanwhile (they would end it
+            # in error): every call then takes one lock with the context
+            self.active = _ActiveLocked(self.context, forksafe.RLock())
             with self.active:
                 self.stream = drv.Stream()
         self.description = f"{drv.Device(0).name()} ({self.arch})"
@@ -277,6 +280,25 @@ class _Active:
 
     def __exit__(self, *exc):
         self.context.pop()
+
+
+class _ActiveLocked:
+    """`_Active` that also holds `lock` inside: one thread's CUDA calls at a time."""
+
+    __slots__ = ("context", "lock")
+
+    def __init__(self, context, lock):
+        self.context, self.lock = context, lock
+
+    def __enter__(self):
+        self.lock.acquire()
+        self.context.push()
+
+    def __exit__(self, *exc):
+        try:
+            self.context.pop()
+        finally:
+            self.lock.release()
 
 
 class _EmulatedBackend:
