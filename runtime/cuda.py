@@ -20,15 +20,20 @@ True
 from __future__ import annotations
 
 import atexit
+import contextlib
+import functools
 import hashlib
+import heapq
+import operator
 import os
+import struct
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir.dtypes import DType
+from ..ir.dtypes import DType, uint8
 from . import forksafe
 from .config import config
 
@@ -45,6 +50,7 @@ _HINT = "set FUSEGRAD_CUDA=emulate to run the CUDA kernels on the CPU emulator i
 _NVCC_OPTIONS = ["--diag-suppress", "177,550"]
 
 
+@functools.lru_cache(maxsize=4096)  # (asked at every allocation and free)
 def _pool_bytes(nbytes: int) -> int:
     """The size class a device allocation of `nbytes` is rounded up to: four classes per
     power of two (at most 25% unused), 256 bytes at least."""
@@ -74,16 +80,21 @@ class _PyCudaBackend:
     name = "pycuda"
     host_memory = False  # device buffers are GPU memory (counted in `live_buffers` here)
 
-    def __init__(self):
+    def __init__(self, driver=None):
+        """`driver`: an object standing in for `pycuda.driver` (runtime/cuda_stub.py), the
+        one place the driver comes from; PyCUDA's when None."""
+        drv = driver
+        if drv is None:
+            try:
+                import pycuda  # noqa: F401
+            except ImportError as e:
+                raise CudaUnavailable(
+                    f"PyCUDA is not installed ({e}); install the extra: pip install "
+                    f"'fusegrad[cuda]' (or {_HINT})"
+                ) from None
         try:
-            import pycuda  # noqa: F401
-        except ImportError as e:
-            raise CudaUnavailable(
-                f"PyCUDA is not installed ({e}); install the extra: pip install 'fusegrad[cuda]' "
-                f"(or {_HINT})"
-            ) from None
-        try:
-            import pycuda.driver as drv
+            if drv is None:
+                import pycuda.driver as drv
 
             drv.init()
             count = drv.Device.count()
@@ -102,16 +113,50 @@ class _PyCudaBackend:
         atexit.register(self.close)
         major, minor = drv.Device(0).compute_capability()
         self.arch = f"sm_{major}{minor}"
+        # CUDA graphs where the driver module offers stream capture (PyCUDA 2026.1 does
+        # not): a graph is launched on a stream of its own, which the legacy default
+        # stream the plain launches use waits for, and which waits for it
+        self.graphs = hasattr(getattr(drv, "Stream", None), "begin_capture")
+        self.stream = None
+        if self.graphs:
+            # a capture forbids other threads' CUDA calls meanwhile (they would end it
+            # in error): every call then takes one lock with the context
+            self.active = _ActiveLocked(self.context, forksafe.RLock())
+            with self.active:
+                self.stream = drv.Stream()
         self.description = f"{drv.Device(0).name()} ({self.arch})"
 
     def alloc(self, size: int, dtype: DType):
-        """A device allocation of at least `size` elements: a held one of its size class,
-        else a new one (after giving every held block back to CUDA, if memory is short)."""
+        """A device allocation of at least `size` elements: the held one of its size class
+        at the lowest address, else a new one (after giving every held block back to CUDA,
+        if memory is short).
+
+        Lowest address first, rather than the last one freed: which blocks a step gets then
+        depends on which are free, not on the order they were freed in, so a training
+        loop's steps settle on a few sets of addresses, and a cached plan's arguments stay
+        bound (`LaunchList`)."""
         nbytes = _pool_bytes(size * dtype.itemsize)
         with self._held_lock:
             held = self._held.get(nbytes)
             if held:
-                return held.pop()
+                return heapq.heappop(held)[1]
+        return self._new(nbytes)
+
+    def alloc_many(self, classes: list[int]) -> list:
+        """Allocations of these size classes (bytes), as `alloc`: the held ones taken under
+        one lock (a cached plan's buffers, all at once)."""
+        out = []
+        with self._held_lock:
+            held = self._held
+            for nbytes in classes:
+                blocks = held.get(nbytes)
+                out.append(heapq.heappop(blocks)[1] if blocks else None)
+        for i, mem in enumerate(out):
+            if mem is None:
+                out[i] = self._new(classes[i])
+        return out
+
+    def _new(self, nbytes: int):
         try:
             with self.active:
                 return self.drv.mem_alloc(nbytes)
@@ -125,7 +170,7 @@ class _PyCudaBackend:
         CUDA call, so any thread may free."""
         nbytes = _pool_bytes(size * dtype.itemsize)
         with self._held_lock:
-            self._held.setdefault(nbytes, []).append(mem)
+            heapq.heappush(self._held.setdefault(nbytes, []), (int(mem), mem))
 
     def release_held(self) -> None:
         """Give every held block back to CUDA."""
@@ -133,7 +178,7 @@ class _PyCudaBackend:
             held, self._held = self._held, {}
         with self.active:
             for blocks in held.values():
-                for mem in blocks:
+                for _, mem in blocks:
                     mem.free()
 
     def close(self) -> None:
@@ -158,6 +203,9 @@ class _PyCudaBackend:
     def compile(self, source: str):
         """The loaded module; its cubin is cached on disk under a key of the source, the
         GPU's compute capability and the CUDA toolkit's version."""
+        if hasattr(self.drv, "compile"):  # a stand-in driver compiles for itself
+            with self.active:
+                return self.drv.module_from_buffer(self.drv.compile(source, self.arch)), "compiled"
         from pycuda.compiler import compile as nvcc_compile
         from pycuda.compiler import get_nvcc_version
 
@@ -181,6 +229,39 @@ class _PyCudaBackend:
             for fn, ln in zip(functions, launches):
                 fn.prepared_call(ln.grid, ln.block, *args, shared_size=ln.shared_bytes)
 
+    def bind(self, fn, grid, block, shared: int, ptrs: list[int]) -> tuple:
+        """One launch with its arguments packed once (PyCUDA's `prepared_call` packs them on
+        every call): what `run_bound` calls."""
+        return (fn._launch_kernel, grid, block, struct.pack("P" * len(ptrs), *ptrs), shared)
+
+    def run_bound(self, bound: _Bound) -> None:
+        """A cached plan's launches: its captured CUDA graph when it has one, else each
+        launch in turn; the context pushed once for all of them."""
+        with self.active:
+            if bound.graph is not None:
+                bound.graph.launch(self.stream)
+                return
+            for launch_kernel, grid, block, args, shared in bound.calls:
+                launch_kernel(grid, block, args, shared, None)
+        bound.runs += 1
+        if bound.runs == GRAPH_AFTER_RUNS and self.graphs:
+            self._capture(bound)
+
+    def _capture(self, bound: _Bound) -> None:
+        """Capture `bound`'s launches into a CUDA graph (stream capture, which launches
+        nothing); a driver that refuses turns graphs off for good (plain launches)."""
+        try:
+            with self.active:
+                self.stream.begin_capture()
+                try:
+                    for launch_kernel, grid, block, args, shared in bound.calls:
+                        launch_kernel(grid, block, args, shared, self.stream)
+                finally:
+                    graph = self.stream.end_capture()
+                bound.graph = graph.instantiate()
+        except Exception:  # the driver's refusal, in whatever type it raises
+            self.graphs = False
+
     def synchronize(self) -> None:
         with self.active:
             self.drv.Context.synchronize()
@@ -199,6 +280,25 @@ class _Active:
 
     def __exit__(self, *exc):
         self.context.pop()
+
+
+class _ActiveLocked:
+    """`_Active` that also holds `lock` inside: one thread's CUDA calls at a time."""
+
+    __slots__ = ("context", "lock")
+
+    def __init__(self, context, lock):
+        self.context, self.lock = context, lock
+
+    def __enter__(self):
+        self.lock.acquire()
+        self.context.push()
+
+    def __exit__(self, *exc):
+        try:
+            self.context.pop()
+        finally:
+            self.lock.release()
 
 
 class _EmulatedBackend:
@@ -243,6 +343,14 @@ class _EmulatedBackend:
     def launch(self, functions: list, launches, args: list) -> None:
         for fn, ln in zip(functions, launches):
             fn(*args, grid=ln.grid, block=ln.block, shared=ln.shared_bytes)
+
+    def bind(self, fn, grid, block, shared: int, ptrs: list[int]) -> tuple:
+        return (fn, tuple(ptrs), {"grid": grid, "block": block, "shared": shared})
+
+    def run_bound(self, bound: _Bound) -> None:
+        for fn, args, how in bound.calls:
+            fn(*args, **how)
+        bound.runs += 1
 
     def synchronize(self) -> None:
         pass
@@ -293,6 +401,50 @@ def _after_fork_in_child() -> None:
         _backend, _failure = None, _FORKED
 
 
+@contextlib.contextmanager
+def use_driver(driver):
+    """Run the cuda device through `driver`, an object standing in for `pycuda.driver`
+    (runtime/cuda_stub.py's `StubDriver`), inside the block: FUSEGRAD_CUDA reads "pycuda".
+    Afterwards the plans and modules made through it are forgotten, so that nothing built
+    for the stand-in runs on a real GPU.
+
+    >>> from fusegrad.runtime.cuda_stub import StubDriver
+    >>> with use_driver(StubDriver()) as b:
+    ...     b.description
+    'stub GPU (no kernel runs) (sm_90)'
+    """
+    global _backend, _failure, _backend_kind
+    with config.override(cuda="pycuda"):
+        b = _PyCudaBackend(driver)
+        with _lock:
+            _backend, _failure, _backend_kind = b, None, "pycuda"
+        try:
+            yield b
+        finally:
+            reset()
+            _forget_backend(b)
+
+
+def _forget_backend(b) -> None:
+    """Drop every cached module and device plan made while `b` ran."""
+    from .engine import engine
+
+    with _modules_lock:
+        for key in [k for k in _modules if k[0] == b.name]:
+            del _modules[key]
+    with engine._plans_lock:
+        for key in [k for k in engine.plans if _device_plan_of(k, b.name)]:
+            del engine.plans[key]
+
+
+def _device_plan_of(key, name: str) -> bool:
+    """Whether an engine plan key is a cuda plan's built by backend `name`: (device,
+    FUSEGRAD_CUDA, structure), as Engine.plan_for makes it."""
+    if type(key) is not tuple or len(key) != 3:
+        return False
+    return str(key[0]).startswith("cuda") and key[1] == name
+
+
 def reset() -> None:
     """Forget the backend (and why it failed): the next use starts it again."""
     global _backend, _failure, _backend_kind
@@ -336,13 +488,31 @@ class DeviceBuffer:
     `device`, `kernels`); `numpy()` copies the value to the host.
     """
 
-    __slots__ = ("size", "dtype", "mem", "kernels", "device", "owner", "counted", "__weakref__")
+    __slots__ = (
+        "size",
+        "dtype",
+        "mem",
+        "ptr",
+        "kernels",
+        "device",
+        "owner",
+        "counted",
+        "scalar",
+        "scalar_value",
+        "__weakref__",
+    )
 
     def __init__(self, size: int, dtype: DType, device: str = "cuda:0"):
         global live_buffers
         self.size, self.dtype, self.device = size, dtype, device
-        self.owner = b = backend()  # the backend whose memory this is
+        b = _backend  # (`backend()` without its lock when it is the current one)
+        if b is None or _backend_kind != config.cuda:
+            b = backend()
+        self.owner = b  # the backend whose memory this is
         self.mem = b.alloc(size, dtype)
+        self.ptr = b.arg(self.mem)  # the address a kernel is passed
+        # element 0 as write_scalar last wrote it: its bits, and the Python value given
+        self.scalar = self.scalar_value = None
         self.kernels: list = []
         self.counted = not b.host_memory
         if self.counted:
@@ -372,8 +542,19 @@ class DeviceBuffer:
         return host
 
     def write_scalar(self, value) -> None:
-        """Overwrite element 0 (an optimizer's per-step scalar) from the host."""
-        backend().upload(self.mem, np.array([value], dtype=self.dtype.np))
+        """Overwrite element 0 (an optimizer's per-step scalar) from the host. The same bits
+        as the last write_scalar are not copied again: a GPU copy from the host waits for
+        the kernels before it, and most of a step's scalars (a constant learning rate,
+        momentum) do not change. No kernel writes a buffer it did not allocate, so what
+        this buffer last received still holds."""
+        if value is self.scalar_value and value is not None:  # the very object last written
+            return
+        host = np.array([value], dtype=self.dtype.np)
+        bits = host.tobytes()
+        if bits != self.scalar:
+            backend().upload(self.mem, host)
+            self.scalar = bits
+        self.scalar_value = value
 
     def write(self, host: np.ndarray) -> None:
         """Overwrite the whole value from host data of `size` elements."""
@@ -381,6 +562,7 @@ class DeviceBuffer:
         if host.size != self.size:
             raise ValueError(f"write: {host.size} elements into a buffer of {self.size}")
         backend().upload(self.mem, host)
+        self.scalar = self.scalar_value = None
 
     def __repr__(self) -> str:
         return f"<DeviceBuffer {self.size} x {self.dtype.name} on {self.device}>"
@@ -406,11 +588,19 @@ class CompiledCudaKernel:
 
     @property
     def optimized_ir(self) -> str:
-        return self.source
+        """No LLVM IR: a note saying so, and where the PTX is (not the CUDA C again)."""
+        from .cuda_asm import NO_LLVM_IR
+
+        return NO_LLVM_IR
 
     @property
     def asm(self) -> str:
-        return self.source
+        """The PTX nvcc emits (and SASS where cuobjdump or nvdisasm exists), under a header
+        of each launch's grid, block, shared memory, registers, spills and occupancy
+        (`runtime/cuda_asm.py`): for the GPU PyCUDA runs, else for `DEFAULT_ARCH`."""
+        from .cuda_asm import DEFAULT_ARCH, kernel_asm
+
+        return kernel_asm(self.kernel, getattr(_backend, "arch", None) or DEFAULT_ARCH)
 
 
 # (backend, symbol) -> loaded module, most recently used last; bounded as the CPU's kernel
@@ -467,13 +657,161 @@ def launch(compiled: CompiledCudaKernel, buffers: list, wait: bool = False) -> N
         b.synchronize()
 
 
+# ---------------------------------------------------------------- cached plans
+
+ARENA_ALIGN = 256  # bytes: each value in a plan's arena starts where cudaMalloc's would
+BINDINGS_KEPT = 4  # pointer sets a plan keeps bound (a training loop's alternate: 2)
+GRAPH_AFTER_RUNS = 2  # a pointer set launched this often is captured as a CUDA graph
+
+
+class _Bound:
+    """A launch list's launches bound to one set of buffers: the backend's calls with
+    their arguments packed, and the CUDA graph captured from them (once they repeat)."""
+
+    __slots__ = ("calls", "runs", "graph")
+
+    def __init__(self, calls: list):
+        self.calls, self.runs, self.graph = calls, 0, None
+
+
+class LaunchList:
+    """A cached plan's kernels as one prepared list of launches.
+
+    Made once per plan (`run_plan`): each launch's function, grid, block and shared memory,
+    and where its arguments come from in a table of addresses (the plan's inputs, its
+    kernels' outputs, each kernel's scratch). Per run, only the outputs the plan returns
+    are new buffers; every value that dies inside the plan (and every scratch array) lies
+    in one arena, allocated from the pool per run, so two runs usually get the same arena.
+    The arguments are bound (packed) once per set of addresses, and the last
+    `BINDINGS_KEPT` sets are kept: a training loop whose buffers alternate between two
+    sets binds twice and then only launches. A set launched `GRAPH_AFTER_RUNS` times is
+    captured as a CUDA graph where the driver offers stream capture, and replayed as one
+    launch from then on.
+    """
+
+    def __init__(self, plan, b):
+        n = plan.nleaves
+        returned = set(plan.outputs)
+        self.backend, self.device, self.nleaves = b, plan.device, n
+        self.outs: list[tuple[int, int, DType]] = []  # (table index, size, dtype): new per run
+        arena: list[tuple[int, int]] = []  # (table index, byte offset) of values in the arena
+        nbytes, table = 0, n + plan.slots  # scratch arrays take table entries past the slots
+        self.entries = []  # (function, grid, block, shared bytes, table indices)
+        for s in plan.steps:
+            for g, numel, dtype in s.outs:
+                if g in returned:
+                    self.outs.append((n + g, numel, dtype))
+                else:
+                    arena.append((n + g, nbytes))
+                    nbytes += _aligned(numel * dtype.itemsize)
+            compiled = s.record.compiled
+            k = compiled.kernel
+            where = [n + g for g, _, _ in s.outs]
+            where += [i if kind == "leaf" else n + i for kind, i in s.inputs]
+            for dtype, count in k.scratch:
+                arena.append((table, nbytes))
+                nbytes += _aligned(count * dtype.itemsize)
+                where.append(table)
+                table += 1
+            if compiled.functions is None:
+                compiled.functions = b.functions(compiled.module, k, len(where))
+            for fn, ln in zip(compiled.functions, k.launches):
+                self.entries.append((fn, ln.grid, ln.block, ln.shared_bytes, where))
+        self.arena, self.arena_bytes, self.table_size = arena, nbytes, table
+        # what each run allocates: (size, dtype, pool size class) of each output, then the
+        # arena's
+        self.specs = [
+            (size, dtype, _pool_bytes(size * dtype.itemsize)) for _, size, dtype in self.outs
+        ]
+        if nbytes:
+            self.specs.append((nbytes, uint8, _pool_bytes(nbytes)))
+        position = {t: j for j, (t, _, _) in enumerate(self.outs)}
+        self.returned = [position[n + g] for g in plan.outputs]  # plan output -> self.outs
+        self.bindings: dict[tuple, _Bound] = {}
+        self.binds = 0  # argument sets bound so far (what tests count)
+        self._lock = forksafe.Lock()
+
+    def run(self, leaves: list) -> list:
+        """Launch the plan's kernels on `leaves`; its outputs' new buffers."""
+        bufs = _new_buffers(self.backend, self.specs, self.device)  # the outputs, the arena
+        key = tuple(map(_PTR, leaves)) + tuple(map(_PTR, bufs))
+        bound = self.bindings.get(key)
+        if bound is None:
+            bound = self._bind(key)
+        self.backend.run_bound(bound)
+        # the arena goes back to the pool now: its next user is launched after these
+        # kernels on the same stream, so it cannot overwrite what they still read
+        return [bufs[j] for j in self.returned]
+
+    def _bind(self, key: tuple) -> _Bound:
+        n = self.nleaves
+        table = [0] * self.table_size
+        table[:n] = key[:n]
+        for (t, _, _), ptr in zip(self.outs, key[n:]):
+            table[t] = ptr
+        base = key[-1]  # the arena's (unused when there is none)
+        for t, offset in self.arena:
+            table[t] = base + offset
+        bind = self.backend.bind
+        bound = _Bound(
+            [
+                bind(fn, grid, block, shared, [table[i] for i in where])
+                for fn, grid, block, shared, where in self.entries
+            ]
+        )
+        with self._lock:
+            self.binds += 1
+            self.bindings[key] = bound
+            while len(self.bindings) > BINDINGS_KEPT:  # the oldest set goes
+                del self.bindings[next(iter(self.bindings))]
+        return bound
+
+
+_PTR = operator.attrgetter("ptr")
+
+
+def _new_buffers(b, specs: list, device: str) -> list:
+    """New DeviceBuffers of (size, dtype, size class) each: from the pool all at once where
+    the backend can (`alloc_many`), one by one where it cannot."""
+    global live_buffers
+    many = getattr(b, "alloc_many", None)
+    if many is None:
+        return [DeviceBuffer(size, dtype, device) for size, dtype, _ in specs]
+    out = []
+    new, arg = DeviceBuffer.__new__, b.arg
+    for (size, dtype, _), mem in zip(specs, many([c for _, _, c in specs])):
+        x = new(DeviceBuffer)
+        x.size, x.dtype, x.device, x.owner, x.mem, x.ptr = size, dtype, device, b, mem, arg(mem)
+        x.kernels, x.counted, x.scalar, x.scalar_value = [], True, None, None
+        out.append(x)
+    live_buffers += len(out)
+    return out
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-max(nbytes, 1) // ARENA_ALIGN) * ARENA_ALIGN
+
+
+def run_plan(plan, leaves: list) -> list:
+    """Run a cached plan on `leaves` (buffers of the current backend) through its launch
+    list (made on its first run here); the plan's output buffers. Launches are
+    asynchronous on a GPU, as PyTorch's: `synchronize()` waits for them."""
+    b = _backend
+    if b is None or _backend_kind != config.cuda:
+        b = backend()
+    launches = plan.__dict__.get("launch_list")
+    if launches is None or launches.backend is not b:
+        launches = plan.__dict__["launch_list"] = LaunchList(plan, b)
+    return launches.run(leaves)
+
+
 def check_backend(buffers) -> None:
     """Refuse buffers whose memory another backend owns (FUSEGRAD_CUDA changed since they
     were made). A plan's inputs are the only buffers that can be: everything else it
     touches it allocates itself, and plans are keyed by backend."""
     b = backend()
     for x in buffers:
-        if x.owner.name != b.name:
+        if x.owner is not b and x.owner.name != b.name:
             raise CudaUnavailable(
                 f"a tensor's device memory belongs to the {x.owner.name} backend, but "
                 f"FUSEGRAD_CUDA is now {b.name}: tensors do not survive a change of backend"

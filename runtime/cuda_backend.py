@@ -2,8 +2,9 @@
 `FUSEGRAD_CUDA` chooses (PyCUDA on a GPU, or the CPU emulator of the generated CUDA C).
 
 Kernels are lowered to the plain loop nest (`codegen/gpu.py` tiles contractions through
-shared memory itself) and rendered as CUDA C; a plan launches kernel by kernel and
-synchronizes once at its end (after each kernel when timed).
+shared memory itself) and rendered as CUDA C; a first (timed) run launches kernel by kernel
+and synchronizes once at its end (after each kernel when timed); a cached plan runs from
+its prepared launch list without synchronizing.
 """
 
 from __future__ import annotations
@@ -103,6 +104,11 @@ class CudaBackend(Backend):
         leaves = [b if b.device == plan.device else _on_device(b, plan.device) for b in leaves]
         cuda.check_backend(leaves)  # once per run, not per kernel: only inputs can be foreign
         return leaves
+
+    def run(self, plan, leaves: list):
+        """A cached plan through its prepared launch list (`runtime/cuda.py` `LaunchList`):
+        arguments bound once per set of buffer addresses, no synchronize at the end."""
+        return cuda.run_plan(plan, self.begin(plan, leaves)), plan.records
 
     def launch(self, step, outs: list, inputs: list, timed: bool) -> None:
         cuda.launch(step.record.compiled, outs + inputs, timed)

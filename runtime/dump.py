@@ -66,8 +66,11 @@ def dump_new_plans(plan: Plan, records: list[KernelRecord]) -> None:
 
     Every kernel is written as loop IR (`.loop`), optimized LLVM IR (`.ll`), the IR before
     LLVM's passes (`.raw.ll`), assembly (`.s`) and CUDA C (`.cu`), each file beginning with
-    `kernel_header`. Two runs of one script write byte-identical files; in manifest.json
-    only the `this_run` fields (compile time, cache) can differ.
+    `kernel_header`. A kernel that ran on a cuda device has PTX in its `.s`, under its
+    launches, registers, shared memory and occupancy (runtime/cuda_asm.py; SASS too where
+    cuobjdump or nvdisasm exists), and a `.ll` that says it has no LLVM IR. Two runs of
+    one script write byte-identical files; in manifest.json only the `this_run` fields
+    (compile time, cache) can differ.
     """
     if not config.dump:
         return

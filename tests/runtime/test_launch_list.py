@@ -1,0 +1,226 @@
+"""A cached cuda plan's prepared launch list (runtime/cuda.py `LaunchList`): the same
+answers as launching kernel by kernel, arguments bound once per set of buffers, CUDA
+graphs where the driver captures (and plain launches where it cannot), the pool's
+lowest-address-first reuse, and the host-cost benchmark's smoke run.
+
+The answers are checked on the CPU emulator of the CUDA C; the host side (what is bound,
+launched and captured) through runtime/cuda_stub.py's stand-in driver, whose kernels do
+nothing but count."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+from _emulated import emulated  # noqa: F401  (a fixture)
+
+import fusegrad as fg
+from fusegrad.ir.dtypes import float32
+from fusegrad.runtime import cuda as runtime_cuda
+from fusegrad.runtime.cuda_stub import StubDriver
+from fusegrad.runtime.engine import engine
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def chain(x: fg.Tensor, n: int = 3) -> fg.Tensor:
+    y = x
+    for _ in range(n):
+        y = y - y.sum() * 0.5
+    return y
+
+
+def chain_np(x: np.ndarray, n: int = 3) -> np.ndarray:
+    y = x.astype(np.float64)
+    for _ in range(n):
+        y = y - y.sum() * 0.5
+    return y
+
+
+def cached(y: fg.Tensor):
+    """The plan computing y (cached by now) and its input buffers."""
+    plan, leaves, fresh = engine.plan_for([y.node])
+    assert not fresh
+    return plan, [engine.value(n) for n in leaves]
+
+
+@pytest.mark.usefixtures("emulated")
+def test_a_cached_plan_through_its_launch_list_computes_what_a_first_run_does():
+    rng = np.random.default_rng(0)
+    for values in (rng.standard_normal(1000), rng.standard_normal(1000), np.arange(1000.0)):
+        x = fg.tensor(values.astype(np.float32), device="cuda")
+        got = chain(x).cpu().numpy()  # the first values compile; the others hit the plan
+        np.testing.assert_allclose(got, chain_np(values.astype(np.float32)), rtol=1e-4, atol=1e-3)
+    plan, _ = cached(chain(x))
+    assert plan.__dict__.get("launch_list") is not None  # the later runs used it
+
+
+@pytest.mark.usefixtures("emulated")
+def test_a_split_reduction_s_scratch_lies_in_the_arena_and_stays_right():
+    n = 1 << 20  # long enough for a split sum (a scratch buffer of partials)
+    x = fg.tensor(np.ones(n, np.float32), device="cuda")
+    first = (x * 2).sum().item()
+    again = (x * 3).sum().item()  # same structure: the cached plan's launch list
+    assert (first, again) == (2.0 * n, 3.0 * n)
+    plan, _ = cached((x * 3).sum())
+    assert any(s.record.compiled.kernel.scratch for s in plan.steps)
+
+
+def test_arguments_are_bound_once_per_set_of_buffers_and_only_launches_repeat():
+    drv = StubDriver()
+    with runtime_cuda.use_driver(drv):
+        x = fg.ones(256, device="cuda").realize()
+        chain(x).realize()  # compiles: the plan's first run goes kernel by kernel
+        plan, leaves = cached(chain(x))
+        launches = sum(len(s.record.compiled.kernel.launches) for s in plan.steps)
+        assert launches >= 4
+        before = (drv.launches, drv.packs, drv.prepares)
+        for _ in range(5):
+            engine.execute(plan, leaves)
+        lst = plan.launch_list
+        assert drv.launches - before[0] == 5 * launches
+        assert drv.packs == before[1]  # no prepared_call: the arguments were packed once
+        assert drv.prepares == before[2]  # functions prepared on the first run, not again
+        # the returned output is a new buffer each run; the pool hands the freed one
+        # back, so every run had the same addresses: bound once
+        assert lst.binds == 1
+        y = fg.ones(256, device="cuda").realize()  # another input: bound again, once
+        other = [engine.value(y.node)]
+        outs = [engine.execute(plan, other)[0] for _ in range(3)]  # (kept: new addresses)
+        assert lst.binds in (2, 3, 4)
+        del outs
+
+
+def test_a_driver_without_graph_support_launches_plainly():
+    drv = StubDriver(graphs=False)
+    with runtime_cuda.use_driver(drv) as b:
+        assert not b.graphs
+        x = fg.ones(256, device="cuda").realize()
+        chain(x).realize()
+        plan, leaves = cached(chain(x))
+        for _ in range(runtime_cuda.GRAPH_AFTER_RUNS + 3):
+            engine.execute(plan, leaves)
+        assert drv.captures == 0 and drv.graph_launches == 0
+
+
+def test_a_driver_with_stream_capture_replays_a_repeated_plan_as_one_graph():
+    drv = StubDriver(graphs=True)
+    with runtime_cuda.use_driver(drv) as b:
+        assert b.graphs
+        x = fg.ones(256, device="cuda").realize()
+        chain(x).realize()
+        plan, leaves = cached(chain(x))
+        for _ in range(runtime_cuda.GRAPH_AFTER_RUNS):
+            engine.execute(plan, leaves)
+        assert drv.captures == 1 and drv.graph_launches == 0
+        kernels = drv.launches
+        for _ in range(4):
+            engine.execute(plan, leaves)
+        assert drv.graph_launches == 4 and drv.launches == kernels  # one graph launch a run
+        captured = plan.launch_list.bindings
+        (bound,) = [v for v in captured.values() if v.graph is not None]
+        assert len(bound.graph.nodes) == len(bound.calls)
+
+
+def test_a_capture_the_driver_refuses_turns_graphs_off_and_launches_plainly():
+    drv = StubDriver(graphs=True)
+
+    def refuse(self):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    drv.Stream.begin_capture = refuse
+    with runtime_cuda.use_driver(drv) as b:
+        x = fg.ones(256, device="cuda").realize()
+        chain(x).realize()
+        plan, leaves = cached(chain(x))
+        launches = sum(len(s.record.compiled.kernel.launches) for s in plan.steps)
+        kernels = drv.launches
+        for _ in range(runtime_cuda.GRAPH_AFTER_RUNS + 2):
+            engine.execute(plan, leaves)
+        assert not b.graphs and drv.graph_launches == 0
+        assert drv.launches - kernels == (runtime_cuda.GRAPH_AFTER_RUNS + 2) * launches
+
+
+def test_the_pool_hands_out_the_lowest_free_address_whatever_the_order_of_frees():
+    with runtime_cuda.use_driver(StubDriver()) as b:
+        mems = [b.alloc(100, float32) for _ in range(4)]
+        for order in (mems, mems[::-1], [mems[2], mems[0], mems[3], mems[1]]):
+            for m in order:
+                b.free(m, 100, float32)
+            got = [b.alloc(100, float32) for _ in range(4)]
+            assert [int(m) for m in got] == sorted(int(m) for m in mems)
+
+
+def test_an_unchanged_scalar_is_not_copied_to_the_device_again():
+    drv = StubDriver()
+    with runtime_cuda.use_driver(drv):
+        buf = runtime_cuda.DeviceBuffer.from_numpy(np.zeros(1, np.float32), float32)
+        copies = drv.copies
+        for v in (0.1, 0.1, 0.1, 0.25, 0.25):
+            buf.write_scalar(v)
+        assert drv.copies - copies == 2
+        buf.write_scalar(0.0)
+        buf.write_scalar(-0.0)  # equal as numbers, not as bits: copied
+        assert drv.copies - copies == 4
+        assert buf.numpy()[0] == 0.0 and np.signbit(buf.numpy()[0])
+        buf.write(np.array([0.25], np.float32))  # a whole write forgets the last scalar
+        buf.write_scalar(0.25)
+        assert drv.copies - copies == 6
+
+
+def test_plans_made_through_a_stand_in_driver_are_forgotten_after_it():
+    with runtime_cuda.use_driver(StubDriver()):
+        x = fg.ones(8, device="cuda").realize()
+        (x + 1).realize()
+        assert any(runtime_cuda._device_plan_of(k, "pycuda") for k in engine.plans)
+    assert not any(runtime_cuda._device_plan_of(k, "pycuda") for k in engine.plans)
+
+
+def test_the_host_cost_benchmark_runs_in_smoke_mode(capsys):
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        import host_cost
+    finally:
+        sys.path.pop(0)
+    figures = host_cost.main(["--smoke"])
+    assert figures["launches in the chain"] >= 16
+    assert figures["argument packs per chain run"] == 0
+    for name in ("launch, cached plan", "LeNet-5 b64 step, plain", "LeNet-5 b64 step, jit"):
+        median, low, high = figures[f"{name}, CPU (us)"]
+        assert 0 < low <= median <= high
+    assert "LeNet-5 b64 step, jit" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("jit", [True, False], ids=["fg.jit", "plain loop"])
+def test_a_training_loop_settles_on_graph_replays_where_the_driver_captures(jit):
+    """The pool's lowest-address-first reuse makes a loop's steps alternate between two
+    sets of addresses: after a few steps each is a captured graph, and a step is one graph
+    launch (both for `fg.jit` replays and for the plain loop's cached step)."""
+    from fusegrad import nn
+    from fusegrad.nn import functional as F
+
+    drv = StubDriver(graphs=True)
+    with runtime_cuda.use_driver(drv):
+        fg.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).to("cuda")
+        opt = fg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+        def train(x, y):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        step = fg.jit(train) if jit else train
+        x = fg.tensor(np.ones((4, 8), np.float32), device="cuda")
+        y = fg.tensor(np.array([0, 1, 2, 3]), device="cuda")
+        for _ in range(12):
+            step(x, y).item()
+        kernels, graphs = drv.launches, drv.graph_launches
+        for _ in range(4):
+            step(x, y).item()
+        assert drv.launches == kernels and drv.graph_launches - graphs == 4
+        assert drv.captures == 2  # one graph per set of addresses
