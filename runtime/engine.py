@@ -295,7 +295,7 @@ class Engine:
         key, leaves = structural_key(todo, has_value)
         phases.add("key", t0, time.perf_counter())
         if device != "cpu":  # a device plan's kernels belong to the backend they were built by
-            key = (device, config.cuda, key)
+            key = (device, config.cuda, config.allow_tf32, key)
         with self._plans_lock:
             plan = self.plans.get(key)
             if plan is not None:
