@@ -653,8 +653,7 @@ class _Renderer:
             self.index_vars(gpu.outputs, "gid", 2)
             self.block(gpu.body, 2)
             self.line(1, "}")
-        bounds = f"__launch_bounds__({TILE_THREADS * TILE_THREADS}) " if gpu.contraction else ""
-        head = f'extern "C" __global__ void {bounds}{symbol}({", ".join(params)}) {{'
+        head = f'extern "C" __global__ void {symbol}({", ".join(params)}) {{'
         return "\n".join([head, *self.shared, *self.lines, "}"])
 
     def decl(self, name: str, dt: DType, expr: str) -> str:

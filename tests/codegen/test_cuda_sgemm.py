@@ -192,7 +192,7 @@ def sgemm_ptx(tmp_path_factory):
 
 
 def _entries(ptx_text: str) -> dict[str, str]:
-    """entry -> body; `.maxntid` (from `__launch_bounds__`) sits between the two"""
+    """entry -> body (any directives between the parameters and the body skipped)"""
     pattern = r"(?ms)^\.visible \.entry (\w+)\(.*?\)[^{]*?^\{(.*?)^\}"
     return {m.group(1): m.group(2) for m in re.finditer(pattern, ptx_text)}
 
