@@ -7,7 +7,8 @@ Workloads, each on the GPU for both systems, on the same random inputs:
 - chain 2^24: relu(exp(x/2 + 1) * x - 3) / (1 + x*x), one fused kernel in fusegrad, six
   kernels in PyTorch eager;
 - softmax 4096x4096 (rows), row sum 4096x4096, full sum 2^24;
-- sgemm 4096^3 in float32 (PyTorch with TF32 off, its default for matmul: true fp32);
+- sgemm 4096^3 in float32 (PyTorch with TF32 off, its default for matmul: true fp32), and
+  again with `allow_tf32` on both sides (tensor cores, TF32 inputs);
 - one LeNet-5 training step, batch 64, SGD momentum 0.9, as a user writes the plain loop
   (`opt.zero_grad(); loss = ...; loss.backward(); opt.step(); loss.item()`), and the same
   step under `fg.jit`.
@@ -108,22 +109,30 @@ def op_cases(torch):
     t = {k: torch.from_numpy(v).cuda() for k, v in host.items()}
     sync_fg, sync_t = fg.cuda.synchronize, torch.cuda.synchronize
 
-    def fg_run(build):
+    def fg_run(build, tf32=False):
         def go():
-            out = build().realize()
+            with fg.config.override(allow_tf32=tf32):  # fg.backends.cuda.matmul.allow_tf32
+                out = build().realize()
             sync_fg()
             return out
 
-        go.build = build  # for the kernel-only timing
+        go.build, go.tf32 = build, tf32  # for the kernel-only timing
         return go
 
-    def t_run(build):
+    def t_run(build, tf32=False):
+        def flagged():
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            try:
+                return build()
+            finally:
+                torch.backends.cuda.matmul.allow_tf32 = False
+
         def go():
-            out = build()
+            out = flagged()
             sync_t()
             return out
 
-        go.build = build
+        go.build = flagged
         return go
 
     x, a, b, c = f["x"], f["a"], f["b"], f["c"]
@@ -153,6 +162,13 @@ def op_cases(torch):
         ),
         ("full sum 2^24", n * f4, "GB/s", fg_run(lambda: x.sum()), t_run(lambda: xt.sum())),
         ("sgemm 4096^3", 2.0 * mm**3, "GFLOP/s", fg_run(lambda: b @ c), t_run(lambda: bt @ ct)),
+        (
+            "sgemm 4096^3 tf32",
+            2.0 * mm**3,
+            "GFLOP/s",
+            fg_run(lambda: b @ c, tf32=True),
+            t_run(lambda: bt @ ct, tf32=True),
+        ),
     ]
 
 
@@ -232,7 +248,8 @@ def main() -> None:
                     fg_call(), t_call()
                 runs = {"fg": fg_call, "t": t_call}
                 ms = {k: v * 1e3 for k, v in timed_median(runs, rounds).items()}
-                launch_all, moved, least = fusegrad_kernels(fg_call.build)
+                with fg.config.override(allow_tf32=fg_call.tf32):
+                    launch_all, moved, least = fusegrad_kernels(fg_call.build)
                 fk = kernel_seconds(launch_all, events) * 1e3
                 tk = kernel_seconds(t_call.build, events) * 1e3
                 print(

@@ -18,14 +18,14 @@ The source begins with the kernel's global-memory traffic (`gpu.traffic`).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from ..ir.dtypes import DType
 from ..ir.ops import Ops
 from ..ir.symbolic import FloorDiv, Lin, Mod, Var
 from .gpu import (
-    TILE_K,
+    MMA,
+    MMA_WARPS,
     TILE_THREADS,
     VECTOR,
     WARP,
@@ -57,6 +57,9 @@ from .loopir import (
 from .optable import op_row
 
 PRELUDE = """\
+#if defined(__CUDACC__)
+#include <mma.h>
+#endif
 __device__ __forceinline__ float fg_max(float a, float b) { return (a != a || a > b) ? a : b; }
 __device__ __forceinline__ double fg_max(double a, double b) { return (a != a || a > b) ? a : b; }
 __device__ __forceinline__ int fg_max(int a, int b) { return a > b ? a : b; }
@@ -78,6 +81,29 @@ template <class T, bool IS_MAX> __device__ __forceinline__ T fg_warp_allreduce(T
 }
 __device__ __forceinline__ bool fg_aligned16(const void* p) {
   return ((unsigned long long)p & 15ull) == 0;
+}
+// 16 bytes global -> shared: asynchronous on sm_80+ (cp.async, zero-filled when !ok; wait
+// with fg_copy_wait), a plain copy elsewhere and in the emulator
+__device__ __forceinline__ void fg_copy16_async(float* smem, const float* gmem, bool ok) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(s), "l"(gmem),
+               "r"(ok ? 16 : 0));
+#else
+  float4 v = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (ok) v = __ldg((const float4*)gmem);
+  *(float4*)smem = v;
+#endif
+}
+__device__ __forceinline__ void fg_copy_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::);
+#endif
+}
+template <int N> __device__ __forceinline__ void fg_copy_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" :: "n"(N));
+#endif
 }
 // Combine one value per thread over the block; every thread gets the result. Called by all
 // threads together; blockDim.x is a multiple of 32 and at most 1024; buf holds 32 values.
@@ -187,6 +213,8 @@ class CudaKernel:
 
 
 PARTIAL = "fg_partial"  # the scratch buffer of a split reduction's partials
+PAD = 4  # floats after each staged row: rows stay 16-byte aligned for the 16-byte copies
+WMMA = "nvcuda::wmma::"
 
 
 class _Renderer:
@@ -334,82 +362,255 @@ class _Renderer:
             self.line(depth, f"__stwb(({vt}*)&{at}, {self.vector_names[id(s)]});")
 
     def tiled(self, c: Contraction) -> None:
-        """A contraction through shared memory: see `codegen/gpu.py`'s `Contraction`."""
-        n, kc = TILE_THREADS, TILE_K
-        ta, tb = n * c.ra, n * c.rb
-        red, acc = c.red, c.red.init.acc
-        dt = red.init.dtype
-        for side, exports, width in (("a", c.a_exports, ta), ("b", c.b_exports, tb)):
+        """A contraction through shared memory: see `codegen/gpu.py`'s `Contraction`.
+
+        Each side's values for `kc` reduction steps go to `<side>_<value>[buffer][kk][at]`
+        (two buffers: the next step's copy is issued before this step's arithmetic), rows
+        padded by `PAD` (16-byte aligned, and a transposed store spreads over the banks)."""
+        for side, exports, width in (("a", c.a_exports, TILE_THREADS * c.ra),
+                                     ("b", c.b_exports, TILE_THREADS * c.rb)):  # fmt: skip
             for name, t in exports:
-                # one spare column: a side staged along the reduction stores down a column,
-                # and rows of width + 1 put consecutive threads' stores in different banks
-                self.shared.append(f"  __shared__ {t.cuda} {side}_{name}[{kc}][{width + 1}];")
-                self.shared_bytes += kc * (width + 1) * t.itemsize
-        init = literal(red.init.value, dt)
+                self.shared.append(
+                    f"  __shared__ __align__(32) {t.cuda} {side}_{name}[2][{c.kc}][{width + PAD}];"
+                )
+                self.shared_bytes += 2 * c.kc * (width + PAD) * t.itemsize
+        if c.mma:  # a warp's 16x16 outputs on their way to the epilogue
+            warps = MMA_WARPS[0] * MMA_WARPS[1]
+            self.shared.append(f"  __shared__ __align__(32) float fg_out[{warps}][{MMA * MMA}];")
+            self.shared_bytes += warps * MMA * MMA * 4
+        vectors = [s for s, v in ((c.a_stmts, c.a_vector), (c.b_stmts, c.b_vector)) if v]
+        if vectors:  # 16-byte copies need 16-byte aligned buffers, known only now
+            names = dict.fromkeys(s[0].param.name for s in vectors)
+            self.line(1, f"const bool fg_vec = {' && '.join(f'fg_aligned16({n})' for n in names)};")
+        ta, tb = TILE_THREADS * c.ra, TILE_THREADS * c.rb
         self.line(1, "const int tid = threadIdx.y * blockDim.x + threadIdx.x;")
         self.line(1, f"for (long long ic = blockIdx.z; ic < {c.nc}LL; ic += gridDim.z)")
         self.line(1, f"for (long long tile_a = blockIdx.y * {ta}LL; tile_a < {c.na}LL; "
                      f"tile_a += (long long)gridDim.y * {ta}) {{")  # fmt: skip
         self.line(2, f"for (long long tile_b = blockIdx.x * {tb}LL; tile_b < {c.nb}LL; "
                      f"tile_b += (long long)gridDim.x * {tb}) {{")  # fmt: skip
-        self.line(3, f"{dt.cuda} {acc}_tile[{c.ra}][{c.rb}];")
-        self.line(3, f"for (int i = 0; i < {c.ra}; ++i) for (int j = 0; j < {c.rb}; ++j) "
-                     f"{acc}_tile[i][j] = {init};")  # fmt: skip
-        self.line(3, f"for (long long k0 = 0; k0 < {red.length}LL; k0 += {kc}) {{")
-        for side, loops, stmts, exports, width, kk_fastest in (
-            ("a", c.a_loops, c.a_stmts, c.a_exports, ta, c.a_kk_fastest),
-            ("b", c.b_loops, c.b_stmts, c.b_exports, tb, c.b_kk_fastest),
-        ):
+        if c.mma:  # tensor cores on sm_80+ (and in the emulator), the fp32 path elsewhere
+            self.line(0, "#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800")
+            self.pipeline(c, mma=True)
+            self.line(0, "#else")
+        self.pipeline(c, mma=False)
+        if c.mma:
+            self.line(0, "#endif")
+        self.line(2, "}")
+        self.line(1, "}")
+
+    def pipeline(self, c: Contraction, mma: bool) -> None:
+        """One output tile: stage step 0, then per step stage the next into the other buffer,
+        wait for this one (`fg_copy_wait`: the asynchronous copies), accumulate, store."""
+        red, acc, kc = c.red, c.red.init.acc, c.kc
+        dt = red.init.dtype
+        d = 3
+        if mma:
+            fa, fb = (
+                c.ra * TILE_THREADS // MMA_WARPS[0] // MMA,
+                c.rb * TILE_THREADS // MMA_WARPS[1] // MMA,
+            )
+            self.line(d, f"{WMMA}fragment<{WMMA}accumulator, 16, 16, 8, float> "
+                         f"{acc}_frag[{fa}][{fb}];")  # fmt: skip
+            self.line(d, f"#pragma unroll\n{'  ' * d}for (int i = 0; i < {fa}; ++i)")
+            self.line(d, f"#pragma unroll\n{'  ' * d}for (int j = 0; j < {fb}; ++j) "
+                         f"{WMMA}fill_fragment({acc}_frag[i][j], 0.0f);")  # fmt: skip
+            self.line(d, "const int fg_warp = tid >> 5, fg_lane = tid & 31;")
+            self.line(
+                d, f"const int fg_wa = fg_warp / {MMA_WARPS[1]}, fg_wb = fg_warp % {MMA_WARPS[1]};"
+            )
+        else:
+            init = literal(red.init.value, dt)
+            self.line(d, f"{dt.cuda} {acc}_tile[{c.ra}][{c.rb}];")
+            self.line(d, f"#pragma unroll\n{'  ' * d}for (int i = 0; i < {c.ra}; ++i)")
+            self.line(d, f"#pragma unroll\n{'  ' * d}for (int j = 0; j < {c.rb}; ++j) "
+                         f"{acc}_tile[i][j] = {init};")  # fmt: skip
+        self.line(d, f"const int fg_steps = (int)(({red.length}LL + {kc - 1}) / {kc});")
+        self.stage(c, "0", "0LL", d)
+        self.line(d, "fg_copy_commit();")
+        self.line(d, "for (int kt = 0; kt < fg_steps; ++kt) {")
+        self.line(d + 1, "const int fg_buf = kt & 1;")
+        self.line(d + 1, "if (kt + 1 < fg_steps) {")
+        self.stage(c, "fg_buf ^ 1", f"(long long)(kt + 1) * {kc}", d + 2)
+        self.line(d + 1, "}")
+        self.line(d + 1, "fg_copy_commit();  // empty on the last step: one group per step")
+        self.line(d + 1, "fg_copy_wait<1>();  // all but the newest group: this step's tiles")
+        self.line(d + 1, "__syncthreads();")
+        if mma:
+            self.mma_step(c, fa, fb, d + 1)
+        else:
+            self.simt_step(c, d + 1)
+        self.line(d + 1, "__syncthreads();  // read before the step after next overwrites it")
+        self.line(d, "}")
+        if mma:
+            self.mma_epilogue(c, fa, fb, d)
+            return
+        self.line(d, f"#pragma unroll\n{'  ' * d}for (int i = 0; i < {c.ra}; ++i)")
+        self.line(d, f"#pragma unroll\n{'  ' * d}for (int j = 0; j < {c.rb}; ++j) {{")
+        self.line(d + 1, f"const long long ia = tile_a + threadIdx.y + i * {TILE_THREADS};")
+        self.line(d + 1, f"const long long ib = tile_b + threadIdx.x + j * {TILE_THREADS};")
+        self.line(d + 1, f"if (ia < {c.na}LL && ib < {c.nb}LL) {{")
+        self.output(c, f"{acc}_tile[i][j]", d + 2)
+        self.line(d + 1, "}")
+        self.line(d, "}")
+
+    def output(self, c: Contraction, value: str, d: int) -> None:
+        """The epilogue of output (ia, ib) of batch ic, its reduction's result `value`."""
+        self.index_vars(c.a_loops, "ia", d)
+        self.index_vars(c.b_loops, "ib", d)
+        self.index_vars(c.c_loops, "ic", d)
+        dt = c.red.init.dtype
+        self.line(d, f"{dt.cuda} {c.red.init.acc} = {value};")
+        self.block(c.prefix + c.epilogue, d)
+
+    def stage(self, c: Contraction, buf: str, k0: str, d: int) -> None:
+        """Copy the `kc` reduction steps from `k0` of both sides into buffer `buf`; values
+        outside the outputs or the reduction are 0 (the tensor cores sum whole steps)."""
+        red, kc, threads = c.red, c.kc, TILE_THREADS * TILE_THREADS
+        self.line(d, "{")
+        self.line(d + 1, f"const long long k0 = {k0};")
+        for side, loops, stmts, exports, width, kk_fastest, vector, extent in (
+            ("a", c.a_loops, c.a_stmts, c.a_exports, TILE_THREADS * c.ra, c.a_kk_fastest,
+             c.a_vector, c.na),
+            ("b", c.b_loops, c.b_stmts, c.b_exports, TILE_THREADS * c.rb, c.b_kk_fastest,
+             c.b_vector, c.nb),
+        ):  # fmt: skip
             if not exports:
                 continue
-            self.line(4, f"for (int e = tid; e < {kc * width}; e += {n * n}) {{")
+            inside = f"i{side} < {extent}LL && red < {red.length}LL"
+            e = d + 1
+            if vector:
+                (name, _), (load,) = exports[0], stmts
+                at_m, at_k = loops[0].var.name, red.loops[0].var.name
+                ref = f"{load.param.name}[{index(load.index)}]"
+                out = f"{side}_{name}[{buf}]"
+                self.line(e, "if (fg_vec) {")
+                if vector == "m":  # contiguous along the side: straight into shared memory
+                    q = width // VECTOR
+                    self.line(e + 1, f"for (int e = tid; e < {kc * q}; e += {threads}) {{")
+                    self.line(e + 2, f"const int kk = e / {q}, at = e % {q} * {VECTOR};")
+                else:  # contiguous along the reduction: 4 steps of one row, stored transposed
+                    q = kc // VECTOR
+                    self.line(e + 1, f"for (int e = tid; e < {q * width}; e += {threads}) {{")
+                    self.line(e + 2, f"const int kk = e % {q} * {VECTOR}, at = e / {q};")
+                self.line(e + 2, f"const long long i{side} = tile_{side} + at, red = k0 + kk;")
+                self.line(e + 2, f"const bool fg_in = {inside};")
+                # outside, the address of element 0 (never read): no pointer leaves the buffer
+                self.line(e + 2, f"const long long {at_m} = fg_in ? i{side} : 0LL, "
+                                 f"{at_k} = fg_in ? red : 0LL;")  # fmt: skip
+                self.index_vars(c.c_loops, "ic", e + 2)
+                if vector == "m":
+                    self.line(e + 2, f"fg_copy16_async(&{out}[kk][at], &{ref}, fg_in);")
+                else:
+                    self.line(e + 2, "float4 fg_v = {0.0f, 0.0f, 0.0f, 0.0f};")
+                    self.line(e + 2, f"if (fg_in) fg_v = __ldg((const float4*)&{ref});")
+                    for lane in range(VECTOR):
+                        self.line(e + 2, f"{out}[kk + {lane}][at] = fg_v.{'xyzw'[lane]};")
+                self.line(e + 1, "}")
+                self.line(e, "} else {  // a buffer is not 16-byte aligned: one at a time")
+                e += 1
+            self.line(e, f"for (int e = tid; e < {kc * width}; e += {threads}) {{")
             kk, at = (f"e % {kc}", f"e / {kc}") if kk_fastest else (f"e / {width}", f"e % {width}")
-            self.line(5, f"const int kk = {kk}, at = {at};")
-            self.line(5, f"const long long i{side} = tile_{side} + at, red = k0 + kk;")
-            self.line(5, f"if (i{side} < {math.prod(lp.extent for lp in loops)}LL && "
-                         f"red < {red.length}LL) {{")  # fmt: skip
-            self.index_vars(loops, f"i{side}", 6)
-            self.index_vars(c.c_loops, "ic", 6)
-            self.index_vars(red.loops, "red", 6)
-            self.block(c.consts + stmts, 6)
+            self.line(e + 1, f"const int kk = {kk}, at = {at};")
+            self.line(e + 1, f"const long long i{side} = tile_{side} + at, red = k0 + kk;")
+            self.line(e + 1, f"if ({inside}) {{")
+            self.index_vars(loops, f"i{side}", e + 2)
+            self.index_vars(c.c_loops, "ic", e + 2)
+            self.index_vars(red.loops, "red", e + 2)
+            self.block(c.consts + stmts, e + 2)
             for name, _ in exports:
-                self.line(6, f"{side}_{name}[kk][at] = {name};")
-            self.line(5, "}")
-            self.line(4, "}")
-        self.line(4, "__syncthreads();")
-        self.line(4, f"const int kmax = {red.length}LL - k0 < {kc} ? (int)({red.length}LL - k0) "
-                     f": {kc};")  # fmt: skip
-        self.line(4, "for (int kk = 0; kk < kmax; ++kk) {")
-        self.line(5, "#pragma unroll")
-        self.line(5, f"for (int i = 0; i < {c.ra}; ++i) {{")
-        self.line(6, "#pragma unroll")
-        self.line(6, f"for (int j = 0; j < {c.rb}; ++j) {{")
+                self.line(e + 2, f"{side}_{name}[{buf}][kk][at] = {name};")
+            self.line(e + 1, "} else {")
+            for name, t in exports:
+                self.line(e + 2, f"{side}_{name}[{buf}][kk][at] = ({t.cuda})0;")
+            self.line(e + 1, "}")
+            self.line(e, "}")
+            if vector:
+                self.line(d + 1, "}")
+        self.line(d, "}")
+
+    def simt_step(self, c: Contraction, d: int) -> None:
+        """Every thread adds this step's terms into its ra x rb register tile (rows
+        threadIdx.y + 16 i, columns threadIdx.x + 16 j: neighbours read neighbouring words)."""
+        red, kc, n = c.red, c.kc, TILE_THREADS
+        acc = red.init.acc
+        self.line(d, f"const long long fg_left = {red.length}LL - (long long)kt * {kc};")
+        self.line(d, f"const int kmax = fg_left < {kc} ? (int)fg_left : {kc};")
+        self.line(d, "for (int kk = 0; kk < kmax; ++kk) {")
+        self.line(d + 1, "#pragma unroll")
+        self.line(d + 1, f"for (int i = 0; i < {c.ra}; ++i) {{")
+        self.line(d + 2, "#pragma unroll")
+        self.line(d + 2, f"for (int j = 0; j < {c.rb}; ++j) {{")
         for side, exports, var, thread in (
             ("a", c.a_exports, "i", "threadIdx.y"),
             ("b", c.b_exports, "j", "threadIdx.x"),
         ):
             for name, t in exports:
-                self.line(7, f"const {t.cuda} {name} = {side}_{name}[kk][{thread} + {var} * {n}];")
-        self.block(c.consts + c.terms, 7)
+                self.line(d + 3, f"const {t.cuda} {name} = "
+                                 f"{side}_{name}[fg_buf][kk][{thread} + {var} * {n}];")  # fmt: skip
+        self.block(c.consts + c.terms, d + 3)
         value = next(s for s in red.body if isinstance(s, AccUpdate) and s.acc == acc)
-        self.line(7, self.stmt(AccUpdate(f"{acc}_tile[i][j]", dt, red.op, value.value)))
-        self.line(6, "}")
-        self.line(5, "}")
-        self.line(4, "}")
-        self.line(4, "__syncthreads();  // the tiles are read before the next step overwrites them")
-        self.line(3, "}")
-        self.line(3, f"for (int i = 0; i < {c.ra}; ++i) for (int j = 0; j < {c.rb}; ++j) {{")
-        self.line(4, f"const long long ia = tile_a + threadIdx.y + i * {n};")
-        self.line(4, f"const long long ib = tile_b + threadIdx.x + j * {n};")
-        self.line(4, f"if (ia >= {c.na}LL || ib >= {c.nb}LL) continue;")
-        self.index_vars(c.a_loops, "ia", 4)
-        self.index_vars(c.b_loops, "ib", 4)
-        self.index_vars(c.c_loops, "ic", 4)
-        self.line(4, f"{dt.cuda} {acc} = {acc}_tile[i][j];")
-        self.block(c.prefix + c.epilogue, 4)
-        self.line(3, "}")
-        self.line(2, "}")
-        self.line(1, "}")
+        self.line(d + 3, self.stmt(AccUpdate(f"{acc}_tile[i][j]", red.init.dtype, red.op,
+                                             value.value)))  # fmt: skip
+        self.line(d + 2, "}")
+        self.line(d + 1, "}")
+        self.line(d, "}")
+
+    def mma_step(self, c: Contraction, fa: int, fb: int, d: int) -> None:
+        """The warp's (16 fa) x (16 fb) outputs from this step on tensor cores: the a side
+        staged [kk][row] is a column-major 16x8 matrix, the b side [kk][column] a row-major
+        8x16 one; their fp32 values rounded to TF32 (10-bit mantissas) first."""
+        acc, kc = c.red.init.acc, c.kc
+        (a_name, _), (b_name, _) = c.a_exports[0], c.b_exports[0]
+        wa, wb = c.ra * TILE_THREADS // MMA_WARPS[0], c.rb * TILE_THREADS // MMA_WARPS[1]
+        lda, ldb = TILE_THREADS * c.ra + PAD, TILE_THREADS * c.rb + PAD
+        tf32 = f"{WMMA}precision::tf32"
+        self.line(d, "#pragma unroll")
+        self.line(d, f"for (int ks = 0; ks < {kc}; ks += 8) {{")
+        self.line(d + 1, f"{WMMA}fragment<{WMMA}matrix_a, 16, 16, 8, {tf32}, {WMMA}col_major> "
+                         f"fg_a[{fa}];")  # fmt: skip
+        self.line(d + 1, f"{WMMA}fragment<{WMMA}matrix_b, 16, 16, 8, {tf32}, {WMMA}row_major> "
+                         f"fg_b[{fb}];")  # fmt: skip
+        for frag, count, src, w, ld, who in (
+            ("fg_a", fa, f"a_{a_name}", wa, lda, "fg_wa"),
+            ("fg_b", fb, f"b_{b_name}", wb, ldb, "fg_wb"),
+        ):
+            self.line(d + 1, "#pragma unroll")
+            self.line(d + 1, f"for (int i = 0; i < {count}; ++i) {{")
+            self.line(d + 2, f"{WMMA}load_matrix_sync({frag}[i], "
+                             f"&{src}[fg_buf][ks][{who} * {w} + i * 16], {ld});")  # fmt: skip
+            self.line(d + 2, "#pragma unroll")
+            x = f"{frag}[i].x[t]"
+            self.line(d + 2, f"for (int t = 0; t < {frag}[i].num_elements; ++t) "
+                             f"{x} = {WMMA}__float_to_tf32({x});")  # fmt: skip
+            self.line(d + 1, "}")
+        self.line(d + 1, f"#pragma unroll\n{'  ' * (d + 1)}for (int i = 0; i < {fa}; ++i)")
+        self.line(
+            d + 1,
+            f"#pragma unroll\n{'  ' * (d + 1)}for (int j = 0; j < {fb}; ++j) "
+            f"{WMMA}mma_sync({acc}_frag[i][j], fg_a[i], fg_b[j], {acc}_frag[i][j]);",
+        )
+        self.line(d, "}")
+
+    def mma_epilogue(self, c: Contraction, fa: int, fb: int, d: int) -> None:
+        """Each 16x16 fragment goes through the warp's slice of shared memory, then its
+        lanes run the epilogue 8 outputs each."""
+        acc = c.red.init.acc
+        wa, wb = c.ra * TILE_THREADS // MMA_WARPS[0], c.rb * TILE_THREADS // MMA_WARPS[1]
+        self.line(d, f"#pragma unroll\n{'  ' * d}for (int i = 0; i < {fa}; ++i)")
+        self.line(d, f"#pragma unroll\n{'  ' * d}for (int j = 0; j < {fb}; ++j) {{")
+        self.line(d + 1, f"{WMMA}store_matrix_sync(fg_out[fg_warp], {acc}_frag[i][j], 16, "
+                         f"{WMMA}mem_row_major);")  # fmt: skip
+        self.line(d + 1, "__syncwarp();")
+        self.line(d + 1, f"for (int e = fg_lane; e < {MMA * MMA}; e += 32) {{")
+        self.line(d + 2, f"const long long ia = tile_a + fg_wa * {wa} + i * 16 + e / 16;")
+        self.line(d + 2, f"const long long ib = tile_b + fg_wb * {wb} + j * 16 + e % 16;")
+        self.line(d + 2, f"if (ia < {c.na}LL && ib < {c.nb}LL) {{")
+        self.output(c, "fg_out[fg_warp][e]", d + 3)
+        self.line(d + 2, "}")
+        self.line(d + 1, "}")
+        self.line(d + 1, "__syncwarp();  // read before the next fragment overwrites it")
+        self.line(d, "}")
 
     def render(self, symbol: str) -> str:
         gpu = self.gpu
@@ -544,9 +745,10 @@ class _Renderer:
         return op_row(s.op, src).cuda.format(*a, t=src.cuda, f=f)
 
 
-def cuda_kernel(kernel: Kernel, symbol: str) -> CudaKernel:
-    """`kernel` as GPU code: its grid mapping (`codegen/gpu.py`), source and launches."""
-    gpu = map_to_gpu(kernel)
+def cuda_kernel(kernel: Kernel, symbol: str, tf32: bool = False) -> CudaKernel:
+    """`kernel` as GPU code: its grid mapping (`codegen/gpu.py`), source and launches.
+    `tf32`: fp32 contractions may use tensor cores (`fg.backends.cuda.matmul.allow_tf32`)."""
+    gpu = map_to_gpu(kernel, tf32)
     if gpu.split == 1:
         r = _Renderer(gpu)
         bodies = [r.render(symbol)]
@@ -568,6 +770,6 @@ def cuda_kernel(kernel: Kernel, symbol: str) -> CudaKernel:
     )
 
 
-def render_cuda(kernel: Kernel, symbol: str) -> str:
+def render_cuda(kernel: Kernel, symbol: str, tf32: bool = False) -> str:
     """CUDA C text of `kernel`, its `__global__` function(s) named from `symbol`."""
-    return cuda_kernel(kernel, symbol).source
+    return cuda_kernel(kernel, symbol, tf32).source

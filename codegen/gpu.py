@@ -62,6 +62,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..ir.dtypes import DType
+from ..ir.ops import Ops
 from ..ir.symbolic import Var
 from .loopir import (
     AccInit,
@@ -186,8 +187,9 @@ def _has(body: list, kind) -> bool:
     return any(isinstance(s, kind) or (isinstance(s, Loop) and _has(s.body, kind)) for s in body)
 
 
-def map_to_gpu(kernel: Kernel) -> GpuKernel:
-    """Decide the grid mapping of `kernel` (see the module docstring)."""
+def map_to_gpu(kernel: Kernel, tf32: bool = False) -> GpuKernel:
+    """Decide the grid mapping of `kernel` (see the module docstring). `tf32`: an fp32
+    contraction that is a plain sum of products may run on tensor cores (`Contraction.mma`)."""
     outputs, body = _output_loops(kernel.body)
     extent = math.prod(loop.extent for loop in outputs)
     reductions = {}
@@ -204,7 +206,7 @@ def map_to_gpu(kernel: Kernel) -> GpuKernel:
     steps = longest // VECTOR if all(r.vector for r in reductions.values()) else longest
     block = min(MAX_BLOCK, _round_up(steps, WARP))
     gpu = GpuKernel(kernel, outputs, body, "block", block, min(extent, MAX_GRID), reductions)
-    gpu.contraction = _contraction(gpu) if reductions and not scatter else None
+    gpu.contraction = _contraction(gpu, tf32) if reductions and not scatter else None
     if gpu.contraction is not None:
         gpu.mode, gpu.block = "tile", TILE_THREADS * TILE_THREADS
         return gpu
@@ -347,10 +349,13 @@ def traffic(gpu: GpuKernel) -> Traffic:
 
 
 # ---------------------------------------------------------------- contractions
-TILE_THREADS = 16  # a contraction's block is 16 x 16 threads
-TILE_K = 16  # reduction steps staged in shared memory at a time
+TILE_THREADS = 16  # a contraction's block is 16 x 16 threads (8 warps)
+TILE_K = 16  # reduction steps staged in shared memory at a time (8 for the 128x128 tile)
 CONTRACTION_MIN_K = 8
 CONTRACTION_MIN_OUTPUTS = 256
+SMS = 132  # an H100's multiprocessors: a grid of fewer 128x128 tiles takes 64x64 ones
+MMA_WARPS = (2, 4)  # tensor cores: the block's 8 warps as 2 (a side) x 4 (b side)
+MMA = 16  # a WMMA fragment is 16 x 16 outputs, 8 reduction steps (m16n16k8)
 
 
 @dataclass
@@ -361,10 +366,17 @@ class Contraction:
     both may depend on the batch loops `c_loops` too (one batch per grid z index).
 
     A block computes a (16*ra) x (16*rb) tile of outputs, each thread an ra x rb register
-    tile. The block stages each side's values for `TILE_K` reduction steps at a time in
-    shared memory (`a_exports`, `b_exports`: the side values the terms read), then every
-    thread combines its tile from there; `kk_fastest` says which side's staging walks
-    the reduction fastest (the one whose loads are contiguous along it)."""
+    tile. The block stages each side's values for `kc` reduction steps at a time in
+    shared memory (`a_exports`, `b_exports`: the side values the terms read), in two
+    buffers (the next step's copy overlaps this step's arithmetic), then every thread
+    combines its tile from there; `kk_fastest` says which side's staging walks the
+    reduction fastest (the one whose loads are contiguous along it).
+
+    `a_vector` / `b_vector` ("k" or "m", else None): the side is one plain fp32 load,
+    contiguous along the reduction ("k": 16-byte `__ldg`s, stored transposed) or along
+    its outputs ("m": 16-byte asynchronous copies, `cp.async` on sm_80+), taken when the
+    buffer is 16-byte aligned at launch. `mma`: a sum of a-value * b-value in fp32 with
+    `allow_tf32`, run on tensor cores (WMMA m16n16k8, TF32 inputs, fp32 accumulation)."""
 
     red: Reduction
     a_loops: list[Loop]
@@ -382,6 +394,10 @@ class Contraction:
     a_kk_fastest: bool
     b_kk_fastest: bool
     c_loops: list[Loop] = field(default_factory=list)  # a batch: output loops both sides read
+    kc: int = TILE_K
+    a_vector: str | None = None
+    b_vector: str | None = None
+    mma: bool = False
 
     @property
     def na(self) -> int:
@@ -394,6 +410,56 @@ class Contraction:
     @property
     def nc(self) -> int:
         return math.prod(lp.extent for lp in self.c_loops)
+
+
+def _tile_shape(na: int, nb: int, nc: int, tf32: bool) -> tuple[int, int, int]:
+    """(ra, rb, kc): 128x128 tiles (8x8 per thread, 8 steps staged) where they still give
+    every multiprocessor a block, else 64x64 (4x4, 16 steps), smaller sides smaller.
+    Tensor cores take at least 32 x 64 (a 16x16 fragment per warp) and 16 steps."""
+    big = na >= 128 and nb >= 128 and -(-na // 128) * -(-nb // 128) * nc >= SMS
+
+    def regs(n: int) -> int:
+        return 8 if big else 4 if n >= 64 else 2 if n >= 32 else 1
+
+    ra, rb = regs(na), regs(nb)
+    if tf32:
+        return max(ra, 2), max(rb, 4), TILE_K
+    return ra, rb, 8 if big else TILE_K
+
+
+def _vector_side(stmts: list, exports: list, loops: list[Loop], red: Reduction) -> str | None:
+    """ "k" or "m" when a side is one plain fp32 load whose index steps by 1 along the
+    reduction ("k") or along the side's one output loop ("m"), every other part a multiple
+    of VECTOR and that loop's extent too: groups of VECTOR are 16 bytes, all in or all out."""
+    if len(stmts) != 1 or len(exports) != 1 or len(loops) != 1 or len(red.loops) != 1:
+        return None
+    (s,) = stmts
+    if not isinstance(s, Load) or s.valid or s.dst != exports[0][0] or s.param.output:
+        return None
+    if s.dtype.name != "float32" or s.param.dtype != s.dtype:
+        return None
+    if any(not isinstance(atom, Var) for atom, _ in s.index.terms):
+        return None
+    for axis, loop in (("k", red.loops[0]), ("m", loops[0])):
+        if loop.extent % VECTOR == 0 and _steps_by_one(s.index, loop.var):
+            return axis
+    return None
+
+
+def _sum_of_products(red: Reduction, terms: list, a_exports: list, b_exports: list) -> bool:
+    """The reduction is `acc += a * b` in fp32 from 0, a and b one value of each side."""
+    dt = red.init.dtype
+    if red.op is not Ops.ADD or dt.name != "float32" or red.init.value != 0:
+        return False
+    if len(a_exports) != 1 or len(b_exports) != 1 or len(terms) != 1:
+        return False
+    (t,) = terms
+    value = next(s for s in red.body if isinstance(s, AccUpdate)).value
+    sides = {a_exports[0][0], b_exports[0][0]}
+    return (
+        isinstance(t, Alu) and t.op is Ops.MUL and t.dst == value and set(t.args) == sides
+        and t.dtype == dt and all(e[1] == dt for e in a_exports + b_exports)
+    )  # fmt: skip
 
 
 def _defs_and_uses(s) -> tuple[str | None, set[str], set]:
@@ -415,7 +481,7 @@ def _defs_and_uses(s) -> tuple[str | None, set[str], set]:
     return s.dst, names, {a for a in atoms if isinstance(a, Var)}
 
 
-def _contraction(gpu: GpuKernel) -> Contraction | None:
+def _contraction(gpu: GpuKernel, tf32: bool = False) -> Contraction | None:
     """The shared-memory tiling of a single reduction, if its terms split into two sides."""
     if len(gpu.reductions) != 1 or len(gpu.outputs) < 2:
         return None
@@ -465,13 +531,14 @@ def _contraction(gpu: GpuKernel) -> Contraction | None:
     def kk_fastest(stmts) -> bool:
         return any(isinstance(s, Load) and abs(s.index.coef(inner)) == 1 for s in stmts)
 
-    def regs(n: int) -> int:
-        return 4 if n >= 64 else 2 if n >= 32 else 1
-
     na, nb = math.prod(lp.extent for lp in a_loops), math.prod(lp.extent for lp in b_loops)
+    mma = tf32 and _sum_of_products(red, terms, a_exp, b_exp)
+    ra, rb, kc = _tile_shape(na, nb, math.prod(lp.extent for lp in c_loops), mma)
     return Contraction(
         red, a_loops, b_loops, consts, a_stmts, b_stmts, terms, a_exp, b_exp, prefix,
-        epilogue, regs(na), regs(nb), kk_fastest(a_stmts), kk_fastest(b_stmts), c_loops,
+        epilogue, ra, rb, kk_fastest(a_stmts), kk_fastest(b_stmts), c_loops, kc,
+        _vector_side(a_stmts, a_exp, a_loops, red), _vector_side(b_stmts, b_exp, b_loops, red),
+        mma,
     )  # fmt: skip
 
 

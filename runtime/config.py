@@ -79,6 +79,9 @@ class Config:
     # schedules (0: never; FUSEGRAD_DEBUG=1 says it at every recompile anyway)
     recompile_warning: int = 0
     cuda: str = "pycuda"  # what backs the "cuda" device: "pycuda", "emulate" or "off"
+    # fp32 contractions on the cuda device may use TF32 tensor cores (PyTorch's
+    # torch.backends.cuda.matmul.allow_tf32, off by default; set through fg.backends)
+    allow_tf32: bool = False
 
     @classmethod
     def from_env(cls) -> Config:

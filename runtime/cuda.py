@@ -614,7 +614,7 @@ def symbol_of(loop) -> str:
     from ..codegen.cuda import cuda_kernel
     from ..codegen.lower import kernel_symbol
 
-    return kernel_symbol(cuda_kernel(loop, "KERNEL").source, loop.name)
+    return kernel_symbol(cuda_kernel(loop, "KERNEL", config.allow_tf32).source, loop.name)
 
 
 def compile_loop(loop) -> CompiledCudaKernel:
@@ -624,7 +624,7 @@ def compile_loop(loop) -> CompiledCudaKernel:
 
     with phases.timed("render"):
         symbol = symbol_of(loop)
-        kernel = cuda_kernel(loop, symbol)
+        kernel = cuda_kernel(loop, symbol, config.allow_tf32)
     b = backend()
     t0 = time.perf_counter()
     with phases.timed("cuda"), _modules_lock:

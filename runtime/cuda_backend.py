@@ -73,8 +73,9 @@ class CudaBackend(Backend):
         return cuda.device_count()
 
     def plan_key(self, device: str, key: tuple) -> tuple:
-        # a device plan's kernels belong to the implementation they were built by
-        return (device, config.cuda, key)
+        # a device plan's kernels belong to the implementation they were built by, and
+        # to the fp32 contraction's precision (`fg.backends.cuda.matmul.allow_tf32`)
+        return (device, config.cuda, config.allow_tf32, key)
 
     def copy_key(self, device: str):
         # a copy made on the GPU is no use to the emulator, nor the other way round

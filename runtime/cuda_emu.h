@@ -12,6 +12,9 @@
 // - warp shuffles exchange values through per-block tables and that barrier, so every thread
 //   of the block must call them together (the renderer calls them uniformly);
 // - the device math functions are the C library's;
+// - __syncwarp() is the block's barrier (so, like the shuffles, the whole block calls it);
+// - nvcuda::wmma's TF32 fragments (m16n16k8) as whole matrices that every thread of the warp
+//   holds and computes alike, __float_to_tf32 rounding as the GPU's cvt.rna.tf32.f32;
 // - the 16-byte vector types the renderer uses (float4, int4) and __ldg / __stwb, a plain read
 //   and write here
 //   (the emulator is built with -fno-strict-aliasing, as a kernel reads a float buffer
@@ -22,6 +25,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #define __global__
 #define __device__ inline
@@ -29,6 +33,7 @@
 #define __forceinline__
 #define __shared__ static
 #define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
 
 struct uint3 { unsigned int x, y, z; };
 struct alignas(16) float4 { float x, y, z, w; };
@@ -88,3 +93,81 @@ inline float __int_as_float(int x) { float f; std::memcpy(&f, &x, 4); return f; 
 inline int __float_as_int(float x) { int i; std::memcpy(&i, &x, 4); return i; }
 inline double __longlong_as_double(long long x) { double d; std::memcpy(&d, &x, 8); return d; }
 inline long long __double_as_longlong(double x) { long long i; std::memcpy(&i, &x, 8); return i; }
+
+inline void __syncwarp(unsigned = 0xffffffffu) { fg_emu_syncthreads(); }
+
+// Tensor cores, as the kernels use them: m16n16k8 with TF32 inputs and fp32 accumulators.
+// A fragment is the whole matrix in every thread (the GPU spreads it over the warp's lanes;
+// each lane's view here is the warp's), so load/mma/store give every thread the same result.
+namespace nvcuda {
+namespace wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+namespace precision { struct tf32 {}; }
+enum layout_t { mem_row_major, mem_col_major };
+template <class Use, int M, int N, int K, class T, class Layout = void> struct fragment;
+template <int M, int N, int K, class L> struct fragment<matrix_a, M, N, K, precision::tf32, L> {
+  static const int num_elements = M * K;
+  float x[M * K];  // (m, k) at x[m * K + k]
+};
+template <int M, int N, int K, class L> struct fragment<matrix_b, M, N, K, precision::tf32, L> {
+  static const int num_elements = K * N;
+  float x[K * N];  // (k, n) at x[k * N + n]
+};
+template <int M, int N, int K> struct fragment<accumulator, M, N, K, float, void> {
+  static const int num_elements = M * N;
+  float x[M * N];  // (m, n) at x[m * N + n]
+};
+// round to nearest (ties away from zero) at a 10-bit mantissa, as cvt.rna.tf32.f32
+inline float __float_to_tf32(float f) {
+  if (!std::isfinite(f)) return f;
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u = (u + 0x1000u) & 0xffffe000u;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+template <int M, int N, int K, class L>
+inline void load_matrix_sync(fragment<matrix_a, M, N, K, precision::tf32, L>& a, const float* p,
+                             unsigned ldm) {
+  constexpr bool row = std::is_same_v<L, row_major>;
+  for (int m = 0; m < M; ++m)
+    for (int k = 0; k < K; ++k) a.x[m * K + k] = row ? p[m * ldm + k] : p[k * ldm + m];
+}
+template <int M, int N, int K, class L>
+inline void load_matrix_sync(fragment<matrix_b, M, N, K, precision::tf32, L>& b, const float* p,
+                             unsigned ldm) {
+  constexpr bool row = std::is_same_v<L, row_major>;
+  for (int k = 0; k < K; ++k)
+    for (int n = 0; n < N; ++n) b.x[k * N + n] = row ? p[k * ldm + n] : p[n * ldm + k];
+}
+template <int M, int N, int K>
+inline void fill_fragment(fragment<accumulator, M, N, K, float>& c, float v) {
+  for (int i = 0; i < M * N; ++i) c.x[i] = v;
+}
+template <int M, int N, int K, class LA, class LB>
+inline void mma_sync(fragment<accumulator, M, N, K, float>& d,
+                     const fragment<matrix_a, M, N, K, precision::tf32, LA>& a,
+                     const fragment<matrix_b, M, N, K, precision::tf32, LB>& b,
+                     const fragment<accumulator, M, N, K, float>& c) {
+  float out[M * N];
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      float s = c.x[m * N + n];
+      for (int k = 0; k < K; ++k) s = std::fma(a.x[m * K + k], b.x[k * N + n], s);
+      out[m * N + n] = s;
+    }
+  std::memcpy(d.x, out, sizeof out);
+}
+template <int M, int N, int K>
+inline void store_matrix_sync(float* p, const fragment<accumulator, M, N, K, float>& c,
+                              unsigned ldm, layout_t layout) {
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n)
+      (layout == mem_row_major ? p[m * ldm + n] : p[n * ldm + m]) = c.x[m * N + n];
+}
+}  // namespace wmma
+}  // namespace nvcuda

@@ -72,7 +72,7 @@ _SCALARS = {
 }
 _KERNEL = re.compile(
     r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+'
-    r"(\w+)\s*\(([^)]*)\)"
+    r"(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(([^)]*)\)"
 )
 _MAX_THREADS = 1024
 

@@ -1,0 +1,220 @@
+"""The contraction kernels (sgemm): tiles, vector and asynchronous copies, TF32 tensor cores.
+
+Small shapes on the CUDA emulator (on and off the tile grid, transposed operands, a
+batch, gradients through the frontend, a misaligned buffer's scalar path), with
+`fg.backends.cuda.matmul.allow_tf32` off (fp32, numpy's answer to fp32 rounding) and on
+(WMMA m16n16k8: the emulator rounds inputs to TF32 as the GPU does); then nvcc's PTX for
+sm_80 and sm_90: `cp.async` and 16-byte loads, no local memory or spills, `mma` with
+`.tf32` exactly when TF32 is allowed.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from _emulated import emulated  # noqa: F401  (a fixture)
+from test_cuda_emulated import EMULATED
+from test_cuda_memory import ARCHS, NVCC, _misaligned, _nvcc
+
+import fusegrad as fg
+from fusegrad.codegen import gpu
+from fusegrad.codegen.cuda import PRELUDE, cuda_kernel
+from fusegrad.codegen.lower import lower
+from fusegrad.ir.schedule import schedule
+from fusegrad.runtime.cuda_emulator import EmulatedModule
+from fusegrad.runtime.engine import engine
+
+RNG = np.random.default_rng(2828)
+
+
+def rand(*shape) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def tf32(x: np.ndarray) -> np.ndarray:
+    """`x` rounded to TF32 (10-bit mantissa, to nearest, ties away), as cvt.rna.tf32.f32."""
+    u = x.astype(np.float32).view(np.uint32)
+    return ((u + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def kernel_of(expr, tf32_allowed=False):
+    (item,) = schedule([expr.node], engine.has_value_predicate())
+    return cuda_kernel(lower(item, tile=False), "k", tf32_allowed)
+
+
+def on_device(a: np.ndarray, b: np.ndarray, how) -> np.ndarray:
+    return how(fg.tensor(a, device="cuda"), fg.tensor(b, device="cuda")).cpu().numpy()
+
+
+# (a shape, b shape, product): ragged edges, k not a multiple of 4 (the scalar copies),
+# transposed operands (the backward's A^T B and A B^T), a batch
+SHAPES = {
+    "64x64 tiles, k=64": ((200, 64), (64, 300), lambda a, b: a @ b),
+    "ragged, k=31": ((65, 31), (31, 70), lambda a, b: a @ b),
+    "A^T B": ((40, 72), (40, 66), lambda a, b: a.T @ b),
+    "A B^T": ((72, 36), (68, 36), lambda a, b: a @ b.T),
+    "batched": ((3, 33, 40), (3, 40, 36), lambda a, b: a @ b),
+}
+
+
+def numpy_of(case, a, b):
+    return {"A^T B": lambda: a.T @ b, "A B^T": lambda: a @ b.T}.get(case, lambda: a @ b)()
+
+
+@pytest.mark.usefixtures("emulated")
+@pytest.mark.parametrize("case", list(SHAPES))
+def test_fp32_sgemm_on_the_emulator(case):
+    sa, sb, how = SHAPES[case]
+    a, b = rand(*sa), rand(*sb)
+    got = on_device(a, b, how)
+    want = numpy_of(case, a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.usefixtures("emulated")
+def test_the_128x128_tile_with_8x8_per_thread(monkeypatch):
+    # 128x128 tiles are taken when they still fill the GPU: pretend it has one multiprocessor
+    monkeypatch.setattr(gpu, "SMS", 1)
+    a, b = rand(130, 24), rand(24, 257)
+    k = kernel_of(fg.from_numpy(a) @ fg.from_numpy(b))
+    c = gpu.map_to_gpu(
+        lower(
+            schedule([(fg.from_numpy(a) @ fg.from_numpy(b)).node], engine.has_value_predicate())[0],
+            tile=False,
+        )
+    ).contraction
+    assert (c.ra, c.rb, c.kc) == (8, 8, 8) and k.grid == (3, 2, 1)
+    np.testing.assert_allclose(on_device(a, b, lambda x, y: x @ y), a @ b, rtol=1e-5, atol=1e-4)
+
+
+def test_tile_shapes_by_problem_size():
+    assert gpu._tile_shape(4096, 4096, 1, False) == (8, 8, 8)  # 1024 blocks of 128x128
+    assert gpu._tile_shape(512, 512, 1, False) == (4, 4, 16)  # 16 would not fill 132 SMs
+    assert gpu._tile_shape(512, 20, 1, False) == (4, 1, 16)
+    assert gpu._tile_shape(4096, 4096, 1, True) == (8, 8, 16)
+    assert gpu._tile_shape(20, 20, 1, True) == (2, 4, 16)  # a fragment per warp at least
+
+
+def test_vector_copies_where_the_layout_allows():
+    nn = kernel_of(fg.from_numpy(rand(64, 32)) @ fg.from_numpy(rand(32, 64)))
+    assert "fg_copy16_async(" in nn.source and "__ldg((const float4*)" in nn.source
+    assert "fg_aligned16(in0) && fg_aligned16(in1)" in nn.source
+    odd = kernel_of(fg.from_numpy(rand(64, 31)) @ fg.from_numpy(rand(31, 65)))
+    assert "fg_vec" not in odd.source  # no 16-byte groups: the scalar copies only
+
+
+def test_a_misaligned_buffer_takes_the_scalar_copies():
+    a, b = rand(96, 40), rand(40, 72)
+    k = kernel_of(fg.from_numpy(a) @ fg.from_numpy(b))
+    module = EmulatedModule(k.source)
+    for x, y in ((a, b), (_misaligned(a), b), (a, _misaligned(b))):
+        out = np.full(96 * 72, 7, np.float32)
+        EMULATED.launch(EMULATED.functions(module, k, 3), k.launches, [out, x, y])
+        np.testing.assert_allclose(out.reshape(96, 72), a @ b, rtol=1e-5, atol=1e-4)
+
+
+def _grads(device: str, data):
+    a = fg.tensor(data[0], device=device, requires_grad=True)
+    b = fg.tensor(data[1], device=device, requires_grad=True)
+    w = fg.tensor(data[2], device=device)
+    loss = ((a @ b).relu() * w).sum()
+    loss.backward()
+    return [t.detach().cpu().numpy() for t in (loss, a.grad, b.grad)]
+
+
+@pytest.mark.usefixtures("emulated")
+def test_gradients_through_the_frontend_on_the_emulated_device():
+    data = rand(70, 36), rand(36, 68), rand(70, 68)
+    for got, want in zip(_grads("cuda", data), _grads("cpu", data)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+# ---------------------------------------------------------------- TF32
+
+
+def test_allow_tf32_is_pytorchs_flag_and_off_by_default():
+    assert fg.backends.cuda.matmul.allow_tf32 is False
+    x = fg.from_numpy(rand(64, 32)) @ fg.from_numpy(rand(32, 64))
+    assert "wmma" not in kernel_of(x).source
+    assert "nvcuda::wmma::mma_sync" in kernel_of(x, True).source
+    y = (fg.from_numpy(rand(64, 32)) @ fg.from_numpy(rand(32, 64))).relu()
+    assert "mma_sync" in kernel_of(y, True).source  # the epilogue runs after the mma
+    # a reduction that is not a plain sum of products stays fp32 even when TF32 is allowed
+    cdist = ((fg.from_numpy(rand(64, 1, 32)) - fg.from_numpy(rand(1, 64, 32))) ** 2).sum(-1)
+    assert "mma_sync" not in kernel_of(cdist, True).source
+
+
+@pytest.mark.usefixtures("emulated")
+@pytest.mark.parametrize("case", ["ragged, k=31", "A^T B", "batched"])
+def test_tf32_sgemm_on_the_emulator(case):
+    sa, sb, how = SHAPES[case]
+    a, b = rand(*sa), rand(*sb)
+    try:
+        fg.backends.cuda.matmul.allow_tf32 = True
+        got = on_device(a, b, how)
+    finally:
+        fg.backends.cuda.matmul.allow_tf32 = False
+    exact = numpy_of(case, a.astype(np.float64), b.astype(np.float64))
+    rounded = numpy_of(case, tf32(a).astype(np.float64), tf32(b).astype(np.float64))
+    np.testing.assert_allclose(got, rounded, rtol=1e-5, atol=1e-4)  # the GPU's rounding
+    assert not np.allclose(got, exact, rtol=1e-6, atol=1e-6)  # ... which fp32 does not do
+    np.testing.assert_allclose(got, exact, rtol=1e-2, atol=2e-2)  # TF32's tolerance
+    # the flag is part of the plan: turned off again, the same product is fp32
+    np.testing.assert_allclose(on_device(a, b, how), exact, rtol=1e-5, atol=1e-4)
+
+
+# ---------------------------------------------------------------- PTX
+
+
+@pytest.fixture(scope="module")
+def sgemm_ptx(tmp_path_factory):
+    if NVCC is None or shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not installed")
+    a, b = fg.from_numpy(rand(256, 128)), fg.from_numpy(rand(128, 256))
+    kernels = {
+        "nn": kernel_of(a @ b),
+        "tn": kernel_of(fg.from_numpy(rand(128, 256)).T @ b),
+        "nt": kernel_of(a @ fg.from_numpy(rand(256, 128)).T),
+        "tf32": kernel_of(a @ b, True),
+    }
+    sources = {}
+    for name, k in kernels.items():
+        sources[name] = k.source[k.source.index('extern "C"') :].replace(" k(", f" sgemm_{name}(")
+    text = PRELUDE + "\n".join(sources.values())
+    folder = tmp_path_factory.mktemp("sgemm_ptx")
+    with ThreadPoolExecutor(len(ARCHS)) as pool:
+        done = dict(zip(ARCHS, pool.map(lambda arch: _nvcc(arch, text, folder), ARCHS)))
+    return done
+
+
+def _entries(ptx_text: str) -> dict[str, str]:
+    """entry -> body (any directives between the parameters and the body skipped)"""
+    pattern = r"(?ms)^\.visible \.entry (\w+)\(.*?\)[^{]*?^\{(.*?)^\}"
+    return {m.group(1): m.group(2) for m in re.finditer(pattern, ptx_text)}
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_sgemm_ptx(sgemm_ptx, arch):
+    text, report = sgemm_ptx[arch]
+    entries = _entries(text)
+    assert {f"sgemm_{n}" for n in ("nn", "tn", "nt", "tf32")} <= set(entries)
+    for symbol, body in entries.items():
+        assert ".local" not in body, f"{symbol} uses local memory"
+    # a side contiguous along the reduction (A of A B, B of A B^T) is read 16 bytes at a time
+    for name in ("nn", "nt", "tf32"):
+        assert re.search(r"ld\.global\.nc\.v4\.f32", entries[f"sgemm_{name}"]), name
+    # a side contiguous along its outputs goes global -> shared asynchronously
+    for name in ("nn", "tn", "tf32"):
+        assert "cp.async.cg.shared.global" in entries[f"sgemm_{name}"], name
+        assert "cp.async.wait_group" in entries[f"sgemm_{name}"], name
+    mma = re.compile(r"\b(w?mma\.\S*sync\S*)")
+    tf32_ops = mma.findall(entries["sgemm_tf32"])
+    assert tf32_ops and all(".tf32" in op for op in tf32_ops), tf32_ops
+    for name in ("nn", "tn", "nt"):
+        assert not mma.search(entries[f"sgemm_{name}"]), name
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
+    assert len(spills) >= len(entries) and all(s == ("0", "0") for s in spills), report
