@@ -439,8 +439,8 @@ def _forget_backend(b) -> None:
 
 def _device_plan_of(key, name: str) -> bool:
     """Whether an engine plan key is a cuda plan's built by backend `name`: (device,
-    FUSEGRAD_CUDA, structure), as Engine.plan_for makes it."""
-    if type(key) is not tuple or len(key) != 3:
+    FUSEGRAD_CUDA, allow_tf32, structure), as `CudaBackend.plan_key` makes it."""
+    if type(key) is not tuple or len(key) != 4:
         return False
     return str(key[0]).startswith("cuda") and key[1] == name
 
