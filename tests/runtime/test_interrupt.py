@@ -167,7 +167,7 @@ SHORT_BUT_SLOW = textwrap.dedent(
     """
     import numpy as np
     import fusegrad as fg
-    from fusegrad.runtime import engine as engine_module, launch
+    from fusegrad.runtime import cpu_backend, launch
 
     def announced(run, work_at):
         def call(*args):  # tell the parent when the slow kernel starts
@@ -177,8 +177,8 @@ SHORT_BUT_SLOW = textwrap.dedent(
 
         return call
 
-    engine_module.launch = announced(engine_module.launch, 2)
-    engine_module.run_threads = announced(engine_module.run_threads, 3)
+    cpu_backend.launch = announced(cpu_backend.launch, 2)
+    cpu_backend.run_threads = announced(cpu_backend.run_threads, 3)
 
     def slow():
         # 2^27 inner iterations (under LONG_WORK), each 24 transcendental functions: tens
@@ -251,7 +251,7 @@ MANY_MEDIUM = textwrap.dedent(
     """
     import numpy as np
     import fusegrad as fg
-    from fusegrad.runtime import engine as engine_module, launch
+    from fusegrad.runtime import cpu_backend, launch
 
     def announced(run):
         def call(program, threads, args, work=0):  # the cached plan's program starts
@@ -261,7 +261,7 @@ MANY_MEDIUM = textwrap.dedent(
 
         return call
 
-    engine_module.run_threads = announced(engine_module.run_threads)
+    cpu_backend.run_threads = announced(cpu_backend.run_threads)
 
     def many():
         # 40 kernels of 2^19 inner iterations (each under WATCHED_WORK), 48 transcendental
