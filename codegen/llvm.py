@@ -7,7 +7,8 @@ The function takes the parallel loop's range and one pointer per buffer:
 so a thread pool can give each thread a slice of the outermost loop. Loop
 counters and accumulators live in allocas that LLVM's O3 pipeline promotes to
 registers; floating-point reductions carry `reassoc nsz` so the loop
-vectorizer may reorder them, and multiplies and adds carry `contract` so they
+vectorizer may reorder them (their results leave through a plain `+ 0.0`, so a
+sum of -0.0s is torch's +0.0), and multiplies and adds carry `contract` so they
 may fuse into FMAs; nothing else changes IEEE semantics (no fast-math).
 
 The loop IR's register tiles are rendered as written, not left to LLVM's
@@ -84,6 +85,7 @@ class _Renderer:
         self.loop_count = 0
         self.width: int | None = None  # lanes while inside a vector loop
         self.acc_lanes: dict[str, int] = {}  # a tile accumulator's row width
+        self.loose_sums: set[str] = set()  # float accumulators added with `reassoc nsz`
         self.vec_var: Var | None = None
 
     # ---------------------------------------------------------------- helpers
@@ -196,7 +198,10 @@ class _Renderer:
         """(SSA value, varying) of a loop-IR name; a scalar accumulator is loaded where read."""
         if name in self.values:
             return self.values[name]
-        return self.emit(f"load {self.types[name].llvm}, ptr %{name}.addr"), False
+        value = self.emit(f"load {self.types[name].llvm}, ptr %{name}.addr")
+        if name in self.loose_sums:
+            value = self.positive_zero(value, self.types[name], False)
+        return value, False
 
     def ref(self, name: str, want_vector: bool = False) -> str:
         value, varying = self.lookup(name)
@@ -495,10 +500,22 @@ class _Renderer:
             ptr = self.emit(f"getelementptr inbounds {t}, ptr {ptr}, i64 {lane}")
         return ptr, moves
 
+    def positive_zero(self, value: str, dt: DType, varying: bool) -> str:
+        """`value + 0.0`, without fast-math flags: -0.0 becomes +0.0 and nothing else changes
+        (NaN included). A float sum's result leaves its accumulator through it: `nsz` lets
+        LLVM fold the accumulator's `0.0 + x` to `x`, so a sum of -0.0s would be -0.0 where
+        torch's (an accumulator from +0.0, in order) is +0.0. Without `nsz` LLVM may not
+        fold this add; it costs one add per output, not per element."""
+        t = self.ty(dt.llvm, varying)
+        return self.emit(f"fadd {t} {value}, {self.const(0.0, dt, varying)}")
+
     def stmt_AccRead(self, s: AccRead) -> None:
         ptr, moves = self.acc_ptr(s.acc, s.index)
         t = self.ty(s.dtype.llvm, moves)
-        self.bind(s.dst, self.emit(f"load {t}, ptr {ptr}"), s.dtype, moves)
+        value = self.emit(f"load {t}, ptr {ptr}")
+        if s.acc in self.loose_sums:  # (a cascade's in-order levels never hold -0.0)
+            value = self.positive_zero(value, s.dtype, moves)
+        self.bind(s.dst, value, s.dtype, moves)
 
     def stmt_AccReduceLanes(self, s: AccReduceLanes) -> None:
         dt, w = s.dtype, s.lanes
@@ -510,6 +527,7 @@ class _Renderer:
             fn = f"@llvm.vector.reduce.fadd.{sfx}"
             self.decls.add(f"declare {t} {fn}({t}, {vt})")
             v = self.emit(f"call reassoc nsz {t} {fn}({t} {literal(-0.0, dt)}, {vt} {vec})")
+            v = self.positive_zero(v, dt, False)
         else:
             kind = (
                 "fmaximum"
@@ -529,6 +547,8 @@ class _Renderer:
         val = self.ref(s.value, want_vector=moves)
         if dt.is_float and s.op is Ops.ADD:
             flags = "contract" if s.ordered else "reassoc nsz contract"
+            if not s.ordered:
+                self.loose_sums.add(s.acc)
             new = self.emit(f"fadd {flags} {t} {cur}, {val}")
         elif dt.is_float:
             fn = self.intrinsic("maximum", t, 2)

@@ -30,6 +30,22 @@ from .ir.tiling import PANEL_CACHE_BYTES, TILE_COLS
 MaxResult = namedtuple("MaxResult", ["values", "indices"])
 
 
+def sum_node(xn, axes: tuple[int, ...]):
+    """The SUM of node `xn` over `axes` (kept as size 1), with torch's sign of zero: torch's
+    sums start from +0.0, so a sum of -0.0s is +0.0. Where the IR folds a sum over size-1
+    axes to its input, `+ 0.0` makes -0.0 +0.0 and changes nothing else (the kernels'
+    accumulators do the same, codegen/llvm.py).
+
+    >>> import fusegrad as fg
+    >>> fg.tensor([-0.0]).sum().item()
+    0.0
+    """
+    node = N.reduce(Ops.SUM, xn, axes)
+    if node is xn and xn.dtype.is_float:
+        node = N.add(node, N.const(0.0, node.shape, node.dtype))
+    return node
+
+
 def _warn_no_degrees_of_freedom(op: str) -> None:
     """torch's UserWarning for var/std with correction >= N (the result is nan or inf),
     at the user's line."""
@@ -53,7 +69,10 @@ class ReduceMixin:
         return self._reduce_axes(ir_op, self._dims(dim, op), keepdim)
 
     def _reduce_axes(self, ir_op: Ops, axes: tuple[int, ...], keepdim: bool):
-        node = N.reduce(ir_op, self.node, axes)
+        if ir_op is Ops.SUM:
+            node = sum_node(self.node, axes)
+        else:
+            node = N.reduce(ir_op, self.node, axes)
         if self.numel() == 0 and node.numel:  # a sum of no elements is 0, as in torch
             assert ir_op is Ops.SUM, "amax checks that it reduces no empty axis"
             node = N.const(0, node.shape, node.dtype)
@@ -299,7 +318,7 @@ def log_softmax_node(xn, dim: int):
     shape = xn.shape
     top = N.detach(N.reduce(Ops.REDUCE_MAX, xn, (dim,)))
     shifted = N.binary(Ops.ADD, xn, N.unary(Ops.NEG, N.expand(top, shape)))
-    total = N.reduce(Ops.SUM, N.unary(Ops.EXP, shifted), (dim,))
+    total = sum_node(N.unary(Ops.EXP, shifted), (dim,))
     lse = N.unary(Ops.LOG, total)
     return N.binary(Ops.ADD, shifted, N.unary(Ops.NEG, N.expand(lse, shape)))
 
@@ -349,9 +368,9 @@ def _cross_entropy_rule(srcs, params):
     shape = (batch, classes)
     hit = N.binary(Ops.CMPEQ, _broadcast_node(t, shape), _broadcast_node(arange, shape))
     picked = N.where(hit, x, N.const(0.0, shape, x.dtype))
-    loss = N.unary(Ops.NEG, N.reshape(N.reduce(Ops.SUM, picked, (1,)), (batch,)))
+    loss = N.unary(Ops.NEG, N.reshape(sum_node(picked, (1,)), (batch,)))
     if reduction != "none":
-        loss = N.reshape(N.reduce(Ops.SUM, loss, (0,)), ())
+        loss = N.reshape(sum_node(loss, (0,)), ())
         if reduction == "mean":
             loss = N.binary(Ops.DIV, loss, N.const(batch, (), x.dtype))
     return loss

@@ -726,7 +726,10 @@ def cumsum(x, dim: int, dtype=None):
     [1, 3, 6]
     """
     x = x.cast(dtype) if dtype is not None else (x if x.dtype.is_float else x.cast(int64))
-    return _scan(x, dim, lambda a, b: a + b, 0, "cumsum")
+    out = _scan(x, dim, lambda a, b: a + b, 0, "cumsum")
+    if x.ndim and x.dtype.is_float:  # torch's running sums start from +0.0: never -0.0
+        out = out + 0.0  # (a 0-d cumsum is its input, -0.0 included, as torch's)
+    return out
 
 
 def cumprod(x, dim: int, dtype=None):

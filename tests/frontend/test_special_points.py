@@ -43,15 +43,7 @@ ON_PURPOSE: dict[str, str] = {
 }
 
 # case id -> a difference from PyTorch not fixed yet
-NOT_FIXED: dict[str, str] = {
-    **_each(
-        "sum_neg0-float64-0 sum_neg0-float64-1 sum_neg0-float64-2 mean_neg0-float64-0 "
-        "mean_neg0-float64-1 mean_neg0-float64-2 cumsum_neg0-float64-0 cumsum_neg0-float64-2",
-        "a sum of -0.0s: torch's accumulator starts at +0.0 (+0.0), fusegrad's kernels "
-        "reduce from -0.0 with no signed zeros (nsz), and a sum over one element is that "
-        "element (-0.0)",
-    ),
-}
+NOT_FIXED: dict[str, str] = {}
 ON_PURPOSE.update(
     _each(
         "floor_divide-float64-2",

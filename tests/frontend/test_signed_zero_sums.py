@@ -1,0 +1,154 @@
+"""The sign of a zero sum, as PyTorch 2.13 gives it on the CPU.
+
+torch's sums start their accumulator at +0.0 and add in order, so a sum (mean, nansum,
+cumsum) of -0.0s is +0.0, whatever the shape: over one element, a 0-d tensor, a size-1
+axis, or a long row. fusegrad's kernels add with `reassoc nsz` (codegen/llvm.py), which
+lets LLVM fold `0.0 + x` to `x`, and the IR folds a sum over size-1 axes to its input;
+both would give -0.0. The expected values below were checked against torch 2.13; each
+test also asks torch where it is installed.
+
+prod keeps -0.0 (its identity is 1.0: torch's prod of [-0.0] is -0.0), and a 0-d cumsum
+is its input, as torch's.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import fusegrad as fg
+
+pytestmark = pytest.mark.usefixtures("backend")
+
+NEG0 = -0.0
+DTYPES = ["float32", "float64"]
+
+# (name, shape of an all -0.0 input, the reduction): each result is all +0.0 in torch
+ALL_POSITIVE_ZERO = [
+    ("sum_0d", (), lambda t: t.sum()),
+    ("sum_one", (1,), lambda t: t.sum()),
+    ("sum_one_2d", (1, 1), lambda t: t.sum()),
+    ("sum_two", (2,), lambda t: t.sum()),
+    ("sum_size1_axis", (1, 3), lambda t: t.sum(0)),
+    ("sum_size1_axis_keepdim", (3, 1), lambda t: t.sum(1, keepdim=True)),
+    ("sum_rows", (2, 3), lambda t: t.sum(1)),
+    ("sum_columns", (2, 3), lambda t: t.sum(0)),
+    ("sum_column_tiles", (4, 16), lambda t: t.sum(0)),
+    ("sum_wide_column_tiles", (3, 256), lambda t: t.sum(0)),
+    ("sum_middle_axis", (2, 2, 64), lambda t: t.sum(1)),
+    ("sum_long", (1000,), lambda t: t.sum()),
+    ("sum_long_rows", (20, 1000), lambda t: t.sum(1)),
+    ("sum_long_columns", (1000, 20), lambda t: t.sum(0)),
+    ("sum_cascade", (1 << 17,), lambda t: t.sum()),
+    ("mean_0d", (), lambda t: t.mean()),
+    ("mean_one", (1,), lambda t: t.mean()),
+    ("mean_two", (2,), lambda t: t.mean()),
+    ("mean_rows_keepdim", (2, 3), lambda t: t.mean(1, keepdim=True)),
+    ("nansum_0d", (), lambda t: t.nansum()),
+    ("nansum_two", (2,), lambda t: t.nansum()),
+    ("cumsum_one", (1,), lambda t: t.cumsum(0)),
+    ("cumsum_two", (2,), lambda t: t.cumsum(0)),
+    ("cumsum_one_2d", (1, 1), lambda t: t.cumsum(1)),
+    ("cumsum_rows", (2, 3), lambda t: t.cumsum(1)),
+]
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def _neg_zeros(shape, dtype: str) -> fg.Tensor:
+    return fg.tensor(np.full(shape, NEG0, dtype=dtype))
+
+
+@pytest.mark.backend_slice
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    ("shape", "reduce"),
+    [pytest.param(s, f, id=name) for name, s, f in ALL_POSITIVE_ZERO],
+)
+def test_a_sum_of_negative_zeros_is_positive_zero(shape, reduce, dtype):
+    got = np.asarray(reduce(_neg_zeros(shape, dtype)).numpy())
+    assert got.size and (got == 0).all()
+    assert not np.signbit(got).any(), f"-0.0 at {np.argwhere(np.signbit(got))}"
+    torch = _torch()
+    if torch is not None:  # the literal expectation above is torch's
+        want = reduce(torch.tensor(np.full(shape, NEG0, dtype=dtype))).numpy()
+        assert not np.signbit(want).any()
+
+
+@pytest.mark.backend_slice
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_row_by_row_products_of_negative_zeros_sum_to_positive_zero(dtype):
+    """Rows times rows along contiguous memory (a linear layer's x @ w.T): the CPU kernel
+    keeps a vector of partial sums per row and adds its lanes at the end."""
+    x, w = np.full((4, 64), NEG0, dtype=dtype), np.ones((8, 64), dtype=dtype)
+    got = (fg.tensor(x).reshape(4, 1, 64) * fg.tensor(w).reshape(1, 8, 64)).sum(2).numpy()
+    np.testing.assert_array_equal(got, np.zeros((4, 8)))
+    assert not np.signbit(got).any()  # torch: +0.0 everywhere
+    torch = _torch()
+    if torch is not None:
+        want = (torch.tensor(x).reshape(4, 1, 64) * torch.tensor(w).reshape(1, 8, 64)).sum(2)
+        assert not torch.signbit(want).any()
+
+
+@pytest.mark.backend_slice
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("m", "k", "n"), [(8, 2, 8), (4, 3, 32), (64, 2, 64)])
+def test_a_matmul_of_negative_zeros_is_positive_zero(m, k, n, dtype):
+    """-0.0s times ones, k >= 2 products per output: torch's +0.0 (its k = 1 case follows
+    its BLAS path instead: -0.0 for (m, 1) @ (1, n), +0.0 for (1, 1) @ (1, 1))."""
+    a, b = np.full((m, k), NEG0, dtype=dtype), np.ones((k, n), dtype=dtype)
+    got = (fg.tensor(a) @ fg.tensor(b)).numpy()
+    np.testing.assert_array_equal(got, np.zeros((m, n)))
+    assert not np.signbit(got).any()
+    torch = _torch()
+    if torch is not None:
+        assert not torch.signbit(torch.tensor(a) @ torch.tensor(b)).any()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_0d_cumsum_and_prods_keep_negative_zero(dtype):
+    assert np.signbit(_neg_zeros((), dtype).cumsum(0).numpy())  # torch: tensor(-0.)
+    assert np.signbit(_neg_zeros((1,), dtype).prod().numpy())  # torch: tensor(-0.)
+    assert np.signbit(_neg_zeros((), dtype).prod().numpy())
+    assert np.signbit(fg.tensor(np.array([NEG0, 1.0], dtype=dtype)).prod().numpy())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_gradient_of_a_sum_over_one_element_is_still_one(dtype):
+    x = fg.tensor(np.full((1, 1), NEG0, dtype=dtype), requires_grad=True)
+    x.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [[1.0]])
+
+
+@pytest.mark.backend_slice
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_other_sums_are_unchanged(dtype):
+    """Only -0.0 changes: NaN, infinities and non-zero values come out as IEEE adds give."""
+    inf, nan = math.inf, math.nan
+    cases = [  # (input, torch's sum)
+        ([1.0, -1.0], 0.0),
+        ([NEG0, nan], nan),
+        ([NEG0, -inf], -inf),
+        ([inf, -inf], nan),
+        ([-2.5], -2.5),
+        ([NEG0, -2.5, NEG0], -2.5),
+        ([-inf], -inf),
+        ([nan], nan),
+    ]
+    for values, want in cases:
+        got = fg.tensor(np.array(values, dtype=dtype)).sum().numpy()
+        np.testing.assert_array_equal(got, np.array(want, dtype=dtype), err_msg=str(values))
+        assert np.signbit(got) == np.signbit(want) or np.isnan(want)
+    one = fg.tensor(np.array([[-2.5], [nan], [-inf]], dtype=dtype)).sum(1).numpy()
+    np.testing.assert_array_equal(one, np.array([-2.5, nan, -inf], dtype=dtype))
+    rows = fg.tensor(np.array([[NEG0, -1.0, 3.0], [inf, 1.0, NEG0]], dtype=dtype))
+    np.testing.assert_array_equal(rows.cumsum(1).numpy(), [[0.0, -1.0, 2.0], [inf, inf, inf]])
+    assert np.signbit(rows.cumsum(1).numpy()[0, 0]) == 0  # torch: 0.0 + -0.0
