@@ -26,11 +26,12 @@ from __future__ import annotations
 import threading
 
 from . import autograd_state
+from .runtime import forksafe
 from .runtime.engine import engine
 from .stepcache import StepCache, _realize_all
 
 _local = threading.local()  # .batch: this thread's deferred updates; .cache: its StepCache
-_lock = threading.Lock()
+_lock = forksafe.Lock()
 _batch_of: dict[int, _Batch] = {}  # id of a hidden parameter -> its batch (ids: tensors' == is
 # elementwise)
 _HIDDEN: dict[type, type] = {}  # a tensor class -> its subclass that flushes on reading node
