@@ -299,7 +299,17 @@ def _predicate(values) -> Callable[[Node], bool]:
 
 def compile_plan(todo: list[Node], leaves: list[Node], has_value, device: str = HOST) -> Plan:
     """Schedule the graph under `todo`, and lower, render and compile every kernel for
-    `device`. Macros (`ir/macro.py`) are scheduled as their expansions."""
+    `device`. Macros (`ir/macro.py`) are scheduled as their expansions.
+
+    Only `leaves` count as values: an expansion may share a node with a graph computed
+    earlier (`F.linear(x, w)` after `x @ w.T`), but the plan is cached under the graph as
+    written, whose inputs are `leaves`, so such a node is computed again, not read."""
+    leaf_ids = {id(n) for n in leaves}
+    buffer = Ops.BUFFER
+
+    def has_value(n: Node) -> bool:  # (shadows the caller's: see above)
+        return n.op is buffer or id(n) in leaf_ids
+
     with phases.timed("schedule"):
         todo = expand_all(todo, has_value)
         items = schedule(todo, has_value, expanded=True)

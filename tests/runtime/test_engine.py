@@ -399,3 +399,20 @@ def test_compiling_a_new_graph_leaves_no_cycle_that_keeps_it_alive():
         assert node() is None
     finally:
         gc.enable()
+
+
+def test_a_macro_whose_expansion_was_computed_before_is_computed_again():
+    """F.linear(x, w) expands to the very node `x @ w.T` made (hash-consed), computed just
+    before: its plan, keyed by the graph as written, takes only x and w (a KeyError in
+    compile_plan before)."""
+    rng = np.random.default_rng(0)
+    xv, wv = rng.standard_normal((4, 64), np.float32), rng.standard_normal((8, 64), np.float32)
+    x, w = fg.tensor(xv), fg.tensor(wv)
+    a = x @ w.T
+    b = F.linear(x, w)
+    c = (x.reshape(4, 1, 64) * w.reshape(1, 8, 64)).sum(2)
+    want = xv.astype(np.float64) @ wv.T.astype(np.float64)
+    for t in (a, b, c):
+        np.testing.assert_allclose(t.numpy(), want, rtol=1e-4, atol=1e-4)
+    again = F.linear(fg.tensor(xv), fg.tensor(wv))  # the cached plan, on new inputs
+    np.testing.assert_allclose(again.numpy(), want, rtol=1e-4, atol=1e-4)
