@@ -298,11 +298,15 @@ def clamp(x, min=None, max=None):  # noqa: A002
     return x.clamp(min, max)
 
 
-def sum(x, dim=None, keepdim=False):  # noqa: A001
-    return x.sum(dim, keepdim)
+def sum(x, dim=None, keepdim=False, *, axis=None, keepdims=None, dtype=None):  # noqa: A001
+    """x.sum; numpy's axis=/keepdims= are accepted for dim/keepdim, as torch does."""
+    dim, keepdim = (dim if axis is None else axis), (keepdim if keepdims is None else keepdims)
+    return x.sum(dim, keepdim, dtype=dtype)
 
 
-def mean(x, dim=None, keepdim=False):
+def mean(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
+    """x.mean; numpy's axis=/keepdims= are accepted for dim/keepdim, as torch does."""
+    dim, keepdim = (dim if axis is None else axis), (keepdim if keepdims is None else keepdims)
     return x.mean(dim, keepdim)
 
 

@@ -29,6 +29,8 @@ from .ir.dtypes import (
     float32,
     int32,
     int64,
+    promote,
+    scalar_dtype,
     to_dtype,  # noqa: F401  (nn reads it from here)
     unsupported,
 )
@@ -134,13 +136,53 @@ def _as_int64(arr: np.ndarray) -> np.ndarray:
     return arr.astype(np.int64)
 
 
+def _element_types(data, found: set) -> set:
+    """The Python types of the numbers in nested lists/tuples `data` (one pass, per level)."""
+    if not isinstance(data, (list, tuple)):
+        found.add(type(data))
+        return found
+    kinds = set(map(type, data))
+    found.update(kinds - {list, tuple})
+    if list in kinds or tuple in kinds:
+        for v in data:
+            if isinstance(v, (list, tuple)):
+                _element_types(v, found)
+    return found
+
+
+def _inferred_with_numpy_scalars(data) -> DType | None:
+    """The dtype torch infers for data holding numpy scalars, None if it holds none.
+
+    A numpy scalar counts with its own dtype, as a numpy array would (`np.float64(1.5)`
+    is float64, `[np.int32(3)]` int32), a Python number with its default (float32, int64,
+    bool), and the elements promote as tensors do: `[np.float64(1), 2.0]` is float64.
+    """
+    types = _element_types(data, set())
+    if not any(issubclass(t, np.generic) for t in types):
+        return None
+    out = None
+    for t in types:
+        if issubclass(t, np.generic):
+            try:
+                dt = dtype_of_numpy(np.dtype(t))
+            except TypeError:
+                return None  # float16 and the like: refused by the array path
+        elif t in (bool, int, float):
+            dt = scalar_dtype(t())
+        else:
+            continue
+        out = dt if out is None else promote(out, dt)
+    return out
+
+
 def tensor(data, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
     """A tensor from nested lists, numbers, a numpy array or another tensor.
 
     Python floats become float32, ints int64, bools bool, as in PyTorch; a numpy array
-    keeps its dtype (`np.uint8` data gives a `fusegrad.uint8` tensor). Data of a dtype
-    fusegrad has not (float16, complex, datetime, object) is refused, never converted
-    silently; ask for the conversion with `dtype=` or numpy's `astype`.
+    or numpy scalar keeps its dtype (`np.uint8` data gives a `fusegrad.uint8` tensor,
+    `np.float64(1.5)` a float64 one). Data of a dtype fusegrad has not (float16, complex,
+    datetime, object) is refused, never converted silently; ask for the conversion with
+    `dtype=` or numpy's `astype`.
     """
     if dtype is None and type(data) is np.ndarray and data.dtype in _KEPT:
         return from_numpy(data, requires_grad, device)  # the usual batch: no conversion
@@ -157,7 +199,10 @@ def tensor(data, dtype=None, requires_grad: bool = False, device=None) -> Tensor
         # Python numbers are checked against the dtype they go into, as torch does: never
         # wrapped (an array given with dtype= is cast, with wrap-around, as in torch)
         arr = check_data(arr, None if dtype is None else checked_dtype(dtype, "tensor"), data)
-        if arr.dtype == np.float64 and dtype is None:
+        kept = None if dtype is not None else _inferred_with_numpy_scalars(data)
+        if kept is not None and arr.dtype.kind in "biuf":
+            arr = arr.astype(kept.np)
+        elif arr.dtype == np.float64 and dtype is None:
             arr = arr.astype(np.float32)
         elif arr.dtype.kind in "iu" and dtype is None:
             arr = arr.astype(np.int64)
