@@ -64,6 +64,7 @@ from .autograd_state import (  # noqa: E402
     set_grad_enabled,
 )
 from .creation import (  # noqa: E402
+    Generator,
     arange,
     as_tensor,
     bernoulli,
