@@ -141,3 +141,36 @@ def test_a_generator_drives_dataloader_shuffles_and_random_split():
 
     assert split(1) == split(1)
     assert sorted(sum(split(1), [])) == list(range(10))
+
+
+# ---------------------------------------------------------------- integer division by zero
+
+
+@pytest.mark.parametrize(
+    "divide",
+    [
+        lambda x: x // 0,
+        lambda x: x % 0,
+        lambda x: fg.fmod(x, 0),
+        lambda x: fg.remainder(x, 0),
+        lambda x: fg.div(x, 0, rounding_mode="floor"),
+        lambda x: fg.div(x, 0, rounding_mode="trunc"),
+        lambda x: x // fg.tensor([0, 1]),
+        lambda x: x % fg.tensor([1, 0]),
+        lambda x: 5 // fg.tensor([0, 2]),
+        lambda x: x.byte() // 0,
+    ],
+)
+def test_integer_division_by_a_known_zero_raises_as_torch(divide):
+    # torch 2.13: RuntimeError("ZeroDivisionError"); fusegrad gave 0 (or x) silently
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        divide(fg.tensor([4, -7]))
+
+
+def test_in_place_integer_division_by_zero_raises_and_floats_do_not():
+    x = fg.tensor([4, -7])
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        x //= 0
+    assert (fg.tensor([1.0, -1.0]) // 0).tolist() == [float("inf"), float("-inf")]
+    assert (fg.tensor([7, -7]) // fg.tensor([2, 2])).tolist() == [3, -4]
+    assert (fg.tensor([7, -7]) % 3).tolist() == [1, 2]
