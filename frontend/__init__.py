@@ -130,6 +130,10 @@ from . import shapeops as _shapeops  # noqa: E402
 
 _mathops.install(Tensor)
 _shapeops.install(Tensor)
+from . import searching as _searching  # noqa: E402
+from .searching import bincount, bucketize, cdist, mode, searchsorted  # noqa: E402
+
+_searching.install(Tensor)
 from . import inplace_methods as _inplace_methods  # noqa: E402
 
 _inplace_methods.install(Tensor)  # after the others: it generates t.op_() from t.op()

@@ -174,3 +174,58 @@ def test_in_place_integer_division_by_zero_raises_and_floats_do_not():
     assert (fg.tensor([1.0, -1.0]) // 0).tolist() == [float("inf"), float("-inf")]
     assert (fg.tensor([7, -7]) // fg.tensor([2, 2])).tolist() == [3, -4]
     assert (fg.tensor([7, -7]) % 3).tolist() == [1, 2]
+
+
+# ---------------------------------------------------------------- counting and searching
+
+
+def test_bincount():
+    assert fg.bincount(fg.tensor([0, 1, 1, 3])).tolist() == [1, 2, 0, 1]
+    assert fg.tensor([0, 1, 1, 3]).bincount().dtype == fg.int64
+    w = fg.bincount(fg.tensor([0, 1, 1, 3]), weights=fg.tensor([0.5, 1.0, 1.0, 2.0]), minlength=6)
+    assert w.dtype == fg.float32 and w.tolist() == [0.5, 2.0, 0.0, 2.0, 0.0, 0.0]
+    assert fg.bincount(fg.tensor([0, 1, 1]), weights=fg.tensor([1, 2, 3])).dtype == fg.float64
+    assert fg.bincount(fg.tensor([], dtype=fg.int64)).tolist() == []
+    with pytest.raises(RuntimeError, match="non-negative"):
+        fg.bincount(fg.tensor([-1]))
+    with pytest.raises(RuntimeError):
+        fg.bincount(fg.tensor([1.0]))
+
+
+def test_searchsorted_and_bucketize():
+    seq = fg.tensor([1, 3, 5, 7])
+    assert fg.searchsorted(seq, fg.tensor([3, 6, 9])).tolist() == [1, 3, 4]
+    assert fg.searchsorted(seq, fg.tensor([3, 6, 0]), right=True).tolist() == [2, 3, 0]
+    assert fg.searchsorted(seq, fg.tensor([3]), side="right").tolist() == [2]
+    assert fg.searchsorted(seq, 3).tolist() == 1
+    assert fg.searchsorted(seq, fg.tensor([3]), out_int32=True).dtype == fg.int32
+    rows = fg.tensor([[1, 3, 5], [2, 4, 6]])
+    assert fg.searchsorted(rows, fg.tensor([[3], [3]])).tolist() == [[1], [1]]
+    assert fg.bucketize(fg.tensor([3, 6, 9]), seq).tolist() == [1, 3, 4]
+    b = fg.bucketize(fg.tensor([3.0, 6.0, 9.0]), fg.tensor([1.0, 3.0, 5.0, 7.0]), right=True)
+    assert b.dtype == fg.int64 and b.tolist() == [2, 3, 4]
+
+
+def test_mode():
+    v, i = fg.mode(fg.tensor([1, 2, 2, 3, 3]))
+    assert (v.tolist(), i.tolist()) == (2, 2)
+    r = fg.tensor([[1, 2, 2], [3, 3, 1]]).mode(1)
+    assert (r.values.tolist(), r.indices.tolist()) == ([2, 3], [2, 1])
+    r = fg.mode(fg.tensor([[1.0, 2, 2], [3, 3, 1]]), 0)
+    assert (r.values.tolist(), r.indices.tolist()) == ([1.0, 2.0, 1.0], [0, 0, 1])
+    r = fg.mode(fg.tensor([3, 1, 3, 1]))
+    assert (r.values.tolist(), r.indices.tolist()) == (1, 3)
+    assert fg.mode(fg.tensor([[1, 1]]), 1, keepdim=True).values.shape == (1, 1)
+
+
+def test_cdist():
+    x, y = fg.tensor([[0.0, 0.0], [1.0, 1.0]]), fg.tensor([[1.0, 0.0], [3.0, 4.0], [0.0, 0.0]])
+    np.testing.assert_allclose(
+        fg.cdist(x, y).numpy(), [[1.0, 5.0, 0.0], [1.0, 3.6055512, 1.4142135]], rtol=1e-6
+    )
+    assert fg.cdist(x, y[:2], p=1).tolist() == [[1.0, 7.0], [1.0, 5.0]]
+    assert fg.cdist(x, y[:2], p=float("inf")).tolist() == [[1.0, 4.0], [1.0, 3.0]]
+    assert fg.cdist(fg.ones(2, 3, 4), fg.zeros(2, 5, 4)).shape == (2, 3, 5)
+    x = fg.tensor([[0.0, 0.0], [1.0, 1.0]], requires_grad=True)
+    fg.cdist(x, fg.tensor([[1.0, 0.0], [0.0, 0.0]])).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [[-1.0, 0.0], [0.7071068, 1.7071068]], rtol=1e-6)
