@@ -611,7 +611,8 @@ def repeat(x, *sizes):
 
 
 def tile(x, dims):
-    dims = tuple(dims)
+    """x repeated `dims` times along its last dims (an int or a tuple), as torch.tile."""
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
     return repeat(x, (1,) * (x.ndim - len(dims)) + dims)
 
 

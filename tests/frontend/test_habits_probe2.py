@@ -229,3 +229,41 @@ def test_cdist():
     x = fg.tensor([[0.0, 0.0], [1.0, 1.0]], requires_grad=True)
     fg.cdist(x, fg.tensor([[1.0, 0.0], [0.0, 0.0]])).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), [[-1.0, 0.0], [0.7071068, 1.7071068]], rtol=1e-6)
+
+
+# ---------------------------------------------------------------- torch's warnings, small forms
+
+
+def test_T_of_a_tensor_not_2d_warns_as_torch():
+    with pytest.warns(UserWarning, match="x.T"):
+        assert fg.zeros(2, 3, 4).T.shape == (4, 3, 2)
+    with pytest.warns(UserWarning, match="x.T"):
+        assert fg.zeros(3).T.shape == (3,)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert fg.zeros(2, 3).T.shape == (3, 2)
+
+
+def test_grad_of_a_non_leaf_warns_as_torch():
+    import warnings
+
+    x = fg.ones(2, requires_grad=True)
+    y = x * 2
+    y.sum().backward()
+    with pytest.warns(UserWarning, match="not a leaf"):
+        assert y.grad is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert x.grad.tolist() == [2.0, 2.0]
+        z = x * 3
+        z.retain_grad()
+        z.sum().backward()
+        assert z.grad.tolist() == [1.0, 1.0]
+        assert fg.ones(2).grad is None  # no grad required: no warning
+
+
+def test_tile_takes_an_int():
+    assert fg.tensor([1, 2]).tile(2).tolist() == [1, 2, 1, 2]
+    assert fg.tensor([[1, 2]]).tile((2,)).tolist() == [[1, 2, 1, 2]]
