@@ -299,6 +299,24 @@ def minimum(a, b):
     return a.minimum(b)
 
 
+def fmax(a, b):
+    """The elementwise maximum where a NaN loses to a number (NaN only where both are),
+    as torch.fmax; the gradient goes to the one chosen.
+
+    >>> fmax(tensor([1.0, float("nan")]), tensor([float("nan"), 2.0])).tolist()
+    [1.0, 2.0]
+    """
+    return where(isnan(b), a, where(isnan(a), b, a.maximum(b)))
+
+
+def fmin(a, b):
+    """The elementwise minimum where a NaN loses to a number, as torch.fmin."""
+    return where(isnan(b), a, where(isnan(a), b, a.minimum(b)))
+
+
+Tensor.fmax, Tensor.fmin = fmax, fmin
+
+
 def clamp(x, min=None, max=None):  # noqa: A002
     return x.clamp(min, max)
 

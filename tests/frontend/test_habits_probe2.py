@@ -267,3 +267,15 @@ def test_grad_of_a_non_leaf_warns_as_torch():
 def test_tile_takes_an_int():
     assert fg.tensor([1, 2]).tile(2).tolist() == [1, 2, 1, 2]
     assert fg.tensor([[1, 2]]).tile((2,)).tolist() == [[1, 2, 1, 2]]
+
+
+def test_fmax_and_fmin_as_torch():
+    nan = float("nan")
+    a, b = fg.tensor([1.0, nan, nan, 3.0, 2.0]), fg.tensor([nan, 2.0, nan, 1.0, 5.0])
+    np.testing.assert_array_equal(fg.fmax(a, b).numpy(), [1.0, 2.0, nan, 3.0, 5.0])
+    np.testing.assert_array_equal(a.fmin(b).numpy(), [1.0, 2.0, nan, 1.0, 2.0])
+    assert fg.fmax(fg.tensor([1, 5]), fg.tensor([3, 2])).tolist() == [3, 5]
+    x = fg.tensor([1.0, nan, 3.0], requires_grad=True)
+    y = fg.tensor([2.0, 1.0, nan], requires_grad=True)
+    fg.fmax(x, y).sum().backward()
+    assert (x.grad.tolist(), y.grad.tolist()) == ([0.0, 0.0, 1.0], [1.0, 1.0, 0.0])
