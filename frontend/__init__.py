@@ -303,7 +303,8 @@ def fmax(a, b):
     """The elementwise maximum where a NaN loses to a number (NaN only where both are),
     as torch.fmax; the gradient goes to the one chosen.
 
-    >>> fmax(tensor([1.0, float("nan")]), tensor([float("nan"), 2.0])).tolist()
+    >>> import fusegrad as fg, math
+    >>> fg.fmax(fg.tensor([1.0, math.nan]), fg.tensor([math.nan, 2.0])).tolist()
     [1.0, 2.0]
     """
     return where(isnan(b), a, where(isnan(a), b, a.maximum(b)))
