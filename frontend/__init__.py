@@ -328,10 +328,10 @@ def sum(x, dim=None, keepdim=False, *, axis=None, keepdims=None, dtype=None):  #
     return x.sum(dim, keepdim, dtype=dtype)
 
 
-def mean(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
+def mean(x, dim=None, keepdim=False, *, axis=None, keepdims=None, dtype=None):
     """x.mean; numpy's axis=/keepdims= are accepted for dim/keepdim, as torch does."""
     dim, keepdim = (dim if axis is None else axis), (keepdim if keepdims is None else keepdims)
-    return x.mean(dim, keepdim)
+    return x.mean(dim, keepdim, dtype=dtype)
 
 
 def softmax(x, dim):
@@ -438,6 +438,15 @@ LongTensor = _legacy(int64, "LongTensor")
 IntTensor = _legacy(int32, "IntTensor")
 BoolTensor = _legacy(bool_, "BoolTensor")
 ByteTensor = _legacy(uint8, "ByteTensor")
+
+
+def pow(input, exponent):  # noqa: A001, A002
+    """input ** exponent, elementwise; either may be a number (`fg.pow(2, t)`), as torch.pow."""
+    if isinstance(input, Tensor):
+        return input.pow(exponent)
+    if isinstance(exponent, Tensor):
+        return exponent.__rpow__(input)
+    raise TypeError(f"pow(): argument 'input' must be Tensor, not {type(input).__name__}")
 
 
 def __getattr__(name: str):

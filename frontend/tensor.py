@@ -531,6 +531,9 @@ class Tensor(MovementMixin, ReduceMixin):
     def __pos__(self):
         return self
 
+    def __abs__(self):
+        return self.abs()
+
     def __pow__(self, o):
         return pow_(self, o)
 

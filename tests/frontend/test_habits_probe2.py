@@ -279,3 +279,18 @@ def test_fmax_and_fmin_as_torch():
     y = fg.tensor([2.0, 1.0, nan], requires_grad=True)
     fg.fmax(x, y).sum().backward()
     assert (x.grad.tolist(), y.grad.tolist()) == ([0.0, 0.0, 1.0], [1.0, 1.0, 0.0])
+
+
+def test_pow_of_a_number_to_a_tensor_abs_builtin_and_mean_dtype():
+    r = fg.pow(2, fg.tensor([1, 2, 3]))
+    assert r.dtype == fg.int64 and r.tolist() == [2, 4, 8]
+    r = fg.pow(2.0, fg.tensor([1, 2]))
+    assert r.dtype == fg.float32 and r.tolist() == [2.0, 4.0]
+    with pytest.raises(TypeError):
+        fg.pow(2, 3)
+    assert abs(fg.tensor([-1, 2])).tolist() == [1, 2]
+    assert abs(fg.tensor(-1.5)).item() == 1.5
+    r = fg.tensor([1, 2]).mean(dtype=fg.float32)
+    assert r.dtype == fg.float32 and r.item() == 1.5
+    r = fg.mean(fg.tensor([[1, 2]]), 1, dtype=fg.float64)
+    assert r.dtype == fg.float64 and r.tolist() == [1.5]
