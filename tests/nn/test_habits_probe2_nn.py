@@ -39,3 +39,52 @@ def test_a_whole_module_file_that_was_altered_is_refused(tmp_path):
     path.write_bytes(bytes(raw))
     with pytest.raises(fg.SerializationError, match="checksum"):
         fg.load(path, weights_only=False)
+
+
+def test_reassigning_a_parameter_or_module_keeps_its_place():
+    # torch 2.13: ['weight', 'bias'] (fusegrad moved the re-assigned name last)
+    lin = nn.Linear(2, 1)
+    lin.weight = nn.Parameter(fg.ones(1, 2))
+    assert [n for n, _ in lin.named_parameters()] == ["weight", "bias"]
+    lin.bias = None
+    lin.bias = nn.Parameter(fg.ones(1))
+    assert list(lin.state_dict()) == ["weight", "bias"]
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(1, 1)
+            self.b = nn.Linear(1, 1)
+
+    net = Net()
+    net.a = nn.Linear(1, 3)
+    assert list(net.state_dict()) == ["a.weight", "a.bias", "b.weight", "b.bias"]
+
+
+def test_sequential_and_modulelist_item_assignment():
+    fg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(1, 1), nn.ReLU(), nn.Linear(1, 1))
+    model[-1] = nn.Linear(1, 3)  # replace the head, a fine-tuning habit
+    assert [n for n, _ in model.named_parameters()] == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert model(fg.ones(1, 1)).shape == (1, 3)
+    layers = nn.ModuleList([nn.Linear(1, 1), nn.ReLU()])
+    layers[0] = nn.Tanh()
+    assert [type(m).__name__ for m in layers] == ["Tanh", "ReLU"]
+    with pytest.raises(IndexError):
+        model[3] = nn.ReLU()
+
+
+def test_norm_layers_print_and_take_bias_as_torch():
+    assert repr(nn.BatchNorm1d(4)) == (
+        "BatchNorm1d(4, eps=1e-05, momentum=0.1, affine=True, bias=True, track_running_stats=True)"
+    )
+    assert repr(nn.BatchNorm1d(2, affine=False)) == (
+        "BatchNorm1d(2, eps=1e-05, momentum=0.1, affine=False, bias=False, "
+        "track_running_stats=True)"
+    )
+    assert repr(nn.LayerNorm(4)) == "LayerNorm((4,), eps=1e-05, elementwise_affine=True, bias=True)"
+    assert repr(nn.LayerNorm(4, bias=False)).endswith("elementwise_affine=True, bias=False)")
+    m = nn.BatchNorm1d(2, bias=False)
+    assert [n for n, _ in m.named_parameters()] == ["weight"]
+    out = m(fg.tensor([[1.0, 2.0], [3.0, 6.0]]))
+    assert out.numpy().round(4).tolist() == [[-1.0, -1.0], [1.0, 1.0]]
