@@ -117,6 +117,7 @@ from .indexing import (  # noqa: E402
 )
 from .jit import JitError, jit  # noqa: E402
 from .movement import cat, stack  # noqa: E402
+from .printing import set_printoptions  # noqa: E402
 from .profiler import profile  # noqa: E402
 from .reduce import matmul  # noqa: E402
 from .runtime.config import config  # noqa: E402

@@ -294,3 +294,27 @@ def test_pow_of_a_number_to_a_tensor_abs_builtin_and_mean_dtype():
     assert r.dtype == fg.float32 and r.item() == 1.5
     r = fg.mean(fg.tensor([[1, 2]]), 1, dtype=fg.float64)
     assert r.dtype == fg.float64 and r.tolist() == [1.5]
+
+
+@pytest.mark.parametrize(
+    "options, make, printed",
+    [
+        ({"precision": 2}, lambda: fg.tensor([1.23456, 2.0]), "tensor([1.23, 2.00])"),
+        ({"sci_mode": False}, lambda: fg.tensor([1e-5, 1.0]), "tensor([0.0000, 1.0000])"),
+        ({"sci_mode": True}, lambda: fg.tensor([1.5, 2.0]), "tensor([1.5000e+00, 2.0000e+00])"),
+        ({"threshold": 5, "edgeitems": 1}, lambda: fg.arange(10.0), "tensor([0.,  ..., 9.])"),
+        (
+            {"linewidth": 20},
+            lambda: fg.arange(12.0),
+            "tensor([ 0.,  1.,\n         2.,  3.,\n         4.,  5.,\n         6.,  7.,\n"
+            "         8.,  9.,\n        10., 11.])",
+        ),
+    ],
+)
+def test_set_printoptions_as_torch(options, make, printed):
+    try:
+        fg.set_printoptions(**options)
+        assert repr(make()) == printed
+    finally:
+        fg.set_printoptions(profile="default")
+    assert repr(fg.tensor([1.23456])) == "tensor([1.2346])"
