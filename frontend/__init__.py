@@ -473,6 +473,7 @@ __all__ = [n for n in dir() if not n.startswith("_")]
 
 # torch-style homes for the optimizers and data loading of nn/ (fusegrad.optim, fusegrad.data)
 import sys as _sys  # noqa: E402
+import types as _types  # noqa: E402
 
 from . import distributed  # noqa: E402  (mpi4py is imported by init_process_group only)
 from .nn import data, optim  # noqa: E402
@@ -480,3 +481,8 @@ from .nn import data, optim  # noqa: E402
 _sys.modules[__name__ + ".optim"] = optim
 _sys.modules[__name__ + ".optim.lr_scheduler"] = optim.lr_scheduler
 _sys.modules[__name__ + ".data"] = data
+# torch's spelling of the same home: `from fusegrad.utils.data import DataLoader`
+utils = _types.ModuleType(__name__ + ".utils", "torch.utils's home here: utils.data")
+utils.data = data
+_sys.modules[__name__ + ".utils"] = utils
+_sys.modules[__name__ + ".utils.data"] = data

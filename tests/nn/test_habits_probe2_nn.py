@@ -88,3 +88,12 @@ def test_norm_layers_print_and_take_bias_as_torch():
     assert [n for n, _ in m.named_parameters()] == ["weight"]
     out = m(fg.tensor([[1.0, 2.0], [3.0, 6.0]]))
     assert out.numpy().round(4).tolist() == [[-1.0, -1.0], [1.0, 1.0]]
+
+
+def test_data_loading_lives_at_torchs_spelling_too():
+    import fusegrad.utils.data as data_module
+    from fusegrad.utils.data import DataLoader, TensorDataset
+
+    assert data_module is fg.data and fg.utils.data.DataLoader is DataLoader
+    batches = list(DataLoader(TensorDataset(fg.arange(5.0)), batch_size=2))
+    assert [b[0].tolist() for b in batches] == [[0.0, 1.0], [2.0, 3.0], [4.0]]
