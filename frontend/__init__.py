@@ -441,6 +441,19 @@ BoolTensor = _legacy(bool_, "BoolTensor")
 ByteTensor = _legacy(uint8, "ByteTensor")
 
 
+def set_num_threads(n: int) -> None:
+    """How many CPU threads run kernels (as torch.set_num_threads; `fg.config.threads`)."""
+    n = _builtins.int(n)  # (`int` here is fg.int, the dtype)
+    if n < 1:
+        raise ValueError(f"set_num_threads expects a positive integer, got {n}")
+    config.threads = n
+
+
+def get_num_threads() -> int:
+    """How many CPU threads run kernels (`fg.config.threads`)."""
+    return config.threads
+
+
 def pow(input, exponent):  # noqa: A001, A002
     """input ** exponent, elementwise; either may be a number (`fg.pow(2, t)`), as torch.pow."""
     if isinstance(input, Tensor):

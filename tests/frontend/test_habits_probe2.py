@@ -318,3 +318,24 @@ def test_set_printoptions_as_torch(options, make, printed):
     finally:
         fg.set_printoptions(profile="default")
     assert repr(fg.tensor([1.23456])) == "tensor([1.2346])"
+
+
+def test_torchs_seeding_boilerplate_runs():
+    # the usual set_seed(): every line of it raised AttributeError before
+    fg.manual_seed(3)
+    expected = fg.rand(3).tolist()
+    fg.cuda.manual_seed_all(3)
+    assert fg.rand(3).tolist() == expected
+    fg.cuda.manual_seed(3)
+    fg.backends.cudnn.deterministic = True
+    fg.backends.cudnn.benchmark = False
+    assert fg.backends.cudnn.deterministic is True
+    threads = fg.get_num_threads()
+    try:
+        fg.set_num_threads(1)
+        assert fg.get_num_threads() == 1 and fg.config.threads == 1
+        assert (fg.arange(4.0) * 2).tolist() == [0.0, 2.0, 4.0, 6.0]
+    finally:
+        fg.set_num_threads(threads)
+    with pytest.raises(ValueError):
+        fg.set_num_threads(0)
