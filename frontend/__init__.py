@@ -441,6 +441,16 @@ BoolTensor = _legacy(bool_, "BoolTensor")
 ByteTensor = _legacy(uint8, "ByteTensor")
 
 
+def compile(model=None, **options):  # noqa: A001
+    """torch.compile's habit, `model = fg.compile(model)`: returns `model` itself, since
+    fusegrad compiles every graph it runs already (fused kernels, cached by shape); the
+    options (mode=, fullgraph=, dynamic=, backend=) are accepted and change nothing. Used
+    as a decorator with options (`@fg.compile(mode=...)`) it returns the decorator."""
+    if model is None:
+        return lambda fn: fn
+    return model
+
+
 def set_num_threads(n: int) -> None:
     """How many CPU threads run kernels (as torch.set_num_threads; `fg.config.threads`)."""
     n = _builtins.int(n)  # (`int` here is fg.int, the dtype)
@@ -481,6 +491,13 @@ def __getattr__(name: str):
     function.__doc__ = f"`fg.{name}(t, ...)` is `t.{name}(...)`."
     return function
 
+
+try:
+    from importlib.metadata import version as _version
+
+    __version__ = _version("fusegrad")
+except Exception:  # not installed (a source tree on sys.path)
+    __version__ = "0.1.0"
 
 __all__ = [n for n in dir() if not n.startswith("_")]
 

@@ -339,3 +339,15 @@ def test_torchs_seeding_boilerplate_runs():
         fg.set_num_threads(threads)
     with pytest.raises(ValueError):
         fg.set_num_threads(0)
+
+
+def test_version_and_compile_habits():
+    assert isinstance(fg.__version__, str) and fg.__version__.count(".") >= 1
+    model = fg.nn.Linear(2, 1)
+    assert fg.compile(model) is model  # fusegrad compiles already: the same model back
+
+    @fg.compile(mode="max-autotune")
+    def double(x):
+        return x * 2
+
+    assert double(fg.ones(2)).tolist() == [2.0, 2.0]
