@@ -1187,7 +1187,7 @@ def with_numpy_names(fn):
     """`fn` (a method taking dim=/keepdim=) also taking numpy's axis=/keepdims=."""
 
     @functools.wraps(fn)
-    def method(self, *args, axis=None, keepdims=None, **kwargs):
+    def wrapper(self, *args, axis=None, keepdims=None, **kwargs):  # (a name ir/sites passes)
         if axis is not None:
             if args or "dim" in kwargs:
                 raise TypeError(f"{fn.__name__}() got an unexpected keyword argument 'axis'")
@@ -1198,7 +1198,7 @@ def with_numpy_names(fn):
             kwargs["keepdim"] = keepdims
         return fn(self, *args, **kwargs)
 
-    return method
+    return wrapper
 
 
 def install(cls) -> None:
