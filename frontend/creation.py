@@ -513,6 +513,24 @@ def randn_like(t: Tensor, dtype=None, device=None) -> Tensor:
     return randn(t.shape, dtype=dtype or t.dtype, device=_like(t, device))
 
 
+def randint_like(t: Tensor, low: int = 0, high: int | None = None, *, dtype=None, device=None):
+    """Integers uniform in [low, high) in t's shape and dtype (`randint_like(t, high)`
+    draws from [0, high)), as torch.randint_like."""
+    if high is None:
+        low, high = 0, low
+    return randint(low, high, t.shape, dtype=dtype or t.dtype, device=_like(t, device))
+
+
+def seed() -> int:
+    """Seed the random stream from the operating system's entropy and return the seed
+    (as torch.seed)."""
+    import secrets
+
+    value = secrets.randbits(63)
+    manual_seed(value)
+    return value
+
+
 def randperm(n: int, *, generator=None, dtype=None, device=None) -> Tensor:
     """A random permutation of 0..n-1 (int64), from the `manual_seed` stream: the order
     that sorts n uniform draws."""
@@ -605,4 +623,6 @@ def randint(
     elif isinstance(high, (tuple, list)):  # randint(high, size), as torch allows
         low, high, size = 0, low, high
     u = rand(*_shape(tuple(size)), generator=generator, dtype="float64", device=device)
-    return (u * (high - low) + low).cast(checked_dtype(dtype or int64, "randint"))
+    # floor, not the cast's truncation: a negative low must come up as often as the others,
+    # and a float dtype holds whole numbers, as torch's
+    return (u * (high - low) + low).floor().cast(checked_dtype(dtype or int64, "randint"))

@@ -351,3 +351,25 @@ def test_version_and_compile_habits():
         return x * 2
 
     assert double(fg.ones(2)).tolist() == [2.0, 2.0]
+
+
+def test_randint_draws_whole_numbers_evenly_with_a_negative_low():
+    fg.manual_seed(0)
+    f = fg.randint(0, 5, (1000,), dtype=fg.float32)
+    assert f.dtype == fg.float32
+    assert (f == f.floor()).all().item() and 0 <= f.min().item() and f.max().item() <= 4
+    values, counts = np.unique(fg.randint(-3, 3, (60000,)).numpy(), return_counts=True)
+    # was: -3 never drawn and 0 twice as often (the cast truncated toward zero)
+    assert values.tolist() == [-3, -2, -1, 0, 1, 2]
+    assert counts.min() > 9000 and counts.max() < 11000
+
+
+def test_randint_like_and_seed():
+    fg.manual_seed(0)
+    a = fg.randint_like(fg.zeros(1000), 5)
+    assert a.dtype == fg.float32 and set(a.tolist()) == {0.0, 1.0, 2.0, 3.0, 4.0}
+    b = fg.randint_like(fg.zeros(3, dtype=fg.int32), 2, 5)
+    assert b.dtype == fg.int32 and all(2 <= v < 5 for v in b.tolist())
+    assert fg.randint_like(fg.zeros(2), high=4).shape == (2,)
+    s = fg.seed()
+    assert isinstance(s, int) and fg.initial_seed() == s
