@@ -64,6 +64,7 @@ from .autograd_state import (  # noqa: E402
     set_grad_enabled,
 )
 from .creation import (  # noqa: E402
+    Generator,
     arange,
     as_tensor,
     bernoulli,
@@ -84,9 +85,11 @@ from .creation import (  # noqa: E402
     rand,
     rand_like,
     randint,
+    randint_like,
     randn,
     randn_like,
     randperm,
+    seed,
     set_rng_state,
     tensor,
     zeros,
@@ -116,6 +119,7 @@ from .indexing import (  # noqa: E402
 )
 from .jit import JitError, jit  # noqa: E402
 from .movement import cat, stack  # noqa: E402
+from .printing import set_printoptions  # noqa: E402
 from .profiler import profile  # noqa: E402
 from .reduce import matmul  # noqa: E402
 from .runtime.config import config  # noqa: E402
@@ -129,6 +133,10 @@ from . import shapeops as _shapeops  # noqa: E402
 
 _mathops.install(Tensor)
 _shapeops.install(Tensor)
+from . import searching as _searching  # noqa: E402
+from .searching import bincount, bucketize, cdist, mode, searchsorted  # noqa: E402
+
+_searching.install(Tensor)
 from . import inplace_methods as _inplace_methods  # noqa: E402
 
 _inplace_methods.install(Tensor)  # after the others: it generates t.op_() from t.op()
@@ -294,16 +302,39 @@ def minimum(a, b):
     return a.minimum(b)
 
 
+def fmax(a, b):
+    """The elementwise maximum where a NaN loses to a number (NaN only where both are),
+    as torch.fmax; the gradient goes to the one chosen.
+
+    >>> import fusegrad as fg, math
+    >>> fg.fmax(fg.tensor([1.0, math.nan]), fg.tensor([math.nan, 2.0])).tolist()
+    [1.0, 2.0]
+    """
+    return where(isnan(b), a, where(isnan(a), b, a.maximum(b)))
+
+
+def fmin(a, b):
+    """The elementwise minimum where a NaN loses to a number, as torch.fmin."""
+    return where(isnan(b), a, where(isnan(a), b, a.minimum(b)))
+
+
+Tensor.fmax, Tensor.fmin = fmax, fmin
+
+
 def clamp(x, min=None, max=None):  # noqa: A002
     return x.clamp(min, max)
 
 
-def sum(x, dim=None, keepdim=False):  # noqa: A001
-    return x.sum(dim, keepdim)
+def sum(x, dim=None, keepdim=False, *, axis=None, keepdims=None, dtype=None):  # noqa: A001
+    """x.sum; numpy's axis=/keepdims= are accepted for dim/keepdim, as torch does."""
+    dim, keepdim = (dim if axis is None else axis), (keepdim if keepdims is None else keepdims)
+    return x.sum(dim, keepdim, dtype=dtype)
 
 
-def mean(x, dim=None, keepdim=False):
-    return x.mean(dim, keepdim)
+def mean(x, dim=None, keepdim=False, *, axis=None, keepdims=None, dtype=None):
+    """x.mean; numpy's axis=/keepdims= are accepted for dim/keepdim, as torch does."""
+    dim, keepdim = (dim if axis is None else axis), (keepdim if keepdims is None else keepdims)
+    return x.mean(dim, keepdim, dtype=dtype)
 
 
 def softmax(x, dim):
@@ -412,6 +443,38 @@ BoolTensor = _legacy(bool_, "BoolTensor")
 ByteTensor = _legacy(uint8, "ByteTensor")
 
 
+def compile(model=None, **options):  # noqa: A001
+    """torch.compile's habit, `model = fg.compile(model)`: returns `model` itself, since
+    fusegrad compiles every graph it runs already (fused kernels, cached by shape); the
+    options (mode=, fullgraph=, dynamic=, backend=) are accepted and change nothing. Used
+    as a decorator with options (`@fg.compile(mode=...)`) it returns the decorator."""
+    if model is None:
+        return lambda fn: fn
+    return model
+
+
+def set_num_threads(n: int) -> None:
+    """How many CPU threads run kernels (as torch.set_num_threads; `fg.config.threads`)."""
+    n = _builtins.int(n)  # (`int` here is fg.int, the dtype)
+    if n < 1:
+        raise ValueError(f"set_num_threads expects a positive integer, got {n}")
+    config.threads = n
+
+
+def get_num_threads() -> int:
+    """How many CPU threads run kernels (`fg.config.threads`)."""
+    return config.threads
+
+
+def pow(input, exponent):  # noqa: A001, A002
+    """input ** exponent, elementwise; either may be a number (`fg.pow(2, t)`), as torch.pow."""
+    if isinstance(input, Tensor):
+        return input.pow(exponent)
+    if isinstance(exponent, Tensor):
+        return exponent.__rpow__(input)
+    raise TypeError(f"pow(): argument 'input' must be Tensor, not {type(input).__name__}")
+
+
 def __getattr__(name: str):
     """torch's function forms of tensor methods: `fg.mul(a, b)` is `a.mul(b)`, for every
     public method of Tensor (`fg.pow`, `fg.numel`, `fg.narrow`, `fg.argmin`, ...)."""
@@ -431,10 +494,18 @@ def __getattr__(name: str):
     return function
 
 
+try:
+    from importlib.metadata import version as _version
+
+    __version__ = _version("fusegrad")
+except Exception:  # not installed (a source tree on sys.path)
+    __version__ = "0.1.0"
+
 __all__ = [n for n in dir() if not n.startswith("_")]
 
 # torch-style homes for the optimizers and data loading of nn/ (fusegrad.optim, fusegrad.data)
 import sys as _sys  # noqa: E402
+import types as _types  # noqa: E402
 
 from . import distributed  # noqa: E402  (mpi4py is imported by init_process_group only)
 from .nn import data, optim  # noqa: E402
@@ -442,3 +513,8 @@ from .nn import data, optim  # noqa: E402
 _sys.modules[__name__ + ".optim"] = optim
 _sys.modules[__name__ + ".optim.lr_scheduler"] = optim.lr_scheduler
 _sys.modules[__name__ + ".data"] = data
+# torch's spelling of the same home: `from fusegrad.utils.data import DataLoader`
+utils = _types.ModuleType(__name__ + ".utils", "torch.utils's home here: utils.data")
+utils.data = data
+_sys.modules[__name__ + ".utils"] = utils
+_sys.modules[__name__ + ".utils.data"] = data

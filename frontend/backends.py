@@ -38,3 +38,21 @@ class _Cuda:
 
 
 cuda = _Cuda()
+
+
+class _Cudnn:
+    """`fg.backends.cudnn`: the switches torch's set-up code sets (`deterministic`,
+    `benchmark`, `enabled`, `allow_tf32`), accepted so that code runs; fusegrad uses no
+    cuDNN, and its convolutions are its own kernels, whatever these say."""
+
+    def __init__(self):
+        self.deterministic = False
+        self.benchmark = False
+        self.enabled = True
+        self.allow_tf32 = True
+
+    def is_available(self) -> bool:
+        return False
+
+
+cudnn = _Cudnn()

@@ -29,6 +29,8 @@ from .ir.dtypes import (
     float32,
     int32,
     int64,
+    promote,
+    scalar_dtype,
     to_dtype,  # noqa: F401  (nn reads it from here)
     unsupported,
 )
@@ -51,24 +53,65 @@ def manual_seed(seed: int) -> None:
     _seed["counter"] = 0
 
 
-def _next_seed() -> int:
-    _seed["counter"] += 1
-    return (_seed["seed"] * 1_000_003 + _seed["counter"] * 7_919) & 0xFFFFFFFFFFFF
+class Generator:
+    """A random stream of its own, as torch.Generator: pass it as `generator=` to rand,
+    randn, randint, randperm, normal, the random in-place fills, DataLoader and
+    random_split; its draws leave the global `manual_seed` stream where it was.
+
+    >>> import fusegrad as fg
+    >>> g = fg.Generator().manual_seed(1)
+    >>> a = fg.rand(3, generator=g)
+    >>> g.manual_seed(1) is g, fg.rand(3, generator=g).tolist() == a.tolist()
+    (True, True)
+    """
+
+    def __init__(self, device=None):
+        self.device = device
+        self._state = {"seed": 0, "counter": 0}
+
+    def manual_seed(self, seed: int) -> Generator:
+        """Restart the stream from `seed`; returns the generator (torch's chaining habit)."""
+        self._state = {"seed": int(seed), "counter": 0}
+        return self
+
+    def initial_seed(self) -> int:
+        return self._state["seed"]
+
+    def get_state(self) -> Tensor:
+        return tensor([self._state["seed"], self._state["counter"]], dtype=int64)
+
+    def set_state(self, state) -> Generator:
+        self._state["seed"], self._state["counter"] = (int(v) for v in state.tolist())
+        return self
 
 
-def _draw_key() -> int:
-    return rand_spec.key_as_int32(rand_spec.seed_key(_next_seed()))
+def _next_seed(generator: Generator | None = None) -> int:
+    state = _seed if generator is None else generator._state
+    state["counter"] += 1
+    return (state["seed"] * 1_000_003 + state["counter"] * 7_919) & 0xFFFFFFFFFFFF
 
 
-def _key(device: str = HOST) -> N.Node:
+def host_rng(generator=None) -> np.random.Generator:
+    """A numpy Generator for draws made on the host: `generator` itself if it is one,
+    else seeded from the fusegrad Generator given or the `manual_seed` stream."""
+    if isinstance(generator, np.random.Generator):
+        return generator
+    return np.random.default_rng(_next_seed(generator))
+
+
+def _draw_key(generator: Generator | None = None) -> int:
+    return rand_spec.key_as_int32(rand_spec.seed_key(_next_seed(generator)))
+
+
+def _key(device: str = HOST, generator: Generator | None = None) -> N.Node:
     """A fresh random stream's key, as a 0-d int32 buffer (data, so kernels stay reusable).
 
     While `fusegrad.jit` records a call the buffer is one the jit keeps, so that a
     replay can draw the call's keys into it again.
     """
-    buf = key_buffer(_draw_key, device)
+    buf = key_buffer(lambda: _draw_key(generator), device)
     if buf is None:
-        buf = _buffer(np.array([_draw_key()], dtype=np.int32), int32, device)
+        buf = _buffer(np.array([_draw_key(generator)], dtype=np.int32), int32, device)
     return N.buffer(buf, (), int32)
 
 
@@ -134,13 +177,53 @@ def _as_int64(arr: np.ndarray) -> np.ndarray:
     return arr.astype(np.int64)
 
 
+def _element_types(data, found: set) -> set:
+    """The Python types of the numbers in nested lists/tuples `data` (one pass, per level)."""
+    if not isinstance(data, (list, tuple)):
+        found.add(type(data))
+        return found
+    kinds = set(map(type, data))
+    found.update(kinds - {list, tuple})
+    if list in kinds or tuple in kinds:
+        for v in data:
+            if isinstance(v, (list, tuple)):
+                _element_types(v, found)
+    return found
+
+
+def _inferred_with_numpy_scalars(data) -> DType | None:
+    """The dtype torch infers for data holding numpy scalars, None if it holds none.
+
+    A numpy scalar counts with its own dtype, as a numpy array would (`np.float64(1.5)`
+    is float64, `[np.int32(3)]` int32), a Python number with its default (float32, int64,
+    bool), and the elements promote as tensors do: `[np.float64(1), 2.0]` is float64.
+    """
+    types = _element_types(data, set())
+    if not any(issubclass(t, np.generic) for t in types):
+        return None
+    out = None
+    for t in types:
+        if issubclass(t, np.generic):
+            try:
+                dt = dtype_of_numpy(np.dtype(t))
+            except TypeError:
+                return None  # float16 and the like: refused by the array path
+        elif t in (bool, int, float):
+            dt = scalar_dtype(t())
+        else:
+            continue
+        out = dt if out is None else promote(out, dt)
+    return out
+
+
 def tensor(data, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
     """A tensor from nested lists, numbers, a numpy array or another tensor.
 
     Python floats become float32, ints int64, bools bool, as in PyTorch; a numpy array
-    keeps its dtype (`np.uint8` data gives a `fusegrad.uint8` tensor). Data of a dtype
-    fusegrad has not (float16, complex, datetime, object) is refused, never converted
-    silently; ask for the conversion with `dtype=` or numpy's `astype`.
+    or numpy scalar keeps its dtype (`np.uint8` data gives a `fusegrad.uint8` tensor,
+    `np.float64(1.5)` a float64 one). Data of a dtype fusegrad has not (float16, complex,
+    datetime, object) is refused, never converted silently; ask for the conversion with
+    `dtype=` or numpy's `astype`.
     """
     if dtype is None and type(data) is np.ndarray and data.dtype in _KEPT:
         return from_numpy(data, requires_grad, device)  # the usual batch: no conversion
@@ -157,7 +240,10 @@ def tensor(data, dtype=None, requires_grad: bool = False, device=None) -> Tensor
         # Python numbers are checked against the dtype they go into, as torch does: never
         # wrapped (an array given with dtype= is cast, with wrap-around, as in torch)
         arr = check_data(arr, None if dtype is None else checked_dtype(dtype, "tensor"), data)
-        if arr.dtype == np.float64 and dtype is None:
+        kept = None if dtype is not None else _inferred_with_numpy_scalars(data)
+        if kept is not None and arr.dtype.kind in "biuf":
+            arr = arr.astype(kept.np)
+        elif arr.dtype == np.float64 and dtype is None:
             arr = arr.astype(np.float32)
         elif arr.dtype.kind in "iu" and dtype is None:
             arr = arr.astype(np.int64)
@@ -396,24 +482,24 @@ def eye(
     return from_numpy(array, requires_grad, device)
 
 
-def rand(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+def rand(*size, generator=None, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
     """Uniform [0, 1) numbers from the counter-based generator (see manual_seed)."""
     device = resolve(device, "rand")
     dt = checked_dtype(dtype or float32, "rand")
     if not dt.is_float:
         fail(DTypeError, "rand", f"needs a float dtype, got {dt.name}")
-    return _finish(N.rand(_key(device), _shape(size), dt), requires_grad)
+    return _finish(N.rand(_key(device, generator), _shape(size), dt), requires_grad)
 
 
-def randn(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+def randn(*size, generator=None, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
     """Standard normal numbers (Box-Muller over two uniform streams)."""
     device = resolve(device, "randn")
     dt: DType = checked_dtype(dtype or float32, "randn")
     if not dt.is_float:
         fail(DTypeError, "randn", f"needs a float dtype, got {dt.name}")
     shape = _shape(size)
-    u1 = Tensor(N.rand(_key(device), shape, dt))
-    u2 = Tensor(N.rand(_key(device), shape, dt))
+    u1 = Tensor(N.rand(_key(device, generator), shape, dt))
+    u2 = Tensor(N.rand(_key(device, generator), shape, dt))
     r = ((1 - u1).log() * -2).sqrt()  # 1 - u1 is in (0, 1], so the log is finite
     z = r * (u2 * (2 * math.pi)).cos()
     return _finish(z.node, requires_grad)
@@ -427,19 +513,39 @@ def randn_like(t: Tensor, dtype=None, device=None) -> Tensor:
     return randn(t.shape, dtype=dtype or t.dtype, device=_like(t, device))
 
 
-def randperm(n: int, dtype=None, device=None) -> Tensor:
+def randint_like(t: Tensor, low: int = 0, high: int | None = None, *, dtype=None, device=None):
+    """Integers uniform in [low, high) in t's shape and dtype (`randint_like(t, high)`
+    draws from [0, high)), as torch.randint_like."""
+    if high is None:
+        low, high = 0, low
+    return randint(low, high, t.shape, dtype=dtype or t.dtype, device=_like(t, device))
+
+
+def seed() -> int:
+    """Seed the random stream from the operating system's entropy and return the seed
+    (as torch.seed)."""
+    import secrets
+
+    value = secrets.randbits(63)
+    manual_seed(value)
+    return value
+
+
+def randperm(n: int, *, generator=None, dtype=None, device=None) -> Tensor:
     """A random permutation of 0..n-1 (int64), from the `manual_seed` stream: the order
     that sorts n uniform draws."""
     if n < 0:
         fail(ArgumentError, "randperm", f"n must be non-negative, got {n}")
     dtype = checked_dtype(dtype or int64, "randperm")
-    draws = rand(n, dtype="float64").numpy()  # sorted on the host: a sort kernel is O(n^2)
+    draws = rand(
+        n, generator=generator, dtype="float64"
+    ).numpy()  # sorted on the host: a sort kernel is O(n^2)
     return tensor(np.argsort(draws, kind="stable"), dtype=dtype, device=device)
 
 
 def bernoulli(input: Tensor, p=None, *, generator=None) -> Tensor:
     """1 with probability `input` (or `p`), else 0, elementwise, in input's dtype."""
-    u = rand(*input.shape, dtype="float64", device=input.device)
+    u = rand(*input.shape, generator=generator, dtype="float64", device=input.device)
     return (u < (input if p is None else p)).cast(input.dtype)
 
 
@@ -453,10 +559,10 @@ def normal(mean, std=1.0, size=None, *, generator=None, dtype=None, device=None)
             from .tensor import broadcast_shapes
 
             shape = broadcast_shapes(mean.shape, std.shape, "normal")
-        return randn(*shape, dtype=like.dtype, device=like.device) * std + mean
+        return randn(*shape, generator=generator, dtype=like.dtype, device=like.device) * std + mean
     if size is None:
         fail(ArgumentError, "normal", "with a number for mean and std, give size=")
-    return randn(*_shape(tuple(size)), dtype=dtype, device=device) * std + mean
+    return randn(*_shape(tuple(size)), generator=generator, dtype=dtype, device=device) * std + mean
 
 
 def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *, generator=None):
@@ -473,7 +579,7 @@ def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *, g
             "multinomial",
             "cannot sample n_sample > prob_dist.size(-1) samples without replacement",
         )
-    rng = np.random.default_rng(_next_seed())
+    rng = host_rng(generator)
     out = []
     for r in rows:
         if r.sum() <= 0:
@@ -509,10 +615,14 @@ def set_rng_state(state) -> None:
     _seed["seed"], _seed["counter"] = (int(v) for v in state.tolist())
 
 
-def randint(low: int, high: int | None = None, size=(), dtype=None, device=None) -> Tensor:
+def randint(
+    low: int, high: int | None = None, size=(), *, generator=None, dtype=None, device=None
+) -> Tensor:
     if high is None:
         low, high = 0, low
     elif isinstance(high, (tuple, list)):  # randint(high, size), as torch allows
         low, high, size = 0, low, high
-    u = rand(*_shape(tuple(size)), dtype="float64", device=device)
-    return (u * (high - low) + low).cast(checked_dtype(dtype or int64, "randint"))
+    u = rand(*_shape(tuple(size)), generator=generator, dtype="float64", device=device)
+    # floor, not the cast's truncation: a negative low must come up as often as the others,
+    # and a float dtype holds whole numbers, as torch's
+    return (u * (high - low) + low).floor().cast(checked_dtype(dtype or int64, "randint"))

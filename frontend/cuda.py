@@ -38,6 +38,17 @@ def get_device_name(device=None) -> str:
     return _backend().description
 
 
+def manual_seed(seed: int) -> None:
+    """Seed the random stream (as torch.cuda.manual_seed): fusegrad has one stream for
+    every device, so this is `fg.manual_seed(seed)`."""
+    from .creation import manual_seed as seed_all_devices
+
+    seed_all_devices(seed)
+
+
+manual_seed_all = manual_seed
+
+
 def empty_cache() -> None:
     """Give the GPU memory fusegrad holds for reuse (freed tensors' blocks) back to CUDA,
     as torch.cuda.empty_cache; tensors still alive keep theirs. Nothing to do on the

@@ -85,6 +85,17 @@ def checked_dtype(dtype, op: str):
         fail(DTypeError, op, str(e))
 
 
+def warn_user(message: str) -> None:
+    """A UserWarning (one of torch's) pointing at the user's line."""
+    import warnings
+
+    site = _sites.capture()
+    if site is None:
+        warnings.warn(message, UserWarning, stacklevel=3)
+    else:
+        warnings.warn_explicit(message, UserWarning, site.path, site.line)
+
+
 def fail(kind: type[FusegradError], op: str, message: str):
     """Raise `kind` with the op name, the message and the user's file:line."""
     site = user_site()

@@ -152,7 +152,7 @@ def normal_(self, mean=0.0, std=1.0, *, generator=None) -> Tensor:
     """Fill with samples of N(mean, std^2), in place."""
     from .creation import randn
 
-    z = randn(*self.shape, dtype=self.dtype, device=self.device)
+    z = randn(*self.shape, generator=generator, dtype=self.dtype, device=self.device)
     return self._inplace(z * std + mean, "normal_")
 
 
@@ -160,7 +160,7 @@ def uniform_(self, a=0.0, b=1.0, *, generator=None) -> Tensor:
     """Fill with samples of U[a, b), in place (torch names the bounds `from` and `to`)."""
     from .creation import rand
 
-    u = rand(*self.shape, dtype=self.dtype, device=self.device)
+    u = rand(*self.shape, generator=generator, dtype=self.dtype, device=self.device)
     return self._inplace(u * (b - a) + a, "uniform_")
 
 
@@ -168,7 +168,7 @@ def bernoulli_(self, p=0.5, *, generator=None) -> Tensor:
     """Fill with 1 (probability `p`, a number or a tensor) or 0, in place."""
     from .creation import rand
 
-    u = rand(*self.shape, dtype="float64", device=self.device)
+    u = rand(*self.shape, generator=generator, dtype="float64", device=self.device)
     return self._inplace((u < p).cast(self.dtype), "bernoulli_")
 
 
@@ -176,7 +176,7 @@ def exponential_(self, lambd=1.0, *, generator=None) -> Tensor:
     """Fill with samples of the exponential distribution of rate `lambd`, in place."""
     from .creation import rand
 
-    u = rand(*self.shape, dtype=self.dtype, device=self.device)
+    u = rand(*self.shape, generator=generator, dtype=self.dtype, device=self.device)
     return self._inplace(-(1 - u).log() / lambd, "exponential_")
 
 
@@ -189,7 +189,7 @@ def random_(self, a=None, b=None, *, generator=None) -> Tensor:
         a, b = 0, _random_bound(self)
     elif b is None:
         a, b = 0, a
-    drawn = randint(a, b, self.shape, dtype="int64", device=self.device)
+    drawn = randint(a, b, self.shape, generator=generator, dtype="int64", device=self.device)
     return self._inplace(drawn.cast(self.dtype), "random_")
 
 

@@ -255,12 +255,35 @@ def _two_product_error(a, b, p):
     return ((ah * bh - p) + ah * bl + al * bh) + al * bl
 
 
+def _refuse_integer_zero_divisor(b, op: str) -> None:
+    """Raise where an integer division's divisor is known to hold a 0, as torch raises
+    ("ZeroDivisionError"): a constant 0 (`x // 0`) or data already on the host. A divisor
+    still to be computed is not read early (that would cost a kernel of its own): its
+    zeros divide to 0, the IR's integer division by zero."""
+    n = b.node
+    while n.op in MOVEMENT and len(n.srcs) == 1:
+        n = n.srcs[0]
+    if n.op is Ops.CONST:
+        zero = n.arg == 0
+    elif n.op is Ops.BUFFER and isinstance(getattr(n.arg, "array", None), np.ndarray):
+        zero = n.arg.array.size > 0 and not n.arg.array.all()
+    else:
+        return
+    if zero:
+        fail(
+            ArgumentError,
+            op,
+            f"ZeroDivisionError: integer division by zero ({b.dtype.name} divisor holds a 0, "
+            "as torch raises); divide floats, or mask the zeros first",
+        )
+
+
 def fmod(a, b):
     """The remainder of a / b with the sign of a (C's fmod).
 
-    Integers: exact (a - trunc(a / b) * b; a zero divisor gives 0, as the IR's
-    integer division does, where PyTorch raises). Floats: exact while
-    |a / b| < 2^52 in float64 (the product q * b is carried exactly as two
+    Integers: exact (a - trunc(a / b) * b; a divisor known to hold a 0 raises, as
+    PyTorch's does; one still lazy gives 0 there, as the IR's integer division does).
+    Floats: exact while |a / b| < 2^52 in float64 (the product q * b is carried exactly as two
     doubles) and while |a / b| < 2^29 for float32 (computed in float64); beyond
     that the quotient's rounding shows (a test pins where).
 
@@ -274,6 +297,7 @@ def fmod(a, b):
     if a.dtype.is_bool:
         fail(DTypeError, "fmod", "not supported on bool tensors")
     if not a.dtype.is_float:
+        _refuse_integer_zero_divisor(b, "fmod")
         return a - a._binary(Ops.DIV, b, "fmod") * b
     x, y = _f64(a), _f64(b)
     q = trunc(x / y)
@@ -333,6 +357,7 @@ def _floor_divide(a, b):
     if a.dtype.is_bool:
         fail(DTypeError, "floor_divide", "not supported on bool tensors")
     if not a.dtype.is_float:
+        _refuse_integer_zero_divisor(b, "floor_divide")
         q = a._binary(Ops.DIV, b, "floor_divide")
         fix = (q * b != a) & ((a < 0) != (b < 0))
         return _where(fix, q - 1, q)
@@ -355,6 +380,7 @@ def div(a, b, rounding_mode=None):
     if rounding_mode == "trunc":
         x, y = a._operands(b, "div")
         if not x.dtype.is_float:
+            _refuse_integer_zero_divisor(y, "div")
             return x._binary(Ops.DIV, y, "div")
         # a step function of both: its gradient is 0 (not 0 * the quotient's: NaN at y = 0)
         return _with_grad(trunc(x / y), [(x, _zero(x)), (y, _zero(y))])

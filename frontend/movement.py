@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import math
 
-from .errors import DimError, DTypeError, IndexingError, ShapeError, fail
+from .errors import DimError, DTypeError, IndexingError, ShapeError, fail, warn_user
 from .ir import node as N
 from .ir.dtypes import bool_, promote
 
@@ -223,6 +223,13 @@ class MovementMixin:
 
     @property
     def T(self):
+        if self.ndim != 2:
+            warn_user(
+                "The use of `x.T` on tensors of dimension other than 2 to reverse their shape "
+                "is deprecated and it will throw an error in a future release. Consider `x.mT` "
+                "to transpose batches of matrices or `x.permute(*torch.arange(x.ndim - 1, -1, "
+                "-1))` to reverse the dimensions of a tensor."
+            )
         return self.permute(tuple(reversed(range(self.ndim))))
 
     @property

@@ -25,6 +25,36 @@ PRECISION = 4
 THRESHOLD = 1000  # more elements than this are summarized
 EDGEITEMS = 3
 LINEWIDTH = 80
+SCI_MODE = None  # None: chosen from the values (torch's default); True/False: forced
+
+_PROFILES = {
+    "default": (4, 1000, 3, 80),
+    "short": (2, 1000, 2, 80),
+    "full": (4, float("inf"), 3, 80),
+}
+
+
+def set_printoptions(
+    precision=None, threshold=None, edgeitems=None, linewidth=None, profile=None, sci_mode=None
+) -> None:
+    """How tensors print, as torch.set_printoptions: digits after the point, how many
+    elements print before a summary, how many edge items a summary shows, the line
+    width; `profile` ("default", "short", "full") sets all four first; `sci_mode`
+    True/False forces scientific notation on or off (None: chosen from the values).
+
+    >>> import fusegrad as fg
+    >>> fg.set_printoptions(precision=2); print(fg.tensor([1.23456]))
+    tensor([1.23])
+    >>> fg.set_printoptions(profile="default")
+    """
+    global PRECISION, THRESHOLD, EDGEITEMS, LINEWIDTH, SCI_MODE
+    if profile is not None:
+        PRECISION, THRESHOLD, EDGEITEMS, LINEWIDTH = _PROFILES[profile]
+    PRECISION = PRECISION if precision is None else int(precision)
+    THRESHOLD = THRESHOLD if threshold is None else threshold
+    EDGEITEMS = EDGEITEMS if edgeitems is None else int(edgeitems)
+    LINEWIDTH = LINEWIDTH if linewidth is None else int(linewidth)
+    SCI_MODE = sci_mode
 
 
 class _Formatter:
@@ -48,6 +78,8 @@ class _Formatter:
             self.sci_mode = hi / lo > 1000.0 or hi > 1.0e8
         else:
             self.sci_mode = hi / lo > 1000.0 or hi > 1.0e8 or lo < 1.0e-4
+        if SCI_MODE is not None:
+            self.sci_mode = bool(SCI_MODE)
         for v in finite.tolist():
             if self.sci_mode:
                 self.width = max(self.width, len(f"{v:.{PRECISION}e}"))

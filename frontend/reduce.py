@@ -100,7 +100,11 @@ class ReduceMixin:
                 return split
         return x._reduce_axes(Ops.SUM, axes, keepdim)
 
-    def mean(self, dim=None, keepdim: bool = False):
+    def mean(self, dim=None, keepdim: bool = False, dtype=None):
+        """The mean over `dim`; `dtype` casts the input first (as torch's: an integer
+        tensor needs one, `t.mean(dtype=fg.float32)`)."""
+        if dtype is not None:
+            return self.cast(dtype).mean(dim, keepdim)
         if not self.dtype.is_float:
             fail(
                 DTypeError,

@@ -36,6 +36,7 @@ import numpy as np
 from .errors import FusegradError
 
 MAGIC = b"FGSAVE01"
+PICKLE_MAGIC = b"FGPICKL1"  # a whole module, pickled (fg.save(model))
 _DIGEST = 32
 # plain numeric dtypes only: an object dtype could not be read safely, so it is never accepted
 _DTYPES = {
@@ -60,13 +61,60 @@ class SerializationError(FusegradError, RuntimeError):
 
 def save(obj, f) -> None:
     """Write `obj` (tensors, numpy arrays, numbers, strings, None, and lists, tuples and
-    dicts of them, nested) to a path or a binary file object, as torch.save.
+    dicts of them, nested) to a path or a binary file object, as torch.save. A whole
+    `nn.Module` is pickled, as torch pickles it: `fg.load(f, weights_only=False)` reads it
+    back (the default, weights_only=True, refuses it, as torch's does).
 
     >>> import fusegrad as fg, io
     >>> fg.save([fg.ones(2)], io.BytesIO())
     """
     arrays: list[np.ndarray] = []
-    header = {"format": "fusegrad", "version": 1, "root": _encode(obj, arrays), "arrays": []}
+    try:
+        root = _encode(obj, arrays)
+    except TypeError:
+        if not _is_module(obj):
+            raise
+        payload = _pickled(obj)  # a whole model, as torch.save pickles it
+    else:
+        payload = _data_file(root, arrays)
+    if hasattr(f, "write"):
+        f.write(payload)
+        return
+    _write_atomically(os.fspath(f), payload)
+
+
+def _is_module(obj) -> bool:
+    from .nn.module import Module
+
+    return isinstance(obj, Module)
+
+
+def _pickled(obj) -> bytes:
+    """A whole module's file: PICKLE_MAGIC, the pickle, and its SHA-256 (loaded only
+    with weights_only=False, as torch: unpickling runs code)."""
+    import pickle
+
+    body = PICKLE_MAGIC + pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    return body + hashlib.sha256(body).digest()
+
+
+def _unpickled(raw: bytes, name, weights_only: bool):
+    import pickle
+
+    if weights_only:
+        raise SerializationError(
+            f"fg.load: {name} holds a whole pickled module (fg.save(model)); loading it runs "
+            "code, so as torch.load it needs weights_only=False, given only for a file you "
+            "trust (or save and load model.state_dict() instead)"
+        )
+    body, digest = raw[:-_DIGEST], raw[-_DIGEST:]
+    if hashlib.sha256(body).digest() != digest:
+        _bad(name, "its checksum does not match (the file is truncated or was altered)")
+    return pickle.loads(body[len(PICKLE_MAGIC) :])
+
+
+def _data_file(root, arrays: list[np.ndarray]) -> bytes:
+    header = {"format": "fusegrad", "version": 1, "root": root, "arrays": []}
     blobs = []
     offset = 0
     for a in arrays:
@@ -79,11 +127,7 @@ def save(obj, f) -> None:
         offset += len(data)
     head = json.dumps(header, allow_nan=True).encode("utf-8")
     body = MAGIC + struct.pack("<Q", len(head)) + head + b"".join(blobs)
-    payload = body + hashlib.sha256(body).digest()
-    if hasattr(f, "write"):
-        f.write(payload)
-        return
-    _write_atomically(os.fspath(f), payload)
+    return body + hashlib.sha256(body).digest()
 
 
 def _write_atomically(path: str, payload: bytes) -> None:
@@ -147,8 +191,9 @@ def load(f, map_location=None, weights_only: bool = True):
 
     Only the saved data is rebuilt: tensors (with their requires_grad), numpy
     arrays, numbers, strings, None, lists, tuples and dicts. `map_location`
-    may be None or 'cpu'; `weights_only` is accepted for torch compatibility
-    (loading never runs code either way).
+    may be None or 'cpu'. A file of a whole module (`fg.save(model)`) is a pickle:
+    as torch.load, it loads only with weights_only=False (unpickling runs code);
+    other files never run code.
     """
     if map_location is not None and not _names_host(map_location):
         raise ValueError(f"fg.load: map_location must be None or 'cpu', got {map_location!r}")
@@ -157,6 +202,8 @@ def load(f, map_location=None, weights_only: bool = True):
     else:
         with open(os.fspath(f), "rb") as fh:
             raw, name = fh.read(), os.fspath(f)
+    if raw.startswith(PICKLE_MAGIC) and len(raw) > len(PICKLE_MAGIC) + _DIGEST:
+        return _unpickled(raw, name, weights_only)
     return _decode_file(raw, name)
 
 

@@ -17,6 +17,7 @@ SORT_LIMIT compared pairs they raise rather than run out of memory.
 
 from __future__ import annotations
 
+import functools
 import math
 import string
 from collections import namedtuple
@@ -610,7 +611,8 @@ def repeat(x, *sizes):
 
 
 def tile(x, dims):
-    dims = tuple(dims)
+    """x repeated `dims` times along its last dims (an int or a tuple), as torch.tile."""
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
     return repeat(x, (1,) * (x.ndim - len(dims)) + dims)
 
 
@@ -1175,6 +1177,36 @@ METHODS = {
 }
 
 
+# methods that take numpy's keyword names too, as torch's do: axis= for dim=, keepdims= for
+# keepdim= (`x.mean(axis=0, keepdims=True)`)
+NUMPY_NAMED = (
+    "sum", "mean", "std", "var", "prod", "amax", "amin", "max", "min", "argmax", "argmin",
+    "logsumexp", "any", "all", "median", "nansum", "nanmean", "count_nonzero", "cumsum",
+    "cumprod", "softmax", "log_softmax",
+)  # fmt: skip
+
+
+def with_numpy_names(fn):
+    """`fn` (a method taking dim=/keepdim=) also taking numpy's axis=/keepdims=."""
+
+    @functools.wraps(fn)
+    def wrapper(self, *args, axis=None, keepdims=None, **kwargs):  # (a name ir/sites passes)
+        if axis is not None:
+            if args or "dim" in kwargs:
+                raise TypeError(f"{fn.__name__}() got an unexpected keyword argument 'axis'")
+            kwargs["dim"] = axis
+        if keepdims is not None:
+            if "keepdim" in kwargs:
+                raise TypeError(f"{fn.__name__}() got both keepdim and keepdims")
+            kwargs["keepdim"] = keepdims
+        return fn(self, *args, **kwargs)
+
+    return wrapper
+
+
 def install(cls) -> None:
     for name, fn in METHODS.items():
         setattr(cls, name, fn)
+    for name in NUMPY_NAMED:
+        if hasattr(cls, name):
+            setattr(cls, name, with_numpy_names(getattr(cls, name)))

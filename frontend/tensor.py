@@ -34,7 +34,15 @@ from .autograd import (
     retain_grad,
     retains_grad,
 )
-from .errors import ArgumentError, DimError, DTypeError, ShapeError, checked_dtype, fail
+from .errors import (
+    ArgumentError,
+    DimError,
+    DTypeError,
+    ShapeError,
+    checked_dtype,
+    fail,
+    warn_user,
+)
 from .ir import node as N
 from .ir import sites as _sites
 from .ir.autodiff import with_vjp
@@ -523,6 +531,9 @@ class Tensor(MovementMixin, ReduceMixin):
     def __pos__(self):
         return self
 
+    def __abs__(self):
+        return self.abs()
+
     def __pow__(self, o):
         return pow_(self, o)
 
@@ -721,7 +732,15 @@ class Tensor(MovementMixin, ReduceMixin):
     # ---------------------------------------------------------------- autograd (see autograd.py)
     @property
     def grad(self):
-        return self._grad
+        g = self._grad
+        if g is None and self.requires_grad and not self._is_leaf and not self.retains_grad:
+            warn_user(
+                "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. "
+                "Its .grad attribute won't be populated during autograd.backward(). If you "
+                "indeed want the .grad field to be populated for a non-leaf Tensor, use "
+                ".retain_grad() on the non-leaf Tensor."
+            )
+        return g
 
     @grad.setter
     def grad(self, value):

@@ -44,6 +44,21 @@ class DType:
         return self.kind == "b"
 
     @property
+    def is_floating_point(self) -> bool:
+        """torch.dtype's name for is_float."""
+        return self.kind == "f"
+
+    @property
+    def is_signed(self) -> bool:
+        """True for floats and signed integers, False for uint8 and bool (as torch)."""
+        return self.kind != "b" and not self.unsigned
+
+    @property
+    def is_complex(self) -> bool:
+        """Always False: fusegrad has no complex dtypes."""
+        return False
+
+    @property
     def category(self) -> int:
         """0 bool, 1 integer, 2 float: what a 0-d tensor or a Python scalar can lift a
         tensor to (PyTorch's promotion compares categories first)."""

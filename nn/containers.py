@@ -43,6 +43,11 @@ class Sequential(Module):
             return Sequential(OrderedDict(items[index]))
         return items[_index(index, len(items))][1]
 
+    def __setitem__(self, index: int, module: Module) -> None:
+        """`model[-1] = nn.Linear(...)`: replace a layer in place (its name and order kept)."""
+        names = list(self._modules)
+        setattr(self, names[_index(index, len(names))], module)
+
     def append(self, module: Module) -> Sequential:
         self.add_module(str(len(self)), module)
         return self
@@ -67,6 +72,10 @@ class ModuleList(Module):
         if isinstance(index, slice):
             return ModuleList(items[index])
         return items[_index(index, len(items))]
+
+    def __setitem__(self, index: int, module: Module) -> None:
+        names = list(self._modules)
+        setattr(self, names[_index(index, len(names))], module)
 
     def append(self, module: Module) -> ModuleList:
         self.add_module(str(len(self)), module)

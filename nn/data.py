@@ -54,7 +54,8 @@ class Subset(Dataset):
 def random_split(dataset: Dataset, lengths: Sequence, generator=None) -> list[Subset]:
     """Split `dataset` at random into Subsets of the given lengths (or fractions summing
     to 1, the remainder dealt one by one from the first, as torch's). The permutation is
-    drawn from `generator` (a numpy Generator) or else the `fg.manual_seed` stream.
+    drawn from `generator` (an fg.Generator or a numpy Generator) or else the
+    `fg.manual_seed` stream.
 
     >>> import numpy as np
     >>> a, b = random_split(TensorDataset(np.arange(10)), [0.7, 0.3])
@@ -70,10 +71,10 @@ def random_split(dataset: Dataset, lengths: Sequence, generator=None) -> list[Su
         lengths = sizes
     if sum(lengths) != n:
         raise ValueError("Sum of input lengths does not equal the length of the input dataset!")
-    if generator is None:
-        order = creation.randperm(n).numpy()
-    else:
+    if isinstance(generator, np.random.Generator):
         order = generator.permutation(n)
+    else:  # None or a fusegrad Generator
+        order = creation.randperm(n, generator=generator).numpy()
     out, start = [], 0
     for k in lengths:
         out.append(Subset(dataset, order[start : start + k].tolist()))
@@ -141,8 +142,8 @@ def default_collate(samples: list):
 class DataLoader:
     """Iterate over a dataset in batches of fusegrad tensors.
 
-    `shuffle=True` draws a new permutation each epoch from `generator` (a
-    numpy Generator), or from `seed`, or else from the `fg.manual_seed` stream,
+    `shuffle=True` draws a new permutation each epoch from `generator` (an
+    fg.Generator or a numpy Generator), or from `seed`, or else from the `fg.manual_seed` stream,
     so runs are reproducible. `drop_last` drops a final short batch. A
     `sampler` (an iterable of indices with a length, such as a
     `DistributedSampler`) chooses the samples and their order instead.
@@ -155,7 +156,7 @@ class DataLoader:
         shuffle: bool = False,
         drop_last: bool = False,
         collate_fn: Callable | None = None,
-        generator: np.random.Generator | None = None,
+        generator=None,
         seed: int | None = None,
         sampler=None,
         num_workers: int = 0,
@@ -194,7 +195,7 @@ class DataLoader:
         n = len(self.dataset)
         if not self.shuffle:
             return np.arange(n)
-        rng = self.generator or np.random.default_rng(creation._next_seed())
+        rng = creation.host_rng(self.generator)
         return rng.permutation(n)
 
     def __iter__(self) -> Iterator:

@@ -24,9 +24,9 @@ from ..tensor import Tensor
 
 
 def _rng(generator: np.random.Generator | None) -> np.random.Generator:
-    if generator is not None:
-        return generator
-    return np.random.default_rng(creation._next_seed())  # advances the fg.manual_seed stream
+    # a numpy Generator is used as it is; an fg.Generator or None (the fg.manual_seed
+    # stream) seeds one, advancing that stream
+    return creation.host_rng(generator)
 
 
 def _fill(tensor: Tensor, values: np.ndarray) -> Tensor:

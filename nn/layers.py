@@ -31,6 +31,11 @@ def _uninitialized(*shape: int, dtype=None) -> Parameter:
 
 
 class Identity(Module):
+    """Returns its input; takes (and ignores) any arguments, as torch's does."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
     def forward(self, input):
         return input
 

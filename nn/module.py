@@ -138,8 +138,10 @@ class Module:
                 raise AttributeError(
                     f"cannot assign {type(value).__name__} '{name}' before Module.__init__() call"
                 )
-            self._forget(name)
             store = self._parameters if _is_parameter(value) else self._modules
+            # a name re-assigned in its own store keeps its place, as in torch: the order
+            # of parameters() and state_dict() does not change
+            self._forget(name, keep=store)
             store[name] = value
         elif params is not None and name in params:
             if value is not None:
@@ -179,10 +181,10 @@ class Module:
         if not self._forget(name):
             object.__delattr__(self, name)
 
-    def _forget(self, name: str) -> bool:
+    def _forget(self, name: str, keep: dict | None = None) -> bool:
         found = False
         for store in (self._parameters, self._buffers, self._modules):
-            if name in store:
+            if name in store and store is not keep:
                 del store[name]
                 found = True
         self._non_persistent.discard(name)

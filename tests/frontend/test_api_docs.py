@@ -7,10 +7,12 @@ import doctest
 import pytest
 
 import fusegrad
-from fusegrad import extend, indexing, mathops, shapeops, testing
+from fusegrad import extend, indexing, mathops, searching, shapeops, testing
 
 
-@pytest.mark.parametrize("module", [extend, indexing, mathops, shapeops, testing, fusegrad])
+@pytest.mark.parametrize(
+    "module", [extend, indexing, mathops, searching, shapeops, testing, fusegrad]
+)
 def test_docstring_examples(module):
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0

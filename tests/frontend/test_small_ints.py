@@ -237,7 +237,8 @@ def _gpu_case():
         u + s,  # int16
         u * 3 + 7,  # wraps
         (u < 100) | (s < 0),
-        fg.floor_divide(u, u8(np.arange(29) % 5)),  # unsigned division, by zero too
+        # unsigned division, by zero too (a lazy divisor: a known 0 raises, as in torch)
+        fg.floor_divide(u, u8(np.arange(29) % 5 + 1) - 1),
         fg.floor_divide(s, fg.tensor(np.full(29, -1, dtype=np.int8))),  # -128 / -1
         x.byte(),
         x.char(),

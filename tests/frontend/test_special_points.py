@@ -292,6 +292,18 @@ EXCLUDED: dict[str, str] = {
         _names("F", "cosine_similarity huber_loss kl_div l1_loss prelu smooth_l1_loss"),
         _COMPOSED,
     ),
+    # the second probe's additions (tests/frontend/test_habits_probe2.py)
+    **dict.fromkeys(
+        _names("fg", "compile get_num_threads seed set_num_threads set_printoptions"), _NON_MATH
+    ),
+    **dict.fromkeys(
+        _names("Tensor", "bincount") + _names("fg", "bincount bucketize searchsorted"),
+        _NOT_DIFFERENTIABLE,
+    ),
+    **dict.fromkeys(_names("Tensor", "mode") + _names("fg", "mode"), _MOVES),
+    **dict.fromkeys(_names("Tensor", "fmax fmin") + _names("fg", "cdist fmax fmin"), _COMPOSED),
+    **dict.fromkeys(_names("fg", "pow"), _FUNCTION_FORM),
+    **dict.fromkeys(_names("fg", "randint_like"), _RANDOM),
 }
 
 
