@@ -125,42 +125,8 @@ CHILD = textwrap.dedent(
 
 @pytest.mark.parametrize("threads", ["1", "2"])
 def test_ctrl_c_stops_a_long_kernel_and_the_engine_goes_on(threads):
-    env = dict(os.environ, FUSEGRAD_THREADS=threads)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    lines: queue.Queue = queue.Queue()
-    threading.Thread(
-        target=lambda: [lines.put(x.strip()) for x in proc.stdout], daemon=True
-    ).start()
-
-    def next_line(timeout: float) -> str:
-        try:
-            return lines.get(timeout=timeout)
-        except queue.Empty:
-            return f"nothing within {timeout} s"
-
-    try:
-        for attempt in ("kernel by kernel", "native program"):
-            assert next_line(120) == "running"
-            time.sleep(1.0)
-            sent = time.perf_counter()
-            proc.send_signal(signal.SIGINT)
-            line = next_line(10)
-            waited = time.perf_counter() - sent
-            assert line == f"interrupted {attempt}", line
-            assert waited < 3.0, f"{attempt}: KeyboardInterrupt came {waited:.1f} s after Ctrl-C"
-            assert next_line(60) == "computes"
-        assert next_line(60) == "done"
-        assert proc.wait(60) == 0, proc.stderr.read()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    proc, next_line = _child(CHILD, threads)
+    _interrupt_both_ways(proc, next_line, settle=1.0, within=3.0)
 
 
 SHORT_BUT_SLOW = textwrap.dedent(
@@ -209,42 +175,8 @@ SHORT_BUT_SLOW = textwrap.dedent(
 def test_ctrl_c_stops_a_slow_kernel_of_few_iterations(threads):
     """A kernel under LONG_WORK inner iterations whose iterations are costly runs on the
     main thread, watched: Ctrl-C stops it within a second or so (launch.py's _CtrlC)."""
-    env = dict(os.environ, FUSEGRAD_THREADS=threads)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SHORT_BUT_SLOW],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    lines: queue.Queue = queue.Queue()
-    threading.Thread(
-        target=lambda: [lines.put(x.strip()) for x in proc.stdout], daemon=True
-    ).start()
-
-    def next_line(timeout: float) -> str:
-        try:
-            return lines.get(timeout=timeout)
-        except queue.Empty:
-            return f"nothing within {timeout} s"
-
-    try:
-        for attempt in ("kernel by kernel", "native program"):
-            assert next_line(120) == "running"
-            time.sleep(0.5)
-            sent = time.perf_counter()
-            proc.send_signal(signal.SIGINT)
-            line = next_line(10)
-            waited = time.perf_counter() - sent
-            assert line == f"interrupted {attempt}", line
-            assert waited < 2.0, f"{attempt}: KeyboardInterrupt came {waited:.1f} s after Ctrl-C"
-            assert next_line(60) == "computes"
-        assert next_line(60) == "done"
-        assert proc.wait(60) == 0, proc.stderr.read()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    proc, next_line = _child(SHORT_BUT_SLOW, threads)
+    _interrupt_both_ways(proc, next_line, settle=0.5, within=2.0)
 
 
 MANY_MEDIUM = textwrap.dedent(
@@ -290,9 +222,31 @@ MANY_MEDIUM = textwrap.dedent(
 def test_ctrl_c_stops_a_program_of_many_medium_kernels():
     """A cached plan of many kernels, each short, runs as one native program for seconds:
     Ctrl-C stops it between kernels (or in a kernel's claim loop) within about a second."""
-    env = dict(os.environ, FUSEGRAD_THREADS="1")
+    proc, next_line = _child(MANY_MEDIUM, "1")
+    try:
+        assert next_line(180) == "running"
+        time.sleep(0.5)
+        sent = time.perf_counter()
+        proc.send_signal(signal.SIGINT)
+        line = next_line(30)
+        waited = time.perf_counter() - sent
+        assert line == "interrupted", line
+        assert waited < 1.5, f"KeyboardInterrupt came {waited:.1f} s after Ctrl-C"
+        assert next_line(120) == "running"  # the check run
+        assert next_line(120) == "computes"
+        assert proc.wait(60) == 0, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _child(script: str, threads: str):
+    """`script` running in a fresh interpreter with FUSEGRAD_THREADS=`threads`, and a
+    function giving its next line of output (or saying none came within the timeout)."""
+    env = dict(os.environ, FUSEGRAD_THREADS=threads)
     proc = subprocess.Popen(
-        [sys.executable, "-c", MANY_MEDIUM],
+        [sys.executable, "-c", script],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -309,17 +263,24 @@ def test_ctrl_c_stops_a_program_of_many_medium_kernels():
         except queue.Empty:
             return f"nothing within {timeout} s"
 
+    return proc, next_line
+
+
+def _interrupt_both_ways(proc, next_line, settle: float, within: float) -> None:
+    """Ctrl-C the child's slow kernel, run kernel by kernel and then as a native program:
+    each time KeyboardInterrupt comes `within` seconds and the engine computes after."""
     try:
-        assert next_line(180) == "running"
-        time.sleep(0.5)
-        sent = time.perf_counter()
-        proc.send_signal(signal.SIGINT)
-        line = next_line(30)
-        waited = time.perf_counter() - sent
-        assert line == "interrupted", line
-        assert waited < 1.5, f"KeyboardInterrupt came {waited:.1f} s after Ctrl-C"
-        assert next_line(120) == "running"  # the check run
-        assert next_line(120) == "computes"
+        for attempt in ("kernel by kernel", "native program"):
+            assert next_line(120) == "running"
+            time.sleep(settle)
+            sent = time.perf_counter()
+            proc.send_signal(signal.SIGINT)
+            line = next_line(10)
+            waited = time.perf_counter() - sent
+            assert line == f"interrupted {attempt}", line
+            assert waited < within, f"{attempt}: KeyboardInterrupt came {waited:.1f} s after Ctrl-C"
+            assert next_line(60) == "computes"
+        assert next_line(60) == "done"
         assert proc.wait(60) == 0, proc.stderr.read()
     finally:
         if proc.poll() is None:
