@@ -10,7 +10,9 @@ nothing but count."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -57,17 +59,37 @@ def test_a_cached_plan_through_its_launch_list_computes_what_a_first_run_does():
     assert plan.__dict__.get("launch_list") is not None  # the later runs used it
 
 
-@pytest.mark.usefixtures("emulated")
+SPLIT_SUM = textwrap.dedent(
+    """
+    import numpy as np
+    import fusegrad as fg
+    from fusegrad.runtime import cuda as runtime_cuda
+    from fusegrad.runtime.engine import engine
+
+    with fg.config.override(cuda="emulate"):
+        runtime_cuda.reset()
+        n = 1 << 20  # long enough for a split sum (a scratch buffer of partials)
+        x = fg.tensor(np.ones(n, np.float32), device="cuda")
+        first = (x * 2).sum().item()
+        again = (x * 3).sum().item()  # (a constant is part of a plan's key: a new plan)
+        assert (first, again) == (2.0 * n, 3.0 * n), (first, again)
+        assert (x * 3).sum().item() == 3.0 * n  # the cached plan, through its launch list
+        plan, _, fresh = engine.plan_for([(x * 3).sum().node])
+        assert not fresh and plan.__dict__.get("launch_list") is not None
+        assert any(s.record.compiled.kernel.scratch for s in plan.steps)
+    print("ok")
+    """
+)
+
+
 def test_a_split_reduction_s_scratch_lies_in_the_arena_and_stays_right():
-    n = 1 << 20  # long enough for a split sum (a scratch buffer of partials)
-    x = fg.tensor(np.ones(n, np.float32), device="cuda")
-    first = (x * 2).sum().item()
-    again = (x * 3).sum().item()  # same structure: the cached plan's launch list
-    assert (first, again) == (2.0 * n, 3.0 * n)
-    # (the plan itself: in a whole-suite run it has been found evicted here, for reasons
-    # not yet understood, so this does not insist it is still cached)
-    plan = engine.plan_for([(x * 3).sum().node])[0]
-    assert any(s.record.compiled.kernel.scratch for s in plan.steps)
+    """In a fresh interpreter: in a whole-suite run this sum was once scheduled without a
+    split and its plan found evicted (something an earlier test leaves behind; not yet
+    found), which is not what this test is about."""
+    run = subprocess.run(
+        [sys.executable, "-c", SPLIT_SUM], capture_output=True, text=True, timeout=600
+    )
+    assert run.stdout.strip() == "ok", run.stderr[-3000:]
 
 
 def test_arguments_are_bound_once_per_set_of_buffers_and_only_launches_repeat():
