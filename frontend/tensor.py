@@ -1123,21 +1123,15 @@ class ScaledGrad(Tensor):
         g = LazyGrad(self.pending, self.index, self.base)
         return Tensor.__mul__(g, self.coef) if self.side == "mul" else Tensor.__rmul__(g, self.coef)
 
-    @property
-    def node(self) -> N.Node:
+    def _node(self) -> N.Node:
         n = _NODE.__get__(self, Tensor)
         if n is None:
             n = self.scaled().node
             _NODE.__set__(self, n)
         return n
 
-    @node.setter
-    def node(self, value: N.Node) -> None:
-        _NODE.__set__(self, value)
-
-    @property
-    def built(self) -> bool:
-        return _NODE.__get__(self, Tensor) is not None
+    node = property(_node, LazyGrad.node.fset)  # built when first read, as LazyGrad's
+    built = LazyGrad.built
 
     @property
     def shape(self) -> tuple[int, ...]:

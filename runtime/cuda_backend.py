@@ -46,10 +46,10 @@ class CudaBackend(Backend):
     @property
     def bandwidth(self) -> float:
         """Rated from the GPU's memory clock and bus width (the emulator: the host's)."""
-        b = cuda.backend()
-        if b.host_memory:
+        gpu = _gpu()
+        if gpu is None:
             return get_backend(HOST).bandwidth
-        attr, dev = b.drv.device_attribute, b.drv.Device(0)
+        attr, dev = gpu
         khz = dev.get_attribute(attr.MEMORY_CLOCK_RATE)
         bits = dev.get_attribute(attr.GLOBAL_MEMORY_BUS_WIDTH)
         return 2 * khz * 1e3 * bits / 8 / 1e9  # double data rate
@@ -57,10 +57,10 @@ class CudaBackend(Backend):
     @property
     def peak(self) -> float:
         """Rated float32 GFLOP/s (one fused multiply-add per lane per clock)."""
-        b = cuda.backend()
-        if b.host_memory:
+        gpu = _gpu()
+        if gpu is None:
             return get_backend(HOST).peak
-        attr, dev = b.drv.device_attribute, b.drv.Device(0)
+        attr, dev = gpu
         sms = dev.get_attribute(attr.MULTIPROCESSOR_COUNT)
         khz = dev.get_attribute(attr.CLOCK_RATE)
         lanes = _LANES_PER_SM.get(dev.compute_capability()[0], 128)
@@ -116,6 +116,13 @@ class CudaBackend(Backend):
 
     def synchronize(self) -> None:
         cuda.synchronize()
+
+
+def _gpu():
+    """The driver's attribute names and the GPU (device 0), or None on the emulator, whose
+    figures are the host's."""
+    b = cuda.backend()
+    return None if b.host_memory else (b.drv.device_attribute, b.drv.Device(0))
 
 
 def _on_device(buf, device: str):
