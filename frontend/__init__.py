@@ -304,18 +304,19 @@ def minimum(a, b):
 
 def fmax(a, b):
     """The elementwise maximum where a NaN loses to a number (NaN only where both are),
-    as torch.fmax; the gradient goes to the one chosen.
+    as torch.fmax; the gradient goes to the one chosen, to `a` at a tie (as torch's).
 
     >>> import fusegrad as fg, math
     >>> fg.fmax(fg.tensor([1.0, math.nan]), fg.tensor([math.nan, 2.0])).tolist()
     [1.0, 2.0]
     """
-    return where(isnan(b), a, where(isnan(a), b, a.maximum(b)))
+    return where(isnan(b) | (a >= b), a, b)
 
 
 def fmin(a, b):
-    """The elementwise minimum where a NaN loses to a number, as torch.fmin."""
-    return where(isnan(b), a, where(isnan(a), b, a.minimum(b)))
+    """The elementwise minimum where a NaN loses to a number, as torch.fmin (the gradient
+    to `a` at a tie)."""
+    return where(isnan(b) | (a <= b), a, b)
 
 
 Tensor.fmax, Tensor.fmin = fmax, fmin
