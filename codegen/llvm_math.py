@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Callable
 
 
 def fconst(value: float, ty: str) -> str:
@@ -90,6 +91,18 @@ def intrinsic_suffix(ty: str) -> str:
     return names[ty]
 
 
+# name -> generator(elem, width) of the function's IR text: ir/ops.py's MATH rows without
+# an LLVM intrinsic, each spelled `@fg_<name>_...` by the renderer
+_GENERATORS: dict[str, Callable[[str, int | None], tuple[str, set[str]]]] = {}
+
+
+def _polynomial(gen):
+    """Register `_<name>` as the generator of `name`."""
+    _GENERATORS[gen.__name__.removeprefix("_")] = gen
+    return gen
+
+
+@_polynomial
 def _exp(elem: str, width: int | None) -> str:
     b = _Builder(elem, width)
     ty, it = b.ty, b.ity
@@ -129,6 +142,7 @@ def _exp(elem: str, width: int | None) -> str:
     return _function("exp", b, y)
 
 
+@_polynomial
 def _log(elem: str, width: int | None) -> str:
     b = _Builder(elem, width)
     ty, it, bt = b.ty, b.ity, b.bty
@@ -174,10 +188,12 @@ def _log(elem: str, width: int | None) -> str:
     return _function("log", b, y)
 
 
+@_polynomial
 def _sin(elem: str, width: int | None) -> str:
     return _sin_or_cos(elem, width, cos=False)
 
 
+@_polynomial
 def _cos(elem: str, width: int | None) -> str:
     return _sin_or_cos(elem, width, cos=True)
 
@@ -247,9 +263,6 @@ def _function(name: str, b: _Builder, result: str) -> tuple[str, set[str]]:
         f"{body}\n  ret {ty} {result}\n}}\n"
     )
     return text, b.decls
-
-
-_GENERATORS = {"exp": _exp, "log": _log, "sin": _sin, "cos": _cos}
 
 
 def math_functions(used: set[tuple[str, str, int | None]]) -> tuple[str, set[str]]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ..ir.dtypes import DType
 from ..ir.node import Node
-from ..ir.ops import ELEMENTWISE, REDUCE, REDUCE_COMBINE, Ops
+from ..ir.ops import ELEMENTWISE, REDUCE, REDUCE_COMBINE, TRANSCENDENTAL, Ops
 from ..ir.schedule import ScheduleItem
 from ..ir.symbolic import FloorDiv, Lin, Mod, Var, lin
 from ..ir.tiling import PANEL_CACHE_BYTES, TILE_COLS
@@ -1075,13 +1075,17 @@ def _contiguous_axes(axes: list[int]) -> bool:
     return all(b == a + 1 for a, b in zip(axes, axes[1:]))
 
 
+# what a kernel name mentions besides its reductions: the float functions (ir/ops.py's
+# MATH), random numbers, padding, gathers and scatters
+_NOTABLE = TRANSCENDENTAL | {Ops.RAND, Ops.PAD, Ops.GATHER, Ops.SCATTER_ADD}
+
+
 def kernel_name(item: ScheduleItem) -> str:
     """A readable, stable name: what the kernel mainly does, and its output shape."""
     notable = []
     for n in item.nodes:
         name = n.op.name.lower()
-        notable_ops = {Ops.EXP, Ops.LOG, Ops.SIN, Ops.COS, Ops.SQRT, Ops.RAND, Ops.PAD}
-        if n.op in REDUCE or n.op in notable_ops | {Ops.GATHER, Ops.SCATTER_ADD}:
+        if n.op in REDUCE or n.op in _NOTABLE:
             name = {"reduce_max": "max"}.get(name, name)
             if name not in notable:
                 notable.append(name)

@@ -1,7 +1,8 @@
 """The op table: how each backend spells every elementwise op, one row per (op, dtype kind).
 
 A new primitive is one row here, read by both renderers (plus its shape rule,
-gradient rule and reference-evaluator line in `ir/`). The kind is
+gradient rule and reference-evaluator line in `ir/`); a float function (exp, sqrt,
+erfc, ...) is instead a row of `ir.ops.MATH`, from which its row here is made. The kind is
 `DType.kind` of the operands: "f" float, "i" integer, "b" bool; "u" rows hold
 the few ops where an unsigned integer (uint8) differs from a signed one, and an
 unsigned op without one uses the "i" row (add, mul and neg wrap the same way).
@@ -30,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir.dtypes import DType
-from ..ir.ops import Ops
+from ..ir.ops import MATH, Ops
 
 
 @dataclass(frozen=True)
@@ -64,11 +65,7 @@ OPS: dict[tuple[Ops, str], OpRow] = {
     (Ops.CMPLT, "f"): OpRow("fcmp olt {t} {0}, {1}", "{0} < {1}"),
     (Ops.CMPEQ, "f"): OpRow("fcmp oeq {t} {0}, {1}", "{0} == {1}"),
     (Ops.MAX, "f"): OpRow(Intrinsic("maximum", 2), "fg_max({0}, {1})"),
-    (Ops.SQRT, "f"): OpRow(Intrinsic("sqrt", 1), "sqrt{f}({0})"),
-    (Ops.EXP, "f"): OpRow(MathFn("exp"), "exp{f}({0})"),
-    (Ops.LOG, "f"): OpRow(MathFn("log"), "log{f}({0})"),
-    (Ops.SIN, "f"): OpRow(MathFn("sin"), "sin{f}({0})"),
-    (Ops.COS, "f"): OpRow(MathFn("cos"), "cos{f}({0})"),
+    # the float functions (exp, log, sqrt, ...): their rows come from ir/ops.py's MATH, below
     # signed integers
     (Ops.ADD, "i"): OpRow("add {t} {0}, {1}", "{0} + {1}"),
     (Ops.MUL, "i"): OpRow("mul {t} {0}, {1}", "{0} * {1}"),
@@ -89,6 +86,9 @@ OPS: dict[tuple[Ops, str], OpRow] = {
     (Ops.CMPLT, "b"): OpRow("icmp ult {t} {0}, {1}", "{0} < {1}"),
     (Ops.CMPEQ, "b"): OpRow("icmp eq {t} {0}, {1}", "{0} == {1}"),
 }
+for _op, _fn in MATH.items():
+    _llvm = Intrinsic(_fn.name, 1) if _fn.intrinsic else MathFn(_fn.name)
+    OPS[_op, "f"] = OpRow(_llvm, _fn.name + "{f}({0})")
 
 
 def op_row(op: Ops, dtype: DType) -> OpRow:

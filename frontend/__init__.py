@@ -196,6 +196,10 @@ from .mathops import (  # noqa: E402
     trunc,
 )
 from .mathops import round_ as round  # noqa: E402, A004
+
+# fg.exp, fg.sqrt, ...: one per row of ir/ops.py's MATH (after the import above: a primitive
+# replaces a composite of its name)
+globals().update(_mathops.PRIMITIVES)
 from .shapeops import all_ as all  # noqa: E402, A004
 from .shapeops import any_ as any  # noqa: E402, A004
 from .shapeops import (  # noqa: E402
@@ -256,26 +260,6 @@ double = float64
 long = int64
 int = int32  # noqa: A001
 short = int16
-
-
-def exp(x):
-    return x.exp()
-
-
-def log(x):
-    return x.log()
-
-
-def sin(x):
-    return x.sin()
-
-
-def cos(x):
-    return x.cos()
-
-
-def sqrt(x):
-    return x.sqrt()
 
 
 def tanh(x):

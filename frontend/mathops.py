@@ -29,7 +29,7 @@ from .errors import ArgumentError, DTypeError, ShapeError, fail
 from .ir import node as N
 from .ir.autodiff import own_node, with_vjp, without_derivative
 from .ir.dtypes import bool_, float64, int64
-from .ir.ops import MOVEMENT, Ops
+from .ir.ops import MATH, MOVEMENT, Ops
 
 LN2 = math.log(2.0)
 
@@ -962,6 +962,23 @@ def _set_data(x, value):
         retire(old, x, counted=False)
 
 
+# ---------------------------------------------------------------- float function primitives
+
+
+def _primitive(op: Ops):
+    name = MATH[op].name
+
+    def fn(x):
+        return x._float()._unary(op)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"{name}(x) elementwise, as torch.{name}: the primitive {op.name} (ir/ops.py)."
+    return fn
+
+
+# t.exp(), fg.exp(t), ...: one per row of ir/ops.py's MATH (integers compute in float32)
+PRIMITIVES = {MATH[op].name: _primitive(op) for op in MATH}
+
 METHODS = {
     "isnan": isnan,
     "isinf": isinf,
@@ -1032,6 +1049,7 @@ METHODS = {
     "logical_or": logical_or,
     "logical_xor": logical_xor,
     "clone": clone,
+    **PRIMITIVES,  # last: a primitive replaces a composite of its name
 }
 
 

@@ -607,21 +607,7 @@ class Tensor(MovementMixin, ReduceMixin):
         return self._binary(ir_op, o, op)
 
     # ---------------------------------------------------------------- math
-    def exp(self):
-        return self._float()._unary(Ops.EXP)
-
-    def log(self):
-        return self._float()._unary(Ops.LOG)
-
-    def sin(self):
-        return self._float()._unary(Ops.SIN)
-
-    def cos(self):
-        return self._float()._unary(Ops.COS)
-
-    def sqrt(self):
-        return self._float()._unary(Ops.SQRT)
-
+    # exp log sin cos sqrt erfc: one method per row of ir/ops.py's MATH (frontend/mathops.py)
     def rsqrt(self):
         return self.sqrt().reciprocal()
 

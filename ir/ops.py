@@ -3,13 +3,24 @@
 Everything a user writes (sigmoid, softmax, matmul, conv2d, losses) is a
 composition of these. (`MACRO` is not a primitive: one node standing for a
 registered composition, ir/macro.py; nothing past the scheduler sees it.)
-Adding a primitive means one row here, one shape rule (ir/node.py), one
-gradient rule (ir/autodiff.py), one line per renderer (codegen/llvm.py,
-codegen/cuda.py) and one reference-evaluator line (ir/reference.py).
+
+Adding a primitive means its member here (its group sets, and for a float
+function its `MATH` row, which spells it for every backend and names its Tensor
+method), one reference-evaluator line (ir/reference.py), one gradient rule
+(ir/autodiff.py) and, for a float function LLVM has no intrinsic for, its
+polynomial (codegen/llvm_math.py). Other elementwise ops take one row in
+codegen/optable.py, read by both renderers; tests/ir/test_op_tables.py names
+any table a primitive is missing from.
+
+>>> MATH[Ops.SQRT]
+MathOp(name='sqrt', intrinsic=True)
+>>> Ops.EXP in UNARY and Ops.EXP in TRANSCENDENTAL
+True
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum, auto
 
 
@@ -69,15 +80,37 @@ class Ops(Enum):
     __hash__ = object.__hash__
 
 
+@dataclass(frozen=True)
+class MathOp:
+    """A float function primitive's spellings, all derived from `name`: the method
+    `t.<name>()` and `fg.<name>(t)` (frontend/mathops.py), CUDA's `<name>` (`<name>f` for
+    float32), and on the CPU `@llvm.<name>` where `intrinsic` (LLVM's own vectorizable
+    intrinsic), else fusegrad's polynomial `<name>` in codegen/llvm_math.py. Each is
+    transcendental: the scheduler prices it higher, and kernel names mention it."""
+
+    name: str
+    intrinsic: bool = False
+
+
+# The float functions, one row each; their value and gradient are in ir/reference.py and
+# ir/autodiff.py (tests/ir/test_op_tables.py names a table a row is missing from).
+MATH: dict[Ops, MathOp] = {
+    Ops.EXP: MathOp("exp"),
+    Ops.LOG: MathOp("log"),
+    Ops.SIN: MathOp("sin"),
+    Ops.COS: MathOp("cos"),
+    Ops.SQRT: MathOp("sqrt", intrinsic=True),
+}
+
 LEAF = {Ops.BUFFER, Ops.CONST}
-UNARY = {Ops.NEG, Ops.EXP, Ops.LOG, Ops.SIN, Ops.COS, Ops.SQRT, Ops.RECIP, Ops.CAST}
+UNARY = {Ops.NEG, Ops.RECIP, Ops.CAST} | set(MATH)
 BINARY = {Ops.ADD, Ops.MUL, Ops.DIV, Ops.MAX, Ops.CMPLT, Ops.CMPEQ}
 TERNARY = {Ops.WHERE}
 ELEMENTWISE = UNARY | BINARY | TERNARY
 REDUCE = {Ops.SUM, Ops.REDUCE_MAX}
 MOVEMENT = {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}
 COMPARISON = {Ops.CMPLT, Ops.CMPEQ}
-TRANSCENDENTAL = {Ops.EXP, Ops.LOG, Ops.SIN, Ops.COS, Ops.SQRT}
+TRANSCENDENTAL = set(MATH)
 
 # What a reduction starts from.
 REDUCE_IDENTITY = {Ops.SUM: 0.0, Ops.REDUCE_MAX: float("-inf")}
