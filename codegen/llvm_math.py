@@ -1,4 +1,4 @@
-"""exp, log and sin as LLVM IR the loop vectorizer can widen.
+"""exp, log, sin, cos and erfc as LLVM IR the loop vectorizer can widen.
 
 A scalar libm call inside a loop stops vectorization, and activations are
 where CPU time goes, so each function is written out as range reduction plus
@@ -249,6 +249,62 @@ def _sin_or_cos(elem: str, width: int | None, cos: bool) -> str:
     return _function("cos" if cos else "sin", b, v)
 
 
+# the functions a generated function calls, in double precision (emitted alongside it)
+_CALLS = {"erfc": ("exp",)}
+_ERFC_SPLIT = 1.0  # erf's series below, the continued fraction from here on
+_ERFC_TERMS = 200  # enough for 1 ulp in double from 1.0 on (8 ulp at worst below it)
+
+
+@_polynomial
+def _erfc(elem: str, width: int | None) -> str:
+    """erfc in double (float32 rounds once at the end), for a = |x|:
+    below 1, 1 - erf(a) with erf's series 2/sqrt(pi) a e^-a^2 sum (2a^2)^n / (1*3*...*(2n+1))
+    (positive terms, no cancellation; 1 - erf loses at most 3 bits here);
+    from 1 on, e^-a^2 / (sqrt(pi) (a + (1/2)/(a + 1/(a + (3/2)/(a + ...))))) (never
+    1 - erf, which is 0 in double from a = 6 on where erfc is still 2e-17), with e^-a^2 as
+    e^-h^2 e^-(a-h)(a+h), h = a to 26 bits, so that the square is exact. erfc(-a) = 2 -
+    erfc(a); a is clamped to 30, past which erfc is 0 even in double."""
+    f64 = elem == "double"
+    b = _Builder("double", width)
+    b.arg_ty = vector_type(elem, width)
+    d, bt, it = b.ty, b.bty, b.ity
+    exp = function_name("exp", "double", width)
+    x = "%x" if f64 else b(f"fpext {b.arg_ty} %x to {d}")
+    a = b(f"call {d} {b.intrinsic('fabs')}({d} {x})")
+    a2 = b(f"fmul {d} {a}, {a}")
+    series = b.c(1.0)
+    for n in range(40, 0, -1):
+        term = b(f"fmul {d} {a2}, {b.c(2 / (2 * n + 1))}")
+        series = b.fma(series, term, b.c(1.0))
+    gauss = b(f"call {d} {exp}({d} {b(f'fneg {d} {a2}')})")
+    erf = b(f"fmul {d} {b(f'fmul {d} {a}, {b.c(2 / math.sqrt(math.pi))}')}, {gauss}")
+    erf = b(f"fmul {d} {erf}, {series}")
+    near = b(f"fsub {d} {b.c(1.0)}, {erf}")
+    t = b(f"call {d} {b.intrinsic('maxnum', 2)}({d} {a}, {d} {b.c(_ERFC_SPLIT)})")
+    t = b(f"call {d} {b.intrinsic('minnum', 2)}({d} {t}, {d} {b.c(30.0)})")
+    frac = t
+    for k in range(_ERFC_TERMS, 0, -1):
+        frac = b(f"fadd {d} {t}, {b(f'fdiv {d} {b.c(k / 2)}, {frac}')}")
+    h = b(f"and {it} {b(f'bitcast {d} {t} to {it}')}, {b.i(-(1 << 27))}")
+    h = b(f"bitcast {it} {h} to {d}")
+    h2 = b(f"fmul {d} {h}, {h}")
+    e1 = b(f"call {d} {exp}({d} {b(f'fneg {d} {h2}')})")
+    low = b(f"fmul {d} {b(f'fsub {d} {t}, {h}')}, {b(f'fadd {d} {t}, {h}')}")
+    e2 = b(f"call {d} {exp}({d} {b(f'fneg {d} {low}')})")
+    far = b(f"fmul {d} {e1}, {e2}")
+    far = b(f"fdiv {d} {far}, {b(f'fmul {d} {frac}, {b.c(math.sqrt(math.pi))}')}")
+    below = b(f"fcmp olt {d} {a}, {b.c(_ERFC_SPLIT)}")
+    v = b(f"select {bt} {below}, {d} {near}, {d} {far}")
+    neg = b(f"fcmp olt {d} {x}, {b.c(0.0)}")
+    v = b(f"select {bt} {neg}, {d} {b(f'fsub {d} {b.c(2.0)}, {v}')}, {d} {v}")
+    nan = b(f"fcmp uno {d} {x}, {x}")
+    v = b(f"select {bt} {nan}, {d} {x}, {d} {v}")
+    if not f64:
+        v = b(f"fptrunc {d} {v} to {b.arg_ty}")
+    b.ty = b.arg_ty
+    return _function("erfc", b, v)
+
+
 def function_name(name: str, elem: str, width: int | None) -> str:
     return f"@fg_{name}_{'v' + str(width) if width else ''}{elem}"
 
@@ -269,6 +325,7 @@ def math_functions(used: set[tuple[str, str, int | None]]) -> tuple[str, set[str
     """IR text for the (function, element type, width) triples a module calls, and the
     declarations of the intrinsics they use."""
     texts, decls = [], set()
+    used = used | {(f, "double", w) for name, _, w in used for f in _CALLS.get(name, ())}
     for name, elem, width in sorted(used, key=str):
         text, d = _GENERATORS[name](elem, width)
         texts.append(text)

@@ -18,6 +18,7 @@ fused and compiled like any other graph, and can itself be differentiated
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Callable
 
@@ -95,6 +96,11 @@ def max_grad_shared(x: Node, y: Node, g: Node, axes, nan_shares: bool) -> Node:
     return N.mul(N.expand(share, x.shape), hit)
 
 
+def _erfc_slope(x: Node) -> Node:
+    # -2/sqrt(pi) e^(-x^2), as torch's: -0.0 at +-inf, underflowing to 0 past |x| ~ 27
+    return N.mul(_c(-2 / math.sqrt(math.pi), x), N.unary(Ops.EXP, _neg(N.mul(x, x))))
+
+
 def _inverse(order) -> tuple[int, ...]:
     inv = [0] * len(order)
     for i, o in enumerate(order):
@@ -110,6 +116,7 @@ VJP: dict[Ops, Callable[[Node, Node], tuple]] = {
     Ops.SIN: lambda n, g: (N.mul(g, N.unary(Ops.COS, n.srcs[0])),),
     Ops.COS: lambda n, g: (_neg(N.mul(g, N.unary(Ops.SIN, n.srcs[0]))),),
     Ops.SQRT: lambda n, g: (_div(g, N.mul(n, _c(2.0, n))),),
+    Ops.ERFC: lambda n, g: (N.mul(g, _erfc_slope(n.srcs[0])),),
     Ops.RECIP: lambda n, g: (_neg(N.mul(g, N.mul(n, n))),),
     Ops.CAST: lambda n, g: (_cast_like(g, n.srcs[0]) if n.srcs[0].dtype.is_float else None,),
     Ops.ADD: lambda n, g: (g, g),

@@ -36,6 +36,7 @@ class Ops(Enum):
     SIN = auto()
     COS = auto()  # its own reduction (codegen/llvm_math.py), not sin(x + pi/2) rounded
     SQRT = auto()
+    ERFC = auto()  # 1 - erf(x), without the cancellation of 1 - erf (tiny and accurate far out)
     RECIP = auto()
     CAST = auto()  # arg is unused; the node's dtype is the target
     # binary elementwise
@@ -100,6 +101,7 @@ MATH: dict[Ops, MathOp] = {
     Ops.SIN: MathOp("sin"),
     Ops.COS: MathOp("cos"),
     Ops.SQRT: MathOp("sqrt", intrinsic=True),
+    Ops.ERFC: MathOp("erfc"),
 }
 
 LEAF = {Ops.BUFFER, Ops.CONST}

@@ -11,6 +11,8 @@ array([3., 3.], dtype=float32)
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import rand
@@ -57,6 +59,7 @@ _ELEMENTWISE = {
     Ops.SIN: lambda n, x: np.sin(x),
     Ops.COS: lambda n, x: np.cos(x),
     Ops.SQRT: lambda n, x: np.sqrt(x),
+    Ops.ERFC: lambda n, x: np.vectorize(math.erfc, otypes=[x.dtype])(x),  # numpy has none
     Ops.RECIP: lambda n, x: np.reciprocal(x),
     Ops.CAST: lambda n, x: (x != 0) if n.dtype.is_bool else x.astype(n.dtype.np),
     Ops.ADD: lambda n, a, b: (a | b) if n.dtype.is_bool else a + b,

@@ -147,6 +147,7 @@ CASES = {
     "SIN": (Ops.SIN, lambda x: N.unary(Ops.SIN, x), [normal(2, 3)], EPS),
     "COS": (Ops.COS, lambda x: N.unary(Ops.COS, x), [normal(2, 3)], EPS),
     "SQRT": (Ops.SQRT, lambda x: N.unary(Ops.SQRT, x), [positive(2, 3)], EPS),
+    "ERFC": (Ops.ERFC, lambda x: N.unary(Ops.ERFC, x), [normal(2, 3)], EPS),
     "RECIP": (Ops.RECIP, lambda x: N.unary(Ops.RECIP, x), [away_from_zero(2, 3)], EPS),
     # linear, so a large step is exact up to float32 rounding of the values
     "CAST": (Ops.CAST, cast_round_trip, [normal(2, 3)], 0.25),
