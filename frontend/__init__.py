@@ -168,7 +168,6 @@ from .mathops import (  # noqa: E402
     div,
     equal,
     erf,
-    erfc,
     exp2,
     expm1,
     floor,

@@ -515,10 +515,6 @@ def erf(x):
     return _with_grad(out, [(xf, (2 / math.sqrt(math.pi)) * (-xf * xf).exp())])
 
 
-def erfc(x):
-    return 1 - erf(x)
-
-
 # ---------------------------------------------------------------- trigonometry
 
 
@@ -1017,7 +1013,6 @@ METHODS = {
     "logaddexp": logaddexp,
     "logaddexp2": logaddexp2,
     "erf": erf,
-    "erfc": erfc,
     "atan": atan,
     "arctan": atan,
     "atan2": atan2,
