@@ -29,8 +29,8 @@ def compile_times(reset: bool = False) -> dict[str, float]:
     code, or loading it from the disk cache) and program; `reset=True` zeroes them after.
 
     >>> import fusegrad as fg
-    >>> sorted(fg.compile_times())[:3]
-    ['autodiff', 'key', 'llvm']
+    >>> {"autodiff", "key", "schedule", "lower", "render", "llvm"} <= set(fg.compile_times())
+    True
     """
     out = phases.snapshot()
     if reset:

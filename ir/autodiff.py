@@ -6,11 +6,13 @@ node constructors as everything else. The backward graph is then scheduled,
 fused and compiled like any other graph, and can itself be differentiated
 (higher-order derivatives).
 
+>>> import numpy as np
 >>> from fusegrad.ir import node as N
 >>> from fusegrad.ir.dtypes import float64
 >>> from fusegrad.ir.reference import evaluate
->>> x = N.const(3.0, (), float64)
->>> y = N.mul(x, x)
+>>> from fusegrad.runtime.buffer import Buffer
+>>> x = N.buffer(Buffer.from_numpy(np.array(3.0), float64), (), float64)  # x * x of a
+>>> y = N.mul(x, x)                                   # constant would fold to a constant
 >>> (g,) = gradients(y, N.const(1.0, (), float64), [x])
 >>> float(evaluate(g))
 6.0

@@ -188,9 +188,16 @@ class DistributedDataParallel(Module):
     def no_sync(self):
         """Forward passes inside this block accumulate gradients locally, unaveraged.
 
-        >>> with ddp.no_sync():                          # doctest: +SKIP
-        ...     loss_fn(ddp(x1), y1).backward()          # local only
-        >>> loss_fn(ddp(x2), y2).backward()              # averages the sum of both
+        >>> import fusegrad as fg, fusegrad.distributed as dist
+        >>> from fusegrad import nn
+        >>> dist.init_process_group()
+        >>> ddp = nn.parallel.DistributedDataParallel(nn.Linear(3, 1))
+        >>> with ddp.no_sync():
+        ...     ddp(fg.ones(1, 3)).sum().backward()     # local only
+        >>> ddp(fg.ones(1, 3)).sum().backward()         # averages the sum of both
+        >>> ddp.module.weight.grad.tolist()             # with one process: the sum
+        [[2.0, 2.0, 2.0]]
+        >>> dist.destroy_process_group()
         """
         old = self.require_backward_grad_sync
         self.require_backward_grad_sync = False
