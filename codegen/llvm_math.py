@@ -251,49 +251,53 @@ def _sin_or_cos(elem: str, width: int | None, cos: bool) -> str:
 
 # the functions a generated function calls, in double precision (emitted alongside it)
 _CALLS = {"erfc": ("exp",)}
-_ERFC_SPLIT = 1.0  # erf's series below, the continued fraction from here on
-_ERFC_TERMS = 200  # enough for 1 ulp in double from 1.0 on (8 ulp at worst below it)
+# (split, terms) per type: erf's series below split, the continued fraction from it on, to
+# that many terms: 1 ulp in double from 1 on; float32 needs only 1e-10 of the double result
+_ERFC_TERMS = {"double": (1.0, 200), "float": (2.0, 30)}
 
 
 @_polynomial
 def _erfc(elem: str, width: int | None) -> str:
-    """erfc in double (float32 rounds once at the end), for a = |x|:
-    below 1, 1 - erf(a) with erf's series 2/sqrt(pi) a e^-a^2 sum (2a^2)^n / (1*3*...*(2n+1))
-    (positive terms, no cancellation; 1 - erf loses at most 3 bits here);
-    from 1 on, e^-a^2 / (sqrt(pi) (a + (1/2)/(a + 1/(a + (3/2)/(a + ...))))) (never
-    1 - erf, which is 0 in double from a = 6 on where erfc is still 2e-17), with e^-a^2 as
-    e^-h^2 e^-(a-h)(a+h), h = a to 26 bits, so that the square is exact. erfc(-a) = 2 -
-    erfc(a); a is clamped to 30, past which erfc is 0 even in double."""
+    """erfc in double (float32 rounds once at the end), for a = |x| clamped to 30 (past
+    which erfc is 0 even in double) and g = e^-a^2:
+    below the split, 1 - erf(a) with erf's series 2/sqrt(pi) a g sum (2a^2)^n / (1*3*...
+    *(2n+1)) (positive terms; 1 - erf loses at most 3 bits below 1, 8 below 2);
+    from it on, g / (sqrt(pi) (a + (1/2)/(a + 1/(a + (3/2)/(a + ...))))), never 1 - erf,
+    which is 0 in double from a = 6 on where erfc is still 2e-17. In double, g is
+    e^-h^2 e^-(a-h)(a+h) with h = a to 26 bits, so that the square is exact (a^2 rounded
+    would cost up to 400 ulps far out). erfc(-a) = 2 - erfc(a)."""
     f64 = elem == "double"
+    split, terms = _ERFC_TERMS[elem]
     b = _Builder("double", width)
     b.arg_ty = vector_type(elem, width)
     d, bt, it = b.ty, b.bty, b.ity
     exp = function_name("exp", "double", width)
     x = "%x" if f64 else b(f"fpext {b.arg_ty} %x to {d}")
     a = b(f"call {d} {b.intrinsic('fabs')}({d} {x})")
+    a = b(f"call {d} {b.intrinsic('minnum', 2)}({d} {a}, {d} {b.c(30.0)})")
     a2 = b(f"fmul {d} {a}, {a}")
+    if f64:
+        h = b(f"and {it} {b(f'bitcast {d} {a} to {it}')}, {b.i(-(1 << 27))}")
+        h = b(f"bitcast {it} {h} to {d}")
+        h2 = b(f"fmul {d} {h}, {h}")
+        low = b(f"fmul {d} {b(f'fsub {d} {a}, {h}')}, {b(f'fadd {d} {a}, {h}')}")
+        g_hi = b(f"call {d} {exp}({d} {b(f'fneg {d} {h2}')})")
+        g_lo = b(f"call {d} {exp}({d} {b(f'fneg {d} {low}')})")
+        g = b(f"fmul {d} {g_hi}, {g_lo}")
+    else:
+        g = b(f"call {d} {exp}({d} {b(f'fneg {d} {a2}')})")
     series = b.c(1.0)
     for n in range(40, 0, -1):
         term = b(f"fmul {d} {a2}, {b.c(2 / (2 * n + 1))}")
         series = b.fma(series, term, b.c(1.0))
-    gauss = b(f"call {d} {exp}({d} {b(f'fneg {d} {a2}')})")
-    erf = b(f"fmul {d} {b(f'fmul {d} {a}, {b.c(2 / math.sqrt(math.pi))}')}, {gauss}")
-    erf = b(f"fmul {d} {erf}, {series}")
-    near = b(f"fsub {d} {b.c(1.0)}, {erf}")
-    t = b(f"call {d} {b.intrinsic('maxnum', 2)}({d} {a}, {d} {b.c(_ERFC_SPLIT)})")
-    t = b(f"call {d} {b.intrinsic('minnum', 2)}({d} {t}, {d} {b.c(30.0)})")
+    erf = b(f"fmul {d} {b(f'fmul {d} {a}, {b.c(2 / math.sqrt(math.pi))}')}, {g}")
+    near = b(f"fsub {d} {b.c(1.0)}, {b(f'fmul {d} {erf}, {series}')}")
+    t = b(f"call {d} {b.intrinsic('maxnum', 2)}({d} {a}, {d} {b.c(split)})")
     frac = t
-    for k in range(_ERFC_TERMS, 0, -1):
+    for k in range(terms, 0, -1):
         frac = b(f"fadd {d} {t}, {b(f'fdiv {d} {b.c(k / 2)}, {frac}')}")
-    h = b(f"and {it} {b(f'bitcast {d} {t} to {it}')}, {b.i(-(1 << 27))}")
-    h = b(f"bitcast {it} {h} to {d}")
-    h2 = b(f"fmul {d} {h}, {h}")
-    e1 = b(f"call {d} {exp}({d} {b(f'fneg {d} {h2}')})")
-    low = b(f"fmul {d} {b(f'fsub {d} {t}, {h}')}, {b(f'fadd {d} {t}, {h}')}")
-    e2 = b(f"call {d} {exp}({d} {b(f'fneg {d} {low}')})")
-    far = b(f"fmul {d} {e1}, {e2}")
-    far = b(f"fdiv {d} {far}, {b(f'fmul {d} {frac}, {b.c(math.sqrt(math.pi))}')}")
-    below = b(f"fcmp olt {d} {a}, {b.c(_ERFC_SPLIT)}")
+    far = b(f"fdiv {d} {g}, {b(f'fmul {d} {frac}, {b.c(math.sqrt(math.pi))}')}")
+    below = b(f"fcmp olt {d} {a}, {b.c(split)}")
     v = b(f"select {bt} {below}, {d} {near}, {d} {far}")
     neg = b(f"fcmp olt {d} {x}, {b.c(0.0)}")
     v = b(f"select {bt} {neg}, {d} {b(f'fsub {d} {b.c(2.0)}, {v}')}, {d} {v}")

@@ -88,11 +88,11 @@ def test_special_points_against_torch_on_the_emulated_cuda_device(emulated, dtyp
     assert same_signs(grad, want_grad)
 
 
-def test_float32_is_rounded_once_and_float64_within_10_ulps():
+def test_float32_is_rounded_once_and_float64_within_16_ulps():
     x = np.concatenate([np.linspace(-6.0, 10.0, 16_001), np.geomspace(1e-30, 1.0, 300)])
     want = np.array([math.erfc(v) for v in x])
     got64 = fg.tensor(x, dtype=fg.float64).erfc().numpy()
-    assert ulps(got64, want).max() <= 10  # 4 from 1 on; 1 - erf's 3 bits below
+    assert ulps(got64, want).max() <= 16  # 4 from 1 on; 1 - erf loses 3 bits below
     x32 = x.astype(np.float32)
     want32 = np.array([math.erfc(v) for v in x32.astype(np.float64)])
     got32 = fg.tensor(x32).erfc().numpy()
