@@ -607,7 +607,7 @@ class Tensor(MovementMixin, ReduceMixin):
         return self._binary(ir_op, o, op)
 
     # ---------------------------------------------------------------- math
-    # exp log sin cos sqrt erfc: one method per row of ir/ops.py's MATH (frontend/mathops.py)
+    # exp, sqrt, erfc, ...: one method per row of ir/ops.py's MATH (frontend/mathops.py)
     def rsqrt(self):
         return self.sqrt().reciprocal()
 

@@ -36,7 +36,7 @@ class Ops(Enum):
     SIN = auto()
     COS = auto()  # its own reduction (codegen/llvm_math.py), not sin(x + pi/2) rounded
     SQRT = auto()
-    ERFC = auto()  # 1 - erf(x), without the cancellation of 1 - erf (tiny and accurate far out)
+    ERFC = auto()  # 1 - erf(x) without that subtraction (which cancels to 0 far out)
     RECIP = auto()
     CAST = auto()  # arg is unused; the node's dtype is the target
     # binary elementwise
