@@ -111,6 +111,11 @@ class Backend(ABC):
         """Render and compile a loop-IR kernel; the compiled kernel. Sets `loop.name` to
         its symbol, so the listing, launch line, dump and profile share one name."""
 
+    def compile_many(self, loops: list) -> list:
+        """`compile` for each of a new plan's kernels; a backend that can compile several
+        side by side does so here (the CPU's forks processes)."""
+        return [self.compile(loop) for loop in loops]
+
     def prepare(self, plan) -> None:
         """Called once on a new plan before it is cached (the CPU builds its native
         program here, so that later runs compile nothing)."""

@@ -39,9 +39,14 @@ import ctypes
 import functools
 import hashlib
 import os
+import select
+import signal
+import struct
+import sys
 import tempfile
 import threading
 import time
+import warnings
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -82,22 +87,40 @@ def host_description() -> str:
         return _target()[2]
 
 
+@functools.cache
+def _machine(opt: int):
+    """The target machine that optimizes and emits code at `opt`: 3 for kernels, 0 for a
+    schedule's program (runtime/program.py: control flow around calls, which O3 takes
+    seconds over and makes no faster)."""
+    tm, new_machine, _ = _target()
+    if opt == 3:
+        return tm
+    return llvm.Target.from_default_triple().create_target_machine(
+        cpu=llvm.get_host_cpu_name(),
+        features=llvm.get_host_cpu_features().flatten(),
+        opt=opt,
+        reloc="static",
+        jit=True,
+    )
+
+
 @contextlib.contextmanager
-def _optimized(source: str):
-    """`source` parsed and through O3, in an LLVM context of its own, freed on leaving:
-    constants and types are interned in their context, and every new shape's kernel
-    brings new ones (its loop bounds), which the global context would keep for ever."""
-    tm, _, _ = _target()
+def _optimized(source: str, opt: int = 3):
+    """`source` parsed and through the pipeline of level `opt` (O3 for kernels), in an
+    LLVM context of its own, freed on leaving: constants and types are interned in their
+    context, and every new shape's kernel brings new ones (its loop bounds), which the
+    global context would keep for ever."""
+    tm = _machine(opt)
     context = llvm.create_context()
     mod = llvm.parse_assembly(source, context=context)
     try:
         mod.triple = tm.triple
         mod.data_layout = str(tm.target_data)
         mod.verify()
-        pto = llvm.create_pipeline_tuning_options(speed_level=3)
-        pto.loop_vectorization = True
-        pto.slp_vectorization = True
-        pto.loop_unrolling = True
+        pto = llvm.create_pipeline_tuning_options(speed_level=opt)
+        pto.loop_vectorization = opt >= 2
+        pto.slp_vectorization = opt >= 2
+        pto.loop_unrolling = opt >= 2
         pb = llvm.create_pass_builder(tm, pto)
         mpm = pb.getModulePassManager()
         try:
@@ -108,6 +131,14 @@ def _optimized(source: str):
     finally:
         mod.close()  # the module before its context
         context.close()
+
+
+def _emit(source: str, opt: int) -> tuple[bytes, float]:
+    """`source` compiled to an object file, and the seconds that took."""
+    t0 = time.perf_counter()
+    with _optimized(source, opt) as mod:
+        obj = _machine(opt).emit_object(mod)
+    return obj, time.perf_counter() - t0
 
 
 def _dispose_pass_manager(mpm) -> None:
@@ -165,6 +196,7 @@ class CompiledKernel:
     cache: str  # "compiled", "disk", or "memory"
     _texts: dict = field(default_factory=dict, repr=False)
     library: Library | None = field(default=None, repr=False, compare=False)
+    opt: int = field(default=3, repr=False)  # the optimization level it was compiled at
     language = "LLVM IR"  # what `source` is written in (KernelRecord.llvm_ir, cuda_c read it)
 
     @functools.cached_property
@@ -178,10 +210,9 @@ class CompiledKernel:
 
     def _make_texts(self) -> dict:
         if not self._texts:
-            tm, _, _ = _target()
-            with _optimized(self.source) as mod:
+            with _optimized(self.source, self.opt) as mod:
                 self._texts["ir"] = str(mod)
-                self._texts["asm"] = tm.emit_assembly(mod)
+                self._texts["asm"] = _machine(self.opt).emit_assembly(mod)
         return self._texts
 
     @property
@@ -308,64 +339,222 @@ def _read_cached(path: str, key: str) -> bytes | None:
     return obj
 
 
-def compile_kernel(source: str, symbol: str, nparams: int) -> CompiledKernel:
-    """Machine code for `source` (which defines `symbol`), from a cache when possible."""
+def compile_kernel(source: str, symbol: str, nparams: int, opt: int = 3) -> CompiledKernel:
+    """Machine code for `source` (which defines `symbol`), from a cache when possible,
+    optimized at level `opt`."""
+    return compile_kernels([(source, symbol, nparams, opt)])[0]
+
+
+def compile_kernels(jobs: list[tuple[str, str, int, int]]) -> list[CompiledKernel]:
+    """Machine code for each (source, symbol, number of parameters, optimization level),
+    from the caches where possible; those compiled anew are compiled side by side in
+    forked processes (`_compile_objects`), then loaded here, one at a time."""
+    out: list[CompiledKernel | None] = [None] * len(jobs)
     with _lock:
         _dispose_retired()
-        library = _live.get(symbol)
-        obj = _memory.get(symbol)
-        if obj is not None:
-            _memory.move_to_end(symbol)
-        if library is not None:  # loaded, in a library something still uses
-            stats["memory_hits"] += 1
-            address = library.addresses[symbol]
-            return CompiledKernel(symbol, source, address, nparams, 0.0, "memory", {}, library)
-        if obj is not None:  # compiled before: only loading it again
+        todo: dict[str, list[int]] = {}  # symbol -> the jobs that want it compiled
+        for i, (source, symbol, nparams, opt) in enumerate(jobs):
+            if symbol in todo:
+                todo[symbol].append(i)
+                continue
+            out[i] = _cached(source, symbol, nparams, opt)
+            if out[i] is None:
+                todo[symbol] = [i]
+        firsts = [indices[0] for indices in todo.values()]
+        objects = _compile_objects([(jobs[i][0], jobs[i][3]) for i in firsts])
+        for indices, (obj, seconds) in zip(todo.values(), objects):
+            source, symbol, nparams, opt = jobs[indices[0]]
+            key = _key(source, opt)
+            path = _disk_path(key)
+            if path:
+                try:
+                    _write_atomic(path, obj + _seal(key, obj))
+                except OSError as e:  # a read-only cache folder only costs speed
+                    warn_unusable_folder(
+                        "FUSEGRAD_CACHE",
+                        config.cache,
+                        e,
+                        "kernels compiled now are not saved (those in it are still read)",
+                    )
+            stats["compiled"] += 1
             t0 = time.perf_counter()
             library = _library_for_load()
             address = library.load(obj, symbol)
-            stats["memory_hits"] += 1
-            seconds = time.perf_counter() - t0
-            return CompiledKernel(symbol, source, address, nparams, seconds, "memory", {}, library)
-        k, obj = _load(source, symbol, nparams)
-        _memory[symbol] = obj
-        while len(_memory) > max(1, config.kernel_cache_size):
-            _memory.popitem(last=False)
-        return k
-
-
-def _load(source: str, symbol: str, nparams: int) -> tuple[CompiledKernel, bytes]:
-    """The kernel loaded from the disk cache or compiled, and its object file."""
-    tm, _, fingerprint = _target()
-    key = hashlib.sha256((fingerprint + "\n" + source).encode()).hexdigest()
-    path = _disk_path(key)
-    t0 = time.perf_counter()
-    obj, how = _read_cached(path, key) if path else None, "disk"
-    library = _library_for_load()
-    address = 0
-    if obj is not None:
-        try:
-            address = library.load(obj, symbol)
-            stats["disk_hits"] += 1
-        except Exception:  # any failure to load a cached object is a miss: compile instead
-            address = 0
-    if not address:
-        how = "compiled"
-        with _optimized(source) as mod:
-            obj = tm.emit_object(mod)
-        if path:
-            try:
-                _write_atomic(path, obj + _seal(key, obj))
-            except OSError as e:  # a read-only cache folder only costs speed
-                warn_unusable_folder(
-                    "FUSEGRAD_CACHE",
-                    config.cache,
-                    e,
-                    "kernels compiled now are not saved (those in it are still read)",
+            if not address:
+                raise RuntimeError(f"kernel {symbol} did not load from its object file")
+            seconds += time.perf_counter() - t0
+            first = CompiledKernel(
+                symbol, source, address, nparams, seconds, "compiled", {}, library, opt
+            )
+            _remember(symbol, obj)
+            out[indices[0]] = first
+            for i in indices[1:]:  # the same kernel twice in one batch: compiled once
+                stats["memory_hits"] += 1
+                out[i] = CompiledKernel(
+                    symbol, source, address, nparams, 0.0, "memory", {}, library, opt
                 )
-        stats["compiled"] += 1
+    return out
+
+
+def _key(source: str, opt: int) -> str:
+    """The disk cache's key: the source, for this LLVM and host CPU, at this level."""
+    _, _, fingerprint = _target()
+    level = "" if opt == 3 else f"\n-O{opt}"  # (O3's keys are those from before levels)
+    return hashlib.sha256((fingerprint + level + "\n" + source).encode()).hexdigest()
+
+
+def _remember(symbol: str, obj: bytes) -> None:
+    _memory[symbol] = obj
+    _memory.move_to_end(symbol)
+    while len(_memory) > max(1, config.kernel_cache_size):
+        _memory.popitem(last=False)
+
+
+def _cached(source: str, symbol: str, nparams: int, opt: int) -> CompiledKernel | None:
+    """The kernel loaded already, or loaded now from an object file in memory or on disk;
+    None if it must be compiled (under `_lock`)."""
+    library = _live.get(symbol)
+    obj = _memory.get(symbol)
+    if obj is not None:
+        _memory.move_to_end(symbol)
+    if library is not None:  # loaded, in a library something still uses
+        stats["memory_hits"] += 1
+        address = library.addresses[symbol]
+        return CompiledKernel(symbol, source, address, nparams, 0.0, "memory", {}, library, opt)
+    how = "memory"
+    if obj is None:
+        key = _key(source, opt)
+        path = _disk_path(key)
+        obj, how = (_read_cached(path, key) if path else None), "disk"
+        if obj is None:
+            return None
+    t0 = time.perf_counter()
+    library = _library_for_load()
+    try:
         address = library.load(obj, symbol)
+    except Exception:  # any failure to load a cached object is a miss: compile instead
+        address = 0
     if not address:
-        raise RuntimeError(f"kernel {symbol} did not load from its object file")
+        return None
+    stats["memory_hits" if how == "memory" else "disk_hits"] += 1
+    _remember(symbol, obj)
     seconds = time.perf_counter() - t0
-    return CompiledKernel(symbol, source, address, nparams, seconds, how, {}, library), obj
+    return CompiledKernel(symbol, source, address, nparams, seconds, how, {}, library, opt)
+
+
+# A forked compiler that has said nothing for this long (and this many times the parent's
+# own share took) is taken to be stuck: killed, and its share compiled here instead.
+CHILD_PATIENCE_S = 30.0
+_RECORD = struct.Struct("<Qd")  # a compiled object's length and seconds, before its bytes
+
+
+def compile_workers(n: int) -> int:
+    """How many processes compile `n` new kernels: this one and forked copies of it, up to
+    `config.compile_workers`; one where forking is not possible or wise (no `os.fork`,
+    an MPI rank: Open MPI warns about forks and some interconnects break)."""
+    if n < 2 or config.compile_workers <= 1 or not hasattr(os, "fork"):
+        return 1
+    if "mpi4py.MPI" in sys.modules:
+        return 1
+    return min(n, config.compile_workers)
+
+
+def _compile_objects(items: list[tuple[str, int]]) -> list[tuple[bytes, float]]:
+    """Object files (and seconds each took) for (source, level) items, in order.
+
+    llvmlite serializes every call into LLVM behind one lock, so threads cannot compile
+    side by side; forked processes can. Each child compiles its share (balanced by source
+    size) and writes the objects back through a pipe, while this process compiles its own;
+    a child that fails or goes quiet costs only time: its share is compiled here."""
+    workers = compile_workers(len(items))
+    if workers == 1:
+        return [_emit(source, opt) for source, opt in items]
+    shares: list[list[int]] = [[] for _ in range(workers)]
+    loads = [0] * workers
+    for i in sorted(range(len(items)), key=lambda i: -len(items[i][0])):
+        w = loads.index(min(loads))
+        shares[w].append(i)
+        loads[w] += len(items[i][0])
+    children = []
+    for share in shares[1:]:
+        child = _fork_compiler([items[i] for i in share])
+        if child is None:  # no fork now: this process compiles that share too
+            shares[0] += share
+        else:
+            children.append((child, share))
+    results: dict[int, tuple[bytes, float]] = {}
+    t0 = time.perf_counter()
+    for i in shares[0]:
+        results[i] = _emit(*items[i])
+    patience = max(CHILD_PATIENCE_S, 10 * (time.perf_counter() - t0))
+    for (pid, fd), share in children:
+        got = _collect(pid, fd, len(share), patience)
+        if got is None:
+            got = [_emit(*items[i]) for i in share]
+        results.update(zip(share, got))
+    return [results[i] for i in range(len(items))]
+
+
+def _fork_compiler(items: list[tuple[str, int]]) -> tuple[int, int] | None:
+    """A forked child compiling `items`, as (pid, the pipe to read); None if fork failed.
+    The child writes nothing until all its objects are made (a full pipe would stall it
+    while this process is still busy with its own share), then leaves by `os._exit`,
+    running no Python clean-up of the parent's."""
+    r, w = os.pipe()
+    try:
+        with warnings.catch_warnings():  # (3.12 warns about forking with threads running)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            with llvm.ffi.lib._lock:  # no other thread is inside LLVM at the fork
+                pid = os.fork()
+    except OSError:
+        os.close(r)
+        os.close(w)
+        return None
+    if pid == 0:  # pragma: no cover - the child; its work is checked by the parent
+        status = 1
+        try:
+            os.close(r)
+            data = b"".join(_RECORD.pack(len(obj), s) + obj for obj, s in map(_emit_pair, items))
+            view = memoryview(data)
+            while view:
+                view = view[os.write(w, view) :]
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(w)
+    return pid, r
+
+
+def _emit_pair(item: tuple[str, int]) -> tuple[bytes, float]:
+    return _emit(*item)
+
+
+def _collect(pid: int, fd: int, count: int, patience: float) -> list[tuple[bytes, float]] | None:
+    """The `count` objects a forked compiler wrote, or None if it failed, wrote something
+    else, or said nothing for `patience` seconds (it is killed then)."""
+    chunks = []
+    try:
+        while True:
+            ready, _, _ = select.select([fd], [], [], patience)
+            if not ready:
+                os.kill(pid, signal.SIGKILL)
+                chunks = None
+                break
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+        _, status = os.waitpid(pid, 0)
+    if chunks is None or status != 0:
+        return None
+    data, at, out = b"".join(chunks), 0, []
+    for _ in range(count):
+        if at + _RECORD.size > len(data):
+            return None
+        size, seconds = _RECORD.unpack_from(data, at)
+        at += _RECORD.size
+        out.append((data[at : at + size], seconds))
+        at += size
+    return out if at == len(data) else None

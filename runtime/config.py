@@ -6,6 +6,8 @@
 | FUSEGRAD_DUMP       | folder to write every kernel and a manifest.json into          | unset   |
 | FUSEGRAD_THREADS    | threads that run kernels                                       | cores   |
 | FUSEGRAD_CACHE      | on-disk compile cache folder ("off" disables it)   | ~/.cache/fusegrad |
+| FUSEGRAD_COMPILE_WORKERS | processes that compile a new schedule's kernels side by | cores, |
+|                     | side (forked copies of this one; 1: compile in this one) | at most 8 |
 | FUSEGRAD_PROGRAM    | 0: launch a cached schedule's kernels one by one   | 1       |
 | FUSEGRAD_PLAN_CACHE | schedules (compiled plans) kept in memory, LRU     | 512     |
 | FUSEGRAD_KERNEL_CACHE | compiled kernels' object files kept in memory, LRU; | 2048 |
@@ -70,6 +72,8 @@ class Config:
     dump: str | None = None
     threads: int = 1
     cache: str | None = None
+    # processes that compile a new schedule's kernels side by side (runtime/compiler.py)
+    compile_workers: int = 1
     program: bool = True  # run cached schedules as one native call per thread
     plan_cache_size: int = 512  # compiled schedules kept in memory (least recently used go)
     # compiled kernels' object files kept in memory; machine code is freed once no cached
@@ -99,6 +103,10 @@ class Config:
             threads=threads if threads > 0 else _usable_cpus(),
             cache=None if cache.lower() in ("off", "0", "") else cache,
             program=program != 0,
+            compile_workers=_int_env(
+                "FUSEGRAD_COMPILE_WORKERS", 0, "a number of processes (0: one per core, up to 8)"
+            )
+            or min(_usable_cpus(), 8),
             plan_cache_size=_int_env("FUSEGRAD_PLAN_CACHE", 512, "a number of schedules") or 512,
             kernel_cache_size=_int_env("FUSEGRAD_KERNEL_CACHE", 2048, "a number of kernels")
             or 2048,

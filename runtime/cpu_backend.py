@@ -15,7 +15,7 @@ from ..codegen.lower import kernel_symbol, lower
 from ..ir import phases
 from .backend import Backend, register_backend
 from .buffer import Buffer, clear_pool, give_scratch, take_scratch
-from .compiler import CompiledKernel, compile_kernel
+from .compiler import CompiledKernel, compile_kernels
 from .config import config
 from .launch import effective_threads, launch, run_threads
 from .plan import KernelRecord, Plan, _ran
@@ -178,13 +178,19 @@ class CpuBackend(Backend):
         return kernel_symbol(render_llvm(loop, "KERNEL"), loop.name)
 
     def compile(self, loop) -> CompiledKernel:
+        return self.compile_many([loop])[0]
+
+    def compile_many(self, loops: list) -> list[CompiledKernel]:
+        jobs = []
         with phases.timed("render"):
-            source = render_llvm(loop, "KERNEL")
-        symbol = kernel_symbol(source, loop.name)
-        source = source.replace("@KERNEL(", f"@{symbol}(")
-        loop.name = symbol  # one name in the listing, the launch line, the dump and the profile
+            for loop in loops:
+                source = render_llvm(loop, "KERNEL")
+                symbol = kernel_symbol(source, loop.name)
+                loop.name = symbol  # one name in the listing, launch line, dump and profile
+                source = source.replace("@KERNEL(", f"@{symbol}(")
+                jobs.append((source, symbol, len(loop.params), 3))
         with phases.timed("llvm"):
-            return compile_kernel(source, symbol, len(loop.params))
+            return compile_kernels(jobs)
 
     def prepare(self, plan: Plan) -> None:
         if config.program:

@@ -326,9 +326,13 @@ def compile_plan(todo: list[Node], leaves: list[Node], has_value, device: str = 
         for n in item.inputs:
             last_read[id(n)] = k
     wanted = {id(n) for n in todo}
+    backend = get_backend(device)
+    with phases.timed("lower"):
+        loops = [backend.lower(item) for item in items]
+    compiled = backend.compile_many(loops)  # side by side where the backend can
     steps: list[Step] = []
     for k, item in enumerate(items):
-        rec, extent, work = _compile_item(item, device)
+        rec, extent, work = _record(item, loops[k], compiled[k])
         if config.debug >= 2:  # named as its launch line, dump file and profile name it
             _log(f"  [{k}] {rec.name}: {' '.join(item.ops)} -> {item.root.shape} ({item.reason})")
             for line, labels in _ops_by_line(item.sites).items():
@@ -352,16 +356,21 @@ def compile_plan(todo: list[Node], leaves: list[Node], has_value, device: str = 
 
 def kernel_names(items: list[ScheduleItem], device: str = HOST) -> list[str]:
     """The name each item's kernel has when it runs on `device` (lowered and rendered as
-    `_compile_item` does, not compiled): for pictures of a graph not run yet."""
+    `compile_plan` does, not compiled): for pictures of a graph not run yet."""
     backend = get_backend(device)
     return [backend.kernel_symbol(backend.lower(item)) for item in items]
 
 
 def _compile_item(item: ScheduleItem, device: str = HOST) -> tuple[KernelRecord, int, int]:
+    """One item lowered and compiled alone (`compile_plan` does a plan's together)."""
     backend = get_backend(device)
     with phases.timed("lower"):
         loop = backend.lower(item)
-    compiled = backend.compile(loop)  # names the loop after its symbol
+    return _record(item, loop, backend.compile(loop))
+
+
+def _record(item: ScheduleItem, loop, compiled) -> tuple[KernelRecord, int, int]:
+    """A compiled item's record, its parallel extent and its work (iterations)."""
     symbol = compiled.symbol
     root = item.root
     work = root.numel * (

@@ -210,7 +210,9 @@ def _barrier(j: int, nxt: str, pause: bool, yield_slot: int, others_leave=False)
 
 
 def compile_program(steps: list[tuple[int, int, list[int]]]) -> CompiledKernel:
-    """Compile (or fetch from the caches) the program for these kernels."""
+    """Compile (or fetch from the caches) the program for these kernels. At O0: it is
+    control flow around calls, which LLVM's O3 takes seconds over for a training step's
+    ~40 kernels (0.05 s at O0) and makes no faster that matters next to the kernels."""
     text = render_program(steps, "PROGRAM")
     name = "program_" + hashlib.sha256(text.encode()).hexdigest()[:16]
-    return compile_kernel(text.replace("@PROGRAM(", f"@{name}("), name, 4)
+    return compile_kernel(text.replace("@PROGRAM(", f"@{name}("), name, 4, opt=0)

@@ -141,14 +141,15 @@ def _start_nvcc_all(flags: tuple[str, ...]) -> None:
     from fusegrad.runtime import engine as engine_module
 
     _nvcc = collector = NvccAll(nvcc, PRELUDE, flags=flags)
-    compile_item = engine_module._compile_item
+    make_record = engine_module._record
     seen: set[tuple[str, str]] = set()
     lock = threading.Lock()
 
-    def compile_and_render(item, device="cpu"):
+    def record_and_render(item, loop, compiled):
         global _render_seconds
-        record, extent, work = compile_item(item, device)
+        record, extent, work = make_record(item, loop, compiled)
         symbol = record.compiled.symbol
+        device = "cpu" if compiled.language == "LLVM IR" else "cuda"
         with lock:
             if (device, symbol) in seen:
                 return record, extent, work
@@ -164,7 +165,7 @@ def _start_nvcc_all(flags: tuple[str, ...]) -> None:
         _render_seconds += time.perf_counter() - t0
         return record, extent, work
 
-    engine_module._compile_item = compile_and_render
+    engine_module._record = record_and_render
 
 
 def pytest_report_header(config):

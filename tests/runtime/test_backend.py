@@ -62,9 +62,9 @@ class _Tagged(CpuBackend):
     def from_host(self, array, dtype, device):
         return _TaggedBuffer.from_numpy(array, dtype)
 
-    def compile(self, loop):
-        type(self).compiled += 1
-        return super().compile(loop)
+    def compile_many(self, loops):  # what the engine calls for a new plan's kernels
+        type(self).compiled += len(loops)
+        return super().compile_many(loops)
 
     def prepare(self, plan):
         pass

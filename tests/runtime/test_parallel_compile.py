@@ -1,0 +1,178 @@
+"""A new plan's kernels compile side by side in forked processes (runtime/compiler.py):
+the same machine code as one process makes, a failed or stuck child costing only time,
+and a schedule's program compiled at O0."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+import uuid
+
+import numpy as np
+import pytest
+
+import fusegrad as fg
+from fusegrad.runtime import compiler
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="forking compilers need fork")
+
+
+def _sources(n: int, tag: str) -> list[tuple[str, str, int, int]]:
+    """n kernels `out[i] = i * k` for i in [start, end), each one distinct (tag)."""
+    jobs = []
+    for k in range(n):
+        symbol = f"pc_{tag}_{k}"
+        source = f"""
+define void @{symbol}(i64 %start, i64 %end, ptr %out) {{
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [%start, %entry], [%next, %loop]
+  %f = sitofp i64 %i to float
+  %v = fmul float %f, {float(k + 1):e}
+  %at = getelementptr inbounds float, ptr %out, i64 %i
+  store float %v, ptr %at
+  %next = add i64 %i, 1
+  %more = icmp slt i64 %next, %end
+  br i1 %more, label %loop, label %done
+done:
+  ret void
+}}
+"""
+        jobs.append((source, symbol, 1, 3))
+    return jobs
+
+
+def _run(kernel, n: int = 37) -> np.ndarray:
+    out = np.zeros(n, np.float32)
+    kernel.fn(0, n, out.ctypes.data)
+    return out
+
+
+def _check(kernels) -> None:
+    for k, kernel in enumerate(kernels):
+        np.testing.assert_array_equal(_run(kernel), np.arange(37, dtype=np.float32) * (k + 1))
+
+
+@pytest.fixture
+def no_disk_cache():
+    with fg.config.override(cache=None):
+        yield
+
+
+@pytest.mark.usefixtures("no_disk_cache")
+def test_forked_compilers_make_the_same_code_as_one_process():
+    tag = uuid.uuid4().hex[:8]
+    with fg.config.override(compile_workers=3):
+        assert compiler.compile_workers(5) == 3 and compiler.compile_workers(1) == 1
+        before = compiler.stats["compiled"]
+        kernels = compiler.compile_kernels(_sources(5, tag))
+    assert compiler.stats["compiled"] - before == 5
+    assert [k.cache for k in kernels] == ["compiled"] * 5
+    _check(kernels)
+    alone = [compiler._emit(source, 3)[0] for source, *_ in _sources(5, tag)]
+    assert [compiler._memory[k.symbol] for k in kernels] == alone  # byte for byte
+
+
+@pytest.mark.usefixtures("no_disk_cache")
+def test_a_kernel_twice_in_one_batch_is_compiled_once():
+    (job,) = _sources(1, uuid.uuid4().hex[:8])
+    before = compiler.stats["compiled"]
+    with fg.config.override(compile_workers=2):
+        a, b = compiler.compile_kernels([job, job])
+    assert compiler.stats["compiled"] - before == 1
+    assert (a.cache, b.cache) == ("compiled", "memory") and a.address == b.address
+
+
+@pytest.mark.usefixtures("no_disk_cache")
+def test_a_child_that_fails_costs_only_time(monkeypatch):
+    parent = os.getpid()
+    emit = compiler._emit_pair
+
+    def failing_in_children(item):
+        if os.getpid() != parent:
+            raise RuntimeError("a child's compile failed")
+        return emit(item)
+
+    monkeypatch.setattr(compiler, "_emit_pair", failing_in_children)  # forked children see it
+    with fg.config.override(compile_workers=2):
+        kernels = compiler.compile_kernels(_sources(4, uuid.uuid4().hex[:8]))
+    _check(kernels)
+
+
+@pytest.mark.usefixtures("no_disk_cache")
+def test_a_stuck_child_is_killed_and_its_share_compiled_here(monkeypatch):
+    parent = os.getpid()
+    emit = compiler._emit_pair
+
+    def stuck_in_children(item):
+        if os.getpid() != parent:
+            time.sleep(3600)
+        return emit(item)
+
+    monkeypatch.setattr(compiler, "_emit_pair", stuck_in_children)
+    monkeypatch.setattr(compiler, "CHILD_PATIENCE_S", 1.0)
+    forked = []
+    fork = os.fork
+
+    def recording_fork():
+        pid = fork()
+        if pid:
+            forked.append(pid)
+        return pid
+
+    monkeypatch.setattr(os, "fork", recording_fork)
+    t0 = time.monotonic()
+    with fg.config.override(compile_workers=2):
+        kernels = compiler.compile_kernels(_sources(4, uuid.uuid4().hex[:8]))
+    assert time.monotonic() - t0 < 30
+    _check(kernels)
+    assert forked
+    for pid in forked:
+        with pytest.raises(ChildProcessError):  # reaped: no zombie left behind
+            os.waitpid(pid, os.WNOHANG)
+
+
+def test_one_worker_or_an_mpi_rank_compiles_in_this_process(monkeypatch):
+    with fg.config.override(compile_workers=1):
+        assert compiler.compile_workers(8) == 1
+    monkeypatch.setitem(__import__("sys").modules, "mpi4py.MPI", object())
+    with fg.config.override(compile_workers=4):
+        assert compiler.compile_workers(8) == 1
+
+
+def test_the_setting_comes_from_the_environment(monkeypatch):
+    from fusegrad.runtime.config import Config, ConfigError
+
+    monkeypatch.setenv("FUSEGRAD_COMPILE_WORKERS", "3")
+    assert Config.from_env().compile_workers == 3
+    monkeypatch.setenv("FUSEGRAD_COMPILE_WORKERS", "0")  # one per core, at most 8
+    assert 1 <= Config.from_env().compile_workers <= 8
+    monkeypatch.setenv("FUSEGRAD_COMPILE_WORKERS", "many")
+    with pytest.raises(ConfigError, match="FUSEGRAD_COMPILE_WORKERS"):
+        Config.from_env()
+
+
+def test_a_plan_compiled_side_by_side_computes_what_one_process_does():
+    x = fg.tensor(np.linspace(-2, 2, 48, dtype=np.float32).reshape(6, 8), requires_grad=True)
+    tag = float(uuid.uuid4().int % 1000) / 7 + 1  # new constants: new kernels, not cached
+    with fg.config.override(compile_workers=2, cache=None):
+        y = ((x * tag).tanh().softmax(-1) * x).sum(0).exp().sum()
+        y.backward()
+        got = y.item(), x.grad.numpy()
+    with fg.config.override(compile_workers=1, cache=None):
+        x.grad = None
+        y = ((x * tag).tanh().softmax(-1) * x).sum(0).exp().sum()
+        y.backward()
+        np.testing.assert_array_equal(got[1], x.grad.numpy())
+        assert got[0] == y.item()
+
+
+def test_a_schedules_program_is_compiled_at_O0():
+    from fusegrad.runtime.program import compile_program
+
+    program = compile_program([(10, 10, [0, 1]), (20, 20, [1, 2])])
+    assert program.opt == 0
+    assert "define void @program_" in program.optimized_ir  # its dump says what it ran
+    assert ctypes.cast(program.address, ctypes.c_void_p).value
