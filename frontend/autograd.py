@@ -23,10 +23,11 @@ import weakref
 from .errors import FusegradError, ShapeError, at_callers_site, fail
 from .ir import node as N
 from .ir import sites as _sites
-from .ir.autodiff import NO_DERIVATIVE, gradients
+from .ir.autodiff import GRAD_HOOKS, NO_DERIVATIVE, gradients
 from .ir.ops import Ops
 from .runtime import forksafe
 from .runtime.engine import engine
+from .tensor_hooks import LEAF_HOOKS, on_leaf_grad
 from .versions import check_unmodified
 
 # every tensor made a differentiable leaf, by id() (Tensor's == is elementwise, so tensors
@@ -212,6 +213,8 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
             leaves = _reached_leaves(t.node, by_node)
             pending = PendingGrads(t.node, root_grad, [x.node for x in leaves], _sites.capture())
             fresh = [LazyGrad(pending, i) for i in range(len(leaves))]
+            if GRAD_HOOKS:  # user code in the gradient (tensor_hooks.py): run it now
+                pending.materialize()
     if retained:  # a retained tensor with another target's node (equal nodes are one node)
         at = {id(x.node): k for k, x in enumerate(leaves)}
         for r in retained:
@@ -223,6 +226,8 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
     if graded is None:
         graded = _local.graded = {}
     for leaf, gt in zip(leaves, fresh):
+        if gt is not None and LEAF_HOOKS:
+            gt = on_leaf_grad(leaf, gt)
         if gt is not None:
             leaf._grad = gt if leaf._grad is None else leaf._grad + gt
             graded[id(leaf)] = weakref.ref(leaf)
@@ -334,3 +339,12 @@ def grad(
         node = g if create_graph else N.detach(g)
         result.append(Tensor(node, requires_grad=create_graph, leaf=not create_graph))
     return tuple(result)
+
+
+def __getattr__(name: str):
+    # fusegrad.autograd.Function lives in function.py, which needs the Tensor class
+    if name in ("Function", "FunctionCtx"):
+        from . import function
+
+        return getattr(function, name)
+    raise AttributeError(f"module 'fusegrad.autograd' has no attribute '{name}'")

@@ -1,0 +1,274 @@
+"""`fusegrad.autograd.Function`: an op with a gradient written by hand, as torch's.
+
+A subclass gives `forward(ctx, *args)` and `backward(ctx, *grad_outputs)` as static
+methods and is called through `apply`. There is no tape here either: `forward` runs
+on the lazy inputs and builds graph; its outputs get a gradient rule of their own
+(`ir/autodiff.py` `with_vjp`) that calls `backward` when a backward pass is *built*,
+on lazy tensors, so the hand-written gradient is graph like any other: it fuses with
+its neighbours, can be differentiated again, and is recorded by `fusegrad.jit`.
+
+>>> import fusegrad as fg
+>>> class Cube(fg.autograd.Function):
+...     @staticmethod
+...     def forward(ctx, x):
+...         ctx.save_for_backward(x)
+...         return x ** 3
+...     @staticmethod
+...     def backward(ctx, grad):
+...         (x,) = ctx.saved_tensors
+...         return grad * 3 * x ** 2
+>>> x = fg.tensor([1.0, 2.0], requires_grad=True)
+>>> Cube.apply(x).sum().backward()
+>>> x.grad.tolist()
+[3.0, 12.0]
+"""
+
+from __future__ import annotations
+
+from . import autograd_state
+from .autograd import GradError
+from .errors import fail
+from .ir import node as N
+from .ir.autodiff import GRAD_HOOKS, reaches, with_vjp
+from .movement import cat
+from .tensor import Tensor
+from .tensor_hooks import fresh_node
+
+
+class FunctionCtx:
+    """What `forward` leaves for `backward`: saved tensors, flags and any attribute.
+
+    `needs_input_grad[i]` says whether forward's i-th argument is a tensor that
+    requires grad (so `backward` may skip the others and return None for them).
+    """
+
+    def __init__(self, needs_input_grad: tuple[bool, ...]):
+        self.needs_input_grad = needs_input_grad
+        self.materialize_grads = True
+        self._saved: tuple = ()
+        self._non_differentiable: set[int] = set()
+        self._backward_nodes = None  # the saved tensors' nodes, while backward runs
+
+    def save_for_backward(self, *tensors) -> None:
+        """Keep these tensors (or None) for `backward`'s `ctx.saved_tensors`.
+
+        What is kept is each tensor's value as it is now: an optimizer step that
+        updates a saved parameter before the gradient is built does not change it."""
+        for t in tensors:
+            if t is not None and not isinstance(t, Tensor):
+                raise TypeError(
+                    "save_for_backward can only save variables, but argument "
+                    f"{tensors.index(t)} is of type {type(t).__name__}"
+                )
+        self._saved = tuple(None if t is None else (t.node, t.requires_grad) for t in tensors)
+
+    @property
+    def saved_tensors(self) -> tuple:
+        """The tensors `save_for_backward` kept, as tensors of the backward graph."""
+        return tuple(
+            None if s is None else Tensor(s[0], requires_grad=s[1], leaf=not s[1])
+            for s in self._saved
+        )
+
+    def mark_non_differentiable(self, *outputs) -> None:
+        """These outputs get no gradient (an index, a mask): they do not require grad and
+        `backward` receives zeros for them."""
+        self._non_differentiable.update(id(t) for t in outputs)
+
+    def set_materialize_grads(self, value: bool) -> None:
+        """Accepted for torch's API. Gradients are always materialized here (zeros for an
+        output that gets none), which torch's backward must accept anyway."""
+        self.materialize_grads = bool(value)
+
+    def mark_dirty(self, *tensors) -> None:
+        raise NotImplementedError(
+            "autograd.Function: in-place forwards (ctx.mark_dirty) are not supported; "
+            "return a new tensor instead"
+        )
+
+
+class Function:
+    """Base class of a differentiable op with a hand-written gradient (see the module
+    docstring). Subclasses define static `forward(ctx, *args)` and
+    `backward(ctx, *grad_outputs)` (one gradient or None per forward argument), or
+    torch's other form: `forward(*args)` with `setup_context(ctx, inputs, output)`.
+    """
+
+    @staticmethod
+    def forward(*args, **kwargs):
+        raise NotImplementedError(
+            "You must implement the forward function for custom autograd.Function."
+        )
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        raise NotImplementedError("setup_context is not implemented.")
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        raise NotImplementedError(
+            "You must implement either the backward or vjp method for your custom "
+            "autograd.Function to use it with backward mode AD."
+        )
+
+    vjp = backward
+
+    def __init__(self, *args, **kwargs):
+        # torch deprecated instances: an op is a class, called through apply
+        raise RuntimeError(
+            "Legacy autograd function with non-static forward method is deprecated. "
+            "Please use new-style autograd function with static forward method."
+        )
+
+    @classmethod
+    def apply(cls, *args, **kwargs):
+        """Run `forward` on `args` and give its outputs `backward` as their gradient."""
+        needs = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
+        ctx = FunctionCtx(needs)
+        if cls.setup_context is not Function.setup_context:
+            output = cls.forward(*args, **kwargs)
+            cls.setup_context(ctx, args, output)
+        else:
+            output = cls.forward(ctx, *args, **kwargs)
+        if not any(needs) or not autograd_state.enabled():
+            return output
+        return _attach(cls, ctx, args, output)
+
+
+def _attach(cls, ctx: FunctionCtx, args: tuple, output):
+    """`output` with `cls.backward` as the gradient of its differentiable tensors."""
+    name = cls.__name__
+    single = not isinstance(output, tuple)
+    outputs = (output,) if single else output
+    grad_outs = [
+        k
+        for k, o in enumerate(outputs)
+        if isinstance(o, Tensor) and o.dtype.is_float and id(o) not in ctx._non_differentiable
+    ]
+    outputs = tuple(
+        o.detach() if isinstance(o, Tensor) and k not in grad_outs else o
+        for k, o in enumerate(outputs)
+    )
+    if not grad_outs:
+        return outputs[0] if single else outputs
+    dtypes = {outputs[k].dtype for k in grad_outs}
+    if len(dtypes) > 1:
+        raise NotImplementedError(
+            f"autograd.Function {name}: differentiable outputs of different dtypes "
+            f"({', '.join(sorted(d.name for d in dtypes))}) are not supported"
+        )
+    inputs = [(i, a) for i, a in enumerate(args) if ctx.needs_input_grad[i]]
+    shapes = [outputs[k].shape for k in grad_outs]
+    sizes = [outputs[k].numel() for k in grad_outs]
+    if len(grad_outs) == 1:
+        joint = outputs[grad_outs[0]]
+    else:  # one node for all outputs, so that backward gets every gradient at once
+        joint = cat([outputs[k].reshape(-1) for k in grad_outs])
+    _check_connected(name, joint, inputs)
+    node = fresh_node(joint.node)  # (the same op on the same inputs again: equal nodes)
+    sources = [a.node for _, a in inputs]
+    zeros = [(o.shape, o.dtype) for o in outputs]
+
+    def rule(g: N.Node):
+        g = Tensor(g)
+        pieces, start = {}, 0
+        for k, shape, size in zip(grad_outs, shapes, sizes):
+            pieces[k] = g[start : start + size].reshape(shape) if len(grad_outs) > 1 else g
+            start += size
+        grads = [
+            pieces[k] if k in pieces else _zeros(*zeros[k]) if isinstance(o, Tensor) else None
+            for k, o in enumerate(outputs)
+        ]
+        result = cls.backward(ctx, *grads)
+        result = _checked(name, result, args)
+        return [(s, d.node) for s, (i, _) in zip(sources, inputs) if (d := result[i]) is not None]
+
+    with_vjp(node, rule)
+    GRAD_HOOKS[node] = {}  # backward() builds the gradient at once: backward's errors raise there
+    out = joint._make(node, *[a for _, a in inputs])
+    for k, shape, size, start in zip(grad_outs, shapes, sizes, _starts(sizes)):
+        piece = out if len(grad_outs) == 1 else out[start : start + size].reshape(shape)
+        outputs = outputs[:k] + (piece,) + outputs[k + 1 :]
+    return outputs[0] if single else outputs
+
+
+def _starts(sizes):
+    start = 0
+    for s in sizes:
+        yield start
+        start += s
+
+
+def _zeros(shape, dtype) -> Tensor:
+    return Tensor(N.const(False if dtype.is_bool else 0, shape, dtype))
+
+
+def _check_connected(name: str, joint: Tensor, inputs) -> None:
+    """Refuse a forward whose outputs are not computed from an input that requires grad
+    through fusegrad ops (detached, or made with numpy): no gradient could reach it."""
+    targets = {id(a.node): i for i, a in inputs}
+    live = reaches([joint.node], set(targets))
+    for node_id, i in targets.items():
+        if node_id not in live:
+            fail(
+                GradError,
+                f"{name}.apply",
+                f"forward's outputs are not computed from argument {i} (which requires "
+                "grad) through fusegrad operations (it was detached, or the value went "
+                "through numpy); fusegrad builds gradients from the graph, so compute the "
+                "outputs from the input tensors",
+            )
+
+
+def _checked(name: str, result, args: tuple) -> list:
+    """backward's gradients, checked as torch checks them: one per forward argument
+    (extra trailing Nones dropped), a tensor's gradient of its shape (or one that sums
+    to it) in its dtype."""
+    result = list(result) if isinstance(result, tuple) else [result]
+    if len(result) > len(args) and all(r is None for r in result[len(args) :]):
+        result = result[: len(args)]
+    if len(result) != len(args):
+        raise RuntimeError(
+            f"function {name}Backward returned an incorrect number of gradients "
+            f"(expected {len(args)}, got {len(result)})"
+        )
+    out = []
+    for i, (g, a) in enumerate(zip(result, args)):
+        if g is not None and not isinstance(a, Tensor):
+            raise RuntimeError(
+                f"function {name}Backward returned a gradient different than None at position "
+                f"{i + 1}, but the corresponding forward input was not a Variable"
+            )
+        if g is None or not a.requires_grad:
+            out.append(None)
+            continue
+        if not isinstance(g, Tensor):
+            raise TypeError(
+                f"function {name}Backward returned a gradient of type {type(g).__name__} at "
+                f"index {i}; expected a Tensor or None"
+            )
+        if g.shape != a.shape:
+            if not _sums_to(g.shape, a.shape):
+                raise RuntimeError(
+                    f"Function {name}Backward returned an invalid gradient at index {i} - "
+                    f"got {list(g.shape)} but expected shape compatible with {list(a.shape)}"
+                )
+            g = _sum_to(g, a.shape)
+        out.append(g.to(dtype=a.dtype) if g.dtype != a.dtype else g)
+    return out
+
+
+def _sum_to(g: Tensor, shape) -> Tensor:
+    lead = g.ndim - len(shape)
+    if lead:
+        g = g.sum(tuple(range(lead)))
+    axes = tuple(i for i, (s, t) in enumerate(zip(shape, g.shape)) if s != t)
+    return g.sum(axes, keepdim=True) if axes else g
+
+
+def _sums_to(grad_shape, shape) -> bool:
+    """Whether `shape` broadcasts to `grad_shape` (so the gradient sums down to it)."""
+    if len(shape) > len(grad_shape):
+        return False
+    tail = grad_shape[len(grad_shape) - len(shape) :]
+    return all(s == t or s == 1 for s, t in zip(shape, tail))
