@@ -1,0 +1,189 @@
+"""Tensor.register_hook, Module.register_full_backward_hook / _pre_hook and the forward
+hooks' with_kwargs / prepend, against torch 2.13's behaviour (its values written here)."""
+
+from __future__ import annotations
+
+import doctest
+
+import numpy as np
+import pytest
+
+import fusegrad as fg
+from fusegrad import nn, tensor_hooks
+from fusegrad.nn import hooks as module_hooks
+
+
+def test_non_leaf_hook_replaces_the_gradient_and_retain_grad_keeps_the_hooked_one():
+    """torch: y = x * 3; y.retain_grad(); y.register_hook(g * 10); x.register_hook(g + 1);
+    (y * y).sum().backward() -> y.grad [60, 120], the leaf hook sees [180, 360],
+    x.grad [181, 361]."""
+    x = fg.tensor([1.0, 2.0], requires_grad=True)
+    y = x * 3
+    y.retain_grad()
+    y.register_hook(lambda g: g * 10)
+    seen = []
+    x.register_hook(lambda g: seen.append(g.tolist()) or g + 1)
+    (y * y).sum().backward()
+    assert seen == [[180.0, 360.0]]  # ran inside backward(), before anything was read
+    assert y.grad.tolist() == [60.0, 120.0]
+    assert x.grad.tolist() == [181.0, 361.0]
+
+
+def test_hooks_run_in_order_none_keeps_the_gradient_and_remove_takes_off():
+    x = fg.tensor([1.0, 2.0], requires_grad=True)
+    y = x * 2
+    order = []
+    first = y.register_hook(lambda g: order.append("first") or g + 1)
+    y.register_hook(lambda g: order.append(("second", g.tolist())))  # None: unchanged
+    y.sum().backward(retain_graph=True)
+    assert order == ["first", ("second", [2.0, 2.0])]
+    assert x.grad.tolist() == [4.0, 4.0]
+    first.remove()
+    x.grad = None
+    order.clear()
+    y.sum().backward()
+    assert order == [("second", [1.0, 1.0])] and x.grad.tolist() == [2.0, 2.0]
+
+
+def test_a_hooked_gradient_fuses_with_the_backward_pass():
+    x = fg.tensor([1.0, 2.0], requires_grad=True)
+    y = (x * 3).exp()
+    with y.register_hook(lambda g: g * 10):  # a `with` block removes it on leaving
+        y.sum().backward()
+    assert len(fg.kernels(x.grad)) == 1
+    np.testing.assert_allclose(x.grad.numpy(), 30 * np.exp([3.0, 6.0]), rtol=1e-6)
+    assert not fg.ir.autodiff.GRAD_HOOKS.get(y.node)
+
+
+def test_a_leaf_hook_stays_across_optimizer_steps():
+    w = nn.Parameter(fg.tensor([1.0, -1.0]))
+    w.register_hook(lambda g: g * 0)  # torch: the parameter never moves
+    opt = fg.optim.SGD([w], lr=0.5)
+    for _ in range(2):
+        opt.zero_grad()
+        (w * w).sum().backward()
+        opt.step()
+    assert w.tolist() == [1.0, -1.0]
+
+
+def test_hook_errors():
+    with pytest.raises(RuntimeError, match="cannot register a hook on a tensor that doesn't"):
+        fg.ones(2).register_hook(lambda g: g)
+    x = fg.tensor([1.0, 2.0], requires_grad=True)
+    y = x * 2
+    y.register_hook(lambda g: g.sum())
+    with pytest.raises(fg.ShapeError, match=r"hook returned \(\), expected a gradient"):
+        y.sum().backward()
+
+
+def test_a_hook_under_jit_replays_as_recorded():
+    def run(jitted):
+        w = nn.Parameter(fg.tensor([1.0, 2.0, 3.0]))
+        opt = fg.optim.SGD([w], lr=0.1)
+
+        def step(x):
+            h = w * x
+            h.register_hook(lambda g: g * 0.5)
+            loss = (h * h).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss
+
+        step = fg.jit(step) if jitted else step
+        losses = [step(fg.ones(3)).item() for _ in range(4)]
+        return losses, w.numpy(), getattr(step, "replays", 0)
+
+    eager, w_eager, _ = run(False)
+    jitted, w_jit, replays = run(True)
+    assert replays == 1
+    np.testing.assert_allclose(jitted, eager, rtol=1e-6)
+    np.testing.assert_allclose(w_eager, np.array([1.0, 2.0, 3.0]) * 0.9**4, rtol=1e-6)
+    np.testing.assert_allclose(w_jit, w_eager, rtol=1e-6)
+
+
+class _Two(nn.Module):
+    def forward(self, a, k, b):
+        return a * b * k, a + b
+
+
+def test_full_backward_hook_and_pre_hook_as_torch():
+    """torch's log and gradients for this module, pre hook doubling grad_output[0] and
+    the full hook scaling grad_input[0] by 10 (b's None: torch leaves b.grad None; here
+    it is zero)."""
+    m = _Two()
+    log = []
+
+    def full(module, grad_input, grad_output):
+        assert module is m
+        log.append(
+            (
+                "full",
+                [None if g is None else g.tolist() for g in grad_input],
+                [g.tolist() for g in grad_output],
+            )
+        )
+        return (grad_input[0] * 10, None, None)
+
+    def pre(module, grad_output):
+        log.append(("pre", [g.tolist() for g in grad_output]))
+        return (grad_output[0] * 2, grad_output[1])
+
+    h = m.register_full_backward_hook(full)
+    hp = m.register_full_backward_pre_hook(pre)
+    a = fg.tensor([1.0, 2.0], requires_grad=True)
+    b = fg.tensor([3.0, 4.0], requires_grad=True)
+    p, q = m(a, 2.0, b)
+    (p.sum() + 3 * q.sum()).backward()
+    assert log == [
+        ("pre", [[1.0, 1.0], [3.0, 3.0]]),
+        ("full", [[15.0, 19.0], None, [7.0, 11.0]], [[2.0, 2.0], [3.0, 3.0]]),
+    ]
+    assert a.grad.tolist() == [150.0, 190.0] and b.grad.tolist() == [0.0, 0.0]
+    h.remove()
+    hp.remove()
+    log.clear()
+    a.grad = None
+    p, q = m(a, 2.0, b)
+    p.sum().backward()
+    assert log == [] and a.grad.tolist() == [6.0, 8.0]
+
+
+def test_full_backward_hook_without_inputs_needing_grad_and_bad_returns():
+    lin = nn.Linear(2, 1)
+    seen = []
+    lin.register_full_backward_hook(lambda m, gi, go: seen.append((gi, go[0].shape)))
+    lin(fg.ones(3, 2)).sum().backward()
+    assert seen == [((None,), (3, 1))]  # as torch: called when grad_output is known
+    m = _Two()
+    m.register_full_backward_hook(lambda mod, gi, go: (gi[0], gi[2]))
+    a = fg.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(RuntimeError, match="invalid number of grad_input, got 2, but expected 3"):
+        m(a, 2.0, a)[0].sum().backward()
+
+
+def test_forward_hooks_with_kwargs_and_prepend_as_torch():
+    """torch: Identity with these hooks returns 3.0 and logs
+    [('prekw', {}), 'post0', 'post1', ('postkw', {})]."""
+    order = []
+    layer = nn.Identity()
+    layer.register_forward_hook(lambda m, a, o: order.append("post1"))
+    layer.register_forward_hook(lambda m, a, o: order.append("post0"), prepend=True)
+    layer.register_forward_pre_hook(
+        lambda m, a, kw: (order.append(("prekw", kw)), ((a[0] * 2,), kw))[1], with_kwargs=True
+    )
+    layer.register_forward_hook(
+        lambda m, a, kw, o: order.append(("postkw", kw)) or o + 1, with_kwargs=True
+    )
+    assert layer(fg.ones(1)).tolist() == [3.0]
+    assert order == [("prekw", {}), "post0", "post1", ("postkw", {})]
+    bad = nn.Identity()
+    bad.register_forward_pre_hook(lambda m, a, kw: 5, with_kwargs=True)
+    with pytest.raises(RuntimeError, match=r"must return None or a tuple of \(new_args, new_kw"):
+        bad(fg.ones(1))
+
+
+@pytest.mark.parametrize("module", [tensor_hooks, module_hooks])
+def test_docstring_examples(module):
+    result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0
