@@ -337,14 +337,15 @@ def grad(
             result.append(None)
             continue
         node = g if create_graph else N.detach(g)
-        result.append(Tensor(node, requires_grad=create_graph, leaf=not create_graph))
+        g = Tensor(node, requires_grad=create_graph, leaf=not create_graph)
+        result.append(on_leaf_grad(x, g) if LEAF_HOOKS else g)  # (a leaf's hooks, as torch)
     return tuple(result)
 
 
 def __getattr__(name: str):
     # fusegrad.autograd.Function lives in function.py, which needs the Tensor class
-    if name in ("Function", "FunctionCtx"):
+    if name in ("Function", "FunctionCtx", "function"):
         from . import function
 
-        return getattr(function, name)
+        return function if name == "function" else getattr(function, name)
     raise AttributeError(f"module 'fusegrad.autograd' has no attribute '{name}'")

@@ -135,6 +135,13 @@ class Function:
         return _attach(cls, ctx, args, output)
 
 
+def once_differentiable(backward):
+    """Accepted for torch's API (`@staticmethod @once_differentiable def backward`). torch
+    runs such a backward without recording it, so differentiating it again raises; here
+    backward builds graph of differentiable ops, which can be differentiated again."""
+    return backward
+
+
 def _attach(cls, ctx: FunctionCtx, args: tuple, output):
     """`output` with `cls.backward` as the gradient of its differentiable tensors."""
     name = cls.__name__

@@ -21,6 +21,7 @@ a value is read or an optimizer step realizes it.
 from __future__ import annotations
 
 import os
+import warnings
 from collections import OrderedDict, namedtuple
 from collections.abc import Callable, Iterator
 
@@ -359,7 +360,7 @@ class Module:
         if not self.__dict__.get("_hooks"):
             return self.forward(*args, **kwargs)
         hooks = list(self.__dict__["_hooks"].values())
-        for kind, hook, with_kwargs in hooks:
+        for kind, hook, with_kwargs, _ in hooks:
             if kind != "pre":
                 continue
             if with_kwargs:
@@ -375,11 +376,15 @@ class Module:
                 changed = hook(self, args)
                 if changed is not None:
                     args = changed if isinstance(changed, tuple) else (changed,)
-        backward = [(kind, hook) for kind, hook, _ in hooks if kind.startswith("backward")]
+        backward = [(kind, hook) for kind, hook, _, _ in hooks if kind.startswith("backward")]
         if backward:
             args, wrap_outputs = backward_hooks.wrap_call(self, backward, args)
-        out = self.forward(*args, **kwargs)
-        for kind, hook, with_kwargs in hooks:
+        try:
+            out = self.forward(*args, **kwargs)
+        except Exception:
+            _call_always(self, hooks, args, kwargs)
+            raise
+        for kind, hook, with_kwargs, _ in hooks:
             if kind == "post":
                 changed = hook(self, args, kwargs, out) if with_kwargs else hook(self, args, out)
                 if changed is not None:
@@ -391,9 +396,10 @@ class Module:
     ) -> RemovableHandle:
         """Call `hook(module, args, output)` after each forward (a non-None return replaces
         the output), as torch's; with `with_kwargs`, `hook(module, args, kwargs, output)`;
-        `prepend` runs it before the hooks already registered; `handle.remove()` takes it
-        off. (Under `fg.jit` it runs when the step is recorded, not on replays.)"""
-        return self._add_hook("post", hook, prepend, with_kwargs)
+        `prepend` runs it before the hooks already registered; `always_call` runs it (with
+        output None) even when forward raises; `handle.remove()` takes it off. (Under
+        `fg.jit` it runs when the step is recorded, not on replays.)"""
+        return self._add_hook("post", hook, prepend, with_kwargs, always_call)
 
     def register_forward_pre_hook(
         self, hook, *, prepend: bool = False, with_kwargs: bool = False
@@ -416,11 +422,16 @@ class Module:
         return self._add_hook("backward_pre", hook, prepend)
 
     def _add_hook(
-        self, kind: str, hook, prepend: bool = False, with_kwargs: bool = False
+        self,
+        kind: str,
+        hook,
+        prepend: bool = False,
+        with_kwargs: bool = False,
+        always_call: bool = False,
     ) -> RemovableHandle:
         hooks = self.__dict__.setdefault("_hooks", OrderedDict())
         handle = RemovableHandle(hooks)
-        hooks[handle.id] = (kind, hook, with_kwargs)
+        hooks[handle.id] = (kind, hook, with_kwargs, always_call)
         if prepend:
             hooks.move_to_end(handle.id, last=False)
         return handle
@@ -507,6 +518,21 @@ class Module:
         lines = extra_lines + child_lines
         body = "\n  " + "\n  ".join(lines) + "\n" if lines else ""
         return f"{type(self).__name__}({body})"
+
+
+def _call_always(module: Module, hooks: list, args: tuple, kwargs: dict) -> None:
+    """The forward hooks registered with always_call, after forward raised (as torch: with
+    output None, an error of theirs only warned about, the forward's error raised)."""
+    for kind, hook, with_kwargs, always_call in hooks:
+        if kind == "post" and always_call:
+            try:
+                hook(module, args, kwargs, None) if with_kwargs else hook(module, args, None)
+            except Exception:
+                warnings.warn(
+                    "forward hook with always_call=True raised an exception that was "
+                    "silenced as another error was raised in forward",
+                    stacklevel=3,
+                )
 
 
 def save(state: dict, path: str | os.PathLike) -> None:

@@ -262,6 +262,23 @@ def test_same_op_on_the_same_input_twice_keeps_both_calls():
     assert x.grad.tolist() == [8.0, 8.0, 8.0] and len(calls) == 2
 
 
+def test_once_differentiable_and_the_module_path_are_accepted():
+    class Double(Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        @fg.autograd.function.once_differentiable
+        def backward(ctx, g):
+            return g * 2
+
+    assert fg.autograd.function.Function is Function
+    x = fg.tensor(X, requires_grad=True)
+    Double.apply(x).sum().backward()
+    assert x.grad.tolist() == [2.0, 2.0, 2.0]
+
+
 def test_under_jit_replays_equal_eager_steps():
     class Linear(Function):
         @staticmethod

@@ -183,6 +183,28 @@ def test_forward_hooks_with_kwargs_and_prepend_as_torch():
         bad(fg.ones(1))
 
 
+def test_always_call_hooks_run_when_forward_raises():
+    """torch: a hook with always_call=True is called with output None, then the error."""
+    layer = nn.Identity()
+    seen = []
+    layer.register_forward_hook(lambda m, a, o: seen.append(o), always_call=True)
+    layer.register_forward_hook(lambda m, a, o: seen.append("never"))
+    with pytest.raises(TypeError):
+        layer(1, 2)
+    assert seen == [None]
+
+
+def test_fg_grad_runs_hooks_as_torch_autograd_grad():
+    """torch.autograd.grad(y.sum(), x) with a non-leaf hook (* 10) and a leaf hook (* 2)
+    on x gives 2 * 10 * 3 = 60 per element."""
+    x = fg.tensor([1.0, 2.0], requires_grad=True)
+    x.register_hook(lambda g: g * 2)
+    y = x * 3
+    y.register_hook(lambda g: g * 10)
+    (g,) = fg.grad(y.sum(), x)
+    assert g.tolist() == [60.0, 60.0]
+
+
 @pytest.mark.parametrize("module", [tensor_hooks, module_hooks])
 def test_docstring_examples(module):
     result = doctest.testmod(module)
