@@ -156,12 +156,14 @@ class PendingGrads:
         return self.grads
 
 
-def _reached_leaves(root, by_node: dict) -> list:
+def _reached_leaves(root, by_node: dict, seen: set | None = None) -> list:
     """The leaves (in `by_node`, keyed by node id) that a gradient from `root` reaches:
-    along float values, never through a detach."""
+    along float values, never through a detach (`seen` gets the ids of the nodes walked)."""
     detach = Ops.DETACH
     blocked = NO_DERIVATIVE if len(NO_DERIVATIVE) else None  # (floor_divide's: raise now)
-    seen, stack, out = {id(root)}, [root], []
+    seen = set() if seen is None else seen
+    seen.add(id(root))
+    stack, out = [root], []
     while stack:
         n = stack.pop()
         if blocked is not None and n in blocked:
@@ -210,11 +212,12 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
                 None if g is None else Tensor(g, requires_grad=True, leaf=False) for g in grads
             ]
         else:
-            leaves = _reached_leaves(t.node, by_node)
+            walked: set = set()
+            leaves = _reached_leaves(t.node, by_node, walked)
             pending = PendingGrads(t.node, root_grad, [x.node for x in leaves], _sites.capture())
             fresh = [LazyGrad(pending, i) for i in range(len(leaves))]
-            if GRAD_HOOKS:  # user code in the gradient (tensor_hooks.py): run it now
-                pending.materialize()
+            if GRAD_HOOKS and any(id(n) in walked for n in list(GRAD_HOOKS.keys())):
+                pending.materialize()  # user code in the gradient (tensor_hooks.py): run it now
     if retained:  # a retained tensor with another target's node (equal nodes are one node)
         at = {id(x.node): k for k, x in enumerate(leaves)}
         for r in retained:

@@ -3,8 +3,8 @@
 Gradients are built symbolically (`ir/autodiff.py`), so a hook is a function of the
 gradient *tensor* that runs while the backward graph is built, and what it returns
 (a tensor, or None to keep the gradient) is graph like the rest: it fuses with the
-backward kernels. While any hook is registered, `backward()` builds its gradients at
-once, so hooks run inside `backward()` as torch's do.
+backward kernels. A `backward()` whose graph holds a hooked node builds its gradients
+at once, so hooks run inside `backward()` as torch's do.
 
 - A non-leaf's hooks hang on its node (`GRAD_HOOKS`): they see the sum of every
   gradient that reaches it, before it flows on, and `retain_grad()` keeps the hooked

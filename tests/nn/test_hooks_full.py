@@ -55,6 +55,17 @@ def test_a_hooked_gradient_fuses_with_the_backward_pass():
     assert not fg.ir.autodiff.GRAD_HOOKS.get(y.node)
 
 
+def test_only_a_backward_through_a_hook_builds_its_gradients_at_once():
+    x = fg.tensor([1.0, 2.0], requires_grad=True)
+    y = x * 3
+    y.register_hook(lambda g: g * 10)
+    w = fg.tensor([1.0, 2.0], requires_grad=True)
+    (w * w).sum().backward()  # no hook below: the gradient stays unbuilt (step cache)
+    assert w.grad.pending.grads is None
+    y.sum().backward()
+    assert x.grad.pending.grads is not None and x.grad.tolist() == [30.0, 30.0]
+
+
 def test_a_leaf_hook_stays_across_optimizer_steps():
     w = nn.Parameter(fg.tensor([1.0, -1.0]))
     w.register_hook(lambda g: g * 0)  # torch: the parameter never moves
