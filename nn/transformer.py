@@ -23,11 +23,11 @@ from .. import creation
 from ..errors import ShapeError, fail
 from ..tensor import Tensor, where
 from . import init
-from .activations import gelu
+from .activations import GELU, gelu
 from .attention import MultiheadAttention
 from .containers import ModuleList
 from .functional import relu
-from .layers import Dropout, Linear
+from .layers import Dropout, Linear, ReLU
 from .module import Module
 from .normalization import LayerNorm
 
@@ -83,6 +83,13 @@ class TransformerEncoderLayer(Module):
         self.dropout1 = Dropout(dropout)
         self.dropout2 = Dropout(dropout)
         self.activation = _activation(activation)
+        # torch's flag for its fused kernel, kept because code reads it
+        fn = self.activation
+        relu_like, gelu_like = (
+            fn is relu or isinstance(fn, ReLU),
+            fn is gelu or isinstance(fn, GELU),
+        )
+        self.activation_relu_or_gelu = 1 if relu_like else 2 if gelu_like else 0
         _to_dtype(self, dtype)
         if device is not None:
             self.to(device=device)

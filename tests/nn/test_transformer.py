@@ -153,7 +153,12 @@ def test_defaults_as_torch():
     assert layer.dropout.p == layer.dropout1.p == layer.dropout2.p == 0.1
     assert layer.self_attn.dropout == 0.1 and not layer.self_attn.batch_first
     assert layer.norm1.eps == 1e-5 and not layer.norm_first
-    assert layer.activation is nn.functional.relu
+    assert layer.activation is nn.functional.relu and layer.activation_relu_or_gelu == 1
+    flags = [
+        nn.TransformerEncoderLayer(8, 2, 16, activation=a).activation_relu_or_gelu
+        for a in ("gelu", nn.GELU(), fg.tanh)
+    ]
+    assert flags == [2, 2, 0]  # torch's
     no_bias = nn.TransformerDecoderLayer(8, 2, 16, bias=False)
     assert no_bias.linear1.bias is None and no_bias.norm3.bias is None
     assert no_bias.multihead_attn.in_proj_bias is None
