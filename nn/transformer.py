@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 
-from .. import creation
+from .. import autograd_state, creation
 from ..errors import ShapeError, fail
 from ..tensor import Tensor, where
 from . import init
@@ -229,8 +229,14 @@ class TransformerDecoderLayer(Module):
 
 class TransformerEncoder(Module):
     """`num_layers` deep copies of `encoder_layer` (`layers.0`, `layers.1`, ...), then the
-    optional `norm`. `enable_nested_tensor` and `mask_check` are accepted for torch's
-    signature (nested tensors are a torch fast path; the result is the same without)."""
+    optional `norm`.
+
+    With `enable_nested_tensor` (the default) torch runs inference with a key padding
+    mask on nested tensors when its conditions hold (`use_nested_tensor`, eval, no
+    gradient, batch-first 3-D input, a left-aligned padding mask, no `mask`), and its
+    output is then 0 at the padded positions before the final norm; this gives the same
+    values (`_padded_as_nested`). Elsewhere padded positions hold what the layers compute.
+    """
 
     def __init__(
         self,
@@ -245,6 +251,7 @@ class TransformerEncoder(Module):
         self.num_layers = num_layers
         self.norm = norm
         self.enable_nested_tensor = enable_nested_tensor
+        self.use_nested_tensor = enable_nested_tensor and _nested_capable(encoder_layer)
         self.mask_check = mask_check
 
     def forward(
@@ -260,7 +267,31 @@ class TransformerEncoder(Module):
             x = layer(
                 x, src_mask=mask, is_causal=is_causal, src_key_padding_mask=src_key_padding_mask
             )
+        padded = self._padded_as_nested(src, mask, src_key_padding_mask)
+        if padded is not None:
+            x = where(padded.reshape(*padded.shape, 1), 0.0, x)
         return self.norm(x) if self.norm is not None else x
+
+    def _padded_as_nested(self, src, mask, key_padding_mask) -> Tensor | None:
+        """The positions torch's nested-tensor path leaves 0 (bool, (N, S)), or None where
+        torch does not take that path (transformer.py's TransformerEncoder.forward)."""
+        if not self.use_nested_tensor or self.layers[0].training or src.ndim != 3:
+            return None
+        if key_padding_mask is None or mask is not None:
+            return None
+        first = self.layers[0]
+        if autograd_state.enabled() and (
+            src.requires_grad or any(p.requires_grad for p in first.parameters())
+        ):
+            return None
+        padded = key_padding_mask
+        if not padded.dtype.is_bool:  # a float mask: 0.0 keeps a position
+            padded = padded != 0
+        if self.mask_check:
+            keep = ~padded.numpy()
+            if (keep[:, 1:] > keep[:, :-1]).any():  # not left-aligned: torch's dense path
+                return None
+        return padded
 
 
 class TransformerDecoder(Module):
@@ -405,6 +436,20 @@ class Transformer(Module):
         if dtype is not None:
             mask = mask.to(dtype=dtype)
         return mask.to(device=device) if device is not None else mask
+
+
+def _nested_capable(layer) -> bool:
+    """torch's conditions on the layer for TransformerEncoder's nested-tensor path."""
+    return (
+        isinstance(layer, TransformerEncoderLayer)
+        and not layer.norm_first
+        and layer.self_attn.batch_first
+        and layer.self_attn._qkv_same_embed_dim
+        and layer.self_attn.in_proj_bias is not None
+        and bool(layer.activation_relu_or_gelu)
+        and layer.norm1.eps == layer.norm2.eps
+        and layer.self_attn.num_heads % 2 == 0
+    )
 
 
 def _detect_is_causal_mask(mask: Tensor | None, is_causal: bool | None) -> bool:

@@ -133,6 +133,32 @@ def test_transformer_norm_first_callable_activation_bool_mask_unbatched_train():
     np.testing.assert_allclose(out.numpy().reshape(-1), PRE_OUT, atol=2e-4, rtol=1e-4)
 
 
+def test_inference_with_padding_zeroes_padded_positions_as_torchs_nested_path():
+    """torch (2.13, checked): TransformerEncoder in eval() under no_grad with a left-aligned
+    key padding mask runs on nested tensors, and padded positions leave the layers as 0,
+    so the final norm gives its bias there. With gradients on, they hold computed values."""
+    layer = nn.TransformerEncoderLayer(E, 2, dim_feedforward=6, batch_first=True)
+    encoder = nn.TransformerEncoder(layer, 1, norm=nn.LayerNorm(E)).eval()
+    _fill(encoder)
+    assert encoder.use_nested_tensor
+    bias = encoder.norm.bias.numpy()
+    src = fg.tensor(_batch_first(SRC))
+    with fg.no_grad():
+        out = encoder(src, src_key_padding_mask=PAD).numpy()
+    np.testing.assert_array_equal(out[0, 2], bias)
+    dense = encoder(src, src_key_padding_mask=PAD).numpy()
+    assert np.abs(dense[0, 2] - bias).max() > 0.01
+    np.testing.assert_allclose(
+        np.delete(out.reshape(6, E), 2, 0), np.delete(dense.reshape(6, E), 2, 0), atol=1e-6
+    )
+    not_left_aligned = fg.tensor([[True, False, False], [False, False, False]])
+    with fg.no_grad():
+        out = encoder(src, src_key_padding_mask=not_left_aligned).numpy()
+    assert np.abs(out[0, 0] - bias).max() > 0.01  # torch's dense path then
+    norm_first = nn.TransformerEncoderLayer(E, 2, 6, batch_first=True, norm_first=True)
+    assert not nn.TransformerEncoder(norm_first, 1).use_nested_tensor
+
+
 def test_parameter_names_are_torchs():
     assert list(nn.TransformerEncoderLayer(E, 2, 6).state_dict()) == ENC_KEYS
     assert list(nn.TransformerDecoderLayer(E, 2, 6).state_dict()) == DEC_KEYS
