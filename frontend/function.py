@@ -25,6 +25,8 @@ its neighbours, can be differentiated again, and is recorded by `fusegrad.jit`.
 
 from __future__ import annotations
 
+import inspect
+
 from . import autograd_state
 from .autograd import GradError
 from .errors import fail
@@ -122,10 +124,18 @@ class Function:
 
     @classmethod
     def apply(cls, *args, **kwargs):
-        """Run `forward` on `args` and give its outputs `backward` as their gradient."""
+        """Run `forward` on `args` and give its outputs `backward` as their gradient.
+
+        backward returns one gradient per positional argument (with `setup_context`, per
+        parameter of forward, defaults included, as torch binds them)."""
+        with_setup = cls.setup_context is not Function.setup_context
+        if with_setup:
+            bound = inspect.signature(cls.forward).bind(*args, **kwargs)
+            bound.apply_defaults()
+            args, kwargs = bound.args, bound.kwargs
         needs = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
         ctx = FunctionCtx(needs)
-        if cls.setup_context is not Function.setup_context:
+        if with_setup:
             output = cls.forward(*args, **kwargs)
             cls.setup_context(ctx, args, output)
         else:

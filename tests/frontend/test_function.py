@@ -138,7 +138,22 @@ def test_mark_non_differentiable_and_setup_context():
             assert g_index.tolist() == [0.0, 0.0]
             return g * 2
 
+    class Scaled(Function):  # torch binds forward's defaults: backward returns 2 here
+        @staticmethod
+        def forward(x, k=3.0):
+            return x * k
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.k = inputs[1]
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * ctx.k
+
     x = fg.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"incorrect number of gradients \(expected 2, got 1"):
+        Scaled.apply(x).sum().backward()
     y, i = SortedWithIndex.apply(x)
     assert y.requires_grad and not i.requires_grad
     (y.sum() + i.sum()).backward()
