@@ -28,8 +28,7 @@ from __future__ import annotations
 import inspect
 
 from . import autograd_state
-from .autograd import GradError
-from .errors import fail
+from .ir import macro
 from .ir import node as N
 from .ir.autodiff import GRAD_HOOKS, reaches, with_vjp
 from .movement import cat
@@ -181,8 +180,7 @@ def _attach(cls, ctx: FunctionCtx, args: tuple, output):
         joint = outputs[grad_outs[0]]
     else:  # one node for all outputs, so that backward gets every gradient at once
         joint = cat([outputs[k].reshape(-1) for k in grad_outs])
-    _check_connected(name, joint, inputs)
-    node = fresh_node(joint.node)  # (the same op on the same inputs again: equal nodes)
+    node = fresh_node(_connected(joint, inputs))  # (fresh: the same op again is one node)
     sources = [a.node for _, a in inputs]
     zeros = [(o.shape, o.dtype) for o in outputs]
 
@@ -220,21 +218,22 @@ def _zeros(shape, dtype) -> Tensor:
     return Tensor(N.const(False if dtype.is_bool else 0, shape, dtype))
 
 
-def _check_connected(name: str, joint: Tensor, inputs) -> None:
-    """Refuse a forward whose outputs are not computed from an input that requires grad
-    through fusegrad ops (detached, or made with numpy): no gradient could reach it."""
-    targets = {id(a.node): i for i, a in inputs}
+def _connected(joint: Tensor, inputs) -> N.Node:
+    """`joint`'s node, made to depend on every input that requires grad.
+
+    A forward may compute an output without a graph path from an input (through
+    numpy, or a detach): backward() would then never reach the rule. Such outputs
+    get a macro node over the output and those inputs whose value is the output
+    alone (the scheduler sees only the output), so the gradient reaches the rule."""
+    targets = {id(a.node): a.node for _, a in inputs}
     live = reaches([joint.node], set(targets))
-    for node_id, i in targets.items():
-        if node_id not in live:
-            fail(
-                GradError,
-                f"{name}.apply",
-                f"forward's outputs are not computed from argument {i} (which requires "
-                "grad) through fusegrad operations (it was detached, or the value went "
-                "through numpy); fusegrad builds gradients from the graph, so compute the "
-                "outputs from the input tensors",
-            )
+    cut = [n for i, n in targets.items() if i not in live]
+    if not cut:
+        return joint.node
+    return macro.macro("function_output", (joint.node, *cut), (), joint.shape, joint.dtype)
+
+
+macro.register("function_output", lambda srcs, params: srcs[0])
 
 
 def _checked(name: str, result, args: tuple) -> list:

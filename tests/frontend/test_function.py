@@ -234,18 +234,28 @@ def test_extra_trailing_none_gradients_are_dropped():
     assert x.grad.tolist() == [1.0, 1.0, 1.0]
 
 
-def test_a_forward_cut_off_from_its_input_is_refused():
-    class Detached(Function):
+def test_a_forward_computed_through_numpy_gets_its_gradient():
+    """torch's "extending with numpy" pattern: no graph path from the input to the output,
+    and backward still runs (values: torch's, for this forward and backward)."""
+
+    class NumpyCube(Function):
         @staticmethod
-        def forward(ctx, x):
-            return fg.tensor(x.numpy() * 2)
+        def forward(ctx, x, y):
+            ctx.save_for_backward(x)
+            return fg.tensor(x.detach().numpy() ** 3) + y
 
         @staticmethod
         def backward(ctx, g):
-            return g * 2
+            (x,) = ctx.saved_tensors
+            return g * 3 * x**2, g
 
-    with pytest.raises(fg.GradError, match="not computed from argument 0"):
-        Detached.apply(fg.tensor(X, requires_grad=True))
+    x = fg.tensor(X, requires_grad=True)
+    y = fg.tensor([0.5, 0.5, 0.5], requires_grad=True)
+    out = NumpyCube.apply(x, y)
+    assert out.tolist() == [1.5, -7.5, 27.5]
+    (out * fg.tensor([1.0, 2.0, 3.0])).sum().backward()
+    assert x.grad.tolist() == [3.0, 24.0, 81.0] and y.grad.tolist() == [1.0, 2.0, 3.0]
+    assert len(fg.kernels(x.grad)) == 1  # the link to x computes nothing
 
 
 def test_backward_is_graph_it_fuses_and_differentiates_again():
