@@ -26,6 +26,7 @@ its neighbours, can be differentiated again, and is recorded by `fusegrad.jit`.
 from __future__ import annotations
 
 import inspect
+import itertools
 
 from . import autograd_state
 from .ir import macro
@@ -184,12 +185,17 @@ def _attach(cls, ctx: FunctionCtx, args: tuple, output):
     sources = [a.node for _, a in inputs]
     zeros = [(o.shape, o.dtype) for o in outputs]
 
+    def split(t: Tensor) -> dict:  # the joint node's value or gradient, per output
+        if len(grad_outs) == 1:
+            return {grad_outs[0]: t}
+        starts = itertools.accumulate(sizes[:-1], initial=0)
+        return {
+            k: t[start : start + size].reshape(shape)
+            for k, start, size, shape in zip(grad_outs, starts, sizes, shapes)
+        }
+
     def rule(g: N.Node):
-        g = Tensor(g)
-        pieces, start = {}, 0
-        for k, shape, size in zip(grad_outs, shapes, sizes):
-            pieces[k] = g[start : start + size].reshape(shape) if len(grad_outs) > 1 else g
-            start += size
+        pieces = split(Tensor(g))
         grads = [
             pieces[k] if k in pieces else _zeros(*zeros[k]) if isinstance(o, Tensor) else None
             for k, o in enumerate(outputs)
@@ -200,18 +206,9 @@ def _attach(cls, ctx: FunctionCtx, args: tuple, output):
 
     with_vjp(node, rule)
     GRAD_HOOKS[node] = {}  # backward() builds the gradient at once: backward's errors raise there
-    out = joint._make(node, *[a for _, a in inputs])
-    for k, shape, size, start in zip(grad_outs, shapes, sizes, _starts(sizes)):
-        piece = out if len(grad_outs) == 1 else out[start : start + size].reshape(shape)
-        outputs = outputs[:k] + (piece,) + outputs[k + 1 :]
+    pieces = split(joint._make(node, *[a for _, a in inputs]))
+    outputs = tuple(pieces.get(k, o) for k, o in enumerate(outputs))
     return outputs[0] if single else outputs
-
-
-def _starts(sizes):
-    start = 0
-    for s in sizes:
-        yield start
-        start += s
 
 
 def _zeros(shape, dtype) -> Tensor:
