@@ -182,8 +182,11 @@ def _attach(cls, ctx: FunctionCtx, args: tuple, output):
     else:  # one node for all outputs, so that backward gets every gradient at once
         joint = cat([outputs[k].reshape(-1) for k in grad_outs])
     node = fresh_node(_connected(joint, inputs))  # (fresh: the same op again is one node)
-    sources = [a.node for _, a in inputs]
-    zeros = [(o.shape, o.dtype) for o in outputs]
+    # the rule keeps descriptions, not tensors: an output's tensor would keep the rule's
+    # own node alive (CUSTOM_VJP is keyed weakly by it), an input's its old graph
+    sources = [(i, a.node) for i, a in inputs]
+    zeros = [(o.shape, o.dtype) if isinstance(o, Tensor) else None for o in outputs]
+    given = [(a.shape, a.dtype, a.requires_grad) if isinstance(a, Tensor) else None for a in args]
 
     def split(t: Tensor) -> dict:  # the joint node's value or gradient, per output
         if len(grad_outs) == 1:
@@ -197,12 +200,11 @@ def _attach(cls, ctx: FunctionCtx, args: tuple, output):
     def rule(g: N.Node):
         pieces = split(Tensor(g))
         grads = [
-            pieces[k] if k in pieces else _zeros(*zeros[k]) if isinstance(o, Tensor) else None
-            for k, o in enumerate(outputs)
+            pieces[k] if k in pieces else None if z is None else _zeros(*z)
+            for k, z in enumerate(zeros)
         ]
-        result = cls.backward(ctx, *grads)
-        result = _checked(name, result, args)
-        return [(s, d.node) for s, (i, _) in zip(sources, inputs) if (d := result[i]) is not None]
+        result = _checked(name, cls.backward(ctx, *grads), given)
+        return [(s, d.node) for i, s in sources if (d := result[i]) is not None]
 
     with_vjp(node, rule)
     GRAD_HOOKS[node] = {}  # backward() builds the gradient at once: backward's errors raise there
@@ -233,41 +235,43 @@ def _connected(joint: Tensor, inputs) -> N.Node:
 macro.register("function_output", lambda srcs, params: srcs[0])
 
 
-def _checked(name: str, result, args: tuple) -> list:
+def _checked(name: str, result, given: list) -> list:
     """backward's gradients, checked as torch checks them: one per forward argument
     (extra trailing Nones dropped), a tensor's gradient of its shape (or one that sums
-    to it) in its dtype."""
+    to it) in its dtype. `given`: each argument's (shape, dtype, requires_grad), or None
+    for one that is not a tensor."""
     result = list(result) if isinstance(result, tuple) else [result]
-    if len(result) > len(args) and all(r is None for r in result[len(args) :]):
-        result = result[: len(args)]
-    if len(result) != len(args):
+    if len(result) > len(given) and all(r is None for r in result[len(given) :]):
+        result = result[: len(given)]
+    if len(result) != len(given):
         raise RuntimeError(
             f"function {name}Backward returned an incorrect number of gradients "
-            f"(expected {len(args)}, got {len(result)})"
+            f"(expected {len(given)}, got {len(result)})"
         )
     out = []
-    for i, (g, a) in enumerate(zip(result, args)):
-        if g is not None and not isinstance(a, Tensor):
+    for i, (g, a) in enumerate(zip(result, given)):
+        if g is not None and a is None:
             raise RuntimeError(
                 f"function {name}Backward returned a gradient different than None at position "
                 f"{i + 1}, but the corresponding forward input was not a Variable"
             )
-        if g is None or not a.requires_grad:
+        if g is None or not a[2]:
             out.append(None)
             continue
+        shape, dtype, _ = a
         if not isinstance(g, Tensor):
             raise TypeError(
                 f"function {name}Backward returned a gradient of type {type(g).__name__} at "
                 f"index {i}; expected a Tensor or None"
             )
-        if g.shape != a.shape:
-            if not _sums_to(g.shape, a.shape):
+        if g.shape != shape:
+            if not _sums_to(g.shape, shape):
                 raise RuntimeError(
                     f"Function {name}Backward returned an invalid gradient at index {i} - "
-                    f"got {list(g.shape)} but expected shape compatible with {list(a.shape)}"
+                    f"got {list(g.shape)} but expected shape compatible with {list(shape)}"
                 )
-            g = _sum_to(g, a.shape)
-        out.append(g.to(dtype=a.dtype) if g.dtype != a.dtype else g)
+            g = _sum_to(g, shape)
+        out.append(g.to(dtype=dtype) if g.dtype != dtype else g)
     return out
 
 

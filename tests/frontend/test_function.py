@@ -304,6 +304,22 @@ def test_once_differentiable_and_the_module_path_are_accepted():
     assert x.grad.tolist() == [2.0, 2.0, 2.0]
 
 
+def test_a_dead_output_takes_its_rule_with_it():
+    import gc
+
+    from fusegrad.ir.autodiff import CUSTOM_VJP, GRAD_HOOKS
+
+    x = fg.tensor(X, requires_grad=True)
+    gc.collect()
+    before = len(CUSTOM_VJP), len(GRAD_HOOKS)
+    for _ in range(3):
+        a, b, c = ScaleAndSin.apply(x, 2.0)
+        (a.sum() + c.sum()).backward()
+    del a, b, c
+    gc.collect()
+    assert (len(CUSTOM_VJP), len(GRAD_HOOKS)) == before
+
+
 def test_under_jit_replays_equal_eager_steps():
     class Linear(Function):
         @staticmethod
