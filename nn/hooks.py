@@ -38,6 +38,9 @@ def wrap_call(module, hooks: list, args: tuple):
         if isinstance(a, Tensor) and a.requires_grad and a.dtype.is_float
     ]
     grad_output: list = [()]
+    # the closures below keep counts, not the wrapped tensors: those would keep their
+    # own hooked node alive (GRAD_HOOKS is keyed weakly by it)
+    n_args = len(args)
 
     def run_full(grad_input: tuple):
         changed = None
@@ -54,7 +57,7 @@ def wrap_call(module, hooks: list, args: tuple):
         return changed
 
     def on_input_grads(grads: list):
-        grad_input = [None] * len(args)
+        grad_input = [None] * n_args
         for i, g in zip(positions, grads):
             grad_input[i] = g
         changed = run_full(tuple(grad_input))
@@ -77,9 +80,10 @@ def wrap_call(module, hooks: list, args: tuple):
         idx = [k for k, o in enumerate(outs) if isinstance(o, Tensor) and o.requires_grad]
         if not idx:
             return out
+        n_outs = len(outs)
 
         def on_output_grads(grads: list):
-            given = [None] * len(outs)
+            given = [None] * n_outs
             for k, g in zip(idx, grads):
                 given[k] = g
             given, changed = tuple(given), False
@@ -95,7 +99,7 @@ def wrap_call(module, hooks: list, args: tuple):
                     given, changed = result, True
             grad_output[0] = given
             if full and not positions:  # no input needs a gradient: torch calls it now
-                run_full((None,) * len(args))
+                run_full((None,) * n_args)
             return [_or_zeros(given[k], g) for k, g in zip(idx, grads)] if changed else None
 
         wrapped = hooked_together([outs[k] for k in idx], on_output_grads)

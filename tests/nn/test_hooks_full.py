@@ -160,6 +160,24 @@ def test_full_backward_hook_and_pre_hook_as_torch():
     assert log == [] and a.grad.tolist() == [6.0, 8.0]
 
 
+def test_dead_graphs_take_their_backward_hooks_with_them():
+    import gc
+
+    m = _Two()
+    m.register_full_backward_hook(lambda mod, gi, go: None)
+    m.register_full_backward_pre_hook(lambda mod, go: None)
+    a = fg.tensor([1.0, 2.0], requires_grad=True)
+    gc.collect()
+    before = len(fg.ir.autodiff.GRAD_HOOKS)
+    for _ in range(3):
+        p, q = m(a, 2.0, a)
+        (p.sum() + q.sum()).backward()
+    del p, q
+    a.grad = None  # (an unread gradient holds the graph it is computed from)
+    gc.collect()
+    assert len(fg.ir.autodiff.GRAD_HOOKS) == before
+
+
 def test_full_backward_hook_without_inputs_needing_grad_and_bad_returns():
     lin = nn.Linear(2, 1)
     seen = []
