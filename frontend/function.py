@@ -207,10 +207,16 @@ def _attach(cls, ctx: FunctionCtx, args: tuple, output):
         return [(s, d.node) for i, s in sources if (d := result[i]) is not None]
 
     with_vjp(node, rule)
-    GRAD_HOOKS[node] = {}  # backward() builds the gradient at once: backward's errors raise there
+    # listed, doing nothing, so that backward() builds the gradient at once: backward's
+    # errors raise there
+    GRAD_HOOKS[node] = {"autograd.Function": _keep}
     pieces = split(joint._make(node, *[a for _, a in inputs]))
     outputs = tuple(pieces.get(k, o) for k, o in enumerate(outputs))
     return outputs[0] if single else outputs
+
+
+def _keep(g: N.Node) -> None:
+    return None
 
 
 def _zeros(shape, dtype) -> Tensor:

@@ -182,9 +182,10 @@ def with_vjp(n: Node, rule: Callable[[Node], list[tuple[Node, Node]]]) -> Node:
 
 # Nodes whose gradient passes through user code: node -> {key: function of the gradient
 # node}, applied in order, each returning a replacement or None (`Tensor.register_hook` on a
-# non-leaf, a module's backward hook); an autograd.Function's node is here with none, for
-# the rule below. A backward() whose graph holds one builds its gradients at once
-# (frontend/autograd.py), so that code runs, and raises, inside backward() as torch's does.
+# non-leaf, a module's backward hook); an autograd.Function's node is here with one that
+# changes nothing, for the rule below. A backward() whose graph holds one builds its
+# gradients at once (frontend/autograd.py), so that code runs, and raises, inside
+# backward() as torch's does.
 GRAD_HOOKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 

@@ -228,6 +228,14 @@ def test_wrong_gradients_raise_as_torch_inside_backward(result, message):
         y.backward()
 
 
+def test_a_removed_tensor_hook_leaves_the_check_inside_backward():
+    x = fg.tensor(X, requires_grad=True)
+    y = _bad(lambda g: g).apply(x, 2.0)
+    y.register_hook(lambda g: g).remove()
+    with pytest.raises(RuntimeError, match="incorrect number of gradients"):
+        y.sum().backward()
+
+
 def test_extra_trailing_none_gradients_are_dropped():
     x = fg.tensor(X, requires_grad=True)
     _bad(lambda g: (g, None, None)).apply(x, 2.0).sum().backward()
