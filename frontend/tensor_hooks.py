@@ -10,7 +10,9 @@ at once, so hooks run inside `backward()` as torch's do.
   gradient that reaches it, before it flows on, and `retain_grad()` keeps the hooked
   gradient (as torch, where the retaining hook always runs last). Equal expressions are
   one node here (`ir/node.py`), so a hook on `x * 2` also sees the gradient of another
-  `x * 2` built from the same `x`.
+  `x * 2` built from the same `x`. A view gets a node of its own above its view node
+  for the ops built on it later (a view of a view would fold past it); ops built on a
+  view's view before the hook was registered folded past it already and are not seen.
 - A leaf's hooks are kept by tensor (its node changes at each optimizer step) and run
   on each gradient backward() gives it, before it is added to `.grad`.
 
@@ -33,7 +35,7 @@ from collections.abc import Callable, Sequence
 from .errors import ShapeError, fail
 from .ir import node as N
 from .ir.autodiff import CUSTOM_VJP, GRAD_HOOKS
-from .ir.ops import Ops
+from .ir.ops import MOVEMENT, Ops
 
 # leaves with hooks: id(tensor) -> (weak reference, {key: hook}); see `_leaf_entry`
 LEAF_HOOKS: dict[int, tuple[weakref.ref, dict]] = {}
@@ -77,6 +79,10 @@ def register_hook(t, hook: Callable) -> RemovableHandle:
         leaf_id = id(t)
         return RemovableHandle(hooks, key, lambda: _forget_leaf(leaf_id, hooks))
     node = t.node
+    if node.op in MOVEMENT:
+        # a view of this view would fold into one node that skips it: later ops build on
+        # a node of t's own above it, so every gradient for t still passes the hooked one
+        t.node = fresh_node(node)
     hooks = GRAD_HOOKS.get(node)
     if hooks is None:
         hooks = GRAD_HOOKS[node] = {}

@@ -45,6 +45,20 @@ def test_hooks_run_in_order_none_keeps_the_gradient_and_remove_takes_off():
     assert order == [("second", [1.0, 1.0])] and x.grad.tolist() == [2.0, 2.0]
 
 
+def test_a_hook_on_a_view_sees_the_gradient_of_views_built_on_it():
+    """torch: [10, 20, 30] for both: reshape(reshape(x)) folds into one node here."""
+    x = fg.tensor([[1.0, 2.0, 3.0]], requires_grad=True)
+    y = x.reshape(3)
+    early = y * 1  # built before the hook: still seen
+    y.register_hook(lambda g: g * 10)
+    late = y.reshape(1, 3)
+    (late * fg.tensor([[1.0, 2.0, 3.0]])).sum().backward()
+    assert x.grad.tolist() == [[10.0, 20.0, 30.0]]
+    x.grad = None
+    (early * fg.tensor([1.0, 2.0, 3.0])).sum().backward()
+    assert x.grad.tolist() == [[10.0, 20.0, 30.0]]
+
+
 def test_a_hooked_gradient_fuses_with_the_backward_pass():
     x = fg.tensor([1.0, 2.0], requires_grad=True)
     y = (x * 3).exp()
