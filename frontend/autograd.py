@@ -23,10 +23,11 @@ import weakref
 from .errors import FusegradError, ShapeError, at_callers_site, fail
 from .ir import node as N
 from .ir import sites as _sites
-from .ir.autodiff import NO_DERIVATIVE, gradients
+from .ir.autodiff import GRAD_HOOKS, NO_DERIVATIVE, gradients
 from .ir.ops import Ops
 from .runtime import forksafe
 from .runtime.engine import engine
+from .tensor_hooks import LEAF_HOOKS, on_leaf_grad
 from .versions import check_unmodified
 
 # every tensor made a differentiable leaf, by id() (Tensor's == is elementwise, so tensors
@@ -155,12 +156,14 @@ class PendingGrads:
         return self.grads
 
 
-def _reached_leaves(root, by_node: dict) -> list:
+def _reached_leaves(root, by_node: dict, seen: set | None = None) -> list:
     """The leaves (in `by_node`, keyed by node id) that a gradient from `root` reaches:
-    along float values, never through a detach."""
+    along float values, never through a detach (`seen` gets the ids of the nodes walked)."""
     detach = Ops.DETACH
     blocked = NO_DERIVATIVE if len(NO_DERIVATIVE) else None  # (floor_divide's: raise now)
-    seen, stack, out = {id(root)}, [root], []
+    seen = set() if seen is None else seen
+    seen.add(id(root))
+    stack, out = [root], []
     while stack:
         n = stack.pop()
         if blocked is not None and n in blocked:
@@ -209,9 +212,12 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
                 None if g is None else Tensor(g, requires_grad=True, leaf=False) for g in grads
             ]
         else:
-            leaves = _reached_leaves(t.node, by_node)
+            walked: set = set()
+            leaves = _reached_leaves(t.node, by_node, walked)
             pending = PendingGrads(t.node, root_grad, [x.node for x in leaves], _sites.capture())
             fresh = [LazyGrad(pending, i) for i in range(len(leaves))]
+            if GRAD_HOOKS and any(id(n) in walked for n in list(GRAD_HOOKS.keys())):
+                pending.materialize()  # user code in the gradient (tensor_hooks.py): run it now
     if retained:  # a retained tensor with another target's node (equal nodes are one node)
         at = {id(x.node): k for k, x in enumerate(leaves)}
         for r in retained:
@@ -223,6 +229,8 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
     if graded is None:
         graded = _local.graded = {}
     for leaf, gt in zip(leaves, fresh):
+        if gt is not None and LEAF_HOOKS:
+            gt = on_leaf_grad(leaf, gt)
         if gt is not None:
             leaf._grad = gt if leaf._grad is None else leaf._grad + gt
             graded[id(leaf)] = weakref.ref(leaf)
@@ -332,5 +340,15 @@ def grad(
             result.append(None)
             continue
         node = g if create_graph else N.detach(g)
-        result.append(Tensor(node, requires_grad=create_graph, leaf=not create_graph))
+        g = Tensor(node, requires_grad=create_graph, leaf=not create_graph)
+        result.append(on_leaf_grad(x, g) if LEAF_HOOKS else g)  # (a leaf's hooks, as torch)
     return tuple(result)
+
+
+def __getattr__(name: str):
+    # fusegrad.autograd.Function lives in function.py, which needs the Tensor class
+    if name in ("Function", "FunctionCtx", "function"):
+        from . import function
+
+        return function if name == "function" else getattr(function, name)
+    raise AttributeError(f"module 'fusegrad.autograd' has no attribute '{name}'")

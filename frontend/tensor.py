@@ -736,6 +736,14 @@ class Tensor(MovementMixin, ReduceMixin):
         """Keep this non-leaf tensor's gradient in `.grad` at backward() (as torch)."""
         retain_grad(self)
 
+    def register_hook(self, hook):
+        """Call `hook(grad)` with this tensor's gradient at each backward pass (a tensor it
+        returns replaces the gradient), as torch's; `handle.remove()` takes it off. See
+        `fusegrad.tensor_hooks`."""
+        from .tensor_hooks import register_hook
+
+        return register_hook(self, hook)
+
     @property
     def retains_grad(self) -> bool:
         """Whether `retain_grad()` was called on this non-leaf tensor."""

@@ -189,6 +189,23 @@ def with_vjp(n: Node, rule: Callable[[Node], list[tuple[Node, Node]]]) -> Node:
     return n
 
 
+# Nodes whose gradient passes through user code: node -> {key: function of the gradient
+# node}, applied in order, each returning a replacement or None (`Tensor.register_hook` on a
+# non-leaf, a module's backward hook); an autograd.Function's node is here with one that
+# changes nothing, for the rule below. A backward() whose graph holds one builds its
+# gradients at once (frontend/autograd.py), so that code runs, and raises, inside
+# backward() as torch's does.
+GRAD_HOOKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _hooked(n: Node, g: Node) -> Node:
+    for hook in list(GRAD_HOOKS.get(n, {}).values()):
+        changed = hook(g)
+        if changed is not None:
+            g = changed
+    return g
+
+
 # Nodes of ops without a derivative (torch's floor_divide): node -> a function that raises.
 # backward() raises at once where a gradient would pass through one (frontend/autograd.py),
 # and so does a rule built later (create_graph, a gradient read lazily).
@@ -240,8 +257,12 @@ def _gradients(
     live = _live(order, wanted)
     grads: dict[int, Node] = {id(root): root_grad}
     in_graph = {id(n) for n in order}
+    hooks = len(GRAD_HOOKS) > 0
     for n in reversed(order):
         g = grads.get(id(n))
+        # (a macro's sources, `stop`, are hooked by the caller, once their sum is complete)
+        if hooks and g is not None and n in GRAD_HOOKS and not (stop and id(n) in stop):
+            g = grads[id(n)] = _hooked(n, g)
         if g is None or not n.srcs or id(n) not in live or (stop and id(n) in stop):
             continue
         # gradient nodes report the line of the forward op they differentiate ("linear

@@ -81,6 +81,13 @@ from .padding import (
     ZeroPad1d,
     ZeroPad2d,
 )
+from .transformer import (
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
 from .upsample import Upsample
 
 __all__ = [
@@ -89,6 +96,11 @@ __all__ = [
     "ModuleDict",
     "ParameterList",
     "MultiheadAttention",
+    "Transformer",
+    "TransformerDecoder",
+    "TransformerDecoderLayer",
+    "TransformerEncoder",
+    "TransformerEncoderLayer",
     "BatchNorm1d",
     "BatchNorm2d",
     "GroupNorm",

@@ -21,6 +21,7 @@ a value is read or an optimizer step realizes it.
 from __future__ import annotations
 
 import os
+import warnings
 from collections import OrderedDict, namedtuple
 from collections.abc import Callable, Iterator
 
@@ -31,6 +32,7 @@ from ..devices import to_arguments
 from ..jit import note_module, note_parameter, note_write
 from ..tensor import Tensor
 from ..tensor import realize as _realize
+from . import hooks as backward_hooks
 
 IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
@@ -357,35 +359,81 @@ class Module:
     def __call__(self, *args, **kwargs):
         if not self.__dict__.get("_hooks"):
             return self.forward(*args, **kwargs)
-        hooks = self.__dict__["_hooks"]
-        for kind, hook in list(hooks.values()):
-            if kind == "pre":
+        hooks = list(self.__dict__["_hooks"].values())
+        for kind, hook, with_kwargs, _ in hooks:
+            if kind != "pre":
+                continue
+            if with_kwargs:
+                changed = hook(self, args, kwargs)
+                if changed is not None:
+                    if not (isinstance(changed, tuple) and len(changed) == 2):
+                        raise RuntimeError(
+                            "forward pre-hook must return None or a tuple of (new_args, "
+                            f"new_kwargs), but got {changed}."
+                        )
+                    args, kwargs = changed
+            else:
                 changed = hook(self, args)
                 if changed is not None:
                     args = changed if isinstance(changed, tuple) else (changed,)
-        out = self.forward(*args, **kwargs)
-        for kind, hook in list(hooks.values()):
+        backward = [(kind, hook) for kind, hook, _, _ in hooks if kind.startswith("backward")]
+        if backward:
+            args, wrap_outputs = backward_hooks.wrap_call(self, backward, args)
+        try:
+            out = self.forward(*args, **kwargs)
+        except Exception:
+            _call_always(self, hooks, args, kwargs)
+            raise
+        for kind, hook, with_kwargs, _ in hooks:
             if kind == "post":
-                changed = hook(self, args, out)
+                changed = hook(self, args, kwargs, out) if with_kwargs else hook(self, args, out)
                 if changed is not None:
                     out = changed
-        return out
+        return wrap_outputs(out) if backward else out
 
-    def register_forward_hook(self, hook) -> RemovableHandle:
+    def register_forward_hook(
+        self, hook, *, prepend: bool = False, with_kwargs: bool = False, always_call: bool = False
+    ) -> RemovableHandle:
         """Call `hook(module, args, output)` after each forward (a non-None return replaces
-        the output), as torch's; `handle.remove()` takes it off. (Under `fg.jit` it runs
-        when the step is recorded, not on replays.)"""
-        return self._add_hook("post", hook)
+        the output), as torch's; with `with_kwargs`, `hook(module, args, kwargs, output)`;
+        `prepend` runs it before the hooks already registered; `always_call` runs it (with
+        output None) even when forward raises; `handle.remove()` takes it off. (Under
+        `fg.jit` it runs when the step is recorded, not on replays.)"""
+        return self._add_hook("post", hook, prepend, with_kwargs, always_call)
 
-    def register_forward_pre_hook(self, hook) -> RemovableHandle:
+    def register_forward_pre_hook(
+        self, hook, *, prepend: bool = False, with_kwargs: bool = False
+    ) -> RemovableHandle:
         """Call `hook(module, args)` before each forward (a non-None return replaces the
-        arguments), as torch's."""
-        return self._add_hook("pre", hook)
+        arguments), as torch's; with `with_kwargs`, `hook(module, args, kwargs)` returning
+        None or `(new_args, new_kwargs)`."""
+        return self._add_hook("pre", hook, prepend, with_kwargs)
 
-    def _add_hook(self, kind: str, hook) -> RemovableHandle:
+    def register_full_backward_hook(self, hook, prepend: bool = False) -> RemovableHandle:
+        """Call `hook(module, grad_input, grad_output)` when the gradients with respect to
+        this module's inputs are computed, as torch's: one entry per positional argument
+        (None for those that are not tensors requiring grad) and per output tensor. A
+        tuple it returns replaces grad_input. See `nn/hooks.py`."""
+        return self._add_hook("backward", hook, prepend)
+
+    def register_full_backward_pre_hook(self, hook, prepend: bool = False) -> RemovableHandle:
+        """Call `hook(module, grad_output)` when the gradients with respect to this module's
+        outputs are computed, before they flow on; a tuple it returns replaces them."""
+        return self._add_hook("backward_pre", hook, prepend)
+
+    def _add_hook(
+        self,
+        kind: str,
+        hook,
+        prepend: bool = False,
+        with_kwargs: bool = False,
+        always_call: bool = False,
+    ) -> RemovableHandle:
         hooks = self.__dict__.setdefault("_hooks", OrderedDict())
         handle = RemovableHandle(hooks)
-        hooks[handle.id] = (kind, hook)
+        hooks[handle.id] = (kind, hook, with_kwargs, always_call)
+        if prepend:
+            hooks.move_to_end(handle.id, last=False)
         return handle
 
     # ---------------------------------------------------------------- state
@@ -470,6 +518,21 @@ class Module:
         lines = extra_lines + child_lines
         body = "\n  " + "\n  ".join(lines) + "\n" if lines else ""
         return f"{type(self).__name__}({body})"
+
+
+def _call_always(module: Module, hooks: list, args: tuple, kwargs: dict) -> None:
+    """The forward hooks registered with always_call, after forward raised (as torch: with
+    output None, an error of theirs only warned about, the forward's error raised)."""
+    for kind, hook, with_kwargs, always_call in hooks:
+        if kind == "post" and always_call:
+            try:
+                hook(module, args, kwargs, None) if with_kwargs else hook(module, args, None)
+            except Exception:
+                warnings.warn(
+                    "forward hook with always_call=True raised an exception that was "
+                    "silenced as another error was raised in forward",
+                    stacklevel=3,
+                )
 
 
 def save(state: dict, path: str | os.PathLike) -> None:
