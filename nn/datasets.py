@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import creation
+from ..nnapi import (
+    next_seed,
+)
 from .data import TensorDataset
 
 
@@ -48,7 +50,7 @@ class ToyDataset(TensorDataset):
 
 def make_pts(n: int, seed: int | None = None) -> np.ndarray:
     """n points uniform in [0, 1)^2; drawn from the fg.manual_seed stream unless `seed` is given."""
-    rng = np.random.default_rng(creation._next_seed() if seed is None else seed)
+    rng = np.random.default_rng(next_seed() if seed is None else seed)
     return rng.random((n, 2))
 
 

@@ -15,8 +15,11 @@ over fusegrad's own ops, so it fuses and compiles the same way.
 
 from __future__ import annotations
 
-from ..errors import ShapeError, fail
-from ..tensor import Tensor
+from ..nnapi import (
+    ShapeError,
+    Tensor,
+    fail,
+)
 from . import functional as F
 from .conv import conv1d as _conv1d
 from .conv import conv2d as _conv2d
