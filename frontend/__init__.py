@@ -36,7 +36,7 @@ def _package_dirs(name: str) -> list[str]:
 # frames in these folders are fusegrad's; errors and kernels name the first frame outside
 _register_package_dirs(
     [_os.path.dirname(_os.path.abspath(__file__))]
-    + [d for name in ("ir", "codegen", "runtime", "nn") for d in _package_dirs(name)]
+    + [d for name in ("ir", "codegen", "runtime", "nn", "datasets") for d in _package_dirs(name)]
 )
 
 

@@ -15,8 +15,8 @@ by a rule:
 Each is a `TensorDataset` of (points float32 (N, 2), labels float32 (N,)),
 also available as numpy arrays `.X` and `.y`.
 
->>> from fusegrad.nn import datasets
->>> ds = datasets.xor(50, seed=0)
+>>> from fusegrad.datasets import toy
+>>> ds = toy.xor(50, seed=0)
 >>> ds.X.shape, ds.y.shape, len(ds)
 ((50, 2), (50,), 50)
 """
@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..nnapi import (
-    next_seed,
-)
-from .data import TensorDataset
+from ..nn.data import TensorDataset
+from ..nnapi import next_seed
 
 
 class ToyDataset(TensorDataset):
