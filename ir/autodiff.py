@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 from . import node as N
 from . import phases
+from .macro import expansion, inputs_of
 from .node import Node, toposort
 from .ops import MOVEMENT, Ops
 from .sites import fixed, note, site_of
@@ -153,8 +154,6 @@ def _macro_grad(n: Node, g: Node) -> list[tuple[Node, Node]]:
     """A macro's gradient is its expansion's (ir/macro.py), down to the nodes it reads:
     (node, gradient) pairs, as a custom rule gives them. Those nodes are the macro's
     sources and views under them (a view of a source folds into one view), each once."""
-    from .macro import expansion, inputs_of
-
     inputs = inputs_of(n.srcs)
     grads = _gradients(expansion(n), g, inputs, stop={id(s) for s in inputs})
     return [(s, gs) for s, gs in zip(inputs, grads) if gs is not None]

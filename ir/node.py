@@ -21,6 +21,7 @@ import weakref
 from collections.abc import Callable
 
 from .dtypes import DType, bool_
+from .numpy_ops import fold_constant
 from .ops import BINARY, COMPARISON, ELEMENTWISE, MOVEMENT, REDUCE, UNARY, Ops
 from .weaktable import sweep
 
@@ -190,8 +191,6 @@ def rand(key: Node, shape: Shape, dtype: DType) -> Node:
 def _fold(op: Ops, srcs: tuple[Node, ...], shape: Shape, dtype: DType) -> Node:
     """Constant folding: an elementwise op on constants is a constant, computed as numpy
     (the reference evaluator) computes it in that dtype."""
-    from .reference import fold_constant
-
     value = fold_constant(op, [s.arg for s in srcs], [s.dtype for s in srcs], dtype)
     return const(value, shape, dtype, common_device(op, srcs))
 
