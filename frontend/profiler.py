@@ -30,15 +30,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from .ir import phases as _phases
 from .ir.sites import is_stdlib
 from .runtime import engine as engine_module
 from .runtime import forksafe
+from .runtime import phases as _phases
 from .runtime.backend import HOST, get_backend
 from .runtime.config import config
 from .runtime.engine import engine
 
-# phase of the report -> the compile-time phases (fusegrad.ir.phases) it sums
+# phase of the report -> the compile-time phases (fusegrad.runtime.phases) it sums
 _PHASE_GROUPS = {
     "autodiff": ("autodiff",),
     "schedule": ("key", "schedule"),

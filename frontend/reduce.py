@@ -25,7 +25,7 @@ from .ir.dtypes import int64, promote
 from .ir.macro import macro, register
 from .ir.ops import Ops
 from .ir.sites import one_site
-from .ir.tiling import PANEL_CACHE_BYTES, TILE_COLS
+from .runtime.tiling import PANEL_CACHE_BYTES, TILE_COLS
 
 MaxResult = namedtuple("MaxResult", ["values", "indices"])
 

@@ -22,7 +22,7 @@ import weakref
 from collections.abc import Callable
 
 from . import node as N
-from . import phases
+from .hooks import hooks
 from .macro import expansion, inputs_of
 from .node import Node, toposort
 from .ops import MOVEMENT, Ops
@@ -214,7 +214,7 @@ def _live(order: list[Node], targets: set[int]) -> set[int]:
 
 def gradients(root: Node, root_grad: Node, targets: list[Node]) -> list[Node | None]:
     """d(sum(root * root_grad)) / d(target) for each target; None where it does not depend on it."""
-    with phases.timed("autodiff"):
+    with hooks.timed("autodiff"):
         return _gradients(root, root_grad, targets)
 
 
