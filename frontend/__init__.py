@@ -21,8 +21,8 @@ from .errors import (
 from .errors import (
     register_package_dirs as _register_package_dirs,
 )
-from .ir import node as _node
 from .ir.dtypes import DType, bool_, float32, float64, int8, int16, int32, int64, uint8
+from .ir.hooks import hooks as _ir_hooks
 
 
 def _package_dirs(name: str) -> list[str]:
@@ -51,7 +51,7 @@ def _mixed_devices(op, a: str, b: str):
     )
 
 
-_node.MIXED_DEVICES_HOOK = _mixed_devices
+_ir_hooks.mixed_devices = _mixed_devices
 from . import backends, cuda, linalg, testing  # noqa: E402
 from . import indexing as _indexing  # noqa: E402
 from .autograd import GradError, grad  # noqa: E402

@@ -23,8 +23,9 @@ from collections import OrderedDict
 from ..ir.node import Node, toposort
 from ..ir.ops import Ops
 from ..ir.schedule import const_key
-from ..ir.sites import capture, site_of
+from ..ir.sites import site_of
 from . import forksafe
+from .attribution import capture
 
 _KEEP = 256  # user lines remembered
 
