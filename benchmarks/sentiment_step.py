@@ -49,8 +49,8 @@ import numpy as np
 from core_ops import source_version  # same folder; prints the commit measured
 
 import fusegrad as fg
+from fusegrad.datasets import text
 from fusegrad.nn import functional as F
-from fusegrad.nn import text
 
 try:
     import torch

@@ -23,7 +23,6 @@ from ..ir.node import Node
 from ..ir.ops import ELEMENTWISE, REDUCE, REDUCE_COMBINE, TRANSCENDENTAL, Ops
 from ..ir.schedule import ScheduleItem
 from ..ir.symbolic import FloorDiv, Lin, Mod, Var, lin
-from ..ir.tiling import PANEL_CACHE_BYTES, TILE_COLS
 from .loopir import (
     AccInit,
     AccRead,
@@ -41,6 +40,7 @@ from .loopir import (
     Select,
     Store,
 )
+from .tiling import PANEL_CACHE_BYTES, TILE_COLS
 
 
 def strides_of(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -5,7 +5,7 @@ Run:  python examples/char_transformer.py [--steps 150] [--layers 2] [--dim 64] 
                                           [--no-jit]
 
 The text is the 10,605 Rotten Tomatoes sentences the repository ships
-(examples/data/sentiment, read by `fusegrad.nn.text.read_ratings`), joined by
+(examples/data/sentiment, read by `fusegrad.datasets.text.read_ratings`), joined by
 newlines; the first 90% of the characters train, the rest validate. The
 model is a GPT-style decoder written as one would in PyTorch:
 
@@ -41,8 +41,8 @@ import numpy as np
 
 import fusegrad as fg
 from fusegrad import nn
+from fusegrad.datasets import text
 from fusegrad.nn import functional as F
-from fusegrad.nn import text
 
 
 def load_text() -> str:

@@ -27,14 +27,14 @@ import argparse
 import os
 import time
 
+import minitorch_ops as mt  # examples/minitorch_ops.py, beside this script
 import numpy as np
 
 import fusegrad as fg
 from fusegrad import nn
+from fusegrad.datasets.mnist import load_mnist
 from fusegrad.nn import functional as F
-from fusegrad.nn import minitorch as mt
 from fusegrad.nn.conv import AvgPool2d, Conv2d, MaxPool2d
-from fusegrad.nn.mnist import load_mnist
 from fusegrad.progress import progress
 
 MEAN, STD = 0.1307, 0.3081  # of the MNIST training pixels, as everyone normalizes

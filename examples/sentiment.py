@@ -9,7 +9,7 @@ Rotten Tomatoes sentences, each with the mean of 20+ human ratings on -4..+4.
 As for SST-2, the near-neutral ones (|rating| < 0.5) are dropped and the rest
 labelled by the rating's sign: 10,072 sentences. A permutation drawn from
 `numpy.random.default_rng(0)` splits them 80/10/10 into 8,058 training,
-1,007 validation and 1,007 test sentences (`fusegrad.nn.text.load_sentiment`;
+1,007 validation and 1,007 test sentences (`fusegrad.datasets.text.load_sentiment`;
 `--split-seed` draws another split). Words are tokenized as GloVe's are
 (`don't` -> `do n't`) and looked up in 50-d GloVe 6B vectors; the vocabulary
 is the training split's words that GloVe knows, every other word shares one
@@ -79,8 +79,8 @@ import numpy as np
 
 import fusegrad as fg
 from fusegrad import nn
+from fusegrad.datasets import text
 from fusegrad.nn import functional as F
-from fusegrad.nn import text
 from fusegrad.nn.conv import Conv1d
 from fusegrad.progress import progress
 

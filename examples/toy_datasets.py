@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 import fusegrad as fg
 from fusegrad import nn
-from fusegrad.nn import datasets
+from fusegrad.datasets import toy as datasets
 from fusegrad.progress import progress
 
 DEFAULTS = {

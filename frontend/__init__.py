@@ -21,8 +21,8 @@ from .errors import (
 from .errors import (
     register_package_dirs as _register_package_dirs,
 )
-from .ir import node as _node
 from .ir.dtypes import DType, bool_, float32, float64, int8, int16, int32, int64, uint8
+from .ir.hooks import hooks as _ir_hooks
 
 
 def _package_dirs(name: str) -> list[str]:
@@ -36,7 +36,7 @@ def _package_dirs(name: str) -> list[str]:
 # frames in these folders are fusegrad's; errors and kernels name the first frame outside
 _register_package_dirs(
     [_os.path.dirname(_os.path.abspath(__file__))]
-    + [d for name in ("ir", "codegen", "runtime", "nn") for d in _package_dirs(name)]
+    + [d for name in ("ir", "codegen", "runtime", "nn", "datasets") for d in _package_dirs(name)]
 )
 
 
@@ -51,7 +51,7 @@ def _mixed_devices(op, a: str, b: str):
     )
 
 
-_node.MIXED_DEVICES_HOOK = _mixed_devices
+_ir_hooks.mixed_devices = _mixed_devices
 from . import backends, cuda, linalg, testing  # noqa: E402
 from . import indexing as _indexing  # noqa: E402
 from .autograd import GradError, grad  # noqa: E402

@@ -22,9 +22,9 @@ import weakref
 
 from .errors import FusegradError, ShapeError, at_callers_site, fail
 from .ir import node as N
-from .ir import sites as _sites
 from .ir.autodiff import GRAD_HOOKS, NO_DERIVATIVE, gradients
 from .ir.ops import Ops
+from .runtime import attribution as _sites
 from .runtime import forksafe
 from .runtime.engine import engine
 from .tensor_hooks import LEAF_HOOKS, on_leaf_grad

@@ -18,13 +18,13 @@ ran inside a native program, timed as a whole; FUSEGRAD_DEBUG=1 times each), `by
 
 from __future__ import annotations
 
-from .ir import phases
+from .runtime import phases
 from .runtime.engine import engine
 from .tensor import Tensor, realize
 
 
 def compile_times(reset: bool = False) -> dict[str, float]:
-    """Seconds spent so far in each compile phase (see `fusegrad.ir.phases`): autodiff,
+    """Seconds spent so far in each compile phase (see `fusegrad.runtime.phases`): autodiff,
     key (schedule lookup), schedule, lower (loop IR), render (LLVM IR), llvm (machine
     code, or loading it from the disk cache) and program; `reset=True` zeroes them after.
 

@@ -9,8 +9,8 @@ traceback and the message both point at the user's line:
 
 from __future__ import annotations
 
-from .ir import sites as _sites
-from .ir.sites import one_site  # noqa: F401  (for nn's composite ops: one stack walk each)
+from .runtime import attribution as _sites
+from .runtime.attribution import one_site  # noqa: F401  (for nn's composite ops: one stack walk each)
 
 
 def register_package_dirs(dirs) -> None:

@@ -30,15 +30,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from .ir import phases as _phases
-from .ir.sites import is_stdlib
 from .runtime import engine as engine_module
 from .runtime import forksafe
+from .runtime import phases as _phases
+from .runtime.attribution import is_stdlib
 from .runtime.backend import HOST, get_backend
 from .runtime.config import config
 from .runtime.engine import engine
 
-# phase of the report -> the compile-time phases (fusegrad.ir.phases) it sums
+# phase of the report -> the compile-time phases (fusegrad.runtime.phases) it sums
 _PHASE_GROUPS = {
     "autodiff": ("autodiff",),
     "schedule": ("key", "schedule"),
@@ -269,7 +269,7 @@ class _TraceSampler:
         import importlib.util
         import os
 
-        from .ir import sites
+        from .runtime import attribution as sites
 
         spec = importlib.util.find_spec(__package__ + ".codegen")  # its folder, not imported
         timed = [os.path.dirname(os.path.abspath(m.__file__)) for m in (_phases, engine_module)]

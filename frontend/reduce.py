@@ -19,13 +19,13 @@ from collections import namedtuple
 
 from .errors import DimError, DTypeError, ShapeError, fail
 from .ir import node as N
-from .ir import sites
 from .ir.autodiff import max_grad_shared, own_node, with_vjp
 from .ir.dtypes import int64, promote
 from .ir.macro import macro, register
 from .ir.ops import Ops
-from .ir.sites import one_site
-from .ir.tiling import PANEL_CACHE_BYTES, TILE_COLS
+from .runtime import attribution as sites
+from .runtime.attribution import one_site
+from .runtime.tiling import PANEL_CACHE_BYTES, TILE_COLS
 
 MaxResult = namedtuple("MaxResult", ["values", "indices"])
 

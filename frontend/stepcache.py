@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 from .autograd import graph_consumed
 from .ir import node as N
-from .ir import phases
 from .ir.schedule import structural_key
+from .runtime import phases
 from .runtime.engine import Plan, engine
 
 CACHE_SIZE = 32  # step structures kept per optimizer (batch shapes, train/eval variants)

@@ -50,6 +50,7 @@ from .ir.dtypes import DType, bool_, float32, promote, promote_scalar
 from .ir.ops import MOVEMENT, Ops
 from .movement import MovementMixin, write_through
 from .reduce import ReduceMixin
+from .runtime import attribution as _attribution
 from .runtime.backend import to_device
 from .runtime.engine import engine
 from .scalars import checked_fill
@@ -979,7 +980,7 @@ def _called_by_user() -> bool:
     f = sys._getframe(2)
     while f is not None and f.f_code.co_filename == _THIS_FILE:
         f = f.f_back
-    return f is not None and not f.f_code.co_filename.startswith(_sites.library_dirs())
+    return f is not None and not f.f_code.co_filename.startswith(_attribution.library_dirs())
 
 
 class LazyGrad(Tensor):

@@ -25,7 +25,8 @@ import weakref
 from collections.abc import Callable
 
 from . import node as N
-from . import phases
+from .hooks import hooks
+from .macro import expansion, inputs_of
 from .node import Node, toposort
 from .ops import MOVEMENT, Ops
 from .sites import fixed, note, site_of
@@ -162,8 +163,6 @@ def _macro_grad(n: Node, g: Node) -> list[tuple[Node, Node]]:
     """A macro's gradient is its expansion's (ir/macro.py), down to the nodes it reads:
     (node, gradient) pairs, as a custom rule gives them. Those nodes are the macro's
     sources and views under them (a view of a source folds into one view), each once."""
-    from .macro import expansion, inputs_of
-
     inputs = inputs_of(n.srcs)
     grads = _gradients(expansion(n), g, inputs, stop={id(s) for s in inputs})
     return [(s, gs) for s, gs in zip(inputs, grads) if gs is not None]
@@ -241,7 +240,7 @@ def _live(order: list[Node], targets: set[int]) -> set[int]:
 
 def gradients(root: Node, root_grad: Node, targets: list[Node]) -> list[Node | None]:
     """d(sum(root * root_grad)) / d(target) for each target; None where it does not depend on it."""
-    with phases.timed("autodiff"):
+    with hooks.timed("autodiff"):
         return _gradients(root, root_grad, targets)
 
 

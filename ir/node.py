@@ -21,22 +21,13 @@ import weakref
 from collections.abc import Callable
 
 from .dtypes import DType, bool_
+from .hooks import hooks
+from .numpy_ops import fold_constant
 from .ops import BINARY, COMPARISON, ELEMENTWISE, MOVEMENT, REDUCE, UNARY, Ops
 from .weaktable import sweep
 
 Shape = tuple[int, ...]
 
-
-def _mixed_devices(op: Ops, a: str, b: str):
-    raise RuntimeError(
-        f"{op.name.lower()}: Expected all tensors to be on the same device, but found at least "
-        f"two devices, {a} and {b}!"
-    )
-
-
-# Called when an op's sources sit on two devices; the frontend installs one that names the
-# user's line. Devices are strings ("cpu", "cuda:0"); None is a constant, usable anywhere.
-MIXED_DEVICES_HOOK: Callable[[Ops, str, str], None] = _mixed_devices
 
 # Hash-consing table: key -> weak reference to the one node with that key. A dict of
 # weakrefs rather than a WeakValueDictionary: this lookup runs for every node built, and
@@ -150,7 +141,7 @@ def common_device(op: Ops, srcs: tuple[Node, ...]) -> str | None:
             if device is None:
                 device = d
             elif d != device:
-                MIXED_DEVICES_HOOK(op, device, d)
+                hooks.mixed_devices(op, device, d)
     return device
 
 
@@ -190,8 +181,6 @@ def rand(key: Node, shape: Shape, dtype: DType) -> Node:
 def _fold(op: Ops, srcs: tuple[Node, ...], shape: Shape, dtype: DType) -> Node:
     """Constant folding: an elementwise op on constants is a constant, computed as numpy
     (the reference evaluator) computes it in that dtype."""
-    from .reference import fold_constant
-
     value = fold_constant(op, [s.arg for s in srcs], [s.dtype for s in srcs], dtype)
     return const(value, shape, dtype, common_device(op, srcs))
 

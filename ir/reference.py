@@ -11,93 +11,12 @@ array([3., 3.], dtype=float32)
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from . import rand
+from .macro import expand_all
 from .node import Node, toposort
+from .numpy_ops import NUMPY_OPS
 from .ops import Ops
-
-
-def _int_div(a, b):
-    safe = np.where(b == 0, 1, b)
-    q = np.abs(a) // np.abs(safe)
-    return np.where(b == 0, 0, np.where((a < 0) != (safe < 0), -q, q)).astype(a.dtype)
-
-
-def _gather(table, index):
-    inside = (index >= 0) & (index < table.shape[0])
-    rows = table[np.where(inside, index, 0)]
-    return np.where(inside.reshape(inside.shape + (1,) * (table.ndim - 1)), rows, 0).astype(
-        table.dtype
-    )
-
-
-def _scatter_add(values, index, rows):
-    k = index.ndim
-    flat_index = index.reshape(-1)
-    flat_values = values.reshape((flat_index.size,) + values.shape[k:])
-    out = np.zeros((rows,) + values.shape[k:], dtype=values.dtype)
-    inside = (flat_index >= 0) & (flat_index < rows)
-    np.add.at(out, flat_index[inside], flat_values[inside])
-    return out
-
-
-def _pad(x, pads):
-    return np.pad(x, pads)
-
-
-def _shrink(x, bounds):
-    return x[tuple(slice(b, e) for b, e in bounds)]
-
-
-_ELEMENTWISE = {
-    Ops.NEG: lambda n, x: np.negative(x) if not n.dtype.is_bool else np.logical_not(x),
-    Ops.EXP: lambda n, x: np.exp(x),
-    Ops.LOG: lambda n, x: np.log(x),
-    Ops.SIN: lambda n, x: np.sin(x),
-    Ops.COS: lambda n, x: np.cos(x),
-    Ops.SQRT: lambda n, x: np.sqrt(x),
-    Ops.ERFC: lambda n, x: np.vectorize(math.erfc, otypes=[x.dtype])(x),  # numpy has none
-    Ops.RECIP: lambda n, x: np.reciprocal(x),
-    Ops.CAST: lambda n, x: (x != 0) if n.dtype.is_bool else x.astype(n.dtype.np),
-    Ops.ADD: lambda n, a, b: (a | b) if n.dtype.is_bool else a + b,
-    Ops.MUL: lambda n, a, b: (a & b) if n.dtype.is_bool else a * b,
-    Ops.DIV: lambda n, a, b: _int_div(a, b) if not n.dtype.is_float else a / b,
-    Ops.MAX: lambda n, a, b: np.maximum(a, b),
-    Ops.CMPLT: lambda n, a, b: a < b,
-    Ops.CMPEQ: lambda n, a, b: a == b,
-    Ops.WHERE: lambda n, c, a, b: np.where(c, a, b),
-    Ops.RAND: lambda n, key: rand.uniform_from_key(
-        int(key), np.arange(n.numel, dtype=np.int64).reshape(n.shape)
-    ),
-    Ops.SUM: lambda n, x: np.sum(x, axis=n.arg, keepdims=True, dtype=n.dtype.np),
-    Ops.REDUCE_MAX: lambda n, x: np.max(x, axis=n.arg, keepdims=True),
-    Ops.RESHAPE: lambda n, x: x.reshape(n.arg),
-    Ops.PERMUTE: lambda n, x: x.transpose(n.arg),
-    Ops.EXPAND: lambda n, x: np.broadcast_to(x, n.arg),
-    Ops.PAD: lambda n, x: _pad(x, n.arg),
-    Ops.SHRINK: lambda n, x: _shrink(x, n.arg),
-    Ops.FLIP: lambda n, x: np.flip(x, n.arg),
-    Ops.CONTIGUOUS: lambda n, x: np.ascontiguousarray(x),
-    Ops.DETACH: lambda n, x: x,
-    Ops.GATHER: lambda n, table, index: _gather(table, index),
-    Ops.SCATTER_ADD: lambda n, values, index: _scatter_add(values, index, n.arg),
-}
-
-
-def fold_constant(op: Ops, values: list, dtypes: list, out_dtype):
-    """The Python value of elementwise `op` on scalar constants, computed as numpy would."""
-
-    class _Scalar:  # the fields the table's lambdas read
-        def __init__(self, dtype):
-            self.dtype, self.arg = dtype, None
-
-    args = [np.asarray(v, dtype=d.np) for v, d in zip(values, dtypes)]
-    with np.errstate(all="ignore"):
-        out = _ELEMENTWISE[op](_Scalar(out_dtype), *args)
-    return np.asarray(out, dtype=out_dtype.np).item()
 
 
 def _leaf(n: Node) -> np.ndarray:
@@ -114,8 +33,6 @@ def evaluate_many(roots: list[Node]) -> list[np.ndarray]:
     Everything is computed from the graph's leaves (buffers and constants), op by op, in
     one pass over a topological order: no recursion, so any depth works.
     """
-    from .macro import expand_all
-
     roots = expand_all(roots)
     values: dict[int, np.ndarray] = {}
     for n in toposort(roots):
@@ -123,7 +40,7 @@ def evaluate_many(roots: list[Node]) -> list[np.ndarray]:
             values[id(n)] = _leaf(n)
             continue
         with np.errstate(all="ignore"):
-            out = _ELEMENTWISE[n.op](n, *(values[id(s)] for s in n.srcs))
+            out = NUMPY_OPS[n.op](n, *(values[id(s)] for s in n.srcs))
         values[id(n)] = np.asarray(out, dtype=n.dtype.np).reshape(n.shape)
     return [values[id(r)] for r in roots]
 

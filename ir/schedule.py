@@ -423,7 +423,7 @@ def structural_key(roots: list[Node], has_value: Callable[[Node], bool]) -> tupl
                 continue
             op = n.op
             if op is const:
-                flat += (const, n.dtype, n.shape, _const_key(n.arg))
+                flat += (const, n.dtype, n.shape, const_key(n.arg))
             elif op is buffer or (k in values if values is not None else has_value(n)):
                 leaves.append(n)
                 flat += (None, n.shape, n.dtype, n.device)
@@ -444,7 +444,7 @@ def structural_key(roots: list[Node], has_value: Callable[[Node], bool]) -> tupl
     return (tuple(flat), tuple([index[id(r)] for r in roots])), leaves
 
 
-def _const_key(value):
+def const_key(value):
     """Constants differ as their values and signs (0.0 and -0.0) and NaN equals NaN here."""
     if isinstance(value, float):
         return (repr(value),)

@@ -17,7 +17,7 @@ realizes forward, backward and update together as one cached schedule.
 True
 """
 
-from . import clip_grad, data, datasets, functional, init, optim, parallel, utils
+from . import clip_grad, data, functional, init, optim, parallel, utils
 from .activations import (
     CELU,
     ELU,
@@ -167,7 +167,6 @@ __all__ = [
     "ZeroPad1d",
     "ZeroPad2d",
     "data",
-    "datasets",
     "functional",
     "init",
     "load",

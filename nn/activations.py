@@ -19,10 +19,18 @@ safe argument so that no inf or NaN leaks into the gradient through it.
 from __future__ import annotations
 
 import math
+import warnings
 
-from ..errors import ShapeError, fail
-from ..tensor import Tensor, hardtanh_values, where
-from .module import Module
+from ..nnapi import (
+    ShapeError,
+    Tensor,
+    fail,
+    full,
+    hardtanh_values,
+    where,
+)
+from ..nnapi import with_grad as _with_grad
+from .module import Module, Parameter
 
 # ---------------------------------------------------------------- private numerics
 
@@ -99,6 +107,41 @@ def _softplus_unit(z: Tensor) -> Tensor:
 
 
 # ---------------------------------------------------------------- functions
+
+
+def relu(input: Tensor, inplace: bool = False) -> Tensor:
+    """max(x, 0); with `inplace=True` written into `input` too, as torch's."""
+    return input.relu_() if inplace else input.relu()
+
+
+def sigmoid(input: Tensor) -> Tensor:
+    """1 / (1 + exp(-x)) (`Tensor.sigmoid`: its gradient y (1 - y) is computed as
+    z / (1 + z)^2 with z = e^-|x|, finite everywhere and accurate where y is near 1)."""
+    return input.sigmoid()
+
+
+def tanh(input: Tensor) -> Tensor:
+    """tanh(x) (`Tensor.tanh`, whose gradient is torch's 1 - y^2)."""
+    return input.tanh()
+
+
+def _softmax_dim(ndim: int) -> int:
+    # torch's legacy rule for softmax(dim=None), with its warning
+    warnings.warn(
+        "Implicit dimension choice for softmax has been deprecated. "
+        "Change the call to include dim=X as an argument.",
+        stacklevel=3,
+    )
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+def softmax(input: Tensor, dim: int | None = None) -> Tensor:
+    """exp(x) / sum(exp(x)) along `dim`, computed stably (the max is subtracted first)."""
+    return input.softmax(_softmax_dim(input.ndim) if dim is None else dim)
+
+
+def log_softmax(input: Tensor, dim: int | None = None) -> Tensor:
+    return input.log_softmax(_softmax_dim(input.ndim) if dim is None else dim)
 
 
 def gelu(input: Tensor, approximate: str = "none") -> Tensor:
@@ -187,7 +230,6 @@ def hardsigmoid(input: Tensor, inplace: bool = False) -> Tensor:
     """0 below -3, 1 above 3, (x + 3) / 6 between (gradient 0 at +-3 and at NaN).
 
     The gradient between is torch's constant, 1/6 rounded to float32 also in float64."""
-    from ..mathops import _with_grad
 
     x = input._float()
     outside = where(x <= -3.0, 0.0, where(x >= 3.0, 1.0, x.detach()))
@@ -221,8 +263,6 @@ def softsign(input: Tensor) -> Tensor:
 
 def softmin(input: Tensor, dim: int | None = None) -> Tensor:
     """softmax(-x) along `dim`."""
-    from .functional import softmax
-
     return softmax(-input._float(), dim)
 
 
@@ -369,12 +409,9 @@ class PReLU(Module):
     initialised to `init`, as torch's."""
 
     def __init__(self, num_parameters: int = 1, init: float = 0.25):
-        from .. import creation
-        from .module import Parameter
-
         super().__init__()
         self.num_parameters = num_parameters
-        self.weight = Parameter(creation.full((num_parameters,), float(init)))
+        self.weight = Parameter(full((num_parameters,), float(init)))
 
     def forward(self, input):
         return prelu(input, self.weight)

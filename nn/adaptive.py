@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import math
 
-from ..errors import ShapeError, fail
-from ..movement import cat
-from ..tensor import Tensor
+from ..nnapi import (
+    ShapeError,
+    Tensor,
+    cat,
+    fail,
+)
 from .module import Module
 
 

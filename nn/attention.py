@@ -17,17 +17,23 @@ from __future__ import annotations
 
 import math
 
-from .. import creation
-from ..errors import DTypeError, ShapeError, fail
-from ..tensor import Tensor, where
+from ..nnapi import (
+    DTypeError,
+    ShapeError,
+    Tensor,
+    fail,
+    index_arange,
+    where,
+)
 from . import init
-from .layers import Linear, _uninitialized
-from .module import Module
+from .dense import dropout, linear
+from .layers import Linear
+from .module import Module, placeholder_parameter
 
 
 def _causal_mask(lq: int, lk: int) -> Tensor:
     """True where query i may attend to key j: j <= i (top-left aligned, as torch.tril)."""
-    return creation.index_arange(lk).reshape(1, lk) <= creation.index_arange(lq).reshape(lq, 1)
+    return index_arange(lk).reshape(1, lk) <= index_arange(lq).reshape(lq, 1)
 
 
 def scaled_dot_product_attention(
@@ -86,8 +92,6 @@ def scaled_dot_product_attention(
             scores = scores + attn_mask
     weights = scores.softmax(-1)
     if dropout_p > 0.0:
-        from .functional import dropout
-
         weights = dropout(weights, dropout_p, training=True)
     return weights @ value
 
@@ -139,17 +143,17 @@ class MultiheadAttention(Module):
         self.vdim = vdim if vdim is not None else embed_dim
         self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
         if self._qkv_same_embed_dim:
-            self.in_proj_weight = _uninitialized(3 * embed_dim, embed_dim, dtype=dtype)
+            self.in_proj_weight = placeholder_parameter(3 * embed_dim, embed_dim, dtype=dtype)
             self.register_parameter("q_proj_weight", None)
             self.register_parameter("k_proj_weight", None)
             self.register_parameter("v_proj_weight", None)
         else:
             self.register_parameter("in_proj_weight", None)
-            self.q_proj_weight = _uninitialized(embed_dim, embed_dim, dtype=dtype)
-            self.k_proj_weight = _uninitialized(embed_dim, self.kdim, dtype=dtype)
-            self.v_proj_weight = _uninitialized(embed_dim, self.vdim, dtype=dtype)
+            self.q_proj_weight = placeholder_parameter(embed_dim, embed_dim, dtype=dtype)
+            self.k_proj_weight = placeholder_parameter(embed_dim, self.kdim, dtype=dtype)
+            self.v_proj_weight = placeholder_parameter(embed_dim, self.vdim, dtype=dtype)
         if bias:
-            self.in_proj_bias = _uninitialized(3 * embed_dim, dtype=dtype)
+            self.in_proj_bias = placeholder_parameter(3 * embed_dim, dtype=dtype)
         else:
             self.register_parameter("in_proj_bias", None)
         self.out_proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dtype)
@@ -189,8 +193,6 @@ class MultiheadAttention(Module):
         average_attn_weights: bool = True,
         is_causal: bool = False,
     ):
-        from .functional import dropout, linear
-
         unbatched = query.ndim == 2
         if query.ndim not in (2, 3) or key.ndim != query.ndim or value.ndim != query.ndim:
             fail(

@@ -17,9 +17,11 @@ in the optimizer step's one schedule; nothing runs here unless
 
 from __future__ import annotations
 
-from .. import creation
-from ..autograd_state import no_grad
-from ..tensor import Tensor
+from ..nnapi import (
+    Tensor,
+    no_grad,
+    tensor,
+)
 
 
 def _grads(parameters) -> list[Tensor]:
@@ -40,7 +42,7 @@ def clip_grad_norm_(
     grads = _grads(parameters)
     norm_type = float(norm_type)
     if not grads:
-        return creation.tensor(0.0)
+        return tensor(0.0)
     with no_grad():
         if norm_type == float("inf"):
             parts = [g.abs().amax() for g in grads]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 
-from .module import Module
+from .module import Module, Parameter
 
 
 class Sequential(Module):
@@ -198,6 +198,4 @@ class ParameterList(Module):
 
 
 def _as_parameter(value):
-    from .module import Parameter
-
     return value if isinstance(value, Parameter) else Parameter(value)

@@ -20,19 +20,21 @@ import math
 
 import numpy as np
 
-from ..errors import DTypeError, ShapeError, fail, one_site
-from ..extend import custom_gradient, materialize
-from ..movement import sliding_windows
-from ..tensor import Tensor
-
-
-def _tuple(v, n: int, name: str, op: str) -> tuple[int, ...]:
-    if isinstance(v, int):
-        return (v,) * n
-    v = tuple(int(a) for a in v)
-    if len(v) != n:
-        fail(ShapeError, op, f"{name} must be an int or {n} ints, got {v}")
-    return v
+from ..nnapi import (
+    DTypeError,
+    ShapeError,
+    Tensor,
+    custom_gradient,
+    fail,
+    one_site,
+    ones,
+    sliding_windows,
+    where,
+)
+from ..nnapi import index_arange as arange
+from . import init
+from .correlate import correlate, correlated_shape, dilate, int_tuple, padded
+from .module import Module, placeholder_parameter
 
 
 def _same_padding(kernel, dilation) -> list[tuple[int, int]]:
@@ -77,8 +79,8 @@ def _convnd(
             f"input has {cin} channels but weight {weight.shape} expects "
             f"{cin_g * groups} (= {cin_g} x groups {groups})",
         )
-    stride = _tuple(stride, n, "stride", op)
-    dilation = _tuple(dilation, n, "dilation", op)
+    stride = int_tuple(stride, n, "stride", op)
+    dilation = int_tuple(dilation, n, "dilation", op)
     if isinstance(padding, str):
         if padding == "valid":
             pads = [(0, 0)] * n
@@ -93,11 +95,11 @@ def _convnd(
                 f"padding must be 'valid', 'same', an int or a tuple, got {padding!r}",
             )
     else:
-        pads = [(p, p) for p in _tuple(padding, n, "padding", op)]
+        pads = [(p, p) for p in int_tuple(padding, n, "padding", op)]
     geometry = (x.shape, weight.shape, pads, stride, dilation, groups)
     # the rule sits on the reduction (keepdim): a view around it could be folded away
-    total = _correlate(x, weight, pads, stride, dilation, groups, op, keepdim=True)
-    out_shape = _correlated_shape(total, groups)
+    total = correlate(x, weight, pads, stride, dilation, groups, op, keepdim=True)
+    out_shape = correlated_shape(total, groups)
     total = custom_gradient(
         total,
         [x, weight],
@@ -109,60 +111,6 @@ def _convnd(
             fail(ShapeError, op, f"bias must have shape ({cout},), got {bias.shape}")
         out = out + bias.reshape(1, cout, *([1] * n))
     return out
-
-
-def _correlate(
-    x: Tensor, weight: Tensor, pads, stride, dilation, groups: int, op: str, keepdim=False
-) -> Tensor:
-    """sum over (Cin/G, kernel) of windows(pad(x)) * weight: the convolution itself
-    ((N, Cout, *out); with `keepdim`, the sum itself, (N, G, Cout/G, 1, *out, *1))."""
-    n = len(pads)
-    batch, cin = x.shape[:2]
-    cout, cin_g = weight.shape[:2]
-    kernel = weight.shape[2:]
-    x = _padded(x, pads, op)
-    win = sliding_windows(x, kernel, stride, dilation)  # (N, Cin, *out, *kernel)
-    outs = win.shape[2 : 2 + n]
-    g, cout_g = groups, cout // groups
-    # (N, G, 1, Cin/G, *out, *kernel) * (1, G, Cout/G, Cin/G, *1, *kernel),
-    # summed over Cin/G and the kernel axes
-    win = win.reshape(batch, g, 1, cin_g, *outs, *kernel)
-    w = weight.reshape(1, g, cout_g, cin_g, *([1] * n), *kernel)
-    axes = (3,) + tuple(range(4 + n, 4 + 2 * n))
-    total = (win * w).sum(axes, keepdim=True)
-    return total if keepdim else total.reshape(batch, cout, *outs)
-
-
-def _correlated_shape(total: Tensor, groups: int) -> tuple[int, ...]:
-    """(N, Cout, *out) of a keepdim `_correlate` sum (N, G, Cout/G, 1, *out, *1)."""
-    n = (total.ndim - 4) // 2
-    return (total.shape[0], groups * total.shape[2], *total.shape[4 : 4 + n])
-
-
-def _padded(x: Tensor, pads, op: str) -> Tensor:
-    """x padded for a convolution, materialized: every element is read by kernel-size
-    windows, and one padded copy costs less than bounds checks on every read."""
-    flat_pad = [v for before, after in reversed(pads) for v in (before, after)]
-    if not any(flat_pad):
-        return x
-    x = x.pad(flat_pad)
-    if any(v < 0 for v in flat_pad):  # a crop is a view already
-        return x
-    return materialize(x, f"{op}: padded input, so windows read it unguarded")
-
-
-def _dilate(t: Tensor, stride, n: int) -> Tensor:
-    """Insert stride-1 zeros between the elements of the last n axes."""
-    if all(s == 1 for s in stride):
-        return t
-    lead = t.shape[: t.ndim - n]
-    sizes = t.shape[t.ndim - n :]
-    t = t.reshape(*lead, *[v for o in sizes for v in (o, 1)])
-    t = t.pad([v for s in reversed(stride) for v in (0, s - 1, 0, 0)])
-    t = t.reshape(*lead, *[o * s for o, s in zip(sizes, stride)])
-    return t[
-        (slice(None),) * len(lead) + tuple(slice(0, (o - 1) * s + 1) for o, s in zip(sizes, stride))
-    ]
 
 
 def _conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str):
@@ -177,7 +125,7 @@ def _conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str):
     outs = g.shape[2:]
     cout_g = cout // groups
     # input: correlate the stride-dilated gradient, padded "full", with the flipped weight
-    gd = _dilate(g, stride, n)
+    gd = dilate(g, stride, n)
     tpads = []
     for i, (before, after), k, d, s, o in zip(x_shape[2:], pads, kernel, dilation, stride, outs):
         covered = (o - 1) * s + 1 + d * (k - 1)
@@ -186,9 +134,9 @@ def _conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str):
     wt = weight.reshape(groups, cout_g, cin_g, *kernel).transpose(1, 2)
     wt = wt.reshape(cin, cout_g, *kernel)
     wt = wt.flip(tuple(range(2, 2 + n)))
-    dx = _correlate(gd, wt, tpads, (1,) * n, dilation, groups, op)
+    dx = correlate(gd, wt, tpads, (1,) * n, dilation, groups, op)
     # weight: sum over batch and output positions of windows(x) * g
-    win = sliding_windows(_padded(x, pads, op), kernel, stride, dilation)
+    win = sliding_windows(padded(x, pads, op), kernel, stride, dilation)
     win = win.reshape(batch, groups, 1, cin_g, *outs, *kernel)
     gw = g.reshape(batch, groups, cout_g, 1, *outs, *([1] * n))
     dw = (win * gw).sum((0,) + tuple(range(4, 4 + n))).reshape(*w_shape)
@@ -223,10 +171,10 @@ def _poolnd(
 ):
     if x.ndim < n + 1:
         fail(ShapeError, op, f"expected at least {n + 1} dims, got shape {x.shape}")
-    kernel = _tuple(kernel_size, n, "kernel_size", op)
-    stride = kernel if stride is None or stride == [] else _tuple(stride, n, "stride", op)
-    pads = _tuple(padding, n, "padding", op)
-    dilation = _tuple(dilation, n, "dilation", op)
+    kernel = int_tuple(kernel_size, n, "kernel_size", op)
+    stride = kernel if stride is None or stride == [] else int_tuple(stride, n, "stride", op)
+    pads = int_tuple(padding, n, "padding", op)
+    dilation = int_tuple(dilation, n, "dilation", op)
     if any(2 * p > k for p, k in zip(pads, kernel)):
         fail(ShapeError, op, f"padding {pads} must be at most half of kernel_size {kernel}")
     if divisor_override is not None and divisor_override == 0:
@@ -267,7 +215,6 @@ def _poolnd(
         return total / divisor_override
     if not any(flat_pad) or (count_include_pad and not any(extra)):
         return total / math.prod(kernel)
-    from ..creation import ones
 
     # the divisor counts the window's cells inside the input, or inside input + padding
     # (count_include_pad), never the cells ceil_mode adds beyond the padding (as PyTorch)
@@ -285,8 +232,6 @@ def _first_max_gradient(win: Tensor, out: Tensor, n: int) -> Tensor:
     """The pooled maxima `out` with torch's gradient: all of it to the first maximum of each
     window (in row-major window order), none to later ties; where the window holds a NaN, to
     its last NaN (torch's CPU kernel takes each NaN it meets)."""
-    from ..creation import index_arange as arange
-    from ..tensor import where
 
     lead = win.shape[: win.ndim - n]
     size = 1
@@ -319,8 +264,6 @@ def _pool_out_size(i: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> i
 def _argmax_indices(win, best, spatial, flat_pad, kernel, stride, dilation) -> Tensor:
     """Flat index (into each input plane) of the first largest element of every window, or
     of its last NaN (as torch's CPU kernel)."""
-    from ..creation import index_arange as arange
-    from ..tensor import where
 
     n = len(kernel)
     plane = math.prod(spatial)
@@ -439,17 +382,7 @@ def avg_pool2d(
 # ---------------------------------------------------------------- modules
 
 
-def _module_bases():
-    from .layers import _uninitialized
-    from .module import Module
-
-    return Module, _uninitialized
-
-
-_Module, _uninitialized = _module_bases()
-
-
-class _ConvNd(_Module):
+class _ConvNd(Module):
     """Shared parts of Conv1d/Conv2d: PyTorch's parameters, initialisation and repr."""
 
     n = 0
@@ -476,27 +409,23 @@ class _ConvNd(_Module):
                 f"and out_channels={out_channels}",
             )
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
-        self.kernel_size = _tuple(kernel_size, self.n, "kernel_size", name)
-        self.stride = _tuple(stride, self.n, "stride", name)
+        self.kernel_size = int_tuple(kernel_size, self.n, "kernel_size", name)
+        self.stride = int_tuple(stride, self.n, "stride", name)
         self.padding = (
-            padding if isinstance(padding, str) else _tuple(padding, self.n, "padding", name)
+            padding if isinstance(padding, str) else int_tuple(padding, self.n, "padding", name)
         )
-        self.dilation = _tuple(dilation, self.n, "dilation", name)
-        self.weight = _uninitialized(
+        self.dilation = int_tuple(dilation, self.n, "dilation", name)
+        self.weight = placeholder_parameter(
             out_channels, in_channels // groups, *self.kernel_size, dtype=dtype
         )
         if bias:
-            self.bias = _uninitialized(out_channels, dtype=dtype)
+            self.bias = placeholder_parameter(out_channels, dtype=dtype)
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """As torch: kaiming_uniform(a=sqrt(5)) weights, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) bias."""
-        import math
-
-        from . import init
-
         fan_in = (self.in_channels // self.groups) * math.prod(self.kernel_size)
         init.torch_default_(self.weight, self.bias, fan_in)
 
@@ -538,7 +467,7 @@ class Conv2d(_ConvNd):
         )
 
 
-class _PoolNd(_Module):
+class _PoolNd(Module):
     n, kind = 2, "max"
 
     def __init__(
@@ -584,7 +513,7 @@ class MaxPool2d(_PoolNd):
     """Max over sliding windows, as torch.nn.MaxPool2d."""
 
 
-class _AvgPoolNd(_Module):
+class _AvgPoolNd(Module):
     n = 2
 
     def __init__(

@@ -16,9 +16,15 @@ from __future__ import annotations
 
 import math
 
-from ..errors import DTypeError, ShapeError, fail
-from ..tensor import Tensor
-from .conv import _correlate, _dilate, _module_bases, _tuple
+from ..nnapi import (
+    DTypeError,
+    ShapeError,
+    Tensor,
+    fail,
+)
+from . import init
+from .correlate import correlate, dilate, int_tuple
+from .module import Module, placeholder_parameter
 
 
 def _conv_transposend(
@@ -49,10 +55,10 @@ def _conv_transposend(
             op,
             f"input has {x.shape[1]} channels but weight {weight.shape} expects {cin}",
         )
-    stride = _tuple(stride, n, "stride", op)
-    pads = _tuple(padding, n, "padding", op)
-    out_pads = _tuple(output_padding, n, "output_padding", op)
-    dilation = _tuple(dilation, n, "dilation", op)
+    stride = int_tuple(stride, n, "stride", op)
+    pads = int_tuple(padding, n, "padding", op)
+    out_pads = int_tuple(output_padding, n, "output_padding", op)
+    dilation = int_tuple(dilation, n, "dilation", op)
     for o, s, d in zip(out_pads, stride, dilation):
         if o >= s and o >= d:
             fail(
@@ -69,7 +75,7 @@ def _conv_transposend(
     w = weight.reshape(groups, cin_g, cout_g, *kernel).transpose(1, 2)
     w = w.reshape(cout, cin_g, *kernel)
     w = w.flip(tuple(range(2, 2 + n)))
-    xd = _dilate(x, stride, n)
+    xd = dilate(x, stride, n)
     full = [
         (d * (k - 1) - p, d * (k - 1) - p + o)
         for k, p, o, d in zip(kernel, pads, out_pads, dilation)
@@ -80,7 +86,7 @@ def _conv_transposend(
     ]
     if any(v <= 0 for v in sizes):
         fail(ShapeError, op, f"output size {tuple(sizes)} is too small (input {x.shape})")
-    out = _correlate(xd, w, full, (1,) * n, dilation, groups, op)
+    out = correlate(xd, w, full, (1,) * n, dilation, groups, op)
     if bias is not None:
         if bias.shape != (cout,):
             fail(ShapeError, op, f"bias must have shape ({cout},), got {bias.shape}")
@@ -111,10 +117,7 @@ def conv_transpose2d(
     )  # fmt: skip
 
 
-_Module, _uninitialized = _module_bases()
-
-
-class _ConvTransposeNd(_Module):
+class _ConvTransposeNd(Module):
     n = 0
 
     def __init__(
@@ -140,24 +143,22 @@ class _ConvTransposeNd(_Module):
                 f"and out_channels={out_channels}",
             )
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
-        self.kernel_size = _tuple(kernel_size, self.n, "kernel_size", name)
-        self.stride = _tuple(stride, self.n, "stride", name)
-        self.padding = _tuple(padding, self.n, "padding", name)
-        self.output_padding = _tuple(output_padding, self.n, "output_padding", name)
-        self.dilation = _tuple(dilation, self.n, "dilation", name)
-        self.weight = _uninitialized(
+        self.kernel_size = int_tuple(kernel_size, self.n, "kernel_size", name)
+        self.stride = int_tuple(stride, self.n, "stride", name)
+        self.padding = int_tuple(padding, self.n, "padding", name)
+        self.output_padding = int_tuple(output_padding, self.n, "output_padding", name)
+        self.dilation = int_tuple(dilation, self.n, "dilation", name)
+        self.weight = placeholder_parameter(
             in_channels, out_channels // groups, *self.kernel_size, dtype=dtype
         )
         if bias:
-            self.bias = _uninitialized(out_channels, dtype=dtype)
+            self.bias = placeholder_parameter(out_channels, dtype=dtype)
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """As torch: fan_in is weight.shape[1] * kernel size (out_channels / groups * k)."""
-        from . import init
-
         fan_in = (self.out_channels // self.groups) * math.prod(self.kernel_size)
         init.torch_default_(self.weight, self.bias, fan_in)
 

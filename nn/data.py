@@ -18,8 +18,13 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
-from .. import creation
-from ..tensor import Tensor
+from ..nnapi import (
+    Tensor,
+    distributed,
+    from_numpy,
+    host_rng,
+    randperm,
+)
 
 
 class Dataset:
@@ -74,7 +79,7 @@ def random_split(dataset: Dataset, lengths: Sequence, generator=None) -> list[Su
     if isinstance(generator, np.random.Generator):
         order = generator.permutation(n)
     else:  # None or a fusegrad Generator
-        order = creation.randperm(n, generator=generator).numpy()
+        order = randperm(n, generator=generator).numpy()
     out, start = [], 0
     for k in lengths:
         out.append(Subset(dataset, order[start : start + k].tolist()))
@@ -116,12 +121,12 @@ class TensorDataset(Dataset):
 def _to_tensor(a: np.ndarray, keep_dtype: bool = False) -> Tensor:
     # np.ascontiguousarray makes a 0-d array 1-d: keep ds[i]'s scalar labels of shape ()
     if keep_dtype:
-        return creation.from_numpy(np.ascontiguousarray(a).reshape(a.shape))
+        return from_numpy(np.ascontiguousarray(a).reshape(a.shape))
     if a.dtype == np.float64 or a.dtype == np.float16:
         a = a.astype(np.float32)  # fusegrad's default float, as fg.tensor does for Python floats
     elif a.dtype.kind in "iu" and a.dtype != np.int32:
         a = a.astype(np.int64)
-    return creation.from_numpy(np.ascontiguousarray(a).reshape(a.shape))
+    return from_numpy(np.ascontiguousarray(a).reshape(a.shape))
 
 
 def default_collate(samples: list):
@@ -135,7 +140,7 @@ def default_collate(samples: list):
     if isinstance(first, (tuple, list)):
         return type(first)(default_collate(list(field)) for field in zip(*samples))
     if isinstance(first, Tensor):
-        return creation.from_numpy(np.stack([s.numpy() for s in samples]))
+        return from_numpy(np.stack([s.numpy() for s in samples]))
     return _to_tensor(np.stack([np.asarray(s) for s in samples]))
 
 
@@ -195,7 +200,7 @@ class DataLoader:
         n = len(self.dataset)
         if not self.shuffle:
             return np.arange(n)
-        rng = creation.host_rng(self.generator)
+        rng = host_rng(self.generator)
         return rng.permutation(n)
 
     def __iter__(self) -> Iterator:
@@ -244,8 +249,6 @@ class DistributedSampler:
         drop_last: bool = False,
     ):
         if num_replicas is None or rank is None:
-            from .. import distributed
-
             if not distributed.is_initialized():
                 raise RuntimeError(
                     "DistributedSampler: pass num_replicas and rank, or call "

@@ -12,527 +12,10 @@ its neighbours); none computes anything when called.
 
 from __future__ import annotations
 
-import warnings
-
-from .. import creation
-from ..errors import DTypeError, FusegradError, ShapeError, one_site
-from ..errors import fail as _fail
-from ..extend import gather_rows, host_data
-from ..reduce import class_cross_entropy, fits_class_cross_entropy
-from ..reduce import linear as _linear
-from ..tensor import Tensor, where
-
-# ---------------------------------------------------------------- activations
-
-
-def relu(input: Tensor, inplace: bool = False) -> Tensor:
-    """max(x, 0); with `inplace=True` written into `input` too, as torch's."""
-    return input.relu_() if inplace else input.relu()
-
-
-def sigmoid(input: Tensor) -> Tensor:
-    """1 / (1 + exp(-x)) (`Tensor.sigmoid`: its gradient y (1 - y) is computed as
-    z / (1 + z)^2 with z = e^-|x|, finite everywhere and accurate where y is near 1)."""
-    return input.sigmoid()
-
-
-def tanh(input: Tensor) -> Tensor:
-    """tanh(x) (`Tensor.tanh`, whose gradient is torch's 1 - y^2)."""
-    return input.tanh()
-
-
-def _softmax_dim(ndim: int) -> int:
-    # torch's legacy rule for softmax(dim=None), with its warning
-    warnings.warn(
-        "Implicit dimension choice for softmax has been deprecated. "
-        "Change the call to include dim=X as an argument.",
-        stacklevel=3,
-    )
-    return 0 if ndim in (0, 1, 3) else 1
-
-
-def softmax(input: Tensor, dim: int | None = None) -> Tensor:
-    """exp(x) / sum(exp(x)) along `dim`, computed stably (the max is subtracted first)."""
-    return input.softmax(_softmax_dim(input.ndim) if dim is None else dim)
-
-
-def log_softmax(input: Tensor, dim: int | None = None) -> Tensor:
-    return input.log_softmax(_softmax_dim(input.ndim) if dim is None else dim)
-
-
-# ---------------------------------------------------------------- layers as functions
-
-
-def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """x @ W.T + b, with W of shape (out_features, in_features) as torch stores it."""
-    return _linear(input, weight, bias)
-
-
-@one_site
-def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
-    """Zero each element with probability p and scale the rest by 1 / (1 - p) (inverted dropout).
-
-    The mask is `fg.rand` (the counter-based RAND primitive): it is recomputed
-    inside whichever kernels read it, forward and backward alike, and never
-    stored. Outside training (or with p == 0) the input is returned unchanged.
-    """
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
-    if not training or p == 0.0:
-        return input
-    if p == 1.0:
-        out = input * 0.0
-    else:
-        u = creation.rand(*input.shape, dtype=input.dtype, device=input.device)
-        keep = u >= p  # P(u >= p) = 1 - p
-        out = where(keep, input * (1.0 / (1.0 - p)), 0.0)
-    return input._inplace(out, "dropout_") if inplace else out
-
-
-@one_site
-def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
-    """Zero whole channels (axis 1) with probability p and scale the rest by 1 / (1 - p),
-    as torch's; a 3-d input is (N, C, L), as torch 2.13 reads it."""
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
-    if input.ndim not in (3, 4):
-        _fail(ShapeError, "dropout2d", f"expects a 3-d or 4-d input, got shape {input.shape}")
-    if not training or p == 0.0:
-        return input
-    # one draw per (sample, channel)
-    u = creation.rand(
-        *input.shape[:2], *(1,) * (input.ndim - 2), dtype=input.dtype, device=input.device
-    )
-    out = where(u >= p, input * (1.0 / (1.0 - p)), 0.0) if p < 1.0 else input * 0.0
-    return input._inplace(out, "dropout2d_") if inplace else out
-
-
-def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
-    """int64 one-hot encoding along a new last axis (num_classes=-1 reads max + 1, as torch)."""
-    if tensor.dtype.is_float or tensor.dtype.is_bool:
-        _fail(
-            DTypeError,
-            "one_hot",
-            f"one_hot is only applicable to index tensors, got {tensor.dtype.name}",
-        )
-    if num_classes == -1:
-        num_classes = int(tensor.max().item()) + 1 if tensor.numel() else 0
-    values = _known_values(tensor)
-    if values is not None and values.size:
-        if values.min() < 0:
-            _fail(ClassIndexError, "one_hot", "Class values must be non-negative.")
-        if values.max() >= num_classes:
-            _fail(ClassIndexError, "one_hot", "Class values must be smaller than num_classes.")
-    return (tensor[..., None] == creation.index_arange(num_classes)).long()
-
-
-@one_site
-def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> Tensor:
-    """Rows of `weight` picked by the integer tensor `input`: shape input.shape + (dim,).
-
-    One GATHER kernel (rows read where the indices say); the gradient for
-    `weight` is the matching SCATTER_ADD, which touches only the rows read.
-    Rows at `padding_idx` receive no gradient. Indices already computed are
-    checked against the table's size; inside a kernel, an index outside it
-    reads a zero row.
-    """
-    if input.dtype.is_float or input.dtype.is_bool:
-        _fail(
-            DTypeError,
-            "embedding",
-            f"expected an integer index tensor (int64 or int32), got {input.dtype.name}; "
-            "use .long()",
-        )
-    if weight.ndim != 2:
-        raise ValueError(f"embedding: weight must be 2-D (rows, dim), got shape {weight.shape}")
-    num = weight.shape[0]
-    _check_indices(input, num)
-    out = gather_rows(weight, input)
-    if padding_idx is not None and out.requires_grad:
-        padding_idx = padding_idx % num
-        out = where((input == padding_idx)[..., None], out.detach(), out)
-    return out
-
-
-class ClassIndexError(FusegradError, IndexError, RuntimeError):
-    """A class index outside [0, classes): torch raises IndexError (losses) or RuntimeError
-    (one_hot) for it; this is both (and names the user's line, as fusegrad's errors do)."""
-
-
-def _known_values(t: Tensor):
-    """t's values if they are computed already (data a user passed in), else None: checking
-    a lazy value would compute it early."""
-    return host_data(t)
-
-
-def _check_targets_in_range(target: Tensor, classes: int, ignore_index: int, op: str) -> bool:
-    """As torch: a class index outside [0, classes) that is not ignore_index raises, here,
-    naming the line of the loss call.
-
-    A target still to be computed (`labels.long()`) is computed now: inside the loss's
-    kernels an index outside the classes would match no class and silently drop its row.
-    Returns whether every target is known to be a class (none is ignore_index)."""
-    values = _known_values(target)
-    if values is None and target.numel():
-        target.realize()
-        values = _known_values(target)
-    if values is None or values.size == 0:
-        return False
-    lo, hi = values.min(), values.max()
-    if lo >= 0 and hi < classes and not lo <= ignore_index <= hi:
-        return True  # the usual batch, told with two reductions
-    bad = values[((values < 0) | (values >= classes)) & (values != ignore_index)]
-    if bad.size:
-        _fail(ClassIndexError, op, f"Target {int(bad[0])} is out of bounds.")
-    return not (values == ignore_index).any()
-
-
-def _check_indices(input: Tensor, num: int) -> None:
-    """Out-of-range indices would silently give zero rows: check them when they are known."""
-    if not input._has_value() or input.numel() == 0:
-        return
-    values = input.numpy()
-    lo, hi = int(values.min()), int(values.max())
-    if lo < 0 or hi >= num:
-        bad = lo if lo < 0 else hi
-        raise IndexError(f"embedding: index {bad} is out of range for a table of {num} rows")
-
-
-# ---------------------------------------------------------------- losses
-
-
-def _reduce(loss: Tensor, reduction: str) -> Tensor:
-    if reduction == "mean":
-        return loss.mean()
-    if reduction == "sum":
-        return loss.sum()
-    if reduction == "none":
-        return loss
-    raise ValueError(f"{reduction} is not a valid value for reduction")
-
-
-def _check_reduction(reduction: str) -> None:
-    if reduction not in ("mean", "sum", "none"):
-        raise ValueError(f"{reduction} is not a valid value for reduction")
-
-
-def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
-    """(input - target)^2, averaged (or summed) over every element."""
-    _check_reduction(reduction)
-    if tuple(input.shape) != tuple(target.shape):
-        warnings.warn(
-            f"Using a target size ({tuple(target.shape)}) that is different to the input size "
-            f"({tuple(input.shape)}). This will likely lead to incorrect results due to "
-            "broadcasting. Please ensure they have the same size.",
-            stacklevel=2,
-        )
-    diff = input - target
-    return _reduce(diff * diff, reduction)
-
-
-_BCE_EPSILON = 9.999999960041972e-13  # torch's 1e-12, a float32 constant, in float64
-
-
-def _size_warning(input: Tensor, target: Tensor) -> None:
-    if tuple(input.shape) != tuple(target.shape):
-        warnings.warn(
-            f"Using a target size ({tuple(target.shape)}) that is different to the input size "
-            f"({tuple(input.shape)}). This will likely lead to incorrect results due to "
-            "broadcasting. Please ensure they have the same size.",
-            stacklevel=3,
-        )
-
-
-def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
-    """|input - target|, averaged (or summed); the gradient at a tie is 0, as torch's.
-
-    >>> import fusegrad as fg
-    >>> l1_loss(fg.tensor([1.0, -2.0]), fg.tensor([0.0, 0.0])).item()
-    1.5
-    """
-    _check_reduction(reduction)
-    _size_warning(input, target)
-    return _reduce((input - target).abs(), reduction)
-
-
-def smooth_l1_loss(
-    input: Tensor, target: Tensor, reduction: str = "mean", beta: float = 1.0
-) -> Tensor:
-    """0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (d = input - target), as torch's.
-
-    >>> import fusegrad as fg
-    >>> smooth_l1_loss(fg.tensor([0.5, -2.0]), fg.tensor([0.0, 0.0])).item()
-    0.8125
-    """
-    _check_reduction(reduction)
-    if beta < 0:
-        raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
-    _size_warning(input, target)
-    d = (input - target).abs()
-    if beta == 0.0:
-        return _reduce(d, reduction)
-    return _reduce((d * d * (0.5 / beta)).where(d < beta, d - 0.5 * beta), reduction)
-
-
-def kl_div(
-    input: Tensor,
-    target: Tensor,
-    size_average=None,
-    reduce=None,
-    reduction: str = "mean",
-    log_target: bool = False,
-) -> Tensor:
-    """KL(target || exp(input)) pointwise: target (log target - input), 0 where target is 0
-    (or exp(target) (target - input) with `log_target`); reduction "batchmean" divides the
-    sum by the batch size, the true KL divergence ("mean" averages every element, as
-    torch's, which warns about it).
-
-    >>> import fusegrad as fg
-    >>> kl_div(fg.tensor([[-1.0, -0.5]]), fg.tensor([[0.5, 0.5]]), reduction="batchmean").item()
-    0.05685...
-    """
-    if reduction not in ("mean", "sum", "none", "batchmean"):
-        raise ValueError(f"{reduction} is not a valid value for reduction")
-    if log_target:
-        pointwise = target.exp() * (target - input)
-    else:
-        positive = target > 0
-        pointwise = where(positive, target * where(positive, target, 1.0).log(), 0.0)
-        pointwise = pointwise - target * input
-    if reduction == "batchmean":
-        total = pointwise.sum()
-        return total / input.shape[0] if input.ndim else total
-    if reduction == "mean":
-        warnings.warn(
-            "reduction: 'mean' divides the total loss by both the batch size and the support "
-            "size.'batchmean' divides only by the batch size, and aligns with the KL div math "
-            "definition.'mean' will be changed to behave the same as 'batchmean' in the next "
-            "major release.",
-            stacklevel=2,
-        )
-    return _reduce(pointwise, reduction)
-
-
-def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
-    """sum(x1 x2) / (max(|x1|, eps) max(|x2|, eps)) along `dim` (broadcasting), as torch's:
-    each norm is clamped at eps in value while its gradient stays the norm's."""
-    n1 = x1.norm(dim=dim, keepdim=True)
-    n2 = x2.norm(dim=dim, keepdim=True)
-    n1 = n1 + (n1.clamp_min(eps) - n1).detach()
-    n2 = n2 + (n2.clamp_min(eps) - n2).detach()
-    return ((x1 / n1) * (x2 / n2)).sum(dim)
-
-
-def huber_loss(
-    input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0
-) -> Tensor:
-    """0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta) (d = input - target).
-
-    >>> import fusegrad as fg
-    >>> huber_loss(fg.tensor([0.5, -2.0]), fg.tensor([0.0, 0.0]), delta=1.5).item()
-    1.0
-    """
-    _check_reduction(reduction)
-    if delta <= 0:
-        raise RuntimeError("huber_loss does not support non-positive values for delta.")
-    _size_warning(input, target)
-    d = (input - target).abs()
-    return _reduce((d * d * 0.5).where(d < delta, (d - 0.5 * delta) * delta), reduction)
-
-
-@one_site
-def binary_cross_entropy(
-    input: Tensor, target: Tensor, weight: Tensor | None = None, reduction: str = "mean"
-) -> Tensor:
-    """-w (y log(x) + (1 - y) log(1 - x)) for probabilities x; each log is clamped at -100.
-
-    Torch's formulas: the value (y - 1) max(log1p(-x), -100) - y max(log(x), -100) (so
-    -0.0 at x = y = 1), the gradient w (x - y) / max((1 - x) x, 1e-12) (1e-12 a float32,
-    as torch's), not the chain rule through the clamped logs: where a sigmoid saturates
-    to exactly 0 or 1 that chain rule multiplies 0 by an infinite 1/x and gives NaN. The
-    target's gradient is -logit(x), unclamped (+-inf at 0 and 1).
-    """
-    _check_reduction(reduction)
-    if tuple(input.shape) != tuple(target.shape):
-        raise ValueError(
-            f"Using a target size ({tuple(target.shape)}) that is different to the input size "
-            f"({tuple(input.shape)}) is deprecated. Please ensure they have the same size."
-        )
-    from ..mathops import _with_grad
-
-    value = (target - 1.0) * (-input).log1p().maximum(-100.0)
-    value = value - target * input.log().maximum(-100.0)
-    x, y = input, target  # (not detached: the rules' own gradients are the 2nd derivatives)
-    grad_x = (x - y) / ((1.0 - x) * x).maximum(_BCE_EPSILON)
-    loss = _with_grad(value, [(input, grad_x), (target, -(x / (1.0 - x)).log())])
-    if weight is not None:
-        loss = loss * weight
-    return _reduce(loss, reduction)
-
-
-@one_site
-def binary_cross_entropy_with_logits(
-    input: Tensor,
-    target: Tensor,
-    weight: Tensor | None = None,
-    reduction: str = "mean",
-    pos_weight: Tensor | None = None,
-) -> Tensor:
-    """Sigmoid and binary cross-entropy in one stable formula.
-
-    loss = (1 - y) x + l (log(1 + exp(-|x|)) + max(-x, 0)), with l = 1 + (pos_weight - 1) y.
-    """
-    _check_reduction(reduction)
-    if tuple(input.shape) != tuple(target.shape):
-        raise ValueError(
-            f"Target size ({tuple(target.shape)}) must be the same as input size "
-            f"({tuple(input.shape)})"
-        )
-    softplus_neg = (1.0 + (-input.abs()).exp()).log() + (-input).maximum(0.0)
-    if pos_weight is not None:
-        softplus_neg = softplus_neg * ((pos_weight - 1.0) * target + 1.0)
-    loss = (1.0 - target) * input + softplus_neg
-    if weight is not None:
-        loss = loss * weight
-    return _reduce(loss, reduction)
-
-
-def _classes_last(input: Tensor) -> Tensor:
-    """(N, C, d1, ...) -> (N, d1, ..., C): every loss below reduces over the last axis."""
-    if input.ndim <= 2:
-        return input
-    return input.permute(0, *range(2, input.ndim), 1)
-
-
-def _class_count(input: Tensor) -> int:
-    if input.ndim == 0:
-        raise ValueError("input must have at least one dimension (the classes)")
-    return input.shape[1] if input.ndim >= 2 else input.shape[0]
-
-
-def _check_targets(input: Tensor, target: Tensor, op: str) -> None:
-    want = (input.shape[0],) + tuple(input.shape[2:]) if input.ndim >= 2 else ()
-    if tuple(target.shape) != want:
-        raise ValueError(
-            f"{op}: expected target of shape {want} for input of shape {tuple(input.shape)}, "
-            f"got {tuple(target.shape)}"
-        )
-
-
-@one_site
-def nll_loss(
-    input: Tensor,
-    target: Tensor,
-    weight: Tensor | None = None,
-    ignore_index: int = -100,
-    reduction: str = "mean",
-) -> Tensor:
-    """-w[y] * input[..., y] for log-probabilities `input` (classes on dim 1) and class indices.
-
-    'mean' divides by the sum of the picked weights, as torch does; targets equal
-    to `ignore_index` contribute nothing.
-    """
-    _check_reduction(reduction)
-    if target.dtype.is_float or target.dtype.is_bool:
-        raise TypeError(f"nll_loss: expected integer class indices, got {target.dtype.name}")
-    _check_targets(input, target, "nll_loss")
-    all_classes = _check_targets_in_range(target, _class_count(input), ignore_index, "nll_loss")
-    if input.ndim == 1:  # unbatched: one sample of C classes
-        loss = nll_loss(input[None], target.reshape(1), weight, ignore_index, reduction)
-        return loss.reshape(()) if reduction == "none" else loss
-    classes = _class_count(input)
-    x = _classes_last(input)
-    hit = target.reshape(*target.shape, 1) == creation.index_arange(classes)
-    if 0 <= ignore_index < classes and not all_classes:  # out of range, it never matches
-        hit = hit & (target != ignore_index)[..., None]
-    picked = where(hit, x, 0.0).sum(-1)
-    if weight is None and all_classes:
-        # every row has its one class and weight 1 (the targets were read above): the same
-        # values as the general form below, from a third of its graph
-        loss = -picked
-        return loss.sum() / target.numel() if reduction == "mean" else _reduce(loss, reduction)
-    if weight is not None:
-        w = where(hit, weight.cast(x.dtype), 0.0).sum(-1)
-    else:
-        w = hit.cast(x.dtype).sum(-1)
-    loss = -(w * picked)
-    if reduction == "mean":
-        return loss.sum() / w.sum()
-    return _reduce(loss, reduction)
-
-
-@one_site
-def cross_entropy(
-    input: Tensor,
-    target: Tensor,
-    weight: Tensor | None = None,
-    ignore_index: int = -100,
-    reduction: str = "mean",
-    label_smoothing: float = 0.0,
-) -> Tensor:
-    """log_softmax over dim 1 and the negative log-likelihood of the target.
-
-    `target` is either class indices (an integer tensor without the class axis)
-    or class probabilities (a float tensor shaped like `input`), as in torch.
-    """
-    _check_reduction(reduction)
-    if not 0.0 <= label_smoothing <= 1.0:
-        raise ValueError(f"label_smoothing must be between 0.0 and 1.0, got {label_smoothing}")
-    classes = _class_count(input)
-    if input.ndim == 1:  # unbatched: one sample of C classes
-        target = target[None] if target.dtype.is_float else target.reshape(1)
-        loss = cross_entropy(input[None], target, weight, ignore_index, reduction, label_smoothing)
-        return loss.reshape(()) if reduction == "none" else loss
-    if (
-        weight is None
-        and label_smoothing == 0.0
-        and fits_class_cross_entropy(input, target)
-        and _check_targets_in_range(target, classes, ignore_index, "cross_entropy")
-    ):  # every classifier's every step: the same graph as below, built at once
-        return class_cross_entropy(input, target, reduction)
-    logp = input.log_softmax(1)
-    if target.dtype.is_float:
-        return _cross_entropy_probs(logp, target, weight, reduction, label_smoothing, classes)
-    nll = nll_loss(logp, target, weight, ignore_index, reduction)
-    if label_smoothing == 0.0:
-        return nll
-    x = _classes_last(logp)
-    w = weight.cast(x.dtype) if weight is not None else None
-    smooth = -((x * w) if w is not None else x).sum(-1)
-    valid = target != ignore_index
-    smooth = where(valid, smooth, 0.0)
-    if reduction == "mean":
-        if w is not None:
-            hit = (target[..., None] == creation.index_arange(classes)) & valid[..., None]
-            denom = where(hit, w, 0.0).sum()
-        else:
-            denom = valid.cast(x.dtype).sum()
-        smooth = smooth.sum() / denom
-    else:
-        smooth = _reduce(smooth, reduction)
-    return (1.0 - label_smoothing) * nll + smooth * (label_smoothing / classes)
-
-
-def _cross_entropy_probs(logp, target, weight, reduction, label_smoothing, classes):
-    if tuple(target.shape) != tuple(logp.shape):
-        _fail(  # torch: a RuntimeError (float class indices, or the wrong shape)
-            ShapeError,
-            "cross_entropy",
-            f"probability targets must have the input's shape {tuple(logp.shape)}, got "
-            f"{tuple(target.shape)} (class indices must be an int64 tensor)",
-        )
-    if label_smoothing > 0.0:
-        target = target * (1.0 - label_smoothing) + label_smoothing / classes
-    x, y = _classes_last(logp), _classes_last(target)
-    terms = x * y if weight is None else x * y * weight.cast(x.dtype)
-    loss = -terms.sum(-1)
-    if reduction == "mean":
-        return loss.sum() / (logp.numel() // classes)
-    return _reduce(loss, reduction)
-
-
-# convolution and pooling live in nn/conv.py; they are functional ops, as in torch
-from .activations import (  # noqa: E402, F401
+# This module only gathers: each function lives with its concept (dense.py,
+# activations.py, loss_functions.py, conv.py, ...), and nn's own modules import it
+# from there, so that nothing inside nn depends on this list.
+from .activations import (  # noqa: F401
     celu,
     elu,
     gelu,
@@ -541,19 +24,24 @@ from .activations import (  # noqa: E402, F401
     hardswish,
     hardtanh,
     leaky_relu,
+    log_softmax,
     logsigmoid,
     mish,
     prelu,
+    relu,
     relu6,
     selu,
+    sigmoid,
     silu,
+    softmax,
     softmin,
     softplus,
     softsign,
+    tanh,
 )
-from .adaptive import adaptive_avg_pool1d, adaptive_avg_pool2d  # noqa: E402, F401
-from .attention import scaled_dot_product_attention  # noqa: E402, F401
-from .conv import (  # noqa: E402, F401  (re-exported)
+from .adaptive import adaptive_avg_pool1d, adaptive_avg_pool2d  # noqa: F401
+from .attention import scaled_dot_product_attention  # noqa: F401
+from .conv import (  # noqa: F401
     avg_pool1d,
     avg_pool2d,
     conv1d,
@@ -561,7 +49,27 @@ from .conv import (  # noqa: E402, F401  (re-exported)
     max_pool1d,
     max_pool2d,
 )
-from .conv_transpose import conv_transpose1d, conv_transpose2d  # noqa: E402, F401
-from .normalization import batch_norm, group_norm, layer_norm, normalize  # noqa: E402, F401
-from .padding import pad  # noqa: E402, F401
-from .upsample import interpolate  # noqa: E402, F401
+from .conv_transpose import conv_transpose1d, conv_transpose2d  # noqa: F401
+from .dense import (  # noqa: F401
+    ClassIndexError,
+    dropout,
+    dropout2d,
+    embedding,
+    linear,
+    one_hot,
+)
+from .loss_functions import (  # noqa: F401
+    binary_cross_entropy,
+    binary_cross_entropy_with_logits,
+    cosine_similarity,
+    cross_entropy,
+    huber_loss,
+    kl_div,
+    l1_loss,
+    mse_loss,
+    nll_loss,
+    smooth_l1_loss,
+)
+from .normalization import batch_norm, group_norm, layer_norm, normalize  # noqa: F401
+from .padding import pad  # noqa: F401
+from .upsample import interpolate  # noqa: F401

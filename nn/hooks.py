@@ -20,9 +20,7 @@ fuses with the rest of the backward pass.
 
 from __future__ import annotations
 
-from .. import autograd_state, creation
-from ..tensor import Tensor
-from ..tensor_hooks import hooked_together
+from ..nnapi import Tensor, grad_enabled, hooked_together, zeros_like
 
 
 def wrap_call(module, hooks: list, args: tuple):
@@ -30,7 +28,7 @@ def wrap_call(module, hooks: list, args: tuple):
     `module`, whose backward hooks are `hooks`: (kind, hook) pairs."""
     full = [hook for kind, hook in hooks if kind == "backward"]
     pre = [hook for kind, hook in hooks if kind == "backward_pre"]
-    if not autograd_state.enabled():
+    if not grad_enabled():
         return args, _unchanged
     positions = [
         i
@@ -116,4 +114,4 @@ def _unchanged(out):
 
 
 def _or_zeros(g, like: Tensor) -> Tensor:
-    return creation.zeros_like(like) if g is None else g
+    return zeros_like(like) if g is None else g

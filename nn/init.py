@@ -19,18 +19,21 @@ import math
 
 import numpy as np
 
-from .. import creation
-from ..tensor import Tensor
+from ..nnapi import (
+    Tensor,
+    from_numpy,
+    host_rng,
+)
 
 
 def _rng(generator: np.random.Generator | None) -> np.random.Generator:
     # a numpy Generator is used as it is; an fg.Generator or None (the fg.manual_seed
     # stream) seeds one, advancing that stream
-    return creation.host_rng(generator)
+    return host_rng(generator)
 
 
 def _fill(tensor: Tensor, values: np.ndarray) -> Tensor:
-    tensor.assign_(creation.from_numpy(np.ascontiguousarray(values, dtype=tensor.dtype.np)))
+    tensor.assign_(from_numpy(np.ascontiguousarray(values, dtype=tensor.dtype.np)))
     return tensor
 
 

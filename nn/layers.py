@@ -15,19 +15,12 @@ Linear(in_features=3, out_features=2, bias=True)
 
 from __future__ import annotations
 
-import numpy as np
-
-from .. import creation
-from ..jit import guard
-from . import functional as F
-from . import init
-from .module import Module, Parameter
-
-
-def _uninitialized(*shape: int, dtype=None) -> Parameter:
-    """A parameter of this shape whose values `reset_parameters` sets (no kernel runs)."""
-    dt = creation.to_dtype(dtype or "float32")
-    return Parameter(creation.from_numpy(np.zeros(shape, dtype=dt.np)))
+from ..nnapi import (
+    from_numpy,
+    guard,
+)
+from . import activations, dense, init, loss_functions
+from .module import Module, Parameter, placeholder_parameter
 
 
 class Identity(Module):
@@ -50,9 +43,9 @@ class Linear(Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, dtype=None):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
-        self.weight = _uninitialized(out_features, in_features, dtype=dtype)
+        self.weight = placeholder_parameter(out_features, in_features, dtype=dtype)
         if bias:
-            self.bias = _uninitialized(out_features, dtype=dtype)
+            self.bias = placeholder_parameter(out_features, dtype=dtype)
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()
@@ -61,7 +54,7 @@ class Linear(Module):
         init.torch_default_(self.weight, self.bias, self.in_features)
 
     def forward(self, input):
-        return F.linear(input, self.weight, self.bias)
+        return dense.linear(input, self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return (
@@ -84,12 +77,12 @@ class ReLU(Module):
 
 class Sigmoid(Module):
     def forward(self, input):
-        return F.sigmoid(input)
+        return activations.sigmoid(input)
 
 
 class Tanh(Module):
     def forward(self, input):
-        return F.tanh(input)
+        return activations.tanh(input)
 
 
 class Softmax(Module):
@@ -98,7 +91,7 @@ class Softmax(Module):
         self.dim = dim
 
     def forward(self, input):
-        return F.softmax(input, self.dim)
+        return activations.softmax(input, self.dim)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
@@ -110,7 +103,7 @@ class LogSoftmax(Module):
         self.dim = dim
 
     def forward(self, input):
-        return F.log_softmax(input, self.dim)
+        return activations.log_softmax(input, self.dim)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
@@ -129,7 +122,7 @@ class Dropout(Module):
     def forward(self, input):
         mode = (self.training, self.p)
         guard(lambda: (self.training, self.p) == mode)  # a jitted step records this mode
-        return F.dropout(input, self.p, self.training, self.inplace)
+        return dense.dropout(input, self.p, self.training, self.inplace)
 
     def extra_repr(self) -> str:
         return f"p={self.p}, inplace={self.inplace}"
@@ -141,7 +134,7 @@ class Dropout2d(Dropout):
     def forward(self, input):
         mode = (self.training, self.p)
         guard(lambda: (self.training, self.p) == mode)
-        return F.dropout2d(input, self.p, self.training, self.inplace)
+        return dense.dropout2d(input, self.p, self.training, self.inplace)
 
 
 class CosineSimilarity(Module):
@@ -152,7 +145,7 @@ class CosineSimilarity(Module):
         self.dim, self.eps = dim, eps
 
     def forward(self, x1, x2):
-        return F.cosine_similarity(x1, x2, self.dim, self.eps)
+        return loss_functions.cosine_similarity(x1, x2, self.dim, self.eps)
 
 
 class Flatten(Module):
@@ -197,7 +190,7 @@ class Embedding(Module):
             padding_idx %= num_embeddings
         self.padding_idx = padding_idx
         if _weight is None:
-            self.weight = _uninitialized(num_embeddings, embedding_dim, dtype=dtype)
+            self.weight = placeholder_parameter(num_embeddings, embedding_dim, dtype=dtype)
             self.weight.requires_grad = not _freeze
             self.reset_parameters()
         else:
@@ -210,10 +203,10 @@ class Embedding(Module):
         if self.padding_idx is not None:
             w = self.weight.numpy().copy()
             w[self.padding_idx] = 0
-            self.weight.assign_(creation.from_numpy(w))
+            self.weight.assign_(from_numpy(w))
 
     def forward(self, input):
-        return F.embedding(input, self.weight, self.padding_idx)
+        return dense.embedding(input, self.weight, self.padding_idx)
 
     @classmethod
     def from_pretrained(cls, embeddings, freeze: bool = True, padding_idx: int | None = None):

@@ -8,14 +8,14 @@
 
 from __future__ import annotations
 
-from . import functional as F
+from . import loss_functions as F
 from .module import Module
 
 
 class _Loss(Module):
     def __init__(self, reduction: str = "mean"):
         super().__init__()
-        F._check_reduction(reduction)
+        F.check_reduction(reduction)
         self.reduction = reduction
 
     def extra_repr(self) -> str:

@@ -27,9 +27,12 @@ import types
 import warnings
 from collections import Counter
 
-from ..errors import JitError
-from ..jit import on_replay
-from ..jit import recording as jit_recording
+from ..nnapi import (
+    JitError,
+    jit_recording,
+    on_replay,
+)
+from .optimizer import Optimizer
 
 _INF = float("inf")
 # torch's words (torch/optim/lr_scheduler.py)
@@ -46,8 +49,6 @@ class LRScheduler:
     """Base class: `step()` advances `last_epoch` and sets each group's lr from `get_lr()`."""
 
     def __init__(self, optimizer, last_epoch: int = -1):
-        from .optim import Optimizer
-
         if not isinstance(optimizer, Optimizer):
             raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
         self.optimizer = optimizer

@@ -27,11 +27,23 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from .. import copying, creation
-from ..devices import to_arguments
-from ..jit import note_module, note_parameter, note_write
-from ..tensor import Tensor
-from ..tensor import realize as _realize
+from ..nnapi import (
+    Tensor,
+    empty,
+    from_numpy,
+    host_copy,
+    note_module,
+    note_parameter,
+    note_write,
+    rebuild_tensor,
+    tensor,
+    to_arguments,
+    to_dtype,
+    value_copy,
+    zeros,
+    zeros_like,
+)
+from ..nnapi import realize as _realize
 from . import hooks as backward_hooks
 
 IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
@@ -54,8 +66,8 @@ class Parameter(Tensor):
 
     def __init__(self, data=None, requires_grad: bool = True):
         if data is None:
-            data = creation.empty(0)
-        t = data.detach() if isinstance(data, Tensor) else creation.tensor(data)
+            data = empty(0)
+        t = data.detach() if isinstance(data, Tensor) else tensor(data)
         _realize(t)  # a parameter is always data, never a pending graph
         super().__init__(t.node, requires_grad=False, leaf=True)
         note_parameter(self)
@@ -70,20 +82,31 @@ class Parameter(Tensor):
         requires_grad; as torch's, its `.grad` is not copied (a plain tensor's is)."""
         if id(self) in memo:
             return memo[id(self)]
-        out = type(self)(copying.value_copy(self), self.requires_grad)
+        out = type(self)(value_copy(self), self.requires_grad)
         memo[id(self)] = out
         return out
 
     def __reduce_ex__(self, protocol):
         """Pickled as its value (a numpy array), class and requires_grad, as torch's."""
-        args = (type(self), copying.host_copy(self), self.dtype.name, str(self.device))
+        args = (type(self), host_copy(self), self.dtype.name, str(self.device))
         return (_rebuild_parameter, args + (self.requires_grad,))
 
 
 def _rebuild_parameter(cls, array, dtype: str, device: str, requires_grad: bool) -> Parameter:
     """A Parameter from what `Parameter.__reduce_ex__` stored (pickle calls this)."""
-    data = copying.rebuild_tensor(Tensor, array, dtype, device, False, None, None)
+    data = rebuild_tensor(Tensor, array, dtype, device, False, None, None)
     return cls(data, requires_grad)
+
+
+def placeholder_parameter(*shape: int, dtype=None) -> Parameter:
+    """A parameter of this shape whose values a layer's `reset_parameters` sets next:
+    zeros from the host, so no kernel runs for values that are overwritten at once.
+
+    >>> placeholder_parameter(2, 3).shape
+    (2, 3)
+    """
+    dt = to_dtype(dtype or "float32")
+    return Parameter(from_numpy(np.zeros(shape, dtype=dt.np)))
 
 
 class RemovableHandle:
@@ -306,7 +329,7 @@ class Module:
         for p in self.parameters():
             if p.grad is None:
                 continue
-            p.grad = None if set_to_none else creation.zeros_like(p)
+            p.grad = None if set_to_none else zeros_like(p)
 
     # ---------------------------------------------------------------- devices
     def to(self, *args, device=None, dtype=None, non_blocking: bool = False) -> Module:
@@ -318,9 +341,9 @@ class Module:
         them); their gradients move with them.
         """
         if len(args) > 2:
-            creation.zeros(()).to(*args)  # the error Tensor.to gives
+            zeros(()).to(*args)  # the error Tensor.to gives
         device, dtype = to_arguments(args, device, dtype, Tensor)
-        creation.zeros(()).to(device=device, dtype=dtype)  # a bad device or dtype fails here
+        zeros(()).to(device=device, dtype=dtype)  # a bad device or dtype fails here
 
         def moved(t: Tensor) -> Tensor:
             cast = dtype if dtype is not None and t.dtype.is_float else None
@@ -482,7 +505,7 @@ class Module:
                 continue
             data = value.detach() if isinstance(value, Tensor) else None
             if data is None:
-                data = creation.from_numpy(np.asarray(value, dtype=target.dtype.np))
+                data = from_numpy(np.asarray(value, dtype=target.dtype.np))
             data = data.cast(target.dtype)
             _realize(data)
             target.assign_(data)
@@ -547,4 +570,4 @@ def load(path: str | os.PathLike) -> OrderedDict:
     if not os.path.exists(path) and os.path.exists(path + ".npz"):
         path += ".npz"
     with np.load(path) as archive:
-        return OrderedDict((k, creation.from_numpy(archive[k])) for k in archive.files)
+        return OrderedDict((k, from_numpy(archive[k])) for k in archive.files)

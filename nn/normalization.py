@@ -19,11 +19,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import creation
-from ..autograd_state import no_grad
-from ..errors import ShapeError, fail
-from ..tensor import Tensor, where
-from ..tensor import realize as _realize
+from ..nnapi import (
+    ShapeError,
+    Tensor,
+    fail,
+    from_numpy,
+    no_grad,
+    ones,
+    tensor,
+    where,
+    zeros,
+)
+from ..nnapi import realize as _realize
 from .module import Module, Parameter
 
 
@@ -179,7 +186,7 @@ def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -
 
 
 def _param(*shape: int, value: float) -> Parameter:
-    return Parameter(creation.from_numpy(np.full(shape, value, np.float32)))
+    return Parameter(from_numpy(np.full(shape, value, np.float32)))
 
 
 class LayerNorm(Module):
@@ -269,9 +276,9 @@ class _BatchNorm(Module):
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
         if track_running_stats:
-            self.register_buffer("running_mean", creation.zeros(num_features).realize())
-            self.register_buffer("running_var", creation.ones(num_features).realize())
-            self.register_buffer("num_batches_tracked", creation.tensor(0, dtype="int64").realize())
+            self.register_buffer("running_mean", zeros(num_features).realize())
+            self.register_buffer("running_var", ones(num_features).realize())
+            self.register_buffer("num_batches_tracked", tensor(0, dtype="int64").realize())
         else:
             self.register_buffer("running_mean", None)
             self.register_buffer("running_var", None)
@@ -279,9 +286,9 @@ class _BatchNorm(Module):
 
     def reset_running_stats(self) -> None:
         if self.track_running_stats:
-            self.running_mean.assign_(creation.zeros(self.num_features))
-            self.running_var.assign_(creation.ones(self.num_features))
-            self.num_batches_tracked.assign_(creation.tensor(0, dtype="int64"))
+            self.running_mean.assign_(zeros(self.num_features))
+            self.running_var.assign_(ones(self.num_features))
+            self.num_batches_tracked.assign_(tensor(0, dtype="int64"))
 
     def forward(self, input):
         if input.ndim not in self.dims:
@@ -296,7 +303,7 @@ class _BatchNorm(Module):
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats:
             done = int(self.num_batches_tracked.item()) + 1
-            self.num_batches_tracked.assign_(creation.tensor(done, dtype="int64"))
+            self.num_batches_tracked.assign_(tensor(done, dtype="int64"))
             if self.momentum is None:  # cumulative moving average
                 factor = 1.0 / done
         use_batch = self.training or not self.track_running_stats

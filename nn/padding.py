@@ -16,9 +16,12 @@ gradients come from the movement primitives' rules.
 
 from __future__ import annotations
 
-from ..errors import ShapeError, fail
-from ..movement import cat
-from ..tensor import Tensor
+from ..nnapi import (
+    ShapeError,
+    Tensor,
+    cat,
+    fail,
+)
 from .module import Module
 
 _MODES = ("constant", "reflect", "replicate", "circular")

@@ -43,15 +43,18 @@ import weakref
 
 import numpy as np
 
-from .. import creation
-from .. import distributed as dist
-from ..autograd import take_pending_outputs
-from ..autograd_state import enabled as grad_enabled
-from ..errors import ShapeError, fail
-from ..jit import JitError
-from ..jit import recording as _jit_recording
-from ..tensor import Tensor
-from ..tensor import realize as _realize
+from ..nnapi import (
+    JitError,
+    ShapeError,
+    Tensor,
+    fail,
+    from_numpy,
+    grad_enabled,
+    take_pending_outputs,
+)
+from ..nnapi import distributed as dist
+from ..nnapi import jit_recording as _jit_recording
+from ..nnapi import realize as _realize
 from .module import Module, Parameter
 
 __all__ = ["DistributedDataParallel", "SyncedParameter"]
@@ -171,7 +174,7 @@ class DistributedDataParallel(Module):
         dist.broadcast_arrays(arrays, src=0)
         if dist.get_rank() != 0:
             for t, a in zip(tensors, arrays):
-                t.assign_(creation.from_numpy(a))
+                t.assign_(from_numpy(a))
 
     # ---------------------------------------------------------------- forward and no_sync
     def forward(self, *args, **kwargs):
@@ -264,7 +267,7 @@ class DistributedDataParallel(Module):
             for i in used:
                 p = params[i]
                 n = p.numel()
-                g = creation.from_numpy(flat[offset : offset + n].reshape(p.shape))
+                g = from_numpy(flat[offset : offset + n].reshape(p.shape))
                 offset += n
                 p.grad = g  # through SyncedParameter's setter: recorded as averaged
 

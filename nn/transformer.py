@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import copy
 
-from .. import autograd_state, creation
-from ..errors import ShapeError, fail
-from ..tensor import Tensor, where
+from ..nnapi import ShapeError, Tensor, fail, grad_enabled, index_arange, where
 from . import init
 from .activations import GELU, gelu
 from .attention import MultiheadAttention
@@ -280,7 +278,7 @@ class TransformerEncoder(Module):
         if key_padding_mask is None or mask is not None:
             return None
         first = self.layers[0]
-        if autograd_state.enabled() and (
+        if grad_enabled() and (
             src.requires_grad or any(p.requires_grad for p in first.parameters())
         ):
             return None
@@ -430,8 +428,8 @@ class Transformer(Module):
     def generate_square_subsequent_mask(sz: int, device=None, dtype=None) -> Tensor:
         """A float (sz, sz) mask: 0.0 where query i may see key j (j <= i), -inf above the
         diagonal, as torch's."""
-        keys = creation.index_arange(sz).reshape(1, sz)
-        queries = creation.index_arange(sz).reshape(sz, 1)
+        keys = index_arange(sz).reshape(1, sz)
+        queries = index_arange(sz).reshape(sz, 1)
         mask = where(keys <= queries, 0.0, float("-inf"))
         if dtype is not None:
             mask = mask.to(dtype=dtype)

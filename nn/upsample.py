@@ -21,9 +21,13 @@ import math
 
 import numpy as np
 
-from .. import creation
-from ..errors import ShapeError, fail
-from ..tensor import Tensor
+from ..nnapi import (
+    ShapeError,
+    Tensor,
+    fail,
+    tensor,
+)
+from .dense import embedding
 from .module import Module
 
 _MODES = {"nearest": None, "nearest-exact": None, "linear": 1, "bilinear": 2}
@@ -31,12 +35,10 @@ _MODES = {"nearest": None, "nearest-exact": None, "linear": 1, "bilinear": 2}
 
 def _take_rows(x: Tensor, dim: int, index: np.ndarray) -> Tensor:
     """x's slices at positions `index` along `dim` (a gather; its gradient scatter-adds)."""
-    from .functional import embedding
-
     moved = x.transpose(0, dim) if dim else x
     rest = moved.shape[1:]
     table = moved.reshape(moved.shape[0], -1)
-    picked = embedding(creation.tensor(index.astype(np.int64), device=x.device), table)
+    picked = embedding(tensor(index.astype(np.int64), device=x.device), table)
     out = picked.reshape(len(index), *rest)
     return out.transpose(0, dim) if dim else out
 
@@ -130,7 +132,7 @@ def interpolate(
         frac = (pos - lo).astype(x.dtype.np)
         shape = [1] * x.ndim
         shape[dim] = o
-        w_hi = creation.tensor(frac.reshape(shape), dtype=x.dtype, device=x.device)
+        w_hi = tensor(frac.reshape(shape), dtype=x.dtype, device=x.device)
         x = _take_rows(x, dim, lo) * (1.0 - w_hi) + _take_rows(x, dim, hi) * w_hi
     return x
 

@@ -5,7 +5,11 @@
 True
 """
 
-from ..movement import cat
+from ..nnapi import (
+    Tensor,
+    cat,
+    no_grad,
+)
 from .clip_grad import clip_grad_norm_, clip_grad_value_
 
 __all__ = [
@@ -23,8 +27,6 @@ def parameters_to_vector(parameters):
 
 def vector_to_parameters(vec, parameters) -> None:
     """Copy consecutive pieces of `vec` into the parameters (in place, no history)."""
-    from ..autograd_state import no_grad
-    from ..tensor import Tensor
 
     if not isinstance(vec, Tensor):
         raise TypeError(f"expected torch.Tensor, but got: {type(vec).__name__}")

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..ir.dtypes import ALL_DTYPES, DType
 from . import forksafe
+from .backend_registry import get_backend, to_device
 
 
 def _pool_limit() -> int:
@@ -164,8 +165,6 @@ class HostTable(Buffer):
     def on(self, device: str):
         """This table's copy on `device` (made on first use, once per cuda backend: a copy
         made on the GPU is no use to the emulator, nor the other way round)."""
-        from .backend import get_backend, to_device
-
         key = get_backend(device).copy_key(device)
         copy = self.copies.get(key)
         if copy is None:

@@ -558,3 +558,20 @@ def _collect(pid: int, fd: int, count: int, patience: float) -> list[tuple[bytes
         out.append((data[at : at + size], seconds))
         at += size
     return out if at == len(data) else None
+
+
+def disk_cached(key: str, ext: str, make) -> tuple[bytes, str]:
+    """`make()`'s bytes, cached in the compile cache folder's `cuda/` under a hash of `key`
+    (a cubin or PTX; the LLVM objects have their own path below)."""
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    path = os.path.join(config.cache, "cuda", digest + ext) if config.cache else None
+    data = _read_cached(path, digest) if path else None
+    if data is not None:
+        return data, "disk"
+    data = make()
+    if path:
+        try:
+            _write_atomic(path, data + _seal(digest, data))
+        except OSError:
+            pass  # a read-only cache folder only costs speed
+    return data, "compiled"

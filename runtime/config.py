@@ -32,6 +32,8 @@ import contextlib
 import os
 from dataclasses import dataclass, fields
 
+from .attribution import capture
+
 
 def _default_cache() -> str:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -147,8 +149,6 @@ def warn_unusable_folder(variable: str, path: str, error: BaseException, instead
         return
     _warned_folders.add((variable, path))
     import warnings
-
-    from ..ir.sites import capture
 
     why = f"{type(error).__name__}: {error}"
     message = f"{variable}={path!r} cannot be used as a folder ({why}): {instead}"

@@ -12,8 +12,8 @@ import numpy as np
 
 from ..codegen.llvm import render_llvm
 from ..codegen.lower import kernel_symbol, lower
-from ..ir import phases
-from .backend import Backend, register_backend
+from . import phases
+from .backend_registry import Backend, register_backend
 from .buffer import Buffer, clear_pool, give_scratch, take_scratch
 from .compiler import CompiledKernel, compile_kernels
 from .config import config

@@ -22,10 +22,8 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
-import hashlib
 import heapq
 import operator
-import os
 import struct
 import time
 from collections import OrderedDict
@@ -33,9 +31,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..codegen.cuda import cuda_kernel
+from ..codegen.lower import kernel_symbol
 from ..ir.dtypes import DType, uint8
-from . import forksafe
+from . import cuda_emulator, forksafe, phases
+from .backend_registry import forget_plans
+from .buffer import Buffer
+from .compiler import disk_cached
 from .config import config
+from .cuda_asm import DEFAULT_ARCH, NO_LLVM_IR, kernel_asm
 
 
 class CudaUnavailable(RuntimeError):
@@ -210,7 +214,7 @@ class _PyCudaBackend:
         from pycuda.compiler import get_nvcc_version
 
         key = "|".join([get_nvcc_version("nvcc") or "", self.arch, source])
-        cubin, how = _disk_cached(
+        cubin, how = disk_cached(
             key,
             ".cubin",
             lambda: nvcc_compile(source, options=_NVCC_OPTIONS, no_extern_c=True, arch=self.arch),
@@ -311,13 +315,9 @@ class _EmulatedBackend:
     description = "CUDA emulator on the CPU (FUSEGRAD_CUDA=emulate)"
 
     def __init__(self):
-        from . import cuda_emulator
-
         self.emulator = cuda_emulator
 
     def alloc(self, size: int, dtype: DType):
-        from .buffer import Buffer
-
         return Buffer(size, dtype)
 
     def free(self, mem, size: int, dtype: DType) -> None:
@@ -427,14 +427,10 @@ def use_driver(driver):
 
 def _forget_backend(b) -> None:
     """Drop every cached module and device plan made while `b` ran."""
-    from .engine import engine
-
     with _modules_lock:
         for key in [k for k in _modules if k[0] == b.name]:
             del _modules[key]
-    with engine._plans_lock:
-        for key in [k for k in engine.plans if _device_plan_of(k, b.name)]:
-            del engine.plans[key]
+    forget_plans(lambda key: _device_plan_of(key, b.name))
 
 
 def _device_plan_of(key, name: str) -> bool:
@@ -589,8 +585,6 @@ class CompiledCudaKernel:
     @property
     def optimized_ir(self) -> str:
         """No LLVM IR: a note saying so, and where the PTX is (not the CUDA C again)."""
-        from .cuda_asm import NO_LLVM_IR
-
         return NO_LLVM_IR
 
     @property
@@ -598,8 +592,6 @@ class CompiledCudaKernel:
         """The PTX nvcc emits (and SASS where cuobjdump or nvdisasm exists), under a header
         of each launch's grid, block, shared memory, registers, spills and occupancy
         (`runtime/cuda_asm.py`): for the GPU PyCUDA runs, else for `DEFAULT_ARCH`."""
-        from .cuda_asm import DEFAULT_ARCH, kernel_asm
-
         return kernel_asm(self.kernel, getattr(_backend, "arch", None) or DEFAULT_ARCH)
 
 
@@ -611,17 +603,11 @@ _modules_lock = forksafe.Lock()
 
 def symbol_of(loop) -> str:
     """The name a loop-IR kernel runs under on a CUDA device (its CUDA C's hash)."""
-    from ..codegen.cuda import cuda_kernel
-    from ..codegen.lower import kernel_symbol
-
     return kernel_symbol(cuda_kernel(loop, "KERNEL", config.allow_tf32).source, loop.name)
 
 
 def compile_loop(loop) -> CompiledCudaKernel:
     """Render a loop-IR kernel as CUDA C and compile it for the current backend."""
-    from ..codegen.cuda import cuda_kernel
-    from ..ir import phases
-
     with phases.timed("render"):
         symbol = symbol_of(loop)
         kernel = cuda_kernel(loop, symbol, config.allow_tf32)
@@ -821,21 +807,3 @@ def check_backend(buffers) -> None:
 def synchronize() -> None:
     """Wait for every kernel launched so far."""
     backend().synchronize()
-
-
-def _disk_cached(key: str, ext: str, make) -> tuple[bytes, str]:
-    """`make()`'s bytes, cached in the compile cache folder under a hash of `key`."""
-    from .compiler import _read_cached, _seal, _write_atomic
-
-    digest = hashlib.sha256(key.encode()).hexdigest()
-    path = os.path.join(config.cache, "cuda", digest + ext) if config.cache else None
-    data = _read_cached(path, digest) if path else None
-    if data is not None:
-        return data, "disk"
-    data = make()
-    if path:
-        try:
-            _write_atomic(path, data + _seal(digest, data))
-        except OSError:
-            pass  # a read-only cache folder only costs speed
-    return data, "compiled"

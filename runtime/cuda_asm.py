@@ -25,6 +25,8 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 
+from .compiler import disk_cached
+
 DEFAULT_ARCH = "sm_90"  # an H100's, when no GPU says otherwise
 # nvcc's warnings about generated code a user cannot act on (as runtime/cuda.py compiles)
 NVCC_OPTIONS = ["--diag-suppress", "177,550"]
@@ -171,14 +173,12 @@ def gpu_code(source: str, arch: str) -> dict:
 
 @functools.lru_cache(maxsize=256)
 def _gpu_code(source: str, arch: str) -> dict:
-    from .cuda import _disk_cached
-
     version = nvcc_version()
     if version is None:
         return {"error": "nvcc is not installed here (install the CUDA toolkit to see PTX)"}
     sass_tool = shutil.which("cuobjdump") or shutil.which("nvdisasm")
     key = "|".join(["gpu code 1", version, arch, str(sass_tool), source])
-    data, _ = _disk_cached(key, ".ptx.json", lambda: json.dumps(_compile(source, arch)).encode())
+    data, _ = disk_cached(key, ".ptx.json", lambda: json.dumps(_compile(source, arch)).encode())
     return json.loads(data)
 
 

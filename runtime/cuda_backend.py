@@ -13,7 +13,7 @@ import numpy as np
 
 from ..codegen.lower import lower
 from . import cuda
-from .backend import HOST, Backend, get_backend, register_backend
+from .backend_registry import HOST, Backend, get_backend, register_backend
 from .config import config
 
 # FP32 lanes per multiprocessor, by compute capability major (rated peak = 2 x lanes x

@@ -16,7 +16,7 @@ from . import forksafe
 from .config import config, warn_unusable_folder
 
 if TYPE_CHECKING:
-    from .engine import KernelRecord, Plan
+    from .plan import KernelRecord, Plan
 
 
 def kernel_header(rec: KernelRecord, comment: str = "//") -> str:

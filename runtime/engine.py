@@ -42,12 +42,11 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from ..ir import phases
 from ..ir.macro import expand_all
 from ..ir.node import Node
 from ..ir.ops import Ops
 from ..ir.schedule import ScheduleItem, schedule, structural_key
-from . import forksafe
+from . import backend_registry, forksafe, phases
 from .backend import HOST, get_backend
 from .buffer import Buffer
 from .compiler import batch as compiler_batch
@@ -120,6 +119,12 @@ class Engine:
 
     def _predicate_for(self, rec: _Recording | None) -> Callable[[Node], bool]:
         return self._has_value if rec is None else _predicate(rec.fresh)
+
+    def forget_plans(self, drop: Callable[[tuple], bool]) -> None:
+        """Drop the cached plans whose keys `drop` picks (those of a backend that went)."""
+        with self._plans_lock:
+            for key in [k for k in self.plans if drop(k)]:
+                del self.plans[key]
 
     # ---------------------------------------------------------------- realize
     def realize(self, nodes: list[Node]) -> list[KernelRecord]:
@@ -422,6 +427,7 @@ def _log_phases(before: dict[str, float], records: list[KernelRecord]) -> None:
 
 
 engine = Engine()
+backend_registry.plan_caches.append(engine.forget_plans)
 stats = engine.stats
 
 

@@ -31,6 +31,8 @@ import threading
 import weakref
 from collections.abc import Callable
 
+from ..ir import macro, node, sites
+
 _locks: weakref.WeakSet = weakref.WeakSet()  # made free again in a child
 _resets: list[Callable[[], None]] = []  # run in a child, in the order registered
 _held: list = []  # acquired before a fork, released after it
@@ -92,14 +94,10 @@ def _after_in_child() -> None:
         reset()
 
 
-def _track_ir_locks() -> None:
-    from ..ir import macro, node, sites
-
-    for lock in (node._sweeping, sites._sweeping, macro._lock):
-        track(lock)
-
-
-_track_ir_locks()
+# the ir's own locks (hash-consing, the sites table, macro expansion): ir imports nothing
+# of the runtime, so the runtime tracks them
+for _lock in (node._sweeping, sites._sweeping, macro._lock):
+    track(_lock)
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(

@@ -44,6 +44,8 @@ import platform
 import sys
 import time
 
+from .compiler import compile_kernel
+
 MAX_ARGS = 62  # pointer arguments a kernel run by the pool may take (64 in all)
 MAX_WORKERS = 255
 JOB_SPIN_US = 50  # a worker spins this long after a job before it sleeps
@@ -497,8 +499,6 @@ _kept = []  # the pool's compiled code: its workers run it as long as the proces
 @functools.lru_cache(maxsize=1)
 def functions() -> dict[str, int]:
     """The five functions' addresses (compiled once per process, or read from the cache)."""
-    from .compiler import compile_kernel
-
     source = render()
     compiled = compile_kernel(source, "fg_pool_run", 2)
     # the workers live until the process ends, parked in this code: its library must never

@@ -22,9 +22,10 @@ from collections import OrderedDict
 
 from ..ir.node import Node, toposort
 from ..ir.ops import Ops
-from ..ir.schedule import _const_key
-from ..ir.sites import capture, site_of
+from ..ir.schedule import const_key
+from ..ir.sites import site_of
 from . import forksafe
+from .attribution import capture
 
 _KEEP = 256  # user lines remembered
 
@@ -91,7 +92,7 @@ def _parts(graph: list[Node], has_value) -> tuple:
     out = []
     for n in graph:
         if n.op is Ops.CONST:
-            out.append((n.op, n.dtype, n.shape, _const_key(n.arg)))
+            out.append((n.op, n.dtype, n.shape, const_key(n.arg)))
         elif has_value(n):
             out.append((n.shape, n.dtype))
         else:

@@ -16,7 +16,7 @@ import re
 
 import pytest
 
-from fusegrad.nn import text
+from fusegrad.datasets import text
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "sentiment.py")
 

@@ -9,6 +9,7 @@ import gc
 import importlib.util
 import os
 import re
+import sys
 import warnings
 
 import numpy as np
@@ -37,6 +38,7 @@ def line_in(path: str, text: str) -> int:
 
 @pytest.fixture(scope="module")
 def lenet():
+    sys.path.insert(0, os.path.dirname(EXAMPLE))  # its examples/minitorch_ops.py
     spec = importlib.util.spec_from_file_location("lenet_mnist_example", EXAMPLE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,7 +1,7 @@
 """Every primitive is in every table it must be in, and a missing entry is named.
 
 A primitive's places: its row in `ir/ops.py` (a float function's row in `MATH` carries
-its spellings), its line in the reference evaluator (`ir/reference.py`), its gradient
+its spellings), its line in the reference evaluator (`ir/numpy_ops.py`), its gradient
 rule (`ir/autodiff.py`), and, for a float function LLVM has no intrinsic for, its
 polynomial (`codegen/llvm_math.py`). The rest is derived from those, and checked here.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import fusegrad as fg
 from fusegrad.codegen import llvm_math, lower, optable
-from fusegrad.ir import autodiff, reference
+from fusegrad.ir import autodiff, numpy_ops
 from fusegrad.ir.ops import ELEMENTWISE, LEAF, MATH, TRANSCENDENTAL, UNARY, MathOp, Ops
 
 
@@ -18,7 +18,7 @@ def missing_tables(op: Ops) -> list[str]:
     """The tables `op` should be in and is not."""
     needs = {}
     if op not in LEAF and op is not Ops.MACRO:  # leaves are read, macros expanded first
-        needs["ir/reference.py _ELEMENTWISE"] = op in reference._ELEMENTWISE
+        needs["ir/numpy_ops.py NUMPY_OPS"] = op in numpy_ops.NUMPY_OPS
     if op not in LEAF:
         needs["ir/autodiff.py VJP"] = op in autodiff.VJP
     if op in ELEMENTWISE - {Ops.WHERE, Ops.CAST}:  # those two each renderer spells itself
@@ -56,8 +56,8 @@ def test_a_new_float_function_is_named_in_each_table_it_lacks(monkeypatch):
 
 def test_a_primitive_without_a_gradient_rule_is_named(monkeypatch):
     monkeypatch.delitem(autodiff.VJP, Ops.COS)
-    monkeypatch.delitem(reference._ELEMENTWISE, Ops.COS)
-    assert missing_tables(Ops.COS) == ["ir/reference.py _ELEMENTWISE", "ir/autodiff.py VJP"]
+    monkeypatch.delitem(numpy_ops.NUMPY_OPS, Ops.COS)
+    assert missing_tables(Ops.COS) == ["ir/numpy_ops.py NUMPY_OPS", "ir/autodiff.py VJP"]
 
 
 def test_the_float_rows_of_the_op_table_come_from_the_math_rows():

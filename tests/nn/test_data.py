@@ -11,7 +11,7 @@ import fusegrad as fg
 import fusegrad.data
 import fusegrad.optim
 from fusegrad.data import DataLoader, Dataset, TensorDataset
-from fusegrad.nn import datasets
+from fusegrad.datasets import toy as datasets
 
 
 def test_torch_style_import_paths():

@@ -9,7 +9,7 @@ from _emulated import emulated  # noqa: F401  (the fixture)
 
 import fusegrad as fg
 from fusegrad.profiler import machine_limits
-from fusegrad.runtime import backend as registry
+from fusegrad.runtime import backend_registry as registry
 from fusegrad.runtime.buffer import Buffer
 from fusegrad.runtime.cpu_backend import CpuBackend
 from fusegrad.runtime.engine import engine

@@ -5,21 +5,20 @@ MiniTorch (module 4) defines its own `tile`, `avgpool2d`, `maxpool2d`, `max`,
 `dropout`, and a left-anchored, same-width convolution: output position w
 reads input positions w, w+1, ..., w+k-1, with zeros past the end. Students
 of MiniTorch can port their code unchanged; everything below is a few lines
-over fusegrad's own ops, so it fuses and compiles the same way.
+over fusegrad's own ops, so it fuses and compiles the same way. This is example
+code (`examples/lenet_mnist.py --arch minitorch` uses it), built on fusegrad's
+public API only.
 
 >>> import fusegrad as fg
->>> from fusegrad.nn import minitorch as mt
+>>> import minitorch_ops as mt
 >>> mt.argmax(fg.tensor([[1.0, 3.0, 2.0]]), 1).tolist()
 [[0.0, 1.0, 0.0]]
 """
 
 from __future__ import annotations
 
-from ..errors import ShapeError, fail
-from ..tensor import Tensor
-from . import functional as F
-from .conv import conv1d as _conv1d
-from .conv import conv2d as _conv2d
+from fusegrad import ShapeError, Tensor
+from fusegrad.nn import functional as F
 
 
 def tile(input: Tensor, kernel: tuple[int, int]) -> tuple[Tensor, int, int]:
@@ -31,7 +30,7 @@ def tile(input: Tensor, kernel: tuple[int, int]) -> tuple[Tensor, int, int]:
     batch, channel, height, width = input.shape
     kh, kw = kernel
     if height % kh or width % kw:
-        fail(ShapeError, "tile", f"kernel {kernel} must divide height and width {(height, width)}")
+        raise ShapeError(f"tile: kernel {kernel} must divide height and width {(height, width)}")
     nh, nw = height // kh, width // kw
     t = input.reshape(batch, channel, nh, kh, nw, kw).permute(0, 1, 2, 4, 3, 5)
     return t.reshape(batch, channel, nh, nw, kh * kw), nh, nw
@@ -87,10 +86,10 @@ def conv1d(input: Tensor, weight: Tensor) -> Tensor:
     past the end: a convolution of the input right-padded by k - 1.
     """
     k = weight.shape[2]
-    return _conv1d(input.pad((0, k - 1)), weight)
+    return F.conv1d(input.pad((0, k - 1)), weight)
 
 
 def conv2d(input: Tensor, weight: Tensor) -> Tensor:
     """MiniTorch's left-anchored, same-size 2-D convolution: right/bottom padding kh-1, kw-1."""
     kh, kw = weight.shape[2:]
-    return _conv2d(input.pad((0, kw - 1, 0, kh - 1)), weight)
+    return F.conv2d(input.pad((0, kw - 1, 0, kh - 1)), weight)

@@ -1,6 +1,6 @@
 """MNIST from the canonical gzipped IDX files, read with numpy (no network, no extra package).
 
->>> from fusegrad.nn.mnist import load_mnist
+>>> from fusegrad.datasets.mnist import load_mnist
 >>> train_x, train_y, test_x, test_y = load_mnist()
 >>> train_x.shape, train_x.dtype, test_y.shape
 ((60000, 28, 28), dtype('uint8'), (10000,))

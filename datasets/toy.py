@@ -15,8 +15,8 @@ by a rule:
 Each is a `TensorDataset` of (points float32 (N, 2), labels float32 (N,)),
 also available as numpy arrays `.X` and `.y`.
 
->>> from fusegrad.nn import datasets
->>> ds = datasets.xor(50, seed=0)
+>>> from fusegrad.datasets import toy
+>>> ds = toy.xor(50, seed=0)
 >>> ds.X.shape, ds.y.shape, len(ds)
 ((50, 2), (50,), 50)
 """
@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import creation
-from .data import TensorDataset
+from ..nn.data import TensorDataset
+from ..nnapi import next_seed
 
 
 class ToyDataset(TensorDataset):
@@ -48,7 +48,7 @@ class ToyDataset(TensorDataset):
 
 def make_pts(n: int, seed: int | None = None) -> np.ndarray:
     """n points uniform in [0, 1)^2; drawn from the fg.manual_seed stream unless `seed` is given."""
-    rng = np.random.default_rng(creation._next_seed() if seed is None else seed)
+    rng = np.random.default_rng(next_seed() if seed is None else seed)
     return rng.random((n, 2))
 
 

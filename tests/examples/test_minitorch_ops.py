@@ -1,11 +1,16 @@
-"""MiniTorch's definitions of tile, pooling, max/argmax and its left-anchored convolution."""
+"""examples/minitorch_ops.py: MiniTorch's tile, pooling, max/argmax and left-anchored conv."""
 
 from __future__ import annotations
+
+import os
+import sys
 
 import numpy as np
 
 import fusegrad as fg
-from fusegrad.nn import minitorch as mt
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+import minitorch_ops as mt  # noqa: E402
 
 RNG = np.random.default_rng(7)
 

@@ -1,4 +1,4 @@
-"""fusegrad.nn.text and the sentiment example's model.
+"""fusegrad.datasets.text and the sentiment example's model.
 
 Oracles: GloVe's own vocabulary (the tokens a tokenizer must produce to find
 vectors), the raw data file parsed independently here, numpy scatter-adds for
@@ -18,7 +18,7 @@ import pytest
 import fusegrad as fg
 import fusegrad.nn.functional as F
 from fusegrad import nn
-from fusegrad.nn import text
+from fusegrad.datasets import text
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "sentiment.py")
 

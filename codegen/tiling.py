@@ -1,0 +1,12 @@
+"""Tile sizes that both graph building and code generation depend on.
+
+They are the codegen's (codegen/lower.py's register tiles). A large matmul's right
+operand is packed into panels by the frontend (a graph rewrite: a CONTIGUOUS of a
+permuted view) so that the kernel codegen makes for it streams one panel at a time:
+the panel width must be a tile width of the codegen, and the size from which packing
+pays is the cache size the codegen assumes. The frontend, which never imports
+codegen, reads them from `runtime/tiling.py`.
+"""
+
+TILE_COLS = (32, 16, 8)  # vector lanes a register tile's row may have, widest first
+PANEL_CACHE_BYTES = 1 << 21  # an input this big does not stay in cache across row tiles

@@ -1,0 +1,142 @@
+"""`fusegrad.nnapi`: everything `fusegrad.nn` takes from the frontend, in one place.
+
+`nn` is built on the frontend as a user's own library would be, with one difference:
+a few things it needs are not (yet) public API, such as the jit's hooks that let a
+module's parameters and an optimizer's state be recorded and replayed, the fused
+`linear` and class cross-entropy reductions, and the step cache of an optimizer.
+This module names them. `nn` imports the frontend only from here
+(tests/test_layering.py checks it), so what `nn` depends on is this file's list, and
+the frontend may move a name between its modules by changing one import line below.
+
+Nothing here is meant for users: the public homes of these names are `fusegrad`,
+`fusegrad.extend` and `fusegrad.jit`, where they have them.
+
+>>> from fusegrad.nnapi import Tensor, zeros
+>>> zeros(2).tolist()
+[0.0, 0.0]
+"""
+
+from __future__ import annotations
+
+# the distributed package, for DistributedDataParallel and DistributedSampler
+from . import distributed
+
+# autograd: the grad mode and the outputs a backward pass left to realize
+from .autograd import take_pending_outputs
+from .autograd_state import enable_grad, no_grad
+from .autograd_state import enabled as grad_enabled
+
+# copies of tensors and their values (Module.to, state dicts, deep copies)
+from .copying import host_copy, rebuild_tensor, value_copy
+
+# creation
+from .creation import _next_seed as next_seed
+from .creation import (
+    empty,
+    from_numpy,
+    full,
+    host_rng,
+    index_arange,
+    ones,
+    rand,
+    randperm,
+    tensor,
+    to_dtype,
+    zeros,
+    zeros_like,
+)
+
+# devices: the arguments of Module.to, parsed as Tensor.to parses them
+from .devices import to_arguments
+
+# errors, raised at the user's line
+from .errors import (
+    DTypeError,
+    FusegradError,
+    JitError,
+    ShapeError,
+    at_callers_site,
+    fail,
+    one_site,
+)
+
+# ops beyond Tensor's methods (see fusegrad.extend)
+from .extend import custom_gradient, gather_rows, host_data, materialize
+
+# the jit's hooks: what a module or an optimizer tells a recording
+from .jit import guard, note_module, note_parameter, note_write, on_replay, track
+from .jit import recording as jit_recording
+
+# a composite op's result with its own gradient rule (a hand-written derivative)
+from .mathops import _with_grad as with_grad
+
+# the views that convolution and pooling read
+from .movement import cat, sliding_windows
+
+# fused reductions: one macro node for a linear layer and a classifier's loss
+from .reduce import class_cross_entropy, fits_class_cross_entropy
+from .reduce import linear as fused_linear
+
+# an optimizer's cached, compiled step
+from .stepcache import StepCache
+
+# Tensor and the functions on tensors nn's layers use
+from .tensor import Tensor, hardtanh_values, realize, where
+
+# gradient hooks on a module's inputs and outputs (nn/hooks.py)
+from .tensor_hooks import hooked_together
+
+__all__ = [
+    "DTypeError",
+    "FusegradError",
+    "JitError",
+    "ShapeError",
+    "StepCache",
+    "Tensor",
+    "at_callers_site",
+    "cat",
+    "class_cross_entropy",
+    "custom_gradient",
+    "distributed",
+    "empty",
+    "enable_grad",
+    "fail",
+    "fits_class_cross_entropy",
+    "from_numpy",
+    "full",
+    "fused_linear",
+    "gather_rows",
+    "grad_enabled",
+    "guard",
+    "hardtanh_values",
+    "host_copy",
+    "host_data",
+    "hooked_together",
+    "host_rng",
+    "index_arange",
+    "jit_recording",
+    "materialize",
+    "next_seed",
+    "no_grad",
+    "note_module",
+    "note_parameter",
+    "note_write",
+    "on_replay",
+    "one_site",
+    "ones",
+    "rand",
+    "randperm",
+    "realize",
+    "rebuild_tensor",
+    "sliding_windows",
+    "take_pending_outputs",
+    "tensor",
+    "to_arguments",
+    "to_dtype",
+    "track",
+    "value_copy",
+    "where",
+    "with_grad",
+    "zeros",
+    "zeros_like",
+]
