@@ -22,7 +22,19 @@ from .errors import (
     register_package_dirs as _register_package_dirs,
 )
 from .ir import node as _node
-from .ir.dtypes import DType, bool_, float32, float64, int8, int16, int32, int64, uint8
+from .ir.dtypes import (
+    DType,
+    bfloat16,
+    bool_,
+    float16,
+    float32,
+    float64,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint8,
+)
 
 
 def _package_dirs(name: str) -> list[str]:
@@ -97,6 +109,7 @@ from .creation import (  # noqa: E402
 )
 from .debug import compile_times, graph_dot, kernels  # noqa: E402
 from .devices import device, get_default_device, set_default_device  # noqa: E402
+from .halfdtypes import get_default_dtype, set_default_dtype  # noqa: E402
 from .indexing import (  # noqa: E402
     argwhere,
     flip,
@@ -253,6 +266,7 @@ def broadcast_shapes(*shapes) -> tuple[int, ...]:
 bool = bool_  # noqa: A001  (torch.bool)
 float = float32  # noqa: A001
 double = float64
+half = float16
 long = int64
 int = int32  # noqa: A001
 short = int16
@@ -411,11 +425,6 @@ def hstack(tensors):
 def vstack(tensors):
     """Join as rows: 1-d tensors become rows of a matrix (torch.vstack)."""
     return cat([t.reshape(1, -1) if t.ndim < 2 else t for t in tensors], 0)
-
-
-def get_default_dtype():
-    """The dtype of float tensors made from Python floats: float32, as in torch."""
-    return float32
 
 
 class Size(tuple):

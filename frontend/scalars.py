@@ -59,7 +59,7 @@ def overflows(value, dt: DType) -> bool:
     if dt.is_float:
         if isinstance(value, (int, np.integer)) or not math.isfinite(value):
             return False
-        return abs(float(value)) > float(np.finfo(dt.np).max)
+        return abs(float(value)) > float(dt.finfo.max)
     info = np.iinfo(dt.np)
     if isinstance(value, (int, np.integer)):
         low = -int(info.max) if dt.unsigned else int(info.min)

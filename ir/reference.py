@@ -3,6 +3,11 @@
 It is the oracle the compiled kernels are tested against, so it is written to
 be obviously right, not fast: one line per primitive.
 
+float16 and bfloat16 values are computed in float32, as the compiled kernels compute
+them, and rounded (to nearest even) only where the graph casts to them and at the
+roots: one rounding per result, what a graph fused into one kernel gives (PyTorch,
+one op at a time, rounds after each op; docs/NUMERICS.md says where that differs).
+
 >>> from fusegrad.ir import node as N
 >>> from fusegrad.ir.dtypes import float32
 >>> evaluate(N.add(N.const(1.0, (2,), float32), N.const(2.0, (2,), float32)))
@@ -58,7 +63,7 @@ _ELEMENTWISE = {
     Ops.COS: lambda n, x: np.cos(x),
     Ops.SQRT: lambda n, x: np.sqrt(x),
     Ops.RECIP: lambda n, x: np.reciprocal(x),
-    Ops.CAST: lambda n, x: (x != 0) if n.dtype.is_bool else x.astype(n.dtype.np),
+    Ops.CAST: lambda n, x: (x != 0) if n.dtype.is_bool else _rounded(x, n.dtype),
     Ops.ADD: lambda n, a, b: (a | b) if n.dtype.is_bool else a + b,
     Ops.MUL: lambda n, a, b: (a & b) if n.dtype.is_bool else a * b,
     Ops.DIV: lambda n, a, b: _int_div(a, b) if not n.dtype.is_float else a / b,
@@ -69,7 +74,7 @@ _ELEMENTWISE = {
     Ops.RAND: lambda n, key: rand.uniform_from_key(
         int(key), np.arange(n.numel, dtype=np.int64).reshape(n.shape)
     ),
-    Ops.SUM: lambda n, x: np.sum(x, axis=n.arg, keepdims=True, dtype=n.dtype.np),
+    Ops.SUM: lambda n, x: np.sum(x, axis=n.arg, keepdims=True, dtype=_wide(n.dtype)),
     Ops.REDUCE_MAX: lambda n, x: np.max(x, axis=n.arg, keepdims=True),
     Ops.RESHAPE: lambda n, x: x.reshape(n.arg),
     Ops.PERMUTE: lambda n, x: x.transpose(n.arg),
@@ -84,6 +89,16 @@ _ELEMENTWISE = {
 }
 
 
+def _wide(dt) -> str:
+    """The numpy dtype a value of `dt` is computed in: float32 for the 16-bit floats."""
+    return "float32" if dt.is_half else dt.np
+
+
+def _rounded(x: np.ndarray, dt) -> np.ndarray:
+    """`x` converted to `dt` (rounded once; 16-bit floats then held as float32 again)."""
+    return x.astype(dt.np).astype(_wide(dt))
+
+
 def fold_constant(op: Ops, values: list, dtypes: list, out_dtype):
     """The Python value of elementwise `op` on scalar constants, computed as numpy would."""
 
@@ -91,17 +106,17 @@ def fold_constant(op: Ops, values: list, dtypes: list, out_dtype):
         def __init__(self, dtype):
             self.dtype, self.arg = dtype, None
 
-    args = [np.asarray(v, dtype=d.np) for v, d in zip(values, dtypes)]
+    args = [np.asarray(v, dtype=_wide(d)) for v, d in zip(values, dtypes)]
     with np.errstate(all="ignore"):
         out = _ELEMENTWISE[op](_Scalar(out_dtype), *args)
-    return np.asarray(out, dtype=out_dtype.np).item()
+    return np.asarray(out, dtype=_wide(out_dtype)).item()
 
 
 def _leaf(n: Node) -> np.ndarray:
     if n.op is Ops.BUFFER:
-        return np.asarray(n.arg.numpy()).reshape(n.shape)
+        return np.asarray(n.arg.numpy()).reshape(n.shape).astype(_wide(n.dtype), copy=False)
     if n.op is Ops.CONST:
-        return np.full(n.shape, n.arg, dtype=n.dtype.np)
+        return np.full(n.shape, n.arg, dtype=_wide(n.dtype))
     raise AssertionError(f"not a leaf: {n}")
 
 
@@ -121,8 +136,8 @@ def evaluate_many(roots: list[Node]) -> list[np.ndarray]:
             continue
         with np.errstate(all="ignore"):
             out = _ELEMENTWISE[n.op](n, *(values[id(s)] for s in n.srcs))
-        values[id(n)] = np.asarray(out, dtype=n.dtype.np).reshape(n.shape)
-    return [values[id(r)] for r in roots]
+        values[id(n)] = np.asarray(out, dtype=_wide(n.dtype)).reshape(n.shape)
+    return [values[id(r)].astype(r.dtype.np, copy=False) for r in roots]
 
 
 def evaluate(root: Node) -> np.ndarray:

@@ -350,6 +350,14 @@ class Module:
         """Cast the floating parameters and buffers to float32 (`to(fg.float32)`)."""
         return self.to(dtype="float32")
 
+    def half(self) -> Module:
+        """Cast the floating parameters and buffers to float16 (`to(fg.float16)`)."""
+        return self.to(dtype="float16")
+
+    def bfloat16(self) -> Module:
+        """Cast the floating parameters and buffers to bfloat16 (`to(fg.bfloat16)`)."""
+        return self.to(dtype="bfloat16")
+
     # ---------------------------------------------------------------- forward
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f'Module [{type(self).__name__}] is missing "forward"')
