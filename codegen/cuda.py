@@ -748,6 +748,12 @@ class _Renderer:
 def cuda_kernel(kernel: Kernel, symbol: str, tf32: bool = False) -> CudaKernel:
     """`kernel` as GPU code: its grid mapping (`codegen/gpu.py`), source and launches.
     `tf32`: fp32 contractions may use tensor cores (`fg.backends.cuda.matmul.allow_tf32`)."""
+    half = sorted({p.dtype.name for p in kernel.params if p.dtype.is_half})
+    if half:  # the CUDA C renderer has no __half / __nv_bfloat16 storage yet (issue 30)
+        raise NotImplementedError(
+            f"{' and '.join(half)} kernels do not run on the cuda backend yet; compute in "
+            "float32 there (.float()), or in 16 bits on the CPU"
+        )
     gpu = map_to_gpu(kernel, tf32)
     if gpu.split == 1:
         r = _Renderer(gpu)
