@@ -64,7 +64,7 @@ def _mixed_devices(op, a: str, b: str):
 
 
 _node.MIXED_DEVICES_HOOK = _mixed_devices
-from . import backends, cuda, linalg, testing  # noqa: E402
+from . import amp, backends, cuda, linalg, testing  # noqa: E402
 from . import indexing as _indexing  # noqa: E402
 from .autograd import GradError, grad  # noqa: E402
 from .autograd_state import (  # noqa: E402
