@@ -134,8 +134,9 @@ kernel), so the schedule decides where the other roundings fall. The reference e
 Conversions: to float16 a value at or above 65520 is inf; float16 subnormals and
 float32 subnormals into bfloat16 are kept (no flush to zero); float64 is converted through
 float32, as PyTorch's CPU does (a double rounding in rare ties). `tests/frontend/test_half.py`
-pins the bits at these points against PyTorch's. The cuda backend has no 16-bit kernels
-yet (they raise NotImplementedError).
+pins the bits at these points against PyTorch's. The cuda backend stores `__half` and
+`__nv_bfloat16` and computes the same way (float registers, float32 partial sums, no
+16-byte vector accesses or tensor cores for them yet); the emulator gives the CPU's bits.
 
 """
 

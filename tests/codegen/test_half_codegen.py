@@ -45,3 +45,34 @@ def test_float16_converts_with_f16c_vectors():
     found = set(re.findall(r"\bvcvtp[hs]2p[hs]\b", k.asm))
     assert found == {"vcvtph2ps", "vcvtps2ph"}
     assert re.search(r"vcvtph2ps\s[^\n]*%ymm", k.asm)  # 8 lanes at a time
+
+
+# ---------------------------------------------------------------- the cuda backend (emulated)
+
+from _emulated import emulated  # noqa: E402, F401  (a fixture)
+
+# float32 values at the special points (tests/frontend/test_half.py has torch's bits for them)
+SPECIAL = [0.0, -0.0, 65520.0, 1e5, 6e-8, 2.9e-8, 1e-40, np.inf, np.nan]
+SPECIAL += [1.00048828125, 1.00146484375, 1.00390625, 1.01171875, 3.4e38]
+
+
+@pytest.mark.usefixtures("emulated")
+def test_the_cuda_backend_stores_16_bits_and_computes_as_the_cpu():
+    # few kernels (the emulator compiles each with g++, about 0.7 s here): both
+    # conversions, a bfloat16 matmul on shared-memory tiles, a float16 sum split over blocks
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((20, 40)).astype(np.float32)
+    b = rng.standard_normal((40, 16)).astype(np.float32)
+    big = rng.standard_normal(1 << 15).astype(np.float32)
+    xs = [fg.tensor(v) for v in (np.array(SPECIAL, np.float32), a, b, big)]
+    outs = []
+    for dev in ("cuda", "cpu"):
+        s, x, w, v = (t.to(dev) for t in xs)
+        bf = fg.bfloat16
+        got = [s.half(), s.bfloat16(), x.to(bf) @ w.to(bf), v.half().sum()]
+        fg.realize(*got)
+        outs.append([t.cpu()._host() for t in got])
+    for g, c in zip(*outs):
+        assert g.dtype == c.dtype and g.dtype.itemsize == 2
+        # the same float32 arithmetic: the same bits (NaN's too)
+        assert g.view(np.uint16).tolist() == c.view(np.uint16).tolist()
