@@ -3,6 +3,8 @@ float32 accumulators, F16C conversions where the host has them, half the bytes m
 
 from __future__ import annotations
 
+import ctypes
+import platform
 import re
 
 import llvmlite.binding as llvm
@@ -76,3 +78,32 @@ def test_the_cuda_backend_stores_16_bits_and_computes_as_the_cpu():
         assert g.dtype == c.dtype and g.dtype.itemsize == 2
         # the same float32 arithmetic: the same bits (NaN's too)
         assert g.view(np.uint16).tolist() == c.view(np.uint16).tolist()
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="an x86 test")
+def test_float16_converts_in_software_where_the_cpu_has_no_f16c():
+    # LLVM calls libgcc's conversions for `half` without F16C: registered, they run (an
+    # unresolved call would jump to address 0)
+    from fusegrad.runtime.compiler import register_soft_half
+
+    assert register_soft_half()
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    source = """
+    define void @f(ptr %a, ptr %b) {
+      %x = load half, ptr %a
+      %y = fpext half %x to float
+      %z = fmul float %y, 3.0
+      %w = fptrunc float %z to half
+      store half %w, ptr %b
+      ret void
+    }"""
+    machine = llvm.Target.from_default_triple().create_target_machine(
+        cpu="x86-64", features="-f16c,-avx512fp16"
+    )
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(source), machine)
+    engine.finalize_object()
+    f = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(engine.get_function_address("f"))
+    a, b = np.array([1.5, 0], np.float16), np.zeros(1, np.float16)
+    f(a.ctypes.data, b.ctypes.data)
+    assert b[0] == 4.5
