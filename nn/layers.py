@@ -26,7 +26,7 @@ from .module import Module, Parameter
 
 def _uninitialized(*shape: int, dtype=None) -> Parameter:
     """A parameter of this shape whose values `reset_parameters` sets (no kernel runs)."""
-    dt = creation.to_dtype(dtype or "float32")
+    dt = creation.to_dtype(dtype or creation.default_float())  # torch.set_default_dtype
     return Parameter(creation.from_numpy(np.zeros(shape, dtype=dt.np)))
 
 

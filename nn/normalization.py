@@ -179,7 +179,7 @@ def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -
 
 
 def _param(*shape: int, value: float) -> Parameter:
-    return Parameter(creation.from_numpy(np.full(shape, value, np.float32)))
+    return Parameter(creation.from_numpy(np.full(shape, value, creation.default_float().np)))
 
 
 class LayerNorm(Module):

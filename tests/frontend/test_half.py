@@ -96,6 +96,9 @@ def test_default_dtype():
         assert fg.tensor([1.5]).dtype is fg.float16 and fg.zeros(2).dtype is fg.float16
         assert (fg.tensor([1]) + 1.5).dtype is fg.float16
         assert fg.arange(0.0, 3).dtype is fg.float16 and fg.full((1,), 0.5).dtype is fg.float16
+        assert (fg.arange(3) / 2).dtype is fg.float16
+        assert fg.nn.Linear(2, 2).weight.dtype is fg.float16  # parameters too, as torch's
+        assert fg.nn.LayerNorm(2).weight.dtype is fg.float16
         assert "dtype" not in repr(fg.tensor([1.5]))  # the default is not shown, as torch
         assert "dtype=fusegrad.float32" in repr(fg.tensor([1.5], dtype=fg.float32))
     finally:
