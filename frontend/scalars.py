@@ -33,6 +33,8 @@ C_NAMES = {
     "int16": "int16_t",
     "int32": "int",
     "int64": "int64_t",
+    "float16": "c10::Half",
+    "bfloat16": "c10::BFloat16",
     "float32": "float",
     "float64": "double",
 }

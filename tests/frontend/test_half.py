@@ -8,6 +8,7 @@ here). Each 16-bit result is compared with float32 computed from the same 16-bit
 from __future__ import annotations
 
 import io
+import math
 
 import numpy as np
 import pytest
@@ -264,3 +265,12 @@ def test_the_reference_evaluator_rounds_as_one_kernel():
     want = evaluate(y.node)
     assert want.dtype == np.float16
     np.testing.assert_array_equal(y.numpy(), want)
+
+
+def test_a_fill_beyond_the_largest_finite_value_raises_as_torch():
+    with pytest.raises(RuntimeError, match="cannot be converted to type c10::Half"):
+        fg.full((2,), 65505.0, dtype=fg.float16)
+    with pytest.raises(RuntimeError, match="cannot be converted to type c10::BFloat16"):
+        fg.zeros(2, dtype=fg.bfloat16).fill_(3.39e38)
+    assert fg.full((2,), 65504.0, dtype=fg.half).tolist() == [65504.0, 65504.0]
+    assert fg.full((2,), float("inf"), dtype=fg.bfloat16).tolist() == [math.inf, math.inf]
