@@ -83,6 +83,8 @@ def checked_fill(value, dt: DType, op: str):
             f"value cannot be converted to type {C_NAMES[dt.name]} without overflow "
             f"(got {value!r} for a {dt.name} tensor)",
         )
+    if dt.is_half:  # what the tensor holds: a fused kernel would not round a constant
+        return float(np.asarray(value, dtype=np.float32).astype(dt.np))
     return value
 
 

@@ -274,3 +274,13 @@ def test_a_fill_beyond_the_largest_finite_value_raises_as_torch():
         fg.zeros(2, dtype=fg.bfloat16).fill_(3.39e38)
     assert fg.full((2,), 65504.0, dtype=fg.half).tolist() == [65504.0, 65504.0]
     assert fg.full((2,), float("inf"), dtype=fg.bfloat16).tolist() == [math.inf, math.inf]
+
+
+@pytest.mark.parametrize("dt", HALVES, ids=str)
+def test_a_filled_tensor_holds_16_bit_values_even_unrealized(dt):
+    # full's constant is rounded where it is made: fused into the next op (no store in
+    # between) it is the same value a realized tensor holds, as torch's
+    lazy = fg.full((2,), 0.1, dtype=dt)
+    stored = fg.full((2,), 0.1, dtype=dt).realize()
+    assert (lazy * 3).tolist() == (stored * 3).tolist()
+    assert (lazy * 3).float().tolist() == (stored.float() * 3).tolist()
