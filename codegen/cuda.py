@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..ir import rand
 from ..ir.dtypes import DType, float32
 from ..ir.ops import Ops
 from ..ir.symbolic import FloorDiv, Lin, Mod, Var
@@ -726,8 +727,11 @@ class _Renderer:
             return self.decl(s.dst, s.dtype, f"({valid(s.valid)}) ? {s.value} : ({s.dtype.cuda})0")
         if isinstance(s, Rand):
             h = f"fg_fmix((unsigned int){index(s.index)} ^ (unsigned int){s.key})"
+            bits = rand.uniform_bits(s.dtype)
             return self.decl(
-                s.dst, s.dtype, f"({s.dtype.cuda})({h} >> 8) * ({s.dtype.cuda})(1.0 / 16777216.0)"
+                s.dst,
+                s.dtype,
+                f"({s.dtype.cuda})({h} >> {32 - bits}) * ({s.dtype.cuda})(1.0 / {1 << bits}.0)",
             )
         if isinstance(s, Alu):
             return self.decl(s.dst, s.dtype, self.alu(s))

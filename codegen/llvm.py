@@ -425,10 +425,11 @@ class _Renderer:
             x = self.emit(f"xor {i32} {x}, {sh}")
             if mul is not None:
                 x = self.emit(f"mul {i32} {x}, {c(mul)}")
-        top = self.emit(f"lshr {i32} {x}, {c(8)}")
+        bits = rand.uniform_bits(s.dtype)
+        top = self.emit(f"lshr {i32} {x}, {c(32 - bits)}")
         t = self.ty(s.dtype.llvm, varying)
         f = self.emit(f"uitofp {i32} {top} to {t}")
-        scale = self.const(1.0 / (1 << 24), s.dtype, varying)
+        scale = self.const(1.0 / (1 << bits), s.dtype, varying)
         self.bind(s.dst, self.emit(f"fmul {t} {f}, {scale}"), s.dtype, varying)
 
     def stmt_Alu(self, s: Alu) -> None:

@@ -26,6 +26,7 @@ from .ir.dtypes import (
     DType,
     bool_,
     default_float,
+    float32,
     int32,
     int64,
     promote,
@@ -501,11 +502,12 @@ def randn(*size, generator=None, dtype=None, requires_grad: bool = False, device
     if not dt.is_float:
         fail(DTypeError, "randn", f"needs a float dtype, got {dt.name}")
     shape = _shape(size)
-    u1 = Tensor(N.rand(_key(device, generator), shape, dt))
-    u2 = Tensor(N.rand(_key(device, generator), shape, dt))
+    wide = float32 if dt.is_half else dt  # 16-bit uniforms are too coarse for the tails
+    u1 = Tensor(N.rand(_key(device, generator), shape, wide))
+    u2 = Tensor(N.rand(_key(device, generator), shape, wide))
     r = ((1 - u1).log() * -2).sqrt()  # 1 - u1 is in (0, 1], so the log is finite
     z = r * (u2 * (2 * math.pi)).cos()
-    return _finish(z.node, requires_grad)
+    return _finish(z.cast(dt).node, requires_grad)
 
 
 def rand_like(t: Tensor, dtype=None, device=None) -> Tensor:

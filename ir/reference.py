@@ -72,7 +72,7 @@ _ELEMENTWISE = {
     Ops.CMPEQ: lambda n, a, b: a == b,
     Ops.WHERE: lambda n, c, a, b: np.where(c, a, b),
     Ops.RAND: lambda n, key: rand.uniform_from_key(
-        int(key), np.arange(n.numel, dtype=np.int64).reshape(n.shape)
+        int(key), np.arange(n.numel, dtype=np.int64).reshape(n.shape), rand.uniform_bits(n.dtype)
     ),
     Ops.SUM: lambda n, x: np.sum(x, axis=n.arg, keepdims=True, dtype=_wide(n.dtype)),
     Ops.REDUCE_MAX: lambda n, x: np.max(x, axis=n.arg, keepdims=True),

@@ -284,3 +284,20 @@ def test_a_filled_tensor_holds_16_bit_values_even_unrealized(dt):
     stored = fg.full((2,), 0.1, dtype=dt).realize()
     assert (lazy * 3).tolist() == (stored * 3).tolist()
     assert (lazy * 3).float().tolist() == (stored.float() * 3).tolist()
+
+
+@pytest.mark.parametrize("dt, bits", [(fg.float16, 11), (fg.bfloat16, 8)], ids=["f16", "bf16"])
+def test_rand_draws_exact_16_bit_values_below_one(dt, bits):
+    # as torch: `bits` random bits times 2^-bits, so none rounds up to 1.0 and a random
+    # tensor fused into its consumer is the value it would be stored as
+    from fusegrad.ir.reference import evaluate
+
+    fg.manual_seed(0)
+    r = fg.rand(4096, dtype=dt)
+    got = host(r)
+    scaled = got * 2**bits
+    assert (scaled == np.round(scaled)).all() and 0 <= got.min() and got.max() < 1
+    assert 0.45 < got.mean() < 0.55
+    np.testing.assert_array_equal(got, evaluate(r.node).astype(np.float32))
+    n = fg.randn(4096, dtype=dt)  # from float32 uniforms: tails beyond 3.9 sigma stay
+    assert n.dtype is dt and np.isfinite(host(n)).all() and 0.9 < host(n).std() < 1.1
