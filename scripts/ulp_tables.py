@@ -121,7 +121,10 @@ bfloat16 is the top half of a float32, a shift) and rounds to nearest even where
 stores (`vcvtps2ph`; bfloat16 in integer instructions: add 0x7fff plus the kept part's
 lowest bit, a NaN kept quiet with its sign). Sum, mean, max, matmul and convolution
 accumulators are float32, so a 16-bit sum of 4096 ones is 4096 (a float16 accumulator
-stops at 2048). Python scalars in an op (`h * 0.1`) enter as float32, not rounded first.
+stops at 2048). Python scalars in an op (`h * 0.1`) enter as float32, not rounded first;
+a filled tensor's value (`full`, `fill_`, `x[i] = v`) is rounded where it is made. `rand`
+in 16 bits takes 11 (float16) or 8 (bfloat16) random bits, as torch: every value exact and
+below 1; `randn` draws float32 uniforms and rounds its result.
 
 Where fusion differs from PyTorch: PyTorch rounds after every op; fusegrad rounds once
 per fused kernel output, so the values between ops of one kernel keep float32 precision.
