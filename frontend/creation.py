@@ -23,6 +23,7 @@ from .errors import ArgumentError, DTypeError, ShapeError, checked_dtype, fail
 from .ir import node as N
 from .ir import rand as rand_spec
 from .ir.dtypes import (
+    NUMPY_DTYPES,
     DType,
     bool_,
     default_float,
@@ -161,7 +162,7 @@ def from_numpy(array: np.ndarray, requires_grad: bool = False, device=None) -> T
 _KEPT = frozenset(
     np.dtype(t)
     for t in (np.float32, np.float64, np.int64, np.int32, np.int16, np.int8, np.uint8, np.bool_)
-) | {np.dtype(np.float16), np.dtype("bfloat16")}
+) | {np.dtype(d.np) for d in NUMPY_DTYPES if d.is_half}
 
 
 def _as_int64(arr: np.ndarray) -> np.ndarray:

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
 from .errors import DTypeError, checked_dtype, fail
@@ -38,7 +37,7 @@ class finfo:  # noqa: N801  (torch's name)
                 f"requires a floating point input type, got {dt.name}; use fusegrad.iinfo "
                 "for integer types",
             )
-        info = ml_dtypes.finfo(dt.np)  # numpy's finfo, and bfloat16's
+        info = dt.finfo  # numpy's finfo, and bfloat16's
         self.bits = int(info.bits)
         self.eps = float(info.eps)
         self.max = float(info.max)

@@ -12,8 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import ml_dtypes  # registers numpy's "bfloat16" dtype
 import numpy as np
+
+try:
+    import ml_dtypes  # registers numpy's "bfloat16" dtype
+except ImportError:  # (a machine that has not installed it): bfloat16 is refused, by name
+    ml_dtypes = None
 
 
 @dataclass(frozen=True, eq=False)  # one object per dtype: identity is equality, hashing is cheap
@@ -38,7 +42,7 @@ class DType:
     @property
     def finfo(self):
         """numpy's finfo of a float dtype (bfloat16's through ml_dtypes)."""
-        return ml_dtypes.finfo(self.np)
+        return ml_dtypes.finfo(self.np) if ml_dtypes is not None else np.finfo(self.np)
 
     @property
     def is_half(self) -> bool:
@@ -162,9 +166,16 @@ def unsupported(name: str) -> str:
     return f"dtype {name} is not supported: {why or 'no such dtype here'} (fusegrad has {have})"
 
 
+_NO_ML_DTYPES = "bfloat16 needs numpy's bfloat16 from the ml_dtypes package: pip install ml_dtypes"
+# the dtypes numpy knows here (bfloat16 only through ml_dtypes)
+NUMPY_DTYPES = tuple(d for d in ALL_DTYPES if d is not bfloat16 or ml_dtypes is not None)
+
+
 def to_dtype(dt) -> DType:
     """Accept a DType, a numpy dtype, a Python type or a name."""
     if isinstance(dt, DType):
+        if dt is bfloat16 and ml_dtypes is None:
+            raise TypeError(_NO_ML_DTYPES)
         return dt
     if dt is float:
         return float32
@@ -175,7 +186,7 @@ def to_dtype(dt) -> DType:
     if isinstance(dt, str):
         name = dt.removeprefix("torch.").removeprefix("fusegrad.")
         if name in _BY_NAME:
-            return _BY_NAME[name]
+            return to_dtype(_BY_NAME[name])
         if name in _NOT_YET:
             raise TypeError(unsupported(name))
     if getattr(dt, "__module__", None) == "torch":  # torch.float32 and the like

@@ -301,3 +301,27 @@ def test_rand_draws_exact_16_bit_values_below_one(dt, bits):
     np.testing.assert_array_equal(got, evaluate(r.node).astype(np.float32))
     n = fg.randn(4096, dtype=dt)  # from float32 uniforms: tails beyond 3.9 sigma stay
     assert n.dtype is dt and np.isfinite(host(n)).all() and 0.9 < host(n).std() < 1.1
+
+
+def test_without_ml_dtypes_bfloat16_is_refused_and_the_rest_works():
+    # a machine without the package (a GPU box that reaches no registry): fusegrad imports,
+    # float16 works, bfloat16 raises with the way out
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['ml_dtypes'] = None\n"
+        "import fusegrad as fg\n"
+        "assert fg.tensor([1.5], dtype=fg.float16).tolist() == [1.5]\n"
+        "assert fg.finfo(fg.float16).eps == 2.0 ** -10\n"
+        "for make in (lambda: fg.zeros(2, dtype=fg.bfloat16), lambda: fg.ones(2).to('bfloat16')):\n"
+        "    try:\n"
+        "        make()\n"
+        "    except (TypeError, RuntimeError) as e:\n"
+        "        assert 'pip install ml_dtypes' in str(e), e\n"
+        "    else:\n"
+        "        raise AssertionError('bfloat16 without ml_dtypes')\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]
