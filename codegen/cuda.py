@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..ir.dtypes import DType
+from ..ir import rand
+from ..ir.dtypes import DType, float32
 from ..ir.ops import Ops
 from ..ir.symbolic import FloorDiv, Lin, Mod, Var
 from .gpu import (
@@ -120,11 +121,39 @@ template <class T, bool IS_MAX> __device__ T fg_block_reduce(T v, T* buf, T iden
 """
 
 
+# 16-bit floats: stored as CUDA's __half / __nv_bfloat16, float in registers (widened at
+# loads by fg_f32, rounded to nearest even at stores and explicit casts)
+HALF_STORAGE = {"float16": "__half", "bfloat16": "__nv_bfloat16"}
+HALF_PRELUDE = """\
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#endif
+__device__ __forceinline__ float fg_f32(__half h) { return __half2float(h); }
+__device__ __forceinline__ float fg_f32(__nv_bfloat16 h) { return __bfloat162float(h); }
+"""
+_TO_HALF = {"float16": "__float2half_rn", "bfloat16": "__float2bfloat16_rn"}
+
+
 def mem_type(dt: DType) -> str:
-    return "unsigned char" if dt.is_bool else dt.cuda
+    return "unsigned char" if dt.is_bool else HALF_STORAGE.get(dt.name, dt.cuda)
+
+
+def _reg(dt: DType) -> DType:
+    """The type a value of `dt` is computed in: float32 for the 16-bit floats."""
+    return float32 if dt.is_half else dt
+
+
+def _widened(ref: str, dt: DType) -> str:
+    return f"fg_f32({ref})" if dt.is_half else ref
+
+
+def _narrowed(value: str, dt: DType) -> str:
+    return f"{_TO_HALF[dt.name]}({value})" if dt.is_half else value
 
 
 def literal(value, dt: DType) -> str:
+    dt = _reg(dt)
     if dt.is_bool:
         return "true" if value else "false"
     if dt.is_int:
@@ -300,6 +329,7 @@ class _Renderer:
             if red.vector:
                 self.line(depth, "}")
         # warp shuffles move 4 bytes at least: bools, bytes and shorts travel as int
+        dt = _reg(dt)
         narrow = dt.is_bool or dt.itemsize < 4
         t = "int" if narrow else dt.cuda
         is_max = "true" if red.op is Ops.MAX or dt.is_bool else "false"
@@ -373,7 +403,7 @@ class _Renderer:
                 self.shared.append(
                     f"  __shared__ __align__(32) {t.cuda} {side}_{name}[2][{c.kc}][{width + PAD}];"
                 )
-                self.shared_bytes += 2 * c.kc * (width + PAD) * t.itemsize
+                self.shared_bytes += 2 * c.kc * (width + PAD) * _reg(t).itemsize
         if c.mma:  # a warp's 16x16 outputs on their way to the epilogue
             warps = MMA_WARPS[0] * MMA_WARPS[1]
             self.shared.append(f"  __shared__ __align__(32) float fg_out[{warps}][{MMA * MMA}];")
@@ -620,7 +650,7 @@ class _Renderer:
             params.append(f"{const}{mem_type(p.dtype)}* __restrict__ {p.name}")
         if gpu.split > 1:
             red = next(iter(gpu.reductions.values()))
-            params.append(f"{mem_type(red.init.dtype)}* __restrict__ {PARTIAL}")
+            params.append(f"{mem_type(_reg(red.init.dtype))}* __restrict__ {PARTIAL}")
         extent = f"{gpu.extent}LL"
         if gpu.contraction is not None:
             self.tiled(gpu.contraction)
@@ -667,12 +697,13 @@ class _Renderer:
                 return self.decl(s.dst, s.dtype, part)
             return f"{part} = {s.value};"
         if isinstance(s, Load):
-            ref = f"{s.param.name}[{index(s.index)}]"
+            ref = _widened(f"{s.param.name}[{index(s.index)}]", s.dtype)
             if s.dtype.is_bool:
                 ref = f"({ref} != 0)"
             if s.valid:
                 ok = valid(s.valid)
-                ref = f"(({ok}) ? {s.param.name}[({ok}) ? {index(s.index)} : 0LL] : 0)"
+                at = _widened(f"{s.param.name}[({ok}) ? {index(s.index)} : 0LL]", s.dtype)
+                ref = f"(({ok}) ? {at} : 0)"
                 if s.dtype.is_bool:
                     ref = f"({ref} != 0)"
             return self.decl(s.dst, s.dtype, ref)
@@ -681,9 +712,14 @@ class _Renderer:
                 f" && {valid(s.valid)}" if s.valid else ""
             )
             at = f"(long long){s.row} * {s.row_size}LL + {index(s.col)}"
+            dt = s.param.dtype
+            if isinstance(s, ScatterAdd) and dt.is_half:
+                cell = f"{s.param.name}[{at}]"
+                new = _narrowed(f"{_widened(cell, dt)} + {s.value}", dt)
+                return f"if ({ok}) {cell} = {new};"
             if isinstance(s, ScatterAdd):  # this thread owns these columns: no atomics needed
                 return f"if ({ok}) {s.param.name}[{at}] += {s.value};"
-            ref = f"(({ok}) ? {s.param.name}[({ok}) ? {at} : 0LL] : 0)"
+            ref = f"(({ok}) ? {_widened(f'{s.param.name}[({ok}) ? {at} : 0LL]', dt)} : 0)"
             return self.decl(s.dst, s.dtype, f"({ref} != 0)" if s.dtype.is_bool else ref)
         if isinstance(s, Const):
             return self.decl(s.dst, s.dtype, literal(s.value, s.dtype))
@@ -691,8 +727,11 @@ class _Renderer:
             return self.decl(s.dst, s.dtype, f"({valid(s.valid)}) ? {s.value} : ({s.dtype.cuda})0")
         if isinstance(s, Rand):
             h = f"fg_fmix((unsigned int){index(s.index)} ^ (unsigned int){s.key})"
+            bits = rand.uniform_bits(s.dtype)
             return self.decl(
-                s.dst, s.dtype, f"({s.dtype.cuda})({h} >> 8) * ({s.dtype.cuda})(1.0 / 16777216.0)"
+                s.dst,
+                s.dtype,
+                f"({s.dtype.cuda})({h} >> {32 - bits}) * ({s.dtype.cuda})(1.0 / {1 << bits}.0)",
             )
         if isinstance(s, Alu):
             return self.decl(s.dst, s.dtype, self.alu(s))
@@ -724,7 +763,7 @@ class _Renderer:
             return f"{ref} = fg_max({ref}, {s.value});"
         if isinstance(s, Store):
             v = f"(unsigned char){s.value}" if s.param.dtype.is_bool else s.value
-            store = f"{s.param.name}[{index(s.index)}] = {v};"
+            store = f"{s.param.name}[{index(s.index)}] = {_narrowed(v, s.param.dtype)};"
             return f"if ({valid(s.valid)}) {store}" if s.valid else store
         raise TypeError(s)
 
@@ -736,11 +775,14 @@ class _Renderer:
         if s.op is Ops.CAST:
             if s.dtype.is_bool:
                 return f"({a[0]} != 0)"
+            if s.dtype.is_half:  # an explicit cast rounds, inside a kernel too
+                return f"fg_f32({_narrowed(f'(float){a[0]}', s.dtype)})"
             if src.is_float and s.dtype.itemsize < 4:
                 # through int, then wrap (as the CPU kernels and torch on the CPU): a direct
                 # float -> unsigned char conversion saturates on the GPU and is UB in C++
                 return f"({s.dtype.cuda})(int){a[0]}"
             return f"({s.dtype.cuda}){a[0]}"
+        src = _reg(src)
         f = "f" if src.is_float and src.itemsize == 4 else ""
         return op_row(s.op, src).cuda.format(*a, t=src.cuda, f=f)
 
@@ -762,9 +804,10 @@ def cuda_kernel(kernel: Kernel, symbol: str, tf32: bool = False) -> CudaKernel:
             CudaLaunch(f"{symbol}_final", (gpu.grid2, 1, 1), (gpu.block2, 1, 1)),
         )
         red = next(iter(gpu.reductions.values()))
-        scratch = [(red.init.dtype, gpu.grid)]
+        scratch = [(_reg(red.init.dtype), gpu.grid)]  # float32 partials of a 16-bit sum
     moved = traffic(gpu)
-    source = "\n".join([f"// kernel {kernel.name}", f"// {moved}", PRELUDE, *bodies, ""])
+    prelude = PRELUDE + (HALF_PRELUDE if any(p.dtype.is_half for p in kernel.params) else "")
+    source = "\n".join([f"// kernel {kernel.name}", f"// {moved}", prelude, *bodies, ""])
     return CudaKernel(
         kernel.name, source, list(kernel.params), launches, scratch, r.shared_bytes, moved
     )

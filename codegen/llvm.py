@@ -24,7 +24,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 from ..ir import rand
-from ..ir.dtypes import DType
+from ..ir.dtypes import DType, float32
 from ..ir.ops import Ops
 from ..ir.symbolic import FloorDiv, Lin, Mod, Var, lin
 from .llvm_math import fconst, function_name, intrinsic_suffix, math_functions, vector_type
@@ -48,8 +48,8 @@ from .optable import SAFE_DIV, SAFE_UDIV, Intrinsic, MathFn, op_row
 
 
 def mem_type(dt: DType) -> str:
-    """How a dtype is stored in memory (bools are bytes)."""
-    return "i8" if dt.is_bool else dt.llvm
+    """How a dtype is stored in memory (bools are bytes, bfloat16 the top half of a float)."""
+    return "i8" if dt.is_bool else dt.storage or dt.llvm
 
 
 def literal(value, dt: DType) -> str:
@@ -261,6 +261,7 @@ class _Renderer:
         v = self.emit(f"load {mt}, ptr {ptr}")
         if dt.is_bool:
             v = self.emit(f"icmp ne i8 {v}, 0")
+        v = self.widen(v, dt, None)
         if ok:
             v = self.emit(f"select i1 {ok}, {dt.llvm} {v}, {dt.llvm} {literal(0, dt)}")
         self.bind(s.dst, v, dt)
@@ -299,7 +300,45 @@ class _Renderer:
             )
         if dt.is_bool:
             v = self.emit(f"icmp ne {vt} {v}, zeroinitializer")
-        return v
+        return self.widen(v, dt, w)
+
+    # ---------------------------------------------------------------- 16-bit floats
+    # float16 and bfloat16 are float32 in registers: widened where loaded, rounded once
+    # (to nearest even) where stored or cast, so a fused kernel rounds each output once
+    def widen(self, v: str, dt: DType, lanes: int | None) -> str:
+        """A loaded 16-bit float (`v`, its storage type) as float32; other types unchanged."""
+        if not dt.storage:
+            return v
+        f32, i16, i32 = (vector_type(t, lanes) for t in ("float", dt.storage, "i32"))
+        if dt.storage == "half":  # vcvtph2ps with F16C
+            return self.emit(f"fpext {i16} {v} to {f32}")
+        wide = self.emit(f"zext {i16} {v} to {i32}")  # bfloat16: the top half of a float32
+        top = self.emit(f"shl {i32} {wide}, {self.int_splat(16, lanes)}")
+        return self.emit(f"bitcast {i32} {top} to {f32}")
+
+    def narrow(self, v: str, dt: DType, lanes: int | None) -> str:
+        """A float32 value rounded to nearest even into 16-bit `dt`'s storage type."""
+        if not dt.storage:
+            return v
+        f32, i16, i32 = (vector_type(t, lanes) for t in ("float", dt.storage, "i32"))
+        if dt.storage == "half":  # vcvtps2ph with F16C: overflow to inf, subnormals exact
+            return self.emit(f"fptrunc {f32} {v} to {i16}")
+        # bfloat16, exactly in integers (no CPU here has AVX512-BF16 to test that path):
+        # add 0x7fff plus the kept part's lowest bit, so ties go to even; a NaN keeps its
+        # sign and top payload with the quiet bit set (the add could carry it into inf)
+        bits = self.emit(f"bitcast {f32} {v} to {i32}")
+        lsb = self.emit(f"lshr {i32} {bits}, {self.int_splat(16, lanes)}")
+        lsb = self.emit(f"and {i32} {lsb}, {self.int_splat(1, lanes)}")
+        bias = self.emit(f"add {i32} {lsb}, {self.int_splat(0x7FFF, lanes)}")
+        rounded = self.emit(f"add {i32} {bits}, {bias}")
+        quiet = self.emit(f"or {i32} {bits}, {self.int_splat(0x400000, lanes)}")
+        nan = self.emit(f"fcmp uno {f32} {v}, {v}")
+        bits = self.emit(f"select {vector_type('i1', lanes)} {nan}, {i32} {quiet}, {i32} {rounded}")
+        top = self.emit(f"lshr {i32} {bits}, {self.int_splat(16, lanes)}")
+        return self.emit(f"trunc {i32} {top} to {i16}")
+
+    def int_splat(self, k: int, lanes: int | None) -> str:
+        return f"splat (i32 {k})" if lanes else str(k)
 
     def row_address(self, row: str, rows: int, row_size: int, col: Lin, valid) -> tuple[str, str]:
         """(i1 in range, i64 element index) of a data-dependent row's element; the index is
@@ -324,6 +363,7 @@ class _Renderer:
         v = self.emit(f"load {mt}, ptr {ptr}")
         if s.dtype.is_bool:
             v = self.emit(f"icmp ne i8 {v}, 0")
+        v = self.widen(v, s.dtype, None)
         zero = literal(0, s.dtype)
         self.bind(
             s.dst, self.emit(f"select i1 {ok}, {s.dtype.llvm} {v}, {s.dtype.llvm} {zero}"), s.dtype
@@ -335,11 +375,12 @@ class _Renderer:
         ok, at = self.row_address(s.row, s.rows, s.row_size, s.col, s.valid)
         value = self.ref(s.value)
         with self.only_if(ok):
-            ptr = self.emit(f"getelementptr inbounds {dt.llvm}, ptr %{s.param.name}, i64 {at}")
-            cur = self.emit(f"load {dt.llvm}, ptr {ptr}")
+            mt = mem_type(dt)
+            ptr = self.emit(f"getelementptr inbounds {mt}, ptr %{s.param.name}, i64 {at}")
+            cur = self.widen(self.emit(f"load {mt}, ptr {ptr}"), dt, None)
             add = "fadd" if dt.is_float else "add"
-            new = self.emit(f"{add} {dt.llvm} {cur}, {value}")
-            self.lines.append(f"  store {dt.llvm} {new}, ptr {ptr}")
+            new = self.narrow(self.emit(f"{add} {dt.llvm} {cur}, {value}"), dt, None)
+            self.lines.append(f"  store {mt} {new}, ptr {ptr}")
 
     @contextmanager
     def only_if(self, ok: str):
@@ -384,10 +425,11 @@ class _Renderer:
             x = self.emit(f"xor {i32} {x}, {sh}")
             if mul is not None:
                 x = self.emit(f"mul {i32} {x}, {c(mul)}")
-        top = self.emit(f"lshr {i32} {x}, {c(8)}")
+        bits = rand.uniform_bits(s.dtype)
+        top = self.emit(f"lshr {i32} {x}, {c(32 - bits)}")
         t = self.ty(s.dtype.llvm, varying)
         f = self.emit(f"uitofp {i32} {top} to {t}")
-        scale = self.const(1.0 / (1 << 24), s.dtype, varying)
+        scale = self.const(1.0 / (1 << bits), s.dtype, varying)
         self.bind(s.dst, self.emit(f"fmul {t} {f}, {scale}"), s.dtype, varying)
 
     def stmt_Alu(self, s: Alu) -> None:
@@ -438,6 +480,14 @@ class _Renderer:
         return self.emit(spelling.format(*a, t=t, **named))
 
     def cast(self, v: str, src: DType, dst: DType, varying: bool) -> str:
+        if src is dst:
+            return v
+        if dst.is_half:  # an explicit cast rounds, even inside a kernel (as torch's would)
+            v = self.cast(v, src, float32, varying)
+            lanes = self.width if varying else None
+            return self.widen(self.narrow(v, dst, lanes), dst, lanes)
+        if src.is_half:
+            src = float32  # its registers hold float32
         s, d = self.ty(src.llvm, varying), self.ty(dst.llvm, varying)
         if src is dst:
             return v
@@ -571,6 +621,7 @@ class _Renderer:
             vt = f"<{self.width} x {mt}>"
             if dt.is_bool:
                 value = self.emit(f"zext <{self.width} x i1> {value} to {vt}")
+            value = self.narrow(value, dt, self.width)
             contiguous = s.index.coef(self.vec_var) == 1 and not self.moves(
                 s.index - lin(self.vec_var)
             )
@@ -585,6 +636,7 @@ class _Renderer:
             return
         if dt.is_bool:
             value = self.emit(f"zext i1 {value} to i8")
+        value = self.narrow(value, dt, None)
         idx = self.index(s.index)
         ptr = self.emit(f"getelementptr inbounds {mt}, ptr %{s.param.name}, i64 {idx}")
         if not s.valid:

@@ -77,6 +77,7 @@ def vector_type(elem: str, width: int | None) -> str:
 def intrinsic_suffix(ty: str) -> str:
     """LLVM's overload suffix: float -> f32, <16 x float> -> v16f32, <8 x i64> -> v8i64."""
     names = {
+        "half": "f16",
         "float": "f32",
         "double": "f64",
         "i1": "i1",

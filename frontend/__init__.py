@@ -21,7 +21,19 @@ from .errors import (
 from .errors import (
     register_package_dirs as _register_package_dirs,
 )
-from .ir.dtypes import DType, bool_, float32, float64, int8, int16, int32, int64, uint8
+from .ir.dtypes import (
+    DType,
+    bfloat16,
+    bool_,
+    float16,
+    float32,
+    float64,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint8,
+)
 from .ir.hooks import hooks as _ir_hooks
 
 
@@ -52,7 +64,7 @@ def _mixed_devices(op, a: str, b: str):
 
 
 _ir_hooks.mixed_devices = _mixed_devices
-from . import backends, cuda, linalg, testing  # noqa: E402
+from . import amp, backends, cuda, linalg, testing  # noqa: E402
 from . import indexing as _indexing  # noqa: E402
 from .autograd import GradError, grad  # noqa: E402
 from .autograd_state import (  # noqa: E402
@@ -97,6 +109,7 @@ from .creation import (  # noqa: E402
 )
 from .debug import compile_times, graph_dot, kernels  # noqa: E402
 from .devices import device, get_default_device, set_default_device  # noqa: E402
+from .halfdtypes import get_default_dtype, set_default_dtype  # noqa: E402
 from .indexing import (  # noqa: E402
     argwhere,
     flip,
@@ -256,6 +269,7 @@ def broadcast_shapes(*shapes) -> tuple[int, ...]:
 bool = bool_  # noqa: A001  (torch.bool)
 float = float32  # noqa: A001
 double = float64
+half = float16
 long = int64
 int = int32  # noqa: A001
 short = int16
@@ -394,11 +408,6 @@ def hstack(tensors):
 def vstack(tensors):
     """Join as rows: 1-d tensors become rows of a matrix (torch.vstack)."""
     return cat([t.reshape(1, -1) if t.ndim < 2 else t for t in tensors], 0)
-
-
-def get_default_dtype():
-    """The dtype of float tensors made from Python floats: float32, as in torch."""
-    return float32
 
 
 class Size(tuple):

@@ -23,9 +23,10 @@ from .errors import ArgumentError, DTypeError, ShapeError, checked_dtype, fail
 from .ir import node as N
 from .ir import rand as rand_spec
 from .ir.dtypes import (
-    DEFAULT_FLOAT,
+    NUMPY_DTYPES,
     DType,
     bool_,
+    default_float,
     float32,
     int32,
     int64,
@@ -161,7 +162,7 @@ def from_numpy(array: np.ndarray, requires_grad: bool = False, device=None) -> T
 _KEPT = frozenset(
     np.dtype(t)
     for t in (np.float32, np.float64, np.int64, np.int32, np.int16, np.int8, np.uint8, np.bool_)
-)
+) | {np.dtype(d.np) for d in NUMPY_DTYPES if d.is_half}
 
 
 def _as_int64(arr: np.ndarray) -> np.ndarray:
@@ -244,10 +245,10 @@ def tensor(data, dtype=None, requires_grad: bool = False, device=None) -> Tensor
         if kept is not None and arr.dtype.kind in "biuf":
             arr = arr.astype(kept.np)
         elif arr.dtype == np.float64 and dtype is None:
-            arr = arr.astype(np.float32)
+            arr = arr.astype(default_float().np)
         elif arr.dtype.kind in "iu" and dtype is None:
             arr = arr.astype(np.int64)
-    if arr.dtype.kind in "USVMmc" or (arr.dtype == np.float16 and dtype is None):
+    if arr.dtype.kind in "USVMmc" and arr.dtype not in _KEPT:
         fail(DTypeError, "tensor", f"data of {type(data).__name__}: {unsupported(arr.dtype.name)}")
     if arr.dtype.kind == "O" and (dtype is None or not checked_dtype(dtype, "tensor").is_float):
         fail(DTypeError, "tensor", f"data of {type(data).__name__}: {unsupported(arr.dtype.name)}")
@@ -321,7 +322,7 @@ def full(size, fill_value, dtype=None, requires_grad: bool = False, device=None)
             if isinstance(fill_value, bool)
             else int64
             if isinstance(fill_value, int)
-            else float32
+            else default_float()
         )
     dtype = checked_dtype(dtype, "full")
     node = N.const(checked_fill(fill_value, dtype, "full"), shape, dtype, device)
@@ -329,11 +330,11 @@ def full(size, fill_value, dtype=None, requires_grad: bool = False, device=None)
 
 
 def zeros(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
-    return full(_shape(size), 0.0, dtype or DEFAULT_FLOAT, requires_grad, device)
+    return full(_shape(size), 0.0, dtype or default_float(), requires_grad, device)
 
 
 def ones(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
-    return full(_shape(size), 1.0, dtype or DEFAULT_FLOAT, requires_grad, device)
+    return full(_shape(size), 1.0, dtype or default_float(), requires_grad, device)
 
 
 def empty(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
@@ -372,7 +373,11 @@ def arange(start, end=None, step=1, dtype=None, requires_grad: bool = False, dev
         fail(ShapeError, "arange", "step must be nonzero")
     _check_range(start, end, step)
     ints = all(isinstance(v, int) for v in (start, end, step))
-    dt = checked_dtype(dtype, "arange") if dtype is not None else (int64 if ints else float32)
+    dt = (
+        checked_dtype(dtype, "arange")
+        if dtype is not None
+        else (int64 if ints else default_float())
+    )
     if dt.is_bool:
         fail(DTypeError, "arange", "is not supported for bool (as in torch); use a number dtype")
     if math.isinf(step):  # one step leaves the range: empty, as torch's ceil(length / inf)
@@ -465,7 +470,7 @@ def _shared(key: tuple, make, dt: DType, device: str | None = HOST) -> Tensor:
 
 def linspace(start: float, end: float, steps: int, dtype=None, device=None) -> Tensor:
     """`steps` evenly spaced values from start to end inclusive (float32 unless dtype says)."""
-    dt = checked_dtype(dtype or float32, "linspace")
+    dt = checked_dtype(dtype or default_float(), "linspace")
     if dt.is_bool:
         fail(DTypeError, "linspace", "is not supported for bool (as in torch); use a number dtype")
     if not isinstance(steps, (int, np.integer)) or isinstance(steps, bool):
@@ -478,14 +483,14 @@ def linspace(start: float, end: float, steps: int, dtype=None, device=None) -> T
 def eye(
     n: int, m: int | None = None, dtype=None, requires_grad: bool = False, device=None
 ) -> Tensor:
-    array = np.eye(n, m, dtype=checked_dtype(dtype or float32, "eye").np)
+    array = np.eye(n, m, dtype=checked_dtype(dtype or default_float(), "eye").np)
     return from_numpy(array, requires_grad, device)
 
 
 def rand(*size, generator=None, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
     """Uniform [0, 1) numbers from the counter-based generator (see manual_seed)."""
     device = resolve(device, "rand")
-    dt = checked_dtype(dtype or float32, "rand")
+    dt = checked_dtype(dtype or default_float(), "rand")
     if not dt.is_float:
         fail(DTypeError, "rand", f"needs a float dtype, got {dt.name}")
     return _finish(N.rand(_key(device, generator), _shape(size), dt), requires_grad)
@@ -494,15 +499,16 @@ def rand(*size, generator=None, dtype=None, requires_grad: bool = False, device=
 def randn(*size, generator=None, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
     """Standard normal numbers (Box-Muller over two uniform streams)."""
     device = resolve(device, "randn")
-    dt: DType = checked_dtype(dtype or float32, "randn")
+    dt: DType = checked_dtype(dtype or default_float(), "randn")
     if not dt.is_float:
         fail(DTypeError, "randn", f"needs a float dtype, got {dt.name}")
     shape = _shape(size)
-    u1 = Tensor(N.rand(_key(device, generator), shape, dt))
-    u2 = Tensor(N.rand(_key(device, generator), shape, dt))
+    wide = float32 if dt.is_half else dt  # 16-bit uniforms are too coarse for the tails
+    u1 = Tensor(N.rand(_key(device, generator), shape, wide))
+    u2 = Tensor(N.rand(_key(device, generator), shape, wide))
     r = ((1 - u1).log() * -2).sqrt()  # 1 - u1 is in (0, 1], so the log is finite
     z = r * (u2 * (2 * math.pi)).cos()
-    return _finish(z.node, requires_grad)
+    return _finish(z.cast(dt).node, requires_grad)
 
 
 def rand_like(t: Tensor, dtype=None, device=None) -> Tensor:

@@ -143,7 +143,7 @@ def nan_to_num(x, nan: float = 0.0, posinf=None, neginf=None):
     """NaN, +inf and -inf replaced by finite numbers (by default 0, the largest, the smallest)."""
     if not x.dtype.is_float:
         return x
-    info = np.finfo(x.dtype.np)
+    info = x.dtype.finfo
     posinf = float(info.max) if posinf is None else posinf
     neginf = float(info.min) if neginf is None else neginf
     out = _where(isnan(x), nan, x)
@@ -156,7 +156,7 @@ def nan_to_num(x, nan: float = 0.0, posinf=None, neginf=None):
 
 def _integral_limit(x) -> float:
     """Floats at or above this magnitude are integers already (2^52, 2^23)."""
-    return 2.0 ** (np.finfo(x.dtype.np).nmant)
+    return 2.0 ** (x.dtype.finfo.nmant)
 
 
 def _keep_zero_sign(out, x):
@@ -242,7 +242,7 @@ def copysign(a, b):
 
 def _split(x):
     """Veltkamp's split: x = hi + lo with each half of the mantissa (for exact products)."""
-    c = float(2 ** ((np.finfo(x.dtype.np).nmant + 2) // 2) + 1)
+    c = float(2 ** ((x.dtype.finfo.nmant + 2) // 2) + 1)
     p = x * c
     hi = p - (p - x)
     return hi, x - hi

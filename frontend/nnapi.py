@@ -32,6 +32,7 @@ from .copying import host_copy, rebuild_tensor, value_copy
 # creation
 from .creation import _next_seed as next_seed
 from .creation import (
+    default_float,
     empty,
     from_numpy,
     full,
@@ -97,6 +98,7 @@ __all__ = [
     "cat",
     "class_cross_entropy",
     "custom_gradient",
+    "default_float",
     "distributed",
     "empty",
     "enable_grad",

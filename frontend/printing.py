@@ -21,6 +21,8 @@ import math
 
 import numpy as np
 
+from .ir.dtypes import default_float
+
 PRECISION = 4
 THRESHOLD = 1000  # more elements than this are summarized
 EDGEITEMS = 3
@@ -137,15 +139,18 @@ def tensor_repr(values: np.ndarray, dtype: str, tail: list[str]) -> str:
     prefix = "tensor("
     indent = len(prefix)
     suffixes = []
+    default = default_float().name  # torch omits the dtype it is set to (set_default_dtype)
     if values.size == 0:
         if values.ndim != 1:
             suffixes.append(f"size={tuple(values.shape)}")
-        if values.dtype != np.float32:
+        if values.dtype.name != default:
             suffixes.append(dtype)
         body = "[]"
     else:
-        if values.dtype not in (np.float32, np.int64, np.bool_):
+        if values.dtype.name not in (default, "int64", "bool"):
             suffixes.append(dtype)
+        if values.dtype.itemsize == 2 and values.dtype.kind in "fV":  # float16, bfloat16
+            values = values.astype(np.float32)  # exact; formatted as any float
         summarize = values.size > THRESHOLD
         fmt = _Formatter(_summarized(values) if summarize else values)
         body = _body(values, indent, summarize, fmt)

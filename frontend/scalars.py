@@ -33,6 +33,8 @@ C_NAMES = {
     "int16": "int16_t",
     "int32": "int",
     "int64": "int64_t",
+    "float16": "c10::Half",
+    "bfloat16": "c10::BFloat16",
     "float32": "float",
     "float64": "double",
 }
@@ -59,7 +61,7 @@ def overflows(value, dt: DType) -> bool:
     if dt.is_float:
         if isinstance(value, (int, np.integer)) or not math.isfinite(value):
             return False
-        return abs(float(value)) > float(np.finfo(dt.np).max)
+        return abs(float(value)) > float(dt.finfo.max)
     info = np.iinfo(dt.np)
     if isinstance(value, (int, np.integer)):
         low = -int(info.max) if dt.unsigned else int(info.min)
@@ -81,6 +83,8 @@ def checked_fill(value, dt: DType, op: str):
             f"value cannot be converted to type {C_NAMES[dt.name]} without overflow "
             f"(got {value!r} for a {dt.name} tensor)",
         )
+    if dt.is_half:  # what the tensor holds: a fused kernel would not round a constant
+        return float(np.asarray(value, dtype=np.float32).astype(dt.np))
     return value
 
 

@@ -50,6 +50,7 @@ _DTYPES = {
     "uint32",
     "uint64",
     "float16",
+    "bfloat16",
     "float32",
     "float64",
 }
@@ -267,7 +268,7 @@ def _encode(obj, arrays: list):
             return {"bigint": str(obj)}
         return obj
     if isinstance(obj, Tensor):
-        arrays.append(np.asarray(obj.numpy()))
+        arrays.append(np.asarray(obj._host()))  # (bfloat16 has no .numpy(), as in torch)
         return {"tensor": len(arrays) - 1, "requires_grad": bool(obj.requires_grad)}
     if isinstance(obj, (np.ndarray, np.generic)):
         a = np.asarray(obj)

@@ -818,7 +818,7 @@ def _logcumsumexp_backward(x, g, out, d: int):
     the same of g-, with log 0 taken as the dtype's lowest finite value."""
     from .indexing import flip
 
-    lowest = float(np.finfo(x.dtype.np).min)
+    lowest = float(x.dtype.finfo.min)
     log_g = g.abs().log()
     parts = []
     for side in (g > 0, g < 0):

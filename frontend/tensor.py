@@ -46,7 +46,7 @@ from .errors import (
 from .ir import node as N
 from .ir import sites as _sites
 from .ir.autodiff import with_vjp
-from .ir.dtypes import DType, bool_, float32, promote, promote_scalar
+from .ir.dtypes import DType, bool_, default_float, float32, promote, promote_scalar
 from .ir.ops import MOVEMENT, Ops
 from .movement import MovementMixin, write_through
 from .reduce import ReduceMixin
@@ -217,6 +217,8 @@ class Tensor(MovementMixin, ReduceMixin):
                     f"can't convert {self.node.device} device type tensor to numpy. Use "
                     "Tensor.cpu() to copy the tensor to host memory first."
                 )
+        if self.dtype.name == "bfloat16":  # numpy has no bfloat16: torch's refusal, verbatim
+            raise TypeError("Got unsupported ScalarType BFloat16")
         return self._host()
 
     def _host(self) -> np.ndarray:
@@ -405,6 +407,14 @@ class Tensor(MovementMixin, ReduceMixin):
     def double(self) -> Tensor:
         return self.cast("float64")
 
+    def half(self) -> Tensor:
+        """This tensor as float16 (rounded to nearest even; beyond 65504 it is inf)."""
+        return self.cast("float16")
+
+    def bfloat16(self) -> Tensor:
+        """This tensor as bfloat16 (float32's range, 8 bits of precision)."""
+        return self.cast("bfloat16")
+
     def long(self) -> Tensor:
         return self.cast("int64")
 
@@ -433,7 +443,7 @@ class Tensor(MovementMixin, ReduceMixin):
 
     def _float(self) -> Tensor:
         """Integers and bools become the default float, as PyTorch does for exp, log, /, ..."""
-        return self if self.dtype.is_float else self.cast(float32)
+        return self if self.dtype.is_float else self.cast(default_float())
 
     # ---------------------------------------------------------------- broadcasting
     def _operands(self, other, op: str, reverse: bool = False) -> tuple[Tensor, Tensor]:
@@ -1147,6 +1157,8 @@ _GRADIENTS = (LazyGrad, ScaledGrad)  # what an in-place update may defer (manual
 _TYPE_NAMES = {
     "float32": "Float",
     "float64": "Double",
+    "float16": "Half",
+    "bfloat16": "BFloat16",
     "int64": "Long",
     "int32": "Int",
     "int16": "Short",

@@ -12,11 +12,11 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import DTypeError, checked_dtype, fail
-from .ir.dtypes import DEFAULT_FLOAT
+from .ir.dtypes import default_float
 
 
 class finfo:  # noqa: N801  (torch's name)
-    """The limits of a float dtype (float32, float64), as torch.finfo.
+    """The limits of a float dtype (float16, bfloat16, float32, float64), as torch.finfo.
 
     `bits`, `eps` (1.0's distance to the next float), `max`, `min`, `tiny` and
     `smallest_normal` (the smallest positive normal number), `resolution`
@@ -29,7 +29,7 @@ class finfo:  # noqa: N801  (torch's name)
     """
 
     def __init__(self, type=None):  # noqa: A002  (torch's argument name)
-        dt = DEFAULT_FLOAT if type is None else checked_dtype(type, "finfo")
+        dt = default_float() if type is None else checked_dtype(type, "finfo")
         if not dt.is_float:
             fail(
                 DTypeError,
@@ -37,7 +37,7 @@ class finfo:  # noqa: N801  (torch's name)
                 f"requires a floating point input type, got {dt.name}; use fusegrad.iinfo "
                 "for integer types",
             )
-        info = np.finfo(dt.np)
+        info = dt.finfo  # numpy's finfo, and bfloat16's
         self.bits = int(info.bits)
         self.eps = float(info.eps)
         self.max = float(info.max)

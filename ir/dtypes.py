@@ -14,6 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+try:
+    import ml_dtypes  # registers numpy's "bfloat16" dtype
+except ImportError:  # (a machine that has not installed it): bfloat16 is refused, by name
+    ml_dtypes = None
+
 
 @dataclass(frozen=True, eq=False)  # one object per dtype: identity is equality, hashing is cheap
 class DType:
@@ -26,10 +31,23 @@ class DType:
     llvm: str  # the type in registers
     cuda: str
     unsigned: bool = False  # uint8: compares, divides, widens and converts as unsigned
+    # how LLVM stores it when that differs from `llvm`: the 16-bit floats live in float32
+    # registers (arithmetic in float32, rounded once when stored, as PyTorch's opmath)
+    storage: str = ""
 
     @property
     def np(self) -> str:
         return self.name
+
+    @property
+    def finfo(self):
+        """numpy's finfo of a float dtype (bfloat16's through ml_dtypes)."""
+        return ml_dtypes.finfo(self.np) if ml_dtypes is not None else np.finfo(self.np)
+
+    @property
+    def is_half(self) -> bool:
+        """float16 or bfloat16: 2 bytes in memory, float32 in registers."""
+        return self.kind == "f" and self.itemsize == 2
 
     @property
     def is_float(self) -> bool:
@@ -84,21 +102,37 @@ int8 = DType("int8", 1, "i", 2, "i8", "signed char")
 int16 = DType("int16", 2, "i", 3, "i16", "short")
 int32 = DType("int32", 4, "i", 4, "i32", "int")
 int64 = DType("int64", 8, "i", 5, "i64", "long long")
-float32 = DType("float32", 4, "f", 6, "float", "float")
-float64 = DType("float64", 8, "f", 7, "double", "double")
+# bfloat16: numpy knows it through ml_dtypes (imported below), with rounding to nearest even
+float16 = DType("float16", 2, "f", 6, "float", "float", storage="half")
+bfloat16 = DType("bfloat16", 2, "f", 6, "float", "float", storage="i16")
+float32 = DType("float32", 4, "f", 7, "float", "float")
+float64 = DType("float64", 8, "f", 8, "double", "double")
 
-ALL_DTYPES = (bool_, uint8, int8, int16, int32, int64, float32, float64)
-DEFAULT_FLOAT = float32
+ALL_DTYPES = (bool_, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64)
+DEFAULT_FLOAT = float32  # the default default: `default_float()` is the one in force
 DEFAULT_INT = int64
 _BY_NAME = {d.name: d for d in ALL_DTYPES}
-_BY_NAME.update({"byte": uint8, "char": int8, "short": int16})  # torch's other names
+_BY_NAME.update({"byte": uint8, "char": int8, "short": int16, "half": float16})  # torch's names
+_default_float = [float32]  # a list so that `set_default_float` changes it for every importer
+
+
+def default_float() -> DType:
+    """The dtype Python floats make (torch.get_default_dtype): float32 unless set."""
+    return _default_float[0]
+
+
+def set_default_float(dt: DType) -> None:
+    """Make `dt` (a float dtype) the default, as torch.set_default_dtype."""
+    if not dt.is_float:
+        raise TypeError(
+            f"only floating-point types are supported as the default type, not {dt.name}"
+        )
+    _default_float[0] = dt
+
 
 # dtypes numpy and torch have that fusegrad has not (yet): refused by name, with the way out,
 # never converted silently
 _NOT_YET = {
-    "float16": "half precision is not supported yet; convert with .astype(np.float32)",
-    "half": "half precision is not supported yet; convert with .astype(np.float32)",
-    "bfloat16": "bfloat16 is not supported yet; convert to float32 first",
     "complex64": "complex numbers are not supported; use the real and imaginary parts",
     "complex128": "complex numbers are not supported; use the real and imaginary parts",
 }
@@ -132,9 +166,16 @@ def unsupported(name: str) -> str:
     return f"dtype {name} is not supported: {why or 'no such dtype here'} (fusegrad has {have})"
 
 
+_NO_ML_DTYPES = "bfloat16 needs numpy's bfloat16 from the ml_dtypes package: pip install ml_dtypes"
+# the dtypes numpy knows here (bfloat16 only through ml_dtypes)
+NUMPY_DTYPES = tuple(d for d in ALL_DTYPES if d is not bfloat16 or ml_dtypes is not None)
+
+
 def to_dtype(dt) -> DType:
     """Accept a DType, a numpy dtype, a Python type or a name."""
     if isinstance(dt, DType):
+        if dt is bfloat16 and ml_dtypes is None:
+            raise TypeError(_NO_ML_DTYPES)
         return dt
     if dt is float:
         return float32
@@ -145,7 +186,7 @@ def to_dtype(dt) -> DType:
     if isinstance(dt, str):
         name = dt.removeprefix("torch.").removeprefix("fusegrad.")
         if name in _BY_NAME:
-            return _BY_NAME[name]
+            return to_dtype(_BY_NAME[name])
         if name in _NOT_YET:
             raise TypeError(unsupported(name))
     if getattr(dt, "__module__", None) == "torch":  # torch.float32 and the like
@@ -163,6 +204,8 @@ def promote(a: DType, b: DType) -> DType:
     """
     if a is b:
         return a
+    if a.is_half and b.is_half:  # float16 with bfloat16: neither holds the other
+        return float32
     if a.is_int and b.is_int and a.unsigned != b.unsigned:
         signed = b if a.unsigned else a
         return signed if signed.itemsize > 1 else int16
@@ -175,7 +218,7 @@ def scalar_dtype(value) -> DType:
         return bool_
     if isinstance(value, int):
         return int64
-    return float32
+    return default_float()
 
 
 def promote_scalar(t: DType, value) -> DType:
@@ -186,5 +229,5 @@ def promote_scalar(t: DType, value) -> DType:
     """
     s = scalar_dtype(value)
     if s.category > t.category:
-        return DEFAULT_FLOAT if s.kind == "f" else (DEFAULT_INT if s.kind == "i" else s)
+        return default_float() if s.kind == "f" else (DEFAULT_INT if s.kind == "i" else s)
     return t

@@ -60,7 +60,7 @@ NUMPY_OPS = {
     Ops.SQRT: lambda n, x: np.sqrt(x),
     Ops.ERFC: lambda n, x: np.vectorize(math.erfc, otypes=[x.dtype])(x),  # numpy has none
     Ops.RECIP: lambda n, x: np.reciprocal(x),
-    Ops.CAST: lambda n, x: (x != 0) if n.dtype.is_bool else x.astype(n.dtype.np),
+    Ops.CAST: lambda n, x: (x != 0) if n.dtype.is_bool else _rounded(x, n.dtype),
     Ops.ADD: lambda n, a, b: (a | b) if n.dtype.is_bool else a + b,
     Ops.MUL: lambda n, a, b: (a & b) if n.dtype.is_bool else a * b,
     Ops.DIV: lambda n, a, b: _int_div(a, b) if not n.dtype.is_float else a / b,
@@ -69,9 +69,9 @@ NUMPY_OPS = {
     Ops.CMPEQ: lambda n, a, b: a == b,
     Ops.WHERE: lambda n, c, a, b: np.where(c, a, b),
     Ops.RAND: lambda n, key: rand.uniform_from_key(
-        int(key), np.arange(n.numel, dtype=np.int64).reshape(n.shape)
+        int(key), np.arange(n.numel, dtype=np.int64).reshape(n.shape), rand.uniform_bits(n.dtype)
     ),
-    Ops.SUM: lambda n, x: np.sum(x, axis=n.arg, keepdims=True, dtype=n.dtype.np),
+    Ops.SUM: lambda n, x: np.sum(x, axis=n.arg, keepdims=True, dtype=wide(n.dtype)),
     Ops.REDUCE_MAX: lambda n, x: np.max(x, axis=n.arg, keepdims=True),
     Ops.RESHAPE: lambda n, x: x.reshape(n.arg),
     Ops.PERMUTE: lambda n, x: x.transpose(n.arg),
@@ -86,6 +86,16 @@ NUMPY_OPS = {
 }
 
 
+def wide(dt) -> str:
+    """The numpy dtype a value of `dt` is computed in: float32 for the 16-bit floats."""
+    return "float32" if dt.is_half else dt.np
+
+
+def _rounded(x: np.ndarray, dt) -> np.ndarray:
+    """`x` converted to `dt` (rounded once; 16-bit floats then held as float32 again)."""
+    return x.astype(dt.np).astype(wide(dt))
+
+
 def fold_constant(op: Ops, values: list, dtypes: list, out_dtype):
     """The Python value of elementwise `op` on scalar constants, computed as numpy would."""
 
@@ -93,7 +103,7 @@ def fold_constant(op: Ops, values: list, dtypes: list, out_dtype):
         def __init__(self, dtype):
             self.dtype, self.arg = dtype, None
 
-    args = [np.asarray(v, dtype=d.np) for v, d in zip(values, dtypes)]
+    args = [np.asarray(v, dtype=wide(d)) for v, d in zip(values, dtypes)]
     with np.errstate(all="ignore"):
         out = NUMPY_OPS[op](_Scalar(out_dtype), *args)
-    return np.asarray(out, dtype=out_dtype.np).item()
+    return np.asarray(out, dtype=wide(out_dtype)).item()

@@ -43,8 +43,18 @@ def uniform(seed: int, index: np.ndarray) -> np.ndarray:
     return uniform_from_key(seed_key(seed), index)
 
 
-def uniform_from_key(key: int, index: np.ndarray) -> np.ndarray:
-    """The same, from the 32-bit key the RAND node reads."""
+# significant bits of a uniform number by dtype: as many as the type holds below 1, so
+# every value is exact and none rounds up to 1.0 (torch's rule for its 16-bit floats)
+UNIFORM_BITS = {"float16": 11, "bfloat16": 8}
+
+
+def uniform_bits(dtype) -> int:
+    """How many of the hash's top bits a uniform number of `dtype` takes (24, or fewer)."""
+    return UNIFORM_BITS.get(dtype.name, 24)
+
+
+def uniform_from_key(key: int, index: np.ndarray, bits: int = 24) -> np.ndarray:
+    """The same, from the 32-bit key the RAND node reads (`bits`: `uniform_bits`)."""
     x = (index.astype(np.uint64) & MASK32).astype(np.uint32) ^ np.uint32(key & MASK32)
     x = x.astype(np.uint32)
     x ^= x >> np.uint32(16)
@@ -52,4 +62,4 @@ def uniform_from_key(key: int, index: np.ndarray) -> np.ndarray:
     x ^= x >> np.uint32(13)
     x *= np.uint32(MIX2)
     x ^= x >> np.uint32(16)
-    return (x >> np.uint32(8)).astype(np.float64) * (1.0 / (1 << 24))
+    return (x >> np.uint32(32 - bits)).astype(np.float64) * (1.0 / (1 << bits))

@@ -3,6 +3,11 @@
 It is the oracle the compiled kernels are tested against, so it is written to
 be obviously right, not fast: one line per primitive.
 
+float16 and bfloat16 values are computed in float32, as the compiled kernels compute
+them, and rounded (to nearest even) only where the graph casts to them and at the
+roots: one rounding per result, what a graph fused into one kernel gives (PyTorch,
+one op at a time, rounds after each op; docs/NUMERICS.md says where that differs).
+
 >>> from fusegrad.ir import node as N
 >>> from fusegrad.ir.dtypes import float32
 >>> evaluate(N.add(N.const(1.0, (2,), float32), N.const(2.0, (2,), float32)))
@@ -15,15 +20,15 @@ import numpy as np
 
 from .macro import expand_all
 from .node import Node, toposort
-from .numpy_ops import NUMPY_OPS
+from .numpy_ops import NUMPY_OPS, wide
 from .ops import Ops
 
 
 def _leaf(n: Node) -> np.ndarray:
     if n.op is Ops.BUFFER:
-        return np.asarray(n.arg.numpy()).reshape(n.shape)
+        return np.asarray(n.arg.numpy()).reshape(n.shape).astype(wide(n.dtype), copy=False)
     if n.op is Ops.CONST:
-        return np.full(n.shape, n.arg, dtype=n.dtype.np)
+        return np.full(n.shape, n.arg, dtype=wide(n.dtype))
     raise AssertionError(f"not a leaf: {n}")
 
 
@@ -41,8 +46,8 @@ def evaluate_many(roots: list[Node]) -> list[np.ndarray]:
             continue
         with np.errstate(all="ignore"):
             out = NUMPY_OPS[n.op](n, *(values[id(s)] for s in n.srcs))
-        values[id(n)] = np.asarray(out, dtype=n.dtype.np).reshape(n.shape)
-    return [values[id(r)] for r in roots]
+        values[id(n)] = np.asarray(out, dtype=wide(n.dtype)).reshape(n.shape)
+    return [values[id(r)].astype(r.dtype.np, copy=False) for r in roots]
 
 
 def evaluate(root: Node) -> np.ndarray:

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..nnapi import (
     Tensor,
+    default_float,
     empty,
     from_numpy,
     host_copy,
@@ -105,7 +106,7 @@ def placeholder_parameter(*shape: int, dtype=None) -> Parameter:
     >>> placeholder_parameter(2, 3).shape
     (2, 3)
     """
-    dt = to_dtype(dtype or "float32")
+    dt = to_dtype(dtype or default_float())  # torch.set_default_dtype
     return Parameter(from_numpy(np.zeros(shape, dtype=dt.np)))
 
 
@@ -374,6 +375,14 @@ class Module:
     def float(self) -> Module:
         """Cast the floating parameters and buffers to float32 (`to(fg.float32)`)."""
         return self.to(dtype="float32")
+
+    def half(self) -> Module:
+        """Cast the floating parameters and buffers to float16 (`to(fg.float16)`)."""
+        return self.to(dtype="float16")
+
+    def bfloat16(self) -> Module:
+        """Cast the floating parameters and buffers to bfloat16 (`to(fg.bfloat16)`)."""
+        return self.to(dtype="bfloat16")
 
     # ---------------------------------------------------------------- forward
     def forward(self, *args, **kwargs):

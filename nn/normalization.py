@@ -22,6 +22,7 @@ import numpy as np
 from ..nnapi import (
     ShapeError,
     Tensor,
+    default_float,
     fail,
     from_numpy,
     no_grad,
@@ -186,7 +187,7 @@ def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -
 
 
 def _param(*shape: int, value: float) -> Parameter:
-    return Parameter(from_numpy(np.full(shape, value, np.float32)))
+    return Parameter(from_numpy(np.full(shape, value, default_float().np)))
 
 
 class LayerNorm(Module):

@@ -21,7 +21,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ..ir.dtypes import ALL_DTYPES, DType
+from ..ir.dtypes import NUMPY_DTYPES, DType
 from . import forksafe
 from .backend_registry import get_backend, to_device
 
@@ -44,7 +44,7 @@ _pooled_bytes = 0
 # bytes -> how many times an array of that size was allocated anew (the pool had none)
 _misses: dict[int, int] = {}
 _lock = forksafe.Lock()  # Python threads allocate and free at once
-_NP = {d: np.dtype(d.np) for d in ALL_DTYPES}  # numpy's dtype object for each of ours
+_NP = {d: np.dtype(d.np) for d in NUMPY_DTYPES}  # numpy's dtype object for each of ours
 live_buffers = 0  # buffers allocated and not yet freed, for tests of memory planning
 
 

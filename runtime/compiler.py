@@ -68,6 +68,8 @@ def _target():
     llvm.initialize_native_asmprinter()
     target = llvm.Target.from_default_triple()
     cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+    if "+f16c" not in features.split(","):
+        register_soft_half()
 
     def new_machine():
         # static relocations: position-independent code reaches outside symbols through a
@@ -80,6 +82,25 @@ def _target():
         [llvmlite.__version__, ".".join(map(str, llvm.llvm_version_info)), cpu, features]
     )
     return new_machine(), new_machine, fingerprint
+
+
+def register_soft_half() -> bool:
+    """Give the JIT libgcc's float <-> float16 conversions, which LLVM calls for `fptrunc`
+    and `fpext` of `half` where the CPU has no F16C (an unresolved call would jump to 0).
+    False where libgcc has none (before GCC 12): float16 kernels then refuse to compile."""
+    global _soft_half
+    if _soft_half is None:
+        try:
+            lib = ctypes.CDLL("libgcc_s.so.1")
+            for name in ("__truncsfhf2", "__extendhfsf2"):
+                llvm.add_symbol(name, ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
+            _soft_half = True
+        except (OSError, AttributeError):
+            _soft_half = False
+    return _soft_half
+
+
+_soft_half: bool | None = None  # None: not looked up (the host has F16C, or not yet)
 
 
 def host_description() -> str:
@@ -111,6 +132,11 @@ def _optimized(source: str, opt: int = 3):
     context, and every new shape's kernel brings new ones (its loop bounds), which the
     global context would keep for ever."""
     tm = _machine(opt)
+    if _soft_half is False and " half" in source:
+        raise NotImplementedError(
+            "float16 kernels need a CPU with F16C or libgcc's float16 conversions (GCC 12 "
+            "or later); use bfloat16 or float32"
+        )
     context = llvm.create_context()
     mod = llvm.parse_assembly(source, context=context)
     try:

@@ -15,6 +15,7 @@
 // - __syncwarp() is the block's barrier (so, like the shuffles, the whole block calls it);
 // - nvcuda::wmma's TF32 fragments (m16n16k8) as whole matrices that every thread of the warp
 //   holds and computes alike, __float_to_tf32 rounding as the GPU's cvt.rna.tf32.f32;
+// - __half and __nv_bfloat16 with their conversions to and from float;
 // - the 16-byte vector types the renderer uses (float4, int4) and __ldg / __stwb, a plain read
 //   and write here
 //   (the emulator is built with -fno-strict-aliasing, as a kernel reads a float buffer
@@ -95,6 +96,24 @@ inline double __longlong_as_double(long long x) { double d; std::memcpy(&d, &x, 
 inline long long __double_as_longlong(double x) { long long i; std::memcpy(&i, &x, 8); return i; }
 
 inline void __syncwarp(unsigned = 0xffffffffu) { fg_emu_syncthreads(); }
+
+// The 16-bit floats, as cuda_fp16.h / cuda_bf16.h give them to the kernels: storage types
+// with conversions to float and back (to nearest even). float16 through the compiler's
+// _Float16 (exact); bfloat16 in integers, as the CPU kernels do (a NaN stays a quiet NaN).
+struct __half { uint16_t x; };
+struct __nv_bfloat16 { uint16_t x; };
+inline float __half2float(__half h) {
+  _Float16 f; std::memcpy(&f, &h.x, 2); return (float)f;
+}
+inline __half __float2half_rn(float v) {
+  _Float16 f = (_Float16)v; __half h; std::memcpy(&h.x, &f, 2); return h;
+}
+inline float __bfloat162float(__nv_bfloat16 h) { return __int_as_float((int)((uint32_t)h.x << 16)); }
+inline __nv_bfloat16 __float2bfloat16_rn(float v) {
+  uint32_t bits = (uint32_t)__float_as_int(v);
+  bits = v != v ? bits | 0x400000u : bits + 0x7fffu + ((bits >> 16) & 1u);
+  return __nv_bfloat16{(uint16_t)(bits >> 16)};
+}
 
 // Tensor cores, as the kernels use them: m16n16k8 with TF32 inputs and fp32 accumulators.
 // A fragment is the whole matrix in every thread (the GPU spreads it over the warp's lanes;

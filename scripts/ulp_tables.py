@@ -113,6 +113,34 @@ loop.
 - Gradient of amax over a row with a NaN: shared among the NaNs (as torch's full max());
   torch's amax gives NaN there.
 
+## float16 and bfloat16
+
+Both are stored in 2 bytes and computed in float32 (PyTorch's "opmath" rule): a CPU
+kernel widens each 16-bit value where it loads it (`vcvtph2ps` with F16C for float16;
+bfloat16 is the top half of a float32, a shift) and rounds to nearest even where it
+stores (`vcvtps2ph`; bfloat16 in integer instructions: add 0x7fff plus the kept part's
+lowest bit, a NaN kept quiet with its sign). Sum, mean, max, matmul and convolution
+accumulators are float32, so a 16-bit sum of 4096 ones is 4096 (a float16 accumulator
+stops at 2048). Python scalars in an op (`h * 0.1`) enter as float32, not rounded first;
+a filled tensor's value (`full`, `fill_`, `x[i] = v`) is rounded where it is made. `rand`
+in 16 bits takes 11 (float16) or 8 (bfloat16) random bits, as torch: every value exact and
+below 1; `randn` draws float32 uniforms and rounds its result.
+
+Where fusion differs from PyTorch: PyTorch rounds after every op; fusegrad rounds once
+per fused kernel output, so the values between ops of one kernel keep float32 precision.
+`(x + 2**-11) - 1` with `x = 1` in float16 is `2**-11` here (one kernel) and 0 in PyTorch;
+results are within an ulp of the 16-bit type of PyTorch's, and usually closer to the exact
+value. An explicit cast (`.half()`, `.to(fg.bfloat16)`) always rounds, inside a kernel too,
+and so does every kernel boundary (a realized tensor, a reduction's output read by the next
+kernel), so the schedule decides where the other roundings fall. The reference evaluator
+(`ir/reference.py`) rounds at casts and at its roots, as one fused kernel does.
+Conversions: to float16 a value at or above 65520 is inf; float16 subnormals and
+float32 subnormals into bfloat16 are kept (no flush to zero); float64 is converted through
+float32, as PyTorch's CPU does (a double rounding in rare ties). `tests/frontend/test_half.py`
+pins the bits at these points against PyTorch's. The cuda backend stores `__half` and
+`__nv_bfloat16` and computes the same way (float registers, float32 partial sums, no
+16-byte vector accesses or tensor cores for them yet); the emulator gives the CPU's bits.
+
 """
 
 

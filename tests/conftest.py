@@ -136,11 +136,12 @@ def _start_nvcc_all(flags: tuple[str, ...]) -> None:
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         return  # said in the header and the summary; the session fails at its end
-    from fusegrad.codegen.cuda import PRELUDE, cuda_kernel
+    from fusegrad.codegen.cuda import HALF_PRELUDE, PRELUDE, cuda_kernel
     from fusegrad.codegen.lower import lower
     from fusegrad.runtime import engine as engine_module
 
-    _nvcc = collector = NvccAll(nvcc, PRELUDE, flags=flags)
+    # (a kernel's source adds HALF_PRELUDE where it has 16-bit floats: here every unit has it)
+    _nvcc = collector = NvccAll(nvcc, PRELUDE + HALF_PRELUDE, flags=flags)
     make_record = engine_module._record
     seen: set[tuple[str, str]] = set()
     lock = threading.Lock()

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 import fusegrad as fg
-from fusegrad.errors import DTypeError
 
 OPERATORS = [
     operator.add,
@@ -123,26 +122,26 @@ def test_broadcast_errors_name_both_shapes():
 
 
 @pytest.mark.parametrize(
-    "make",
+    "make, dtype, want",
     [
-        lambda a: fg.tensor(a),
-        lambda a: fg.from_numpy(a),
-        lambda a: fg.tensor([1.0, 2.0]) + a,
-        lambda a: a * fg.tensor([1.0, 2.0]),
+        (lambda a: fg.tensor(a), "float16", [1.0, 2.0]),
+        (lambda a: fg.from_numpy(a), "float16", [1.0, 2.0]),
+        (lambda a: fg.tensor([1.0, 2.0]) + a, "float32", [2.0, 4.0]),  # the wider type wins
+        (lambda a: a * fg.tensor([1.0, 2.0]), "float32", [1.0, 4.0]),
     ],
     ids=["tensor", "from_numpy", "tensor+array", "array*tensor"],
 )
-def test_float16_arrays_are_refused_with_the_way_out(make):
-    with pytest.raises(DTypeError, match=r"float16.*not supported yet.*astype\(np.float32\)"):
-        make(np.array([1.0, 2.0], dtype=np.float16))
+def test_float16_arrays_are_float16_tensors(make, dtype, want):
+    got = make(np.array([1.0, 2.0], dtype=np.float16))
+    assert got.dtype.name == dtype
+    np.testing.assert_array_equal(got.numpy(), want)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, "float16", "half", "bfloat16"])
-def test_half_precision_requests_are_refused(dtype):
-    with pytest.raises(DTypeError, match="not supported yet"):
-        fg.tensor([1.0, 2.0], dtype=dtype)
-    with pytest.raises(DTypeError, match="not supported yet"):
-        fg.tensor([1.0, 2.0]).to(dtype=dtype)
+def test_half_precision_requests_are_granted(dtype):
+    want = "bfloat16" if dtype == "bfloat16" else "float16"
+    assert fg.tensor([1.0, 2.0], dtype=dtype).dtype.name == want
+    assert fg.tensor([1.0, 2.0]).to(dtype=dtype).dtype.name == want
 
 
 def test_an_explicit_conversion_of_float16_data_is_allowed():

@@ -274,6 +274,10 @@ EXCLUDED: dict[str, str] = {
         ),
         _NON_MATH,
     ),
+    # half precision (tests/frontend/test_half.py): conversions and the default dtype
+    **dict.fromkeys(
+        _names("Tensor", "bfloat16 half") + _names("fg", "set_default_dtype"), _NON_MATH
+    ),
     **dict.fromkeys(
         _names("Tensor", "count_nonzero unique") + _names("fg", "argwhere count_nonzero unique"),
         _NOT_DIFFERENTIABLE,
