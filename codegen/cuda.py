@@ -259,6 +259,7 @@ class _Renderer:
         self.lane: int | None = None  # which lane of a vector group is being printed
         self.vector: set[int] = set()  # id() of the loads/stores moved VECTOR at a time
         self.vector_names: dict[int, str] = {}  # ... and the vector value each one uses
+        self.shared_row = False  # inside a row loop the block's threads share (`block`)
 
     def line(self, depth: int, text: str) -> None:
         self.lines.append("  " * depth + text)
@@ -281,6 +282,10 @@ class _Renderer:
             if isinstance(s, Loop) and id(s) in self.gpu.reductions:
                 if not self.cooperative(self.gpu.reductions[id(s)], depth):
                     return False
+            elif isinstance(s, Loop) and id(s) in self.gpu.row_loops and not self.shared_row:
+                # a row kernel's loop over the row's elements, after its statistics (which
+                # every thread holds): the block's (or warp's) threads take strided shares
+                self.row_loop(s, self.gpu.row_loops[id(s)], depth)
             elif isinstance(s, Loop):
                 v = s.var.name
                 self.line(depth, f"for (long long {v} = 0; {v} < {s.extent}LL; ++{v}) {{")
@@ -288,12 +293,39 @@ class _Renderer:
                 self.line(depth, "}")
             else:
                 text = self.stmt(s)
-                if self.gpu.mode == "block" and isinstance(s, (Store, ScatterAdd)):
+                if self.shared_row:  # each thread stores its own elements
+                    pass
+                elif self.gpu.mode == "block" and isinstance(s, (Store, ScatterAdd)):
                     text = f"if (threadIdx.x == 0) {{ {text} }}"
                 elif self.gpu.mode == "warp" and isinstance(s, (Store, ScatterAdd)):
                     text = f"if ((threadIdx.x & 31u) == 0) {{ {text} }}"
                 self.line(depth, text)
         return True
+
+    def row_loop(self, s: Loop, vector: set[int], depth: int) -> None:
+        """A row kernel's loop over the row's elements, after its statistics (which every
+        thread holds): the block's (or warp's) threads take strided shares, VECTOR elements
+        at a time where the accesses and buffers allow (as an elementwise kernel's)."""
+        v = s.var.name
+        first, step = "(long long)threadIdx.x", "(long long)blockDim.x"
+        if self.gpu.mode == "warp":
+            first, step = "(long long)(threadIdx.x & 31u)", f"{WARP}LL"
+        self.shared_row = True
+        scalar = depth
+        if vector:
+            self.line(depth, f"if ({self.aligned(s.body, vector)}) {{")
+            self.line(depth + 1, f"for (long long {v}_q = {first}; {v}_q < "
+                                 f"{s.extent // VECTOR}LL; {v}_q += {step}) {{")  # fmt: skip
+            self.lanes([s], f"{v}_f", f"{v}_q", s.body, vector, depth + 2)
+            self.line(depth + 1, "}")
+            self.line(depth, "} else {  // a buffer is not 16-byte aligned: one at a time")
+            scalar = depth + 1
+        self.line(scalar, f"for (long long {v} = {first}; {v} < {s.extent}LL; {v} += {step}) {{")
+        self.block(s.body, scalar + 1)
+        self.line(scalar, "}")
+        if vector:
+            self.line(depth, "}")
+        self.shared_row = False
 
     def cooperative(self, red: Reduction, depth: int) -> bool:
         """A reduction split over the block's threads, then combined across the block."""

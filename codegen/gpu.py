@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 
 from ..ir.dtypes import DType
 from ..ir.ops import Ops
-from ..ir.symbolic import Var
+from ..ir.symbolic import Var, lin
 from .loopir import (
     AccInit,
     AccUpdate,
@@ -127,6 +127,9 @@ class GpuKernel:
     grid2: int = 0
     contraction: Contraction | None = None
     vector: set[int] = field(default_factory=set)  # thread mode: id() of vector loads/stores
+    # block and warp mode: id() of the output loops after a row kernel's statistics, which
+    # the threads share (`_row_loops`), each with the id() of its vector loads and stores
+    row_loops: dict[int, set[int]] = field(default_factory=dict)
 
     @property
     def rows_per_block(self) -> int:
@@ -187,6 +190,20 @@ def _has(body: list, kind) -> bool:
     return any(isinstance(s, kind) or (isinstance(s, Loop) and _has(s.body, kind)) for s in body)
 
 
+def _row_loops(body: list) -> dict[int, set[int]]:
+    """The output loops of a row kernel (ir/schedule.py, rule 6): the loops over a row's
+    elements that follow its statistics at the top of the per-output body, by id(), each
+    with its vector accesses (`vector_accesses`). They hold no loop of their own, so the
+    threads that computed the statistics together split their iterations (a softmax's row:
+    max, sum, then each thread writes every 256th group of 4 elements instead of thread 0
+    writing the whole row)."""
+    return {
+        id(s): vector_accesses(s.body, s) or set()
+        for s in body
+        if isinstance(s, Loop) and s.kind in ("parallel", "serial") and not _has(s.body, Loop)
+    }
+
+
 def map_to_gpu(kernel: Kernel, tf32: bool = False) -> GpuKernel:
     """Decide the grid mapping of `kernel` (see the module docstring). `tf32`: an fp32
     contraction that is a plain sum of products may run on tensor cores (`Contraction.mma`)."""
@@ -217,6 +234,7 @@ def map_to_gpu(kernel: Kernel, tf32: bool = False) -> GpuKernel:
         if outputs and not _has(body, Loop) and not scatter:
             gpu.vector = vector_accesses(body, outputs[-1]) or set()
         return gpu
+    gpu.row_loops = _row_loops(body)
     if longest <= WARP_ROW_MAX and extent >= FEW_OUTPUTS:
         gpu.mode, gpu.block = "warp", MAX_BLOCK
         gpu.grid = min(MAX_GRID, -(-extent // gpu.rows_per_block))
@@ -322,15 +340,25 @@ def traffic(gpu: GpuKernel) -> Traffic:
     sizes = {p.name: p for p in gpu.kernel.params}
     read = written = 0
 
+    # a row kernel's passes over its row (its statistics' loops, then the loop over its
+    # elements) read the same addresses through different loop variables: one expression
+    row_vars: dict[Var, Var] = {}
+
     def walk(body: list, loops: int) -> None:
         nonlocal read, written
         for s in body:
             if isinstance(s, Loop):
+                if id(s) in gpu.row_loops or id(s) in gpu.reductions:
+                    row_vars[s.var] = Var("row", s.var.min, s.var.max)
                 walk(s.body, loops * s.extent)
-            elif isinstance(s, Load) and s.index not in reads.setdefault(s.param.name, set()):
-                reads[s.param.name].add(s.index)
+                continue
+            if isinstance(s, Load):
+                at = s.index.substitute({v: lin(r) for v, r in row_vars.items()})
+                if at in reads.setdefault(s.param.name, set()):
+                    continue
+                reads[s.param.name].add(at)
                 read += _reach(s.index, s.param.size) * s.param.dtype.itemsize
-            elif isinstance(s, LoadRow):
+            if isinstance(s, LoadRow):
                 read += min(s.param.size, loops) * s.param.dtype.itemsize
             elif isinstance(s, ScatterAdd):  # read, add, write back
                 n = min(s.param.size, loops) * s.param.dtype.itemsize

@@ -140,8 +140,10 @@ class _Lowerer:
         red_groups,
         tile: Tile | None = None,
         cascade_lanes: int = 0,
+        row_cascade: bool = False,
     ):
         self.item = item
+        self.row_cascade = row_cascade  # a row kernel's long float sums cascade (the CPU's)
         self.tile = tile
         self.cascade_lanes = cascade_lanes  # a float sum in a tree of vector accumulators
         self.out_groups = out_groups
@@ -156,6 +158,10 @@ class _Lowerer:
         self.flops_per_iter: list[tuple[int, int]] = []  # (ops, loop depth multiplier)
         self.acc_count = 0
         self.stand_ins: dict[Var, Lin] = {}  # a ragged tile's coordinates (see _ragged)
+        # output loop levels (variables bound, block, iterations), outermost first, where
+        # values are hoisted (`_hoist_level`); None: nothing is hoisted
+        self.levels: list | None = None
+        self.block_level: dict[int, int] = {}  # id() of a block -> its level
 
     def fresh(self, prefix: str = "v") -> str:
         self.counter += 1
@@ -175,11 +181,19 @@ class _Lowerer:
         body: list = []
         outer = body
         self.iterations = 1
+        # a kernel that computes row statistics inside (ir/schedule.py, rule 6) hoists every
+        # value that does not move with the inner loops out of them (`_hoist_level`)
+        hoist = any(m.op in REDUCE for m in self.item.nodes) and self.item.reduce is None
+        levels = [(frozenset(), body, 1)]
         for i, (v, extent) in enumerate(zip(loop_vars, loops_shape)):
             loop = Loop(v, extent, [], "parallel" if i == 0 else "serial")
             outer.append(loop)
             outer = loop.body
             self.iterations *= extent
+            levels.append((levels[-1][0] | {v}, outer, self.iterations))
+        if hoist and len(levels) > 1:
+            self.levels = levels
+            self.block_level = {id(blk): k for k, (_, blk, _) in enumerate(levels)}
         self.block = outer
         self.flops = 0
         value = self.gen(root, coords, ())
@@ -414,6 +428,10 @@ class _Lowerer:
         hit = self._lookup(key)
         if hit is not None:
             return hit
+        if self.levels is not None:
+            level, kept = self._hoist_level(coords, guard)
+            if level is not None:
+                return self._gen_hoisted(n, coords, kept, level)
         stack = [(n, False)]
         while stack:
             m, ready = stack.pop()
@@ -430,6 +448,42 @@ class _Lowerer:
                 args = tuple(self._lookup((id(s), coords, guard)) for s in m.srcs)
                 self.scopes[-1][k] = self.emit(Alu(self.fresh(), m.dtype, m.op, args), 1)
         return self._lookup(key)
+
+    def _hoist_level(self, coords, guard) -> tuple[int | None, tuple]:
+        """The outermost output loop level whose variables cover `coords`, when that is
+        outside the block being emitted, and the conditions of `guard` on those variables.
+        A row statistic at `(o0, 0)` read inside the loop over the row's elements `o1` is
+        computed once per row, before that loop; a reduction's body (not an output level)
+        hoists too: a softmax's sum reads its max. A condition on other variables (a ragged
+        vector's lanes) is dropped: the value's addresses do not move with them, and the
+        reader masks the lanes it rules out."""
+        current = self.block_level.get(id(self.block), len(self.levels))
+        free = {a for e in coords for a in e.atoms() if isinstance(a, Var)}
+        for k, (bound, _, _) in enumerate(self.levels[:-1]):
+            if free <= bound:
+                if k >= current:
+                    return None, guard
+                kept = tuple(
+                    c for c in guard if {a for a in c.atoms() if isinstance(a, Var)} <= free
+                )
+                return k, kept
+        return None, guard
+
+    def _gen_hoisted(self, n: Node, coords, guard, level: int) -> str:
+        """Emit n at `level`, just before that level's inner loop, in the kernel's scope.
+        Values it hoists further out land before it, in their own levels."""
+        _, target, iterations = self.levels[level]
+        saved = self.block, self.iterations, self.scopes
+        here: list = []
+        self.block_level[id(here)] = level
+        self.block, self.iterations, self.scopes = here, iterations, self.scopes[:1]
+        try:
+            value = self.gen(n, coords, guard)
+        finally:
+            self.block, self.iterations, self.scopes = saved
+            del self.block_level[id(here)]
+        target[len(target) - 1 : len(target) - 1] = here  # the inner loop stays last
+        return value
 
     def _lookup(self, key) -> str | None:
         for scope in reversed(self.scopes):
@@ -478,6 +532,8 @@ class _Lowerer:
         return self.emit(Select(self.fresh(), n.dtype, valid, inner))
 
     def gen_reduce(self, n: Node, coords, guard) -> str:
+        if n is not self.item.reduce and self.item.reduce is None:
+            return self._gen_row_reduce(n, coords, guard)
         if self.cascade_lanes:
             return self.gen_cascade(n, coords, guard)
         acc = self._new_acc()
@@ -488,6 +544,29 @@ class _Lowerer:
         self.scopes.pop()
         self.block, self.iterations = saved_block, saved_iter
         return acc
+
+    def _gen_row_reduce(self, n: Node, coords, guard) -> str:
+        """A row statistic inside an elementwise kernel (ir/schedule.py, rule 6): its axes
+        are the trailing ones, one loop; a long float sum is cascaded as a kernel's own."""
+        saved = self.red_groups, self.cascade_lanes
+        self.red_groups = [tuple(sorted(n.arg))]
+        row = math.prod(n.srcs[0].shape[a] for a in n.arg)
+        long_sum = self.row_cascade and n.op is Ops.SUM and n.dtype.is_float
+        long_sum = long_sum and row >= CASCADE_MIN
+        self.cascade_lanes = (64 if row >= 256 else 32) if long_sum else 0
+        try:
+            if self.cascade_lanes:
+                return self.gen_cascade(n, coords, guard)
+            acc = self._new_acc()
+            self.emit(AccInit(acc, n.dtype, reduce_identity(n.op, n.dtype)))
+            saved_block, saved_iter = self.block, self.iterations
+            value = self._reduction_body(n, coords, guard)
+            self.emit(AccUpdate(acc, n.dtype, REDUCE_COMBINE[n.op], value), 1)
+            self.scopes.pop()
+            self.block, self.iterations = saved_block, saved_iter
+            return acc
+        finally:
+            self.red_groups, self.cascade_lanes = saved
 
     # ---------------------------------------------------------------- cascaded sums
     def _tile_cascades(self, size: int) -> bool:
@@ -772,8 +851,11 @@ def lower(item: ScheduleItem, tile: bool = True) -> Kernel:
 
     if len(red_axes) > 1 and _contiguous_axes(red_axes):
         state["red"] = _merge_groups(red_axes, lambda g: score_with(state["out"], g))
-    if len(out_axes) > 1:
+    row_stats = red is None and any(m.op in REDUCE for m in item.nodes)
+    if len(out_axes) > 1 and not row_stats:  # a row kernel keeps its rows' loops apart
         state["out"] = _merge_groups(out_axes, lambda g: score_with(g, state["red"]))
+    if row_stats and tile:  # the CPU cascades a row kernel's long sums; the GPU splits them
+        return _Lowerer(item, state["out"], state["red"], row_cascade=True).lower()
     plain = _Lowerer(item, state["out"], state["red"]).lower()
     chosen = choose_tile(plain, item, state["out"]) if tile else None
     if chosen is not None:
@@ -1089,7 +1171,7 @@ def kernel_name(item: ScheduleItem) -> str:
             name = {"reduce_max": "max"}.get(name, name)
             if name not in notable:
                 notable.append(name)
-    kind = "r" if item.reduce is not None else "e"
+    kind = "r" if any(n.op in REDUCE for n in item.nodes) else "e"
     shape = "x".join(map(str, item.root.shape)) or "scalar"
     return "_".join([kind] + notable[:4] + [shape])
 

@@ -20,10 +20,19 @@ Rules, applied to each node with its users already decided:
    `TRANSCENDENTAL_COST` units, other ops 1); `STORE_COST` is what writing
    and re-reading one element costs in the same units.
 5. `contiguous()` and the requested outputs are always materialized.
+6. Row-local fusion: a reduction over a tensor's trailing axes (a row) that would be
+   materialized only to be broadcast back over that row (a softmax's max and sum, a layer
+   norm's mean and variance, their backward's row sums) is computed inside the kernel that
+   reads it, when every kernel that reads it loops over those rows and a row fits in cache
+   (`ROW_CACHE_BYTES`). Codegen computes it once per row, before the loop over the row's
+   elements (`codegen/lower.py`, hoisting), so the row is read from memory once and
+   re-read from cache: a softmax or a layer norm is one kernel. A value at the row's shape
+   that is broadcast back over the row is evaluated once per row, not per element.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -36,6 +45,10 @@ STORE_COST = 32
 MAX_KERNEL_OPS = 500  # elementwise ops inlined into one kernel before a value is stored
 COST_CAP = 10 * STORE_COST
 TRANSCENDENTAL_COST = 8
+# A row is fused (rule 6) while four arrays of its length fit in this: the kernel walks the
+# row several times (max, sum, normalize), and each walk after the first must hit cache.
+ROW_CACHE_BYTES = 256 * 1024
+ROW_READERS_MAX = 2  # kernels that may each recompute one row statistic
 
 
 @dataclass
@@ -136,6 +149,8 @@ def schedule(
     too_big = _size_cuts(graph, held)
     evals: dict[int, int] = {}  # id -> how many times kernels evaluate the node, in total
     root_ids = {id(r) for r in roots}
+    row_fused: set[int] = set()  # kernel outputs that compute row statistics inside (rule 6)
+    by_id = {id(n): n for n in graph}
 
     def evaluations(n: Node) -> int:
         """Times kernels compute n. Users that read n at their own coordinates inside the
@@ -145,6 +160,8 @@ def schedule(
             per = u.numel if id(u) in reason else evals[id(u)]
             if u.op in REDUCE:
                 total += per * (u.srcs[0].numel // max(u.numel, 1))
+            elif id(u) not in reason and _row_broadcast(u):  # hoisted: once per row
+                total += per * n.numel // max(u.numel, 1)
             elif u.op is Ops.SCATTER_ADD:  # runs over its sources' elements, not its own
                 total += u.srcs[0].numel
             elif u.op in ELEMENTWISE and id(u) not in reason:
@@ -181,8 +198,11 @@ def schedule(
         elif id(n) in too_big:
             reason[id(n)] = too_big[id(n)]
         elif n.op in REDUCE:
-            why = _reduce_cut(n, users, r, epilogue_ok, claimed, reason)
-            if why:
+            why = _reduce_cut(n, users, r, epilogue_ok, claimed, reason, row_fused)
+            if why and _row_local(n, users, r, reason, claimed, by_id):
+                row_fused.update(r)
+                evals[id(n)] = n.numel * len(r)
+            elif why:
                 reason[id(n)] = why
             else:
                 (root_id,) = r
@@ -310,14 +330,74 @@ def _keeps_coordinates(n: Node, users: list[Node], ok: dict[int, bool], reason) 
     return all(_same_coordinates(u, ok) for u in users)
 
 
-def _reduce_cut(n, users, reads, ok, claimed, reason) -> str | None:
+def _row_broadcast(u: Node) -> bool:
+    """u expands size-1 trailing axes (a row statistic broadcast back over its row): every
+    axis it expands comes after every other axis of more than one element."""
+    if u.op is not Ops.EXPAND:
+        return False
+    spread = [i for i, (a, b) in enumerate(zip(u.srcs[0].shape, u.shape)) if a != b]
+    kept = [i for i, (a, b) in enumerate(zip(u.srcs[0].shape, u.shape)) if a == b and b != 1]
+    return bool(spread) and (not kept or max(kept) < min(spread))
+
+
+def _row_local(n: Node, users, reads: set[int], reason, claimed, by_id) -> bool:
+    """Whether reduction n is a row statistic its readers can compute inside (rule 6).
+
+    n reduces trailing axes of its source (the row) short enough for cache, and every path
+    from n to a kernel output is: values at n's shape (elementwise, squeezes, other such row
+    statistics), then one broadcast back to the row's shape, then elementwise ops up to an
+    elementwise kernel output of that shape, or into another reduction over the same rows
+    (a softmax's sum reads its max), from which the walk starts again at the row's shape.
+    """
+    src = n.srcs[0].shape
+    axes = sorted(n.arg)
+    kept = [i for i, s in enumerate(src) if s != 1 and i not in axes]
+    if not axes or (kept and max(kept) > min(axes)):
+        return False
+    row = math.prod(src[a] for a in axes)
+    if 4 * row * n.dtype.itemsize > ROW_CACHE_BYTES or row < 2:
+        return False
+    if not reads or len(reads) > ROW_READERS_MAX:
+        return False
+    for root_id in reads:
+        root = by_id[root_id]
+        if root_id in claimed or root.op not in _SAME_COORDS or root.shape != src:
+            return False
+    frontier, seen = [(u, False) for u in users.get(id(n), ())], set()
+    while frontier:
+        u, spread = frontier.pop()
+        if (id(u), spread) in seen:
+            continue
+        seen.add((id(u), spread))
+        if u.op in REDUCE:
+            if not spread or id(u) in reason or u.srcs[0].shape != src or sorted(u.arg) != axes:
+                return False
+            spread = False
+        elif u.op is Ops.EXPAND:
+            if spread or u.shape != src or not _row_broadcast(u):
+                return False
+            spread = True
+        elif u.op in _SAME_COORDS or is_squeeze(u):
+            if u.shape != src if spread else u.numel != n.numel:
+                return False
+        else:
+            return False
+        if id(u) in reason:
+            if not spread:
+                return False
+            continue
+        frontier.extend((w, spread) for w in users.get(id(u), ()))
+    return True
+
+
+def _reduce_cut(n, users, reads, ok, claimed, reason, row_fused=()) -> str | None:
     """None if reduction `n` can be fused into its reader's kernel, else the reason it cannot."""
     if len(reads) > 1:
         return f"reduction read by {len(reads)} kernels"
     direct = users.get(id(n), [])
     if all(_same_coordinates(u, ok) for u in direct):
         (root_id,) = reads
-        if root_id in claimed:
+        if root_id in claimed or root_id in row_fused:
             return "its consumer's kernel already fuses another reduction"
         return None
     # find what stands between the reduction and its reader's output, nearest first

@@ -22,7 +22,7 @@ def render(dot: str) -> None:
 
 def test_one_cluster_per_kernel_named_as_it_runs_with_its_reason():
     x = fg.randn(8, 5).realize()
-    y = x.softmax(1)
+    y = x.softmax(0)  # column statistics: three kernels
     dot = fg.graph_dot(y)
     clusters = re.findall(r'subgraph cluster_\d+ \{\n    label="([^"\\]*)\\n([^"]*)"', dot)
     kernels = fg.kernels(y)  # the same schedule, now run
