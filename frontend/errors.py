@@ -10,6 +10,7 @@ traceback and the message both point at the user's line:
 from __future__ import annotations
 
 from .ir import sites as _sites
+from .ir.dtypes import to_dtype
 from .ir.sites import one_site  # noqa: F401  (for nn's composite ops: one stack walk each)
 
 
@@ -77,8 +78,6 @@ class DeviceError(FusegradError, RuntimeError):
 
 def checked_dtype(dtype, op: str):
     """`fusegrad.ir.dtypes.to_dtype`, with an error naming the op and the user's line."""
-    from .ir.dtypes import to_dtype
-
     try:
         return to_dtype(dtype)
     except (TypeError, ValueError) as e:

@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 
 from .ir import phases as _phases
+from .ir import sites
 from .ir.sites import is_stdlib
 from .runtime import engine as engine_module
 from .runtime import forksafe
@@ -268,8 +269,6 @@ class _TraceSampler:
     def __init__(self, ident: int):
         import importlib.util
         import os
-
-        from .ir import sites
 
         spec = importlib.util.find_spec(__package__ + ".codegen")  # its folder, not imported
         timed = [os.path.dirname(os.path.abspath(m.__file__)) for m in (_phases, engine_module)]
