@@ -10,8 +10,11 @@
 
 Checks happen where the op is written; mistakes raise `ShapeError`,
 `DTypeError` or `IndexingError` naming the op, the shapes and your line.
-Movement ops (`reshape`, `permute`, slicing, `expand`, `pad`, ...) are in
-`movement.py`, reductions and composites in `reduce.py`.
+The class body holds the core (node, dtype, device, realize, the operators);
+the other methods come from one static mixin per op family (`MIXINS` below):
+movement ops (`reshape`, `permute`, slicing, `expand`, `pad`, ...) from
+`movement.py`, reductions and composites from `reduce.py`, and so on. The
+modules under this one call its names through `core.py`.
 """
 
 from __future__ import annotations
