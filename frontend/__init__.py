@@ -18,6 +18,7 @@ from .errors import (
     IndexingError,
     ShapeError,
 )
+from .errors import fail as _fail
 from .errors import (
     register_package_dirs as _register_package_dirs,
 )
@@ -53,8 +54,6 @@ _register_package_dirs(
 
 
 def _mixed_devices(op, a: str, b: str):
-    from .errors import fail as _fail
-
     _fail(
         DeviceError,
         op.name.lower(),
@@ -64,8 +63,11 @@ def _mixed_devices(op, a: str, b: str):
 
 
 _ir_hooks.mixed_devices = _mixed_devices
+import builtins as _builtins  # noqa: E402
+
 from . import amp, backends, cuda, linalg, testing  # noqa: E402
-from . import indexing as _indexing  # noqa: E402
+from . import function as _function  # noqa: E402, F401  (puts Function into fg.autograd)
+from . import tensor as _tensor  # noqa: E402  (the module before creation's fg.tensor())
 from .autograd import GradError, grad  # noqa: E402
 from .autograd_state import (  # noqa: E402
     enable_grad,
@@ -131,34 +133,7 @@ from .indexing import (  # noqa: E402
     where,
 )
 from .jit import JitError, jit  # noqa: E402
-from .movement import cat, stack  # noqa: E402
-from .printing import set_printoptions  # noqa: E402
-from .profiler import profile  # noqa: E402
-from .reduce import matmul  # noqa: E402
-from .runtime.config import config  # noqa: E402
-from .serialization import SerializationError, load, save  # noqa: E402
-from .tensor import Tensor, realize  # noqa: E402
-from .typeinfo import finfo, iinfo  # noqa: E402
-
-_indexing.install(Tensor)
-from . import mathops as _mathops  # noqa: E402
-from . import shapeops as _shapeops  # noqa: E402
-
-_mathops.install(Tensor)
-_shapeops.install(Tensor)
-from . import searching as _searching  # noqa: E402
-from .searching import bincount, bucketize, cdist, mode, searchsorted  # noqa: E402
-
-_searching.install(Tensor)
-from . import inplace_methods as _inplace_methods  # noqa: E402
-
-_inplace_methods.install(Tensor)  # after the others: it generates t.op_() from t.op()
-from .creation import NEW_METHODS as _new_methods  # noqa: E402
-
-for _name, _fn in _new_methods.items():  # t.new_zeros(...), t.new_tensor(...), ...
-    setattr(Tensor, _name, _fn)
-import builtins as _builtins  # noqa: E402
-
+from .mathops import PRIMITIVES as _PRIMITIVES  # noqa: E402
 from .mathops import (  # noqa: E402
     acos,
     acosh,
@@ -185,6 +160,8 @@ from .mathops import (  # noqa: E402
     expm1,
     floor,
     floor_divide,
+    fmax,
+    fmin,
     fmod,
     frac,
     isclose,
@@ -208,10 +185,13 @@ from .mathops import (  # noqa: E402
     trunc,
 )
 from .mathops import round_ as round  # noqa: E402, A004
-
-# fg.exp, fg.sqrt, ...: one per row of ir/ops.py's MATH (after the import above: a primitive
-# replaces a composite of its name)
-globals().update(_mathops.PRIMITIVES)
+from .movement import cat, stack  # noqa: E402
+from .printing import set_printoptions  # noqa: E402
+from .profiler import profile  # noqa: E402
+from .reduce import matmul  # noqa: E402
+from .runtime.config import config  # noqa: E402
+from .searching import bincount, bucketize, cdist, mode, searchsorted  # noqa: E402
+from .serialization import SerializationError, load, save  # noqa: E402
 from .shapeops import all_ as all  # noqa: E402, A004
 from .shapeops import any_ as any  # noqa: E402, A004
 from .shapeops import (  # noqa: E402
@@ -249,7 +229,14 @@ from .shapeops import (  # noqa: E402
     unflatten,
     var_mean,
 )
+from .tensor import Tensor, realize  # noqa: E402
 from .tensor import broadcast_shapes as _broadcast_shapes  # noqa: E402
+from .tensor import legacy_constructor as _legacy_constructor  # noqa: E402
+from .typeinfo import finfo, iinfo  # noqa: E402
+
+# fg.exp, fg.sqrt, ...: one per row of ir/ops.py's MATH (after the imports above: a
+# primitive replaces a composite of its name)
+globals().update(_PRIMITIVES)
 
 
 def broadcast_shapes(*shapes) -> tuple[int, ...]:
@@ -297,26 +284,6 @@ def maximum(a, b):
 
 def minimum(a, b):
     return a.minimum(b)
-
-
-def fmax(a, b):
-    """The elementwise maximum where a NaN loses to a number (NaN only where both are),
-    as torch.fmax; the gradient goes to the one chosen, to `a` at a tie (as torch's).
-
-    >>> import fusegrad as fg, math
-    >>> fg.fmax(fg.tensor([1.0, math.nan]), fg.tensor([math.nan, 2.0])).tolist()
-    [1.0, 2.0]
-    """
-    return where(isnan(b) | (a >= b), a, b)
-
-
-def fmin(a, b):
-    """The elementwise minimum where a NaN loses to a number, as torch.fmin (the gradient
-    to `a` at a tie)."""
-    return where(isnan(b) | (a <= b), a, b)
-
-
-Tensor.fmax, Tensor.fmin = fmax, fmin
 
 
 def clamp(x, min=None, max=None):  # noqa: A002
@@ -418,10 +385,8 @@ class Size(tuple):
 
 
 def _legacy(dtype, name: str):
-    from .tensor import legacy_constructor
-
     def make(*args):
-        return legacy_constructor(dtype, *args)
+        return _legacy_constructor(dtype, *args)
 
     make.__name__ = make.__qualname__ = name
     make.__doc__ = f"torch's legacy `{name}(data)` / `{name}(*sizes)` constructor ({dtype.name})."

@@ -20,7 +20,8 @@ from __future__ import annotations
 import threading
 import weakref
 
-from .errors import FusegradError, ShapeError, at_callers_site, fail
+from . import core
+from .errors import GradError, ShapeError, at_callers_site, fail
 from .ir import node as N
 from .ir.autodiff import GRAD_HOOKS, NO_DERIVATIVE, gradients
 from .ir.ops import Ops
@@ -28,7 +29,7 @@ from .runtime import attribution as _sites
 from .runtime import forksafe
 from .runtime.engine import engine
 from .tensor_hooks import LEAF_HOOKS, on_leaf_grad
-from .versions import check_unmodified
+from .versions import _updated, check_unmodified, retire
 
 # every tensor made a differentiable leaf, by id() (Tensor's == is elementwise, so tensors
 # cannot be set members): id -> weak reference. Guarded by a lock: threads register leaves
@@ -42,16 +43,10 @@ _consumed: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # roots 
 _local = threading.local()
 
 
-class GradError(FusegradError, RuntimeError):
-    """Differentiating something that cannot be differentiated (as PyTorch's RuntimeError)."""
-
-
 def register_leaf(t) -> None:
     """Make `t` a differentiable leaf: its own buffer node, tracked for backward()."""
-    from .tensor import realize
-
     if t.node.op is not Ops.BUFFER:
-        realize(t)
+        core.realize(t)
     # a fresh node, so that no other tensor (a detached copy, say) shares it
     t.node = N.buffer(engine.value(t.node), t.shape, t.dtype)
     t._is_leaf = True
@@ -111,8 +106,6 @@ def _live_leaves() -> list:
 
 
 def _grad_output(t, gradient, op: str):
-    from .tensor import Tensor, as_tensor
-
     if gradient is None:
         if t.numel() != 1:
             fail(
@@ -122,8 +115,8 @@ def _grad_output(t, gradient, op: str):
                 f"this output has shape {t.shape}, pass a gradient of that shape",
             )
         return N.const(1.0, t.shape, t.dtype)
-    g = as_tensor(gradient)
-    if not isinstance(g, Tensor) or g.shape != t.shape:
+    g = core.as_tensor(gradient)
+    if not isinstance(g, core.Tensor) or g.shape != t.shape:
         fail(ShapeError, op, f"gradient has shape {g.shape}, output has shape {t.shape}")
     return N.cast(g.node, t.dtype)
 
@@ -182,8 +175,6 @@ def _reached_leaves(root, by_node: dict, seen: set | None = None) -> list:
 
 def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) -> None:
     """Accumulate d(t)/d(leaf) into `leaf.grad` for every leaf requiring grad that t depends on."""
-    from .tensor import LazyGrad, Tensor
-
     if not t.requires_grad:
         fail(
             GradError,
@@ -209,13 +200,13 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
             leaves = list(by_node.values())
             grads = gradients(t.node, root_grad, [leaf.node for leaf in leaves])
             fresh = [
-                None if g is None else Tensor(g, requires_grad=True, leaf=False) for g in grads
+                None if g is None else core.Tensor(g, requires_grad=True, leaf=False) for g in grads
             ]
         else:
             walked: set = set()
             leaves = _reached_leaves(t.node, by_node, walked)
             pending = PendingGrads(t.node, root_grad, [x.node for x in leaves], _sites.capture())
-            fresh = [LazyGrad(pending, i) for i in range(len(leaves))]
+            fresh = [core.LazyGrad(pending, i) for i in range(len(leaves))]
             if GRAD_HOOKS and any(id(n) in walked for n in list(GRAD_HOOKS.keys())):
                 pending.materialize()  # user code in the gradient (tensor_hooks.py): run it now
     if retained:  # a retained tensor with another target's node (equal nodes are one node)
@@ -236,9 +227,8 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
             graded[id(leaf)] = weakref.ref(leaf)
     if not (retain_graph or create_graph):
         _consumed[id(t)] = t
-        from .tensor import drop_graph
 
-        drop_graph(t)  # a value already computed no longer needs the graph behind it
+        core.drop_graph(t)  # a value already computed no longer needs the graph behind it
     pending_roots = getattr(_local, "pending", None)
     if pending_roots is None:
         pending_roots = _local.pending = []
@@ -273,25 +263,43 @@ def settle(value) -> None:
     yet, compute them in the same plan, with the losses backward() was called on (so the
     forward and backward passes run once, and `loss.item()` after costs nothing).
 
-    An update without history calls it (`versions.overwrite`): a manual SGD step
+    An update without history calls it (`overwrite`, below): a manual SGD step
     `p -= lr * p.grad` computes the step's forward, backward and first update together,
     and each further parameter's update from values in memory. Gradients nobody read are
     left alone, for the optimizer step's cached plan (`stepcache.py`)."""
-    from .tensor import LazyGrad, realize
-
     graded = getattr(_local, "graded", None) or {}
     grads = {}
     for ref in graded.values():
         leaf = ref()
         g = None if leaf is None else leaf._grad
-        if g is None or g.requires_grad or (type(g) is LazyGrad and not g.built):
+        if g is None or g.requires_grad or (type(g) is core.LazyGrad and not g.built):
             continue
         if not g._has_value():
             grads[id(g)] = g
     if not grads:
-        realize(value)
+        core.realize(value)
         return
-    realize(value, *grads.values(), *take_pending_outputs())  # (which forgets `graded`)
+    core.realize(value, *grads.values(), *take_pending_outputs())  # (which forgets `graded`)
+
+
+def overwrite(t, value, counted: bool = True) -> None:
+    """Give tensor `t` the value of tensor `value` (already checked: same shape, a dtype
+    `t` can hold) with no history: `t` stays the same leaf, or becomes one that does
+    not require grad. `counted`: bump t's version (an update through `.data` does not,
+    as in PyTorch). Computes the value now where a lazy one would chain steps together
+    (see the module docstring)."""
+    old = t.node
+    if counted:
+        t._version += 1
+    parameter = t.requires_grad and t._is_leaf
+    value = value.detach()
+    if parameter or (old in _updated and engine.value(old) is None):
+        settle(value)
+    t.assign_(value)
+    if parameter:
+        retire(old, t, counted)
+    elif t.node.op is not Ops.BUFFER:
+        _updated.add(t.node)
 
 
 def grad(
@@ -307,11 +315,9 @@ def grad(
     With `create_graph=True` the results are differentiable themselves, so
     `grad(grad(y, x, create_graph=True)[0].sum(), x)` is a second derivative.
     """
-    from .tensor import Tensor
-
-    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
-    inputs_t = [inputs] if isinstance(inputs, Tensor) else list(inputs)
-    if grad_outputs is None or isinstance(grad_outputs, Tensor):
+    outputs = [outputs] if isinstance(outputs, core.Tensor) else list(outputs)
+    inputs_t = [inputs] if isinstance(inputs, core.Tensor) else list(inputs)
+    if grad_outputs is None or isinstance(grad_outputs, core.Tensor):
         grad_outputs = [grad_outputs] * len(outputs)
     for o in outputs:
         if not o.requires_grad:
@@ -340,15 +346,7 @@ def grad(
             result.append(None)
             continue
         node = g if create_graph else N.detach(g)
-        g = Tensor(node, requires_grad=create_graph, leaf=not create_graph)
+        g = core.Tensor(node, requires_grad=create_graph, leaf=not create_graph)
         result.append(on_leaf_grad(x, g) if LEAF_HOOKS else g)  # (a leaf's hooks, as torch)
     return tuple(result)
 
-
-def __getattr__(name: str):
-    # fusegrad.autograd.Function lives in function.py, which needs the Tensor class
-    if name in ("Function", "FunctionCtx", "function"):
-        from . import function
-
-        return function if name == "function" else getattr(function, name)
-    raise AttributeError(f"module 'fusegrad.autograd' has no attribute '{name}'")

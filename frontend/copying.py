@@ -35,7 +35,9 @@ import copy
 
 import numpy as np
 
+from . import core
 from . import devices as _device
+from .autograd import GradError
 from .ir import node as N
 from .ir.dtypes import to_dtype
 from .runtime.backend import HOST, to_device
@@ -54,18 +56,14 @@ NOT_A_LEAF = (
 def value_copy(t):
     """A new leaf tensor holding a copy of `t`'s value (computed first if lazy), on the
     same device, with no gradient history and requires_grad False."""
-    from .tensor import Tensor
-
     buf = _computed(t)
     here = getattr(buf, "device", None) or HOST
     node = N.buffer(to_device(buf, here), t.shape, t.dtype)  # a device copy goes via host
-    return Tensor(node, requires_grad=False, strides=t._strides, leaf=True)
+    return core.Tensor(node, requires_grad=False, strides=t._strides, leaf=True)
 
 
 def deepcopy_tensor(t, memo: dict):
     """`copy.deepcopy(t)`: see the module docstring."""
-    from .autograd import GradError
-
     if id(t) in memo:
         return memo[id(t)]
     if not t.is_leaf:
@@ -83,8 +81,6 @@ def deepcopy_tensor(t, memo: dict):
 
 def shallow_copy_tensor(t):
     """`copy.copy(t)`: see the module docstring."""
-    from .tensor import Tensor
-
     buf = engine.value(t.node)
     if buf is not None:
         node = N.buffer(buf, t.shape, t.dtype)  # the same memory under a node of its own
@@ -92,7 +88,7 @@ def shallow_copy_tensor(t):
         node = N.detach(t.node)  # a leaf of its own (requires_grad_ computes it)
     else:
         node = t.node  # nodes never change: sharing a lazy graph is safe
-    out = _as_class(Tensor(node, strides=t._strides, leaf=True), _copy_class(t))
+    out = _as_class(core.Tensor(node, strides=t._strides, leaf=True), _copy_class(t))
     if t.requires_grad:
         out.requires_grad_()
     if hasattr(t, "__dict__"):
@@ -113,14 +109,12 @@ def reduce_tensor(t):
 
 def rebuild_tensor(cls, array, dtype: str, device: str, requires_grad: bool, strides, state):
     """A tensor from what `reduce_tensor` stored (pickle calls this on load)."""
-    from .tensor import Tensor
-
     dt = to_dtype(dtype)
     buf = Buffer.from_numpy(array, dt)
     name = _device.resolve(device, "pickle")
     if not _device.is_host(name):
         buf = to_device(buf, name)
-    out = _as_class(Tensor(N.buffer(buf, array.shape, dt), strides=strides, leaf=True), cls)
+    out = _as_class(core.Tensor(N.buffer(buf, array.shape, dt), strides=strides, leaf=True), cls)
     if requires_grad:
         out.requires_grad_()
     if state:
@@ -140,11 +134,9 @@ def _host_copy(t) -> np.ndarray:
 
 def _computed(t):
     """The buffer holding `t`'s value, computing it if it is still a graph."""
-    from .tensor import realize
-
     buf = engine.value(t.node)
     if buf is None:
-        realize(t)
+        core.realize(t)
         buf = engine.value(t.node)
     return buf
 
@@ -152,17 +144,13 @@ def _computed(t):
 def _copy_class(t) -> type:
     """The class a copy of `t` gets: its own, except a gradient still being built
     (`LazyGrad`), whose copy is a plain tensor."""
-    from .tensor import LazyGrad, Tensor
-
-    return Tensor if isinstance(t, LazyGrad) else type(t)
+    return core.Tensor if isinstance(t, core.LazyGrad) else type(t)
 
 
 def _as_class(t, cls):
     """`t` as an instance of the Tensor subclass `cls` (same slots, no constructor run)."""
-    from .tensor import Tensor
-
-    if cls is Tensor:
+    if cls is core.Tensor:
         return t
     out = cls.__new__(cls)
-    Tensor.__init__(out, t.node, requires_grad=False, strides=t._strides, leaf=True)
+    core.Tensor.__init__(out, t.node, requires_grad=False, strides=t._strides, leaf=True)
     return out

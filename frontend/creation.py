@@ -15,9 +15,11 @@ from __future__ import annotations
 import math
 import weakref
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from . import core
 from .devices import default_name, resolve
 from .errors import ArgumentError, DTypeError, ShapeError, checked_dtype, fail
 from .ir import node as N
@@ -38,12 +40,14 @@ from .ir.dtypes import (
 from .ir.dtypes import (
     from_numpy as dtype_of_numpy,
 )
-from .jit import key_buffer
+from .jithooks import key_buffer
 from .runtime import forksafe
 from .runtime.backend import HOST, get_backend
 from .runtime.buffer import Buffer, HostTable
 from .scalars import NumberOverflowError, check_data, checked_fill
-from .tensor import Tensor
+
+if TYPE_CHECKING:
+    from .tensor import Tensor
 
 _seed = {"seed": 0, "counter": 0}
 
@@ -140,7 +144,7 @@ def _finish(node: N.Node, requires_grad: bool) -> Tensor:
             "requires_grad",
             f"only float tensors can require grad, got {node.dtype.name}",
         )
-    t = Tensor(node, requires_grad=False, leaf=True)
+    t = core.Tensor(node, requires_grad=False, leaf=True)
     return t.requires_grad_() if requires_grad else t
 
 
@@ -229,7 +233,7 @@ def tensor(data, dtype=None, requires_grad: bool = False, device=None) -> Tensor
     if dtype is None and type(data) is np.ndarray and data.dtype in _KEPT:
         return from_numpy(data, requires_grad, device)  # the usual batch: no conversion
     device = resolve(device, "tensor")
-    if isinstance(data, Tensor):
+    if isinstance(data, core.Tensor):
         data = data._host()
     if isinstance(data, np.ndarray):
         arr = data
@@ -266,7 +270,7 @@ def as_tensor(data, dtype=None, device=None) -> Tensor:
     dtype or device is converted (`Tensor.to`); anything else is read as by `tensor()`.
     fusegrad keeps its own copy of a numpy array's values (as `from_numpy` does), so later
     writes to the array do not reach the tensor."""
-    if isinstance(data, Tensor):
+    if isinstance(data, core.Tensor):
         return data.to(dtype=dtype, device=device)
     return tensor(data, dtype=dtype, device=device)
 
@@ -297,7 +301,7 @@ def new_empty(self, *size, dtype=None, device=None, requires_grad=False) -> Tens
 def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False) -> Tensor:
     """A new tensor of `data`, with this tensor's dtype and device unless told (as torch:
     `int_tensor.new_tensor([1.5])` is int)."""
-    data = data.detach() if isinstance(data, Tensor) else data
+    data = data.detach() if isinstance(data, core.Tensor) else data
     return tensor(data, dtype or self.dtype, requires_grad, _like(self, device))
 
 
@@ -308,6 +312,13 @@ NEW_METHODS = {
     "new_empty": new_empty,
     "new_tensor": new_tensor,
 }
+
+
+class CreationMixin:
+    """Tensor's t.new_zeros(...), t.new_tensor(...), ... (`NEW_METHODS`)."""
+
+    __slots__ = ()
+    locals().update(NEW_METHODS)
 
 
 def full(size, fill_value, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
@@ -423,7 +434,7 @@ def host_table(array: np.ndarray) -> Tensor:
     """A tensor over a copy of host data fusegrad built for itself (index positions read
     on the host): of no device, usable by a graph on any device."""
     dt = dtype_of_numpy(array.dtype)
-    return Tensor(N.buffer(HostTable.from_numpy(array, dt), array.shape, dt))
+    return core.Tensor(N.buffer(HostTable.from_numpy(array, dt), array.shape, dt))
 
 
 _SHARED_LIMIT = 1 << 16  # elements: tables this small are shared, one buffer per distinct call
@@ -456,7 +467,7 @@ def _shared(key: tuple, make, dt: DType, device: str | None = HOST) -> Tensor:
         else:
             buf = _buffer(array, dt, device)
         if array.size > _SHARED_LIMIT:
-            return Tensor(N.buffer(buf, array.shape, dt))
+            return core.Tensor(N.buffer(buf, array.shape, dt))
         if device is None or get_backend(device).is_host:  # writing to t.numpy() must fail
             buf.array.flags.writeable = False
         with _shared_lock:  # another thread may have made it meanwhile: one buffer wins
@@ -465,7 +476,7 @@ def _shared(key: tuple, make, dt: DType, device: str | None = HOST) -> Tensor:
             while len(_recent_shared) > _SHARED_RECENT:
                 _recent_shared.popitem(last=False)
     shape = (buf.size,)
-    return Tensor(N.buffer(buf, shape, dt))
+    return core.Tensor(N.buffer(buf, shape, dt))
 
 
 def linspace(start: float, end: float, steps: int, dtype=None, device=None) -> Tensor:
@@ -504,8 +515,8 @@ def randn(*size, generator=None, dtype=None, requires_grad: bool = False, device
         fail(DTypeError, "randn", f"needs a float dtype, got {dt.name}")
     shape = _shape(size)
     wide = float32 if dt.is_half else dt  # 16-bit uniforms are too coarse for the tails
-    u1 = Tensor(N.rand(_key(device, generator), shape, wide))
-    u2 = Tensor(N.rand(_key(device, generator), shape, wide))
+    u1 = core.Tensor(N.rand(_key(device, generator), shape, wide))
+    u2 = core.Tensor(N.rand(_key(device, generator), shape, wide))
     r = ((1 - u1).log() * -2).sqrt()  # 1 - u1 is in (0, 1], so the log is finite
     z = r * (u2 * (2 * math.pi)).cos()
     return _finish(z.cast(dt).node, requires_grad)
@@ -558,13 +569,11 @@ def bernoulli(input: Tensor, p=None, *, generator=None) -> Tensor:
 def normal(mean, std=1.0, size=None, *, generator=None, dtype=None, device=None) -> Tensor:
     """Samples of N(mean, std^2): `normal(0.0, 1.0, size=(3,))`, or elementwise for tensor
     means and/or stds (the shape is theirs), as torch.normal."""
-    if isinstance(mean, Tensor) or isinstance(std, Tensor):
-        like = mean if isinstance(mean, Tensor) else std
+    if isinstance(mean, core.Tensor) or isinstance(std, core.Tensor):
+        like = mean if isinstance(mean, core.Tensor) else std
         shape = like.shape if size is None else tuple(size)
-        if isinstance(mean, Tensor) and isinstance(std, Tensor):
-            from .tensor import broadcast_shapes
-
-            shape = broadcast_shapes(mean.shape, std.shape, "normal")
+        if isinstance(mean, core.Tensor) and isinstance(std, core.Tensor):
+            shape = core.broadcast_shapes(mean.shape, std.shape, "normal")
         return randn(*shape, generator=generator, dtype=like.dtype, device=like.device) * std + mean
     if size is None:
         fail(ArgumentError, "normal", "with a number for mean and std, give size=")

@@ -7,6 +7,7 @@ True
 
 from __future__ import annotations
 
+from .creation import manual_seed as seed_all_devices
 from .runtime.backend import get_backend
 
 
@@ -41,8 +42,6 @@ def get_device_name(device=None) -> str:
 def manual_seed(seed: int) -> None:
     """Seed the random stream (as torch.cuda.manual_seed): fusegrad has one stream for
     every device, so this is `fg.manual_seed(seed)`."""
-    from .creation import manual_seed as seed_all_devices
-
     seed_all_devices(seed)
 
 

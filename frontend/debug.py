@@ -18,8 +18,13 @@ ran inside a native program, timed as a whole; FUSEGRAD_DEBUG=1 times each), `by
 
 from __future__ import annotations
 
+from .ir.macro import expand_all
+from .ir.node import toposort
+from .ir.ops import Ops
+from .ir.schedule import schedule
+from .ir.sites import site_of
 from .runtime import phases
-from .runtime.engine import engine
+from .runtime.engine import engine, kernel_names
 from .tensor import Tensor, realize
 
 
@@ -69,13 +74,6 @@ def graph_dot(*tensors: Tensor, params=None, collapse: bool | None = None) -> st
 
     Render it with Graphviz: `dot -Tsvg graph.dot -o graph.svg`.
     """
-    from .ir.macro import expand_all
-    from .ir.node import toposort
-    from .ir.ops import Ops
-    from .ir.schedule import schedule
-    from .ir.sites import site_of
-    from .runtime.engine import kernel_names
-
     has_value = engine.has_value_predicate()
     # drawn as scheduled: macros (one node for a linear, a loss) as their expansions
     nodes = expand_all([t.node for t in tensors], has_value)

@@ -20,6 +20,7 @@ device(type='cpu')
 from __future__ import annotations
 
 from .errors import DeviceError, fail
+from .ir.dtypes import to_dtype
 from .runtime.backend import HOST, backend_names, get_backend
 from .runtime.engine import engine
 
@@ -162,8 +163,6 @@ def to_arguments(args, device, dtype, tensor_type):
     """`(device, dtype)` from `.to(*args, device=, dtype=)`'s arguments, as torch reads
     them: a tensor gives both; a device object, a device name or an index is the device;
     a dtype (or a dtype's name) is the dtype; another string is refused naming both."""
-    from .ir.dtypes import to_dtype
-
     for a in args:
         if isinstance(a, tensor_type):
             device, dtype = a.device, a.dtype

@@ -9,6 +9,7 @@ traceback and the message both point at the user's line:
 
 from __future__ import annotations
 
+from .ir.dtypes import to_dtype
 from .runtime import attribution as _sites
 from .runtime.attribution import one_site  # noqa: F401  (for nn's composite ops: one stack walk each)
 
@@ -40,6 +41,10 @@ def user_site() -> str | None:
 
 class FusegradError(Exception):
     """Base class of the errors fusegrad raises on bad input."""
+
+
+class GradError(FusegradError, RuntimeError):
+    """Differentiating something that cannot be differentiated (as PyTorch's RuntimeError)."""
 
 
 class ShapeError(FusegradError, ValueError, RuntimeError):
@@ -77,8 +82,6 @@ class DeviceError(FusegradError, RuntimeError):
 
 def checked_dtype(dtype, op: str):
     """`fusegrad.ir.dtypes.to_dtype`, with an error naming the op and the user's line."""
-    from .ir.dtypes import to_dtype
-
     try:
         return to_dtype(dtype)
     except (TypeError, ValueError) as e:

@@ -24,11 +24,15 @@ pieces that ordinary tensor methods do not cover:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
+from . import core
 from .ir import node as N
 from .ir.autodiff import CUSTOM_VJP, with_vjp
 from .ir.ops import MOVEMENT, Ops
-from .tensor import Tensor
+
+if TYPE_CHECKING:
+    from .tensor import Tensor
 
 
 def custom_gradient(
@@ -55,7 +59,7 @@ def custom_gradient(
     sources = [t.node for t in inputs]
 
     def node_rule(g):
-        grads = rule(Tensor(g), *[Tensor(s) for s in sources])
+        grads = rule(core.Tensor(g), *[core.Tensor(s) for s in sources])
         return [(s, d.node) for s, d in zip(sources, grads) if d is not None]
 
     with_vjp(node, node_rule)

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import sys
 
-from . import autograd_state
+from . import autograd, autograd_state
 from .ir import macro
 from .ir import node as N
 from .ir.autodiff import GRAD_HOOKS, reaches, with_vjp
@@ -295,3 +296,9 @@ def _sums_to(grad_shape, shape) -> bool:
         return False
     tail = grad_shape[len(grad_shape) - len(shape) :]
     return all(s == t or s == 1 for s, t in zip(shape, tail))
+
+
+# fusegrad.autograd.Function, as torch.autograd.Function: autograd.py sits below tensor.py,
+# which this module needs, so this module puts its names there (fusegrad/__init__ imports it)
+autograd.Function, autograd.FunctionCtx = Function, FunctionCtx
+autograd.function = sys.modules[__name__]

@@ -35,11 +35,17 @@ import math
 
 import numpy as np
 
+from . import core
+from .creation import host_table, tensor
+from .creation import index_arange as arange
 from .errors import ArgumentError, DTypeError, IndexingError, ShapeError, fail
+from .extend import custom_gradient
 from .ir import node as N
 from .ir.autodiff import own_node, with_vjp
 from .ir.dtypes import int64
 from .ir.ops import Ops
+from .jithooks import host_read_refused
+from .movement import MovementMixin
 from .scalars import checked_fill
 
 # torch reads a uint8 index as a mask (deprecated) where an int8 one is positions: no guessing
@@ -50,9 +56,7 @@ _UINT8_INDEX = (
 
 
 def _tensor_cls():
-    from .tensor import Tensor
-
-    return Tensor
+    return core.Tensor
 
 
 def _is_advanced(i) -> bool:
@@ -71,8 +75,6 @@ def needs_general(index) -> bool:
 def values_for_shape(t, what: str):
     """t's values, read on the host because a shape depends on them; refused (JitError) while
     fusegrad.jit records, since a replay would keep the recorded shape."""
-    from .jit import host_read_refused
-
     host_read_refused(what)
     return t.numpy()
 
@@ -86,8 +88,6 @@ def host_values(t):
 
 def _as_index(i, op: str):
     """A tensor index from a tensor, list or array; bools stay bool, integers become int64."""
-    from .creation import host_table
-
     Tensor = _tensor_cls()
     if not isinstance(i, Tensor):
         try:
@@ -128,13 +128,11 @@ def _check_range(t, size: int, axis: int, op: str) -> None:
 
 def _wrap(t, size: int):
     """Negative indices count from the end, as in Python."""
-    from .tensor import where
-
     t = t.cast(int64)
     vals = host_values(t)
     if vals is not None and (vals.size == 0 or vals.min() >= 0):
         return t
-    return where(t < 0, t + size, t)
+    return core.where(t < 0, t + size, t)
 
 
 def _positive_slice(s: slice, size: int) -> slice:
@@ -206,8 +204,6 @@ def _entries(x, index, op: str):
             out.append(("int", i[1] % size))
             axis += 1
         elif i[0] == "bool0":
-            from .creation import index_arange as arange
-
             out.append(("newidx", arange(1 if i[1] else 0)))
         elif i[0] == "bool":
             mask = i[1]
@@ -220,11 +216,8 @@ def _entries(x, index, op: str):
                     f"{have} of the indexed tensor at axis {axis}",
                 )
             if mask.ndim == 0:
-                from .creation import index_arange as arange
-
                 out.append(("newidx", arange(1 if bool(mask.item()) else 0)))
                 continue
-            from .creation import host_table
 
             # the mask's values decide the result's shape: compute it now
             for coords in np.nonzero(values_for_shape(mask, "a bool mask index")):
@@ -240,8 +233,6 @@ def _entries(x, index, op: str):
 
 def getitem(x, index):
     """`x[index]` for any mix of ints, slices (any step), None, ..., tensors, lists and masks."""
-    from .tensor import broadcast_shapes
-
     entries = _entries(x, index, "index")
     # 1. views: flip the axes sliced with a negative step, then slice, select, add new axes
     flips = [
@@ -267,7 +258,6 @@ def getitem(x, index):
         else:
             basic.append(slice(None))
             axis += 1
-    from .movement import MovementMixin
 
     x = MovementMixin.__getitem__(x, tuple(basic))
     # 2. the axes of x now: one per entry that is not an int
@@ -279,7 +269,7 @@ def getitem(x, index):
     idx = [_wrap(kept[k][1], x.shape[k]) for k in adv]
     shape = ()
     for t in idx:
-        shape = broadcast_shapes(shape, t.shape, "index")
+        shape = core.broadcast_shapes(shape, t.shape, "index")
     rest = [k for k in range(x.ndim) if k not in adv]
     table = x.permute(adv + rest).reshape((math.prod(sizes),) + tuple(x.shape[k] for k in rest))
     flat = None
@@ -316,9 +306,6 @@ def _put(x, positions, values, may_repeat: bool = True):
     found by comparing every pair of places (lazily) up to LAZY_REPEATS_LIMIT pairs, else
     by reading the places on the host.
     """
-    from .creation import host_table
-    from .tensor import where
-
     numel = x.numel()
     pos = positions.reshape(-1)
     vals = values.reshape(-1)
@@ -327,8 +314,6 @@ def _put(x, positions, values, may_repeat: bool = True):
     keep = None
     k = pos.numel()
     if may_repeat and k * k <= LAZY_REPEATS_LIMIT:
-        from .creation import index_arange as arange
-
         order = arange(k)
         later = (order.reshape(1, k) > order.reshape(k, 1)) & (
             pos.reshape(1, k) == pos.reshape(k, 1)
@@ -342,19 +327,17 @@ def _put(x, positions, values, may_repeat: bool = True):
             pos = host_table(p[last].astype(np.int64))
             vals = vals[host_table(last.astype(np.int64))]
     if keep is not None:
-        vals = where(keep, vals, 0)
+        vals = core.where(keep, vals, 0)
     summed = vals._make(N.scatter_add(vals.node, pos.node, numel), vals)
     ones = N.const(1, pos.shape, int64) if keep is None else keep.cast(int64).node
     hit = N.scatter_add(ones, pos.node, numel)
     hit = x._make(N.binary(Ops.CMPLT, N.const(0, (numel,), int64), hit))
-    return where(hit, summed, x.reshape(-1)).reshape(x.shape)
+    return core.where(hit, summed, x.reshape(-1)).reshape(x.shape)
 
 
 def _positions(x):
     """The flat position of every element of x, lazily: sum of arange(n_d) * stride_d over the
     axes (small shared index tables, not a host array as large as x)."""
-    from .creation import index_arange as arange
-
     shape = x.shape
     out = x._make(N.const(0, shape, int64))
     stride = 1
@@ -367,6 +350,23 @@ def _positions(x):
     return out
 
 
+def write_through(link, value, op: str) -> None:
+    """Write `value`, a view's new value, into the view's base at the view's places.
+
+    The places are the view of the base's flat positions: `redo` applied to them says
+    where each element of the view lives in the base.
+
+    >>> import fusegrad as fg
+    >>> x = fg.zeros(2, 3)
+    >>> x[0][1] = 5.0
+    >>> x.tolist()
+    [[0.0, 5.0, 0.0], [0.0, 0.0, 0.0]]
+    """
+    base, redo = link
+    places = redo(_positions(base))
+    base._inplace(_put(base, places, value.cast(base.dtype), may_repeat=False), op)
+
+
 def _has_tensor_index(index) -> bool:
     items = index if isinstance(index, tuple) else (index,)
     return any(_is_advanced(i) for i in items)
@@ -374,17 +374,13 @@ def _has_tensor_index(index) -> bool:
 
 def setitem(x, index, value) -> None:
     """`x[index] = value`: x is rebound to a new value (see the module docstring)."""
-    from .tensor import Tensor, as_tensor
-
     positions = _positions(x)[index]
-    if not isinstance(value, Tensor):
-        value = as_tensor(value) if not isinstance(value, (int, float, bool)) else value
-    if isinstance(value, Tensor):
+    if not isinstance(value, core.Tensor):
+        value = core.as_tensor(value) if not isinstance(value, (int, float, bool)) else value
+    if isinstance(value, core.Tensor):
         v = value.cast(x.dtype)
         try:
-            from .tensor import broadcast_shapes
-
-            broadcast_shapes(v.shape, positions.shape, "setitem")
+            core.broadcast_shapes(v.shape, positions.shape, "setitem")
             v = v.expand(positions.shape)
         except ShapeError:
             fail(
@@ -394,7 +390,7 @@ def setitem(x, index, value) -> None:
                 f"to indexing result of shape {positions.shape}",
             )
     else:
-        v = Tensor(N.const(checked_fill(value, x.dtype, "setitem"), positions.shape, x.dtype))
+        v = core.Tensor(N.const(checked_fill(value, x.dtype, "setitem"), positions.shape, x.dtype))
     _rebind(x, _put(x, positions, v, may_repeat=_has_tensor_index(index)), "setitem")
 
 
@@ -404,8 +400,6 @@ def setitem(x, index, value) -> None:
 def _flat_along(shape, dim: int, index):
     """Flat positions in a row-major tensor of `shape` of index's elements along `dim`:
     position[i, j, k] = i*s0 + index[i, j, k]*s1 + k*s2 for dim = 1."""
-    from .creation import index_arange as arange
-
     strides = [math.prod(shape[d + 1 :]) for d in range(len(shape))]
     flat = index.cast(int64) * strides[dim]
     for d in range(len(shape)):
@@ -580,8 +574,6 @@ def scatter_reduce(x, dim: int, index, src, reduce: str, include_self: bool = Tr
     with every source (a one-hot table), so they raise above ONE_HOT_LIMIT elements.
     Integer means round down, as PyTorch's.
     """
-    from .tensor import where
-
     if reduce not in ("sum", "mean", "prod", "amax", "amin"):
         fail(
             ShapeError,
@@ -598,15 +590,15 @@ def scatter_reduce(x, dim: int, index, src, reduce: str, include_self: bool = Tr
     ones = vals._make(N.const(1, vals.shape, int64))
     count = _scattered_sum(x.cast(int64), d, index, ones)
     hit = count > 0
-    base = x if include_self else where(hit, 0, x)
+    base = x if include_self else core.where(hit, 0, x)
     if reduce in ("sum", "mean"):
         total = base + _scattered_sum(x, d, index, vals)
         if reduce == "sum":
             return total
         n = count + int(include_self)
         if x.dtype.is_float:
-            return where(hit, total / n.cast(x.dtype).maximum(1), x)
-        return where(hit, total.div(n.maximum(1), rounding_mode="floor"), x)
+            return core.where(hit, total / n.cast(x.dtype).maximum(1), x)
+        return core.where(hit, total.div(n.maximum(1), rounding_mode="floor"), x)
     numel, m = x.numel(), vals.numel()
     if numel * m > ONE_HOT_LIMIT:
         fail(
@@ -615,7 +607,6 @@ def scatter_reduce(x, dim: int, index, src, reduce: str, include_self: bool = Tr
             f"reduce={reduce!r} compares {numel} places with {m} sources "
             f"({numel * m} > {ONE_HOT_LIMIT} elements); only sum and mean scale further",
         )
-    from .creation import index_arange as arange
 
     flat = _flat_along(x.shape, d, index).reshape(1, m)
     onehot = arange(numel).reshape(numel, 1) == flat
@@ -623,21 +614,19 @@ def scatter_reduce(x, dim: int, index, src, reduce: str, include_self: bool = Tr
     xf = x.reshape(-1)
     hitf = hit.reshape(-1)
     if reduce == "prod":
-        from .shapeops import prod
-
-        red = prod(where(onehot, v, 1), 1)
-        out = red * xf if include_self else where(hitf, red, xf)
+        red = core.where(onehot, v, 1).prod(1)
+        out = red * xf if include_self else core.where(hitf, red, xf)
         if out.requires_grad:
             out = out.reshape(x.shape)
             return _with_scatter_prod_gradient(out, x, d, index, vals, include_self)
     else:
         big = math.inf if x.dtype.is_float else np.iinfo(x.dtype.np).max
         if reduce == "amax":
-            red = where(onehot, v, -big).amax(1)
-            out = where(hitf, red.maximum(xf) if include_self else red, xf)
+            red = core.where(onehot, v, -big).amax(1)
+            out = core.where(hitf, red.maximum(xf) if include_self else red, xf)
         else:
-            red = where(onehot, v, big).amin(1)
-            out = where(hitf, red.minimum(xf) if include_self else red, xf)
+            red = core.where(onehot, v, big).amin(1)
+            out = core.where(hitf, red.minimum(xf) if include_self else red, xf)
         if out.requires_grad:
             return _shared_among_equal(out.reshape(x.shape), x, d, index, vals, hit, include_self)
     return out.reshape(x.shape)
@@ -647,8 +636,6 @@ def _with_scatter_prod_gradient(out, x, d: int, index, vals, include_self: bool)
     """`out`, scatter_reduce's prod, with torch's gradient: g * result / x for the places
     (their zeros taken as 1), and for the sources g * result / src, or where a source is
     the only zero reaching its place, the product of the others."""
-    from .extend import custom_gradient
-    from .tensor import where
 
     def reduced(base, src):
         return scatter_reduce(base, d, index, src, "prod", include_self)
@@ -656,16 +643,16 @@ def _with_scatter_prod_gradient(out, x, d: int, index, vals, include_self: bool)
     hit = _scattered_sum(x.cast(int64), d, index, vals._make(N.const(1, vals.shape, int64))) > 0
 
     def rule(g, x, src, res):
-        own = where(x == 0, 1.0, x)
+        own = core.where(x == 0, 1.0, x)
         grad_self = g * reduced(own, src) / own
         if not include_self:
-            grad_self = where(hit, 0.0, grad_self)
+            grad_self = core.where(hit, 0.0, grad_self)
         zero = src == 0
         zeros_there = _scattered_sum(x * 0, d, index, zero.cast(x.dtype)).gather(d, index)
         single = zero & (zeros_there == 1)
-        others = (g * reduced(x, where(single, 1.0, src))).gather(d, index)
-        plain = (g * res).gather(d, index) / where(zero, 1.0, src)
-        return [grad_self, where(single, others, plain), None]
+        others = (g * reduced(x, core.where(single, 1.0, src))).gather(d, index)
+        plain = (g * res).gather(d, index) / core.where(zero, 1.0, src)
+        return [grad_self, core.where(single, others, plain), None]
 
     return custom_gradient(out, [x, vals, out], rule, own_node=True)
 
@@ -675,8 +662,6 @@ def _shared_among_equal(out, x, d: int, index, vals, hit, include_self: bool):
     split evenly among the elements equal to its result, the place's own value (counted
     also without include_self, as torch's formula does; it then gets no share) and the
     sources reduced there. A NaN result equals nothing: g / 0 * 0, NaN, as torch's."""
-    from .tensor import Tensor, where
-
     res = out.detach()
     self_is = (x.detach() == res).cast(x.dtype)
     src_is = (vals.detach() == res.gather(d, index)).cast(x.dtype)
@@ -684,8 +669,8 @@ def _shared_among_equal(out, x, d: int, index, vals, hit, include_self: bool):
     xn, vn = x.node, vals.node  # now: an in-place update would rebind x.node
 
     def rule(g):
-        share = Tensor(g) / count
-        own = share * self_is if include_self else where(hit, 0.0, share * self_is)
+        share = core.Tensor(g) / count
+        own = share * self_is if include_self else core.where(hit, 0.0, share * self_is)
         return [(xn, own.node), (vn, (share.gather(d, index) * src_is).node)]
 
     node = own_node(out.node)
@@ -796,15 +781,13 @@ def index_fill(x, dim: int, index, value):
 def index_put(x, indices, values, accumulate: bool = False):
     """x[indices] = values (a tuple of index tensors), or += with accumulate=True, where
     repeated places add up."""
-    from .tensor import Tensor, as_tensor
-
     if not isinstance(accumulate, (bool, np.bool_)):
         fail(
             DTypeError,
             "index_put_()",
             f"argument 'accumulate' must be bool, not {type(accumulate).__name__}",
         )
-    if isinstance(indices, Tensor):  # not one index per row of it
+    if isinstance(indices, core.Tensor):  # not one index per row of it
         fail(
             DTypeError,
             "index_put_()",
@@ -816,7 +799,7 @@ def index_put(x, indices, values, accumulate: bool = False):
         out = x.clone()
         setitem(out, indices, values)
         return out
-    v = values if isinstance(values, Tensor) else as_tensor(values)
+    v = values if isinstance(values, core.Tensor) else core.as_tensor(values)
     v = v.cast(x.dtype).expand(positions.shape).reshape(-1)
     pos = positions.reshape(-1)
     summed = v._make(N.scatter_add(v.node, pos.node, x.numel()), v)
@@ -831,8 +814,6 @@ def take_along_dim(x, indices, dim=None):
     >>> x.take_along_dim(x.argmax(1, keepdim=True), 1).tolist()
     [[30], [60]]
     """
-    from .tensor import broadcast_shapes
-
     indices = _as_index(indices, "take_along_dim")
     if dim is None:
         return gather(x.reshape(-1), 0, indices.reshape(-1))
@@ -845,7 +826,7 @@ def take_along_dim(x, indices, dim=None):
         )
     a = x.shape[:d] + (1,) + x.shape[d + 1 :]
     b = indices.shape[:d] + (1,) + indices.shape[d + 1 :]
-    common = broadcast_shapes(a, b, "take_along_dim")
+    common = core.broadcast_shapes(a, b, "take_along_dim")
     xs = common[:d] + (x.shape[d],) + common[d + 1 :]
     ind = common[:d] + (indices.shape[d],) + common[d + 1 :]
     return gather(x.expand(xs), d, indices.expand(ind))
@@ -858,19 +839,17 @@ def masked_fill(x, mask, value):
     >>> fg.tensor([1.0, 2.0, 3.0]).masked_fill(fg.tensor([True, False, True]), 0).tolist()
     [0.0, 2.0, 0.0]
     """
-    from .tensor import Tensor, broadcast_shapes, where
-
-    mask = _as_index(mask, "masked_fill") if not isinstance(mask, Tensor) else mask
+    mask = _as_index(mask, "masked_fill") if not isinstance(mask, core.Tensor) else mask
     _number_arg(value, "masked_fill", "value")
     if not mask.dtype.is_bool:
         fail(DTypeError, "masked_fill", f"mask must be a bool tensor, got {mask.dtype.name}")
-    if broadcast_shapes(mask.shape, x.shape, "masked_fill") != x.shape:
+    if core.broadcast_shapes(mask.shape, x.shape, "masked_fill") != x.shape:
         fail(
             ShapeError,
             "masked_fill",
             f"mask of shape {mask.shape} does not broadcast to the tensor's shape {x.shape}",
         )
-    if isinstance(value, Tensor):
+    if isinstance(value, core.Tensor):
         if value.ndim != 0:
             fail(
                 ShapeError,
@@ -879,8 +858,8 @@ def masked_fill(x, mask, value):
             )
         value = value.cast(x.dtype)
     else:
-        value = Tensor(N.const(checked_fill(value, x.dtype, "masked_fill"), (), x.dtype))
-    return where(mask, value, x)
+        value = core.Tensor(N.const(checked_fill(value, x.dtype, "masked_fill"), (), x.dtype))
+    return core.where(mask, value, x)
 
 
 def masked_select(x, mask):
@@ -890,12 +869,10 @@ def masked_select(x, mask):
     >>> fg.tensor([1.0, 2.0, 3.0]).masked_select(fg.tensor([True, False, True])).tolist()
     [1.0, 3.0]
     """
-    from .tensor import broadcast_shapes
-
     mask = _as_index(mask, "masked_select")
     if not mask.dtype.is_bool:
         fail(DTypeError, "masked_select", f"mask must be a bool tensor, got {mask.dtype.name}")
-    shape = broadcast_shapes(x.shape, mask.shape, "masked_select")
+    shape = core.broadcast_shapes(x.shape, mask.shape, "masked_select")
     return x.expand(shape)[mask.expand(shape)]
 
 
@@ -906,8 +883,6 @@ def nonzero(x, as_tuple: bool = False):
     >>> fg.tensor([[0, 1], [2, 0]]).nonzero().tolist()
     [[0, 1], [1, 0]]
     """
-    from .creation import tensor
-
     a = np.asarray(values_for_shape(x, "nonzero"))
     device = x.device
     if as_tuple:
@@ -933,8 +908,6 @@ def unique(
     >>> fg.tensor([3, 1, 3, 2]).unique(return_counts=True)
     (tensor([1, 2, 3]), tensor([1, 1, 2]))
     """
-    from .creation import tensor
-
     if dim is not None:
         fail(ArgumentError, "unique", "dim= is not supported here; unique of the flattened values")
     a = np.asarray(values_for_shape(x, "unique"))
@@ -954,13 +927,11 @@ def where(cond, a=None, b=None):
     >>> [t.tolist() for t in fg.where(fg.tensor([0, 3, 0, 4]))]
     [[1, 3]]
     """
-    from .tensor import where as where3
-
     if a is None and b is None:
         return nonzero(cond, as_tuple=True)
     if a is None or b is None:
         fail(ShapeError, "where", "give both a and b, or neither")
-    return where3(cond, a, b)
+    return core.where(cond, a, b)
 
 
 def flip(x, dims):
@@ -1013,28 +984,41 @@ METHODS = {
 }
 
 
-def install(cls) -> None:
-    """Attach the methods above, and in-place forms that rebind, to Tensor."""
-    for name, fn in METHODS.items():
-        setattr(cls, name, fn)
+def _rebinding(fn):
+    """The in-place form of `fn`: this tensor takes its result's value."""
 
-    def inplace(fn):
-        def method(self, *args, **kwargs):
-            _rebind(self, fn(self, *args, **kwargs), fn.__name__ + "_")
-            return self
+    def method(self, *args, **kwargs):
+        _rebind(self, fn(self, *args, **kwargs), fn.__name__ + "_")
+        return self
 
-        method.__doc__ = f"In-place form of {fn.__name__} (rebinds this tensor's value)."
-        return method
+    method.__doc__ = f"In-place form of {fn.__name__} (rebinds this tensor's value)."
+    return method
 
-    for name in (
-        "scatter",
-        "scatter_add",
-        "scatter_reduce",
-        "masked_fill",
-        "index_add",
-        "index_copy",
-        "index_fill",
-        "index_put",
-    ):
-        setattr(cls, name + "_", inplace(METHODS[name]))
-    cls.__setitem__ = setitem
+
+INPLACE = (
+    "scatter",
+    "scatter_add",
+    "scatter_reduce",
+    "masked_fill",
+    "index_add",
+    "index_copy",
+    "index_fill",
+    "index_put",
+)
+
+
+class IndexingMixin:
+    """Tensor's indexing: t[...] (the general cases here, the basic views in movement.py),
+    t[...] = v, the methods above (`METHODS`) and in-place forms that rebind (`INPLACE`)."""
+
+    __slots__ = ()
+    locals().update(METHODS)  # t.gather(), t.scatter(), ...: the functions above
+    locals().update({name + "_": _rebinding(METHODS[name]) for name in INPLACE})
+    __setitem__ = setitem
+
+    def __getitem__(self, index):
+        """Indexing as PyTorch: ints, slices, None, ..., and tensors, lists and bool masks
+        (those, and negative steps, here; the basic views in `movement.py`)."""
+        if needs_general(index):
+            return getitem(self, index)
+        return MovementMixin.__getitem__(self, index)

@@ -16,9 +16,15 @@ gradient. `VIEWS` change the shape (`unsqueeze_`, `t_`, ...), `RANDOM` draw new 
 
 from __future__ import annotations
 
-from . import autograd_state
+from typing import TYPE_CHECKING
+
+from . import autograd_state, core
+from .creation import rand, randint, randn
 from .errors import DTypeError, fail
-from .tensor import Tensor, where
+from .versions import InplaceError, retire
+
+if TYPE_CHECKING:
+    from .tensor import Tensor
 
 # in-place variants of elementwise (and same-shape) ops: name_ is _inplace(name(...))
 SAME_SHAPE = (
@@ -56,8 +62,6 @@ def _same_shape(name: str):
 
 def _view(name: str):
     def method(self, *args, **kwargs):
-        from .versions import InplaceError, retire
-
         if autograd_state.enabled() and self.requires_grad and self._is_leaf:
             fail(
                 InplaceError,
@@ -116,7 +120,7 @@ def masked_scatter(self, mask, source) -> Tensor:
     flat = source.reshape(-1)
     taken = mask.reshape(-1).long().cumsum(0) - 1  # the source element each true place takes
     picked = flat[taken.clamp(0, max(flat.shape[0] - 1, 0))].reshape(self.shape)
-    return where(mask, picked.cast(self.dtype), self)
+    return core.where(mask, picked.cast(self.dtype), self)
 
 
 def _compare(op: str):
@@ -129,7 +133,7 @@ BASE = {
     "addcmul": addcmul,
     "addcdiv": addcdiv,
     "masked_scatter": masked_scatter,
-    "negative": Tensor.__neg__,
+    "negative": lambda self: -self,
     "absolute": lambda self: self.abs(),
     "eq": _compare("__eq__"),
     "ne": _compare("__ne__"),
@@ -150,32 +154,24 @@ BASE = {
 
 def normal_(self, mean=0.0, std=1.0, *, generator=None) -> Tensor:
     """Fill with samples of N(mean, std^2), in place."""
-    from .creation import randn
-
     z = randn(*self.shape, generator=generator, dtype=self.dtype, device=self.device)
     return self._inplace(z * std + mean, "normal_")
 
 
 def uniform_(self, a=0.0, b=1.0, *, generator=None) -> Tensor:
     """Fill with samples of U[a, b), in place (torch names the bounds `from` and `to`)."""
-    from .creation import rand
-
     u = rand(*self.shape, generator=generator, dtype=self.dtype, device=self.device)
     return self._inplace(u * (b - a) + a, "uniform_")
 
 
 def bernoulli_(self, p=0.5, *, generator=None) -> Tensor:
     """Fill with 1 (probability `p`, a number or a tensor) or 0, in place."""
-    from .creation import rand
-
     u = rand(*self.shape, generator=generator, dtype="float64", device=self.device)
     return self._inplace((u < p).cast(self.dtype), "bernoulli_")
 
 
 def exponential_(self, lambd=1.0, *, generator=None) -> Tensor:
     """Fill with samples of the exponential distribution of rate `lambd`, in place."""
-    from .creation import rand
-
     u = rand(*self.shape, generator=generator, dtype=self.dtype, device=self.device)
     return self._inplace(-(1 - u).log() / lambd, "exponential_")
 
@@ -183,8 +179,6 @@ def exponential_(self, lambd=1.0, *, generator=None) -> Tensor:
 def random_(self, a=None, b=None, *, generator=None) -> Tensor:
     """Fill with integers drawn uniformly from [a, b) (`random_(b)`: [0, b); `random_()`:
     [0, 2^mantissa] for floats, [0, max] for integers), in place."""
-    from .creation import randint
-
     if a is None:
         a, b = 0, _random_bound(self)
     elif b is None:
@@ -210,15 +204,26 @@ RANDOM = {
 }
 
 
-def install(cls) -> None:
-    """Attach the methods the tables need where `cls` lacks them, then every in-place
-    variant `cls` does not define by hand."""
-    for name, fn in BASE.items():
-        if not hasattr(cls, name):
-            setattr(cls, name, fn)
-    for table, make in ((SAME_SHAPE, _same_shape), (VIEWS, _view)):
-        for name in table:
-            if hasattr(cls, name) and not hasattr(cls, name + "_"):
-                setattr(cls, name + "_", make(name))
-    for name, fn in RANDOM.items():
-        setattr(cls, name, fn)
+class InplaceMixin:
+    """The methods the tables need (`BASE`) and the random fills (`RANDOM`): the last of
+    Tensor's bases, so a method of Tensor's own or of another mixin comes first."""
+
+    __slots__ = ()
+    locals().update(BASE)
+    locals().update(RANDOM)
+
+
+def variants(namespace: dict, bases: tuple) -> dict:
+    """The in-place variants (name_) of the ops of the tables that a class with this
+    `namespace` and `bases` has and does not write by hand: Tensor's class body adds them
+    to itself."""
+
+    def has(name: str) -> bool:
+        return name in namespace or any(hasattr(b, name) for b in bases)
+
+    return {
+        name + "_": make(name)
+        for table, make in ((SAME_SHAPE, _same_shape), (VIEWS, _view))
+        for name in table
+        if has(name) and not has(name + "_")
+    }

@@ -80,26 +80,43 @@ from __future__ import annotations
 
 import functools
 import sys
-import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import autograd, autograd_state
-from .errors import JitError  # noqa: E402  (raised by the Tensor too: see host_read)
+from . import autograd, autograd_state, core, jithooks
+from .creation import from_numpy
+from .errors import JitError  # (raised by the Tensor too: see host_read)
 from .ir import node as N
-from .ir.dtypes import int32
 from .ir.sites import site_of
 from .jitguards import NOT_A_VALUE, read_guard, snapshot, unwrap
+from .jithooks import _local
+from .manualstep import flush
 from .runtime import forksafe
-from .runtime.backend import HOST, get_backend
 from .runtime.buffer import Buffer
 from .runtime.config import config
 from .runtime.engine import engine
-from .tensor import Tensor
-from .tensor import realize as realize_tensors
+
+if TYPE_CHECKING:
+    from .tensor import Tensor
+
+
+# the hooks the library calls while a function records are jithooks.py's; nn and users
+# know them as fusegrad.jit's
+guard, on_replay, track, recording = (
+    jithooks.guard,
+    jithooks.on_replay,
+    jithooks.track,
+    jithooks.recording,
+)
+host_read_refused, note_write, key_buffer = (
+    jithooks.host_read_refused,
+    jithooks.note_write,
+    jithooks.key_buffer,
+)
 
 
 @dataclass
@@ -127,17 +144,6 @@ class _Replay:
     results: object  # the returned structure, with _Result in place of tensors
     hooks: list[Callable[[], None]]
     guards: list[Callable[[], bool]]  # all true, or the recording no longer holds
-
-
-# What a thread is recording: `.recording` (its _Recording) and `.entry` (the jit entry whose
-# call it is), both None when it records nothing. Per thread, as the engine's recording
-# is: another thread's eager step (its optimizer hooks, tracked tensors, guards, random
-# keys) must not land in this thread's recording.
-_local = threading.local()
-
-
-def _recording_now() -> _Recording | None:
-    return getattr(_local, "recording", None)
 
 
 # every nn.Parameter, trained or frozen: a replay reads each at its current value; and
@@ -214,8 +220,10 @@ def _module_tensors() -> list[tuple[_Attr, Tensor]]:
     """Every live module's tensor attributes (registered buffers and plain attributes)."""
     out = []
     for m in _live_modules():
-        names = [k for k, v in vars(m).items() if isinstance(v, Tensor)]
-        names += [k for k, v in m.__dict__.get("_buffers", {}).items() if isinstance(v, Tensor)]
+        names = [k for k, v in vars(m).items() if isinstance(v, core.Tensor)]
+        names += [
+            k for k, v in m.__dict__.get("_buffers", {}).items() if isinstance(v, core.Tensor)
+        ]
         out.extend((_Attr(m, k), getattr(m, k)) for k in names)
     return out
 
@@ -275,100 +283,6 @@ def _same(a, b) -> bool:
     return type(a) is type(b) and (a == b or (a != a and b != b))  # NaN equals NaN here
 
 
-def host_read_refused(what: str) -> None:
-    """Raise if a jitted function is being recorded: its Python reads a tensor's value
-    (`.item()`, `bool()`, ...), which a replay would not redo, so a branch on it would be
-    frozen at the recorded value."""
-    from .errors import user_site
-
-    if _recording_now() is not None:
-        raise JitError(
-            f"fusegrad.jit: {what} reads a tensor's value inside a jitted function at "
-            f"{user_site()}; a replay does not run the function's Python, so anything "
-            "decided from the value would be frozen at the recorded one. Return the tensor "
-            "and read it after the call, or use fusegrad.where for a data-dependent choice"
-        )
-
-
-def note_write(target, name: str | None = None) -> None:
-    """While this thread records: tensor `target` was given a new value in place, or (with
-    `name`) module `target` had its attribute `name` assigned. The call's module attributes
-    that change are computed in the call (so replays compute them too) when this thread
-    changed them: another thread's model, updated meanwhile, is none of the call's business.
-    """
-    rec = _recording_now()
-    if rec is not None:
-        rec.written.add(id(target) if name is None else (id(target), name))
-
-
-def recording() -> bool:
-    """Whether this thread is recording a jitted function now (the hooks below then listen)."""
-    return _recording_now() is not None
-
-
-def on_replay(hook: Callable[[], None]) -> None:
-    """Have `hook()` run before every replay of the function being recorded (if any).
-
-    For host-side work a step must redo each call, like an optimizer writing its
-    step's scalars: register it each time the work is done, and a replay does it
-    as many times, in the same order.
-    """
-    rec = _recording_now()
-    if rec is not None:
-        rec.hooks.append(hook)
-
-
-def guard(holds: Callable[[], bool]) -> None:
-    """While recording: `holds()` must stay true for a replay to be valid (say, a dropout
-    module still in training mode). When one is false, the call runs eagerly and the
-    function is recorded again."""
-    rec = _recording_now()
-    if rec is not None:
-        rec.guards.append(holds)
-
-
-def track(tensors) -> None:
-    """Declare tensors a step reads and then updates in place (an optimizer's parameters and
-    state), while a call is recorded. A replay reads each one's value when it runs and
-    points the tensor at its new value, so parameters stay right across several
-    jitted functions (one per batch shape, say) and eager steps mixed in any order.
-    Call it before the update is built."""
-    rec = _recording_now()
-    if rec is None:
-        return
-    for t in tensors:
-        buf = engine.value(t.node)
-        if buf is not None:
-            rec.state.append((t, buf))
-
-
-def key_buffer(draw: Callable[[], int], device: str = HOST) -> Buffer | None:
-    """While recording: the buffer (on `device`) for the call's next random key, the same
-    every call.
-
-    `draw()` gives a key from the generator; a replay draws the call's keys again,
-    in order, into the same buffers, so its random numbers are those eager calls get.
-    """
-    entry, rec = getattr(_local, "entry", None), _recording_now()
-    if entry is None:
-        return None
-    k = rec.keys
-    rec.keys += 1
-    slots = entry.key_slots
-    if k == len(slots):
-        slots.append(None)
-    if slots[k] is None or slots[k].device != device:
-        slots[k] = get_backend(device).from_host(np.zeros(1, np.int32), int32, device)
-    slot = slots[k]
-
-    def refill():
-        slot.write_scalar(draw())
-
-    refill()
-    rec.hooks.append(refill)
-    return slot
-
-
 @dataclass
 class _Entry:
     calls: int = 0
@@ -394,8 +308,6 @@ class jit:
         self._entries.clear()
 
     def __call__(self, *args):
-        from .manualstep import flush
-
         flush()  # hand-written updates left deferred before the call are computed outside it
         args, tensors, signature = _prepare(args)
         entry = self._entries.setdefault(signature, _Entry())
@@ -419,12 +331,12 @@ class jit:
             return _run_replay(entry.replay, [engine.value(t.node) for t in tensors])
         entry.calls += 1
         if entry.calls == 1:  # the first call creates state (optimizer buffers): not recorded
-            return _results(self.fn(*args), Tensor.detach)
+            return _results(self.fn(*args), core.Tensor.detach)
         out, recording = self._record(entry, args, tensors)
         if entry.last is not None:
             entry.replay = _plan_replay(self.fn, entry.last, recording, out)
         entry.last = recording
-        return _results(out, Tensor.detach)
+        return _results(out, core.Tensor.detach)
 
     def _record(self, entry: _Entry, args, tensors):
         if engine.recording():
@@ -437,7 +349,8 @@ class jit:
         shapes = [(a, t.shape, t.dtype) for a, t in attrs]
         recording.guards.append(
             lambda: all(
-                isinstance(a.tensor, Tensor) and a.shape == s and a.dtype == d for a, s, d in shapes
+                isinstance(a.tensor, core.Tensor) and a.shape == s and a.dtype == d
+                for a, s, d in shapes
             )
         )
         recording.guards.append(_unchanged(_python_values(self.fn)))
@@ -459,7 +372,7 @@ class jit:
                 if changed and (key in written or id(t) in written):
                     pending.append(t)
             if pending:
-                realize_tensors(*pending)
+                core.realize(*pending)
         finally:
             engine.stop_recording()
             _local.recording = _local.entry = None
@@ -469,16 +382,14 @@ class jit:
 def _prepare(args) -> tuple[list, list[Tensor], tuple]:
     """The arguments to call with (numpy arrays become tensors), the tensor arguments
     (realized), and the signature the call's recording is kept under."""
-    from .creation import from_numpy
-
     call_args, tensors, signature = [], [], [("grad mode", autograd_state.enabled())]
     for a in args:
         if isinstance(a, np.ndarray):  # converted here, outside the function: an argument
             a = from_numpy(a)
         call_args.append(a)
-        if isinstance(a, Tensor):
+        if isinstance(a, core.Tensor):
             if engine.value(a.node) is None:
-                realize_tensors(a)
+                core.realize(a)
             tensors.append(a)
             signature.append(("tensor", a.shape, a.dtype.name, a.requires_grad))
         else:
@@ -496,12 +407,13 @@ def _prepare(args) -> tuple[list, list[Tensor], tuple]:
     return call_args, tensors, tuple(signature)
 
 
-def _results(out, f, leaf=Tensor):
+def _results(out, f, leaf=None):
     """`out` (None, a tensor, or a tuple or list of them) with `f` applied to each tensor.
 
-    Replays rebuild the same structure around `_Result`s (`leaf`). Results are values
-    without a gradient graph on every call, eager or replayed (`f` = detach).
+    Replays rebuild the same structure around `_Result`s (`leaf`; None: Tensor). Results
+    are values without a gradient graph on every call, eager or replayed (`f` = detach).
     """
+    leaf = core.Tensor if leaf is None else leaf
     if out is None:
         return None
     if isinstance(out, leaf):
@@ -616,7 +528,7 @@ def _run_replay(replay: _Replay, args: list[Buffer]):
         hook()
     stale = [getattr(t, "tensor", t) for t in replay.state if engine.value(t.node) is None]
     if stale:  # a parameter given a lazy value outside the step: compute it first
-        realize_tensors(*stale)
+        core.realize(*stale)
     current = [engine.value(t.node) for t in replay.state]
     outs: list[list[Buffer]] = []
     for plan, sources in replay.plans:
@@ -633,7 +545,7 @@ def _run_replay(replay: _Replay, args: list[Buffer]):
 
     def result(s: _Result) -> Tensor:
         buf = args[s.r] if s.kind == "arg" else outs[s.r][s.index]
-        return Tensor(N.buffer(buf, s.shape, s.dtype))
+        return core.Tensor(N.buffer(buf, s.shape, s.dtype))
 
     return _results(replay.results, result, leaf=_Result)
 

@@ -25,31 +25,28 @@ import math
 
 import numpy as np
 
+from . import core
 from .errors import ArgumentError, DTypeError, ShapeError, fail
 from .ir import node as N
 from .ir.autodiff import own_node, with_vjp, without_derivative
-from .ir.dtypes import bool_, float64, int64
+from .ir.dtypes import bool_, float64, int64, promote_scalar
 from .ir.ops import MATH, MOVEMENT, Ops
+from .runtime.engine import engine
+from .versions import retire
 
 LN2 = math.log(2.0)
 
 
 def _T():
-    from .tensor import Tensor
-
-    return Tensor
+    return core.Tensor
 
 
 def _where(c, a, b):
-    from .tensor import where
-
-    return where(c, a, b)
+    return core.where(c, a, b)
 
 
 def _tensor(x, op: str):
-    from .tensor import as_tensor
-
-    return as_tensor(x, op)
+    return core.as_tensor(x, op)
 
 
 def _with_grad(res, pairs):
@@ -706,13 +703,11 @@ def clamp_tensors(x, lo, hi):
     >>> fg.tensor([0.0, 5.0]).clamp(fg.tensor([1.0, 1.0]), fg.tensor([2.0, 0.0])).tolist()
     [1.0, 0.0]
     """
-    from .tensor import broadcast_shapes, promote_tensors
-
     ts = [x] + [_tensor(t, "clamp") for t in (lo, hi) if t is not None]
     shape, dtype = x.shape, x.dtype
     for t in ts[1:]:
-        shape = broadcast_shapes(shape, t.shape, "clamp")
-        dtype = promote_tensors(x, t) if t.dtype is not dtype else dtype
+        shape = core.broadcast_shapes(shape, t.shape, "clamp")
+        dtype = core.promote_tensors(x, t) if t.dtype is not dtype else dtype
     x, *bounds = [t.cast(dtype).expand(shape) for t in ts]
     lo = bounds.pop(0) if lo is not None else None
     hi = bounds.pop(0) if hi is not None else None
@@ -930,26 +925,20 @@ def clone(x, memory_format=None):
 
 def _get_data(x):
     """`x.data`: x's value without history; in-place updates through it land in x."""
-    from .tensor import DataView
-
-    return DataView(x.owner, x._moves) if type(x) is DataView else DataView(x)
+    return core.DataView(x.owner, x._moves) if type(x) is core.DataView else core.DataView(x)
 
 
 def _set_data(x, value):
     """`x.data = value`: x takes value's value (any shape and dtype, as in torch), with no
     history; x stays the same leaf."""
-    from .tensor import DataView, as_tensor
-
-    if type(x) is DataView:
+    if type(x) is core.DataView:
         x = x.owner
-    if type(value) is DataView and value.owner is x and not value._moves:
+    if type(value) is core.DataView and value.owner is x and not value._moves:
         return  # `p.data -= u` ends with `p.data = <p's view>`: nothing to write (nor to read)
-    value = as_tensor(value).detach()
+    value = core.as_tensor(value).detach()
     if value.shape == x.shape and value.dtype is x.dtype and value.device == x.device:
-        DataView(x)._inplace(value, "data")  # as a write through .data
+        core.DataView(x)._inplace(value, "data")  # as a write through .data
         return
-    from .runtime.engine import engine
-    from .versions import retire
 
     old, new = x.node, value.realize().node
     x.node = N.buffer(engine.value(new), new.shape, new.dtype)  # x's own: never shared
@@ -975,7 +964,26 @@ def _primitive(op: Ops):
 # t.exp(), fg.exp(t), ...: one per row of ir/ops.py's MATH (integers compute in float32)
 PRIMITIVES = {MATH[op].name: _primitive(op) for op in MATH}
 
+def fmax(a, b):
+    """The elementwise maximum where a NaN loses to a number (NaN only where both are),
+    as torch.fmax; the gradient goes to the one chosen, to `a` at a tie (as torch's).
+
+    >>> import fusegrad as fg, math
+    >>> fg.fmax(fg.tensor([1.0, math.nan]), fg.tensor([math.nan, 2.0])).tolist()
+    [1.0, 2.0]
+    """
+    return _where(isnan(b) | (a >= b), a, b)
+
+
+def fmin(a, b):
+    """The elementwise minimum where a NaN loses to a number, as torch.fmin (the gradient
+    to `a` at a tie)."""
+    return _where(isnan(b) | (a <= b), a, b)
+
+
 METHODS = {
+    "fmax": fmax,
+    "fmin": fmin,
     "isnan": isnan,
     "isinf": isinf,
     "isposinf": isposinf,
@@ -1048,30 +1056,60 @@ METHODS = {
 }
 
 
-def install(cls) -> None:
-    """Attach the functions above as methods, and the operators % // ^ << >> & | ~."""
-    for name, fn in METHODS.items():
-        setattr(cls, name, fn)
-    cls.data = property(_get_data, _set_data)
-    cls.__mod__ = lambda a, b: remainder(a, b)
-    cls.__rmod__ = lambda a, b: remainder(_reverse(a, b, "remainder"), a)
-    cls.__floordiv__ = lambda a, b: floor_divide(a, b)
-    cls.__rfloordiv__ = lambda a, b: floor_divide(_reverse(a, b, "floor_divide"), a)
-    cls.__and__ = lambda a, b: bitwise_and(a, b)
-    cls.__rand__ = lambda a, b: bitwise_and(a, b)
-    cls.__or__ = lambda a, b: bitwise_or(a, b)
-    cls.__ror__ = lambda a, b: bitwise_or(a, b)
-    cls.__xor__ = lambda a, b: bitwise_xor(a, b)
-    cls.__rxor__ = lambda a, b: bitwise_xor(a, b)
-    cls.__invert__ = lambda a: bitwise_not(a)
-    cls.__lshift__ = lambda a, b: bitwise_left_shift(a, b)
-    cls.__rshift__ = lambda a, b: bitwise_right_shift(a, b)
-    cls.__rlshift__ = lambda a, b: bitwise_left_shift(_reverse(a, b, "lshift"), a)
-    cls.__rrshift__ = lambda a, b: bitwise_right_shift(_reverse(a, b, "rshift"), a)
+class MathMixin:
+    """Tensor's methods of this module (`METHODS`), its `.data`, and the operators
+    % // ^ << >> & | ~."""
+
+    __slots__ = ()
+    locals().update(METHODS)  # t.sinh(), t.remainder(), ...: the functions above
+    data = property(_get_data, _set_data)
+
+    def __mod__(self, o):
+        return remainder(self, o)
+
+    def __rmod__(self, o):
+        return remainder(_reverse(self, o, "remainder"), self)
+
+    def __floordiv__(self, o):
+        return floor_divide(self, o)
+
+    def __rfloordiv__(self, o):
+        return floor_divide(_reverse(self, o, "floor_divide"), self)
+
+    def __and__(self, o):
+        return bitwise_and(self, o)
+
+    def __rand__(self, o):
+        return bitwise_and(self, o)
+
+    def __or__(self, o):
+        return bitwise_or(self, o)
+
+    def __ror__(self, o):
+        return bitwise_or(self, o)
+
+    def __xor__(self, o):
+        return bitwise_xor(self, o)
+
+    def __rxor__(self, o):
+        return bitwise_xor(self, o)
+
+    def __invert__(self):
+        return bitwise_not(self)
+
+    def __lshift__(self, o):
+        return bitwise_left_shift(self, o)
+
+    def __rshift__(self, o):
+        return bitwise_right_shift(self, o)
+
+    def __rlshift__(self, o):
+        return bitwise_left_shift(_reverse(self, o, "lshift"), self)
+
+    def __rrshift__(self, o):
+        return bitwise_right_shift(_reverse(self, o, "rshift"), self)
 
 
 def _reverse(t, value, op: str):
     """A Python number on the left of an operator, as a 0-d tensor of the result's kind."""
-    from .ir.dtypes import promote_scalar
-
     return t._make(N.const(value, (), promote_scalar(t.dtype, value)))

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import math
 
+from . import core
 from .errors import DimError, DTypeError, IndexingError, ShapeError, fail, warn_user
 from .ir import node as N
 from .ir.dtypes import bool_, promote
@@ -74,29 +75,10 @@ def _view_strides(old_shape, old_strides, new_shape):
 
 def linked(view, base, redo):
     """`view`, remembered as a view of `base` that `redo(t)` takes from any tensor `t` of
-    base's shape, so that in-place writes to it land in `base` (`write_through`)."""
+    base's shape, so that in-place writes to it land in `base` (`indexing.write_through`)."""
     if view is not base:
         view._base = (base, redo)
     return view
-
-
-def write_through(link, value, op: str) -> None:
-    """Write `value`, a view's new value, into the view's base at the view's places.
-
-    The places are the view of the base's flat positions: `redo` applied to them says
-    where each element of the view lives in the base.
-
-    >>> import fusegrad as fg
-    >>> x = fg.zeros(2, 3)
-    >>> x[0][1] = 5.0
-    >>> x.tolist()
-    [[0.0, 5.0, 0.0], [0.0, 0.0, 0.0]]
-    """
-    from .indexing import _positions, _put
-
-    base, redo = link
-    places = redo(_positions(base))
-    base._inplace(_put(base, places, value.cast(base.dtype), may_repeat=False), op)
 
 
 class MovementMixin:
@@ -266,12 +248,8 @@ class MovementMixin:
 
     # ---------------------------------------------------------------- slicing
     def __getitem__(self, index):
-        """Indexing as PyTorch: ints, slices, None, ..., and tensors, lists and bool masks
-        (those, and negative steps, in `indexing.py`)."""
-        from . import indexing
-
-        if indexing.needs_general(index):
-            return indexing.getitem(self, index)
+        """Basic indexing: ints, positive slices, None and ... give a view (tensors, lists,
+        bool masks and negative steps: `indexing.py`'s `IndexingMixin.__getitem__`)."""
         if not isinstance(index, tuple):
             index = (index,)
         if any(i is Ellipsis for i in index):
@@ -392,9 +370,7 @@ class MovementMixin:
 
 
 def _fill_outside(x, mask, value):
-    from .tensor import where
-
-    return where(mask, x, value)
+    return core.where(mask, x, value)
 
 
 def _stride_node(node, steps):
@@ -412,13 +388,11 @@ def _stride_node(node, steps):
 
 def cat(tensors, dim: int = 0):
     """Join tensors along an existing axis (as torch.cat): each is padded, then added."""
-    from .tensor import Tensor
-
     tensors = list(tensors)
     if not tensors:
         fail(ShapeError, "cat", "expected a non-empty list of tensors")
     for i, t in enumerate(tensors):
-        if not isinstance(t, Tensor):
+        if not isinstance(t, core.Tensor):
             fail(
                 DTypeError,
                 "cat",

@@ -30,6 +30,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from .runtime import attribution as sites
 from .runtime import engine as engine_module
 from .runtime import forksafe
 from .runtime import phases as _phases
@@ -268,8 +269,6 @@ class _TraceSampler:
     def __init__(self, ident: int):
         import importlib.util
         import os
-
-        from .runtime import attribution as sites
 
         spec = importlib.util.find_spec(__package__ + ".codegen")  # its folder, not imported
         timed = [os.path.dirname(os.path.abspath(m.__file__)) for m in (_phases, engine_module)]

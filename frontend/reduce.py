@@ -17,6 +17,9 @@ import warnings
 import weakref
 from collections import namedtuple
 
+from . import core
+from .creation import index_arange
+from .creation import index_arange as arange
 from .errors import DimError, DTypeError, ShapeError, fail
 from .ir import node as N
 from .ir.autodiff import max_grad_shared, own_node, with_vjp
@@ -232,7 +235,6 @@ class ReduceMixin:
         a NaN counts as the largest, as in torch."""
         if dim is None:
             return self.reshape(-1).argmax(0, keepdim=False)
-        from .creation import index_arange as arange
 
         d = self._dim(dim, "argmax")
         if self.ndim == 0:  # index 0, 0-d whatever keepdim, as torch
@@ -243,12 +245,10 @@ class ReduceMixin:
         shape[d] = n
         idx = arange(n).reshape(shape)
         # first occurrence: the smallest index among the maxima
-        from .tensor import where
-
         hit = self == best
         if self.dtype.is_float:
             hit = hit | (self != self)  # no NaN in the row unless best is NaN
-        cand = where(hit, idx, n)
+        cand = core.where(hit, idx, n)
         return cand.amin(d, keepdim)
 
     def argmin(self, dim=None, keepdim: bool = False):
@@ -266,15 +266,13 @@ class ReduceMixin:
         >>> fg.tensor([float("-inf"), float("-inf")]).logsumexp(0).item()
         -inf
         """
-        from .tensor import where
-
         x = self._float()
         axes = x._dims(dim, "logsumexp")
         if any(x.shape[a] == 0 for a in axes):  # log(0): the sum of no exponentials is 0
             m = 0.0
         else:
             m = x.amax(axes, keepdim=True).detach()
-            m = where(m.abs() == math.inf, 0.0, m)
+            m = core.where(m.abs() == math.inf, 0.0, m)
         out = (x - m).exp().sum(axes, keepdim=True).log() + m
         return out if keepdim else out.squeeze(axes)
 
@@ -348,8 +346,6 @@ def class_cross_entropy(input, target, reduction: str):
     One macro node (ir/macro.py) that expands to the very nodes of the general form in
     nn.functional (log_softmax, then nll_loss's picked log-probabilities): a cached
     training step builds and keys one node instead of 27."""
-    from .creation import index_arange
-
     batch, classes = input.shape
     srcs = (input.node, target.node, index_arange(classes).node)
     shape = () if reduction != "none" else (batch,)
@@ -359,8 +355,6 @@ def class_cross_entropy(input, target, reduction: str):
 def _cross_entropy_rule(srcs, params):
     """The expansion of a "cross_entropy" macro: log_softmax, then nll_loss's picked
     log-probabilities of the targets, reduced as `params[0]` says."""
-    from .tensor import _broadcast_node
-
     logits, target, arange = srcs
     (reduction,) = params
     batch, classes = logits.shape
@@ -370,7 +364,7 @@ def _cross_entropy_rule(srcs, params):
         dtype = promote(t.dtype, arange.dtype)
         t, arange = N.cast(t, dtype), N.cast(arange, dtype)
     shape = (batch, classes)
-    hit = N.binary(Ops.CMPEQ, _broadcast_node(t, shape), _broadcast_node(arange, shape))
+    hit = N.binary(Ops.CMPEQ, core._broadcast_node(t, shape), core._broadcast_node(arange, shape))
     picked = N.where(hit, x, N.const(0.0, shape, x.dtype))
     loss = N.unary(Ops.NEG, N.reshape(sum_node(picked, (1,)), (batch,)))
     if reduction != "none":
@@ -466,8 +460,6 @@ def _at_index(x, values, index, d: int):
     its own, values * 1, which is exact for every value)."""
     if not values.requires_grad:
         return values
-    from .creation import index_arange as arange
-    from .tensor import Tensor, where
 
     node = N.mul(values.node, N.const(1, values.shape, values.dtype))
     shape = [1] * x.ndim
@@ -476,7 +468,7 @@ def _at_index(x, values, index, d: int):
     xn = x.node  # now, not at backward(): an in-place update rebinds x.node
 
     def rule(g):
-        return [(xn, where(picked, Tensor(g).expand(xn.shape), 0.0).node)]
+        return [(xn, core.where(picked, core.Tensor(g).expand(xn.shape), 0.0).node)]
 
     return values._make(with_vjp(node, rule))
 
@@ -521,17 +513,15 @@ def linear(x, weight, bias=None):
     `x @ weight.T + bias` makes (matmul's `_product`): a cached training step builds
     and keys one node instead of 13. Anything else takes that form.
     """
-    from .tensor import Tensor
-
     general = (
-        not isinstance(x, Tensor)
-        or not isinstance(weight, Tensor)
+        not isinstance(x, core.Tensor)
+        or not isinstance(weight, core.Tensor)
         or x.ndim != 2
         or weight.ndim != 2
         or x.shape[1] != weight.shape[1]
         or x.dtype is not weight.dtype
         or not x.dtype.is_float
-        or (bias is not None and (not isinstance(bias, Tensor) or bias.dtype is not x.dtype))
+        or (bias is not None and (not isinstance(bias, core.Tensor) or bias.dtype is not x.dtype))
         or (bias is not None and bias.shape != (weight.shape[0],))
     )
     if general:
@@ -547,11 +537,9 @@ def linear(x, weight, bias=None):
 def _linear_rule(srcs, params):
     """The expansion of a "linear" macro: matmul's product of x and weight.T, plus the
     bias broadcast over the rows (the nodes `x @ weight.T + bias` builds)."""
-    from .tensor import _broadcast_node
-
     node = _product(srcs[0], N.permute(srcs[1], (1, 0)), ())
     if len(srcs) == 3:
-        node = N.binary(Ops.ADD, node, _broadcast_node(srcs[2], node.shape))
+        node = N.binary(Ops.ADD, node, core._broadcast_node(srcs[2], node.shape))
     return node
 
 
@@ -565,10 +553,8 @@ def matmul(a, b):
     The product is one broadcast multiply and one sum over the shared axis,
     which the scheduler fuses into a single kernel.
     """
-    from .tensor import Tensor, as_tensor, broadcast_shapes
-
-    a, b = as_tensor(a, "matmul"), as_tensor(b, "matmul")
-    if not isinstance(a, Tensor) or a.ndim == 0 or b.ndim == 0:
+    a, b = core.as_tensor(a, "matmul"), core.as_tensor(b, "matmul")
+    if not isinstance(a, core.Tensor) or a.ndim == 0 or b.ndim == 0:
         fail(
             ShapeError, "matmul", f"both operands need at least 1 dim, got {a.shape} and {b.shape}"
         )
@@ -591,7 +577,7 @@ def matmul(a, b):
             f"shapes {a.shape} and {b.shape} cannot be multiplied "
             f"(inner dimensions {k1} and {k2} differ)",
         )
-    batch = broadcast_shapes(an.shape[:-2], bn.shape[:-2], "matmul")
+    batch = core.broadcast_shapes(an.shape[:-2], bn.shape[:-2], "matmul")
     node = _product(an, bn, batch)
     m, n = an.shape[-2], bn.shape[-1]
     shape = batch + ((m,) if a.ndim > 1 else ()) + ((n,) if b.ndim > 1 else ())
@@ -602,8 +588,6 @@ def _product(an, bn, batch: tuple[int, ...]):
     """The (*batch, M, N) product node of (..., M, K) and (..., K, N) nodes whose shapes
     matmul has checked: one broadcast multiply and one sum over K, which the scheduler
     fuses into a single kernel."""
-    from .tensor import _broadcast_node
-
     (m, k), n = an.shape[-2:], bn.shape[-1]
     big = k * n * bn.dtype.itemsize >= PANEL_CACHE_BYTES
     if len(bn.shape) == 2 and n % PANEL == 0 and n > PANEL and big:
@@ -618,8 +602,8 @@ def _product(an, bn, batch: tuple[int, ...]):
     full = batch + (m, n, k)
     nd = len(bn.shape)
     bt = N.permute(bn, tuple(range(nd - 2)) + (nd - 1, nd - 2))
-    x = _broadcast_node(N.reshape(an, an.shape[:-2] + (m, 1, k)), full)
-    y = _broadcast_node(N.reshape(bt, bn.shape[:-2] + (1, n, k)), full)
+    x = core._broadcast_node(N.reshape(an, an.shape[:-2] + (m, 1, k)), full)
+    y = core._broadcast_node(N.reshape(bt, bn.shape[:-2] + (1, n, k)), full)
     # ints keep their width, as torch
     node = N.reduce(Ops.SUM, N.binary(Ops.MUL, x, y), (len(full) - 1,))
     if k == 0:  # a sum of no products is 0, as in torch

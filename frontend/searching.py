@@ -17,19 +17,23 @@ points coincide.
 from __future__ import annotations
 
 from collections import namedtuple
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from . import core
+from .creation import tensor
 from .errors import ArgumentError, DTypeError, ShapeError, fail
+from .indexing import gather
 from .ir.dtypes import float32, float64, int32, int64
-from .tensor import Tensor
+
+if TYPE_CHECKING:
+    from .tensor import Tensor
 
 ModeResult = namedtuple("ModeResult", ["values", "indices"])
 
 
 def _made(array: np.ndarray, dtype, like: Tensor) -> Tensor:
-    from .creation import tensor
-
     return tensor(array, dtype=dtype, device=like.device)
 
 
@@ -49,11 +53,11 @@ def bincount(input: Tensor, weights: Tensor | None = None, minlength: int = 0) -
         fail(ArgumentError, "bincount", "only supports 1-d non-negative integral inputs.")
     if weights is None:
         return _made(np.bincount(x, minlength=minlength), int64, input)
-    w = weights.detach().numpy() if isinstance(weights, Tensor) else np.asarray(weights)
+    w = weights.detach().numpy() if isinstance(weights, core.Tensor) else np.asarray(weights)
     if w.shape != x.shape:
         fail(ShapeError, "bincount", f"weights of shape {w.shape} for input {x.shape}")
     out = np.bincount(x, weights=w.astype(np.float64), minlength=minlength)
-    is_f32 = isinstance(weights, Tensor) and weights.dtype is float32
+    is_f32 = isinstance(weights, core.Tensor) and weights.dtype is float32
     return _made(out, float32 if is_f32 else float64, input)
 
 
@@ -82,7 +86,7 @@ def searchsorted(
     seq = sorted_sequence.detach().numpy()
     if sorter is not None:
         seq = np.take_along_axis(seq, sorter.numpy().astype(np.int64), axis=-1)
-    scalar = not isinstance(values, Tensor)
+    scalar = not isinstance(values, core.Tensor)
     vals = np.asarray(values) if scalar else values.detach().numpy()
     how = "right" if right else "left"
     if seq.ndim == 1:
@@ -123,8 +127,6 @@ def mode(input: Tensor, dim: int = -1, keepdim: bool = False) -> ModeResult:
     >>> fg.mode(fg.tensor([3, 1, 3, 1]))
     ModeResult(values=tensor(1), indices=tensor(3))
     """
-    from .indexing import gather
-
     d = input._dim(dim, "mode") if input.ndim else 0
     x = np.moveaxis(input.detach().numpy().reshape(input.shape or (1,)), d, -1)
     if x.shape[-1] == 0:
@@ -178,6 +180,8 @@ FUNCTIONS = {
 }
 
 
-def install(cls) -> None:
-    for name, fn in METHODS.items():
-        setattr(cls, name, fn)
+class SearchingMixin:
+    """Tensor's methods of this module (`METHODS`)."""
+
+    __slots__ = ()
+    locals().update(METHODS)

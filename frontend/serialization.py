@@ -33,7 +33,10 @@ from collections import OrderedDict
 
 import numpy as np
 
-from .errors import FusegradError
+from . import core
+from .creation import from_numpy
+from .devices import names_host
+from .errors import DeviceError, FusegradError
 
 MAGIC = b"FGSAVE01"
 PICKLE_MAGIC = b"FGPICKL1"  # a whole module, pickled (fg.save(model))
@@ -85,6 +88,8 @@ def save(obj, f) -> None:
 
 
 def _is_module(obj) -> bool:
+    # deferred: nn is the layer above (it imports the frontend, and fusegrad/__init__.py
+    # loads it last); only saving a whole model asks
     from .nn.module import Module
 
     return isinstance(obj, Module)
@@ -178,9 +183,6 @@ def _umask() -> int:
 
 def _names_host(spec) -> bool:
     """Whether a `map_location` names the host device ('cpu', `fg.device("cpu")`)."""
-    from .devices import names_host
-    from .errors import DeviceError
-
     try:
         return names_host(spec)
     except DeviceError:
@@ -261,13 +263,11 @@ def _read_array(spec, data, name) -> np.ndarray:
 
 
 def _encode(obj, arrays: list):
-    from .tensor import Tensor
-
     if obj is None or isinstance(obj, (bool, int, float, str)):
         if isinstance(obj, int) and not isinstance(obj, bool) and abs(obj) >= 2**63:
             return {"bigint": str(obj)}
         return obj
-    if isinstance(obj, Tensor):
+    if isinstance(obj, core.Tensor):
         arrays.append(np.asarray(obj._host()))  # (bfloat16 has no .numpy(), as in torch)
         return {"tensor": len(arrays) - 1, "requires_grad": bool(obj.requires_grad)}
     if isinstance(obj, (np.ndarray, np.generic)):
@@ -295,8 +295,6 @@ def _decode(node, arrays: list, name):
     if not isinstance(node, dict) or len(node) not in (1, 2):
         _bad(name, f"unexpected entry {str(node)[:80]!r} in its description")
     if "tensor" in node:
-        from .creation import from_numpy
-
         t = from_numpy(_array(node["tensor"], arrays, name))
         return t.requires_grad_() if node.get("requires_grad") and t.dtype.is_float else t
     (kind, value), = node.items()  # fmt: skip

@@ -24,11 +24,18 @@ from collections import namedtuple
 
 import numpy as np
 
+from . import core
+from .creation import host_table
+from .creation import index_arange as arange
 from .errors import DimError, DTypeError, IndexingError, ShapeError, fail
+from .extend import custom_gradient
+from .indexing import _scattered_sum, flip, values_for_shape
 from .ir import node as N
 from .ir.autodiff import own_node, with_vjp
 from .ir.dtypes import bool_, int64
 from .ir.ops import Ops
+from .mathops import isinf, isnan, logaddexp
+from .movement import cat, sliding_windows, stack
 from .reduce import (
     ReduceMixin,  # (at the top: an import in a function runs each call)
     _nans_share,
@@ -40,14 +47,10 @@ ValuesIndices = namedtuple("ValuesIndices", ["values", "indices"])
 
 
 def _where(c, a, b):
-    from .tensor import where
-
-    return where(c, a, b)
+    return core.where(c, a, b)
 
 
 def _arange_along(n: int, dim: int, ndim: int):
-    from .creation import index_arange as arange
-
     shape = [1] * ndim
     shape[dim] = n
     return arange(n).reshape(shape)
@@ -115,12 +118,10 @@ def _prod_along(x, d: int, keepdim: bool, full: bool):
 
 def _with_prod_gradient(out, x, d: int, full: bool):
     """`out`, the product of `x` along `d` (kept), with torch's prod_backward as its rule."""
-    from .tensor import Tensor
-
     xn, rn = x.node, out.node  # now: an in-place update would rebind x.node
 
     def rule(g):
-        xs, res, g = Tensor(xn), Tensor(rn), Tensor(g)
+        xs, res, g = core.Tensor(xn), core.Tensor(rn), core.Tensor(g)
         zeros = (xs == 0).sum()
         others = g * _exclusive_products(xs, d)
         if full:  # torch's backward takes a full product over two zeros to be 0 outright
@@ -134,9 +135,6 @@ def _with_prod_gradient(out, x, d: int, full: bool):
 def _exclusive_products(x, d: int):
     """The product of the other elements along `d` at each place, without division:
     [b c, a c, a b] for [a, b, c] (running products from either end, as torch's)."""
-    from .indexing import flip
-    from .movement import cat
-
     n = x.shape[d]
     ones = x._make(N.const(1, narrow(x, d, 0, 1).shape, x.dtype))
     before = cumprod(cat([ones, narrow(x, d, 0, n - 1)], d), d)
@@ -170,8 +168,6 @@ def _empty_logical(x, dim, keepdim, value):
 def norm(x, p="fro", dim=None, keepdim: bool = False):
     """The vector p-norm over `dim` (all elements if None): p in fro, 2, 1, inf, -inf, 0 or a
     number. The 2-norm's gradient at zero is 0, as PyTorch's."""
-    from .ir.autodiff import with_vjp
-
     if not x.dtype.is_float:
         fail(DTypeError, "norm", f"needs a float tensor, got {x.dtype.name}")
     if p == "fro" or p == 2:
@@ -202,8 +198,6 @@ def _with_norm_gradient(out, x, p: float, dim):
     """`out`, the p-norm of x over `dim` (p not 0, 1, 2 or inf), with torch's gradient:
     x |x|^(p-2) g / norm^(p-1) (sgn(x) |x|^(p-1) ... for p < 2), 0 where the norm is 0
     (the chain rule through the root gives 0 * inf = NaN there)."""
-    from .extend import custom_gradient
-
     axes = x._dims(dim, "norm")
     kept = tuple(1 if i in axes else n for i, n in enumerate(x.shape))
 
@@ -262,7 +256,6 @@ def _welford_mean(x, dim, keepdim: bool):
     mean = x.mean(dim, keepdim)
     if x.ndim == 0 or x.numel() == 0:
         return mean
-    from .mathops import isinf
 
     axes = x._dims(dim, "mean")
     last = None  # the last element of each reduction, in the order of the elements
@@ -360,7 +353,6 @@ def diag_embed(x, offset: int = 0):
     if x.ndim == 1:
         return diag(x, offset)
     rows = [diag(t, offset) for t in unbind(x.reshape(-1, x.shape[-1]), 0)]
-    from .movement import stack
 
     out = stack(rows, 0)
     return out.reshape(x.shape[:-1] + out.shape[-2:])
@@ -572,8 +564,6 @@ def unflatten(x, dim: int, sizes):
 
 def unfold(x, dimension: int, size: int, step: int):
     """Windows of `size` every `step` along `dimension`, as a new last axis (a view)."""
-    from .movement import sliding_windows
-
     d = x._dim(dimension, "unfold") if x.ndim else 0
     if x.ndim == 0:
         x = x.reshape(1)
@@ -619,14 +609,10 @@ def tile(x, dims):
 def repeat_interleave(x, repeats, dim=None):
     """Each element `repeats` times in a row along `dim` (flattened if None); a tensor of
     repeats is read on the host."""
-    from .tensor import Tensor
-
     if dim is None:
         x, dim = x.reshape(-1), 0
     d = x._dim(dim, "repeat_interleave")
-    if isinstance(repeats, Tensor) and repeats.numel() == 1:
-        from .indexing import values_for_shape
-
+    if isinstance(repeats, core.Tensor) and repeats.numel() == 1:
         repeats = int(values_for_shape(repeats, "repeat_interleave with tensor repeats").item())
     if isinstance(repeats, int):
         if repeats < 0:
@@ -634,9 +620,7 @@ def repeat_interleave(x, repeats, dim=None):
         y = x.unsqueeze(d + 1)
         y = y.expand(x.shape[: d + 1] + (repeats,) + x.shape[d + 1 :])
         return y.flatten(d, d + 1)
-    if isinstance(repeats, Tensor):
-        from .indexing import values_for_shape
-
+    if isinstance(repeats, core.Tensor):
         reps = np.asarray(values_for_shape(repeats, "repeat_interleave with tensor repeats"))
     else:
         reps = np.asarray(repeats)
@@ -646,7 +630,6 @@ def repeat_interleave(x, repeats, dim=None):
             "repeat_interleave",
             f"repeats must be non-negative with shape ({x.shape[d]},), got {reps.shape}",
         )
-    from .creation import host_table
 
     idx = host_table(np.repeat(np.arange(x.shape[d]), reps).astype(np.int64))
     return x.index_select(d, idx)
@@ -654,8 +637,6 @@ def repeat_interleave(x, repeats, dim=None):
 
 def roll(x, shifts, dims=None):
     """Elements shifted cyclically along `dims` (the flattened tensor if None)."""
-    from .movement import cat
-
     if dims is None:
         return roll(x.reshape(-1), shifts, 0).reshape(x.shape)
     shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
@@ -751,13 +732,12 @@ def cumprod(x, dim: int, dtype=None):
     out = _scan(x, dim, lambda a, b: a * b, 1, "cumprod")
     if not out.requires_grad or x.ndim == 0 or x.shape[x._dim(dim, "cumprod")] <= 1:
         return out  # (one element along dim: its gradient is g, the scan's own)
-    from .tensor import Tensor
 
     d = x._dim(dim, "cumprod")
     xn, on = x.node, out.node  # now: an in-place update would rebind x.node
 
     def rule(g):
-        return [(xn, _cumprod_backward(Tensor(xn), Tensor(g), Tensor(on), d).node)]
+        return [(xn, _cumprod_backward(core.Tensor(xn), core.Tensor(g), core.Tensor(on), d).node)]
 
     node = own_node(on)
     return out._make(with_vjp(node, rule))
@@ -765,8 +745,6 @@ def cumprod(x, dim: int, dtype=None):
 
 def _cumprod_backward(x, g, out, d: int):
     """torch's cumprod_backward (its first-order form) for x, the gradient g of out."""
-    from .indexing import flip
-    from .movement import cat
 
     def reversed_cumsum(w):
         return flip(cumsum(flip(w, [d]), d), [d])
@@ -795,19 +773,18 @@ def logcumsumexp(x, dim: int):
     The gradient is torch's: the positive and negative parts of g, in log space,
     through a reversed logcumsumexp (so at an infinite or NaN element, NaN or inf
     where torch's is)."""
-    from .mathops import logaddexp
-
     x = x._float()
     out = _scan(x, dim, lambda a, b: logaddexp(a, b), -math.inf, "logcumsumexp")
     if not out.requires_grad or x.ndim == 0 or x.numel() == 0:
         return out
-    from .tensor import Tensor
 
     d = x._dim(dim, "logcumsumexp")
     xn, on = x.node, out.node  # now: an in-place update would rebind x.node
 
     def rule(g):
-        return [(xn, _logcumsumexp_backward(Tensor(xn), Tensor(g), Tensor(on), d).node)]
+        return [
+            (xn, _logcumsumexp_backward(core.Tensor(xn), core.Tensor(g), core.Tensor(on), d).node)
+        ]
 
     node = own_node(on)
     return out._make(with_vjp(node, rule))
@@ -816,8 +793,6 @@ def logcumsumexp(x, dim: int):
 def _logcumsumexp_backward(x, g, out, d: int):
     """torch's logcumsumexp_backward: exp(reversed logcumsumexp(log g+ - out) + x), less
     the same of g-, with log 0 taken as the dtype's lowest finite value."""
-    from .indexing import flip
-
     lowest = float(x.dtype.finfo.min)
     log_g = g.abs().log()
     parts = []
@@ -872,8 +847,6 @@ def cummin(x, dim: int):
 
 def _ranks(x, d: int, descending: bool, op: str):
     """Each element's place in the stable sort along d: how many sort before it."""
-    from .mathops import isnan
-
     n = x.shape[d]
     rows = x.numel() // max(n, 1)
     if rows * n * n > SORT_LIMIT:
@@ -918,8 +891,6 @@ def sort(x, dim: int = -1, descending: bool = False, stable: bool = False):
     rank = _ranks(x, d, descending, "sort")  # (..., n) with d moved last
     pos = _arange_along(n, rank.ndim - 1, rank.ndim).expand(rank.shape)
     # indices[..., rank[i]] = i: a permutation, so a scatter-add places each exactly once
-    from .indexing import _scattered_sum
-
     zeros = rank._make(N.const(0, rank.shape, int64))
     idx = _scattered_sum(zeros, rank.ndim - 1, rank, pos)
     idx = movedim(idx, -1, d)
@@ -989,8 +960,6 @@ def _quickselect3(x, d: int):
     leaves them: on 3 elements its median-of-three steps are compare-and-swaps of places
     (1, 2), (0, 2), (1, 0) and then a swap of places 0 and 1, where "greater" is
     a > b or a NaN over a number (kthvalue([0, 0, 0], 1) is index 1, as torch's)."""
-    from .mathops import isnan
-
     xs = x.detach()
     vals = [narrow(xs, d, i, 1) for i in range(3)]
     idxs = [x._make(N.const(i, vals[0].shape, int64)) for i in range(3)]
@@ -1010,8 +979,6 @@ def _quickselect3(x, d: int):
 
 def median(x, dim=None, keepdim: bool = False):
     """The lower median (NaN if the row has a NaN); with `dim`, also its index."""
-    from .mathops import isnan
-
     if dim is None:
         flat = x.reshape(-1)
         if flat.shape[0] == 0 and x.dtype.is_float:  # the median of nothing is NaN, as torch's
@@ -1041,8 +1008,6 @@ def nanmedian(x, dim=None, keepdim: bool = False):
     >>> fg.tensor([[2.0, float("nan"), 1.0]]).nanmedian(1).values.tolist()
     [1.0]
     """
-    from .mathops import isnan
-
     if not x.dtype.is_float:  # no NaN to leave out
         return median(x, dim, keepdim)
     if dim is None:
@@ -1074,8 +1039,6 @@ def nansum(x, dim=None, keepdim: bool = False, dtype=None):
     >>> fg.tensor([1.0, float("nan"), 2.0]).nansum().item()
     3.0
     """
-    from .mathops import isnan
-
     if not x.dtype.is_float:
         return x.sum(dim, keepdim, dtype=dtype)
     nan = isnan(x)
@@ -1093,8 +1056,6 @@ def nanmean(x, dim=None, keepdim: bool = False):
     >>> fg.tensor([1.0, float("nan"), 2.0]).nanmean().item()
     1.5
     """
-    from .mathops import isnan
-
     if not x.dtype.is_float:
         fail(DTypeError, "nanmean", f"needs a float tensor, got {x.dtype.name}; use .float()")
     return nansum(x, dim, keepdim) / (~isnan(x)).sum(dim, keepdim)
@@ -1105,7 +1066,6 @@ def _shared_by_ties(out, flat):
     evenly by the elements equal to it (by the NaNs, where it is NaN)."""
     if not out.requires_grad or out.node.op is not Ops.WHERE:
         return out
-    from .mathops import isnan
 
     hit = ((flat == out) | (isnan(flat) & isnan(out))).cast(flat.dtype)
     share = (hit / hit.sum()).node
@@ -1204,9 +1164,15 @@ def with_numpy_names(fn):
     return wrapper
 
 
-def install(cls) -> None:
-    for name, fn in METHODS.items():
-        setattr(cls, name, fn)
-    for name in NUMPY_NAMED:
-        if hasattr(cls, name):
-            setattr(cls, name, with_numpy_names(getattr(cls, name)))
+class ShapeMixin:
+    """Tensor's methods of this module (`METHODS`), and those of `NUMPY_NAMED` (here or
+    reduce.py's) taking numpy's names too. Before `ReduceMixin` among Tensor's bases."""
+
+    __slots__ = ()
+    locals().update(METHODS)  # t.cumsum(), t.sort(), ...: the functions above
+    locals().update(
+        {
+            name: with_numpy_names(METHODS[name] if name in METHODS else getattr(ReduceMixin, name))
+            for name in NUMPY_NAMED
+        }
+    )

@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from . import core
 from .autograd import graph_consumed
 from .ir import node as N
 from .ir.schedule import structural_key
@@ -64,16 +65,14 @@ class StepCache:
         `build()` builds the update as lazy graph (assigning each parameter and state
         tensor its new value) for a miss; `scalars` are the step's 0-d input tensors.
         """
-        from .tensor import LazyGrad
-
         grads = [p.grad for p in params]
         first = grads[0] if grads else None
-        record = first.pending if type(first) is LazyGrad and not first.built else None
+        record = first.pending if type(first) is core.LazyGrad and not first.built else None
         usable = (
             record is not None
             and not engine.recording()
             and all(
-                type(g) is LazyGrad
+                type(g) is core.LazyGrad
                 and g.pending is record
                 and not g.built
                 and g.base is None  # (`zeros + g`: built, as the plan does not add them)
@@ -202,7 +201,5 @@ def _take_values(requested, outs, targets, updated: int) -> None:
 
 
 def _realize_all(outputs, pending, extra) -> None:
-    from .tensor import realize
-
     if outputs or pending or extra:
-        realize(*outputs, *pending, *extra)
+        core.realize(*outputs, *pending, *extra)

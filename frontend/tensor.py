@@ -10,8 +10,11 @@
 
 Checks happen where the op is written; mistakes raise `ShapeError`,
 `DTypeError` or `IndexingError` naming the op, the shapes and your line.
-Movement ops (`reshape`, `permute`, slicing, `expand`, `pad`, ...) are in
-`movement.py`, reductions and composites in `reduce.py`.
+The class body holds the core (node, dtype, device, realize, the operators);
+the other methods come from one static mixin per op family (`MIXINS` below):
+movement ops (`reshape`, `permute`, slicing, `expand`, `pad`, ...) from
+`movement.py`, reductions and composites from `reduce.py`, and so on. The
+modules under this one call its names through `core.py`.
 """
 
 from __future__ import annotations
@@ -24,36 +27,50 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import autograd_state, manualstep
+from . import autograd_state, core, manualstep
 from . import devices as _device
 from .autograd import (
     GradError,
     backward,
     graph_consumed,
+    overwrite,
     register_leaf,
     retain_grad,
     retains_grad,
 )
+from .copying import deepcopy_tensor, reduce_tensor, shallow_copy_tensor
+from .creation import CreationMixin, tensor, zeros
 from .errors import (
     ArgumentError,
     DimError,
     DTypeError,
+    JitError,
     ShapeError,
     checked_dtype,
     fail,
     warn_user,
 )
+from .indexing import IndexingMixin, write_through
+from .inplace_methods import InplaceMixin
+from .inplace_methods import variants as inplace_variants
 from .ir import node as N
 from .ir import sites as _sites
 from .ir.autodiff import with_vjp
 from .ir.dtypes import DType, bool_, default_float, float32, promote, promote_scalar
 from .ir.ops import MOVEMENT, Ops
-from .movement import MovementMixin, write_through
-from .reduce import ReduceMixin
+from .jithooks import host_read_refused, note_write
+from .mathops import MathMixin, clamp_tensors
+from .movement import MovementMixin
+from .printing import tensor_repr
+from .reduce import ReduceMixin, matmul
 from .runtime import attribution as _attribution
 from .runtime.backend import to_device
 from .runtime.engine import engine
 from .scalars import checked_fill
+from .searching import SearchingMixin
+from .shapeops import ShapeMixin
+from .tensor_hooks import register_hook as _register_hook
+from .versions import InplaceError
 
 Scalar = int | float | bool
 
@@ -71,7 +88,21 @@ def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(out))
 
 
-class Tensor(MovementMixin, ReduceMixin):
+# Tensor's methods by op family, one static mixin per module (a method of the class body
+# comes first; where two mixins have a name, the earlier one's is Tensor's)
+MIXINS = (
+    CreationMixin,  # t.new_zeros(), t.new_tensor(), ...
+    SearchingMixin,  # t.bincount(), t.mode()
+    ShapeMixin,  # cumsum, sort, topk, ...; sum/mean/... taking numpy's axis=/keepdims=
+    MathMixin,  # elementwise functions, .data, % // & | ^ ~ << >>
+    IndexingMixin,  # t[...], t[...] = v, gather, scatter, ...
+    MovementMixin,  # views: reshape, permute, expand, basic slicing, ...
+    ReduceMixin,  # sum, max, softmax, matmul, ...
+    InplaceMixin,  # what the in-place tables need where nothing above has it
+)
+
+
+class Tensor(*MIXINS):
     """A lazy n-dimensional array: a node of the IR graph plus PyTorch's tensor API."""
 
     __slots__ = (
@@ -225,8 +256,6 @@ class Tensor(MovementMixin, ReduceMixin):
         """The value on the host, as a read-only array (a copy if it lives on a device);
         what item(), tolist() and print read, and fusegrad's own checks."""
         if jit_recording() and _called_by_user():
-            from .jit import host_read_refused
-
             host_read_refused("reading a value (.numpy(), .item(), bool(), float(), int())")
         self.realize()
         a = engine.value(self.node).numpy().reshape(self.shape).view()
@@ -284,8 +313,6 @@ class Tensor(MovementMixin, ReduceMixin):
 
     def __repr__(self) -> str:
         """PyTorch's printed form (`frontend/printing.py`): `tensor([1.0000, 2.5000])`."""
-        from .printing import tensor_repr
-
         tail = []
         if not _device.is_host(self.node.device):
             tail.append(f"device='{self.node.device}'")
@@ -371,8 +398,6 @@ class Tensor(MovementMixin, ReduceMixin):
             return self
         differentiable = self.requires_grad and autograd_state.enabled()
         if differentiable and jit_recording():
-            from .errors import JitError
-
             fail(
                 JitError,
                 "to",
@@ -553,13 +578,9 @@ class Tensor(MovementMixin, ReduceMixin):
         return pow_(base, exp)
 
     def __matmul__(self, o):
-        from .reduce import matmul
-
         return matmul(self, o)
 
     def __rmatmul__(self, o):
-        from .reduce import matmul
-
         return matmul(as_tensor(o, "matmul"), self)
 
     def _check_not_bool(self, op: str) -> Tensor:
@@ -600,22 +621,6 @@ class Tensor(MovementMixin, ReduceMixin):
 
     def logical_not(self) -> Tensor:
         return self.bool()._unary(Ops.NEG)
-
-    def __invert__(self):
-        if not self.dtype.is_bool:
-            fail(DTypeError, "invert", f"~ needs a bool tensor, got {self.dtype.name}")
-        return self.logical_not()
-
-    def __and__(self, o):
-        return self._logical(o, Ops.MUL, "and")
-
-    def __or__(self, o):
-        return self._logical(o, Ops.ADD, "or")
-
-    def _logical(self, o, ir_op: Ops, op: str) -> Tensor:
-        if not self.dtype.is_bool or (isinstance(o, Tensor) and not o.dtype.is_bool):
-            fail(DTypeError, op, "logical ops need bool tensors")
-        return self._binary(ir_op, o, op)
 
     # ---------------------------------------------------------------- math
     # exp, sqrt, erfc, ...: one method per row of ir/ops.py's MATH (frontend/mathops.py)
@@ -704,8 +709,6 @@ class Tensor(MovementMixin, ReduceMixin):
         if min is None and max is None:
             fail(ShapeError, "clamp", "at least one of min and max must be given")
         if isinstance(min, Tensor) or isinstance(max, Tensor):
-            from .mathops import clamp_tensors
-
             return clamp_tensors(self, min, max)
         out = self
         if self.requires_grad and self.dtype.is_float:  # NaN: value NaN, gradient 0
@@ -751,9 +754,7 @@ class Tensor(MovementMixin, ReduceMixin):
         """Call `hook(grad)` with this tensor's gradient at each backward pass (a tensor it
         returns replaces the gradient), as torch's; `handle.remove()` takes it off. See
         `fusegrad.tensor_hooks`."""
-        from .tensor_hooks import register_hook
-
-        return register_hook(self, hook)
+        return _register_hook(self, hook)
 
     @property
     def retains_grad(self) -> bool:
@@ -822,9 +823,7 @@ class Tensor(MovementMixin, ReduceMixin):
         requires grad may only be updated under no_grad(), and a leaf stays the same leaf.
 
         An update with no history is computed at once where leaving it lazy would chain
-        one training step's graph onto the next (`versions.overwrite`)."""
-        from .versions import InplaceError, overwrite
-
+        one training step's graph onto the next (`autograd.overwrite`)."""
         value = self._checked_update(value, op)
         link = getattr(self, "_base", None)
         if link is not None:  # a view: the write lands in its base first (which may refuse)
@@ -934,20 +933,18 @@ class Tensor(MovementMixin, ReduceMixin):
     # ---------------------------------------------------------------- copy and pickle
     def __deepcopy__(self, memo):
         """A leaf with its own copy of the value (and of `.grad`), as torch (copying.py)."""
-        from .copying import deepcopy_tensor
-
         return deepcopy_tensor(self, memo)
 
     def __copy__(self):
-        from .copying import shallow_copy_tensor
-
         return shallow_copy_tensor(self)
 
     def __reduce_ex__(self, protocol):
         """Pickle the value as a numpy array, not the runtime buffer (copying.py)."""
-        from .copying import reduce_tensor
-
         return reduce_tensor(self)
+
+    # t.sqrt_(), t.unsqueeze_(), ...: the in-place variants of the ops above and the
+    # mixins' that are not written by hand (inplace_methods.py's tables)
+    locals().update(inplace_variants(locals(), MIXINS))
 
 
 def _device_copy(src: N.Node, copied, source_device: str) -> N.Node:
@@ -976,8 +973,6 @@ def jit_recording() -> bool:
 
 
 def _note_jit_write(t: Tensor) -> None:
-    from .jit import note_write  # (a module attribute this thread updates: see there)
-
     note_write(t)
 
 
@@ -1171,8 +1166,6 @@ _TYPE_NAMES = {
 def legacy_constructor(dtype, *args) -> Tensor:
     """torch's `Tensor(data)`, `Tensor(2, 3)` and `FloatTensor`-style constructors: sizes
     give a tensor of zeros (torch's is uninitialized), data a copy in `dtype`."""
-    from .creation import tensor, zeros
-
     args = [a for a in args if a is not None and a is not False]
     if not args:
         return zeros(0, dtype=dtype)
@@ -1312,8 +1305,6 @@ class DataView(Tensor):
         return self._inplace(value, "assign_")
 
     def _inplace(self, value, op: str) -> Tensor:
-        from .versions import overwrite
-
         value = self._unmoved(self._checked_update(value, op).detach())
         self._version += 1
         owner = self.owner
@@ -1417,8 +1408,6 @@ def _broadcast_node(node: N.Node, shape: tuple[int, ...]) -> N.Node:
 def as_tensor(x, op: str = "tensor") -> Tensor:
     if isinstance(x, Tensor):
         return x
-    from .creation import tensor
-
     return tensor(x)
 
 
@@ -1663,3 +1652,6 @@ def drop_graph(t: Tensor) -> None:
         buf = engine.value(t.node)
         if buf is not None:
             t.node = N.buffer(buf, t.shape, t.dtype)
+
+
+core.bind(globals())  # the modules under this one call Tensor, where, ... through core

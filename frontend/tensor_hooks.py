@@ -32,10 +32,12 @@ import itertools
 import weakref
 from collections.abc import Callable, Sequence
 
-from .errors import ShapeError, fail
+from . import core
+from .errors import GradError, ShapeError, fail
 from .ir import node as N
 from .ir.autodiff import CUSTOM_VJP, GRAD_HOOKS
 from .ir.ops import MOVEMENT, Ops
+from .movement import cat
 
 # leaves with hooks: id(tensor) -> (weak reference, {key: hook}); see `_leaf_entry`
 LEAF_HOOKS: dict[int, tuple[weakref.ref, dict]] = {}
@@ -64,8 +66,6 @@ class RemovableHandle:
 def register_hook(t, hook: Callable) -> RemovableHandle:
     """Call `hook(grad)` with t's gradient at each backward pass; a tensor it returns
     replaces the gradient. See the module docstring."""
-    from .autograd import GradError
-
     if not t.requires_grad:
         fail(
             GradError,
@@ -130,21 +130,17 @@ def on_leaf_grad(leaf, grad):
 
 def _on_node(hook: Callable, node: N.Node, op: str) -> Callable:
     """The user's tensor hook as a function of gradient nodes (`GRAD_HOOKS`'s form)."""
-    from .tensor import Tensor
-
     shape, dtype = node.shape, node.dtype
 
     def run(g: N.Node):
-        changed = hook(Tensor(g))
+        changed = hook(core.Tensor(g))
         return None if changed is None else _checked(changed, shape, dtype, op).node
 
     return run
 
 
 def _checked(t, shape, dtype, op: str):
-    from .tensor import Tensor
-
-    if not isinstance(t, Tensor) or t.shape != shape:
+    if not isinstance(t, core.Tensor) or t.shape != shape:
         fail(
             ShapeError,
             op,
@@ -184,9 +180,6 @@ def hooked_together(tensors: Sequence, on_grads: Callable) -> list:
     `on_grads(grads)` sees all their gradients at once (a list, zeros where one gets
     none) when a backward pass reaches them, and may return replacements (a list, None
     meaning unchanged). A module's backward hook is built on this (nn/hooks.py)."""
-    from .movement import cat
-    from .tensor import Tensor
-
     shapes = [t.shape for t in tensors]
     if len(tensors) == 1:
         joint = tensors[0]
@@ -200,7 +193,7 @@ def hooked_together(tensors: Sequence, on_grads: Callable) -> list:
     node = fresh_node(joint.node)
     sizes = [t.numel() for t in tensors]
 
-    def split(g: Tensor) -> list:
+    def split(g: core.Tensor) -> list:
         if len(tensors) == 1:
             return [g]
         out, start = [], 0
@@ -210,7 +203,7 @@ def hooked_together(tensors: Sequence, on_grads: Callable) -> list:
         return out
 
     def run(g: N.Node):
-        grads = split(Tensor(g))
+        grads = split(core.Tensor(g))
         changed = on_grads(grads)
         if changed is None:
             return None

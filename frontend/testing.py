@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .autograd import grad
+from .creation import from_numpy
 from .errors import FusegradError
 
 
@@ -28,7 +30,6 @@ def central_difference(f, *vals: float, arg: int = 0, epsilon: float = 1e-6) -> 
 
 def numerical_gradients(fn, arrays: list[np.ndarray], weights: np.ndarray | None, eps: float):
     """Central differences of sum(fn(*arrays) * weights) in float64, one element at a time."""
-    from .creation import from_numpy
 
     def value(arrs) -> float:
         out = fn(*[from_numpy(a) for a in arrs]).numpy().astype(np.float64)
@@ -62,9 +63,6 @@ def gradcheck(
     is checked. On a mismatch the report names the input, the worst element and
     both values.
     """
-    from .autograd import grad
-    from .creation import from_numpy
-
     arrays = [np.asarray(t.numpy(), dtype=np.float64).copy() for t in inputs]
     leaves = [from_numpy(a, requires_grad=True) for a in arrays]
     out = fn(*leaves)
@@ -102,8 +100,6 @@ def grad_check(f, *vals, samples: int = 100) -> None:
     >>> x = fg.tensor([[0.5, -1.0], [2.0, 0.1]], dtype=fg.float64)
     >>> fg.testing.grad_check(lambda t: (t * t).relu().sum(1), x)
     """
-    from .creation import from_numpy
-
     for x in vals:
         if not x.is_leaf:
             raise GradcheckError("grad_check: inputs must be leaf tensors (use detach())")

@@ -20,7 +20,7 @@ An update with no history (under no_grad, or written through `.data`) must not
 chain one step's graph onto the next: `p -= lr * p.grad` builds p's new value
 from its old one and from a gradient whose graph reads p's old value too, so a
 lazy value left as it is would grow by a whole training step every step. So
-`overwrite` computes the new value at once where that chain would form: for a
+`autograd.overwrite` computes the new value at once where that chain would form: for a
 leaf that requires grad (a parameter, which the next forward reads), and for a
 tensor whose current value is itself an update not computed yet (a momentum
 buffer `buf.mul_(m).add_(g)`: one kernel for both). If the gradients of the
@@ -49,7 +49,7 @@ class InplaceError(FusegradError, RuntimeError):
 # the versions are None for a write through `.data`, which PyTorch does not count
 _retired: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-# nodes an in-place update without history gave a tensor, not computed yet (see overwrite)
+# nodes an in-place update without history gave a tensor, not computed yet (see autograd.overwrite)
 _updated: weakref.WeakSet = weakref.WeakSet()
 
 
@@ -57,29 +57,6 @@ def retire(old: Node, t, counted: bool = True) -> None:
     """Remember that leaf `t` no longer is `old` (t._version is its new version)."""
     versions = (t._version - 1, t._version) if counted else (None, None)
     _retired[old] = (f"{t.dtype.name} {t.shape}", *versions)
-
-
-def overwrite(t, value, counted: bool = True) -> None:
-    """Give tensor `t` the value of tensor `value` (already checked: same shape, a dtype
-    `t` can hold) with no history: `t` stays the same leaf, or becomes one that does
-    not require grad. `counted`: bump t's version (an update through `.data` does not,
-    as in PyTorch). Computes the value now where a lazy one would chain steps together
-    (see the module docstring)."""
-    from .autograd import settle
-    from .runtime.engine import engine
-
-    old = t.node
-    if counted:
-        t._version += 1
-    parameter = t.requires_grad and t._is_leaf
-    value = value.detach()
-    if parameter or (old in _updated and engine.value(old) is None):
-        settle(value)
-    t.assign_(value)
-    if parameter:
-        retire(old, t, counted)
-    elif t.node.op is not Ops.BUFFER:
-        _updated.add(t.node)
 
 
 def check_unmodified(root: Node, op: str) -> None:

@@ -45,6 +45,7 @@ import traceback
 
 import numpy as np
 
+from ..creation import from_numpy
 from ..errors import DTypeError, ShapeError, fail
 from . import exits
 from .liveness import BY_DESTROY, BY_SCRIPT_END, DistributedError, Liveness
@@ -334,8 +335,6 @@ def _check_same_everywhere(group: _Group, tensor, op: str) -> None:
 
 
 def _give_value(tensor, values: np.ndarray) -> None:
-    from ..creation import from_numpy
-
     tensor.assign_(from_numpy(values.reshape(tensor.shape)))
 
 
