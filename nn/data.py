@@ -13,6 +13,7 @@ full-size batch runs the same cached schedule.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Iterator, Sequence
 
@@ -20,6 +21,26 @@ import numpy as np
 
 from .. import creation
 from ..tensor import Tensor
+from .data_workers import WorkerInfo, WorkerIterator, WorkerPool, get_worker_info
+from .samplers import BatchSampler, RandomSampler, Sampler, SequentialSampler, SubsetRandomSampler
+
+__all__ = [
+    "BatchSampler",
+    "ConcatDataset",
+    "DataLoader",
+    "Dataset",
+    "DistributedSampler",
+    "RandomSampler",
+    "Sampler",
+    "SequentialSampler",
+    "Subset",
+    "SubsetRandomSampler",
+    "TensorDataset",
+    "WorkerInfo",
+    "default_collate",
+    "get_worker_info",
+    "random_split",
+]
 
 
 class Dataset:
@@ -34,6 +55,40 @@ class Dataset:
 
     def __len__(self) -> int:
         raise NotImplementedError(f"{type(self).__name__} must define __len__")
+
+    def __add__(self, other: Dataset) -> ConcatDataset:
+        return ConcatDataset([self, other])
+
+
+class ConcatDataset(Dataset):
+    """The samples of several datasets one after the other, as torch's ConcatDataset.
+
+    >>> import numpy as np
+    >>> ds = ConcatDataset([TensorDataset(np.arange(3)), TensorDataset(np.arange(10, 12))])
+    >>> len(ds), ds[3][0].item(), ds[-1][0].item(), ds.cumulative_sizes
+    (5, 10, 11, [3, 5])
+    """
+
+    def __init__(self, datasets):
+        self.datasets = list(datasets)
+        if not self.datasets:
+            raise AssertionError("datasets should not be an empty iterable")
+        self.cumulative_sizes, total = [], 0
+        for d in self.datasets:
+            total += len(d)
+            self.cumulative_sizes.append(total)
+
+    def __len__(self) -> int:
+        return self.cumulative_sizes[-1] if self.cumulative_sizes else 0
+
+    def __getitem__(self, idx):
+        if idx < 0:
+            if -idx > len(self):
+                raise ValueError("absolute value of index should not exceed dataset length")
+            idx = len(self) + idx
+        which = bisect.bisect_right(self.cumulative_sizes, idx)
+        start = self.cumulative_sizes[which - 1] if which else 0
+        return self.datasets[which][idx - start]
 
 
 class Subset(Dataset):
@@ -140,80 +195,155 @@ def default_collate(samples: list):
 
 
 class DataLoader:
-    """Iterate over a dataset in batches of fusegrad tensors.
+    """Iterate over a dataset in batches of fusegrad tensors, as torch's DataLoader.
 
     `shuffle=True` draws a new permutation each epoch from `generator` (an
-    fg.Generator or a numpy Generator), or from `seed`, or else from the `fg.manual_seed` stream,
-    so runs are reproducible. `drop_last` drops a final short batch. A
-    `sampler` (an iterable of indices with a length, such as a
-    `DistributedSampler`) chooses the samples and their order instead.
+    fg.Generator or a numpy Generator), or from `seed`, or else from the `fg.manual_seed`
+    stream, so runs are reproducible. `drop_last` drops a final short batch. A
+    `sampler` (an iterable of indices with a length, such as a `DistributedSampler`)
+    chooses the samples and their order instead, or a `batch_sampler` the whole batches.
+
+    `num_workers=N` gathers the batches in N worker processes (see data_workers.py:
+    `prefetch_factor` batches per worker in flight, `persistent_workers` keeps them
+    across epochs, `worker_init_fn(worker_id)` runs in each, `timeout` bounds a wait);
+    the batches and their order are those of `num_workers=0`. fusegrad has no pinned
+    memory: `pin_memory` is accepted and changes nothing.
     """
 
     def __init__(
         self,
         dataset: Dataset,
         batch_size: int | None = 1,
-        shuffle: bool = False,
-        drop_last: bool = False,
-        collate_fn: Callable | None = None,
-        generator=None,
-        seed: int | None = None,
+        shuffle: bool | None = None,
         sampler=None,
+        batch_sampler=None,
         num_workers: int = 0,
+        collate_fn: Callable | None = None,
         pin_memory: bool = False,
-        persistent_workers: bool = False,
+        drop_last: bool = False,
+        timeout: float = 0,
+        worker_init_fn: Callable | None = None,
+        multiprocessing_context=None,
+        generator=None,
+        *,
         prefetch_factor: int | None = None,
+        persistent_workers: bool = False,
+        pin_memory_device: str = "",
+        in_order: bool = True,
+        seed: int | None = None,
     ):
-        # torch's worker and pinning options are accepted so that torch code runs unchanged:
-        # batches are gathered in this process (numpy fancy indexing, no kernels), and
-        # fusegrad has no pinned memory; the batches are the same
-        if num_workers < 0:
-            raise ValueError("num_workers option should be non-negative")
-        if batch_size is not None and batch_size <= 0:
-            raise ValueError(f"batch_size should be a positive integer, got {batch_size}")
+        if not isinstance(num_workers, int) or num_workers < 0:
+            raise ValueError(
+                "num_workers option should be non-negative; use num_workers=0 to disable "
+                "multiprocessing."
+            )
+        if timeout < 0:
+            raise ValueError("timeout option should be non-negative")
+        if num_workers == 0 and prefetch_factor is not None:
+            raise ValueError(
+                "prefetch_factor option could only be specified in multiprocessing."
+                "let num_workers > 0 to enable multiprocessing, otherwise set prefetch_factor "
+                "to None."
+            )
+        if prefetch_factor is not None and prefetch_factor < 0:
+            raise ValueError("prefetch_factor option should be non-negative")
+        if persistent_workers and num_workers == 0:
+            raise ValueError("persistent_workers option needs num_workers > 0")
+        if batch_size is not None and (isinstance(batch_size, bool) or batch_size <= 0):
+            raise ValueError(
+                f"batch_size should be a positive integer value, but got batch_size={batch_size}"
+            )
         if sampler is not None and shuffle:
             raise ValueError("sampler option is mutually exclusive with shuffle")
-        self.sampler = sampler  # an iterable of indices (a DistributedSampler, say)
-        self.dataset = dataset
-        self.batch_size = batch_size
-        self.shuffle = shuffle
-        self.drop_last = drop_last
-        self.collate_fn = collate_fn
+        if batch_sampler is not None:
+            if batch_size != 1 or shuffle or sampler is not None or drop_last:
+                raise ValueError(
+                    "batch_sampler option is mutually exclusive with batch_size, shuffle, "
+                    "sampler, and drop_last"
+                )
+            batch_size, drop_last = None, False
         if generator is None and seed is not None:
             generator = np.random.default_rng(seed)
+        if sampler is None:
+            sampler = RandomSampler(dataset, generator=generator) if shuffle else None
+            sampler = sampler or SequentialSampler(dataset)
+        if batch_size is not None and batch_sampler is None:
+            batch_sampler = BatchSampler(sampler, batch_size, drop_last)
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.shuffle = bool(shuffle)
+        self.drop_last = drop_last
+        self.sampler = sampler
+        self.batch_sampler = batch_sampler
+        self.collate_fn = collate_fn
         self.generator = generator
+        self.num_workers = num_workers
+        self.prefetch_factor = 2 if prefetch_factor is None and num_workers else prefetch_factor
+        self.persistent_workers = persistent_workers
+        self.worker_init_fn = worker_init_fn
+        self.timeout = timeout
+        self.multiprocessing_context = multiprocessing_context
+        self.pin_memory = pin_memory
+        self.in_order = in_order
+        self._pool = None
 
     def __len__(self) -> int:
-        n = len(self.sampler) if self.sampler is not None else len(self.dataset)
-        if self.batch_size is None:
-            return n
-        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+        if self.batch_sampler is not None:
+            return len(self.batch_sampler)
+        return len(self.sampler)
 
-    def _order(self) -> np.ndarray:
-        if self.sampler is not None:
-            return np.fromiter(iter(self.sampler), dtype=np.int64)
-        n = len(self.dataset)
-        if not self.shuffle:
-            return np.arange(n)
-        rng = creation.host_rng(self.generator)
-        return rng.permutation(n)
+    def _index_batches(self) -> Iterator:
+        """The epoch's batches of indices (single indices when batch_size is None)."""
+        if self.batch_sampler is not None:
+            return iter(self.batch_sampler)
+        return iter(self.sampler)
 
     def __iter__(self) -> Iterator:
-        order = self._order()
-        if self.batch_size is None:  # no batching: samples one by one, as torch does
-            for i in order:
-                yield self.dataset[int(i)]
-            return
-        for start in range(0, len(order), self.batch_size):
-            idx = order[start : start + self.batch_size]
-            if self.drop_last and len(idx) < self.batch_size:
-                return
-            yield self._fetch(idx)
+        batches = self._index_batches()
+        # the workers' base seed, drawn after the order and whatever num_workers is (as
+        # torch's), so that the batches of every epoch are those of num_workers=0
+        seed = int(creation.host_rng(self.generator).integers(2**62))
+        if self.num_workers == 0:
+            return (self._fetcher(indices) for indices in batches)
+        pool = self._pool
+        if pool is None or pool.closed:
+            pool = WorkerPool(
+                self._fetcher,
+                self.dataset,
+                self.num_workers,
+                seed,
+                self.worker_init_fn,
+                self.timeout,
+                self.multiprocessing_context,
+            )
+            if self.persistent_workers:
+                self._pool = pool
+        return WorkerIterator(
+            pool, batches, self.prefetch_factor, self.persistent_workers, self.in_order
+        )
 
-    def _fetch(self, idx: np.ndarray):
+    @property
+    def _fetcher(self) -> _Fetcher:
+        return _Fetcher(self.dataset, self.collate_fn, self.batch_sampler is not None)
+
+    def __del__(self):
+        if getattr(self, "_pool", None) is not None:
+            self._pool.shutdown()
+
+
+class _Fetcher:
+    """Turns a batch's indices into the batch (in the main process or in a worker)."""
+
+    def __init__(self, dataset, collate_fn, batched: bool):
+        self.dataset, self.collate_fn, self.batched = dataset, collate_fn, batched
+
+    def __call__(self, indices):
+        if not self.batched:  # no batching: samples one by one, as torch does
+            sample = self.dataset[int(indices)]
+            return sample if self.collate_fn is None else self.collate_fn(sample)
         if self.collate_fn is None and hasattr(self.dataset, "__getitems__"):
-            return self.dataset.__getitems__(idx)
-        samples = [self.dataset[int(i)] for i in idx]
+            return self.dataset.__getitems__(np.asarray(indices, dtype=np.int64))
+        samples = [self.dataset[int(i)] for i in indices]
         return (self.collate_fn or default_collate)(samples)
 
 

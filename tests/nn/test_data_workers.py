@@ -1,0 +1,189 @@
+"""DataLoader worker processes (torch's semantics), samplers, ConcatDataset.
+
+The worker tests are few and small: each starts a pool of forked processes.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+import fusegrad as fg
+from fusegrad.data import (
+    BatchSampler,
+    ConcatDataset,
+    DataLoader,
+    Dataset,
+    RandomSampler,
+    SequentialSampler,
+    SubsetRandomSampler,
+    TensorDataset,
+    get_worker_info,
+)
+
+
+def _labels(loader):
+    return [b[-1].tolist() for b in loader]
+
+
+def _no_workers_left():
+    return not multiprocessing.active_children()
+
+
+def test_workers_give_the_batches_of_one_process_in_order_across_persistent_epochs():
+    x = fg.tensor(np.arange(26.0).reshape(13, 2), dtype=fg.float64)
+    ds = TensorDataset(x, np.arange(13))
+
+    def epochs(**kw):
+        g = fg.Generator().manual_seed(7)
+        loader = DataLoader(ds, batch_size=3, shuffle=True, generator=g, **kw)
+        return [[(b[0].numpy().copy(), b[1].tolist()) for b in loader] for _ in range(2)]
+
+    alone = epochs()
+    for kw in ({"num_workers": 2}, {"num_workers": 3, "persistent_workers": True}):
+        got = epochs(prefetch_factor=1, **kw)
+        assert [[y for _, y in e] for e in got] == [[y for _, y in e] for e in alone]
+        for e_got, e_alone in zip(got, alone):
+            for (xg, _), (xa, _) in zip(e_got, e_alone):
+                assert xg.dtype == np.float64  # a tensor's dtype survives the trip
+                np.testing.assert_array_equal(xg, xa)
+    assert [y for _, y in alone[0]] != [y for _, y in alone[1]]  # a new order each epoch
+    assert sorted(sum((y for _, y in alone[0]), [])) == list(range(13))
+    assert _no_workers_left()
+
+
+class _Info(Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        info = get_worker_info()
+        # a fusegrad op in the worker: its kernels run in the forked process
+        return {"i": fg.tensor(float(i)) * 2, "id": info.id, "n": info.num_workers, "tag": _tag}
+
+
+_tag = "parent"
+
+
+def _set_tag(worker_id):
+    global _tag
+    _tag = f"init{worker_id}"
+
+
+def test_worker_info_init_fn_and_collate_fn():
+    assert get_worker_info() is None
+    loader = DataLoader(
+        _Info(),
+        batch_size=2,
+        num_workers=2,
+        worker_init_fn=_set_tag,
+        collate_fn=lambda samples: [(s["i"].item(), s["id"], s["n"], s["tag"]) for s in samples],
+    )
+    assert list(loader) == [
+        [(0.0, 0, 2, "init0"), (2.0, 0, 2, "init0")],
+        [(4.0, 1, 2, "init1"), (6.0, 1, 2, "init1")],
+    ]
+    default = list(DataLoader(_Info(), batch_size=2, num_workers=1, pin_memory=True))
+    assert default[1]["i"].tolist() == [4.0, 6.0] and default[1]["id"].tolist() == [0, 0]
+    assert _tag == "parent" and _no_workers_left()
+
+
+class _Failing(Dataset):
+    def __init__(self, kind):
+        self.kind = kind
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        if i == 2:
+            if self.kind == "key":
+                raise KeyError("missing")
+            if self.kind == "sleep":
+                time.sleep(0.8)
+            if self.kind == "die":
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise ValueError(f"bad sample {i}")
+        return np.float32(i)
+
+
+def test_a_worker_error_is_raised_again_with_its_traceback():
+    it = iter(DataLoader(_Failing("value"), batch_size=2, num_workers=2))
+    assert next(it).tolist() == [0.0, 1.0]
+    with pytest.raises(ValueError) as e:
+        next(it)
+    text = str(e.value)
+    assert text.startswith("Caught ValueError in DataLoader worker process 1.\nOriginal Traceback")
+    assert "in __getitem__" in text and text.rstrip().endswith("ValueError: bad sample 2")
+    with pytest.raises(StopIteration):
+        next(it)
+    with pytest.raises(KeyError, match="Caught KeyError in DataLoader worker process 0"):
+        list(DataLoader(_Failing("key"), batch_size=1, num_workers=1))
+    assert _no_workers_left()
+
+
+def test_timeout_and_a_dead_worker_raise_and_leave_no_process():
+    with pytest.raises(RuntimeError, match=r"DataLoader timed out after 0.2 seconds"):
+        list(DataLoader(_Failing("sleep"), batch_size=2, num_workers=2, timeout=0.2))
+    with pytest.raises(RuntimeError, match=r"DataLoader worker \(pid\(s\) \d+\) exited"):
+        list(DataLoader(_Failing("die"), batch_size=2, num_workers=2))
+    it = iter(DataLoader(_Failing("value"), batch_size=1, num_workers=2))
+    next(it)
+    del it  # an abandoned epoch stops its workers
+    assert _no_workers_left()
+
+
+def test_loader_argument_checks():
+    ds = TensorDataset(np.arange(4))
+    with pytest.raises(ValueError, match="prefetch_factor option could only be specified"):
+        DataLoader(ds, prefetch_factor=2)
+    with pytest.raises(ValueError, match="persistent_workers option needs num_workers > 0"):
+        DataLoader(ds, persistent_workers=True)
+    with pytest.raises(ValueError, match="num_workers option should be non-negative"):
+        DataLoader(ds, num_workers=-1)
+    with pytest.raises(ValueError, match="batch_sampler option is mutually exclusive"):
+        DataLoader(ds, batch_size=2, batch_sampler=[[0, 1]])
+
+
+def test_samplers_and_batch_sampler():
+    assert list(SequentialSampler(range(3))) == [0, 1, 2]
+    g = fg.Generator().manual_seed(3)
+    first, second = (
+        list(RandomSampler(range(6), generator=g)),
+        list(RandomSampler(range(6), generator=g)),
+    )
+    assert sorted(first) == sorted(second) == list(range(6)) and first != second
+    g.manual_seed(3)
+    assert list(RandomSampler(range(6), generator=g)) == first  # the generator decides
+    many = list(RandomSampler(range(3), num_samples=7, generator=g))
+    assert len(many) == 7 and sorted(many[:3]) == sorted(many[3:6]) == [0, 1, 2]
+    drawn = list(RandomSampler(range(3), replacement=True, num_samples=20, generator=g))
+    assert len(drawn) == 20 and set(drawn) <= {0, 1, 2}
+    assert sorted(SubsetRandomSampler([5, 7, 9], generator=g)) == [5, 7, 9]
+    bs = BatchSampler(SequentialSampler(range(5)), batch_size=2, drop_last=True)
+    assert list(bs) == [[0, 1], [2, 3]] and len(bs) == 2
+    with pytest.raises(ValueError, match="batch_size should be a positive integer"):
+        BatchSampler(range(3), 0, False)
+    ds = TensorDataset(np.arange(10, 15))
+    loader = DataLoader(ds, batch_sampler=[[4, 0], [1, 2, 3]])
+    assert _labels(loader) == [[14, 10], [11, 12, 13]] and len(loader) == 2
+    s = RandomSampler(ds, generator=fg.Generator().manual_seed(1))
+    assert sorted(sum(_labels(DataLoader(ds, batch_size=2, sampler=s)), [])) == list(range(10, 15))
+
+
+def test_concat_dataset():
+    a, b = TensorDataset(np.arange(3)), TensorDataset(np.arange(10, 12))
+    ds = ConcatDataset([a, b])
+    assert len(ds) == 5 and ds.cumulative_sizes == [3, 5]
+    assert [ds[i][0].item() for i in (0, 2, 3, 4, -1, -5)] == [0, 2, 10, 11, 11, 0]
+    with pytest.raises(ValueError, match="absolute value of index should not exceed"):
+        ds[-6]
+    with pytest.raises(IndexError):
+        ds[5]
+    assert len(a + b) == 5 and isinstance(a + b, ConcatDataset)
+    assert _labels(DataLoader(ds, batch_size=2)) == [[0, 1], [2, 10], [11]]
