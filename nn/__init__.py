@@ -37,11 +37,13 @@ from .activations import (
     Softplus,
     Softsign,
 )
-from .adaptive import AdaptiveAvgPool1d, AdaptiveAvgPool2d
+from .adaptive import AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool1d, AdaptiveMaxPool2d
 from .attention import MultiheadAttention
 from .containers import ModuleDict, ModuleList, ParameterList, Sequential
 from .conv import AvgPool1d, AvgPool2d, Conv1d, Conv2d, MaxPool1d, MaxPool2d
+from .conv3d import AvgPool3d, Conv3d, MaxPool3d
 from .conv_transpose import ConvTranspose1d, ConvTranspose2d
+from .fold import Fold, MaxUnpool1d, MaxUnpool2d, MaxUnpool3d, Unfold
 from .layers import (
     CosineSimilarity,
     Dropout,
@@ -86,6 +88,16 @@ from .upsample import Upsample
 __all__ = [
     "AdaptiveAvgPool1d",
     "AdaptiveAvgPool2d",
+    "AdaptiveMaxPool1d",
+    "AdaptiveMaxPool2d",
+    "AvgPool3d",
+    "Conv3d",
+    "MaxPool3d",
+    "Fold",
+    "Unfold",
+    "MaxUnpool1d",
+    "MaxUnpool2d",
+    "MaxUnpool3d",
     "ModuleDict",
     "ParameterList",
     "MultiheadAttention",

@@ -551,7 +551,12 @@ from .activations import (  # noqa: E402, F401
     softplus,
     softsign,
 )
-from .adaptive import adaptive_avg_pool1d, adaptive_avg_pool2d  # noqa: E402, F401
+from .adaptive import (  # noqa: E402, F401
+    adaptive_avg_pool1d,
+    adaptive_avg_pool2d,
+    adaptive_max_pool1d,
+    adaptive_max_pool2d,
+)
 from .attention import scaled_dot_product_attention  # noqa: E402, F401
 from .conv import (  # noqa: E402, F401  (re-exported)
     avg_pool1d,
@@ -561,7 +566,9 @@ from .conv import (  # noqa: E402, F401  (re-exported)
     max_pool1d,
     max_pool2d,
 )
+from .conv3d import avg_pool3d, conv3d, max_pool3d  # noqa: E402, F401
 from .conv_transpose import conv_transpose1d, conv_transpose2d  # noqa: E402, F401
+from .fold import fold, max_unpool1d, max_unpool2d, max_unpool3d, unfold  # noqa: E402, F401
 from .normalization import batch_norm, group_norm, layer_norm, normalize  # noqa: E402, F401
 from .padding import pad  # noqa: E402, F401
 from .upsample import interpolate  # noqa: E402, F401
