@@ -41,7 +41,9 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
     mode 'constant' fills with `value` (0 by default; negative amounts crop);
     'reflect' mirrors without repeating the edge, 'replicate' repeats the edge
     and 'circular' wraps around. Those three pad the last 1 to 3 axes of a
-    2-D to 5-D input (PyTorch's rule), with non-negative amounts.
+    2-D to 5-D input (PyTorch's rule). A negative amount crops, as torch's: 'reflect' and
+    'replicate' pad the whole axis and then crop, 'circular' crops and then wraps the rest
+    (`pad([1, 2, 3, 4], (-1, 2), 'circular')` is [2, 3, 4, 2, 3]).
     """
     if mode not in _MODES:
         raise NotImplementedError(
@@ -66,8 +68,6 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
             f"pad: mode '{mode}' pads the last 1 to 3 dims of a 2-D to 5-D input "
             f"(({n}+1)-D or ({n}+2)-D for {len(pad)} pad values), got shape {input.shape}"
         )
-    if any(int(p) < 0 for p in pad):
-        raise NotImplementedError(f"pad: negative padding {tuple(pad)} with mode '{mode}'")
     out = input
     for k in range(n):
         dim = input.ndim - 1 - k
@@ -80,6 +80,8 @@ def _pad_axis(x: Tensor, dim: int, before: int, after: int, mode: str) -> Tensor
     size = x.shape[dim]
     if not before and not after:
         return x
+    if before < 0 or after < 0:
+        return _crop_and_pad_axis(x, dim, before, after, mode)
     if mode == "reflect" and (before >= size or after >= size):
         fail(
             ShapeError,
@@ -115,6 +117,32 @@ def _pad_axis(x: Tensor, dim: int, before: int, after: int, mode: str) -> Tensor
         else:
             pieces.append(_take(x, dim, 0, after))
     return cat(pieces, dim)
+
+
+def _crop_and_pad_axis(x: Tensor, dim: int, before: int, after: int, mode: str) -> Tensor:
+    """A pad with a negative amount, which crops that side (torch's order of the two)."""
+    size = x.shape[dim]
+    if mode == "circular":  # crop, then wrap what is left
+        if size + min(before, 0) + min(after, 0) < 0:
+            fail(
+                ShapeError,
+                "pad",
+                f"Negative padding value is resulting in an empty dimension: padding "
+                f"({before}, {after}) of dim {dim} of shape {x.shape}",
+            )
+        kept = _take(x, dim, max(-before, 0), size - max(-after, 0))
+        return _pad_axis(kept, dim, max(before, 0), max(after, 0), mode)
+    if size + before + after <= 0:
+        fail(
+            ShapeError,
+            "pad",
+            f"input (W: {size}) is too small. Calculated output W: {size + before + after} "
+            f"(padding ({before}, {after}) of dim {dim} of shape {x.shape})",
+        )
+    # pad the whole axis, then crop
+    padded = _pad_axis(x, dim, max(before, 0), max(after, 0), mode)
+    full = padded.shape[dim]
+    return _take(padded, dim, max(-before, 0), full - max(-after, 0))
 
 
 # ---------------------------------------------------------------- modules
