@@ -585,6 +585,42 @@ def atan2(y, x):
 arctan2 = atan2
 
 
+def hypot(a, b):
+    """sqrt(a^2 + b^2) without overflow or underflow: inf where either is inf (a NaN beside
+    it too), as torch.hypot; the gradient is a / hypot and b / hypot (NaN at (0, 0), as
+    torch's).
+
+    >>> import fusegrad as fg
+    >>> fg.hypot(fg.tensor([3.0, 1e30]), fg.tensor([4.0, 1e30])).tolist()
+    [5.0, 1.4142135130433894e+30]
+    """
+    a = _tensor(a, "hypot")
+    a, b = a._operands(b, "hypot")
+    a, b = a._float(), b._float()
+    xa, xb = _f64(a).abs(), _f64(b).abs()
+    big, small = xa.maximum(xb), xa.minimum(xb)
+    ratio = small / _where(big == 0, 1.0, big)
+    res = _where((xa == math.inf) | (xb == math.inf), math.inf, big * (1 + ratio * ratio).sqrt())
+    out = _back(res, a)
+    return _with_grad(out, [(a, a / out), (b, b / out)])
+
+
+def xlogy(x, y):
+    """x * log(y), 0 where x is 0 (NaN where y is NaN), as torch.xlogy. The gradient is
+    log(y) for x (0 where x is 0 and y <= 0) and x / y for y, torch's.
+
+    >>> import fusegrad as fg
+    >>> fg.xlogy(fg.tensor([0.0, 0.0, 2.0]), fg.tensor([0.0, float("nan"), 1.0])).tolist()
+    [0.0, nan, 0.0]
+    """
+    x = _tensor(x, "xlogy")
+    x, y = x._operands(y, "xlogy")
+    x, y = x._float(), y._float()
+    res = _where(isnan(y), y, _where(x == 0, 0.0, x * y.log()))
+    dx = _where((x == 0) & (y <= 0), 0.0, y.log())
+    return _with_grad(res, [(x, dx), (y, x / y)])
+
+
 def asin(x):
     """atan2(x, sqrt((1 - x)(1 + x))); NaN outside [-1, 1]."""
     xf = x._float()
@@ -1004,6 +1040,8 @@ METHODS = {
     "atan": atan,
     "arctan": atan,
     "atan2": atan2,
+    "hypot": hypot,
+    "xlogy": xlogy,
     "arctan2": atan2,
     "asin": asin,
     "arcsin": asin,
