@@ -613,12 +613,22 @@ def xlogy(x, y):
     >>> fg.xlogy(fg.tensor([0.0, 0.0, 2.0]), fg.tensor([0.0, float("nan"), 1.0])).tolist()
     [0.0, nan, 0.0]
     """
+    from .extend import custom_gradient
+
     x = _tensor(x, "xlogy")
     x, y = x._operands(y, "xlogy")
     x, y = x._float(), y._float()
-    res = _where(isnan(y), y, _where(x == 0, 0.0, x * y.log()))
-    dx = _where((x == 0) & (y <= 0), 0.0, y.log())
-    return _with_grad(res, [(x, dx), (y, x / y)])
+
+    def value(a, b):
+        return _where(isnan(b), b, _where(a == 0, 0.0, a * b.log()))
+
+    def rule(g, x, y):  # torch's: xlogy(g, y), not g * log(y), so a zero g gives 0 there
+        return [_where((x == 0) & (y <= 0), 0.0, value(g, y)), g * x / y]
+
+    res = value(x, y)
+    if not (x.requires_grad or y.requires_grad):
+        return res
+    return custom_gradient(res, [x, y], rule, own_node=True)
 
 
 def asin(x):

@@ -69,6 +69,12 @@ from .losses import (
     NLLLoss,
     SmoothL1Loss,
 )
+from .losses_more import (
+    CosineEmbeddingLoss,
+    MarginRankingLoss,
+    PairwiseDistance,
+    TripletMarginLoss,
+)
 from .module import Module, Parameter, load, save
 from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
 from .padding import (
@@ -98,6 +104,10 @@ __all__ = [
     "MaxUnpool1d",
     "MaxUnpool2d",
     "MaxUnpool3d",
+    "CosineEmbeddingLoss",
+    "MarginRankingLoss",
+    "PairwiseDistance",
+    "TripletMarginLoss",
     "ModuleDict",
     "ParameterList",
     "MultiheadAttention",

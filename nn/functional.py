@@ -283,7 +283,8 @@ def kl_div(
     log_target: bool = False,
 ) -> Tensor:
     """KL(target || exp(input)) pointwise: target (log target - input), 0 where target is 0
-    (or exp(target) (target - input) with `log_target`); reduction "batchmean" divides the
+    and NaN where it is negative, as torch's (or exp(target) (target - input) with
+    `log_target`); reduction "batchmean" divides the
     sum by the batch size, the true KL divergence ("mean" averages every element, as
     torch's, which warns about it).
 
@@ -295,10 +296,8 @@ def kl_div(
         raise ValueError(f"{reduction} is not a valid value for reduction")
     if log_target:
         pointwise = target.exp() * (target - input)
-    else:
-        positive = target > 0
-        pointwise = where(positive, target * where(positive, target, 1.0).log(), 0.0)
-        pointwise = pointwise - target * input
+    else:  # torch's xlogy: 0 where target is 0 (its gradient there NaN), NaN where negative
+        pointwise = target.xlogy(target) - target * input
     if reduction == "batchmean":
         total = pointwise.sum()
         return total / input.shape[0] if input.ndim else total
@@ -569,6 +568,12 @@ from .conv import (  # noqa: E402, F401  (re-exported)
 from .conv3d import avg_pool3d, conv3d, max_pool3d  # noqa: E402, F401
 from .conv_transpose import conv_transpose1d, conv_transpose2d  # noqa: E402, F401
 from .fold import fold, max_unpool1d, max_unpool2d, max_unpool3d, unfold  # noqa: E402, F401
+from .losses_more import (  # noqa: E402, F401
+    cosine_embedding_loss,
+    margin_ranking_loss,
+    pairwise_distance,
+    triplet_margin_loss,
+)
 from .normalization import batch_norm, group_norm, layer_norm, normalize  # noqa: E402, F401
 from .padding import pad  # noqa: E402, F401
 from .upsample import interpolate  # noqa: E402, F401

@@ -309,7 +309,7 @@ EXCLUDED: dict[str, str] = {
     **dict.fromkeys(_names("fg", "randint_like"), _RANDOM),
     # issue 31's pooling and sliding blocks: maxima, sums and moves, against torch's values
     # and gradients in tests/nn/test_pool3d_fold.py; hypot and xlogy at their special points
-    # in tests/frontend/test_hypot_xlogy.py
+    # in tests/frontend/test_hypot_xlogy.py, the distance losses in tests/nn/test_losses_more.py
     **dict.fromkeys(
         _names(
             "F",
@@ -319,6 +319,12 @@ EXCLUDED: dict[str, str] = {
         _MOVES,
     ),
     **dict.fromkeys(_names("Tensor", "hypot xlogy"), _SPECIAL_ELSEWHERE),
+    **dict.fromkeys(
+        _names(
+            "F", "cosine_embedding_loss margin_ranking_loss pairwise_distance triplet_margin_loss"
+        ),
+        _SPECIAL_ELSEWHERE,
+    ),
     **dict.fromkeys(_names("Tensor", "hypot_ xlogy_"), _INPLACE),
 }
 
