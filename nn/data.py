@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
@@ -46,8 +47,8 @@ __all__ = [
 class Dataset:
     """A map-style dataset: subclasses define `__getitem__(i)` and `__len__()`.
 
-    A subclass may also define `__getitems__(indices)` returning a whole batch
-    at once (as `TensorDataset` does); the DataLoader then uses it.
+    A subclass may also define `__getitems__(indices)` returning the list of those
+    samples at once; the DataLoader then uses it (and collates the list, as torch's).
     """
 
     def __getitem__(self, index):
@@ -98,8 +99,8 @@ class Subset(Dataset):
         self.dataset, self.indices = dataset, list(indices)
 
     def __getitem__(self, index):
-        if isinstance(index, (list, tuple)):
-            return [self.dataset[self.indices[i]] for i in index]
+        if isinstance(index, list):  # as torch's: the dataset is asked for the list
+            return self.dataset[[self.indices[i] for i in index]]
         return self.dataset[self.indices[index]]
 
     def __len__(self) -> int:
@@ -120,10 +121,19 @@ def random_split(dataset: Dataset, lengths: Sequence, generator=None) -> list[Su
     n = len(dataset)
     lengths = list(lengths)
     if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:
+        for i, f in enumerate(lengths):
+            if f < 0 or f > 1:
+                raise ValueError(f"Fraction at index {i} is not between 0 and 1")
         sizes = [int(math.floor(n * f)) for f in lengths]
         for i in range(n - sum(sizes)):
             sizes[i % len(sizes)] += 1
         lengths = sizes
+        for i, k in enumerate(lengths):
+            if k == 0:
+                warnings.warn(
+                    f"Length of split at index {i} is 0. This might result in an empty dataset.",
+                    stacklevel=2,
+                )
     if sum(lengths) != n:
         raise ValueError("Sum of input lengths does not equal the length of the input dataset!")
     if isinstance(generator, np.random.Generator):
@@ -162,6 +172,8 @@ class TensorDataset(Dataset):
         return tuple(
             _to_tensor(np.asarray(a[index]), keep) for a, keep in zip(self.arrays, self._dtype_kept)
         )
+
+    _getitems_collates = True  # __getitems__ gives the batch itself, not a list of samples
 
     def __getitems__(self, indices: Sequence[int]):
         idx = np.asarray(indices, dtype=np.int64)
@@ -341,10 +353,14 @@ class _Fetcher:
         if not self.batched:  # no batching: samples one by one, as torch does
             sample = self.dataset[int(indices)]
             return sample if self.collate_fn is None else self.collate_fn(sample)
-        if self.collate_fn is None and hasattr(self.dataset, "__getitems__"):
-            return self.dataset.__getitems__(np.asarray(indices, dtype=np.int64))
-        samples = [self.dataset[int(i)] for i in indices]
-        return (self.collate_fn or default_collate)(samples)
+        collate = self.collate_fn or default_collate
+        getitems = getattr(self.dataset, "__getitems__", None)
+        if getattr(self.dataset, "_getitems_collates", False):
+            if self.collate_fn is None:  # TensorDataset's batch is one gather per tensor
+                return getitems(np.asarray(indices, dtype=np.int64))
+        elif callable(getitems):  # torch's habit: a list of samples, then collated
+            return collate(getitems(list(indices)))
+        return collate([self.dataset[int(i)] for i in indices])
 
 
 class DistributedSampler:

@@ -187,3 +187,29 @@ def test_concat_dataset():
         ds[5]
     assert len(a + b) == 5 and isinstance(a + b, ConcatDataset)
     assert _labels(DataLoader(ds, batch_size=2)) == [[0, 1], [2, 10], [11]]
+
+
+class _Many(Dataset):
+    """torch's habit: __getitems__ returns a list of samples, which the loader collates."""
+
+    def __len__(self):
+        return 5
+
+    def __getitem__(self, i):
+        return (np.float32(i), i * 10)
+
+    def __getitems__(self, indices):
+        return [(np.float32(i), i * 10) for i in indices]
+
+
+def test_getitems_samples_are_collated_and_subset_and_random_split_as_torch():
+    batches = list(DataLoader(_Many(), batch_size=3))
+    assert [b[1].tolist() for b in batches] == [[0, 10, 20], [30, 40]]
+    assert batches[0][0].dtype == fg.float32
+    sub = fg.data.Subset(TensorDataset(np.arange(10, 20)), [3, 1, 4])
+    assert sub[[0, 2]][0].tolist() == [13, 14]  # the dataset is asked for the list
+    with pytest.raises(ValueError, match="Fraction at index 0 is not between 0 and 1"):
+        fg.data.random_split(range(10), [1.5, -0.5])
+    with pytest.warns(UserWarning, match="Length of split at index 0 is 0"):
+        parts = fg.data.random_split(range(10), [0.0, 1.0])
+    assert [len(p) for p in parts] == [0, 10]
