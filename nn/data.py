@@ -14,6 +14,7 @@ full-size batch runs the same cached schedule.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -30,6 +31,7 @@ __all__ = [
     "ConcatDataset",
     "DataLoader",
     "Dataset",
+    "IterableDataset",
     "DistributedSampler",
     "RandomSampler",
     "Sampler",
@@ -59,6 +61,18 @@ class Dataset:
 
     def __add__(self, other: Dataset) -> ConcatDataset:
         return ConcatDataset([self, other])
+
+
+class IterableDataset(Dataset):
+    """A dataset that is a stream: subclasses define `__iter__` (as torch's). With
+    `num_workers=N` each worker iterates its own copy, so a dataset that should not repeat
+    itself splits the stream by `get_worker_info()`."""
+
+    def __iter__(self):
+        raise NotImplementedError(f"{type(self).__name__} must define __iter__")
+
+    def __len__(self) -> int:  # a stream has no length unless its class gives one
+        raise TypeError(f"object of type '{type(self).__name__}' has no len()")
 
 
 class ConcatDataset(Dataset):
@@ -276,10 +290,23 @@ class DataLoader:
             batch_size, drop_last = None, False
         if generator is None and seed is not None:
             generator = np.random.default_rng(seed)
-        if sampler is None:
+        self._iterable = isinstance(dataset, IterableDataset)
+        if self._iterable:
+            for name, given in (("shuffle", shuffle), ("sampler", sampler)):
+                if given:
+                    raise ValueError(
+                        f"DataLoader with IterableDataset: expected unspecified {name} option, "
+                        f"but got {name}={given}"
+                    )
+            if batch_sampler is not None:
+                raise ValueError(
+                    "DataLoader with IterableDataset: expected unspecified batch_sampler "
+                    f"option, but got batch_sampler={batch_sampler}"
+                )
+        elif sampler is None:
             sampler = RandomSampler(dataset, generator=generator) if shuffle else None
             sampler = sampler or SequentialSampler(dataset)
-        if batch_size is not None and batch_sampler is None:
+        if batch_size is not None and batch_sampler is None and not self._iterable:
             batch_sampler = BatchSampler(sampler, batch_size, drop_last)
         self.dataset = dataset
         self.batch_size = batch_size
@@ -300,12 +327,22 @@ class DataLoader:
         self._pool = None
 
     def __len__(self) -> int:
+        if self._iterable:  # the dataset's length if it has one (TypeError if not), as torch
+            n = len(self.dataset)
+            if self.batch_size is None:
+                return n
+            return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
         if self.batch_sampler is not None:
             return len(self.batch_sampler)
         return len(self.sampler)
 
     def _index_batches(self) -> Iterator:
-        """The epoch's batches of indices (single indices when batch_size is None)."""
+        """The epoch's batches of indices (single indices when batch_size is None); for an
+        IterableDataset, the epoch's number for each batch, which resets the workers'
+        streams."""
+        if self._iterable:
+            self._epochs = getattr(self, "_epochs", 0) + 1
+            return itertools.repeat(self._epochs)
         if self.batch_sampler is not None:
             return iter(self.batch_sampler)
         return iter(self.sampler)
@@ -316,6 +353,8 @@ class DataLoader:
         # torch's), so that the batches of every epoch are those of num_workers=0
         seed = int(creation.host_rng(self.generator).integers(2**62))
         if self.num_workers == 0:
+            if self._iterable:
+                return self._fetcher.batches()
             return (self._fetcher(indices) for indices in batches)
         pool = self._pool
         if pool is None or pool.closed:
@@ -335,7 +374,9 @@ class DataLoader:
         )
 
     @property
-    def _fetcher(self) -> _Fetcher:
+    def _fetcher(self):
+        if self._iterable:
+            return _StreamFetcher(self.dataset, self.collate_fn, self.batch_size, self.drop_last)
         return _Fetcher(self.dataset, self.collate_fn, self.batch_sampler is not None)
 
     def __del__(self):
@@ -361,6 +402,34 @@ class _Fetcher:
         elif callable(getitems):  # torch's habit: a list of samples, then collated
             return collate(getitems(list(indices)))
         return collate([self.dataset[int(i)] for i in indices])
+
+
+class _StreamFetcher:
+    """The next batch of an IterableDataset's stream (in the main process or in a worker,
+    which keeps the stream between calls); StopIteration when it runs out."""
+
+    def __init__(self, dataset, collate_fn, batch_size, drop_last: bool):
+        self.dataset, self.collate_fn = dataset, collate_fn
+        self.batch_size, self.drop_last = batch_size, drop_last
+        self.stream, self.epoch = None, None
+
+    def __call__(self, epoch):
+        if self.stream is None or epoch != self.epoch:
+            self.stream, self.epoch = iter(self.dataset), epoch
+        if self.batch_size is None:
+            sample = next(self.stream)
+            return sample if self.collate_fn is None else self.collate_fn(sample)
+        samples = list(itertools.islice(self.stream, self.batch_size))
+        if not samples or (self.drop_last and len(samples) < self.batch_size):
+            raise StopIteration
+        return (self.collate_fn or default_collate)(samples)
+
+    def batches(self) -> Iterator:
+        while True:
+            try:
+                yield self(None)
+            except StopIteration:
+                return
 
 
 class DistributedSampler:

@@ -93,6 +93,13 @@ class _WorkerError:
             exception = None
 
 
+class _Exhausted:
+    """A worker's answer when its stream (an IterableDataset) has no batch left."""
+
+    def __init__(self, worker_id: int):
+        self.worker_id = worker_id
+
+
 class _KeyErrorMessage(str):
     def __repr__(self):
         return str(self)
@@ -167,6 +174,8 @@ def _worker_loop(fetch, dataset, index_queue, result_queue, worker_id, num_worke
         else:
             try:
                 data = _to_host(fetch(indices))
+            except StopIteration:  # this worker's copy of an IterableDataset ran out
+                data = _Exhausted(worker_id)
             except Exception as e:
                 data = _WorkerError(worker_id, e)
         # pickled here, not in the queue's feeder thread, where a failure would be lost
@@ -287,17 +296,25 @@ class WorkerIterator:
         self.sent = 0
         self.next_index = 0
         self.done = {}
+        self.active = [True] * pool.num_workers  # False once a worker's stream ran out
+        self.next_worker = 0
         self.lock = forksafe.Lock()
         for _ in range(prefetch_factor * pool.num_workers):
             if not self._send_one():
                 break
 
     def _send_one(self) -> bool:
+        if not any(self.active):
+            return False
         try:
             index, indices = next(self.batches)
         except StopIteration:
             return False
-        self.pool.send(index % self.pool.num_workers, (self.epoch, index), indices)
+        n = self.pool.num_workers
+        while not self.active[self.next_worker]:  # round-robin over the workers left
+            self.next_worker = (self.next_worker + 1) % n
+        self.pool.send(self.next_worker, (self.epoch, index), indices)
+        self.next_worker = (self.next_worker + 1) % n
         self.sent += 1
         return True
 
@@ -306,16 +323,20 @@ class WorkerIterator:
 
     def __next__(self):
         with self.lock:
-            if self.pool.closed or self.next_index >= self.sent:
-                self._finish()
-                raise StopIteration
-            while not self._ready():
-                (epoch, index), data = self.pool.receive()
-                if epoch == self.epoch:
-                    self.done[index] = data
-            index = self.next_index if self.in_order else next(iter(self.done))
-            data = self.done.pop(index)
-            self.next_index += 1
+            while True:
+                if self.pool.closed or self.next_index >= self.sent:
+                    self._finish()
+                    raise StopIteration
+                while not self._ready():
+                    (epoch, index), data = self.pool.receive()
+                    if epoch == self.epoch:
+                        self.done[index] = data
+                index = self.next_index if self.in_order else next(iter(self.done))
+                data = self.done.pop(index)
+                self.next_index += 1
+                if not isinstance(data, _Exhausted):
+                    break
+                self.active[data.worker_id] = False  # and its later answers say the same
             self._send_one()
         if isinstance(data, _WorkerError):
             data.reraise()

@@ -213,3 +213,28 @@ def test_getitems_samples_are_collated_and_subset_and_random_split_as_torch():
     with pytest.warns(UserWarning, match="Length of split at index 0 is 0"):
         parts = fg.data.random_split(range(10), [0.0, 1.0])
     assert [len(p) for p in parts] == [0, 10]
+
+
+class _Stream(fg.data.IterableDataset):
+    def __iter__(self):
+        info = get_worker_info()  # each worker takes every num_workers-th number
+        start, step = (0, 1) if info is None else (info.id, info.num_workers)
+        return iter(range(start, 11, step))
+
+
+def test_iterable_dataset_in_workers_interleaves_as_torch():
+    # torch's batches: each worker batches its own stream; the loader takes them in turn
+    # and drops a worker once its stream is done
+    two = DataLoader(_Stream(), batch_size=3, num_workers=2, persistent_workers=True)
+    for _ in range(2):
+        assert [b.tolist() for b in two] == [[0, 2, 4], [1, 3, 5], [6, 8, 10], [7, 9]]
+    three = DataLoader(_Stream(), batch_size=2, num_workers=3, drop_last=True)
+    assert [b.tolist() for b in three] == [[0, 3], [1, 4], [2, 5], [6, 9], [7, 10]]
+    alone = DataLoader(_Stream(), batch_size=4)
+    assert [b.tolist() for b in alone] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10]]
+    with pytest.raises(ValueError, match="expected unspecified shuffle option"):
+        DataLoader(_Stream(), shuffle=True)
+    with pytest.raises(TypeError):
+        len(alone)
+    del two
+    assert _no_workers_left()
