@@ -35,9 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import creation
-from ..ir.dtypes import to_dtype
-from ..runtime import forksafe
+from .. import creation, devices
+from ..errors import checked_dtype
 from ..tensor import Tensor
 
 # how often a wait for a batch looks whether a worker died, in seconds
@@ -114,11 +113,9 @@ class _HostTensor:
         self.device = str(t.device)
 
     def rebuild(self) -> Tensor:
-        t = creation.from_numpy(self.array.reshape(self.array.shape))
-        dtype = to_dtype(self.dtype)
-        if t.dtype is not dtype:
-            t = t.to(dtype)
-        return t if str(t.device) == self.device else t.to(self.device)
+        t = creation.from_numpy(self.array.reshape(self.array.shape), device=self.device)
+        dtype = checked_dtype(self.dtype, "DataLoader")
+        return t if t.dtype is dtype else t.to(dtype)
 
 
 def _to_host(obj):
@@ -148,6 +145,9 @@ def _from_host(obj):
 def _worker_loop(fetch, dataset, index_queue, result_queue, worker_id, num_workers, seed, init_fn):
     """The body of a worker process: fetch each batch whose indices arrive, until None."""
     global _worker_info
+    if not devices.is_host(devices.default_name()):
+        # a GPU does not survive a fork: a worker's tensors are the CPU's, as torch's
+        devices.set_default_device(None)
     random.seed(seed)
     np.random.seed(seed % 2**32)
     creation.manual_seed(seed)
@@ -298,7 +298,6 @@ class WorkerIterator:
         self.done = {}
         self.active = [True] * pool.num_workers  # False once a worker's stream ran out
         self.next_worker = 0
-        self.lock = forksafe.Lock()
         for _ in range(prefetch_factor * pool.num_workers):
             if not self._send_one():
                 break
@@ -322,22 +321,21 @@ class WorkerIterator:
         return self
 
     def __next__(self):
-        with self.lock:
-            while True:
-                if self.pool.closed or self.next_index >= self.sent:
-                    self._finish()
-                    raise StopIteration
-                while not self._ready():
-                    (epoch, index), data = self.pool.receive()
-                    if epoch == self.epoch:
-                        self.done[index] = data
-                index = self.next_index if self.in_order else next(iter(self.done))
-                data = self.done.pop(index)
-                self.next_index += 1
-                if not isinstance(data, _Exhausted):
-                    break
-                self.active[data.worker_id] = False  # and its later answers say the same
-            self._send_one()
+        while True:
+            if self.pool.closed or self.next_index >= self.sent:
+                self._finish()
+                raise StopIteration
+            while not self._ready():
+                (epoch, index), data = self.pool.receive()
+                if epoch == self.epoch:
+                    self.done[index] = data
+            index = self.next_index if self.in_order else next(iter(self.done))
+            data = self.done.pop(index)
+            self.next_index += 1
+            if not isinstance(data, _Exhausted):
+                break
+            self.active[data.worker_id] = False  # and its later answers say the same
+        self._send_one()
         if isinstance(data, _WorkerError):
             data.reraise()
         return _from_host(data)
