@@ -464,10 +464,17 @@ class _ConvNd(_Module):
         dilation=1,
         groups: int = 1,
         bias: bool = True,
+        padding_mode: str = "zeros",
         dtype=None,
     ):
         super().__init__()
         name = f"Conv{self.n}d"
+        modes = ("zeros", "reflect", "replicate", "circular")
+        if padding_mode not in modes:
+            raise ValueError(
+                f"padding_mode must be one of {set(modes)}, but got padding_mode='{padding_mode}'"
+            )
+        self.padding_mode = padding_mode
         if in_channels % groups or out_channels % groups:
             fail(
                 ShapeError,
@@ -482,6 +489,14 @@ class _ConvNd(_Module):
             padding if isinstance(padding, str) else _tuple(padding, self.n, "padding", name)
         )
         self.dilation = _tuple(dilation, self.n, "dilation", name)
+        if self.padding == "same":
+            pads = _same_padding(self.kernel_size, self.dilation)
+        elif self.padding == "valid":
+            pads = [(0, 0)] * self.n
+        else:
+            pads = [(p, p) for p in self.padding]
+        # F.pad's order (the last dim first), for a padding_mode other than zeros
+        self._reversed_padding_repeated_twice = [v for pair in reversed(pads) for v in pair]
         self.weight = _uninitialized(
             out_channels, in_channels // groups, *self.kernel_size, dtype=dtype
         )
@@ -513,7 +528,18 @@ class _ConvNd(_Module):
             s += f", groups={self.groups}"
         if self.bias is None:
             s += ", bias=False"
+        if self.padding_mode != "zeros":
+            s += f", padding_mode={self.padding_mode}"
         return s
+
+    def _padded_input(self, x):
+        """x and the padding left for the convolution: a padding_mode other than 'zeros'
+        pads here with F.pad's mode, and the convolution pads no more (as torch's)."""
+        if self.padding_mode == "zeros":
+            return x, self.padding
+        from .padding import pad
+
+        return pad(x, self._reversed_padding_repeated_twice, self.padding_mode), 0
 
 
 class Conv1d(_ConvNd):
@@ -522,9 +548,8 @@ class Conv1d(_ConvNd):
     n = 1
 
     def forward(self, x):
-        return conv1d(
-            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
-        )
+        x, padding = self._padded_input(x)
+        return conv1d(x, self.weight, self.bias, self.stride, padding, self.dilation, self.groups)
 
 
 class Conv2d(_ConvNd):
@@ -533,9 +558,8 @@ class Conv2d(_ConvNd):
     n = 2
 
     def forward(self, x):
-        return conv2d(
-            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
-        )
+        x, padding = self._padded_input(x)
+        return conv2d(x, self.weight, self.bias, self.stride, padding, self.dilation, self.groups)
 
 
 class _PoolNd(_Module):

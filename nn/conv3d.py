@@ -79,9 +79,8 @@ class Conv3d(_ConvNd):
     n = 3
 
     def forward(self, x):
-        return conv3d(
-            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
-        )
+        x, padding = self._padded_input(x)
+        return conv3d(x, self.weight, self.bias, self.stride, padding, self.dilation, self.groups)
 
 
 class MaxPool3d(_PoolNd):

@@ -256,3 +256,23 @@ def test_max_pool3d_ties_and_avg_pool3d():
             ]
         ],
     )
+
+
+@pytest.mark.parametrize(
+    "mode, out, x_grad, w_grad",
+    [
+        ("reflect", [7.0, 2.0, 1.0, 11.0, -2.0, 5.0], [2.0, 4.0, 4.0, 2.0], [12.0, 12.0, 12.0]),
+        ("circular", [1.0, -1.0, 1.0, 11.0, 1.0, -1.0], [3.0, 1.0, 3.0, 5.0], [9.0, 6.0, 9.0]),
+    ],
+)
+def test_conv_padding_mode(mode, out, x_grad, w_grad):
+    conv = nn.Conv1d(1, 1, 3, padding=2, padding_mode=mode, bias=False, dtype=fg.float64)
+    conv.weight.data = fg.tensor([[[1.0, 2.0, -1.0]]], dtype=fg.float64)
+    x = _t([[[1.0, 2.0, 4.0, -1.0]]])
+    y = conv(x)
+    y.sum().backward()
+    assert y.tolist() == [[out]] and x.grad.tolist() == [[x_grad]]
+    assert conv.weight.grad.tolist() == [[w_grad]]
+    assert repr(conv).endswith(f"bias=False, padding_mode={mode})")
+    with pytest.raises(ValueError, match="padding_mode must be one of"):
+        nn.Conv2d(1, 1, 3, padding_mode="bad")
