@@ -197,12 +197,32 @@ class ZeroPad1d(ConstantPad1d):
     def __init__(self, padding):
         super().__init__(padding, 0.0)
 
+    def extra_repr(self) -> str:  # torch's: the padding alone
+        return f"{self.padding}"
+
 
 class ZeroPad2d(ConstantPad2d):
     """Pad the last two axes with zeros, as torch.nn.ZeroPad2d."""
 
     def __init__(self, padding):
         super().__init__(padding, 0.0)
+
+    extra_repr = ZeroPad1d.extra_repr
+
+
+class ConstantPad3d(_ConstantPadNd):
+    """Pad the last three axes with a constant, as torch.nn.ConstantPad3d."""
+
+    n = 3
+
+
+class ZeroPad3d(ConstantPad3d):
+    """Pad the last three axes with zeros, as torch.nn.ZeroPad3d."""
+
+    def __init__(self, padding):
+        super().__init__(padding, 0.0)
+
+    extra_repr = ZeroPad1d.extra_repr
 
 
 class ReflectionPad1d(_PadNd):
@@ -233,3 +253,21 @@ class CircularPad2d(_PadNd):
     """Wrap-around padding of the last two axes, as torch.nn.CircularPad2d."""
 
     n, mode = 2, "circular"
+
+
+class ReflectionPad3d(_PadNd):
+    """Mirror padding of the last three axes, as torch.nn.ReflectionPad3d."""
+
+    n, mode = 3, "reflect"
+
+
+class ReplicationPad3d(_PadNd):
+    """Edge-repeating padding of the last three axes, as torch.nn.ReplicationPad3d."""
+
+    n, mode = 3, "replicate"
+
+
+class CircularPad3d(_PadNd):
+    """Wrap-around padding of the last three axes, as torch.nn.CircularPad3d."""
+
+    n, mode = 3, "circular"

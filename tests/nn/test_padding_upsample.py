@@ -343,3 +343,19 @@ def test_embedding_padding_idx_row_gets_no_gradient():
     assert nn.Embedding(5, 3, padding_idx=-1).padding_idx == 4
     with pytest.raises(AssertionError, match="Padding_idx"):
         nn.Embedding(5, 3, padding_idx=5)
+
+
+@pytest.mark.parametrize(
+    "module, np_mode",
+    [
+        (nn.ReflectionPad3d((1, 2, 1, 0, 2, 1)), "reflect"),
+        (nn.ReplicationPad3d((1, 2, 1, 0, 2, 1)), "edge"),
+        (nn.CircularPad3d((1, 2, 1, 0, 2, 1)), "wrap"),
+        (nn.ZeroPad3d((1, 2, 1, 0, 2, 1)), "constant"),
+    ],
+)
+def test_3d_padding_modules_as_numpy(module, np_mode):
+    x = np.arange(2 * 3 * 3 * 4, dtype=np.float32).reshape(1, 2, 3, 3, 4)
+    want = np.pad(x, [(0, 0), (0, 0), (2, 1), (1, 0), (1, 2)], mode=np_mode)
+    np.testing.assert_array_equal(module(fg.tensor(x)).numpy(), want)
+    assert repr(module).endswith("((1, 2, 1, 0, 2, 1))")  # torch's repr: the padding alone
