@@ -213,6 +213,8 @@ def default_collate(samples: list):
         return list(samples)
     if isinstance(first, dict):
         return {k: default_collate([s[k] for s in samples]) for k in first}
+    if isinstance(first, tuple) and hasattr(first, "_fields"):  # a namedtuple stays one
+        return type(first)(*(default_collate(list(field)) for field in zip(*samples)))
     if isinstance(first, (tuple, list)):
         return type(first)(default_collate(list(field)) for field in zip(*samples))
     if isinstance(first, Tensor):

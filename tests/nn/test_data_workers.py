@@ -238,3 +238,11 @@ def test_iterable_dataset_in_workers_interleaves_as_torch():
         len(alone)
     del two
     assert _no_workers_left()
+
+
+def test_default_collate_keeps_a_namedtuple():
+    import collections
+
+    pair = collections.namedtuple("pair", "x y")
+    batch = fg.data.default_collate([pair(np.float32(1), 2), pair(np.float32(3), 4)])
+    assert type(batch) is pair and batch.x.tolist() == [1.0, 3.0] and batch.y.tolist() == [2, 4]
