@@ -246,3 +246,16 @@ def test_default_collate_keeps_a_namedtuple():
     pair = collections.namedtuple("pair", "x y")
     batch = fg.data.default_collate([pair(np.float32(1), 2), pair(np.float32(3), 4)])
     assert type(batch) is pair and batch.x.tolist() == [1.0, 3.0] and batch.y.tolist() == [2, 4]
+
+
+@pytest.mark.parametrize(
+    "name, args", [("rand_like", ()), ("randn_like", ()), ("randint_like", (9,))]
+)
+def test_the_like_draws_take_a_generator(name, args):
+    x = fg.zeros(5)
+    g = fg.Generator().manual_seed(3)
+    first = getattr(fg, name)(x, *args, generator=g).tolist()
+    g.manual_seed(3)
+    fg.rand(2)  # the global stream moves; the generator's does not
+    assert getattr(fg, name)(x, *args, generator=g).tolist() == first
+    assert getattr(fg, name)(x, *args, generator=g).tolist() != first  # and it advances
