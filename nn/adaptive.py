@@ -129,6 +129,12 @@ def adaptive_max_pool2d(input: Tensor, output_size, return_indices: bool = False
     return _adaptive_max_pool(input, output_size, 2, return_indices, "adaptive_max_pool2d")
 
 
+def adaptive_max_pool3d(input: Tensor, output_size, return_indices: bool = False):
+    """Max over (N, C, D, H, W) or (C, D, H, W) into an `output_size` grid; with
+    `return_indices`, also each maximum's flat index into its D*H*W volume."""
+    return _adaptive_max_pool(input, output_size, 3, return_indices, "adaptive_max_pool3d")
+
+
 def adaptive_avg_pool1d(input: Tensor, output_size) -> Tensor:
     """Average over (N, C, L) or (C, L) into `output_size` cells along L."""
     return _adaptive_avg_pool(input, output_size, 1, "adaptive_avg_pool1d")
@@ -138,6 +144,11 @@ def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:
     """Average over (N, C, H, W) or (C, H, W) into an `output_size` grid (an int, a pair,
     or a pair with None to keep that size)."""
     return _adaptive_avg_pool(input, output_size, 2, "adaptive_avg_pool2d")
+
+
+def adaptive_avg_pool3d(input: Tensor, output_size) -> Tensor:
+    """Average over (N, C, D, H, W) or (C, D, H, W) into an `output_size` grid."""
+    return _adaptive_avg_pool(input, output_size, 3, "adaptive_avg_pool3d")
 
 
 class AdaptiveAvgPool1d(Module):
@@ -164,6 +175,11 @@ class AdaptiveAvgPool2d(Module):
         return f"output_size={self.output_size}"
 
 
+class AdaptiveAvgPool3d(AdaptiveAvgPool2d):
+    def forward(self, input):
+        return adaptive_avg_pool3d(input, self.output_size)
+
+
 class AdaptiveMaxPool1d(Module):
     def __init__(self, output_size, return_indices: bool = False):
         super().__init__()
@@ -179,3 +195,8 @@ class AdaptiveMaxPool1d(Module):
 class AdaptiveMaxPool2d(AdaptiveMaxPool1d):
     def forward(self, input):
         return adaptive_max_pool2d(input, self.output_size, self.return_indices)
+
+
+class AdaptiveMaxPool3d(AdaptiveMaxPool1d):
+    def forward(self, input):
+        return adaptive_max_pool3d(input, self.output_size, self.return_indices)

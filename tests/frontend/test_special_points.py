@@ -313,7 +313,8 @@ EXCLUDED: dict[str, str] = {
     **dict.fromkeys(
         _names(
             "F",
-            "adaptive_max_pool1d adaptive_max_pool2d avg_pool3d conv3d fold max_pool3d "
+            "adaptive_avg_pool3d adaptive_max_pool1d adaptive_max_pool2d adaptive_max_pool3d "
+            "avg_pool3d conv3d fold max_pool3d "
             "max_unpool1d max_unpool2d max_unpool3d unfold",
         ),
         _MOVES,

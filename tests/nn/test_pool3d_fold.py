@@ -276,3 +276,19 @@ def test_conv_padding_mode(mode, out, x_grad, w_grad):
     assert repr(conv).endswith(f"bias=False, padding_mode={mode})")
     with pytest.raises(ValueError, match="padding_mode must be one of"):
         nn.Conv2d(1, 1, 3, padding_mode="bad")
+
+
+def test_adaptive_pools_3d():
+    x = _t((np.arange(24) * 7 % 11).reshape(1, 1, 2, 3, 4))
+    v, i = nn.AdaptiveMaxPool3d((1, 2, 3), return_indices=True)(x)
+    a = F.adaptive_avg_pool3d(x, (2, 2, 3))
+    (v.sum() + a.sum()).backward()
+    assert v.numpy().ravel().tolist() == [9.0, 10.0, 10.0, 9.0, 9.0, 9.0]
+    assert i.numpy().ravel().tolist() == [17, 14, 3, 17, 6, 6]  # the first maximum on ties
+    assert a.numpy().ravel().tolist() == [
+        3.75, 5.25, 6.75, 4.25, 5.75, 4.5, 5.25, 6.75, 5.5, 5.75, 4.5, 3.25
+    ]  # fmt: skip
+    assert x.grad.numpy().ravel().tolist() == [
+        0.25, 0.5, 0.5, 1.25, 0.5, 1.0, 3.0, 0.5, 0.25, 0.5, 0.5, 0.25,
+        0.25, 0.5, 1.5, 0.25, 0.5, 3.0, 1.0, 0.5, 0.25, 0.5, 0.5, 0.25,
+    ]  # fmt: skip
