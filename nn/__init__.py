@@ -48,7 +48,7 @@ from .adaptive import (
 from .attention import MultiheadAttention
 from .containers import ModuleDict, ModuleList, ParameterList, Sequential
 from .conv import AvgPool1d, AvgPool2d, Conv1d, Conv2d, MaxPool1d, MaxPool2d
-from .conv3d import AvgPool3d, Conv3d, MaxPool3d
+from .conv3d import AvgPool3d, Conv3d, ConvTranspose3d, MaxPool3d
 from .conv_transpose import ConvTranspose1d, ConvTranspose2d
 from .fold import Fold, MaxUnpool1d, MaxUnpool2d, MaxUnpool3d, Unfold
 from .layers import (
@@ -112,6 +112,7 @@ __all__ = [
     "AdaptiveMaxPool3d",
     "AvgPool3d",
     "Conv3d",
+    "ConvTranspose3d",
     "MaxPool3d",
     "Fold",
     "Unfold",

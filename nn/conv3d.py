@@ -1,5 +1,5 @@
-"""3-D convolution and pooling over (N, C, D, H, W): conv.py's n-dimensional builders
-with n = 3, and their modules, as torch's.
+"""3-D convolution, transposed convolution and pooling over (N, C, D, H, W): conv.py's
+and conv_transpose.py's n-dimensional builders with n = 3, and their modules, as torch's.
 
 >>> import fusegrad as fg
 >>> from fusegrad.nn.conv3d import avg_pool3d, conv3d
@@ -14,12 +14,24 @@ from __future__ import annotations
 from ..errors import one_site
 from ..tensor import Tensor
 from .conv import _AvgPoolNd, _ConvNd, _convnd, _PoolNd, _poolnd
+from .conv_transpose import _conv_transposend, _ConvTransposeNd
 
 
 @one_site
 def conv3d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1) -> Tensor:
     """3-D convolution over (N, C, D, H, W) with PyTorch's semantics (padding may be 'same')."""
     return _convnd(x, weight, bias, stride, padding, dilation, groups, 3, "conv3d")
+
+
+@one_site
+def conv_transpose3d(
+    input, weight, bias=None, stride=1, padding=0, output_padding=0, groups: int = 1, dilation=1
+) -> Tensor:
+    """3-D transposed convolution over (N, C, D, H, W); weight is (in, out/groups, kd, kh, kw)."""
+    return _conv_transposend(
+        input, weight, bias, stride, padding, output_padding, groups, dilation, 3,
+        "conv_transpose3d",
+    )  # fmt: skip
 
 
 @one_site
@@ -81,6 +93,24 @@ class Conv3d(_ConvNd):
     def forward(self, x):
         x, padding = self._padded_input(x)
         return conv3d(x, self.weight, self.bias, self.stride, padding, self.dilation, self.groups)
+
+
+class ConvTranspose3d(_ConvTransposeNd):
+    """3-D transposed convolution layer, as torch.nn.ConvTranspose3d."""
+
+    n = 3
+
+    def forward(self, input):
+        return conv_transpose3d(
+            input,
+            self.weight,
+            self.bias,
+            self.stride,
+            self.padding,
+            self.output_padding,
+            self.groups,
+            self.dilation,
+        )
 
 
 class MaxPool3d(_PoolNd):

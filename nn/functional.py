@@ -567,7 +567,7 @@ from .conv import (  # noqa: E402, F401  (re-exported)
     max_pool1d,
     max_pool2d,
 )
-from .conv3d import avg_pool3d, conv3d, max_pool3d  # noqa: E402, F401
+from .conv3d import avg_pool3d, conv3d, conv_transpose3d, max_pool3d  # noqa: E402, F401
 from .conv_transpose import conv_transpose1d, conv_transpose2d  # noqa: E402, F401
 from .fold import fold, max_unpool1d, max_unpool2d, max_unpool3d, unfold  # noqa: E402, F401
 from .losses_more import (  # noqa: E402, F401

@@ -314,7 +314,7 @@ EXCLUDED: dict[str, str] = {
         _names(
             "F",
             "adaptive_avg_pool3d adaptive_max_pool1d adaptive_max_pool2d adaptive_max_pool3d "
-            "avg_pool3d conv3d fold max_pool3d "
+            "avg_pool3d conv3d conv_transpose3d fold max_pool3d "
             "max_unpool1d max_unpool2d max_unpool3d unfold",
         ),
         _MOVES,

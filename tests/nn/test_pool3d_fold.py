@@ -292,3 +292,17 @@ def test_adaptive_pools_3d():
         0.25, 0.5, 0.5, 1.25, 0.5, 1.0, 3.0, 0.5, 0.25, 0.5, 0.5, 0.25,
         0.25, 0.5, 1.5, 0.25, 0.5, 3.0, 1.0, 0.5, 0.25, 0.5, 0.5, 0.25,
     ]  # fmt: skip
+
+
+def test_conv_transpose3d():
+    x = _t([[[[[1.0, 2.0]], [[3.0, -1.0]]]]])
+    w = _t([[[[[1.0, -2.0]], [[0.5, 1.0]]]]])
+    y = F.conv_transpose3d(x, w, stride=(2, 1, 2), padding=(0, 0, 1))
+    y.sum().backward()
+    assert y.shape == (1, 1, 4, 1, 2)
+    assert y.numpy().ravel().tolist() == [-2.0, 2.0, 1.0, 1.0, -6.0, -1.0, 3.0, -0.5]
+    assert x.grad.numpy().ravel().tolist() == [-1.0, 1.5, -1.0, 1.5]
+    assert w.grad.numpy().ravel().tolist() == [1.0, 4.0, 1.0, 4.0]
+    layer = nn.ConvTranspose3d(2, 4, (2, 3, 2), stride=2, groups=2)
+    assert layer.weight.shape == (2, 2, 2, 3, 2)
+    assert layer(fg.ones(1, 2, 2, 2, 2)).shape == (1, 4, 4, 5, 4)
