@@ -349,4 +349,3 @@ def grad(
         g = core.Tensor(node, requires_grad=create_graph, leaf=not create_graph)
         result.append(on_leaf_grad(x, g) if LEAF_HOOKS else g)  # (a leaf's hooks, as torch)
     return tuple(result)
-

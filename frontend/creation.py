@@ -522,20 +522,24 @@ def randn(*size, generator=None, dtype=None, requires_grad: bool = False, device
     return _finish(z.cast(dt).node, requires_grad)
 
 
-def rand_like(t: Tensor, dtype=None, device=None) -> Tensor:
-    return rand(t.shape, dtype=dtype or t.dtype, device=_like(t, device))
+def rand_like(t: Tensor, dtype=None, device=None, *, generator=None) -> Tensor:
+    return rand(t.shape, generator=generator, dtype=dtype or t.dtype, device=_like(t, device))
 
 
-def randn_like(t: Tensor, dtype=None, device=None) -> Tensor:
-    return randn(t.shape, dtype=dtype or t.dtype, device=_like(t, device))
+def randn_like(t: Tensor, dtype=None, device=None, *, generator=None) -> Tensor:
+    return randn(t.shape, generator=generator, dtype=dtype or t.dtype, device=_like(t, device))
 
 
-def randint_like(t: Tensor, low: int = 0, high: int | None = None, *, dtype=None, device=None):
+def randint_like(
+    t: Tensor, low: int = 0, high: int | None = None, *, dtype=None, device=None, generator=None
+):
     """Integers uniform in [low, high) in t's shape and dtype (`randint_like(t, high)`
     draws from [0, high)), as torch.randint_like."""
     if high is None:
         low, high = 0, low
-    return randint(low, high, t.shape, dtype=dtype or t.dtype, device=_like(t, device))
+    return randint(
+        low, high, t.shape, generator=generator, dtype=dtype or t.dtype, device=_like(t, device)
+    )
 
 
 def seed() -> int:

@@ -38,7 +38,7 @@ import numpy as np
 from . import core
 from .creation import host_table, tensor
 from .creation import index_arange as arange
-from .errors import ArgumentError, DTypeError, IndexingError, ShapeError, fail
+from .errors import ArgumentError, DTypeError, IndexingError, ShapeError, fail, warn_user
 from .extend import custom_gradient
 from .ir import node as N
 from .ir.autodiff import own_node, with_vjp
@@ -60,7 +60,8 @@ def _tensor_cls():
 
 
 def _is_advanced(i) -> bool:
-    return isinstance(i, (_tensor_cls(), list, np.ndarray, bool, np.bool_))
+    # a tuple inside the index is a list of positions: x[(0, 1), (2, 2)] is x[[0, 1], [2, 2]]
+    return isinstance(i, (_tensor_cls(), list, tuple, np.ndarray, bool, np.bool_))
 
 
 def needs_general(index) -> bool:
@@ -157,8 +158,8 @@ def _entries(x, index, op: str):
             raw.append(i)
         elif isinstance(i, (bool, np.bool_)):
             raw.append(("bool0", bool(i)))
-        elif isinstance(i, (Tensor, list, np.ndarray)):
-            t = _as_index(i, op)
+        elif isinstance(i, (Tensor, list, tuple, np.ndarray)):
+            t = _as_index(list(i) if isinstance(i, tuple) else i, op)
             raw.append(("bool", t) if t.dtype.is_bool else ("idx", t))
         elif hasattr(i, "__index__"):
             raw.append(("int", int(i)))
@@ -231,8 +232,28 @@ def _entries(x, index, op: str):
     return out
 
 
+def _list_as_tuple(index):
+    """A list index holding a sequence, tensor, slice, None or ... is read as a tuple of
+    indices, as torch's (and old numpy's) rule has it: `x[[[0, 1], [1, 0]]]` is
+    `x[[0, 1], [1, 0]]`, `x[[t0, t1]]` is `x[t0, t1]`; torch warns that this will change."""
+    if not isinstance(index, list) or len(index) >= 32:
+        return index
+    Tensor = _tensor_cls()
+    for i in index:
+        if isinstance(i, (Tensor, list, tuple, np.ndarray, slice)) or i is None or i is Ellipsis:
+            warn_user(
+                "Using a non-tuple sequence for multidimensional indexing is deprecated and "
+                "will be changed in pytorch 2.9; use x[tuple(seq)] instead of x[seq]. In "
+                "pytorch 2.9 this will be interpreted as tensor index, x[torch.tensor(seq)], "
+                "which will result either in an error or a different result"
+            )
+            return tuple(index)
+    return index
+
+
 def getitem(x, index):
     """`x[index]` for any mix of ints, slices (any step), None, ..., tensors, lists and masks."""
+    index = _list_as_tuple(index)
     entries = _entries(x, index, "index")
     # 1. views: flip the axes sliced with a negative step, then slice, select, add new axes
     flips = [

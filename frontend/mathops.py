@@ -27,6 +27,7 @@ import numpy as np
 
 from . import core
 from .errors import ArgumentError, DTypeError, ShapeError, fail
+from .extend import custom_gradient
 from .ir import node as N
 from .ir.autodiff import own_node, with_vjp, without_derivative
 from .ir.dtypes import bool_, float64, int64, promote_scalar
@@ -578,6 +579,50 @@ def atan2(y, x):
 arctan2 = atan2
 
 
+def hypot(a, b):
+    """sqrt(a^2 + b^2) without overflow or underflow: inf where either is inf (a NaN beside
+    it too), as torch.hypot; the gradient is a / hypot and b / hypot (NaN at (0, 0), as
+    torch's).
+
+    >>> import fusegrad as fg
+    >>> fg.hypot(fg.tensor([3.0, 1e30]), fg.tensor([4.0, 1e30])).tolist()
+    [5.0, 1.4142135130433894e+30]
+    """
+    a = _tensor(a, "hypot")
+    a, b = a._operands(b, "hypot")
+    a, b = a._float(), b._float()
+    xa, xb = _f64(a).abs(), _f64(b).abs()
+    big, small = xa.maximum(xb), xa.minimum(xb)
+    ratio = small / _where(big == 0, 1.0, big)
+    res = _where((xa == math.inf) | (xb == math.inf), math.inf, big * (1 + ratio * ratio).sqrt())
+    out = _back(res, a)
+    return _with_grad(out, [(a, a / out), (b, b / out)])
+
+
+def xlogy(x, y):
+    """x * log(y), 0 where x is 0 (NaN where y is NaN), as torch.xlogy. The gradient is
+    log(y) for x (0 where x is 0 and y <= 0) and x / y for y, torch's.
+
+    >>> import fusegrad as fg
+    >>> fg.xlogy(fg.tensor([0.0, 0.0, 2.0]), fg.tensor([0.0, float("nan"), 1.0])).tolist()
+    [0.0, nan, 0.0]
+    """
+    x = _tensor(x, "xlogy")
+    x, y = x._operands(y, "xlogy")
+    x, y = x._float(), y._float()
+
+    def value(a, b):
+        return _where(isnan(b), b, _where(a == 0, 0.0, a * b.log()))
+
+    def rule(g, x, y):  # torch's: xlogy(g, y), not g * log(y), so a zero g gives 0 there
+        return [_where((x == 0) & (y <= 0), 0.0, value(g, y)), g * x / y]
+
+    res = value(x, y)
+    if not (x.requires_grad or y.requires_grad):
+        return res
+    return custom_gradient(res, [x, y], rule, own_node=True)
+
+
 def asin(x):
     """atan2(x, sqrt((1 - x)(1 + x))); NaN outside [-1, 1]."""
     xf = x._float()
@@ -964,6 +1009,7 @@ def _primitive(op: Ops):
 # t.exp(), fg.exp(t), ...: one per row of ir/ops.py's MATH (integers compute in float32)
 PRIMITIVES = {MATH[op].name: _primitive(op) for op in MATH}
 
+
 def fmax(a, b):
     """The elementwise maximum where a NaN loses to a number (NaN only where both are),
     as torch.fmax; the gradient goes to the one chosen, to `a` at a tie (as torch's).
@@ -1024,6 +1070,8 @@ METHODS = {
     "atan": atan,
     "arctan": atan,
     "atan2": atan2,
+    "hypot": hypot,
+    "xlogy": xlogy,
     "arctan2": atan2,
     "asin": asin,
     "arcsin": asin,

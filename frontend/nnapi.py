@@ -37,7 +37,9 @@ from .creation import (
     from_numpy,
     full,
     host_rng,
+    host_table,
     index_arange,
+    manual_seed,
     ones,
     rand,
     randperm,
@@ -48,7 +50,9 @@ from .creation import (
 )
 
 # devices: the arguments of Module.to, parsed as Tensor.to parses them
-from .devices import to_arguments
+from .devices import default_name as default_device_name
+from .devices import is_host as is_host_device
+from .devices import set_default_device, to_arguments
 
 # errors, raised at the user's line
 from .errors import (
@@ -57,12 +61,16 @@ from .errors import (
     JitError,
     ShapeError,
     at_callers_site,
+    checked_dtype,
     fail,
     one_site,
 )
 
 # ops beyond Tensor's methods (see fusegrad.extend)
 from .extend import custom_gradient, gather_rows, host_data, materialize
+
+# the values of a small index tensor, read on the host (fold's checks)
+from .indexing import host_values
 
 # the jit's hooks: what a module or an optimizer tells a recording
 from .jit import guard, note_module, note_parameter, note_write, on_replay, track
@@ -88,6 +96,13 @@ from .tensor import Tensor, hardtanh_values, realize, where
 from .tensor_hooks import hooked_together
 
 __all__ = [
+    "host_table",
+    "set_default_device",
+    "manual_seed",
+    "is_host_device",
+    "host_values",
+    "default_device_name",
+    "checked_dtype",
     "DTypeError",
     "FusegradError",
     "JitError",

@@ -37,11 +37,20 @@ from .activations import (
     Softplus,
     Softsign,
 )
-from .adaptive import AdaptiveAvgPool1d, AdaptiveAvgPool2d
+from .adaptive import (
+    AdaptiveAvgPool1d,
+    AdaptiveAvgPool2d,
+    AdaptiveAvgPool3d,
+    AdaptiveMaxPool1d,
+    AdaptiveMaxPool2d,
+    AdaptiveMaxPool3d,
+)
 from .attention import MultiheadAttention
 from .containers import ModuleDict, ModuleList, ParameterList, Sequential
 from .conv import AvgPool1d, AvgPool2d, Conv1d, Conv2d, MaxPool1d, MaxPool2d
+from .conv3d import AvgPool3d, Conv3d, ConvTranspose3d, MaxPool3d
 from .conv_transpose import ConvTranspose1d, ConvTranspose2d
+from .fold import Fold, MaxUnpool1d, MaxUnpool2d, MaxUnpool3d, Unfold
 from .layers import (
     CosineSimilarity,
     Dropout,
@@ -67,19 +76,30 @@ from .losses import (
     NLLLoss,
     SmoothL1Loss,
 )
+from .losses_more import (
+    CosineEmbeddingLoss,
+    MarginRankingLoss,
+    PairwiseDistance,
+    TripletMarginLoss,
+)
 from .module import Module, Parameter, load, save
 from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
 from .padding import (
     CircularPad1d,
     CircularPad2d,
+    CircularPad3d,
     ConstantPad1d,
     ConstantPad2d,
+    ConstantPad3d,
     ReflectionPad1d,
     ReflectionPad2d,
+    ReflectionPad3d,
     ReplicationPad1d,
     ReplicationPad2d,
+    ReplicationPad3d,
     ZeroPad1d,
     ZeroPad2d,
+    ZeroPad3d,
 )
 from .transformer import (
     Transformer,
@@ -93,6 +113,23 @@ from .upsample import Upsample
 __all__ = [
     "AdaptiveAvgPool1d",
     "AdaptiveAvgPool2d",
+    "AdaptiveMaxPool1d",
+    "AdaptiveMaxPool2d",
+    "AdaptiveAvgPool3d",
+    "AdaptiveMaxPool3d",
+    "AvgPool3d",
+    "Conv3d",
+    "ConvTranspose3d",
+    "MaxPool3d",
+    "Fold",
+    "Unfold",
+    "MaxUnpool1d",
+    "MaxUnpool2d",
+    "MaxUnpool3d",
+    "CosineEmbeddingLoss",
+    "MarginRankingLoss",
+    "PairwiseDistance",
+    "TripletMarginLoss",
     "ModuleDict",
     "ParameterList",
     "MultiheadAttention",
@@ -155,6 +192,11 @@ __all__ = [
     "Tanh",
     "CircularPad1d",
     "CircularPad2d",
+    "CircularPad3d",
+    "ConstantPad3d",
+    "ReflectionPad3d",
+    "ReplicationPad3d",
+    "ZeroPad3d",
     "ConstantPad1d",
     "ConstantPad2d",
     "ConvTranspose1d",

@@ -35,6 +35,7 @@ from ..nnapi import index_arange as arange
 from . import init
 from .correlate import correlate, correlated_shape, dilate, int_tuple, padded
 from .module import Module, placeholder_parameter
+from .padding import pad
 
 
 def _same_padding(kernel, dilation) -> list[tuple[int, int]]:
@@ -46,7 +47,7 @@ def _same_padding(kernel, dilation) -> list[tuple[int, int]]:
     return out
 
 
-def _convnd(
+def convnd(
     x: Tensor, weight: Tensor, bias, stride, padding, dilation, groups: int, n: int, op: str
 ) -> Tensor:
     if x.ndim not in (n + 1, n + 2):
@@ -56,7 +57,7 @@ def _convnd(
             f"expected a {n + 2}-D (batched) or {n + 1}-D input, got shape {x.shape}",
         )
     if x.ndim == n + 1:
-        return _convnd(x.unsqueeze(0), weight, bias, stride, padding, dilation, groups, n, op)[0]
+        return convnd(x.unsqueeze(0), weight, bias, stride, padding, dilation, groups, n, op)[0]
     if weight.ndim != n + 2:
         fail(
             ShapeError,
@@ -146,16 +147,16 @@ def _conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str):
 @one_site
 def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1) -> Tensor:
     """1-D convolution over (N, C, L) with PyTorch's semantics (padding may be 'same')."""
-    return _convnd(x, weight, bias, stride, padding, dilation, groups, 1, "conv1d")
+    return convnd(x, weight, bias, stride, padding, dilation, groups, 1, "conv1d")
 
 
 @one_site
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1) -> Tensor:
     """2-D convolution over (N, C, H, W) with PyTorch's semantics (padding may be 'same')."""
-    return _convnd(x, weight, bias, stride, padding, dilation, groups, 2, "conv2d")
+    return convnd(x, weight, bias, stride, padding, dilation, groups, 2, "conv2d")
 
 
-def _poolnd(
+def poolnd(
     x: Tensor,
     kernel_size,
     stride,
@@ -206,7 +207,7 @@ def _poolnd(
     if kind == "max":
         best = win.amax(axes)
         if best.requires_grad:
-            best = _first_max_gradient(win, best, n)
+            best = first_max_gradient(win, best, n)
         if not return_indices:
             return best
         return best, _argmax_indices(win, best, spatial, flat_pad, kernel, stride, dilation)
@@ -228,7 +229,7 @@ def _poolnd(
     return total / counts
 
 
-def _first_max_gradient(win: Tensor, out: Tensor, n: int) -> Tensor:
+def first_max_gradient(win: Tensor, out: Tensor, n: int) -> Tensor:
     """The pooled maxima `out` with torch's gradient: all of it to the first maximum of each
     window (in row-major window order), none to later ties; where the window holds a NaN, to
     its last NaN (torch's CPU kernel takes each NaN it meets)."""
@@ -289,7 +290,7 @@ def max_pool1d(
     return_indices: bool = False,
 ):
     """Max over sliding windows of the last axis; with return_indices, also their flat indices."""
-    return _poolnd(
+    return poolnd(
         x,
         kernel_size,
         stride,
@@ -318,7 +319,7 @@ def max_pool2d(
     With `return_indices`, also each maximum's flat index into its H*W plane
     (the first one on ties), as torch.nn.functional.max_pool2d.
     """
-    return _poolnd(
+    return poolnd(
         x,
         kernel_size,
         stride,
@@ -341,7 +342,7 @@ def avg_pool1d(
     count_include_pad: bool = True,
 ) -> Tensor:
     """Mean over sliding windows of the last axis."""
-    return _poolnd(
+    return poolnd(
         x,
         kernel_size,
         stride,
@@ -365,7 +366,7 @@ def avg_pool2d(
     divisor_override: int | None = None,
 ) -> Tensor:
     """Mean over sliding windows of the last two axes (stride defaults to kernel_size)."""
-    return _poolnd(
+    return poolnd(
         x,
         kernel_size,
         stride,
@@ -382,7 +383,7 @@ def avg_pool2d(
 # ---------------------------------------------------------------- modules
 
 
-class _ConvNd(Module):
+class ConvNd(Module):
     """Shared parts of Conv1d/Conv2d: PyTorch's parameters, initialisation and repr."""
 
     n = 0
@@ -397,10 +398,17 @@ class _ConvNd(Module):
         dilation=1,
         groups: int = 1,
         bias: bool = True,
+        padding_mode: str = "zeros",
         dtype=None,
     ):
         super().__init__()
         name = f"Conv{self.n}d"
+        modes = ("zeros", "reflect", "replicate", "circular")
+        if padding_mode not in modes:
+            raise ValueError(
+                f"padding_mode must be one of {set(modes)}, but got padding_mode='{padding_mode}'"
+            )
+        self.padding_mode = padding_mode
         if in_channels % groups or out_channels % groups:
             fail(
                 ShapeError,
@@ -415,6 +423,14 @@ class _ConvNd(Module):
             padding if isinstance(padding, str) else int_tuple(padding, self.n, "padding", name)
         )
         self.dilation = int_tuple(dilation, self.n, "dilation", name)
+        if self.padding == "same":
+            pads = _same_padding(self.kernel_size, self.dilation)
+        elif self.padding == "valid":
+            pads = [(0, 0)] * self.n
+        else:
+            pads = [(p, p) for p in self.padding]
+        # F.pad's order (the last dim first), for a padding_mode other than zeros
+        self._reversed_padding_repeated_twice = [v for pair in reversed(pads) for v in pair]
         self.weight = placeholder_parameter(
             out_channels, in_channels // groups, *self.kernel_size, dtype=dtype
         )
@@ -442,32 +458,39 @@ class _ConvNd(Module):
             s += f", groups={self.groups}"
         if self.bias is None:
             s += ", bias=False"
+        if self.padding_mode != "zeros":
+            s += f", padding_mode={self.padding_mode}"
         return s
 
+    def _padded_input(self, x):
+        """x and the padding left for the convolution: a padding_mode other than 'zeros'
+        pads here with F.pad's mode, and the convolution pads no more (as torch's)."""
+        if self.padding_mode == "zeros":
+            return x, self.padding
+        return pad(x, self._reversed_padding_repeated_twice, self.padding_mode), 0
 
-class Conv1d(_ConvNd):
+
+class Conv1d(ConvNd):
     """1-D convolution layer over (N, C, L), as torch.nn.Conv1d."""
 
     n = 1
 
     def forward(self, x):
-        return conv1d(
-            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
-        )
+        x, padding = self._padded_input(x)
+        return conv1d(x, self.weight, self.bias, self.stride, padding, self.dilation, self.groups)
 
 
-class Conv2d(_ConvNd):
+class Conv2d(ConvNd):
     """2-D convolution layer over (N, C, H, W), as torch.nn.Conv2d."""
 
     n = 2
 
     def forward(self, x):
-        return conv2d(
-            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
-        )
+        x, padding = self._padded_input(x)
+        return conv2d(x, self.weight, self.bias, self.stride, padding, self.dilation, self.groups)
 
 
-class _PoolNd(Module):
+class PoolNd(Module):
     n, kind = 2, "max"
 
     def __init__(
@@ -503,17 +526,17 @@ class _PoolNd(Module):
         )
 
 
-class MaxPool1d(_PoolNd):
+class MaxPool1d(PoolNd):
     """Max over sliding windows, as torch.nn.MaxPool1d."""
 
     n = 1
 
 
-class MaxPool2d(_PoolNd):
+class MaxPool2d(PoolNd):
     """Max over sliding windows, as torch.nn.MaxPool2d."""
 
 
-class _AvgPoolNd(Module):
+class AvgPoolNd(Module):
     n = 2
 
     def __init__(
@@ -555,7 +578,7 @@ class _AvgPoolNd(Module):
         return f"kernel_size={self.kernel_size}, stride={stride}, padding={self.padding}"
 
 
-class AvgPool1d(_AvgPoolNd):
+class AvgPool1d(AvgPoolNd):
     """Mean over sliding windows, as torch.nn.AvgPool1d."""
 
     n = 1
@@ -566,5 +589,5 @@ class AvgPool1d(_AvgPoolNd):
         super().__init__(kernel_size, stride, padding, ceil_mode, count_include_pad)
 
 
-class AvgPool2d(_AvgPoolNd):
+class AvgPool2d(AvgPoolNd):
     """Mean over sliding windows, as torch.nn.AvgPool2d."""

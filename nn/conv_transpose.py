@@ -27,13 +27,13 @@ from .correlate import correlate, dilate, int_tuple
 from .module import Module, placeholder_parameter
 
 
-def _conv_transposend(
+def conv_transposend(
     x: Tensor, weight, bias, stride, padding, output_padding, groups, dilation, n: int, op: str
 ) -> Tensor:
     if x.ndim not in (n + 1, n + 2):
         fail(ShapeError, op, f"expected a {n + 2}-D (batched) or {n + 1}-D input, got {x.shape}")
     if x.ndim == n + 1:
-        out = _conv_transposend(
+        out = conv_transposend(
             x.unsqueeze(0), weight, bias, stride, padding, output_padding, groups, dilation, n, op
         )
         return out[0]
@@ -98,7 +98,7 @@ def conv_transpose1d(
     input, weight, bias=None, stride=1, padding=0, output_padding=0, groups: int = 1, dilation=1
 ) -> Tensor:
     """1-D transposed convolution over (N, C, L); weight is (in, out/groups, k), as PyTorch."""
-    return _conv_transposend(
+    return conv_transposend(
         input, weight, bias, stride, padding, output_padding, groups, dilation, 1,
         "conv_transpose1d",
     )  # fmt: skip
@@ -111,13 +111,13 @@ def conv_transpose2d(
 
     Output size per axis: (in - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1.
     """
-    return _conv_transposend(
+    return conv_transposend(
         input, weight, bias, stride, padding, output_padding, groups, dilation, 2,
         "conv_transpose2d",
     )  # fmt: skip
 
 
-class _ConvTransposeNd(Module):
+class ConvTransposeNd(Module):
     n = 0
 
     def __init__(
@@ -193,13 +193,13 @@ class _ConvTransposeNd(Module):
         return s
 
 
-class ConvTranspose1d(_ConvTransposeNd):
+class ConvTranspose1d(ConvTransposeNd):
     """1-D transposed convolution layer, as torch.nn.ConvTranspose1d."""
 
     n = 1
 
 
-class ConvTranspose2d(_ConvTransposeNd):
+class ConvTranspose2d(ConvTransposeNd):
     """2-D transposed convolution layer, as torch.nn.ConvTranspose2d."""
 
     n = 2

@@ -13,25 +13,43 @@ full-size batch runs the same cached schedule.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
-from ..nnapi import (
-    Tensor,
-    distributed,
-    from_numpy,
-    host_rng,
-    randperm,
-)
+from ..nnapi import Tensor, distributed, from_numpy, host_rng, randperm
+from .data_workers import WorkerInfo, WorkerIterator, WorkerPool, get_worker_info
+from .samplers import BatchSampler, RandomSampler, Sampler, SequentialSampler, SubsetRandomSampler
+
+__all__ = [
+    "BatchSampler",
+    "ConcatDataset",
+    "DataLoader",
+    "Dataset",
+    "IterableDataset",
+    "DistributedSampler",
+    "RandomSampler",
+    "Sampler",
+    "SequentialSampler",
+    "Subset",
+    "SubsetRandomSampler",
+    "TensorDataset",
+    "WorkerInfo",
+    "default_collate",
+    "get_worker_info",
+    "random_split",
+]
 
 
 class Dataset:
     """A map-style dataset: subclasses define `__getitem__(i)` and `__len__()`.
 
-    A subclass may also define `__getitems__(indices)` returning a whole batch
-    at once (as `TensorDataset` does); the DataLoader then uses it.
+    A subclass may also define `__getitems__(indices)` returning the list of those
+    samples at once; the DataLoader then uses it (and collates the list, as torch's).
     """
 
     def __getitem__(self, index):
@@ -39,6 +57,52 @@ class Dataset:
 
     def __len__(self) -> int:
         raise NotImplementedError(f"{type(self).__name__} must define __len__")
+
+    def __add__(self, other: Dataset) -> ConcatDataset:
+        return ConcatDataset([self, other])
+
+
+class IterableDataset(Dataset):
+    """A dataset that is a stream: subclasses define `__iter__` (as torch's). With
+    `num_workers=N` each worker iterates its own copy, so a dataset that should not repeat
+    itself splits the stream by `get_worker_info()`."""
+
+    def __iter__(self):
+        raise NotImplementedError(f"{type(self).__name__} must define __iter__")
+
+    def __len__(self) -> int:  # a stream has no length unless its class gives one
+        raise TypeError(f"object of type '{type(self).__name__}' has no len()")
+
+
+class ConcatDataset(Dataset):
+    """The samples of several datasets one after the other, as torch's ConcatDataset.
+
+    >>> import numpy as np
+    >>> ds = ConcatDataset([TensorDataset(np.arange(3)), TensorDataset(np.arange(10, 12))])
+    >>> len(ds), ds[3][0].item(), ds[-1][0].item(), ds.cumulative_sizes
+    (5, 10, 11, [3, 5])
+    """
+
+    def __init__(self, datasets):
+        self.datasets = list(datasets)
+        if not self.datasets:
+            raise AssertionError("datasets should not be an empty iterable")
+        self.cumulative_sizes, total = [], 0
+        for d in self.datasets:
+            total += len(d)
+            self.cumulative_sizes.append(total)
+
+    def __len__(self) -> int:
+        return self.cumulative_sizes[-1] if self.cumulative_sizes else 0
+
+    def __getitem__(self, idx):
+        if idx < 0:
+            if -idx > len(self):
+                raise ValueError("absolute value of index should not exceed dataset length")
+            idx = len(self) + idx
+        which = bisect.bisect_right(self.cumulative_sizes, idx)
+        start = self.cumulative_sizes[which - 1] if which else 0
+        return self.datasets[which][idx - start]
 
 
 class Subset(Dataset):
@@ -48,8 +112,8 @@ class Subset(Dataset):
         self.dataset, self.indices = dataset, list(indices)
 
     def __getitem__(self, index):
-        if isinstance(index, (list, tuple)):
-            return [self.dataset[self.indices[i]] for i in index]
+        if isinstance(index, list):  # as torch's: the dataset is asked for the list
+            return self.dataset[[self.indices[i] for i in index]]
         return self.dataset[self.indices[index]]
 
     def __len__(self) -> int:
@@ -70,10 +134,19 @@ def random_split(dataset: Dataset, lengths: Sequence, generator=None) -> list[Su
     n = len(dataset)
     lengths = list(lengths)
     if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:
+        for i, f in enumerate(lengths):
+            if f < 0 or f > 1:
+                raise ValueError(f"Fraction at index {i} is not between 0 and 1")
         sizes = [int(math.floor(n * f)) for f in lengths]
         for i in range(n - sum(sizes)):
             sizes[i % len(sizes)] += 1
         lengths = sizes
+        for i, k in enumerate(lengths):
+            if k == 0:
+                warnings.warn(
+                    f"Length of split at index {i} is 0. This might result in an empty dataset.",
+                    stacklevel=2,
+                )
     if sum(lengths) != n:
         raise ValueError("Sum of input lengths does not equal the length of the input dataset!")
     if isinstance(generator, np.random.Generator):
@@ -113,6 +186,8 @@ class TensorDataset(Dataset):
             _to_tensor(np.asarray(a[index]), keep) for a, keep in zip(self.arrays, self._dtype_kept)
         )
 
+    _getitems_collates = True  # __getitems__ gives the batch itself, not a list of samples
+
     def __getitems__(self, indices: Sequence[int]):
         idx = np.asarray(indices, dtype=np.int64)
         return tuple(_to_tensor(a[idx], keep) for a, keep in zip(self.arrays, self._dtype_kept))
@@ -137,6 +212,8 @@ def default_collate(samples: list):
         return list(samples)
     if isinstance(first, dict):
         return {k: default_collate([s[k] for s in samples]) for k in first}
+    if isinstance(first, tuple) and hasattr(first, "_fields"):  # a namedtuple stays one
+        return type(first)(*(default_collate(list(field)) for field in zip(*samples)))
     if isinstance(first, (tuple, list)):
         return type(first)(default_collate(list(field)) for field in zip(*samples))
     if isinstance(first, Tensor):
@@ -145,81 +222,215 @@ def default_collate(samples: list):
 
 
 class DataLoader:
-    """Iterate over a dataset in batches of fusegrad tensors.
+    """Iterate over a dataset in batches of fusegrad tensors, as torch's DataLoader.
 
     `shuffle=True` draws a new permutation each epoch from `generator` (an
-    fg.Generator or a numpy Generator), or from `seed`, or else from the `fg.manual_seed` stream,
-    so runs are reproducible. `drop_last` drops a final short batch. A
-    `sampler` (an iterable of indices with a length, such as a
-    `DistributedSampler`) chooses the samples and their order instead.
+    fg.Generator or a numpy Generator), or from `seed`, or else from the `fg.manual_seed`
+    stream, so runs are reproducible. `drop_last` drops a final short batch. A
+    `sampler` (an iterable of indices with a length, such as a `DistributedSampler`)
+    chooses the samples and their order instead, or a `batch_sampler` the whole batches.
+
+    `num_workers=N` gathers the batches in N worker processes (see data_workers.py:
+    `prefetch_factor` batches per worker in flight, `persistent_workers` keeps them
+    across epochs, `worker_init_fn(worker_id)` runs in each, `timeout` bounds a wait);
+    the batches and their order are those of `num_workers=0`. fusegrad has no pinned
+    memory: `pin_memory` is accepted and changes nothing.
     """
 
     def __init__(
         self,
         dataset: Dataset,
         batch_size: int | None = 1,
-        shuffle: bool = False,
-        drop_last: bool = False,
-        collate_fn: Callable | None = None,
-        generator=None,
-        seed: int | None = None,
+        shuffle: bool | None = None,
         sampler=None,
+        batch_sampler=None,
         num_workers: int = 0,
+        collate_fn: Callable | None = None,
         pin_memory: bool = False,
-        persistent_workers: bool = False,
+        drop_last: bool = False,
+        timeout: float = 0,
+        worker_init_fn: Callable | None = None,
+        multiprocessing_context=None,
+        generator=None,
+        *,
         prefetch_factor: int | None = None,
+        persistent_workers: bool = False,
+        pin_memory_device: str = "",
+        in_order: bool = True,
+        seed: int | None = None,
     ):
-        # torch's worker and pinning options are accepted so that torch code runs unchanged:
-        # batches are gathered in this process (numpy fancy indexing, no kernels), and
-        # fusegrad has no pinned memory; the batches are the same
-        if num_workers < 0:
-            raise ValueError("num_workers option should be non-negative")
-        if batch_size is not None and batch_size <= 0:
-            raise ValueError(f"batch_size should be a positive integer, got {batch_size}")
+        if not isinstance(num_workers, int) or num_workers < 0:
+            raise ValueError(
+                "num_workers option should be non-negative; use num_workers=0 to disable "
+                "multiprocessing."
+            )
+        if timeout < 0:
+            raise ValueError("timeout option should be non-negative")
+        if num_workers == 0 and prefetch_factor is not None:
+            raise ValueError(
+                "prefetch_factor option could only be specified in multiprocessing."
+                "let num_workers > 0 to enable multiprocessing, otherwise set prefetch_factor "
+                "to None."
+            )
+        if prefetch_factor is not None and prefetch_factor < 0:
+            raise ValueError("prefetch_factor option should be non-negative")
+        if persistent_workers and num_workers == 0:
+            raise ValueError("persistent_workers option needs num_workers > 0")
+        if batch_size is not None and (isinstance(batch_size, bool) or batch_size <= 0):
+            raise ValueError(
+                f"batch_size should be a positive integer value, but got batch_size={batch_size}"
+            )
         if sampler is not None and shuffle:
             raise ValueError("sampler option is mutually exclusive with shuffle")
-        self.sampler = sampler  # an iterable of indices (a DistributedSampler, say)
-        self.dataset = dataset
-        self.batch_size = batch_size
-        self.shuffle = shuffle
-        self.drop_last = drop_last
-        self.collate_fn = collate_fn
+        if batch_sampler is not None:
+            if batch_size != 1 or shuffle or sampler is not None or drop_last:
+                raise ValueError(
+                    "batch_sampler option is mutually exclusive with batch_size, shuffle, "
+                    "sampler, and drop_last"
+                )
+            batch_size, drop_last = None, False
         if generator is None and seed is not None:
             generator = np.random.default_rng(seed)
+        self._iterable = isinstance(dataset, IterableDataset)
+        if self._iterable:
+            for name, given in (("shuffle", shuffle), ("sampler", sampler)):
+                if given:
+                    raise ValueError(
+                        f"DataLoader with IterableDataset: expected unspecified {name} option, "
+                        f"but got {name}={given}"
+                    )
+            if batch_sampler is not None:
+                raise ValueError(
+                    "DataLoader with IterableDataset: expected unspecified batch_sampler "
+                    f"option, but got batch_sampler={batch_sampler}"
+                )
+        elif sampler is None:
+            sampler = RandomSampler(dataset, generator=generator) if shuffle else None
+            sampler = sampler or SequentialSampler(dataset)
+        if batch_size is not None and batch_sampler is None and not self._iterable:
+            batch_sampler = BatchSampler(sampler, batch_size, drop_last)
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.shuffle = bool(shuffle)
+        self.drop_last = drop_last
+        self.sampler = sampler
+        self.batch_sampler = batch_sampler
+        self.collate_fn = collate_fn
         self.generator = generator
+        self.num_workers = num_workers
+        self.prefetch_factor = 2 if prefetch_factor is None and num_workers else prefetch_factor
+        self.persistent_workers = persistent_workers
+        self.worker_init_fn = worker_init_fn
+        self.timeout = timeout
+        self.multiprocessing_context = multiprocessing_context
+        self.pin_memory = pin_memory
+        self.in_order = in_order
+        self._pool = None
 
     def __len__(self) -> int:
-        n = len(self.sampler) if self.sampler is not None else len(self.dataset)
-        if self.batch_size is None:
-            return n
-        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+        if self._iterable:  # the dataset's length if it has one (TypeError if not), as torch
+            n = len(self.dataset)
+            if self.batch_size is None:
+                return n
+            return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+        if self.batch_sampler is not None:
+            return len(self.batch_sampler)
+        return len(self.sampler)
 
-    def _order(self) -> np.ndarray:
-        if self.sampler is not None:
-            return np.fromiter(iter(self.sampler), dtype=np.int64)
-        n = len(self.dataset)
-        if not self.shuffle:
-            return np.arange(n)
-        rng = host_rng(self.generator)
-        return rng.permutation(n)
+    def _index_batches(self) -> Iterator:
+        """The epoch's batches of indices (single indices when batch_size is None); for an
+        IterableDataset, the epoch's number for each batch, which resets the workers'
+        streams."""
+        if self._iterable:
+            self._epochs = getattr(self, "_epochs", 0) + 1
+            return itertools.repeat(self._epochs)
+        if self.batch_sampler is not None:
+            return iter(self.batch_sampler)
+        return iter(self.sampler)
 
     def __iter__(self) -> Iterator:
-        order = self._order()
-        if self.batch_size is None:  # no batching: samples one by one, as torch does
-            for i in order:
-                yield self.dataset[int(i)]
-            return
-        for start in range(0, len(order), self.batch_size):
-            idx = order[start : start + self.batch_size]
-            if self.drop_last and len(idx) < self.batch_size:
-                return
-            yield self._fetch(idx)
+        batches = self._index_batches()
+        # the workers' base seed, drawn after the order and whatever num_workers is (as
+        # torch's), so that the batches of every epoch are those of num_workers=0
+        seed = int(host_rng(self.generator).integers(2**62))
+        if self.num_workers == 0:
+            if self._iterable:
+                return self._fetcher.batches()
+            return (self._fetcher(indices) for indices in batches)
+        pool = self._pool
+        if pool is None or pool.closed:
+            pool = WorkerPool(
+                self._fetcher,
+                self.dataset,
+                self.num_workers,
+                seed,
+                self.worker_init_fn,
+                self.timeout,
+                self.multiprocessing_context,
+            )
+            if self.persistent_workers:
+                self._pool = pool
+        return WorkerIterator(
+            pool, batches, self.prefetch_factor, self.persistent_workers, self.in_order
+        )
 
-    def _fetch(self, idx: np.ndarray):
-        if self.collate_fn is None and hasattr(self.dataset, "__getitems__"):
-            return self.dataset.__getitems__(idx)
-        samples = [self.dataset[int(i)] for i in idx]
+    @property
+    def _fetcher(self):
+        if self._iterable:
+            return _StreamFetcher(self.dataset, self.collate_fn, self.batch_size, self.drop_last)
+        return _Fetcher(self.dataset, self.collate_fn, self.batch_sampler is not None)
+
+    def __del__(self):
+        if getattr(self, "_pool", None) is not None:
+            self._pool.shutdown()
+
+
+class _Fetcher:
+    """Turns a batch's indices into the batch (in the main process or in a worker)."""
+
+    def __init__(self, dataset, collate_fn, batched: bool):
+        self.dataset, self.collate_fn, self.batched = dataset, collate_fn, batched
+
+    def __call__(self, indices):
+        if not self.batched:  # no batching: samples one by one, as torch does
+            sample = self.dataset[int(indices)]
+            return sample if self.collate_fn is None else self.collate_fn(sample)
+        collate = self.collate_fn or default_collate
+        getitems = getattr(self.dataset, "__getitems__", None)
+        if getattr(self.dataset, "_getitems_collates", False):
+            if self.collate_fn is None:  # TensorDataset's batch is one gather per tensor
+                return getitems(np.asarray(indices, dtype=np.int64))
+        elif callable(getitems):  # torch's habit: a list of samples, then collated
+            return collate(getitems(list(indices)))
+        return collate([self.dataset[int(i)] for i in indices])
+
+
+class _StreamFetcher:
+    """The next batch of an IterableDataset's stream (in the main process or in a worker,
+    which keeps the stream between calls); StopIteration when it runs out."""
+
+    def __init__(self, dataset, collate_fn, batch_size, drop_last: bool):
+        self.dataset, self.collate_fn = dataset, collate_fn
+        self.batch_size, self.drop_last = batch_size, drop_last
+        self.stream, self.epoch = None, None
+
+    def __call__(self, epoch):
+        if self.stream is None or epoch != self.epoch:
+            self.stream, self.epoch = iter(self.dataset), epoch
+        if self.batch_size is None:
+            sample = next(self.stream)
+            return sample if self.collate_fn is None else self.collate_fn(sample)
+        samples = list(itertools.islice(self.stream, self.batch_size))
+        if not samples or (self.drop_last and len(samples) < self.batch_size):
+            raise StopIteration
         return (self.collate_fn or default_collate)(samples)
+
+    def batches(self) -> Iterator:
+        while True:
+            try:
+                yield self(None)
+            except StopIteration:
+                return
 
 
 class DistributedSampler:

@@ -39,7 +39,14 @@ from .activations import (  # noqa: F401
     softsign,
     tanh,
 )
-from .adaptive import adaptive_avg_pool1d, adaptive_avg_pool2d  # noqa: F401
+from .adaptive import (  # noqa: F401
+    adaptive_avg_pool1d,
+    adaptive_avg_pool2d,
+    adaptive_avg_pool3d,
+    adaptive_max_pool1d,
+    adaptive_max_pool2d,
+    adaptive_max_pool3d,
+)
 from .attention import scaled_dot_product_attention  # noqa: F401
 from .conv import (  # noqa: F401
     avg_pool1d,
@@ -49,6 +56,7 @@ from .conv import (  # noqa: F401
     max_pool1d,
     max_pool2d,
 )
+from .conv3d import avg_pool3d, conv3d, conv_transpose3d, max_pool3d  # noqa: F401
 from .conv_transpose import conv_transpose1d, conv_transpose2d  # noqa: F401
 from .dense import (  # noqa: F401
     ClassIndexError,
@@ -58,6 +66,7 @@ from .dense import (  # noqa: F401
     linear,
     one_hot,
 )
+from .fold import fold, max_unpool1d, max_unpool2d, max_unpool3d, unfold  # noqa: F401
 from .loss_functions import (  # noqa: F401
     binary_cross_entropy,
     binary_cross_entropy_with_logits,
@@ -69,6 +78,12 @@ from .loss_functions import (  # noqa: F401
     mse_loss,
     nll_loss,
     smooth_l1_loss,
+)
+from .losses_more import (  # noqa: F401
+    cosine_embedding_loss,
+    margin_ranking_loss,
+    pairwise_distance,
+    triplet_margin_loss,
 )
 from .normalization import batch_norm, group_norm, layer_norm, normalize  # noqa: F401
 from .padding import pad  # noqa: F401

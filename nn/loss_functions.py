@@ -48,7 +48,7 @@ def _check_targets_in_range(target: Tensor, classes: int, ignore_index: int, op:
     return not (values == ignore_index).any()
 
 
-def _reduce(loss: Tensor, reduction: str) -> Tensor:
+def reduce_loss(loss: Tensor, reduction: str) -> Tensor:
     if reduction == "mean":
         return loss.mean()
     if reduction == "sum":
@@ -74,7 +74,7 @@ def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
             stacklevel=2,
         )
     diff = input - target
-    return _reduce(diff * diff, reduction)
+    return reduce_loss(diff * diff, reduction)
 
 
 _BCE_EPSILON = 9.999999960041972e-13  # torch's 1e-12, a float32 constant, in float64
@@ -99,7 +99,7 @@ def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     """
     check_reduction(reduction)
     _size_warning(input, target)
-    return _reduce((input - target).abs(), reduction)
+    return reduce_loss((input - target).abs(), reduction)
 
 
 def smooth_l1_loss(
@@ -117,8 +117,8 @@ def smooth_l1_loss(
     _size_warning(input, target)
     d = (input - target).abs()
     if beta == 0.0:
-        return _reduce(d, reduction)
-    return _reduce((d * d * (0.5 / beta)).where(d < beta, d - 0.5 * beta), reduction)
+        return reduce_loss(d, reduction)
+    return reduce_loss((d * d * (0.5 / beta)).where(d < beta, d - 0.5 * beta), reduction)
 
 
 def kl_div(
@@ -130,7 +130,8 @@ def kl_div(
     log_target: bool = False,
 ) -> Tensor:
     """KL(target || exp(input)) pointwise: target (log target - input), 0 where target is 0
-    (or exp(target) (target - input) with `log_target`); reduction "batchmean" divides the
+    and NaN where it is negative, as torch's (or exp(target) (target - input) with
+    `log_target`); reduction "batchmean" divides the
     sum by the batch size, the true KL divergence ("mean" averages every element, as
     torch's, which warns about it).
 
@@ -142,10 +143,8 @@ def kl_div(
         raise ValueError(f"{reduction} is not a valid value for reduction")
     if log_target:
         pointwise = target.exp() * (target - input)
-    else:
-        positive = target > 0
-        pointwise = where(positive, target * where(positive, target, 1.0).log(), 0.0)
-        pointwise = pointwise - target * input
+    else:  # torch's xlogy: 0 where target is 0 (its gradient there NaN), NaN where negative
+        pointwise = target.xlogy(target) - target * input
     if reduction == "batchmean":
         total = pointwise.sum()
         return total / input.shape[0] if input.ndim else total
@@ -157,7 +156,7 @@ def kl_div(
             "major release.",
             stacklevel=2,
         )
-    return _reduce(pointwise, reduction)
+    return reduce_loss(pointwise, reduction)
 
 
 def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
@@ -184,7 +183,7 @@ def huber_loss(
         raise RuntimeError("huber_loss does not support non-positive values for delta.")
     _size_warning(input, target)
     d = (input - target).abs()
-    return _reduce((d * d * 0.5).where(d < delta, (d - 0.5 * delta) * delta), reduction)
+    return reduce_loss((d * d * 0.5).where(d < delta, (d - 0.5 * delta) * delta), reduction)
 
 
 @one_site
@@ -213,7 +212,7 @@ def binary_cross_entropy(
     loss = _with_grad(value, [(input, grad_x), (target, -(x / (1.0 - x)).log())])
     if weight is not None:
         loss = loss * weight
-    return _reduce(loss, reduction)
+    return reduce_loss(loss, reduction)
 
 
 @one_site
@@ -240,7 +239,7 @@ def binary_cross_entropy_with_logits(
     loss = (1.0 - target) * input + softplus_neg
     if weight is not None:
         loss = loss * weight
-    return _reduce(loss, reduction)
+    return reduce_loss(loss, reduction)
 
 
 def _classes_last(input: Tensor) -> Tensor:
@@ -296,7 +295,7 @@ def nll_loss(
         # every row has its one class and weight 1 (the targets were read above): the same
         # values as the general form below, from a third of its graph
         loss = -picked
-        return loss.sum() / target.numel() if reduction == "mean" else _reduce(loss, reduction)
+        return loss.sum() / target.numel() if reduction == "mean" else reduce_loss(loss, reduction)
     if weight is not None:
         w = where(hit, weight.cast(x.dtype), 0.0).sum(-1)
     else:
@@ -304,7 +303,7 @@ def nll_loss(
     loss = -(w * picked)
     if reduction == "mean":
         return loss.sum() / w.sum()
-    return _reduce(loss, reduction)
+    return reduce_loss(loss, reduction)
 
 
 @one_site
@@ -355,7 +354,7 @@ def cross_entropy(
             denom = valid.cast(x.dtype).sum()
         smooth = smooth.sum() / denom
     else:
-        smooth = _reduce(smooth, reduction)
+        smooth = reduce_loss(smooth, reduction)
     return (1.0 - label_smoothing) * nll + smooth * (label_smoothing / classes)
 
 
@@ -374,4 +373,4 @@ def _cross_entropy_probs(logp, target, weight, reduction, label_smoothing, class
     loss = -terms.sum(-1)
     if reduction == "mean":
         return loss.sum() / (logp.numel() // classes)
-    return _reduce(loss, reduction)
+    return reduce_loss(loss, reduction)

@@ -44,7 +44,9 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
     mode 'constant' fills with `value` (0 by default; negative amounts crop);
     'reflect' mirrors without repeating the edge, 'replicate' repeats the edge
     and 'circular' wraps around. Those three pad the last 1 to 3 axes of a
-    2-D to 5-D input (PyTorch's rule), with non-negative amounts.
+    2-D to 5-D input (PyTorch's rule). A negative amount crops, as torch's: 'reflect' and
+    'replicate' pad the whole axis and then crop, 'circular' crops and then wraps the rest
+    (`pad([1, 2, 3, 4], (-1, 2), 'circular')` is [2, 3, 4, 2, 3]).
     """
     if mode not in _MODES:
         raise NotImplementedError(
@@ -69,8 +71,6 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
             f"pad: mode '{mode}' pads the last 1 to 3 dims of a 2-D to 5-D input "
             f"(({n}+1)-D or ({n}+2)-D for {len(pad)} pad values), got shape {input.shape}"
         )
-    if any(int(p) < 0 for p in pad):
-        raise NotImplementedError(f"pad: negative padding {tuple(pad)} with mode '{mode}'")
     out = input
     for k in range(n):
         dim = input.ndim - 1 - k
@@ -83,6 +83,8 @@ def _pad_axis(x: Tensor, dim: int, before: int, after: int, mode: str) -> Tensor
     size = x.shape[dim]
     if not before and not after:
         return x
+    if before < 0 or after < 0:
+        return _crop_and_pad_axis(x, dim, before, after, mode)
     if mode == "reflect" and (before >= size or after >= size):
         fail(
             ShapeError,
@@ -118,6 +120,32 @@ def _pad_axis(x: Tensor, dim: int, before: int, after: int, mode: str) -> Tensor
         else:
             pieces.append(_take(x, dim, 0, after))
     return cat(pieces, dim)
+
+
+def _crop_and_pad_axis(x: Tensor, dim: int, before: int, after: int, mode: str) -> Tensor:
+    """A pad with a negative amount, which crops that side (torch's order of the two)."""
+    size = x.shape[dim]
+    if mode == "circular":  # crop, then wrap what is left
+        if size + min(before, 0) + min(after, 0) < 0:
+            fail(
+                ShapeError,
+                "pad",
+                f"Negative padding value is resulting in an empty dimension: padding "
+                f"({before}, {after}) of dim {dim} of shape {x.shape}",
+            )
+        kept = _take(x, dim, max(-before, 0), size - max(-after, 0))
+        return _pad_axis(kept, dim, max(before, 0), max(after, 0), mode)
+    if size + before + after <= 0:
+        fail(
+            ShapeError,
+            "pad",
+            f"input (W: {size}) is too small. Calculated output W: {size + before + after} "
+            f"(padding ({before}, {after}) of dim {dim} of shape {x.shape})",
+        )
+    # pad the whole axis, then crop
+    padded = _pad_axis(x, dim, max(before, 0), max(after, 0), mode)
+    full = padded.shape[dim]
+    return _take(padded, dim, max(-before, 0), full - max(-after, 0))
 
 
 # ---------------------------------------------------------------- modules
@@ -172,12 +200,32 @@ class ZeroPad1d(ConstantPad1d):
     def __init__(self, padding):
         super().__init__(padding, 0.0)
 
+    def extra_repr(self) -> str:  # torch's: the padding alone
+        return f"{self.padding}"
+
 
 class ZeroPad2d(ConstantPad2d):
     """Pad the last two axes with zeros, as torch.nn.ZeroPad2d."""
 
     def __init__(self, padding):
         super().__init__(padding, 0.0)
+
+    extra_repr = ZeroPad1d.extra_repr
+
+
+class ConstantPad3d(_ConstantPadNd):
+    """Pad the last three axes with a constant, as torch.nn.ConstantPad3d."""
+
+    n = 3
+
+
+class ZeroPad3d(ConstantPad3d):
+    """Pad the last three axes with zeros, as torch.nn.ZeroPad3d."""
+
+    def __init__(self, padding):
+        super().__init__(padding, 0.0)
+
+    extra_repr = ZeroPad1d.extra_repr
 
 
 class ReflectionPad1d(_PadNd):
@@ -208,3 +256,21 @@ class CircularPad2d(_PadNd):
     """Wrap-around padding of the last two axes, as torch.nn.CircularPad2d."""
 
     n, mode = 2, "circular"
+
+
+class ReflectionPad3d(_PadNd):
+    """Mirror padding of the last three axes, as torch.nn.ReflectionPad3d."""
+
+    n, mode = 3, "reflect"
+
+
+class ReplicationPad3d(_PadNd):
+    """Edge-repeating padding of the last three axes, as torch.nn.ReplicationPad3d."""
+
+    n, mode = 3, "replicate"
+
+
+class CircularPad3d(_PadNd):
+    """Wrap-around padding of the last three axes, as torch.nn.CircularPad3d."""
+
+    n, mode = 3, "circular"

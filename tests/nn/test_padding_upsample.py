@@ -272,6 +272,48 @@ def test_nearest_and_exact_values():
     assert nn.Upsample(scale_factor=2, mode="nearest")(fg.ones(1, 1, 3)).shape == (1, 1, 6)
 
 
+@pytest.mark.parametrize(
+    "mode, pads, values, grad",
+    [
+        (
+            "reflect",
+            (-1, 2, 2, -1),
+            [[10, 11, 12, 11, 10], [6, 7, 8, 7, 6], [2, 3, 4, 3, 2], [6, 7, 8, 7, 6]],
+            [[0, -2, 2, 1], [0, 4, 4, -2], [0, -2, 2, 1]],
+        ),
+        (
+            "replicate",
+            (2, -1, -1, 1),
+            [[5, 5, 5, 6, 7], [9, 9, 9, 10, 11], [9, 9, 9, 10, 11]],
+            [[0, 0, 0, 0], [0, 2, -1, 0], [2, 2, 0, 0]],
+        ),
+        (
+            "circular",
+            (-1, 3, 1, -1),
+            [[6, 7, 8, 6, 7, 8], [2, 3, 4, 2, 3, 4], [6, 7, 8, 6, 7, 8]],
+            [[0, 1, 3, 1], [0, 2, -2, 2], [0, 0, 0, 0]],
+        ),
+    ],
+)
+def test_negative_padding_crops_as_torch(mode, pads, values, grad):
+    # torch's values: reflect and replicate pad the whole axis then crop; circular crops
+    # then wraps what is left
+    x = fg.arange(1.0, 13.0).reshape(1, 3, 4).requires_grad_()
+    y = F.pad(x, pads, mode=mode)
+    w = (np.arange(30.0).reshape(5, 6) % 4 - 1)[: y.shape[1], : y.shape[2]]
+    (y * fg.tensor(w, dtype=fg.float32)).sum().backward()
+    assert y.tolist() == [values] and x.grad.tolist() == [grad]
+
+
+def test_negative_padding_errors():
+    x = fg.ones(1, 6)
+    with pytest.raises(RuntimeError, match="too small. Calculated output W: 0"):
+        F.pad(x, (-3, -3), mode="replicate")
+    with pytest.raises(RuntimeError, match="wrap around only once"):
+        F.pad(x, (-4, 3), mode="circular")  # torch reads past the crop here
+    assert F.pad(x, (-3, -3), mode="circular").shape == (1, 0)
+
+
 def test_interpolate_errors():
     x = fg.ones(1, 1, 4)
     with pytest.raises(ValueError, match="only one of size or scale_factor"):
@@ -301,3 +343,19 @@ def test_embedding_padding_idx_row_gets_no_gradient():
     assert nn.Embedding(5, 3, padding_idx=-1).padding_idx == 4
     with pytest.raises(AssertionError, match="Padding_idx"):
         nn.Embedding(5, 3, padding_idx=5)
+
+
+@pytest.mark.parametrize(
+    "module, np_mode",
+    [
+        (nn.ReflectionPad3d((1, 2, 1, 0, 2, 1)), "reflect"),
+        (nn.ReplicationPad3d((1, 2, 1, 0, 2, 1)), "edge"),
+        (nn.CircularPad3d((1, 2, 1, 0, 2, 1)), "wrap"),
+        (nn.ZeroPad3d((1, 2, 1, 0, 2, 1)), "constant"),
+    ],
+)
+def test_3d_padding_modules_as_numpy(module, np_mode):
+    x = np.arange(2 * 3 * 3 * 4, dtype=np.float32).reshape(1, 2, 3, 3, 4)
+    want = np.pad(x, [(0, 0), (0, 0), (2, 1), (1, 0), (1, 2)], mode=np_mode)
+    np.testing.assert_array_equal(module(fg.tensor(x)).numpy(), want)
+    assert repr(module).endswith("((1, 2, 1, 0, 2, 1))")  # torch's repr: the padding alone
