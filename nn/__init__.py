@@ -81,6 +81,7 @@ from .padding import (
     ZeroPad1d,
     ZeroPad2d,
 )
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell
 from .upsample import Upsample
 
 __all__ = [
@@ -152,6 +153,13 @@ __all__ = [
     "ReplicationPad1d",
     "ReplicationPad2d",
     "Upsample",
+    "RNN",
+    "LSTM",
+    "GRU",
+    "RNNBase",
+    "RNNCell",
+    "LSTMCell",
+    "GRUCell",
     "ZeroPad1d",
     "ZeroPad2d",
     "data",
