@@ -69,6 +69,8 @@ def _time_step(seq: Tensor, t: int) -> Tensor:
         return row
 
     def rule(grad, _seq):
+        # stored, so the kernel adding up the steps' rows reads each instead of recomputing it
+        grad = materialize(grad, "a time step's gradient, stacked with the others")
         return [grad.reshape(1, *rest).pad([0, 0] * len(rest) + [t, steps - 1 - t])]
 
     return custom_gradient(row, [seq], rule)
@@ -385,10 +387,6 @@ class RNN(RNNBase):
             )
         self.nonlinearity = nonlinearity
         super().__init__("RNN_" + nonlinearity.upper(), input_size, hidden_size, **kwargs)
-
-    def extra_repr(self) -> str:
-        s = super().extra_repr()
-        return s + (f", nonlinearity={self.nonlinearity}" if self.nonlinearity != "tanh" else "")
 
 
 class LSTM(RNNBase):
