@@ -292,3 +292,13 @@ def distinct_kernels(steps: int) -> int:
 def test_the_time_steps_share_their_kernels():
     # a step reads its row through a data index: 3x the steps, not 3x the kernels
     assert distinct_kernels(24) <= distinct_kernels(8) + 3
+
+
+def test_dropout_acts_between_layers_in_training_only():
+    lstm, x = lstm_case()
+    lstm.dropout = 1.0  # every output of layer 0 dropped: layer 1 never sees the input
+    out, _ = lstm(x)
+    out.sum().backward()
+    assert np.abs(x.grad.numpy()).max() == 0.0
+    lstm.eval()
+    close(lstm(x)[0], LSTM_OUT)
