@@ -284,6 +284,10 @@ def train(model, opt, data, encoded, args):
     minimum = model.min_length
     history = {"step": [], "loss": [], "train_acc": [], "val_acc": [], "test_acc": []}
     best = (-1.0, 0, None)  # validation accuracy, epoch, weights
+    if isinstance(model, BiLSTM):
+        # a step of 64 time steps, forward and backward, is ~3,200 kernels: more than the
+        # default cache holds (2,048 kernels in all), which would schedule every step anew
+        fg.config.kernel_cache_size = max(fg.config.kernel_cache_size, 32768)
     train_step = make_train_step(model, opt)
     start, step = time.perf_counter(), 0
     for epoch in range(1, args.epochs + 1):
