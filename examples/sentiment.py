@@ -1,7 +1,8 @@
 """Kim's (2014) CNN for sentence sentiment, on real movie-review sentences, compiled by fusegrad.
 
 Run:  python examples/sentiment.py [--static] [--epochs N] [--seed 0] [--minitorch]
-                                   [--raw-vectors] [--save w.npz] [--load w.npz] [--plot]
+                                   [--arch cnn|lstm] [--raw-vectors] [--save w.npz]
+                                   [--load w.npz] [--plot]
                                    [--predict "a gorgeous, witty, seductive movie."]
 
 The data ships with the repository (examples/data, with provenance): 10,605
@@ -85,6 +86,8 @@ from fusegrad.nn.conv import Conv1d
 from fusegrad.progress import progress
 
 PAD_MULTIPLE = 8  # batch lengths are rounded up to this, so few shapes are compiled
+LSTM_PAD_MULTIPLE = 16  # --arch lstm: a new length is a new (long) time loop to schedule
+LSTM_HIDDEN, LSTM_EVAL_BATCH = 64, 200
 FINETUNE_EPOCHS, FINETUNE_DROPOUT = 5, 0.5  # the default: Kim's CNN-non-static
 STATIC_EPOCHS, STATIC_DROPOUT = 20, 0.25  # --static: MiniTorch's frozen vectors
 
@@ -126,6 +129,7 @@ class KimCNN(nn.Module):
         if combine not in ("cat", "sum"):
             raise ValueError(f"combine must be 'cat' or 'sum', got {combine!r}")
         self.combine, self.kernel_sizes = combine, tuple(kernel_sizes)
+        self.min_length, self.pad_multiple = max(self.kernel_sizes), PAD_MULTIPLE
         table = fg.tensor(np.asarray(vectors, dtype=np.float32))
         self.embedding = nn.Embedding.from_pretrained(
             table, freeze=not finetune, padding_idx=text.Vocab.pad_index
@@ -164,28 +168,67 @@ class KimCNN(nn.Module):
         return self.fc(self.dropout(z)).reshape(-1)
 
 
+class BiLSTM(nn.Module):
+    """Embeddings, a bidirectional `nn.LSTM`, max over the sentence's time steps, dropout, linear.
+
+    `model(ids, lengths)` as `KimCNN`'s. The LSTM runs over the padded batch
+    (batch_first); the max over time sees only the sentence's own positions.
+    Padding rows are zero vectors, so the backward direction starts a short
+    sentence from the state a few zero inputs leave, as a padded PyTorch
+    model does.
+    """
+
+    def __init__(self, vectors, finetune=True, hidden=LSTM_HIDDEN, dropout=0.5, seed=0):
+        super().__init__()
+        table = fg.tensor(np.asarray(vectors, dtype=np.float32))
+        self.embedding = nn.Embedding.from_pretrained(
+            table, freeze=not finetune, padding_idx=text.Vocab.pad_index
+        )
+        self.lstm = nn.LSTM(table.shape[1], hidden, batch_first=True, bidirectional=True)
+        self.dropout = nn.Dropout(dropout)
+        self.fc = nn.Linear(2 * hidden, 1)
+        self.min_length, self.pad_multiple = 1, LSTM_PAD_MULTIPLE
+
+    def forward(self, ids, lengths):
+        if not isinstance(ids, fg.Tensor):
+            ids = fg.tensor(np.asarray(ids, dtype=np.int64))
+        if not isinstance(lengths, fg.Tensor):
+            lengths = fg.tensor(np.asarray(lengths, dtype=np.int64))
+        return self.classify(self.embedding(ids), lengths)
+
+    def classify(self, vectors: fg.Tensor, lengths: fg.Tensor) -> fg.Tensor:
+        out, _ = self.lstm(vectors)  # (B, L, 2 * hidden)
+        valid = fg.arange(out.shape[1]).reshape(1, -1, 1) < lengths.reshape(-1, 1, 1)
+        pooled = fg.where(valid, out, -1e9).amax(1)
+        return self.fc(self.dropout(pooled)).reshape(-1)
+
+
 # ---------------------------------------------------------------- data in batches
 
 
-def batch_arrays(encoded, labels, index, minimum):
-    ids, lengths = text.pad_batch(
-        [encoded[i] for i in index], multiple=PAD_MULTIPLE, minimum=minimum
-    )
+def batch_arrays(encoded, labels, index, minimum, multiple=PAD_MULTIPLE):
+    ids, lengths = text.pad_batch([encoded[i] for i in index], multiple=multiple, minimum=minimum)
     return ids, lengths, labels[index].astype(np.float32)
 
 
 def predict_proba(model: KimCNN, encoded, batch_size: int = 200) -> np.ndarray:
-    """P(positive) of every encoded sentence, in batches of similar length, under no_grad."""
+    """P(positive) of every encoded sentence, in batches of similar length, under no_grad.
+
+    The LSTM's batches are filled up to full size with one-token rows, whose answers are
+    dropped: every batch of a length then has one shape, so one schedule."""
     was_training = model.training
     model.eval()
     out = np.zeros(len(encoded), dtype=np.float32)
-    minimum = max(model.kernel_sizes)
+    fixed = isinstance(model, BiLSTM)
     with fg.no_grad():
         for index in text.bucket_batches([len(s) for s in encoded], batch_size, pool=1000):
+            rows = [encoded[i] for i in index]
+            if fixed:
+                rows += [[text.Vocab.pad_index]] * (batch_size - len(rows))
             ids, lengths = text.pad_batch(
-                [encoded[i] for i in index], multiple=PAD_MULTIPLE, minimum=minimum
+                rows, multiple=model.pad_multiple, minimum=model.min_length
             )
-            out[index] = F.sigmoid(model(ids, lengths)).numpy()
+            out[index] = F.sigmoid(model(ids, lengths)).numpy()[: len(index)]
     model.train(was_training)
     return out
 
@@ -238,19 +281,25 @@ def train(model, opt, data, encoded, args):
     rng = np.random.default_rng(args.seed)
     train_ids, val_ids, test_ids = encoded
     train_y, val_y, test_y = data.train.labels, data.validation.labels, data.test.labels
-    minimum = max(model.kernel_sizes)
+    minimum = model.min_length
     history = {"step": [], "loss": [], "train_acc": [], "val_acc": [], "test_acc": []}
     best = (-1.0, 0, None)  # validation accuracy, epoch, weights
+    if isinstance(model, BiLSTM):
+        # a step of 64 time steps, forward and backward, is ~3,200 kernels: more than the
+        # default cache holds (2,048 kernels in all), which would schedule every step anew
+        fg.config.kernel_cache_size = max(fg.config.kernel_cache_size, 32768)
     train_step = make_train_step(model, opt)
     start, step = time.perf_counter(), 0
     for epoch in range(1, args.epochs + 1):
         batches = text.bucket_batches([len(s) for s in train_ids], args.batch, rng)
+        if isinstance(model, BiLSTM):  # the one short batch: a shape (a schedule) of its own
+            batches = [b for b in batches if len(b) == args.batch] or batches
         bar = progress(
             batches, len(batches), f"epoch {epoch}", enabled=not args.no_progress, leave=False
         )
         total_loss, correct, seen = 0.0, 0, 0
         for done, index in enumerate(bar, 1):
-            ids, lengths, y = batch_arrays(train_ids, train_y, index, minimum)
+            ids, lengths, y = batch_arrays(train_ids, train_y, index, minimum, model.pad_multiple)
             value, probs = train_step(ids, lengths, y)
             total_loss += value
             correct += int(((probs > 0.5) == (y == 1)).sum())
@@ -348,6 +397,12 @@ def plot(history: dict, path_prefix: str) -> None:
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--arch",
+        choices=("cnn", "lstm"),
+        default="cnn",
+        help="cnn: Kim's CNN (the default); lstm: a bidirectional LSTM over the same vectors",
     )
     variant = ap.add_mutually_exclusive_group()
     variant.add_argument(
@@ -473,15 +528,18 @@ def main(argv=None) -> None:
     if args.subset is not None:
         splits = (data.train, data.validation, data.test)
         data = text.SentimentData(*(take(split, args.subset) for split in splits), data.vocab)
-    model = KimCNN(
-        vocab.vectors(glove, seed=args.seed)
-        if args.raw_vectors
-        else unit_rows(vocab, glove, args.seed),
-        finetune=args.finetune,
-        dropout=args.dropout,
-        combine="sum" if args.minitorch else "cat",
-        seed=args.seed,
-    )
+    table = vocab.vectors(glove, seed=args.seed) if args.raw_vectors else None
+    table = unit_rows(vocab, glove, args.seed) if table is None else table
+    if args.arch == "lstm":
+        model = BiLSTM(table, finetune=args.finetune, dropout=args.dropout, seed=args.seed)
+    else:
+        model = KimCNN(
+            table,
+            finetune=args.finetune,
+            dropout=args.dropout,
+            combine="sum" if args.minitorch else "cat",
+            seed=args.seed,
+        )
     if args.load:
         model.load_state_dict(nn.load(args.load))
     encoded = [split.encode(vocab) for split in (data.train, data.validation, data.test)]
@@ -491,7 +549,12 @@ def main(argv=None) -> None:
         f"sentences (split seed {args.split_seed}), vocabulary {len(vocab)}, "
         f"GloVe {len(glove)} x {glove.dim}; {n_params} trained parameters "
         f"({'fine-tuned' if args.finetune else 'frozen'} embeddings, "
-        f"{'summed' if args.minitorch else 'concatenated'} maps); batch {args.batch}, "
+        + (
+            f"bidirectional LSTM, hidden {LSTM_HIDDEN}"
+            if args.arch == "lstm"
+            else f"{'summed' if args.minitorch else 'concatenated'} maps"
+        )
+        + f"); batch {args.batch}, "
         f"dropout {args.dropout}, Adam lr {args.lr}; "
         f"data ready in {time.perf_counter() - t0:.1f} s",
         flush=True,

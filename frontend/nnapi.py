@@ -80,7 +80,7 @@ from .jit import recording as jit_recording
 from .mathops import _with_grad as with_grad
 
 # the views that convolution and pooling read
-from .movement import cat, sliding_windows
+from .movement import cat, sliding_windows, stack
 
 # fused reductions: one macro node for a linear layer and a classifier's loss
 from .reduce import class_cross_entropy, fits_class_cross_entropy
@@ -96,6 +96,7 @@ from .tensor import Tensor, hardtanh_values, realize, where
 from .tensor_hooks import hooked_together
 
 __all__ = [
+    "stack",
     "host_table",
     "set_default_device",
     "manual_seed",

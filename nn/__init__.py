@@ -101,6 +101,7 @@ from .padding import (
     ZeroPad2d,
     ZeroPad3d,
 )
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell
 from .transformer import (
     Transformer,
     TransformerDecoder,
@@ -206,6 +207,13 @@ __all__ = [
     "ReplicationPad1d",
     "ReplicationPad2d",
     "Upsample",
+    "RNN",
+    "LSTM",
+    "GRU",
+    "RNNBase",
+    "RNNCell",
+    "LSTMCell",
+    "GRUCell",
     "ZeroPad1d",
     "ZeroPad2d",
     "data",

@@ -10,12 +10,14 @@ from ..nnapi import (
     cat,
     no_grad,
 )
+from . import utils_rnn as rnn  # nn.utils.rnn.pad_sequence, ... as torch.nn.utils.rnn
 from .clip_grad import clip_grad_norm_, clip_grad_value_
 
 __all__ = [
     "clip_grad_norm_",
     "clip_grad_value_",
     "parameters_to_vector",
+    "rnn",
     "vector_to_parameters",
 ]
 

@@ -90,7 +90,7 @@ class Step:
     frees: list[int]  # slots whose buffers are dead once this step has run
 
 
-@dataclass
+@dataclass(eq=False)  # a plan is one object: `fusegrad.jit` tells calls apart by which plan ran
 class Plan:
     """A compiled schedule: kernels, where each reads and writes, what it returns."""
 

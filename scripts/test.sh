@@ -9,7 +9,7 @@ fi
 extras=dev
 if command -v mpiexec >/dev/null 2>&1; then extras=dev,mpi; fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$extras]"
-.venv/bin/python -m ruff check frontend ir codegen runtime nn tests examples benchmarks
+.venv/bin/python -m ruff check frontend ir codegen runtime nn datasets tests examples benchmarks scripts
 # every CUDA kernel the tests generate is compiled with nvcc for sm_80 and sm_90 where nvcc
 # exists (in the background while the tests run: tests/_nvcc_all.py); say so where it does not
 nvcc_all=""

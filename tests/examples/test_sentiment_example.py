@@ -135,3 +135,21 @@ def test_a_run_ends_with_the_best_validation_epochs_test_accuracy(example, capsy
     last = re.fullmatch(r"test accuracy: (\d{1,3}\.\d\d)%", lines[-1])
     assert last, lines[-1]
     assert last.group(1) == epochs[best].group(3)
+
+
+def test_arch_lstm_builds_the_bidirectional_lstm(example, monkeypatch):
+    built = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_model(table, **kwargs):
+        built.append(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(example, "BiLSTM", fake_model)
+    monkeypatch.setattr(example, "KimCNN", lambda *a, **k: pytest.fail("built the CNN"))
+    with pytest.raises(Stop):
+        example.main(["--arch", "lstm", "--static"])
+    assert built == [{"finetune": False, "dropout": 0.25, "seed": 0}]
+    assert parse(example).arch == "cnn"  # the CNN stays the default

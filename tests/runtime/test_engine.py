@@ -416,3 +416,17 @@ def test_a_macro_whose_expansion_was_computed_before_is_computed_again():
         np.testing.assert_allclose(t.numpy(), want, rtol=1e-4, atol=1e-4)
     again = F.linear(fg.tensor(xv), fg.tensor(wv))  # the cached plan, on new inputs
     np.testing.assert_allclose(again.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_plans_compare_by_identity():
+    """`fusegrad.jit` compares the plans two recorded calls ran; two plans of one structure
+    (one compiled again after the cache dropped the other) are different plans, and
+    comparing them must not compare their numpy arrays (a ValueError before)."""
+    import numpy as np
+
+    from fusegrad.runtime.plan import Plan
+
+    a, b = Plan([], [0], 1, 1), Plan([], [0], 1, 1)
+    a.fns = np.zeros(3, np.uint64)
+    b.fns = np.zeros(3, np.uint64)
+    assert a != b and a == a and [a, b] != [b, a]

@@ -1,0 +1,517 @@
+"""Recurrent layers: `RNN`, `LSTM`, `GRU` and their cells, as torch.nn's.
+
+Parameters have PyTorch's names and layouts (`weight_ih_l0` of shape
+(gates * hidden, input), `weight_hh_l1_reverse`, `bias_ih_l0`, ...; gate order
+LSTM i, f, g, o and GRU r, z, n), so a state_dict moves between the two.
+
+A recurrent layer is a graph builder like the others: the input projection of
+every time step is one matmul, and each step adds the hidden projection and
+its gate arithmetic, which the scheduler fuses. The steps must also share
+their kernels: a step that read `x[t]` as a slice would carry the offset t in
+its kernel's code and compile anew for every t. So a step reads its row of a
+sequence through a gather whose index is *data* (a one-element table holding
+t), and the stacked outputs' gradient is read back the same way
+(`_time_step`, `_stack_steps`): a 50-step sequence compiles the kernels of a
+step once, plus the few that read or write the whole sequence.
+
+>>> import fusegrad as fg
+>>> from fusegrad import nn
+>>> fg.manual_seed(0)
+>>> lstm = nn.LSTM(4, 8, num_layers=2, batch_first=True, bidirectional=True)
+>>> out, (h, c) = lstm(fg.ones(3, 5, 4))
+>>> out.shape, h.shape, c.shape
+((3, 5, 16), (4, 3, 8), (4, 3, 8))
+>>> [name for name, _ in lstm.named_parameters()][:5]
+['weight_ih_l0', 'weight_hh_l0', 'bias_ih_l0', 'bias_hh_l0', 'weight_ih_l0_reverse']
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+
+from ..nnapi import (
+    ShapeError,
+    Tensor,
+    cat,
+    custom_gradient,
+    fail,
+    gather_rows,
+    host_table,
+    index_arange,
+    materialize,
+    stack,
+    where,
+    zeros,
+)
+from . import init
+from .dense import dropout, linear
+from .module import Module, placeholder_parameter
+from .utils_rnn import PackedSequence, pack_rows, pad_packed_sequence
+
+__all__ = ["GRU", "GRUCell", "LSTM", "LSTMCell", "RNN", "RNNBase", "RNNCell"]
+
+GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
+
+
+# ---------------------------------------------------------------- steps that share kernels
+
+
+def _step_index(t: int) -> Tensor:
+    """A one-element table holding t: data, so kernels reading through it do not depend on t."""
+    return index_arange(t, t + 1)
+
+
+def _time_step(seq: Tensor, t: int) -> Tensor:
+    """`seq[t]` of a (T, ...) tensor, read through a data index (see the module docstring).
+
+    Its gradient is the row padded into the sequence's shape; the steps' padded
+    rows add up to the stacked gradient in one kernel, as `cat` does.
+    """
+    steps, rest = seq.shape[0], tuple(seq.shape[1:])
+    table = seq.reshape(steps, math.prod(rest))
+    row = gather_rows(table, _step_index(t)).reshape(rest)
+    if not seq.requires_grad:
+        return row
+
+    def rule(grad, _seq):
+        # stored, so the kernel adding up the steps' rows reads each instead of recomputing it
+        grad = materialize(grad, "a time step's gradient, stacked with the others")
+        return [grad.reshape(1, *rest).pad([0, 0] * len(rest) + [t, steps - 1 - t])]
+
+    return custom_gradient(row, [seq], rule)
+
+
+def _stack_steps(states: list[Tensor]) -> Tensor:
+    """`stack(states)`, whose gradient for each step is read through a data index."""
+    out = stack(states)
+    if not any(s.requires_grad for s in states):
+        return out
+
+    def rule(grad, *_states):
+        return [_time_step(grad.detach(), t) for t in range(len(states))]
+
+    return custom_gradient(out, states, rule, own_node=True)
+
+
+# ---------------------------------------------------------------- one step of each kind
+
+
+def _stored(t: Tensor, what: str) -> Tensor:
+    return materialize(t, what)
+
+
+def _rnn_tanh_step(xw, h, w_hh, b_hh):
+    return _stored((xw + linear(h, w_hh, b_hh)).tanh(), "RNN hidden state")
+
+
+def _rnn_relu_step(xw, h, w_hh, b_hh):
+    return _stored((xw + linear(h, w_hh, b_hh)).relu(), "RNN hidden state")
+
+
+def _lstm_step(xw, state, w_hh, b_hh):
+    h, c = state
+    gates = _stored(xw + linear(h, w_hh, b_hh), "LSTM gates")
+    i, f, g, o = gates.chunk(4, -1)
+    c = _stored(f.sigmoid() * c + i.sigmoid() * g.tanh(), "LSTM cell state")
+    return _stored(o.sigmoid() * c.tanh(), "LSTM hidden state"), c
+
+
+def _gru_step(xw, h, w_hh, b_hh):
+    x_r, x_z, x_n = xw.chunk(3, -1)
+    h_r, h_z, h_n = _stored(linear(h, w_hh, b_hh), "GRU hidden projection").chunk(3, -1)
+    r, z = (x_r + h_r).sigmoid(), (x_z + h_z).sigmoid()
+    n = (x_n + r * h_n).tanh()
+    return _stored(n + z * (h - n), "GRU hidden state")  # (1 - z) n + z h
+
+
+STEPS = {
+    "RNN_TANH": _rnn_tanh_step,
+    "RNN_RELU": _rnn_relu_step,
+    "LSTM": _lstm_step,
+    "GRU": _gru_step,
+}
+
+
+def _hidden_of(mode: str, state):
+    return state[0] if mode == "LSTM" else state
+
+
+def _run_direction(mode, x, state, weights, reverse: bool, lengths):
+    """One layer in one direction over a (T, B, I) sequence: (T, B, H) outputs, last state.
+
+    With `lengths` (a (B, 1) host table), a sequence's state stops changing after
+    its last step and its outputs there are zero, as a packed sequence's are; run
+    backwards, its state is still the initial one when its last real step comes.
+    """
+    w_ih, w_hh, b_ih, b_hh = weights
+    step = STEPS[mode]
+    xw = linear(x, w_ih, b_ih)  # every step's input projection: one matmul
+    outputs = [None] * x.shape[0]
+    for t in reversed(range(x.shape[0])) if reverse else range(x.shape[0]):
+        new = step(_time_step(xw, t), state, w_hh, b_hh)
+        if lengths is None:
+            state, out = new, _hidden_of(mode, new)
+        else:
+            running = lengths > _step_index(t)  # data against data: no t in the kernel
+            if mode == "LSTM":
+                state = tuple(where(running, n, s) for n, s in zip(new, state))
+            else:
+                state = where(running, new, state)
+            out = where(running, _hidden_of(mode, new), 0.0)
+        outputs[t] = out
+    return _stack_steps(outputs), state
+
+
+# ---------------------------------------------------------------- the layers
+
+
+class RNNBase(Module):
+    """What RNN, LSTM and GRU share: parameters per layer and direction, and the time loop."""
+
+    def __init__(
+        self,
+        mode: str,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        proj_size: int = 0,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__()
+        if not isinstance(dropout, (int, float)) or not 0 <= dropout <= 1 or dropout is True:
+            raise ValueError(
+                "dropout should be a number in range [0, 1] representing the probability of "
+                "an element being zeroed"
+            )
+        if dropout > 0 and num_layers == 1:
+            warnings.warn(
+                "dropout option adds dropout after all but last recurrent layer, so non-zero "
+                f"dropout expects num_layers greater than 1, but got dropout={dropout} and "
+                f"num_layers={num_layers}",
+                stacklevel=3,
+            )
+        if not isinstance(hidden_size, int) or isinstance(hidden_size, bool):
+            raise TypeError(f"hidden_size should be of type int, got: {type(hidden_size).__name__}")
+        if hidden_size <= 0:
+            raise ValueError("hidden_size must be greater than zero")
+        if num_layers <= 0:
+            raise ValueError("num_layers must be greater than zero")
+        if proj_size:
+            raise NotImplementedError(
+                f"{type(self).__name__}: proj_size={proj_size} (LSTM with projections) is not "
+                "supported by fusegrad; use proj_size=0"
+            )
+        self.mode = mode
+        self.input_size, self.hidden_size = input_size, hidden_size
+        self.num_layers, self.bias = num_layers, bias
+        self.batch_first, self.dropout = batch_first, float(dropout)
+        self.bidirectional, self.proj_size = bidirectional, proj_size
+        gate_size = GATES[mode] * hidden_size
+        directions = 2 if bidirectional else 1
+        self._flat_weights_names = []
+        for layer in range(num_layers):
+            layer_input = input_size if layer == 0 else hidden_size * directions
+            for direction in range(directions):
+                suffix = f"_l{layer}" + ("_reverse" if direction else "")
+                shapes = [("weight_ih", (gate_size, layer_input))]
+                shapes.append(("weight_hh", (gate_size, hidden_size)))
+                if bias:
+                    shapes += [("bias_ih", (gate_size,)), ("bias_hh", (gate_size,))]
+                for name, shape in shapes:
+                    setattr(self, name + suffix, placeholder_parameter(*shape, dtype=dtype))
+                    self._flat_weights_names.append(name + suffix)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Every weight and bias from U(-1/sqrt(hidden), 1/sqrt(hidden)), as torch's."""
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        for p in self.parameters():
+            init.uniform_(p, -bound, bound)
+
+    def flatten_parameters(self) -> None:
+        """A no-op, as torch's is off cuDNN: the weights are never copied into one buffer."""
+
+    @property
+    def all_weights(self) -> list[list[Tensor]]:
+        per = 4 if self.bias else 2
+        flat = [getattr(self, n) for n in self._flat_weights_names]
+        return [flat[i : i + per] for i in range(0, len(flat), per)]
+
+    def _weights(self, layer: int, direction: int):
+        suffix = f"_l{layer}" + ("_reverse" if direction else "")
+        w_ih, w_hh = getattr(self, "weight_ih" + suffix), getattr(self, "weight_hh" + suffix)
+        if not self.bias:
+            return w_ih, w_hh, None, None
+        return w_ih, w_hh, getattr(self, "bias_ih" + suffix), getattr(self, "bias_hh" + suffix)
+
+    def _check_hidden(self, hx: Tensor, expected: tuple, what: str) -> None:
+        if tuple(hx.shape) != expected:
+            fail(
+                ShapeError,
+                type(self).__name__,
+                f"Expected {what} size {expected}, got {list(hx.shape)}",
+            )
+
+    def forward(self, input, hx=None):
+        """`input` (T, B, I) ((B, T, I) with batch_first; (T, I) unbatched; or a
+        PackedSequence) -> (output, h_n), or (output, (h_n, c_n)) for an LSTM."""
+        name = type(self).__name__
+        packed = isinstance(input, PackedSequence)
+        lengths = None
+        if packed:
+            padded, lens = pad_packed_sequence(input)
+            x, lengths = padded, host_table(lens.numpy().reshape(-1, 1))
+            batched = True
+        else:
+            if input.ndim not in (2, 3):
+                raise ValueError(
+                    f"{name}: Expected input to be 2D or 3D, got {input.ndim}D instead"
+                )
+            batched = input.ndim == 3
+            x = input if batched else input.unsqueeze(1)
+            if batched and self.batch_first:
+                x = x.transpose(0, 1)
+        if x.shape[-1] != self.input_size:
+            fail(
+                ShapeError,
+                name,
+                f"input.size(-1) must be equal to input_size. Expected {self.input_size}, "
+                f"got {x.shape[-1]}",
+            )
+        directions = 2 if self.bidirectional else 1
+        batch = x.shape[1]
+        expected = (self.num_layers * directions, batch, self.hidden_size)
+        states = self._initial_states(hx, batched, expected, x)
+        layer_input = x
+        finals = []
+        for layer in range(self.num_layers):
+            outs = []
+            for direction in range(directions):
+                k = layer * directions + direction
+                state = tuple(s[k] for s in states) if self.mode == "LSTM" else states[0][k]
+                out, last = _run_direction(
+                    self.mode, layer_input, state, self._weights(layer, direction),
+                    direction == 1, lengths,
+                )  # fmt: skip
+                outs.append(out)
+                finals.append(last)
+            layer_input = outs[0] if directions == 1 else cat(outs, 2)
+            if self.dropout and self.training and layer < self.num_layers - 1:
+                layer_input = dropout(layer_input, self.dropout, True)
+        if self.mode == "LSTM":
+            h_n = stack([f[0] for f in finals])
+            hidden = (h_n, stack([f[1] for f in finals]))
+        else:
+            hidden = stack(finals)
+        output = layer_input
+        if packed:  # the padded output packed in the input's order
+            order = input.sorted_indices
+            order = np.arange(batch) if order is None else order.numpy()
+            data = pack_rows(output, lens.numpy(), order, batch_first=False)
+            output = input._replace(data=data)
+        elif not batched:
+            output = output.squeeze(1)
+            hidden = (
+                tuple(h.squeeze(1) for h in hidden) if self.mode == "LSTM" else hidden.squeeze(1)
+            )
+        elif self.batch_first:
+            output = output.transpose(0, 1)
+        return output, hidden
+
+    def _initial_states(self, hx, batched: bool, expected: tuple, x: Tensor) -> tuple:
+        """(h0,) or (h0, c0), each (layers * directions, B, H); zeros where `hx` is None."""
+        count = 2 if self.mode == "LSTM" else 1
+        if hx is None:
+            zero = zeros(*expected, dtype=x.dtype, device=x.device)
+            return (zero,) * count
+        given = tuple(hx) if self.mode == "LSTM" else (hx,)
+        if self.mode == "LSTM" and (not isinstance(hx, tuple) or len(hx) != 2):
+            raise TypeError("LSTM: hx must be a tuple (h_0, c_0) of two tensors")
+        out = []
+        for k, h in enumerate(given):
+            if not batched:
+                if h.ndim != 2:
+                    raise RuntimeError(
+                        f"For unbatched 2-D input, hx should also be 2-D but got {h.ndim}-D tensor"
+                    )
+                h = h.unsqueeze(1)
+            elif h.ndim != 3:
+                raise RuntimeError(
+                    f"For batched 3-D input, hx should also be 3-D but got {h.ndim}-D tensor"
+                )
+            what = f"hidden[{k}]" if self.mode == "LSTM" else "hidden"
+            self._check_hidden(h, expected, what)
+            out.append(h)
+        return tuple(out)
+
+    def extra_repr(self) -> str:
+        s = f"{self.input_size}, {self.hidden_size}"
+        if self.num_layers != 1:
+            s += f", num_layers={self.num_layers}"
+        if self.bias is not True:
+            s += f", bias={self.bias}"
+        if self.batch_first is not False:
+            s += f", batch_first={self.batch_first}"
+        if self.dropout != 0:
+            s += f", dropout={self.dropout}"
+        if self.bidirectional is not False:
+            s += f", bidirectional={self.bidirectional}"
+        return s
+
+
+def _split_args(name, args, kwargs, names):
+    """torch's recurrent layers take their options positionally too: map them to keywords."""
+    if len(args) > len(names):
+        raise TypeError(f"{name}() takes at most {len(names) + 2} positional arguments")
+    for key, value in zip(names, args):
+        if key in kwargs:
+            raise TypeError(f"{name}() got multiple values for argument '{key}'")
+        kwargs[key] = value
+    return kwargs
+
+
+_OPTIONS = ("num_layers", "bias", "batch_first", "dropout", "bidirectional")
+
+
+class RNN(RNNBase):
+    """Elman RNN: h_t = tanh(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh) (or relu)."""
+
+    def __init__(self, input_size, hidden_size, *args, nonlinearity: str = "tanh", **kwargs):
+        if args:  # torch's order: num_layers, nonlinearity, bias, batch_first, ...
+            names = ("num_layers", "nonlinearity") + _OPTIONS[1:]
+            kwargs = _split_args("RNN", args, kwargs, names)
+            nonlinearity = kwargs.pop("nonlinearity", nonlinearity)
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(
+                f"Unknown nonlinearity '{nonlinearity}'. Select from 'tanh' or 'relu'."
+            )
+        self.nonlinearity = nonlinearity
+        super().__init__("RNN_" + nonlinearity.upper(), input_size, hidden_size, **kwargs)
+
+
+class LSTM(RNNBase):
+    """Long short-term memory, gates i, f, g, o as torch.nn.LSTM:
+    c_t = f * c_{t-1} + i * g, h_t = o * tanh(c_t). Returns (output, (h_n, c_n))."""
+
+    def __init__(self, input_size, hidden_size, *args, **kwargs):
+        kwargs = _split_args("LSTM", args, kwargs, _OPTIONS + ("proj_size",))
+        super().__init__("LSTM", input_size, hidden_size, **kwargs)
+
+
+class GRU(RNNBase):
+    """Gated recurrent unit, gates r, z, n as torch.nn.GRU:
+    n = tanh(W_in x + b_in + r * (W_hn h + b_hn)), h_t = (1 - z) * n + z * h_{t-1}."""
+
+    def __init__(self, input_size, hidden_size, *args, **kwargs):
+        kwargs = _split_args("GRU", args, kwargs, _OPTIONS)
+        super().__init__("GRU", input_size, hidden_size, **kwargs)
+
+
+# ---------------------------------------------------------------- cells: one step
+
+
+class RNNCellBase(Module):
+    """One step of a recurrent layer: parameters weight_ih, weight_hh, bias_ih, bias_hh."""
+
+    mode = "RNN_TANH"
+
+    def __init__(
+        self, input_size: int, hidden_size: int, bias: bool = True, device=None, dtype=None
+    ):
+        super().__init__()
+        self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
+        gate_size = GATES[self.mode] * hidden_size
+        self.weight_ih = placeholder_parameter(gate_size, input_size, dtype=dtype)
+        self.weight_hh = placeholder_parameter(gate_size, hidden_size, dtype=dtype)
+        if bias:
+            self.bias_ih = placeholder_parameter(gate_size, dtype=dtype)
+            self.bias_hh = placeholder_parameter(gate_size, dtype=dtype)
+        else:
+            self.register_parameter("bias_ih", None)
+            self.register_parameter("bias_hh", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Every weight and bias from U(-1/sqrt(hidden), 1/sqrt(hidden)), as torch's."""
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        for p in self.parameters():
+            init.uniform_(p, -bound, bound)
+
+    def _step(self, input, state):
+        name = type(self).__name__
+        if input.ndim not in (1, 2):
+            raise ValueError(f"{name}: Expected input to be 1D or 2D, got {input.ndim}D instead")
+        batched = input.ndim == 2
+        x = input if batched else input.unsqueeze(0)
+        if x.shape[1] != self.input_size:
+            fail(
+                ShapeError,
+                name,
+                f"input has inconsistent input_size: got {x.shape[1]} expected {self.input_size}",
+            )
+        expected = (x.shape[0], self.hidden_size)
+        if state is None:
+            zero = zeros(*expected, dtype=x.dtype, device=x.device)
+            state = (zero, zero) if self.mode == "LSTM" else zero
+        else:
+            parts = state if self.mode == "LSTM" else (state,)
+            parts = tuple(p if batched else p.unsqueeze(0) for p in parts)
+            for k, p in enumerate(parts):
+                if tuple(p.shape) != expected:
+                    what = f"hidden[{k}]" if self.mode == "LSTM" else "hidden"
+                    fail(ShapeError, name, f"Expected {what} size {expected}, got {list(p.shape)}")
+            state = parts if self.mode == "LSTM" else parts[0]
+        xw = linear(x, self.weight_ih, self.bias_ih)
+        new = STEPS[self.mode](xw, state, self.weight_hh, self.bias_hh)
+        if batched:
+            return new
+        return tuple(s.squeeze(0) for s in new) if self.mode == "LSTM" else new.squeeze(0)
+
+    def extra_repr(self) -> str:
+        s = f"{self.input_size}, {self.hidden_size}"
+        if self.bias is not True:
+            s += f", bias={self.bias}"
+        if getattr(self, "nonlinearity", "tanh") != "tanh":
+            s += f", nonlinearity={self.nonlinearity}"
+        return s
+
+
+class RNNCell(RNNCellBase):
+    """h' = tanh(x W_ih^T + b_ih + h W_hh^T + b_hh) (or relu), as torch.nn.RNNCell."""
+
+    def __init__(
+        self, input_size, hidden_size, bias=True, nonlinearity="tanh", device=None, dtype=None
+    ):
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"Unknown nonlinearity: {nonlinearity}")
+        super().__init__(input_size, hidden_size, bias, device, dtype)
+        self.mode, self.nonlinearity = "RNN_" + nonlinearity.upper(), nonlinearity
+
+    def forward(self, input, hx=None):
+        return self._step(input, hx)
+
+
+class LSTMCell(RNNCellBase):
+    """One LSTM step: (input, (h, c)) -> (h', c'), as torch.nn.LSTMCell."""
+
+    mode = "LSTM"
+
+    def forward(self, input, hx=None):
+        return self._step(input, hx)
+
+
+class GRUCell(RNNCellBase):
+    """One GRU step: (input, h) -> h', as torch.nn.GRUCell."""
+
+    mode = "GRU"
+
+    def forward(self, input, hx=None):
+        return self._step(input, hx)

@@ -1,0 +1,308 @@
+"""Recurrent layers and sequence packing against PyTorch's semantics.
+
+The expected values were computed with torch 2.13 in float64 from the same
+weights (`fill`, loaded into both through a state_dict in torch's layout, so
+the parameter names and shapes are checked too) and are written here, so the
+tests need no torch; where torch imports, it is asked as well. Shapes stay
+tiny: what is tested is the arithmetic, the layouts and the gradients.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fusegrad as fg
+from fusegrad import nn
+from fusegrad.nn.utils import rnn as rnn_utils
+from fusegrad.runtime import compiler
+
+TOL = 2e-5
+
+
+def fill(shape, k):
+    n = int(np.prod(shape))
+    return (0.4 * np.sin(np.arange(n) * 0.7 + k)).reshape(shape)
+
+
+def load(module):
+    """Weights from `fill`, by torch's state_dict keys in order, loaded strictly."""
+    state = {name: fill(t.shape, k) for k, (name, t) in enumerate(module.state_dict().items())}
+    module.load_state_dict({name: fg.tensor(v.astype(np.float32)) for name, v in state.items()})
+    return state
+
+
+def close(actual, expected, tol=TOL):
+    np.testing.assert_allclose(np.asarray(actual.numpy()), expected, atol=tol, rtol=0)
+
+
+TORCH_LSTM_KEYS = [
+    "weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0",
+    "weight_ih_l0_reverse", "weight_hh_l0_reverse", "bias_ih_l0_reverse", "bias_hh_l0_reverse",
+    "weight_ih_l1", "weight_hh_l1", "bias_ih_l1", "bias_hh_l1",
+    "weight_ih_l1_reverse", "weight_hh_l1_reverse", "bias_ih_l1_reverse", "bias_hh_l1_reverse",
+]  # fmt: skip
+
+
+def test_parameter_names_shapes_and_repr_are_torchs():
+    lstm = nn.LSTM(3, 4, num_layers=2, bidirectional=True)
+    assert list(lstm.state_dict()) == TORCH_LSTM_KEYS
+    shapes = {k: tuple(v.shape) for k, v in lstm.state_dict().items()}
+    assert shapes["weight_ih_l0"] == (16, 3) and shapes["weight_ih_l1_reverse"] == (16, 8)
+    assert shapes["weight_hh_l1"] == (16, 4) and shapes["bias_hh_l0_reverse"] == (16,)
+    assert nn.GRU(3, 4).weight_ih_l0.shape == (12, 3)
+    assert repr(lstm) == "LSTM(3, 4, num_layers=2, bidirectional=True)"
+    gru = nn.GRU(3, 4, 2, batch_first=True, dropout=0.5)
+    assert repr(gru) == "GRU(3, 4, num_layers=2, batch_first=True, dropout=0.5)"
+    assert repr(nn.RNN(3, 4, nonlinearity="relu")) == "RNN(3, 4)"
+    cell = nn.RNNCell(3, 4, bias=False, nonlinearity="relu")
+    assert repr(cell) == "RNNCell(3, 4, bias=False, nonlinearity=relu)"
+    assert [n for n, _ in nn.LSTMCell(3, 4).named_parameters()] == [
+        "weight_ih", "weight_hh", "bias_ih", "bias_hh"
+    ]  # fmt: skip
+    # torch's init: every parameter within 1/sqrt(hidden)
+    assert all(np.abs(p.numpy()).max() <= 0.5 for p in lstm.parameters())
+
+
+LSTM_OUT = np.array([
+    [[0.084885, 0.120612, -0.266319, -0.305657], [0.122026, 0.166979, -0.234668, -0.262498],
+     [0.132501, 0.190577, -0.164684, -0.177938]],
+    [[0.090729, 0.111836, -0.262635, -0.306172], [0.112892, 0.174029, -0.233132, -0.267223],
+     [0.121989, 0.205364, -0.166577, -0.180810]],
+])  # fmt: skip
+LSTM_H_N = np.array([
+    [[-0.224886, -0.159428], [-0.297016, -0.032874]], [[0.013679, -0.300344], [0.106242, 0.015865]],
+    [[0.132501, 0.190577], [0.121989, 0.205364]], [[-0.266319, -0.305657], [-0.262635, -0.306172]],
+])  # fmt: skip
+LSTM_C_N = np.array([
+    [[-0.475338, -0.216523], [-0.514897, -0.053416]], [[0.038465, -0.664473], [0.360224, 0.077998]],
+    [[0.213522, 0.365835], [0.201110, 0.383788]], [[-0.627851, -0.543340], [-0.627304, -0.530586]],
+])  # fmt: skip
+LSTM_X_GRAD = np.array([
+    [[-0.207386, -0.431044], [-0.276296, -0.216285], [-1.076196, -0.556029]],
+    [[-1.361707, -1.405120], [-0.709529, -0.497014], [0.156010, 0.789377]],
+])  # fmt: skip
+LSTM_W_HH_L1_REVERSE_GRAD = np.array([
+    [0.310923, 0.348075], [0.398149, 0.445841], [0.275232, 0.308929], [0.255797, 0.287332],
+    [-0.979631, -1.095616], [-0.795814, -0.890605], [0.133377, 0.150424], [0.134890, 0.151378],
+])  # fmt: skip
+LSTM_B_IH_L0_GRAD = np.array(
+    [-1.707153, -0.910299, -1.080744, -0.166608, 5.265792, 5.913884, -0.577613, -0.138149]
+)
+
+
+def lstm_case():
+    lstm = nn.LSTM(2, 2, num_layers=2, bidirectional=True, batch_first=True)
+    load(lstm)
+    x = fg.tensor(np.cos(np.arange(12) * 0.5).reshape(2, 3, 2).astype(np.float32))
+    return lstm, x.requires_grad_()
+
+
+def test_bidirectional_two_layer_batch_first_lstm_values_and_gradients():
+    lstm, x = lstm_case()
+    out, (h, c) = lstm(x)
+    loss = (out * fg.tensor(fill(out.shape, 9).astype(np.float32))).sum()
+    (loss + (h * 2).sum() + (c * 3).sum()).backward()
+    close(out, LSTM_OUT)
+    close(h, LSTM_H_N)
+    close(c, LSTM_C_N)
+    close(x.grad, LSTM_X_GRAD)
+    close(lstm.weight_hh_l1_reverse.grad, LSTM_W_HH_L1_REVERSE_GRAD)
+    close(lstm.bias_ih_l0.grad, LSTM_B_IH_L0_GRAD)
+
+
+def test_lstm_gradient_against_float64_central_differences():
+    lstm = nn.LSTM(2, 2, dtype="float64")
+    load64 = {k: fg.tensor(v) for k, v in load(lstm).items()}
+    lstm.load_state_dict(load64)
+    x = fg.tensor(np.cos(np.arange(6) * 0.5).reshape(3, 1, 2), requires_grad=True)
+
+    def loss():
+        out, (h, c) = lstm(x)
+        return (out * out).sum() + c.sum()
+
+    loss().backward()
+    w = lstm.weight_hh_l0
+    analytic = w.grad.numpy().copy()
+    base, eps = w.numpy().copy(), 1e-6
+    for index in [(0, 0), (5, 1), (7, 0)]:  # an i, a g and an o gate weight
+        values = []
+        for sign in (1, -1):
+            moved = base.copy()
+            moved[index] += sign * eps
+            with fg.no_grad():
+                w.copy_(fg.tensor(moved))
+                values.append(loss().item())
+        assert abs((values[0] - values[1]) / (2 * eps) - analytic[index]) < 1e-7
+    with fg.no_grad():
+        w.copy_(fg.tensor(base))
+
+
+GRU_OUT = np.array([
+    [[-0.554162, 0.138196], [-0.316607, 0.071454]],
+    [[-0.455678, -0.258043], [-0.278974, -0.303683]],
+    [[-0.416173, -0.410100], [-0.454480, -0.075914]],
+])  # fmt: skip
+GRU_X_GRAD = np.array([
+    [[0.082042, 0.164555], [0.039542, 0.081958]], [[-0.094174, 0.056087], [-0.202415, 0.009241]],
+    [[-0.142917, 0.251369], [0.170555, 0.474487]],
+])  # fmt: skip
+GRU_H0_GRAD = np.array([[[0.327178, 0.211736], [0.109608, 0.123011]]])
+GRU_W_HH_GRAD = np.array([
+    [0.087737, 0.038722], [0.033028, 0.021957], [-0.008360, -0.038652], [-0.218163, 0.057286],
+    [-0.678841, -0.240562], [-0.518038, -0.280681],
+])  # fmt: skip
+GRU_B_HH_GRAD = np.array([-0.225084, -0.073695, 0.104015, 0.469143, 1.804264, 1.567889])
+
+
+def test_gru_with_an_initial_state_values_and_gradients():
+    gru = nn.GRU(2, 2)
+    load(gru)
+    x = fg.tensor(np.cos(np.arange(12) * 0.5).reshape(3, 2, 2).astype(np.float32))
+    x.requires_grad_()
+    h0 = fg.tensor(fill((1, 2, 2), 5).astype(np.float32), requires_grad=True)
+    out, h = gru(x, h0)
+    ((out * fg.tensor(fill(out.shape, 9).astype(np.float32))).sum() + (h * 2).sum()).backward()
+    close(out, GRU_OUT)
+    close(h, GRU_OUT[-1:])
+    close(x.grad, GRU_X_GRAD)
+    close(h0.grad, GRU_H0_GRAD)
+    close(gru.weight_hh_l0.grad, GRU_W_HH_GRAD)
+    close(gru.bias_hh_l0.grad, GRU_B_HH_GRAD)
+
+
+def test_unbatched_relu_rnn_without_bias():
+    rnn = nn.RNN(2, 2, nonlinearity="relu", bias=False)
+    assert list(rnn.state_dict()) == ["weight_ih_l0", "weight_hh_l0"]
+    load(rnn)
+    x = fg.tensor(np.cos(np.arange(6) * 0.5).reshape(3, 2).astype(np.float32))
+    out, h = rnn(x)
+    (out * fg.tensor(fill(out.shape, 9).astype(np.float32))).sum().backward()
+    close(out, [[0.226142, 0.697195], [0.370898, 0.310097], [0.041400, 0.0]])
+    close(h, [[0.041400, 0.0]])
+    close(rnn.weight_ih_l0.grad, [[-0.229169, 0.091074], [-0.559935, -0.286507]])
+
+
+PACKED_DATA = np.array([
+    [-0.221257, -0.009047, 0.037792, -0.185964], [-0.283684, 0.137126, 0.044531, -0.141734],
+    [-0.124371, -0.150957, 0.067990, 0.004850], [-0.186557, -0.140366, 0.044589, -0.067718],
+    [-0.147314, -0.063192, 0.087651, 0.041694], [-0.335560, -0.023437, -0.010935, -0.159621],
+])  # fmt: skip
+PACKED_H_N = np.array([
+    [[-0.147314, -0.063192], [-0.335560, -0.023437], [-0.124371, -0.150957]],
+    [[0.044531, -0.141734], [0.037792, -0.185964], [0.067990, 0.004850]],
+])  # fmt: skip
+PACKED_X_GRAD = np.array([
+    [[0.106111, 0.111051], [-0.172172, -0.190400], [-0.286659, -0.105867]],
+    [[-0.542424, -0.354666], [-0.155615, -0.131711], [0.0, 0.0]],
+    [[0.0, 0.0], [0.017965, 0.186430], [0.0, 0.0]],
+])  # fmt: skip
+
+
+def test_packed_unsorted_bidirectional_lstm():
+    lstm = nn.LSTM(2, 2, bidirectional=True)
+    load(lstm)
+    x = fg.tensor(np.cos(np.arange(18) * 0.5).reshape(3, 3, 2).astype(np.float32))
+    x.requires_grad_()
+    packed = rnn_utils.pack_padded_sequence(x, [2, 3, 1], enforce_sorted=False)
+    assert packed.batch_sizes.tolist() == [3, 2, 1]
+    assert packed.sorted_indices.tolist() == [1, 0, 2]
+    assert packed.unsorted_indices.tolist() == [1, 0, 2]
+    out, (h, _) = lstm(packed)
+    assert isinstance(out, rnn_utils.PackedSequence) and out.batch_sizes is packed.batch_sizes
+    data = fg.tensor(fill(out.data.shape, 9).astype(np.float32))
+    ((out.data * data).sum() + (h * 2).sum()).backward()
+    close(out.data, PACKED_DATA)
+    close(h, PACKED_H_N)
+    close(x.grad, PACKED_X_GRAD)
+    padded, lengths = rnn_utils.pad_packed_sequence(out, batch_first=True)
+    assert lengths.tolist() == [2, 3, 1]
+    expected = np.zeros((3, 3, 4))
+    for b, n in enumerate([2, 3, 1]):  # row t of sequence b lies in the packed data ...
+        for t in range(n):  # ... after the rows of steps before t, at b's rank
+            before = [3, 2, 1][:t]
+            expected[b, t] = PACKED_DATA[sum(before) + [1, 0, 2][b]]
+    close(padded, expected)
+
+
+def test_cells_one_step():
+    x = fg.tensor(np.cos(np.arange(4) * 0.5).reshape(2, 2).astype(np.float32))
+    h = fg.tensor(fill((2, 3), 7).astype(np.float32))
+    lstm = nn.LSTMCell(2, 3)
+    load(lstm)
+    h1, c1 = lstm(x, (h, h * 0.5))
+    close(h1, [[0.396784, 0.009026, 0.031594], [0.128326, 0.188844, 0.020228]])
+    close(c1, [[0.609491, 0.015067, 0.089229], [0.223906, 0.332034, 0.054030]])
+    gru = nn.GRUCell(2, 3)
+    load(gru)
+    close(gru(x, h), [[0.597593, 0.009911, 0.133574], [0.236965, 0.222540, -0.042996]])
+    cell = nn.RNNCell(2, 3)
+    load(cell)
+    close(cell(x, h), [[0.754754, 0.405472, -0.523667], [0.316846, 0.355746, -0.452164]])
+    assert cell(x[0]).shape == (3,)  # unbatched, zero state
+
+
+def test_pad_sequence_and_pack_sequence():
+    a, b = fg.tensor([1.0, 2.0, 3.0]), fg.tensor([4.0])
+    assert rnn_utils.pad_sequence([a, b]).tolist() == [[1.0, 4.0], [2.0, 0.0], [3.0, 0.0]]
+    left = rnn_utils.pad_sequence([a, b], batch_first=True, padding_value=-1, padding_side="left")
+    assert left.tolist() == [[1.0, 2.0, 3.0], [-1.0, -1.0, 4.0]]
+    packed = rnn_utils.pack_sequence([b, a], enforce_sorted=False)
+    assert packed.data.tolist() == [1.0, 4.0, 2.0, 3.0]
+    padded, lengths = rnn_utils.pad_packed_sequence(packed, total_length=4)
+    assert padded.shape == (4, 2) and lengths.tolist() == [1, 3]
+
+
+def test_refusals_are_torchs():
+    with pytest.raises(RuntimeError, match="must be sorted in decreasing order"):
+        rnn_utils.pack_padded_sequence(fg.zeros(3, 2), [1, 3])
+    with pytest.raises(NotImplementedError, match="proj_size"):
+        nn.LSTM(2, 3, proj_size=2)
+    with pytest.raises(
+        RuntimeError, match=r"Expected hidden\[0\] size \(1, 2, 3\), got \[1, 3, 3\]"
+    ):
+        nn.LSTM(2, 3)(fg.zeros(4, 2, 2), (fg.zeros(1, 3, 3), fg.zeros(1, 3, 3)))
+    with pytest.raises(RuntimeError, match="input.size\\(-1\\) must be equal to input_size"):
+        nn.GRU(2, 3)(fg.zeros(4, 2, 5))
+    with pytest.warns(UserWarning, match="non-zero dropout expects num_layers greater than 1"):
+        nn.GRU(2, 3, dropout=0.5)
+
+
+def distinct_kernels(steps: int) -> int:
+    """Distinct kernels an LSTM's forward and backward over `steps` steps compiles or loads."""
+    symbols = set()
+    real_many, real_one = compiler.compile_kernels, compiler.compile_kernel
+
+    def spy_many(jobs):
+        symbols.update(symbol for _, symbol, _, _ in jobs)
+        return real_many(jobs)
+
+    def spy_one(source, symbol, nparams, opt=3):
+        symbols.add(symbol)
+        return real_one(source, symbol, nparams, opt)
+
+    fg.manual_seed(0)
+    lstm = nn.LSTM(2, 3)
+    x = fg.randn(steps, 2, 2, requires_grad=True).realize()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("fusegrad.runtime.cpu_backend.compile_kernels", spy_many)
+        mp.setattr("fusegrad.runtime.program.compile_kernel", spy_one)
+        out, _ = lstm(x)
+        out.sum().backward()
+        fg.realize(x.grad, *[p.grad for p in lstm.parameters()])
+    return len(symbols)
+
+
+def test_the_time_steps_share_their_kernels():
+    # a step reads its row through a data index: 3x the steps, not 3x the kernels
+    assert distinct_kernels(24) <= distinct_kernels(8) + 3
+
+
+def test_dropout_acts_between_layers_in_training_only():
+    lstm, x = lstm_case()
+    lstm.dropout = 1.0  # every output of layer 0 dropped: layer 1 never sees the input
+    out, _ = lstm(x)
+    out.sum().backward()
+    assert np.abs(x.grad.numpy()).max() == 0.0
+    lstm.eval()
+    close(lstm(x)[0], LSTM_OUT)
