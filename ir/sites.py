@@ -14,7 +14,7 @@ any value with a `backward()` method.
 
 >>> from fusegrad.ir import node as N
 >>> from fusegrad.ir.dtypes import float32
->>> x = N.const(2.0, (3,), float32)
+>>> x = N.const(12345.5, (3, 5, 7), float32)  # (a node no other code made: nodes are shared)
 >>> note(x, "a site"); site_of(x)
 'a site'
 """

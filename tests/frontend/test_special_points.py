@@ -167,7 +167,6 @@ _SPECIAL_ELSEWHERE = (
     "its special points against torch's in a test file of its own (named beside it)"
 )
 
-_ALIAS = "the same function as a swept one (fg.where; the fused kernel behind F.cross_entropy)"
 _FUNCTION_FORM = (
     "the function form of swept Tensor methods (fg.max(t) is t.max(), with a tensor maximum)"
 )
@@ -188,7 +187,7 @@ EXCLUDED: dict[str, str] = {
             "assign_ backward bool cast cpu cuda data detach device dim double dtype float "
             "grad int is_contiguous is_cuda is_leaf item long byte char short ndim node numel "
             "numpy "
-            "realize "
+            "realize register_hook "
             "requires_grad requires_grad_ retain_grad retains_grad shape size stride to "
             "tolist type type_as detach_ new_empty new_full new_ones new_tensor new_zeros "
             "squeeze_ unsqueeze_ t_ transpose_ swapaxes_ swapdims_",
@@ -200,8 +199,7 @@ EXCLUDED: dict[str, str] = {
             "from_numpy full full_like get_default_device grad graph_dot is_tensor kernels "
             "linspace load manual_seed no_grad ones ones_like profile rand rand_like randint "
             "randn randn_like realize save set_default_device zeros zeros_like",
-        )
-        + _names("F", "fits_class_cross_entropy host_data one_site"),
+        ),
         _NON_MATH,
     ),
     **dict.fromkeys(
@@ -242,7 +240,7 @@ EXCLUDED: dict[str, str] = {
             "repeat_interleave reshape roll scatter scatter_add split squeeze stack take "
             "take_along_dim transpose tril triu unbind unflatten unsqueeze",
         )
-        + _names("F", "embedding gather_rows pad"),
+        + _names("F", "embedding pad"),
         _MOVES,
     ),
     **dict.fromkeys(
@@ -265,7 +263,6 @@ EXCLUDED: dict[str, str] = {
         "swept at NaN, inf, empty and all-NaN rows, with gradients, against torch's values in "
         "tests/runtime/test_reliability_probe.py",
     ),
-    **dict.fromkeys(_names("F", "where class_cross_entropy"), _ALIAS),
     # the PyTorch-habits additions (tests/frontend/test_habits_probe.py, tests/nn/...nn.py)
     **dict.fromkeys(
         _names("Tensor", "element_size grad_fn is_floating_point nelement")
