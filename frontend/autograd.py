@@ -329,8 +329,13 @@ def grad(
         for i, g in enumerate(gs):
             if g is not None:
                 total[i] = g if total[i] is None else N.add(total[i], g)
+    # an empty input, or outputs with no element, get an empty/zero gradient as in
+    # torch, where graph rewrites may have folded the (valueless) path to them away
+    empty_out = all(o.numel() == 0 for o in outputs)
     result = []
     for x, g in zip(inputs_t, total):
+        if g is None and x.requires_grad and (empty_out or x.numel() == 0):
+            g = N.const(0, x.shape, x.dtype)
         if g is None:
             if not allow_unused:
                 fail(

@@ -803,7 +803,7 @@ def _logcumsumexp_backward(x, g, out, d: int):
 
 
 def _cum_extreme(x, dim, largest: bool, op: str):
-    d = x._dim(dim, op) if x.ndim else 0
+    d = x._dim(dim, op)  # a 0-d tensor takes dim 0 or -1 only, as torch's
     if x.ndim == 0:
         return ValuesIndices(x, x._make(N.const(0, (), int64)))
     if largest:

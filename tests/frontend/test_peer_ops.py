@@ -1,0 +1,85 @@
+"""Fixes found by running a peer framework's op suite against fusegrad (issue 31).
+
+See scripts/peer_ops/README.md. Each expected value below was computed with torch 2.13
+and is written out, so the tests run without torch.
+"""
+
+import pytest
+
+import fusegrad as fg
+
+# ---------------------------------------------------------------- zero gradients are zeros
+
+
+def test_grad_of_a_piecewise_constant_op_is_zeros_not_unused():
+    # torch: grad(sign(x).sum(), x) is zeros; fusegrad raised "x was not used"
+    x = fg.tensor([-1.5, 0.0, 2.0], requires_grad=True)
+    (g,) = fg.autograd.grad(x.sign().sum(), x)
+    assert g.tolist() == [0.0, 0.0, 0.0]
+    (g,) = fg.autograd.grad(x.floor().sum() + (x * 3).sum(), x)
+    assert g.tolist() == [3.0, 3.0, 3.0]
+
+
+def test_copysign_sign_operand_gets_a_zero_gradient():
+    a = fg.tensor([1.0, -2.0, 3.0], requires_grad=True)
+    b = fg.tensor([-1.0, 0.0, 2.0], requires_grad=True)
+    ga, gb = fg.autograd.grad(fg.copysign(a, b).sum(), [a, b])
+    assert ga.tolist() == [-1.0, -1.0, 1.0]
+    assert gb.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_grad_of_an_empty_input_is_empty():
+    # torch: the (2, 0, 3) gradient; fusegrad raised "not used" (the empty path folds away)
+    e = fg.zeros(2, 0, 3, requires_grad=True)
+    (g,) = fg.autograd.grad(e.tril().sum(), e)
+    assert g.shape == (2, 0, 3)
+    (g,) = fg.autograd.grad(e.cumsum(1).sum(), e)
+    assert g.shape == (2, 0, 3)
+
+
+def test_an_unused_input_still_raises():
+    x = fg.tensor([1.0], requires_grad=True)
+    w = fg.tensor([2.0], requires_grad=True)
+    with pytest.raises(fg.GradError, match="not used"):
+        fg.autograd.grad((w * 2).sum(), [w, x])
+
+
+# ---------------------------------------------------------------- shifts at the bit width
+
+# (dtype, values, shift, torch's x >> shift, torch's x << shift)
+SHIFTS = [
+    (fg.int32, [5, -5, 1, -1, 0], 31, [0, -1, 0, -1, 0], [-(2**31)] * 4 + [0]),
+    (fg.int64, [5, -5, 1, -1, 0], 63, [0, -1, 0, -1, 0], [-(2**63)] * 4 + [0]),
+    (fg.int64, [5, -5, 1, -1, 0], 64, [0, -1, 0, -1, 0], [0, 0, 0, 0, 0]),
+    (fg.int64, [5, -5, 1, -1, 0], 67, [0, -1, 0, -1, 0], [0, 0, 0, 0, 0]),
+    (fg.int8, [5, -5, 1, -1, 0], 7, [0, -1, 0, -1, 0], [-128, -128, -128, -128, 0]),
+    (fg.uint8, [5, 250, 1, 255, 0], 8, [0, 0, 0, 0, 0], [0, 0, 0, 0, 0]),
+]
+
+
+@pytest.mark.parametrize("dtype,values,shift,right,left", SHIFTS)
+def test_shift_by_the_bit_width_or_more_matches_torch(dtype, values, shift, right, left):
+    # fusegrad gave 1 >> 31 == -1 (2^31 wrapped negative), and int64 << 64 == x
+    x = fg.tensor(values, dtype=dtype)
+    assert (x >> shift).tolist() == right
+    assert (x << shift).tolist() == left
+    assert (x >> shift).dtype is dtype and (x << shift).dtype is dtype
+
+
+def test_shift_amounts_per_element():
+    x = fg.tensor([5, -5, 40, -40], dtype=fg.int32)
+    s = fg.tensor([1, 31, 3, 40], dtype=fg.int32)
+    assert (x >> s).tolist() == [2, -1, 5, -1]
+    assert (x << s).tolist() == [10, -(2**31), 320, 0]
+
+
+# ---------------------------------------------------------------- cummax on a 0-d tensor
+
+
+def test_cummax_of_a_scalar_checks_dim():
+    x = fg.tensor(2.0)
+    assert x.cummax(0).values.item() == 2.0 and x.cummin(-1).indices.item() == 0
+    with pytest.raises(IndexError, match="out of range"):
+        x.cummax(1)
+    with pytest.raises(IndexError, match="out of range"):
+        x.cummin(-2)
