@@ -279,12 +279,13 @@ def getitem(x, index):
         flat = term if flat is None else flat + term
         stride *= s
     out = table._make(N.gather(table.node, flat.node), flat)
-    # 3. where the index's axes go: in place if the advanced indices (ints included) are
-    # adjacent, else first (numpy's and PyTorch's rule)
-    places = [k for k, e in enumerate(entries) if e[0] in ("int", "idx", "newidx")]
+    # 3. where the index's axes go: in place if the tensor indices are adjacent, else
+    # first. PyTorch's rule: an int selects its axis away first, so it neither counts
+    # as an advanced index nor separates two (numpy's x[1, :, t] puts t's axes first)
+    places = [k for k, e in enumerate(kept) if e[0] in ("idx", "newidx")]
     if places[-1] - places[0] + 1 != len(places):
         return out
-    p = sum(1 for e in entries[: places[0]] if e[0] in ("none", "slice"))
+    p = sum(1 for e in kept[: places[0]] if e[0] in ("none", "slice"))
     b = len(shape)
     order = list(range(b, b + p)) + list(range(b)) + list(range(b + p, out.ndim))
     return out.permute(order)

@@ -83,3 +83,20 @@ def test_cummax_of_a_scalar_checks_dim():
         x.cummax(1)
     with pytest.raises(IndexError, match="out of range"):
         x.cummin(-2)
+
+
+# ---------------------------------------------------------------- x[int, :, tensor]
+
+
+def test_an_int_does_not_count_as_an_advanced_index():
+    # torch selects the int's axis away first: t's axes stay in place, (3, 1, 2); numpy's
+    # rule (and fusegrad's before) put them first, (1, 2, 3)
+    x = fg.arange(24.0).reshape(2, 3, 4).requires_grad_()
+    t = fg.tensor([[3, 0]])
+    y = x[1, :, t]
+    assert y.shape == (3, 1, 2)
+    assert y.tolist() == [[[15.0, 12.0]], [[19.0, 16.0]], [[23.0, 20.0]]]
+    (g,) = fg.autograd.grad((y * fg.arange(6.0).reshape(3, 1, 2)).sum(), x)
+    assert g.tolist()[1] == [[1.0, 0.0, 0.0, 0.0], [3.0, 0.0, 0.0, 2.0], [5.0, 0.0, 0.0, 4.0]]
+    assert g.tolist()[0] == [[0.0] * 4] * 3
+    assert x[:, 1, t].tolist() == [[[7.0, 4.0]], [[19.0, 16.0]]]
