@@ -100,3 +100,28 @@ def test_an_int_does_not_count_as_an_advanced_index():
     assert g.tolist()[1] == [[1.0, 0.0, 0.0, 0.0], [3.0, 0.0, 0.0, 2.0], [5.0, 0.0, 0.0, 4.0]]
     assert g.tolist()[0] == [[0.0] * 4] * 3
     assert x[:, 1, t].tolist() == [[[7.0, 4.0]], [[19.0, 16.0]]]
+
+
+# ---------------------------------------------------------------- interpolate
+
+
+def test_interpolate_keeps_an_integer_dtype():
+    # torch returns uint8 for a uint8 image; fusegrad returned float32
+    a = fg.tensor([[[[0, 100, 255], [30, 60, 90]]]], dtype=fg.uint8)
+    near = fg.nn.functional.interpolate(a, size=(3, 4), mode="nearest")
+    assert near.dtype is fg.uint8
+    assert near.tolist() == [[[[0, 0, 100, 255], [0, 0, 100, 255], [30, 30, 60, 90]]]]
+    lin = fg.nn.functional.interpolate(a, size=(3, 4), mode="bilinear")
+    assert lin.dtype is fg.uint8
+    want = [0, 63, 158, 255, 15, 56, 115, 173, 30, 49, 71, 90]  # torch (fixed-point weights)
+    got = lin.reshape(-1).tolist()
+    assert max(abs(g - w) for g, w in zip(got, want)) <= 1
+
+
+def test_interpolate_trilinear():
+    b = fg.arange(8.0).reshape(1, 1, 2, 2, 2).requires_grad_()
+    y = fg.nn.functional.interpolate(b, size=(3, 2, 3), mode="trilinear")
+    want = [0.0, 0.5, 1.0, 2.0, 2.5, 3.0, 2.0, 2.5, 3.0, 4.0, 4.5, 5.0, 4.0, 4.5, 5.0, 6.0, 6.5]
+    assert y.reshape(-1).tolist() == want + [7.0]
+    (g,) = fg.autograd.grad((y * fg.arange(18.0).reshape(1, 1, 3, 2, 3)).sum(), b)
+    assert g.reshape(-1).tolist() == pytest.approx([5.25, 8.25, 12, 15, 23.25, 26.25, 30, 33])
