@@ -36,7 +36,7 @@ import math
 import numpy as np
 
 from . import core
-from .creation import host_table, tensor
+from .creation import full, host_table, tensor
 from .creation import index_arange as arange
 from .errors import ArgumentError, DTypeError, IndexingError, ShapeError, fail
 from .extend import custom_gradient
@@ -536,6 +536,8 @@ def scatter(x, dim: int, index, src=None, value=None, reduce=None):
         mode = {"add": "sum", "multiply": "prod"}.get(reduce)
         if mode is None:
             fail(ShapeError, "scatter", f"reduce must be 'add' or 'multiply', got {reduce!r}")
+        if not isinstance(src, Tensor):  # torch's scatter(dim, index, value, reduce=...)
+            src = full(tuple(index.shape), src, dtype=x.dtype, device=x.device)
         return scatter_reduce(x, dim, index, src, mode)
     d, index = _check_along(x, dim, index, "scatter", src if isinstance(src, Tensor) else None)
     vals = _src_along(x, index, src, "scatter")

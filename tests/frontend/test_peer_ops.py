@@ -125,3 +125,25 @@ def test_interpolate_trilinear():
     assert y.reshape(-1).tolist() == want + [7.0]
     (g,) = fg.autograd.grad((y * fg.arange(18.0).reshape(1, 1, 3, 2, 3)).sum(), b)
     assert g.reshape(-1).tolist() == pytest.approx([5.25, 8.25, 12, 15, 23.25, 26.25, 30, 33])
+
+
+# ---------------------------------------------------------------- scatter, slicing
+
+
+def test_scatter_a_value_with_reduce():
+    # torch.Tensor.scatter(dim, index, value, reduce=...); fusegrad refused a number
+    x = fg.arange(1.0, 13.0).reshape(2, 6)
+    i = fg.tensor([[0, 1, 0], [2, 2, 1]])
+    assert x.scatter(1, i, 2.5, reduce="add").tolist() == [
+        [6.0, 4.5, 3.0, 4.0, 5.0, 6.0],
+        [7.0, 10.5, 14.0, 10.0, 11.0, 12.0],
+    ]
+    assert x.scatter(1, i, 3.0, reduce="multiply").tolist() == [
+        [9.0, 6.0, 3.0, 4.0, 5.0, 6.0],
+        [7.0, 24.0, 81.0, 10.0, 11.0, 12.0],
+    ]
+
+
+def test_slice_step_zero_is_a_value_error():
+    with pytest.raises(ValueError, match="step"):
+        fg.ones(4, 3)[::0, 1]
