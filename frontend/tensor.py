@@ -70,6 +70,10 @@ from .versions import InplaceError
 Scalar = int | float | bool
 
 
+def _any_empty(t, parents) -> bool:
+    return 0 in t.node.shape or any(0 in p.node.shape for p in parents)
+
+
 def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
     return _contiguous(tuple(shape))
 
@@ -339,6 +343,10 @@ class Tensor(*MIXINS):
             node, wants = N.detach(node), False  # no_grad(): cut the result off the graph
         if node.device is None and self.node.device is not None:
             node = N.place(node, self.node.device)  # a constant result stays on self's device
+        if wants and (0 in node.shape or _any_empty(self, parents)):
+            # an empty value (or a reduction of one) folds to a constant: keep where it
+            # came from, for grad() (autograd_state.link_empty)
+            autograd_state.link_empty(node, (self, *parents))
         return Tensor(node, requires_grad=wants, strides=strides, leaf=not wants)
 
     def _dim(self, dim: int, op: str) -> int:

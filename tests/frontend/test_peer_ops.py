@@ -37,6 +37,15 @@ def test_grad_of_an_empty_input_is_empty():
     assert g.shape == (2, 0, 3)
 
 
+def test_grad_through_an_empty_value_is_zeros():
+    # torch: zeros; the empty slice (and its sum) fold to constants, and fusegrad raised
+    # "x was not used"
+    x = fg.ones(3, 4, requires_grad=True)
+    for y in (x[1:1], x[2:1, :], x.expand(0, 3, 4), x @ fg.ones(4, 0)):
+        (g,) = fg.autograd.grad(y.sum(), x)
+        assert g.tolist() == [[0.0] * 4] * 3
+
+
 def test_an_unused_input_still_raises():
     x = fg.tensor([1.0], requires_grad=True)
     w = fg.tensor([2.0], requires_grad=True)
