@@ -28,6 +28,7 @@ NOT_APPLICABLE = {
     "test_sum_dtype_arg": "expects the peer's AttributeError for dtype=''; torch raises TypeError",
     "test_prod_dtype_arg": "expects the peer's AttributeError for dtype=''; torch raises TypeError",
     "test_scatter_no_reduce_tensor_src": "expects the peer's TypeError; torch accepts the call",
+    "test_slice_errors": "expects a TypeError for x[:Tensor([3])]; torch accepts it",
     "test_stack": "Tensor.stack(tuple, tensor) and its peer-specific ValueError",
 }
 
