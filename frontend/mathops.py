@@ -884,6 +884,7 @@ def bitwise_left_shift(a, b):
     """a << b = a * 2^b (wrapping as two's complement); 0 once b reaches the bit width,
     as torch's.
 
+    >>> import fusegrad as fg
     >>> (fg.tensor([1, 3], dtype=fg.int8) << fg.tensor([7, 8], dtype=fg.int8)).tolist()
     [-128, 0]
     """
@@ -897,6 +898,7 @@ def bitwise_right_shift(a, b):
     """a >> b = floor(a / 2^b) (arithmetic shift); once b reaches the bit width, the sign
     fill (0 or -1; 0 for unsigned), as torch's.
 
+    >>> import fusegrad as fg
     >>> (fg.tensor([5, -5], dtype=fg.int32) >> 31).tolist()
     [0, -1]
     """
