@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 import weakref
 
-from . import core
+from . import autograd_state, core
 from .errors import GradError, ShapeError, at_callers_site, fail
 from .ir import node as N
 from .ir.autodiff import GRAD_HOOKS, NO_DERIVATIVE, gradients
@@ -333,8 +333,12 @@ def grad(
         for i, g in enumerate(gs):
             if g is not None:
                 total[i] = g if total[i] is None else N.add(total[i], g)
+    # an input reached only through empty values (x[1:1].sum()) gets a zero gradient, as
+    # in torch: an empty value folds to a constant, so autodiff found no path to it
     result = []
     for x, g in zip(inputs_t, total):
+        if g is None and x.requires_grad and _reached_through_empty(outputs, x.node):
+            g = N.const(0, x.shape, x.dtype)
         if g is None:
             if not allow_unused:
                 fail(
@@ -349,3 +353,19 @@ def grad(
         g = core.Tensor(node, requires_grad=create_graph, leaf=not create_graph)
         result.append(on_leaf_grad(x, g) if LEAF_HOOKS else g)  # (a leaf's hooks, as torch)
     return tuple(result)
+
+
+def _reached_through_empty(outputs, target) -> bool:
+    """Whether `target` is upstream of an output, following the links that empty values
+    keep to what they were computed from (`autograd_state.link_empty`)."""
+    seen, stack = set(), [o.node for o in outputs]
+    while stack:
+        n = stack.pop()
+        if n is target:
+            return True
+        if id(n) in seen or n.op is Ops.DETACH:
+            continue
+        seen.add(id(n))
+        stack.extend(n.srcs)
+        stack.extend(autograd_state.empty_parents(n))
+    return False

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import weakref
 
 _state = threading.local()
 
@@ -144,3 +145,29 @@ class inference_mode:  # noqa: N801  (torch's name)
                 return fn(*args, **kwargs)
 
         return run
+
+
+# Results that require grad and are, or are computed from, empty values: node id -> (the
+# node, weak refs to its parents' nodes). An empty value folds to a constant without
+# sources (ir/node.py: no kernel reads it), and so may a reduction of one, so the graph
+# alone no longer shows what they came from; `grad()` follows these links to tell
+# PyTorch's "used, with an empty or zero gradient" (x[1:1].sum()) from "not used".
+_empty_links: dict[int, tuple] = {}
+_MAX_EMPTY_PARENTS = 64  # per (shared, hash-consed) empty constant
+
+
+def link_empty(node, parents) -> None:
+    """Record that `node` (empty, or computed from an empty value) came from `parents`."""
+    entry = _empty_links.get(id(node))
+    refs = entry[1] if entry is not None and entry[0] is node else []
+    live = [r for r in refs if r() is not None][-_MAX_EMPTY_PARENTS:]
+    live.extend(weakref.ref(p.node) for p in parents)
+    _empty_links[id(node)] = (node, live)
+
+
+def empty_parents(node) -> list:
+    """The nodes `node` was computed from, as `link_empty` recorded them."""
+    entry = _empty_links.get(id(node))
+    if entry is None or entry[0] is not node:
+        return []
+    return [n for n in (r() for r in entry[1]) if n is not None]

@@ -36,7 +36,7 @@ import math
 import numpy as np
 
 from . import core
-from .creation import host_table, tensor
+from .creation import full, host_table, tensor
 from .creation import index_arange as arange
 from .errors import ArgumentError, DTypeError, IndexingError, ShapeError, fail, warn_user
 from .extend import custom_gradient
@@ -300,12 +300,13 @@ def getitem(x, index):
         flat = term if flat is None else flat + term
         stride *= s
     out = table._make(N.gather(table.node, flat.node), flat)
-    # 3. where the index's axes go: in place if the advanced indices (ints included) are
-    # adjacent, else first (numpy's and PyTorch's rule)
-    places = [k for k, e in enumerate(entries) if e[0] in ("int", "idx", "newidx")]
+    # 3. where the index's axes go: in place if the tensor indices are adjacent, else
+    # first. PyTorch's rule: an int selects its axis away first, so it neither counts
+    # as an advanced index nor separates two (numpy's x[1, :, t] puts t's axes first)
+    places = [k for k, e in enumerate(kept) if e[0] in ("idx", "newidx")]
     if places[-1] - places[0] + 1 != len(places):
         return out
-    p = sum(1 for e in entries[: places[0]] if e[0] in ("none", "slice"))
+    p = sum(1 for e in kept[: places[0]] if e[0] in ("none", "slice"))
     b = len(shape)
     order = list(range(b, b + p)) + list(range(b)) + list(range(b + p, out.ndim))
     return out.permute(order)
@@ -556,6 +557,8 @@ def scatter(x, dim: int, index, src=None, value=None, reduce=None):
         mode = {"add": "sum", "multiply": "prod"}.get(reduce)
         if mode is None:
             fail(ShapeError, "scatter", f"reduce must be 'add' or 'multiply', got {reduce!r}")
+        if not isinstance(src, Tensor):  # torch's scatter(dim, index, value, reduce=...)
+            src = full(tuple(index.shape), src, dtype=x.dtype, device=x.device)
         return scatter_reduce(x, dim, index, src, mode)
     d, index = _check_along(x, dim, index, "scatter", src if isinstance(src, Tensor) else None)
     vals = _src_along(x, index, src, "scatter")

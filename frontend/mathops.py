@@ -62,11 +62,16 @@ def _with_grad(res, pairs):
     if node.op in MOVEMENT or node.op is Ops.CONST:
         node = N.contiguous(node, "an op with its own gradient rule")
         out = xs[0]._make(node, *xs[1:])
-    # a zero gradient is no gradient (as torch's zeros): not 0 * g, NaN where g is inf
+    # a zero gradient is zeros, as torch's: not 0 * g (NaN where g is inf), and not none
+    # (torch's grad() of sign(x) is zeros, not "x was not used")
     # the nodes now, not at backward(): an in-place update (`x.acos_()`) rebinds x.node
-    live = [(x.node, d.node) for x, d in pairs if x.requires_grad and not _is_zero(d)]
-    with_vjp(node, lambda g: [(xn, N.mul(g, N.cast(dn, g.dtype))) for xn, dn in live])
+    live = [(x.node, d.node, _is_zero(d)) for x, d in pairs if x.requires_grad]
+    with_vjp(node, lambda g: [(xn, _times(g, dn, zero)) for xn, dn, zero in live])
     return out
+
+
+def _times(g, d, zero: bool):
+    return N.const(0, g.shape, g.dtype) if zero else N.mul(g, N.cast(d, g.dtype))
 
 
 def _is_zero(d) -> bool:
@@ -917,15 +922,35 @@ def bitwise_not(x):
 
 
 def bitwise_left_shift(a, b):
-    """a << b = a * 2^b (wrapping as two's complement)."""
+    """a << b = a * 2^b (wrapping as two's complement); 0 once b reaches the bit width,
+    as torch's.
+
+    >>> import fusegrad as fg
+    >>> (fg.tensor([1, 3], dtype=fg.int8) << fg.tensor([7, 8], dtype=fg.int8)).tolist()
+    [-128, 0]
+    """
     x, y = _check_bits(a, b, "bitwise_left_shift")
-    return x * _int_pow2(y)
+    bits = 8 * x.dtype.itemsize
+    # 2^(bits-1) wraps to the minimum, and x times it wraps to the right bits
+    return _where(y >= bits, 0, x * _int_pow2(y.clamp(0, bits - 1))).cast(x.dtype)
 
 
 def bitwise_right_shift(a, b):
-    """a >> b = floor(a / 2^b) (arithmetic shift)."""
+    """a >> b = floor(a / 2^b) (arithmetic shift); once b reaches the bit width, the sign
+    fill (0 or -1; 0 for unsigned), as torch's.
+
+    >>> import fusegrad as fg
+    >>> (fg.tensor([5, -5], dtype=fg.int32) >> 31).tolist()
+    [0, -1]
+    """
     x, y = _check_bits(a, b, "bitwise_right_shift")
-    return floor_divide(x, _int_pow2(y))
+    bits = 8 * x.dtype.itemsize
+    # two halves: 2^(bits-1) itself does not fit (it wraps negative); floor(floor(x/p)/q)
+    # is floor(x/(p q)) for p, q > 0
+    shift = y.clamp(0, bits - 1)
+    half = floor_divide(shift, 2)
+    out = floor_divide(floor_divide(x, _int_pow2(half)), _int_pow2(shift - half))
+    return _where(y >= bits, 0, out).cast(x.dtype) if x.dtype.unsigned else out
 
 
 def _int_pow2(y):

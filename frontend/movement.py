@@ -284,8 +284,8 @@ class MovementMixin:
                     f"unsupported index {i!r}: use ints, slices, None or ...",
                 )
             if isinstance(i, slice):
-                if i.step is not None and i.step <= 0:
-                    fail(IndexingError, "index", f"step must be positive, got {i.step}")
+                if i.step is not None and i.step <= 0:  # a ValueError, as torch's
+                    fail(ShapeError, "index", f"slice step must be positive, got {i.step}")
                 start, stop, step = i.indices(size)
                 stop = max(stop, start)
                 bounds.append((start, stop))

@@ -24,7 +24,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from . import core
+from . import autograd_state, core
 from .creation import host_table
 from .creation import index_arange as arange
 from .errors import DimError, DTypeError, IndexingError, ShapeError, fail
@@ -575,7 +575,10 @@ def unfold(x, dimension: int, size: int, step: int):
         )
     moved = movedim(x, d, -1)
     win = sliding_windows(moved, (size,), (step,), (1,))  # (..., windows, size)
-    return movedim(win, -2, d)
+    out = movedim(win, -2, d)
+    if out.numel() == 0 and out.requires_grad:  # (empty windows: keep x upstream, for grad)
+        autograd_state.link_empty(out.node, (x,))
+    return out
 
 
 def repeat(x, *sizes):
@@ -803,7 +806,7 @@ def _logcumsumexp_backward(x, g, out, d: int):
 
 
 def _cum_extreme(x, dim, largest: bool, op: str):
-    d = x._dim(dim, op) if x.ndim else 0
+    d = x._dim(dim, op)  # a 0-d tensor takes dim 0 or -1 only, as torch's
     if x.ndim == 0:
         return ValuesIndices(x, x._make(N.const(0, (), int64)))
     if largest:

@@ -75,6 +75,18 @@ from .versions import InplaceError
 Scalar = int | float | bool
 
 
+def _from_empty(node, t, parents) -> bool:
+    """Whether `node` (a result of t and parents) may be an empty value folded to a
+    constant, or built on one (a crop to nothing, then padded)."""
+    return (
+        not node.srcs
+        or 0 in node.shape
+        or any(0 in s.shape for s in node.srcs)
+        or 0 in t.node.shape
+        or any(0 in p.node.shape for p in parents)
+    )
+
+
 def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
     return _contiguous(tuple(shape))
 
@@ -346,6 +358,10 @@ class Tensor(*MIXINS):
             node, wants = N.detach(node), False  # no_grad(): cut the result off the graph
         if node.device is None and self.node.device is not None:
             node = N.place(node, self.node.device)  # a constant result stays on self's device
+        if wants and _from_empty(node, self, parents):
+            # an empty value (or a reduction or crop of one) folds to a constant: keep
+            # where it came from, for grad() (autograd_state.link_empty)
+            autograd_state.link_empty(node, (self, *parents))
         return Tensor(node, requires_grad=wants, strides=strides, leaf=not wants)
 
     def _dim(self, dim: int, op: str) -> int:

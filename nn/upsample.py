@@ -30,7 +30,7 @@ from ..nnapi import (
 from .dense import embedding
 from .module import Module
 
-_MODES = {"nearest": None, "nearest-exact": None, "linear": 1, "bilinear": 2}
+_MODES = {"nearest": None, "nearest-exact": None, "linear": 1, "bilinear": 2, "trilinear": 3}
 
 
 def _take_rows(x: Tensor, dim: int, index: np.ndarray) -> Tensor:
@@ -62,8 +62,9 @@ def interpolate(
 
     Give either `size` or `scale_factor`. 'nearest' takes floor(dst * scale)
     (PyTorch's legacy rule), 'nearest-exact' rounds to the nearest centre;
-    'linear' (3-D input) and 'bilinear' (4-D) blend the two neighbours, with
-    corner pixels aligned when `align_corners=True`.
+    'linear' (3-D input), 'bilinear' (4-D) and 'trilinear' (5-D) blend the two
+    neighbours along each axis, with corner pixels aligned when `align_corners=True`.
+    An integer input keeps its dtype (each axis's blend is rounded), as PyTorch's.
     """
     if mode not in _MODES:
         raise NotImplementedError(
@@ -114,8 +115,12 @@ def interpolate(
             scales = (None,) * n
     if any(s <= 0 for s in sizes):
         fail(ShapeError, "interpolate", f"output size {sizes} must be positive")
-    x = input if input.dtype.is_float else input.float()
-    for k, (i, o, sf) in enumerate(zip(spatial, sizes, scales)):
+    # nearest copies values (any dtype); the blends run in float32 for integer inputs and
+    # round back to the input's dtype, as torch's (a uint8 image stays uint8)
+    x = input
+    # last axis first, an integer input rounded back after each pass: torch's separable
+    # kernel for uint8 images does the same
+    for k, (i, o, sf) in reversed(list(enumerate(zip(spatial, sizes, scales)))):
         dim = 2 + k
         dst = np.arange(o, dtype=np.float64)
         if linear is None:
@@ -129,11 +134,15 @@ def interpolate(
         pos = dst * scale if corners else np.maximum((dst + 0.5) * scale - 0.5, 0.0)
         lo = np.minimum(np.floor(pos), i - 1).astype(np.int64)
         hi = np.minimum(lo + 1, i - 1)
+        if not x.dtype.is_float:
+            x = x.float()
         frac = (pos - lo).astype(x.dtype.np)
         shape = [1] * x.ndim
         shape[dim] = o
         w_hi = tensor(frac.reshape(shape), dtype=x.dtype, device=x.device)
         x = _take_rows(x, dim, lo) * (1.0 - w_hi) + _take_rows(x, dim, hi) * w_hi
+        if x.dtype is not input.dtype:
+            x = x.round().cast(input.dtype)
     return x
 
 

@@ -18,7 +18,7 @@ CASES = [
     ([0, 2],),
     (Ellipsis, [1, 3]),
     ([0, 2], slice(None), [1, 4]),  # separated: the index axes go first
-    (0, slice(None), [1, 4]),  # an int counts as an index: separated again
+    (0, slice(None), [1, 4]),  # torch: the int selects first, [1, 4] stays in place
     (slice(None), [0, -1], [1, 4]),  # adjacent: in place
     (slice(None, None, -1), 1, slice(None, None, -2)),
     (None, [[0], [1]], None, [1, 2]),
@@ -33,9 +33,21 @@ CASES = [
 ]
 
 
+# PyTorch applies a leading int first (a select), so the tensor index after it stays in
+# place; numpy counts the int as an index and moves the index axes first (issue 31)
+INT_FIRST = {repr((0, slice(None), [1, 4])), repr((1, None, [0, 1], slice(2, None)))}
+
+
+def _np_index(index):
+    return tuple(np.array(i, dtype=np.int64) if isinstance(i, list) else i for i in index)
+
+
 @pytest.mark.parametrize("index", CASES, ids=[repr(c) for c in CASES])
 def test_get_matches_numpy(index):
-    want = A[tuple(np.array(i, dtype=np.int64) if isinstance(i, list) else i for i in index)]
+    if repr(index) in INT_FIRST:
+        want = A[index[0]][_np_index(index[1:])]
+    else:
+        want = A[_np_index(index)]
     fg_index = tuple(fg.tensor(i, dtype=fg.int64) if isinstance(i, list) else i for i in index)
     assert np.array_equal(fg.tensor(A)[fg_index].numpy(), want)
     # lists work as well as tensors
