@@ -160,7 +160,7 @@ def schedule(
             per = u.numel if id(u) in reason else evals[id(u)]
             if u.op in REDUCE:
                 total += per * (u.srcs[0].numel // max(u.numel, 1))
-            elif id(u) not in reason and _row_broadcast(u):  # hoisted: once per row
+            elif id(u) not in reason and _row_broadcast(u) and hoisted(u):  # once per row
                 total += per * n.numel // max(u.numel, 1)
             elif u.op is Ops.SCATTER_ADD:  # runs over its sources' elements, not its own
                 total += u.srcs[0].numel
@@ -170,6 +170,16 @@ def schedule(
             else:
                 total += per
         return total + sum(same_coords.values())
+
+    def hoisted(u: Node) -> bool:
+        """Whether every kernel that inlines broadcast u loops over u's own shape, row
+        innermost, so that codegen computes what u broadcasts once per row. A kernel that
+        reduces over other axes (a convolution's weight gradient reading a gradient
+        broadcast over the kernel's positions) evaluates it at every element."""
+        kernels = reach.get(id(u), ())
+        return bool(kernels) and all(
+            by_id[k].op in _SAME_COORDS and by_id[k].shape == u.shape for k in kernels
+        )
 
     def reads(n: Node) -> set[int]:
         out: set[int] = set()
