@@ -17,8 +17,9 @@ calling thread (what the host spends: robust on a shared machine, where wall tim
 counts waiting for a core) and in wall time:
 
 - **per launch**: a cached plan of a chain of small kernels (`y = y - y.sum(0)` over
-  128 x 2, 16 times: 21 launches) run by `engine.execute`, its time divided by its launches; and the same
-  chain realized from Python (graph building and the plan lookup included), per launch;
+  128 x 2, 16 times: 21 launches) run by `engine.execute`, its time divided by its
+  launches; and the same chain realized from Python (graph building and the plan lookup
+  included), per launch;
 - **LeNet-5 step, plain loop**: `opt.zero_grad(); loss = cross_entropy(model(x), y);
   loss.backward(); opt.step(); loss.item()` at batch 64, the step cache hitting;
 - **LeNet-5 step, `fg.jit`**: the same step replayed (no Python of the step runs);
