@@ -29,6 +29,7 @@ PACKAGES = {
 }
 MAX_FUNCTION_IMPORTS = 10
 
+
 def _modules() -> dict[str, tuple[str, bool]]:
     """Absolute module name -> (path, is a package's __init__)."""
     out = {}
