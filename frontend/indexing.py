@@ -535,6 +535,16 @@ def _src_along(x, index, src, op: str):
     return src[tuple(slice(0, s) for s in index.shape)]
 
 
+def _same_dtype(x, src, op: str) -> None:
+    """torch's scatter and scatter_reduce take no `src` of another dtype (a RuntimeError)."""
+    if src.dtype != x.dtype:
+        fail(
+            DTypeError,
+            op,
+            f"Expected self.dtype to be equal to src.dtype (self {x.dtype}, src {src.dtype})",
+        )
+
+
 def scatter(x, dim: int, index, src=None, value=None, reduce=None):
     """out = x, then out[i][index[i][j][k]][k] = src[i][j][k] for dim = 1 (torch.scatter).
 
@@ -549,6 +559,8 @@ def scatter(x, dim: int, index, src=None, value=None, reduce=None):
     Tensor = _tensor_cls()
     if not isinstance(src, Tensor):
         _number_arg(src, "scatter", "value")
+    else:
+        _same_dtype(x, src, "scatter")
     if x.ndim == 0:
         x._dim(dim, "scatter")
         x1, index1, src1 = _one_element(x, index, src)
@@ -598,6 +610,8 @@ def scatter_reduce(x, dim: int, index, src, reduce: str, include_self: bool = Tr
     with every source (a one-hot table), so they raise above ONE_HOT_LIMIT elements.
     Integer means round down, as PyTorch's.
     """
+    if isinstance(src, _tensor_cls()):
+        _same_dtype(x, src, "scatter_reduce")
     if reduce not in ("sum", "mean", "prod", "amax", "amin"):
         fail(
             ShapeError,

@@ -157,3 +157,17 @@ def test_scatter_a_value_with_reduce():
 def test_slice_step_zero_is_a_value_error():
     with pytest.raises(ValueError, match="step"):
         fg.ones(4, 3)[::0, 1]
+
+
+def test_scatter_and_scatter_reduce_refuse_a_src_of_another_dtype():
+    # torch: "scatter(): Expected self.dtype to be equal to src.dtype" (a RuntimeError);
+    # before, src was cast to self's dtype and the result computed
+    x, i = fg.ones(2, 3).half(), fg.zeros(2, 3, dtype=fg.int64)
+    for call in (
+        lambda: x.scatter(1, i, fg.ones(2, 3)),
+        lambda: x.scatter_reduce(1, i, fg.ones(2, 3), reduce="sum"),
+    ):
+        with pytest.raises(RuntimeError, match="src.dtype"):
+            call()
+    same = x.scatter(1, i, fg.full((2, 3), 2.0).half())  # the same dtype still works
+    assert same.dtype == fg.float16 and same.tolist() == [[2.0, 1.0, 1.0], [2.0, 1.0, 1.0]]
