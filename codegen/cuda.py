@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from ..ir import rand
 from ..ir.dtypes import DType, float32
-from ..ir.ops import Ops
+from ..ir.ops import COMPARISON, Ops
 from ..ir.symbolic import FloorDiv, Lin, Mod, Var
 from .gpu import (
     MMA,
@@ -814,6 +814,8 @@ class _Renderer:
                 # float -> unsigned char conversion saturates on the GPU and is UB in C++
                 return f"({s.dtype.cuda})(int){a[0]}"
             return f"({s.dtype.cuda}){a[0]}"
+        if s.op in COMPARISON and src.is_half:  # compared as their type holds them (llvm.py)
+            a = [f"fg_f32({_narrowed(x, src)})" for x in a]
         src = _reg(src)
         f = "f" if src.is_float and src.itemsize == 4 else ""
         return op_row(s.op, src).cuda.format(*a, t=src.cuda, f=f)

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 
 from ..ir import rand
 from ..ir.dtypes import DType, float32
-from ..ir.ops import Ops
+from ..ir.ops import COMPARISON, Ops
 from ..ir.symbolic import FloorDiv, Lin, Mod, Var, lin
 from .llvm_math import fconst, function_name, intrinsic_suffix, math_functions, vector_type
 from .loopir import (
@@ -444,6 +444,11 @@ class _Renderer:
         elif s.op is Ops.CAST:
             v = self.cast(args[0], src, s.dtype, varying)
         else:
+            if s.op in COMPARISON and src.is_half:
+                # compared as their type holds them: a value recomputed here in float32
+                # must equal its rounded copy in memory (a max's ties, as torch finds them)
+                lanes = self.width if varying else None
+                args = [self.widen(self.narrow(a, src, lanes), src, lanes) for a in args]
             v = self.table_op(s.op, args, src, varying)
         self.bind(s.dst, v, s.dtype, varying)
 

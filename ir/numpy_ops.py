@@ -65,8 +65,8 @@ NUMPY_OPS = {
     Ops.MUL: lambda n, a, b: (a & b) if n.dtype.is_bool else a * b,
     Ops.DIV: lambda n, a, b: _int_div(a, b) if not n.dtype.is_float else a / b,
     Ops.MAX: lambda n, a, b: np.maximum(a, b),
-    Ops.CMPLT: lambda n, a, b: a < b,
-    Ops.CMPEQ: lambda n, a, b: a == b,
+    Ops.CMPLT: lambda n, a, b: _seen(n, a) < _seen(n, b),
+    Ops.CMPEQ: lambda n, a, b: _seen(n, a) == _seen(n, b),
     Ops.WHERE: lambda n, c, a, b: np.where(c, a, b),
     Ops.RAND: lambda n, key: rand.uniform_from_key(
         int(key), np.arange(n.numel, dtype=np.int64).reshape(n.shape), rand.uniform_bits(n.dtype)
@@ -94,6 +94,15 @@ def wide(dt) -> str:
 def _rounded(x: np.ndarray, dt) -> np.ndarray:
     """`x` converted to `dt` (rounded once; 16-bit floats then held as float32 again)."""
     return x.astype(dt.np).astype(wide(dt))
+
+
+def _seen(n, x: np.ndarray) -> np.ndarray:
+    """A comparison's operand as its 16-bit type holds it: a value computed in float32 and
+    compared with a stored copy of itself (a max's gradient finding its ties) must equal
+    it, as in PyTorch, where every 16-bit result is rounded."""
+    srcs = getattr(n, "srcs", None)
+    dt = srcs[0].dtype if srcs else None
+    return _rounded(x, dt) if dt is not None and dt.is_half else x
 
 
 def fold_constant(op: Ops, values: list, dtypes: list, out_dtype):

@@ -325,3 +325,25 @@ def test_without_ml_dtypes_bfloat16_is_refused_and_the_rest_works():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+@pytest.mark.backend_slice
+@pytest.mark.parametrize("dt", HALVES, ids=str)
+def test_a_comparison_sees_its_operands_as_their_type_holds_them(backend, dt):
+    # 1 + 2^-12 rounds to 1 in both types: torch, rounding each op, says they are equal;
+    # a kernel that kept the sum in float32 registers would say they are not
+    one, tiny = fg.tensor([1.0], dtype=dt), fg.tensor([2.0**-12], dtype=dt)
+    assert ((one + tiny) == one).tolist() == [True]
+    assert ((one + tiny) > one).tolist() == [False]
+    # amax's gradient finds its ties by comparing the recomputed input with the stored
+    # maximum: unrounded, they were never equal, and the gradient was 0 / 0 = NaN
+    rng = np.random.default_rng(3)
+    values = [rng.uniform(-2, 2, (3, 4)).astype(np.float32) for _ in range(2)]
+    grads = []
+    for t in (dt, fg.float32):
+        a, b = (fg.tensor(v, dtype=dt).to(t).requires_grad_() for v in values)
+        x = a + b
+        m = x.unsqueeze(0).expand(2, 3, 4).amax(0).log_softmax(-1)
+        grads.append(host(fg.grad((m * m).sum(), [a])[0]))
+    assert not np.isnan(grads[0]).any()
+    np.testing.assert_allclose(grads[0], grads[1], rtol=8 * EPS[dt.name], atol=8 * EPS[dt.name])
