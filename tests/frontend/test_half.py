@@ -347,3 +347,39 @@ def test_a_comparison_sees_its_operands_as_their_type_holds_them(backend, dt):
         grads.append(host(fg.grad((m * m).sum(), [a])[0]))
     assert not np.isnan(grads[0]).any()
     np.testing.assert_allclose(grads[0], grads[1], rtol=8 * EPS[dt.name], atol=8 * EPS[dt.name])
+
+
+def _unary_table():
+    import test_differential  # noqa: E402  (tests/frontend is on sys.path)
+
+    return test_differential.UNARY
+
+
+@pytest.mark.parametrize("dt", HALVES, ids=str)
+def test_unary_functions_in_16_bits(dt):
+    """Every function of test_differential's table on a grid of its domain in `dt`: within
+    one ulp of the 16-bit type of the exact value (computed in float32, rounded once), and
+    inf where the exact value is past the type's range, as PyTorch's."""
+    table = _unary_table()
+    grids, outs = {}, {}
+    for name, (_, (lo, hi)) in table.items():
+        x = fg.tensor(np.linspace(lo, hi, 1031), dtype=dt)  # rounded once, here
+        grids[name], outs[name] = x, getattr(x, name)()
+    fg.realize(*outs.values())
+    for name, (fn, _) in table.items():
+        x = host(grids[name]).astype(np.float64)
+        with np.errstate(all="ignore"):
+            exact = fn(x)
+        want = host(fg.tensor(exact, dtype=dt)).astype(np.float64)  # as the type holds it
+        got = host(outs[name]).astype(np.float64)
+        assert outs[name].dtype is dt
+        same = (got == want) | (np.isnan(got) & np.isnan(want))
+        finite = np.isfinite(want) & ~same
+        with np.errstate(invalid="ignore"):  # inf - inf where both overflowed
+            err = np.abs(got - want)
+        tol = EPS[dt.name] * np.abs(want) + float(fg.finfo(dt).smallest_normal)
+        bad = np.flatnonzero(~same & (~finite | (err > tol)))
+        assert bad.size == 0, (
+            f"{name}({x[bad[0]]!r}) in {dt}: {got[bad[0]]!r}, exactly {exact[bad[0]]!r} "
+            f"(as {dt} {want[bad[0]]!r})"
+        )
