@@ -27,6 +27,8 @@ import fusegrad as fg
 from fusegrad.codegen.cuda import PRELUDE, cuda_kernel
 from fusegrad.codegen.gpu import VECTOR, WARP_ROW_MAX, map_to_gpu, traffic
 from fusegrad.codegen.lower import lower
+from fusegrad.ir.node import toposort
+from fusegrad.ir.ops import Ops
 from fusegrad.ir.schedule import schedule
 from fusegrad.nn import functional as F
 from fusegrad.runtime.engine import engine
@@ -256,6 +258,12 @@ def test_memory_bound_kernels_move_at_most_1_1x_their_minimum_bytes(case):
         assert t.bytes_read > 0 and t.bytes_written > 0 and t.flops > 0
         assert t.bytes <= 1.1 * t.min_bytes, f"{case}: {k.name} {t}"
         assert f"// {t}" in k.source  # the report heads the source (and the kernel dump)
+    # the whole op, not only each kernel: its inputs read once and its outputs written once
+    # (the row kernels of ir/schedule.py's rule 6; a full sum's partials are 1/2^10 more)
+    leaves = {n for t in tensors for n in toposort([t.node]) if n.op is Ops.BUFFER}
+    least = sum(n.numel * n.dtype.itemsize for n in leaves)
+    least += sum(t.numel() * t.dtype.itemsize for t in tensors)
+    assert sum(k.traffic.bytes for k in kernels) <= 1.1 * least, case
 
 
 def test_traffic_counts_a_second_pass_and_the_split_partials():
