@@ -355,8 +355,9 @@ def _unary_table():
     return test_differential.UNARY
 
 
+@pytest.mark.backend_slice
 @pytest.mark.parametrize("dt", HALVES, ids=str)
-def test_unary_functions_in_16_bits(dt):
+def test_unary_functions_in_16_bits(backend, dt):
     """Every function of test_differential's table on a grid of its domain in `dt`: within
     one ulp of the 16-bit type of the exact value (computed in float32, rounded once), and
     inf where the exact value is past the type's range, as PyTorch's."""
