@@ -75,17 +75,23 @@ def test_predicting_from_saved_weights_trains_nothing_by_default(example):
     assert parse(example, "--predict", "").epochs == example.FINETUNE_EPOCHS  # no --load
 
 
-def test_main_builds_the_variant_asked_for(example, monkeypatch):
-    built = []
+class Stop(Exception):
+    """Raised by a stand-in model: main() got as far as building it."""
 
-    class Stop(Exception):
-        pass
+
+def recording_model(built: list):
+    """A stand-in for a model class that records its keyword arguments, then stops main()."""
 
     def fake_model(table, **kwargs):
         built.append(kwargs)
         raise Stop
 
-    monkeypatch.setattr(example, "KimCNN", fake_model)
+    return fake_model
+
+
+def test_main_builds_the_variant_asked_for(example, monkeypatch):
+    built = []
+    monkeypatch.setattr(example, "KimCNN", recording_model(built))
     for argv in ([], ["--static"], ["--finetune"]):
         with pytest.raises(Stop):
             example.main(argv)
@@ -139,15 +145,7 @@ def test_a_run_ends_with_the_best_validation_epochs_test_accuracy(example, capsy
 
 def test_arch_lstm_builds_the_bidirectional_lstm(example, monkeypatch):
     built = []
-
-    class Stop(Exception):
-        pass
-
-    def fake_model(table, **kwargs):
-        built.append(kwargs)
-        raise Stop
-
-    monkeypatch.setattr(example, "BiLSTM", fake_model)
+    monkeypatch.setattr(example, "BiLSTM", recording_model(built))
     monkeypatch.setattr(example, "KimCNN", lambda *a, **k: pytest.fail("built the CNN"))
     with pytest.raises(Stop):
         example.main(["--arch", "lstm", "--static"])
