@@ -509,12 +509,19 @@ def _mma_kind(red: Reduction, c_parts: tuple, tf32: bool) -> str | None:
     if dt.name not in HALF_MMA:
         return None
     for stmts, ((name, _),) in ((a_stmts, a_exp), (b_stmts, b_exp)):
-        s = next(s for s in stmts if s.dst == name)
-        loaded = isinstance(s, Load) and not s.param.output and s.param.dtype == dt
-        cast = isinstance(s, Alu) and s.op is Ops.CAST and s.dtype == dt
-        if not (loaded or cast):
+        if not _is_16bit(name, stmts, dt):
             return None
     return dt.name
+
+
+def _is_16bit(name: str, stmts: list, dt: DType) -> bool:
+    """`name` is a value of the 16-bit type `dt`: loaded from a buffer of it, cast to it, or
+    such a value where a condition holds and 0 elsewhere (a padded convolution's window)."""
+    s = next(s for s in stmts if s.dst == name)
+    if isinstance(s, Select):
+        return _is_16bit(s.value, stmts, dt)
+    loaded = isinstance(s, Load) and not s.param.output and s.param.dtype == dt
+    return loaded or (isinstance(s, Alu) and s.op is Ops.CAST and s.dtype == dt)
 
 
 def _defs_and_uses(s) -> tuple[str | None, set[str], set]:
