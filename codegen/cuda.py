@@ -86,7 +86,7 @@ __device__ __forceinline__ bool fg_aligned16(const void* p) {
 }
 // 16 bytes global -> shared: asynchronous on sm_80+ (cp.async, zero-filled when !ok; wait
 // with fg_copy_wait), a plain copy elsewhere and in the emulator
-__device__ __forceinline__ void fg_copy16_async(float* smem, const float* gmem, bool ok) {
+__device__ __forceinline__ void fg_copy16_async(void* smem, const void* gmem, bool ok) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(s), "l"(gmem),
@@ -563,15 +563,16 @@ class _Renderer:
                 at_m, at_k = loops[0].var.name, red.loops[0].var.name
                 ref = f"{load.param.name}[{index(load.index)}]"
                 out = f"{side}_{name}[{buf}]"
+                lanes = c.lanes
                 self.line(e, "if (fg_vec) {")
                 if vector == "m":  # contiguous along the side: straight into shared memory
-                    q = width // VECTOR
+                    q = width // lanes
                     self.line(e + 1, f"for (int e = tid; e < {kc * q}; e += {threads}) {{")
-                    self.line(e + 2, f"const int kk = e / {q}, at = e % {q} * {VECTOR};")
+                    self.line(e + 2, f"const int kk = e / {q}, at = e % {q} * {lanes};")
                 else:  # contiguous along the reduction: 4 steps of one row, stored transposed
-                    q = kc // VECTOR
+                    q = kc // lanes
                     self.line(e + 1, f"for (int e = tid; e < {q * width}; e += {threads}) {{")
-                    self.line(e + 2, f"const int kk = e % {q} * {VECTOR}, at = e / {q};")
+                    self.line(e + 2, f"const int kk = e % {q} * {lanes}, at = e / {q};")
                 self.line(e + 2, f"const long long i{side} = tile_{side} + at, red = k0 + kk;")
                 self.line(e + 2, f"const bool fg_in = {inside};")
                 # outside, the address of element 0 (never read): no pointer leaves the buffer
@@ -580,6 +581,15 @@ class _Renderer:
                 self.index_vars(c.c_loops, "ic", e + 2)
                 if vector == "m":
                     self.line(e + 2, f"fg_copy16_async(&{out}[kk][at], &{ref}, fg_in);")
+                elif lanes != VECTOR:  # 8 16-bit values, two in each 32-bit word
+                    self.line(e + 2, "int4 fg_v = {0, 0, 0, 0};")
+                    self.line(e + 2, f"if (fg_in) fg_v = __ldg((const int4*)&{ref});")
+                    bits = {"float16": "__ushort_as_half", "bfloat16": "__ushort_as_bfloat16"}
+                    for lane in range(lanes):
+                        word = f"(unsigned)fg_v.{'xyzw'[lane // 2]}"
+                        word = f"({word} >> 16)" if lane % 2 else word
+                        value = f"{bits[c.mma]}((unsigned short){word})"
+                        self.line(e + 2, f"{out}[kk + {lane}][at] = {value};")
                 else:
                     self.line(e + 2, "float4 fg_v = {0.0f, 0.0f, 0.0f, 0.0f};")
                     self.line(e + 2, f"if (fg_in) fg_v = __ldg((const float4*)&{ref});")

@@ -257,14 +257,14 @@ def vector_type(dt: DType) -> str | None:
     return VECTOR_TYPES.get(dt.name)
 
 
-def _steps_by_one(index, var: Var) -> bool:
-    """`index` moves by 1 per step of `var` and is a multiple of VECTOR wherever `var` is."""
-    if index.coef(var) != 1 or index.const % VECTOR:
+def _steps_by_one(index, var: Var, lanes: int = VECTOR) -> bool:
+    """`index` moves by 1 per step of `var` and is a multiple of `lanes` wherever `var` is."""
+    if index.coef(var) != 1 or index.const % lanes:
         return False
     for atom, coef in index.terms:
         if atom == var:
             continue
-        if coef % VECTOR or (not isinstance(atom, Var) and var in atom.x.atoms()):
+        if coef % lanes or (not isinstance(atom, Var) and var in atom.x.atoms()):
             return False
     return True
 
@@ -401,7 +401,8 @@ class Contraction:
     combines its tile from there; `kk_fastest` says which side's staging walks the
     reduction fastest (the one whose loads are contiguous along it).
 
-    `a_vector` / `b_vector` ("k" or "m", else None): the side is one plain fp32 load,
+    `a_vector` / `b_vector` ("k" or "m", else None): the side is one plain load (fp32, or
+    16-bit on the 16-bit tensor cores),
     contiguous along the reduction ("k": 16-byte `__ldg`s, stored transposed) or along
     its outputs ("m": 16-byte asynchronous copies, `cp.async` on sm_80+), taken when the
     buffer is 16-byte aligned at launch. `mma`, a sum of a-value * b-value run on tensor
@@ -432,6 +433,12 @@ class Contraction:
     mma: str | None = None
 
     @property
+    def lanes(self) -> int:
+        """Elements of a side in 16 bytes: 4 fp32 values, or 8 16-bit ones (staged in 16
+        bits for the tensor cores)."""
+        return 8 if self.mma in HALF_MMA else VECTOR
+
+    @property
     def na(self) -> int:
         return math.prod(lp.extent for lp in self.a_loops)
 
@@ -459,21 +466,25 @@ def _tile_shape(na: int, nb: int, nc: int, mma: bool) -> tuple[int, int, int]:
     return ra, rb, 8 if big else TILE_K
 
 
-def _vector_side(stmts: list, exports: list, loops: list[Loop], red: Reduction) -> str | None:
-    """ "k" or "m" when a side is one plain fp32 load whose index steps by 1 along the
-    reduction ("k") or along the side's one output loop ("m"), every other part a multiple
-    of VECTOR and that loop's extent too: groups of VECTOR are 16 bytes, all in or all out."""
+def _vector_side(
+    stmts: list, exports: list, loops: list[Loop], red: Reduction, mma: str | None
+) -> str | None:
+    """ "k" or "m" when a side is one plain load, fp32 (or 16-bit, staged in 16 bits for the
+    tensor cores), whose index steps by 1 along the reduction ("k") or along the side's one
+    output loop ("m"), every other part a multiple of the lanes of 16 bytes (4, or 8 16-bit
+    values) and that loop's extent too: groups of 16 bytes, all in or all out."""
     if len(stmts) != 1 or len(exports) != 1 or len(loops) != 1 or len(red.loops) != 1:
         return None
     (s,) = stmts
     if not isinstance(s, Load) or s.valid or s.dst != exports[0][0] or s.param.output:
         return None
-    if s.dtype.name != "float32" or s.param.dtype != s.dtype:
+    if s.dtype.name not in ("float32", mma) or s.param.dtype != s.dtype:
         return None
     if any(not isinstance(atom, Var) for atom, _ in s.index.terms):
         return None
+    lanes = 16 // s.dtype.itemsize
     for axis, loop in (("k", red.loops[0]), ("m", loops[0])):
-        if loop.extent % VECTOR == 0 and _steps_by_one(s.index, loop.var):
+        if loop.extent % lanes == 0 and _steps_by_one(s.index, loop.var, lanes):
             return axis
     return None
 
@@ -599,7 +610,8 @@ def _contraction(gpu: GpuKernel, tf32: bool = False) -> Contraction | None:
     return Contraction(
         red, a_loops, b_loops, consts, a_stmts, b_stmts, terms, a_exp, b_exp, prefix,
         epilogue, ra, rb, kk_fastest(a_stmts), kk_fastest(b_stmts), c_loops, kc,
-        _vector_side(a_stmts, a_exp, a_loops, red), _vector_side(b_stmts, b_exp, b_loops, red),
+        _vector_side(a_stmts, a_exp, a_loops, red, mma),
+        _vector_side(b_stmts, b_exp, b_loops, red, mma),
         mma,
     )  # fmt: skip
 

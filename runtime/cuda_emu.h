@@ -109,6 +109,8 @@ inline float __half2float(__half h) {
 inline __half __float2half_rn(float v) {
   _Float16 f = (_Float16)v; __half h; std::memcpy(&h.x, &f, 2); return h;
 }
+inline __half __ushort_as_half(unsigned short x) { return __half{x}; }
+inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short x) { return __nv_bfloat16{x}; }
 inline float __bfloat162float(__nv_bfloat16 h) { return __int_as_float((int)((uint32_t)h.x << 16)); }
 inline __nv_bfloat16 __float2bfloat16_rn(float v) {
   uint32_t bits = (uint32_t)__float_as_int(v);

@@ -213,12 +213,15 @@ def _as_f32(t) -> np.ndarray:
 
 
 @pytest.mark.usefixtures("emulated")
-def test_16bit_gemm_on_the_emulator():
+@pytest.mark.parametrize("dtype, case", [("float16", "ragged, k=31"), ("bfloat16", "16-byte")])
+def test_16bit_gemm_on_the_emulator(dtype, case):
     # (bfloat16's A B^T and A^T B: the gradients' test below; a float16 convolution:
     # test_cuda_conv.py)
-    dtype, case = "float16", "ragged, k=31"
-    sa, sb, how = SHAPES[case]
+    sa, sb, how = SHAPES.get(case, ((40, 48), (48, 72), lambda a, b: a @ b))
     a, b = rand16(dtype, *sa), rand16(dtype, *sb)
+    # rows of multiples of 8: both sides move 16 bytes (8 values) at a time
+    vector = "fg_copy16_async(&b_" in kernel_of(fg.from_numpy(a) @ fg.from_numpy(b)).source
+    assert vector == (case == "16-byte")
     got = how(fg.tensor(a, device="cuda"), fg.tensor(b, device="cuda"))
     assert got.dtype == getattr(fg, dtype)
     # products of 16-bit values are exact in fp32, the sum is fp32: one rounding at the end
@@ -296,8 +299,9 @@ def test_sgemm_ptx(sgemm_ptx, arch):
     # a side contiguous along the reduction (A of A B, B of A B^T) is read 16 bytes at a time
     for name in ("nn", "nt", "tf32"):
         assert re.search(r"ld\.global\.nc\.v4\.f32", entries[f"sgemm_{name}"]), name
+    assert re.search(r"ld\.global\.nc\.v4\.[us]32", entries["sgemm_bfloat16"])  # 8 values
     # a side contiguous along its outputs goes global -> shared asynchronously
-    for name in ("nn", "tn", "tf32"):
+    for name in ("nn", "tn", "tf32", "bfloat16"):
         assert "cp.async.cg.shared.global" in entries[f"sgemm_{name}"], name
         assert "cp.async.wait_group" in entries[f"sgemm_{name}"], name
     mma = re.compile(r"\b(w?mma\.\S*sync\S*)")
