@@ -25,6 +25,7 @@ from ..ir.dtypes import DType, float32
 from ..ir.ops import COMPARISON, Ops
 from ..ir.symbolic import FloorDiv, Lin, Mod, Var
 from .gpu import (
+    HALF_MMA,
     MMA,
     MMA_WARPS,
     TILE_THREADS,
@@ -85,7 +86,7 @@ __device__ __forceinline__ bool fg_aligned16(const void* p) {
 }
 // 16 bytes global -> shared: asynchronous on sm_80+ (cp.async, zero-filled when !ok; wait
 // with fg_copy_wait), a plain copy elsewhere and in the emulator
-__device__ __forceinline__ void fg_copy16_async(float* smem, const float* gmem, bool ok) {
+__device__ __forceinline__ void fg_copy16_async(void* smem, const void* gmem, bool ok) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(s), "l"(gmem),
@@ -243,7 +244,20 @@ class CudaKernel:
 
 PARTIAL = "fg_partial"  # the scratch buffer of a split reduction's partials
 PAD = 4  # floats after each staged row: rows stay 16-byte aligned for the 16-byte copies
+HALF_PAD = 8  # ... and 16-bit values (WMMA's 16-bit loads want rows of 16-byte multiples)
 WMMA = "nvcuda::wmma::"
+
+
+def _staged_half(c: Contraction) -> bool:
+    """The sides are staged in shared memory as 16-bit values (the 16-bit tensor cores)."""
+    return c.mma in HALF_MMA
+
+
+def _mma_shape(c: Contraction) -> tuple[int, str]:
+    """(reduction steps per fragment, the fragments' input type) of `c`'s tensor cores."""
+    if _staged_half(c):
+        return 16, HALF_STORAGE[c.mma]
+    return 8, f"{WMMA}precision::tf32"
 
 
 class _Renderer:
@@ -429,13 +443,16 @@ class _Renderer:
         Each side's values for `kc` reduction steps go to `<side>_<value>[buffer][kk][at]`
         (two buffers: the next step's copy is issued before this step's arithmetic), rows
         padded by `PAD` (16-byte aligned, and a transposed store spreads over the banks)."""
+        half = _staged_half(c)
         for side, exports, width in (("a", c.a_exports, TILE_THREADS * c.ra),
                                      ("b", c.b_exports, TILE_THREADS * c.rb)):  # fmt: skip
             for name, t in exports:
+                t_smem, pad = (mem_type(t), HALF_PAD) if half else (t.cuda, PAD)
                 self.shared.append(
-                    f"  __shared__ __align__(32) {t.cuda} {side}_{name}[2][{c.kc}][{width + PAD}];"
+                    f"  __shared__ __align__(32) {t_smem} {side}_{name}[2][{c.kc}][{width + pad}];"
                 )
-                self.shared_bytes += 2 * c.kc * (width + PAD) * _reg(t).itemsize
+                size = t.itemsize if half else _reg(t).itemsize
+                self.shared_bytes += 2 * c.kc * (width + pad) * size
         if c.mma:  # a warp's 16x16 outputs on their way to the epilogue
             warps = MMA_WARPS[0] * MMA_WARPS[1]
             self.shared.append(f"  __shared__ __align__(32) float fg_out[{warps}][{MMA * MMA}];")
@@ -472,8 +489,8 @@ class _Renderer:
                 c.ra * TILE_THREADS // MMA_WARPS[0] // MMA,
                 c.rb * TILE_THREADS // MMA_WARPS[1] // MMA,
             )
-            self.line(d, f"{WMMA}fragment<{WMMA}accumulator, 16, 16, 8, float> "
-                         f"{acc}_frag[{fa}][{fb}];")  # fmt: skip
+            self.line(d, f"{WMMA}fragment<{WMMA}accumulator, 16, 16, {_mma_shape(c)[0]}, "
+                         f"float> {acc}_frag[{fa}][{fb}];")  # fmt: skip
             self.line(d, f"#pragma unroll\n{'  ' * d}for (int i = 0; i < {fa}; ++i)")
             self.line(d, f"#pragma unroll\n{'  ' * d}for (int j = 0; j < {fb}; ++j) "
                          f"{WMMA}fill_fragment({acc}_frag[i][j], 0.0f);")  # fmt: skip
@@ -546,15 +563,16 @@ class _Renderer:
                 at_m, at_k = loops[0].var.name, red.loops[0].var.name
                 ref = f"{load.param.name}[{index(load.index)}]"
                 out = f"{side}_{name}[{buf}]"
+                lanes = c.lanes
                 self.line(e, "if (fg_vec) {")
                 if vector == "m":  # contiguous along the side: straight into shared memory
-                    q = width // VECTOR
+                    q = width // lanes
                     self.line(e + 1, f"for (int e = tid; e < {kc * q}; e += {threads}) {{")
-                    self.line(e + 2, f"const int kk = e / {q}, at = e % {q} * {VECTOR};")
+                    self.line(e + 2, f"const int kk = e / {q}, at = e % {q} * {lanes};")
                 else:  # contiguous along the reduction: 4 steps of one row, stored transposed
-                    q = kc // VECTOR
+                    q = kc // lanes
                     self.line(e + 1, f"for (int e = tid; e < {q * width}; e += {threads}) {{")
-                    self.line(e + 2, f"const int kk = e % {q} * {VECTOR}, at = e / {q};")
+                    self.line(e + 2, f"const int kk = e % {q} * {lanes}, at = e / {q};")
                 self.line(e + 2, f"const long long i{side} = tile_{side} + at, red = k0 + kk;")
                 self.line(e + 2, f"const bool fg_in = {inside};")
                 # outside, the address of element 0 (never read): no pointer leaves the buffer
@@ -563,6 +581,15 @@ class _Renderer:
                 self.index_vars(c.c_loops, "ic", e + 2)
                 if vector == "m":
                     self.line(e + 2, f"fg_copy16_async(&{out}[kk][at], &{ref}, fg_in);")
+                elif lanes != VECTOR:  # 8 16-bit values, two in each 32-bit word
+                    self.line(e + 2, "int4 fg_v = {0, 0, 0, 0};")
+                    self.line(e + 2, f"if (fg_in) fg_v = __ldg((const int4*)&{ref});")
+                    bits = {"float16": "__ushort_as_half", "bfloat16": "__ushort_as_bfloat16"}
+                    for lane in range(lanes):
+                        word = f"(unsigned)fg_v.{'xyzw'[lane // 2]}"
+                        word = f"({word} >> 16)" if lane % 2 else word
+                        value = f"{bits[c.mma]}((unsigned short){word})"
+                        self.line(e + 2, f"{out}[kk + {lane}][at] = {value};")
                 else:
                     self.line(e + 2, "float4 fg_v = {0.0f, 0.0f, 0.0f, 0.0f};")
                     self.line(e + 2, f"if (fg_in) fg_v = __ldg((const float4*)&{ref});")
@@ -580,11 +607,14 @@ class _Renderer:
             self.index_vars(c.c_loops, "ic", e + 2)
             self.index_vars(red.loops, "red", e + 2)
             self.block(c.consts + stmts, e + 2)
-            for name, _ in exports:
-                self.line(e + 2, f"{side}_{name}[{buf}][kk][at] = {name};")
+            half = _staged_half(c)  # exact: the value is a 16-bit number (`gpu._mma_kind`)
+            for name, t in exports:
+                value = _narrowed(name, t) if half else name
+                self.line(e + 2, f"{side}_{name}[{buf}][kk][at] = {value};")
             self.line(e + 1, "} else {")
             for name, t in exports:
-                self.line(e + 2, f"{side}_{name}[{buf}][kk][at] = ({t.cuda})0;")
+                zero = _narrowed("0.0f", t) if half else f"({t.cuda})0"
+                self.line(e + 2, f"{side}_{name}[{buf}][kk][at] = {zero};")
             self.line(e + 1, "}")
             self.line(e, "}")
             if vector:
@@ -608,8 +638,9 @@ class _Renderer:
             ("b", c.b_exports, "j", "threadIdx.x"),
         ):
             for name, t in exports:
-                self.line(d + 3, f"const {t.cuda} {name} = "
-                                 f"{side}_{name}[fg_buf][kk][{thread} + {var} * {n}];")  # fmt: skip
+                ref = f"{side}_{name}[fg_buf][kk][{thread} + {var} * {n}]"
+                ref = _widened(ref, t) if _staged_half(c) else ref
+                self.line(d + 3, f"const {t.cuda} {name} = {ref};")
         self.block(c.consts + c.terms, d + 3)
         value = next(s for s in red.body if isinstance(s, AccUpdate) and s.acc == acc)
         self.line(d + 3, self.stmt(AccUpdate(f"{acc}_tile[i][j]", red.init.dtype, red.op,
@@ -620,18 +651,20 @@ class _Renderer:
 
     def mma_step(self, c: Contraction, fa: int, fb: int, d: int) -> None:
         """The warp's (16 fa) x (16 fb) outputs from this step on tensor cores: the a side
-        staged [kk][row] is a column-major 16x8 matrix, the b side [kk][column] a row-major
-        8x16 one; their fp32 values rounded to TF32 (10-bit mantissas) first."""
+        staged [kk][row] is a column-major 16xK matrix, the b side [kk][column] a row-major
+        Kx16 one; fp32 values are rounded to TF32 (10-bit mantissas) first, 16-bit ones are
+        staged as they are (K = 16)."""
         acc, kc = c.red.init.acc, c.kc
         (a_name, _), (b_name, _) = c.a_exports[0], c.b_exports[0]
         wa, wb = c.ra * TILE_THREADS // MMA_WARPS[0], c.rb * TILE_THREADS // MMA_WARPS[1]
-        lda, ldb = TILE_THREADS * c.ra + PAD, TILE_THREADS * c.rb + PAD
-        tf32 = f"{WMMA}precision::tf32"
+        pad = HALF_PAD if _staged_half(c) else PAD
+        lda, ldb = TILE_THREADS * c.ra + pad, TILE_THREADS * c.rb + pad
+        k, t_in = _mma_shape(c)
         self.line(d, "#pragma unroll")
-        self.line(d, f"for (int ks = 0; ks < {kc}; ks += 8) {{")
-        self.line(d + 1, f"{WMMA}fragment<{WMMA}matrix_a, 16, 16, 8, {tf32}, {WMMA}col_major> "
+        self.line(d, f"for (int ks = 0; ks < {kc}; ks += {k}) {{")
+        self.line(d + 1, f"{WMMA}fragment<{WMMA}matrix_a, 16, 16, {k}, {t_in}, {WMMA}col_major> "
                          f"fg_a[{fa}];")  # fmt: skip
-        self.line(d + 1, f"{WMMA}fragment<{WMMA}matrix_b, 16, 16, 8, {tf32}, {WMMA}row_major> "
+        self.line(d + 1, f"{WMMA}fragment<{WMMA}matrix_b, 16, 16, {k}, {t_in}, {WMMA}row_major> "
                          f"fg_b[{fb}];")  # fmt: skip
         for frag, count, src, w, ld, who in (
             ("fg_a", fa, f"a_{a_name}", wa, lda, "fg_wa"),
@@ -641,10 +674,11 @@ class _Renderer:
             self.line(d + 1, f"for (int i = 0; i < {count}; ++i) {{")
             self.line(d + 2, f"{WMMA}load_matrix_sync({frag}[i], "
                              f"&{src}[fg_buf][ks][{who} * {w} + i * 16], {ld});")  # fmt: skip
-            self.line(d + 2, "#pragma unroll")
-            x = f"{frag}[i].x[t]"
-            self.line(d + 2, f"for (int t = 0; t < {frag}[i].num_elements; ++t) "
-                             f"{x} = {WMMA}__float_to_tf32({x});")  # fmt: skip
+            if not _staged_half(c):
+                self.line(d + 2, "#pragma unroll")
+                x = f"{frag}[i].x[t]"
+                self.line(d + 2, f"for (int t = 0; t < {frag}[i].num_elements; ++t) "
+                                 f"{x} = {WMMA}__float_to_tf32({x});")  # fmt: skip
             self.line(d + 1, "}")
         self.line(d + 1, f"#pragma unroll\n{'  ' * (d + 1)}for (int i = 0; i < {fa}; ++i)")
         self.line(

@@ -257,14 +257,14 @@ def vector_type(dt: DType) -> str | None:
     return VECTOR_TYPES.get(dt.name)
 
 
-def _steps_by_one(index, var: Var) -> bool:
-    """`index` moves by 1 per step of `var` and is a multiple of VECTOR wherever `var` is."""
-    if index.coef(var) != 1 or index.const % VECTOR:
+def _steps_by_one(index, var: Var, lanes: int = VECTOR) -> bool:
+    """`index` moves by 1 per step of `var` and is a multiple of `lanes` wherever `var` is."""
+    if index.coef(var) != 1 or index.const % lanes:
         return False
     for atom, coef in index.terms:
         if atom == var:
             continue
-        if coef % VECTOR or (not isinstance(atom, Var) and var in atom.x.atoms()):
+        if coef % lanes or (not isinstance(atom, Var) and var in atom.x.atoms()):
             return False
     return True
 
@@ -384,6 +384,7 @@ CONTRACTION_MIN_OUTPUTS = 256
 SMS = 132  # an H100's multiprocessors: a grid of fewer 128x128 tiles takes 64x64 ones
 MMA_WARPS = (2, 4)  # tensor cores: the block's 8 warps as 2 (a side) x 4 (b side)
 MMA = 16  # a WMMA fragment is 16 x 16 outputs, 8 reduction steps (m16n16k8)
+HALF_MMA = ("float16", "bfloat16")  # 16-bit inputs: m16n16k16 fragments, fp32 accumulators
 
 
 @dataclass
@@ -400,11 +401,15 @@ class Contraction:
     combines its tile from there; `kk_fastest` says which side's staging walks the
     reduction fastest (the one whose loads are contiguous along it).
 
-    `a_vector` / `b_vector` ("k" or "m", else None): the side is one plain fp32 load,
+    `a_vector` / `b_vector` ("k" or "m", else None): the side is one plain load (fp32, or
+    16-bit on the 16-bit tensor cores),
     contiguous along the reduction ("k": 16-byte `__ldg`s, stored transposed) or along
     its outputs ("m": 16-byte asynchronous copies, `cp.async` on sm_80+), taken when the
-    buffer is 16-byte aligned at launch. `mma`: a sum of a-value * b-value in fp32 with
-    `allow_tf32`, run on tensor cores (WMMA m16n16k8, TF32 inputs, fp32 accumulation)."""
+    buffer is 16-byte aligned at launch. `mma`, a sum of a-value * b-value run on tensor
+    cores with fp32 accumulation: "tf32" (fp32 values with `allow_tf32`: WMMA m16n16k8 on
+    TF32 inputs), "float16" or "bfloat16" (both sides 16-bit values, always: m16n16k16; the
+    sides are staged in shared memory in their 16-bit storage, exactly, as their products
+    are exact in fp32), else None."""
 
     red: Reduction
     a_loops: list[Loop]
@@ -425,7 +430,13 @@ class Contraction:
     kc: int = TILE_K
     a_vector: str | None = None
     b_vector: str | None = None
-    mma: bool = False
+    mma: str | None = None
+
+    @property
+    def lanes(self) -> int:
+        """Elements of a side in 16 bytes: 4 fp32 values, or 8 16-bit ones (staged in 16
+        bits for the tensor cores)."""
+        return 8 if self.mma in HALF_MMA else VECTOR
 
     @property
     def na(self) -> int:
@@ -440,7 +451,7 @@ class Contraction:
         return math.prod(lp.extent for lp in self.c_loops)
 
 
-def _tile_shape(na: int, nb: int, nc: int, tf32: bool) -> tuple[int, int, int]:
+def _tile_shape(na: int, nb: int, nc: int, mma: bool) -> tuple[int, int, int]:
     """(ra, rb, kc): 128x128 tiles (8x8 per thread, 8 steps staged) where they still give
     every multiprocessor a block, else 64x64 (4x4, 16 steps), smaller sides smaller.
     Tensor cores take at least 32 x 64 (a 16x16 fragment per warp) and 16 steps."""
@@ -450,34 +461,39 @@ def _tile_shape(na: int, nb: int, nc: int, tf32: bool) -> tuple[int, int, int]:
         return 8 if big else 4 if n >= 64 else 2 if n >= 32 else 1
 
     ra, rb = regs(na), regs(nb)
-    if tf32:
+    if mma:
         return max(ra, 2), max(rb, 4), TILE_K
     return ra, rb, 8 if big else TILE_K
 
 
-def _vector_side(stmts: list, exports: list, loops: list[Loop], red: Reduction) -> str | None:
-    """ "k" or "m" when a side is one plain fp32 load whose index steps by 1 along the
-    reduction ("k") or along the side's one output loop ("m"), every other part a multiple
-    of VECTOR and that loop's extent too: groups of VECTOR are 16 bytes, all in or all out."""
+def _vector_side(
+    stmts: list, exports: list, loops: list[Loop], red: Reduction, mma: str | None
+) -> str | None:
+    """ "k" or "m" when a side is one plain load, fp32 (or 16-bit, staged in 16 bits for the
+    tensor cores), whose index steps by 1 along the reduction ("k") or along the side's one
+    output loop ("m"), every other part a multiple of the lanes of 16 bytes (4, or 8 16-bit
+    values) and that loop's extent too: groups of 16 bytes, all in or all out."""
     if len(stmts) != 1 or len(exports) != 1 or len(loops) != 1 or len(red.loops) != 1:
         return None
     (s,) = stmts
     if not isinstance(s, Load) or s.valid or s.dst != exports[0][0] or s.param.output:
         return None
-    if s.dtype.name != "float32" or s.param.dtype != s.dtype:
+    if s.dtype.name not in ("float32", mma) or s.param.dtype != s.dtype:
         return None
     if any(not isinstance(atom, Var) for atom, _ in s.index.terms):
         return None
+    lanes = 16 // s.dtype.itemsize
     for axis, loop in (("k", red.loops[0]), ("m", loops[0])):
-        if loop.extent % VECTOR == 0 and _steps_by_one(s.index, loop.var):
+        if loop.extent % lanes == 0 and _steps_by_one(s.index, loop.var, lanes):
             return axis
     return None
 
 
 def _sum_of_products(red: Reduction, terms: list, a_exports: list, b_exports: list) -> bool:
-    """The reduction is `acc += a * b` in fp32 from 0, a and b one value of each side."""
+    """The reduction is `acc += a * b` from 0, a and b one value of each side, all of the
+    accumulator's type."""
     dt = red.init.dtype
-    if red.op is not Ops.ADD or dt.name != "float32" or red.init.value != 0:
+    if red.op is not Ops.ADD or not dt.is_float or red.init.value != 0:
         return False
     if len(a_exports) != 1 or len(b_exports) != 1 or len(terms) != 1:
         return False
@@ -488,6 +504,35 @@ def _sum_of_products(red: Reduction, terms: list, a_exports: list, b_exports: li
         isinstance(t, Alu) and t.op is Ops.MUL and t.dst == value and set(t.args) == sides
         and t.dtype == dt and all(e[1] == dt for e in a_exports + b_exports)
     )  # fmt: skip
+
+
+def _mma_kind(red: Reduction, c_parts: tuple, tf32: bool) -> str | None:
+    """Which tensor-core path a contraction takes (`Contraction.mma`), if any. 16-bit
+    values live in fp32 registers, so a side's value is a 16-bit number only where it is
+    loaded from a buffer of that type or cast to it; then the tensor cores' exact products
+    and fp32 sums are what the fp32 path computes, up to the order of the additions."""
+    _, a_stmts, b_stmts, terms, a_exp, b_exp = c_parts
+    if not _sum_of_products(red, terms, a_exp, b_exp):
+        return None
+    dt = red.init.dtype
+    if dt.name == "float32":
+        return "tf32" if tf32 else None
+    if dt.name not in HALF_MMA:
+        return None
+    for stmts, ((name, _),) in ((a_stmts, a_exp), (b_stmts, b_exp)):
+        if not _is_16bit(name, stmts, dt):
+            return None
+    return dt.name
+
+
+def _is_16bit(name: str, stmts: list, dt: DType) -> bool:
+    """`name` is a value of the 16-bit type `dt`: loaded from a buffer of it, cast to it, or
+    such a value where a condition holds and 0 elsewhere (a padded convolution's window)."""
+    s = next(s for s in stmts if s.dst == name)
+    if isinstance(s, Select):
+        return _is_16bit(s.value, stmts, dt)
+    loaded = isinstance(s, Load) and not s.param.output and s.param.dtype == dt
+    return loaded or (isinstance(s, Alu) and s.op is Ops.CAST and s.dtype == dt)
 
 
 def _defs_and_uses(s) -> tuple[str | None, set[str], set]:
@@ -560,12 +605,13 @@ def _contraction(gpu: GpuKernel, tf32: bool = False) -> Contraction | None:
         return any(isinstance(s, Load) and abs(s.index.coef(inner)) == 1 for s in stmts)
 
     na, nb = math.prod(lp.extent for lp in a_loops), math.prod(lp.extent for lp in b_loops)
-    mma = tf32 and _sum_of_products(red, terms, a_exp, b_exp)
-    ra, rb, kc = _tile_shape(na, nb, math.prod(lp.extent for lp in c_loops), mma)
+    mma = _mma_kind(red, best[2], tf32)
+    ra, rb, kc = _tile_shape(na, nb, math.prod(lp.extent for lp in c_loops), mma is not None)
     return Contraction(
         red, a_loops, b_loops, consts, a_stmts, b_stmts, terms, a_exp, b_exp, prefix,
         epilogue, ra, rb, kk_fastest(a_stmts), kk_fastest(b_stmts), c_loops, kc,
-        _vector_side(a_stmts, a_exp, a_loops, red), _vector_side(b_stmts, b_exp, b_loops, red),
+        _vector_side(a_stmts, a_exp, a_loops, red, mma),
+        _vector_side(b_stmts, b_exp, b_loops, red, mma),
         mma,
     )  # fmt: skip
 

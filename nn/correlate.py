@@ -51,13 +51,15 @@ def correlated_shape(total: Tensor, groups: int) -> tuple[int, ...]:
 
 
 def padded(x: Tensor, pads, op: str) -> Tensor:
-    """x padded for a convolution, materialized: every element is read by kernel-size
-    windows, and one padded copy costs less than bounds checks on every read."""
+    """x padded for a convolution, materialized on the CPU: every element is read by
+    kernel-size windows, and one padded copy costs less than bounds checks on every read.
+    On the GPU the contraction's tiles check the bounds once per element they stage in
+    shared memory (codegen/gpu.py), which costs less than the copy's round trip."""
     flat_pad = [v for before, after in reversed(pads) for v in (before, after)]
     if not any(flat_pad):
         return x
     x = x.pad(flat_pad)
-    if any(v < 0 for v in flat_pad):  # a crop is a view already
+    if any(v < 0 for v in flat_pad) or x.is_cuda:  # a crop is a view already
         return x
     return materialize(x, f"{op}: padded input, so windows read it unguarded")
 

@@ -13,8 +13,9 @@
 //   of the block must call them together (the renderer calls them uniformly);
 // - the device math functions are the C library's;
 // - __syncwarp() is the block's barrier (so, like the shuffles, the whole block calls it);
-// - nvcuda::wmma's TF32 fragments (m16n16k8) as whole matrices that every thread of the warp
-//   holds and computes alike, __float_to_tf32 rounding as the GPU's cvt.rna.tf32.f32;
+// - nvcuda::wmma's fragments (TF32 m16n16k8, __half and __nv_bfloat16 m16n16k16, fp32
+//   accumulators) as whole matrices that every thread of the warp holds and computes alike,
+//   __float_to_tf32 rounding as the GPU's cvt.rna.tf32.f32;
 // - __half and __nv_bfloat16 with their conversions to and from float;
 // - the 16-byte vector types the renderer uses (float4, int4) and __ldg / __stwb, a plain read
 //   and write here
@@ -108,6 +109,8 @@ inline float __half2float(__half h) {
 inline __half __float2half_rn(float v) {
   _Float16 f = (_Float16)v; __half h; std::memcpy(&h.x, &f, 2); return h;
 }
+inline __half __ushort_as_half(unsigned short x) { return __half{x}; }
+inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short x) { return __nv_bfloat16{x}; }
 inline float __bfloat162float(__nv_bfloat16 h) { return __int_as_float((int)((uint32_t)h.x << 16)); }
 inline __nv_bfloat16 __float2bfloat16_rn(float v) {
   uint32_t bits = (uint32_t)__float_as_int(v);
@@ -115,9 +118,11 @@ inline __nv_bfloat16 __float2bfloat16_rn(float v) {
   return __nv_bfloat16{(uint16_t)(bits >> 16)};
 }
 
-// Tensor cores, as the kernels use them: m16n16k8 with TF32 inputs and fp32 accumulators.
-// A fragment is the whole matrix in every thread (the GPU spreads it over the warp's lanes;
-// each lane's view here is the warp's), so load/mma/store give every thread the same result.
+// Tensor cores, as the kernels use them: m16n16k8 with TF32 inputs, m16n16k16 with __half or
+// __nv_bfloat16 inputs, fp32 accumulators. A fragment is the whole matrix in every thread (the
+// GPU spreads it over the warp's lanes; each lane's view here is the warp's), so load/mma/store
+// give every thread the same result. Inputs are held as float: a 16-bit value widens exactly,
+// and the product of two 16-bit values is exact in float, so fma and mul-then-add agree.
 namespace nvcuda {
 namespace wmma {
 struct matrix_a {};
@@ -128,11 +133,11 @@ struct col_major {};
 namespace precision { struct tf32 {}; }
 enum layout_t { mem_row_major, mem_col_major };
 template <class Use, int M, int N, int K, class T, class Layout = void> struct fragment;
-template <int M, int N, int K, class L> struct fragment<matrix_a, M, N, K, precision::tf32, L> {
+template <int M, int N, int K, class T, class L> struct fragment<matrix_a, M, N, K, T, L> {
   static const int num_elements = M * K;
   float x[M * K];  // (m, k) at x[m * K + k]
 };
-template <int M, int N, int K, class L> struct fragment<matrix_b, M, N, K, precision::tf32, L> {
+template <int M, int N, int K, class T, class L> struct fragment<matrix_b, M, N, K, T, L> {
   static const int num_elements = K * N;
   float x[K * N];  // (k, n) at x[k * N + n]
 };
@@ -149,28 +154,34 @@ inline float __float_to_tf32(float f) {
   std::memcpy(&f, &u, 4);
   return f;
 }
-template <int M, int N, int K, class L>
-inline void load_matrix_sync(fragment<matrix_a, M, N, K, precision::tf32, L>& a, const float* p,
-                             unsigned ldm) {
+// what a fragment of inputs of type T loads from shared memory: float for TF32, else T
+template <class T> struct input { using type = T; };
+template <> struct input<precision::tf32> { using type = float; };
+inline float widen(float v) { return v; }
+inline float widen(__half v) { return __half2float(v); }
+inline float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <int M, int N, int K, class T, class L>
+inline void load_matrix_sync(fragment<matrix_a, M, N, K, T, L>& a,
+                             const typename input<T>::type* p, unsigned ldm) {
   constexpr bool row = std::is_same_v<L, row_major>;
   for (int m = 0; m < M; ++m)
-    for (int k = 0; k < K; ++k) a.x[m * K + k] = row ? p[m * ldm + k] : p[k * ldm + m];
+    for (int k = 0; k < K; ++k) a.x[m * K + k] = widen(row ? p[m * ldm + k] : p[k * ldm + m]);
 }
-template <int M, int N, int K, class L>
-inline void load_matrix_sync(fragment<matrix_b, M, N, K, precision::tf32, L>& b, const float* p,
-                             unsigned ldm) {
+template <int M, int N, int K, class T, class L>
+inline void load_matrix_sync(fragment<matrix_b, M, N, K, T, L>& b,
+                             const typename input<T>::type* p, unsigned ldm) {
   constexpr bool row = std::is_same_v<L, row_major>;
   for (int k = 0; k < K; ++k)
-    for (int n = 0; n < N; ++n) b.x[k * N + n] = row ? p[k * ldm + n] : p[n * ldm + k];
+    for (int n = 0; n < N; ++n) b.x[k * N + n] = widen(row ? p[k * ldm + n] : p[n * ldm + k]);
 }
 template <int M, int N, int K>
 inline void fill_fragment(fragment<accumulator, M, N, K, float>& c, float v) {
   for (int i = 0; i < M * N; ++i) c.x[i] = v;
 }
-template <int M, int N, int K, class LA, class LB>
+template <int M, int N, int K, class T, class LA, class LB>
 inline void mma_sync(fragment<accumulator, M, N, K, float>& d,
-                     const fragment<matrix_a, M, N, K, precision::tf32, LA>& a,
-                     const fragment<matrix_b, M, N, K, precision::tf32, LB>& b,
+                     const fragment<matrix_a, M, N, K, T, LA>& a,
+                     const fragment<matrix_b, M, N, K, T, LB>& b,
                      const fragment<accumulator, M, N, K, float>& c) {
   float out[M * N];
   for (int m = 0; m < M; ++m)

@@ -5,15 +5,19 @@ batch, gradients through the frontend, a misaligned buffer's scalar path), with
 `fg.backends.cuda.matmul.allow_tf32` off (fp32, numpy's answer to fp32 rounding) and on
 (WMMA m16n16k8: the emulator rounds inputs to TF32 as the GPU does); then nvcc's PTX for
 sm_80 and sm_90: `cp.async` and 16-byte loads, no local memory or spills, `mma` with
-`.tf32` exactly when TF32 is allowed.
+`.tf32` exactly when TF32 is allowed. 16-bit inputs (float16, bfloat16) always take the
+tensor cores (WMMA m16n16k16, fp32 accumulation, the output rounded once): on the emulator
+against numpy's fp32 product of the same 16-bit values, and in the PTX (`.f16` / `.bf16`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 
+import ml_dtypes
 import numpy as np
 import pytest
 from _emulated import emulated  # noqa: F401  (a fixture)
@@ -22,8 +26,10 @@ from test_cuda_memory import ARCHS, NVCC, _misaligned, _nvcc
 
 import fusegrad as fg
 from fusegrad.codegen import gpu
-from fusegrad.codegen.cuda import PRELUDE, cuda_kernel
+from fusegrad.codegen.cuda import HALF_PRELUDE, PRELUDE, cuda_kernel
+from fusegrad.codegen.loopir import Alu
 from fusegrad.codegen.lower import lower
+from fusegrad.ir.ops import Ops
 from fusegrad.ir.schedule import schedule
 from fusegrad.runtime.cuda_emulator import EmulatedModule
 from fusegrad.runtime.engine import engine
@@ -167,6 +173,89 @@ def test_tf32_sgemm_on_the_emulator(case):
     np.testing.assert_allclose(on_device(a, b, how), exact, rtol=1e-5, atol=1e-4)
 
 
+# ---------------------------------------------------------------- 16-bit tensor cores
+
+HALVES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+HALF_FRAGMENT = {"float16": "16, 16, 16, __half,", "bfloat16": "16, 16, 16, __nv_bfloat16,"}
+
+
+def rand16(dtype: str, *shape) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(HALVES[dtype])
+
+
+@pytest.mark.parametrize("dtype", list(HALVES))
+def test_16bit_contractions_take_the_tensor_cores(dtype):
+    a, b = fg.from_numpy(rand16(dtype, 64, 32)), fg.from_numpy(rand16(dtype, 32, 64))
+    k = kernel_of(a @ b)  # without allow_tf32: PyTorch uses the tensor cores for 16-bit always
+    assert f"matrix_a, {HALF_FRAGMENT[dtype]}" in k.source
+    assert "__float_to_tf32" not in k.source  # 16-bit values go in as they are
+    storage = {"float16": "__half", "bfloat16": "__nv_bfloat16"}[dtype]
+    assert f"__shared__ __align__(32) {storage} a_" in k.source  # staged in 16 bits
+    c = gpu.map_to_gpu(_lowered(a @ b)).contraction
+    assert c.mma == dtype
+    # a side value computed in the fp32 registers (the scheduler stores such prologues today,
+    # so the contraction sees loads: build one) is not a 16-bit number: the fp32 path
+    (load,), ((name, t),) = c.a_stmts, c.a_exports
+    raw = dataclasses.replace(load, dst="raw")
+    for op, args, kind in ((Ops.MUL, ("raw", "raw"), None), (Ops.CAST, ("raw",), dtype)):
+        side = [raw, Alu(name, t, op, args)]  # ... but a cast to the 16-bit type rounds it
+        parts = (c.consts, side, c.b_stmts, c.terms, c.a_exports, c.b_exports)
+        assert gpu._mma_kind(c.red, parts, tf32=True) == kind, op
+
+
+def _lowered(expr):
+    (item,) = schedule([expr.node], engine.has_value_predicate())
+    return lower(item, tile=False)
+
+
+def _as_f32(t) -> np.ndarray:
+    return t.cpu().float().numpy()  # rounded on the device (a fused `.float()` would not be)
+
+
+@pytest.mark.usefixtures("emulated")
+@pytest.mark.parametrize("dtype, case", [("float16", "ragged, k=31"), ("bfloat16", "16-byte")])
+def test_16bit_gemm_on_the_emulator(dtype, case):
+    # (bfloat16's A B^T and A^T B: the gradients' test below; a float16 convolution:
+    # test_cuda_conv.py)
+    sa, sb, how = SHAPES.get(case, ((40, 48), (48, 72), lambda a, b: a @ b))
+    a, b = rand16(dtype, *sa), rand16(dtype, *sb)
+    # rows of multiples of 8: both sides move 16 bytes (8 values) at a time
+    vector = "fg_copy16_async(&b_" in kernel_of(fg.from_numpy(a) @ fg.from_numpy(b)).source
+    assert vector == (case == "16-byte")
+    got = how(fg.tensor(a, device="cuda"), fg.tensor(b, device="cuda"))
+    assert got.dtype == getattr(fg, dtype)
+    # products of 16-bit values are exact in fp32, the sum is fp32: one rounding at the end
+    want = numpy_of(case, a.astype(np.float64), b.astype(np.float64))
+    eps = float(ml_dtypes.finfo(HALVES[dtype]).eps)
+    np.testing.assert_allclose(_as_f32(got), want, rtol=eps, atol=1e-5)
+    # most outputs are the exact product rounded once (fp32 sums in another order aside)
+    rounded = want.astype(HALVES[dtype]).astype(np.float64)
+    assert np.mean(_as_f32(got) == rounded) > 0.95
+
+
+@pytest.mark.usefixtures("emulated")
+def test_16bit_gemm_gradients_on_the_emulator():
+    dtype = "bfloat16"
+    data = rand16(dtype, 20, 24), rand16(dtype, 24, 36), rand16(dtype, 20, 36)
+
+    def run(device):
+        a = fg.tensor(data[0], device=device, requires_grad=True)
+        b = fg.tensor(data[1], device=device, requires_grad=True)
+        loss = ((a @ b) * fg.tensor(data[2], device=device)).float().sum()
+        loss.backward()
+        return a.grad, b.grad
+
+    ga, gb = run("cuda")
+    assert ga.dtype == gb.dtype == fg.bfloat16
+    x, y, w = (d.astype(np.float64) for d in data)
+    eps = float(ml_dtypes.finfo(HALVES[dtype]).eps)
+    for got, want in ((ga, w @ y.T), (gb, x.T @ w)):
+        np.testing.assert_allclose(_as_f32(got), want, rtol=eps, atol=1e-5)
+    # the backward's contractions ran on the tensor cores
+    sources = [r.cuda_c for r in fg.kernels(ga, gb)]
+    assert sum("__nv_bfloat16, nvcuda::wmma::col_major" in s for s in sources) >= 2
+
+
 # ---------------------------------------------------------------- PTX
 
 
@@ -181,10 +270,13 @@ def sgemm_ptx(tmp_path_factory):
         "nt": kernel_of(a @ fg.from_numpy(rand(256, 128)).T),
         "tf32": kernel_of(a @ b, True),
     }
+    # (float16: test_cuda_conv.py's convolution)
+    x, y = (fg.from_numpy(rand16("bfloat16", *s)) for s in ((256, 128), (128, 256)))
+    kernels["bfloat16"] = kernel_of(x @ y)
     sources = {}
     for name, k in kernels.items():
         sources[name] = k.source[k.source.index('extern "C"') :].replace(" k(", f" sgemm_{name}(")
-    text = PRELUDE + "\n".join(sources.values())
+    text = PRELUDE + HALF_PRELUDE + "\n".join(sources.values())
     folder = tmp_path_factory.mktemp("sgemm_ptx")
     with ThreadPoolExecutor(len(ARCHS)) as pool:
         done = dict(zip(ARCHS, pool.map(lambda arch: _nvcc(arch, text, folder), ARCHS)))
@@ -201,19 +293,25 @@ def _entries(ptx_text: str) -> dict[str, str]:
 def test_sgemm_ptx(sgemm_ptx, arch):
     text, report = sgemm_ptx[arch]
     entries = _entries(text)
-    assert {f"sgemm_{n}" for n in ("nn", "tn", "nt", "tf32")} <= set(entries)
+    assert {f"sgemm_{n}" for n in ("nn", "tn", "nt", "tf32", "bfloat16")} <= set(entries)
     for symbol, body in entries.items():
         assert ".local" not in body, f"{symbol} uses local memory"
     # a side contiguous along the reduction (A of A B, B of A B^T) is read 16 bytes at a time
     for name in ("nn", "nt", "tf32"):
         assert re.search(r"ld\.global\.nc\.v4\.f32", entries[f"sgemm_{name}"]), name
+    assert re.search(r"ld\.global\.nc\.v4\.[us]32", entries["sgemm_bfloat16"])  # 8 values
     # a side contiguous along its outputs goes global -> shared asynchronously
-    for name in ("nn", "tn", "tf32"):
+    for name in ("nn", "tn", "tf32", "bfloat16"):
         assert "cp.async.cg.shared.global" in entries[f"sgemm_{name}"], name
         assert "cp.async.wait_group" in entries[f"sgemm_{name}"], name
     mma = re.compile(r"\b(w?mma\.\S*sync\S*)")
     tf32_ops = mma.findall(entries["sgemm_tf32"])
     assert tf32_ops and all(".tf32" in op for op in tf32_ops), tf32_ops
+    # bfloat16 inputs, fp32 accumulators
+    ops = mma.findall(entries["sgemm_bfloat16"])
+    assert any(op.startswith("wmma.mma.") and op.endswith(".bf16.bf16.f32") for op in ops), ops
+    inputs = [op for op in ops if op.startswith(("wmma.load.a", "wmma.load.b"))]
+    assert inputs and all(op.endswith(".bf16") for op in inputs), ops
     for name in ("nn", "tn", "nt"):
         assert not mma.search(entries[f"sgemm_{name}"]), name
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)

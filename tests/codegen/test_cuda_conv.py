@@ -1,0 +1,132 @@
+"""Convolutions on the cuda device: implicit GEMMs on the contraction tiles.
+
+A convolution (and its input and weight gradients) is a contraction (`codegen/gpu.py`):
+its windows are index expressions the block evaluates while staging a tile in shared
+memory, so no im2col buffer exists. On the cuda device the padding is no copy either
+(`nn/correlate.py`): the staging loads check the bounds, and a padded convolution with
+its bias and activation is one kernel. Values and gradients on the emulator against the
+CPU's (strided, padded, dilated, grouped), and nvcc's PTX for sm_80: no local memory, no
+spills, and a float16 convolution on tensor cores (nvcc takes about 6 s a kernel here, so
+the gradients' kernels and sm_90 are left to `--nvcc-all`, which compiles every kernel the
+tests make for both, unoptimized).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import numpy as np
+import pytest
+from _emulated import emulated  # noqa: F401  (a fixture)
+from test_cuda_memory import NVCC, _nvcc
+from test_cuda_sgemm import _entries
+
+import fusegrad as fg
+import fusegrad.nn.functional as F
+from fusegrad.codegen.cuda import HALF_PRELUDE, PRELUDE, cuda_kernel
+from fusegrad.codegen.gpu import map_to_gpu
+from fusegrad.codegen.lower import lower
+from fusegrad.ir.schedule import schedule
+from fusegrad.runtime.engine import engine
+
+RNG = np.random.default_rng(2830)
+
+
+def _conv(device, data, dtype=np.float32, **geometry):
+    x, w, b = (fg.tensor(d.astype(dtype), device=device, requires_grad=True) for d in data)
+    return (x, w, b), F.conv2d(x, w, b, **geometry).relu()
+
+
+def _data(n, c, h, o, k, groups):
+    return (
+        RNG.standard_normal((n, c, h, h)).astype(np.float32),
+        RNG.standard_normal((o, c // groups, k, k)).astype(np.float32),
+        RNG.standard_normal(o).astype(np.float32),
+    )
+
+
+def _kernels(roots) -> list:
+    items = schedule([r.node for r in roots], engine.has_value_predicate())
+    return [lower(item, tile=False) for item in items]
+
+
+@pytest.mark.usefixtures("emulated")
+def test_a_padded_convolution_is_one_kernel_on_cuda():
+    data = _data(2, 16, 12, 32, 3, 1)
+    _, y_cpu = _conv("cpu", data, padding=1)
+    assert len(_kernels([y_cpu])) == 2  # the CPU stores the padded input first
+    _, y = _conv("cuda", data, padding=1)
+    (k,) = _kernels([y])  # the padding, the bias and the ReLU in the contraction's kernel
+    gpu = map_to_gpu(k)
+    c = gpu.contraction
+    assert gpu.mode == "tile" and (c.na, c.nb) == (2 * 12 * 12, 32)
+    assert any(getattr(s, "valid", ()) for s in c.a_stmts)  # the padding's bounds checks
+    assert len(c.epilogue) > 1  # bias and ReLU after the sum
+    # each input element, weight and output once: the im2col windows are cache hits
+    moved = cuda_kernel(k, "k").traffic
+    assert moved.bytes <= moved.min_bytes * 1.1, moved
+
+
+@pytest.mark.usefixtures("emulated")
+def test_a_strided_dilated_grouped_convolution_and_its_gradients_on_the_emulator():
+    data = _data(2, 8, 11, 16, 3, 2)
+    geometry = dict(stride=2, padding=1, dilation=2, groups=2)
+    results = []
+    for device in ("cpu", "cuda"):
+        leaves, y = _conv(device, data, **geometry)
+        (y * y).sum().backward()
+        results.append([t.detach().cpu().numpy() for t in (y, *(t.grad for t in leaves))])
+    for got, want in zip(*reversed(results)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.usefixtures("emulated")
+def test_a_float16_convolution_on_the_tensor_cores_of_the_emulator():
+    data = _data(1, 16, 9, 16, 3, 1)
+    _, y = _conv("cuda", data, np.float16, padding=2)
+    (k,) = _kernels([y])
+    assert map_to_gpu(k).contraction.mma == "float16"  # the padded window is 16-bit too
+    got = y.detach().cpu().float().numpy()
+    x, w, b = (d.astype(np.float16).astype(np.float32) for d in data)
+    _, want = _conv("cpu", (x, w, b), padding=2)  # fp32 from the same 16-bit values
+    want = want.detach().numpy()
+    eps = float(np.finfo(np.float16).eps)
+    np.testing.assert_allclose(got, want, rtol=eps, atol=eps * np.abs(want).max() / 16)
+
+
+@pytest.fixture(scope="module")
+def conv_ptx(tmp_path_factory):
+    if NVCC is None or shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not installed")
+    with fg.config.override(cuda="emulate"):
+        from fusegrad.runtime import cuda as runtime_cuda
+
+        runtime_cuda.reset()
+        _, y = _conv("cuda", _data(8, 32, 16, 64, 3, 1), padding=1)
+        kernels = {"forward": _kernels([y])[0]}
+        _, y16 = _conv("cuda", _data(8, 32, 16, 64, 3, 1), np.float16, padding=1)
+        kernels["half"] = _kernels([y16])[0]
+    runtime_cuda.reset()
+    sources = []
+    for name, k in kernels.items():
+        src = cuda_kernel(k, "k").source
+        sources.append(src[src.index('extern "C"') :].replace(" k(", f" conv_{name}("))
+    text = PRELUDE + HALF_PRELUDE + "\n".join(sources)
+    return _nvcc("sm_80", text, tmp_path_factory.mktemp("conv_ptx"))
+
+
+def test_conv_ptx(conv_ptx):
+    text, report = conv_ptx
+    entries = _entries(text)
+    assert {"conv_forward", "conv_half"} <= set(entries)
+    for symbol, body in entries.items():
+        assert ".local" not in body, f"{symbol} uses local memory"
+    # float16 inputs (PTX names them in the fragments' loads), fp32 accumulators
+    half = entries["conv_half"]
+    assert re.search(r"wmma\.mma\.sync\S*\.f32\.f32", half), "no fp32-accumulating mma"
+    assert re.search(r"wmma\.load\.a\.sync\S*\.f16\b", half), "no float16 fragments"
+    assert "wmma" not in entries["conv_forward"]  # fp32 without allow_tf32
+    spills = [line for line in report.splitlines() if "spill" in line]
+    assert len(spills) >= len(entries), report
+    assert all("0 bytes spill stores, 0 bytes spill loads" in line for line in spills), report
