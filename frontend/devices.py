@@ -147,6 +147,12 @@ def is_host(name: str | None) -> bool:
     return name is None or get_backend(name).is_host
 
 
+def guards_windows_in_tiles(name: str | None) -> bool:
+    """Whether a convolution on this device reads its padded input through bounds checks
+    in its tiles (no padded copy first): the backend's `guards_windows_in_tiles`."""
+    return name is not None and get_backend(name).guards_windows_in_tiles
+
+
 def names_host(spec) -> bool:
     """Whether `spec` (a device object or string) names the host device."""
     return is_device(spec) and is_host(device(spec).canonical())

@@ -51,8 +51,8 @@ from .creation import (
 
 # devices: the arguments of Module.to, parsed as Tensor.to parses them
 from .devices import default_name as default_device_name
+from .devices import guards_windows_in_tiles, set_default_device, to_arguments
 from .devices import is_host as is_host_device
-from .devices import set_default_device, to_arguments
 
 # errors, raised at the user's line
 from .errors import (
@@ -101,6 +101,7 @@ __all__ = [
     "set_default_device",
     "manual_seed",
     "is_host_device",
+    "guards_windows_in_tiles",
     "host_values",
     "default_device_name",
     "checked_dtype",

@@ -9,7 +9,14 @@ argument and padding helpers both share (nn/conv.py, nn/conv_transpose.py).
 
 from __future__ import annotations
 
-from ..nnapi import ShapeError, Tensor, fail, materialize, sliding_windows
+from ..nnapi import (
+    ShapeError,
+    Tensor,
+    fail,
+    guards_windows_in_tiles,
+    materialize,
+    sliding_windows,
+)
 
 
 def int_tuple(v, n: int, name: str, op: str) -> tuple[int, ...]:
@@ -59,7 +66,7 @@ def padded(x: Tensor, pads, op: str) -> Tensor:
     if not any(flat_pad):
         return x
     x = x.pad(flat_pad)
-    if any(v < 0 for v in flat_pad) or x.is_cuda:  # a crop is a view already
+    if any(v < 0 for v in flat_pad) or guards_windows_in_tiles(x.node.device):  # a crop: a view
         return x
     return materialize(x, f"{op}: padded input, so windows read it unguarded")
 

@@ -46,6 +46,9 @@ class Backend(ABC):
     is_host_memory: bool = False  # buffers are host memory (counted in buffer.live_buffers)
     supports_fork: bool = True  # a forked child can keep using the device
     uses_worker_pool: bool = False  # plans run on the CPU worker pool (runtime/launch.py)
+    # a convolution's windows read a padded input through bounds checks in the contraction's
+    # tiles, so nn/correlate.py makes no padded copy first (the GPU's shared-memory staging)
+    guards_windows_in_tiles: bool = False
 
     # ---------------------------------------------------------------- properties
     @property

@@ -27,6 +27,7 @@ class CudaBackend(Backend):
     name = "cuda"
     indexed = True
     is_host = False
+    guards_windows_in_tiles = True  # codegen/gpu.py stages conv tiles with bounds checks
 
     @property
     def is_host_memory(self) -> bool:  # the emulator's device memory is the CPU's
