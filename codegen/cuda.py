@@ -839,6 +839,8 @@ class _Renderer:
         if s.op is Ops.WHERE:
             return f"{a[0]} ? {a[1]} : {a[2]}"
         if s.op is Ops.CAST:
+            if src.is_half:  # read as its type holds it (llvm.py's cast)
+                a = [f"fg_f32({_narrowed(a[0], src)})"]
             if s.dtype.is_bool:
                 return f"({a[0]} != 0)"
             if s.dtype.is_half:  # an explicit cast rounds, inside a kernel too

@@ -492,7 +492,11 @@ class _Renderer:
             lanes = self.width if varying else None
             return self.widen(self.narrow(v, dst, lanes), dst, lanes)
         if src.is_half:
-            src = float32  # its registers hold float32
+            # its registers hold float32, maybe a value computed here and never rounded: a
+            # cast reads it as its type holds it (`(a @ b).float()` of 16-bit a and b, as torch)
+            lanes = self.width if varying else None
+            v = self.widen(self.narrow(v, src, lanes), src, lanes)
+            src = float32
         s, d = self.ty(src.llvm, varying), self.ty(dst.llvm, varying)
         if src is dst:
             return v

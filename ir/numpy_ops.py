@@ -60,7 +60,9 @@ NUMPY_OPS = {
     Ops.SQRT: lambda n, x: np.sqrt(x),
     Ops.ERFC: lambda n, x: np.vectorize(math.erfc, otypes=[x.dtype])(x),  # numpy has none
     Ops.RECIP: lambda n, x: np.reciprocal(x),
-    Ops.CAST: lambda n, x: (x != 0) if n.dtype.is_bool else _rounded(x, n.dtype),
+    Ops.CAST: lambda n, x: (
+        (_seen(n, x) != 0) if n.dtype.is_bool else _rounded(_seen(n, x), n.dtype)
+    ),
     Ops.ADD: lambda n, a, b: (a | b) if n.dtype.is_bool else a + b,
     Ops.MUL: lambda n, a, b: (a & b) if n.dtype.is_bool else a * b,
     Ops.DIV: lambda n, a, b: _int_div(a, b) if not n.dtype.is_float else a / b,
@@ -97,9 +99,10 @@ def _rounded(x: np.ndarray, dt) -> np.ndarray:
 
 
 def _seen(n, x: np.ndarray) -> np.ndarray:
-    """A comparison's operand as its 16-bit type holds it: a value computed in float32 and
-    compared with a stored copy of itself (a max's gradient finding its ties) must equal
-    it, as in PyTorch, where every 16-bit result is rounded."""
+    """A comparison's or a cast's operand as its 16-bit type holds it: a value computed in
+    float32 and compared with a stored copy of itself (a max's gradient finding its ties)
+    must equal it, and `.float()` of it must give the 16-bit value, as in PyTorch, where
+    every 16-bit result is rounded."""
     srcs = getattr(n, "srcs", None)
     dt = srcs[0].dtype if srcs else None
     return _rounded(x, dt) if dt is not None and dt.is_half else x

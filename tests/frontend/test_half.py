@@ -384,3 +384,19 @@ def test_unary_functions_in_16_bits(backend, dt):
             f"{name}({x[bad[0]]!r}) in {dt}: {got[bad[0]]!r}, exactly {exact[bad[0]]!r} "
             f"(as {dt} {want[bad[0]]!r})"
         )
+
+
+@pytest.mark.backend_slice
+@pytest.mark.parametrize("dt", HALVES, ids=str)
+def test_a_cast_reads_a_16_bit_value_as_its_type_holds_it(backend, dt):
+    # a value computed in a kernel and cast in the same kernel is still a 16-bit value:
+    # `.float()` of it is the rounded value, as torch's (which rounds every op)
+    one, tiny = fg.tensor([1.0], dtype=dt), fg.tensor([2.0**-12], dtype=dt)
+    for wide in (fg.float32, fg.float64):
+        assert (one + tiny).to(wide).tolist() == [1.0]
+    rng = np.random.default_rng(5)
+    a, b = (
+        fg.tensor(rng.standard_normal(s).astype(np.float32), dtype=dt) for s in [(9, 33), (33, 5)]
+    )
+    product = a @ b
+    assert host(product.float()).tolist() == host(product).tolist()
