@@ -135,18 +135,35 @@ class PendingGrads:
         self.root, self.root_grad, self.site = root, root_grad, site
         self.targets = targets  # the leaves' nodes when backward() was called
         self.grads: list | None = None
+        # targets that get no gradient because a rule gave none on purpose (an
+        # autograd.Function's backward, a module's backward hook returning None)
+        self.undefined: set[int] = set()
         self._lock = forksafe.Lock()
 
     def materialize(self) -> list:
         with self._lock:
             if self.grads is None:
+                cut: list = []
                 with _sites.fixed(self.site):
-                    grads = gradients(self.root, self.root_grad, self.targets)
+                    grads = gradients(self.root, self.root_grad, self.targets, cut=cut)
+                if cut:
+                    self.undefined = _undefined(grads, self.targets, cut)
                 self.grads = [
                     N.detach(g) if g is not None else N.const(0.0, t.shape, t.dtype)
                     for g, t in zip(grads, self.targets)
                 ]
         return self.grads
+
+
+def _undefined(grads: list, targets: list, cut: list) -> set[int]:
+    """The targets without a gradient that lie under a node a rule left without one: torch
+    leaves their `.grad` as it was (None), where a target reached only through ops of zero
+    derivative gets zeros."""
+    missing = [k for k, g in enumerate(grads) if g is None]
+    if not missing:
+        return set()
+    below = {id(n) for n in N.toposort(cut, stop=lambda n: n.op is Ops.DETACH)}
+    return {k for k in missing if id(targets[k]) in below}
 
 
 def _reached_leaves(root, by_node: dict, seen: set | None = None) -> list:
@@ -195,6 +212,7 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
     retained = _live_retained() if _retained else []
     for r in retained:  # non-leaves whose gradient is kept: targets too
         by_node.setdefault(id(r.node), r)
+    undefined: set[int] = set()
     with at_callers_site():
         if create_graph:
             leaves = list(by_node.values())
@@ -209,6 +227,9 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
             fresh = [core.LazyGrad(pending, i) for i in range(len(leaves))]
             if GRAD_HOOKS and any(id(n) in walked for n in list(GRAD_HOOKS.keys())):
                 pending.materialize()  # user code in the gradient (tensor_hooks.py): run it now
+                undefined = pending.undefined
+                for k in undefined:
+                    fresh[k] = None  # torch's None: .grad stays as it was
     if retained:  # a retained tensor with another target's node (equal nodes are one node)
         at = {id(x.node): k for k, x in enumerate(leaves)}
         for r in retained:
@@ -219,9 +240,9 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
     graded = getattr(_local, "graded", None)
     if graded is None:
         graded = _local.graded = {}
-    for leaf, gt in zip(leaves, fresh):
-        if gt is not None and LEAF_HOOKS:
-            gt = on_leaf_grad(leaf, gt)
+    for k, (leaf, gt) in enumerate(zip(leaves, fresh)):
+        if LEAF_HOOKS and (gt is not None or k in undefined):
+            gt = on_leaf_grad(leaf, gt)  # (torch calls them with None where a rule gave none)
         if gt is not None:
             leaf._grad = gt if leaf._grad is None else leaf._grad + gt
             graded[id(leaf)] = weakref.ref(leaf)

@@ -28,11 +28,21 @@ from __future__ import annotations
 import inspect
 import itertools
 import sys
+import weakref
 
 from . import autograd, autograd_state
 from .ir import macro
 from .ir import node as N
-from .ir.autodiff import GRAD_HOOKS, reaches, with_vjp
+from .ir.autodiff import (
+    GRAD_HOOKS,
+    leave_without_gradient,
+    own_node,
+    reaches,
+    received_gradient,
+    with_vjp,
+)
+from .ir.dtypes import float32, float64
+from .jithooks import note_write
 from .movement import cat
 from .tensor import Tensor
 from .tensor_hooks import fresh_node
@@ -50,6 +60,7 @@ class FunctionCtx:
         self.materialize_grads = True
         self._saved: tuple = ()
         self._non_differentiable: set[int] = set()
+        self._dirty: set[int] = set()
         self._backward_nodes = None  # the saved tensors' nodes, while backward runs
 
     def save_for_backward(self, *tensors) -> None:
@@ -75,19 +86,49 @@ class FunctionCtx:
 
     def mark_non_differentiable(self, *outputs) -> None:
         """These outputs get no gradient (an index, a mask): they do not require grad and
-        `backward` receives zeros for them."""
+        `backward` receives zeros for them (None with `set_materialize_grads(False)`)."""
         self._non_differentiable.update(id(t) for t in outputs)
 
     def set_materialize_grads(self, value: bool) -> None:
-        """Accepted for torch's API. Gradients are always materialized here (zeros for an
-        output that gets none), which torch's backward must accept anyway."""
+        """Whether `backward` receives zeros (True, the default) or None for an output that
+        got no gradient (one the loss does not use, or a non-differentiable one).
+
+        >>> import fusegrad as fg
+        >>> class Two(fg.autograd.Function):
+        ...     @staticmethod
+        ...     def forward(ctx, x):
+        ...         ctx.set_materialize_grads(False)
+        ...         return x * 2, x * 3
+        ...     @staticmethod
+        ...     def backward(ctx, g1, g2):
+        ...         print(g2)
+        ...         return g1 * 2
+        >>> x = fg.tensor([1.0], requires_grad=True)
+        >>> Two.apply(x)[0].sum().backward()
+        None
+        """
         self.materialize_grads = bool(value)
 
     def mark_dirty(self, *tensors) -> None:
-        raise NotImplementedError(
-            "autograd.Function: in-place forwards (ctx.mark_dirty) are not supported; "
-            "return a new tensor instead"
-        )
+        """These input tensors were modified in place by `forward`, which returns them: each
+        stays the same tensor object, its value now the output of this Function (gradients
+        reaching it go through `backward`), its version counter bumped, as torch's.
+
+        >>> import fusegrad as fg
+        >>> class AddOne(fg.autograd.Function):
+        ...     @staticmethod
+        ...     def forward(ctx, x):
+        ...         x.add_(1)
+        ...         ctx.mark_dirty(x)
+        ...         return x
+        ...     @staticmethod
+        ...     def backward(ctx, grad):
+        ...         return grad
+        >>> b = fg.tensor([1.0, 2.0], requires_grad=True) * 2
+        >>> AddOne.apply(b) is b, b.tolist()
+        (True, [3.0, 5.0])
+        """
+        self._dirty.update(id(t) for t in tensors)
 
 
 class Function:
@@ -136,14 +177,20 @@ class Function:
             args, kwargs = bound.args, bound.kwargs
         needs = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
         ctx = FunctionCtx(needs)
+        # the inputs' nodes as forward receives them: an in-place forward (mark_dirty)
+        # rebinds its input, and the gradient must reach the value it had before
+        before = [a.node if isinstance(a, Tensor) else None for a in args]
         if with_setup:
             output = cls.forward(*args, **kwargs)
             cls.setup_context(ctx, args, output)
         else:
             output = cls.forward(ctx, *args, **kwargs)
+        if ctx._dirty:
+            _check_dirty(cls.__name__, ctx, args, output)
         if not any(needs) or not autograd_state.enabled():
+            _bump_dirty(ctx, output)
             return output
-        return _attach(cls, ctx, args, output)
+        return _attach(cls, ctx, args, before, output)
 
 
 def once_differentiable(backward):
@@ -153,39 +200,92 @@ def once_differentiable(backward):
     return backward
 
 
-def _attach(cls, ctx: FunctionCtx, args: tuple, output):
-    """`output` with `cls.backward` as the gradient of its differentiable tensors."""
+def _check_dirty(name: str, ctx: FunctionCtx, args: tuple, output) -> None:
+    """torch's checks of `ctx.mark_dirty`: every dirty tensor is an input that forward
+    returns, not a leaf that requires grad; a view is refused (torch would route its base's
+    gradient through backward too, which this does not do)."""
+    outputs = output if isinstance(output, tuple) else (output,)
+    if not ctx._dirty <= {id(o) for o in outputs if isinstance(o, Tensor)}:
+        raise RuntimeError(
+            f"autograd.Function {name}: some elements marked as dirty during the forward "
+            "method were not returned as output. The inputs that are modified inplace must "
+            "all be outputs of the Function."
+        )
+    if not ctx._dirty <= {id(a) for a in args if isinstance(a, Tensor)}:
+        raise RuntimeError(
+            f"autograd.Function {name}: ctx.mark_dirty was given a tensor that is not an "
+            "input of forward"
+        )
+    for a in args:
+        if not isinstance(a, Tensor) or id(a) not in ctx._dirty:
+            continue
+        if a.requires_grad and a._is_leaf and autograd_state.enabled():
+            raise RuntimeError(
+                f"autograd.Function {name}: a leaf Variable that requires grad has been used "
+                f"in an in-place operation (ctx.mark_dirty on a {a.dtype.name} {a.shape} leaf)"
+            )
+        if getattr(a, "_base", None) is not None and any(ctx.needs_input_grad):
+            raise NotImplementedError(
+                f"autograd.Function {name}: ctx.mark_dirty on a view ({a.dtype.name} "
+                f"{a.shape}) is not supported: its base's gradient would not pass through "
+                "backward; apply the Function to the base, or clone() the view first"
+            )
+
+
+def _bump_dirty(ctx: FunctionCtx, output) -> None:
+    """torch counts the Function's in-place write on each dirty tensor's version."""
+    for o in output if isinstance(output, tuple) else (output,):
+        if isinstance(o, Tensor) and id(o) in ctx._dirty:
+            o._version += 1
+            ctx._dirty.discard(id(o))  # (returned twice: counted once)
+
+
+def _common_float(dtypes: list):
+    """The dtype that holds each of `dtypes` exactly (the joint node of mixed outputs)."""
+    if len(set(dtypes)) == 1:
+        return dtypes[0]
+    return float64 if any(d.itemsize >= 8 for d in dtypes) else float32
+
+
+def _attach(cls, ctx: FunctionCtx, args: tuple, before: list, output):
+    """`output` with `cls.backward` as the gradient of its differentiable tensors.
+
+    Several differentiable outputs are one joint node (their concatenation, in a dtype that
+    holds each exactly), so that backward gets every gradient at once; each output is a
+    node of its own above it, so that the rule can tell which received a gradient (an
+    output the loss does not use gets zeros, or None with `set_materialize_grads(False)`).
+    A dirty input (`mark_dirty`) is rebound to its output's node, as an in-place op."""
     name = cls.__name__
     single = not isinstance(output, tuple)
-    outputs = (output,) if single else output
+    returned = (output,) if single else output
     grad_outs = [
         k
-        for k, o in enumerate(outputs)
+        for k, o in enumerate(returned)
         if isinstance(o, Tensor) and o.dtype.is_float and id(o) not in ctx._non_differentiable
     ]
     outputs = tuple(
         o.detach() if isinstance(o, Tensor) and k not in grad_outs else o
-        for k, o in enumerate(outputs)
+        for k, o in enumerate(returned)
     )
     if not grad_outs:
+        dirty = set(ctx._dirty)
+        _bump_dirty(ctx, returned)
+        outputs = tuple(r if id(r) in dirty else o for r, o in zip(returned, outputs))
         return outputs[0] if single else outputs
-    dtypes = {outputs[k].dtype for k in grad_outs}
-    if len(dtypes) > 1:
-        raise NotImplementedError(
-            f"autograd.Function {name}: differentiable outputs of different dtypes "
-            f"({', '.join(sorted(d.name for d in dtypes))}) are not supported"
-        )
     inputs = [(i, a) for i, a in enumerate(args) if ctx.needs_input_grad[i]]
     shapes = [outputs[k].shape for k in grad_outs]
+    dtypes = [outputs[k].dtype for k in grad_outs]
     sizes = [outputs[k].numel() for k in grad_outs]
     if len(grad_outs) == 1:
         joint = outputs[grad_outs[0]]
-    else:  # one node for all outputs, so that backward gets every gradient at once
-        joint = cat([outputs[k].reshape(-1) for k in grad_outs])
-    node = fresh_node(_connected(joint, inputs))  # (fresh: the same op again is one node)
+    else:
+        joint_dtype = _common_float(dtypes)
+        joint = cat([outputs[k].reshape(-1).cast(joint_dtype) for k in grad_outs])
+    # (fresh: the same op again is one node)
+    node = fresh_node(_connected(joint, [before[i] for i, _ in inputs]))
     # the rule keeps descriptions, not tensors: an output's tensor would keep the rule's
     # own node alive (CUSTOM_VJP is keyed weakly by it), an input's its old graph
-    sources = [(i, a.node) for i, a in inputs]
+    sources = [(i, before[i]) for i, _ in inputs]
     zeros = [(o.shape, o.dtype) if isinstance(o, Tensor) else None for o in outputs]
     given = [(a.shape, a.dtype, a.requires_grad) if isinstance(a, Tensor) else None for a in args]
 
@@ -194,26 +294,62 @@ def _attach(cls, ctx: FunctionCtx, args: tuple, output):
             return {grad_outs[0]: t}
         starts = itertools.accumulate(sizes[:-1], initial=0)
         return {
-            k: t[start : start + size].reshape(shape)
-            for k, start, size, shape in zip(grad_outs, starts, sizes, shapes)
+            k: t[start : start + size].reshape(shape).cast(dtype)
+            for k, start, size, shape, dtype in zip(grad_outs, starts, sizes, shapes, dtypes)
         }
 
+    pieces = split(joint._make(node, *[a for _, a in inputs]))
+    if len(grad_outs) > 1:  # nodes of their own, to see which receive a gradient
+        pieces = {k: p._make(own_node(p.node), p) for k, p in pieces.items()}
+    piece_refs = {k: weakref.ref(p.node) for k, p in pieces.items()}
+
+    def received(k: int) -> bool:
+        if len(grad_outs) == 1:
+            return True  # (the rule runs: its one output received a gradient)
+        piece = piece_refs[k]()
+        return piece is not None and received_gradient(piece)
+
     def rule(g: N.Node):
-        pieces = split(Tensor(g))
-        grads = [
-            pieces[k] if k in pieces else None if z is None else _zeros(*z)
-            for k, z in enumerate(zeros)
-        ]
+        parts = split(Tensor(g))
+        grads = []
+        for k, z in enumerate(zeros):
+            if k in parts and received(k):
+                grads.append(parts[k])
+            elif z is None or not ctx.materialize_grads:
+                grads.append(None)
+            else:
+                grads.append(_zeros(*z))
         result = _checked(name, cls.backward(ctx, *grads), given)
-        return [(s, d.node) for i, s in sources if (d := result[i]) is not None]
+        pairs = []
+        for i, s in sources:
+            if result[i] is None:
+                leave_without_gradient(s)  # torch's None, not a zero gradient
+            else:
+                pairs.append((s, result[i].node))
+        return pairs
 
     with_vjp(node, rule)
     # listed, doing nothing, so that backward() builds the gradient at once: backward's
     # errors raise there
     GRAD_HOOKS[node] = {"autograd.Function": _keep}
-    pieces = split(joint._make(node, *[a for _, a in inputs]))
-    outputs = tuple(pieces.get(k, o) for k, o in enumerate(outputs))
-    return outputs[0] if single else outputs
+    finished = []
+    for k, o in enumerate(outputs):
+        if k in pieces and id(returned[k]) in ctx._dirty:
+            finished.append(_rebind(returned[k], pieces[k]))
+        elif id(returned[k]) in ctx._dirty:
+            finished.append(returned[k])  # (a dirty output without gradient keeps its value)
+        else:
+            finished.append(pieces.get(k, o))
+    _bump_dirty(ctx, tuple(finished))
+    return finished[0] if single else tuple(finished)
+
+
+def _rebind(t: Tensor, value: Tensor) -> Tensor:
+    """A dirty input, the same tensor object, made the Function's output `value` (as an
+    in-place op rebinds a tensor)."""
+    t.node, t.requires_grad, t._is_leaf, t._strides = value.node, True, False, None
+    note_write(t)  # (for fg.jit, as an in-place op's)
+    return t
 
 
 def _keep(g: N.Node) -> None:
@@ -224,14 +360,14 @@ def _zeros(shape, dtype) -> Tensor:
     return Tensor(N.const(False if dtype.is_bool else 0, shape, dtype))
 
 
-def _connected(joint: Tensor, inputs) -> N.Node:
+def _connected(joint: Tensor, sources: list) -> N.Node:
     """`joint`'s node, made to depend on every input that requires grad.
 
     A forward may compute an output without a graph path from an input (through
     numpy, or a detach): backward() would then never reach the rule. Such outputs
     get a macro node over the output and those inputs whose value is the output
     alone (the scheduler sees only the output), so the gradient reaches the rule."""
-    targets = {id(a.node): a.node for _, a in inputs}
+    targets = {id(n): n for n in sources}
     live = reaches([joint.node], set(targets))
     cut = [n for i, n in targets.items() if i not in live]
     if not cut:

@@ -69,6 +69,7 @@ from .runtime.engine import engine
 from .scalars import checked_fill
 from .searching import SearchingMixin
 from .shapeops import ShapeMixin
+from .tensor_hooks import HOOKED_BY, separate
 from .tensor_hooks import register_hook as _register_hook
 from .versions import InplaceError
 
@@ -358,6 +359,8 @@ class Tensor(*MIXINS):
             node, wants = N.detach(node), False  # no_grad(): cut the result off the graph
         if node.device is None and self.node.device is not None:
             node = N.place(node, self.node.device)  # a constant result stays on self's device
+        if wants and HOOKED_BY and node in HOOKED_BY:  # another tensor's hooks hang on node
+            node = separate(node, (self, *parents))
         if wants and _from_empty(node, self, parents):
             # an empty value (or a reduction or crop of one) folds to a constant: keep
             # where it came from, for grad() (autograd_state.link_empty)

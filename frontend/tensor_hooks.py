@@ -35,9 +35,21 @@ from collections.abc import Callable, Sequence
 from . import core
 from .errors import GradError, ShapeError, fail
 from .ir import node as N
-from .ir.autodiff import CUSTOM_VJP, GRAD_HOOKS
+from .ir.autodiff import (
+    CUSTOM_VJP,
+    GRAD_HOOKS,
+    leave_without_gradient,
+    own_node,
+    received_gradient,
+    with_vjp,
+)
+from .ir.dtypes import float32, float64
 from .ir.ops import MOVEMENT, Ops
 from .movement import cat
+
+# non-leaf nodes hooked by `register_hook` -> a weak reference to the tensor that owns the
+# hooks (see `separate`)
+HOOKED_BY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 # leaves with hooks: id(tensor) -> (weak reference, {key: hook}); see `_leaf_entry`
 LEAF_HOOKS: dict[int, tuple[weakref.ref, dict]] = {}
@@ -87,6 +99,7 @@ def register_hook(t, hook: Callable) -> RemovableHandle:
     if hooks is None:
         hooks = GRAD_HOOKS[node] = {}
     hooks[key] = _on_node(hook, node, "register_hook")
+    HOOKED_BY[node] = weakref.ref(t)
     ref = weakref.ref(node)
     return RemovableHandle(hooks, key, lambda: _forget_node(ref))
 
@@ -95,6 +108,32 @@ def _forget_node(ref: weakref.ref) -> None:
     node = ref()
     if node is not None and not GRAD_HOOKS.get(node, True):
         del GRAD_HOOKS[node]  # no hook left: backward() need not build gradients early
+        HOOKED_BY.pop(node, None)
+
+
+def separate(n: N.Node, parents) -> N.Node:
+    """`n`, or a node of its exact value whose gradient does not pass through `n`, for a
+    new tensor whose op built `n` again while `n` carries another tensor's hooks.
+
+    Equal expressions are one node: `y2 = x * 2` after `y1 = x * 2; y1.register_hook(h)`
+    is y1's node, and h would see y2's gradient too (torch's hook sees y1's alone). So y2
+    gets n rebuilt over `s + (-0.0)` for its first source s that is not a constant. A
+    result that folded back to n from n itself (a view of a view of y1) is derived from
+    y1, and keeps n. (Tensors that were equal before the hook was registered share it:
+    a known limit, in the README.)"""
+    owner = HOOKED_BY.get(n)
+    if owner is None or owner() is None or not n.srcs:
+        return n
+    if any(p.node is n for p in parents) or id(n) in {
+        id(m) for m in N.toposort([p.node for p in parents])
+    }:
+        return n
+    srcs = list(n.srcs)
+    for i, s in enumerate(srcs):
+        if s.dtype.is_float and s.op is not Ops.CONST:
+            srcs[i] = fresh_node(s)
+            return N.make(n.op, tuple(srcs), n.arg, n.shape, n.dtype)
+    return n
 
 
 def _forget_leaf(leaf_id: int, hooks: dict) -> None:
@@ -117,14 +156,15 @@ def _leaf_entry(t) -> dict:
 
 
 def on_leaf_grad(leaf, grad):
-    """`grad`, for `leaf`, through the leaf's hooks (backward() calls it)."""
+    """`grad`, for `leaf`, through the leaf's hooks (backward() calls it; `grad` is None
+    where a rule gave the leaf no gradient, as torch's)."""
     entry = LEAF_HOOKS.get(id(leaf))
     if entry is None or entry[0]() is not leaf:
         return grad
     for hook in list(entry[1].values()):
         changed = hook(grad)
         if changed is not None:
-            grad = _checked(changed, grad.shape, grad.dtype, "register_hook")
+            grad = _checked(changed, leaf.shape, leaf.dtype, "register_hook")
     return grad
 
 
@@ -175,44 +215,71 @@ def fresh_node(n: N.Node) -> N.Node:
         frontier = following
 
 
-def hooked_together(tensors: Sequence, on_grads: Callable) -> list:
+def hooked_together(tensors: Sequence, on_grads: Callable, materialize: bool = True) -> list:
     """The float tensors `tensors` (requiring grad) as new tensors of one node, so that
-    `on_grads(grads)` sees all their gradients at once (a list, zeros where one gets
-    none) when a backward pass reaches them, and may return replacements (a list, None
-    meaning unchanged). A module's backward hook is built on this (nn/hooks.py)."""
+    `on_grads(grads)` sees all their gradients at once (a list) when a backward pass
+    reaches them, and may return replacements (a list, None meaning unchanged). A module's
+    backward hook is built on this (nn/hooks.py).
+
+    A tensor that received no gradient is given as zeros (`materialize`) or as None. In a
+    replacement, None means no gradient: that tensor's sources get none from here (torch's
+    None, which leaves a leaf's `.grad` as it was). Tensors of several dtypes share a node
+    of a dtype that holds each exactly."""
     shapes = [t.shape for t in tensors]
+    dtypes = [t.dtype for t in tensors]
     if len(tensors) == 1:
         joint = tensors[0]
     else:
-        if len({t.dtype for t in tensors}) > 1:
-            raise NotImplementedError(
-                "backward hooks on tensors of different dtypes "
-                f"({', '.join(t.dtype.name for t in tensors)}) are not supported"
-            )
-        joint = cat([t.reshape(-1) for t in tensors])
+        wide = dtypes[0] if len(set(dtypes)) == 1 else _holding_each(dtypes)
+        joint = cat([t.reshape(-1).cast(wide) for t in tensors])
     node = fresh_node(joint.node)
     sizes = [t.numel() for t in tensors]
+    # the rule keeps the sources' nodes, not the tensors (see function.py's _attach)
+    sources = [t.node for t in tensors]
 
     def split(g: core.Tensor) -> list:
         if len(tensors) == 1:
             return [g]
         out, start = [], 0
-        for shape, size in zip(shapes, sizes):
-            out.append(g[start : start + size].reshape(shape))
+        for shape, size, dtype in zip(shapes, sizes, dtypes):
+            out.append(g[start : start + size].reshape(shape).cast(dtype))
             start += size
         return out
 
-    def run(g: N.Node):
-        grads = split(core.Tensor(g))
-        changed = on_grads(grads)
-        if changed is None:
-            return None
-        new = [
-            old if c is None else _checked(c, old.shape, old.dtype, "backward hook")
-            for c, old in zip(changed, grads)
-        ]
-        return new[0].node if len(new) == 1 else cat([c.reshape(-1) for c in new]).node
+    out = split(joint._make(node, *tensors))
+    if len(tensors) > 1:  # nodes of their own, to see which receive a gradient
+        out = [p._make(own_node(p.node), p) for p in out]
+    refs = [weakref.ref(p.node) for p in out]
 
-    GRAD_HOOKS[node] = {next(_keys): run}
-    out = joint._make(node, *tensors)
-    return split(out)
+    def received(k: int) -> bool:
+        piece = refs[k]()
+        return len(tensors) == 1 or (piece is not None and received_gradient(piece))
+
+    def rule(g: N.Node):
+        grads = split(core.Tensor(g))
+        seen = [g if materialize or received(k) else None for k, g in enumerate(grads)]
+        changed = on_grads(seen)
+        if changed is None:
+            return [(s, g.node) for s, g in zip(sources, grads)]
+        pairs = []
+        for s, c, old in zip(sources, changed, grads):
+            if c is None:
+                leave_without_gradient(s)  # torch's None: no gradient from here
+            else:
+                pairs.append((s, _checked(c, old.shape, old.dtype, "backward hook").node))
+        return pairs
+
+    with_vjp(node, rule)
+    # listed, doing nothing, so that backward() builds the gradient at once: the hooks
+    # run inside backward(), as torch's
+    GRAD_HOOKS[node] = {next(_keys): _keep}
+    return out
+
+
+def _keep(g: N.Node) -> None:
+    return None
+
+
+def _holding_each(dtypes: list):
+    """A float dtype that holds each of `dtypes` exactly."""
+    return float64 if any(d.itemsize >= 8 for d in dtypes) else float32

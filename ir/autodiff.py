@@ -21,6 +21,7 @@ fused and compiled like any other graph, and can itself be differentiated
 from __future__ import annotations
 
 import math
+import threading
 import weakref
 from collections.abc import Callable
 
@@ -238,23 +239,67 @@ def _live(order: list[Node], targets: set[int]) -> set[int]:
     return out
 
 
-def gradients(root: Node, root_grad: Node, targets: list[Node]) -> list[Node | None]:
-    """d(sum(root * root_grad)) / d(target) for each target; None where it does not depend on it."""
+# The passes being built on this thread, innermost last: (gradients so far by node id, the
+# nodes a rule left without a gradient). Rules and hooks run in reverse topological order,
+# so when a node's hook runs, every node built on it has its final gradient here: a rule
+# can tell a consumer that got no gradient (torch's None) from one that got zeros.
+_passes = threading.local()
+
+
+def received_gradient(n: Node) -> bool:
+    """Whether `n` has received a gradient in the pass being built (for a rule or hook:
+    see `_passes`)."""
+    stack = getattr(_passes, "stack", None)
+    return bool(stack) and id(n) in stack[-1][0]
+
+
+def leave_without_gradient(n: Node) -> None:
+    """Record that a rule of the pass being built gave source `n` no gradient on purpose
+    (torch's None, not a zero one): `gradients(..., cut=)` reports it."""
+    stack = getattr(_passes, "stack", None)
+    if stack:
+        stack[-1][1].append(n)
+
+
+def gradients(
+    root: Node, root_grad: Node, targets: list[Node], cut: list | None = None
+) -> list[Node | None]:
+    """d(sum(root * root_grad)) / d(target) for each target; None where it does not depend on it.
+
+    `cut`, if given, gets the nodes that a rule or hook left without a gradient on purpose
+    (`leave_without_gradient`)."""
     with hooks.timed("autodiff"):
-        return _gradients(root, root_grad, targets)
+        return _gradients(root, root_grad, targets, cut=cut)
 
 
 def _gradients(
-    root: Node, root_grad: Node, targets: list[Node], stop: set[int] | None = None
+    root: Node,
+    root_grad: Node,
+    targets: list[Node],
+    stop: set[int] | None = None,
+    cut: list | None = None,
 ) -> list[Node | None]:
     """(`stop`: ids of nodes not to descend below: a macro's sources.)"""
+    grads: dict[int, Node] = {id(root): root_grad}
+    stack = getattr(_passes, "stack", None)
+    if stack is None:
+        stack = _passes.stack = []
+    stack.append((grads, [] if cut is None else cut))
+    try:
+        return _propagate(root, grads, targets, stop)
+    finally:
+        stack.pop()
+
+
+def _propagate(
+    root: Node, grads: dict[int, Node], targets: list[Node], stop: set[int] | None
+) -> list[Node | None]:
     wanted = {id(t) for t in targets}
     if stop:
         order = toposort([root], stop=lambda n: n.op is Ops.DETACH or id(n) in stop)
     else:
         order = toposort([root], stop=lambda n: n.op is Ops.DETACH)
     live = _live(order, wanted)
-    grads: dict[int, Node] = {id(root): root_grad}
     in_graph = {id(n) for n in order}
     hooks = len(GRAD_HOOKS) > 0
     for n in reversed(order):

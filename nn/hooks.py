@@ -37,8 +37,14 @@ def wrap_call(module, hooks: list, args: tuple):
     ]
     grad_output: list = [()]
     # the closures below keep counts, not the wrapped tensors: those would keep their
-    # own hooked node alive (GRAD_HOOKS is keyed weakly by it)
+    # own hooked node alive (CUSTOM_VJP is keyed weakly by it)
     n_args = len(args)
+    # torch gives the other tensor arguments zeros in grad_input (its hook wraps them all)
+    absent = {
+        i: zeros_like(a)
+        for i, a in enumerate(args)
+        if isinstance(a, Tensor) and i not in positions and positions and full
+    }
 
     def run_full(grad_input: tuple):
         changed = None
@@ -55,14 +61,13 @@ def wrap_call(module, hooks: list, args: tuple):
         return changed
 
     def on_input_grads(grads: list):
-        grad_input = [None] * n_args
+        grad_input = [absent.get(i) for i in range(n_args)]
         for i, g in zip(positions, grads):
             grad_input[i] = g
         changed = run_full(tuple(grad_input))
         if changed is None:
             return None
-        # a None from the hook: no gradient, as torch (here a zero one)
-        return [_or_zeros(changed[i], g) for i, g in zip(positions, grads)]
+        return [changed[i] for i in positions]  # a None: no gradient, as torch
 
     if positions and full:
         wrapped = hooked_together([args[i] for i in positions], on_input_grads)
@@ -79,6 +84,7 @@ def wrap_call(module, hooks: list, args: tuple):
         if not idx:
             return out
         n_outs = len(outs)
+        like = {k: zeros_like(outs[k]) for k in idx} if pre else {}
 
         def on_output_grads(grads: list):
             given = [None] * n_outs
@@ -98,9 +104,11 @@ def wrap_call(module, hooks: list, args: tuple):
             grad_output[0] = given
             if full and not positions:  # no input needs a gradient: torch calls it now
                 run_full((None,) * n_args)
-            return [_or_zeros(given[k], g) for k, g in zip(idx, grads)] if changed else None
+            # a None from a pre hook: zeros, as torch's (its input side materializes them)
+            return [_or_zeros(given[k], like[k]) for k in idx] if changed else None
 
-        wrapped = hooked_together([outs[k] for k in idx], on_output_grads)
+        # an output that gets no gradient is None in grad_output, as torch's
+        wrapped = hooked_together([outs[k] for k in idx], on_output_grads, materialize=False)
         outs = list(outs)
         for k, w in zip(idx, wrapped):
             outs[k] = w
