@@ -5,13 +5,23 @@
 5.0
 >>> fg.linalg.vector_norm(fg.tensor([[3.0, -4.0]]), ord=1, dim=1).tolist()
 [7.0]
+>>> fg.linalg.matrix_norm(fg.tensor([[3.0, 0.0], [0.0, -4.0]]), ord="nuc").item()
+7.0
 """
 
 from __future__ import annotations
 
 import math
 
-from .errors import ArgumentError, fail
+import numpy as np
+
+from .creation import tensor
+from .errors import ArgumentError, DTypeError, IndexingError, JitError, fail
+from .function import Function
+from .ir.dtypes import float32, float64
+from .jithooks import recording
+
+_SVD_DTYPES = (float32, float64)
 
 
 def vector_norm(x, ord=2, dim=None, keepdim: bool = False, *, dtype=None):  # noqa: A002
@@ -23,8 +33,9 @@ def vector_norm(x, ord=2, dim=None, keepdim: bool = False, *, dtype=None):  # no
 
 def matrix_norm(x, ord="fro", dim=(-2, -1), keepdim: bool = False, *, dtype=None):  # noqa: A002
     """A norm of the matrices over the two dims `dim`: 'fro' (Frobenius), 1 / -1 (the
-    largest / smallest column sum of |x|) or inf / -inf (row sum), as torch's. The
-    spectral norms (2, -2, 'nuc') need singular values, which fusegrad does not have.
+    largest / smallest column sum of |x|), inf / -inf (row sum), 2 / -2 (the largest /
+    smallest singular value) or 'nuc' (their sum), as torch's. The singular values come
+    from LAPACK on the host (`svdvals`), so the spectral norms do not fuse.
 
     >>> import fusegrad as fg
     >>> fg.linalg.matrix_norm(fg.tensor([[1.0, -2.0], [3.0, 4.0]]), ord=1).item()
@@ -41,15 +52,16 @@ def matrix_norm(x, ord="fro", dim=(-2, -1), keepdim: bool = False, *, dtype=None
         fail(ArgumentError, op, f"dims must be different. Got {tuple(dim)}")
     if ord == "fro":
         return vector_norm(x, 2, dim, keepdim, dtype=dtype)
-    if ord not in (1, -1, math.inf, -math.inf):
+    if ord not in (1, -1, math.inf, -math.inf, 2, -2, "nuc"):
         fail(
             ArgumentError,
             op,
-            f"ord={ord!r} needs singular values, which fusegrad does not compute; "
-            "'fro', 1, -1, inf and -inf are available",
+            f"Order {ord!r} not supported: 'fro', 'nuc', 1, -1, 2, -2, inf and -inf are",
         )
     if dtype is not None:
         x = x.cast(dtype)
+    if ord in (2, -2, "nuc"):
+        return _spectral(x, ord, d0, d1, keepdim)
     if ord in (math.inf, -math.inf):  # sums along rows: the roles of the dims swap
         d0, d1 = d1, d0
     sums = x.abs().sum(d0, keepdim=True)
@@ -84,3 +96,72 @@ def norm(x, ord=None, dim=None, keepdim: bool = False, *, dtype=None):  # noqa: 
         "linalg.norm",
         f"ord={ord!r} and dim={dim}: a vector norm takes one dim, a matrix norm two",
     )
+
+
+def _spectral(x, ord, d0: int, d1: int, keepdim: bool):  # noqa: A002
+    """ord 2, -2 or 'nuc' over dims d0, d1: torch's composition, svdvals then amax, amin
+    or sum (so the gradient at tied singular values is split as amax splits it)."""
+    rest = [d for d in range(x.ndim) if d not in (d0, d1)]
+    s = svdvals(x.permute(*rest, d0, d1))
+    if ord == "nuc" or s.shape[-1] == 0:
+        if ord == -2 and s.shape[-1] == 0:
+            fail(
+                IndexingError,
+                "linalg.matrix_norm",
+                f"ord=-2 of empty matrices (shape {x.shape}): the smallest singular value of "
+                "no singular values",
+            )
+        out = s.sum(-1)  # (0 for an empty matrix, as torch's ord 2)
+    else:
+        out = s.amax(-1) if ord == 2 else s.amin(-1)
+    if keepdim:
+        for d in sorted((d0, d1)):
+            out = out.unsqueeze(d)
+    return out
+
+
+class _SingularValues(Function):
+    """The singular values of the matrices in x's last two dims, largest first, from
+    LAPACK (numpy's `svd`, in float64, rounded once to x's dtype). Their gradient is
+    U diag(g) V^T, torch's for svdvals."""
+
+    @staticmethod
+    def forward(ctx, x):
+        u, s, vh = np.linalg.svd(x.detach().numpy().astype(np.float64), full_matrices=False)
+        ctx.u = tensor(u, dtype=x.dtype, device=x.device)
+        ctx.vh = tensor(vh, dtype=x.dtype, device=x.device)
+        return tensor(s, dtype=x.dtype, device=x.device)
+
+    @staticmethod
+    def backward(ctx, g):
+        return ctx.u @ (g.unsqueeze(-1) * ctx.vh)
+
+
+def svdvals(x):
+    """torch.linalg.svdvals: the singular values of the matrices in x's last two dims,
+    in descending order, differentiable. Computed by LAPACK on the host (x is computed
+    first; the result does not fuse with its neighbours, and `fg.jit`, which cannot replay
+    host code, refuses it).
+
+    >>> import fusegrad as fg
+    >>> fg.linalg.svdvals(fg.tensor([[3.0, 0.0], [0.0, -4.0]])).tolist()
+    [4.0, 3.0]
+    """
+    op = "linalg.svdvals"
+    if x.ndim < 2:
+        fail(ArgumentError, op, f"The input tensor A must have at least 2 dimensions ({x.shape})")
+    if x.dtype not in _SVD_DTYPES:
+        fail(
+            DTypeError,
+            op,
+            f"Low precision dtypes not supported: expected float32 or float64, got "
+            f"{x.dtype.name} {x.shape} (cast with .float() first)",
+        )
+    if recording():
+        fail(
+            JitError,
+            op,
+            f"the singular values of {x.dtype.name} {x.shape} are computed by LAPACK on the "
+            "host, which fusegrad.jit cannot replay: compute them outside the jitted function",
+        )
+    return _SingularValues.apply(x)
