@@ -45,7 +45,7 @@ from .ir.dtypes import float32, float64
 from .jithooks import note_write
 from .movement import cat
 from .tensor import Tensor
-from .tensor_hooks import fresh_node
+from .tensor_hooks import call_with_none, fresh_node
 
 
 class FunctionCtx:
@@ -315,7 +315,10 @@ def _attach(cls, ctx: FunctionCtx, args: tuple, before: list, output):
         for k, z in enumerate(zeros):
             if k in parts and received(k):
                 grads.append(parts[k])
-            elif z is None or not ctx.materialize_grads:
+                continue
+            if k in parts and (piece := piece_refs[k]()) is not None:
+                call_with_none(piece)  # its tensor hooks get None, as torch's
+            if z is None or not ctx.materialize_grads:
                 grads.append(None)
             else:
                 grads.append(_zeros(*z))

@@ -176,7 +176,17 @@ def _on_node(hook: Callable, node: N.Node, op: str) -> Callable:
         changed = hook(core.Tensor(g))
         return None if changed is None else _checked(changed, shape, dtype, op).node
 
+    run.user_hook = hook  # (called with None for an output that got no gradient: see below)
     return run
+
+
+def call_with_none(n: N.Node) -> None:
+    """Call the `register_hook` hooks on node `n` with None, as torch calls a hook on an
+    output of a multi-output op that got no gradient while another output did."""
+    for run in list(GRAD_HOOKS.get(n, {}).values()):
+        hook = getattr(run, "user_hook", None)
+        if hook is not None:
+            hook(None)
 
 
 def _checked(t, shape, dtype, op: str):

@@ -82,6 +82,22 @@ def _cases(lib, libnn):
         def backward(ctx, g):
             return g, None
 
+    class Pair2(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2, x * 3
+
+        @staticmethod
+        def backward(ctx, g1, g2):
+            log.append(("backward", _lists([g1, g2])))
+            return g1 * 2 + g2 * 3
+
+    u, v = Pair2.apply(a)
+    v.register_hook(lambda g: log.append(("v hook", _lists([g]))))
+    u.sum().backward()
+    out["hook on an unused output"] = list(log)
+    log.clear()
+
     y = lib.tensor([1.0, 2.0], requires_grad=True)
     y.register_hook(lambda g: log.append(("y hook", _lists([g]))))
     Half.apply(a, y).sum().backward()
@@ -100,6 +116,7 @@ TORCH_2_13 = {  # torch 2.13.0's answers to `_cases`
     "pre hook's None": [[[0.0, 0.0]]],
     "materialize": [[[1.0, 1.0], [0.0, 0.0]], [[1.0, 1.0], None]],
     "leaf left None": [("y hook", [None]), [None]],
+    "hook on an unused output": [("v hook", [None]), ("backward", [[1.0, 1.0], [0.0, 0.0]])],
 }
 
 
