@@ -26,7 +26,7 @@ import math
 from . import core
 from .errors import DimError, DTypeError, IndexingError, ShapeError, fail, warn_user
 from .ir import node as N
-from .ir.dtypes import bool_, promote
+from .ir.dtypes import DType, bool_, promote
 
 
 @functools.lru_cache(maxsize=4096)  # a pure function of shapes, which repeat every step
@@ -124,6 +124,13 @@ class MovementMixin:
 
     def view(self, *shape):
         """Like reshape, but only where no copy would be needed (as PyTorch's view)."""
+        if len(shape) == 1 and isinstance(shape[0], DType):  # torch's view(dtype): a bitcast
+            fail(
+                DTypeError,
+                "view",
+                f"view({shape[0].name}) of a {self.dtype.name} {self.shape} tensor reinterprets "
+                "its bytes, which fusegrad does not support; use .to(dtype) to convert values",
+            )
         shape = self._resolve_shape(shape, "view")
         st = _view_strides(self.shape, self.stride(), shape)
         if st is None:

@@ -171,3 +171,11 @@ def test_scatter_and_scatter_reduce_refuse_a_src_of_another_dtype():
             call()
     same = x.scatter(1, i, fg.full((2, 3), 2.0).half())  # the same dtype still works
     assert same.dtype == fg.float16 and same.tolist() == [[2.0, 1.0, 1.0], [2.0, 1.0, 1.0]]
+
+
+def test_view_of_a_dtype_refuses_clearly():
+    # the peer suite's test_bitcast: torch's x.view(torch.int32) reinterprets the bytes; here it
+    # crashed in int() on the dtype, now it raises naming the op, dtypes and shape
+    with pytest.raises(TypeError, match=r"view\(int32\) of a float32 \(3, 3\) tensor"):
+        fg.ones(3, 3).view(fg.int32)
+    assert fg.ones(6).view(2, 3).shape == (2, 3)
