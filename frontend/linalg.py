@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import math
 
+from .autocast import autocast_op
 from .errors import ArgumentError, fail
 
 
+@autocast_op("vector_norm")
 def vector_norm(x, ord=2, dim=None, keepdim: bool = False, *, dtype=None):  # noqa: A002
     """The `ord`-norm of x's elements (all of them, or along `dim`)."""
     if dtype is not None:
@@ -21,6 +23,7 @@ def vector_norm(x, ord=2, dim=None, keepdim: bool = False, *, dtype=None):  # no
     return x.norm(p=ord, dim=dim, keepdim=keepdim)
 
 
+@autocast_op("matrix_norm")
 def matrix_norm(x, ord="fro", dim=(-2, -1), keepdim: bool = False, *, dtype=None):  # noqa: A002
     """A norm of the matrices over the two dims `dim`: 'fro' (Frobenius), 1 / -1 (the
     largest / smallest column sum of |x|) or inf / -inf (row sum), as torch's. The
