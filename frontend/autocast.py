@@ -62,6 +62,7 @@ class _State(threading.local):
         self.cache_enabled = True
         self.depth = 0
         self.cache: dict[int, tuple] = {}  # id(leaf) -> (leaf, its node, dtype, the cast)
+        self.saved: list[tuple] = []  # what each open region replaced, innermost last
         self.active = False
 
 
@@ -111,7 +112,6 @@ class autocast:
             raise TypeError(f"autocast: enabled must be bool, not {type(enabled).__name__}")
         self.device = kind
         self.fast_dtype = _state.dtype[kind] if dtype is None else checked_dtype(dtype, "autocast")
-        self._enabled_arg, self._dtype_arg, self._cache_arg = enabled, dtype, cache_enabled
         self._enabled = enabled
         if enabled and self.fast_dtype.name not in SUPPORTED_DTYPES[kind]:
             allowed = ", ".join(f"fusegrad.{n}" for n in SUPPORTED_DTYPES[kind])
@@ -127,11 +127,11 @@ class autocast:
             warnings.warn(f"{kind} is not available ({why}). Disabling autocast.", stacklevel=2)
             self._enabled = False
         self._cache_enabled = True if cache_enabled is None else bool(cache_enabled)
-        self._saved: list[tuple] = []
 
     def __enter__(self):
         st, kind = _state, self.device
-        self._saved.append((st.enabled.get(kind, False), st.dtype[kind], st.cache_enabled))
+        # saved on the thread, not the object: one region object may be entered by threads
+        st.saved.append((kind, st.enabled.get(kind, False), st.dtype[kind], st.cache_enabled))
         st.enabled[kind], st.dtype[kind] = self._enabled, self.fast_dtype
         st.cache_enabled = self._cache_enabled
         st.depth += 1
@@ -143,12 +143,14 @@ class autocast:
         st.depth -= 1
         if st.depth == 0:
             st.cache.clear()
-        st.enabled[kind], st.dtype[kind], st.cache_enabled = self._saved.pop()
+        kind, st.enabled[kind], st.dtype[kind], st.cache_enabled = st.saved.pop()
         _refresh()
         return False
 
     def __call__(self, func):
-        args = (self.device, self._dtype_arg, self._enabled_arg, self._cache_arg)
+        # the dtype resolved now, as torch's decorator enters this object; a region disabled
+        # with a warning here stays disabled without warning again on every call
+        args = (self.device, self.fast_dtype, self._enabled, self._cache_enabled)
 
         @functools.wraps(func)
         def in_region(*a, **k):

@@ -91,6 +91,29 @@ def test_autocast_state_is_per_thread():
     assert seen == {"inherited": False, "own": fg.float16}
 
 
+def test_one_region_object_entered_by_two_threads_restores_each():
+    region, barrier, seen = fg.autocast("cpu", dtype=fg.float16), threading.Barrier(2), []
+
+    def worker():
+        with fg.autocast("cpu"):  # an outer bfloat16 region of the worker's own
+            barrier.wait()  # (1) the main thread is inside `region` already
+            with region:
+                barrier.wait()  # (2) both inside; the main thread leaves first
+                barrier.wait()  # (3)
+            seen.append((fg.is_autocast_enabled("cpu"), fg.get_autocast_dtype("cpu")))
+
+    t = threading.Thread(target=worker)
+    t.start()
+    with region:
+        barrier.wait()  # (1)
+        barrier.wait()  # (2)
+    # what this thread had before, not what the worker had before its entry
+    assert not fg.is_autocast_enabled("cpu") and fg.get_autocast_dtype("cpu") is fg.bfloat16
+    barrier.wait()  # (3)
+    t.join()
+    assert seen == [(True, fg.bfloat16)]
+
+
 def test_errors_and_warnings_are_torchs():
     with pytest.raises(ValueError, match="device_type"):
         fg.autocast(0)
