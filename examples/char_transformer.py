@@ -2,7 +2,7 @@
 
 Run:  python examples/char_transformer.py [--steps 150] [--layers 2] [--dim 64] [--heads 4]
                                           [--block 64] [--batch 32] [--lr 3e-3] [--sample 300]
-                                          [--no-jit]
+                                          [--no-jit] [--amp bf16]
 
 The text is the 10,605 Rotten Tomatoes sentences the repository ships
 (examples/data/sentiment, read by `fusegrad.datasets.text.read_ratings`), joined by
@@ -23,6 +23,10 @@ trained with cross-entropy on random windows of `--block` characters, AdamW
 (it starts near ln(vocabulary) ~ 4.4 nats), the validation loss, and a
 sample drawn character by character from the trained model.
 
+`--amp bf16` runs the forward pass and the loss under `fg.autocast("cpu")` (the linear
+layers and attention in bfloat16; parameters, gradients and AdamW in float32), and
+validates under it too.
+
 Every step has the same graph structure, so the step's kernels are compiled
 once (the first step) and reused, and `fg.jit` replays the step without
 re-running its Python (`--no-jit`: plain eager steps, same losses); sampling
@@ -34,6 +38,7 @@ run (150 steps) takes about a minute on two cores, the loss falling from
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import time
 
@@ -148,11 +153,13 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float = 0.1):
     return fg.optim.AdamW(groups, lr=lr, betas=(0.9, 0.99))
 
 
-def train_step(model, opt, x, y, clip: float = 1.0):
-    """One step: forward, cross-entropy, backward, clip, AdamW. Returns the loss tensor."""
-    logits = model(x)
-    b, t, v = logits.shape
-    loss = F.cross_entropy(logits.reshape(b * t, v), y.reshape(b * t))
+def train_step(model, opt, x, y, clip: float = 1.0, amp=None):
+    """One step: forward, cross-entropy, backward, clip, AdamW. Returns the loss tensor.
+    `amp`: an fg.autocast region for the forward pass and the loss."""
+    with amp or contextlib.nullcontext():
+        logits = model(x)
+        b, t, v = logits.shape
+        loss = F.cross_entropy(logits.reshape(b * t, v), y.reshape(b * t))
     opt.zero_grad()
     loss.backward()
     nn.utils.clip_grad_norm_(model.parameters(), clip)
@@ -173,8 +180,10 @@ def train(
     log_every: int = 25,
     log=print,
     jit: bool = True,
+    amp=None,
 ):
-    """Train a model; returns (model, the loss of every step)."""
+    """Train a model; returns (model, the loss of every step). `amp`: an fg.autocast region
+    for each step's forward pass and loss (None: float32)."""
     fg.manual_seed(seed)
     rng = np.random.default_rng(seed)
     model = CharTransformer(data.vocab_size, block, dim, heads, layers)
@@ -182,7 +191,7 @@ def train(
     sched = fg.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps, eta_min=lr / 10)
 
     def one_step(x, y):
-        return train_step(model, opt, x, y)
+        return train_step(model, opt, x, y, amp=amp)
 
     run_step = fg.jit(one_step) if jit else one_step
     losses = []
@@ -201,12 +210,14 @@ def train(
     return model, losses
 
 
-def evaluate(model, data: CharData, block: int, batch: int = 32, batches: int = 4) -> float:
-    """Mean cross-entropy on random validation windows."""
+def evaluate(
+    model, data: CharData, block: int, batch: int = 32, batches: int = 4, amp=None
+) -> float:
+    """Mean cross-entropy on random validation windows (`amp`: an fg.autocast region)."""
     rng = np.random.default_rng(1)
     model.eval()
     total = 0.0
-    with fg.no_grad():
+    with fg.no_grad(), amp or contextlib.nullcontext():
         for _ in range(batches):
             x, y = data.batch(rng, batch, block, "val")
             logits = model(fg.tensor(x))
@@ -251,6 +262,9 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sample", type=int, default=300, help="characters to sample at the end")
     ap.add_argument("--prompt", default="this movie is ")
+    ap.add_argument(
+        "--amp", choices=["bf16"], default=None, help="the forward pass under fg.autocast('cpu')"
+    )
     ap.add_argument("--no-jit", action="store_true", help="eager steps instead of fg.jit")
     ap.add_argument(
         "--no-progress",
@@ -263,12 +277,17 @@ def main(argv=None) -> None:
         f"{len(data.train):,} training and {len(data.val):,} validation characters, "
         f"{data.vocab_size} distinct (uniform guess: {math.log(data.vocab_size):.2f} nats)"
     )
+    amp = fg.autocast("cpu", fg.bfloat16) if args.amp else None
     model, losses = train(
         data, args.steps, args.block, args.batch, args.dim, args.heads, args.layers, args.lr,
-        args.seed, jit=not args.no_jit,
+        args.seed, jit=not args.no_jit, amp=amp,
     )  # fmt: skip
     params = sum(p.numel() for p in model.parameters())
-    print(f"{params:,} parameters; validation loss {evaluate(model, data, args.block):.3f} nats")
+    val = evaluate(model, data, args.block, amp=amp)
+    print(
+        f"{params:,} parameters; validation loss {val:.4f} nats"
+        + (" (autocast bf16)" if amp else "")
+    )
     if args.sample:
         print("--- sample ---")
         print(sample(model, data, args.prompt, args.sample, seed=args.seed))

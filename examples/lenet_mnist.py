@@ -2,7 +2,7 @@
 
 Run:  python examples/lenet_mnist.py [--epochs 1] [--arch lenet|minitorch]
                                      [--save w.npz] [--load w.npz] [--plot]
-                                     [--device cpu|cuda]
+                                     [--device cpu|cuda] [--amp bf16|fp16]
 On a GPU (PyCUDA), or on the CPU emulator of the generated CUDA C:
       python examples/lenet_mnist.py --device cuda
       FUSEGRAD_CUDA=emulate python examples/lenet_mnist.py --device cuda --limit 128 \
@@ -16,6 +16,10 @@ replays its kernels from the fourth step on without rebuilding the graph. The
 60,000 training and 10,000 test images ship with the repository
 (examples/data/mnist, with their provenance).
 
+--amp bf16 runs the forward pass and the loss under `fg.autocast` (convolutions and linear
+layers in bfloat16, parameters, gradients and the update in float32); --amp fp16 uses
+float16 with `fg.amp.GradScaler` (its inf check reads the host: those steps run without jit).
+
 --arch minitorch trains MiniTorch's network instead (conv 4@3x3, conv 8@3x3,
 average-pool 4, linear 392->64, dropout 0.25, linear 10, log-softmax) and
 prints MiniTorch's log lines: `Epoch e loss L valid acc c/16`.
@@ -24,6 +28,7 @@ prints MiniTorch's log lines: `Epoch e loss L valid acc c/16`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import time
 
@@ -86,11 +91,13 @@ def normalize(images: np.ndarray) -> np.ndarray:
     return ((images.astype(np.float32) / 255.0 - MEAN) / STD)[:, None, :, :]
 
 
-def evaluate(model, images: np.ndarray, labels: np.ndarray, batch: int = 1000, device="cpu"):
-    """Accuracy over all images, and the predictions."""
+def evaluate(
+    model, images: np.ndarray, labels: np.ndarray, batch: int = 1000, device="cpu", amp=None
+):
+    """Accuracy over all images, and the predictions (`amp`: an fg.autocast region to run in)."""
     model.eval()
     preds = []
-    with fg.no_grad():
+    with fg.no_grad(), amp or contextlib.nullcontext():
         for i in range(0, len(images), batch):
             logits = model(fg.tensor(images[i : i + batch], device=device))
             preds.append(logits.argmax(1).cpu().numpy())
@@ -148,6 +155,12 @@ def main() -> None:
     ap.add_argument("--data", help="folder with the four MNIST .gz files (default: shipped copy)")
     ap.add_argument("--limit", type=int, default=None, help="use only this many training images")
     ap.add_argument("--test-limit", type=int, default=None, help="test on only this many images")
+    ap.add_argument(
+        "--amp",
+        choices=["bf16", "fp16"],
+        default=None,
+        help="mixed precision: the forward pass under fg.autocast (fp16: with a GradScaler)",
+    )
     ap.add_argument("--device", default="cpu", help="cpu or cuda (a GPU, or FUSEGRAD_CUDA=emulate)")
     ap.add_argument(
         "--no-progress",
@@ -197,18 +210,27 @@ def main() -> None:
         f"{args.arch}: {sum(p.numel() for p in model.parameters())} parameters, "
         f"{len(xs)} training images, batch {args.batch}, {args.optim} lr {lr}"
         + (f", {world} ranks" if args.ddp else "")
+        + (f", autocast {args.amp}" if args.amp else "")
     )
     loss_fn = F.nll_loss if minitorch else F.cross_entropy
+    amp_dtype = {"bf16": fg.bfloat16, "fp16": fg.float16}.get(args.amp)
+    amp = fg.autocast(fg.device(device).type, amp_dtype, enabled=amp_dtype is not None)
+    scaler = fg.amp.GradScaler(fg.device(device).type, enabled=args.amp == "fp16")
 
     def train_step(x, y):
-        out = model(x)
-        loss, pred = loss_fn(out, y), out.argmax(1)
+        with amp:  # with --amp: convolutions and linear layers in 16 bits, the loss in float32
+            out = model(x)
+            loss = loss_fn(out, y)
+        pred = out.argmax(1)
         opt.zero_grad()
-        loss.backward()
-        opt.step(with_outputs=[pred])  # forward, backward, update and predictions: one schedule
+        scaler.scale(loss).backward()  # without fp16: loss.backward(), opt.step(...)
+        scaler.step(opt, with_outputs=[pred])  # forward, backward, update, predictions: one step
+        scaler.update()
         return loss, pred
 
-    if not args.ddp:  # DDP averages gradients on the host mid-step: it does not compose with jit
+    # DDP averages gradients on the host mid-step, and so does GradScaler's inf check: neither
+    # composes with jit
+    if not args.ddp and args.amp != "fp16":
         train_step = fg.jit(train_step)  # from the 4th call on, replays kernels without Python
 
     start = time.perf_counter()
@@ -242,10 +264,10 @@ def main() -> None:
                     )
             if minitorch and step % 100 == 0:
                 vi = rng.choice(len(xt), 16, replace=False)
-                acc, _ = evaluate(net, xt[vi], test_y[vi], batch=16, device=device)
+                acc, _ = evaluate(net, xt[vi], test_y[vi], batch=16, device=device, amp=amp)
                 mean = np.mean(recent[-100:])
                 say(f"Epoch {epoch} loss {mean:.4f} valid acc {round(acc * 16)}/16")
-        acc, pred = evaluate(net, xt, test_y, device=device)
+        acc, pred = evaluate(net, xt, test_y, device=device, amp=amp)
         history["test_acc"].append(acc)
         elapsed = time.perf_counter() - start
         say(

@@ -68,6 +68,7 @@ import builtins as _builtins  # noqa: E402
 from . import amp, backends, cuda, linalg, testing  # noqa: E402
 from . import function as _function  # noqa: E402, F401  (puts Function into fg.autograd)
 from . import tensor as _tensor  # noqa: E402  (the module before creation's fg.tensor())
+from .autocast import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: E402
 from .autograd import GradError, grad  # noqa: E402
 from .autograd_state import (  # noqa: E402
     enable_grad,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 
+from .autocast import autocast  # noqa: F401  (fg.amp.autocast, torch.amp.autocast's home)
 from .errors import ArgumentError, fail
 
 

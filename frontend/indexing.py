@@ -36,6 +36,7 @@ import math
 import numpy as np
 
 from . import core
+from .autocast import autocast_op
 from .creation import full, host_table, tensor
 from .creation import index_arange as arange
 from .errors import ArgumentError, DTypeError, IndexingError, ShapeError, fail, warn_user
@@ -577,6 +578,7 @@ def scatter(x, dim: int, index, src=None, value=None, reduce=None):
     return _put(x, _flat_along(x.shape, d, index), vals)
 
 
+@autocast_op("scatter_add")
 def scatter_add(x, dim: int, index, src):
     """out = x, then out[i][index[i][j][k]][k] += src[i][j][k] for dim = 1 (one SCATTER_ADD).
 
@@ -788,6 +790,7 @@ def index_add(x, dim: int, index, source, alpha=1):
     return scatter_add(x, d, spread, src)
 
 
+@autocast_op("index_copy")
 def index_copy(x, dim: int, index, source):
     """x with x[..., index[i], ...] = source[..., i, ...] along `dim`."""
     if x.ndim == 0:
@@ -816,6 +819,7 @@ def index_fill(x, dim: int, index, value):
     return scatter(x, d, spread, value)
 
 
+@autocast_op("index_put")
 def index_put(x, indices, values, accumulate: bool = False):
     """x[indices] = values (a tuple of index tensors), or += with accumulate=True, where
     repeated places add up."""

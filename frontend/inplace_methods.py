@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import autograd_state, core
+from .autocast import autocast_op
 from .creation import rand, randint, randn
 from .errors import DTypeError, fail
 from .versions import InplaceError, retire
@@ -95,11 +96,13 @@ def clamp_max(self, max) -> Tensor:  # noqa: A002
     return self.clamp(max=max)
 
 
+@autocast_op("addcmul")
 def addcmul(self, tensor1, tensor2, *, value=1) -> Tensor:
     """self + value * tensor1 * tensor2 (torch.addcmul)."""
     return self + value * tensor1 * tensor2
 
 
+@autocast_op("addcdiv")
 def addcdiv(self, tensor1, tensor2, *, value=1) -> Tensor:
     """self + value * tensor1 / tensor2 (torch.addcdiv)."""
     return self + value * (tensor1 / tensor2)

@@ -88,6 +88,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import autograd, autograd_state, core, jithooks
+from .autocast import state_key as autocast_state
 from .creation import from_numpy
 from .errors import JitError  # (raised by the Tensor too: see host_read)
 from .ir import node as N
@@ -382,7 +383,8 @@ class jit:
 def _prepare(args) -> tuple[list, list[Tensor], tuple]:
     """The arguments to call with (numpy arrays become tensors), the tensor arguments
     (realized), and the signature the call's recording is kept under."""
-    call_args, tensors, signature = [], [], [("grad mode", autograd_state.enabled())]
+    signature = [("grad mode", autograd_state.enabled()), ("autocast", autocast_state())]
+    call_args, tensors = [], []
     for a in args:
         if isinstance(a, np.ndarray):  # converted here, outside the function: an argument
             a = from_numpy(a)

@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from .autocast import autocast_op
 from .creation import tensor
 from .errors import ArgumentError, DTypeError, IndexingError, JitError, fail
 from .function import Function
@@ -24,6 +25,7 @@ from .jithooks import recording
 _SVD_DTYPES = (float32, float64)
 
 
+@autocast_op("vector_norm")
 def vector_norm(x, ord=2, dim=None, keepdim: bool = False, *, dtype=None):  # noqa: A002
     """The `ord`-norm of x's elements (all of them, or along `dim`)."""
     if dtype is not None:
@@ -31,6 +33,7 @@ def vector_norm(x, ord=2, dim=None, keepdim: bool = False, *, dtype=None):  # no
     return x.norm(p=ord, dim=dim, keepdim=keepdim)
 
 
+@autocast_op("matrix_norm")
 def matrix_norm(x, ord="fro", dim=(-2, -1), keepdim: bool = False, *, dtype=None):  # noqa: A002
     """A norm of the matrices over the two dims `dim`: 'fro' (Frobenius), 1 / -1 (the
     largest / smallest column sum of |x|), inf / -inf (row sum), 2 / -2 (the largest /

@@ -26,6 +26,7 @@ import math
 import numpy as np
 
 from . import core
+from .autocast import autocast_op, has_policy
 from .errors import ArgumentError, DTypeError, ShapeError, fail
 from .extend import custom_gradient
 from .ir import node as N
@@ -397,6 +398,7 @@ def div(a, b, rounding_mode=None):
 # ---------------------------------------------------------------- exponentials and logarithms
 
 
+@autocast_op("log1p")
 def log1p(x):
     """log(1 + x), accurate for tiny x: log(u) * x / (u - 1) with u = 1 + x (Goldberg).
 
@@ -413,6 +415,7 @@ def log1p(x):
     return _with_grad(out, [(xf, 1 / (1 + xf))])
 
 
+@autocast_op("expm1")
 def expm1(x):
     """e^x - 1, accurate for tiny x: (u - 1) * x / log(u) with u = e^x (Kahan)."""
     xf = x._float()
@@ -425,12 +428,14 @@ def expm1(x):
     return _with_grad(out, [(xf, xf.exp())])
 
 
+@autocast_op("log2")
 def log2(x):
     xf = x._float()
     out = _back(_f64(xf).log() * (1 / LN2), xf)
     return _with_grad(out, [(xf, 1 / (xf * LN2))])
 
 
+@autocast_op("log10")
 def log10(x):
     xf = x._float()
     out = _back(_f64(xf).log() * (1 / math.log(10.0)), xf)
@@ -465,6 +470,7 @@ def exp2(x):
     return _with_grad(out, [(xf, out * LN2)])
 
 
+@autocast_op("logaddexp")
 def logaddexp(a, b):
     """log(e^a + e^b) = max + log1p(e^-|a - b|), without overflow."""
     a = _tensor(a, "logaddexp")
@@ -478,6 +484,7 @@ def logaddexp(a, b):
     return _with_grad(out, [(a, 1 / (1 + (xb - xa).exp())), (b, 1 / (1 + (xa - xb).exp()))])
 
 
+@autocast_op("logaddexp2")
 def logaddexp2(a, b):
     """log2(2^a + 2^b)."""
     a = _tensor(a, "logaddexp2")
@@ -565,6 +572,7 @@ def _atan2_64(y, x):
     return _where(isnan(x) | isnan(y), x + y, res)
 
 
+@autocast_op("atan2")
 def atan2(y, x):
     """The angle of (x, y) in (-pi, pi], signed zeros and infinities as numpy's arctan2.
     >>> import fusegrad as fg
@@ -628,6 +636,7 @@ def xlogy(x, y):
     return custom_gradient(res, [x, y], rule, own_node=True)
 
 
+@autocast_op("asin")
 def asin(x):
     """atan2(x, sqrt((1 - x)(1 + x))); NaN outside [-1, 1]."""
     xf = x._float()
@@ -637,6 +646,7 @@ def asin(x):
     return _with_grad(out, [(xf, ((1 - xf) * (1 + xf)).rsqrt())])
 
 
+@autocast_op("acos")
 def acos(x):
     xf = x._float()
     w = _f64(xf)
@@ -649,6 +659,7 @@ def acos(x):
 PIO2 = (1.57079632673412561417e00, 6.07710050630396597660e-11, 2.02226624871116645580e-21)
 
 
+@autocast_op("tan")
 def tan(x):
     """sin(r) / cos(r) on r = x - k pi/2 in [-pi/4, pi/4] (Cody-Waite reduction, pi/2 in
     three exact parts), and -cos(r) / sin(r) for odd k: within a few float64 ulps for
@@ -689,6 +700,7 @@ def _cosh64(w):
     return (e + 1 / e) * 0.5
 
 
+@autocast_op("sinh")
 def sinh(x):
     """(e^x - e^-x) / 2, with its Taylor series for |x| < 1 where that form cancels."""
     xf = x._float()
@@ -696,6 +708,7 @@ def sinh(x):
     return _with_grad(_back(_sinh64(w), xf), [(xf, _back(_cosh64(w), xf))])
 
 
+@autocast_op("cosh")
 def cosh(x):
     xf = x._float()
     w = _f64(xf)
@@ -974,6 +987,7 @@ def logical_xor(a, b):
     return a.bool() != _tensor(b, "logical_xor").bool()
 
 
+@autocast_op("pow")
 def _pow(a, b):
     return a**b
 
@@ -1032,7 +1046,12 @@ def _primitive(op: Ops):
 
 
 # t.exp(), fg.exp(t), ...: one per row of ir/ops.py's MATH (integers compute in float32)
-PRIMITIVES = {MATH[op].name: _primitive(op) for op in MATH}
+PRIMITIVES = {
+    MATH[op].name: autocast_op(MATH[op].name)(_primitive(op))
+    if has_policy(MATH[op].name)
+    else _primitive(op)
+    for op in MATH
+}
 
 
 def fmax(a, b):

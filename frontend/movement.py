@@ -24,6 +24,7 @@ import functools
 import math
 
 from . import core
+from .autocast import autocast_op
 from .errors import DimError, DTypeError, IndexingError, ShapeError, fail, warn_user
 from .ir import node as N
 from .ir.dtypes import DType, bool_, promote
@@ -393,6 +394,7 @@ def _stride_node(node, steps):
     return N.reshape(node, tuple(-(-s // st) for s, st in zip(shape, steps)))
 
 
+@autocast_op("cat")
 def cat(tensors, dim: int = 0):
     """Join tensors along an existing axis (as torch.cat): each is padded, then added."""
     tensors = list(tensors)
@@ -431,6 +433,7 @@ def cat(tensors, dim: int = 0):
     return out
 
 
+@autocast_op("stack")
 def stack(tensors, dim: int = 0):
     """Join tensors along a new axis (as torch.stack)."""
     tensors = list(tensors)

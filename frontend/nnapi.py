@@ -21,6 +21,9 @@ from __future__ import annotations
 # the distributed package, for DistributedDataParallel and DistributedSampler
 from . import distributed
 
+# autocast: nn's ops join torch's policy where they are defined (frontend/autocast_policy.py)
+from .autocast import autocast_op
+
 # autograd: the grad mode and the outputs a backward pass left to realize
 from .autograd import take_pending_outputs
 from .autograd_state import enable_grad, no_grad
@@ -96,6 +99,7 @@ from .tensor import Tensor, hardtanh_values, realize, where
 from .tensor_hooks import hooked_together
 
 __all__ = [
+    "autocast_op",
     "stack",
     "host_table",
     "set_default_device",

@@ -18,6 +18,7 @@ import weakref
 from collections import namedtuple
 
 from . import core
+from .autocast import autocast_op
 from .creation import index_arange
 from .creation import index_arange as arange
 from .errors import DimError, DTypeError, ShapeError, fail
@@ -103,6 +104,7 @@ class ReduceMixin:
                 return split
         return x._reduce_axes(Ops.SUM, axes, keepdim)
 
+    @autocast_op("mean")
     def mean(self, dim=None, keepdim: bool = False, dtype=None):
         """The mean over `dim`; `dtype` casts the input first (as torch's: an integer
         tensor needs one, `t.mean(dtype=fg.float32)`)."""
@@ -256,6 +258,7 @@ class ReduceMixin:
             return self.logical_not().argmax(dim, keepdim)
         return self._order_flip().argmax(dim, keepdim)
 
+    @autocast_op("logsumexp")
     def logsumexp(self, dim, keepdim: bool = False):
         """log(sum(exp(x))) along `dim`, shifted by the maximum so that it does not overflow.
 
@@ -276,6 +279,7 @@ class ReduceMixin:
         out = (x - m).exp().sum(axes, keepdim=True).log() + m
         return out if keepdim else out.squeeze(axes)
 
+    @autocast_op("softmax")
     @one_site
     def softmax(self, dim: int):
         """exp(x - max) / sum(exp(x - max)) along `dim`: three kernels for a row softmax."""
@@ -288,6 +292,7 @@ class ReduceMixin:
         e = (x - x.amax(dim, keepdim=True).detach()).exp()
         return e / e.sum(dim, keepdim=True)
 
+    @autocast_op("log_softmax")
     @one_site
     def log_softmax(self, dim: int):
         dim = self._dim(dim, "log_softmax")
@@ -306,6 +311,7 @@ class ReduceMixin:
     def matmul(self, other):
         return matmul(self, other)
 
+    @autocast_op("dot")
     def dot(self, other):
         if self.ndim != 1 or other.ndim != 1:
             fail(ShapeError, "dot", f"expects 1-D tensors, got {self.shape} and {other.shape}")
@@ -504,6 +510,7 @@ def _pair(values, index, dim, keepdim: bool) -> MaxResult:
 PANEL = TILE_COLS[0]  # the widest vector a matmul tile uses: one panel is one tile's columns
 
 
+@autocast_op("linear")
 @one_site
 def linear(x, weight, bias=None):
     """x @ weight.T + bias (nn.Linear, weight stored (out_features, in_features)).
@@ -546,6 +553,7 @@ def _linear_rule(srcs, params):
 register("linear", _linear_rule)
 
 
+@autocast_op("matmul")
 @one_site
 def matmul(a, b):
     """Matrix product with PyTorch's rules for 1-D, 2-D and batched operands.

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import core
+from .autocast import autocast_op
 from .creation import tensor
 from .errors import ArgumentError, DTypeError, ShapeError, fail
 from .indexing import gather
@@ -147,6 +148,7 @@ def mode(input: Tensor, dim: int = -1, keepdim: bool = False) -> ModeResult:
     return ModeResult(values, indices)
 
 
+@autocast_op("cdist")
 def cdist(x1: Tensor, x2: Tensor, p: float = 2.0, compute_mode=None) -> Tensor:
     """The p-norm distance between each row of x1 (..., P, M) and each row of x2
     (..., R, M): shape (..., P, R), as torch.cdist (its gradient is 0 where two rows

@@ -25,6 +25,7 @@ from collections import namedtuple
 import numpy as np
 
 from . import autograd_state, core
+from .autocast import autocast_op
 from .creation import host_table
 from .creation import index_arange as arange
 from .errors import DimError, DTypeError, IndexingError, ShapeError, fail
@@ -77,6 +78,7 @@ def _tree_reduce(x, dim: int, combine, identity):
     return x
 
 
+@autocast_op("prod")
 def prod(x, dim=None, keepdim: bool = False, dtype=None):
     """The product over `dim` (all elements if None); bools and ints multiply as int64.
 
@@ -165,6 +167,7 @@ def _empty_logical(x, dim, keepdim, value):
     return x._make(N.const(value, shape, bool_))
 
 
+@autocast_op("norm")
 def norm(x, p="fro", dim=None, keepdim: bool = False):
     """The vector p-norm over `dim` (all elements if None): p in fro, 2, 1, inf, -inf, 0 or a
     number. The 2-norm's gradient at zero is 0, as PyTorch's."""
@@ -213,6 +216,7 @@ def _with_norm_gradient(out, x, p: float, dim):
     return custom_gradient(out, [x, out], rule, own_node=True)  # (out: for 2nd derivatives)
 
 
+@autocast_op("var")
 def var(x, dim=None, unbiased=None, keepdim: bool = False, correction=None, *, _op="var"):
     """Variance with PyTorch's `correction` (default 1) or the older `unbiased` flag."""
     if correction is None:
@@ -222,10 +226,12 @@ def var(x, dim=None, unbiased=None, keepdim: bool = False, correction=None, *, _
     return ReduceMixin.var(x, dim, keepdim, correction, op=_op)
 
 
+@autocast_op("std")
 def std(x, dim=None, unbiased=None, keepdim: bool = False, correction=None, *, _op="std"):
     return ReduceMixin._std_of_var(var(x, dim, unbiased, keepdim, correction, _op=_op))
 
 
+@autocast_op("var_mean")
 def var_mean(x, dim=None, unbiased=None, keepdim: bool = False, correction=None):
     """(var, mean) over `dim`, as torch.var_mean (its mean is Welford's: see std_mean)."""
     return var(x, dim, unbiased, keepdim, correction, _op="var_mean"), _welford_mean(
@@ -233,6 +239,7 @@ def var_mean(x, dim=None, unbiased=None, keepdim: bool = False, correction=None)
     )
 
 
+@autocast_op("std_mean")
 def std_mean(x, dim=None, unbiased=None, keepdim: bool = False, correction=None):
     """(std, mean) over `dim`, as torch.std_mean.
 
@@ -266,6 +273,7 @@ def _welford_mean(x, dim, keepdim: bool):
     return mean + _where(followed, math.nan, 0.0)  # (+ 0.0: -0.0 becomes 0.0, as Welford's)
 
 
+@autocast_op("sum")
 def sum_(x, dim=None, keepdim: bool = False, dtype=None, axis=None):
     """Sum over `dim` (`axis` is accepted as numpy's name)."""
     if axis is not None:
@@ -278,6 +286,7 @@ def sum_(x, dim=None, keepdim: bool = False, dtype=None, axis=None):
 # ---------------------------------------------------------------- matrices
 
 
+@autocast_op("bmm")
 def bmm(a, b):
     """Batched matrix product of (b, n, m) and (b, m, p)."""
     if a.ndim != 3 or b.ndim != 3:
@@ -358,6 +367,7 @@ def diag_embed(x, offset: int = 0):
     return out.reshape(x.shape[:-1] + out.shape[-2:])
 
 
+@autocast_op("trace")
 def trace(x):
     if x.ndim != 2:
         fail(ShapeError, "trace", f"expects a matrix, got shape {x.shape}")
@@ -370,6 +380,7 @@ def outer(a, b):
     return a.reshape(-1, 1) * b.reshape(1, -1)
 
 
+@autocast_op("einsum")
 def einsum(equation: str, *operands):
     """Einstein summation: one broadcast product of all operands, summed over the letters
     that are not in the output (`...` and implicit outputs as in numpy).
@@ -704,6 +715,7 @@ def _scan(x, dim, combine, fill, op: str):
     return x
 
 
+@autocast_op("cumsum")
 def cumsum(x, dim: int, dtype=None):
     """Running sums along `dim` (ints and bools sum as int64): log2(n) shifted adds.
 
@@ -718,6 +730,7 @@ def cumsum(x, dim: int, dtype=None):
     return out
 
 
+@autocast_op("cumprod")
 def cumprod(x, dim: int, dtype=None):
     """Running products along `dim`, with torch's gradient: a reversed running sum of
     out * g, divided by x, where the tensor holds no zero (NaN at an infinite or NaN
@@ -770,6 +783,7 @@ def _cumprod_backward(x, g, out, d: int):
     return _where(is_zero.any(), grad, simple)
 
 
+@autocast_op("logcumsumexp")
 def logcumsumexp(x, dim: int):
     """log(cumsum(exp(x))) along `dim`, by log2(n) shifted logaddexps.
 
@@ -1034,6 +1048,7 @@ def nanmedian(x, dim=None, keepdim: bool = False):
     return ValuesIndices(v, i) if keepdim else ValuesIndices(v.squeeze(d), i.squeeze(d))
 
 
+@autocast_op("nansum")
 def nansum(x, dim=None, keepdim: bool = False, dtype=None):
     """sum, counting NaNs as zero (torch.nansum); an integer tensor has none. The gradient
     is torch's: the incoming one times (x is not NaN), so 0 at a NaN (NaN if it is inf).
@@ -1052,6 +1067,7 @@ def nansum(x, dim=None, keepdim: bool = False, dtype=None):
     return clean.sum(dim, keepdim, dtype=dtype)
 
 
+@autocast_op("nanmean")
 def nanmean(x, dim=None, keepdim: bool = False):
     """mean of the elements that are not NaN (NaN where all are), as torch.nanmean.
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from . import autograd_state, core, manualstep
 from . import devices as _device
+from .autocast import autocast_op
 from .autograd import (
     GradError,
     backward,
@@ -214,6 +215,7 @@ class Tensor(*MIXINS):
     def ravel(self) -> Tensor:
         return self.reshape(-1)
 
+    @autocast_op("mm")
     def mm(self, other) -> Tensor:
         """The product of two matrices (as torch.mm: both must be 2-d)."""
         if self.ndim != 2 or other.ndim != 2:
@@ -643,9 +645,11 @@ class Tensor(*MIXINS):
 
     # ---------------------------------------------------------------- math
     # exp, sqrt, erfc, ...: one method per row of ir/ops.py's MATH (frontend/mathops.py)
+    @autocast_op("rsqrt")
     def rsqrt(self):
         return self.sqrt().reciprocal()
 
+    @autocast_op("reciprocal")
     def reciprocal(self):
         return self._float()._unary(Ops.RECIP)
 
@@ -676,6 +680,7 @@ class Tensor(*MIXINS):
         out = self._make(N.where(N.binary(Ops.CMPLT, x, zero), zero, x))  # relu(-0.0) = -0.0
         return _own_gradient(out, self, _relu_grad)
 
+    @autocast_op("sigmoid")
     def sigmoid(self):
         """1 / (1 + e^-x), from z = e^-|x| <= 1 so that neither the value nor any derivative
         overflows: x >= 0 gives 1 / (1 + z), x < 0 gives z / (1 + z)."""
@@ -687,6 +692,7 @@ class Tensor(*MIXINS):
         zn = z.node
         return _own_gradient(out, x, lambda g, y, x: N.mul(g, _over_square_of_1_plus(zn, zn)))
 
+    @autocast_op("tanh")
     def tanh(self):
         """tanh(x) = 2 sigmoid(2x) - 1, with a series near 0 where that form cancels."""
         x = self._float()
@@ -1508,6 +1514,7 @@ def _sign_node(x: N.Node) -> N.Node:
     return N.where(N.binary(Ops.CMPLT, zero, x), one, neg)
 
 
+@autocast_op("pow")
 def pow_(base: Tensor, exponent) -> Tensor:
     """x ** y with torch.pow's values and gradients.
 

@@ -24,6 +24,7 @@ import warnings
 from ..nnapi import (
     ShapeError,
     Tensor,
+    autocast_op,
     fail,
     full,
     hardtanh_values,
@@ -144,6 +145,7 @@ def log_softmax(input: Tensor, dim: int | None = None) -> Tensor:
     return input.log_softmax(_softmax_dim(input.ndim) if dim is None else dim)
 
 
+@autocast_op("gelu")
 def gelu(input: Tensor, approximate: str = "none") -> Tensor:
     """x * Phi(x) (approximate='none'), or PyTorch's tanh approximation (approximate='tanh')."""
     x = input._float()
@@ -158,12 +160,14 @@ def gelu(input: Tensor, approximate: str = "none") -> Tensor:
     return 0.5 * x * (1.0 + erf(x * (1 / math.sqrt(2))))
 
 
+@autocast_op("silu")
 def silu(input: Tensor, inplace: bool = False) -> Tensor:
     """x * sigmoid(x) (also called swish)."""
     x = input._float()
     return _in_place(input, x * x.sigmoid(), inplace, "silu_")
 
 
+@autocast_op("mish")
 def mish(input: Tensor, inplace: bool = False) -> Tensor:
     """x * tanh(softplus(x))."""
     x = input._float()
@@ -175,6 +179,7 @@ def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = Fals
     return _in_place(input, where(input > 0, input, input * negative_slope), inplace, "leaky_relu_")
 
 
+@autocast_op("elu")
 def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     """x for x > 0, else alpha * (exp(x) - 1) (NaN takes the first branch: gradient 1)."""
     x = input._float()
@@ -186,11 +191,13 @@ _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
 
 
+@autocast_op("selu")
 def selu(input: Tensor, inplace: bool = False) -> Tensor:
     """scale * elu(x, alpha) with the self-normalizing constants of Klambauer et al."""
     return _in_place(input, _SELU_SCALE * elu(input, _SELU_ALPHA), inplace, "selu_")
 
 
+@autocast_op("celu")
 def celu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     """x for x > 0, else alpha * (exp(x / alpha) - 1)."""
     if alpha == 0:
@@ -201,6 +208,7 @@ def celu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     return _in_place(input, out, inplace, "celu_")
 
 
+@autocast_op("softplus")
 def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
     """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold."""
     x = input._float()
@@ -250,6 +258,7 @@ def hardswish(input: Tensor, inplace: bool = False) -> Tensor:
     return _in_place(input, out, inplace, "hardswish_")
 
 
+@autocast_op("logsigmoid")
 def logsigmoid(input: Tensor) -> Tensor:
     """log(sigmoid(x)) = -softplus(-x), stable for large |x|."""
     return 0.0 - _softplus_unit(-input._float())  # (0 - y: +0.0 at +inf, as torch)
@@ -266,6 +275,7 @@ def softmin(input: Tensor, dim: int | None = None) -> Tensor:
     return softmax(-input._float(), dim)
 
 
+@autocast_op("glu")
 def glu(input: Tensor, dim: int = -1) -> Tensor:
     """a * sigmoid(b), where a and b are the two halves of `input` along `dim`."""
     if input.ndim == 0:
@@ -420,6 +430,7 @@ class PReLU(Module):
         return f"num_parameters={self.num_parameters}"
 
 
+@autocast_op("prelu")
 def prelu(input: Tensor, weight: Tensor) -> Tensor:
     """x for x > 0, else weight * x; `weight` has one slope, or one per channel (axis 1)."""
     if weight.numel() != 1:

@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from ..nnapi import ShapeError, Tensor, cat, fail, host_table, where
+from ..nnapi import ShapeError, Tensor, autocast_op, cat, fail, host_table, where
 from .conv import first_max_gradient
 from .module import Module
 
@@ -123,6 +123,7 @@ def adaptive_max_pool2d(input: Tensor, output_size, return_indices: bool = False
     return _adaptive_max_pool(input, output_size, 2, return_indices, "adaptive_max_pool2d")
 
 
+@autocast_op("adaptive_max_pool3d")
 def adaptive_max_pool3d(input: Tensor, output_size, return_indices: bool = False):
     """Max over (N, C, D, H, W) or (C, D, H, W) into an `output_size` grid; with
     `return_indices`, also each maximum's flat index into its D*H*W volume."""
@@ -140,6 +141,7 @@ def adaptive_avg_pool2d(input: Tensor, output_size) -> Tensor:
     return _adaptive_avg_pool(input, output_size, 2, "adaptive_avg_pool2d")
 
 
+@autocast_op("adaptive_avg_pool3d")
 def adaptive_avg_pool3d(input: Tensor, output_size) -> Tensor:
     """Average over (N, C, D, H, W) or (C, D, H, W) into an `output_size` grid."""
     return _adaptive_avg_pool(input, output_size, 3, "adaptive_avg_pool3d")

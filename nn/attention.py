@@ -21,6 +21,7 @@ from ..nnapi import (
     DTypeError,
     ShapeError,
     Tensor,
+    autocast_op,
     fail,
     index_arange,
     where,
@@ -36,6 +37,7 @@ def _causal_mask(lq: int, lk: int) -> Tensor:
     return index_arange(lk).reshape(1, lk) <= index_arange(lq).reshape(lq, 1)
 
 
+@autocast_op("scaled_dot_product_attention")
 def scaled_dot_product_attention(
     query: Tensor,
     key: Tensor,

@@ -24,6 +24,7 @@ from ..nnapi import (
     DTypeError,
     ShapeError,
     Tensor,
+    autocast_op,
     custom_gradient,
     fail,
     one_site,
@@ -144,12 +145,14 @@ def _conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str):
     return [dx, dw]
 
 
+@autocast_op("conv1d")
 @one_site
 def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1) -> Tensor:
     """1-D convolution over (N, C, L) with PyTorch's semantics (padding may be 'same')."""
     return convnd(x, weight, bias, stride, padding, dilation, groups, 1, "conv1d")
 
 
+@autocast_op("conv2d")
 @one_site
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1) -> Tensor:
     """2-D convolution over (N, C, H, W) with PyTorch's semantics (padding may be 'same')."""
@@ -333,6 +336,7 @@ def max_pool2d(
     )
 
 
+@autocast_op("avg_pool1d")
 def avg_pool1d(
     x,
     kernel_size,
@@ -355,6 +359,7 @@ def avg_pool1d(
     )
 
 
+@autocast_op("avg_pool2d")
 @one_site
 def avg_pool2d(
     x,

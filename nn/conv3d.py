@@ -11,17 +11,19 @@ and conv_transpose.py's n-dimensional builders with n = 3, and their modules, as
 
 from __future__ import annotations
 
-from ..nnapi import Tensor, one_site
+from ..nnapi import Tensor, autocast_op, one_site
 from .conv import AvgPoolNd, ConvNd, PoolNd, convnd, poolnd
 from .conv_transpose import ConvTransposeNd, conv_transposend
 
 
+@autocast_op("conv3d")
 @one_site
 def conv3d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1) -> Tensor:
     """3-D convolution over (N, C, D, H, W) with PyTorch's semantics (padding may be 'same')."""
     return convnd(x, weight, bias, stride, padding, dilation, groups, 3, "conv3d")
 
 
+@autocast_op("conv_transpose3d")
 @one_site
 def conv_transpose3d(
     input, weight, bias=None, stride=1, padding=0, output_padding=0, groups: int = 1, dilation=1
@@ -33,6 +35,7 @@ def conv_transpose3d(
     )  # fmt: skip
 
 
+@autocast_op("max_pool3d")
 @one_site
 def max_pool3d(
     x,
@@ -59,6 +62,7 @@ def max_pool3d(
     )
 
 
+@autocast_op("avg_pool3d")
 @one_site
 def avg_pool3d(
     x,

@@ -20,6 +20,7 @@ from ..nnapi import (
     DTypeError,
     ShapeError,
     Tensor,
+    autocast_op,
     fail,
 )
 from . import init
@@ -94,6 +95,7 @@ def conv_transposend(
     return out
 
 
+@autocast_op("conv_transpose1d")
 def conv_transpose1d(
     input, weight, bias=None, stride=1, padding=0, output_padding=0, groups: int = 1, dilation=1
 ) -> Tensor:
@@ -104,6 +106,7 @@ def conv_transpose1d(
     )  # fmt: skip
 
 
+@autocast_op("conv_transpose2d")
 def conv_transpose2d(
     input, weight, bias=None, stride=1, padding=0, output_padding=0, groups: int = 1, dilation=1
 ) -> Tensor:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from ..nnapi import ShapeError, Tensor, fail, host_values, sliding_windows, zeros
+from ..nnapi import ShapeError, Tensor, autocast_op, fail, host_values, sliding_windows, zeros
 from .correlate import dilate, int_tuple
 from .module import Module
 
@@ -146,12 +146,14 @@ def max_unpool1d(input, indices, kernel_size, stride=None, padding=0, output_siz
     return _max_unpool(input, indices, kernel_size, stride, padding, output_size, 1, "max_unpool1d")
 
 
+@autocast_op("max_unpool2d")
 def max_unpool2d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
     """Undo max_pool2d: each value to its flat index in the H*W plane, zeros elsewhere; the
     plane is (H-1)*stride - 2*padding + kernel_size unless `output_size` says."""
     return _max_unpool(input, indices, kernel_size, stride, padding, output_size, 2, "max_unpool2d")
 
 
+@autocast_op("max_unpool3d")
 def max_unpool3d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
     """Undo max_pool3d: each value to its flat index in the D*H*W volume, zeros elsewhere."""
     return _max_unpool(input, indices, kernel_size, stride, padding, output_size, 3, "max_unpool3d")

@@ -14,6 +14,7 @@ import warnings
 from ..nnapi import (
     ShapeError,
     Tensor,
+    autocast_op,
     class_cross_entropy,
     fits_class_cross_entropy,
     host_data,
@@ -63,6 +64,7 @@ def check_reduction(reduction: str) -> None:
         raise ValueError(f"{reduction} is not a valid value for reduction")
 
 
+@autocast_op("mse_loss")
 def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     """(input - target)^2, averaged (or summed) over every element."""
     check_reduction(reduction)
@@ -90,6 +92,7 @@ def _size_warning(input: Tensor, target: Tensor) -> None:
         )
 
 
+@autocast_op("l1_loss")
 def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     """|input - target|, averaged (or summed); the gradient at a tie is 0, as torch's.
 
@@ -102,6 +105,7 @@ def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     return reduce_loss((input - target).abs(), reduction)
 
 
+@autocast_op("smooth_l1_loss")
 def smooth_l1_loss(
     input: Tensor, target: Tensor, reduction: str = "mean", beta: float = 1.0
 ) -> Tensor:
@@ -121,6 +125,7 @@ def smooth_l1_loss(
     return reduce_loss((d * d * (0.5 / beta)).where(d < beta, d - 0.5 * beta), reduction)
 
 
+@autocast_op("kl_div")
 def kl_div(
     input: Tensor,
     target: Tensor,
@@ -159,6 +164,7 @@ def kl_div(
     return reduce_loss(pointwise, reduction)
 
 
+@autocast_op("cosine_similarity")
 def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
     """sum(x1 x2) / (max(|x1|, eps) max(|x2|, eps)) along `dim` (broadcasting), as torch's:
     each norm is clamped at eps in value while its gradient stays the norm's."""
@@ -169,6 +175,7 @@ def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -
     return ((x1 / n1) * (x2 / n2)).sum(dim)
 
 
+@autocast_op("huber_loss")
 def huber_loss(
     input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0
 ) -> Tensor:
@@ -186,6 +193,7 @@ def huber_loss(
     return reduce_loss((d * d * 0.5).where(d < delta, (d - 0.5 * delta) * delta), reduction)
 
 
+@autocast_op("binary_cross_entropy")
 @one_site
 def binary_cross_entropy(
     input: Tensor, target: Tensor, weight: Tensor | None = None, reduction: str = "mean"
@@ -215,6 +223,7 @@ def binary_cross_entropy(
     return reduce_loss(loss, reduction)
 
 
+@autocast_op("binary_cross_entropy_with_logits")
 @one_site
 def binary_cross_entropy_with_logits(
     input: Tensor,
@@ -264,6 +273,7 @@ def _check_targets(input: Tensor, target: Tensor, op: str) -> None:
         )
 
 
+@autocast_op("nll_loss")
 @one_site
 def nll_loss(
     input: Tensor,
@@ -306,6 +316,7 @@ def nll_loss(
     return reduce_loss(loss, reduction)
 
 
+@autocast_op("cross_entropy")
 @one_site
 def cross_entropy(
     input: Tensor,

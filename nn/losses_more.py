@@ -15,7 +15,7 @@ Each is the formula torch's ATen writes, from differentiable ops, so the gradien
 
 from __future__ import annotations
 
-from ..nnapi import ShapeError, Tensor, custom_gradient, fail, where
+from ..nnapi import ShapeError, Tensor, autocast_op, custom_gradient, fail, where
 from .loss_functions import check_reduction, reduce_loss
 from .module import Module
 
@@ -35,6 +35,7 @@ def pairwise_distance(
     return diff.norm(p=p, dim=dim, keepdim=keepdim)
 
 
+@autocast_op("cosine_embedding_loss")
 def cosine_embedding_loss(
     input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0, reduction: str = "mean"
 ) -> Tensor:
@@ -66,6 +67,7 @@ def cosine_embedding_loss(
     return reduce_loss(pos + neg, reduction)
 
 
+@autocast_op("margin_ranking_loss")
 def margin_ranking_loss(
     input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0, reduction: str = "mean"
 ) -> Tensor:
@@ -81,6 +83,7 @@ def margin_ranking_loss(
     return reduce_loss((-target * (input1 - input2) + margin).clamp_min(0.0), reduction)
 
 
+@autocast_op("triplet_margin_loss")
 def triplet_margin_loss(
     anchor: Tensor,
     positive: Tensor,

@@ -22,6 +22,7 @@ import numpy as np
 from ..nnapi import (
     ShapeError,
     Tensor,
+    autocast_op,
     default_float,
     fail,
     from_numpy,
@@ -45,6 +46,7 @@ def _normalized(x: Tensor, axes: tuple[int, ...], eps: float) -> Tensor:
 # ---------------------------------------------------------------- functions
 
 
+@autocast_op("layer_norm")
 def layer_norm(
     input: Tensor, normalized_shape, weight=None, bias=None, eps: float = 1e-5
 ) -> Tensor:
@@ -67,6 +69,7 @@ def layer_norm(
     return out
 
 
+@autocast_op("group_norm")
 def group_norm(input: Tensor, num_groups: int, weight=None, bias=None, eps: float = 1e-5) -> Tensor:
     """Normalize each of `num_groups` channel groups of each sample, then per-channel w, b."""
     if input.ndim < 2:
@@ -89,6 +92,7 @@ def group_norm(input: Tensor, num_groups: int, weight=None, bias=None, eps: floa
     return out
 
 
+@autocast_op("batch_norm")
 def batch_norm(
     input: Tensor,
     running_mean: Tensor | None,

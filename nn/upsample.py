@@ -24,6 +24,7 @@ import numpy as np
 from ..nnapi import (
     ShapeError,
     Tensor,
+    autocast_op,
     fail,
     tensor,
 )
@@ -49,6 +50,7 @@ def _scale(in_size: int, out_size: int, scale_factor, align_corners: bool) -> fl
     return 1.0 / scale_factor if scale_factor is not None else in_size / out_size
 
 
+@autocast_op("interpolate")
 def interpolate(
     input: Tensor,
     size=None,

@@ -39,3 +39,19 @@ def test_eager_and_jit_steps_agree():
     _, eager = ct.train(data, jit=False, **common)
     _, jitted = ct.train(data, jit=True, **common)
     np.testing.assert_allclose(eager, jitted, rtol=1e-5)
+
+
+def test_under_autocast_the_loss_falls_as_in_float32_and_parameters_stay_float32():
+    import fusegrad as fg
+
+    ct = load_example()
+    data = ct.CharData(ct.load_text())
+    common = dict(steps=25, block=16, batch=16, dim=32, heads=2, layers=1, lr=1e-2, log=None)
+    _, full = ct.train(data, **common)
+    model, mixed = ct.train(data, amp=fg.autocast("cpu"), **common)
+    assert all(p.dtype is fg.float32 for p in model.parameters())
+    with fg.autocast("cpu"), fg.no_grad():
+        logits = model(fg.tensor(np.zeros((1, 16), dtype=np.int64)))
+    assert logits.dtype is fg.bfloat16  # the last Linear ran in bfloat16
+    # same data and initial weights: the curves differ by bfloat16's rounding only
+    assert abs(mixed[0] - full[0]) < 0.02 and abs(np.mean(mixed[-5:]) - np.mean(full[-5:])) < 0.1
