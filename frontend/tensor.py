@@ -249,8 +249,9 @@ class Tensor(*MIXINS):
         """Overwrite the one element of a realized 0-d buffer tensor in place (an
         optimizer's per-step scalars: the graph reads them as data, so their new values
         change no graph structure)."""
-        assert self.node.op is Ops.BUFFER and self.numel() == 1
-        self.node.arg.write_scalar(value)
+        node = self.node  # (no numel(): a step writes a dozen of these, each checked)
+        assert node.op is Ops.BUFFER and node.arg.size == 1, "not a one-element buffer"
+        node.arg.write_scalar(value)
 
     def numpy(self) -> np.ndarray:
         """The value as a read-only numpy array of this tensor's shape and dtype."""
