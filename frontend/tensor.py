@@ -78,13 +78,15 @@ Scalar = int | float | bool
 def _from_empty(node, t, parents) -> bool:
     """Whether `node` (a result of t and parents) may be an empty value folded to a
     constant, or built on one (a crop to nothing, then padded)."""
-    return (
-        not node.srcs
-        or 0 in node.shape
-        or any(0 in s.shape for s in node.srcs)
-        or 0 in t.node.shape
-        or any(0 in p.node.shape for p in parents)
-    )
+    if not node.srcs or 0 in node.shape or 0 in t.node.shape:
+        return True
+    for s in node.srcs:  # (loops, not any(): this runs for every op that needs a gradient)
+        if 0 in s.shape:
+            return True
+    for p in parents:
+        if 0 in p.node.shape:
+            return True
+    return False
 
 
 def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
