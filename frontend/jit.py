@@ -572,30 +572,32 @@ def _run_replay(replay: _Replay, args: list[Buffer]):
         current = [value(t.node) for t in replay.state]
     outs: list[list[Buffer]] = []
     for plan, sources in replay.plans:
-        leaves = [_source(s, args, outs, current) for s in sources]
+        # each leaf: an argument, an output of an earlier plan of this call ("now"), a
+        # state tensor's current value, or a buffer fixed at recording (_plan_replay)
+        leaves = [
+            args[a]
+            if kind == "arg"
+            else outs[a][b]
+            if kind == "now"
+            else current[a]
+            if kind == "state"
+            else a
+            for kind, a, b in sources
+        ]
         bufs, records = engine.execute(plan, leaves)
         for b in bufs:
             b.kernels = records
         for observe in engine.observers:  # dumps, fusegrad.profile
             observe(plan, records)
         outs.append(bufs)
+    buffer, state = N.buffer, replay.state
     for k, r, j in replay.updates:  # parameters and optimizer state take their new values
-        t = replay.state[k]
-        t.node, t._strides = N.buffer(outs[r][j], t.shape, t.dtype), None
+        t = state[k]
+        old = t.node
+        t.node, t._strides = buffer(outs[r][j], old.shape, old.dtype), None
 
     def result(s: _Result) -> Tensor:
         buf = args[s.r] if s.kind == "arg" else outs[s.r][s.index]
         return core.Tensor(N.buffer(buf, s.shape, s.dtype))
 
     return _results(replay.results, result, leaf=_Result)
-
-
-def _source(s, args, outs, current) -> Buffer:
-    kind, a, b = s
-    if kind == "arg":
-        return args[a]
-    if kind == "now":
-        return outs[a][b]
-    if kind == "state":
-        return current[a]
-    return a  # fixed

@@ -586,7 +586,13 @@ class DeviceBuffer:
         the kernels before it, and most of a step's scalars (a constant learning rate,
         momentum) do not change. No kernel writes a buffer it did not allocate, so what
         this buffer last received still holds."""
-        if value is self.scalar_value and value is not None:  # the very object last written
+        last = self.scalar_value
+        if value is last and value is not None:  # the very object last written
+            return
+        # an equal nonzero number of the same type has the same bits (only zeros, -0.0, and
+        # NaNs, which equal nothing, differ in bits while comparing equal or not)
+        if type(value) is type(last) and value == last and value != 0:
+            self.scalar_value = value
             return
         host = np.array([value], dtype=self.dtype.np)
         bits = host.tobytes()
