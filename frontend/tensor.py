@@ -528,7 +528,7 @@ class Tensor(*MIXINS):
                 "tensor first, fusegrad.tensor(...))",
             )
         if a.shape != b.shape:
-            shape = broadcast_shapes(a.shape, b.shape, op)
+            shape = _broadcast_node_shapes(a.shape, b.shape, op)
             a, b = _broadcast_node(a, shape), _broadcast_node(b, shape)
         return a, b, other
 
@@ -1414,6 +1414,11 @@ def broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...], op: str) -> tuple[i
             )
         out.append(max(x, y) if x != 1 and y != 1 else x * y)
     return tuple(reversed(out))
+
+
+# every binary operator on two shapes asks this, and a training step asks the same pairs
+# each step (node shapes are tuples; a refusal raises, and is not cached)
+_broadcast_node_shapes = functools.lru_cache(maxsize=4096)(broadcast_shapes)
 
 
 def _broadcast_node(node: N.Node, shape: tuple[int, ...]) -> N.Node:
