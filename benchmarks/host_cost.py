@@ -27,16 +27,26 @@ counts waiting for a core) and in wall time:
   module with stream capture would): once a step's buffers settle, one graph launch.
 
 Targets (issue 28): at most 5 us per launch, at most 0.3 ms per cached LeNet step.
+
+Before and after, paired:  .venv/bin/python benchmarks/host_cost.py --against REF [--pairs 5]
+runs this benchmark alternately on fusegrad at git REF (extracted into a temporary folder)
+and on this tree, `--pairs` times each, in fresh processes, and prints each figure's
+medians and the ratio before / after of every pair (above 1: this tree is faster), with
+the load average and the commits measured.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import platform
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -157,6 +167,99 @@ def measure(rounds: int, calls: int, lenet: bool = True, graphs: bool = True) ->
     return out
 
 
+def load_average() -> str:
+    try:
+        return " ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def source_version(folder: str) -> str:
+    """The git commit of the tree at `folder`, marked + when it has local edits."""
+    try:
+        commit = subprocess.run(
+            ["git", "-C", folder, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", folder, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:
+        return "unknown commit"
+    return (commit + ("+" if dirty else "")) if commit else "unknown commit"
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def importable_tree(ref: str, root: str) -> str:
+    """fusegrad at git `ref`, extracted into a temporary folder laid out as Python imports
+    it (pyproject maps fusegrad to frontend/, fusegrad.ir to ir/, ...): the folder to put
+    on PYTHONPATH."""
+    tmp = tempfile.mkdtemp(prefix="fusegrad-host-cost-")
+    tree = os.path.join(tmp, "tree")
+    os.mkdir(tree)
+    archive = subprocess.run(["git", "-C", root, "archive", ref], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
+    package = os.path.join(tmp, "path", "fusegrad")
+    shutil.copytree(os.path.join(tree, "frontend"), package)
+    for sub in ("ir", "codegen", "runtime", "nn", "datasets", "distributed"):
+        if os.path.isdir(os.path.join(tree, sub)) and not os.path.exists(
+            os.path.join(package, sub)
+        ):
+            os.symlink(os.path.join(tree, sub), os.path.join(package, sub))
+    return os.path.join(tmp, "path")
+
+
+def paired(ref: str, pairs: int, rounds: int, calls: int) -> None:
+    """Before (fusegrad at `ref`) and after (this tree), alternately, each in a fresh process
+    running this file's `measure`; each figure's medians and per-pair ratios."""
+    root = os.path.dirname(HERE)
+    path = importable_tree(ref, root)
+    commit = subprocess.run(
+        ["git", "-C", root, "rev-parse", "--short", ref], capture_output=True, text=True
+    ).stdout.strip()
+    print(f"host cost, stubbed GPU, paired | {cpu_name()} | {rounds} rounds x {calls} calls")
+    print(f"before: {ref} ({commit}) | after: {source_version(root)} | {pairs} pairs")
+    print(f"load average before: {load_average()}")
+    runs: dict[str, list[dict]] = {"before": [], "after": []}
+    try:
+        for i in range(pairs):
+            order = ("before", "after") if i % 2 == 0 else ("after", "before")
+            for which in order:
+                env = dict(os.environ)
+                if which == "before":
+                    env["PYTHONPATH"] = path + os.pathsep + env.get("PYTHONPATH", "")
+                out = os.path.join(os.path.dirname(path), f"{which}{i}.json")
+                argv = [sys.executable, os.path.abspath(__file__), "--json", out]
+                argv += ["--rounds", str(rounds), "--calls", str(calls)]
+                subprocess.run(argv, env=env, check=True, capture_output=True)
+                with open(out) as f:
+                    runs[which].append(json.load(f))
+    finally:
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+    print(f"load average after:  {load_average()}")
+    assert runs["before"][0]["fusegrad"].startswith(path), "before did not import REF's tree"
+    print(f"{'CPU time, us (median of rounds)':<52}{'before':>10}{'after':>10}   before/after")
+    for name in runs["after"][0]["figures"]:
+        if not name.endswith("CPU (us)") or name not in runs["before"][0]["figures"]:
+            continue
+        b = [r["figures"][name][0] for r in runs["before"]]
+        a = [r["figures"][name][0] for r in runs["after"]]
+        ratios = sorted(x / y for x, y in zip(b, a))
+        print(
+            f"  {name[: -len(', CPU (us)')]:<50}{statistics.median(b):10.1f}"
+            f"{statistics.median(a):10.1f}   {statistics.median(ratios):.2f} "
+            f"(pairs {ratios[0]:.2f}-{ratios[-1]:.2f})"
+        )
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -164,21 +267,28 @@ def main(argv=None) -> dict:
     ap.add_argument("--smoke", action="store_true", help="tiny counts: checks it runs")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--calls", type=int, default=40, help="calls per round (LeNet: a quarter)")
+    ap.add_argument("--json", help="also write the figures to this file")
+    ap.add_argument("--against", metavar="REF", help="pair this tree with fusegrad at git REF")
+    ap.add_argument("--pairs", type=int, default=5, help="with --against: before/after pairs")
     args = ap.parse_args(argv)
     rounds, calls = (3, 2) if args.smoke else (args.rounds, args.calls)
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    print(f"host cost, stubbed GPU | {cpu} | {rounds} rounds x {calls} calls | median [95% CI]")
+    if args.against:
+        paired(args.against, args.pairs, rounds, calls)
+        return {}
+    print(
+        f"host cost, stubbed GPU | {cpu_name()} | {rounds} rounds x {calls} calls | median [95% CI]"
+    )
+    print(f"fusegrad at {source_version(os.path.dirname(HERE))} | load average {load_average()}")
     figures = measure(rounds, calls)
     for name, v in figures.items():
         if isinstance(v, tuple):
             print(f"  {name:<48}{v[0]:9.2f}  [{v[1]:.2f}, {v[2]:.2f}]")
         else:
             print(f"  {name:<48}{v:9d}")
+    print(f"load average after: {load_average()}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"fusegrad": os.path.abspath(fg.__file__), "figures": figures}, f)
     return figures
 
 

@@ -174,19 +174,23 @@ def _reached_leaves(root, by_node: dict, seen: set | None = None) -> list:
     seen = set() if seen is None else seen
     seen.add(id(root))
     stack, out = [root], []
+    # (every cached training step walks its whole forward graph here: the loop is kept to
+    # local names and one id() per source)
+    pop, push, mark, leaf_of = stack.pop, stack.append, seen.add, by_node.get
     while stack:
-        n = stack.pop()
+        n = pop()
         if blocked is not None and n in blocked:
             blocked[n]()
-        leaf = by_node.get(id(n))
+        leaf = leaf_of(id(n))
         if leaf is not None:
             out.append(leaf)
-        if n.op is detach or not n.dtype.is_float:
+        if n.op is detach or n.dtype.kind != "f":  # (not a float: no gradient flows)
             continue
         for s in n.srcs:
-            if id(s) not in seen:
-                seen.add(id(s))
-                stack.append(s)
+            k = id(s)
+            if k not in seen:
+                mark(k)
+                push(s)
     return out
 
 

@@ -274,10 +274,49 @@ _MISSING = object()
 
 
 def _unchanged(values) -> Callable[[], bool]:
+    """A guard: every (holder, name, value) of `values` still holds `value` (`_same`).
+
+    It runs before every replay, over every live module's Python attributes (dozens), so
+    the common case is checked in C: per holder whose attributes live in a dict (a
+    module's `__dict__`, a function's globals), the current values of its names as one
+    tuple, equal to the recorded tuple with the same types. Anything else (a NaN, a
+    class-level property, a closure cell, a mismatch) takes the exact check."""
+    by_holder: dict[int, tuple] = {}
+    slow = []
+    for h, k, v in values:
+        if isinstance(h, dict) or (
+            hasattr(h, "__dict__")
+            and type(h).__getattribute__ is object.__getattribute__
+            and not _data_descriptor(getattr(type(h), k, None))
+        ):
+            by_holder.setdefault(id(h), (h, [], []))
+            by_holder[id(h)][1].append(k)
+            by_holder[id(h)][2].append(v)
+        else:
+            slow.append((h, k, v))
+    groups = [
+        (h, isinstance(h, dict), tuple(ks), tuple(vs), tuple(map(type, vs)), (_MISSING,) * len(ks))
+        for h, ks, vs in by_holder.values()
+    ]
+
+    def exact(h, names, recorded) -> bool:
+        return all(_same(_current(h, k), v) for k, v in zip(names, recorded))
+
     def holds() -> bool:
-        return all(_same(_current(h, k), v) for h, k, v in values)
+        for h, is_dict, names, recorded, types, missing in groups:
+            d = h if is_dict else h.__dict__
+            now = tuple(map(d.get, names, missing))
+            if now != recorded or tuple(map(type, now)) != types:
+                if not exact(h, names, recorded):
+                    return False
+        return all(_same(_current(h, k), v) for h, k, v in slow)
 
     return holds
+
+
+def _data_descriptor(attr) -> bool:
+    """Whether a class attribute takes precedence over the instance's `__dict__`."""
+    return hasattr(type(attr), "__set__") or hasattr(type(attr), "__delete__")
 
 
 def _same(a, b) -> bool:
@@ -528,36 +567,39 @@ def _sources_of(out, produced, args, name):
 def _run_replay(replay: _Replay, args: list[Buffer]):
     for hook in replay.hooks:
         hook()
-    stale = [getattr(t, "tensor", t) for t in replay.state if engine.value(t.node) is None]
-    if stale:  # a parameter given a lazy value outside the step: compute it first
-        core.realize(*stale)
-    current = [engine.value(t.node) for t in replay.state]
+    value = engine.value
+    current = [value(t.node) for t in replay.state]
+    if None in current:  # a parameter given a lazy value outside the step: compute it first
+        core.realize(*[getattr(t, "tensor", t) for t, v in zip(replay.state, current) if v is None])
+        current = [value(t.node) for t in replay.state]
     outs: list[list[Buffer]] = []
     for plan, sources in replay.plans:
-        leaves = [_source(s, args, outs, current) for s in sources]
+        # each leaf: an argument, an output of an earlier plan of this call ("now"), a
+        # state tensor's current value, or a buffer fixed at recording (_plan_replay)
+        leaves = [
+            args[a]
+            if kind == "arg"
+            else outs[a][b]
+            if kind == "now"
+            else current[a]
+            if kind == "state"
+            else a
+            for kind, a, b in sources
+        ]
         bufs, records = engine.execute(plan, leaves)
         for b in bufs:
             b.kernels = records
         for observe in engine.observers:  # dumps, fusegrad.profile
             observe(plan, records)
         outs.append(bufs)
+    buffer, state = N.buffer, replay.state
     for k, r, j in replay.updates:  # parameters and optimizer state take their new values
-        t = replay.state[k]
-        t.node, t._strides = N.buffer(outs[r][j], t.shape, t.dtype), None
+        t = state[k]
+        old = t.node
+        t.node, t._strides = buffer(outs[r][j], old.shape, old.dtype), None
 
     def result(s: _Result) -> Tensor:
         buf = args[s.r] if s.kind == "arg" else outs[s.r][s.index]
         return core.Tensor(N.buffer(buf, s.shape, s.dtype))
 
     return _results(replay.results, result, leaf=_Result)
-
-
-def _source(s, args, outs, current) -> Buffer:
-    kind, a, b = s
-    if kind == "arg":
-        return args[a]
-    if kind == "now":
-        return outs[a][b]
-    if kind == "state":
-        return current[a]
-    return a  # fixed

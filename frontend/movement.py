@@ -459,9 +459,23 @@ def sliding_windows(x, kernel, stride, dilation):
     composition back into `x[c*s + a*d]`.
 
     Returns shape (*prefix, *outputs, *kernel).
+
+    >>> import fusegrad as fg
+    >>> sliding_windows(fg.arange(5.0), (2,), (2,), (1,)).tolist()
+    [[0.0, 1.0], [2.0, 3.0]]
     """
+    node = x.node
+    for op, arg in _window_recipe(x.shape, tuple(kernel), tuple(stride), tuple(dilation)):
+        node = op(node, arg)
+    return x._make(node)
+
+
+@functools.lru_cache(maxsize=1024)  # a function of shapes: a training step asks the same again
+def _window_recipe(shape, kernel, stride, dilation) -> tuple:
+    """The movement ops (node function, argument) that make `sliding_windows`' view of an
+    input of `shape`, in order."""
     n = len(kernel)
-    prefix, spatial = x.shape[: x.ndim - n], x.shape[x.ndim - n :]
+    prefix, spatial = shape[: len(shape) - n], shape[len(shape) - n :]
     outs = [(i - d * (k - 1) - 1) // s + 1 for i, k, s, d in zip(spatial, kernel, stride, dilation)]
     if any(o <= 0 for o in outs):
         fail(
@@ -470,52 +484,59 @@ def sliding_windows(x, kernel, stride, dilation):
             f"kernel {tuple(kernel)} (dilation {tuple(dilation)}) is larger "
             f"than the input's spatial size {tuple(spatial)}",
         )
-    node = x.node
     p = len(prefix)
     if all(s == k for s, k in zip(stride, kernel)) and all(d == 1 for d in dilation):
         # windows that tile the input: a reshape, whose gradient is a reshape too
-        node = N.shrink(
-            node, tuple((0, s) for s in prefix) + tuple((0, o * k) for o, k in zip(outs, kernel))
-        )
-        node = N.reshape(node, prefix + tuple(v for o, k in zip(outs, kernel) for v in (o, k)))
         order = (
             tuple(range(p))
             + tuple(p + 2 * j for j in range(n))
             + tuple(p + 2 * j + 1 for j in range(n))
         )
-        return x._make(N.permute(node, order))
+        return (
+            (
+                N.shrink,
+                tuple((0, s) for s in prefix) + tuple((0, o * k) for o, k in zip(outs, kernel)),
+            ),
+            (N.reshape, prefix + tuple(v for o, k in zip(outs, kernel) for v in (o, k))),
+            (N.permute, order),
+        )
     reps = [-(-k * (i + d) // i) for i, k, d in zip(spatial, kernel, dilation)]
-    # repeat every spatial axis: (*prefix, f1, i1, f2, i2, ...)
-    node = N.reshape(node, prefix + tuple(v for i in spatial for v in (1, i)))
-    node = N.expand(node, prefix + tuple(v for f, i in zip(reps, spatial) for v in (f, i)))
-    node = N.reshape(node, prefix + tuple(f * i for f, i in zip(reps, spatial)))
-    node = N.shrink(
-        node,
-        tuple((0, s) for s in prefix)
-        + tuple((0, k * (i + d)) for i, k, d in zip(spatial, kernel, dilation)),
-    )
-    node = N.reshape(
-        node, prefix + tuple(v for i, k, d in zip(spatial, kernel, dilation) for v in (k, i + d))
-    )
+    steps = [
+        # repeat every spatial axis: (*prefix, f1, i1, f2, i2, ...)
+        (N.reshape, prefix + tuple(v for i in spatial for v in (1, i))),
+        (N.expand, prefix + tuple(v for f, i in zip(reps, spatial) for v in (f, i))),
+        (N.reshape, prefix + tuple(f * i for f, i in zip(reps, spatial))),
+        (
+            N.shrink,
+            tuple((0, s) for s in prefix)
+            + tuple((0, k * (i + d)) for i, k, d in zip(spatial, kernel, dilation)),
+        ),
+        (
+            N.reshape,
+            prefix + tuple(v for i, k, d in zip(spatial, kernel, dilation) for v in (k, i + d)),
+        ),
+    ]
     # keep columns 0, s, 2s, ...: make each row exactly o*s long, split (o, s), keep s == 0
     bounds = [(0, s) for s in prefix]
     grow = [(0, 0)] * p
     for i, k, s, d, o in zip(spatial, kernel, stride, dilation, outs):
         bounds += [(0, k), (0, min(o * s, i + d))]
         grow += [(0, 0), (0, max(0, o * s - (i + d)))]
-    node = N.pad(N.shrink(node, tuple(bounds)), tuple(grow))
-    node = N.reshape(
-        node, prefix + tuple(v for k, o, s in zip(kernel, outs, stride) for v in (k, o, s))
-    )
-    node = N.shrink(
-        node,
-        tuple((0, s) for s in prefix)
-        + tuple(v for k, o in zip(kernel, outs) for v in ((0, k), (0, o), (0, 1))),
-    )
-    node = N.reshape(node, prefix + tuple(v for k, o in zip(kernel, outs) for v in (k, o)))
     order = (
         tuple(range(p))
         + tuple(p + 2 * j + 1 for j in range(n))
         + tuple(p + 2 * j for j in range(n))
     )
-    return x._make(N.permute(node, order))
+    steps += [
+        (N.shrink, tuple(bounds)),
+        (N.pad, tuple(grow)),
+        (N.reshape, prefix + tuple(v for k, o, s in zip(kernel, outs, stride) for v in (k, o, s))),
+        (
+            N.shrink,
+            tuple((0, s) for s in prefix)
+            + tuple(v for k, o in zip(kernel, outs) for v in ((0, k), (0, o), (0, 1))),
+        ),
+        (N.reshape, prefix + tuple(v for k, o in zip(kernel, outs) for v in (k, o))),
+        (N.permute, order),
+    ]
+    return tuple(steps)

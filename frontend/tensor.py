@@ -80,13 +80,15 @@ Scalar = int | float | bool
 def _from_empty(node, t, parents) -> bool:
     """Whether `node` (a result of t and parents) may be an empty value folded to a
     constant, or built on one (a crop to nothing, then padded)."""
-    return (
-        not node.srcs
-        or 0 in node.shape
-        or any(0 in s.shape for s in node.srcs)
-        or 0 in t.node.shape
-        or any(0 in p.node.shape for p in parents)
-    )
+    if not node.srcs or 0 in node.shape or 0 in t.node.shape:
+        return True
+    for s in node.srcs:  # (loops, not any(): this runs for every op that needs a gradient)
+        if 0 in s.shape:
+            return True
+    for p in parents:
+        if 0 in p.node.shape:
+            return True
+    return False
 
 
 def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
@@ -252,8 +254,9 @@ class Tensor(*MIXINS):
         """Overwrite the one element of a realized 0-d buffer tensor in place (an
         optimizer's per-step scalars: the graph reads them as data, so their new values
         change no graph structure)."""
-        assert self.node.op is Ops.BUFFER and self.numel() == 1
-        self.node.arg.write_scalar(value)
+        node = self.node  # (no numel(): a step writes a dozen of these, each checked)
+        assert node.op is Ops.BUFFER and node.arg.size == 1, "not a one-element buffer"
+        node.arg.write_scalar(value)
 
     def numpy(self) -> np.ndarray:
         """The value as a read-only numpy array of this tensor's shape and dtype."""
@@ -530,7 +533,7 @@ class Tensor(*MIXINS):
                 "tensor first, fusegrad.tensor(...))",
             )
         if a.shape != b.shape:
-            shape = broadcast_shapes(a.shape, b.shape, op)
+            shape = _broadcast_node_shapes(a.shape, b.shape, op)
             a, b = _broadcast_node(a, shape), _broadcast_node(b, shape)
         return a, b, other
 
@@ -1420,6 +1423,11 @@ def broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...], op: str) -> tuple[i
             )
         out.append(max(x, y) if x != 1 and y != 1 else x * y)
     return tuple(reversed(out))
+
+
+# every binary operator on two shapes asks this, and a training step asks the same pairs
+# each step (node shapes are tuples; a refusal raises, and is not cached)
+_broadcast_node_shapes = functools.lru_cache(maxsize=4096)(broadcast_shapes)
 
 
 def _broadcast_node(node: N.Node, shape: tuple[int, ...]) -> N.Node:

@@ -251,6 +251,6 @@ def _scalar_slots(slots: dict, key, values: list[float], like: Tensor) -> list[T
         held = slots[key] = [
             from_numpy(np.zeros((), like.dtype.np), device=like.device) for _ in values
         ]
-    for t, v in zip(held, values):
-        t._write_scalar(v)
+    for t, v in zip(held, values):  # (realized 0-d buffer tensors, made above and never
+        t.node.arg.write_scalar(v)  # reassigned: no `_write_scalar` check, a step writes dozens)
     return held

@@ -15,6 +15,8 @@
 | FUSEGRAD_RECOMPILE_WARNING | N: warn when one line has compiled N schedules (0: never) | 0 |
 | FUSEGRAD_CUDA       | the `cuda` device: "pycuda" (a GPU), "emulate" (the CPU      | pycuda  |
 |                     | emulator of the generated CUDA C) or "off"                     |         |
+| FUSEGRAD_CUDA_GRAPHS | 0: never replay a cached plan as a CUDA graph (stream       | 1       |
+|                     | capture through libcuda; plain launches instead)               |         |
 
 A FUSEGRAD_CACHE or FUSEGRAD_DUMP folder that cannot be used is said once (a UserWarning
 naming the variable, the path and what happens instead); the run carries on.
@@ -88,6 +90,9 @@ class Config:
     # fp32 contractions on the cuda device may use TF32 tensor cores (PyTorch's
     # torch.backends.cuda.matmul.allow_tf32, off by default; set through fg.backends)
     allow_tf32: bool = False
+    # a cached plan's launches, once they repeat, are captured and replayed as a CUDA graph
+    # where the driver allows it (runtime/cuda.py, runtime/cuda_graphs.py)
+    cuda_graphs: bool = True
 
     @classmethod
     def from_env(cls) -> Config:
@@ -116,6 +121,7 @@ class Config:
                 "FUSEGRAD_RECOMPILE_WARNING", 0, "a number of schedules (0: never warn)"
             ),
             cuda=cuda,
+            cuda_graphs=_int_env("FUSEGRAD_CUDA_GRAPHS", 1, "0 or 1", (0, 1)) != 0,
         )
 
     @contextlib.contextmanager

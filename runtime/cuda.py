@@ -34,7 +34,7 @@ import numpy as np
 from ..codegen.cuda import cuda_kernel
 from ..codegen.lower import kernel_symbol
 from ..ir.dtypes import DType, uint8
-from . import cuda_emulator, forksafe, phases
+from . import cuda_emulator, cuda_graphs, forksafe, phases
 from .backend_registry import forget_plans
 from .buffer import Buffer
 from .compiler import disk_cached
@@ -117,18 +117,36 @@ class _PyCudaBackend:
         atexit.register(self.close)
         major, minor = drv.Device(0).compute_capability()
         self.arch = f"sm_{major}{minor}"
-        # CUDA graphs where the driver module offers stream capture (PyCUDA 2026.1 does
-        # not): a graph is launched on a stream of its own, which the legacy default
-        # stream the plain launches use waits for, and which waits for it
-        self.graphs = hasattr(getattr(drv, "Stream", None), "begin_capture")
-        self.stream = None
-        if self.graphs:
-            # a capture forbids other threads' CUDA calls meanwhile (they would end it
-            # in error): every call then takes one lock with the context
-            self.active = _ActiveLocked(self.context, forksafe.RLock())
-            with self.active:
-                self.stream = drv.Stream()
+        self.stream = self.capture = None
+        self.graphs = config.cuda_graphs and self._start_capture()
         self.description = f"{drv.Device(0).name()} ({self.arch})"
+
+    def _start_capture(self) -> bool:
+        """Whether cached plans may be captured as CUDA graphs: where the driver module's
+        streams capture (a stand-in's `begin_capture`), or else libcuda's capture entry
+        points can be reached through ctypes with the stream's handle (PyCUDA 2026.1 has no
+        graph API: runtime/cuda_graphs.py). A stand-in driver brings its own library
+        (`libcuda`, None for none), so a stub never reaches a real one.
+
+        A graph is launched on a stream of its own (blocking: the legacy default stream
+        the plain launches, copies and frees use waits for it, and it for them). A capture
+        forbids this thread's other CUDA calls meanwhile, and another thread's call could
+        land in it: every CUDA call then takes one lock with the context."""
+        drv = self.drv
+        if getattr(drv, "Stream", None) is None:
+            return False
+        with self.active:
+            stream = drv.Stream()
+        if hasattr(stream, "begin_capture"):
+            capture = stream
+        else:
+            library = drv.libcuda if hasattr(drv, "libcuda") else cuda_graphs.load_libcuda()
+            capture = cuda_graphs.driver_capture(stream, library)
+        if capture is None:
+            return False
+        self.stream, self.capture = stream, capture
+        self.active = _ActiveLocked(self.context, forksafe.RLock())
+        return True
 
     def alloc(self, size: int, dtype: DType):
         """A device allocation of at least `size` elements: the held one of its size class
@@ -181,6 +199,7 @@ class _PyCudaBackend:
         with self._held_lock:
             held, self._held = self._held, {}
         with self.active:
+            cuda_graphs.destroy_released()
             for blocks in held.values():
                 for _, mem in blocks:
                     mem.free()
@@ -240,11 +259,15 @@ class _PyCudaBackend:
 
     def run_bound(self, bound: _Bound) -> None:
         """A cached plan's launches: its captured CUDA graph when it has one, else each
-        launch in turn; the context pushed once for all of them."""
+        launch in turn; the context pushed once for all of them. A graph the driver
+        refuses to launch is dropped, graphs go off, and this run launches plainly."""
         with self.active:
             if bound.graph is not None:
-                bound.graph.launch(self.stream)
-                return
+                try:
+                    bound.graph.launch(self.stream)
+                    return
+                except Exception:  # (the driver's error, in whatever type it raises)
+                    bound.graph, self.graphs = None, False
             for launch_kernel, grid, block, args, shared in bound.calls:
                 launch_kernel(grid, block, args, shared, None)
         bound.runs += 1
@@ -253,18 +276,38 @@ class _PyCudaBackend:
 
     def _capture(self, bound: _Bound) -> None:
         """Capture `bound`'s launches into a CUDA graph (stream capture, which launches
-        nothing); a driver that refuses turns graphs off for good (plain launches)."""
-        try:
-            with self.active:
-                self.stream.begin_capture()
+        nothing); a driver that refuses turns graphs off for good (plain launches). The
+        capture ends whatever happens, so the stream never stays in capture mode; a graph
+        is used only when every step of it succeeded."""
+        with self.active:
+            cuda_graphs.destroy_released()
+            try:
+                self.capture.begin_capture()
+            except Exception:  # the driver's refusal, in whatever type it raises
+                self.graphs = False
+                return
+            # (failures are flags, not the exceptions: a kept traceback would keep this
+            # run's frames, and so its buffers, alive until the garbage collector runs)
+            graph, failed = None, False
+            try:
+                for launch_kernel, grid, block, args, shared in bound.calls:
+                    launch_kernel(grid, block, args, shared, self.stream)
+            except Exception:
+                failed = True
+            finally:
                 try:
-                    for launch_kernel, grid, block, args, shared in bound.calls:
-                        launch_kernel(grid, block, args, shared, self.stream)
-                finally:
-                    graph = self.stream.end_capture()
-                bound.graph = graph.instantiate()
-        except Exception:  # the driver's refusal, in whatever type it raises
-            self.graphs = False
+                    graph = self.capture.end_capture()
+                except Exception:
+                    failed = True
+            if not failed:
+                try:
+                    bound.graph = graph.instantiate()  # (which destroys the graph either way)
+                except Exception:
+                    failed = True
+            elif graph is not None and hasattr(graph, "discard"):
+                graph.discard()
+            if failed:
+                self.graphs = False
 
     def synchronize(self) -> None:
         with self.active:
@@ -543,7 +586,13 @@ class DeviceBuffer:
         the kernels before it, and most of a step's scalars (a constant learning rate,
         momentum) do not change. No kernel writes a buffer it did not allocate, so what
         this buffer last received still holds."""
-        if value is self.scalar_value and value is not None:  # the very object last written
+        last = self.scalar_value
+        if value is last and value is not None:  # the very object last written
+            return
+        # an equal nonzero number of the same type has the same bits (only zeros, -0.0, and
+        # NaNs, which equal nothing, differ in bits while comparing equal or not)
+        if type(value) is type(last) and value == last and value != 0:
+            self.scalar_value = value
             return
         host = np.array([value], dtype=self.dtype.np)
         bits = host.tobytes()

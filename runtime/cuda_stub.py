@@ -12,7 +12,9 @@ It imitates the part of PyCUDA fusegrad calls, PyCUDA's Python work included: a
 `prepared_call` packs its arguments with `struct` each call, as PyCUDA's does.
 With `graphs=True` its streams also capture launches into graphs (`begin_capture`,
 `end_capture`, `instantiate`, `launch`), the interface `runtime/cuda.py` replays CUDA
-graphs through where a driver offers it.
+graphs through where a driver offers it. PyCUDA's streams do not: there the graphs come
+from libcuda's entry points through ctypes (runtime/cuda_graphs.py), which
+`StubLibcuda` imitates (`StubDriver(libcuda=True)`), failures included.
 
 >>> from fusegrad.runtime.cuda_stub import StubDriver
 >>> drv = StubDriver()
@@ -34,13 +36,28 @@ class StubDriver:
 
     Counters: `launches` (kernels launched, captured ones excluded), `packs` (argument
     tuples `prepared_call` packed), `prepares`, `allocations`, `copies` (host to device),
-    `synchronizes`, `captures` and `graph_launches`.
+    `synchronizes`, `captures` and `graph_launches`. With `log=True`, `ran` lists every
+    kernel run as (name, grid, block, packed arguments, shared bytes), a graph's as its
+    captured launches, so a test can check a graph replays exactly the plain launches.
+
+    Streams, as PyCUDA's, have a `handle`; `graphs=True` gives them `begin_capture` too.
+    `libcuda`: the driver library runtime/cuda.py may reach through ctypes: None (none,
+    the default: a stub never reaches a real one), True (a `StubLibcuda`) or one given.
     """
 
-    def __init__(self, graphs: bool = False, arch: tuple[int, int] = (9, 0)):
+    def __init__(
+        self,
+        graphs: bool = False,
+        arch: tuple[int, int] = (9, 0),
+        libcuda=None,
+        log: bool = False,
+    ):
         self.launches = self.packs = self.prepares = self.allocations = 0
         self.synchronizes = self.captures = self.graph_launches = self.copies = 0
         self.arch = arch
+        self.capturing: dict[int, list] = {}  # stream handle -> launches captured so far
+        self.ran: list | None = [] if log else None
+        self.libcuda = StubLibcuda(self) if libcuda is True else libcuda
         driver = self
 
         class Device:
@@ -67,13 +84,13 @@ class StubDriver:
 
         self.Device, self.Context = Device, Context
         self.MemoryError = type("MemoryError", (Exception,), {})
-        if graphs:
+        base = _CapturingStream if graphs else _Stream
 
-            class Stream(_Stream):
-                def __init__(self, flags: int = 0):
-                    super().__init__(driver)
+        class Stream(base):
+            def __init__(self, flags: int = 0):
+                super().__init__(driver)
 
-            self.Stream = Stream
+        self.Stream = Stream
 
     def init(self) -> None:
         pass
@@ -144,28 +161,38 @@ class _Function:
         self._launch_kernel(grid, block, struct.pack(self.arg_format, *args), shared_size, None)
 
     def _launch_kernel(self, grid, block, args: bytes, shared_size: int, stream) -> None:
-        if stream is not None and stream.capturing is not None:
-            stream.capturing.append((self.name, grid, block, args, shared_size))
-        else:
-            self.driver.launches += 1
+        driver = self.driver
+        captured = driver.capturing.get(stream.handle) if stream is not None else None
+        if captured is not None:
+            captured.append((self.name, grid, block, args, shared_size))
+            return
+        driver.launches += 1
+        if driver.ran is not None:
+            driver.ran.append((self.name, grid, block, args, shared_size))
 
 
 class _Stream:
-    """A stream that can capture launches into a graph (CUDA's stream capture)."""
+    """A stream, with its handle (PyCUDA's `Stream.handle`: the `CUstream`)."""
+
+    _handles = iter(range(0x5000, 1 << 62, 16))
 
     def __init__(self, driver: StubDriver):
-        self.driver, self.capturing = driver, None
-
-    def begin_capture(self) -> None:
-        self.capturing = []
-
-    def end_capture(self) -> _Graph:
-        nodes, self.capturing = self.capturing, None
-        self.driver.captures += 1
-        return _Graph(self.driver, nodes)
+        self.driver, self.handle = driver, next(_Stream._handles)
 
     def synchronize(self) -> None:
         self.driver.synchronizes += 1
+
+
+class _CapturingStream(_Stream):
+    """A stream that can capture launches into a graph (CUDA's stream capture)."""
+
+    def begin_capture(self) -> None:
+        self.driver.capturing[self.handle] = []
+
+    def end_capture(self) -> _Graph:
+        nodes = self.driver.capturing.pop(self.handle)
+        self.driver.captures += 1
+        return _Graph(self.driver, nodes)
 
 
 class _Graph:
@@ -177,3 +204,95 @@ class _Graph:
 
     def launch(self, stream=None) -> None:
         self.driver.graph_launches += 1
+        if self.driver.ran is not None:
+            self.driver.ran.extend(self.nodes)
+
+
+class StubLibcuda:
+    """libcuda's stream-capture and graph entry points (the ones runtime/cuda_graphs.py
+    calls through ctypes), over a `StubDriver`'s streams: launches on a capturing stream
+    are recorded, a graph launch counts as one and "runs" the recorded launches.
+
+    `fail`: the entry point that returns an error (a CUresult other than 0) instead,
+    `missing`: one the library does not have. Counters: `live_graphs`, `live_execs`
+    (created and not destroyed), `destroyed_execs`.
+    """
+
+    INVALIDATED = 901  # CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+
+    def __init__(self, driver: StubDriver, fail: str | None = None, missing: str | None = None):
+        self.driver, self.fail, self.missing = driver, fail, missing
+        self.graphs: dict[int, list] = {}  # handle -> captured launches
+        self.execs: dict[int, list] = {}
+        self.live_graphs = self.live_execs = self.destroyed_execs = 0
+        self._next = 0x9000
+
+    def __getattr__(self, name: str):
+        if name == self.missing or not name.startswith("cu"):
+            raise AttributeError(name)
+        entry = getattr(self, "_" + name, None)
+        if entry is None:
+            raise AttributeError(name)
+
+        def call(*args):
+            if name != self.fail:
+                return entry(*args)
+            if name == "cuStreamEndCapture":  # a failed capture ends all the same
+                self.driver.capturing.pop(args[0], None)
+            return self.INVALIDATED
+
+        self.__dict__[name] = call  # (ctypes sets argtypes and restype on it)
+        return call
+
+    def _handle(self) -> int:
+        self._next += 16
+        return self._next
+
+    def _cuStreamBeginCapture_v2(self, stream: int, mode: int) -> int:
+        if stream in self.driver.capturing:
+            return self.INVALIDATED
+        self.driver.capturing[stream] = []
+        return 0
+
+    def _cuStreamEndCapture(self, stream: int, graph_out) -> int:
+        nodes = self.driver.capturing.pop(stream, None)
+        if nodes is None:
+            return self.INVALIDATED
+        self.driver.captures += 1
+        handle = self._handle()
+        self.graphs[handle] = nodes
+        self.live_graphs += 1
+        graph_out._obj.value = handle
+        return 0
+
+    def _cuGraphInstantiateWithFlags(self, exec_out, graph, flags: int) -> int:
+        nodes = self.graphs.get(graph.value)
+        if nodes is None:
+            return 400  # CUDA_ERROR_INVALID_HANDLE
+        handle = self._handle()
+        self.execs[handle] = list(nodes)
+        self.live_execs += 1
+        exec_out._obj.value = handle
+        return 0
+
+    def _cuGraphLaunch(self, exe, stream: int) -> int:
+        nodes = self.execs.get(exe.value)
+        if nodes is None:
+            return 400
+        self.driver.graph_launches += 1
+        if self.driver.ran is not None:
+            self.driver.ran.extend(nodes)
+        return 0
+
+    def _cuGraphExecDestroy(self, exe) -> int:
+        if self.execs.pop(exe.value, None) is None:
+            return 400
+        self.live_execs -= 1
+        self.destroyed_execs += 1
+        return 0
+
+    def _cuGraphDestroy(self, graph) -> int:
+        if self.graphs.pop(graph.value, None) is None:
+            return 400
+        self.live_graphs -= 1
+        return 0

@@ -310,3 +310,70 @@ def test_an_enum_a_partial_and_a_method_are_guarded():
         assert _calls(g, fg.ones(1)) == [3.0]
     finally:
         SETTINGS["mode"] = Mode.SUM
+
+
+def test_the_python_values_guard_sees_every_kind_of_change():
+    """`jit._unchanged` checks a module's attributes as one tuple in C: every change the
+    exact check saw must still be seen (a deleted name, a type, NaN, a property, cells)."""
+    from fusegrad.jit import _unchanged
+
+    class Holder:
+        pass
+
+    class WithProperty:
+        def __init__(self):
+            self.__dict__["p"] = 1.0  # shadowed by the property below
+
+        @property
+        def p(self):
+            return self.value
+
+    h, w, g = Holder(), WithProperty(), {"k": 2}
+    h.a, h.b, h.c, h.n, w.value = 1.0, None, "s", float("nan"), 5.0
+    cell = (lambda: h).__closure__[0]
+    holds = _unchanged(
+        [(h, "a", 1.0), (h, "b", None), (h, "c", "s"), (h, "n", float("nan"))]
+        + [(w, "p", 5.0), (g, "k", 2), (cell, "h", h)]
+    )
+    assert holds()
+    h.n = float("nan")  # another NaN object: still the same value
+    assert holds()
+    for change, undo in [
+        (lambda: setattr(h, "a", 1), lambda: setattr(h, "a", 1.0)),  # same value, new type
+        (lambda: setattr(h, "a", 1.5), lambda: setattr(h, "a", 1.0)),
+        (lambda: delattr(h, "b"), lambda: setattr(h, "b", None)),  # recorded None, now gone
+        (lambda: setattr(h, "c", "t"), lambda: setattr(h, "c", "s")),
+        (lambda: setattr(w, "value", 6.0), lambda: setattr(w, "value", 5.0)),  # via property
+        (lambda: g.update(k=3), lambda: g.update(k=2)),
+        (lambda: g.pop("k"), lambda: g.update(k=2)),
+    ]:
+        change()
+        assert not holds()
+        undo()
+        assert holds()
+
+
+def test_a_module_attribute_change_records_again():
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, 1)
+            self.scale = 2.0
+
+        def forward(self, x):
+            return self.lin(x) * self.scale
+
+    m = Scaled()
+
+    @fg.jit
+    def f(x):
+        return m(x)
+
+    x = fg.tensor([[1.0, 2.0]])
+    for _ in range(4):
+        base = f(x).item()
+    assert f.replays >= 1
+    m.scale = 3.0
+    assert f(x).item() == pytest.approx(base * 1.5, rel=1e-6)
+    m.scale = 3  # the same value as an int: recorded again, the same answer
+    assert f(x).item() == pytest.approx(base * 1.5, rel=1e-6)

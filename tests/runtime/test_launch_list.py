@@ -193,6 +193,19 @@ def test_an_unchanged_scalar_is_not_copied_to_the_device_again():
         buf.write(np.array([0.25], np.float32))  # a whole write forgets the last scalar
         buf.write_scalar(0.25)
         assert drv.copies - copies == 6
+        # an equal number as a new object (1.0 - dampening, each step): not copied; another
+        # type, NaN (equal to nothing) and the zeros are compared by their bits
+        quarter = [float(np.float64(1) / 4) for _ in range(3)]
+        assert quarter[0] is not quarter[1]
+        for v in quarter:
+            buf.write_scalar(v)
+        assert drv.copies - copies == 6
+        buf.write_scalar(1)
+        buf.write_scalar(1.0)  # the same bits as the int 1 gave
+        assert drv.copies - copies == 7 and buf.numpy()[0] == 1.0
+        for v in (float("nan"), float("nan"), 0.0, 0.0, -0.0):
+            buf.write_scalar(v)
+        assert drv.copies - copies == 10 and np.signbit(buf.numpy()[0])
 
 
 def test_plans_made_through_a_stand_in_driver_are_forgotten_after_it():
