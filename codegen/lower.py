@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from ..ir.dtypes import DType, float32, float64
 from ..ir.node import Node
 from ..ir.ops import ELEMENTWISE, REDUCE, REDUCE_COMBINE, TRANSCENDENTAL, Ops
-from ..ir.schedule import ScheduleItem
+from ..ir.schedule import ScheduleItem, is_squeeze
 from ..ir.symbolic import FloorDiv, Lin, Mod, Var, lin
 from .loopir import (
     AccInit,
+    AccOnlineExp,
     AccRead,
     AccReduceLanes,
     AccUpdate,
@@ -584,6 +585,9 @@ class _Lowerer:
                 return self.gen_cascade(n, coords, guard)
             if self.row_cascade and n.op is Ops.REDUCE_MAX and row >= LANE_MAX_MIN:
                 return self.gen_lane_max(n, coords, guard)
+            partner = None if self.row_cascade else self._online_partner(n)
+            if partner is not None:
+                return self.gen_online_exp(n, partner, coords, guard)
             acc = self._new_acc()
             self.emit(AccInit(acc, n.dtype, reduce_identity(n.op, n.dtype)))
             saved_block, saved_iter = self.block, self.iterations
@@ -595,6 +599,30 @@ class _Lowerer:
         finally:
             self.red_groups, self.cascade_lanes = saved
             self.statistics -= 1
+
+    def _online_partner(self, n: Node) -> Node | None:
+        """The row sum of exp(y - max) in this kernel whose max is n (`online_exp_max`)."""
+        if n.op is not Ops.REDUCE_MAX or not n.dtype.is_float:
+            return None
+        return next((m for m in self.item.nodes if online_exp_max(m) is n), None)
+
+    def gen_online_exp(self, n: Node, total: Node, coords, guard) -> str:
+        """Max n and the sum `total` of exp(y - n) in one pass (the GPU's online softmax):
+
+            acc1 = -inf; acc2 = 0
+            for r0 in 0..N: v = y[r0]; acc1, acc2 = online_exp(acc1, acc2, v)
+
+        acc2 is the sum's value at the same coordinates, where the output reads it next."""
+        top, acc = self._new_acc(), self._new_acc()
+        self.emit(AccInit(top, n.dtype, reduce_identity(n.op, n.dtype)))
+        self.emit(AccInit(acc, total.dtype, _zero(total.dtype)))
+        saved_block, saved_iter = self.block, self.iterations
+        value = self._reduction_body(n, coords, guard)
+        self.emit(AccOnlineExp(top, acc, n.dtype, value), 4)
+        self.scopes.pop()
+        self.block, self.iterations = saved_block, saved_iter
+        self.scopes[-1][(id(total), coords, guard)] = acc
+        return top
 
     def gen_lane_max(self, n: Node, coords, guard) -> str:
         """A max over one contiguous group of reduction axes, `lanes` elements at a time
@@ -804,6 +832,33 @@ class _Lowerer:
 
 
 LANE_MAX_MIN = 8  # a shorter row's max stays one scalar loop
+
+
+def online_exp_max(n: Node) -> Node | None:
+    """The pattern the GPU computes as an online softmax (`AccOnlineExp`), its one entry:
+    `sum(exp(y - expand(detach?(max(y)))))`, the max and the sum over the same axes of the
+    same y. Returns the max node, or None.
+
+    >>> import fusegrad as fg
+    >>> x = fg.randn(4, 8)
+    >>> e = (x - x.amax(1, keepdim=True).detach()).exp()
+    >>> online_exp_max(e.sum(1, keepdim=True).node).op.name
+    'REDUCE_MAX'
+    """
+    if n.op is not Ops.SUM or n.srcs[0].op is not Ops.EXP:
+        return None
+    diff = n.srcs[0].srcs[0]
+    if diff.op is not Ops.ADD:
+        return None
+    for y, neg in (diff.srcs, diff.srcs[::-1]):
+        if neg.op is not Ops.NEG:
+            continue
+        m = neg.srcs[0]
+        while m.op in (Ops.EXPAND, Ops.DETACH) or is_squeeze(m):
+            m = m.srcs[0]
+        if m.op is Ops.REDUCE_MAX and m.srcs[0] is y and m.arg == n.arg and m.shape == n.shape:
+            return m
+    return None
 
 
 def stashed_row_value(item: ScheduleItem) -> Node | None:

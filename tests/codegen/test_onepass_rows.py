@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import fusegrad as fg
+from _emulated import emulated  # noqa: F401  (a fixture)
 from fusegrad.ir.reference import evaluate_many
 from fusegrad.nn import functional as F
 
@@ -27,11 +28,12 @@ LENGTHS = [1, 2, 7, 8, 9, 17, 63, 64, 65, 100, 1000, 1024, 1027, 2053]
 
 def special_rows(n: int) -> np.ndarray:
     """Rows of length n: plain, NaN last (in the overlapping vector), +inf first, -inf
-    last, all -inf, +inf and -inf, huge (1e30) and tiny (1e-30) magnitudes."""
+    first, in the middle and last (a GPU thread's share starting at -inf), all -inf, +inf
+    and -inf, huge (1e30) and tiny (1e-30) magnitudes."""
     x = (3 * RNG.standard_normal((8, n))).astype(np.float32)
     x[1, n - 1] = NAN
     x[2, 0] = INF
-    x[3, n - 1] = -INF
+    x[3, 0] = x[3, n // 2] = x[3, n - 1] = -INF
     x[4, :] = -INF
     x[5, 0], x[5, n - 1] = INF, -INF
     x[6] *= np.float32(1e30)
@@ -252,3 +254,65 @@ def test_one_row_per_kernel_stores_nothing_early():
     x = fg.tensor(RNG.standard_normal((1, 2000)).astype(np.float32))
     y = x.softmax(-1)
     assert_same(y.numpy(), softmax64(x.numpy().astype(np.float64)))
+
+
+# ---------------------------------------------------------------- the GPU: online softmax
+
+
+def _gpu_kernel(t: fg.Tensor):
+    from fusegrad.codegen.cuda import cuda_kernel
+    from fusegrad.codegen.gpu import map_to_gpu
+    from fusegrad.codegen.lower import lower
+    from fusegrad.ir.schedule import schedule
+    from fusegrad.runtime.engine import engine
+
+    (item,) = schedule([t.node], engine.has_value_predicate())
+    loop = lower(item, tile=False)
+    return loop, map_to_gpu(loop), cuda_kernel(loop, "k")
+
+
+@pytest.mark.parametrize("rows, n, mode", [(256, 1000, "warp"), (8, 4096, "block")])
+def test_the_gpu_takes_max_and_sum_in_one_pass(rows, n, mode):
+    x = fg.tensor(RNG.standard_normal((rows, n)).astype(np.float32))
+    for y in (x.softmax(-1), x.log_softmax(-1)):
+        loop, gpu, k = _gpu_kernel(y)
+        text = str(loop)
+        assert text.count("online_exp(") == 1 and text.count("for r0 in") == 1, text
+        assert gpu.mode == mode and len(gpu.reductions) == 1, gpu.mode
+        (red,) = gpu.reductions.values()
+        assert red.online is not None and red.vector  # 16-byte loads in the one pass
+        combine = "fg_warp_allreduce_online" if mode == "warp" else "fg_block_reduce_online"
+        assert combine in k.source and "fg_online_exp<float>" in k.source
+        assert gpu.split == 1 and k.traffic.ratio <= 1.1, k.traffic
+
+
+def test_only_a_sum_of_exp_of_y_minus_the_max_of_the_same_y_is_online():
+    from fusegrad.codegen.lower import online_exp_max
+
+    x = fg.randn(4, 8)
+    z = fg.randn(4, 8)
+    assert online_exp_max((x - x.amax(1, keepdim=True)).exp().sum(1, keepdim=True).node)
+    assert not online_exp_max((x - z.amax(1, keepdim=True)).exp().sum(1, keepdim=True).node)
+    assert not online_exp_max((x - x.amax(0, keepdim=True)).exp().sum(1, keepdim=True).node)
+    assert not online_exp_max((x - x.amax(1, keepdim=True)).sum(1, keepdim=True).node)
+
+
+@pytest.mark.usefixtures("emulated")
+@pytest.mark.parametrize("shape", [(72, 64), (300, 7), (6, 1027), (6, 2053)])
+def test_online_softmax_on_the_emulated_device_at_special_points(shape):
+    rows, n = shape
+    x = special_rows(n) if rows == 8 else np.concatenate([special_rows(n)] * (rows // 8 + 1))
+    x = x[:rows]
+    g = RNG.standard_normal(x.shape).astype(np.float32)
+    x64 = x.astype(np.float64)
+    for name, want in (("softmax", softmax64(x64)), ("log_softmax", log_softmax64(x64))):
+        values = []
+        for device in ("cuda", "cpu"):
+            t = fg.tensor(x, device=device).requires_grad_()
+            y = getattr(t, name)(-1)
+            (dx,) = fg.grad((y * fg.tensor(g, device=device)).sum(), [t])
+            values.append([y.detach().cpu().numpy(), dx.detach().cpu().numpy()])
+        (y_gpu, dx_gpu), (y_cpu, dx_cpu) = values
+        assert_same(y_gpu, want, rtol=1e-5, atol=1e-5)
+        assert_same(y_gpu, y_cpu, rtol=1e-5, atol=1e-5)
+        assert_same(dx_gpu, dx_cpu, rtol=1e-4, atol=1e-5)
