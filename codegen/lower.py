@@ -427,6 +427,7 @@ class _Lowerer:
         value = self.gen(n.srcs[0], coords, guard)
         if id(n) in self.stash_sums:
             stashed = self._lookup((id(self.stash), coords, guard))
+            assert stashed is not None, "the stashed value is computed at the sum's coordinates"
             self.emit(Store(self.out, linear_index(coords, self.stash.shape), stashed, guard))
         return value
 

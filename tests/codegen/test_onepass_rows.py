@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _emulated import emulated  # noqa: F401  (a fixture)
 
 import fusegrad as fg
-from _emulated import emulated  # noqa: F401  (a fixture)
 from fusegrad.ir.reference import evaluate_many
 from fusegrad.nn import functional as F
 
