@@ -2,10 +2,13 @@
 
 Run:  .venv/bin/python benchmarks/core_ops.py [--quick]   (about 5 minutes on 2 cores)
 
-Five workloads (an elementwise chain over 2^24 floats, row softmax and row sum
-of 4096x4096, the sum of all 2^24 floats, a 1024^3 matmul) plus the
-memory-bandwidth floor of the chain: a plain copy of the same 2^24 floats, read
-once and written once. Every system
+Seven workloads (an elementwise chain over 2^24 floats, row softmax, log-softmax
+and row sum of 4096x4096, layer norm of 8192x1024, the sum of all 2^24 floats, a
+1024^3 matmul) plus the memory-bandwidth floor of the chain and of the row ops: a
+plain copy of the same floats, read once and written once (the row ops and their
+copies are timed in one alternation, and each op's ratio to the copy of its input
+printed: a row op that reads its row from memory once and computes from cache
+costs about one copy). Every system
 runs the same inputs, taken from one `fg.randn` (never zeros), and the answers
 are checked against numpy's before anything is timed.
 
@@ -51,12 +54,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import fusegrad as fg
+from fusegrad.nn import functional as F
 
 try:
     import torch
 except ImportError:  # PyTorch is optional: its columns are left empty
     torch = None
 
+LAYER_NORM_COLS = 1024  # layer norm's rows: half the row ops' floats, 8192x1024
 PAUSE_AFTER_OTHERS_S = 0.2  # OpenBLAS / OpenMP workers spin about 0.1 s after a call
 FUSEGRAD = "fusegrad"
 NUMPY = "numpy"
@@ -165,6 +170,31 @@ def make_cases(n_chain: int, n_rows: int, n_mm: int) -> list[Case]:
         np.copyto(copy_dst, xn)
         return copy_dst
 
+    row_copy_dst = np.empty_like(an)
+
+    def row_copy_np():
+        np.copyto(row_copy_dst, an)
+        return row_copy_dst
+
+    def log_softmax_np():
+        shifted = an - an.max(axis=1, keepdims=True)
+        return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+
+    # layer norm of 8192x1024 (half the floats): the first half of `a`, as its own buffer
+    ln_rows, ln_cols = n_rows * n_rows // 2 // LAYER_NORM_COLS, LAYER_NORM_COLS
+    an_ln = an[: n_rows // 2].reshape(ln_rows, ln_cols).copy()
+    a_ln = fg.from_numpy(an_ln.copy()).realize()
+    ln_copy_dst = np.empty_like(an_ln)
+
+    def ln_copy_np():
+        np.copyto(ln_copy_dst, an_ln)
+        return ln_copy_dst
+
+    def layer_norm_np():
+        mean = an_ln.mean(axis=1, keepdims=True)
+        var = an_ln.var(axis=1, keepdims=True)
+        return (an_ln - mean) / np.sqrt(var + 1e-5)
+
     cases = [
         Case(
             f"copy 2^{n_chain.bit_length() - 1} (floor)",
@@ -190,6 +220,30 @@ def make_cases(n_chain: int, n_rows: int, n_mm: int) -> list[Case]:
             {FUSEGRAD: fg_realized(lambda: a.softmax(dim=1)), NUMPY: softmax_np},
         ),
         Case(
+            f"copy {n_rows}x{n_rows} (row floor)",
+            2 * n_rows * n_rows * f4,
+            "GB/s",
+            {FUSEGRAD: fg_realized(lambda: a + 0), NUMPY: row_copy_np},
+        ),
+        Case(
+            f"log_softmax {n_rows}x{n_rows}",
+            2 * n_rows * n_rows * f4,
+            "GB/s",
+            {FUSEGRAD: fg_realized(lambda: a.log_softmax(dim=1)), NUMPY: log_softmax_np},
+        ),
+        Case(
+            f"copy {ln_rows}x{ln_cols} (row floor)",
+            2 * ln_rows * ln_cols * f4,
+            "GB/s",
+            {FUSEGRAD: fg_realized(lambda: a_ln + 0), NUMPY: ln_copy_np},
+        ),
+        Case(
+            f"layer norm {ln_rows}x{ln_cols}",
+            2 * ln_rows * ln_cols * f4,
+            "GB/s",
+            {FUSEGRAD: fg_realized(lambda: F.layer_norm(a_ln, (ln_cols,))), NUMPY: layer_norm_np},
+        ),
+        Case(
             f"row sum {n_rows}x{n_rows}",
             (n_rows * n_rows + n_rows) * f4,
             "GB/s",
@@ -211,14 +265,22 @@ def make_cases(n_chain: int, n_rows: int, n_mm: int) -> list[Case]:
     if torch is not None:
         xt, at, bt, ct = (torch.from_numpy(v.copy()) for v in (xn, an, bn, cn))
         copy_dst_t = torch.empty_like(xt)
+        row_copy_dst_t = torch.empty_like(at)
+        at_ln = torch.from_numpy(an_ln.copy())
+        ln_copy_dst_t = torch.empty_like(at_ln)
         torch_runs = [
             lambda: copy_dst_t.copy_(xt),
             lambda: torch.relu(torch.exp(xt * 0.5 + 1.0) * xt - 3.0) / (1 + xt * xt),
             lambda: torch.softmax(at, dim=1),
+            lambda: row_copy_dst_t.copy_(at),
+            lambda: torch.log_softmax(at, dim=1),
+            lambda: ln_copy_dst_t.copy_(at_ln),
+            lambda: torch.nn.functional.layer_norm(at_ln, (ln_cols,)),
             lambda: at.sum(1),
             lambda: xt.sum(),
             lambda: bt @ ct,
         ]
+        assert len(torch_runs) == len(cases)
         for case, run in zip(cases, torch_runs):
             case.runs[TORCH] = run
     return cases
@@ -367,6 +429,35 @@ def print_floor(copy: Case, chain: Case) -> None:
     print(f"  fusegrad chain / numpy copy into a preallocated array = {fg_chain / np_copy:5.2f}")
 
 
+ROW_OPS = ("softmax", "log_softmax", "layer norm")  # timed with their copy, "(row floor)"
+
+
+def print_row_floor(rows: list[Case]) -> None:
+    """Each row op's time over the copy of its own input (the copy of as many floats), per
+    system: medians, then the median of the rounds' paired ratios [95% bootstrap interval]
+    for fusegrad. At most 1.3 is the target (issues 32, 28)."""
+    copies = {c.work: c for c in rows if c.name.endswith("(row floor)")}
+    print(
+        "\nrow ops against a copy of their input (one alternation; 'paired': median of the"
+        "\nrounds' ratios [95% bootstrap interval]):"
+    )
+    for case in rows:
+        copy = copies.get(case.work)
+        if copy is None or case is copy:
+            continue
+        parts = []
+        for name in (FUSEGRAD, NUMPY, TORCH):
+            if name in case.timings and name in copy.timings:
+                ratio = median_ms(case.timings[name]) / median_ms(copy.timings[name])
+                parts.append(f"{name} {ratio:5.2f}")
+        mid, low, high, _ = paired(case.timings[FUSEGRAD], copy.timings[FUSEGRAD])
+        print(
+            f"  {case.name:<22} / {copy.name.split(' (')[0]}: "
+            + "   ".join(parts)
+            + f"   fusegrad paired {mid:4.2f} [{low:4.2f}, {high:4.2f}]"
+        )
+
+
 def thread_scaling(cases: list[Case], budget_s: float, most: int) -> None:
     all_threads = fg.config.threads
     print(f"\nfusegrad from 1 thread to {all_threads} (median ms, alternating 1 / {all_threads}):")
@@ -427,7 +518,10 @@ def main() -> None:
     )
     ap.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
     ap.add_argument(
-        "--only", metavar="TEXT", help="time only the workloads whose name contains TEXT"
+        "--only",
+        metavar="TEXT[,TEXT...]",
+        help="time only the workloads whose name contains one of the TEXTs "
+        "(the row ops and their copies: --only softmax,layer,row floor)",
     )
     args = ap.parse_args()
     most, budget_s, warmup = (5, 4.0, 1) if args.quick else (31, 20.0, 2)
@@ -452,21 +546,28 @@ def main() -> None:
         with fg.config.override(cache=cache):
             cases = make_cases(1 << 24, 4096, 1024)
             if args.only:
-                cases = [case for case in cases if args.only in case.name]
+                wanted = args.only.split(",")
+                cases = [case for case in cases if any(w in case.name for w in wanted)]
             checks = {}
             for case in cases:
                 first_call(case)
                 checks[case.name] = check_answers(case)
             # the chain and its copy floor are timed in one alternation
-            floor = [case for case in cases if case.name.startswith(("copy", "chain"))]
+            floor = [case for case in cases if case.name.startswith(("copy 2^", "chain"))]
             groups = [floor] if len(floor) == 2 else [[case] for case in floor]
-            groups += [[case] for case in cases if case not in floor]
+            # the row ops and their copy floor, likewise
+            rows = [case for case in cases if case.name.endswith("(row floor)")]
+            rows += [case for case in cases if case.name.startswith(ROW_OPS)]
+            groups += [rows]
+            groups += [[case] for case in cases if case not in floor and case not in rows]
             for group in groups:
                 measure(group, budget_s * len(group), most, warmup)
             print_table(cases, checks)
             print_paired(cases)
             if len(floor) == 2:
                 print_floor(*floor)
+            if any(case.name.endswith("(row floor)") for case in rows):
+                print_row_floor(rows)
             thread_scaling(cases, budget_s, most)
     note = ""
     if busy_before != "unknown" and float(busy_before.split()[0]) >= BUSY_LOAD:

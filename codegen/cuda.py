@@ -41,6 +41,7 @@ from .gpu import (
 )
 from .loopir import (
     AccInit,
+    AccOnlineExp,
     AccRead,
     AccReduceLanes,
     AccUpdate,
@@ -81,6 +82,33 @@ template <class T, bool IS_MAX> __device__ __forceinline__ T fg_warp_allreduce(T
   for (int d = 16; d > 0; d >>= 1) v = fg_combine<T, IS_MAX>(v, __shfl_xor_sync(~0u, v, d));
   return v;  // every lane holds the warp's total
 }
+// an online softmax's statistics (loopir.AccOnlineExp): a running max m and the sum s of
+// exp(v - m), rescaled when m grows; -inf adds nothing, NaN and +inf give NaN as the
+// two-pass sum does. Pairs merge the same way, in any order to the same bits.
+__device__ __forceinline__ float fg_exp(float x) { return expf(x); }
+__device__ __forceinline__ double fg_exp(double x) { return exp(x); }
+template <class T> __device__ __forceinline__ void fg_online_exp(T& m, T& s, T v) {
+  if (v > m) {
+    s = s * fg_exp(m - v) + (v - v + (T)1);
+    m = v;
+  } else if (v != -(T)INFINITY) {
+    s += fg_exp(v - m);
+    if (v != v) m = v;
+  }
+}
+template <class T> __device__ __forceinline__ void fg_online_merge(T& m, T& s, T m2, T s2) {
+  const T top = fg_max(m, m2);
+  const T a = s == (T)0 ? (T)0 : s * fg_exp(m - top);
+  const T b = s2 == (T)0 ? (T)0 : s2 * fg_exp(m2 - top);
+  m = top;
+  s = a + b;
+}
+template <class T> __device__ __forceinline__ void fg_warp_allreduce_online(T& m, T& s) {
+  for (int d = 16; d > 0; d >>= 1) {
+    const T m2 = __shfl_xor_sync(~0u, m, d), s2 = __shfl_xor_sync(~0u, s, d);
+    fg_online_merge(m, s, m2, s2);
+  }
+}
 __device__ __forceinline__ bool fg_aligned16(const void* p) {
   return ((unsigned long long)p & 15ull) == 0;
 }
@@ -118,6 +146,18 @@ template <class T, bool IS_MAX> __device__ T fg_block_reduce(T v, T* buf, T iden
   v = __shfl_sync(~0u, v, 0);
   __syncthreads();  // buf is free again for the next reduction
   return v;
+}
+// fg_block_reduce for an online softmax's (max, sum) pairs; every thread gets the result
+template <class T> __device__ void fg_block_reduce_online(T& m, T& s, T* bm, T* bs) {
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  fg_warp_allreduce_online(m, s);
+  if (lane == 0) { bm[warp] = m; bs[warp] = s; }
+  __syncthreads();
+  const bool has = lane < (blockDim.x >> 5);
+  m = has ? bm[lane] : -(T)INFINITY;
+  s = has ? bs[lane] : (T)0;
+  fg_warp_allreduce_online(m, s);
+  __syncthreads();  // bm, bs are free again
 }
 """
 
@@ -357,6 +397,9 @@ class _Renderer:
                 first, step = f"part * blockDim.x + {first}", f"{split}LL * blockDim.x"
             if self.gpu.mode == "warp":
                 first, step = "(long long)(threadIdx.x & 31u)", f"{WARP}LL"
+            # a value the statistics pass stores for the output pass (the CPU lowering's
+            # `stashed_row_value`): each thread stores the elements of its own share
+            saved, self.shared_row = self.shared_row, True
             scalar = depth
             if red.vector:
                 self.line(depth, f"if ({self.aligned(red.body, red.vector)}) {{")
@@ -374,6 +417,11 @@ class _Renderer:
             self.line(scalar, "}")
             if red.vector:
                 self.line(depth, "}")
+            self.shared_row = saved
+        if red.online is not None:
+            self.combine_online(red.online, depth)
+            self.sync_stores(red, depth)
+            return True
         # warp shuffles move 4 bytes at least: bools, bytes and shorts travel as int
         dt = _reg(dt)
         narrow = dt.is_bool or dt.itemsize < 4
@@ -389,11 +437,29 @@ class _Renderer:
             self.shared_bytes += 32 * (4 if narrow else dt.itemsize)
             reduced = f"fg_block_reduce<{t}, {is_max}>({value}, {buf}, {identity})"
         self.line(depth, f"{acc} = {reduced}{' != 0' if dt.is_bool else ''};")
+        self.sync_stores(red, depth)
         if self.part == "partials":
             v = f"(unsigned char){acc}" if dt.is_bool else acc
             self.line(depth, f"if (threadIdx.x == 0) {PARTIAL}[blockIdx.x] = {v};")
             return False
         return True
+
+    def sync_stores(self, red: Reduction, depth: int) -> None:
+        """After a reduction whose threads stored values that others read next: a warp's
+        lanes order their memory (a block's reduction ends with `__syncthreads`)."""
+        if self.gpu.mode == "warp" and any(isinstance(s, Store) for s in red.body):
+            self.line(depth, "__syncwarp();")
+
+    def combine_online(self, step: AccOnlineExp, depth: int) -> None:
+        """An online softmax's per-thread (max, sum) pairs, merged over the warp or block."""
+        m, total, t = step.acc_max, step.acc_sum, _reg(step.dtype).cuda
+        if self.gpu.mode == "warp":
+            self.line(depth, f"fg_warp_allreduce_online<{t}>({m}, {total});")
+            return
+        self.shared.append(f"  __shared__ {t} {m}_shared[32];")
+        self.shared.append(f"  __shared__ {t} {total}_shared[32];")
+        self.shared_bytes += 64 * _reg(step.dtype).itemsize
+        self.line(depth, f"fg_block_reduce_online<{t}>({m}, {total}, {m}_shared, {total}_shared);")
 
     def aligned(self, body: list, vector: set[int]) -> str:
         """The condition under which `body`'s vector accesses are 16-byte aligned: their
@@ -812,6 +878,9 @@ class _Renderer:
             )
         if isinstance(s, AccRead):
             return self.decl(s.dst, s.dtype, f"{s.acc}[{index(s.index)}]")
+        if isinstance(s, AccOnlineExp):
+            t = _reg(s.dtype).cuda
+            return f"fg_online_exp<{t}>({s.acc_max}, {s.acc_sum}, {s.value});"
         if isinstance(s, AccReduceLanes):
             self.types[s.dst] = s.dtype
             base = index(s.base)

@@ -66,6 +66,7 @@ from ..ir.ops import Ops
 from ..ir.symbolic import Var, lin
 from .loopir import (
     AccInit,
+    AccOnlineExp,
     AccUpdate,
     Alu,
     Const,
@@ -104,6 +105,9 @@ class Reduction:
     body: list
     length: int
     vector: set[int] = field(default_factory=set)  # id() of its loads read VECTOR at a time
+    # an online softmax's max and sum (`AccOnlineExp`, whose acc_sum is init's): the
+    # partials combine as pairs
+    online: AccOnlineExp | None = None
 
 
 @dataclass
@@ -179,10 +183,13 @@ def _reduction(init: AccInit, loop: Loop) -> Reduction | None:
     while len(body) == 1 and isinstance(body[0], Loop) and body[0].kind == "reduce":
         loops.append(body[0])
         body = body[0].body
+    length = math.prod(lp.extent for lp in loops)
+    online = [s for s in body if isinstance(s, AccOnlineExp) and s.acc_sum == init.acc]
+    if len(online) == 1:
+        return Reduction(init, Ops.ADD, loops, body, length, online=online[0])
     updates = [s for s in body if isinstance(s, AccUpdate) and s.acc == init.acc]
     if len(updates) != 1 or updates[0].index is not None:
         return None
-    length = math.prod(lp.extent for lp in loops)
     return Reduction(init, updates[0].op, loops, body, length)
 
 
@@ -241,7 +248,8 @@ def map_to_gpu(kernel: Kernel, tf32: bool = False) -> GpuKernel:
         return gpu
     split = -(-longest // (block * SPLIT_ITEMS))
     split = min(split, MAX_GRID // extent)
-    if len(reductions) == 1 and extent <= SPLIT_MAX_OUTPUTS and split > 1:
+    paired = any(r.online for r in reductions.values())  # (pass 1 stores one partial)
+    if len(reductions) == 1 and extent <= SPLIT_MAX_OUTPUTS and split > 1 and not paired:
         gpu.split = split
         gpu.grid = extent * gpu.split
         gpu.block2 = min(MAX_BLOCK, _round_up(gpu.split, WARP))

@@ -138,6 +138,20 @@ class AccUpdate:
 
 
 @dataclass
+class AccOnlineExp:
+    """One step of an online softmax's statistics (the GPU's): `acc_max` is the running max
+    of the values seen, `acc_sum` the sum of exp(value - acc_max), rescaled by
+    exp(old - new) whenever the max grows, so both take one pass over the row. A -inf adds
+    nothing; a NaN makes both NaN; a +inf makes the sum NaN (as exp(inf - inf) does in the
+    two-pass sum)."""
+
+    acc_max: str
+    acc_sum: str
+    dtype: DType
+    value: str
+
+
+@dataclass
 class AccRead:
     """The current value of one element of an accumulator tile."""
 
@@ -233,6 +247,10 @@ def _print_block(body, depth: int, lines: list[str]) -> None:
             at = f"[{s.index}]" if s.index is not None else ""
             how = " (in order)" if s.ordered else ""
             lines.append(f"{pad}{s.acc}{at} = {s.op.name.lower()}({s.acc}{at}, {s.value}){how}")
+        elif isinstance(s, AccOnlineExp):
+            lines.append(
+                f"{pad}{s.acc_max}, {s.acc_sum} = online_exp({s.acc_max}, {s.acc_sum}, {s.value})"
+            )
         elif isinstance(s, AccRead):
             lines.append(f"{pad}{s.dst} = {s.acc}[{s.index}]")
         elif isinstance(s, AccReduceLanes):

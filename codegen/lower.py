@@ -18,13 +18,14 @@ import math
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
-from ..ir.dtypes import DType
+from ..ir.dtypes import DType, float32, float64
 from ..ir.node import Node
 from ..ir.ops import ELEMENTWISE, REDUCE, REDUCE_COMBINE, TRANSCENDENTAL, Ops
-from ..ir.schedule import ScheduleItem
+from ..ir.schedule import ScheduleItem, is_squeeze
 from ..ir.symbolic import FloorDiv, Lin, Mod, Var, lin
 from .loopir import (
     AccInit,
+    AccOnlineExp,
     AccRead,
     AccReduceLanes,
     AccUpdate,
@@ -141,11 +142,18 @@ class _Lowerer:
         tile: Tile | None = None,
         cascade_lanes: int = 0,
         row_cascade: bool = False,
+        lane_max: bool = False,
     ):
         self.item = item
         self.row_cascade = row_cascade  # a row kernel's long float sums cascade (the CPU's)
+        # a row kernel's value that its statistics pass stores into the output and its
+        # output pass loads back instead of recomputing (`stashed_row_value`); the CPU's
+        self.stash = stashed_row_value(item) if row_cascade else None
+        self.stash_sums = _sums_computing(item, self.stash)  # ids of the passes storing it
+        self.statistics = 0  # depth of row statistics' passes being emitted (they compute)
         self.tile = tile
         self.cascade_lanes = cascade_lanes  # a float sum in a tree of vector accumulators
+        self.lane_max = lane_max  # the kernel's float max in vector lanes (`gen_lane_max`)
         self.out_groups = out_groups
         self.red_groups = red_groups
         self.params: dict[int, Param] = {}
@@ -406,9 +414,21 @@ class _Lowerer:
             kind = "vector" if k == len(tile_vars) - 1 else "unroll"
             self._open_loop(Loop(v, v.max + 1, [], kind))
         self.scopes.append({})
-        value = self.gen(src, src_coords, guard + edge)
+        value = self._gen_stashing(n, src_coords, guard + edge)
         if edge:
             value = self.emit(Select(self.fresh(), src.dtype, edge, value))
+        return value
+
+    def _gen_stashing(self, n: Node, coords, guard) -> str:
+        """The value reduction n adds at `coords` of its source; where that computes the
+        stashed row value (`stashed_row_value`), it is also stored into the output at its
+        own coordinates (the source's: both have the output's shape), for the output pass
+        to load."""
+        value = self.gen(n.srcs[0], coords, guard)
+        if id(n) in self.stash_sums:
+            stashed = self._lookup((id(self.stash), coords, guard))
+            assert stashed is not None, "the stashed value is computed at the sum's coordinates"
+            self.emit(Store(self.out, linear_index(coords, self.stash.shape), stashed, guard))
         return value
 
     def emit(self, stmt, ops: int = 0):
@@ -439,6 +459,7 @@ class _Lowerer:
             if self._lookup(k) is not None:
                 continue
             inline = m.op in ELEMENTWISE and not (id(m) in self.params and m is not self.item.root)
+            inline = inline and (m is not self.stash or self.statistics > 0)
             if not inline:
                 self.scopes[-1][k] = self._gen(m, coords, guard)
             elif not ready:
@@ -493,6 +514,9 @@ class _Lowerer:
         return None
 
     def _gen(self, n: Node, coords, guard) -> str:
+        if n is self.stash and not self.statistics:  # stored by a statistics pass
+            index = linear_index(coords, n.shape)
+            return self.emit(Load(self.fresh(), n.dtype, self.out, index, guard))
         if id(n) in self.params and n is not self.item.root:
             p = self.params[id(n)]
             return self.emit(Load(self.fresh(), n.dtype, p, linear_index(coords, n.shape), guard))
@@ -536,6 +560,8 @@ class _Lowerer:
             return self._gen_row_reduce(n, coords, guard)
         if self.cascade_lanes:
             return self.gen_cascade(n, coords, guard)
+        if self.lane_max:
+            return self.gen_lane_max(n, coords, guard)
         acc = self._new_acc()
         self.emit(AccInit(acc, n.dtype, reduce_identity(n.op, n.dtype)))
         saved_block, saved_iter = self.block, self.iterations
@@ -550,6 +576,7 @@ class _Lowerer:
         are the trailing ones, one loop; a long float sum is cascaded as a kernel's own."""
         saved = self.red_groups, self.cascade_lanes
         self.red_groups = [tuple(sorted(n.arg))]
+        self.statistics += 1
         row = math.prod(n.srcs[0].shape[a] for a in n.arg)
         long_sum = self.row_cascade and n.op is Ops.SUM and n.dtype.is_float
         long_sum = long_sum and row >= CASCADE_MIN
@@ -557,6 +584,11 @@ class _Lowerer:
         try:
             if self.cascade_lanes:
                 return self.gen_cascade(n, coords, guard)
+            if self.row_cascade and n.op is Ops.REDUCE_MAX and row >= LANE_MAX_MIN:
+                return self.gen_lane_max(n, coords, guard)
+            partner = None if self.row_cascade else self._online_partner(n)
+            if partner is not None:
+                return self.gen_online_exp(n, partner, coords, guard)
             acc = self._new_acc()
             self.emit(AccInit(acc, n.dtype, reduce_identity(n.op, n.dtype)))
             saved_block, saved_iter = self.block, self.iterations
@@ -567,6 +599,67 @@ class _Lowerer:
             return acc
         finally:
             self.red_groups, self.cascade_lanes = saved
+            self.statistics -= 1
+
+    def _online_partner(self, n: Node) -> Node | None:
+        """The row sum of exp(y - max) in this kernel whose max is n (`online_exp_max`)."""
+        if n.op is not Ops.REDUCE_MAX or not n.dtype.is_float:
+            return None
+        return next((m for m in self.item.nodes if online_exp_max(m) is n), None)
+
+    def gen_online_exp(self, n: Node, total: Node, coords, guard) -> str:
+        """Max n and the sum `total` of exp(y - n) in one pass (the GPU's online softmax):
+
+            acc1 = -inf; acc2 = 0
+            for r0 in 0..N: v = y[r0]; acc1, acc2 = online_exp(acc1, acc2, v)
+
+        acc2 is the sum's value at the same coordinates, where the output reads it next."""
+        top, acc = self._new_acc(), self._new_acc()
+        self.emit(AccInit(top, n.dtype, reduce_identity(n.op, n.dtype)))
+        self.emit(AccInit(acc, total.dtype, _zero(total.dtype)))
+        saved_block, saved_iter = self.block, self.iterations
+        value = self._reduction_body(n, coords, guard)
+        self.emit(AccOnlineExp(top, acc, n.dtype, value), 4)
+        self.scopes.pop()
+        self.block, self.iterations = saved_block, saved_iter
+        self.scopes[-1][(id(total), coords, guard)] = acc
+        return top
+
+    def gen_lane_max(self, n: Node, coords, guard) -> str:
+        """A max over one contiguous group of reduction axes, `lanes` elements at a time
+        into a vector of accumulators, combined at the end. LLVM's vectorizer leaves a
+        float max reduction (`llvm.maximum`, which propagates NaN as torch's max does)
+        scalar; written as vectors, a softmax's max pass runs at memory speed. A ragged
+        end is read as the last full vector, overlapping the one before: max is idempotent.
+
+            acc1[64] = -inf
+            for j in 0..64: vector for t in 0..64: acc1[t] = max(acc1[t], x[j*64 + t])
+            m = max over acc1[0 : 64]
+        """
+        src = n.srcs[0]
+        extent = math.prod(src.shape[a] for g in self.red_groups for a in g)
+        lanes = next(w for w in (64, 32, 16, 8) if w <= extent)
+        t = Var("t", 0, lanes - 1)
+        acc = self._new_acc()
+        self.emit(AccInit(acc, n.dtype, reduce_identity(n.op, n.dtype), lanes, lanes))
+
+        def max_vector(expr: Lin) -> None:
+            red_coords = _coords_from_groups(src.shape, self.red_groups, [expr])
+            src_coords = tuple(red_coords[i] if i in n.arg else c for i, c in enumerate(coords))
+            with self._tile_loops([t]):
+                value = self.gen(src, src_coords, guard)
+                self.emit(AccUpdate(acc, n.dtype, Ops.MAX, value, lin(t)), 1)
+
+        vectors, tail = divmod(extent, lanes)
+        if vectors == 1:
+            max_vector(lin(t))
+        else:
+            j = Var(self.fresh("j"), 0, vectors - 1)
+            with self._loop(j, "reduce"):
+                max_vector(lin(j) * lanes + t)
+        if tail:
+            max_vector(lin(extent - lanes) + t)
+        return self.emit(AccReduceLanes(self.fresh(), n.dtype, acc, lin(0), lanes, Ops.MAX))
 
     # ---------------------------------------------------------------- cascaded sums
     def _tile_cascades(self, size: int) -> bool:
@@ -631,7 +724,7 @@ class _Lowerer:
             red_coords = _coords_from_groups(src.shape, self.red_groups, [*outer, expr])
             src_coords = tuple(red_coords[i] if i in red.arg else c for i, c in enumerate(coords))
             with self._tile_loops(loops):
-                value = self.gen(src, src_coords, guard + edge)
+                value = self._gen_stashing(red, src_coords, guard + edge)
                 if edge:
                     value = self.emit(Select(self.fresh(), src.dtype, edge, value))
                 self.emit(AccUpdate(acc, red.dtype, Ops.ADD, value, slot, ordered=True), 1)
@@ -737,6 +830,122 @@ class _Lowerer:
         finally:
             self.scopes.pop()
             self.block, self.iterations = saved_block, saved_iter
+
+
+LANE_MAX_MIN = 8  # a shorter row's max stays one scalar loop
+
+
+def online_exp_max(n: Node) -> Node | None:
+    """The pattern the GPU computes as an online softmax (`AccOnlineExp`), its one entry:
+    `sum(exp(y - expand(detach?(max(y)))))`, the max and the sum over the same axes of the
+    same y. Returns the max node, or None.
+
+    >>> import fusegrad as fg
+    >>> x = fg.randn(4, 8)
+    >>> e = (x - x.amax(1, keepdim=True).detach()).exp()
+    >>> online_exp_max(e.sum(1, keepdim=True).node).op.name
+    'REDUCE_MAX'
+    """
+    if n.op is not Ops.SUM or n.srcs[0].op is not Ops.EXP:
+        return None
+    diff = n.srcs[0].srcs[0]
+    if diff.op is not Ops.ADD:
+        return None
+    for y, neg in (diff.srcs, diff.srcs[::-1]):
+        if neg.op is not Ops.NEG:
+            continue
+        m = neg.srcs[0]
+        while m.op in (Ops.EXPAND, Ops.DETACH) or is_squeeze(m):
+            m = m.srcs[0]
+        if m.op is Ops.REDUCE_MAX and m.srcs[0] is y and m.arg == n.arg and m.shape == n.shape:
+            return m
+    return None
+
+
+def stashed_row_value(item: ScheduleItem) -> Node | None:
+    """The value a row kernel (ir/schedule.py, rule 6) computes for every element both in
+    a row sum's pass and in its output pass, which the sum's pass should store into the
+    output buffer and the output pass load back and overwrite in place: a softmax's
+    `exp(x - max)` (its transcendental then runs once per element), a log-softmax's
+    `x - max`, a layer norm's `x - mean`. Besides the work saved, the output's memory
+    traffic (its lines fetched for writing) moves into a pass that computes, where it
+    overlaps the arithmetic; the reload hits cache (the row fits, `ROW_CACHE_BYTES`).
+
+    The value: elementwise, computed inside a row SUM's source, of the output's shape and
+    dtype (float32 or float64: what is stored is what was computed), read by the output
+    at its own coordinates only; of several, the last computed (the most work). The kernel
+    has one output and several rows, so each thread owns whole rows and no thread's
+    statistics pass writes where another's output pass already has.
+    """
+    root = item.root
+    if item.reduce is not None or item.extra or root.dtype not in (float32, float64):
+        return None
+    inside = {id(m) for m in item.nodes}
+    summed: set[int] = set()  # computed inside a row sum's pass
+    for n in item.nodes:
+        if n.op is Ops.SUM and n.numel > 1:
+            summed |= _computed_for(n.srcs[0], inside)
+    best = None
+    for v in item.nodes:  # sources first: the last that qualifies is the most work
+        if id(v) not in summed or v.op not in ELEMENTWISE or v.op is Ops.CONST:
+            continue
+        if v.shape != root.shape or v.dtype != root.dtype:
+            continue
+        if _read_at_own_coordinates(item.nodes, v, root) and _varies(v, inside):
+            best = v
+    return best
+
+
+def _sums_computing(item: ScheduleItem, v: Node | None) -> set[int]:
+    """ids of the row sums of a kernel whose passes compute v."""
+    if v is None:
+        return set()
+    inside = {id(m) for m in item.nodes}
+    return {
+        id(n) for n in item.nodes if n.op is Ops.SUM and id(v) in _computed_for(n.srcs[0], inside)
+    }
+
+
+def _computed_for(v: Node, inside: set[int]) -> set[int]:
+    """ids of the nodes computed inside a kernel to get v (down to reductions and loads)."""
+    stack, seen = [v], set()
+    while stack:
+        m = stack.pop()
+        if id(m) in seen or id(m) not in inside or m.op in REDUCE:
+            continue
+        seen.add(id(m))
+        stack.extend(m.srcs)
+    return seen
+
+
+def _read_at_own_coordinates(nodes: list[Node], v: Node, root: Node) -> bool:
+    """Whether root reads v, and every path from v up to root is elementwise at root's shape
+    (reductions reading v on the way are passes of their own, not the output's)."""
+    reaches = {id(v)}
+    for m in nodes:  # sources first
+        if m.op in REDUCE or not any(id(s) in reaches for s in m.srcs):
+            continue
+        if m.op not in ELEMENTWISE or m.shape != root.shape:
+            return False
+        reaches.add(id(m))
+    return id(root) in reaches
+
+
+def _varies(v: Node, inside: set[int]) -> bool:
+    """Whether v changes along the row: it reads an element of a buffer, not only row
+    statistics broadcast back (`-max` is one value per row, cheaper computed than loaded)."""
+    stack, seen = [v], set()
+    while stack:
+        m = stack.pop()
+        if id(m) in seen or m.op in REDUCE or m.op is Ops.CONST:
+            continue
+        seen.add(id(m))
+        if id(m) not in inside or m.op is Ops.RAND:  # a loaded value
+            return True
+        if m.op is Ops.EXPAND:
+            continue  # a broadcast: the same value along the axes it spreads
+        stack.extend(m.srcs)
+    return False
 
 
 def _substitute(body: list, env: dict) -> None:
@@ -860,6 +1069,8 @@ def lower(item: ScheduleItem, tile: bool = True) -> Kernel:
     chosen = choose_tile(plain, item, state["out"]) if tile else None
     if chosen is not None:
         return _Lowerer(item, state["out"], state["red"], chosen).lower()
+    if tile and lane_max(plain, item, state["red"]):
+        return _Lowerer(item, state["out"], state["red"], lane_max=True).lower()
     # cascaded sums are the CPU's (tile=True); the GPU lowering reduces a plain loop over a block
     lanes = cascade_lanes(plain, item) if tile else 0
     if lanes:
@@ -894,6 +1105,46 @@ CASCADE_MIN = 1024  # a shorter sum is accurate as LLVM vectorizes it (<= 16 add
 CASCADE_TILE_MAX = 64  # a tile's accumulators, times its levels, must fit the registers
 
 
+def _streamed_reduce_loop(plain: Kernel) -> Loop | None:
+    """The innermost reduction loop of a plain kernel when every operand it reads is read
+    contiguously along it, or not at all (a row sum, a row max); else None."""
+    inner: list[Loop] = []
+
+    def walk(body):
+        for s in body:
+            if isinstance(s, Loop):
+                if s.kind == "reduce":
+                    inner[:] = [s]
+                walk(s.body)
+
+    walk(plain.body)
+    if not inner:
+        return None
+    loop = inner[0]
+
+    def divides(e: Lin) -> bool:  # the loop variable inside a division: lane by lane
+        return any(isinstance(a, (FloorDiv, Mod)) and loop.var in a.x.atoms() for a in e.atoms())
+
+    for s in loop.body:
+        if not isinstance(s, (Load, Const, Alu, Select, AccUpdate)):
+            return None
+        if isinstance(s, Load) and (s.index.coef(loop.var) not in (0, 1) or divides(s.index)):
+            return None
+        if any(divides(c) for c in getattr(s, "valid", ())):
+            return None
+    return loop
+
+
+def lane_max(plain: Kernel, item: ScheduleItem, red_groups) -> bool:
+    """Whether a float max reduction runs in vector lanes (`_Lowerer.gen_lane_max`): one
+    reduction group, read contiguously along its innermost loop, at least LANE_MAX_MIN long."""
+    red = item.reduce
+    if red is None or red.op is not Ops.REDUCE_MAX or not red.dtype.is_float:
+        return False
+    loop = _streamed_reduce_loop(plain)
+    return len(red_groups) == 1 and loop is not None and loop.extent >= LANE_MAX_MIN
+
+
 def cascade_lanes(plain: Kernel, item: ScheduleItem) -> int:
     """The vector width of a cascaded sum for this kernel, or 0 where it keeps its plain loops.
 
@@ -908,30 +1159,9 @@ def cascade_lanes(plain: Kernel, item: ScheduleItem) -> int:
         return 0
     if math.prod(red.srcs[0].shape) // max(red.numel, 1) < CASCADE_MIN:
         return 0
-    inner: list[Loop] = []
-
-    def walk(body):
-        for s in body:
-            if isinstance(s, Loop):
-                if s.kind == "reduce":
-                    inner[:] = [s]
-                walk(s.body)
-
-    walk(plain.body)
-    if not inner or inner[0].extent < 128:
+    loop = _streamed_reduce_loop(plain)
+    if loop is None or loop.extent < 128:
         return 0
-    loop = inner[0]
-
-    def divides(e: Lin) -> bool:  # the loop variable inside a division: lane by lane
-        return any(isinstance(a, (FloorDiv, Mod)) and loop.var in a.x.atoms() for a in e.atoms())
-
-    for s in loop.body:
-        if not isinstance(s, (Load, Const, Alu, Select, AccUpdate)):
-            return 0
-        if isinstance(s, Load) and (s.index.coef(loop.var) not in (0, 1) or divides(s.index)):
-            return 0
-        if any(divides(c) for c in getattr(s, "valid", ())):
-            return 0
     return 64 if loop.extent >= 256 else 32
 
 
