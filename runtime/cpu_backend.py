@@ -12,7 +12,7 @@ import numpy as np
 
 from ..codegen.llvm import render_llvm
 from ..codegen.lower import kernel_symbol, lower
-from . import item_cache, phases
+from . import item_cache, phases, pool
 from .backend_registry import Backend, register_backend
 from .buffer import Buffer, clear_pool, give_scratch, take_scratch
 from .compiler import CompiledKernel, compile_kernels
@@ -191,6 +191,8 @@ class CpuBackend(Backend):
         (`runtime/item_cache.py`) where they are there, their object files then from the
         object cache; the others lowered and `compile_many`'d (rendered, compiled side by
         side) as without it, and saved there."""
+        if effective_threads() > 1:  # the worker pool's code, compiled beside this
+            pool.compile_ahead()
         loops: list = [None] * len(items)
         compiled: list = [None] * len(items)
         jobs: dict[int, tuple] = {}
