@@ -511,8 +511,9 @@ def compile_ahead() -> None:
     left for `functions()` to raise where it is needed."""
     global _ahead
     if _ahead is None:
+        # not a daemon: the interpreter waits for it at exit rather than unloading LLVM
+        # under a thread still inside it
         _ahead = threading.Thread(target=_compile_quietly, name="fusegrad-pool-compile")
-        _ahead.daemon = True
         _ahead.start()
 
 
