@@ -157,6 +157,20 @@ class _Renderer:
 
     def vindex(self, e: Lin) -> str:
         """A <W x i64> of the index in every lane of the vector loop."""
+        step = self.lane_step(e)
+        if step is not None:  # lane k is base + k * step: one substitution, not W
+            base = e.substitute({self.vec_var: lin(0)})
+            if base.is_const:
+                return (
+                    "<" + ", ".join(f"i64 {base.const + k * step}" for k in range(self.width)) + ">"
+                )
+            b = self.splat(self.index(base), "i64")
+            offs = "<" + ", ".join(f"i64 {k * step}" for k in range(self.width)) + ">"
+            return self.emit(f"add <{self.width} x i64> {b}, {offs}")
+        return self.vindex_lane_by_lane(e)
+
+    def vindex_lane_by_lane(self, e: Lin) -> str:
+        """`vindex` from each lane's own expression (any `e`; W substitutions)."""
         lanes = []
         for k in range(self.width):
             lanes.append(e.substitute({self.vec_var: lin(k)}))
@@ -174,6 +188,17 @@ class _Renderer:
                 f"insertelement <{self.width} x i64> {vec}, i64 {self.index(x)}, i64 {k}"
             )
         return vec
+
+    def lane_step(self, e: Lin) -> int | None:
+        """The vector variable's coefficient in `e` where it appears only as a term of its
+        own (so `e` is affine in it), else None (it is inside a division or a remainder)."""
+        step = 0
+        for atom, coef in e.terms:
+            if atom == self.vec_var:
+                step = coef
+            elif isinstance(atom, (FloorDiv, Mod)) and self.vec_var in atom.x.atoms():
+                return None
+        return step
 
     def valid(self, conds) -> tuple[str, bool]:
         """The conjunction of `cond >= 0`, scalar i1 or a lane mask if a condition moves."""

@@ -1055,8 +1055,18 @@ def lower(item: ScheduleItem, tile: bool = True) -> Kernel:
     # merging reduce axes first, with the output axes unmerged, then the output axes
     state = {"out": [(a,) for a in out_axes], "red": [(a,) for a in red_axes]}
 
+    # the merge search lowers each grouping it scores; the one it ends on is the plain
+    # kernel, so each grouping is lowered once
+    lowered: dict[tuple, Kernel] = {}
+
+    def lowered_with(out_groups, red_groups) -> Kernel:
+        key = (tuple(out_groups), tuple(red_groups))
+        if key not in lowered:
+            lowered[key] = _Lowerer(item, out_groups, red_groups).lower()
+        return lowered[key]
+
     def score_with(out_groups, red_groups) -> int:
-        return _divmod_score(_Lowerer(item, out_groups, red_groups).lower())
+        return _divmod_score(lowered_with(out_groups, red_groups))
 
     if len(red_axes) > 1 and _contiguous_axes(red_axes):
         state["red"] = _merge_groups(red_axes, lambda g: score_with(state["out"], g))
@@ -1065,7 +1075,7 @@ def lower(item: ScheduleItem, tile: bool = True) -> Kernel:
         state["out"] = _merge_groups(out_axes, lambda g: score_with(g, state["red"]))
     if row_stats and tile:  # the CPU cascades a row kernel's long sums; the GPU splits them
         return _Lowerer(item, state["out"], state["red"], row_cascade=True).lower()
-    plain = _Lowerer(item, state["out"], state["red"]).lower()
+    plain = lowered_with(state["out"], state["red"])
     chosen = choose_tile(plain, item, state["out"]) if tile else None
     if chosen is not None:
         return _Lowerer(item, state["out"], state["red"], chosen).lower()

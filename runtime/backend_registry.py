@@ -26,6 +26,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..ir.dtypes import DType
+from . import phases
 
 HOST = "cpu"  # the device of host memory: where values without a device are computed
 
@@ -119,6 +120,14 @@ class Backend(ABC):
         """`compile` for each of a new plan's kernels; a backend that can compile several
         side by side does so here (the CPU's forks processes)."""
         return [self.compile(loop) for loop in loops]
+
+    def lower_and_compile(self, items: list) -> tuple[list, list]:
+        """A new plan's schedule items lowered and compiled: (their loop IR, their compiled
+        kernels). A backend with a cache of lowered kernels starts from it here (the CPU's
+        disk cache of scheduled kernels, `runtime/item_cache.py`)."""
+        with phases.timed("lower"):
+            loops = [self.lower(item) for item in items]
+        return loops, self.compile_many(loops)
 
     def prepare(self, plan) -> None:
         """Called once on a new plan before it is cached (the CPU builds its native

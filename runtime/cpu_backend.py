@@ -12,7 +12,7 @@ import numpy as np
 
 from ..codegen.llvm import render_llvm
 from ..codegen.lower import kernel_symbol, lower
-from . import phases
+from . import item_cache, phases, pool
 from .backend_registry import Backend, register_backend
 from .buffer import Buffer, clear_pool, give_scratch, take_scratch
 from .compiler import CompiledKernel, compile_kernels
@@ -181,16 +181,42 @@ class CpuBackend(Backend):
         return self.compile_many([loop])[0]
 
     def compile_many(self, loops: list) -> list[CompiledKernel]:
-        jobs = []
         with phases.timed("render"):
-            for loop in loops:
-                source = render_llvm(loop, "KERNEL")
-                symbol = kernel_symbol(source, loop.name)
-                loop.name = symbol  # one name in the listing, launch line, dump and profile
-                source = source.replace("@KERNEL(", f"@{symbol}(")
-                jobs.append((source, symbol, len(loop.params), 3))
+            jobs = [_job(loop, _render(loop)) for loop in loops]
         with phases.timed("llvm"):
             return compile_kernels(jobs)
+
+    def lower_and_compile(self, items: list) -> tuple[list, list[CompiledKernel]]:
+        """Each item's loop IR and LLVM source from the disk cache of scheduled kernels
+        (`runtime/item_cache.py`) where they are there, their object files then from the
+        object cache; the others lowered and `compile_many`'d (rendered, compiled side by
+        side) as without it, and saved there."""
+        if effective_threads() > 1:  # the worker pool's code, compiled beside this
+            pool.compile_ahead()
+        loops: list = [None] * len(items)
+        compiled: list = [None] * len(items)
+        jobs: dict[int, tuple] = {}
+        with phases.timed("lower"):  # the cache's look-ups count as lowering
+            keys = [item_cache.item_key(item) if config.cache else None for item in items]
+            for i, key in enumerate(keys):
+                found = item_cache.load(key) if key else None
+                if found is not None:
+                    loops[i], source = found
+                    jobs[i] = _job(loops[i], source)
+            missing = [i for i in range(len(items)) if i not in jobs]
+            for i in missing:
+                loops[i] = self.lower(items[i])
+        if jobs:
+            with phases.timed("llvm"):
+                compiled_found = compile_kernels(list(jobs.values()))
+            for i, kernel in zip(jobs, compiled_found):
+                compiled[i] = kernel
+        if missing:
+            for i, kernel in zip(missing, self.compile_many([loops[i] for i in missing])):
+                compiled[i] = kernel
+                if keys[i]:
+                    item_cache.store(keys[i], loops[i], kernel.source)
+        return loops, compiled
 
     def prepare(self, plan: Plan) -> None:
         if config.program:
@@ -206,6 +232,20 @@ class CpuBackend(Backend):
     def launch(self, step, outs: list[Buffer], inputs: list[Buffer], timed: bool) -> None:
         ptrs = [b.ptr for b in outs] + [b.ptr for b in inputs]
         launch(step.record.compiled, step.extent, step.work, ptrs)
+
+
+def _render(loop) -> str:
+    """A loop-IR kernel's LLVM source, its function named by its symbol, which `loop.name`
+    becomes (one name in the listing, launch line, dump and profile)."""
+    source = render_llvm(loop, "KERNEL")
+    symbol = kernel_symbol(source, loop.name)
+    loop.name = symbol
+    return source.replace("@KERNEL(", f"@{symbol}(")
+
+
+def _job(loop, source: str) -> tuple[str, str, int, int]:
+    """The compile job of a rendered kernel: (source, symbol, parameters, level)."""
+    return source, loop.name, len(loop.params), 3
 
 
 @functools.lru_cache(maxsize=1)

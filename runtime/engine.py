@@ -332,9 +332,8 @@ def compile_plan(todo: list[Node], leaves: list[Node], has_value, device: str = 
             last_read[id(n)] = k
     wanted = {id(n) for n in todo}
     backend = get_backend(device)
-    with phases.timed("lower"):
-        loops = [backend.lower(item) for item in items]
-    compiled = backend.compile_many(loops)  # side by side where the backend can
+    # lowered and compiled side by side, or read from a cache, where the backend can
+    loops, compiled = backend.lower_and_compile(items)
     steps: list[Step] = []
     for k, item in enumerate(items):
         rec, extent, work = _record(item, loops[k], compiled[k])

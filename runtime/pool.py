@@ -42,8 +42,10 @@ import ctypes
 import functools
 import platform
 import sys
+import threading
 import time
 
+from . import forksafe
 from .compiler import compile_kernel
 
 MAX_ARGS = 62  # pointer arguments a kernel run by the pool may take (64 in all)
@@ -496,9 +498,38 @@ def render() -> str:
 _kept = []  # the pool's compiled code: its workers run it as long as the process lives
 
 
-@functools.lru_cache(maxsize=1)
 def functions() -> dict[str, int]:
     """The five functions' addresses (compiled once per process, or read from the cache)."""
+    with _functions_lock:  # (one compile, if `compile_ahead`'s thread is at it)
+        return _functions()
+
+
+def compile_ahead() -> None:
+    """Compile the pool's code on a thread of its own, once per process, while this one
+    goes on (a new plan's lowering and rendering: LLVM runs without the GIL), so a cold
+    first step does not wait for it when its first kernel starts the pool. A failure is
+    left for `functions()` to raise where it is needed."""
+    global _ahead
+    if _ahead is None:
+        # not a daemon: the interpreter waits for it at exit rather than unloading LLVM
+        # under a thread still inside it
+        _ahead = threading.Thread(target=_compile_quietly, name="fusegrad-pool-compile")
+        _ahead.start()
+
+
+def _compile_quietly() -> None:
+    try:
+        functions()
+    except Exception:  # said again, where it matters, by the pool's own call
+        pass
+
+
+_functions_lock = forksafe.Lock()
+_ahead: threading.Thread | None = None
+
+
+@functools.lru_cache(maxsize=1)
+def _functions() -> dict[str, int]:
     source = render()
     compiled = compile_kernel(source, "fg_pool_run", 2)
     # the workers live until the process ends, parked in this code: its library must never

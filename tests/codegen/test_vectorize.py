@@ -235,3 +235,51 @@ def test_the_checks_see_a_scalar_kernel():
     ir = "%1 = call float @expf(float %x)\n%2 = call <16 x float> @llvm.fma.v16f32(<16 x float>"
     assert NON_INTRINSIC_CALL.findall(ir) == ["expf"]
     assert vector_lanes(ir, "float") == 16
+
+
+# ---------------------------------------------------------------- vector indices
+
+
+def _vindex_both_ways(e, width: int = 8):
+    """vindex's text through its affine shortcut and lane by lane, each from a fresh renderer
+    inside a vector loop over `v` with an outer loop variable `i`."""
+    from fusegrad.codegen.llvm import _Renderer
+    from fusegrad.codegen.loopir import Kernel
+    from fusegrad.ir.symbolic import Var
+
+    texts = []
+    for way in ("vindex", "vindex_lane_by_lane"):
+        r = _Renderer(Kernel("k", [], [], 1, 0), "k")
+        r.width, r.vec_var = width, Var("v", 0, width - 1)
+        r.loop_names["i"] = "i.1"
+        value = getattr(r, way)(e)
+        texts.append((value, list(r.lines)))
+    return texts
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda i, v: v * 3 + 5,  # constant in every lane
+        lambda i, v: i * 64 + v,  # contiguous
+        lambda i, v: i * 64 - v * 2 + 7,  # a negative stride
+        lambda i, v: (i // 3) * 16 + (i % 3) + v * 4,  # divisions of another variable
+        lambda i, v: i * 0 + 9 + v * 0,  # the vector variable absent
+    ],
+)
+def test_an_affine_vector_index_is_rendered_as_lane_by_lane(make):
+    from fusegrad.ir.symbolic import Var, lin
+
+    i, v = Var("i", 0, 99), Var("v", 0, 7)
+    e = make(lin(i), lin(v))
+    fast, slow = _vindex_both_ways(e)
+    assert fast == slow
+
+
+def test_a_vector_index_through_a_division_goes_lane_by_lane():
+    from fusegrad.ir.symbolic import Var, lin
+
+    i, v = Var("i", 0, 99), Var("v", 0, 7)
+    e = (lin(i) * 8 + lin(v)) // 3
+    fast, slow = _vindex_both_ways(e)
+    assert fast == slow and "insertelement" in "\n".join(fast[1])

@@ -78,8 +78,10 @@ class _Tagged(CpuBackend):
 
 
 @pytest.fixture
-def tagged(monkeypatch):
-    """`_Tagged` registered as device "tagged" for one test."""
+def tagged(monkeypatch, tmp_path):
+    """`_Tagged` registered as device "tagged" for one test, with an empty disk cache (a
+    warm one would give the CPU's kernels without `compile_many`)."""
+    monkeypatch.setattr(fg.config, "cache", str(tmp_path))
     for table in ("_factories", "_instances", "_by_device"):
         monkeypatch.setattr(registry, table, dict(getattr(registry, table)))
     registry.register_backend("tagged", _Tagged)

@@ -176,3 +176,41 @@ def test_the_workers_spin_settings_are_in_cycles_of_the_counter_they_read(new_po
     assert per_us > 1
     assert pool.words[native.Layout.JOB_SPIN] == int(native.JOB_SPIN_US * per_us)
     assert pool.words[native.Layout.WAKE_SPIN] == int(native.WAKE_SPIN_US * per_us)
+
+
+# ---------------------------------------------------------------- compiled ahead
+
+AHEAD = """\
+import json, os, sys, threading
+import numpy as np
+import fusegrad as fg
+from fusegrad.runtime import compiler, pool
+assert pool._ahead is None
+x = fg.tensor(np.linspace(-4, 4, 1 << 16, dtype=np.float32))
+y = ((x * 0.5).exp() + 1.0).numpy()  # a new plan: its lowering starts the pool's compile
+assert pool._ahead is not None
+pool._ahead.join(60)
+assert not pool._ahead.is_alive()
+before = dict(compiler.stats)
+fns = pool.functions()  # compiled already: nothing more
+assert dict(compiler.stats) == before, (before, compiler.stats)
+assert all(fns.values())
+want = np.exp(np.linspace(-4, 4, 1 << 16, dtype=np.float32).astype(np.float64) * 0.5) + 1.0
+np.testing.assert_allclose(y, want, rtol=1e-5)
+print(json.dumps(compiler.stats))
+"""
+
+
+def test_a_new_plan_compiles_the_pools_code_ahead_once(tmp_path):
+    """The worker pool's code is compiled on a thread of its own when the first plan is
+    lowered (with more than one thread), and the pool's own call then compiles nothing."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEGRAD_")}
+    env.update(FUSEGRAD_CACHE=str(tmp_path / "cache"), FUSEGRAD_THREADS="2")
+    proc = subprocess.run(
+        [sys.executable, "-c", AHEAD], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
