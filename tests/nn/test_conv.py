@@ -278,3 +278,43 @@ def test_conv_special_shapes_at_wide_rows(shape, kernel, padding):
     dx, dw = _numpy_conv_grads(x, w, g, (1, 1), pads, (1, 1), 1)
     np.testing.assert_allclose(xt.grad.numpy(), dx, atol=1e-10)
     np.testing.assert_allclose(wt.grad.numpy(), dw, atol=1e-10)
+
+
+@pytest.mark.parametrize("user_pad", [True, False])
+def test_conv1d_of_permuted_word_vectors_is_copied_in_order_and_tiled(user_pad):
+    """MiniTorch's sentiment CNN: (B, L, D) vectors, permute(0, 2, 1), F.pad(x, (0, k - 1)),
+    conv1d. Read in place, the windows of that view are strided along L and guarded by the
+    pad, and the contraction ran as a scalar loop; a copy in order (one read and write of
+    each element, against the 100 x 3 reads of the windows) keeps its register tiles."""
+    from fusegrad.nn import functional as F
+
+    rng = np.random.default_rng(5)
+    v = rng.standard_normal((3, 20, 6)).astype(np.float32)
+    w = rng.standard_normal((16, 6, 3)).astype(np.float32)
+    vt, wt = fg.tensor(v, requires_grad=True), fg.tensor(w, requires_grad=True)
+    x = vt.permute(0, 2, 1)
+    y = F.conv1d(F.pad(x, (0, 2)) if user_pad else x, wt)
+    ks = fg.kernels(y)
+    copy = [k for k in ks if "copied in order" in k.reason]
+    assert len(copy) == 1, [(k.name, k.reason) for k in ks]
+    assert "unrolled for i" in ks[-1].loop_ir and "vector for t" in ks[-1].loop_ir
+    xp = np.pad(v.transpose(0, 2, 1), ((0, 0), (0, 0), (0, 2) if user_pad else (0, 0)))
+    want = ref_conv(xp.astype(np.float64), w.astype(np.float64), None, (1,), (0,), (1,), 1)
+    np.testing.assert_allclose(y.detach().numpy(), want, rtol=1e-4, atol=1e-4)
+    g = rng.standard_normal(want.shape)
+    (y * fg.tensor(g.astype(np.float32))).sum().backward()
+    dxp, dw = _numpy_conv_grads(xp, w, g, (1,), (0,), (1,), 1)
+    np.testing.assert_allclose(wt.grad.numpy(), dw, rtol=1e-4, atol=1e-3)
+    dv = dxp[:, :, :20].transpose(0, 2, 1)
+    np.testing.assert_allclose(vt.grad.numpy(), dv, rtol=1e-4, atol=1e-3)
+
+
+def test_an_input_read_once_by_its_windows_is_not_copied():
+    """A 1x1 convolution with one output channel per group reads each element once: reading
+    the permuted view in place costs no more than a copy would, so there is none."""
+    x = fg.randn(2, 5, 4).permute(0, 2, 1)  # (2, 4, 5)
+    w = fg.randn(4, 1, 1)
+    y = C.conv1d(x, w, groups=4)
+    assert not [k for k in fg.kernels(y) if "copied in order" in k.reason]
+    want = x.numpy()[:, :, :] * w.numpy()[:, 0, 0][None, :, None]
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-6)
