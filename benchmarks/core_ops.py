@@ -8,7 +8,10 @@ and row sum of 4096x4096, layer norm of 8192x1024, the sum of all 2^24 floats, a
 plain copy of the same floats, read once and written once (the row ops and their
 copies are timed in one alternation, and each op's ratio to the copy of its input
 printed: a row op that reads its row from memory once and computes from cache
-costs about one copy). Every system
+costs about one copy); then a convolution (64x32x56x56 -> 64, 3x3, padding 1,
+bias and relu), forward alone and forward + backward, timed in one alternation
+with the sgemm it is as an implicit GEMM (200704x288 @ 288x64), so their
+GFLOP/s compare within a run. Every system
 runs the same inputs, taken from one `fg.randn` (never zeros), and the answers
 are checked against numpy's before anything is timed.
 
@@ -66,6 +69,7 @@ PAUSE_AFTER_OTHERS_S = 0.2  # OpenBLAS / OpenMP workers spin about 0.1 s after a
 FUSEGRAD = "fusegrad"
 NUMPY = "numpy"
 TORCH = "torch"
+TORCH_COMPILE = "torch.compile"
 
 
 @dataclass
@@ -76,6 +80,7 @@ class Case:
     work: float  # bytes moved (unit GB/s) or floating-point operations (unit GFLOP/s)
     unit: str
     runs: dict[str, Callable[[], object]]
+    reference: Callable[[], np.ndarray] | None = None  # the answer, where numpy runs no system
     timings: dict[str, list[float]] = field(default_factory=dict)
     kernel_seconds: list[float] = field(default_factory=list)
     first_call_ms: float = 0.0
@@ -286,27 +291,168 @@ def make_cases(n_chain: int, n_rows: int, n_mm: int) -> list[Case]:
     return cases
 
 
+# the convolution: batch, input channels, image side, output channels, kernel side (padding k//2)
+CONV = (64, 32, 56, 64, 3)
+
+
+def conv_relu_np(x, w, b) -> tuple[np.ndarray, np.ndarray]:
+    """relu(conv2d(x, w, b, padding=k//2)) in numpy, and the padded input's windows."""
+    k = w.shape[-1]
+    xp = np.pad(x, ((0, 0), (0, 0), (k // 2, k // 2), (k // 2, k // 2)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, (k, k), axis=(2, 3))  # N C H W k k
+    y = np.einsum("nchwij,ocij->nohw", win, w, optimize=True) + b[None, :, None, None]
+    return np.maximum(y, 0), win
+
+
+def conv_relu_grads_np(x, w, b, gy) -> list[np.ndarray]:
+    """relu(conv2d(x, w, b)) and its gradients dx, dw, db for the output gradient gy."""
+    y, win = conv_relu_np(x, w, b)
+    gz = gy * (y > 0)
+    k, side = w.shape[-1], x.shape[-1]
+    dxp = np.zeros((x.shape[0], x.shape[1], side + k - 1, side + k - 1), np.float32)
+    for i in range(k):
+        for j in range(k):
+            dxp[:, :, i : i + side, j : j + side] += np.einsum("nohw,oc->nchw", gz, w[:, :, i, j])
+    dx = dxp[:, :, k // 2 : k // 2 + side, k // 2 : k // 2 + side]
+    dw = np.einsum("nchwij,nohw->ocij", win, gz, optimize=True)
+    return [y, dx, dw, gz.sum((0, 2, 3))]
+
+
+def make_conv_cases(compile_torch: bool) -> list[Case]:
+    """The convolution, forward and forward + backward, beside the sgemm it is as an
+    implicit GEMM (batch * pixels x in-channels * kernel @ that x out-channels): the same
+    FLOPs, timed in one alternation, so their GFLOP/s compare within the run."""
+    from fusegrad.nn import functional as F
+
+    batch, cin, side, cout, k = CONV
+    fg.manual_seed(1)
+    rows, depth = batch * side * side, cin * k * k
+
+    def on_grid(shape, step: float):
+        # random values on a grid of `step`: every sum here is exact in float32 in any order,
+        # so relu's ties (an output of exactly 0) fall alike in every system and numpy
+        return fg.tensor(np.round(np.array(fg.randn(*shape).numpy()) / step) * step)
+
+    x, gy = on_grid((batch, cin, side, side), 1 / 8), on_grid((batch, cout, side, side), 1 / 8)
+    w, b = (on_grid((cout, cin, k, k), 1 / 64) / 16).realize(), on_grid((cout,), 1 / 64)
+    a_mm, b_mm = fg.randn(rows, depth).realize(), fg.randn(depth, cout).realize()
+    xn, wn, bn, gyn, an, bmn = (np.array(t.numpy()) for t in (x, w, b, gy, a_mm, b_mm))
+    xg, wg, bg = (t.detach().requires_grad_() for t in (x, w, b))
+    flops = 2.0 * batch * cout * side * side * depth
+    shape = f"{batch}x{cin}x{side}^2->{cout} {k}x{k}"
+
+    def fg_forward():
+        return F.relu(F.conv2d(x, w, b, padding=k // 2)).realize()
+
+    def fg_step():
+        y = F.relu(F.conv2d(xg, wg, bg, padding=k // 2))
+        grads = fg.grad(y, [xg, wg, bg], grad_outputs=gy)
+        fg.realize(y, *grads)
+        return (y, *grads)
+
+    cases = [
+        Case(
+            f"sgemm of conv {rows}x{depth}x{cout}",
+            flops,
+            "GFLOP/s",
+            {FUSEGRAD: fg_realized(lambda: a_mm @ b_mm), NUMPY: lambda: an @ bmn},
+        ),
+        Case(
+            f"conv {shape} relu",
+            flops,
+            "GFLOP/s",
+            {FUSEGRAD: fg_forward},
+            reference=lambda: conv_relu_np(xn, wn, bn)[0],
+        ),
+        Case(
+            f"conv {shape} fwd+bwd",
+            3 * flops,
+            "GFLOP/s",
+            {FUSEGRAD: fg_step},
+            reference=lambda: conv_relu_grads_np(xn, wn, bn, gyn),
+        ),
+    ]
+    if torch is None:
+        return cases
+    xt, wt, bt, gyt, at, bmt = (torch.from_numpy(v.copy()) for v in (xn, wn, bn, gyn, an, bmn))
+    leaves = [v.clone().requires_grad_() for v in (xt, wt, bt)]
+
+    def torch_forward(conv):
+        return lambda: conv(xt, wt, bt)
+
+    def torch_step(conv):
+        def step():
+            y = conv(*leaves)
+            return (y, *torch.autograd.grad(y, leaves, gyt))
+
+        return step
+
+    def eager(x, w, b):
+        return torch.relu(torch.nn.functional.conv2d(x, w, b, padding=k // 2))
+
+    cases[0].runs[TORCH] = lambda: at @ bmt
+    cases[1].runs[TORCH] = torch_forward(eager)
+    cases[2].runs[TORCH] = torch_step(eager)
+    if compile_torch:
+        compiled = torch.compile(eager)
+        try:
+            with torch.no_grad():
+                compiled(xt, wt, bt)
+            torch_step(compiled)()
+        except Exception as e:  # noqa: BLE001 (torch.compile needs a C compiler, ...)
+            print(f"torch.compile does not run here ({type(e).__name__}: {e}); left out")
+        else:
+            cases[1].runs[TORCH_COMPILE] = torch_forward(compiled)
+            cases[2].runs[TORCH_COMPILE] = torch_step(compiled)
+    return cases
+
+
+def print_conv(sgemm: Case, forward: Case, step: Case) -> None:
+    """Each system's convolution GFLOP/s against fusegrad's sgemm of the same FLOPs, from
+    the same alternation: the paired ratio is the issue's target (>= 0.8)."""
+    mine = np.array(sgemm.timings[FUSEGRAD]) / sgemm.work
+    print(f"\nthe convolution against fusegrad's sgemm of its implicit GEMM ({sgemm.name}),")
+    print("timed in one alternation; GFLOP/s, and round by round conv rate / sgemm rate:")
+    print(f"  fusegrad sgemm {rate(sgemm, median_ms(sgemm.timings[FUSEGRAD])):7.1f} GFLOP/s")
+    for case in (forward, step):
+        for name, samples in case.timings.items():
+            per_flop = np.array(samples) / case.work
+            ratio, low, high, _ = paired(list(mine), list(per_flop))
+            print(
+                f"  {case.name:<30} {name:<14}{rate(case, median_ms(samples)):7.1f} GFLOP/s"
+                f"   / fusegrad sgemm {ratio:5.2f} [{low:4.2f}, {high:4.2f}]"
+            )
+
+
 def as_numpy(out) -> np.ndarray:
+    if isinstance(out, (tuple, list)):  # several answers (a value and its gradients)
+        return [as_numpy(part) for part in out]
     if isinstance(out, fg.Tensor):
         return np.asarray(out.numpy())
     if torch is not None and isinstance(out, torch.Tensor):
-        return out.numpy()
+        return out.detach().numpy()
     return np.asarray(out)
 
 
 def check_answers(case: Case) -> str:
-    """Run each system once and compare with numpy; returns the largest relative error seen."""
-    want = as_numpy(case.runs[NUMPY]())
-    scale = float(np.abs(want).max()) or 1.0
+    """Run each system once and compare with numpy; returns the largest relative error seen
+    (each part of a several-part answer relative to its own largest magnitude)."""
+    want = as_numpy(case.reference() if case.reference else case.runs[NUMPY]())
+    want = want if isinstance(want, list) else [want]
     worst = 0.0
     for name, run in case.runs.items():
         got = as_numpy(run())
-        if got.shape != want.shape:
-            raise SystemExit(f"{case.name}: {name} gave shape {got.shape}, numpy {want.shape}")
-        err = float(np.abs(got.astype(np.float64) - want).max()) / scale
-        worst = max(worst, err)
-        if not err < 1e-4:
-            raise SystemExit(f"{case.name}: {name} differs from numpy by {err:.2e} (relative)")
+        got = got if isinstance(got, list) else [got]
+        for part, (g, w) in enumerate(zip(got, want, strict=True)):
+            if g.shape != w.shape:
+                raise SystemExit(f"{case.name}: {name} gave shape {g.shape}, numpy {w.shape}")
+            scale = float(np.abs(w).max()) or 1.0
+            err = float(np.abs(g.astype(np.float64) - w).max()) / scale
+            worst = max(worst, err)
+            if not err < 1e-4:
+                raise SystemExit(
+                    f"{case.name}: {name} (part {part}) differs from numpy by {err:.2e} (relative)"
+                )
     return f"{worst:.1e}"
 
 
@@ -316,7 +462,7 @@ def check_answers(case: Case) -> str:
 def first_call(case: Case) -> None:
     """fusegrad's first call, compiling into an empty cache; reported apart from the medians."""
     seconds, out = timed(case.runs[FUSEGRAD])
-    records = fg.kernels(out)
+    records = fg.kernels(*out) if isinstance(out, tuple) else fg.kernels(out)
     case.first_call_ms = seconds * 1e3
     case.compile_ms = sum(r.compile_seconds for r in records) * 1e3
     if case.name.startswith("copy"):
@@ -349,7 +495,7 @@ def measure(group: list[Case], budget_s: float, most: int, warmup: int) -> None:
 
     def keep_kernel_time(key, out):
         if key[1] == FUSEGRAD:
-            seconds = [r.seconds for r in fg.kernels(out)]
+            seconds = [r.seconds for r in fg.kernels(*out if isinstance(out, tuple) else (out,))]
             if None not in seconds:  # a multi-kernel schedule runs as one untimed program
                 group[key[0]].kernel_seconds.append(sum(seconds))
 
@@ -370,7 +516,7 @@ def print_table(cases: list[Case], checks: dict[str, str]) -> None:
     print("\nmedian ms per call (rate = GB/s for memory-bound ops, GFLOP/s for matmul);")
     print("ratio = other system's time / fusegrad's time (above 1: fusegrad is faster)\n")
     head = (
-        f"{'op':<24}{'unit':>8}{'fg ms':>9}{'rate':>7}{'kernels':>9}{'np ms':>9}{'rate':>7}"
+        f"{'op':<32}{'unit':>8}{'fg ms':>9}{'rate':>7}{'kernels':>9}{'np ms':>9}{'rate':>7}"
         f"{'torch ms':>10}{'rate':>7}{'np/fg':>7}{'torch/fg':>9}{'rounds':>7}{'first ms':>10}"
         f"{'compile':>9}{'max err':>9}"
     )
@@ -378,13 +524,14 @@ def print_table(cases: list[Case], checks: dict[str, str]) -> None:
     print("-" * len(head))
     for case in cases:
         ms = {name: median_ms(t) for name, t in case.timings.items()}
-        fg_ms, np_ms, t_ms = ms[FUSEGRAD], ms[NUMPY], ms.get(TORCH)
+        fg_ms, np_ms, t_ms = ms[FUSEGRAD], ms.get(NUMPY), ms.get(TORCH)
         print(
-            f"{case.name:<24}{case.unit:>8}{fmt(fg_ms, 9)}{fmt(rate(case, fg_ms), 7, 1)}"
+            f"{case.name:<32}{case.unit:>8}{fmt(fg_ms, 9)}{fmt(rate(case, fg_ms), 7, 1)}"
             f"{fmt(median_ms(case.kernel_seconds) if case.kernel_seconds else None, 9)}"
-            f"{fmt(np_ms, 9)}{fmt(rate(case, np_ms), 7, 1)}"
+            f"{fmt(np_ms, 9)}{fmt(None if np_ms is None else rate(case, np_ms), 7, 1)}"
             f"{fmt(t_ms, 10)}{fmt(None if t_ms is None else rate(case, t_ms), 7, 1)}"
-            f"{fmt(np_ms / fg_ms, 7)}{fmt(None if t_ms is None else t_ms / fg_ms, 9)}"
+            f"{fmt(None if np_ms is None else np_ms / fg_ms, 7)}"
+            f"{fmt(None if t_ms is None else t_ms / fg_ms, 9)}"
             f"{len(case.timings[FUSEGRAD]):>7}{fmt(case.first_call_ms, 10, 1)}"
             f"{fmt(case.compile_ms, 9, 1)}{checks[case.name]:>9}"
         )
@@ -405,13 +552,14 @@ def print_paired(cases: list[Case]) -> None:
     for case in cases:
         mine = case.timings[FUSEGRAD]
         parts = []
-        for name, label in ((NUMPY, "np/fg"), (TORCH, "torch/fg")):
+        labels = ((NUMPY, "np/fg"), (TORCH, "torch/fg"), (TORCH_COMPILE, "compiled/fg"))
+        for name, label in labels:
             if name not in case.timings:
                 continue
             ratio, low, high, wins = paired(case.timings[name], mine)
             interval = f"[{low:4.2f}, {high:4.2f}]"
             parts.append(f"{label} {ratio:5.2f} {interval}, faster in {wins:>2} of {len(mine)}")
-        print(f"  {case.name:<24}" + "   ".join(parts))
+        print(f"  {case.name:<32}" + "   ".join(parts))
 
 
 def print_floor(copy: Case, chain: Case) -> None:
@@ -480,7 +628,7 @@ def thread_scaling(cases: list[Case], budget_s: float, most: int) -> None:
         times = alternate(runs, rounds_for(guess, budget_s, most))
         one, many = median_ms(times[1]), median_ms(times[all_threads])
         print(
-            f"  {case.name:<24} 1 thread {one:9.2f} ms   {all_threads} threads {many:9.2f} ms"
+            f"  {case.name:<32} 1 thread {one:9.2f} ms   {all_threads} threads {many:9.2f} ms"
             f"   speed-up {one / many:5.2f}x   ({len(times[1])} rounds)"
         )
 
@@ -523,6 +671,11 @@ def main() -> None:
         help="time only the workloads whose name contains one of the TEXTs "
         "(the row ops and their copies: --only softmax,layer,row floor)",
     )
+    ap.add_argument(
+        "--no-torch-compile",
+        action="store_true",
+        help="leave torch.compile out of the convolution rows (it compiles for ~a minute)",
+    )
     args = ap.parse_args()
     most, budget_s, warmup = (5, 4.0, 1) if args.quick else (31, 20.0, 2)
 
@@ -545,6 +698,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="fusegrad-bench-cache-") as cache:
         with fg.config.override(cache=cache):
             cases = make_cases(1 << 24, 4096, 1024)
+            conv = make_conv_cases(torch is not None and not args.no_torch_compile)
+            cases += conv
             if args.only:
                 wanted = args.only.split(",")
                 cases = [case for case in cases if any(w in case.name for w in wanted)]
@@ -559,7 +714,14 @@ def main() -> None:
             rows = [case for case in cases if case.name.endswith("(row floor)")]
             rows += [case for case in cases if case.name.startswith(ROW_OPS)]
             groups += [rows]
-            groups += [[case] for case in cases if case not in floor and case not in rows]
+            # the convolutions and their sgemm are timed in one alternation too
+            conv = [case for case in conv if case in cases]
+            groups += [
+                [case]
+                for case in cases
+                if case not in floor and case not in rows and case not in conv
+            ]
+            groups += [conv] if conv else []
             for group in groups:
                 measure(group, budget_s * len(group), most, warmup)
             print_table(cases, checks)
@@ -568,6 +730,8 @@ def main() -> None:
                 print_floor(*floor)
             if any(case.name.endswith("(row floor)") for case in rows):
                 print_row_floor(rows)
+            if len(conv) == 3:
+                print_conv(*conv)
             thread_scaling(cases, budget_s, most)
     note = ""
     if busy_before != "unknown" and float(busy_before.split()[0]) >= BUSY_LOAD:

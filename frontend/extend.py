@@ -11,7 +11,9 @@ pieces that ordinary tensor methods do not cover:
 - `materialize(t, reason)`: store `t` in memory rather than recompute it in every
   kernel that reads it, with the reason the schedule reports;
 - `host_data(t)`: `t`'s values if they are data already in memory, else None (so a
-  check never computes a lazy value early).
+  check never computes a lazy value early);
+- `reads_out_of_order(t)`: whether a kernel reading `t` reads its source through a
+  view that reorders, reverses or pads it (what a convolution weighs against a copy).
 
 >>> import fusegrad as fg
 >>> from fusegrad.extend import custom_gradient
@@ -64,6 +66,27 @@ def custom_gradient(
 
     with_vjp(node, node_rule)
     return out if node is out.node else out._make(node, *inputs)
+
+
+_REORDERING = (Ops.PERMUTE, Ops.PAD, Ops.FLIP)
+
+
+def reads_out_of_order(t: Tensor) -> bool:
+    """Whether `t` is a view that permutes, pads or flips the value under it, so that a
+    kernel reading `t` in order reads memory out of order (strided, backwards) or through
+    bounds tests. Reshapes, slices and broadcasts of a value read it in order.
+
+    >>> import fusegrad as fg
+    >>> x = fg.randn(2, 3, 4)
+    >>> reads_out_of_order(x.reshape(6, 4)), reads_out_of_order(x.permute(0, 2, 1))
+    (False, True)
+    """
+    node = t.node
+    while node.op in MOVEMENT:
+        if node.op in _REORDERING:
+            return True
+        node = node.srcs[0]
+    return False
 
 
 def gather_rows(table: Tensor, index: Tensor) -> Tensor:

@@ -70,7 +70,7 @@ from .errors import (
 )
 
 # ops beyond Tensor's methods (see fusegrad.extend)
-from .extend import custom_gradient, gather_rows, host_data, materialize
+from .extend import custom_gradient, gather_rows, host_data, materialize, reads_out_of_order
 
 # the values of a small index tensor, read on the host (fold's checks)
 from .indexing import host_values
@@ -139,6 +139,7 @@ __all__ = [
     "index_arange",
     "jit_recording",
     "materialize",
+    "reads_out_of_order",
     "next_seed",
     "no_grad",
     "note_module",

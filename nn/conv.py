@@ -34,7 +34,7 @@ from ..nnapi import (
 )
 from ..nnapi import index_arange as arange
 from . import init
-from .correlate import correlate, correlated_shape, dilate, int_tuple, padded
+from .correlate import correlate, correlated_shape, dilate, int_tuple, padded, window_reads
 from .module import Module, placeholder_parameter
 from .padding import pad
 
@@ -138,7 +138,9 @@ def _conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str):
     wt = wt.flip(tuple(range(2, 2 + n)))
     dx = correlate(gd, wt, tpads, (1,) * n, dilation, groups, op)
     # weight: sum over batch and output positions of windows(x) * g
-    win = sliding_windows(padded(x, pads, op), kernel, stride, dilation)
+    win = sliding_windows(
+        padded(x, pads, op, window_reads(w_shape, stride, groups)), kernel, stride, dilation
+    )
     win = win.reshape(batch, groups, 1, cin_g, *outs, *kernel)
     gw = g.reshape(batch, groups, cout_g, 1, *outs, *([1] * n))
     dw = (win * gw).sum((0,) + tuple(range(4, 4 + n))).reshape(*w_shape)

@@ -15,6 +15,7 @@ from ..nnapi import (
     fail,
     guards_windows_in_tiles,
     materialize,
+    reads_out_of_order,
     sliding_windows,
 )
 
@@ -38,7 +39,7 @@ def correlate(
     batch, cin = x.shape[:2]
     cout, cin_g = weight.shape[:2]
     kernel = weight.shape[2:]
-    x = padded(x, pads, op)
+    x = padded(x, pads, op, window_reads(weight.shape, stride, groups))
     win = sliding_windows(x, kernel, stride, dilation)  # (N, Cin, *out, *kernel)
     outs = win.shape[2 : 2 + n]
     g, cout_g = groups, cout // groups
@@ -57,18 +58,39 @@ def correlated_shape(total: Tensor, groups: int) -> tuple[int, ...]:
     return (total.shape[0], groups * total.shape[2], *total.shape[4 : 4 + n])
 
 
-def padded(x: Tensor, pads, op: str) -> Tensor:
+# A copy reads and writes each element once; below this many reads of each element by
+# the windows, reading the view in place costs no more than copying it first.
+COPY_PAYS_FROM_READS = 2
+
+
+def window_reads(w_shape, stride, groups: int) -> float:
+    """About how many times a convolution's windows read each input element: once per
+    output channel of its group and kernel position, over the stride's skips."""
+    reads = w_shape[0] // groups
+    for k, s in zip(w_shape[2:], stride):
+        reads *= k / s
+    return reads
+
+
+def padded(x: Tensor, pads, op: str, reads: float) -> Tensor:
     """x padded for a convolution, materialized on the CPU: every element is read by
-    kernel-size windows, and one padded copy costs less than bounds checks on every read.
+    kernel-size windows (`reads` times), and one padded copy costs less than bounds checks
+    on every read. An unpadded input that is a view reordering its source (the user's
+    permute or F.pad: (B, L, D) word vectors permuted to (B, D, L)) is copied too, by the
+    same cost: read in place, its windows are strided or guarded and the contraction
+    loses its vector tiles (a sentiment CNN's conv1d ran as a scalar loop).
     On the GPU the contraction's tiles check the bounds once per element they stage in
     shared memory (codegen/gpu.py), which costs less than the copy's round trip."""
     flat_pad = [v for before, after in reversed(pads) for v in (before, after)]
-    if not any(flat_pad):
-        return x
-    x = x.pad(flat_pad)
+    if any(flat_pad):
+        x = x.pad(flat_pad)
     if any(v < 0 for v in flat_pad) or guards_windows_in_tiles(x.node.device):  # a crop: a view
         return x
-    return materialize(x, f"{op}: padded input, so windows read it unguarded")
+    if any(flat_pad):
+        return materialize(x, f"{op}: padded input, so windows read it unguarded")
+    if reads >= COPY_PAYS_FROM_READS and reads_out_of_order(x):
+        return materialize(x, f"{op}: input read through a permute, pad or flip, copied in order")
+    return x
 
 
 def dilate(t: Tensor, stride, n: int) -> Tensor:

@@ -184,3 +184,137 @@ def test_torch_names_are_exported():
         assert getattr(F, name) is getattr(C, name)
     y = F.conv2d(fg.ones(1, 1, 4, 4), fg.ones(2, 1, 3, 3), padding=1)
     assert y[0, 0].tolist()[0] == [4.0, 6.0, 6.0, 4.0]
+
+
+# Rows of 40 or 56 outputs (8 mod 16): on AVX-512 their tiles take 16-lane vectors, the last
+# one masked (codegen/lower.py, RAGGED_16_FROM). Every stride, dilation, group and padding
+# form of the small cases above, at those widths, in float32 against float64 numpy (values,
+# and the input, weight and bias gradients of a weighted sum), and the gradients of a
+# float64 twin against central differences.
+WIDE_ROW_CASES = [
+    # dims, cin, cout, kernel, stride, dilation, padding, groups, input size
+    (2, 3, 8, 3, 1, 1, 1, 1, (5, 56)),  # a padded 3x3: out 5x56
+    (2, 4, 6, 3, 2, 1, 1, 2, (6, 112)),  # stride 2, groups 2: out 3x56
+    (2, 2, 4, 3, 1, 2, 2, 1, (5, 56)),  # dilation 2: out 5x56
+    (2, 2, 3, 1, 1, 1, 0, 1, (3, 40)),  # a 1x1 kernel: out 3x40
+    (2, 3, 4, (2, 5), 1, (1, 2), (0, 2), 1, (4, 52)),  # mixed kernel and dilation: out 3x48
+    (1, 4, 8, 3, 1, 1, 1, 2, (56,)),  # 1-D, groups 2: out 56
+    (1, 3, 5, 5, 1, 1, 0, 1, (60,)),  # 1-D valid: out 56
+]
+
+
+@pytest.mark.parametrize("case", WIDE_ROW_CASES)
+def test_conv_at_16_lane_row_widths_values_and_gradients(case):
+    dims, cin, cout, k, stride, dil, pad, groups, size = case
+    k, stride, dil, pad = (C.int_tuple(v, dims, "", "") for v in (k, stride, dil, pad))
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, cin, *size)).astype(np.float32)
+    w = rng.standard_normal((cout, cin // groups, *k)).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    conv = _conv_fn(dims)
+    want = ref_conv(x.astype(np.float64), w.astype(np.float64), b, stride, pad, dil, groups)
+    xt, wt, bt = (fg.tensor(a, requires_grad=True) for a in (x, w, b))
+    out = conv(xt, wt, bt, stride, pad, dil, groups)
+    np.testing.assert_allclose(out.detach().numpy(), want, rtol=1e-4, atol=1e-4)
+    proj = rng.standard_normal(want.shape)
+    (out * fg.tensor(proj.astype(np.float32))).sum().backward()
+    grads = _numpy_conv_grads(x, w, proj, stride, pad, dil, groups)
+    for got, ref in zip((xt.grad, wt.grad, bt.grad), (*grads, proj.sum((0, *range(2, 2 + dims))))):
+        np.testing.assert_allclose(got.numpy(), ref, rtol=1e-4, atol=1e-3)
+    x64 = fg.tensor(x[:1, :, ...], dtype=fg.float64)
+    w64, b64 = fg.tensor(w, dtype=fg.float64), fg.tensor(b, dtype=fg.float64)
+    assert fg.testing.gradcheck(
+        lambda x, w, b: conv(x, w, b, stride, pad, dil, groups), [x64, w64, b64], rtol=1e-5
+    )
+
+
+def _numpy_conv_grads(x, w, g, stride, pad, dil, groups):
+    """dx and dw of sum(conv(x, w) * g), by the chain rule on ref_conv's loops, in float64."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    n = x.ndim - 2
+    xp = np.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in pad])
+    dxp, dw = np.zeros_like(xp), np.zeros_like(w)
+    cout, cin_g = w.shape[:2]
+    og = cout // groups
+    for o in range(cout):
+        cs = slice((o // og) * cin_g, (o // og + 1) * cin_g)
+        for pos in np.ndindex(*g.shape[2:]):
+            sl = tuple(
+                slice(p * s, p * s + d * (k - 1) + 1, d)
+                for p, s, d, k in zip(pos, stride, dil, w.shape[2:])
+            )
+            go = g[(slice(None), o, *pos)].reshape(-1, *([1] * (n + 1)))
+            dxp[(slice(None), cs, *sl)] += go * w[o]
+            dw[o] += (go * xp[(slice(None), cs, *sl)]).sum(0)
+    inner = tuple(slice(p, p + s) for p, s in zip(pad, x.shape[2:]))
+    return dxp[(slice(None), slice(None), *inner)], dw
+
+
+@pytest.mark.parametrize(
+    "shape, kernel, padding",
+    [
+        ((1, 2, 3, 56), (3, 56), 0),  # a kernel as wide as the input: one output column
+        ((2, 2, 4, 40), (4, 40), 0),  # a kernel as big as the input: a 1x1 output
+        ((1, 2, 1, 56), (1, 1), 0),  # batch of 1, 1x1 kernel
+        ((0, 2, 3, 56), (3, 3), 1),  # an empty batch
+    ],
+)
+def test_conv_special_shapes_at_wide_rows(shape, kernel, padding):
+    rng = np.random.default_rng(4)
+    x, w = rng.standard_normal(shape), rng.standard_normal((3, shape[1], *kernel))
+    xt = fg.tensor(x, dtype=fg.float64, requires_grad=True)
+    wt = fg.tensor(w, dtype=fg.float64, requires_grad=True)
+    out = C.conv2d(xt, wt, None, 1, padding)
+    pads = (padding, padding)
+    # (ref_conv's reshape cannot take an empty batch: a batch of one, cut to none)
+    some = x if shape[0] else np.zeros((1, *shape[1:]))
+    want = ref_conv(some, w, None, (1, 1), pads, (1, 1), 1)[: shape[0]]
+    assert out.shape == want.shape
+    np.testing.assert_allclose(out.detach().numpy(), want, atol=1e-10)
+    if not shape[0]:
+        return  # an empty batch's gradients are None here, zeros in torch (any op: not conv's)
+    g = rng.standard_normal(want.shape)
+    (out * fg.tensor(g)).sum().backward()
+    dx, dw = _numpy_conv_grads(x, w, g, (1, 1), pads, (1, 1), 1)
+    np.testing.assert_allclose(xt.grad.numpy(), dx, atol=1e-10)
+    np.testing.assert_allclose(wt.grad.numpy(), dw, atol=1e-10)
+
+
+@pytest.mark.parametrize("user_pad", [True, False])
+def test_conv1d_of_permuted_word_vectors_is_copied_in_order_and_tiled(user_pad):
+    """MiniTorch's sentiment CNN: (B, L, D) vectors, permute(0, 2, 1), F.pad(x, (0, k - 1)),
+    conv1d. Read in place, the windows of that view are strided along L and guarded by the
+    pad, and the contraction ran as a scalar loop; a copy in order (one read and write of
+    each element, against the 100 x 3 reads of the windows) keeps its register tiles."""
+    from fusegrad.nn import functional as F
+
+    rng = np.random.default_rng(5)
+    v = rng.standard_normal((3, 20, 6)).astype(np.float32)
+    w = rng.standard_normal((16, 6, 3)).astype(np.float32)
+    vt, wt = fg.tensor(v, requires_grad=True), fg.tensor(w, requires_grad=True)
+    x = vt.permute(0, 2, 1)
+    y = F.conv1d(F.pad(x, (0, 2)) if user_pad else x, wt)
+    ks = fg.kernels(y)
+    copy = [k for k in ks if "copied in order" in k.reason]
+    assert len(copy) == 1, [(k.name, k.reason) for k in ks]
+    assert "unrolled for i" in ks[-1].loop_ir and "vector for t" in ks[-1].loop_ir
+    xp = np.pad(v.transpose(0, 2, 1), ((0, 0), (0, 0), (0, 2) if user_pad else (0, 0)))
+    want = ref_conv(xp.astype(np.float64), w.astype(np.float64), None, (1,), (0,), (1,), 1)
+    np.testing.assert_allclose(y.detach().numpy(), want, rtol=1e-4, atol=1e-4)
+    g = rng.standard_normal(want.shape)
+    (y * fg.tensor(g.astype(np.float32))).sum().backward()
+    dxp, dw = _numpy_conv_grads(xp, w, g, (1,), (0,), (1,), 1)
+    np.testing.assert_allclose(wt.grad.numpy(), dw, rtol=1e-4, atol=1e-3)
+    dv = dxp[:, :, :20].transpose(0, 2, 1)
+    np.testing.assert_allclose(vt.grad.numpy(), dv, rtol=1e-4, atol=1e-3)
+
+
+def test_an_input_read_once_by_its_windows_is_not_copied():
+    """A 1x1 convolution with one output channel per group reads each element once: reading
+    the permuted view in place costs no more than a copy would, so there is none."""
+    x = fg.randn(2, 5, 4).permute(0, 2, 1)  # (2, 4, 5)
+    w = fg.randn(4, 1, 1)
+    y = C.conv1d(x, w, groups=4)
+    assert not [k for k in fg.kernels(y) if "copied in order" in k.reason]
+    want = x.numpy()[:, :, :] * w.numpy()[:, 0, 0][None, :, None]
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-6)
