@@ -5,9 +5,13 @@ Run:  .venv/bin/python benchmarks/core_ops.py [--quick]   (about 5 minutes on 2 
 Five workloads (an elementwise chain over 2^24 floats, row softmax and row sum
 of 4096x4096, the sum of all 2^24 floats, a 1024^3 matmul) plus the
 memory-bandwidth floor of the chain: a plain copy of the same 2^24 floats, read
-once and written once. Every system
-runs the same inputs, taken from one `fg.randn` (never zeros), and the answers
-are checked against numpy's before anything is timed.
+once and written once. Then the bfloat16 rows against PyTorch's bfloat16 (numpy has
+none): a 2048^3 matmul beside the same matmul in float32 (the two timed in one
+alternation, so their ratio is paired), the chain and the softmax (`--only bf16`
+times only those). Every system runs the same inputs, taken from one `fg.randn`
+(never zeros), and the answers are checked against numpy's (for bfloat16, numpy's
+float64 answer on the same bfloat16 inputs, within BF16_TOLERANCE) before anything
+is timed.
 
 How the numbers are taken (see ../../shared/BENCHMARKS.md, and README.md here):
 
@@ -75,6 +79,10 @@ class Case:
     kernel_seconds: list[float] = field(default_factory=list)
     first_call_ms: float = 0.0
     compile_ms: float = 0.0
+    # a 16-bit case has no numpy run: its answer is checked against `reference` (numpy,
+    # float64, on the same rounded inputs) within `tolerance`, relative to its largest value
+    reference: Callable[[], np.ndarray] | None = None
+    tolerance: float = 1e-4
 
 
 # ---------------------------------------------------------------- timing
@@ -224,17 +232,104 @@ def make_cases(n_chain: int, n_rows: int, n_mm: int) -> list[Case]:
     return cases
 
 
+# bfloat16 keeps 8 significant bits: one rounding is off by at most 2^-9 of the value.
+# PyTorch eager rounds every op of the chain (about 8 roundings, some amplified by exp),
+# so the check allows 2^-4 of the answer's largest magnitude: it catches a wrong answer
+# (a dropped term, a transposed operand), not the last bits.
+BF16_TOLERANCE = 2.0**-4
+
+
+def bf16_cases(n_chain: int, n_rows: int, n_mm: int) -> list[Case]:
+    """The bfloat16 rows: fusegrad's and PyTorch's bfloat16, with a float32 matmul of the
+    same size beside the bfloat16 one (`sgemm ...`: the two are timed in one alternation)."""
+    fg.manual_seed(1)
+    x, a, b, c = (
+        t.realize()
+        for t in (
+            fg.randn(n_chain),
+            fg.randn(n_rows, n_rows),
+            fg.randn(n_mm, n_mm),
+            fg.randn(n_mm, n_mm),
+        )
+    )
+    xh, ah, bh, ch = (t.bfloat16().realize() for t in (x, a, b, c))
+    # numpy's float64 answers on the very values the bfloat16 runs read
+    xr, ar, br, cr = (t.float().numpy().astype(np.float64) for t in (xh, ah, bh, ch))
+    bn, cn = (np.array(t.numpy()) for t in (b, c))
+    h2 = 2  # bytes per bfloat16
+
+    def chain_ref():
+        return np.maximum(np.exp(xr * 0.5 + 1.0) * xr - 3.0, 0.0) / (1 + xr * xr)
+
+    def softmax_ref():
+        e = np.exp(ar - ar.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    log2 = n_chain.bit_length() - 1
+    cases = [
+        Case(
+            f"sgemm {n_mm}^3 fp32",
+            2.0 * n_mm**3,
+            "GFLOP/s",
+            {FUSEGRAD: fg_realized(lambda: b @ c), NUMPY: lambda: bn @ cn},
+        ),
+        Case(
+            f"sgemm {n_mm}^3 bf16",
+            2.0 * n_mm**3,
+            "GFLOP/s",
+            {FUSEGRAD: fg_realized(lambda: bh @ ch)},
+            reference=lambda: br @ cr,
+            tolerance=BF16_TOLERANCE,
+        ),
+        Case(
+            f"chain 2^{log2} bf16",
+            2 * n_chain * h2,
+            "GB/s",
+            {
+                FUSEGRAD: fg_realized(
+                    lambda: (((xh * 0.5 + 1.0).exp() * xh - 3.0).relu()) / (1 + xh * xh)
+                )
+            },
+            reference=chain_ref,
+            tolerance=BF16_TOLERANCE,
+        ),
+        Case(
+            f"softmax {n_rows}x{n_rows} bf16",
+            2 * n_rows * n_rows * h2,
+            "GB/s",
+            {FUSEGRAD: fg_realized(lambda: ah.softmax(dim=1))},
+            reference=softmax_ref,
+            tolerance=BF16_TOLERANCE,
+        ),
+    ]
+    if torch is not None:
+        bt, ct = (torch.from_numpy(v.copy()) for v in (bn, cn))
+        xth, ath, bth, cth = (
+            torch.from_numpy(v.astype(np.float32)).bfloat16() for v in (xr, ar, br, cr)
+        )
+        torch_runs = [
+            lambda: bt @ ct,
+            lambda: bth @ cth,
+            lambda: torch.relu(torch.exp(xth * 0.5 + 1.0) * xth - 3.0) / (1 + xth * xth),
+            lambda: torch.softmax(ath, dim=1),
+        ]
+        for case, run in zip(cases, torch_runs):
+            case.runs[TORCH] = run
+    return cases
+
+
 def as_numpy(out) -> np.ndarray:
     if isinstance(out, fg.Tensor):
-        return np.asarray(out.numpy())
+        return np.asarray(out.float().numpy() if out.dtype.is_half else out.numpy())
     if torch is not None and isinstance(out, torch.Tensor):
-        return out.numpy()
+        return out.float().numpy() if out.dtype == torch.bfloat16 else out.numpy()
     return np.asarray(out)
 
 
 def check_answers(case: Case) -> str:
-    """Run each system once and compare with numpy; returns the largest relative error seen."""
-    want = as_numpy(case.runs[NUMPY]())
+    """Run each system once and compare with numpy (or the case's reference); returns the
+    largest relative error seen."""
+    want = case.reference() if case.reference is not None else as_numpy(case.runs[NUMPY]())
     scale = float(np.abs(want).max()) or 1.0
     worst = 0.0
     for name, run in case.runs.items():
@@ -243,7 +338,7 @@ def check_answers(case: Case) -> str:
             raise SystemExit(f"{case.name}: {name} gave shape {got.shape}, numpy {want.shape}")
         err = float(np.abs(got.astype(np.float64) - want).max()) / scale
         worst = max(worst, err)
-        if not err < 1e-4:
+        if not err < case.tolerance:
             raise SystemExit(f"{case.name}: {name} differs from numpy by {err:.2e} (relative)")
     return f"{worst:.1e}"
 
@@ -305,7 +400,8 @@ def fmt(v: float | None, width: int, digits: int = 2) -> str:
 
 
 def print_table(cases: list[Case], checks: dict[str, str]) -> None:
-    print("\nmedian ms per call (rate = GB/s for memory-bound ops, GFLOP/s for matmul);")
+    print("\nmedian ms per call (rate = GB/s for memory-bound ops, GFLOP/s for matmul; the bf16")
+    print("rows count 2 bytes an element and have no numpy column: numpy has no bfloat16);")
     print("ratio = other system's time / fusegrad's time (above 1: fusegrad is faster)\n")
     head = (
         f"{'op':<24}{'unit':>8}{'fg ms':>9}{'rate':>7}{'kernels':>9}{'np ms':>9}{'rate':>7}"
@@ -316,13 +412,14 @@ def print_table(cases: list[Case], checks: dict[str, str]) -> None:
     print("-" * len(head))
     for case in cases:
         ms = {name: median_ms(t) for name, t in case.timings.items()}
-        fg_ms, np_ms, t_ms = ms[FUSEGRAD], ms[NUMPY], ms.get(TORCH)
+        fg_ms, np_ms, t_ms = ms[FUSEGRAD], ms.get(NUMPY), ms.get(TORCH)
         print(
             f"{case.name:<24}{case.unit:>8}{fmt(fg_ms, 9)}{fmt(rate(case, fg_ms), 7, 1)}"
             f"{fmt(median_ms(case.kernel_seconds) if case.kernel_seconds else None, 9)}"
-            f"{fmt(np_ms, 9)}{fmt(rate(case, np_ms), 7, 1)}"
+            f"{fmt(np_ms, 9)}{fmt(None if np_ms is None else rate(case, np_ms), 7, 1)}"
             f"{fmt(t_ms, 10)}{fmt(None if t_ms is None else rate(case, t_ms), 7, 1)}"
-            f"{fmt(np_ms / fg_ms, 7)}{fmt(None if t_ms is None else t_ms / fg_ms, 9)}"
+            f"{fmt(None if np_ms is None else np_ms / fg_ms, 7)}"
+            f"{fmt(None if t_ms is None else t_ms / fg_ms, 9)}"
             f"{len(case.timings[FUSEGRAD]):>7}{fmt(case.first_call_ms, 10, 1)}"
             f"{fmt(case.compile_ms, 9, 1)}{checks[case.name]:>9}"
         )
@@ -331,7 +428,8 @@ def print_table(cases: list[Case], checks: dict[str, str]) -> None:
         "\n'-' where several kernels run as one native program, timed as a whole;"
         "\nscheduling and launch); 'first ms' is fusegrad's first call against an empty compile"
         "\ncache and 'compile' the compile time inside it; 'max err' is the largest difference"
-        "\nfrom numpy's answer over all systems, relative to the answer's largest magnitude."
+        "\nfrom numpy's answer over all systems, relative to the answer's largest magnitude"
+        "\n(bf16 rows: numpy's float64 answer on the same bfloat16 inputs)."
     )
 
 
@@ -365,6 +463,19 @@ def print_floor(copy: Case, chain: Case) -> None:
     fg_chain = median_ms(chain.timings[FUSEGRAD])
     np_copy = median_ms(copy.timings[NUMPY])
     print(f"  fusegrad chain / numpy copy into a preallocated array = {fg_chain / np_copy:5.2f}")
+
+
+def print_sgemm_ratio(fp32: Case, bf16: Case) -> None:
+    """The bfloat16 matmul's rate over the float32 one's, per system, round by round (the
+    two were timed in one alternation): issue 30's target is fusegrad's at 1.6 or more."""
+    print(f"\n{bf16.name} over {fp32.name}, rate ratio round by round (above 1: bf16 faster):")
+    for name in (FUSEGRAD, TORCH):
+        if name in fp32.timings and name in bf16.timings:
+            ratio, low, high, wins = paired(fp32.timings[name], bf16.timings[name])
+            print(
+                f"  {name:<9} {ratio:5.2f} [{low:4.2f}, {high:4.2f}], bf16 faster in {wins:>2} "
+                f"of {len(bf16.timings[name])}"
+            )
 
 
 def thread_scaling(cases: list[Case], budget_s: float, most: int) -> None:
@@ -450,9 +561,15 @@ def main() -> None:
     print(f"fusegrad at {source_version()} | load average before: {busy_before}")
     with tempfile.TemporaryDirectory(prefix="fusegrad-bench-cache-") as cache:
         with fg.config.override(cache=cache):
-            cases = make_cases(1 << 24, 4096, 1024)
+            cases = make_cases(1 << 24, 4096, 1024) + bf16_cases(1 << 24, 4096, 2048)
             if args.only:
-                cases = [case for case in cases if args.only in case.name]
+                # an sgemm row brings the other: their ratio is the point of them
+                sgemm = any(args.only in c.name for c in cases if c.name.startswith("sgemm"))
+                cases = [
+                    case
+                    for case in cases
+                    if args.only in case.name or (sgemm and case.name.startswith("sgemm"))
+                ]
             checks = {}
             for case in cases:
                 first_call(case)
@@ -460,13 +577,18 @@ def main() -> None:
             # the chain and its copy floor are timed in one alternation
             floor = [case for case in cases if case.name.startswith(("copy", "chain"))]
             groups = [floor] if len(floor) == 2 else [[case] for case in floor]
-            groups += [[case] for case in cases if case not in floor]
+            # the float32 and bfloat16 sgemm rows likewise, for their ratio
+            sgemm = [case for case in cases if case.name.startswith("sgemm")]
+            groups += [sgemm] if sgemm else []
+            groups += [[case] for case in cases if case not in floor + sgemm]
             for group in groups:
                 measure(group, budget_s * len(group), most, warmup)
             print_table(cases, checks)
             print_paired(cases)
             if len(floor) == 2:
                 print_floor(*floor)
+            if len(sgemm) == 2:
+                print_sgemm_ratio(*sgemm)
             thread_scaling(cases, budget_s, most)
     note = ""
     if busy_before != "unknown" and float(busy_before.split()[0]) >= BUSY_LOAD:
