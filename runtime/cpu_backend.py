@@ -13,6 +13,7 @@ import numpy as np
 from ..codegen.llvm import render_llvm
 from ..codegen.lower import kernel_symbol, lower
 from . import phases
+from .amx import amx_ready
 from .backend_registry import Backend, register_backend
 from .buffer import Buffer, clear_pool, give_scratch, take_scratch
 from .compiler import CompiledKernel, compile_kernels
@@ -148,6 +149,10 @@ class CpuBackend(Backend):
     uses_worker_pool = True
 
     @property
+    def packs_bf16_pairs(self) -> bool:
+        return amx_ready()
+
+    @property
     def description(self) -> str:
         return f"the CPU ({effective_threads()} thread(s))"
 
@@ -172,7 +177,7 @@ class CpuBackend(Backend):
         return Buffer.from_numpy(array, dtype)
 
     def lower(self, item):
-        return lower(item)
+        return lower(item, amx=amx_ready())
 
     def kernel_symbol(self, loop) -> str:
         return kernel_symbol(render_llvm(loop, "KERNEL"), loop.name)
