@@ -16,14 +16,22 @@ import platform
 
 import llvmlite.binding as llvm
 
+from .config import config
+
 SYS_ARCH_PRCTL = 158  # x86-64 Linux
 ARCH_REQ_XCOMP_PERM = 0x1023
 XFEATURE_XTILEDATA = 18
 
 
-@functools.lru_cache(maxsize=1)
 def amx_ready() -> bool:
-    """True where bfloat16 contractions may use AMX here; asks Linux for the tile state."""
+    """True where bfloat16 contractions use AMX here: the host can (`amx_available`) and
+    `config.amx` (FUSEGRAD_AMX) is on."""
+    return config.amx and amx_available()
+
+
+@functools.lru_cache(maxsize=1)
+def amx_available() -> bool:
+    """Whether the host has AMX-BF16 and Linux grants it: asks for the tile state once."""
     if platform.system() != "Linux" or platform.machine() != "x86_64":
         return False
     features = llvm.get_host_cpu_features().flatten().split(",")

@@ -15,6 +15,8 @@
 | FUSEGRAD_RECOMPILE_WARNING | N: warn when one line has compiled N schedules (0: never) | 0 |
 | FUSEGRAD_CUDA       | the `cuda` device: "pycuda" (a GPU), "emulate" (the CPU      | pycuda  |
 |                     | emulator of the generated CUDA C) or "off"                     |         |
+| FUSEGRAD_AMX        | 0: bfloat16 matmuls never use AMX tiles, even where the CPU  | 1       |
+|                     | has them (read when a graph is built and when it is lowered)   |         |
 
 A FUSEGRAD_CACHE or FUSEGRAD_DUMP folder that cannot be used is said once (a UserWarning
 naming the variable, the path and what happens instead); the run carries on.
@@ -88,6 +90,8 @@ class Config:
     # fp32 contractions on the cuda device may use TF32 tensor cores (PyTorch's
     # torch.backends.cuda.matmul.allow_tf32, off by default; set through fg.backends)
     allow_tf32: bool = False
+    # bfloat16 matmuls may run on AMX tiles where the CPU has them (runtime/amx.py)
+    amx: bool = True
 
     @classmethod
     def from_env(cls) -> Config:
@@ -116,6 +120,7 @@ class Config:
                 "FUSEGRAD_RECOMPILE_WARNING", 0, "a number of schedules (0: never warn)"
             ),
             cuda=cuda,
+            amx=_int_env("FUSEGRAD_AMX", 1, "0 or 1", (0, 1)) != 0,
         )
 
     @contextlib.contextmanager

@@ -117,3 +117,14 @@ def test_special_points_on_amx_tiles():
             assert np.isnan(got[r]), name
         else:
             assert got[r] == want and np.signbit(got[r]) == np.signbit(want), (name, got[r])
+
+
+def test_config_amx_off_keeps_the_register_tiles():
+    rng = np.random.default_rng(4)
+    a, b = bf16(rng.standard_normal((32, 64))), bf16(rng.standard_normal((64, 32)))
+    with fg.config.override(amx=False):
+        y = a @ b
+        assert not on_amx(y)
+        assert len(fg.kernels(y)) == 1  # no packing either
+    check_close(y, host(a), host(b))
+    assert on_amx(a @ b)
