@@ -620,7 +620,9 @@ def _product(an, bn, batch: tuple[int, ...]):
     fuses into a single kernel."""
     (m, k), n = an.shape[-2:], bn.shape[-1]
     big = k * n * bn.dtype.itemsize >= PANEL_CACHE_BYTES
+    amx_sources = None
     if _amx_shaped(an, bn) and packs_bf16_pairs(bn.device):
+        amx_sources = (an, bn) if len(an.shape) == 2 else None
         bn = _pack_bf16_pairs(bn)
     elif len(bn.shape) == 2 and n % PANEL == 0 and n > PANEL and big:
         # a right operand too big for cache is copied once into panels of PANEL columns, rows
@@ -640,4 +642,26 @@ def _product(an, bn, batch: tuple[int, ...]):
     node = N.reduce(Ops.SUM, N.binary(Ops.MUL, x, y), (len(full) - 1,))
     if k == 0:  # a sum of no products is 0, as in torch
         node = N.const(0, node.shape, node.dtype)
+    elif amx_sources is not None:
+        with_vjp(node, _amx_gradients(*amx_sources))
     return N.reshape(node, batch + (m, n))
+
+
+def _amx_gradients(an, bn):
+    """The gradient rule of an AMX-shaped 2-D product A @ B: both gradients as products
+    that take the AMX tiles too, G @ B^T (B^T packed) and A^T @ G (A^T copied contiguous,
+    G packed), instead of the broadcast multiply's generic rule, whose contractions read
+    B and A across their rows and stay on the FMA tiles."""
+    m, n = an.shape[0], bn.shape[1]
+
+    def rule(g):
+        g2 = N.reshape(g, (m, n))
+        a_t = N.contiguous(
+            N.permute(an, (1, 0)), "matmul gradient: A transposed contiguous for AMX tiles"
+        )
+        return [
+            (an, _product(g2, N.permute(bn, (1, 0)), ())),
+            (bn, _product(a_t, g2, ())),
+        ]
+
+    return rule

@@ -62,6 +62,24 @@ def test_linear_batched_and_a_fused_epilogue_run_on_amx_tiles():
     check_close(y, host(a), host(b))
 
 
+def test_both_gradients_of_matmul_and_linear_run_on_amx_tiles():
+    rng = np.random.default_rng(6)
+    a, b, g = (bf16(rng.standard_normal(s)) for s in ((64, 96), (96, 128), (64, 128)))
+    a.requires_grad_()
+    b.requires_grad_()
+    ((a @ b) * g).sum().backward()
+    assert on_amx(a.grad) and on_amx(b.grad)
+    check_close(a.grad, host(g), host(b).T)
+    check_close(b.grad, host(a).T, host(g))
+    x, w, gy = (bf16(rng.standard_normal(s)) for s in ((64, 96), (32, 96), (64, 32)))
+    x.requires_grad_()
+    w.requires_grad_()
+    (fg.nn.functional.linear(x, w) * gy).sum().backward()
+    assert on_amx(x.grad) and on_amx(w.grad)
+    check_close(x.grad, host(gy), host(w))
+    check_close(w.grad, host(gy).T, host(x))
+
+
 def test_other_shapes_and_layouts_take_the_register_tiles():
     rng = np.random.default_rng(3)
     cases = [

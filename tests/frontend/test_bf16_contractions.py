@@ -73,7 +73,9 @@ def test_batched_matmul_and_linear():
     assert (np.abs(host(y) - exact) <= bound + BF16_EPS * np.abs(host(bias))).all()
 
 
-@pytest.mark.parametrize("m, k, n", [(5, 3, 7), (16, 33, 32), (9, 64, 40)], ids=str)
+@pytest.mark.parametrize(
+    "m, k, n", [(5, 3, 7), (16, 33, 32), (9, 64, 40), (32, 32, 32), (64, 96, 128)], ids=str
+)
 def test_both_gradients_are_contractions_within_one_rounding(m, k, n):
     # y = a @ b, loss = sum(g * y): the gradients are g @ b.T and a.T @ g, each a bfloat16
     # contraction rounded once (the loss's own sum does not enter them)
@@ -85,6 +87,16 @@ def test_both_gradients_are_contractions_within_one_rounding(m, k, n):
     assert a.grad.dtype is fg.bfloat16 and b.grad.dtype is fg.bfloat16
     check_close(a.grad, host(g), host(b).T)
     check_close(b.grad, host(a).T, host(g))
+
+
+def test_linear_gradients_within_one_rounding():
+    rng = np.random.default_rng(5)
+    x, w, g = (bf16(rng.standard_normal(s)) for s in ((64, 96), (32, 96), (64, 32)))
+    x.requires_grad_()
+    w.requires_grad_()
+    (fg.nn.functional.linear(x, w) * g).sum().backward()
+    check_close(x.grad, host(g), host(w))
+    check_close(w.grad, host(g).T, host(x))
 
 
 # ---------------------------------------------------------------- special points
