@@ -1,6 +1,7 @@
 """Core ops, fusegrad against numpy and PyTorch, timed alternately in one process.
 
-Run:  .venv/bin/python benchmarks/core_ops.py [--quick]   (about 5 minutes on 2 cores)
+Run:  .venv/bin/python benchmarks/core_ops.py [--quick]   (about 10 minutes on 2 cores;
+      `--only bf16`: the bfloat16 rows and the float32 sgemm beside them, about 5)
 
 Five workloads (an elementwise chain over 2^24 floats, row softmax and row sum
 of 4096x4096, the sum of all 2^24 floats, a 1024^3 matmul) plus the
