@@ -1,6 +1,7 @@
 """Core ops, fusegrad against numpy and PyTorch, timed alternately in one process.
 
-Run:  .venv/bin/python benchmarks/core_ops.py [--quick]   (about 5 minutes on 2 cores)
+Run:  .venv/bin/python benchmarks/core_ops.py [--quick]   (about 10 minutes on 2 cores;
+      `--only bf16`: the bfloat16 rows and the float32 sgemm beside them, about 5)
 
 Seven workloads (an elementwise chain over 2^24 floats, row softmax, log-softmax
 and row sum of 4096x4096, layer norm of 8192x1024, the sum of all 2^24 floats, a
@@ -11,9 +12,13 @@ printed: a row op that reads its row from memory once and computes from cache
 costs about one copy); then a convolution (64x32x56x56 -> 64, 3x3, padding 1,
 bias and relu), forward alone and forward + backward, timed in one alternation
 with the sgemm it is as an implicit GEMM (200704x288 @ 288x64), so their
-GFLOP/s compare within a run. Every system
-runs the same inputs, taken from one `fg.randn` (never zeros), and the answers
-are checked against numpy's before anything is timed.
+GFLOP/s compare within a run. Then the bfloat16 rows against PyTorch's bfloat16
+(numpy has none): a 2048^3 matmul beside the same matmul in float32 (the two timed
+in one alternation, so their ratio is paired), the chain and the softmax (`--only
+bf16` times only those). Every system runs the same inputs, taken from one
+`fg.randn` (never zeros), and the answers are checked against numpy's (for
+bfloat16, numpy's float64 answer on the same bfloat16 inputs, within
+BF16_TOLERANCE) before anything is timed.
 
 How the numbers are taken (see ../../shared/BENCHMARKS.md, and README.md here):
 
@@ -85,6 +90,10 @@ class Case:
     kernel_seconds: list[float] = field(default_factory=list)
     first_call_ms: float = 0.0
     compile_ms: float = 0.0
+    # a 16-bit case has no numpy run: its answer is checked against `reference` (numpy,
+    # float64, on the same rounded inputs) within `tolerance`, relative to its largest value
+    reference: Callable[[], np.ndarray] | None = None
+    tolerance: float = 1e-4
 
 
 # ---------------------------------------------------------------- timing
@@ -424,19 +433,107 @@ def print_conv(sgemm: Case, forward: Case, step: Case) -> None:
             )
 
 
+# bfloat16 keeps 8 significant bits: one rounding is off by at most 2^-9 of the value.
+# PyTorch eager rounds every op of the chain (about 8 roundings, some amplified by exp),
+# so the check allows 2^-4 of the answer's largest magnitude: it catches a wrong answer
+# (a dropped term, a transposed operand), not the last bits.
+BF16_TOLERANCE = 2.0**-4
+
+
+def bf16_cases(n_chain: int, n_rows: int, n_mm: int) -> list[Case]:
+    """The bfloat16 rows: fusegrad's and PyTorch's bfloat16, with a float32 matmul of the
+    same size beside the bfloat16 one (`sgemm ...`: the two are timed in one alternation)."""
+    fg.manual_seed(1)
+    x, a, b, c = (
+        t.realize()
+        for t in (
+            fg.randn(n_chain),
+            fg.randn(n_rows, n_rows),
+            fg.randn(n_mm, n_mm),
+            fg.randn(n_mm, n_mm),
+        )
+    )
+    xh, ah, bh, ch = (t.bfloat16().realize() for t in (x, a, b, c))
+    # numpy's float64 answers on the very values the bfloat16 runs read
+    xr, ar, br, cr = (t.float().numpy().astype(np.float64) for t in (xh, ah, bh, ch))
+    bn, cn = (np.array(t.numpy()) for t in (b, c))
+    h2 = 2  # bytes per bfloat16
+
+    def chain_ref():
+        return np.maximum(np.exp(xr * 0.5 + 1.0) * xr - 3.0, 0.0) / (1 + xr * xr)
+
+    def softmax_ref():
+        e = np.exp(ar - ar.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    log2 = n_chain.bit_length() - 1
+    cases = [
+        Case(
+            f"sgemm {n_mm}^3 fp32",
+            2.0 * n_mm**3,
+            "GFLOP/s",
+            {FUSEGRAD: fg_realized(lambda: b @ c), NUMPY: lambda: bn @ cn},
+        ),
+        Case(
+            f"sgemm {n_mm}^3 bf16",
+            2.0 * n_mm**3,
+            "GFLOP/s",
+            {FUSEGRAD: fg_realized(lambda: bh @ ch)},
+            reference=lambda: br @ cr,
+            tolerance=BF16_TOLERANCE,
+        ),
+        Case(
+            f"chain 2^{log2} bf16",
+            2 * n_chain * h2,
+            "GB/s",
+            {
+                FUSEGRAD: fg_realized(
+                    lambda: (((xh * 0.5 + 1.0).exp() * xh - 3.0).relu()) / (1 + xh * xh)
+                )
+            },
+            reference=chain_ref,
+            tolerance=BF16_TOLERANCE,
+        ),
+        Case(
+            f"softmax {n_rows}x{n_rows} bf16",
+            2 * n_rows * n_rows * h2,
+            "GB/s",
+            {FUSEGRAD: fg_realized(lambda: ah.softmax(dim=1))},
+            reference=softmax_ref,
+            tolerance=BF16_TOLERANCE,
+        ),
+    ]
+    if torch is not None:
+        bt, ct = (torch.from_numpy(v.copy()) for v in (bn, cn))
+        xth, ath, bth, cth = (
+            torch.from_numpy(v.astype(np.float32)).bfloat16() for v in (xr, ar, br, cr)
+        )
+        torch_runs = [
+            lambda: bt @ ct,
+            lambda: bth @ cth,
+            lambda: torch.relu(torch.exp(xth * 0.5 + 1.0) * xth - 3.0) / (1 + xth * xth),
+            lambda: torch.softmax(ath, dim=1),
+        ]
+        for case, run in zip(cases, torch_runs):
+            case.runs[TORCH] = run
+    return cases
+
+
 def as_numpy(out) -> np.ndarray:
     if isinstance(out, (tuple, list)):  # several answers (a value and its gradients)
         return [as_numpy(part) for part in out]
     if isinstance(out, fg.Tensor):
-        return np.asarray(out.numpy())
+        return np.asarray(out.float().numpy() if out.dtype.is_half else out.numpy())
     if torch is not None and isinstance(out, torch.Tensor):
-        return out.detach().numpy()
+        out = out.detach()
+        return out.float().numpy() if out.dtype == torch.bfloat16 else out.numpy()
     return np.asarray(out)
 
 
 def check_answers(case: Case) -> str:
     """Run each system once and compare with numpy; returns the largest relative error seen
-    (each part of a several-part answer relative to its own largest magnitude)."""
+    (each part of a several-part answer relative to its own largest magnitude;
+    a 16-bit case within its `tolerance`)."""
     want = as_numpy(case.reference() if case.reference else case.runs[NUMPY]())
     want = want if isinstance(want, list) else [want]
     worst = 0.0
@@ -449,7 +546,7 @@ def check_answers(case: Case) -> str:
             scale = float(np.abs(w).max()) or 1.0
             err = float(np.abs(g.astype(np.float64) - w).max()) / scale
             worst = max(worst, err)
-            if not err < 1e-4:
+            if not err < case.tolerance:
                 raise SystemExit(
                     f"{case.name}: {name} (part {part}) differs from numpy by {err:.2e} (relative)"
                 )
@@ -513,7 +610,8 @@ def fmt(v: float | None, width: int, digits: int = 2) -> str:
 
 
 def print_table(cases: list[Case], checks: dict[str, str]) -> None:
-    print("\nmedian ms per call (rate = GB/s for memory-bound ops, GFLOP/s for matmul);")
+    print("\nmedian ms per call (rate = GB/s for memory-bound ops, GFLOP/s for matmul; the bf16")
+    print("rows count 2 bytes an element and have no numpy column: numpy has no bfloat16);")
     print("ratio = other system's time / fusegrad's time (above 1: fusegrad is faster)\n")
     head = (
         f"{'op':<32}{'unit':>8}{'fg ms':>9}{'rate':>7}{'kernels':>9}{'np ms':>9}{'rate':>7}"
@@ -540,7 +638,8 @@ def print_table(cases: list[Case], checks: dict[str, str]) -> None:
         "\n'-' where several kernels run as one native program, timed as a whole;"
         "\nscheduling and launch); 'first ms' is fusegrad's first call against an empty compile"
         "\ncache and 'compile' the compile time inside it; 'max err' is the largest difference"
-        "\nfrom numpy's answer over all systems, relative to the answer's largest magnitude."
+        "\nfrom numpy's answer over all systems, relative to the answer's largest magnitude"
+        "\n(bf16 rows: numpy's float64 answer on the same bfloat16 inputs)."
     )
 
 
@@ -577,6 +676,7 @@ def print_floor(copy: Case, chain: Case) -> None:
     print(f"  fusegrad chain / numpy copy into a preallocated array = {fg_chain / np_copy:5.2f}")
 
 
+SGEMM_PAIR = ("sgemm 2048^3 fp32", "sgemm 2048^3 bf16")  # timed in one alternation
 ROW_OPS = ("softmax", "log_softmax", "layer norm")  # timed with their copy, "(row floor)"
 
 
@@ -604,6 +704,19 @@ def print_row_floor(rows: list[Case]) -> None:
             + "   ".join(parts)
             + f"   fusegrad paired {mid:4.2f} [{low:4.2f}, {high:4.2f}]"
         )
+
+
+def print_sgemm_ratio(fp32: Case, bf16: Case) -> None:
+    """The bfloat16 matmul's rate over the float32 one's, per system, round by round (the
+    two were timed in one alternation): issue 30's target is fusegrad's at 1.6 or more."""
+    print(f"\n{bf16.name} over {fp32.name}, rate ratio round by round (above 1: bf16 faster):")
+    for name in (FUSEGRAD, TORCH):
+        if name in fp32.timings and name in bf16.timings:
+            ratio, low, high, wins = paired(fp32.timings[name], bf16.timings[name])
+            print(
+                f"  {name:<9} {ratio:5.2f} [{low:4.2f}, {high:4.2f}], bf16 faster in {wins:>2} "
+                f"of {len(bf16.timings[name])}"
+            )
 
 
 def thread_scaling(cases: list[Case], budget_s: float, most: int) -> None:
@@ -699,29 +812,39 @@ def main() -> None:
         with fg.config.override(cache=cache):
             cases = make_cases(1 << 24, 4096, 1024)
             conv = make_conv_cases(torch is not None and not args.no_torch_compile)
-            cases += conv
+            cases += conv + bf16_cases(1 << 24, 4096, 2048)
             if args.only:
                 wanted = args.only.split(",")
-                cases = [case for case in cases if any(w in case.name for w in wanted)]
+                chosen = [case for case in cases if any(w in case.name for w in wanted)]
+                # an sgemm row brings the other: their ratio is the point of them
+                if any(case.name.startswith(SGEMM_PAIR) for case in chosen):
+                    chosen += [c for c in cases if c.name.startswith(SGEMM_PAIR)]
+                cases = [case for case in cases if case in chosen]
             checks = {}
             for case in cases:
                 first_call(case)
                 checks[case.name] = check_answers(case)
             # the chain and its copy floor are timed in one alternation
-            floor = [case for case in cases if case.name.startswith(("copy 2^", "chain"))]
+            floor = [
+                case
+                for case in cases
+                if case.name.startswith(("copy 2^", "chain")) and not case.name.endswith("bf16")
+            ]
             groups = [floor] if len(floor) == 2 else [[case] for case in floor]
             # the row ops and their copy floor, likewise
             rows = [case for case in cases if case.name.endswith("(row floor)")]
-            rows += [case for case in cases if case.name.startswith(ROW_OPS)]
-            groups += [rows]
-            # the convolutions and their sgemm are timed in one alternation too
-            conv = [case for case in conv if case in cases]
-            groups += [
-                [case]
+            rows += [
+                case
                 for case in cases
-                if case not in floor and case not in rows and case not in conv
+                if case.name.startswith(ROW_OPS) and not case.name.endswith("bf16")
             ]
-            groups += [conv] if conv else []
+            groups += [rows]
+            # the convolutions and their sgemm, and the float32 and bfloat16 sgemm rows
+            # (for their ratio), are timed in one alternation each too
+            conv = [case for case in conv if case in cases]
+            sgemm = [case for case in cases if case.name.startswith(SGEMM_PAIR)]
+            groups += [[case] for case in cases if case not in floor + rows + conv + sgemm]
+            groups += [group for group in (conv, sgemm) if group]
             for group in groups:
                 measure(group, budget_s * len(group), most, warmup)
             print_table(cases, checks)
@@ -732,6 +855,8 @@ def main() -> None:
                 print_row_floor(rows)
             if len(conv) == 3:
                 print_conv(*conv)
+            if len(sgemm) == 2:
+                print_sgemm_ratio(*sgemm)
             thread_scaling(cases, budget_s, most)
     note = ""
     if busy_before != "unknown" and float(busy_before.split()[0]) >= BUSY_LOAD:

@@ -43,6 +43,10 @@ from .loopir import (
     ScatterAdd,
     Select,
     Store,
+    TileDot,
+    TileLoad,
+    TileStore,
+    TileZero,
 )
 from .optable import SAFE_DIV, SAFE_UDIV, Intrinsic, MathFn, op_row
 
@@ -87,6 +91,7 @@ class _Renderer:
         self.acc_lanes: dict[str, int] = {}  # a tile accumulator's row width
         self.loose_sums: set[str] = set()  # float accumulators added with `reassoc nsz`
         self.vec_var: Var | None = None
+        self.amx = False  # the kernel uses AMX tiles: configure them on entry, release on exit
 
     # ---------------------------------------------------------------- helpers
     def emit(self, text: str) -> str:
@@ -561,6 +566,14 @@ class _Renderer:
         # every row in a vector register (one flat array gets split into scalars instead)
         self.acc_lanes[s.acc] = s.lanes
         vt = f"<{s.lanes} x {t}>"
+        if s.memory:  # rows adjacent, written whole by TileStore before any is read
+            self.allocas.append(f"  %{s.acc}.mem = alloca [{s.size} x {t}], align 64")
+            for row in range(s.size // s.lanes):
+                self.allocas.append(
+                    f"  %{s.acc}.{row}.addr = getelementptr inbounds {t}, ptr %{s.acc}.mem, "
+                    f"i64 {row * s.lanes}"
+                )
+            return
         for row in range(s.size // s.lanes):
             self.allocas.append(f"  %{s.acc}.{row}.addr = alloca {vt}, align 64")
             self.lines.append(
@@ -645,6 +658,51 @@ class _Renderer:
             new = self.emit(f"call {t} {self.intrinsic(_imax(dt), t, 2)}({t} {cur}, {t} {val})")
         self.lines.append(f"  store {t} {new}, ptr {ptr}")
 
+    # ---------------------------------------------------------------- AMX tiles
+    def amx_call(self, name: str, *args: str) -> None:
+        types = {"tilezero": "i8 immarg", "tileloadd64": "i8 immarg, ptr, i64"}
+        types |= {
+            "tdpbf16ps": "i8 immarg, i8 immarg, i8 immarg",
+            "tilestored64": types["tileloadd64"],
+        }
+        self.decls.add(f"declare void @llvm.x86.{name}({types[name]})")
+        self.lines.append(f"  call void @llvm.x86.{name}({', '.join(args)})")
+        self.amx = True
+
+    def stmt_TileZero(self, s: TileZero) -> None:
+        self.amx_call("tilezero", f"i8 {s.tile}")
+
+    def stmt_TileLoad(self, s: TileLoad) -> None:
+        mt, size = mem_type(s.param.dtype), s.param.dtype.itemsize
+        ptr = self.emit(
+            f"getelementptr inbounds {mt}, ptr %{s.param.name}, i64 {self.index(s.index)}"
+        )
+        self.amx_call("tileloadd64", f"i8 {s.tile}", f"ptr {ptr}", f"i64 {s.stride * size}")
+
+    def stmt_TileDot(self, s: TileDot) -> None:
+        self.amx_call("tdpbf16ps", f"i8 {s.acc}", f"i8 {s.a}", f"i8 {s.b}")
+
+    def stmt_TileStore(self, s: TileStore) -> None:
+        t, lanes = self.types[s.acc].llvm, self.acc_lanes[s.acc]
+        ptr = self.emit(f"getelementptr inbounds {t}, ptr %{s.acc}.mem, i64 {s.offset}")
+        self.amx_call("tilestored64", f"i8 {s.tile}", f"ptr {ptr}", f"i64 {lanes * 4}")
+
+    def tile_config(self) -> list[str]:
+        """Entry code that configures the eight AMX tiles as 16 rows of 64 bytes (palette 1)."""
+        config = [0] * 64
+        config[0] = 1
+        for tile in range(8):
+            config[16 + 2 * tile] = 64  # bytes per row (little-endian u16)
+            config[48 + tile] = 16  # rows
+        self.decls.add("declare void @llvm.x86.ldtilecfg(ptr)")
+        self.decls.add("declare void @llvm.x86.tilerelease()")
+        data = ", ".join(f"i8 {b}" for b in config)
+        return [
+            "  %tilecfg = alloca [64 x i8], align 64",
+            f"  store <64 x i8> <{data}>, ptr %tilecfg, align 64",
+            "  call void @llvm.x86.ldtilecfg(ptr %tilecfg)",
+        ]
+
     def stmt_Store(self, s: Store) -> None:
         dt = s.param.dtype
         mt = mem_type(dt)
@@ -718,7 +776,11 @@ class _Renderer:
             params.append(f"ptr {attrs} %{p.name}")
         # "no-builtins": never turn loops into memset/memcpy calls; kernels call nothing
         head = f'define void @{self.symbol}({", ".join(params)}) nounwind "no-builtins" {{'
-        body = ["entry:"] + self.allocas + ["  br label %top", "top:"] + self.lines + ["  ret void"]
+        entry, leave = self.allocas, ["  ret void"]
+        if self.amx:
+            entry = entry + self.tile_config()
+            leave = ["  call void @llvm.x86.tilerelease()"] + leave
+        body = ["entry:"] + entry + ["  br label %top", "top:"] + self.lines + leave
         math_text, math_decls = math_functions(self.math)
         return "\n".join(
             [

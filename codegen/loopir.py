@@ -121,6 +121,7 @@ class AccInit:
     value: object
     size: int = 1
     lanes: int = 1  # a tile is rows of this many lanes, each accessed as one vector
+    memory: bool = False  # the rows lie one after another in memory (AMX stores tiles there)
 
 
 @dataclass
@@ -171,6 +172,44 @@ class AccReduceLanes:
     base: Lin
     lanes: int
     op: Ops  # ADD or MAX
+
+
+@dataclass
+class TileZero:
+    """AMX: tile register `tile` (0-7; every tile 16 rows of 64 bytes) := 0."""
+
+    tile: int
+
+
+@dataclass
+class TileLoad:
+    """AMX: tile register `tile` := 16 rows of 64 bytes of `param`, the first at element
+    `index`, each `stride` elements after the one before (a 16 x 32 bfloat16 block)."""
+
+    tile: int
+    param: Param
+    index: Lin
+    stride: int
+
+
+@dataclass
+class TileDot:
+    """AMX `tdpbf16ps`: float32 tile `acc` (16 x 16) += bfloat16 tiles `a` (16 x 32) times
+    `b` (32 x 16, stored as 16 rows of 16 pairs along the reduction: the VNNI layout)."""
+
+    acc: int
+    a: int
+    b: int
+
+
+@dataclass
+class TileStore:
+    """AMX: the float32 tile register `tile` into accumulator `acc` (an AccInit of `size`
+    float32 in rows of `lanes`), its first element at `offset`, rows `lanes` apart."""
+
+    tile: int
+    acc: str
+    offset: int
 
 
 @dataclass
@@ -256,6 +295,15 @@ def _print_block(body, depth: int, lines: list[str]) -> None:
         elif isinstance(s, AccReduceLanes):
             what = f"{s.acc}[{s.base} : {s.base} + {s.lanes}]"
             lines.append(f"{pad}{s.dst} = {s.op.name.lower()} over {what}")
+        elif isinstance(s, TileZero):
+            lines.append(f"{pad}tile{s.tile} = 0")
+        elif isinstance(s, TileLoad):
+            at = f"{s.param.name}[{s.index} + row*{s.stride}]"
+            lines.append(f"{pad}tile{s.tile} = load 16 rows of 32 from {at}")
+        elif isinstance(s, TileDot):
+            lines.append(f"{pad}tile{s.acc} += dot(tile{s.a}, tile{s.b})")
+        elif isinstance(s, TileStore):
+            lines.append(f"{pad}store tile{s.tile} into {s.acc}[{s.offset} + ...]")
         elif isinstance(s, Store):
             guard = f" if {_valid_str(s.valid)}" if s.valid else ""
             lines.append(f"{pad}store {s.param.name}[{s.index}] = {s.value}{guard}")

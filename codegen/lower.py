@@ -23,6 +23,9 @@ from ..ir.node import Node
 from ..ir.ops import ELEMENTWISE, REDUCE, REDUCE_COMBINE, TRANSCENDENTAL, Ops
 from ..ir.schedule import ScheduleItem, is_squeeze
 from ..ir.symbolic import FloorDiv, Lin, Mod, Var, lin
+from .amx import lower_amx
+from .coords import coords_from_groups as _coords_from_groups
+from .coords import linear_index, squeeze_coords, strides_of
 from .loopir import (
     AccInit,
     AccOnlineExp,
@@ -42,23 +45,6 @@ from .loopir import (
     Store,
 )
 from .tiling import PANEL_CACHE_BYTES, TILE_COLS
-
-
-def strides_of(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """Row-major strides in elements: strides_of((2, 3, 4)) == (12, 4, 1)."""
-    out, acc = [], 1
-    for s in reversed(shape):
-        out.append(acc)
-        acc *= s
-    return tuple(reversed(out))
-
-
-def linear_index(coords: tuple[Lin, ...], shape: tuple[int, ...]) -> Lin:
-    idx = lin(0)
-    for c, st, s in zip(coords, strides_of(shape), shape):
-        if s != 1:
-            idx = idx + c * st
-    return idx
 
 
 def view_source_coords(n: Node, coords: tuple[Lin, ...]) -> tuple[tuple[Lin, ...], tuple[Lin, ...]]:
@@ -983,29 +969,6 @@ def reduce_identity(op: Ops, dtype: DType):
     return 0 if dtype.unsigned else -(2 ** (8 * dtype.itemsize - 1))
 
 
-def squeeze_coords(coords, shape, target_shape) -> tuple[Lin, ...]:
-    """Coordinates in `target_shape` of the same element, for shapes equal up to size-1 axes."""
-    if tuple(shape) == tuple(target_shape):
-        return tuple(coords)
-    flat = linear_index(coords, shape)
-    return tuple(
-        lin(0) if s == 1 else (flat // st) % s
-        for st, s in zip(strides_of(target_shape), target_shape)
-    )
-
-
-def _coords_from_groups(shape, groups, loop_vars) -> tuple[Lin, ...]:
-    """Coordinates of every axis, given one loop variable per group of adjacent axes."""
-    coords = [lin(0)] * len(shape)
-    for group, v in zip(groups, loop_vars):
-        rest = lin(v)
-        sizes = [shape[a] for a in group]
-        for k, a in enumerate(group):
-            inner = math.prod(sizes[k + 1 :])
-            coords[a] = (rest // inner) % shape[a] if k else rest // inner
-    return tuple(coords)
-
-
 def _divmod_score(kernel: Kernel) -> int:
     """How many divisions and modulos the kernel's index expressions contain."""
     total = 0
@@ -1041,12 +1004,14 @@ def _merge_groups(axes: list[int], try_lower) -> list[tuple[int, ...]]:
     return groups
 
 
-def lower(item: ScheduleItem, tile: bool = True) -> Kernel:
+def lower(item: ScheduleItem, tile: bool = True, amx: bool = False) -> Kernel:
     """The loop IR of a scheduled kernel, with its loops merged where that stays affine.
 
     With `tile`, a reduction may get the CPU's register tile (`choose_tile`); the GPU
     lowering (`codegen/gpu.py`) takes the plain loop nest (`tile=False`) and tiles it
-    for the GPU's threads and shared memory instead."""
+    for the GPU's threads and shared memory instead. With `amx` (the runtime's word that
+    the host has AMX-BF16 and may use it), a bfloat16 matmul in the layout `codegen/amx.py`
+    recognizes runs on AMX tiles."""
     root, red = item.root, item.reduce
     if root.op is Ops.SCATTER_ADD:
         return _Lowerer(item, [], []).lower_scatter()
@@ -1075,6 +1040,10 @@ def lower(item: ScheduleItem, tile: bool = True) -> Kernel:
         state["out"] = _merge_groups(out_axes, lambda g: score_with(g, state["red"]))
     if row_stats and tile:  # the CPU cascades a row kernel's long sums; the GPU splits them
         return _Lowerer(item, state["out"], state["red"], row_cascade=True).lower()
+    if amx and tile:
+        kernel = lower_amx(_Lowerer(item, state["out"], state["red"]), kernel_name(item))
+        if kernel is not None:
+            return kernel
     plain = lowered_with(state["out"], state["red"])
     chosen = choose_tile(plain, item, state["out"]) if tile else None
     if chosen is not None:

@@ -153,6 +153,12 @@ def guards_windows_in_tiles(name: str | None) -> bool:
     return name is not None and get_backend(name).guards_windows_in_tiles
 
 
+def packs_bf16_pairs(name: str | None) -> bool:
+    """Whether a bfloat16 matmul on this device packs its right operand in pairs along the
+    reduction for AMX tiles: the backend's `packs_bf16_pairs`."""
+    return name is not None and get_backend(name).packs_bf16_pairs
+
+
 def names_host(spec) -> bool:
     """Whether `spec` (a device object or string) names the host device."""
     return is_device(spec) and is_host(device(spec).canonical())

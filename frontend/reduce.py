@@ -21,6 +21,7 @@ from . import core
 from .autocast import autocast_op
 from .creation import index_arange
 from .creation import index_arange as arange
+from .devices import packs_bf16_pairs
 from .errors import DimError, DTypeError, ShapeError, fail
 from .ir import node as N
 from .ir.autodiff import max_grad_shared, own_node, with_vjp
@@ -592,13 +593,46 @@ def matmul(a, b):
     return a._make(N.reshape(node, shape), b)
 
 
+AMX_BLOCK = 32  # codegen/amx.py's: M, K and N must be multiples of it
+
+
+def _amx_shaped(an, bn) -> bool:
+    """A bfloat16 product that `codegen/amx.py` runs on AMX tiles once B is packed."""
+    (m, k), n = an.shape[-2:], bn.shape[-1]
+    return (
+        len(bn.shape) == 2
+        and an.dtype.name == "bfloat16"
+        and bn.dtype.name == "bfloat16"
+        and m % AMX_BLOCK == 0
+        and k % AMX_BLOCK == 0
+        and n % AMX_BLOCK == 0
+        and min(m, k, n) > 0
+    )
+
+
+def _pack_bf16_pairs(bn):
+    """B (K, N) copied once into AMX's layout, read back through a view as (K, N): blocks
+    of 16 columns, in each K/2 rows of 16 pairs (B[2a, 16c + d], B[2a + 1, 16c + d]), so a
+    32 x 16 tile of B is 16 rows of 64 contiguous bytes (`tdpbf16ps`'s VNNI operand)."""
+    k, n = bn.shape
+    packed = N.contiguous(
+        N.permute(N.reshape(bn, (k // 2, 2, n // 16, 16)), (2, 0, 3, 1)),
+        "matmul: a bfloat16 right operand packed in pairs along K for AMX tiles",
+    )
+    return N.reshape(N.permute(packed, (1, 3, 0, 2)), (k, n))
+
+
 def _product(an, bn, batch: tuple[int, ...]):
     """The (*batch, M, N) product node of (..., M, K) and (..., K, N) nodes whose shapes
     matmul has checked: one broadcast multiply and one sum over K, which the scheduler
     fuses into a single kernel."""
     (m, k), n = an.shape[-2:], bn.shape[-1]
     big = k * n * bn.dtype.itemsize >= PANEL_CACHE_BYTES
-    if len(bn.shape) == 2 and n % PANEL == 0 and n > PANEL and big:
+    amx_sources = None
+    if _amx_shaped(an, bn) and packs_bf16_pairs(bn.device):
+        amx_sources = (an, bn) if len(an.shape) == 2 else None
+        bn = _pack_bf16_pairs(bn)
+    elif len(bn.shape) == 2 and n % PANEL == 0 and n > PANEL and big:
         # a right operand too big for cache is copied once into panels of PANEL columns, rows
         # adjacent: the kernel then streams one panel (its vector loads) from memory in order
         panels = N.contiguous(
@@ -616,4 +650,26 @@ def _product(an, bn, batch: tuple[int, ...]):
     node = N.reduce(Ops.SUM, N.binary(Ops.MUL, x, y), (len(full) - 1,))
     if k == 0:  # a sum of no products is 0, as in torch
         node = N.const(0, node.shape, node.dtype)
+    elif amx_sources is not None:
+        with_vjp(node, _amx_gradients(*amx_sources))
     return N.reshape(node, batch + (m, n))
+
+
+def _amx_gradients(an, bn):
+    """The gradient rule of an AMX-shaped 2-D product A @ B: both gradients as products
+    that take the AMX tiles too, G @ B^T (B^T packed) and A^T @ G (A^T copied contiguous,
+    G packed), instead of the broadcast multiply's generic rule, whose contractions read
+    B and A across their rows and stay on the FMA tiles."""
+    m, n = an.shape[0], bn.shape[1]
+
+    def rule(g):
+        g2 = N.reshape(g, (m, n))
+        a_t = N.contiguous(
+            N.permute(an, (1, 0)), "matmul gradient: A transposed contiguous for AMX tiles"
+        )
+        return [
+            (an, _product(g2, N.permute(bn, (1, 0)), ())),
+            (bn, _product(a_t, g2, ())),
+        ]
+
+    return rule

@@ -50,6 +50,9 @@ class Backend(ABC):
     # a convolution's windows read a padded input through bounds checks in the contraction's
     # tiles, so nn/correlate.py makes no padded copy first (the GPU's shared-memory staging)
     guards_windows_in_tiles: bool = False
+    # a bfloat16 matmul's right operand is packed in pairs along the reduction (the VNNI
+    # layout) for the backend's AMX kernels (codegen/amx.py): the CPU's, where it has AMX
+    packs_bf16_pairs: bool = False
 
     # ---------------------------------------------------------------- properties
     @property

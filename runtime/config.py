@@ -17,6 +17,8 @@
 |                     | emulator of the generated CUDA C) or "off"                     |         |
 | FUSEGRAD_CUDA_GRAPHS | 0: never replay a cached plan as a CUDA graph (stream       | 1       |
 |                     | capture through libcuda; plain launches instead)               |         |
+| FUSEGRAD_AMX        | 0: bfloat16 matmuls never use AMX tiles, even where the CPU  | 1       |
+|                     | has them (read when a graph is built and when it is lowered)   |         |
 
 A FUSEGRAD_CACHE or FUSEGRAD_DUMP folder that cannot be used is said once (a UserWarning
 naming the variable, the path and what happens instead); the run carries on.
@@ -93,6 +95,8 @@ class Config:
     # a cached plan's launches, once they repeat, are captured and replayed as a CUDA graph
     # where the driver allows it (runtime/cuda.py, runtime/cuda_graphs.py)
     cuda_graphs: bool = True
+    # bfloat16 matmuls may run on AMX tiles where the CPU has them (runtime/amx.py)
+    amx: bool = True
 
     @classmethod
     def from_env(cls) -> Config:
@@ -122,6 +126,7 @@ class Config:
             ),
             cuda=cuda,
             cuda_graphs=_int_env("FUSEGRAD_CUDA_GRAPHS", 1, "0 or 1", (0, 1)) != 0,
+            amx=_int_env("FUSEGRAD_AMX", 1, "0 or 1", (0, 1)) != 0,
         )
 
     @contextlib.contextmanager

@@ -13,6 +13,7 @@ import numpy as np
 from ..codegen.llvm import render_llvm
 from ..codegen.lower import kernel_symbol, lower
 from . import item_cache, phases, pool
+from .amx import amx_ready
 from .backend_registry import Backend, register_backend
 from .buffer import Buffer, clear_pool, give_scratch, take_scratch
 from .compiler import CompiledKernel, compile_kernels
@@ -148,6 +149,10 @@ class CpuBackend(Backend):
     uses_worker_pool = True
 
     @property
+    def packs_bf16_pairs(self) -> bool:
+        return amx_ready()
+
+    @property
     def description(self) -> str:
         return f"the CPU ({effective_threads()} thread(s))"
 
@@ -172,7 +177,7 @@ class CpuBackend(Backend):
         return Buffer.from_numpy(array, dtype)
 
     def lower(self, item):
-        return lower(item)
+        return lower(item, amx=amx_ready())
 
     def kernel_symbol(self, loop) -> str:
         return kernel_symbol(render_llvm(loop, "KERNEL"), loop.name)
@@ -197,7 +202,9 @@ class CpuBackend(Backend):
         compiled: list = [None] * len(items)
         jobs: dict[int, tuple] = {}
         with phases.timed("lower"):  # the cache's look-ups count as lowering
-            keys = [item_cache.item_key(item) if config.cache else None for item in items]
+            # what `lower` is told besides the item (AMX on or off) is in the key too
+            options = f"amx={amx_ready()}"
+            keys = [item_cache.item_key(item, options) if config.cache else None for item in items]
             for i, key in enumerate(keys):
                 found = item_cache.load(key) if key else None
                 if found is not None:

@@ -124,15 +124,17 @@ def _source_folders() -> list[str]:
     return [os.path.dirname(os.path.abspath(m.__file__)) for m in (codegen_lower, ir_ops)]
 
 
-def item_key(item) -> str | None:
+def item_key(item, options: str = "") -> str | None:
     """The cache key of a schedule item's CPU kernel, or None if it has none (`describe`).
 
     Items that differ in anything their kernel's code depends on get different keys;
-    so do the same items under another version of the code generator or another CPU."""
+    so do the same items under another version of the code generator or another CPU,
+    and under other lowering `options` (the backend's words to `lower` besides the item,
+    such as whether AMX tiles may be used)."""
     text = describe(item)
     if text is None:
         return None
-    parts = [FORMAT, code_version(), compiler.host_description(), text]
+    parts = [FORMAT, code_version(), compiler.host_description(), options, text]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 

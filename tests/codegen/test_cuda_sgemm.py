@@ -47,6 +47,14 @@ def tf32(x: np.ndarray) -> np.ndarray:
     return ((u + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _no_amx_packing():
+    # these graphs are built on the CPU and lowered for the GPU: the CPU's packing of a
+    # bfloat16 right operand for AMX tiles (frontend/reduce.py) is not what they test
+    with fg.config.override(amx=False):
+        yield
+
+
 def kernel_of(expr, tf32_allowed=False):
     (item,) = schedule([expr.node], engine.has_value_predicate())
     return cuda_kernel(lower(item, tile=False), "k", tf32_allowed)

@@ -93,6 +93,19 @@ def test_another_code_generator_or_host_is_another_key(monkeypatch):
     assert len({before, edited, other_host}) == 3
 
 
+def test_a_bfloat16_matmul_with_and_without_amx_has_two_keys(tmp_path):
+    """FUSEGRAD_AMX=0 lowers a bfloat16 matmul onto the FMA tiles: it must not load the
+    AMX kernel an earlier run cached, nor the other way round."""
+    a = fg.ones(64, 64, dtype=fg.bfloat16)
+    with fg.config.override(amx=True):
+        (item,) = items_of(a @ a)
+    keys = {item_cache.item_key(item, f"amx={on}") for on in (True, False)}
+    assert len(keys) == 2
+    with fg.config.override(cache=str(tmp_path), amx=False):
+        got = (a @ a).float().numpy()
+    assert np.array_equal(got, np.full((64, 64), 64.0, dtype=np.float32))
+
+
 def test_the_code_version_covers_every_file_of_codegen_and_ir(tmp_path, monkeypatch):
     """Editing any file the kernels come from (here in a copy of the packages) changes it."""
     folders = item_cache._source_folders()

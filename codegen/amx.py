@@ -1,0 +1,199 @@
+"""A bfloat16 contraction on AMX tiles (`tdpbf16ps`), where the host has them.
+
+A matmul of two bfloat16 operands whose right operand the frontend packed in pairs along
+the reduction (the VNNI layout: `frontend/reduce.py`, `_product`) is lowered to tiles of
+32 x 32 outputs, four 16 x 16 float32 accumulator tiles fed by two 16 x 32 tiles of the
+left operand and two 32 x 16 of the right one (all eight tile registers):
+
+    parallel for on in 0..N/32:  for om in 0..M/32:
+      tile0..3 = 0
+      for r in 0..K/32:
+        tile4, tile5 = A[om*32 + 0..15, 32r..], A[om*32 + 16..31, 32r..]
+        tile6, tile7 = B's pairs at (32r.., on*32 + 0..15), (32r.., on*32 + 16..31)
+        tile0 += tile4 . tile6;  tile1 += tile4 . tile7;  tile2 += tile5 . tile6; ...
+      store tile0..3 into a 32 x 32 float32 accumulator
+      unrolled for i in 0..32: vector for t in 0..32: out[...] = epilogue(acc[i*32 + t])
+
+Products are exact and sums float32, as the FMA tile's, but `tdpbf16ps` flushes
+subnormal inputs and results to zero and adds each pair of products before the
+accumulator (docs/NUMERICS.md). Anything this does not recognize exactly (another
+layout, a padded or computed operand, a size not a multiple of 32) returns None and
+takes the register tiles of `codegen/lower.py`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..ir.dtypes import bfloat16
+from ..ir.ops import Ops
+from ..ir.symbolic import Lin, Var, lin
+from .coords import coords_from_groups, linear_index, squeeze_coords
+from .loopir import (
+    AccInit,
+    AccRead,
+    Kernel,
+    Load,
+    Loop,
+    Store,
+    TileDot,
+    TileLoad,
+    TileStore,
+    TileZero,
+)
+
+AMX_BLOCK = 32  # outputs along each of M and N per tile loop; reduction elements per step
+HALF = 16  # a tile's rows (and a float32 tile's columns)
+
+
+def _linear_in(index: Lin, tile_vars: set[Var]) -> bool:
+    """Whether `index` is affine in `tile_vars`: none of them inside a division."""
+    return not any(not isinstance(a, Var) and tile_vars & a.x.atoms() for a, _ in index.terms)
+
+
+def lower_amx(lw, name: str) -> Kernel | None:
+    """The AMX kernel `name` of lowerer `lw` (a `codegen.lower._Lowerer` without a tile), or
+    None where the kernel is not a bfloat16 matmul of that shape and layout."""
+    item, red = lw.item, lw.item.reduce
+    if red is None or red.op is not Ops.SUM or red.dtype is not bfloat16:
+        return None
+    src = red.srcs[0]
+    if src.op is not Ops.MUL or len(lw.red_groups) != 1 or item.extra:
+        return None
+    lw.block, lw.iterations, lw.flops = [], 1, 0
+    shape = item.root.shape
+    extents = [math.prod(shape[a] for a in g) for g in lw.out_groups]
+    k_extent = math.prod(src.shape[a] for a in lw.red_groups[0])
+    if k_extent % AMX_BLOCK:
+        return None
+    # symbolic coordinates of one 32 x 32 block: om, on the tile loops, (i, rr) a row inside
+    # (i: which 16), (j, c) a column, (p, q) a reduction element 32r + 2p + q
+    i, rr = Var("ai", 0, 1), Var("ar", 0, HALF - 1)
+    j, c = Var("bj", 0, 1), Var("bc", 0, HALF - 1)
+    p, q = Var("kp", 0, HALF - 1), Var("kq", 0, 1)
+    r = Var("r0", 0, k_extent // AMX_BLOCK - 1)
+    k_expr = lin(r) * AMX_BLOCK + lin(p) * 2 + q
+    operands = _operands(lw, src, extents, k_expr, (i, rr), (j, c))
+    if operands is None:
+        return None
+    m_group, n_group, a_load, b_load = operands
+    a_ix, b_ix = a_load.index, b_load.index
+    # A: rows rr apart by its row stride, 32 consecutive reduction elements (p, q) per row
+    if not _linear_in(a_ix, {i, rr, p, q}) or {j, c} & a_ix.atoms():
+        return None
+    a_stride = a_ix.coef(rr)
+    if a_ix.coef(q) != 1 or a_ix.coef(p) != 2 or a_ix.coef(i) != HALF * a_stride:
+        return None
+    # B: pairs (q) adjacent, 16 columns (c) 2 apart, rows of pairs (p) a stride apart
+    if not _linear_in(b_ix, {j, c, p, q}) or {i, rr} & b_ix.atoms():
+        return None
+    b_stride = b_ix.coef(p)
+    if b_ix.coef(q) != 1 or b_ix.coef(c) != 2 or b_stride < AMX_BLOCK:
+        return None
+    return _emit(lw, name, m_group, n_group, extents, a_load, b_load, (i, rr, j, c, p, q, r))
+
+
+def _operands(lw, src, extents, k_expr, rows, cols):
+    """(m group, n group, A's load, B's load) read at the block's symbolic coordinates, or
+    None: each of the product's two operands must be one bfloat16 load, unguarded."""
+    (i, rr), (j, c) = rows, cols
+    for m_group in range(len(extents)):
+        for n_group in range(len(extents)):
+            if m_group == n_group or extents[m_group] % AMX_BLOCK:
+                continue
+            if extents[n_group] % AMX_BLOCK:
+                continue
+            exprs = [lin(Var(f"o{g}", 0, e - 1)) for g, e in enumerate(extents)]
+            om = Var(f"o{m_group}", 0, extents[m_group] // AMX_BLOCK - 1)
+            exprs[m_group] = lin(om) * AMX_BLOCK + lin(i) * HALF + rr
+            on = Var(f"o{n_group}", 0, extents[n_group] // AMX_BLOCK - 1)
+            exprs[n_group] = lin(on) * AMX_BLOCK + lin(j) * HALF + c
+            loads = _trial_loads(lw, src, exprs, k_expr)
+            if loads is None:
+                return None
+            first, second = loads
+            if {rr} & first.index.atoms() and {c} & second.index.atoms():
+                return m_group, n_group, first, second
+            if {rr} & second.index.atoms() and {c} & first.index.atoms():
+                return m_group, n_group, second, first
+    return None
+
+
+def _trial_loads(lw, src, out_exprs, k_expr) -> tuple[Load, Load] | None:
+    """The loads the product's two operands make at these coordinates, generated into a
+    scratch block and dropped; None unless each is one unguarded bfloat16 load."""
+    root, red = lw.item.root, lw.item.reduce
+    coords = coords_from_groups(root.shape, lw.out_groups, out_exprs)
+    coords = squeeze_coords(coords, root.shape, red.shape)
+    # the reduction's input coordinates: the output's, with the reduced axes' replaced
+    red_coords = coords_from_groups(src.shape, lw.red_groups, [k_expr])
+    src_coords = tuple(red_coords[a] if a in red.arg else x for a, x in enumerate(coords))
+    saved = lw.block, lw.iterations, lw.flops, lw.scopes
+    loads = []
+    try:
+        for operand in src.srcs:
+            lw.block, lw.scopes = [], [{}]
+            lw.gen(operand, src_coords, ())
+            stmts = lw.block
+            if len(stmts) != 1 or not isinstance(stmts[0], Load):
+                return None
+            ld = stmts[0]
+            if ld.valid or ld.dtype is not bfloat16 or ld.param.output:
+                return None
+            loads.append(ld)
+    finally:
+        lw.block, lw.iterations, lw.flops, lw.scopes = saved
+    return loads[0], loads[1]
+
+
+def _emit(lw, name, m_group, n_group, extents, a_load, b_load, tile_vars) -> Kernel:
+    """The kernel: tile loops (the column blocks outermost, each thread keeping one packed
+    panel of B in cache while it walks the rows), the AMX reduction, the epilogue."""
+    i, rr, j, c, p, q, r = tile_vars
+    item, red, root = lw.item, lw.item.reduce, lw.item.root
+    body: list = []
+    lw.block, lw.iterations, lw.flops = body, 1, 0
+    order = [n_group, m_group] + [g for g in range(len(extents)) if g not in (m_group, n_group)]
+    loop_vars = {}
+    first_extent = None
+    for g in order:
+        count = extents[g] // AMX_BLOCK if g in (m_group, n_group) else extents[g]
+        v = Var(f"o{g}", 0, count - 1)
+        loop_vars[g] = v
+        lw._open_loop(Loop(v, count, [], "parallel" if first_extent is None else "serial"))
+        first_extent = count if first_extent is None else first_extent
+    size = AMX_BLOCK * AMX_BLOCK
+    acc = lw._new_acc()
+    lw.emit(AccInit(acc, red.dtype, 0.0, size, AMX_BLOCK, memory=True))
+    for t in range(4):
+        lw.emit(TileZero(t))
+    outer_block, outer_iter = lw.block, lw.iterations
+    lw._open_loop(Loop(r, r.max + 1, [], "reduce"))
+    zero = {rr: lin(0), c: lin(0), p: lin(0), q: lin(0)}
+    for half in range(2):
+        at = a_load.index.substitute({**zero, i: lin(half)})
+        lw.emit(TileLoad(4 + half, a_load.param, at, a_load.index.coef(rr)))
+    for half in range(2):
+        at = b_load.index.substitute({**zero, j: lin(half)})
+        lw.emit(TileLoad(6 + half, b_load.param, at, b_load.index.coef(p)))
+    for t in range(4):
+        lw.emit(TileDot(t, 4 + t // 2, 6 + t % 2), 2 * HALF * HALF * AMX_BLOCK)
+    lw.block, lw.iterations = outer_block, outer_iter
+    for t in range(4):
+        lw.emit(TileStore(t, acc, (t // 2) * HALF * AMX_BLOCK + (t % 2) * HALF))
+    # the epilogue over the block: rows unrolled, 32-lane vectors along N
+    row, lane = Var("i", 0, AMX_BLOCK - 1), Var("t", 0, AMX_BLOCK - 1)
+    lw._open_loop(Loop(row, AMX_BLOCK, [], "unroll"))
+    lw._open_loop(Loop(lane, AMX_BLOCK, [], "vector"))
+    exprs = [lin(loop_vars[g]) for g in range(len(extents))]
+    exprs[m_group] = lin(loop_vars[m_group]) * AMX_BLOCK + row
+    exprs[n_group] = lin(loop_vars[n_group]) * AMX_BLOCK + lane
+    coords = coords_from_groups(root.shape, lw.out_groups, exprs)
+    red_coords = squeeze_coords(coords, root.shape, red.shape)
+    lw.scopes.append({})
+    got = lw.emit(AccRead(lw.fresh(), red.dtype, acc, lin(row) * AMX_BLOCK + lane))
+    lw.scopes[-1][(id(red), red_coords, ())] = got
+    value = lw.gen(root, coords, ())
+    lw.emit(Store(lw.out, linear_index(coords, root.shape), value))
+    params = lw.outs + [lw.params[id(n)] for n in item.inputs]
+    return Kernel(name, params, body, first_extent or 1, lw.flops)

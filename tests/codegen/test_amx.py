@@ -1,0 +1,149 @@
+"""bfloat16 matmuls on AMX tiles (codegen/amx.py), where the host has AMX-BF16 and Linux
+grants the tile state: the kernels' assembly, the answers against float64 on the same
+bfloat16 inputs, the special points (subnormals flushed, as `tdpbf16ps` does), and the
+shapes and layouts that take the register tiles instead. Skipped, saying so, elsewhere;
+tests/frontend/test_bf16_contractions.py checks every shape on every host."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fusegrad as fg
+from fusegrad.runtime.amx import amx_ready
+
+pytestmark = pytest.mark.skipif(
+    not amx_ready(),
+    reason="AMX tiles are off here: no AMX-BF16, Linux refused its tile state, or FUSEGRAD_AMX=0",
+)
+
+F32_UNIT = 2.0**-24
+HALF_ULP = 2.0**-8  # bfloat16: a rounding is off by at most 2^-8 of the value
+
+
+def bf16(values) -> fg.Tensor:
+    return fg.tensor(np.asarray(values, np.float32)).bfloat16().realize()
+
+
+def host(t: fg.Tensor) -> np.ndarray:
+    return t.float().numpy().astype(np.float64)
+
+
+def on_amx(t: fg.Tensor) -> bool:
+    return any("tdpbf16ps" in (k.asm or "") for k in fg.kernels(t))
+
+
+def check_close(got, a, b) -> None:
+    exact, size, k = a @ b, np.abs(a) @ np.abs(b), a.shape[-1]
+    bound = HALF_ULP * np.abs(exact) + 2 * k * F32_UNIT * size * (1 + HALF_ULP)
+    assert (np.abs(host(got) - exact) <= bound).all()
+
+
+@pytest.mark.parametrize("m, k, n", [(32, 32, 32), (64, 96, 128), (96, 2048, 64)], ids=str)
+def test_a_bfloat16_matmul_runs_on_amx_tiles(m, k, n):
+    rng = np.random.default_rng(k)
+    a, b = bf16(rng.standard_normal((m, k))), bf16(rng.standard_normal((k, n)))
+    y = a @ b
+    assert on_amx(y)
+    (kernel,) = [k for k in fg.kernels(y) if "tdpbf16ps" in k.asm]
+    assert "tileloadd" in kernel.asm and "ldtilecfg" in kernel.asm and "tilerelease" in kernel.asm
+    check_close(y, host(a), host(b))
+
+
+def test_linear_batched_and_a_fused_epilogue_run_on_amx_tiles():
+    rng = np.random.default_rng(2)
+    x, w, bias = (bf16(rng.standard_normal(s)) for s in ((64, 96), (32, 96), (32,)))
+    y = fg.nn.functional.linear(x, w, bias).relu()
+    assert on_amx(y)
+    exact = np.maximum(host(x) @ host(w).T + host(bias), 0)
+    assert np.allclose(host(y), exact, rtol=2**-7, atol=96 * 2**-20)
+    a, b = bf16(rng.standard_normal((3, 32, 64))), bf16(rng.standard_normal((64, 32)))
+    y = a @ b
+    assert on_amx(y)
+    check_close(y, host(a), host(b))
+
+
+def test_both_gradients_of_matmul_and_linear_run_on_amx_tiles():
+    rng = np.random.default_rng(6)
+    a, b, g = (bf16(rng.standard_normal(s)) for s in ((64, 96), (96, 128), (64, 128)))
+    a.requires_grad_()
+    b.requires_grad_()
+    ((a @ b) * g).sum().backward()
+    assert on_amx(a.grad) and on_amx(b.grad)
+    check_close(a.grad, host(g), host(b).T)
+    check_close(b.grad, host(a).T, host(g))
+    x, w, gy = (bf16(rng.standard_normal(s)) for s in ((64, 96), (32, 96), (64, 32)))
+    x.requires_grad_()
+    w.requires_grad_()
+    (fg.nn.functional.linear(x, w) * gy).sum().backward()
+    assert on_amx(x.grad) and on_amx(w.grad)
+    check_close(x.grad, host(gy), host(w))
+    check_close(w.grad, host(gy).T, host(x))
+
+
+def test_other_shapes_and_layouts_take_the_register_tiles():
+    rng = np.random.default_rng(3)
+    cases = [
+        (rng.standard_normal((33, 32)), rng.standard_normal((32, 32)), False),  # M % 32
+        (rng.standard_normal((32, 48)), rng.standard_normal((48, 32)), False),  # K % 32
+        (rng.standard_normal((32, 32)).T, rng.standard_normal((32, 64)), True),  # A's a view
+    ]
+    for a_values, b_values, transposed in cases:
+        if transposed:  # A a transposed view: B is packed, but the kernel reads A by columns
+            a = bf16(a_values.T).T
+        else:
+            a = bf16(a_values)
+        b = bf16(b_values)
+        y = a @ b
+        assert not on_amx(y)
+        check_close(y, host(a), host(b))
+    # float32 never does
+    a = fg.tensor(rng.standard_normal((32, 32)).astype(np.float32))
+    assert not on_amx(a @ a)
+
+
+INF, NAN, SUB = np.inf, np.nan, 2.0**-130
+
+# (name, a row, b column, the answer on AMX tiles): as in test_bf16_contractions.py's table,
+# except that subnormal inputs read as 0 and subnormal results are flushed to 0
+AMX_DOTS = [
+    ("zeros", [0.0, 0.0], [0.0, 0.0], 0.0),
+    ("negative zeros", [-0.0, -0.0, 0.0], [1.0, 1.0, -0.0], 0.0),
+    ("ones, odd count", [1.0] * 5, [1.0] * 5, 5.0),
+    ("cancellation", [1.0, 1.0, -1.0], [256.0, 1.0, 256.0], 1.0),
+    ("inf", [INF, 1.0], [1.0, 1.0], INF),
+    ("inf times zero", [INF, 1.0], [0.0, 1.0], NAN),
+    ("inf minus inf", [INF, INF], [1.0, -1.0], NAN),
+    ("NaN", [1.0, NAN, 1.0], [1.0, 1.0, 1.0], NAN),
+    ("subnormal input reads as 0", [SUB, 0.0], [2.0**100, 1.0], 0.0),
+    ("subnormal result flushed", [2.0**-70, 2.0**-70], [2.0**-60, 0.0], 0.0),
+    ("overflow to inf", [2.0**127, 2.0**127], [2.0, 2.0], INF),
+    ("a tie rounds to even", [1.0, 1.0], [1.0, 2.0**-8], 1.0),
+]
+
+
+def test_special_points_on_amx_tiles():
+    # row r of A holds case r's vector (zeros after it), column r of B the other one, so
+    # output (r, r) is case r's dot product; 32 x 32 x 32 runs on the tiles
+    a, b = np.zeros((32, 32)), np.zeros((32, 32))
+    for r, (_, x, y, _) in enumerate(AMX_DOTS):
+        a[r, : len(x)], b[: len(y), r] = x, y
+    out = bf16(a) @ bf16(b)
+    assert on_amx(out)
+    got = np.diag(host(out))
+    for r, (name, _, _, want) in enumerate(AMX_DOTS):
+        if np.isnan(want):
+            assert np.isnan(got[r]), name
+        else:
+            assert got[r] == want and np.signbit(got[r]) == np.signbit(want), (name, got[r])
+
+
+def test_config_amx_off_keeps_the_register_tiles():
+    rng = np.random.default_rng(4)
+    a, b = bf16(rng.standard_normal((32, 64))), bf16(rng.standard_normal((64, 32)))
+    with fg.config.override(amx=False):
+        y = a @ b
+        assert not on_amx(y)
+        assert len(fg.kernels(y)) == 1  # no packing either
+    check_close(y, host(a), host(b))
+    assert on_amx(a @ b)
