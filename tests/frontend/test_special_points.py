@@ -278,6 +278,8 @@ EXCLUDED: dict[str, str] = {
     **dict.fromkeys(
         _names("Tensor", "bfloat16 half") + _names("fg", "set_default_dtype"), _NON_MATH
     ),
+    # autocast's state queries (tests/frontend/test_autocast.py)
+    **dict.fromkeys(_names("fg", "get_autocast_dtype is_autocast_enabled"), _NON_MATH),
     **dict.fromkeys(
         _names("Tensor", "count_nonzero unique") + _names("fg", "argwhere count_nonzero unique"),
         _NOT_DIFFERENTIABLE,
