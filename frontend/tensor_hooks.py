@@ -10,7 +10,8 @@ at once, so hooks run inside `backward()` as torch's do.
   gradient that reaches it, before it flows on, and `retain_grad()` keeps the hooked
   gradient (as torch, where the retaining hook always runs last). Equal expressions are
   one node here (`ir/node.py`), so a hook on `x * 2` also sees the gradient of another
-  `x * 2` built from the same `x`. A view gets a node of its own above its view node
+  `x * 2` built from the same `x` before the hook (registering warns where such a tensor
+  is alive; one built after it gets a node of its own). A view gets a node of its own above its view node
   for the ops built on it later (a view of a view would fold past it); ops built on a
   view's view before the hook was registered folded past it already and are not seen.
 - A leaf's hooks are kept by tensor (its node changes at each optimizer step) and run
@@ -28,7 +29,9 @@ at once, so hooks run inside `backward()` as torch's do.
 
 from __future__ import annotations
 
+import gc
 import itertools
+import warnings
 import weakref
 from collections.abc import Callable, Sequence
 
@@ -75,6 +78,30 @@ class RemovableHandle:
         self.remove()
 
 
+def _warn_if_shared(t, node) -> None:
+    """Warn where another live tensor already is the same expression as t: equal
+    expressions are one node, so t's hook would also see the gradient that flows through
+    the other one (torch keeps them apart). One built after the hook gets its own node
+    (`separate`); one built before cannot be told apart, so say so instead of summing
+    silently. Looking costs a scan of the live objects (a few ms in a large program), paid
+    only by `register_hook` on a non-leaf."""
+    others = [
+        o
+        for o in gc.get_referrers(node)
+        if o is not t and isinstance(o, core.Tensor) and o.node is node
+    ]
+    if others:
+        warnings.warn(
+            f"register_hook: another live tensor of shape {tuple(t.shape)} is the same "
+            "expression as this one and was built before the hook, so they share one graph "
+            "node: the hook also sees the gradient that flows through the other tensor "
+            "(torch keeps them apart). Build the expression once and reuse it, or register "
+            "the hook before building the other.",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
 def register_hook(t, hook: Callable) -> RemovableHandle:
     """Call `hook(grad)` with t's gradient at each backward pass; a tensor it returns
     replaces the gradient. See the module docstring."""
@@ -91,6 +118,7 @@ def register_hook(t, hook: Callable) -> RemovableHandle:
         leaf_id = id(t)
         return RemovableHandle(hooks, key, lambda: _forget_leaf(leaf_id, hooks))
     node = t.node
+    _warn_if_shared(t, node)
     if node.op in MOVEMENT:
         # a view of this view would fold into one node that skips it: later ops build on
         # a node of t's own above it, so every gradient for t still passes the hooked one

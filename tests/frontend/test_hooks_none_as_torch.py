@@ -3,6 +3,8 @@ answers written out, and the same cases run against live torch where it is insta
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -141,6 +143,23 @@ def test_a_hook_does_not_see_an_equal_expression_built_after_it():
     z = y1.reshape(2, 1).reshape(2)
     ((y1 * 3).sum() + (y2 * 5).sum() + (z * 7).sum()).backward()
     assert seen == [[10.0, 10.0]] and x.grad.tolist() == [30.0, 30.0]
+
+
+def test_a_hook_on_an_equal_expression_built_before_it_warns():
+    """y2 = x * 2 built *before* y1's hook is one node with y1: the hook would see both
+    gradients (torch's sees y1's alone), so register_hook says so instead of summing
+    silently; with no such tensor alive it says nothing."""
+    x = fg.tensor([1.0, 2.0], requires_grad=True)
+    y1 = x * 2
+    y2 = x * 2
+    with pytest.warns(UserWarning, match=r"shape \(2,\) is the same expression"):
+        y1.register_hook(lambda g: g)
+    del y2
+    y3 = x * 4
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y3.register_hook(lambda g: g)
+    assert y1 is not None
 
 
 class AddOne(fg.autograd.Function):
