@@ -151,7 +151,8 @@ def _trial_loads(lw, src, out_exprs, k_expr) -> tuple[Load, Load] | None:
 
 
 L2_PANEL_BYTES = 1 << 20  # the packed B columns one group of N blocks keeps in L2
-L1_CHUNK_BYTES = 16 << 10  # the rows of A one reduction chunk of an M block keeps in L1
+L1_CHUNK_BYTES = 32 << 10  # the rows of A one reduction chunk of an M block keeps in L1
+GROUP_MAX = 8  # N blocks per group at most
 
 
 def n_group_size(n_blocks: int, k_extent: int) -> int:
@@ -164,7 +165,7 @@ def n_group_size(n_blocks: int, k_extent: int) -> int:
     """
     panel = k_extent * AMX_BLOCK * 2  # bytes of one block's bfloat16 B panel
     best = 1
-    for g in range(1, min(8, n_blocks // 2) + 1):
+    for g in range(1, min(GROUP_MAX, n_blocks // 2) + 1):
         if n_blocks % g == 0 and g * panel <= L2_PANEL_BYTES:
             best = g
     return best
@@ -174,8 +175,8 @@ def k_chunk_size(k_extent: int) -> int:
     """The reduction elements of one chunk: the most (a multiple of 32 dividing `k_extent`)
     whose 32 rows of A fit `L1_CHUNK_BYTES`.
 
-    >>> k_chunk_size(2048), k_chunk_size(96), k_chunk_size(32)
-    (256, 96, 32)
+    >>> k_chunk_size(2048), k_chunk_size(96), k_chunk_size(32), k_chunk_size(1056)
+    (512, 96, 32, 352)
     """
     best = AMX_BLOCK
     for kc in range(AMX_BLOCK, k_extent + 1, AMX_BLOCK):

@@ -108,14 +108,14 @@ def test_a_transposed_left_operand_is_packed_into_tiles_and_runs_on_amx():
     check_close(y, host(a), host(b))
 
 
-@pytest.mark.parametrize("m, k, n", [(32, 512, 512), (64, 1024, 320), (96, 288, 64)])
+@pytest.mark.parametrize("m, k, n", [(32, 1056, 512), (64, 1024, 320), (96, 288, 64)])
 def test_blocked_loops_cover_every_block_once(m, k, n):
-    # several reduction chunks (256 at K = 512 and 1024, 96 at K = 288) and groups of N
+    # reduction chunks (352 at K = 1056, 512 at K = 1024, one of 288) and groups of N
     # blocks (8 at N = 512, 5 at N = 320): each output block summed over the whole of K once
     from fusegrad.codegen.amx import k_chunk_size, n_group_size
 
-    chunks = {512: 256, 1024: 256, 288: 96}[k]
-    groups = {(512, 512): 8, (320, 1024): 5, (64, 288): 1}[(n, k)]
+    chunks = {1056: 352, 1024: 512, 288: 288}[k]
+    groups = {(512, 1056): 8, (320, 1024): 5, (64, 288): 1}[(n, k)]
     assert (k_chunk_size(k), n_group_size(n // 32, k)) == (chunks, groups)
     rng = np.random.default_rng(m + k + n)
     a, b = bf16(rng.integers(-3, 4, (m, k))), bf16(rng.integers(-3, 4, (k, n)))
