@@ -1,18 +1,22 @@
 """A bfloat16 contraction on AMX tiles (`tdpbf16ps`), where the host has them.
 
-A matmul of two bfloat16 operands whose right operand the frontend packed in pairs along
-the reduction (the VNNI layout: `frontend/reduce.py`, `_product`) is lowered to tiles of
-32 x 32 outputs, four 16 x 16 float32 accumulator tiles fed by two 16 x 32 tiles of the
-left operand and two 32 x 16 of the right one (all eight tile registers):
+A matmul of two bfloat16 operands that the frontend copied into AMX's layouts (A in
+16 x 32 tiles each in one piece, B in pairs along the reduction: the VNNI layout;
+`frontend/reduce.py`, `_product`) is lowered to tiles of 32 x 32 outputs, four 16 x 16
+float32 accumulator tiles fed by two 16 x 32 tiles of the left operand and two 32 x 16 of
+the right one (all eight tile registers), with loops blocked for the caches:
 
-    parallel for on in 0..N/32:  for om in 0..M/32:
-      tile0..3 = 0
-      for r in 0..K/32:
-        tile4, tile5 = A[om*32 + 0..15, 32r..], A[om*32 + 16..31, 32r..]
-        tile6, tile7 = B's pairs at (32r.., on*32 + 0..15), (32r.., on*32 + 16..31)
-        tile0 += tile4 . tile6;  tile1 += tile4 . tile7;  tile2 += tile5 . tile6; ...
-      store tile0..3 into a 32 x 32 float32 accumulator
-      unrolled for i in 0..32: vector for t in 0..32: out[...] = epilogue(acc[i*32 + t])
+    parallel for ng in 0..N/(32G):  for om in 0..M/32:
+      acc[b] = 0 for each of the group's G column blocks b (in memory, 32 x 32 float32)
+      for kc in 0..K/KC:                       (a chunk of A's 32 rows stays in L1)
+        for b in 0..G:                         (the group's B panels stay in L2)
+          tile0..3 = acc[b]
+          for r in 0..KC/32:
+            tile4, tile5 = A's tiles at (om*32 + 0..15 | 16..31, kc*KC + 32r..)
+            tile6, tile7 = B's pairs at (kc*KC + 32r.., (ng*G + b)*32 + 0..15 | 16..31)
+            tile0 += tile4 . tile6;  tile1 += tile4 . tile7;  tile2 += tile5 . tile6; ...
+          acc[b] = tile0..3
+      for b: unrolled for i in 0..32: vector for t in 0..32: out[...] = epilogue(acc[b][i, t])
 
 Products are exact and sums float32, as the FMA tile's, but `tdpbf16ps` flushes
 subnormal inputs and results to zero and adds each pair of products before the
@@ -38,6 +42,7 @@ from .loopir import (
     Store,
     TileDot,
     TileLoad,
+    TileLoadAcc,
     TileStore,
     TileZero,
 )
@@ -81,8 +86,7 @@ def lower_amx(lw, name: str) -> Kernel | None:
     # A: rows rr apart by its row stride, 32 consecutive reduction elements (p, q) per row
     if not _linear_in(a_ix, {i, rr, p, q}) or {j, c} & a_ix.atoms():
         return None
-    a_stride = a_ix.coef(rr)
-    if a_ix.coef(q) != 1 or a_ix.coef(p) != 2 or a_ix.coef(i) != HALF * a_stride:
+    if a_ix.coef(q) != 1 or a_ix.coef(p) != 2 or a_ix.coef(rr) < AMX_BLOCK:
         return None
     # B: pairs (q) adjacent, 16 columns (c) 2 apart, rows of pairs (p) a stride apart
     if not _linear_in(b_ix, {j, c, p, q}) or {i, rr} & b_ix.atoms():
@@ -146,54 +150,119 @@ def _trial_loads(lw, src, out_exprs, k_expr) -> tuple[Load, Load] | None:
     return loads[0], loads[1]
 
 
+L2_PANEL_BYTES = 1 << 20  # the packed B columns one group of N blocks keeps in L2
+L1_CHUNK_BYTES = 32 << 10  # the rows of A one reduction chunk of an M block keeps in L1
+GROUP_MAX = 8  # N blocks per group at most
+
+
+def n_group_size(n_blocks: int, k_extent: int) -> int:
+    """How many of N's 32-column blocks one parallel iteration walks for each M block: the
+    most (a divisor of `n_blocks`, at most 8) whose packed B panels fit `L2_PANEL_BYTES`,
+    leaving at least two groups (one per core) where there are two blocks or more.
+
+    >>> n_group_size(64, 2048), n_group_size(64, 8192), n_group_size(2, 64), n_group_size(1, 32)
+    (8, 2, 1, 1)
+    """
+    panel = k_extent * AMX_BLOCK * 2  # bytes of one block's bfloat16 B panel
+    best = 1
+    for g in range(1, min(GROUP_MAX, n_blocks // 2) + 1):
+        if n_blocks % g == 0 and g * panel <= L2_PANEL_BYTES:
+            best = g
+    return best
+
+
+def k_chunk_size(k_extent: int) -> int:
+    """The reduction elements of one chunk: the most (a multiple of 32 dividing `k_extent`)
+    whose 32 rows of A fit `L1_CHUNK_BYTES`.
+
+    >>> k_chunk_size(2048), k_chunk_size(96), k_chunk_size(32), k_chunk_size(1056)
+    (512, 96, 32, 352)
+    """
+    best = AMX_BLOCK
+    for kc in range(AMX_BLOCK, k_extent + 1, AMX_BLOCK):
+        if k_extent % kc == 0 and kc * AMX_BLOCK * 2 <= L1_CHUNK_BYTES:
+            best = kc
+    return best
+
+
 def _emit(lw, name, m_group, n_group, extents, a_load, b_load, tile_vars) -> Kernel:
-    """The kernel: tile loops (the column blocks outermost, each thread keeping one packed
-    panel of B in cache while it walks the rows), the AMX reduction, the epilogue."""
+    """The kernel: N's blocks in groups (the parallel loop), each M block, the reduction in
+    chunks and in each chunk the group's blocks, so that a chunk of A's 32 rows is read from
+    L1 by all the group's blocks and their packed B panels stay in L2; each block's four
+    accumulator tiles wait in memory between chunks. Then the epilogue, block by block."""
     i, rr, j, c, p, q, r = tile_vars
     item, red, root = lw.item, lw.item.reduce, lw.item.root
     body: list = []
     lw.block, lw.iterations, lw.flops = body, 1, 0
-    order = [n_group, m_group] + [g for g in range(len(extents)) if g not in (m_group, n_group)]
-    loop_vars = {}
-    first_extent = None
-    for g in order:
-        count = extents[g] // AMX_BLOCK if g in (m_group, n_group) else extents[g]
-        v = Var(f"o{g}", 0, count - 1)
-        loop_vars[g] = v
-        lw._open_loop(Loop(v, count, [], "parallel" if first_extent is None else "serial"))
-        first_extent = count if first_extent is None else first_extent
+    n_blocks = extents[n_group] // AMX_BLOCK
+    k_extent = (r.max + 1) * AMX_BLOCK
+    group, chunk = n_group_size(n_blocks, k_extent), k_chunk_size(k_extent)
+    on = Var(f"o{n_group}", 0, n_blocks - 1)
+    n_outer = Var(f"o{n_group}g", 0, n_blocks // group - 1)
+    rk = Var("rk", 0, k_extent // chunk - 1)
+    r_in = Var("r1", 0, chunk // AMX_BLOCK - 1)
+    r_expr = lin(rk) * (chunk // AMX_BLOCK) + r_in
+    rest = [g for g in range(len(extents)) if g not in (m_group, n_group)]
+    loop_vars = {g: Var(f"o{g}", 0, extents[g] - 1) for g in rest}
+    loop_vars[m_group] = Var(f"o{m_group}", 0, extents[m_group] // AMX_BLOCK - 1)
+    order = [n_outer, loop_vars[m_group]] + [loop_vars[g] for g in rest]
+    for k, v in enumerate(order):
+        lw._open_loop(Loop(v, v.max + 1, [], "parallel" if k == 0 else "serial"))
     size = AMX_BLOCK * AMX_BLOCK
-    acc = lw._new_acc()
-    lw.emit(AccInit(acc, red.dtype, 0.0, size, AMX_BLOCK, memory=True))
-    for t in range(4):
-        lw.emit(TileZero(t))
+    accs = [lw._new_acc() for _ in range(group)]
+    for acc in accs:  # the accumulator tiles start at 0 in memory
+        lw.emit(AccInit(acc, red.dtype, 0.0, size, AMX_BLOCK, memory=True))
+        for t in range(4):
+            lw.emit(TileZero(t))
+        for t in range(4):
+            lw.emit(TileStore(t, acc, _tile_offset(t)))
     outer_block, outer_iter = lw.block, lw.iterations
-    lw._open_loop(Loop(r, r.max + 1, [], "reduce"))
-    zero = {rr: lin(0), c: lin(0), p: lin(0), q: lin(0)}
-    for half in range(2):
-        at = a_load.index.substitute({**zero, i: lin(half)})
-        lw.emit(TileLoad(4 + half, a_load.param, at, a_load.index.coef(rr)))
-    for half in range(2):
-        at = b_load.index.substitute({**zero, j: lin(half)})
-        lw.emit(TileLoad(6 + half, b_load.param, at, b_load.index.coef(p)))
-    for t in range(4):
-        lw.emit(TileDot(t, 4 + t // 2, 6 + t % 2), 2 * HALF * HALF * AMX_BLOCK)
+    lw._open_loop(Loop(rk, rk.max + 1, [], "serial"))
+    chunk_block, chunk_iter = lw.block, lw.iterations
+    for b, acc in enumerate(accs):
+        on_expr = lin(n_outer) * group + b
+        # (A's index may name N's block too, times a factor its range makes 0, at N = 32)
+        a_ix = a_load.index.substitute({r: r_expr, on: on_expr})
+        b_ix = b_load.index.substitute({r: r_expr, on: on_expr})
+        for t in range(4):
+            lw.emit(TileLoadAcc(t, acc, _tile_offset(t)))
+        lw._open_loop(Loop(r_in, r_in.max + 1, [], "reduce"))
+        zero = {rr: lin(0), c: lin(0), p: lin(0), q: lin(0)}
+        for half in range(2):
+            at = a_ix.substitute({**zero, i: lin(half)})
+            lw.emit(TileLoad(4 + half, a_load.param, at, a_load.index.coef(rr)))
+        for half in range(2):
+            at = b_ix.substitute({**zero, j: lin(half)})
+            lw.emit(TileLoad(6 + half, b_load.param, at, b_load.index.coef(p)))
+        for t in range(4):
+            lw.emit(TileDot(t, 4 + t // 2, 6 + t % 2), 2 * HALF * HALF * AMX_BLOCK)
+        lw.block, lw.iterations = chunk_block, chunk_iter
+        for t in range(4):
+            lw.emit(TileStore(t, acc, _tile_offset(t)))
     lw.block, lw.iterations = outer_block, outer_iter
-    for t in range(4):
-        lw.emit(TileStore(t, acc, (t // 2) * HALF * AMX_BLOCK + (t % 2) * HALF))
-    # the epilogue over the block: rows unrolled, 32-lane vectors along N
-    row, lane = Var("i", 0, AMX_BLOCK - 1), Var("t", 0, AMX_BLOCK - 1)
-    lw._open_loop(Loop(row, AMX_BLOCK, [], "unroll"))
-    lw._open_loop(Loop(lane, AMX_BLOCK, [], "vector"))
-    exprs = [lin(loop_vars[g]) for g in range(len(extents))]
-    exprs[m_group] = lin(loop_vars[m_group]) * AMX_BLOCK + row
-    exprs[n_group] = lin(loop_vars[n_group]) * AMX_BLOCK + lane
-    coords = coords_from_groups(root.shape, lw.out_groups, exprs)
-    red_coords = squeeze_coords(coords, root.shape, red.shape)
-    lw.scopes.append({})
-    got = lw.emit(AccRead(lw.fresh(), red.dtype, acc, lin(row) * AMX_BLOCK + lane))
-    lw.scopes[-1][(id(red), red_coords, ())] = got
-    value = lw.gen(root, coords, ())
-    lw.emit(Store(lw.out, linear_index(coords, root.shape), value))
+    for b, acc in enumerate(accs):
+        # the epilogue over block b: rows unrolled, 32-lane vectors along N
+        row, lane = Var("i", 0, AMX_BLOCK - 1), Var("t", 0, AMX_BLOCK - 1)
+        block_at, block_iter = lw.block, lw.iterations
+        lw._open_loop(Loop(row, AMX_BLOCK, [], "unroll"))
+        lw._open_loop(Loop(lane, AMX_BLOCK, [], "vector"))
+        exprs = [lin(loop_vars[g]) if g in loop_vars else lin(0) for g in range(len(extents))]
+        exprs[m_group] = lin(loop_vars[m_group]) * AMX_BLOCK + row
+        exprs[n_group] = (lin(n_outer) * group + b) * AMX_BLOCK + lane
+        coords = coords_from_groups(root.shape, lw.out_groups, exprs)
+        red_coords = squeeze_coords(coords, root.shape, red.shape)
+        lw.scopes.append({})
+        got = lw.emit(AccRead(lw.fresh(), red.dtype, acc, lin(row) * AMX_BLOCK + lane))
+        lw.scopes[-1][(id(red), red_coords, ())] = got
+        value = lw.gen(root, coords, ())
+        lw.emit(Store(lw.out, linear_index(coords, root.shape), value))
+        lw.scopes.pop()
+        lw.block, lw.iterations = block_at, block_iter
     params = lw.outs + [lw.params[id(n)] for n in item.inputs]
-    return Kernel(name, params, body, first_extent or 1, lw.flops)
+    return Kernel(name, params, body, n_outer.max + 1, lw.flops)
+
+
+def _tile_offset(t: int) -> int:
+    """Where accumulator tile t (0-3: rows 0-15 or 16-31, columns 0-15 or 16-31) starts in
+    its 32 x 32 block."""
+    return (t // 2) * HALF * AMX_BLOCK + (t % 2) * HALF

@@ -45,6 +45,7 @@ from .loopir import (
     Store,
     TileDot,
     TileLoad,
+    TileLoadAcc,
     TileStore,
     TileZero,
 )
@@ -678,6 +679,11 @@ class _Renderer:
             f"getelementptr inbounds {mt}, ptr %{s.param.name}, i64 {self.index(s.index)}"
         )
         self.amx_call("tileloadd64", f"i8 {s.tile}", f"ptr {ptr}", f"i64 {s.stride * size}")
+
+    def stmt_TileLoadAcc(self, s: TileLoadAcc) -> None:
+        t, lanes = self.types[s.acc].llvm, self.acc_lanes[s.acc]
+        ptr = self.emit(f"getelementptr inbounds {t}, ptr %{s.acc}.mem, i64 {s.offset}")
+        self.amx_call("tileloadd64", f"i8 {s.tile}", f"ptr {ptr}", f"i64 {lanes * 4}")
 
     def stmt_TileDot(self, s: TileDot) -> None:
         self.amx_call("tdpbf16ps", f"i8 {s.acc}", f"i8 {s.a}", f"i8 {s.b}")

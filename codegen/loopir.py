@@ -193,6 +193,16 @@ class TileLoad:
 
 
 @dataclass
+class TileLoadAcc:
+    """AMX: float32 tile register `tile` := 16 rows of 16 from accumulator `acc` (an AccInit
+    in memory, rows of `lanes`), its first element at `offset`: what a TileStore left."""
+
+    tile: int
+    acc: str
+    offset: int
+
+
+@dataclass
 class TileDot:
     """AMX `tdpbf16ps`: float32 tile `acc` (16 x 16) += bfloat16 tiles `a` (16 x 32) times
     `b` (32 x 16, stored as 16 rows of 16 pairs along the reduction: the VNNI layout)."""

@@ -622,6 +622,22 @@ def _pack_bf16_pairs(bn):
     return N.reshape(N.permute(packed, (1, 3, 0, 2)), (k, n))
 
 
+def _pack_bf16_rows(an):
+    """A (..., M, K) copied once into AMX's tiles, read back through a view as (..., M, K):
+    for each 16 rows, blocks of 32 along K, each 16 rows of 32 adjacent, so a 16 x 32 tile
+    of A is 1 KiB in one piece (rows K apart, a multiple of 4 KiB at K = 2048, fall in one
+    set of the L1 cache and evict one another)."""
+    *lead, m, k = an.shape
+    nb = len(lead)
+    blocks = N.reshape(an, (*lead, m // 16, 16, k // 32, 32))
+    order = (*range(nb), nb, nb + 2, nb + 1, nb + 3)  # (..., m/16, k/32, 16, 32)
+    packed = N.contiguous(
+        N.permute(blocks, order),
+        "matmul: a bfloat16 left operand packed in 16 x 32 tiles for AMX",
+    )
+    return N.reshape(N.permute(packed, order), an.shape)
+
+
 def _product(an, bn, batch: tuple[int, ...]):
     """The (*batch, M, N) product node of (..., M, K) and (..., K, N) nodes whose shapes
     matmul has checked: one broadcast multiply and one sum over K, which the scheduler
@@ -631,7 +647,7 @@ def _product(an, bn, batch: tuple[int, ...]):
     amx_sources = None
     if _amx_shaped(an, bn) and packs_bf16_pairs(bn.device):
         amx_sources = (an, bn) if len(an.shape) == 2 else None
-        bn = _pack_bf16_pairs(bn)
+        an, bn = _pack_bf16_rows(an), _pack_bf16_pairs(bn)
     elif len(bn.shape) == 2 and n % PANEL == 0 and n > PANEL and big:
         # a right operand too big for cache is copied once into panels of PANEL columns, rows
         # adjacent: the kernel then streams one panel (its vector loads) from memory in order
@@ -657,19 +673,17 @@ def _product(an, bn, batch: tuple[int, ...]):
 
 def _amx_gradients(an, bn):
     """The gradient rule of an AMX-shaped 2-D product A @ B: both gradients as products
-    that take the AMX tiles too, G @ B^T (B^T packed) and A^T @ G (A^T copied contiguous,
-    G packed), instead of the broadcast multiply's generic rule, whose contractions read
-    B and A across their rows and stay on the FMA tiles."""
+    that take the AMX tiles too, G @ B^T and A^T @ G (each left operand copied into tiles,
+    each right one packed in pairs, whatever their strides), instead of the broadcast
+    multiply's generic rule, whose contractions read B and A across their rows and stay
+    on the FMA tiles."""
     m, n = an.shape[0], bn.shape[1]
 
     def rule(g):
         g2 = N.reshape(g, (m, n))
-        a_t = N.contiguous(
-            N.permute(an, (1, 0)), "matmul gradient: A transposed contiguous for AMX tiles"
-        )
         return [
             (an, _product(g2, N.permute(bn, (1, 0)), ())),
-            (bn, _product(a_t, g2, ())),
+            (bn, _product(N.permute(an, (1, 0)), g2, ())),
         ]
 
     return rule

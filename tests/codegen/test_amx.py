@@ -81,25 +81,49 @@ def test_both_gradients_of_matmul_and_linear_run_on_amx_tiles():
     check_close(w.grad, host(gy).T, host(x))
 
 
-def test_other_shapes_and_layouts_take_the_register_tiles():
+def test_other_shapes_take_the_register_tiles():
     rng = np.random.default_rng(3)
     cases = [
-        (rng.standard_normal((33, 32)), rng.standard_normal((32, 32)), False),  # M % 32
-        (rng.standard_normal((32, 48)), rng.standard_normal((48, 32)), False),  # K % 32
-        (rng.standard_normal((32, 32)).T, rng.standard_normal((32, 64)), True),  # A's a view
+        (rng.standard_normal((33, 32)), rng.standard_normal((32, 32))),  # M % 32
+        (rng.standard_normal((32, 48)), rng.standard_normal((48, 32))),  # K % 32
     ]
-    for a_values, b_values, transposed in cases:
-        if transposed:  # A a transposed view: B is packed, but the kernel reads A by columns
-            a = bf16(a_values.T).T
-        else:
-            a = bf16(a_values)
-        b = bf16(b_values)
+    for a_values, b_values in cases:
+        a, b = bf16(a_values), bf16(b_values)
         y = a @ b
         assert not on_amx(y)
         check_close(y, host(a), host(b))
     # float32 never does
     a = fg.tensor(rng.standard_normal((32, 32)).astype(np.float32))
     assert not on_amx(a @ a)
+
+
+def test_a_transposed_left_operand_is_packed_into_tiles_and_runs_on_amx():
+    # A a transposed view: the frontend copies both operands into AMX's layouts, so the
+    # kernel reads A's 16 x 32 tiles whole whatever A's strides were
+    rng = np.random.default_rng(4)
+    a = bf16(rng.standard_normal((64, 96))).T  # (96, 64), columns adjacent
+    b = bf16(rng.standard_normal((64, 128)))
+    y = a @ b
+    assert on_amx(y)
+    check_close(y, host(a), host(b))
+
+
+@pytest.mark.parametrize("m, k, n", [(32, 1056, 512), (64, 1024, 320), (96, 288, 64)])
+def test_blocked_loops_cover_every_block_once(m, k, n):
+    # reduction chunks (352 at K = 1056, 512 at K = 1024, one of 288) and groups of N
+    # blocks (8 at N = 512, 5 at N = 320): each output block summed over the whole of K once
+    from fusegrad.codegen.amx import k_chunk_size, n_group_size
+
+    chunks = {1056: 352, 1024: 512, 288: 288}[k]
+    groups = {(512, 1056): 8, (320, 1024): 5, (64, 288): 1}[(n, k)]
+    assert (k_chunk_size(k), n_group_size(n // 32, k)) == (chunks, groups)
+    rng = np.random.default_rng(m + k + n)
+    a, b = bf16(rng.integers(-3, 4, (m, k))), bf16(rng.integers(-3, 4, (k, n)))
+    y = a @ b
+    assert on_amx(y)
+    # small integers: every product and partial sum exact in float32, so the answer is the
+    # exact one rounded once to bfloat16 (a block summed twice or missed would differ)
+    assert np.array_equal(host(y), host(bf16(host(a) @ host(b))))
 
 
 INF, NAN, SUB = np.inf, np.nan, 2.0**-130
