@@ -11,9 +11,10 @@ at once, so hooks run inside `backward()` as torch's do.
   gradient (as torch, where the retaining hook always runs last). Equal expressions are
   one node here (`ir/node.py`), so a hook on `x * 2` also sees the gradient of another
   `x * 2` built from the same `x` before the hook (registering warns where such a tensor
-  is alive; one built after it gets a node of its own). A view gets a node of its own above its view node
-  for the ops built on it later (a view of a view would fold past it); ops built on a
-  view's view before the hook was registered folded past it already and are not seen.
+  is alive; one built after it gets a node of its own). A view gets a node of its own
+  above its view node for the ops built on it later (a view of a view would fold past
+  it); ops built on a view's view before the hook was registered folded past it already
+  and are not seen.
 - A leaf's hooks are kept by tensor (its node changes at each optimizer step) and run
   on each gradient backward() gives it, before it is added to `.grad`.
 
