@@ -52,7 +52,6 @@ import gc
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -60,6 +59,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+from machine import (  # same folder (lstm.py and others take them from here)
+    load_average,
+    source_version,
+)
 
 import fusegrad as fg
 from fusegrad.nn import functional as F
@@ -747,30 +750,6 @@ def thread_scaling(cases: list[Case], budget_s: float, most: int) -> None:
 
 
 BUSY_LOAD = 1.0  # a 1-minute load average from which other work visibly shares 2 cores
-
-
-def load_average() -> str:
-    try:
-        return " ".join(f"{v:.2f}" for v in os.getloadavg())
-    except OSError:
-        return "unknown"
-
-
-def source_version() -> str:
-    """The git commit of the fusegrad being measured, marked + when the tree has local edits."""
-    here = os.path.dirname(os.path.abspath(fg.__file__))
-    try:
-        commit = subprocess.run(
-            ["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    except OSError:
-        return "unknown commit"
-    return (commit + ("+" if dirty else "")) if commit else "unknown commit"
 
 
 def main() -> None:

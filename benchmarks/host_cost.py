@@ -41,7 +41,6 @@ import argparse
 import gc
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -58,6 +57,8 @@ from fusegrad.runtime.engine import engine
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from machine import cpu_name, load_average, source_version  # noqa: E402  (same folder; no torch)
+
 CHAIN = 16  # sums in the chain
 BOOTSTRAP_RESAMPLES = 2000
 
@@ -165,37 +166,6 @@ def measure(rounds: int, calls: int, lenet: bool = True, graphs: bool = True) ->
                 assert driver.launches == launches, "a step launched kernels, not a graph"
                 figures_of(f"LeNet-5 b64 step, {name}, CUDA graphs", samples, out)
     return out
-
-
-def load_average() -> str:
-    try:
-        return " ".join(f"{v:.2f}" for v in os.getloadavg())
-    except OSError:
-        return "unknown"
-
-
-def source_version(folder: str) -> str:
-    """The git commit of the tree at `folder`, marked + when it has local edits."""
-    try:
-        commit = subprocess.run(
-            ["git", "-C", folder, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", folder, "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    except OSError:
-        return "unknown commit"
-    return (commit + ("+" if dirty else "")) if commit else "unknown commit"
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
 
 
 def importable_tree(ref: str, root: str) -> str:

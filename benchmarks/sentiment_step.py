@@ -47,6 +47,7 @@ import time
 
 import numpy as np
 from core_ops import source_version  # same folder; prints the commit measured
+from machine import load_average  # same folder
 
 import fusegrad as fg
 from fusegrad.datasets import text
@@ -229,13 +230,6 @@ def first_steps(finetune: bool, batch: int) -> tuple[dict, dict]:
             done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
             runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     return runs[0], runs[1]
-
-
-def load_average() -> str:
-    try:
-        return " ".join(f"{v:.2f}" for v in os.getloadavg())
-    except OSError:
-        return "unknown"
 
 
 def run_case(example, table, batches, finetune: bool, rounds: int, per_block: int) -> dict:
