@@ -177,7 +177,7 @@ class CpuBackend(Backend):
         return Buffer.from_numpy(array, dtype)
 
     def lower(self, item):
-        return lower(item, amx=amx_ready())
+        return lower(item, **_lower_options())
 
     def kernel_symbol(self, loop) -> str:
         return kernel_symbol(render_llvm(loop, "KERNEL"), loop.name)
@@ -203,7 +203,7 @@ class CpuBackend(Backend):
         jobs: dict[int, tuple] = {}
         with phases.timed("lower"):  # the cache's look-ups count as lowering
             # what `lower` is told besides the item (AMX on or off) is in the key too
-            options = f"amx={amx_ready()}"
+            options = repr(sorted(_lower_options().items()))
             keys = [item_cache.item_key(item, options) if config.cache else None for item in items]
             for i, key in enumerate(keys):
                 found = item_cache.load(key) if key else None
@@ -248,6 +248,12 @@ def _render(loop) -> str:
     symbol = kernel_symbol(source, loop.name)
     loop.name = symbol
     return source.replace("@KERNEL(", f"@{symbol}(")
+
+
+def _lower_options() -> dict:
+    """What `lower` is told besides the item, on this host and configuration: one place,
+    so the disk cache's key (`lower_and_compile`) cannot miss an option `lower` gets."""
+    return {"amx": amx_ready()}
 
 
 def _job(loop, source: str) -> tuple[str, str, int, int]:
