@@ -270,7 +270,8 @@ def _welford_mean(x, dim, keepdim: bool):
         at_end = _arange_along(x.shape[a], a, x.ndim) == x.shape[a] - 1
         last = at_end if last is None else last & at_end
     followed = (isinf(x) & ~last).any(dim, keepdim)
-    return mean + _where(followed, math.nan, 0.0)  # (+ 0.0: -0.0 becomes 0.0, as Welford's)
+    # (+ 0.0: -0.0 becomes 0.0, as Welford's; the scalars keep the mean's dtype)
+    return _where(followed, math.nan, mean + 0.0)
 
 
 @autocast_op("sum")

@@ -204,7 +204,9 @@ class Module:
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
     def __delattr__(self, name: str) -> None:
-        if not self._forget(name):
+        if any(name in s for s in (self._parameters, self._buffers, self._modules)):
+            self._forget(name)
+        else:  # a plain attribute (AttributeError, as torch, where there is none)
             object.__delattr__(self, name)
 
     def _forget(self, name: str, keep: dict | None = None) -> bool:

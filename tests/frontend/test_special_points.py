@@ -439,6 +439,18 @@ def test_std_mean_takes_welfords_mean():
     assert np.isnan(fg.tensor([nan, 1.0]).std_mean()[1].item())
 
 
+@pytest.mark.parametrize("dtype", [fg.float16, fg.bfloat16, fg.float32, fg.float64])
+def test_var_mean_and_std_mean_keep_the_input_dtype(dtype):
+    # torch 2.13: both results of var_mean / std_mean have the input's dtype (the mean
+    # was float32 for 16-bit inputs: Welford's NaN correction promoted it)
+    x = fg.tensor([[1.0, float("inf"), 2.0], [-0.0, -0.0, -0.0]]).to(dtype)
+    for op in (fg.var_mean, fg.std_mean):
+        spread, mean = op(x, dim=1)
+        assert (spread.dtype, mean.dtype) == (dtype, dtype)
+        got = mean.float().numpy()
+        assert np.isnan(got[0]) and got[1] == 0.0 and not np.signbit(got[1])
+
+
 def test_max_shares_among_nans_and_amax_gives_nan():
     # torch: max() / min() / norm(inf) send the gradient to the NaNs, amax / amin to NaN
     x = fg.tensor([2.0, float("nan"), float("nan")], dtype=fg.float64, requires_grad=True)

@@ -88,6 +88,10 @@ def test_attribute_registration_rules():
     assert m.note == "plain attribute"
     del m.weight
     assert "weight" not in dict(m.named_parameters())
+    del m.note  # a plain attribute goes as on any object (it raised AttributeError)
+    assert not hasattr(m, "note")
+    with pytest.raises(AttributeError, match="no attribute 'note'"):
+        del m.note
 
     class Early(nn.Module):
         def __init__(self):
