@@ -208,3 +208,39 @@ def test_matmul_of_56_columns_on_either_host(monkeypatch, wide):
     assert f"vector for t in 0..{16 if wide else 8}" in text, text
     want = np.maximum(a.astype(np.float64) @ b + bias, 0)
     np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("full_width", [False, True])
+def test_a_two_register_row_tile_takes_8_rows_where_avx512_runs_full_width(monkeypatch, full_width):
+    """A matmul tile of 32 lanes (two AVX-512 registers a row) takes 8 rows on a host whose
+    multiply-adds run on full 512-bit units (Intel's), 4 on an AMD Zen core (its tile,
+    tuned on Zen 4, is kept). The values are the same sums either way."""
+    from fusegrad.codegen import lower as L
+
+    monkeypatch.setattr(L, "full_width_fma", lambda: full_width)
+    a, b = f32(96, 384), f32(384, 128)
+    y = fg.tensor(a) @ fg.tensor(b)
+    text = str(_lowered(y, monkeypatch, True))
+    assert "vector for t in 0..32" in text, text
+    assert f"unrolled for i in 0..{8 if full_width else 4}" in text, text
+    np.testing.assert_allclose(y.numpy(), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_full_width_fma_is_not_claimed_for_zen(monkeypatch):
+    """LLVM's `znver*` hosts keep the Zen 4 tile; a host without AVX-512 has no 512-bit FMA."""
+    import llvmlite.binding as llvm
+
+    from fusegrad.codegen import lower as L
+
+    for name, wide, want in [
+        ("znver4", True, False),
+        ("sapphirerapids", True, True),
+        ("skylake", False, False),
+    ]:
+        monkeypatch.setattr(llvm, "get_host_cpu_name", lambda name=name: name)
+        monkeypatch.setattr(L, "wide_registers", lambda wide=wide: wide)
+        L.full_width_fma.cache_clear()
+        try:
+            assert L.full_width_fma() is want, name
+        finally:
+            L.full_width_fma.cache_clear()
