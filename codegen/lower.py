@@ -1349,9 +1349,11 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
 
 def tile_text(t: Tile) -> str:
     """A tile in words, for a kernel's dump header: "8 rows x 32 lanes"."""
-    rows = f"{t.rows} x {t.rows2}" if t.row2 is not None else f"{t.rows}"
+    rows = f"{t.rows} x {t.rows2} rows" if t.row2 is not None else f"{t.rows} rows"
+    if rows == "1 rows":
+        rows = "1 row"
     along = " along the sum" if t.lanes else ""
-    return f"{rows} rows x {t.cols} lanes{along}"
+    return f"{rows} x {t.cols} lanes{along}"
 
 
 @dataclass(frozen=True)
@@ -1373,7 +1375,9 @@ class TuningSpace:
 
 
 TUNE_ROWS = (4, 8, 12, 16)  # the row counts an autotuner times (those that divide the axis)
-TUNE_MIN_WORK = 1 << 22  # multiply-adds: below this a kernel is too short to time well
+# multiply-adds below which a kernel is not tuned: its time is mostly not its tile's, and
+# compiling its candidates would slow a small model's first step (the MLP's: 0.24 s)
+TUNE_MIN_WORK = 1 << 26
 TUNE_MAX_WORK = 1 << 35  # above this one timing run would take most of a tuning budget
 TUNE_REGISTER_SHARE = 0.75  # of the vector registers, the most a tile's accumulators take
 

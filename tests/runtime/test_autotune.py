@@ -28,6 +28,12 @@ from fusegrad.runtime.dump import kernel_header
 RNG = np.random.default_rng(32)
 
 
+@pytest.fixture(autouse=True)
+def small_kernels_are_tuned(monkeypatch):
+    """The tests' products are small (a few million multiply-adds): let them be tuned."""
+    monkeypatch.setattr(L, "TUNE_MIN_WORK", 1 << 22)
+
+
 def special(*shape) -> np.ndarray:
     """Random float32 values with the special points mixed in: 0, -0, +-1, and ties."""
     x = RNG.standard_normal(shape).astype(np.float32)
@@ -105,10 +111,14 @@ def test_every_candidate_tile_computes_the_same_values(m, k, n, bias):
         assert not np.isnan(first).any() and (first >= 0).all()
 
 
-def test_only_float32_contractions_of_enough_work_are_tuned():
+def test_only_float32_contractions_of_enough_work_are_tuned(monkeypatch):
     """A small product (too short to time) and a float64 one get no tuning space."""
     small, _ = item_and_inputs(special(8, 16), special(16, 32))
     assert L.tuning_space(L.Tile(1, 32, 0, 8), small, [(0,), (1,)]) is None
+    mlp, _ = item_and_inputs(special(64, 784), special(784, 128))
+    assert L.tuning_space(L.Tile(1, 32, 0, 8), mlp, [(0,), (1,)]) is not None
+    monkeypatch.undo()  # the real threshold: an MLP's layers (64 x 784 x 128) are not tuned
+    assert L.tuning_space(L.Tile(1, 32, 0, 8), mlp, [(0,), (1,)]) is None
     ta, tb = fg.tensor(special(96, 384)).double(), fg.tensor(special(384, 128)).double()
     items = schedule([(ta @ tb).node], lambda n: n.op is Ops.BUFFER)
     assert L.tuning_space(L.Tile(1, 32, 0, 8), items[-1], [(0,), (1,)]) is None
