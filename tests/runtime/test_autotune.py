@@ -249,3 +249,22 @@ def test_a_matmul_tuned_end_to_end_records_its_tile_in_the_dump(tmp_path):
     (rec,) = fg.kernels(z)
     assert rec.loop.tile_note.endswith("the fixed choice for this CPU"), rec.loop.tile_note
     np.testing.assert_allclose(z.numpy(), want[:96], rtol=1e-4, atol=1e-4)
+
+
+def test_the_choices_are_in_the_key_of_the_lowered_kernels_cache(tmp_path, monkeypatch):
+    """A kernel lowered under one set of tuned choices is never loaded under another:
+    the disk cache of lowered kernels keys on a digest of this host's choices."""
+    from fusegrad.runtime import cpu_backend
+
+    with config.override(autotune=False):
+        off = cpu_backend._options_key()
+    with config.override(autotune=True, cache=str(tmp_path)):
+        before = cpu_backend._options_key()
+        item, _ = item_and_inputs(special(96, 384), special(384, 128))
+        space, lowered = space_of(item)
+        timing = FakeTiming(monkeypatch, {t.rows: 1.0 for t in space.candidates})
+        tuner = autotune.tuner_for_config(None)
+        tuner.compile, tuner.clock = timing.compile, timing.clock
+        tuner(space, lowered)
+        after = cpu_backend._options_key()
+    assert len({off, before, after}) == 3
