@@ -652,12 +652,7 @@ class _Lowerer:
         """Whether a tile's float sum runs as a cascade (see `_tile_cascade`): one long
         reduction loop read with a stride (a column sum), into a tile small enough that
         its levels stay in registers (a matmul's 128 accumulators keep one plain loop)."""
-        red = self.item.reduce
-        if red.op is not Ops.SUM or not red.dtype.is_float or self.tile.lanes:
-            return False
-        if len(self.red_groups) != 1 or size > CASCADE_TILE_MAX:
-            return False
-        return math.prod(red.srcs[0].shape) // max(red.numel, 1) >= CASCADE_MIN
+        return not self.tile.lanes and tile_cascades(self.item, self.red_groups, size)
 
     def _tile_cascade(self, red: Node, coords, guard, tile_loops, slot, acc, level) -> None:
         """A tile's sum over its reduction loop as a tree (see `gen_cascade`): every tile
@@ -1057,7 +1052,9 @@ def lower(item: ScheduleItem, tile: bool = True, amx: bool = False, tuner=None) 
             kernel.tile_note = f"register tile {tile_text(t)}"
             return kernel
 
-        space = tuning_space(chosen, item, state["out"]) if tuner is not None else None
+        space = None
+        if tuner is not None:
+            space = tuning_space(chosen, item, state["out"], state["red"])
         if space is not None:
             return tuner(space, lowered)
         kernel = lowered(chosen)
@@ -1097,6 +1094,18 @@ def _cascade_rows(item: ScheduleItem, out_groups, red_groups) -> tuple[int, int]
 CASCADE_FANOUT = 16  # vectors (or blocks) an accumulator receives before it moves up a level
 CASCADE_MIN = 1024  # a shorter sum is accurate as LLVM vectorizes it (<= 16 adds per lane)
 CASCADE_TILE_MAX = 64  # a tile's accumulators, times its levels, must fit the registers
+
+
+def tile_cascades(item: ScheduleItem, red_groups, size: int) -> bool:
+    """Whether a register tile of `size` accumulators (not lanes along the sum) sums as a
+    cascade (`_Lowerer._tile_cascades`): a float sum over one reduction group at least
+    CASCADE_MIN long, into at most CASCADE_TILE_MAX accumulators."""
+    red = item.reduce
+    if red.op is not Ops.SUM or not red.dtype.is_float:
+        return False
+    if len(red_groups) != 1 or size > CASCADE_TILE_MAX:
+        return False
+    return math.prod(red.srcs[0].shape) // max(red.numel, 1) >= CASCADE_MIN
 
 
 def _streamed_reduce_loop(plain: Kernel) -> Loop | None:
@@ -1382,14 +1391,16 @@ TUNE_MAX_WORK = 1 << 35  # above this one timing run would take most of a tuning
 TUNE_REGISTER_SHARE = 0.75  # of the vector registers, the most a tile's accumulators take
 
 
-def tuning_space(chosen: Tile, item: ScheduleItem, out_groups) -> TuningSpace | None:
+def tuning_space(chosen: Tile, item: ScheduleItem, out_groups, red_groups) -> TuningSpace | None:
     """The tiles an autotuner may time in place of `chosen`, or None where there is no
     choice worth timing.
 
     Only a float32 sum of products with a vector of columns and unrolled rows (a matmul,
     a convolution as implicit GEMM, their gradients) whose inputs and outputs are all
     float32 (so random inputs read nowhere out of bounds); the candidates differ in their
-    rows only, each row summing its products in the same order (the same values).
+    rows only, and only those that sum as `chosen` does (a cascade or one plain loop:
+    `tile_cascades`), so each output is the same sum in the same order whichever is
+    taken: the tuner changes the speed, never a value.
 
     >>> TUNE_ROWS
     (4, 8, 12, 16)
@@ -1410,12 +1421,14 @@ def tuning_space(chosen: Tile, item: ScheduleItem, out_groups) -> TuningSpace | 
         return None
     registers, width = (32, 64) if wide_registers() else (16, 32)
     room = int(registers * width * TUNE_REGISTER_SHARE)  # bytes of accumulators
+    cascades = tile_cascades(item, red_groups, chosen.rows * chosen.cols)
     rows = [chosen.rows] + [
         r
         for r in TUNE_ROWS
         if r != chosen.rows
         and extents[chosen.row] % r == 0
         and r * chosen.cols * red.dtype.itemsize <= room
+        and tile_cascades(item, red_groups, r * chosen.cols) == cascades
     ]
     if len(rows) < 2:
         return None

@@ -85,6 +85,7 @@ def space_of(item) -> tuple[L.TuningSpace, callable]:
     [
         (96, 384, 128, False),  # 32 lanes: 8, 4 and 12 rows where AVX-512 runs full width
         (192, 512, 48, True),  # 16 lanes: up to 16 rows, with a bias and relu epilogue
+        (96, 1024, 48, False),  # a long sum: 4 x 16 would cascade, 8 x 16 does not
     ],
 )
 def test_every_candidate_tile_computes_the_same_values(m, k, n, bias):
@@ -114,14 +115,24 @@ def test_every_candidate_tile_computes_the_same_values(m, k, n, bias):
 def test_only_float32_contractions_of_enough_work_are_tuned(monkeypatch):
     """A small product (too short to time) and a float64 one get no tuning space."""
     small, _ = item_and_inputs(special(8, 16), special(16, 32))
-    assert L.tuning_space(L.Tile(1, 32, 0, 8), small, [(0,), (1,)]) is None
+    assert L.tuning_space(L.Tile(1, 32, 0, 8), small, [(0,), (1,)], [(2,)]) is None
     mlp, _ = item_and_inputs(special(64, 784), special(784, 128))
-    assert L.tuning_space(L.Tile(1, 32, 0, 8), mlp, [(0,), (1,)]) is not None
+    assert L.tuning_space(L.Tile(1, 32, 0, 8), mlp, [(0,), (1,)], [(2,)]) is not None
     monkeypatch.undo()  # the real threshold: an MLP's layers (64 x 784 x 128) are not tuned
-    assert L.tuning_space(L.Tile(1, 32, 0, 8), mlp, [(0,), (1,)]) is None
+    assert L.tuning_space(L.Tile(1, 32, 0, 8), mlp, [(0,), (1,)], [(2,)]) is None
+
+
+def test_candidates_sum_as_the_fixed_choice_does():
+    """A long sum (K = 1024) in 16-lane tiles: 8 rows (the fixed choice) sum in one plain
+    loop, 4 rows (64 accumulators) would sum as a cascade, another order: not a candidate."""
+    item, _ = item_and_inputs(special(96, 1024), special(1024, 48))
+    space, _ = space_of(item)
+    assert space.default.rows == 8 and space.default.cols == 16
+    assert 4 not in {t.rows for t in space.candidates}
+    assert {12, 16} <= {t.rows for t in space.candidates}
     ta, tb = fg.tensor(special(96, 384)).double(), fg.tensor(special(384, 128)).double()
     items = schedule([(ta @ tb).node], lambda n: n.op is Ops.BUFFER)
-    assert L.tuning_space(L.Tile(1, 32, 0, 8), items[-1], [(0,), (1,)]) is None
+    assert L.tuning_space(L.Tile(1, 32, 0, 8), items[-1], [(0,), (1,)], [(2,)]) is None
 
 
 class FakeTiming:
