@@ -159,11 +159,12 @@ class Autotuner:
             return kernel
         if rows is not None:  # tuned on a size of the class whose axis it divides
             kernel = lowered(space.default)
-            kernel.tile_note += f": the fixed choice ({rows} rows, autotuned, do not fit)"
+            kernel.tile_note += f": the fixed choice ({rows} rows, tuned for its class, do not fit)"
             return kernel
         ms: dict[str, float] = {}
         best = None  # (seconds, kernel, tile)
         reference = None  # the first candidate's output
+        arrays: list[np.ndarray] = []  # the kernels' arguments, shared by the candidates
         start = self.clock()
         finished = True
         for tile in space.candidates:
@@ -171,7 +172,25 @@ class Autotuner:
                 finished = False
                 break
             kernel = lowered(tile)
-            seconds, output = self._time(kernel, space.work, start)
+            if not arrays:  # random inputs, the same for every candidate
+                rng = np.random.default_rng(0)
+                arrays = [rng.standard_normal(p.size, dtype=np.float32) for p in kernel.params]
+            for param, array in zip(kernel.params, arrays):
+                if param.output:  # an output a candidate leaves unwritten shows as nan
+                    array.fill(np.nan)
+            try:
+                seconds, output = self._time(kernel, space.work, start, arrays)
+            except Exception as e:
+                if tile == space.default:  # it fails as it would untuned
+                    raise
+                warnings.warn(
+                    f"autotune: kernel {kernel.name} with tile {tile.rows} x {tile.cols} "
+                    f"failed ({type(e).__name__}: {e}): a code generation bug, that tile is "
+                    "not used",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                continue
             if reference is None:
                 reference = output
             elif not np.allclose(output, reference, rtol=1e-4, atol=1e-4, equal_nan=True):
@@ -204,12 +223,11 @@ class Autotuner:
             kernel.tile_note += f": the best of {timed} before the autotune budget ran out"
         return kernel
 
-    def _time(self, kernel, work: int, start: float) -> tuple[float, np.ndarray]:
+    def _time(self, kernel, work: int, start: float, arrays) -> tuple[float, np.ndarray]:
         """(the fastest of up to TIMED_RUNS runs, in seconds, and the output) of `kernel`
-        on random float32 inputs: at least one timed run, more while the budget lasts."""
+        on `arrays` (its outputs, then its inputs): at least one timed run, more while the
+        budget lasts."""
         compiled = self.compile(kernel)
-        rng = np.random.default_rng(0)
-        arrays = [rng.standard_normal(p.size, dtype=np.float32) for p in kernel.params]
         ptrs = [a.ctypes.data for a in arrays]
         launch(compiled, kernel.parallel_extent, work, ptrs)  # warm-up: caches, pages
         best = None

@@ -155,7 +155,7 @@ class FakeTiming:
         rows = int(kernel.tile_note.split("register tile ")[1].split(" rows")[0])
         self.now += self.cost[rows]
         if rows == self.wrong:  # a miscompiled candidate: one output is off
-            ctypes.c_float.from_address(ptrs[0]).value += 1.0
+            ctypes.c_float.from_address(ptrs[0]).value = 12345.0
 
 
 def tuner_with(folder, budget, timing) -> autotune.Autotuner:
@@ -188,6 +188,23 @@ def test_a_candidate_with_other_values_is_never_chosen(tmp_path, monkeypatch):
     cost = {t.rows: 3.0 for t in space.candidates} | {4: 1.0}
     timing = FakeTiming(monkeypatch, cost, wrong=4)  # the fastest, and wrong
     with pytest.warns(RuntimeWarning, match="4 x 32 gave other values"):
+        kernel = tuner_with(str(tmp_path), 100.0, timing)(space, lowered)
+    assert "unrolled for i in 0..4" not in str(kernel)
+
+
+def test_a_candidate_that_fails_to_compile_is_skipped(tmp_path, monkeypatch):
+    item, _ = item_and_inputs(special(96, 384), special(384, 128))
+    space, lowered = space_of(item)
+    timing = FakeTiming(monkeypatch, {t.rows: 1.0 for t in space.candidates})
+    fine = timing.compile
+
+    def compile(kernel):
+        if "register tile 4 rows" in kernel.tile_note:
+            raise RuntimeError("LLVM refused it")
+        return fine(kernel)
+
+    timing.compile = compile
+    with pytest.warns(RuntimeWarning, match="LLVM refused it"):
         kernel = tuner_with(str(tmp_path), 100.0, timing)(space, lowered)
     assert "unrolled for i in 0..4" not in str(kernel)
 
