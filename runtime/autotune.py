@@ -1,9 +1,10 @@
 """A bounded autotuner of register tiles: `FUSEGRAD_AUTOTUNE=1` (the default outside tests).
 
-Where a float32 contraction could take several register tiles (`codegen.lower.tuning_space`:
-the same vector of columns with 4, 8, 12 or 16 rows), the first kernel of each shape class
-that a process lowers has every candidate compiled and timed on random inputs of the
-kernel's sizes, and takes the fastest. The choice is written to the disk cache
+Where a float32 contraction of at least 2^26 multiply-adds could take several register
+tiles (`codegen.lower.tuning_space`: the same vector of columns with 4, 8, 12 or 16 rows,
+those that sum as the fixed choice does), the first kernel of each shape class that a
+process lowers has every candidate compiled and timed on random inputs of the kernel's
+sizes (the fastest of three runs after a warm-up), and takes the fastest. The choice is written to the disk cache
 (FUSEGRAD_CACHE/autotune/, one file per host: `host_key` names the CPU model, its
 features, LLVM's version and the threads kernels run on, so a different CPU or thread
 count never reads it) and read back by later processes without timing anything.
