@@ -4,8 +4,9 @@ Where a float32 contraction of at least 2^26 multiply-adds could take several re
 tiles (`codegen.lower.tuning_space`: the same vector of columns with 4, 8, 12 or 16 rows,
 those that sum as the fixed choice does), the first kernel of each shape class that a
 process lowers has every candidate compiled and timed on random inputs of the kernel's
-sizes (the fastest of three runs after a warm-up), and takes the fastest. The choice is written to the disk cache
-(FUSEGRAD_CACHE/autotune/, one file per host: `host_key` names the CPU model, its
+sizes (the fastest of three runs after a warm-up; one run where it is already clearly
+slower than the best so far), and takes the fastest. The choice is written to the disk
+cache (FUSEGRAD_CACHE/autotune/, one file per host: `host_key` names the CPU model, its
 features, LLVM's version and the threads kernels run on, so a different CPU or thread
 count never reads it) and read back by later processes without timing anything.
 
@@ -43,6 +44,7 @@ from .launch import effective_threads, launch
 
 FORMAT = "autotune 1"  # the file's layout and the candidate set's version
 TIMED_RUNS = 3  # runs of each candidate after one untimed warm-up; the fastest counts
+CLEARLY_SLOWER = 1.25  # a candidate whose run takes this much of the best time is not rerun
 
 
 def cpu_model() -> str:
@@ -180,7 +182,8 @@ class Autotuner:
                 if param.output:  # an output a candidate leaves unwritten shows as nan
                     array.fill(np.nan)
             try:
-                seconds, output = self._time(kernel, space.work, start, arrays)
+                beat = best[0] if best is not None else None
+                seconds, output = self._time(kernel, space.work, start, arrays, beat)
             except Exception as e:
                 if tile == space.default:  # it fails as it would untuned
                     raise
@@ -224,16 +227,18 @@ class Autotuner:
             kernel.tile_note += f": the best of {timed} before the autotune budget ran out"
         return kernel
 
-    def _time(self, kernel, work: int, start: float, arrays) -> tuple[float, np.ndarray]:
+    def _time(self, kernel, work: int, start: float, arrays, beat) -> tuple[float, np.ndarray]:
         """(the fastest of up to TIMED_RUNS runs, in seconds, and the output) of `kernel`
         on `arrays` (its outputs, then its inputs): at least one timed run, more while the
-        budget lasts."""
+        budget lasts and while it could still beat `beat` (the best time so far)."""
         compiled = self.compile(kernel)
         ptrs = [a.ctypes.data for a in arrays]
         launch(compiled, kernel.parallel_extent, work, ptrs)  # warm-up: caches, pages
         best = None
         for _ in range(TIMED_RUNS):
             if best is not None and self.spent + (self.clock() - start) >= self.budget_s:
+                break
+            if best is not None and beat is not None and best >= CLEARLY_SLOWER * beat:
                 break
             t0 = self.clock()
             launch(compiled, kernel.parallel_extent, work, ptrs)

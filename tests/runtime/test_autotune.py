@@ -182,6 +182,17 @@ def test_the_fastest_candidate_is_chosen_saved_and_read_back(tmp_path, monkeypat
     assert again.tile_note == kernel.tile_note  # two runs dump the same header
 
 
+def test_a_clearly_slower_candidate_is_run_once(tmp_path, monkeypatch):
+    item, _ = item_and_inputs(special(96, 384), special(384, 128))
+    space, lowered = space_of(item)
+    timing = FakeTiming(monkeypatch, {t.rows: 3.0 for t in space.candidates})
+    monkeypatch.setattr(autotune, "TIMED_RUNS", 3)
+    timing.cost[space.default.rows] = 1.0
+    tuner_with(str(tmp_path), 100.0, timing)(space, lowered)
+    # the fixed choice: a warm-up and 3 timed runs; every other: a warm-up and one run
+    assert timing.launches == 4 + 2 * (len(space.candidates) - 1)
+
+
 def test_a_candidate_with_other_values_is_never_chosen(tmp_path, monkeypatch):
     item, _ = item_and_inputs(special(96, 384), special(384, 128))
     space, lowered = space_of(item)
