@@ -14,8 +14,9 @@ The timing is bounded: a process spends at most FUSEGRAD_AUTOTUNE_BUDGET seconds
 default) timing candidates. A tuner that runs past it stops, keeps the best candidate
 timed so far (the fixed choice where none was), and saves nothing, so a later run
 finishes the job. Every candidate computes each output as the same sum in the same
-order; a candidate whose output differs from the first one's on the same inputs is
-dropped with a warning (a code-generation bug: never chosen).
+order (an epilogue's multiply-add may round once in one and twice in another: the last
+bit); a candidate whose output differs from the first one's beyond float32 rounding on the
+same inputs is dropped with a warning (a code-generation bug: never chosen).
 
 `FUSEGRAD_AUTOTUNE=0` (the tests' setting, so their kernels are the same on every run)
 keeps `choose_tile`'s fixed choice for the host. The kernel dump's header (`fg dump`,

@@ -3,7 +3,8 @@
 Its cache key (a file per CPU model, features, LLVM and thread count; another host's
 file is never read), its switch (FUSEGRAD_AUTOTUNE), its budget (a tuner past it stops,
 keeps the best timed so far and saves nothing), the values of every candidate tile
-(bit for bit the same sums, checked against numpy's float64 at special points), and
+(the same sums: bit for bit where the epilogue has no multiply-add LLVM could fuse in
+one tile's kernel and not another's, and against numpy's float64 at special points), and
 the kernel dump's record of the choice.
 """
 
