@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -254,8 +255,12 @@ _tuners: dict[tuple, Autotuner] = {}
 def tuner_for_config(compile: Callable | None) -> Autotuner | None:
     """The process's autotuner for the current settings (FUSEGRAD_AUTOTUNE,
     FUSEGRAD_AUTOTUNE_BUDGET, FUSEGRAD_CACHE), or None when autotuning is off;
-    `compile` (the CPU backend's) is what it compiles candidates with."""
-    if not config.autotune:
+    `compile` (the CPU backend's) is what it compiles candidates with.
+
+    Off in an MPI process (mpi4py loaded): ranks tuning apart could choose different
+    tiles, and an optimizer update fused into a weight gradient could then round a last
+    bit differently on each rank, so the replicas' parameters would drift apart."""
+    if not config.autotune or "mpi4py.MPI" in sys.modules:
         return None
     folder = config.cache if config.cache and compiler._usable_cache(config.cache) else None
     key = (folder, float(config.autotune_budget), effective_threads())

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -273,6 +274,11 @@ def test_the_switch(monkeypatch):
         Config.from_env()
     assert config.autotune is False, "the tests run with the fixed tiles (conftest.py)"
     assert autotune.tuner_for_config(None) is None
+    with config.override(autotune=True, cache=None):
+        assert autotune.tuner_for_config(None) is not None
+        # an MPI rank never tunes: every rank keeps the same fixed tiles
+        monkeypatch.setitem(sys.modules, "mpi4py.MPI", object())
+        assert autotune.tuner_for_config(None) is None
 
 
 def test_a_matmul_tuned_end_to_end_records_its_tile_in_the_dump(tmp_path):
