@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from machine import (  # same folder (lstm.py and others take them from here)
+    cpu_name,
     load_average,
     source_version,
 )
@@ -93,6 +94,8 @@ class Case:
     kernel_seconds: list[float] = field(default_factory=list)
     first_call_ms: float = 0.0
     compile_ms: float = 0.0
+    # fusegrad's register-tiled kernels: the tile each took and how it was chosen
+    tiles: list[str] = field(default_factory=list)
     # a 16-bit case has no numpy run: its answer is checked against `reference` (numpy,
     # float64, on the same rounded inputs) within `tolerance`, relative to its largest value
     reference: Callable[[], np.ndarray] | None = None
@@ -565,6 +568,9 @@ def first_call(case: Case) -> None:
     records = fg.kernels(*out) if isinstance(out, tuple) else fg.kernels(out)
     case.first_call_ms = seconds * 1e3
     case.compile_ms = sum(r.compile_seconds for r in records) * 1e3
+    case.tiles = [
+        f"{r.name}: {note}" for r in records if (note := getattr(r.loop, "tile_note", ""))
+    ]
     if case.name.startswith("copy"):
         # the floor must be one kernel that reads x and writes a new buffer, nothing folded away
         if len(records) != 1 or records[0].bytes != case.work:
@@ -722,6 +728,19 @@ def print_sgemm_ratio(fp32: Case, bf16: Case) -> None:
             )
 
 
+def print_tiles(cases: list[Case]) -> None:
+    """The register tile of each contraction fusegrad ran, and how it was chosen (the fixed
+    choice for this CPU, or timed by the autotuner: FUSEGRAD_AUTOTUNE, its first call)."""
+    tiled = [case for case in cases if case.tiles]
+    if not tiled:
+        return
+    state = "on" if fg.config.autotune else "off (FUSEGRAD_AUTOTUNE=0)"
+    print(f"\nfusegrad's register tiles (autotuner {state}; on {cpu_name()}):")
+    for case in tiled:
+        for line in case.tiles:
+            print(f"  {case.name}: {line}")
+
+
 def thread_scaling(cases: list[Case], budget_s: float, most: int) -> None:
     all_threads = fg.config.threads
     print(f"\nfusegrad from 1 thread to {all_threads} (median ms, alternating 1 / {all_threads}):")
@@ -774,7 +793,7 @@ def main() -> None:
     if torch is not None:
         torch.set_num_threads(fg.config.threads)
     print(
-        f"fusegrad core ops | {platform.machine()} {os.cpu_count()} cores | python "
+        f"fusegrad core ops | {cpu_name()} | {platform.machine()} {os.cpu_count()} cores | python "
         f"{platform.python_version()} | numpy {np.__version__} | "
         f"torch {torch.__version__ if torch is not None else '(not installed)'}"
     )
@@ -837,6 +856,7 @@ def main() -> None:
                 print_conv(*conv)
             if len(sgemm) == 2:
                 print_sgemm_ratio(*sgemm)
+            print_tiles(cases)
             thread_scaling(cases, budget_s, most)
     note = ""
     if busy_before != "unknown" and float(busy_before.split()[0]) >= BUSY_LOAD:

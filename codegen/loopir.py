@@ -247,6 +247,12 @@ class Kernel:
     body: list  # statements; the first Loop of kind "parallel" is split over threads
     parallel_extent: int  # iterations of the parallel loop (1 if there is none)
     flops: int = 0  # ALU ops executed, for the debug report
+    # a register-tiled kernel's tile and how it was chosen (the dump's header says it):
+    # "register tile 8 rows x 32 lanes: the fixed choice for this CPU"
+    tile_note: str = ""
+    # whether an autotuner chose the tile without finishing (its budget ran out): such a
+    # kernel is not kept in the disk cache of lowered kernels, so a later run tunes it
+    tile_provisional: bool = False
 
     def __str__(self) -> str:
         sig = ", ".join(f"{p.name}: {p.dtype.name}[{p.size}]" for p in self.params)

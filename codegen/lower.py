@@ -652,12 +652,7 @@ class _Lowerer:
         """Whether a tile's float sum runs as a cascade (see `_tile_cascade`): one long
         reduction loop read with a stride (a column sum), into a tile small enough that
         its levels stay in registers (a matmul's 128 accumulators keep one plain loop)."""
-        red = self.item.reduce
-        if red.op is not Ops.SUM or not red.dtype.is_float or self.tile.lanes:
-            return False
-        if len(self.red_groups) != 1 or size > CASCADE_TILE_MAX:
-            return False
-        return math.prod(red.srcs[0].shape) // max(red.numel, 1) >= CASCADE_MIN
+        return not self.tile.lanes and tile_cascades(self.item, self.red_groups, size)
 
     def _tile_cascade(self, red: Node, coords, guard, tile_loops, slot, acc, level) -> None:
         """A tile's sum over its reduction loop as a tree (see `gen_cascade`): every tile
@@ -1004,14 +999,18 @@ def _merge_groups(axes: list[int], try_lower) -> list[tuple[int, ...]]:
     return groups
 
 
-def lower(item: ScheduleItem, tile: bool = True, amx: bool = False) -> Kernel:
+def lower(item: ScheduleItem, tile: bool = True, amx: bool = False, tuner=None) -> Kernel:
     """The loop IR of a scheduled kernel, with its loops merged where that stays affine.
 
     With `tile`, a reduction may get the CPU's register tile (`choose_tile`); the GPU
     lowering (`codegen/gpu.py`) takes the plain loop nest (`tile=False`) and tiles it
     for the GPU's threads and shared memory instead. With `amx` (the runtime's word that
     the host has AMX-BF16 and may use it), a bfloat16 matmul in the layout `codegen/amx.py`
-    recognizes runs on AMX tiles."""
+    recognizes runs on AMX tiles. A `tuner` (the runtime's autotuner, `runtime/autotune.py`)
+    is handed the tiles a float32 contraction could take (`tuning_space`) and a function
+    that lowers one, and returns the kernel it picked; without one the tile is
+    `choose_tile`'s, the fixed choice for this host. Either way the kernel's `tile_note`
+    says which tile it has and why."""
     root, red = item.root, item.reduce
     if root.op is Ops.SCATTER_ADD:
         return _Lowerer(item, [], []).lower_scatter()
@@ -1047,7 +1046,20 @@ def lower(item: ScheduleItem, tile: bool = True, amx: bool = False) -> Kernel:
     plain = lowered_with(state["out"], state["red"])
     chosen = choose_tile(plain, item, state["out"]) if tile else None
     if chosen is not None:
-        return _Lowerer(item, state["out"], state["red"], chosen).lower()
+
+        def lowered(t: Tile) -> Kernel:
+            kernel = _Lowerer(item, state["out"], state["red"], t).lower()
+            kernel.tile_note = f"register tile {tile_text(t)}"
+            return kernel
+
+        space = None
+        if tuner is not None:
+            space = tuning_space(chosen, item, state["out"], state["red"])
+        if space is not None:
+            return tuner(space, lowered)
+        kernel = lowered(chosen)
+        kernel.tile_note += ": the fixed choice for this CPU"
+        return kernel
     if tile and lane_max(plain, item, state["red"]):
         return _Lowerer(item, state["out"], state["red"], lane_max=True).lower()
     # cascaded sums are the CPU's (tile=True); the GPU lowering reduces a plain loop over a block
@@ -1082,6 +1094,18 @@ def _cascade_rows(item: ScheduleItem, out_groups, red_groups) -> tuple[int, int]
 CASCADE_FANOUT = 16  # vectors (or blocks) an accumulator receives before it moves up a level
 CASCADE_MIN = 1024  # a shorter sum is accurate as LLVM vectorizes it (<= 16 adds per lane)
 CASCADE_TILE_MAX = 64  # a tile's accumulators, times its levels, must fit the registers
+
+
+def tile_cascades(item: ScheduleItem, red_groups, size: int) -> bool:
+    """Whether a register tile of `size` accumulators (not lanes along the sum) sums as a
+    cascade (`_Lowerer._tile_cascades`): a float sum over one reduction group at least
+    CASCADE_MIN long, into at most CASCADE_TILE_MAX accumulators."""
+    red = item.reduce
+    if red.op is not Ops.SUM or not red.dtype.is_float:
+        return False
+    if len(red_groups) != 1 or size > CASCADE_TILE_MAX:
+        return False
+    return math.prod(red.srcs[0].shape) // max(red.numel, 1) >= CASCADE_MIN
 
 
 def _streamed_reduce_loop(plain: Kernel) -> Loop | None:
@@ -1156,6 +1180,7 @@ TILE_ROWS = 4
 # 246 to 202 us (forward x @ W.T) and 476 to 427 us (weight gradient fused with SGD).
 WIDE_TILE_ROWS = 8
 WIDE_GRID_ACCUMULATORS = 256
+WIDE_VECTOR_BYTES = 64  # one AVX-512 register
 
 
 @functools.lru_cache(maxsize=1)
@@ -1164,6 +1189,24 @@ def wide_registers() -> bool:
     import llvmlite.binding as llvm
 
     return "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
+
+
+# Where AVX-512's multiply-adds run on full 512-bit units (Intel's server cores: two per
+# cycle, four cycles deep, so eight independent chains keep them busy, and one 16-lane load
+# of B must feed more rows to keep up), a tile of two 16-lane registers per row takes 8 rows
+# (16 accumulators) instead of 4. Measured on a Sapphire-Rapids-class Xeon (2 threads,
+# kernel alone, alternating): sgemm 2048^3 in 32-column panels 71 -> 49 ms, numpy 45-51 ms.
+# AMD's Zen 4 splits each into two 256-bit halves, and its 4-row tile was tuned there: kept.
+FULL_WIDTH_TILE_ROWS = 8
+
+
+@functools.lru_cache(maxsize=1)
+def full_width_fma() -> bool:
+    """Whether the host runs AVX-512 multiply-adds on full 512-bit units: AVX-512 and not an
+    AMD Zen core (LLVM names those `znver*`), whose 4-row tiles were tuned on Zen 4."""
+    import llvmlite.binding as llvm
+
+    return wide_registers() and not llvm.get_host_cpu_name().startswith("znver")
 
 
 MIN_OUTER_TILES = 4  # a tile loop with fewer iterations does not become the parallel one
@@ -1252,6 +1295,7 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
         return w or _divisor(extents[g], TILE_COLS[0], TILE_MIN_COLS)  # short: 5 -> 5
 
     widths = [width(g) for g in range(len(extents))]
+    itemsize = item.reduce.dtype.itemsize
 
     def lane_step(ld: Load, g: int) -> int:
         """How far a load's address moves from one lane to the next, with lanes along g.
@@ -1296,6 +1340,12 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
             return extents[g]
         if cols <= 16 and extents[g] % WIDE_TILE_ROWS == 0 and wide_registers():
             return WIDE_TILE_ROWS  # rows of one register each
+        if (
+            cols * itemsize == 2 * WIDE_VECTOR_BYTES
+            and extents[g] % FULL_WIDTH_TILE_ROWS == 0
+            and full_width_fma()
+        ):
+            return FULL_WIDTH_TILE_ROWS  # rows of two registers each
         return TILE_ROWS if extents[g] % TILE_ROWS == 0 else None
 
     candidates = [g for g in range(len(extents)) if rows_for(g)]
@@ -1304,6 +1354,101 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
     row = max(candidates, key=lambda g: (shared(g), g))
     first = _outermost(loads, every_load, out_vars, extents, {row: rows_for(row), col: cols})
     return Tile(col, cols, row, rows_for(row), first=first)
+
+
+def tile_text(t: Tile) -> str:
+    """A tile in words, for a kernel's dump header: "8 rows x 32 lanes"."""
+    rows = f"{t.rows} x {t.rows2} rows" if t.row2 is not None else f"{t.rows} rows"
+    if rows == "1 rows":
+        rows = "1 row"
+    along = " along the sum" if t.lanes else ""
+    return f"{rows} x {t.cols} lanes{along}"
+
+
+@dataclass(frozen=True)
+class TuningSpace:
+    """The register tiles a float32 contraction could take, for an autotuner to time.
+
+    `default` is `choose_tile`'s (the first candidate), `shape_class` names the kernels
+    one timed choice serves (the operand sizes rounded up to powers of two, the vector
+    width, the kernel's reads), and `work` is the kernel's multiply-adds (for launching).
+    """
+
+    shape_class: str
+    candidates: tuple[Tile, ...]
+    work: int
+
+    @property
+    def default(self) -> Tile:
+        return self.candidates[0]
+
+
+TUNE_ROWS = (4, 8, 12, 16)  # the row counts an autotuner times (those that divide the axis)
+# multiply-adds below which a kernel is not tuned: its time is mostly not its tile's, and
+# compiling its candidates would slow a small model's first step (the MLP's: 0.24 s)
+TUNE_MIN_WORK = 1 << 26
+TUNE_MAX_WORK = 1 << 35  # above this one timing run would take most of a tuning budget
+TUNE_REGISTER_SHARE = 0.75  # of the vector registers, the most a tile's accumulators take
+
+
+def tuning_space(chosen: Tile, item: ScheduleItem, out_groups, red_groups) -> TuningSpace | None:
+    """The tiles an autotuner may time in place of `chosen`, or None where there is no
+    choice worth timing.
+
+    Only a float32 sum of products with a vector of columns and unrolled rows (a matmul,
+    a convolution as implicit GEMM, their gradients) whose inputs and outputs are all
+    float32 (so random inputs read nowhere out of bounds); the candidates differ in their
+    rows only, and only those that sum as `chosen` does (a cascade or one plain loop:
+    `tile_cascades`), so each output is the same sum in the same order whichever is
+    taken. (An epilogue's multiply and add may still be fused into one rounding by LLVM in
+    one tile's kernel and not in another's: a fused SGD update, measured, differs in the
+    last bit in 191 of 524288 weights. The tuner checks every candidate against the first
+    within a tolerance, as the tests check against numpy's float64.)
+
+    >>> TUNE_ROWS
+    (4, 8, 12, 16)
+    """
+    red = item.reduce
+    if red is None or red.op is not Ops.SUM or red.dtype is not float32:
+        return None
+    if chosen.col is None or chosen.row is None or chosen.lanes or chosen.row2 is not None:
+        return None
+    nodes = [*item.inputs, *item.outputs]
+    if any(n.dtype is not float32 for n in nodes):
+        return None
+    shape = item.root.shape
+    extents = [math.prod(shape[a] for a in g) for g in out_groups]
+    depth = math.prod(red.srcs[0].shape) // max(red.numel, 1)
+    work = item.root.numel * depth
+    if not TUNE_MIN_WORK <= work <= TUNE_MAX_WORK:
+        return None
+    registers, width = (32, 64) if wide_registers() else (16, 32)
+    room = int(registers * width * TUNE_REGISTER_SHARE)  # bytes of accumulators
+    cascades = tile_cascades(item, red_groups, chosen.rows * chosen.cols)
+    rows = [chosen.rows] + [
+        r
+        for r in TUNE_ROWS
+        if r != chosen.rows
+        and extents[chosen.row] % r == 0
+        and r * chosen.cols * red.dtype.itemsize <= room
+        and tile_cascades(item, red_groups, r * chosen.cols) == cascades
+    ]
+    if len(rows) < 2:
+        return None
+
+    def bucket(n: int) -> int:
+        return 1 << max(n - 1, 0).bit_length()
+
+    sizes = ",".join(
+        ("rows" if g == chosen.row else "lanes" if g == chosen.col else "") + str(bucket(e))
+        for g, e in enumerate(extents)
+    )
+    reads = ",".join(str(len(n.shape)) for n in item.inputs)
+    shape_class = f"float32 sum out[{sizes}] k{bucket(depth)} lanes{chosen.cols} reads[{reads}]"
+    candidates = tuple(
+        Tile(chosen.col, chosen.cols, chosen.row, r, first=chosen.first) for r in rows
+    )
+    return TuningSpace(shape_class, candidates, work)
 
 
 def _outermost(loads, every_load, out_vars, extents, steps: dict[int, int]) -> int | None:

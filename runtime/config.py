@@ -19,6 +19,10 @@
 |                     | capture through libcuda; plain launches instead)               |         |
 | FUSEGRAD_AMX        | 0: bfloat16 matmuls never use AMX tiles, even where the CPU  | 1       |
 |                     | has them (read when a graph is built and when it is lowered)   |         |
+| FUSEGRAD_AUTOTUNE   | 0: a float32 contraction takes the fixed register tile for    | 1       |
+|                     | the CPU; 1: the tiles are timed once per CPU and shape class, |         |
+|                     | the choice kept in FUSEGRAD_CACHE (runtime/autotune.py)       |         |
+| FUSEGRAD_AUTOTUNE_BUDGET | seconds a process may spend timing tiles               | 10      |
 
 A FUSEGRAD_CACHE or FUSEGRAD_DUMP folder that cannot be used is said once (a UserWarning
 naming the variable, the path and what happens instead); the run carries on.
@@ -97,6 +101,10 @@ class Config:
     cuda_graphs: bool = True
     # bfloat16 matmuls may run on AMX tiles where the CPU has them (runtime/amx.py)
     amx: bool = True
+    # float32 contractions' register tiles are timed once per CPU and shape class
+    # (runtime/autotune.py); off: the fixed choice for the CPU (the tests' setting)
+    autotune: bool = True
+    autotune_budget: float = 10.0  # seconds a process may spend timing tiles
 
     @classmethod
     def from_env(cls) -> Config:
@@ -127,6 +135,8 @@ class Config:
             cuda=cuda,
             cuda_graphs=_int_env("FUSEGRAD_CUDA_GRAPHS", 1, "0 or 1", (0, 1)) != 0,
             amx=_int_env("FUSEGRAD_AMX", 1, "0 or 1", (0, 1)) != 0,
+            autotune=_int_env("FUSEGRAD_AUTOTUNE", 1, "0 or 1", (0, 1)) != 0,
+            autotune_budget=float(_int_env("FUSEGRAD_AUTOTUNE_BUDGET", 10, "a number of seconds")),
         )
 
     @contextlib.contextmanager

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..codegen.llvm import render_llvm
 from ..codegen.lower import kernel_symbol, lower
-from . import item_cache, phases, pool
+from . import autotune, item_cache, phases, pool
 from .amx import amx_ready
 from .backend_registry import Backend, register_backend
 from .buffer import Buffer, clear_pool, give_scratch, take_scratch
@@ -177,7 +177,7 @@ class CpuBackend(Backend):
         return Buffer.from_numpy(array, dtype)
 
     def lower(self, item):
-        return lower(item, **_lower_options())
+        return lower(item, **_lower_options(), tuner=autotune.tuner_for_config(self.compile))
 
     def kernel_symbol(self, loop) -> str:
         return kernel_symbol(render_llvm(loop, "KERNEL"), loop.name)
@@ -202,8 +202,9 @@ class CpuBackend(Backend):
         compiled: list = [None] * len(items)
         jobs: dict[int, tuple] = {}
         with phases.timed("lower"):  # the cache's look-ups count as lowering
-            # what `lower` is told besides the item (AMX on or off) is in the key too
-            options = repr(sorted(_lower_options().items()))
+            # what `lower` is told besides the item (AMX on or off, the autotuner's
+            # choices) is in the key too
+            options = _options_key()
             keys = [item_cache.item_key(item, options) if config.cache else None for item in items]
             for i, key in enumerate(keys):
                 found = item_cache.load(key) if key else None
@@ -219,10 +220,13 @@ class CpuBackend(Backend):
             for i, kernel in zip(jobs, compiled_found):
                 compiled[i] = kernel
         if missing:
+            options = _options_key()  # with the choices the autotuner has just made
             for i, kernel in zip(missing, self.compile_many([loops[i] for i in missing])):
                 compiled[i] = kernel
-                if keys[i]:
-                    item_cache.store(keys[i], loops[i], kernel.source)
+                if keys[i] and not loops[i].tile_provisional:  # a later run tunes those
+                    item_cache.store(
+                        item_cache.item_key(items[i], options), loops[i], kernel.source
+                    )
         return loops, compiled
 
     def prepare(self, plan: Plan) -> None:
@@ -254,6 +258,14 @@ def _lower_options() -> dict:
     """What `lower` is told besides the item, on this host and configuration: one place,
     so the disk cache's key (`lower_and_compile`) cannot miss an option `lower` gets."""
     return {"amx": amx_ready()}
+
+
+def _options_key() -> str:
+    """`_lower_options` and, with the autotuner on, the choices it has on disk for this
+    host: a kernel lowered with one set of choices is never loaded under another."""
+    options = repr(sorted(_lower_options().items()))
+    tuner = autotune.tuner_for_config(None)
+    return options if tuner is None else options + " autotune " + tuner.digest()
 
 
 def _job(loop, source: str) -> tuple[str, str, int, int]:

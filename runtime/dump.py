@@ -31,6 +31,7 @@ def kernel_header(rec: KernelRecord, comment: str = "//") -> str:
         f"  why a kernel: {rec.reason}",
         f"  output {shape}, inputs {inputs}",
         f"  {rec.bytes} bytes read and written, {rec.flops} FLOPs",
+        *([f"  {rec.loop.tile_note}"] if getattr(rec.loop, "tile_note", "") else []),
         "  user ops (primitives):",
     ]
     lines += [f"    {op}: {' '.join(prims)}" for op, prims in rec.op_groups]

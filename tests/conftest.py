@@ -36,6 +36,9 @@ import time
 import pytest
 from _nvcc_all import ARCHS, FAST, SYMBOL, NvccAll
 
+# kernels are the same on every run: the fixed register tiles, not timed ones
+# (runtime/autotune.py; tests/runtime/test_autotune.py turns the autotuner on itself)
+os.environ["FUSEGRAD_AUTOTUNE"] = "0"
 TEST_DEVICE = os.environ.get("FUSEGRAD_TEST_DEVICE", "cpu").strip() or "cpu"
 ALL_BACKENDS_ENV = os.environ.get("FUSEGRAD_TEST_ALL_BACKENDS", "") not in ("", "0")
 _nvcc: NvccAll | None = None  # the --nvcc-all collector, once configured

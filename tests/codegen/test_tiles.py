@@ -208,3 +208,65 @@ def test_matmul_of_56_columns_on_either_host(monkeypatch, wide):
     assert f"vector for t in 0..{16 if wide else 8}" in text, text
     want = np.maximum(a.astype(np.float64) @ b + bias, 0)
     np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("full_width", [False, True])
+def test_a_two_register_row_tile_takes_8_rows_where_avx512_runs_full_width(monkeypatch, full_width):
+    """A matmul tile of 32 lanes (two AVX-512 registers a row) takes 8 rows on a host whose
+    multiply-adds run on full 512-bit units (Intel's), 4 on an AMD Zen core (its tile,
+    tuned on Zen 4, is kept). The values are the same sums either way."""
+    from fusegrad.codegen import lower as L
+
+    monkeypatch.setattr(L, "full_width_fma", lambda: full_width)
+    a, b = f32(96, 384), f32(384, 128)
+    y = fg.tensor(a) @ fg.tensor(b)
+    text = str(_lowered(y, monkeypatch, True))
+    assert "vector for t in 0..32" in text, text
+    assert f"unrolled for i in 0..{8 if full_width else 4}" in text, text
+    np.testing.assert_allclose(y.numpy(), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("full_width", [False, True])
+def test_row_tiles_of_either_host_give_numpys_values_and_gradients(monkeypatch, full_width):
+    """Forward and both gradients of a matmul with a 32-lane tile, run (not only lowered)
+    with either host's rows, on inputs holding 0, -0, +-1 and ties; each size is its own so
+    no kernel cached under the other setting is reused."""
+    from fusegrad.codegen import lower as L
+
+    monkeypatch.setattr(L, "full_width_fma", lambda: full_width)
+    m = 104 if full_width else 88
+    a, b, g = f32(m, 256), f32(256, 64), f32(m, 64)
+    for x in (a, b):
+        x.reshape(-1)[::5] = 0.0
+        x.reshape(-1)[1::7] = -0.0
+        x.reshape(-1)[2::9] = 1.0
+        x.reshape(-1)[3::11] = -1.0
+    ta, tb = fg.tensor(a, requires_grad=True), fg.tensor(b, requires_grad=True)
+    y = ta @ tb
+    rows = 8 if full_width else 4
+    assert any(f"register tile {rows} rows x 32 lanes" in k.loop.tile_note for k in fg.kernels(y))
+    (y * fg.tensor(g)).sum().backward()
+    a64, b64, g64 = (x.astype(np.float64) for x in (a, b, g))
+    np.testing.assert_allclose(y.numpy(), a64 @ b64, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ta.grad.numpy(), g64 @ b64.T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(tb.grad.numpy(), a64.T @ g64, rtol=1e-5, atol=1e-5)
+
+
+def test_full_width_fma_is_not_claimed_for_zen(monkeypatch):
+    """LLVM's `znver*` hosts keep the Zen 4 tile; a host without AVX-512 has no 512-bit FMA."""
+    import llvmlite.binding as llvm
+
+    from fusegrad.codegen import lower as L
+
+    for name, wide, want in [
+        ("znver4", True, False),
+        ("sapphirerapids", True, True),
+        ("skylake", False, False),
+    ]:
+        monkeypatch.setattr(llvm, "get_host_cpu_name", lambda name=name: name)
+        monkeypatch.setattr(L, "wide_registers", lambda wide=wide: wide)
+        L.full_width_fma.cache_clear()
+        try:
+            assert L.full_width_fma() is want, name
+        finally:
+            L.full_width_fma.cache_clear()

@@ -1,0 +1,316 @@
+"""The bounded autotuner of register tiles (runtime/autotune.py).
+
+Its cache key (a file per CPU model, features, LLVM and thread count; another host's
+file is never read), its switch (FUSEGRAD_AUTOTUNE), its budget (a tuner past it stops,
+keeps the best timed so far and saves nothing), the values of every candidate tile
+(the same sums: bit for bit where the epilogue has no multiply-add LLVM could fuse in
+one tile's kernel and not another's, and against numpy's float64 at special points), and
+the kernel dump's record of the choice.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import fusegrad as fg
+from fusegrad.codegen import lower as L
+from fusegrad.ir.ops import Ops
+from fusegrad.ir.schedule import schedule
+from fusegrad.runtime import autotune, compiler
+from fusegrad.runtime.config import Config, ConfigError, config
+from fusegrad.runtime.cpu_backend import CpuBackend
+from fusegrad.runtime.dump import kernel_header
+
+RNG = np.random.default_rng(32)
+
+
+@pytest.fixture(autouse=True)
+def small_kernels_are_tuned(monkeypatch):
+    """The tests' products are small (a few million multiply-adds): let them be tuned."""
+    monkeypatch.setattr(L, "TUNE_MIN_WORK", 1 << 22)
+
+
+def special(*shape) -> np.ndarray:
+    """Random float32 values with the special points mixed in: 0, -0, +-1, and ties."""
+    x = RNG.standard_normal(shape).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[::7] = 0.0
+    flat[1::11] = -0.0
+    flat[2::13] = 1.0
+    flat[3::17] = -1.0
+    flat[4::19] = 0.5  # equal values: ties for the relu's boundary below
+    return x
+
+
+def item_and_inputs(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None):
+    """The one schedule item of relu(a @ b + bias) (or a @ b), and its inputs' values in
+    the kernel's parameter order."""
+    ta, tb = fg.tensor(a), fg.tensor(b)
+    y = ta @ tb
+    values = {id(ta.node): a, id(tb.node): b}
+    if bias is not None:
+        tbias = fg.tensor(bias)
+        values[id(tbias.node)] = bias
+        y = (y + tbias).relu()
+    (item,) = schedule([y.node], lambda n: n.op is Ops.BUFFER)
+    return item, [values[id(n)] for n in item.inputs]
+
+
+def run_kernel(kernel, inputs: list[np.ndarray]) -> np.ndarray:
+    compiled = CpuBackend().compile(kernel)
+    out = np.full(kernel.params[0].size, np.nan, np.float32)
+    arrays = [out] + [np.ascontiguousarray(x, np.float32).reshape(-1) for x in inputs]
+    compiled.fn(0, kernel.parallel_extent, *[x.ctypes.data for x in arrays])
+    return out
+
+
+def space_of(item) -> tuple[L.TuningSpace, callable]:
+    """The tuning space `lower` hands a tuner for `item`, and its `lowered` function."""
+    got = {}
+
+    def tuner(space, lowered):
+        got["space"], got["lowered"] = space, lowered
+        return lowered(space.default)
+
+    L.lower(item, tuner=tuner)
+    return got["space"], got["lowered"]
+
+
+@pytest.mark.parametrize(
+    "m, k, n, bias",
+    [
+        (96, 384, 128, False),  # 32 lanes: 8, 4 and 12 rows where AVX-512 runs full width
+        (192, 512, 48, True),  # 16 lanes: up to 16 rows, with a bias and relu epilogue
+        (96, 1024, 48, False),  # a long sum: 4 x 16 would cascade, 8 x 16 does not
+    ],
+)
+def test_every_candidate_tile_computes_the_same_values(m, k, n, bias):
+    a, b = special(m, k), special(k, n)
+    c = special(n) if bias else None
+    item, inputs = item_and_inputs(a, b, c)
+    space, lowered = space_of(item)
+    assert len(space.candidates) >= 2, space
+    assert space.candidates[0] == space.default
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    if bias:
+        want = np.maximum(want + c, 0.0)
+    outputs = {}
+    for tile in space.candidates:
+        kernel = lowered(tile)
+        assert f"unrolled for i in 0..{tile.rows}" in str(kernel)
+        out = run_kernel(kernel, inputs).reshape(m, n)
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+        outputs[tile.rows] = out
+    first = outputs[space.default.rows]
+    for rows, out in outputs.items():  # the same sums in the same order: the same bits
+        assert np.array_equal(out.view(np.uint32), first.view(np.uint32)), rows
+    if bias:  # relu's boundary: -0 and 0 both come out as +0 or as computed, never nan
+        assert not np.isnan(first).any() and (first >= 0).all()
+
+
+def test_only_float32_contractions_of_enough_work_are_tuned(monkeypatch):
+    """A small product (too short to time) and a float64 one get no tuning space."""
+    small, _ = item_and_inputs(special(8, 16), special(16, 32))
+    assert L.tuning_space(L.Tile(1, 32, 0, 8), small, [(0,), (1,)], [(2,)]) is None
+    mlp, _ = item_and_inputs(special(64, 784), special(784, 128))
+    assert L.tuning_space(L.Tile(1, 32, 0, 8), mlp, [(0,), (1,)], [(2,)]) is not None
+    monkeypatch.undo()  # the real threshold: an MLP's layers (64 x 784 x 128) are not tuned
+    assert L.tuning_space(L.Tile(1, 32, 0, 8), mlp, [(0,), (1,)], [(2,)]) is None
+
+
+def test_candidates_sum_as_the_fixed_choice_does():
+    """A long sum (K = 1024) in 16-lane tiles: 8 rows (the fixed choice) sum in one plain
+    loop, 4 rows (64 accumulators) would sum as a cascade, another order: not a candidate."""
+    item, _ = item_and_inputs(special(96, 1024), special(1024, 48))
+    space, _ = space_of(item)
+    assert space.default.rows == 8 and space.default.cols == 16
+    assert 4 not in {t.rows for t in space.candidates}
+    assert {12, 16} <= {t.rows for t in space.candidates}
+    ta, tb = fg.tensor(special(96, 384)).double(), fg.tensor(special(384, 128)).double()
+    items = schedule([(ta @ tb).node], lambda n: n.op is Ops.BUFFER)
+    assert L.tuning_space(L.Tile(1, 32, 0, 8), items[-1], [(0,), (1,)], [(2,)]) is None
+
+
+class FakeTiming:
+    """A clock that only `launch` advances, by a cost per tile (rows -> seconds), and a
+    `compile` that hands the kernel itself to that launch."""
+
+    def __init__(self, monkeypatch, cost: dict[int, float], wrong: int | None = None):
+        self.now, self.cost, self.launches, self.wrong = 0.0, cost, 0, wrong
+        monkeypatch.setattr(autotune, "launch", self.launch)
+        monkeypatch.setattr(autotune, "TIMED_RUNS", 1)
+
+    def clock(self) -> float:
+        return self.now
+
+    def compile(self, kernel):
+        return kernel
+
+    def launch(self, kernel, extent, work, ptrs):
+        self.launches += 1
+        rows = int(kernel.tile_note.split("register tile ")[1].split(" rows")[0])
+        self.now += self.cost[rows]
+        if rows == self.wrong:  # a miscompiled candidate: one output is off
+            ctypes.c_float.from_address(ptrs[0]).value = 12345.0
+
+
+def tuner_with(folder, budget, timing) -> autotune.Autotuner:
+    return autotune.Autotuner(folder, budget, timing.compile, clock=timing.clock)
+
+
+def test_the_fastest_candidate_is_chosen_saved_and_read_back(tmp_path, monkeypatch):
+    item, _ = item_and_inputs(special(96, 384), special(384, 128))
+    space, lowered = space_of(item)
+    assert {t.rows for t in space.candidates} >= {4, 8}
+    cost = {t.rows: 3.0 for t in space.candidates} | {4: 1.0}
+    timing = FakeTiming(monkeypatch, cost)
+    kernel = tuner_with(str(tmp_path), 100.0, timing)(space, lowered)
+    assert "unrolled for i in 0..4" in str(kernel) and not kernel.tile_provisional
+    assert kernel.tile_note.startswith("register tile 4 rows x 32 lanes: autotuned for")
+    (path,) = (tmp_path / "autotune").iterdir()
+    saved = json.loads(path.read_text())
+    assert saved["choices"][space.shape_class]["rows"] == 4
+    assert set(saved["choices"][space.shape_class]["ms"]) == {str(t.rows) for t in space.candidates}
+    # a new process (a new tuner) reads the choice and times nothing
+    before = timing.launches
+    again = tuner_with(str(tmp_path), 100.0, timing)(space, lowered)
+    assert timing.launches == before and "unrolled for i in 0..4" in str(again)
+    assert again.tile_note == kernel.tile_note  # two runs dump the same header
+
+
+def test_a_clearly_slower_candidate_is_run_once(tmp_path, monkeypatch):
+    item, _ = item_and_inputs(special(96, 384), special(384, 128))
+    space, lowered = space_of(item)
+    timing = FakeTiming(monkeypatch, {t.rows: 3.0 for t in space.candidates})
+    monkeypatch.setattr(autotune, "TIMED_RUNS", 3)
+    timing.cost[space.default.rows] = 1.0
+    tuner_with(str(tmp_path), 100.0, timing)(space, lowered)
+    # the fixed choice: a warm-up and 3 timed runs; every other: a warm-up and one run
+    assert timing.launches == 4 + 2 * (len(space.candidates) - 1)
+
+
+def test_a_candidate_with_other_values_is_never_chosen(tmp_path, monkeypatch):
+    item, _ = item_and_inputs(special(96, 384), special(384, 128))
+    space, lowered = space_of(item)
+    cost = {t.rows: 3.0 for t in space.candidates} | {4: 1.0}
+    timing = FakeTiming(monkeypatch, cost, wrong=4)  # the fastest, and wrong
+    with pytest.warns(RuntimeWarning, match="4 x 32 gave other values"):
+        kernel = tuner_with(str(tmp_path), 100.0, timing)(space, lowered)
+    assert "unrolled for i in 0..4" not in str(kernel)
+
+
+def test_a_candidate_that_fails_to_compile_is_skipped(tmp_path, monkeypatch):
+    item, _ = item_and_inputs(special(96, 384), special(384, 128))
+    space, lowered = space_of(item)
+    timing = FakeTiming(monkeypatch, {t.rows: 1.0 for t in space.candidates})
+    fine = timing.compile
+
+    def compile(kernel):
+        if "register tile 4 rows" in kernel.tile_note:
+            raise RuntimeError("LLVM refused it")
+        return fine(kernel)
+
+    timing.compile = compile
+    with pytest.warns(RuntimeWarning, match="LLVM refused it"):
+        kernel = tuner_with(str(tmp_path), 100.0, timing)(space, lowered)
+    assert "unrolled for i in 0..4" not in str(kernel)
+
+
+def test_a_tuner_past_its_budget_stops_and_keeps_the_best_so_far(tmp_path, monkeypatch):
+    item, _ = item_and_inputs(special(96, 384), special(384, 128))
+    space, lowered = space_of(item)
+    first, second = space.candidates[0].rows, space.candidates[1].rows
+    assert len(space.candidates) >= 3  # one is never timed
+    cost = {t.rows: 5.0 for t in space.candidates} | {first: 2.0, second: 1.0}
+    timing = FakeTiming(monkeypatch, cost)
+    # the first candidate costs 4 s (a warm-up and a timed run), the second 2 s: over 5 s
+    kernel = tuner_with(str(tmp_path), 5.0, timing)(space, lowered)
+    assert timing.launches == 4, "the third candidate was timed past the budget"
+    assert f"unrolled for i in 0..{second}" in str(kernel)
+    assert kernel.tile_provisional and "budget ran out" in kernel.tile_note
+    assert not (tmp_path / "autotune").exists(), "an unfinished tuning was saved"
+    # with no budget at all: the fixed choice, untimed
+    timing.launches = 0
+    kernel = tuner_with(str(tmp_path), 0.0, timing)(space, lowered)
+    assert timing.launches == 0 and kernel.tile_provisional
+    assert f"unrolled for i in 0..{first}" in str(kernel)
+
+
+def test_the_cache_key_names_the_cpu_its_features_and_the_threads(tmp_path, monkeypatch):
+    here = autotune.host_key()
+    assert autotune.cpu_model() in here and compiler.host_description() in here
+    assert f"threads={fg.config.threads}" in here or "threads=" in here
+    tuner = autotune.Autotuner(str(tmp_path), 1.0)
+    monkeypatch.setattr(compiler, "host_description", lambda: "llvmlite|19|znver4|+avx512f")
+    other = autotune.Autotuner(str(tmp_path), 1.0)
+    assert other.key != tuner.key and other.path != tuner.path
+    # a file at this host's path that says it is another host's is not read
+    os.makedirs(os.path.dirname(tuner.path))
+    with open(tuner.path, "w") as f:
+        json.dump({"host": other.key, "choices": {"c": {"rows": 4, "ms": {}}}}, f)
+    assert autotune.Autotuner(tuner.folder, 1.0).choice("c") is None
+    monkeypatch.undo()
+    assert autotune.Autotuner(str(tmp_path), 1.0).choice("c") is None
+    with open(tuner.path, "w") as f:
+        f.write("{not json")
+    assert autotune.Autotuner(str(tmp_path), 1.0).choice("c") is None
+
+
+def test_the_switch(monkeypatch):
+    monkeypatch.setenv("FUSEGRAD_AUTOTUNE", "0")
+    assert Config.from_env().autotune is False
+    monkeypatch.setenv("FUSEGRAD_AUTOTUNE", "1")
+    monkeypatch.setenv("FUSEGRAD_AUTOTUNE_BUDGET", "3")
+    got = Config.from_env()
+    assert got.autotune is True and got.autotune_budget == 3.0
+    monkeypatch.setenv("FUSEGRAD_AUTOTUNE", "yes")
+    with pytest.raises(ConfigError, match="FUSEGRAD_AUTOTUNE"):
+        Config.from_env()
+    assert config.autotune is False, "the tests run with the fixed tiles (conftest.py)"
+    assert autotune.tuner_for_config(None) is None
+    with config.override(autotune=True, cache=None):
+        assert autotune.tuner_for_config(None) is not None
+        # an MPI rank never tunes: every rank keeps the same fixed tiles
+        monkeypatch.setitem(sys.modules, "mpi4py.MPI", object())
+        assert autotune.tuner_for_config(None) is None
+
+
+def test_a_matmul_tuned_end_to_end_records_its_tile_in_the_dump(tmp_path):
+    a, b = special(104, 384), special(384, 128)  # a size no other test builds: a new plan
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    with config.override(autotune=True, autotune_budget=30.0, cache=str(tmp_path)):
+        y = fg.tensor(a) @ fg.tensor(b)
+        np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-4)
+        (rec,) = fg.kernels(y)
+    assert "autotuned for float32 sum" in rec.loop.tile_note, rec.loop.tile_note
+    assert rec.loop.tile_note in kernel_header(rec)
+    assert list((tmp_path / "autotune").iterdir())
+    z = fg.tensor(a[:96]) @ fg.tensor(b)  # autotune off: the fixed choice, said so
+    (rec,) = fg.kernels(z)
+    assert rec.loop.tile_note.endswith("the fixed choice for this CPU"), rec.loop.tile_note
+    np.testing.assert_allclose(z.numpy(), want[:96], rtol=1e-4, atol=1e-4)
+
+
+def test_the_choices_are_in_the_key_of_the_lowered_kernels_cache(tmp_path, monkeypatch):
+    """A kernel lowered under one set of tuned choices is never loaded under another:
+    the disk cache of lowered kernels keys on a digest of this host's choices."""
+    from fusegrad.runtime import cpu_backend
+
+    with config.override(autotune=False):
+        off = cpu_backend._options_key()
+    with config.override(autotune=True, cache=str(tmp_path)):
+        before = cpu_backend._options_key()
+        item, _ = item_and_inputs(special(96, 384), special(384, 128))
+        space, lowered = space_of(item)
+        timing = FakeTiming(monkeypatch, {t.rows: 1.0 for t in space.candidates})
+        tuner = autotune.tuner_for_config(None)
+        tuner.compile, tuner.clock = timing.compile, timing.clock
+        tuner(space, lowered)
+        after = cpu_backend._options_key()
+    assert len({off, before, after}) == 3
