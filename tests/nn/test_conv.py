@@ -318,3 +318,68 @@ def test_an_input_read_once_by_its_windows_is_not_copied():
     assert not [k for k in fg.kernels(y) if "copied in order" in k.reason]
     want = x.numpy()[:, :, :] * w.numpy()[:, 0, 0][None, :, None]
     np.testing.assert_allclose(y.numpy(), want, rtol=1e-6)
+
+
+def test_weight_grad_chunk_is_the_largest_divisor_that_fits_the_cache(monkeypatch):
+    monkeypatch.setattr(C, "PANEL_CACHE_BYTES", 1000)
+    assert C.weight_grad_chunk(64, 10) == 64  # all of it fits: one sum
+    assert C.weight_grad_chunk(64, 300) == 2  # 3 would fit, but does not divide 64
+    assert C.weight_grad_chunk(12, 300) == 3
+    assert C.weight_grad_chunk(7, 300) == 1  # a prime batch: image by image
+    assert C.weight_grad_chunk(4, 5000) == 1  # not even one image fits
+    assert C.weight_grad_chunk(0, 5000) == 1  # an empty batch: one empty chunk
+
+
+# The weight gradient summed in chunks of images (`weight_grad_chunk`), forced here with a tiny
+# cache: every stride, dilation, group and padding form, special shapes, against float64 numpy
+# and central differences.
+CHUNKED_CASES = [
+    # dims, cin, cout, kernel, stride, dilation, padding, groups, input size, batch
+    (2, 3, 4, 3, 1, 1, 1, 1, (5, 6), 4),
+    (2, 4, 6, 3, 2, 1, 1, 2, (6, 7), 4),
+    (2, 2, 4, 3, 1, 2, 2, 1, (5, 5), 3),
+    (2, 3, 4, (2, 3), (2, 1), (1, 2), (0, 2), 1, (5, 8), 6),
+    (2, 2, 3, 1, 1, 1, 0, 1, (3, 4), 4),  # a 1x1 kernel
+    (2, 2, 3, (3, 4), 1, 1, 0, 1, (3, 4), 4),  # a kernel as big as the input: output 1x1
+    (2, 2, 3, 3, 1, 1, 1, 1, (4, 4), 1),  # batch 1
+    (1, 4, 8, 3, 1, 1, 1, 2, (9,), 4),
+    (1, 3, 5, 3, 3, 2, 0, 1, (11,), 5),
+]
+
+
+@pytest.mark.parametrize("cache", [1, 600])  # image by image; two images at a time (mostly)
+@pytest.mark.parametrize("case", CHUNKED_CASES)
+def test_conv_weight_gradient_in_image_chunks(case, cache, monkeypatch):
+    dims, cin, cout, k, stride, dil, pad, groups, size, batch = case
+    k, stride, dil, pad = (C.int_tuple(v, dims, "", "") for v in (k, stride, dil, pad))
+    monkeypatch.setattr(C, "PANEL_CACHE_BYTES", cache)
+    chunks = []
+    rule = C.weight_grad_chunk
+    monkeypatch.setattr(C, "weight_grad_chunk", lambda *a: chunks.append(rule(*a)) or chunks[-1])
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((batch, cin, *size))
+    w = rng.standard_normal((cout, cin // groups, *k))
+    conv = _conv_fn(dims)
+    xt = fg.tensor(x, dtype=fg.float64, requires_grad=True)
+    wt = fg.tensor(w, dtype=fg.float64, requires_grad=True)
+    out = conv(xt, wt, None, stride, pad, dil, groups)
+    want = ref_conv(x, w, None, stride, pad, dil, groups)
+    np.testing.assert_allclose(out.detach().numpy(), want, atol=1e-10)
+    g = rng.standard_normal(want.shape)
+    (out * fg.tensor(g)).sum().backward()
+    dx, dw = _numpy_conv_grads(x, w, g, stride, pad, dil, groups)
+    np.testing.assert_allclose(xt.grad.numpy(), dx, atol=1e-10)
+    np.testing.assert_allclose(wt.grad.numpy(), dw, atol=1e-10)
+    assert chunks and (batch == 1 or chunks[0] < batch), chunks  # the chunked path ran
+    x1, w1 = fg.tensor(x[:2], dtype=fg.float64), fg.tensor(w, dtype=fg.float64)
+    assert fg.testing.gradcheck(lambda x, w: conv(x, w, None, stride, pad, dil, groups), [x1, w1])
+
+
+def test_conv_weight_gradient_of_an_empty_batch_in_chunks_is_zero(monkeypatch):
+    """(backward() prunes an empty batch's graph: the rule itself, on an empty gradient)"""
+    monkeypatch.setattr(C, "PANEL_CACHE_BYTES", 1)
+    x, w = fg.zeros(0, 2, 5, 5, dtype=fg.float64), fg.ones(3, 2, 3, 3, dtype=fg.float64)
+    g = fg.ones(0, 3, 5, 5, dtype=fg.float64)
+    geometry = (x.shape, w.shape, [(1, 1), (1, 1)], (1, 1), (1, 1), 1)
+    dx, dw = C._conv_vjp(g, x, w, geometry, "conv2d")
+    assert dx.shape == (0, 2, 5, 5) and dw.shape == (3, 2, 3, 3) and not dw.numpy().any()
