@@ -28,6 +28,7 @@ from ..nnapi import (
     autocast_op,
     custom_gradient,
     fail,
+    guards_windows_in_tiles,
     one_site,
     ones,
     sliding_windows,
@@ -137,6 +138,16 @@ def _conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str):
     wt = weight.reshape(groups, cout_g, cin_g, *kernel).transpose(1, 2)
     wt = wt.reshape(cin, cout_g, *kernel)
     wt = wt.flip(tuple(range(2, 2 + n)))
+    g_reads = window_reads((cin, cout_g, *kernel), (1,) * n, groups)
+    copied = not guards_windows_in_tiles(g.node.device)  # (else `padded` is a guarded view)
+    if copied and all(v == 1 for v in stride) and all(b >= 0 and a >= 0 for b, a in tpads):
+        # one padded copy of the gradient serves both: the transposed convolution reads it
+        # whole, the weight gradient its interior (a view with the padded rows' stride), so
+        # the gradient's producer (relu's backward) writes straight into it
+        gd = padded(g, tpads, op, g_reads)
+        inner = tuple(slice(b, b + o) for (b, _), o in zip(tpads, outs))
+        g = gd[(slice(None), slice(None), *inner)]
+        tpads = [(0, 0)] * n
     dx = correlate(gd, wt, tpads, (1,) * n, dilation, groups, op)
     # weight: sum over batch and output positions of windows(x) * g, one partial sum per
     # chunk of images that stays in cache, then the partial sums added

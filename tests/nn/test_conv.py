@@ -383,3 +383,26 @@ def test_conv_weight_gradient_of_an_empty_batch_in_chunks_is_zero(monkeypatch):
     geometry = (x.shape, w.shape, [(1, 1), (1, 1)], (1, 1), (1, 1), 1)
     dx, dw = C._conv_vjp(g, x, w, geometry, "conv2d")
     assert dx.shape == (0, 2, 5, 5) and dw.shape == (3, 2, 3, 3) and not dw.numpy().any()
+
+
+def test_one_padded_copy_of_the_gradient_serves_both_gradients():
+    """Stride 1: the input gradient reads the output gradient padded "full", the weight
+    gradient its interior, from one copy that relu's backward writes straight into."""
+    from fusegrad.nn import functional as F
+
+    rng = np.random.default_rng(7)
+    x, w = rng.standard_normal((2, 3, 9, 9)), rng.standard_normal((4, 3, 3, 3))
+    g = rng.standard_normal((2, 4, 9, 9))
+    xt = fg.tensor(x, dtype=fg.float64, requires_grad=True)
+    wt = fg.tensor(w, dtype=fg.float64, requires_grad=True)
+    y = F.relu(C.conv2d(xt, wt, None, 1, 1))
+    dx, dw = fg.grad(y, [xt, wt], grad_outputs=fg.tensor(g, dtype=fg.float64))
+    ks = fg.kernels(dx, dw)
+    pads = [k for k in ks if "padded input" in k.reason]
+    assert len(pads) == 2 and len(ks) == 5, [(k.name, k.reason) for k in ks]  # x's, g's
+    (weight_grad,) = [k for k in ks if k.name.startswith("r_sum_4x3x3x3")]
+    assert "float64[968]" in weight_grad.loop_ir  # reads the padded (2, 4, 11, 11) gradient
+    gz = g * (ref_conv(x, w, None, (1, 1), (1, 1), (1, 1), 1) > 0)
+    want_dx, want_dw = _numpy_conv_grads(x, w, gz, (1, 1), (1, 1), (1, 1), 1)
+    np.testing.assert_allclose(dx.numpy(), want_dx, atol=1e-10)
+    np.testing.assert_allclose(dw.numpy(), want_dw, atol=1e-10)
