@@ -36,7 +36,16 @@ from ..nnapi import (
 )
 from ..nnapi import index_arange as arange
 from . import init
-from .correlate import correlate, correlated_shape, dilate, int_tuple, padded, window_reads
+from .correlate import (
+    COPY_PAYS_FROM_READS,
+    correlate,
+    correlated_shape,
+    dilate,
+    int_tuple,
+    padded,
+    split_phases,
+    window_reads,
+)
 from .module import Module, placeholder_parameter
 from .padding import pad
 
@@ -100,6 +109,9 @@ def convnd(
             )
     else:
         pads = [(p, p) for p in int_tuple(padding, n, "padding", op)]
+    if phase_split_pays(x, weight, pads, stride, dilation, groups):
+        xph, wph = split_phases(x, weight, pads, stride, op)
+        return convnd(xph, wph, bias, 1, 0, 1, groups, n, op)
     geometry = (x.shape, weight.shape, pads, stride, dilation, groups)
     # the rule sits on the reduction (keepdim): a view around it could be folded away
     total = correlate(x, weight, pads, stride, dilation, groups, op, keepdim=True)
@@ -115,6 +127,23 @@ def convnd(
             fail(ShapeError, op, f"bias must have shape ({cout},), got {bias.shape}")
         out = out + bias.reshape(1, cout, *([1] * n))
     return out
+
+
+def phase_split_pays(x: Tensor, weight: Tensor, pads, stride, dilation, groups: int) -> bool:
+    """Whether a strided convolution runs as a stride-1 one over its input's phases
+    (`split_phases`): on a device whose tiles read windows through their own guarded
+    staging (the GPU), never; with a dilation, never (its taps do not split by phase);
+    else when the windows read each input element often enough that the copy pays
+    (`COPY_PAYS_FROM_READS`, as for a padded copy) and every output axis is nonempty
+    (an input smaller than the kernel is the unsplit path's error)."""
+    if all(s == 1 for s in stride) or any(d != 1 for d in dilation):
+        return False
+    if guards_windows_in_tiles(x.node.device):
+        return False
+    sizes, kernel = x.shape[2:], weight.shape[2:]
+    if any(i + b + a < k for i, (b, a), k in zip(sizes, pads, kernel)):
+        return False
+    return window_reads(weight.shape, stride, groups) >= COPY_PAYS_FROM_READS
 
 
 def _conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str):

@@ -406,3 +406,66 @@ def test_one_padded_copy_of_the_gradient_serves_both_gradients():
     want_dx, want_dw = _numpy_conv_grads(x, w, gz, (1, 1), (1, 1), (1, 1), 1)
     np.testing.assert_allclose(dx.numpy(), want_dx, atol=1e-10)
     np.testing.assert_allclose(dw.numpy(), want_dw, atol=1e-10)
+
+
+# Strided convolutions run as stride-1 ones over the input's phases (nn/correlate.py,
+# split_phases) where the copy pays: every axis' kernel below, above and at the stride,
+# groups, one axis strided, output size 1, a kernel as big as the padded input.
+STRIDED_CASES = [
+    # dims, cin, cout, kernel, stride, padding, groups, input size, batch
+    (2, 3, 8, 3, 2, 1, 1, (7, 8), 2),
+    (2, 4, 8, 1, 2, 0, 1, (5, 6), 2),  # 1x1 at stride 2: a subsample
+    (2, 2, 8, 5, 3, 2, 1, (9, 10), 2),
+    (2, 2, 8, 2, 2, 0, 1, (6, 7), 1),
+    (2, 3, 8, (3, 4), (2, 1), (1, 0), 1, (7, 9), 2),  # one axis strided
+    (2, 4, 8, 3, 2, 1, 2, (6, 6), 2),  # groups
+    (2, 2, 8, 3, 2, 0, 1, (3, 4), 2),  # output 1x1
+    (2, 2, 8, (5, 4), 4, 1, 1, (3, 2), 2),  # the kernel covers the padded input: 1x1
+    (1, 3, 8, 3, 2, 1, 1, (11,), 3),
+    (1, 2, 8, 4, 3, 0, 1, (13,), 2),
+]
+
+
+@pytest.mark.parametrize("case", STRIDED_CASES)
+def test_strided_conv_over_its_phases_values_and_gradients(case):
+    dims, cin, cout, k, stride, pad, groups, size, batch = case
+    k, stride, pad = (C.int_tuple(v, dims, "", "") for v in (k, stride, pad))
+    dil = (1,) * dims
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((batch, cin, *size))
+    w = rng.standard_normal((cout, cin // groups, *k))
+    b = rng.standard_normal(cout)
+    conv = _conv_fn(dims)
+    xt, wt, bt = (fg.tensor(a, dtype=fg.float64, requires_grad=True) for a in (x, w, b))
+    out = conv(xt, wt, bt, stride, pad, dil, groups)
+    assert [k for k in fg.kernels(out) if "phases" in k.reason], "the phase split did not run"
+    want = ref_conv(x, w, b, stride, pad, dil, groups)
+    np.testing.assert_allclose(out.detach().numpy(), want, atol=1e-10)
+    g = rng.standard_normal(want.shape)
+    (out * fg.tensor(g)).sum().backward()
+    dx, dw = _numpy_conv_grads(x, w, g, stride, pad, dil, groups)
+    np.testing.assert_allclose(xt.grad.numpy(), dx, atol=1e-10)
+    np.testing.assert_allclose(wt.grad.numpy(), dw, atol=1e-10)
+    np.testing.assert_allclose(bt.grad.numpy(), g.sum((0, *range(2, 2 + dims))), atol=1e-10)
+    x1, w1 = fg.tensor(x[:1], dtype=fg.float64), fg.tensor(w, dtype=fg.float64)
+    assert fg.testing.gradcheck(lambda x, w: conv(x, w, None, stride, pad, dil, groups), [x1, w1])
+
+
+def test_strided_conv_phase_split_in_float32_and_on_an_empty_batch():
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 16, 20, 20)).astype(np.float32)
+    w = rng.standard_normal((32, 16, 3, 3)).astype(np.float32)
+    out = C.conv2d(fg.tensor(x), fg.tensor(w), None, 2, 1)
+    want = ref_conv(x.astype(np.float64), w.astype(np.float64), None, (2, 2), (1, 1), (1, 1), 1)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
+    empty = C.conv2d(fg.zeros(0, 16, 20, 20), fg.tensor(w), None, 2, 1)
+    assert empty.shape == (0, 32, 10, 10)
+
+
+def test_a_strided_conv_that_reads_each_element_once_is_not_split():
+    """A depthwise 1x1 convolution at stride 2 reads a quarter of its input once: the phase
+    copy would cost more than the strided reads it saves."""
+    x = fg.randn(1, 4, 6, 6)
+    y = C.conv2d(x, fg.randn(4, 1, 1, 1), None, 2, 0, 1, 4)
+    assert not [k for k in fg.kernels(y) if "phases" in k.reason]
+    assert y.shape == (1, 4, 3, 3)
