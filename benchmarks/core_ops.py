@@ -11,7 +11,8 @@ copies are timed in one alternation, and each op's ratio to the copy of its inpu
 printed: a row op that reads its row from memory once and computes from cache
 costs about one copy); then a convolution (64x32x56x56 -> 64, 3x3, padding 1,
 bias and relu), forward alone, forward + backward, and each gradient alone (the input
-gradient, the weight gradient, for a given output gradient), timed in one alternation
+gradient, the weight gradient, for a given output gradient), and a strided one's forward +
+backward (32x64x56x56 -> 128, 3x3, stride 2, padding 1), timed in one alternation
 with the sgemm it is as an implicit GEMM (200704x288 @ 288x64), so their
 GFLOP/s compare within a run. Then the bfloat16 rows against PyTorch's bfloat16
 (numpy has none): a 2048^3 matmul beside the same matmul in float32 (the two timed
@@ -338,6 +339,25 @@ def conv_relu_grads_np(x, w, b, gy) -> list[np.ndarray]:
     return [y, *conv_grads_np(x, w, gz), gz.sum((0, 2, 3))]
 
 
+# a strided convolution (a ResNet stage's downsampling 3x3): batch, in, side, out, stride
+CONV_STRIDED = (32, 64, 56, 128, 2)
+
+
+def conv_strided_grads_np(x, w, gy, s: int) -> list[np.ndarray]:
+    """conv2d(x, w, stride=s, padding=1) for a 3x3 w, and dx, dw for the output gradient gy."""
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))[:, :, ::s, ::s]
+    y = np.einsum("nchwij,ocij->nohw", win, w, optimize=True)
+    dw = np.einsum("nchwij,nohw->ocij", win, gy, optimize=True)
+    dxp = np.zeros(xp.shape, np.float32)
+    oh, ow = gy.shape[2:]
+    for i in range(3):
+        for j in range(3):
+            part = np.einsum("nohw,oc->nchw", gy, w[:, :, i, j])
+            dxp[:, :, i : i + s * oh : s, j : j + s * ow : s] += part
+    return [y, dxp[:, :, 1:-1, 1:-1], dw]
+
+
 def make_conv_cases(compile_torch: bool) -> list[Case]:
     """The convolution, forward and forward + backward, beside the sgemm it is as an
     implicit GEMM (batch * pixels x in-channels * kernel @ that x out-channels): the same
@@ -378,6 +398,19 @@ def make_conv_cases(compile_torch: bool) -> list[Case]:
         (dw,) = fg.grad(F.conv2d(x, wg, None, padding=k // 2), [wg], grad_outputs=gy)
         return dw.realize()
 
+    sb, sc, sside, sout, sstride = CONV_STRIDED
+    xs = on_grid((sb, sc, sside, sside), 1 / 8).requires_grad_()
+    ws = (on_grid((sout, sc, 3, 3), 1 / 64) / 16).realize().requires_grad_()
+    sgy = on_grid((sb, sout, sside // sstride, sside // sstride), 1 / 8)
+    xsn, wsn, sgyn = (np.array(t.detach().numpy()) for t in (xs, ws, sgy))
+    strided_flops = 2.0 * sb * sout * (sside // sstride) ** 2 * sc * 9
+
+    def fg_strided_step():
+        y = F.conv2d(xs, ws, None, stride=sstride, padding=1)
+        grads = fg.grad(y, [xs, ws], grad_outputs=sgy)
+        fg.realize(y, *grads)
+        return (y, *grads)
+
     cases = [
         Case(
             f"sgemm of conv {rows}x{depth}x{cout}",
@@ -414,6 +447,13 @@ def make_conv_cases(compile_torch: bool) -> list[Case]:
             {FUSEGRAD: fg_weight_grad},
             reference=lambda: conv_grads_np(xn, wn, gyn)[1],
         ),
+        Case(
+            f"conv {sb}x{sc}x{sside}^2->{sout} 3x3 s{sstride} fwd+bwd",
+            3 * strided_flops,
+            "GFLOP/s",
+            {FUSEGRAD: fg_strided_step},
+            reference=lambda: conv_strided_grads_np(xsn, wsn, sgyn, sstride),
+        ),
     ]
     if torch is None:
         return cases
@@ -439,6 +479,14 @@ def make_conv_cases(compile_torch: bool) -> list[Case]:
     grad_input, grad_weight = torch.nn.grad.conv2d_input, torch.nn.grad.conv2d_weight
     cases[3].runs[TORCH] = lambda: grad_input(xt.shape, wt, gyt, padding=k // 2)
     cases[4].runs[TORCH] = lambda: grad_weight(xt, wt.shape, gyt, padding=k // 2)
+    strided = [torch.from_numpy(v.copy()).requires_grad_() for v in (xsn, wsn)]
+    sgyt = torch.from_numpy(sgyn.copy())
+
+    def torch_strided_step():
+        y = torch.nn.functional.conv2d(*strided, stride=sstride, padding=1)
+        return (y, *torch.autograd.grad(y, strided, sgyt))
+
+    cases[5].runs[TORCH] = torch_strided_step
     if compile_torch:
         compiled = torch.compile(eager)
         try:
