@@ -423,11 +423,14 @@ STRIDED_CASES = [
     (2, 2, 8, (5, 4), 4, 1, 1, (3, 2), 2),  # the kernel covers the padded input: 1x1
     (1, 3, 8, 3, 2, 1, 1, (11,), 3),
     (1, 2, 8, 4, 3, 0, 1, (13,), 2),
+    (3, 3, 8, (3, 2, 3), (2, 1, 3), (1, 0, 1), 1, (7, 6, 5), 2),  # conv3d
 ]
 
 
 @pytest.mark.parametrize("case", STRIDED_CASES)
 def test_strided_conv_over_its_phases_values_and_gradients(case):
+    from fusegrad.nn import functional as F
+
     dims, cin, cout, k, stride, pad, groups, size, batch = case
     k, stride, pad = (C.int_tuple(v, dims, "", "") for v in (k, stride, pad))
     dil = (1,) * dims
@@ -435,7 +438,7 @@ def test_strided_conv_over_its_phases_values_and_gradients(case):
     x = rng.standard_normal((batch, cin, *size))
     w = rng.standard_normal((cout, cin // groups, *k))
     b = rng.standard_normal(cout)
-    conv = _conv_fn(dims)
+    conv = F.conv3d if dims == 3 else _conv_fn(dims)
     xt, wt, bt = (fg.tensor(a, dtype=fg.float64, requires_grad=True) for a in (x, w, b))
     out = conv(xt, wt, bt, stride, pad, dil, groups)
     assert [k for k in fg.kernels(out) if "phases" in k.reason], "the phase split did not run"
