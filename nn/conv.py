@@ -112,7 +112,8 @@ def convnd(
     if phase_split_pays(x, weight, pads, stride, dilation, groups):
         xph, wph = split_phases(x, weight, pads, stride, op)
         return convnd(xph, wph, bias, 1, 0, 1, groups, n, op)
-    geometry = (x.shape, weight.shape, pads, stride, dilation, groups)
+    # (whether the input's gradient is wanted: the backward shares a padded copy only then)
+    geometry = (x.shape, weight.shape, pads, stride, dilation, groups, x.requires_grad)
     # the rule sits on the reduction (keepdim): a view around it could be folded away
     total = correlate(x, weight, pads, stride, dilation, groups, op, keepdim=True)
     out_shape = correlated_shape(total, groups)
@@ -150,7 +151,7 @@ def _conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str):
     """The convolution's own gradients: a transposed convolution for the input, a
     correlation of input windows with the output gradient for the weight. The derived
     gradient of the window view is correct but full of index divisions (tested equal)."""
-    x_shape, w_shape, pads, stride, dilation, groups = geometry
+    x_shape, w_shape, pads, stride, dilation, groups, x_grad = geometry
     n = len(pads)
     batch, cin = x_shape[:2]
     cout, cin_g = w_shape[:2]
@@ -169,10 +170,16 @@ def _conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str):
     wt = wt.flip(tuple(range(2, 2 + n)))
     g_reads = window_reads((cin, cout_g, *kernel), (1,) * n, groups)
     copied = not guards_windows_in_tiles(g.node.device)  # (else `padded` is a guarded view)
-    if copied and all(v == 1 for v in stride) and all(b >= 0 and a >= 0 for b, a in tpads):
+    if (
+        x_grad
+        and copied
+        and all(v == 1 for v in stride)
+        and all(b >= 0 and a >= 0 for b, a in tpads)
+    ):
         # one padded copy of the gradient serves both: the transposed convolution reads it
         # whole, the weight gradient its interior (a view with the padded rows' stride), so
-        # the gradient's producer (relu's backward) writes straight into it
+        # the gradient's producer (relu's backward) writes straight into it. Where the
+        # input wants no gradient (a first layer), the weight gradient reads g, no copy.
         gd = padded(g, tpads, op, g_reads)
         inner = tuple(slice(b, b + o) for (b, _), o in zip(tpads, outs))
         g = gd[(slice(None), slice(None), *inner)]

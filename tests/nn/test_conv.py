@@ -380,7 +380,7 @@ def test_conv_weight_gradient_of_an_empty_batch_in_chunks_is_zero(monkeypatch):
     monkeypatch.setattr(C, "PANEL_CACHE_BYTES", 1)
     x, w = fg.zeros(0, 2, 5, 5, dtype=fg.float64), fg.ones(3, 2, 3, 3, dtype=fg.float64)
     g = fg.ones(0, 3, 5, 5, dtype=fg.float64)
-    geometry = (x.shape, w.shape, [(1, 1), (1, 1)], (1, 1), (1, 1), 1)
+    geometry = (x.shape, w.shape, [(1, 1), (1, 1)], (1, 1), (1, 1), 1, True)
     dx, dw = C._conv_vjp(g, x, w, geometry, "conv2d")
     assert dx.shape == (0, 2, 5, 5) and dw.shape == (3, 2, 3, 3) and not dw.numpy().any()
 
@@ -472,3 +472,16 @@ def test_a_strided_conv_that_reads_each_element_once_is_not_split():
     y = C.conv2d(x, fg.randn(4, 1, 1, 1), None, 2, 0, 1, 4)
     assert not [k for k in fg.kernels(y) if "phases" in k.reason]
     assert y.shape == (1, 4, 3, 3)
+
+
+def test_a_weight_gradient_alone_reads_the_output_gradient_with_no_padded_copy():
+    """A first layer (an input without a gradient): no padded copy of the output gradient."""
+    rng = np.random.default_rng(10)
+    x = fg.tensor(rng.standard_normal((2, 3, 9, 9)), dtype=fg.float64)
+    w = fg.tensor(rng.standard_normal((4, 3, 3, 3)), dtype=fg.float64, requires_grad=True)
+    g = rng.standard_normal((2, 4, 9, 9))
+    (dw,) = fg.grad(C.conv2d(x, w, None, 1, 1), [w], grad_outputs=fg.tensor(g, dtype=fg.float64))
+    ks = fg.kernels(dw)
+    assert len([k for k in ks if "padded input" in k.reason]) == 1, [k.reason for k in ks]
+    _, want = _numpy_conv_grads(x.numpy(), w.detach().numpy(), g, (1, 1), (1, 1), (1, 1), 1)
+    np.testing.assert_allclose(dw.numpy(), want, atol=1e-10)
