@@ -485,3 +485,20 @@ def test_a_weight_gradient_alone_reads_the_output_gradient_with_no_padded_copy()
     assert len([k for k in ks if "padded input" in k.reason]) == 1, [k.reason for k in ks]
     _, want = _numpy_conv_grads(x.numpy(), w.detach().numpy(), g, (1, 1), (1, 1), (1, 1), 1)
     np.testing.assert_allclose(dw.numpy(), want, atol=1e-10)
+
+
+def test_a_gradient_that_padding_grows_much_is_not_shared_with_the_weight_gradient():
+    """LeNet's second convolution: 8x8 outputs, a 5x5 kernel, the gradient padded to 16x16
+    (4x): the weight gradient reads the (2, 4, 8, 8) gradient, not the padded copy's interior."""
+    rng = np.random.default_rng(11)
+    x, w = rng.standard_normal((2, 3, 12, 12)), rng.standard_normal((4, 3, 5, 5))
+    g = rng.standard_normal((2, 4, 8, 8))
+    xt = fg.tensor(x, dtype=fg.float64, requires_grad=True)
+    wt = fg.tensor(w, dtype=fg.float64, requires_grad=True)
+    y = C.conv2d(xt, wt)
+    dx, dw = fg.grad(y, [xt, wt], grad_outputs=fg.tensor(g, dtype=fg.float64))
+    (weight_grad,) = [k for k in fg.kernels(dx, dw) if k.name.startswith("r_sum_4x3x5x5")]
+    assert "float64[2048]" not in weight_grad.loop_ir  # not the padded (2, 4, 16, 16)
+    want_dx, want_dw = _numpy_conv_grads(x, w, g, (1, 1), (0, 0), (1, 1), 1)
+    np.testing.assert_allclose(dx.numpy(), want_dx, atol=1e-10)
+    np.testing.assert_allclose(dw.numpy(), want_dw, atol=1e-10)
