@@ -199,7 +199,9 @@ def _conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str):
     xp = padded(x, pads, op, window_reads(w_shape, stride, groups))
     win = sliding_windows(xp, kernel, stride, dilation)
     per_image = (math.prod(xp.shape[1:]) + math.prod(g.shape[1:])) * x.dtype.itemsize
-    chunk = weight_grad_chunk(batch, per_image)
+    # (on the GPU, whose contraction stages its own tiles through shared memory, one sum:
+    # the cache rule is the CPU's, and it is unmeasured there)
+    chunk = max(batch, 1) if not copied else weight_grad_chunk(batch, per_image)
     win = win.reshape(batch // chunk, chunk, groups, 1, cin_g, *outs, *kernel)
     gw = g.reshape(batch // chunk, chunk, groups, cout_g, 1, *outs, *([1] * n))
     partial = (win * gw).sum((1,) + tuple(range(5, 5 + n)))
