@@ -10,7 +10,9 @@ plain copy of the same floats, read once and written once (the row ops and their
 copies are timed in one alternation, and each op's ratio to the copy of its input
 printed: a row op that reads its row from memory once and computes from cache
 costs about one copy); then a convolution (64x32x56x56 -> 64, 3x3, padding 1,
-bias and relu), forward alone and forward + backward, timed in one alternation
+bias and relu), forward alone, forward + backward, and each gradient alone (the input
+gradient, the weight gradient, for a given output gradient), and a strided one's forward +
+backward (32x64x56x56 -> 128, 3x3, stride 2, padding 1), timed in one alternation
 with the sgemm it is as an implicit GEMM (200704x288 @ 288x64), so their
 GFLOP/s compare within a run. Then the bfloat16 rows against PyTorch's bfloat16
 (numpy has none): a 2048^3 matmul beside the same matmul in float32 (the two timed
@@ -319,18 +321,44 @@ def conv_relu_np(x, w, b) -> tuple[np.ndarray, np.ndarray]:
     return np.maximum(y, 0), win
 
 
-def conv_relu_grads_np(x, w, b, gy) -> list[np.ndarray]:
-    """relu(conv2d(x, w, b)) and its gradients dx, dw, db for the output gradient gy."""
-    y, win = conv_relu_np(x, w, b)
-    gz = gy * (y > 0)
+def conv_grads_np(x, w, gz) -> list[np.ndarray]:
+    """dx and dw of conv2d(x, w, padding=k//2) for the output gradient gz."""
     k, side = w.shape[-1], x.shape[-1]
     dxp = np.zeros((x.shape[0], x.shape[1], side + k - 1, side + k - 1), np.float32)
     for i in range(k):
         for j in range(k):
             dxp[:, :, i : i + side, j : j + side] += np.einsum("nohw,oc->nchw", gz, w[:, :, i, j])
     dx = dxp[:, :, k // 2 : k // 2 + side, k // 2 : k // 2 + side]
+    xp = np.pad(x, ((0, 0), (0, 0), (k // 2, k // 2), (k // 2, k // 2)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, (k, k), axis=(2, 3))  # N C H W k k
     dw = np.einsum("nchwij,nohw->ocij", win, gz, optimize=True)
-    return [y, dx, dw, gz.sum((0, 2, 3))]
+    return [dx, dw]
+
+
+def conv_relu_grads_np(x, w, b, gy) -> list[np.ndarray]:
+    """relu(conv2d(x, w, b)) and its gradients dx, dw, db for the output gradient gy."""
+    y, _ = conv_relu_np(x, w, b)
+    gz = gy * (y > 0)
+    return [y, *conv_grads_np(x, w, gz), gz.sum((0, 2, 3))]
+
+
+# a strided convolution (a ResNet stage's downsampling 3x3): batch, in, side, out, stride
+CONV_STRIDED = (32, 64, 56, 128, 2)
+
+
+def conv_strided_grads_np(x, w, gy, s: int) -> list[np.ndarray]:
+    """conv2d(x, w, stride=s, padding=1) for a 3x3 w, and dx, dw for the output gradient gy."""
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))[:, :, ::s, ::s]
+    y = np.einsum("nchwij,ocij->nohw", win, w, optimize=True)
+    dw = np.einsum("nchwij,nohw->ocij", win, gy, optimize=True)
+    dxp = np.zeros(xp.shape, np.float32)
+    oh, ow = gy.shape[2:]
+    for i in range(3):
+        for j in range(3):
+            part = np.einsum("nohw,oc->nchw", gy, w[:, :, i, j])
+            dxp[:, :, i : i + s * oh : s, j : j + s * ow : s] += part
+    return [y, dxp[:, :, 1:-1, 1:-1], dw]
 
 
 def make_conv_cases(compile_torch: bool) -> list[Case]:
@@ -365,6 +393,27 @@ def make_conv_cases(compile_torch: bool) -> list[Case]:
         fg.realize(y, *grads)
         return (y, *grads)
 
+    def fg_input_grad():
+        (dx,) = fg.grad(F.conv2d(xg, w, None, padding=k // 2), [xg], grad_outputs=gy)
+        return dx.realize()
+
+    def fg_weight_grad():
+        (dw,) = fg.grad(F.conv2d(x, wg, None, padding=k // 2), [wg], grad_outputs=gy)
+        return dw.realize()
+
+    sb, sc, sside, sout, sstride = CONV_STRIDED
+    xs = on_grid((sb, sc, sside, sside), 1 / 8).requires_grad_()
+    ws = (on_grid((sout, sc, 3, 3), 1 / 64) / 16).realize().requires_grad_()
+    sgy = on_grid((sb, sout, sside // sstride, sside // sstride), 1 / 8)
+    xsn, wsn, sgyn = (np.array(t.detach().numpy()) for t in (xs, ws, sgy))
+    strided_flops = 2.0 * sb * sout * (sside // sstride) ** 2 * sc * 9
+
+    def fg_strided_step():
+        y = F.conv2d(xs, ws, None, stride=sstride, padding=1)
+        grads = fg.grad(y, [xs, ws], grad_outputs=sgy)
+        fg.realize(y, *grads)
+        return (y, *grads)
+
     cases = [
         Case(
             f"sgemm of conv {rows}x{depth}x{cout}",
@@ -385,6 +434,28 @@ def make_conv_cases(compile_torch: bool) -> list[Case]:
             "GFLOP/s",
             {FUSEGRAD: fg_step},
             reference=lambda: conv_relu_grads_np(xn, wn, bn, gyn),
+        ),
+        # each gradient alone (no relu: the output gradient is gy itself), the same FLOPs
+        Case(
+            f"conv {shape} dx",
+            flops,
+            "GFLOP/s",
+            {FUSEGRAD: fg_input_grad},
+            reference=lambda: conv_grads_np(xn, wn, gyn)[0],
+        ),
+        Case(
+            f"conv {shape} dw",
+            flops,
+            "GFLOP/s",
+            {FUSEGRAD: fg_weight_grad},
+            reference=lambda: conv_grads_np(xn, wn, gyn)[1],
+        ),
+        Case(
+            f"conv {sb}x{sc}x{sside}^2->{sout} 3x3 s{sstride} fwd+bwd",
+            3 * strided_flops,
+            "GFLOP/s",
+            {FUSEGRAD: fg_strided_step},
+            reference=lambda: conv_strided_grads_np(xsn, wsn, sgyn, sstride),
         ),
     ]
     if torch is None:
@@ -408,6 +479,17 @@ def make_conv_cases(compile_torch: bool) -> list[Case]:
     cases[0].runs[TORCH] = lambda: at @ bmt
     cases[1].runs[TORCH] = torch_forward(eager)
     cases[2].runs[TORCH] = torch_step(eager)
+    grad_input, grad_weight = torch.nn.grad.conv2d_input, torch.nn.grad.conv2d_weight
+    cases[3].runs[TORCH] = lambda: grad_input(xt.shape, wt, gyt, padding=k // 2)
+    cases[4].runs[TORCH] = lambda: grad_weight(xt, wt.shape, gyt, padding=k // 2)
+    strided = [torch.from_numpy(v.copy()).requires_grad_() for v in (xsn, wsn)]
+    sgyt = torch.from_numpy(sgyn.copy())
+
+    def torch_strided_step():
+        y = torch.nn.functional.conv2d(*strided, stride=sstride, padding=1)
+        return (y, *torch.autograd.grad(y, strided, sgyt))
+
+    cases[5].runs[TORCH] = torch_strided_step
     if compile_torch:
         compiled = torch.compile(eager)
         try:
@@ -422,14 +504,14 @@ def make_conv_cases(compile_torch: bool) -> list[Case]:
     return cases
 
 
-def print_conv(sgemm: Case, forward: Case, step: Case) -> None:
+def print_conv(sgemm: Case, *convs: Case) -> None:
     """Each system's convolution GFLOP/s against fusegrad's sgemm of the same FLOPs, from
     the same alternation: the paired ratio is the issue's target (>= 0.8)."""
     mine = np.array(sgemm.timings[FUSEGRAD]) / sgemm.work
     print(f"\nthe convolution against fusegrad's sgemm of its implicit GEMM ({sgemm.name}),")
     print("timed in one alternation; GFLOP/s, and round by round conv rate / sgemm rate:")
     print(f"  fusegrad sgemm {rate(sgemm, median_ms(sgemm.timings[FUSEGRAD])):7.1f} GFLOP/s")
-    for case in (forward, step):
+    for case in convs:
         for name, samples in case.timings.items():
             per_flop = np.array(samples) / case.work
             ratio, low, high, _ = paired(list(mine), list(per_flop))
@@ -852,7 +934,7 @@ def main() -> None:
                 print_floor(*floor)
             if any(case.name.endswith("(row floor)") for case in rows):
                 print_row_floor(rows)
-            if len(conv) == 3:
+            if len(conv) > 1 and conv[0].name.startswith("sgemm of conv"):
                 print_conv(*conv)
             if len(sgemm) == 2:
                 print_sgemm_ratio(*sgemm)

@@ -1346,7 +1346,12 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
             and full_width_fma()
         ):
             return FULL_WIDTH_TILE_ROWS  # rows of two registers each
-        return TILE_ROWS if extents[g] % TILE_ROWS == 0 else None
+        if extents[g] % TILE_ROWS == 0:
+            return TILE_ROWS
+        # an odd row count (a 1-D convolution's input gradient over 50 word-vector channels,
+        # a batch of 10): the largest divisor up to 2 x TILE_ROWS, so each loaded vector
+        # still serves several rows (one row: one multiply-add per two loads)
+        return _divisor(extents[g], 2 * TILE_ROWS, 2)
 
     candidates = [g for g in range(len(extents)) if rows_for(g)]
     if not candidates:

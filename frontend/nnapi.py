@@ -89,6 +89,9 @@ from .movement import cat, sliding_windows, stack
 from .reduce import class_cross_entropy, fits_class_cross_entropy
 from .reduce import linear as fused_linear
 
+# the cache size the codegen's tiles assume: what a convolution's gradient keeps in cache
+from .runtime.tiling import PANEL_CACHE_BYTES
+
 # an optimizer's cached, compiled step
 from .stepcache import StepCache
 
@@ -99,6 +102,7 @@ from .tensor import Tensor, hardtanh_values, realize, where
 from .tensor_hooks import hooked_together
 
 __all__ = [
+    "PANEL_CACHE_BYTES",
     "autocast_op",
     "stack",
     "host_table",

@@ -9,6 +9,8 @@ argument and padding helpers both share (nn/conv.py, nn/conv_transpose.py).
 
 from __future__ import annotations
 
+import math
+
 from ..nnapi import (
     ShapeError,
     Tensor,
@@ -91,6 +93,62 @@ def padded(x: Tensor, pads, op: str, reads: float) -> Tensor:
     if reads >= COPY_PAYS_FROM_READS and reads_out_of_order(x):
         return materialize(x, f"{op}: input read through a permute, pad or flip, copied in order")
     return x
+
+
+def split_phases(x: Tensor, weight: Tensor, pads, stride, op: str) -> tuple[Tensor, Tensor]:
+    """A strided convolution as a stride-1 one: the padded input split into its stride
+    phases (a copy, channel c's phase p becoming channel c * P + p), the weight's taps
+    likewise (also a copy), zero taps added where the kernel is not a multiple of the stride.
+
+    Along an axis of stride s and kernel k, tap i = s * a + p reads the padded input at
+    s * (o + a) + p: phase p of the input at o + a, a stride-1 window of ceil(k / s) taps
+    over that phase. Only the first min(s, k) phases are kept (a 1x1 kernel at stride 2
+    reads phase 0 only: the copy is a subsample). Read in place at stride s, the windows
+    walk the vector lanes with a stride and the contraction loses its tiles (a 3x3
+    stride-2 convolution ran at 0.09 of the sgemm's GFLOP/s); at stride 1 it keeps them,
+    for ceil(k / s) * min(s, k) / k of the FLOPs (4/3 per axis for k = 3, s = 2).
+    The gradients are the stride-1 convolution's (no zeros inserted between the
+    gradient's elements) and the copy's (a view back).
+
+    >>> import fusegrad as fg
+    >>> xph, wph = split_phases(fg.ones(1, 1, 5), fg.ones(1, 1, 3), [(1, 1)], (2,), "conv1d")
+    >>> xph.shape, wph.shape, wph.tolist()
+    ((1, 2, 4), (1, 2, 2), [[[1.0, 1.0], [1.0, 0.0]]])
+    """
+    n = len(pads)
+    batch, cin = x.shape[:2]
+    cout, cin_g = weight.shape[:2]
+    kernel = weight.shape[2:]
+    sizes = x.shape[2:]
+    outs = [(i + b + a - k) // s + 1 for i, (b, a), k, s in zip(sizes, pads, kernel, stride)]
+    taps = [-(-k // s) for k, s in zip(kernel, stride)]
+    phases = [min(s, k) for k, s in zip(kernel, stride)]
+    span = [o + a - 1 for o, a in zip(outs, taps)]
+    # the padded input cut or extended to s * span along each axis (F.pad's order)
+    flat = []
+    for i, (b, _), s, h in zip(reversed(sizes), reversed(pads), reversed(stride), reversed(span)):
+        flat += [b, s * h - i - b]
+    pairs = [v for h, s in zip(span, stride) for v in (h, s)]
+    keep = (slice(None),) * 2 + tuple(v for p in phases for v in (slice(None), slice(0, p)))
+    order = (0, 1, *range(3, 2 + 2 * n, 2), *range(2, 2 + 2 * n, 2))
+    xp = x.pad(flat).reshape(batch, cin, *pairs)[keep].permute(*order)
+    xph = materialize(
+        xp.reshape(batch, cin * math.prod(phases), *span),
+        f"{op}: strided input split into its phases, so windows read it at stride 1",
+    )
+    flat = [
+        v
+        for k, s, a in zip(reversed(kernel), reversed(stride), reversed(taps))
+        for v in (0, s * a - k)
+    ]
+    pairs = [v for a, s in zip(taps, stride) for v in (a, s)]
+    wp = weight.pad(flat).reshape(cout, cin_g, *pairs)[keep].permute(*order)
+    # the weight is small: a copy keeps the phase arithmetic and the zero taps' bounds
+    # tests out of the contraction's inner loop
+    wph = materialize(
+        wp.reshape(cout, cin_g * math.prod(phases), *taps), f"{op}: weight taps split into phases"
+    )
+    return xph, wph
 
 
 def dilate(t: Tensor, stride, n: int) -> Tensor:

@@ -130,3 +130,26 @@ def test_conv_ptx(conv_ptx):
     spills = [line for line in report.splitlines() if "spill" in line]
     assert len(spills) >= len(entries), report
     assert all("0 bytes spill stores, 0 bytes spill loads" in line for line in spills), report
+
+
+@pytest.mark.usefixtures("emulated")
+def test_the_cpu_cache_rules_leave_the_cuda_convolution_alone(monkeypatch):
+    """A strided convolution is not split into phases and its weight gradient is one sum on
+    the cuda device, even with a cache too small for an image (nn/conv.py's rules are the
+    CPU's); values and gradients still equal the CPU's, which takes both rules there."""
+    import fusegrad.nn.conv as C
+
+    monkeypatch.setattr(C, "PANEL_CACHE_BYTES", 1)
+    data = _data(3, 8, 9, 16, 3, 1)
+    grads = {}
+    for device in ("cpu", "cuda"):
+        leaves, y = _conv(device, data, stride=2, padding=1)
+        reasons = [k.reason for k in fg.kernels(y)]
+        assert any("phases" in r for r in reasons) == (device == "cpu"), reasons
+        y.sum().backward()
+        grads[device] = [y.detach().cpu().numpy()] + [t.grad.cpu().numpy() for t in leaves]
+        names = [k.name for k in fg.kernels(leaves[1].grad)]
+        # the partial sums, one per image: (3 images, 1 group, 1, 16 maps, ...)
+        assert any("sum_3x1x1x16x" in k for k in names) == (device == "cpu"), names
+    for a, b in zip(grads["cpu"], grads["cuda"]):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-3)

@@ -270,3 +270,32 @@ def test_full_width_fma_is_not_claimed_for_zen(monkeypatch):
             assert L.full_width_fma() is want, name
         finally:
             L.full_width_fma.cache_clear()
+
+
+@pytest.mark.parametrize("rows, tile", [(50, 5), (10, 5), (14, 7), (13, 1)])
+def test_an_odd_row_count_takes_rows_of_its_largest_small_divisor(rows, tile):
+    """A row axis that 4 does not divide (a 1-D convolution's input gradient over 50
+    word-vector channels) is unrolled by its largest divisor up to 8, so each vector loaded
+    along the columns serves several rows; a prime count keeps one row."""
+    a, b = f32(rows, 40), f32(40, 48)
+    y = fg.tensor(a) @ fg.tensor(b)
+    ir = only_kernel(y).loop_ir
+    assert f"unrolled for i in 0..{tile or 1}:" in ir, ir
+    np.testing.assert_allclose(y.numpy(), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_sentiment_conv1d_input_gradient_takes_row_tiles():
+    """The sentiment CNN's conv1d (50 word-vector channels -> 100 maps, k = 5): its input
+    gradient's tile unrolls 5 of the 50 channels (66 -> 208-227 GFLOP/s on the Intel Xeon)."""
+    from fusegrad.nn import functional as F
+
+    x = fg.tensor(f32(10, 50, 52), requires_grad=True)
+    w = fg.tensor(f32(100, 50, 5))
+    g = f32(10, 100, 48)
+    (F.conv1d(x, w) * fg.tensor(g)).sum().backward()
+    (k,) = [k for k in fg.kernels(x.grad) if k.loop_ir.count("reduce") or "acc" in k.loop_ir]
+    assert "unrolled for i in 0..5" in k.loop_ir, k.loop_ir
+    gp = np.pad(g.astype(np.float64), ((0, 0), (0, 0), (4, 4)))
+    windows = np.lib.stride_tricks.sliding_window_view(gp, 5, axis=2)  # n o l j
+    want = np.einsum("nolj,ocj->ncl", windows, w.numpy()[:, :, ::-1].astype(np.float64))
+    np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-4, atol=1e-3)

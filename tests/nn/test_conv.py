@@ -318,3 +318,187 @@ def test_an_input_read_once_by_its_windows_is_not_copied():
     assert not [k for k in fg.kernels(y) if "copied in order" in k.reason]
     want = x.numpy()[:, :, :] * w.numpy()[:, 0, 0][None, :, None]
     np.testing.assert_allclose(y.numpy(), want, rtol=1e-6)
+
+
+def test_weight_grad_chunk_is_the_largest_divisor_that_fits_the_cache(monkeypatch):
+    monkeypatch.setattr(C, "PANEL_CACHE_BYTES", 1000)
+    assert C.weight_grad_chunk(64, 10) == 64  # all of it fits: one sum
+    assert C.weight_grad_chunk(64, 300) == 2  # 3 would fit, but does not divide 64
+    assert C.weight_grad_chunk(12, 300) == 3
+    assert C.weight_grad_chunk(7, 300) == 1  # a prime batch: image by image
+    assert C.weight_grad_chunk(4, 5000) == 1  # not even one image fits
+    assert C.weight_grad_chunk(0, 5000) == 1  # an empty batch: one empty chunk
+
+
+# The weight gradient summed in chunks of images (`weight_grad_chunk`), forced here with a tiny
+# cache: every stride, dilation, group and padding form, special shapes, against float64 numpy
+# and central differences.
+CHUNKED_CASES = [
+    # dims, cin, cout, kernel, stride, dilation, padding, groups, input size, batch
+    (2, 3, 4, 3, 1, 1, 1, 1, (5, 6), 4),
+    (2, 4, 6, 3, 2, 1, 1, 2, (6, 7), 4),
+    (2, 2, 4, 3, 1, 2, 2, 1, (5, 5), 3),
+    (2, 3, 4, (2, 3), (2, 1), (1, 2), (0, 2), 1, (5, 8), 6),
+    (2, 2, 3, 1, 1, 1, 0, 1, (3, 4), 4),  # a 1x1 kernel
+    (2, 2, 3, (3, 4), 1, 1, 0, 1, (3, 4), 4),  # a kernel as big as the input: output 1x1
+    (2, 2, 3, 3, 1, 1, 1, 1, (4, 4), 1),  # batch 1
+    (1, 4, 8, 3, 1, 1, 1, 2, (9,), 4),
+    (1, 3, 5, 3, 3, 2, 0, 1, (11,), 5),
+]
+
+
+@pytest.mark.parametrize("cache", [1, 600])  # image by image; two images at a time (mostly)
+@pytest.mark.parametrize("case", CHUNKED_CASES)
+def test_conv_weight_gradient_in_image_chunks(case, cache, monkeypatch):
+    dims, cin, cout, k, stride, dil, pad, groups, size, batch = case
+    k, stride, dil, pad = (C.int_tuple(v, dims, "", "") for v in (k, stride, dil, pad))
+    monkeypatch.setattr(C, "PANEL_CACHE_BYTES", cache)
+    chunks = []
+    rule = C.weight_grad_chunk
+    monkeypatch.setattr(C, "weight_grad_chunk", lambda *a: chunks.append(rule(*a)) or chunks[-1])
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((batch, cin, *size))
+    w = rng.standard_normal((cout, cin // groups, *k))
+    conv = _conv_fn(dims)
+    xt = fg.tensor(x, dtype=fg.float64, requires_grad=True)
+    wt = fg.tensor(w, dtype=fg.float64, requires_grad=True)
+    out = conv(xt, wt, None, stride, pad, dil, groups)
+    want = ref_conv(x, w, None, stride, pad, dil, groups)
+    np.testing.assert_allclose(out.detach().numpy(), want, atol=1e-10)
+    g = rng.standard_normal(want.shape)
+    (out * fg.tensor(g)).sum().backward()
+    dx, dw = _numpy_conv_grads(x, w, g, stride, pad, dil, groups)
+    np.testing.assert_allclose(xt.grad.numpy(), dx, atol=1e-10)
+    np.testing.assert_allclose(wt.grad.numpy(), dw, atol=1e-10)
+    assert chunks and (batch == 1 or chunks[0] < batch), chunks  # the chunked path ran
+    x1, w1 = fg.tensor(x[:2], dtype=fg.float64), fg.tensor(w, dtype=fg.float64)
+    assert fg.testing.gradcheck(lambda x, w: conv(x, w, None, stride, pad, dil, groups), [x1, w1])
+
+
+def test_conv_weight_gradient_of_an_empty_batch_in_chunks_is_zero(monkeypatch):
+    """(backward() prunes an empty batch's graph: the rule itself, on an empty gradient)"""
+    monkeypatch.setattr(C, "PANEL_CACHE_BYTES", 1)
+    x, w = fg.zeros(0, 2, 5, 5, dtype=fg.float64), fg.ones(3, 2, 3, 3, dtype=fg.float64)
+    g = fg.ones(0, 3, 5, 5, dtype=fg.float64)
+    geometry = (x.shape, w.shape, [(1, 1), (1, 1)], (1, 1), (1, 1), 1, True)
+    dx, dw = C._conv_vjp(g, x, w, geometry, "conv2d")
+    assert dx.shape == (0, 2, 5, 5) and dw.shape == (3, 2, 3, 3) and not dw.numpy().any()
+
+
+def test_one_padded_copy_of_the_gradient_serves_both_gradients():
+    """Stride 1: the input gradient reads the output gradient padded "full", the weight
+    gradient its interior, from one copy that relu's backward writes straight into."""
+    from fusegrad.nn import functional as F
+
+    rng = np.random.default_rng(7)
+    x, w = rng.standard_normal((2, 3, 9, 9)), rng.standard_normal((4, 3, 3, 3))
+    g = rng.standard_normal((2, 4, 9, 9))
+    xt = fg.tensor(x, dtype=fg.float64, requires_grad=True)
+    wt = fg.tensor(w, dtype=fg.float64, requires_grad=True)
+    y = F.relu(C.conv2d(xt, wt, None, 1, 1))
+    dx, dw = fg.grad(y, [xt, wt], grad_outputs=fg.tensor(g, dtype=fg.float64))
+    ks = fg.kernels(dx, dw)
+    pads = [k for k in ks if "padded input" in k.reason]
+    assert len(pads) == 2 and len(ks) == 5, [(k.name, k.reason) for k in ks]  # x's, g's
+    (weight_grad,) = [k for k in ks if k.name.startswith("r_sum_4x3x3x3")]
+    assert "float64[968]" in weight_grad.loop_ir  # reads the padded (2, 4, 11, 11) gradient
+    gz = g * (ref_conv(x, w, None, (1, 1), (1, 1), (1, 1), 1) > 0)
+    want_dx, want_dw = _numpy_conv_grads(x, w, gz, (1, 1), (1, 1), (1, 1), 1)
+    np.testing.assert_allclose(dx.numpy(), want_dx, atol=1e-10)
+    np.testing.assert_allclose(dw.numpy(), want_dw, atol=1e-10)
+
+
+# Strided convolutions run as stride-1 ones over the input's phases (nn/correlate.py,
+# split_phases) where the copy pays: every axis' kernel below, above and at the stride,
+# groups, one axis strided, output size 1, a kernel as big as the padded input.
+STRIDED_CASES = [
+    # dims, cin, cout, kernel, stride, padding, groups, input size, batch
+    (2, 3, 8, 3, 2, 1, 1, (7, 8), 2),
+    (2, 4, 8, 1, 2, 0, 1, (5, 6), 2),  # 1x1 at stride 2: a subsample
+    (2, 2, 8, 5, 3, 2, 1, (9, 10), 2),
+    (2, 2, 8, 2, 2, 0, 1, (6, 7), 1),
+    (2, 3, 8, (3, 4), (2, 1), (1, 0), 1, (7, 9), 2),  # one axis strided
+    (2, 4, 8, 3, 2, 1, 2, (6, 6), 2),  # groups
+    (2, 2, 8, 3, 2, 0, 1, (3, 4), 2),  # output 1x1
+    (2, 2, 8, (5, 4), 4, 1, 1, (3, 2), 2),  # the kernel covers the padded input: 1x1
+    (1, 3, 8, 3, 2, 1, 1, (11,), 3),
+    (1, 2, 8, 4, 3, 0, 1, (13,), 2),
+    (3, 3, 8, (3, 2, 3), (2, 1, 3), (1, 0, 1), 1, (7, 6, 5), 2),  # conv3d
+]
+
+
+@pytest.mark.parametrize("case", STRIDED_CASES)
+def test_strided_conv_over_its_phases_values_and_gradients(case):
+    from fusegrad.nn import functional as F
+
+    dims, cin, cout, k, stride, pad, groups, size, batch = case
+    k, stride, pad = (C.int_tuple(v, dims, "", "") for v in (k, stride, pad))
+    dil = (1,) * dims
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((batch, cin, *size))
+    w = rng.standard_normal((cout, cin // groups, *k))
+    b = rng.standard_normal(cout)
+    conv = F.conv3d if dims == 3 else _conv_fn(dims)
+    xt, wt, bt = (fg.tensor(a, dtype=fg.float64, requires_grad=True) for a in (x, w, b))
+    out = conv(xt, wt, bt, stride, pad, dil, groups)
+    assert [k for k in fg.kernels(out) if "phases" in k.reason], "the phase split did not run"
+    want = ref_conv(x, w, b, stride, pad, dil, groups)
+    np.testing.assert_allclose(out.detach().numpy(), want, atol=1e-10)
+    g = rng.standard_normal(want.shape)
+    (out * fg.tensor(g)).sum().backward()
+    dx, dw = _numpy_conv_grads(x, w, g, stride, pad, dil, groups)
+    np.testing.assert_allclose(xt.grad.numpy(), dx, atol=1e-10)
+    np.testing.assert_allclose(wt.grad.numpy(), dw, atol=1e-10)
+    np.testing.assert_allclose(bt.grad.numpy(), g.sum((0, *range(2, 2 + dims))), atol=1e-10)
+    x1, w1 = fg.tensor(x[:1], dtype=fg.float64), fg.tensor(w, dtype=fg.float64)
+    assert fg.testing.gradcheck(lambda x, w: conv(x, w, None, stride, pad, dil, groups), [x1, w1])
+
+
+def test_strided_conv_phase_split_in_float32_and_on_an_empty_batch():
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 16, 20, 20)).astype(np.float32)
+    w = rng.standard_normal((32, 16, 3, 3)).astype(np.float32)
+    out = C.conv2d(fg.tensor(x), fg.tensor(w), None, 2, 1)
+    want = ref_conv(x.astype(np.float64), w.astype(np.float64), None, (2, 2), (1, 1), (1, 1), 1)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
+    empty = C.conv2d(fg.zeros(0, 16, 20, 20), fg.tensor(w), None, 2, 1)
+    assert empty.shape == (0, 32, 10, 10)
+
+
+def test_a_strided_conv_that_reads_each_element_once_is_not_split():
+    """A depthwise 1x1 convolution at stride 2 reads a quarter of its input once: the phase
+    copy would cost more than the strided reads it saves."""
+    x = fg.randn(1, 4, 6, 6)
+    y = C.conv2d(x, fg.randn(4, 1, 1, 1), None, 2, 0, 1, 4)
+    assert not [k for k in fg.kernels(y) if "phases" in k.reason]
+    assert y.shape == (1, 4, 3, 3)
+
+
+def test_a_weight_gradient_alone_reads_the_output_gradient_with_no_padded_copy():
+    """A first layer (an input without a gradient): no padded copy of the output gradient."""
+    rng = np.random.default_rng(10)
+    x = fg.tensor(rng.standard_normal((2, 3, 9, 9)), dtype=fg.float64)
+    w = fg.tensor(rng.standard_normal((4, 3, 3, 3)), dtype=fg.float64, requires_grad=True)
+    g = rng.standard_normal((2, 4, 9, 9))
+    (dw,) = fg.grad(C.conv2d(x, w, None, 1, 1), [w], grad_outputs=fg.tensor(g, dtype=fg.float64))
+    ks = fg.kernels(dw)
+    assert len([k for k in ks if "padded input" in k.reason]) == 1, [k.reason for k in ks]
+    _, want = _numpy_conv_grads(x.numpy(), w.detach().numpy(), g, (1, 1), (1, 1), (1, 1), 1)
+    np.testing.assert_allclose(dw.numpy(), want, atol=1e-10)
+
+
+def test_a_gradient_that_padding_grows_much_is_not_shared_with_the_weight_gradient():
+    """LeNet's second convolution: 8x8 outputs, a 5x5 kernel, the gradient padded to 16x16
+    (4x): the weight gradient reads the (2, 4, 8, 8) gradient, not the padded copy's interior."""
+    rng = np.random.default_rng(11)
+    x, w = rng.standard_normal((2, 3, 12, 12)), rng.standard_normal((4, 3, 5, 5))
+    g = rng.standard_normal((2, 4, 8, 8))
+    xt = fg.tensor(x, dtype=fg.float64, requires_grad=True)
+    wt = fg.tensor(w, dtype=fg.float64, requires_grad=True)
+    y = C.conv2d(xt, wt)
+    dx, dw = fg.grad(y, [xt, wt], grad_outputs=fg.tensor(g, dtype=fg.float64))
+    (weight_grad,) = [k for k in fg.kernels(dx, dw) if k.name.startswith("r_sum_4x3x5x5")]
+    assert "float64[2048]" not in weight_grad.loop_ir  # not the padded (2, 4, 16, 16)
+    want_dx, want_dw = _numpy_conv_grads(x, w, g, (1, 1), (0, 0), (1, 1), 1)
+    np.testing.assert_allclose(dx.numpy(), want_dx, atol=1e-10)
+    np.testing.assert_allclose(dw.numpy(), want_dw, atol=1e-10)
