@@ -39,7 +39,9 @@ def check_close(got, a, b) -> None:
     assert (np.abs(host(got) - exact) <= bound).all()
 
 
-@pytest.mark.parametrize("m, k, n", [(32, 32, 32), (64, 96, 128), (96, 2048, 64)], ids=str)
+@pytest.mark.parametrize(
+    "m, k, n", [(32, 32, 32), (64, 96, 128), (96, 2048, 64), (32, 64, 160)], ids=str
+)
 def test_a_bfloat16_matmul_runs_on_amx_tiles(m, k, n):
     rng = np.random.default_rng(k)
     a, b = bf16(rng.standard_normal((m, k))), bf16(rng.standard_normal((k, n)))
@@ -171,3 +173,17 @@ def test_config_amx_off_keeps_the_register_tiles():
         assert len(fg.kernels(y)) == 1  # no packing either
     check_close(y, host(a), host(b))
     assert on_amx(a @ b)
+
+
+def test_an_amx_kernel_prints_and_dumps(tmp_path):
+    # the loop IR names every tile statement; the dump's CUDA C says there is none
+    rng = np.random.default_rng(7)
+    a, b = bf16(rng.standard_normal((64, 64))), bf16(rng.standard_normal((64, 64)))
+    with fg.config.override(dump=str(tmp_path)):
+        y = (a @ b).realize()
+    (kernel,) = [k for k in fg.kernels(y) if "tdpbf16ps" in k.asm]
+    text = str(kernel.loop)
+    assert "+= dot(tile4, tile6)" in text and "tile0 = load acc" in text
+    (cu,) = [p for p in tmp_path.iterdir() if p.name.endswith(kernel.name + ".cu")]
+    assert "an AMX tile kernel: CUDA C has no such instructions" in cu.read_text()
+    assert (tmp_path / cu.name.replace(".cu", ".loop")).read_text().count("dot(tile") == 4
