@@ -188,8 +188,27 @@ def _take(nbytes: int) -> tuple[np.ndarray, int, np.ndarray | None]:
         if len(_misses) >= 4 * POOL_SIZES:  # bounded: a loop's sizes earn their place again
             _misses.clear()
         _misses[nbytes] = _misses.get(nbytes, 0) + 1
-    raw = np.empty(nbytes, dtype=np.uint8)
+    raw = aligned_bytes(nbytes)
     return raw, raw.ctypes.data, None
+
+
+CACHE_LINE = 64  # bytes: where every buffer starts
+
+
+def aligned_bytes(nbytes: int) -> np.ndarray:
+    """`nbytes` fresh bytes starting on a cache line. numpy's large arrays start 16 bytes
+    past a page (malloc's header), where each 64-byte row a kernel loads whole (an AMX
+    tile's, a 16-float vector's) would straddle two lines. The array is made over a
+    memoryview of a larger one, so it stays the base of the typed arrays viewed from it
+    (numpy collapses a view of a view onto the array that owns the memory), as the pool's
+    check of who still holds a buffer needs.
+
+    >>> aligned_bytes(100).ctypes.data % CACHE_LINE, aligned_bytes(100).nbytes
+    (0, 100)
+    """
+    big = np.empty(nbytes + CACHE_LINE, dtype=np.uint8)
+    start = -big.ctypes.data % CACHE_LINE
+    return np.frombuffer(big.data[start : start + nbytes], dtype=np.uint8)
 
 
 def clear_pool() -> None:

@@ -48,3 +48,20 @@ def test_a_read_only_typed_array_is_never_handed_out_again():
     del a
     b = B.Buffer(256, float32)
     assert b.ptr == ptr and b.array.flags.writeable
+
+
+def test_every_buffer_starts_on_a_cache_line_fresh_or_reused():
+    # numpy's own large arrays start 16 bytes past a page: a 64-byte row (an AMX tile's, a
+    # 16-float vector's) would straddle two cache lines
+    B.clear_pool()
+    for size in (1, 3, 1000, 1 << 18, 3 << 20):
+        a = _second_allocation(size, float32)
+        ptr = a.ptr
+        assert ptr % B.CACHE_LINE == 0 and a.array.ctypes.data == ptr
+        assert a.array.base is not None and a.array.base.nbytes == size * 4
+        del a
+        b = B.Buffer(size, float32)  # from the pool: the same aligned memory
+        assert b.ptr == ptr
+    raw, ptr, _ = B.take_scratch(12345)
+    assert ptr % B.CACHE_LINE == 0 and raw.nbytes == 12345
+    B.give_scratch((raw, ptr, None))
