@@ -612,11 +612,13 @@ def _amx_shaped(an, bn) -> bool:
 
 def _pack_bf16_pairs(bn):
     """B (K, N) copied once into AMX's layout, read back through a view as (K, N): blocks
-    of 16 columns, in each K/2 rows of 16 pairs (B[2a, 16c + d], B[2a + 1, 16c + d]), so a
-    32 x 16 tile of B is 16 rows of 64 contiguous bytes (`tdpbf16ps`'s VNNI operand)."""
+    of 32 columns, in each K/2 rows of 32 pairs (B[2a, 32c + d], B[2a + 1, 32c + d]), so a
+    32 x 16 tile of B is 16 rows of 64 contiguous bytes (`tdpbf16ps`'s VNNI operand), 128
+    bytes apart, the block's other tile in between. Each step of the copy reads two whole
+    64-byte lines of B (32 columns of two rows) and writes 128 adjacent bytes."""
     k, n = bn.shape
     packed = N.contiguous(
-        N.permute(N.reshape(bn, (k // 2, 2, n // 16, 16)), (2, 0, 3, 1)),
+        N.permute(N.reshape(bn, (k // 2, 2, n // AMX_BLOCK, AMX_BLOCK)), (2, 0, 3, 1)),
         "matmul: a bfloat16 right operand packed in pairs along K for AMX tiles",
     )
     return N.reshape(N.permute(packed, (1, 3, 0, 2)), (k, n))
