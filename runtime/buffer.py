@@ -185,8 +185,8 @@ def _take(nbytes: int) -> tuple[np.ndarray, int, np.ndarray | None]:
             if not free:  # sizes in the pool are sizes with memory to give
                 del _pool[nbytes]
             return entry
-        if len(_misses) >= 4 * POOL_SIZES:  # bounded: a loop's sizes earn their place again
-            _misses.clear()
+        if len(_misses) >= 4 * POOL_SIZES:  # bounded: the sizes seen once are forgotten
+            _forget_one_off_sizes()
         _misses[nbytes] = _misses.get(nbytes, 0) + 1
     raw = aligned_bytes(nbytes)
     return raw, raw.ctypes.data, None
@@ -209,6 +209,17 @@ def aligned_bytes(nbytes: int) -> np.ndarray:
     big = np.empty(nbytes + CACHE_LINE, dtype=np.uint8)
     start = -big.ctypes.data % CACHE_LINE
     return np.frombuffer(big.data[start : start + nbytes], dtype=np.uint8)
+
+
+def _forget_one_off_sizes() -> None:
+    """Empty `_misses` of the sizes allocated once (under `_lock`). A size that has earned
+    its place keeps it: forgetting it while its buffer is out (the loop's size, taken from
+    the pool, which then holds none of it) would drop that buffer when it is freed, and the
+    loop's next step would allocate anew. All are forgotten where even those are too many."""
+    for size in [s for s, count in _misses.items() if count < 2]:
+        del _misses[size]
+    if len(_misses) >= 2 * POOL_SIZES:
+        _misses.clear()
 
 
 def clear_pool() -> None:

@@ -65,3 +65,18 @@ def test_every_buffer_starts_on_a_cache_line_fresh_or_reused():
     raw, ptr, _ = B.take_scratch(12345)
     assert ptr % B.CACHE_LINE == 0 and raw.nbytes == 12345
     B.give_scratch((raw, ptr, None))
+
+
+def test_a_loop_s_size_stays_pooled_when_the_table_of_one_off_sizes_fills():
+    # every 4 x POOL_SIZES new sizes the table of sizes seen once is emptied; the loop's
+    # own size, out of the pool at that moment, must not be forgotten with them (its next
+    # allocation would be new memory: the same typed array proves it is not)
+    B.clear_pool()
+    kept = _second_allocation(1000, float32)
+    array = weakref.ref(kept.array)
+    del kept
+    for n in range(1, 6 * B.POOL_SIZES):
+        B.Buffer(n * 16 + 3, float32)  # a new size every step, freed at once
+        again = B.Buffer(1000, float32)
+        assert again.array is array(), n
+        del again
