@@ -624,11 +624,22 @@ def _pack_bf16_pairs(bn):
     return N.reshape(N.permute(packed, (1, 3, 0, 2)), (k, n))
 
 
+def _rows_in_place(an) -> bool:
+    """Whether A's 16 x 32 tiles are read where A is, rows K apart: A is a buffer, or a copy
+    the scheduler makes anyway, row-major (reshapes of it too). Anything else (a transposed
+    view, a slice, a computed value that could fuse into the product) is copied into tiles
+    first, as the kernel takes its operands only as plain loads with K adjacent."""
+    while an.op is Ops.RESHAPE:
+        an = an.srcs[0]
+    return an.op in (Ops.BUFFER, Ops.CONTIGUOUS)
+
+
 def _pack_bf16_rows(an):
     """A (..., M, K) copied once into AMX's tiles, read back through a view as (..., M, K):
     for each 16 rows, blocks of 32 along K, each 16 rows of 32 adjacent, so a 16 x 32 tile
-    of A is 1 KiB in one piece (rows K apart, a multiple of 4 KiB at K = 2048, fall in one
-    set of the L1 cache and evict one another)."""
+    of A is 1 KiB in one piece. (A row-major A is read in place instead, `_rows_in_place`:
+    its rows K apart, a multiple of 4 KiB at K = 2048, fall in one set of the L1 cache,
+    but the copy cost more than those misses: 0.6 ms at 2048^2, the kernel about the same.)"""
     *lead, m, k = an.shape
     nb = len(lead)
     blocks = N.reshape(an, (*lead, m // 16, 16, k // 32, 32))
@@ -649,7 +660,8 @@ def _product(an, bn, batch: tuple[int, ...]):
     amx_sources = None
     if _amx_shaped(an, bn) and packs_bf16_pairs(bn.device):
         amx_sources = (an, bn) if len(an.shape) == 2 else None
-        an, bn = _pack_bf16_rows(an), _pack_bf16_pairs(bn)
+        an = an if _rows_in_place(an) else _pack_bf16_rows(an)
+        bn = _pack_bf16_pairs(bn)
     elif len(bn.shape) == 2 and n % PANEL == 0 and n > PANEL and big:
         # a right operand too big for cache is copied once into panels of PANEL columns, rows
         # adjacent: the kernel then streams one panel (its vector loads) from memory in order

@@ -187,3 +187,55 @@ def test_an_amx_kernel_prints_and_dumps(tmp_path):
     (cu,) = [p for p in tmp_path.iterdir() if p.name.endswith(kernel.name + ".cu")]
     assert "an AMX tile kernel: CUDA C has no such instructions" in cu.read_text()
     assert (tmp_path / cu.name.replace(".cu", ".loop")).read_text().count("dot(tile") == 4
+
+
+def amx_kernels_and_copies(t: fg.Tensor) -> tuple[int, int]:
+    """(kernels on the tiles, copies made for them) among the kernels that computed t."""
+    kernels = fg.kernels(t)
+    return sum("tdpbf16ps" in (k.asm or "") for k in kernels), len(kernels) - 1
+
+
+def test_a_row_major_left_operand_is_read_in_place_anything_else_copied_first():
+    # a buffer (or a copy the graph makes anyway) is read where it is, rows K apart: only B
+    # is packed; a view with other strides or a computed value is copied into tiles first
+    rng = np.random.default_rng(8)
+    wide = bf16(rng.standard_normal((64, 160)))
+    b = bf16(rng.standard_normal((64, 96)))
+    cases = {
+        "buffer": (bf16(rng.standard_normal((64, 64))), 1),
+        "batched buffer": (bf16(rng.standard_normal((2, 32, 64))), 1),
+        "made contiguous": (wide[:, :64].T.contiguous(), 2),
+        "transposed": (wide[:, 96:].T, 2),
+        "columns sliced (odd offset, row stride 160)": (wide[:, 33:97], 2),
+        "computed": (wide[:, :64] * 2, 2),
+    }
+    for name, (a, copies) in cases.items():
+        y = a @ b
+        assert amx_kernels_and_copies(y) == (1, copies), name
+        check_close(y, host(a), host(b))
+
+
+def test_gradients_of_strided_operands_on_amx_tiles():
+    # A sliced from a wider buffer, B transposed: both gradients on the tiles, each operand
+    # copied as its strides need
+    rng = np.random.default_rng(9)
+    wide = bf16(rng.standard_normal((64, 160))).requires_grad_()
+    bt = bf16(rng.standard_normal((128, 96))).requires_grad_()
+    g = bf16(rng.standard_normal((64, 128)))
+    a, b = wide[:, 32:128], bt.T
+    ((a @ b) * g).sum().backward()
+    assert on_amx(wide.grad) and on_amx(bt.grad)
+    got_a = host(wide.grad)  # zero outside the slice
+    assert (got_a[:, :32] == 0).all() and (got_a[:, 128:] == 0).all()
+    check_close(wide.grad[:, 32:128], host(g), host(b).T)
+    check_close(bt.grad, host(g).T, host(a))  # b = bt.T: bt's gradient is (A^T G)^T
+
+
+@pytest.mark.parametrize("m, k, n", [(64, 64, 96), (64, 64, 80), (96, 64, 64), (64, 80, 64)])
+def test_the_multiple_of_32_boundary(m, k, n):
+    # on the tiles at multiples of 32, on the register tiles just off them: same answers
+    rng = np.random.default_rng(m * k + n)
+    a, b = bf16(rng.standard_normal((m, k))), bf16(rng.standard_normal((k, n)))
+    y = a @ b
+    assert on_amx(y) == (m % 32 == 0 and k % 32 == 0 and n % 32 == 0)
+    check_close(y, host(a), host(b))
