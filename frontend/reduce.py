@@ -611,17 +611,20 @@ def _amx_shaped(an, bn) -> bool:
 
 
 def _pack_bf16_pairs(bn):
-    """B (K, N) copied once into AMX's layout, read back through a view as (K, N): blocks
-    of 32 columns, in each K/2 rows of 32 pairs (B[2a, 32c + d], B[2a + 1, 32c + d]), so a
-    32 x 16 tile of B is 16 rows of 64 contiguous bytes (`tdpbf16ps`'s VNNI operand), 128
-    bytes apart, the block's other tile in between. Each step of the copy reads two whole
-    64-byte lines of B (32 columns of two rows) and writes 128 adjacent bytes."""
+    """B (K, N) copied once into AMX's layout, read back through a view as (K, N): for each
+    32 rows of K (one reduction step) and each 32 columns, 16 rows of 32 pairs
+    (B[32s + 2a, 32c + d], B[32s + 2a + 1, 32c + d]): a 32 x 16 tile of B is 16 rows of 64
+    contiguous bytes (`tdpbf16ps`'s VNNI operand) 128 bytes apart, the block's other tile
+    in between, and a step of one 32-column block is 2 KiB in one piece. The copy walks
+    K's steps outermost, so each step of it reads 32 rows of B from the same 32 pages
+    (a row of 2048 bfloat16 is a page) and writes 2 KiB in order."""
     k, n = bn.shape
+    steps = N.reshape(bn, (k // AMX_BLOCK, AMX_BLOCK // 2, 2, n // AMX_BLOCK, AMX_BLOCK))
     packed = N.contiguous(
-        N.permute(N.reshape(bn, (k // 2, 2, n // AMX_BLOCK, AMX_BLOCK)), (2, 0, 3, 1)),
+        N.permute(steps, (0, 3, 1, 4, 2)),  # (step, column block, pair, column, of the pair)
         "matmul: a bfloat16 right operand packed in pairs along K for AMX tiles",
     )
-    return N.reshape(N.permute(packed, (1, 3, 0, 2)), (k, n))
+    return N.reshape(N.permute(packed, (0, 2, 4, 1, 3)), (k, n))
 
 
 def _rows_in_place(an) -> bool:

@@ -239,3 +239,15 @@ def test_the_multiple_of_32_boundary(m, k, n):
     y = a @ b
     assert on_amx(y) == (m % 32 == 0 and k % 32 == 0 and n % 32 == 0)
     check_close(y, host(a), host(b))
+
+
+def test_b_is_packed_k_step_by_k_step():
+    # the copy's shape is B's layout: K's steps of 32 outermost (the parallel loop of the
+    # copy), then 32-column blocks, 16 pairs, 32 columns, the pair: a step of a block, both
+    # of its 32 x 16 tiles, is 2 KiB in one piece
+    rng = np.random.default_rng(10)
+    a, b = bf16(rng.standard_normal((32, 96))), bf16(rng.standard_normal((96, 160)))
+    y = a @ b
+    (copy,) = [k for k in fg.kernels(y) if "tdpbf16ps" not in k.asm]
+    assert copy.shape == (3, 5, 16, 32, 2)
+    check_close(y, host(a), host(b))
