@@ -148,14 +148,17 @@ AMX_DOTS = [
 ]
 
 
-def test_special_points_on_amx_tiles():
+@pytest.mark.parametrize("a_layout", ["in place", "copied into tiles"])
+def test_special_points_on_amx_tiles(a_layout):
     # row r of A holds case r's vector (zeros after it), column r of B the other one, so
-    # output (r, r) is case r's dot product; 32 x 32 x 32 runs on the tiles
+    # output (r, r) is case r's dot product; 32 x 32 x 32 runs on the tiles, A read where
+    # it is or (a transposed view) copied into tiles first
     a, b = np.zeros((32, 32)), np.zeros((32, 32))
     for r, (_, x, y, _) in enumerate(AMX_DOTS):
         a[r, : len(x)], b[: len(y), r] = x, y
-    out = bf16(a) @ bf16(b)
-    assert on_amx(out)
+    left = bf16(a) if a_layout == "in place" else bf16(a.T).T
+    out = left @ bf16(b)
+    assert on_amx(out) and amx_kernels_and_copies(out)[1] == (1 if a_layout == "in place" else 2)
     got = np.diag(host(out))
     for r, (name, _, _, want) in enumerate(AMX_DOTS):
         if np.isnan(want):
