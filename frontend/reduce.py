@@ -641,8 +641,9 @@ def _pack_bf16_rows(an):
     """A (..., M, K) copied once into AMX's tiles, read back through a view as (..., M, K):
     for each 16 rows, blocks of 32 along K, each 16 rows of 32 adjacent, so a 16 x 32 tile
     of A is 1 KiB in one piece. (A row-major A is read in place instead, `_rows_in_place`:
-    its rows K apart, a multiple of 4 KiB at K = 2048, fall in one set of the L1 cache,
-    but the copy cost more than those misses: 0.6 ms at 2048^2, the kernel about the same.)"""
+    its rows K apart, a multiple of 4 KiB at K = 2048, fall in one set of the L1 cache and
+    the kernel takes about 6% longer, about what the copy costs, so the two are even in
+    time and the in-place read saves a pass over A and its copy's memory.)"""
     *lead, m, k = an.shape
     nb = len(lead)
     blocks = N.reshape(an, (*lead, m // 16, 16, k // 32, 32))
