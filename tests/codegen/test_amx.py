@@ -234,7 +234,9 @@ def test_gradients_of_strided_operands_on_amx_tiles():
     check_close(bt.grad, host(g).T, host(a))  # b = bt.T: bt's gradient is (A^T G)^T
 
 
-@pytest.mark.parametrize("m, k, n", [(64, 64, 96), (64, 64, 80), (96, 64, 64), (64, 80, 64)])
+@pytest.mark.parametrize(
+    "m, k, n", [(64, 64, 96), (64, 64, 80), (96, 64, 64), (80, 64, 64), (64, 80, 64)]
+)
 def test_the_multiple_of_32_boundary(m, k, n):
     # on the tiles at multiples of 32, on the register tiles just off them: same answers
     rng = np.random.default_rng(m * k + n)
