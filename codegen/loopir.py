@@ -254,11 +254,22 @@ class Kernel:
     # kernel is not kept in the disk cache of lowered kernels, so a later run tunes it
     tile_provisional: bool = False
 
+    @property
+    def uses_tiles(self) -> bool:
+        """Whether the kernel runs on AMX tiles (`codegen/amx.py`): a CPU instruction set
+        that only the LLVM renderer writes."""
+        return _has_tiles(self.body)
+
     def __str__(self) -> str:
         sig = ", ".join(f"{p.name}: {p.dtype.name}[{p.size}]" for p in self.params)
         lines = [f"kernel {self.name}({sig})"]
         _print_block(self.body, 1, lines)
         return "\n".join(lines)
+
+
+def _has_tiles(body) -> bool:
+    tiles = (TileZero, TileLoad, TileLoadAcc, TileDot, TileStore)
+    return any(isinstance(s, tiles) or (isinstance(s, Loop) and _has_tiles(s.body)) for s in body)
 
 
 def _valid_str(valid) -> str:
@@ -316,6 +327,8 @@ def _print_block(body, depth: int, lines: list[str]) -> None:
         elif isinstance(s, TileLoad):
             at = f"{s.param.name}[{s.index} + row*{s.stride}]"
             lines.append(f"{pad}tile{s.tile} = load 16 rows of 32 from {at}")
+        elif isinstance(s, TileLoadAcc):
+            lines.append(f"{pad}tile{s.tile} = load {s.acc}[{s.offset} + ...]")
         elif isinstance(s, TileDot):
             lines.append(f"{pad}tile{s.acc} += dot(tile{s.a}, tile{s.b})")
         elif isinstance(s, TileStore):

@@ -611,22 +611,42 @@ def _amx_shaped(an, bn) -> bool:
 
 
 def _pack_bf16_pairs(bn):
-    """B (K, N) copied once into AMX's layout, read back through a view as (K, N): blocks
-    of 16 columns, in each K/2 rows of 16 pairs (B[2a, 16c + d], B[2a + 1, 16c + d]), so a
-    32 x 16 tile of B is 16 rows of 64 contiguous bytes (`tdpbf16ps`'s VNNI operand)."""
+    """B (K, N) copied once into AMX's layout, read back through a view as (K, N): for each
+    32 rows of K (one reduction step) and each 32 columns, 16 rows of 32 pairs
+    (B[32s + 2a, 32c + d], B[32s + 2a + 1, 32c + d]): a 32 x 16 tile of B is 16 rows of 64
+    contiguous bytes (`tdpbf16ps`'s VNNI operand) 128 bytes apart, the block's other tile
+    in between, and a step of one 32-column block is 2 KiB in one piece. The copy walks
+    K's steps outermost, so each step of it reads 32 rows of B from the same 32 pages
+    (a row of 2048 bfloat16 is a page) and writes 2 KiB in order: at 2048^2 half the time
+    of a copy into 32-column panels along K, which walked down each panel two new pages a
+    step; the kernel, reading a block's steps 128 KiB apart, gives about that back (one
+    thread: the totals are even)."""
     k, n = bn.shape
+    steps = N.reshape(bn, (k // AMX_BLOCK, AMX_BLOCK // 2, 2, n // AMX_BLOCK, AMX_BLOCK))
     packed = N.contiguous(
-        N.permute(N.reshape(bn, (k // 2, 2, n // 16, 16)), (2, 0, 3, 1)),
+        N.permute(steps, (0, 3, 1, 4, 2)),  # (step, column block, pair, column, of the pair)
         "matmul: a bfloat16 right operand packed in pairs along K for AMX tiles",
     )
-    return N.reshape(N.permute(packed, (1, 3, 0, 2)), (k, n))
+    return N.reshape(N.permute(packed, (0, 2, 4, 1, 3)), (k, n))
+
+
+def _rows_in_place(an) -> bool:
+    """Whether A's 16 x 32 tiles are read where A is, rows K apart: A is a buffer, or a copy
+    the scheduler makes anyway, row-major (reshapes of it too). Anything else (a transposed
+    view, a slice, a computed value that could fuse into the product) is copied into tiles
+    first, as the kernel takes its operands only as plain loads with K adjacent."""
+    while an.op is Ops.RESHAPE:
+        an = an.srcs[0]
+    return an.op in (Ops.BUFFER, Ops.CONTIGUOUS)
 
 
 def _pack_bf16_rows(an):
     """A (..., M, K) copied once into AMX's tiles, read back through a view as (..., M, K):
     for each 16 rows, blocks of 32 along K, each 16 rows of 32 adjacent, so a 16 x 32 tile
-    of A is 1 KiB in one piece (rows K apart, a multiple of 4 KiB at K = 2048, fall in one
-    set of the L1 cache and evict one another)."""
+    of A is 1 KiB in one piece. (A row-major A is read in place instead, `_rows_in_place`:
+    its rows K apart, a multiple of 4 KiB at K = 2048, fall in one set of the L1 cache and
+    the kernel takes about 6% longer, about what the copy costs, so the two are even in
+    time and the in-place read saves a pass over A and its copy's memory.)"""
     *lead, m, k = an.shape
     nb = len(lead)
     blocks = N.reshape(an, (*lead, m // 16, 16, k // 32, 32))
@@ -647,7 +667,8 @@ def _product(an, bn, batch: tuple[int, ...]):
     amx_sources = None
     if _amx_shaped(an, bn) and packs_bf16_pairs(bn.device):
         amx_sources = (an, bn) if len(an.shape) == 2 else None
-        an, bn = _pack_bf16_rows(an), _pack_bf16_pairs(bn)
+        an = an if _rows_in_place(an) else _pack_bf16_rows(an)
+        bn = _pack_bf16_pairs(bn)
     elif len(bn.shape) == 2 and n % PANEL == 0 and n > PANEL and big:
         # a right operand too big for cache is copied once into panels of PANEL columns, rows
         # adjacent: the kernel then streams one panel (its vector loads) from memory in order

@@ -185,11 +185,41 @@ def _take(nbytes: int) -> tuple[np.ndarray, int, np.ndarray | None]:
             if not free:  # sizes in the pool are sizes with memory to give
                 del _pool[nbytes]
             return entry
-        if len(_misses) >= 4 * POOL_SIZES:  # bounded: a loop's sizes earn their place again
-            _misses.clear()
+        if len(_misses) >= 4 * POOL_SIZES:  # bounded: the sizes seen once are forgotten
+            _forget_one_off_sizes()
         _misses[nbytes] = _misses.get(nbytes, 0) + 1
-    raw = np.empty(nbytes, dtype=np.uint8)
+    raw = aligned_bytes(nbytes)
     return raw, raw.ctypes.data, None
+
+
+CACHE_LINE = 64  # bytes: where every buffer starts
+
+
+def aligned_bytes(nbytes: int) -> np.ndarray:
+    """`nbytes` fresh bytes starting on a cache line. numpy's large arrays start 16 bytes
+    past a page (malloc's header), where each 64-byte row a kernel loads whole (an AMX
+    tile's, a 16-float vector's) would straddle two lines. The array is made over a
+    memoryview of a larger one, so it stays the base of the typed arrays viewed from it
+    (numpy collapses a view of a view onto the array that owns the memory), as the pool's
+    check of who still holds a buffer needs.
+
+    >>> aligned_bytes(100).ctypes.data % CACHE_LINE, aligned_bytes(100).nbytes
+    (0, 100)
+    """
+    big = np.empty(nbytes + CACHE_LINE, dtype=np.uint8)
+    start = -big.ctypes.data % CACHE_LINE
+    return np.frombuffer(big.data[start : start + nbytes], dtype=np.uint8)
+
+
+def _forget_one_off_sizes() -> None:
+    """Empty `_misses` of the sizes allocated once (under `_lock`). A size that has earned
+    its place keeps it: forgetting it while its buffer is out (the loop's size, taken from
+    the pool, which then holds none of it) would drop that buffer when it is freed, and the
+    loop's next step would allocate anew. All are forgotten where even those are too many."""
+    for size in [s for s, count in _misses.items() if count < 2]:
+        del _misses[size]
+    if len(_misses) >= 2 * POOL_SIZES:
+        _misses.clear()
 
 
 def clear_pool() -> None:

@@ -60,6 +60,8 @@ class KernelRecord:
     def cuda_c(self) -> str:
         if self.compiled.language == "CUDA C":  # the source that ran
             return self.compiled.source
+        if self.loop.uses_tiles:
+            return "// an AMX tile kernel: CUDA C has no such instructions; it runs on the CPU\n"
         return render_cuda(self.loop, self.compiled.symbol)
 
     def summary(self) -> str:

@@ -39,7 +39,9 @@ def check_close(got, a, b) -> None:
     assert (np.abs(host(got) - exact) <= bound).all()
 
 
-@pytest.mark.parametrize("m, k, n", [(32, 32, 32), (64, 96, 128), (96, 2048, 64)], ids=str)
+@pytest.mark.parametrize(
+    "m, k, n", [(32, 32, 32), (64, 96, 128), (96, 2048, 64), (32, 64, 160)], ids=str
+)
 def test_a_bfloat16_matmul_runs_on_amx_tiles(m, k, n):
     rng = np.random.default_rng(k)
     a, b = bf16(rng.standard_normal((m, k))), bf16(rng.standard_normal((k, n)))
@@ -146,14 +148,17 @@ AMX_DOTS = [
 ]
 
 
-def test_special_points_on_amx_tiles():
+@pytest.mark.parametrize("a_layout", ["in place", "copied into tiles"])
+def test_special_points_on_amx_tiles(a_layout):
     # row r of A holds case r's vector (zeros after it), column r of B the other one, so
-    # output (r, r) is case r's dot product; 32 x 32 x 32 runs on the tiles
+    # output (r, r) is case r's dot product; 32 x 32 x 32 runs on the tiles, A read where
+    # it is or (a transposed view) copied into tiles first
     a, b = np.zeros((32, 32)), np.zeros((32, 32))
     for r, (_, x, y, _) in enumerate(AMX_DOTS):
         a[r, : len(x)], b[: len(y), r] = x, y
-    out = bf16(a) @ bf16(b)
-    assert on_amx(out)
+    left = bf16(a) if a_layout == "in place" else bf16(a.T).T
+    out = left @ bf16(b)
+    assert on_amx(out) and amx_kernels_and_copies(out)[1] == (1 if a_layout == "in place" else 2)
     got = np.diag(host(out))
     for r, (name, _, _, want) in enumerate(AMX_DOTS):
         if np.isnan(want):
@@ -171,3 +176,83 @@ def test_config_amx_off_keeps_the_register_tiles():
         assert len(fg.kernels(y)) == 1  # no packing either
     check_close(y, host(a), host(b))
     assert on_amx(a @ b)
+
+
+def test_an_amx_kernel_prints_and_dumps(tmp_path):
+    # the loop IR names every tile statement; the dump's CUDA C says there is none
+    rng = np.random.default_rng(7)
+    a, b = bf16(rng.standard_normal((64, 64))), bf16(rng.standard_normal((64, 64)))
+    with fg.config.override(dump=str(tmp_path)):
+        y = (a @ b).realize()
+    (kernel,) = [k for k in fg.kernels(y) if "tdpbf16ps" in k.asm]
+    text = str(kernel.loop)
+    assert "+= dot(tile4, tile6)" in text and "tile0 = load acc" in text
+    (cu,) = [p for p in tmp_path.iterdir() if p.name.endswith(kernel.name + ".cu")]
+    assert "an AMX tile kernel: CUDA C has no such instructions" in cu.read_text()
+    assert (tmp_path / cu.name.replace(".cu", ".loop")).read_text().count("dot(tile") == 4
+
+
+def amx_kernels_and_copies(t: fg.Tensor) -> tuple[int, int]:
+    """(kernels on the tiles, copies made for them) among the kernels that computed t."""
+    kernels = fg.kernels(t)
+    return sum("tdpbf16ps" in (k.asm or "") for k in kernels), len(kernels) - 1
+
+
+def test_a_row_major_left_operand_is_read_in_place_anything_else_copied_first():
+    # a buffer (or a copy the graph makes anyway) is read where it is, rows K apart: only B
+    # is packed; a view with other strides or a computed value is copied into tiles first
+    rng = np.random.default_rng(8)
+    wide = bf16(rng.standard_normal((64, 160)))
+    b = bf16(rng.standard_normal((64, 96)))
+    cases = {
+        "buffer": (bf16(rng.standard_normal((64, 64))), 1),
+        "batched buffer": (bf16(rng.standard_normal((2, 32, 64))), 1),
+        "made contiguous": (wide[:, :64].T.contiguous(), 2),
+        "transposed": (wide[:, 96:].T, 2),
+        "columns sliced (odd offset, row stride 160)": (wide[:, 33:97], 2),
+        "computed": (wide[:, :64] * 2, 2),
+    }
+    for name, (a, copies) in cases.items():
+        y = a @ b
+        assert amx_kernels_and_copies(y) == (1, copies), name
+        check_close(y, host(a), host(b))
+
+
+def test_gradients_of_strided_operands_on_amx_tiles():
+    # A sliced from a wider buffer, B transposed: both gradients on the tiles, each operand
+    # copied as its strides need
+    rng = np.random.default_rng(9)
+    wide = bf16(rng.standard_normal((64, 160))).requires_grad_()
+    bt = bf16(rng.standard_normal((128, 96))).requires_grad_()
+    g = bf16(rng.standard_normal((64, 128)))
+    a, b = wide[:, 32:128], bt.T
+    ((a @ b) * g).sum().backward()
+    assert on_amx(wide.grad) and on_amx(bt.grad)
+    got_a = host(wide.grad)  # zero outside the slice
+    assert (got_a[:, :32] == 0).all() and (got_a[:, 128:] == 0).all()
+    check_close(wide.grad[:, 32:128], host(g), host(b).T)
+    check_close(bt.grad, host(g).T, host(a))  # b = bt.T: bt's gradient is (A^T G)^T
+
+
+@pytest.mark.parametrize(
+    "m, k, n", [(64, 64, 96), (64, 64, 80), (96, 64, 64), (80, 64, 64), (64, 80, 64)]
+)
+def test_the_multiple_of_32_boundary(m, k, n):
+    # on the tiles at multiples of 32, on the register tiles just off them: same answers
+    rng = np.random.default_rng(m * k + n)
+    a, b = bf16(rng.standard_normal((m, k))), bf16(rng.standard_normal((k, n)))
+    y = a @ b
+    assert on_amx(y) == (m % 32 == 0 and k % 32 == 0 and n % 32 == 0)
+    check_close(y, host(a), host(b))
+
+
+def test_b_is_packed_k_step_by_k_step():
+    # the copy's shape is B's layout: K's steps of 32 outermost (the parallel loop of the
+    # copy), then 32-column blocks, 16 pairs, 32 columns, the pair: a step of a block, both
+    # of its 32 x 16 tiles, is 2 KiB in one piece
+    rng = np.random.default_rng(10)
+    a, b = bf16(rng.standard_normal((32, 96))), bf16(rng.standard_normal((96, 160)))
+    y = a @ b
+    (copy,) = [k for k in fg.kernels(y) if "tdpbf16ps" not in k.asm]
+    assert copy.shape == (3, 5, 16, 32, 2)
+    check_close(y, host(a), host(b))

@@ -48,3 +48,35 @@ def test_a_read_only_typed_array_is_never_handed_out_again():
     del a
     b = B.Buffer(256, float32)
     assert b.ptr == ptr and b.array.flags.writeable
+
+
+def test_every_buffer_starts_on_a_cache_line_fresh_or_reused():
+    # numpy's own large arrays start 16 bytes past a page: a 64-byte row (an AMX tile's, a
+    # 16-float vector's) would straddle two cache lines
+    B.clear_pool()
+    for size in (1, 3, 1000, 1 << 18, 3 << 20):
+        a = _second_allocation(size, float32)
+        ptr = a.ptr
+        assert ptr % B.CACHE_LINE == 0 and a.array.ctypes.data == ptr
+        assert a.array.base is not None and a.array.base.nbytes == size * 4
+        del a
+        b = B.Buffer(size, float32)  # from the pool: the same aligned memory
+        assert b.ptr == ptr
+    raw, ptr, _ = B.take_scratch(12345)
+    assert ptr % B.CACHE_LINE == 0 and raw.nbytes == 12345
+    B.give_scratch((raw, ptr, None))
+
+
+def test_a_loop_s_size_stays_pooled_when_the_table_of_one_off_sizes_fills():
+    # every 4 x POOL_SIZES new sizes the table of sizes seen once is emptied; the loop's
+    # own size, out of the pool at that moment, must not be forgotten with them (its next
+    # allocation would be new memory: the same typed array proves it is not)
+    B.clear_pool()
+    kept = _second_allocation(1000, float32)
+    array = weakref.ref(kept.array)
+    del kept
+    for n in range(1, 6 * B.POOL_SIZES):
+        B.Buffer(n * 16 + 3, float32)  # a new size every step, freed at once
+        again = B.Buffer(1000, float32)
+        assert again.array is array(), n
+        del again
