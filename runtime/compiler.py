@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import gc
 import hashlib
 import mmap
 import os
@@ -622,6 +623,9 @@ def _fork(body) -> tuple[int, int] | None:
         status = 1
         try:
             os.close(r)
+            # collections leave the parent's objects alone (a full one writes to every
+            # object's header: every page of the heap copied, for a child that lives briefly)
+            gc.freeze()
             view = memoryview(body())
             while view:
                 view = view[os.write(w, view) :]
