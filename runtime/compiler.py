@@ -263,6 +263,9 @@ _batch = threading.local()  # .open, .library: this thread's batch and its libra
 # llvmlite's engines and pass managers are not thread-safe: one compile at a time. Held
 # across a fork (runtime/forksafe.py), so a child never inherits an engine mid-change.
 _lock = forksafe.RLock(held_across_fork=True)
+# and llvmlite's own lock, taken around each call into LLVM, after it: a fork while another
+# thread is in LLVM outside a compile (host features, say) would leave it held in the child
+forksafe.hold_across_fork(llvm.ffi.lib._lock._lock)
 
 
 @contextlib.contextmanager
@@ -608,30 +611,41 @@ def _fork(body) -> tuple[int, int] | None:
     """A forked child that runs `body()` and writes the bytes it returns into a pipe, as
     (pid, the pipe to read); None if fork failed. The child writes nothing until `body`
     returns (a full pipe would stall it while this process is still busy), then leaves by
-    `os._exit`, running no Python clean-up of the parent's."""
+    `os._exit`, running no Python clean-up of the parent's, and never returns from here,
+    whatever is raised in it (a Ctrl-C pending at the fork, say): a child that did would
+    go on running its parent's program.
+
+    No other thread is inside LLVM at the fork, nor forks meanwhile: every fork takes the
+    compile lock, then llvmlite's, across it (`runtime/forksafe.py`), and the child gets
+    them free."""
+    parent = os.getpid()
     r, w = os.pipe()
     try:
         with warnings.catch_warnings():  # (3.12 warns about forking with threads running)
             warnings.simplefilter("ignore", DeprecationWarning)
-            with llvm.ffi.lib._lock:  # no other thread is inside LLVM at the fork
-                pid = os.fork()
-    except OSError:
+            pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child; its work is checked by the parent
+            status = 1
+            try:
+                os.close(r)
+                # collections leave the parent's objects alone (a full one writes to every
+                # object's header: every page of the heap copied, for a child that lives
+                # briefly)
+                gc.freeze()
+                view = memoryview(body())
+                while view:
+                    view = view[os.write(w, view) :]
+                status = 0
+            finally:
+                os._exit(status)
+    except BaseException as e:
+        if os.getpid() != parent:  # pragma: no cover - the child: never back to its caller
+            os._exit(1)
         os.close(r)
         os.close(w)
-        return None
-    if pid == 0:  # pragma: no cover - the child; its work is checked by the parent
-        status = 1
-        try:
-            os.close(r)
-            # collections leave the parent's objects alone (a full one writes to every
-            # object's header: every page of the heap copied, for a child that lives briefly)
-            gc.freeze()
-            view = memoryview(body())
-            while view:
-                view = view[os.write(w, view) :]
-            status = 0
-        finally:
-            os._exit(status)
+        if isinstance(e, OSError):
+            return None
+        raise
     os.close(w)
     return pid, r
 

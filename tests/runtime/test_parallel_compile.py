@@ -275,3 +275,30 @@ def test_a_new_plans_repeated_kernels_are_lowered_once(monkeypatch):
         np.testing.assert_allclose(t, np.exp(array * np.float32(tag)).sum(1), rtol=1e-5)
     assert len(kernels) == 2 and kernels[0].name == kernels[1].name
     assert len(lowered) == 1  # lowered (and compiled) once
+
+
+def test_a_forked_child_never_returns_to_its_parents_program(monkeypatch):
+    """A Ctrl-C pending at the fork is raised in the child as soon as it runs Python: the
+    child leaves (`os._exit`) instead of returning from `side_by_side` into the caller's
+    program, which it would run on as a copy of it; its items are made here."""
+    parent = os.getpid()
+    escaped_r, escaped_w = os.pipe()
+    fork = os.fork
+
+    def fork_then_interrupted():
+        pid = fork()
+        if pid == 0:
+            raise KeyboardInterrupt  # as a signal delivered right after the fork would
+        return pid
+
+    monkeypatch.setattr(os, "fork", fork_then_interrupted)
+    try:
+        got = compiler.side_by_side(6, lambda i: i + 1, 2)
+    finally:
+        if os.getpid() != parent:  # a child got back here: say so, and leave
+            os.write(escaped_w, b"escaped")
+            os._exit(0)
+    os.close(escaped_w)
+    assert got == [1, 2, 3, 4, 5, 6]
+    with os.fdopen(escaped_r, "rb") as escaped:
+        assert escaped.read() == b""
