@@ -10,7 +10,9 @@ layers, AdamW with clipping: char_transformer_step.py's step). "cold" is a new, 
 `FUSEGRAD_CACHE` folder; "warm" is a second fresh process on the folder the cold one
 filled (the disk cache only: no plan or kernel survives a process).
 
-For each run it prints the step's wall time and where compile time went
+For each run it prints the step's wall time, its CPU time (this process and the forked
+compilers it waited for: on a loaded machine the wall time says little, the CPU time
+still says how much work the first step is), and where compile time went
 (`fusegrad.runtime.phases`: schedule, lower, render, llvm, program), and how many
 kernels were compiled or read from disk. The import of fusegrad and the building of
 the model are not in `first`.
@@ -34,15 +36,22 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 PHASES = ("autodiff", "key", "schedule", "lower", "render", "llvm", "program")
 
+CPU_SECONDS = """
+import resource
+def cpu_seconds():  # this process's CPU time and its (forked compilers') children's
+    usage = map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return sum(r.ru_utime + r.ru_stime for r in usage)
+"""
+
 LENET = """
 import sys, time
 sys.path.insert(0, {here!r})
 import lenet_step as b
 data = b.batches("lenet", 1)
 model, step = b.make_fusegrad_step("lenet")
-t = time.perf_counter()
+cpu0, t = cpu_seconds(), time.perf_counter()
 step(*data[0])
-first = time.perf_counter() - t
+first, cpu = time.perf_counter() - t, cpu_seconds() - cpu0
 """
 
 TRANSFORMER = """
@@ -58,15 +67,15 @@ fg.manual_seed(0)
 model = ct.CharTransformer(data.vocab_size, 64, 64, 4, 2)
 opt = ct.make_optimizer(model, 3e-3)
 x, y = fg.tensor(x), fg.tensor(y)
-t = time.perf_counter()
+cpu0, t = cpu_seconds(), time.perf_counter()
 ct.train_step(model, opt, x, y).item()
-first = time.perf_counter() - t
+first, cpu = time.perf_counter() - t, cpu_seconds() - cpu0
 """
 
 REPORT = """
 import json
 from fusegrad.runtime import compiler, phases
-print(json.dumps({"first": first, **compiler.stats, **phases.snapshot()}))
+print(json.dumps({"first": first, "cpu": cpu, **compiler.stats, **phases.snapshot()}))
 """
 
 MODELS = {"lenet": LENET, "transformer": TRANSFORMER}
@@ -74,7 +83,7 @@ MODELS = {"lenet": LENET, "transformer": TRANSFORMER}
 
 def first_step(model: str, cache: str, python: str = sys.executable) -> dict:
     """The first step of `model` in a fresh process of `python` on the cache folder."""
-    code = MODELS[model].format(here=HERE) + REPORT
+    code = CPU_SECONDS + MODELS[model].format(here=HERE) + REPORT
     env = dict(os.environ, FUSEGRAD_CACHE=cache)
     out = subprocess.run([python, "-c", code], env=env, capture_output=True, text=True, check=False)
     if out.returncode != 0:
@@ -84,7 +93,10 @@ def first_step(model: str, cache: str, python: str = sys.executable) -> dict:
 
 def describe(r: dict) -> str:
     parts = " ".join(f"{k} {r.get(k, 0.0):.2f}" for k in PHASES)
-    return f"{r['first']:6.2f} s  ({parts}; {r['compiled']} compiled, {r['disk_hits']} from disk)"
+    cpu = f", cpu {r['cpu']:.2f} s" if "cpu" in r else ""
+    return (
+        f"{r['first']:6.2f} s  ({parts}; {r['compiled']} compiled, {r['disk_hits']} from disk{cpu})"
+    )
 
 
 def bench(model: str, runs: int, against: str | None) -> None:
@@ -108,7 +120,12 @@ def bench(model: str, runs: int, against: str | None) -> None:
     for how in ("cold", "warm"):
         for s in systems:
             firsts = [g["first"] for g in results[s, how]]
-            print(f"  {how} {s:<5} median {statistics.median(firsts):.2f} s, runs {firsts}")
+            cpus = [g["cpu"] for g in results[s, how] if "cpu" in g]
+            print(
+                f"  {how} {s:<5} median {statistics.median(firsts):.2f} s, runs "
+                f"{[round(f, 2) for f in firsts]}"
+                + (f"; CPU (with children) median {statistics.median(cpus):.2f} s" if cpus else "")
+            )
         if against:
             ratios = [
                 a["first"] / b["first"] for a, b in zip(results["this", how], results["other", how])
@@ -117,6 +134,16 @@ def bench(model: str, runs: int, against: str | None) -> None:
                 f"  {how}: this / other per run {[round(x, 2) for x in ratios]}, "
                 f"median {statistics.median(ratios):.2f} (below 1: this is faster)"
             )
+            cpus = [
+                a["cpu"] / b["cpu"]
+                for a, b in zip(results["this", how], results["other", how])
+                if a.get("cpu") and b.get("cpu")
+            ]
+            if cpus:
+                print(
+                    f"  {how}: CPU this / other per run {[round(x, 2) for x in cpus]}, "
+                    f"median {statistics.median(cpus):.2f}"
+                )
 
 
 def main() -> None:

@@ -253,6 +253,10 @@ class Kernel:
     # whether an autotuner chose the tile without finishing (its budget ran out): such a
     # kernel is not kept in the disk cache of lowered kernels, so a later run tunes it
     tile_provisional: bool = False
+    # whether the autotuner put off timing this kernel's tiles (it was made beside other
+    # kernels, in forked copies that share the cores: `runtime/cpu_backend.py` makes it
+    # again, alone, once the others are done)
+    tune_later: bool = False
 
     @property
     def uses_tiles(self) -> bool:

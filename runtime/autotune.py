@@ -29,6 +29,7 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -100,6 +101,8 @@ class Autotuner:
         self.spent = 0.0  # seconds spent timing candidates, by this tuner
         self.key = host_key() if folder is not None else ""
         self._table: dict | None = None
+        # while set (`deferred`), an untuned kernel gets the fixed tile, marked `tune_later`
+        self.deferring = False
 
     @property
     def path(self) -> str | None:
@@ -165,6 +168,11 @@ class Autotuner:
         if rows is not None:  # tuned on a size of the class whose axis it divides
             kernel = lowered(space.default)
             kernel.tile_note += f": the fixed choice ({rows} rows, tuned for its class, do not fit)"
+            return kernel
+        if self.deferring:  # kernels are being made side by side: time them later, alone
+            kernel = lowered(space.default)
+            kernel.tile_note += ": the fixed choice (to be autotuned)"
+            kernel.tile_provisional = kernel.tune_later = True
             return kernel
         ms: dict[str, float] = {}
         best = None  # (seconds, kernel, tile)
@@ -250,6 +258,22 @@ class Autotuner:
 
 
 _tuners: dict[tuple, Autotuner] = {}
+
+
+@contextlib.contextmanager
+def deferred(tuner: Autotuner | None):
+    """Within the block `tuner` times nothing: an untuned contraction is lowered with the
+    fixed tile and marked `tune_later`. The CPU backend makes a new plan's kernels in forked
+    copies of the process side by side (`compiler.side_by_side`), where a candidate's time
+    would be the other copies' load; it makes the marked ones again after, alone."""
+    if tuner is None:
+        yield
+        return
+    before, tuner.deferring = tuner.deferring, True
+    try:
+        yield
+    finally:
+        tuner.deferring = before
 
 
 def tuner_for_config(compile: Callable | None) -> Autotuner | None:

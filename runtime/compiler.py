@@ -37,8 +37,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import gc
 import hashlib
+import mmap
 import os
+import pickle
 import select
 import signal
 import struct
@@ -260,6 +263,9 @@ _batch = threading.local()  # .open, .library: this thread's batch and its libra
 # llvmlite's engines and pass managers are not thread-safe: one compile at a time. Held
 # across a fork (runtime/forksafe.py), so a child never inherits an engine mid-change.
 _lock = forksafe.RLock(held_across_fork=True)
+# and llvmlite's own lock, taken around each call into LLVM, after it: a fork while another
+# thread is in LLVM outside a compile (host features, say) would leave it held in the child
+forksafe.hold_across_fork(llvm.ffi.lib._lock._lock)
 
 
 @contextlib.contextmanager
@@ -371,10 +377,15 @@ def compile_kernel(source: str, symbol: str, nparams: int, opt: int = 3) -> Comp
     return compile_kernels([(source, symbol, nparams, opt)])[0]
 
 
-def compile_kernels(jobs: list[tuple[str, str, int, int]]) -> list[CompiledKernel]:
+def compile_kernels(
+    jobs: list[tuple[str, str, int, int]], made: dict[int, tuple[bytes, float]] | None = None
+) -> list[CompiledKernel]:
     """Machine code for each (source, symbol, number of parameters, optimization level),
     from the caches where possible; those compiled anew are compiled side by side in
-    forked processes (`_compile_objects`), then loaded here, one at a time."""
+    forked processes (`_compile_objects`), then loaded here, one at a time. `made`: job
+    index -> (object file, seconds) of jobs compiled already (`new_object`, run side by
+    side with their lowering: `side_by_side`), saved and loaded as if compiled here."""
+    made_for = {jobs[i][1]: obj for i, obj in (made or {}).items()}
     out: list[CompiledKernel | None] = [None] * len(jobs)
     with _lock:
         _dispose_retired()
@@ -386,9 +397,10 @@ def compile_kernels(jobs: list[tuple[str, str, int, int]]) -> list[CompiledKerne
             out[i] = _cached(source, symbol, nparams, opt)
             if out[i] is None:
                 todo[symbol] = [i]
-        firsts = [indices[0] for indices in todo.values()]
-        objects = _compile_objects([(jobs[i][0], jobs[i][3]) for i in firsts])
-        for indices, (obj, seconds) in zip(todo.values(), objects):
+        firsts = [indices[0] for symbol, indices in todo.items() if symbol not in made_for]
+        compiled = iter(_compile_objects([(jobs[i][0], jobs[i][3]) for i in firsts]))
+        for symbol, indices in todo.items():
+            obj, seconds = made_for[symbol] if symbol in made_for else next(compiled)
             source, symbol, nparams, opt = jobs[indices[0]]
             key = _key(source, opt)
             path = _disk_path(key)
@@ -468,6 +480,199 @@ def _cached(source: str, symbol: str, nparams: int, opt: int) -> CompiledKernel 
     return CompiledKernel(symbol, source, address, nparams, seconds, how, {}, library, opt)
 
 
+def new_object(source: str, symbol: str, opt: int = 3) -> tuple[bytes, float] | None:
+    """`source` compiled to an object file (and the seconds that took), or None where
+    `compile_kernels` would find it without compiling (loaded, in memory or on disk): the
+    compiling part of `compile_kernels`, for `side_by_side` to run in a forked child."""
+    with _lock:  # (held across a fork: a process forked meanwhile gets LLVM whole)
+        if symbol in _live or symbol in _memory:
+            return None
+        path = _disk_path(_key(source, opt))
+        if path and os.path.exists(path):
+            return None
+        return _emit(source, opt)
+
+
+def side_by_side(count: int, make, workers: int, forked=None) -> list:
+    """`[make(i) for i in range(count)]`, made by this process and `workers - 1` forked
+    copies of it (a new plan's kernels lowered, rendered and compiled: `make` must return
+    something `pickle` can carry, its side effects stay in the process that ran it).
+
+    The processes claim indices one at a time, the children from the front, this one
+    from the back, from two counters in shared memory (a byte in a pipe is the lock), so
+    the work splits by what each index costs, not by a guess made beforehand. A child
+    sends its results (pickled) once nothing is left to claim. `forked()`, if given, is
+    called here once the children are forked (a thread started before the fork would
+    hold it up: the fork waits for the compile lock). An index whose result
+    does not come back (the child failed, said nothing for `CHILD_PATIENCE_S`, raised, or
+    made something `pickle` cannot carry) is made here, where an error raises as usual.
+
+    >>> side_by_side(5, lambda i: i * i, 2)
+    [0, 1, 4, 9, 16]
+    """
+    if workers <= 1 or count < 2:
+        if forked is not None:
+            forked()
+        return [make(i) for i in range(count)]
+    claims = _Claims(count)
+    children = []
+    for _ in range(workers - 1):
+        child = _fork(lambda: _made_in_child(claims, make))
+        if child is not None:
+            children.append(child)
+    if forked is not None:
+        forked()
+    out: dict[int, object] = {}
+    t0 = time.perf_counter()
+    try:
+        while (i := claims.take(front=not children)) is not None:
+            out[i] = make(i)
+    except BaseException:  # (an error of `make` here, Ctrl-C): the children stop now
+        for pid, fd in children:
+            os.kill(pid, signal.SIGKILL)
+            _read_child(pid, fd, CHILD_PATIENCE_S)
+        raise
+    finally:
+        claims.close_here()
+    patience = max(CHILD_PATIENCE_S, 10 * (time.perf_counter() - t0))
+    for pid, fd in children:
+        out.update(_results_of(pid, fd, patience))
+    return [out[i] if i in out else make(i) for i in range(count)]
+
+
+class _Claims:
+    """Indices 0..count-1 for processes to claim: the front and back counters in shared
+    memory, guarded by a token byte in a pipe (taken by reading it, given back by writing
+    it: a lock across forked processes without a semaphore)."""
+
+    def __init__(self, count: int):
+        self.words = mmap.mmap(-1, 16)  # anonymous, shared with forked children
+        struct.pack_into("<qq", self.words, 0, 0, count)
+        self.token_r, self.token_w = os.pipe()
+        os.write(self.token_w, b"t")
+
+    def take(self, front: bool) -> int | None:
+        """The next index from the front (or the back), or None when none is left or the
+        token did not come back for `CHILD_PATIENCE_S` (a child killed holding it)."""
+        ready, _, _ = select.select([self.token_r], [], [], CHILD_PATIENCE_S)
+        if not ready or not os.read(self.token_r, 1):
+            return None
+        try:
+            lo, hi = struct.unpack_from("<qq", self.words, 0)
+            if lo >= hi:
+                return None
+            i = lo if front else hi - 1
+            struct.pack_into("<qq", self.words, 0, lo + front, hi - (not front))
+            return i
+        finally:
+            os.write(self.token_w, b"t")
+
+    def close_here(self) -> None:
+        """Close this process's ends (the children keep their copies until they exit)."""
+        for fd in (self.token_r, self.token_w):
+            os.close(fd)
+        self.words.close()
+
+
+def _made_in_child(claims: _Claims, make) -> bytes:
+    """What a forked child of `side_by_side` sends back: each (index, result) it made,
+    pickled one by one (one that cannot be pickled is left out: the parent makes it)."""
+    records = []
+    while (i := claims.take(front=True)) is not None:
+        try:
+            result = make(i)
+            data = pickle.dumps((i, result), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:
+            continue
+        records.append(struct.pack("<Q", len(data)) + data)
+    return b"".join(records)
+
+
+def _results_of(pid: int, fd: int, patience: float) -> dict[int, object]:
+    """The (index -> result) a child of `side_by_side` sent; what is whole of it if it
+    failed midway, nothing if it said nothing for `patience` seconds (it is killed)."""
+    data = _read_child(pid, fd, patience) or b""
+    out, at = {}, 0
+    while at + 8 <= len(data):
+        (size,) = struct.unpack_from("<Q", data, at)
+        at += 8
+        if at + size > len(data):
+            break
+        try:
+            i, result = pickle.loads(data[at : at + size])
+        except Exception:
+            break
+        out[i] = result
+        at += size
+    return out
+
+
+def _fork(body) -> tuple[int, int] | None:
+    """A forked child that runs `body()` and writes the bytes it returns into a pipe, as
+    (pid, the pipe to read); None if fork failed. The child writes nothing until `body`
+    returns (a full pipe would stall it while this process is still busy), then leaves by
+    `os._exit`, running no Python clean-up of the parent's, and never returns from here,
+    whatever is raised in it (a Ctrl-C pending at the fork, say): a child that did would
+    go on running its parent's program.
+
+    No other thread is inside LLVM at the fork, nor forks meanwhile: every fork takes the
+    compile lock, then llvmlite's, across it (`runtime/forksafe.py`), and the child gets
+    them free."""
+    parent = os.getpid()
+    r, w = os.pipe()
+    try:
+        with warnings.catch_warnings():  # (3.12 warns about forking with threads running)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child; its work is checked by the parent
+            status = 1
+            try:
+                os.close(r)
+                # collections leave the parent's objects alone (a full one writes to every
+                # object's header: every page of the heap copied, for a child that lives
+                # briefly)
+                gc.freeze()
+                view = memoryview(body())
+                while view:
+                    view = view[os.write(w, view) :]
+                status = 0
+            finally:
+                os._exit(status)
+    except BaseException as e:
+        if os.getpid() != parent:  # pragma: no cover - the child: never back to its caller
+            os._exit(1)
+        os.close(r)
+        os.close(w)
+        if isinstance(e, OSError):
+            return None
+        raise
+    os.close(w)
+    return pid, r
+
+
+def _read_child(pid: int, fd: int, patience: float) -> bytes | None:
+    """All a forked child wrote, once it has exited; None if it failed or said nothing
+    for `patience` seconds (it is killed then)."""
+    chunks = []
+    try:
+        while True:
+            ready, _, _ = select.select([fd], [], [], patience)
+            if not ready:
+                os.kill(pid, signal.SIGKILL)
+                chunks = None
+                break
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+        _, status = os.waitpid(pid, 0)
+    if chunks is None or status != 0:
+        return None
+    return b"".join(chunks)
+
+
 # A forked compiler that has said nothing for this long (and this many times the parent's
 # own share took) is taken to be stuck: killed, and its share compiled here instead.
 CHILD_PATIENCE_S = 30.0
@@ -522,33 +727,10 @@ def _compile_objects(items: list[tuple[str, int]]) -> list[tuple[bytes, float]]:
 
 
 def _fork_compiler(items: list[tuple[str, int]]) -> tuple[int, int] | None:
-    """A forked child compiling `items`, as (pid, the pipe to read); None if fork failed.
-    The child writes nothing until all its objects are made (a full pipe would stall it
-    while this process is still busy with its own share), then leaves by `os._exit`,
-    running no Python clean-up of the parent's."""
-    r, w = os.pipe()
-    try:
-        with warnings.catch_warnings():  # (3.12 warns about forking with threads running)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            with llvm.ffi.lib._lock:  # no other thread is inside LLVM at the fork
-                pid = os.fork()
-    except OSError:
-        os.close(r)
-        os.close(w)
-        return None
-    if pid == 0:  # pragma: no cover - the child; its work is checked by the parent
-        status = 1
-        try:
-            os.close(r)
-            data = b"".join(_RECORD.pack(len(obj), s) + obj for obj, s in map(_emit_pair, items))
-            view = memoryview(data)
-            while view:
-                view = view[os.write(w, view) :]
-            status = 0
-        finally:
-            os._exit(status)
-    os.close(w)
-    return pid, r
+    """A forked child compiling `items`, as (pid, the pipe to read); None if fork failed."""
+    return _fork(
+        lambda: b"".join(_RECORD.pack(len(obj), s) + obj for obj, s in map(_emit_pair, items))
+    )
 
 
 def _emit_pair(item: tuple[str, int]) -> tuple[bytes, float]:
@@ -558,24 +740,10 @@ def _emit_pair(item: tuple[str, int]) -> tuple[bytes, float]:
 def _collect(pid: int, fd: int, count: int, patience: float) -> list[tuple[bytes, float]] | None:
     """The `count` objects a forked compiler wrote, or None if it failed, wrote something
     else, or said nothing for `patience` seconds (it is killed then)."""
-    chunks = []
-    try:
-        while True:
-            ready, _, _ = select.select([fd], [], [], patience)
-            if not ready:
-                os.kill(pid, signal.SIGKILL)
-                chunks = None
-                break
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
-        _, status = os.waitpid(pid, 0)
-    if chunks is None or status != 0:
+    data = _read_child(pid, fd, patience)
+    if data is None:
         return None
-    data, at, out = b"".join(chunks), 0, []
+    at, out = 0, []
     for _ in range(count):
         if at + _RECORD.size > len(data):
             return None

@@ -16,7 +16,7 @@ from . import autotune, item_cache, phases, pool
 from .amx import amx_ready
 from .backend_registry import Backend, register_backend
 from .buffer import Buffer, clear_pool, give_scratch, take_scratch
-from .compiler import CompiledKernel, compile_kernels
+from .compiler import CompiledKernel, compile_kernels, compile_workers, new_object, side_by_side
 from .config import config
 from .launch import effective_threads, launch, run_threads
 from .plan import KernelRecord, Plan, _ran
@@ -194,10 +194,9 @@ class CpuBackend(Backend):
     def lower_and_compile(self, items: list) -> tuple[list, list[CompiledKernel]]:
         """Each item's loop IR and LLVM source from the disk cache of scheduled kernels
         (`runtime/item_cache.py`) where they are there, their object files then from the
-        object cache; the others lowered and `compile_many`'d (rendered, compiled side by
-        side) as without it, and saved there."""
-        if effective_threads() > 1:  # the worker pool's code, compiled beside this
-            pool.compile_ahead()
+        object cache; the others lowered, rendered and compiled side by side (`_make`),
+        and saved there. Items with the same key (a layer's kernels repeated) are made
+        once."""
         loops: list = [None] * len(items)
         compiled: list = [None] * len(items)
         jobs: dict[int, tuple] = {}
@@ -205,29 +204,85 @@ class CpuBackend(Backend):
             # what `lower` is told besides the item (AMX on or off, the autotuner's
             # choices) is in the key too
             options = _options_key()
-            keys = [item_cache.item_key(item, options) if config.cache else None for item in items]
+            # (without a cache folder too: items with the same key are made once)
+            keys = [item_cache.item_key(item, options) for item in items]
             for i, key in enumerate(keys):
-                found = item_cache.load(key) if key else None
+                found = item_cache.load(key) if key and config.cache else None
                 if found is not None:
                     loops[i], source = found
                     jobs[i] = _job(loops[i], source)
-            missing = [i for i in range(len(items)) if i not in jobs]
-            for i in missing:
-                loops[i] = self.lower(items[i])
         if jobs:
             with phases.timed("llvm"):
                 compiled_found = compile_kernels(list(jobs.values()))
             for i, kernel in zip(jobs, compiled_found):
                 compiled[i] = kernel
+        first_of: dict[str, int] = {}  # item key -> the first missing item with it
+        missing, same = [], {}  # items to make; an item -> the one made for it
+        for i in range(len(items)):
+            if i in jobs:
+                continue
+            if keys[i] is not None and keys[i] in first_of:
+                same[i] = first_of[keys[i]]
+                continue
+            if keys[i] is not None:
+                first_of[keys[i]] = i
+            missing.append(i)
         if missing:
+            if type(self).compile_many is CpuBackend.compile_many:
+                made = self._make([items[i] for i in missing])
+                ready = {k: obj for k, (_, _, obj) in enumerate(made) if obj is not None}
+                with phases.timed("llvm"):
+                    kernels = compile_kernels([_job(loop, src) for loop, src, _ in made], ready)
+                new_loops = [loop for loop, _, _ in made]
+            else:  # a subclass that compiles its own way gets the kernels through it
+                with phases.timed("lower"):
+                    new_loops = [self.lower(items[i]) for i in missing]
+                kernels = self.compile_many(new_loops)
             options = _options_key()  # with the choices the autotuner has just made
-            for i, kernel in zip(missing, self.compile_many([loops[i] for i in missing])):
-                compiled[i] = kernel
-                if keys[i] and not loops[i].tile_provisional:  # a later run tunes those
-                    item_cache.store(
-                        item_cache.item_key(items[i], options), loops[i], kernel.source
-                    )
+            for i, loop, kernel in zip(missing, new_loops, kernels):
+                loops[i], compiled[i] = loop, kernel
+                if config.cache and not loop.tile_provisional:  # a later run tunes those
+                    item_cache.store(item_cache.item_key(items[i], options), loop, kernel.source)
+            if same:
+                twins = compile_kernels([_job(loops[j], compiled[j].source) for j in same.values()])
+                for i, j, kernel in zip(same, same.values(), twins):
+                    loops[i], compiled[i] = loops[j], kernel
+        elif effective_threads() > 1:
+            pool.compile_ahead()
         return loops, compiled
+
+    def _make(self, items: list) -> list[tuple]:
+        """(loop IR, LLVM source, a new object file or None where the object cache has it)
+        for each item: lowered, rendered and compiled by this process and forked copies of
+        it side by side (`compiler.side_by_side`: each claims the next item when done with
+        its last, so the work splits by what each kernel costs; lowering and rendering in
+        Python run side by side too). The worker pool's code is compiled on a thread here
+        meanwhile (`pool.compile_ahead`), once the copies are forked. Phases: this
+        process's own lowering, rendering and LLVM, and the wait for the copies as `llvm`."""
+
+        def make(k: int) -> tuple:
+            with phases.timed("lower"):
+                loop = self.lower(items[k])
+            with phases.timed("render"):
+                source = _render(loop)
+            with phases.timed("llvm"):
+                return loop, source, new_object(source, loop.name, _job(loop, source)[3])
+
+        def forked() -> None:
+            if effective_threads() > 1:  # the worker pool's code, compiled beside this
+                pool.compile_ahead()
+
+        before = sum(phases.seconds[p] for p in ("lower", "render", "llvm"))
+        t0 = time.perf_counter()
+        tuner = autotune.tuner_for_config(self.compile)
+        with autotune.deferred(tuner):  # (a candidate timed beside the copies: their load)
+            made = side_by_side(len(items), make, compile_workers(len(items)), forked)
+        for k, (loop, _, _) in enumerate(made):
+            if loop.tune_later:  # the copies are done: its tiles are timed now, alone
+                made[k] = make(k)
+        own = sum(phases.seconds[p] for p in ("lower", "render", "llvm")) - before
+        phases.seconds["llvm"] += max(0.0, time.perf_counter() - t0 - own)
+        return made
 
     def prepare(self, plan: Plan) -> None:
         if config.program:

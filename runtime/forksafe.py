@@ -15,7 +15,9 @@ in the child:
 Locks whose data may be mid-change at the fork take one more step: an
 `RLock(held_across_fork=True)` is acquired before the fork (by the forking thread, so
 the fork waits until the data is whole) and released after it. The compile lock is
-one: LLVM must not be forked halfway through adding a kernel to an engine.
+one: LLVM must not be forked halfway through adding a kernel to an engine; llvmlite's
+lock around every LLVM call is taken after it (`hold_across_fork`), since some calls
+(the host's features) are made outside a compile.
 
 Thread-locals need nothing: the child's one thread keeps its own values, and the other
 threads' are gone with them. Caches that only the GIL guards (`functools.lru_cache`,
@@ -63,6 +65,16 @@ def RLock(held_across_fork: bool = False) -> threading.RLock:
     if held_across_fork:
         _held.append(lock)
     return lock
+
+
+def hold_across_fork(lock) -> None:
+    """Have the forking thread take `lock` (a Lock or RLock made elsewhere: a library's)
+    before every fork, after the locks held so far, and give a child it free. For a lock
+    that code holding one of those takes inside them (llvmlite's lock around every call
+    into LLVM, inside the compile lock): so no fork copies LLVM mid-call, whichever
+    thread is in it."""
+    track(lock)
+    _held.append(lock)
 
 
 def Event() -> threading.Event:

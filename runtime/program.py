@@ -6,8 +6,8 @@ spend milliseconds in Python. Once a schedule is cached, its kernels are
 strung together in one generated function that every thread calls once:
 
     void program(i64 tid, i64 nthreads, ptr buffers, ptr kernels, ptr barrier, ptr cancel)
-      for each kernel: claim chunks of its parallel loop until none is left;
-                       wait at the barrier
+      for each kernel (a row of the program's constant table, `step_rows`):
+          claim chunks of its parallel loop until none is left; wait at the barrier
 
 The chunks come from a counter per kernel (after the barrier's words), so a thread
 that starts late (its CPU was asleep) or is preempted takes fewer of them instead
@@ -36,14 +36,27 @@ from .compiler import CompiledKernel, compile_kernel
 from .launch import chunk_least, chunk_most, runs_parallel
 from .pool import claim_loop_ir
 
+# words of a step's row before its slots: parallel, slots, extent, least, most, counter
+ROW_HEAD = 6
+
 
 def render_program(steps: list[tuple[int, int, list[int]]], name: str) -> str:
     """LLVM IR of a program over kernels given as (extent, work, buffer slots) each.
 
-    Slot 0 of each kernel is its output; the slots index the `buffers` array.
+    Slot 0 of each kernel is its output; the slots index the `buffers` array. The steps
+    are data, not code: a constant table (`step_rows`) that one loop walks, calling for
+    each step the function that runs a kernel of that many parameters (`fg_step_{k}`,
+    one per count the program needs). So the program's code does not grow with its
+    kernels: a 256-kernel training step is ~30 KB of IR, compiled in milliseconds, where
+    written out kernel by kernel it was 1.1 MB and 0.15-0.3 s of LLVM on a first step.
     """
     pause = "x86_64" in llvm.get_process_triple()
+    rows = step_rows(steps)
+    alone = _alone_from(steps)
+    arities = sorted({len(slots) for _, _, slots in steps})
+    table = ", ".join(f"i64 {w}" for w in rows)
     lines = [
+        f"@{name}.steps = internal constant [{len(rows)} x i64] [{table}]",
         f"define void @{name}(i64 %tid, i64 %n, ptr %bufs, ptr %fns, ptr %bar, ptr %cancel) "
         "nounwind {",
         "entry:",
@@ -51,160 +64,234 @@ def render_program(steps: list[tuple[int, int, list[int]]], name: str) -> str:
         "  %last.tid = sub i64 %n, 1",
         "  %is0 = icmp eq i64 %tid, 0",
         "  %own = alloca i64",  # the chunk counter of a thread that runs the program alone
-        "  br label %k0",
+        f"  %yield.at = getelementptr inbounds ptr, ptr %fns, i64 {len(steps)}",
+        "  %yield = load ptr, ptr %yield.at",
+        "  br label %step",
+        "step:",
+        "  %j = phi i64 [0, %entry], [%j.1, %barrier], [%j.1, %go.on], [%j.1, %resume]",
+        "  %at = phi i64 [0, %entry], [%at.1, %barrier], [%at.1, %go.on], [%at.1, %resume]",
+        f"  %row = getelementptr inbounds i64, ptr @{name}.steps, i64 %at",
+        "  %k.at = getelementptr inbounds i64, ptr %row, i64 1",
+        "  %k = load i64, ptr %k.at",
+        "  switch i64 %k, label %called ["
+        + " ".join(f"i64 {a}, label %run{a}" for a in arities)
+        + " ]",
     ]
-    parallel = [runs_parallel(extent, work) for extent, work, _ in steps]
+    for a in arities:
+        lines += [
+            f"run{a}:",
+            f"  call void @fg_step_{a}(ptr %bufs, ptr %fns, i64 %j, ptr %bar, ptr %own, i64 %n, "
+            "i64 %last.tid, i1 %is0, ptr %cancel, ptr %row)",
+            "  br label %called",
+        ]
     # from step `alone` on, thread 0 runs every kernel by itself: the other threads leave
     # once they have arrived at the barrier before it, and no barrier follows it (the
     # caller joins the threads), so they never wait for work they take no part in
-    alone = len(steps)
-    while alone > 0 and not parallel[alone - 1]:
-        alone -= 1
-    counter = 2  # words after %bar: the barrier's two, then two per parallel kernel
-    for j, (extent, work, slots) in enumerate(steps):
-        lines.append(f"k{j}:")
-        args = []
-        for s, slot in enumerate(slots):
-            lines.append(f"  %p{j}.{s}.at = getelementptr inbounds ptr, ptr %bufs, i64 {slot}")
-            lines.append(f"  %p{j}.{s} = load ptr, ptr %p{j}.{s}.at")
-            args.append(f"ptr %p{j}.{s}")
-        lines.append(f"  %f{j}.at = getelementptr inbounds ptr, ptr %fns, i64 {j}")
-        lines.append(f"  %f{j} = load ptr, ptr %f{j}.at")
-        sig = ", ".join(["i64", "i64"] + ["ptr"] * len(slots))
-        if parallel[j]:  # the threads claim chunks of its loop
+    lines += [
+        "called:",
+        "  %j.1 = add i64 %j, 1",
+        f"  %w = add i64 %k, {ROW_HEAD}",
+        "  %at.1 = add i64 %at, %w",
+        f"  %meet = icmp ult i64 %j.1, {alone}",
+        "  br i1 %meet, label %barrier, label %tail",
+        "barrier:",
+        "  call void @fg_barrier(ptr %bar, i64 %last.tid, ptr %yield)",
+        "  br label %step",
+        "tail:",
+        f"  %fin = icmp eq i64 %j.1, {len(steps)}",
+        "  br i1 %fin, label %end, label %tail.more",
+        "tail.more:",
+        f"  %leave = icmp eq i64 %j.1, {alone}",
+        "  br i1 %leave, label %k.last, label %go.on",
+        "go.on:",
+        "  br label %step",
+        "k.last:",
+        *_barrier_others_leave("resume", pause),
+        "resume:",
+        "  br label %step",
+        "end:",
+        "  ret void",
+        "}",
+    ]
+    head = ["declare void @llvm.x86.sse2.pause()"] if pause else []
+    head += _barrier_function(pause)
+    for a in arities:
+        head += _step_function(a)
+    return "\n".join(head + lines) + "\n"
+
+
+def step_rows(steps: list[tuple[int, int, list[int]]]) -> list[int]:
+    """The program's table: per step, whether its loop is shared among the threads, its
+    number of slots, extent, least and most iterations per chunk, the first of its two
+    counter words after the barrier's (see `counter_words`), then its slots.
+
+    >>> step_rows([(64, 1, [2, 0])])  # a small kernel: thread 0 runs it whole
+    [0, 2, 64, 0, 0, 0, 2, 0]
+    """
+    rows, counter = [], 2  # words after %bar: the barrier's two, then two per parallel one
+    for extent, work, slots in steps:
+        if runs_parallel(extent, work):
             least, most = chunk_least(extent, work), chunk_most(extent, work)
-            lines += _claim_chunks(j, extent, (least, most), counter, sig, args)
+            rows += [1, len(slots), extent, least, most, counter, *slots]
             counter += 2
-        else:  # thread 0 runs it whole, unless cancelled
-            lines += [
-                f"  %z{j} = load atomic i64, ptr %cancel monotonic, align 8",
-                f"  %go{j} = icmp eq i64 %z{j}, 0",
-                f"  %t{j} = and i1 %is0, %go{j}",
-                f"  %a{j} = add i64 0, 0",
-                f"  %b{j} = select i1 %t{j}, i64 {extent}, i64 0",
-            ]
-            call_args = ", ".join([f"i64 %a{j}", f"i64 %b{j}"] + args)
-            lines.append(f"  call void ({sig}) %f{j}({call_args})")
-        nxt = f"k{j + 1}" if j + 1 < len(steps) else "end"
-        if j + 1 < alone:
-            lines += _barrier(j, nxt, pause, len(steps))
-        elif j + 1 == alone and j + 1 < len(steps):
-            lines += _barrier(j, nxt, pause, len(steps), others_leave=True)
         else:
-            lines.append(f"  br label %{nxt}")
-    lines += ["end:", "  ret void", "}"]
-    head = "declare void @llvm.x86.sse2.pause()\n" if pause else ""
-    return head + "\n".join(lines) + "\n"
+            rows += [0, len(slots), extent, 0, 0, 0, *slots]
+    return rows
+
+
+def _alone_from(steps: list[tuple[int, int, list[int]]]) -> int:
+    """The first step from which on thread 0 runs every kernel alone."""
+    alone = len(steps)
+    while alone > 0 and not runs_parallel(*steps[alone - 1][:2]):
+        alone -= 1
+    return alone
 
 
 def counter_words(steps: list[tuple[int, int, list[int]]]) -> int:
     """Words a program's barrier argument points to: the barrier's count and generation,
     then a claim counter and a finished counter per parallel kernel (all zero between
-    runs: see `_claim_chunks`)."""
+    runs: see `_step_function`)."""
     return 2 + 2 * sum(runs_parallel(extent, work) for extent, work, _ in steps)
 
 
-def _claim_chunks(
-    j: int, extent: int, sizes: tuple[int, int], counter: int, sig: str, args: list[str]
-) -> list[str]:
-    """Kernel j run in chunks each thread claims from a shared counter (`%bar` + counter),
-    sized and claimed as the pool's launches are (runtime/pool.py), `sizes` = (least,
-    most) iterations each: a thread that starts late, or is preempted, takes fewer chunks
-    instead of holding up the others at the next barrier. Alone (n = 1) a thread claims
-    from a counter of its own (so that it, too, stops when cancelled) and the shared
-    counters stay untouched. Each thread, once it finds nothing left, counts itself out;
-    the last one out zeroes both counters for the next run (every thread has stopped
-    claiming by then)."""
-    call = f"call void ({sig}) %f{j}"
-    rest = ", ".join(args)
-    least, most = sizes
-    return [
-        f"  %q{j}.one = icmp eq i64 %n, 1",
-        f"  br i1 %q{j}.one, label %k{j}.all, label %k{j}.chunks",
-        f"k{j}.all:",
+def _step_function(arity: int) -> list[str]:
+    """fg_step_{arity}(bufs, fns, j, bar, own, n, last tid, is thread 0, cancel, row): run
+    kernel j (of `arity` parameters) as its table row says.
+
+    A parallel kernel's loop runs in chunks each thread claims from a shared counter (the
+    row's two counter words after `bar`), sized and claimed as the pool's launches are
+    (`claim_loop_ir`, runtime/pool.py), (least, most) iterations each: a thread that
+    starts late, or is preempted, takes fewer chunks instead of holding up the others at
+    the next barrier. Alone (n = 1) a thread claims from a counter of its own (`own`, so
+    that it, too, stops when cancelled) and the shared counters stay untouched. Each
+    thread, once it finds nothing left, counts itself out; the last one out zeroes both
+    counters for the next run (every thread has stopped claiming by then).
+
+    Any other kernel thread 0 runs whole, unless cancelled (the other threads call it on
+    an empty range)."""
+    lines = [
+        f"define internal void @fg_step_{arity}(ptr %bufs, ptr %fns, i64 %j, ptr %bar, "
+        "ptr %own, i64 %n, i64 %last.tid, i1 %is0, ptr %cancel, ptr %row) nounwind {",
+        "entry:",
+        "  %fn.at = getelementptr inbounds ptr, ptr %fns, i64 %j",
+        "  %fn = load ptr, ptr %fn.at",
+    ]
+    for field, at in (("par", 0), ("extent", 2), ("least", 3), ("most", 4), ("counter", 5)):
+        lines.append(f"  %{field}.at = getelementptr inbounds i64, ptr %row, i64 {at}")
+        lines.append(f"  %{field} = load i64, ptr %{field}.at")
+    for k in range(arity):
+        lines += [
+            f"  %s{k}.at = getelementptr inbounds i64, ptr %row, i64 {ROW_HEAD + k}",
+            f"  %s{k} = load i64, ptr %s{k}.at",
+            f"  %a{k}.at = getelementptr inbounds ptr, ptr %bufs, i64 %s{k}",
+            f"  %a{k} = load ptr, ptr %a{k}.at",
+        ]
+    sig = ", ".join(["i64", "i64"] + ["ptr"] * arity)
+    call = f"call void ({sig}) %fn(i64 {{}}, i64 {{}}" + "".join(
+        f", ptr %a{k}" for k in range(arity)
+    )
+    call += ")"
+    return lines + [
+        "  %shared = icmp ne i64 %par, 0",
+        "  br i1 %shared, label %chunks, label %whole",
+        "whole:",
+        "  %z = load atomic i64, ptr %cancel monotonic, align 8",
+        "  %go = icmp eq i64 %z, 0",
+        "  %t = and i1 %is0, %go",
+        "  %b = select i1 %t, i64 %extent, i64 0",
+        "  " + call.format("0", "%b"),
+        "  ret void",
+        "chunks:",
+        "  %next = getelementptr inbounds i64, ptr %bar, i64 %counter",
+        "  %out.at = add i64 %counter, 1",
+        "  %out = getelementptr inbounds i64, ptr %bar, i64 %out.at",
+        "  %one = icmp eq i64 %n, 1",
         "  store i64 0, ptr %own",
-        *claim_loop_ir(
-            f"o{j}.",
-            "%own",
-            extent,
-            least,
-            most,
-            "1",
-            call + "(i64 {}, i64 {}, " + rest + ")",
-            f"k{j}.ran",
-            "%cancel",
-        ),
-        f"k{j}.chunks:",
-        f"  %q{j}.next = getelementptr inbounds i64, ptr %bar, i64 {counter}",
-        f"  %q{j}.out = getelementptr inbounds i64, ptr %bar, i64 {counter + 1}",
-        *claim_loop_ir(
-            f"q{j}.",
-            f"%q{j}.next",
-            extent,
-            least,
-            most,
-            "%n",
-            call + "(i64 {}, i64 {}, " + rest + ")",
-            f"k{j}.out",
-            "%cancel",
-        ),
-        f"k{j}.out:",
-        f"  %q{j}.gone = atomicrmw add ptr %q{j}.out, i64 1 acq_rel",
-        f"  %q{j}.last = icmp eq i64 %q{j}.gone, %last.tid",
-        f"  br i1 %q{j}.last, label %k{j}.reset, label %k{j}.ran",
-        f"k{j}.reset:",
-        f"  store atomic i64 0, ptr %q{j}.next monotonic, align 8",
-        f"  store atomic i64 0, ptr %q{j}.out monotonic, align 8",
-        f"  br label %k{j}.ran",
-        f"k{j}.ran:",
+        "  %from = select i1 %one, ptr %own, ptr %next",
+        *claim_loop_ir("c.", "%from", "%extent", "%least", "%most", "%n", call, "done", "%cancel"),
+        "done:",
+        "  br i1 %one, label %ran, label %count",
+        "count:",
+        "  %gone = atomicrmw add ptr %out, i64 1 acq_rel",
+        "  %last = icmp eq i64 %gone, %last.tid",
+        "  br i1 %last, label %reset, label %ran",
+        "reset:",
+        "  store atomic i64 0, ptr %next monotonic, align 8",
+        "  store atomic i64 0, ptr %out monotonic, align 8",
+        "  br label %ran",
+        "ran:",
+        "  ret void",
+        "}",
     ]
 
 
 SPINS_BEFORE_YIELD = 4000
 
 
-def _barrier(j: int, nxt: str, pause: bool, yield_slot: int, others_leave=False) -> list[str]:
-    """All threads wait here until the last one arrives (which resets the count).
+def _barrier_function(pause: bool) -> list[str]:
+    """fg_barrier(bar, last tid, sched_yield): all threads wait here until the last one
+    arrives (which resets the count and moves the generation on).
 
     A waiting thread spins briefly, then gives its core away (sched_yield, whose address
     sits after the kernels' in `fns`) so that an overloaded machine still makes progress.
-    With `others_leave`, only thread 0 waits: the others arrive and return.
     """
-    after = f"%{nxt}"
-    if others_leave:
-        after = f"%k{j}.after"
-    lines = [
-        f"  %g{j} = load atomic i64, ptr %gen.ptr acquire, align 8",
-        f"  %c{j} = atomicrmw add ptr %bar, i64 1 acq_rel",
-        f"  %l{j} = icmp eq i64 %c{j}, %last.tid",
-        f"  br i1 %l{j}, label %rel{j}, label %k{j}.arrive",
-        f"k{j}.arrive:",
-        f"  br i1 %is0, label %wait{j}, label %end" if others_leave else f"  br label %wait{j}",
-        f"rel{j}:",
+    return [
+        "define internal void @fg_barrier(ptr %bar, i64 %last.tid, ptr %yield) nounwind {",
+        "entry:",
+        "  %gen.ptr = getelementptr inbounds i64, ptr %bar, i64 1",
+        "  %g = load atomic i64, ptr %gen.ptr acquire, align 8",
+        "  %c = atomicrmw add ptr %bar, i64 1 acq_rel",
+        "  %l = icmp eq i64 %c, %last.tid",
+        "  br i1 %l, label %rel, label %wait",
+        "rel:",
         "  store atomic i64 0, ptr %bar release, align 8",
-        f"  %g{j}.n = add i64 %g{j}, 1",
-        f"  store atomic i64 %g{j}.n, ptr %gen.ptr release, align 8",
-        f"  br label {after}",
+        "  %g.n = add i64 %g, 1",
+        "  store atomic i64 %g.n, ptr %gen.ptr release, align 8",
+        "  ret void",
+        *_wait_for_generation("", "%entry", "%g", "done", pause),
+        "done:",
+        "  ret void",
+        "}",
     ]
-    if others_leave:
-        lines += [f"k{j}.after:", f"  br i1 %is0, label %{nxt}, label %end"]
-    return lines + [
+
+
+def _barrier_others_leave(nxt: str, pause: bool) -> list[str]:
+    """The barrier before the kernels thread 0 runs alone: every thread arrives, only
+    thread 0 waits for the others (then goes on to `nxt`), the others return."""
+    return [
+        "  %g.l = load atomic i64, ptr %gen.ptr acquire, align 8",
+        "  %c.l = atomicrmw add ptr %bar, i64 1 acq_rel",
+        "  %l.l = icmp eq i64 %c.l, %last.tid",
+        "  br i1 %l.l, label %rel.l, label %arrive.l",
+        "arrive.l:",
+        "  br i1 %is0, label %wait.l, label %end",
+        "rel.l:",
+        "  store atomic i64 0, ptr %bar release, align 8",
+        "  %g.l.n = add i64 %g.l, 1",
+        "  store atomic i64 %g.l.n, ptr %gen.ptr release, align 8",
+        f"  br i1 %is0, label %{nxt}, label %end",
+        *_wait_for_generation(".l", "%arrive.l", "%g.l", nxt, pause),
+    ]
+
+
+def _wait_for_generation(j: str, came_from: str, seen: str, nxt: str, pause: bool) -> list[str]:
+    """Blocks wait{j}...: spin (pausing, then yielding the core) until the barrier's
+    generation is no longer `seen`, then branch to `nxt`."""
+    return [
         f"wait{j}:",
-        f"  %i{j} = phi i64 [0, %k{j}.arrive], [%i{j}.n, %pause{j}], [%i{j}.n, %yield{j}]",
+        f"  %i{j} = phi i64 [0, {came_from}], [%i{j}.n, %pause{j}], [%i{j}.n, %cede{j}]",
         f"  %w{j} = load atomic i64, ptr %gen.ptr acquire, align 8",
-        f"  %s{j} = icmp eq i64 %w{j}, %g{j}",
+        f"  %s{j} = icmp eq i64 %w{j}, {seen}",
         f"  br i1 %s{j}, label %spin{j}, label %{nxt}",
         f"spin{j}:",
         f"  %i{j}.n = add i64 %i{j}, 1",
         f"  %long{j} = icmp ugt i64 %i{j}, {SPINS_BEFORE_YIELD}",
-        f"  br i1 %long{j}, label %yield{j}, label %pause{j}",
+        f"  br i1 %long{j}, label %cede{j}, label %pause{j}",
         f"pause{j}:",
         "  call void @llvm.x86.sse2.pause()" if pause else "  fence seq_cst",
         f"  br label %wait{j}",
-        f"yield{j}:",
-        f"  %y{j}.at = getelementptr inbounds ptr, ptr %fns, i64 {yield_slot}",
-        f"  %y{j} = load ptr, ptr %y{j}.at",
-        f"  call i32 %y{j}()",
+        f"cede{j}:",
+        "  call i32 %yield()",
         f"  br label %wait{j}",
     ]
 

@@ -314,3 +314,56 @@ def test_the_choices_are_in_the_key_of_the_lowered_kernels_cache(tmp_path, monke
         tuner(space, lowered)
         after = cpu_backend._options_key()
     assert len({off, before, after}) == 3
+
+
+def test_kernels_made_side_by_side_are_tuned_after_alone(tmp_path, monkeypatch):
+    """A new plan's kernels are made in forked copies of the process side by side; a
+    candidate timed there would time the copies' load too. The tuner times nothing while
+    they run (the kernels get the fixed tile, marked `tune_later`) and this process makes
+    the marked ones again once the copies are done, alone, tuned."""
+    deferring_when_timed = []
+    real = autotune.Autotuner._time
+
+    def timed(self, *args, **kwargs):
+        deferring_when_timed.append(self.deferring)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(autotune.Autotuner, "_time", timed)
+    from fusegrad.runtime import cpu_backend
+
+    workers = []
+    real_side_by_side = cpu_backend.side_by_side
+
+    def side_by_side(count, make, n, forked=None):
+        workers.append((count, n))
+        return real_side_by_side(count, make, n, forked)
+
+    monkeypatch.setattr(cpu_backend, "side_by_side", side_by_side)
+    a, b, c = special(120, 384), special(384, 128), special(112, 384)  # two kernels
+    want = [x.astype(np.float64) @ b.astype(np.float64) for x in (a, c)]
+    with config.override(
+        autotune=True, autotune_budget=30.0, cache=str(tmp_path), compile_workers=2
+    ):
+        ys = [fg.tensor(x) @ fg.tensor(b) for x in (a, c)]
+        fg.realize(*ys)
+        records = [rec for y in ys for rec in fg.kernels(y)]
+    for y, w in zip(ys, want):
+        np.testing.assert_allclose(y.numpy(), w, rtol=1e-4, atol=1e-4)
+    assert workers == [(2, 2)]  # made side by side, by this process and a forked copy
+    assert deferring_when_timed and not any(deferring_when_timed)
+    for rec in records:
+        assert "autotuned for float32 sum" in rec.loop.tile_note, rec.loop.tile_note
+        assert not rec.loop.tune_later and not rec.loop.tile_provisional
+
+
+def test_a_deferring_tuner_gives_the_fixed_tile_marked_for_later(tmp_path, monkeypatch):
+    item, _ = item_and_inputs(special(96, 384), special(384, 128))
+    space, lowered = space_of(item)
+    with config.override(autotune=True, cache=str(tmp_path)):
+        tuner = autotune.tuner_for_config(None)
+        with autotune.deferred(tuner):
+            kernel = tuner(space, lowered)
+        assert not tuner.deferring
+    assert kernel.tune_later and kernel.tile_provisional
+    assert kernel.tile_note.endswith("the fixed choice (to be autotuned)"), kernel.tile_note
+    assert not list(tmp_path.glob("autotune/*"))  # nothing timed, nothing saved

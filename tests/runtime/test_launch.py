@@ -361,18 +361,38 @@ def test_threads_leave_a_program_once_only_thread_0_has_work():
     from fusegrad.runtime.program import render_program
 
     big = PARALLEL_MIN_WORK
-    barrier = "atomicrmw add ptr %bar, i64 1 acq_rel"  # a thread arriving at a barrier
     tail = render_program([(64, big, [0, 1]), (1, 64, [2, 0]), (1, 1, [3, 2])], "P")
-    assert tail.count(barrier) == 1
-    assert "br i1 %is0, label %wait0, label %end" in tail
+    # no full barrier (none before step 1), the others leave after step 0, the last ends
+    assert "%meet = icmp ult i64 %j.1, 1" in tail and "%leave = icmp eq i64 %j.1, 1" in tail
+    assert "br i1 %is0, label %wait.l, label %end" in tail and "%fin = icmp eq i64 %j.1, 3" in tail
     every = render_program([(64, big, [0, 1]), (64, big, [2, 0])], "P")
-    assert every.count(barrier) == 1 and "label %end" not in every.split("k1:")[0]
+    # a barrier after step 0, none after step 1 (the last: the program ends)
+    assert "%meet = icmp ult i64 %j.1, 2" in every and "%fin = icmp eq i64 %j.1, 2" in every
     x = np.random.default_rng(0).random(1 << 21).astype(np.float32)
     for threads in (1, 2, 3):
         with fg.config.override(threads=threads):
             for _ in range(2):  # the second run is the cached schedule, one native program
                 got = fg.from_numpy(x).sum().item()
         assert got == pytest.approx(x.astype(np.float64).sum(), rel=1e-7)
+
+
+def test_a_programs_code_does_not_grow_with_its_kernels():
+    """The steps are a table the program's one loop walks: 400 kernels are the same code as
+    4 (only the table differs), so a first step's program compiles in milliseconds."""
+    from fusegrad.runtime.program import render_program, step_rows
+
+    big = PARALLEL_MIN_WORK
+
+    def steps(n):  # parallel and small kernels, of 2 to 4 slots, the last one small
+        return [(64, big if i % 3 else 1, [i, i + 1, i + 2][: 2 + i % 2]) for i in range(n)]
+
+    def code(text):  # the program without its table
+        return "\n".join(line for line in text.splitlines() if "@P.steps = " not in line)
+
+    few, many = render_program(steps(4), "P"), render_program(steps(400), "P")
+    assert len(code(many).splitlines()) == len(code(few).splitlines())
+    assert len(code(many)) - len(code(few)) < 20  # step counts of 3 digits, not 1
+    assert f"[{len(step_rows(steps(400)))} x i64]" in many
 
 
 def test_a_program_of_small_kernels_never_wakes_the_workers(monkeypatch):

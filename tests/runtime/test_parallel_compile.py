@@ -176,3 +176,129 @@ def test_a_schedules_program_is_compiled_at_O0():
     assert program.opt == 0
     assert "define void @program_" in program.optimized_ir  # its dump says what it ran
     assert ctypes.cast(program.address, ctypes.c_void_p).value
+
+
+# ------------------------------------------------ lowering and compiling side by side
+
+
+def _pid_after(seconds: float):
+    def make(i):
+        time.sleep(seconds)
+        return i, os.getpid()
+
+    return make
+
+
+def test_side_by_side_makes_each_index_once_across_the_processes():
+    got = compiler.side_by_side(40, _pid_after(0.01), 3)
+    assert [i for i, _ in got] == list(range(40))
+    assert os.getpid() in {pid for _, pid in got}
+    assert len({pid for _, pid in got}) >= 2  # the children took their share
+
+
+def test_side_by_side_remakes_here_what_a_child_could_not_send(monkeypatch):
+    """An index whose make raised in a child, or made something pickle cannot carry, is
+    made again here; an error of make in this process is raised."""
+    parent = os.getpid()
+
+    def make(i):
+        time.sleep(0.005)
+        if os.getpid() != parent and i % 3 == 0:
+            raise RuntimeError("a child's lowering failed")
+        if os.getpid() != parent and i % 3 == 1:
+            return lambda: i  # cannot be pickled
+        return i
+
+    got = compiler.side_by_side(30, make, 2)
+    assert [g if isinstance(g, int) else g() for g in got] == list(range(30))
+
+    def failing(i):
+        if i == 7:
+            raise ValueError("index 7")
+        return i
+
+    with pytest.raises(ValueError, match="index 7"):
+        compiler.side_by_side(10, failing, 1)
+    with pytest.raises(ValueError, match="index 7"):  # made here at the latest
+        compiler.side_by_side(10, failing, 2)
+
+
+def test_side_by_side_kills_a_stuck_child_and_makes_its_indices_here(monkeypatch):
+    parent = os.getpid()
+    monkeypatch.setattr(compiler, "CHILD_PATIENCE_S", 1.0)
+    forked = []
+    fork = os.fork
+
+    def recording_fork():
+        pid = fork()
+        if pid:
+            forked.append(pid)
+        return pid
+
+    def make(i):
+        if os.getpid() != parent:
+            time.sleep(3600)
+        time.sleep(0.01)
+        return i * 2
+
+    monkeypatch.setattr(os, "fork", recording_fork)
+    t0 = time.monotonic()
+    assert compiler.side_by_side(6, make, 2) == [i * 2 for i in range(6)]
+    assert time.monotonic() - t0 < 30 and forked
+    for pid in forked:
+        with pytest.raises(ChildProcessError):  # reaped: no zombie left behind
+            os.waitpid(pid, os.WNOHANG)
+
+
+def test_a_new_plans_repeated_kernels_are_lowered_once(monkeypatch):
+    """Two layers' identical kernels (the same item key) are lowered, rendered and
+    compiled once; the plan still computes both."""
+    from fusegrad.runtime.cpu_backend import CpuBackend
+
+    lowered = []
+    lower = CpuBackend.lower
+
+    def counting(self, item):
+        lowered.append(os.getpid())
+        return lower(self, item)
+
+    monkeypatch.setattr(CpuBackend, "lower", counting)
+    tag = float(uuid.uuid4().int % 1000) / 1000 + 0.5  # new constants: new kernels
+    a = np.linspace(-1, 1, 64, dtype=np.float32).reshape(8, 8)
+    b = a[::-1].copy()
+    with fg.config.override(compile_workers=1, cache=None):
+        x, y = fg.tensor(a), fg.tensor(b)
+        u, v = (x * tag).exp().sum(1), (y * tag).exp().sum(1)  # the same kernel twice
+        kernels = fg.kernels(u, v)
+        got = u.numpy(), v.numpy()
+    for t, array in zip(got, (a, b)):
+        np.testing.assert_allclose(t, np.exp(array * np.float32(tag)).sum(1), rtol=1e-5)
+    assert len(kernels) == 2 and kernels[0].name == kernels[1].name
+    assert len(lowered) == 1  # lowered (and compiled) once
+
+
+def test_a_forked_child_never_returns_to_its_parents_program(monkeypatch):
+    """A Ctrl-C pending at the fork is raised in the child as soon as it runs Python: the
+    child leaves (`os._exit`) instead of returning from `side_by_side` into the caller's
+    program, which it would run on as a copy of it; its items are made here."""
+    parent = os.getpid()
+    escaped_r, escaped_w = os.pipe()
+    fork = os.fork
+
+    def fork_then_interrupted():
+        pid = fork()
+        if pid == 0:
+            raise KeyboardInterrupt  # as a signal delivered right after the fork would
+        return pid
+
+    monkeypatch.setattr(os, "fork", fork_then_interrupted)
+    try:
+        got = compiler.side_by_side(6, lambda i: i + 1, 2)
+    finally:
+        if os.getpid() != parent:  # a child got back here: say so, and leave
+            os.write(escaped_w, b"escaped")
+            os._exit(0)
+    os.close(escaped_w)
+    assert got == [1, 2, 3, 4, 5, 6]
+    with os.fdopen(escaped_r, "rb") as escaped:
+        assert escaped.read() == b""
