@@ -364,7 +364,7 @@ class Tensor(*MIXINS):
             node, wants = N.detach(node), False  # no_grad(): cut the result off the graph
         if node.device is None and self.node.device is not None:
             node = N.place(node, self.node.device)  # a constant result stays on self's device
-        if wants and HOOKED_BY and node in HOOKED_BY:  # another tensor's hooks hang on node
+        if wants and HOOKED_BY.data and node in HOOKED_BY:  # another tensor's hooks hang on node
             node = separate(node, (self, *parents))
         if wants and _from_empty(node, self, parents):
             # an empty value (or a reduction or crop of one) folds to a constant: keep
