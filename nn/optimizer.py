@@ -122,10 +122,11 @@ class Optimizer:
                     outputs.extend(t for t in state.values() if isinstance(t, Tensor))
             return outputs
 
-        extra = [t for t in with_outputs if not t._has_value()]
+        extra = [t for t in with_outputs if not t._has_value()] if with_outputs else []
         params = [p for _, p in active]
-        states = [[t for t in self.state[p].values() if isinstance(t, Tensor)] for p in params]
-        opt_key = (type(self), shape, tuple(id(p) for p in params))
+        state = self.state
+        states = [[t for t in state[p].values() if isinstance(t, Tensor)] for p in params]
+        opt_key = (type(self), shape, tuple(map(id, params)))
         self._steps.step(
             opt_key, params, states, [scalars[id(p)] for p in params], pending, extra, build
         )
