@@ -149,7 +149,8 @@ class StepCache:
             while len(self.entries) > CACHE_SIZE:
                 self.entries.popitem(last=False)
             return
-        self.entries.move_to_end(key)
+        if len(self.entries) > 1:  # (one structure, the usual loop: no second hash of the key)
+            self.entries.move_to_end(key)
         if entry is _UNCACHEABLE:
             _realize_all(build(), pending, extra)
             return
