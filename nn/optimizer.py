@@ -148,7 +148,7 @@ class Optimizer:
             if held is None:  # once per group and dtype, not per parameter
                 held = shared[key] = _scalar_slots(slots, key, self._group_scalars(group), p)
             own = _scalar_slots(slots, id(p), self._param_scalars(group, state[p]), p)
-            out[id(p)] = held + own if own else held
+            out[id(p)] = held + own
         return out
 
     def _graph_options(self) -> tuple:
