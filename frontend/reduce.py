@@ -335,13 +335,14 @@ def log_softmax_node(xn, dim: int):
 def fits_class_cross_entropy(input, target) -> bool:
     """Whether `class_cross_entropy` builds cross_entropy(input, target): (N, C) float
     logits, N integer class indices, one reduce per row (fewer than SPLIT_MIN_ELEMENTS)."""
+    xs, ts, tdtype = input.node.shape, target.node.shape, target.node.dtype  # (every step)
     return (
-        input.ndim == 2
-        and input.dtype.is_float
-        and target.ndim == 1
-        and target.shape[0] == input.shape[0]
-        and not (target.dtype.is_float or target.dtype.is_bool)
-        and input.numel() < SPLIT_MIN_ELEMENTS
+        len(xs) == 2
+        and input.node.dtype.is_float
+        and len(ts) == 1
+        and ts[0] == xs[0]
+        and not (tdtype.is_float or tdtype.is_bool)
+        and xs[0] * xs[1] < SPLIT_MIN_ELEMENTS
     )
 
 
