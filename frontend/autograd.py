@@ -25,6 +25,7 @@ from .errors import GradError, ShapeError, at_callers_site, fail
 from .ir import node as N
 from .ir.autodiff import GRAD_HOOKS, NO_DERIVATIVE, gradients
 from .ir.ops import Ops
+from .ir.weaktable import sweep
 from .runtime import attribution as _sites
 from .runtime import forksafe
 from .runtime.engine import engine
@@ -37,7 +38,11 @@ from .versions import _updated, check_unmodified, retire
 # (an allocation there) may run a dead leaf's callback on this very thread.
 _leaves: dict[int, weakref.ref] = {}
 _leaves_lock = forksafe.RLock()
-_consumed: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # roots already backwarded
+# roots already backwarded: id -> weak reference (no callback: a root's death runs no
+# Python code; dead entries are swept when the table has doubled, as ir/node.py's table)
+_consumed: dict[int, weakref.ref] = {}
+_consumed_sweep_at = [1024]
+_consumed_sweeping = forksafe.Lock()
 # .pending: roots this thread backwarded since its last step;
 # .graded: the tensors it gave a gradient since then, which `settle` computes
 _local = threading.local()
@@ -138,9 +143,15 @@ class PendingGrads:
         # targets that get no gradient because a rule gave none on purpose (an
         # autograd.Function's backward, a module's backward hook returning None)
         self.undefined: set[int] = set()
-        self._lock = forksafe.Lock()
+        self._lock = None  # made by the first materialize(): a cached step never builds
 
     def materialize(self) -> list:
+        if self.grads is not None:
+            return self.grads
+        if self._lock is None:
+            with _pending_lock:
+                if self._lock is None:
+                    self._lock = forksafe.Lock()
         with self._lock:
             if self.grads is None:
                 cut: list = []
@@ -153,6 +164,9 @@ class PendingGrads:
                     for g, t in zip(grads, self.targets)
                 ]
         return self.grads
+
+
+_pending_lock = forksafe.Lock()  # guards making a PendingGrads' own lock
 
 
 def _undefined(grads: list, targets: list, cut: list) -> set[int]:
@@ -203,7 +217,7 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
             "element 0 of tensors does not require grad and does not have "
             "a grad_fn (call requires_grad_() on the leaves, or check for no_grad())",
         )
-    if _consumed.get(id(t)) is t:
+    if graph_consumed(t):
         fail(
             GradError,
             "backward",
@@ -251,7 +265,9 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
             leaf._grad = gt if leaf._grad is None else leaf._grad + gt
             graded[id(leaf)] = weakref.ref(leaf)
     if not (retain_graph or create_graph):
-        _consumed[id(t)] = t
+        _consumed[id(t)] = weakref.ref(t)
+        if len(_consumed) > _consumed_sweep_at[0] and sweep(_consumed, _dead, _consumed_sweeping):
+            _consumed_sweep_at[0] = max(1024, 2 * len(_consumed))
 
         core.drop_graph(t)  # a value already computed no longer needs the graph behind it
     pending_roots = getattr(_local, "pending", None)
@@ -262,7 +278,12 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
 
 def graph_consumed(t) -> bool:
     """Whether backward() used t's graph without retain_graph (so the graph can be freed)."""
-    return _consumed.get(id(t)) is t
+    ref = _consumed.get(id(t))
+    return ref is not None and ref() is t
+
+
+def _dead(ref: weakref.ref) -> bool:
+    return ref() is None
 
 
 def take_pending_outputs() -> list:

@@ -335,13 +335,14 @@ def log_softmax_node(xn, dim: int):
 def fits_class_cross_entropy(input, target) -> bool:
     """Whether `class_cross_entropy` builds cross_entropy(input, target): (N, C) float
     logits, N integer class indices, one reduce per row (fewer than SPLIT_MIN_ELEMENTS)."""
+    xs, ts, tdtype = input.node.shape, target.node.shape, target.node.dtype  # (every step)
     return (
-        input.ndim == 2
-        and input.dtype.is_float
-        and target.ndim == 1
-        and target.shape[0] == input.shape[0]
-        and not (target.dtype.is_float or target.dtype.is_bool)
-        and input.numel() < SPLIT_MIN_ELEMENTS
+        len(xs) == 2
+        and input.node.dtype.is_float
+        and len(ts) == 1
+        and ts[0] == xs[0]
+        and not (tdtype.is_float or tdtype.is_bool)
+        and xs[0] * xs[1] < SPLIT_MIN_ELEMENTS
     )
 
 
@@ -521,25 +522,30 @@ def linear(x, weight, bias=None):
     `x @ weight.T + bias` makes (matmul's `_product`): a cached training step builds
     and keys one node instead of 13. Anything else takes that form.
     """
-    general = (
-        not isinstance(x, core.Tensor)
-        or not isinstance(weight, core.Tensor)
-        or x.ndim != 2
-        or weight.ndim != 2
-        or x.shape[1] != weight.shape[1]
-        or x.dtype is not weight.dtype
-        or not x.dtype.is_float
-        or (bias is not None and (not isinstance(bias, core.Tensor) or bias.dtype is not x.dtype))
-        or (bias is not None and bias.shape != (weight.shape[0],))
-    )
-    if general:
-        out = matmul(x, weight.T)
-        return out if bias is None else out + bias
-    shape = (x.shape[0], weight.shape[0])
-    if bias is None:
-        return x._make(macro("linear", (x.node, weight.node), (), shape, x.dtype), weight)
-    node = macro("linear", (x.node, weight.node, bias.node), (), shape, x.dtype)
-    return x._make(node, weight, bias)
+    tensor = core.Tensor
+    if (
+        isinstance(x, tensor)
+        and isinstance(weight, tensor)
+        and (bias is None or isinstance(bias, tensor))
+    ):
+        # (read on the nodes: this runs for every layer of every step)
+        xn, wn = x.node, weight.node
+        xs, ws, dtype = xn.shape, wn.shape, xn.dtype
+        if (
+            len(xs) == 2
+            and len(ws) == 2
+            and xs[1] == ws[1]
+            and wn.dtype is dtype
+            and dtype.is_float
+            and (bias is None or (bias.node.dtype is dtype and bias.node.shape == (ws[0],)))
+        ):
+            shape = (xs[0], ws[0])
+            if bias is None:
+                return x._make(macro("linear", (xn, wn), (), shape, dtype), weight)
+            node = macro("linear", (xn, wn, bias.node), (), shape, dtype)
+            return x._make(node, weight, bias)
+    out = matmul(x, weight.T)
+    return out if bias is None else out + bias
 
 
 def _linear_rule(srcs, params):

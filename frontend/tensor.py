@@ -58,6 +58,8 @@ from .ir import node as N
 from .ir import sites as _sites
 from .ir.autodiff import with_vjp
 from .ir.dtypes import DType, bool_, default_float, float32, promote, promote_scalar
+from .ir.macro import macro
+from .ir.macro import register as register_macro
 from .ir.ops import MOVEMENT, Ops
 from .jithooks import host_read_refused, note_write
 from .mathops import MathMixin, clamp_tensors
@@ -66,6 +68,7 @@ from .printing import tensor_repr
 from .reduce import ReduceMixin, matmul
 from .runtime import attribution as _attribution
 from .runtime.backend import to_device
+from .runtime.buffer import Buffer
 from .runtime.engine import engine
 from .scalars import checked_fill
 from .searching import SearchingMixin
@@ -281,6 +284,13 @@ class Tensor(*MIXINS):
         return a
 
     def item(self):
+        node = self.node
+        if node.op is Ops.BUFFER and type(node.arg) is Buffer and not engine.recording():
+            # a value in host memory already (a loss after the step that computed it): read
+            # it without the realize path
+            array = node.arg.array
+            if array.size == 1:
+                return array.item()
         if self.numel() != 1:
             fail(
                 ShapeError,
@@ -364,7 +374,7 @@ class Tensor(*MIXINS):
             node, wants = N.detach(node), False  # no_grad(): cut the result off the graph
         if node.device is None and self.node.device is not None:
             node = N.place(node, self.node.device)  # a constant result stays on self's device
-        if wants and HOOKED_BY and node in HOOKED_BY:  # another tensor's hooks hang on node
+        if wants and HOOKED_BY.data and node in HOOKED_BY:  # another tensor's hooks hang on node
             node = separate(node, (self, *parents))
         if wants and _from_empty(node, self, parents):
             # an empty value (or a reduction or crop of one) folds to a constant: keep
@@ -679,6 +689,10 @@ class Tensor(*MIXINS):
         x = self.node
         if x.dtype.is_bool:
             return where(self <= 0, 0, self)
+        if x.dtype.is_float and x.op is not Ops.CONST:
+            # one macro node (ir/macro.py) that expands to the nodes below, with their
+            # gradient rule: a cached training step builds and keys one node per relu
+            return self._make(macro("relu", (x,), (), x.shape, x.dtype))
         zero = N.const(0, x.shape, x.dtype)
         out = self._make(N.where(N.binary(Ops.CMPLT, x, zero), zero, x))  # relu(-0.0) = -0.0
         return _own_gradient(out, self, _relu_grad)
@@ -1507,6 +1521,20 @@ def _relu_grad(g: N.Node, y: N.Node, x: N.Node) -> N.Node:
     zero = N.const(0, x.shape, x.dtype)
     at_most_zero = N.binary(Ops.ADD, N.binary(Ops.CMPLT, x, zero), N.binary(Ops.CMPEQ, x, zero))
     return N.where(at_most_zero, N.const(0, g.shape, g.dtype), g)
+
+
+def _relu_rule(srcs, params) -> N.Node:
+    """The expansion of a "relu" macro: `Tensor.relu`'s nodes on a float x, with its
+    gradient rule (0 at and below 0, 1 at NaN)."""
+    (x,) = srcs
+    zero = N.const(0, x.shape, x.dtype)
+    out = N.where(N.binary(Ops.CMPLT, x, zero), zero, x)  # relu(-0.0) = -0.0
+    if out.op is Ops.WHERE:  # (not folded: x is no constant)
+        with_vjp(out, lambda g: [(x, _relu_grad(g, None, x))])
+    return out
+
+
+register_macro("relu", _relu_rule)
 
 
 def _over_square_of_1_plus(a: N.Node, z: N.Node) -> N.Node:

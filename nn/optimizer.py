@@ -122,10 +122,11 @@ class Optimizer:
                     outputs.extend(t for t in state.values() if isinstance(t, Tensor))
             return outputs
 
-        extra = [t for t in with_outputs if not t._has_value()]
+        extra = [t for t in with_outputs if not t._has_value()] if with_outputs else []
         params = [p for _, p in active]
-        states = [[t for t in self.state[p].values() if isinstance(t, Tensor)] for p in params]
-        opt_key = (type(self), shape, tuple(id(p) for p in params))
+        state = self.state
+        states = [[t for t in state[p].values() if isinstance(t, Tensor)] for p in params]
+        opt_key = (type(self), shape, tuple(map(id, params)))
         self._steps.step(
             opt_key, params, states, [scalars[id(p)] for p in params], pending, extra, build
         )
@@ -140,13 +141,14 @@ class Optimizer:
         correction changes no graph structure and nothing recompiles; and
         `fusegrad.jit` replays a step by calling this function alone.
         """
-        out, shared = {}, {}
+        out, shared, slots, state = {}, {}, self._slots, self.state
         for group, p in active:
             key = (id(group), p.dtype)
-            if key not in shared:  # once per group and dtype, not per parameter
-                shared[key] = _scalar_slots(self._slots, key, self._group_scalars(group), p)
-            own = _scalar_slots(self._slots, id(p), self._param_scalars(group, self.state[p]), p)
-            out[id(p)] = shared[key] + own
+            held = shared.get(key)
+            if held is None:  # once per group and dtype, not per parameter
+                held = shared[key] = _scalar_slots(slots, key, self._group_scalars(group), p)
+            own = _scalar_slots(slots, id(p), self._param_scalars(group, state[p]), p)
+            out[id(p)] = held + own
         return out
 
     def _graph_options(self) -> tuple:
@@ -246,11 +248,18 @@ class Optimizer:
 
 def _scalar_slots(slots: dict, key, values: list[float], like: Tensor) -> list[Tensor]:
     """`values` written into the realized 0-d tensors kept under `key` (made on first use)."""
-    held = slots.get(key)
-    if held is None or len(held) != len(values):
-        held = slots[key] = [
-            from_numpy(np.zeros((), like.dtype.np), device=like.device) for _ in values
-        ]
-    for t, v in zip(held, values):  # (realized 0-d buffer tensors, made above and never
-        t.node.arg.write_scalar(v)  # reassigned: no `_write_scalar` check, a step writes dozens)
+    entry = slots.get(key)
+    if entry is None or len(entry[0]) != len(values):
+        held = [from_numpy(np.zeros((), like.dtype.np), device=like.device) for _ in values]
+        entry = slots[key] = (held, [None] * len(values))
+    held, written = entry
+    for k, v in enumerate(values):
+        # the very float object written last time is that value still (a learning rate
+        # left alone): no write. Anything else is written, equal or not (-0.0, NaN, a
+        # tensor learning rate changed in place).
+        if v is not written[k] or type(v) is not float:
+            # (realized 0-d buffer tensors, made above and never reassigned: no
+            # `_write_scalar` check, a step writes dozens)
+            held[k].node.arg.write_scalar(v)
+            written[k] = v
     return held

@@ -180,8 +180,10 @@ class Engine:
         outs, records = self.execute(plan, leaves, timed=timed)
         for out in outs:
             out.kernels = records
+        buffer = Ops.BUFFER
         for n, j in zip(nodes, targets):
-            self.bind(n, outs[j])
+            if n.op is not buffer:  # (a buffer node is its own value: a step's parameters)
+                self.bind(n, outs[j])
         for observe in self.observers:
             observe(plan, records)
         return outs

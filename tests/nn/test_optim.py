@@ -288,3 +288,36 @@ def test_step_realizes_with_outputs_in_the_same_schedule():
     assert pred.tolist() == [0, 2]  # the predictions of the weights before the update
     assert stats["scheduled"] + stats["schedule_hits"] == hits + 1  # one realize for both
     assert w.tolist() == [0.5, -2.0, 2.5]
+
+
+def test_scalar_slots_skip_only_the_very_float_written_last():
+    """A step writes its scalars only when they changed (the same float object as last
+    step is the same value); an equal value of the other sign, or NaN, is written."""
+    from fusegrad.nn.optimizer import _scalar_slots
+
+    like = nn.Parameter(fg.tensor([1.0]))
+    slots, lr = {}, 0.25
+    (t,) = _scalar_slots(slots, "k", [lr], like)
+    assert t.item() == 0.25
+    t.node.arg.array[0] = 7.0  # (stands for a write the skip would lose)
+    _scalar_slots(slots, "k", [lr], like)
+    assert t.item() == 7.0  # the same object: not written again
+    _scalar_slots(slots, "k", [0.0], like)
+    _scalar_slots(slots, "k", [-0.0], like)
+    assert t.item() == 0.0 and np.signbit(t.item())
+    _scalar_slots(slots, "k", [float("nan")], like)
+    assert np.isnan(t.item())
+    _scalar_slots(slots, "k", [0.5 + 0.25], like)  # a new object, a new value
+    assert t.item() == 0.75
+
+
+def test_an_lr_set_back_to_an_earlier_value_is_used():
+    """lr 0.1 -> 0.2 -> 0.1 (the same float object as the first step's) on the cached step."""
+    start, centers, scales = problem()
+    lr = 0.1
+    lrs = [lr, 0.2, lr, 0.2, lr]
+    got, _ = run_fusegrad(
+        lambda ps: optim.SGD(ps, lr=lr, momentum=0.9), start, centers, scales, lrs=lrs
+    )
+    for a, b in zip(got, sgd_np(start, centers, scales, lr, momentum=0.9, lrs=lrs)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
