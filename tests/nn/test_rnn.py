@@ -273,9 +273,9 @@ def distinct_kernels(steps: int) -> int:
     symbols = set()
     real_many, real_one = compiler.compile_kernels, compiler.compile_kernel
 
-    def spy_many(jobs):
+    def spy_many(jobs, *rest):  # (rest: objects the forked copies made, by job)
         symbols.update(symbol for _, symbol, _, _ in jobs)
-        return real_many(jobs)
+        return real_many(jobs, *rest)
 
     def spy_one(source, symbol, nparams, opt=3):
         symbols.add(symbol)

@@ -339,7 +339,8 @@ def test_kernels_made_side_by_side_are_tuned_after_alone(tmp_path, monkeypatch):
         return real_side_by_side(count, make, n, forked)
 
     monkeypatch.setattr(cpu_backend, "side_by_side", side_by_side)
-    a, b, c = special(120, 384), special(384, 128), special(112, 384)  # two kernels
+    # two kernels, of two shape classes (rows rounded up: 128 and 256), each tuned
+    a, b, c = special(96, 384), special(384, 128), special(192, 384)
     want = [x.astype(np.float64) @ b.astype(np.float64) for x in (a, c)]
     with config.override(
         autotune=True, autotune_budget=30.0, cache=str(tmp_path), compile_workers=2
