@@ -250,6 +250,17 @@ def _numpy_conv_grads(x, w, g, stride, pad, dil, groups):
     return dxp[(slice(None), slice(None), *inner)], dw
 
 
+def _check_input_and_weight_grads(out, g, xs, ws, geometry) -> None:
+    """Backward from `out` with output gradient g; the input's and weight's gradients
+    against numpy's (xs, ws: the leaf and its numpy value; geometry: stride, padding,
+    dilation, groups)."""
+    (xt, x), (wt, w) = xs, ws
+    (out * fg.tensor(g)).sum().backward()
+    dx, dw = _numpy_conv_grads(x, w, g, *geometry)
+    np.testing.assert_allclose(xt.grad.numpy(), dx, atol=1e-10)
+    np.testing.assert_allclose(wt.grad.numpy(), dw, atol=1e-10)
+
+
 @pytest.mark.parametrize(
     "shape, kernel, padding",
     [
@@ -366,10 +377,7 @@ def test_conv_weight_gradient_in_image_chunks(case, cache, monkeypatch):
     want = ref_conv(x, w, None, stride, pad, dil, groups)
     np.testing.assert_allclose(out.detach().numpy(), want, atol=1e-10)
     g = rng.standard_normal(want.shape)
-    (out * fg.tensor(g)).sum().backward()
-    dx, dw = _numpy_conv_grads(x, w, g, stride, pad, dil, groups)
-    np.testing.assert_allclose(xt.grad.numpy(), dx, atol=1e-10)
-    np.testing.assert_allclose(wt.grad.numpy(), dw, atol=1e-10)
+    _check_input_and_weight_grads(out, g, (xt, x), (wt, w), (stride, pad, dil, groups))
     assert chunks and (batch == 1 or chunks[0] < batch), chunks  # the chunked path ran
     x1, w1 = fg.tensor(x[:2], dtype=fg.float64), fg.tensor(w, dtype=fg.float64)
     assert fg.testing.gradcheck(lambda x, w: conv(x, w, None, stride, pad, dil, groups), [x1, w1])
@@ -445,10 +453,7 @@ def test_strided_conv_over_its_phases_values_and_gradients(case):
     want = ref_conv(x, w, b, stride, pad, dil, groups)
     np.testing.assert_allclose(out.detach().numpy(), want, atol=1e-10)
     g = rng.standard_normal(want.shape)
-    (out * fg.tensor(g)).sum().backward()
-    dx, dw = _numpy_conv_grads(x, w, g, stride, pad, dil, groups)
-    np.testing.assert_allclose(xt.grad.numpy(), dx, atol=1e-10)
-    np.testing.assert_allclose(wt.grad.numpy(), dw, atol=1e-10)
+    _check_input_and_weight_grads(out, g, (xt, x), (wt, w), (stride, pad, dil, groups))
     np.testing.assert_allclose(bt.grad.numpy(), g.sum((0, *range(2, 2 + dims))), atol=1e-10)
     x1, w1 = fg.tensor(x[:1], dtype=fg.float64), fg.tensor(w, dtype=fg.float64)
     assert fg.testing.gradcheck(lambda x, w: conv(x, w, None, stride, pad, dil, groups), [x1, w1])

@@ -62,6 +62,21 @@ def no_disk_cache():
 
 
 @pytest.mark.usefixtures("no_disk_cache")
+def _record_forks(monkeypatch) -> list[int]:
+    """The pids os.fork returns to this process from now on, in a list that fills."""
+    forked = []
+    fork = os.fork
+
+    def recording_fork():
+        pid = fork()
+        if pid:
+            forked.append(pid)
+        return pid
+
+    monkeypatch.setattr(os, "fork", recording_fork)
+    return forked
+
+
 def test_forked_compilers_make_the_same_code_as_one_process():
     tag = uuid.uuid4().hex[:8]
     with fg.config.override(compile_workers=3):
@@ -113,16 +128,7 @@ def test_a_stuck_child_is_killed_and_its_share_compiled_here(monkeypatch):
 
     monkeypatch.setattr(compiler, "_emit_pair", stuck_in_children)
     monkeypatch.setattr(compiler, "CHILD_PATIENCE_S", 1.0)
-    forked = []
-    fork = os.fork
-
-    def recording_fork():
-        pid = fork()
-        if pid:
-            forked.append(pid)
-        return pid
-
-    monkeypatch.setattr(os, "fork", recording_fork)
+    forked = _record_forks(monkeypatch)
     t0 = time.monotonic()
     with fg.config.override(compile_workers=2):
         kernels = compiler.compile_kernels(_sources(4, uuid.uuid4().hex[:8]))
@@ -226,14 +232,7 @@ def test_side_by_side_remakes_here_what_a_child_could_not_send(monkeypatch):
 def test_side_by_side_kills_a_stuck_child_and_makes_its_indices_here(monkeypatch):
     parent = os.getpid()
     monkeypatch.setattr(compiler, "CHILD_PATIENCE_S", 1.0)
-    forked = []
-    fork = os.fork
-
-    def recording_fork():
-        pid = fork()
-        if pid:
-            forked.append(pid)
-        return pid
+    forked = _record_forks(monkeypatch)
 
     def make(i):
         if os.getpid() != parent:
@@ -241,7 +240,6 @@ def test_side_by_side_kills_a_stuck_child_and_makes_its_indices_here(monkeypatch
         time.sleep(0.01)
         return i * 2
 
-    monkeypatch.setattr(os, "fork", recording_fork)
     t0 = time.monotonic()
     assert compiler.side_by_side(6, make, 2) == [i * 2 for i in range(6)]
     assert time.monotonic() - t0 < 30 and forked
