@@ -248,6 +248,11 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
                 undefined = pending.undefined
                 for k in undefined:
                     fresh[k] = None  # torch's None: .grad stays as it was
+    if autograd_state.has_empty_links():
+        if create_graph:  # (the other branch walked the graph already)
+            walked = set()
+            _reached_leaves(t.node, by_node, walked)
+        _zero_through_empty(walked, by_node, leaves, fresh, undefined, create_graph)
     if retained:  # a retained tensor with another target's node (equal nodes are one node)
         at = {id(x.node): k for k, x in enumerate(leaves)}
         for r in retained:
@@ -274,6 +279,42 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
     if pending_roots is None:
         pending_roots = _local.pending = []
     pending_roots.append(weakref.ref(t))
+
+
+def _zero_through_empty(walked: set, by_node, leaves: list, fresh: list, undefined, create_graph):
+    """Give a zero gradient to each leaf that t reaches only through empty values, as torch
+    does (`lin(x[:0]).sum().backward()` leaves zeros in the weight's .grad, and an optimizer
+    with momentum or weight decay then still updates it). An empty value folds to a
+    constant without sources (ir/node.py), so the gradient pass finds no path to what it
+    was computed from; the links `autograd_state.link_empty` keeps do (as `grad()` follows
+    them). `walked`: the ids of the nodes the gradient pass reaches. Extends `leaves` and
+    `fresh` in place."""
+    starts = autograd_state.linked_among(walked)
+    if not starts:
+        return
+    at = {id(x): k for k, x in enumerate(leaves)}
+    seen, stack = set(walked), [p for n in starts for p in autograd_state.empty_parents(n)]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:  # (a node the gradient pass reaches has its gradient from it)
+            continue
+        seen.add(id(n))
+        leaf = by_node.get(id(n))
+        if leaf is not None and leaf.requires_grad:
+            k = at.get(id(leaf))
+            if k is None or (fresh[k] is None and k not in undefined):
+                zero = N.const(0, leaf.shape, leaf.dtype, leaf.node.device)
+                g = core.Tensor(zero, requires_grad=create_graph, leaf=not create_graph)
+                if k is None:
+                    at[id(leaf)] = len(leaves)
+                    leaves.append(leaf)
+                    fresh.append(g)
+                else:
+                    fresh[k] = g
+        if n.op is Ops.DETACH or n.dtype.kind != "f":
+            continue
+        stack.extend(n.srcs)
+        stack.extend(autograd_state.empty_parents(n))
 
 
 def graph_consumed(t) -> bool:

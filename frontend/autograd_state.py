@@ -165,6 +165,23 @@ def link_empty(node, parents) -> None:
     _empty_links[id(node)] = (node, live)
 
 
+def has_empty_links() -> bool:
+    """Whether any empty value was linked to its parents (in this process, ever)."""
+    return bool(_empty_links)
+
+
+def linked_among(ids: set) -> list:
+    """The nodes, of those whose ids are in `ids`, that `link_empty` recorded parents for."""
+    if not _empty_links:
+        return []
+    out = []
+    for k in ids & _empty_links.keys():
+        node = _empty_links[k][0]
+        if id(node) == k:
+            out.append(node)
+    return out
+
+
 def empty_parents(node) -> list:
     """The nodes `node` was computed from, as `link_empty` recorded them."""
     entry = _empty_links.get(id(node))

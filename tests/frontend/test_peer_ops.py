@@ -4,6 +4,7 @@ See scripts/peer_ops/README.md. Each expected value below was computed with torc
 and is written out, so the tests run without torch.
 """
 
+import numpy as np
 import pytest
 
 import fusegrad as fg
@@ -45,6 +46,42 @@ def test_grad_through_an_empty_value_is_zeros():
     for y in (x[1:1], x[2:1, :], x.expand(0, 3, 4), x @ fg.ones(4, 0), crop, x.unfold(1, 0, 8)):
         (g,) = fg.autograd.grad(y.sum(), x)
         assert g.tolist() == [[0.0] * 4] * 3
+
+
+def test_backward_through_an_empty_value_leaves_zeros():
+    # torch: backward() gives the leaves an empty value was computed from a zero gradient
+    # (they had None: the empty value folds to a constant with no path back to them)
+    x = fg.ones(3, 4, requires_grad=True)
+    crop = fg.nn.functional.pad(x, (-1, 2, -3, 4), value=1.0)  # rows cropped to none
+    for y in (x[1:1], x[2:1, :], x.expand(0, 3, 4), x @ fg.ones(4, 0), crop, x.unfold(1, 0, 8)):
+        x.grad = None
+        y.sum().backward()
+        assert x.grad is not None and x.grad.tolist() == [[0.0] * 4] * 3
+    # accumulated onto an existing gradient: unchanged
+    x.grad = None
+    (x * 2).sum().backward()
+    x[1:1].sum().backward()
+    assert x.grad.tolist() == [[2.0] * 4] * 3
+
+
+def test_a_linear_layer_on_an_empty_batch_gets_zero_gradients_and_momentum_steps():
+    lin = fg.nn.Linear(3, 2)
+    opt = fg.optim.SGD(lin.parameters(), lr=0.1, momentum=0.9, weight_decay=0.1)
+    before = [p.detach().numpy().copy() for p in lin.parameters()]
+    lin(fg.zeros(0, 3)).sum().backward()
+    assert [p.grad.tolist() for p in lin.parameters()] == [[[0.0] * 3] * 2, [0.0] * 2]
+    opt.step()  # torch: weight decay moves the parameters even with zero gradients
+    for p, b in zip(lin.parameters(), before):
+        np.testing.assert_allclose(p.detach().numpy(), b - 0.1 * 0.1 * b, rtol=1e-6)
+    unused = fg.ones(2, requires_grad=True)  # an unrelated leaf stays without a gradient
+    (lin.weight.sum() * 2).backward()
+    assert unused.grad is None
+
+
+def test_backward_through_an_empty_value_with_create_graph():
+    x = fg.ones(2, 3, requires_grad=True)
+    x[:0].sum().backward(create_graph=True)
+    assert x.grad.tolist() == [[0.0] * 3] * 2
 
 
 def test_an_unused_input_still_raises():
