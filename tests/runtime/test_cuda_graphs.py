@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import gc
 
-import numpy as np
 import pytest
+from _cuda_training import mlp_training_step
 
 import fusegrad as fg
 from fusegrad.runtime import cuda as runtime_cuda
@@ -126,29 +126,14 @@ def test_a_training_loop_replays_graphs_through_libcuda_and_trains_as_plainly():
     """fg.jit and the plain loop on the libcuda path: after a few steps each step is graph
     launches only, and the kernels run are the plain launches' (same names and arguments,
     step for step, as a driver without graphs runs them)."""
-    from fusegrad import nn
-    from fusegrad.nn import functional as F
 
     def kernels_run(drv, jit: bool) -> list:
         with runtime_cuda.use_driver(drv):
-            fg.manual_seed(0)
-            model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).to("cuda")
-            opt = fg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-
-            def train(x, y):
-                opt.zero_grad()
-                loss = F.cross_entropy(model(x), y)
-                loss.backward()
-                opt.step()
-                return loss
-
-            step = fg.jit(train) if jit else train
-            x = fg.tensor(np.ones((4, 8), np.float32), device="cuda")
-            y = fg.tensor(np.array([0, 1, 2, 3]), device="cuda")
+            step = mlp_training_step(jit)
             per_step = []
             for _ in range(14):
                 drv.ran.clear()
-                step(x, y).item()
+                step().item()
                 per_step.append(
                     [(name, grid, block, shared) for name, grid, block, _, shared in drv.ran]
                 )

@@ -16,6 +16,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from _cuda_training import mlp_training_step
 from _emulated import emulated  # noqa: F401  (a fixture)
 
 import fusegrad as fg
@@ -236,29 +237,13 @@ def test_a_training_loop_settles_on_graph_replays_where_the_driver_captures(jit)
     """The pool's lowest-address-first reuse makes a loop's steps alternate between two
     sets of addresses: after a few steps each is a captured graph, and a step is one graph
     launch (both for `fg.jit` replays and for the plain loop's cached step)."""
-    from fusegrad import nn
-    from fusegrad.nn import functional as F
-
     drv = StubDriver(graphs=True)
     with runtime_cuda.use_driver(drv):
-        fg.manual_seed(0)
-        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).to("cuda")
-        opt = fg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-
-        def train(x, y):
-            opt.zero_grad()
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
-            opt.step()
-            return loss
-
-        step = fg.jit(train) if jit else train
-        x = fg.tensor(np.ones((4, 8), np.float32), device="cuda")
-        y = fg.tensor(np.array([0, 1, 2, 3]), device="cuda")
+        step = mlp_training_step(jit)
         for _ in range(12):
-            step(x, y).item()
+            step().item()
         kernels, graphs = drv.launches, drv.graph_launches
         for _ in range(4):
-            step(x, y).item()
+            step().item()
         assert drv.launches == kernels and drv.graph_launches - graphs == 4
         assert drv.captures == 2  # one graph per set of addresses
