@@ -41,9 +41,10 @@ from .correlate import (
     correlate,
     correlated_shape,
     dilate,
+    gather_windows,
     int_tuple,
     padded,
-    split_phases,
+    transposed_by_phases,
     window_reads,
 )
 from .module import Module, placeholder_parameter
@@ -109,18 +110,20 @@ def convnd(
             )
     else:
         pads = [(p, p) for p in int_tuple(padding, n, "padding", op)]
-    if phase_split_pays(x, weight, pads, stride, dilation, groups):
-        xph, wph = split_phases(x, weight, pads, stride, op)
-        return convnd(xph, wph, bias, 1, 0, 1, groups, n, op)
     # (whether the input's gradient is wanted: the backward shares a padded copy only then)
     geometry = (x.shape, weight.shape, pads, stride, dilation, groups, x.requires_grad)
-    # the rule sits on the reduction (keepdim): a view around it could be folded away
-    total = correlate(x, weight, pads, stride, dilation, groups, op, keepdim=True)
+    gathered = None
+    if gather_pays(x, weight, pads, stride, dilation, groups):
+        gathered, wc = gather_windows(x, weight, pads, stride, dilation, op)
+        total = correlate(gathered, wc, [(0, 0)] * n, (1,) * n, (1,) * n, groups, op, keepdim=True)
+    else:
+        # the rule sits on the reduction (keepdim): a view around it could be folded away
+        total = correlate(x, weight, pads, stride, dilation, groups, op, keepdim=True)
     out_shape = correlated_shape(total, groups)
     total = custom_gradient(
         total,
         [x, weight],
-        lambda g, x, w: _conv_vjp(g.reshape(out_shape), x, w, geometry, op),
+        lambda g, x, w: _conv_vjp(g.reshape(out_shape), x, w, geometry, op, gathered),
     )
     out = total.reshape(out_shape)
     if bias is not None:
@@ -130,19 +133,24 @@ def convnd(
     return out
 
 
-def phase_split_pays(x: Tensor, weight: Tensor, pads, stride, dilation, groups: int) -> bool:
-    """Whether a strided convolution runs as a stride-1 one over its input's phases
-    (`split_phases`): on a device whose tiles read windows through their own guarded
-    staging (the GPU), never; with a dilation, never (its taps do not split by phase);
-    else when the windows read each input element often enough that the copy pays
-    (`COPY_PAYS_FROM_READS`, as for a padded copy) and every output axis is nonempty
-    (an input smaller than the kernel is the unsplit path's error)."""
-    if all(s == 1 for s in stride) or any(d != 1 for d in dilation):
-        return False
-    if guards_windows_in_tiles(x.node.device):
+def gather_pays(x: Tensor, weight: Tensor, pads, stride, dilation, groups: int) -> bool:
+    """Whether a convolution strided along its last axis (the one its tiles' vector lanes
+    walk) runs over its gathered windows (`gather_windows`, im2col): on a device whose
+    tiles read windows through their own guarded staging (the GPU), never; else when the
+    windows read each input element often enough that the copy pays
+    (`COPY_PAYS_FROM_READS`, as for a padded copy) and every output axis is nonempty (an
+    input smaller than the kernel is the in-place path's error). A stride along another
+    axis only moves whole rows: those windows are read in place.
+
+    >>> import fusegrad as fg
+    >>> x, w = fg.ones(1, 8, 9, 9), fg.ones(16, 8, 3, 3)
+    >>> [gather_pays(x, w, [(1, 1)] * 2, s, (1, 1), 1) for s in ((1, 1), (2, 1), (1, 2))]
+    [False, False, True]
+    """
+    if stride[-1] == 1 or guards_windows_in_tiles(x.node.device):
         return False
     sizes, kernel = x.shape[2:], weight.shape[2:]
-    if any(i + b + a < k for i, (b, a), k in zip(sizes, pads, kernel)):
+    if any(i + b + a < d * (k - 1) + 1 for i, (b, a), k, d in zip(sizes, pads, kernel, dilation)):
         return False
     return window_reads(weight.shape, stride, groups) >= COPY_PAYS_FROM_READS
 
@@ -154,10 +162,14 @@ def phase_split_pays(x: Tensor, weight: Tensor, pads, stride, dilation, groups: 
 SHARED_PAD_MAX_GROWTH = 1.5
 
 
-def _conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str):
+def _conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str, gathered=None):
     """The convolution's own gradients: a transposed convolution for the input, a
     correlation of input windows with the output gradient for the weight. The derived
-    gradient of the window view is correct but full of index divisions (tested equal)."""
+    gradient of the window view is correct but full of index divisions (tested equal).
+
+    A strided convolution's input gradient runs phase by phase with exact taps
+    (`transposed_by_phases`); where the forward read its gathered windows (`gather_windows`:
+    `gathered`), the weight gradient reads that copy too."""
     x_shape, w_shape, pads, stride, dilation, groups, x_grad = geometry
     n = len(pads)
     batch, cin = x_shape[:2]
@@ -165,6 +177,16 @@ def _conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str):
     kernel = w_shape[2:]
     outs = g.shape[2:]
     cout_g = cout // groups
+    copied = not guards_windows_in_tiles(g.node.device)  # (else `padded` is a guarded view)
+    if copied and any(v > 1 for v in stride):
+        dx = transposed_by_phases(g, weight, x_shape, pads, stride, dilation, groups, op)
+        if gathered is None:
+            xp = padded(x, pads, op, window_reads(w_shape, stride, groups))
+            return [dx, _weight_grad(g, xp, w_shape, stride, dilation, groups, copied)]
+        # the forward's gathered windows: a 1x1 convolution's weight gradient
+        flat = (cout, cin_g * math.prod(kernel), *([1] * n))
+        ones = (1,) * n
+        return [dx, _weight_grad(g, gathered, flat, ones, ones, groups, copied).reshape(w_shape)]
     # input: correlate the stride-dilated gradient, padded "full", with the flipped weight
     gd = dilate(g, stride, n)
     tpads = []
@@ -176,7 +198,6 @@ def _conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str):
     wt = wt.reshape(cin, cout_g, *kernel)
     wt = wt.flip(tuple(range(2, 2 + n)))
     g_reads = window_reads((cin, cout_g, *kernel), (1,) * n, groups)
-    copied = not guards_windows_in_tiles(g.node.device)  # (else `padded` is a guarded view)
     if (
         x_grad
         and copied
@@ -194,19 +215,28 @@ def _conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str):
         g = gd[(slice(None), slice(None), *inner)]
         tpads = [(0, 0)] * n
     dx = correlate(gd, wt, tpads, (1,) * n, dilation, groups, op)
-    # weight: sum over batch and output positions of windows(x) * g, one partial sum per
-    # chunk of images that stays in cache, then the partial sums added
     xp = padded(x, pads, op, window_reads(w_shape, stride, groups))
+    return [dx, _weight_grad(g, xp, w_shape, stride, dilation, groups, copied)]
+
+
+def _weight_grad(g: Tensor, xp: Tensor, w_shape, stride, dilation, groups: int, copied: bool):
+    """The weight gradient: sum over batch and output positions of windows(xp) * g (xp the
+    padded input), one partial sum per chunk of images that stays in cache, then the
+    partial sums added (on the GPU, whose contraction stages its own tiles through shared
+    memory, one sum: the cache rule is the CPU's, and it is unmeasured there)."""
+    n = len(stride)
+    batch = xp.shape[0]
+    cout, cin_g = w_shape[:2]
+    kernel = w_shape[2:]
+    cout_g = cout // groups
+    outs = g.shape[2:]
     win = sliding_windows(xp, kernel, stride, dilation)
-    per_image = (math.prod(xp.shape[1:]) + math.prod(g.shape[1:])) * x.dtype.itemsize
-    # (on the GPU, whose contraction stages its own tiles through shared memory, one sum:
-    # the cache rule is the CPU's, and it is unmeasured there)
+    per_image = (math.prod(xp.shape[1:]) + math.prod(g.shape[1:])) * xp.dtype.itemsize
     chunk = max(batch, 1) if not copied else weight_grad_chunk(batch, per_image)
     win = win.reshape(batch // chunk, chunk, groups, 1, cin_g, *outs, *kernel)
     gw = g.reshape(batch // chunk, chunk, groups, cout_g, 1, *outs, *([1] * n))
     partial = (win * gw).sum((1,) + tuple(range(5, 5 + n)))
-    dw = (partial[0] if batch == chunk else partial.sum(0)).reshape(*w_shape)
-    return [dx, dw]
+    return (partial[0] if batch == chunk else partial.sum(0)).reshape(*w_shape)
 
 
 def weight_grad_chunk(batch: int, per_image: int) -> int:

@@ -9,7 +9,9 @@ argument and padding helpers both share (nn/conv.py, nn/conv_transpose.py).
 
 from __future__ import annotations
 
+import itertools
 import math
+from dataclasses import dataclass
 
 from ..nnapi import (
     ShapeError,
@@ -19,6 +21,8 @@ from ..nnapi import (
     materialize,
     reads_out_of_order,
     sliding_windows,
+    stack,
+    zeros,
 )
 
 
@@ -95,62 +99,6 @@ def padded(x: Tensor, pads, op: str, reads: float) -> Tensor:
     return x
 
 
-def split_phases(x: Tensor, weight: Tensor, pads, stride, op: str) -> tuple[Tensor, Tensor]:
-    """A strided convolution as a stride-1 one: the padded input split into its stride
-    phases (a copy, channel c's phase p becoming channel c * P + p), the weight's taps
-    likewise (also a copy), zero taps added where the kernel is not a multiple of the stride.
-
-    Along an axis of stride s and kernel k, tap i = s * a + p reads the padded input at
-    s * (o + a) + p: phase p of the input at o + a, a stride-1 window of ceil(k / s) taps
-    over that phase. Only the first min(s, k) phases are kept (a 1x1 kernel at stride 2
-    reads phase 0 only: the copy is a subsample). Read in place at stride s, the windows
-    walk the vector lanes with a stride and the contraction loses its tiles (a 3x3
-    stride-2 convolution ran at 0.09 of the sgemm's GFLOP/s); at stride 1 it keeps them,
-    for ceil(k / s) * min(s, k) / k of the FLOPs (4/3 per axis for k = 3, s = 2).
-    The gradients are the stride-1 convolution's (no zeros inserted between the
-    gradient's elements) and the copy's (a view back).
-
-    >>> import fusegrad as fg
-    >>> xph, wph = split_phases(fg.ones(1, 1, 5), fg.ones(1, 1, 3), [(1, 1)], (2,), "conv1d")
-    >>> xph.shape, wph.shape, wph.tolist()
-    ((1, 2, 4), (1, 2, 2), [[[1.0, 1.0], [1.0, 0.0]]])
-    """
-    n = len(pads)
-    batch, cin = x.shape[:2]
-    cout, cin_g = weight.shape[:2]
-    kernel = weight.shape[2:]
-    sizes = x.shape[2:]
-    outs = [(i + b + a - k) // s + 1 for i, (b, a), k, s in zip(sizes, pads, kernel, stride)]
-    taps = [-(-k // s) for k, s in zip(kernel, stride)]
-    phases = [min(s, k) for k, s in zip(kernel, stride)]
-    span = [o + a - 1 for o, a in zip(outs, taps)]
-    # the padded input cut or extended to s * span along each axis (F.pad's order)
-    flat = []
-    for i, (b, _), s, h in zip(reversed(sizes), reversed(pads), reversed(stride), reversed(span)):
-        flat += [b, s * h - i - b]
-    pairs = [v for h, s in zip(span, stride) for v in (h, s)]
-    keep = (slice(None),) * 2 + tuple(v for p in phases for v in (slice(None), slice(0, p)))
-    order = (0, 1, *range(3, 2 + 2 * n, 2), *range(2, 2 + 2 * n, 2))
-    xp = x.pad(flat).reshape(batch, cin, *pairs)[keep].permute(*order)
-    xph = materialize(
-        xp.reshape(batch, cin * math.prod(phases), *span),
-        f"{op}: strided input split into its phases, so windows read it at stride 1",
-    )
-    flat = [
-        v
-        for k, s, a in zip(reversed(kernel), reversed(stride), reversed(taps))
-        for v in (0, s * a - k)
-    ]
-    pairs = [v for a, s in zip(taps, stride) for v in (a, s)]
-    wp = weight.pad(flat).reshape(cout, cin_g, *pairs)[keep].permute(*order)
-    # the weight is small: a copy keeps the phase arithmetic and the zero taps' bounds
-    # tests out of the contraction's inner loop
-    wph = materialize(
-        wp.reshape(cout, cin_g * math.prod(phases), *taps), f"{op}: weight taps split into phases"
-    )
-    return xph, wph
-
-
 def dilate(t: Tensor, stride, n: int) -> Tensor:
     """Insert stride-1 zeros between the elements of the last n axes."""
     if all(s == 1 for s in stride):
@@ -163,3 +111,127 @@ def dilate(t: Tensor, stride, n: int) -> Tensor:
     return t[
         (slice(None),) * len(lead) + tuple(slice(0, (o - 1) * s + 1) for o, s in zip(sizes, stride))
     ]
+
+
+def transposed_by_phases(
+    g: Tensor, weight: Tensor, in_shape, pads, stride, dilation, groups: int, op: str
+) -> Tensor:
+    """The input gradient of a strided convolution (its transposed convolution), one
+    stride-1 correlation per phase of the input with exactly that phase's taps.
+
+    Along an axis of stride s and dilation d, tap t of output o reads the padded input at
+    u = s * o + d * t; with d * t = s * m + r, tap t reaches only the input phase
+    u = r (mod s), at u = s * (o + m) + r. So phase r's gradient at s * a + r is the
+    output gradient at a - m correlated with the taps t whose d * t leaves r, m rising
+    by d / gcd(d, s) from tap to tap: a correlation with that dilation over a window of
+    the output gradient, no zeros inserted between its elements, no zero taps (a phase no
+    tap reaches is zero). One padded copy of the gradient serves every phase (each reads
+    a slice of it); the phases are interleaved and cropped to the input in one copy.
+
+    >>> import fusegrad as fg
+    >>> transposed_by_phases(fg.ones(1, 1, 2), fg.ones(1, 1, 3), (1, 1, 4), [(1, 1)], (2,),
+    ...                      (1,), 1, "conv1d").tolist()
+    [[[1.0, 2.0, 1.0, 1.0]]]
+    """
+    n = len(pads)
+    batch, cin = in_shape[:2]
+    cout, cin_g = weight.shape[:2]
+    kernel = weight.shape[2:]
+    cout_g = cout // groups
+    # the transposed weight: (Cin, Cout/G, *kernel), each group's block transposed
+    wt = weight.reshape(groups, cout_g, cin_g, *kernel).transpose(1, 2)
+    wt = wt.reshape(cin, cout_g, *kernel)
+    axes = [
+        [_AxisPhase.of(r, k, s, d, i + before + after) for r in range(s)]
+        for i, (before, after), k, s, d in zip(in_shape[2:], pads, kernel, stride, dilation)
+    ]
+    # one copy of g padded for every phase: phase r's window a reads g from a - m0 - reach
+    lead = [max(p.m0 + p.reach for p in phases) for phases in axes]
+    trail = [max(0, *(p.length - p.m0 - o for p in phases)) for phases, o in zip(axes, g.shape[2:])]
+    gp = padded(g, list(zip(lead, trail)), op, window_reads(wt.shape, (1,) * n, groups))
+    longest = [phases[0].length for phases in axes]  # phase 0 is the longest
+    parts = []
+    for picks in itertools.product(*axes):  # the last axis' phase varying fastest
+        if any(p.taps == 0 or p.length <= 0 for p in picks):  # no tap reaches this phase
+            parts.append(zeros(batch, cin, *longest, dtype=g.dtype, device=g.device))
+            continue
+        window = tuple(
+            slice(lo - p.m0 - p.reach, lo - p.m0 + p.length) for lo, p in zip(lead, picks)
+        )
+        taps = tuple(slice(p.first, p.first + p.step * (p.taps - 1) + 1, p.step) for p in picks)
+        wp = wt[(slice(None), slice(None), *taps)].flip(tuple(range(2, 2 + n)))
+        dils = tuple(p.m_step for p in picks)
+        part = correlate(
+            gp[(slice(None), slice(None), *window)], wp, [(0, 0)] * n, (1,) * n, dils, groups, op
+        )
+        grow = [
+            v for p, top in zip(reversed(picks), reversed(longest)) for v in (0, top - p.length)
+        ]
+        parts.append(part.pad(grow) if any(grow) else part)
+    # (N, Cin, *longest, *stride) -> (N, Cin, longest_1 * s_1, ...), cropped to the input
+    mixed = stack(parts, -1).reshape(batch, cin, *longest, *stride)
+    mixed = mixed.permute(0, 1, *(v for a in range(n) for v in (2 + a, 2 + n + a)))
+    mixed = mixed.reshape(batch, cin, *(a * s for a, s in zip(longest, stride)))
+    inner = tuple(slice(b, b + i) for (b, _), i in zip(pads, in_shape[2:]))
+    return mixed[(slice(None), slice(None), *inner)]
+
+
+@dataclass(frozen=True)
+class _AxisPhase:
+    """Phase r of one axis of a strided convolution's input: the taps that reach it (`taps`
+    of them, from tap `first` every `step`), the output offset m0 of the first (its tap t
+    reads the input at s * (o + m) + r with d * t = s * m + r), m's rise `m_step` from tap
+    to tap, and the phase's `length` (the padded input's positions of phase r)."""
+
+    first: int
+    step: int
+    taps: int
+    m0: int
+    m_step: int
+    length: int
+
+    @property
+    def reach(self) -> int:
+        """How far the phase's taps reach back in the output gradient past m0."""
+        return self.m_step * max(self.taps - 1, 0)
+
+    @staticmethod
+    def of(r: int, k: int, s: int, d: int, span: int) -> _AxisPhase:
+        step = s // math.gcd(d, s)
+        first = next((t for t in range(min(k, step)) if d * t % s == r), 0)
+        taps = len(range(first, k, step)) if d * first % s == r else 0
+        return _AxisPhase(first, step, taps, d * first // s, d * step // s, -(-(span - r) // s))
+
+
+def gather_windows(x: Tensor, weight: Tensor, pads, stride, dilation, op: str):
+    """A strided convolution as a 1x1 one: the padded input's windows gathered into
+    channels (im2col: a copy, channel c's tap t becoming channel c * K + t for the K taps
+    of the kernel, in row-major order), the weight flattened likewise (a view).
+
+    Read in place at stride s, the windows walk the vector lanes with a stride and the
+    contraction loses its tiles (a 3x3 stride-2 convolution ran at 0.09 of the sgemm's
+    GFLOP/s); the copy is a plain GEMM operand, every output pixel's K taps of each
+    channel, so the multiply-adds are the useful ones, no zero taps, and the contraction
+    runs on whole rows of output pixels. It costs K / prod(stride) of the padded input
+    (9/4 for a 3x3 at stride 2); the weight gradient reads the same copy.
+
+    >>> import fusegrad as fg
+    >>> cols, wc = gather_windows(fg.arange(5.0).reshape(1, 1, 5), fg.ones(1, 1, 3),
+    ...                           [(1, 1)], (2,), (1,), "conv1d")
+    >>> cols.tolist(), wc.shape
+    ([[[0.0, 1.0, 3.0], [0.0, 2.0, 4.0], [1.0, 3.0, 0.0]]], (1, 3, 1))
+    """
+    n = len(pads)
+    batch, cin = x.shape[:2]
+    cout, cin_g = weight.shape[:2]
+    kernel = weight.shape[2:]
+    flat = [v for before, after in reversed(pads) for v in (before, after)]
+    xp = x.pad(flat) if any(flat) else x
+    win = sliding_windows(xp, kernel, stride, dilation)  # (N, C, *outs, *kernel)
+    outs = win.shape[2 : 2 + n]
+    win = win.permute(0, 1, *range(2 + n, 2 + 2 * n), *range(2, 2 + n))
+    cols = materialize(
+        win.reshape(batch, cin * math.prod(kernel), *outs),
+        f"{op}: strided windows gathered (im2col), so the contraction reads them at stride 1",
+    )
+    return cols, weight.reshape(cout, cin_g * math.prod(kernel), *([1] * n))

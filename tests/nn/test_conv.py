@@ -416,32 +416,41 @@ def test_one_padded_copy_of_the_gradient_serves_both_gradients():
     np.testing.assert_allclose(dw.numpy(), want_dw, atol=1e-10)
 
 
-# Strided convolutions run as stride-1 ones over the input's phases (nn/correlate.py,
-# split_phases) where the copy pays: every axis' kernel below, above and at the stride,
-# groups, one axis strided, output size 1, a kernel as big as the padded input.
+# Strided convolutions: the forward over its gathered windows (im2col, nn/correlate.py
+# gather_windows) where the last axis is strided and the copy pays, the input gradient phase by
+# phase with exact taps (transposed_by_phases): every axis' kernel below, above and at the
+# stride, odd sizes, padding, dilation with stride (sharing a factor with it or not), groups and
+# depthwise, one axis strided, output size 1, a kernel as big as the padded input, batch 1.
 STRIDED_CASES = [
-    # dims, cin, cout, kernel, stride, padding, groups, input size, batch
-    (2, 3, 8, 3, 2, 1, 1, (7, 8), 2),
-    (2, 4, 8, 1, 2, 0, 1, (5, 6), 2),  # 1x1 at stride 2: a subsample
-    (2, 2, 8, 5, 3, 2, 1, (9, 10), 2),
-    (2, 2, 8, 2, 2, 0, 1, (6, 7), 1),
-    (2, 3, 8, (3, 4), (2, 1), (1, 0), 1, (7, 9), 2),  # one axis strided
-    (2, 4, 8, 3, 2, 1, 2, (6, 6), 2),  # groups
-    (2, 2, 8, 3, 2, 0, 1, (3, 4), 2),  # output 1x1
-    (2, 2, 8, (5, 4), 4, 1, 1, (3, 2), 2),  # the kernel covers the padded input: 1x1
-    (1, 3, 8, 3, 2, 1, 1, (11,), 3),
-    (1, 2, 8, 4, 3, 0, 1, (13,), 2),
-    (3, 3, 8, (3, 2, 3), (2, 1, 3), (1, 0, 1), 1, (7, 6, 5), 2),  # conv3d
+    # dims, cin, cout, kernel, stride, padding, dilation, groups, input size, batch
+    (2, 3, 8, 3, 2, 1, 1, 1, (7, 8), 2),
+    (2, 4, 8, 1, 2, 0, 1, 1, (5, 6), 2),  # 1x1 at stride 2: a subsample
+    (2, 2, 8, 5, 2, 2, 1, 1, (9, 11), 2),  # 5x5 s2
+    (2, 2, 8, 5, 3, 2, 1, 1, (9, 10), 2),
+    (2, 2, 8, 2, 3, 0, 1, 1, (7, 8), 1),  # 2x2 s3: a phase no tap reaches
+    (2, 2, 8, 2, 2, 0, 1, 1, (6, 7), 1),
+    (2, 3, 8, (3, 4), (2, 1), (1, 0), 1, 1, (7, 9), 2),  # only the rows strided
+    (2, 3, 8, (3, 4), (1, 2), (0, 1), 1, 1, (7, 9), 2),  # only the columns strided
+    (2, 4, 8, 3, 2, 1, 1, 2, (6, 6), 2),  # groups
+    (2, 4, 8, 3, 2, 1, 1, 4, (7, 9), 2),  # depthwise, two filters each
+    (2, 2, 8, 3, 2, 2, 2, 1, (9, 8), 2),  # dilation 2 at stride 2: odd phases get no tap
+    (2, 2, 8, 3, 3, 2, 2, 1, (11, 10), 2),  # dilation 2 at stride 3
+    (2, 2, 8, 3, 2, 0, 1, 1, (3, 4), 2),  # output 1x1
+    (2, 2, 8, (5, 4), 4, 1, 1, 1, (3, 2), 2),  # the kernel covers the padded input: 1x1
+    (1, 3, 8, 3, 2, 1, 1, 1, (11,), 3),
+    (1, 2, 8, 4, 3, 0, 1, 1, (13,), 2),
+    (1, 2, 8, 3, 2, 1, 3, 2, (14,), 2),  # 1-D, dilation 3, groups
+    (3, 3, 8, (3, 2, 3), (2, 1, 3), (1, 0, 1), 1, 1, (7, 6, 5), 2),  # conv3d
 ]
 
 
 @pytest.mark.parametrize("case", STRIDED_CASES)
-def test_strided_conv_over_its_phases_values_and_gradients(case):
+def test_strided_conv_values_and_gradients(case, monkeypatch):
+    from fusegrad.nn import correlate as R
     from fusegrad.nn import functional as F
 
-    dims, cin, cout, k, stride, pad, groups, size, batch = case
-    k, stride, pad = (C.int_tuple(v, dims, "", "") for v in (k, stride, pad))
-    dil = (1,) * dims
+    dims, cin, cout, k, stride, pad, dil, groups, size, batch = case
+    k, stride, pad, dil = (C.int_tuple(v, dims, "", "") for v in (k, stride, pad, dil))
     rng = np.random.default_rng(8)
     x = rng.standard_normal((batch, cin, *size))
     w = rng.standard_normal((cout, cin // groups, *k))
@@ -449,33 +458,60 @@ def test_strided_conv_over_its_phases_values_and_gradients(case):
     conv = F.conv3d if dims == 3 else _conv_fn(dims)
     xt, wt, bt = (fg.tensor(a, dtype=fg.float64, requires_grad=True) for a in (x, w, b))
     out = conv(xt, wt, bt, stride, pad, dil, groups)
-    assert [k for k in fg.kernels(out) if "phases" in k.reason], "the phase split did not run"
+    gathered = [k for k in fg.kernels(out) if "im2col" in k.reason]
+    assert len(gathered) == (stride[-1] > 1), [k.reason for k in fg.kernels(out)]
     want = ref_conv(x, w, b, stride, pad, dil, groups)
     np.testing.assert_allclose(out.detach().numpy(), want, atol=1e-10)
+    # the input gradient's phases: their taps together are the kernel's, no zero tap
+    phase_taps = []
+    rule = R.correlate
+    monkeypatch.setattr(
+        R,
+        "correlate",
+        lambda x, w, *a, **kw: phase_taps.append(w.shape[2:]) or rule(x, w, *a, **kw),
+    )
     g = rng.standard_normal(want.shape)
     _check_input_and_weight_grads(out, g, (xt, x), (wt, w), (stride, pad, dil, groups))
+    assert sum(int(np.prod(t)) for t in phase_taps) == int(np.prod(k)), phase_taps
     np.testing.assert_allclose(bt.grad.numpy(), g.sum((0, *range(2, 2 + dims))), atol=1e-10)
     x1, w1 = fg.tensor(x[:1], dtype=fg.float64), fg.tensor(w, dtype=fg.float64)
     assert fg.testing.gradcheck(lambda x, w: conv(x, w, None, stride, pad, dil, groups), [x1, w1])
 
 
-def test_strided_conv_phase_split_in_float32_and_on_an_empty_batch():
+def test_strided_conv_in_float32_on_an_empty_batch_and_at_special_values():
     rng = np.random.default_rng(9)
-    x = rng.standard_normal((2, 16, 20, 20)).astype(np.float32)
+    x = rng.standard_normal((2, 16, 21, 19)).astype(np.float32)
     w = rng.standard_normal((32, 16, 3, 3)).astype(np.float32)
-    out = C.conv2d(fg.tensor(x), fg.tensor(w), None, 2, 1)
+    xt, wt = fg.tensor(x, requires_grad=True), fg.tensor(w, requires_grad=True)
+    out = C.conv2d(xt, wt, None, 2, 1)
     want = ref_conv(x.astype(np.float64), w.astype(np.float64), None, (2, 2), (1, 1), (1, 1), 1)
-    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out.detach().numpy(), want, rtol=1e-4, atol=1e-4)
+    g = rng.standard_normal(want.shape)
+    (out * fg.tensor(g.astype(np.float32))).sum().backward()
+    dx, dw = _numpy_conv_grads(x, w, g, (2, 2), (1, 1), (1, 1), 1)
+    np.testing.assert_allclose(xt.grad.numpy(), dx, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(wt.grad.numpy(), dw, rtol=1e-4, atol=1e-3)
+    # an empty batch: an empty output, and the rule's gradients (zeros) on an empty gradient
     empty = C.conv2d(fg.zeros(0, 16, 20, 20), fg.tensor(w), None, 2, 1)
     assert empty.shape == (0, 32, 10, 10)
+    x0, w64 = fg.zeros(0, 16, 20, 20, dtype=fg.float64), fg.tensor(w, dtype=fg.float64)
+    geometry = (x0.shape, w64.shape, [(1, 1), (1, 1)], (2, 2), (1, 1), 1, True)
+    dx0, dw0 = C._conv_vjp(fg.zeros(0, 32, 10, 10, dtype=fg.float64), x0, w64, geometry, "conv2d")
+    assert dx0.shape == (0, 16, 20, 20) and dw0.shape == w.shape and not dw0.numpy().any()
+    # -0, +-inf and NaN: signed zeros sum to +0 as in numpy; inf and NaN reach their windows
+    xs = np.zeros((1, 1, 5, 5), np.float32)
+    xs[0, 0, 0, 0], xs[0, 0, 2, 2], xs[0, 0, 4, 4] = -0.0, np.inf, np.nan
+    got = C.conv2d(fg.tensor(xs), fg.ones(1, 1, 3, 3), None, 2, 1).numpy()
+    want = ref_conv(xs.astype(np.float64), np.ones((1, 1, 3, 3)), None, (2, 2), (1, 1), (1, 1), 1)
+    np.testing.assert_array_equal(got, want.astype(np.float32))
 
 
-def test_a_strided_conv_that_reads_each_element_once_is_not_split():
-    """A depthwise 1x1 convolution at stride 2 reads a quarter of its input once: the phase
-    copy would cost more than the strided reads it saves."""
+def test_a_strided_conv_that_reads_each_element_once_is_not_gathered():
+    """A depthwise 1x1 convolution at stride 2 reads a quarter of its input once: the
+    gathered copy would cost more than the strided reads it saves."""
     x = fg.randn(1, 4, 6, 6)
     y = C.conv2d(x, fg.randn(4, 1, 1, 1), None, 2, 0, 1, 4)
-    assert not [k for k in fg.kernels(y) if "phases" in k.reason]
+    assert not [k for k in fg.kernels(y) if "im2col" in k.reason]
     assert y.shape == (1, 4, 3, 3)
 
 
