@@ -11,10 +11,14 @@ copies are timed in one alternation, and each op's ratio to the copy of its inpu
 printed: a row op that reads its row from memory once and computes from cache
 costs about one copy); then a convolution (64x32x56x56 -> 64, 3x3, padding 1,
 bias and relu), forward alone, forward + backward, and each gradient alone (the input
-gradient, the weight gradient, for a given output gradient), and a strided one's forward +
-backward (32x64x56x56 -> 128, 3x3, stride 2, padding 1), timed in one alternation
+gradient, the weight gradient, for a given output gradient), timed in one alternation
 with the sgemm it is as an implicit GEMM (200704x288 @ 288x64), so their
-GFLOP/s compare within a run. Then the bfloat16 rows against PyTorch's bfloat16
+GFLOP/s compare within a run; and in the same alternation the other convolutions
+(CONV_FAMILY), each beside the sgemm of its own implicit GEMM's useful FLOPs: a strided
+one (32x64x56x56 -> 128, 3x3, stride 2, padding 1: forward, each gradient alone, forward +
+backward), a dilated one (dilation 2), a grouped one (4 groups: a batched sgemm) and a
+depthwise one (64 groups of one channel: no GEMM, so against PyTorch and the bytes it
+must move). Then the bfloat16 rows against PyTorch's bfloat16
 (numpy has none): a 2048^3 matmul beside the same matmul in float32 (the two timed
 in one alternation, so their ratio is paired), the chain and the softmax (`--only
 bf16` times only those). Every system runs the same inputs, taken from one
@@ -102,6 +106,8 @@ class Case:
     # float64, on the same rounded inputs) within `tolerance`, relative to its largest value
     reference: Callable[[], np.ndarray] | None = None
     tolerance: float = 1e-4
+    # a convolution row: the sgemm of its implicit GEMM's useful FLOPs, timed beside it
+    sgemm: Case | None = None
 
 
 # ---------------------------------------------------------------- timing
@@ -342,23 +348,38 @@ def conv_relu_grads_np(x, w, b, gy) -> list[np.ndarray]:
     return [y, *conv_grads_np(x, w, gz), gz.sum((0, 2, 3))]
 
 
-# a strided convolution (a ResNet stage's downsampling 3x3): batch, in, side, out, stride
-CONV_STRIDED = (32, 64, 56, 128, 2)
+# the other convolutions: name, batch, in channels, side, out channels, kernel side, stride,
+# padding, dilation, groups; and which rows each gets (forward, input and weight gradient alone,
+# forward + backward)
+CONV_FAMILY = [
+    ("s2", 32, 64, 56, 128, 3, 2, 1, 1, 1, ("fwd", "dx", "dw", "fwd+bwd")),  # ResNet downsampling
+    ("d2", 64, 32, 56, 64, 3, 1, 2, 2, 1, ("fwd", "fwd+bwd")),  # dilation 2
+    ("g4", 32, 64, 56, 64, 3, 1, 1, 1, 4, ("fwd", "fwd+bwd")),  # 4 groups
+    ("dw", 32, 64, 56, 64, 3, 1, 1, 1, 64, ("fwd", "fwd+bwd")),  # depthwise: not a GEMM
+]
 
 
-def conv_strided_grads_np(x, w, gy, s: int) -> list[np.ndarray]:
-    """conv2d(x, w, stride=s, padding=1) for a 3x3 w, and dx, dw for the output gradient gy."""
-    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
-    win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))[:, :, ::s, ::s]
-    y = np.einsum("nchwij,ocij->nohw", win, w, optimize=True)
-    dw = np.einsum("nchwij,nohw->ocij", win, gy, optimize=True)
+def conv_np(x, w, gy, s: int, p: int, d: int, groups: int) -> list[np.ndarray]:
+    """conv2d(x, w, stride=s, padding=p, dilation=d, groups=groups) and, for the output
+    gradient gy, its input and weight gradients, in numpy (float32)."""
+    n, c, side = x.shape[0], x.shape[1], x.shape[2]
+    k = w.shape[-1]
+    xp = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)))
+    span = d * (k - 1) + 1
+    win = np.lib.stride_tricks.sliding_window_view(xp, (span, span), axis=(2, 3))
+    win = win[:, :, ::s, ::s, ::d, ::d]  # N C H W k k
+    oh = win.shape[2]
+    win = win.reshape(n, groups, c // groups, oh, oh, k, k)
+    wg = w.reshape(groups, -1, c // groups, k, k)
+    gg = gy.reshape(n, groups, -1, oh, oh)
+    y = np.einsum("ngchwij,gocij->ngohw", win, wg, optimize=True).reshape(gy.shape)
+    dw = np.einsum("ngchwij,ngohw->gocij", win, gg, optimize=True).reshape(w.shape)
     dxp = np.zeros(xp.shape, np.float32)
-    oh, ow = gy.shape[2:]
-    for i in range(3):
-        for j in range(3):
-            part = np.einsum("nohw,oc->nchw", gy, w[:, :, i, j])
-            dxp[:, :, i : i + s * oh : s, j : j + s * ow : s] += part
-    return [y, dxp[:, :, 1:-1, 1:-1], dw]
+    for i in range(k):
+        for j in range(k):
+            part = np.einsum("ngohw,goc->ngchw", gg, wg[..., i, j]).reshape(n, c, oh, oh)
+            dxp[:, :, d * i : d * i + s * oh : s, d * j : d * j + s * oh : s] += part
+    return [y, dxp[:, :, p : p + side, p : p + side], dw]
 
 
 def make_conv_cases(compile_torch: bool) -> list[Case]:
@@ -401,19 +422,6 @@ def make_conv_cases(compile_torch: bool) -> list[Case]:
         (dw,) = fg.grad(F.conv2d(x, wg, None, padding=k // 2), [wg], grad_outputs=gy)
         return dw.realize()
 
-    sb, sc, sside, sout, sstride = CONV_STRIDED
-    xs = on_grid((sb, sc, sside, sside), 1 / 8).requires_grad_()
-    ws = (on_grid((sout, sc, 3, 3), 1 / 64) / 16).realize().requires_grad_()
-    sgy = on_grid((sb, sout, sside // sstride, sside // sstride), 1 / 8)
-    xsn, wsn, sgyn = (np.array(t.detach().numpy()) for t in (xs, ws, sgy))
-    strided_flops = 2.0 * sb * sout * (sside // sstride) ** 2 * sc * 9
-
-    def fg_strided_step():
-        y = F.conv2d(xs, ws, None, stride=sstride, padding=1)
-        grads = fg.grad(y, [xs, ws], grad_outputs=sgy)
-        fg.realize(y, *grads)
-        return (y, *grads)
-
     cases = [
         Case(
             f"sgemm of conv {rows}x{depth}x{cout}",
@@ -450,16 +458,12 @@ def make_conv_cases(compile_torch: bool) -> list[Case]:
             {FUSEGRAD: fg_weight_grad},
             reference=lambda: conv_grads_np(xn, wn, gyn)[1],
         ),
-        Case(
-            f"conv {sb}x{sc}x{sside}^2->{sout} 3x3 s{sstride} fwd+bwd",
-            3 * strided_flops,
-            "GFLOP/s",
-            {FUSEGRAD: fg_strided_step},
-            reference=lambda: conv_strided_grads_np(xsn, wsn, sgyn, sstride),
-        ),
     ]
+    for case in cases[1:]:
+        case.sgemm = cases[0]
+    family = [case for spec in CONV_FAMILY for case in conv_family_cases(spec, on_grid)]
     if torch is None:
-        return cases
+        return cases + family
     xt, wt, bt, gyt, at, bmt = (torch.from_numpy(v.copy()) for v in (xn, wn, bn, gyn, an, bmn))
     leaves = [v.clone().requires_grad_() for v in (xt, wt, bt)]
 
@@ -482,14 +486,6 @@ def make_conv_cases(compile_torch: bool) -> list[Case]:
     grad_input, grad_weight = torch.nn.grad.conv2d_input, torch.nn.grad.conv2d_weight
     cases[3].runs[TORCH] = lambda: grad_input(xt.shape, wt, gyt, padding=k // 2)
     cases[4].runs[TORCH] = lambda: grad_weight(xt, wt.shape, gyt, padding=k // 2)
-    strided = [torch.from_numpy(v.copy()).requires_grad_() for v in (xsn, wsn)]
-    sgyt = torch.from_numpy(sgyn.copy())
-
-    def torch_strided_step():
-        y = torch.nn.functional.conv2d(*strided, stride=sstride, padding=1)
-        return (y, *torch.autograd.grad(y, strided, sgyt))
-
-    cases[5].runs[TORCH] = torch_strided_step
     if compile_torch:
         compiled = torch.compile(eager)
         try:
@@ -501,24 +497,131 @@ def make_conv_cases(compile_torch: bool) -> list[Case]:
         else:
             cases[1].runs[TORCH_COMPILE] = torch_forward(compiled)
             cases[2].runs[TORCH_COMPILE] = torch_step(compiled)
+    return cases + family
+
+
+def conv_family_cases(spec, on_grid) -> list[Case]:
+    """The rows of one CONV_FAMILY convolution, each beside the sgemm of its implicit GEMM's
+    useful FLOPs (groups: a batched sgemm, one per group), all timed in one alternation.
+    A depthwise convolution (one input channel per group) is no GEMM: its rows have no sgemm,
+    only PyTorch's time beside them, and their GB/s against the memory it must move."""
+    from fusegrad.nn import functional as F
+
+    name, batch, cin, side, cout, k, s, p, d, groups, rows = spec
+    out = (side + 2 * p - d * (k - 1) - 1) // s + 1
+    m, depth, cols = batch * out * out, cin // groups * k * k, cout // groups
+    flops = 2.0 * m * depth * cols * groups
+    x = on_grid((batch, cin, side, side), 1 / 8).requires_grad_()
+    w = (on_grid((cout, cin // groups, k, k), 1 / 64) / 16).realize().requires_grad_()
+    gy = on_grid((batch, cout, out, out), 1 / 8)
+    xn, wn, gyn = (np.array(t.detach().numpy()) for t in (x, w, gy))
+    geometry = {"stride": s, "padding": p, "dilation": d, "groups": groups}
+    label = f"conv {name} {batch}x{cin}x{side}^2->{cout} {k}x{k}"
+
+    def fg_rows(row):
+        def run():
+            # (each row differentiates only what it times)
+            xs = x if row in ("dx", "fwd+bwd") else x.detach()
+            ws = w if row in ("dw", "fwd+bwd") else w.detach()
+            y = F.conv2d(xs, ws, None, **geometry)
+            if row == "fwd":
+                return y.detach().realize()
+            wanted = {"dx": [xs], "dw": [ws], "fwd+bwd": [xs, ws]}[row]
+            grads = fg.grad(y, wanted, grad_outputs=gy)
+            if row != "fwd+bwd":
+                return grads[0].realize()
+            fg.realize(y, *grads)
+            return (y, *grads)
+
+        return run
+
+    def reference(row):
+        def answer():
+            y, dx, dw = conv_np(xn, wn, gyn, s, p, d, groups)
+            return {"fwd": y, "dx": dx, "dw": dw, "fwd+bwd": [y, dx, dw]}[row]
+
+        return answer
+
+    cases = []
+    if cin // groups > 1:  # a GEMM: its sgemm beside it
+        a_mm = fg.randn(groups, m, depth).realize()
+        b_mm = fg.randn(groups, depth, cols).realize()
+        an, bn = (np.array(t.numpy()) for t in (a_mm, b_mm))
+        mm = f"{groups}x" if groups > 1 else ""
+        cases.append(
+            Case(
+                f"sgemm of conv {name} {mm}{m}x{depth}x{cols}",
+                flops,
+                "GFLOP/s",
+                {FUSEGRAD: fg_realized(lambda: a_mm @ b_mm), NUMPY: lambda: an @ bn},
+            )
+        )
+    for row in rows:
+        work = 3 * flops if row == "fwd+bwd" else flops
+        case = Case(f"{label} {row}", work, "GFLOP/s", {FUSEGRAD: fg_rows(row)}, reference(row))
+        case.sgemm = cases[0] if cases and cases[0].name.startswith("sgemm") else None
+        cases.append(case)
+    if torch is None:
+        return cases
+    xt, wt, gyt = (torch.from_numpy(v.copy()) for v in (xn, wn, gyn))
+    leaves = [v.clone().requires_grad_() for v in (xt, wt)]
+
+    def torch_row(row):
+        if row == "fwd":
+            return lambda: torch.nn.functional.conv2d(xt, wt, None, **geometry)
+        if row == "dx":
+            return lambda: torch.nn.grad.conv2d_input(xt.shape, wt, gyt, **geometry)
+        if row == "dw":
+            return lambda: torch.nn.grad.conv2d_weight(xt, wt.shape, gyt, **geometry)
+
+        def step():
+            y = torch.nn.functional.conv2d(*leaves, None, **geometry)
+            return (y, *torch.autograd.grad(y, leaves, gyt))
+
+        return step
+
+    if cin // groups > 1:
+        cases[0].runs[TORCH] = lambda: torch.from_numpy(an) @ torch.from_numpy(bn)
+    for case, row in zip(cases[-len(rows) :], rows):
+        case.runs[TORCH] = torch_row(row)
     return cases
 
 
-def print_conv(sgemm: Case, *convs: Case) -> None:
-    """Each system's convolution GFLOP/s against fusegrad's sgemm of the same FLOPs, from
-    the same alternation: the paired ratio is the issue's target (>= 0.8)."""
-    mine = np.array(sgemm.timings[FUSEGRAD]) / sgemm.work
-    print(f"\nthe convolution against fusegrad's sgemm of its implicit GEMM ({sgemm.name}),")
+def print_conv(convs: list[Case]) -> None:
+    """Each system's convolution GFLOP/s against fusegrad's sgemm of the same FLOPs (the
+    sgemm of its implicit GEMM, `Case.sgemm`), from the same alternation: the paired ratio
+    is the issue's target (>= 0.8). A row with no sgemm (depthwise: no GEMM) is compared
+    with PyTorch's time instead, and its GB/s (input read and output written once) printed."""
+    print("\nthe convolutions against fusegrad's sgemm of their implicit GEMM's useful FLOPs,")
     print("timed in one alternation; GFLOP/s, and round by round conv rate / sgemm rate:")
-    print(f"  fusegrad sgemm {rate(sgemm, median_ms(sgemm.timings[FUSEGRAD])):7.1f} GFLOP/s")
     for case in convs:
+        if case.name.startswith("sgemm"):
+            ms = median_ms(case.timings[FUSEGRAD])
+            print(f"  {case.name:<44} fusegrad      {rate(case, ms):7.1f} GFLOP/s")
+            continue
         for name, samples in case.timings.items():
             per_flop = np.array(samples) / case.work
-            ratio, low, high, _ = paired(list(mine), list(per_flop))
-            print(
-                f"  {case.name:<30} {name:<14}{rate(case, median_ms(samples)):7.1f} GFLOP/s"
-                f"   / fusegrad sgemm {ratio:5.2f} [{low:4.2f}, {high:4.2f}]"
-            )
+            line = f"  {case.name:<44} {name:<14}{rate(case, median_ms(samples)):7.1f} GFLOP/s"
+            if case.sgemm is not None:
+                mine = np.array(case.sgemm.timings[FUSEGRAD]) / case.sgemm.work
+                ratio, low, high, _ = paired(list(mine), list(per_flop))
+                line += f"   / fusegrad sgemm {ratio:5.2f} [{low:4.2f}, {high:4.2f}]"
+            elif name != FUSEGRAD and FUSEGRAD in case.timings:
+                ratio, low, high, _ = paired(samples, case.timings[FUSEGRAD])
+                line += f"   {name} / fusegrad time {ratio:5.2f} [{low:4.2f}, {high:4.2f}]"
+            elif case.name.endswith(" fwd"):  # read x once, write y once
+                x_bytes, y_bytes = conv_bytes(case.name)
+                gbs = (x_bytes + y_bytes) / (median_ms(samples) / 1e3) / 1e9
+                line += f"   {gbs:6.1f} GB/s (input read, output written once)"
+            print(line)
+
+
+def conv_bytes(name: str) -> tuple[float, float]:
+    """The float32 input and output bytes of a CONV_FAMILY forward row, from its name."""
+    spec = next(spec for spec in CONV_FAMILY if name.startswith(f"conv {spec[0]} "))
+    _, batch, cin, side, cout, k, s, p, d, _, _ = spec
+    out = (side + 2 * p - d * (k - 1) - 1) // s + 1
+    return 4.0 * batch * cin * side * side, 4.0 * batch * cout * out * out
 
 
 # bfloat16 keeps 8 significant bits: one rounding is off by at most 2^-9 of the value.
@@ -899,6 +1002,8 @@ def main() -> None:
                 # an sgemm row brings the other: their ratio is the point of them
                 if any(case.name.startswith(SGEMM_PAIR) for case in chosen):
                     chosen += [c for c in cases if c.name.startswith(SGEMM_PAIR)]
+                # a convolution row brings the sgemm it is measured against
+                chosen += [case.sgemm for case in chosen if case.sgemm is not None]
                 cases = [case for case in cases if case in chosen]
             checks = {}
             for case in cases:
@@ -934,8 +1039,8 @@ def main() -> None:
                 print_floor(*floor)
             if any(case.name.endswith("(row floor)") for case in rows):
                 print_row_floor(rows)
-            if len(conv) > 1 and conv[0].name.startswith("sgemm of conv"):
-                print_conv(*conv)
+            if any(case.sgemm is not None or TORCH in case.timings for case in conv):
+                print_conv(conv)
             if len(sgemm) == 2:
                 print_sgemm_ratio(*sgemm)
             print_tiles(cases)
