@@ -142,12 +142,16 @@ def transposed_by_phases(
     wt = weight.reshape(groups, cout_g, cin_g, *kernel).transpose(1, 2)
     wt = wt.reshape(cin, cout_g, *kernel)
     axes = [
-        [_AxisPhase.of(r, k, s, d, i + before + after) for r in range(s)]
-        for i, (before, after), k, s, d in zip(in_shape[2:], pads, kernel, stride, dilation)
+        [_AxisPhase.of(r, k, s, d, i, before) for r in range(s)]
+        for i, (before, _), k, s, d in zip(in_shape[2:], pads, kernel, stride, dilation)
     ]
-    # one copy of g padded for every phase: phase r's window a reads g from a - m0 - reach
+    # one copy of g padded for every phase: phase r's window a reads g from
+    # a + shift - m0 - reach
     lead = [max(p.m0 + p.reach for p in phases) for phases in axes]
-    trail = [max(0, *(p.length - p.m0 - o for p in phases)) for phases, o in zip(axes, g.shape[2:])]
+    trail = [
+        max(0, *(p.shift + p.length - p.m0 - o for p in phases))
+        for phases, o in zip(axes, g.shape[2:])
+    ]
     gp = padded(g, list(zip(lead, trail)), op, window_reads(wt.shape, (1,) * n, groups))
     longest = [phases[0].length for phases in axes]  # phase 0 is the longest
     parts = []
@@ -156,7 +160,8 @@ def transposed_by_phases(
             parts.append(zeros(batch, cin, *longest, dtype=g.dtype, device=g.device))
             continue
         window = tuple(
-            slice(lo - p.m0 - p.reach, lo - p.m0 + p.length) for lo, p in zip(lead, picks)
+            slice(lo + p.shift - p.m0 - p.reach, lo + p.shift - p.m0 + p.length)
+            for lo, p in zip(lead, picks)
         )
         taps = tuple(slice(p.first, p.first + p.step * (p.taps - 1) + 1, p.step) for p in picks)
         wp = wt[(slice(None), slice(None), *taps)].flip(tuple(range(2, 2 + n)))
@@ -168,20 +173,25 @@ def transposed_by_phases(
             v for p, top in zip(reversed(picks), reversed(longest)) for v in (0, top - p.length)
         ]
         parts.append(part.pad(grow) if any(grow) else part)
-    # (N, Cin, *longest, *stride) -> (N, Cin, longest_1 * s_1, ...), cropped to the input
+    # (N, Cin, *longest, *stride) -> (N, Cin, longest_1 * s_1, ...), cut to the input: the
+    # phases are the input's own (not the padded input's), so where the stride divides the
+    # input the interleave is a plain reshape of the stack, whose copy indexes by shifts
+    # and masks (3.4x a copy's time with the padding's offset in it, 1.3x without)
     mixed = stack(parts, -1).reshape(batch, cin, *longest, *stride)
     mixed = mixed.permute(0, 1, *(v for a in range(n) for v in (2 + a, 2 + n + a)))
     mixed = mixed.reshape(batch, cin, *(a * s for a, s in zip(longest, stride)))
-    inner = tuple(slice(b, b + i) for (b, _), i in zip(pads, in_shape[2:]))
-    return mixed[(slice(None), slice(None), *inner)]
+    if mixed.shape[2:] == tuple(in_shape[2:]):
+        return mixed
+    return mixed[(slice(None), slice(None), *(slice(0, i) for i in in_shape[2:]))]
 
 
 @dataclass(frozen=True)
 class _AxisPhase:
-    """Phase r of one axis of a strided convolution's input: the taps that reach it (`taps`
-    of them, from tap `first` every `step`), the output offset m0 of the first (its tap t
-    reads the input at s * (o + m) + r with d * t = s * m + r), m's rise `m_step` from tap
-    to tap, and the phase's `length` (the padded input's positions of phase r)."""
+    """Phase r of one axis of a strided convolution's input (its positions s * a + r,
+    a < `length`; at s * (a + shift) + (r + before) % s in the padded input): the taps
+    that reach it (`taps` of them, from tap `first` every `step`), the output offset m0 of
+    the first (its tap t reads the padded input at s * (o + m) + (r + before) % s with
+    d * t = s * m + (r + before) % s), and m's rise `m_step` from tap to tap."""
 
     first: int
     step: int
@@ -189,6 +199,7 @@ class _AxisPhase:
     m0: int
     m_step: int
     length: int
+    shift: int
 
     @property
     def reach(self) -> int:
@@ -196,11 +207,15 @@ class _AxisPhase:
         return self.m_step * max(self.taps - 1, 0)
 
     @staticmethod
-    def of(r: int, k: int, s: int, d: int, span: int) -> _AxisPhase:
+    def of(r: int, k: int, s: int, d: int, size: int, before: int) -> _AxisPhase:
+        """Phase r of an axis of `size` inputs, `before` of padding, kernel k, stride s,
+        dilation d."""
+        padded_r, shift = (r + before) % s, (r + before) // s
         step = s // math.gcd(d, s)
-        first = next((t for t in range(min(k, step)) if d * t % s == r), 0)
-        taps = len(range(first, k, step)) if d * first % s == r else 0
-        return _AxisPhase(first, step, taps, d * first // s, d * step // s, -(-(span - r) // s))
+        first = next((t for t in range(min(k, step)) if d * t % s == padded_r), 0)
+        taps = len(range(first, k, step)) if d * first % s == padded_r else 0
+        length = -(-(size - r) // s)
+        return _AxisPhase(first, step, taps, d * first // s, d * step // s, length, shift)
 
 
 def gather_windows(x: Tensor, weight: Tensor, pads, stride, dilation, op: str):

@@ -475,7 +475,11 @@ def test_strided_conv_values_and_gradients(case, monkeypatch):
     )
     g = rng.standard_normal(want.shape)
     _check_input_and_weight_grads(out, g, (xt, x), (wt, w), (stride, pad, dil, groups))
-    assert sum(int(np.prod(t)) for t in phase_taps) == int(np.prod(k)), phase_taps
+    # (an axis shorter than its stride has empty phases: the taps that reach only padding are
+    # left out)
+    every_phase = all(i >= s for i, s in zip(size, stride))
+    assert sum(int(np.prod(t)) for t in phase_taps) <= int(np.prod(k)), phase_taps
+    assert not every_phase or sum(int(np.prod(t)) for t in phase_taps) == int(np.prod(k))
     np.testing.assert_allclose(bt.grad.numpy(), g.sum((0, *range(2, 2 + dims))), atol=1e-10)
     x1, w1 = fg.tensor(x[:1], dtype=fg.float64), fg.tensor(w, dtype=fg.float64)
     assert fg.testing.gradcheck(lambda x, w: conv(x, w, None, stride, pad, dil, groups), [x1, w1])
