@@ -515,6 +515,25 @@ def test_strided_conv_in_float32_on_an_empty_batch_and_at_special_values():
     np.testing.assert_array_equal(got, want.astype(np.float32))
 
 
+def test_strided_conv_gradients_are_differentiable_again():
+    """The phase-by-phase input gradient and the gathered windows' weight gradient are graphs
+    of differentiable ops: a gradient penalty through them matches central differences."""
+    rng = np.random.default_rng(12)
+    x = fg.tensor(rng.standard_normal((2, 3, 7, 8)), dtype=fg.float64)
+    w = fg.tensor(rng.standard_normal((4, 3, 3, 3)), dtype=fg.float64)
+    proj = fg.tensor(rng.standard_normal((2, 4, 4, 4)), dtype=fg.float64)
+
+    def penalty(x, w):
+        # (the central differences call it on plain tensors: grad() wants leaves that need it)
+        x, w = (t if t.requires_grad else t.detach().requires_grad_() for t in (x, w))
+        xx = x * x  # (so the input gradient depends on x, and its square on w)
+        y = C.conv2d(xx, w, None, 2, 1)
+        dx, dw = fg.grad((y * y * proj).sum(), [xx, w], create_graph=True)
+        return (dx * dx).sum() + (dw * dw).sum()
+
+    assert fg.testing.gradcheck(penalty, [x, w])
+
+
 def test_a_strided_conv_that_reads_each_element_once_is_not_gathered():
     """A depthwise 1x1 convolution at stride 2 reads a quarter of its input once: the
     gathered copy would cost more than the strided reads it saves."""
