@@ -112,10 +112,10 @@ def convnd(
         pads = [(p, p) for p in int_tuple(padding, n, "padding", op)]
     # (whether the input's gradient is wanted: the backward shares a padded copy only then)
     geometry = (x.shape, weight.shape, pads, stride, dilation, groups, x.requires_grad)
-    gathered = None
-    if gather_pays(x, weight, pads, stride, dilation, groups):
-        gathered, wc = gather_windows(x, weight, pads, stride, dilation, op)
-        total = correlate(gathered, wc, [(0, 0)] * n, (1,) * n, (1,) * n, groups, op, keepdim=True)
+    gathered = gather_pays(x, weight, pads, stride, dilation, groups)
+    if gathered:
+        cols, wc = gather_windows(x, weight, pads, stride, dilation, op)
+        total = correlate(cols, wc, [(0, 0)] * n, (1,) * n, (1,) * n, groups, op, keepdim=True)
     else:
         # the rule sits on the reduction (keepdim): a view around it could be folded away
         total = correlate(x, weight, pads, stride, dilation, groups, op, keepdim=True)
@@ -162,14 +162,15 @@ def gather_pays(x: Tensor, weight: Tensor, pads, stride, dilation, groups: int) 
 SHARED_PAD_MAX_GROWTH = 1.5
 
 
-def _conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str, gathered=None):
+def _conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str, gathered=False):
     """The convolution's own gradients: a transposed convolution for the input, a
     correlation of input windows with the output gradient for the weight. The derived
     gradient of the window view is correct but full of index divisions (tested equal).
 
     A strided convolution's input gradient runs phase by phase with exact taps
     (`transposed_by_phases`); where the forward read its gathered windows (`gather_windows`:
-    `gathered`), the weight gradient reads that copy too."""
+    `gathered`), the weight gradient reads that copy too (the same graph, built again from
+    the rule's x: the same node, so the same buffer, and no tensor kept from the forward)."""
     x_shape, w_shape, pads, stride, dilation, groups, x_grad = geometry
     n = len(pads)
     batch, cin = x_shape[:2]
@@ -180,13 +181,14 @@ def _conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str, gathered=
     copied = not guards_windows_in_tiles(g.node.device)  # (else `padded` is a guarded view)
     if copied and any(v > 1 for v in stride):
         dx = transposed_by_phases(g, weight, x_shape, pads, stride, dilation, groups, op)
-        if gathered is None:
+        if not gathered:
             xp = padded(x, pads, op, window_reads(w_shape, stride, groups))
             return [dx, _weight_grad(g, xp, w_shape, stride, dilation, groups, copied)]
         # the forward's gathered windows: a 1x1 convolution's weight gradient
+        cols, _ = gather_windows(x, weight, pads, stride, dilation, op)
         flat = (cout, cin_g * math.prod(kernel), *([1] * n))
         ones = (1,) * n
-        return [dx, _weight_grad(g, gathered, flat, ones, ones, groups, copied).reshape(w_shape)]
+        return [dx, _weight_grad(g, cols, flat, ones, ones, groups, copied).reshape(w_shape)]
     # input: correlate the stride-dilated gradient, padded "full", with the flipped weight
     gd = dilate(g, stride, n)
     tpads = []
