@@ -123,7 +123,7 @@ def convnd(
     total = custom_gradient(
         total,
         [x, weight],
-        lambda g, x, w: _conv_vjp(g.reshape(out_shape), x, w, geometry, op, gathered),
+        lambda g, x, w: conv_vjp(g.reshape(out_shape), x, w, geometry, op, gathered),
     )
     out = total.reshape(out_shape)
     if bias is not None:
@@ -162,7 +162,7 @@ def gather_pays(x: Tensor, weight: Tensor, pads, stride, dilation, groups: int) 
 SHARED_PAD_MAX_GROWTH = 1.5
 
 
-def _conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str, gathered=False):
+def conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str, gathered=False):
     """The convolution's own gradients: a transposed convolution for the input, a
     correlation of input windows with the output gradient for the weight. The derived
     gradient of the window view is correct but full of index divisions (tested equal).
@@ -170,7 +170,16 @@ def _conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str, gathered=
     A strided convolution's input gradient runs phase by phase with exact taps
     (`transposed_by_phases`); where the forward read its gathered windows (`gather_windows`:
     `gathered`), the weight gradient reads that copy too (the same graph, built again from
-    the rule's x: the same node, so the same buffer, and no tensor kept from the forward)."""
+    the rule's x: the same node, so the same buffer, and no tensor kept from the forward).
+    `geometry`: the input's and weight's shapes, the padding pairs, stride, dilation,
+    groups, and whether the input wants a gradient.
+
+    >>> import fusegrad as fg
+    >>> x, w = fg.ones(1, 1, 4), fg.ones(1, 1, 2)
+    >>> geometry = (x.shape, w.shape, [(0, 0)], (1,), (1,), 1, True)
+    >>> [t.tolist() for t in conv_vjp(fg.ones(1, 1, 3), x, w, geometry, "conv1d")]
+    [[[[1.0, 2.0, 2.0, 1.0]]], [[[3.0, 3.0]]]]
+    """
     x_shape, w_shape, pads, stride, dilation, groups, x_grad = geometry
     n = len(pads)
     batch, cin = x_shape[:2]

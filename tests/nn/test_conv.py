@@ -389,7 +389,7 @@ def test_conv_weight_gradient_of_an_empty_batch_in_chunks_is_zero(monkeypatch):
     x, w = fg.zeros(0, 2, 5, 5, dtype=fg.float64), fg.ones(3, 2, 3, 3, dtype=fg.float64)
     g = fg.ones(0, 3, 5, 5, dtype=fg.float64)
     geometry = (x.shape, w.shape, [(1, 1), (1, 1)], (1, 1), (1, 1), 1, True)
-    dx, dw = C._conv_vjp(g, x, w, geometry, "conv2d")
+    dx, dw = C.conv_vjp(g, x, w, geometry, "conv2d")
     assert dx.shape == (0, 2, 5, 5) and dw.shape == (3, 2, 3, 3) and not dw.numpy().any()
 
 
@@ -503,7 +503,7 @@ def test_strided_conv_in_float32_on_an_empty_batch_and_at_special_values():
     assert empty.shape == (0, 32, 10, 10)
     x0, w64 = fg.zeros(0, 16, 20, 20, dtype=fg.float64), fg.tensor(w, dtype=fg.float64)
     geometry = (x0.shape, w64.shape, [(1, 1), (1, 1)], (2, 2), (1, 1), 1, True)
-    dx0, dw0 = C._conv_vjp(fg.zeros(0, 32, 10, 10, dtype=fg.float64), x0, w64, geometry, "conv2d")
+    dx0, dw0 = C.conv_vjp(fg.zeros(0, 32, 10, 10, dtype=fg.float64), x0, w64, geometry, "conv2d")
     assert dx0.shape == (0, 16, 20, 20) and dw0.shape == w.shape and not dw0.numpy().any()
     empty1 = C.conv1d(fg.zeros(0, 3, 11), fg.ones(4, 3, 3), None, 2, 1)
     assert empty1.shape == (0, 4, 6) and empty1.numpy().size == 0

@@ -207,6 +207,69 @@ def test_conv_transpose_matches_numpy(n, stride, pad, out_pad, dil, groups):
         assert gradcheck(run, [t64(x[:1]), t64(w), t64(b)])
 
 
+@pytest.mark.parametrize(
+    "k,stride,pad,out_pad,dil,groups",
+    [
+        (4, 2, 1, 0, 1, 1),  # DCGAN's upsampling
+        (4, 2, 1, 0, 1, 2),
+        (3, 2, 1, 1, 1, 1),
+        (3, 3, 2, 2, 2, 1),  # dilation 2 at stride 3
+        (2, 2, 0, 0, 2, 1),  # dilation 2 at stride 2: odd phases get no tap
+        ((3, 4), (2, 1), (1, 0), (1, 0), 1, 1),  # one axis strided
+    ],
+)
+def test_strided_conv_transpose_by_phases_values_and_gradients(
+    k, stride, pad, out_pad, dil, groups
+):
+    """A strided transposed convolution runs phase by phase (no zeros inserted), with the
+    convolution's own gradients: values and both gradients against numpy's scatter, and
+    central differences."""
+
+    def tup(v):
+        return (v,) * 2 if isinstance(v, int) else v
+
+    x = RNG.standard_normal((2, 2 * groups, 4, 5))
+    w = RNG.standard_normal((2 * groups, 2, *tup(k)))
+    want = ref_conv_transpose(x, w, None, tup(stride), tup(pad), tup(out_pad), tup(dil), groups)
+
+    def run(xt, wt):
+        return F.conv_transpose2d(xt, wt, None, stride, pad, out_pad, groups, dil)
+
+    xt, wt = t64(x).requires_grad_(), t64(w).requires_grad_()
+    out = run(xt, wt)
+    np.testing.assert_allclose(out.detach().numpy(), want, rtol=1e-10, atol=1e-10)
+    # the gradients: x's is the convolution of g with w; w's the scatter's, by the chain rule
+    g = RNG.standard_normal(want.shape)
+    (out * t64(g)).sum().backward()
+    eps_grads = []
+    for leaf, arr in ((0, x), (1, w)):
+        flat = arr.reshape(-1)
+        grad = np.zeros_like(flat)
+        for i in range(flat.size):  # the scatter is linear: one unit change per element
+            unit = np.zeros_like(flat)
+            unit[i] = 1.0
+            args = [x, w]
+            args[leaf] = unit.reshape(arr.shape)
+            if leaf == 0:
+                grad[i] = (
+                    ref_conv_transpose(
+                        args[0], w, None, tup(stride), tup(pad), tup(out_pad), tup(dil), groups
+                    )
+                    * g
+                ).sum()
+            else:
+                grad[i] = (
+                    ref_conv_transpose(
+                        x, args[1], None, tup(stride), tup(pad), tup(out_pad), tup(dil), groups
+                    )
+                    * g
+                ).sum()
+        eps_grads.append(grad.reshape(arr.shape))
+    np.testing.assert_allclose(xt.grad.numpy(), eps_grads[0], rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(wt.grad.numpy(), eps_grads[1], rtol=1e-9, atol=1e-9)
+    assert gradcheck(run, [t64(x[:1]), t64(w)])
+
+
 def test_conv_transpose_modules_and_errors():
     fg.manual_seed(0)
     layer = nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2)
