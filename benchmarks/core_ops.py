@@ -16,15 +16,15 @@ with the sgemm it is as an implicit GEMM (200704x288 @ 288x64), so their
 GFLOP/s compare within a run; and in the same alternation the other convolutions
 (CONV_FAMILY), each beside the sgemm of its own implicit GEMM's useful FLOPs: a strided
 one (32x64x56x56 -> 128, 3x3, stride 2, padding 1: forward, each gradient alone, forward +
-backward), a dilated one (dilation 2), a grouped one (4 groups: a batched sgemm) and a
+backward), a dilated one (dilation 2), a grouped one (4 groups: a batched sgemm), a
 depthwise one (64 groups of one channel: no GEMM, so against PyTorch and the bytes it
-must move). Then the bfloat16 rows against PyTorch's bfloat16
-(numpy has none): a 2048^3 matmul beside the same matmul in float32 (the two timed
-in one alternation, so their ratio is paired), the chain and the softmax (`--only
-bf16` times only those). Every system runs the same inputs, taken from one
-`fg.randn` (never zeros), and the answers are checked against numpy's (for
-bfloat16, numpy's float64 answer on the same bfloat16 inputs, within
-BF16_TOLERANCE) before anything is timed.
+must move) and a transposed one (DCGAN's 4x4 stride-2 upsampling, 32x128x16x16 -> 64).
+Then the bfloat16 rows against PyTorch's bfloat16 (numpy has none): a 2048^3 matmul
+beside the same matmul in float32 (the two timed in one alternation, so their ratio is
+paired), the chain and the softmax (`--only bf16` times only those). Every system runs
+the same inputs, taken from one `fg.randn` (never zeros), and the answers are checked
+against numpy's (for bfloat16, numpy's float64 answer on the same bfloat16 inputs,
+within BF16_TOLERANCE) before anything is timed.
 
 How the numbers are taken (see ../../shared/BENCHMARKS.md, and README.md here):
 
@@ -462,6 +462,7 @@ def make_conv_cases(compile_torch: bool) -> list[Case]:
     for case in cases[1:]:
         case.sgemm = cases[0]
     family = [case for spec in CONV_FAMILY for case in conv_family_cases(spec, on_grid)]
+    family += conv_transpose_cases(on_grid)
     if torch is None:
         return cases + family
     xt, wt, bt, gyt, at, bmt = (torch.from_numpy(v.copy()) for v in (xn, wn, bn, gyn, an, bmn))
@@ -585,6 +586,74 @@ def conv_family_cases(spec, on_grid) -> list[Case]:
     for case, row in zip(cases[-len(rows) :], rows):
         case.runs[TORCH] = torch_row(row)
     return cases
+
+
+# a transposed convolution (DCGAN's upsampling): batch, in channels, side, out channels, kernel
+# side, stride, padding
+CONV_TRANSPOSE = (32, 128, 16, 64, 4, 2, 1)
+
+
+def conv_transpose_cases(on_grid) -> list[Case]:
+    """conv_transpose2d forward and forward + backward beside the sgemm of its implicit GEMM
+    (batch x input pixels x in channels @ in channels x out channels x kernel: every input
+    element times every tap, the useful FLOPs), all in the convolutions' alternation."""
+    from fusegrad.nn import functional as F
+
+    batch, cin, side, cout, k, s, p = CONV_TRANSPOSE
+    out = (side - 1) * s - 2 * p + k
+    flops = 2.0 * batch * side * side * cin * cout * k * k
+    x = on_grid((batch, cin, side, side), 1 / 8).requires_grad_()
+    w = (on_grid((cin, cout, k, k), 1 / 64) / 16).realize().requires_grad_()
+    gy = on_grid((batch, cout, out, out), 1 / 8)
+    xn, wn, gyn = (np.array(t.detach().numpy()) for t in (x, w, gy))
+    a_mm = fg.randn(batch * side * side, cin).realize()
+    b_mm = fg.randn(cin, cout * k * k).realize()
+    an, bn = (np.array(t.numpy()) for t in (a_mm, b_mm))
+    label = f"conv_transpose {batch}x{cin}x{side}^2->{cout} {k}x{k} s{s}"
+
+    def fg_forward():
+        return F.conv_transpose2d(x.detach(), w.detach(), None, s, p).realize()
+
+    def fg_step():
+        y = F.conv_transpose2d(x, w, None, s, p)
+        grads = fg.grad(y, [x, w], grad_outputs=gy)
+        fg.realize(y, *grads)
+        return (y, *grads)
+
+    def reference(step: bool):
+        # the transposed convolution is the input gradient of conv2d(., w): numpy's conv of
+        # gy gives x's gradient, its input gradient for output gradient x the value, and its
+        # weight gradient w's
+        def answer():
+            dx, y, dw = conv_np(gyn, wn, xn, s, p, 1, 1)
+            return [y, dx, dw] if step else y
+
+        return answer
+
+    sgemm = Case(
+        f"sgemm of conv_transpose {batch * side * side}x{cin}x{cout * k * k}",
+        flops,
+        "GFLOP/s",
+        {FUSEGRAD: fg_realized(lambda: a_mm @ b_mm), NUMPY: lambda: an @ bn},
+    )
+    rows = [
+        Case(f"{label} fwd", flops, "GFLOP/s", {FUSEGRAD: fg_forward}, reference(False)),
+        Case(f"{label} fwd+bwd", 3 * flops, "GFLOP/s", {FUSEGRAD: fg_step}, reference(True)),
+    ]
+    for row in rows:
+        row.sgemm = sgemm
+    if torch is not None:
+        xt, wt, gyt = (torch.from_numpy(v.copy()) for v in (xn, wn, gyn))
+        leaves = [v.clone().requires_grad_() for v in (xt, wt)]
+
+        def torch_step():
+            y = torch.nn.functional.conv_transpose2d(*leaves, None, s, p)
+            return (y, *torch.autograd.grad(y, leaves, gyt))
+
+        sgemm.runs[TORCH] = lambda: torch.from_numpy(an) @ torch.from_numpy(bn)
+        rows[0].runs[TORCH] = lambda: torch.nn.functional.conv_transpose2d(xt, wt, None, s, p)
+        rows[1].runs[TORCH] = torch_step
+    return [sgemm, *rows]
 
 
 def print_conv(convs: list[Case]) -> None:
