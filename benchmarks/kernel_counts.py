@@ -51,21 +51,19 @@ def count(step, show: bool = False) -> tuple[int, int]:
     return len(records), sum(r.bytes for r in records)
 
 
-def _leaf(rng, *shape):
-    return fg.tensor(rng.standard_normal(shape).astype(np.float32), requires_grad=True)
-
-
 def norm_step(kind: str):
-    """Forward + backward of one op on leaves; realizes the gradients (one plan)."""
+    """Forward + backward of one op on fresh leaves (a new batch each call, as a training
+    loop has: a graph computed before would be found in memory); realizes the gradients
+    (one plan)."""
     rng = np.random.default_rng(0)
     shape = {"batch norm": (64, 128), "cross-entropy": (32, 10)}.get(kind, (32, 512))
-    x = _leaf(rng, *shape)
-    w, b = _leaf(rng, shape[1]), _leaf(rng, shape[1])
-    r = fg.tensor(rng.standard_normal(shape).astype(np.float32))
-    target = fg.tensor(rng.integers(0, shape[1], shape[0]))
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in (shape, shape[1:], shape[1:])]
+    r_array = rng.standard_normal(shape).astype(np.float32)
+    target = rng.integers(0, shape[1], shape[0])
 
     def step():
-        x.grad = w.grad = b.grad = None
+        x, w, b = (fg.tensor(a, requires_grad=True) for a in arrays)
+        r = fg.tensor(r_array)
         if kind == "layer norm affine":
             loss = (F.layer_norm(x, (shape[1],), w, b) * r).sum()
             wanted = (x, w, b)
@@ -79,7 +77,7 @@ def norm_step(kind: str):
             loss = (F.batch_norm(x, None, None, w, b, training=True) * r).sum()
             wanted = (x, w, b)
         else:
-            loss = F.cross_entropy(x, target)
+            loss = F.cross_entropy(x, fg.tensor(target))
             wanted = (x,)
         loss.backward()
         fg.realize(loss, *[t.grad for t in wanted])
