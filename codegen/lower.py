@@ -119,6 +119,23 @@ class _Level:
             lw.emit(AccUpdate(dst, dtype, Ops.ADD, part, slot, ordered=True), 1)
 
 
+class _Levels:
+    """The cascade levels of several sums added in one loop (sibling reductions): a new
+    level is one accumulator per sum, added into the level above sum by sum."""
+
+    __slots__ = ("levels",)
+
+    def __init__(self, levels: list[_Level]):
+        self.levels = levels
+
+    def new(self) -> tuple[str, ...]:
+        return tuple(level.new() for level in self.levels)
+
+    def add(self, dst: tuple[str, ...], acc: tuple[str, ...]) -> None:
+        for level, d, a in zip(self.levels, dst, acc):
+            level.add(d, a)
+
+
 class _Lowerer:
     def __init__(
         self,
@@ -129,8 +146,13 @@ class _Lowerer:
         cascade_lanes: int = 0,
         row_cascade: bool = False,
         lane_max: bool = False,
+        one_loop_siblings: bool = False,
     ):
         self.item = item
+        # sibling reductions (ir/schedule.py, rule 7) in the reduction's own loop, one
+        # accumulator each (the CPU's); else each in a loop of its own (the GPU's mapping
+        # splits one reduction per loop over a block's threads)
+        self.one_loop_siblings = one_loop_siblings and bool(item.siblings)
         self.row_cascade = row_cascade  # a row kernel's long float sums cascade (the CPU's)
         # a row kernel's value that its statistics pass stores into the output and its
         # output pass loads back instead of recomputing (`stashed_row_value`); the CPU's
@@ -280,22 +302,29 @@ class _Lowerer:
         size = tile.rows * tile.rows2 * tile.cols
         row_of = lin(i_var) * tile.rows2 + j_var if tile.rows2 > 1 else lin(i_var)
         slot = row_of * tile.cols + t_var
-        acc = self._new_acc()
-        identity = reduce_identity(red.op, red.dtype)
-        self.emit(AccInit(acc, red.dtype, identity, size, tile.cols))
+        reds = [red, *self.item.siblings]  # one accumulator each, in one loop nest
+        assert len(reds) == 1 or not tile.lanes, "sibling reductions take lanes along outputs"
+        accs = []
+        for r in reds:
+            accs.append(self._new_acc())
+            self.emit(AccInit(accs[-1], r.dtype, reduce_identity(r.op, r.dtype), size, tile.cols))
+        acc = accs[0]
         combine = REDUCE_COMBINE[red.op]
         if self._tile_cascades(size):
-            level = self._level(red.dtype, size, tile.cols, [*unrolled, t_var], slot)
-            self._tile_cascade(red, red_coords, edge, [*unrolled, t_var], slot, acc, level)
+            level = _Levels(
+                [self._level(r.dtype, size, tile.cols, [*unrolled, t_var], slot) for r in reds]
+            )
+            self._tile_cascade(reds, red_coords, edge, [*unrolled, t_var], slot, tuple(accs), level)
         elif tile.cascade:
             level = self._level(red.dtype, size, tile.cols, [*unrolled, t_var], slot)
             self._lane_cascade(red, red_coords, edge, unrolled, t_var, slot, acc, level)
         else:
             outer_block, outer_iter = self.block, self.iterations
-            value = self._reduction_body(
-                red, red_coords, edge, tile_vars=(*unrolled, t_var), lane_split=tile.lanes
+            values = self._reduction_values(
+                reds, red_coords, edge, tile_vars=(*unrolled, t_var), lane_split=tile.lanes
             )
-            self.emit(AccUpdate(acc, red.dtype, combine, value, slot), 1)
+            for r, a, value in zip(reds, accs, values):
+                self.emit(AccUpdate(a, r.dtype, REDUCE_COMBINE[r.op], value, slot), 1)
             self.scopes.pop()
             self.block, self.iterations = outer_block, outer_iter
         for v in unrolled:
@@ -306,6 +335,10 @@ class _Lowerer:
             got = self.emit(AccReduceLanes(self.fresh(), red.dtype, acc, base, tile.cols, combine))
         else:
             self._open_loop(Loop(t_var, tile.cols, [], "vector"))
+            for r, a in zip(reds[1:], accs[1:]):
+                self.scopes[-1][(id(r), red_coords, edge)] = self.emit(
+                    AccRead(self.fresh(), r.dtype, a, slot)
+                )
             got = self.emit(AccRead(self.fresh(), red.dtype, acc, slot))
         self.scopes[-1][(id(red), red_coords, edge)] = got
         value = self.gen(root, coords, edge)
@@ -376,7 +409,15 @@ class _Lowerer:
         With `lane_split`, the innermost reduction loop steps by the tile's lane count and
         the tile's vector variable walks the lanes.
         """
+        (value,) = self._reduction_values([n], coords, guard, tile_vars, lane_split)
+        return value
+
+    def _reduction_values(self, reds: list[Node], coords, guard, tile_vars=(), lane_split=False):
+        """`_reduction_body` for reductions over the same source shape and axes (a kernel's
+        sibling reductions, ir/schedule.py rule 7): the loops once, a value for each."""
+        n = reds[0]
         src = n.srcs[0]
+        assert all(r.srcs[0].shape == src.shape and r.arg == n.arg for r in reds), "not siblings"
         red_vars = [
             Var(f"r{gi}", 0, math.prod(src.shape[a] for a in g) - 1)
             for gi, g in enumerate(self.red_groups)
@@ -400,10 +441,13 @@ class _Lowerer:
             kind = "vector" if k == len(tile_vars) - 1 else "unroll"
             self._open_loop(Loop(v, v.max + 1, [], kind))
         self.scopes.append({})
-        value = self._gen_stashing(n, src_coords, guard + edge)
-        if edge:
-            value = self.emit(Select(self.fresh(), src.dtype, edge, value))
-        return value
+        values = []
+        for r in reds:
+            value = self._gen_stashing(r, src_coords, guard + edge)
+            if edge:
+                value = self.emit(Select(self.fresh(), r.srcs[0].dtype, edge, value))
+            values.append(value)
+        return values
 
     def _gen_stashing(self, n: Node, coords, guard) -> str:
         """The value reduction n adds at `coords` of its source; where that computes the
@@ -548,14 +592,20 @@ class _Lowerer:
             return self.gen_cascade(n, coords, guard)
         if self.lane_max:
             return self.gen_lane_max(n, coords, guard)
-        acc = self._new_acc()
-        self.emit(AccInit(acc, n.dtype, reduce_identity(n.op, n.dtype)))
+        reds = [n, *self.item.siblings] if self.one_loop_siblings and n is self.item.reduce else [n]
+        accs = []
+        for r in reds:
+            accs.append(self._new_acc())
+            self.emit(AccInit(accs[-1], r.dtype, reduce_identity(r.op, r.dtype)))
         saved_block, saved_iter = self.block, self.iterations
-        value = self._reduction_body(n, coords, guard)
-        self.emit(AccUpdate(acc, n.dtype, REDUCE_COMBINE[n.op], value), 1)
+        values = self._reduction_values(reds, coords, guard)
+        for r, acc, value in zip(reds, accs, values):
+            self.emit(AccUpdate(acc, r.dtype, REDUCE_COMBINE[r.op], value), 1)
         self.scopes.pop()
         self.block, self.iterations = saved_block, saved_iter
-        return acc
+        for r, acc in zip(reds[1:], accs[1:]):  # where the extra outputs' code finds them
+            self.scopes[-1][(id(r), coords, guard)] = acc
+        return accs[0]
 
     def _gen_row_reduce(self, n: Node, coords, guard) -> str:
         """A row statistic inside an elementwise kernel (ir/schedule.py, rule 6): its axes
@@ -654,7 +704,7 @@ class _Lowerer:
         its levels stay in registers (a matmul's 128 accumulators keep one plain loop)."""
         return not self.tile.lanes and tile_cascades(self.item, self.red_groups, size)
 
-    def _tile_cascade(self, red: Node, coords, guard, tile_loops, slot, acc, level) -> None:
+    def _tile_cascade(self, reds: list[Node], coords, guard, tile_loops, slot, accs, level):
         """A tile's sum over its reduction loop as a tree (see `gen_cascade`): every tile
         accumulator receives at most CASCADE_FANOUT rows before its level moves up.
 
@@ -664,17 +714,20 @@ class _Lowerer:
               for k4 in 0..16: vector for t in 0..32: acc3[t] += x[(j2*16 + k4)*N + o*32 + t]
               vector for t in 0..32: acc1[t] += acc3[t]
         """
-        src = red.srcs[0]
+        src = reds[0].srcs[0]
         extent = math.prod(src.shape[a] for a in self.red_groups[0])
 
-        def unit(idx: Lin, dst: str) -> None:
+        def unit(idx: Lin, dst: tuple[str, ...]) -> None:
             red_coords = _coords_from_groups(src.shape, self.red_groups, [idx])
-            src_coords = tuple(red_coords[i] if i in red.arg else c for i, c in enumerate(coords))
+            src_coords = tuple(
+                red_coords[i] if i in reds[0].arg else c for i, c in enumerate(coords)
+            )
             with self._tile_loops(tile_loops):
-                value = self.gen(src, src_coords, guard)
-                self.emit(AccUpdate(dst, red.dtype, Ops.ADD, value, slot, ordered=True), 1)
+                for red, acc in zip(reds, dst):  # sibling reductions: one accumulator each
+                    value = self.gen(red.srcs[0], src_coords, guard)
+                    self.emit(AccUpdate(acc, red.dtype, Ops.ADD, value, slot, ordered=True), 1)
 
-        self._sum_units(extent, unit, acc, level)
+        self._sum_units(extent, unit, accs, level)
 
     def _lane_cascade(self, red: Node, coords, guard, unrolled, t: Var, slot, acc, level) -> None:
         """`gen_cascade` for a tile of rows: each unit adds one vector of `lanes` consecutive
@@ -1026,7 +1079,7 @@ def lower(item: ScheduleItem, tile: bool = True, amx: bool = False, tuner=None) 
     def lowered_with(out_groups, red_groups) -> Kernel:
         key = (tuple(out_groups), tuple(red_groups))
         if key not in lowered:
-            lowered[key] = _Lowerer(item, out_groups, red_groups).lower()
+            lowered[key] = _Lowerer(item, out_groups, red_groups, one_loop_siblings=tile).lower()
         return lowered[key]
 
     def score_with(out_groups, red_groups) -> int:
@@ -1039,12 +1092,15 @@ def lower(item: ScheduleItem, tile: bool = True, amx: bool = False, tuner=None) 
         state["out"] = _merge_groups(out_axes, lambda g: score_with(g, state["red"]))
     if row_stats and tile:  # the CPU cascades a row kernel's long sums; the GPU splits them
         return _Lowerer(item, state["out"], state["red"], row_cascade=True).lower()
-    if amx and tile:
+    siblings = len(item.siblings)
+    if amx and tile and not siblings:
         kernel = lower_amx(_Lowerer(item, state["out"], state["red"]), kernel_name(item))
         if kernel is not None:
             return kernel
     plain = lowered_with(state["out"], state["red"])
     chosen = choose_tile(plain, item, state["out"]) if tile else None
+    if chosen is not None and siblings and not _fits_siblings(chosen, siblings):
+        chosen = None  # the plain loop nest, one accumulator per reduction
     if chosen is not None:
 
         def lowered(t: Tile) -> Kernel:
@@ -1053,7 +1109,7 @@ def lower(item: ScheduleItem, tile: bool = True, amx: bool = False, tuner=None) 
             return kernel
 
         space = None
-        if tuner is not None:
+        if tuner is not None and not siblings:
             space = tuning_space(chosen, item, state["out"], state["red"])
         if space is not None:
             return tuner(space, lowered)
@@ -1065,13 +1121,21 @@ def lower(item: ScheduleItem, tile: bool = True, amx: bool = False, tuner=None) 
     # cascaded sums are the CPU's (tile=True); the GPU lowering reduces a plain loop over a block
     lanes = cascade_lanes(plain, item) if tile else 0
     if lanes:
-        rows = _cascade_rows(item, state["out"], state["red"])
+        rows = None if siblings else _cascade_rows(item, state["out"], state["red"])
         if rows is not None:
             row, count = rows
             chosen = Tile(None, lanes, row, count, lanes=True, cascade=True)
             return _Lowerer(item, state["out"], state["red"], chosen).lower()
         return _Lowerer(item, state["out"], state["red"], cascade_lanes=lanes).lower()
     return plain
+
+
+def _fits_siblings(tile: Tile, siblings: int) -> bool:
+    """Whether a register tile takes a kernel's sibling reductions (ir/schedule.py, rule 7),
+    one accumulator tile each: lanes along the outputs (lanes along the sum combine one
+    reduction's lanes at the end), and every accumulator still in registers."""
+    size = tile.cols * tile.rows * tile.rows2 * (1 + siblings)
+    return not tile.lanes and size <= TILE_MAX_ACCUMULATORS
 
 
 CASCADE_ROWS = 2  # rows of a cascaded sum one thread streams at once

@@ -28,6 +28,12 @@ Rules, applied to each node with its users already decided:
    elements (`codegen/lower.py`, hoisting), so the row is read from memory once and
    re-read from cache: a softmax or a layer norm is one kernel. A value at the row's shape
    that is broadcast back over the row is evaluated once per row, not per element.
+7. Sibling reductions: kernels whose reductions have the same op, dtype, source shape,
+   axes and output shape, that read a common input larger than their output and do not
+   depend on each other, become one kernel with several outputs (`_sibling_reductions`):
+   a layer norm's or batch norm's weight and bias gradients, `sum(g * xhat, 0)` and
+   `sum(g, 0)`, read `g` once. Codegen sums them in one loop nest with one accumulator
+   each on the CPU, and in consecutive loops of one kernel on the GPU.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ TRANSCENDENTAL_COST = 8
 # row several times (max, sum, normalize), and each walk after the first must hit cache.
 ROW_CACHE_BYTES = 256 * 1024
 ROW_READERS_MAX = 2  # kernels that may each recompute one row statistic
+MAX_SIBLINGS = 4  # reductions summed in one loop nest (rule 7): their accumulators share registers
 
 
 @dataclass
@@ -67,6 +74,15 @@ class ScheduleItem:
     @property
     def outputs(self) -> list[Node]:
         return [self.root, *self.extra]
+
+    @property
+    def siblings(self) -> list[Node]:
+        """The reductions besides `reduce` that this kernel computes over the same loops
+        (rule 7: a layer norm's bias gradient next to its weight gradient), in the order
+        of `nodes`. A row kernel (`reduce` None) has none: its reductions are statistics."""
+        if self.reduce is None:
+            return []
+        return [n for n in self.nodes if n.op in REDUCE and n is not self.reduce]
 
     @property
     def ops(self) -> list[str]:
@@ -232,12 +248,13 @@ def schedule(
 
     extra = _siblings(graph, reason, claimed, held)
     _absorb(graph, users, reason, claimed, extra, held)
+    merged = _sibling_reductions(graph, reason, claimed, extra, held)
     items = []
     for n in graph:
-        if id(n) in reason:
+        if id(n) in reason and id(n) not in merged:
             fused = claimed.get(id(n), n if n.op in REDUCE else None)
             items.append(_item(n, fused, reason[id(n)], reason, extra.get(id(n), []), held))
-    return items
+    return _in_dependency_order(items) if merged else items
 
 
 _SAME_COORDS = ELEMENTWISE | {Ops.DETACH}
@@ -325,6 +342,103 @@ def _absorb(graph, users, reason, claimed, extra: dict[int, list[Node]], held) -
             if _reads_at_own_coordinates(body, m, n.shape):
                 del reason[id(m)]
                 extra.setdefault(id(n), []).append(m)
+
+
+def _sibling_reductions(graph, reason, claimed, extra: dict[int, list[Node]], held) -> set[int]:
+    """Rule 7: merge reduction kernels that read the same input over the same loops.
+
+    Kernels whose fused reductions have the same op, dtype, source shape, axes and output
+    shape (and whose outputs have one shape) are grouped, in graph order, when they load a
+    common value larger than their output (the input both sum over: a layer norm's
+    weight gradient `sum(g * xhat, 0)` and bias gradient `sum(g, 0)` both read `g`), and
+    neither group reaches the other through other kernels (a merged kernel must not read
+    what it writes). The first of a group keeps its kernel; the others' outputs (and their
+    extra outputs) become its extra outputs, computed at its coordinates. Returns the ids
+    of the outputs moved: they keep their `reason` (other kernels load them as before)
+    but are no longer kernels of their own.
+    """
+    kernels = [n for n in graph if id(n) in reason]
+    fused = {id(n): claimed.get(id(n), n if n.op in REDUCE else None) for n in kernels}
+    loads: dict[int, list[Node]] = {}
+    size: dict[int, int] = {}
+    for n in kernels:
+        outs = [n, *extra.get(id(n), [])]
+        nodes = toposort(
+            outs, stop=lambda m, n=n: m is not n and (id(m) in held or id(m) in reason)
+        )
+        loads[id(n)] = [m for m in nodes if m is not n and (id(m) in held or id(m) in reason)]
+        size[id(n)] = sum(m.op in ELEMENTWISE for m in nodes)
+    group = {id(n): id(n) for n in kernels}  # kernel -> the first kernel of its group
+    members: dict[int, list[Node]] = {id(n): [n] for n in kernels}
+
+    def reaches(a: int, b: int) -> bool:
+        """Whether group b reads, through kernels, a value group a computes."""
+        seen, todo = set(), [b]
+        while todo:
+            g = todo.pop()
+            for m in members[g]:
+                for x in loads[id(m)]:
+                    if id(x) not in reason:
+                        continue
+                    h = group[id(x)]
+                    if h == a:
+                        return True
+                    if h not in seen and h != g:
+                        seen.add(h)
+                        todo.append(h)
+        return False
+
+    buckets: dict[tuple, list[int]] = {}
+    merged: set[int] = set()
+    for n in kernels:
+        red = fused[id(n)]
+        if red is None or n.op in _OWN_KERNEL or red.numel == 0:
+            continue
+        key = (red.op, red.dtype, red.srcs[0].shape, tuple(sorted(red.arg)), red.shape, n.shape)
+        mine = {id(x) for x in loads[id(n)] if x.numel > n.numel}
+        for first in buckets.get(key, []):
+            group_loads = {id(x) for m in members[first] for x in loads[id(m)]}
+            if len(members[first]) >= MAX_SIBLINGS or not mine & group_loads:
+                continue
+            if sum(size[id(m)] for m in members[first]) + size[id(n)] > MAX_KERNEL_OPS:
+                continue
+            if reaches(first, id(n)) or reaches(id(n), first):
+                continue
+            members[first].append(n)
+            del members[id(n)]
+            group[id(n)] = first
+            moved = extra.pop(id(n), [])
+            extra.setdefault(first, []).extend([n, *moved])
+            merged.add(id(n))
+            break
+        else:
+            buckets.setdefault(key, []).append(id(n))
+    for first, group_members in members.items():
+        if len(group_members) > 1:
+            reason[first] += (
+                f"; with {len(group_members) - 1} sibling reduction"
+                f"{'s' if len(group_members) > 2 else ''} over the same input in one loop nest"
+            )
+    return merged
+
+
+def _in_dependency_order(items: list[ScheduleItem]) -> list[ScheduleItem]:
+    """The items, each after the items whose outputs it reads, otherwise in their order
+    (merging sibling reductions moves a kernel's outputs earlier or later than their
+    readers)."""
+    made_by = {id(out): k for k, item in enumerate(items) for out in item.outputs}
+    after = [{made_by[id(x)] for x in item.inputs if id(x) in made_by} for item in items]
+    done: set[int] = set()
+    order: list[ScheduleItem] = []
+    while len(order) < len(items):
+        for k, item in enumerate(items):
+            if k not in done and after[k] <= done:
+                done.add(k)
+                order.append(item)
+                break
+        else:
+            raise AssertionError("schedule: kernels read each other's outputs (a cycle)")
+    return order
 
 
 def _same_coordinates(u: Node, ok: dict[int, bool]) -> bool:
@@ -478,8 +592,10 @@ def _item(
 ) -> ScheduleItem:
     """Collect the nodes a kernel computes and the values it loads."""
 
+    own = {id(root)} | {id(m) for m in extra}  # a sibling reduction's output is computed here
+
     def boundary(m: Node) -> bool:
-        return m is not root and (id(m) in held or id(m) in reason)
+        return id(m) not in own and (id(m) in held or id(m) in reason)
 
     nodes = toposort([root, *extra], stop=boundary)
     inputs = [m for m in nodes if boundary(m)]

@@ -159,6 +159,27 @@ def _cross_entropy_backward():
     return [F.cross_entropy(x, target)] + grads(lambda x: F.cross_entropy(x, target), x)
 
 
+def _layer_norm_backward():
+    x, w, b = f32(6, 40, grad=True), f32(40, grad=True), f32(40, grad=True)
+    return grads(lambda x, w, b: (F.layer_norm(x, (40,), w, b) * f32(6, 40)).sum(), x, w, b)
+
+
+def _batch_norm_backward():
+    x, w, b = f32(300, 5, grad=True), f32(5, grad=True), f32(5, grad=True)
+    loss = lambda x, w, b: (F.batch_norm(x, None, None, w, b, training=True) * f32(300, 5)).sum()  # noqa: E731
+    return grads(loss, x, w, b)
+
+
+def _sibling_reductions():
+    """Reductions over the same input and axes realized together: one kernel with several
+    outputs (ir/schedule.py, rule 7), short and long (a block's threads) columns."""
+    x, y, z = f32(7, 9), f32(1025, 6), i64(40, 3)
+    return [x.sum(0), (x * x).sum(0), y.sum(0), (y * 2 - 1).sum(0), (y * y).sum(0)] + [
+        z.amax(0),
+        (z * 3).amax(0),
+    ]
+
+
 CASES = {
     "elementwise_float32": lambda: [chain(f32(33, 47))],
     "elementwise_float64": lambda: [chain(f64(5, 7, 3))],
@@ -200,6 +221,9 @@ CASES = {
     "conv2d_backward": _conv_backward,
     "gather_scatter": _embedding_backward,
     "cross_entropy_backward": _cross_entropy_backward,
+    "layer_norm_backward": _layer_norm_backward,
+    "batch_norm_backward": _batch_norm_backward,
+    "sibling_reductions": _sibling_reductions,
     "pad_and_slices": lambda: [
         f32(16, 24).pad((1, 2, 3, 4)) + 1,
         f32(16, 24)[2:10:3, 1::2] * 2,
