@@ -38,6 +38,7 @@ Rules, applied to each node with its users already decided:
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -358,31 +359,48 @@ def _sibling_reductions(graph, reason, claimed, extra: dict[int, list[Node]], he
     but are no longer kernels of their own.
     """
     kernels = [n for n in graph if id(n) in reason]
-    fused = {id(n): claimed.get(id(n), n if n.op in REDUCE else None) for n in kernels}
-    loads: dict[int, list[Node]] = {}
-    size: dict[int, int] = {}
+    keys: dict[int, tuple] = {}  # candidate kernel -> what its siblings must share
     for n in kernels:
-        outs = [n, *extra.get(id(n), [])]
-        nodes = toposort(
-            outs, stop=lambda m, n=n: m is not n and (id(m) in held or id(m) in reason)
-        )
-        loads[id(n)] = [m for m in nodes if m is not n and (id(m) in held or id(m) in reason)]
-        size[id(n)] = sum(m.op in ELEMENTWISE for m in nodes)
+        red = claimed.get(id(n), n if n.op in REDUCE else None)
+        if red is not None and n.op not in _OWN_KERNEL and red.numel:
+            axes = tuple(sorted(red.arg))
+            keys[id(n)] = (red.op, red.dtype, red.srcs[0].shape, axes, red.shape, n.shape)
+    if len(set(keys.values())) == len(keys):  # (most graphs: no two alike, nothing to do)
+        return set()
+    loaded: dict[int, tuple[list[Node], int]] = {}
+
+    def loads_and_size(n: Node) -> tuple[list[Node], int]:
+        """The values kernel n loads, and the elementwise ops it computes."""
+        if id(n) not in loaded:
+
+            def boundary(m: Node) -> bool:
+                return m is not n and (id(m) in held or id(m) in reason)
+
+            nodes = toposort([n, *extra.get(id(n), [])], stop=boundary)
+            ops = sum(m.op in ELEMENTWISE for m in nodes)
+            loaded[id(n)] = ([m for m in nodes if boundary(m)], ops)
+        return loaded[id(n)]
+
     group = {id(n): id(n) for n in kernels}  # kernel -> the first kernel of its group
     members: dict[int, list[Node]] = {id(n): [n] for n in kernels}
 
+    position = {id(n): k for k, n in enumerate(kernels)}  # a kernel reads earlier ones only
+
     def reaches(a: int, b: int) -> bool:
         """Whether group b reads, through kernels, a value group a computes."""
+        first_of_a = min(position[id(m)] for m in members[a])
         seen, todo = set(), [b]
         while todo:
             g = todo.pop()
             for m in members[g]:
-                for x in loads[id(m)]:
+                for x in loads_and_size(m)[0]:
                     if id(x) not in reason:
                         continue
                     h = group[id(x)]
                     if h == a:
                         return True
+                    if max(position[id(m)] for m in members[h]) < first_of_a:
+                        continue  # all of h comes before a: nothing it reads is a's
                     if h not in seen and h != g:
                         seen.add(h)
                         todo.append(h)
@@ -390,17 +408,18 @@ def _sibling_reductions(graph, reason, claimed, extra: dict[int, list[Node]], he
 
     buckets: dict[tuple, list[int]] = {}
     merged: set[int] = set()
+    alike = {k for k in set(keys.values()) if list(keys.values()).count(k) > 1}
     for n in kernels:
-        red = fused[id(n)]
-        if red is None or n.op in _OWN_KERNEL or red.numel == 0:
+        key = keys.get(id(n))
+        if key not in alike:
             continue
-        key = (red.op, red.dtype, red.srcs[0].shape, tuple(sorted(red.arg)), red.shape, n.shape)
-        mine = {id(x) for x in loads[id(n)] if x.numel > n.numel}
+        mine = {id(x) for x in loads_and_size(n)[0] if x.numel > n.numel}
         for first in buckets.get(key, []):
-            group_loads = {id(x) for m in members[first] for x in loads[id(m)]}
+            group_loads = {id(x) for m in members[first] for x in loads_and_size(m)[0]}
             if len(members[first]) >= MAX_SIBLINGS or not mine & group_loads:
                 continue
-            if sum(size[id(m)] for m in members[first]) + size[id(n)] > MAX_KERNEL_OPS:
+            ops = sum(loads_and_size(m)[1] for m in members[first]) + loads_and_size(n)[1]
+            if ops > MAX_KERNEL_OPS:
                 continue
             if reaches(first, id(n)) or reaches(id(n), first):
                 continue
@@ -427,17 +446,23 @@ def _in_dependency_order(items: list[ScheduleItem]) -> list[ScheduleItem]:
     (merging sibling reductions moves a kernel's outputs earlier or later than their
     readers)."""
     made_by = {id(out): k for k, item in enumerate(items) for out in item.outputs}
-    after = [{made_by[id(x)] for x in item.inputs if id(x) in made_by} for item in items]
-    done: set[int] = set()
+    readers: list[list[int]] = [[] for _ in items]
+    waiting = [0] * len(items)  # items each one waits for
+    for k, item in enumerate(items):
+        for j in {made_by[id(x)] for x in item.inputs if id(x) in made_by}:
+            readers[j].append(k)
+            waiting[k] += 1
+    ready = [k for k in range(len(items)) if not waiting[k]]
+    heapq.heapify(ready)
     order: list[ScheduleItem] = []
-    while len(order) < len(items):
-        for k, item in enumerate(items):
-            if k not in done and after[k] <= done:
-                done.add(k)
-                order.append(item)
-                break
-        else:
-            raise AssertionError("schedule: kernels read each other's outputs (a cycle)")
+    while ready:
+        k = heapq.heappop(ready)
+        order.append(items[k])
+        for r in readers[k]:
+            waiting[r] -= 1
+            if not waiting[r]:
+                heapq.heappush(ready, r)
+    assert len(order) == len(items), "schedule: kernels read each other's outputs (a cycle)"
     return order
 
 
