@@ -1,7 +1,8 @@
 """Kernels launched and bytes moved per step: layer norm, softmax, cross-entropy, batch
 norm (forward + backward alone), and the LeNet, MLP and char transformer training steps.
 
-Run:  .venv/bin/python benchmarks/kernel_counts.py [--only NAME] [--kernels]
+Run:  .venv/bin/python benchmarks/kernel_counts.py [--only NAME] [--kernels] [--inductor]
+      .venv/bin/python benchmarks/kernel_counts.py --time [--rounds 15]
 
 Every kernel a step launches is counted (the engine's observers see each plan's kernel
 records; a step that realizes several times counts every run), with the bytes each
@@ -10,16 +11,26 @@ first compiles, the second is what a training loop repeats), then counted once. 
 timing: the figures are exact and the same on a quiet and a loaded machine. `--kernels`
 lists each kernel with its reason, to see which cuts remain.
 
-Where PyTorch is installed, the forward + backward workloads also print how many
-kernels Inductor generates (torch.compile, a fresh compile per workload; its kernel
-counter `generated_kernel_count`): `-` without it.
+With `--inductor`, where PyTorch is installed, the forward + backward workloads also
+print how many kernels Inductor generates (torch.compile, a fresh compile per workload;
+its counter `generated_kernel_count`): `-` otherwise.
+
+`--time` times what sibling reductions (ir/schedule.py, rule 7) change, paired in one
+process: each workload's graph is compiled into two plans, with rule 7 and without it
+(`_sibling_reductions` replaced by one that merges nothing, for that compile only), the
+outputs of both are checked equal, then the two plans run on the same input buffers in
+alternating rounds of back-to-back calls (the order rotating), and the median of the
+rounds' ratios (without / with: above 1, rule 7 is faster) is printed with its range and
+the load average before and after.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
+import time
 
 import numpy as np
 
@@ -27,8 +38,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import fusegrad as fg  # noqa: E402
+from fusegrad.ir import schedule as schedule_module  # noqa: E402
+from fusegrad.ir.node import toposort  # noqa: E402
+from fusegrad.ir.ops import Ops  # noqa: E402
 from fusegrad.nn import functional as F  # noqa: E402
-from fusegrad.runtime.engine import engine  # noqa: E402
+from fusegrad.runtime.engine import compile_plan, engine  # noqa: E402
 
 
 def count(step, show: bool = False) -> tuple[int, int]:
@@ -51,12 +65,13 @@ def count(step, show: bool = False) -> tuple[int, int]:
     return len(records), sum(r.bytes for r in records)
 
 
-def norm_step(kind: str):
+def norm_step(kind: str, shape=None, realize: bool = True):
     """Forward + backward of one op on fresh leaves (a new batch each call, as a training
     loop has: a graph computed before would be found in memory); realizes the gradients
-    (one plan)."""
+    (one plan), or with `realize=False` returns the loss and gradients unrealized."""
     rng = np.random.default_rng(0)
-    shape = {"batch norm": (64, 128), "cross-entropy": (32, 10)}.get(kind, (32, 512))
+    default = {"batch norm": (64, 128), "cross-entropy": (32, 10)}.get(kind, (32, 512))
+    shape = shape or default
     arrays = [rng.standard_normal(s).astype(np.float32) for s in (shape, shape[1:], shape[1:])]
     r_array = rng.standard_normal(shape).astype(np.float32)
     target = rng.integers(0, shape[1], shape[0])
@@ -80,6 +95,8 @@ def norm_step(kind: str):
             loss = F.cross_entropy(x, fg.tensor(target))
             wanted = (x,)
         loss.backward()
+        if not realize:
+            return [loss, *[t.grad for t in wanted]]
         fg.realize(loss, *[t.grad for t in wanted])
 
     return step
@@ -141,6 +158,57 @@ def inductor_kernels(kind: str) -> int | None:
     return metrics.generated_kernel_count
 
 
+TIMED = [
+    ("layer norm affine", (32, 512)),
+    ("layer norm affine", (2048, 64)),
+    ("layer norm affine", (8192, 1024)),
+    ("batch norm", (64, 128)),
+    ("batch norm", (4096, 256)),
+]
+
+
+def paired_time(kind: str, shape, rounds: int) -> None:
+    """Rule 7 on and off for one workload's graph, alternating (see the module docstring)."""
+    outs = norm_step(kind, shape, realize=False)()
+    todo = [t.node for t in outs]
+    leaves = [n for n in toposort(todo) if n.op is Ops.BUFFER]
+
+    def has_value(n):
+        return n.op is Ops.BUFFER
+
+    merge = schedule_module._sibling_reductions
+    plans = {"with": compile_plan(todo, leaves, has_value)}
+    schedule_module._sibling_reductions = lambda *args: set()
+    try:
+        plans["without"] = compile_plan(todo, leaves, has_value)
+    finally:
+        schedule_module._sibling_reductions = merge
+    buffers = [n.arg for n in leaves]
+    results = {
+        k: [b.numpy().copy() for b in engine.execute(p, buffers)[0]] for k, p in plans.items()
+    }
+    for a, b in zip(results["with"], results["without"]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    kernels = {k: len(p.steps) for k, p in plans.items()}
+    calls = max(3, min(200, int(2e6 // max(np.prod(shape), 1))))
+    times: dict[str, list[float]] = {k: [] for k in plans}
+    order = list(plans)
+    for r in range(rounds):
+        for k in order[r % 2 :] + order[: r % 2]:
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                engine.execute(plans[k], buffers)
+            times[k].append((time.perf_counter() - t0) / calls)
+    ratios = sorted(a / b for a, b in zip(times["without"], times["with"]))
+    label = f"{kind} {shape[0]}x{shape[1]}"
+    us = {k: statistics.median(v) * 1e6 for k, v in times.items()}
+    print(
+        f"{label:<30} {kernels['without']:>3} -> {kernels['with']:<3} "
+        f"{us['without']:9.1f} {us['with']:9.1f}"
+        f"  {statistics.median(ratios):5.2f} [{ratios[0]:.2f}, {ratios[-1]:.2f}]"
+    )
+
+
 OPS = ["layer norm affine", "layer norm", "softmax", "cross-entropy", "batch norm"]
 MODELS = {
     "lenet": lambda: model_step("lenet"),
@@ -156,7 +224,17 @@ def main() -> None:
     ap.add_argument("--only", default="", help="workloads whose name contains this")
     ap.add_argument("--kernels", action="store_true", help="list each kernel and its reason")
     ap.add_argument("--inductor", action="store_true", help="Inductor's counts (needs torch)")
+    ap.add_argument("--time", action="store_true", help="rule 7 on vs off, paired")
+    ap.add_argument("--rounds", type=int, default=15, help="alternating rounds for --time")
     args = ap.parse_args()
+    if args.time:
+        print(f"threads {fg.config.threads}, load average {os.getloadavg()}, {args.rounds} rounds")
+        print(f"{'forward + backward':<30} kernels  us without   us with  without/with [range]")
+        for kind, shape in TIMED:
+            if args.only in kind:
+                paired_time(kind, shape, args.rounds)
+        print(f"load average after: {os.getloadavg()}")
+        return
     print(f"fusegrad kernels per step, threads {fg.config.threads}")
     print(f"{'workload':<40} {'kernels':>8} {'MB moved':>10} {'Inductor':>9}")
     for kind in OPS:
