@@ -1100,7 +1100,9 @@ def lower(item: ScheduleItem, tile: bool = True, amx: bool = False, tuner=None) 
     plain = lowered_with(state["out"], state["red"])
     chosen = choose_tile(plain, item, state["out"]) if tile else None
     if chosen is not None and siblings and not _fits_siblings(chosen, siblings):
-        chosen = None  # the plain loop nest, one accumulator per reduction
+        one_row = None if chosen.lanes else Tile(chosen.col, chosen.cols)
+        # one row of lanes per sum, or the plain loop nest, one accumulator per sum
+        chosen = one_row if one_row is not None and _fits_siblings(one_row, siblings) else None
     if chosen is not None:
 
         def lowered(t: Tile) -> Kernel:

@@ -29,8 +29,9 @@ Rules, applied to each node with its users already decided:
    re-read from cache: a softmax or a layer norm is one kernel. A value at the row's shape
    that is broadcast back over the row is evaluated once per row, not per element.
 7. Sibling reductions: kernels whose reductions have the same op, dtype, source shape,
-   axes and output shape, that read a common input larger than their output and do not
-   depend on each other, become one kernel with several outputs (`_sibling_reductions`):
+   axes and output shape, that stream a common input (read once per element of the sum:
+   not a contraction's operand, which a register tile reuses) and do not depend on each
+   other, become one kernel with several outputs (`_sibling_reductions`):
    a layer norm's or batch norm's weight and bias gradients, `sum(g * xhat, 0)` and
    `sum(g, 0)`, read `g` once. Codegen sums them in one loop nest with one accumulator
    each on the CPU, and in consecutive loops of one kernel on the GPU.
@@ -350,8 +351,10 @@ def _sibling_reductions(graph, reason, claimed, extra: dict[int, list[Node]], he
 
     Kernels whose fused reductions have the same op, dtype, source shape, axes and output
     shape (and whose outputs have one shape) are grouped, in graph order, when they load a
-    common value larger than their output (the input both sum over: a layer norm's
-    weight gradient `sum(g * xhat, 0)` and bias gradient `sum(g, 0)` both read `g`), and
+    common value with one element per element of the sum (the input both sum over: a layer
+    norm's weight gradient `sum(g * xhat, 0)` and bias gradient `sum(g, 0)` both read `g`;
+    two linear layers' weight gradients share `x` too, but as contractions, whose register
+    tiles would not hold both sums), and
     neither group reaches the other through other kernels (a merged kernel must not read
     what it writes). The first of a group keeps its kernel; the others' outputs (and their
     extra outputs) become its extra outputs, computed at its coordinates. Returns the ids
@@ -360,11 +363,13 @@ def _sibling_reductions(graph, reason, claimed, extra: dict[int, list[Node]], he
     """
     kernels = [n for n in graph if id(n) in reason]
     keys: dict[int, tuple] = {}  # candidate kernel -> what its siblings must share
+    fused_sources: dict[int, int] = {}  # candidate kernel -> elements its reduction reads
     for n in kernels:
         red = claimed.get(id(n), n if n.op in REDUCE else None)
         if red is not None and n.op not in _OWN_KERNEL and red.numel:
             axes = tuple(sorted(red.arg))
             keys[id(n)] = (red.op, red.dtype, red.srcs[0].shape, axes, red.shape, n.shape)
+            fused_sources[id(n)] = red.srcs[0].numel
     if len(set(keys.values())) == len(keys):  # (most graphs: no two alike, nothing to do)
         return set()
     loaded: dict[int, tuple[list[Node], int]] = {}
@@ -413,7 +418,10 @@ def _sibling_reductions(graph, reason, claimed, extra: dict[int, list[Node]], he
         key = keys.get(id(n))
         if key not in alike:
             continue
-        mine = {id(x) for x in loads_and_size(n)[0] if x.numel > n.numel}
+        # an input the sum streams, each element once (a contraction, whose register tile
+        # reuses each loaded value many times, keeps its kernel)
+        streamed = fused_sources[id(n)]
+        mine = {id(x) for x in loads_and_size(n)[0] if x.numel == streamed > n.numel}
         for first in buckets.get(key, []):
             group_loads = {id(x) for m in members[first] for x in loads_and_size(m)[0]}
             if len(members[first]) >= MAX_SIBLINGS or not mine & group_loads:

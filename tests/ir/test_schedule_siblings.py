@@ -106,6 +106,31 @@ def test_what_does_not_merge(build, numpy_twin, kernels):
         assert_close(got.numpy(), want, rtol=1e-4, atol=1e-3)
 
 
+def test_contractions_keep_their_kernels_and_tiles():
+    # two linear layers on one input: their weight gradients g1^T x and g2^T x share x, but
+    # each reuses every loaded value across a register tile; merged, neither tile would fit
+    xs, g1, g2 = f32(64, 48), f32(64, 32), f32(64, 32)
+    x = realized(xs)
+    d1, d2 = realized(g1).T @ x, realized(g2).T @ x
+    ks = fg.kernels(d1, d2)
+    assert len(ks) == 2 and all("register tile" in k.loop.tile_note for k in ks)
+    assert_close(d1.numpy(), g1.T.astype(np.float64) @ xs, rtol=1e-4, atol=1e-4)
+    assert_close(d2.numpy(), g2.T.astype(np.float64) @ xs, rtol=1e-4, atol=1e-4)
+
+
+def test_a_tile_too_big_for_two_sums_keeps_one_row_of_lanes():
+    # a sum over the middle axis: alone, a tile of rows along the batch and lanes along the
+    # channels; with a sibling its accumulators would not fit, so one row of lanes each
+    arr = f32(16, 64, 64)
+    x = realized(arr)
+    s, q = x.sum(1), (x * x).sum(1)
+    (k,) = fg.kernels(s, q)
+    assert "register tile" in k.loop.tile_note, k.loop_ir
+    a64 = arr.astype(np.float64)
+    assert_close(s.numpy(), a64.sum(1), atol=1e-4)
+    assert_close(q.numpy(), (a64 * a64).sum(1), rtol=1e-5, atol=1e-4)
+
+
 def test_a_merge_that_would_read_its_own_output_through_another_kernel_is_refused():
     # a = sum(x, 0); c = sum(x + a, 1) (its own kernel, reads a); b = sum(x * c, 0) reads c:
     # a and b have one key and share x, but b depends on a through c
