@@ -22,16 +22,20 @@ process: each workload's graph is compiled into two plans, with rule 7 and witho
 outputs of both are checked equal, then the two plans run on the same input buffers in
 alternating rounds of back-to-back calls (the order rotating), and the median of the
 rounds' ratios (without / with: above 1, rule 7 is faster) is printed with its range and
-the load average before and after.
+the load average before and after. The training steps are timed the same way: every plan
+one step runs is captured with its input buffers (the engine's `plan_for`), compiled both
+ways, and the step's kernels replayed in order (Python's share of a step is left out).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import sys
 import time
+import warnings
 
 import numpy as np
 
@@ -43,7 +47,9 @@ from fusegrad.ir import schedule as schedule_module  # noqa: E402
 from fusegrad.ir.node import toposort  # noqa: E402
 from fusegrad.ir.ops import Ops  # noqa: E402
 from fusegrad.nn import functional as F  # noqa: E402
+from fusegrad.runtime.compiler import batch as compiler_batch  # noqa: E402
 from fusegrad.runtime.engine import compile_plan, engine  # noqa: E402
+from fusegrad.stepcache import StepCache  # noqa: E402
 
 
 def count(step, show: bool = False) -> tuple[int, int]:
@@ -181,41 +187,82 @@ def paired_time(kind: str, shape, rounds: int) -> None:
     outs = norm_step(kind, shape, realize=False)()
     todo = [t.node for t in outs]
     leaves = [n for n in toposort(todo) if n.op is Ops.BUFFER]
-
-    def has_value(n):
-        return n.op is Ops.BUFFER
-
-    merge = schedule_module._sibling_reductions
-    plans = {"with": compile_plan(todo, leaves, has_value)}
-    schedule_module._sibling_reductions = lambda *args: set()
-    try:
-        plans["without"] = compile_plan(todo, leaves, has_value)
-    finally:
-        schedule_module._sibling_reductions = merge
-    buffers = [n.arg for n in leaves]
-    results = {
-        k: [b.numpy().copy() for b in engine.execute(p, buffers)[0]] for k, p in plans.items()
-    }
-    for a, b in zip(results["with"], results["without"]):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
-    kernels = {k: len(p.steps) for k, p in plans.items()}
+    runs = [(both_plans(todo, leaves), [n.arg for n in leaves])]
     calls = max(3, min(200, int(2e6 // max(np.prod(shape), 1))))
-    times: dict[str, list[float]] = {k: [] for k in plans}
-    order = list(plans)
+    alternate(f"{kind} {shape[0]}x{shape[1]}", runs, rounds, calls)
+
+
+def both_plans(todo, leaves) -> dict:
+    """The plan of `todo` compiled with rule 7 ("with") and without it ("without"), as the
+    engine compiles a plan (`Engine.plan_for`), the cache left alone."""
+    merge = schedule_module._sibling_reductions
+    plans = {}
+    for name, rule in (("with", merge), ("without", lambda *args: set())):
+        schedule_module._sibling_reductions = rule
+        try:
+            with compiler_batch():
+                plan = compile_plan(todo, leaves, lambda n: n.op is Ops.BUFFER)
+                plan.backend.prepare(plan)
+        finally:
+            schedule_module._sibling_reductions = merge
+        plans[name] = plan
+    return plans
+
+
+def alternate(label: str, runs, rounds: int, calls: int) -> None:
+    """Check that both versions of every plan agree, then time `calls` replays of all the
+    plans in `runs` ([(plans, input buffers)], in their order), the versions alternating."""
+    for plans, buffers in runs:
+        got = {
+            k: [b.numpy().copy() for b in engine.execute(p, buffers)[0]] for k, p in plans.items()
+        }
+        for x, y in zip(got["with"], got["without"]):
+            np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
+    kernels = {k: sum(len(plans[k].steps) for plans, _ in runs) for k in ("with", "without")}
+    times: dict[str, list[float]] = {"with": [], "without": []}
+    order = list(times)
     for r in range(rounds):
         for k in order[r % 2 :] + order[: r % 2]:
             t0 = time.perf_counter()
             for _ in range(calls):
-                engine.execute(plans[k], buffers)
+                for plans, buffers in runs:
+                    engine.execute(plans[k], buffers)
             times[k].append((time.perf_counter() - t0) / calls)
-    ratios = sorted(a / b for a, b in zip(times["without"], times["with"]))
-    label = f"{kind} {shape[0]}x{shape[1]}"
+    ratios = sorted(x / y for x, y in zip(times["without"], times["with"]))
     us = {k: statistics.median(v) * 1e6 for k, v in times.items()}
     print(
         f"{label:<30} {kernels['without']:>3} -> {kernels['with']:<3} "
         f"{us['without']:9.1f} {us['with']:9.1f}"
         f"  {statistics.median(ratios):5.2f} [{ratios[0]:.2f}, {ratios[-1]:.2f}]"
     )
+
+
+def step_time(name: str, make, rounds: int) -> None:
+    """A training step's kernels replayed: every plan one step runs (captured as the engine
+    finds it, with its input buffers) compiled with and without rule 7, then alternated."""
+    step = make()
+    step()
+    step()
+    with warnings.catch_warnings():  # (isinstance on torch's deprecated module aliases)
+        warnings.simplefilter("ignore")
+        caches = [c for c in gc.get_objects() if isinstance(c, StepCache)]
+    for cache in caches:
+        cache.entries.clear()  # an optimizer's cached step would run without plan_for
+    runs = []
+    find = engine.plan_for
+
+    def capture(todo, has_value=None):
+        plan, leaves, fresh = find(todo, has_value)
+        runs.append((list(todo), leaves, [engine.value(n) for n in leaves]))
+        return plan, leaves, fresh
+
+    engine.plan_for = capture
+    try:
+        step()
+    finally:
+        del engine.plan_for
+    runs = [(both_plans(todo, leaves), buffers) for todo, leaves, buffers in runs]
+    alternate(f"{name} training step", runs, rounds, 5)
 
 
 OPS = ["layer norm affine", "layer norm", "softmax", "cross-entropy", "batch norm"]
@@ -238,10 +285,13 @@ def main() -> None:
     args = ap.parse_args()
     if args.time:
         print(f"threads {fg.config.threads}, load average {os.getloadavg()}, {args.rounds} rounds")
-        print(f"{'forward + backward':<30} kernels  us without   us with  without/with [range]")
+        print(f"{'kernels of':<30} kernels  us without   us with  without/with [range]")
         for kind, shape in TIMED:
             if args.only in kind:
                 paired_time(kind, shape, args.rounds)
+        for name, make in MODELS.items():
+            if args.only in name:
+                step_time(name, make, args.rounds)
         print(f"load average after: {os.getloadavg()}")
         return
     print(f"fusegrad kernels per step, threads {fg.config.threads}")
