@@ -22,9 +22,12 @@ process: each workload's graph is compiled into two plans, with rule 7 and witho
 outputs of both are checked equal, then the two plans run on the same input buffers in
 alternating rounds of back-to-back calls (the order rotating), and the median of the
 rounds' ratios (without / with: above 1, rule 7 is faster) is printed with its range and
-the load average before and after. The training steps are timed the same way: every plan
-one step runs is captured with its input buffers (the engine's `plan_for`), compiled both
-ways, and the step's kernels replayed in order (Python's share of a step is left out).
+the load average before and after; then each kernel is launched alone and timed in
+alternating rounds, and the medians of each kernel's times are summed (steadier under
+load than whole runs; it leaves out the launches a native program saves). The training
+steps are timed the same way: every plan one step runs is captured with its input buffers
+(the engine's `plan_for`), compiled both ways, and the step's kernels replayed in order
+(Python's share of a step is left out).
 """
 
 from __future__ import annotations
@@ -228,12 +231,25 @@ def alternate(label: str, runs, rounds: int, calls: int) -> None:
                 for plans, buffers in runs:
                     engine.execute(plans[k], buffers)
             times[k].append((time.perf_counter() - t0) / calls)
+    # each kernel launched alone and timed (`timed=True`): the median of each kernel's
+    # times, summed over the step, is steadier under load than a whole run's time
+    alone: dict[tuple, list[float]] = {}
+    for r in range(rounds):
+        for k in order[r % 2 :] + order[: r % 2]:
+            for j, (plans, buffers) in enumerate(runs):
+                for i, rec in enumerate(engine.execute(plans[k], buffers, timed=True)[1]):
+                    alone.setdefault((k, j, i), []).append(rec.seconds)
+    summed = {
+        k: sum(statistics.median(v) for (kk, _, _), v in alone.items() if kk == k) * 1e6
+        for k in order
+    }
     ratios = sorted(x / y for x, y in zip(times["without"], times["with"]))
     us = {k: statistics.median(v) * 1e6 for k, v in times.items()}
     print(
         f"{label:<30} {kernels['without']:>3} -> {kernels['with']:<3} "
         f"{us['without']:9.1f} {us['with']:9.1f}"
         f"  {statistics.median(ratios):5.2f} [{ratios[0]:.2f}, {ratios[-1]:.2f}]"
+        f"  {summed['without']:9.1f} {summed['with']:9.1f}"
     )
 
 
@@ -285,7 +301,10 @@ def main() -> None:
     args = ap.parse_args()
     if args.time:
         print(f"threads {fg.config.threads}, load average {os.getloadavg()}, {args.rounds} rounds")
-        print(f"{'kernels of':<30} kernels  us without   us with  without/with [range]")
+        print(
+            f"{'kernels of':<30} kernels  us without   us with  without/with [range]"
+            "  us without, with: kernels alone, summed"
+        )
         for kind, shape in TIMED:
             if args.only in kind:
                 paired_time(kind, shape, args.rounds)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -354,11 +355,11 @@ def _sibling_reductions(graph, reason, claimed, extra: dict[int, list[Node]], he
     common value with one element per element of the sum (the input both sum over: a layer
     norm's weight gradient `sum(g * xhat, 0)` and bias gradient `sum(g, 0)` both read `g`;
     two linear layers' weight gradients share `x` too, but as contractions, whose register
-    tiles would not hold both sums), and
-    neither group reaches the other through other kernels (a merged kernel must not read
-    what it writes). The first of a group keeps its kernel; the others' outputs (and their
-    extra outputs) become its extra outputs, computed at its coordinates. Returns the ids
-    of the outputs moved: they keep their `reason` (other kernels load them as before)
+    tiles would not hold both sums), and neither group reaches the other through other
+    kernels (a merged kernel must not read what it writes), at most MAX_SIBLINGS and
+    MAX_KERNEL_OPS a group. The first of a group keeps its kernel; the others' outputs (and
+    their extra outputs) become its extra outputs, computed at its coordinates. Returns the
+    ids of the outputs moved: they keep their `reason` (other kernels load them as before)
     but are no longer kernels of their own.
     """
     kernels = [n for n in graph if id(n) in reason]
@@ -370,7 +371,8 @@ def _sibling_reductions(graph, reason, claimed, extra: dict[int, list[Node]], he
             axes = tuple(sorted(red.arg))
             keys[id(n)] = (red.op, red.dtype, red.srcs[0].shape, axes, red.shape, n.shape)
             fused_sources[id(n)] = red.srcs[0].numel
-    if len(set(keys.values())) == len(keys):  # (most graphs: no two alike, nothing to do)
+    alike = {key for key, count in Counter(keys.values()).items() if count > 1}
+    if not alike:  # (most graphs: nothing to do)
         return set()
     loaded: dict[int, tuple[list[Node], int]] = {}
 
@@ -388,7 +390,6 @@ def _sibling_reductions(graph, reason, claimed, extra: dict[int, list[Node]], he
 
     group = {id(n): id(n) for n in kernels}  # kernel -> the first kernel of its group
     members: dict[int, list[Node]] = {id(n): [n] for n in kernels}
-
     position = {id(n): k for k, n in enumerate(kernels)}  # a kernel reads earlier ones only
 
     def reaches(a: int, b: int) -> bool:
@@ -413,7 +414,6 @@ def _sibling_reductions(graph, reason, claimed, extra: dict[int, list[Node]], he
 
     buckets: dict[tuple, list[int]] = {}
     merged: set[int] = set()
-    alike = {k for k in set(keys.values()) if list(keys.values()).count(k) > 1}
     for n in kernels:
         key = keys.get(id(n))
         if key not in alike:
