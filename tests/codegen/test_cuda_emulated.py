@@ -173,10 +173,14 @@ def _batch_norm_backward():
 def _sibling_reductions():
     """Reductions over the same input and axes realized together: one kernel with several
     outputs (ir/schedule.py, rule 7), short and long (a block's threads) columns."""
-    x, y, z = f32(7, 9), f32(1025, 6), i64(40, 3)
+    x, y, z, w = f32(7, 9), f32(1025, 6), i64(40, 3), f32(5, 3000)
     return [x.sum(0), (x * x).sum(0), y.sum(0), (y * 2 - 1).sum(0), (y * y).sum(0)] + [
         z.amax(0),
         (z * 3).amax(0),
+        w.sum(1),  # rows: a block's threads each, one loop per sibling
+        (w * w).sum(1),
+        w.amax(1),
+        (-w).amax(1),
     ]
 
 

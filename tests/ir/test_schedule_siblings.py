@@ -72,6 +72,27 @@ def test_a_sibling_sums_as_it_does_alone(shape):
             np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)
 
 
+@pytest.mark.parametrize("shape", [(6, 4096), (64, 300), (3, 20)])
+def test_row_sums_and_row_maxima(shape):
+    # sums along the contiguous axis: a cascade each (long rows: the same bits as alone),
+    # or one loop with two accumulators (short: LLVM vectorizes it its own way, so the last
+    # bits may differ from the sum alone); maxima in vector lanes, exact either way
+    arr = f32(*shape)
+    x = realized(arr)
+    alone = [t.numpy() for t in (x.sum(1), (x * x).sum(1), x.amax(1), (-x).amax(1))]
+    s, q, hi, lo = x.sum(1), (x * x).sum(1), x.amax(1), (-x).amax(1)
+    assert len(fg.kernels(s, q, hi, lo)) == 2
+    for got, want in zip([s, q], alone):
+        if shape[1] >= CASCADE_MIN:
+            np.testing.assert_array_equal(got.numpy(), want)
+        else:
+            np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+    assert_close(s.numpy(), arr.astype(np.float64).sum(1), rtol=1e-5, atol=1e-4)
+    np.testing.assert_array_equal(hi.numpy(), arr.max(1))
+    np.testing.assert_array_equal(lo.numpy(), (-arr).max(1))
+    assert_close(q.numpy(), (arr.astype(np.float64) ** 2).sum(1), rtol=1e-5, atol=1e-4)
+
+
 def test_maxima_merge_and_integer_accumulators_keep_their_identity():
     z = RNG.integers(-50, 50, (40, 3))
     t = realized(z)
