@@ -18,6 +18,7 @@ import fusegrad as fg
 from fusegrad.codegen.cuda import PRELUDE, cuda_kernel
 from fusegrad.codegen.gpu import map_to_gpu
 from fusegrad.codegen.lower import base_name, lower
+from fusegrad.ir.ops import Ops
 from fusegrad.ir.reference import evaluate_many
 from fusegrad.ir.schedule import schedule
 from fusegrad.nn import functional as F
@@ -290,6 +291,19 @@ def test_full_reductions_of_any_length(full_reductions, n):
     kernels = prepared[n][3]
     if n == 2**20:  # long enough to be split over blocks and finished by a second pass
         assert all(len(k.launches) == 2 and k.scratch for k in kernels)
+
+
+@pytest.mark.parametrize("shape, axis", [((1025, 6), 0), ((5, 3000), 1)])
+def test_sibling_reductions_are_one_kernel_of_block_reductions(shape, axis):
+    # rule 7 (ir/schedule.py): one kernel; the GPU lowering gives each sibling a loop of its
+    # own, which the mapping splits over a block's threads like any reduction
+    x = f32(*shape)
+    outs = [x.sum(axis), (x * x).sum(axis)]
+    (item,) = schedule([t.node for t in outs], lambda n: n.op is Ops.BUFFER)
+    gpu = map_to_gpu(lower(item, tile=False))
+    assert gpu.mode == "block" and len(gpu.reductions) == 2
+    got, _ = emulate(outs)
+    compare(got, outs)
 
 
 def test_a_long_reduction_is_split_over_many_threads():
