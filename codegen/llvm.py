@@ -279,10 +279,12 @@ class _Renderer:
         self.label(f"{v}.exit")
 
     def stmt_Load(self, s: Load) -> None:
-        p, mt, dt = s.param, mem_type(s.dtype), s.dtype
+        # a value is loaded as its buffer holds it and named with the load's dtype: they
+        # differ only for a 16-bit value kept in a float32 scratch row (the same registers)
+        p, mt, dt = s.param, mem_type(s.param.dtype), s.param.dtype
         moves = self.moves(s.index) or any(self.moves(c) for c in s.valid)
         if moves and self.width:
-            self.bind(s.dst, self.vector_load(s), dt, True)
+            self.bind(s.dst, self.vector_load(s), s.dtype, True)
             return
         idx = self.index(s.index)
         ok = self.valid(s.valid)[0] if s.valid else None
@@ -295,10 +297,10 @@ class _Renderer:
         v = self.widen(v, dt, None)
         if ok:
             v = self.emit(f"select i1 {ok}, {dt.llvm} {v}, {dt.llvm} {literal(0, dt)}")
-        self.bind(s.dst, v, dt)
+        self.bind(s.dst, v, s.dtype)
 
     def vector_load(self, s: Load) -> str:
-        p, mt, dt, w = s.param, mem_type(s.dtype), s.dtype, self.width
+        p, mt, dt, w = s.param, mem_type(s.param.dtype), s.param.dtype, self.width
         vt = f"<{w} x {mt}>"
         contiguous = s.index.coef(self.vec_var) == 1 and not self.moves(s.index - lin(self.vec_var))
         ok, ok_varying = self.valid(s.valid) if s.valid else (None, False)
@@ -782,7 +784,12 @@ class _Renderer:
             params.append(f"ptr {attrs} %{p.name}")
         # "no-builtins": never turn loops into memset/memcpy calls; kernels call nothing
         head = f'define void @{self.symbol}({", ".join(params)}) nounwind "no-builtins" {{'
-        entry, leave = self.allocas, ["  ret void"]
+        # each thread's scratch rows, on its stack (the calling thread's stack, a few KB)
+        scratch = [
+            f"  %{p.name} = alloca [{p.size} x {mem_type(p.dtype)}], align 64"
+            for p in self.k.scratch
+        ]
+        entry, leave = scratch + self.allocas, ["  ret void"]
         if self.amx:
             entry = entry + self.tile_config()
             leave = ["  call void @llvm.x86.tilerelease()"] + leave

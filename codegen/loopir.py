@@ -257,6 +257,9 @@ class Kernel:
     # kernels, in forked copies that share the cores: `runtime/cpu_backend.py` makes it
     # again, alone, once the others are done)
     tune_later: bool = False
+    # buffers of the kernel's own, not passed in: a row kernel's float32 scratch row (one per
+    # thread, on its stack; `codegen/lower.py`, `stash_in_scratch`), addressed as a Param is
+    scratch: list[Param] = field(default_factory=list)
 
     @property
     def uses_tiles(self) -> bool:
@@ -267,6 +270,8 @@ class Kernel:
     def __str__(self) -> str:
         sig = ", ".join(f"{p.name}: {p.dtype.name}[{p.size}]" for p in self.params)
         lines = [f"kernel {self.name}({sig})"]
+        for p in self.scratch:
+            lines.append(f"  scratch {p.name}: {p.dtype.name}[{p.size}] (each thread's own)")
         _print_block(self.body, 1, lines)
         return "\n".join(lines)
 

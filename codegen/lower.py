@@ -136,6 +136,9 @@ class _Lowerer:
         # output pass loads back instead of recomputing (`stashed_row_value`); the CPU's
         self.stash = stashed_row_value(item) if row_cascade else None
         self.stash_sums = _sums_computing(item, self.stash)  # ids of the passes storing it
+        # where it is stored: the output itself, or for a 16-bit output (which would round
+        # it) a float32 scratch row of the thread's own, indexed from the row's first axis
+        self.stash_buffer, self.stash_axis, self.scratch = None, 0, []
         self.statistics = 0  # depth of row statistics' passes being emitted (they compute)
         self.tile = tile
         self.cascade_lanes = cascade_lanes  # a float sum in a tree of vector accumulators
@@ -145,6 +148,13 @@ class _Lowerer:
         self.params: dict[int, Param] = {}
         self.outs = [Param(f"out{k}", n.dtype, n.numel, True) for k, n in enumerate(item.outputs)]
         self.out = self.outs[0]
+        if self.stash is not None:
+            self.stash_buffer = self.out
+            if self.stash.dtype.is_half:
+                self.stash_axis = _row_axis(item, self.stash_sums)
+                size = math.prod(self.stash.shape[self.stash_axis :])
+                self.stash_buffer = Param("scratch0", float32, size, True)
+                self.scratch = [self.stash_buffer]
         for i, n in enumerate(item.inputs):
             self.params[id(n)] = Param(f"in{i}", n.dtype, n.numel, False)
         self.scopes: list[dict] = [{}]
@@ -195,7 +205,9 @@ class _Lowerer:
         self._store_extra(coords, ())
         params = self.outs + [self.params[id(n)] for n in self.item.inputs]
         extent = loops_shape[0] if loops_shape else 1
-        return Kernel(kernel_name(self.item), params, body, extent, self.flops)
+        return Kernel(
+            kernel_name(self.item), params, body, extent, self.flops, scratch=self.scratch
+        )
 
     def lower_scatter(self) -> Kernel:
         """A scatter-add: zero the output, then add each source row into the row its index
@@ -414,8 +426,14 @@ class _Lowerer:
         if id(n) in self.stash_sums:
             stashed = self._lookup((id(self.stash), coords, guard))
             assert stashed is not None, "the stashed value is computed at the sum's coordinates"
-            self.emit(Store(self.out, linear_index(coords, self.stash.shape), stashed, guard))
+            self.emit(Store(self.stash_buffer, self._stash_index(coords), stashed, guard))
         return value
+
+    def _stash_index(self, coords) -> Lin:
+        """Where the stashed value at `coords` lies in its buffer (the output's own index,
+        or the index within the row of a scratch row)."""
+        k = self.stash_axis
+        return linear_index(coords[k:], self.stash.shape[k:])
 
     def emit(self, stmt, ops: int = 0):
         self.block.append(stmt)
@@ -501,8 +519,10 @@ class _Lowerer:
 
     def _gen(self, n: Node, coords, guard) -> str:
         if n is self.stash and not self.statistics:  # stored by a statistics pass
-            index = linear_index(coords, n.shape)
-            return self.emit(Load(self.fresh(), n.dtype, self.out, index, guard))
+            # (from a float32 scratch row as the float32 it was computed in: the renderer
+            # loads a buffer's own type and names the value n's)
+            index = self._stash_index(coords)
+            return self.emit(Load(self.fresh(), n.dtype, self.stash_buffer, index, guard))
         if id(n) in self.params and n is not self.item.root:
             p = self.params[id(n)]
             return self.emit(Load(self.fresh(), n.dtype, p, linear_index(coords, n.shape), guard))
@@ -853,13 +873,18 @@ def stashed_row_value(item: ScheduleItem) -> Node | None:
     overlaps the arithmetic; the reload hits cache (the row fits, `ROW_CACHE_BYTES`).
 
     The value: elementwise, computed inside a row SUM's source, of the output's shape and
-    dtype (float32 or float64: what is stored is what was computed), read by the output
-    at its own coordinates only; of several, the last computed (the most work). The kernel
-    has one output and several rows, so each thread owns whole rows and no thread's
-    statistics pass writes where another's output pass already has.
+    dtype, read by the output at its own coordinates only; of several, the last computed
+    (the most work). The kernel has one output and several rows, so each thread owns whole
+    rows and no thread's statistics pass writes where another's output pass already has.
+    A float32 or float64 value is stored into the output (what is stored is what was
+    computed); a float16 or bfloat16 one into a float32 scratch row of the thread's own
+    (`_Lowerer.stash_buffer`), since the output would round it before the output pass reads
+    it: `exp` then runs once per element and the output is rounded once, as for float32.
     """
     root = item.root
-    if item.reduce is not None or item.extra or root.dtype not in (float32, float64):
+    if item.reduce is not None or item.extra:
+        return None
+    if root.dtype not in (float32, float64) and not root.dtype.is_half:
         return None
     inside = {id(m) for m in item.nodes}
     summed: set[int] = set()  # computed inside a row sum's pass
@@ -875,6 +900,15 @@ def stashed_row_value(item: ScheduleItem) -> Node | None:
         if _read_at_own_coordinates(item.nodes, v, root) and _varies(v, inside):
             best = v
     return best
+
+
+def _row_axis(item: ScheduleItem, sums: set[int]) -> int:
+    """The first axis of the row that the row sums `sums` reduce: their axes are the trailing
+    ones (ir/schedule.py, rule 6), so an element's index within its row is the linear index
+    of its coordinates from this axis on."""
+    axes = {tuple(sorted(n.arg)) for n in item.nodes if id(n) in sums}
+    assert len(axes) == 1, "a stashed value's sums reduce one row"
+    return min(axes.pop())
 
 
 def _sums_computing(item: ScheduleItem, v: Node | None) -> set[int]:
