@@ -139,6 +139,8 @@ class _Lowerer:
         # where it is stored: the output itself, or for a 16-bit output (which would round
         # it) a float32 scratch row of the thread's own, indexed from the row's first axis
         self.stash_buffer, self.stash_axis, self.scratch = None, 0, []
+        # a softmax's division by its sum, done as PyTorch's CPU kernel does it
+        self.reciprocal_divisions = softmax_divisions(item) if row_cascade else set()
         self.statistics = 0  # depth of row statistics' passes being emitted (they compute)
         self.tile = tile
         self.cascade_lanes = cascade_lanes  # a float sum in a tree of vector accumulators
@@ -471,7 +473,12 @@ class _Lowerer:
                 stack.extend((s, False) for s in reversed(m.srcs))
             else:
                 args = tuple(self._lookup((id(s), coords, guard)) for s in m.srcs)
-                self.scopes[-1][k] = self.emit(Alu(self.fresh(), m.dtype, m.op, args), 1)
+                if id(m) in self.reciprocal_divisions:  # (its sum's reciprocal: loop-invariant,
+                    # LLVM computes it once per row, before the loop over the row)
+                    r = self.emit(Alu(self.fresh(), m.dtype, Ops.RECIP, args[1:]))
+                    args = (args[0], r)
+                op = Ops.MUL if id(m) in self.reciprocal_divisions else m.op
+                self.scopes[-1][k] = self.emit(Alu(self.fresh(), m.dtype, op, args), 1)
         return self._lookup(key)
 
     def _hoist_level(self, coords, guard) -> tuple[int | None, tuple]:
@@ -861,6 +868,32 @@ def online_exp_max(n: Node) -> Node | None:
         if m.op is Ops.REDUCE_MAX and m.srcs[0] is y and m.arg == n.arg and m.shape == n.shape:
             return m
     return None
+
+
+def softmax_divisions(item: ScheduleItem) -> set[int]:
+    """ids of a row kernel's softmax divisions, `e / expand(sum(e))` with e = exp(y - max(y))
+    (`online_exp_max`), which the CPU computes as `e * (1 / sum)`: one reciprocal per row
+    and a multiply per element, as PyTorch's CPU softmax does (`_vec_softmax_lastdim`,
+    `tmp_sum = 1 / tmp_sum`), instead of a division per element, which costs as much as the
+    rest of the output pass (docs/NUMERICS.md: within 1.5 ulp of the quotient, 0.5 before).
+
+    >>> import fusegrad as fg
+    >>> from fusegrad.ir.schedule import schedule
+    >>> x = fg.randn(4, 8).realize()
+    >>> (item,) = schedule([x.softmax(-1).node], lambda n: n is x.node)
+    >>> [n.op.name for n in item.nodes if id(n) in softmax_divisions(item)]
+    ['DIV']
+    """
+    found = set()
+    for n in item.nodes:
+        if n.op is not Ops.DIV:
+            continue
+        e, den = n.srcs
+        while den.op is Ops.EXPAND or is_squeeze(den):
+            den = den.srcs[0]
+        if den.op is Ops.SUM and den.srcs[0] is e and online_exp_max(den) is not None:
+            found.add(id(n))
+    return found
 
 
 def stashed_row_value(item: ScheduleItem) -> Node | None:
