@@ -188,6 +188,11 @@ def _exp_scalef(elem: str, width: int | None) -> str:
     r = b.fma(negn, b.c(ln2_hi), x)
     r = b.fma(negn, b.c(ln2_lo), r)
     p = b.horner(r, [1 / math.factorial(k) for k in range(degree + 1)])
+    chunk = 8 if f64 else 16  # lanes of one 512-bit register
+    if width and width % chunk == 0:
+        # whole registers: AVX-512's own scalef takes n as a float, so there is no integer
+        # conversion, and a NaN argument comes out NaN (no select)
+        return _function("exp", b, _scalef_registers(b, p, n, chunk))
     ni = b(f"fptosi {ty} {n} to {it}")  # poison for a NaN: that lane is replaced below
     fn = f"@llvm.ldexp.{intrinsic_suffix(ty)}.{intrinsic_suffix(it)}"
     b.decls.add(f"declare {ty} {fn}({ty}, {it})")
@@ -195,6 +200,35 @@ def _exp_scalef(elem: str, width: int | None) -> str:
     nan = b(f"fcmp uno {ty} %x, %x")
     y = b(f"select {b.bty} {nan}, {ty} %x, {ty} {y}")
     return _function("exp", b, y)
+
+
+def _scalef_registers(b: _Builder, p: str, n: str, chunk: int) -> str:
+    """p * 2^n (n integral-valued floats) with `vscalefps`/`vscalefpd`, `chunk` lanes (one
+    512-bit register) at a time: the vector is cut into registers and put back together."""
+    ct = vector_type(b.elem, chunk)
+    suffix, mask = ("pd", "i8") if b.elem == "double" else ("ps", "i16")
+    fn = f"@llvm.x86.avx512.mask.scalef.{suffix}.512"
+    b.decls.add(f"declare {ct} {fn}({ct}, {ct}, {ct}, {mask}, i32)")
+    parts = []  # (register, its lanes)
+    for k in range(b.width // chunk):
+        lanes = ", ".join(f"i32 {k * chunk + j}" for j in range(chunk))
+        pk, nk = (
+            b(f"shufflevector {b.ty} {v}, {b.ty} poison, <{chunk} x i32> <{lanes}>") for v in (p, n)
+        )
+        # mask all ones; rounding 4: the current mode (to nearest)
+        parts.append(
+            (b(f"call {ct} {fn}({ct} {pk}, {ct} {nk}, {ct} {pk}, {mask} -1, i32 4)"), chunk)
+        )
+    while len(parts) > 1:  # concatenate pairwise, in lane order
+        joined = []
+        for (lo, w), (hi, _) in zip(parts[::2], parts[1::2]):
+            vt = vector_type(b.elem, w)
+            lanes = ", ".join(f"i32 {j}" for j in range(2 * w))
+            joined.append(
+                (b(f"shufflevector {vt} {lo}, {vt} {hi}, <{2 * w} x i32> <{lanes}>"), 2 * w)
+            )
+        parts = joined
+    return parts[0][0]
 
 
 @_polynomial
