@@ -39,6 +39,7 @@ from .loopir import (
     Load,
     LoadRow,
     Loop,
+    Prefetch,
     Rand,
     ScatterAdd,
     Select,
@@ -50,6 +51,8 @@ from .loopir import (
     TileZero,
 )
 from .optable import SAFE_DIV, SAFE_UDIV, Intrinsic, MathFn, op_row
+
+CACHE_LINE_BYTES = 64
 
 
 def mem_type(dt: DType) -> str:
@@ -744,6 +747,24 @@ class _Renderer:
             return
         with self.only_if(self.valid(s.valid)[0]):  # a scalar store past an edge is skipped
             self.lines.append(f"  store {mt} {value}, ptr {ptr}")
+
+    def stmt_Prefetch(self, s: Prefetch) -> None:
+        """`prefetcht1` of each cache line a contiguous vector of `s.index` covers (a scalar
+        index: its one line); elsewhere nothing. The address may lie past the buffer (a
+        thread's last row): a prefetch never faults, and the GEP is not `inbounds`."""
+        size, mt = s.param.dtype.itemsize, mem_type(s.param.dtype)
+        base, count = s.index, 1
+        if self.width:
+            if s.index.coef(self.vec_var) != 1 or self.moves(s.index - lin(self.vec_var)):
+                return
+            base = s.index.substitute({self.vec_var: lin(0)})
+            count = max(1, self.width * size // CACHE_LINE_BYTES)
+        fn = "@llvm.prefetch.p0"
+        self.decls.add(f"declare void {fn}(ptr, i32, i32, i32)")
+        for k in range(count):
+            idx = self.index(base + k * CACHE_LINE_BYTES // size)
+            ptr = self.emit(f"getelementptr {mt}, ptr %{s.param.name}, i64 {idx}")
+            self.lines.append(f"  call void {fn}(ptr {ptr}, i32 0, i32 2, i32 1)")
 
     def vector_store(self, s: Store, value: str, vt: str, contiguous: bool) -> None:
         """A vector store, masked where a lane is past the tile's edge (s.valid)."""

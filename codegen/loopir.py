@@ -231,6 +231,15 @@ class Store:
 
 
 @dataclass
+class Prefetch:
+    """A hint that `param[index]` is read soon (a row kernel's next row, fetched while this
+    one computes). It changes no value and never faults; a renderer may leave it out."""
+
+    param: Param
+    index: Lin
+
+
+@dataclass
 class Loop:
     var: Var
     extent: int
@@ -342,6 +351,8 @@ def _print_block(body, depth: int, lines: list[str]) -> None:
             lines.append(f"{pad}tile{s.acc} += dot(tile{s.a}, tile{s.b})")
         elif isinstance(s, TileStore):
             lines.append(f"{pad}store tile{s.tile} into {s.acc}[{s.offset} + ...]")
+        elif isinstance(s, Prefetch):
+            lines.append(f"{pad}prefetch {s.param.name}[{s.index}]")
         elif isinstance(s, Store):
             guard = f" if {_valid_str(s.valid)}" if s.valid else ""
             lines.append(f"{pad}store {s.param.name}[{s.index}] = {s.value}{guard}")

@@ -39,6 +39,7 @@ from .loopir import (
     LoadRow,
     Loop,
     Param,
+    Prefetch,
     Rand,
     ScatterAdd,
     Select,
@@ -150,11 +151,17 @@ class _Lowerer:
         self.params: dict[int, Param] = {}
         self.outs = [Param(f"out{k}", n.dtype, n.numel, True) for k, n in enumerate(item.outputs)]
         self.out = self.outs[0]
+        self.prefetched: list[tuple[Node, int]] = []  # (input, its row's length)
         if self.stash is not None:
             self.stash_buffer = self.out
+            axis = _row_axis(item, self.stash_sums)
+            row = math.prod(self.stash.shape[axis:])
+            # the pass that stores the stash computes (exp): it fetches the next row of the
+            # inputs read at the output's coordinates, which the max pass then finds in cache
+            self.prefetched = [(n, row) for n in item.inputs if n.shape == self.stash.shape]
             if self.stash.dtype.is_half:
-                self.stash_axis = _row_axis(item, self.stash_sums)
-                size = math.prod(self.stash.shape[self.stash_axis :])
+                self.stash_axis = axis
+                size = row
                 self.stash_buffer = Param("scratch0", float32, size, True)
                 self.scratch = [self.stash_buffer]
         for i, n in enumerate(item.inputs):
@@ -429,6 +436,10 @@ class _Lowerer:
             stashed = self._lookup((id(self.stash), coords, guard))
             assert stashed is not None, "the stashed value is computed at the sum's coordinates"
             self.emit(Store(self.stash_buffer, self._stash_index(coords), stashed, guard))
+            if self.cascade_lanes:  # (in vectors: a plain loop stays LLVM's to vectorize)
+                for n, row in self.prefetched:
+                    index = linear_index(coords, self.stash.shape) + row
+                    self.emit(Prefetch(self.params[id(n)], index))
         return value
 
     def _stash_index(self, coords) -> Lin:

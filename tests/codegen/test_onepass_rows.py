@@ -356,3 +356,17 @@ def test_other_divisions_in_a_row_kernel_stay_correctly_rounded():
     got = (t / t.abs().amax(-1, keepdim=True)).numpy()
     want = x / np.abs(x).max(-1, keepdims=True)  # numpy's float32 division: correctly rounded
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_the_exp_pass_prefetches_the_next_row_of_its_input():
+    # while the exp pass computes, the next row's lines are fetched for the next max pass;
+    # a hint: the values are the same with or without it (the tests above)
+    x = fg.tensor(RNG.standard_normal((16, 2048)).astype(np.float32))
+    (k,) = fg.kernels(x.softmax(-1))
+    lines = [s.strip() for s in k.loop_ir.splitlines()]
+    (fetch,) = [s for s in lines if s.startswith("prefetch")]
+    (store,) = [s for s in lines if s.startswith("store out0") and "+ t]" in s]
+    assert fetch.startswith("prefetch in0[") and fetch.endswith(" + 2048]"), k.loop_ir
+    assert fetch.removeprefix("prefetch in0[").removesuffix(" + 2048]") in store, k.loop_ir
+    (k,) = fg.kernels(fg.tensor(RNG.standard_normal((16, 100)).astype(np.float32)).softmax(-1))
+    assert "prefetch" not in k.loop_ir  # a short row's plain loop is LLVM's to vectorize
