@@ -83,6 +83,7 @@ class _Renderer:
         self.k, self.symbol = kernel, symbol
         self.lines: list[str] = []
         self.allocas: list[str] = []
+        self.metadata: list[str] = []  # loops' hints (`!llvm.loop`), after the function
         self.math: set[tuple[str, str, int | None]] = set()
         self.decls: set[str] = set()
         self.n = 0
@@ -278,7 +279,13 @@ class _Renderer:
         self.block(s.body)
         nxt = self.emit(f"add nsw i64 %{v}, 1")
         self.lines.append(f"  store i64 {nxt}, ptr %{v}.addr")
-        self.lines.append(f"  br label %{v}.cond")
+        hint = ""
+        if s.lanes:  # the loop vectorizer's width for this loop alone
+            node, width = f"!{len(self.metadata)}", f"!{len(self.metadata) + 1}"
+            self.metadata.append(f"{node} = distinct !{{{node}, {width}}}")
+            self.metadata.append(f'{width} = !{{!"llvm.loop.vectorize.width", i32 {s.lanes}}}')
+            hint = f", !llvm.loop {node}"
+        self.lines.append(f"  br label %{v}.cond{hint}")
         self.label(f"{v}.exit")
 
     def stmt_Load(self, s: Load) -> None:
@@ -824,6 +831,7 @@ class _Renderer:
                 head,
                 *body,
                 "}",
+                *self.metadata,
                 "",
             ]
         )

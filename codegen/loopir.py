@@ -247,6 +247,9 @@ class Loop:
     # "parallel" (split over threads / GPU threads), "serial", "reduce", or "unroll" and
     # "vector" for the small constant loops of a register tile
     kind: str = "serial"
+    # a plain loop's vector width for the renderer's own vectorizer (0: its choice); the
+    # loop's iterations must be independent (no reduction inside)
+    lanes: int = 0
 
 
 @dataclass
@@ -300,7 +303,8 @@ def _print_block(body, depth: int, lines: list[str]) -> None:
         if isinstance(s, Loop):
             kind = {"parallel": "parallel for", "unroll": "unrolled for", "vector": "vector for"}
             kind = kind.get(s.kind, "for")
-            lines.append(f"{pad}{kind} {s.var} in 0..{s.extent}:")
+            lanes = f" ({s.lanes} lanes)" if s.lanes else ""
+            lines.append(f"{pad}{kind} {s.var} in 0..{s.extent}{lanes}:")
             _print_block(s.body, depth + 1, lines)
         elif isinstance(s, Load):
             guard = f" if {_valid_str(s.valid)}" if s.valid else ""

@@ -207,6 +207,10 @@ class _Lowerer:
         if hoist and len(levels) > 1:
             self.levels = levels
             self.block_level = {id(blk): k for k, (_, blk, _) in enumerate(levels)}
+        if self.stash is not None and len(loop_vars) > 1 and wide_registers():
+            # the output pass in whole AVX-512 registers (LLVM would take half: a 16-bit
+            # output's rounding and packing then costs twice the instructions an element)
+            loop.lanes = WIDE_VECTOR_BYTES // 4
         self.block = outer
         self.flops = 0
         value = self.gen(root, coords, ())
