@@ -183,3 +183,12 @@ def test_float32_keeps_its_stash_in_the_output():
     x = fg.tensor(RNG.standard_normal((16, 1000)).astype(np.float32))
     (k,) = fg.kernels(x.softmax(-1))
     assert "scratch" not in k.loop_ir and "load out0" in k.loop_ir, k.loop_ir
+
+
+def test_the_output_pass_asks_for_whole_avx512_registers():
+    from fusegrad.codegen.lower import wide_registers
+
+    x = fg.tensor(RNG.standard_normal((16, 1000)).astype(np.float32)).bfloat16().realize()
+    (k,) = fg.kernels(x.softmax(-1))
+    hinted = "for o1 in 0..1000 (16 lanes):" in k.loop_ir
+    assert hinted == wide_registers(), k.loop_ir
