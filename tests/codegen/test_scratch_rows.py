@@ -192,3 +192,22 @@ def test_the_output_pass_asks_for_whole_avx512_registers():
     (k,) = fg.kernels(x.softmax(-1))
     hinted = "for o1 in 0..1000 (16 lanes):" in k.loop_ir
     assert hinted == wide_registers(), k.loop_ir
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_longest_fused_16bit_row_keeps_its_scratch_on_each_threads_stack(dtype):
+    # rows are fused up to ROW_CACHE_BYTES / 8 elements of a 16-bit type: a 128 KB float32
+    # scratch row, one per thread, on its stack; one longer is not a row kernel
+    from fusegrad.ir.schedule import ROW_CACHE_BYTES
+
+    dt = getattr(fg, dtype)
+    n = ROW_CACHE_BYTES // 8
+    for length, fused in ((n, True), (n + 16, False)):
+        t = fg.tensor(special_rows(12, length)).to(dt).realize()
+        (k, *rest) = fg.kernels(t.softmax(-1))
+        assert (not rest and f"scratch0: float32[{length}]" in k.loop_ir) == fused
+        wide = t.float().realize()
+        if fused:
+            assert_same_bits(t.softmax(-1).realize(), wide.softmax(-1).realize().to(dt))
+        x16 = t.float().numpy().astype(np.float64)
+        assert_close(t.softmax(-1).float().numpy(), softmax64(x16), rtol=4 * EPS[dtype], atol=1e-7)
