@@ -39,6 +39,7 @@ from .loopir import (
     LoadRow,
     Loop,
     Param,
+    Prefetch,
     Rand,
     ScatterAdd,
     Select,
@@ -158,6 +159,11 @@ class _Lowerer:
         # output pass loads back instead of recomputing (`stashed_row_value`); the CPU's
         self.stash = stashed_row_value(item) if row_cascade else None
         self.stash_sums = _sums_computing(item, self.stash)  # ids of the passes storing it
+        # where it is stored: the output itself, or for a 16-bit output (which would round
+        # it) a float32 scratch row of the thread's own, indexed from the row's first axis
+        self.stash_buffer, self.stash_axis, self.scratch = None, 0, []
+        # a softmax's division by its sum, done as PyTorch's CPU kernel does it
+        self.reciprocal_divisions = softmax_divisions(item) if row_cascade else set()
         self.statistics = 0  # depth of row statistics' passes being emitted (they compute)
         self.tile = tile
         self.cascade_lanes = cascade_lanes  # a float sum in a tree of vector accumulators
@@ -167,6 +173,19 @@ class _Lowerer:
         self.params: dict[int, Param] = {}
         self.outs = [Param(f"out{k}", n.dtype, n.numel, True) for k, n in enumerate(item.outputs)]
         self.out = self.outs[0]
+        self.prefetched: list[tuple[Node, int]] = []  # (input, its row's length)
+        if self.stash is not None:
+            self.stash_buffer = self.out
+            axis = _row_axis(item, self.stash_sums)
+            row = math.prod(self.stash.shape[axis:])
+            # the pass that stores the stash computes (exp): it fetches the next row of the
+            # inputs read at the output's coordinates, which the max pass then finds in cache
+            self.prefetched = [(n, row) for n in item.inputs if n.shape == self.stash.shape]
+            if self.stash.dtype.is_half:
+                self.stash_axis = axis
+                size = row
+                self.stash_buffer = Param("scratch0", float32, size, True)
+                self.scratch = [self.stash_buffer]
         for i, n in enumerate(item.inputs):
             self.params[id(n)] = Param(f"in{i}", n.dtype, n.numel, False)
         self.scopes: list[dict] = [{}]
@@ -210,6 +229,10 @@ class _Lowerer:
         if hoist and len(levels) > 1:
             self.levels = levels
             self.block_level = {id(blk): k for k, (_, blk, _) in enumerate(levels)}
+        if self.stash is not None and len(loop_vars) > 1 and wide_registers():
+            # the output pass in whole AVX-512 registers (LLVM would take half: a 16-bit
+            # output's rounding and packing then costs twice the instructions an element)
+            loop.lanes = WIDE_VECTOR_BYTES // 4
         self.block = outer
         self.flops = 0
         value = self.gen(root, coords, ())
@@ -217,7 +240,9 @@ class _Lowerer:
         self._store_extra(coords, ())
         params = self.outs + [self.params[id(n)] for n in self.item.inputs]
         extent = loops_shape[0] if loops_shape else 1
-        return Kernel(kernel_name(self.item), params, body, extent, self.flops)
+        return Kernel(
+            kernel_name(self.item), params, body, extent, self.flops, scratch=self.scratch
+        )
 
     def lower_scatter(self) -> Kernel:
         """A scatter-add: zero the output, then add each source row into the row its index
@@ -458,8 +483,18 @@ class _Lowerer:
         if id(n) in self.stash_sums:
             stashed = self._lookup((id(self.stash), coords, guard))
             assert stashed is not None, "the stashed value is computed at the sum's coordinates"
-            self.emit(Store(self.out, linear_index(coords, self.stash.shape), stashed, guard))
+            self.emit(Store(self.stash_buffer, self._stash_index(coords), stashed, guard))
+            if self.cascade_lanes:  # (in vectors: a plain loop stays LLVM's to vectorize)
+                for n, row in self.prefetched:
+                    index = linear_index(coords, self.stash.shape) + row
+                    self.emit(Prefetch(self.params[id(n)], index))
         return value
+
+    def _stash_index(self, coords) -> Lin:
+        """Where the stashed value at `coords` lies in its buffer (the output's own index,
+        or the index within the row of a scratch row)."""
+        k = self.stash_axis
+        return linear_index(coords[k:], self.stash.shape[k:])
 
     def emit(self, stmt, ops: int = 0):
         self.block.append(stmt)
@@ -497,7 +532,12 @@ class _Lowerer:
                 stack.extend((s, False) for s in reversed(m.srcs))
             else:
                 args = tuple(self._lookup((id(s), coords, guard)) for s in m.srcs)
-                self.scopes[-1][k] = self.emit(Alu(self.fresh(), m.dtype, m.op, args), 1)
+                if id(m) in self.reciprocal_divisions:  # (its sum's reciprocal: loop-invariant,
+                    # LLVM computes it once per row, before the loop over the row)
+                    r = self.emit(Alu(self.fresh(), m.dtype, Ops.RECIP, args[1:]))
+                    args = (args[0], r)
+                op = Ops.MUL if id(m) in self.reciprocal_divisions else m.op
+                self.scopes[-1][k] = self.emit(Alu(self.fresh(), m.dtype, op, args), 1)
         return self._lookup(key)
 
     def _hoist_level(self, coords, guard) -> tuple[int | None, tuple]:
@@ -545,8 +585,10 @@ class _Lowerer:
 
     def _gen(self, n: Node, coords, guard) -> str:
         if n is self.stash and not self.statistics:  # stored by a statistics pass
-            index = linear_index(coords, n.shape)
-            return self.emit(Load(self.fresh(), n.dtype, self.out, index, guard))
+            # (from a float32 scratch row as the float32 it was computed in: the renderer
+            # loads a buffer's own type and names the value n's)
+            index = self._stash_index(coords)
+            return self.emit(Load(self.fresh(), n.dtype, self.stash_buffer, index, guard))
         if id(n) in self.params and n is not self.item.root:
             p = self.params[id(n)]
             return self.emit(Load(self.fresh(), n.dtype, p, linear_index(coords, n.shape), guard))
@@ -896,6 +938,32 @@ def online_exp_max(n: Node) -> Node | None:
     return None
 
 
+def softmax_divisions(item: ScheduleItem) -> set[int]:
+    """ids of a row kernel's softmax divisions, `e / expand(sum(e))` with e = exp(y - max(y))
+    (`online_exp_max`), which the CPU computes as `e * (1 / sum)`: one reciprocal per row
+    and a multiply per element, as PyTorch's CPU softmax does (`_vec_softmax_lastdim`,
+    `tmp_sum = 1 / tmp_sum`), instead of a division per element, which costs as much as the
+    rest of the output pass (docs/NUMERICS.md: within 1.5 ulp of the quotient, 0.5 before).
+
+    >>> import fusegrad as fg
+    >>> from fusegrad.ir.schedule import schedule
+    >>> x = fg.randn(4, 8).realize()
+    >>> (item,) = schedule([x.softmax(-1).node], lambda n: n is x.node)
+    >>> [n.op.name for n in item.nodes if id(n) in softmax_divisions(item)]
+    ['DIV']
+    """
+    found = set()
+    for n in item.nodes:
+        if n.op is not Ops.DIV:
+            continue
+        e, den = n.srcs
+        while den.op is Ops.EXPAND or is_squeeze(den):
+            den = den.srcs[0]
+        if den.op is Ops.SUM and den.srcs[0] is e and online_exp_max(den) is not None:
+            found.add(id(n))
+    return found
+
+
 def stashed_row_value(item: ScheduleItem) -> Node | None:
     """The value a row kernel (ir/schedule.py, rule 6) computes for every element both in
     a row sum's pass and in its output pass, which the sum's pass should store into the
@@ -906,13 +974,18 @@ def stashed_row_value(item: ScheduleItem) -> Node | None:
     overlaps the arithmetic; the reload hits cache (the row fits, `ROW_CACHE_BYTES`).
 
     The value: elementwise, computed inside a row SUM's source, of the output's shape and
-    dtype (float32 or float64: what is stored is what was computed), read by the output
-    at its own coordinates only; of several, the last computed (the most work). The kernel
-    has one output and several rows, so each thread owns whole rows and no thread's
-    statistics pass writes where another's output pass already has.
+    dtype, read by the output at its own coordinates only; of several, the last computed
+    (the most work). The kernel has one output and several rows, so each thread owns whole
+    rows and no thread's statistics pass writes where another's output pass already has.
+    A float32 or float64 value is stored into the output (what is stored is what was
+    computed); a float16 or bfloat16 one into a float32 scratch row of the thread's own
+    (`_Lowerer.stash_buffer`), since the output would round it before the output pass reads
+    it: `exp` then runs once per element and the output is rounded once, as for float32.
     """
     root = item.root
-    if item.reduce is not None or item.extra or root.dtype not in (float32, float64):
+    if item.reduce is not None or item.extra:
+        return None
+    if root.dtype not in (float32, float64) and not root.dtype.is_half:
         return None
     inside = {id(m) for m in item.nodes}
     summed: set[int] = set()  # computed inside a row sum's pass
@@ -928,6 +1001,15 @@ def stashed_row_value(item: ScheduleItem) -> Node | None:
         if _read_at_own_coordinates(item.nodes, v, root) and _varies(v, inside):
             best = v
     return best
+
+
+def _row_axis(item: ScheduleItem, sums: set[int]) -> int:
+    """The first axis of the row that the row sums `sums` reduce: their axes are the trailing
+    ones (ir/schedule.py, rule 6), so an element's index within its row is the linear index
+    of its coordinates from this axis on."""
+    axes = {tuple(sorted(n.arg)) for n in item.nodes if id(n) in sums}
+    assert len(axes) == 1, "a stashed value's sums reduce one row"
+    return min(axes.pop())
 
 
 def _sums_computing(item: ScheduleItem, v: Node | None) -> set[int]:
