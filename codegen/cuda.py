@@ -52,6 +52,7 @@ from .loopir import (
     LoadRow,
     Loop,
     Param,
+    Prefetch,
     Rand,
     ScatterAdd,
     Select,
@@ -816,7 +817,10 @@ class _Renderer:
             self.block(gpu.body, 2)
             self.line(1, "}")
         head = f'extern "C" __global__ void {symbol}({", ".join(params)}) {{'
-        return "\n".join([head, *self.shared, *self.lines, "}"])
+        # a CPU row kernel's scratch row (rendered here only for FUSEGRAD_DUMP's .cu view:
+        # the GPU lowering makes none), each thread's own
+        scratch = [f"  {mem_type(p.dtype)} {p.name}[{p.size}];" for p in self.k.scratch]
+        return "\n".join([head, *scratch, *self.shared, *self.lines, "}"])
 
     def decl(self, name: str, dt: DType, expr: str) -> str:
         self.types[name] = dt
@@ -896,6 +900,8 @@ class _Renderer:
             if s.op is Ops.ADD and not s.dtype.is_bool:
                 return f"{ref} += {s.value};"
             return f"{ref} = fg_max({ref}, {s.value});"
+        if isinstance(s, Prefetch):  # a hint: a GPU has no use for it
+            return f"// prefetch {s.param.name}[{index(s.index)}]"
         if isinstance(s, Store):
             v = f"(unsigned char){s.value}" if s.param.dtype.is_bool else s.value
             store = f"{s.param.name}[{index(s.index)}] = {_narrowed(v, s.param.dtype)};"

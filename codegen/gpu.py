@@ -190,6 +190,8 @@ def _reduction(init: AccInit, loop: Loop) -> Reduction | None:
     updates = [s for s in body if isinstance(s, AccUpdate) and s.acc == init.acc]
     if len(updates) != 1 or updates[0].index is not None:
         return None
+    if any(isinstance(s, (AccUpdate, AccOnlineExp)) and s is not updates[0] for s in body):
+        return None  # sibling sums in one loop (the CPU's lowering): each thread runs it all
     return Reduction(init, updates[0].op, loops, body, length)
 
 

@@ -39,6 +39,7 @@ from .loopir import (
     Load,
     LoadRow,
     Loop,
+    Prefetch,
     Rand,
     ScatterAdd,
     Select,
@@ -50,6 +51,8 @@ from .loopir import (
     TileZero,
 )
 from .optable import SAFE_DIV, SAFE_UDIV, Intrinsic, MathFn, op_row
+
+CACHE_LINE_BYTES = 64
 
 
 def mem_type(dt: DType) -> str:
@@ -80,6 +83,7 @@ class _Renderer:
         self.k, self.symbol = kernel, symbol
         self.lines: list[str] = []
         self.allocas: list[str] = []
+        self.metadata: list[str] = []  # loops' hints (`!llvm.loop`), after the function
         self.math: set[tuple[str, str, int | None]] = set()
         self.decls: set[str] = set()
         self.n = 0
@@ -275,14 +279,22 @@ class _Renderer:
         self.block(s.body)
         nxt = self.emit(f"add nsw i64 %{v}, 1")
         self.lines.append(f"  store i64 {nxt}, ptr %{v}.addr")
-        self.lines.append(f"  br label %{v}.cond")
+        hint = ""
+        if s.lanes:  # the loop vectorizer's width for this loop alone
+            node, width = f"!{len(self.metadata)}", f"!{len(self.metadata) + 1}"
+            self.metadata.append(f"{node} = distinct !{{{node}, {width}}}")
+            self.metadata.append(f'{width} = !{{!"llvm.loop.vectorize.width", i32 {s.lanes}}}')
+            hint = f", !llvm.loop {node}"
+        self.lines.append(f"  br label %{v}.cond{hint}")
         self.label(f"{v}.exit")
 
     def stmt_Load(self, s: Load) -> None:
-        p, mt, dt = s.param, mem_type(s.dtype), s.dtype
+        # a value is loaded as its buffer holds it and named with the load's dtype: they
+        # differ only for a 16-bit value kept in a float32 scratch row (the same registers)
+        p, mt, dt = s.param, mem_type(s.param.dtype), s.param.dtype
         moves = self.moves(s.index) or any(self.moves(c) for c in s.valid)
         if moves and self.width:
-            self.bind(s.dst, self.vector_load(s), dt, True)
+            self.bind(s.dst, self.vector_load(s), s.dtype, True)
             return
         idx = self.index(s.index)
         ok = self.valid(s.valid)[0] if s.valid else None
@@ -295,10 +307,10 @@ class _Renderer:
         v = self.widen(v, dt, None)
         if ok:
             v = self.emit(f"select i1 {ok}, {dt.llvm} {v}, {dt.llvm} {literal(0, dt)}")
-        self.bind(s.dst, v, dt)
+        self.bind(s.dst, v, s.dtype)
 
     def vector_load(self, s: Load) -> str:
-        p, mt, dt, w = s.param, mem_type(s.dtype), s.dtype, self.width
+        p, mt, dt, w = s.param, mem_type(s.param.dtype), s.param.dtype, self.width
         vt = f"<{w} x {mt}>"
         contiguous = s.index.coef(self.vec_var) == 1 and not self.moves(s.index - lin(self.vec_var))
         ok, ok_varying = self.valid(s.valid) if s.valid else (None, False)
@@ -743,6 +755,24 @@ class _Renderer:
         with self.only_if(self.valid(s.valid)[0]):  # a scalar store past an edge is skipped
             self.lines.append(f"  store {mt} {value}, ptr {ptr}")
 
+    def stmt_Prefetch(self, s: Prefetch) -> None:
+        """`prefetcht1` of each cache line a contiguous vector of `s.index` covers (a scalar
+        index: its one line); elsewhere nothing. The address may lie past the buffer (a
+        thread's last row): a prefetch never faults, and the GEP is not `inbounds`."""
+        size, mt = s.param.dtype.itemsize, mem_type(s.param.dtype)
+        base, count = s.index, 1
+        if self.width:
+            if s.index.coef(self.vec_var) != 1 or self.moves(s.index - lin(self.vec_var)):
+                return
+            base = s.index.substitute({self.vec_var: lin(0)})
+            count = max(1, self.width * size // CACHE_LINE_BYTES)
+        fn = "@llvm.prefetch.p0"
+        self.decls.add(f"declare void {fn}(ptr, i32, i32, i32)")
+        for k in range(count):
+            idx = self.index(base + k * CACHE_LINE_BYTES // size)
+            ptr = self.emit(f"getelementptr {mt}, ptr %{s.param.name}, i64 {idx}")
+            self.lines.append(f"  call void {fn}(ptr {ptr}, i32 0, i32 2, i32 1)")
+
     def vector_store(self, s: Store, value: str, vt: str, contiguous: bool) -> None:
         """A vector store, masked where a lane is past the tile's edge (s.valid)."""
         dt, mt, w = s.param.dtype, mem_type(s.param.dtype), self.width
@@ -782,7 +812,12 @@ class _Renderer:
             params.append(f"ptr {attrs} %{p.name}")
         # "no-builtins": never turn loops into memset/memcpy calls; kernels call nothing
         head = f'define void @{self.symbol}({", ".join(params)}) nounwind "no-builtins" {{'
-        entry, leave = self.allocas, ["  ret void"]
+        # each thread's scratch rows, on its stack (the calling thread's stack, a few KB)
+        scratch = [
+            f"  %{p.name} = alloca [{p.size} x {mem_type(p.dtype)}], align 64"
+            for p in self.k.scratch
+        ]
+        entry, leave = scratch + self.allocas, ["  ret void"]
         if self.amx:
             entry = entry + self.tile_config()
             leave = ["  call void @llvm.x86.tilerelease()"] + leave
@@ -796,6 +831,7 @@ class _Renderer:
                 head,
                 *body,
                 "}",
+                *self.metadata,
                 "",
             ]
         )

@@ -12,6 +12,7 @@ precision, accurate for |x| below about 1e9.
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from collections.abc import Callable
@@ -103,8 +104,19 @@ def _polynomial(gen):
     return gen
 
 
+@functools.lru_cache(maxsize=1)
+def host_scales_in_one_instruction() -> bool:
+    """Whether the host has AVX-512 (`vscalefps`/`vscalefpd`): LLVM lowers `llvm.ldexp` to
+    one instruction there, elsewhere to a library call, which a kernel must not make."""
+    import llvmlite.binding as llvm
+
+    return "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
+
+
 @_polynomial
 def _exp(elem: str, width: int | None) -> str:
+    if host_scales_in_one_instruction():
+        return _exp_scalef(elem, width)
     b = _Builder(elem, width)
     ty, it = b.ty, b.ity
     f64 = elem == "double"
@@ -141,6 +153,82 @@ def _exp(elem: str, width: int | None) -> str:
     nan = b(f"fcmp uno {ty} %x, %x")
     y = b(f"select {b.bty} {nan}, {ty} %x, {ty} {y}")
     return _function("exp", b, y)
+
+
+def _exp_scalef(elem: str, width: int | None) -> str:
+    """exp where the host scales by 2^n in one instruction (AVX-512's `vscalefps`, which
+    rounds a subnormal result once and overflows to inf): the argument is clamped to
+    [lo, hi] first, outside which the result is 0 or inf anyway, so the special cases
+    (-inf, +inf, overflow, underflow) need no compare-and-select; only NaN keeps one (the
+    clamp keeps a NaN, and its integer exponent would be poison). Same polynomial and
+    reduction as `_exp`, so the same values: about 17 vector instructions instead of 30.
+
+        x = min(max(x, lo), hi); n = rint(x / ln 2); r = x - n ln 2 (two parts)
+        exp(x) = ldexp(p(r), n), p Taylor's polynomial of degree 7 (13 in double)
+    """
+    b = _Builder(elem, width)
+    ty, it = b.ty, b.ity
+    f64 = elem == "double"
+    # exp(lo) is below half the smallest subnormal (it rounds to 0, n = -150 / -1075),
+    # exp(hi) overflows (n = 128 / 1024)
+    lo, hi = (-745.2, 710.0) if f64 else (-104.0, 89.0)
+    ln2_hi, ln2_lo = (
+        (6.93147180369123816490e-01, 1.90821492927058770002e-10)
+        if f64
+        else (0.693359375, -2.12194440e-4)
+    )
+    degree = 13 if f64 else 7
+    below = b(f"fcmp olt {ty} %x, {b.c(lo)}")  # false for NaN: a NaN stays
+    x = b(f"select {b.bty} {below}, {ty} {b.c(lo)}, {ty} %x")
+    above = b(f"fcmp ogt {ty} {x}, {b.c(hi)}")
+    x = b(f"select {b.bty} {above}, {ty} {b.c(hi)}, {ty} {x}")
+    t = b(f"fmul {ty} {x}, {b.c(1 / math.log(2))}")
+    n = b(f"call {ty} {b.intrinsic('rint')}({ty} {t})")
+    negn = b(f"fneg {ty} {n}")
+    r = b.fma(negn, b.c(ln2_hi), x)
+    r = b.fma(negn, b.c(ln2_lo), r)
+    p = b.horner(r, [1 / math.factorial(k) for k in range(degree + 1)])
+    chunk = 8 if f64 else 16  # lanes of one 512-bit register
+    if width and width % chunk == 0:
+        # whole registers: AVX-512's own scalef takes n as a float, so there is no integer
+        # conversion, and a NaN argument comes out NaN (no select)
+        return _function("exp", b, _scalef_registers(b, p, n, chunk))
+    ni = b(f"fptosi {ty} {n} to {it}")  # poison for a NaN: that lane is replaced below
+    fn = f"@llvm.ldexp.{intrinsic_suffix(ty)}.{intrinsic_suffix(it)}"
+    b.decls.add(f"declare {ty} {fn}({ty}, {it})")
+    y = b(f"call {ty} {fn}({ty} {p}, {it} {ni})")
+    nan = b(f"fcmp uno {ty} %x, %x")
+    y = b(f"select {b.bty} {nan}, {ty} %x, {ty} {y}")
+    return _function("exp", b, y)
+
+
+def _scalef_registers(b: _Builder, p: str, n: str, chunk: int) -> str:
+    """p * 2^n (n integral-valued floats) with `vscalefps`/`vscalefpd`, `chunk` lanes (one
+    512-bit register) at a time: the vector is cut into registers and put back together."""
+    ct = vector_type(b.elem, chunk)
+    suffix, mask = ("pd", "i8") if b.elem == "double" else ("ps", "i16")
+    fn = f"@llvm.x86.avx512.mask.scalef.{suffix}.512"
+    b.decls.add(f"declare {ct} {fn}({ct}, {ct}, {ct}, {mask}, i32)")
+    parts = []  # (register, its lanes)
+    for k in range(b.width // chunk):
+        lanes = ", ".join(f"i32 {k * chunk + j}" for j in range(chunk))
+        pk, nk = (
+            b(f"shufflevector {b.ty} {v}, {b.ty} poison, <{chunk} x i32> <{lanes}>") for v in (p, n)
+        )
+        # mask all ones; rounding 4: the current mode (to nearest)
+        parts.append(
+            (b(f"call {ct} {fn}({ct} {pk}, {ct} {nk}, {ct} {pk}, {mask} -1, i32 4)"), chunk)
+        )
+    while len(parts) > 1:  # concatenate pairwise, in lane order
+        joined = []
+        for (lo, w), (hi, _) in zip(parts[::2], parts[1::2]):
+            vt = vector_type(b.elem, w)
+            lanes = ", ".join(f"i32 {j}" for j in range(2 * w))
+            joined.append(
+                (b(f"shufflevector {vt} {lo}, {vt} {hi}, <{2 * w} x i32> <{lanes}>"), 2 * w)
+            )
+        parts = joined
+    return parts[0][0]
 
 
 @_polynomial

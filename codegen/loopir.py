@@ -231,6 +231,15 @@ class Store:
 
 
 @dataclass
+class Prefetch:
+    """A hint that `param[index]` is read soon (a row kernel's next row, fetched while this
+    one computes). It changes no value and never faults; a renderer may leave it out."""
+
+    param: Param
+    index: Lin
+
+
+@dataclass
 class Loop:
     var: Var
     extent: int
@@ -238,6 +247,9 @@ class Loop:
     # "parallel" (split over threads / GPU threads), "serial", "reduce", or "unroll" and
     # "vector" for the small constant loops of a register tile
     kind: str = "serial"
+    # a plain loop's vector width for the renderer's own vectorizer (0: its choice); the
+    # loop's iterations must be independent (no reduction inside)
+    lanes: int = 0
 
 
 @dataclass
@@ -257,6 +269,9 @@ class Kernel:
     # kernels, in forked copies that share the cores: `runtime/cpu_backend.py` makes it
     # again, alone, once the others are done)
     tune_later: bool = False
+    # buffers of the kernel's own, not passed in: a row kernel's float32 scratch row (one per
+    # thread, on its stack; `codegen/lower.py`, `stash_in_scratch`), addressed as a Param is
+    scratch: list[Param] = field(default_factory=list)
 
     @property
     def uses_tiles(self) -> bool:
@@ -267,6 +282,8 @@ class Kernel:
     def __str__(self) -> str:
         sig = ", ".join(f"{p.name}: {p.dtype.name}[{p.size}]" for p in self.params)
         lines = [f"kernel {self.name}({sig})"]
+        for p in self.scratch:
+            lines.append(f"  scratch {p.name}: {p.dtype.name}[{p.size}] (each thread's own)")
         _print_block(self.body, 1, lines)
         return "\n".join(lines)
 
@@ -286,7 +303,8 @@ def _print_block(body, depth: int, lines: list[str]) -> None:
         if isinstance(s, Loop):
             kind = {"parallel": "parallel for", "unroll": "unrolled for", "vector": "vector for"}
             kind = kind.get(s.kind, "for")
-            lines.append(f"{pad}{kind} {s.var} in 0..{s.extent}:")
+            lanes = f" ({s.lanes} lanes)" if s.lanes else ""
+            lines.append(f"{pad}{kind} {s.var} in 0..{s.extent}{lanes}:")
             _print_block(s.body, depth + 1, lines)
         elif isinstance(s, Load):
             guard = f" if {_valid_str(s.valid)}" if s.valid else ""
@@ -337,6 +355,8 @@ def _print_block(body, depth: int, lines: list[str]) -> None:
             lines.append(f"{pad}tile{s.acc} += dot(tile{s.a}, tile{s.b})")
         elif isinstance(s, TileStore):
             lines.append(f"{pad}store tile{s.tile} into {s.acc}[{s.offset} + ...]")
+        elif isinstance(s, Prefetch):
+            lines.append(f"{pad}prefetch {s.param.name}[{s.index}]")
         elif isinstance(s, Store):
             guard = f" if {_valid_str(s.valid)}" if s.valid else ""
             lines.append(f"{pad}store {s.param.name}[{s.index}] = {s.value}{guard}")

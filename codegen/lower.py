@@ -39,6 +39,7 @@ from .loopir import (
     LoadRow,
     Loop,
     Param,
+    Prefetch,
     Rand,
     ScatterAdd,
     Select,
@@ -119,6 +120,23 @@ class _Level:
             lw.emit(AccUpdate(dst, dtype, Ops.ADD, part, slot, ordered=True), 1)
 
 
+class _Levels:
+    """The cascade levels of several sums added in one loop (sibling reductions): a new
+    level is one accumulator per sum, added into the level above sum by sum."""
+
+    __slots__ = ("levels",)
+
+    def __init__(self, levels: list[_Level]):
+        self.levels = levels
+
+    def new(self) -> tuple[str, ...]:
+        return tuple(level.new() for level in self.levels)
+
+    def add(self, dst: tuple[str, ...], acc: tuple[str, ...]) -> None:
+        for level, d, a in zip(self.levels, dst, acc):
+            level.add(d, a)
+
+
 class _Lowerer:
     def __init__(
         self,
@@ -129,13 +147,23 @@ class _Lowerer:
         cascade_lanes: int = 0,
         row_cascade: bool = False,
         lane_max: bool = False,
+        one_loop_siblings: bool = False,
     ):
         self.item = item
+        # sibling reductions (ir/schedule.py, rule 7) in the reduction's own loop, one
+        # accumulator each (the CPU's); else each in a loop of its own (the GPU's mapping
+        # splits one reduction per loop over a block's threads)
+        self.one_loop_siblings = one_loop_siblings and bool(item.siblings)
         self.row_cascade = row_cascade  # a row kernel's long float sums cascade (the CPU's)
         # a row kernel's value that its statistics pass stores into the output and its
         # output pass loads back instead of recomputing (`stashed_row_value`); the CPU's
         self.stash = stashed_row_value(item) if row_cascade else None
         self.stash_sums = _sums_computing(item, self.stash)  # ids of the passes storing it
+        # where it is stored: the output itself, or for a 16-bit output (which would round
+        # it) a float32 scratch row of the thread's own, indexed from the row's first axis
+        self.stash_buffer, self.stash_axis, self.scratch = None, 0, []
+        # a softmax's division by its sum, done as PyTorch's CPU kernel does it
+        self.reciprocal_divisions = softmax_divisions(item) if row_cascade else set()
         self.statistics = 0  # depth of row statistics' passes being emitted (they compute)
         self.tile = tile
         self.cascade_lanes = cascade_lanes  # a float sum in a tree of vector accumulators
@@ -145,6 +173,19 @@ class _Lowerer:
         self.params: dict[int, Param] = {}
         self.outs = [Param(f"out{k}", n.dtype, n.numel, True) for k, n in enumerate(item.outputs)]
         self.out = self.outs[0]
+        self.prefetched: list[tuple[Node, int]] = []  # (input, its row's length)
+        if self.stash is not None:
+            self.stash_buffer = self.out
+            axis = _row_axis(item, self.stash_sums)
+            row = math.prod(self.stash.shape[axis:])
+            # the pass that stores the stash computes (exp): it fetches the next row of the
+            # inputs read at the output's coordinates, which the max pass then finds in cache
+            self.prefetched = [(n, row) for n in item.inputs if n.shape == self.stash.shape]
+            if self.stash.dtype.is_half:
+                self.stash_axis = axis
+                size = row
+                self.stash_buffer = Param("scratch0", float32, size, True)
+                self.scratch = [self.stash_buffer]
         for i, n in enumerate(item.inputs):
             self.params[id(n)] = Param(f"in{i}", n.dtype, n.numel, False)
         self.scopes: list[dict] = [{}]
@@ -188,6 +229,10 @@ class _Lowerer:
         if hoist and len(levels) > 1:
             self.levels = levels
             self.block_level = {id(blk): k for k, (_, blk, _) in enumerate(levels)}
+        if self.stash is not None and len(loop_vars) > 1 and wide_registers():
+            # the output pass in whole AVX-512 registers (LLVM would take half: a 16-bit
+            # output's rounding and packing then costs twice the instructions an element)
+            loop.lanes = WIDE_VECTOR_BYTES // 4
         self.block = outer
         self.flops = 0
         value = self.gen(root, coords, ())
@@ -195,7 +240,9 @@ class _Lowerer:
         self._store_extra(coords, ())
         params = self.outs + [self.params[id(n)] for n in self.item.inputs]
         extent = loops_shape[0] if loops_shape else 1
-        return Kernel(kernel_name(self.item), params, body, extent, self.flops)
+        return Kernel(
+            kernel_name(self.item), params, body, extent, self.flops, scratch=self.scratch
+        )
 
     def lower_scatter(self) -> Kernel:
         """A scatter-add: zero the output, then add each source row into the row its index
@@ -280,22 +327,29 @@ class _Lowerer:
         size = tile.rows * tile.rows2 * tile.cols
         row_of = lin(i_var) * tile.rows2 + j_var if tile.rows2 > 1 else lin(i_var)
         slot = row_of * tile.cols + t_var
-        acc = self._new_acc()
-        identity = reduce_identity(red.op, red.dtype)
-        self.emit(AccInit(acc, red.dtype, identity, size, tile.cols))
+        reds = [red, *self.item.siblings]  # one accumulator each, in one loop nest
+        assert len(reds) == 1 or not tile.lanes, "sibling reductions take lanes along outputs"
+        accs = []
+        for r in reds:
+            accs.append(self._new_acc())
+            self.emit(AccInit(accs[-1], r.dtype, reduce_identity(r.op, r.dtype), size, tile.cols))
+        acc = accs[0]
         combine = REDUCE_COMBINE[red.op]
         if self._tile_cascades(size):
-            level = self._level(red.dtype, size, tile.cols, [*unrolled, t_var], slot)
-            self._tile_cascade(red, red_coords, edge, [*unrolled, t_var], slot, acc, level)
+            level = _Levels(
+                [self._level(r.dtype, size, tile.cols, [*unrolled, t_var], slot) for r in reds]
+            )
+            self._tile_cascade(reds, red_coords, edge, [*unrolled, t_var], slot, tuple(accs), level)
         elif tile.cascade:
             level = self._level(red.dtype, size, tile.cols, [*unrolled, t_var], slot)
             self._lane_cascade(red, red_coords, edge, unrolled, t_var, slot, acc, level)
         else:
             outer_block, outer_iter = self.block, self.iterations
-            value = self._reduction_body(
-                red, red_coords, edge, tile_vars=(*unrolled, t_var), lane_split=tile.lanes
+            values = self._reduction_values(
+                reds, red_coords, edge, tile_vars=(*unrolled, t_var), lane_split=tile.lanes
             )
-            self.emit(AccUpdate(acc, red.dtype, combine, value, slot), 1)
+            for r, a, value in zip(reds, accs, values):
+                self.emit(AccUpdate(a, r.dtype, REDUCE_COMBINE[r.op], value, slot), 1)
             self.scopes.pop()
             self.block, self.iterations = outer_block, outer_iter
         for v in unrolled:
@@ -306,6 +360,10 @@ class _Lowerer:
             got = self.emit(AccReduceLanes(self.fresh(), red.dtype, acc, base, tile.cols, combine))
         else:
             self._open_loop(Loop(t_var, tile.cols, [], "vector"))
+            for r, a in zip(reds[1:], accs[1:]):
+                self.scopes[-1][(id(r), red_coords, edge)] = self.emit(
+                    AccRead(self.fresh(), r.dtype, a, slot)
+                )
             got = self.emit(AccRead(self.fresh(), red.dtype, acc, slot))
         self.scopes[-1][(id(red), red_coords, edge)] = got
         value = self.gen(root, coords, edge)
@@ -376,7 +434,15 @@ class _Lowerer:
         With `lane_split`, the innermost reduction loop steps by the tile's lane count and
         the tile's vector variable walks the lanes.
         """
+        (value,) = self._reduction_values([n], coords, guard, tile_vars, lane_split)
+        return value
+
+    def _reduction_values(self, reds: list[Node], coords, guard, tile_vars=(), lane_split=False):
+        """`_reduction_body` for reductions over the same source shape and axes (a kernel's
+        sibling reductions, ir/schedule.py rule 7): the loops once, a value for each."""
+        n = reds[0]
         src = n.srcs[0]
+        assert all(r.srcs[0].shape == src.shape and r.arg == n.arg for r in reds), "not siblings"
         red_vars = [
             Var(f"r{gi}", 0, math.prod(src.shape[a] for a in g) - 1)
             for gi, g in enumerate(self.red_groups)
@@ -400,10 +466,13 @@ class _Lowerer:
             kind = "vector" if k == len(tile_vars) - 1 else "unroll"
             self._open_loop(Loop(v, v.max + 1, [], kind))
         self.scopes.append({})
-        value = self._gen_stashing(n, src_coords, guard + edge)
-        if edge:
-            value = self.emit(Select(self.fresh(), src.dtype, edge, value))
-        return value
+        values = []
+        for r in reds:
+            value = self._gen_stashing(r, src_coords, guard + edge)
+            if edge:
+                value = self.emit(Select(self.fresh(), r.srcs[0].dtype, edge, value))
+            values.append(value)
+        return values
 
     def _gen_stashing(self, n: Node, coords, guard) -> str:
         """The value reduction n adds at `coords` of its source; where that computes the
@@ -414,8 +483,18 @@ class _Lowerer:
         if id(n) in self.stash_sums:
             stashed = self._lookup((id(self.stash), coords, guard))
             assert stashed is not None, "the stashed value is computed at the sum's coordinates"
-            self.emit(Store(self.out, linear_index(coords, self.stash.shape), stashed, guard))
+            self.emit(Store(self.stash_buffer, self._stash_index(coords), stashed, guard))
+            if self.cascade_lanes:  # (in vectors: a plain loop stays LLVM's to vectorize)
+                for n, row in self.prefetched:
+                    index = linear_index(coords, self.stash.shape) + row
+                    self.emit(Prefetch(self.params[id(n)], index))
         return value
+
+    def _stash_index(self, coords) -> Lin:
+        """Where the stashed value at `coords` lies in its buffer (the output's own index,
+        or the index within the row of a scratch row)."""
+        k = self.stash_axis
+        return linear_index(coords[k:], self.stash.shape[k:])
 
     def emit(self, stmt, ops: int = 0):
         self.block.append(stmt)
@@ -453,7 +532,12 @@ class _Lowerer:
                 stack.extend((s, False) for s in reversed(m.srcs))
             else:
                 args = tuple(self._lookup((id(s), coords, guard)) for s in m.srcs)
-                self.scopes[-1][k] = self.emit(Alu(self.fresh(), m.dtype, m.op, args), 1)
+                if id(m) in self.reciprocal_divisions:  # (its sum's reciprocal: loop-invariant,
+                    # LLVM computes it once per row, before the loop over the row)
+                    r = self.emit(Alu(self.fresh(), m.dtype, Ops.RECIP, args[1:]))
+                    args = (args[0], r)
+                op = Ops.MUL if id(m) in self.reciprocal_divisions else m.op
+                self.scopes[-1][k] = self.emit(Alu(self.fresh(), m.dtype, op, args), 1)
         return self._lookup(key)
 
     def _hoist_level(self, coords, guard) -> tuple[int | None, tuple]:
@@ -501,8 +585,10 @@ class _Lowerer:
 
     def _gen(self, n: Node, coords, guard) -> str:
         if n is self.stash and not self.statistics:  # stored by a statistics pass
-            index = linear_index(coords, n.shape)
-            return self.emit(Load(self.fresh(), n.dtype, self.out, index, guard))
+            # (from a float32 scratch row as the float32 it was computed in: the renderer
+            # loads a buffer's own type and names the value n's)
+            index = self._stash_index(coords)
+            return self.emit(Load(self.fresh(), n.dtype, self.stash_buffer, index, guard))
         if id(n) in self.params and n is not self.item.root:
             p = self.params[id(n)]
             return self.emit(Load(self.fresh(), n.dtype, p, linear_index(coords, n.shape), guard))
@@ -548,14 +634,20 @@ class _Lowerer:
             return self.gen_cascade(n, coords, guard)
         if self.lane_max:
             return self.gen_lane_max(n, coords, guard)
-        acc = self._new_acc()
-        self.emit(AccInit(acc, n.dtype, reduce_identity(n.op, n.dtype)))
+        reds = [n, *self.item.siblings] if self.one_loop_siblings and n is self.item.reduce else [n]
+        accs = []
+        for r in reds:
+            accs.append(self._new_acc())
+            self.emit(AccInit(accs[-1], r.dtype, reduce_identity(r.op, r.dtype)))
         saved_block, saved_iter = self.block, self.iterations
-        value = self._reduction_body(n, coords, guard)
-        self.emit(AccUpdate(acc, n.dtype, REDUCE_COMBINE[n.op], value), 1)
+        values = self._reduction_values(reds, coords, guard)
+        for r, acc, value in zip(reds, accs, values):
+            self.emit(AccUpdate(acc, r.dtype, REDUCE_COMBINE[r.op], value), 1)
         self.scopes.pop()
         self.block, self.iterations = saved_block, saved_iter
-        return acc
+        for r, acc in zip(reds[1:], accs[1:]):  # where the extra outputs' code finds them
+            self.scopes[-1][(id(r), coords, guard)] = acc
+        return accs[0]
 
     def _gen_row_reduce(self, n: Node, coords, guard) -> str:
         """A row statistic inside an elementwise kernel (ir/schedule.py, rule 6): its axes
@@ -654,7 +746,7 @@ class _Lowerer:
         its levels stay in registers (a matmul's 128 accumulators keep one plain loop)."""
         return not self.tile.lanes and tile_cascades(self.item, self.red_groups, size)
 
-    def _tile_cascade(self, red: Node, coords, guard, tile_loops, slot, acc, level) -> None:
+    def _tile_cascade(self, reds: list[Node], coords, guard, tile_loops, slot, accs, level):
         """A tile's sum over its reduction loop as a tree (see `gen_cascade`): every tile
         accumulator receives at most CASCADE_FANOUT rows before its level moves up.
 
@@ -664,17 +756,20 @@ class _Lowerer:
               for k4 in 0..16: vector for t in 0..32: acc3[t] += x[(j2*16 + k4)*N + o*32 + t]
               vector for t in 0..32: acc1[t] += acc3[t]
         """
-        src = red.srcs[0]
+        src = reds[0].srcs[0]
         extent = math.prod(src.shape[a] for a in self.red_groups[0])
 
-        def unit(idx: Lin, dst: str) -> None:
+        def unit(idx: Lin, dst: tuple[str, ...]) -> None:
             red_coords = _coords_from_groups(src.shape, self.red_groups, [idx])
-            src_coords = tuple(red_coords[i] if i in red.arg else c for i, c in enumerate(coords))
+            src_coords = tuple(
+                red_coords[i] if i in reds[0].arg else c for i, c in enumerate(coords)
+            )
             with self._tile_loops(tile_loops):
-                value = self.gen(src, src_coords, guard)
-                self.emit(AccUpdate(dst, red.dtype, Ops.ADD, value, slot, ordered=True), 1)
+                for red, acc in zip(reds, dst):  # sibling reductions: one accumulator each
+                    value = self.gen(red.srcs[0], src_coords, guard)
+                    self.emit(AccUpdate(acc, red.dtype, Ops.ADD, value, slot, ordered=True), 1)
 
-        self._sum_units(extent, unit, acc, level)
+        self._sum_units(extent, unit, accs, level)
 
     def _lane_cascade(self, red: Node, coords, guard, unrolled, t: Var, slot, acc, level) -> None:
         """`gen_cascade` for a tile of rows: each unit adds one vector of `lanes` consecutive
@@ -843,6 +938,32 @@ def online_exp_max(n: Node) -> Node | None:
     return None
 
 
+def softmax_divisions(item: ScheduleItem) -> set[int]:
+    """ids of a row kernel's softmax divisions, `e / expand(sum(e))` with e = exp(y - max(y))
+    (`online_exp_max`), which the CPU computes as `e * (1 / sum)`: one reciprocal per row
+    and a multiply per element, as PyTorch's CPU softmax does (`_vec_softmax_lastdim`,
+    `tmp_sum = 1 / tmp_sum`), instead of a division per element, which costs as much as the
+    rest of the output pass (docs/NUMERICS.md: within 1.5 ulp of the quotient, 0.5 before).
+
+    >>> import fusegrad as fg
+    >>> from fusegrad.ir.schedule import schedule
+    >>> x = fg.randn(4, 8).realize()
+    >>> (item,) = schedule([x.softmax(-1).node], lambda n: n is x.node)
+    >>> [n.op.name for n in item.nodes if id(n) in softmax_divisions(item)]
+    ['DIV']
+    """
+    found = set()
+    for n in item.nodes:
+        if n.op is not Ops.DIV:
+            continue
+        e, den = n.srcs
+        while den.op is Ops.EXPAND or is_squeeze(den):
+            den = den.srcs[0]
+        if den.op is Ops.SUM and den.srcs[0] is e and online_exp_max(den) is not None:
+            found.add(id(n))
+    return found
+
+
 def stashed_row_value(item: ScheduleItem) -> Node | None:
     """The value a row kernel (ir/schedule.py, rule 6) computes for every element both in
     a row sum's pass and in its output pass, which the sum's pass should store into the
@@ -853,13 +974,18 @@ def stashed_row_value(item: ScheduleItem) -> Node | None:
     overlaps the arithmetic; the reload hits cache (the row fits, `ROW_CACHE_BYTES`).
 
     The value: elementwise, computed inside a row SUM's source, of the output's shape and
-    dtype (float32 or float64: what is stored is what was computed), read by the output
-    at its own coordinates only; of several, the last computed (the most work). The kernel
-    has one output and several rows, so each thread owns whole rows and no thread's
-    statistics pass writes where another's output pass already has.
+    dtype, read by the output at its own coordinates only; of several, the last computed
+    (the most work). The kernel has one output and several rows, so each thread owns whole
+    rows and no thread's statistics pass writes where another's output pass already has.
+    A float32 or float64 value is stored into the output (what is stored is what was
+    computed); a float16 or bfloat16 one into a float32 scratch row of the thread's own
+    (`_Lowerer.stash_buffer`), since the output would round it before the output pass reads
+    it: `exp` then runs once per element and the output is rounded once, as for float32.
     """
     root = item.root
-    if item.reduce is not None or item.extra or root.dtype not in (float32, float64):
+    if item.reduce is not None or item.extra:
+        return None
+    if root.dtype not in (float32, float64) and not root.dtype.is_half:
         return None
     inside = {id(m) for m in item.nodes}
     summed: set[int] = set()  # computed inside a row sum's pass
@@ -875,6 +1001,15 @@ def stashed_row_value(item: ScheduleItem) -> Node | None:
         if _read_at_own_coordinates(item.nodes, v, root) and _varies(v, inside):
             best = v
     return best
+
+
+def _row_axis(item: ScheduleItem, sums: set[int]) -> int:
+    """The first axis of the row that the row sums `sums` reduce: their axes are the trailing
+    ones (ir/schedule.py, rule 6), so an element's index within its row is the linear index
+    of its coordinates from this axis on."""
+    axes = {tuple(sorted(n.arg)) for n in item.nodes if id(n) in sums}
+    assert len(axes) == 1, "a stashed value's sums reduce one row"
+    return min(axes.pop())
 
 
 def _sums_computing(item: ScheduleItem, v: Node | None) -> set[int]:
@@ -1026,7 +1161,7 @@ def lower(item: ScheduleItem, tile: bool = True, amx: bool = False, tuner=None) 
     def lowered_with(out_groups, red_groups) -> Kernel:
         key = (tuple(out_groups), tuple(red_groups))
         if key not in lowered:
-            lowered[key] = _Lowerer(item, out_groups, red_groups).lower()
+            lowered[key] = _Lowerer(item, out_groups, red_groups, one_loop_siblings=tile).lower()
         return lowered[key]
 
     def score_with(out_groups, red_groups) -> int:
@@ -1039,12 +1174,17 @@ def lower(item: ScheduleItem, tile: bool = True, amx: bool = False, tuner=None) 
         state["out"] = _merge_groups(out_axes, lambda g: score_with(g, state["red"]))
     if row_stats and tile:  # the CPU cascades a row kernel's long sums; the GPU splits them
         return _Lowerer(item, state["out"], state["red"], row_cascade=True).lower()
-    if amx and tile:
+    siblings = len(item.siblings)
+    if amx and tile and not siblings:
         kernel = lower_amx(_Lowerer(item, state["out"], state["red"]), kernel_name(item))
         if kernel is not None:
             return kernel
     plain = lowered_with(state["out"], state["red"])
     chosen = choose_tile(plain, item, state["out"]) if tile else None
+    if chosen is not None and siblings and not _fits_siblings(chosen, siblings):
+        one_row = None if chosen.lanes else Tile(chosen.col, chosen.cols)
+        # one row of lanes per sum, or the plain loop nest, one accumulator per sum
+        chosen = one_row if one_row is not None and _fits_siblings(one_row, siblings) else None
     if chosen is not None:
 
         def lowered(t: Tile) -> Kernel:
@@ -1053,7 +1193,7 @@ def lower(item: ScheduleItem, tile: bool = True, amx: bool = False, tuner=None) 
             return kernel
 
         space = None
-        if tuner is not None:
+        if tuner is not None and not siblings:
             space = tuning_space(chosen, item, state["out"], state["red"])
         if space is not None:
             return tuner(space, lowered)
@@ -1065,13 +1205,21 @@ def lower(item: ScheduleItem, tile: bool = True, amx: bool = False, tuner=None) 
     # cascaded sums are the CPU's (tile=True); the GPU lowering reduces a plain loop over a block
     lanes = cascade_lanes(plain, item) if tile else 0
     if lanes:
-        rows = _cascade_rows(item, state["out"], state["red"])
+        rows = None if siblings else _cascade_rows(item, state["out"], state["red"])
         if rows is not None:
             row, count = rows
             chosen = Tile(None, lanes, row, count, lanes=True, cascade=True)
             return _Lowerer(item, state["out"], state["red"], chosen).lower()
         return _Lowerer(item, state["out"], state["red"], cascade_lanes=lanes).lower()
     return plain
+
+
+def _fits_siblings(tile: Tile, siblings: int) -> bool:
+    """Whether a register tile takes a kernel's sibling reductions (ir/schedule.py, rule 7),
+    one accumulator tile each: lanes along the outputs (lanes along the sum combine one
+    reduction's lanes at the end), and every accumulator still in registers."""
+    size = tile.cols * tile.rows * tile.rows2 * (1 + siblings)
+    return not tile.lanes and size <= TILE_MAX_ACCUMULATORS
 
 
 CASCADE_ROWS = 2  # rows of a cascaded sum one thread streams at once

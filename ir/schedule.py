@@ -28,11 +28,20 @@ Rules, applied to each node with its users already decided:
    elements (`codegen/lower.py`, hoisting), so the row is read from memory once and
    re-read from cache: a softmax or a layer norm is one kernel. A value at the row's shape
    that is broadcast back over the row is evaluated once per row, not per element.
+7. Sibling reductions: kernels whose reductions have the same op, dtype, source shape,
+   axes and output shape, that stream a common input (read once per element of the sum:
+   not a contraction's operand, which a register tile reuses) and do not depend on each
+   other, become one kernel with several outputs (`_sibling_reductions`):
+   a layer norm's or batch norm's weight and bias gradients, `sum(g * xhat, 0)` and
+   `sum(g, 0)`, read `g` once. Codegen sums them in one loop nest with one accumulator
+   each on the CPU, and in consecutive loops of one kernel on the GPU.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -49,6 +58,7 @@ TRANSCENDENTAL_COST = 8
 # row several times (max, sum, normalize), and each walk after the first must hit cache.
 ROW_CACHE_BYTES = 256 * 1024
 ROW_READERS_MAX = 2  # kernels that may each recompute one row statistic
+MAX_SIBLINGS = 4  # reductions summed in one loop nest (rule 7): their accumulators share registers
 
 
 @dataclass
@@ -67,6 +77,15 @@ class ScheduleItem:
     @property
     def outputs(self) -> list[Node]:
         return [self.root, *self.extra]
+
+    @property
+    def siblings(self) -> list[Node]:
+        """The reductions besides `reduce` that this kernel computes over the same loops
+        (rule 7: a layer norm's bias gradient next to its weight gradient), in the order
+        of `nodes`. A row kernel (`reduce` None) has none: its reductions are statistics."""
+        if self.reduce is None:
+            return []
+        return [n for n in self.nodes if n.op in REDUCE and n is not self.reduce]
 
     @property
     def ops(self) -> list[str]:
@@ -232,12 +251,13 @@ def schedule(
 
     extra = _siblings(graph, reason, claimed, held)
     _absorb(graph, users, reason, claimed, extra, held)
+    merged = _sibling_reductions(graph, reason, claimed, extra, held)
     items = []
     for n in graph:
-        if id(n) in reason:
+        if id(n) in reason and id(n) not in merged:
             fused = claimed.get(id(n), n if n.op in REDUCE else None)
             items.append(_item(n, fused, reason[id(n)], reason, extra.get(id(n), []), held))
-    return items
+    return _in_dependency_order(items) if merged else items
 
 
 _SAME_COORDS = ELEMENTWISE | {Ops.DETACH}
@@ -325,6 +345,133 @@ def _absorb(graph, users, reason, claimed, extra: dict[int, list[Node]], held) -
             if _reads_at_own_coordinates(body, m, n.shape):
                 del reason[id(m)]
                 extra.setdefault(id(n), []).append(m)
+
+
+def _sibling_reductions(graph, reason, claimed, extra: dict[int, list[Node]], held) -> set[int]:
+    """Rule 7: merge reduction kernels that read the same input over the same loops.
+
+    Kernels whose fused reductions have the same op, dtype, source shape, axes and output
+    shape (and whose outputs have one shape) are grouped, in graph order, when they load a
+    common value with one element per element of the sum (the input both sum over: a layer
+    norm's weight gradient `sum(g * xhat, 0)` and bias gradient `sum(g, 0)` both read `g`;
+    two linear layers' weight gradients share `x` too, but as contractions, whose register
+    tiles would not hold both sums), and neither group reaches the other through other
+    kernels (a merged kernel must not read what it writes), at most MAX_SIBLINGS and
+    MAX_KERNEL_OPS a group. The first of a group keeps its kernel; the others' outputs (and
+    their extra outputs) become its extra outputs, computed at its coordinates. Returns the
+    ids of the outputs moved: they keep their `reason` (other kernels load them as before)
+    but are no longer kernels of their own.
+    """
+    kernels = [n for n in graph if id(n) in reason]
+    keys: dict[int, tuple] = {}  # candidate kernel -> what its siblings must share
+    fused_sources: dict[int, int] = {}  # candidate kernel -> elements its reduction reads
+    for n in kernels:
+        red = claimed.get(id(n), n if n.op in REDUCE else None)
+        if red is not None and n.op not in _OWN_KERNEL and red.numel:
+            axes = tuple(sorted(red.arg))
+            keys[id(n)] = (red.op, red.dtype, red.srcs[0].shape, axes, red.shape, n.shape)
+            fused_sources[id(n)] = red.srcs[0].numel
+    alike = {key for key, count in Counter(keys.values()).items() if count > 1}
+    if not alike:  # (most graphs: nothing to do)
+        return set()
+    loaded: dict[int, tuple[list[Node], int]] = {}
+
+    def loads_and_size(n: Node) -> tuple[list[Node], int]:
+        """The values kernel n loads, and the elementwise ops it computes."""
+        if id(n) not in loaded:
+
+            def boundary(m: Node) -> bool:
+                return m is not n and (id(m) in held or id(m) in reason)
+
+            nodes = toposort([n, *extra.get(id(n), [])], stop=boundary)
+            ops = sum(m.op in ELEMENTWISE for m in nodes)
+            loaded[id(n)] = ([m for m in nodes if boundary(m)], ops)
+        return loaded[id(n)]
+
+    group = {id(n): id(n) for n in kernels}  # kernel -> the first kernel of its group
+    members: dict[int, list[Node]] = {id(n): [n] for n in kernels}
+    position = {id(n): k for k, n in enumerate(kernels)}  # a kernel reads earlier ones only
+
+    def reaches(a: int, b: int) -> bool:
+        """Whether group b reads, through kernels, a value group a computes."""
+        first_of_a = min(position[id(m)] for m in members[a])
+        seen, todo = set(), [b]
+        while todo:
+            g = todo.pop()
+            for m in members[g]:
+                for x in loads_and_size(m)[0]:
+                    if id(x) not in reason:
+                        continue
+                    h = group[id(x)]
+                    if h == a:
+                        return True
+                    if max(position[id(m)] for m in members[h]) < first_of_a:
+                        continue  # all of h comes before a: nothing it reads is a's
+                    if h not in seen and h != g:
+                        seen.add(h)
+                        todo.append(h)
+        return False
+
+    buckets: dict[tuple, list[int]] = {}
+    merged: set[int] = set()
+    for n in kernels:
+        key = keys.get(id(n))
+        if key not in alike:
+            continue
+        # an input the sum streams, each element once (a contraction, whose register tile
+        # reuses each loaded value many times, keeps its kernel)
+        streamed = fused_sources[id(n)]
+        mine = {id(x) for x in loads_and_size(n)[0] if x.numel == streamed > n.numel}
+        for first in buckets.get(key, []):
+            group_loads = {id(x) for m in members[first] for x in loads_and_size(m)[0]}
+            if len(members[first]) >= MAX_SIBLINGS or not mine & group_loads:
+                continue
+            ops = sum(loads_and_size(m)[1] for m in members[first]) + loads_and_size(n)[1]
+            if ops > MAX_KERNEL_OPS:
+                continue
+            if reaches(first, id(n)) or reaches(id(n), first):
+                continue
+            members[first].append(n)
+            del members[id(n)]
+            group[id(n)] = first
+            moved = extra.pop(id(n), [])
+            extra.setdefault(first, []).extend([n, *moved])
+            merged.add(id(n))
+            break
+        else:
+            buckets.setdefault(key, []).append(id(n))
+    for first, group_members in members.items():
+        if len(group_members) > 1:
+            reason[first] += (
+                f"; with {len(group_members) - 1} sibling reduction"
+                f"{'s' if len(group_members) > 2 else ''} over the same input in one loop nest"
+            )
+    return merged
+
+
+def _in_dependency_order(items: list[ScheduleItem]) -> list[ScheduleItem]:
+    """The items, each after the items whose outputs it reads, otherwise in their order
+    (merging sibling reductions moves a kernel's outputs earlier or later than their
+    readers)."""
+    made_by = {id(out): k for k, item in enumerate(items) for out in item.outputs}
+    readers: list[list[int]] = [[] for _ in items]
+    waiting = [0] * len(items)  # items each one waits for
+    for k, item in enumerate(items):
+        for j in {made_by[id(x)] for x in item.inputs if id(x) in made_by}:
+            readers[j].append(k)
+            waiting[k] += 1
+    ready = [k for k in range(len(items)) if not waiting[k]]
+    heapq.heapify(ready)
+    order: list[ScheduleItem] = []
+    while ready:
+        k = heapq.heappop(ready)
+        order.append(items[k])
+        for r in readers[k]:
+            waiting[r] -= 1
+            if not waiting[r]:
+                heapq.heappush(ready, r)
+    assert len(order) == len(items), "schedule: kernels read each other's outputs (a cycle)"
+    return order
 
 
 def _same_coordinates(u: Node, ok: dict[int, bool]) -> bool:
@@ -478,8 +625,10 @@ def _item(
 ) -> ScheduleItem:
     """Collect the nodes a kernel computes and the values it loads."""
 
+    own = {id(root)} | {id(m) for m in extra}  # a sibling reduction's output is computed here
+
     def boundary(m: Node) -> bool:
-        return m is not root and (id(m) in held or id(m) in reason)
+        return id(m) not in own and (id(m) in held or id(m) in reason)
 
     nodes = toposort([root, *extra], stop=boundary)
     inputs = [m for m in nodes if boundary(m)]

@@ -18,6 +18,7 @@ import fusegrad as fg
 from fusegrad.codegen.cuda import PRELUDE, cuda_kernel
 from fusegrad.codegen.gpu import map_to_gpu
 from fusegrad.codegen.lower import base_name, lower
+from fusegrad.ir.ops import Ops
 from fusegrad.ir.reference import evaluate_many
 from fusegrad.ir.schedule import schedule
 from fusegrad.nn import functional as F
@@ -159,6 +160,31 @@ def _cross_entropy_backward():
     return [F.cross_entropy(x, target)] + grads(lambda x: F.cross_entropy(x, target), x)
 
 
+def _layer_norm_backward():
+    x, w, b = f32(6, 40, grad=True), f32(40, grad=True), f32(40, grad=True)
+    return grads(lambda x, w, b: (F.layer_norm(x, (40,), w, b) * f32(6, 40)).sum(), x, w, b)
+
+
+def _batch_norm_backward():
+    x, w, b = f32(300, 5, grad=True), f32(5, grad=True), f32(5, grad=True)
+    loss = lambda x, w, b: (F.batch_norm(x, None, None, w, b, training=True) * f32(300, 5)).sum()  # noqa: E731
+    return grads(loss, x, w, b)
+
+
+def _sibling_reductions():
+    """Reductions over the same input and axes realized together: one kernel with several
+    outputs (ir/schedule.py, rule 7), short and long (a block's threads) columns."""
+    x, y, z, w = f32(7, 9), f32(1025, 6), i64(40, 3), f32(5, 3000)
+    return [x.sum(0), (x * x).sum(0), y.sum(0), (y * 2 - 1).sum(0), (y * y).sum(0)] + [
+        z.amax(0),
+        (z * 3).amax(0),
+        w.sum(1),  # rows: a block's threads each, one loop per sibling
+        (w * w).sum(1),
+        w.amax(1),
+        (-w).amax(1),
+    ]
+
+
 CASES = {
     "elementwise_float32": lambda: [chain(f32(33, 47))],
     "elementwise_float64": lambda: [chain(f64(5, 7, 3))],
@@ -200,6 +226,9 @@ CASES = {
     "conv2d_backward": _conv_backward,
     "gather_scatter": _embedding_backward,
     "cross_entropy_backward": _cross_entropy_backward,
+    "layer_norm_backward": _layer_norm_backward,
+    "batch_norm_backward": _batch_norm_backward,
+    "sibling_reductions": _sibling_reductions,
     "pad_and_slices": lambda: [
         f32(16, 24).pad((1, 2, 3, 4)) + 1,
         f32(16, 24)[2:10:3, 1::2] * 2,
@@ -262,6 +291,19 @@ def test_full_reductions_of_any_length(full_reductions, n):
     kernels = prepared[n][3]
     if n == 2**20:  # long enough to be split over blocks and finished by a second pass
         assert all(len(k.launches) == 2 and k.scratch for k in kernels)
+
+
+@pytest.mark.parametrize("shape, axis", [((1025, 6), 0), ((5, 3000), 1)])
+def test_sibling_reductions_are_one_kernel_of_block_reductions(shape, axis):
+    # rule 7 (ir/schedule.py): one kernel; the GPU lowering gives each sibling a loop of its
+    # own, which the mapping splits over a block's threads like any reduction
+    x = f32(*shape)
+    outs = [x.sum(axis), (x * x).sum(axis)]
+    (item,) = schedule([t.node for t in outs], lambda n: n.op is Ops.BUFFER)
+    gpu = map_to_gpu(lower(item, tile=False))
+    assert gpu.mode == "block" and len(gpu.reductions) == 2
+    got, _ = emulate(outs)
+    compare(got, outs)
 
 
 def test_a_long_reduction_is_split_over_many_threads():
