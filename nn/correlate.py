@@ -1,5 +1,7 @@
-"""The correlation that convolutions and transposed convolutions are built on, and the
-argument and padding helpers both share (nn/conv.py, nn/conv_transpose.py).
+"""The correlation that convolutions and transposed convolutions are built on, the
+argument and padding helpers both share (nn/conv.py, nn/conv_transpose.py), and the two
+forms a strided one takes on the CPU: its windows gathered (`gather_windows`, im2col) for
+the forward, and its transposed convolution phase by phase (`transposed_by_phases`).
 
 >>> import fusegrad as fg
 >>> from fusegrad.nn.correlate import correlate
