@@ -630,25 +630,45 @@ def _pack_bf16_pairs(bn):
     K's steps outermost, so each step of it reads 32 rows of B from the same 32 pages
     (a row of 2048 bfloat16 is a page) and writes 2 KiB in order: at 2048^2 half the time
     of a copy into 32-column panels along K, which walked down each panel two new pages a
-    step; the kernel, reading a block's steps 128 KiB apart, gives about that back (one
-    thread: the totals are even)."""
+    step. The kernel reads a block's steps a step apart, which `_step_padding` keeps off
+    multiples of L2's period (130 KiB at N = 2048, not 128)."""
     return _pairs_view(_pair_copy(bn), *bn.shape)
 
 
 def _pair_copy(bn):
     """The copy of B (K, N) that `_pack_bf16_pairs` reads: a node of shape
-    (K/32, N/32, 16, 32, 2), (step, column block, pair, column, of the pair)."""
+    (K/32, N/32 + pad, 16, 32, 2), (step, column block, pair, column, of the pair), where
+    `pad` is `_step_padding`'s block of zeros after each step's blocks."""
     k, n = bn.shape
     steps = N.reshape(bn, (k // AMX_BLOCK, AMX_BLOCK // 2, 2, n // AMX_BLOCK, AMX_BLOCK))
+    blocks = N.permute(steps, (0, 3, 1, 4, 2))
+    pad = _step_padding(n // AMX_BLOCK)
     return N.contiguous(
-        N.permute(steps, (0, 3, 1, 4, 2)),
+        N.pad(blocks, ((0, 0), (0, pad), (0, 0), (0, 0), (0, 0))),
         "matmul: a bfloat16 right operand packed in pairs along K for AMX tiles",
     )
 
 
+def _step_padding(blocks: int) -> int:
+    """The unused 32-column blocks after each step of B's packed copy (2 KiB each): one
+    where the step's blocks are even in number, so that a step is an odd multiple of 2 KiB.
+    The kernel walks a block's steps one step apart, and a step a multiple of 8 KiB apart
+    maps them to a few of L2's sets: at N = 2048 a step is 128 KiB, L2's period (2 MiB,
+    16 ways), so a group's panel (1 MiB, `codegen/amx.py`) all fell in one 64th of the
+    sets, 64 lines for 16 ways, and came back from memory for every M block; 130 KiB
+    apart the steps fall in every set.
+
+    >>> [_step_padding(b) for b in (1, 2, 5, 64)]
+    [0, 1, 0, 1]
+    """
+    return 1 - blocks % 2
+
+
 def _pairs_view(packed, k: int, n: int):
-    """The (K, N) view of B's copy packed in pairs (`_pair_copy`)."""
-    return N.reshape(N.permute(packed, (0, 2, 4, 1, 3)), (k, n))
+    """The (K, N) view of B's copy packed in pairs (`_pair_copy`), its padding left out."""
+    steps, blocks, pairs, cols, two = packed.shape
+    used = N.shrink(packed, ((0, steps), (0, n // AMX_BLOCK), (0, pairs), (0, cols), (0, two)))
+    return N.reshape(N.permute(used, (0, 2, 4, 1, 3)), (k, n))
 
 
 def _rows_in_place(an) -> bool:

@@ -374,3 +374,24 @@ def test_a_jit_replay_reads_the_calls_b_not_a_kept_copy():
     assert product.replays >= 2
     check_close(got, host(x), host(w2))
     np.testing.assert_array_equal(got.numpy(), (x @ w2).float().numpy())
+
+
+@pytest.mark.parametrize("n", [32, 64, 96, 128, 2048], ids=str)
+def test_b_steps_are_padded_to_an_odd_multiple_of_2_kib_and_the_padding_never_read(n):
+    # an even number of 32-column blocks gets one unused block after each step (so that a
+    # block's steps fall in every L2 set); NaN written there changes no answer
+    rng = np.random.default_rng(n)
+    a, b = bf16(rng.standard_normal((64, 64))), bf16(rng.standard_normal((64, n)))
+    y = a @ b
+    (copy,) = [k for k in fg.kernels(y) if "tdpbf16ps" not in k.asm]
+    blocks = n // 32 + (1 - (n // 32) % 2)
+    assert copy.shape == (2, blocks, 16, 32, 2)
+    check_close(y, host(a), host(b))
+    first = y.float().numpy()
+    _ = (a @ b).realize()  # the second product keeps the copy
+    kept = kept_copy(b)
+    assert kept is not None and kept.size == 2 * blocks * 1024
+    if blocks != n // 32:
+        steps = kept.array.reshape(2, blocks, 1024)
+        steps[:, -1, :] = np.array(np.nan, dtype=steps.dtype)
+    np.testing.assert_array_equal((a @ b).float().numpy(), first)
