@@ -395,3 +395,16 @@ def test_b_steps_are_padded_to_an_odd_multiple_of_2_kib_and_the_padding_never_re
         steps = kept.array.reshape(2, blocks, 1024)
         steps[:, -1, :] = np.array(np.nan, dtype=steps.dtype)
     np.testing.assert_array_equal((a @ b).float().numpy(), first)
+
+
+def test_each_operand_tile_is_loaded_just_before_its_first_product():
+    # a step: load A0, load B0, product, load B1, product, load A1, product, product (the
+    # first product waits for two loads, not four)
+    rng = np.random.default_rng(15)
+    a, b = bf16(rng.standard_normal((64, 128))), bf16(rng.standard_normal((128, 96)))
+    y = a @ b
+    (kernel,) = [k for k in fg.kernels(y) if "tdpbf16ps" in k.asm]
+    ops = {"tileloadd": "L", "tdpbf16ps": "D"}
+    seq = "".join(ops.get(line.split()[0], "") for line in kernel.asm.splitlines() if line.split())
+    assert "LLDLDLDD" in seq and "LLLLDDDD" not in seq
+    check_close(y, host(a), host(b))
