@@ -154,8 +154,9 @@ def _trial_loads(lw, src, out_exprs, k_expr) -> tuple[Load, Load] | None:
 # one reduction step in program order: tiles 4-7 are loads, 0-3 the products into them. Each
 # operand is loaded just before its first product, so the first product waits for two loads,
 # not four (the tiles are not renamed: a load waits for the last step's products reading its
-# tile). In a loop from L1, 2424 GFLOP/s against 2070 with the four loads first; in the
-# kernel at 2048^3, 1-6% (CPU time, paired, loaded machine)
+# tile). In a loop from L1, 1212 GFLOP/s against 1035 with the four loads first (one
+# thread; `tdpbf16ps` alone: about 3300; benchmarks/bf16_dot_rate.py); in the kernel at
+# 2048^3, 1-6% (CPU time, paired, loaded machine)
 LOADS_AND_PRODUCTS = (4, 6, 0, 7, 1, 5, 2, 3)
 L2_PANEL_BYTES = 1 << 20  # the packed B columns one group of N blocks keeps in L2
 L1_CHUNK_BYTES = 32 << 10  # the rows of A one reduction chunk of an M block keeps in L1
