@@ -10,8 +10,8 @@ loads`: the matmul kernel's step, codegen/amx.py, with every load hitting L1: th
 Run:  .venv/bin/python benchmarks/bf16_dot_rate.py   (about 20 seconds, one thread)
 
 Each rate is printed over wall time and over the thread's CPU time: on a machine shared
-with other processes the first drops (by 2-6x on this project's 2-core machine) while the
-second stays the instruction's rate (`tdpbf16ps` here: about 7 TFLOP/s of CPU time).
+with other processes the first drops (by up to 3x on this project's 2-core machine) while the
+second stays the instruction's rate (`tdpbf16ps` here: about 3.3 TFLOP/s of CPU time).
 
 It decides issue 30's question, which instruction a bfloat16 contraction should use: a
 bfloat16 kernel beats the float32 one only on an instruction whose GFLOP/s here is above
