@@ -720,7 +720,9 @@ class _PackedPairs:
         self.limit, self.bytes = limit, 0
         # (id(buffer), view) -> (weakref to the buffer, its packed copy or None: seen once)
         self.entries: dict = {}
-        self.lock = threading.Lock()
+        # re-entrant: a freed source buffer's callback may run inside a locked section of
+        # this thread (the garbage collector runs at any allocation)
+        self.lock = threading.RLock()
 
     def look(self, buf, view):
         """(seen before, packed copy or None); notes `buf` as seen."""
@@ -752,7 +754,9 @@ class _PackedPairs:
             for old in [k for k, e in self.entries.items() if e[1] is not None]:
                 if self.bytes + size <= self.limit:
                     break
-                self._forget(self.entries.pop(old))
+                gone = self.entries.pop(old, None)
+                if gone is not None:
+                    self._forget(gone)
             self.entries[key] = (entry[0], packed)
             self.bytes += size
 
