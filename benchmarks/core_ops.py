@@ -1,7 +1,7 @@
 """Core ops, fusegrad against numpy and PyTorch, timed alternately in one process.
 
 Run:  .venv/bin/python benchmarks/core_ops.py [--quick]   (about 10 minutes on 2 cores;
-      `--only bf16`: the bfloat16 rows and the float32 sgemm beside them, about 5)
+      `--only bf16`: the bfloat16 rows and the float32 sgemm beside them, about 6)
 
 Seven workloads (an elementwise chain over 2^24 floats, row softmax, log-softmax
 and row sum of 4096x4096, layer norm of 8192x1024, the sum of all 2^24 floats, a
