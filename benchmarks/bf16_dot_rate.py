@@ -2,9 +2,16 @@
 float32 FMA that fusegrad's register tiles run on, AVX512-BF16's `vdpbf16ps` (a pair of
 bfloat16 products added into each float32 lane) and AMX's `tdpbf16ps` (a 16x16 float32
 tile += a 16x32 by 32x16 bfloat16 product), each in a loop of independent accumulators
-(12 vector registers, or 4 tiles), so the figure is the instruction's throughput.
+(12 vector registers, or 4 tiles), so the figure is the instruction's throughput; and the
+AMX loop again with its four operand tiles loaded every iteration from L1 (`AMX + tile
+loads`: the matmul kernel's step, codegen/amx.py, with every load hitting L1: the most its
+2 x 2 blocking of the tiles can give, since each product needs one 1 KiB tile load).
 
 Run:  .venv/bin/python benchmarks/bf16_dot_rate.py   (about 20 seconds, one thread)
+
+Each rate is printed over wall time and over the thread's CPU time: on a machine shared
+with other processes the first drops (by up to 3x on this project's 2-core machine) while the
+second stays the instruction's rate (`tdpbf16ps` here: about 3.3 TFLOP/s of CPU time).
 
 It decides issue 30's question, which instruction a bfloat16 contraction should use: a
 bfloat16 kernel beats the float32 one only on an instruction whose GFLOP/s here is above
@@ -71,15 +78,23 @@ exit:
     )
 
 
-def amx_loop() -> tuple[str, int]:
-    """The same with AMX: tiles 4, 5 (A) and 6, 7 (B) feed 4 accumulator tiles."""
+def amx_loop(reload: bool = False) -> tuple[str, int]:
+    """The same with AMX: tiles 4, 5 (A) and 6, 7 (B) feed 4 accumulator tiles. `reload`:
+    each iteration loads the four operand tiles again (from L1), in codegen/amx.py's order
+    (`LOADS_AND_PRODUCTS`), as the matmul kernel's steps do: the rate of its inner loop
+    with every load hitting L1."""
     loads = "\n  ".join(
         f"call void @llvm.x86.tileloadd64(i8 {t}, ptr %data, i64 64)" for t in (4, 5, 6, 7)
     )
-    dots = "\n  ".join(
-        f"call void @llvm.x86.tdpbf16ps(i8 {c}, i8 {4 + c // 2}, i8 {6 + c % 2})"
-        for c in range(TILES)
-    )
+
+    def dot(c: int) -> str:
+        return f"call void @llvm.x86.tdpbf16ps(i8 {c}, i8 {4 + c // 2}, i8 {6 + c % 2})"
+
+    def load(t: int) -> str:
+        return f"call void @llvm.x86.tileloadd64(i8 {t}, ptr %data, i64 64)"
+
+    step = (4, 6, 0, 7, 1, 5, 2, 3) if reload else range(TILES)
+    dots = "\n  ".join(load(t) if t >= TILES else dot(t) for t in step)
     return (
         f"""declare void @llvm.x86.ldtilecfg(ptr)
 declare void @llvm.x86.tilerelease()
@@ -147,10 +162,11 @@ def main() -> None:
         print("  no AVX512-BF16 here: vdpbf16ps not timed")
     if "+amx-bf16" in features and amx_permitted():
         loops["AMX tdpbf16ps"] = amx_loop()
+        loops["AMX + tile loads"] = amx_loop(reload=True)
     else:
         print("  no AMX-BF16 here (or Linux refused its tile state): tdpbf16ps not timed")
     # tile config: palette 1, every tile 16 rows of 64 bytes; then 1 KiB of operand data
-    buf = (ctypes.c_uint8 * (64 + 1024))()
+    buf = (ctypes.c_uint8 * (64 + 1024))()  # (every operand tile loads the same 1 KiB)
     buf[0] = 1
     for t in range(8):
         buf[16 + 2 * t] = 64
@@ -163,16 +179,19 @@ def main() -> None:
         fn(100_000, ctypes.addressof(out), ctypes.addressof(buf))
         iterations[name] = max(1000, int(100_000 * SECONDS / (time.perf_counter() - t0)))
     times = {name: [] for name in compiled}
+    cpu = {name: [] for name in compiled}  # the thread's CPU time: what time-sharing leaves out
     names = list(compiled)
     for r in range(ROUNDS):
         for name in names[r % len(names) :] + names[: r % len(names)]:
             (_, fn), _ = compiled[name]
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             fn(iterations[name], ctypes.addressof(out), ctypes.addressof(buf))
+            cpu[name].append((time.thread_time() - c0) / iterations[name])
             times[name].append((time.perf_counter() - t0) / iterations[name])
     base = times[names[0]]
     print(
-        f"\n{'instruction':<18}{'GFLOP/s':>9}{'over FMA (paired median)':>26}   ({ROUNDS} rounds)"
+        f"\n{'instruction':<18}{'GFLOP/s':>9}{'over FMA (paired median)':>26}"
+        f"{'GFLOP/s of CPU time':>21}   ({ROUNDS} rounds)"
     )
     for name in names:
         flops = compiled[name][1]
@@ -180,7 +199,12 @@ def main() -> None:
         ratio = statistics.median(
             (flops / t) / (compiled[names[0]][1] / b) for t, b in zip(times[name], base)
         )
-        print(f"{name:<18}{rate:9.1f}{ratio:26.2f}")
+        cpu_rate = flops / statistics.median(cpu[name]) / 1e9
+        print(f"{name:<18}{rate:9.1f}{ratio:26.2f}{cpu_rate:21.1f}")
+    print(
+        "\n(GFLOP/s is over wall time; over the thread's CPU time the rate leaves out the time\n"
+        "other processes had the core: where the two differ, the machine was shared)"
+    )
     print(f"\none thread; load average after: {os.getloadavg()}")
 
 

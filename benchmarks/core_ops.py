@@ -1,7 +1,7 @@
 """Core ops, fusegrad against numpy and PyTorch, timed alternately in one process.
 
 Run:  .venv/bin/python benchmarks/core_ops.py [--quick]   (about 10 minutes on 2 cores;
-      `--only bf16`: the bfloat16 rows and the float32 sgemm beside them, about 5)
+      `--only bf16`: the bfloat16 rows and the float32 sgemm beside them, about 6)
 
 Seven workloads (an elementwise chain over 2^24 floats, row softmax, log-softmax
 and row sum of 4096x4096, layer norm of 8192x1024, the sum of all 2^24 floats, a
@@ -20,11 +20,14 @@ backward), a dilated one (dilation 2), a grouped one (4 groups: a batched sgemm)
 depthwise one (64 groups of one channel: no GEMM, so against PyTorch and the bytes it
 must move) and a transposed one (DCGAN's 4x4 stride-2 upsampling, 32x128x16x16 -> 64).
 Then the bfloat16 rows against PyTorch's bfloat16 (numpy has none): a 2048^3 matmul
-beside the same matmul in float32 (the two timed in one alternation, so their ratio is
-paired), the chain and the softmax (`--only bf16` times only those). Every system runs
-the same inputs, taken from one `fg.randn` (never zeros), and the answers are checked
-against numpy's (for bfloat16, numpy's float64 answer on the same bfloat16 inputs,
-within BF16_TOLERANCE) before anything is timed.
+beside the same matmul in float32 (timed in one alternation, so their ratio is
+paired), twice: with the same B every call, which fusegrad packs for its AMX tiles once
+and keeps (`packed_pairs`, frontend/reduce.py), and `repack`, B packed every call as a B
+that changes every call would be (PyTorch packs every call in both); then the chain and
+the softmax (`--only bf16` times only those). Every system runs the same inputs, taken
+from one `fg.randn` (never zeros), and the answers are checked against numpy's (for
+bfloat16, numpy's float64 answer on the same bfloat16 inputs, within BF16_TOLERANCE)
+before anything is timed.
 
 How the numbers are taken (see ../../shared/BENCHMARKS.md, and README.md here):
 
@@ -700,6 +703,25 @@ def conv_bytes(name: str) -> tuple[float, float]:
 BF16_TOLERANCE = 2.0**-4
 
 
+PACKED_EACH_CALL = "repack"  # the row whose B is packed for AMX tiles every call
+
+
+def packing_each_call(run: Callable[[], fg.Tensor]) -> Callable[[], fg.Tensor]:
+    """`run` with no packed copy of B kept (frontend/reduce.py's `packed_pairs` bound at 0):
+    every call packs B for the AMX tiles, as a B that changes every call would be. (The
+    plain bf16 row reads the copy kept from its earlier calls: the same B each call.)"""
+    from fusegrad.reduce import packed_pairs
+
+    def go():
+        limit, packed_pairs.limit = packed_pairs.limit, 0
+        try:
+            return run()
+        finally:
+            packed_pairs.limit = limit
+
+    return go
+
+
 def bf16_cases(n_chain: int, n_rows: int, n_mm: int) -> list[Case]:
     """The bfloat16 rows: fusegrad's and PyTorch's bfloat16, with a float32 matmul of the
     same size beside the bfloat16 one (`sgemm ...`: the two are timed in one alternation)."""
@@ -743,6 +765,14 @@ def bf16_cases(n_chain: int, n_rows: int, n_mm: int) -> list[Case]:
             tolerance=BF16_TOLERANCE,
         ),
         Case(
+            f"sgemm {n_mm}^3 bf16 {PACKED_EACH_CALL}",
+            2.0 * n_mm**3,
+            "GFLOP/s",
+            {FUSEGRAD: packing_each_call(fg_realized(lambda: bh @ ch))},
+            reference=lambda: br @ cr,
+            tolerance=BF16_TOLERANCE,
+        ),
+        Case(
             f"chain 2^{log2} bf16",
             2 * n_chain * h2,
             "GB/s",
@@ -770,6 +800,7 @@ def bf16_cases(n_chain: int, n_rows: int, n_mm: int) -> list[Case]:
         )
         torch_runs = [
             lambda: bt @ ct,
+            lambda: bth @ cth,
             lambda: bth @ cth,
             lambda: torch.relu(torch.exp(xth * 0.5 + 1.0) * xth - 3.0) / (1 + xth * xth),
             lambda: torch.softmax(ath, dim=1),
@@ -969,17 +1000,18 @@ def print_row_floor(rows: list[Case]) -> None:
         )
 
 
-def print_sgemm_ratio(fp32: Case, bf16: Case) -> None:
-    """The bfloat16 matmul's rate over the float32 one's, per system, round by round (the
-    two were timed in one alternation): issue 30's target is fusegrad's at 1.6 or more."""
-    print(f"\n{bf16.name} over {fp32.name}, rate ratio round by round (above 1: bf16 faster):")
-    for name in (FUSEGRAD, TORCH):
-        if name in fp32.timings and name in bf16.timings:
-            ratio, low, high, wins = paired(fp32.timings[name], bf16.timings[name])
-            print(
-                f"  {name:<9} {ratio:5.2f} [{low:4.2f}, {high:4.2f}], bf16 faster in {wins:>2} "
-                f"of {len(bf16.timings[name])}"
-            )
+def print_sgemm_ratio(fp32: Case, *bf16s: Case) -> None:
+    """Each bfloat16 matmul's rate over the float32 one's, per system, round by round (all
+    were timed in one alternation): issue 30's target is fusegrad's at 1.6 or more."""
+    for bf16 in bf16s:
+        print(f"\n{bf16.name} over {fp32.name}, rate ratio round by round (above 1: bf16 faster):")
+        for name in (FUSEGRAD, TORCH):
+            if name in fp32.timings and name in bf16.timings:
+                ratio, low, high, wins = paired(fp32.timings[name], bf16.timings[name])
+                print(
+                    f"  {name:<9} {ratio:5.2f} [{low:4.2f}, {high:4.2f}], bf16 faster in "
+                    f"{wins:>2} of {len(bf16.timings[name])}"
+                )
 
 
 def print_tiles(cases: list[Case]) -> None:
@@ -1110,7 +1142,7 @@ def main() -> None:
                 print_row_floor(rows)
             if any(case.sgemm is not None or TORCH in case.timings for case in conv):
                 print_conv(conv)
-            if len(sgemm) == 2:
+            if len(sgemm) >= 2 and sgemm[0].name == SGEMM_PAIR[0]:
                 print_sgemm_ratio(*sgemm)
             print_tiles(cases)
             thread_scaling(cases, budget_s, most)

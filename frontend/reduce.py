@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 import warnings
 import weakref
 from collections import namedtuple
 
 from . import core
 from .autocast import autocast_op
+from .autograd_state import enabled as grad_enabled
 from .creation import index_arange
 from .creation import index_arange as arange
 from .devices import packs_bf16_pairs
@@ -30,6 +32,7 @@ from .ir.macro import macro, register
 from .ir.ops import Ops
 from .runtime import attribution as sites
 from .runtime.attribution import one_site
+from .runtime.engine import engine
 from .runtime.tiling import PANEL_CACHE_BYTES, TILE_COLS
 
 MaxResult = namedtuple("MaxResult", ["values", "indices"])
@@ -593,7 +596,9 @@ def matmul(a, b):
             f"(inner dimensions {k1} and {k2} differ)",
         )
     batch = core.broadcast_shapes(an.shape[:-2], bn.shape[:-2], "matmul")
-    node = _product(an, bn, batch)
+    # (a B that requires grad stays in the graph, which its gradient is found through)
+    keep = not (b.requires_grad and grad_enabled())
+    node = _product(an, bn, batch, keep_packed=keep)
     m, n = an.shape[-2], bn.shape[-1]
     shape = batch + ((m,) if a.ndim > 1 else ()) + ((n,) if b.ndim > 1 else ())
     return a._make(N.reshape(node, shape), b)
@@ -625,15 +630,45 @@ def _pack_bf16_pairs(bn):
     K's steps outermost, so each step of it reads 32 rows of B from the same 32 pages
     (a row of 2048 bfloat16 is a page) and writes 2 KiB in order: at 2048^2 half the time
     of a copy into 32-column panels along K, which walked down each panel two new pages a
-    step; the kernel, reading a block's steps 128 KiB apart, gives about that back (one
-    thread: the totals are even)."""
+    step. The kernel reads a block's steps a step apart, which `_step_padding` keeps off
+    multiples of L2's period (130 KiB at N = 2048, not 128)."""
+    return _pairs_view(_pair_copy(bn), *bn.shape)
+
+
+def _pair_copy(bn):
+    """The copy of B (K, N) that `_pack_bf16_pairs` reads: a node of shape
+    (K/32, N/32 + pad, 16, 32, 2), (step, column block, pair, column, of the pair), where
+    `pad` is `_step_padding`'s block of zeros after each step's blocks."""
     k, n = bn.shape
     steps = N.reshape(bn, (k // AMX_BLOCK, AMX_BLOCK // 2, 2, n // AMX_BLOCK, AMX_BLOCK))
-    packed = N.contiguous(
-        N.permute(steps, (0, 3, 1, 4, 2)),  # (step, column block, pair, column, of the pair)
+    blocks = N.permute(steps, (0, 3, 1, 4, 2))
+    pad = _step_padding(n // AMX_BLOCK)
+    return N.contiguous(
+        N.pad(blocks, ((0, 0), (0, pad), (0, 0), (0, 0), (0, 0))),
         "matmul: a bfloat16 right operand packed in pairs along K for AMX tiles",
     )
-    return N.reshape(N.permute(packed, (0, 2, 4, 1, 3)), (k, n))
+
+
+def _step_padding(blocks: int) -> int:
+    """The unused 32-column blocks after each step of B's packed copy (2 KiB each): one
+    where the step's blocks are even in number, so that a step is an odd multiple of 2 KiB.
+    The kernel walks a block's steps one step apart, and a step a multiple of 8 KiB apart
+    maps them to a few of L2's sets: at N = 2048 a step is 128 KiB, L2's period (2 MiB,
+    16 ways), so a group's panel (1 MiB, `codegen/amx.py`) all fell in one 64th of the
+    sets, 64 lines for 16 ways, and came back from memory for every M block; 130 KiB
+    apart the steps fall in every set.
+
+    >>> [_step_padding(b) for b in (1, 2, 5, 64)]
+    [0, 1, 0, 1]
+    """
+    return 1 - blocks % 2
+
+
+def _pairs_view(packed, k: int, n: int):
+    """The (K, N) view of B's copy packed in pairs (`_pair_copy`), its padding left out."""
+    steps, blocks, pairs, cols, two = packed.shape
+    used = N.shrink(packed, ((0, steps), (0, n // AMX_BLOCK), (0, pairs), (0, cols), (0, two)))
+    return N.reshape(N.permute(used, (0, 2, 4, 1, 3)), (k, n))
 
 
 def _rows_in_place(an) -> bool:
@@ -664,17 +699,136 @@ def _pack_bf16_rows(an):
     return N.reshape(N.permute(packed, order), an.shape)
 
 
-def _product(an, bn, batch: tuple[int, ...]):
+PACKED_CACHE_BYTES = 256 << 20  # packed copies of computed right operands kept, at most
+
+
+class _PackedPairs:
+    """Right operands packed in pairs, kept while their source buffer lives, for matmul's
+    `a @ b`: B's packed copy is a function of B's buffer alone, because a CPU buffer of
+    more than one element is never written after it is computed (an in-place update gives
+    the tensor a new node and buffer; only one-element buffers, an optimizer's scalars,
+    are written in place: `Buffer.write_scalar`). The first product with a buffer (or a
+    view of one, `x @ w.T`) as B packs it in its own graph, as always, and notes the
+    buffer; the second packs it once more, at once (one kernel), and keeps the copy, which
+    that product and every later one with the same buffer read: a frozen or evaluated
+    weight, the same B in a loop. A weight that changes every step is a new buffer every
+    step, so a training loop packs in its graph as before. An entry goes when its source
+    buffer is freed, and the least recently used copies go past `PACKED_CACHE_BYTES`
+    (a copy is as big as its source)."""
+
+    def __init__(self, limit: int):
+        self.limit, self.bytes = limit, 0
+        # (id(buffer), view) -> (weakref to the buffer, its packed copy or None: seen once)
+        self.entries: dict = {}
+        # re-entrant: a freed source buffer's callback may run inside a locked section of
+        # this thread (the garbage collector runs at any allocation)
+        self.lock = threading.RLock()
+
+    def look(self, buf, view):
+        """(seen before, packed copy or None); notes `buf` as seen."""
+        key = (id(buf), view)
+        with self.lock:
+            entry = self.entries.pop(key, None)
+            if entry is not None and entry[0]() is buf:
+                self.entries[key] = entry  # the most recently used goes last
+                return True, entry[1]
+            if entry is not None:  # a freed buffer's id, reused
+                self._forget(entry)
+            self.entries[key] = (weakref.ref(buf, self._callback(key)), None)
+            return False, None
+
+    def keep(self, buf, view, packed) -> None:
+        """Keep `packed` as the copy of `buf` seen through `view`."""
+        key, size = (id(buf), view), _nbytes(packed)
+        with self.lock:
+            entry = self.entries.pop(key, None)
+            if entry is None or entry[0]() is not buf:
+                if entry is not None:
+                    self._forget(entry)
+                return
+            if size > self.limit:  # never kept; the buffer stays noted
+                self.entries[key] = entry
+                return
+            if entry[1] is not None:
+                self.bytes -= _nbytes(entry[1])
+            for old in [k for k, e in self.entries.items() if e[1] is not None]:
+                if self.bytes + size <= self.limit:
+                    break
+                gone = self.entries.pop(old, None)
+                if gone is not None:
+                    self._forget(gone)
+            self.entries[key] = (entry[0], packed)
+            self.bytes += size
+
+    def _callback(self, key):
+        def forget(ref):
+            with self.lock:
+                entry = self.entries.get(key)
+                if entry is not None and entry[0] is ref:
+                    self._forget(self.entries.pop(key))
+
+        return forget
+
+    def _forget(self, entry) -> None:
+        if entry[1] is not None:
+            self.bytes -= _nbytes(entry[1])
+
+    def clear(self) -> None:
+        with self.lock:
+            self.entries.clear()
+            self.bytes = 0
+
+
+def _nbytes(buf) -> int:
+    return buf.size * buf.dtype.itemsize
+
+
+packed_pairs = _PackedPairs(PACKED_CACHE_BYTES)
+
+
+def _buffer_view(node):
+    """(buffer, view) where `node` is a computed buffer seen through reshapes and
+    permutes (`view`: its shape and those ops' arguments and shapes), else (None, None)."""
+    view = []
+    while node.op in (Ops.RESHAPE, Ops.PERMUTE):
+        view.append((node.op.name, node.arg, node.shape))
+        node = node.srcs[0]
+    if node.op is not Ops.BUFFER or node.arg.size <= 1:
+        return None, None
+    return node.arg, (node.shape, tuple(view))
+
+
+def _packed_bf16_pairs(bn):
+    """B packed in pairs (`_pack_bf16_pairs`), through `packed_pairs` where B is a
+    computed buffer. A jit recording (`fusegrad.jit`) always packs in its graph: a replay
+    reads the call's B, which a kept copy would not follow."""
+    buf, view = _buffer_view(bn)
+    if buf is None or engine.recording():
+        return _pack_bf16_pairs(bn)
+    seen, packed = packed_pairs.look(buf, view)
+    if not seen or (packed is None and buf.size * buf.dtype.itemsize > packed_pairs.limit):
+        return _pack_bf16_pairs(bn)
+    copy = _pair_copy(bn)
+    if packed is None:
+        engine.realize([copy])
+        packed = engine.value(copy)
+        packed_pairs.keep(buf, view, packed)
+    return _pairs_view(N.buffer(packed, copy.shape, copy.dtype), *bn.shape)
+
+
+def _product(an, bn, batch: tuple[int, ...], keep_packed: bool = False):
     """The (*batch, M, N) product node of (..., M, K) and (..., K, N) nodes whose shapes
     matmul has checked: one broadcast multiply and one sum over K, which the scheduler
-    fuses into a single kernel."""
+    fuses into a single kernel. `keep_packed`: a B packed for AMX tiles may be read from,
+    and kept in, `packed_pairs` (matmul's own call; not a macro's expansion, which may
+    read no data but its sources, nor a gradient rule's, which a cached step replays)."""
     (m, k), n = an.shape[-2:], bn.shape[-1]
     big = k * n * bn.dtype.itemsize >= PANEL_CACHE_BYTES
     amx_sources = None
     if _amx_shaped(an, bn) and packs_bf16_pairs(bn.device):
         amx_sources = (an, bn) if len(an.shape) == 2 else None
         an = an if _rows_in_place(an) else _pack_bf16_rows(an)
-        bn = _pack_bf16_pairs(bn)
+        bn = _packed_bf16_pairs(bn) if keep_packed else _pack_bf16_pairs(bn)
     elif len(bn.shape) == 2 and n % PANEL == 0 and n > PANEL and big:
         # a right operand too big for cache is copied once into panels of PANEL columns, rows
         # adjacent: the kernel then streams one panel (its vector loads) from memory in order
