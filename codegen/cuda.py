@@ -833,12 +833,13 @@ class _Renderer:
                 return self.decl(s.dst, s.dtype, part)
             return f"{part} = {s.value};"
         if isinstance(s, Load):
-            ref = _widened(f"{s.param.name}[{index(s.index)}]", s.dtype)
+            # (widened by what memory holds: a 16-bit row's float32 scratch row is float)
+            ref = _widened(f"{s.param.name}[{index(s.index)}]", s.param.dtype)
             if s.dtype.is_bool:
                 ref = f"({ref} != 0)"
             if s.valid:
                 ok = valid(s.valid)
-                at = _widened(f"{s.param.name}[({ok}) ? {index(s.index)} : 0LL]", s.dtype)
+                at = _widened(f"{s.param.name}[({ok}) ? {index(s.index)} : 0LL]", s.param.dtype)
                 ref = f"(({ok}) ? {at} : 0)"
                 if s.dtype.is_bool:
                     ref = f"({ref} != 0)"
