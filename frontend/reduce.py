@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import math
-import threading
 import warnings
 import weakref
 from collections import namedtuple
@@ -31,6 +30,7 @@ from .ir.dtypes import int64, promote
 from .ir.macro import macro, register
 from .ir.ops import Ops
 from .runtime import attribution as sites
+from .runtime import forksafe
 from .runtime.attribution import one_site
 from .runtime.engine import engine
 from .runtime.tiling import PANEL_CACHE_BYTES, TILE_COLS
@@ -722,7 +722,7 @@ class _PackedPairs:
         self.entries: dict = {}
         # re-entrant: a freed source buffer's callback may run inside a locked section of
         # this thread (the garbage collector runs at any allocation)
-        self.lock = threading.RLock()
+        self.lock = forksafe.RLock()
 
     def look(self, buf, view):
         """(seen before, packed copy or None); notes `buf` as seen."""

@@ -61,8 +61,9 @@ def test_a_sibling_sums_as_it_does_alone(shape):
     # the same loops and the same tree of accumulators. A cascaded sum's adds are ordered
     # (at least CASCADE_MIN rows): no bit changes. A short one's are LLVM's to vectorize and
     # contract (a multiply and an add into one FMA), which may differ in the last bits.
-    x = realized(f32(*shape))
-    alone = [x.sum(0).numpy(), (x * x - 1).sum(0).numpy()]
+    arr = f32(*shape)
+    x, y = realized(arr), realized(arr)  # `alone` on its own buffer: no value remembered for x
+    alone = [y.sum(0).numpy(), (y * y - 1).sum(0).numpy()]
     s, q = x.sum(0), (x * x - 1).sum(0)
     assert len(fg.kernels(s, q)) == 1
     for got, want in zip([s.numpy(), q.numpy()], alone):
@@ -78,8 +79,8 @@ def test_row_sums_and_row_maxima(shape):
     # or one loop with two accumulators (short: LLVM vectorizes it its own way, so the last
     # bits may differ from the sum alone); maxima in vector lanes, exact either way
     arr = f32(*shape)
-    x = realized(arr)
-    alone = [t.numpy() for t in (x.sum(1), (x * x).sum(1), x.amax(1), (-x).amax(1))]
+    x, y = realized(arr), realized(arr)  # `alone` on its own buffer: no value remembered for x
+    alone = [t.numpy() for t in (y.sum(1), (y * y).sum(1), y.amax(1), (-y).amax(1))]
     s, q, hi, lo = x.sum(1), (x * x).sum(1), x.amax(1), (-x).amax(1)
     assert len(fg.kernels(s, q, hi, lo)) == 2
     for got, want in zip([s, q], alone):
