@@ -51,6 +51,18 @@ def load_example():
     return module
 
 
+def first_batch_step():
+    """(example module, model, optimizer, x, y): the example's model (dim 64, 4 heads, 2
+    layers, block 64), seeded, its optimizer, and one batch of 32 as tensors: the step that
+    cold_start.py and kernel_counts.py time and count."""
+    ct = load_example()
+    data = ct.CharData(ct.load_text())
+    x, y = data.batch(np.random.default_rng(0), 32, 64)
+    fg.manual_seed(0)
+    model = ct.CharTransformer(data.vocab_size, 64, 64, 4, 2)
+    return ct, model, ct.make_optimizer(model, 3e-3), fg.tensor(x), fg.tensor(y)
+
+
 def torch_model(ct, fg_model, args, vocab: int):
     """The same architecture in PyTorch, with fusegrad's initial weights copied in."""
     tnn, tF = torch.nn, torch.nn.functional

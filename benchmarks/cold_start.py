@@ -57,16 +57,8 @@ first, cpu = time.perf_counter() - t, cpu_seconds() - cpu0
 TRANSFORMER = """
 import sys, time
 sys.path.insert(0, {here!r})
-import numpy as np
 import char_transformer_step as b
-import fusegrad as fg
-ct = b.load_example()
-data = ct.CharData(ct.load_text())
-x, y = data.batch(np.random.default_rng(0), 32, 64)
-fg.manual_seed(0)
-model = ct.CharTransformer(data.vocab_size, 64, 64, 4, 2)
-opt = ct.make_optimizer(model, 3e-3)
-x, y = fg.tensor(x), fg.tensor(y)
+ct, model, opt, x, y = b.first_batch_step()
 cpu0, t = cpu_seconds(), time.perf_counter()
 ct.train_step(model, opt, x, y).item()
 first, cpu = time.perf_counter() - t, cpu_seconds() - cpu0

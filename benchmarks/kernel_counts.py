@@ -123,13 +123,7 @@ def model_step(name: str):
 def char_transformer_step():
     import char_transformer_step as bench
 
-    ct = bench.load_example()
-    data = ct.CharData(ct.load_text())
-    x, y = data.batch(np.random.default_rng(0), 32, 64)
-    fg.manual_seed(0)
-    model = ct.CharTransformer(data.vocab_size, 64, 64, 4, 2)
-    opt = ct.make_optimizer(model, 3e-3)
-    xs, ys = fg.tensor(x), fg.tensor(y)
+    ct, model, opt, xs, ys = bench.first_batch_step()
     return lambda: ct.train_step(model, opt, xs, ys).item()
 
 

@@ -113,6 +113,25 @@ def host_scales_in_one_instruction() -> bool:
     return "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
 
 
+def _exp_reduced(b: _Builder, x: str) -> tuple[str, str]:
+    """(n, p(r)) of exp's reduction, both paths': n = rint(x / ln 2), r = x - n ln 2 with
+    ln 2 in two parts (the second corrects the first's rounding), p Taylor's polynomial of
+    degree 7 (13 in double), so exp(x) = p(r) * 2^n."""
+    f64 = b.elem == "double"
+    ln2_hi, ln2_lo = (
+        (6.93147180369123816490e-01, 1.90821492927058770002e-10)
+        if f64
+        else (0.693359375, -2.12194440e-4)
+    )
+    degree = 13 if f64 else 7
+    t = b(f"fmul {b.ty} {x}, {b.c(1 / math.log(2))}")
+    n = b(f"call {b.ty} {b.intrinsic('rint')}({b.ty} {t})")
+    negn = b(f"fneg {b.ty} {n}")
+    r = b.fma(negn, b.c(ln2_hi), x)
+    r = b.fma(negn, b.c(ln2_lo), r)
+    return n, b.horner(r, [1 / math.factorial(k) for k in range(degree + 1)])
+
+
 @_polynomial
 def _exp(elem: str, width: int | None) -> str:
     if host_scales_in_one_instruction():
@@ -123,18 +142,7 @@ def _exp(elem: str, width: int | None) -> str:
     bits, bias = (52, 1023) if f64 else (23, 127)
     # below lo the result rounds to zero; subnormal results come out of the two-step scale
     lo, hi = (-745.2, 709.782712893384) if f64 else (-104.0, 88.72283935546875)
-    ln2_hi, ln2_lo = (
-        (6.93147180369123816490e-01, 1.90821492927058770002e-10)
-        if f64
-        else (0.693359375, -2.12194440e-4)
-    )
-    degree = 13 if f64 else 7
-    t = b(f"fmul {ty} %x, {b.c(1 / math.log(2))}")
-    n = b(f"call {ty} {b.intrinsic('rint')}({ty} {t})")
-    negn = b(f"fneg {ty} {n}")
-    r = b.fma(negn, b.c(ln2_hi), "%x")
-    r = b.fma(negn, b.c(ln2_lo), r)
-    p = b.horner(r, [1 / math.factorial(k) for k in range(degree + 1)])
+    n, p = _exp_reduced(b, "%x")
     # scale by 2^n as 2^(n>>1) * 2^(n - (n>>1)): both factors are normal numbers for every n
     # in range, so large results stay finite and tiny ones round gradually into subnormals
     ni = b(f"fptosi {ty} {n} to {it}")
@@ -172,22 +180,11 @@ def _exp_scalef(elem: str, width: int | None) -> str:
     # exp(lo) is below half the smallest subnormal (it rounds to 0, n = -150 / -1075),
     # exp(hi) overflows (n = 128 / 1024)
     lo, hi = (-745.2, 710.0) if f64 else (-104.0, 89.0)
-    ln2_hi, ln2_lo = (
-        (6.93147180369123816490e-01, 1.90821492927058770002e-10)
-        if f64
-        else (0.693359375, -2.12194440e-4)
-    )
-    degree = 13 if f64 else 7
     below = b(f"fcmp olt {ty} %x, {b.c(lo)}")  # false for NaN: a NaN stays
     x = b(f"select {b.bty} {below}, {ty} {b.c(lo)}, {ty} %x")
     above = b(f"fcmp ogt {ty} {x}, {b.c(hi)}")
     x = b(f"select {b.bty} {above}, {ty} {b.c(hi)}, {ty} {x}")
-    t = b(f"fmul {ty} {x}, {b.c(1 / math.log(2))}")
-    n = b(f"call {ty} {b.intrinsic('rint')}({ty} {t})")
-    negn = b(f"fneg {ty} {n}")
-    r = b.fma(negn, b.c(ln2_hi), x)
-    r = b.fma(negn, b.c(ln2_lo), r)
-    p = b.horner(r, [1 / math.factorial(k) for k in range(degree + 1)])
+    n, p = _exp_reduced(b, x)
     chunk = 8 if f64 else 16  # lanes of one 512-bit register
     if width and width % chunk == 0:
         # whole registers: AVX-512's own scalef takes n as a float, so there is no integer
