@@ -16,7 +16,9 @@ heuristics: an `unroll` loop is emitted once per iteration, and the body of a
 `vector` loop of extent W is emitted once with `<W x T>` values. There, a
 value that does not depend on the vector variable stays scalar; a load is a
 vector load where its index moves by 1 per lane, a scalar load where it does
-not move, and a masked gather otherwise.
+not move, one wider load and a shuffle where it moves by a small constant step
+(`SHUFFLED_LANE_STEPS`: a strided convolution's windows), and a masked gather
+otherwise.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from .loopir import (
     TileZero,
 )
 from .optable import SAFE_DIV, SAFE_UDIV, Intrinsic, MathFn, op_row
+from .tiling import SHUFFLED_LANE_STEPS
 
 CACHE_LINE_BYTES = 64
 
@@ -331,6 +334,8 @@ class _Renderer:
                 f"call {vt} {fn}(ptr {ptr}, i32 {dt.itemsize}, <{w} x i1> {ok}, "
                 f"{vt} zeroinitializer)"
             )
+        elif self.shuffled_step(s.index):
+            v = self.shuffled_load(s, self.shuffled_step(s.index), ok, ok_varying)
         else:
             idx = self.vindex(s.index)
             ptrs = self.emit(f"getelementptr inbounds {mt}, ptr %{p.name}, <{w} x i64> {idx}")
@@ -344,6 +349,46 @@ class _Renderer:
         if dt.is_bool:
             v = self.emit(f"icmp ne {vt} {v}, zeroinitializer")
         return self.widen(v, dt, w)
+
+    def shuffled_step(self, e: Lin) -> int | None:
+        """The step s of an index that moves by s per lane (s in `SHUFFLED_LANE_STEPS`, the
+        rest of it the same in every lane), else None."""
+        step = self.lane_step(e)
+        if step not in SHUFFLED_LANE_STEPS or self.moves(e - lin(self.vec_var) * step):
+            return None
+        return step
+
+    def shuffled_load(self, s: Load, step: int, ok: str | None, ok_varying: bool) -> str:
+        """Lane k of `s` reads base + step * k: one masked load of step * W contiguous
+        elements from base, whose mask lets through exactly the lanes picked (every
+        step-th, where the lane's own mask is set), then a shuffle of those W lanes.
+        Nothing is read past lane W - 1's element, nor for a masked lane, so the last row of
+        a buffer reads nothing beyond it. On AVX-512 the load is s vector loads (the one
+        over the tail masked) and the shuffle one `vpermt2ps` per pair of registers: for a
+        3x3 convolution at stride 2 read in place, a gather of 16 lanes ran at 0.09 of the
+        sgemm's GFLOP/s."""
+        p, mt, dt, w = s.param, mem_type(s.param.dtype), s.param.dtype, self.width
+        wide, vt = step * w, f"<{step * w} x {mt}>"
+        base = self.index(s.index.substitute({self.vec_var: lin(0)}))
+        ptr = self.emit(f"getelementptr {mt}, ptr %{p.name}, i64 {base}")
+        picked = [j // step if j % step == 0 else w for j in range(wide)]  # w: a false lane
+        if ok is None:
+            mask = "<" + ", ".join("i1 true" if j < w else "i1 false" for j in picked) + ">"
+        else:
+            lanes = ok if ok_varying else self.splat(ok, "i1")
+            order = "<" + ", ".join(f"i32 {j}" for j in picked) + ">"
+            mask = self.emit(
+                f"shufflevector <{w} x i1> {lanes}, <{w} x i1> zeroinitializer, "
+                f"<{wide} x i32> {order}"
+            )
+        fn = f"@llvm.masked.load.{intrinsic_suffix(vt)}.p0"
+        self.decls.add(f"declare {vt} {fn}(ptr, i32, <{wide} x i1>, {vt})")
+        whole = self.emit(
+            f"call {vt} {fn}(ptr {ptr}, i32 {dt.itemsize}, <{wide} x i1> {mask}, "
+            f"{vt} zeroinitializer)"
+        )
+        every = "<" + ", ".join(f"i32 {step * k}" for k in range(w)) + ">"
+        return self.emit(f"shufflevector {vt} {whole}, {vt} poison, <{w} x i32> {every}")
 
     # ---------------------------------------------------------------- 16-bit floats
     # float16 and bfloat16 are float32 in registers: widened where loaded, rounded once

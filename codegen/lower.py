@@ -45,7 +45,7 @@ from .loopir import (
     Select,
     Store,
 )
-from .tiling import PANEL_CACHE_BYTES, TILE_COLS
+from .tiling import PANEL_CACHE_BYTES, SHUFFLED_LANE_STEPS, TILE_COLS
 
 
 def view_source_coords(n: Node, coords: tuple[Lin, ...]) -> tuple[tuple[Lin, ...], tuple[Lin, ...]]:
@@ -469,10 +469,22 @@ class _Lowerer:
         values = []
         for r in reds:
             value = self._gen_stashing(r, src_coords, guard + edge)
-            if edge:
+            if edge and not self._zero_past(edge, value):
                 value = self.emit(Select(self.fresh(), r.srcs[0].dtype, edge, value))
             values.append(value)
         return values
+
+    def _zero_past(self, edge: tuple[Lin, ...], value: str) -> bool:
+        """Whether `value` is already +0 in the lanes past `edge`: a product of two loads
+        that are both masked there (each reads nothing and gives 0, and 0 * 0 is +0), so the
+        ragged lanes need no select (a convolution's weight gradient over 28-pixel rows: one
+        multiply-add per product instead of a multiply, a blend and an add)."""
+        made = {s.dst: s for s in self.block if isinstance(s, (Alu, Load))}
+        product = made.get(value)
+        if not isinstance(product, Alu) or product.op is not Ops.MUL:
+            return False
+        loads = [made.get(a) for a in product.args]
+        return all(isinstance(ld, Load) and set(edge) <= set(ld.valid) for ld in loads)
 
     def _gen_stashing(self, n: Node, coords, guard) -> str:
         """The value reduction n adds at `coords` of its source; where that computes the
@@ -1396,9 +1408,26 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
     inner = red_vars[-1]
     extents = [math.prod(item.root.shape[a] for a in g) for g in out_groups]
     out_vars = [Var(f"o{g}", 0, e - 1) for g, e in enumerate(extents)]
-    strided = [ld for ld in loads if abs(ld.index.coef(inner)) > 1]
+
+    def shuffled(ld: Load, step: int, lanes: int | None) -> bool:
+        """Whether lanes along which `ld` moves by `step` load it as a shuffled vector
+        (`SHUFFLED_LANE_STEPS`: step loads and a permute) that pays: rows share it, an
+        output axis (other than the lanes' own, `lanes`) that it does not move with."""
+        return step in SHUFFLED_LANE_STEPS and any(
+            g != lanes and extents[g] > 1 and ld.index.coef(v) == 0 for g, v in enumerate(out_vars)
+        )
+
+    strided = [
+        ld
+        for ld in loads
+        if abs(ld.index.coef(inner)) > 1 and not shuffled(ld, ld.index.coef(inner), None)
+    ]
     if not strided:
-        unit = all(ld.index.coef(inner) in (0, 1) for ld in loads)  # lanes load as vectors
+        # lanes load as vectors (a strided convolution's weight gradient: shuffled windows)
+        unit = all(
+            ld.index.coef(inner) in (0, 1) or shuffled(ld, ld.index.coef(inner), None)
+            for ld in loads
+        )
         ragged_ok = item.reduce.op is Ops.SUM
         lanes = _vector_width(inner.max + 1, ragged_ok, along_sum=True) if unit else None
         # an output axis some load does not depend on: rows along it share that load
@@ -1412,6 +1441,12 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
                 shared, key=lambda g: (sum(ld.index.coef(out_vars[g]) == 0 for ld in loads), g)
             )
             rows = extents[row] if extents[row] <= 8 else _divisor(extents[row], TILE_ROWS, 2)
+            shuffles = [ld for ld in loads if ld.index.coef(inner) in SHUFFLED_LANE_STEPS]
+            grid = None
+            if shuffles and wide_registers():
+                grid = _shuffled_grid(shuffles, shared, loads, every_load, out_vars, extents, lanes)
+            if grid:
+                return grid
             if rows:
                 # a second axis whose loads the first one's rows do not share (a weight
                 # gradient's output channels, next to its kernel columns): a grid of rows
@@ -1459,12 +1494,17 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
         return ld.index.substitute({out_vars[g]: lin(q) * w + t}).coef(t)
 
     # score each output axis by the data its lanes would load contiguously, minus the data
-    # they would have to gather
+    # they would have to gather; a shuffled vector counts its share of the loads it takes
     def score(g: int) -> int:
         total = 0
         for ld in loads:
             c = lane_step(ld, g)
-            total += ld.param.size if c == 1 else -ld.param.size if c not in (0, 1) else 0
+            if c == 1:
+                total += ld.param.size
+            elif shuffled(ld, c, g):
+                total += ld.param.size // c
+            elif c != 0:
+                total -= ld.param.size
         return total
 
     votes = [score(g) for g in range(len(extents))]
@@ -1476,7 +1516,9 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
         return None
     # unroll rows along the output axis that the vector loads do not depend on, so each
     # loaded vector serves every row (a convolution's output channels, a matmul's rows)
-    vector_loads = [ld for ld in loads if lane_step(ld, col) == 1]
+    vector_loads = [
+        ld for ld in loads if lane_step(ld, col) == 1 or shuffled(ld, lane_step(ld, col), col)
+    ]
 
     def shared(g: int) -> int:
         return sum(ld.param.size for ld in vector_loads if out_vars[g] not in ld.index.atoms())
@@ -1507,6 +1549,42 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
     row = max(candidates, key=lambda g: (shared(g), g))
     first = _outermost(loads, every_load, out_vars, extents, {row: rows_for(row), col: cols})
     return Tile(col, cols, row, rows_for(row), first=first)
+
+
+# A weight gradient whose windows are shuffled vectors (a strided convolution's, lanes along
+# the output pixels) takes a grid of 8 output channels (rows sharing each shuffled window)
+# by its whole kernel width (up to 3: rows sharing each gradient vector). A shuffle runs on
+# one of the two FMA ports, so the more rows share it the better, up to the registers:
+# 8 x 3 accumulators and 3 windows. Measured (3x3 at stride 2, 32x64x56^2 -> 128, weight
+# gradient alone, alternating with the sgemm of its implicit GEMM, noisy load): 8 x 3
+# 0.78-0.97 of the sgemm's GFLOP/s, 8 x 2 (input channels) 0.76, 3 x 4 0.59, 4 x 4 0.56.
+SHUFFLED_GRID_ROWS = 8
+SHUFFLED_GRID_ROWS2 = 3
+
+
+def _shuffled_grid(shuffles, shared, loads, every_load, out_vars, extents, lanes) -> Tile | None:
+    """The grid of rows for a sum along whose lanes some loads are shuffled vectors
+    (`shuffles`): rows along the output axis those loads do not move with, and a second
+    axis, the smallest that they move with and the other loads do not (a kernel column)."""
+    rows_axes = [g for g in shared if all(ld.index.coef(out_vars[g]) == 0 for ld in shuffles)]
+    if not rows_axes:
+        return None
+    row = max(rows_axes, key=lambda g: (extents[g], g))
+    rows = _divisor(extents[row], SHUFFLED_GRID_ROWS, 2)
+    others = [
+        g
+        for g in shared
+        if g != row
+        and extents[g] <= SHUFFLED_GRID_ROWS2
+        and all(ld.index.coef(out_vars[g]) != 0 for ld in shuffles)
+        and any(ld.index.coef(out_vars[g]) == 0 for ld in loads)
+    ]
+    if not rows or not others:
+        return None
+    row2 = min(others, key=lambda g: (extents[g], g))
+    steps = {row: rows, row2: extents[row2]}
+    first = _outermost(loads, every_load, out_vars, extents, steps)
+    return Tile(None, lanes, row, rows, lanes=True, row2=row2, rows2=extents[row2], first=first)
 
 
 def tile_text(t: Tile) -> str:

@@ -10,3 +10,8 @@ codegen, reads them from `runtime/tiling.py`.
 
 TILE_COLS = (32, 16, 8)  # vector lanes a register tile's row may have, widest first
 PANEL_CACHE_BYTES = 1 << 21  # an input this big does not stay in cache across row tiles
+# Lane steps a CPU vector load reads without a gather: a load whose address moves by s
+# (2, 3 or 4) per lane is one masked load of s x W contiguous elements, every s-th lane
+# picked by a shuffle (codegen/llvm.py, `shuffled_load`). A strided convolution's windows
+# read in place: the frontend keeps them in place at these strides (nn/conv.py).
+SHUFFLED_LANE_STEPS = (2, 3, 4)

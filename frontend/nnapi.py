@@ -89,8 +89,9 @@ from .movement import cat, sliding_windows, stack
 from .reduce import class_cross_entropy, fits_class_cross_entropy
 from .reduce import linear as fused_linear
 
-# the cache size the codegen's tiles assume: what a convolution's gradient keeps in cache
-from .runtime.tiling import PANEL_CACHE_BYTES
+# the cache size the codegen's tiles assume: what a convolution's gradient keeps in cache;
+# the lane steps its vector loads read without a gather: strided windows read in place
+from .runtime.tiling import PANEL_CACHE_BYTES, SHUFFLED_LANE_STEPS
 
 # an optimizer's cached, compiled step
 from .stepcache import StepCache
@@ -103,6 +104,7 @@ from .tensor_hooks import hooked_together
 
 __all__ = [
     "PANEL_CACHE_BYTES",
+    "SHUFFLED_LANE_STEPS",
     "autocast_op",
     "stack",
     "host_table",

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..nnapi import (
     PANEL_CACHE_BYTES,
+    SHUFFLED_LANE_STEPS,
     DTypeError,
     ShapeError,
     Tensor,
@@ -136,18 +137,22 @@ def convnd(
 def gather_pays(x: Tensor, weight: Tensor, pads, stride, dilation, groups: int) -> bool:
     """Whether a convolution strided along its last axis (the one its tiles' vector lanes
     walk) runs over its gathered windows (`gather_windows`, im2col): on a device whose
-    tiles read windows through their own guarded staging (the GPU), never; else when the
-    windows read each input element often enough that the copy pays
-    (`COPY_PAYS_FROM_READS`, as for a padded copy) and every output axis is nonempty (an
-    input smaller than the kernel is the in-place path's error). A stride along another
-    axis only moves whole rows: those windows are read in place.
+    tiles read windows through their own guarded staging (the GPU), never; at a stride
+    whose windows the CPU's vector loads read in place (`SHUFFLED_LANE_STEPS`: 2, 3, 4,
+    each vector a wider load and a shuffle), never; else when the windows read each input
+    element often enough that the copy pays (`COPY_PAYS_FROM_READS`, as for a padded copy)
+    and every output axis is nonempty (an input smaller than the kernel is the in-place
+    path's error). A stride along another axis only moves whole rows: those windows are
+    read in place.
 
     >>> import fusegrad as fg
-    >>> x, w = fg.ones(1, 8, 9, 9), fg.ones(16, 8, 3, 3)
-    >>> [gather_pays(x, w, [(1, 1)] * 2, s, (1, 1), 1) for s in ((1, 1), (2, 1), (1, 2))]
+    >>> x, w = fg.ones(1, 8, 9, 9), fg.ones(16, 8, 5, 5)
+    >>> [gather_pays(x, w, [(1, 1)] * 2, s, (1, 1), 1) for s in ((1, 1), (1, 2), (1, 5))]
     [False, False, True]
     """
     if stride[-1] == 1 or guards_windows_in_tiles(x.node.device):
+        return False
+    if stride[-1] in SHUFFLED_LANE_STEPS:
         return False
     sizes, kernel = x.shape[2:], weight.shape[2:]
     if any(i + b + a < d * (k - 1) + 1 for i, (b, a), k, d in zip(sizes, pads, kernel, dilation)):

@@ -1,7 +1,8 @@
 """The correlation that convolutions and transposed convolutions are built on, the
 argument and padding helpers both share (nn/conv.py, nn/conv_transpose.py), and the two
 forms a strided one takes on the CPU: its windows gathered (`gather_windows`, im2col) for
-the forward, and its transposed convolution phase by phase (`transposed_by_phases`).
+the forward at a stride the vector loads do not read in place (past 4), and its transposed
+convolution phase by phase (`transposed_by_phases`).
 
 >>> import fusegrad as fg
 >>> from fusegrad.nn.correlate import correlate
@@ -225,12 +226,14 @@ def gather_windows(x: Tensor, weight: Tensor, pads, stride, dilation, op: str):
     channels (im2col: a copy, channel c's tap t becoming channel c * K + t for the K taps
     of the kernel, in row-major order), the weight flattened likewise (a view).
 
-    Read in place at stride s, the windows walk the vector lanes with a stride and the
-    contraction loses its tiles (a 3x3 stride-2 convolution ran at 0.09 of the sgemm's
-    GFLOP/s); the copy is a plain GEMM operand, every output pixel's K taps of each
-    channel, so the multiply-adds are the useful ones, no zero taps, and the contraction
-    runs on whole rows of output pixels. It costs K / prod(stride) of the padded input
-    (9/4 for a 3x3 at stride 2); the weight gradient reads the same copy.
+    Read in place at stride s, the windows walk the vector lanes with a stride: up to 4
+    the lanes load them as shuffled vectors (codegen/llvm.py) and no copy is made
+    (`gather_pays`, nn/conv.py); beyond, each vector would be a gather (a 3x3 stride-2
+    convolution ran at 0.09 of the sgemm's GFLOP/s that way); the copy is a plain GEMM
+    operand, every output pixel's K taps of each channel, so the multiply-adds are the
+    useful ones, no zero taps, and the contraction runs on whole rows of output pixels. It
+    costs K / prod(stride) of the padded input (9/4 for a 3x3 at stride 2); the weight
+    gradient reads the same copy.
 
     >>> import fusegrad as fg
     >>> cols, wc = gather_windows(fg.arange(5.0).reshape(1, 1, 5), fg.ones(1, 1, 3),
