@@ -299,3 +299,40 @@ def test_sentiment_conv1d_input_gradient_takes_row_tiles():
     windows = np.lib.stride_tricks.sliding_window_view(gp, 5, axis=2)  # n o l j
     want = np.einsum("nolj,ocj->ncl", windows, w.numpy()[:, :, ::-1].astype(np.float64))
     np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-4, atol=1e-3)
+
+
+def _strided_conv():
+    """A 3x3 convolution at stride 2 over 30-pixel rows (15 outputs: one masked 16-lane
+    vector), unpadded so that its forward and weight gradient are one kernel each."""
+    x, w = f32(2, 4, 31, 31), f32(16, 4, 3, 3)
+    g = f32(2, 16, 15, 15)
+    xd = x.astype(np.float64)
+    windows = np.lib.stride_tricks.sliding_window_view(xd, (3, 3), axis=(2, 3))[:, :, ::2, ::2]
+    want_y = np.einsum("nchwij,ocij->nohw", windows, w)
+    want_dw = np.einsum("nohw,nchwij->ocij", g, windows)
+    return x, w, g, want_y, want_dw
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_a_strided_convolution_tiles_its_shuffled_windows(monkeypatch, wide):
+    """Forward: lanes along the output pixels (the windows' index moves by 2 per lane: a
+    shuffled vector), rows along the output channels that share it. Weight gradient: lanes
+    along the summed pixels; with 32 registers a grid of 8 output channels (sharing each
+    shuffled window) by the 3 kernel columns, and its ragged lanes (15 of 16) add the
+    product of two masked loads with no select."""
+    from fusegrad.nn import functional as F
+
+    x, w, g, want_y, want_dw = _strided_conv()
+    y = F.conv2d(fg.tensor(x), fg.tensor(w), None, stride=2)
+    forward = str(_lowered(y, monkeypatch, wide))
+    assert "vector for t in 0..16" in forward and "t*2]" in forward, forward
+    assert "unrolled for i in 0.." in forward and "load in1[i*36" in forward, forward
+    wt = fg.tensor(w, requires_grad=True)
+    (dw,) = fg.grad(F.conv2d(fg.tensor(x), wt, None, stride=2), [wt], fg.tensor(g))
+    weight_grad = str(_lowered(dw, monkeypatch, wide))
+    assert "vector for t in 0..16" in weight_grad and "t*2]" in weight_grad, weight_grad
+    if wide:
+        assert "unrolled for i in 0..8" in weight_grad and "unrolled for j in 0..3" in weight_grad
+    assert " else 0" not in weight_grad, weight_grad  # no select past the ragged edge
+    np.testing.assert_allclose(y.numpy(), want_y, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(dw.numpy(), want_dw, rtol=1e-4, atol=1e-3)

@@ -580,3 +580,35 @@ def test_a_gradient_that_padding_grows_much_is_not_shared_with_the_weight_gradie
     want_dx, want_dw = _numpy_conv_grads(x, w, g, (1, 1), (0, 0), (1, 1), 1)
     np.testing.assert_allclose(dx.numpy(), want_dx, atol=1e-10)
     np.testing.assert_allclose(dw.numpy(), want_dw, atol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("dims, stride", [(1, 2), (1, 3), (2, 2), (2, (1, 4))])
+def test_strided_conv_in_16_bit_storage_reads_windows_in_place(dtype, dims, stride):
+    """A 16-bit strided convolution's windows are shuffled 16-bit vector loads (no im2col):
+    forward and both gradients within a few 16-bit ulps of float64 on the rounded values;
+    rows of 40 outputs at stride 2 (two 16-lane vectors and a masked one)."""
+    dt = getattr(fg, dtype)
+    rng = np.random.default_rng(16)
+    size = (83,) if dims == 1 else (9, 81)
+    x32 = rng.standard_normal((2, 8, *size)).astype(np.float32)
+    w32 = rng.standard_normal((16, 8, *([3] * dims))).astype(np.float32)
+    xt = fg.tensor(x32).to(dt).detach().requires_grad_()
+    wt = fg.tensor(w32).to(dt).detach().requires_grad_()
+    s = C.int_tuple(stride, dims, "", "")
+    out = _conv_fn(dims)(xt, wt, None, s, 1, 1, 1)
+    assert not [k for k in fg.kernels(out) if "im2col" in k.reason]
+    x, w = (t.detach().float().numpy().astype(np.float64) for t in (xt, wt))
+    want = ref_conv(x, w, None, s, (1,) * dims, (1,) * dims, 1)
+    scale = np.abs(want).max()
+    tol = (2.0**-7 if dtype == "bfloat16" else 2.0**-10) * scale
+    np.testing.assert_allclose(out.float().numpy(), want, atol=tol)
+    g = rng.standard_normal(want.shape).astype(np.float32)
+    gt = fg.tensor(g).to(dt)
+    dx, dw = fg.grad(out, [xt, wt], grad_outputs=gt)
+    want_dx, want_dw = _numpy_conv_grads(
+        x, w, gt.float().numpy().astype(np.float64), s, (1,) * dims, (1,) * dims, 1
+    )
+    for got, ref in ((dx, want_dx), (dw, want_dw)):
+        unit = 2.0**-7 if dtype == "bfloat16" else 2.0**-10
+        np.testing.assert_allclose(got.float().numpy(), ref, atol=4 * unit * np.abs(ref).max())
