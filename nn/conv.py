@@ -196,7 +196,7 @@ def conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str, gathered=F
     if copied and any(v > 1 for v in stride):
         dx = transposed_by_phases(g, weight, x_shape, pads, stride, dilation, groups, op)
         if not gathered:
-            xp = padded(x, pads, op, window_reads(w_shape, stride, groups))
+            xp = padded(x, pads, op, window_reads(w_shape, stride, groups), stride[-1])
             return [dx, _weight_grad(g, xp, w_shape, stride, dilation, groups, copied)]
         # the forward's gathered windows: a 1x1 convolution's weight gradient
         cols, _ = gather_windows(x, weight, pads, stride, dilation, op)

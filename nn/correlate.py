@@ -48,7 +48,7 @@ def correlate(
     batch, cin = x.shape[:2]
     cout, cin_g = weight.shape[:2]
     kernel = weight.shape[2:]
-    x = padded(x, pads, op, window_reads(weight.shape, stride, groups))
+    x = padded(x, pads, op, window_reads(weight.shape, stride, groups), stride[-1])
     win = sliding_windows(x, kernel, stride, dilation)  # (N, Cin, *out, *kernel)
     outs = win.shape[2 : 2 + n]
     g, cout_g = groups, cout // groups
@@ -81,7 +81,7 @@ def window_reads(w_shape, stride, groups: int) -> float:
     return reads
 
 
-def padded(x: Tensor, pads, op: str, reads: float) -> Tensor:
+def padded(x: Tensor, pads, op: str, reads: float, lane_stride: int = 1) -> Tensor:
     """x padded for a convolution, materialized on the CPU: every element is read by
     kernel-size windows (`reads` times), and one padded copy costs less than bounds checks
     on every read. An unpadded input that is a view reordering its source (the user's
@@ -89,17 +89,49 @@ def padded(x: Tensor, pads, op: str, reads: float) -> Tensor:
     same cost: read in place, its windows are strided or guarded and the contraction
     loses its vector tiles (a sentiment CNN's conv1d ran as a scalar loop).
     On the GPU the contraction's tiles check the bounds once per element they stage in
-    shared memory (codegen/gpu.py), which costs less than the copy's round trip."""
+    shared memory (codegen/gpu.py), which costs less than the copy's round trip.
+    Where the windows step `lane_stride` > 1 along the last axis (the lanes' axis), the copy
+    splits that axis into its stride phases (`_phase_split`): the same one pass, and the
+    windows then read it at stride 1."""
     flat_pad = [v for before, after in reversed(pads) for v in (before, after)]
     if any(flat_pad):
         x = x.pad(flat_pad)
     if any(v < 0 for v in flat_pad) or guards_windows_in_tiles(x.node.device):  # a crop: a view
         return x
+    copy = any(flat_pad) or (reads >= COPY_PAYS_FROM_READS and reads_out_of_order(x))
+    if copy and lane_stride > 1:
+        return _phase_split(x, lane_stride, op)
     if any(flat_pad):
         return materialize(x, f"{op}: padded input, so windows read it unguarded")
     if reads >= COPY_PAYS_FROM_READS and reads_out_of_order(x):
         return materialize(x, f"{op}: input read through a permute, pad or flip, copied in order")
     return x
+
+
+def _phase_split(x: Tensor, s: int, op: str) -> Tensor:
+    """x, copied with its last axis split into its s phases (element w stored at phase
+    w % s, place w // s), and seen again through a view as x. A window at stride s reads
+    element s * o + t, which the view finds at phase t % s, place o + t // s: consecutive
+    outputs o read consecutive places, so a strided convolution's tiles load whole vectors
+    (no shuffle), and the copy is the one the padding makes anyway. (3x3 at stride 2,
+    32x64x56^2 -> 128, alternating in one process with the shuffled loads of the plain
+    padded copy, load ~2: forward 1.15 and 1.32 of the sgemm against 1.04 and 1.11,
+    weight gradient 0.81 and 0.89 against 0.82 and 0.84, forward + backward 0.97 and 0.90
+    against 0.82 and 0.86.)
+
+    >>> import fusegrad as fg
+    >>> _phase_split(fg.arange(5.0).reshape(1, 5), 2, "conv1d").tolist()
+    [[0.0, 1.0, 2.0, 3.0, 4.0]]
+    """
+    w = x.shape[-1]
+    wq = -(-w // s)
+    if wq * s != w:
+        x = x.pad([0, wq * s - w])
+    lead = x.shape[:-1]
+    split = x.reshape(*lead, wq, s).transpose(-1, -2)
+    copy = materialize(split, f"{op}: padded input split into stride phases, read at stride 1")
+    whole = copy.transpose(-1, -2).reshape(*lead, wq * s)
+    return whole if wq * s == w else whole[..., :w]
 
 
 def dilate(t: Tensor, stride, n: int) -> Tensor:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -582,12 +584,14 @@ def test_a_gradient_that_padding_grows_much_is_not_shared_with_the_weight_gradie
     np.testing.assert_allclose(dw.numpy(), want_dw, atol=1e-10)
 
 
+@pytest.mark.parametrize("pad", [0, 1])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("dims, stride", [(1, 2), (1, 3), (2, 2), (2, (1, 4))])
-def test_strided_conv_in_16_bit_storage_reads_windows_in_place(dtype, dims, stride):
-    """A 16-bit strided convolution's windows are shuffled 16-bit vector loads (no im2col):
-    forward and both gradients within a few 16-bit ulps of float64 on the rounded values;
-    rows of 40 outputs at stride 2 (two 16-lane vectors and a masked one)."""
+def test_strided_conv_in_16_bit_storage_reads_windows_in_place(dtype, dims, stride, pad):
+    """A 16-bit strided convolution reads its windows in place (no im2col): unpadded, as
+    shuffled 16-bit vector loads; padded, from the phase-split copy. Forward and both
+    gradients within a few 16-bit ulps of float64 on the rounded values; rows of 40-41
+    outputs at stride 2 (two 16-lane vectors and a masked one)."""
     dt = getattr(fg, dtype)
     rng = np.random.default_rng(16)
     size = (83,) if dims == 1 else (9, 81)
@@ -596,10 +600,16 @@ def test_strided_conv_in_16_bit_storage_reads_windows_in_place(dtype, dims, stri
     xt = fg.tensor(x32).to(dt).detach().requires_grad_()
     wt = fg.tensor(w32).to(dt).detach().requires_grad_()
     s = C.int_tuple(stride, dims, "", "")
-    out = _conv_fn(dims)(xt, wt, None, s, 1, 1, 1)
-    assert not [k for k in fg.kernels(out) if "im2col" in k.reason]
+    out = _conv_fn(dims)(xt, wt, None, s, pad, 1, 1)
+    reasons = [k.reason for k in fg.kernels(out)]
+    assert not [r for r in reasons if "im2col" in r]
+    assert len([r for r in reasons if "stride phases" in r]) == pad, reasons
+    (forward,) = [k for k in fg.kernels(out) if k.name.startswith("r_sum")]
+    # every step-th lane of a wider load picked
+    shuffled = re.search(r"poison, <\d+ x i32> <i32 0, i32 [234], ", forward.llvm_ir)
+    assert bool(shuffled) == (pad == 0) and "masked.gather" not in forward.llvm_ir
     x, w = (t.detach().float().numpy().astype(np.float64) for t in (xt, wt))
-    want = ref_conv(x, w, None, s, (1,) * dims, (1,) * dims, 1)
+    want = ref_conv(x, w, None, s, (pad,) * dims, (1,) * dims, 1)
     scale = np.abs(want).max()
     tol = (2.0**-7 if dtype == "bfloat16" else 2.0**-10) * scale
     np.testing.assert_allclose(out.float().numpy(), want, atol=tol)
@@ -607,8 +617,37 @@ def test_strided_conv_in_16_bit_storage_reads_windows_in_place(dtype, dims, stri
     gt = fg.tensor(g).to(dt)
     dx, dw = fg.grad(out, [xt, wt], grad_outputs=gt)
     want_dx, want_dw = _numpy_conv_grads(
-        x, w, gt.float().numpy().astype(np.float64), s, (1,) * dims, (1,) * dims, 1
+        x, w, gt.float().numpy().astype(np.float64), s, (pad,) * dims, (1,) * dims, 1
     )
     for got, ref in ((dx, want_dx), (dw, want_dw)):
         unit = 2.0**-7 if dtype == "bfloat16" else 2.0**-10
         np.testing.assert_allclose(got.float().numpy(), ref, atol=4 * unit * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("stride", [2, 3])
+def test_a_padded_strided_convolution_reads_its_phase_split_copy_at_stride_1(stride):
+    """The padded copy of a convolution strided along its last axis is split into the
+    stride's phases (nn/correlate.py, `_phase_split`): the forward's and the weight
+    gradient's windows load it contiguously (no step per lane in their loop IR), one copy
+    shared by both, and the values and gradients are numpy's."""
+    rng = np.random.default_rng(33)
+    x = rng.standard_normal((2, 5, 11, 37)).astype(np.float32)
+    w = rng.standard_normal((16, 5, 3, 3)).astype(np.float32)
+    xt, wt = fg.tensor(x, requires_grad=True), fg.tensor(w, requires_grad=True)
+    y = C.conv2d(xt, wt, None, stride, 1)
+    g = rng.standard_normal(y.shape).astype(np.float32)
+    dx, dw = fg.grad(y, [xt, wt], grad_outputs=fg.tensor(g))
+    kernels = fg.kernels(y, dx, dw)
+    splits = [k for k in kernels if "split into stride phases" in k.reason]
+    assert len(splits) == 1, [k.reason for k in kernels]
+    sums = [k for k in kernels if k.name.startswith("r_sum_")]  # the forward, the weight grad
+    assert len(sums) == 2, [k.name for k in kernels]
+    for k in sums:
+        assert f"t*{stride}]" not in k.loop_ir and "vector for t" in k.loop_ir, k.loop_ir
+    s, p = (stride, stride), (1, 1)
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    want = ref_conv(x64, w64, None, s, p, (1, 1), 1)
+    np.testing.assert_allclose(y.detach().numpy(), want, rtol=1e-4, atol=1e-4)
+    want_dx, want_dw = _numpy_conv_grads(x64, w64, g.astype(np.float64), s, p, (1, 1), 1)
+    np.testing.assert_allclose(dx.numpy(), want_dx, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(dw.numpy(), want_dw, rtol=1e-4, atol=1e-3)
