@@ -137,9 +137,10 @@ def convnd(
 def gather_pays(x: Tensor, weight: Tensor, pads, stride, dilation, groups: int) -> bool:
     """Whether a convolution strided along its last axis (the one its tiles' vector lanes
     walk) runs over its gathered windows (`gather_windows`, im2col): on a device whose
-    tiles read windows through their own guarded staging (the GPU), never; at a stride
-    whose windows the CPU's vector loads read in place (`SHUFFLED_LANE_STEPS`: 2, 3, 4,
-    each vector a wider load and a shuffle), never; else when the windows read each input
+    tiles read windows through their own guarded staging (the GPU), never; at a stride of
+    2, 3 or 4 (`SHUFFLED_LANE_STEPS`), never: the windows are read in place, from the
+    padded copy split into the stride's phases (`padded`) or, unpadded, by vector loads
+    that shuffle a wider load (codegen/llvm.py); else when the windows read each input
     element often enough that the copy pays (`COPY_PAYS_FROM_READS`, as for a padded copy)
     and every output axis is nonempty (an input smaller than the kernel is the in-place
     path's error). A stride along another axis only moves whole rows: those windows are
