@@ -1409,12 +1409,13 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
     extents = [math.prod(item.root.shape[a] for a in g) for g in out_groups]
     out_vars = [Var(f"o{g}", 0, e - 1) for g, e in enumerate(extents)]
 
-    def shuffled(ld: Load, step: int, lanes: int | None) -> bool:
+    def shuffled(ld: Load, step: int, lane_axis: int | None) -> bool:
         """Whether lanes along which `ld` moves by `step` load it as a shuffled vector
         (`SHUFFLED_LANE_STEPS`: step loads and a permute) that pays: rows share it, an
-        output axis (other than the lanes' own, `lanes`) that it does not move with."""
+        output axis (other than the lanes' own, `lane_axis`) that it does not move with."""
         return step in SHUFFLED_LANE_STEPS and any(
-            g != lanes and extents[g] > 1 and ld.index.coef(v) == 0 for g, v in enumerate(out_vars)
+            g != lane_axis and extents[g] > 1 and ld.index.coef(v) == 0
+            for g, v in enumerate(out_vars)
         )
 
     strided = [
