@@ -45,6 +45,7 @@ from .loopir import (
     Select,
     Store,
 )
+from .peel import peel_guarded_loops
 from .tiling import PANEL_CACHE_BYTES, TILE_COLS
 
 
@@ -1188,7 +1189,8 @@ def lower(item: ScheduleItem, tile: bool = True, amx: bool = False, tuner=None) 
     if chosen is not None:
 
         def lowered(t: Tile) -> Kernel:
-            kernel = _Lowerer(item, state["out"], state["red"], t).lower()
+            # a window read through padding: its edge tiles guarded, its interior not
+            kernel = peel_guarded_loops(_Lowerer(item, state["out"], state["red"], t).lower())
             kernel.tile_note = f"register tile {tile_text(t)}"
             return kernel
 
