@@ -1402,7 +1402,11 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
     if not strided:
         unit = all(ld.index.coef(inner) in (0, 1) for ld in loads)  # lanes load as vectors
         ragged_ok = item.reduce.op is Ops.SUM
-        lanes = _vector_width(inner.max + 1, ragged_ok, along_sum=True) if unit else None
+        # taps read through padding: the tile's loops are peeled (`peel_guarded_loops`), so a
+        # ragged last vector along the sum is an iteration of its own
+        peeled = any(set(red_vars) & g.atoms() for ld in loads for g in ld.valid)
+        lanes = _vector_width(inner.max + 1, ragged_ok, along_sum=True, peeled=peeled)
+        lanes = lanes if unit else None
         # an output axis some load does not depend on: rows along it share that load
         shared = [
             g
@@ -1416,16 +1420,17 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
             rows = extents[row] if extents[row] <= 8 else _divisor(extents[row], TILE_ROWS, 2)
             if rows:
                 # a second axis whose loads the first one's rows do not share (a weight
-                # gradient's output channels, next to its kernel columns): a grid of rows
-                others = [
-                    g
-                    for g in shared
-                    if g != row
-                    and any(
-                        ld.index.coef(out_vars[row]) == 0 and ld.index.coef(out_vars[g]) != 0
-                        for ld in loads
-                    )
-                ]
+                # gradient's output channels, next to its kernel columns): a grid of rows;
+                # or, in a peeled tile, one that shares a load with them (a depthwise weight
+                # gradient's kernel rows, next to its columns: the output gradient serves
+                # every tap, and 9 accumulators are 9 chains of multiply-adds, not 3)
+                def grid_pays(g: int) -> bool:
+                    steps = [
+                        (ld.index.coef(out_vars[row]), ld.index.coef(out_vars[g])) for ld in loads
+                    ]
+                    return any(a == 0 and (b != 0 or peeled) for a, b in steps)
+
+                others = [g for g in shared if g != row and grid_pays(g)]
                 grid = WIDE_GRID_ACCUMULATORS if wide_registers() else TILE_GRID_ACCUMULATORS
                 room = grid // (rows * lanes)
                 for g in sorted(others, key=lambda g: -extents[g]):
@@ -1649,7 +1654,9 @@ def _outermost(loads, every_load, out_vars, extents, steps: dict[int, int]) -> i
 RAGGED_16_FROM = 40
 
 
-def _vector_width(n: int, ragged_ok: bool, along_sum: bool = False) -> int | None:
+def _vector_width(
+    n: int, ragged_ok: bool, along_sum: bool = False, peeled: bool = False
+) -> int | None:
     """Lanes for a vector along an axis of n: a power of two (the machine's registers hold
     8 or 16 floats; other widths compile to spilled pieces). One that divides n, else,
     where a ragged last vector may be masked, 16 or 8 lanes with the last one partial.
@@ -1660,10 +1667,14 @@ def _vector_width(n: int, ragged_ok: bool, along_sum: bool = False) -> int | Non
     With AVX-512, an output axis of 8 (mod 16) from `RAGGED_16_FROM` on takes 16 lanes too,
     the last vector masked (a mask computed once per tile, so its loads and stores cost
     what unmasked ones do): a convolution over 56-pixel rows then multiplies 16 lanes at a
-    time instead of 8 (twice the FLOPs per instruction for 8/7 of the lanes).
+    time instead of 8 (twice the FLOPs per instruction for 8/7 of the lanes). So do lanes
+    along a sum whose tile is `peeled` (codegen/peel.py: a depthwise weight gradient's taps
+    read through padding), where the ragged vector is an iteration of its own and the others
+    are unmasked.
     """
     exact = next((c for c in TILE_COLS if n % c == 0), None)
-    if exact == 8 and ragged_ok and not along_sum and n >= RAGGED_16_FROM and wide_registers():
+    wide_ok = not along_sum or peeled
+    if exact == 8 and ragged_ok and wide_ok and n >= RAGGED_16_FROM and wide_registers():
         return 16  # 56 -> 16, 16, 16, 8 of 16: the vectors hold 7/8 of AVX-512's FMA lanes
     if exact or not ragged_ok:
         return exact

@@ -51,3 +51,21 @@ def test_a_kernel_without_guarded_taps_is_left_alone():
     (k,) = fg.kernels(a @ b)
     assert peel_guarded_loops(k.loop) is k.loop
     np.testing.assert_allclose((a @ b).numpy(), a.numpy() @ b.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_depthwise_weight_gradient_takes_a_grid_of_taps_and_wide_lanes():
+    """Peeled, its lanes along the sum take 16 over 56-pixel rows (the ragged vector is an
+    iteration of its own) and its tile is every tap at once, 3 x 3 accumulators sharing each
+    load of the output gradient; a dense convolution's weight gradient keeps its tile."""
+    from fusegrad.codegen.lower import wide_registers
+
+    x, gy = fg.randn(2, 8, 20, 56).realize(), fg.randn(2, 8, 20, 56).realize()
+    w = fg.randn(8, 1, 3, 3).realize().requires_grad_()
+    (dw,) = fg.grad(F.conv2d(x, w, None, 1, 1, 1, 8), [w], grad_outputs=gy)
+    (tiled,) = [k for k in fg.kernels(dw) if k.name.startswith("r_pad_sum")]
+    lanes = 16 if wide_registers() else 8
+    assert f"3 x 3 rows x {lanes} lanes along the sum" in tiled.loop.tile_note
+    wd = fg.randn(8, 8, 3, 3).realize().requires_grad_()
+    (dwd,) = fg.grad(F.conv2d(x, wd, None, 1, 1), [wd], grad_outputs=gy)
+    notes = [k.loop.tile_note for k in fg.kernels(dwd) if "along the sum" in k.loop.tile_note]
+    assert notes and not any("16 lanes along the sum" in n for n in notes), notes
