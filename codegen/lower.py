@@ -1399,14 +1399,16 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
     extents = [math.prod(item.root.shape[a] for a in g) for g in out_groups]
     out_vars = [Var(f"o{g}", 0, e - 1) for g, e in enumerate(extents)]
     strided = [ld for ld in loads if abs(ld.index.coef(inner)) > 1]
+    # taps read through padding (a depthwise convolution's): the tile's loops are peeled
+    # (`peel_guarded_loops`), so a ragged last vector along the sum is an iteration of its own
+    peeled = any(set(red_vars) & g.atoms() for ld in loads for g in ld.valid)
     if not strided:
         unit = all(ld.index.coef(inner) in (0, 1) for ld in loads)  # lanes load as vectors
         ragged_ok = item.reduce.op is Ops.SUM
-        # taps read through padding: the tile's loops are peeled (`peel_guarded_loops`), so a
-        # ragged last vector along the sum is an iteration of its own
-        peeled = any(set(red_vars) & g.atoms() for ld in loads for g in ld.valid)
         lanes = _vector_width(inner.max + 1, ragged_ok, along_sum=True, peeled=peeled)
-        lanes = lanes if unit else None
+        # (a peeled tile's short sum is a window's taps: its lanes go along the output row)
+        short = peeled and inner.max + 1 < SHORT_REDUCTION
+        lanes = lanes if unit and not short else None
         # an output axis some load does not depend on: rows along it share that load
         shared = [
             g
@@ -1513,6 +1515,15 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
         return Tile(col, cols)
     row = max(candidates, key=lambda g: (shared(g), g))
     first = _outermost(loads, every_load, out_vars, extents, {row: rows_for(row), col: cols})
+    if (
+        first is None
+        and peeled
+        and not any(out_vars[row] not in ld.index.atoms() for ld in vector_loads)
+    ):
+        # no vector load is shared by the rows (a depthwise convolution's rows are channels):
+        # no panel of it to keep in cache (`_loop_order`), so the groups keep their order and
+        # each row tile streams its own rows in order
+        first = 0
     return Tile(col, cols, row, rows_for(row), first=first)
 
 

@@ -69,3 +69,17 @@ def test_a_depthwise_weight_gradient_takes_a_grid_of_taps_and_wide_lanes():
     (dwd,) = fg.grad(F.conv2d(x, wd, None, 1, 1), [wd], grad_outputs=gy)
     notes = [k.loop.tile_note for k in fg.kernels(dwd) if "along the sum" in k.loop.tile_note]
     assert notes and not any("16 lanes along the sum" in n for n in notes), notes
+
+
+def test_a_depthwise_1d_forward_streams_rows_in_order_with_lanes_along_them():
+    """Each row tile of a 1-D depthwise convolution is its own channels (no vector load the
+    rows share): the batch stays the parallel loop and each tile walks its rows in order,
+    not the columns outermost as for a matmul's shared panel; a 7-tap window (a short sum)
+    still puts its lanes along the output row, not along the taps."""
+    x = fg.randn(4, 64, 1024).realize()
+    for k in (3, 7):
+        y = F.conv1d(x, fg.randn(64, 1, k).realize(), None, 1, k // 2, 1, 64)
+        (kernel,) = fg.kernels(y)
+        assert "along the sum" not in kernel.loop.tile_note, kernel.loop.tile_note
+        assert kernel.loop.parallel_extent == 4  # the batch
+        assert kernel.loop_ir.splitlines()[1].strip() == "parallel for o0 in 0..4:"
