@@ -45,7 +45,7 @@ from .loopir import (
     Select,
     Store,
 )
-from .peel import peel_guarded_loops
+from .peel import guards_taps, peel_guarded_loops
 from .tiling import PANEL_CACHE_BYTES, TILE_COLS
 
 
@@ -1401,7 +1401,7 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
     strided = [ld for ld in loads if abs(ld.index.coef(inner)) > 1]
     # taps read through padding (a depthwise convolution's): the tile's loops are peeled
     # (`peel_guarded_loops`), so a ragged last vector along the sum is an iteration of its own
-    peeled = any(set(red_vars) & g.atoms() for ld in loads for g in ld.valid)
+    peeled = any(guards_taps(ld.valid, set(red_vars)) for ld in loads)
     if not strided:
         unit = all(ld.index.coef(inner) in (0, 1) for ld in loads)  # lanes load as vectors
         ragged_ok = item.reduce.op is Ops.SUM

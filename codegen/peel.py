@@ -37,23 +37,40 @@ _ACC_FIELDS = ("acc", "acc_max", "acc_sum")  # the fields that name an accumulat
 
 def peel_guarded_loops(kernel: Kernel) -> Kernel:
     """`kernel` with each serial or reduction loop whose guards depend on its variable
-    split into its edges and its interior (the module's docstring), where some load is
-    guarded along a reduction loop (a window's taps reading through padding); otherwise
-    `kernel` itself."""
-    if not _guards_taps(kernel.body, set()):
+    split into its edges and its interior (the module's docstring), where some load reads
+    a window's taps through padding (`guards_taps`); otherwise `kernel` itself."""
+    if not _guards_taps(kernel.body, set(), set()):
         return kernel
     body = _peel_block(kernel.body, PEEL_MAX_COPIES)
     return dataclasses.replace(kernel, body=[_simplified(s) for s in body])
 
 
-def _guards_taps(body, reduce_vars: set) -> bool:
-    """Whether some load in `body` is guarded by a condition on a reduction loop's variable."""
+def guards_taps(guards, reduce_vars: set, lane_vars: set = frozenset()) -> bool:
+    """Whether a guard ties a reduction variable to an output one: a window's tap (output
+    position plus tap) tested against the padding. A sum's ragged last vector tests the
+    reduction variable and the lanes alone, and does not count.
+
+    >>> from fusegrad.ir.symbolic import Var
+    >>> o, r, t = Var("o", 0, 3), Var("r", 0, 2), Var("t", 0, 15)
+    >>> guards_taps([o * 16 + r + t - 1], {r}, {t}), guards_taps([r * -16 - t + 19], {r}, {t})
+    (True, False)
+    """
+    for g in guards:
+        atoms = {a for a in g.atoms() if isinstance(a, Var)}
+        if atoms & reduce_vars and atoms - reduce_vars - lane_vars:
+            return True
+    return False
+
+
+def _guards_taps(body, reduce_vars: set, lane_vars: set) -> bool:
+    """Whether some load in `body` reads a window's taps through padding (`guards_taps`)."""
     for s in body:
         if isinstance(s, Loop):
-            inner = reduce_vars | {s.var} if s.kind == "reduce" else reduce_vars
-            if _guards_taps(s.body, inner):
+            reduce = reduce_vars | {s.var} if s.kind == "reduce" else reduce_vars
+            lanes = lane_vars | {s.var} if s.kind == "vector" else lane_vars
+            if _guards_taps(s.body, reduce, lanes):
                 return True
-        elif isinstance(s, (Load, LoadRow)) and any(reduce_vars & g.atoms() for g in s.valid):
+        elif isinstance(s, (Load, LoadRow)) and guards_taps(s.valid, reduce_vars, lane_vars):
             return True
     return False
 
