@@ -19,7 +19,8 @@ one (32x64x56x56 -> 128, 3x3, stride 2, padding 1: forward, each gradient alone,
 backward), a dilated one (dilation 2), a grouped one (4 groups: a batched sgemm), a
 depthwise one (64 groups of one channel: no GEMM, so against PyTorch and the bytes it
 must move, its GB/s over a fused copy of its input's timed beside it: forward, each
-gradient alone, forward + backward) and a transposed one (DCGAN's 4x4 stride-2 upsampling, 32x128x16x16 -> 64).
+gradient alone, forward + backward) and a transposed one (DCGAN's 4x4 stride-2
+upsampling, 32x128x16x16 -> 64).
 Then the bfloat16 rows against PyTorch's bfloat16 (numpy has none): a 2048^3 matmul
 beside the same matmul in float32 (timed in one alternation, so their ratio is
 paired), twice: with the same B every call, which fusegrad packs for its AMX tiles once
