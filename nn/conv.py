@@ -44,6 +44,7 @@ from .correlate import (
     gather_windows,
     int_tuple,
     padded,
+    pads_in_place,
     transposed_by_phases,
     window_reads,
 )
@@ -191,7 +192,8 @@ def conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str, gathered=F
     if copied and any(v > 1 for v in stride):
         dx = transposed_by_phases(g, weight, x_shape, pads, stride, dilation, groups, op)
         if not gathered:
-            xp = padded(x, pads, op, window_reads(w_shape, stride, groups))
+            reads = window_reads(w_shape, stride, groups)
+            xp = padded(x, pads, op, reads, in_place=pads_in_place(x, w_shape, groups))
             return [dx, _weight_grad(g, xp, w_shape, stride, dilation, groups, copied)]
         # the forward's gathered windows: a 1x1 convolution's weight gradient
         cols, _ = gather_windows(x, weight, pads, stride, dilation, op)
@@ -212,6 +214,7 @@ def conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str, gathered=F
     if (
         x_grad
         and copied
+        and not pads_in_place(g, wt.shape, groups)  # (a depthwise one reads g's padding in place)
         and all(v == 1 for v in stride)
         and all(b >= 0 and a >= 0 for b, a in tpads)
         and math.prod(o + b + a for o, (b, a) in zip(outs, tpads))
@@ -226,7 +229,8 @@ def conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str, gathered=F
         g = gd[(slice(None), slice(None), *inner)]
         tpads = [(0, 0)] * n
     dx = correlate(gd, wt, tpads, (1,) * n, dilation, groups, op)
-    xp = padded(x, pads, op, window_reads(w_shape, stride, groups))
+    reads = window_reads(w_shape, stride, groups)
+    xp = padded(x, pads, op, reads, in_place=pads_in_place(x, w_shape, groups))
     return [dx, _weight_grad(g, xp, w_shape, stride, dilation, groups, copied)]
 
 
