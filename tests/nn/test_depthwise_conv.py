@@ -131,8 +131,8 @@ def test_depthwise_at_special_values_and_on_an_empty_batch():
     assert not np.signbit(got[0, 1][want[0, 1] == 0]).any()  # +0, never -0
     empty = F.conv2d(fg.zeros(0, 4, 17, 17), fg.ones(4, 1, 3, 3), None, 1, 1, 1, 4)
     assert empty.shape == (0, 4, 17, 17) and empty.numpy().size == 0
-    # the rule's gradients on an empty batch (fg.grad of an empty sum reports the weight
-    # unused: the sum folds to a constant, as for every convolution)
+    # the rule's gradients on an empty batch (fg.grad through the folded sum is zeros too:
+    # tests/nn/test_conv.py's empty-batch test)
     x0, w0 = fg.zeros(0, 4, 33).realize(), fg.ones(4, 1, 3).realize()
     geometry = (x0.shape, w0.shape, [(1, 1)], (1,), (1,), 4, True)
     dx, dw = C.conv_vjp(fg.zeros(0, 4, 33).realize(), x0, w0, geometry, "conv1d")
