@@ -18,7 +18,9 @@ GFLOP/s compare within a run; and in the same alternation the other convolutions
 one (32x64x56x56 -> 128, 3x3, stride 2, padding 1: forward, each gradient alone, forward +
 backward), a dilated one (dilation 2), a grouped one (4 groups: a batched sgemm), a
 depthwise one (64 groups of one channel: no GEMM, so against PyTorch and the bytes it
-must move) and a transposed one (DCGAN's 4x4 stride-2 upsampling, 32x128x16x16 -> 64).
+must move, its GB/s over a fused copy of its input's timed beside it: forward, each
+gradient alone, forward + backward) and a transposed one (DCGAN's 4x4 stride-2
+upsampling, 32x128x16x16 -> 64).
 Then the bfloat16 rows against PyTorch's bfloat16 (numpy has none): a 2048^3 matmul
 beside the same matmul in float32 (timed in one alternation, so their ratio is
 paired), twice: with the same B every call, which fusegrad packs for its AMX tiles once
@@ -111,6 +113,10 @@ class Case:
     tolerance: float = 1e-4
     # a convolution row: the sgemm of its implicit GEMM's useful FLOPs, timed beside it
     sgemm: Case | None = None
+    # a depthwise convolution row (no GEMM): the bytes it must move, and the fused copy of its
+    # input timed beside it, so its GB/s compares with a copy's in the same run
+    moved: float = 0.0
+    copy: Case | None = None
 
 
 # ---------------------------------------------------------------- timing
@@ -358,7 +364,7 @@ CONV_FAMILY = [
     ("s2", 32, 64, 56, 128, 3, 2, 1, 1, 1, ("fwd", "dx", "dw", "fwd+bwd")),  # ResNet downsampling
     ("d2", 64, 32, 56, 64, 3, 1, 2, 2, 1, ("fwd", "fwd+bwd")),  # dilation 2
     ("g4", 32, 64, 56, 64, 3, 1, 1, 1, 4, ("fwd", "fwd+bwd")),  # 4 groups
-    ("dw", 32, 64, 56, 64, 3, 1, 1, 1, 64, ("fwd", "fwd+bwd")),  # depthwise: not a GEMM
+    ("dw", 32, 64, 56, 64, 3, 1, 1, 1, 64, ("fwd", "dx", "dw", "fwd+bwd")),  # depthwise: no GEMM
 ]
 
 
@@ -547,6 +553,21 @@ def conv_family_cases(spec, on_grid) -> list[Case]:
         return answer
 
     cases = []
+    # the arrays each row must move, in units of x's bytes (x and y are one size at stride 1,
+    # one channel per group): forward x and y, dx gy and dx, dw x and gy; fwd+bwd all six
+    arrays = {"fwd": 2, "dx": 2, "dw": 2, "fwd+bwd": 6}
+    x_bytes = 4.0 * batch * cin * side * side
+    copy = None
+    if cin // groups == 1:  # no GEMM: a fused copy of x beside it (reads x, writes as much)
+        x_kept = x.detach().realize()
+        copy = Case(
+            f"{label} copy of x (floor)",
+            2 * x_bytes,
+            "GB/s",
+            {FUSEGRAD: fg_realized(lambda: x_kept + 0)},
+            reference=lambda: xn,
+        )
+        cases.append(copy)
     if cin // groups > 1:  # a GEMM: its sgemm beside it
         a_mm = fg.randn(groups, m, depth).realize()
         b_mm = fg.randn(groups, depth, cols).realize()
@@ -564,6 +585,8 @@ def conv_family_cases(spec, on_grid) -> list[Case]:
         work = 3 * flops if row == "fwd+bwd" else flops
         case = Case(f"{label} {row}", work, "GFLOP/s", {FUSEGRAD: fg_rows(row)}, reference(row))
         case.sgemm = cases[0] if cases and cases[0].name.startswith("sgemm") else None
+        if copy is not None and s == 1 and cout == cin:
+            case.copy, case.moved = copy, arrays[row] * x_bytes
         cases.append(case)
     if torch is None:
         return cases
@@ -663,7 +686,10 @@ def print_conv(convs: list[Case]) -> None:
     """Each system's convolution GFLOP/s against fusegrad's sgemm of the same FLOPs (the
     sgemm of its implicit GEMM, `Case.sgemm`), from the same alternation: the paired ratio
     is the issue's target (>= 0.8). A row with no sgemm (depthwise: no GEMM) is compared
-    with PyTorch's time instead, and its GB/s (input read and output written once) printed."""
+    with PyTorch's time instead, and its GB/s of the bytes it must move (forward: x read, y
+    written; dx: gy read, dx written; dw: x and gy read; fwd+bwd: all six) against the fused
+    copy of x timed in the same alternation, round by round ("over a copy": the target is
+    0.8 or more)."""
     print("\nthe convolutions against fusegrad's sgemm of their implicit GEMM's useful FLOPs,")
     print("timed in one alternation; GFLOP/s, and round by round conv rate / sgemm rate:")
     for case in convs:
@@ -681,6 +707,14 @@ def print_conv(convs: list[Case]) -> None:
             elif name != FUSEGRAD and FUSEGRAD in case.timings:
                 ratio, low, high, _ = paired(samples, case.timings[FUSEGRAD])
                 line += f"   {name} / fusegrad time {ratio:5.2f} [{low:4.2f}, {high:4.2f}]"
+            elif case.copy is not None:  # the bytes it must move, against the copy's rate
+                gbs = case.moved / (median_ms(samples) / 1e3) / 1e9
+                per_byte = np.array(case.copy.timings[FUSEGRAD]) * (case.moved / case.copy.work)
+                ratio, low, high, _ = paired(list(per_byte), samples)
+                line += f"   {gbs:6.1f} GB/s moved, over a copy {ratio:4.2f}"
+                line += f" [{low:4.2f}, {high:4.2f}]"
+            elif case.unit == "GB/s":  # the copy a depthwise row is measured against
+                line = f"  {case.name:<44} {name:<14}{rate(case, median_ms(samples)):7.1f} GB/s"
             elif case.name.endswith(" fwd"):  # read x once, write y once
                 x_bytes, y_bytes = conv_bytes(case.name)
                 gbs = (x_bytes + y_bytes) / (median_ms(samples) / 1e3) / 1e9
@@ -1140,7 +1174,7 @@ def main() -> None:
                 print_floor(*floor)
             if any(case.name.endswith("(row floor)") for case in rows):
                 print_row_floor(rows)
-            if any(case.sgemm is not None or TORCH in case.timings for case in conv):
+            if any(case.sgemm or case.copy or TORCH in case.timings for case in conv):
                 print_conv(conv)
             if len(sgemm) >= 2 and sgemm[0].name == SGEMM_PAIR[0]:
                 print_sgemm_ratio(*sgemm)

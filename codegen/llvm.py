@@ -422,6 +422,16 @@ class _Renderer:
         quiet = self.emit(f"or {i32} {bits}, {self.int_splat(0x400000, lanes)}")
         nan = self.emit(f"fcmp uno {f32} {v}, {v}")
         bits = self.emit(f"select {vector_type('i1', lanes)} {nan}, {i32} {quiet}, {i32} {rounded}")
+        if lanes:
+            # each lane's top half, as the odd halves of the vector: LLVM 22 stores the
+            # `trunc (lshr v, 16)` form's lanes 4 bytes wide where a masked store keeps one
+            # (a tile's ragged last column), zeroing the next element
+            halves = self.emit(f"bitcast {i32} {bits} to <{2 * lanes} x {dt.storage}>")
+            odd = ", ".join(f"i32 {2 * k + 1}" for k in range(lanes))
+            return self.emit(
+                f"shufflevector <{2 * lanes} x {dt.storage}> {halves}, "
+                f"<{2 * lanes} x {dt.storage}> poison, <{lanes} x i32> <{odd}>"
+            )
         top = self.emit(f"lshr {i32} {bits}, {self.int_splat(16, lanes)}")
         return self.emit(f"trunc {i32} {top} to {i16}")
 

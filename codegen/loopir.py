@@ -325,7 +325,8 @@ def _print_block(body, depth: int, lines: list[str]) -> None:
             cast = f" to {s.dtype.name}" if s.op is Ops.CAST else ""
             lines.append(f"{pad}{s.dst} = {s.op.name.lower()}({', '.join(s.args)}){cast}")
         elif isinstance(s, Select):
-            lines.append(f"{pad}{s.dst} = {s.value} if {_valid_str(s.valid)} else 0")
+            guard = f" if {_valid_str(s.valid)} else 0" if s.valid else ""
+            lines.append(f"{pad}{s.dst} = {s.value}{guard}")
         elif isinstance(s, Rand):
             lines.append(f"{pad}{s.dst} = rand(key={s.key}, index={s.index})")
         elif isinstance(s, AccInit):

@@ -45,6 +45,7 @@ from .loopir import (
     Select,
     Store,
 )
+from .peel import guards_taps, peel_guarded_loops
 from .tiling import PANEL_CACHE_BYTES, SHUFFLED_LANE_STEPS, TILE_COLS
 
 
@@ -1200,7 +1201,8 @@ def lower(item: ScheduleItem, tile: bool = True, amx: bool = False, tuner=None) 
     if chosen is not None:
 
         def lowered(t: Tile) -> Kernel:
-            kernel = _Lowerer(item, state["out"], state["red"], t).lower()
+            # a window read through padding: its edge tiles guarded, its interior not
+            kernel = peel_guarded_loops(_Lowerer(item, state["out"], state["red"], t).lower())
             kernel.tile_note = f"register tile {tile_text(t)}"
             return kernel
 
@@ -1423,6 +1425,9 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
         for ld in loads
         if abs(ld.index.coef(inner)) > 1 and not shuffled(ld, ld.index.coef(inner), None)
     ]
+    # taps read through padding (a depthwise convolution's): the tile's loops are peeled
+    # (`peel_guarded_loops`), so a ragged last vector along the sum is an iteration of its own
+    peeled = any(guards_taps(ld.valid, set(red_vars)) for ld in loads)
     if not strided:
         # lanes load as vectors (a strided convolution's weight gradient: shuffled windows)
         unit = all(
@@ -1430,7 +1435,10 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
             for ld in loads
         )
         ragged_ok = item.reduce.op is Ops.SUM
-        lanes = _vector_width(inner.max + 1, ragged_ok, along_sum=True) if unit else None
+        lanes = _vector_width(inner.max + 1, ragged_ok, along_sum=True, peeled=peeled)
+        # (a peeled tile's short sum is a window's taps: its lanes go along the output row)
+        short = peeled and inner.max + 1 < SHORT_REDUCTION
+        lanes = lanes if unit and not short else None
         # an output axis some load does not depend on: rows along it share that load
         shared = [
             g
@@ -1443,23 +1451,23 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
             )
             rows = extents[row] if extents[row] <= 8 else _divisor(extents[row], TILE_ROWS, 2)
             shuffles = [ld for ld in loads if ld.index.coef(inner) in SHUFFLED_LANE_STEPS]
-            grid = None
             if shuffles and wide_registers():
-                grid = _shuffled_grid(shuffles, shared, loads, every_load, out_vars, extents, lanes)
-            if grid:
-                return grid
+                tile = _shuffled_grid(shuffles, shared, loads, every_load, out_vars, extents, lanes)
+                if tile:
+                    return tile
             if rows:
                 # a second axis whose loads the first one's rows do not share (a weight
-                # gradient's output channels, next to its kernel columns): a grid of rows
-                others = [
-                    g
-                    for g in shared
-                    if g != row
-                    and any(
-                        ld.index.coef(out_vars[row]) == 0 and ld.index.coef(out_vars[g]) != 0
-                        for ld in loads
-                    )
-                ]
+                # gradient's output channels, next to its kernel columns): a grid of rows;
+                # or, in a peeled tile, one that shares a load with them (a depthwise weight
+                # gradient's kernel rows, next to its columns: the output gradient serves
+                # every tap, and 9 accumulators are 9 chains of multiply-adds, not 3)
+                def grid_pays(g: int) -> bool:
+                    steps = [
+                        (ld.index.coef(out_vars[row]), ld.index.coef(out_vars[g])) for ld in loads
+                    ]
+                    return any(a == 0 and (b != 0 or peeled) for a, b in steps)
+
+                others = [g for g in shared if g != row and grid_pays(g)]
                 grid = WIDE_GRID_ACCUMULATORS if wide_registers() else TILE_GRID_ACCUMULATORS
                 room = grid // (rows * lanes)
                 for g in sorted(others, key=lambda g: -extents[g]):
@@ -1549,6 +1557,15 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
         return Tile(col, cols)
     row = max(candidates, key=lambda g: (shared(g), g))
     first = _outermost(loads, every_load, out_vars, extents, {row: rows_for(row), col: cols})
+    if (
+        first is None
+        and peeled
+        and not any(out_vars[row] not in ld.index.atoms() for ld in vector_loads)
+    ):
+        # no vector load is shared by the rows (a depthwise convolution's rows are channels):
+        # no panel of it to keep in cache (`_loop_order`), so the groups keep their order and
+        # each row tile streams its own rows in order
+        first = 0
     return Tile(col, cols, row, rows_for(row), first=first)
 
 
@@ -1726,7 +1743,9 @@ def _outermost(loads, every_load, out_vars, extents, steps: dict[int, int]) -> i
 RAGGED_16_FROM = 40
 
 
-def _vector_width(n: int, ragged_ok: bool, along_sum: bool = False) -> int | None:
+def _vector_width(
+    n: int, ragged_ok: bool, along_sum: bool = False, peeled: bool = False
+) -> int | None:
     """Lanes for a vector along an axis of n: a power of two (the machine's registers hold
     8 or 16 floats; other widths compile to spilled pieces). One that divides n, else,
     where a ragged last vector may be masked, 16 or 8 lanes with the last one partial.
@@ -1737,10 +1756,14 @@ def _vector_width(n: int, ragged_ok: bool, along_sum: bool = False) -> int | Non
     With AVX-512, an output axis of 8 (mod 16) from `RAGGED_16_FROM` on takes 16 lanes too,
     the last vector masked (a mask computed once per tile, so its loads and stores cost
     what unmasked ones do): a convolution over 56-pixel rows then multiplies 16 lanes at a
-    time instead of 8 (twice the FLOPs per instruction for 8/7 of the lanes).
+    time instead of 8 (twice the FLOPs per instruction for 8/7 of the lanes). So do lanes
+    along a sum whose tile is `peeled` (codegen/peel.py: a depthwise weight gradient's taps
+    read through padding), where the ragged vector is an iteration of its own and the others
+    are unmasked.
     """
     exact = next((c for c in TILE_COLS if n % c == 0), None)
-    if exact == 8 and ragged_ok and not along_sum and n >= RAGGED_16_FROM and wide_registers():
+    wide_ok = not along_sum or peeled
+    if exact == 8 and ragged_ok and wide_ok and n >= RAGGED_16_FROM and wide_registers():
         return 16  # 56 -> 16, 16, 16, 8 of 16: the vectors hold 7/8 of AVX-512's FMA lanes
     if exact or not ragged_ok:
         return exact

@@ -7,6 +7,8 @@ import functools
 import threading
 import weakref
 
+from .ir.ops import Ops
+
 _state = threading.local()
 
 
@@ -153,16 +155,38 @@ class inference_mode:  # noqa: N801  (torch's name)
 # alone no longer shows what they came from; `grad()` follows these links to tell
 # PyTorch's "used, with an empty or zero gradient" (x[1:1].sum()) from "not used".
 _empty_links: dict[int, tuple] = {}
-_MAX_EMPTY_PARENTS = 64  # per (shared, hash-consed) empty constant
+_MAX_EMPTY_PARENTS = 256  # per (shared, hash-consed) empty constant
+# A parent that is not empty is often a temporary no one holds (the weight's reshape that a
+# convolution multiplies an empty batch's windows by) and its weak reference dies with it:
+# the nodes it was computed from are linked too, up to this many per parent, so the path
+# reaches the weight itself (a parameter's node lives as long as the parameter).
+_MAX_SOURCES_PER_PARENT = 32
+
+
+def _with_sources(n) -> list:
+    """`n` and, unless it is empty (its own links go on from there), the nodes it was
+    computed from up to any detach, breadth first, at most `_MAX_SOURCES_PER_PARENT`."""
+    if 0 in n.shape:
+        return [n]
+    out, seen, queue = [], set(), [n]
+    while queue and len(out) < _MAX_SOURCES_PER_PARENT:
+        m = queue.pop(0)
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        out.append(m)
+        if m.op is not Ops.DETACH:  # (no gradient flows past a detach)
+            queue.extend(m.srcs)
+    return out
 
 
 def link_empty(node, parents) -> None:
     """Record that `node` (empty, or computed from an empty value) came from `parents`."""
     entry = _empty_links.get(id(node))
     refs = entry[1] if entry is not None and entry[0] is node else []
-    live = [r for r in refs if r() is not None][-_MAX_EMPTY_PARENTS:]
-    live.extend(weakref.ref(p.node) for p in parents)
-    _empty_links[id(node)] = (node, live)
+    live = [r for r in refs if r() is not None]
+    live.extend(weakref.ref(m) for p in parents for m in _with_sources(p.node))
+    _empty_links[id(node)] = (node, live[-_MAX_EMPTY_PARENTS:])
 
 
 def has_empty_links() -> bool:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from . import core
 from .ir import node as N
 from .ir.autodiff import CUSTOM_VJP, with_vjp
-from .ir.ops import MOVEMENT, Ops
+from .ir.ops import MOVEMENT, REDUCE, Ops
 
 if TYPE_CHECKING:
     from .tensor import Tensor
@@ -87,6 +87,25 @@ def reads_out_of_order(t: Tensor) -> bool:
             return True
         node = node.srcs[0]
     return False
+
+
+def reads_stored_values(t: Tensor) -> bool:
+    """Whether `t` reads, in order, values kept in memory (a buffer, a reduction's output, a
+    `materialize`d copy) through reshapes, slices and broadcasts only: a kernel that reads
+    it several times recomputes nothing (an elementwise value would be computed again at
+    every read).
+
+    >>> import fusegrad as fg
+    >>> x = fg.randn(2, 3).realize()
+    >>> reads_stored_values(x.reshape(3, 2)), reads_stored_values((x * 2).reshape(3, 2))
+    (True, False)
+    """
+    node = t.node
+    while node.op in MOVEMENT:
+        if node.op in _REORDERING:
+            return False
+        node = node.srcs[0]
+    return node.op in (Ops.BUFFER, Ops.CONTIGUOUS) or node.op in REDUCE
 
 
 def gather_rows(table: Tensor, index: Tensor) -> Tensor:

@@ -70,7 +70,14 @@ from .errors import (
 )
 
 # ops beyond Tensor's methods (see fusegrad.extend)
-from .extend import custom_gradient, gather_rows, host_data, materialize, reads_out_of_order
+from .extend import (
+    custom_gradient,
+    gather_rows,
+    host_data,
+    materialize,
+    reads_out_of_order,
+    reads_stored_values,
+)
 
 # the values of a small index tensor, read on the host (fold's checks)
 from .indexing import host_values
@@ -146,6 +153,7 @@ __all__ = [
     "jit_recording",
     "materialize",
     "reads_out_of_order",
+    "reads_stored_values",
     "next_seed",
     "no_grad",
     "note_module",

@@ -45,6 +45,7 @@ from .correlate import (
     gather_windows,
     int_tuple,
     padded,
+    pads_in_place,
     transposed_by_phases,
     window_reads,
 )
@@ -140,11 +141,12 @@ def gather_pays(x: Tensor, weight: Tensor, pads, stride, dilation, groups: int) 
     tiles read windows through their own guarded staging (the GPU), never; at a stride of
     2, 3 or 4 (`SHUFFLED_LANE_STEPS`), never: the windows are read in place, from the
     padded copy split into the stride's phases (`padded`) or, unpadded, by vector loads
-    that shuffle a wider load (codegen/llvm.py); else when the windows read each input
-    element often enough that the copy pays (`COPY_PAYS_FROM_READS`, as for a padded copy)
-    and every output axis is nonempty (an input smaller than the kernel is the in-place
-    path's error). A stride along another axis only moves whole rows: those windows are
-    read in place.
+    that shuffle a wider load (codegen/llvm.py), except for a depthwise convolution
+    (whose padding `pads_in_place` reads through bounds tests: it keeps the rule below);
+    else when the windows read each input element often enough that the copy pays
+    (`COPY_PAYS_FROM_READS`, as for a padded copy) and every output axis is nonempty (an
+    input smaller than the kernel is the in-place path's error). A stride along another
+    axis only moves whole rows: those windows are read in place.
 
     >>> import fusegrad as fg
     >>> x, w = fg.ones(1, 8, 9, 9), fg.ones(16, 8, 5, 5)
@@ -153,7 +155,8 @@ def gather_pays(x: Tensor, weight: Tensor, pads, stride, dilation, groups: int) 
     """
     if stride[-1] == 1 or guards_windows_in_tiles(x.node.device):
         return False
-    if stride[-1] in SHUFFLED_LANE_STEPS:
+    depthwise = groups > 1 and weight.shape[1] == 1
+    if stride[-1] in SHUFFLED_LANE_STEPS and not depthwise:
         return False
     sizes, kernel = x.shape[2:], weight.shape[2:]
     if any(i + b + a < d * (k - 1) + 1 for i, (b, a), k, d in zip(sizes, pads, kernel, dilation)):
@@ -197,7 +200,9 @@ def conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str, gathered=F
     if copied and any(v > 1 for v in stride):
         dx = transposed_by_phases(g, weight, x_shape, pads, stride, dilation, groups, op)
         if not gathered:
-            xp = padded(x, pads, op, window_reads(w_shape, stride, groups), stride[-1])
+            reads = window_reads(w_shape, stride, groups)
+            in_place = pads_in_place(x, w_shape, groups)
+            xp = padded(x, pads, op, reads, in_place=in_place, lane_stride=stride[-1])
             return [dx, _weight_grad(g, xp, w_shape, stride, dilation, groups, copied)]
         # the forward's gathered windows: a 1x1 convolution's weight gradient
         cols, _ = gather_windows(x, weight, pads, stride, dilation, op)
@@ -218,6 +223,7 @@ def conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str, gathered=F
     if (
         x_grad
         and copied
+        and not pads_in_place(g, wt.shape, groups)  # (a depthwise one reads g's padding in place)
         and all(v == 1 for v in stride)
         and all(b >= 0 and a >= 0 for b, a in tpads)
         and math.prod(o + b + a for o, (b, a) in zip(outs, tpads))
@@ -232,7 +238,8 @@ def conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str, gathered=F
         g = gd[(slice(None), slice(None), *inner)]
         tpads = [(0, 0)] * n
     dx = correlate(gd, wt, tpads, (1,) * n, dilation, groups, op)
-    xp = padded(x, pads, op, window_reads(w_shape, stride, groups))
+    reads = window_reads(w_shape, stride, groups)
+    xp = padded(x, pads, op, reads, in_place=pads_in_place(x, w_shape, groups))
     return [dx, _weight_grad(g, xp, w_shape, stride, dilation, groups, copied)]
 
 

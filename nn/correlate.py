@@ -23,6 +23,7 @@ from ..nnapi import (
     guards_windows_in_tiles,
     materialize,
     reads_out_of_order,
+    reads_stored_values,
     sliding_windows,
     stack,
     zeros,
@@ -48,7 +49,9 @@ def correlate(
     batch, cin = x.shape[:2]
     cout, cin_g = weight.shape[:2]
     kernel = weight.shape[2:]
-    x = padded(x, pads, op, window_reads(weight.shape, stride, groups), stride[-1])
+    reads = window_reads(weight.shape, stride, groups)
+    in_place = pads_in_place(x, weight.shape, groups)
+    x = padded(x, pads, op, reads, in_place=in_place, lane_stride=stride[-1])
     win = sliding_windows(x, kernel, stride, dilation)  # (N, Cin, *out, *kernel)
     outs = win.shape[2 : 2 + n]
     g, cout_g = groups, cout // groups
@@ -81,7 +84,33 @@ def window_reads(w_shape, stride, groups: int) -> float:
     return reads
 
 
-def padded(x: Tensor, pads, op: str, reads: float, lane_stride: int = 1) -> Tensor:
+def pads_in_place(x: Tensor, w_shape, groups: int) -> bool:
+    """Whether a correlation of `x` with a weight of `w_shape` in `groups` groups reads its
+    padding in place, through bounds tests, rather than from a padded copy: where there are
+    several groups of one input channel each (a depthwise convolution, and its input
+    gradient at channel multiplier 1) and `x` is stored values read in order
+    (`reads_stored_values`). Such a correlation is no GEMM: it moves its input and output
+    once and multiplies 9 times per element for a 3x3, so a padded copy is a second pass
+    over memory about as long as the convolution (the forward of 32x64x56x56 by 3x3 took
+    2.5x a copy's time with it, 1.15x without). Its tiles test bounds only at the edges
+    (`codegen/peel.py` peels them off the interior). An elementwise input (an activation
+    not stored) keeps its copy, computed there once rather than again at every tap; so does
+    a single-channel image under one group (LeNet's first layer: six filters of 25 taps
+    over 28-pixel rows, all of its tiles at an edge, measured 3% slower in place).
+
+    >>> import fusegrad as fg
+    >>> x, depthwise = fg.randn(1, 4, 8, 8).realize(), (4, 1, 3, 3)
+    >>> pads_in_place(x, depthwise, 4), pads_in_place(x, (4, 2, 3, 3), 2)
+    (True, False)
+    >>> pads_in_place(x + 1, depthwise, 4), pads_in_place(x[:, :1], (6, 1, 5, 5), 1)
+    (False, False)
+    """
+    return groups > 1 and w_shape[1] == 1 and reads_stored_values(x)
+
+
+def padded(
+    x: Tensor, pads, op: str, reads: float, in_place: bool = False, lane_stride: int = 1
+) -> Tensor:
     """x padded for a convolution, materialized on the CPU: every element is read by
     kernel-size windows (`reads` times), and one padded copy costs less than bounds checks
     on every read. An unpadded input that is a view reordering its source (the user's
@@ -89,7 +118,8 @@ def padded(x: Tensor, pads, op: str, reads: float, lane_stride: int = 1) -> Tens
     same cost: read in place, its windows are strided or guarded and the contraction
     loses its vector tiles (a sentiment CNN's conv1d ran as a scalar loop).
     On the GPU the contraction's tiles check the bounds once per element they stage in
-    shared memory (codegen/gpu.py), which costs less than the copy's round trip.
+    shared memory (codegen/gpu.py), which costs less than the copy's round trip. With
+    `in_place` (`pads_in_place`) the padding is a view on the CPU too.
     Where the windows step `lane_stride` > 1 along the last axis (the lanes' axis), the copy
     splits that axis into its stride phases (`_phase_split`): the same one pass, and the
     windows then read it at stride 1."""
@@ -97,6 +127,8 @@ def padded(x: Tensor, pads, op: str, reads: float, lane_stride: int = 1) -> Tens
     if any(flat_pad):
         x = x.pad(flat_pad)
     if any(v < 0 for v in flat_pad) or guards_windows_in_tiles(x.node.device):  # a crop: a view
+        return x
+    if in_place:
         return x
     copy = any(flat_pad) or (reads >= COPY_PAYS_FROM_READS and reads_out_of_order(x))
     if copy and lane_stride > 1:

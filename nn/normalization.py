@@ -17,6 +17,8 @@ variance, as PyTorch), or with a cumulative average when momentum is None;
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..nnapi import (
@@ -82,7 +84,8 @@ def group_norm(input: Tensor, num_groups: int, weight=None, bias=None, eps: floa
             f"Expected number of channels in input to be divisible by num_groups, but got "
             f"input of shape {input.shape} and num_groups={num_groups}",
         )
-    x = input._float().reshape(n, num_groups, -1)
+    # (the group's size spelled out: -1 cannot be inferred for an empty batch)
+    x = input._float().reshape(n, num_groups, c // num_groups * math.prod(input.shape[2:]))
     out = _normalized(x, (2,), eps).reshape(*input.shape)
     per_channel = (1, c) + (1,) * (input.ndim - 2)
     if weight is not None:
@@ -121,7 +124,7 @@ def batch_norm(
             fail(ShapeError, "batch_norm", f"{name} should have shape ({c},), got {t.shape}")
     if training:
         count = x.numel() // c
-        if count <= 1:
+        if count == 1:
             raise ValueError(
                 "Expected more than 1 value per channel when training, "
                 f"got input size {input.shape}"
@@ -130,7 +133,8 @@ def batch_norm(
         centered = x - mean
         var = (centered * centered).mean(axes, keepdim=True)
         out = centered * (var + eps).rsqrt()
-        if running_mean is not None or running_var is not None:
+        # (an empty batch leaves the running statistics as they are, as torch's does)
+        if count and (running_mean is not None or running_var is not None):
             _update_running(running_mean, running_var, mean, var, count, momentum)
     else:
         if running_mean is None or running_var is None:

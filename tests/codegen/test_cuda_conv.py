@@ -135,8 +135,9 @@ def test_conv_ptx(conv_ptx):
 @pytest.mark.usefixtures("emulated")
 def test_the_cpu_cache_rules_leave_the_cuda_convolution_alone(monkeypatch):
     """A strided convolution's padded input is not split into stride phases (its windows
-    read at stride 1 on the CPU) and its weight gradient is one sum on the cuda device, even with a cache too small for an image (nn/conv.py's rules are the
-    CPU's); values and gradients still equal the CPU's, which takes both rules there."""
+    read at stride 1 on the CPU) and its weight gradient is one sum on the cuda device,
+    even with a cache too small for an image (nn/conv.py's rules are the CPU's); values
+    and gradients still equal the CPU's, which takes both rules there."""
     import fusegrad.nn.conv as C
 
     monkeypatch.setattr(C, "PANEL_CACHE_BYTES", 1)

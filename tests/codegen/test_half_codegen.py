@@ -111,3 +111,17 @@ def test_float16_converts_in_software_where_the_cpu_has_no_f16c():
     a, b = np.array([1.5, 0], np.float16), np.zeros(1, np.float16)
     f(a.ctypes.data, b.ctypes.data)
     assert b[0] == 4.5
+
+
+def test_a_bfloat16_tiles_one_lane_ragged_store_writes_one_element():
+    """A register tile whose last column vector keeps one lane (17 outputs a row: 16 + 1)
+    stores that lane alone. LLVM 22 wrote the `trunc (lshr v, 16)` form of a rounded
+    bfloat16 lane 4 bytes wide there, zeroing the first element of the next row, which an
+    earlier tile had stored (a grouped convolution's odd channels lost their first output)."""
+    rng = np.random.default_rng(0)
+    x = fg.tensor(rng.standard_normal((2, 3, 9, 17)).astype(np.float32)).to(fg.bfloat16)
+    w = fg.tensor(rng.standard_normal((6, 1, 3, 3)).astype(np.float32)).to(fg.bfloat16)
+    x, w = x.realize(), w.realize()
+    got = fg.nn.functional.conv2d(x, w, None, 1, 1, 1, 3).float().numpy()
+    want = fg.nn.functional.conv2d(x.float(), w.float(), None, 1, 1, 1, 3).numpy()
+    np.testing.assert_allclose(got, want, rtol=2**-7, atol=2**-7 * np.abs(want).max())

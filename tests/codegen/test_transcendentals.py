@@ -76,3 +76,28 @@ def test_cos_primitive_gradient_and_reference():
     n = N.unary(Ops.COS, N.const(2.0, (2,), float64))
     np.testing.assert_array_equal(evaluate(n), np.cos([2.0, 2.0]))
     assert fg.tensor([1.0]).cos().node.op is Ops.COS
+
+
+def _ulp_tables_script():
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "ulp_tables.py"
+    spec = importlib.util.spec_from_file_location("ulp_tables", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_ulp_tables_script_rewrites_only_the_tables_of_numerics_md():
+    """The script regenerates the tables, never the prose written by hand above them."""
+    import pathlib
+
+    script = _ulp_tables_script()
+    doc = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "NUMERICS.md").read_text()
+    prose = doc.partition(script.TABLES_HEADING)[0]
+    assert "## Sums" in prose and "## float16 and bfloat16" in prose
+    new = script.with_tables(doc, script.TABLES_HEADING + "\n| fresh table |\n")
+    assert new == prose + script.TABLES_HEADING + "\n| fresh table |\n"
+    with pytest.raises(ValueError, match="## float32"):
+        script.with_tables("# Numerics\n\nno tables here\n", "x")

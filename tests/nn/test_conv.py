@@ -285,10 +285,11 @@ def test_conv_special_shapes_at_wide_rows(shape, kernel, padding):
     want = ref_conv(some, w, None, (1, 1), pads, (1, 1), 1)[: shape[0]]
     assert out.shape == want.shape
     np.testing.assert_allclose(out.detach().numpy(), want, atol=1e-10)
-    if not shape[0]:
-        return  # an empty batch's gradients are None here, zeros in torch (any op: not conv's)
     g = rng.standard_normal(want.shape)
     (out * fg.tensor(g)).sum().backward()
+    if not shape[0]:  # an empty batch: an empty input gradient and a zero weight one, as torch
+        assert xt.grad.shape == shape and wt.grad.tolist() == np.zeros_like(w).tolist()
+        return
     dx, dw = _numpy_conv_grads(x, w, g, (1, 1), pads, (1, 1), 1)
     np.testing.assert_allclose(xt.grad.numpy(), dx, atol=1e-10)
     np.testing.assert_allclose(wt.grad.numpy(), dw, atol=1e-10)
@@ -471,7 +472,8 @@ def test_strided_conv_values_and_gradients(case, monkeypatch):
     out = conv(xt, wt, bt, stride, pad, dil, groups)
     gathered = [k for k in fg.kernels(out) if "im2col" in k.reason]
     pays = R.window_reads(w.shape, stride, groups) >= R.COPY_PAYS_FROM_READS
-    in_place = stride[-1] in SHUFFLED_LANE_STEPS  # read by shuffled vector loads, no copy
+    # read in place (a phase-split copy or shuffled vector loads), but for a depthwise one
+    in_place = stride[-1] in SHUFFLED_LANE_STEPS and not (groups > 1 and cin == groups)
     want_gathered = stride[-1] > 1 and pays and not in_place
     assert len(gathered) == want_gathered, [k.reason for k in fg.kernels(out)]
     want = ref_conv(x, w, b, stride, pad, dil, groups)
@@ -651,3 +653,46 @@ def test_a_padded_strided_convolution_reads_its_phase_split_copy_at_stride_1(str
     want_dx, want_dw = _numpy_conv_grads(x64, w64, g.astype(np.float64), s, p, (1, 1), 1)
     np.testing.assert_allclose(dx.numpy(), want_dx, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(dw.numpy(), want_dw, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    "op, x_shape, w_shape, kwargs",
+    [
+        ("conv2d", (0, 3, 8, 8), (4, 3, 3, 3), {"padding": 1}),
+        ("conv2d", (0, 4, 9, 9), (6, 2, 3, 3), {"stride": 2, "groups": 2}),
+        ("conv2d", (0, 4, 9, 9), (4, 1, 3, 3), {"padding": 1, "groups": 4}),  # depthwise
+        ("conv1d", (0, 3, 11), (4, 3, 3), {"stride": 2, "padding": 1, "dilation": 2}),
+        ("conv_transpose2d", (0, 4, 5, 5), (4, 2, 4, 4), {"stride": 2, "padding": 1}),
+    ],
+)
+def test_an_empty_batch_gives_the_weight_and_bias_zero_gradients(op, x_shape, w_shape, kwargs):
+    """torch: an empty batch's convolution leaves zeros in the weight's and bias's .grad (an
+    optimizer with momentum or weight decay still updates them) and fg.grad returns zeros;
+    fusegrad had None and raised "not used" (the weight's reshape, a temporary linked to the
+    empty windows by a weak reference, was gone before the gradient was asked for)."""
+    from fusegrad.nn import functional as F
+
+    x = fg.zeros(*x_shape, requires_grad=True)
+    w = fg.ones(*w_shape, requires_grad=True)
+    b = fg.ones(w_shape[1] * kwargs.get("groups", 1) if "transpose" in op else w_shape[0])
+    b.requires_grad_()
+    y = getattr(F, op)(x, w, b, **kwargs)
+    assert y.shape[0] == 0
+    gx, gw, gb = fg.grad(y.sum(), [x, w, b])
+    assert gx.shape == x_shape and not gw.numpy().any() and not gb.numpy().any()
+    assert gw.shape == w_shape
+    getattr(F, op)(x, w, b, **kwargs).sum().backward()
+    assert w.grad is not None and w.grad.shape == w_shape and not w.grad.numpy().any()
+    assert b.grad is not None and not b.grad.numpy().any()
+
+
+def test_a_detached_weight_on_an_empty_batch_is_unused():
+    """As in torch, fg.grad raises for a weight used only detached. (Empty values of one
+    shape are one shared constant, which keeps the links of every computation that made
+    it: a weight used undetached on the same shapes earlier in the process reads as used,
+    with a zero gradient. The shapes here are this test's own.)"""
+    from fusegrad.nn import functional as F
+
+    x, w = fg.zeros(0, 7, 5, 5, requires_grad=True), fg.ones(3, 7, 2, 2, requires_grad=True)
+    with pytest.raises(fg.GradError, match="not used"):
+        fg.grad(F.conv2d(x, w.detach()).sum(), [w])

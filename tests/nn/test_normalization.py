@@ -153,3 +153,29 @@ def test_normalize_zero_vector_gradient_is_one_over_eps():
     assert out.tolist() == [[0.0] * 3] * 2
     out.sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), np.full((2, 3), 1e12))  # 1 / eps, as PyTorch
+
+
+@pytest.mark.parametrize(
+    "make, shape",
+    [
+        (lambda: nn.BatchNorm1d(4), (0, 4)),
+        (lambda: nn.BatchNorm2d(4), (0, 4, 3, 3)),
+        (lambda: nn.BatchNorm2d(4), (2, 4, 0, 3)),  # no pixels
+        (lambda: nn.GroupNorm(2, 4), (0, 4, 3)),
+        (lambda: nn.LayerNorm(4), (0, 4)),
+    ],
+)
+def test_normalization_of_an_empty_batch(make, shape):
+    """As torch: an empty output, zero gradients for the affine parameters, and in training
+    BatchNorm's running statistics left as they are (only the batch count moves). fusegrad
+    raised for BatchNorm ("Expected more than 1 value per channel": torch raises for one
+    value only) and for GroupNorm (its reshape to (0, groups, -1))."""
+    m = make()
+    y = m(fg.zeros(*shape))
+    assert y.shape == shape
+    y.sum().backward()
+    for name, p in m.named_parameters():
+        assert p.grad is not None and not p.grad.numpy().any(), name
+    if isinstance(m, nn.BatchNorm1d | nn.BatchNorm2d):
+        assert m.running_mean.tolist() == [0.0] * 4 and m.running_var.tolist() == [1.0] * 4
+        assert m.num_batches_tracked.item() == 1

@@ -1,0 +1,181 @@
+"""Peeling a register-tiled kernel's edges off its loops, so its interior runs unguarded.
+
+A convolution that reads its input through a padding view (a depthwise one: no padded
+copy, whose pass would cost about what the convolution does) loads every window tap
+under bounds tests (`Load.valid`, one `expr >= 0` each). Only the tiles at an edge can
+fail them. This pass splits a loop whose guards depend on its variable into up to three
+loops over consecutive ranges, the edge before, the interior, the edge after, each a copy
+of the body with the variable shifted to its range (`o -> o' + start`), and then drops
+every guard that holds over the ranges its variables now have. The interior's loads are
+plain vector loads; an edge keeps only the guards it needs. Splitting a loop into
+consecutive ranges runs the same iterations in the same order, so every value, a sum's
+rounding included, is what the unpeeled kernel computes.
+
+A guard `a * o + rest >= 0` holds for every value of the other variables when
+`a * o + min(rest) >= 0`: from `ceil(-min(rest) / a)` on if `a > 0`, up to
+`floor(min(rest) / -a)` if `a < 0`. The interior of `o` is where all of its guards hold.
+
+>>> from fusegrad.ir.symbolic import Var, lin
+>>> o, t = Var("o", 0, 3), Var("t", 0, 15)
+>>> interior_of(o, [o * 16 + t - 1, o * -16 - t + 55])
+(1, 2)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..ir.symbolic import FloorDiv, Lin, Mod, Var, lin
+from .loopir import AccInit, Kernel, Load, LoadRow, Loop, ScatterAdd, Select, Store
+
+# how many copies of the innermost body peeling may make in all (three ranges a loop, so
+# three loops peeled: a 2-D tile's row and column tiles, and one tap loop at an edge)
+PEEL_MAX_COPIES = 27
+_GUARDED = (Load, LoadRow, ScatterAdd, Select, Store)
+_ACC_FIELDS = ("acc", "acc_max", "acc_sum")  # the fields that name an accumulator
+
+
+def peel_guarded_loops(kernel: Kernel) -> Kernel:
+    """`kernel` with each serial or reduction loop whose guards depend on its variable
+    split into its edges and its interior (the module's docstring), where some load reads
+    a window's taps through padding (`guards_taps`); otherwise `kernel` itself."""
+    if not _guards_taps(kernel.body, set(), set()):
+        return kernel
+    body = _peel_block(kernel.body, PEEL_MAX_COPIES)
+    return dataclasses.replace(kernel, body=[_simplified(s) for s in body])
+
+
+def guards_taps(guards, reduce_vars: set, lane_vars: set = frozenset()) -> bool:
+    """Whether a guard ties a reduction variable to an output one: a window's tap (output
+    position plus tap) tested against the padding. A sum's ragged last vector tests the
+    reduction variable and the lanes alone, and does not count.
+
+    >>> from fusegrad.ir.symbolic import Var
+    >>> o, r, t = Var("o", 0, 3), Var("r", 0, 2), Var("t", 0, 15)
+    >>> guards_taps([o * 16 + r + t - 1], {r}, {t}), guards_taps([r * -16 - t + 19], {r}, {t})
+    (True, False)
+    """
+    for g in guards:
+        atoms = {a for a in g.atoms() if isinstance(a, Var)}
+        if atoms & reduce_vars and atoms - reduce_vars - lane_vars:
+            return True
+    return False
+
+
+def _guards_taps(body, reduce_vars: set, lane_vars: set) -> bool:
+    """Whether some load in `body` reads a window's taps through padding (`guards_taps`)."""
+    for s in body:
+        if isinstance(s, Loop):
+            reduce = reduce_vars | {s.var} if s.kind == "reduce" else reduce_vars
+            lanes = lane_vars | {s.var} if s.kind == "vector" else lane_vars
+            if _guards_taps(s.body, reduce, lanes):
+                return True
+        elif isinstance(s, (Load, LoadRow)) and guards_taps(s.valid, reduce_vars, lane_vars):
+            return True
+    return False
+
+
+def interior_of(var: Var, guards) -> tuple[int, int] | None:
+    """The range (inclusive) of `var` over which every guard that depends on it holds for
+    all values of the other variables; None when no guard depends on `var` as a plain term
+    (or one sits inside a division, which this does not solve)."""
+    lo, hi, found = var.min, var.max, False
+    for g in guards:
+        a = g.coef(var)
+        if any(isinstance(t, (FloorDiv, Mod)) and var in t.x.atoms() for t in g.atoms()):
+            return None
+        if a == 0:
+            continue
+        found = True
+        least = (g - lin(var) * a).min
+        if a > 0:
+            lo = max(lo, -(least // a))  # ceil(-least / a)
+        else:
+            hi = min(hi, least // -a)
+    return (lo, hi) if found else None
+
+
+def _all_guards(body):
+    for s in body:
+        if isinstance(s, Loop):
+            yield from _all_guards(s.body)
+        elif isinstance(s, _GUARDED):
+            yield from s.valid
+
+
+def _peel_block(body, budget: int) -> list:
+    out = []
+    for s in body:
+        if not isinstance(s, Loop):
+            out.append(s)
+            continue
+        parts = _ranges(s, budget) if s.kind in ("serial", "reduce") else [(0, s.extent)]
+        share = max(budget // len(parts), 1)
+        for k, (start, stop) in enumerate(parts):
+            loop = s if (start, stop) == (0, s.extent) else _shifted(s, start, stop, k)
+            out.append(dataclasses.replace(loop, body=_peel_block(loop.body, share)))
+    return out
+
+
+def _ranges(loop: Loop, budget: int) -> list[tuple[int, int]]:
+    """[start, stop) ranges of the loop's iterations: its edges and its interior."""
+    whole = [(0, loop.extent)]
+    if budget < 2:
+        return whole
+    interior = interior_of(loop.var, list(_all_guards(loop.body)))
+    if interior is None:
+        return whole
+    lo, hi = max(interior[0], 0), min(interior[1], loop.extent - 1)
+    if lo > hi or (lo, hi) == (0, loop.extent - 1):
+        return whole
+    cuts = [(0, lo), (lo, hi + 1), (hi + 1, loop.extent)]
+    cuts = [(a, b) for a, b in cuts if b > a]
+    return cuts if len(cuts) <= budget else whole
+
+
+def _shifted(loop: Loop, start: int, stop: int, part: int) -> Loop:
+    """The loop over iterations [start, stop), as a loop from 0 with its variable shifted;
+    the accumulators it makes are renamed for `part` (a renderer declares each name once)."""
+    var = Var(loop.var.name, 0, stop - start - 1)
+    env = {loop.var: lin(var) + start}
+    names = {a: f"{a}_{loop.var.name}{part}" for a in _accumulators(loop.body)}
+    body = [_substituted(s, env, names) for s in loop.body]
+    return dataclasses.replace(loop, var=var, extent=stop - start, body=body)
+
+
+def _accumulators(body) -> list[str]:
+    out = []
+    for s in body:
+        if isinstance(s, Loop):
+            out += _accumulators(s.body)
+        elif isinstance(s, AccInit):
+            out.append(s.acc)
+    return out
+
+
+def _substituted(s, env: dict, names: dict[str, str]):
+    """A copy of statement `s` with every index expression's variables replaced per `env`
+    and its accumulators renamed per `names`."""
+    if isinstance(s, Loop):
+        return dataclasses.replace(s, body=[_substituted(b, env, names) for b in s.body])
+    changes = {}
+    for f in dataclasses.fields(s):
+        v = getattr(s, f.name)
+        if isinstance(v, Lin):
+            changes[f.name] = v.substitute(env)
+        elif isinstance(v, tuple) and v and all(isinstance(e, Lin) for e in v):
+            changes[f.name] = tuple(e.substitute(env) for e in v)
+        elif f.name in _ACC_FIELDS and v in names:
+            changes[f.name] = names[v]
+    return dataclasses.replace(s, **changes)
+
+
+def _simplified(s):
+    """`s` without the guards that hold wherever its variables range."""
+    if isinstance(s, Loop):
+        return dataclasses.replace(s, body=[_simplified(b) for b in s.body])
+    if isinstance(s, _GUARDED) and s.valid:
+        kept = tuple(g for g in s.valid if g.min < 0)
+        if len(kept) != len(s.valid):
+            return dataclasses.replace(s, valid=kept)
+    return s

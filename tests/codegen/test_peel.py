@@ -1,0 +1,85 @@
+"""codegen/peel.py: a tiled kernel's edges peeled off its loops so its interior runs with no
+bounds test. Values are the convolutions' tests' (tests/nn/test_depthwise_conv.py); these
+check where the loops are cut, what is left alone, and the bound on the copies."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import fusegrad as fg
+from fusegrad.codegen.loopir import Load, Loop
+from fusegrad.codegen.peel import PEEL_MAX_COPIES, interior_of, peel_guarded_loops
+from fusegrad.ir.symbolic import Var, lin
+from fusegrad.nn import functional as F
+
+
+def test_the_interior_is_where_every_guard_on_the_variable_holds():
+    o, t, r = Var("o", 0, 6), Var("t", 0, 15), Var("r", 0, 2)
+    assert interior_of(o, [o * 8 + r - 1, o * -8 - r + 56]) == (1, 6)  # -8o - 2 + 56 >= 0
+    assert interior_of(o, [o * 16 + t - 1]) == (1, 6)
+    assert interior_of(o, [o * -16 - t + 55]) == (0, 2)  # the ragged last column
+    assert interior_of(o, [t - 3]) is None  # no guard on o
+    assert interior_of(o, [(lin(o) * 3 + t) // 4 - 1]) is None  # inside a division
+    assert interior_of(o, [o - 7]) == (7, 6)  # empty: never all true
+
+
+def _loads(body):
+    for s in body:
+        if isinstance(s, Loop):
+            yield from _loads(s.body)
+        elif isinstance(s, Load):
+            yield s
+
+
+def _lowered(t):
+    (kernel,) = [k for k in fg.kernels(t) if k.name.startswith("r_pad_sum")]
+    return kernel.loop
+
+
+def test_a_depthwise_kernel_has_an_unguarded_interior_within_the_copy_bound():
+    x, w = fg.randn(2, 8, 20, 56).realize(), fg.randn(8, 1, 3, 3).realize()
+    loop = _lowered(F.conv2d(x, w, None, 1, 1, 1, 8))
+    loads = [ld for ld in _loads(loop.body) if ld.param.name == "in0"]
+    plain = [ld for ld in loads if not ld.valid]
+    assert plain and len(plain) < len(loads)
+    # 9 taps, each one load statement in the unpeeled tile
+    assert len(loads) <= 9 * PEEL_MAX_COPIES
+
+
+def test_a_kernel_without_guarded_taps_is_left_alone():
+    a, b = fg.randn(40, 64).realize(), fg.randn(64, 17).realize()  # a ragged matmul
+    (k,) = fg.kernels(a @ b)
+    assert peel_guarded_loops(k.loop) is k.loop
+    np.testing.assert_allclose((a @ b).numpy(), a.numpy() @ b.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_depthwise_weight_gradient_takes_a_grid_of_taps_and_wide_lanes():
+    """Peeled, its lanes along the sum take 16 over 56-pixel rows (the ragged vector is an
+    iteration of its own) and its tile is every tap at once, 3 x 3 accumulators sharing each
+    load of the output gradient; a dense convolution's weight gradient keeps its tile."""
+    from fusegrad.codegen.lower import wide_registers
+
+    x, gy = fg.randn(2, 8, 20, 56).realize(), fg.randn(2, 8, 20, 56).realize()
+    w = fg.randn(8, 1, 3, 3).realize().requires_grad_()
+    (dw,) = fg.grad(F.conv2d(x, w, None, 1, 1, 1, 8), [w], grad_outputs=gy)
+    (tiled,) = [k for k in fg.kernels(dw) if k.name.startswith("r_pad_sum")]
+    lanes = 16 if wide_registers() else 8
+    assert f"3 x 3 rows x {lanes} lanes along the sum" in tiled.loop.tile_note
+    wd = fg.randn(8, 8, 3, 3).realize().requires_grad_()
+    (dwd,) = fg.grad(F.conv2d(x, wd, None, 1, 1), [wd], grad_outputs=gy)
+    notes = [k.loop.tile_note for k in fg.kernels(dwd) if "along the sum" in k.loop.tile_note]
+    assert notes and not any("16 lanes along the sum" in n for n in notes), notes
+
+
+def test_a_depthwise_1d_forward_streams_rows_in_order_with_lanes_along_them():
+    """Each row tile of a 1-D depthwise convolution is its own channels (no vector load the
+    rows share): the batch stays the parallel loop and each tile walks its rows in order,
+    not the columns outermost as for a matmul's shared panel; a 7-tap window (a short sum)
+    still puts its lanes along the output row, not along the taps."""
+    x = fg.randn(4, 64, 1024).realize()
+    for k in (3, 7):
+        y = F.conv1d(x, fg.randn(64, 1, k).realize(), None, 1, k // 2, 1, 64)
+        (kernel,) = fg.kernels(y)
+        assert "along the sum" not in kernel.loop.tile_note, kernel.loop.tile_note
+        assert kernel.loop.parallel_extent == 4  # the batch
+        assert kernel.loop_ir.splitlines()[1].strip() == "parallel for o0 in 0..4:"
