@@ -81,12 +81,17 @@ def reads_out_of_order(t: Tensor) -> bool:
     >>> reads_out_of_order(x.reshape(6, 4)), reads_out_of_order(x.permute(0, 2, 1))
     (False, True)
     """
-    node = t.node
+    return _read_in_order(t.node) is None
+
+
+def _read_in_order(node):
+    """The value under `node`'s views where they only reshape, slice or broadcast it (a
+    kernel reading `node` in order reads it in order too); None where one reorders it."""
     while node.op in MOVEMENT:
         if node.op in _REORDERING:
-            return True
+            return None
         node = node.srcs[0]
-    return False
+    return node
 
 
 def reads_stored_values(t: Tensor) -> bool:
@@ -100,12 +105,8 @@ def reads_stored_values(t: Tensor) -> bool:
     >>> reads_stored_values(x.reshape(3, 2)), reads_stored_values((x * 2).reshape(3, 2))
     (True, False)
     """
-    node = t.node
-    while node.op in MOVEMENT:
-        if node.op in _REORDERING:
-            return False
-        node = node.srcs[0]
-    return node.op in (Ops.BUFFER, Ops.CONTIGUOUS) or node.op in REDUCE
+    node = _read_in_order(t.node)
+    return node is not None and (node.op in (Ops.BUFFER, Ops.CONTIGUOUS) or node.op in REDUCE)
 
 
 def gather_rows(table: Tensor, index: Tensor) -> Tensor:

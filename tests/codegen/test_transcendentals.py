@@ -79,13 +79,12 @@ def test_cos_primitive_gradient_and_reference():
 
 
 def _ulp_tables_script():
-    import importlib.util
     import pathlib
 
+    from _files import load_file
+
     path = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "ulp_tables.py"
-    spec = importlib.util.spec_from_file_location("ulp_tables", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_file("ulp_tables", path)
     return module
 
 

@@ -9,11 +9,11 @@ padded batch must reproduce).
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import os
 
 import numpy as np
 import pytest
+from _files import load_file
 
 import fusegrad as fg
 import fusegrad.nn.functional as F
@@ -35,9 +35,7 @@ def data(glove):
 
 @pytest.fixture(scope="module")
 def example():
-    spec = importlib.util.spec_from_file_location("sentiment_example", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_file("sentiment_example", EXAMPLE)
     return module
 
 

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 
 import numpy as np
+from _files import load_file
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "char_transformer.py")
 
 
 def load_example():
-    spec = importlib.util.spec_from_file_location("char_transformer_example", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_file("char_transformer_example", EXAMPLE)
     return module
 
 

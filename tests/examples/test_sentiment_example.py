@@ -10,11 +10,11 @@ sentences per split, so it stays a few seconds.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 
 import pytest
+from _files import load_file
 
 from fusegrad.datasets import text
 
@@ -23,9 +23,7 @@ EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "senti
 
 @pytest.fixture(scope="module")
 def example():
-    spec = importlib.util.spec_from_file_location("sentiment_cli_example", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_file("sentiment_cli_example", EXAMPLE)
     return module
 
 

@@ -7,21 +7,19 @@ float64 numpy with hand-derived gradients.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 
 import numpy as np
 import pytest
+from _files import load_file
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "sin_regression.py")
 
 
 @pytest.fixture(scope="module")
 def example():
-    spec = importlib.util.spec_from_file_location("sin_regression_example", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_file("sin_regression_example", EXAMPLE)
     return module
 
 

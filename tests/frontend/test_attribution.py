@@ -6,7 +6,6 @@ Oracles: the lines of this file and of examples/lenet_mnist.py, found by their t
 from __future__ import annotations
 
 import gc
-import importlib.util
 import os
 import re
 import sys
@@ -14,6 +13,7 @@ import warnings
 
 import numpy as np
 import pytest
+from _files import load_file
 
 import fusegrad as fg
 import fusegrad.nn as nn
@@ -39,9 +39,7 @@ def line_in(path: str, text: str) -> int:
 @pytest.fixture(scope="module")
 def lenet():
     sys.path.insert(0, os.path.dirname(EXAMPLE))  # its examples/minitorch_ops.py
-    spec = importlib.util.spec_from_file_location("lenet_mnist_example", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_file("lenet_mnist_example", EXAMPLE)
     return module.LeNet5
 
 
