@@ -198,6 +198,8 @@ class _Lowerer:
         # values are hoisted (`_hoist_level`); None: nothing is hoisted
         self.levels: list | None = None
         self.block_level: dict[int, int] = {}  # id() of a block -> its level
+        # (level, block) of the hoisted blocks being built, innermost last (`_gen_hoisted`)
+        self.hoisting: list[tuple[int, list]] = []
 
     def fresh(self, prefix: str = "v") -> str:
         self.counter += 1
@@ -575,17 +577,27 @@ class _Lowerer:
 
     def _gen_hoisted(self, n: Node, coords, guard, level: int) -> str:
         """Emit n at `level`, just before that level's inner loop, in the kernel's scope.
-        Values it hoists further out land before it, in their own levels."""
+        Values it hoists further out land before it, in their own levels. A value hoisted
+        from inside a hoisted reduction's loop to that reduction's own level lands in the
+        reduction's block, before its loop: that block is placed only once complete, and
+        the value may read what the block computes before the loop (placed at the level
+        itself, it would come first and read a name not yet defined)."""
         _, target, iterations = self.levels[level]
+        for pending_level, pending in reversed(self.hoisting):
+            if pending_level == level:
+                target = pending  # (whose last statement is the loop being emitted)
+                break
         saved = self.block, self.iterations, self.scopes
         here: list = []
         self.block_level[id(here)] = level
         self.block, self.iterations, self.scopes = here, iterations, self.scopes[:1]
+        self.hoisting.append((level, here))
         try:
             value = self.gen(n, coords, guard)
         finally:
             self.block, self.iterations, self.scopes = saved
             del self.block_level[id(here)]
+            self.hoisting.pop()
         target[len(target) - 1 : len(target) - 1] = here  # the inner loop stays last
         return value
 

@@ -164,8 +164,8 @@ def schedule(
     reach: dict[int, set[int]] = {}  # id -> ids of the kernel outputs that inline this node
     epilogue_ok: dict[int, bool] = {}  # id -> the path up to the kernel output keeps coordinates
     claimed: dict[int, Node] = {}  # kernel output id -> the reduction fused into it
-    cost = _recompute_costs(graph, held)
     too_big = _size_cuts(graph, held)
+    cost = _recompute_costs(graph, held, too_big)
     evals: dict[int, int] = {}  # id -> how many times kernels evaluate the node, in total
     root_ids = {id(r) for r in roots}
     row_fused: set[int] = set()  # kernel outputs that compute row statistics inside (rule 6)
@@ -594,29 +594,63 @@ def _broadcast_note(n: Node, users, depth: int = 3) -> str | None:
 def _size_cuts(graph: list[Node], held) -> dict[int, str]:
     """Elementwise values stored because the kernel inlining them would grow past
     MAX_KERNEL_OPS ops: LLVM's time grows faster than a kernel's length, and a chain of
-    100,000 additions is better as many kernels of equal shape, which compile once."""
-    size: dict[int, int] = {}
+    100,000 additions is better as many kernels of equal shape, which compile once.
+
+    A kernel computes each inlined node once, however many of its nodes read it, so its
+    length is the number of distinct elementwise nodes above it. Summing the sources'
+    counts (one pass, no sets) counts a shared node once per path to it, and a Horner
+    polynomial in `t` (erf's) or a series in `x * x` counts `t` or `x * x` once per stage:
+    that sum is the fast bound; only where it passes the limit are the distinct nodes
+    counted (a walk that stops at the limit), and the value stored only if they pass it too.
+    """
+    size: dict[int, int] = {}  # the per-path sum: an upper bound of the distinct count
     cuts: dict[int, str] = {}
+
+    def counted(n: Node) -> bool:
+        return n.op in ELEMENTWISE
+
+    def inside(n: Node) -> bool:  # computed in the kernel that inlines n, not loaded
+        return id(n) not in held and id(n) not in cuts and (counted(n) or n.op in MOVEMENT)
+
+    def distinct_over(root: Node, limit: int) -> bool:
+        """Whether more than `limit` distinct elementwise nodes are inlined under root."""
+        seen, stack, total = {id(root)}, [root], 0
+        while stack:
+            n = stack.pop()
+            total += counted(n)
+            if total > limit:
+                return True
+            for s in n.srcs:
+                if id(s) not in seen and inside(s):
+                    seen.add(id(s))
+                    stack.append(s)
+        return False
+
     for n in graph:
         if id(n) in held or n.op not in ELEMENTWISE and n.op not in MOVEMENT:
             size[id(n)] = 0
             continue
-        total = (n.op in ELEMENTWISE) + sum(size.get(id(s), 0) for s in n.srcs)
-        if total > MAX_KERNEL_OPS and n.op in ELEMENTWISE:
+        total = counted(n) + sum(size.get(id(s), 0) for s in n.srcs)
+        if total > MAX_KERNEL_OPS and counted(n) and distinct_over(n, MAX_KERNEL_OPS):
             cuts[id(n)] = f"kernel too long: more than {MAX_KERNEL_OPS} ops inlined"
             total = 0
         size[id(n)] = total
     return cuts
 
 
-def _recompute_costs(graph: list[Node], held) -> dict[int, int]:
-    """Units of work to recompute each node per element, down to leaves and reductions."""
+def _recompute_costs(graph: list[Node], held, stored=()) -> dict[int, int]:
+    """Units of work to recompute each node per element, down to leaves, reductions and
+    the values `stored` whatever the rule decides (size cuts): reading one costs nothing
+    more, so `1 + erf` over a stored erf costs 1, not erf's cost again."""
     cost: dict[int, int] = {}
     for n in graph:
         if id(n) in held or n.op in LEAF or n.op in REDUCE or n.op is Ops.CONTIGUOUS:
             cost[id(n)] = 0
         else:
-            cost[id(n)] = min(_op_cost(n) + sum(cost[id(s)] for s in n.srcs), COST_CAP)
+            cost[id(n)] = min(
+                _op_cost(n) + sum(0 if id(s) in stored else cost[id(s)] for s in n.srcs),
+                COST_CAP,
+            )
     return cost
 
 

@@ -233,6 +233,72 @@ def test_costly_value_read_by_two_kernels_is_materialized_with_its_cost():
     np.testing.assert_allclose(m.numpy(), ref.max(1), rtol=1e-5)
 
 
+def test_a_value_every_stage_reads_counts_once_toward_the_kernel_length():
+    """A Horner polynomial of 150 stages in t = 1 / (1 + |x|/2): the kernel computes t once
+    and each stage in two ops (about 310 ops, under MAX_KERNEL_OPS = 500), though summing
+    the sources' counts counts t's ops once per stage (about 1200)."""
+    a = RNG.standard_normal(4096).astype(np.float32)
+    x = realized(a)
+    t = 1.0 / (1.0 + 0.5 * x.abs())
+    poly = t * 0.0 + 1.0
+    for k in range(150):
+        poly = (1.0 / (k + 2)) + t * poly
+    (k,) = fg.kernels(poly)
+    assert k.reason == "output requested"
+    tv = 1.0 / (1.0 + 0.5 * np.abs(a.astype(np.float64)))
+    want = np.ones_like(tv)
+    for j in range(150):
+        want = 1.0 / (j + 2) + tv * want
+    # 150 float32 roundings where t is near 1 (the sum is then harmonic, ~5)
+    np.testing.assert_allclose(poly.numpy(), want, rtol=5e-5)
+
+
+def long_chain(x, stages: int, start: float):
+    """2 distinct ops a stage (each stage's constant differs: no node is shared)."""
+    for k in range(stages):
+        x = x * 0.999 + (start + k * 1e-4)
+    return x
+
+
+def np_long_chain(x, stages: int, start: float):
+    for k in range(stages):
+        x = x * 0.999 + (start + k * 1e-4)
+    return x
+
+
+def test_a_chain_of_more_distinct_ops_than_the_limit_is_cut():
+    a = matrix(8, 64)
+    y = long_chain(realized(a), 400, 0.0)  # 800 ops
+    ks = fg.kernels(y)
+    # (the output, elementwise over the one value stored, is then that kernel's extra
+    # output: `_siblings`, which does not count ops)
+    assert any(k.reason == "kernel too long: more than 500 ops inlined" for k in ks), [
+        (k.name, k.reason) for k in ks
+    ]
+    want = np_long_chain(a.astype(np.float64), 400, 0.0)
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5)
+
+
+def test_a_cheap_value_over_a_value_stored_for_length_is_recomputed():
+    """v = two chains of 300 ops added: stored as too long. w = 2 v + 1 costs its own two
+    ops (reading v costs nothing more), so the two reductions of w recompute it: before,
+    w's cost counted v's ops too and w was stored as well."""
+    a, b = matrix(), matrix()
+    v = long_chain(realized(a), 150, 0.0) + long_chain(realized(b), 150, 1.0)
+    w = v * 2.0 + 1.0
+    s, m = w.sum(1), w.amax(1)
+    ks = fg.kernels(s, m)
+    assert [k.reason for k in ks] == [
+        "kernel too long: more than 500 ops inlined",
+        "output requested",
+        "output requested",
+    ], [(k.name, k.reason) for k in ks]
+    ref = np_long_chain(a.astype(np.float64), 150, 0.0) + np_long_chain(b, 150, 1.0)
+    ref = ref * 2 + 1
+    np.testing.assert_allclose(s.numpy(), ref.sum(1), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(m.numpy(), ref.max(1), rtol=1e-5)
+
+
 LEAVES = {
     "zeros": (lambda: fg.zeros(3), np.zeros(3, np.float32)),
     "full int": (lambda: fg.full((2, 3), 7), np.full((2, 3), 7, np.int64)),

@@ -124,6 +124,59 @@ def test_second_derivative_of_gelu_and_silu():
     np.testing.assert_allclose(h.numpy(), s * (1 - s) * (2 + v * (1 - 2 * s)), rtol=1e-10)
 
 
+def np_gelu_slopes(v):
+    """Exact gelu's first and second derivatives in float64: Phi + x phi, phi (2 - x^2)."""
+    phi = np.exp(-v * v / 2) / math.sqrt(2 * math.pi)
+    return 0.5 * (1 + ERF(v / math.sqrt(2))) + v * phi, phi * (2 - v * v)
+
+
+# float32 gelu's erf changes branch at |x / sqrt 2| = 0.5: both sides of it, 0, the tails
+GELU_POINTS = [-30, -9, -5.5, -3, -1.2, -0.7072, -0.7071, -0.5, -1e-3, 0, 1e-3, 0.5]
+GELU_POINTS += [0.7071, 0.7072, 1.2, 3, 5.5, 9, 30]
+
+
+def test_float32_gelu_values_and_gradients_against_float64():
+    """float32 gelu runs the short erf (nn/activations.py, `_erf`), whose gradient is the
+    exact 2/sqrt(pi) e^-x^2 rather than the derivative of its polynomial."""
+    xs = np.array(GELU_POINTS, np.float32)
+    g = np.random.default_rng(5).uniform(0.5, 2.0, xs.shape).astype(np.float32)
+    x = fg.tensor(xs, requires_grad=True)
+    y = F.gelu(x)
+    (y * fg.tensor(g)).sum().backward()
+    v = xs.astype(np.float64)
+    slope, _ = np_gelu_slopes(v)
+    np.testing.assert_allclose(y.numpy(), 0.5 * v * (1 + ERF(v / math.sqrt(2))), atol=1e-6)
+    np.testing.assert_allclose(x.grad.numpy(), g * slope, rtol=2e-6, atol=1e-7)
+
+
+def test_second_derivative_of_float32_gelu():
+    xs = np.array(GELU_POINTS, np.float32)
+    x = fg.tensor(xs, requires_grad=True)
+    (d1,) = fg.grad(F.gelu(x).sum(), [x], create_graph=True)
+    (d2,) = fg.grad(d1.sum(), [x])
+    slope, curve = np_gelu_slopes(xs.astype(np.float64))
+    np.testing.assert_allclose(d1.numpy(), slope, rtol=2e-6, atol=1e-7)
+    np.testing.assert_allclose(d2.numpy(), curve, rtol=2e-6, atol=1e-7)
+
+
+def test_gelu_backward_reads_x_and_the_gradient_only():
+    """Forward and backward of float32 gelu over n elements: erf stored once (read by
+    both), the output, the input's gradient from x, erf and g. Through the polynomial,
+    the backward stored and read back each of its Horner stages: 46 kernels."""
+    n = 1 << 14
+    rng = np.random.default_rng(6)
+    xs = rng.standard_normal(n).astype(np.float32) * 3
+    gs = rng.standard_normal(n).astype(np.float32)
+    x = fg.tensor(xs, requires_grad=True)
+    y = F.gelu(x)
+    (dx,) = fg.grad(y, [x], grad_outputs=fg.tensor(gs))
+    ks = fg.kernels(y, dx)
+    assert len(ks) <= 3, [(k.name, k.reason) for k in ks]
+    assert sum(k.bytes for k in ks) <= 9 * 4 * n + 4096, [(k.name, k.bytes) for k in ks]
+    v = xs.astype(np.float64)
+    np.testing.assert_allclose(dx.numpy(), gs * np_gelu_slopes(v)[0], rtol=2e-6, atol=1e-6)
+
+
 def test_softmin_and_glu():
     x = np.random.default_rng(0).standard_normal((3, 4))
     e = np.exp(-x - (-x).max(1, keepdims=True))
