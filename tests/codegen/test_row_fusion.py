@@ -211,3 +211,26 @@ def test_a_broadcast_read_by_another_reduction_is_not_counted_as_hoisted():
     assert any(item.root.shape == (64, 32) for item in items), [i.root.shape for i in items]
     want = (np.sqrt(np.exp(x.numpy() * 0.5) * 2 + 1)[..., None] * w.numpy()).sum((0, 1))
     np.testing.assert_allclose(z.numpy(), want, rtol=1e-4)
+
+
+def test_a_value_hoisted_to_a_hoisted_reductions_level_follows_what_it_reads():
+    """The gradient of |grad |x|_3^2|^2: the norm's sum is hoisted out of the loop, and a
+    value computed from it inside its own loop is hoisted to the same level. It must land
+    in the reduction's block after what it reads (placed at the level itself it came first,
+    and the LLVM render failed on an undefined name). Against central differences of the
+    closed form in float64."""
+    x0 = np.array([0.3, -1.2, 2.0, 0.7])
+
+    def squared_gradient(x):  # grad of |x|_3^2 is 2 |x| x / |x|_3, squared and summed
+        n = (np.abs(x) ** 3).sum() ** (1 / 3)
+        return ((2 * np.abs(x) * x / n) ** 2).sum()
+
+    want = np.zeros_like(x0)
+    for i in range(x0.size):
+        e = np.zeros_like(x0)
+        e[i] = 1e-6
+        want[i] = (squared_gradient(x0 + e) - squared_gradient(x0 - e)) / 2e-6
+    x = fg.tensor(x0, requires_grad=True)
+    (g,) = fg.grad((x.norm(p=3) ** 2).sum(), [x], create_graph=True)
+    (h,) = fg.grad((g * g).sum(), [x])
+    np.testing.assert_allclose(h.numpy(), want, rtol=1e-6, atol=1e-9)
