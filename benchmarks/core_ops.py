@@ -20,7 +20,8 @@ backward), a dilated one (dilation 2), a grouped one (4 groups: a batched sgemm)
 depthwise one (64 groups of one channel: no GEMM, so against PyTorch and the bytes it
 must move, its GB/s over a fused copy of its input's timed beside it: forward, each
 gradient alone, forward + backward) and a transposed one (DCGAN's 4x4 stride-2
-upsampling, 32x128x16x16 -> 64).
+upsampling, 32x128x16x16 -> 64) and a 1-D one (32x128x1024 -> 128, kernel 3: forward, each
+gradient alone, forward + backward), each beside its own implicit GEMM's sgemm.
 Then the bfloat16 rows against PyTorch's bfloat16 (numpy has none): a 2048^3 matmul
 beside the same matmul in float32 (timed in one alternation, so their ratio is
 paired), twice: with the same B every call, which fusegrad packs for its AMX tiles once
@@ -471,6 +472,7 @@ def make_conv_cases(compile_torch: bool) -> list[Case]:
     for case in cases[1:]:
         case.sgemm = cases[0]
     family = [case for spec in CONV_FAMILY for case in conv_family_cases(spec, on_grid)]
+    family += conv1d_cases(on_grid)
     family += conv_transpose_cases(on_grid)
     if torch is None:
         return cases + family
@@ -611,6 +613,101 @@ def conv_family_cases(spec, on_grid) -> list[Case]:
         cases[0].runs[TORCH] = lambda: torch.from_numpy(an) @ torch.from_numpy(bn)
     for case, row in zip(cases[-len(rows) :], rows):
         case.runs[TORCH] = torch_row(row)
+    return cases
+
+
+# a 1-D convolution (a text CNN's layer over a long batch): batch, in channels, length, out
+# channels, kernel, padding
+CONV1D = (32, 128, 1024, 128, 3, 1)
+
+
+def conv1d_np(x, w, gy, p: int) -> list[np.ndarray]:
+    """conv1d(x, w, padding=p) and, for the output gradient gy, its input and weight
+    gradients, in numpy (float32)."""
+    k = w.shape[-1]
+    xp = np.pad(x, ((0, 0), (0, 0), (p, p)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, k, axis=2)  # N C L k
+    y = np.einsum("ncli,oci->nol", win, w, optimize=True)
+    dw = np.einsum("ncli,nol->oci", win, gy, optimize=True)
+    dxp = np.zeros(xp.shape, np.float32)
+    length = gy.shape[-1]
+    for i in range(k):
+        dxp[:, :, i : i + length] += np.einsum("nol,oc->ncl", gy, w[..., i])
+    return [y, dxp[:, :, p : p + x.shape[-1]], dw]
+
+
+def conv1d_cases(on_grid) -> list[Case]:
+    """conv1d forward, each gradient alone and forward + backward, beside the sgemm of its
+    implicit GEMM (batch * length x in channels * kernel @ that x out channels), all in the
+    convolutions' alternation."""
+    from fusegrad.nn import functional as F
+
+    batch, cin, length, cout, k, p = CONV1D
+    out = length + 2 * p - k + 1
+    m, depth = batch * out, cin * k
+    flops = 2.0 * m * depth * cout
+    x = on_grid((batch, cin, length), 1 / 8).requires_grad_()
+    w = (on_grid((cout, cin, k), 1 / 64) / 16).realize().requires_grad_()
+    gy = on_grid((batch, cout, out), 1 / 8)
+    xn, wn, gyn = (np.array(t.detach().numpy()) for t in (x, w, gy))
+    a_mm, b_mm = fg.randn(m, depth).realize(), fg.randn(depth, cout).realize()
+    an, bn = (np.array(t.numpy()) for t in (a_mm, b_mm))
+    label = f"conv1d {batch}x{cin}x{length}->{cout} k{k}"
+    rows = ("fwd", "dx", "dw", "fwd+bwd")
+
+    def fg_row(row):
+        def run():
+            xs = x if row in ("dx", "fwd+bwd") else x.detach()
+            ws = w if row in ("dw", "fwd+bwd") else w.detach()
+            y = F.conv1d(xs, ws, None, padding=p)
+            if row == "fwd":
+                return y.detach().realize()
+            wanted = {"dx": [xs], "dw": [ws], "fwd+bwd": [xs, ws]}[row]
+            grads = fg.grad(y, wanted, grad_outputs=gy)
+            if row != "fwd+bwd":
+                return grads[0].realize()
+            fg.realize(y, *grads)
+            return (y, *grads)
+
+        return run
+
+    def reference(row):
+        def answer():
+            y, dx, dw = conv1d_np(xn, wn, gyn, p)
+            return {"fwd": y, "dx": dx, "dw": dw, "fwd+bwd": [y, dx, dw]}[row]
+
+        return answer
+
+    sgemm = Case(
+        f"sgemm of conv1d {m}x{depth}x{cout}",
+        flops,
+        "GFLOP/s",
+        {FUSEGRAD: fg_realized(lambda: a_mm @ b_mm), NUMPY: lambda: an @ bn},
+    )
+    cases = [sgemm]
+    for row in rows:
+        work = 3 * flops if row == "fwd+bwd" else flops
+        case = Case(f"{label} {row}", work, "GFLOP/s", {FUSEGRAD: fg_row(row)}, reference(row))
+        case.sgemm = sgemm
+        cases.append(case)
+    if torch is None:
+        return cases
+    xt, wt, gyt = (torch.from_numpy(v.copy()) for v in (xn, wn, gyn))
+    leaves = [v.clone().requires_grad_() for v in (xt, wt)]
+
+    def torch_step():
+        y = torch.nn.functional.conv1d(*leaves, None, padding=p)
+        return (y, *torch.autograd.grad(y, leaves, gyt))
+
+    torch_rows = {
+        "fwd": lambda: torch.nn.functional.conv1d(xt, wt, None, padding=p),
+        "dx": lambda: torch.nn.grad.conv1d_input(xt.shape, wt, gyt, padding=p),
+        "dw": lambda: torch.nn.grad.conv1d_weight(xt, wt.shape, gyt, padding=p),
+        "fwd+bwd": torch_step,
+    }
+    sgemm.runs[TORCH] = lambda: torch.from_numpy(an) @ torch.from_numpy(bn)
+    for case, row in zip(cases[1:], rows):
+        case.runs[TORCH] = torch_rows[row]
     return cases
 
 
@@ -986,7 +1083,7 @@ def print_paired(cases: list[Case]) -> None:
             ratio, low, high, wins = paired(case.timings[name], mine)
             interval = f"[{low:4.2f}, {high:4.2f}]"
             parts.append(f"{label} {ratio:5.2f} {interval}, faster in {wins:>2} of {len(mine)}")
-        print(f"  {case.name:<32}" + "   ".join(parts))
+        print(f"  {case.name:<34} " + "   ".join(parts))
 
 
 def print_floor(copy: Case, chain: Case) -> None:
