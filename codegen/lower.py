@@ -174,6 +174,9 @@ class _Lowerer:
         self.params: dict[int, Param] = {}
         self.outs = [Param(f"out{k}", n.dtype, n.numel, True) for k, n in enumerate(item.outputs)]
         self.out = self.outs[0]
+        # the buffers of the values stored inside the reduction's loops (ir/schedule.py,
+        # rule 8), after the root's and the extra outputs'
+        self.source_outs = self.outs[1 + len(item.extra) :]
         self.prefetched: list[tuple[Node, int]] = []  # (input, its row's length)
         if self.stash is not None:
             self.stash_buffer = self.out
@@ -410,6 +413,18 @@ class _Lowerer:
             value = self.gen(n, coords, guard)
             self.emit(Store(out, linear_index(coords, n.shape), value, guard))
 
+    def _store_at_source(self, red: Node, coords, guard) -> None:
+        """Store the values the kernel keeps at its reduction's source coordinates (ir/
+        schedule.py, rule 8: a layer's output gradient, stored by its bias gradient's sum)
+        where the sum computes them: `coords` are a source element's, each met once, and
+        `guard` masks the lanes past a ragged end. Every path that adds a source value into
+        the kernel's reduction calls this just after computing the value."""
+        if red is not self.item.reduce:
+            return
+        for out, n in zip(self.source_outs, self.item.at_source):
+            value = self.gen(n, coords, guard)
+            self.emit(Store(out, linear_index(coords, n.shape), value, guard))
+
     def _ragged(self, name: str, extent: int, expr: Lin) -> Lin:
         """The edge condition (`>= 0` inside) of a coordinate `expr` that overshoots `extent`.
 
@@ -472,6 +487,7 @@ class _Lowerer:
         values = []
         for r in reds:
             value = self._gen_stashing(r, src_coords, guard + edge)
+            self._store_at_source(r, src_coords, guard + edge)
             if edge and not self._zero_past(edge, value):
                 value = self.emit(Select(self.fresh(), r.srcs[0].dtype, edge, value))
             values.append(value)
@@ -792,6 +808,7 @@ class _Lowerer:
             with self._tile_loops(tile_loops):
                 for red, acc in zip(reds, dst):  # sibling reductions: one accumulator each
                     value = self.gen(red.srcs[0], src_coords, guard)
+                    self._store_at_source(red, src_coords, guard)
                     self.emit(AccUpdate(acc, red.dtype, Ops.ADD, value, slot, ordered=True), 1)
 
         self._sum_units(extent, unit, accs, level)
@@ -826,6 +843,7 @@ class _Lowerer:
             src_coords = tuple(red_coords[i] if i in red.arg else c for i, c in enumerate(coords))
             with self._tile_loops(loops):
                 value = self._gen_stashing(red, src_coords, guard + edge)
+                self._store_at_source(red, src_coords, guard + edge)
                 if edge:
                     value = self.emit(Select(self.fresh(), src.dtype, edge, value))
                 self.emit(AccUpdate(acc, red.dtype, Ops.ADD, value, slot, ordered=True), 1)
@@ -1200,7 +1218,7 @@ def lower(item: ScheduleItem, tile: bool = True, amx: bool = False, tuner=None) 
     if row_stats and tile:  # the CPU cascades a row kernel's long sums; the GPU splits them
         return _Lowerer(item, state["out"], state["red"], row_cascade=True).lower()
     siblings = len(item.siblings)
-    if amx and tile and not siblings:
+    if amx and tile and not siblings and not item.at_source:
         kernel = lower_amx(_Lowerer(item, state["out"], state["red"]), kernel_name(item))
         if kernel is not None:
             return kernel
@@ -1303,9 +1321,11 @@ def _streamed_reduce_loop(plain: Kernel) -> Loop | None:
         return any(isinstance(a, (FloorDiv, Mod)) and loop.var in a.x.atoms() for a in e.atoms())
 
     for s in loop.body:
-        if not isinstance(s, (Load, Const, Alu, Select, AccUpdate)):
+        # (a store: a value the sum stores at its source's coordinates, ir/schedule.py rule 8)
+        if not isinstance(s, (Load, Store, Const, Alu, Select, AccUpdate)):
             return None
-        if isinstance(s, Load) and (s.index.coef(loop.var) not in (0, 1) or divides(s.index)):
+        moves = isinstance(s, (Load, Store))
+        if moves and (s.index.coef(loop.var) not in (0, 1) or divides(s.index)):
             return None
         if any(divides(c) for c in getattr(s, "valid", ())):
             return None

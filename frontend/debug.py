@@ -24,6 +24,7 @@ from .ir.ops import Ops
 from .ir.schedule import schedule
 from .ir.sites import site_of
 from .runtime import phases
+from .runtime.backend import get_backend
 from .runtime.engine import engine, kernel_names
 from .tensor import Tensor, realize
 
@@ -78,8 +79,9 @@ def graph_dot(*tensors: Tensor, params=None, collapse: bool | None = None) -> st
     # drawn as scheduled: macros (one node for a linear, a loss) as their expansions
     nodes = expand_all([t.node for t in tensors], has_value)
     roots = [n for n in nodes if not has_value(n)]
-    items = schedule(roots, has_value, expanded=True) if roots else []
     device = (roots[0].device if roots else None) or engine.default_device
+    at_source = get_backend(device).stores_at_source
+    items = schedule(roots, has_value, True, at_source) if roots else []
     kernel_name = kernel_names(items, device)
     every = toposort(nodes, stop=has_value)
     if collapse is None:

@@ -35,6 +35,23 @@ Rules, applied to each node with its users already decided:
    a layer norm's or batch norm's weight and bias gradients, `sum(g * xhat, 0)` and
    `sum(g, 0)`, read `g` once. Codegen sums them in one loop nest with one accumulator
    each on the CPU, and in consecutive loops of one kernel on the GPU.
+8. Stored inside the reduction that reads it: an elementwise value V stored for its other
+   readers (a layer's output gradient `g`, which the weight and input gradients read many
+   times) and summed by a plain reduction R at V's own coordinates (the bias gradient
+   `sum(g, 0)`: R's source is V or elementwise of V and other values of its shape, no view
+   of a loaded value, a sum whose source has V's shape) is computed and stored by R's
+   kernel, inside R's loop nest at the source's coordinates (`ScheduleItem.at_source`), not
+   by a kernel of its own: one pass computes each element of V, stores it and adds it, and
+   R's kernel no longer reads V back. R's loops visit each source element once, from one
+   thread, so each element of V is written once. Only where R's kernel is a plain one (no
+   other reduction, no rule 7 siblings or extra outputs, not a contraction, whose register
+   tiles reuse each operand: their sources broadcast what they load), V's own kernel is
+   elementwise with no extra outputs, V is not 16-bit (a register would hold it unrounded)
+   and moving it makes no cycle among the kernels (`_stored_in_reductions`). The other
+   readers of V run after R's kernel. The CPU and the GPU store V where the sum's thread
+   meets each element (on the GPU, the thread whose share of a block's reduction holds
+   it); a backend that cannot schedules without the rule (`Backend.stores_at_source`,
+   passed as `schedule(..., stores_at_source=False)`).
 """
 
 from __future__ import annotations
@@ -73,10 +90,15 @@ class ScheduleItem:
     # more outputs stored by the same loop nest at the root's coordinates (an optimizer's new
     # parameter next to its new momentum)
     extra: list[Node] = field(default_factory=list)
+    # outputs stored inside the reduction's loops at the coordinates of the reduction's
+    # source, which has their shape (rule 8: a layer's output gradient stored by the loop
+    # that sums it into the bias gradient); `reduce` is never None where this is not empty
+    at_source: list[Node] = field(default_factory=list)
 
     @property
     def outputs(self) -> list[Node]:
-        return [self.root, *self.extra]
+        """Every buffer the kernel writes: the root, the extra outputs, then `at_source`."""
+        return [self.root, *self.extra, *self.at_source]
 
     @property
     def siblings(self) -> list[Node]:
@@ -140,7 +162,10 @@ def _op_cost(n: Node) -> int:
 
 
 def schedule(
-    roots: list[Node], has_value: Callable[[Node], bool], expanded: bool = False
+    roots: list[Node],
+    has_value: Callable[[Node], bool],
+    expanded: bool = False,
+    stores_at_source: bool = True,
 ) -> list[ScheduleItem]:
     """Kernels that compute `roots`, in an order where every input exists before it is read.
 
@@ -149,6 +174,8 @@ def schedule(
     Macros are scheduled as their expansions (ir/macro.py): a caller that finds its roots
     among the items' outputs passes roots it has expanded (`expand_all`), and says so
     (`expanded`: the walk looking for macros is not made twice).
+    `stores_at_source`: the backend can store a value inside a reduction's loops (rule 8),
+    a backend capability (`Backend.stores_at_source`).
     """
     if not expanded:
         roots = expand_all(roots, has_value)
@@ -252,12 +279,20 @@ def schedule(
     extra = _siblings(graph, reason, claimed, held)
     _absorb(graph, users, reason, claimed, extra, held)
     merged = _sibling_reductions(graph, reason, claimed, extra, held)
+    at_source = {}
+    if stores_at_source:
+        at_source = _stored_in_reductions(graph, reason, claimed, extra, merged, held)
+    moved = {id(v) for vs in at_source.values() for v in vs}
+    for k, vs in at_source.items():
+        for v in vs:  # (v keeps its reason: its other readers load it)
+            reason[k] += f"; stores {v.shape} from inside its loops, {reason[id(v)]}"
     items = []
     for n in graph:
-        if id(n) in reason and id(n) not in merged:
+        if id(n) in reason and id(n) not in merged and id(n) not in moved:
             fused = claimed.get(id(n), n if n.op in REDUCE else None)
-            items.append(_item(n, fused, reason[id(n)], reason, extra.get(id(n), []), held))
-    return _in_dependency_order(items) if merged else items
+            outs = extra.get(id(n), []), at_source.get(id(n), [])
+            items.append(_item(n, fused, reason[id(n)], reason, *outs, held))
+    return _in_dependency_order(items) if merged or moved else items
 
 
 _SAME_COORDS = ELEMENTWISE | {Ops.DETACH}
@@ -447,6 +482,112 @@ def _sibling_reductions(graph, reason, claimed, extra: dict[int, list[Node]], he
                 f"{'s' if len(group_members) > 2 else ''} over the same input in one loop nest"
             )
     return merged
+
+
+def _stored_in_reductions(graph, reason, claimed, extra, merged, held) -> dict[int, list[Node]]:
+    """Rule 8: elementwise values stored for other readers that a plain sum also reads, at
+    their own coordinates, moved into the sum's kernel, which stores them from inside its
+    loops (`ScheduleItem.at_source`). Returns kernel output id -> the values it stores so.
+
+    A layer's output gradient `g` (64, 120), stored because both matmul gradients read it
+    many times, and summed over the batch for the bias gradient: the bias kernel computes
+    `g` from the values `g` is made of, stores it and adds it, and `g`'s own kernel goes.
+    The conditions are in the module's docstring (rule 8); each is a test in
+    tests/ir/test_schedule_at_source.py. A move that would make two kernels read each
+    other's outputs (through any chain of kernels) is not made.
+    """
+    kernels = [n for n in graph if id(n) in reason and id(n) not in merged]
+    owner: dict[int, int] = {}  # id of every stored value -> the kernel output storing it
+    for n in kernels:
+        owner[id(n)] = id(n)
+        for x in extra.get(id(n), ()):
+            owner[id(x)] = id(n)
+    loaded: dict[int, set[int]] = {}  # kernel -> ids of the computed values it loads
+
+    def loads_of(k: Node) -> set[int]:
+        if id(k) not in loaded:
+            own = {id(k)} | {id(x) for x in extra.get(id(k), ())}
+            nodes = toposort(
+                [k, *extra.get(id(k), ())],
+                stop=lambda m: id(m) not in own and (id(m) in held or id(m) in reason),
+            )
+            loaded[id(k)] = {id(m) for m in nodes if id(m) not in own and id(m) in reason}
+        return loaded[id(k)]
+
+    def reaches(start: set[int], target: int) -> bool:
+        """Whether a kernel storing one of `start` is, or reads through kernels, target."""
+        seen, todo = set(), [owner[x] for x in start]
+        while todo:
+            k = todo.pop()
+            if k == target:
+                return True
+            if k not in seen:
+                seen.add(k)
+                todo.extend(owner[x] for x in loads_of(by_id[k]))
+        return False
+
+    by_id = {id(n): n for n in kernels}
+    moves: dict[int, list[Node]] = {}
+    for n in kernels:
+        red = claimed.get(id(n), n if n.op in REDUCE else None)
+        if red is None or red.op is not Ops.SUM or n.op in _OWN_KERNEL:
+            continue
+        src = red.srcs[0]
+        if not red.numel or not src.numel or not src.shape:
+            continue
+        # the kernel's nodes, with its extra outputs' (an optimizer's update of the bias)
+        body = _item(n, red, "", reason, extra.get(id(n), []), [], held).nodes
+        if any(x.op in REDUCE and x is not red for x in body):
+            continue  # a sibling reduction (rule 7) or a row statistic
+        for v in _streamed_values(red, body, held):
+            if owner.get(id(v)) != id(v) or extra.get(id(v)) or id(v) in claimed:
+                continue  # another kernel's output, or a kernel with more outputs
+            if v.op not in ELEMENTWISE or v.dtype.is_half:
+                continue
+            _, v_body = _kernel_of(v, reason, held)
+            if any(x.op in REDUCE or x.op in _OWN_KERNEL for x in v_body):
+                continue
+            ops = sum(x.op in ELEMENTWISE for x in [*body, *v_body])
+            if ops > MAX_KERNEL_OPS:
+                continue
+            new_loads = (loads_of(n) - {id(v)}) | loads_of(v)
+            owner[id(v)] = id(n)  # (as it would be: v's other readers then wait for n)
+            if reaches(new_loads, id(n)):
+                owner[id(v)] = id(v)
+                continue
+            moves.setdefault(id(n), []).append(v)
+            loaded[id(n)] = new_loads
+            del by_id[id(v)]
+    return moves
+
+
+def _streamed_values(red: Node, body: list[Node], held) -> list[Node]:
+    """The computed values that sum `red` reads at its source's coordinates, each once per
+    element of the sum: loads of the source's shape under elementwise nodes of that shape.
+    None where the source reads a loaded value through a view (a broadcast operand: a
+    contraction, whose register tile reuses it; a permute), or where a node outside the
+    source (the epilogue) reads one of them too. `sum(g * y, 0)` with g and y computed
+    values of shape (64, 120): [g, y]; `sum(g * w.expand(64, 120), 0)`: none.
+    """
+    src = red.srcs[0]
+    inside = {id(x) for x in body}
+    if id(src) not in inside:  # the sum's source is the loaded value itself
+        return [] if id(src) in held else [src]
+    below = toposort([src], stop=lambda x: id(x) not in inside)
+    loaded_under: set[int] = set()  # ids of the nodes with a load under them
+    values: list[Node] = []
+    for x in below:
+        if id(x) not in inside:
+            loaded_under.add(id(x))
+            if id(x) not in held and x.shape == src.shape:
+                values.append(x)
+        elif any(id(s) in loaded_under for s in x.srcs):
+            if x.op not in _SAME_COORDS or x.shape != src.shape:
+                return []
+            loaded_under.add(id(x))
+    in_source = {id(x) for x in below}
+    epilogue = [x for x in body if id(x) not in in_source and x is not red]
+    return [v for v in values if not any(s is v for x in epilogue for s in x.srcs)]
 
 
 def _in_dependency_order(items: list[ScheduleItem]) -> list[ScheduleItem]:
@@ -655,11 +796,18 @@ def _recompute_costs(graph: list[Node], held, stored=()) -> dict[int, int]:
 
 
 def _item(
-    root: Node, reduce: Node | None, why: str, reason: dict[int, str], extra: list[Node], held
+    root: Node,
+    reduce: Node | None,
+    why: str,
+    reason: dict[int, str],
+    extra: list[Node],
+    at_source: list[Node],
+    held,
 ) -> ScheduleItem:
     """Collect the nodes a kernel computes and the values it loads."""
 
-    own = {id(root)} | {id(m) for m in extra}  # a sibling reduction's output is computed here
+    # a sibling reduction's output, or a value stored inside the reduction, is computed here
+    own = {id(root)} | {id(m) for m in extra} | {id(m) for m in at_source}
 
     def boundary(m: Node) -> bool:
         return id(m) not in own and (id(m) in held or id(m) in reason)
@@ -667,7 +815,7 @@ def _item(
     nodes = toposort([root, *extra], stop=boundary)
     inputs = [m for m in nodes if boundary(m)]
     inside = [m for m in nodes if not boundary(m)]
-    return ScheduleItem(root, reduce, why, inputs, inside, list(extra))
+    return ScheduleItem(root, reduce, why, inputs, inside, list(extra), list(at_source))
 
 
 def structural_key(roots: list[Node], has_value: Callable[[Node], bool]) -> tuple[tuple, list]:

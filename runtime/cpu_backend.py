@@ -147,6 +147,7 @@ class CpuBackend(Backend):
     is_host_memory = True
     supports_fork = True
     uses_worker_pool = True
+    stores_at_source = True
 
     @property
     def packs_bf16_pairs(self) -> bool:

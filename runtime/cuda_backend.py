@@ -28,6 +28,11 @@ class CudaBackend(Backend):
     indexed = True
     is_host = False
     guards_windows_in_tiles = True  # codegen/gpu.py stages conv tiles with bounds checks
+    # a value stored inside a reduction's loops (ir/schedule.py, rule 8): each thread of a
+    # block, warp or split stores the elements of its own share (codegen/cuda.py,
+    # `_Renderer.cooperative`); a store there keeps the kernel off the shared-memory
+    # contraction (codegen/gpu.py, `_contraction`)
+    stores_at_source = True
 
     @property
     def is_host_memory(self) -> bool:  # the emulator's device memory is the CPU's

@@ -317,9 +317,10 @@ def compile_plan(todo: list[Node], leaves: list[Node], has_value, device: str = 
     def has_value(n: Node) -> bool:  # (shadows the caller's: see above)
         return n.op is buffer or id(n) in leaf_ids
 
+    backend = get_backend(device)
     with phases.timed("schedule"):
         todo = expand_all(todo, has_value)
-        items = schedule(todo, has_value, expanded=True)
+        items = schedule(todo, has_value, True, backend.stores_at_source)
     if config.debug >= 2:
         _log(f"schedule: {len(items)} kernel(s)")
     position = {id(n): ("leaf", i) for i, n in enumerate(leaves)}
@@ -333,7 +334,6 @@ def compile_plan(todo: list[Node], leaves: list[Node], has_value, device: str = 
         for n in item.inputs:
             last_read[id(n)] = k
     wanted = {id(n) for n in todo}
-    backend = get_backend(device)
     # lowered and compiled side by side, or read from a cache, where the backend can
     loops, compiled = backend.lower_and_compile(items)
     steps: list[Step] = []

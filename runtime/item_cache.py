@@ -10,7 +10,8 @@ The key (`item_key`) is a hash of everything the code depends on:
 
 - the item described node by node (`describe`): each node's op, argument, shape and
   dtype and which nodes it reads, the inputs' shapes and dtypes in parameter order, the
-  root, the extra outputs, the reduction and the order of the item's node list (the
+  root, the extra outputs, the outputs stored at the reduction's source coordinates
+  (`at_source`), the reduction and the order of the item's node list (the
   kernel's name and its row-statistics test read it);
 - the code that lowers and renders it: a hash of every source file of `codegen/` and
   `ir/`, and of the CPU backend, the compiler and this module (`code_version`), so an
@@ -92,7 +93,8 @@ def describe(item) -> str | None:
             lines.append(f"{n.op.name} {_spell(n.arg)} {n.shape} {n.dtype!r} <- {srcs}")
 
     try:
-        extra = [root, *item.extra] + ([item.reduce] if item.reduce is not None else [])
+        extra = [root, *item.extra, *item.at_source]
+        extra += [item.reduce] if item.reduce is not None else []
         for n in [*item.nodes, *extra]:
             visit(n)
     except _Unspellable:
@@ -100,6 +102,7 @@ def describe(item) -> str | None:
     lines.append("nodes " + " ".join(ref(n) for n in item.nodes))
     lines.append("root " + ref(root))
     lines.append("extra " + " ".join(ref(n) for n in item.extra))
+    lines.append("at_source " + " ".join(ref(n) for n in item.at_source))
     lines.append("reduce " + (ref(item.reduce) if item.reduce is not None else "-"))
     return "\n".join(lines)
 

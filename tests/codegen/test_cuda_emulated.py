@@ -185,6 +185,33 @@ def _sibling_reductions():
     ]
 
 
+def _costly(t):
+    for _ in range(5):  # over the recompute limit: a value two kernels read is stored
+        t = t.exp() * 0.5
+    return t
+
+
+# (shape, axes summed, axis of the max), one per GPU mapping of the sum storing its source
+STORED_INSIDE = {
+    "block": ((300, 5), 0, 1),
+    "thread": ((200, 3), 1, 0),
+    "warp": ((128, 100), 1, 0),
+    "block, vector": ((6, 4096), 1, 0),
+    "block, three axes": ((3, 4, 5, 7), (0, 2, 3), 1),
+    "split": ((2**16,), 0, 0),
+}
+
+
+def _stored_inside_reductions():
+    """Values stored by the sum that reads them (ir/schedule.py, rule 8), each also a
+    requested output (so every element is compared) and read by a max."""
+    out = []
+    for shape, axes, other in STORED_INSIDE.values():
+        v = _costly(f32(*shape) * 0.1)
+        out += [v, v.sum(axes), v.amax(other)]
+    return out
+
+
 CASES = {
     "elementwise_float32": lambda: [chain(f32(33, 47))],
     "elementwise_float64": lambda: [chain(f64(5, 7, 3))],
@@ -229,6 +256,7 @@ CASES = {
     "layer_norm_backward": _layer_norm_backward,
     "batch_norm_backward": _batch_norm_backward,
     "sibling_reductions": _sibling_reductions,
+    "stored_inside_reductions": _stored_inside_reductions,
     "pad_and_slices": lambda: [
         f32(16, 24).pad((1, 2, 3, 4)) + 1,
         f32(16, 24)[2:10:3, 1::2] * 2,
@@ -302,6 +330,20 @@ def test_sibling_reductions_are_one_kernel_of_block_reductions(shape, axis):
     (item,) = schedule([t.node for t in outs], lambda n: n.op is Ops.BUFFER)
     gpu = map_to_gpu(lower(item, tile=False))
     assert gpu.mode == "block" and len(gpu.reductions) == 2
+    got, _ = emulate(outs)
+    compare(got, outs)
+
+
+def test_values_stored_inside_reductions_in_every_mapping():
+    # rule 8 (ir/schedule.py): each thread of a block, a warp or a split stores the source
+    # elements of its own share, vector stores where aligned
+    outs = _stored_inside_reductions()
+    items = schedule([t.node for t in outs], engine.has_value_predicate())
+    mapped = [map_to_gpu(lower(it, tile=False)) for it in items if it.at_source]
+    modes = [(g.mode, g.split > 1, any(r.vector for r in g.reductions.values())) for g in mapped]
+    assert len(modes) == len(STORED_INSIDE), modes
+    assert {m for m, _, _ in modes} == {"block", "thread", "warp"}
+    assert any(split for _, split, _ in modes) and any(vector for _, _, vector in modes)
     got, _ = emulate(outs)
     compare(got, outs)
 

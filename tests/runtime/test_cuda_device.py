@@ -262,6 +262,25 @@ def test_kernels_of_a_device_tensor_are_cuda_c():
     assert "__global__" in k.cuda_c and k.cuda_c == k.compiled.source
 
 
+def test_a_bias_gradient_stores_the_output_gradient_on_the_device():
+    # rule 8 (ir/schedule.py) on the device: g = c * (1 - tanh(y)^2), read by the weight
+    # gradient, is stored by the bias gradient's sum; the values are the CPU's
+    rng = np.random.default_rng(19)
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in [(64, 32), (16, 32), (16,)]]
+    c = rng.standard_normal((64, 16)).astype(np.float32)
+    c[0, 0], c[1, 1], c[2, 2] = -0.0, np.inf, np.nan
+    results = {}
+    for device in ("cpu", "cuda"):
+        x, w, b = (fg.tensor(a, device=device, requires_grad=True) for a in arrays)
+        y = F.linear(x, w, b).realize()
+        gw, gb = fg.grad((y.tanh() * fg.tensor(c, device=device)).sum(), [w, b])
+        ks = fg.kernels(gw, gb)
+        assert len(ks) == 2 and "from inside its loops" in ks[0].reason, ks[0].reason
+        results[device] = [host(gw), host(gb)]
+    for got, want in zip(results["cuda"], results["cpu"]):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
 # ---------------------------------------------------------------- numbers
 
 

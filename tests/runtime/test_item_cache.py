@@ -10,6 +10,7 @@ compute the same bits.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -80,6 +81,16 @@ def test_which_input_is_which_is_in_the_key():
     (left,), (right,) = items_of(c - d), items_of(d - c)
     assert left.inputs == [c.node, d.node] and right.inputs == [d.node, c.node]
     assert item_cache.item_key(left) == item_cache.item_key(right)  # in0 - in1 both
+
+
+def test_a_value_stored_inside_the_sum_is_in_the_key():
+    # rule 8 (ir/schedule.py): the same nodes, with and without the store of the requested
+    # value v from inside the sum's loops, are two kernels
+    v = fg.tensor(np.ones((4, 6), np.float32)) * 3 - 1
+    (item,) = items_of(v.sum(0), v)
+    assert item.at_source == [v.node]
+    without = dataclasses.replace(item, at_source=[])
+    assert item_cache.item_key(item) != item_cache.item_key(without)
 
 
 def test_another_code_generator_or_host_is_another_key(monkeypatch):
