@@ -50,6 +50,7 @@ from .loopir import (
     TileLoad,
     TileLoadAcc,
     TileStore,
+    TileStoreRows,
     TileZero,
 )
 from .optable import SAFE_DIV, SAFE_UDIV, Intrinsic, MathFn, op_row
@@ -759,6 +760,13 @@ class _Renderer:
         t, lanes = self.types[s.acc].llvm, self.acc_lanes[s.acc]
         ptr = self.emit(f"getelementptr inbounds {t}, ptr %{s.acc}.mem, i64 {s.offset}")
         self.amx_call("tilestored64", f"i8 {s.tile}", f"ptr {ptr}", f"i64 {lanes * 4}")
+
+    def stmt_TileStoreRows(self, s: TileStoreRows) -> None:
+        mt, size = mem_type(s.param.dtype), s.param.dtype.itemsize
+        ptr = self.emit(
+            f"getelementptr inbounds {mt}, ptr %{s.param.name}, i64 {self.index(s.index)}"
+        )
+        self.amx_call("tilestored64", f"i8 {s.tile}", f"ptr {ptr}", f"i64 {s.stride * size}")
 
     def tile_config(self) -> list[str]:
         """Entry code that configures the eight AMX tiles as 16 rows of 64 bytes (palette 1)."""
