@@ -453,3 +453,46 @@ def test_a_copied_chunk_of_a_gives_the_same_bits_as_a_copied_into_tiles(m, k, n)
     assert "scratch0" not in str(tiled_kernel.loop)
     got, want = y.float().numpy(), z.float().numpy()
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def bf16_round_bits(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bits, to nearest even (a NaN quieted): docs/NUMERICS.md's rounding."""
+    bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return np.where(np.isnan(x), (bits | 0x400000) >> 16, rounded).astype(np.uint16)
+
+
+def test_the_epilogue_rounds_each_sum_to_nearest_even_in_one_instruction():
+    # out[i, j] = hi[i] * 1 + lo[i] * s[j]: float32 sums with bits below bfloat16's (ties both
+    # ways, round up, round down, a carry into the exponent, overflow to inf, NaN, +-0), each
+    # exact in float32, so the answer is that sum rounded once to nearest even. Where the host
+    # has AVX512-BF16 the sums leave the tiles by `vcvtne2ps2bf16` (none is subnormal: the
+    # tiles flush), a fused epilogue's values by the integer rounding
+    from fusegrad.codegen.llvm_math import host_converts_bf16
+
+    rng = np.random.default_rng(17)
+    hi = np.ldexp(1 + rng.integers(0, 128, 32) / 128, rng.integers(-100, 100, 32))
+    hi *= rng.choice([-1.0, 1.0], 32)
+    hi[:6] = [1.0, 1.0 + 2**-7, -(1.0 + 2**-7), 3.3895313892515355e38, INF, NAN]
+    lo = hi * 2.0**-8
+    lo[6:8] = [0.0, -0.0]
+    hi[6:8] = [-0.0, -0.0]
+    s = np.array([k / 16 for k in range(-16, 16)])  # 32 scales: below, at and past a tie
+    a, b = np.zeros((32, 64)), np.zeros((64, 128))
+    a[:, 0], a[:, 1] = hi, lo
+    b[0, :], b[1, :32] = 1.0, s
+    left, right = bf16(a), bf16(b)
+    y = left @ right
+    (kernel,) = [k for k in fg.kernels(y) if "tdpbf16ps" in k.asm]
+    assert ("vcvtne2ps2bf16" in kernel.asm) == host_converts_bf16()
+    ha, hb = host(left), host(right)
+    with np.errstate(invalid="ignore", over="ignore"):
+        pairs = (ha[:, :1] * hb[:1, :] + ha[:, 1:2] * hb[1:2, :]).astype(np.float32)
+    exact = np.float32(0.0) + pairs  # the accumulator starts at +0: -0 + +0 is +0
+    got = (y.float().numpy().view(np.uint32) >> 16).astype(np.uint16)  # exact: bf16 -> f32
+    want = bf16_round_bits(exact)
+    nan = np.isnan(exact)
+    assert np.array_equal(got[~nan], want[~nan]) and np.isnan(y.float().numpy()[nan]).all()
+    fused = (left @ right + 0.0).relu()  # another value: the integer rounding, as before
+    (kernel,) = [k for k in fg.kernels(fused) if "tdpbf16ps" in k.asm]
+    assert "vcvtne2ps2bf16" not in kernel.asm
