@@ -170,8 +170,9 @@ def _trial_loads(lw, src, out_exprs, k_expr) -> tuple[Load, Load] | None:
 LOADS_AND_PRODUCTS = (4, 6, 0, 7, 1, 5, 2, 3)
 L2_PANEL_BYTES = 1 << 20  # the packed B columns one group of N blocks keeps in L2
 # the rows of A one reduction chunk of an M block keeps in L1: 16 KiB, so that the chunk's
-# copy (`_chunk`) and the 16 KiB of B that one block's chunk streams past it fit L1's 48 KiB
-# (at 2048^3, one thread: 1078-1157 GFLOP/s against 32 KiB's 935-944, paired)
+# copy (`stage`, `_Chunks`) and the 16 KiB of B one block's chunk streams past it fit L1
+# (2048^3, one thread, with the copy: 1157 GFLOP/s at 16 KiB, 1135 at 8, 935 at 32; one
+# process each, each paired with the kernel before the copy, which was 922-967 at all three)
 L1_CHUNK_BYTES = 16 << 10
 GROUP_MAX = 8  # N blocks per group at most
 
