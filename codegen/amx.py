@@ -7,17 +7,24 @@ float32 accumulator tiles fed by two 16 x 32 tiles of the left operand and two 3
 the right one (all eight tile registers), with loops blocked for the caches:
 
     parallel for ng in 0..N/(32G):  for om in 0..M/32:
-      acc[b] = 0 for each of the group's G column blocks b (in memory, 32 x 32 float32)
       for kc in 0..K/KC:                       (a chunk of A's 32 rows stays in L1)
         for b in 0..G:                         (the group's B panels stay in L2)
-          tile0..3 = acc[b]
+          tile0..3 = acc[b]                    (in memory, 32 x 32 float32; 0 at kc = 0)
           for r in 0..KC/32:
             tile4, tile5 = A's tiles at (om*32 + 0..15 | 16..31, kc*KC + 32r..)
+                           (b = 0: from A, and stored into stage[r]; b > 0: from stage[r])
             tile6, tile7 = B's pairs at (kc*KC + 32r.., (ng*G + b)*32 + 0..15 | 16..31)
             tile0 += tile4 . tile6;  tile1 += tile4 . tile7;  tile2 += tile5 . tile6; ...
             (in program order load 4, load 6, tile0, load 7, tile1, load 5, tile2, tile3)
           acc[b] = tile0..3
       for b: unrolled for i in 0..32: vector for t in 0..32: out[...] = epilogue(acc[b][i, t])
+
+The chunk kc = 0 is emitted apart from the loop over the others: its tiles start at 0
+(`tilezero`), with no zeros stored to memory and read back. `stage` is the thread's copy of
+A's chunk in 16 x 32 tiles of 1 KiB (its stack, `Kernel.scratch`), made where A is read in
+place (rows K apart: at K = 2048 a tile's 16 rows share one L1 set, so A never stayed in
+L1) and the group has more than one block; the copy costs two tile stores per step of the
+first block, beside its products.
 
 Products are exact and sums float32, as the FMA tile's, but `tdpbf16ps` flushes
 subnormal inputs and results to zero and adds each pair of products before the
@@ -29,6 +36,7 @@ takes the register tiles of `codegen/lower.py`.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from ..ir.dtypes import bfloat16
 from ..ir.ops import Ops
@@ -40,11 +48,13 @@ from .loopir import (
     Kernel,
     Load,
     Loop,
+    Param,
     Store,
     TileDot,
     TileLoad,
     TileLoadAcc,
     TileStore,
+    TileStoreRows,
     TileZero,
 )
 
@@ -159,7 +169,11 @@ def _trial_loads(lw, src, out_exprs, k_expr) -> tuple[Load, Load] | None:
 # 2048^3, 1-6% (CPU time, paired, loaded machine)
 LOADS_AND_PRODUCTS = (4, 6, 0, 7, 1, 5, 2, 3)
 L2_PANEL_BYTES = 1 << 20  # the packed B columns one group of N blocks keeps in L2
-L1_CHUNK_BYTES = 32 << 10  # the rows of A one reduction chunk of an M block keeps in L1
+# the rows of A one reduction chunk of an M block keeps in L1: 16 KiB, so that the chunk's
+# copy (`stage`, `_Chunks`) and the 16 KiB of B one block's chunk streams past it fit L1
+# (2048^3, one thread, with the copy: 1157 GFLOP/s at 16 KiB, 1135 at 8, 935 at 32; one
+# process each, each paired with the kernel before the copy, which was 922-967 at all three)
+L1_CHUNK_BYTES = 16 << 10
 GROUP_MAX = 8  # N blocks per group at most
 
 
@@ -184,7 +198,7 @@ def k_chunk_size(k_extent: int) -> int:
     whose 32 rows of A fit `L1_CHUNK_BYTES`.
 
     >>> k_chunk_size(2048), k_chunk_size(96), k_chunk_size(32), k_chunk_size(1056)
-    (512, 96, 32, 352)
+    (256, 96, 32, 96)
     """
     best = AMX_BLOCK
     for kc in range(AMX_BLOCK, k_extent + 1, AMX_BLOCK):
@@ -197,7 +211,9 @@ def _emit(lw, name, m_group, n_group, extents, a_load, b_load, tile_vars) -> Ker
     """The kernel: N's blocks in groups (the parallel loop), each M block, the reduction in
     chunks and in each chunk the group's blocks, so that a chunk of A's 32 rows is read from
     L1 by all the group's blocks and their packed B panels stay in L2; each block's four
-    accumulator tiles wait in memory between chunks. Then the epilogue, block by block."""
+    accumulator tiles wait in memory between chunks. The first chunk starts its tiles at 0
+    (no accumulator in memory to read yet): it is emitted apart from the loop over the
+    others. Then the epilogue, block by block."""
     i, rr, j, c, p, q, r = tile_vars
     item, red, root = lw.item, lw.item.reduce, lw.item.root
     body: list = []
@@ -205,51 +221,30 @@ def _emit(lw, name, m_group, n_group, extents, a_load, b_load, tile_vars) -> Ker
     n_blocks = extents[n_group] // AMX_BLOCK
     k_extent = (r.max + 1) * AMX_BLOCK
     group, chunk = n_group_size(n_blocks, k_extent), k_chunk_size(k_extent)
-    on = Var(f"o{n_group}", 0, n_blocks - 1)
     n_outer = Var(f"o{n_group}g", 0, n_blocks // group - 1)
-    rk = Var("rk", 0, k_extent // chunk - 1)
-    r_in = Var("r1", 0, chunk // AMX_BLOCK - 1)
-    r_expr = lin(rk) * (chunk // AMX_BLOCK) + r_in
     rest = [g for g in range(len(extents)) if g not in (m_group, n_group)]
     loop_vars = {g: Var(f"o{g}", 0, extents[g] - 1) for g in rest}
     loop_vars[m_group] = Var(f"o{m_group}", 0, extents[m_group] // AMX_BLOCK - 1)
     order = [n_outer, loop_vars[m_group]] + [loop_vars[g] for g in rest]
     for k, v in enumerate(order):
         lw._open_loop(Loop(v, v.max + 1, [], "parallel" if k == 0 else "serial"))
-    size = AMX_BLOCK * AMX_BLOCK
     accs = [lw._new_acc() for _ in range(group)]
-    for acc in accs:  # the accumulator tiles start at 0 in memory
-        lw.emit(AccInit(acc, red.dtype, 0.0, size, AMX_BLOCK, memory=True))
-        for t in range(4):
-            lw.emit(TileZero(t))
-        for t in range(4):
-            lw.emit(TileStore(t, acc, _tile_offset(t)))
+    for acc in accs:
+        lw.emit(AccInit(acc, red.dtype, 0.0, AMX_BLOCK * AMX_BLOCK, AMX_BLOCK, memory=True))
+    # A's chunk copied into 16 x 32 tiles of 1 KiB where its rows are apart (read in place:
+    # a tile's 16 rows, 4 KiB apart at K = 2048, share one L1 set and never stay in L1) and
+    # more than one block reads it
+    stage = None
+    if a_load.index.coef(rr) != AMX_BLOCK and group > 1:
+        stage = Param("scratch0", bfloat16, chunk * AMX_BLOCK, False)
+    on, r_in = Var(f"o{n_group}", 0, n_blocks - 1), Var("r1", 0, chunk // AMX_BLOCK - 1)
+    chunks = _Chunks(accs, a_load, b_load, tile_vars, on, n_outer, group, r_in, stage)
     outer_block, outer_iter = lw.block, lw.iterations
-    lw._open_loop(Loop(rk, rk.max + 1, [], "serial"))
-    chunk_block, chunk_iter = lw.block, lw.iterations
-    for b, acc in enumerate(accs):
-        on_expr = lin(n_outer) * group + b
-        # (A's index may name N's block too, times a factor its range makes 0, at N = 32)
-        a_ix = a_load.index.substitute({r: r_expr, on: on_expr})
-        b_ix = b_load.index.substitute({r: r_expr, on: on_expr})
-        for t in range(4):
-            lw.emit(TileLoadAcc(t, acc, _tile_offset(t)))
-        lw._open_loop(Loop(r_in, r_in.max + 1, [], "reduce"))
-        zero = {rr: lin(0), c: lin(0), p: lin(0), q: lin(0)}
-        loads = {}
-        for half in range(2):
-            at = a_ix.substitute({**zero, i: lin(half)})
-            loads[4 + half] = TileLoad(4 + half, a_load.param, at, a_load.index.coef(rr))
-            at = b_ix.substitute({**zero, j: lin(half)})
-            loads[6 + half] = TileLoad(6 + half, b_load.param, at, b_load.index.coef(p))
-        for t in LOADS_AND_PRODUCTS:
-            if t in loads:
-                lw.emit(loads[t])
-            else:
-                lw.emit(TileDot(t, 4 + t // 2, 6 + t % 2), 2 * HALF * HALF * AMX_BLOCK)
-        lw.block, lw.iterations = chunk_block, chunk_iter
-        for t in range(4):
-            lw.emit(TileStore(t, acc, _tile_offset(t)))
+    chunks.emit(lw, lin(0), first=True)
+    if k_extent > chunk:
+        rk = Var("rk", 0, k_extent // chunk - 2)
+        lw._open_loop(Loop(rk, rk.max + 1, [], "serial"))
+        chunks.emit(lw, lin(rk) + 1, first=False)
     lw.block, lw.iterations = outer_block, outer_iter
     for b, acc in enumerate(accs):
         # the epilogue over block b: rows unrolled, 32-lane vectors along N
@@ -270,7 +265,64 @@ def _emit(lw, name, m_group, n_group, extents, a_load, b_load, tile_vars) -> Ker
         lw.scopes.pop()
         lw.block, lw.iterations = block_at, block_iter
     params = lw.outs + [lw.params[id(n)] for n in item.inputs]
-    return Kernel(name, params, body, n_outer.max + 1, lw.flops)
+    scratch = [stage] if stage is not None else []
+    return Kernel(name, params, body, n_outer.max + 1, lw.flops, scratch=scratch)
+
+
+@dataclass
+class _Chunks:
+    """Emits one reduction chunk of an M block for each of its group's N blocks."""
+
+    accs: list[str]  # the group's accumulators in memory, one 32 x 32 block each
+    a_load: Load
+    b_load: Load
+    tile_vars: tuple[Var, ...]  # (i, rr, j, c, p, q, r) of `lower_amx`
+    on: Var  # N's block, as the loads name it
+    n_outer: Var  # the group of N's blocks (the parallel loop)
+    group: int
+    r_in: Var  # a step inside a chunk
+    stage: Param | None  # the thread's copy of A's chunk, or None: A read in place
+
+    def emit(self, lw, rk: Lin, first: bool) -> None:
+        """Chunk `rk`, block by block: the four accumulator tiles from memory (at 0 in the
+        first chunk), the chunk's steps, the tiles back to memory. The group's first block
+        reads A in place and stores each of its tiles into the copy (`stage`: a store of a
+        tile already loaded, beside the products) that the other blocks read."""
+        i, rr, j, c, p, q, r = self.tile_vars
+        a_load, b_load, r_in, stage = self.a_load, self.b_load, self.r_in, self.stage
+        r_expr = rk * (r_in.max + 1) + r_in
+        zero = {rr: lin(0), c: lin(0), p: lin(0), q: lin(0)}
+        chunk_block, chunk_iter = lw.block, lw.iterations
+        for b, acc in enumerate(self.accs):
+            on_expr = lin(self.n_outer) * self.group + b
+            # (A's index may name N's block too, times a factor its range makes 0, at N = 32)
+            a_ix = a_load.index.substitute({r: r_expr, self.on: on_expr})
+            b_ix = b_load.index.substitute({r: r_expr, self.on: on_expr})
+            for t in range(4):
+                lw.emit(TileZero(t) if first else TileLoadAcc(t, acc, _tile_offset(t)))
+            lw._open_loop(Loop(r_in, r_in.max + 1, [], "reduce"))
+            loads, copies = {}, {}
+            for half in range(2):
+                staged = lin(r_in) * (2 * HALF * AMX_BLOCK) + half * HALF * AMX_BLOCK
+                if stage is not None and b > 0:
+                    loads[4 + half] = TileLoad(4 + half, stage, staged, AMX_BLOCK)
+                else:
+                    at = a_ix.substitute({**zero, i: lin(half)})
+                    loads[4 + half] = TileLoad(4 + half, a_load.param, at, a_load.index.coef(rr))
+                if stage is not None and b == 0:
+                    copies[4 + half] = TileStoreRows(4 + half, stage, staged, AMX_BLOCK)
+                at = b_ix.substitute({**zero, j: lin(half)})
+                loads[6 + half] = TileLoad(6 + half, b_load.param, at, b_load.index.coef(p))
+            for t in LOADS_AND_PRODUCTS:
+                if t in loads:
+                    lw.emit(loads[t])
+                    if t in copies:
+                        lw.emit(copies[t])
+                else:
+                    lw.emit(TileDot(t, 4 + t // 2, 6 + t % 2), 2 * HALF * HALF * AMX_BLOCK)
+            lw.block, lw.iterations = chunk_block, chunk_iter
+            for t in range(4):
+                lw.emit(TileStore(t, acc, _tile_offset(t)))
 
 
 def _tile_offset(t: int) -> int:

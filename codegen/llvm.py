@@ -29,7 +29,14 @@ from ..ir import rand
 from ..ir.dtypes import DType, float32
 from ..ir.ops import COMPARISON, Ops
 from ..ir.symbolic import FloorDiv, Lin, Mod, Var, lin
-from .llvm_math import fconst, function_name, intrinsic_suffix, math_functions, vector_type
+from .llvm_math import (
+    fconst,
+    function_name,
+    host_converts_bf16,
+    intrinsic_suffix,
+    math_functions,
+    vector_type,
+)
 from .loopir import (
     AccInit,
     AccRead,
@@ -50,6 +57,7 @@ from .loopir import (
     TileLoad,
     TileLoadAcc,
     TileStore,
+    TileStoreRows,
     TileZero,
 )
 from .optable import SAFE_DIV, SAFE_UDIV, Intrinsic, MathFn, op_row
@@ -100,6 +108,10 @@ class _Renderer:
         self.loose_sums: set[str] = set()  # float accumulators added with `reassoc nsz`
         self.vec_var: Var | None = None
         self.amx = False  # the kernel uses AMX tiles: configure them on entry, release on exit
+        # AMX accumulators (AccInit in memory) and the values read from them: `tdpbf16ps`
+        # flushes subnormal results, so none of these values is subnormal
+        self.tile_accs: set[str] = set()
+        self.normal_values: set[str] = set()
 
     # ---------------------------------------------------------------- helpers
     def emit(self, text: str) -> str:
@@ -404,14 +416,18 @@ class _Renderer:
         top = self.emit(f"shl {i32} {wide}, {self.int_splat(16, lanes)}")
         return self.emit(f"bitcast {i32} {top} to {f32}")
 
-    def narrow(self, v: str, dt: DType, lanes: int | None) -> str:
-        """A float32 value rounded to nearest even into 16-bit `dt`'s storage type."""
+    def narrow(self, v: str, dt: DType, lanes: int | None, normal: bool = False) -> str:
+        """A float32 value rounded to nearest even into 16-bit `dt`'s storage type. `normal`:
+        the value is never subnormal (an AMX accumulator's), so a bfloat16 vector may take
+        `vcvtne2ps2bf16`, which flushes subnormal inputs and otherwise rounds as below."""
         if not dt.storage:
             return v
         f32, i16, i32 = (vector_type(t, lanes) for t in ("float", dt.storage, "i32"))
         if dt.storage == "half":  # vcvtps2ph with F16C: overflow to inf, subnormals exact
             return self.emit(f"fptrunc {f32} {v} to {i16}")
-        # bfloat16, exactly in integers (no CPU here has AVX512-BF16 to test that path):
+        if normal and lanes == 32 and host_converts_bf16():
+            return self.narrow_bf16_normal(v)
+        # bfloat16, exactly in integers (`vcvtneps2bf16` would flush a subnormal value):
         # add 0x7fff plus the kept part's lowest bit, so ties go to even; a NaN keeps its
         # sign and top payload with the quiet bit set (the add could carry it into inf)
         bits = self.emit(f"bitcast {f32} {v} to {i32}")
@@ -434,6 +450,21 @@ class _Renderer:
             )
         top = self.emit(f"lshr {i32} {bits}, {self.int_splat(16, lanes)}")
         return self.emit(f"trunc {i32} {top} to {i16}")
+
+    def narrow_bf16_normal(self, v: str) -> str:
+        """32 float32 lanes, none subnormal, to bfloat16 by `vcvtne2ps2bf16` (its first operand
+        gives the upper 16 lanes): round to nearest even, a NaN quieted keeping its sign
+        and top payload, as `narrow`'s integer path."""
+        f16x, b32 = "<16 x float>", "<32 x bfloat>"
+        fn = "@llvm.x86.avx512bf16.cvtne2ps2bf16.512"
+        self.decls.add(f"declare {b32} {fn}({f16x}, {f16x})")
+        halves = []
+        for first in (16, 0):
+            idx = ", ".join(f"i32 {first + k}" for k in range(16))
+            f32x = "<32 x float>"
+            halves.append(self.emit(f"shufflevector {f32x} {v}, {f32x} poison, <16 x i32> <{idx}>"))
+        got = self.emit(f"call {b32} {fn}({f16x} {halves[0]}, {f16x} {halves[1]})")
+        return self.emit(f"bitcast {b32} {got} to <32 x i16>")
 
     def int_splat(self, k: int, lanes: int | None) -> str:
         return f"splat (i32 {k})" if lanes else str(k)
@@ -635,6 +666,7 @@ class _Renderer:
         self.acc_lanes[s.acc] = s.lanes
         vt = f"<{s.lanes} x {t}>"
         if s.memory:  # rows adjacent, written whole by TileStore before any is read
+            self.tile_accs.add(s.acc)
             self.allocas.append(f"  %{s.acc}.mem = alloca [{s.size} x {t}], align 64")
             for row in range(s.size // s.lanes):
                 self.allocas.append(
@@ -680,6 +712,8 @@ class _Renderer:
         value = self.emit(f"load {t}, ptr {ptr}")
         if s.acc in self.loose_sums:  # (a cascade's in-order levels never hold -0.0)
             value = self.positive_zero(value, s.dtype, moves)
+        if s.acc in self.tile_accs:
+            self.normal_values.add(s.dst)
         self.bind(s.dst, value, s.dtype, moves)
 
     def stmt_AccReduceLanes(self, s: AccReduceLanes) -> None:
@@ -760,6 +794,13 @@ class _Renderer:
         ptr = self.emit(f"getelementptr inbounds {t}, ptr %{s.acc}.mem, i64 {s.offset}")
         self.amx_call("tilestored64", f"i8 {s.tile}", f"ptr {ptr}", f"i64 {lanes * 4}")
 
+    def stmt_TileStoreRows(self, s: TileStoreRows) -> None:
+        mt, size = mem_type(s.param.dtype), s.param.dtype.itemsize
+        ptr = self.emit(
+            f"getelementptr inbounds {mt}, ptr %{s.param.name}, i64 {self.index(s.index)}"
+        )
+        self.amx_call("tilestored64", f"i8 {s.tile}", f"ptr {ptr}", f"i64 {s.stride * size}")
+
     def tile_config(self) -> list[str]:
         """Entry code that configures the eight AMX tiles as 16 rows of 64 bytes (palette 1)."""
         config = [0] * 64
@@ -786,7 +827,7 @@ class _Renderer:
             vt = f"<{self.width} x {mt}>"
             if dt.is_bool:
                 value = self.emit(f"zext <{self.width} x i1> {value} to {vt}")
-            value = self.narrow(value, dt, self.width)
+            value = self.narrow(value, dt, self.width, s.value in self.normal_values)
             contiguous = s.index.coef(self.vec_var) == 1 and not self.moves(
                 s.index - lin(self.vec_var)
             )

@@ -113,6 +113,15 @@ def host_scales_in_one_instruction() -> bool:
     return "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
 
 
+@functools.lru_cache(maxsize=1)
+def host_converts_bf16() -> bool:
+    """Whether the host has AVX512-BF16 (`vcvtne2ps2bf16`: 32 float32 to bfloat16 in one
+    instruction, flushing subnormal inputs)."""
+    import llvmlite.binding as llvm
+
+    return "+avx512bf16" in llvm.get_host_cpu_features().flatten().split(",")
+
+
 def _exp_reduced(b: _Builder, x: str) -> tuple[str, str]:
     """(n, p(r)) of exp's reduction, both paths': n = rint(x / ln 2), r = x - n ln 2 with
     ln 2 in two parts (the second corrects the first's rounding), p Taylor's polynomial of

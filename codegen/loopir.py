@@ -223,6 +223,18 @@ class TileStore:
 
 
 @dataclass
+class TileStoreRows:
+    """AMX: tile register `tile`'s 16 rows of 64 bytes into `param` (a scratch buffer of the
+    thread's own), the first at element `index`, each `stride` elements after the one before:
+    TileLoad's inverse."""
+
+    tile: int
+    param: Param
+    index: Lin
+    stride: int
+
+
+@dataclass
 class Store:
     param: Param
     index: Lin
@@ -289,7 +301,7 @@ class Kernel:
 
 
 def _has_tiles(body) -> bool:
-    tiles = (TileZero, TileLoad, TileLoadAcc, TileDot, TileStore)
+    tiles = (TileZero, TileLoad, TileLoadAcc, TileDot, TileStore, TileStoreRows)
     return any(isinstance(s, tiles) or (isinstance(s, Loop) and _has_tiles(s.body)) for s in body)
 
 
@@ -356,6 +368,9 @@ def _print_block(body, depth: int, lines: list[str]) -> None:
             lines.append(f"{pad}tile{s.acc} += dot(tile{s.a}, tile{s.b})")
         elif isinstance(s, TileStore):
             lines.append(f"{pad}store tile{s.tile} into {s.acc}[{s.offset} + ...]")
+        elif isinstance(s, TileStoreRows):
+            at = f"{s.param.name}[{s.index} + row*{s.stride}]"
+            lines.append(f"{pad}store tile{s.tile} as 16 rows of 32 into {at}")
         elif isinstance(s, Prefetch):
             lines.append(f"{pad}prefetch {s.param.name}[{s.index}]")
         elif isinstance(s, Store):

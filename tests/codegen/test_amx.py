@@ -110,14 +110,17 @@ def test_a_transposed_left_operand_is_packed_into_tiles_and_runs_on_amx():
     check_close(y, host(a), host(b))
 
 
-@pytest.mark.parametrize("m, k, n", [(32, 1056, 512), (64, 1024, 320), (96, 288, 64)])
+@pytest.mark.parametrize(
+    "m, k, n", [(32, 1056, 512), (64, 1024, 320), (96, 288, 64), (64, 256, 256)]
+)
 def test_blocked_loops_cover_every_block_once(m, k, n):
-    # reduction chunks (352 at K = 1056, 512 at K = 1024, one of 288) and groups of N
-    # blocks (8 at N = 512, 5 at N = 320): each output block summed over the whole of K once
+    # reduction chunks (96 at K = 1056 and 288, 256 at K = 1024, one of 256) and groups of N
+    # blocks (8 at N = 512, 5 at N = 320, 4 at N = 256): each output block summed over the
+    # whole of K once, the first chunk apart from the others' loop
     from fusegrad.codegen.amx import k_chunk_size, n_group_size
 
-    chunks = {1056: 352, 1024: 512, 288: 288}[k]
-    groups = {(512, 1056): 8, (320, 1024): 5, (64, 288): 1}[(n, k)]
+    chunks = {1056: 96, 1024: 256, 288: 96, 256: 256}[k]
+    groups = {(512, 1056): 8, (320, 1024): 5, (64, 288): 1, (256, 256): 4}[(n, k)]
     assert (k_chunk_size(k), n_group_size(n // 32, k)) == (chunks, groups)
     rng = np.random.default_rng(m + k + n)
     a, b = bf16(rng.integers(-3, 4, (m, k))), bf16(rng.integers(-3, 4, (k, n)))
@@ -148,18 +151,22 @@ AMX_DOTS = [
 ]
 
 
+@pytest.mark.parametrize("n", [32, 128])
 @pytest.mark.parametrize("a_layout", ["in place", "copied into tiles"])
-def test_special_points_on_amx_tiles(a_layout):
+def test_special_points_on_amx_tiles(a_layout, n):
     # row r of A holds case r's vector (zeros after it), column r of B the other one, so
-    # output (r, r) is case r's dot product; 32 x 32 x 32 runs on the tiles, A read where
-    # it is or (a transposed view) copied into tiles first
-    a, b = np.zeros((32, 32)), np.zeros((32, 32))
+    # output (r, r) is case r's dot product; 32 x 64 x n runs on the tiles, A read where
+    # it is or (a transposed view) copied into tiles first; at n = 128 two N blocks share
+    # each chunk of A, the second reading the first's copy of it (`stage`) when in place
+    a, b = np.zeros((32, 64)), np.zeros((64, n))
     for r, (_, x, y, _) in enumerate(AMX_DOTS):
         a[r, : len(x)], b[: len(y), r] = x, y
     left = bf16(a) if a_layout == "in place" else bf16(a.T).T
     out = left @ bf16(b)
     assert on_amx(out) and amx_kernels_and_copies(out)[1] == (1 if a_layout == "in place" else 2)
-    got = np.diag(host(out))
+    (kernel,) = [k for k in fg.kernels(out) if "tdpbf16ps" in k.asm]
+    assert ("scratch0" in str(kernel.loop)) == (a_layout == "in place" and n > 32)
+    got = np.diag(host(out[:, :32]))
     for r, (name, _, _, want) in enumerate(AMX_DOTS):
         if np.isnan(want):
             assert np.isnan(got[r]), name
@@ -186,7 +193,7 @@ def test_an_amx_kernel_prints_and_dumps(tmp_path):
         y = (a @ b).realize()
     (kernel,) = [k for k in fg.kernels(y) if "tdpbf16ps" in k.asm]
     text = str(kernel.loop)
-    assert "+= dot(tile4, tile6)" in text and "tile0 = load acc" in text
+    assert "+= dot(tile4, tile6)" in text and "tile0 = 0" in text and "store tile0 into acc" in text
     (cu,) = [p for p in tmp_path.iterdir() if p.name.endswith(kernel.name + ".cu")]
     assert "an AMX tile kernel: CUDA C has no such instructions" in cu.read_text()
     assert (tmp_path / cu.name.replace(".cu", ".loop")).read_text().count("dot(tile") == 4
@@ -408,3 +415,84 @@ def test_each_operand_tile_is_loaded_just_before_its_first_product():
     seq = "".join(ops.get(line.split()[0], "") for line in kernel.asm.splitlines() if line.split())
     assert "LLDLDLDD" in seq and "LLLLDDDD" not in seq
     check_close(y, host(a), host(b))
+
+
+def test_the_first_chunk_starts_its_tiles_at_zero_with_no_accumulator_round_trip():
+    # K = 768: three chunks of 256; the first zeroes the four tiles and stores them after its
+    # steps (no zeros stored to memory and read back), the loop over the other two reads them
+    rng = np.random.default_rng(16)
+    a, b = bf16(rng.standard_normal((64, 768))), bf16(rng.standard_normal((768, 128)))
+    y = a @ b
+    (kernel,) = [k for k in fg.kernels(y) if "tdpbf16ps" in k.asm]
+    text = str(kernel.loop)
+    first, rest = text.split("for rk in 0..2:")
+    assert "tile0 = 0" in first and "load acc" not in first
+    assert first.index("dot(tile4, tile6)") < first.index("store tile0 into acc")
+    assert "tile0 = 0" not in rest and "tile0 = load acc" in rest
+    check_close(y, host(a), host(b))
+
+
+@pytest.mark.parametrize("m, k, n", [(64, 2048, 256), (32, 544, 512)], ids=str)
+def test_a_copied_chunk_of_a_gives_the_same_bits_as_a_copied_into_tiles(m, k, n):
+    # A read in place: the group's first N block copies each chunk of A's 32 rows into the
+    # thread's 16 x 32 tiles (a tile store beside its products), the other blocks read the
+    # copy; a transposed A is copied into tiles by its own kernel before. Same sums, same
+    # order: the same bits, special values included
+    rng = np.random.default_rng(k + n)
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    a[0, :4], a[1, :2], a[2, 5] = [INF, -0.0, SUB, -SUB], [NAN, 2.0**-70], -INF
+    b[:4, 3], b[7, :] = [0.0, -0.0, 2.0**100, 1.0], 2.0**-70
+    in_place, tiled = bf16(a), bf16(a.T).T
+    right = bf16(b)
+    y, z = in_place @ right, tiled @ right
+    (kernel,) = [k for k in fg.kernels(y) if "tdpbf16ps" in k.asm]
+    text = str(kernel.loop)
+    assert "scratch0: bfloat16" in text and "as 16 rows of 32 into scratch0" in text
+    assert text.count("load 16 rows of 32 from scratch0") > 0
+    (tiled_kernel,) = [k for k in fg.kernels(z) if "tdpbf16ps" in k.asm]
+    assert "scratch0" not in str(tiled_kernel.loop)
+    got, want = y.float().numpy(), z.float().numpy()
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def bf16_round_bits(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bits, to nearest even (a NaN quieted): docs/NUMERICS.md's rounding."""
+    bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return np.where(np.isnan(x), (bits | 0x400000) >> 16, rounded).astype(np.uint16)
+
+
+def test_the_epilogue_rounds_each_sum_to_nearest_even_in_one_instruction():
+    # out[i, j] = hi[i] * 1 + lo[i] * s[j]: float32 sums with bits below bfloat16's (ties both
+    # ways, round up, round down, a carry into the exponent, overflow to inf, NaN, +-0), each
+    # exact in float32, so the answer is that sum rounded once to nearest even. Where the host
+    # has AVX512-BF16 the sums leave the tiles by `vcvtne2ps2bf16` (none is subnormal: the
+    # tiles flush), a fused epilogue's values by the integer rounding
+    from fusegrad.codegen.llvm_math import host_converts_bf16
+
+    rng = np.random.default_rng(17)
+    hi = np.ldexp(1 + rng.integers(0, 128, 32) / 128, rng.integers(-100, 100, 32))
+    hi *= rng.choice([-1.0, 1.0], 32)
+    hi[:6] = [1.0, 1.0 + 2**-7, -(1.0 + 2**-7), 3.3895313892515355e38, INF, NAN]
+    lo = hi * 2.0**-8
+    lo[6:8] = [0.0, -0.0]
+    hi[6:8] = [-0.0, -0.0]
+    s = np.array([k / 16 for k in range(-16, 16)])  # 32 scales: below, at and past a tie
+    a, b = np.zeros((32, 64)), np.zeros((64, 128))
+    a[:, 0], a[:, 1] = hi, lo
+    b[0, :], b[1, :32] = 1.0, s
+    left, right = bf16(a), bf16(b)
+    y = left @ right
+    (kernel,) = [k for k in fg.kernels(y) if "tdpbf16ps" in k.asm]
+    assert ("vcvtne2ps2bf16" in kernel.asm) == host_converts_bf16()
+    ha, hb = host(left), host(right)
+    with np.errstate(invalid="ignore", over="ignore"):
+        pairs = (ha[:, :1] * hb[:1, :] + ha[:, 1:2] * hb[1:2, :]).astype(np.float32)
+    exact = np.float32(0.0) + pairs  # the accumulator starts at +0: -0 + +0 is +0
+    got = (y.float().numpy().view(np.uint32) >> 16).astype(np.uint16)  # exact: bf16 -> f32
+    want = bf16_round_bits(exact)
+    nan = np.isnan(exact)
+    assert np.array_equal(got[~nan], want[~nan]) and np.isnan(y.float().numpy()[nan]).all()
+    fused = (left @ right + 0.0).relu()  # another value: the integer rounding, as before
+    (kernel,) = [k for k in fg.kernels(fused) if "tdpbf16ps" in k.asm]
+    assert "vcvtne2ps2bf16" not in kernel.asm
