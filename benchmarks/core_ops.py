@@ -512,6 +512,37 @@ def make_conv_cases(compile_torch: bool) -> list[Case]:
     return cases + family
 
 
+def conv_row(conv, x, w, gy, row: str) -> Callable[[], object]:
+    """fusegrad's run of one convolution row: `conv(x, w)` forward ("fwd"), the input or
+    weight gradient alone for output gradient gy ("dx", "dw"), or the value and both
+    gradients ("fwd+bwd"); each row differentiates only what it times."""
+
+    def run():
+        xs = x if row in ("dx", "fwd+bwd") else x.detach()
+        ws = w if row in ("dw", "fwd+bwd") else w.detach()
+        y = conv(xs, ws)
+        if row == "fwd":
+            return y.detach().realize()
+        wanted = {"dx": [xs], "dw": [ws], "fwd+bwd": [xs, ws]}[row]
+        grads = fg.grad(y, wanted, grad_outputs=gy)
+        if row != "fwd+bwd":
+            return grads[0].realize()
+        fg.realize(y, *grads)
+        return (y, *grads)
+
+    return run
+
+
+def conv_answer(numpy_conv, row: str) -> Callable[[], object]:
+    """numpy's answer for one convolution row, from `numpy_conv()`'s (y, dx, dw)."""
+
+    def answer():
+        y, dx, dw = numpy_conv()
+        return {"fwd": y, "dx": dx, "dw": dw, "fwd+bwd": [y, dx, dw]}[row]
+
+    return answer
+
+
 def conv_family_cases(spec, on_grid) -> list[Case]:
     """The rows of one CONV_FAMILY convolution, each beside the sgemm of its implicit GEMM's
     useful FLOPs (groups: a batched sgemm, one per group), all timed in one alternation.
@@ -531,28 +562,10 @@ def conv_family_cases(spec, on_grid) -> list[Case]:
     label = f"conv {name} {batch}x{cin}x{side}^2->{cout} {k}x{k}"
 
     def fg_rows(row):
-        def run():
-            # (each row differentiates only what it times)
-            xs = x if row in ("dx", "fwd+bwd") else x.detach()
-            ws = w if row in ("dw", "fwd+bwd") else w.detach()
-            y = F.conv2d(xs, ws, None, **geometry)
-            if row == "fwd":
-                return y.detach().realize()
-            wanted = {"dx": [xs], "dw": [ws], "fwd+bwd": [xs, ws]}[row]
-            grads = fg.grad(y, wanted, grad_outputs=gy)
-            if row != "fwd+bwd":
-                return grads[0].realize()
-            fg.realize(y, *grads)
-            return (y, *grads)
-
-        return run
+        return conv_row(lambda xs, ws: F.conv2d(xs, ws, None, **geometry), x, w, gy, row)
 
     def reference(row):
-        def answer():
-            y, dx, dw = conv_np(xn, wn, gyn, s, p, d, groups)
-            return {"fwd": y, "dx": dx, "dw": dw, "fwd+bwd": [y, dx, dw]}[row]
-
-        return answer
+        return conv_answer(lambda: conv_np(xn, wn, gyn, s, p, d, groups), row)
 
     cases = []
     # the arrays each row must move, in units of x's bytes (x and y are one size at stride 1,
@@ -656,27 +669,10 @@ def conv1d_cases(on_grid) -> list[Case]:
     rows = ("fwd", "dx", "dw", "fwd+bwd")
 
     def fg_row(row):
-        def run():
-            xs = x if row in ("dx", "fwd+bwd") else x.detach()
-            ws = w if row in ("dw", "fwd+bwd") else w.detach()
-            y = F.conv1d(xs, ws, None, padding=p)
-            if row == "fwd":
-                return y.detach().realize()
-            wanted = {"dx": [xs], "dw": [ws], "fwd+bwd": [xs, ws]}[row]
-            grads = fg.grad(y, wanted, grad_outputs=gy)
-            if row != "fwd+bwd":
-                return grads[0].realize()
-            fg.realize(y, *grads)
-            return (y, *grads)
-
-        return run
+        return conv_row(lambda xs, ws: F.conv1d(xs, ws, None, padding=p), x, w, gy, row)
 
     def reference(row):
-        def answer():
-            y, dx, dw = conv1d_np(xn, wn, gyn, p)
-            return {"fwd": y, "dx": dx, "dw": dw, "fwd+bwd": [y, dx, dw]}[row]
-
-        return answer
+        return conv_answer(lambda: conv1d_np(xn, wn, gyn, p), row)
 
     sgemm = Case(
         f"sgemm of conv1d {m}x{depth}x{cout}",
