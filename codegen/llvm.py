@@ -346,8 +346,8 @@ class _Renderer:
                 f"call {vt} {fn}(ptr {ptr}, i32 {dt.itemsize}, <{w} x i1> {ok}, "
                 f"{vt} zeroinitializer)"
             )
-        elif self.shuffled_step(s.index):
-            v = self.shuffled_load(s, self.shuffled_step(s.index), ok, ok_varying)
+        elif step := self.shuffled_step(s.index):
+            v = self.shuffled_load(s, step, ok, ok_varying)
         else:
             idx = self.vindex(s.index)
             ptrs = self.emit(f"getelementptr inbounds {mt}, ptr %{p.name}, <{w} x i64> {idx}")
@@ -774,12 +774,16 @@ class _Renderer:
     def stmt_TileZero(self, s: TileZero) -> None:
         self.amx_call("tilezero", f"i8 {s.tile}")
 
-    def stmt_TileLoad(self, s: TileLoad) -> None:
+    def tile_rows(self, s: TileLoad | TileStoreRows) -> tuple[str, str]:
+        """(pointer, row stride in bytes) of the 16 rows a tile load or store names."""
         mt, size = mem_type(s.param.dtype), s.param.dtype.itemsize
         ptr = self.emit(
             f"getelementptr inbounds {mt}, ptr %{s.param.name}, i64 {self.index(s.index)}"
         )
-        self.amx_call("tileloadd64", f"i8 {s.tile}", f"ptr {ptr}", f"i64 {s.stride * size}")
+        return f"ptr {ptr}", f"i64 {s.stride * size}"
+
+    def stmt_TileLoad(self, s: TileLoad) -> None:
+        self.amx_call("tileloadd64", f"i8 {s.tile}", *self.tile_rows(s))
 
     def stmt_TileLoadAcc(self, s: TileLoadAcc) -> None:
         t, lanes = self.types[s.acc].llvm, self.acc_lanes[s.acc]
@@ -795,11 +799,7 @@ class _Renderer:
         self.amx_call("tilestored64", f"i8 {s.tile}", f"ptr {ptr}", f"i64 {lanes * 4}")
 
     def stmt_TileStoreRows(self, s: TileStoreRows) -> None:
-        mt, size = mem_type(s.param.dtype), s.param.dtype.itemsize
-        ptr = self.emit(
-            f"getelementptr inbounds {mt}, ptr %{s.param.name}, i64 {self.index(s.index)}"
-        )
-        self.amx_call("tilestored64", f"i8 {s.tile}", f"ptr {ptr}", f"i64 {s.stride * size}")
+        self.amx_call("tilestored64", f"i8 {s.tile}", *self.tile_rows(s))
 
     def tile_config(self) -> list[str]:
         """Entry code that configures the eight AMX tiles as 16 rows of 64 bytes (palette 1)."""

@@ -104,22 +104,25 @@ def _polynomial(gen):
     return gen
 
 
-@functools.lru_cache(maxsize=1)
+@functools.cache
+def host_has(feature: str) -> bool:
+    """Whether LLVM reports CPU feature `feature` (its name without the sign: "avx512f")
+    for the host, the machine kernels are compiled for."""
+    import llvmlite.binding as llvm
+
+    return f"+{feature}" in llvm.get_host_cpu_features().flatten().split(",")
+
+
 def host_scales_in_one_instruction() -> bool:
     """Whether the host has AVX-512 (`vscalefps`/`vscalefpd`): LLVM lowers `llvm.ldexp` to
     one instruction there, elsewhere to a library call, which a kernel must not make."""
-    import llvmlite.binding as llvm
-
-    return "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
+    return host_has("avx512f")
 
 
-@functools.lru_cache(maxsize=1)
 def host_converts_bf16() -> bool:
     """Whether the host has AVX512-BF16 (`vcvtne2ps2bf16`: 32 float32 to bfloat16 in one
     instruction, flushing subnormal inputs)."""
-    import llvmlite.binding as llvm
-
-    return "+avx512bf16" in llvm.get_host_cpu_features().flatten().split(",")
+    return host_has("avx512bf16")
 
 
 def _exp_reduced(b: _Builder, x: str) -> tuple[str, str]:

@@ -26,6 +26,7 @@ from ..ir.symbolic import FloorDiv, Lin, Mod, Var, lin
 from .amx import lower_amx
 from .coords import coords_from_groups as _coords_from_groups
 from .coords import linear_index, squeeze_coords, strides_of
+from .llvm_math import host_has
 from .loopir import (
     AccInit,
     AccOnlineExp,
@@ -1377,12 +1378,9 @@ WIDE_GRID_ACCUMULATORS = 256
 WIDE_VECTOR_BYTES = 64  # one AVX-512 register
 
 
-@functools.lru_cache(maxsize=1)
 def wide_registers() -> bool:
     """Whether the host has 32 vector registers of 16 float32 lanes (AVX-512)."""
-    import llvmlite.binding as llvm
-
-    return "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
+    return host_has("avx512f")
 
 
 # Where AVX-512's multiply-adds run on full 512-bit units (Intel's server cores: two per

@@ -81,7 +81,7 @@ def graph_dot(*tensors: Tensor, params=None, collapse: bool | None = None) -> st
     roots = [n for n in nodes if not has_value(n)]
     device = (roots[0].device if roots else None) or engine.default_device
     at_source = get_backend(device).stores_at_source
-    items = schedule(roots, has_value, True, at_source) if roots else []
+    items = schedule(roots, has_value, expanded=True, stores_at_source=at_source) if roots else []
     kernel_name = kernel_names(items, device)
     every = toposort(nodes, stop=has_value)
     if collapse is None:
