@@ -6,9 +6,12 @@ Workloads, each on the GPU for both systems, on the same random inputs:
 
 - chain 2^24: relu(exp(x/2 + 1) * x - 3) / (1 + x*x), one fused kernel in fusegrad, six
   kernels in PyTorch eager;
-- softmax 4096x4096 (rows), row sum 4096x4096, full sum 2^24;
-- sgemm 4096^3 in float32 (PyTorch with TF32 off, its default for matmul: true fp32), and
-  again with `allow_tf32` on both sides (tensor cores, TF32 inputs);
+- copy 2^24 (the measured copy bandwidth the memory-bound rows are held against);
+- softmax 4096x4096 (rows), layer norm 8192x1024, row sum 4096x4096, full sum 2^24;
+- sgemm 4096^3 in float32 (PyTorch with TF32 off, its default for matmul: true fp32),
+  again with `allow_tf32` on both sides (tensor cores, TF32 inputs), and in bfloat16 and
+  float16 (tensor cores, float32 accumulation);
+- conv2d 64x32x56x56 -> 64, 3x3, padding 1, float32 (cuDNN with TF32 off);
 - one LeNet-5 training step, batch 64, SGD momentum 0.9, as a user writes the plain loop
   (`opt.zero_grad(); loss = ...; loss.backward(); opt.step(); loss.item()`), and the same
   step under `fg.jit`.
@@ -29,6 +32,9 @@ without a synchronization in between. Its rate is the bytes each kernel must mov
 (`traffic` on each CUDA kernel) over the op's own minimum (its input read once, its
 output written once: 2.00x for a softmax whose three kernels read its input thrice),
 or for sgemm over the kernels' minimum.
+
+`--compile` adds torch.compile's time beside (whole call and kernel-only), where it runs.
+A row that fails prints its error and the run goes on.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ import statistics
 import sys
 import tempfile
 import time
+import traceback
 
 import numpy as np
 
@@ -47,6 +54,8 @@ import fusegrad as fg
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 SIZES = (1 << 24, 4096, 4096)  # chain and full sum elements; softmax and row sum rows; sgemm n
+LN = (8192, 1024)  # layer norm rows x columns
+CONV_X, CONV_W = (64, 32, 56, 56), (64, 32, 3, 3)  # conv2d input and weight, padding 1
 
 
 def timed_median(runs: dict, rounds: int) -> dict:
@@ -104,6 +113,9 @@ def op_cases(torch):
         "a": np.array(fg.randn(rows, rows).numpy()),
         "b": np.array(fg.randn(mm, mm).numpy()),
         "c": np.array(fg.randn(mm, mm).numpy()),
+        "ln": np.array(fg.randn(*LN).numpy()),
+        "cx": np.array(fg.randn(*CONV_X).numpy()),
+        "cw": np.array((fg.randn(*CONV_W) * 0.05).numpy()),
     }
     f = {k: fg.tensor(v, device="cuda").realize() for k, v in host.items()}
     t = {k: torch.from_numpy(v).cuda() for k, v in host.items()}
@@ -122,10 +134,12 @@ def op_cases(torch):
     def t_run(build, tf32=False):
         def flagged():
             torch.backends.cuda.matmul.allow_tf32 = tf32
+            torch.backends.cudnn.allow_tf32 = tf32  # on by default for convolutions
             try:
                 return build()
             finally:
                 torch.backends.cuda.matmul.allow_tf32 = False
+                torch.backends.cudnn.allow_tf32 = False
 
         def go():
             out = flagged()
@@ -137,8 +151,26 @@ def op_cases(torch):
 
     x, a, b, c = f["x"], f["a"], f["b"], f["c"]
     xt, at, bt, ct = t["x"], t["a"], t["b"], t["c"]
+    ln, lnt, cx, cxt, cw, cwt = f["ln"], t["ln"], f["cx"], t["cx"], f["cw"], t["cw"]
+    half = {
+        name: (
+            b.to(dt).realize(),
+            c.to(dt).realize(),
+            bt.to(tdt),
+            ct.to(tdt),
+        )
+        for name, dt, tdt in (
+            ("bf16", fg.bfloat16, torch.bfloat16),
+            ("fp16", fg.float16, torch.float16),
+        )
+    }
     f4 = 4
+    rows_ln, cols_ln = LN
+    out_hw = CONV_X[2] * CONV_X[3]
+    conv_flops = 2.0 * CONV_X[0] * CONV_W[0] * out_hw * CONV_W[1] * CONV_W[2] * CONV_W[3]
+    F = fg.nn.functional
     return [
+        ("copy 2^24", 2 * n * f4, "GB/s", fg_run(lambda: x + 0), t_run(lambda: xt.clone())),
         (
             "chain 2^24",
             2 * n * f4,
@@ -152,6 +184,13 @@ def op_cases(torch):
             "GB/s",
             fg_run(lambda: a.softmax(dim=1)),
             t_run(lambda: torch.softmax(at, dim=1)),
+        ),
+        (
+            "layer norm 8192x1024",
+            2 * rows_ln * cols_ln * f4,
+            "GB/s",
+            fg_run(lambda: F.layer_norm(ln, (cols_ln,))),
+            t_run(lambda: torch.nn.functional.layer_norm(lnt, (cols_ln,))),
         ),
         (
             "row sum 4096x4096",
@@ -168,6 +207,23 @@ def op_cases(torch):
             "GFLOP/s",
             fg_run(lambda: b @ c, tf32=True),
             t_run(lambda: bt @ ct, tf32=True),
+        ),
+        *(
+            (
+                f"sgemm 4096^3 {name}",
+                2.0 * mm**3,
+                "GFLOP/s",
+                fg_run(lambda h=h: h[0] @ h[1]),
+                t_run(lambda h=h: h[2] @ h[3]),
+            )
+            for name, h in half.items()
+        ),
+        (
+            "conv2d 64x32x56^2",
+            conv_flops,
+            "GFLOP/s",
+            fg_run(lambda: F.conv2d(cx, cw, padding=1)),
+            t_run(lambda: torch.nn.functional.conv2d(cxt, cwt, padding=1)),
         ),
     ]
 
@@ -207,11 +263,54 @@ def lenet_steps(torch):
     return {"fusegrad": fg_step(False), "fusegrad jit": fg_step(True), "torch": torch_step}
 
 
+def op_row(name, work, unit, fg_call, t_call, rounds, events, compiled, torch) -> None:
+    """Check one op's answer against PyTorch's, time both (whole call, alternating, and
+    kernel-only) and print the row; torch.compile beside where `compiled`."""
+    t0 = time.perf_counter()
+    got = fg_call()
+    first = (time.perf_counter() - t0) * 1e3
+    want = t_call().double().cpu().numpy()
+    err = float(np.abs(np.asarray(got.float().cpu().numpy(), np.float64) - want).max())
+    err /= float(np.abs(want).max()) or 1.0
+    for _ in range(3):
+        fg_call(), t_call()
+    runs = {"fg": fg_call, "t": t_call}
+    if compiled:
+        build = torch.compile(t_call.build)
+
+        def tc_call():
+            out = build()
+            torch.cuda.synchronize()
+            return out
+
+        for _ in range(3):
+            tc_call()
+        runs["tc"] = tc_call
+    ms = {k: v * 1e3 for k, v in timed_median(runs, rounds).items()}
+    with fg.config.override(allow_tf32=fg_call.tf32):
+        launch_all, moved, least = fusegrad_kernels(fg_call.build)
+    fk = kernel_seconds(launch_all, events) * 1e3
+    tk = kernel_seconds(t_call.build, events) * 1e3
+    extra = ""
+    if compiled:
+        tck = kernel_seconds(build, events) * 1e3
+        extra = f"{ms['tc']:>9.3f}{ms['tc'] / ms['fg']:>7.2f}{tck:>9.3f}"
+    print(
+        f"{name:<20}{unit:>8}{ms['fg']:>10.3f}{work / ms['fg'] / 1e6:>9.1f}"
+        f"{ms['t']:>10.3f}{work / ms['t'] / 1e6:>9.1f}"
+        f"{ms['t'] / ms['fg']:>10.2f}{first:>10.1f}{err:>10.1e}"
+        f"{fk:>10.3f}{work / fk / 1e6:>9.1f}{tk:>10.3f}{work / tk / 1e6:>9.1f}"
+        f"{moved / (work if unit == 'GB/s' else least):>8.2f}x" + extra,
+        flush=True,
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--quick", action="store_true", help="fewer rounds")
+    ap.add_argument("--compile", action="store_true", help="torch.compile beside (slow to build)")
     args = ap.parse_args()
     rounds = 10 if args.quick else 40
 
@@ -236,29 +335,13 @@ def main() -> None:
                 f"\n{'op':<20}{'unit':>8}{'fg ms':>10}{'rate':>9}{'torch ms':>10}{'rate':>9}"
                 f"{'torch/fg':>10}{'first ms':>10}{'max err':>10}"
                 f"{'fg kern':>10}{'rate':>9}{'t kern':>10}{'rate':>9}{'traffic':>9}"
+                + (f"{'tc ms':>9}{'tc/fg':>7}{'tc kern':>9}" if args.compile else "")
             )
             for name, work, unit, fg_call, t_call in op_cases(torch):
-                t0 = time.perf_counter()
-                got = fg_call()
-                first = (time.perf_counter() - t0) * 1e3
-                want = t_call().double().cpu().numpy()
-                err = float(np.abs(np.asarray(got.cpu().numpy(), np.float64) - want).max())
-                err /= float(np.abs(want).max()) or 1.0
-                for _ in range(3):
-                    fg_call(), t_call()
-                runs = {"fg": fg_call, "t": t_call}
-                ms = {k: v * 1e3 for k, v in timed_median(runs, rounds).items()}
-                with fg.config.override(allow_tf32=fg_call.tf32):
-                    launch_all, moved, least = fusegrad_kernels(fg_call.build)
-                fk = kernel_seconds(launch_all, events) * 1e3
-                tk = kernel_seconds(t_call.build, events) * 1e3
-                print(
-                    f"{name:<20}{unit:>8}{ms['fg']:>10.3f}{work / ms['fg'] / 1e6:>9.1f}"
-                    f"{ms['t']:>10.3f}{work / ms['t'] / 1e6:>9.1f}"
-                    f"{ms['t'] / ms['fg']:>10.2f}{first:>10.1f}{err:>10.1e}"
-                    f"{fk:>10.3f}{work / fk / 1e6:>9.1f}{tk:>10.3f}{work / tk / 1e6:>9.1f}"
-                    f"{moved / (work if unit == 'GB/s' else least):>8.2f}x"
-                )
+                try:
+                    op_row(name, work, unit, fg_call, t_call, rounds, events, args.compile, torch)
+                except Exception:  # one failing row must not cost the device run the rest
+                    print(f"{name:<20} FAILED:\n{traceback.format_exc()}", flush=True)
 
             steps = lenet_steps(torch)
             losses = {k: [s() for _ in range(3)] for k, s in steps.items()}  # compile, warm
@@ -268,6 +351,9 @@ def main() -> None:
             for k in ("fusegrad", "fusegrad jit"):
                 print(f"  {k:<14}{ms[k]:8.3f} ms   torch / {k} = {ms['torch'] / ms[k]:5.2f}")
             print(f"  {'torch':<14}{ms['torch']:8.3f} ms")
+            from fusegrad.runtime import cuda as fg_cuda
+
+            print(f"  CUDA graphs in use after the steps: {bool(fg_cuda.backend().graphs)}")
 
 
 if __name__ == "__main__":

@@ -23,14 +23,13 @@ Not run on a GPU yet (none where it was written): the logic is tested through
 `runtime/cuda_stub.py`'s `StubLibcuda`, which imitates these entry points.
 
 >>> from fusegrad.runtime.cuda_graphs import driver_capture
->>> driver_capture(None, library=None, loader=lambda: None) is None  # no libcuda: no graphs
+>>> driver_capture(None, library=None) is None  # no libcuda: no graphs
 True
 """
 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable
 
 CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1  # other threads' CUDA calls may go on meanwhile
 LIBRARY_NAMES = ("libcuda.so.1", "libcuda.so", "nvcuda.dll")
@@ -79,13 +78,11 @@ class DriverGraphs:
             raise CaptureFailed(f"{name} returned CUresult {result}")
 
 
-def driver_capture(
-    stream, library=None, loader: Callable[[], object] = load_libcuda
-) -> DriverCapture | None:
+def driver_capture(stream, library) -> DriverCapture | None:
     """Stream capture of `stream` (a PyCUDA stream: its `handle`) through the driver
-    library (`library`, else `loader()`), or None where the library or an entry point is
-    missing."""
-    library = library if library is not None else loader()
+    library `library` (`load_libcuda()`'s), or None where the library (None) or an entry
+    point is missing. None never means "find one": a stand-in driver's stream handle
+    given to the real library would crash the process."""
     if library is None:
         return None
     try:

@@ -107,6 +107,23 @@ def test_no_library_or_graphs_switched_off_means_plain_launches():
             assert not b.graphs
 
 
+def test_a_stand_in_driver_never_reaches_the_machines_libcuda(monkeypatch):
+    """On a machine with a real libcuda (a GPU run), a stub driver without a library of its
+    own must not be given the real one: its stream handles are not CUstreams, and
+    cuStreamBeginCapture on one crashed the process on an H100."""
+
+    def real_library(name, *args, **kwargs):
+        raise AssertionError(f"a stand-in driver loaded the machine's {name}")
+
+    monkeypatch.setattr(cuda_graphs.ctypes, "CDLL", real_library)
+    drv = StubDriver(log=True)
+    with runtime_cuda.use_driver(drv) as b:
+        assert not b.graphs and b.capture is None
+        plan, leaves = cached_plan(fg.ones(256, device="cuda").realize())
+        ran = runs(drv, plan, leaves, runtime_cuda.GRAPH_AFTER_RUNS + 2)
+        assert drv.captures == 0 and ran[0] and all(r == ran[0] for r in ran)
+
+
 def test_dropped_graphs_are_destroyed_at_the_next_capture():
     drv = StubDriver(libcuda=True)
     lib = drv.libcuda
