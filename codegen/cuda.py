@@ -173,8 +173,19 @@ HALF_PRELUDE = """\
 #endif
 __device__ __forceinline__ float fg_f32(__half h) { return __half2float(h); }
 __device__ __forceinline__ float fg_f32(__nv_bfloat16 h) { return __bfloat162float(h); }
+// rounded to nearest even; a NaN keeps its sign and the top of its payload, quieted, as the
+// CPU kernels round it (the GPU's own conversions give every NaN the bits 0x7fff)
+__device__ __forceinline__ __half fg_to_f16(float v) {
+  const unsigned u = (unsigned)__float_as_int(v);
+  return v != v ? __ushort_as_half((unsigned short)((u >> 16 & 0x8000u) | 0x7e00u | (u >> 13 & 0x3ffu)))
+                : __float2half_rn(v);
+}
+__device__ __forceinline__ __nv_bfloat16 fg_to_bf16(float v) {
+  const unsigned u = (unsigned)__float_as_int(v);
+  return v != v ? __ushort_as_bfloat16((unsigned short)(u >> 16 | 0x40u)) : __float2bfloat16_rn(v);
+}
 """
-_TO_HALF = {"float16": "__float2half_rn", "bfloat16": "__float2bfloat16_rn"}
+_TO_HALF = {"float16": "fg_to_f16", "bfloat16": "fg_to_bf16"}
 
 
 def mem_type(dt: DType) -> str:
@@ -952,7 +963,9 @@ def cuda_kernel(kernel: Kernel, symbol: str, tf32: bool = False) -> CudaKernel:
         red = next(iter(gpu.reductions.values()))
         scratch = [(_reg(red.init.dtype), gpu.grid)]  # float32 partials of a 16-bit sum
     moved = traffic(gpu)
-    prelude = PRELUDE + (HALF_PRELUDE if any(p.dtype.is_half for p in kernel.params) else "")
+    # 16-bit values in the parameters or only inside (an explicit cast of float32 values)
+    half = any(p.dtype.is_half for p in kernel.params) or any("fg_f32(" in b for b in bodies)
+    prelude = PRELUDE + (HALF_PRELUDE if half else "")
     source = "\n".join([f"// kernel {kernel.name}", f"// {moved}", prelude, *bodies, ""])
     return CudaKernel(
         kernel.name, source, list(kernel.params), launches, scratch, r.shared_bytes, moved

@@ -114,11 +114,15 @@ class CudaBackend(Backend):
 
     def run(self, plan, leaves: list):
         """A cached plan through its prepared launch list (`runtime/cuda.py` `LaunchList`):
-        arguments bound once per set of buffer addresses, no synchronize at the end."""
+        arguments bound once per set of buffer addresses, no synchronize at the end. With
+        `program` off (FUSEGRAD_PROGRAM=0, and inside `fg.profile()`) None: the engine then
+        launches kernel by kernel, each waited for, so each has its own time."""
+        if not config.program:
+            return None
         return cuda.run_plan(plan, self.begin(plan, leaves)), plan.records
 
     def launch(self, step, outs: list, inputs: list, timed: bool) -> None:
-        cuda.launch(step.record.compiled, outs + inputs, timed)
+        cuda.launch(step.record.compiled, outs + inputs, timed or not config.program)
 
     def synchronize(self) -> None:
         cuda.synchronize()

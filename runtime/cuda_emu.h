@@ -106,7 +106,9 @@ struct __nv_bfloat16 { uint16_t x; };
 inline float __half2float(__half h) {
   _Float16 f; std::memcpy(&f, &h.x, 2); return (float)f;
 }
+// the GPU's conversions (cvt.rn.f16.f32, cvt.rn.bf16.f32) give every NaN the bits 0x7fff
 inline __half __float2half_rn(float v) {
+  if (v != v) return __half{(unsigned short)0x7fffu};
   _Float16 f = (_Float16)v; __half h; std::memcpy(&h.x, &f, 2); return h;
 }
 inline __half __ushort_as_half(unsigned short x) { return __half{x}; }
@@ -114,7 +116,8 @@ inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short x) { return __nv_bfloat
 inline float __bfloat162float(__nv_bfloat16 h) { return __int_as_float((int)((uint32_t)h.x << 16)); }
 inline __nv_bfloat16 __float2bfloat16_rn(float v) {
   uint32_t bits = (uint32_t)__float_as_int(v);
-  bits = v != v ? bits | 0x400000u : bits + 0x7fffu + ((bits >> 16) & 1u);
+  if (v != v) return __nv_bfloat16{(uint16_t)0x7fffu};
+  bits = bits + 0x7fffu + ((bits >> 16) & 1u);
   return __nv_bfloat16{(uint16_t)(bits >> 16)};
 }
 

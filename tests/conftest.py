@@ -98,6 +98,26 @@ def backend(request):
             fg.set_default_device(before)
 
 
+@pytest.fixture(autouse=True)
+def _cpu_device_marked(request):
+    """A test marked `cpu_device` checks the CPU device's own behaviour (torch's CPU
+    semantics, the CPU lowering): under FUSEGRAD_TEST_DEVICE it still runs on the CPU."""
+    if TEST_DEVICE == "cpu" or request.node.get_closest_marker("cpu_device") is None:
+        yield
+        return
+    import fusegrad as fg
+    from fusegrad import devices
+
+    before, reads = fg.get_default_device(), devices.numpy_reads_devices
+    fg.set_default_device("cpu")
+    devices.numpy_reads_devices = False
+    try:
+        yield
+    finally:
+        devices.numpy_reads_devices = reads
+        fg.set_default_device(before)
+
+
 def pytest_collection_modifyitems(config, items):
     """Outside --all-backends, a test of the `backend` parametrization runs on the host's
     backend alone unless it is marked `backend_slice`."""
@@ -117,6 +137,11 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "cpu_device: the CPU device's own behaviour; runs on the CPU whatever "
+        "FUSEGRAD_TEST_DEVICE says",
+    )
     config.addinivalue_line(
         "markers",
         "backend_slice: with the `backend` fixture, runs on every backend by default "

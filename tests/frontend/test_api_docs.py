@@ -10,6 +10,7 @@ import fusegrad
 from fusegrad import extend, indexing, mathops, searching, shapeops, testing
 
 
+@pytest.mark.cpu_device  # the examples print CPU tensors
 @pytest.mark.parametrize(
     "module", [extend, indexing, mathops, searching, shapeops, testing, fusegrad]
 )

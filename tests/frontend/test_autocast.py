@@ -15,6 +15,9 @@ import fusegrad as fg
 from fusegrad.autocast import _state as autocast_state
 from fusegrad.nn import functional as F
 
+# fg.autocast("cpu") regions: their tensors on the CPU whatever FUSEGRAD_TEST_DEVICE says
+pytestmark = pytest.mark.cpu_device
+
 EPS = {"bfloat16": 2.0**-8, "float16": 2.0**-11}  # half an ulp at 1: one rounding's error
 
 

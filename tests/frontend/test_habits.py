@@ -294,6 +294,7 @@ def test_an_update_that_reads_no_gradient_leaves_the_step_cached():
     np.testing.assert_allclose(w.numpy(), [0.4096, 0.8192], rtol=1e-6)
 
 
+@pytest.mark.cpu_device  # the examples print CPU tensors
 @pytest.mark.parametrize(
     "name", ["inplace_methods", "autograd_state", "versions", "creation", "tensor"]
 )

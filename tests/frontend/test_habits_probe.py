@@ -219,6 +219,7 @@ def test_unsqueeze_out_of_range_is_an_index_error():
 # ---------------------------------------------------------------- printing, as torch prints
 
 
+@pytest.mark.cpu_device  # torch prints device='cuda:0' too
 @pytest.mark.parametrize(
     "make, text",
     [
@@ -265,6 +266,7 @@ def test_tensors_print_as_torch_prints_them(make, text):
     assert str(make()) == text
 
 
+@pytest.mark.cpu_device  # torch prints device='cuda:0' too
 def test_a_summarized_matrix_prints_its_corners():
     text = repr(fg.arange(5000).reshape(50, 100))
     assert text.startswith("tensor([[   0,    1,    2,  ...,   97,   98,   99],\n")
@@ -272,6 +274,7 @@ def test_a_summarized_matrix_prints_its_corners():
     assert text.endswith("[4900, 4901, 4902,  ..., 4997, 4998, 4999]])")
 
 
+@pytest.mark.cpu_device  # torch prints device='cuda:0' too
 @pytest.mark.parametrize(
     "name", ["printing", "linalg", "nn.adaptive", "nn.functional", "autograd_state"]
 )

@@ -146,6 +146,7 @@ def test_a_generator_drives_dataloader_shuffles_and_random_split():
 # ---------------------------------------------------------------- integer division by zero
 
 
+@pytest.mark.cpu_device  # torch on CUDA does not raise either
 @pytest.mark.parametrize(
     "divide",
     [
@@ -296,6 +297,7 @@ def test_pow_of_a_number_to_a_tensor_abs_builtin_and_mean_dtype():
     assert r.dtype == fg.float64 and r.tolist() == [1.5]
 
 
+@pytest.mark.cpu_device  # torch prints device='cuda:0' too
 @pytest.mark.parametrize(
     "options, make, printed",
     [

@@ -122,6 +122,7 @@ def test_finfo_is_torchs():
     assert (h.dtype, b.dtype) == ("float16", "bfloat16")
 
 
+@pytest.mark.cpu_device  # torch prints device='cuda:0' too
 def test_numpy_in_and_out_and_printing():
     a = np.array([1.5, -2.0, 0.1], np.float16)
     t = fg.tensor(a)

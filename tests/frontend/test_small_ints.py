@@ -66,6 +66,7 @@ def test_a_list_with_a_dtype():
     check(fg.tensor([-3, 2], dtype=fg.int8), [-3, 2], int8)
 
 
+@pytest.mark.cpu_device  # torch prints device='cuda:0' too
 def test_repr_names_the_dtype_as_torch_does():
     assert repr(u8([250, 3])) == "tensor([250,   3], dtype=fusegrad.uint8)"
     assert repr(fg.tensor([1, 2], dtype=fg.int16)) == "tensor([1, 2], dtype=fusegrad.int16)"

@@ -586,6 +586,7 @@ def test_a_gradient_that_padding_grows_much_is_not_shared_with_the_weight_gradie
     np.testing.assert_allclose(dw.numpy(), want_dw, atol=1e-10)
 
 
+@pytest.mark.cpu_device  # the CPU lowering
 @pytest.mark.parametrize("pad", [0, 1])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("dims, stride", [(1, 2), (1, 3), (2, 2), (2, (1, 4))])
@@ -626,6 +627,7 @@ def test_strided_conv_in_16_bit_storage_reads_windows_in_place(dtype, dims, stri
         np.testing.assert_allclose(got.float().numpy(), ref, atol=4 * unit * np.abs(ref).max())
 
 
+@pytest.mark.cpu_device  # the CPU lowering
 @pytest.mark.parametrize("stride", [2, 3])
 def test_a_padded_strided_convolution_reads_its_phase_split_copy_at_stride_1(stride):
     """The padded copy of a convolution strided along its last axis is split into the

@@ -139,6 +139,7 @@ def test_depthwise_at_special_values_and_on_an_empty_batch():
     assert dx.shape == (0, 4, 33) and dw.shape == (4, 1, 3) and not dw.numpy().any()
 
 
+@pytest.mark.cpu_device  # the CPU lowering
 def test_a_stored_input_is_read_in_place_and_its_interior_unguarded():
     """The forward, the input gradient and the weight gradient of a depthwise convolution over
     stored values make no padded copy (a groups=1 convolution still does), and each kernel's
@@ -158,6 +159,7 @@ def test_a_stored_input_is_read_in_place_and_its_interior_unguarded():
     assert [k for k in fg.kernels(dense) if "padded" in k.reason]
 
 
+@pytest.mark.cpu_device  # the CPU lowering
 def test_a_computed_input_keeps_its_padded_copy():
     """An input that is an elementwise value (an activation not stored) is computed once, in
     the padded copy, not again at each of the kernel's taps."""

@@ -290,6 +290,7 @@ def test_step_realizes_with_outputs_in_the_same_schedule():
     assert w.tolist() == [0.5, -2.0, 2.5]
 
 
+@pytest.mark.cpu_device  # reads a CPU buffer's array
 def test_scalar_slots_skip_only_the_very_float_written_last():
     """A step writes its scalars only when they changed (the same float object as last
     step is the same value); an equal value of the other sign, or NaN, is written."""

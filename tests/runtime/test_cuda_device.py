@@ -446,3 +446,39 @@ def test_emulated_kernels_say_where_they_came_from_and_the_module_cache_is_bound
             assert origins(items[::-1]) == ["memory", "memory", "disk"]
         finally:
             runtime_cuda._modules.clear()
+
+
+# ---------------------------------------------------------------- found on an H100
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_nan_rounded_to_16_bits_has_the_cpus_bits(dtype):
+    """The GPU's own conversions give every NaN the bits 0x7fff (the emulator now does the
+    same); the kernels round as the CPU's do: the sign and the top of the payload kept."""
+    raw = np.array([0x7FC00000, 0x7F800001, 0xFFC12345, 0x7FFFFFFF, 0xFF800001, 0x3F800000])
+    x = raw.astype(np.uint32).view(np.float32)
+    dt = getattr(fg, dtype)
+    on_cpu = fg.tensor(x, device="cpu").to(dt)._host().view(np.uint16)
+    stored = fg.tensor(x, device="cuda").to(dt)._host().view(np.uint16)  # a store
+    inside = (fg.tensor(x, device="cuda").to(dt).float() * 1).to(dt)  # a cast in a kernel
+    assert stored.tolist() == on_cpu.tolist()
+    assert inside._host().view(np.uint16).tolist() == on_cpu.tolist()
+    assert (on_cpu[:5] >> 15).tolist() == [0, 0, 1, 0, 1]
+
+
+def test_profile_times_each_kernel_of_a_cached_plan():
+    """On the cuda device a cached plan runs from its launch list without waiting; inside
+    `fg.profile()` each kernel is launched alone and waited for, so each has a time (on an
+    H100 every kernel read 0 s)."""
+
+    def step():
+        x = fg.randn(64, 32, device="cuda").realize()  # a new input: nothing to reuse
+        return (x.softmax(1) * 2).sum(0).realize()
+
+    step(), step()  # compiled and cached outside the profile
+    with fg.profile() as prof:
+        for _ in range(3):
+            step()
+    assert prof.kernels
+    for k in prof.kernels:
+        assert k.calls == 3 and k.seconds > 0, k
