@@ -177,8 +177,8 @@ __device__ __forceinline__ float fg_f32(__nv_bfloat16 h) { return __bfloat162flo
 // CPU kernels round it (the GPU's own conversions give every NaN the bits 0x7fff)
 __device__ __forceinline__ __half fg_to_f16(float v) {
   const unsigned u = (unsigned)__float_as_int(v);
-  return v != v ? __ushort_as_half((unsigned short)((u >> 16 & 0x8000u) | 0x7e00u | (u >> 13 & 0x3ffu)))
-                : __float2half_rn(v);
+  const unsigned nan = (u >> 16 & 0x8000u) | 0x7e00u | (u >> 13 & 0x3ffu);
+  return v != v ? __ushort_as_half((unsigned short)nan) : __float2half_rn(v);
 }
 __device__ __forceinline__ __nv_bfloat16 fg_to_bf16(float v) {
   const unsigned u = (unsigned)__float_as_int(v);
