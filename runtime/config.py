@@ -105,6 +105,10 @@ class Config:
     # (runtime/autotune.py); off: the fixed choice for the CPU (the tests' setting)
     autotune: bool = True
     autotune_budget: float = 10.0  # seconds a process may spend timing tiles
+    # the CUDA emulator gives every device buffer a page of its own after it (and one
+    # before) that no access is allowed to: a kernel reading or writing out of bounds
+    # stops at the access, with its name (runtime/cuda_emulator.py `guarded_array`)
+    emu_guard: bool = False
 
     @classmethod
     def from_env(cls) -> Config:
@@ -137,6 +141,7 @@ class Config:
             amx=_int_env("FUSEGRAD_AMX", 1, "0 or 1", (0, 1)) != 0,
             autotune=_int_env("FUSEGRAD_AUTOTUNE", 1, "0 or 1", (0, 1)) != 0,
             autotune_budget=float(_int_env("FUSEGRAD_AUTOTUNE_BUDGET", 10, "a number of seconds")),
+            emu_guard=_int_env("FUSEGRAD_EMU_GUARD", 0, "0 or 1", (0, 1)) != 0,
         )
 
     @contextlib.contextmanager

@@ -360,7 +360,15 @@ class _EmulatedBackend:
     def __init__(self):
         self.emulator = cuda_emulator
 
+    @property
+    def guards(self) -> bool:
+        """Every buffer between guard pages (FUSEGRAD_EMU_GUARD): each value and scratch
+        array of a cached plan gets its own then, rather than a place in one arena."""
+        return config.emu_guard
+
     def alloc(self, size: int, dtype: DType):
+        if config.emu_guard and size:
+            return Buffer(size, dtype, cuda_emulator.guarded_array(size * dtype.itemsize, dtype.np))
         return Buffer(size, dtype)
 
     def free(self, mem, size: int, dtype: DType) -> None:
@@ -727,6 +735,7 @@ class LaunchList:
     def __init__(self, plan, b):
         n = plan.nleaves
         returned = set(plan.outputs)
+        apart = getattr(b, "guards", False)  # no arena: each value between its guard pages
         self.backend, self.device, self.nleaves = b, plan.device, n
         self.outs: list[tuple[int, int, DType]] = []  # (table index, size, dtype): new per run
         arena: list[tuple[int, int]] = []  # (table index, byte offset) of values in the arena
@@ -734,7 +743,7 @@ class LaunchList:
         self.entries = []  # (function, grid, block, shared bytes, table indices)
         for s in plan.steps:
             for g, numel, dtype in s.outs:
-                if g in returned:
+                if g in returned or apart:
                     self.outs.append((n + g, numel, dtype))
                 else:
                     arena.append((n + g, nbytes))
@@ -744,8 +753,11 @@ class LaunchList:
             where = [n + g for g, _, _ in s.outs]
             where += [i if kind == "leaf" else n + i for kind, i in s.inputs]
             for dtype, count in k.scratch:
-                arena.append((table, nbytes))
-                nbytes += _aligned(count * dtype.itemsize)
+                if apart:
+                    self.outs.append((table, count, dtype))
+                else:
+                    arena.append((table, nbytes))
+                    nbytes += _aligned(count * dtype.itemsize)
                 where.append(table)
                 table += 1
             if compiled.functions is None:

@@ -4,6 +4,9 @@
 #include "cuda_emu.h"
 
 #include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
 
 #include <barrier>
 #include <functional>
@@ -117,4 +120,37 @@ extern "C" void fg_emu_launch(void (*entry)(void**), void** args, dim3 grid, dim
   };
   for (unsigned t = 0; t < nthreads; ++t) pool->wake[t]->release();
   pool->finished.acquire();
+}
+
+// FUSEGRAD_EMU_GUARD: device buffers sit between pages no access is allowed to, so an
+// out-of-bounds access faults; the fault names the kernel that was running, then goes on
+// to whatever handled it before (Python's faulthandler prints the stack).
+namespace {
+char guarded_kernel[256];
+struct sigaction previous_segv, previous_bus;
+
+void on_guard_fault(int sig, siginfo_t* info, void* context) {
+  static const char what[] =
+      "\nfusegrad CUDA emulator: an out-of-bounds access (a guard page) in kernel ";
+  (void)!write(2, what, sizeof what - 1);
+  (void)!write(2, guarded_kernel, strlen(guarded_kernel));
+  (void)!write(2, "\n", 1);
+  struct sigaction& before = sig == SIGSEGV ? previous_segv : previous_bus;
+  sigaction(sig, &before, nullptr);
+  raise(sig);
+  (void)info;
+  (void)context;
+}
+}  // namespace
+
+extern "C" void fg_emu_guard(const char* kernel) {
+  static std::once_flag installed;
+  std::call_once(installed, [] {
+    struct sigaction action = {};
+    action.sa_sigaction = on_guard_fault;
+    action.sa_flags = SA_SIGINFO;
+    sigaction(SIGSEGV, &action, &previous_segv);
+    sigaction(SIGBUS, &action, &previous_bus);
+  });
+  strncpy(guarded_kernel, kernel, sizeof guarded_kernel - 1);
 }

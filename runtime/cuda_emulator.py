@@ -36,6 +36,7 @@ import atexit
 import ctypes
 import functools
 import hashlib
+import mmap
 import os
 import re
 import shutil
@@ -234,6 +235,39 @@ class EmulatedModule:
         return EmulatedFunction(symbol, self.kernels[symbol], entry)
 
 
+def _guard(symbol: str) -> None:
+    """Name the kernel a guard-page fault will report (FUSEGRAD_EMU_GUARD)."""
+    for library in _runtimes.values():
+        library.fg_emu_guard(symbol.encode())
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+PROT_NONE = 0
+
+
+def guarded_array(nbytes: int, dtype: np.dtype) -> np.ndarray:
+    """A new array of `nbytes` bytes (FUSEGRAD_EMU_GUARD) that ends where a page no access is
+    allowed to begins, give or take the up to 15 bytes that keep it 16-byte aligned (the
+    kernels' vector loads want that), with another such page before it: a kernel that reads
+    or writes past either end stops there with SIGSEGV, and the emulator's runtime names
+    the kernel. Each array has pages of its own; the memory goes when the array does.
+
+    >>> a = guarded_array(40, np.dtype(np.float32))
+    >>> a.size, a.ctypes.data % 16
+    (10, 0)
+    """
+    page = mmap.PAGESIZE
+    body = -(-max(nbytes, 1) // page) * page
+    region = mmap.mmap(-1, body + 2 * page)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(region))
+    for at in (base, base + page + body):
+        if _libc.mprotect(at, page, PROT_NONE) != 0:
+            raise OSError(ctypes.get_errno(), "mprotect refused a guard page")
+    start = (page + body - nbytes) & ~15
+    return np.frombuffer(region, np.uint8, nbytes, start).view(dtype)
+
+
 def _dims(value, what: str) -> tuple[int, int, int]:
     dims = tuple(int(v) for v in value) + (1,) * (3 - len(value))
     if len(dims) != 3 or min(dims) < 1:
@@ -290,4 +324,6 @@ class EmulatedFunction:
         pointers = (ctypes.c_void_p * max(1, len(slots)))(
             *[ctypes.cast(ctypes.pointer(s), ctypes.c_void_p) for s in slots]
         )
+        if config.emu_guard:
+            _guard(self.symbol)
         self.entry(pointers, *grid, *block)

@@ -215,3 +215,50 @@ def test_the_header_copy_cannot_collide_with_another_process(tmp_path, monkeypat
         "cuda_emu.h.gch",
         "cuda_emu.h.tmp",
     ]
+
+
+# ---------------------------------------------------------------- FUSEGRAD_EMU_GUARD
+
+OUT_OF_BOUNDS = r"""
+import numpy as np
+from fusegrad.runtime.config import config
+from fusegrad.runtime.cuda_emulator import EmulatedModule, guarded_array
+
+mod = EmulatedModule('''
+extern "C" __global__ void reads_past_the_end(float* out, const float* x, long long n) {
+  long long i = threadIdx.x;
+  if (i < n + %d) out[i %% n] = x[i];
+}''')
+x, out = guarded_array(40, np.dtype(np.float32)), guarded_array(40, np.dtype(np.float32))
+x[:] = 1
+with config.override(emu_guard=True):
+    mod.get_function("reads_past_the_end")(out, x, np.int64(10), block=(32, 1, 1))
+print("no fault", out.sum())
+"""
+
+
+@pytest.mark.parametrize("past", [0, 4])
+def test_a_guarded_buffer_faults_at_an_out_of_bounds_read_and_names_the_kernel(past):
+    """A kernel reading 16 bytes past a guarded buffer's end stops there (SIGSEGV), and the
+    runtime names the kernel; one that stays inside runs as it always does."""
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-c", OUT_OF_BOUNDS % past], capture_output=True, text=True, timeout=300
+    )
+    if past == 0:
+        assert run.returncode == 0 and "no fault 10.0" in run.stdout, run.stderr
+    else:
+        assert run.returncode != 0
+        assert "out-of-bounds access (a guard page) in kernel reads_past_the_end" in run.stderr
+
+
+def test_a_guarded_array_ends_at_its_guard_page_and_is_16_byte_aligned():
+    import mmap
+
+    for nbytes in (1, 4, 40, 4096, 5000):
+        a = cuda_emulator.guarded_array(nbytes, np.dtype(np.uint8))
+        end = a.ctypes.data + nbytes
+        assert a.ctypes.data % 16 == 0 and a.nbytes == nbytes
+        assert 0 <= -end % mmap.PAGESIZE < 16  # the guard page starts within 15 bytes
