@@ -29,6 +29,7 @@ from ..nnapi import (
     fail,
     from_numpy,
     no_grad,
+    one_site,
     ones,
     tensor,
     where,
@@ -49,6 +50,7 @@ def _normalized(x: Tensor, axes: tuple[int, ...], eps: float) -> Tensor:
 
 
 @autocast_op("layer_norm")
+@one_site
 def layer_norm(
     input: Tensor, normalized_shape, weight=None, bias=None, eps: float = 1e-5
 ) -> Tensor:
@@ -72,6 +74,7 @@ def layer_norm(
 
 
 @autocast_op("group_norm")
+@one_site
 def group_norm(input: Tensor, num_groups: int, weight=None, bias=None, eps: float = 1e-5) -> Tensor:
     """Normalize each of `num_groups` channel groups of each sample, then per-channel w, b."""
     if input.ndim < 2:
@@ -96,6 +99,7 @@ def group_norm(input: Tensor, num_groups: int, weight=None, bias=None, eps: floa
 
 
 @autocast_op("batch_norm")
+@one_site
 def batch_norm(
     input: Tensor,
     running_mean: Tensor | None,
@@ -167,6 +171,7 @@ def _update_running(running_mean, running_var, mean, var, count: int, momentum) 
             target.assign_(value)
 
 
+@one_site
 def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
     """x / max(||x||_p, eps) along `dim`, as F.normalize.
 
