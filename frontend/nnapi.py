@@ -92,8 +92,8 @@ from .mathops import _with_grad as with_grad
 # the views that convolution and pooling read
 from .movement import cat, sliding_windows, stack
 
-# fused reductions: one macro node for a linear layer and a classifier's loss
-from .reduce import class_cross_entropy, fits_class_cross_entropy
+# fused ops: one macro node for a linear layer, a layer norm and a classifier's loss
+from .reduce import class_cross_entropy, fits_class_cross_entropy, fused_layer_norm
 from .reduce import linear as fused_linear
 
 # the cache size the codegen's tiles assume: what a convolution's gradient keeps in cache;
@@ -140,6 +140,7 @@ __all__ = [
     "fits_class_cross_entropy",
     "from_numpy",
     "full",
+    "fused_layer_norm",
     "fused_linear",
     "gather_rows",
     "grad_enabled",

@@ -28,6 +28,7 @@ from ..nnapi import (
     default_float,
     fail,
     from_numpy,
+    fused_layer_norm,
     no_grad,
     one_site,
     ones,
@@ -65,6 +66,9 @@ def layer_norm(
             f"[*, {', '.join(map(str, shape))}], but got input of size {input.shape}",
         )
     x = input._float()
+    fused = fused_layer_norm(x, k, eps, weight, bias)
+    if fused is not None:
+        return fused
     out = _normalized(x, tuple(range(x.ndim - k, x.ndim)), eps)
     if weight is not None:
         out = out * weight

@@ -179,3 +179,66 @@ def test_normalization_of_an_empty_batch(make, shape):
     if isinstance(m, nn.BatchNorm1d | nn.BatchNorm2d):
         assert m.running_mean.tolist() == [0.0] * 4 and m.running_var.tolist() == [1.0] * 4
         assert m.num_batches_tracked.item() == 1
+
+
+# ---------------------------------------------------------------- layer_norm as one node
+
+
+def _composed_layer_norm(x, shape, w, b, eps):
+    from fusegrad.nn.normalization import _normalized
+
+    out = _normalized(x._float(), tuple(range(x.ndim - len(shape), x.ndim)), eps)
+    out = out * w if w is not None else out
+    return out + b if b is not None else out
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("affine", ["none", "weight", "bias", "both"])
+@pytest.mark.parametrize("shape", [(6,), (5, 6)])
+def test_layer_norm_is_one_macro_node_expanding_to_the_composed_nodes(dtype, affine, shape):
+    """A step builds one node for a layer norm (14 before: its host time), and the node's
+    expansion is the very graph the Tensor operators build: same kernels, same bits, same
+    gradients."""
+    from fusegrad.ir.macro import expand_all
+    from fusegrad.ir.ops import Ops
+
+    dt = getattr(fg, dtype)
+    rng = np.random.default_rng(4)
+    x = fg.tensor(rng.standard_normal((4, 5, 6)), dtype=dt, requires_grad=True)
+    w = fg.tensor(rng.standard_normal(shape), dtype=dt, requires_grad=True)
+    b = fg.tensor(rng.standard_normal(shape), dtype=dt, requires_grad=True)
+    w = w if affine in ("weight", "both") else None
+    b = b if affine in ("bias", "both") else None
+    y = F.layer_norm(x, shape, w, b, eps=1e-3)
+    assert y.node.op is Ops.MACRO
+    want = _composed_layer_norm(x, shape, w, b, 1e-3)
+    assert expand_all([y.node])[0] is want.node
+    leaves = [t for t in (x, w, b) if t is not None]
+    g = fg.tensor(rng.standard_normal(y.shape), dtype=dt)
+    got_grads = fg.grad(y, leaves, grad_outputs=g)
+    want_grads = fg.grad(want, leaves, grad_outputs=g)
+    np.testing.assert_array_equal(y.numpy(), want.numpy())
+    for a, c in zip(got_grads, want_grads):
+        np.testing.assert_array_equal(a.numpy(), c.numpy())
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["float16", "broadcast input", "weight of another dtype", "weight of another shape"],
+)
+def test_layer_norm_outside_the_macro_takes_the_composed_form(case):
+    from fusegrad.ir.ops import Ops
+
+    x, w = fg.randn(3, 8), fg.randn(8)
+    if case == "float16":
+        x, w = x.half(), w.half()
+    elif case == "broadcast input":
+        x = fg.randn(1, 8).expand(3, 8)
+    elif case == "weight of another dtype":
+        w = w.double()
+    else:
+        w = fg.randn(1, 8)  # broadcastable, not the normalized shape
+    y = F.layer_norm(x, (8,), w)
+    assert y.node.op is not Ops.MACRO
+    want = _composed_layer_norm(x, (8,), w, None, 1e-5)
+    np.testing.assert_array_equal(y.float().numpy(), want.float().numpy())
