@@ -6,6 +6,7 @@ the reference evaluator, and a graph too deep for recursion."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import fusegrad as fg
 from fusegrad.ir import node as N
@@ -141,3 +142,21 @@ def test_relu_is_one_macro_with_torchs_values_and_gradients():
     # a constant or an integer tensor is not a macro (constants fold, as before)
     assert fg.tensor([-2, 3]).relu().tolist() == [0, 3]
     assert fg.full((2,), -1.5).relu().node.op is Ops.CONST
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_softmax_is_one_macro_node_expanding_to_the_composed_nodes(dtype, dim):
+    """A row softmax builds one node (8 before: most of its host time on the GPU), whose
+    expansion is the graph `e / e.sum(dim)` builds: same kernels, bits and gradients."""
+    x = fg.tensor(np.random.default_rng(2).standard_normal((5, 7)), requires_grad=True)
+    x = x.to(getattr(fg, dtype))
+    y = x.softmax(dim)
+    assert y.node.op is Ops.MACRO
+    e = (x - x.amax(dim, keepdim=True).detach()).exp()
+    want = e / e.sum(dim, keepdim=True)
+    assert expand_all([y.node])[0] is want.node
+    g = fg.ones_like(y) * fg.arange(7).to(y.dtype)
+    (got,), (exp,) = fg.grad(y, [x], grad_outputs=g), fg.grad(want, [x], grad_outputs=g)
+    np.testing.assert_array_equal(got.float().numpy(), exp.float().numpy())
+    np.testing.assert_array_equal(y.float().numpy(), want.float().numpy())

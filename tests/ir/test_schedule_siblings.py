@@ -33,6 +33,7 @@ def assert_close(got, want, rtol=2e-5, atol=2e-6) -> None:
 # ---------------------------------------------------------------- which reductions merge
 
 
+@pytest.mark.cpu_device  # the CPU lowering's loops and tiles
 def test_sums_over_the_same_input_and_axes_are_one_kernel():
     a = f32(64, 96)
     x = realized(a)
@@ -128,6 +129,7 @@ def test_what_does_not_merge(build, numpy_twin, kernels):
         assert_close(got.numpy(), want, rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.cpu_device  # the CPU lowering's loops and tiles
 def test_contractions_keep_their_kernels_and_tiles():
     # two linear layers on one input: their weight gradients g1^T x and g2^T x share x, but
     # each reuses every loaded value across a register tile; merged, neither tile would fit
@@ -140,6 +142,7 @@ def test_contractions_keep_their_kernels_and_tiles():
     assert_close(d2.numpy(), g2.T.astype(np.float64) @ xs, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.cpu_device  # the CPU lowering's loops and tiles
 def test_a_tile_too_big_for_two_sums_keeps_one_row_of_lanes():
     # a sum over the middle axis: alone, a tile of rows along the batch and lanes along the
     # channels; with a sibling its accumulators would not fit, so one row of lanes each
