@@ -105,9 +105,9 @@ class Config:
     # (runtime/autotune.py); off: the fixed choice for the CPU (the tests' setting)
     autotune: bool = True
     autotune_budget: float = 10.0  # seconds a process may spend timing tiles
-    # the CUDA emulator gives every device buffer a page of its own after it (and one
-    # before) that no access is allowed to: a kernel reading or writing out of bounds
-    # stops at the access, with its name (runtime/cuda_emulator.py `guarded_array`)
+    # the CUDA emulator ends every device buffer where a page no access is allowed to
+    # begins: a kernel reading or writing past the end stops at the access, with its name
+    # (runtime/cuda_emulator.py `guarded_array`)
     emu_guard: bool = False
 
     @classmethod

@@ -368,7 +368,9 @@ class _EmulatedBackend:
 
     def alloc(self, size: int, dtype: DType):
         if config.emu_guard and size:
-            return Buffer(size, dtype, cuda_emulator.guarded_array(size * dtype.itemsize, dtype.np))
+            guarded = cuda_emulator.guarded_array(size * dtype.itemsize, dtype.np)
+            if guarded is not None:
+                return Buffer(size, dtype, guarded)
         return Buffer(size, dtype)
 
     def free(self, mem, size: int, dtype: DType) -> None:

@@ -122,8 +122,8 @@ extern "C" void fg_emu_launch(void (*entry)(void**), void** args, dim3 grid, dim
   pool->finished.acquire();
 }
 
-// FUSEGRAD_EMU_GUARD: device buffers sit between pages no access is allowed to, so an
-// out-of-bounds access faults; the fault names the kernel that was running, then goes on
+// FUSEGRAD_EMU_GUARD: device buffers end where a page no access is allowed to begins, so
+// an access past the end faults; the fault names the kernel that was running, then goes on
 // to whatever handled it before (Python's faulthandler prints the stack).
 namespace {
 char guarded_kernel[256];

@@ -246,26 +246,36 @@ _libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 PROT_NONE = 0
 
 
-def guarded_array(nbytes: int, dtype: np.dtype) -> np.ndarray:
+def guarded_array(nbytes: int, dtype: np.dtype) -> np.ndarray | None:
     """A new array of `nbytes` bytes (FUSEGRAD_EMU_GUARD) that ends where a page no access is
     allowed to begins, give or take the up to 15 bytes that keep it 16-byte aligned (the
-    kernels' vector loads want that), with another such page before it: a kernel that reads
-    or writes past either end stops there with SIGSEGV, and the emulator's runtime names
-    the kernel. Each array has pages of its own; the memory goes when the array does.
+    kernels' vector loads want that): a kernel that reads or writes past its end stops
+    there with SIGSEGV, and the emulator's runtime names the kernel. Each array has pages
+    of its own (two mappings: Linux allows `vm.max_map_count`, 65530 by default, in all);
+    the memory goes when the array does. None where the system refuses more mappings
+    (the caller then allocates as usual; `guard_refusals` counts them).
 
     >>> a = guarded_array(40, np.dtype(np.float32))
     >>> a.size, a.ctypes.data % 16
     (10, 0)
     """
+    global guard_refusals
     page = mmap.PAGESIZE
     body = -(-max(nbytes, 1) // page) * page
-    region = mmap.mmap(-1, body + 2 * page)
+    try:
+        region = mmap.mmap(-1, body + page)
+    except OSError:
+        guard_refusals += 1
+        return None
     base = ctypes.addressof(ctypes.c_char.from_buffer(region))
-    for at in (base, base + page + body):
-        if _libc.mprotect(at, page, PROT_NONE) != 0:
-            raise OSError(ctypes.get_errno(), "mprotect refused a guard page")
-    start = (page + body - nbytes) & ~15
+    if _libc.mprotect(base + body, page, PROT_NONE) != 0:
+        guard_refusals += 1
+        return None
+    start = (body - nbytes) & ~15
     return np.frombuffer(region, np.uint8, nbytes, start).view(dtype)
+
+
+guard_refusals = 0  # guarded arrays the system refused (too many mappings): plain instead
 
 
 def _dims(value, what: str) -> tuple[int, int, int]:

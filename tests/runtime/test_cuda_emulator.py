@@ -254,7 +254,7 @@ def test_a_guarded_buffer_faults_at_an_out_of_bounds_read_and_names_the_kernel(p
         assert "out-of-bounds access (a guard page) in kernel reads_past_the_end" in run.stderr
 
 
-def test_a_guarded_array_ends_at_its_guard_page_and_is_16_byte_aligned():
+def test_a_guarded_array_ends_at_its_guard_page_and_is_16_byte_aligned(monkeypatch):
     import mmap
 
     for nbytes in (1, 4, 40, 4096, 5000):
@@ -262,3 +262,12 @@ def test_a_guarded_array_ends_at_its_guard_page_and_is_16_byte_aligned():
         end = a.ctypes.data + nbytes
         assert a.ctypes.data % 16 == 0 and a.nbytes == nbytes
         assert 0 <= -end % mmap.PAGESIZE < 16  # the guard page starts within 15 bytes
+
+    # where the system refuses more mappings: None, counted (the caller allocates as usual)
+    def refused(*args):
+        raise OSError(12, "Cannot allocate memory")
+
+    before = cuda_emulator.guard_refusals
+    monkeypatch.setattr(cuda_emulator.mmap, "mmap", refused)
+    assert cuda_emulator.guarded_array(64, np.dtype(np.float32)) is None
+    assert cuda_emulator.guard_refusals == before + 1
