@@ -114,6 +114,27 @@ def chain_cases(driver: StubDriver):
     return launches, (lambda: engine.execute(plan, bufs)), (lambda: build().realize())
 
 
+def row_op_cases() -> dict:
+    """gpu.py's memory-bound ops as whole calls (graph building, plan lookup, launches,
+    the result's buffer), on small inputs: their host cost, which on an H100 was 60-330 us
+    a call over the kernel's time (a layer norm's the most)."""
+    F = fg.nn.functional
+    rng = np.random.default_rng(0)
+    a = fg.tensor(rng.standard_normal((64, 1024)).astype(np.float32), device="cuda").realize()
+    x = fg.tensor(rng.standard_normal(1 << 16).astype(np.float32), device="cuda").realize()
+    runs = {
+        "copy": lambda: (x + 0).realize(),
+        "softmax": lambda: a.softmax(1).realize(),
+        "layer norm": lambda: F.layer_norm(a, (1024,)).realize(),
+        "row sum": lambda: a.sum(1).realize(),
+        "full sum": lambda: x.sum().realize(),
+    }
+    for run in runs.values():
+        for _ in range(3):  # compiled, cached
+            run()
+    return runs
+
+
 def lenet_cases():
     """A plain-loop and an `fg.jit` LeNet-5 step at batch 64, each warmed up (cached)."""
     from lenet_step import batches, make_fusegrad_train
@@ -151,6 +172,8 @@ def measure(rounds: int, calls: int, lenet: bool = True, graphs: bool = True) ->
         out["argument packs per chain run"] = driver.packs - packs
         figures_of("launch, cached plan", per_call_us(run_plan, rounds, calls, launches), out)
         figures_of("launch, realize", per_call_us(realize, rounds, calls, launches), out)
+        for name, run in row_op_cases().items():
+            figures_of(f"{name}, whole call", per_call_us(run, rounds, calls), out)
         if lenet:
             for name, step in lenet_cases().items():
                 samples = per_call_us(step, rounds, max(1, calls // 4))
