@@ -251,8 +251,9 @@ def guarded_array(nbytes: int, dtype: np.dtype) -> np.ndarray | None:
     allowed to begins, give or take the up to 15 bytes that keep it 16-byte aligned (the
     kernels' vector loads want that): a kernel that reads or writes past its end stops
     there with SIGSEGV, and the emulator's runtime names the kernel. Each array has pages
-    of its own (two mappings: Linux allows `vm.max_map_count`, 65530 by default, in all);
-    the memory goes when the array does. None where the system refuses more mappings
+    of its own (two mappings: Linux allows `vm.max_map_count`, 65530 by default, in all),
+    never shared with a forked process nor put in the CPU buffers' pool; the memory goes
+    when the array does. None where the system refuses more mappings
     (the caller then allocates as usual; `guard_refusals` counts them).
 
     >>> a = guarded_array(40, np.dtype(np.float32))
@@ -263,7 +264,8 @@ def guarded_array(nbytes: int, dtype: np.dtype) -> np.ndarray | None:
     page = mmap.PAGESIZE
     body = -(-max(nbytes, 1) // page) * page
     try:
-        region = mmap.mmap(-1, body + page)
+        # private: a forked process (a DataLoader worker) must not share it with this one
+        region = mmap.mmap(-1, body + page, flags=mmap.MAP_PRIVATE)
     except OSError:
         guard_refusals += 1
         return None

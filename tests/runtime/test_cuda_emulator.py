@@ -264,10 +264,35 @@ def test_a_guarded_array_ends_at_its_guard_page_and_is_16_byte_aligned(monkeypat
         assert 0 <= -end % mmap.PAGESIZE < 16  # the guard page starts within 15 bytes
 
     # where the system refuses more mappings: None, counted (the caller allocates as usual)
-    def refused(*args):
+    def refused(*args, **kwargs):
         raise OSError(12, "Cannot allocate memory")
 
     before = cuda_emulator.guard_refusals
     monkeypatch.setattr(cuda_emulator.mmap, "mmap", refused)
     assert cuda_emulator.guarded_array(64, np.dtype(np.float32)) is None
     assert cuda_emulator.guard_refusals == before + 1
+
+
+def test_guarded_memory_is_private_to_a_process_and_never_pooled(monkeypatch):
+    """A forked DataLoader worker writing into guarded memory the parent allocated must not
+    change the parent's values (anonymous mmap is shared by default), and a guarded buffer
+    that dies must not go to the CPU buffers' pool, which would hand it out again."""
+    import gc
+
+    from fusegrad.ir.dtypes import float32
+    from fusegrad.runtime import buffer as buffer_module
+    from fusegrad.runtime.buffer import Buffer
+
+    a = cuda_emulator.guarded_array(64, np.dtype(np.float32))
+    a[:] = 1.0
+    pid = os.fork()
+    if pid == 0:  # the child writes and leaves at once
+        a[:] = 2.0
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert a.tolist() == [1.0] * 16
+    given = []
+    monkeypatch.setattr(buffer_module, "_give", lambda *args: given.append(args))
+    Buffer(16, float32, cuda_emulator.guarded_array(64, np.dtype(np.float32)))
+    gc.collect()
+    assert given == []
