@@ -295,6 +295,7 @@ def test_conv_special_shapes_at_wide_rows(shape, kernel, padding):
     np.testing.assert_allclose(wt.grad.numpy(), dw, atol=1e-10)
 
 
+@pytest.mark.cpu_device  # the CPU lowering's phases, chunks and copies
 @pytest.mark.parametrize("user_pad", [True, False])
 def test_conv1d_of_permuted_word_vectors_is_copied_in_order_and_tiled(user_pad):
     """MiniTorch's sentiment CNN: (B, L, D) vectors, permute(0, 2, 1), F.pad(x, (0, k - 1)),
@@ -362,6 +363,7 @@ CHUNKED_CASES = [
 ]
 
 
+@pytest.mark.cpu_device  # the CPU lowering's phases, chunks and copies
 @pytest.mark.parametrize("cache", [1, 600])  # image by image; two images at a time (mostly)
 @pytest.mark.parametrize("case", CHUNKED_CASES)
 def test_conv_weight_gradient_in_image_chunks(case, cache, monkeypatch):
@@ -397,6 +399,7 @@ def test_conv_weight_gradient_of_an_empty_batch_in_chunks_is_zero(monkeypatch):
     assert dx.shape == (0, 2, 5, 5) and dw.shape == (3, 2, 3, 3) and not dw.numpy().any()
 
 
+@pytest.mark.cpu_device  # the CPU lowering's phases, chunks and copies
 def test_one_padded_copy_of_the_gradient_serves_both_gradients():
     """Stride 1: the input gradient reads the output gradient padded "full", the weight
     gradient its interior, from one copy that relu's backward writes straight into."""
@@ -456,6 +459,7 @@ STRIDED_CASES = [
 ]
 
 
+@pytest.mark.cpu_device  # the CPU lowering's phases, chunks and copies
 @pytest.mark.parametrize("case", STRIDED_CASES)
 def test_strided_conv_values_and_gradients(case, monkeypatch):
     from fusegrad.nn import correlate as R
@@ -556,6 +560,7 @@ def test_a_strided_conv_that_reads_each_element_once_is_not_gathered():
     assert y.shape == (1, 4, 3, 3)
 
 
+@pytest.mark.cpu_device  # the CPU lowering's phases, chunks and copies
 def test_a_weight_gradient_alone_reads_the_output_gradient_with_no_padded_copy():
     """A first layer (an input without a gradient): no padded copy of the output gradient."""
     rng = np.random.default_rng(10)
