@@ -6,7 +6,7 @@
 #
 #   bash scripts/gpu.sh WHEELS OUT [tests|bench|all] [pytest args...]
 #
-# WHEELS: a folder of wheels (pycuda built for this Python, pytools, platformdirs, mako,
+# WHEELS: a folder of wheels (`bash scripts/pycuda_wheel.sh WHEELS` builds them: pycuda built for this Python, pytools, platformdirs, mako,
 # siphash24, typing_extensions; ml_dtypes for bfloat16; pycuda's sdist as well, built here if its wheel won't load); OUT: where logs go (gpu-tests.log, gpu-bench.log).
 # The tests run with pytest-xdist over the CPU's cores where it is installed; FG_BENCH_TIMEOUT
 # and FG_TESTS_TIMEOUT (seconds) bound the two parts; FG_TESTS names other test paths.
