@@ -106,9 +106,9 @@ class Config:
     autotune: bool = True
     autotune_budget: float = 10.0  # seconds a process may spend timing tiles
     # the CUDA emulator ends every device buffer where a page no access is allowed to
-    # begins: a kernel reading or writing past the end stops at the access, with its name
-    # (runtime/cuda_emulator.py `guarded_array`)
-    emu_guard: bool = False
+    # begins (1), or starts it where one ends (2): a kernel reading or writing past that
+    # end stops at the access, with its name (runtime/cuda_emulator.py `guarded_array`)
+    emu_guard: int = 0
 
     @classmethod
     def from_env(cls) -> Config:
@@ -141,7 +141,7 @@ class Config:
             amx=_int_env("FUSEGRAD_AMX", 1, "0 or 1", (0, 1)) != 0,
             autotune=_int_env("FUSEGRAD_AUTOTUNE", 1, "0 or 1", (0, 1)) != 0,
             autotune_budget=float(_int_env("FUSEGRAD_AUTOTUNE_BUDGET", 10, "a number of seconds")),
-            emu_guard=_int_env("FUSEGRAD_EMU_GUARD", 0, "0 or 1", (0, 1)) != 0,
+            emu_guard=_int_env("FUSEGRAD_EMU_GUARD", 0, "0, 1 or 2", (0, 1, 2)),
         )
 
     @contextlib.contextmanager

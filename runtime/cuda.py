@@ -364,11 +364,12 @@ class _EmulatedBackend:
     def guards(self) -> bool:
         """Every buffer between guard pages (FUSEGRAD_EMU_GUARD): each value and scratch
         array of a cached plan gets its own then, rather than a place in one arena."""
-        return config.emu_guard
+        return config.emu_guard != 0
 
     def alloc(self, size: int, dtype: DType):
         if config.emu_guard and size:
-            guarded = cuda_emulator.guarded_array(size * dtype.itemsize, dtype.np)
+            before = config.emu_guard == 2
+            guarded = cuda_emulator.guarded_array(size * dtype.itemsize, dtype.np, before)
             if guarded is not None:
                 return Buffer(size, dtype, guarded)
         return Buffer(size, dtype)

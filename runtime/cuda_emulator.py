@@ -246,11 +246,13 @@ _libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 PROT_NONE = 0
 
 
-def guarded_array(nbytes: int, dtype: np.dtype) -> np.ndarray | None:
+def guarded_array(nbytes: int, dtype: np.dtype, before: bool = False) -> np.ndarray | None:
     """A new array of `nbytes` bytes (FUSEGRAD_EMU_GUARD) that ends where a page no access is
     allowed to begins, give or take the up to 15 bytes that keep it 16-byte aligned (the
     kernels' vector loads want that): a kernel that reads or writes past its end stops
-    there with SIGSEGV, and the emulator's runtime names the kernel. Each array has pages
+    there with SIGSEGV, and the emulator's runtime names the kernel. `before`: the array
+    starts where such a page ends instead (FUSEGRAD_EMU_GUARD=2), for an access before its
+    first element. Each array has pages
     of its own (two mappings: Linux allows `vm.max_map_count`, 65530 by default, in all),
     never shared with a forked process nor put in the CPU buffers' pool; the memory goes
     when the array does. None where the system refuses more mappings
@@ -270,10 +272,10 @@ def guarded_array(nbytes: int, dtype: np.dtype) -> np.ndarray | None:
         guard_refusals += 1
         return None
     base = ctypes.addressof(ctypes.c_char.from_buffer(region))
-    if _libc.mprotect(base + body, page, PROT_NONE) != 0:
+    if _libc.mprotect(base if before else base + body, page, PROT_NONE) != 0:
         guard_refusals += 1
         return None
-    start = (body - nbytes) & ~15
+    start = page if before else (body - nbytes) & ~15
     return np.frombuffer(region, np.uint8, nbytes, start).view(dtype)
 
 

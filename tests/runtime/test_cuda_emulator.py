@@ -296,3 +296,39 @@ def test_guarded_memory_is_private_to_a_process_and_never_pooled(monkeypatch):
     Buffer(16, float32, cuda_emulator.guarded_array(64, np.dtype(np.float32)))
     gc.collect()
     assert given == []
+
+
+BEFORE_THE_START = r"""
+import numpy as np
+from fusegrad.runtime.config import config
+from fusegrad.runtime.cuda_emulator import EmulatedModule, guarded_array
+
+mod = EmulatedModule('''
+extern "C" __global__ void reads_before_the_start(float* out, const float* x, long long back) {
+  long long i = threadIdx.x;
+  out[i] = x[i - back];
+}''')
+x = guarded_array(64, np.dtype(np.float32), before=True)
+out = guarded_array(64, np.dtype(np.float32), before=True)
+x[:] = 1
+with config.override(emu_guard=2):
+    mod.get_function("reads_before_the_start")(out, x, np.int64(%d), block=(16, 1, 1))
+print("no fault", out.sum())
+"""
+
+
+@pytest.mark.parametrize("back", [0, 1])
+def test_a_buffer_guarded_before_faults_at_a_read_before_its_start(back):
+    """FUSEGRAD_EMU_GUARD=2: the buffer starts where a guard page ends, so a read of the
+    element before the first stops there."""
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-c", BEFORE_THE_START % back], capture_output=True, text=True, timeout=300
+    )
+    if back == 0:
+        assert run.returncode == 0 and "no fault 16.0" in run.stdout, run.stderr
+    else:
+        assert run.returncode != 0
+        assert "out-of-bounds access (a guard page) in kernel reads_before_the_start" in run.stderr
