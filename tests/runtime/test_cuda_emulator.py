@@ -241,17 +241,22 @@ print("no fault", out.sum())
 def test_a_guarded_buffer_faults_at_an_out_of_bounds_read_and_names_the_kernel(past):
     """A kernel reading 16 bytes past a guarded buffer's end stops there (SIGSEGV), and the
     runtime names the kernel; one that stays inside runs as it always does."""
+    _faults_or_runs(OUT_OF_BOUNDS % past, past > 0, "reads_past_the_end", "no fault 10.0")
+
+
+def _faults_or_runs(script: str, faults: bool, kernel: str, clean: str) -> None:
+    """Run `script` in a process of its own: it stops at a guard page naming `kernel`, or
+    (not `faults`) ends well and prints `clean`."""
     import subprocess
     import sys
 
-    run = subprocess.run(
-        [sys.executable, "-c", OUT_OF_BOUNDS % past], capture_output=True, text=True, timeout=300
-    )
-    if past == 0:
-        assert run.returncode == 0 and "no fault 10.0" in run.stdout, run.stderr
+    argv = [sys.executable, "-c", script]
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    if not faults:
+        assert run.returncode == 0 and clean in run.stdout, run.stderr
     else:
         assert run.returncode != 0
-        assert "out-of-bounds access (a guard page) in kernel reads_past_the_end" in run.stderr
+        assert f"out-of-bounds access (a guard page) in kernel {kernel}" in run.stderr
 
 
 def test_a_guarded_array_ends_at_its_guard_page_and_is_16_byte_aligned(monkeypatch):
@@ -321,14 +326,4 @@ print("no fault", out.sum())
 def test_a_buffer_guarded_before_faults_at_a_read_before_its_start(back):
     """FUSEGRAD_EMU_GUARD=2: the buffer starts where a guard page ends, so a read of the
     element before the first stops there."""
-    import subprocess
-    import sys
-
-    run = subprocess.run(
-        [sys.executable, "-c", BEFORE_THE_START % back], capture_output=True, text=True, timeout=300
-    )
-    if back == 0:
-        assert run.returncode == 0 and "no fault 16.0" in run.stdout, run.stderr
-    else:
-        assert run.returncode != 0
-        assert "out-of-bounds access (a guard page) in kernel reads_before_the_start" in run.stderr
+    _faults_or_runs(BEFORE_THE_START % back, back > 0, "reads_before_the_start", "no fault 16.0")
