@@ -15,7 +15,6 @@ most `POOL_SIZES` distinct sizes, what was least recently freed dropped first.
 
 from __future__ import annotations
 
-import mmap
 import os
 import sys
 from collections import OrderedDict
@@ -110,8 +109,8 @@ class Buffer:
         if sys.getrefcount(a) > 3 or a.base is None:
             return
         raw = a.base
-        if isinstance(getattr(raw.base, "obj", None), mmap.mmap):  # the CUDA emulator's
-            return  # guarded memory (a view of an mmap): never pooled
+        if type(raw.base) is memoryview:  # the CUDA emulator's guarded memory (a view of
+            return  # an mmap; the pool's arrays are views of arrays): never pooled
         with _lock:
             if sys.getrefcount(raw) > 3:
                 return

@@ -242,3 +242,68 @@ def test_layer_norm_outside_the_macro_takes_the_composed_form(case):
     assert y.node.op is not Ops.MACRO
     want = _composed_layer_norm(x, (8,), w, None, 1e-5)
     np.testing.assert_array_equal(y.float().numpy(), want.float().numpy())
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def test_layer_norm_at_special_points_values_and_gradients():
+    """Rows that are constant (ties: var 0), of -0.0, of +-1, with an inf or a NaN; one
+    normalized element; an empty batch. Values and the three gradients as torch's formula
+    gives them (biased variance, eps inside the root); against live torch where it is
+    installed."""
+    rows = np.array(
+        [
+            [2.0, 2.0, 2.0, 2.0],  # constant: 0 out, gradient (g - mean g) / sqrt(eps)
+            [-0.0, -0.0, -0.0, -0.0],
+            [1.0, -1.0, 1.0, -1.0],
+            [0.0, 1.0, 0.0, 1.0],  # ties
+            [np.inf, 0.0, 1.0, 2.0],  # NaN row, as torch
+            [np.nan, 0.0, 1.0, 2.0],
+        ]
+    )
+    g = np.arange(1.0, 25.0).reshape(6, 4) / 10
+    w0, b0 = np.array([1.0, -1.0, 2.0, 0.5]), np.array([0.0, 0.5, -0.0, 1.0])
+    x, w, b = (fg.tensor(a, dtype=fg.float64, requires_grad=True) for a in (rows, w0, b0))
+    y = F.layer_norm(x, (4,), w, b, eps=1e-5)
+    dx, dw, db = fg.grad(y, [x, w, b], grad_outputs=fg.tensor(g))
+    # torch's formula in float64 numpy, the NaN rows aside
+    mean = rows.mean(1, keepdims=True)
+    var = ((rows - mean) ** 2).mean(1, keepdims=True)
+    rstd = 1 / np.sqrt(var + 1e-5)
+    xhat = (rows - mean) * rstd
+    gx = g * w0
+    want_dx = rstd * (gx - gx.mean(1, keepdims=True) - xhat * (gx * xhat).mean(1, keepdims=True))
+    finite = slice(0, 4)
+    np.testing.assert_allclose(y.numpy()[finite], (xhat * w0 + b0)[finite], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(dx.numpy()[finite], want_dx[finite], rtol=1e-9, atol=1e-9)
+    assert np.isnan(y.numpy()[4:]).all() and np.isnan(dx.numpy()[4:]).all()
+    assert np.isnan(dw.numpy()).all() and db.numpy().tolist() == g.sum(0).tolist()
+    assert y.numpy()[0].tolist() == b0.tolist()  # a constant row is its bias exactly
+    # one normalized element: always 0 (then the bias); an empty batch: empty, zero grads
+    one = fg.tensor([[3.0], [-0.0]], dtype=fg.float64, requires_grad=True)
+    out = F.layer_norm(one, (1,))
+    assert out.numpy().tolist() == [[0.0], [0.0]]
+    (d1,) = fg.grad(out.sum(), [one])
+    assert d1.numpy().tolist() == [[0.0], [0.0]]
+    empty = fg.zeros(0, 4, dtype=fg.float64, requires_grad=True)
+    we = fg.ones(4, dtype=fg.float64, requires_grad=True)
+    ye = F.layer_norm(empty, (4,), we)
+    assert ye.shape == (0, 4)
+    (dwe,) = fg.grad(ye.sum(), [we])
+    assert dwe.numpy().tolist() == [0.0] * 4
+    torch = _torch()
+    if torch is None:
+        return
+    tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (rows, w0, b0))
+    ty = torch.nn.functional.layer_norm(tx, (4,), tw, tb, eps=1e-5)
+    ty.backward(torch.tensor(g))
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(dx.numpy(), tx.grad.numpy(), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(dw.numpy(), tw.grad.numpy(), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(db.numpy(), tb.grad.numpy(), rtol=1e-9, atol=1e-9)
