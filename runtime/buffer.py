@@ -15,6 +15,7 @@ most `POOL_SIZES` distinct sizes, what was least recently freed dropped first.
 
 from __future__ import annotations
 
+import mmap
 import os
 import sys
 from collections import OrderedDict
@@ -109,8 +110,9 @@ class Buffer:
         if sys.getrefcount(a) > 3 or a.base is None:
             return
         raw = a.base
-        if type(raw.base) is memoryview:  # the CUDA emulator's guarded memory (a view of
-            return  # an mmap; the pool's arrays are views of arrays): never pooled
+        view = raw.base  # the pool's arrays are over a memoryview of an array,
+        if type(view) is memoryview and type(view.obj) is mmap.mmap:  # the CUDA emulator's
+            return  # guarded memory over one of an mmap: never pooled
         with _lock:
             if sys.getrefcount(raw) > 3:
                 return
