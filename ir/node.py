@@ -16,15 +16,14 @@ mistakes into readable errors, so an assertion here is a bug in fusegrad.
 from __future__ import annotations
 
 import math
-import threading
 import weakref
+from _weakref import _remove_dead_weakref  # (as weakref.WeakValueDictionary)
 from collections.abc import Callable
 
 from .dtypes import DType, bool_
 from .hooks import hooks
 from .numpy_ops import fold_constant
 from .ops import BINARY, COMPARISON, ELEMENTWISE, MOVEMENT, REDUCE, UNARY, Ops
-from .weaktable import sweep
 
 Shape = tuple[int, ...]
 
@@ -32,26 +31,27 @@ Shape = tuple[int, ...]
 # Hash-consing table: key -> weak reference to the one node with that key. A dict of
 # weakrefs rather than a WeakValueDictionary: this lookup runs for every node built, and
 # the plain dict costs a third as much. A key names the sources by id, so an entry holds
-# no node alive. The references have no callback (CPython then shares one reference per
-# object with the sites table, and a node's death runs no Python code); dead entries are
-# swept when the table has doubled since the last sweep. An entry whose node is alive is
-# exact: that node holds its sources, so no other object can have their ids.
+# no node alive; an entry whose node is alive is exact (that node holds its sources, so no
+# other object can have their ids).
+#
+# An entry goes when its node dies: its reference's callback removes it (`_gone`, C code
+# but for one call). Entries once lingered until the table had doubled and was swept,
+# and a training step's dead entries (a key tuple and a reference a node) then outlived
+# the step: the garbage collector's second generation filled with them, and its full
+# collections (a walk of every object of the program, 100 ms in a program that imports
+# PyTorch) came every hundred steps of a small model.
 _CACHE: dict[tuple, weakref.ref] = {}
-_SWEEP_MIN = 1 << 14
-_sweep_at = [_SWEEP_MIN]
 
 
-_sweeping = threading.Lock()
+class _Entry(weakref.ref):
+    """A table entry's reference: it knows its key, so its node's death can drop it."""
+
+    __slots__ = ("key",)
 
 
-def _sweep() -> None:
-    """Drop the dead entries (`weaktable.sweep`: one thread at a time)."""
-    if sweep(_CACHE, _dead_ref, _sweeping):
-        _sweep_at[0] = max(_SWEEP_MIN, 2 * len(_CACHE))
-
-
-def _dead_ref(ref: weakref.ref) -> bool:
-    return ref() is None
+def _gone(ref: _Entry, remove=_remove_dead_weakref, table=_CACHE) -> None:
+    """A node died: drop its entry, unless another node has the key by now."""
+    remove(table, ref.key)
 
 
 class Node:
@@ -120,15 +120,14 @@ def make(
             return hit
     n = object.__new__(Node)
     n.op, n.srcs, n.arg, n.shape, n.dtype, n.device = op, srcs, arg, shape, dtype, device
-    ref = weakref.ref(n)
+    ref = _Entry(n, _gone)
+    ref.key = key
     prev = _CACHE.setdefault(key, ref)  # one step: another thread may be building it too
     if prev is not ref:
         hit = prev()
         if hit is not None:  # it did, first
             return hit
-        _CACHE[key] = ref  # a dead entry
-    if len(_CACHE) > _sweep_at[0]:
-        _sweep()
+        _CACHE[key] = ref  # a dead entry, whose callback has not run yet
     return n
 
 

@@ -108,13 +108,17 @@ def _seen(n, x: np.ndarray) -> np.ndarray:
     return _rounded(x, dt) if dt is not None and dt.is_half else x
 
 
+class _Scalar:
+    """The fields of a node that the table's lambdas read, for a folded constant."""
+
+    __slots__ = ("dtype", "arg")
+
+    def __init__(self, dtype):
+        self.dtype, self.arg = dtype, None
+
+
 def fold_constant(op: Ops, values: list, dtypes: list, out_dtype):
     """The Python value of elementwise `op` on scalar constants, computed as numpy would."""
-
-    class _Scalar:  # the fields the table's lambdas read
-        def __init__(self, dtype):
-            self.dtype, self.arg = dtype, None
-
     args = [np.asarray(v, dtype=wide(d)) for v, d in zip(values, dtypes)]
     with np.errstate(all="ignore"):
         out = NUMPY_OPS[op](_Scalar(out_dtype), *args)

@@ -39,7 +39,11 @@ class Site(Protocol):
 
 
 # the site of every op built inside a `fixed(site)` block, per thread (None: find it)
-ambient = threading.local()
+class _Ambient(threading.local):
+    site = None  # (a class default: a thread that never set it reads None, no exception)
+
+
+ambient = _Ambient()
 
 
 class fixed:
@@ -53,7 +57,7 @@ class fixed:
         self.site, self.replace = site, replace  # replace: the inner site wins
 
     def __enter__(self):
-        self.outer = getattr(ambient, "site", None)
+        self.outer = ambient.site
         ambient.site = (self.site or self.outer) if self.replace else (self.outer or self.site)
         return ambient.site
 
@@ -74,8 +78,16 @@ _sweep_at = [4096]
 # the table (a schedule naming its kernels' lines, autodiff, a recompile warning): by
 # then most graphs of a training loop are dead and are never walked. The queue is noted
 # in order, so the first tensor to ask for a node still gives it its site.
+#
+# A training step whose schedule is cached reads nothing, so its tensors' entries would
+# wait for thousands more; the queue drops its dead entries once it has doubled since it
+# was last compacted (`_compact`, from PENDING_COMPACT entries up). Entries that lingered
+# were promoted to the garbage collector's oldest generation, and its full collections
+# (a walk of every object of the program) came every hundred steps of a small model.
 _pending: deque = deque()
 PENDING_MAX = 4096
+PENDING_COMPACT = 256
+_compact_at = [PENDING_COMPACT]
 
 
 def _flush() -> None:
@@ -116,8 +128,25 @@ def note_new(node) -> None:
     if site is None:
         return
     _pending.append((weakref.ref(node), site))
+    if len(_pending) > _compact_at[0]:
+        _compact()
+
+
+def _compact() -> None:
+    """Drop the queue's dead entries, keeping the live ones in order; note them all once
+    more than PENDING_MAX are alive. (Entries other threads queue meanwhile may land
+    before some of the kept ones: their order is arbitrary anyway.)"""
+    pop, push = _pending.popleft, _pending.append
+    for _ in range(len(_pending)):
+        try:
+            entry = pop()
+        except IndexError:  # another thread is compacting or flushing too
+            break
+        if entry[0]() is not None:
+            push(entry)
     if len(_pending) > PENDING_MAX:
         _flush()
+    _compact_at[0] = max(PENDING_COMPACT, 2 * len(_pending))
 
 
 def note_with_sources(node, site) -> None:

@@ -1,8 +1,8 @@
 """Tables whose values hold weak references: dropping the dead entries, safely under threads.
 
-The hash-consing table (ir/node.py) and the sites table (ir/sites.py) map keys to weak
-references without callbacks (a node's death runs no Python code) and sweep their dead
-entries once they have doubled since the last sweep.
+The sites table (ir/sites.py) maps keys to weak references without callbacks (a node's
+death runs no Python code for it) and sweeps its dead entries once it has doubled since
+the last sweep. (The hash-consing table, ir/node.py, drops each entry as its node dies.)
 """
 
 from __future__ import annotations

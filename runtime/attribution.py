@@ -166,7 +166,7 @@ def capture(depth: int = 1, api=None) -> Site | None:
 
     Inside `fixed(site)` it is that site, without walking the stack.
     """
-    site = getattr(ambient, "site", None)
+    site = ambient.site
     if site is not None:
         return site
     f = sys._getframe(depth + 1)
@@ -197,7 +197,7 @@ def one_site(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        if getattr(ambient, "site", None) is not None:
+        if ambient.site is not None:
             return fn(*args, **kwargs)
         ambient.site = capture(1, api)
         try:

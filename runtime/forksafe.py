@@ -33,7 +33,7 @@ import threading
 import weakref
 from collections.abc import Callable
 
-from ..ir import macro, node, sites
+from ..ir import macro, sites
 
 _locks: weakref.WeakSet = weakref.WeakSet()  # made free again in a child
 _resets: list[Callable[[], None]] = []  # run in a child, in the order registered
@@ -106,9 +106,9 @@ def _after_in_child() -> None:
         reset()
 
 
-# the ir's own locks (hash-consing, the sites table, macro expansion): ir imports nothing
+# the ir's own locks (the sites table, macro expansion): ir imports nothing
 # of the runtime, so the runtime tracks them
-for _lock in (node._sweeping, sites._sweeping, macro._lock):
+for _lock in (sites._sweeping, macro._lock):
     track(_lock)
 
 if hasattr(os, "register_at_fork"):

@@ -215,9 +215,12 @@ def test_nodes_are_noted_when_the_table_is_read_and_dead_graphs_never_are(monkey
     walked.clear()
     for _ in range(3 * sites.PENDING_MAX):
         (x * 3.0).exp()  # dies at once
-    assert len(sites._pending) <= sites.PENDING_MAX
-    # each of the 3 flushes walks only what is alive then: the expression being built
-    assert len(walked) <= 3 * 2
+    # the dead entries are dropped unwalked as the queue grows (`_compact`): it stays short
+    assert len(sites._pending) <= 2 * sites.PENDING_COMPACT
+    assert walked == []
+    kept = [(x * 4.0 + float(k)).exp() for k in range(sites.PENDING_MAX)]  # all alive
+    assert len(sites._pending) <= sites.PENDING_MAX  # a full queue is noted then and there
+    assert len(walked) >= sites.PENDING_MAX // 2 and str(sites.site_of(kept[0].node))
 
 
 @pytest.mark.parametrize(

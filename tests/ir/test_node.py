@@ -45,57 +45,66 @@ def test_a_node_rebuilt_after_its_twin_died_is_a_fresh_node_on_its_own_sources()
         del x, e
 
 
-def test_dead_entries_are_swept_as_the_table_grows():
+def test_an_entry_goes_when_its_node_dies():
     base = len(N._CACHE)
     x = _leaf()
-    for i in range(3 * N._SWEEP_MIN):
+    for i in range(20_000):
         N.binary(Ops.MUL, x, N.const(float(i), (4,), float32))  # each dies at once
-    # swept whenever it doubled: never more than twice the live entries (and the minimum)
-    assert len(N._CACHE) <= max(2 * base, N._SWEEP_MIN) + 2
+    assert len(N._CACHE) <= base + 4  # x's entry, none of the dead ones
 
 
-def test_a_sweep_survives_finalizers_that_build_nodes(monkeypatch):
-    """A garbage collection may run mid-sweep (the sweep allocates) and with it finalizers
-    that build nodes (inserting into the table): the sweep walks a private copy, so that
-    never raises "dictionary changed size during iteration"."""
+def test_dead_nodes_leave_nothing_for_the_collectors_oldest_generation():
+    """What a training step builds and drops must die with the step: entries that lingered
+    in the table (a key and a reference a node) were promoted to the garbage collector's
+    oldest generation, and a full collection walked the program's every object once every
+    hundred steps of a small model."""
+    x = _leaf()
+    gc.collect()
+    before = len(gc.get_objects())
+    for i in range(5_000):
+        N.unary(Ops.EXP, N.binary(Ops.MUL, x, N.const(float(i), (4,), float32)))
+    gc.collect()
+    assert len(gc.get_objects()) - before < 50
+
+
+def test_deaths_inside_a_collection_whose_finalizers_build_nodes():
+    """A garbage collection may free nodes (their entries' callbacks run) while finalizers
+    build nodes (inserting into the table): no error, and the table ends with exactly the
+    live nodes' entries."""
     x = _leaf()
     built, stop = [], []
 
     class BuildsOnDeath:
         def __init__(self):
             self.me = self  # a cycle: only the collector frees it
+            self.node = N.unary(Ops.SQRT, N.binary(Ops.ADD, x, _leaf()))  # dies with it
 
         def __del__(self):
             if not stop:
                 built.append(N.unary(Ops.EXP, N.binary(Ops.ADD, x, _leaf())))
                 BuildsOnDeath()  # garbage for the next collection: every one builds nodes
 
-    monkeypatch.setattr(N, "_sweep_at", [1 << 30])  # no sweep while the table fills
-    for i in range(20_000):  # dead entries, more than the 2-tuple free list holds
-        N.binary(Ops.MUL, x, N.const(float(i), (4,), float32))
     old = gc.get_threshold()
-    gc.disable()  # the cycle waits for the sweep's allocations
     try:
         BuildsOnDeath()
         gc.set_threshold(1)  # a collection at nearly every allocation
-        gc.enable()
-        N._sweep()
+        for i in range(2_000):
+            N.binary(Ops.MUL, x, N.const(float(i), (4,), float32))
     finally:
         stop.append(True)
         gc.set_threshold(*old)
-        gc.enable()
         gc.collect()
     assert built
+    assert all(ref() is not None for ref in list(N._CACHE.values()))
 
 
-def test_threads_building_nodes_while_the_table_is_swept(monkeypatch):
-    """Sweeps run often here (a small table): threads that build, drop and share nodes
-    meanwhile never see an error. (Two threads building one node at once may, rarely,
-    each get their own copy: equal values, a missed sharing, never a wrong one.)"""
+def test_threads_building_and_dropping_nodes():
+    """Threads that build, drop and share nodes (entries going as their nodes die, in
+    whichever thread drops the last reference) never see an error. (Two threads building
+    one node at once may, rarely, each get their own copy: equal values, a missed
+    sharing, never a wrong one.)"""
     import threading
 
-    monkeypatch.setattr(N, "_SWEEP_MIN", 256)
-    monkeypatch.setattr(N, "_sweep_at", [256])
     x = _leaf()
     errors: list = []
 
