@@ -43,6 +43,7 @@ def custom_gradient(
     rule: Callable[..., Sequence[Tensor | None]],
     *,
     own_node: bool = False,
+    same_rule: bool = False,
 ) -> Tensor:
     """`out`, computed from `inputs`, with the gradient `rule(grad_out, *inputs)` (one
     gradient or None per input) instead of the one derived from its ops.
@@ -53,10 +54,14 @@ def custom_gradient(
     before the gradient is built, and a captured tensor keeps its graph alive).
     `own_node=True` (or an `out` that is a view, a leaf or already has a rule) puts
     the rule on a node of its own (`out * 1`), so it cannot attach to an equal node
-    built elsewhere.
+    built elsewhere. `same_rule=True` says an equal node can only have been built by this
+    same op, with a rule that computes the same gradients: an `out` whose node has a rule
+    already takes this one in its place (a library op built twice, composed and as a
+    macro's expansion, is then the same nodes both times).
     """
     node = out.node
-    if own_node or node.op in MOVEMENT or node.op in (Ops.BUFFER, Ops.CONST) or node in CUSTOM_VJP:
+    taken = node in CUSTOM_VJP and not same_rule
+    if own_node or node.op in MOVEMENT or node.op in (Ops.BUFFER, Ops.CONST) or taken:
         node = N.mul(node, N.const(1, node.shape, node.dtype))
     sources = [t.node for t in inputs]
 

@@ -103,8 +103,8 @@ from .runtime.tiling import PANEL_CACHE_BYTES, SHUFFLED_LANE_STEPS
 # an optimizer's cached, compiled step
 from .stepcache import StepCache
 
-# Tensor and the functions on tensors nn's layers use
-from .tensor import Tensor, hardtanh_values, realize, where
+# Tensor and the functions on tensors nn's layers use; library ops as one macro node
+from .tensor import Tensor, composite, hardtanh_values, realize, register_composite, where
 
 # gradient hooks on a module's inputs and outputs (nn/hooks.py)
 from .tensor_hooks import hooked_together
@@ -128,6 +128,8 @@ __all__ = [
     "ShapeError",
     "StepCache",
     "Tensor",
+    "composite",
+    "register_composite",
     "at_callers_site",
     "cat",
     "class_cross_entropy",

@@ -702,12 +702,11 @@ class Tensor(*MIXINS):
         """1 / (1 + e^-x), from z = e^-|x| <= 1 so that neither the value nor any derivative
         overflows: x >= 0 gives 1 / (1 + z), x < 0 gives z / (1 + z)."""
         x = self._float()
-        z = (-x.abs()).exp()
-        out = where(x >= 0, 1, z) / (1 + z)
-        # s (1 - s) = z / (1 + z)^2, with no cancellation where s is near 1, rather than
-        # the chain rule through |x| (whose gradient at 0 is 0: sigmoid'(0) would be 0)
-        zn = z.node
-        return _own_gradient(out, x, lambda g, y, x: N.mul(g, _over_square_of_1_plus(zn, zn)))
+        if x.node.op is not Ops.CONST:
+            # one macro node (ir/macro.py) that expands to `_sigmoid`'s nodes, with their
+            # gradient rules: a cached training step builds and keys one node, not 14
+            return composite("sigmoid", (x,), (), x.shape, x.dtype)
+        return _sigmoid(x)
 
     @autocast_op("tanh")
     def tanh(self):
@@ -1535,6 +1534,42 @@ def _relu_rule(srcs, params) -> N.Node:
 
 
 register_macro("relu", _relu_rule)
+
+
+def _sigmoid(x: Tensor) -> Tensor:
+    """`Tensor.sigmoid` of a float tensor, composed: z = e^-|x|, then 1 / (1 + z) where
+    x >= 0 and z / (1 + z) where not."""
+    z = (-x.abs()).exp()
+    out = where(x >= 0, 1, z) / (1 + z)
+    # s (1 - s) = z / (1 + z)^2, with no cancellation where s is near 1, rather than
+    # the chain rule through |x| (whose gradient at 0 is 0: sigmoid'(0) would be 0)
+    zn = z.node
+    return _own_gradient(out, x, lambda g, y, x: N.mul(g, _over_square_of_1_plus(zn, zn)))
+
+
+def register_composite(kind: str, composed) -> None:
+    """Make `kind` a macro (ir/macro.py) whose expansion is what `composed(tensors, params)`
+    builds: a library op written with Tensor operations, its gradient rules included
+    (`composite` then builds the one node). The expansion is built with gradients on,
+    whatever the caller's mode, and on sources that all want gradients: it is kept, and
+    differentiated later, for whichever sources do."""
+
+    def rule(srcs, params) -> N.Node:
+        with autograd_state.enable_grad():
+            tensors = [Tensor(n, requires_grad=True, leaf=False) for n in srcs]
+            return composed(tensors, params).node
+
+    register_macro(kind, rule)
+
+
+def composite(kind: str, tensors: Sequence[Tensor], params: tuple, shape, dtype) -> Tensor:
+    """The one macro node of a `register_composite` op on `tensors`: its value is
+    `composed(tensors, params)`'s (of that `shape` and `dtype`), its gradients too."""
+    node = macro(kind, tuple(t.node for t in tensors), params, tuple(shape), dtype)
+    return tensors[0]._make(node, *tensors[1:])
+
+
+register_composite("sigmoid", lambda tensors, params: _sigmoid(tensors[0]))
 
 
 def _over_square_of_1_plus(a: N.Node, z: N.Node) -> N.Node:

@@ -48,7 +48,7 @@ from collections.abc import Callable
 from . import node as N
 from .node import Node, toposort
 from .ops import MOVEMENT, Ops
-from .sites import note, site_of
+from .sites import fixed, note, site_of
 
 Rule = Callable[[tuple[Node, ...], tuple], Node]
 
@@ -98,11 +98,12 @@ def expansion(m: Node) -> Node:
 
 def _expand(m: Node, srcs: tuple[Node, ...]) -> Node:
     kind, params = m.arg
-    out = RULES[kind](srcs, params)
+    site = site_of(m)
+    with fixed(site, replace=True):  # a rule that makes tensors (a composite) names m's line
+        out = RULES[kind](srcs, params)
     assert out.shape == m.shape and out.dtype is m.dtype, (
         f"macro {kind}: expansion {out.shape} {out.dtype.name} for {m.shape} {m.dtype.name}"
     )
-    site = site_of(m)
     if site is not None:  # the inner nodes are the user's line's work, as the macro is
         inputs = {id(s) for s in inputs_of(srcs)}
         for n in toposort([out], lambda n: id(n) in inputs):

@@ -27,11 +27,13 @@ from ..nnapi import (
     ShapeError,
     Tensor,
     autocast_op,
+    composite,
     custom_gradient,
     fail,
     guards_windows_in_tiles,
     one_site,
     ones,
+    register_composite,
     sliding_windows,
     where,
 )
@@ -112,8 +114,30 @@ def convnd(
             )
     else:
         pads = [(p, p) for p in int_tuple(padding, n, "padding", op)]
+    if bias is not None and bias.shape != (cout,):
+        fail(ShapeError, op, f"bias must have shape ({cout},), got {bias.shape}")
+    tensors = [x, weight] + ([] if bias is None else [bias])
     # (whether the input's gradient is wanted: the backward shares a padded copy only then)
-    geometry = (x.shape, weight.shape, pads, stride, dilation, groups, x.requires_grad)
+    params = (tuple(pads), stride, dilation, groups, n, op, x.requires_grad)
+    spatial = [
+        (size + p0 + p1 - d * (k - 1) - 1) // s + 1
+        for size, (p0, p1), k, s, d in zip(x.shape[2:], pads, kernel, stride, dilation)
+    ]
+    if all(o > 0 for o in spatial) and all(t.dtype is x.dtype for t in tensors):
+        # every layer of a convolutional network, every step: one macro node, not 17-29
+        return composite("conv", tensors, params, (batch, cout, *spatial), x.dtype)
+    return _conv(tensors, params)
+
+
+def _conv(tensors: list, params: tuple) -> Tensor:
+    """`convnd` composed, on checked arguments: [x, weight(, bias)] and (the padding pairs,
+    stride, dilation, groups, n, the op's name, whether x's gradient is wanted)."""
+    x, weight = tensors[:2]
+    bias = tensors[2] if len(tensors) > 2 else None
+    pads, stride, dilation, groups, n, op, wants_dx = params
+    pads = list(pads)
+    cout = weight.shape[0]
+    geometry = (x.shape, weight.shape, pads, stride, dilation, groups, wants_dx)
     gathered = gather_pays(x, weight, pads, stride, dilation, groups)
     if gathered:
         cols, wc = gather_windows(x, weight, pads, stride, dilation, op)
@@ -126,13 +150,15 @@ def convnd(
         total,
         [x, weight],
         lambda g, x, w: conv_vjp(g.reshape(out_shape), x, w, geometry, op, gathered),
+        same_rule=True,  # an equal reduction is this convolution's
     )
     out = total.reshape(out_shape)
     if bias is not None:
-        if bias.shape != (cout,):
-            fail(ShapeError, op, f"bias must have shape ({cout},), got {bias.shape}")
         out = out + bias.reshape(1, cout, *([1] * n))
     return out
+
+
+register_composite("conv", _conv)
 
 
 def gather_pays(x: Tensor, weight: Tensor, pads, stride, dilation, groups: int) -> bool:

@@ -5,6 +5,8 @@ the reference evaluator, and a graph too deep for recursion."""
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -160,3 +162,109 @@ def test_softmax_is_one_macro_node_expanding_to_the_composed_nodes(dtype, dim):
     (got,), (exp,) = fg.grad(y, [x], grad_outputs=g), fg.grad(want, [x], grad_outputs=g)
     np.testing.assert_array_equal(got.float().numpy(), exp.float().numpy())
     np.testing.assert_array_equal(y.float().numpy(), want.float().numpy())
+
+
+SIGMOID_POINTS = [-100.0, -2.0, -0.0, 0.0, 1e-8, 1.0, 20.0, 100.0, float("nan"), float("inf")]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+def test_sigmoid_is_one_macro_node_expanding_to_the_composed_nodes(dtype):
+    """sigmoid builds one node (14 composed), whose expansion is the composed form's very
+    nodes with its gradient rule: the same values and first and second derivatives at the
+    special points (sigmoid'(0) = 1/4, not the 0 of the chain rule through |x|), with
+    gradients on or off when it was built."""
+    sigmoid = sys.modules[fg.Tensor.__module__]._sigmoid
+    x = fg.tensor(SIGMOID_POINTS, dtype=getattr(fg, dtype), requires_grad=True)
+    y = x.sigmoid()
+    assert y.node.op is Ops.MACRO and y.node.arg[0] == "sigmoid"
+    want = sigmoid(x)
+    assert expand_all([y.node])[0] is want.node
+    results = []
+    for out in (y, want):
+        (g,) = fg.grad(out.sum(), [x], create_graph=True)
+        (gg,) = fg.grad(g.sum(), [x])
+        results.append([t.float().numpy() for t in (out, g, gg)])
+    for got, exp in zip(*results):
+        np.testing.assert_array_equal(got, exp)
+    assert results[0][1][2:4].tolist() == [0.25, 0.25]
+    with fg.no_grad():  # its expansion, built now, still carries the gradient rule
+        z = fg.tensor([0.0, 3.0]).sigmoid()
+    assert z.node.op is Ops.MACRO
+    leaf = fg.tensor([0.0, 3.0], requires_grad=True)
+    (g,) = fg.grad((leaf.sigmoid() * 1.0).sum(), [leaf])
+    assert g.tolist()[0] == 0.25
+    assert fg.full((2,), 0.0).sigmoid().node.op is Ops.CONST  # constants fold, as before
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_binary_cross_entropy_is_one_macro_node_expanding_to_the_composed_nodes(
+    reduction, weighted
+):
+    """binary_cross_entropy (reduced) builds one node, whose expansion is the composed
+    form's very nodes and gradient rules: torch's values and gradients at the clamps (x
+    at 0 and 1, -0.0 at x = y = 1), for the input and the target."""
+    from fusegrad.nn import loss_functions
+
+    x = fg.tensor([0.0, 1e-30, 0.3, 0.5, 1.0, 0.999999], requires_grad=True)
+    y = fg.tensor([0.0, 1.0, 0.0, 1.0, 1.0, 0.0], requires_grad=True)
+    w = fg.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]) if weighted else None
+    loss = F.binary_cross_entropy(x, y, w, reduction=reduction)
+    assert loss.node.op is Ops.MACRO and loss.node.arg[0] == "binary_cross_entropy"
+    tensors = [x, y] + ([w] if weighted else [])
+    want = loss_functions._bce(tensors, (reduction, weighted))
+    assert expand_all([loss.node])[0] is want.node
+    results = []
+    for out in (loss, want):
+        results.append([out.numpy()] + [g.numpy() for g in fg.grad(out, [x, y])])
+    for got, exp in zip(*results):
+        np.testing.assert_array_equal(got, exp)
+    assert results[0][1][0] == 0.0 and np.isfinite(results[0][1]).all()
+    # reduction="none" and mixed dtypes take the composed form
+    assert F.binary_cross_entropy(x, y, reduction="none").node.op is not Ops.MACRO
+    assert F.binary_cross_entropy(x.double(), y).node.op is not Ops.MACRO
+
+
+CONVS = [  # (input shape, weight shape, keyword arguments)
+    ((2, 3, 9), (4, 3, 3), {}),
+    ((2, 4, 11), (4, 2, 3), dict(stride=2, padding=2, dilation=2, groups=2)),
+    ((2, 4, 9, 8), (6, 2, 3, 3), dict(stride=2, padding=1, groups=2)),
+    ((1, 3, 10, 10), (2, 3, 3, 3), dict(dilation=2, padding="same")),
+    ((3, 2, 7, 6), (5, 2, 2, 3), dict(stride=(2, 1), padding=(1, 0))),
+]
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("x_grad", [True, False])
+@pytest.mark.parametrize("case", range(len(CONVS)))
+def test_a_convolution_is_one_macro_node_expanding_to_the_composed_nodes(case, x_grad, bias):
+    """conv1d / conv2d build one node (17-29 composed), whose expansion is the composed form's
+    very nodes, its gradient rule included (whether the input's gradient is wanted decides
+    the backward's shape, as before): same values and gradients."""
+    from fusegrad.nn import conv as C
+
+    xs, ws, kw = CONVS[case]
+    rng = np.random.default_rng(case)
+    x = fg.tensor(rng.standard_normal(xs).astype(np.float32), requires_grad=x_grad)
+    w = fg.tensor(rng.standard_normal(ws).astype(np.float32), requires_grad=True)
+    b = fg.tensor(rng.standard_normal(ws[0]).astype(np.float32), requires_grad=True)
+    conv = F.conv1d if len(xs) == 3 else F.conv2d
+    y = conv(x, w, b if bias else None, **kw)
+    assert y.node.op is Ops.MACRO and y.node.arg[0] == "conv"
+    tensors, params = [x, w] + ([b] if bias else []), y.node.arg[1]
+    want = C._conv(tensors, params)
+    assert params[-1] is x_grad and expand_all([y.node])[0] is want.node
+    assert y.shape == want.shape
+    leaves = [t for t in tensors if t.requires_grad]
+    results = []
+    for out in (y, want):
+        results.append([out.numpy()] + [g.numpy() for g in fg.grad((out * out).sum(), leaves)])
+    for got, exp in zip(*results):
+        np.testing.assert_array_equal(got, exp)
+
+
+def test_a_convolution_that_cannot_be_one_node_raises_at_the_users_line_as_before():
+    x, w = fg.randn(1, 2, 3), fg.randn(4, 2, 5)
+    with pytest.raises(fg.ShapeError, match="larger than the input.s spatial size .3,. at "):
+        F.conv1d(x, w)  # a kernel longer than the input: no output
+    assert F.conv1d(fg.randn(1, 2, 8).double(), w.double()).node.op is Ops.MACRO
