@@ -146,15 +146,16 @@ def test_against_live_torch_at_special_points():
 
 def test_log_softmax_near_zero_keeps_float32_precision():
     # the largest entry's log-probability is -log(1 + 999 e^-20) = -2.06e-6: float32's sum
-    # holds 1 + 2.06e-6 to half a unit of 1.0's last place, so the log is within about two
-    # of those units (torch's float32: -1.907e-6, 1.3 units off; ours -2.146e-6, 0.7)
+    # holds 1 + 2.06e-6 to a unit or two of 1.0's last place, as the lanes LLVM sums in
+    # for the host meet the 1 (torch's float32: -1.907e-6, 1.3 units off; ours -2.146e-6,
+    # 0.7, on the Intel Xeon, and -1.788e-6, 2.3, on an AMD Zen 5)
     n = 1000
     x = np.full((2, n), -20.0, np.float32)
     x[:, 0] = 0.0
     got = fg.tensor(x).log_softmax(-1).numpy()
     want = log_softmax64(x.astype(np.float64))
     ulp_of_one = float(np.finfo(np.float32).eps)
-    np.testing.assert_allclose(got[:, 0], want[:, 0], rtol=0, atol=2 * ulp_of_one)
+    np.testing.assert_allclose(got[:, 0], want[:, 0], rtol=0, atol=3 * ulp_of_one)
     assert (got[:, 0] < 0).all()  # not rounded to 0
     np.testing.assert_allclose(got[:, 1:], want[:, 1:], rtol=1e-6)
 

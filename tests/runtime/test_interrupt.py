@@ -196,13 +196,14 @@ MANY_MEDIUM = textwrap.dedent(
     cpu_backend.run_threads = announced(cpu_backend.run_threads)
 
     def many():
-        # 40 kernels of 2^19 inner iterations (each under WATCHED_WORK), 48 transcendental
-        # functions each: seconds in all as one native program, under LONG_WORK
+        # 40 kernels of 2^19 inner iterations (each under WATCHED_WORK), 144 transcendental
+        # functions each: seconds in all as one native program, under LONG_WORK (48 took
+        # 0.8 s on an AMD Zen 5, where the interrupt, 0.5 s in, could come too late)
         y = fg.tensor(np.linspace(0, 1, 1 << 9, dtype=np.float32))
         b = fg.tensor(np.linspace(0, 1, 1 << 10, dtype=np.float32))
         for _ in range(40):
             x = y[:, None] * b[None, :]
-            for _ in range(24):
+            for _ in range(72):
                 x = (x.sin() + 1.5).log()  # (never log 0: no NaN to compare)
             y = x.sum(1) * 1e-3 + y
         return y
