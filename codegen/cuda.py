@@ -184,6 +184,47 @@ __device__ __forceinline__ __nv_bfloat16 fg_to_bf16(float v) {
   const unsigned u = (unsigned)__float_as_int(v);
   return v != v ? __ushort_as_bfloat16((unsigned short)(u >> 16 | 0x40u)) : __float2bfloat16_rn(v);
 }
+// The 16-bit contractions' warp-level tensor cores (sm_80+; the emulator's lane-exact copies
+// in runtime/cuda_emu.h). ldmatrix.x4: lanes 8j..8j+7 give the shared-memory addresses of the
+// 8 rows (16 bytes each) of 8x8 matrix j, which lands in register j (.trans: transposed).
+template <bool TRANS>
+__device__ __forceinline__ void fg_ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned& r2,
+                                               unsigned& r3, const void* row) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = (unsigned)__cvta_generic_to_shared(row);
+  if (TRANS)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(s));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(s));
+#elif defined(FG_CUDA_EMULATOR)
+  unsigned r[4];
+  fg_emu::ldmatrix(r, 4, TRANS, row);
+  r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
+#endif
+}
+// d += A B on one 16x8 fp32 fragment, A 16x16 (a: 4 registers of 2 values), B 16x8 (b0, b1),
+// both float16 (BF16 false) or both bfloat16
+template <bool BF16>
+__device__ __forceinline__ void fg_mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                             unsigned b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if (BF16)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#elif defined(FG_CUDA_EMULATOR)
+  const unsigned b[2] = {b0, b1};
+  fg_emu::mma_m16n8k16(d, a, b, d, BF16);
+#endif
+}
 """
 _TO_HALF = {"float16": "fg_to_f16", "bfloat16": "fg_to_bf16"}
 
@@ -296,7 +337,10 @@ class CudaKernel:
 
 PARTIAL = "fg_partial"  # the scratch buffer of a split reduction's partials
 PAD = 4  # floats after each staged row: rows stay 16-byte aligned for the 16-byte copies
-HALF_PAD = 8  # ... and 16-bit values (WMMA's 16-bit loads want rows of 16-byte multiples)
+# ... and 16-bit values: rows of 16-byte multiples (ldmatrix and cp.async), and a row stride
+# of 4 words mod 8 (a multiple of 16 values, plus 8), so that the 8 rows one ldmatrix phase
+# reads (16 bytes each) fall on 8 distinct groups of 4 banks: conflict-free
+HALF_PAD = 8
 WMMA = "nvcuda::wmma::"
 
 
@@ -532,18 +576,21 @@ class _Renderer:
 
         Each side's values for `kc` reduction steps go to `<side>_<value>[buffer][kk][at]`
         (two buffers: the next step's copy is issued before this step's arithmetic), rows
-        padded by `PAD` (16-byte aligned, and a transposed store spreads over the banks)."""
+        padded by `PAD` (16-byte aligned, and a transposed store spreads over the banks);
+        a 16-bit tensor-core side contiguous along the reduction goes to
+        `<side>_<value>[buffer][at][kk]` instead (`Contraction.k_inner`)."""
         half = _staged_half(c)
         for side, exports, width in (("a", c.a_exports, TILE_THREADS * c.ra),
                                      ("b", c.b_exports, TILE_THREADS * c.rb)):  # fmt: skip
+            rows, cols = (width, c.kc) if c.k_inner(side) else (c.kc, width)
             for name, t in exports:
                 t_smem, pad = (mem_type(t), HALF_PAD) if half else (t.cuda, PAD)
                 self.shared.append(
-                    f"  __shared__ __align__(32) {t_smem} {side}_{name}[2][{c.kc}][{width + pad}];"
+                    f"  __shared__ __align__(32) {t_smem} {side}_{name}[2][{rows}][{cols + pad}];"
                 )
                 size = t.itemsize if half else _reg(t).itemsize
-                self.shared_bytes += 2 * c.kc * (width + pad) * size
-        if c.mma:  # a warp's 16x16 outputs on their way to the epilogue
+                self.shared_bytes += 2 * rows * (cols + pad) * size
+        if c.mma == "tf32":  # a warp's 16x16 outputs on their way to the epilogue
             warps = MMA_WARPS[0] * MMA_WARPS[1]
             self.shared.append(f"  __shared__ __align__(32) float fg_out[{warps}][{MMA * MMA}];")
             self.shared_bytes += warps * MMA * MMA * 4
@@ -574,7 +621,16 @@ class _Renderer:
         red, acc, kc = c.red, c.red.init.acc, c.kc
         dt = red.init.dtype
         d = 3
-        if mma:
+        if mma and _staged_half(c):
+            fa, fb = self.warp_fragments(c)
+            self.line(d, f"float {acc}_frag[{fa}][{fb}][4];  // m16n8 C fragments")
+            self.line(d, f"#pragma unroll\n{'  ' * d}for (int i = 0; i < {fa}; ++i)")
+            self.line(d, f"#pragma unroll\n{'  ' * d}for (int j = 0; j < {fb}; ++j)")
+            self.line(d, f"#pragma unroll\n{'  ' * d}for (int r = 0; r < 4; ++r) "
+                         f"{acc}_frag[i][j][r] = 0.0f;")  # fmt: skip
+            self.warp_ids(d)
+            self.ldmatrix_rows(c, d)
+        elif mma:
             fa, fb = (
                 c.ra * TILE_THREADS // MMA_WARPS[0] // MMA,
                 c.rb * TILE_THREADS // MMA_WARPS[1] // MMA,
@@ -584,10 +640,7 @@ class _Renderer:
             self.line(d, f"#pragma unroll\n{'  ' * d}for (int i = 0; i < {fa}; ++i)")
             self.line(d, f"#pragma unroll\n{'  ' * d}for (int j = 0; j < {fb}; ++j) "
                          f"{WMMA}fill_fragment({acc}_frag[i][j], 0.0f);")  # fmt: skip
-            self.line(d, "const int fg_warp = tid >> 5, fg_lane = tid & 31;")
-            self.line(
-                d, f"const int fg_wa = fg_warp / {MMA_WARPS[1]}, fg_wb = fg_warp % {MMA_WARPS[1]};"
-            )
+            self.warp_ids(d)
         else:
             init = literal(red.init.value, dt)
             self.line(d, f"{dt.cuda} {acc}_tile[{c.ra}][{c.rb}];")
@@ -605,12 +658,17 @@ class _Renderer:
         self.line(d + 1, "fg_copy_commit();  // empty on the last step: one group per step")
         self.line(d + 1, "fg_copy_wait<1>();  // all but the newest group: this step's tiles")
         self.line(d + 1, "__syncthreads();")
-        if mma:
+        if mma and _staged_half(c):
+            self.mma16_step(c, fa, fb, d + 1)
+        elif mma:
             self.mma_step(c, fa, fb, d + 1)
         else:
             self.simt_step(c, d + 1)
         self.line(d + 1, "__syncthreads();  // read before the step after next overwrites it")
         self.line(d, "}")
+        if mma and _staged_half(c):
+            self.mma16_epilogue(c, fa, fb, d)
+            return
         if mma:
             self.mma_epilogue(c, fa, fb, d)
             return
@@ -671,15 +729,8 @@ class _Renderer:
                 self.index_vars(c.c_loops, "ic", e + 2)
                 if vector == "m":
                     self.line(e + 2, f"fg_copy16_async(&{out}[kk][at], &{ref}, fg_in);")
-                elif lanes != VECTOR:  # 8 16-bit values, two in each 32-bit word
-                    self.line(e + 2, "int4 fg_v = {0, 0, 0, 0};")
-                    self.line(e + 2, f"if (fg_in) fg_v = __ldg((const int4*)&{ref});")
-                    bits = {"float16": "__ushort_as_half", "bfloat16": "__ushort_as_bfloat16"}
-                    for lane in range(lanes):
-                        word = f"(unsigned)fg_v.{'xyzw'[lane // 2]}"
-                        word = f"({word} >> 16)" if lane % 2 else word
-                        value = f"{bits[c.mma]}((unsigned short){word})"
-                        self.line(e + 2, f"{out}[kk + {lane}][at] = {value};")
+                elif c.k_inner(side):  # 8 16-bit values along the reduction, as staged
+                    self.line(e + 2, f"fg_copy16_async(&{out}[at][kk], &{ref}, fg_in);")
                 else:
                     self.line(e + 2, "float4 fg_v = {0.0f, 0.0f, 0.0f, 0.0f};")
                     self.line(e + 2, f"if (fg_in) fg_v = __ldg((const float4*)&{ref});")
@@ -700,11 +751,11 @@ class _Renderer:
             half = _staged_half(c)  # exact: the value is a 16-bit number (`gpu._mma_kind`)
             for name, t in exports:
                 value = _narrowed(name, t) if half else name
-                self.line(e + 2, f"{side}_{name}[{buf}][kk][at] = {value};")
+                self.line(e + 2, f"{self.staged(c, side, name, buf, 'kk', 'at')} = {value};")
             self.line(e + 1, "} else {")
             for name, t in exports:
                 zero = _narrowed("0.0f", t) if half else f"({t.cuda})0"
-                self.line(e + 2, f"{side}_{name}[{buf}][kk][at] = {zero};")
+                self.line(e + 2, f"{self.staged(c, side, name, buf, 'kk', 'at')} = {zero};")
             self.line(e + 1, "}")
             self.line(e, "}")
             if vector:
@@ -728,7 +779,7 @@ class _Renderer:
             ("b", c.b_exports, "j", "threadIdx.x"),
         ):
             for name, t in exports:
-                ref = f"{side}_{name}[fg_buf][kk][{thread} + {var} * {n}]"
+                ref = self.staged(c, side, name, "fg_buf", "kk", f"{thread} + {var} * {n}")
                 ref = _widened(ref, t) if _staged_half(c) else ref
                 self.line(d + 3, f"const {t.cuda} {name} = {ref};")
         self.block(c.consts + c.terms, d + 3)
@@ -736,6 +787,93 @@ class _Renderer:
         self.line(d + 3, self.stmt(AccUpdate(f"{acc}_tile[i][j]", red.init.dtype, red.op,
                                              value.value)))  # fmt: skip
         self.line(d + 2, "}")
+        self.line(d + 1, "}")
+        self.line(d, "}")
+
+    def staged(self, c: Contraction, side: str, name: str, buf: str, kk: str, at: str) -> str:
+        """The shared-memory cell of value `name` of `side` at reduction step `kk` and tile
+        position `at`, as the side is laid out (`Contraction.k_inner`)."""
+        cell = f"[{at}][{kk}]" if c.k_inner(side) else f"[{kk}][{at}]"
+        return f"{side}_{name}[{buf}]{cell}"
+
+    def warp_ids(self, d: int) -> None:
+        """The warp's place in the block's `MMA_WARPS` grid, and the thread's lane in it."""
+        self.line(d, "const int fg_warp = tid >> 5, fg_lane = tid & 31;")
+        self.line(
+            d, f"const int fg_wa = fg_warp / {MMA_WARPS[1]}, fg_wb = fg_warp % {MMA_WARPS[1]};"
+        )
+
+    @staticmethod
+    def warp_fragments(c: Contraction) -> tuple[int, int]:
+        """(16-row A fragments, 8-column B fragments) of a warp's piece of a 16-bit tile:
+        its (16 fa) x (8 fb) outputs are fa x fb m16n8 accumulator fragments."""
+        wa, wb = c.ra * TILE_THREADS // MMA_WARPS[0], c.rb * TILE_THREADS // MMA_WARPS[1]
+        return wa // 16, wb // 8
+
+    def ldmatrix_rows(self, c: Contraction, d: int) -> None:
+        """Which row of which 8x8 matrix this lane addresses in an `ldmatrix.x4`: lanes 8q..8q+7
+        give matrix q's rows. The A side's four matrices are a 16x16 fragment's registers
+        a0..a3: (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15); the B
+        side's are two 8-column fragments' b0, b1: (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7,
+        n 8-15), (k 8-15, n 8-15). A matrix's 8 rows run along the side's outputs where it
+        is staged [at][kk] (each row 8 reduction steps: no .trans), else along the reduction
+        (each row 8 outputs: .trans). `fg_<side>_at`, `fg_<side>_kk`: the lane's offsets."""
+        self.line(d, "const int fg_q = fg_lane >> 3, fg_r = fg_lane & 7;")
+        for side, at_bit, kk_bit in (
+            ("a", "fg_q & 1", "fg_q >> 1"),
+            ("b", "fg_q >> 1", "fg_q & 1"),
+        ):
+            at, kk = f"({at_bit}) * 8", f"({kk_bit}) * 8"
+            if c.k_inner(side):
+                at = f"{at} + fg_r"
+            else:
+                kk = f"{kk} + fg_r"
+            self.line(d, f"const int fg_{side}_at = {at}, fg_{side}_kk = {kk};")
+
+    def mma16_step(self, c: Contraction, fa: int, fb: int, d: int) -> None:
+        """The warp's (16 fa) x (8 fb) outputs from this step on 16-bit tensor cores: per 16
+        reduction steps, fa A fragments (16x16) and fb B fragments (16x8) through
+        `ldmatrix.x4` (a B load gives two), then every pair through `mma.sync` m16n8k16."""
+        acc, kc = c.red.init.acc, c.kc
+        (a_name, _), (b_name, _) = c.a_exports[0], c.b_exports[0]
+        wa, wb = 16 * fa, 8 * fb
+        mma = "fg_mma_16816<true>" if c.mma == "bfloat16" else "fg_mma_16816<false>"
+        self.line(d, "#pragma unroll")
+        self.line(d, f"for (int ks = 0; ks < {kc}; ks += 16) {{")
+        self.line(d + 1, f"unsigned fg_a[{fa}][4], fg_b[{fb}][2];")
+        for side, name, count, step, regs, w, who in (
+            ("a", a_name, fa, 1, "fg_a[i][0], fg_a[i][1], fg_a[i][2], fg_a[i][3]", wa, "fg_wa"),
+            ("b", b_name, fb, 2, "fg_b[i][0], fg_b[i][1], fg_b[i + 1][0], fg_b[i + 1][1]", wb,
+             "fg_wb"),
+        ):  # fmt: skip
+            at = f"{who} * {w} + i * {16 // step} + fg_{side}_at"
+            row = self.staged(c, side, name, "fg_buf", f"ks + fg_{side}_kk", at)
+            trans = "false" if c.k_inner(side) else "true"
+            self.line(d + 1, "#pragma unroll")
+            self.line(d + 1, f"for (int i = 0; i < {count}; i += {step})")
+            self.line(d + 2, f"fg_ldmatrix_x4<{trans}>({regs}, &{row});")
+        self.line(d + 1, f"#pragma unroll\n{'  ' * (d + 1)}for (int i = 0; i < {fa}; ++i)")
+        self.line(
+            d + 1,
+            f"#pragma unroll\n{'  ' * (d + 1)}for (int j = 0; j < {fb}; ++j) "
+            f"{mma}({acc}_frag[i][j], fg_a[i], fg_b[j][0], fg_b[j][1]);",
+        )
+        self.line(d, "}")
+
+    def mma16_epilogue(self, c: Contraction, fa: int, fb: int, d: int) -> None:
+        """Each lane runs the epilogue of the outputs its accumulators hold: register r of
+        fragment (i, j) is output (row g + 8 (r / 2), column 2 t + r % 2) of that 16x8
+        fragment, for the lane's group g = lane / 4 and t = lane % 4 in it."""
+        acc = c.red.init.acc
+        self.line(d, f"#pragma unroll\n{'  ' * d}for (int i = 0; i < {fa}; ++i)")
+        self.line(d, f"#pragma unroll\n{'  ' * d}for (int j = 0; j < {fb}; ++j)")
+        self.line(d, f"#pragma unroll\n{'  ' * d}for (int r = 0; r < 4; ++r) {{")
+        self.line(d + 1, f"const long long ia = tile_a + fg_wa * {16 * fa} + i * 16 + "
+                         "(fg_lane >> 2) + (r >> 1) * 8;")  # fmt: skip
+        self.line(d + 1, f"const long long ib = tile_b + fg_wb * {8 * fb} + j * 8 + "
+                         "(fg_lane & 3) * 2 + (r & 1);")  # fmt: skip
+        self.line(d + 1, f"if (ia < {c.na}LL && ib < {c.nb}LL) {{")
+        self.output(c, f"{acc}_frag[i][j][r]", d + 2)
         self.line(d + 1, "}")
         self.line(d, "}")
 
