@@ -272,6 +272,19 @@ def test_16bit_gemm_on_the_emulator(dtype, case):
 
 
 @pytest.mark.usefixtures("emulated")
+def test_a_big_right_operand_is_staged_as_it_is_on_the_gpu():
+    # the CPU copies a B too big for its cache into 32-column panels first; on the GPU that
+    # copy would only cost a kernel and make B's tile copies scalar (a panel's index)
+    a, b = rand16("bfloat16", 64, 1024), rand16("bfloat16", 1024, 1024)  # B: 2 MiB
+    for device, kernels in (("cpu", 2), ("cuda", 1)):
+        x, y = fg.tensor(a, device=device), fg.tensor(b, device=device)
+        items = schedule([(x @ y).node], engine.has_value_predicate())
+        assert len(items) == kernels, device
+    c = gpu.map_to_gpu(lower(items[0], tile=False)).contraction
+    assert (c.a_vector, c.b_vector) == ("k", "m")  # both sides by cp.async
+
+
+@pytest.mark.usefixtures("emulated")
 def test_the_16bit_128x128_tile(monkeypatch):
     # 64 x 32 outputs per warp (4 x 4 mma per 16 steps); pretend the GPU has one
     # multiprocessor so that a small problem takes the big tile
@@ -353,13 +366,18 @@ def sgemm_ptx(tmp_path_factory):
     # (float16: test_cuda_conv.py's convolution)
     x, y = (fg.from_numpy(rand16("bfloat16", *s)) for s in ((256, 128), (128, 256)))
     kernels["bfloat16"] = kernel_of(x @ y)
-    # the 128x128 tile, 64 x 32 outputs per warp: 64 fp32 accumulators per lane (the
-    # product's kernel, after the copy of B into panels that frontend/reduce.py makes of a
-    # right operand this big)
-    x, y = (fg.from_numpy(np.ones((4096, 4096), ml_dtypes.bfloat16)) for _ in range(2))
-    *_, item = schedule([(x @ y).node], engine.has_value_predicate())
-    kernels["bfloat16_4096"] = cuda_kernel(lower(item, tile=False), "k")
+    # the 128x128 tile, 64 x 32 outputs per warp: 64 fp32 accumulators per lane; built on
+    # the cuda device, whose matmul copies no big right operand into panels first (the
+    # CPU's does: `Backend.packs_panels`), so both sides go by cp.async
+    with fg.config.override(cuda="emulate"):
+        from fusegrad.runtime import cuda as runtime_cuda
+
+        runtime_cuda.reset()
+        x, y = (fg.tensor(np.ones((4096, 4096), ml_dtypes.bfloat16), device="cuda") for _ in "xy")
+        kernels["bfloat16_4096"] = kernel_of(x @ y)
+    runtime_cuda.reset()
     assert kernels["bfloat16_4096"].grid == (32, 32, 1)
+    assert "fg_copy16_async(&b_" in kernels["bfloat16_4096"].source
     sources = {}
     for name, k in kernels.items():
         sources[name] = k.source[k.source.index('extern "C"') :].replace(" k(", f" sgemm_{name}(")
