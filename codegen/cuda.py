@@ -12,7 +12,10 @@ Transcendentals are CUDA's own device functions (`expf`, `logf`, `sinf`, ...);
 through `fg_warp_allreduce` (shuffles only). Contiguous 4-byte streams move 16
 bytes per access (`float4` / `int4` through `__ldg` and `__stwb`: `ld.global.nc.v4`,
 `st.global.wb.v4`) on a path taken when the buffers are 16-byte aligned, next to
-the scalar path.
+the scalar path. Contractions tile through shared memory (`_Renderer.tiled`); on tensor
+cores TF32 ones through `nvcuda::wmma`, 16-bit ones through warp-level `mma.sync` m16n8k16
+fed by `ldmatrix` (`fg_mma_16816`, `fg_ldmatrix_x4`: inline PTX on sm_80+, lane-exact
+emulations in `runtime/cuda_emu.h`).
 The source begins with the kernel's global-memory traffic (`gpu.traffic`).
 """
 
@@ -344,16 +347,32 @@ HALF_PAD = 8
 WMMA = "nvcuda::wmma::"
 
 
+STATIC_SHARED = 48 * 1024  # the most a kernel's `__shared__` arrays may hold
+HALF_STAGES = 4  # at most this many buffers of staged steps on the 16-bit tensor cores
+
+
+def _stages(c: Contraction) -> int:
+    """Buffers of `kc` staged steps: 2 (double buffering), or on the 16-bit tensor cores as
+    many as fit in static shared memory, up to `HALF_STAGES` (the copies of the next
+    stages - 1 steps in flight while one is computed: 2 for the 128x128 tile, 4 for 64x64)."""
+    if not _staged_half(c):
+        return 2
+    per_stage = sum(2 * rows * (cols + HALF_PAD) for rows, cols in _staged_shapes(c).values())
+    return max(2, min(HALF_STAGES, STATIC_SHARED // per_stage))
+
+
+def _staged_shapes(c: Contraction) -> dict[str, tuple[int, int]]:
+    """side -> (rows, columns) of one buffer of its staged values, before padding:
+    (kc, tile width), or (tile width, kc) where the reduction is innermost (`k_inner`)."""
+    shapes = {}
+    for side, width in (("a", TILE_THREADS * c.ra), ("b", TILE_THREADS * c.rb)):
+        shapes[side] = (width, c.kc) if c.k_inner(side) else (c.kc, width)
+    return shapes
+
+
 def _staged_half(c: Contraction) -> bool:
     """The sides are staged in shared memory as 16-bit values (the 16-bit tensor cores)."""
     return c.mma in HALF_MMA
-
-
-def _mma_shape(c: Contraction) -> tuple[int, str]:
-    """(reduction steps per fragment, the fragments' input type) of `c`'s tensor cores."""
-    if _staged_half(c):
-        return 16, HALF_STORAGE[c.mma]
-    return 8, f"{WMMA}precision::tf32"
 
 
 class _Renderer:
@@ -579,17 +598,17 @@ class _Renderer:
         padded by `PAD` (16-byte aligned, and a transposed store spreads over the banks);
         a 16-bit tensor-core side contiguous along the reduction goes to
         `<side>_<value>[buffer][at][kk]` instead (`Contraction.k_inner`)."""
-        half = _staged_half(c)
-        for side, exports, width in (("a", c.a_exports, TILE_THREADS * c.ra),
-                                     ("b", c.b_exports, TILE_THREADS * c.rb)):  # fmt: skip
-            rows, cols = (width, c.kc) if c.k_inner(side) else (c.kc, width)
+        half, stages = _staged_half(c), _stages(c)
+        for side, exports in (("a", c.a_exports), ("b", c.b_exports)):
+            rows, cols = _staged_shapes(c)[side]
             for name, t in exports:
                 t_smem, pad = (mem_type(t), HALF_PAD) if half else (t.cuda, PAD)
                 self.shared.append(
-                    f"  __shared__ __align__(32) {t_smem} {side}_{name}[2][{rows}][{cols + pad}];"
+                    f"  __shared__ __align__(32) {t_smem} "
+                    f"{side}_{name}[{stages}][{rows}][{cols + pad}];"
                 )
                 size = t.itemsize if half else _reg(t).itemsize
-                self.shared_bytes += 2 * rows * (cols + pad) * size
+                self.shared_bytes += stages * rows * (cols + pad) * size
         if c.mma == "tf32":  # a warp's 16x16 outputs on their way to the epilogue
             warps = MMA_WARPS[0] * MMA_WARPS[1]
             self.shared.append(f"  __shared__ __align__(32) float fg_out[{warps}][{MMA * MMA}];")
@@ -635,8 +654,8 @@ class _Renderer:
                 c.ra * TILE_THREADS // MMA_WARPS[0] // MMA,
                 c.rb * TILE_THREADS // MMA_WARPS[1] // MMA,
             )
-            self.line(d, f"{WMMA}fragment<{WMMA}accumulator, 16, 16, {_mma_shape(c)[0]}, "
-                         f"float> {acc}_frag[{fa}][{fb}];")  # fmt: skip
+            self.line(d, f"{WMMA}fragment<{WMMA}accumulator, 16, 16, 8, float> "
+                         f"{acc}_frag[{fa}][{fb}];")  # fmt: skip
             self.line(d, f"#pragma unroll\n{'  ' * d}for (int i = 0; i < {fa}; ++i)")
             self.line(d, f"#pragma unroll\n{'  ' * d}for (int j = 0; j < {fb}; ++j) "
                          f"{WMMA}fill_fragment({acc}_frag[i][j], 0.0f);")  # fmt: skip
@@ -648,24 +667,30 @@ class _Renderer:
             self.line(d, f"#pragma unroll\n{'  ' * d}for (int j = 0; j < {c.rb}; ++j) "
                          f"{acc}_tile[i][j] = {init};")  # fmt: skip
         self.line(d, f"const int fg_steps = (int)(({red.length}LL + {kc - 1}) / {kc});")
-        self.stage(c, "0", "0LL", d)
-        self.line(d, "fg_copy_commit();")
-        self.line(d, "for (int kt = 0; kt < fg_steps; ++kt) {")
-        self.line(d + 1, "const int fg_buf = kt & 1;")
-        self.line(d + 1, "if (kt + 1 < fg_steps) {")
-        self.stage(c, "fg_buf ^ 1", f"(long long)(kt + 1) * {kc}", d + 2)
-        self.line(d + 1, "}")
-        self.line(d + 1, "fg_copy_commit();  // empty on the last step: one group per step")
-        self.line(d + 1, "fg_copy_wait<1>();  // all but the newest group: this step's tiles")
-        self.line(d + 1, "__syncthreads();")
+        if _staged_half(c):
+            self.stages_ahead(c, d)
+        else:
+            self.stage(c, "0", "0LL", d)
+            self.line(d, "fg_copy_commit();")
+            self.line(d, "for (int kt = 0; kt < fg_steps; ++kt) {")
+            self.line(d + 1, "const int fg_buf = kt & 1;")
+            self.line(d + 1, "if (kt + 1 < fg_steps) {")
+            self.stage(c, "fg_buf ^ 1", f"(long long)(kt + 1) * {kc}", d + 2)
+            self.line(d + 1, "}")
+            self.line(d + 1, "fg_copy_commit();  // empty on the last step: one group per step")
+            self.line(d + 1, "fg_copy_wait<1>();  // all but the newest group: this step's tiles")
+            self.line(d + 1, "__syncthreads();")
         if mma and _staged_half(c):
             self.mma16_step(c, fa, fb, d + 1)
         elif mma:
             self.mma_step(c, fa, fb, d + 1)
         else:
             self.simt_step(c, d + 1)
-        self.line(d + 1, "__syncthreads();  // read before the step after next overwrites it")
+        if not _staged_half(c):
+            self.line(d + 1, "__syncthreads();  // read before the step after next overwrites it")
         self.line(d, "}")
+        if _staged_half(c):  # the block's next tile (a grid-stride loop) stages its first steps
+            self.line(d, "__syncthreads();  // once every warp is done with the last")
         if mma and _staged_half(c):
             self.mma16_epilogue(c, fa, fb, d)
             return
@@ -680,6 +705,31 @@ class _Renderer:
         self.output(c, f"{acc}_tile[i][j]", d + 2)
         self.line(d + 1, "}")
         self.line(d, "}")
+
+    def stages_ahead(self, c: Contraction, d: int) -> None:
+        """The head of a 16-bit contraction's loop over its steps, `_stages(c)` = S buffers:
+        steps 0..S-2 are staged before it, one copy group each (`fg_copy_commit`, empty past
+        the last step); at step kt, once group kt is complete (`fg_copy_wait<S - 2>`: all but
+        the newest S - 2) and the block has passed the barrier, step kt + S - 1 is staged
+        into the buffer step kt - 1 was read from (every thread is done with it: one
+        barrier per step), then step kt is computed (the body the caller prints next)."""
+        kc, stages = c.kc, _stages(c)
+        self.line(d, "#pragma unroll")
+        self.line(d, f"for (int s = 0; s < {stages - 1}; ++s) {{")
+        self.line(d + 1, "if (s < fg_steps) {")
+        self.stage(c, "s", f"(long long)s * {kc}", d + 2)
+        self.line(d + 1, "}")
+        self.line(d + 1, "fg_copy_commit();")
+        self.line(d, "}")
+        self.line(d, "for (int kt = 0; kt < fg_steps; ++kt) {")
+        self.line(d + 1, f"const int fg_buf = kt % {stages};")
+        self.line(d + 1, f"fg_copy_wait<{stages - 2}>();  // all but the newest: step kt's group")
+        self.line(d + 1, "__syncthreads();  // its copies are everyone's; step kt - 1 is read")
+        self.line(d + 1, f"if (kt + {stages - 1} < fg_steps) {{")
+        self.stage(c, f"(kt + {stages - 1}) % {stages}", f"(long long)(kt + {stages - 1}) * {kc}",
+                   d + 2)  # fmt: skip
+        self.line(d + 1, "}")
+        self.line(d + 1, "fg_copy_commit();  // empty near the end: one group per step")
 
     def output(self, c: Contraction, value: str, d: int) -> None:
         """The epilogue of output (ia, ib) of batch ic, its reduction's result `value`."""
@@ -878,16 +928,15 @@ class _Renderer:
         self.line(d, "}")
 
     def mma_step(self, c: Contraction, fa: int, fb: int, d: int) -> None:
-        """The warp's (16 fa) x (16 fb) outputs from this step on tensor cores: the a side
-        staged [kk][row] is a column-major 16xK matrix, the b side [kk][column] a row-major
-        Kx16 one; fp32 values are rounded to TF32 (10-bit mantissas) first, 16-bit ones are
-        staged as they are (K = 16)."""
+        """The warp's (16 fa) x (16 fb) outputs from this step on TF32 tensor cores (WMMA
+        m16n16k8): the a side staged [kk][row] is a column-major 16xK matrix, the b side
+        [kk][column] a row-major Kx16 one, their fp32 values rounded to TF32 (10-bit
+        mantissas) first. (16-bit inputs: `mma16_step`.)"""
         acc, kc = c.red.init.acc, c.kc
         (a_name, _), (b_name, _) = c.a_exports[0], c.b_exports[0]
         wa, wb = c.ra * TILE_THREADS // MMA_WARPS[0], c.rb * TILE_THREADS // MMA_WARPS[1]
-        pad = HALF_PAD if _staged_half(c) else PAD
-        lda, ldb = TILE_THREADS * c.ra + pad, TILE_THREADS * c.rb + pad
-        k, t_in = _mma_shape(c)
+        lda, ldb = TILE_THREADS * c.ra + PAD, TILE_THREADS * c.rb + PAD
+        k, t_in = 8, f"{WMMA}precision::tf32"
         self.line(d, "#pragma unroll")
         self.line(d, f"for (int ks = 0; ks < {kc}; ks += {k}) {{")
         self.line(d + 1, f"{WMMA}fragment<{WMMA}matrix_a, 16, 16, {k}, {t_in}, {WMMA}col_major> "
@@ -902,11 +951,10 @@ class _Renderer:
             self.line(d + 1, f"for (int i = 0; i < {count}; ++i) {{")
             self.line(d + 2, f"{WMMA}load_matrix_sync({frag}[i], "
                              f"&{src}[fg_buf][ks][{who} * {w} + i * 16], {ld});")  # fmt: skip
-            if not _staged_half(c):
-                self.line(d + 2, "#pragma unroll")
-                x = f"{frag}[i].x[t]"
-                self.line(d + 2, f"for (int t = 0; t < {frag}[i].num_elements; ++t) "
-                                 f"{x} = {WMMA}__float_to_tf32({x});")  # fmt: skip
+            self.line(d + 2, "#pragma unroll")
+            x = f"{frag}[i].x[t]"
+            self.line(d + 2, f"for (int t = 0; t < {frag}[i].num_elements; ++t) "
+                             f"{x} = {WMMA}__float_to_tf32({x});")  # fmt: skip
             self.line(d + 1, "}")
         self.line(d + 1, f"#pragma unroll\n{'  ' * (d + 1)}for (int i = 0; i < {fa}; ++i)")
         self.line(
@@ -917,8 +965,9 @@ class _Renderer:
         self.line(d, "}")
 
     def mma_epilogue(self, c: Contraction, fa: int, fb: int, d: int) -> None:
-        """Each 16x16 fragment goes through the warp's slice of shared memory, then its
-        lanes run the epilogue 8 outputs each."""
+        """TF32: each 16x16 fragment goes through the warp's slice of shared memory (WMMA
+        does not say which lane holds which output), then its lanes run the epilogue 8
+        outputs each."""
         acc = c.red.init.acc
         wa, wb = c.ra * TILE_THREADS // MMA_WARPS[0], c.rb * TILE_THREADS // MMA_WARPS[1]
         self.line(d, f"#pragma unroll\n{'  ' * d}for (int i = 0; i < {fa}; ++i)")

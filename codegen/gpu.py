@@ -415,8 +415,8 @@ class Contraction:
     reduction fastest (the one whose loads are contiguous along it).
 
     `a_vector` / `b_vector` ("k" or "m", else None): the side is one plain load (fp32, or
-    16-bit on the 16-bit tensor cores),
-    contiguous along the reduction ("k": 16-byte `__ldg`s, stored transposed) or along
+    16-bit on the 16-bit tensor cores), contiguous along the reduction ("k": 16-byte
+    `__ldg`s stored transposed; 16-bit values, staged `[at][kk]`, by `cp.async`) or along
     its outputs ("m": 16-byte asynchronous copies, `cp.async` on sm_80+), taken when the
     buffer is 16-byte aligned at launch. `mma`, a sum of a-value * b-value run on tensor
     cores with fp32 accumulation: "tf32" (fp32 values with `allow_tf32`: WMMA m16n16k8 on

@@ -13,9 +13,9 @@
 //   of the block must call them together (the renderer calls them uniformly);
 // - the device math functions are the C library's;
 // - __syncwarp() is the block's barrier (so, like the shuffles, the whole block calls it);
-// - nvcuda::wmma's fragments (TF32 m16n16k8, __half and __nv_bfloat16 m16n16k16, fp32
-//   accumulators) as whole matrices that every thread of the warp holds and computes alike,
-//   __float_to_tf32 rounding as the GPU's cvt.rna.tf32.f32;
+// - nvcuda::wmma's fragments (TF32 m16n16k8, which the TF32 contractions use; __half and
+//   __nv_bfloat16 m16n16k16; fp32 accumulators) as whole matrices that every thread of the
+//   warp holds and computes alike, __float_to_tf32 rounding as the GPU's cvt.rna.tf32.f32;
 // - the warp-level tensor-core primitives the 16-bit contractions use (fg_ldmatrix_x4,
 //   fg_mma_*_16816 in codegen/cuda.py's prelude): lane-exact, each lane's registers holding
 //   what the PTX ISA gives that lane (ldmatrix.m8n8.x4[.trans].b16, mma.sync m16n8k16 with

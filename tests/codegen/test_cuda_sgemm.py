@@ -204,10 +204,12 @@ def test_16bit_contractions_take_the_tensor_cores(dtype):
     assert "wmma" not in body and "fg_out" not in body  # the epilogue from the registers
     assert "__float_to_tf32" not in k.source  # 16-bit values go in as they are
     storage = {"float16": "__half", "bfloat16": "__nv_bfloat16"}[dtype]
-    # staged in 16 bits: A (contiguous along the reduction) as [at][kk], read without
-    # .trans; B (contiguous along its columns) as [kk][at], read with .trans
-    assert f"__shared__ __align__(32) {storage} a_v1[2][64][40];" in body
-    assert f"__shared__ __align__(32) {storage} b_v2[2][32][72];" in body
+    # staged in 16 bits, 4 buffers of 32 steps (3 in flight while one is read): A
+    # (contiguous along the reduction) as [at][kk], read without .trans; B (contiguous
+    # along its columns) as [kk][at], read with .trans
+    assert f"__shared__ __align__(32) {storage} a_v1[4][64][40];" in body
+    assert f"__shared__ __align__(32) {storage} b_v2[4][32][72];" in body
+    assert "fg_copy_wait<2>();" in body and "const int fg_buf = kt % 4;" in body
     assert "fg_ldmatrix_x4<false>(fg_a[i]" in body and "fg_ldmatrix_x4<true>(fg_b[i]" in body
     c = gpu.map_to_gpu(_lowered(a @ b)).contraction
     assert c.mma == dtype
@@ -293,7 +295,10 @@ def test_the_16bit_128x128_tile(monkeypatch):
     expr = fg.from_numpy(a) @ fg.from_numpy(b)
     c = gpu.map_to_gpu(_lowered(expr)).contraction
     assert (c.ra, c.rb, c.kc) == (8, 8, 32) and kernel_of(expr).grid == (3, 2, 1)
-    assert "float acc1_frag[4][4][4];" in kernel_of(expr).source
+    source = kernel_of(expr).source
+    assert "float acc1_frag[4][4][4];" in source
+    # two buffers fit in the 48 KiB of static shared memory
+    assert "a_v1[2][128][40];" in source and "b_v2[2][32][136];" in source
     got = fg.tensor(a, device="cuda") @ fg.tensor(b, device="cuda")
     _check_16bit("bfloat16", got, a.astype(np.float64) @ b.astype(np.float64))
 
@@ -310,6 +315,20 @@ def test_a_16bit_gemm_with_a_fused_epilogue_on_the_emulator():
     x, w = a.astype(np.float64), b.astype(np.float64)
     want = np.maximum((x @ w).astype(np.float16).astype(np.float64) + bias, 0)
     np.testing.assert_allclose(_as_f32(got), want, rtol=2e-3, atol=2e-3)
+
+
+def test_one_block_walks_every_16bit_tile(monkeypatch):
+    # a grid smaller than the tiles (past the GPU's grid limits): each block loops over
+    # tiles, and a tile's first steps are staged only once every warp is done with the last
+    monkeypatch.setattr(gpu, "MAX_GRID_X", 1)
+    monkeypatch.setattr(gpu, "MAX_GRID_Y", 1)
+    a, b = rand16("float16", 2, 100, 40), rand16("float16", 2, 40, 136)
+    k = kernel_of(fg.from_numpy(a) @ fg.from_numpy(b))
+    assert k.grid == (1, 1, 1)  # 2 batches x 2 x 3 tiles of 64x64
+    out = np.zeros(2 * 100 * 136, np.float16)
+    EMULATED.launch(EMULATED.functions(EmulatedModule(k.source), k, 3), k.launches, [out, a, b])
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    _check_16bit("float16", fg.from_numpy(out.reshape(want.shape)), want)
 
 
 @pytest.mark.usefixtures("emulated")
