@@ -636,11 +636,13 @@ class _Renderer:
 
     def pipeline(self, c: Contraction, mma: bool) -> None:
         """One output tile: stage step 0, then per step stage the next into the other buffer,
-        wait for this one (`fg_copy_wait`: the asynchronous copies), accumulate, store."""
+        wait for this one (`fg_copy_wait`: the asynchronous copies), accumulate, store; a
+        16-bit contraction keeps more steps in flight (`stages_ahead`). `mma`: on tensor
+        cores (else the fp32 path, which a 16-bit contraction takes below sm_80)."""
         red, acc, kc = c.red, c.red.init.acc, c.kc
-        dt = red.init.dtype
+        dt, half = red.init.dtype, _staged_half(c)
         d = 3
-        if mma and _staged_half(c):
+        if mma and half:
             fa, fb = self.warp_fragments(c)
             self.line(d, f"float {acc}_frag[{fa}][{fb}][4];  // m16n8 C fragments")
             self.line(d, f"#pragma unroll\n{'  ' * d}for (int i = 0; i < {fa}; ++i)")
@@ -667,7 +669,7 @@ class _Renderer:
             self.line(d, f"#pragma unroll\n{'  ' * d}for (int j = 0; j < {c.rb}; ++j) "
                          f"{acc}_tile[i][j] = {init};")  # fmt: skip
         self.line(d, f"const int fg_steps = (int)(({red.length}LL + {kc - 1}) / {kc});")
-        if _staged_half(c):
+        if half:
             self.stages_ahead(c, d)
         else:
             self.stage(c, "0", "0LL", d)
@@ -680,18 +682,18 @@ class _Renderer:
             self.line(d + 1, "fg_copy_commit();  // empty on the last step: one group per step")
             self.line(d + 1, "fg_copy_wait<1>();  // all but the newest group: this step's tiles")
             self.line(d + 1, "__syncthreads();")
-        if mma and _staged_half(c):
+        if mma and half:
             self.mma16_step(c, fa, fb, d + 1)
         elif mma:
             self.mma_step(c, fa, fb, d + 1)
         else:
             self.simt_step(c, d + 1)
-        if not _staged_half(c):
+        if not half:
             self.line(d + 1, "__syncthreads();  // read before the step after next overwrites it")
         self.line(d, "}")
-        if _staged_half(c):  # the block's next tile (a grid-stride loop) stages its first steps
+        if half:  # the block's next tile (a grid-stride loop) stages its first steps
             self.line(d, "__syncthreads();  // once every warp is done with the last")
-        if mma and _staged_half(c):
+        if mma and half:
             self.mma16_epilogue(c, fa, fb, d)
             return
         if mma:
