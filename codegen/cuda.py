@@ -187,6 +187,15 @@ __device__ __forceinline__ __nv_bfloat16 fg_to_bf16(float v) {
   const unsigned u = (unsigned)__float_as_int(v);
   return v != v ? __ushort_as_bfloat16((unsigned short)(u >> 16 | 0x40u)) : __float2bfloat16_rn(v);
 }
+// Where value (row, col) of a staged 16-bit tile with CHUNKS 16-byte chunks (8 values) a row
+// is kept: its chunk is swizzled (XOR) with the row, so that the 8 rows at one chunk that an
+// ldmatrix phase reads (16 bytes each) fall on 8 distinct groups of 4 banks without padding.
+// Rows of 8+ chunks: chunk ^ (row % 8); of 4 (2 rows a 128-byte bank line): chunk ^ (row / 2
+// % 4); of 2: chunk ^ (row / 4 % 2). A chunk stays whole (16-byte copies land as they are).
+template <int CHUNKS> __device__ __forceinline__ int fg_swizzle(int row, int col) {
+  constexpr int period = CHUNKS < 8 ? CHUNKS : 8;
+  return ((col >> 3) ^ (row / (8 / period) % period)) << 3 | (col & 7);
+}
 // The 16-bit contractions' warp-level tensor cores (sm_80+; the emulator's lane-exact copies
 // in runtime/cuda_emu.h). ldmatrix.x4: lanes 8j..8j+7 give the shared-memory addresses of the
 // 8 rows (16 bytes each) of 8x8 matrix j, which lands in register j (.trans: transposed).
@@ -340,10 +349,7 @@ class CudaKernel:
 
 PARTIAL = "fg_partial"  # the scratch buffer of a split reduction's partials
 PAD = 4  # floats after each staged row: rows stay 16-byte aligned for the 16-byte copies
-# ... and 16-bit values: rows of 16-byte multiples (ldmatrix and cp.async), and a row stride
-# of 4 words mod 8 (a multiple of 16 values, plus 8), so that the 8 rows one ldmatrix phase
-# reads (16 bytes each) fall on 8 distinct groups of 4 banks: conflict-free
-HALF_PAD = 8
+# (16-bit values are not padded but swizzled: `fg_swizzle`)
 WMMA = "nvcuda::wmma::"
 
 
@@ -354,16 +360,17 @@ HALF_STAGES = 4  # at most this many buffers of staged steps on the 16-bit tenso
 def _stages(c: Contraction) -> int:
     """Buffers of `kc` staged steps: 2 (double buffering), or on the 16-bit tensor cores as
     many as fit in static shared memory, up to `HALF_STAGES` (the copies of the next
-    stages - 1 steps in flight while one is computed: 2 for the 128x128 tile, 4 for 64x64)."""
+    stages - 1 steps in flight while one is computed: 3 for the 128x128 tile, 4 for 64x64)."""
     if not _staged_half(c):
         return 2
-    per_stage = sum(2 * rows * (cols + HALF_PAD) for rows, cols in _staged_shapes(c).values())
+    per_stage = sum(2 * rows * cols for rows, cols in _staged_shapes(c).values())
     return max(2, min(HALF_STAGES, STATIC_SHARED // per_stage))
 
 
 def _staged_shapes(c: Contraction) -> dict[str, tuple[int, int]]:
-    """side -> (rows, columns) of one buffer of its staged values, before padding:
-    (kc, tile width), or (tile width, kc) where the reduction is innermost (`k_inner`)."""
+    """side -> (rows, columns) of one buffer of its staged values (before an fp32 row's
+    padding): (kc, tile width), or (tile width, kc) where the reduction is innermost
+    (`k_inner`)."""
     shapes = {}
     for side, width in (("a", TILE_THREADS * c.ra), ("b", TILE_THREADS * c.rb)):
         shapes[side] = (width, c.kc) if c.k_inner(side) else (c.kc, width)
@@ -595,14 +602,15 @@ class _Renderer:
 
         Each side's values for `kc` reduction steps go to `<side>_<value>[buffer][kk][at]`
         (two buffers: the next step's copy is issued before this step's arithmetic), rows
-        padded by `PAD` (16-byte aligned, and a transposed store spreads over the banks);
-        a 16-bit tensor-core side contiguous along the reduction goes to
+        padded by `PAD` (16-byte aligned, and a transposed store spreads over the banks).
+        16-bit tensor-core sides: up to `HALF_STAGES` buffers (`_stages`), rows unpadded but
+        swizzled (`staged`), and a side contiguous along the reduction goes to
         `<side>_<value>[buffer][at][kk]` instead (`Contraction.k_inner`)."""
         half, stages = _staged_half(c), _stages(c)
         for side, exports in (("a", c.a_exports), ("b", c.b_exports)):
             rows, cols = _staged_shapes(c)[side]
             for name, t in exports:
-                t_smem, pad = (mem_type(t), HALF_PAD) if half else (t.cuda, PAD)
+                t_smem, pad = (mem_type(t), 0) if half else (t.cuda, PAD)
                 self.shared.append(
                     f"  __shared__ __align__(32) {t_smem} "
                     f"{side}_{name}[{stages}][{rows}][{cols + pad}];"
@@ -779,10 +787,9 @@ class _Renderer:
                 self.line(e + 2, f"const long long {at_m} = fg_in ? i{side} : 0LL, "
                                  f"{at_k} = fg_in ? red : 0LL;")  # fmt: skip
                 self.index_vars(c.c_loops, "ic", e + 2)
-                if vector == "m":
-                    self.line(e + 2, f"fg_copy16_async(&{out}[kk][at], &{ref}, fg_in);")
-                elif c.k_inner(side):  # 8 16-bit values along the reduction, as staged
-                    self.line(e + 2, f"fg_copy16_async(&{out}[at][kk], &{ref}, fg_in);")
+                if vector == "m" or c.k_inner(side):  # 16 bytes along a row of the staging
+                    cell = self.staged(c, side, name, buf, "kk", "at")
+                    self.line(e + 2, f"fg_copy16_async(&{cell}, &{ref}, fg_in);")
                 else:
                     self.line(e + 2, "float4 fg_v = {0.0f, 0.0f, 0.0f, 0.0f};")
                     self.line(e + 2, f"if (fg_in) fg_v = __ldg((const float4*)&{ref});")
@@ -844,9 +851,13 @@ class _Renderer:
 
     def staged(self, c: Contraction, side: str, name: str, buf: str, kk: str, at: str) -> str:
         """The shared-memory cell of value `name` of `side` at reduction step `kk` and tile
-        position `at`, as the side is laid out (`Contraction.k_inner`)."""
-        cell = f"[{at}][{kk}]" if c.k_inner(side) else f"[{kk}][{at}]"
-        return f"{side}_{name}[{buf}]{cell}"
+        position `at`, as the side is laid out (`Contraction.k_inner`); 16-bit values
+        sit in their row's 16-byte chunks swizzled (`fg_swizzle`)."""
+        row, col = (at, kk) if c.k_inner(side) else (kk, at)
+        if _staged_half(c):
+            chunks = _staged_shapes(c)[side][1] // 8
+            col = f"fg_swizzle<{chunks}>({row}, {col})"
+        return f"{side}_{name}[{buf}][{row}][{col}]"
 
     def warp_ids(self, d: int) -> None:
         """The warp's place in the block's `MMA_WARPS` grid, and the thread's lane in it."""

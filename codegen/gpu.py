@@ -430,7 +430,8 @@ class Contraction:
     `ldmatrix.x4` and runs every A x B pair through `mma.sync` (16 of them for 64 x 32),
     its fp32 accumulators in registers in the m16n8 C-fragment layout, from which each lane
     runs the epilogue of its own outputs; the steps are staged in as many buffers as fit
-    (`cuda._stages`, up to 4). A side is staged `[kk][at]` (rows along its
+    (`cuda._stages`, up to 4), their rows' 16-byte chunks swizzled against bank conflicts
+    (`fg_swizzle`). A side is staged `[kk][at]` (rows along its
     outputs, read with `ldmatrix.trans`) or, where its loads are contiguous along the
     reduction (`k_inner`), `[at][kk]` (rows along the reduction, read without `.trans`,
     and its 16-byte copies go straight to shared memory with `cp.async`)."""

@@ -51,6 +51,18 @@ extern "C" __global__ void mma(float* d, const unsigned* a, const unsigned* b, c
     fg_mma_16816<false>(acc, frag, b[t * 2], b[t * 2 + 1]);
   for (int r = 0; r < 4; ++r) d[t * 4 + r] = acc[r];
 }
+// where fg_swizzle keeps each value of a 64-row tile of 8 * CHUNKS columns
+template <int CHUNKS> __device__ void swizzle_table(int* out) {
+  for (int row = 0; row < 64; ++row)
+    for (int col = 0; col < 8 * CHUNKS; ++col)
+      out[row * 8 * CHUNKS + col] = fg_swizzle<CHUNKS>(row, col);
+}
+extern "C" __global__ void swizzles(int* c2, int* c4, int* c8, int* c16) {
+  swizzle_table<2>(c2);
+  swizzle_table<4>(c4);
+  swizzle_table<8>(c8);
+  swizzle_table<16>(c16);
+}
 """
 
 
@@ -145,3 +157,20 @@ def test_mma_of_identities_moves_b_to_where_c_is(module):
         g, t = lane // 4, lane % 4
         for r in range(4):
             assert d[lane, r] == b[g + 8 * (r // 2), 2 * t + r % 2], (lane, r)
+
+
+def test_the_swizzle_keeps_chunks_whole_and_ldmatrix_rows_on_distinct_banks(module):
+    tables = {c: np.zeros((64, 8 * c), np.int32) for c in (2, 4, 8, 16)}
+    module.get_function("swizzles")(*tables.values(), grid=(1, 1, 1), block=(1, 1, 1))
+    for chunks, where in tables.items():
+        for row in range(64):  # a permutation of the row that moves 16-byte chunks whole
+            assert sorted(where[row]) == list(range(8 * chunks)), chunks
+            assert all(where[row, 8 * k + e] == where[row, 8 * k] + e for k in range(chunks)
+                       for e in range(8))  # fmt: skip
+        # an ldmatrix phase: 8 rows from a multiple of 8, 16 bytes each at one logical chunk;
+        # a bank group is 16 bytes of a 128-byte line of shared memory (2-byte values)
+        for first in range(0, 64, 8):
+            for k in range(chunks):
+                rows = range(first, first + 8)
+                groups = {(r * 8 * chunks + where[r, 8 * k]) // 8 % 8 for r in rows}
+                assert len(groups) == 8, (chunks, first, k)

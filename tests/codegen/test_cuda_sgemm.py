@@ -206,10 +206,12 @@ def test_16bit_contractions_take_the_tensor_cores(dtype):
     storage = {"float16": "__half", "bfloat16": "__nv_bfloat16"}[dtype]
     # staged in 16 bits, 4 buffers of 32 steps (3 in flight while one is read): A
     # (contiguous along the reduction) as [at][kk], read without .trans; B (contiguous
-    # along its columns) as [kk][at], read with .trans
-    assert f"__shared__ __align__(32) {storage} a_v1[4][64][40];" in body
-    assert f"__shared__ __align__(32) {storage} b_v2[4][32][72];" in body
+    # along its columns) as [kk][at], read with .trans; unpadded, the 16-byte chunks of a
+    # row swizzled (4 a row of A, 8 of B)
+    assert f"__shared__ __align__(32) {storage} a_v1[4][64][32];" in body
+    assert f"__shared__ __align__(32) {storage} b_v2[4][32][64];" in body
     assert "fg_copy_wait<2>();" in body and "const int fg_buf = kt % 4;" in body
+    assert "fg_swizzle<4>(" in body and "fg_swizzle<8>(" in body
     assert "fg_ldmatrix_x4<false>(fg_a[i]" in body and "fg_ldmatrix_x4<true>(fg_b[i]" in body
     c = gpu.map_to_gpu(_lowered(a @ b)).contraction
     assert c.mma == dtype
@@ -297,8 +299,9 @@ def test_the_16bit_128x128_tile(monkeypatch):
     assert (c.ra, c.rb, c.kc) == (8, 8, 32) and kernel_of(expr).grid == (3, 2, 1)
     source = kernel_of(expr).source
     assert "float acc1_frag[4][4][4];" in source
-    # two buffers fit in the 48 KiB of static shared memory
-    assert "a_v1[2][128][40];" in source and "b_v2[2][32][136];" in source
+    # three buffers of 32 steps fill the 48 KiB of static shared memory
+    assert "a_v1[3][128][32];" in source and "b_v2[3][32][128];" in source
+    assert "fg_copy_wait<1>();" in source and kernel_of(expr).static_shared_bytes == 48 * 1024
     got = fg.tensor(a, device="cuda") @ fg.tensor(b, device="cuda")
     _check_16bit("bfloat16", got, a.astype(np.float64) @ b.astype(np.float64))
 
