@@ -12,7 +12,10 @@ Transcendentals are CUDA's own device functions (`expf`, `logf`, `sinf`, ...);
 through `fg_warp_allreduce` (shuffles only). Contiguous 4-byte streams move 16
 bytes per access (`float4` / `int4` through `__ldg` and `__stwb`: `ld.global.nc.v4`,
 `st.global.wb.v4`) on a path taken when the buffers are 16-byte aligned, next to
-the scalar path.
+the scalar path. Contractions tile through shared memory (`_Renderer.tiled`); on tensor
+cores TF32 ones through `nvcuda::wmma`, 16-bit ones through warp-level `mma.sync` m16n8k16
+fed by `ldmatrix` (`fg_mma_16816`, `fg_ldmatrix_x4`: inline PTX on sm_80+, lane-exact
+emulations in `runtime/cuda_emu.h`).
 The source begins with the kernel's global-memory traffic (`gpu.traffic`).
 """
 
@@ -184,6 +187,56 @@ __device__ __forceinline__ __nv_bfloat16 fg_to_bf16(float v) {
   const unsigned u = (unsigned)__float_as_int(v);
   return v != v ? __ushort_as_bfloat16((unsigned short)(u >> 16 | 0x40u)) : __float2bfloat16_rn(v);
 }
+// Where value (row, col) of a staged 16-bit tile with CHUNKS 16-byte chunks (8 values) a row
+// is kept: its chunk is swizzled (XOR) with the row, so that the 8 rows at one chunk that an
+// ldmatrix phase reads (16 bytes each) fall on 8 distinct groups of 4 banks without padding.
+// Rows of 8+ chunks: chunk ^ (row % 8); of 4 (2 rows a 128-byte bank line): chunk ^ (row / 2
+// % 4); of 2: chunk ^ (row / 4 % 2). A chunk stays whole (16-byte copies land as they are).
+template <int CHUNKS> __device__ __forceinline__ int fg_swizzle(int row, int col) {
+  constexpr int period = CHUNKS < 8 ? CHUNKS : 8;
+  return ((col >> 3) ^ (row / (8 / period) % period)) << 3 | (col & 7);
+}
+// The 16-bit contractions' warp-level tensor cores (sm_80+; the emulator's lane-exact copies
+// in runtime/cuda_emu.h). ldmatrix.x4: lanes 8j..8j+7 give the shared-memory addresses of the
+// 8 rows (16 bytes each) of 8x8 matrix j, which lands in register j (.trans: transposed).
+template <bool TRANS>
+__device__ __forceinline__ void fg_ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned& r2,
+                                               unsigned& r3, const void* row) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = (unsigned)__cvta_generic_to_shared(row);
+  if (TRANS)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(s));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(s));
+#elif defined(FG_CUDA_EMULATOR)
+  unsigned r[4];
+  fg_emu::ldmatrix(r, 4, TRANS, row);
+  r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
+#endif
+}
+// d += A B on one 16x8 fp32 fragment, A 16x16 (a: 4 registers of 2 values), B 16x8 (b0, b1),
+// both float16 (BF16 false) or both bfloat16
+template <bool BF16>
+__device__ __forceinline__ void fg_mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                             unsigned b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if (BF16)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#elif defined(FG_CUDA_EMULATOR)
+  const unsigned b[2] = {b0, b1};
+  fg_emu::mma_m16n8k16(d, a, b, d, BF16);
+#endif
+}
 """
 _TO_HALF = {"float16": "fg_to_f16", "bfloat16": "fg_to_bf16"}
 
@@ -296,20 +349,37 @@ class CudaKernel:
 
 PARTIAL = "fg_partial"  # the scratch buffer of a split reduction's partials
 PAD = 4  # floats after each staged row: rows stay 16-byte aligned for the 16-byte copies
-HALF_PAD = 8  # ... and 16-bit values (WMMA's 16-bit loads want rows of 16-byte multiples)
+# (16-bit values are not padded but swizzled: `fg_swizzle`)
 WMMA = "nvcuda::wmma::"
+
+
+STATIC_SHARED = 48 * 1024  # the most a kernel's `__shared__` arrays may hold
+HALF_STAGES = 4  # at most this many buffers of staged steps on the 16-bit tensor cores
+
+
+def _stages(c: Contraction) -> int:
+    """Buffers of `kc` staged steps: 2 (double buffering), or on the 16-bit tensor cores as
+    many as fit in static shared memory, up to `HALF_STAGES` (the copies of the next
+    stages - 1 steps in flight while one is computed: 3 for the 128x128 tile, 4 for 64x64)."""
+    if not _staged_half(c):
+        return 2
+    per_stage = sum(2 * rows * cols for rows, cols in _staged_shapes(c).values())
+    return max(2, min(HALF_STAGES, STATIC_SHARED // per_stage))
+
+
+def _staged_shapes(c: Contraction) -> dict[str, tuple[int, int]]:
+    """side -> (rows, columns) of one buffer of its staged values (before an fp32 row's
+    padding): (kc, tile width), or (tile width, kc) where the reduction is innermost
+    (`k_inner`)."""
+    shapes = {}
+    for side, width in (("a", TILE_THREADS * c.ra), ("b", TILE_THREADS * c.rb)):
+        shapes[side] = (width, c.kc) if c.k_inner(side) else (c.kc, width)
+    return shapes
 
 
 def _staged_half(c: Contraction) -> bool:
     """The sides are staged in shared memory as 16-bit values (the 16-bit tensor cores)."""
     return c.mma in HALF_MMA
-
-
-def _mma_shape(c: Contraction) -> tuple[int, str]:
-    """(reduction steps per fragment, the fragments' input type) of `c`'s tensor cores."""
-    if _staged_half(c):
-        return 16, HALF_STORAGE[c.mma]
-    return 8, f"{WMMA}precision::tf32"
 
 
 class _Renderer:
@@ -532,18 +602,22 @@ class _Renderer:
 
         Each side's values for `kc` reduction steps go to `<side>_<value>[buffer][kk][at]`
         (two buffers: the next step's copy is issued before this step's arithmetic), rows
-        padded by `PAD` (16-byte aligned, and a transposed store spreads over the banks)."""
-        half = _staged_half(c)
-        for side, exports, width in (("a", c.a_exports, TILE_THREADS * c.ra),
-                                     ("b", c.b_exports, TILE_THREADS * c.rb)):  # fmt: skip
+        padded by `PAD` (16-byte aligned, and a transposed store spreads over the banks).
+        16-bit tensor-core sides: up to `HALF_STAGES` buffers (`_stages`), rows unpadded but
+        swizzled (`staged`), and a side contiguous along the reduction goes to
+        `<side>_<value>[buffer][at][kk]` instead (`Contraction.k_inner`)."""
+        half, stages = _staged_half(c), _stages(c)
+        for side, exports in (("a", c.a_exports), ("b", c.b_exports)):
+            rows, cols = _staged_shapes(c)[side]
             for name, t in exports:
-                t_smem, pad = (mem_type(t), HALF_PAD) if half else (t.cuda, PAD)
+                t_smem, pad = (mem_type(t), 0) if half else (t.cuda, PAD)
                 self.shared.append(
-                    f"  __shared__ __align__(32) {t_smem} {side}_{name}[2][{c.kc}][{width + pad}];"
+                    f"  __shared__ __align__(32) {t_smem} "
+                    f"{side}_{name}[{stages}][{rows}][{cols + pad}];"
                 )
                 size = t.itemsize if half else _reg(t).itemsize
-                self.shared_bytes += 2 * c.kc * (width + pad) * size
-        if c.mma:  # a warp's 16x16 outputs on their way to the epilogue
+                self.shared_bytes += stages * rows * (cols + pad) * size
+        if c.mma == "tf32":  # a warp's 16x16 outputs on their way to the epilogue
             warps = MMA_WARPS[0] * MMA_WARPS[1]
             self.shared.append(f"  __shared__ __align__(32) float fg_out[{warps}][{MMA * MMA}];")
             self.shared_bytes += warps * MMA * MMA * 4
@@ -570,24 +644,32 @@ class _Renderer:
 
     def pipeline(self, c: Contraction, mma: bool) -> None:
         """One output tile: stage step 0, then per step stage the next into the other buffer,
-        wait for this one (`fg_copy_wait`: the asynchronous copies), accumulate, store."""
+        wait for this one (`fg_copy_wait`: the asynchronous copies), accumulate, store; a
+        16-bit contraction keeps more steps in flight (`stages_ahead`). `mma`: on tensor
+        cores (else the fp32 path, which a 16-bit contraction takes below sm_80)."""
         red, acc, kc = c.red, c.red.init.acc, c.kc
-        dt = red.init.dtype
+        dt, half = red.init.dtype, _staged_half(c)
         d = 3
-        if mma:
+        if mma and half:
+            fa, fb = self.warp_fragments(c)
+            self.line(d, f"float {acc}_frag[{fa}][{fb}][4];  // m16n8 C fragments")
+            self.line(d, f"#pragma unroll\n{'  ' * d}for (int i = 0; i < {fa}; ++i)")
+            self.line(d, f"#pragma unroll\n{'  ' * d}for (int j = 0; j < {fb}; ++j)")
+            self.line(d, f"#pragma unroll\n{'  ' * d}for (int r = 0; r < 4; ++r) "
+                         f"{acc}_frag[i][j][r] = 0.0f;")  # fmt: skip
+            self.warp_ids(d)
+            self.ldmatrix_rows(c, d)
+        elif mma:
             fa, fb = (
                 c.ra * TILE_THREADS // MMA_WARPS[0] // MMA,
                 c.rb * TILE_THREADS // MMA_WARPS[1] // MMA,
             )
-            self.line(d, f"{WMMA}fragment<{WMMA}accumulator, 16, 16, {_mma_shape(c)[0]}, "
-                         f"float> {acc}_frag[{fa}][{fb}];")  # fmt: skip
+            self.line(d, f"{WMMA}fragment<{WMMA}accumulator, 16, 16, 8, float> "
+                         f"{acc}_frag[{fa}][{fb}];")  # fmt: skip
             self.line(d, f"#pragma unroll\n{'  ' * d}for (int i = 0; i < {fa}; ++i)")
             self.line(d, f"#pragma unroll\n{'  ' * d}for (int j = 0; j < {fb}; ++j) "
                          f"{WMMA}fill_fragment({acc}_frag[i][j], 0.0f);")  # fmt: skip
-            self.line(d, "const int fg_warp = tid >> 5, fg_lane = tid & 31;")
-            self.line(
-                d, f"const int fg_wa = fg_warp / {MMA_WARPS[1]}, fg_wb = fg_warp % {MMA_WARPS[1]};"
-            )
+            self.warp_ids(d)
         else:
             init = literal(red.init.value, dt)
             self.line(d, f"{dt.cuda} {acc}_tile[{c.ra}][{c.rb}];")
@@ -595,22 +677,33 @@ class _Renderer:
             self.line(d, f"#pragma unroll\n{'  ' * d}for (int j = 0; j < {c.rb}; ++j) "
                          f"{acc}_tile[i][j] = {init};")  # fmt: skip
         self.line(d, f"const int fg_steps = (int)(({red.length}LL + {kc - 1}) / {kc});")
-        self.stage(c, "0", "0LL", d)
-        self.line(d, "fg_copy_commit();")
-        self.line(d, "for (int kt = 0; kt < fg_steps; ++kt) {")
-        self.line(d + 1, "const int fg_buf = kt & 1;")
-        self.line(d + 1, "if (kt + 1 < fg_steps) {")
-        self.stage(c, "fg_buf ^ 1", f"(long long)(kt + 1) * {kc}", d + 2)
-        self.line(d + 1, "}")
-        self.line(d + 1, "fg_copy_commit();  // empty on the last step: one group per step")
-        self.line(d + 1, "fg_copy_wait<1>();  // all but the newest group: this step's tiles")
-        self.line(d + 1, "__syncthreads();")
-        if mma:
+        if half:
+            self.stages_ahead(c, d)
+        else:
+            self.stage(c, "0", "0LL", d)
+            self.line(d, "fg_copy_commit();")
+            self.line(d, "for (int kt = 0; kt < fg_steps; ++kt) {")
+            self.line(d + 1, "const int fg_buf = kt & 1;")
+            self.line(d + 1, "if (kt + 1 < fg_steps) {")
+            self.stage(c, "fg_buf ^ 1", f"(long long)(kt + 1) * {kc}", d + 2)
+            self.line(d + 1, "}")
+            self.line(d + 1, "fg_copy_commit();  // empty on the last step: one group per step")
+            self.line(d + 1, "fg_copy_wait<1>();  // all but the newest group: this step's tiles")
+            self.line(d + 1, "__syncthreads();")
+        if mma and half:
+            self.mma16_step(c, fa, fb, d + 1)
+        elif mma:
             self.mma_step(c, fa, fb, d + 1)
         else:
             self.simt_step(c, d + 1)
-        self.line(d + 1, "__syncthreads();  // read before the step after next overwrites it")
+        if not half:
+            self.line(d + 1, "__syncthreads();  // read before the step after next overwrites it")
         self.line(d, "}")
+        if half:  # the block's next tile (a grid-stride loop) stages its first steps
+            self.line(d, "__syncthreads();  // once every warp is done with the last")
+        if mma and half:
+            self.mma16_epilogue(c, fa, fb, d)
+            return
         if mma:
             self.mma_epilogue(c, fa, fb, d)
             return
@@ -622,6 +715,31 @@ class _Renderer:
         self.output(c, f"{acc}_tile[i][j]", d + 2)
         self.line(d + 1, "}")
         self.line(d, "}")
+
+    def stages_ahead(self, c: Contraction, d: int) -> None:
+        """The head of a 16-bit contraction's loop over its steps, `_stages(c)` = S buffers:
+        steps 0..S-2 are staged before it, one copy group each (`fg_copy_commit`, empty past
+        the last step); at step kt, once group kt is complete (`fg_copy_wait<S - 2>`: all but
+        the newest S - 2) and the block has passed the barrier, step kt + S - 1 is staged
+        into the buffer step kt - 1 was read from (every thread is done with it: one
+        barrier per step), then step kt is computed (the body the caller prints next)."""
+        kc, stages = c.kc, _stages(c)
+        self.line(d, "#pragma unroll")
+        self.line(d, f"for (int s = 0; s < {stages - 1}; ++s) {{")
+        self.line(d + 1, "if (s < fg_steps) {")
+        self.stage(c, "s", f"(long long)s * {kc}", d + 2)
+        self.line(d + 1, "}")
+        self.line(d + 1, "fg_copy_commit();")
+        self.line(d, "}")
+        self.line(d, "for (int kt = 0; kt < fg_steps; ++kt) {")
+        self.line(d + 1, f"const int fg_buf = kt % {stages};")
+        self.line(d + 1, f"fg_copy_wait<{stages - 2}>();  // all but the newest: step kt's group")
+        self.line(d + 1, "__syncthreads();  // its copies are everyone's; step kt - 1 is read")
+        self.line(d + 1, f"if (kt + {stages - 1} < fg_steps) {{")
+        self.stage(c, f"(kt + {stages - 1}) % {stages}", f"(long long)(kt + {stages - 1}) * {kc}",
+                   d + 2)  # fmt: skip
+        self.line(d + 1, "}")
+        self.line(d + 1, "fg_copy_commit();  // empty near the end: one group per step")
 
     def output(self, c: Contraction, value: str, d: int) -> None:
         """The epilogue of output (ia, ib) of batch ic, its reduction's result `value`."""
@@ -669,17 +787,9 @@ class _Renderer:
                 self.line(e + 2, f"const long long {at_m} = fg_in ? i{side} : 0LL, "
                                  f"{at_k} = fg_in ? red : 0LL;")  # fmt: skip
                 self.index_vars(c.c_loops, "ic", e + 2)
-                if vector == "m":
-                    self.line(e + 2, f"fg_copy16_async(&{out}[kk][at], &{ref}, fg_in);")
-                elif lanes != VECTOR:  # 8 16-bit values, two in each 32-bit word
-                    self.line(e + 2, "int4 fg_v = {0, 0, 0, 0};")
-                    self.line(e + 2, f"if (fg_in) fg_v = __ldg((const int4*)&{ref});")
-                    bits = {"float16": "__ushort_as_half", "bfloat16": "__ushort_as_bfloat16"}
-                    for lane in range(lanes):
-                        word = f"(unsigned)fg_v.{'xyzw'[lane // 2]}"
-                        word = f"({word} >> 16)" if lane % 2 else word
-                        value = f"{bits[c.mma]}((unsigned short){word})"
-                        self.line(e + 2, f"{out}[kk + {lane}][at] = {value};")
+                if vector == "m" or c.k_inner(side):  # 16 bytes along a row of the staging
+                    cell = self.staged(c, side, name, buf, "kk", "at")
+                    self.line(e + 2, f"fg_copy16_async(&{cell}, &{ref}, fg_in);")
                 else:
                     self.line(e + 2, "float4 fg_v = {0.0f, 0.0f, 0.0f, 0.0f};")
                     self.line(e + 2, f"if (fg_in) fg_v = __ldg((const float4*)&{ref});")
@@ -700,11 +810,11 @@ class _Renderer:
             half = _staged_half(c)  # exact: the value is a 16-bit number (`gpu._mma_kind`)
             for name, t in exports:
                 value = _narrowed(name, t) if half else name
-                self.line(e + 2, f"{side}_{name}[{buf}][kk][at] = {value};")
+                self.line(e + 2, f"{self.staged(c, side, name, buf, 'kk', 'at')} = {value};")
             self.line(e + 1, "} else {")
             for name, t in exports:
                 zero = _narrowed("0.0f", t) if half else f"({t.cuda})0"
-                self.line(e + 2, f"{side}_{name}[{buf}][kk][at] = {zero};")
+                self.line(e + 2, f"{self.staged(c, side, name, buf, 'kk', 'at')} = {zero};")
             self.line(e + 1, "}")
             self.line(e, "}")
             if vector:
@@ -728,7 +838,7 @@ class _Renderer:
             ("b", c.b_exports, "j", "threadIdx.x"),
         ):
             for name, t in exports:
-                ref = f"{side}_{name}[fg_buf][kk][{thread} + {var} * {n}]"
+                ref = self.staged(c, side, name, "fg_buf", "kk", f"{thread} + {var} * {n}")
                 ref = _widened(ref, t) if _staged_half(c) else ref
                 self.line(d + 3, f"const {t.cuda} {name} = {ref};")
         self.block(c.consts + c.terms, d + 3)
@@ -739,17 +849,107 @@ class _Renderer:
         self.line(d + 1, "}")
         self.line(d, "}")
 
+    def staged(self, c: Contraction, side: str, name: str, buf: str, kk: str, at: str) -> str:
+        """The shared-memory cell of value `name` of `side` at reduction step `kk` and tile
+        position `at`, as the side is laid out (`Contraction.k_inner`); 16-bit values
+        sit in their row's 16-byte chunks swizzled (`fg_swizzle`)."""
+        row, col = (at, kk) if c.k_inner(side) else (kk, at)
+        if _staged_half(c):
+            chunks = _staged_shapes(c)[side][1] // 8
+            col = f"fg_swizzle<{chunks}>({row}, {col})"
+        return f"{side}_{name}[{buf}][{row}][{col}]"
+
+    def warp_ids(self, d: int) -> None:
+        """The warp's place in the block's `MMA_WARPS` grid, and the thread's lane in it."""
+        self.line(d, "const int fg_warp = tid >> 5, fg_lane = tid & 31;")
+        self.line(
+            d, f"const int fg_wa = fg_warp / {MMA_WARPS[1]}, fg_wb = fg_warp % {MMA_WARPS[1]};"
+        )
+
+    @staticmethod
+    def warp_fragments(c: Contraction) -> tuple[int, int]:
+        """(16-row A fragments, 8-column B fragments) of a warp's piece of a 16-bit tile:
+        its (16 fa) x (8 fb) outputs are fa x fb m16n8 accumulator fragments."""
+        wa, wb = c.ra * TILE_THREADS // MMA_WARPS[0], c.rb * TILE_THREADS // MMA_WARPS[1]
+        return wa // 16, wb // 8
+
+    def ldmatrix_rows(self, c: Contraction, d: int) -> None:
+        """Which row of which 8x8 matrix this lane addresses in an `ldmatrix.x4`: lanes 8q..8q+7
+        give matrix q's rows. The A side's four matrices are a 16x16 fragment's registers
+        a0..a3: (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15); the B
+        side's are two 8-column fragments' b0, b1: (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7,
+        n 8-15), (k 8-15, n 8-15). A matrix's 8 rows run along the side's outputs where it
+        is staged [at][kk] (each row 8 reduction steps: no .trans), else along the reduction
+        (each row 8 outputs: .trans). `fg_<side>_at`, `fg_<side>_kk`: the lane's offsets."""
+        self.line(d, "const int fg_q = fg_lane >> 3, fg_r = fg_lane & 7;")
+        for side, at_bit, kk_bit in (
+            ("a", "fg_q & 1", "fg_q >> 1"),
+            ("b", "fg_q >> 1", "fg_q & 1"),
+        ):
+            at, kk = f"({at_bit}) * 8", f"({kk_bit}) * 8"
+            if c.k_inner(side):
+                at = f"{at} + fg_r"
+            else:
+                kk = f"{kk} + fg_r"
+            self.line(d, f"const int fg_{side}_at = {at}, fg_{side}_kk = {kk};")
+
+    def mma16_step(self, c: Contraction, fa: int, fb: int, d: int) -> None:
+        """The warp's (16 fa) x (8 fb) outputs from this step on 16-bit tensor cores: per 16
+        reduction steps, fa A fragments (16x16) and fb B fragments (16x8) through
+        `ldmatrix.x4` (a B load gives two), then every pair through `mma.sync` m16n8k16."""
+        acc, kc = c.red.init.acc, c.kc
+        (a_name, _), (b_name, _) = c.a_exports[0], c.b_exports[0]
+        wa, wb = 16 * fa, 8 * fb
+        mma = "fg_mma_16816<true>" if c.mma == "bfloat16" else "fg_mma_16816<false>"
+        self.line(d, "#pragma unroll")
+        self.line(d, f"for (int ks = 0; ks < {kc}; ks += 16) {{")
+        self.line(d + 1, f"unsigned fg_a[{fa}][4], fg_b[{fb}][2];")
+        for side, name, count, step, regs, w, who in (
+            ("a", a_name, fa, 1, "fg_a[i][0], fg_a[i][1], fg_a[i][2], fg_a[i][3]", wa, "fg_wa"),
+            ("b", b_name, fb, 2, "fg_b[i][0], fg_b[i][1], fg_b[i + 1][0], fg_b[i + 1][1]", wb,
+             "fg_wb"),
+        ):  # fmt: skip
+            at = f"{who} * {w} + i * {16 // step} + fg_{side}_at"
+            row = self.staged(c, side, name, "fg_buf", f"ks + fg_{side}_kk", at)
+            trans = "false" if c.k_inner(side) else "true"
+            self.line(d + 1, "#pragma unroll")
+            self.line(d + 1, f"for (int i = 0; i < {count}; i += {step})")
+            self.line(d + 2, f"fg_ldmatrix_x4<{trans}>({regs}, &{row});")
+        self.line(d + 1, f"#pragma unroll\n{'  ' * (d + 1)}for (int i = 0; i < {fa}; ++i)")
+        self.line(
+            d + 1,
+            f"#pragma unroll\n{'  ' * (d + 1)}for (int j = 0; j < {fb}; ++j) "
+            f"{mma}({acc}_frag[i][j], fg_a[i], fg_b[j][0], fg_b[j][1]);",
+        )
+        self.line(d, "}")
+
+    def mma16_epilogue(self, c: Contraction, fa: int, fb: int, d: int) -> None:
+        """Each lane runs the epilogue of the outputs its accumulators hold: register r of
+        fragment (i, j) is output (row g + 8 (r / 2), column 2 t + r % 2) of that 16x8
+        fragment, for the lane's group g = lane / 4 and t = lane % 4 in it."""
+        acc = c.red.init.acc
+        self.line(d, f"#pragma unroll\n{'  ' * d}for (int i = 0; i < {fa}; ++i)")
+        self.line(d, f"#pragma unroll\n{'  ' * d}for (int j = 0; j < {fb}; ++j)")
+        self.line(d, f"#pragma unroll\n{'  ' * d}for (int r = 0; r < 4; ++r) {{")
+        self.line(d + 1, f"const long long ia = tile_a + fg_wa * {16 * fa} + i * 16 + "
+                         "(fg_lane >> 2) + (r >> 1) * 8;")  # fmt: skip
+        self.line(d + 1, f"const long long ib = tile_b + fg_wb * {8 * fb} + j * 8 + "
+                         "(fg_lane & 3) * 2 + (r & 1);")  # fmt: skip
+        self.line(d + 1, f"if (ia < {c.na}LL && ib < {c.nb}LL) {{")
+        self.output(c, f"{acc}_frag[i][j][r]", d + 2)
+        self.line(d + 1, "}")
+        self.line(d, "}")
+
     def mma_step(self, c: Contraction, fa: int, fb: int, d: int) -> None:
-        """The warp's (16 fa) x (16 fb) outputs from this step on tensor cores: the a side
-        staged [kk][row] is a column-major 16xK matrix, the b side [kk][column] a row-major
-        Kx16 one; fp32 values are rounded to TF32 (10-bit mantissas) first, 16-bit ones are
-        staged as they are (K = 16)."""
+        """The warp's (16 fa) x (16 fb) outputs from this step on TF32 tensor cores (WMMA
+        m16n16k8): the a side staged [kk][row] is a column-major 16xK matrix, the b side
+        [kk][column] a row-major Kx16 one, their fp32 values rounded to TF32 (10-bit
+        mantissas) first. (16-bit inputs: `mma16_step`.)"""
         acc, kc = c.red.init.acc, c.kc
         (a_name, _), (b_name, _) = c.a_exports[0], c.b_exports[0]
         wa, wb = c.ra * TILE_THREADS // MMA_WARPS[0], c.rb * TILE_THREADS // MMA_WARPS[1]
-        pad = HALF_PAD if _staged_half(c) else PAD
-        lda, ldb = TILE_THREADS * c.ra + pad, TILE_THREADS * c.rb + pad
-        k, t_in = _mma_shape(c)
+        lda, ldb = TILE_THREADS * c.ra + PAD, TILE_THREADS * c.rb + PAD
+        k, t_in = 8, f"{WMMA}precision::tf32"
         self.line(d, "#pragma unroll")
         self.line(d, f"for (int ks = 0; ks < {kc}; ks += {k}) {{")
         self.line(d + 1, f"{WMMA}fragment<{WMMA}matrix_a, 16, 16, {k}, {t_in}, {WMMA}col_major> "
@@ -764,11 +964,10 @@ class _Renderer:
             self.line(d + 1, f"for (int i = 0; i < {count}; ++i) {{")
             self.line(d + 2, f"{WMMA}load_matrix_sync({frag}[i], "
                              f"&{src}[fg_buf][ks][{who} * {w} + i * 16], {ld});")  # fmt: skip
-            if not _staged_half(c):
-                self.line(d + 2, "#pragma unroll")
-                x = f"{frag}[i].x[t]"
-                self.line(d + 2, f"for (int t = 0; t < {frag}[i].num_elements; ++t) "
-                                 f"{x} = {WMMA}__float_to_tf32({x});")  # fmt: skip
+            self.line(d + 2, "#pragma unroll")
+            x = f"{frag}[i].x[t]"
+            self.line(d + 2, f"for (int t = 0; t < {frag}[i].num_elements; ++t) "
+                             f"{x} = {WMMA}__float_to_tf32({x});")  # fmt: skip
             self.line(d + 1, "}")
         self.line(d + 1, f"#pragma unroll\n{'  ' * (d + 1)}for (int i = 0; i < {fa}; ++i)")
         self.line(
@@ -779,8 +978,9 @@ class _Renderer:
         self.line(d, "}")
 
     def mma_epilogue(self, c: Contraction, fa: int, fb: int, d: int) -> None:
-        """Each 16x16 fragment goes through the warp's slice of shared memory, then its
-        lanes run the epilogue 8 outputs each."""
+        """TF32: each 16x16 fragment goes through the warp's slice of shared memory (WMMA
+        does not say which lane holds which output), then its lanes run the epilogue 8
+        outputs each."""
         acc = c.red.init.acc
         wa, wb = c.ra * TILE_THREADS // MMA_WARPS[0], c.rb * TILE_THREADS // MMA_WARPS[1]
         self.line(d, f"#pragma unroll\n{'  ' * d}for (int i = 0; i < {fa}; ++i)")

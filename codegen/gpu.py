@@ -393,8 +393,11 @@ CONTRACTION_MIN_K = 8
 CONTRACTION_MIN_OUTPUTS = 256
 SMS = 132  # an H100's multiprocessors: a grid of fewer 128x128 tiles takes 64x64 ones
 MMA_WARPS = (2, 4)  # tensor cores: the block's 8 warps as 2 (a side) x 4 (b side)
-MMA = 16  # a WMMA fragment is 16 x 16 outputs, 8 reduction steps (m16n16k8)
-HALF_MMA = ("float16", "bfloat16")  # 16-bit inputs: m16n16k16 fragments, fp32 accumulators
+MMA = 16  # a TF32 WMMA fragment is 16 x 16 outputs, 8 reduction steps (m16n16k8)
+# 16-bit inputs: warp-level mma.sync m16n8k16 (fp32 accumulators in registers), the operands
+# read from shared memory by ldmatrix, `HALF_TILE_K` reduction steps staged at a time
+HALF_MMA = ("float16", "bfloat16")
+HALF_TILE_K = 32
 
 
 @dataclass
@@ -412,14 +415,26 @@ class Contraction:
     reduction fastest (the one whose loads are contiguous along it).
 
     `a_vector` / `b_vector` ("k" or "m", else None): the side is one plain load (fp32, or
-    16-bit on the 16-bit tensor cores),
-    contiguous along the reduction ("k": 16-byte `__ldg`s, stored transposed) or along
+    16-bit on the 16-bit tensor cores), contiguous along the reduction ("k": 16-byte
+    `__ldg`s stored transposed; 16-bit values, staged `[at][kk]`, by `cp.async`) or along
     its outputs ("m": 16-byte asynchronous copies, `cp.async` on sm_80+), taken when the
     buffer is 16-byte aligned at launch. `mma`, a sum of a-value * b-value run on tensor
     cores with fp32 accumulation: "tf32" (fp32 values with `allow_tf32`: WMMA m16n16k8 on
-    TF32 inputs), "float16" or "bfloat16" (both sides 16-bit values, always: m16n16k16; the
-    sides are staged in shared memory in their 16-bit storage, exactly, as their products
-    are exact in fp32), else None."""
+    TF32 inputs), "float16" or "bfloat16" (both sides 16-bit values, always: warp-level
+    `mma.sync` m16n8k16; the sides are staged in shared memory in their 16-bit storage,
+    exactly, as their products are exact in fp32), else None.
+
+    On the 16-bit tensor cores each of the block's 8 warps (`MMA_WARPS`, 2 x 4) owns a
+    (8 ra) x (4 rb) piece of the tile (64 x 32 of a 128 x 128 tile): per 16 reduction
+    steps it reads (8 ra / 16) A fragments and (4 rb / 16) pairs of B fragments with
+    `ldmatrix.x4` and runs every A x B pair through `mma.sync` (16 of them for 64 x 32),
+    its fp32 accumulators in registers in the m16n8 C-fragment layout, from which each lane
+    runs the epilogue of its own outputs; the steps are staged in as many buffers as fit
+    (`cuda._stages`, up to 4), their rows' 16-byte chunks swizzled against bank conflicts
+    (`fg_swizzle`). A side is staged `[kk][at]` (rows along its
+    outputs, read with `ldmatrix.trans`) or, where its loads are contiguous along the
+    reduction (`k_inner`), `[at][kk]` (rows along the reduction, read without `.trans`,
+    and its 16-byte copies go straight to shared memory with `cp.async`)."""
 
     red: Reduction
     a_loops: list[Loop]
@@ -448,6 +463,14 @@ class Contraction:
         bits for the tensor cores)."""
         return 8 if self.mma in HALF_MMA else VECTOR
 
+    def k_inner(self, side: str) -> bool:
+        """Whether `side` ("a" or "b") is staged `[buf][at][kk]` (the reduction innermost)
+        rather than `[buf][kk][at]`: a 16-bit tensor-core side whose loads are contiguous
+        along the reduction (`ldmatrix` reads either layout, so the layout follows memory)."""
+        vector = self.a_vector if side == "a" else self.b_vector
+        kk_fastest = self.a_kk_fastest if side == "a" else self.b_kk_fastest
+        return self.mma in HALF_MMA and (vector == "k" or (vector is None and kk_fastest))
+
     @property
     def na(self) -> int:
         return math.prod(lp.extent for lp in self.a_loops)
@@ -461,10 +484,11 @@ class Contraction:
         return math.prod(lp.extent for lp in self.c_loops)
 
 
-def _tile_shape(na: int, nb: int, nc: int, mma: bool) -> tuple[int, int, int]:
+def _tile_shape(na: int, nb: int, nc: int, mma: str | None) -> tuple[int, int, int]:
     """(ra, rb, kc): 128x128 tiles (8x8 per thread, 8 steps staged) where they still give
     every multiprocessor a block, else 64x64 (4x4, 16 steps), smaller sides smaller.
-    Tensor cores take at least 32 x 64 (a 16x16 fragment per warp) and 16 steps."""
+    Tensor cores take at least 32 x 64 (16 x 16 outputs per warp) and 16 steps (32 for
+    16-bit inputs: fewer barriers per mma)."""
     big = na >= 128 and nb >= 128 and -(-na // 128) * -(-nb // 128) * nc >= SMS
 
     def regs(n: int) -> int:
@@ -472,7 +496,7 @@ def _tile_shape(na: int, nb: int, nc: int, mma: bool) -> tuple[int, int, int]:
 
     ra, rb = regs(na), regs(nb)
     if mma:
-        return max(ra, 2), max(rb, 4), TILE_K
+        return max(ra, 2), max(rb, 4), HALF_TILE_K if mma in HALF_MMA else TILE_K
     return ra, rb, 8 if big else TILE_K
 
 
@@ -616,7 +640,7 @@ def _contraction(gpu: GpuKernel, tf32: bool = False) -> Contraction | None:
 
     na, nb = math.prod(lp.extent for lp in a_loops), math.prod(lp.extent for lp in b_loops)
     mma = _mma_kind(red, best[2], tf32)
-    ra, rb, kc = _tile_shape(na, nb, math.prod(lp.extent for lp in c_loops), mma is not None)
+    ra, rb, kc = _tile_shape(na, nb, math.prod(lp.extent for lp in c_loops), mma)
     return Contraction(
         red, a_loops, b_loops, consts, a_stmts, b_stmts, terms, a_exp, b_exp, prefix,
         epilogue, ra, rb, kk_fastest(a_stmts), kk_fastest(b_stmts), c_loops, kc,

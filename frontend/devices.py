@@ -159,6 +159,12 @@ def packs_bf16_pairs(name: str | None) -> bool:
     return name is not None and get_backend(name).packs_bf16_pairs
 
 
+def packs_panels(name: str | None) -> bool:
+    """Whether a matmul on this device (None: the host) copies a right operand too big for
+    cache into panels of columns first: the backend's `packs_panels`."""
+    return get_backend(name or "cpu").packs_panels
+
+
 def names_host(spec) -> bool:
     """Whether `spec` (a device object or string) names the host device."""
     return is_device(spec) and is_host(device(spec).canonical())

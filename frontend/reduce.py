@@ -22,7 +22,7 @@ from .autocast import autocast_op
 from .autograd_state import enabled as grad_enabled
 from .creation import index_arange
 from .creation import index_arange as arange
-from .devices import packs_bf16_pairs
+from .devices import packs_bf16_pairs, packs_panels
 from .errors import DimError, DTypeError, ShapeError, fail
 from .ir import node as N
 from .ir.autodiff import max_grad_shared, own_node, with_vjp
@@ -899,7 +899,7 @@ def _product(an, bn, batch: tuple[int, ...], keep_packed: bool = False):
         amx_sources = (an, bn) if len(an.shape) == 2 else None
         an = an if _rows_in_place(an) else _pack_bf16_rows(an)
         bn = _packed_bf16_pairs(bn) if keep_packed else _pack_bf16_pairs(bn)
-    elif len(bn.shape) == 2 and n % PANEL == 0 and n > PANEL and big:
+    elif len(bn.shape) == 2 and n % PANEL == 0 and n > PANEL and big and packs_panels(bn.device):
         # a right operand too big for cache is copied once into panels of PANEL columns, rows
         # adjacent: the kernel then streams one panel (its vector loads) from memory in order
         panels = N.contiguous(

@@ -53,6 +53,10 @@ class Backend(ABC):
     # a bfloat16 matmul's right operand is packed in pairs along the reduction (the VNNI
     # layout) for the backend's AMX kernels (codegen/amx.py): the CPU's, where it has AMX
     packs_bf16_pairs: bool = False
+    # a matmul's right operand too big for cache is first copied into panels of columns
+    # (frontend/reduce.py) that the CPU's kernels stream in order; a GPU's contraction tiles
+    # stage it through shared memory as it is, with 16-byte copies the panels' index forbids
+    packs_panels: bool = False
     # a value can be stored from inside a reduction's loops, at its source's coordinates,
     # each element once (ir/schedule.py, rule 8): the CPU's and the GPU's can; a backend
     # that says nothing gets schedules without it

@@ -148,6 +148,7 @@ class CpuBackend(Backend):
     supports_fork = True
     uses_worker_pool = True
     stores_at_source = True
+    packs_panels = True
 
     @property
     def packs_bf16_pairs(self) -> bool:

@@ -13,9 +13,14 @@
 //   of the block must call them together (the renderer calls them uniformly);
 // - the device math functions are the C library's;
 // - __syncwarp() is the block's barrier (so, like the shuffles, the whole block calls it);
-// - nvcuda::wmma's fragments (TF32 m16n16k8, __half and __nv_bfloat16 m16n16k16, fp32
-//   accumulators) as whole matrices that every thread of the warp holds and computes alike,
-//   __float_to_tf32 rounding as the GPU's cvt.rna.tf32.f32;
+// - nvcuda::wmma's fragments (TF32 m16n16k8, which the TF32 contractions use; __half and
+//   __nv_bfloat16 m16n16k16; fp32 accumulators) as whole matrices that every thread of the
+//   warp holds and computes alike, __float_to_tf32 rounding as the GPU's cvt.rna.tf32.f32;
+// - the warp-level tensor-core primitives the 16-bit contractions use (fg_ldmatrix_x4,
+//   fg_mma_*_16816 in codegen/cuda.py's prelude): lane-exact, each lane's registers holding
+//   what the PTX ISA gives that lane (ldmatrix.m8n8.x4[.trans].b16, mma.sync m16n8k16 with
+//   16-bit inputs and fp32 accumulators); the lanes trade their addresses and fragments
+//   through a per-block table and the barrier, so the whole block calls them together;
 // - __half and __nv_bfloat16 with their conversions to and from float;
 // - the 16-byte vector types the renderer uses (float4, int4) and __ldg / __stwb, a plain read
 //   and write here
@@ -24,6 +29,7 @@
 // runtime/cuda_emulator.py appends one `fg_launch_<symbol>(void** args, grid, block)` per
 // kernel that unpacks the arguments, as CUDA's kernelParams does, and calls fg_emu_launch.
 #pragma once
+#define FG_CUDA_EMULATOR 1  // the kernels' helpers choose this emulation where the GPU has asm
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -49,11 +55,15 @@ extern __thread uint3 blockIdx;
 extern __thread dim3 blockDim;
 extern __thread dim3 gridDim;
 static const int warpSize = 32;
+#define FG_EMU_SLOT 32
 
 extern "C" {
 void fg_emu_syncthreads();
 // publish `value` for this thread, wait for the block, return thread `from_linear`'s value
 uint64_t fg_emu_exchange(uint64_t value, unsigned from_linear);
+// publish `bytes` (at most FG_EMU_SLOT) for this thread, wait for the block, return the
+// block's table: thread t's bytes at table + t * FG_EMU_SLOT (valid until the next call)
+const unsigned char* fg_emu_share(const void* value, unsigned bytes);
 void fg_emu_launch(void (*entry)(void**), void** args, dim3 grid, dim3 block);
 }
 
@@ -204,3 +214,72 @@ inline void store_matrix_sync(float* p, const fragment<accumulator, M, N, K, flo
 }
 }  // namespace wmma
 }  // namespace nvcuda
+
+// ---------------------------------------------------------------- warp-level tensor cores
+// ldmatrix and mma.sync as the PTX ISA defines them per lane ("Warp-level matrix fragments":
+// mma.m16n8k16 with .f16/.bf16 inputs; "ldmatrix"). A lane's `unsigned` holds two 16-bit
+// values, the first (lower column) in its low half, as the GPU's .b32 registers do.
+namespace fg_emu {
+inline unsigned lane_id() { return linear_tid() & 31u; }
+inline unsigned warp_base() { return linear_tid() & ~31u; }
+
+// ldmatrix.sync.aligned.m8n8.x{count}[.trans].shared.b16: lanes 8j..8j+7 give the addresses of
+// rows 0..7 of matrix j (8 16-bit values each). Lane l receives in r[j], of matrix j, the pair
+// (row l/4, columns 2(l%4), 2(l%4)+1); with .trans the transposed matrix's: (rows 2(l%4) and
+// 2(l%4)+1, column l/4).
+inline void ldmatrix(unsigned* r, unsigned count, bool trans, const void* row) {
+  const unsigned char* table = fg_emu_share(&row, sizeof row);
+  const unsigned lane = lane_id(), base = warp_base();
+  auto row_of = [&](unsigned j, unsigned i) {
+    const void* p;
+    std::memcpy(&p, table + (base + 8 * j + i) * FG_EMU_SLOT, sizeof p);
+    return (const uint16_t*)p;
+  };
+  for (unsigned j = 0; j < count; ++j) {
+    uint16_t v[2];
+    for (unsigned h = 0; h < 2; ++h)
+      v[h] = trans ? row_of(j, 2 * (lane % 4) + h)[lane / 4] : row_of(j, lane / 4)[2 * (lane % 4) + h];
+    r[j] = (unsigned)v[0] | (unsigned)v[1] << 16;
+  }
+}
+
+inline float widen16(uint16_t bits, bool bf16) {
+  if (bf16) return __int_as_float((int)((uint32_t)bits << 16));
+  _Float16 f;
+  std::memcpy(&f, &bits, 2);
+  return (float)f;
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32 d, a, b, c. Lane l is in
+// group g = l/4 at t = l%4 of it:
+//   a[0..3]: A(g, 2t..2t+1), A(g+8, 2t..), A(g, 2t+8..), A(g+8, 2t+8..)  (16 x 16, row)
+//   b[0..1]: B(2t..2t+1, g), B(2t+8..2t+9, g)                             (16 x 8, col)
+//   c, d[0..3]: C(g, 2t), C(g, 2t+1), C(g+8, 2t), C(g+8, 2t+1)           (16 x 8, fp32)
+// The products of 16-bit values are exact in fp32; they are added to c in k's order.
+inline void mma_m16n8k16(float* d, const unsigned* a, const unsigned* b, const float* c,
+                         bool bf16) {
+  struct Fragments { unsigned a[4], b[2]; } mine;
+  std::memcpy(mine.a, a, sizeof mine.a);
+  std::memcpy(mine.b, b, sizeof mine.b);
+  const unsigned char* table = fg_emu_share(&mine, sizeof mine);
+  const unsigned lane = lane_id(), base = warp_base();
+  auto of = [&](unsigned l) {
+    Fragments f;
+    std::memcpy(&f, table + (base + l) * FG_EMU_SLOT, sizeof f);
+    return f;
+  };
+  auto half = [&](unsigned word, unsigned k) { return widen16((uint16_t)(word >> 16 * (k % 2)), bf16); };
+  auto A = [&](unsigned m, unsigned k) {
+    return half(of(4 * (m % 8) + k % 8 / 2).a[m / 8 + 2 * (k / 8)], k);
+  };
+  auto B = [&](unsigned k, unsigned n) { return half(of(4 * n + k % 8 / 2).b[k / 8], k); };
+  float out[4];
+  for (unsigned r = 0; r < 4; ++r) {
+    const unsigned m = lane / 4 + 8 * (r / 2), n = 2 * (lane % 4) + r % 2;
+    float s = c[r];
+    for (unsigned k = 0; k < 16; ++k) s = std::fma(A(m, k), B(k, n), s);
+    out[r] = s;
+  }
+  std::memcpy(d, out, sizeof out);
+}
+}  // namespace fg_emu

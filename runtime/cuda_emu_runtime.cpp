@@ -30,11 +30,13 @@ struct Block {
   // Blocks take turns between two, so that the next block's is made while this one runs.
   std::optional<std::barrier<>> syncs[2];
   std::vector<uint64_t> exchange[2];  // one slot per thread, for warp shuffles
+  std::vector<unsigned char> shared[2];  // FG_EMU_SLOT bytes per thread, for fg_emu_share
 };
 
 thread_local Block* current_block = nullptr;
 thread_local std::barrier<>* current_sync = nullptr;  // this block's __syncthreads
 thread_local unsigned parity = 0;  // which exchange table this thread's next shuffle uses
+thread_local unsigned share_parity = 0;  // ... and which table its next fg_emu_share uses
 
 }  // namespace
 
@@ -49,6 +51,16 @@ extern "C" uint64_t fg_emu_exchange(uint64_t value, unsigned from_linear) {
   table[fg_emu::linear_tid()] = value;
   current_sync->arrive_and_wait();
   return table[from_linear];
+}
+
+// fg_emu_exchange for a warp's fragments: every thread publishes its bytes, waits for all,
+// and may read any thread's until its next call (the tables take turns as above).
+extern "C" const unsigned char* fg_emu_share(const void* value, unsigned bytes) {
+  std::vector<unsigned char>& table = current_block->shared[share_parity];
+  share_parity ^= 1;
+  std::memcpy(table.data() + fg_emu::linear_tid() * FG_EMU_SLOT, value, bytes);
+  current_sync->arrive_and_wait();
+  return table.data();
 }
 
 namespace {
@@ -97,6 +109,8 @@ extern "C" void fg_emu_launch(void (*entry)(void**), void** args, dim3 grid, dim
   Block b;
   b.exchange[0].assign(nthreads, 0);
   b.exchange[1].assign(nthreads, 0);
+  b.shared[0].assign(nthreads * FG_EMU_SLOT, 0);
+  b.shared[1].assign(nthreads * FG_EMU_SLOT, 0);
   b.syncs[0].emplace(nthreads);
   std::barrier<> block_done(nthreads);  // every thread finishes a block before any starts the next
   pool->grow(nthreads);
@@ -109,7 +123,7 @@ extern "C" void fg_emu_launch(void (*entry)(void**), void** args, dim3 grid, dim
     for (unsigned long long k = 0; k < nblocks; ++k) {
       blockIdx = {unsigned(k % grid.x), unsigned(k / grid.x % grid.y),
                   unsigned(k / (1ULL * grid.x * grid.y))};
-      parity = 0;
+      parity = share_parity = 0;
       current_sync = &*b.syncs[k % 2];
       // the next block's barrier was the previous block's, which everyone has left
       if (tid == 0 && k + 1 < nblocks) b.syncs[(k + 1) % 2].emplace(nthreads);

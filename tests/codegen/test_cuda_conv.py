@@ -5,17 +5,18 @@ its windows are index expressions the block evaluates while staging a tile in sh
 memory, so no im2col buffer exists. On the cuda device the padding is no copy either
 (`nn/correlate.py`): the staging loads check the bounds, and a padded convolution with
 its bias and activation is one kernel. Values and gradients on the emulator against the
-CPU's (strided, padded, dilated, grouped), and nvcc's PTX for sm_80: no local memory, no
-spills, and a float16 convolution on tensor cores (nvcc takes about 6 s a kernel here, so
-the gradients' kernels and sm_90 are left to `--nvcc-all`, which compiles every kernel the
-tests make for both, unoptimized).
+CPU's (strided, padded, dilated, grouped; a bfloat16 one and its gradients on the tensor
+cores), and nvcc's PTX for sm_80: no local memory, no spills, and a float16 convolution on
+tensor cores (`mma.sync` fed by `ldmatrix`; nvcc takes about 6 s a kernel here, so the
+gradients' kernels and sm_90 are left to `--nvcc-all`, which compiles every kernel the tests
+make for both, unoptimized).
 """
 
 from __future__ import annotations
 
-import re
 import shutil
 
+import ml_dtypes
 import numpy as np
 import pytest
 from _emulated import emulated  # noqa: F401  (a fixture)
@@ -95,6 +96,23 @@ def test_a_float16_convolution_on_the_tensor_cores_of_the_emulator():
     np.testing.assert_allclose(got, want, rtol=eps, atol=eps * np.abs(want).max() / 16)
 
 
+@pytest.mark.usefixtures("emulated")
+def test_a_bfloat16_convolution_and_its_gradients_on_the_tensor_cores_of_the_emulator():
+    data = _data(2, 16, 10, 32, 3, 2)
+    geometry = dict(stride=1, padding=1, groups=2)
+    results = []
+    for device in ("cpu", "cuda"):
+        leaves, y = _conv(device, data, ml_dtypes.bfloat16, **geometry)
+        y.float().sum().backward()
+        results.append([t.detach().cpu().float().numpy() for t in (y, *(t.grad for t in leaves))])
+        if device == "cuda":  # the forward and both gradients' contractions run on mma.sync
+            for t in (y, leaves[0].grad, leaves[1].grad):
+                assert any("fg_mma_16816<true>(" in r.cuda_c for r in fg.kernels(t))
+    eps = float(ml_dtypes.finfo(ml_dtypes.bfloat16).eps)
+    for got, want in zip(*reversed(results)):  # both fp32 sums of exact products, rounded
+        np.testing.assert_allclose(got, want, rtol=2 * eps, atol=2 * eps * np.abs(want).max())
+
+
 @pytest.fixture(scope="module")
 def conv_ptx(tmp_path_factory):
     if NVCC is None or shutil.which("nvcc") is None:
@@ -122,10 +140,10 @@ def test_conv_ptx(conv_ptx):
     assert {"conv_forward", "conv_half"} <= set(entries)
     for symbol, body in entries.items():
         assert ".local" not in body, f"{symbol} uses local memory"
-    # float16 inputs (PTX names them in the fragments' loads), fp32 accumulators
+    # float16 inputs, fp32 accumulators: warp-level mma.sync fed by ldmatrix
     half = entries["conv_half"]
-    assert re.search(r"wmma\.mma\.sync\S*\.f32\.f32", half), "no fp32-accumulating mma"
-    assert re.search(r"wmma\.load\.a\.sync\S*\.f16\b", half), "no float16 fragments"
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in half, "no float16 mma"
+    assert "ldmatrix.sync.aligned.m8n8.x4" in half and "wmma" not in half
     assert "wmma" not in entries["conv_forward"]  # fp32 without allow_tf32
     spills = [line for line in report.splitlines() if "spill" in line]
     assert len(spills) >= len(entries), report

@@ -6,8 +6,9 @@ batch, gradients through the frontend, a misaligned buffer's scalar path), with
 (WMMA m16n16k8: the emulator rounds inputs to TF32 as the GPU does); then nvcc's PTX for
 sm_80 and sm_90: `cp.async` and 16-byte loads, no local memory or spills, `mma` with
 `.tf32` exactly when TF32 is allowed. 16-bit inputs (float16, bfloat16) always take the
-tensor cores (WMMA m16n16k16, fp32 accumulation, the output rounded once): on the emulator
-against numpy's fp32 product of the same 16-bit values, and in the PTX (`.f16` / `.bf16`).
+tensor cores (warp-level `mma.sync` m16n8k16 fed by `ldmatrix`, fp32 accumulation, the
+output rounded once): on the emulator (which runs both lane by lane: test_cuda_mma.py)
+against numpy's product of the same 16-bit values, and in the PTX (`.f16` / `.bf16`).
 """
 
 from __future__ import annotations
@@ -109,8 +110,11 @@ def test_tile_shapes_by_problem_size():
     assert gpu._tile_shape(4096, 4096, 1, False) == (8, 8, 8)  # 1024 blocks of 128x128
     assert gpu._tile_shape(512, 512, 1, False) == (4, 4, 16)  # 16 would not fill 132 SMs
     assert gpu._tile_shape(512, 20, 1, False) == (4, 1, 16)
-    assert gpu._tile_shape(4096, 4096, 1, True) == (8, 8, 16)
-    assert gpu._tile_shape(20, 20, 1, True) == (2, 4, 16)  # a fragment per warp at least
+    assert gpu._tile_shape(4096, 4096, 1, "tf32") == (8, 8, 16)
+    assert gpu._tile_shape(20, 20, 1, "tf32") == (2, 4, 16)  # a fragment per warp at least
+    # 16-bit inputs: 32 steps staged at a time (two k16 rounds of mma per barrier)
+    assert gpu._tile_shape(4096, 4096, 1, "bfloat16") == (8, 8, 32)
+    assert gpu._tile_shape(20, 20, 1, "float16") == (2, 4, 32)
 
 
 def test_vector_copies_where_the_layout_allows():
@@ -184,7 +188,7 @@ def test_tf32_sgemm_on_the_emulator(case):
 # ---------------------------------------------------------------- 16-bit tensor cores
 
 HALVES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
-HALF_FRAGMENT = {"float16": "16, 16, 16, __half,", "bfloat16": "16, 16, 16, __nv_bfloat16,"}
+MMA_CALL = {"float16": "fg_mma_16816<false>(", "bfloat16": "fg_mma_16816<true>("}
 
 
 def rand16(dtype: str, *shape) -> np.ndarray:
@@ -195,10 +199,20 @@ def rand16(dtype: str, *shape) -> np.ndarray:
 def test_16bit_contractions_take_the_tensor_cores(dtype):
     a, b = fg.from_numpy(rand16(dtype, 64, 32)), fg.from_numpy(rand16(dtype, 32, 64))
     k = kernel_of(a @ b)  # without allow_tf32: PyTorch uses the tensor cores for 16-bit always
-    assert f"matrix_a, {HALF_FRAGMENT[dtype]}" in k.source
+    body = k.source[k.source.index('extern "C"') :]
+    assert MMA_CALL[dtype] in body and "fg_ldmatrix_x4<" in body
+    assert "wmma" not in body and "fg_out" not in body  # the epilogue from the registers
     assert "__float_to_tf32" not in k.source  # 16-bit values go in as they are
     storage = {"float16": "__half", "bfloat16": "__nv_bfloat16"}[dtype]
-    assert f"__shared__ __align__(32) {storage} a_" in k.source  # staged in 16 bits
+    # staged in 16 bits, 4 buffers of 32 steps (3 in flight while one is read): A
+    # (contiguous along the reduction) as [at][kk], read without .trans; B (contiguous
+    # along its columns) as [kk][at], read with .trans; unpadded, the 16-byte chunks of a
+    # row swizzled (4 a row of A, 8 of B)
+    assert f"__shared__ __align__(32) {storage} a_v1[4][64][32];" in body
+    assert f"__shared__ __align__(32) {storage} b_v2[4][32][64];" in body
+    assert "fg_copy_wait<2>();" in body and "const int fg_buf = kt % 4;" in body
+    assert "fg_swizzle<4>(" in body and "fg_swizzle<8>(" in body
+    assert "fg_ldmatrix_x4<false>(fg_a[i]" in body and "fg_ldmatrix_x4<true>(fg_b[i]" in body
     c = gpu.map_to_gpu(_lowered(a @ b)).contraction
     assert c.mma == dtype
     # a side value computed in the fp32 registers (the scheduler stores such prologues today,
@@ -220,25 +234,118 @@ def _as_f32(t) -> np.ndarray:
     return t.cpu().float().numpy()  # rounded on the device (a fused `.float()` would not be)
 
 
-@pytest.mark.usefixtures("emulated")
-@pytest.mark.parametrize("dtype, case", [("float16", "ragged, k=31"), ("bfloat16", "16-byte")])
-def test_16bit_gemm_on_the_emulator(dtype, case):
-    # (bfloat16's A B^T and A^T B: the gradients' test below; a float16 convolution:
-    # test_cuda_conv.py)
-    sa, sb, how = SHAPES.get(case, ((40, 48), (48, 72), lambda a, b: a @ b))
-    a, b = rand16(dtype, *sa), rand16(dtype, *sb)
-    # rows of multiples of 8: both sides move 16 bytes (8 values) at a time
-    vector = "fg_copy16_async(&b_" in kernel_of(fg.from_numpy(a) @ fg.from_numpy(b)).source
-    assert vector == (case == "16-byte")
-    got = how(fg.tensor(a, device="cuda"), fg.tensor(b, device="cuda"))
-    assert got.dtype == getattr(fg, dtype)
-    # products of 16-bit values are exact in fp32, the sum is fp32: one rounding at the end
-    want = numpy_of(case, a.astype(np.float64), b.astype(np.float64))
+HALF_SHAPES = {
+    **SHAPES,
+    "16-byte": ((40, 48), (48, 72), lambda a, b: a @ b),  # k=48: 1.5 staged steps of 32
+    "k=16": ((33, 16), (16, 65), lambda a, b: a @ b),  # half a staged step
+    "k=200, tall": ((150, 200), (200, 24), lambda a, b: a @ b),
+    "k=9, wide": ((20, 9), (9, 130), lambda a, b: a @ b),
+    "batched 16-byte": ((2, 40, 64), (2, 64, 48), lambda a, b: a @ b),
+}
+
+
+def _check_16bit(dtype, got, want):
+    """`got` (16-bit, on the device) against the exact `want`: products of 16-bit values are
+    exact in fp32, the sum is fp32, one rounding at the end."""
     eps = float(ml_dtypes.finfo(HALVES[dtype]).eps)
-    np.testing.assert_allclose(_as_f32(got), want, rtol=eps, atol=1e-5)
+    np.testing.assert_allclose(_as_f32(got), want, rtol=eps, atol=1e-5 * np.abs(want).max())
     # most outputs are the exact product rounded once (fp32 sums in another order aside)
     rounded = want.astype(HALVES[dtype]).astype(np.float64)
     assert np.mean(_as_f32(got) == rounded) > 0.95
+
+
+@pytest.mark.usefixtures("emulated")
+@pytest.mark.parametrize(
+    "dtype, case",
+    [("float16", "ragged, k=31"), ("bfloat16", "16-byte"), ("float16", "64x64 tiles, k=64"),
+     ("bfloat16", "A^T B"), ("float16", "A B^T"), ("bfloat16", "batched"), ("float16", "k=16"),
+     ("bfloat16", "k=200, tall"), ("float16", "k=9, wide"), ("bfloat16", "batched 16-byte")],
+)  # fmt: skip
+def test_16bit_gemm_on_the_emulator(dtype, case):
+    # (a float16 convolution: test_cuda_conv.py)
+    sa, sb, how = HALF_SHAPES[case]
+    a, b = rand16(dtype, *sa), rand16(dtype, *sb)
+    source = kernel_of(how(fg.from_numpy(a), fg.from_numpy(b))).source
+    assert MMA_CALL[dtype] in source, case
+    if case in ("16-byte", "batched 16-byte"):
+        # rows of multiples of 8: both sides go straight to shared memory, 16 bytes at a time
+        assert "fg_copy16_async(&a_" in source and "fg_copy16_async(&b_" in source
+    got = how(fg.tensor(a, device="cuda"), fg.tensor(b, device="cuda"))
+    assert got.dtype == getattr(fg, dtype)
+    _check_16bit(dtype, got, numpy_of(case, a.astype(np.float64), b.astype(np.float64)))
+
+
+@pytest.mark.usefixtures("emulated")
+def test_a_big_right_operand_is_staged_as_it_is_on_the_gpu():
+    # the CPU copies a B too big for its cache into 32-column panels first; on the GPU that
+    # copy would only cost a kernel and make B's tile copies scalar (a panel's index)
+    a, b = rand16("bfloat16", 64, 1024), rand16("bfloat16", 1024, 1024)  # B: 2 MiB
+    for device, kernels in (("cpu", 2), ("cuda", 1)):
+        x, y = fg.tensor(a, device=device), fg.tensor(b, device=device)
+        items = schedule([(x @ y).node], engine.has_value_predicate())
+        assert len(items) == kernels, device
+    c = gpu.map_to_gpu(lower(items[0], tile=False)).contraction
+    assert (c.a_vector, c.b_vector) == ("k", "m")  # both sides by cp.async
+
+
+@pytest.mark.usefixtures("emulated")
+def test_the_16bit_128x128_tile(monkeypatch):
+    # 64 x 32 outputs per warp (4 x 4 mma per 16 steps); pretend the GPU has one
+    # multiprocessor so that a small problem takes the big tile
+    monkeypatch.setattr(gpu, "SMS", 1)
+    a, b = rand16("bfloat16", 130, 40), rand16("bfloat16", 40, 257)
+    expr = fg.from_numpy(a) @ fg.from_numpy(b)
+    c = gpu.map_to_gpu(_lowered(expr)).contraction
+    assert (c.ra, c.rb, c.kc) == (8, 8, 32) and kernel_of(expr).grid == (3, 2, 1)
+    source = kernel_of(expr).source
+    assert "float acc1_frag[4][4][4];" in source
+    # three buffers of 32 steps fill the 48 KiB of static shared memory
+    assert "a_v1[3][128][32];" in source and "b_v2[3][32][128];" in source
+    assert "fg_copy_wait<1>();" in source and kernel_of(expr).static_shared_bytes == 48 * 1024
+    got = fg.tensor(a, device="cuda") @ fg.tensor(b, device="cuda")
+    _check_16bit("bfloat16", got, a.astype(np.float64) @ b.astype(np.float64))
+
+
+@pytest.mark.usefixtures("emulated")
+def test_a_16bit_gemm_with_a_fused_epilogue_on_the_emulator():
+    a, b, bias = rand16("float16", 70, 48), rand16("float16", 48, 90), rand16("float16", 90)
+    y = (fg.from_numpy(a) @ fg.from_numpy(b) + fg.from_numpy(bias)).relu()
+    k = kernel_of(y)  # one kernel: the bias and the ReLU after the mma, lane by lane
+    assert MMA_CALL["float16"] in k.source and "fg_max(" in k.source
+    x_dev, w_dev = fg.tensor(a, device="cuda"), fg.tensor(b, device="cuda")
+    got = (x_dev @ w_dev + fg.tensor(bias, device="cuda")).relu()
+    # the product rounded to float16 (the matmul's output type), then the bias, then ReLU
+    x, w = a.astype(np.float64), b.astype(np.float64)
+    want = np.maximum((x @ w).astype(np.float16).astype(np.float64) + bias, 0)
+    np.testing.assert_allclose(_as_f32(got), want, rtol=2e-3, atol=2e-3)
+
+
+def test_one_block_walks_every_16bit_tile(monkeypatch):
+    # a grid smaller than the tiles (past the GPU's grid limits): each block loops over
+    # tiles, and a tile's first steps are staged only once every warp is done with the last
+    monkeypatch.setattr(gpu, "MAX_GRID_X", 1)
+    monkeypatch.setattr(gpu, "MAX_GRID_Y", 1)
+    a, b = rand16("float16", 2, 100, 40), rand16("float16", 2, 40, 136)
+    k = kernel_of(fg.from_numpy(a) @ fg.from_numpy(b))
+    assert k.grid == (1, 1, 1)  # 2 batches x 2 x 3 tiles of 64x64
+    out = np.zeros(2 * 100 * 136, np.float16)
+    EMULATED.launch(EMULATED.functions(EmulatedModule(k.source), k, 3), k.launches, [out, a, b])
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    _check_16bit("float16", fg.from_numpy(out.reshape(want.shape)), want)
+
+
+@pytest.mark.usefixtures("emulated")
+def test_a_misaligned_16bit_buffer_takes_the_scalar_copies():
+    a, b = rand16("bfloat16", 96, 40), rand16("bfloat16", 40, 72)
+    k = kernel_of(fg.from_numpy(a) @ fg.from_numpy(b))
+    module = EmulatedModule(k.source)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    eps = float(ml_dtypes.finfo(ml_dtypes.bfloat16).eps)
+    for x, y in ((a, b), (_misaligned(a), b), (a, _misaligned(b))):
+        out = np.zeros(96 * 72, ml_dtypes.bfloat16)
+        EMULATED.launch(EMULATED.functions(module, k, 3), k.launches, [out, x, y])
+        got = out.reshape(96, 72).astype(np.float64)
+        np.testing.assert_allclose(got, want, rtol=eps, atol=1e-5 * np.abs(want).max())
 
 
 @pytest.mark.usefixtures("emulated")
@@ -261,7 +368,7 @@ def test_16bit_gemm_gradients_on_the_emulator():
         np.testing.assert_allclose(_as_f32(got), want, rtol=eps, atol=1e-5)
     # the backward's contractions ran on the tensor cores
     sources = [r.cuda_c for r in fg.kernels(ga, gb)]
-    assert sum("__nv_bfloat16, nvcuda::wmma::col_major" in s for s in sources) >= 2
+    assert sum(MMA_CALL[dtype] in s for s in sources) >= 2
 
 
 # ---------------------------------------------------------------- PTX
@@ -281,6 +388,18 @@ def sgemm_ptx(tmp_path_factory):
     # (float16: test_cuda_conv.py's convolution)
     x, y = (fg.from_numpy(rand16("bfloat16", *s)) for s in ((256, 128), (128, 256)))
     kernels["bfloat16"] = kernel_of(x @ y)
+    # the 128x128 tile, 64 x 32 outputs per warp: 64 fp32 accumulators per lane; built on
+    # the cuda device, whose matmul copies no big right operand into panels first (the
+    # CPU's does: `Backend.packs_panels`), so both sides go by cp.async
+    with fg.config.override(cuda="emulate"):
+        from fusegrad.runtime import cuda as runtime_cuda
+
+        runtime_cuda.reset()
+        x, y = (fg.tensor(np.ones((4096, 4096), ml_dtypes.bfloat16), device="cuda") for _ in "xy")
+        kernels["bfloat16_4096"] = kernel_of(x @ y)
+    runtime_cuda.reset()
+    assert kernels["bfloat16_4096"].grid == (32, 32, 1)
+    assert "fg_copy16_async(&b_" in kernels["bfloat16_4096"].source
     sources = {}
     for name, k in kernels.items():
         sources[name] = k.source[k.source.index('extern "C"') :].replace(" k(", f" sgemm_{name}(")
@@ -301,25 +420,32 @@ def _entries(ptx_text: str) -> dict[str, str]:
 def test_sgemm_ptx(sgemm_ptx, arch):
     text, report = sgemm_ptx[arch]
     entries = _entries(text)
-    assert {f"sgemm_{n}" for n in ("nn", "tn", "nt", "tf32", "bfloat16")} <= set(entries)
+    names = ("nn", "tn", "nt", "tf32", "bfloat16", "bfloat16_4096")
+    assert {f"sgemm_{n}" for n in names} <= set(entries)
     for symbol, body in entries.items():
         assert ".local" not in body, f"{symbol} uses local memory"
     # a side contiguous along the reduction (A of A B, B of A B^T) is read 16 bytes at a time
     for name in ("nn", "nt", "tf32"):
         assert re.search(r"ld\.global\.nc\.v4\.f32", entries[f"sgemm_{name}"]), name
-    assert re.search(r"ld\.global\.nc\.v4\.[us]32", entries["sgemm_bfloat16"])  # 8 values
-    # a side contiguous along its outputs goes global -> shared asynchronously
-    for name in ("nn", "tn", "tf32", "bfloat16"):
+    # a side contiguous along its outputs goes global -> shared asynchronously (and a 16-bit
+    # side contiguous along the reduction too: staged [at][kk])
+    for name in ("nn", "tn", "tf32", "bfloat16", "bfloat16_4096"):
         assert "cp.async.cg.shared.global" in entries[f"sgemm_{name}"], name
         assert "cp.async.wait_group" in entries[f"sgemm_{name}"], name
     mma = re.compile(r"\b(w?mma\.\S*sync\S*)")
     tf32_ops = mma.findall(entries["sgemm_tf32"])
     assert tf32_ops and all(".tf32" in op for op in tf32_ops), tf32_ops
-    # bfloat16 inputs, fp32 accumulators
-    ops = mma.findall(entries["sgemm_bfloat16"])
-    assert any(op.startswith("wmma.mma.") and op.endswith(".bf16.bf16.f32") for op in ops), ops
-    inputs = [op for op in ops if op.startswith(("wmma.load.a", "wmma.load.b"))]
-    assert inputs and all(op.endswith(".bf16") for op in inputs), ops
+    # bfloat16 inputs, fp32 accumulators: warp-level mma.sync fed by ldmatrix, no WMMA
+    for name, per_step in (("bfloat16", 2 * 2 * 2), ("bfloat16_4096", 2 * 4 * 4)):
+        body = entries[f"sgemm_{name}"]
+        ops = mma.findall(body)
+        want = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+        assert ops and all(op == want for op in ops), ops
+        assert len(ops) == per_step, (name, len(ops))  # two k16 rounds, unrolled
+        assert "wmma" not in body
+        # A (contiguous along k) is read as stored, B (along its columns) transposed
+        assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in body, name
+        assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in body, name
     for name in ("nn", "tn", "nt"):
         assert not mma.search(entries[f"sgemm_{name}"]), name
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
