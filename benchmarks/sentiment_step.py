@@ -284,9 +284,13 @@ def main() -> None:
         f"{'torch/jit':>10}{'steps':>7}{'max err':>9}{'1st step, empty cache':>23}"
         f"{'1st, warm cache':>17}{'2nd step':>10}"
     )
-    lines = []
+    lines, means = [], []
     for case in cases:
         r = run_case(example, table, batches, case == "finetune", rounds, per_block)
+        means.append(
+            f"  {CASES[case]}: "
+            + ", ".join(f"{k} {statistics.mean(v) * 1e3:.2f}" for k, v in r["times"].items())
+        )
         plain_ms = statistics.median(r["times"]["plain"]) * 1e3
         jit_ms = statistics.median(r["times"]["jit"]) * 1e3
         t_ms = statistics.median(r["times"]["torch"]) * 1e3 if torch is not None else None
@@ -313,6 +317,9 @@ def main() -> None:
         "\nno dropout), relative to the largest magnitude; '1st step': a fresh process, compile"
         "\ncache empty / filled by the previous process; '2nd step': the next step of the first."
     )
+    # (a median leaves out the steps that ran a full garbage collection: the mean has them)
+    print("\nmean ms per training step, the same steps:")
+    print("\n".join(means))
     print(f"load average after: {load_average()}")
 
 
