@@ -14,6 +14,7 @@ loads of B, eight broadcasts of A (`vbroadcastss`, each used twice) and 16 `vdpb
 2048^3 on a Zen 5: B's loads come from L2, A's from L1); the loops are
 
     parallel for ng in 0..N/(32G):  for om in 0..M/32:  for i, h in 0..2:
+                                                   (one group: M's blocks om the parallel loop)
       for b in 0..G:                               (the group's B panels stay in L2)
         acc[8][32] = 0
         for r in 0..K/32:  for p in 0..16:         (the whole of K, in registers)
@@ -134,7 +135,10 @@ def _emit(lw, name, m_group, n_group, extents, a_load, b_load, tile_vars) -> Ker
     rest = [g for g in range(len(extents)) if g not in (m_group, n_group)]
     loop_vars = {g: Var(f"o{g}", 0, extents[g] - 1) for g in rest}
     loop_vars[m_group] = Var(f"o{m_group}", 0, extents[m_group] // AMX_BLOCK - 1)
-    order = [n_outer, loop_vars[m_group]] + [loop_vars[g] for g in rest] + [i, h]
+    outer = [n_outer, loop_vars[m_group]]
+    if n_outer.max == 0:  # one group of N's blocks (N small): the threads split M instead
+        outer.reverse()
+    order = outer + [loop_vars[g] for g in rest] + [i, h]
     for k, v in enumerate(order):
         lw._open_loop(Loop(v, v.max + 1, [], "parallel" if k == 0 else "serial"))
     row_expr = lin(h) * ROWS + row
@@ -159,7 +163,7 @@ def _emit(lw, name, m_group, n_group, extents, a_load, b_load, tile_vars) -> Ker
         _epilogue(lw, acc, at, m_group, n_group, extents, loop_vars, m_expr, n_expr)
         lw.block, lw.iterations = block_at, block_iter
     params = lw.outs + [lw.params[id(n)] for n in item.inputs]
-    kernel = Kernel(name, params, body, n_outer.max + 1, lw.flops)
+    kernel = Kernel(name, params, body, order[0].max + 1, lw.flops)
     kernel.tile_note = (
         f"vdpbf16ps register tile {ROWS} rows x {AMX_BLOCK} lanes, groups of {group} N blocks"
     )

@@ -44,7 +44,7 @@ def check_close(got, a, b) -> None:
 
 @pytest.mark.parametrize(
     "m, k, n",
-    [(32, 32, 32), (64, 96, 128), (96, 2048, 64), (32, 64, 160), (256, 512, 256)],
+    [(32, 32, 32), (64, 96, 128), (96, 2048, 64), (32, 64, 160), (256, 512, 256), (160, 64, 32)],
     ids=str,
 )
 def test_a_bfloat16_matmul_runs_on_vdpbf16ps(m, k, n):
@@ -135,10 +135,13 @@ def test_other_shapes_take_the_fma_tiles(m, k, n):
     check_close(y, host(a), host(b))
 
 
-@pytest.mark.parametrize("m, k, n", [(32, 1056, 512), (64, 256, 256), (96, 288, 64)], ids=str)
+@pytest.mark.parametrize(
+    "m, k, n", [(32, 1056, 512), (64, 256, 256), (96, 288, 64), (128, 96, 32)], ids=str
+)
 def test_the_switch_gives_the_fma_tiles_the_same_bits_where_sums_are_exact(m, k, n):
     # small integers: every product and partial sum exact in float32, so both paths give
-    # the exact answer rounded once to bfloat16 (a block summed twice or missed would differ)
+    # the exact answer rounded once to bfloat16 (a block summed twice or missed would differ;
+    # at N = 32 the threads split M's blocks, elsewhere groups of N's)
     rng = np.random.default_rng(m + k + n)
     a, b = bf16(rng.integers(-3, 4, (m, k))), bf16(rng.integers(-3, 4, (k, n)))
     bias = bf16(rng.integers(-3, 4, (n,)))
