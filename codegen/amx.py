@@ -62,7 +62,7 @@ AMX_BLOCK = 32  # outputs along each of M and N per tile loop; reduction element
 HALF = 16  # a tile's rows (and a float32 tile's columns)
 
 
-def _linear_in(index: Lin, tile_vars: set[Var]) -> bool:
+def linear_in(index: Lin, tile_vars: set[Var]) -> bool:
     """Whether `index` is affine in `tile_vars`: none of them inside a division."""
     return not any(not isinstance(a, Var) and tile_vars & a.x.atoms() for a, _ in index.terms)
 
@@ -89,18 +89,25 @@ def lower_amx(lw, name: str) -> Kernel | None:
     p, q = Var("kp", 0, HALF - 1), Var("kq", 0, 1)
     r = Var("r0", 0, k_extent // AMX_BLOCK - 1)
     k_expr = lin(r) * AMX_BLOCK + lin(p) * 2 + q
-    operands = _operands(lw, src, extents, k_expr, (i, rr), (j, c))
+    operands = find_operands(
+        lw,
+        src,
+        extents,
+        k_expr,
+        (lambda om: lin(om) * AMX_BLOCK + lin(i) * HALF + rr, rr),
+        (lambda on: lin(on) * AMX_BLOCK + lin(j) * HALF + c, c),
+    )
     if operands is None:
         return None
     m_group, n_group, a_load, b_load = operands
     a_ix, b_ix = a_load.index, b_load.index
     # A: rows rr apart by its row stride, 32 consecutive reduction elements (p, q) per row
-    if not _linear_in(a_ix, {i, rr, p, q}) or {j, c} & a_ix.atoms():
+    if not linear_in(a_ix, {i, rr, p, q}) or {j, c} & a_ix.atoms():
         return None
     if a_ix.coef(q) != 1 or a_ix.coef(p) != 2 or a_ix.coef(rr) < AMX_BLOCK:
         return None
     # B: pairs (q) adjacent, 16 columns (c) 2 apart, rows of pairs (p) a stride apart
-    if not _linear_in(b_ix, {j, c, p, q}) or {i, rr} & b_ix.atoms():
+    if not linear_in(b_ix, {j, c, p, q}) or {i, rr} & b_ix.atoms():
         return None
     b_stride = b_ix.coef(p)
     if b_ix.coef(q) != 1 or b_ix.coef(c) != 2 or b_stride < AMX_BLOCK:
@@ -108,10 +115,12 @@ def lower_amx(lw, name: str) -> Kernel | None:
     return _emit(lw, name, m_group, n_group, extents, a_load, b_load, (i, rr, j, c, p, q, r))
 
 
-def _operands(lw, src, extents, k_expr, rows, cols):
-    """(m group, n group, A's load, B's load) read at the block's symbolic coordinates, or
-    None: each of the product's two operands must be one bfloat16 load, unguarded."""
-    (i, rr), (j, c) = rows, cols
+def find_operands(lw, src, extents, k_expr, rows, cols):
+    """(m group, n group, A's load, B's load) read at a block's symbolic coordinates, or
+    None: each of the product's two operands must be one bfloat16 load, unguarded. `rows`
+    is (the row's expression given M's 32-row block variable, the variable that only A's
+    index may name), `cols` the same for N's columns and B (also `codegen/dpbf16.py`'s)."""
+    (row_of, rr), (col_of, c) = rows, cols
     for m_group in range(len(extents)):
         for n_group in range(len(extents)):
             if m_group == n_group or extents[m_group] % AMX_BLOCK:
@@ -120,10 +129,10 @@ def _operands(lw, src, extents, k_expr, rows, cols):
                 continue
             exprs = [lin(Var(f"o{g}", 0, e - 1)) for g, e in enumerate(extents)]
             om = Var(f"o{m_group}", 0, extents[m_group] // AMX_BLOCK - 1)
-            exprs[m_group] = lin(om) * AMX_BLOCK + lin(i) * HALF + rr
+            exprs[m_group] = row_of(om)
             on = Var(f"o{n_group}", 0, extents[n_group] // AMX_BLOCK - 1)
-            exprs[n_group] = lin(on) * AMX_BLOCK + lin(j) * HALF + c
-            loads = _trial_loads(lw, src, exprs, k_expr)
+            exprs[n_group] = col_of(on)
+            loads = trial_loads(lw, src, exprs, k_expr)
             if loads is None:
                 return None
             first, second = loads
@@ -134,7 +143,7 @@ def _operands(lw, src, extents, k_expr, rows, cols):
     return None
 
 
-def _trial_loads(lw, src, out_exprs, k_expr) -> tuple[Load, Load] | None:
+def trial_loads(lw, src, out_exprs, k_expr) -> tuple[Load, Load] | None:
     """The loads the product's two operands make at these coordinates, generated into a
     scratch block and dropped; None unless each is one unguarded bfloat16 load."""
     root, red = lw.item.root, lw.item.reduce

@@ -38,6 +38,7 @@ from .llvm_math import (
     vector_type,
 )
 from .loopir import (
+    AccDotPairs,
     AccInit,
     AccRead,
     AccReduceLanes,
@@ -759,6 +760,27 @@ class _Renderer:
         else:
             new = self.emit(f"call {t} {self.intrinsic(_imax(dt), t, 2)}({t} {cur}, {t} {val})")
         self.lines.append(f"  store {t} {new}, ptr {ptr}")
+
+    def stmt_AccDotPairs(self, s: AccDotPairs) -> None:
+        """`vdpbf16ps`: A's pair a 32-bit broadcast, the intrinsic's last operand (the one
+        the instruction may read from memory, `{1to16}`); B's 16 pairs one 64-byte load."""
+        assert self.width == 16 and self.moves(s.index), "dot_pairs fills a 16-lane row"
+        ptr, _ = self.acc_ptr(s.acc, s.index)
+        f16x, i16x, b32 = "<16 x float>", "<16 x i32>", "<32 x bfloat>"
+        cur = self.emit(f"load {f16x}, ptr {ptr}")
+        a_ptr = self.emit(
+            f"getelementptr inbounds i16, ptr %{s.a.name}, i64 {self.index(s.a_index)}"
+        )
+        a_pair = self.splat(self.emit(f"load i32, ptr {a_ptr}, align 2"), "i32")
+        b_base = self.index(s.b_index.substitute({self.vec_var: lin(0)}))
+        b_ptr = self.emit(f"getelementptr inbounds i16, ptr %{s.b.name}, i64 {b_base}")
+        b_pairs = self.emit(f"load {i16x}, ptr {b_ptr}, align 2")
+        a_bf = self.emit(f"bitcast {i16x} {a_pair} to {b32}")
+        b_bf = self.emit(f"bitcast {i16x} {b_pairs} to {b32}")
+        fn = "@llvm.x86.avx512bf16.dpbf16ps.512"
+        self.decls.add(f"declare {f16x} {fn}({f16x}, {b32}, {b32})")
+        new = self.emit(f"call {f16x} {fn}({f16x} {cur}, {b32} {b_bf}, {b32} {a_bf})")
+        self.lines.append(f"  store {f16x} {new}, ptr {ptr}")
 
     # ---------------------------------------------------------------- AMX tiles
     def amx_call(self, name: str, *args: str) -> None:

@@ -175,6 +175,21 @@ class AccReduceLanes:
 
 
 @dataclass
+class AccDotPairs:
+    """`vdpbf16ps` inside a vector loop of 16 lanes: the accumulator tile's row at `index`
+    (16 float32, adjacent) += the products of 16 bfloat16 pairs of `b` (64 contiguous
+    bytes from `b_index`, the first lane's) with one pair of `a` at `a_index` (the same in
+    every lane), each lane the sum of its two products: `codegen/dpbf16.py`."""
+
+    acc: str
+    index: Lin
+    a: Param
+    a_index: Lin
+    b: Param
+    b_index: Lin
+
+
+@dataclass
 class TileZero:
     """AMX: tile register `tile` (0-7; every tile 16 rows of 64 bytes) := 0."""
 
@@ -287,8 +302,8 @@ class Kernel:
 
     @property
     def uses_tiles(self) -> bool:
-        """Whether the kernel runs on AMX tiles (`codegen/amx.py`): a CPU instruction set
-        that only the LLVM renderer writes."""
+        """Whether the kernel runs on AMX tiles (`codegen/amx.py`) or `vdpbf16ps` register
+        tiles (`codegen/dpbf16.py`): CPU instructions that only the LLVM renderer writes."""
         return _has_tiles(self.body)
 
     def __str__(self) -> str:
@@ -301,7 +316,7 @@ class Kernel:
 
 
 def _has_tiles(body) -> bool:
-    tiles = (TileZero, TileLoad, TileLoadAcc, TileDot, TileStore, TileStoreRows)
+    tiles = (TileZero, TileLoad, TileLoadAcc, TileDot, TileStore, TileStoreRows, AccDotPairs)
     return any(isinstance(s, tiles) or (isinstance(s, Loop) and _has_tiles(s.body)) for s in body)
 
 
@@ -357,6 +372,10 @@ def _print_block(body, depth: int, lines: list[str]) -> None:
         elif isinstance(s, AccReduceLanes):
             what = f"{s.acc}[{s.base} : {s.base} + {s.lanes}]"
             lines.append(f"{pad}{s.dst} = {s.op.name.lower()} over {what}")
+        elif isinstance(s, AccDotPairs):
+            at = f"{s.acc}[{s.index}]"
+            pairs = f"{s.a.name}[{s.a_index} : +2], {s.b.name}[{s.b_index} : +2]"
+            lines.append(f"{pad}{at} = dot_pairs({at}, {pairs})")
         elif isinstance(s, TileZero):
             lines.append(f"{pad}tile{s.tile} = 0")
         elif isinstance(s, TileLoad):

@@ -26,6 +26,7 @@ from ..ir.symbolic import FloorDiv, Lin, Mod, Var, lin
 from .amx import lower_amx
 from .coords import coords_from_groups as _coords_from_groups
 from .coords import linear_index, squeeze_coords, strides_of
+from .dpbf16 import lower_dpbf16
 from .llvm_math import host_has
 from .loopir import (
     AccInit,
@@ -1178,18 +1179,21 @@ def _merge_groups(axes: list[int], try_lower) -> list[tuple[int, ...]]:
     return groups
 
 
-def lower(item: ScheduleItem, tile: bool = True, amx: bool = False, tuner=None) -> Kernel:
+def lower(
+    item: ScheduleItem, tile: bool = True, amx: bool = False, dpbf16: bool = False, tuner=None
+) -> Kernel:
     """The loop IR of a scheduled kernel, with its loops merged where that stays affine.
 
     With `tile`, a reduction may get the CPU's register tile (`choose_tile`); the GPU
     lowering (`codegen/gpu.py`) takes the plain loop nest (`tile=False`) and tiles it
     for the GPU's threads and shared memory instead. With `amx` (the runtime's word that
     the host has AMX-BF16 and may use it), a bfloat16 matmul in the layout `codegen/amx.py`
-    recognizes runs on AMX tiles. A `tuner` (the runtime's autotuner, `runtime/autotune.py`)
-    is handed the tiles a float32 contraction could take (`tuning_space`) and a function
-    that lowers one, and returns the kernel it picked; without one the tile is
-    `choose_tile`'s, the fixed choice for this host. Either way the kernel's `tile_note`
-    says which tile it has and why."""
+    recognizes runs on AMX tiles; with `dpbf16` (the host has AVX512-BF16 and no AMX), on
+    `vdpbf16ps` register tiles (`codegen/dpbf16.py`). A `tuner` (the runtime's autotuner,
+    `runtime/autotune.py`) is handed the tiles a float32 contraction could take
+    (`tuning_space`) and a function that lowers one, and returns the kernel it picked;
+    without one the tile is `choose_tile`'s, the fixed choice for this host. Either way
+    the kernel's `tile_note` says which tile it has and why."""
     root, red = item.root, item.reduce
     if root.op is Ops.SCATTER_ADD:
         return _Lowerer(item, [], []).lower_scatter()
@@ -1221,6 +1225,10 @@ def lower(item: ScheduleItem, tile: bool = True, amx: bool = False, tuner=None) 
     siblings = len(item.siblings)
     if amx and tile and not siblings and not item.at_source:
         kernel = lower_amx(_Lowerer(item, state["out"], state["red"]), kernel_name(item))
+        if kernel is not None:
+            return kernel
+    if dpbf16 and tile and not siblings and not item.at_source:
+        kernel = lower_dpbf16(_Lowerer(item, state["out"], state["red"]), kernel_name(item))
         if kernel is not None:
             return kernel
     plain = lowered_with(state["out"], state["red"])

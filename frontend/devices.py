@@ -155,7 +155,7 @@ def guards_windows_in_tiles(name: str | None) -> bool:
 
 def packs_bf16_pairs(name: str | None) -> bool:
     """Whether a bfloat16 matmul on this device packs its right operand in pairs along the
-    reduction for AMX tiles: the backend's `packs_bf16_pairs`."""
+    reduction for AMX or `vdpbf16ps` tiles: the backend's `packs_bf16_pairs`."""
     return name is not None and get_backend(name).packs_bf16_pairs
 
 

@@ -674,11 +674,12 @@ def matmul(a, b):
     return a._make(N.reshape(node, shape), b)
 
 
-AMX_BLOCK = 32  # codegen/amx.py's: M, K and N must be multiples of it
+AMX_BLOCK = 32  # codegen/amx.py's (and codegen/dpbf16.py's): M, K and N multiples of it
 
 
 def _amx_shaped(an, bn) -> bool:
-    """A bfloat16 product that `codegen/amx.py` runs on AMX tiles once B is packed."""
+    """A bfloat16 product that `codegen/amx.py` runs on AMX tiles once B is packed (or
+    `codegen/dpbf16.py` on `vdpbf16ps` register tiles, where the CPU has no AMX)."""
     (m, k), n = an.shape[-2:], bn.shape[-1]
     return (
         len(bn.shape) == 2

@@ -51,7 +51,8 @@ class Backend(ABC):
     # tiles, so nn/correlate.py makes no padded copy first (the GPU's shared-memory staging)
     guards_windows_in_tiles: bool = False
     # a bfloat16 matmul's right operand is packed in pairs along the reduction (the VNNI
-    # layout) for the backend's AMX kernels (codegen/amx.py): the CPU's, where it has AMX
+    # layout) for the backend's AMX or `vdpbf16ps` kernels (codegen/amx.py, codegen/dpbf16.py):
+    # the CPU's, where it has AMX or AVX512-BF16
     packs_bf16_pairs: bool = False
     # a matmul's right operand too big for cache is first copied into panels of columns
     # (frontend/reduce.py) that the CPU's kernels stream in order; a GPU's contraction tiles

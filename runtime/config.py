@@ -101,6 +101,9 @@ class Config:
     cuda_graphs: bool = True
     # bfloat16 matmuls may run on AMX tiles where the CPU has them (runtime/amx.py)
     amx: bool = True
+    # bfloat16 matmuls may run on `vdpbf16ps` register tiles where the CPU has AVX512-BF16
+    # and AMX is not used (runtime/amx.py, codegen/dpbf16.py)
+    dpbf16: bool = True
     # float32 contractions' register tiles are timed once per CPU and shape class
     # (runtime/autotune.py); off: the fixed choice for the CPU (the tests' setting)
     autotune: bool = True
@@ -139,6 +142,7 @@ class Config:
             cuda=cuda,
             cuda_graphs=_int_env("FUSEGRAD_CUDA_GRAPHS", 1, "0 or 1", (0, 1)) != 0,
             amx=_int_env("FUSEGRAD_AMX", 1, "0 or 1", (0, 1)) != 0,
+            dpbf16=_int_env("FUSEGRAD_DPBF16", 1, "0 or 1", (0, 1)) != 0,
             autotune=_int_env("FUSEGRAD_AUTOTUNE", 1, "0 or 1", (0, 1)) != 0,
             autotune_budget=float(_int_env("FUSEGRAD_AUTOTUNE_BUDGET", 10, "a number of seconds")),
             emu_guard=_int_env("FUSEGRAD_EMU_GUARD", 0, "0, 1 or 2", (0, 1, 2)),

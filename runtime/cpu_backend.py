@@ -13,7 +13,7 @@ import numpy as np
 from ..codegen.llvm import render_llvm
 from ..codegen.lower import kernel_symbol, lower
 from . import autotune, item_cache, phases, pool
-from .amx import amx_ready
+from .amx import amx_ready, dpbf16_ready
 from .backend_registry import Backend, register_backend
 from .buffer import Buffer, clear_pool, give_scratch, take_scratch
 from .compiler import CompiledKernel, compile_kernels, compile_workers, new_object, side_by_side
@@ -152,7 +152,7 @@ class CpuBackend(Backend):
 
     @property
     def packs_bf16_pairs(self) -> bool:
-        return amx_ready()
+        return amx_ready() or dpbf16_ready()
 
     @property
     def description(self) -> str:
@@ -314,7 +314,7 @@ def _render(loop) -> str:
 def _lower_options() -> dict:
     """What `lower` is told besides the item, on this host and configuration: one place,
     so the disk cache's key (`lower_and_compile`) cannot miss an option `lower` gets."""
-    return {"amx": amx_ready()}
+    return {"amx": amx_ready(), "dpbf16": dpbf16_ready()}
 
 
 def _options_key() -> str:

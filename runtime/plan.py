@@ -61,7 +61,8 @@ class KernelRecord:
         if self.compiled.language == "CUDA C":  # the source that ran
             return self.compiled.source
         if self.loop.uses_tiles:
-            return "// an AMX tile kernel: CUDA C has no such instructions; it runs on the CPU\n"
+            what = "an AMX tile" if "tdpbf16ps" in self.asm else "a vdpbf16ps"
+            return f"// {what} kernel: CUDA C has no such instructions; it runs on the CPU\n"
         return render_cuda(self.loop, self.compiled.symbol)
 
     def summary(self) -> str:

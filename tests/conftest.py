@@ -189,7 +189,7 @@ def _start_nvcc_all(flags: tuple[str, ...]) -> None:
         else:
             loops = (("_cpu", lower(item)), ("", record.loop))
         for suffix, loop in loops:
-            if _has_amx_tiles(loop.body):  # AMX tiles exist on the CPU only
+            if loop.uses_tiles:  # AMX and vdpbf16ps tiles exist on the CPU only
                 continue
             source = cuda_kernel(loop, SYMBOL).source
             collector.add(symbol + suffix, source[source.index('extern "C"') :])
@@ -197,14 +197,6 @@ def _start_nvcc_all(flags: tuple[str, ...]) -> None:
         return record, extent, work
 
     engine_module._record = record_and_render
-
-
-def _has_amx_tiles(body) -> bool:
-    """Whether a loop nest holds AMX tile statements (`codegen/amx.py`: CPU-only code)."""
-    from fusegrad.codegen.loopir import TileDot, TileLoad, TileStore, TileZero
-
-    tiles = (TileZero, TileLoad, TileDot, TileStore)
-    return any(isinstance(s, tiles) or _has_amx_tiles(getattr(s, "body", ())) for s in body)
 
 
 def pytest_report_header(config):

@@ -51,8 +51,9 @@ def tf32(x: np.ndarray) -> np.ndarray:
 @pytest.fixture(autouse=True, scope="module")
 def _no_amx_packing():
     # these graphs are built on the CPU and lowered for the GPU: the CPU's packing of a
-    # bfloat16 right operand for AMX tiles (frontend/reduce.py) is not what they test
-    with fg.config.override(amx=False):
+    # bfloat16 right operand for AMX or vdpbf16ps tiles (frontend/reduce.py) is not what
+    # they test
+    with fg.config.override(amx=False, dpbf16=False):
         yield
 
 
