@@ -67,9 +67,11 @@ def linear_in(index: Lin, tile_vars: set[Var]) -> bool:
     return not any(not isinstance(a, Var) and tile_vars & a.x.atoms() for a, _ in index.terms)
 
 
-def lower_amx(lw, name: str) -> Kernel | None:
-    """The AMX kernel `name` of lowerer `lw` (a `codegen.lower._Lowerer` without a tile), or
-    None where the kernel is not a bfloat16 matmul of that shape and layout."""
+def bf16_matmul(lw) -> tuple | None:
+    """(the product node, the output groups' extents, the reduction's extent) where lowerer
+    `lw`'s kernel is a sum of products of bfloat16 values over one group of axes, a
+    multiple of 32 long (what the AMX and `vdpbf16ps` kernels take; their layouts are
+    checked after, by `find_operands`), with `lw`'s kernel body started empty; else None."""
     item, red = lw.item, lw.item.reduce
     if red is None or red.op is not Ops.SUM or red.dtype is not bfloat16:
         return None
@@ -82,6 +84,16 @@ def lower_amx(lw, name: str) -> Kernel | None:
     k_extent = math.prod(src.shape[a] for a in lw.red_groups[0])
     if k_extent % AMX_BLOCK:
         return None
+    return src, extents, k_extent
+
+
+def lower_amx(lw, name: str) -> Kernel | None:
+    """The AMX kernel `name` of lowerer `lw` (a `codegen.lower._Lowerer` without a tile), or
+    None where the kernel is not a bfloat16 matmul of that shape and layout."""
+    matmul = bf16_matmul(lw)
+    if matmul is None:
+        return None
+    src, extents, k_extent = matmul
     # symbolic coordinates of one 32 x 32 block: om, on the tile loops, (i, rr) a row inside
     # (i: which 16), (j, c) a column, (p, q) a reduction element 32r + 2p + q
     i, rr = Var("ai", 0, 1), Var("ar", 0, HALF - 1)
@@ -186,9 +198,9 @@ L1_CHUNK_BYTES = 16 << 10
 GROUP_MAX = 8  # N blocks per group at most
 
 
-def n_group_size(n_blocks: int, k_extent: int) -> int:
+def n_group_size(n_blocks: int, k_extent: int, budget: int = L2_PANEL_BYTES) -> int:
     """How many of N's 32-column blocks one parallel iteration walks for each M block: the
-    most (a divisor of `n_blocks`, at most 8) whose packed B panels fit `L2_PANEL_BYTES`,
+    most (a divisor of `n_blocks`, at most 8) whose packed B panels fit `budget` bytes,
     leaving at least two groups (one per core) where there are two blocks or more.
 
     >>> n_group_size(64, 2048), n_group_size(64, 8192), n_group_size(2, 64), n_group_size(1, 32)
@@ -197,7 +209,7 @@ def n_group_size(n_blocks: int, k_extent: int) -> int:
     panel = k_extent * AMX_BLOCK * 2  # bytes of one block's bfloat16 B panel
     best = 1
     for g in range(1, min(GROUP_MAX, n_blocks // 2) + 1):
-        if n_blocks % g == 0 and g * panel <= L2_PANEL_BYTES:
+        if n_blocks % g == 0 and g * panel <= budget:
             best = g
     return best
 

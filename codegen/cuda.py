@@ -915,12 +915,13 @@ class _Renderer:
             self.line(d + 1, "#pragma unroll")
             self.line(d + 1, f"for (int i = 0; i < {count}; i += {step})")
             self.line(d + 2, f"fg_ldmatrix_x4<{trans}>({regs}, &{row});")
+        self.products(fa, fb, f"{mma}({acc}_frag[i][j], fg_a[i], fg_b[j][0], fg_b[j][1]);", d)
+
+    def products(self, fa: int, fb: int, call: str, d: int) -> None:
+        """The warp's fa x fb fragment products of this step, `call` for fragment (i, j),
+        unrolled; then the step's loop closes."""
         self.line(d + 1, f"#pragma unroll\n{'  ' * (d + 1)}for (int i = 0; i < {fa}; ++i)")
-        self.line(
-            d + 1,
-            f"#pragma unroll\n{'  ' * (d + 1)}for (int j = 0; j < {fb}; ++j) "
-            f"{mma}({acc}_frag[i][j], fg_a[i], fg_b[j][0], fg_b[j][1]);",
-        )
+        self.line(d + 1, f"#pragma unroll\n{'  ' * (d + 1)}for (int j = 0; j < {fb}; ++j) {call}")
         self.line(d, "}")
 
     def mma16_epilogue(self, c: Contraction, fa: int, fb: int, d: int) -> None:
@@ -969,13 +970,9 @@ class _Renderer:
             self.line(d + 2, f"for (int t = 0; t < {frag}[i].num_elements; ++t) "
                              f"{x} = {WMMA}__float_to_tf32({x});")  # fmt: skip
             self.line(d + 1, "}")
-        self.line(d + 1, f"#pragma unroll\n{'  ' * (d + 1)}for (int i = 0; i < {fa}; ++i)")
-        self.line(
-            d + 1,
-            f"#pragma unroll\n{'  ' * (d + 1)}for (int j = 0; j < {fb}; ++j) "
-            f"{WMMA}mma_sync({acc}_frag[i][j], fg_a[i], fg_b[j], {acc}_frag[i][j]);",
+        self.products(
+            fa, fb, f"{WMMA}mma_sync({acc}_frag[i][j], fg_a[i], fg_b[j], {acc}_frag[i][j]);", d
         )
-        self.line(d, "}")
 
     def mma_epilogue(self, c: Contraction, fa: int, fb: int, d: int) -> None:
         """TF32: each 16x16 fragment goes through the warp's slice of shared memory (WMMA

@@ -38,12 +38,9 @@ register tiles of `codegen/lower.py`.
 
 from __future__ import annotations
 
-import math
-
-from ..ir.dtypes import bfloat16
-from ..ir.ops import Ops
 from ..ir.symbolic import Lin, Var, lin
-from .amx import AMX_BLOCK, find_operands, linear_in
+from .amx import AMX_BLOCK, bf16_matmul, find_operands, linear_in
+from .amx import n_group_size as amx_group_size
 from .coords import coords_from_groups, linear_index, squeeze_coords
 from .loopir import AccDotPairs, AccInit, AccRead, Kernel, Loop, Store
 
@@ -51,40 +48,25 @@ ROWS = 8  # a register tile's rows
 LANES = 16  # float32 lanes of one vector register (one `vdpbf16ps`)
 PAIR_STEP = AMX_BLOCK // 2  # pairs of K in one 32-element step of B's packed layout
 L2_PANEL_BYTES = 512 << 10  # the packed B panels one group keeps in L2 (1 MiB on Zen 5)
-GROUP_MAX = 8  # N blocks per group at most
 
 
 def n_group_size(n_blocks: int, k_extent: int) -> int:
     """How many of N's 32-column blocks one parallel iteration walks for each row block:
-    the most (a divisor of `n_blocks`, at most 8) whose B panels fit `L2_PANEL_BYTES`,
-    leaving at least two groups (one per core) where there are two blocks or more.
+    AMX's choice (`amx.n_group_size`), with the panels kept within `L2_PANEL_BYTES`.
 
     >>> n_group_size(64, 2048), n_group_size(64, 8192), n_group_size(2, 64), n_group_size(1, 32)
     (4, 1, 1, 1)
     """
-    panel = k_extent * AMX_BLOCK * 2  # bytes of one block's bfloat16 B panel
-    best = 1
-    for g in range(1, min(GROUP_MAX, n_blocks // 2) + 1):
-        if n_blocks % g == 0 and g * panel <= L2_PANEL_BYTES:
-            best = g
-    return best
+    return amx_group_size(n_blocks, k_extent, L2_PANEL_BYTES)
 
 
 def lower_dpbf16(lw, name: str) -> Kernel | None:
     """The `vdpbf16ps` kernel `name` of lowerer `lw` (a `codegen.lower._Lowerer` without a
     tile), or None where the kernel is not a bfloat16 matmul of that shape and layout."""
-    item, red = lw.item, lw.item.reduce
-    if red is None or red.op is not Ops.SUM or red.dtype is not bfloat16:
+    matmul = bf16_matmul(lw)
+    if matmul is None:
         return None
-    src = red.srcs[0]
-    if src.op is not Ops.MUL or len(lw.red_groups) != 1 or item.extra:
-        return None
-    lw.block, lw.iterations, lw.flops = [], 1, 0
-    shape = item.root.shape
-    extents = [math.prod(shape[a] for a in g) for g in lw.out_groups]
-    k_extent = math.prod(src.shape[a] for a in lw.red_groups[0])
-    if k_extent % AMX_BLOCK:
-        return None
+    src, extents, k_extent = matmul
     # a row 32 om + 16 i + rr (as A's 16 x 32 tiles split it: `_emit` splits rr into the
     # tile's rows), a column 32 on + 16 j + c, a reduction element 32 r + 2 p + q
     i, rr = Var("ai", 0, 1), Var("ar", 0, 15)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _bf16_tiles import HALF_ULP, bf16, check_close, host, ran_on
 
 import fusegrad as fg
 from fusegrad.runtime.amx import amx_ready
@@ -17,26 +18,9 @@ pytestmark = pytest.mark.skipif(
     reason="AMX tiles are off here: no AMX-BF16, Linux refused its tile state, or FUSEGRAD_AMX=0",
 )
 
-F32_UNIT = 2.0**-24
-HALF_ULP = 2.0**-8  # bfloat16: a rounding is off by at most 2^-8 of the value
-
-
-def bf16(values) -> fg.Tensor:
-    return fg.tensor(np.asarray(values, np.float32)).bfloat16().realize()
-
-
-def host(t: fg.Tensor) -> np.ndarray:
-    return t.float().numpy().astype(np.float64)
-
 
 def on_amx(t: fg.Tensor) -> bool:
-    return any("tdpbf16ps" in (k.asm or "") for k in fg.kernels(t))
-
-
-def check_close(got, a, b) -> None:
-    exact, size, k = a @ b, np.abs(a) @ np.abs(b), a.shape[-1]
-    bound = HALF_ULP * np.abs(exact) + 2 * k * F32_UNIT * size * (1 + HALF_ULP)
-    assert (np.abs(host(got) - exact) <= bound).all()
+    return ran_on(t, "tdpbf16ps")
 
 
 @pytest.mark.parametrize(
