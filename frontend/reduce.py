@@ -293,7 +293,7 @@ class ReduceMixin:
             return x.reshape(1).softmax(0).reshape(())
         if x.numel() == 0:  # nothing to normalize (torch returns the empty tensor)
             return x
-        if x.numel() < SPLIT_MIN_ELEMENTS:  # its sum is one reduce: one macro node
+        if sum_is_one_reduce(x.shape, (dim,)):  # one macro node
             return x._make(macro("softmax", (x.node,), (dim,), x.shape, x.dtype))
         e = (x - x.amax(dim, keepdim=True).detach()).exp()
         return e / e.sum(dim, keepdim=True)
@@ -309,7 +309,7 @@ class ReduceMixin:
             return x
         if x.ndim == 0:  # one element along no axis, as torch: log(1) = 0
             return x.reshape(1).log_softmax(0).reshape(())
-        if x.numel() < SPLIT_MIN_ELEMENTS:  # its sum is one reduce: build the nodes at once
+        if sum_is_one_reduce(x.shape, (dim,)):  # build the nodes at once
             return x._make(log_softmax_node(x.node, dim))
         shifted = x - x.amax(dim, keepdim=True).detach()
         return shifted - shifted.exp().sum(dim, keepdim=True).log()
@@ -327,7 +327,7 @@ class ReduceMixin:
 def log_softmax_node(xn, dim: int):
     """The nodes of `shifted - shifted.exp().sum(dim, keepdim=True).log()`, where `shifted`
     is `x - x.amax(dim, keepdim=True).detach()`, for a float node whose sum along `dim` is
-    one reduce (fewer than SPLIT_MIN_ELEMENTS elements): what a loss builds every step,
+    one reduce (`sum_is_one_reduce`): what a loss builds every step,
     without the 7 tensors' worth of checks of that form."""
     shape = xn.shape
     top = N.detach(N.reduce(Ops.REDUCE_MAX, xn, (dim,)))
@@ -445,6 +445,18 @@ def _sum_in_parts(x, axes: tuple[int, ...], keepdim: bool):
     if params is None:
         return None
     return x._make(macro("sum_parts", (x.node,), params, params[3], x.dtype))
+
+
+def sum_is_one_reduce(shape: tuple, axes: tuple) -> bool:
+    """Whether `Tensor.sum` over `axes` of a `shape` (not a broadcast) builds one reduce,
+    not `_sum_in_parts`' two: what a macro whose expansion holds `sum_node` over those axes
+    needs, so that its nodes are the composed form's (softmax and layer norm over rows of a
+    tensor of any size: a row is never split; a sum into few outputs is).
+
+    >>> sum_is_one_reduce((4096, 4096), (1,)), sum_is_one_reduce((4, 1 << 20), (1,))
+    (True, False)
+    """
+    return math.prod(shape) < SPLIT_MIN_ELEMENTS or _parts_of(shape, axes, True) is None
 
 
 @functools.lru_cache(maxsize=256)
@@ -592,7 +604,7 @@ def fused_layer_norm(x, k: int, eps, weight, bias):
     dt, shape = xn.dtype, xn.shape
     if dt.name not in ("float32", "float64") or xn.op is Ops.EXPAND:
         return None
-    if not xn.numel or xn.numel >= SPLIT_MIN_ELEMENTS:
+    if not xn.numel or not sum_is_one_reduce(shape, tuple(range(len(shape) - k, len(shape)))):
         return None
     others = [t for t in (weight, bias) if t is not None]
     normalized = shape[len(shape) - k :]

@@ -164,6 +164,28 @@ def test_softmax_is_one_macro_node_expanding_to_the_composed_nodes(dtype, dim):
     np.testing.assert_array_equal(y.float().numpy(), want.float().numpy())
 
 
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("shape, dim", [((2048, 1024), 1), ((2048, 1024), 0), ((2, 1 << 21), 1)])
+def test_a_large_row_softmax_builds_its_nodes_at_once_unless_its_sums_are_split(op, shape, dim):
+    """Above 2^21 elements a softmax whose rows are sums of one reduce is still built at
+    once (one macro node for softmax, log_softmax's nodes without tensors): the composed
+    form's very nodes; where `Tensor.sum` would split the row (2 rows of 2^21: its sums
+    in parts), the composed form itself is built."""
+    x = fg.randn(*shape)
+    y = getattr(x, op)(dim)
+    shifted = x - x.amax(dim, keepdim=True).detach()
+    if op == "softmax":
+        e = shifted.exp()
+        want = e / e.sum(dim, keepdim=True)
+    else:
+        want = shifted - shifted.exp().sum(dim, keepdim=True).log()
+    split = shape[dim] == 1 << 21
+    assert (y.node.op is Ops.MACRO) == (op == "softmax" and not split)
+    # (the split form holds the sums' own macro: both sides expanded)
+    assert expand_all([y.node])[0] is expand_all([want.node])[0]
+    np.testing.assert_array_equal(y.numpy(), want.numpy())
+
+
 SIGMOID_POINTS = [-100.0, -2.0, -0.0, 0.0, 1e-8, 1.0, 20.0, 100.0, float("nan"), float("inf")]
 
 

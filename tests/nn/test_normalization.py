@@ -222,6 +222,27 @@ def test_layer_norm_is_one_macro_node_expanding_to_the_composed_nodes(dtype, aff
         np.testing.assert_array_equal(a.numpy(), c.numpy())
 
 
+@pytest.mark.parametrize("rows, cols", [(2048, 1024), (4, 1 << 21)])
+def test_a_large_layer_norm_is_one_macro_node_unless_its_rows_sums_are_split(rows, cols):
+    """8 MB and more of input: rows of 1024 are still one reduce each, so the layer norm
+    is one node (it was 14 nodes above 2^21 elements: a cold call's host time, issue 32);
+    four rows of 2^21 are summed in parts (`_sum_in_parts`), so the composed form is
+    built, as the Tensor operators build it."""
+    from fusegrad.ir.macro import expand_all
+    from fusegrad.ir.ops import Ops
+
+    x = fg.randn(rows, cols)
+    y = F.layer_norm(x, (cols,))
+    want = _composed_layer_norm(x, (cols,), None, None, 1e-5)
+    if cols == 1024:
+        assert y.node.op is Ops.MACRO
+        assert expand_all([y.node])[0] is want.node
+    else:
+        assert y.node.op is not Ops.MACRO
+        assert y.node is want.node
+    np.testing.assert_array_equal(y.numpy(), want.numpy())
+
+
 @pytest.mark.parametrize(
     "case",
     ["float16", "broadcast input", "weight of another dtype", "weight of another shape"],
