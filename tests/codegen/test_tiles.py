@@ -188,14 +188,16 @@ def test_weight_gradient_fused_with_its_update_keeps_row_order():
 def test_an_output_axis_of_8_mod_16_takes_masked_16_lane_vectors_on_avx512(monkeypatch, wide):
     """With 32 registers of 16 lanes, an output axis of 56 (a convolution's row of pixels)
     is 16, 16, 16 and 8 masked lanes rather than 7 vectors of 8: twice the FLOPs per
-    instruction. Below `RAGGED_16_FROM` (LeNet's 24) and along a sum, 8 lanes stay."""
+    instruction; so do lanes along a sum of 56 (a weight gradient's summed pixels). Below
+    `RAGGED_16_FROM` (LeNet's 24), 8 lanes stay."""
     from fusegrad.codegen import lower as L
 
     monkeypatch.setattr(L, "wide_registers", lambda: wide)
     assert L._vector_width(56, True) == (16 if wide else 8)
     assert L._vector_width(40, True) == (16 if wide else 8)
     assert L._vector_width(24, True) == 8
-    assert L._vector_width(56, True, along_sum=True) == 8
+    assert L._vector_width(56, True, along_sum=True) == (16 if wide else 8)
+    assert L._vector_width(24, True, along_sum=True) == 8
     assert L._vector_width(56, False) == 8  # a max cannot mask: no ragged vector
     assert L._vector_width(48, True) == 16 and L._vector_width(64, True) == 32
 
