@@ -215,8 +215,8 @@ def test_matmul_of_56_columns_on_either_host(monkeypatch, wide):
 @pytest.mark.parametrize("full_width", [False, True])
 def test_a_two_register_row_tile_takes_8_rows_where_avx512_runs_full_width(monkeypatch, full_width):
     """A matmul tile of 32 lanes (two AVX-512 registers a row) takes 8 rows on a host whose
-    multiply-adds run on full 512-bit units (Intel's), 4 on an AMD Zen core (its tile,
-    tuned on Zen 4, is kept). The values are the same sums either way."""
+    multiply-adds run on full 512-bit units (Intel's, AMD's Zen 5), 4 on AMD's Zen 4 (its
+    tile, tuned there, is kept). The values are the same sums either way."""
     from fusegrad.codegen import lower as L
 
     monkeypatch.setattr(L, "full_width_fma", lambda: full_width)
@@ -254,14 +254,16 @@ def test_row_tiles_of_either_host_give_numpys_values_and_gradients(monkeypatch, 
     np.testing.assert_allclose(tb.grad.numpy(), a64.T @ g64, rtol=1e-5, atol=1e-5)
 
 
-def test_full_width_fma_is_not_claimed_for_zen(monkeypatch):
-    """LLVM's `znver*` hosts keep the Zen 4 tile; a host without AVX-512 has no 512-bit FMA."""
+def test_full_width_fma_is_not_claimed_for_zen_4(monkeypatch):
+    """Zen 4 keeps its tile (256-bit halves); Zen 5 runs 512-bit FMAs whole, as Intel's
+    server cores do; a host without AVX-512 has no 512-bit FMA."""
     import llvmlite.binding as llvm
 
     from fusegrad.codegen import lower as L
 
     for name, wide, want in [
         ("znver4", True, False),
+        ("znver5", True, True),
         ("sapphirerapids", True, True),
         ("skylake", False, False),
     ]:
