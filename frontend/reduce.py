@@ -453,7 +453,7 @@ def sum_is_one_reduce(shape: tuple, axes: tuple) -> bool:
     needs, so that its nodes are the composed form's (softmax and layer norm over rows of a
     tensor of any size: a row is never split; a sum into few outputs is).
 
-    >>> sum_is_one_reduce((4096, 4096), (1,)), sum_is_one_reduce((4, 1 << 20), (1,))
+    >>> sum_is_one_reduce((4096, 4096), (1,)), sum_is_one_reduce((4, 1 << 21), (1,))
     (True, False)
     """
     return math.prod(shape) < SPLIT_MIN_ELEMENTS or _parts_of(shape, axes, True) is None
