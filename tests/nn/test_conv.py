@@ -703,3 +703,30 @@ def test_a_detached_weight_on_an_empty_batch_is_unused():
     x, w = fg.zeros(0, 7, 5, 5, requires_grad=True), fg.ones(3, 7, 2, 2, requires_grad=True)
     with pytest.raises(fg.GradError, match="not used"):
         fg.grad(F.conv2d(x, w.detach()).sum(), [w])
+
+
+@pytest.mark.parametrize(
+    "cout, dilation, blocks",
+    [(64, 1, 2), (48, 1, 2), (40, 1, 1), (128, 2, 4), (512, 1, 1), (46, 1, 1)],
+)
+def test_an_input_gradient_over_many_channels_is_summed_in_blocks(cout, dilation, blocks):
+    """Where the window rows of a 2-D input gradient's sum over the output channels outgrow
+    L1 (64 channels of 3 padded 58-pixel rows: 44.5 KB), the sum is partial sums over
+    blocks of channels, added (`_blocked_correlate`): at most MAX_CHANNEL_BLOCKS, else one
+    sum (512 channels would take 16); 40 channels (27.8 KB) fit; a channel count that
+    halves no further stays one sum (46: 23 is odd). Values and gradients against float64
+    numpy either way."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 3, 4, 56)).astype(np.float32)
+    w = rng.standard_normal((cout, 3, 3, 3)).astype(np.float32)
+    pad, dil = (dilation, dilation), (dilation, dilation)
+    xt, wt = fg.tensor(x, requires_grad=True), fg.tensor(w, requires_grad=True)
+    out = fg.nn.functional.conv2d(xt, wt, None, 1, pad, dil)
+    proj = rng.standard_normal(out.shape).astype(np.float32)
+    (dx,) = fg.grad((out * fg.tensor(proj)).sum(), [xt])
+    sums = [k for k in fg.kernels(dx) if k.name.startswith("r_sum")]
+    assert len(sums) == blocks, [k.name for k in sums]
+    want_dx, _ = _numpy_conv_grads(x, w, proj.astype(np.float64), (1, 1), pad, dil, 1)
+    np.testing.assert_allclose(dx.numpy(), want_dx, rtol=1e-4, atol=1e-3)
+    want = ref_conv(x.astype(np.float64), w.astype(np.float64), None, (1, 1), pad, dil, 1)
+    np.testing.assert_allclose(out.detach().numpy(), want, rtol=1e-4, atol=1e-4)
