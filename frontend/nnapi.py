@@ -54,7 +54,7 @@ from .creation import (
 
 # devices: the arguments of Module.to, parsed as Tensor.to parses them
 from .devices import default_name as default_device_name
-from .devices import guards_windows_in_tiles, set_default_device, to_arguments
+from .devices import guards_windows_in_tiles, packs_panels, set_default_device, to_arguments
 from .devices import is_host as is_host_device
 
 # errors, raised at the user's line
@@ -119,6 +119,7 @@ __all__ = [
     "manual_seed",
     "is_host_device",
     "guards_windows_in_tiles",
+    "packs_panels",
     "host_values",
     "default_device_name",
     "checked_dtype",

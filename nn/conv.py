@@ -33,6 +33,7 @@ from ..nnapi import (
     guards_windows_in_tiles,
     one_site,
     ones,
+    packs_panels,
     register_composite,
     sliding_windows,
     where,
@@ -263,7 +264,8 @@ def conv_vjp(g: Tensor, x: Tensor, weight: Tensor, geometry, op: str, gathered=F
         inner = tuple(slice(b, b + o) for (b, _), o in zip(tpads, outs))
         g = gd[(slice(None), slice(None), *inner)]
         tpads = [(0, 0)] * n
-    dx = _blocked_correlate(gd, wt, tpads, dilation, groups, op, g.node.device == "cpu")
+    # (a backend that packs panels for its cores' caches, the CPU's, blocks channels too)
+    dx = _blocked_correlate(gd, wt, tpads, dilation, groups, op, packs_panels(g.node.device))
     reads = window_reads(w_shape, stride, groups)
     xp = padded(x, pads, op, reads, in_place=pads_in_place(x, w_shape, groups))
     return [dx, _weight_grad(g, xp, w_shape, stride, dilation, groups, copied)]
@@ -279,7 +281,9 @@ WINDOW_ROWS_BYTES = 32 << 10
 MAX_CHANNEL_BLOCKS = 4
 
 
-def _blocked_correlate(gd: Tensor, wt: Tensor, tpads, dilation, groups: int, op: str, cpu: bool):
+def _blocked_correlate(
+    gd: Tensor, wt: Tensor, tpads, dilation, groups: int, op: str, blocks: bool
+) -> Tensor:
     """The input gradient's correlation of `gd` with the flipped weight `wt`: one sum, or
     where its window rows overflow WINDOW_ROWS_BYTES (a 2-D convolution of 64 output
     channels over 56-pixel rows: 44.5 KB), partial sums over blocks of the channels, each
@@ -291,7 +295,7 @@ def _blocked_correlate(gd: Tensor, wt: Tensor, tpads, dilation, groups: int, op:
     n = len(tpads)
     channels, kernel = wt.shape[1], wt.shape[2:]
     block = channels
-    if n == 2 and groups == 1 and cpu and kernel[0] > 1:
+    if n == 2 and groups == 1 and blocks and kernel[0] > 1:
         width = gd.shape[-1] + sum(tpads[-1])
         per_channel = kernel[0] * width * gd.dtype.itemsize
         while block % 2 == 0 and block * per_channel > WINDOW_ROWS_BYTES:
