@@ -290,3 +290,49 @@ def test_a_convolution_that_cannot_be_one_node_raises_at_the_users_line_as_befor
     with pytest.raises(fg.ShapeError, match="larger than the input.s spatial size .3,. at "):
         F.conv1d(x, w)  # a kernel longer than the input: no output
     assert F.conv1d(fg.randn(1, 2, 8).double(), w.double()).node.op is Ops.MACRO
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_a_large_row_softmax_at_special_rows_values_and_gradients(op):
+    """Over 2^21 elements, rows of ties (all equal: uniform), of -0.0, of +-1, with -inf
+    entries (probability 0, log -inf), with an inf (NaN, as torch) and a NaN; values and
+    the input's gradient against torch where it is installed, else the float64 formula."""
+    rows, cols = 2048, 1024
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    x[0] = 2.5
+    x[1] = -0.0
+    x[2] = np.where(np.arange(cols) % 2 == 0, 1.0, -1.0)
+    x[3, :10] = -np.inf
+    x[4, 3] = np.inf
+    x[5, 9] = np.nan
+    g = rng.standard_normal((rows, cols)).astype(np.float32)
+    xt = fg.tensor(x, requires_grad=True)
+    y = getattr(xt, op)(1)
+    (dx,) = fg.grad(y, [xt], grad_outputs=fg.tensor(g))
+    xd, gd = x.astype(np.float64), g.astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        shifted = xd - xd.max(1, keepdims=True)
+        p = np.exp(shifted) / np.exp(shifted).sum(1, keepdims=True)
+        if op == "softmax":
+            want, want_dx = p, p * (gd - (gd * p).sum(1, keepdims=True))
+        else:
+            want = shifted - np.log(np.exp(shifted).sum(1, keepdims=True))
+            want_dx = gd - p * gd.sum(1, keepdims=True)
+    got, got_dx = y.numpy(), dx.numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got_dx, want_dx, rtol=1e-4, atol=1e-5)
+    uniform = 1 / cols if op == "softmax" else -np.log(cols)
+    np.testing.assert_allclose(got[0], uniform, rtol=1e-6)
+    np.testing.assert_allclose(got[1], uniform, rtol=1e-6)
+    assert (got[3, :10] == (0.0 if op == "softmax" else -np.inf)).all()
+    assert np.isnan(got[4]).all() and np.isnan(got[5]).all()
+    try:
+        import torch
+    except ImportError:
+        return
+    xt2 = torch.tensor(x, requires_grad=True)
+    yt = getattr(torch, op)(xt2, 1)
+    yt.backward(torch.tensor(g))
+    np.testing.assert_allclose(got, yt.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got_dx, xt2.grad.numpy(), rtol=1e-4, atol=1e-5)

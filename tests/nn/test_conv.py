@@ -730,3 +730,74 @@ def test_an_input_gradient_over_many_channels_is_summed_in_blocks(cout, dilation
     np.testing.assert_allclose(dx.numpy(), want_dx, rtol=1e-4, atol=1e-3)
     want = ref_conv(x.astype(np.float64), w.astype(np.float64), None, (1, 1), pad, dil, 1)
     np.testing.assert_allclose(out.detach().numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_an_input_gradient_in_blocks_at_special_values():
+    """The blocked input gradient (64 output channels over 56-pixel rows: two blocks) for an
+    output gradient of zeros, -0.0, ties of +-1, an inf and a NaN: every entry as float64's
+    chain rule gives it (inf where one infinite term reaches it, NaN where the NaN does),
+    and an all -0.0 gradient gives zeros; against torch where it is installed."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((2, 3, 4, 56)).astype(np.float32)
+    w = np.where(rng.standard_normal((64, 3, 3, 3)) > 0, 1.0, -1.0).astype(np.float32)
+    g = np.where(rng.standard_normal((2, 64, 4, 56)) > 0, 1.0, -1.0).astype(np.float32)
+    g[0, :32] = 0.0
+    g[1, 40:] = -0.0
+    g[0, 35, 2, 20] = np.inf
+    g[1, 3, 1, 50] = np.nan
+    xt, wt = fg.tensor(x, requires_grad=True), fg.tensor(w)
+    (dx,) = fg.grad(fg.nn.functional.conv2d(xt, wt, None, 1, 1), [xt], grad_outputs=fg.tensor(g))
+    assert len([k for k in fg.kernels(dx) if k.name.startswith("r_sum")]) == 2
+    with np.errstate(invalid="ignore"):
+        want, _ = _numpy_conv_grads(x, w, g.astype(np.float64), (1, 1), (1, 1), (1, 1), 1)
+    got = dx.numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert np.isinf(got).sum() == np.isinf(want).sum() > 0
+    assert np.isnan(got).sum() == np.isnan(want).sum() > 0
+    (dz,) = fg.grad(
+        fg.nn.functional.conv2d(xt, wt, None, 1, 1), [xt], grad_outputs=fg.full(g.shape, -0.0)
+    )
+    assert (dz.numpy() == 0).all()
+    try:
+        import torch
+    except ImportError:
+        return
+    xt2 = torch.tensor(x, requires_grad=True)
+    torch.nn.functional.conv2d(xt2, torch.tensor(w), None, 1, 1).backward(torch.tensor(g))
+    np.testing.assert_allclose(got, xt2.grad.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_weight_gradient_with_16_lanes_over_56_pixel_rows_at_special_values():
+    """Lanes along the summed pixels, 16 wide with the last vector masked: an inf at the
+    end of one row and a NaN at the start of the next reach exactly the weights float64's
+    chain rule says (a lane past the row's end reads nothing), ties of +-1, zeros and -0.0
+    elsewhere; against torch where it is installed."""
+    from fusegrad.codegen.lower import wide_registers
+
+    rng = np.random.default_rng(9)
+    x = np.where(rng.standard_normal((2, 4, 5, 56)) > 0, 1.0, -1.0).astype(np.float32)
+    x[0, 1] = 0.0
+    x[1, 2] = -0.0
+    x[0, 0, 2, 55] = np.inf
+    x[1, 3, 3, 0] = np.nan
+    g = rng.standard_normal((2, 8, 5, 56)).astype(np.float32)
+    xt, wt = fg.tensor(x), fg.tensor(np.ones((8, 4, 3, 3), np.float32), requires_grad=True)
+    (dw,) = fg.grad(fg.nn.functional.conv2d(xt, wt, None, 1, 1), [wt], grad_outputs=fg.tensor(g))
+    if wide_registers():
+        notes = [k.loop.tile_note for k in fg.kernels(dw) if "along the sum" in k.loop.tile_note]
+        assert notes and all("x 16 lanes along the sum" in n for n in notes), notes
+    with np.errstate(invalid="ignore"):
+        _, want = _numpy_conv_grads(
+            x, np.ones((8, 4, 3, 3)), g.astype(np.float64), (1, 1), (1, 1), (1, 1), 1
+        )
+    got = dw.numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert (np.isinf(got) == np.isinf(want)).all() and np.isinf(want).any()
+    assert (np.isnan(got) == np.isnan(want)).all() and np.isnan(want).any()
+    try:
+        import torch
+    except ImportError:
+        return
+    wt2 = torch.ones((8, 4, 3, 3), requires_grad=True)
+    torch.nn.functional.conv2d(torch.tensor(x), wt2, None, 1, 1).backward(torch.tensor(g))
+    np.testing.assert_allclose(got, wt2.grad.numpy(), rtol=1e-4, atol=1e-4)

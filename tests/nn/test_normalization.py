@@ -328,3 +328,42 @@ def test_layer_norm_at_special_points_values_and_gradients():
     np.testing.assert_allclose(dx.numpy(), tx.grad.numpy(), rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(dw.numpy(), tw.grad.numpy(), rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(db.numpy(), tb.grad.numpy(), rtol=1e-9, atol=1e-9)
+
+
+def test_a_large_layer_norm_at_special_rows_values_and_gradients():
+    """The macro over 2^21 elements at special rows: a constant row (var 0: x - mean is 0,
+    the output 0), a row of -0.0, a row of +-1 ties, a row with an inf (NaN, as torch) and
+    one with a NaN; values and the input's gradient against the float64 formula (biased
+    variance, eps inside the root), and against torch where it is installed."""
+    rows, cols = 2048, 1024
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    x[0] = 3.0
+    x[1] = -0.0
+    x[2] = np.where(np.arange(cols) % 2 == 0, 1.0, -1.0)
+    x[3, 5] = np.inf
+    x[4, 7] = np.nan
+    g = rng.standard_normal((rows, cols)).astype(np.float32)
+    xt = fg.tensor(x, requires_grad=True)
+    y = F.layer_norm(xt, (cols,))
+    assert y.node.op.name == "MACRO"
+    (dx,) = fg.grad(y, [xt], grad_outputs=fg.tensor(g))
+    xd, gd = x.astype(np.float64), g.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        mean = xd.mean(1, keepdims=True)
+        rstd = 1 / np.sqrt(((xd - mean) ** 2).mean(1, keepdims=True) + 1e-5)
+        want = (xd - mean) * rstd
+        want_dx = rstd * (
+            gd - gd.mean(1, keepdims=True) - want * (gd * want).mean(1, keepdims=True)
+        )
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(dx.numpy(), want_dx, rtol=1e-3, atol=1e-2)
+    assert (y.numpy()[0] == 0).all() and (y.numpy()[1] == 0).all()
+    assert np.isnan(y.numpy()[3]).all() and np.isnan(y.numpy()[4]).all()
+    torch = _torch()
+    if torch is not None:
+        xt2 = torch.tensor(x, requires_grad=True)
+        yt = torch.nn.functional.layer_norm(xt2, (cols,))
+        yt.backward(torch.tensor(g))
+        np.testing.assert_allclose(y.numpy(), yt.detach().numpy(), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(dx.numpy(), xt2.grad.numpy(), rtol=1e-3, atol=1e-2)
