@@ -47,7 +47,7 @@ from .loopir import (
     Select,
     Store,
 )
-from .peel import guards_taps, peel_guarded_loops
+from .peel import guards_taps, peel_guarded_loops, peel_padded_outputs
 from .tiling import PANEL_CACHE_BYTES, SHUFFLED_LANE_STEPS, TILE_COLS
 
 
@@ -199,6 +199,7 @@ class _Lowerer:
         self.flops_per_iter: list[tuple[int, int]] = []  # (ops, loop depth multiplier)
         self.acc_count = 0
         self.stand_ins: dict[Var, Lin] = {}  # a ragged tile's coordinates (see _ragged)
+        self.merged_ins: dict[Var, Lin] = {}  # a merged group's (see _merged_stand_in)
         # output loop levels (variables bound, block, iterations), outermost first, where
         # values are hoisted (`_hoist_level`); None: nothing is hoisted
         self.levels: list | None = None
@@ -330,6 +331,8 @@ class _Lowerer:
                 assert gi == tile.col, "only the vector axis of a tile may be ragged"
                 edge = (self._ragged(f"c{gi}", extent, group_expr[gi]),)
                 group_expr[gi] = lin(extent - 1) - edge[0]
+            elif step > 1 and sum(root.shape[a] > 1 for a in group) > 1:
+                group_expr[gi] = self._merged_stand_in(f"g{gi}", extent, group_expr[gi])
         coords = _coords_from_groups(root.shape, self.out_groups, group_expr)
         red_coords = squeeze_coords(coords, root.shape, red.shape)
         size = tile.rows * tile.rows2 * tile.cols
@@ -379,6 +382,8 @@ class _Lowerer:
         self._store_extra(coords, edge)
         if self.stand_ins:
             _substitute(body, self.stand_ins)
+        if self.merged_ins:
+            _substitute(body, self.merged_ins, drop_edges=False)
         params = self.outs + [self.params[id(n)] for n in self.item.inputs]
         return Kernel(kernel_name(self.item), params, body, first_extent or 1, self.flops)
 
@@ -438,6 +443,17 @@ class _Lowerer:
         stand_in = Var(name, 0, extent - 1)
         self.stand_ins[stand_in] = expr
         return lin(extent - 1) - lin(stand_in)
+
+    def _merged_stand_in(self, name: str, extent: int, expr: Lin) -> Lin:
+        """A stand-in for the coordinate `expr` (tile loop times step plus the lane or row)
+        along a group of several axes merged into one loop. Built from `expr` itself, each
+        axis's coordinate is a division of it that simplifies on its own, and the address
+        they make does not recombine: a column sum over (64, 32, 3, 3) read its contiguous
+        32-lane rows as gathers, `((o*32 + t)//9 % 32)*9 + ...`. Built from the stand-in,
+        the address is the stand-in itself, and `expr` replaces it once the kernel is built."""
+        stand_in = Var(name, 0, extent - 1)
+        self.merged_ins[stand_in] = expr
+        return lin(stand_in)
 
     def _open_loop(self, loop: Loop) -> None:
         self.block.append(loop)
@@ -1109,18 +1125,20 @@ def _varies(v: Node, inside: set[int]) -> bool:
     return False
 
 
-def _substitute(body: list, env: dict) -> None:
+def _substitute(body: list, env: dict, drop_edges: bool = True) -> None:
     """Replace a ragged tile's stand-in variables (see `_Lowerer._ragged`), in place.
 
     A load whose address does not move with a stand-in reads inside its buffer in
     every lane, so it drops the edge conditions: a value in a lane past the edge
-    is never stored, or is zeroed (a sum's ragged lanes) before it is added.
+    is never stored, or is zeroed (a sum's ragged lanes) before it is added. (Not with
+    `drop_edges` False: a merged group's stand-ins, `_Lowerer._merged_stand_in`, have no
+    edge, and a condition on them is padding's.)
     """
     for s in body:
         if isinstance(s, Loop):
-            _substitute(s.body, env)
+            _substitute(s.body, env, drop_edges)
             continue
-        if isinstance(s, Load) and s.valid and not (s.index.atoms() & env.keys()):
+        if drop_edges and isinstance(s, Load) and s.valid and not (s.index.atoms() & env.keys()):
             s.valid = tuple(c for c in s.valid if not (c.atoms() & env.keys()))
         for name in ("index", "valid"):
             e = getattr(s, name, None)
@@ -1264,7 +1282,8 @@ def lower(
             chosen = Tile(None, lanes, row, count, lanes=True, cascade=True)
             return _Lowerer(item, state["out"], state["red"], chosen).lower()
         return _Lowerer(item, state["out"], state["red"], cascade_lanes=lanes).lower()
-    return plain
+    # a padded copy's edges guarded, its interior a plain copy for the CPU's vectorizer
+    return peel_padded_outputs(plain) if tile and red is None else plain
 
 
 def _fits_siblings(tile: Tile, siblings: int) -> bool:

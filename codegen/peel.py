@@ -45,6 +45,33 @@ def peel_guarded_loops(kernel: Kernel) -> Kernel:
     return dataclasses.replace(kernel, body=[_simplified(s) for s in body])
 
 
+def peel_padded_outputs(kernel: Kernel) -> Kernel:
+    """`kernel`, a kernel with no sum (elementwise: a padded copy, or a producer written
+    into one), with each serial loop whose guards depend on its variable split into its
+    edges and its interior (the module's docstring); otherwise `kernel` itself. Guarded
+    per element, such a loop reaches LLVM's vectorizer as masked gathers (a padded copy
+    ran at under half a plain copy's bandwidth); its interior is then a plain copy."""
+    if _has_reduce(kernel.body) or not any(_guarded_serial(s) for s in kernel.body):
+        return kernel
+    body = _peel_block(kernel.body, PEEL_MAX_COPIES)
+    return dataclasses.replace(kernel, body=[_simplified(s) for s in body])
+
+
+def _has_reduce(body) -> bool:
+    return any(
+        isinstance(s, Loop) and (s.kind == "reduce" or _has_reduce(s.body)) for s in body
+    )
+
+
+def _guarded_serial(s) -> bool:
+    """Whether loop `s` or one inside it is serial with a guard depending on its variable."""
+    if not isinstance(s, Loop):
+        return False
+    if s.kind == "serial" and any(g.coef(s.var) for g in _all_guards(s.body)):
+        return True
+    return any(_guarded_serial(b) for b in s.body)
+
+
 def guards_taps(guards, reduce_vars: set, lane_vars: set = frozenset()) -> bool:
     """Whether a guard ties a reduction variable to an output one: a window's tap (output
     position plus tap) tested against the padding. A sum's ragged last vector tests the

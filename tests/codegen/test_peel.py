@@ -90,3 +90,42 @@ def test_a_depthwise_1d_forward_streams_rows_in_order_with_lanes_along_them():
         assert "along the sum" not in kernel.loop.tile_note, kernel.loop.tile_note
         assert kernel.loop.parallel_extent == 4  # the batch
         assert kernel.loop_ir.splitlines()[1].strip() == "parallel for o0 in 0..4:"
+
+
+def _padded_kernel(t):
+    (kernel,) = [k for k in fg.kernels(t) if k.name.startswith("e_pad")]
+    return kernel.loop
+
+
+def test_a_padded_copy_has_an_unguarded_interior_at_special_points():
+    """A padded copy (no sum) is peeled too: guarded per element, LLVM vectorized it with
+    masked gathers (a conv's padded input at under half a plain copy's bandwidth). Its
+    interior is a plain copy; the values, -0.0, inf and NaN included, are numpy's pad."""
+    special = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 3.5], np.float32)
+    xn = np.resize(special, (2, 3, 5, 7)).astype(np.float32)
+    xn[1, 2] = -0.0
+    x = fg.tensor(xn)
+    for pads in ([1, 1, 1, 1], [2, 0, 0, 3], [0, 0, 1, 2], [3, 1, 0, 0, 1, 1]):
+        y = F.pad(x, pads)
+        loads = [ld for ld in _loads(_padded_kernel(y).body)]
+        assert any(not ld.valid for ld in loads), pads
+        assert len(loads) <= PEEL_MAX_COPIES
+        width = [(0, 0)] * (4 - len(pads) // 2) + [
+            (pads[k], pads[k + 1]) for k in range(len(pads) - 2, -1, -2)
+        ]
+        want = np.pad(xn, width)
+        got = y.numpy()
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))  # -0.0 kept, pads +0
+
+
+def test_a_padded_producer_and_a_crop_keep_their_values():
+    """relu's gradient written into a padded buffer (a conv's input gradient reads it): the
+    producer is peeled with its pad; a negative pad (a crop) is a plain view, no guards."""
+    xn = np.array([[-1.0, 0.0, -0.0, 2.0, np.nan, np.inf]], np.float32).repeat(3, 0)
+    gn = np.arange(18, dtype=np.float32).reshape(3, 6) - 9
+    x, g = fg.tensor(xn), fg.tensor(gn)
+    y = F.pad(fg.where(x > 0, g, fg.zeros_like(g)), [2, 1, 1, 0])
+    want = np.pad(np.where(xn > 0, gn, 0), [(1, 0), (2, 1)])
+    np.testing.assert_array_equal(y.numpy(), want)
+    np.testing.assert_array_equal(F.pad(x, [-1, -2]).numpy(), xn[:, 1:-2])
