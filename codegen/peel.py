@@ -58,9 +58,7 @@ def peel_padded_outputs(kernel: Kernel) -> Kernel:
 
 
 def _has_reduce(body) -> bool:
-    return any(
-        isinstance(s, Loop) and (s.kind == "reduce" or _has_reduce(s.body)) for s in body
-    )
+    return any(isinstance(s, Loop) and (s.kind == "reduce" or _has_reduce(s.body)) for s in body)
 
 
 def _guarded_serial(s) -> bool:
