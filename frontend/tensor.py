@@ -1516,9 +1516,15 @@ def hardtanh_values(x: Tensor, lo: float, hi: float) -> Tensor:
     return _own_gradient(out, x, rule)
 
 
-def _relu_grad(g: N.Node, y: N.Node, x: N.Node) -> N.Node:
-    zero = N.const(0, x.shape, x.dtype)
-    at_most_zero = N.binary(Ops.ADD, N.binary(Ops.CMPLT, x, zero), N.binary(Ops.CMPEQ, x, zero))
+def _relu_grad(g: N.Node, y: N.Node | None, x: N.Node) -> N.Node:
+    """g where relu's input was above 0 or NaN, else 0, read off its output `y` (as torch's
+    threshold_backward: y <= 0 exactly where x <= 0, -0.0 included, and y is NaN where x
+    is): the output is what a training step stores, and the kernel computing it (a
+    convolution's or matmul's epilogue) then stores nothing else. Off `x` where there is
+    no output node to read."""
+    v = x if y is None else y
+    zero = N.const(0, v.shape, v.dtype)
+    at_most_zero = N.binary(Ops.ADD, N.binary(Ops.CMPLT, v, zero), N.binary(Ops.CMPEQ, v, zero))
     return N.where(at_most_zero, N.const(0, g.shape, g.dtype), g)
 
 
@@ -1529,7 +1535,8 @@ def _relu_rule(srcs, params) -> N.Node:
     zero = N.const(0, x.shape, x.dtype)
     out = N.where(N.binary(Ops.CMPLT, x, zero), zero, x)  # relu(-0.0) = -0.0
     if out.op is Ops.WHERE:  # (not folded: x is no constant)
-        with_vjp(out, lambda g: [(x, _relu_grad(g, None, x))])
+        ref = weakref.ref(out)  # (the rule lives while `out` does: it must not hold it)
+        with_vjp(out, lambda g: [(x, _relu_grad(g, ref(), x))])
     return out
 
 

@@ -362,3 +362,39 @@ def test_adam_stores_its_state_in_the_parameter_kernel():
     np.testing.assert_allclose(w.numpy(), p, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(opt.state[w]["exp_avg"].numpy(), m, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(opt.state[w]["exp_avg_sq"].numpy(), v, rtol=1e-4, atol=1e-6)
+
+
+def test_relu_after_a_matmul_stores_only_its_output_for_the_backward():
+    """relu's gradient reads its output (as torch's threshold_backward), so a layer's
+    matmul stores relu(x @ w + b) in its epilogue and nothing else: no pre-activation
+    array, no separate relu kernel. Values and gradients at relu's kink and special
+    inputs (0, -0.0, NaN, inf: the gradient 0 at and below 0, 1 at NaN) are torch's."""
+    xn = matrix(16, 32)
+    xn[0, :] = 0.0  # every pre-activation of row 0 is the bias alone
+    wn = matrix(32, 24)
+    bn = np.zeros(24, np.float32)
+    bn[:6] = [0.0, -0.0, 1.0, -1.0, np.nan, np.inf]
+    gn = matrix(16, 24)
+    x, w = realized(xn).requires_grad_(), realized(wn).requires_grad_()
+    b = realized(bn).requires_grad_()
+    z = x @ w + b
+    y = z.relu()
+    gx, gw, gb = fg.grad(y, [x, w, b], grad_outputs=realized(gn))
+    ks = fg.kernels(y, gx, gw, gb)
+    shapes = [k.shape for k in ks]
+    assert shapes.count((16, 24)) == 1, [(k.name, k.reason) for k in ks]
+    (mm,) = [k for k in ks if k.shape == (16, 24)]
+    assert "SUM" in mm.ops and "WHERE" in mm.ops
+    zn = xn.astype(np.float64) @ wn + bn
+    with np.errstate(invalid="ignore"):
+        keep = ~(zn <= 0)  # NaN keeps its gradient
+        yn = np.where(zn < 0, 0.0, zn)
+    np.testing.assert_allclose(y.numpy(), yn, rtol=1e-5, atol=1e-5)
+    gz = np.where(keep, gn, 0.0)
+    # row 0's pre-activations are +0, -0, 1, -1, NaN, inf: gradients 0, 0, g, 0, g, g
+    np.testing.assert_array_equal(keep[0, :6], [False, False, True, False, True, True])
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_allclose(gx.numpy(), gz @ wn.T.astype(np.float64), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(gb.numpy(), gz.sum(0), rtol=1e-4, atol=1e-4)
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_allclose(gw.numpy(), xn.T.astype(np.float64) @ gz, rtol=1e-4, atol=1e-3)
