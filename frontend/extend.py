@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from . import core
 from .ir import node as N
-from .ir.autodiff import CUSTOM_VJP, with_vjp
+from .ir.autodiff import CUSTOM_VJP, wants_gradient, with_vjp
 from .ir.ops import MOVEMENT, REDUCE, Ops
 
 if TYPE_CHECKING:
@@ -71,6 +71,13 @@ def custom_gradient(
 
     with_vjp(node, node_rule)
     return out if node is out.node else out._make(node, *inputs)
+
+
+def gradient_wanted(t: Tensor) -> bool:
+    """For a `custom_gradient` rule: whether the backward being built needs the gradient of
+    input `t` (False where nothing it differentiates for lies below `t`, a network's input
+    batch): the rule may return None for it and save building its graph."""
+    return wants_gradient(t.node)
 
 
 _REORDERING = (Ops.PERMUTE, Ops.PAD, Ops.FLIP)

@@ -73,6 +73,7 @@ from .errors import (
 from .extend import (
     custom_gradient,
     gather_rows,
+    gradient_wanted,
     host_data,
     materialize,
     reads_out_of_order,
@@ -135,6 +136,7 @@ __all__ = [
     "cat",
     "class_cross_entropy",
     "custom_gradient",
+    "gradient_wanted",
     "default_float",
     "distributed",
     "empty",

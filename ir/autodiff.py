@@ -246,6 +246,18 @@ def _live(order: list[Node], targets: set[int]) -> set[int]:
 _passes = threading.local()
 
 
+def wants_gradient(n: Node) -> bool:
+    """Whether the passes being built on this thread need `n`'s gradient: False where an
+    enclosing pass holds `n` in its graph but no node it differentiates for lies below it
+    (a network's input batch, a frozen weight), so a rule may leave that gradient None
+    and not build it (a convolution's input gradient: about 0.4 ms of Python a call). A
+    macro's own pass wants every source; the pass around it says which it really needs."""
+    for in_graph, live in getattr(_passes, "graphs", ()):
+        if id(n) in in_graph and id(n) not in live:
+            return False
+    return True
+
+
 def received_gradient(n: Node) -> bool:
     """Whether `n` has received a gradient in the pass being built (for a rule or hook:
     see `_passes`)."""
@@ -301,6 +313,17 @@ def _propagate(
         order = toposort([root], stop=lambda n: n.op is Ops.DETACH)
     live = _live(order, wanted)
     in_graph = {id(n) for n in order}
+    graphs = getattr(_passes, "graphs", None)
+    if graphs is None:
+        graphs = _passes.graphs = []
+    graphs.append((in_graph, live))
+    try:
+        return _propagate_over(root, grads, targets, stop, order, live, in_graph)
+    finally:
+        graphs.pop()
+
+
+def _propagate_over(root, grads, targets, stop, order, live, in_graph) -> list[Node | None]:
     hooks = len(GRAD_HOOKS) > 0
     for n in reversed(order):
         g = grads.get(id(n))

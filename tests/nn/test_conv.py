@@ -801,3 +801,46 @@ def test_a_weight_gradient_with_16_lanes_over_56_pixel_rows_at_special_values():
     wt2 = torch.ones((8, 4, 3, 3), requires_grad=True)
     torch.nn.functional.conv2d(torch.tensor(x), wt2, None, 1, 1).backward(torch.tensor(g))
     np.testing.assert_allclose(got, wt2.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_a_gradient_nothing_asks_for_is_not_built(stride, monkeypatch):
+    """A network's first layer: its input wants no gradient, so the backward does not build
+    the input gradient's graph (0.4 ms of Python a call); a frozen weight's likewise. What
+    is asked for is still exact, a non-leaf's or one that does not require a gradient
+    (fusegrad differentiates for any tensor it is asked about) included, at special
+    values (zeros, -0.0, ties, inf) against float64 numpy."""
+    built = []
+    for name in ("_blocked_correlate", "transposed_by_phases", "_input_weight_grad"):
+        orig = getattr(C, name)
+
+        def counted(*a, _orig=orig, _name=name, **kw):
+            built.append(_name)
+            return _orig(*a, **kw)
+
+        monkeypatch.setattr(C, name, counted)
+    x = np.zeros((2, 3, 7, 8))
+    x[0, 0, 1:3] = [[-0.0, 1.0, 1.0, np.inf, 2.0, -1.0, 0.0, 3.0]] * 2
+    x[1] = np.arange(3 * 7 * 8).reshape(3, 7, 8) % 5 - 2.0
+    w = np.arange(4 * 3 * 9).reshape(4, 3, 3, 3) % 7 - 3.0
+    g = np.ones((2, 4, *(((7 + 2 - 3) // stride + 1), ((8 + 2 - 3) // stride + 1))))
+    geometry = ((stride, stride), (1, 1), (1, 1), 1)
+
+    def conv(xt, wt):
+        return C.conv2d(xt, wt, None, stride, 1)
+
+    xt = fg.tensor(x, dtype=fg.float64)
+    wt = fg.tensor(w, dtype=fg.float64, requires_grad=True)
+    (dw,) = fg.grad(conv(xt, wt), [wt], grad_outputs=fg.tensor(g))
+    input_grad = "_blocked_correlate" if stride == 1 else "transposed_by_phases"
+    assert input_grad not in built, built
+    with np.errstate(invalid="ignore"):
+        want_dx, want_dw = _numpy_conv_grads(x, w, g, geometry[0], *geometry[1:])
+    np.testing.assert_allclose(dw.numpy(), want_dw, atol=1e-10)
+    built.clear()
+    xg = fg.tensor(x, dtype=fg.float64, requires_grad=True)
+    (dx,) = fg.grad(conv(xg * 1, fg.tensor(w, dtype=fg.float64)), [xg], grad_outputs=fg.tensor(g))
+    assert input_grad in built and "_input_weight_grad" not in built, built
+    np.testing.assert_allclose(dx.numpy(), want_dx, atol=1e-10)
+    (dx_asked,) = fg.grad(conv(xt, wt), [xt], grad_outputs=fg.tensor(g))  # xt: no requires_grad
+    np.testing.assert_allclose(dx_asked.numpy(), want_dx, atol=1e-10)
