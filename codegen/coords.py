@@ -52,3 +52,42 @@ def coords_from_groups(shape, groups, loop_vars) -> tuple[Lin, ...]:
             inner = math.prod(sizes[k + 1 :])
             coords[a] = (rest // inner) % shape[a] if k else rest // inner
     return tuple(coords)
+
+
+def split_lanes(e: Lin, t, lanes: int) -> tuple[Lin, int, int] | None:
+    """`(x, d, jump)` where the `lanes` lanes of index `e` (lane variable `t`) read at most
+    two contiguous runs: `e` moves by 1 per lane except where `x` (the lane's position
+    along a merged group of axes, `x` moving by 1 per lane) crosses a multiple of `d`
+    (`d` >= `lanes`, so once at most), where it jumps by a further `jump`. Such is a
+    convolution's window read over a merged (row, column) output axis: row h, column w
+    of a 58-wide padded input at `(p % 56) + (p // 56) * 58`, one more element skipped
+    at each new row. None for any other index.
+
+    >>> from fusegrad.ir.symbolic import Var, lin
+    >>> q, t = Var("q", 0, 195), Var("t", 0, 15)
+    >>> p = lin(q) * 16 + t
+    >>> x, d, jump = split_lanes(p % 56 + (p // 56) * 58 + 7, t, 16)
+    >>> (x == p, d, jump)
+    (True, 56, 2)
+    >>> split_lanes(p % 56 + (p // 56) * 58, t, 64) is None  # a row shorter than the lanes
+    True
+    """
+    from ..ir.symbolic import FloorDiv, Mod
+
+    inner = [(a, k) for a, k in e.terms if isinstance(a, (FloorDiv, Mod)) and t in a.x.atoms()]
+    if not inner:
+        return None
+    x, d = inner[0][0].x, inner[0][0].c
+    if any(a.x != x or a.c != d for a, _ in inner) or d < lanes:
+        return None
+    if x.coef(t) != 1 or any(t in a.atoms() for a, _ in x.terms if isinstance(a, (FloorDiv, Mod))):
+        return None
+    div = sum(k for a, k in inner if isinstance(a, FloorDiv))
+    mod = sum(k for a, k in inner if isinstance(a, Mod))
+    plain = e.coef(t)
+    others = [a for a, _ in e.terms if isinstance(a, (FloorDiv, Mod)) and a not in dict(inner)]
+    if any(t in a.x.atoms() for a in others):
+        return None
+    if plain + mod != 1:  # each run contiguous: one element per lane
+        return None
+    return x, d, div - mod * d

@@ -25,7 +25,7 @@ from ..ir.schedule import ScheduleItem, is_squeeze
 from ..ir.symbolic import FloorDiv, Lin, Mod, Var, lin
 from .amx import lower_amx
 from .coords import coords_from_groups as _coords_from_groups
-from .coords import linear_index, squeeze_coords, strides_of
+from .coords import linear_index, split_lanes, squeeze_coords, strides_of
 from .dpbf16 import lower_dpbf16
 from .llvm_math import host_has
 from .loopir import (
@@ -47,7 +47,7 @@ from .loopir import (
     Select,
     Store,
 )
-from .peel import guards_taps, peel_guarded_loops, peel_padded_outputs
+from .peel import guards_taps, peel_guarded_loops, peel_padded_outputs, unrolled_by_period
 from .tiling import PANEL_CACHE_BYTES, SHUFFLED_LANE_STEPS, TILE_COLS
 
 
@@ -1238,6 +1238,11 @@ def lower(
     row_stats = red is None and any(m.op in REDUCE for m in item.nodes)
     if len(out_axes) > 1 and not row_stats:  # a row kernel keeps its rows' loops apart
         state["out"] = _merge_groups(out_axes, lambda g: score_with(g, state["red"]))
+    merged = None
+    if tile and red is not None and not row_stats and not item.siblings:
+        merged = _rows_merged(item, state["out"], state["red"], lowered_with)
+        if merged is not None:
+            state["out"] = merged
     if row_stats and tile:  # the CPU cascades a row kernel's long sums; the GPU splits them
         return _Lowerer(item, state["out"], state["red"], row_cascade=True).lower()
     siblings = len(item.siblings)
@@ -1260,6 +1265,8 @@ def lower(
         def lowered(t: Tile) -> Kernel:
             # a window read through padding: its edge tiles guarded, its interior not
             kernel = peel_guarded_loops(_Lowerer(item, state["out"], state["red"], t).lower())
+            if merged is not None and t.col == len(merged) - 1 and not t.lanes:
+                kernel = unrolled_by_period(kernel, f"o{t.col}", _row_period(item, merged, t))
             kernel.tile_note = f"register tile {tile_text(t)}"
             return kernel
 
@@ -1284,6 +1291,64 @@ def lower(
         return _Lowerer(item, state["out"], state["red"], cascade_lanes=lanes).lower()
     # a padded copy's edges guarded, its interior a plain copy for the CPU's vectorizer
     return peel_padded_outputs(plain) if tile and red is None else plain
+
+
+def _rows_merged(item: ScheduleItem, out_groups, red_groups, lowered_with) -> list | None:
+    """The output groups with the innermost two merged, where the innermost's vectors
+    would be ragged and the merged group's are not, and the register tile then takes its
+    lanes along the merged group: a convolution's rows of 56 pixels are 3.5 vectors of 16
+    lanes (an eighth of every multiply-add masked off, and on Zen 5 a half-empty 512-bit
+    FMA costs a full one), where 56 x 56 pixels are 196. Its windows then read each
+    vector as at most two contiguous runs (`split_lanes`, `LLVMRenderer.split_load`).
+    None where that does not hold (the window reads of another layout would gather)."""
+    if len(out_groups) < 2 or not wide_registers():
+        return None
+    shape = item.root.shape
+    inner = math.prod(shape[a] for a in out_groups[-1])
+    outer = math.prod(shape[a] for a in out_groups[-2])
+    width = _vector_width(inner, True)
+    if width is None or inner % width == 0 or inner < RAGGED_16_FROM:
+        return None
+    candidate = [*out_groups[:-2], out_groups[-2] + out_groups[-1]]
+    plain = lowered_with(candidate, red_groups)
+    chosen = choose_tile(plain, item, candidate)
+    if (
+        chosen is None
+        or chosen.lanes
+        or chosen.col != len(candidate) - 1
+        or (inner * outer) % math.lcm(chosen.cols, inner)
+    ):
+        return None
+    # every load and store that moves with the lanes must read them as one or two runs
+    # (a matmul's left operand over merged rows would be a gather: `A[p // 56, k]`)
+    extent = inner * outer
+    col = Var(f"o{chosen.col}", 0, extent - 1)
+    q, t = Var("q", 0, extent // chosen.cols - 1), Var("t", 0, chosen.cols - 1)
+    for s in _statements(plain.body):
+        if not isinstance(s, (Load, Store)):
+            continue
+        index = s.index.substitute({col: lin(q) * chosen.cols + t})
+        if t not in index.atoms():
+            continue
+        contiguous = index.coef(t) == 1 and t not in (index - lin(t)).atoms()
+        if not contiguous and not (isinstance(s, Load) and split_lanes(index, t, chosen.cols)):
+            return None
+    return candidate
+
+
+def _statements(body):
+    for s in body:
+        if isinstance(s, Loop):
+            yield from _statements(s.body)
+        else:
+            yield s
+
+
+def _row_period(item: ScheduleItem, groups, t: Tile) -> int:
+    """Tiles of `t.cols` lanes along a merged (row, column) group after which the pattern
+    of vectors crossing a row repeats: lcm(cols, row) / cols (7 for 32 lanes over 56)."""
+    row = item.root.shape[groups[t.col][-1]]
+    return math.lcm(t.cols, row) // t.cols
 
 
 def _fits_siblings(tile: Tile, siblings: int) -> bool:
@@ -1561,7 +1626,10 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
             return ld.index.coef(out_vars[g])
         q = Var("q", 0, extents[g] // w - 1)
         t = Var("t", 0, w - 1)
-        return ld.index.substitute({out_vars[g]: lin(q) * w + t}).coef(t)
+        index = ld.index.substitute({out_vars[g]: lin(q) * w + t})
+        if split_lanes(index, t, w):  # two contiguous runs (a window over merged rows)
+            return 1
+        return index.coef(t)
 
     # score each output axis by the data its lanes would load contiguously, minus the data
     # they would have to gather; a shuffled vector counts its share of the loads it takes

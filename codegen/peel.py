@@ -70,6 +70,45 @@ def _guarded_serial(s) -> bool:
     return any(_guarded_serial(b) for b in s.body)
 
 
+def unrolled_by_period(kernel: Kernel, name: str, period: int) -> Kernel:
+    """`kernel` with its loop over variable `name` (a tile loop over a merged row and
+    column) unrolled by `period`: `for q: body(q)` becomes `for b: body(P*b), body(P*b+1),
+    ..., body(P*b+P-1)`, the same iterations in the same order. Each copy's tile starts at
+    a fixed place in the row pattern, so its index expressions simplify there: a vector
+    that stays in one row reads one contiguous run, and one that crosses a row is known
+    to (`codegen/coords.py`, `split_lanes`), at a cut fixed when the kernel is compiled.
+    `kernel` itself where there is no such loop or `period` does not divide it."""
+    if period <= 1:
+        return kernel
+    found = []
+    body = _unrolled_in(kernel.body, name, period, found)
+    if not found:
+        return kernel
+    extent = kernel.parallel_extent
+    if found[0].kind == "parallel":
+        extent //= period
+    return dataclasses.replace(kernel, body=body, parallel_extent=extent)
+
+
+def _unrolled_in(body, name: str, period: int, found: list) -> list:
+    out = []
+    for s in body:
+        if not isinstance(s, Loop):
+            out.append(s)
+        elif s.var.name == name and s.kind in ("parallel", "serial") and s.extent % period == 0:
+            found.append(s)
+            var = Var(name, 0, s.extent // period - 1)
+            copies = []
+            for j in range(period):
+                env = {s.var: lin(var) * period + j}
+                names = {a: f"{a}_{name}u{j}" for a in _accumulators(s.body)}
+                copies += [_substituted(b, env, names) for b in s.body]
+            out.append(dataclasses.replace(s, var=var, extent=s.extent // period, body=copies))
+        else:
+            out.append(dataclasses.replace(s, body=_unrolled_in(s.body, name, period, found)))
+    return out
+
+
 def guards_taps(guards, reduce_vars: set, lane_vars: set = frozenset()) -> bool:
     """Whether a guard ties a reduction variable to an output one: a window's tap (output
     position plus tap) tested against the padding. A sum's ragged last vector tests the

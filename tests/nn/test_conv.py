@@ -844,3 +844,74 @@ def test_a_gradient_nothing_asks_for_is_not_built(stride, monkeypatch):
     np.testing.assert_allclose(dx.numpy(), want_dx, atol=1e-10)
     (dx_asked,) = fg.grad(conv(xt, wt), [xt], grad_outputs=fg.tensor(g))  # xt: no requires_grad
     np.testing.assert_allclose(dx_asked.numpy(), want_dx, atol=1e-10)
+
+
+def _window_loads(kernel) -> list[str]:
+    from fusegrad.codegen.loopir import Load, Loop
+
+    def walk(body):
+        for s in body:
+            if isinstance(s, Loop):
+                yield from walk(s.body)
+            elif isinstance(s, Load):
+                yield str(s.index)
+
+    return list(walk(kernel.loop.body))
+
+
+# Rows of 40 to 60 pixels whose vectors would be ragged: the tile's lanes run along the
+# merged (row, column) output group instead (codegen/lower.py, `_rows_merged`), each vector
+# read as one contiguous run or, where it crosses a row, two (`split_lanes`): heights such
+# that the pattern of crossings repeats a whole number of times (lcm(32, row) pixels).
+MERGED_ROW_CASES = [
+    # (batch, cin, height, width), cout, kernel, padding, dilation, groups
+    ((2, 5, 4, 56), 16, 3, 1, 1, 1),  # 56 wide: 7 tiles of 32 lanes every 4 rows
+    ((1, 3, 8, 44), 8, 3, 1, 1, 1),  # 44: lcm 352, every 8 rows
+    ((2, 4, 12, 40), 8, 5, 2, 1, 1),  # 40: lcm 160, every 4 rows; a 5x5
+    ((1, 4, 4, 60), 6, 3, 2, 2, 2),  # 60 with dilation 2 and groups
+]
+
+
+@pytest.mark.cpu_device  # the CPU lowering's tiles
+@pytest.mark.parametrize("case", MERGED_ROW_CASES)
+def test_conv_tiles_merged_rows_at_special_values(case, monkeypatch):
+    """The forward and the input gradient (the same correlation) over merged rows: values
+    and all three gradients against float64 numpy, with inf, NaN and -0.0 at the first and
+    last columns, where a vector crosses from one row into the next (on any host: the
+    AVX-512 tiles are what is tested; LLVM splits them where the registers are narrower)."""
+    from fusegrad.codegen import lower as L
+
+    monkeypatch.setattr(L, "wide_registers", lambda: True)
+    shape, cout, k, pad, dil, groups = case
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(shape).astype(np.float32)
+    x[0, 0, :, -1] = np.inf  # the last column of every row of one channel
+    x[0, 0, 1, 0] = -0.0
+    x[-1, -1, -1, 0] = np.nan  # a first column
+    x[0, 1 % shape[1], :2] = 1.0  # ties
+    w = rng.standard_normal((cout, shape[1] // groups, k, k)).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    xt, wt, bt = (fg.tensor(a, requires_grad=True) for a in (x, w, b))
+    out = C.conv2d(xt, wt, bt, 1, pad, dil, groups)
+    (forward,) = [r for r in fg.kernels(out) if r.name.startswith("r_sum")]
+    width = shape[3]
+    assert any(f"%{width})" in i or f"//{width})" in i for i in _window_loads(forward)), (
+        "rows not merged"
+    )
+    with np.errstate(invalid="ignore"):
+        want = ref_conv(
+            x.astype(np.float64), w.astype(np.float64), b, (1, 1), (pad,) * 2, (dil,) * 2, groups
+        )
+    got = out.detach().numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    fin = np.isfinite(want)
+    np.testing.assert_allclose(got[fin], want[fin], rtol=1e-4, atol=1e-4)
+    g = rng.standard_normal(want.shape).astype(np.float32)
+    xc = np.nan_to_num(x, nan=0.5, posinf=2.0)  # the gradients of finite inputs
+    xt2, wt2, bt2 = (fg.tensor(a, requires_grad=True) for a in (xc, w, b))
+    (C.conv2d(xt2, wt2, bt2, 1, pad, dil, groups) * fg.tensor(g)).sum().backward()
+    dx, dw = _numpy_conv_grads(xc, w, g.astype(np.float64), (1, 1), (pad,) * 2, (dil,) * 2, groups)
+    np.testing.assert_allclose(xt2.grad.numpy(), dx, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(wt2.grad.numpy(), dw, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(bt2.grad.numpy(), g.sum((0, 2, 3)), rtol=1e-4, atol=1e-3)
