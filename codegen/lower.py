@@ -1238,11 +1238,15 @@ def lower(
     row_stats = red is None and any(m.op in REDUCE for m in item.nodes)
     if len(out_axes) > 1 and not row_stats:  # a row kernel keeps its rows' loops apart
         state["out"] = _merge_groups(out_axes, lambda g: score_with(g, state["red"]))
-    merged = None
+    merged = summed = None
     if tile and red is not None and not row_stats and not item.siblings:
         merged = _rows_merged(item, state["out"], state["red"], lowered_with)
         if merged is not None:
             state["out"] = merged
+        else:
+            summed = _sum_rows_merged(item, state["out"], state["red"], lowered_with)
+            if summed is not None:
+                state["red"] = summed
     if row_stats and tile:  # the CPU cascades a row kernel's long sums; the GPU splits them
         return _Lowerer(item, state["out"], state["red"], row_cascade=True).lower()
     siblings = len(item.siblings)
@@ -1255,7 +1259,8 @@ def lower(
         if kernel is not None:
             return kernel
     plain = lowered_with(state["out"], state["red"])
-    chosen = choose_tile(plain, item, state["out"]) if tile else None
+    sum_lanes = SUM_MERGED_LANES if summed is not None else None
+    chosen = choose_tile(plain, item, state["out"], sum_lanes) if tile else None
     if chosen is not None and siblings and not _fits_siblings(chosen, siblings):
         one_row = None if chosen.lanes else Tile(chosen.col, chosen.cols)
         # one row of lanes per sum, or the plain loop nest, one accumulator per sum
@@ -1267,6 +1272,10 @@ def lower(
             kernel = peel_guarded_loops(_Lowerer(item, state["out"], state["red"], t).lower())
             if merged is not None and t.col == len(merged) - 1 and not t.lanes:
                 kernel = unrolled_by_period(kernel, f"o{t.col}", _row_period(item, merged, t))
+            if summed is not None and t.lanes:
+                row = red.srcs[0].shape[summed[-1][-1]]
+                period = math.lcm(t.cols, row) // t.cols
+                kernel = unrolled_by_period(kernel, f"r{len(summed) - 1}", period)
             kernel.tile_note = f"register tile {tile_text(t)}"
             return kernel
 
@@ -1332,6 +1341,46 @@ def _rows_merged(item: ScheduleItem, out_groups, red_groups, lowered_with) -> li
             continue
         contiguous = index.coef(t) == 1 and t not in (index - lin(t)).atoms()
         if not contiguous and not (isinstance(s, Load) and split_lanes(index, t, chosen.cols)):
+            return None
+    return candidate
+
+
+# Lanes along a sum over merged rows (`_sum_rows_merged`): 16, not the 32 an exact sum of
+# 3136 would take, so the weight gradient's grid keeps 3 x 4 rows of one register each
+# (with 32 lanes it fits 3 x 2, and loads 10 registers for every 12 multiply-adds). The
+# weight gradient of 64x32x56^2 -> 64 3x3, kernel alone on Zen 5: 21.3 ms unmerged
+# (16 lanes, the last of each row masked), 25.7 merged at 32 lanes, 18.6-18.8 at 16.
+SUM_MERGED_LANES = 16
+
+
+def _sum_rows_merged(item: ScheduleItem, out_groups, red_groups, lowered_with) -> list | None:
+    """The reduction groups with the innermost two merged, as `_rows_merged` merges output
+    groups, for a tile whose lanes run along the sum (a convolution's weight gradient,
+    summed over the pixels of 56-pixel rows: 3.5 vectors of 16 lanes a row, 98 of 32 over
+    the merged image), under the same conditions: the merged sum a whole number of repeats
+    of the row pattern, and every load that moves with the lanes one run or two."""
+    if len(red_groups) < 2 or not wide_registers():
+        return None
+    src = item.reduce.srcs[0].shape
+    inner = math.prod(src[a] for a in red_groups[-1])
+    outer = math.prod(src[a] for a in red_groups[-2])
+    width = _vector_width(inner, True, along_sum=True)
+    if width is None or inner % width == 0 or inner < RAGGED_16_FROM:
+        return None
+    candidate = [*red_groups[:-2], red_groups[-2] + red_groups[-1]]
+    plain = lowered_with(out_groups, candidate)
+    chosen = choose_tile(plain, item, out_groups, SUM_MERGED_LANES)
+    extent = inner * outer
+    if chosen is None or not chosen.lanes or extent % math.lcm(chosen.cols, inner):
+        return None
+    red = Var(f"r{len(candidate) - 1}", 0, extent - 1)
+    q, t = Var("q", 0, extent // chosen.cols - 1), Var("t", 0, chosen.cols - 1)
+    for s in _statements(plain.body):
+        if not isinstance(s, Load) or red not in s.index.atoms():
+            continue
+        index = s.index.substitute({red: lin(q) * chosen.cols + t})
+        contiguous = index.coef(t) == 1 and t not in (index - lin(t)).atoms()
+        if not contiguous and not split_lanes(index, t, chosen.cols):
             return None
     return candidate
 
@@ -1500,7 +1549,9 @@ def full_width_fma() -> bool:
 MIN_OUTER_TILES = 4  # a tile loop with fewer iterations does not become the parallel one
 
 
-def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
+def choose_tile(
+    plain: Kernel, item: ScheduleItem, out_groups, sum_lanes: int | None = None
+) -> Tile | None:
     """Register-tile a reduction, or leave the plain loop nest when it already vectorizes.
 
     - Some load walks memory with a stride along the innermost reduction loop
@@ -1561,7 +1612,7 @@ def choose_tile(plain: Kernel, item: ScheduleItem, out_groups) -> Tile | None:
             for ld in loads
         )
         ragged_ok = item.reduce.op is Ops.SUM
-        lanes = _vector_width(inner.max + 1, ragged_ok, along_sum=True)
+        lanes = sum_lanes or _vector_width(inner.max + 1, ragged_ok, along_sum=True)
         # (a peeled tile's short sum is a window's taps: its lanes go along the output row)
         short = peeled and inner.max + 1 < SHORT_REDUCTION
         lanes = lanes if unit and not short else None

@@ -95,7 +95,7 @@ def _unrolled_in(body, name: str, period: int, found: list) -> list:
     for s in body:
         if not isinstance(s, Loop):
             out.append(s)
-        elif s.var.name == name and s.kind in ("parallel", "serial") and s.extent % period == 0:
+        elif s.var.name == name and s.kind != "vector" and s.extent % period == 0:
             found.append(s)
             var = Var(name, 0, s.extent // period - 1)
             copies = []

@@ -915,3 +915,18 @@ def test_conv_tiles_merged_rows_at_special_values(case, monkeypatch):
     np.testing.assert_allclose(xt2.grad.numpy(), dx, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(wt2.grad.numpy(), dw, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(bt2.grad.numpy(), g.sum((0, 2, 3)), rtol=1e-4, atol=1e-3)
+    # the weight gradient sums over the merged pixels too, inf and NaN inputs included
+    (dw_special,) = fg.grad(
+        C.conv2d(fg.tensor(x), wt2, None, 1, pad, dil, groups), [wt2], grad_outputs=fg.tensor(g)
+    )
+    kernels = [r for r in fg.kernels(dw_special) if r.name.startswith("r_sum")]
+    assert any(f"%{width})" in i for r in kernels for i in _window_loads(r)), "sum not merged"
+    with np.errstate(invalid="ignore"):
+        _, want_dw = _numpy_conv_grads(
+            x, w, g.astype(np.float64), (1, 1), (pad,) * 2, (dil,) * 2, groups
+        )
+    got = dw_special.numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want_dw))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want_dw))
+    fin = np.isfinite(want_dw)
+    np.testing.assert_allclose(got[fin], want_dw[fin], rtol=1e-4, atol=1e-3)
