@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from ..ir.symbolic import Lin, lin
+from ..ir.symbolic import FloorDiv, Lin, Mod, lin
 
 
 def strides_of(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -72,8 +72,6 @@ def split_lanes(e: Lin, t, lanes: int) -> tuple[Lin, int, int] | None:
     >>> split_lanes(p % 56 + (p // 56) * 58, t, 64) is None  # a row shorter than the lanes
     True
     """
-    from ..ir.symbolic import FloorDiv, Mod
-
     inner = [(a, k) for a, k in e.terms if isinstance(a, (FloorDiv, Mod)) and t in a.x.atoms()]
     if not inner:
         return None

@@ -48,7 +48,7 @@ from .loopir import (
     Store,
 )
 from .peel import guards_taps, peel_guarded_loops, peel_padded_outputs, unrolled_by_period
-from .tiling import PANEL_CACHE_BYTES, SHUFFLED_LANE_STEPS, TILE_COLS
+from .tiling import PANEL_CACHE_BYTES, RAGGED_16_FROM, SHUFFLED_LANE_STEPS, TILE_COLS
 
 
 def view_source_coords(n: Node, coords: tuple[Lin, ...]) -> tuple[tuple[Lin, ...], tuple[Lin, ...]]:
@@ -1916,11 +1916,10 @@ def _outermost(loads, every_load, out_vars, extents, steps: dict[int, int]) -> i
     return other
 
 
-# From here an output axis of 8 (mod 16) takes masked 16-lane vectors on AVX-512: the
-# convolution of 64x32x56x56 by 64 3x3 filters, timed alternately with the sgemm of its
-# implicit GEMM (200704x288 @ 288x64), went from 0.65-0.71 of the sgemm's GFLOP/s to 0.80-0.86.
-# LeNet's 24-pixel rows (where a third of the lanes would be masked) keep 8-lane vectors.
-RAGGED_16_FROM = 40
+# From RAGGED_16_FROM (codegen/tiling.py) an output axis of 8 (mod 16) takes masked 16-lane
+# vectors on AVX-512: the convolution of 64x32x56x56 by 64 3x3 filters, timed alternately
+# with the sgemm of its implicit GEMM (200704x288 @ 288x64), went from 0.65-0.71 of the
+# sgemm's GFLOP/s to 0.80-0.86. LeNet's 24-pixel rows keep 8-lane vectors.
 
 
 def _vector_width(n: int, ragged_ok: bool, along_sum: bool = False) -> int | None:

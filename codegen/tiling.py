@@ -15,3 +15,14 @@ PANEL_CACHE_BYTES = 1 << 21  # an input this big does not stay in cache across r
 # picked by a shuffle (codegen/llvm.py, `shuffled_load`). A strided convolution's windows
 # read in place: the frontend keeps them in place at these strides (nn/conv.py).
 SHUFFLED_LANE_STEPS = (2, 3, 4)
+# From this width an output row that 16-lane vectors would leave ragged (56 pixels: 3.5
+# vectors) takes 16-lane vectors, the last masked, on AVX-512; and a convolution's such rows
+# are merged with each other where the tile then runs whole vectors along the merged
+# pixels (codegen/lower.py, `_rows_merged`). LeNet's 24-pixel rows keep 8-lane vectors.
+RAGGED_16_FROM = 40
+
+
+def rows_merge(width: int) -> bool:
+    """Whether a convolution's output rows of `width` pixels are of the width whose tiles
+    merge rows on an AVX-512 host (`RAGGED_16_FROM` on, not a multiple of 16)."""
+    return width >= RAGGED_16_FROM and width % 16 != 0

@@ -99,7 +99,7 @@ from .reduce import linear as fused_linear
 
 # the cache size the codegen's tiles assume: what a convolution's gradient keeps in cache;
 # the lane steps its vector loads read without a gather: strided windows read in place
-from .runtime.tiling import PANEL_CACHE_BYTES, SHUFFLED_LANE_STEPS
+from .runtime.tiling import PANEL_CACHE_BYTES, SHUFFLED_LANE_STEPS, rows_merge
 
 # an optimizer's cached, compiled step
 from .stepcache import StepCache
@@ -137,6 +137,7 @@ __all__ = [
     "class_cross_entropy",
     "custom_gradient",
     "gradient_wanted",
+    "rows_merge",
     "default_float",
     "distributed",
     "empty",

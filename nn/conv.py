@@ -36,6 +36,7 @@ from ..nnapi import (
     ones,
     packs_panels,
     register_composite,
+    rows_merge,
     sliding_windows,
     where,
 )
@@ -323,7 +324,10 @@ def _blocked_correlate(
     n = len(tpads)
     channels, kernel = wt.shape[1], wt.shape[2:]
     block = channels
-    if n == 2 and groups == 1 and blocks and kernel[0] > 1:
+    # (rows whose tiles merge, `rows_merge`, run faster in one sum: 64x32x56^2 -> 64 3x3
+    # on Zen 5, the input gradient's call 23.0 ms in two blocks, 20.2 in one)
+    merged = rows_merge(gd.shape[-1] + sum(tpads[-1]) - dilation[-1] * (kernel[-1] - 1))
+    if n == 2 and groups == 1 and blocks and kernel[0] > 1 and not merged:
         width = gd.shape[-1] + sum(tpads[-1])
         per_channel = kernel[0] * width * gd.dtype.itemsize
         while block % 2 == 0 and block * per_channel > WINDOW_ROWS_BYTES:

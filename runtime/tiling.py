@@ -6,6 +6,6 @@
 True
 """
 
-from ..codegen.tiling import PANEL_CACHE_BYTES, SHUFFLED_LANE_STEPS, TILE_COLS
+from ..codegen.tiling import PANEL_CACHE_BYTES, SHUFFLED_LANE_STEPS, TILE_COLS, rows_merge
 
-__all__ = ["PANEL_CACHE_BYTES", "SHUFFLED_LANE_STEPS", "TILE_COLS"]
+__all__ = ["PANEL_CACHE_BYTES", "SHUFFLED_LANE_STEPS", "TILE_COLS", "rows_merge"]

@@ -706,18 +706,27 @@ def test_a_detached_weight_on_an_empty_batch_is_unused():
 
 
 @pytest.mark.parametrize(
-    "cout, dilation, blocks",
-    [(64, 1, 2), (48, 1, 2), (40, 1, 1), (128, 2, 4), (512, 1, 1), (46, 1, 1)],
+    "cout, dilation, blocks, width",
+    [
+        (64, 1, 2, 64),
+        (48, 1, 2, 64),
+        (40, 1, 1, 64),
+        (128, 2, 4, 64),
+        (512, 1, 1, 64),
+        (45, 1, 1, 64),
+        (64, 1, 1, 56),
+    ],
 )
-def test_an_input_gradient_over_many_channels_is_summed_in_blocks(cout, dilation, blocks):
+def test_an_input_gradient_over_many_channels_is_summed_in_blocks(cout, dilation, blocks, width):
     """Where the window rows of a 2-D input gradient's sum over the output channels outgrow
-    L1 (64 channels of 3 padded 58-pixel rows: 44.5 KB), the sum is partial sums over
+    L1 (64 channels of 3 padded 66-pixel rows: 50.7 KB), the sum is partial sums over
     blocks of channels, added (`_blocked_correlate`): at most MAX_CHANNEL_BLOCKS, else one
-    sum (512 channels would take 16); 40 channels (27.8 KB) fit; a channel count that
-    halves no further stays one sum (46: 23 is odd). Values and gradients against float64
+    sum (512 channels would take 16); 40 channels (31.7 KB) fit; a channel count that
+    halves no further stays one sum (45, odd). Rows whose tiles merge (56 pixels:
+    `rows_merge`) are one sum, measured faster. Values and gradients against float64
     numpy either way."""
     rng = np.random.default_rng(5)
-    x = rng.standard_normal((2, 3, 4, 56)).astype(np.float32)
+    x = rng.standard_normal((2, 3, 4, width)).astype(np.float32)
     w = rng.standard_normal((cout, 3, 3, 3)).astype(np.float32)
     pad, dil = (dilation, dilation), (dilation, dilation)
     xt, wt = fg.tensor(x, requires_grad=True), fg.tensor(w, requires_grad=True)
@@ -733,14 +742,14 @@ def test_an_input_gradient_over_many_channels_is_summed_in_blocks(cout, dilation
 
 
 def test_an_input_gradient_in_blocks_at_special_values():
-    """The blocked input gradient (64 output channels over 56-pixel rows: two blocks) for an
+    """The blocked input gradient (64 output channels over 64-pixel rows: two blocks) for an
     output gradient of zeros, -0.0, ties of +-1, an inf and a NaN: every entry as float64's
     chain rule gives it (inf where one infinite term reaches it, NaN where the NaN does),
     and an all -0.0 gradient gives zeros; against torch where it is installed."""
     rng = np.random.default_rng(8)
-    x = rng.standard_normal((2, 3, 4, 56)).astype(np.float32)
+    x = rng.standard_normal((2, 3, 4, 64)).astype(np.float32)
     w = np.where(rng.standard_normal((64, 3, 3, 3)) > 0, 1.0, -1.0).astype(np.float32)
-    g = np.where(rng.standard_normal((2, 64, 4, 56)) > 0, 1.0, -1.0).astype(np.float32)
+    g = np.where(rng.standard_normal((2, 64, 4, 64)) > 0, 1.0, -1.0).astype(np.float32)
     g[0, :32] = 0.0
     g[1, 40:] = -0.0
     g[0, 35, 2, 20] = np.inf
