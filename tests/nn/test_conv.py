@@ -939,3 +939,32 @@ def test_conv_tiles_merged_rows_at_special_values(case, monkeypatch):
     np.testing.assert_array_equal(np.isinf(got), np.isinf(want_dw))
     fin = np.isfinite(want_dw)
     np.testing.assert_allclose(got[fin], want_dw[fin], rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.cpu_device  # the CPU lowering's copies
+def test_merged_rows_read_a_contiguous_output_gradient_for_the_weight():
+    """Over rows whose tiles merge (56 pixels), relu's gradient is stored contiguous for
+    the weight gradient, whose 16-lane vectors would straddle cache lines in the padded
+    copy's rows, and padded from there for the input gradient; values and all three
+    gradients against float64 numpy, at relu's kink (zero pre-activations) and ties."""
+    from fusegrad.nn import functional as F
+
+    rng = np.random.default_rng(12)
+    x = np.where(rng.standard_normal((2, 3, 8, 56)) > 0, 1.0, -1.0).astype(np.float32)
+    x[0, :, 1:4] = 0.0  # with a zero bias, a whole row of zero pre-activations: the kink
+    w = rng.standard_normal((5, 3, 3, 3)).astype(np.float32)
+    g = rng.standard_normal((2, 5, 8, 56)).astype(np.float32)
+    xt, wt = fg.tensor(x, requires_grad=True), fg.tensor(w, requires_grad=True)
+    bt = fg.zeros(5, requires_grad=True)
+    y = F.relu(C.conv2d(xt, wt, bt, 1, 1))
+    dx, dw, db = fg.grad(y, [xt, wt, bt], grad_outputs=fg.tensor(g))
+    reasons = [k.reason for k in fg.kernels(dx, dw, db)]
+    assert any("contiguous for the weight gradient" in r for r in reasons), reasons
+    z = ref_conv(x.astype(np.float64), w.astype(np.float64), None, (1, 1), (1, 1), (1, 1), 1)
+    assert (z[0, :, 2] == 0).all()
+    gz = np.where(z > 0, g, 0.0)
+    want_dx, want_dw = _numpy_conv_grads(x, w, gz, (1, 1), (1, 1), (1, 1), 1)
+    np.testing.assert_allclose(y.numpy(), np.maximum(z, 0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dx.numpy(), want_dx, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(dw.numpy(), want_dw, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(db.numpy(), gz.sum((0, 2, 3)), rtol=1e-4, atol=1e-4)
