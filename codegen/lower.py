@@ -48,7 +48,14 @@ from .loopir import (
     Store,
 )
 from .peel import guards_taps, peel_guarded_loops, peel_padded_outputs, unrolled_by_period
-from .tiling import PANEL_CACHE_BYTES, RAGGED_16_FROM, SHUFFLED_LANE_STEPS, TILE_COLS
+from .tiling import (
+    MAX_ROW_PERIOD,
+    PANEL_CACHE_BYTES,
+    RAGGED_16_FROM,
+    SHUFFLED_LANE_STEPS,
+    TILE_COLS,
+    row_period,
+)
 
 
 def view_source_coords(n: Node, coords: tuple[Lin, ...]) -> tuple[tuple[Lin, ...], tuple[Lin, ...]]:
@@ -1273,8 +1280,7 @@ def lower(
             if merged is not None and t.col == len(merged) - 1 and not t.lanes:
                 kernel = unrolled_by_period(kernel, f"o{t.col}", _row_period(item, merged, t))
             if summed is not None and t.lanes:
-                row = red.srcs[0].shape[summed[-1][-1]]
-                period = math.lcm(t.cols, row) // t.cols
+                period = row_period(t.cols, red.srcs[0].shape[summed[-1][-1]])
                 kernel = unrolled_by_period(kernel, f"r{len(summed) - 1}", period)
             kernel.tile_note = f"register tile {tile_text(t)}"
             return kernel
@@ -1326,6 +1332,7 @@ def _rows_merged(item: ScheduleItem, out_groups, red_groups, lowered_with) -> li
         or chosen.lanes
         or chosen.col != len(candidate) - 1
         or (inner * outer) % math.lcm(chosen.cols, inner)
+        or row_period(chosen.cols, inner) > MAX_ROW_PERIOD
     ):
         return None
     # every load and store that moves with the lanes must read them as one or two runs
@@ -1375,7 +1382,12 @@ def _sum_rows_merged(item: ScheduleItem, out_groups, red_groups, lowered_with) -
     plain = lowered_with(out_groups, candidate)
     chosen = choose_tile(plain, item, out_groups, SUM_MERGED_LANES)
     extent = inner * outer
-    if chosen is None or not chosen.lanes or extent % math.lcm(chosen.cols, inner):
+    if (
+        chosen is None
+        or not chosen.lanes
+        or extent % math.lcm(chosen.cols, inner)
+        or row_period(chosen.cols, inner) > MAX_ROW_PERIOD
+    ):
         return None
     red = Var(f"r{len(candidate) - 1}", 0, extent - 1)
     q, t = Var("q", 0, extent // chosen.cols - 1), Var("t", 0, chosen.cols - 1)
@@ -1400,8 +1412,7 @@ def _statements(body):
 def _row_period(item: ScheduleItem, groups, t: Tile) -> int:
     """Tiles of `t.cols` lanes along a merged (row, column) group after which the pattern
     of vectors crossing a row repeats: lcm(cols, row) / cols (7 for 32 lanes over 56)."""
-    row = item.root.shape[groups[t.col][-1]]
-    return math.lcm(t.cols, row) // t.cols
+    return row_period(t.cols, item.root.shape[groups[t.col][-1]])
 
 
 def _fits_siblings(tile: Tile, siblings: int) -> bool:

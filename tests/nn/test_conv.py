@@ -871,13 +871,14 @@ def _window_loads(kernel) -> list[str]:
 # Rows of 40 to 60 pixels whose vectors would be ragged: the tile's lanes run along the
 # merged (row, column) output group instead (codegen/lower.py, `_rows_merged`), each vector
 # read as one contiguous run or, where it crosses a row, two (`split_lanes`): heights such
-# that the pattern of crossings repeats a whole number of times (lcm(32, row) pixels).
+# that the pattern of crossings repeats a whole number of times (lcm(32, row) pixels), and
+# widths whose pattern is short (`MAX_ROW_PERIOD`: a 60-pixel row, period 15, is not merged).
 MERGED_ROW_CASES = [
     # (batch, cin, height, width), cout, kernel, padding, dilation, groups
     ((2, 5, 4, 56), 16, 3, 1, 1, 1),  # 56 wide: 7 tiles of 32 lanes every 4 rows
-    ((1, 3, 8, 44), 8, 3, 1, 1, 1),  # 44: lcm 352, every 8 rows
+    ((1, 3, 8, 56), 8, 3, 1, 1, 1),  # 8 rows: the pattern twice
     ((2, 4, 12, 40), 8, 5, 2, 1, 1),  # 40: lcm 160, every 4 rows; a 5x5
-    ((1, 4, 4, 60), 6, 3, 2, 2, 2),  # 60 with dilation 2 and groups
+    ((1, 4, 4, 56), 6, 3, 2, 2, 2),  # dilation 2 and groups
 ]
 
 
