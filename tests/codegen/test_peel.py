@@ -5,12 +5,15 @@ check where the loops are cut, what is left alone, and the bound on the copies."
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import fusegrad as fg
 from fusegrad.codegen.loopir import Load, Loop
 from fusegrad.codegen.peel import PEEL_MAX_COPIES, interior_of, peel_guarded_loops
 from fusegrad.ir.symbolic import Var, lin
 from fusegrad.nn import functional as F
+
+pytestmark = pytest.mark.cpu_device  # the CPU lowering's peeled loops
 
 
 def test_the_interior_is_where_every_guard_on_the_variable_holds():
