@@ -82,10 +82,6 @@ def split_lanes(e: Lin, t, lanes: int) -> tuple[Lin, int, int] | None:
         return None
     div = sum(k for a, k in inner if isinstance(a, FloorDiv))
     mod = sum(k for a, k in inner if isinstance(a, Mod))
-    plain = e.coef(t)
-    others = [a for a, _ in e.terms if isinstance(a, (FloorDiv, Mod)) and a not in dict(inner)]
-    if any(t in a.x.atoms() for a in others):
-        return None
-    if plain + mod != 1:  # each run contiguous: one element per lane
+    if e.coef(t) + mod != 1:  # each run contiguous: one element per lane
         return None
     return x, d, div - mod * d

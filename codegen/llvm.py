@@ -350,7 +350,7 @@ class _Renderer:
             )
         elif step := self.shuffled_step(s.index):
             v = self.shuffled_load(s, step, ok, ok_varying)
-        elif split := split_lanes(s.index, self.vec_var, w):
+        elif (split := split_lanes(s.index, self.vec_var, w)) and self.cut_known(split):
             v = self.split_load(s, split, ok, ok_varying)
         else:
             idx = self.vindex(s.index)
@@ -366,68 +366,32 @@ class _Renderer:
             v = self.emit(f"icmp ne {vt} {v}, zeroinitializer")
         return self.widen(v, dt, w)
 
+    def cut_known(self, split) -> bool:
+        """Whether a `split_lanes` vector's crossing is known when the kernel is compiled."""
+        x, d, _ = split
+        return (x.substitute({self.vec_var: lin(0)}) % d).is_const
+
     def split_load(self, s: Load, split, ok: str | None, ok_varying: bool) -> str:
         """A vector whose lanes read two contiguous runs, the second `jump` elements further
         on from where the lanes' position `x` crosses a multiple of `d` (`split_lanes`: a
-        convolution's windows over a merged output row and column). Most vectors lie in
-        one run (6 of 7 16-lane vectors over 56-pixel rows): one plain load. One that
-        crosses takes two masked loads, the lanes before the cut from `base`, those after
-        from `base + jump`, merged; a masked lane reads nothing, so neither reads past a
-        run. The branch between them holds for a whole sweep of the sum, so LLVM hoists it
-        out of the loops (one copy of them per case)."""
+        convolution's windows over a merged output row and column), where the crossing is
+        known when the kernel is compiled (`unrolled_by_period` fixes each tile copy's
+        place in the row pattern): one plain load where the lanes stay in one run, else two
+        masked loads with constant masks, merged (a masked lane reads nothing, so neither
+        reads past its run). Where the crossing is known only at run time (`cut_known`) the
+        load is a gather: branching between one load and two at run time was left to LLVM
+        to unswitch, which it did for a convolution's forward, not for its input gradient."""
         x, d, jump = split
+        cut = d - (x.substitute({self.vec_var: lin(0)}) % d).const  # the second run's lane
+        mask = None if ok is None else ok if ok_varying else self.splat(ok, "i1")
         p, mt, dt, w = s.param, mem_type(s.param.dtype), s.param.dtype, self.width
         vt = f"<{w} x {mt}>"
-        fn = f"@llvm.masked.load.{intrinsic_suffix(vt)}.p0"
-        self.decls.add(f"declare {vt} {fn}(ptr, i32, <{w} x i1>, {vt})")
         base = self.index(s.index.substitute({self.vec_var: lin(0)}))
-        rem = self.index(x.substitute({self.vec_var: lin(0)}) % d)
         ptr = self.emit(f"getelementptr {mt}, ptr %{p.name}, i64 {base}")
-        mask = None if ok is None else ok if ok_varying else self.splat(ok, "i1")
-        if rem.lstrip("-").isdigit():  # the cut is known here (`unrolled_by_period`)
-            return self.split_load_at(s, d - int(rem), jump, ptr, mask)
-        cut = self.emit(f"sub nsw i64 {d}, {rem}")  # the first lane past the crossing
-        self.loop_count += 1
-        one, two, done = (f"{n}.{self.loop_count}" for n in ("run1", "run2", "runs"))
-        crosses = self.emit(f"icmp slt i64 {cut}, {w}")
-        self.lines.append(f"  br i1 {crosses}, label %{two}, label %{one}")
-        self.label(one)
-        if mask is None:
-            v1 = self.emit(f"load {vt}, ptr {ptr}, align {dt.itemsize}")
-        else:
-            v1 = self.emit(
-                f"call {vt} {fn}(ptr {ptr}, i32 {dt.itemsize}, <{w} x i1> {mask}, "
-                f"{vt} zeroinitializer)"
-            )
-        self.lines.append(f"  br label %{done}")
-        self.label(two)
-        lanes = "<" + ", ".join(f"i32 {k}" for k in range(w)) + ">"
-        cut32 = self.emit(f"trunc i64 {cut} to i32")
-        first = self.emit(f"icmp slt <{w} x i32> {lanes}, {self.splat(cut32, 'i32')}")
-        second = self.emit(f"xor <{w} x i1> {first}, splat (i1 true)")
-        if mask is not None:
-            first = self.emit(f"and <{w} x i1> {first}, {mask}")
-            second = self.emit(f"and <{w} x i1> {second}, {mask}")
-        v = self.emit(
-            f"call {vt} {fn}(ptr {ptr}, i32 {dt.itemsize}, <{w} x i1> {first}, "
-            f"{vt} zeroinitializer)"
-        )
-        after = self.emit(f"getelementptr {mt}, ptr {ptr}, i64 {jump}")
-        v2 = self.emit(
-            f"call {vt} {fn}(ptr {after}, i32 {dt.itemsize}, <{w} x i1> {second}, {vt} {v})"
-        )
-        self.lines.append(f"  br label %{done}")
-        self.label(done)
-        return self.emit(f"phi {vt} [ {v1}, %{one} ], [ {v2}, %{two} ]")
-
-    def split_load_at(self, s: Load, cut: int, jump: int, ptr: str, mask: str | None) -> str:
-        """`split_load` with its cut (the first lane of the second run) a constant: one
-        load where it lies past the lanes, else two masked loads with constant masks."""
-        mt, dt, w = mem_type(s.param.dtype), s.param.dtype, self.width
-        vt = f"<{w} x {mt}>"
-        fn = f"@llvm.masked.load.{intrinsic_suffix(vt)}.p0"
         if cut >= w and mask is None:
             return self.emit(f"load {vt}, ptr {ptr}, align {dt.itemsize}")
+        fn = f"@llvm.masked.load.{intrinsic_suffix(vt)}.p0"
+        self.decls.add(f"declare {vt} {fn}(ptr, i32, <{w} x i1>, {vt})")
         runs = [(ptr, [k < cut for k in range(w)])]
         if cut < w:
             after = self.emit(f"getelementptr {mt}, ptr {ptr}, i64 {jump}")

@@ -1335,21 +1335,9 @@ def _rows_merged(item: ScheduleItem, out_groups, red_groups, lowered_with) -> li
         or row_period(chosen.cols, inner) > MAX_ROW_PERIOD
     ):
         return None
-    # every load and store that moves with the lanes must read them as one or two runs
     # (a matmul's left operand over merged rows would be a gather: `A[p // 56, k]`)
-    extent = inner * outer
-    col = Var(f"o{chosen.col}", 0, extent - 1)
-    q, t = Var("q", 0, extent // chosen.cols - 1), Var("t", 0, chosen.cols - 1)
-    for s in _statements(plain.body):
-        if not isinstance(s, (Load, Store)):
-            continue
-        index = s.index.substitute({col: lin(q) * chosen.cols + t})
-        if t not in index.atoms():
-            continue
-        contiguous = index.coef(t) == 1 and t not in (index - lin(t)).atoms()
-        if not contiguous and not (isinstance(s, Load) and split_lanes(index, t, chosen.cols)):
-            return None
-    return candidate
+    col = Var(f"o{chosen.col}", 0, inner * outer - 1)
+    return candidate if _lanes_read_runs(plain, col, chosen.cols) else None
 
 
 # Lanes along a sum over merged rows (`_sum_rows_merged`): 16, not the 32 an exact sum of
@@ -1390,23 +1378,28 @@ def _sum_rows_merged(item: ScheduleItem, out_groups, red_groups, lowered_with) -
     ):
         return None
     red = Var(f"r{len(candidate) - 1}", 0, extent - 1)
-    q, t = Var("q", 0, extent // chosen.cols - 1), Var("t", 0, chosen.cols - 1)
-    for s in _statements(plain.body):
-        if not isinstance(s, Load) or red not in s.index.atoms():
-            continue
-        index = s.index.substitute({red: lin(q) * chosen.cols + t})
+    return candidate if _lanes_read_runs(plain, red, chosen.cols) else None
+
+
+def _lanes_read_runs(plain: Kernel, var: Var, lanes: int) -> bool:
+    """Whether, with `var` split into tiles of `lanes` lanes, every load of `plain` that
+    moves with the lanes reads them as one contiguous run or two (`split_lanes`), and
+    every store as one run (a store is never split)."""
+    q, t = Var("q", 0, (var.max + 1) // lanes - 1), Var("t", 0, lanes - 1)
+
+    def walk(body):
+        for s in body:
+            if isinstance(s, Loop):
+                yield from walk(s.body)
+            elif isinstance(s, (Load, Store)) and var in s.index.atoms():
+                yield s
+
+    for s in walk(plain.body):
+        index = s.index.substitute({var: lin(q) * lanes + t})
         contiguous = index.coef(t) == 1 and t not in (index - lin(t)).atoms()
-        if not contiguous and not split_lanes(index, t, chosen.cols):
-            return None
-    return candidate
-
-
-def _statements(body):
-    for s in body:
-        if isinstance(s, Loop):
-            yield from _statements(s.body)
-        else:
-            yield s
+        if not contiguous and not (isinstance(s, Load) and split_lanes(index, t, lanes)):
+            return False
+    return True
 
 
 def _row_period(item: ScheduleItem, groups, t: Tile) -> int:

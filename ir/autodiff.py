@@ -240,7 +240,8 @@ def _live(order: list[Node], targets: set[int]) -> set[int]:
 
 
 # The passes being built on this thread, innermost last: (gradients so far by node id, the
-# nodes a rule left without a gradient). Rules and hooks run in reverse topological order,
+# nodes a rule left without a gradient, the ids of the pass's graph, those of its live
+# nodes: a wanted target lies below them). Rules and hooks run in reverse topological order,
 # so when a node's hook runs, every node built on it has its final gradient here: a rule
 # can tell a consumer that got no gradient (torch's None) from one that got zeros.
 _passes = threading.local()
@@ -252,7 +253,7 @@ def wants_gradient(n: Node) -> bool:
     (a network's input batch, a frozen weight), so a rule may leave that gradient None
     and not build it (a convolution's input gradient: about 0.4 ms of Python a call). A
     macro's own pass wants every source; the pass around it says which it really needs."""
-    for in_graph, live in getattr(_passes, "graphs", ()):
+    for _, _, in_graph, live in getattr(_passes, "stack", ()):
         if id(n) in in_graph and id(n) not in live:
             return False
     return True
@@ -293,37 +294,23 @@ def _gradients(
 ) -> list[Node | None]:
     """(`stop`: ids of nodes not to descend below: a macro's sources.)"""
     grads: dict[int, Node] = {id(root): root_grad}
-    stack = getattr(_passes, "stack", None)
-    if stack is None:
-        stack = _passes.stack = []
-    stack.append((grads, [] if cut is None else cut))
-    try:
-        return _propagate(root, grads, targets, stop)
-    finally:
-        stack.pop()
-
-
-def _propagate(
-    root: Node, grads: dict[int, Node], targets: list[Node], stop: set[int] | None
-) -> list[Node | None]:
-    wanted = {id(t) for t in targets}
     if stop:
         order = toposort([root], stop=lambda n: n.op is Ops.DETACH or id(n) in stop)
     else:
         order = toposort([root], stop=lambda n: n.op is Ops.DETACH)
-    live = _live(order, wanted)
+    live = _live(order, {id(t) for t in targets})
     in_graph = {id(n) for n in order}
-    graphs = getattr(_passes, "graphs", None)
-    if graphs is None:
-        graphs = _passes.graphs = []
-    graphs.append((in_graph, live))
+    stack = getattr(_passes, "stack", None)
+    if stack is None:
+        stack = _passes.stack = []
+    stack.append((grads, [] if cut is None else cut, in_graph, live))
     try:
-        return _propagate_over(root, grads, targets, stop, order, live, in_graph)
+        return _propagate(root, grads, targets, stop, order, live, in_graph)
     finally:
-        graphs.pop()
+        stack.pop()
 
 
-def _propagate_over(root, grads, targets, stop, order, live, in_graph) -> list[Node | None]:
+def _propagate(root, grads, targets, stop, order, live, in_graph) -> list[Node | None]:
     hooks = len(GRAD_HOOKS) > 0
     for n in reversed(order):
         g = grads.get(id(n))

@@ -154,7 +154,13 @@ def _conv(tensors: list, params: tuple) -> Tensor:
         total,
         [x, weight],
         lambda g, x, w: conv_vjp(
-            g.reshape(out_shape), x, w, geometry, op, gathered, wanted_gradients(x, w)
+            g.reshape(out_shape),
+            x,
+            w,
+            geometry,
+            op,
+            gathered,
+            (gradient_wanted(x), gradient_wanted(w)),
         ),
         same_rule=True,  # an equal reduction is this convolution's
     )
@@ -209,7 +215,7 @@ def conv_vjp(
     """The convolution's own gradients: a transposed convolution for the input, a
     correlation of input windows with the output gradient for the weight. The derived
     gradient of the window view is correct but full of index divisions (tested equal).
-    A gradient not `wanted` (the input's and the weight's: `wanted_gradients`, no node the
+    A gradient not `wanted` (the input's and the weight's: `gradient_wanted`, no node the
     backward differentiates for lies below it, as a network's first layer's input) is None,
     and its graph is not built: building the input gradient's took about 0.4 ms of Python.
 
@@ -227,7 +233,7 @@ def conv_vjp(
     [[[[1.0, 2.0, 2.0, 1.0]]], [[[3.0, 3.0]]]]
     """
     x_shape, w_shape, pads, stride, dilation, groups, x_grad = geometry
-    dx_wanted, w_grad = wanted
+    dx_wanted, dw_wanted = wanted
     n = len(pads)
     batch, cin = x_shape[:2]
     cout, cin_g = w_shape[:2]
@@ -239,7 +245,7 @@ def conv_vjp(
         dx = None
         if dx_wanted:
             dx = transposed_by_phases(g, weight, x_shape, pads, stride, dilation, groups, op)
-        if not w_grad:
+        if not dw_wanted:
             return [dx, None]
         if not gathered:
             reads = window_reads(w_shape, stride, groups)
@@ -252,7 +258,7 @@ def conv_vjp(
         ones = (1,) * n
         return [dx, _weight_grad(g, cols, flat, ones, ones, groups, copied).reshape(w_shape)]
     if not dx_wanted:
-        return [None, _input_weight_grad(g, x, geometry, op, copied) if w_grad else None]
+        return [None, _input_weight_grad(g, x, geometry, op, copied) if dw_wanted else None]
     # input: correlate the stride-dilated gradient, padded "full", with the flipped weight
     gd = dilate(g, stride, n)
     tpads = []
@@ -266,7 +272,7 @@ def conv_vjp(
     g_reads = window_reads((cin, cout_g, *kernel), (1,) * n, groups)
     if (
         x_grad
-        and w_grad
+        and dw_wanted
         and copied
         and not pads_in_place(g, wt.shape, groups)  # (a depthwise one reads g's padding in place)
         and all(v == 1 for v in stride)
@@ -294,12 +300,7 @@ def conv_vjp(
         tpads = [(0, 0)] * n
     # (a backend that packs panels for its cores' caches, the CPU's, blocks channels too)
     dx = _blocked_correlate(gd, wt, tpads, dilation, groups, op, packs_panels(g.node.device))
-    return [dx, _input_weight_grad(g, x, geometry, op, copied) if w_grad else None]
-
-
-def wanted_gradients(x: Tensor, weight: Tensor) -> tuple[bool, bool]:
-    """Whether the backward being built needs the input's and the weight's gradients."""
-    return gradient_wanted(x), gradient_wanted(weight)
+    return [dx, _input_weight_grad(g, x, geometry, op, copied) if dw_wanted else None]
 
 
 def _input_weight_grad(g: Tensor, x: Tensor, geometry, op: str, copied: bool) -> Tensor:
@@ -325,20 +326,20 @@ def _blocked_correlate(
 ) -> Tensor:
     """The input gradient's correlation of `gd` with the flipped weight `wt`: one sum, or
     where its window rows overflow WINDOW_ROWS_BYTES (a 2-D convolution of 64 output
-    channels over 56-pixel rows: 44.5 KB), partial sums over blocks of the channels, each
+    channels over 64-pixel rows: 50.7 KB), partial sums over blocks of the channels, each
     added to the one before (the later ones in the same kernel as the add). Measured on
-    Zen 5 (64x32x56^2 -> 64 3x3, kernel alone): one sum over 64 channels 222 useful GFLOP/s,
-    over 32 (the forward's shape) 309-328; the input gradient's call 40 -> 33 ms. The sum
+    Zen 5 (64x32x56^2 -> 64 3x3, kernel alone, before its rows merged): one sum over 64
+    channels 222 useful GFLOP/s, over 32 309-328; the input gradient's call 40 -> 33 ms.
+    Rows whose tiles merge (`rows_merge`: 56 pixels) run faster in one sum, the same call
+    23.0 ms in two blocks and 20.2 in one, and are not blocked. The sum
     is then the blocks' sums added, not one sum in channel order: within float32 rounding
     of it (docs/NUMERICS.md)."""
     n = len(tpads)
     channels, kernel = wt.shape[1], wt.shape[2:]
     block = channels
-    # (rows whose tiles merge, `rows_merge`, run faster in one sum: 64x32x56^2 -> 64 3x3
-    # on Zen 5, the input gradient's call 23.0 ms in two blocks, 20.2 in one)
-    merged = rows_merge(gd.shape[-1] + sum(tpads[-1]) - dilation[-1] * (kernel[-1] - 1))
+    width = gd.shape[-1] + sum(tpads[-1])  # the padded row
+    merged = rows_merge(width - dilation[-1] * (kernel[-1] - 1))  # (the output row's)
     if n == 2 and groups == 1 and blocks and kernel[0] > 1 and not merged:
-        width = gd.shape[-1] + sum(tpads[-1])
         per_channel = kernel[0] * width * gd.dtype.itemsize
         while block % 2 == 0 and block * per_channel > WINDOW_ROWS_BYTES:
             block //= 2

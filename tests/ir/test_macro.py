@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pytest
+from _special_rows import special_rows
 
 import fusegrad as fg
 from fusegrad.ir import node as N
@@ -298,15 +299,10 @@ def test_a_large_row_softmax_at_special_rows_values_and_gradients(op):
     entries (probability 0, log -inf), with an inf (NaN, as torch) and a NaN; values and
     the input's gradient against torch where it is installed, else the float64 formula."""
     rows, cols = 2048, 1024
-    rng = np.random.default_rng(7)
-    x = rng.standard_normal((rows, cols)).astype(np.float32)
-    x[0] = 2.5
-    x[1] = -0.0
-    x[2] = np.where(np.arange(cols) % 2 == 0, 1.0, -1.0)
+    x, g = special_rows(rows, cols, 2.5, seed=7)
     x[3, :10] = -np.inf
     x[4, 3] = np.inf
     x[5, 9] = np.nan
-    g = rng.standard_normal((rows, cols)).astype(np.float32)
     xt = fg.tensor(x, requires_grad=True)
     y = getattr(xt, op)(1)
     (dx,) = fg.grad(y, [xt], grad_outputs=fg.tensor(g))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _special_rows import special_rows
 
 import fusegrad as fg
 import fusegrad.nn.functional as F
@@ -336,14 +337,9 @@ def test_a_large_layer_norm_at_special_rows_values_and_gradients():
     one with a NaN; values and the input's gradient against the float64 formula (biased
     variance, eps inside the root), and against torch where it is installed."""
     rows, cols = 2048, 1024
-    rng = np.random.default_rng(6)
-    x = rng.standard_normal((rows, cols)).astype(np.float32)
-    x[0] = 3.0
-    x[1] = -0.0
-    x[2] = np.where(np.arange(cols) % 2 == 0, 1.0, -1.0)
+    x, g = special_rows(rows, cols, 3.0, seed=6)
     x[3, 5] = np.inf
     x[4, 7] = np.nan
-    g = rng.standard_normal((rows, cols)).astype(np.float32)
     xt = fg.tensor(x, requires_grad=True)
     y = F.layer_norm(xt, (cols,))
     assert y.node.op.name == "MACRO"
