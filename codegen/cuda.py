@@ -27,10 +27,12 @@ from ..ir import rand
 from ..ir.dtypes import DType, float32
 from ..ir.ops import COMPARISON, Ops
 from ..ir.symbolic import FloorDiv, Lin, Mod, Var
+from . import gpu as gpu_map
 from .gpu import (
     HALF_MMA,
     MMA,
     MMA_WARPS,
+    STATIC_SHARED,
     TILE_THREADS,
     VECTOR,
     WARP,
@@ -66,6 +68,12 @@ from .optable import op_row
 PRELUDE = """\
 #if defined(__CUDACC__)
 #include <mma.h>
+#endif
+// a launch's dynamic shared memory, as bytes (the emulator's is a buffer of the launch's size)
+#if defined(FG_CUDA_EMULATOR)
+#define FG_DYNAMIC_SHARED(name) unsigned char* const name = fg_emu_dynamic_shared()
+#else
+#define FG_DYNAMIC_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
 #endif
 __device__ __forceinline__ float fg_max(float a, float b) { return (a != a || a > b) ? a : b; }
 __device__ __forceinline__ double fg_max(double a, double b) { return (a != a || a > b) ? a : b; }
@@ -174,7 +182,13 @@ HALF_PRELUDE = """\
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #endif
-__device__ __forceinline__ float fg_f32(__half h) { return __half2float(h); }
+// widened as the CPU kernels widen: a NaN keeps its sign and payload, quieted (the GPU's own
+// cvt.f32.f16 gives every NaN the bits 0x7fffffff)
+__device__ __forceinline__ float fg_f32(__half h) {
+  const unsigned b = __half_as_ushort(h);
+  const unsigned nan = (b & 0x8000u) << 16 | 0x7fc00000u | (b & 0x3ffu) << 13;
+  return (b & 0x7fffu) > 0x7c00u ? __int_as_float((int)nan) : __half2float(h);
+}
 __device__ __forceinline__ float fg_f32(__nv_bfloat16 h) { return __bfloat162float(h); }
 // rounded to nearest even; a NaN keeps its sign and the top of its payload, quieted, as the
 // CPU kernels round it (the GPU's own conversions give every NaN the bits 0x7fff)
@@ -353,18 +367,23 @@ PAD = 4  # floats after each staged row: rows stay 16-byte aligned for the 16-by
 WMMA = "nvcuda::wmma::"
 
 
-STATIC_SHARED = 48 * 1024  # the most a kernel's `__shared__` arrays may hold
 HALF_STAGES = 4  # at most this many buffers of staged steps on the 16-bit tensor cores
+HALF_MIN_BLOCKS = 1  # blocks per multiprocessor nvcc must leave registers for (__launch_bounds__)
 
 
-def _stages(c: Contraction) -> int:
+def _stages(c: Contraction, shared_limit: int = STATIC_SHARED) -> int:
     """Buffers of `kc` staged steps: 2 (double buffering), or on the 16-bit tensor cores as
-    many as fit in static shared memory, up to `HALF_STAGES` (the copies of the next
-    stages - 1 steps in flight while one is computed: 3 for the 128x128 tile, 4 for 64x64)."""
+    many as fit in `gpu.HALF_SHARED` and the device's `shared_limit` per block, up to
+    `HALF_STAGES` (the copies of the next stages - 1 steps in flight while one is computed;
+    the tile is chosen so that two fit: `gpu._tile_shape`)."""
     if not _staged_half(c):
         return 2
-    per_stage = sum(2 * rows * cols for rows, cols in _staged_shapes(c).values())
-    return max(2, min(HALF_STAGES, STATIC_SHARED // per_stage))
+    return max(2, min(HALF_STAGES, min(gpu_map.HALF_SHARED, shared_limit) // _stage_bytes(c)))
+
+
+def _stage_bytes(c: Contraction) -> int:
+    """The bytes of one buffer of a 16-bit contraction's staged steps, both sides."""
+    return sum(2 * rows * cols for rows, cols in _staged_shapes(c).values())
 
 
 def _staged_shapes(c: Contraction) -> dict[str, tuple[int, int]]:
@@ -386,12 +405,14 @@ class _Renderer:
     """Prints one launch of a `GpuKernel`: `part` is "all" (the whole kernel), or "partials"
     and "final" for the two passes of a split reduction."""
 
-    def __init__(self, gpu: GpuKernel, part: str = "all"):
+    def __init__(self, gpu: GpuKernel, part: str = "all", shared_limit: int = STATIC_SHARED):
         self.gpu, self.k, self.part = gpu, gpu.kernel, part
+        self.shared_limit = shared_limit  # the device's shared memory per block
         self.lines: list[str] = []
         self.types: dict[str, DType] = {}
         self.shared: list[str] = []
-        self.shared_bytes = 0
+        self.shared_bytes = 0  # static (`__shared__` arrays)
+        self.dynamic_bytes = 0  # dynamic (`FG_DYNAMIC_SHARED`), asked for at launch
         self.lane: int | None = None  # which lane of a vector group is being printed
         self.vector: set[int] = set()  # id() of the loads/stores moved VECTOR at a time
         self.vector_names: dict[int, str] = {}  # ... and the vector value each one uses
@@ -606,16 +627,26 @@ class _Renderer:
         16-bit tensor-core sides: up to `HALF_STAGES` buffers (`_stages`), rows unpadded but
         swizzled (`staged`), and a side contiguous along the reduction goes to
         `<side>_<value>[buffer][at][kk]` instead (`Contraction.k_inner`)."""
-        half, stages = _staged_half(c), _stages(c)
+        half, stages = _staged_half(c), _stages(c, self.shared_limit)
+        # past 48 KiB the staged buffers are carved from dynamic shared memory (the launch
+        # asks for it; the driver is told the kernel may use that much)
+        dynamic = half and stages * _stage_bytes(c) > STATIC_SHARED
+        if dynamic:
+            self.shared.append("  FG_DYNAMIC_SHARED(fg_dynamic);")
         for side, exports in (("a", c.a_exports), ("b", c.b_exports)):
             rows, cols = _staged_shapes(c)[side]
             for name, t in exports:
                 t_smem, pad = (mem_type(t), 0) if half else (t.cuda, PAD)
-                self.shared.append(
-                    f"  __shared__ __align__(32) {t_smem} "
-                    f"{side}_{name}[{stages}][{rows}][{cols + pad}];"
-                )
                 size = t.itemsize if half else _reg(t).itemsize
+                shape = f"[{stages}][{rows}][{cols + pad}]"
+                if dynamic:
+                    self.shared.append(
+                        f"  auto& {side}_{name} = *reinterpret_cast<{t_smem} (*){shape}>"
+                        f"(fg_dynamic + {self.dynamic_bytes});"
+                    )
+                    self.dynamic_bytes += -(-stages * rows * (cols + pad) * size // 128) * 128
+                    continue
+                self.shared.append(f"  __shared__ __align__(32) {t_smem} {side}_{name}{shape};")
                 self.shared_bytes += stages * rows * (cols + pad) * size
         if c.mma == "tf32":  # a warp's 16x16 outputs on their way to the epilogue
             warps = MMA_WARPS[0] * MMA_WARPS[1]
@@ -717,13 +748,13 @@ class _Renderer:
         self.line(d, "}")
 
     def stages_ahead(self, c: Contraction, d: int) -> None:
-        """The head of a 16-bit contraction's loop over its steps, `_stages(c)` = S buffers:
+        """The head of a 16-bit contraction's loop over its steps, `_stages` = S buffers:
         steps 0..S-2 are staged before it, one copy group each (`fg_copy_commit`, empty past
         the last step); at step kt, once group kt is complete (`fg_copy_wait<S - 2>`: all but
         the newest S - 2) and the block has passed the barrier, step kt + S - 1 is staged
         into the buffer step kt - 1 was read from (every thread is done with it: one
         barrier per step), then step kt is computed (the body the caller prints next)."""
-        kc, stages = c.kc, _stages(c)
+        kc, stages = c.kc, _stages(c, self.shared_limit)
         self.line(d, "#pragma unroll")
         self.line(d, f"for (int s = 0; s < {stages - 1}; ++s) {{")
         self.line(d + 1, "if (s < fg_steps) {")
@@ -1036,7 +1067,11 @@ class _Renderer:
             self.index_vars(gpu.outputs, "gid", 2)
             self.block(gpu.body, 2)
             self.line(1, "}")
-        head = f'extern "C" __global__ void {symbol}({", ".join(params)}) {{'
+        bounds = ""
+        if gpu.contraction is not None and _staged_half(gpu.contraction) and HALF_MIN_BLOCKS > 1:
+            threads = TILE_THREADS * TILE_THREADS
+            bounds = f"__launch_bounds__({threads}, {HALF_MIN_BLOCKS}) "
+        head = f'extern "C" __global__ void {bounds}{symbol}({", ".join(params)}) {{'
         # a CPU row kernel's scratch row (rendered here only for FUSEGRAD_DUMP's .cu view:
         # the GPU lowering makes none), each thread's own
         scratch = [f"  {mem_type(p.dtype)} {p.name}[{p.size}];" for p in self.k.scratch]
@@ -1170,14 +1205,18 @@ def lane_sums(red: Reduction) -> bool:
     )  # fmt: skip
 
 
-def cuda_kernel(kernel: Kernel, symbol: str, tf32: bool = False) -> CudaKernel:
+def cuda_kernel(
+    kernel: Kernel, symbol: str, tf32: bool = False, shared_limit: int = STATIC_SHARED
+) -> CudaKernel:
     """`kernel` as GPU code: its grid mapping (`codegen/gpu.py`), source and launches.
-    `tf32`: fp32 contractions may use tensor cores (`fg.backends.cuda.matmul.allow_tf32`)."""
-    gpu = map_to_gpu(kernel, tf32)
+    `tf32`: fp32 contractions may use tensor cores (`fg.backends.cuda.matmul.allow_tf32`);
+    `shared_limit`: the device's shared memory per block, dynamic included (a 16-bit
+    contraction stages more steps where it is larger than 48 KiB)."""
+    gpu = map_to_gpu(kernel, tf32, shared_limit)
     if gpu.split == 1:
-        r = _Renderer(gpu)
+        r = _Renderer(gpu, shared_limit=shared_limit)
         bodies = [r.render(symbol)]
-        launches = (CudaLaunch(symbol, gpu.grid_dims, gpu.block_dims),)
+        launches = (CudaLaunch(symbol, gpu.grid_dims, gpu.block_dims, r.dynamic_bytes),)
         scratch = []
     else:
         r, r2 = _Renderer(gpu, "partials"), _Renderer(gpu, "final")
@@ -1198,6 +1237,8 @@ def cuda_kernel(kernel: Kernel, symbol: str, tf32: bool = False) -> CudaKernel:
     )
 
 
-def render_cuda(kernel: Kernel, symbol: str, tf32: bool = False) -> str:
+def render_cuda(
+    kernel: Kernel, symbol: str, tf32: bool = False, shared_limit: int = STATIC_SHARED
+) -> str:
     """CUDA C text of `kernel`, its `__global__` function(s) named from `symbol`."""
-    return cuda_kernel(kernel, symbol, tf32).source
+    return cuda_kernel(kernel, symbol, tf32, shared_limit).source

@@ -90,6 +90,7 @@ SPLIT_ITEMS = 64  # elements per thread beyond which a long reduction splits ove
 SPLIT_MAX_OUTPUTS = 64  # only a reduction into at most this many outputs splits
 WARP_ROW_MAX = 1024  # reductions at most this long, into many outputs, take a warp each
 VECTOR = 4  # lanes of a 16-byte access of a 4-byte type
+STATIC_SHARED = 48 * 1024  # the most a kernel's `__shared__` arrays may hold
 
 
 @dataclass
@@ -213,9 +214,10 @@ def _row_loops(body: list) -> dict[int, set[int]]:
     }
 
 
-def map_to_gpu(kernel: Kernel, tf32: bool = False) -> GpuKernel:
+def map_to_gpu(kernel: Kernel, tf32: bool = False, shared_limit: int = STATIC_SHARED) -> GpuKernel:
     """Decide the grid mapping of `kernel` (see the module docstring). `tf32`: an fp32
-    contraction that is a plain sum of products may run on tensor cores (`Contraction.mma`)."""
+    contraction that is a plain sum of products may run on tensor cores (`Contraction.mma`);
+    `shared_limit`: the device's shared memory per block (a contraction's tile fits it)."""
     outputs, body = _output_loops(kernel.body)
     extent = math.prod(loop.extent for loop in outputs)
     reductions = {}
@@ -232,7 +234,7 @@ def map_to_gpu(kernel: Kernel, tf32: bool = False) -> GpuKernel:
     steps = longest // VECTOR if all(r.vector for r in reductions.values()) else longest
     block = min(MAX_BLOCK, _round_up(steps, WARP))
     gpu = GpuKernel(kernel, outputs, body, "block", block, min(extent, MAX_GRID), reductions)
-    gpu.contraction = _contraction(gpu, tf32) if reductions and not scatter else None
+    gpu.contraction = _contraction(gpu, tf32, shared_limit) if reductions and not scatter else None
     if gpu.contraction is not None:
         gpu.mode, gpu.block = "tile", TILE_THREADS * TILE_THREADS
         return gpu
@@ -398,6 +400,11 @@ MMA = 16  # a TF32 WMMA fragment is 16 x 16 outputs, 8 reduction steps (m16n16k8
 # read from shared memory by ldmatrix, `HALF_TILE_K` reduction steps staged at a time
 HALF_MMA = ("float16", "bfloat16")
 HALF_TILE_K = 32
+# a large 16-bit contraction's (ra, rb, kc): 128 x 256 outputs, 64 steps staged at a time, in
+# 2 buffers of 48 KiB (benchmarks/gpu_tiles.py's sweep on an H200: 0.32 of cuBLAS, against
+# 0.23 for 128 x 128 x 32 in 3 buffers), where the device gives a block that much
+HALF_TILE = (8, 16, 64)
+HALF_SHARED = 96 * 1024  # the most shared memory a 16-bit contraction's staging takes
 
 
 @dataclass
@@ -484,17 +491,25 @@ class Contraction:
         return math.prod(lp.extent for lp in self.c_loops)
 
 
-def _tile_shape(na: int, nb: int, nc: int, mma: str | None) -> tuple[int, int, int]:
+def _tile_shape(
+    na: int, nb: int, nc: int, mma: str | None, shared_limit: int = STATIC_SHARED
+) -> tuple[int, int, int]:
     """(ra, rb, kc): 128x128 tiles (8x8 per thread, 8 steps staged) where they still give
     every multiprocessor a block, else 64x64 (4x4, 16 steps), smaller sides smaller.
     Tensor cores take at least 32 x 64 (16 x 16 outputs per warp) and 16 steps (32 for
-    16-bit inputs: fewer barriers per mma)."""
+    16-bit inputs: fewer barriers per mma). A large 16-bit contraction takes `HALF_TILE`
+    where its sides fill it and two buffers of its steps fit the device's `shared_limit`."""
     big = na >= 128 and nb >= 128 and -(-na // 128) * -(-nb // 128) * nc >= SMS
 
     def regs(n: int) -> int:
         return 8 if big else 4 if n >= 64 else 2 if n >= 32 else 1
 
     ra, rb = regs(na), regs(nb)
+    ha, hb, hk = HALF_TILE
+    two_stages = 2 * 2 * 16 * (ha + hb) * hk  # bytes: two buffers of 16-bit steps
+    fits = two_stages <= min(HALF_SHARED, shared_limit)
+    if mma in HALF_MMA and big and fits and na >= 16 * ha and nb >= 16 * hb:
+        return HALF_TILE
     if mma:
         return max(ra, 2), max(rb, 4), HALF_TILE_K if mma in HALF_MMA else TILE_K
     return ra, rb, 8 if big else TILE_K
@@ -588,7 +603,9 @@ def _defs_and_uses(s) -> tuple[str | None, set[str], set]:
     return s.dst, names, {a for a in atoms if isinstance(a, Var)}
 
 
-def _contraction(gpu: GpuKernel, tf32: bool = False) -> Contraction | None:
+def _contraction(
+    gpu: GpuKernel, tf32: bool = False, shared_limit: int = STATIC_SHARED
+) -> Contraction | None:
     """The shared-memory tiling of a single reduction, if its terms split into two sides."""
     if len(gpu.reductions) != 1 or len(gpu.outputs) < 2:
         return None
@@ -640,7 +657,7 @@ def _contraction(gpu: GpuKernel, tf32: bool = False) -> Contraction | None:
 
     na, nb = math.prod(lp.extent for lp in a_loops), math.prod(lp.extent for lp in b_loops)
     mma = _mma_kind(red, best[2], tf32)
-    ra, rb, kc = _tile_shape(na, nb, math.prod(lp.extent for lp in c_loops), mma)
+    ra, rb, kc = _tile_shape(na, nb, math.prod(lp.extent for lp in c_loops), mma, shared_limit)
     return Contraction(
         red, a_loops, b_loops, consts, a_stmts, b_stmts, terms, a_exp, b_exp, prefix,
         epilogue, ra, rb, kk_fastest(a_stmts), kk_fastest(b_stmts), c_loops, kc,

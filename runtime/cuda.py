@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..codegen.cuda import cuda_kernel
+from ..codegen.cuda import STATIC_SHARED, cuda_kernel
 from ..codegen.lower import kernel_symbol
 from ..ir.dtypes import DType, uint8
 from . import cuda_emulator, cuda_graphs, forksafe, phases
@@ -117,6 +117,10 @@ class _PyCudaBackend:
         atexit.register(self.close)
         major, minor = drv.Device(0).compute_capability()
         self.arch = f"sm_{major}{minor}"
+        # shared memory a block may use, dynamic included, once a kernel opts in (functions)
+        self.shared_limit = drv.Device(0).get_attribute(
+            drv.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+        )
         self.stream = self.capture = None
         self.graphs = config.cuda_graphs and self._start_capture()
         self.description = f"{drv.Device(0).name()} ({self.arch})"
@@ -245,7 +249,14 @@ class _PyCudaBackend:
         """Each launch's function, prepared for `nargs` pointer arguments (PyCUDA's prepared
         calls skip the per-call argument inspection of a plain call)."""
         with self.active:
-            return [module.get_function(ln.symbol).prepare("P" * nargs) for ln in kernel.launches]
+            functions = []
+            for ln in kernel.launches:
+                fn = module.get_function(ln.symbol).prepare("P" * nargs)
+                if ln.shared_bytes > STATIC_SHARED:  # past 48 KiB a kernel must opt in
+                    attribute = self.drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES
+                    fn.set_attribute(attribute, ln.shared_bytes)
+                functions.append(fn)
+            return functions
 
     def launch(self, functions: list, launches, args: list) -> None:
         with self.active:
@@ -355,6 +366,7 @@ class _EmulatedBackend:
     name = "emulate"
     host_memory = True  # device buffers are CPU `Buffer`s (counted in buffer.live_buffers)
     count = 1
+    shared_limit = cuda_emulator.MAX_SHARED  # an H100's, so its kernels are the ones emulated
     description = "CUDA emulator on the CPU (FUSEGRAD_CUDA=emulate)"
 
     def __init__(self):
@@ -663,15 +675,16 @@ _modules_lock = forksafe.Lock()
 
 def symbol_of(loop) -> str:
     """The name a loop-IR kernel runs under on a CUDA device (its CUDA C's hash)."""
-    return kernel_symbol(cuda_kernel(loop, "KERNEL", config.allow_tf32).source, loop.name)
+    source = cuda_kernel(loop, "KERNEL", config.allow_tf32, backend().shared_limit).source
+    return kernel_symbol(source, loop.name)
 
 
 def compile_loop(loop) -> CompiledCudaKernel:
     """Render a loop-IR kernel as CUDA C and compile it for the current backend."""
+    b = backend()
     with phases.timed("render"):
         symbol = symbol_of(loop)
-        kernel = cuda_kernel(loop, symbol, config.allow_tf32)
-    b = backend()
+        kernel = cuda_kernel(loop, symbol, config.allow_tf32, b.shared_limit)
     t0 = time.perf_counter()
     with phases.timed("cuda"), _modules_lock:
         module = _modules.get((b.name, symbol))

@@ -5,7 +5,9 @@
 //
 // What CUDA provides, the smallest way that is still faithful for a kernel's correctness:
 // - every thread of a block is a real OS thread; blocks run one after another (so `__shared__`,
-//   which becomes `static`, is one copy per block, as on the GPU);
+//   which becomes `static`, is one copy per block, as on the GPU); a launch's dynamic shared
+//   memory (`extern __shared__` on the GPU) is `fg_emu_dynamic_shared()`, a buffer of the
+//   launch's size filled with 0xff bytes (a read of what no thread wrote is a NaN, not a 0);
 // - threadIdx/blockIdx/blockDim/gridDim are per thread (__thread: no C++ TLS wrappers);
 // - __syncthreads() is a real barrier (std::barrier) among the block's threads that have not
 //   returned;
@@ -64,7 +66,9 @@ uint64_t fg_emu_exchange(uint64_t value, unsigned from_linear);
 // publish `bytes` (at most FG_EMU_SLOT) for this thread, wait for the block, return the
 // block's table: thread t's bytes at table + t * FG_EMU_SLOT (valid until the next call)
 const unsigned char* fg_emu_share(const void* value, unsigned bytes);
-void fg_emu_launch(void (*entry)(void**), void** args, dim3 grid, dim3 block);
+void fg_emu_launch(void (*entry)(void**), void** args, dim3 grid, dim3 block, unsigned shared);
+// the launch's dynamic shared memory (`shared` bytes, 128-byte aligned; null when 0)
+unsigned char* fg_emu_dynamic_shared();
 }
 
 inline void __syncthreads() { fg_emu_syncthreads(); }
@@ -113,9 +117,12 @@ inline void __syncwarp(unsigned = 0xffffffffu) { fg_emu_syncthreads(); }
 // _Float16 (exact); bfloat16 in integers, as the CPU kernels do (a NaN stays a quiet NaN).
 struct __half { uint16_t x; };
 struct __nv_bfloat16 { uint16_t x; };
+// the GPU's widening (cvt.f32.f16) gives every NaN the bits 0x7fffffff
 inline float __half2float(__half h) {
+  if ((h.x & 0x7fffu) > 0x7c00u) return __int_as_float(0x7fffffff);
   _Float16 f; std::memcpy(&f, &h.x, 2); return (float)f;
 }
+inline unsigned short __half_as_ushort(__half h) { return h.x; }
 // the GPU's conversions (cvt.rn.f16.f32, cvt.rn.bf16.f32) give every NaN the bits 0x7fff
 inline __half __float2half_rn(float v) {
   if (v != v) return __half{(unsigned short)0x7fffu};

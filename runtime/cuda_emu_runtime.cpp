@@ -99,10 +99,19 @@ const int pool_fork_hook = pthread_atfork(nullptr, nullptr, forget_pool_in_child
 
 }  // namespace
 
+static unsigned char* dynamic_shared = nullptr;  // the running launch's (one launch at a time)
+extern "C" unsigned char* fg_emu_dynamic_shared() { return dynamic_shared; }
+
 // Run `entry(args)` over the grid: one OS thread per thread of a block, the blocks in turn.
-extern "C" void fg_emu_launch(void (*entry)(void**), void** args, dim3 grid, dim3 block) {
+extern "C" void fg_emu_launch(void (*entry)(void**), void** args, dim3 grid, dim3 block,
+                              unsigned shared) {
   static std::mutex one_launch_at_a_time;  // `__shared__` statics are one copy per kernel
   std::lock_guard<std::mutex> lock(one_launch_at_a_time);
+  // the dynamic shared memory: one buffer, reused block after block as the statics are
+  std::vector<unsigned char> dynamic(shared + 128, 0xff);
+  const auto at = reinterpret_cast<uintptr_t>(dynamic.data());
+  dynamic_shared =
+      shared ? reinterpret_cast<unsigned char*>((at + 127) & ~uintptr_t(127)) : nullptr;
   (void)pool_fork_hook;
   const unsigned nthreads = block.x * block.y * block.z;
   const unsigned long long nblocks = 1ULL * grid.x * grid.y * grid.z;

@@ -25,9 +25,9 @@ The interface mirrors PyCUDA's, so a runtime can hold either kind of module:
 
 Device memory is host memory here: a pointer argument is a numpy array, an
 object with an integer `ptr` (a fusegrad Buffer) or a raw address; a scalar
-argument is a number, converted to the parameter's C type. Dynamic shared
-memory (`extern __shared__`) is not provided: the renderer sizes its shared
-arrays statically, so `shared=` is accepted and must be 0.
+argument is a number, converted to the parameter's C type. `shared=` bytes of
+dynamic shared memory are what `fg_emu_dynamic_shared()` returns in the kernel
+(the GPU's `extern __shared__` array; codegen/cuda.py's `FG_DYNAMIC_SHARED`).
 """
 
 from __future__ import annotations
@@ -76,6 +76,7 @@ _KERNEL = re.compile(
     r"(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(([^)]*)\)"
 )
 _MAX_THREADS = 1024
+MAX_SHARED = 227 * 1024  # an H100's shared memory per block (dynamic, opted in)
 
 
 class EmulatorError(RuntimeError):
@@ -116,9 +117,9 @@ def _launchers(kernels: dict[str, list[str]]) -> str:
         unpack = ", ".join(f"*({t}*)a[{i}]" for i, t in enumerate(types))
         parts.append(
             f'extern "C" void fg_launch_{name}(void** args, unsigned gx, unsigned gy, '
-            "unsigned gz, unsigned bx, unsigned by, unsigned bz) {\n"
+            "unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared) {\n"
             f"  fg_emu_launch([](void** a) {{ {name}({unpack}); }}, args, "
-            "dim3{gx, gy, gz}, dim3{bx, by, bz});\n}"
+            "dim3{gx, gy, gz}, dim3{bx, by, bz}, shared);\n}"
         )
     return "\n".join(parts)
 
@@ -231,7 +232,7 @@ class EmulatedModule:
             raise EmulatorError(f"no kernel {symbol!r}; the module has {sorted(self.kernels)}")
         entry = getattr(self.library, f"fg_launch_{symbol}")
         entry.restype = None
-        entry.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 6
+        entry.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7
         return EmulatedFunction(symbol, self.kernels[symbol], entry)
 
 
@@ -315,8 +316,8 @@ class EmulatedFunction:
                 f"{self.symbol} takes {len(self.types)} arguments ({', '.join(self.types)}), "
                 f"got {len(args)}"
             )
-        if shared:
-            raise EmulatorError("dynamic shared memory (shared=) is not emulated")
+        if not 0 <= shared <= MAX_SHARED:
+            raise EmulatorError(f"shared={shared}: at most {MAX_SHARED} bytes of shared memory")
         grid, block = _dims(grid, "grid"), _dims(block, "block")
         if block[0] * block[1] * block[2] > _MAX_THREADS or block[2] > 64:
             raise EmulatorError(f"block={block}: at most {_MAX_THREADS} threads (z at most 64)")
@@ -340,4 +341,4 @@ class EmulatedFunction:
         )
         if config.emu_guard:
             _guard(self.symbol)
-        self.entry(pointers, *grid, *block)
+        self.entry(pointers, *grid, *block, shared)

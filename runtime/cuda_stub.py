@@ -27,8 +27,13 @@ from libcuda's entry points through ctypes (runtime/cuda_graphs.py), which
 from __future__ import annotations
 
 import struct
+import types
 
 import numpy as np
+
+# shared memory per block a kernel may opt in to, by compute capability (the CUDA guide's table)
+SHARED_OPTIN = {(7, 0): 96 * 1024, (7, 5): 64 * 1024, (8, 0): 163 * 1024, (8, 6): 99 * 1024,
+                (8, 9): 99 * 1024, (9, 0): 227 * 1024}  # fmt: skip
 
 
 class StubDriver:
@@ -74,6 +79,11 @@ class StubDriver:
             def compute_capability(self) -> tuple[int, int]:
                 return driver.arch
 
+            def get_attribute(self, attribute: str) -> int:
+                if attribute != "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN":
+                    raise NotImplementedError(f"the stub driver has no {attribute}")
+                return SHARED_OPTIN.get(driver.arch, 48 * 1024)
+
             def name(self) -> str:
                 return "stub GPU (no kernel runs)"
 
@@ -83,6 +93,13 @@ class StubDriver:
                 driver.synchronizes += 1
 
         self.Device, self.Context = Device, Context
+        # PyCUDA's enums, by name
+        self.device_attribute = types.SimpleNamespace(
+            MAX_SHARED_MEMORY_PER_BLOCK_OPTIN="MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"
+        )
+        self.function_attribute = types.SimpleNamespace(
+            MAX_DYNAMIC_SHARED_SIZE_BYTES="MAX_DYNAMIC_SHARED_SIZE_BYTES"
+        )
         self.MemoryError = type("MemoryError", (Exception,), {})
         base = _CapturingStream if graphs else _Stream
 
@@ -150,11 +167,15 @@ class _Function:
 
     def __init__(self, driver: StubDriver, name: str):
         self.driver, self.name, self.arg_format = driver, name, ""
+        self.attributes: dict[str, int] = {}  # set_attribute's (the dynamic shared memory)
 
     def prepare(self, arg_types: str) -> _Function:
         self.driver.prepares += 1
         self.arg_format = arg_types
         return self
+
+    def set_attribute(self, attribute: str, value: int) -> None:
+        self.attributes[attribute] = value
 
     def prepared_call(self, grid, block, *args, shared_size: int = 0) -> None:
         self.driver.packs += 1

@@ -116,6 +116,14 @@ def test_tile_shapes_by_problem_size():
     # 16-bit inputs: 32 steps staged at a time (two k16 rounds of mma per barrier)
     assert gpu._tile_shape(4096, 4096, 1, "bfloat16") == (8, 8, 32)
     assert gpu._tile_shape(20, 20, 1, "float16") == (2, 4, 32)
+    # ... and where the device gives a block 96 KiB of shared memory (an H100's 227, an
+    # A100's 163, 99 on sm_86 and sm_89), a large one takes 128 x 256 outputs, 64 steps in
+    # two buffers; not where it gives 64 KiB (sm_75), nor where a side is narrower
+    assert gpu._tile_shape(4096, 4096, 1, "bfloat16", 227 * 1024) == (8, 16, 64)
+    assert gpu._tile_shape(4096, 4096, 1, "float16", 99 * 1024) == (8, 16, 64)
+    assert gpu._tile_shape(4096, 4096, 1, "float16", 64 * 1024) == (8, 8, 32)
+    assert gpu._tile_shape(16384, 200, 1, "bfloat16", 227 * 1024) == (8, 8, 32)
+    assert gpu._tile_shape(4096, 4096, 1, "tf32", 227 * 1024) == (8, 8, 16)
 
 
 def test_vector_copies_where_the_layout_allows():
@@ -308,6 +316,45 @@ def test_the_16bit_128x128_tile(monkeypatch):
 
 
 @pytest.mark.usefixtures("emulated")
+@pytest.mark.parametrize("dtype", list(HALVES))
+def test_the_16bit_128x256_tile_in_dynamic_shared_memory(monkeypatch, dtype):
+    # 64 x 64 outputs per warp, 64 steps staged in two buffers of 48 KiB: past the 48 KiB of
+    # static shared memory, so carved from the launch's dynamic shared memory; the emulated
+    # device gives a block an H100's 227 KiB, as the GPU does. Ragged at every edge (130 x
+    # 136 x 260: a partial step of 8, a tile cut in both directions), with special values:
+    # a row of zeros, a NaN that takes its whole row, an infinity times positive values
+    monkeypatch.setattr(gpu, "SMS", 1)
+    a, b = rand16(dtype, 130, 136), rand16(dtype, 136, 260)
+    a[0] = 0
+    a[1, 3] = np.nan
+    a[2, 4], b[4] = np.inf, 1
+    a[3] = -0.0
+    expr = fg.from_numpy(a) @ fg.from_numpy(b)
+    c = gpu.map_to_gpu(_lowered(expr), shared_limit=227 * 1024).contraction
+    assert (c.ra, c.rb, c.kc) == (8, 16, 64)
+    k = cuda_kernel(_lowered(expr), "k", shared_limit=227 * 1024)
+    storage = {"float16": "__half", "bfloat16": "__nv_bfloat16"}[dtype]
+    assert "FG_DYNAMIC_SHARED(fg_dynamic);" in k.source
+    assert f"auto& a_v1 = *reinterpret_cast<{storage} (*)[2][128][64]>(fg_dynamic + 0);" in k.source
+    assert f"auto& b_v2 = *reinterpret_cast<{storage} (*)[2][64][256]>(fg_dynamic + 32768);" in (
+        k.source
+    )
+    assert "float acc1_frag[4][8][4];" in k.source and "fg_copy_wait<0>();" in k.source
+    assert k.launches[0].shared_bytes == 96 * 1024 and k.static_shared_bytes == 0
+    assert k.grid == (2, 2, 1)
+    # a device of 48 KiB gets the static 128 x 128 tile
+    small = cuda_kernel(_lowered(expr), "k")
+    assert "FG_DYNAMIC_SHARED" not in small.source[small.source.index('extern "C"') :]
+    assert small.launches[0].shared_bytes == 0
+    got = fg.tensor(a, device="cuda") @ fg.tensor(b, device="cuda")
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    g = _as_f32(got)
+    assert (g[0] == 0).all() and (g[3] == 0).all()
+    assert np.isnan(g[1]).all() and (g[2] == np.inf).all()
+    _check_16bit(dtype, fg.from_numpy(g[4:].astype(HALVES[dtype])), want[4:])
+
+
+@pytest.mark.usefixtures("emulated")
 def test_a_16bit_gemm_with_a_fused_epilogue_on_the_emulator():
     a, b, bias = rand16("float16", 70, 48), rand16("float16", 48, 90), rand16("float16", 90)
     y = (fg.from_numpy(a) @ fg.from_numpy(b) + fg.from_numpy(bias)).relu()
@@ -398,6 +445,10 @@ def sgemm_ptx(tmp_path_factory):
         runtime_cuda.reset()
         x, y = (fg.tensor(np.ones((4096, 4096), ml_dtypes.bfloat16), device="cuda") for _ in "xy")
         kernels["bfloat16_4096"] = kernel_of(x @ y)
+        # where the device gives a block 96 KiB (sm_80 and sm_90 do): 128 x 256 outputs, 64
+        # steps in two buffers of dynamic shared memory, 64 x 64 outputs per warp
+        (item,) = schedule([(x @ y).node], engine.has_value_predicate())
+        kernels["bfloat16_big"] = cuda_kernel(lower(item, tile=False), "k", False, 227 * 1024)
     runtime_cuda.reset()
     assert kernels["bfloat16_4096"].grid == (32, 32, 1)
     assert "fg_copy16_async(&b_" in kernels["bfloat16_4096"].source
@@ -421,7 +472,7 @@ def _entries(ptx_text: str) -> dict[str, str]:
 def test_sgemm_ptx(sgemm_ptx, arch):
     text, report = sgemm_ptx[arch]
     entries = _entries(text)
-    names = ("nn", "tn", "nt", "tf32", "bfloat16", "bfloat16_4096")
+    names = ("nn", "tn", "nt", "tf32", "bfloat16", "bfloat16_4096", "bfloat16_big")
     assert {f"sgemm_{n}" for n in names} <= set(entries)
     for symbol, body in entries.items():
         assert ".local" not in body, f"{symbol} uses local memory"
@@ -430,14 +481,20 @@ def test_sgemm_ptx(sgemm_ptx, arch):
         assert re.search(r"ld\.global\.nc\.v4\.f32", entries[f"sgemm_{name}"]), name
     # a side contiguous along its outputs goes global -> shared asynchronously (and a 16-bit
     # side contiguous along the reduction too: staged [at][kk])
-    for name in ("nn", "tn", "tf32", "bfloat16", "bfloat16_4096"):
+    for name in ("nn", "tn", "tf32", "bfloat16", "bfloat16_4096", "bfloat16_big"):
         assert "cp.async.cg.shared.global" in entries[f"sgemm_{name}"], name
         assert "cp.async.wait_group" in entries[f"sgemm_{name}"], name
     mma = re.compile(r"\b(w?mma\.\S*sync\S*)")
     tf32_ops = mma.findall(entries["sgemm_tf32"])
     assert tf32_ops and all(".tf32" in op for op in tf32_ops), tf32_ops
     # bfloat16 inputs, fp32 accumulators: warp-level mma.sync fed by ldmatrix, no WMMA
-    for name, per_step in (("bfloat16", 2 * 2 * 2), ("bfloat16_4096", 2 * 4 * 4)):
+    # the big tile's staging is the dynamic shared memory the launch asks for
+    assert ".extern .shared .align 128 .b8 fg_dynamic[]" in text
+    for name, per_step in (
+        ("bfloat16", 2 * 2 * 2),
+        ("bfloat16_4096", 2 * 4 * 4),
+        ("bfloat16_big", 4 * 4 * 8),
+    ):
         body = entries[f"sgemm_{name}"]
         ops = mma.findall(body)
         want = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"

@@ -17,6 +17,7 @@ import os
 import re
 import sys
 
+import ml_dtypes
 import numpy as np
 import pytest
 from _emulated import ON_GPU, emulated  # noqa: F401  (a fixture)
@@ -464,6 +465,23 @@ def test_a_nan_rounded_to_16_bits_has_the_cpus_bits(dtype):
     assert stored.tolist() == on_cpu.tolist()
     assert inside._host().view(np.uint16).tolist() == on_cpu.tolist()
     assert (on_cpu[:5] >> 15).tolist() == [0, 0, 1, 0, 1]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_16bit_nan_widened_has_the_cpus_bits(dtype):
+    """The GPU's widening of a float16 NaN (cvt.f32.f16) gives 0x7fffffff whatever its sign
+    and payload (the emulator does the same; an H200 showed it, as every NaN rounded back
+    to float16 came out 0x7fff); the kernels widen as the CPU does: sign and payload kept,
+    a signaling NaN quieted. Infinities, -0.0 and the largest finite value as they are."""
+    bits = {
+        "float16": [0x7C01, 0xFE05, 0x7E00, 0x7FFF, 0xFC00, 0x8000, 0x7BFF, 0x0001],
+        "bfloat16": [0x7F81, 0xFFC5, 0x7FC0, 0x7FFF, 0xFF80, 0x8000, 0x7F7F, 0x0001],
+    }[dtype]
+    h = np.array(bits, np.uint16).view(np.float16 if dtype == "float16" else ml_dtypes.bfloat16)
+    on_cpu = fg.tensor(h, device="cpu").float()._host().view(np.uint32)
+    on_gpu = fg.tensor(h, device="cuda").float()._host().view(np.uint32)
+    assert on_gpu.tolist() == on_cpu.tolist()
+    assert (on_cpu[:5] >> 31).tolist() == [0, 1, 0, 0, 1]  # the signs
 
 
 def test_profile_times_each_kernel_of_a_cached_plan():

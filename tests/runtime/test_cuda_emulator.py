@@ -59,6 +59,19 @@ extern "C" __global__ void early_return(int* out, long long n) {
   out[i] += next;
 }
 
+extern "C" __global__ void dynamic_reverse(float* out, const float* x, int n) {
+  // a block's values through dynamic shared memory (as codegen/cuda.py's FG_DYNAMIC_SHARED
+  // carves it), read back reversed; first what the launch left in it
+  unsigned char* const smem = fg_emu_dynamic_shared();
+  float* const buf = reinterpret_cast<float*>(smem);
+  if (threadIdx.x == 0) out[2 * n] = (float)((uintptr_t)smem % 128);
+  out[n + threadIdx.x] = buf[threadIdx.x];
+  __syncthreads();
+  buf[threadIdx.x] = x[threadIdx.x];
+  __syncthreads();
+  out[threadIdx.x] = buf[n - 1 - threadIdx.x];
+}
+
 extern "C" __global__ void scalars(double* out, float a, long long b, int c, unsigned char d) {
   out[0] = a; out[1] = (double)b; out[2] = c; out[3] = d;
   out[4] = __int_as_float(0x3f800000); out[5] = expf(1.0f); out[6] = __longlong_as_double(0);
@@ -109,6 +122,18 @@ def test_returned_threads_leave_the_barrier(module):
     module.get_function("early_return")(out, 40, block=(64,))
     np.testing.assert_array_equal(out[:40], 2)
     np.testing.assert_array_equal(out[40:], 0)
+
+
+def test_dynamic_shared_memory_is_the_launchs(module):
+    n = 100
+    x = np.arange(n, dtype=np.float32)
+    out = np.zeros(2 * n + 1, np.float32)
+    module.get_function("dynamic_reverse")(out, x, np.int32(n), block=(n,), shared=4 * n)
+    np.testing.assert_array_equal(out[:n], x[::-1])
+    # what no thread wrote reads as NaN (0xff bytes), not as a 0 that could pass for data
+    assert np.isnan(out[n : 2 * n]).all() and out[2 * n] == 0  # 128-byte aligned
+    with pytest.raises(EmulatorError, match="at most 232448 bytes of shared memory"):
+        module.get_function("dynamic_reverse")(out, x, np.int32(n), block=(n,), shared=2**20)
 
 
 def test_scalar_arguments_take_the_parameter_types(module):

@@ -247,3 +247,28 @@ def test_a_training_loop_settles_on_graph_replays_where_the_driver_captures(jit)
             step().item()
         assert drv.launches == kernels and drv.graph_launches - graphs == 4
         assert drv.captures == 2  # one graph per set of addresses
+
+
+@pytest.mark.parametrize(
+    "arch, dynamic, grid",
+    [((9, 0), 96 * 1024, (8, 16, 1)), ((8, 6), 96 * 1024, (8, 16, 1)),
+     ((7, 5), 64 * 1024, (16, 16, 1)), ((6, 1), 0, (16, 16, 1))],
+)  # fmt: skip
+def test_a_kernel_past_48_kib_of_shared_memory_opts_in_and_asks_for_it(arch, dynamic, grid):
+    # a large 16-bit matmul stages its steps in dynamic shared memory where the device
+    # allows a block more than 48 KiB (the driver must be told before the first launch, else
+    # the launch fails): 128 x 256 outputs, two buffers of 64 steps in 96 KiB; 128 x 128 in
+    # four buffers of 32 in 64 KiB (sm_75); in 48 KiB, three buffers of static shared memory
+    drv = StubDriver(arch=arch, log=True)
+    with runtime_cuda.use_driver(drv):
+        a, b = (fg.ones(2048, 2048, device="cuda").to(fg.bfloat16).realize() for _ in "ab")
+        drv.ran.clear()
+        out = (a @ b).realize()
+        compiled = engine.value(out.node).kernels[-1].compiled
+        (fn,) = compiled.functions
+        ((name, _, block, _, shared),) = drv.ran
+        assert name == compiled.symbol and block == (16, 16, 1) and shared == dynamic
+        assert drv.ran[0][1] == grid
+        opted = {"MAX_DYNAMIC_SHARED_SIZE_BYTES": dynamic} if dynamic else {}
+        assert fn.attributes == opted
+        assert ("FG_DYNAMIC_SHARED(fg_dynamic)" in compiled.source) == bool(dynamic)
