@@ -71,6 +71,8 @@ def split_lanes(e: Lin, t, lanes: int) -> tuple[Lin, int, int] | None:
     (True, 56, 2)
     >>> split_lanes(p % 56 + (p // 56) * 58, t, 64) is None  # a row shorter than the lanes
     True
+    >>> split_lanes((p + p // 3) % 56, t, 16) is None  # lanes that do not step by 1
+    True
     """
     inner = [(a, k) for a, k in e.terms if isinstance(a, (FloorDiv, Mod)) and t in a.x.atoms()]
     if not inner:
@@ -78,7 +80,8 @@ def split_lanes(e: Lin, t, lanes: int) -> tuple[Lin, int, int] | None:
     x, d = inner[0][0].x, inner[0][0].c
     if any(a.x != x or a.c != d for a, _ in inner) or d < lanes:
         return None
-    if x.coef(t) != 1 or any(t in a.atoms() for a, _ in x.terms if isinstance(a, (FloorDiv, Mod))):
+    nested = (a for a, _ in x.terms if isinstance(a, (FloorDiv, Mod)))
+    if x.coef(t) != 1 or any(t in a.x.atoms() for a in nested):
         return None
     div = sum(k for a, k in inner if isinstance(a, FloorDiv))
     mod = sum(k for a, k in inner if isinstance(a, Mod))
