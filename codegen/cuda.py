@@ -383,7 +383,7 @@ def _stages(c: Contraction, shared_limit: int = STATIC_SHARED) -> int:
 
 def _stage_bytes(c: Contraction) -> int:
     """The bytes of one buffer of a 16-bit contraction's staged steps, both sides."""
-    return sum(2 * rows * cols for rows, cols in _staged_shapes(c).values())
+    return gpu_map.half_stage_bytes(c.ra, c.rb, c.kc)
 
 
 def _staged_shapes(c: Contraction) -> dict[str, tuple[int, int]]:

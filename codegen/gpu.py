@@ -491,6 +491,12 @@ class Contraction:
         return math.prod(lp.extent for lp in self.c_loops)
 
 
+def half_stage_bytes(ra: int, rb: int, kc: int) -> int:
+    """The bytes of one buffer of a 16-bit contraction's staged steps: kc steps of both
+    sides' (16 ra) + (16 rb) values, 2 bytes each."""
+    return 2 * TILE_THREADS * (ra + rb) * kc
+
+
 def _tile_shape(
     na: int, nb: int, nc: int, mma: str | None, shared_limit: int = STATIC_SHARED
 ) -> tuple[int, int, int]:
@@ -505,11 +511,10 @@ def _tile_shape(
         return 8 if big else 4 if n >= 64 else 2 if n >= 32 else 1
 
     ra, rb = regs(na), regs(nb)
-    ha, hb, hk = HALF_TILE
-    two_stages = 2 * 2 * 16 * (ha + hb) * hk  # bytes: two buffers of 16-bit steps
-    fits = two_stages <= min(HALF_SHARED, shared_limit)
-    if mma in HALF_MMA and big and fits and na >= 16 * ha and nb >= 16 * hb:
-        return HALF_TILE
+    ha, hb, _ = HALF_TILE
+    if mma in HALF_MMA and big and na >= 16 * ha and nb >= 16 * hb:
+        if 2 * half_stage_bytes(*HALF_TILE) <= min(HALF_SHARED, shared_limit):
+            return HALF_TILE
     if mma:
         return max(ra, 2), max(rb, 4), HALF_TILE_K if mma in HALF_MMA else TILE_K
     return ra, rb, 8 if big else TILE_K

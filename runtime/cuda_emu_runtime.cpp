@@ -108,7 +108,7 @@ extern "C" void fg_emu_launch(void (*entry)(void**), void** args, dim3 grid, dim
   static std::mutex one_launch_at_a_time;  // `__shared__` statics are one copy per kernel
   std::lock_guard<std::mutex> lock(one_launch_at_a_time);
   // the dynamic shared memory: one buffer, reused block after block as the statics are
-  std::vector<unsigned char> dynamic(shared + 128, 0xff);
+  std::vector<unsigned char> dynamic(shared ? shared + 128 : 0, 0xff);
   const auto at = reinterpret_cast<uintptr_t>(dynamic.data());
   dynamic_shared =
       shared ? reinterpret_cast<unsigned char*>((at + 127) & ~uintptr_t(127)) : nullptr;

@@ -322,13 +322,16 @@ def test_the_16bit_128x256_tile_in_dynamic_shared_memory(monkeypatch, dtype):
     # static shared memory, so carved from the launch's dynamic shared memory; the emulated
     # device gives a block an H100's 227 KiB, as the GPU does. Ragged at every edge (130 x
     # 136 x 260: a partial step of 8, a tile cut in both directions), with special values:
-    # a row of zeros, a NaN that takes its whole row, an infinity times positive values
+    # a row of zeros, a NaN that takes its whole row, an infinity times positive values, a
+    # row of -0.0, and rows of +1 and -1 in the last (partial) step that pick B's last row
     monkeypatch.setattr(gpu, "SMS", 1)
     a, b = rand16(dtype, 130, 136), rand16(dtype, 136, 260)
     a[0] = 0
     a[1, 3] = np.nan
     a[2, 4], b[4] = np.inf, 1
     a[3] = -0.0
+    a[5:7] = 0
+    a[5, 135], a[6, 135] = 1, -1
     expr = fg.from_numpy(a) @ fg.from_numpy(b)
     c = gpu.map_to_gpu(_lowered(expr), shared_limit=227 * 1024).contraction
     assert (c.ra, c.rb, c.kc) == (8, 16, 64)
@@ -350,8 +353,28 @@ def test_the_16bit_128x256_tile_in_dynamic_shared_memory(monkeypatch, dtype):
     want = a.astype(np.float64) @ b.astype(np.float64)
     g = _as_f32(got)
     assert (g[0] == 0).all() and (g[3] == 0).all()
+    assert not np.signbit(g[3]).any()  # -0.0 times anything, summed from +0: +0, as PyTorch's
     assert np.isnan(g[1]).all() and (g[2] == np.inf).all()
+    last = b[135].astype(np.float32)
+    np.testing.assert_array_equal(g[5], last)  # exact: one product, no rounding
+    np.testing.assert_array_equal(g[6], -last)
     _check_16bit(dtype, fg.from_numpy(g[4:].astype(HALVES[dtype])), want[4:])
+
+
+@pytest.mark.usefixtures("emulated")
+def test_registers_for_two_16bit_blocks_a_multiprocessor(monkeypatch):
+    # `cuda.HALF_MIN_BLOCKS` (benchmarks/gpu_tiles.py's fifth number): nvcc is told to leave
+    # registers for that many blocks; the kernel computes the same
+    from fusegrad.codegen import cuda
+
+    monkeypatch.setattr(cuda, "HALF_MIN_BLOCKS", 2)
+    a, b = rand16("float16", 40, 48), rand16("float16", 48, 72)
+    k = kernel_of(fg.from_numpy(a) @ fg.from_numpy(b))
+    assert 'extern "C" __global__ void __launch_bounds__(256, 2) k(' in k.source
+    x = fg.from_numpy(np.ones((40, 48), np.float32))
+    assert "__launch_bounds__" not in kernel_of(x @ x.T).source  # fp32: not a 16-bit one
+    got = fg.tensor(a, device="cuda") @ fg.tensor(b, device="cuda")
+    _check_16bit("float16", got, a.astype(np.float64) @ b.astype(np.float64))
 
 
 @pytest.mark.usefixtures("emulated")
