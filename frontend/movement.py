@@ -396,7 +396,8 @@ def _stride_node(node, steps):
 
 @autocast_op("cat")
 def cat(tensors, dim: int = 0):
-    """Join tensors along an existing axis (as torch.cat): each is padded, then added."""
+    """Join tensors along an existing axis (as torch.cat): each is padded to the whole and
+    chosen where it lies, its bits as they are."""
     tensors = list(tensors)
     if not tensors:
         fail(ShapeError, "cat", "expected a non-empty list of tensors")
@@ -423,13 +424,19 @@ def cat(tensors, dim: int = 0):
     dtype = first.dtype
     for t in tensors:
         dtype = promote(dtype, t.dtype)
+    # each piece padded to the whole and chosen where it lies (a WHERE, not an add: a
+    # piece's -0.0 plus the others' +0.0 padding was +0.0, where torch.cat copies it)
     for t in tensors:
         pads = [(0, 0)] * first.ndim
         pads[d] = (offset, total - offset - t.shape[d])
         offset += t.shape[d]
         piece = t.cast(dtype)
-        piece = piece._make(N.pad(piece.node, tuple(pads)))
-        out = piece if out is None else out + piece
+        padded = piece._make(N.pad(piece.node, tuple(pads)))
+        if out is None:
+            out = padded
+            continue
+        inside = N.pad(N.const(True, t.shape, bool_, piece.node.device), tuple(pads))
+        out = padded._make(N.where(inside, padded.node, out.node), out)
     return out
 
 

@@ -152,3 +152,51 @@ def test_other_sums_are_unchanged(dtype):
     rows = fg.tensor(np.array([[NEG0, -1.0, 3.0], [inf, 1.0, NEG0]], dtype=dtype))
     np.testing.assert_array_equal(rows.cumsum(1).numpy(), [[0.0, -1.0, 2.0], [inf, inf, inf]])
     assert np.signbit(rows.cumsum(1).numpy()[0, 0]) == 0  # torch: 0.0 + -0.0
+
+
+# (name, shapes of the pieces, axis, stack?): torch.cat and torch.stack copy each piece,
+# -0.0 and NaNs of either sign as they are
+JOINS = [
+    ("cat_two", [(3,), (2,)], 0, False),
+    ("cat_rows", [(2, 5), (3, 5), (1, 5)], 0, False),
+    ("cat_columns", [(4, 3), (4, 17)], 1, False),
+    ("cat_long", [(1000,), (37,)], 0, False),
+    ("stack_last", [(3, 40), (3, 40)], -1, True),
+    ("stack_first", [(2, 2), (2, 2), (2, 2)], 0, True),
+]
+SPECIAL = np.array([NEG0, 0.0, -1.0, 1.0, np.inf, -np.inf, np.nan, -np.nan], np.float32)
+
+
+@pytest.mark.backend_slice
+@pytest.mark.parametrize("dtype", DTYPES + ["float16", "bfloat16"])
+@pytest.mark.parametrize(
+    ("shapes", "axis", "stacked"), [pytest.param(*j[1:], id=j[0]) for j in JOINS]
+)
+def test_cat_and_stack_keep_negative_zero_and_nan_signs(shapes, axis, stacked, dtype):
+    """A cat is its pieces padded and added. Padded with +0.0, -0.0 + +0.0 gave +0.0 (and
+    -0.0 in kernels where LLVM folded the add): fusegrad's cat of [-0.0] and anything was
+    +0.0. Each piece's bits come through, -0.0 and the NaNs' signs included, and the
+    gradient of each piece is its slice of the output's."""
+    pieces = [np.resize(SPECIAL, s) * np.float32(k + 1) for k, s in enumerate(shapes)]
+    tensors = [fg.tensor(p, requires_grad=True).to(getattr(fg, dtype)) for p in pieces]
+    join = fg.stack if stacked else fg.cat
+    out = join(tensors, axis)
+    want = (np.stack if stacked else np.concatenate)(pieces, axis)
+    got = out.float().numpy()
+    np.testing.assert_array_equal(got, want)  # (NaN where NaN)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    g = np.resize(SPECIAL[::-1], want.shape).astype(np.float32)
+    grads = fg.grad(out, tensors, grad_outputs=fg.tensor(g).to(getattr(fg, dtype)))
+    parts = (
+        [np.take(g, k, axis) for k in range(len(pieces))]
+        if stacked
+        else np.split(g, np.cumsum([s[axis] for s in shapes])[:-1], axis)
+    )
+    for grad, part in zip(grads, parts):
+        np.testing.assert_array_equal(grad.float().numpy(), part)
+        np.testing.assert_array_equal(np.signbit(grad.float().numpy()), np.signbit(part))
+    torch = _torch()
+    if torch is not None:
+        tp = [torch.tensor(p) for p in pieces]
+        t = (torch.stack if stacked else torch.cat)(tp, axis).numpy()
+        np.testing.assert_array_equal(np.signbit(t), np.signbit(want))
