@@ -47,11 +47,18 @@ from .loopir import (
     Select,
     Store,
 )
-from .peel import guards_taps, peel_guarded_loops, peel_padded_outputs, unrolled_by_period
+from .peel import (
+    guards_taps,
+    peel_guarded_loops,
+    peel_padded_outputs,
+    split_phases,
+    unrolled_by_period,
+)
 from .tiling import (
     MAX_ROW_PERIOD,
     PANEL_CACHE_BYTES,
     RAGGED_16_FROM,
+    ROWS_MERGE_FROM,
     SHUFFLED_LANE_STEPS,
     TILE_COLS,
     row_period,
@@ -1304,8 +1311,9 @@ def lower(
             chosen = Tile(None, lanes, row, count, lanes=True, cascade=True)
             return _Lowerer(item, state["out"], state["red"], chosen).lower()
         return _Lowerer(item, state["out"], state["red"], cascade_lanes=lanes).lower()
-    # a padded copy's edges guarded, its interior a plain copy for the CPU's vectorizer
-    return peel_padded_outputs(plain) if tile and red is None else plain
+    # an interleave split into its phases; a padded copy's edges guarded, its interior a
+    # plain copy for the CPU's vectorizer
+    return peel_padded_outputs(split_phases(plain)) if tile and red is None else plain
 
 
 def _rows_merged(item: ScheduleItem, out_groups, red_groups, lowered_with) -> list | None:
@@ -1322,7 +1330,7 @@ def _rows_merged(item: ScheduleItem, out_groups, red_groups, lowered_with) -> li
     inner = math.prod(shape[a] for a in out_groups[-1])
     outer = math.prod(shape[a] for a in out_groups[-2])
     width = _vector_width(inner, True)
-    if width is None or inner % width == 0 or inner < RAGGED_16_FROM:
+    if width is None or inner % width == 0 or inner < ROWS_MERGE_FROM:
         return None
     candidate = [*out_groups[:-2], out_groups[-2] + out_groups[-1]]
     plain = lowered_with(candidate, red_groups)
@@ -1364,7 +1372,7 @@ def _sum_rows_merged(item: ScheduleItem, out_groups, red_groups, lowered_with) -
     inner = math.prod(src[a] for a in red_groups[-1])
     outer = math.prod(src[a] for a in red_groups[-2])
     width = _vector_width(inner, True, along_sum=True)
-    if width is None or inner % width == 0 or inner < RAGGED_16_FROM:
+    if width is None or inner % width == 0 or inner < ROWS_MERGE_FROM:
         return None
     candidate = [*red_groups[:-2], red_groups[-2] + red_groups[-1]]
     plain = lowered_with(out_groups, candidate)

@@ -22,6 +22,11 @@ SHUFFLED_LANE_STEPS = (2, 3, 4)
 # are merged with each other where the tile then runs whole vectors along the merged
 # pixels (codegen/lower.py, `_rows_merged`). LeNet's 24-pixel rows keep 8-lane vectors.
 RAGGED_16_FROM = 40
+# ... and from this width such rows merge where the tile's vectors would be ragged: 56 and
+# 40 (16 lanes a vector from RAGGED_16_FROM) and 28, a stride-2 convolution's output rows
+# over 56 pixels (16 + 12 lanes unmerged, 49 whole vectors merged: that forward on Zen 5,
+# kernel alone, 14.7-15.6 -> 12.4-12.7 ms). Between 24 and 40 only 28 has a short period.
+ROWS_MERGE_FROM = 24
 
 
 # ... where the pattern of vectors crossing rows repeats within this many tiles (the tile
@@ -38,6 +43,7 @@ def row_period(lanes: int, width: int) -> int:
 
 def rows_merge(width: int) -> bool:
     """Whether a convolution's output rows of `width` pixels are of the width whose tiles
-    merge rows on an AVX-512 host (`RAGGED_16_FROM` on, not a multiple of 16, a short
-    period at 32 lanes: 40 and 56)."""
-    return width >= RAGGED_16_FROM and width % 16 != 0 and row_period(32, width) <= MAX_ROW_PERIOD
+    merge rows on an AVX-512 host (`ROWS_MERGE_FROM` on, not a multiple of 8, or from
+    `RAGGED_16_FROM` not of 16; a short period at 16 lanes: 28, 40 and 56)."""
+    ragged = width % 8 != 0 or (width >= RAGGED_16_FROM and width % 16 != 0)
+    return width >= ROWS_MERGE_FROM and ragged and row_period(16, width) <= MAX_ROW_PERIOD

@@ -132,3 +132,52 @@ def test_a_padded_producer_and_a_crop_keep_their_values():
     want = np.pad(np.where(xn > 0, gn, 0), [(1, 0), (2, 1)])
     np.testing.assert_array_equal(y.numpy(), want)
     np.testing.assert_array_equal(F.pad(x, [-1, -2]).numpy(), xn[:, 1:-2])
+
+
+def test_an_interleave_is_split_into_its_phases_at_special_points():
+    """A stack along a new last axis, flattened into the one before it, is an interleave:
+    element o of a row is piece o % s at o // s. Split into its phases (`split_phases`),
+    its loop IR divides nothing, and each piece's bits come through (-0.0, NaNs of either
+    sign, infinities), for strides 2 to 4 and along the rows as well as the columns."""
+    from fusegrad.codegen.peel import PHASE_MAX_COPIES
+
+    special = np.array([-0.0, 0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, -np.nan], np.float32)
+    for s in (2, 3, 4):
+        pieces = [np.resize(special * (k + 1), (5, 7)).astype(np.float32) for k in range(s)]
+        for axis in (-1, 1):
+            y = fg.stack([fg.tensor(p) for p in pieces], axis)
+            y = y.reshape(5, 7 * s) if axis == -1 else y.reshape(5 * s, 7)
+            want = np.stack(pieces, axis).reshape(y.shape)
+            (kernel,) = fg.kernels(y)
+            body = kernel.loop_ir.split("\n", 9)[-1]
+            assert "//" not in body and "%" not in body, kernel.loop_ir
+            got = y.numpy()
+            np.testing.assert_array_equal(got, want)
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    # two axes, each of stride 4: 16 copies, the most allowed; values still numpy's
+    a = np.arange(4 * 4 * 3 * 5, dtype=np.float32).reshape(4, 4, 3, 5)
+    y = fg.tensor(a).permute(2, 0, 3, 1).reshape(12, 20) * 2
+    assert PHASE_MAX_COPIES == 16
+    np.testing.assert_array_equal(y.numpy(), a.transpose(2, 0, 3, 1).reshape(12, 20) * 2)
+
+
+def test_a_kernel_with_a_sum_or_mixed_divisors_is_not_split():
+    """Only a kernel with no sum is split, and only a loop whose every division is by one
+    stride of 2 to 4 (`o // 3` beside `o % 2` is no interleave)."""
+    from fusegrad.codegen.loopir import Kernel, Param, Store
+    from fusegrad.codegen.peel import split_phases
+    from fusegrad.ir.dtypes import float32
+
+    o = Var("o", 0, 11)
+    src, out = Param("in0", float32, 12, False), Param("out0", float32, 12, True)
+    mixed = [Load("v", float32, src, lin(o) // 3 + (lin(o) % 2) * 4), Store(out, lin(o), "v")]
+    kernel = Kernel("k", [out, src], [Loop(o, 12, mixed)], 1)
+    assert split_phases(kernel) is kernel
+    wide = [Load("v", float32, src, lin(o) // 6), Store(out, lin(o), "v")]  # stride 6
+    kernel = Kernel("k", [out, src], [Loop(o, 12, wide)], 1)
+    assert split_phases(kernel) is kernel
+    ragged = [Load("v", float32, src, lin(o) // 2), Store(out, lin(o), "v")]
+    kernel = Kernel("k", [out, src], [Loop(Var("o", 0, 10), 11, ragged)], 1)  # 11: odd
+    assert split_phases(kernel) is kernel
+    even = [Load("v", float32, src, lin(o) // 2), Store(out, lin(o), "v")]
+    assert split_phases(Kernel("k", [out, src], [Loop(o, 12, even)], 1)).body[0].extent == 6

@@ -662,6 +662,53 @@ def test_a_padded_strided_convolution_reads_its_phase_split_copy_at_stride_1(str
     np.testing.assert_allclose(dw.numpy(), want_dw, rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.cpu_device  # the CPU lowering's merged rows and split interleave
+def test_a_stride_2_convolution_over_56_pixels_merges_its_28_pixel_rows_at_special_values(
+    monkeypatch,
+):
+    """A stride-2 convolution of 56-pixel rows has 28-pixel output rows (16 + 12 lanes):
+    its forward's tile runs along the merged pixels (49 whole vectors of 16 per image,
+    loads of `% 28`), and its input gradient's phases are interleaved by a kernel split into
+    its phases (codegen/peel.py, `split_phases`: no `//` or `%` left in its loop IR, where
+    per element a choice of phase was gathered). Values and gradients against float64
+    numpy with -0.0, inf and NaN at a row's first and last columns, where a vector crosses
+    from one row into the next, and -0.0 where the interleave copies a phase's gradient."""
+    from fusegrad.codegen import lower as L
+
+    monkeypatch.setattr(L, "wide_registers", lambda: True)
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((2, 3, 8, 56)).astype(np.float32)
+    x[0, 0, :, -1] = np.inf
+    x[0, 0, 2, 0] = -0.0
+    x[1, 2, 5, 0] = np.nan
+    w = rng.standard_normal((8, 3, 3, 3)).astype(np.float32)
+    xt, wt = fg.tensor(x), fg.tensor(w)
+    y = C.conv2d(xt, wt, None, 2, 1)
+    (forward,) = [k for k in fg.kernels(y) if k.name.startswith("r_sum")]
+    assert any("%28)" in i for i in _window_loads(forward)), "rows not merged"
+    with np.errstate(invalid="ignore"):
+        want = ref_conv(x.astype(np.float64), w.astype(np.float64), None, (2, 2), (1, 1), (1, 1), 1)
+    got = y.numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    fin = np.isfinite(want)
+    np.testing.assert_allclose(got[fin], want[fin], rtol=1e-4, atol=1e-4)
+    # the gradients of finite inputs; an output gradient of -0.0 at one pixel's window
+    xc = np.nan_to_num(x, nan=0.5, posinf=2.0)
+    g = rng.standard_normal(want.shape).astype(np.float32)
+    g[:, :, 1:3, 3:5] = -0.0
+    xt2, wt2 = fg.tensor(xc, requires_grad=True), fg.tensor(w, requires_grad=True)
+    dx, dw = fg.grad(C.conv2d(xt2, wt2, None, 2, 1), [xt2, wt2], grad_outputs=fg.tensor(g))
+    (interleave,) = [k for k in fg.kernels(dx) if k.name.startswith("e_pad_2x3x8x56")]
+    body = interleave.loop_ir.split("\n", 9)[-1]
+    assert "//" not in body and "%" not in body, interleave.loop_ir
+    want_dx, want_dw = _numpy_conv_grads(xc, w, g.astype(np.float64), (2, 2), (1, 1), (1, 1), 1)
+    np.testing.assert_allclose(dx.numpy(), want_dx, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(dw.numpy(), want_dw, rtol=1e-4, atol=1e-3)
+    # the gradient of a pixel whose every tap reads -0.0 is -0.0's products summed: +0.0
+    np.testing.assert_array_equal(np.signbit(dx.numpy()), np.signbit(want_dx + 0.0))
+
+
 @pytest.mark.parametrize(
     "op, x_shape, w_shape, kwargs",
     [
@@ -871,7 +918,7 @@ def _window_loads(kernel) -> list[str]:
     return list(walk(kernel.loop.body))
 
 
-# Rows of 40 to 60 pixels whose vectors would be ragged: the tile's lanes run along the
+# Rows of 28 to 60 pixels whose vectors would be ragged: the tile's lanes run along the
 # merged (row, column) output group instead (codegen/lower.py, `_rows_merged`), each vector
 # read as one contiguous run or, where it crosses a row, two (`split_lanes`): heights such
 # that the pattern of crossings repeats a whole number of times (lcm(32, row) pixels), and
@@ -882,6 +929,7 @@ MERGED_ROW_CASES = [
     ((1, 3, 8, 56), 8, 3, 1, 1, 1),  # 8 rows: the pattern twice
     ((2, 4, 12, 40), 8, 5, 2, 1, 1),  # 40: lcm 160, every 4 rows; a 5x5
     ((1, 4, 4, 56), 6, 3, 2, 2, 2),  # dilation 2 and groups
+    ((2, 3, 4, 28), 8, 3, 1, 1, 1),  # 28 wide (`ROWS_MERGE_FROM`): 7 tiles of 16 every 4 rows
 ]
 
 
