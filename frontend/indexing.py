@@ -353,9 +353,25 @@ def _put(x, positions, values, may_repeat: bool = True):
         vals = core.where(keep, vals, 0)
     summed = vals._make(N.scatter_add(vals.node, pos.node, numel), vals)
     ones = N.const(1, pos.shape, int64) if keep is None else keep.cast(int64).node
-    hit = N.scatter_add(ones, pos.node, numel)
-    hit = x._make(N.binary(Ops.CMPLT, N.const(0, (numel,), int64), hit))
-    return core.where(hit, summed, x.reshape(-1)).reshape(x.shape)
+    # each place's code: 1 where a kept value is written, 3 where it is -0.0, which the
+    # sum (from +0.0) would write as +0.0 (torch writes the value's bits)
+    negative_zero = None
+    if vals.dtype.is_float:
+        negative_zero = (vals == 0) & (vals.reciprocal() < 0)
+        twice = N.binary(Ops.ADD, negative_zero.cast(int64).node, negative_zero.cast(int64).node)
+        ones = N.binary(Ops.MUL, ones, N.binary(Ops.ADD, N.const(1, pos.shape, int64), twice))
+    code = N.scatter_add(ones, pos.node, numel)
+    hit = x._make(N.binary(Ops.CMPLT, N.const(0, (numel,), int64), code))
+    out = core.where(hit, summed, x.reshape(-1))
+    if negative_zero is not None:
+        signed = x._make(N.binary(Ops.CMPLT, N.const(1, (numel,), int64), code))
+        if vals.requires_grad:  # -(+0.0 + -v) is -0.0 there, and its gradient is v's
+            neg = -vals
+            zero = neg._make(N.scatter_add(neg.node, pos.node, numel), neg)
+            out = core.where(signed, -zero, out)
+        else:
+            out = core.where(signed, out._make(N.const(-0.0, (numel,), out.dtype)), out)
+    return out.reshape(x.shape)
 
 
 def _positions(x):

@@ -23,6 +23,8 @@ from __future__ import annotations
 import functools
 import math
 
+import numpy as np
+
 from . import core
 from .autocast import autocast_op
 from .errors import DimError, DTypeError, IndexingError, ShapeError, fail, warn_user
@@ -365,7 +367,7 @@ class MovementMixin:
         node = N.shrink(self.node, crop)
         grow = tuple((max(b, 0), max(a, 0)) for b, a in pairs)
         padded = self._view(N.pad(node, grow), None)
-        if value != 0:
+        if value != 0 or math.copysign(1.0, value) < 0:  # (a -0.0 fill is no +0.0 padding)
             inside = N.pad(N.const(True, node.shape, bool_), grow)
             padded = _fill_outside(padded, padded._make(inside), value)
         return padded
@@ -378,7 +380,13 @@ class MovementMixin:
 
 
 def _fill_outside(x, mask, value):
-    return core.where(mask, x, value)
+    """`x` where `mask`, else `value` in x's dtype (torch.nn.functional.pad keeps the
+    input's dtype: 2.5 pads an int64 tensor with 2, 1 a bool one with True)."""
+    if x.dtype.is_int and not x.dtype.is_bool:
+        info = np.iinfo(x.dtype.np)
+        if not math.isfinite(value) or not info.min <= math.trunc(value) <= info.max:
+            fail(DTypeError, "pad", f"value {value} cannot be converted to type {x.dtype.name}")
+    return x._make(N.where(mask.node, x.node, N.const(value, x.shape, x.dtype)), mask)
 
 
 def _stride_node(node, steps):

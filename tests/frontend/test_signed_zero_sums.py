@@ -200,3 +200,47 @@ def test_cat_and_stack_keep_negative_zero_and_nan_signs(shapes, axis, stacked, d
         tp = [torch.tensor(p) for p in pieces]
         t = (torch.stack if stacked else torch.cat)(tp, axis).numpy()
         np.testing.assert_array_equal(np.signbit(t), np.signbit(want))
+
+
+@pytest.mark.backend_slice
+@pytest.mark.parametrize("dtype", DTYPES + ["float16", "bfloat16"])
+def test_writes_through_indices_keep_negative_zero(dtype):
+    """x[index] = v, index_put and scatter write each value's bits as torch does: a
+    written value is summed into its place from +0.0 (one SCATTER_ADD), which wrote -0.0
+    as +0.0. Places written once, twice (the last write wins) and never; NaNs of either
+    sign and infinities pass; the gradient of a written -0.0 is its place's, as torch's."""
+    dt = getattr(fg, dtype)
+    vals = np.array([NEG0, 2.0, NEG0, np.nan, -np.nan, -np.inf, 0.0], np.float32)
+    where = np.array([1, 3, 3, 0, 5, 6, 2])
+    x = fg.full((8,), -1.0, dtype=dt)
+    x[fg.tensor(where)] = fg.tensor(vals).to(dt)
+    want = np.full(8, -1.0, np.float32)
+    want[where] = vals  # numpy: the last write wins, as torch's CPU does
+    got = x.float().numpy()
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    # scatter along a dim, the destination holding -0.0 where nothing is written
+    base = np.full((2, 4), NEG0, np.float32)
+    idx = np.array([[3, 0], [1, 1]])
+    src = np.array([[NEG0, 5.0], [7.0, NEG0]], np.float32)
+    out = fg.tensor(base).to(dt).scatter(1, fg.tensor(idx), fg.tensor(src).to(dt))
+    want = base.copy()
+    for i in range(2):
+        for j in range(2):
+            want[i, idx[i, j]] = src[i, j]
+    got = out.float().numpy()
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    # the gradient of each written value is its place's, -0.0 written or not
+    v = fg.tensor(np.array([NEG0, 3.0, NEG0], np.float32), requires_grad=True)
+    y = fg.zeros(4).index_put((fg.tensor([2, 0, 1]),), v)
+    assert np.signbit(y.detach().numpy()).tolist() == [False, True, True, False]
+    (g,) = fg.grad(y, [v], grad_outputs=fg.tensor([1.0, 2.0, 3.0, 4.0]))
+    assert g.tolist() == [3.0, 1.0, 2.0]
+    torch = _torch()
+    if torch is not None:
+        t = torch.full((8,), -1.0)
+        t[torch.tensor(where)] = torch.tensor(vals)
+        want = np.full(8, -1.0, np.float32)
+        want[where] = vals
+        np.testing.assert_array_equal(np.signbit(t.numpy()), np.signbit(want))

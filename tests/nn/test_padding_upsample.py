@@ -47,6 +47,36 @@ def test_pad_constant_value_and_crop():
     assert F.pad(x, (-1, 0)).tolist() == [[2.0, 3.0]]
 
 
+def test_pad_value_keeps_the_dtype_and_a_negative_zero_as_torch():
+    """A constant pad's value is the input's dtype's, as torch's: 2.5 pads an int64 tensor
+    with 2 (-2.5 with -2), 0.5 a bool one with True; a value the integer type cannot hold
+    raises, naming it (torch: RuntimeError). A -0.0 fill is -0.0 (`value != 0` had taken
+    it for the default +0.0 padding); the gradient inside is the output's."""
+    ints = fg.tensor([[1, 2]])
+    for value, fill in ((2.5, 2), (-2.5, -2), (3, 3), (-0.0, 0)):
+        got = F.pad(ints, (1, 1), value=value)
+        assert got.dtype == fg.int64 and got.tolist() == [[fill, 1, 2, fill]], value
+    flags = F.pad(fg.tensor([[True, False]]), (1, 0), value=0.5)
+    assert flags.dtype == fg.bool and flags.tolist() == [[True, True, False]]
+    half = F.pad(fg.tensor([[1.0]]).half(), (1, 0), value=2.5)
+    assert half.dtype == fg.float16 and half.tolist() == [[2.5, 1.0]]
+    for dtype, value in ((fg.int64, float("inf")), (fg.int64, float("nan")), (fg.uint8, 256)):
+        with pytest.raises(fg.DTypeError, match="cannot be converted"):
+            F.pad(ints.to(dtype), (1, 1), value=value)
+    with pytest.raises(RuntimeError):  # (fusegrad's error is also a RuntimeError, as torch's)
+        F.pad(ints.to(fg.uint8), (1, 1), value=-1)
+    x = fg.tensor([[1.0, -0.0, float("nan")]], requires_grad=True)
+    y = F.pad(x, (2, 1), value=-0.0)
+    got = y.detach().numpy()
+    assert np.signbit(got).tolist() == [[True, True, False, True, False, True]]
+    assert np.isnan(got[0, 4])
+    assert np.signbit(F.pad(x, (1, 1)).detach().numpy()).tolist() == [
+        [False] + [False, True, False] + [False]
+    ]
+    (g,) = fg.grad(y, [x], grad_outputs=fg.tensor([[5.0, 6.0, -0.0, 1.0, 2.0, 7.0]]))
+    assert g.tolist() == [[-0.0, 1.0, 2.0]] and np.signbit(g.numpy()[0, 0])
+
+
 def test_pad_errors():
     x = fg.ones(1, 2, 3)
     with pytest.raises(ValueError, match="reflect"):
