@@ -609,7 +609,19 @@ def scatter_add(x, dim: int, index, src):
         return scatter_add(x1, 0, index1, src1).reshape(())
     d, index = _check_along(x, dim, index, "scatter_add", src)
     vals = _src_along(x, index, src, "scatter_add")
-    return x + _scattered_sum(x, d, index, vals)
+    total = _scattered_sum(x, d, index, vals)
+    if not x.dtype.is_float:
+        return x + total
+    # torch adds into x in order: a place that nothing is added to, or only -0.0s, keeps
+    # x's bits (-0.0 + -0.0 is -0.0), where x + (a sum from +0.0) would give +0.0. The
+    # places where something else is added are counted (one more SCATTER_ADD, of ints).
+    other = (vals != 0) | (vals.reciprocal() > 0)  # (NaN too)
+    added = _scattered_sum(x.cast(int64), d, index, other.cast(int64)) > 0
+    if vals.requires_grad:  # x - (+0.0 + -v...) is x there, and passes v's gradient
+        zeros = x - _scattered_sum(x, d, index, -vals)
+    else:
+        zeros = x
+    return core.where(added, x + total, zeros)
 
 
 def _scattered_sum(x, d, index, vals):

@@ -244,3 +244,39 @@ def test_writes_through_indices_keep_negative_zero(dtype):
         want = np.full(8, -1.0, np.float32)
         want[where] = vals
         np.testing.assert_array_equal(np.signbit(t.numpy()), np.signbit(want))
+
+
+@pytest.mark.backend_slice
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_index_add_and_scatter_add_keep_negative_zero_as_torch(dtype):
+    """torch adds into x in order, so a place nothing is added to, or only -0.0s, keeps
+    x's bits, and one given +0.0 or more is x's plus their sum. fusegrad adds x to a sum
+    from +0.0, which turned such a -0.0 into +0.0; the places where something other than
+    -0.0 is added are now counted. Values against the adds done in torch's order in numpy,
+    and the gradients of x and of the added values."""
+    for base in ([NEG0, 0.0, NEG0, 1.0, NEG0], [0.0, NEG0, NEG0, 0.0, np.nan]):
+        for added in ([NEG0, NEG0, 0.0], [NEG0, 3.0, -3.0], [np.nan, NEG0, np.inf]):
+            index = [0, 2, 0]
+            want = np.array(base, dtype=dtype)
+            for i, v in zip(index, added):
+                want[i] = want[i] + np.array(v, dtype=dtype)
+            x = fg.tensor(np.array(base, dtype=dtype))
+            src = fg.tensor(np.array(added, dtype=dtype))
+            for got in (
+                x.index_add(0, fg.tensor(index), src).numpy(),
+                x.scatter_add(0, fg.tensor(index), src).numpy(),
+            ):
+                np.testing.assert_array_equal(got, want)
+                np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    # the gradients where only -0.0s are added, and where more is
+    x = fg.tensor(np.array([NEG0, 1.0, 5.0], dtype=dtype), requires_grad=True)
+    for added in ([NEG0, NEG0], [NEG0, 2.0]):
+        v = fg.tensor(np.array(added, dtype=dtype), requires_grad=True)
+        y = x.index_add(0, fg.tensor([0, 0]), v)
+        gx, gv = fg.grad(y, [x, v], grad_outputs=fg.tensor(np.array([3.0, 4.0, 5.0], dtype)))
+        assert gx.tolist() == [3.0, 4.0, 5.0] and gv.tolist() == [3.0, 3.0]
+        assert bool(np.signbit(y.detach().numpy()[0])) == (added == [NEG0, NEG0])
+    torch = _torch()
+    if torch is not None:
+        t = torch.tensor([NEG0, 0.0]).index_add(0, torch.tensor([0, 1]), torch.tensor([NEG0, NEG0]))
+        assert np.signbit(t.numpy()).tolist() == [True, False]
