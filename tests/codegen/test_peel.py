@@ -181,3 +181,34 @@ def test_a_kernel_with_a_sum_or_mixed_divisors_is_not_split():
     assert split_phases(kernel) is kernel
     even = [Load("v", float32, src, lin(o) // 2), Store(out, lin(o), "v")]
     assert split_phases(Kernel("k", [out, src], [Loop(o, 12, even)], 1)).body[0].extent == 6
+
+
+@pytest.mark.parametrize("width", [8, 16, 32])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int32", "bool"])
+def test_a_padded_copy_of_short_rows_copies_each_row_as_one_vector(width, dtype):
+    """A padded copy's interior row of 8, 16 or 32 elements is one vector loop
+    (`SHORT_ROW_LANES`): left to LLVM it was unrolled and vectorized across the rows with
+    gathers. The values, -0.0, inf and NaN included, are numpy's pad, for every dtype."""
+    from fusegrad.codegen.peel import SHORT_ROW_LANES
+
+    assert width in SHORT_ROW_LANES
+    special = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 3.5], np.float32)
+    xn = np.resize(special, (3, 4, 5, width))
+    if dtype in ("int32", "bool"):
+        xn = np.nan_to_num(xn, posinf=7, neginf=-7)
+    xn = xn.astype(dtype)
+    y = F.pad(fg.tensor(xn), [1, 1, 1, 1])
+    loop = _padded_kernel(y)
+    assert any(s.kind == "vector" and s.extent == width for s in _loops(loop.body))
+    want = np.pad(xn, [(0, 0), (0, 0), (1, 1), (1, 1)])
+    got = y.numpy()
+    np.testing.assert_array_equal(got, want)
+    if dtype.startswith("float"):
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+def _loops(body):
+    for s in body:
+        if isinstance(s, Loop):
+            yield s
+            yield from _loops(s.body)
