@@ -726,7 +726,9 @@ class Tensor(*MIXINS):
         return _own_gradient(out, x, lambda g, y, x: N.mul(g, _over_square_of_1_plus(four_e, en)))
 
     def square(self):
-        return self * self
+        """self * self; a bool tensor's square is int64, as torch's (it is self ** 2)."""
+        x = self.cast("int64") if self.dtype.is_bool else self
+        return x * x
 
     def maximum(self, o):
         return self._binary(Ops.MAX, o, "maximum")
@@ -1602,7 +1604,11 @@ def pow_(base: Tensor, exponent) -> Tensor:
     with the sign of a negative base, and C's special cases (0 ** 0 = 1 ** nan = nan ** 0 = 1,
     0 ** -y = inf, (-1) ** inf = 1).
     """
-    if isinstance(exponent, (int, float)) and not isinstance(exponent, bool):
+    # (an integer tensor to a Python float is a float one, as torch's: 2 ** 2.0 is 4.0)
+    scalar = isinstance(exponent, (int, float)) and not isinstance(exponent, bool)
+    if scalar and (base.dtype.is_float or isinstance(exponent, int)):
+        if base.dtype.is_bool:  # torch: a bool tensor to an int is int64
+            base = base.cast("int64")
         if float(exponent).is_integer() and (abs(exponent) <= 64 or not base.dtype.is_float):
             return _int_power(base, int(exponent))
         if exponent == 0.5 and base.dtype.is_float:
@@ -1617,8 +1623,10 @@ def pow_(base: Tensor, exponent) -> Tensor:
             )
     b, e = base._operands(exponent, "pow")
     if not b.dtype.is_float:
-        if b.dtype.is_bool:
-            b, e = b.cast("int64"), e.cast("int64")
+        if b.dtype.is_bool:  # bool to a Python bool: torch's is bool (computed in int64)
+            if not isinstance(exponent, bool):
+                fail(DTypeError, "pow", "not implemented for bool tensors (as torch)")
+            return _int_tensor_power(b.cast("int64"), e.cast("int64")).cast("bool")
         return _int_tensor_power(b, e)
     return _float_power(b, e)
 

@@ -140,3 +140,57 @@ def test_integer_to_negative_integer_power_raises():
     with pytest.raises(RuntimeError, match="negative integer powers"):
         fg.tensor([2, 3]) ** fg.tensor([1, -1])
     assert (fg.tensor([2.0]) ** -2).tolist() == [0.25]
+
+
+# (base dtype, Python exponent, torch 2.13's result dtype)
+SCALAR_POWER_DTYPES = [
+    ("int64", 2.0, "float32"),  # a float exponent promotes an integer base
+    ("int64", 0.0, "float32"),
+    ("int64", -0.0, "float32"),
+    ("uint8", 1.0, "float32"),
+    ("int8", 2.5, "float32"),
+    ("bool", 2.0, "float32"),
+    ("bool", 0, "int64"),  # an int exponent makes a bool base int64
+    ("bool", 3, "int64"),
+    ("bool", True, "bool"),  # a bool exponent keeps it bool
+    ("bool", False, "bool"),
+    ("int64", 3, "int64"),
+    ("int16", True, "int16"),
+    ("float16", 2, "float16"),
+    ("bfloat16", 2.0, "bfloat16"),
+    ("float32", 0, "float32"),
+]
+
+
+@pytest.mark.parametrize(("base", "exponent", "want"), SCALAR_POWER_DTYPES)
+def test_a_python_exponent_promotes_as_torch(base, exponent, want):
+    """An integer or bool tensor to a Python float is a float32 tensor (it stayed an
+    integer one: 2 ** 2.0 came out int64, and bool ** 2.0 bool), a bool one to a Python int
+    is int64, and to a Python bool stays bool; values as torch's (0 ** 0 = 1)."""
+    values = [1, 0, 2, -1] if base not in ("bool", "uint8") else [1, 0, 1, 0]
+    x = fg.tensor(values).to(getattr(fg, base))
+    got = x**exponent
+    assert got.dtype.name == want, (base, exponent, got.dtype.name)
+    with np.errstate(invalid="ignore"):  # (-1) ** 2.5 is NaN, as torch's
+        expect = [float(np.power(float(v), float(exponent))) for v in values]
+    if want == "bool":
+        expect = [float(bool(e)) for e in expect]
+    np.testing.assert_array_equal(got.float().numpy(), np.array(expect, np.float32))
+    try:
+        import torch
+    except ImportError:
+        return
+    t = torch.tensor(values).to(getattr(torch, base)) ** exponent
+    assert str(t.dtype) == f"torch.{want}"
+    np.testing.assert_array_equal(got.float().numpy(), t.float().numpy())
+
+
+def test_bool_tensors_to_a_bool_tensor_raise_as_torch():
+    with pytest.raises(RuntimeError, match="not implemented for bool"):
+        fg.tensor([True, False]) ** fg.tensor([True, True])
+
+
+def test_a_bool_tensors_square_is_int64_as_torch():
+    got = fg.tensor([True, False]).square()
+    assert got.dtype == fg.int64 and got.tolist() == [1, 0]
+    assert fg.tensor([3, -2]).square().tolist() == [9, 4]
