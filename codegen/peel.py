@@ -298,7 +298,7 @@ def split_phases(kernel: Kernel) -> Kernel:
     ...         Load("w", float32, odd, lin(o) // 2, (lin(o) % 2 - 1,)),
     ...         Store(out, lin(o), "v")]
     >>> loop = split_phases(Kernel("k", [out, even, odd], [Loop(o, 8, body)], 1)).body[0]
-    >>> (loop.var.name, loop.extent, [(s.index, s.valid) for s in loop.body])
+    >>> (loop.var.name, loop.extent, [(s.index, s.valid) for p in loop.body for s in p.body])
     ('o', 4, [(o, ()), (o, (-1,)), (o*2, ()), (o, (-1,)), (o, ()), (o*2 + 1, ())])
     """
     if _has_reduce(kernel.body):
@@ -350,7 +350,11 @@ def _phase_split(loop: Loop, copies: int) -> tuple[Loop, int] | None:
     body = []
     for b in range(s):
         names = {n: f"{n}_{v.name}p{b}" for n in _accumulators(loop.body)}
-        body += [_substituted(x, {v: lin(a) * s + b}, names) for x in loop.body]
+        copy = [_substituted(x, {v: lin(a) * s + b}, names) for x in loop.body]
+        # each copy in a scope of its own (a loop of one iteration, unrolled: LLVM sees
+        # straight-line code), whose values are named as the other copies' (C declares each
+        # name once a scope: the kernel's CUDA C view)
+        body.append(Loop(Var(f"{v.name}_p{b}", 0, 0), 1, copy, "unroll"))
     left = {t for e in _exprs(body) for t in e.atoms()}
     if any(isinstance(t, (FloorDiv, Mod)) and a in t.x.atoms() for t in left):
         return None  # an index the split leaves divided: not an interleave
