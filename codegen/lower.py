@@ -58,10 +58,10 @@ from .tiling import (
     MAX_ROW_PERIOD,
     PANEL_CACHE_BYTES,
     RAGGED_16_FROM,
-    ROWS_MERGE_FROM,
     SHUFFLED_LANE_STEPS,
     TILE_COLS,
     row_period,
+    rows_merge,
 )
 
 
@@ -268,8 +268,9 @@ class _Lowerer:
         )
 
     def lower_scatter(self) -> Kernel:
-        """A scatter-add: zero the output, then add each source row into the row its index
-        names. Threads own disjoint column blocks of the output, so their adds never meet:
+        """A scatter-add: zero the output (or fill it with -0.0: `N.scatter_add`), then add
+        each source row into the row its index names. Threads own disjoint column blocks of
+        the output, so their adds never meet:
 
         parallel for b in 0..R/W:  (W columns of every row)
           for v in 0..V: for t in 0..W: out[v, b*W + t] = 0
@@ -291,7 +292,8 @@ class _Lowerer:
         v = Var("v", 0, rows - 1)
         self._open_loop(Loop(v, rows, [], "serial"))
         self._open_loop(Loop(t, width, []))
-        zero = self.emit(Const(self.fresh("c"), root.dtype, _zero(root.dtype)))
+        start = -0.0 if root.arg[1] else _zero(root.dtype)  # (`N.scatter_add`)
+        zero = self.emit(Const(self.fresh("c"), root.dtype, start))
         self.emit(Store(self.out, lin(v) * size + col, zero, edge))
         self.block, self.iterations = per_block, per_iter
         s_var = Var("s", 0, index.numel - 1)
@@ -1329,8 +1331,7 @@ def _rows_merged(item: ScheduleItem, out_groups, red_groups, lowered_with) -> li
     shape = item.root.shape
     inner = math.prod(shape[a] for a in out_groups[-1])
     outer = math.prod(shape[a] for a in out_groups[-2])
-    width = _vector_width(inner, True)
-    if width is None or inner % width == 0 or inner < ROWS_MERGE_FROM:
+    if not rows_merge(inner):  # (nn/conv.py asks the same of a convolution's rows)
         return None
     candidate = [*out_groups[:-2], out_groups[-2] + out_groups[-1]]
     plain = lowered_with(candidate, red_groups)
@@ -1371,8 +1372,7 @@ def _sum_rows_merged(item: ScheduleItem, out_groups, red_groups, lowered_with) -
     src = item.reduce.srcs[0].shape
     inner = math.prod(src[a] for a in red_groups[-1])
     outer = math.prod(src[a] for a in red_groups[-2])
-    width = _vector_width(inner, True, along_sum=True)
-    if width is None or inner % width == 0 or inner < ROWS_MERGE_FROM:
+    if not rows_merge(inner):
         return None
     candidate = [*red_groups[:-2], red_groups[-2] + red_groups[-1]]
     plain = lowered_with(out_groups, candidate)

@@ -246,15 +246,25 @@ def _substituted(s, env: dict, names: dict[str, str]):
     if isinstance(s, Loop):
         return dataclasses.replace(s, body=[_substituted(b, env, names) for b in s.body])
     changes = {}
+    for name, v in _expr_fields(s):
+        changes[name] = (
+            v.substitute(env) if isinstance(v, Lin) else tuple(e.substitute(env) for e in v)
+        )
+    for name in _ACC_FIELDS:
+        if getattr(s, name, None) in names:
+            changes[name] = names[getattr(s, name)]
+    return dataclasses.replace(s, **changes)
+
+
+def _expr_fields(s):
+    """(name, value) of each field of statement `s` that holds an index or guard
+    expression (a Lin) or a tuple of them."""
     for f in dataclasses.fields(s):
         v = getattr(s, f.name)
-        if isinstance(v, Lin):
-            changes[f.name] = v.substitute(env)
-        elif isinstance(v, tuple) and v and all(isinstance(e, Lin) for e in v):
-            changes[f.name] = tuple(e.substitute(env) for e in v)
-        elif f.name in _ACC_FIELDS and v in names:
-            changes[f.name] = names[v]
-    return dataclasses.replace(s, **changes)
+        if isinstance(v, Lin) or (
+            isinstance(v, tuple) and v and all(isinstance(e, Lin) for e in v)
+        ):
+            yield f.name, v
 
 
 def _simplified(s):
@@ -367,9 +377,5 @@ def _exprs(body):
         if isinstance(s, Loop):
             yield from _exprs(s.body)
             continue
-        for f in dataclasses.fields(s):
-            v = getattr(s, f.name)
-            if isinstance(v, Lin):
-                yield v
-            elif isinstance(v, tuple) and v and all(isinstance(e, Lin) for e in v):
-                yield from v
+        for _, v in _expr_fields(s):
+            yield from (v,) if isinstance(v, Lin) else v

@@ -42,8 +42,10 @@ def row_period(lanes: int, width: int) -> int:
 
 
 def rows_merge(width: int) -> bool:
-    """Whether a convolution's output rows of `width` pixels are of the width whose tiles
-    merge rows on an AVX-512 host (`ROWS_MERGE_FROM` on, not a multiple of 8, or from
-    `RAGGED_16_FROM` not of 16; a short period at 16 lanes: 28, 40 and 56)."""
+    """Whether rows of `width` are of the width whose tiles merge rows on an AVX-512 host
+    (`ROWS_MERGE_FROM` on, not a multiple of 8, or from `RAGGED_16_FROM` not of 16: 16-lane
+    vectors would leave them ragged; a short period at 16 lanes: 28, 40 and 56). The
+    codegen's merges ask it first (codegen/lower.py, `_rows_merged`, `_sum_rows_merged`),
+    and nn/conv.py of a convolution's output rows."""
     ragged = width % 8 != 0 or (width >= RAGGED_16_FROM and width % 16 != 0)
     return width >= ROWS_MERGE_FROM and ragged and row_period(16, width) <= MAX_ROW_PERIOD

@@ -349,29 +349,15 @@ def _put(x, positions, values, may_repeat: bool = True):
             last = np.sort(p.size - 1 - first_rev)
             pos = host_table(p[last].astype(np.int64))
             vals = vals[host_table(last.astype(np.int64))]
-    if keep is not None:
-        vals = core.where(keep, vals, 0)
-    summed = vals._make(N.scatter_add(vals.node, pos.node, numel), vals)
+    if keep is not None:  # (a value overwritten adds -0.0: v + -0.0 is v)
+        vals = core.where(keep, vals, -0.0 if vals.dtype.is_float else 0)
+    # summed from -0.0, the one value kept at a place comes through with its bits (from
+    # +0.0, a -0.0 was written as +0.0; torch writes the value as it is)
+    summed = vals._make(N.scatter_add(vals.node, pos.node, numel, from_negative_zero=True), vals)
     ones = N.const(1, pos.shape, int64) if keep is None else keep.cast(int64).node
-    # each place's code: 1 where a kept value is written, 3 where it is -0.0, which the
-    # sum (from +0.0) would write as +0.0 (torch writes the value's bits)
-    negative_zero = None
-    if vals.dtype.is_float:
-        negative_zero = (vals == 0) & (vals.reciprocal() < 0)
-        twice = N.binary(Ops.ADD, negative_zero.cast(int64).node, negative_zero.cast(int64).node)
-        ones = N.binary(Ops.MUL, ones, N.binary(Ops.ADD, N.const(1, pos.shape, int64), twice))
-    code = N.scatter_add(ones, pos.node, numel)
-    hit = x._make(N.binary(Ops.CMPLT, N.const(0, (numel,), int64), code))
-    out = core.where(hit, summed, x.reshape(-1))
-    if negative_zero is not None:
-        signed = x._make(N.binary(Ops.CMPLT, N.const(1, (numel,), int64), code))
-        if vals.requires_grad:  # -(+0.0 + -v) is -0.0 there, and its gradient is v's
-            neg = -vals
-            zero = neg._make(N.scatter_add(neg.node, pos.node, numel), neg)
-            out = core.where(signed, -zero, out)
-        else:
-            out = core.where(signed, out._make(N.const(-0.0, (numel,), out.dtype)), out)
-    return out.reshape(x.shape)
+    hit = N.scatter_add(ones, pos.node, numel)
+    hit = x._make(N.binary(Ops.CMPLT, N.const(0, (numel,), int64), hit))
+    return core.where(hit, summed, x.reshape(-1)).reshape(x.shape)
 
 
 def _positions(x):
@@ -609,25 +595,17 @@ def scatter_add(x, dim: int, index, src):
         return scatter_add(x1, 0, index1, src1).reshape(())
     d, index = _check_along(x, dim, index, "scatter_add", src)
     vals = _src_along(x, index, src, "scatter_add")
-    total = _scattered_sum(x, d, index, vals)
-    if not x.dtype.is_float:
-        return x + total
-    # torch adds into x in order: a place that nothing is added to, or only -0.0s, keeps
-    # x's bits (-0.0 + -0.0 is -0.0), where x + (a sum from +0.0) would give +0.0. The
-    # places where something else is added are counted (one more SCATTER_ADD, of ints).
-    other = (vals != 0) | (vals.reciprocal() > 0)  # (NaN too)
-    added = _scattered_sum(x.cast(int64), d, index, other.cast(int64)) > 0
-    if vals.requires_grad:  # x - (+0.0 + -v...) is x there, and passes v's gradient
-        zeros = x - _scattered_sum(x, d, index, -vals)
-    else:
-        zeros = x
-    return core.where(added, x + total, zeros)
+    return x + _scattered_sum(x, d, index, vals)
 
 
 def _scattered_sum(x, d, index, vals):
+    """The sums of `vals` sent along axis `d` to the places `index` names, in x's shape,
+    each from -0.0 (`N.scatter_add`): x plus it is x, bits and all, where nothing or only
+    -0.0s are added, as torch's adds into x in order (from +0.0, x's -0.0 became +0.0)."""
     flat = _flat_along(x.shape, d, index).reshape(-1)
     v = vals.reshape(-1)
-    return v._make(N.scatter_add(v.node, flat.node, x.numel()), flat).reshape(x.shape)
+    node = N.scatter_add(v.node, flat.node, x.numel(), from_negative_zero=True)
+    return v._make(node, flat).reshape(x.shape)
 
 
 ONE_HOT_LIMIT = 1 << 24  # elements of the (places x sources) table that amax/amin/prod build
@@ -872,8 +850,8 @@ def index_put(x, indices, values, accumulate: bool = False):
     v = values if isinstance(values, core.Tensor) else core.as_tensor(values)
     v = v.cast(x.dtype).expand(positions.shape).reshape(-1)
     pos = positions.reshape(-1)
-    summed = v._make(N.scatter_add(v.node, pos.node, x.numel()), v)
-    return x + summed.reshape(x.shape)
+    summed = v._make(N.scatter_add(v.node, pos.node, x.numel(), from_negative_zero=True), v)
+    return x + summed.reshape(x.shape)  # (x's bits where only -0.0s are added: index_add's)
 
 
 def take_along_dim(x, indices, dim=None):

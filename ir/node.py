@@ -338,11 +338,15 @@ def gather(table: Node, index: Node) -> Node:
     return make(Ops.GATHER, (table, index), None, shape, table.dtype)
 
 
-def scatter_add(values: Node, index: Node, rows: int) -> Node:
-    """Sums of `values` rows into `rows` rows chosen by `index` (the transpose of gather)."""
+def scatter_add(values: Node, index: Node, rows: int, from_negative_zero: bool = False) -> Node:
+    """Sums of `values` rows into `rows` rows chosen by `index` (the transpose of gather),
+    each from +0.0, or with `from_negative_zero` (floats) from -0.0: a sum from -0.0 is its
+    terms' exactly, -0.0 kept (x + -0.0 is x; a place nothing is added to is -0.0), as
+    torch's in-place adds into x keep x's bits (`index_add`: x + such a sum)."""
     k = len(index.shape)
     assert index.dtype.is_int and values.shape[:k] == index.shape
-    return make(Ops.SCATTER_ADD, (values, index), rows, (rows,) + values.shape[k:], values.dtype)
+    arg = (rows, from_negative_zero and values.dtype.is_float)
+    return make(Ops.SCATTER_ADD, (values, index), arg, (rows,) + values.shape[k:], values.dtype)
 
 
 def place(x: Node, device: str) -> Node:

@@ -33,11 +33,12 @@ def _gather(table, index):
     )
 
 
-def _scatter_add(values, index, rows):
+def _scatter_add(values, index, arg):
+    rows, from_negative_zero = arg
     k = index.ndim
     flat_index = index.reshape(-1)
     flat_values = values.reshape((flat_index.size,) + values.shape[k:])
-    out = np.zeros((rows,) + values.shape[k:], dtype=values.dtype)
+    out = np.full((rows,) + values.shape[k:], -0.0 if from_negative_zero else 0, values.dtype)
     inside = (flat_index >= 0) & (flat_index < rows)
     np.add.at(out, flat_index[inside], flat_values[inside])
     return out
