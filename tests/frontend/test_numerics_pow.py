@@ -194,3 +194,10 @@ def test_a_bool_tensors_square_is_int64_as_torch():
     got = fg.tensor([True, False]).square()
     assert got.dtype == fg.int64 and got.tolist() == [1, 0]
     assert fg.tensor([3, -2]).square().tolist() == [9, 4]
+
+
+def test_a_0d_and_an_empty_integer_tensor_to_a_float_are_float32():
+    assert (fg.tensor(2) ** 2.0).dtype == fg.float32 and (fg.tensor(2) ** 2.0).item() == 4.0
+    assert (fg.tensor(True) ** 2).dtype == fg.int64
+    empty = fg.zeros(0, dtype=fg.int64) ** 0.5
+    assert empty.dtype == fg.float32 and empty.shape == (0,)

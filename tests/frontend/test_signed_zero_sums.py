@@ -280,3 +280,23 @@ def test_index_add_and_scatter_add_keep_negative_zero_as_torch(dtype):
     if torch is not None:
         t = torch.tensor([NEG0, 0.0]).index_add(0, torch.tensor([0, 1]), torch.tensor([NEG0, NEG0]))
         assert np.signbit(t.numpy()).tolist() == [True, False]
+
+
+@pytest.mark.backend_slice
+def test_joins_and_indexed_writes_of_empty_and_0d_tensors_keep_signs():
+    """The boundaries of the above: a stack of 0-d tensors, a cat beside an empty piece (on
+    either side), an index_add and a write of nothing, an index_add into a 0-d tensor."""
+    s = fg.stack([fg.tensor(NEG0), fg.tensor(math.nan), fg.tensor(NEG0)]).numpy()
+    assert np.signbit(s).tolist() == [True, False, True] and np.isnan(s[1])
+    row = fg.tensor([[NEG0, 1.0, 2.0]])
+    for pieces in ([fg.zeros(0, 3), row], [row, fg.zeros(0, 3)]):
+        got = fg.cat(pieces).numpy()
+        assert got.shape == (1, 3) and np.signbit(got).tolist() == [[True, False, False]]
+    x = fg.tensor([NEG0, 1.0])
+    got = x.index_add(0, fg.tensor([], dtype=fg.int64), fg.zeros(0)).numpy()
+    assert np.signbit(got).tolist() == [True, False]
+    y = fg.tensor([NEG0, 1.0])
+    y[fg.tensor([], dtype=fg.int64)] = fg.zeros(0)
+    assert np.signbit(y.numpy()).tolist() == [True, False]
+    z = fg.tensor(NEG0).index_add(0, fg.tensor([0]), fg.tensor([NEG0]))
+    assert z.shape == () and np.signbit(z.numpy())
