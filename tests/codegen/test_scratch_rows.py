@@ -56,6 +56,22 @@ def assert_close(got, want, rtol, atol) -> None:
     np.testing.assert_allclose(got[finite], want[finite], rtol=rtol, atol=atol)
 
 
+def sixteen_bits(v: np.ndarray, dtype: str) -> np.ndarray:
+    """The 16-bit patterns of float32 values that are exactly float16 or bfloat16 values."""
+    if dtype == "float16":
+        return v.astype(np.float16).view(np.uint16).astype(np.int64)
+    return (v.view(np.uint32) >> 16).astype(np.int64)
+
+
+def assert_within_ulp(got: fg.Tensor, want: fg.Tensor, dtype: str) -> None:
+    """Non-negative 16-bit values (a softmax's) at most one ulp of their type apart."""
+    a, b = got.float().numpy(), want.float().numpy()
+    np.testing.assert_array_equal(np.isnan(a), np.isnan(b))
+    ok = ~np.isnan(a)
+    apart = np.abs(sixteen_bits(a[ok], dtype) - sixteen_bits(b[ok], dtype))
+    assert apart.max(initial=0) <= 1, (apart.max(), a[ok][apart > 1][:5], b[ok][apart > 1][:5])
+
+
 def assert_same_bits(got: fg.Tensor, want: fg.Tensor) -> None:
     a, b = got.float().numpy(), want.float().numpy()
     np.testing.assert_array_equal(np.isnan(a), np.isnan(b))
@@ -197,6 +213,9 @@ def test_the_longest_fused_16bit_row_keeps_its_scratch_on_each_threads_stack(dty
         assert (not rest and f"scratch0: float32[{length}]" in k.loop_ir) == fused
         wide = t.float().realize()
         if fused:
-            assert_same_bits(t.softmax(-1).realize(), wide.softmax(-1).realize().to(dt))
+            # the float32 row of this length (128 KB) is past float32's row kernels: three
+            # kernels, whose sum cascades in another order, so its last bit may differ and
+            # round to the neighbouring 16-bit value (random rows: in 4 of 12 draws)
+            assert_within_ulp(t.softmax(-1).realize(), wide.softmax(-1).realize().to(dt), dtype)
         x16 = t.float().numpy().astype(np.float64)
         assert_close(t.softmax(-1).float().numpy(), softmax64(x16), rtol=4 * EPS[dtype], atol=1e-7)
