@@ -8,6 +8,8 @@ against numpy over many sizes, and that the tiles really are ragged.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -375,3 +377,26 @@ def test_a_tile_over_merged_axes_addresses_its_lanes_contiguously():
     padded = fg.nn.functional.pad(fg.tensor(bn), [1, 1, 0, 2]).sum(0)  # (6, 7, 5): guarded
     want = np.pad(bn, [(0, 0), (0, 0), (0, 2), (1, 1)]).astype(np.float64).sum(0)
     np.testing.assert_allclose(padded.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("batch, channels", [(32, 16), (4, 64)])
+def test_a_convolutions_images_go_outside_its_column_tiles(batch, channels):
+    """A convolution's windows (its vector operand, over 2 MiB here) move with the image,
+    so a column tile's panel is one image's: with images enough to share among the
+    threads the images' loop is outermost, then the column tiles, then the output
+    channels' tiles, which reuse the image's windows while they are in cache. With few
+    images (4) the column tiles stay outermost, the parallel loop needing their count."""
+    from fusegrad.nn import functional as F
+
+    x, w = f32(batch, channels, 58, 58), f32(32, channels, 3, 3)  # rows of 56 pixels out
+    y = F.conv2d(fg.tensor(x), fg.tensor(w))
+    (k,) = fg.kernels(y)
+    loops = re.findall(r"for (o\d) in", k.loop_ir)
+    if batch == 32:
+        assert k.loop_ir.splitlines()[1].strip() == "parallel for o0 in 0..32:", k.loop_ir
+        assert loops[:3] == ["o0", "o2", "o1"], k.loop_ir
+    else:
+        assert loops[:3] == ["o2", "o0", "o1"], k.loop_ir
+    windows = np.lib.stride_tricks.sliding_window_view(x.astype(np.float64), (3, 3), axis=(2, 3))
+    want = np.einsum("nchwij,ocij->nohw", windows, w)
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-3)
