@@ -14,6 +14,7 @@ import os as _os
 from .errors import (
     DeviceError,
     DTypeError,
+    DTypeNotImplementedError,
     FusegradError,
     IndexingError,
     ShapeError,
@@ -303,12 +304,12 @@ def mean(x, dim=None, keepdim=False, *, axis=None, keepdims=None, dtype=None):
     return x.mean(dim, keepdim, dtype=dtype)
 
 
-def softmax(x, dim):
-    return x.softmax(dim)
+def softmax(x, dim, dtype=None):
+    return x.softmax(dim, dtype=dtype)
 
 
-def log_softmax(x, dim):
-    return x.log_softmax(dim)
+def log_softmax(x, dim, dtype=None):
+    return x.log_softmax(dim, dtype=dtype)
 
 
 def argmax(x, dim=None, keepdim=False):

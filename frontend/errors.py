@@ -59,6 +59,11 @@ class DTypeError(FusegradError, TypeError, RuntimeError):
     some: both catch it."""
 
 
+class DTypeNotImplementedError(DTypeError, NotImplementedError):
+    """An op with no kernel for the dtype, where PyTorch raises NotImplementedError
+    (`"floor" not implemented for 'Bool'`, softmax of an integer tensor): a DTypeError too."""
+
+
 class IndexingError(FusegradError, IndexError, RuntimeError):
     """An index or slice outside the tensor. PyTorch raises IndexError for most of these
     and RuntimeError for some (`gather`, `index_select` with a float index): both catch it."""

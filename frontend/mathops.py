@@ -27,7 +27,7 @@ import numpy as np
 
 from . import core
 from .autocast import autocast_op, has_policy
-from .errors import ArgumentError, DTypeError, ShapeError, fail
+from .errors import ArgumentError, DTypeError, DTypeNotImplementedError, ShapeError, fail
 from .extend import custom_gradient
 from .ir import node as N
 from .ir.autodiff import own_node, with_vjp, without_derivative
@@ -168,8 +168,14 @@ def _keep_zero_sign(out, x):
     return _where(out == 0, copysign(out, x), out)
 
 
+def _refuse_bool(x, op: str) -> None:
+    if x.dtype.is_bool:
+        fail(DTypeNotImplementedError, op, "not implemented for bool (as in PyTorch)")
+
+
 def trunc(x):
     """Round toward zero: exact for every float (large ones, inf and NaN pass through)."""
+    _refuse_bool(x, "trunc")
     if not x.dtype.is_float:
         return x
     big = x.abs() < _integral_limit(x)  # false for inf and NaN too
@@ -180,6 +186,7 @@ def trunc(x):
 
 def floor(x):
     """The largest integer <= x (exact; -0.0, inf and NaN pass through)."""
+    _refuse_bool(x, "floor")
     if not x.dtype.is_float:
         return x
     t, w = trunc(x), x
@@ -187,6 +194,7 @@ def floor(x):
 
 
 def ceil(x):
+    _refuse_bool(x, "ceil")
     if not x.dtype.is_float:
         return x
     t, w = trunc(x), x
@@ -195,6 +203,7 @@ def ceil(x):
 
 def round_(x, decimals: int = 0):
     """Round half to even, as torch.round; `decimals` scales by 10^decimals first."""
+    _refuse_bool(x, "round")
     if not x.dtype.is_float:
         return x
     if decimals:
@@ -803,6 +812,9 @@ def clamp_tensors(x, lo, hi):
 def lerp(start, end, weight):
     """start + weight * (end - start), PyTorch's two-sided form (exact at weight 0 and 1)."""
     start = _tensor(start, "lerp")
+    for t in (start, end):
+        if isinstance(t, _T()) and not t.dtype.is_float:
+            fail(DTypeNotImplementedError, "lerp", f"not implemented for {t.dtype.name}")
     s, e = start._operands(end, "lerp")
     w = weight
     diff = e - s

@@ -23,7 +23,7 @@ from .autograd_state import enabled as grad_enabled
 from .creation import index_arange
 from .creation import index_arange as arange
 from .devices import packs_bf16_pairs, packs_panels
-from .errors import DimError, DTypeError, ShapeError, fail
+from .errors import DimError, DTypeError, DTypeNotImplementedError, ShapeError, checked_dtype, fail
 from .ir import node as N
 from .ir.autodiff import max_grad_shared, own_node, with_vjp
 from .ir.dtypes import int64, promote
@@ -210,7 +210,7 @@ class ReduceMixin:
         d = self._dim(dim, "max")
         if self.ndim == 0:  # torch: the value and index 0, 0-d whatever keepdim
             return MaxResult(*self.reshape(1).max(0))
-        index = self.argmax(d, keepdim=True)
+        index = self._argmax(d, keepdim=True)
         values = _at_index(self, self.amax(d, keepdim=True), index, d)
         return _pair(values, index, dim, keepdim)
 
@@ -229,7 +229,7 @@ class ReduceMixin:
         d = self._dim(dim, "min")
         if self.ndim == 0:
             return MaxResult(*self.reshape(1).min(0))
-        index = self.argmin(d, keepdim=True)
+        index = self._argmin(d, keepdim=True)
         values = _at_index(self, self.amin(d, keepdim=True), index, d)
         return _pair(values, index, dim, keepdim)
 
@@ -238,13 +238,19 @@ class ReduceMixin:
 
     def argmax(self, dim=None, keepdim: bool = False):
         """Index of the first largest element along `dim` (of the flattened tensor if None);
-        a NaN counts as the largest, as in torch."""
+        a NaN counts as the largest, as in torch. Not of a bool tensor, as torch's."""
+        if self.dtype.is_bool:
+            fail(DTypeError, "argmax", "does not support bool input (as in PyTorch)")
+        return self._argmax(dim, keepdim)
+
+    def _argmax(self, dim=None, keepdim: bool = False):
+        """argmax, bools too (max(dim)'s index)."""
         if dim is None:
-            return self.reshape(-1).argmax(0, keepdim=False)
+            return self.reshape(-1)._argmax(0, keepdim=False)
 
         d = self._dim(dim, "argmax")
         if self.ndim == 0:  # index 0, 0-d whatever keepdim, as torch
-            return self.reshape(1).argmax(0)
+            return self.reshape(1)._argmax(0)
         n = self.shape[d]
         best = self.amax(d, keepdim=True)  # NaN where the row holds a NaN
         shape = [1] * self.ndim
@@ -259,8 +265,13 @@ class ReduceMixin:
 
     def argmin(self, dim=None, keepdim: bool = False):
         if self.dtype.is_bool:
-            return self.logical_not().argmax(dim, keepdim)
-        return self._order_flip().argmax(dim, keepdim)
+            fail(DTypeError, "argmin", "does not support bool input (as in PyTorch)")
+        return self._argmin(dim, keepdim)
+
+    def _argmin(self, dim=None, keepdim: bool = False):
+        if self.dtype.is_bool:
+            return self.logical_not()._argmax(dim, keepdim)
+        return self._order_flip()._argmax(dim, keepdim)
 
     @autocast_op("logsumexp")
     def logsumexp(self, dim, keepdim: bool = False):
@@ -285,10 +296,11 @@ class ReduceMixin:
 
     @autocast_op("softmax")
     @one_site
-    def softmax(self, dim: int):
-        """exp(x - max) / sum(exp(x - max)) along `dim`: three kernels for a row softmax."""
+    def softmax(self, dim: int, dtype=None):
+        """exp(x - max) / sum(exp(x - max)) along `dim`: three kernels for a row softmax.
+        `dtype`: the input is cast to it first (an integer input needs one, as in PyTorch)."""
         dim = self._dim(dim, "softmax")
-        x = self._float()
+        x = _softmax_input(self, dtype, "softmax")
         if x.ndim == 0:  # a row of one: 1, as torch
             return x.reshape(1).softmax(0).reshape(())
         if x.numel() == 0:  # nothing to normalize (torch returns the empty tensor)
@@ -300,9 +312,10 @@ class ReduceMixin:
 
     @autocast_op("log_softmax")
     @one_site
-    def log_softmax(self, dim: int):
+    def log_softmax(self, dim: int, dtype=None):
+        """x - max - log(sum(exp(x - max))) along `dim`; `dtype` as softmax's."""
         dim = self._dim(dim, "log_softmax")
-        x = self._float()
+        x = _softmax_input(self, dtype, "log_softmax")
         if x.ndim == 0:  # a row of one: 0, as torch
             return x.reshape(1).log_softmax(0).reshape(())
         if x.numel() == 0:
@@ -322,6 +335,23 @@ class ReduceMixin:
         if self.ndim != 1 or other.ndim != 1:
             fail(ShapeError, "dot", f"expects 1-D tensors, got {self.shape} and {other.shape}")
         return matmul(self, other)
+
+
+def _softmax_input(x, dtype, op: str):
+    """softmax's input cast to `dtype`, which must be a float type; without one, the input
+    itself, which must be float: PyTorch has no integer or bool softmax kernel."""
+    if dtype is not None:
+        dt = checked_dtype(dtype, op)
+        if not dt.is_float:
+            fail(DTypeNotImplementedError, op, f"not implemented for {dt.name}")
+        return x.cast(dt)
+    if not x.dtype.is_float:
+        fail(
+            DTypeNotImplementedError,
+            op,
+            f"not implemented for {x.dtype.name} (as in PyTorch); pass dtype=, or cast first",
+        )
+    return x
 
 
 def log_softmax_node(xn, dim: int):

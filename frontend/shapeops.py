@@ -28,7 +28,7 @@ from . import autograd_state, core
 from .autocast import autocast_op
 from .creation import host_table
 from .creation import index_arange as arange
-from .errors import DimError, DTypeError, IndexingError, ShapeError, fail
+from .errors import DimError, DTypeError, DTypeNotImplementedError, IndexingError, ShapeError, fail
 from .extend import custom_gradient
 from .indexing import _scattered_sum, flip, values_for_shape
 from .ir import node as N
@@ -931,6 +931,8 @@ def topk(x, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
     >>> fg.tensor([3.0, 1.0, 2.0]).topk(2).values.tolist()
     [3.0, 2.0]
     """
+    if x.dtype.is_bool:
+        fail(DTypeError, "topk", "not implemented for bool (as in PyTorch)")
     d = x._dim(dim, "topk") if x.ndim else 0
     n = x.shape[d] if x.ndim else 1
     if not 0 <= k <= n:
@@ -953,7 +955,13 @@ def kthvalue(x, k: int, dim: int = -1, keepdim: bool = False):
     >>> v.item(), i.item()
     (0.0, 0)
     """
+    _refuse_bool_selection(x, "kthvalue")
     return _kthvalue(x, k, dim, keepdim, as_torch_ties=True)
+
+
+def _refuse_bool_selection(x, op: str) -> None:
+    if x.dtype.is_bool:
+        fail(DTypeNotImplementedError, op, "not implemented for bool (as in PyTorch)")
 
 
 def _kthvalue(x, k: int, dim, keepdim: bool, as_torch_ties: bool):
@@ -997,6 +1005,7 @@ def _quickselect3(x, d: int):
 
 def median(x, dim=None, keepdim: bool = False):
     """The lower median (NaN if the row has a NaN); with `dim`, also its index."""
+    _refuse_bool_selection(x, "median")
     if dim is None:
         flat = x.reshape(-1)
         if flat.shape[0] == 0 and x.dtype.is_float:  # the median of nothing is NaN, as torch's
@@ -1026,6 +1035,7 @@ def nanmedian(x, dim=None, keepdim: bool = False):
     >>> fg.tensor([[2.0, float("nan"), 1.0]]).nanmedian(1).values.tolist()
     [1.0]
     """
+    _refuse_bool_selection(x, "nanmedian")
     if not x.dtype.is_float:  # no NaN to leave out
         return median(x, dim, keepdim)
     if dim is None:

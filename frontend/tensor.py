@@ -45,6 +45,7 @@ from .errors import (
     ArgumentError,
     DimError,
     DTypeError,
+    DTypeNotImplementedError,
     JitError,
     ShapeError,
     checked_dtype,
@@ -574,12 +575,32 @@ class Tensor(*MIXINS):
         return self._binary(Ops.ADD, o, "add", reverse=True)
 
     def __sub__(self, o):
+        self._refuse_bool_sub(o)
         a, b = self._operands(o, "sub")
-        return a._check_not_bool("sub")._binary(Ops.ADD, -b, "sub")
+        return a._binary(Ops.ADD, -b, "sub")
 
     def __rsub__(self, o):
+        self._refuse_bool_sub(o)
         a, b = self._operands(o, "sub", reverse=True)
-        return a._check_not_bool("sub")._binary(Ops.ADD, -b, "sub")
+        return a._binary(Ops.ADD, -b, "sub")
+
+    def _refuse_bool_sub(self, other) -> None:
+        """Subtraction with a bool operand, either side (a bool tensor or array, a Python
+        bool), raises, as PyTorch's does: promoted first, `mask - 1.5` would be a float.
+        (A numpy bool scalar is a number to PyTorch, and here.)"""
+        dt = getattr(other, "dtype", None)
+        bool_other = (
+            isinstance(other, bool)
+            or dt is bool_
+            or (isinstance(other, np.ndarray) and other.dtype == np.bool_)
+        )
+        if self.dtype.is_bool or bool_other:
+            fail(
+                DTypeError,
+                "sub",
+                "subtraction with a bool tensor is not supported (as in PyTorch); to invert "
+                "a mask use ~ or logical_not()",
+            )
 
     def __mul__(self, o):
         return self._binary(Ops.MUL, o, "mul")
@@ -673,7 +694,7 @@ class Tensor(*MIXINS):
         gradient is inf * 0 = NaN, as PyTorch's chain rule gives.
         """
         if self.dtype.is_bool:
-            return self
+            fail(DTypeNotImplementedError, "abs", "not implemented for bool (as in PyTorch)")
         if not self.dtype.is_float:
             return where(self < 0, -self, self)
         out = where(self < 0, -self, where(self == 0, 0.0, self))  # |-0.0| is +0.0
@@ -688,7 +709,7 @@ class Tensor(*MIXINS):
         # built on nodes: relu runs in every layer of every step
         x = self.node
         if x.dtype.is_bool:
-            return where(self <= 0, 0, self)
+            fail(DTypeError, "relu", "bool inputs are not supported (as in PyTorch)")
         if x.dtype.is_float and x.op is not Ops.CONST:
             # one macro node (ir/macro.py) that expands to the nodes below, with their
             # gradient rule: a cached training step builds and keys one node per relu

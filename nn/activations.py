@@ -140,13 +140,15 @@ def _softmax_dim(ndim: int) -> int:
     return 0 if ndim in (0, 1, 3) else 1
 
 
-def softmax(input: Tensor, dim: int | None = None) -> Tensor:
-    """exp(x) / sum(exp(x)) along `dim`, computed stably (the max is subtracted first)."""
-    return input.softmax(_softmax_dim(input.ndim) if dim is None else dim)
+def softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> Tensor:
+    """exp(x) / sum(exp(x)) along `dim`, computed stably (the max is subtracted first);
+    `dtype`: the input is cast to it first (an integer input needs one, as in PyTorch)."""
+    return input.softmax(_softmax_dim(input.ndim) if dim is None else dim, dtype=dtype)
 
 
-def log_softmax(input: Tensor, dim: int | None = None) -> Tensor:
-    return input.log_softmax(_softmax_dim(input.ndim) if dim is None else dim)
+def log_softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> Tensor:
+    """x - log(sum(exp(x))) along `dim`, computed stably; `dtype` as softmax's."""
+    return input.log_softmax(_softmax_dim(input.ndim) if dim is None else dim, dtype=dtype)
 
 
 @autocast_op("gelu")

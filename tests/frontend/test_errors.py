@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import re
 
+import numpy as np
 import pytest
 
 import fusegrad as fg
@@ -177,6 +178,91 @@ def test_bool_tensors_refuse_arithmetic_negation():
     raises_here(fg.DTypeError, "mean", lambda: fg.arange(3).mean(), "int64")
 
 
+def test_subtraction_with_any_bool_operand_raises_as_pytorchs():
+    # promoted first, these were numbers: mask - 1.5 a float, 1 - mask an int
+    b, i = fg.tensor([True, False]), fg.tensor([1, 2])
+    raises_here(fg.DTypeError, "sub", lambda: b - X[0, :2], "bool", "logical_not")
+    raises_here(fg.DTypeError, "sub", lambda: X[0, :2] - b, "bool")
+    raises_here(fg.DTypeError, "sub", lambda: 1.5 - b, "bool")
+    raises_here(fg.DTypeError, "sub", lambda: b - 1, "bool")
+    raises_here(fg.DTypeError, "sub", lambda: X - True, "bool")
+    raises_here(fg.DTypeError, "sub", lambda: True - X, "bool")
+    raises_here(fg.DTypeError, "sub", lambda: i.sub(b), "bool")
+    raises_here(fg.DTypeError, "sub", lambda: i.clone().sub_(b), "bool")
+    raises_here(fg.DTypeError, "sub", lambda: i - np.array([True, False]), "bool")
+    assert (X[0, :2] - np.bool_(True)).tolist() == [0.0, 0.0]  # a number to PyTorch too
+    assert (i - 1).tolist() == [0, 1] and (1.5 - i).tolist() == [0.5, -0.5]
+
+
+@pytest.mark.parametrize(
+    "op", ["floor", "ceil", "round", "trunc", "abs", "median", "nanmedian", "kthvalue"]
+)
+def test_ops_pytorch_has_no_bool_kernel_for_raise_not_implemented(op):
+    b = fg.tensor([[True, False, True]])
+    args = (1,) if op == "kthvalue" else ()
+    with pytest.raises(NotImplementedError) as info:
+        getattr(b, op)(*args)
+    assert isinstance(info.value, fg.DTypeNotImplementedError), info.value
+    assert isinstance(info.value, fg.DTypeError) and "bool" in str(info.value)
+    if op in ("median", "nanmedian"):
+        with pytest.raises(fg.DTypeNotImplementedError):
+            getattr(b, op)(1)
+    # integers are their own floor, ceil, round and trunc, as in PyTorch
+    i = fg.tensor([[-2, 0, 3]])
+    want = {"abs": [[2, 0, 3]], "median": 0, "nanmedian": 0, "kthvalue": [-2]}
+    got = getattr(i, op)(*args)
+    got = got.values if op == "kthvalue" else got
+    assert got.tolist() == want.get(op, [[-2, 0, 3]]) and got.dtype == fg.int64
+
+
+def test_bool_inputs_refused_where_pytorch_refuses_them():
+    b = fg.tensor([True, False])
+    raises_here(fg.DTypeError, "topk", lambda: b.topk(1), "bool")
+    raises_here(fg.DTypeError, "argmax", lambda: b.argmax(), "bool")
+    raises_here(fg.DTypeError, "argmin", lambda: b.argmin(0), "bool")
+    raises_here(fg.DTypeError, "relu", lambda: b.relu(), "bool")
+    raises_here(fg.DTypeError, "relu", lambda: fg.nn.functional.relu(b), "bool")
+    # what PyTorch allows of bools stays: max and min along a dim (their index), sort
+    assert b.max(0).indices.item() == 0 and b.min(0).indices.item() == 1
+    assert b.sort().values.tolist() == [False, True] and b.sign().tolist() == [True, False]
+
+
+def test_softmax_of_integers_needs_a_float_dtype():
+    i = fg.tensor([[1, 2], [3, 5]])
+    for fn in (
+        lambda: i.softmax(1),
+        lambda: i.log_softmax(0),
+        lambda: fg.nn.functional.softmax(i, 1),
+        lambda: fg.softmax(fg.tensor([True, False]), 0),
+        lambda: X.softmax(1, dtype=fg.int32),
+    ):
+        with pytest.raises(fg.DTypeNotImplementedError) as info:
+            fn()
+        assert isinstance(info.value, NotImplementedError)
+        assert re.match(r"(log_)?softmax: not implemented for (int64|bool|int32)", str(info.value))
+    # with dtype= the input is cast first, as torch's softmax(..., dtype=)
+    x = np.array([[1.0, 2.0], [3.0, 5.0]])
+    e = np.exp(x - x.max(1, keepdims=True))
+    want = e / e.sum(1, keepdims=True)
+    got = fg.nn.functional.softmax(i, 1, dtype=fg.float64)
+    assert got.dtype == fg.float64
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-15)
+    got = i.log_softmax(1, dtype=fg.float32)
+    assert got.dtype == fg.float32
+    np.testing.assert_allclose(got.numpy(), np.log(want), rtol=1e-6)
+    half = X.softmax(1, dtype=fg.bfloat16)
+    assert half.dtype == fg.bfloat16 and half.float().numpy()[0, 0] == 0.25
+
+
+def test_lerp_of_integers_raises():
+    i = fg.tensor([1, 2])
+    with pytest.raises(fg.DTypeNotImplementedError, match="lerp: not implemented for int64"):
+        i.lerp(i, 0.5)
+    with pytest.raises(NotImplementedError):
+        X[0].lerp(fg.tensor([1, 2, 3, 4]), 0.5)
+    assert X[0].lerp(X[0] * 3, 0.5).tolist() == [2.0] * 4
+
+
 def test_requires_grad_on_int_tensors():
     op = "requires_grad"
     raises_here(fg.DTypeError, op, lambda: fg.tensor([1, 2], requires_grad=True), "int64")
@@ -228,5 +314,7 @@ def test_error_classes_are_the_builtin_kinds_too():
     assert issubclass(fg.DTypeError, TypeError)
     assert issubclass(fg.IndexingError, IndexError)
     assert issubclass(fg.DeviceError, RuntimeError)
+    assert issubclass(fg.DTypeNotImplementedError, NotImplementedError)
+    assert issubclass(fg.DTypeNotImplementedError, fg.DTypeError)
     for kind in (fg.ShapeError, fg.DTypeError, fg.IndexingError, fg.DeviceError):
         assert issubclass(kind, fg.FusegradError)
