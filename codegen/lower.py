@@ -1544,6 +1544,13 @@ TILE_ROWS = 4
 # 246 to 202 us (forward x @ W.T) and 476 to 427 us (weight gradient fused with SGD).
 WIDE_TILE_ROWS = 8
 WIDE_GRID_ACCUMULATORS = 256
+# ... and a grid of rows of two registers each (32 float32 lanes along a long sum) up to 24
+# registers: the 1-D weight gradient 32x128x1024 -> 128 (k3) takes 3 taps x 4 output
+# channels, 14 loads for 24 multiply-adds, not 3 x 2 (10 for 12): kernel alone on Zen 5
+# 10.5-12.2 -> 7.9-8.1 ms (400 GFLOP/s, its sgemm's rate), one thread 19.0-23.1 -> 15.4-16.5.
+# (Rows of one 16-lane register keep 16: the sentiment CNN's 5 x 2 grids over short sums
+# measured slower as 5 x 4.)
+WIDE_PAIR_GRID_ACCUMULATORS = 384
 WIDE_VECTOR_BYTES = 64  # one AVX-512 register
 
 
@@ -1682,6 +1689,8 @@ def choose_tile(
 
                 others = [g for g in shared if g != row and grid_pays(g)]
                 grid = WIDE_GRID_ACCUMULATORS if wide_registers() else TILE_GRID_ACCUMULATORS
+                if wide_registers() and lanes * item.reduce.dtype.itemsize == 2 * WIDE_VECTOR_BYTES:
+                    grid = WIDE_PAIR_GRID_ACCUMULATORS  # rows of two registers each
                 grid = SUM_MERGED_GRID if sum_lanes else grid
                 room = grid // (rows * lanes)
                 counts = (8, 4, 3, 2) if sum_lanes else (4, 3, 2)

@@ -400,3 +400,28 @@ def test_a_convolutions_images_go_outside_its_column_tiles(batch, channels):
     windows = np.lib.stride_tricks.sliding_window_view(x.astype(np.float64), (3, 3), axis=(2, 3))
     want = np.einsum("nchwij,ocij->nohw", windows, w)
     np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_a_long_sums_grid_of_two_register_rows(monkeypatch, wide):
+    """A 1-D convolution's weight gradient sums 1024 positions an image in 32 lanes (two
+    registers a row on AVX-512): with 32 registers its grid is 3 taps x 4 output channels,
+    24 registers of accumulators, each loaded vector of x serving 4 rows, not 2 (the grid
+    before); with 16 registers, the 3 taps alone. The sums are the same either way."""
+    from fusegrad.codegen import lower as L
+    from fusegrad.ir.ops import Ops
+    from fusegrad.ir.schedule import schedule
+    from fusegrad.nn import functional as F
+
+    monkeypatch.setattr(L, "wide_registers", lambda: wide)
+    x, g = f32(2, 8, 1026), f32(2, 16, 1024)
+    w = fg.tensor(f32(16, 8, 3), requires_grad=True)
+    (dw,) = fg.grad(F.conv1d(fg.tensor(x), w), [w], grad_outputs=fg.tensor(g))
+    items = schedule([dw.node], lambda n: n.op is Ops.BUFFER)
+    notes = [L.lower(item).tile_note for item in items if item.reduce is not None]
+    grid = "3 x 4 rows x 32 lanes" if wide else "3 rows x 32 lanes"
+    assert any(f"register tile {grid} along the sum" in n for n in notes), notes
+    windows = np.lib.stride_tricks.sliding_window_view(x.astype(np.float64), 3, axis=2)
+    np.testing.assert_allclose(
+        dw.numpy(), np.einsum("nol,ncli->oci", g, windows), rtol=1e-4, atol=1e-3
+    )
