@@ -638,7 +638,8 @@ def test_a_padded_strided_convolution_reads_its_phase_split_copy_at_stride_1(str
     """The padded copy of a convolution strided along its last axis is split into the
     stride's phases (nn/correlate.py, `_phase_split`): the forward's and the weight
     gradient's windows load it contiguously (no step per lane in their loop IR), one copy
-    shared by both, and the values and gradients are numpy's."""
+    shared by both; the input gradient's phase correlations read each phase's flipped
+    weight copied with its rows contiguous; and the values and gradients are numpy's."""
     rng = np.random.default_rng(33)
     x = rng.standard_normal((2, 5, 11, 37)).astype(np.float32)
     w = rng.standard_normal((16, 5, 3, 3)).astype(np.float32)
@@ -649,8 +650,15 @@ def test_a_padded_strided_convolution_reads_its_phase_split_copy_at_stride_1(str
     kernels = fg.kernels(y, dx, dw)
     splits = [k for k in kernels if "split into stride phases" in k.reason]
     assert len(splits) == 1, [k.reason for k in kernels]
-    sums = [k for k in kernels if k.name.startswith("r_sum_")]  # the forward, the weight grad
+    # the forward and the weight gradient
+    sums = [k for k in kernels if k.name.startswith("r_sum_") and k.reason == "output requested"]
     assert len(sums) == 2, [k.name for k in kernels]
+    weights = [k for k in kernels if "phase's flipped weight" in k.reason]
+    assert len(weights) == stride * stride, [k.reason for k in kernels]  # one tap each at 3
+    phases = [k for k in kernels if k.name.startswith("r_sum_2x1x5x1x")]
+    # each reads its phase's weight (5 x 16 x its taps), not the whole 16 x 5 x 3 x 3 (720)
+    heads = [k.loop_ir.splitlines()[0] for k in phases]
+    assert len(heads) == stride * stride and not any("[720]" in h for h in heads), heads
     for k in sums:
         assert f"t*{stride}]" not in k.loop_ir and "vector for t" in k.loop_ir, k.loop_ir
     s, p = (stride, stride), (1, 1)
