@@ -733,18 +733,11 @@ class Tensor(*MIXINS):
     def tanh(self):
         """tanh(x) = 2 sigmoid(2x) - 1, with a series near 0 where that form cancels."""
         x = self._float()
-        e = (-2 * x.abs()).exp()  # <= 1: no overflow in the value or its derivatives
-        big = where(x < 0, -1, 1) * (1 - e) / (1 + e)
-        x2 = x * x
-        # odd Taylor series to x^9: error < 1e-8 for |x| < 0.25
-        small = x * (1 + x2 * (-1 / 3 + x2 * (2 / 15 + x2 * (-17 / 315 + x2 * (62 / 2835)))))
-        # the series is exact to the last bit below 0.25 in float32, below 0.02 in float64
-        limit = 0.25 if x.dtype.itemsize == 4 else 0.02
-        out = self.where_(x.abs() < limit, small, big)
-        # 1 - t^2 = 4e / (1 + e)^2, with no cancellation where t is near +-1
-        en = e.node
-        four_e = N.mul(en, N.const(4, en.shape, en.dtype))
-        return _own_gradient(out, x, lambda g, y, x: N.mul(g, _over_square_of_1_plus(four_e, en)))
+        if x.node.op is not Ops.CONST:
+            # one macro node (ir/macro.py) that expands to `_tanh`'s 30-odd nodes, with
+            # their gradient rule: an LSTM step calls it twice, a plain loop every step
+            return composite("tanh", (x,), (), x.shape, x.dtype)
+        return _tanh(x)
 
     def square(self):
         """self * self; a bool tensor's square is int64, as torch's (it is self ** 2)."""
@@ -1600,6 +1593,26 @@ def composite(kind: str, tensors: Sequence[Tensor], params: tuple, shape, dtype)
 
 
 register_composite("sigmoid", lambda tensors, params: _sigmoid(tensors[0]))
+
+
+def _tanh(x: Tensor) -> Tensor:
+    """`Tensor.tanh` of a float tensor, composed: from e = e^-2|x|, sign(x) (1 - e) / (1 + e),
+    and an odd series where |x| is small (that form cancels there)."""
+    e = (-2 * x.abs()).exp()  # <= 1: no overflow in the value or its derivatives
+    big = where(x < 0, -1, 1) * (1 - e) / (1 + e)
+    x2 = x * x
+    # odd Taylor series to x^9: error < 1e-8 for |x| < 0.25
+    small = x * (1 + x2 * (-1 / 3 + x2 * (2 / 15 + x2 * (-17 / 315 + x2 * (62 / 2835)))))
+    # the series is exact to the last bit below 0.25 in float32, below 0.02 in float64
+    limit = 0.25 if x.dtype.itemsize == 4 else 0.02
+    out = where(x.abs() < limit, small, big)
+    # 1 - t^2 = 4e / (1 + e)^2, with no cancellation where t is near +-1
+    en = e.node
+    four_e = N.mul(en, N.const(4, en.shape, en.dtype))
+    return _own_gradient(out, x, lambda g, y, x: N.mul(g, _over_square_of_1_plus(four_e, en)))
+
+
+register_composite("tanh", lambda tensors, params: _tanh(tensors[0]))
 
 
 def _over_square_of_1_plus(a: N.Node, z: N.Node) -> N.Node:

@@ -219,6 +219,42 @@ def test_sigmoid_is_one_macro_node_expanding_to_the_composed_nodes(dtype):
     assert fg.full((2,), 0.0).sigmoid().node.op is Ops.CONST  # constants fold, as before
 
 
+TANH_POINTS = [-100.0, -1.0, -0.25, -1e-8, -0.0, 0.0, 1e-30, 0.02, 0.2499, 0.25, 0.5, 20.0]
+TANH_POINTS += [float("nan"), float("inf"), float("-inf")]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+def test_tanh_is_one_macro_node_expanding_to_the_composed_nodes(dtype):
+    """tanh builds one node (30-odd composed: an LSTM step's plain-loop graph was mostly
+    its two tanh), whose expansion is the composed form's very nodes with its gradient
+    rule: the same values and first and second derivatives at the special points (the
+    series' edge 0.25, -0.0, +-inf, NaN), with gradients on or off when it was built."""
+    tanh = sys.modules[fg.Tensor.__module__]._tanh
+    x = fg.tensor(TANH_POINTS, dtype=getattr(fg, dtype), requires_grad=True)
+    y = x.tanh()
+    assert y.node.op is Ops.MACRO and y.node.arg[0] == "tanh"
+    want = tanh(x)
+    assert expand_all([y.node])[0] is want.node
+    results = []
+    for out in (y, want):
+        (g,) = fg.grad(out.sum(), [x], create_graph=True)
+        (gg,) = fg.grad(g.sum(), [x])
+        results.append([t.float().numpy() for t in (out, g, gg)])
+    for got, exp in zip(*results):
+        np.testing.assert_array_equal(got, exp)
+    value, grad = results[0][0], results[0][1]
+    assert np.signbit(value[4]) and not np.signbit(value[5])  # tanh(-0.0) = -0.0
+    assert grad[4] == grad[5] == 1.0 and grad[0] == grad[-2] == 0.0
+    np.testing.assert_array_equal(value[-3:], [np.nan, 1.0, -1.0])
+    with fg.no_grad():  # its expansion, built now, still carries the gradient rule
+        z = fg.tensor([0.0, 3.0]).tanh()
+    assert z.node.op is Ops.MACRO
+    leaf = fg.tensor([0.0, 3.0], requires_grad=True)
+    (g,) = fg.grad((leaf.tanh() * 1.0).sum(), [leaf])
+    assert g.tolist()[0] == 1.0
+    assert fg.full((2,), 0.0).tanh().node.op is Ops.CONST  # constants fold, as before
+
+
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
 @pytest.mark.parametrize("weighted", [False, True])
 def test_binary_cross_entropy_is_one_macro_node_expanding_to_the_composed_nodes(
