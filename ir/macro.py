@@ -53,6 +53,9 @@ from .sites import fixed, note, site_of
 Rule = Callable[[tuple[Node, ...], tuple], Node]
 
 RULES: dict[str, Rule] = {}  # kind -> builder of the expansion from (srcs, params)
+# expansions being built on this thread: a macro asked for inside one (a composite's
+# sigmoid) is its expansion at once, so an expansion holds primitives only
+_building = threading.local()
 
 # macro node -> its expansion on its own sources (kept while the macro lives)
 _EXPANSIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -69,6 +72,8 @@ def macro(kind: str, srcs: tuple[Node, ...], params: tuple, shape, dtype) -> Nod
     """The macro node of `kind` on `srcs` (hash-consed as any node): `shape` and `dtype`
     are its expansion's, which the caller knows without building it."""
     assert kind in RULES, f"unknown macro {kind!r}"
+    if getattr(_building, "depth", 0):  # inside an expansion: `expand_all` makes one pass
+        return RULES[kind](tuple(srcs), params)
     first = srcs[0].device
     for s in srcs:
         if s.device is not first:  # two devices are refused naming the library op
@@ -99,8 +104,12 @@ def expansion(m: Node) -> Node:
 def _expand(m: Node, srcs: tuple[Node, ...]) -> Node:
     kind, params = m.arg
     site = site_of(m)
-    with fixed(site, replace=True):  # a rule that makes tensors (a composite) names m's line
-        out = RULES[kind](srcs, params)
+    _building.depth = getattr(_building, "depth", 0) + 1
+    try:
+        with fixed(site, replace=True):  # a rule that makes tensors (a composite) names m's line
+            out = RULES[kind](srcs, params)
+    finally:
+        _building.depth -= 1
     assert out.shape == m.shape and out.dtype is m.dtype, (
         f"macro {kind}: expansion {out.shape} {out.dtype.name} for {m.shape} {m.dtype.name}"
     )

@@ -36,12 +36,14 @@ from ..nnapi import (
     ShapeError,
     Tensor,
     cat,
+    composite,
     custom_gradient,
     fail,
     gather_rows,
     host_table,
     index_arange,
     materialize,
+    register_composite,
     stack,
     where,
     zeros,
@@ -114,9 +116,37 @@ def _rnn_relu_step(xw, h, w_hh, b_hh):
 def _lstm_step(xw, state, w_hh, b_hh):
     h, c = state
     gates = _stored(xw + linear(h, w_hh, b_hh), "LSTM gates")
-    i, f, g, o = gates.chunk(4, -1)
-    c = _stored(f.sigmoid() * c + i.sigmoid() * g.tanh(), "LSTM cell state")
-    return _stored(o.sigmoid() * c.tanh(), "LSTM hidden state"), c
+    # each of the step's two stored values is one macro node (ir/macro.py), not the 4
+    # slices and 9 gate ops a plain-loop step would build and key again every time step
+    c = _stored(_lstm_gated("lstm_cell", gates, c), "LSTM cell state")
+    return _stored(_lstm_gated("lstm_hidden", gates, c), "LSTM hidden state"), c
+
+
+def _lstm_gated(kind: str, gates: Tensor, c: Tensor) -> Tensor:
+    """The composite `kind` of an LSTM step's gates (..., 4H) and a cell state (..., H) of
+    one shape and dtype (else composed: a state broadcast, or of another dtype)."""
+    shape = gates.shape[:-1] + (c.shape[-1],)
+    if c.shape != shape or c.dtype != gates.dtype or not c.dtype.is_float:
+        return _LSTM_RULES[kind]((gates, c), ())
+    return composite(kind, (gates, c), (), shape, c.dtype)
+
+
+def _lstm_cell(tensors, params) -> Tensor:
+    """c' = sigmoid(f) c + sigmoid(i) tanh(g), from the gates (i, f, g, o) and c."""
+    gates, c = tensors
+    i, f, g, _ = gates.chunk(4, -1)
+    return f.sigmoid() * c + i.sigmoid() * g.tanh()
+
+
+def _lstm_hidden(tensors, params) -> Tensor:
+    """h' = sigmoid(o) tanh(c'), from the gates (i, f, g, o) and the new cell state c'."""
+    gates, c = tensors
+    return gates.chunk(4, -1)[3].sigmoid() * c.tanh()
+
+
+_LSTM_RULES = {"lstm_cell": _lstm_cell, "lstm_hidden": _lstm_hidden}
+for _kind, _rule in _LSTM_RULES.items():
+    register_composite(_kind, _rule)
 
 
 def _gru_step(xw, h, w_hh, b_hh):

@@ -368,3 +368,27 @@ def test_a_large_row_softmax_at_special_rows_values_and_gradients(op):
     yt.backward(torch.tensor(g))
     np.testing.assert_allclose(got, yt.detach().numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got_dx, xt2.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_composite_of_composites_expands_to_primitives_in_one_pass():
+    """A composite whose composed form calls other macro ops (sigmoid, tanh, relu) builds
+    their expansions in place while its own is built, so `expand_all`'s one pass leaves no
+    macro for the scheduler (it raised at the lowering: a view over a MACRO node)."""
+    T = sys.modules[fg.Tensor.__module__]
+
+    def composed(tensors, params):
+        (x,) = tensors
+        return x.sigmoid() * x.tanh() + x.relu()
+
+    T.register_composite("test_sigmoid_tanh_relu", composed)
+    x = fg.tensor([-2.0, -0.0, 0.0, 0.5, 3.0], requires_grad=True)
+    y = T.composite("test_sigmoid_tanh_relu", (x,), (), x.shape, x.dtype)
+    assert y.node.op is Ops.MACRO
+    (flat,) = expand_all([y.node])
+    assert all(n.op is not Ops.MACRO for n in N.toposort([flat]))
+    with fg.no_grad():
+        want = (x.sigmoid() * x.tanh() + x.relu()).numpy()
+    np.testing.assert_array_equal(y.detach().numpy(), want)
+    (g,) = fg.grad(y.sum(), [x])
+    (gw,) = fg.grad(composed((x,), ()).sum(), [x])
+    np.testing.assert_array_equal(g.numpy(), gw.numpy())

@@ -306,3 +306,43 @@ def test_dropout_acts_between_layers_in_training_only():
     assert np.abs(x.grad.numpy()).max() == 0.0
     lstm.eval()
     close(lstm(x)[0], LSTM_OUT)
+
+
+def test_an_lstm_steps_stored_values_are_one_macro_node_each_at_special_points():
+    """A step's cell and hidden state are one macro node each (the composed gates: 4 slices,
+    3 sigmoid, 2 tanh, 3 products and a sum), what a plain-loop step builds and keys per
+    time step; their values and gradients are the composed form's, torch's, at gates of
+    -0.0, 0, +-1, +-inf and NaN (in float64), and where the state broadcasts or has
+    another dtype than the gates the step is composed as before."""
+    from fusegrad.ir.ops import Ops
+    from fusegrad.nn import rnn as R
+
+    special = [-0.0, 0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 30.0]
+    gates_np = np.array(special * 4, np.float64).reshape(4, 8).T.reshape(2, 16).copy()
+    c_np = np.array([[-0.0, 1.0, -2.0, np.inf], [0.5, np.nan, -np.inf, 0.0]], np.float64)
+    gates = fg.tensor(gates_np, requires_grad=True)
+    c = fg.tensor(c_np, requires_grad=True)
+    new_c = R._lstm_gated("lstm_cell", gates, c)
+    new_h = R._lstm_gated("lstm_hidden", gates, new_c)
+    assert new_c.node.op is Ops.MACRO and new_h.node.op is Ops.MACRO
+    wc = R._lstm_cell((gates, c), ())
+    wh = R._lstm_hidden((gates, wc), ())
+    assert wc.node.op is not Ops.MACRO
+    gy = fg.tensor(np.linspace(-1, 1, 8).reshape(2, 4))
+    got = fg.grad((new_h * gy).sum() + new_c.sum(), [gates, c])
+    want = fg.grad((wh * gy).sum() + wc.sum(), [gates, c])
+    for a, b in zip([new_c, new_h, *got], [wc, wh, *want]):
+        np.testing.assert_array_equal(a.detach().numpy(), b.detach().numpy())
+    sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    with np.errstate(all="ignore"):
+        i, f, g, o = np.split(gates_np, 4, -1)
+        cn = sig(f) * c_np + sig(i) * np.tanh(g)
+        hn = sig(o) * np.tanh(cn)
+    np.testing.assert_allclose(new_c.detach().numpy(), cn, rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(new_h.detach().numpy(), hn, rtol=1e-12, atol=1e-300)
+    # a broadcast state, a state of another dtype: composed, the same values
+    row = fg.tensor(c_np[:1].astype(np.float32))
+    mixed = R._lstm_gated("lstm_cell", gates.detach().float(), row)
+    assert mixed.node.op is not Ops.MACRO and mixed.shape == (2, 4)
+    other = R._lstm_gated("lstm_cell", gates.detach(), fg.tensor(c_np.astype(np.float32)))
+    assert other.node.op is not Ops.MACRO and other.dtype == fg.float64
