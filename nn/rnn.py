@@ -150,12 +150,27 @@ for _kind, _rule in _LSTM_RULES.items():
 
 
 def _gru_step(xw, h, w_hh, b_hh):
+    hp = _stored(linear(h, w_hh, b_hh), "GRU hidden projection")
+    shape = hp.shape[:-1] + (h.shape[-1],)
+    if xw.shape == hp.shape and h.shape == shape and xw.dtype == hp.dtype == h.dtype:
+        # one macro node, not the 6 slices and 8 gate ops a plain-loop step would build
+        new = composite("gru_hidden", (xw, hp, h), (), shape, h.dtype)
+    else:  # (a state broadcast, or of another dtype: composed)
+        new = _gru_hidden((xw, hp, h), ())
+    return _stored(new, "GRU hidden state")
+
+
+def _gru_hidden(tensors, params) -> Tensor:
+    """h' = (1 - z) n + z h, from the input's and the hidden state's projections."""
+    xw, hp, h = tensors
     x_r, x_z, x_n = xw.chunk(3, -1)
-    h_r, h_z, h_n = _stored(linear(h, w_hh, b_hh), "GRU hidden projection").chunk(3, -1)
+    h_r, h_z, h_n = hp.chunk(3, -1)
     r, z = (x_r + h_r).sigmoid(), (x_z + h_z).sigmoid()
     n = (x_n + r * h_n).tanh()
-    return _stored(n + z * (h - n), "GRU hidden state")  # (1 - z) n + z h
+    return n + z * (h - n)  # (1 - z) n + z h
 
+
+register_composite("gru_hidden", _gru_hidden)
 
 STEPS = {
     "RNN_TANH": _rnn_tanh_step,

@@ -346,3 +346,32 @@ def test_an_lstm_steps_stored_values_are_one_macro_node_each_at_special_points()
     assert mixed.node.op is not Ops.MACRO and mixed.shape == (2, 4)
     other = R._lstm_gated("lstm_cell", gates.detach(), fg.tensor(c_np.astype(np.float32)))
     assert other.node.op is not Ops.MACRO and other.dtype == fg.float64
+
+
+def test_a_gru_steps_hidden_state_is_one_macro_node_at_special_points():
+    """A GRU step's new hidden state is one macro node (6 slices and 8 gate ops composed);
+    its values and gradients are the composed form's at projections of -0.0, 0, +-1,
+    +-inf and NaN (float64), and torch's formula's values."""
+    from fusegrad.ir.ops import Ops
+    from fusegrad.nn import rnn as R
+
+    special = np.array([-0.0, 0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 30.0])
+    xw_np = np.tile(special, 3).reshape(2, 12)
+    hp_np = np.roll(xw_np, 5)
+    h_np = np.array([[-0.0, 1.0, -2.0, np.inf], [0.5, np.nan, -np.inf, 0.0]])
+    xw, hp, h = (fg.tensor(a, requires_grad=True) for a in (xw_np, hp_np, h_np))
+    new = R.composite("gru_hidden", (xw, hp, h), (), (2, 4), fg.float64)
+    assert new.node.op is Ops.MACRO
+    want = R._gru_hidden((xw, hp, h), ())
+    gy = fg.tensor(np.linspace(-1, 1, 8).reshape(2, 4))
+    got = fg.grad((new * gy).sum(), [xw, hp, h])
+    exp = fg.grad((want * gy).sum(), [xw, hp, h])
+    for a, b in zip([new, *got], [want, *exp]):
+        np.testing.assert_array_equal(a.detach().numpy(), b.detach().numpy())
+    sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    with np.errstate(all="ignore"):
+        (x_r, x_z, x_n), (h_r, h_z, h_n) = np.split(xw_np, 3, -1), np.split(hp_np, 3, -1)
+        r, z = sig(x_r + h_r), sig(x_z + h_z)
+        n = np.tanh(x_n + r * h_n)
+        ref = n + z * (h_np - n)
+    np.testing.assert_allclose(new.detach().numpy(), ref, rtol=1e-12, atol=1e-300)
