@@ -194,10 +194,12 @@ from .reduce import matmul  # noqa: E402
 from .runtime.config import config  # noqa: E402
 from .searching import bincount, bucketize, cdist, mode, searchsorted  # noqa: E402
 from .serialization import SerializationError, load, save  # noqa: E402
-from .shapeops import all_ as all  # noqa: E402, A004
-from .shapeops import any_ as any  # noqa: E402, A004
 from .shapeops import (  # noqa: E402
+    addbmm,
+    addmm,
+    addmv,
     argsort,
+    baddbmm,
     bmm,
     chunk,
     count_nonzero,
@@ -231,6 +233,8 @@ from .shapeops import (  # noqa: E402
     unflatten,
     var_mean,
 )
+from .shapeops import all_ as all  # noqa: E402, A004
+from .shapeops import any_ as any  # noqa: E402, A004
 from .tensor import Tensor, realize  # noqa: E402
 from .tensor import broadcast_shapes as _broadcast_shapes  # noqa: E402
 from .tensor import legacy_constructor as _legacy_constructor  # noqa: E402

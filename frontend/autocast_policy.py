@@ -30,11 +30,13 @@ PROMOTE = "promote"
 BANNED = "banned"
 
 # torch's AT_FORALL_LOWER_PRECISION_FP (cuda) and the CPU's lower_precision_fp kernels, as
-# far as fusegrad has the op (addmm, baddbmm, mv, chain_matmul, ... are not fusegrad API)
+# far as fusegrad has the op (mv, addr, chain_matmul, ... are not fusegrad API)
 _LOWER_BOTH = [
-    "matmul", "mm", "bmm", "linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
-    "conv_transpose2d", "conv_transpose3d", "prelu", "scaled_dot_product_attention",
+    "matmul", "mm", "bmm", "addmm", "baddbmm", "addbmm", "linear", "conv1d", "conv2d",
+    "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "prelu",
+    "scaled_dot_product_attention",
 ]  # fmt: skip
+_CUDA_LOWER = ["addmv"]  # (torch's cpu autocast leaves addmv in its inputs' dtype)
 
 # torch's AT_FORALL_FP32 (cuda); `norm` is its fp32_append_dtype, which gives float32 too;
 # cross_entropy is log_softmax (fp32_set_opt_dtype) then nll_loss (fp32) in torch;
@@ -79,7 +81,7 @@ POLICY: dict[str, dict[str, str]] = {
     "cpu": _rows(lower=_LOWER_BOTH + ["einsum"], fp32=_CPU_FP32, promote=_CPU_PROMOTE),
     "cuda": {
         **_rows(
-            lower=_LOWER_BOTH + ["einsum"],
+            lower=_LOWER_BOTH + _CUDA_LOWER + ["einsum"],
             fp32=_CUDA_FP32,
             fp32_set_opt_dtype=_CUDA_FP32_SET_OPT_DTYPE,
             promote=_CUDA_PROMOTE,

@@ -60,6 +60,7 @@ from .devices import is_host as is_host_device
 # errors, raised at the user's line
 from .errors import (
     DTypeError,
+    DTypeNotImplementedError,
     FusegradError,
     JitError,
     ShapeError,
@@ -125,6 +126,7 @@ __all__ = [
     "default_device_name",
     "checked_dtype",
     "DTypeError",
+    "DTypeNotImplementedError",
     "FusegradError",
     "JitError",
     "ShapeError",

@@ -297,6 +297,111 @@ def bmm(a, b):
     return a @ b
 
 
+def _scaled_sum(op: str, inp, product, beta, alpha, *mats):
+    """beta * inp + alpha * product, as torch's addmm family: inp broadcast to the product's
+    shape; beta 0 ignores inp and alpha 0 the product (their NaN and inf too: the term is
+    0, its cotangent 0, as torch's); the tensors of one dtype; with integer tensors an
+    integral beta and alpha (PyTorch truncates a fractional one: refused here)."""
+    inp = _one_dtype(op, inp, *mats)
+    for name, v in (("beta", beta), ("alpha", alpha)):
+        if not product.dtype.is_float and not float(v).is_integer():
+            fail(
+                DTypeError,
+                op,
+                f"{name}={v!r} with {product.dtype.name} tensors: PyTorch truncates it, "
+                "fusegrad refuses; cast the tensors to a float type first",
+            )
+    shape = product.shape
+    if core.broadcast_shapes(inp.shape, shape, op) != shape:
+        fail(ShapeError, op, f"input of shape {inp.shape} does not broadcast to {shape}")
+    if isinstance(beta, float) or isinstance(alpha, float):
+        beta, alpha = (v if product.dtype.is_float else int(v) for v in (beta, alpha))
+    nothing = product._make(N.const(False, (), bool_))
+    if alpha == 0:  # the product ignored, its cotangent 0 (a where's: not g * 0)
+        term = _where(nothing, product, 0)
+    else:
+        term = product if alpha == 1 else product * alpha
+    if beta == 0:
+        return term + _where(nothing, inp, 0)
+    return (inp if beta == 1 else inp * beta) + term
+
+
+def _one_dtype(op: str, inp, *mats):
+    """`inp` as a tensor, where it and `mats` have one dtype (torch's rule), else raise."""
+    inp = core.as_tensor(inp, op)
+    dtypes = {t.dtype for t in (inp, *mats)}
+    if len(dtypes) > 1:
+        names = ", ".join(sorted(d.name for d in dtypes))
+        fail(DTypeError, op, f"expects tensors of one dtype, got {names}")
+    return inp
+
+
+def _matrices(op: str, *pairs) -> None:
+    for name, t, ndim in pairs:
+        if t.ndim != ndim:
+            what = {1: "a vector", 2: "a matrix", 3: "a batch of matrices"}[ndim]
+            fail(ShapeError, op, f"{name} must be {what}, got a {t.ndim}-D tensor {t.shape}")
+
+
+@autocast_op("addmm")
+def addmm(input, mat1, mat2, *, beta=1, alpha=1):
+    """beta * input + alpha * (mat1 @ mat2), as torch.addmm (input broadcast to the
+    product; beta 0 ignores input, NaN and inf included).
+
+    >>> import fusegrad as fg
+    >>> fg.addmm(fg.ones(2), fg.eye(2), fg.tensor([[1.0, 2.0], [3.0, 4.0]]), beta=2).tolist()
+    [[3.0, 4.0], [5.0, 6.0]]
+    """
+    _matrices("addmm", ("mat1", mat1, 2), ("mat2", mat2, 2))
+    _one_dtype("addmm", input, mat1, mat2)
+    if mat1.shape[1] != mat2.shape[0]:
+        fail(
+            ShapeError,
+            "addmm",
+            f"mat1 and mat2 shapes cannot be multiplied ({mat1.shape} and {mat2.shape})",
+        )
+    return _scaled_sum("addmm", input, mat1 @ mat2, beta, alpha, mat1, mat2)
+
+
+@autocast_op("addmv")
+def addmv(input, mat, vec, *, beta=1, alpha=1):
+    """beta * input + alpha * (mat @ vec), as torch.addmv."""
+    _matrices("addmv", ("mat", mat, 2), ("vec", vec, 1))
+    _one_dtype("addmv", input, mat, vec)
+    if mat.shape[1] != vec.shape[0]:
+        fail(
+            ShapeError,
+            "addmv",
+            f"mat and vec shapes cannot be multiplied ({mat.shape} and {vec.shape})",
+        )
+    return _scaled_sum("addmv", input, mat @ vec, beta, alpha, mat, vec)
+
+
+def _batched(op: str, input, batch1, batch2) -> None:
+    _matrices(op, ("batch1", batch1, 3), ("batch2", batch2, 3))
+    _one_dtype(op, input, batch1, batch2)
+    if batch1.shape[0] != batch2.shape[0] or batch1.shape[2] != batch2.shape[1]:
+        fail(
+            ShapeError,
+            op,
+            f"batch1 and batch2 shapes cannot be multiplied ({batch1.shape} and {batch2.shape})",
+        )
+
+
+@autocast_op("baddbmm")
+def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
+    """beta * input + alpha * (batch1 @ batch2), batch by batch, as torch.baddbmm."""
+    _batched("baddbmm", input, batch1, batch2)
+    return _scaled_sum("baddbmm", input, batch1 @ batch2, beta, alpha, batch1, batch2)
+
+
+@autocast_op("addbmm")
+def addbmm(input, batch1, batch2, *, beta=1, alpha=1):
+    """beta * input + alpha * (the sum over the batch of batch1 @ batch2), as torch.addbmm."""
+    _batched("addbmm", input, batch1, batch2)
+    return _scaled_sum("addbmm", input, (batch1 @ batch2).sum(0), beta, alpha, batch1, batch2)
+
+
 def _tri(x, diagonal: int, upper: bool, op: str):
     if x.ndim < 2:
         fail(ShapeError, op, f"input tensor must have at least 2 dimensions, got {x.shape}")
@@ -1127,6 +1232,10 @@ METHODS = {
     "std_mean": std_mean,
     "sum": sum_,
     "bmm": bmm,
+    "addmm": addmm,
+    "addmv": addmv,
+    "baddbmm": baddbmm,
+    "addbmm": addbmm,
     "tril": tril,
     "triu": triu,
     "diagonal": diagonal,

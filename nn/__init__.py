@@ -83,7 +83,7 @@ from .losses_more import (
     TripletMarginLoss,
 )
 from .module import Module, Parameter, load, save
-from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
+from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm, RMSNorm
 from .padding import (
     CircularPad1d,
     CircularPad2d,
@@ -143,6 +143,7 @@ __all__ = [
     "BatchNorm2d",
     "GroupNorm",
     "LayerNorm",
+    "RMSNorm",
     "CELU",
     "ELU",
     "GELU",

@@ -85,6 +85,6 @@ from .losses_more import (  # noqa: F401
     pairwise_distance,
     triplet_margin_loss,
 )
-from .normalization import batch_norm, group_norm, layer_norm, normalize  # noqa: F401
+from .normalization import batch_norm, group_norm, layer_norm, normalize, rms_norm  # noqa: F401
 from .padding import pad  # noqa: F401
 from .upsample import interpolate  # noqa: F401

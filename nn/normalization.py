@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 from ..nnapi import (
+    DTypeNotImplementedError,
     ShapeError,
     Tensor,
     autocast_op,
@@ -75,6 +76,38 @@ def layer_norm(
     if bias is not None:
         out = out + bias
     return out
+
+
+@one_site
+def rms_norm(input: Tensor, normalized_shape, weight=None, eps: float | None = None) -> Tensor:
+    """x / sqrt(mean(x^2) + eps) over the last len(normalized_shape) axes, then * weight, as
+    torch.nn.functional.rms_norm: eps None is the machine epsilon of the type it computes
+    in; a 16-bit input is normalized in float32 (float32's epsilon) and rounded once.
+
+    >>> import fusegrad as fg
+    >>> from fusegrad.nn import functional as F
+    >>> [round(v, 4) for v in F.rms_norm(fg.tensor([[3.0, 4.0]]), (2,), eps=0.0)[0].tolist()]
+    [0.8485, 1.1314]
+    """
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    k = len(shape)
+    if k == 0 or input.ndim < k or tuple(input.shape[input.ndim - k :]) != shape:
+        fail(
+            ShapeError,
+            "rms_norm",
+            f"Given normalized_shape={list(shape)}, expected input with shape "
+            f"[*, {', '.join(map(str, shape))}], but got input of size {input.shape}",
+        )
+    if not input.dtype.is_float:
+        fail(DTypeNotImplementedError, "rms_norm", f"not implemented for {input.dtype.name}")
+    x = input.float() if input.dtype.itemsize < 4 else input
+    if eps is None:  # (of the type it computes in: a 16-bit input's is float32's, as torch's)
+        eps = float(x.dtype.finfo.eps)
+    axes = tuple(range(x.ndim - k, x.ndim))
+    out = x * ((x * x).mean(axes, keepdim=True) + eps).rsqrt()
+    if weight is not None:
+        out = out * weight
+    return out.to(input.dtype) if out.dtype != input.dtype else out
 
 
 @autocast_op("group_norm")
@@ -238,6 +271,29 @@ class LayerNorm(Module):
         return (
             f"{self.normalized_shape}, eps={self.eps}, "
             f"elementwise_affine={self.elementwise_affine}, bias={self.bias is not None}"
+        )
+
+
+class RMSNorm(Module):
+    """Root-mean-square normalization over the last axes `normalized_shape`, with a learned
+    scale (`weight`, ones), as torch.nn.RMSNorm (eps None: the input dtype's epsilon)."""
+
+    def __init__(self, normalized_shape, eps: float | None = None, elementwise_affine: bool = True):
+        super().__init__()
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
+        self.normalized_shape = tuple(int(s) for s in shape)
+        self.eps, self.elementwise_affine = eps, elementwise_affine
+        if elementwise_affine:
+            self.weight = _param(*self.normalized_shape, value=1.0)
+        else:
+            self.register_parameter("weight", None)
+
+    def forward(self, input):
+        return rms_norm(input, self.normalized_shape, self.weight, self.eps)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
         )
 
 

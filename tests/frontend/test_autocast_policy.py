@@ -35,6 +35,10 @@ CASES = {
     "matmul": lambda m, F, t, i: t(3, 4) @ t(4, 2),
     "mm": lambda m, F, t, i: m.mm(t(3, 4), t(4, 2)),
     "bmm": lambda m, F, t, i: m.bmm(t(2, 3, 4), t(2, 4, 2)),
+    "addmm": lambda m, F, t, i: m.addmm(t(2), t(3, 4), t(4, 2)),
+    "addmv": lambda m, F, t, i: m.addmv(t(3), t(3, 4), t(4)),
+    "baddbmm": lambda m, F, t, i: m.baddbmm(t(2, 1, 2), t(2, 3, 4), t(2, 4, 2)),
+    "addbmm": lambda m, F, t, i: m.addbmm(t(3, 2), t(2, 3, 4), t(2, 4, 2)),
     "linear": lambda m, F, t, i: F.linear(t(3, 4), t(2, 4), t(2)),
     "conv1d": lambda m, F, t, i: F.conv1d(t(1, 2, 5), t(3, 2, 3)),
     "conv2d": lambda m, F, t, i: F.conv2d(t(1, 2, 5, 5), t(3, 2, 3, 3), t(3)),
@@ -154,7 +158,8 @@ CASES = {
 # and for bfloat16 inputs. Measured with torch (test_cpu_table_is_live_torchs re-measures).
 CPU = {
     **dict.fromkeys(
-        ["matmul", "mm", "bmm", "linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d"]
+        ["matmul", "mm", "bmm", "addmm", "baddbmm", "addbmm", "linear", "conv1d", "conv2d"]
+        + ["conv3d", "conv_transpose1d"]
         + ["conv_transpose2d", "conv_transpose3d", "prelu", "scaled_dot_product_attention"]
         + ["einsum"],
         (L, L),
@@ -174,7 +179,8 @@ CPU = {
 # torch 2.13's CUDA lists (autocast_mode.h): float16 regions, float32 and float16 inputs
 CUDA = {
     **dict.fromkeys(
-        ["matmul", "mm", "bmm", "linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d"]
+        ["matmul", "mm", "bmm", "addmm", "addmv", "baddbmm", "addbmm", "linear", "conv1d"]
+        + ["conv2d", "conv3d", "conv_transpose1d"]
         + ["conv_transpose2d", "conv_transpose3d", "prelu", "scaled_dot_product_attention"]
         + ["einsum"],
         (L, L),

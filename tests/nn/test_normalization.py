@@ -363,3 +363,65 @@ def test_a_large_layer_norm_at_special_rows_values_and_gradients():
         yt.backward(torch.tensor(g))
         np.testing.assert_allclose(y.numpy(), yt.detach().numpy(), rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(dx.numpy(), xt2.grad.numpy(), rtol=1e-3, atol=1e-2)
+
+
+RMS_ROWS = np.array(
+    [
+        [0.0, -0.0, 1.0],
+        [3.0, 4.0, np.nan],
+        [0.0, 0.0, 0.0],
+        [-0.0, -0.0, -0.0],
+        [1e-30, -1e-30, 2e-30],
+        [np.inf, 1.0, 2.0],
+        [-1.0, 1.0, -1.0],
+    ]
+)
+
+
+def _rms64(x, w=None, eps=None):
+    eps = np.finfo(np.float32 if x.dtype != np.float64 else np.float64).eps if eps is None else eps
+    with np.errstate(invalid="ignore", over="ignore"):
+        out = x / np.sqrt((x * x).mean(-1, keepdims=True) + eps)
+    return out if w is None else out * w
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+@pytest.mark.parametrize("affine", [False, True])
+def test_rms_norm_at_special_points(dtype, affine):
+    """torch.nn.functional.rms_norm's values: -0.0 keeps its sign, a row of zeros is zeros
+    (the eps), NaN or inf poisons its row; eps None is the machine epsilon of the type it
+    computes in (a 16-bit input's: float32's, so [1e-30, ...] scales by 1/sqrt(eps))."""
+    dt = getattr(fg, dtype)
+    w = np.array([1.0, -2.0, 0.5]) if affine else None
+    x = fg.tensor(RMS_ROWS).to(dt)
+    got = F.rms_norm(x, (3,), None if w is None else fg.tensor(w).to(dt))
+    assert got.dtype == dt
+    xr = x.float().numpy().astype(np.float64 if dtype == "float64" else np.float32)
+    want = _rms64(xr, w)
+    if dtype == "bfloat16":  # computed in float32, rounded once
+        want = fg.tensor(want.astype(np.float32)).bfloat16().float().numpy()
+    a = got.float().numpy()
+    np.testing.assert_array_equal(np.isnan(a), np.isnan(want))
+    ok = ~np.isnan(a)
+    np.testing.assert_allclose(a[ok], want[ok], rtol=1e-6 if dtype != "bfloat16" else 0)
+    assert np.array_equal(np.signbit(a[ok]), np.signbit(want[ok]))
+
+
+def test_rms_norm_gradients_module_and_errors():
+    rng = np.random.default_rng(5)
+    x = fg.tensor(rng.standard_normal((4, 2, 5)), dtype=fg.float64)
+    w = fg.tensor(rng.standard_normal((2, 5)), dtype=fg.float64)
+    assert gradcheck(lambda x, w: F.rms_norm(x, (2, 5), w, eps=1e-3), [x, w])
+    z = fg.zeros(1, 3, requires_grad=True)  # at a row of zeros: 1 / sqrt(eps), as torch's
+    (g,) = fg.grad(F.rms_norm(z, (3,)).sum(), [z])
+    np.testing.assert_allclose(g.numpy(), np.full((1, 3), 1 / np.sqrt(np.float32(2**-23))))
+    m = nn.RMSNorm(5)
+    assert repr(m) == "RMSNorm((5,), eps=None, elementwise_affine=True)"
+    assert list(m.state_dict()) == ["weight"] and m.weight.tolist() == [1.0] * 5
+    assert list(nn.RMSNorm([2, 5], eps=1e-6, elementwise_affine=False).state_dict()) == []
+    y = m(fg.ones(2, 5))
+    np.testing.assert_allclose(y.numpy(), np.ones((2, 5)), rtol=1e-6)
+    with pytest.raises(fg.ShapeError, match="normalized_shape"):
+        F.rms_norm(fg.ones(2, 3), (2,))
+    with pytest.raises(fg.DTypeNotImplementedError, match="rms_norm: not implemented for int64"):
+        F.rms_norm(fg.tensor([[1, 2]]), (2,))
