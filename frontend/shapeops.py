@@ -336,11 +336,18 @@ def _one_dtype(op: str, inp, *mats):
     return inp
 
 
-def _matrices(op: str, *pairs) -> None:
-    for name, t, ndim in pairs:
+def _product_of(op: str, input, *operands) -> None:
+    """Check the operands of `op`'s product, (name, tensor, ndim) each: their ranks, that
+    they multiply (the batch too), and that they and `input` have one dtype."""
+    for name, t, ndim in operands:
         if t.ndim != ndim:
             what = {1: "a vector", 2: "a matrix", 3: "a batch of matrices"}[ndim]
             fail(ShapeError, op, f"{name} must be {what}, got a {t.ndim}-D tensor {t.shape}")
+    (na, a, _), (nb, b, _) = operands
+    inner = b.shape[0] if b.ndim < 3 else b.shape[1]
+    if a.shape[-1] != inner or (a.ndim == 3 and a.shape[0] != b.shape[0]):
+        fail(ShapeError, op, f"{na} and {nb} shapes cannot be multiplied ({a.shape} and {b.shape})")
+    _one_dtype(op, input, a, b)
 
 
 @autocast_op("addmm")
@@ -352,40 +359,19 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1):
     >>> fg.addmm(fg.ones(2), fg.eye(2), fg.tensor([[1.0, 2.0], [3.0, 4.0]]), beta=2).tolist()
     [[3.0, 4.0], [5.0, 6.0]]
     """
-    _matrices("addmm", ("mat1", mat1, 2), ("mat2", mat2, 2))
-    _one_dtype("addmm", input, mat1, mat2)
-    if mat1.shape[1] != mat2.shape[0]:
-        fail(
-            ShapeError,
-            "addmm",
-            f"mat1 and mat2 shapes cannot be multiplied ({mat1.shape} and {mat2.shape})",
-        )
+    _product_of("addmm", input, ("mat1", mat1, 2), ("mat2", mat2, 2))
     return _scaled_sum("addmm", input, mat1 @ mat2, beta, alpha, mat1, mat2)
 
 
 @autocast_op("addmv")
 def addmv(input, mat, vec, *, beta=1, alpha=1):
     """beta * input + alpha * (mat @ vec), as torch.addmv."""
-    _matrices("addmv", ("mat", mat, 2), ("vec", vec, 1))
-    _one_dtype("addmv", input, mat, vec)
-    if mat.shape[1] != vec.shape[0]:
-        fail(
-            ShapeError,
-            "addmv",
-            f"mat and vec shapes cannot be multiplied ({mat.shape} and {vec.shape})",
-        )
+    _product_of("addmv", input, ("mat", mat, 2), ("vec", vec, 1))
     return _scaled_sum("addmv", input, mat @ vec, beta, alpha, mat, vec)
 
 
 def _batched(op: str, input, batch1, batch2) -> None:
-    _matrices(op, ("batch1", batch1, 3), ("batch2", batch2, 3))
-    _one_dtype(op, input, batch1, batch2)
-    if batch1.shape[0] != batch2.shape[0] or batch1.shape[2] != batch2.shape[1]:
-        fail(
-            ShapeError,
-            op,
-            f"batch1 and batch2 shapes cannot be multiplied ({batch1.shape} and {batch2.shape})",
-        )
+    _product_of(op, input, ("batch1", batch1, 3), ("batch2", batch2, 3))
 
 
 @autocast_op("baddbmm")

@@ -51,21 +51,32 @@ def _normalized(x: Tensor, axes: tuple[int, ...], eps: float) -> Tensor:
 # ---------------------------------------------------------------- functions
 
 
+def _shape_of(normalized_shape) -> tuple[int, ...]:
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
+    return tuple(int(s) for s in shape)
+
+
+def _normalized_axes(op: str, input: Tensor, normalized_shape) -> tuple[int, ...]:
+    """`normalized_shape` as a tuple, where it is the input's last axes (else raise)."""
+    shape = _shape_of(normalized_shape)
+    k = len(shape)
+    if k == 0 or input.ndim < k or tuple(input.shape[input.ndim - k :]) != shape:
+        fail(
+            ShapeError,
+            op,
+            f"Given normalized_shape={list(shape)}, expected input with shape "
+            f"[*, {', '.join(map(str, shape))}], but got input of size {input.shape}",
+        )
+    return shape
+
+
 @autocast_op("layer_norm")
 @one_site
 def layer_norm(
     input: Tensor, normalized_shape, weight=None, bias=None, eps: float = 1e-5
 ) -> Tensor:
     """(x - mean) / sqrt(var + eps) over the last len(normalized_shape) axes, then * w + b."""
-    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-    k = len(shape)
-    if k == 0 or tuple(input.shape[input.ndim - k :]) != shape or input.ndim < k:
-        fail(
-            ShapeError,
-            "layer_norm",
-            f"Given normalized_shape={list(shape)}, expected input with shape "
-            f"[*, {', '.join(map(str, shape))}], but got input of size {input.shape}",
-        )
+    k = len(_normalized_axes("layer_norm", input, normalized_shape))
     x = input._float()
     fused = fused_layer_norm(x, k, eps, weight, bias)
     if fused is not None:
@@ -89,15 +100,7 @@ def rms_norm(input: Tensor, normalized_shape, weight=None, eps: float | None = N
     >>> [round(v, 4) for v in F.rms_norm(fg.tensor([[3.0, 4.0]]), (2,), eps=0.0)[0].tolist()]
     [0.8485, 1.1314]
     """
-    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-    k = len(shape)
-    if k == 0 or input.ndim < k or tuple(input.shape[input.ndim - k :]) != shape:
-        fail(
-            ShapeError,
-            "rms_norm",
-            f"Given normalized_shape={list(shape)}, expected input with shape "
-            f"[*, {', '.join(map(str, shape))}], but got input of size {input.shape}",
-        )
+    k = len(_normalized_axes("rms_norm", input, normalized_shape))
     if not input.dtype.is_float:
         fail(DTypeNotImplementedError, "rms_norm", f"not implemented for {input.dtype.name}")
     x = input.float() if input.dtype.itemsize < 4 else input
@@ -251,8 +254,7 @@ class LayerNorm(Module):
         bias: bool = True,
     ):
         super().__init__()
-        shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
-        self.normalized_shape = tuple(int(s) for s in shape)
+        self.normalized_shape = _shape_of(normalized_shape)
         self.eps, self.elementwise_affine = eps, elementwise_affine
         if elementwise_affine:
             self.weight = _param(*self.normalized_shape, value=1.0)
@@ -276,12 +278,11 @@ class LayerNorm(Module):
 
 class RMSNorm(Module):
     """Root-mean-square normalization over the last axes `normalized_shape`, with a learned
-    scale (`weight`, ones), as torch.nn.RMSNorm (eps None: the input dtype's epsilon)."""
+    scale (`weight`, ones), as torch.nn.RMSNorm (eps None: `rms_norm`'s default)."""
 
     def __init__(self, normalized_shape, eps: float | None = None, elementwise_affine: bool = True):
         super().__init__()
-        shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
-        self.normalized_shape = tuple(int(s) for s in shape)
+        self.normalized_shape = _shape_of(normalized_shape)
         self.eps, self.elementwise_affine = eps, elementwise_affine
         if elementwise_affine:
             self.weight = _param(*self.normalized_shape, value=1.0)

@@ -187,20 +187,16 @@ def test_a_large_row_softmax_builds_its_nodes_at_once_unless_its_sums_are_split(
     np.testing.assert_array_equal(y.numpy(), want.numpy())
 
 
-SIGMOID_POINTS = [-100.0, -2.0, -0.0, 0.0, 1e-8, 1.0, 20.0, 100.0, float("nan"), float("inf")]
-
-
-@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
-def test_sigmoid_is_one_macro_node_expanding_to_the_composed_nodes(dtype):
-    """sigmoid builds one node (14 composed), whose expansion is the composed form's very
-    nodes with its gradient rule: the same values and first and second derivatives at the
-    special points (sigmoid'(0) = 1/4, not the 0 of the chain rule through |x|), with
-    gradients on or off when it was built."""
-    sigmoid = sys.modules[fg.Tensor.__module__]._sigmoid
-    x = fg.tensor(SIGMOID_POINTS, dtype=getattr(fg, dtype), requires_grad=True)
-    y = x.sigmoid()
-    assert y.node.op is Ops.MACRO and y.node.arg[0] == "sigmoid"
-    want = sigmoid(x)
+def _one_macro_activation(kind: str, points, dtype: str, slope_at_0: float):
+    """`x.<kind>()` (a float activation) is one macro node whose expansion is the composed
+    form's very nodes (`_<kind>` in frontend/tensor.py) with its gradient rule: the same
+    values and first and second derivatives at `points`, with gradients on or off when it
+    was built, constants folded as before. Returns the values and first derivatives."""
+    composed = getattr(sys.modules[fg.Tensor.__module__], f"_{kind}")
+    x = fg.tensor(points, dtype=getattr(fg, dtype), requires_grad=True)
+    y = getattr(x, kind)()
+    assert y.node.op is Ops.MACRO and y.node.arg[0] == kind
+    want = composed(x)
     assert expand_all([y.node])[0] is want.node
     results = []
     for out in (y, want):
@@ -209,14 +205,25 @@ def test_sigmoid_is_one_macro_node_expanding_to_the_composed_nodes(dtype):
         results.append([t.float().numpy() for t in (out, g, gg)])
     for got, exp in zip(*results):
         np.testing.assert_array_equal(got, exp)
-    assert results[0][1][2:4].tolist() == [0.25, 0.25]
     with fg.no_grad():  # its expansion, built now, still carries the gradient rule
-        z = fg.tensor([0.0, 3.0]).sigmoid()
+        z = getattr(fg.tensor([0.0, 3.0]), kind)()
     assert z.node.op is Ops.MACRO
     leaf = fg.tensor([0.0, 3.0], requires_grad=True)
-    (g,) = fg.grad((leaf.sigmoid() * 1.0).sum(), [leaf])
-    assert g.tolist()[0] == 0.25
-    assert fg.full((2,), 0.0).sigmoid().node.op is Ops.CONST  # constants fold, as before
+    (g,) = fg.grad((getattr(leaf, kind)() * 1.0).sum(), [leaf])
+    assert g.tolist()[0] == slope_at_0
+    assert getattr(fg.full((2,), 0.0), kind)().node.op is Ops.CONST
+    return results[0][0], results[0][1]
+
+
+SIGMOID_POINTS = [-100.0, -2.0, -0.0, 0.0, 1e-8, 1.0, 20.0, 100.0, float("nan"), float("inf")]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+def test_sigmoid_is_one_macro_node_expanding_to_the_composed_nodes(dtype):
+    """sigmoid builds one node (14 composed); sigmoid'(0) = 1/4, not the 0 of the chain rule
+    through |x|."""
+    _, grad = _one_macro_activation("sigmoid", SIGMOID_POINTS, dtype, 0.25)
+    assert grad[2:4].tolist() == [0.25, 0.25]
 
 
 TANH_POINTS = [-100.0, -1.0, -0.25, -1e-8, -0.0, 0.0, 1e-30, 0.02, 0.2499, 0.25, 0.5, 20.0]
@@ -226,33 +233,11 @@ TANH_POINTS += [float("nan"), float("inf"), float("-inf")]
 @pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
 def test_tanh_is_one_macro_node_expanding_to_the_composed_nodes(dtype):
     """tanh builds one node (30-odd composed: an LSTM step's plain-loop graph was mostly
-    its two tanh), whose expansion is the composed form's very nodes with its gradient
-    rule: the same values and first and second derivatives at the special points (the
-    series' edge 0.25, -0.0, +-inf, NaN), with gradients on or off when it was built."""
-    tanh = sys.modules[fg.Tensor.__module__]._tanh
-    x = fg.tensor(TANH_POINTS, dtype=getattr(fg, dtype), requires_grad=True)
-    y = x.tanh()
-    assert y.node.op is Ops.MACRO and y.node.arg[0] == "tanh"
-    want = tanh(x)
-    assert expand_all([y.node])[0] is want.node
-    results = []
-    for out in (y, want):
-        (g,) = fg.grad(out.sum(), [x], create_graph=True)
-        (gg,) = fg.grad(g.sum(), [x])
-        results.append([t.float().numpy() for t in (out, g, gg)])
-    for got, exp in zip(*results):
-        np.testing.assert_array_equal(got, exp)
-    value, grad = results[0][0], results[0][1]
+    its two tanh); at the series' edge 0.25, -0.0, +-inf and NaN."""
+    value, grad = _one_macro_activation("tanh", TANH_POINTS, dtype, 1.0)
     assert np.signbit(value[4]) and not np.signbit(value[5])  # tanh(-0.0) = -0.0
     assert grad[4] == grad[5] == 1.0 and grad[0] == grad[-2] == 0.0
     np.testing.assert_array_equal(value[-3:], [np.nan, 1.0, -1.0])
-    with fg.no_grad():  # its expansion, built now, still carries the gradient rule
-        z = fg.tensor([0.0, 3.0]).tanh()
-    assert z.node.op is Ops.MACRO
-    leaf = fg.tensor([0.0, 3.0], requires_grad=True)
-    (g,) = fg.grad((leaf.tanh() * 1.0).sum(), [leaf])
-    assert g.tolist()[0] == 1.0
-    assert fg.full((2,), 0.0).tanh().node.op is Ops.CONST  # constants fold, as before
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
