@@ -232,6 +232,34 @@ def hardtanh(
     return _in_place(input, hardtanh_values(input, min_val, max_val), inplace, "hardtanh_")
 
 
+def hardshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
+    """x outside [-lambd, lambd], else 0 (NaN passes), as torch's; the gradient is 0 at and
+    inside the limits."""
+    inside = (input >= -lambd) & (input <= lambd)
+    return where(inside, 0.0, input)
+
+
+def softshrink(input: Tensor, lambd: float = 0.5) -> Tensor:
+    """x - lambd above lambd, x + lambd below -lambd, else +0.0 (NaN passes, with gradient
+    1), as torch's; the gradient is 0 at and inside the limits. (torch's own zero there is
+    +0.0 in its vectorized loop and x * 0, signed, in the scalar tail of a short row.)"""
+    if lambd < 0:
+        raise ValueError(f"lambda must be greater or equal to 0, but found to be {lambd}.")
+    inside = (input >= -lambd) & (input <= lambd)
+    return where(inside, 0.0, where(input > lambd, input - lambd, input + lambd))
+
+
+def tanhshrink(input: Tensor) -> Tensor:
+    """x - tanh(x), as torch's."""
+    return input - input.tanh()
+
+
+def threshold(input: Tensor, threshold: float, value: float, inplace: bool = False) -> Tensor:
+    """`value` where x <= threshold, else x (NaN passes), as torch's; the gradient is 0 where
+    x <= threshold."""
+    return _in_place(input, where(input <= threshold, value, input), inplace, "threshold_")
+
+
 def relu6(input: Tensor, inplace: bool = False) -> Tensor:
     """min(max(x, 0), 6) (hardtanh(x, 0, 6), with its gradients)."""
     return hardtanh(input, 0.0, 6.0, inplace)
@@ -400,6 +428,42 @@ class Hardtanh(_InplaceOption):
 
     def extra_repr(self) -> str:
         return f"min_val={self.min_val}, max_val={self.max_val}"
+
+
+class Hardshrink(Module):
+    def __init__(self, lambd: float = 0.5):
+        super().__init__()
+        self.lambd = lambd
+
+    def forward(self, input):
+        return hardshrink(input, self.lambd)
+
+    def extra_repr(self) -> str:
+        return f"{self.lambd}"
+
+
+class Softshrink(Hardshrink):
+    def forward(self, input):
+        return softshrink(input, self.lambd)
+
+
+class Tanhshrink(Module):
+    def forward(self, input):
+        return tanhshrink(input)
+
+
+class Threshold(_InplaceOption):
+    def __init__(self, threshold: float, value: float, inplace: bool = False):
+        super().__init__(inplace)
+        self.threshold, self.value = threshold, value
+
+    def forward(self, input):
+        return threshold(input, self.threshold, self.value, self.inplace)
+
+    def extra_repr(self) -> str:
+        return f"threshold={self.threshold}, value={self.value}" + (
+            ", inplace=True" if self.inplace else ""
+        )
 
 
 class ReLU6(Hardtanh):

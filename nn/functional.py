@@ -20,6 +20,7 @@ from .activations import (  # noqa: F401
     elu,
     gelu,
     glu,
+    hardshrink,
     hardsigmoid,
     hardswish,
     hardtanh,
@@ -36,8 +37,11 @@ from .activations import (  # noqa: F401
     softmax,
     softmin,
     softplus,
+    softshrink,
     softsign,
     tanh,
+    tanhshrink,
+    threshold,
 )
 from .adaptive import (  # noqa: F401
     adaptive_avg_pool1d,

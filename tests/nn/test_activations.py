@@ -256,3 +256,20 @@ def test_compiled_activation_and_gradient_match_the_reference_evaluator(name, sh
     want_out, want_g = evaluate_many([out.node, g.node])
     np.testing.assert_allclose(out.numpy(), want_out, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(g.numpy(), want_g, rtol=1e-12, atol=1e-14)
+
+
+def test_shrink_and_threshold_modules_as_torchs():
+    """The modules' reprs and options are torch's; threshold in place writes its input;
+    a negative softshrink lambda raises ValueError, as torch's."""
+    assert repr(nn.Hardshrink()) == "Hardshrink(0.5)"
+    assert repr(nn.Softshrink(1.5)) == "Softshrink(1.5)"
+    assert repr(nn.Tanhshrink()) == "Tanhshrink()"
+    assert repr(nn.Threshold(0.1, 20.0)) == "Threshold(threshold=0.1, value=20.0)"
+    assert repr(nn.Threshold(0.1, 20, True)) == "Threshold(threshold=0.1, value=20, inplace=True)"
+    x = fg.tensor([-1.0, 0.5, 0.6, 2.0])
+    assert nn.Hardshrink()(x).tolist() == [-1.0, 0.0, 0.6000000238418579, 2.0]
+    assert nn.Softshrink(1.0)(x).tolist() == [0.0, 0.0, 0.0, 1.0]
+    y = nn.Threshold(0.5, -9.0, inplace=True)(x)
+    assert y is x and x.tolist() == [-9.0, -9.0, 0.6000000238418579, 2.0]
+    with pytest.raises(ValueError, match="lambda must be greater or equal to 0"):
+        F.softshrink(x, -0.5)
