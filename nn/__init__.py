@@ -113,7 +113,7 @@ from .transformer import (
     TransformerEncoder,
     TransformerEncoderLayer,
 )
-from .upsample import Upsample
+from .upsample import PixelShuffle, PixelUnshuffle, Upsample
 
 __all__ = [
     "AdaptiveAvgPool1d",
@@ -216,6 +216,8 @@ __all__ = [
     "ReplicationPad1d",
     "ReplicationPad2d",
     "Upsample",
+    "PixelShuffle",
+    "PixelUnshuffle",
     "RNN",
     "LSTM",
     "GRU",

@@ -91,4 +91,4 @@ from .losses_more import (  # noqa: F401
 )
 from .normalization import batch_norm, group_norm, layer_norm, normalize, rms_norm  # noqa: F401
 from .padding import pad  # noqa: F401
-from .upsample import interpolate  # noqa: F401
+from .upsample import interpolate, pixel_shuffle, pixel_unshuffle  # noqa: F401

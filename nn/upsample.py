@@ -148,6 +148,79 @@ def interpolate(
     return x
 
 
+def _factor_check(op: str, input: Tensor, r: int, what: str) -> int:
+    if not isinstance(r, int) or isinstance(r, bool) or r <= 0:
+        fail(ShapeError, op, f"{what} must be a positive integer, got {r!r}")
+    if input.ndim < 3:
+        fail(ShapeError, op, f"expects its input to have at least 3 dimensions, got {input.shape}")
+    return r
+
+
+def pixel_shuffle(input: Tensor, upscale_factor: int) -> Tensor:
+    """(*, C r^2, H, W) -> (*, C, H r, W r): each channel group's r x r values become a
+    block of pixels, as torch.nn.functional.pixel_shuffle (a view's reshape and permute).
+
+    >>> import fusegrad as fg
+    >>> import fusegrad.nn.functional as F
+    >>> F.pixel_shuffle(fg.arange(4.0).reshape(1, 4, 1, 1), 2)[0, 0].tolist()
+    [[0.0, 1.0], [2.0, 3.0]]
+    """
+    r = _factor_check("pixel_shuffle", input, upscale_factor, "upscale_factor")
+    *lead, c, h, w = input.shape
+    if c % (r * r):
+        fail(
+            ShapeError,
+            "pixel_shuffle",
+            f"expects its input's 'channel' dimension to be divisible by the square of "
+            f"upscale_factor, but input.size(-3)={c} is not divisible by {r * r}",
+        )
+    n = len(lead)
+    x = input.reshape(*lead, c // (r * r), r, r, h, w)
+    x = x.permute(*range(n), n, n + 3, n + 1, n + 4, n + 2)
+    return x.reshape(*lead, c // (r * r), h * r, w * r)
+
+
+def pixel_unshuffle(input: Tensor, downscale_factor: int) -> Tensor:
+    """(*, C, H r, W r) -> (*, C r^2, H, W), pixel_shuffle's inverse, as torch's."""
+    r = _factor_check("pixel_unshuffle", input, downscale_factor, "downscale_factor")
+    *lead, c, h, w = input.shape
+    if h % r or w % r:
+        fail(
+            ShapeError,
+            "pixel_unshuffle",
+            f"expects height and width to be divisible by downscale_factor, but got "
+            f"{h} x {w} and {r}",
+        )
+    n = len(lead)
+    x = input.reshape(*lead, c, h // r, r, w // r, r)
+    x = x.permute(*range(n), n, n + 2, n + 4, n + 1, n + 3)
+    return x.reshape(*lead, c * r * r, h // r, w // r)
+
+
+class PixelShuffle(Module):
+    def __init__(self, upscale_factor: int):
+        super().__init__()
+        self.upscale_factor = upscale_factor
+
+    def forward(self, input):
+        return pixel_shuffle(input, self.upscale_factor)
+
+    def extra_repr(self) -> str:
+        return f"upscale_factor={self.upscale_factor}"
+
+
+class PixelUnshuffle(Module):
+    def __init__(self, downscale_factor: int):
+        super().__init__()
+        self.downscale_factor = downscale_factor
+
+    def forward(self, input):
+        return pixel_unshuffle(input, self.downscale_factor)
+
+    def extra_repr(self) -> str:
+        return f"downscale_factor={self.downscale_factor}"
+
+
 class Upsample(Module):
     """Resize with `F.interpolate`, as torch.nn.Upsample."""
 

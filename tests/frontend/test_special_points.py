@@ -249,7 +249,7 @@ EXCLUDED: dict[str, str] = {
             "repeat_interleave reshape roll scatter scatter_add split squeeze stack take "
             "take_along_dim transpose tril triu unbind unflatten unsqueeze",
         )
-        + _names("F", "embedding pad"),
+        + _names("F", "embedding pad pixel_shuffle pixel_unshuffle"),
         _MOVES,
     ),
     **dict.fromkeys(

@@ -452,3 +452,40 @@ def test_3d_padding_modules_as_numpy(module, np_mode):
     want = np.pad(x, [(0, 0), (0, 0), (2, 1), (1, 0), (1, 2)], mode=np_mode)
     np.testing.assert_array_equal(module(fg.tensor(x)).numpy(), want)
     assert repr(module).endswith("((1, 2, 1, 0, 2, 1))")  # torch's repr: the padding alone
+
+
+@pytest.mark.parametrize("shape, r", [((2, 8, 3, 5), 2), ((18, 2, 4), 3), ((2, 3, 4, 4, 6), 2)])
+def test_pixel_shuffle_and_unshuffle_are_torchs_layout(shape, r):
+    """pixel_shuffle's (*, C r^2, H, W) -> (*, C, H r, W r) as torch's: output channel c at
+    (h r + i, w r + j) is input channel c r^2 + i r + j at (h, w); its gradient moves back;
+    pixel_unshuffle is its inverse, exactly."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(shape)
+    xt = fg.tensor(x, dtype=fg.float64, requires_grad=True)
+    y = F.pixel_shuffle(xt, r)
+    *lead, c, h, w = shape
+    want = x.reshape(*lead, c // (r * r), r, r, h, w)
+    n = len(lead)
+    want = want.transpose(*range(n), n, n + 3, n + 1, n + 4, n + 2)
+    want = want.reshape(*lead, c // (r * r), h * r, w * r)
+    np.testing.assert_array_equal(y.detach().numpy(), want)
+    g = rng.standard_normal(want.shape)
+    (gx,) = fg.grad((y * fg.tensor(g)).sum(), [xt])
+    np.testing.assert_array_equal(gx.numpy(), F.pixel_unshuffle(fg.tensor(g), r).numpy())
+    np.testing.assert_array_equal(F.pixel_unshuffle(y.detach(), r).numpy(), x)
+    m = nn.PixelShuffle(r)
+    assert repr(m) == f"PixelShuffle(upscale_factor={r})"
+    assert repr(nn.PixelUnshuffle(r)) == f"PixelUnshuffle(downscale_factor={r})"
+    assert m(xt).shape == want.shape
+    assert F.pixel_shuffle(fg.zeros(0, 4, 2, 2), 2).shape == (0, 1, 4, 4)
+
+
+def test_pixel_shuffle_refusals():
+    with pytest.raises(fg.ShapeError, match="divisible by the square of upscale_factor"):
+        F.pixel_shuffle(fg.ones(1, 3, 2, 2), 2)
+    with pytest.raises(fg.ShapeError, match="divisible by downscale_factor"):
+        F.pixel_unshuffle(fg.ones(1, 3, 3, 2), 2)
+    with pytest.raises(fg.ShapeError, match="at least 3 dimensions"):
+        F.pixel_shuffle(fg.ones(4, 2), 2)
+    with pytest.raises(fg.ShapeError, match="positive integer"):
+        F.pixel_shuffle(fg.ones(1, 4, 2, 2), 0)
