@@ -297,12 +297,13 @@ def bmm(a, b):
     return a @ b
 
 
-def _scaled_sum(op: str, inp, product, beta, alpha, *mats):
-    """beta * inp + alpha * product, as torch's addmm family: inp broadcast to the product's
-    shape; beta 0 ignores inp and alpha 0 the product (their NaN and inf too: the term is
-    0, its cotangent 0, as torch's); the tensors of one dtype; with integer tensors an
-    integral beta and alpha (PyTorch truncates a fractional one: refused here)."""
-    inp = _one_dtype(op, inp, *mats)
+def _scaled_sum(op: str, inp, product, beta, alpha):
+    """beta * inp + alpha * product, as torch's addmm family (its operands checked by
+    `_product_of`): inp broadcast to the product's shape; beta 0 ignores inp and alpha 0 the
+    product (their NaN and inf too: the term is 0, its cotangent 0, as torch's); with
+    integer tensors an integral beta and alpha (PyTorch truncates a fractional one: refused
+    here)."""
+    inp = core.as_tensor(inp, op)
     for name, v in (("beta", beta), ("alpha", alpha)):
         if not product.dtype.is_float and not float(v).is_integer():
             fail(
@@ -314,8 +315,8 @@ def _scaled_sum(op: str, inp, product, beta, alpha, *mats):
     shape = product.shape
     if core.broadcast_shapes(inp.shape, shape, op) != shape:
         fail(ShapeError, op, f"input of shape {inp.shape} does not broadcast to {shape}")
-    if isinstance(beta, float) or isinstance(alpha, float):
-        beta, alpha = (v if product.dtype.is_float else int(v) for v in (beta, alpha))
+    if not product.dtype.is_float:  # (2.0 is 2: the product stays an integer)
+        beta, alpha = int(beta), int(alpha)
     nothing = product._make(N.const(False, (), bool_))
     if alpha == 0:  # the product ignored, its cotangent 0 (a where's: not g * 0)
         term = _where(nothing, product, 0)
@@ -324,16 +325,6 @@ def _scaled_sum(op: str, inp, product, beta, alpha, *mats):
     if beta == 0:
         return term + _where(nothing, inp, 0)
     return (inp if beta == 1 else inp * beta) + term
-
-
-def _one_dtype(op: str, inp, *mats):
-    """`inp` as a tensor, where it and `mats` have one dtype (torch's rule), else raise."""
-    inp = core.as_tensor(inp, op)
-    dtypes = {t.dtype for t in (inp, *mats)}
-    if len(dtypes) > 1:
-        names = ", ".join(sorted(d.name for d in dtypes))
-        fail(DTypeError, op, f"expects tensors of one dtype, got {names}")
-    return inp
 
 
 def _product_of(op: str, input, *operands) -> None:
@@ -347,7 +338,10 @@ def _product_of(op: str, input, *operands) -> None:
     inner = b.shape[0] if b.ndim < 3 else b.shape[1]
     if a.shape[-1] != inner or (a.ndim == 3 and a.shape[0] != b.shape[0]):
         fail(ShapeError, op, f"{na} and {nb} shapes cannot be multiplied ({a.shape} and {b.shape})")
-    _one_dtype(op, input, a, b)
+    dtypes = {t.dtype for t in (core.as_tensor(input, op), a, b)}
+    if len(dtypes) > 1:  # (torch's rule: no promotion)
+        names = ", ".join(sorted(d.name for d in dtypes))
+        fail(DTypeError, op, f"expects tensors of one dtype, got {names}")
 
 
 @autocast_op("addmm")
@@ -360,14 +354,14 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1):
     [[3.0, 4.0], [5.0, 6.0]]
     """
     _product_of("addmm", input, ("mat1", mat1, 2), ("mat2", mat2, 2))
-    return _scaled_sum("addmm", input, mat1 @ mat2, beta, alpha, mat1, mat2)
+    return _scaled_sum("addmm", input, mat1 @ mat2, beta, alpha)
 
 
 @autocast_op("addmv")
 def addmv(input, mat, vec, *, beta=1, alpha=1):
     """beta * input + alpha * (mat @ vec), as torch.addmv."""
     _product_of("addmv", input, ("mat", mat, 2), ("vec", vec, 1))
-    return _scaled_sum("addmv", input, mat @ vec, beta, alpha, mat, vec)
+    return _scaled_sum("addmv", input, mat @ vec, beta, alpha)
 
 
 def _batched(op: str, input, batch1, batch2) -> None:
@@ -378,14 +372,14 @@ def _batched(op: str, input, batch1, batch2) -> None:
 def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
     """beta * input + alpha * (batch1 @ batch2), batch by batch, as torch.baddbmm."""
     _batched("baddbmm", input, batch1, batch2)
-    return _scaled_sum("baddbmm", input, batch1 @ batch2, beta, alpha, batch1, batch2)
+    return _scaled_sum("baddbmm", input, batch1 @ batch2, beta, alpha)
 
 
 @autocast_op("addbmm")
 def addbmm(input, batch1, batch2, *, beta=1, alpha=1):
     """beta * input + alpha * (the sum over the batch of batch1 @ batch2), as torch.addbmm."""
     _batched("addbmm", input, batch1, batch2)
-    return _scaled_sum("addbmm", input, (batch1 @ batch2).sum(0), beta, alpha, batch1, batch2)
+    return _scaled_sum("addbmm", input, (batch1 @ batch2).sum(0), beta, alpha)
 
 
 def _tri(x, diagonal: int, upper: bool, op: str):

@@ -53,9 +53,15 @@ from .sites import fixed, note, site_of
 Rule = Callable[[tuple[Node, ...], tuple], Node]
 
 RULES: dict[str, Rule] = {}  # kind -> builder of the expansion from (srcs, params)
+
+
 # expansions being built on this thread: a macro asked for inside one (a composite's
 # sigmoid) is its expansion at once, so an expansion holds primitives only
-_building = threading.local()
+class _Building(threading.local):
+    depth = 0
+
+
+_building = _Building()
 
 # macro node -> its expansion on its own sources (kept while the macro lives)
 _EXPANSIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -72,7 +78,7 @@ def macro(kind: str, srcs: tuple[Node, ...], params: tuple, shape, dtype) -> Nod
     """The macro node of `kind` on `srcs` (hash-consed as any node): `shape` and `dtype`
     are its expansion's, which the caller knows without building it."""
     assert kind in RULES, f"unknown macro {kind!r}"
-    if getattr(_building, "depth", 0):  # inside an expansion: `expand_all` makes one pass
+    if _building.depth:  # inside an expansion: `expand_all` makes one pass
         return RULES[kind](tuple(srcs), params)
     first = srcs[0].device
     for s in srcs:
@@ -104,7 +110,7 @@ def expansion(m: Node) -> Node:
 def _expand(m: Node, srcs: tuple[Node, ...]) -> Node:
     kind, params = m.arg
     site = site_of(m)
-    _building.depth = getattr(_building, "depth", 0) + 1
+    _building.depth += 1
     try:
         with fixed(site, replace=True):  # a rule that makes tensors (a composite) names m's line
             out = RULES[kind](srcs, params)

@@ -118,17 +118,20 @@ def _lstm_step(xw, state, w_hh, b_hh):
     gates = _stored(xw + linear(h, w_hh, b_hh), "LSTM gates")
     # each of the step's two stored values is one macro node (ir/macro.py), not the 4
     # slices and 9 gate ops a plain-loop step would build and key again every time step
-    c = _stored(_lstm_gated("lstm_cell", gates, c), "LSTM cell state")
-    return _stored(_lstm_gated("lstm_hidden", gates, c), "LSTM hidden state"), c
+    c = _stored(_one_node("lstm_cell", (gates, c)), "LSTM cell state")
+    return _stored(_one_node("lstm_hidden", (gates, c)), "LSTM hidden state"), c
 
 
-def _lstm_gated(kind: str, gates: Tensor, c: Tensor) -> Tensor:
-    """The composite `kind` of an LSTM step's gates (..., 4H) and a cell state (..., H) of
-    one shape and dtype (else composed: a state broadcast, or of another dtype)."""
-    shape = gates.shape[:-1] + (c.shape[-1],)
-    if c.shape != shape or c.dtype != gates.dtype or not c.dtype.is_float:
-        return _LSTM_RULES[kind]((gates, c), ())
-    return composite(kind, (gates, c), (), shape, c.dtype)
+def _one_node(kind: str, tensors: tuple) -> Tensor:
+    """The step's composite `kind` on `tensors` (the projections or gates, the state last)
+    as one macro node of the state's shape and dtype, where every tensor has that dtype (a
+    float) and the state's batch shape; else composed as before (a state broadcast, or of
+    another dtype), whose shape and dtype the macro could not declare."""
+    state = tensors[-1]
+    shape, dt = state.shape, state.dtype
+    if dt.is_float and all(t.dtype == dt and t.shape[:-1] == shape[:-1] for t in tensors):
+        return composite(kind, tensors, (), shape, dt)
+    return _STEP_RULES[kind](tensors, ())
 
 
 def _lstm_cell(tensors, params) -> Tensor:
@@ -144,20 +147,10 @@ def _lstm_hidden(tensors, params) -> Tensor:
     return gates.chunk(4, -1)[3].sigmoid() * c.tanh()
 
 
-_LSTM_RULES = {"lstm_cell": _lstm_cell, "lstm_hidden": _lstm_hidden}
-for _kind, _rule in _LSTM_RULES.items():
-    register_composite(_kind, _rule)
-
-
 def _gru_step(xw, h, w_hh, b_hh):
     hp = _stored(linear(h, w_hh, b_hh), "GRU hidden projection")
-    shape = hp.shape[:-1] + (h.shape[-1],)
-    if xw.shape == hp.shape and h.shape == shape and xw.dtype == hp.dtype == h.dtype:
-        # one macro node, not the 6 slices and 8 gate ops a plain-loop step would build
-        new = composite("gru_hidden", (xw, hp, h), (), shape, h.dtype)
-    else:  # (a state broadcast, or of another dtype: composed)
-        new = _gru_hidden((xw, hp, h), ())
-    return _stored(new, "GRU hidden state")
+    # one macro node, not the 6 slices and 8 gate ops a plain-loop step would build
+    return _stored(_one_node("gru_hidden", (xw, hp, h)), "GRU hidden state")
 
 
 def _gru_hidden(tensors, params) -> Tensor:
@@ -170,7 +163,9 @@ def _gru_hidden(tensors, params) -> Tensor:
     return n + z * (h - n)  # (1 - z) n + z h
 
 
-register_composite("gru_hidden", _gru_hidden)
+_STEP_RULES = {"lstm_cell": _lstm_cell, "lstm_hidden": _lstm_hidden, "gru_hidden": _gru_hidden}
+for _kind, _rule in _STEP_RULES.items():
+    register_composite(_kind, _rule)
 
 STEPS = {
     "RNN_TANH": _rnn_tanh_step,

@@ -322,8 +322,8 @@ def test_an_lstm_steps_stored_values_are_one_macro_node_each_at_special_points()
     c_np = np.array([[-0.0, 1.0, -2.0, np.inf], [0.5, np.nan, -np.inf, 0.0]], np.float64)
     gates = fg.tensor(gates_np, requires_grad=True)
     c = fg.tensor(c_np, requires_grad=True)
-    new_c = R._lstm_gated("lstm_cell", gates, c)
-    new_h = R._lstm_gated("lstm_hidden", gates, new_c)
+    new_c = R._one_node("lstm_cell", (gates, c))
+    new_h = R._one_node("lstm_hidden", (gates, new_c))
     assert new_c.node.op is Ops.MACRO and new_h.node.op is Ops.MACRO
     wc = R._lstm_cell((gates, c), ())
     wh = R._lstm_hidden((gates, wc), ())
@@ -342,9 +342,9 @@ def test_an_lstm_steps_stored_values_are_one_macro_node_each_at_special_points()
     np.testing.assert_allclose(new_h.detach().numpy(), hn, rtol=1e-12, atol=1e-300)
     # a broadcast state, a state of another dtype: composed, the same values
     row = fg.tensor(c_np[:1].astype(np.float32))
-    mixed = R._lstm_gated("lstm_cell", gates.detach().float(), row)
+    mixed = R._one_node("lstm_cell", (gates.detach().float(), row))
     assert mixed.node.op is not Ops.MACRO and mixed.shape == (2, 4)
-    other = R._lstm_gated("lstm_cell", gates.detach(), fg.tensor(c_np.astype(np.float32)))
+    other = R._one_node("lstm_cell", (gates.detach(), fg.tensor(c_np.astype(np.float32))))
     assert other.node.op is not Ops.MACRO and other.dtype == fg.float64
 
 
@@ -360,7 +360,7 @@ def test_a_gru_steps_hidden_state_is_one_macro_node_at_special_points():
     hp_np = np.roll(xw_np, 5)
     h_np = np.array([[-0.0, 1.0, -2.0, np.inf], [0.5, np.nan, -np.inf, 0.0]])
     xw, hp, h = (fg.tensor(a, requires_grad=True) for a in (xw_np, hp_np, h_np))
-    new = R.composite("gru_hidden", (xw, hp, h), (), (2, 4), fg.float64)
+    new = R._one_node("gru_hidden", (xw, hp, h))
     assert new.node.op is Ops.MACRO
     want = R._gru_hidden((xw, hp, h), ())
     gy = fg.tensor(np.linspace(-1, 1, 8).reshape(2, 4))
