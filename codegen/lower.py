@@ -115,6 +115,11 @@ class Tile:
     panels: tuple[int, ...] = ()
     cascade: bool = False  # lanes along a long float sum, summed in a tree (`_lane_cascade`)
 
+    @property
+    def label(self) -> str:
+        """The tile's rows as an autotuner names a candidate: "8", or "8x2" for a grid."""
+        return f"{self.rows}x{self.rows2}" if self.row2 is not None else str(self.rows)
+
 
 class _Level:
     """One level of a cascade (`_Lowerer._level`). A plain class, not one defined per call:
@@ -1308,7 +1313,8 @@ def lower(
 
         space = None
         if tuner is not None and not siblings:
-            space = tuning_space(chosen, item, state["out"], state["red"])
+            grid = grid_axis(plain, chosen, item, state["out"])
+            space = tuning_space(chosen, item, state["out"], state["red"], grid)
         if space is not None:
             return tuner(space, lowered)
         kernel = lowered(chosen)
@@ -1865,6 +1871,14 @@ class TuningSpace:
 
 
 TUNE_ROWS = (4, 8, 12, 16)  # the row counts an autotuner times (those that divide the axis)
+# ... and the grids of 16-lane vectors, rows x rows2 along a second axis (`grid_axis`):
+# 2 vectors loaded for 8 or 12 broadcasts, 16 or 24 multiply-adds, where rows alone load
+# 1 vector for 8 or 16 broadcasts. Measured on Zen 5 (calls, alternating processes): the
+# stride-2 convolution's input gradient (its four phase correlations, K = 128-512)
+# 17.0-17.3 -> 15.9-16.9 ms with 8 x 2 images, conv_transpose2d 32x128x16^2 -> 64 4x4 s2
+# forward 7.4-7.5 -> 6.6 ms; a stride-1 input gradient measured slower (18.3 -> 18.9-19.0):
+# a candidate, timed, not a fixed choice.
+TUNE_GRIDS = ((8, 2), (12, 2), (4, 4))
 # multiply-adds below which a kernel is not tuned: its time is mostly not its tile's, and
 # compiling its candidates would slow a small model's first step (the MLP's: 0.24 s)
 TUNE_MIN_WORK = 1 << 26
@@ -1872,7 +1886,9 @@ TUNE_MAX_WORK = 1 << 35  # above this one timing run would take most of a tuning
 TUNE_REGISTER_SHARE = 0.75  # of the vector registers, the most a tile's accumulators take
 
 
-def tuning_space(chosen: Tile, item: ScheduleItem, out_groups, red_groups) -> TuningSpace | None:
+def tuning_space(
+    chosen: Tile, item: ScheduleItem, out_groups, red_groups, grid: int | None = None
+) -> TuningSpace | None:
     """The tiles an autotuner may time in place of `chosen`, or None where there is no
     choice worth timing.
 
@@ -1885,6 +1901,9 @@ def tuning_space(chosen: Tile, item: ScheduleItem, out_groups, red_groups) -> Tu
     one tile's kernel and not in another's: a fused SGD update, measured, differs in the
     last bit in 191 of 524288 weights. The tuner checks every candidate against the first
     within a tolerance, as the tests check against numpy's float64.)
+
+    Where the columns are one AVX-512 register and `grid` names a second output axis
+    (`grid_axis`), grids of rows x `grid` (`TUNE_GRIDS`) are candidates too.
 
     >>> TUNE_ROWS
     (4, 8, 12, 16)
@@ -1914,7 +1933,24 @@ def tuning_space(chosen: Tile, item: ScheduleItem, out_groups, red_groups) -> Tu
         and r * chosen.cols * red.dtype.itemsize <= room
         and tile_cascades(item, red_groups, r * chosen.cols) == cascades
     ]
-    if len(rows) < 2:
+    candidates = [replace(chosen, rows=r) for r in rows]
+    one_register = chosen.cols * red.dtype.itemsize == WIDE_VECTOR_BYTES
+    if grid is not None and one_register and wide_registers():
+        candidates += [
+            replace(
+                chosen,
+                rows=r,
+                row2=grid,
+                rows2=r2,
+                first=None if chosen.first == grid else chosen.first,
+                panels=tuple(g for g in chosen.panels if g != grid),
+            )
+            for r, r2 in TUNE_GRIDS
+            if extents[chosen.row] % r == 0
+            and extents[grid] % r2 == 0
+            and tile_cascades(item, red_groups, r * r2 * chosen.cols) == cascades
+        ]
+    if len(candidates) < 2:
         return None
 
     def bucket(n: int) -> int:
@@ -1926,8 +1962,48 @@ def tuning_space(chosen: Tile, item: ScheduleItem, out_groups, red_groups) -> Tu
     )
     reads = ",".join(str(len(n.shape)) for n in item.inputs)
     shape_class = f"float32 sum out[{sizes}] k{bucket(depth)} lanes{chosen.cols} reads[{reads}]"
-    candidates = tuple(replace(chosen, rows=r) for r in rows)
-    return TuningSpace(shape_class, candidates, work)
+    return TuningSpace(shape_class, tuple(candidates), work)
+
+
+def grid_axis(plain: Kernel, chosen: Tile, item: ScheduleItem, out_groups) -> int | None:
+    """A second output axis for a grid of `chosen`'s rows, or None: one along which every
+    load read as a vector of columns moves and every other load (those broadcast to the
+    rows) does not, so each broadcast value serves rows x rows2 vectors, not rows (a
+    convolution's images, where its weights are broadcast and its windows are vectors)."""
+    if chosen.col is None or chosen.row is None or chosen.lanes or chosen.row2 is not None:
+        return None
+    extents = [math.prod(item.root.shape[a] for a in g) for g in out_groups]
+    out_vars = [Var(f"o{g}", 0, e - 1) for g, e in enumerate(extents)]
+    col = out_vars[chosen.col]
+    loads: list[Load] = []
+
+    def walk(body, summed: bool):
+        for s in body:
+            if isinstance(s, Loop):
+                walk(s.body, summed or s.kind == "reduce")
+            elif isinstance(s, Load) and summed:
+                loads.append(s)
+
+    walk(plain.body, False)
+
+    def moves(index: Lin, v: Var) -> bool:  # also inside a division (a merged group's rows)
+        return any(
+            a == v or (isinstance(a, (FloorDiv, Mod)) and moves(a.x, v)) for a in index.atoms()
+        )
+
+    vectors = [ld for ld in loads if moves(ld.index, col)]
+    broadcast = [ld for ld in loads if not moves(ld.index, col)]
+    if not vectors or not broadcast:
+        return None
+    axes = [
+        g
+        for g, v in enumerate(out_vars)
+        if g not in (chosen.col, chosen.row)
+        and extents[g] > 1
+        and all(moves(ld.index, v) for ld in vectors)
+        and not any(moves(ld.index, v) for ld in broadcast)
+    ]
+    return max(axes, key=lambda g: (extents[g], g)) if axes else None
 
 
 def _outermost(loads, every_load, out_vars, extents, steps: dict[int, int]) -> int | None:

@@ -2,7 +2,8 @@
 
 Where a float32 contraction of at least 2^26 multiply-adds could take several register
 tiles (`codegen.lower.tuning_space`: the same vector of columns with 4, 8, 12 or 16 rows,
-those that sum as the fixed choice does), the first kernel of each shape class that a
+or for 16 lanes grids of rows along a second axis, those that sum as the fixed choice
+does), the first kernel of each shape class that a
 process lowers has every candidate compiled and timed on random inputs of the kernel's
 sizes (the fastest of three runs after a warm-up; one run where it is already clearly
 slower than the best so far), and takes the fastest. The choice is written to the disk
@@ -45,7 +46,7 @@ from .compiler import _write_atomic
 from .config import config
 from .launch import effective_threads, launch
 
-FORMAT = "autotune 1"  # the file's layout and the candidate set's version
+FORMAT = "autotune 2"  # the file's layout and the candidate set's version
 TIMED_RUNS = 3  # runs of each candidate after one untimed warm-up; the fastest counts
 CLEARLY_SLOWER = 1.25  # a candidate whose run takes this much of the best time is not rerun
 
@@ -112,7 +113,8 @@ class Autotuner:
         return os.path.join(self.folder, "autotune", digest + ".json")
 
     def _choices(self) -> dict:
-        """shape class -> {"rows": ..., "ms": {rows: best ms}}, from the file once."""
+        """shape class -> {"tile": label, "ms": {label: best ms}}, from the file once
+        (a label is `Tile.label`: "8" rows, "8x2" a grid)."""
         if self._table is None:
             self._table = {}
             path = self.path
@@ -132,14 +134,15 @@ class Autotuner:
         text = json.dumps(self._choices(), sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
-    def choice(self, shape_class: str) -> int | None:
-        """The rows chosen for `shape_class` on this host, or None if not tuned yet."""
+    def choice(self, shape_class: str) -> str | None:
+        """The tile (`Tile.label`) chosen for `shape_class` on this host, or None if not
+        tuned yet."""
         entry = self._choices().get(shape_class)
-        return entry.get("rows") if isinstance(entry, dict) else None
+        return entry.get("tile") if isinstance(entry, dict) else None
 
-    def _save(self, shape_class: str, rows: int, ms: dict) -> None:
+    def _save(self, shape_class: str, tile: str, ms: dict) -> None:
         table = self._choices()
-        table[shape_class] = {"rows": rows, "ms": ms}
+        table[shape_class] = {"tile": tile, "ms": ms}
         path = self.path
         if path is None:
             return
@@ -159,15 +162,17 @@ class Autotuner:
 
     def __call__(self, space, lowered):
         """The kernel of `space` with the tile this host runs fastest (see the module)."""
-        by_rows = {t.rows: t for t in space.candidates}
-        rows = self.choice(space.shape_class)
-        if rows in by_rows:
-            kernel = lowered(by_rows[rows])
+        by_label = {t.label: t for t in space.candidates}
+        label = self.choice(space.shape_class)
+        if label in by_label:
+            kernel = lowered(by_label[label])
             kernel.tile_note += f": autotuned for {space.shape_class}"
             return kernel
-        if rows is not None:  # tuned on a size of the class whose axis it divides
+        if label is not None:  # tuned on a size of the class whose axes it divides
             kernel = lowered(space.default)
-            kernel.tile_note += f": the fixed choice ({rows} rows, tuned for its class, do not fit)"
+            kernel.tile_note += (
+                f": the fixed choice ({label} rows, tuned for its class, do not fit)"
+            )
             return kernel
         if self.deferring:  # kernels are being made side by side: time them later, alone
             kernel = lowered(space.default)
@@ -198,7 +203,7 @@ class Autotuner:
                 if tile == space.default:  # it fails as it would untuned
                     raise
                 warnings.warn(
-                    f"autotune: kernel {kernel.name} with tile {tile.rows} x {tile.cols} "
+                    f"autotune: kernel {kernel.name} with tile {tile.label} x {tile.cols} "
                     f"failed ({type(e).__name__}: {e}): a code generation bug, that tile is "
                     "not used",
                     RuntimeWarning,
@@ -209,14 +214,14 @@ class Autotuner:
                 reference = output
             elif not np.allclose(output, reference, rtol=1e-4, atol=1e-4, equal_nan=True):
                 warnings.warn(
-                    f"autotune: kernel {kernel.name} with tile {tile.rows} x {tile.cols} "
-                    f"gave other values than with {space.default.rows} x {space.default.cols} "
+                    f"autotune: kernel {kernel.name} with tile {tile.label} x {tile.cols} "
+                    f"gave other values than with {space.default.label} x {space.default.cols} "
                     "on the same inputs: a code generation bug, that tile is not used",
                     RuntimeWarning,
                     stacklevel=2,
                 )
                 continue
-            ms[str(tile.rows)] = round(seconds * 1e3, 4)
+            ms[tile.label] = round(seconds * 1e3, 4)
             if best is None or seconds < best[0]:
                 best = (seconds, kernel, tile)
         self.spent += self.clock() - start
@@ -229,7 +234,7 @@ class Autotuner:
         # (the note is the same whether this process timed the tiles or read the choice,
         # so that two runs dump the same header; the times are in the tuning file)
         if finished:
-            self._save(space.shape_class, tile.rows, ms)
+            self._save(space.shape_class, tile.label, ms)
             kernel.tile_note += f": autotuned for {space.shape_class}"
         else:
             kernel.tile_provisional = True

@@ -137,6 +137,65 @@ def test_candidates_sum_as_the_fixed_choice_does():
     assert L.tuning_space(L.Tile(1, 32, 0, 8), items[-1], [(0,), (1,)], [(2,)]) is None
 
 
+def batched_item(batch: int, m: int, k: int, n: int):
+    """The one schedule item of a @ b with a (m, k) shared by a batch of b (batch, k, n):
+    a's values are broadcast to the rows and b's read as vectors, and b moves with the
+    batch, a does not: the batch is a second axis for a grid of rows (`grid_axis`)."""
+    a, b = special(m, k), special(batch, k, n)
+    ta, tb = fg.tensor(a), fg.tensor(b)
+    y = ta @ tb
+    (item,) = schedule([y.node], lambda n: n.op is Ops.BUFFER)
+    values = {id(ta.node): a, id(tb.node): b}
+    return item, [values[id(x)] for x in item.inputs], np.matmul(a.astype(np.float64), b)
+
+
+@pytest.mark.skipif(not L.wide_registers(), reason="grids of 16-lane rows are AVX-512's")
+def test_grid_candidates_sum_as_the_fixed_choice_does():
+    """16-lane columns with a batch beside them: grids of rows x images are candidates
+    (`TUNE_GRIDS`), each computing every output as the same sum, bit for bit."""
+    item, inputs, want = batched_item(4, 96, 384, 48)
+    space, lowered = space_of(item)
+    assert space.default.cols == 16 and space.default.row2 is None
+    grids = [t for t in space.candidates if t.row2 is not None]
+    assert {t.label for t in grids} >= {"8x2", "4x4"}, space.candidates
+    assert len({t.label for t in space.candidates}) == len(space.candidates)
+    first = run_kernel(lowered(space.default), inputs)
+    np.testing.assert_allclose(first.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
+    for tile in grids:
+        kernel = lowered(tile)
+        assert f"unrolled for j in 0..{tile.rows2}" in str(kernel), tile
+        assert f"{tile.rows} x {tile.rows2} rows x 16 lanes" in kernel.tile_note
+        out = run_kernel(kernel, inputs)
+        assert np.array_equal(out.view(np.uint32), first.view(np.uint32)), tile.label
+
+
+def test_no_grid_where_every_load_moves_with_the_batch():
+    """A batched matmul whose two operands both move with the batch has nothing to share
+    across it: no grid axis, no grid candidate."""
+    ta, tb = fg.tensor(special(4, 96, 384)), fg.tensor(special(4, 384, 48))
+    (item,) = schedule([(ta @ tb).node], lambda n: n.op is Ops.BUFFER)
+    space, _ = space_of(item)
+    assert all(t.row2 is None for t in space.candidates), space.candidates
+
+
+def test_a_grid_is_chosen_saved_and_read_back_by_its_label(tmp_path, monkeypatch):
+    item, _, _ = batched_item(4, 96, 384, 48)
+    space, lowered = space_of(item)
+    if not any(t.row2 is not None for t in space.candidates):
+        pytest.skip("no grid candidates without AVX-512")
+    timing = FakeTiming(
+        monkeypatch, {t.label if t.row2 is not None else t.rows: 3.0 for t in space.candidates}
+    )
+    timing.cost["8x2"] = 1.0
+    kernel = tuner_with(str(tmp_path), 100.0, timing)(space, lowered)
+    assert "unrolled for j in 0..2" in str(kernel) and "unrolled for i in 0..8" in str(kernel)
+    (path,) = (tmp_path / "autotune").iterdir()
+    assert json.loads(path.read_text())["choices"][space.shape_class]["tile"] == "8x2"
+    before = timing.launches
+    again = tuner_with(str(tmp_path), 100.0, timing)(space, lowered)
+    assert timing.launches == before and again.tile_note == kernel.tile_note
+
+
 class FakeTiming:
     """A clock that only `launch` advances, by a cost per tile (rows -> seconds), and a
     `compile` that hands the kernel itself to that launch."""
@@ -154,7 +213,8 @@ class FakeTiming:
 
     def launch(self, kernel, extent, work, ptrs):
         self.launches += 1
-        rows = int(kernel.tile_note.split("register tile ")[1].split(" rows")[0])
+        rows = kernel.tile_note.split("register tile ")[1].split(" rows")[0]
+        rows = int(rows) if rows.isdigit() else rows.replace(" x ", "x")  # a grid: "8x2"
         self.now += self.cost[rows]
         if rows == self.wrong:  # a miscompiled candidate: one output is off
             ctypes.c_float.from_address(ptrs[0]).value = 12345.0
@@ -175,8 +235,8 @@ def test_the_fastest_candidate_is_chosen_saved_and_read_back(tmp_path, monkeypat
     assert kernel.tile_note.startswith("register tile 4 rows x 32 lanes: autotuned for")
     (path,) = (tmp_path / "autotune").iterdir()
     saved = json.loads(path.read_text())
-    assert saved["choices"][space.shape_class]["rows"] == 4
-    assert set(saved["choices"][space.shape_class]["ms"]) == {str(t.rows) for t in space.candidates}
+    assert saved["choices"][space.shape_class]["tile"] == "4"
+    assert set(saved["choices"][space.shape_class]["ms"]) == {t.label for t in space.candidates}
     # a new process (a new tuner) reads the choice and times nothing
     before = timing.launches
     again = tuner_with(str(tmp_path), 100.0, timing)(space, lowered)
@@ -262,7 +322,7 @@ def test_the_cache_key_names_the_cpu_its_features_and_the_threads(tmp_path, monk
     # a file at this host's path that says it is another host's is not read
     os.makedirs(os.path.dirname(tuner.path))
     with open(tuner.path, "w") as f:
-        json.dump({"host": other.key, "choices": {"c": {"rows": 4, "ms": {}}}}, f)
+        json.dump({"host": other.key, "choices": {"c": {"tile": "4", "ms": {}}}}, f)
     assert autotune.Autotuner(tuner.folder, 1.0).choice("c") is None
     monkeypatch.undo()
     assert autotune.Autotuner(str(tmp_path), 1.0).choice("c") is None
