@@ -143,8 +143,9 @@ def _computed(t):
 
 def _copy_class(t) -> type:
     """The class a copy of `t` gets: its own, except a gradient still being built
-    (`LazyGrad`), whose copy is a plain tensor."""
-    return core.Tensor if isinstance(t, core.LazyGrad) else type(t)
+    (`LazyGrad`) and a tensor's `.data` (`DataView`), whose copies are plain tensors:
+    neither is a class a value of its own can have (a copy of `.data` is not a view)."""
+    return core.Tensor if isinstance(t, (core.LazyGrad, core.DataView)) else type(t)
 
 
 def _as_class(t, cls):

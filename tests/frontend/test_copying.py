@@ -220,6 +220,23 @@ def test_a_failed_allocation_leaves_no_broken_buffer(no_unraisable):
     assert runtime_buffer.live_buffers == live
 
 
+@pytest.mark.parametrize("how", [copy.deepcopy, copy.copy, _pickled])
+@pytest.mark.parametrize("which", ["data", "grad.data"])
+def test_copies_of_a_tensors_data_are_plain_tensors_of_their_own(how, which):
+    """`copy.deepcopy(w.data)` (and pickle, copy.copy) gives a plain tensor with the value
+    it had: not a `.data` view (which has no value of its own to copy), never an error."""
+    w = fg.tensor([1.0, -0.0, 2.0], requires_grad=True)
+    (w * 3).sum().backward()
+    view = w.data if which == "data" else w.grad.data
+    before = view.tolist()
+    c = how(view)
+    assert type(c) is fg.Tensor and not c.requires_grad and c.is_leaf
+    with fg.no_grad():
+        w.mul_(2)
+        w.grad.zero_()
+    assert c.tolist() == before and str(c.numpy()[1]) == ("-0.0" if which == "data" else "3.0")
+
+
 # ---------------------------------------------------------------- on the cuda device
 
 
