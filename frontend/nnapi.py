@@ -108,6 +108,9 @@ from .stepcache import StepCache
 # Tensor and the functions on tensors nn's layers use; library ops as one macro node
 from .tensor import Tensor, composite, hardtanh_values, realize, register_composite, where
 
+# a tensor's value as a view that writes land in (`t.data`; a state_dict's values)
+from .tensor import DataView
+
 # gradient hooks on a module's inputs and outputs (nn/hooks.py)
 from .tensor_hooks import hooked_together
 

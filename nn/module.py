@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from ..nnapi import (
+    DataView,
     Tensor,
     default_float,
     empty,
@@ -474,14 +475,18 @@ class Module:
     def state_dict(
         self, destination=None, prefix: str = "", keep_vars: bool = False
     ) -> OrderedDict:
-        """Each parameter and persistent buffer by dotted name (detached unless keep_vars)."""
+        """Each parameter and persistent buffer by dotted name: without `keep_vars`, as
+        torch's detached tensors sharing the module's memory, each is a view of its
+        tensor's value (`t.data`): it reads the module's current values, and a write into
+        it lands in the module (`sd["weight"].copy_(w)`, `sd["bias"].zero_()`). Keep a
+        snapshot with `copy.deepcopy(model.state_dict())`, as in torch."""
         out = OrderedDict() if destination is None else destination
         for name, p in self._parameters.items():
             if p is not None:
-                out[prefix + name] = p if keep_vars else p.detach()
+                out[prefix + name] = p if keep_vars else DataView(p)
         for name, b in self._buffers.items():
             if b is not None and name not in self._non_persistent:
-                out[prefix + name] = b if keep_vars else b.detach()
+                out[prefix + name] = b if keep_vars else DataView(b)
         for name, child in self._modules.items():
             if child is not None:
                 child.state_dict(out, prefix + name + ".", keep_vars)

@@ -185,6 +185,62 @@ def test_state_dict_round_trip_reproduces_outputs():
     assert target.head.weight.is_leaf and target.head.weight.requires_grad
 
 
+def _state_dict_habits(lib):
+    """What PyTorch users do with a state_dict's values, run on `lib` (torch or fusegrad):
+    write into them (weights ported by hand, a buffer reset), keep one across a training
+    step (it reads the new values), keep a deep copy (a snapshot), and an exponential
+    moving average of a model kept by copying into its state_dict's values (timm's
+    ModelEmaV2)."""
+    import copy
+
+    lib.manual_seed(0)
+    model = lib.nn.Sequential(lib.nn.Linear(3, 2), lib.nn.BatchNorm1d(2))
+    sd = model.state_dict()
+    w = lib.tensor([[1.0, -0.0, 2.0], [0.5, -1.0, 0.0]])
+    sd["0.weight"].copy_(w)
+    sd["0.bias"].zero_()
+    sd["0.bias"][1] = -0.0
+    sd["1.running_var"].fill_(4.0)
+    snapshot = copy.deepcopy(model.state_dict())
+    ema = copy.deepcopy(model)
+    opt = (lib.optim if lib is not fg else fg.optim).SGD(model.parameters(), lr=0.5)
+    x = lib.tensor([[1.0, 2.0, -1.0], [0.0, 1.0, 3.0], [2.0, -2.0, 1.0]])
+    for _ in range(2):
+        opt.zero_grad()
+        (model(x) ** 2).mean().backward()
+        opt.step()
+        with lib.no_grad():
+            for e, m in zip(ema.state_dict().values(), model.state_dict().values()):
+                if e.dtype.is_floating_point:
+                    e.copy_(e * 0.9 + m * 0.1)
+    got = [sd["0.weight"], sd["0.bias"], sd["1.running_mean"], sd["1.running_var"]]
+    got += [snapshot["0.weight"], snapshot["0.bias"], snapshot["1.running_var"]]
+    got += list(ema.state_dict().values())
+    got += [model[0].weight, model[0].bias]
+    return [np.array(v.detach().numpy(), dtype=np.float64) for v in got]
+
+
+def test_a_state_dicts_values_share_the_modules_values_as_torchs_do():
+    torch = pytest.importorskip("torch")
+    got, want = _state_dict_habits(fg), _state_dict_habits(torch)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-7)
+    # the written zeros keep their signs; the snapshot kept the values before training
+    assert np.signbit(got[5][1]) and not np.signbit(got[5][0])
+    assert got[4].tolist() == [[1.0, -0.0, 2.0], [0.5, -1.0, 0.0]]
+    assert not np.allclose(got[0], got[4])  # the kept state_dict read the trained weight
+
+
+def test_a_state_dict_value_is_not_a_leaf_to_train():
+    net = nn.Linear(2, 2)
+    sd = net.state_dict()
+    assert not sd["weight"].requires_grad and sd["weight"].is_leaf
+    assert net.state_dict(keep_vars=True)["weight"] is net.weight
+    sd["weight"].mul_(0.0)  # under grad mode too, as torch's (no history)
+    assert net.weight.tolist() == [[0.0, 0.0], [0.0, 0.0]] and net.weight.requires_grad
+
+
 def test_load_state_dict_errors():
     net = Net()
     state = net.state_dict()
