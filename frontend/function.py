@@ -224,7 +224,8 @@ def _check_dirty(name: str, ctx: FunctionCtx, args: tuple, output) -> None:
                 f"autograd.Function {name}: a leaf Variable that requires grad has been used "
                 f"in an in-place operation (ctx.mark_dirty on a {a.dtype.name} {a.shape} leaf)"
             )
-        if getattr(a, "_base", None) is not None and any(ctx.needs_input_grad):
+        link = getattr(a, "_base", None)
+        if link is not None and link[1] is not None and any(ctx.needs_input_grad):
             raise NotImplementedError(
                 f"autograd.Function {name}: ctx.mark_dirty on a view ({a.dtype.name} "
                 f"{a.shape}) is not supported: its base's gradient would not pass through "

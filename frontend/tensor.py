@@ -835,16 +835,29 @@ class Tensor(*MIXINS):
         self.requires_grad = flag
         if flag:
             register_leaf(self)
+            link = getattr(self, "_base", None)
+            if link is not None and link[1] is None:  # `t.detach().requires_grad_()`: a
+                self._base = None  # leaf of its own, which an optimizer updates alone
         return self
 
     def detach(self) -> Tensor:
-        """The same value, with no gradient flowing back through it."""
+        """The same value, with no gradient flowing back through it.
+
+        As torch's, it shares this tensor's memory as far as writes go: an in-place write
+        to it (or to a view of it) lands in this tensor as a write through `.data` does,
+        recording no history (`p.detach().zero_()`, `ema.detach().mul_(0.9)`). Unlike
+        torch's, it reads the value this tensor had when it was detached: a later write
+        to this tensor is not seen through it (use `.data` for that). Made a leaf that
+        requires grad (`t.detach().requires_grad_()`), it is a tensor of its own."""
         buf = engine.value(self.node)
         if buf is not None:  # computed already: the buffer, not a copy of it
             node = N.buffer(buf, self.shape, self.dtype)
         else:
             node = N.detach(self.node)
-        return Tensor(node, requires_grad=False, strides=self._strides)
+        out = Tensor(node, requires_grad=False, strides=self._strides)
+        owner = self.owner if type(self) is DataView and not self._moves else self
+        out._base = (weakref.ref(owner), None)  # (a weak link: `losses.append(loss.detach())`
+        return out  # must not keep each loss tensor, and its history, alive)
 
     def assign_(self, value) -> Tensor:
         """Give this tensor a new value in place (lazily); a leaf stays the same leaf.
@@ -883,7 +896,12 @@ class Tensor(*MIXINS):
         one training step's graph onto the next (`autograd.overwrite`)."""
         value = self._checked_update(value, op)
         link = getattr(self, "_base", None)
-        if link is not None:  # a view: the write lands in its base first (which may refuse)
+        if link is not None and link[1] is None:  # detached: lands as through `.data`
+            owner = link[0]()
+            if owner is not None:
+                view = owner if type(owner) is DataView else DataView(owner)
+                view._inplace(value.cast(self.dtype), op)
+        elif link is not None:  # a view: the write lands in its base first (which may refuse)
             write_through(link, value.cast(self.dtype), op)
         grad_mode = autograd_state.enabled()
         if grad_mode and self.requires_grad and self._is_leaf:

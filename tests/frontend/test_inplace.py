@@ -573,3 +573,69 @@ def test_inference_mode():
 
     assert bare(w) == (False, True) and called(w) is False
     assert (w * 2).requires_grad and bare.__name__ == "bare"
+
+
+# ---------------------------------------------------------------- writes through detach()
+
+
+def _detach_habits(lib):
+    """Writes PyTorch users make through `detach()`, run on `lib` (torch or fusegrad):
+    each lands in the tensor detached from, as torch's shared memory makes it."""
+    x = lib.tensor([1.0, -0.0, 2.0, 3.0], requires_grad=True)
+    d = x.detach()
+    d[0] = 5.0  # an index write, under grad mode, to a leaf that requires grad
+    d[1:3].mul_(-2.0)  # a view of the detached tensor
+    ema = lib.tensor([0.0, 4.0])
+    p = lib.tensor([2.0, -2.0], requires_grad=True)
+    for _ in range(2):
+        ema.detach().mul_(0.5).add_(p.detach(), alpha=0.5)  # one object, two writes
+    y = x * 3  # a result with history: its value changes, its gradient still flows
+    y.detach().add_(1.0)
+    y.sum().backward()
+    w = lib.tensor([1.0, 2.0], requires_grad=True)
+    (w * w).sum().backward()
+    w.grad.detach().zero_()  # torch's own zero_grad idiom
+    w.detach().copy_(lib.tensor([7.0, -0.0]))
+    own = w.detach().requires_grad_()  # a leaf of its own ...
+    with lib.no_grad():
+        own.add_(100.0)  # ... whose writes torch lands in w (shared memory); fusegrad not
+    return [v.detach() for v in (x, d, ema, y, x.grad, w.grad)] + [w.detach()]
+
+
+def test_writes_through_detach_land_in_the_tensor_as_torchs_do():
+    torch = pytest.importorskip("torch")
+    got, want = _detach_habits(fg), _detach_habits(torch)
+    for i, (g, w) in enumerate(zip(got, want)):
+        g, w = g.numpy(), w.numpy()
+        if i == len(got) - 1:  # the leaf of its own: torch's w moved with it, ours did not
+            assert g.tolist() == [7.0, 0.0] and w.tolist() == [107.0, 100.0]
+            assert np.signbit(g[1])
+            continue
+        np.testing.assert_array_equal(g, w, err_msg=str(i))
+        np.testing.assert_array_equal(np.signbit(g), np.signbit(w), err_msg=str(i))
+
+
+def test_a_detached_tensor_reads_the_value_it_was_detached_at():
+    """fusegrad's difference from torch (README): a later write to the tensor is not
+    seen through a detached tensor taken before it (`.data` sees it)."""
+    x = fg.tensor([1.0, 2.0])
+    d, data = x.detach(), x.data
+    x.add_(1.0)
+    assert d.tolist() == [1.0, 2.0] and data.tolist() == [2.0, 3.0]
+
+
+def test_a_detached_tensor_does_not_keep_its_source_alive():
+    """`losses.append(loss.detach())`: the link is weak, so each step's loss tensor (and
+    the history it holds) is freed as in torch; a write after that lands nowhere else."""
+    import gc
+    import weakref
+
+    x = fg.tensor([1.0, 2.0], requires_grad=True)
+    loss = (x * x).sum()
+    kept = [loss.detach()]
+    alive = weakref.ref(loss)
+    del loss
+    gc.collect()
+    assert alive() is None
+    kept[0].add_(1.0)
+    assert kept[0].item() == 6.0
