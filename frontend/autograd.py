@@ -395,13 +395,23 @@ def grad(
     grad_outputs=None,
     retain_graph=None,
     create_graph: bool = False,
-    allow_unused: bool = False,
+    allow_unused: bool | None = None,
+    materialize_grads: bool = False,
 ):
     """Gradients of `outputs` with respect to `inputs`, returned instead of accumulated.
 
     With `create_graph=True` the results are differentiable themselves, so
-    `grad(grad(y, x, create_graph=True)[0].sum(), x)` is a second derivative.
+    `grad(grad(y, x, create_graph=True)[0].sum(), x)` is a second derivative. An input
+    the outputs do not depend on raises, gets None with `allow_unused=True`, or zeros with
+    `materialize_grads=True` (which implies allow_unused, as torch's).
     """
+    if materialize_grads and allow_unused is False:
+        raise ValueError(  # torch's words
+            "Expected allow_unused to be True or not passed when materialize_grads=True, "
+            "but got: allow_unused=False."
+        )
+    if allow_unused is None:
+        allow_unused = materialize_grads
     outputs = [outputs] if isinstance(outputs, core.Tensor) else list(outputs)
     inputs_t = [inputs] if isinstance(inputs, core.Tensor) else list(inputs)
     if grad_outputs is None or isinstance(grad_outputs, core.Tensor):
@@ -425,6 +435,8 @@ def grad(
     result = []
     for x, g in zip(inputs_t, total):
         if g is None and x.requires_grad and _reached_through_empty(outputs, x.node):
+            g = N.const(0, x.shape, x.dtype)
+        if g is None and materialize_grads:
             g = N.const(0, x.shape, x.dtype)
         if g is None:
             if not allow_unused:

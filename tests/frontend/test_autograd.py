@@ -305,6 +305,22 @@ def test_grad_allow_unused():
     assert gu is None
 
 
+def test_grad_materialize_grads_gives_zeros_for_unused_inputs_as_torch():
+    x = f64([1.0, 2.0], requires_grad=True)
+    unused = f64([[5.0, -0.0]], requires_grad=True)
+    gx, gu = fg.grad((x * 2).sum(), [x, unused], materialize_grads=True)
+    np.testing.assert_allclose(gx.numpy(), [2.0, 2.0])
+    assert gu.shape == (1, 2) and gu.dtype == fg.float64 and gu.tolist() == [[0.0, 0.0]]
+    assert not gu.requires_grad
+    # create_graph: the zeros are differentiable as torch's zeros_like(requires_grad=True)
+    (gx2, gu2) = fg.grad((x * x).sum(), [x, unused], create_graph=True, materialize_grads=True)
+    assert gu2.requires_grad and gx2.requires_grad
+    (second,) = fg.grad((gx2 * gx2).sum() + gu2.sum(), [x])
+    np.testing.assert_allclose(second.numpy(), [8.0, 16.0])  # d/dx (2x)^2 = 8x
+    with pytest.raises(ValueError, match="allow_unused to be True or not passed"):
+        fg.grad((x * 2).sum(), [x, unused], allow_unused=False, materialize_grads=True)
+
+
 def test_grad_of_an_output_that_does_not_require_grad_is_an_error():
     x = f64([1.0, 2.0], requires_grad=True)
     with pytest.raises(fg.GradError, match="does not require grad"):
