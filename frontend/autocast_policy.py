@@ -48,7 +48,7 @@ _CUDA_FP32 = [
     "cosine_similarity", "cosine_embedding_loss", "nll_loss", "kl_div", "l1_loss",
     "smooth_l1_loss", "huber_loss", "mse_loss", "margin_ranking_loss", "triplet_margin_loss",
     "binary_cross_entropy_with_logits", "cdist", "logsumexp", "norm", "cross_entropy",
-    "interpolate",
+    "interpolate", "dist", "poisson_nll_loss", "hinge_embedding_loss",
 ]  # fmt: skip
 
 # torch's AT_FORALL_FP32_SET_OPT_DTYPE (cuda)
@@ -65,7 +65,7 @@ _CPU_FP32 = [
     "max_unpool2d", "max_unpool3d", "adaptive_avg_pool3d", "adaptive_max_pool3d", "mse_loss",
     "cosine_embedding_loss", "nll_loss", "smooth_l1_loss", "cross_entropy", "l1_loss",
     "huber_loss", "margin_ranking_loss", "triplet_margin_loss", "kl_div",
-    "binary_cross_entropy_with_logits",
+    "binary_cross_entropy_with_logits", "poisson_nll_loss", "hinge_embedding_loss",
 ]  # fmt: skip
 
 _CPU_PROMOTE = ["cat", "stack", "index_copy"]
@@ -96,7 +96,7 @@ POLICY: dict[str, dict[str, str]] = {
 NATIVE = [
     "sigmoid", "tanh", "gelu", "silu", "mish", "elu", "selu", "celu", "logsigmoid", "glu",
     "logaddexp", "logaddexp2", "logcumsumexp", "mean", "var", "std", "var_mean", "std_mean",
-    "nansum", "nanmean", "batch_norm", "avg_pool1d", "avg_pool2d",
+    "nansum", "nanmean", "batch_norm", "instance_norm", "avg_pool1d", "avg_pool2d",
 ]  # fmt: skip
 
 # the dtype a region runs LOWER ops in when `dtype=` is not given, and the dtypes allowed

@@ -437,6 +437,73 @@ def expm1(x):
     return _with_grad(out, [(xf, xf.exp())])
 
 
+def logit(x, eps=None):
+    """log(z / (1 - z)), z = x clamped to [eps, 1 - eps] (no clamp for eps None or negative),
+    as torch.logit: -inf at 0, inf at 1, NaN outside [0, 1] unclamped. The gradient is
+    torch's: 1 / (x (1 - x)), inf at 0 and 1, NaN outside [0, 1] without eps, 0 outside
+    [eps, 1 - eps] with it (the bounds are eps and 1 - eps in x's dtype, as torch's).
+
+    >>> import fusegrad as fg
+    >>> fg.tensor([0.0, 0.5, 0.75, 1.0]).logit().tolist()
+    [-inf, 0.0, 1.0986123085021973, inf]
+    >>> fg.logit(fg.tensor([0.0, 0.5, 1.0]), eps=0.25).tolist()
+    [-1.0986123085021973, 0.0, 1.0986123085021973]
+    """
+    xf = x._float()
+    clamped = eps is not None and not eps < 0  # (a NaN eps clamps to NaN bounds: nothing)
+    if clamped:
+        lo = xf._make(N.const(eps, (), xf.dtype))
+        hi = 1 - lo
+        z = _where(xf < lo, lo, _where(xf > hi, hi, xf))
+    else:
+        z = xf
+    w = _f64(z)
+    res = _back((w / (1 - w)).log(), xf)
+    if not xf.requires_grad:
+        return res
+
+    def rule(g, x):
+        at_end = (x == 0) | (x == 1)
+        inside = _where(at_end, g * math.inf, g / (x * (1 - x)))
+        if clamped:
+            return [_where((x < lo) | (x > hi), 0.0, inside)]
+        return [_where((x < 0) | (x > 1), math.nan, inside)]
+
+    return custom_gradient(res, [xf], rule, own_node=True)
+
+
+# the Taylor series of d/du sin(u) / u = sum over n >= 1 of (-1)^n 2n u^(2n - 1) / (2n + 1)!
+_SINC_SLOPE = [(-1) ** n * 2 * n / math.factorial(2 * n + 1) for n in range(1, 10)]
+
+
+def _sinc_slope(u):
+    """d/du sin(u) / u = (u cos u - sin u) / u^2: its series for |u| < 1/2, where that
+    difference cancels (torch's formula gives rounding noise there: -2.1e-8 at x = 1e-8,
+    where the slope is -3.3e-8)."""
+    u2 = u * u
+    series = 0.0
+    for c in reversed(_SINC_SLOPE):
+        series = series * u2 + c
+    return _where(u.abs() < 0.5, series * u, (u * u.cos() - u.sin()) / u2)
+
+
+def sinc(x):
+    """sin(pi x) / (pi x), and 1 at x = 0, as torch.sinc (NaN at +-inf). The gradient is
+    torch's, (pi x cos(pi x) - sin(pi x)) / (pi x^2), 0 at x = 0; near 0 it is computed
+    from its series (torch's formula cancels there: docs/NUMERICS.md).
+
+    >>> import fusegrad as fg
+    >>> fg.tensor([0.0, 0.5, 1.5], dtype=fg.float64).sinc().tolist()
+    [1.0, 0.6366197723675814, -0.2122065907891938]
+    """
+    xf = x._float()
+    w = _f64(xf)
+    u = w * math.pi
+    out = _back(_where(w == 0, 1.0, u.sin() / u), xf)
+    slope = _back(_where(w == 0, 0.0, _sinc_slope(u) * math.pi), xf)
+    return _with_grad(out, [(xf, slope)])
+
+
 @autocast_op("log2")
 def log2(x):
     xf = x._float()
@@ -1119,6 +1186,8 @@ METHODS = {
     "expm1": expm1,
     "log2": log2,
     "log10": log10,
+    "logit": logit,
+    "sinc": sinc,
     "exp2": exp2,
     "logaddexp": logaddexp,
     "logaddexp2": logaddexp2,

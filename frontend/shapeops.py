@@ -28,7 +28,15 @@ from . import autograd_state, core
 from .autocast import autocast_op
 from .creation import host_table
 from .creation import index_arange as arange
-from .errors import DimError, DTypeError, DTypeNotImplementedError, IndexingError, ShapeError, fail
+from .errors import (
+    ArgumentError,
+    DimError,
+    DTypeError,
+    DTypeNotImplementedError,
+    IndexingError,
+    ShapeError,
+    fail,
+)
 from .extend import custom_gradient
 from .indexing import _scattered_sum, flip, values_for_shape
 from .ir import node as N
@@ -756,6 +764,108 @@ def roll(x, shifts, dims=None):
     return x
 
 
+def rot90(x, k: int = 1, dims=(0, 1)):
+    """x turned by k quarter turns in the plane of `dims`, from dims[0] toward dims[1], as
+    torch.rot90 (k taken mod 4; a view here: flips and a transpose).
+
+    >>> import fusegrad as fg
+    >>> fg.arange(4).reshape(2, 2).rot90().tolist()
+    [[1, 3], [0, 2]]
+    """
+    if not isinstance(k, (int, np.integer)) or isinstance(k, bool):
+        raise TypeError(f"rot90(): argument 'k' (position 2) must be int, not {type(k).__name__}")
+    dims = tuple(dims)
+    if len(dims) != 2:
+        fail(
+            ArgumentError, "rot90", f"expected total rotation dims == 2, but got dims = {len(dims)}"
+        )
+    if x.ndim < 2:
+        fail(ShapeError, "rot90", f"expected total dims >= 2, but got total dims = {x.ndim}")
+    d0, d1 = x._dim(dims[0], "rot90"), x._dim(dims[1], "rot90")
+    if d0 == d1:
+        fail(
+            ArgumentError,
+            "rot90",
+            f"expected rotation dims to be different, but got dim0 = {dims[0]} and "
+            f"dim1 = {dims[1]}",
+        )
+    k %= 4
+    if k == 1:
+        return flip(x, d1).transpose(d0, d1)
+    if k == 2:
+        return flip(x, (d0, d1))
+    if k == 3:
+        return flip(x, d0).transpose(d0, d1)
+    return x.clone()
+
+
+def diff(x, n: int = 1, dim: int = -1, prepend=None, append=None):
+    """The n-th forward difference along `dim`, x[i + 1] - x[i] applied n times, after
+    `prepend` and `append` are joined to x along `dim` (promoted as by cat), as torch.diff:
+    bools take logical_xor; integers wrap; n >= the length gives an empty axis.
+
+    >>> import fusegrad as fg
+    >>> x = fg.tensor([1, 3, 6, 10])
+    >>> x.diff().tolist(), x.diff(n=2).tolist(), x.diff(prepend=fg.tensor([0])).tolist()
+    ([2, 3, 4], [1, 1], [1, 2, 3, 4])
+    """
+    if not isinstance(n, (int, np.integer)) or isinstance(n, bool):
+        raise TypeError(f"diff(): argument 'n' must be int, not {type(n).__name__}")
+    if x.ndim == 0:
+        fail(ShapeError, "diff", "diff expects input to be at least one-dimensional")
+    if n < 0:
+        fail(ArgumentError, "diff", f"order must be non-negative but got {n}")
+    d = x._dim(dim, "diff")
+    pieces = [x]
+    for name, extra in (("prepend", prepend), ("append", append)):
+        if extra is None:
+            continue
+        if not isinstance(extra, core.Tensor):
+            raise TypeError(f"diff(): argument '{name}' must be Tensor, not {type(extra).__name__}")
+        _joinable_for_diff(x, extra, d)
+        pieces.insert(0 if name == "prepend" else len(pieces), extra)
+    out = cat(pieces, d) if len(pieces) > 1 else x.clone()
+    for _ in range(n):
+        length = out.shape[d]
+        if length == 0:
+            break
+        later, earlier = narrow(out, d, 1, length - 1), narrow(out, d, 0, length - 1)
+        out = later != earlier if out.dtype is bool_ else later - earlier
+    return out
+
+
+def _joinable_for_diff(x, extra, d: int) -> None:
+    if extra.ndim != x.ndim:
+        fail(ShapeError, "diff", "diff expects prepend or append to be the same dimension as input")
+    for i, (a, b) in enumerate(zip(x.shape, extra.shape)):
+        if i != d and a != b:
+            fail(
+                ShapeError,
+                "diff",
+                "diff expects the shape of tensor to prepend or append to match that of input "
+                f"except along the differencing dimension; input.size({i}) = {a}, but got "
+                f"tensor.size({i}) = {b}",
+            )
+
+
+@autocast_op("dist")
+def dist(x, other, p=2):
+    """The p-norm of x - other (broadcast), as torch.dist: norm's p values and gradients
+    (0 at x == other for p = 2).
+
+    >>> import fusegrad as fg
+    >>> fg.dist(fg.tensor([1.0, 2.0]), fg.tensor([4.0, 6.0])).item()
+    5.0
+    """
+    if not isinstance(other, core.Tensor):
+        raise TypeError(
+            f"dist(): argument 'other' (position 2) must be Tensor, not {type(other).__name__}"
+        )
+    if isinstance(p, bool) or not isinstance(p, (int, float, np.number)):
+        raise TypeError(f"dist(): argument 'p' must be Number, not {type(p).__name__}")
+    return norm(x - other, float(p))
+
+
 def meshgrid(*tensors, indexing: str = "ij"):
     """Coordinate grids from 1-D tensors ('ij': matrix indexing, 'xy': Cartesian)."""
     if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
@@ -1239,6 +1349,9 @@ METHODS = {
     "tile": tile,
     "repeat_interleave": repeat_interleave,
     "roll": roll,
+    "rot90": rot90,
+    "diff": diff,
+    "dist": dist,
     "cumsum": cumsum,
     "cumprod": cumprod,
     "logcumsumexp": logcumsumexp,

@@ -82,12 +82,25 @@ from .losses import (
 )
 from .losses_more import (
     CosineEmbeddingLoss,
+    GaussianNLLLoss,
+    HingeEmbeddingLoss,
     MarginRankingLoss,
     PairwiseDistance,
+    PoissonNLLLoss,
     TripletMarginLoss,
 )
+from .lp_pool import LPPool1d, LPPool2d
 from .module import Module, Parameter, load, save
-from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm, RMSNorm
+from .normalization import (
+    BatchNorm1d,
+    BatchNorm2d,
+    GroupNorm,
+    InstanceNorm1d,
+    InstanceNorm2d,
+    InstanceNorm3d,
+    LayerNorm,
+    RMSNorm,
+)
 from .padding import (
     CircularPad1d,
     CircularPad2d,
@@ -135,6 +148,11 @@ __all__ = [
     "MarginRankingLoss",
     "PairwiseDistance",
     "TripletMarginLoss",
+    "LPPool1d",
+    "LPPool2d",
+    "HingeEmbeddingLoss",
+    "PoissonNLLLoss",
+    "GaussianNLLLoss",
     "ModuleDict",
     "ParameterList",
     "MultiheadAttention",
@@ -146,6 +164,9 @@ __all__ = [
     "BatchNorm1d",
     "BatchNorm2d",
     "GroupNorm",
+    "InstanceNorm1d",
+    "InstanceNorm2d",
+    "InstanceNorm3d",
     "LayerNorm",
     "RMSNorm",
     "CELU",

@@ -85,10 +85,21 @@ from .loss_functions import (  # noqa: F401
 )
 from .losses_more import (  # noqa: F401
     cosine_embedding_loss,
+    gaussian_nll_loss,
+    hinge_embedding_loss,
     margin_ranking_loss,
     pairwise_distance,
+    poisson_nll_loss,
     triplet_margin_loss,
 )
-from .normalization import batch_norm, group_norm, layer_norm, normalize, rms_norm  # noqa: F401
+from .lp_pool import lp_pool1d, lp_pool2d  # noqa: F401
+from .normalization import (  # noqa: F401
+    batch_norm,
+    group_norm,
+    instance_norm,
+    layer_norm,
+    normalize,
+    rms_norm,
+)
 from .padding import pad  # noqa: F401
 from .upsample import interpolate, pixel_shuffle, pixel_unshuffle  # noqa: F401

@@ -1,5 +1,6 @@
-"""Distance and margin losses, as torch's: `F.pairwise_distance`, `F.cosine_embedding_loss`,
-`F.margin_ranking_loss`, `F.triplet_margin_loss` and their modules.
+"""Distance, margin and likelihood losses, as torch's: `F.pairwise_distance`,
+`F.cosine_embedding_loss`, `F.margin_ranking_loss`, `F.triplet_margin_loss`,
+`F.hinge_embedding_loss`, `F.poisson_nll_loss`, `F.gaussian_nll_loss` and their modules.
 
 Each is the formula torch's ATen writes, from differentiable ops, so the gradients
 (kinks included: a clamp at 0 passes the gradient at exactly 0, as torch's) are torch's.
@@ -14,6 +15,9 @@ Each is the formula torch's ATen writes, from differentiable ops, so the gradien
 """
 
 from __future__ import annotations
+
+import math
+import warnings
 
 from ..nnapi import ShapeError, Tensor, autocast_op, custom_gradient, fail, where
 from .loss_functions import check_reduction, reduce_loss
@@ -114,6 +118,121 @@ def triplet_margin_loss(
     return reduce_loss((margin + d_pos - d_neg).clamp_min(0.0), reduction)
 
 
+def legacy_reduction(size_average, reduce, reduction: str) -> str:
+    """torch's deprecated size_average= and reduce=: either given decides the reduction
+    (both default to True: mean; reduce alone: sum; reduce=False: none), with its warning."""
+    if size_average is None and reduce is None:
+        return reduction
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    out = "mean" if size_average and reduce else "sum" if reduce else "none"
+    warnings.warn(
+        f"size_average and reduce args will be deprecated, please use reduction='{out}' instead.",
+        stacklevel=3,
+    )
+    return out
+
+
+@autocast_op("hinge_embedding_loss")
+def hinge_embedding_loss(
+    input: Tensor,
+    target: Tensor,
+    margin: float = 1.0,
+    size_average=None,
+    reduce=None,
+    reduction: str = "mean",
+) -> Tensor:
+    """x where target is 1, max(0, margin - x) where it is -1, their sum for any other
+    target (broadcasting), as torch's ATen formula; the clamp passes the gradient at 0.
+
+    >>> import fusegrad as fg
+    >>> import fusegrad.nn.functional as F
+    >>> F.hinge_embedding_loss(fg.tensor([0.3, 2.0]), fg.tensor([1, -1]), reduction="none").tolist()
+    [0.30000001192092896, 0.0]
+    """
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    check_reduction(reduction)
+    margin_clamp = (margin - input).clamp_min(0.0)
+    output_margin = where(target != 1, margin_clamp, 0.0)
+    output_self = where(target != -1, input, 0.0)
+    return reduce_loss(output_margin + output_self, reduction)
+
+
+@autocast_op("poisson_nll_loss")
+def poisson_nll_loss(
+    input: Tensor,
+    target: Tensor,
+    log_input: bool = True,
+    full: bool = False,
+    size_average=None,
+    eps: float = 1e-8,
+    reduce=None,
+    reduction: str = "mean",
+) -> Tensor:
+    """exp(input) - target input (log_input), or input - target log(input + eps); `full`
+    adds Stirling's term target log(target) - target + log(2 pi target) / 2 where target
+    > 1, as torch's ATen formula.
+
+    >>> import fusegrad as fg
+    >>> import fusegrad.nn.functional as F
+    >>> F.poisson_nll_loss(fg.tensor([0.0, 1.0]), fg.tensor([1.0, 2.0]), reduction="sum").item()
+    1.718...
+    """
+    reduction = legacy_reduction(size_average, reduce, reduction)
+    check_reduction(reduction)
+    if log_input:
+        loss = input.exp() - target * input
+    else:
+        loss = input - target * (input + eps).log()
+    if full:
+        stirling = target * target.log() - target + 0.5 * (2 * math.pi * target).log()
+        loss = loss + where(target <= 1, 0.0, stirling)
+    return reduce_loss(loss, reduction)
+
+
+def gaussian_nll_loss(
+    input: Tensor,
+    target: Tensor,
+    var: Tensor | float,
+    full: bool = False,
+    eps: float = 1e-6,
+    reduction: str = "mean",
+) -> Tensor:
+    """(log(var) + (input - target)^2 / var) / 2 (+ log(2 pi) / 2 with `full`), var clamped
+    to eps for the value only (its gradient passes the clamp, as torch's in-place clamp
+    under no_grad). var is one per element, or one short of input's last dim, or broadcast
+    along one dim; a float is one for all.
+
+    >>> import fusegrad as fg
+    >>> import fusegrad.nn.functional as F
+    >>> F.gaussian_nll_loss(fg.tensor([1.0, 3.0]), fg.tensor([2.0, 3.0]), 1.0).item()
+    0.25
+    """
+    if isinstance(var, float):
+        if var < 0:
+            raise ValueError("var has negative entry/entries")
+        var = var * input.new_ones(input.shape)
+    elif bool((var < 0).any().item()):
+        raise ValueError("var has negative entry/entries")
+    if var.shape != input.shape:
+        if input.shape[:-1] == var.shape:  # one variance per row: broadcast along the last
+            var = var.unsqueeze(-1)
+        elif not (
+            input.ndim == var.ndim and sum(v for i, v in zip(input.shape, var.shape) if i != v) == 1
+        ):
+            raise ValueError("var is of incorrect size")
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(reduction + " is not valid")
+    clamped = var.clamp(min=eps)
+    if var.requires_grad:  # the clamp's value, the identity's gradient
+        clamped = custom_gradient(clamped, [var], lambda g, v: [g], own_node=True)
+    var = clamped
+    loss = 0.5 * (var.log() + (input - target) ** 2 / var)
+    if full:
+        loss = loss + 0.5 * math.log(2 * math.pi)
+    return reduce_loss(loss, reduction)
+
+
 class PairwiseDistance(Module):
     """`F.pairwise_distance` as a module, as torch.nn.PairwiseDistance."""
 
@@ -168,3 +287,55 @@ class TripletMarginLoss(_MarginLoss):
         return triplet_margin_loss(
             anchor, positive, negative, self.margin, self.p, self.eps, self.swap, self.reduction
         )
+
+
+class _Reduced(Module):
+    """A loss module that keeps its reduction (torch's deprecated size_average and reduce
+    decide it when given); its repr, as torch's, names no option."""
+
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean"):
+        super().__init__()
+        self.reduction = legacy_reduction(size_average, reduce, reduction)
+
+
+class HingeEmbeddingLoss(_Reduced):
+    """`F.hinge_embedding_loss` as a module."""
+
+    def __init__(self, margin: float = 1.0, size_average=None, reduce=None, reduction="mean"):
+        super().__init__(size_average, reduce, reduction)
+        self.margin = margin
+
+    def forward(self, input, target):
+        return hinge_embedding_loss(input, target, self.margin, reduction=self.reduction)
+
+
+class PoissonNLLLoss(_Reduced):
+    """`F.poisson_nll_loss` as a module."""
+
+    def __init__(
+        self,
+        log_input: bool = True,
+        full: bool = False,
+        size_average=None,
+        eps: float = 1e-8,
+        reduce=None,
+        reduction: str = "mean",
+    ):
+        super().__init__(size_average, reduce, reduction)
+        self.log_input, self.full, self.eps = log_input, full, eps
+
+    def forward(self, log_input, target):
+        return poisson_nll_loss(
+            log_input, target, self.log_input, self.full, eps=self.eps, reduction=self.reduction
+        )
+
+
+class GaussianNLLLoss(_Reduced):
+    """`F.gaussian_nll_loss` as a module (its options keyword-only, as torch's)."""
+
+    def __init__(self, *, full: bool = False, eps: float = 1e-6, reduction: str = "mean"):
+        super().__init__(reduction=reduction)
+        self.full, self.eps = full, eps
+
+    def forward(self, input, target, var):
+        return gaussian_nll_loss(input, target, var, self.full, self.eps, self.reduction)

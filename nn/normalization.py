@@ -1,4 +1,5 @@
-"""Normalization layers: LayerNorm, BatchNorm1d/2d, GroupNorm, and `F.normalize`.
+"""Normalization layers: LayerNorm, BatchNorm1d/2d, GroupNorm, RMSNorm, InstanceNorm1d/2d/3d,
+and `F.normalize`.
 
 Statistics are biased means and variances over the normalized axes, computed
 as graph (so they fuse, and their gradients come from the primitives'
@@ -18,6 +19,7 @@ variance, as PyTorch), or with a cumulative average when momentum is None;
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
@@ -206,6 +208,96 @@ def _update_running(running_mean, running_var, mean, var, count: int, momentum) 
             unbiased = var.detach().reshape(-1) * (count / (count - 1))
             new = (1.0 - m) * running_var + m * unbiased
             updated.append((running_var, new.cast(running_var.dtype)))
+        _realize(*[v for _, v in updated])
+        for target, value in updated:
+            target.assign_(value)
+
+
+def _verify_spatial_size(shape: tuple[int, ...]) -> None:
+    if math.prod(shape[2:]) == 1:
+        raise ValueError(
+            f"Expected more than 1 spatial element when training, got input size {shape}"
+        )
+
+
+@autocast_op("instance_norm")
+@one_site
+def instance_norm(
+    input: Tensor,
+    running_mean: Tensor | None = None,
+    running_var: Tensor | None = None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    use_input_stats: bool = True,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Normalize each channel of each sample (N, C, *spatial) over its spatial axes, then
+    per-channel weight and bias, as F.instance_norm. With use_input_stats (training) the
+    running buffers, when given, move toward the batch's mean of the samples' statistics
+    (the unbiased variance, as batch_norm's): r = mean over samples of (1 - m) r + m s;
+    without it they normalize instead.
+
+    >>> import fusegrad as fg
+    >>> from fusegrad.nn import functional as F
+    >>> [round(v, 4) for v in F.instance_norm(fg.tensor([[[1.0, 2.0, 3.0]]]))[0, 0].tolist()]
+    [-1.2247, 0.0, 1.2247]
+    """
+    if use_input_stats:
+        _verify_spatial_size(input.shape)
+    elif running_mean is None or running_var is None:
+        fail(
+            ShapeError,
+            "instance_norm",
+            "Expected running_mean and running_var to be defined when use_input_stats is false",
+        )
+    if input.ndim < 2:
+        fail(
+            ShapeError, "instance_norm", f"expected at least 2 dims (N, C, ...), got {input.shape}"
+        )
+    if not input.dtype.is_float:
+        fail(DTypeNotImplementedError, "instance_norm", f"not implemented for {input.dtype.name}")
+    b, c = input.shape[:2]
+    channels = dict(weight=weight, bias=bias, running_mean=running_mean, running_var=running_var)
+    for name, t in channels.items():
+        if t is not None and b and t.numel() != c:  # (torch's check, of them repeated b times)
+            fail(
+                ShapeError,
+                "instance_norm",
+                f"{name} should contain {b * c} elements not {t.numel() * b}",
+            )
+    x = input._float()
+    axes = tuple(range(2, x.ndim))
+    per_channel = (1, c) + (1,) * (x.ndim - 2)
+    if use_input_stats:
+        mean = x.mean(axes, keepdim=True)
+        centered = x - mean
+        var = (centered * centered).mean(axes, keepdim=True)
+        out = centered * (var + eps).rsqrt()
+        count = math.prod(x.shape[2:])
+        if count and (running_mean is not None or running_var is not None):
+            _update_from_samples(running_mean, running_var, mean, var, count, momentum)
+    else:
+        out = (x - running_mean.reshape(per_channel)) * (
+            running_var.reshape(per_channel) + eps
+        ).rsqrt()
+    if weight is not None:
+        out = out * weight.reshape(per_channel)
+    if bias is not None:
+        out = out + bias.reshape(per_channel)
+    return out
+
+
+def _update_from_samples(running_mean, running_var, mean, var, count: int, momentum) -> None:
+    """Each sample's update of the running buffers, averaged over the batch, as torch's
+    instance_norm (an empty batch leaves NaN there, as torch's mean of no samples)."""
+    m = float(momentum)
+    updated = []
+    with no_grad():
+        for target, stat in ((running_mean, mean), (running_var, var * (count / (count - 1)))):
+            if target is not None:
+                samples = (1.0 - m) * target + m * stat.detach().reshape(stat.shape[:2])
+                updated.append((target, samples.mean(0).cast(target.dtype)))
         _realize(*[v for _, v in updated])
         for target, value in updated:
             target.assign_(value)
@@ -413,3 +505,74 @@ class BatchNorm2d(_BatchNorm):
     """Batch normalization over (N, C, H, W), as torch.nn.BatchNorm2d."""
 
     dims = (4,)
+
+
+class _InstanceNorm(_BatchNorm):
+    """torch's _InstanceNorm: BatchNorm's parameters and buffers (off by default), each
+    sample normalized alone; an unbatched input (`unbatched_dims`) is one sample."""
+
+    unbatched_dims = 0
+
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = False,
+        track_running_stats: bool = False,
+        *,
+        bias: bool = True,
+    ):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, bias=bias)
+
+    def forward(self, input):
+        n = self.unbatched_dims
+        if input.ndim not in (n, n + 1):
+            raise ValueError(f"expected {n}D or {n + 1}D input (got {input.ndim}D input)")
+        feature_dim = input.ndim - n
+        if input.shape[feature_dim] != self.num_features:
+            if self.affine:
+                raise ValueError(
+                    f"expected input's size at dim={feature_dim} to match num_features"
+                    f" ({self.num_features}), but got: {input.shape[feature_dim]}."
+                )
+            warnings.warn(
+                f"input's size at dim={feature_dim} does not match num_features. You can "
+                "silence this warning by not passing in num_features, which is not used "
+                "because affine=False",
+                stacklevel=2,
+            )
+        if input.ndim == n:
+            return self._normalize(input.unsqueeze(0)).squeeze(0)
+        return self._normalize(input)
+
+    def _normalize(self, input):
+        return instance_norm(
+            input,
+            self.running_mean,
+            self.running_var,
+            self.weight,
+            self.bias,
+            self.training or not self.track_running_stats,
+            self.momentum if self.momentum is not None else 0.0,
+            self.eps,
+        )
+
+
+class InstanceNorm1d(_InstanceNorm):
+    """Instance normalization over (N, C, L) or unbatched (C, L), as torch.nn.InstanceNorm1d
+    (affine and track_running_stats off by default)."""
+
+    unbatched_dims = 2
+
+
+class InstanceNorm2d(_InstanceNorm):
+    """Instance normalization over (N, C, H, W) or (C, H, W), as torch.nn.InstanceNorm2d."""
+
+    unbatched_dims = 3
+
+
+class InstanceNorm3d(_InstanceNorm):
+    """Instance normalization over (N, C, D, H, W) or (C, D, H, W), as torch.nn.InstanceNorm3d."""
+
+    unbatched_dims = 4

@@ -160,6 +160,12 @@ UNARY = {
     "F.hardswish": "F.hardswish(x)",
     "F.logsigmoid": "F.logsigmoid(x)",
     "F.softsign": "F.softsign(x)",
+    "logit": "x.logit()",
+    "logit_eps": "x.logit(0.25)",
+    "logit_eps0": "x.logit(eps=0.0)",
+    "fg.logit": "lib.logit(x, 1e-6)",
+    "sinc": "x.sinc()",
+    "fg.sinc": "lib.sinc(x)",
 }
 
 # ops taking two tensors: tried on every pair of these points
@@ -213,6 +219,15 @@ BINARY = {
     "F.mse_loss": "F.mse_loss(x, y, reduction='none')",
     "max_other": "x.max(y)",
     "min_other": "x.min(y)",
+    "F.hinge_embedding_loss": "F.hinge_embedding_loss(x, y, reduction='none')",
+    "F.hinge_embedding_loss_mean": "F.hinge_embedding_loss(x, y, margin=0.5)",
+    "F.poisson_nll_loss": "F.poisson_nll_loss(x, y, reduction='none')",
+    "F.poisson_nll_loss_full": (
+        "F.poisson_nll_loss(x, y, log_input=False, full=True, reduction='none')"
+    ),
+    "F.poisson_nll_loss_sum": "F.poisson_nll_loss(x, y, full=True, reduction='sum')",
+    "F.gaussian_nll_loss": "F.gaussian_nll_loss(x, x * 0.5, y.abs(), reduction='none')",
+    "F.gaussian_nll_loss_full": "F.gaussian_nll_loss(y, x, y.abs() + 1.0, full=True)",
 }
 POW = {"pow": "x.pow(y)", "pow_op": "x ** y"}
 
@@ -287,6 +302,14 @@ REDUCE = {
     "F.normalize_1": "F.normalize(x, p=1.0, dim=0)",
     "max_keepdim": "x.max(0, keepdim=True)",
     "aminmax_like": "x.amax() - x.amin()",
+    "diff": "x.diff()",
+    "diff_2": "x.diff(n=2)",
+    "fg.diff": "lib.diff(x, prepend=x[:1] * 2.0, append=x[-1:])",
+    "dist": "x.dist(x.flip(0) * 0.5)",
+    "dist_1": "x.dist(x.flip(0) * 0.5, p=1)",
+    "dist_inf": "x.dist(x.flip(0) * 0.5, p=float('inf'))",
+    "dist_3": "x.dist(x.flip(0) * 0.5, 3)",
+    "fg.dist": "lib.dist(x, x * 0.0 + 1.0)",
 }
 _IDX = "lib.tensor([0, 0, 1, 1, 2, 2])"  # scatter_reduce's: pairs of elements
 ROW_REDUCE = {
@@ -357,6 +380,25 @@ ROW_REDUCE = {
     ),
     "scatter_reduce_prod": f"x.reshape(-1).scatter_reduce(0, {_IDX}, x.reshape(-1), 'prod')",
     "scatter_reduce_mean": f"x.reshape(-1).scatter_reduce(0, {_IDX}, x.reshape(-1), 'mean')",
+    "diff_dim0": "x.diff(dim=0)",
+    "diff_append": "x.diff(n=2, dim=1, append=x[:, :1])",
+    "dist_rows": "x.dist(x[0])",
+    "F.instance_norm": "F.instance_norm(x.unsqueeze(0))",
+    "F.instance_norm_affine": (
+        "F.instance_norm(x.unsqueeze(0), weight=lib.tensor([2.0, -1.0], dtype=x.dtype), "
+        "bias=lib.tensor([0.5, 0.0], dtype=x.dtype), eps=1e-3)"
+    ),
+    "F.instance_norm_running": (
+        "F.instance_norm(x.unsqueeze(0), lib.tensor([1.0, -1.0], dtype=x.dtype), "
+        "lib.tensor([4.0, 0.5], dtype=x.dtype), use_input_stats=False)"
+    ),
+    "F.lp_pool1d": "F.lp_pool1d(x.unsqueeze(0), 2, 2, 1)",
+    "F.lp_pool1d_1": "F.lp_pool1d(x.unsqueeze(0), 1, 2, 1)",
+    "F.lp_pool1d_inf": "F.lp_pool1d(x.unsqueeze(0), float('inf'), 2)",
+    "F.lp_pool1d_3": "F.lp_pool1d(x.unsqueeze(0), 3, 2, 2, ceil_mode=True)",
+    "F.lp_pool2d": "F.lp_pool2d(x.reshape(1, 1, 2, 3), 2, 2, 1)",
+    "F.lp_pool2d_half": "F.lp_pool2d(x.reshape(1, 1, 2, 3), 1.5, (1, 2), ceil_mode=True)",
+    "F.lp_pool2d_ninf": "F.lp_pool2d(x.reshape(1, 1, 2, 3), float('-inf'), (2, 1))",
 }
 PROBS = [0.0, 1.0, 0.5, 1e-12, 1.0 - 1e-12]
 SPECIAL_PROBS = {
@@ -382,6 +424,7 @@ FLOAT32 |= {"div", "maximum", "minimum", "atan2", "pow", "std", "var", "softmax"
 FLOAT32 |= {"amax", "max", "logsumexp", "norm", "F.layer_norm", "F.cross_entropy", "mul"}
 FLOAT32 |= {"F.binary_cross_entropy_with_logits_none", "softmax_dim", "log_softmax_dim"}
 FLOAT32 |= {"F.mse_loss_mean", "F.max_pool2d", "F.hardsigmoid", "F.relu6", "F.hardtanh"}
+FLOAT32 |= {"logit", "sinc", "dist"}
 
 
 def _inplace_variants(table: dict) -> dict:

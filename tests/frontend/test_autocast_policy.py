@@ -87,7 +87,11 @@ CASES = {
         t(2, 4), t(2, 4), i([1, -1])
     ),
     "triplet_margin_loss": lambda m, F, t, i: F.triplet_margin_loss(t(2, 4), t(2, 4), t(2, 4)),
+    "hinge_embedding_loss": lambda m, F, t, i: F.hinge_embedding_loss(t(4), t(4)),
+    "poisson_nll_loss": lambda m, F, t, i: F.poisson_nll_loss(t(4), t(4)),
+    "gaussian_nll_loss": lambda m, F, t, i: F.gaussian_nll_loss(t(4), t(4), t(4)),
     "cdist": lambda m, F, t, i: m.cdist(t(3, 2), t(4, 2)),
+    "dist": lambda m, F, t, i: m.dist(t(3), t(3)),
     "logsumexp": lambda m, F, t, i: t(2, 4).logsumexp(1),
     "norm": lambda m, F, t, i: t(2, 4).norm(),
     "vector_norm": lambda m, F, t, i: m.linalg.vector_norm(t(2, 4)),
@@ -144,6 +148,7 @@ CASES = {
     "amax": lambda m, F, t, i: t(2, 3).amax(1),
     "outer": lambda m, F, t, i: m.outer(t(2), t(3)),
     "batch_norm": lambda m, F, t, i: F.batch_norm(t(2, 3), None, None, training=True),
+    "instance_norm": lambda m, F, t, i: F.instance_norm(t(2, 3, 4)),
     "normalize": lambda m, F, t, i: F.normalize(t(2, 3)),
     "pairwise_distance": lambda m, F, t, i: F.pairwise_distance(t(2, 3), t(2, 3)),
     "max_pool2d": lambda m, F, t, i: F.max_pool2d(t(1, 1, 2, 2), 2),
@@ -169,7 +174,8 @@ CPU = {
         + ["cross_entropy", "binary_cross_entropy", "binary_cross_entropy_with_logits"]
         + ["margin_ranking_loss", "cosine_embedding_loss", "triplet_margin_loss", "cdist"]
         + ["prod", "trace", "max_pool3d", "avg_pool3d", "adaptive_avg_pool3d"]
-        + ["adaptive_max_pool3d", "max_unpool2d", "max_unpool3d"],
+        + ["adaptive_max_pool3d", "max_unpool2d", "max_unpool3d", "hinge_embedding_loss"]
+        + ["poisson_nll_loss"],
         (H, H),
     ),
     **dict.fromkeys(["cat", "stack", "index_copy"], (S, S)),
@@ -191,14 +197,16 @@ CUDA = {
         + ["group_norm", "cosine_similarity", "mse_loss", "l1_loss", "smooth_l1_loss"]
         + ["huber_loss", "kl_div", "nll_loss", "cross_entropy"]
         + ["binary_cross_entropy_with_logits", "margin_ranking_loss", "cosine_embedding_loss"]
-        + ["triplet_margin_loss", "cdist", "logsumexp", "norm", "vector_norm", "matrix_norm"]
-        + ["prod", "sum", "cumsum", "cumprod", "softmax", "log_softmax", "interpolate"],
+        + ["triplet_margin_loss", "cdist", "dist", "logsumexp", "norm", "vector_norm"]
+        + ["matrix_norm"]
+        + ["prod", "sum", "cumsum", "cumprod", "softmax", "log_softmax", "interpolate"]
+        + ["hinge_embedding_loss", "poisson_nll_loss"],
         (H, H),
     ),
     "binary_cross_entropy": ("raises", "raises"),
     "sum_dtype": ("float64", "float64"),
     # composites in torch too, whose inner softmax / norm autocast runs in float32
-    **dict.fromkeys(["softmin", "normalize", "pairwise_distance"], (H, H)),
+    **dict.fromkeys(["softmin", "normalize", "pairwise_distance", "gaussian_nll_loss"], (H, H)),
 }
 PROMOTES = {"cpu": ["cat", "stack", "index_copy"]}
 PROMOTES["cuda"] = ["index_put", "scatter_add", "addcmul", "addcdiv", "atan2", "dot"]

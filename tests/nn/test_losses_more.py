@@ -118,3 +118,55 @@ def test_triplet_margin_loss_with_swap():
         F.triplet_margin_loss(an, po, ne, margin=0.0)
     with pytest.raises(ValueError, match="expected margin to be greater than 0"):
         nn.TripletMarginLoss(margin=-1.0)
+
+
+def test_hinge_poisson_gaussian_options_and_refusals_as_torchs():
+    """The values at the special points are swept against torch's in
+    tests/frontend/test_special_points.py; here torch's options, deprecated arguments,
+    module reprs and refusals."""
+    x, t = fg.tensor([0.3, 2.0, -1.0]), fg.tensor([1, -1, -1])
+    with pytest.warns(UserWarning, match="please use reduction='sum' instead"):
+        got = F.hinge_embedding_loss(x, t, size_average=False)
+    assert got.item() == pytest.approx(2.299999952316284)
+    with pytest.warns(UserWarning, match="reduction='none'"):
+        got = F.poisson_nll_loss(x, fg.tensor([1.0, 3.0, 0.0]), reduce=False)
+    want = [1.049858808517456, 1.3890562057495117, 0.3678794503211975]
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)
+    with pytest.warns(UserWarning):
+        assert nn.PoissonNLLLoss(reduce=False).reduction == "none"
+    for m in (nn.HingeEmbeddingLoss(2.0, reduction="sum"), nn.PoissonNLLLoss(False, True)):
+        assert repr(m) == f"{type(m).__name__}()"
+    assert repr(nn.GaussianNLLLoss(full=True, eps=1e-3)) == "GaussianNLLLoss()"
+    with pytest.raises(TypeError):
+        nn.GaussianNLLLoss(True)  # keyword-only, as torch's
+    for f in (F.hinge_embedding_loss, F.poisson_nll_loss):
+        with pytest.raises(ValueError, match="x is not a valid value for reduction"):
+            f(x, x, reduction="x")
+    with pytest.raises(ValueError, match="x is not valid"):
+        F.gaussian_nll_loss(x, x, fg.ones(3), reduction="x")
+    with pytest.raises(ValueError, match="var has negative entry/entries"):
+        F.gaussian_nll_loss(x, x, fg.tensor([1.0, -1.0, 1.0]))
+    with pytest.raises(ValueError, match="var has negative entry/entries"):
+        F.gaussian_nll_loss(x, x, -1.0)
+    big = fg.ones(2, 3, 4)
+    for shape in [(3, 2), (1, 1, 3), (2, 1, 2)]:
+        with pytest.raises(ValueError, match="var is of incorrect size"):
+            F.gaussian_nll_loss(big, big, fg.ones(*shape))
+    for shape in [(2, 3), (2, 3, 1), (1, 3, 4)]:  # one per row, or broadcast along one dim
+        assert (
+            F.gaussian_nll_loss(big, big * 2, fg.ones(*shape), reduction="none").shape == big.shape
+        )
+
+
+def test_gaussian_nll_loss_clamps_var_for_the_value_only():
+    # torch: var.clamp_(min=eps) under no_grad, so the gradient is the clamped value's, passed
+    # through the clamp as if it were not there
+    v = fg.tensor([0.0, 1e-9, 2.0], dtype=fg.float64, requires_grad=True)
+    x, t = fg.ones(3, dtype=fg.float64), fg.zeros(3, dtype=fg.float64)
+    loss = F.gaussian_nll_loss(x, t, v, reduction="sum")
+    loss.backward()
+    assert loss.item() == pytest.approx(999986.7810630323, rel=1e-12)
+    assert v.grad.tolist() == pytest.approx([-499999500000.0, -499999500000.0, 0.125], rel=1e-12)
+    m = nn.GaussianNLLLoss(full=True)
+    want = 0.5 * (math.log(4.0) + 0.25) + 0.5 * math.log(2 * math.pi)
+    assert m(fg.tensor([1.0]), fg.tensor([2.0]), fg.tensor([4.0])).item() == pytest.approx(want)

@@ -425,3 +425,100 @@ def test_rms_norm_gradients_module_and_errors():
         F.rms_norm(fg.ones(2, 3), (2,))
     with pytest.raises(fg.DTypeNotImplementedError, match="rms_norm: not implemented for int64"):
         F.rms_norm(fg.tensor([[1, 2]]), (2,))
+
+
+# ---------------------------------------------------------------- instance norm
+
+
+def test_instance_norm_values_gradients_and_running_statistics_are_torchs():
+    """torch 2.13's F.instance_norm (float64): a sample's constant channel is its bias, a
+    channel of signed zeros and a tie; the running buffers move to the samples' mean update
+    (unbiased variance)."""
+    x = fg.tensor(
+        [[[1.0, 2.0, 4.0], [0.0, -0.0, 3.0]], [[2.0, 2.0, 2.0], [5.0, -1.0, 2.0]]],
+        dtype=fg.float64,
+        requires_grad=True,
+    )
+    rm, rv = t64([0.5, -1.0]), t64([2.0, 1.0])
+    w = fg.tensor([2.0, -1.0], dtype=fg.float64, requires_grad=True)
+    b = fg.tensor([0.5, 0.0], dtype=fg.float64, requires_grad=True)
+    y = F.instance_norm(x, rm, rv, w, b, momentum=0.25, eps=1e-3)
+    (y * fg.arange(12, dtype=fg.float64).reshape(2, 2, 3)).sum().backward()
+    want = [
+        [[-1.637403023277894, -0.034350755819473555, 3.1717537790973673]]
+        + [[0.7069300707549023, 0.7069300707549023, -1.4138601415098047]],
+        [[0.5, 0.5, 0.5], [-1.2246428220749606, 1.2246428220749606, 0.0]],
+    ]
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-13, atol=1e-15)
+    gx = [
+        [[-0.22989021381426006, 0.3432905134110402, -0.1134002995967797]]
+        + [[0.353641679573042, -0.3532883911818603, -0.0003532883911817779]],
+        [[-63.24555320336759, 0.0, 63.24555320336759]]
+        + [[0.20414114919996426, 0.20407312482502257, -0.40821427402498683]],
+    ]
+    np.testing.assert_allclose(x.grad.numpy(), gx, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(w.grad.numpy(), [2.40457840118763, 0.8961473901897465], rtol=1e-12)
+    assert b.grad.tolist() == [24.0, 42.0]
+    np.testing.assert_allclose(rm.numpy(), [0.9166666666666667, -0.375], rtol=1e-15)
+    np.testing.assert_allclose(rv.numpy(), [1.7916666666666667, 2.25], rtol=1e-15)
+    # use_input_stats=False normalizes with the buffers, and leaves them
+    y = F.instance_norm(x.detach()[:1], t64([1.0, 0.0]), t64([4.0, 1.0]), use_input_stats=False)
+    np.testing.assert_allclose(y.numpy()[0, 0], (np.array([1.0, 2.0, 4.0]) - 1) / np.sqrt(4 + 1e-5))
+    assert gradcheck(lambda t, w: F.instance_norm(t, weight=w, eps=0.1), [x.detach(), w.detach()])
+    assert F.instance_norm(fg.tensor([[[1.0, 2.0, 4.0]]])).dtype is fg.float32
+
+
+def test_instance_norm_refusals_are_torchs():
+    with pytest.raises(ValueError, match="more than 1 spatial element when training"):
+        F.instance_norm(fg.ones(2, 3, 1))
+    with pytest.raises(ValueError, match=r"got input size \(2, 3\)"):
+        F.instance_norm(fg.ones(2, 3))
+    with pytest.raises(RuntimeError, match="running_mean and running_var to be defined"):
+        F.instance_norm(fg.ones(2, 3, 4), use_input_stats=False)
+    with pytest.raises(RuntimeError, match="running_mean should contain 6 elements not 4"):
+        F.instance_norm(fg.ones(2, 3, 4), fg.zeros(2), fg.ones(3))
+    with pytest.raises(RuntimeError, match="weight should contain 6 elements not 4"):
+        F.instance_norm(fg.ones(2, 3, 4), weight=fg.ones(2))
+    with pytest.raises(NotImplementedError):  # torch: "batch_norm" not implemented for 'Long'
+        F.instance_norm(fg.tensor([[[1, 2, 3]]]))
+    rm, rv = fg.zeros(3), fg.ones(3)  # an empty batch: the mean of no samples, as torch's
+    assert F.instance_norm(fg.ones(0, 3, 4), rm, rv).shape == (0, 3, 4)
+    assert np.isnan(rm.numpy()).all() and np.isnan(rv.numpy()).all()
+
+
+def test_instance_norm_modules_as_torchs():
+    for cls, dims in [(nn.InstanceNorm1d, 3), (nn.InstanceNorm2d, 4), (nn.InstanceNorm3d, 5)]:
+        name = cls.__name__
+        assert repr(cls(3)) == (
+            f"{name}(3, eps=1e-05, momentum=0.1, affine=False, bias=False, "
+            "track_running_stats=False)"
+        )
+        m = cls(3, eps=1e-3, momentum=None, affine=True, track_running_stats=True)
+        assert repr(m) == (
+            f"{name}(3, eps=0.001, momentum=None, affine=True, bias=True, track_running_stats=True)"
+        )
+        assert list(m.state_dict()) == [
+            "weight", "bias", "running_mean", "running_var", "num_batches_tracked"
+        ]  # fmt: skip
+        assert list(cls(3).state_dict()) == []
+        with pytest.raises(ValueError, match=f"expected {dims - 1}D or {dims}D input"):
+            cls(3)(fg.ones(*[2] * (dims + 1)))
+        with pytest.raises(ValueError, match=r"size at dim=1 to match num_features \(4\)"):
+            cls(4, affine=True)(fg.ones(*[3] * dims))
+        with pytest.warns(UserWarning, match="size at dim=0 does not match num_features"):
+            cls(4)(fg.ones(*[3] * (dims - 1)))  # unbatched
+    # torch's values: running statistics of a batch, unbatched input, eval
+    x = t64([[[1.0, 2.0, 4.0], [0.0, -0.0, 3.0]], [[2.0, 2.0, 2.0], [5.0, -1.0, 2.0]]])
+    m = nn.InstanceNorm1d(2, track_running_stats=True)
+    m(x)
+    np.testing.assert_allclose(m.running_mean.numpy(), [0.21666666865348816, 0.15], rtol=1e-7)
+    np.testing.assert_allclose(m.running_var.numpy(), [1.0166666507720947, 1.5], rtol=1e-7)
+    assert m.num_batches_tracked.item() == 0  # (torch's instance norm does not count)
+    m.eval()
+    got = m(fg.tensor([[1.0, 2.0, 4.0], [0.0, -0.0, 3.0]]))
+    want = [[0.7768821716308594, 1.7686467170715332, 3.7521755695343018]]
+    want += [[-0.12247408181428909, -0.12247408181428909, 2.327007532119751]]
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)
+    m = nn.InstanceNorm1d(2, track_running_stats=True, momentum=None)  # momentum 0: no move
+    m(fg.ones(2, 2, 3))
+    assert m.running_mean.tolist() == [0.0, 0.0] and m.running_var.tolist() == [1.0, 1.0]
