@@ -491,6 +491,31 @@ def linspace(start: float, end: float, steps: int, dtype=None, device=None) -> T
     return from_numpy(np.linspace(start, end, steps).astype(dt.np), device=device)
 
 
+def logspace(
+    start: float, end: float, steps: int, base: float = 10.0, dtype=None, device=None
+) -> Tensor:
+    """`base` to the powers `linspace(start, end, steps)`, as torch.logspace (float32 unless
+    dtype says; for an integer dtype the powers are the integer linspace's, as torch's).
+
+    >>> import fusegrad as fg
+    >>> fg.logspace(0, 2, 3).tolist(), fg.logspace(0, 2, 5, base=2, dtype=fg.int64).tolist()
+    ([1.0, 10.0, 100.0], [1, 1, 2, 2, 4])
+    """
+    dt = checked_dtype(dtype or default_float(), "logspace")
+    if dt.is_bool:
+        fail(DTypeError, "logspace", "is not supported for bool (as in torch); use a number dtype")
+    if not isinstance(steps, (int, np.integer)) or isinstance(steps, bool):
+        fail(DTypeError, "logspace", f"steps must be an int, got {steps!r}")
+    if steps < 0:
+        fail(ArgumentError, "logspace", f"number of steps must be non-negative, got {steps}")
+    powers = np.linspace(start, end, steps)
+    if not dt.is_float:
+        powers = np.trunc(powers)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        values = np.power(float(base), powers)
+    return from_numpy(values.astype(dt.np), device=device)
+
+
 def eye(
     n: int, m: int | None = None, dtype=None, requires_grad: bool = False, device=None
 ) -> Tensor:

@@ -36,6 +36,7 @@ from .runtime.engine import engine
 from .runtime.tiling import PANEL_CACHE_BYTES, TILE_COLS
 
 MaxResult = namedtuple("MaxResult", ["values", "indices"])
+AminmaxResult = namedtuple("AminmaxResult", ["min", "max"])
 
 
 def sum_node(xn, axes: tuple[int, ...]):
@@ -189,6 +190,52 @@ class ReduceMixin:
         if self.dtype.is_bool:
             return self.logical_not().amax(dim, keepdim).logical_not()
         return self._order_flip().amax(dim, keepdim)._order_flip()
+
+    def aminmax(self, *, dim=None, keepdim: bool = False):
+        """(min, max): amin and amax over `dim` (every axis when None, kept as 1s with
+        `keepdim`), as torch.aminmax, with their gradients; an empty axis raises.
+
+        >>> import fusegrad as fg
+        >>> fg.tensor([[1.0, 5.0], [3.0, -2.0]]).aminmax(dim=0)
+        AminmaxResult(min=tensor([ 1., -2.]), max=tensor([3., 5.]))
+        """
+        if dim is not None and (isinstance(dim, bool) or not hasattr(dim, "__index__")):
+            raise TypeError(f"aminmax(): argument 'dim' must be int, not {type(dim).__name__}")
+        if self.numel() == 0 and (dim is None or self.shape[self._dim(dim, "aminmax")] == 0):
+            fail(
+                DimError,
+                "aminmax",
+                "cannot compute aminmax over an empty dimension as the operation has no "
+                f"identity (shape {self.shape})",
+            )
+        return AminmaxResult(self.amin(dim, keepdim), self.amax(dim, keepdim))
+
+    def sum_to_size(self, *size):
+        """Summed down to `size`, which must expand to this tensor's shape (as
+        torch.Tensor.sum_to_size: the leading axes it lacks and its 1s are summed; an
+        integer or bool tensor sums to int64, as `sum`). At its own shape: itself.
+
+        >>> import fusegrad as fg
+        >>> fg.ones(2, 3).sum_to_size(1, 3).tolist()
+        [[2.0, 2.0, 2.0]]
+        """
+        if len(size) == 1 and isinstance(size[0], (tuple, list)):
+            size = tuple(size[0])
+        size = tuple(int(s) for s in size)
+        lead = self.ndim - len(size)
+        if lead < 0 or any(s not in (d, 1) for s, d in zip(size, self.shape[lead:])):
+            fail(
+                ShapeError,
+                "sum_to_size",
+                f"size {list(size)} is not expandable to size {list(self.shape)}",
+            )
+        if size == self.shape:
+            return self
+        dims = list(range(lead)) + [
+            lead + i for i, (s, d) in enumerate(zip(size, self.shape[lead:])) if s == 1 != d
+        ]
+        out = self.sum(dims, keepdim=True) if dims else self.cast(promote(self.dtype, int64))
+        return out.reshape(size)
 
     def max(self, dim=None, keepdim: bool = False):
         """The largest element; with an int `dim`, a (values, indices) pair as in PyTorch.

@@ -474,6 +474,63 @@ def outer(a, b):
     return a.reshape(-1, 1) * b.reshape(1, -1)
 
 
+def tensordot(a, b, dims=2):
+    """Sum of products over axes of `a` and `b`, as torch.tensordot: `dims` an int n (a's
+    last n axes with b's first n) or two lists of axes; the result's axes are a's others
+    then b's. A matmul of the two reshaped (so autocast treats it as one).
+
+    >>> import fusegrad as fg
+    >>> fg.tensordot(fg.ones(2, 3, 4), fg.ones(3, 4, 5)).shape
+    (2, 5)
+    """
+    if not isinstance(a, core.Tensor) or not isinstance(b, core.Tensor):
+        bad = b if isinstance(a, core.Tensor) else a
+        raise TypeError(f"tensordot(): argument must be Tensor, not {type(bad).__name__}")
+    if isinstance(dims, core.Tensor):
+        dims = dims.tolist()
+    if isinstance(dims, (int, np.integer)) and not isinstance(dims, bool):
+        if dims < 0:
+            fail(ArgumentError, "tensordot", f"tensordot expects dims >= 0, but got dims={dims}")
+        if dims > min(a.ndim, b.ndim):
+            fail(
+                ArgumentError,
+                "tensordot",
+                f"tensordot expects dims < ndim_a or ndim_b, but got dims={dims}",
+            )
+        da, db = list(range(a.ndim - dims, a.ndim)), list(range(dims))
+    else:
+        da, db = ([d] if isinstance(d, int) else list(d) for d in dims)
+        if len(da) != len(db):
+            fail(
+                ArgumentError,
+                "tensordot",
+                f"both dimension lists should have same length, got {len(da)} and {len(db)}",
+            )
+        da = [a._dim(d, "tensordot") for d in da]
+        db = [b._dim(d, "tensordot") for d in db]
+    if a.dtype is not b.dtype:
+        fail(
+            DTypeError,
+            "tensordot",
+            f"both inputs should have same dtype, got {a.dtype.name} and {b.dtype.name}",
+        )
+    for i, j in zip(da, db):
+        if a.shape[i] != b.shape[j]:
+            fail(
+                ShapeError,
+                "tensordot",
+                f"contracted dimensions need to match, but first has size {a.shape[i]} in dim "
+                f"{i} and second has size {b.shape[j]} in dim {j}",
+            )
+    keep_a = [d for d in range(a.ndim) if d not in da]
+    keep_b = [d for d in range(b.ndim) if d not in db]
+    k = math.prod(a.shape[d] for d in da)
+    left = a.permute(*keep_a, *da).reshape(math.prod(a.shape[d] for d in keep_a), k)
+    right = b.permute(*db, *keep_b).reshape(k, math.prod(b.shape[d] for d in keep_b))
+    shape = tuple(a.shape[d] for d in keep_a) + tuple(b.shape[d] for d in keep_b)
+    return (left @ right).reshape(shape)
+
+
 @autocast_op("einsum")
 def einsum(equation: str, *operands):
     """Einstein summation: one broadcast product of all operands, summed over the letters

@@ -1,0 +1,149 @@
+"""aminmax, sum_to_size, tensordot and logspace against PyTorch: values, dtypes, gradients
+at the special points (ties, -0.0, NaN, inf), empty and 0-d inputs, and torch's refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fusegrad as fg
+
+torch = pytest.importorskip("torch")
+
+NAN, INF = float("nan"), float("inf")
+ROWS = [[1.0, 3.0, 3.0, -0.0], [0.0, -0.0, NAN, 2.0], [-INF, INF, 1.0, 1.0]]
+
+
+def _both(data, dtype="float64", grad=True):
+    f = fg.tensor(data, dtype=getattr(fg, dtype), requires_grad=grad)
+    t = torch.tensor(data, dtype=getattr(torch, dtype), requires_grad=grad)
+    return f, t
+
+
+def _same(f, t):
+    f, t = f.detach().numpy(), t.detach().numpy()
+    assert f.shape == t.shape and str(f.dtype) == str(t.dtype)
+    np.testing.assert_array_equal(f, t)
+    if f.dtype.kind == "f":  # the signs of zeros (a NaN's sign is not compared: docs/NUMERICS.md)
+        keep = ~np.isnan(f)
+        np.testing.assert_array_equal(np.signbit(f[keep]), np.signbit(t[keep]))
+
+
+@pytest.mark.parametrize("dim, keepdim", [(None, False), (None, True), (0, False), (1, True)])
+def test_aminmax_values_and_gradients_as_torchs(dim, keepdim):
+    f, t = _both(ROWS)
+    kw = {} if dim is None else {"dim": dim}
+    got, want = f.aminmax(keepdim=keepdim, **kw), t.aminmax(keepdim=keepdim, **kw)
+    assert got._fields == ("min", "max")
+    _same(got.min, want.min)
+    _same(got.max, want.max)
+    gf = fg.grad(got.min.sum() + 2 * got.max.sum(), [f])[0]
+    (gt,) = torch.autograd.grad(want.min.sum() + 2 * want.max.sum(), [t])
+    _same(gf, gt)  # ties share the gradient; NaN rows give it to the NaN
+
+
+def test_aminmax_of_ints_bools_and_0d_and_its_refusals():
+    for data, dtype in [([[3, -1], [2, 7]], "int32"), ([True, False], "bool"), (2.5, "float32")]:
+        f, t = _both(data, dtype, grad=False)
+        got, want = fg.aminmax(f), torch.aminmax(t)
+        _same(got.min, want.min)
+        _same(got.max, want.max)
+    f, t = _both([[1.0, 2.0]], grad=False)
+    _same(f.aminmax(dim=-1).max, t.aminmax(dim=-1).max)
+    with pytest.raises(RuntimeError, match="empty dimension"):
+        fg.zeros(0).aminmax()
+    with pytest.raises(IndexError):
+        fg.zeros(2, 0).aminmax(dim=1)
+    _same(fg.zeros(2, 0).aminmax(dim=0).min, torch.zeros(2, 0).aminmax(dim=0).min)
+    with pytest.raises(TypeError, match="dim"):
+        fg.zeros(2).aminmax(dim=(0,))
+
+
+@pytest.mark.parametrize(
+    "shape, size", [((2, 3), (1, 3)), ((2, 3), (3,)), ((2, 3), (2, 1)), ((4, 1, 3), (1, 1, 1))]
+)
+def test_sum_to_size_as_torchs(shape, size):
+    data = np.arange(np.prod(shape), dtype=np.float64).reshape(shape) - 2.5
+    data.reshape(-1)[0] = -0.0
+    f, t = _both(data.tolist())
+    got, want = f.sum_to_size(*size), t.sum_to_size(*size)
+    _same(got, want)
+    _same(f.sum_to_size(size), want)  # a tuple too
+    w = np.arange(np.prod(size), dtype=np.float64).reshape(size) + 1
+    (gf,) = fg.grad((got * fg.tensor(w)).sum(), [f])
+    (gt,) = torch.autograd.grad((want * torch.tensor(w)).sum(), [t])
+    _same(gf, gt)
+
+
+def test_sum_to_size_dtypes_identity_and_refusal():
+    i = fg.ones(2, 3, dtype=fg.int32)
+    assert i.sum_to_size(1, 3).dtype == fg.int64  # as torch's (a sum)
+    assert fg.ones(2, 3, dtype=fg.bool).sum_to_size(1, 3).tolist() == [[2, 2, 2]]
+    x = fg.ones(2, 3)
+    assert x.sum_to_size(2, 3) is x  # torch returns the tensor itself too
+    with pytest.raises(RuntimeError, match=r"size \[4\] is not expandable to size \[2, 3\]"):
+        x.sum_to_size(4)
+    with pytest.raises(RuntimeError, match="not expandable"):
+        x.sum_to_size(1, 2, 3, 4)
+
+
+@pytest.mark.parametrize("dims", [2, 1, 0, ([1, 2], [1, 0]), ([0], [2]), [[2], [0]]])
+def test_tensordot_values_and_gradients_as_torchs(dims):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((2, 3, 4))
+    b = rng.standard_normal((4, 3, 2)) if dims != 2 else rng.standard_normal((3, 4, 5))
+    if dims == 1:
+        b = rng.standard_normal((4, 5))
+    if dims == 0:
+        b = rng.standard_normal((2,))
+    a.reshape(-1)[:3] = [0.0, -0.0, 1.0]
+    fa, ta = _both(a.tolist())
+    fb, tb = _both(b.tolist())
+    got, want = fg.tensordot(fa, fb, dims=dims), torch.tensordot(ta, tb, dims=dims)
+    assert got.shape == tuple(want.shape)
+    np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-12)
+    w = rng.standard_normal(tuple(want.shape))
+    gf = fg.grad((got * fg.tensor(w)).sum(), [fa, fb])
+    gt = torch.autograd.grad((want * torch.tensor(w)).sum(), [ta, tb])
+    for x, y in zip(gf, gt):
+        np.testing.assert_allclose(x.numpy(), y.numpy(), rtol=1e-12, atol=1e-15)
+
+
+def test_tensordot_refusals():
+    a, b = fg.ones(2, 3), fg.ones(4, 3)
+    with pytest.raises(RuntimeError, match="contracted dimensions need to match"):
+        fg.tensordot(a, b, dims=1)
+    with pytest.raises(RuntimeError, match="same dtype"):
+        fg.tensordot(a, b.double(), dims=([1], [1]))
+    with pytest.raises(RuntimeError, match="same length"):
+        fg.tensordot(a, b, dims=([0, 1], [1]))
+    with pytest.raises(RuntimeError, match="dims >= 0"):
+        fg.tensordot(a, b, dims=-1)
+    assert fg.tensordot(a, b, dims=([1], [1])).shape == (2, 4)
+
+
+@pytest.mark.parametrize(
+    "args, kw",
+    [
+        ((0, 2, 5), {}),
+        ((0, 2, 5), {"base": 2, "dtype": "int64"}),
+        ((-1, 1, 1), {}),
+        ((2, 0, 3), {"dtype": "float64"}),
+        ((0, 3, 4), {"base": 0.5}),
+        ((0, 1, 0), {}),
+        ((-2, 2, 7), {"base": 3.0}),
+    ],
+)
+def test_logspace_as_torchs(args, kw):
+    kf = {k: getattr(fg, v) if k == "dtype" else v for k, v in kw.items()}
+    kt = {k: getattr(torch, v) if k == "dtype" else v for k, v in kw.items()}
+    got, want = fg.logspace(*args, **kf).numpy(), torch.logspace(*args, **kt).numpy()
+    assert got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_logspace_refusals():
+    with pytest.raises(RuntimeError, match="non-negative"):
+        fg.logspace(0, 1, -1)
+    with pytest.raises(RuntimeError, match="bool"):
+        fg.logspace(0, 1, 3, dtype=fg.bool)
