@@ -481,14 +481,20 @@ def _shared(key: tuple, make, dt: DType, device: str | None = HOST) -> Tensor:
 
 def linspace(start: float, end: float, steps: int, dtype=None, device=None) -> Tensor:
     """`steps` evenly spaced values from start to end inclusive (float32 unless dtype says)."""
-    dt = checked_dtype(dtype or default_float(), "linspace")
-    if dt.is_bool:
-        fail(DTypeError, "linspace", "is not supported for bool (as in torch); use a number dtype")
-    if not isinstance(steps, (int, np.integer)) or isinstance(steps, bool):
-        fail(DTypeError, "linspace", f"steps must be an int, got {steps!r}")
-    if steps < 0:
-        fail(ArgumentError, "linspace", f"number of steps must be non-negative, got {steps}")
+    dt = _spaced_dtype(dtype, steps, "linspace")
     return from_numpy(np.linspace(start, end, steps).astype(dt.np), device=device)
+
+
+def _spaced_dtype(dtype, steps, op: str) -> DType:
+    """The dtype of linspace or logspace (float32 unless told; not bool), `steps` checked."""
+    dt = checked_dtype(dtype or default_float(), op)
+    if dt.is_bool:
+        fail(DTypeError, op, "is not supported for bool (as in torch); use a number dtype")
+    if not isinstance(steps, (int, np.integer)) or isinstance(steps, bool):
+        fail(DTypeError, op, f"steps must be an int, got {steps!r}")
+    if steps < 0:
+        fail(ArgumentError, op, f"number of steps must be non-negative, got {steps}")
+    return dt
 
 
 def logspace(
@@ -501,13 +507,7 @@ def logspace(
     >>> fg.logspace(0, 2, 3).tolist(), fg.logspace(0, 2, 5, base=2, dtype=fg.int64).tolist()
     ([1.0, 10.0, 100.0], [1, 1, 2, 2, 4])
     """
-    dt = checked_dtype(dtype or default_float(), "logspace")
-    if dt.is_bool:
-        fail(DTypeError, "logspace", "is not supported for bool (as in torch); use a number dtype")
-    if not isinstance(steps, (int, np.integer)) or isinstance(steps, bool):
-        fail(DTypeError, "logspace", f"steps must be an int, got {steps!r}")
-    if steps < 0:
-        fail(ArgumentError, "logspace", f"number of steps must be non-negative, got {steps}")
+    dt = _spaced_dtype(dtype, steps, "logspace")
     powers = np.linspace(start, end, steps)
     if not dt.is_float:
         powers = np.trunc(powers)

@@ -185,9 +185,18 @@ def batch_norm(
     else:
         if running_mean is None or running_var is None:
             fail(ShapeError, "batch_norm", "running_mean and running_var are needed in eval mode")
-        out = (x - running_mean.reshape(per_channel)) * (
-            running_var.reshape(per_channel) + eps
-        ).rsqrt()
+        out = _normalized_by_running(x, running_mean, running_var, eps, per_channel)
+    return _affine(out, weight, bias, per_channel)
+
+
+def _normalized_by_running(x, running_mean, running_var, eps: float, per_channel) -> Tensor:
+    """x normalized by the running statistics (eval mode), each channel by its own."""
+    mean, var = running_mean.reshape(per_channel), running_var.reshape(per_channel)
+    return (x - mean) * (var + eps).rsqrt()
+
+
+def _affine(out, weight, bias, per_channel) -> Tensor:
+    """out * weight + bias, per channel, each where given."""
     if weight is not None:
         out = out * weight.reshape(per_channel)
     if bias is not None:
@@ -278,14 +287,8 @@ def instance_norm(
         if count and (running_mean is not None or running_var is not None):
             _update_from_samples(running_mean, running_var, mean, var, count, momentum)
     else:
-        out = (x - running_mean.reshape(per_channel)) * (
-            running_var.reshape(per_channel) + eps
-        ).rsqrt()
-    if weight is not None:
-        out = out * weight.reshape(per_channel)
-    if bias is not None:
-        out = out + bias.reshape(per_channel)
-    return out
+        out = _normalized_by_running(x, running_mean, running_var, eps, per_channel)
+    return _affine(out, weight, bias, per_channel)
 
 
 def _update_from_samples(running_mean, running_var, mean, var, count: int, momentum) -> None:
