@@ -19,12 +19,14 @@ from dataclasses import dataclass
 from ..nnapi import (
     ShapeError,
     Tensor,
+    composite,
     fail,
     guards_windows_in_tiles,
     materialize,
     packs_panels,
     reads_out_of_order,
     reads_stored_values,
+    register_composite,
     sliding_windows,
     stack,
     zeros,
@@ -185,6 +187,40 @@ def transposed_by_phases(
     g: Tensor, weight: Tensor, in_shape, pads, stride, dilation, groups: int, op: str
 ) -> Tensor:
     """The input gradient of a strided convolution (its transposed convolution), one
+    stride-1 correlation per phase of the input with exactly that phase's taps
+    (`_phases_composed`), as one macro node where g and the weight share a dtype: its
+    hundred-odd nodes (slices, flips, pads, the phases' correlations, the interleave) cost
+    1.1-1.3 ms of Python to build in every call, and a call whose plan is cached never
+    expands it (ir/macro.py).
+
+    >>> import fusegrad as fg
+    >>> transposed_by_phases(fg.ones(1, 1, 2), fg.ones(1, 1, 3), (1, 1, 4), [(1, 1)], (2,),
+    ...                      (1,), 1, "conv1d").tolist()
+    [[[1.0, 2.0, 1.0, 1.0]]]
+    """
+    params = (
+        tuple(in_shape),
+        tuple(tuple(p) for p in pads),
+        tuple(stride),
+        tuple(dilation),
+        groups,
+        op,
+    )
+    if g.dtype is not weight.dtype:
+        return _phases_composed([g, weight], params)
+    return composite("transposed_by_phases", [g, weight], params, tuple(in_shape), g.dtype)
+
+
+def _phases_composed(tensors, params) -> Tensor:
+    """`transposed_by_phases` in primitives: see there and `_transposed_by_phases`."""
+    g, weight = tensors
+    return _transposed_by_phases(g, weight, *params)
+
+
+def _transposed_by_phases(
+    g: Tensor, weight: Tensor, in_shape, pads, stride, dilation, groups: int, op: str
+) -> Tensor:
+    """The input gradient of a strided convolution (its transposed convolution), one
     stride-1 correlation per phase of the input with exactly that phase's taps.
 
     Along an axis of stride s and dilation d, tap t of output o reads the padded input at
@@ -195,11 +231,6 @@ def transposed_by_phases(
     the output gradient, no zeros inserted between its elements, no zero taps (a phase no
     tap reaches is zero). One padded copy of the gradient serves every phase (each reads
     a slice of it); the phases are interleaved and cropped to the input in one copy.
-
-    >>> import fusegrad as fg
-    >>> transposed_by_phases(fg.ones(1, 1, 2), fg.ones(1, 1, 3), (1, 1, 4), [(1, 1)], (2,),
-    ...                      (1,), 1, "conv1d").tolist()
-    [[[1.0, 2.0, 1.0, 1.0]]]
     """
     n = len(pads)
     batch, cin = in_shape[:2]
@@ -257,6 +288,9 @@ def transposed_by_phases(
     if mixed.shape[2:] == tuple(in_shape[2:]):
         return mixed
     return mixed[(slice(None), slice(None), *(slice(0, i) for i in in_shape[2:]))]
+
+
+register_composite("transposed_by_phases", _phases_composed)
 
 
 @dataclass(frozen=True)

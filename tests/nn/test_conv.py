@@ -1028,3 +1028,57 @@ def test_merged_rows_read_a_contiguous_output_gradient_for_the_weight():
     np.testing.assert_allclose(dx.numpy(), want_dx, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(dw.numpy(), want_dw, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(db.numpy(), gz.sum((0, 2, 3)), rtol=1e-4, atol=1e-4)
+
+
+# ---------------------------------------------------------------- the phases as one node
+
+
+def test_a_strided_transposed_convolution_is_one_macro_node_with_the_composed_values():
+    """`transposed_by_phases` builds one MACRO node (its expansion: the composed phases),
+    so a call whose plan is cached builds no phase graph; its value is the composed form's
+    bit for bit, its first and second derivatives to the last bits."""
+    from fusegrad.ir.ops import Ops
+    from fusegrad.nn import correlate as K
+
+    rng = np.random.default_rng(5)
+    xs, ws = rng.standard_normal((2, 3, 5, 4)), rng.standard_normal((3, 2, 3, 3))
+    xs[0, 0, 0, :2] = [0.0, -0.0]
+
+    params = []
+
+    def run(composed: bool):
+        x = fg.tensor(xs, requires_grad=True)
+        w = fg.tensor(ws, requires_grad=True)
+        if composed:
+            y = K._phases_composed([x, w], params[0])
+        else:
+            y = fg.nn.functional.conv_transpose2d(x, w, None, 2, 1, output_padding=(1, 0))
+            assert y.node.op is Ops.MACRO and y.node.arg[0] == "transposed_by_phases"
+            params.append(y.node.arg[1])
+        assert y.shape == (2, 2, 10, 7)
+        gx, gw = fg.grad((y * y).sum(), [x, w], create_graph=True)
+        (ggx,) = fg.grad((gx * gx).sum() + gw.sum(), [x])
+        return [t.detach().numpy() for t in (y, gx, gw, ggx)]
+
+    got, want = run(False), run(True)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(np.signbit(got[0]), np.signbit(want[0]))
+    for g, w in zip(got[1:], want[1:]):  # the same terms, fused into kernels apart: 1e-15
+        np.testing.assert_allclose(g, w, rtol=1e-13, atol=1e-13)
+
+
+def test_a_strided_convolutions_input_gradient_is_one_macro_node():
+    from fusegrad.ir.ops import Ops
+
+    x = fg.randn(2, 3, 9, 9, dtype=fg.float64, requires_grad=True)
+    w = fg.randn(4, 3, 3, 3, dtype=fg.float64)
+    y = fg.nn.functional.conv2d(x, w, None, 2, 1)
+    (gx,) = fg.grad(y.sum(), [x])
+    node = gx.node.srcs[0] if gx.node.op is Ops.DETACH else gx.node
+    assert node.op is Ops.MACRO and node.arg[0] == "transposed_by_phases"
+    # against torch's
+    torch = pytest.importorskip("torch")
+    xt = torch.tensor(x.detach().numpy(), requires_grad=True)
+    yt = torch.nn.functional.conv2d(xt, torch.tensor(w.numpy()), None, 2, 1)
+    (gt,) = torch.autograd.grad(yt.sum(), [xt])
+    np.testing.assert_allclose(gx.numpy(), gt.numpy(), rtol=1e-12, atol=1e-12)
