@@ -375,3 +375,70 @@ def test_a_gru_steps_hidden_state_is_one_macro_node_at_special_points():
         n = np.tanh(x_n + r * h_n)
         ref = n + z * (h_np - n)
     np.testing.assert_allclose(new.detach().numpy(), ref, rtol=1e-12, atol=1e-300)
+
+
+# ---------------------------------------------------------------- a direction as one node
+
+
+@pytest.mark.parametrize("mode", ["LSTM", "GRU", "RNN_TANH"])
+@pytest.mark.parametrize("packed", [False, True])
+def test_a_direction_is_one_macro_node_with_the_composed_values(mode, packed):
+    """Each layer direction is one `rnn_direction` macro node (its steps are built only
+    when a new plan is scheduled); its outputs, last states and gradients are the
+    step-by-step composed form's, in float64, with bias=False and packed lengths too."""
+    from fusegrad.ir.ops import Ops
+    from fusegrad.nn import rnn as R
+
+    rng = np.random.default_rng(3)
+    xs = rng.standard_normal((5, 3, 2))
+    xs[0, 0] = [0.0, -0.0]
+    gates = R.GATES[mode]
+    w_ih, w_hh = rng.standard_normal((gates * 4, 2)), rng.standard_normal((gates * 4, 4))
+    b_ih = rng.standard_normal(gates * 4)
+    h0 = rng.standard_normal((3, 4))
+    lengths = fg.tensor(np.array([[5], [3], [1]], np.int64)) if packed else None
+
+    def run(composed: bool):
+        x, wi, wh, bi = (fg.tensor(a, requires_grad=True) for a in (xs, w_ih, w_hh, b_ih))
+        h = fg.tensor(h0, requires_grad=True)
+        state = (h, h * 0.5) if mode == "LSTM" else h
+        weights = (wi, wh, bi, None)
+        if composed:
+            out, last = R._direction_steps(mode, x, state, weights, True, lengths)
+        else:
+            out, last = R._run_direction(mode, x, state, weights, True, lengths)
+            base = out.node
+            while base.op is not Ops.MACRO:
+                base = base.srcs[0]
+            assert base.arg[0] == "rnn_direction"
+        finals = list(last) if mode == "LSTM" else [last]
+        loss = (out * out).sum() + sum((f * f.sin()).sum() for f in finals)
+        grads = fg.grad(loss, [x, wi, wh, bi, h])
+        return [t.detach().numpy() for t in (out, *finals, *grads)]
+
+    for got, want in zip(run(False), run(True)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-13)
+
+
+def test_a_weight_broadcast_in_every_step_sums_its_gradient_per_step():
+    """A weight read through one broadcast node by many steps (hash-consing makes every
+    step's `expand` of it one node) gets each step's gradient summed to its own shape at
+    once: no kernel adds the steps' products at the broadcast's (batch, out, in) shape;
+    the gradient is torch's."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(4)
+    ws, xs = rng.standard_normal((6, 5)), rng.standard_normal((24, 8, 5))
+
+    def loss_of(lib, w, x):  # x[t] @ w.T written as a broadcast product and a sum
+        h = (x[0][:, None, :] * w[None]).sum(-1)
+        for t in range(1, x.shape[0]):
+            h = ((x[t][:, None, :] * w[None]).sum(-1) + h).tanh()
+        return (h * h).sum()
+
+    w = fg.tensor(ws, requires_grad=True)
+    (g,) = fg.grad(loss_of(fg, w, fg.tensor(xs)), [w])
+    wt = torch.tensor(ws, requires_grad=True)
+    (gt,) = torch.autograd.grad(loss_of(torch, wt, torch.tensor(xs)), [wt])
+    np.testing.assert_allclose(g.numpy(), gt.numpy(), rtol=1e-12, atol=1e-12)
+    shapes = [rec.loop.name for rec in fg.kernels(fg.grad(loss_of(fg, w, fg.tensor(xs)), [w])[0])]
+    assert not any("8x6x5" in name for name in shapes), shapes
