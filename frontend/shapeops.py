@@ -1311,6 +1311,95 @@ def nanmedian(x, dim=None, keepdim: bool = False):
     return ValuesIndices(v, i) if keepdim else ValuesIndices(v.squeeze(d), i.squeeze(d))
 
 
+QUANTILE_INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
+
+
+def quantile(x, q, dim=None, keepdim: bool = False, *, interpolation: str = "linear"):
+    """The q-th quantiles of `x` along `dim` (of all elements when None), as torch.quantile:
+    the sorted row read at rank q (n - 1), between its neighbours as `interpolation` says;
+    a row holding a NaN gives NaN. `q` a number in [0, 1] or a 1-D tensor of them (its
+    axis first in the result). The gradient reaches the one or two elements read.
+
+    >>> import fusegrad as fg
+    >>> fg.tensor([1.0, 4.0, 2.0, 3.0]).quantile(0.5).item()
+    2.5
+    """
+    return _quantile(x, q, dim, keepdim, interpolation, "quantile")
+
+
+def nanquantile(x, q, dim=None, keepdim: bool = False, *, interpolation: str = "linear"):
+    """`quantile` of the elements that are not NaN (NaN where a row has none), as
+    torch.nanquantile.
+
+    >>> import fusegrad as fg
+    >>> fg.tensor([1.0, float("nan"), 3.0]).nanquantile(0.5).item()
+    2.0
+    """
+    return _quantile(x, q, dim, keepdim, interpolation, "nanquantile")
+
+
+def _quantile(x, q, dim, keepdim: bool, interpolation: str, op: str):
+    if x.dtype.name not in ("float32", "float64"):
+        fail(DTypeError, op, f"{op}() input tensor must be either float or double dtype")
+    if interpolation not in QUANTILE_INTERPOLATIONS:
+        fail(
+            ArgumentError,
+            op,
+            f"{op}() interpolation must be one of linear, lower, higher, midpoint or "
+            f"nearest, but got {interpolation}",
+        )
+    scalar_q = not isinstance(q, core.Tensor)
+    if not scalar_q:
+        if q.ndim > 1:
+            fail(ShapeError, op, f"{op}() q must be a scalar or 1D tensor")
+        if q.dtype is not x.dtype:
+            fail(DTypeError, op, f"{op}() q tensor must be same dtype as the input tensor")
+        scalar_q = q.ndim == 0
+        qs = [float(v) for v in np.asarray(q.numpy(), dtype=np.float64).reshape(-1)]
+    else:
+        qs = [float(q)]
+    for v in qs:
+        if not 0.0 <= v <= 1.0:
+            fail(ArgumentError, op, f"{op}() q must be in the range [0, 1] but got {v}")
+    if x.numel() == 0:
+        fail(ShapeError, op, f"{op}() input tensor must be non-empty")
+    shape = x.shape
+    rows = x.reshape(-1) if dim is None else movedim(x, x._dim(dim, op), -1)
+    n = rows.shape[-1]
+    vals, _ = sort(rows, -1)  # NaNs last
+    nan = isnan(rows)
+    outs = []
+    for v in qs:
+        q_x = x._make(N.const(v, (), x.dtype))  # rank q (n - 1) in x's dtype, as torch's
+        if op == "nanquantile":  # a row of NaNs: rank -1, read at 0 (a NaN)
+            rank = q_x * ((~nan).sum(-1, keepdim=True) - 1).cast(x.dtype)
+            rank = _where(rank < 0, 0.0, rank)
+        else:  # a row holding a NaN reads it, sorted last
+            last = x._make(N.const(n - 1, (), x.dtype))
+            rank = _where(nan.any(-1, keepdim=True), last, q_x * (n - 1))
+        below, above = rank.floor(), rank.ceil()
+        if interpolation == "lower":
+            above = below
+        elif interpolation == "higher":
+            below = above
+        elif interpolation == "nearest":
+            below = above = rank.round()
+        lo = vals.take_along_dim(below.cast(int64), -1)
+        hi = vals.take_along_dim(above.cast(int64), -1)
+        weight = 0.5 if interpolation == "midpoint" else rank - below
+        outs.append(lo.lerp(hi, weight) if interpolation in ("linear", "midpoint") else lo)
+    out = stack(outs, 0).squeeze(-1)  # (q, *rows' leading axes)
+    if keepdim:
+        if dim is None:
+            out = out.reshape(len(qs), *([1] * len(shape)))
+        else:
+            d = x._dim(dim, op)
+            out = out.unsqueeze(1 + d)
+    elif dim is None:
+        out = out.reshape(len(qs))
+    return out[0] if scalar_q else out
+
+
 @autocast_op("nansum")
 def nansum(x, dim=None, keepdim: bool = False, dtype=None):
     """sum, counting NaNs as zero (torch.nansum); an integer tensor has none. The gradient
@@ -1421,6 +1510,8 @@ METHODS = {
     "kthvalue": kthvalue,
     "median": median,
     "nanmedian": nanmedian,
+    "quantile": quantile,
+    "nanquantile": nanquantile,
     "nansum": nansum,
     "nanmean": nanmean,
 }

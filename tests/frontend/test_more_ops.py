@@ -147,3 +147,80 @@ def test_logspace_refusals():
         fg.logspace(0, 1, -1)
     with pytest.raises(RuntimeError, match="bool"):
         fg.logspace(0, 1, 3, dtype=fg.bool)
+
+
+QUANTILE_ROWS = [[3.0, 1.0, 2.0, NAN, 5.0], [4.0, 0.5, -1.0, 2.0, -0.0], [1.0, 1.0, 1.0, 1.0, 1.0]]
+
+
+@pytest.mark.parametrize("op", ["quantile", "nanquantile"])
+@pytest.mark.parametrize("interpolation", ["linear", "lower", "higher", "midpoint", "nearest"])
+@pytest.mark.parametrize("q", [0.0, 0.4, 0.5, 0.625, 1.0, [0.0, 0.125, 0.375, 0.5, 0.875, 1.0]])
+def test_quantile_values_as_torchs(op, interpolation, q):
+    """Ranks falling between elements, on them and halfway (nearest rounds half to even),
+    rows holding a NaN (NaN, or left out by nanquantile), ties, -0.0, q a number or a
+    1-D tensor; along a dim and over every element, with and without keepdim."""
+    f, t = _both(QUANTILE_ROWS, grad=False)
+    qf, qt = (
+        (q, q)
+        if isinstance(q, float)
+        else (fg.tensor(q, dtype=fg.float64), torch.tensor(q, dtype=torch.float64))
+    )
+    for kw in ({"dim": 1}, {"dim": 0, "keepdim": True}, {}, {"keepdim": True}, {"dim": -1}):
+        got = getattr(fg, op)(f, qf, interpolation=interpolation, **kw)
+        want = getattr(torch, op)(t, qt, interpolation=interpolation, **kw)
+        _same(got, want)
+
+
+@pytest.mark.parametrize("op", ["quantile", "nanquantile"])
+def test_quantile_gradients_as_torchs(op):
+    rng = np.random.default_rng(7)
+    data = rng.standard_normal((3, 7))  # no ties: torch's sort breaks them its own way
+    data[1, 2] = NAN
+    f, t = _both(data.tolist())
+    qs = [0.1, 0.5, 0.9]
+    for interpolation in ("linear", "midpoint", "nearest"):
+        got = getattr(fg, op)(f, fg.tensor(qs, dtype=fg.float64), 1, interpolation=interpolation)
+        want = getattr(torch, op)(
+            t, torch.tensor(qs, dtype=torch.float64), 1, interpolation=interpolation
+        )
+        w = rng.standard_normal(tuple(want.shape))
+        (gf,) = fg.grad((got * fg.tensor(w)).nansum(), [f])
+        (gt,) = torch.autograd.grad((want * torch.tensor(w)).nansum(), [t])
+        np.testing.assert_allclose(gf.numpy(), gt.numpy(), rtol=1e-12, atol=1e-15)
+
+
+def test_quantile_refusals_are_torchs():
+    x = fg.tensor([1.0, 2.0])
+    with pytest.raises(RuntimeError, match="either float or double"):
+        fg.quantile(fg.tensor([1, 2]), 0.5)
+    with pytest.raises(RuntimeError, match="either float or double"):
+        fg.quantile(x.bfloat16(), 0.5)
+    with pytest.raises(RuntimeError, match=r"q must be in the range \[0, 1\] but got 1.5"):
+        fg.quantile(x, 1.5)
+    with pytest.raises(RuntimeError, match="same dtype as the input"):
+        fg.quantile(x, fg.tensor([0.5], dtype=fg.float64))
+    with pytest.raises(RuntimeError, match="non-empty"):
+        fg.quantile(fg.zeros(0), 0.5)
+    with pytest.raises(RuntimeError, match="interpolation must be one of"):
+        fg.quantile(x, 0.5, interpolation="x")
+    with pytest.raises(RuntimeError, match="scalar or 1D"):
+        fg.quantile(fg.ones(2, 2), fg.ones(2, 2) * 0.5)
+    assert fg.nanquantile(fg.tensor([NAN, NAN]), 0.5).isnan().item()
+    assert x.quantile(0.5).item() == 1.5 and x.nanquantile(0.25).item() == 1.25
+
+
+def test_quantile_in_float32_is_torchs_bit_for_bit():
+    """The rank q (n - 1) and the weights in float32, as torch computes them: the same
+    bits for random rows, q and interpolations (a rank in float64 differed in the last bit
+    of one result in ten)."""
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        n = int(rng.integers(2, 40))
+        x = rng.standard_normal((3, n)).astype(np.float32)
+        x[0, 1] = NAN
+        q = float(rng.random())
+        for op in ("quantile", "nanquantile"):
+            for interpolation in ("linear", "midpoint", "nearest"):
+                got = getattr(fg, op)(fg.tensor(x), q, 1, interpolation=interpolation)
+                want = getattr(torch, op)(torch.tensor(x), q, 1, interpolation=interpolation)
+                np.testing.assert_array_equal(got.numpy(), want.numpy())

@@ -362,7 +362,16 @@ EXCLUDED: dict[str, str] = {
     # tests/nn/test_normalization.py
     "F.rms_norm": _SPECIAL_ELSEWHERE,
     # ties, -0.0, NaN, inf and empty axes against torch: tests/frontend/test_more_ops.py
-    "Tensor.aminmax": _SPECIAL_ELSEWHERE,
+    **dict.fromkeys(
+        [
+            "Tensor.aminmax",
+            "Tensor.quantile",
+            "Tensor.nanquantile",
+            "fg.quantile",
+            "fg.nanquantile",
+        ],
+        _SPECIAL_ELSEWHERE,
+    ),
     **dict.fromkeys(["Tensor.sum_to_size", "fg.tensordot"], _LINEAR),
     "fg.logspace": _NON_MATH,
 }
