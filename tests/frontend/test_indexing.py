@@ -399,3 +399,16 @@ def test_jit_replays_tensor_index_writes_and_refuses_mask_shapes():
     with pytest.raises(fg.JitError, match="bool mask"):
         for _ in range(3):
             select(fg.tensor(A))
+
+
+def test_an_overwritten_value_gets_gradient_zero_on_purpose():
+    """`x[[1, 1, 2]] = v`: the last write to place 1 wins (torch's CPU order); the value it
+    overwrote gets gradient 0, its derivative, where torch's backward gives it place 1's
+    gradient too (docs/NUMERICS.md)."""
+    x = fg.zeros(4, requires_grad=True)
+    v = fg.tensor([5.0, 6.0, 7.0], requires_grad=True)
+    y = x * 1
+    y[fg.tensor([1, 1, 2])] = v
+    (y * fg.tensor([1.0, 10.0, 100.0, 1000.0])).sum().backward()
+    assert y.tolist() == [0.0, 6.0, 7.0, 0.0]
+    assert v.grad.tolist() == [0.0, 10.0, 100.0] and x.grad.tolist() == [1.0, 0.0, 0.0, 1000.0]
