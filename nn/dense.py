@@ -9,7 +9,10 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..nnapi import (
+    DataView,
     DTypeError,
     FusegradError,
     ShapeError,
@@ -19,6 +22,7 @@ from ..nnapi import (
     index_arange,
     one_site,
     rand,
+    tensor,
     where,
 )
 from ..nnapi import fail as _fail
@@ -87,15 +91,29 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
 
 
 @one_site
-def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> Tensor:
+def embedding(
+    input: Tensor,
+    weight: Tensor,
+    padding_idx: int | None = None,
+    max_norm: float | None = None,
+    norm_type: float = 2.0,
+    scale_grad_by_freq: bool = False,
+    sparse: bool = False,
+) -> Tensor:
     """Rows of `weight` picked by the integer tensor `input`: shape input.shape + (dim,).
 
     One GATHER kernel (rows read where the indices say); the gradient for
     `weight` is the matching SCATTER_ADD, which touches only the rows read.
     Rows at `padding_idx` receive no gradient. Indices already computed are
     checked against the table's size; inside a kernel, an index outside it
-    reads a zero row.
+    reads a zero row. With `max_norm`, each row the indices pick whose `norm_type`-norm
+    is above it is scaled in `weight` itself first, to max_norm / (norm + 1e-7), as
+    torch's `embedding_renorm_` (no gradient through the scaling). `scale_grad_by_freq`
+    and `sparse` gradients raise NotImplementedError.
     """
+    if scale_grad_by_freq or sparse:
+        what = "scale_grad_by_freq=True" if scale_grad_by_freq else "sparse=True"
+        raise NotImplementedError(f"embedding: {what} is not supported by fusegrad")
     if input.dtype.is_float or input.dtype.is_bool:
         _fail(
             DTypeError,
@@ -107,11 +125,25 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> 
         raise ValueError(f"embedding: weight must be 2-D (rows, dim), got shape {weight.shape}")
     num = weight.shape[0]
     _check_indices(input, num)
+    if max_norm is not None:
+        _renorm_rows(weight, input, float(max_norm), float(norm_type))
     out = gather_rows(weight, input)
     if padding_idx is not None and out.requires_grad:
         padding_idx = padding_idx % num
         out = where((input == padding_idx)[..., None], out.detach(), out)
     return out
+
+
+def _renorm_rows(weight: Tensor, input: Tensor, max_norm: float, norm_type: float) -> None:
+    """torch.embedding_renorm_: the rows `input` picks whose norm is above `max_norm`,
+    scaled to it (over norm + 1e-7), written into `weight` as through `.data`."""
+    if input.numel() == 0:
+        return
+    picked = tensor(np.unique(input.numpy().reshape(-1)))
+    data = DataView(weight)
+    rows = data[picked]
+    norms = rows.norm(norm_type, dim=1, keepdim=True)
+    data[picked] = rows * where(norms > max_norm, max_norm / (norms + 1e-7), 1.0)
 
 
 class ClassIndexError(FusegradError, IndexError, RuntimeError):

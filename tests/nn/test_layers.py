@@ -187,6 +187,36 @@ def test_embedding_padding_idx_row_is_zero_and_gets_no_gradient():
     close(emb.weight.grad.numpy(), expected)
 
 
+def _max_norm_habits(lib, norm_type):
+    """An embedding with max_norm, on `lib` (torch or fusegrad): rows above the norm, at
+    it, below it, zero, repeated and unused; two lookups, a backward each."""
+    w0 = np.array(
+        [[3.0, 4.0], [0.3, 0.4], [1.0, 0.0], [-6.0, 8.0], [0.0, 0.0], [-0.0, 2.0]], np.float64
+    )
+    w = lib.tensor(w0, requires_grad=True)
+    F_ = lib.nn.functional
+    out = F_.embedding(lib.tensor([[0, 1, 3], [3, 3, 4]]), w, max_norm=1.0, norm_type=norm_type)
+    (out * lib.tensor([1.0, 2.0], dtype=lib.float64)).sum().backward()
+    out2 = F_.embedding(lib.tensor([5, 2]), w, padding_idx=2, max_norm=0.5, norm_type=norm_type)
+    (out2 * out2).sum().backward()
+    return [t.detach().numpy() for t in (out, out2, w, w.grad)]
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.0])
+def test_embedding_max_norm_renormalizes_the_rows_it_reads_as_torchs(norm_type):
+    torch = pytest.importorskip("torch")
+    for got, want in zip(_max_norm_habits(fg, norm_type), _max_norm_habits(torch, norm_type)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+    emb = nn.Embedding(6, 2, max_norm=1.0)
+    emb(fg.tensor([0, 1]))
+    assert (emb.weight.detach()[:2].norm(dim=1) <= 1.0 + 1e-6).all().item()
+    assert repr(emb) == "Embedding(6, 2, max_norm=1.0)"
+    with pytest.raises(NotImplementedError, match="sparse"):
+        nn.Embedding(6, 2, sparse=True)
+    with pytest.raises(NotImplementedError, match="scale_grad_by_freq"):
+        F.embedding(fg.tensor([0]), emb.weight, scale_grad_by_freq=True)
+
+
 def test_embedding_from_pretrained():
     table = randn(4, 3)
     frozen = nn.Embedding.from_pretrained(fg.tensor(table))
