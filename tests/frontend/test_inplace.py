@@ -622,6 +622,13 @@ def test_a_detached_tensor_reads_the_value_it_was_detached_at():
     d, data = x.detach(), x.data
     x.add_(1.0)
     assert d.tolist() == [1.0, 2.0] and data.tolist() == [2.0, 3.0]
+    # ... and a write through it lands in x, as torch's (under grad mode, on a leaf too)
+    w = fg.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    dw = w.detach()
+    dw[0] = 5.0
+    dw[1:].mul_(-0.0)
+    assert w.tolist() == [5.0, -0.0, -0.0] and w.requires_grad and w.is_leaf
+    assert np.signbit(w.detach().numpy()[1:]).all()
 
 
 def test_a_detached_tensor_does_not_keep_its_source_alive():

@@ -204,6 +204,14 @@ def _max_norm_habits(lib, norm_type):
 
 @pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.0])
 def test_embedding_max_norm_renormalizes_the_rows_it_reads_as_torchs(norm_type):
+    out, _, w, grad = _max_norm_habits(fg, norm_type)
+    if norm_type == 2.0:  # torch's values (rows 0 and 3 scaled to norm 1, 1 and 2 kept)
+        scale = 1.0 / (5.0 + 1e-7)
+        np.testing.assert_allclose(w[0], [3.0 * scale, 4.0 * scale], rtol=1e-15)
+        np.testing.assert_allclose(w[3], [-6.0 / (10.0 + 1e-7), 8.0 / (10.0 + 1e-7)])
+        assert w[1].tolist() == [0.3, 0.4]  # at norm 0.5: kept
+        np.testing.assert_allclose(w[2], [0.5 / (1.0 + 1e-7), 0.0])  # the second lookup's 0.5
+        assert grad[3].tolist() == [3.0, 6.0]  # read three times
     torch = pytest.importorskip("torch")
     for got, want in zip(_max_norm_habits(fg, norm_type), _max_norm_habits(torch, norm_type)):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)

@@ -239,6 +239,13 @@ def test_a_state_dict_value_is_not_a_leaf_to_train():
     assert net.state_dict(keep_vars=True)["weight"] is net.weight
     sd["weight"].mul_(0.0)  # under grad mode too, as torch's (no history)
     assert net.weight.tolist() == [[0.0, 0.0], [0.0, 0.0]] and net.weight.requires_grad
+    import copy
+
+    snapshot = copy.deepcopy(net.state_dict())
+    with fg.no_grad():
+        net.bias.fill_(3.0)
+    assert sd["bias"].tolist() == [3.0, 3.0]  # a kept state_dict reads the module
+    assert snapshot["bias"].tolist() != [3.0, 3.0]  # a deep copy does not
 
 
 def test_load_state_dict_errors():
