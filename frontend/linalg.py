@@ -168,3 +168,16 @@ def svdvals(x):
             "host, which fusegrad.jit cannot replay: compute them outside the jitted function",
         )
     return _SingularValues.apply(x)
+
+
+def cross(x, other, *, dim: int = -1):
+    """The cross product of 3-vectors along `dim` (the last by default), as
+    torch.linalg.cross.
+
+    >>> import fusegrad as fg
+    >>> fg.linalg.cross(fg.tensor([0.0, 1.0, 0.0]), fg.tensor([0.0, 0.0, 1.0])).tolist()
+    [1.0, 0.0, 0.0]
+    """
+    from .shapeops import cross as _cross
+
+    return _cross(x, other, dim)

@@ -41,7 +41,7 @@ from .extend import custom_gradient
 from .indexing import _scattered_sum, flip, values_for_shape
 from .ir import node as N
 from .ir.autodiff import own_node, with_vjp
-from .ir.dtypes import bool_, int64
+from .ir.dtypes import bool_, default_float, int64
 from .ir.ops import Ops
 from .mathops import isinf, isnan, logaddexp
 from .movement import cat, sliding_windows, stack
@@ -923,6 +923,115 @@ def dist(x, other, p=2):
     return norm(x - other, float(p))
 
 
+def cross(x, other, dim=None):
+    """The cross product of 3-vectors along `dim` (the first axis of size 3 when None, with
+    torch's deprecation warning; broadcast), as torch.cross and torch.linalg.cross.
+
+    >>> import fusegrad as fg
+    >>> fg.cross(fg.tensor([1.0, 0.0, 0.0]), fg.tensor([0.0, 1.0, 0.0]), dim=0).tolist()
+    [0.0, 0.0, 1.0]
+    """
+    if not isinstance(other, core.Tensor):
+        raise TypeError(
+            f"cross(): argument 'other' (position 2) must be Tensor, not {type(other).__name__}"
+        )
+    if x.ndim != other.ndim:
+        fail(
+            ShapeError,
+            "cross",
+            f"linalg.cross: inputs must have the same number of dimensions, got {x.ndim} "
+            f"and {other.ndim}",
+        )
+    shape = core.broadcast_shapes(x.shape, other.shape, "cross")
+    if dim is None:
+        import warnings
+
+        d = next((i for i, n in enumerate(shape) if n == 3), None)
+        if d is None:
+            fail(ShapeError, "cross", f"no dimension of size 3 in input {x.shape}")
+        warnings.warn(
+            "Using torch.cross without specifying the dim arg is deprecated.",
+            UserWarning,
+            stacklevel=2,
+        )
+    else:
+        d = x._dim(dim, "cross")
+    if x.shape[d] != 3 or other.shape[d] != 3:
+        fail(
+            ShapeError,
+            "cross",
+            f"linalg.cross: inputs dimension {d} must have length 3. Got {x.shape[d]} and "
+            f"{other.shape[d]}",
+        )
+    a, b = x.expand(*shape), other.expand(*shape)
+    ai = [narrow(a, d, i, 1) for i in range(3)]
+    bi = [narrow(b, d, i, 1) for i in range(3)]
+    parts = [
+        ai[(i + 1) % 3] * bi[(i + 2) % 3] - ai[(i + 2) % 3] * bi[(i + 1) % 3] for i in range(3)
+    ]
+    return cat(parts, d)
+
+
+def cov(x, *, correction: int = 1, fweights=None, aweights=None):
+    """The covariance of the rows of `x` (variables) over its columns (observations), as
+    torch.cov: `correction` (1: Bessel's), integer frequency and float observation
+    weights; a 1-D input is one variable (a 0-d result); no degrees of freedom: NaN.
+
+    >>> import fusegrad as fg
+    >>> fg.cov(fg.tensor([[0.0, 1.0, 2.0], [2.0, 1.0, 0.0]])).tolist()
+    [[1.0, -1.0], [-1.0, 1.0]]
+    """
+    if x.ndim > 2:
+        fail(
+            ShapeError,
+            "cov",
+            f"cov(): expected input to have two or fewer dimensions but got an input with "
+            f"{x.ndim} dimensions",
+        )
+    rows = x.reshape(1, -1) if x.ndim < 2 else x
+    if not rows.dtype.is_float:
+        rows = rows.cast(default_float())
+    n = rows.shape[1]
+    w = None
+    if fweights is not None:
+        w = fweights
+    if aweights is not None:
+        w = aweights if w is None else w * aweights
+    if w is None:
+        avg = rows.mean(1, keepdim=True)
+        norm = float(n - correction)
+        centred = rows - avg
+        out = (centred @ centred.transpose(0, 1)) / max(norm, 0.0)
+    else:
+        w = w.cast(rows.dtype)
+        w_sum = w.sum()
+        avg = (rows * w).sum(1, keepdim=True) / w_sum
+        if aweights is None or correction == 0:
+            norm = w_sum - correction
+        else:
+            norm = w_sum - correction * (w * aweights).sum() / w_sum
+        norm = _where(norm < 0, 0.0, norm)
+        centred = rows - avg
+        out = ((centred * w) @ centred.transpose(0, 1)) / norm
+    return out.reshape(()) if x.ndim < 2 else out
+
+
+def corrcoef(x):
+    """Pearson's correlation coefficients of the rows of `x`, as torch.corrcoef: cov over
+    the outer product of the standard deviations, clamped to [-1, 1].
+
+    >>> import fusegrad as fg
+    >>> fg.corrcoef(fg.tensor([[0.0, 1.0, 2.0], [2.0, 1.0, 0.0]])).tolist()
+    [[1.0, -1.0], [-1.0, 1.0]]
+    """
+    c = cov(x)
+    if c.ndim == 0:
+        return c / c
+    std = diagonal(c).sqrt()
+    c = c / std.reshape(-1, 1) / std.reshape(1, -1)
+    return c.clamp(-1.0, 1.0)
+
+
 def meshgrid(*tensors, indexing: str = "ij"):
     """Coordinate grids from 1-D tensors ('ij': matrix indexing, 'xy': Cartesian)."""
     if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
@@ -1496,6 +1605,7 @@ METHODS = {
     "repeat_interleave": repeat_interleave,
     "roll": roll,
     "rot90": rot90,
+    "cross": cross,
     "diff": diff,
     "dist": dist,
     "cumsum": cumsum,

@@ -103,6 +103,33 @@ def ones_(tensor: Tensor) -> Tensor:
     return constant_(tensor, 1.0)
 
 
+def eye_(tensor: Tensor) -> Tensor:
+    """The identity matrix in a 2-D tensor (ones on the diagonal of a rectangular one), as
+    torch.nn.init.eye_."""
+    if tensor.ndim != 2:
+        raise ValueError("Only tensors with 2 dimensions are supported")
+    return _fill(tensor, np.eye(*tensor.shape))
+
+
+def dirac_(tensor: Tensor, groups: int = 1) -> Tensor:
+    """A 3-, 4- or 5-D convolution weight that passes its input through: in each of
+    `groups` groups, output channel i reads input channel i at the kernel's centre (as
+    torch.nn.init.dirac_; channels past the smaller count stay zero)."""
+    dims = tensor.ndim
+    if dims not in (3, 4, 5):
+        raise ValueError("Only tensors with 3, 4, or 5 dimensions are supported")
+    sizes = tensor.shape
+    if sizes[0] % groups != 0:
+        raise ValueError("dim 0 must be divisible by groups")
+    out_per_group = sizes[0] // groups
+    values = np.zeros(sizes)
+    centre = tuple(k // 2 for k in sizes[2:])
+    for g in range(groups):
+        for d in range(min(out_per_group, sizes[1])):
+            values[(g * out_per_group + d, d, *centre)] = 1.0
+    return _fill(tensor, values)
+
+
 def torch_default_(weight: Tensor, bias: Tensor | None, fan_in: int) -> None:
     """PyTorch's default for Linear and Conv layers: kaiming_uniform(a=sqrt(5)) weights,
     i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and a bias from the same range."""

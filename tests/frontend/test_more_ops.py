@@ -279,3 +279,91 @@ def test_quantile_values_are_torchs_without_torch(op):
         np.testing.assert_array_equal(got, want, err_msg=interpolation)
         keep = ~np.isnan(want)
         np.testing.assert_array_equal(np.signbit(got[keep]), np.signbit(want[keep]))
+
+
+COV_ROWS = [[0.0, 1.0, 2.0, -0.0], [2.0, 1.0, 0.5, 4.0], [1.0, 1.0, 1.0, 1.0]]
+
+
+def test_cov_and_corrcoef_without_torch():
+    x = fg.tensor(COV_ROWS, dtype=fg.float64)
+    c = fg.cov(x)
+    want = np.cov(np.array(COV_ROWS))
+    np.testing.assert_allclose(c.numpy(), want, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(fg.cov(x, correction=0).numpy(), np.cov(COV_ROWS, ddof=0))
+    assert fg.cov(x[0]).shape == () and fg.cov(fg.ones(2, 1)).isnan().all().item()
+    r = fg.corrcoef(x[:2]).numpy()
+    np.testing.assert_allclose(r, np.corrcoef(np.array(COV_ROWS[:2])), rtol=1e-12)
+    with pytest.raises(RuntimeError, match="two or fewer dimensions"):
+        fg.cov(fg.ones(2, 2, 2))
+
+
+@needs_torch
+def test_cov_weights_corrcoef_and_gradients_as_torchs():
+    f, t = _both(COV_ROWS)
+    fw, aw = [1, 2, 1, 3], [0.5, 1.0, 2.0, 0.25]
+    for kw_f, kw_t in [
+        ({}, {}),
+        ({"correction": 0}, {"correction": 0}),
+        ({"fweights": fg.tensor(fw)}, {"fweights": torch.tensor(fw)}),
+        (
+            {"fweights": fg.tensor(fw), "aweights": fg.tensor(aw, dtype=fg.float64)},
+            {"fweights": torch.tensor(fw), "aweights": torch.tensor(aw, dtype=torch.float64)},
+        ),
+        (
+            {"aweights": fg.tensor(aw, dtype=fg.float64), "correction": 2},
+            {"aweights": torch.tensor(aw, dtype=torch.float64), "correction": 2},
+        ),
+    ]:
+        got, want = fg.cov(f, **kw_f), torch.cov(t, **kw_t)
+        np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-12)
+        (gf,) = fg.grad((got * got).sum(), [f])
+        (gt,) = torch.autograd.grad((want * want).sum(), [t])
+        np.testing.assert_allclose(gf.numpy(), gt.numpy(), rtol=1e-10, atol=1e-12)
+    f2, t2 = _both(COV_ROWS[:2])
+    got, want = fg.corrcoef(f2), torch.corrcoef(t2)
+    np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-12)
+
+
+def test_cross_without_torch():
+    a = fg.tensor([[1.0, 0.0, 0.0], [0.0, 2.0, -0.0]])
+    b = fg.tensor([[0.0, 1.0, 0.0], [3.0, 0.0, 0.0]])
+    assert fg.cross(a, b, dim=1).tolist() == [[0.0, 0.0, 1.0], [0.0, 0.0, -6.0]]
+    assert fg.linalg.cross(a, b).tolist() == [[0.0, 0.0, 1.0], [0.0, 0.0, -6.0]]
+    assert a.cross(b, dim=-1).tolist() == [[0.0, 0.0, 1.0], [0.0, 0.0, -6.0]]
+    with pytest.warns(UserWarning, match="without specifying the dim"):
+        assert fg.cross(a.T, b.T).shape == (3, 2)
+    with pytest.raises(RuntimeError, match="must have length 3"):
+        fg.cross(fg.ones(2, 4), fg.ones(2, 4), dim=1)
+
+
+@needs_torch
+def test_cross_values_and_gradients_as_torchs():
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((4, 3, 2)), rng.standard_normal((1, 3, 2))
+    fa, ta = _both(a.tolist())
+    fb, tb = _both(b.tolist())
+    got, want = fg.linalg.cross(fa, fb, dim=1), torch.linalg.cross(ta, tb, dim=1)
+    np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-12)
+    gf = fg.grad((got * got).sum(), [fa, fb])
+    gt = torch.autograd.grad((want * want).sum(), [ta, tb])
+    for x, y in zip(gf, gt):
+        np.testing.assert_allclose(x.numpy(), y.numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_init_eye_and_dirac():
+    w = fg.zeros(2, 3)
+    fg.nn.init.eye_(w)
+    assert w.tolist() == [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]
+    conv = fg.nn.Conv2d(2, 4, 3, bias=False)
+    fg.nn.init.dirac_(conv.weight)
+    x = fg.randn(1, 2, 5, 5)
+    y = conv(fg.nn.functional.pad(x, (1, 1, 1, 1)))
+    np.testing.assert_allclose(y[:, :2].detach().numpy(), x.numpy(), rtol=1e-6)
+    assert (y[:, 2:].detach().numpy() == 0).all()  # channels past the input's: zero
+    g = fg.zeros(4, 1, 3)
+    fg.nn.init.dirac_(g, groups=2)
+    assert g[:, 0, 1].tolist() == [1.0, 0.0, 1.0, 0.0]
+    with pytest.raises(ValueError, match="2 dimensions"):
+        fg.nn.init.eye_(fg.zeros(2))
+    with pytest.raises(ValueError, match="3, 4, or 5"):
+        fg.nn.init.dirac_(fg.zeros(2, 2))

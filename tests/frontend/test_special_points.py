@@ -373,6 +373,7 @@ EXCLUDED: dict[str, str] = {
         _SPECIAL_ELSEWHERE,
     ),
     **dict.fromkeys(["Tensor.sum_to_size", "fg.tensordot"], _LINEAR),
+    **dict.fromkeys(["Tensor.cross", "fg.cross", "fg.cov", "fg.corrcoef"], _SPECIAL_ELSEWHERE),
     "fg.logspace": _NON_MATH,
 }
 
