@@ -21,6 +21,7 @@ from .errors import ArgumentError, DTypeError, IndexingError, JitError, fail
 from .function import Function
 from .ir.dtypes import float32, float64
 from .jithooks import recording
+from .shapeops import cross as _cross
 
 _SVD_DTYPES = (float32, float64)
 
@@ -178,6 +179,4 @@ def cross(x, other, *, dim: int = -1):
     >>> fg.linalg.cross(fg.tensor([0.0, 1.0, 0.0]), fg.tensor([0.0, 0.0, 1.0])).tolist()
     [1.0, 0.0, 0.0]
     """
-    from .shapeops import cross as _cross
-
     return _cross(x, other, dim)
