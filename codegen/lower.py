@@ -1313,8 +1313,7 @@ def lower(
 
         space = None
         if tuner is not None and not siblings:
-            grid = grid_axis(plain, chosen, item, state["out"])
-            space = tuning_space(chosen, item, state["out"], state["red"], grid)
+            space = tuning_space(chosen, item, state["out"], state["red"], plain)
         if space is not None:
             return tuner(space, lowered)
         kernel = lowered(chosen)
@@ -1887,7 +1886,7 @@ TUNE_REGISTER_SHARE = 0.75  # of the vector registers, the most a tile's accumul
 
 
 def tuning_space(
-    chosen: Tile, item: ScheduleItem, out_groups, red_groups, grid: int | None = None
+    chosen: Tile, item: ScheduleItem, out_groups, red_groups, plain: Kernel | None = None
 ) -> TuningSpace | None:
     """The tiles an autotuner may time in place of `chosen`, or None where there is no
     choice worth timing.
@@ -1902,8 +1901,9 @@ def tuning_space(
     last bit in 191 of 524288 weights. The tuner checks every candidate against the first
     within a tolerance, as the tests check against numpy's float64.)
 
-    Where the columns are one AVX-512 register and `grid` names a second output axis
-    (`grid_axis`), grids of rows x `grid` (`TUNE_GRIDS`) are candidates too.
+    Where the columns are one AVX-512 register and the plain loop nest (`plain`) has a
+    second output axis for a grid (`grid_axis`), grids of rows by it (`TUNE_GRIDS`) are
+    candidates too.
 
     >>> TUNE_ROWS
     (4, 8, 12, 16)
@@ -1935,7 +1935,10 @@ def tuning_space(
     ]
     candidates = [replace(chosen, rows=r) for r in rows]
     one_register = chosen.cols * red.dtype.itemsize == WIDE_VECTOR_BYTES
-    if grid is not None and one_register and wide_registers():
+    grid = None
+    if plain is not None and one_register and wide_registers():
+        grid = grid_axis(plain, chosen, item, out_groups)
+    if grid is not None:
         candidates += [
             replace(
                 chosen,

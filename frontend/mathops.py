@@ -696,15 +696,33 @@ def xlogy(x, y):
     >>> fg.xlogy(fg.tensor([0.0, 0.0, 2.0]), fg.tensor([0.0, float("nan"), 1.0])).tolist()
     [0.0, nan, 0.0]
     """
-    x = _tensor(x, "xlogy")
-    x, y = x._operands(y, "xlogy")
+    return _x_log(x, y, "xlogy", shift=0)
+
+
+def xlog1py(x, y):
+    """x * log1p(y), 0 where x is 0 (NaN where y is NaN), as torch.special.xlog1py; the
+    gradient is torch's: log1p(y) for x (0 where x is 0 and y <= -1), x / (1 + y) for y.
+
+    >>> import fusegrad as fg
+    >>> fg.special.xlog1py(fg.tensor([0.0, 2.0]), fg.tensor([-1.0, 0.0])).tolist()
+    [0.0, 0.0]
+    """
+    return _x_log(x, y, "xlog1py", shift=1)
+
+
+def _x_log(x, y, op: str, shift: int):
+    """x * log(shift + y) (log1p for shift 1), 0 where x is 0 and NaN where y is, with
+    torch's gradient rule for xlogy and xlog1py."""
+    x = _tensor(x, op)
+    x, y = x._operands(y, op)
     x, y = x._float(), y._float()
 
     def value(a, b):
-        return _where(isnan(b), b, _where(a == 0, 0.0, a * b.log()))
+        return _where(isnan(b), b, _where(a == 0, 0.0, a * (b.log1p() if shift else b.log())))
 
     def rule(g, x, y):  # torch's: xlogy(g, y), not g * log(y), so a zero g gives 0 there
-        return [_where((x == 0) & (y <= 0), 0.0, value(g, y)), g * x / y]
+        below = y + shift if shift else y  # (y + 0 would turn -0.0 into +0.0)
+        return [_where((x == 0) & (y <= -shift), 0.0, value(g, y)), g * x / below]
 
     res = value(x, y)
     if not (x.requires_grad or y.requires_grad):

@@ -105,23 +105,13 @@ from .runtime.tiling import PANEL_CACHE_BYTES, SHUFFLED_LANE_STEPS, rows_merge
 # an optimizer's cached, compiled step
 from .stepcache import StepCache
 
-# Tensor and the functions on tensors nn's layers use; library ops as one macro node;
-# DataView: a tensor's value as a view that writes land in (`t.data`, a state_dict's values)
-from .tensor import (
-    DataView,
-    Tensor,
-    composite,
-    hardtanh_values,
-    realize,
-    register_composite,
-    where,
-)
+# Tensor and the functions on tensors nn's layers use; library ops as one macro node
+from .tensor import Tensor, composite, hardtanh_values, realize, register_composite, where
 
 # gradient hooks on a module's inputs and outputs (nn/hooks.py)
 from .tensor_hooks import hooked_together
 
 __all__ = [
-    "DataView",
     "PANEL_CACHE_BYTES",
     "SHUFFLED_LANE_STEPS",
     "autocast_op",

@@ -1472,6 +1472,10 @@ def _quantile(x, q, dim, keepdim: bool, interpolation: str, op: str):
             fail(ArgumentError, op, f"{op}() q must be in the range [0, 1] but got {v}")
     if x.numel() == 0:
         fail(ShapeError, op, f"{op}() input tensor must be non-empty")
+    if x.ndim == 0:  # one element: its own quantiles, 0-d whatever dim and keepdim say
+        if dim is not None:
+            x._dim(dim, op)  # (0 and -1 are its only dims)
+        return _quantile(x.reshape(1), q, None, False, interpolation, op)
     shape = x.shape
     rows = x.reshape(-1) if dim is None else movedim(x, x._dim(dim, op), -1)
     n = rows.shape[-1]

@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 
 from .core import Tensor
-from .creation import tensor
 from .extend import custom_gradient
 from .mathops import isnan
+from .mathops import xlog1py as xlog1py  # (written beside xlogy, which it shares)
 from .mathops import xlogy as xlogy  # torch.special.xlogy is torch.xlogy
 from .tensor import where
 
@@ -126,27 +126,3 @@ def entr(input: Tensor) -> Tensor:
         return out
     # torch's rule: g * -(1 + log x), so NaN below 0 and inf at 0, as its backward gives
     return custom_gradient(out, [x], lambda g, x: [g * -(1 + x.log())], own_node=True)
-
-
-def xlog1py(input, other) -> Tensor:
-    """x * log1p(y), 0 where x is 0 (NaN where y is NaN), as torch.special.xlog1py; its
-    gradient is torch's: log1p(y) for x (0 where x is 0 and y <= -1), x / (1 + y) for y.
-
-    >>> import fusegrad as fg
-    >>> fg.special.xlog1py(fg.tensor([0.0, 2.0]), fg.tensor([-1.0, 0.0])).tolist()
-    [0.0, 0.0]
-    """
-    x = input if isinstance(input, Tensor) else tensor(input)
-    x, y = x._operands(other, "xlog1py")
-    x, y = x._float(), y._float()
-
-    def value(a, b):
-        return where(isnan(b), b, where(a == 0, 0.0, a * b.log1p()))
-
-    def rule(g, x, y):  # torch's: xlog1py(g, y), so a zero g gives 0 there
-        return [where((x == 0) & (y <= -1), 0.0, value(g, y)), g * x / (y + 1)]
-
-    res = value(x, y)
-    if not (x.requires_grad or y.requires_grad):
-        return res
-    return custom_gradient(res, [x, y], rule, own_node=True)

@@ -899,8 +899,7 @@ class Tensor(*MIXINS):
         if link is not None and link[1] is None:  # detached: lands as through `.data`
             owner = link[0]()
             if owner is not None:
-                view = owner if type(owner) is DataView else DataView(owner)
-                view._inplace(value.cast(self.dtype), op)
+                owner.data._inplace(value.cast(self.dtype), op)
         elif link is not None:  # a view: the write lands in its base first (which may refuse)
             write_through(link, value.cast(self.dtype), op)
         grad_mode = autograd_state.enabled()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..nnapi import (
-    DataView,
     DTypeError,
     FusegradError,
     ShapeError,
@@ -111,9 +110,7 @@ def embedding(
     torch's `embedding_renorm_` (no gradient through the scaling). `scale_grad_by_freq`
     and `sparse` gradients raise NotImplementedError.
     """
-    if scale_grad_by_freq or sparse:
-        what = "scale_grad_by_freq=True" if scale_grad_by_freq else "sparse=True"
-        raise NotImplementedError(f"embedding: {what} is not supported by fusegrad")
+    refuse_embedding_options("embedding", scale_grad_by_freq, sparse)
     if input.dtype.is_float or input.dtype.is_bool:
         _fail(
             DTypeError,
@@ -134,13 +131,20 @@ def embedding(
     return out
 
 
+def refuse_embedding_options(op: str, scale_grad_by_freq: bool, sparse: bool) -> None:
+    """torch's embedding options fusegrad does not have raise, naming themselves."""
+    if scale_grad_by_freq or sparse:
+        what = "scale_grad_by_freq=True" if scale_grad_by_freq else "sparse=True"
+        raise NotImplementedError(f"{op}: {what} is not supported by fusegrad")
+
+
 def _renorm_rows(weight: Tensor, input: Tensor, max_norm: float, norm_type: float) -> None:
     """torch.embedding_renorm_: the rows `input` picks whose norm is above `max_norm`,
     scaled to it (over norm + 1e-7), written into `weight` as through `.data`."""
     if input.numel() == 0:
         return
     picked = tensor(np.unique(input.numpy().reshape(-1)))
-    data = DataView(weight)
+    data = weight.data
     rows = data[picked]
     norms = rows.norm(norm_type, dim=1, keepdim=True)
     data[picked] = rows * where(norms > max_norm, max_norm / (norms + 1e-7), 1.0)

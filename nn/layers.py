@@ -187,9 +187,7 @@ class Embedding(Module):
         dtype=None,
     ):
         super().__init__()
-        if scale_grad_by_freq or sparse:
-            what = "scale_grad_by_freq=True" if scale_grad_by_freq else "sparse=True"
-            raise NotImplementedError(f"Embedding: {what} is not supported by fusegrad")
+        dense.refuse_embedding_options("Embedding", scale_grad_by_freq, sparse)
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.max_norm, self.norm_type = max_norm, norm_type
         self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse

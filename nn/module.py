@@ -28,7 +28,6 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from ..nnapi import (
-    DataView,
     Tensor,
     default_float,
     empty,
@@ -483,10 +482,10 @@ class Module:
         out = OrderedDict() if destination is None else destination
         for name, p in self._parameters.items():
             if p is not None:
-                out[prefix + name] = p if keep_vars else DataView(p)
+                out[prefix + name] = p if keep_vars else p.data
         for name, b in self._buffers.items():
             if b is not None and name not in self._non_persistent:
-                out[prefix + name] = b if keep_vars else DataView(b)
+                out[prefix + name] = b if keep_vars else b.data
         for name, child in self._modules.items():
             if child is not None:
                 child.state_dict(out, prefix + name + ".", keep_vars)

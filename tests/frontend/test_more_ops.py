@@ -367,3 +367,37 @@ def test_init_eye_and_dirac():
         fg.nn.init.eye_(fg.zeros(2))
     with pytest.raises(ValueError, match="3, 4, or 5"):
         fg.nn.init.dirac_(fg.zeros(2, 2))
+
+
+def test_zero_d_and_empty_inputs_as_torchs():
+    """0-d and empty inputs, torch's results written down (and checked live where torch
+    is installed): quantile of a 0-d tensor is itself, its gradient 1; sum_to_size of an
+    empty axis gives zeros; a contraction over an empty axis is zeros; cov of one
+    observation or of none is NaN; corrcoef of a constant row is NaN."""
+    x = fg.tensor(3.0, requires_grad=True)
+    for kw in ({}, {"dim": 0}, {"dim": -1, "keepdim": True}):
+        q = fg.quantile(x, 0.5, **kw)
+        assert q.shape == () and q.item() == 3.0
+        assert fg.quantile(x, fg.tensor([0.2, 0.5]), **kw).tolist() == [3.0, 3.0]
+    assert fg.grad(fg.quantile(x, 0.3), [x])[0].item() == 1.0
+    assert fg.nanquantile(fg.tensor(NAN), 0.5).isnan().item()
+    with pytest.raises(IndexError):
+        fg.quantile(x, 0.5, dim=1)
+    assert fg.zeros(0, 3).sum_to_size(1, 3).tolist() == [[0.0, 0.0, 0.0]]
+    assert fg.tensor(-0.0).sum_to_size(()).tolist() == -0.0
+    with pytest.raises(RuntimeError, match="not expandable"):
+        fg.tensor(2.0).sum_to_size(1)
+    assert fg.tensordot(fg.ones(2, 0), fg.ones(0, 3), dims=1).tolist() == [[0.0] * 3] * 2
+    assert fg.tensordot(fg.tensor(2.0), fg.tensor(3.0), dims=0).tolist() == 6.0
+    assert fg.cross(fg.zeros(0, 3), fg.zeros(0, 3), dim=1).shape == (0, 3)
+    assert fg.cov(fg.tensor(2.0)).isnan().item() and fg.cov(fg.zeros(2, 0)).isnan().all().item()
+    r = fg.corrcoef(fg.tensor([[1.0, 1.0, 1.0], [1.0, 2.0, 3.0]])).numpy()
+    assert np.isnan(r[0]).all() and np.isnan(r[:, 0]).all() and r[1, 1] == 1.0
+    assert fg.tensor(-0.0).aminmax().max.tolist() == -0.0
+    with pytest.raises(IndexError):
+        fg.zeros(0, 3).aminmax(dim=0)
+    if torch is None:
+        return
+    t = torch.tensor(3.0, requires_grad=True)
+    assert torch.autograd.grad(torch.quantile(t, 0.3), [t])[0].item() == 1.0
+    assert torch.corrcoef(torch.tensor([[1.0, 1.0, 1.0], [1.0, 2.0, 3.0]]))[1, 1].item() == 1.0
