@@ -7,12 +7,16 @@ A large bfloat16 or float16 matmul runs as one `mma.sync` kernel (codegen/cuda.p
 `mma16_step`) over a (16 RA) x (16 RB) tile of outputs, KC reduction steps staged in
 shared memory at a time in STAGES buffers, registers left for BLOCKS blocks per
 multiprocessor (`codegen.gpu.HALF_TILE`, `codegen.cuda.HALF_STAGES`, `HALF_MIN_BLOCKS`);
-past 48 KiB of staging the buffers are dynamic shared memory. Each shape runs in a process
+past 48 KiB of staging the buffers are dynamic shared memory. WGMMA (sm_90a: Hopper) is the
+buffers of the `wgmma.mma_async` pipeline rendered beside it (`codegen.gpu.WGMMA_STAGES`; 0:
+`mma.sync` only), SWAPPED 1 swaps its MN-major descriptors' offsets (a check of the layout
+that must give wrong answers). Each shape runs in a process
 of its own with the disk cache off (the shape is not part of a kernel's cache key), where:
 
 - the n x n x n product of random inputs is checked against the float64 product of the same
-  16-bit values (the largest error relative to the largest element), and so is a ragged
-  1040 x 200 x 2200 one (tiles cut at every edge);
+  16-bit values (the largest error relative to the largest element), and so are ragged
+  1040 x 200 x 2200 ones (tiles cut at every edge): a @ b, a @ b.T and a.T @ b (each side
+  contiguous along the reduction or along its outputs);
 - the kernel alone is timed with CUDA events around 20 back-to-back launches (as gpu.py's
   `kern` columns), the median of 5 such repetitions.
 
@@ -97,10 +101,13 @@ def one_shape(shape: tuple[int, ...], n: int) -> dict:
     sys.path.insert(0, HERE)
     from gpu import fusegrad_kernels, kernel_seconds
 
-    ra, rb, kc, stages, blocks = shape
+    ra, rb, kc, stages, blocks, wgmma, swapped, in_flight = (*shape, 0, 0, 1)[:8]  # (defaults)
     gpu.HALF_TILE = (ra, rb, kc)
     cuda.HALF_STAGES = stages
     cuda.HALF_MIN_BLOCKS = blocks
+    gpu.WGMMA_STAGES = wgmma
+    cuda.WGMMA_MN_SWAPPED = bool(swapped)
+    cuda.WGMMA_IN_FLIGHT = in_flight
     gpu.HALF_SHARED = 227 * 1024  # let the stages say
 
     def events():
@@ -113,10 +120,15 @@ def one_shape(shape: tuple[int, ...], n: int) -> dict:
     for name in DTYPES:
         dt = getattr(fg, name)
         errors = []
-        for m, k, p in ((n, n, n), (1040, 200, 2200)):
-            a = rng.standard_normal((m, k), dtype=np.float32)
-            b = rng.standard_normal((k, p), dtype=np.float32)
+        # a @ b, then a @ b.T and a.T @ b (a side contiguous along its outputs, the other
+        # along the reduction: each of the tensor cores' operand layouts) ragged
+        for m, k, p, ta, tb in ((n, n, n, 0, 0), (1040, 200, 2200, 0, 0),
+                                (1040, 200, 2200, 0, 1), (1040, 200, 2200, 1, 0)):  # fmt: skip
+            a = rng.standard_normal((k, m) if ta else (m, k), dtype=np.float32)
+            b = rng.standard_normal((p, k) if tb else (k, p), dtype=np.float32)
             fa, fb = fg.tensor(a, device="cuda").to(dt), fg.tensor(b, device="cuda").to(dt)
+            fa, fb = fa.realize(), fb.realize()
+            fa, fb = (fa.T if ta else fa), (fb.T if tb else fb)
             got = (fa @ fb).float().cpu().numpy()
             want = fa.float().cpu().numpy().astype(np.float64) @ fb.float().cpu().numpy()
             errors.append(float(np.abs(got - want).max() / np.abs(want).max()))
@@ -133,7 +145,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=4096)
     ap.add_argument("--child", help=argparse.SUPPRESS)
-    ap.add_argument("shapes", nargs="*", help="RA,RB,KC,STAGES,BLOCKS (default: a sweep)")
+    ap.add_argument(
+        "shapes",
+        nargs="*",
+        help="RA,RB,KC,STAGES,BLOCKS[,WGMMA[,SWAPPED]] "
+        "(default: a sweep; WGMMA: the wgmma pipeline's buffers, 0 for mma.sync)",
+    )
     args = ap.parse_args()
     if args.child:
         shape = tuple(int(v) for v in args.child.split(","))
@@ -147,11 +164,12 @@ def main() -> None:
     columns = [f"{name + ' TFLOP/s':>17} {'of cuBLAS':>9} {'max rel err':>19}" for name in DTYPES]
     print(f"{'ra,rb,kc,st,bl':>16} {'tile':>9} " + " ".join(columns))
     env = dict(os.environ, FUSEGRAD_CACHE="off")
+    limit = float(os.environ.get("FG_TILE_TIMEOUT", 600))  # seconds a shape may take
     for shape in shapes:
         spec = ",".join(map(str, shape))
         run = subprocess.run(
             [sys.executable, __file__, "--n", str(args.n), "--child", spec],
-            capture_output=True, text=True, env=env, timeout=600,
+            capture_output=True, text=True, env=env, timeout=limit,
         )  # fmt: skip
         if run.returncode != 0:
             print(f"{spec:>16} failed:\n{run.stderr[-3000:]}")

@@ -253,6 +253,61 @@ __device__ __forceinline__ void fg_mma_16816(float (&d)[4], const unsigned (&a)[
 }
 """
 _TO_HALF = {"float16": "fg_to_f16", "bfloat16": "fg_to_bf16"}
+# Hopper's warpgroup tensor cores, sm_90a only (`_Renderer.wgmma_pipeline`; the emulator and
+# other GPUs take the `mma.sync` pipeline beside it)
+WGMMA_PRELUDE = """\
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// A shared-memory operand of wgmma: its start, the byte offsets between its 8-row core
+// matrices (lbo: leading, sbo: stride) and the 128-byte swizzle (a row's 16-byte chunk c
+// of 8-row group row r sits at chunk c ^ (r % 8); the buffers are 1024-byte aligned)
+__device__ __forceinline__ unsigned long long fg_wgmma_desc(const void* at, unsigned lbo,
+                                                            unsigned sbo) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(at);
+  return (unsigned long long)((s & 0x3ffffu) >> 4) | (unsigned long long)(lbo >> 4) << 16 |
+         (unsigned long long)(sbo >> 4) << 32 | 1ull << 62;
+}
+__device__ __forceinline__ void fg_wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void fg_wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void fg_wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
+}
+// shared memory written through the generic proxy (cp.async, stores), read next by wgmma
+__device__ __forceinline__ void fg_fence_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// the accumulators stay where they are across this point (nothing moves past it)
+__device__ __forceinline__ void fg_wgmma_pin(float (&d)[128]) {
+#pragma unroll
+  for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
+}
+// d (a warpgroup's 64 x 256 fp32 outputs) += A (64 x 16) B (16 x 256): 16-bit operands in
+// shared memory, K-major (TA, TB 0) or MN-major (1); thread t's d[4 j + r] is output (16 (t /
+// 32) + t % 32 / 4 + 8 (r / 2), 8 j + 2 (t % 4) + r % 2)
+template <bool BF16, int TA, int TB>
+__device__ __forceinline__ void fg_wgmma_64x256(float (&d)[128], unsigned long long a,
+                                                unsigned long long b) {
+  if (BF16)
+    asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %130, 0;\\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {REGS}, %128, %129, p, 1, 1, "
+      "%131, %132;\\n}\\n"
+      : OUTS
+      : "l"(a), "l"(b), "r"(1), "n"(TA), "n"(TB));
+  else
+    asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %130, 0;\\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {REGS}, %128, %129, p, 1, 1, "
+      "%131, %132;\\n}\\n"
+      : OUTS
+      : "l"(a), "l"(b), "r"(1), "n"(TA), "n"(TB));
+}
+#endif
+"""
+WGMMA_PRELUDE = WGMMA_PRELUDE.replace("REGS", ", ".join(f"%{i}" for i in range(128))).replace(
+    "OUTS", ", ".join(f'"+f"(d[{i}])' for i in range(128))
+)
 
 
 def mem_type(dt: DType) -> str:
@@ -369,6 +424,12 @@ WMMA = "nvcuda::wmma::"
 
 HALF_STAGES = 4  # at most this many buffers of staged steps on the 16-bit tensor cores
 HALF_MIN_BLOCKS = 1  # blocks per multiprocessor nvcc must leave registers for (__launch_bounds__)
+# an MN-major wgmma operand's two descriptor offsets the other way round (a check on a GPU)
+WGMMA_MN_SWAPPED = False
+# wgmma groups a warpgroup leaves running when it goes on to the next step: 1 (the tensor
+# cores never wait for the barrier; steps staged WGMMA_STAGES - 2 ahead) or 0 (staged one
+# step further ahead)
+WGMMA_IN_FLIGHT = 1
 
 
 def _stages(c: Contraction, shared_limit: int = STATIC_SHARED) -> int:
@@ -378,6 +439,8 @@ def _stages(c: Contraction, shared_limit: int = STATIC_SHARED) -> int:
     the tile is chosen so that two fit: `gpu._tile_shape`)."""
     if not _staged_half(c):
         return 2
+    if gpu_map.wgmma_tile(c, shared_limit):
+        return gpu_map.WGMMA_STAGES
     return max(2, min(HALF_STAGES, min(gpu_map.HALF_SHARED, shared_limit) // _stage_bytes(c)))
 
 
@@ -420,6 +483,7 @@ class _Renderer:
         # a float sum's accumulator whose vector lanes 1..3 add into accumulators of their
         # own (`lane_sums`): <acc>_l1, <acc>_l2, <acc>_l3
         self.lane_acc: str | None = None
+        self.wgmma = False  # a contraction with a `wgmma_pipeline` (needs `WGMMA_PRELUDE`)
 
     def line(self, depth: int, text: str) -> None:
         self.lines.append("  " * depth + text)
@@ -648,6 +712,9 @@ class _Renderer:
                     continue
                 self.shared.append(f"  __shared__ __align__(32) {t_smem} {side}_{name}{shape};")
                 self.shared_bytes += stages * rows * (cols + pad) * size
+        self.wgmma = gpu_map.wgmma_tile(c, self.shared_limit)
+        if self.wgmma:  # room to align the wgmma pipeline's buffers to 1024 bytes
+            self.dynamic_bytes += 1024
         if c.mma == "tf32":  # a warp's 16x16 outputs on their way to the epilogue
             warps = MMA_WARPS[0] * MMA_WARPS[1]
             self.shared.append(f"  __shared__ __align__(32) float fg_out[{warps}][{MMA * MMA}];")
@@ -663,8 +730,13 @@ class _Renderer:
                      f"tile_a += (long long)gridDim.y * {ta}) {{")  # fmt: skip
         self.line(2, f"for (long long tile_b = blockIdx.x * {tb}LL; tile_b < {c.nb}LL; "
                      f"tile_b += (long long)gridDim.x * {tb}) {{")  # fmt: skip
-        if c.mma:  # tensor cores on sm_80+ (and in the emulator), the fp32 path elsewhere
+        if self.wgmma:  # Hopper's warpgroup tensor cores where compiled for sm_90a
+            self.line(0, "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)")
+            self.wgmma_pipeline(c)
+            self.line(0, "#elif !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800")
+        elif c.mma:  # tensor cores on sm_80+ (and in the emulator), the fp32 path elsewhere
             self.line(0, "#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800")
+        if c.mma:
             self.pipeline(c, mma=True)
             self.line(0, "#else")
         self.pipeline(c, mma=False)
@@ -745,6 +817,153 @@ class _Renderer:
         self.line(d + 1, f"if (ia < {c.na}LL && ib < {c.nb}LL) {{")
         self.output(c, f"{acc}_tile[i][j]", d + 2)
         self.line(d + 1, "}")
+        self.line(d, "}")
+
+    def wgmma_pipeline(self, c: Contraction) -> None:
+        """One output tile on Hopper's warpgroup tensor cores (sm_90a): the block's two
+        warpgroups each own 64 of the tile's 128 a-side rows and all 256 b-side columns, a
+        64 x 256 fp32 accumulator (128 registers a thread). Steps are staged by `cp.async` in
+        `WGMMA_STAGES` = S buffers laid out as `wgmma` reads them (`wgmma_offset`), S - 2
+        steps ahead: at step kt, once its copies are complete and fenced for the tensor
+        cores' proxy, the block passes one barrier (everyone's `wgmma` of step kt - 2 is
+        done: each waits for all but its newest group), stages step kt + S - 2 into step
+        kt - 2's buffer, then issues step kt's four m64n256k16 products asynchronously."""
+        red, kc, d = c.red, c.kc, 3
+        stages = _stages(c, self.shared_limit)
+        ahead = stages - 1 - WGMMA_IN_FLIGHT
+        self.line(d, "unsigned char* const fg_sa = fg_dynamic + ((1024u - ((unsigned)"
+                     "__cvta_generic_to_shared(fg_dynamic) & 1023u)) & 1023u);")  # fmt: skip
+        self.line(d, f"unsigned char* const fg_sb = fg_sa + {stages * self.wgmma_bytes(c, 'a')};")
+        self.line(d, "const int fg_g = tid >> 7;  // this warpgroup's rows: 64 fg_g ...")
+        self.line(d, "float fg_d[128];")
+        self.line(d, f"#pragma unroll\n{'  ' * d}for (int i = 0; i < 128; ++i) fg_d[i] = 0.0f;")
+        self.line(d, f"const int fg_steps = (int)(({red.length}LL + {kc - 1}) / {kc});")
+        self.line(d, f"for (int s = 0; s < {ahead}; ++s) {{")
+        self.line(d + 1, "if (s < fg_steps) {")
+        self.wgmma_stage(c, "s", f"(long long)s * {kc}", d + 2)
+        self.line(d + 1, "}")
+        self.line(d + 1, "fg_copy_commit();")
+        self.line(d, "}")
+        self.line(d, "for (int kt = 0; kt < fg_steps; ++kt) {")
+        self.line(d + 1, f"fg_copy_wait<{ahead - 1}>();  // all but the newest: step kt's group")
+        self.line(d + 1, "fg_fence_async_shared();  // ... seen by the tensor cores")
+        self.line(d + 1, "__syncthreads();  // everyone's copies; everyone's step kt - 2 is read")
+        self.line(d + 1, f"if (kt + {ahead} < fg_steps) {{")
+        self.wgmma_stage(c, f"(kt + {ahead}) % {stages}", f"(long long)(kt + {ahead}) * {kc}",
+                         d + 2)  # fmt: skip
+        self.line(d + 1, "}")
+        self.line(d + 1, "fg_copy_commit();  // empty near the end: one group per step")
+        self.line(d + 1, f"const int fg_buf = kt % {stages};")
+        self.line(d + 1, "fg_wgmma_fence();")
+        bf16 = "true" if c.mma == "bfloat16" else "false"
+        ta, tb = (int(not c.k_inner(side)) for side in "ab")
+        for ks in range(0, kc, 16):
+            descs = []
+            for side, base in (("a", "fg_sa"), ("b", "fg_sb")):
+                at = "fg_g * 64" if side == "a" else "0"
+                start = f"{base} + fg_buf * {self.wgmma_bytes(c, side)} + "
+                start += self.wgmma_offset(c, side, at, str(ks))
+                lbo, sbo = self.wgmma_strides(c, side)
+                descs.append(f"fg_wgmma_desc({start}, {lbo}, {sbo})")
+            self.line(d + 1, f"fg_wgmma_64x256<{bf16}, {ta}, {tb}>(fg_d, {descs[0]},")
+            self.line(d + 3, f"{descs[1]});")
+        self.line(d + 1, "fg_wgmma_commit();")
+        self.line(d + 1, f"fg_wgmma_wait<{WGMMA_IN_FLIGHT}>();  // all but the newest in flight")
+        self.line(d, "}")
+        self.line(d, "fg_wgmma_wait<0>();")
+        self.line(d, "fg_wgmma_pin(fg_d);")
+        self.line(d, "__syncthreads();  // the buffers are free for the block's next tile")
+        self.line(d, "const int fg_w4 = (tid >> 5) & 3, fg_ln = tid & 31;")
+        self.line(d, f"#pragma unroll\n{'  ' * d}for (int j = 0; j < 32; ++j)")
+        self.line(d, f"#pragma unroll\n{'  ' * d}for (int r = 0; r < 4; ++r) {{")
+        self.line(d + 1, "const long long ia = tile_a + fg_g * 64 + fg_w4 * 16 + (fg_ln >> 2) + "
+                         "(r >> 1) * 8;")  # fmt: skip
+        self.line(d + 1, "const long long ib = tile_b + j * 8 + (fg_ln & 3) * 2 + (r & 1);")
+        self.line(d + 1, f"if (ia < {c.na}LL && ib < {c.nb}LL) {{")
+        self.output(c, "fg_d[j * 4 + r]", d + 2)
+        self.line(d + 1, "}")
+        self.line(d, "}")
+
+    @staticmethod
+    def wgmma_bytes(c: Contraction, side: str) -> int:
+        """The bytes of one buffer of `side` in the wgmma pipeline: kc steps of its tile."""
+        return 2 * TILE_THREADS * (c.ra if side == "a" else c.rb) * c.kc
+
+    @staticmethod
+    def wgmma_offset(c: Contraction, side: str, at: str, kk: str) -> str:
+        """The byte offset in a wgmma buffer of `side`'s value at tile position `at`, step
+        `kk`, in the 128-byte swizzle's canonical layouts: K-major (a side contiguous along
+        the reduction: rows of the kc = 64 steps, 128 bytes) or MN-major (64-wide column
+        blocks of kc rows of 128 bytes, one block after another)."""
+        if c.k_inner(side):
+            return f"({at}) * 128 + (((({kk}) >> 3) ^ (({at}) & 7)) << 4) + (({kk}) & 7) * 2"
+        return (
+            f"(({at}) >> 6) * {c.kc * 128} + ({kk}) * 128 + "
+            f"((((({at}) & 63) >> 3) ^ (({kk}) & 7)) << 4) + (({at}) & 7) * 2"
+        )
+
+    @staticmethod
+    def wgmma_strides(c: Contraction, side: str) -> tuple[int, int]:
+        """(leading, stride) byte offsets of a side's wgmma descriptor: K-major, the 8-row
+        groups 1024 bytes apart (the leading offset unused); MN-major, the 64-wide column
+        blocks kc * 128 bytes apart (leading), their 8-row groups 1024 (stride)."""
+        if c.k_inner(side):
+            return 16, 1024
+        if WGMMA_MN_SWAPPED:
+            return 1024, c.kc * 128
+        return c.kc * 128, 1024
+
+    def wgmma_stage(self, c: Contraction, buf: str, k0: str, d: int) -> None:
+        """Copy the `kc` reduction steps from `k0` of both sides into wgmma buffer `buf`
+        (`wgmma_offset`'s layouts): 16-byte `cp.async` copies where the buffers are 16-byte
+        aligned, else one value at a time; 0 outside the outputs or the reduction."""
+        red, kc, threads = c.red, c.kc, TILE_THREADS * TILE_THREADS
+        self.line(d, "{")
+        self.line(d + 1, f"const long long k0 = {k0};")
+        for side, loops, stmts, exports, width, kk_fastest, extent in (
+            ("a", c.a_loops, c.a_stmts, c.a_exports, TILE_THREADS * c.ra, c.a_kk_fastest, c.na),
+            ("b", c.b_loops, c.b_stmts, c.b_exports, TILE_THREADS * c.rb, c.b_kk_fastest, c.nb),
+        ):
+            (name, t), (load,) = exports[0], stmts
+            at_m, at_k = loops[0].var.name, red.loops[0].var.name
+            base = f"fg_s{side} + ({buf}) * {self.wgmma_bytes(c, side)}"
+            inside = f"i{side} < {extent}LL && red < {red.length}LL"
+            e = d + 1
+            self.line(e, "if (fg_vec) {")
+            if c.k_inner(side):  # 16 bytes: 8 steps of one row
+                q = kc // 8
+                self.line(e + 1, f"for (int e = tid; e < {q * width}; e += {threads}) {{")
+                self.line(e + 2, f"const int kk = e % {q} * 8, at = e / {q};")
+            else:  # 16 bytes: 8 positions of one step
+                q = width // 8
+                self.line(e + 1, f"for (int e = tid; e < {kc * q}; e += {threads}) {{")
+                self.line(e + 2, f"const int kk = e / {q}, at = e % {q} * 8;")
+            self.line(e + 2, f"const long long i{side} = tile_{side} + at, red = k0 + kk;")
+            self.line(e + 2, f"const bool fg_in = {inside};")
+            self.line(e + 2, f"const long long {at_m} = fg_in ? i{side} : 0LL, "
+                             f"{at_k} = fg_in ? red : 0LL;")  # fmt: skip
+            self.index_vars(c.c_loops, "ic", e + 2)
+            ref = f"{load.param.name}[{index(load.index)}]"
+            cell = f"{base} + {self.wgmma_offset(c, side, 'at', 'kk')}"
+            self.line(e + 2, f"fg_copy16_async({cell}, &{ref}, fg_in);")
+            self.line(e + 1, "}")
+            self.line(e, "} else {  // a buffer is not 16-byte aligned: one at a time")
+            self.line(e + 1, f"for (int e = tid; e < {kc * width}; e += {threads}) {{")
+            kk, at = (f"e % {kc}", f"e / {kc}") if kk_fastest else (f"e / {width}", f"e % {width}")
+            self.line(e + 2, f"const int kk = {kk}, at = {at};")
+            self.line(e + 2, f"const long long i{side} = tile_{side} + at, red = k0 + kk;")
+            cell = f"*({mem_type(t)}*)({base} + {self.wgmma_offset(c, side, 'at', 'kk')})"
+            self.line(e + 2, f"if ({inside}) {{")
+            self.index_vars(loops, f"i{side}", e + 3)
+            self.index_vars(c.c_loops, "ic", e + 3)
+            self.index_vars(red.loops, "red", e + 3)
+            self.block(c.consts + stmts, e + 3)
+            self.line(e + 3, f"{cell} = {_narrowed(name, t)};")
+            self.line(e + 2, "} else {")
+            self.line(e + 3, f"{cell} = {_narrowed('0.0f', t)};")
+            self.line(e + 2, "}")
+            self.line(e + 1, "}")
+            self.line(e, "}")
         self.line(d, "}")
 
     def stages_ahead(self, c: Contraction, d: int) -> None:
@@ -1230,7 +1449,7 @@ def cuda_kernel(
     moved = traffic(gpu)
     # 16-bit values in the parameters or only inside (an explicit cast of float32 values)
     half = any(p.dtype.is_half for p in kernel.params) or any("fg_f32(" in b for b in bodies)
-    prelude = PRELUDE + (HALF_PRELUDE if half else "")
+    prelude = PRELUDE + (HALF_PRELUDE if half else "") + (WGMMA_PRELUDE if r.wgmma else "")
     source = "\n".join([f"// kernel {kernel.name}", f"// {moved}", prelude, *bodies, ""])
     return CudaKernel(
         kernel.name, source, list(kernel.params), launches, scratch, r.shared_bytes, moved

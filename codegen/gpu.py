@@ -405,6 +405,11 @@ HALF_TILE_K = 32
 # 0.23 for 128 x 128 x 32 in 3 buffers), where the device gives a block that much
 HALF_TILE = (8, 16, 64)
 HALF_SHARED = 96 * 1024  # the most shared memory a 16-bit contraction's staging takes
+# Hopper's warpgroup tensor cores (`wgmma.mma_async`, sm_90a): a `HALF_TILE` contraction whose
+# sides are both plain 16-byte loads takes WGMMA_STAGES buffers where the device gives a
+# block that much (and 1 KiB more, to align them to the 128-byte swizzle's 1024-byte period);
+# 0 turns the pipeline off (benchmarks/gpu_tiles.py compares the two)
+WGMMA_STAGES = 4
 
 
 @dataclass
@@ -495,6 +500,18 @@ def half_stage_bytes(ra: int, rb: int, kc: int) -> int:
     """The bytes of one buffer of a 16-bit contraction's staged steps: kc steps of both
     sides' (16 ra) + (16 rb) values, 2 bytes each."""
     return 2 * TILE_THREADS * (ra + rb) * kc
+
+
+def wgmma_tile(c: Contraction, shared_limit: int) -> bool:
+    """Whether `c` renders a `wgmma.mma_async` pipeline beside its `mma.sync` one (taken
+    where the code is compiled for sm_90a): a 16-bit `HALF_TILE` contraction whose sides are
+    each one plain 16-byte load (`a_vector`, `b_vector`), on a device whose blocks may have
+    `WGMMA_STAGES` buffers of it."""
+    need = WGMMA_STAGES * half_stage_bytes(*HALF_TILE) + 1024
+    return (
+        WGMMA_STAGES >= 3 and c.mma in HALF_MMA and c.a_vector is not None
+        and c.b_vector is not None and (c.ra, c.rb, c.kc) == HALF_TILE and shared_limit >= need
+    )  # fmt: skip
 
 
 def _tile_shape(

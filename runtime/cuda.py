@@ -236,11 +236,14 @@ class _PyCudaBackend:
         from pycuda.compiler import compile as nvcc_compile
         from pycuda.compiler import get_nvcc_version
 
-        key = "|".join([get_nvcc_version("nvcc") or "", self.arch, source])
+        # sm_90 code is built for sm_90a, the GPU's own features (wgmma) included: a cubin for
+        # one GPU model, which is what runs here
+        arch = "sm_90a" if self.arch == "sm_90" else self.arch
+        key = "|".join([get_nvcc_version("nvcc") or "", arch, source])
         cubin, how = disk_cached(
             key,
             ".cubin",
-            lambda: nvcc_compile(source, options=_NVCC_OPTIONS, no_extern_c=True, arch=self.arch),
+            lambda: nvcc_compile(source, options=_NVCC_OPTIONS, no_extern_c=True, arch=arch),
         )
         with self.active:
             return self.drv.module_from_buffer(cubin), how

@@ -1,0 +1,225 @@
+"""Hopper's warpgroup tensor cores (`wgmma.mma_async`, sm_90a) for large 16-bit matmuls.
+
+A `HALF_TILE` contraction whose sides are each one plain 16-byte load renders a wgmma
+pipeline beside its `mma.sync` one (codegen/cuda.py's `wgmma_pipeline`), taken where nvcc
+compiles for sm_90a, as the runtime does for sm_90 GPUs. Checked here: which contractions
+render it; its staging offsets against the 128-byte swizzle's canonical layouts (written
+out again below from the PTX ISA's description, not taken from the renderer); nvcc's
+sm_90a build (ptxas: no spills, no serialized wgmma) and sm_90 build (the branch left out);
+and, on a Hopper GPU (`FUSEGRAD_TEST_DEVICE=cuda` with PyCUDA), its answers against the
+float64 products of the same 16-bit values: every operand layout, ragged edges, a batch and
+buffers that are not 16-byte aligned (the copies one value at a time).
+
+The emulator compiles without sm_90a's features, so it runs the `mma.sync` pipeline
+beside it (test_cuda_sgemm.py checks that one).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+
+import ml_dtypes
+import numpy as np
+import pytest
+from _emulated import ON_GPU, emulated  # noqa: F401  (a fixture)
+
+import fusegrad as fg
+from fusegrad.codegen import cuda as cuda_gen
+from fusegrad.codegen import gpu
+from fusegrad.codegen.cuda import cuda_kernel
+from fusegrad.codegen.lower import lower
+from fusegrad.ir.schedule import schedule
+from fusegrad.runtime.engine import engine
+
+H100_SHARED = 227 * 1024  # an H100's shared memory per block, dynamic included
+NVCC = shutil.which("nvcc")
+HALVES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+# (a's stored shape, b's stored shape, the product, (A, B) MN-major): the tensor cores'
+# operand layouts; 1040 x 200 x 2200 cuts the 128 x 256 tiles and the 64 steps at every edge
+LAYOUTS = {
+    "a @ b": ((1040, 200), (200, 2200), lambda a, b: a @ b, (0, 1)),
+    "a @ b.T": ((1040, 200), (2200, 200), lambda a, b: a @ b.T, (0, 0)),
+    "a.T @ b": ((200, 1040), (200, 2200), lambda a, b: a.T @ b, (1, 1)),
+    "a.T @ b.T": ((200, 1040), (2200, 200), lambda a, b: a.T @ b.T, (1, 0)),
+}
+
+
+def rand16(dtype: str, *shape: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(shape, dtype=np.float32).astype(HALVES[dtype])
+
+
+def dev(a: np.ndarray) -> fg.Tensor:
+    """`a` on the cuda device (the emulator's, or the GPU the suite runs on): kernels are
+    scheduled for the device of their tensors."""
+    return fg.tensor(a, device="cuda")
+
+
+def render(expr, shared_limit: int = H100_SHARED):
+    """The kernel of `expr`'s product (the last the schedule runs)."""
+    items = schedule([expr.node], engine.has_value_predicate())
+    return cuda_kernel(lower(items[-1], tile=False), "k", False, shared_limit)
+
+
+def wgmma_call(source: str) -> str | None:
+    m = re.search(r"fg_wgmma_64x256<(true|false), (\d), (\d)>\(", source)
+    return m.group(0) if m else None
+
+
+@pytest.mark.usefixtures("emulated")
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_a_large_16bit_matmul_renders_a_wgmma_pipeline(dtype, layout):
+    sa, sb, how, (ta, tb) = LAYOUTS[layout]
+    a, b = dev(rand16(dtype, *sa)), dev(rand16(dtype, *sb))
+    k = render(how(a, b))
+    bf16 = "true" if dtype == "bfloat16" else "false"
+    assert wgmma_call(k.source) == f"fg_wgmma_64x256<{bf16}, {ta}, {tb}>(", layout
+    assert "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)" in k.source
+    assert "fg_mma_16816<" in k.source  # the mma.sync pipeline beside it
+    # 4 buffers of 128 x 64 + 256 x 64 16-bit values, and 1 KiB to align them
+    assert k.launches[0].shared_bytes == 4 * 48 * 1024 + 1024
+    assert k.block == (16, 16, 1)  # two warpgroups
+
+
+@pytest.mark.usefixtures("emulated")
+def test_only_large_16bit_matmuls_of_plain_loads_on_big_enough_blocks_take_it():
+    a, b = rand16("bfloat16", 1040, 200), rand16("bfloat16", 200, 2200)
+    fa, fb = dev(a), dev(b)
+    assert wgmma_call(render(fa @ fb).source)
+    # an A100's 163 KiB a block: the mma.sync pipeline alone
+    assert wgmma_call(render(fa @ fb, 163 * 1024).source) is None
+    # a small product takes smaller tiles
+    assert wgmma_call(render(fa[:100] @ fb[:, :200]).source) is None
+    # float32: no 16-bit tensor cores
+    f32 = dev(a.astype(np.float32)) @ dev(b.astype(np.float32))
+    assert wgmma_call(render(f32).source) is None
+
+
+@pytest.mark.usefixtures("emulated")
+def test_the_pipeline_can_be_turned_off(monkeypatch):
+    monkeypatch.setattr(gpu, "WGMMA_STAGES", 0)
+    a, b = rand16("bfloat16", 1040, 200), rand16("bfloat16", 200, 2200)
+    k = render(dev(a) @ dev(b))
+    assert wgmma_call(k.source) is None and "fg_mma_16816<true>(" in k.source
+
+
+def canonical_k_major(at: int, kk: int) -> int:
+    """The byte of element (at, kk) of a K-major operand, 64 16-bit steps a row, in the
+    128-byte swizzle's canonical layout: rows of 128 bytes, 8-row core groups 1024 bytes
+    apart (the descriptor's stride offset), a row's 16-byte chunk c at chunk c ^ (row % 8)."""
+    return (at // 8) * 1024 + (at % 8) * 128 + ((kk // 8) ^ (at % 8)) * 16 + (kk % 8) * 2
+
+
+def canonical_mn_major(at: int, kk: int, lbo: int, sbo: int) -> int:
+    """The byte of element (at, kk) of an MN-major operand in the 128-byte swizzle's canonical
+    layout: 64 consecutive positions (128 bytes) a row, one row per step, the 8-step groups
+    `sbo` bytes apart and the 64-position column blocks `lbo` apart; swizzled as above."""
+    row = kk % 8
+    chunk = ((at % 64) // 8) ^ row
+    return (at // 64) * lbo + (kk // 8) * sbo + row * 128 + chunk * 16 + (at % 8) * 2
+
+
+@pytest.mark.usefixtures("emulated")
+@pytest.mark.parametrize("side", ["a", "b"])
+@pytest.mark.parametrize("mn_major", [False, True])
+def test_the_staged_bytes_are_the_canonical_layouts_the_descriptors_name(side, mn_major):
+    shape = ((200, 1040) if mn_major else (1040, 200)), ((200, 2200) if mn_major else (2200, 200))
+    a, b = dev(rand16("bfloat16", *shape[0])), dev(rand16("bfloat16", *shape[1]))
+    b = b if mn_major else b.T
+    a = a.T if mn_major else a
+    c = gpu.map_to_gpu(lower(schedule([(a @ b).node], engine.has_value_predicate())[0],
+                             tile=False), False, H100_SHARED).contraction  # fmt: skip
+    assert c.k_inner(side) != mn_major
+    width = 16 * (c.ra if side == "a" else c.rb)
+    offset = cuda_gen._Renderer.wgmma_offset(c, side, "at", "kk")
+    lbo, sbo = cuda_gen._Renderer.wgmma_strides(c, side)
+    seen = set()
+    for at in range(width):
+        for kk in range(c.kc):
+            got = eval(offset, {}, {"at": at, "kk": kk})  # the C expression, in Python
+            want = (canonical_mn_major(at, kk, lbo, sbo) if mn_major
+                    else canonical_k_major(at, kk))  # fmt: skip
+            assert got == want, (at, kk)
+            seen.add(got)
+    if not mn_major:
+        assert sbo == 1024
+    assert seen == set(range(0, width * c.kc * 2, 2))  # every value its own two bytes
+
+
+@pytest.mark.usefixtures("emulated")
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc")
+def test_nvcc_builds_the_pipeline_for_sm_90a_and_leaves_it_out_for_sm_90(tmp_path):
+    sources = []
+    for dtype in ("bfloat16", "float16"):
+        for sa, sb, how, _ in LAYOUTS.values():
+            a, b = dev(rand16(dtype, *sa)), dev(rand16(dtype, *sb))
+            source = render(how(a, b)).source
+            head = 'extern "C" __global__ void k('
+            body = source[source.index(head) :].replace(head, head[:-1] + f"{len(sources)}(")
+            sources.append(source[: source.index(head)] + body if not sources else body)
+    cu = tmp_path / "wgmma.cu"
+    cu.write_text("\n".join(sources))
+    for arch, wgmma in (("sm_90a", True), ("sm_90", False)):
+        ptx = tmp_path / f"{arch}.ptx"
+        subprocess.run([NVCC, "--ptx", f"-arch={arch}", "-o", str(ptx), str(cu)],
+                       capture_output=True, text=True, timeout=600, check=True)  # fmt: skip
+        text = ptx.read_text()
+        assert text.count("wgmma.mma_async.sync.aligned.m64n256k16") == (32 if wgmma else 0)
+        ptxas = shutil.which("ptxas", path=os.path.dirname(NVCC)) or shutil.which("ptxas")
+        if ptxas is None:
+            continue
+        r = subprocess.run([ptxas, f"-arch={arch}", "-v", str(ptx), "-o", os.devnull],
+                           capture_output=True, text=True, timeout=600, check=True)  # fmt: skip
+        assert "serialized" not in r.stderr  # ptxas's "wgmma ... serialized" warning
+        assert not re.search(r"[1-9]\d* bytes spill", r.stderr), r.stderr
+
+
+on_hopper = pytest.mark.skipif(not ON_GPU, reason="needs a Hopper GPU (FUSEGRAD_TEST_DEVICE=cuda)")
+
+
+def _check(dtype: str, got: fg.Tensor, want: np.ndarray) -> None:
+    """Products of 16-bit values are exact in fp32, the sum is fp32, one rounding at the end."""
+    eps = float(ml_dtypes.finfo(HALVES[dtype]).eps)
+    out = got.cpu().float().numpy()
+    np.testing.assert_allclose(out, want, rtol=eps, atol=1e-5 * np.abs(want).max())
+    assert np.mean(out == want.astype(HALVES[dtype]).astype(np.float64)) > 0.95
+
+
+def _hopper() -> bool:
+    from fusegrad.runtime import cuda as runtime_cuda
+
+    return getattr(runtime_cuda.backend(), "arch", "") == "sm_90"
+
+
+@on_hopper
+@pytest.mark.usefixtures("emulated")
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_the_pipeline_on_a_hopper_gpu(dtype, layout):
+    if not _hopper():
+        pytest.skip("not an sm_90 GPU")
+    sa, sb, how, _ = LAYOUTS[layout]
+    a, b = rand16(dtype, *sa), rand16(dtype, *sb, seed=1)
+    got = how(dev(a), dev(b))
+    assert wgmma_call(render(how(dev(a), dev(b))).source)
+    _check(dtype, got, how(a.astype(np.float64), b.astype(np.float64)))
+
+
+@on_hopper
+@pytest.mark.usefixtures("emulated")
+def test_a_batch_and_unaligned_buffers_on_a_hopper_gpu():
+    if not _hopper():
+        pytest.skip("not an sm_90 GPU")
+    a, b = rand16("bfloat16", 3, 1040, 136), rand16("bfloat16", 3, 136, 2200, seed=1)
+    got = dev(a) @ dev(b)
+    assert wgmma_call(render(dev(a) @ dev(b)).source)
+    _check("bfloat16", got, a.astype(np.float64) @ b.astype(np.float64))
+    # views 1 element into their buffers: not 16-byte aligned, so copied a value at a time
+    ra, rb = rand16("float16", 1040 * 200 + 1), rand16("float16", 200 * 2200 + 1, seed=1)
+    fa, fb = dev(ra)[1:].reshape(1040, 200), dev(rb)[1:].reshape(200, 2200)
+    want = ra[1:].reshape(1040, 200).astype(np.float64) @ rb[1:].reshape(200, 2200)
+    _check("float16", fa @ fb, want)
