@@ -10,7 +10,8 @@ multiprocessor (`codegen.gpu.HALF_TILE`, `codegen.cuda.HALF_STAGES`, `HALF_MIN_B
 past 48 KiB of staging the buffers are dynamic shared memory. WGMMA (sm_90a: Hopper) is the
 buffers of the `wgmma.mma_async` pipeline rendered beside it (`codegen.gpu.WGMMA_STAGES`; 0:
 `mma.sync` only), SWAPPED 1 swaps its MN-major descriptors' offsets (a check of the layout
-that must give wrong answers). Each shape runs in a process
+that must give wrong answers), IN_FLIGHT its wgmma groups left running per step
+(`codegen.cuda.WGMMA_IN_FLIGHT`, 1 by default). Each shape runs in a process
 of its own with the disk cache off (the shape is not part of a kernel's cache key), where:
 
 - the n x n x n product of random inputs is checked against the float64 product of the same
@@ -148,7 +149,7 @@ def main() -> None:
     ap.add_argument(
         "shapes",
         nargs="*",
-        help="RA,RB,KC,STAGES,BLOCKS[,WGMMA[,SWAPPED]] "
+        help="RA,RB,KC,STAGES,BLOCKS[,WGMMA[,SWAPPED[,IN_FLIGHT]]] "
         "(default: a sweep; WGMMA: the wgmma pipeline's buffers, 0 for mma.sync)",
     )
     args = ap.parse_args()

@@ -15,7 +15,8 @@ bytes per access (`float4` / `int4` through `__ldg` and `__stwb`: `ld.global.nc.
 the scalar path. Contractions tile through shared memory (`_Renderer.tiled`); on tensor
 cores TF32 ones through `nvcuda::wmma`, 16-bit ones through warp-level `mma.sync` m16n8k16
 fed by `ldmatrix` (`fg_mma_16816`, `fg_ldmatrix_x4`: inline PTX on sm_80+, lane-exact
-emulations in `runtime/cuda_emu.h`).
+emulations in `runtime/cuda_emu.h`), and a large 16-bit matmul also through Hopper's
+warpgroup `wgmma.mma_async` where built for sm_90a (`_Renderer.wgmma_pipeline`).
 The source begins with the kernel's global-memory traffic (`gpu.traffic`).
 """
 
