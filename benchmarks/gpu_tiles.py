@@ -11,7 +11,9 @@ past 48 KiB of staging the buffers are dynamic shared memory. WGMMA (sm_90a: Hop
 buffers of the `wgmma.mma_async` pipeline rendered beside it (`codegen.gpu.WGMMA_STAGES`; 0:
 `mma.sync` only), SWAPPED 1 swaps its MN-major descriptors' offsets (a check of the layout
 that must give wrong answers), IN_FLIGHT its wgmma groups left running per step
-(`codegen.cuda.WGMMA_IN_FLIGHT`, 1 by default). Each shape runs in a process
+(`codegen.cuda.WGMMA_IN_FLIGHT`, 1 by default), TMA 1 stages its steps by the Tensor Memory
+Accelerator instead of cp.async (`codegen.cuda.WGMMA_TMA`: off by default, its launches
+failed on an H200). Each shape runs in a process
 of its own with the disk cache off (the shape is not part of a kernel's cache key), where:
 
 - the n x n x n product of random inputs is checked against the float64 product of the same
@@ -102,13 +104,15 @@ def one_shape(shape: tuple[int, ...], n: int) -> dict:
     sys.path.insert(0, HERE)
     from gpu import fusegrad_kernels, kernel_seconds
 
-    ra, rb, kc, stages, blocks, wgmma, swapped, in_flight = (*shape, 0, 0, 1)[:8]  # (defaults)
+    defaults = (8, 16, 64, 2, 1, 0, 0, 1, 0)  # the fields a shape leaves out
+    ra, rb, kc, stages, blocks, wgmma, swapped, in_flight, tma = (*shape, *defaults[len(shape) :])
     gpu.HALF_TILE = (ra, rb, kc)
     cuda.HALF_STAGES = stages
     cuda.HALF_MIN_BLOCKS = blocks
     gpu.WGMMA_STAGES = wgmma
     cuda.WGMMA_MN_SWAPPED = bool(swapped)
     cuda.WGMMA_IN_FLIGHT = in_flight
+    cuda.WGMMA_TMA = bool(tma)
     gpu.HALF_SHARED = 227 * 1024  # let the stages say
 
     def events():
@@ -149,7 +153,7 @@ def main() -> None:
     ap.add_argument(
         "shapes",
         nargs="*",
-        help="RA,RB,KC,STAGES,BLOCKS[,WGMMA[,SWAPPED[,IN_FLIGHT]]] "
+        help="RA,RB,KC,STAGES,BLOCKS[,WGMMA[,SWAPPED[,IN_FLIGHT[,TMA]]]] "
         "(default: a sweep; WGMMA: the wgmma pipeline's buffers, 0 for mma.sync)",
     )
     args = ap.parse_args()

@@ -76,6 +76,13 @@ PRELUDE = """\
 #else
 #define FG_DYNAMIC_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
 #endif
+// the tensor maps a kernel built for sm_90a takes after its buffers (`WGMMA_PRELUDE`'s fg_tmap)
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FG_TMAP_PARAMS \\
+  , const __grid_constant__ struct fg_tmap fg_tma, const __grid_constant__ struct fg_tmap fg_tmb
+#else
+#define FG_TMAP_PARAMS
+#endif
 __device__ __forceinline__ float fg_max(float a, float b) { return (a != a || a > b) ? a : b; }
 __device__ __forceinline__ double fg_max(double a, double b) { return (a != a || a > b) ? a : b; }
 __device__ __forceinline__ int fg_max(int a, int b) { return a > b ? a : b; }
@@ -285,6 +292,53 @@ __device__ __forceinline__ void fg_wgmma_pin(float (&d)[128]) {
 #pragma unroll
   for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
 }
+// The Tensor Memory Accelerator's copies (a tensor map, encoded on the host and passed by
+// value: `CudaKernel.tensor_maps`) into shared memory, their completion counted in bytes on
+// an mbarrier that threads wait on by phase parity
+struct __align__(64) fg_tmap { unsigned long long q[16]; };
+__device__ __forceinline__ unsigned fg_smem(const void* p) {
+  return (unsigned)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void fg_mbar_init(unsigned long long* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(fg_smem(bar)), "r"(count)
+               : "memory");
+}
+__device__ __forceinline__ void fg_mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ bool fg_mbar_try(unsigned long long* bar, unsigned parity) {
+  unsigned ok;
+  asm volatile("{\\n.reg .pred p;\\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\\n"
+               "selp.u32 %0, 1, 0, p;\\n}\\n" : "=r"(ok) : "r"(fg_smem(bar)), "r"(parity)
+               : "memory");
+  return ok != 0;
+}
+// until the phase of `bar` with this parity is complete (parity 1 before any: at once)
+__device__ __forceinline__ void fg_mbar_wait(unsigned long long* bar, unsigned parity) {
+  while (!fg_mbar_try(bar, parity)) {
+  }
+}
+__device__ __forceinline__ void fg_mbar_arrive(unsigned long long* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(fg_smem(bar)) : "memory");
+}
+// this thread's arrival, and `bytes` more to come from copies before the phase completes
+__device__ __forceinline__ void fg_mbar_expect(unsigned long long* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+               :: "r"(fg_smem(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void fg_tma_2d(void* dst, const fg_tmap* map, int c0, int c1,
+                                          unsigned long long* bar) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%2, %3}], [%4];"
+               :: "r"(fg_smem(dst)), "l"(map), "r"(c0), "r"(c1), "r"(fg_smem(bar)) : "memory");
+}
+__device__ __forceinline__ void fg_tma_3d(void* dst, const fg_tmap* map, int c0, int c1, int c2,
+                                          unsigned long long* bar) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%2, %3, %4}], [%5];"
+               :: "r"(fg_smem(dst)), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(fg_smem(bar))
+               : "memory");
+}
 // d (a warpgroup's 64 x 256 fp32 outputs) += A (64 x 16) B (16 x 256): 16-bit operands in
 // shared memory, K-major (TA, TB 0) or MN-major (1); thread t's d[4 j + r] is output (16 (t /
 // 32) + t % 32 / 4 + 8 (r / 2), 8 j + 2 (t % 4) + r % 2)
@@ -383,6 +437,23 @@ class CudaLaunch:
     shared_bytes: int = 0  # dynamic shared memory to ask for at launch
 
 
+@dataclass(frozen=True)
+class TensorMap:
+    """A tensor map the host encodes for a launch (`cuTensorMapEncodeTiled`) and passes by
+    value after the buffers (`FG_TMAP_PARAMS`, on sm_90a): the Tensor Memory Accelerator's
+    view of buffer `param` (its index among the kernel's parameters) from element `offset`
+    on, `dims` elements along each dimension (innermost first), `strides` bytes between the
+    steps of dimensions 1.. (dimension 0 is contiguous), copied `box` elements at a time
+    into shared memory in the 128-byte swizzle; reads outside `dims` give zeros."""
+
+    param: int
+    dtype: str
+    offset: int
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
+    box: tuple[int, ...]
+
+
 @dataclass
 class CudaKernel:
     """A kernel rendered for the GPU, with its launch configuration.
@@ -399,6 +470,7 @@ class CudaKernel:
     scratch: list = field(default_factory=list)
     static_shared_bytes: int = 0  # the `__shared__` arrays the source declares, per block
     traffic: Traffic | None = None  # global-memory bytes and FLOPs (`codegen/gpu.py`)
+    tensor_maps: tuple[TensorMap, ...] = ()  # passed after the buffers where built for sm_90a
 
     @property
     def symbol(self) -> str:
@@ -427,6 +499,11 @@ HALF_STAGES = 4  # at most this many buffers of staged steps on the 16-bit tenso
 HALF_MIN_BLOCKS = 1  # blocks per multiprocessor nvcc must leave registers for (__launch_bounds__)
 # an MN-major wgmma operand's two descriptor offsets the other way round (a check on a GPU)
 WGMMA_MN_SWAPPED = False
+# the wgmma pipeline's steps copied by the Tensor Memory Accelerator where the sides allow
+# (`tma_maps`), else by every thread's cp.async. Off: on an H200 (session 28) its kernels
+# compiled but every launch failed ("too many resources requested for launch"), not yet
+# understood; `benchmarks/gpu_tiles.py`'s TMA field turns it on to try again
+WGMMA_TMA = False
 # wgmma groups a warpgroup leaves running when it goes on to the next step: 1 (the tensor
 # cores never wait for the barrier; steps staged WGMMA_STAGES - 2 ahead) or 0 (staged one
 # step further ahead)
@@ -465,6 +542,38 @@ def _staged_half(c: Contraction) -> bool:
     return c.mma in HALF_MMA
 
 
+def tma_maps(kernel: Kernel, c: Contraction) -> tuple[TensorMap, ...]:
+    """The two sides' tensor maps for `tma_steps`, or () where a side's load is not one
+    the Tensor Memory Accelerator can copy: its buffer seen as rows along the side's
+    contiguous axis (the reduction for a K-major side, its outputs for an MN-major one),
+    the other axis next, then at most one batch loop, each step a positive stride that
+    leaves the rows apart (16-byte multiples: `gpu._vector_side` saw to those)."""
+    maps = []
+    red = c.red.loops[0]
+    for side, loops, stmts in (("a", c.a_loops, c.a_stmts), ("b", c.b_loops, c.b_stmts)):
+        (load,) = stmts
+        (loop,) = loops
+        if len(c.c_loops) > 1 or load.index.has_divmod():
+            return ()
+        axes = [red, loop] if c.k_inner(side) else [loop, red]
+        axes += c.c_loops
+        coefs = [load.index.coef(lp.var) for lp in axes]
+        if coefs[0] != 1 or len(load.index.terms) != sum(1 for k in coefs if k):
+            return ()
+        dims = [lp.extent for lp in axes]
+        size = load.dtype.itemsize
+        for i in range(1, len(axes)):  # each axis outside the one before it
+            if coefs[i] < dims[i - 1] * coefs[i - 1] or coefs[i] * size % 16:
+                return ()
+        rows = TILE_THREADS * (c.ra if side == "a" else c.rb)
+        box = (c.kc, rows) if c.k_inner(side) else (64, c.kc)
+        box += (1,) * len(c.c_loops)
+        param = kernel.params.index(load.param)
+        strides = tuple(k * size for k in coefs[1:])
+        maps.append(TensorMap(param, load.dtype.name, load.index.const, tuple(dims), strides, box))
+    return tuple(maps)
+
+
 class _Renderer:
     """Prints one launch of a `GpuKernel`: `part` is "all" (the whole kernel), or "partials"
     and "final" for the two passes of a split reduction."""
@@ -485,6 +594,7 @@ class _Renderer:
         # own (`lane_sums`): <acc>_l1, <acc>_l2, <acc>_l3
         self.lane_acc: str | None = None
         self.wgmma = False  # a contraction with a `wgmma_pipeline` (needs `WGMMA_PRELUDE`)
+        self.tensor_maps: tuple[TensorMap, ...] = ()  # its sides' maps (`tma_maps`), if any
 
     def line(self, depth: int, text: str) -> None:
         self.lines.append("  " * depth + text)
@@ -716,6 +826,14 @@ class _Renderer:
         self.wgmma = gpu_map.wgmma_tile(c, self.shared_limit)
         if self.wgmma:  # room to align the wgmma pipeline's buffers to 1024 bytes
             self.dynamic_bytes += 1024
+            self.tensor_maps = tma_maps(self.k, c) if WGMMA_TMA else ()
+        if self.tensor_maps:  # each buffer's barriers: its copies landed; its readers are done
+            stages = _stages(c, self.shared_limit)
+            self.shared.append("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)")
+            self.shared.append(f"  __shared__ __align__(8) unsigned long long fg_full[{stages}], "
+                               f"fg_empty[{stages}];")  # fmt: skip
+            self.shared.append("#endif")
+            self.shared_bytes += 16 * stages
         if c.mma == "tf32":  # a warp's 16x16 outputs on their way to the epilogue
             warps = MMA_WARPS[0] * MMA_WARPS[1]
             self.shared.append(f"  __shared__ __align__(32) float fg_out[{warps}][{MMA * MMA}];")
@@ -726,6 +844,10 @@ class _Renderer:
             self.line(1, f"const bool fg_vec = {' && '.join(f'fg_aligned16({n})' for n in names)};")
         ta, tb = TILE_THREADS * c.ra, TILE_THREADS * c.rb
         self.line(1, "const int tid = threadIdx.y * blockDim.x + threadIdx.x;")
+        if self.tensor_maps:  # the block's steps so far, every tile's: the barriers' phases
+            self.line(0, "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)")
+            self.line(1, "unsigned fg_t0 = 0;")
+            self.line(0, "#endif")
         self.line(1, f"for (long long ic = blockIdx.z; ic < {c.nc}LL; ic += gridDim.z)")
         self.line(1, f"for (long long tile_a = blockIdx.y * {ta}LL; tile_a < {c.na}LL; "
                      f"tile_a += (long long)gridDim.y * {ta}) {{")  # fmt: skip
@@ -823,15 +945,14 @@ class _Renderer:
     def wgmma_pipeline(self, c: Contraction) -> None:
         """One output tile on Hopper's warpgroup tensor cores (sm_90a): the block's two
         warpgroups each own 64 of the tile's 128 a-side rows and all 256 b-side columns, a
-        64 x 256 fp32 accumulator (128 registers a thread). Steps are staged by `cp.async` in
-        `WGMMA_STAGES` = S buffers laid out as `wgmma` reads them (`wgmma_offset`), S - 2
-        steps ahead: at step kt, once its copies are complete and fenced for the tensor
-        cores' proxy, the block passes one barrier (everyone's `wgmma` of step kt - 2 is
-        done: each waits for all but its newest group), stages step kt + S - 2 into step
-        kt - 2's buffer, then issues step kt's four m64n256k16 products asynchronously."""
+        64 x 256 fp32 accumulator (128 registers a thread). Steps are staged in
+        `WGMMA_STAGES` buffers laid out as `wgmma` reads them (`wgmma_offset`): by the Tensor
+        Memory Accelerator where the sides have tensor maps and the buffers are 16-byte
+        aligned (`tma_steps`), else by every thread's `cp.async` (`copy_steps`). Each step
+        is four m64n256k16 products (`wgmma_products`), left running while the next is
+        prepared; each lane then runs the epilogue of the outputs it holds."""
         red, kc, d = c.red, c.kc, 3
         stages = _stages(c, self.shared_limit)
-        ahead = stages - 1 - WGMMA_IN_FLIGHT
         self.line(d, "unsigned char* const fg_sa = fg_dynamic + ((1024u - ((unsigned)"
                      "__cvta_generic_to_shared(fg_dynamic) & 1023u)) & 1023u);")  # fmt: skip
         self.line(d, f"unsigned char* const fg_sb = fg_sa + {stages * self.wgmma_bytes(c, 'a')};")
@@ -839,6 +960,116 @@ class _Renderer:
         self.line(d, "float fg_d[128];")
         self.line(d, f"#pragma unroll\n{'  ' * d}for (int i = 0; i < 128; ++i) fg_d[i] = 0.0f;")
         self.line(d, f"const int fg_steps = (int)(({red.length}LL + {kc - 1}) / {kc});")
+        if self.tensor_maps:
+            self.line(d, "if (fg_vec) {  // the Tensor Memory Accelerator's copies")
+            self.tma_steps(c, stages, d + 1)
+            self.line(d, "} else {  // a buffer is not 16-byte aligned")
+            self.copy_steps(c, stages, d + 1)
+            self.line(d, "}")
+        else:
+            self.copy_steps(c, stages, d)
+        self.line(d, "const int fg_w4 = (tid >> 5) & 3, fg_ln = tid & 31;")
+        self.line(d, f"#pragma unroll\n{'  ' * d}for (int j = 0; j < 32; ++j)")
+        self.line(d, f"#pragma unroll\n{'  ' * d}for (int r = 0; r < 4; ++r) {{")
+        self.line(d + 1, "const long long ia = tile_a + fg_g * 64 + fg_w4 * 16 + (fg_ln >> 2) + "
+                         "(r >> 1) * 8;")  # fmt: skip
+        self.line(d + 1, "const long long ib = tile_b + j * 8 + (fg_ln & 3) * 2 + (r & 1);")
+        self.line(d + 1, f"if (ia < {c.na}LL && ib < {c.nb}LL) {{")
+        self.output(c, "fg_d[j * 4 + r]", d + 2)
+        self.line(d + 1, "}")
+        self.line(d, "}")
+
+    def wgmma_products(self, c: Contraction, buf: str, d: int) -> None:
+        """The warpgroup's four m64n256k16 products of the step in buffer `buf`, issued
+        together as one group (left running)."""
+        self.line(d, "fg_wgmma_fence();")
+        bf16 = "true" if c.mma == "bfloat16" else "false"
+        ta, tb = (int(not c.k_inner(side)) for side in "ab")
+        for ks in range(0, c.kc, 16):
+            descs = []
+            for side, base in (("a", "fg_sa"), ("b", "fg_sb")):
+                at = "fg_g * 64" if side == "a" else "0"
+                start = f"{base} + {buf} * {self.wgmma_bytes(c, side)} + "
+                start += self.wgmma_offset(c, side, at, str(ks))
+                lbo, sbo = self.wgmma_strides(c, side)
+                descs.append(f"fg_wgmma_desc({start}, {lbo}, {sbo})")
+            self.line(d, f"fg_wgmma_64x256<{bf16}, {ta}, {tb}>(fg_d, {descs[0]},")
+            self.line(d + 2, f"{descs[1]});")
+        self.line(d, "fg_wgmma_commit();")
+
+    def tma_steps(self, c: Contraction, stages: int, d: int) -> None:
+        """The tile's steps through the Tensor Memory Accelerator: thread 0 issues each
+        step's copies (`tma_stage`) `stages` - 1 steps ahead into the buffer the step before
+        was read from, once all 8 warps have said they are done with it (`fg_empty`: each
+        warp's lane 0 arrives once the warpgroup's products of that step are complete); the
+        copies' bytes complete `fg_full`, which every thread waits on before its products.
+        No barrier across the block: the barriers' phases count the block's steps over all
+        its tiles (`fg_t0`), so a buffer's parity is that count / stages."""
+        self.line(d, "if (fg_t0 == 0) {  // the block's first tile: the barriers, once")
+        self.line(d + 1, "if (tid == 0) {")
+        self.line(d + 2, f"for (int s = 0; s < {stages}; ++s) {{")
+        self.line(d + 3, "fg_mbar_init(&fg_full[s], 1);")
+        self.line(d + 3, f"fg_mbar_init(&fg_empty[s], {TILE_THREADS * TILE_THREADS // 32});")
+        self.line(d + 2, "}")
+        self.line(d + 2, "fg_mbar_init_fence();")
+        self.line(d + 1, "}")
+        self.line(d + 1, "__syncthreads();")
+        self.line(d, "}")
+        self.line(d, "if (tid == 0) {")
+        self.line(d + 1, f"for (int p = 0; p < {stages - 1} && p < fg_steps; ++p) {{")
+        self.tma_stage(c, stages, "p", d + 2)
+        self.line(d + 1, "}")
+        self.line(d, "}")
+        self.line(d, "__syncwarp();")
+        self.line(d, "for (int kt = 0; kt < fg_steps; ++kt) {")
+        self.line(d + 1, "const unsigned fg_n = fg_t0 + kt;")
+        self.line(d + 1, f"fg_mbar_wait(&fg_full[fg_n % {stages}], fg_n / {stages} & 1u);")
+        self.wgmma_products(c, f"(fg_n % {stages})", d + 1)
+        self.line(d + 1, "fg_wgmma_wait<1>();  // step kt - 1's products are complete")
+        self.line(d + 1, "if (kt > 0 && (tid & 31) == 0) "
+                         f"fg_mbar_arrive(&fg_empty[(fg_n - 1) % {stages}]);")  # fmt: skip
+        self.line(d + 1, f"if (tid == 0 && kt + {stages - 1} < fg_steps) {{")
+        self.tma_stage(c, stages, f"kt + {stages - 1}", d + 2)
+        self.line(d + 1, "}")
+        self.line(d + 1, "__syncwarp();")
+        self.line(d, "}")
+        self.line(d, "fg_wgmma_wait<0>();")
+        self.line(d, "fg_wgmma_pin(fg_d);")
+        self.line(d, "if (fg_steps > 0 && (tid & 31) == 0) "
+                     f"fg_mbar_arrive(&fg_empty[(fg_t0 + fg_steps - 1) % {stages}]);")  # fmt: skip
+        self.line(d, "fg_t0 += fg_steps;")
+
+    def tma_stage(self, c: Contraction, stages: int, step: str, d: int) -> None:
+        """Thread 0 issues the copies of the tile's step `step` (wgmma_offset's layouts: a
+        K-major side is one box of its rows x 64 steps, an MN-major one 64 x 64 boxes side by
+        side), once its buffer's last readers are done."""
+        self.line(d, "{")
+        self.line(d + 1, f"const unsigned fg_p = fg_t0 + {step}, fg_s = fg_p % {stages};")
+        self.line(d + 1, f"fg_mbar_wait(&fg_empty[fg_s], (fg_p / {stages} & 1u) ^ 1u);")
+        total = self.wgmma_bytes(c, "a") + self.wgmma_bytes(c, "b")
+        self.line(d + 1, f"fg_mbar_expect(&fg_full[fg_s], {total});")
+        self.line(d + 1, f"const int fg_k = (int)({step}) * {c.kc};")
+        for side, tmap, m in zip("ab", ("fg_tma", "fg_tmb"), self.tensor_maps):
+            base = f"fg_s{side} + fg_s * {self.wgmma_bytes(c, side)}"
+            batch = ", (int)ic" if len(m.dims) == 3 else ""
+            call = "fg_tma_3d" if batch else "fg_tma_2d"
+            if c.k_inner(side):
+                self.line(d + 1, f"{call}({base}, &{tmap}, fg_k, (int)tile_{side}{batch}, "
+                                 f"&fg_full[fg_s]);")  # fmt: skip
+                continue
+            for i in range(16 * (c.ra if side == "a" else c.rb) // 64):
+                self.line(d + 1, f"{call}({base} + {i * c.kc * 128}, &{tmap}, (int)tile_{side} + "
+                                 f"{64 * i}, fg_k{batch}, &fg_full[fg_s]);")  # fmt: skip
+        self.line(d, "}")
+
+    def copy_steps(self, c: Contraction, stages: int, d: int) -> None:
+        """The tile's steps staged by every thread's `cp.async` copies (`wgmma_stage`),
+        `stages` - 1 - `WGMMA_IN_FLIGHT` steps ahead, one barrier a step: at step kt, once
+        its copies are complete and fenced for the tensor cores' proxy, the block passes
+        the barrier (everyone's products of the step whose buffer is reused are done),
+        stages the step ahead, then issues step kt's products."""
+        kc = c.kc
+        ahead = stages - 1 - WGMMA_IN_FLIGHT
         self.line(d, f"for (int s = 0; s < {ahead}; ++s) {{")
         self.line(d + 1, "if (s < fg_steps) {")
         self.wgmma_stage(c, "s", f"(long long)s * {kc}", d + 2)
@@ -854,36 +1085,12 @@ class _Renderer:
                          d + 2)  # fmt: skip
         self.line(d + 1, "}")
         self.line(d + 1, "fg_copy_commit();  // empty near the end: one group per step")
-        self.line(d + 1, f"const int fg_buf = kt % {stages};")
-        self.line(d + 1, "fg_wgmma_fence();")
-        bf16 = "true" if c.mma == "bfloat16" else "false"
-        ta, tb = (int(not c.k_inner(side)) for side in "ab")
-        for ks in range(0, kc, 16):
-            descs = []
-            for side, base in (("a", "fg_sa"), ("b", "fg_sb")):
-                at = "fg_g * 64" if side == "a" else "0"
-                start = f"{base} + fg_buf * {self.wgmma_bytes(c, side)} + "
-                start += self.wgmma_offset(c, side, at, str(ks))
-                lbo, sbo = self.wgmma_strides(c, side)
-                descs.append(f"fg_wgmma_desc({start}, {lbo}, {sbo})")
-            self.line(d + 1, f"fg_wgmma_64x256<{bf16}, {ta}, {tb}>(fg_d, {descs[0]},")
-            self.line(d + 3, f"{descs[1]});")
-        self.line(d + 1, "fg_wgmma_commit();")
+        self.wgmma_products(c, f"(kt % {stages})", d + 1)
         self.line(d + 1, f"fg_wgmma_wait<{WGMMA_IN_FLIGHT}>();  // all but the newest in flight")
         self.line(d, "}")
         self.line(d, "fg_wgmma_wait<0>();")
         self.line(d, "fg_wgmma_pin(fg_d);")
         self.line(d, "__syncthreads();  // the buffers are free for the block's next tile")
-        self.line(d, "const int fg_w4 = (tid >> 5) & 3, fg_ln = tid & 31;")
-        self.line(d, f"#pragma unroll\n{'  ' * d}for (int j = 0; j < 32; ++j)")
-        self.line(d, f"#pragma unroll\n{'  ' * d}for (int r = 0; r < 4; ++r) {{")
-        self.line(d + 1, "const long long ia = tile_a + fg_g * 64 + fg_w4 * 16 + (fg_ln >> 2) + "
-                         "(r >> 1) * 8;")  # fmt: skip
-        self.line(d + 1, "const long long ib = tile_b + j * 8 + (fg_ln & 3) * 2 + (r & 1);")
-        self.line(d + 1, f"if (ia < {c.na}LL && ib < {c.nb}LL) {{")
-        self.output(c, "fg_d[j * 4 + r]", d + 2)
-        self.line(d + 1, "}")
-        self.line(d, "}")
 
     @staticmethod
     def wgmma_bytes(c: Contraction, side: str) -> int:
@@ -1291,7 +1498,8 @@ class _Renderer:
         if gpu.contraction is not None and _staged_half(gpu.contraction) and HALF_MIN_BLOCKS > 1:
             threads = TILE_THREADS * TILE_THREADS
             bounds = f"__launch_bounds__({threads}, {HALF_MIN_BLOCKS}) "
-        head = f'extern "C" __global__ void {bounds}{symbol}({", ".join(params)}) {{'
+        maps = " FG_TMAP_PARAMS" if self.tensor_maps else ""
+        head = f'extern "C" __global__ void {bounds}{symbol}({", ".join(params)}{maps}) {{'
         # a CPU row kernel's scratch row (rendered here only for FUSEGRAD_DUMP's .cu view:
         # the GPU lowering makes none), each thread's own
         scratch = [f"  {mem_type(p.dtype)} {p.name}[{p.size}];" for p in self.k.scratch]
@@ -1453,8 +1661,9 @@ def cuda_kernel(
     prelude = PRELUDE + (HALF_PRELUDE if half else "") + (WGMMA_PRELUDE if r.wgmma else "")
     source = "\n".join([f"// kernel {kernel.name}", f"// {moved}", prelude, *bodies, ""])
     return CudaKernel(
-        kernel.name, source, list(kernel.params), launches, scratch, r.shared_bytes, moved
-    )
+        kernel.name, source, list(kernel.params), launches, scratch, r.shared_bytes, moved,
+        r.tensor_maps,
+    )  # fmt: skip
 
 
 def render_cuda(

@@ -34,7 +34,7 @@ import numpy as np
 from ..codegen.cuda import STATIC_SHARED, cuda_kernel
 from ..codegen.lower import kernel_symbol
 from ..ir.dtypes import DType, uint8
-from . import cuda_emulator, cuda_graphs, forksafe, phases
+from . import cuda_emulator, cuda_graphs, forksafe, phases, tensor_map
 from .backend_registry import forget_plans
 from .buffer import Buffer
 from .compiler import disk_cached
@@ -250,7 +250,8 @@ class _PyCudaBackend:
 
     def functions(self, module, kernel, nargs: int) -> list:
         """Each launch's function, prepared for `nargs` pointer arguments (PyCUDA's prepared
-        calls skip the per-call argument inspection of a plain call)."""
+        calls skip the per-call argument inspection of a plain call); one that takes tensor
+        maps after them (built for sm_90a: `CudaKernel.tensor_maps`) as a `_MapsFunction`."""
         with self.active:
             functions = []
             for ln in kernel.launches:
@@ -258,17 +259,30 @@ class _PyCudaBackend:
                 if ln.shared_bytes > STATIC_SHARED:  # past 48 KiB a kernel must opt in
                     attribute = self.drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES
                     fn.set_attribute(attribute, ln.shared_bytes)
+                maps = getattr(kernel, "tensor_maps", ())
+                if maps and self.sm_90a:  # (a stand-in driver encodes its own maps)
+                    fn = _MapsFunction(fn, maps, getattr(self.drv, "encode_tensor_map", None))
                 functions.append(fn)
             return functions
+
+    @property
+    def sm_90a(self) -> bool:
+        """Kernels are built for sm_90a here (`compile`): their tensor maps are parameters."""
+        return self.arch == "sm_90"
 
     def launch(self, functions: list, launches, args: list) -> None:
         with self.active:
             for fn, ln in zip(functions, launches):
-                fn.prepared_call(ln.grid, ln.block, *args, shared_size=ln.shared_bytes)
+                if isinstance(fn, _MapsFunction):
+                    fn.fn._launch_kernel(ln.grid, ln.block, fn.pack(args), ln.shared_bytes, None)
+                else:
+                    fn.prepared_call(ln.grid, ln.block, *args, shared_size=ln.shared_bytes)
 
     def bind(self, fn, grid, block, shared: int, ptrs: list[int]) -> tuple:
         """One launch with its arguments packed once (PyCUDA's `prepared_call` packs them on
         every call): what `run_bound` calls."""
+        if isinstance(fn, _MapsFunction):
+            return (fn.fn._launch_kernel, grid, block, fn.pack(ptrs), shared)
         return (fn._launch_kernel, grid, block, struct.pack("P" * len(ptrs), *ptrs), shared)
 
     def run_bound(self, bound: _Bound) -> None:
@@ -326,6 +340,19 @@ class _PyCudaBackend:
     def synchronize(self) -> None:
         with self.active:
             self.drv.Context.synchronize()
+
+
+class _MapsFunction:
+    """A prepared function whose launches pass tensor maps after the pointers
+    (`runtime/tensor_map.py` encodes them for each set of addresses)."""
+
+    __slots__ = ("fn", "maps", "encode")
+
+    def __init__(self, fn, maps, encode=None):
+        self.fn, self.maps, self.encode = fn, maps, encode or tensor_map.encode
+
+    def pack(self, ptrs: list[int]):
+        return tensor_map.host_aligned(tensor_map.pack(list(ptrs), self.maps, self.encode))
 
 
 class _Active:

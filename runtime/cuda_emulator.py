@@ -105,7 +105,8 @@ def _kernels(source: str) -> dict[str, list[str]]:
     """symbol -> parameter C types, for every `extern "C" __global__` function."""
     out = {}
     for m in _KERNEL.finditer(source):
-        params = [p for p in m.group(2).split(",") if p.strip()]
+        # (the tensor maps sm_90a kernels take after their buffers are not the emulator's)
+        params = [p for p in m.group(2).replace("FG_TMAP_PARAMS", "").split(",") if p.strip()]
         out[m.group(1)] = [_param_type(p) for p in params]
     return out
 

@@ -60,6 +60,7 @@ class StubDriver:
         self.launches = self.packs = self.prepares = self.allocations = 0
         self.synchronizes = self.captures = self.graph_launches = self.copies = 0
         self.arch = arch
+        self.tensor_maps: list = []  # (spec, address) of each map encoded
         self.capturing: dict[int, list] = {}  # stream handle -> launches captured so far
         self.ran: list | None = [] if log else None
         self.libcuda = StubLibcuda(self) if libcuda is True else libcuda
@@ -129,6 +130,12 @@ class StubDriver:
     def compile(self, source: str, arch: str) -> bytes:
         """Stands in for nvcc (runtime/cuda.py asks the driver object first)."""
         return source.encode()
+
+    def encode_tensor_map(self, spec, address: int) -> bytes:
+        """Stands in for `cuTensorMapEncodeTiled` (runtime/tensor_map.py): 128 bytes that
+        say which view of which address they are, for tests to read back."""
+        self.tensor_maps.append((spec, address))
+        return struct.pack("<QQ", address, len(self.tensor_maps)).ljust(128, b"\0")
 
 
 class _Context:

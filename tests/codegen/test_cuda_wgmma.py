@@ -47,6 +47,13 @@ LAYOUTS = {
 }
 
 
+@pytest.fixture
+def tma(monkeypatch):
+    """The Tensor Memory Accelerator's pipeline on (`codegen.cuda.WGMMA_TMA`: off by default
+    until it launches on a GPU)."""
+    monkeypatch.setattr(cuda_gen, "WGMMA_TMA", True)
+
+
 def rand16(dtype: str, *shape: int, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     return rng.standard_normal(shape, dtype=np.float32).astype(HALVES[dtype])
@@ -97,6 +104,59 @@ def test_only_large_16bit_matmuls_of_plain_loads_on_big_enough_blocks_take_it():
     # float32: no 16-bit tensor cores
     f32 = dev(a.astype(np.float32)) @ dev(b.astype(np.float32))
     assert wgmma_call(render(f32).source) is None
+
+
+@pytest.mark.usefixtures("emulated", "tma")
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_each_side_has_a_tensor_map_of_its_buffer(layout):
+    sa, sb, how, (ta, tb) = LAYOUTS[layout]
+    k = render(how(dev(rand16("bfloat16", *sa)), dev(rand16("bfloat16", *sb))))
+    assert "FG_TMAP_PARAMS) {" in k.source
+    ma, mb = k.tensor_maps
+    # (the kernel's parameters: the output, then a, then b)
+    assert (ma.param, mb.param, ma.dtype, ma.offset, mb.offset) == (1, 2, "bfloat16", 0, 0)
+    # rows along each buffer's contiguous axis: K-major, the 64 steps of the side's rows
+    # (128 or 256 of them); MN-major, 64 positions (128 bytes) of 64 steps
+    for m, mn, shape, rows in ((ma, ta, sa, 128), (mb, tb, sb, 256)):
+        assert m.dims == shape[::-1] and m.strides == (shape[1] * 2,)
+        assert m.box == ((64, 64) if mn else (64, rows))
+
+
+@pytest.mark.usefixtures("emulated", "tma")
+def test_a_batch_is_a_third_dimension_of_the_maps():
+    a, b = rand16("float16", 3, 1040, 136), rand16("float16", 3, 136, 2200)
+    k = render(dev(a) @ dev(b))
+    ma, mb = k.tensor_maps
+    assert ma.dims == (136, 1040, 3) and ma.strides == (272, 1040 * 272) and ma.box == (64, 128, 1)
+    assert mb.dims == (2200, 136, 3) and mb.strides == (4400, 136 * 4400) and mb.box == (64, 64, 1)
+    assert "fg_tma_3d(" in k.source
+    # a broadcast batch (each side steps along a loop of its own): no maps, no parameters
+    a4, b4 = rand16("float16", 2, 1, 1040, 136), rand16("float16", 1, 2, 136, 2200)
+    k4 = render(dev(a4) @ dev(b4))
+    assert k4.tensor_maps == () and "FG_TMAP_PARAMS) {" not in k4.source
+
+
+def test_a_launch_packs_the_maps_after_the_pointers_64_byte_aligned():
+    from fusegrad.codegen.cuda import TensorMap
+    from fusegrad.runtime import tensor_map
+
+    specs = [TensorMap(1, "bfloat16", 0, (200, 1040), (400,), (64, 128)),
+             TensorMap(2, "bfloat16", 8, (2200, 200), (4400,), (64, 64))]  # fmt: skip
+    seen = []
+
+    def encoder(spec, address):
+        seen.append((spec.param, address))
+        return bytes([len(seen)]) * 128
+
+    packed = tensor_map.pack([0x1000, 0x2000, 0x3000], specs, encoder)
+    assert len(packed) == 64 + 256 and packed[:24] == bytes.fromhex(
+        "001000000000000000200000000000000030000000000000"
+    )
+    assert packed[24:64] == bytes(40) and packed[64:192] == b"\1" * 128
+    assert packed[192:] == b"\2" * 128 and seen == [(1, 0x2000), (2, 0x3000)]
+    # a view that does not start 16-byte aligned gets zeros (the kernel copies it another
+    # way), without asking the driver
+    assert tensor_map.encode(specs[1], 0x3000 + 2) == bytes(128)
 
 
 @pytest.mark.usefixtures("emulated")
@@ -151,8 +211,21 @@ def test_the_staged_bytes_are_the_canonical_layouts_the_descriptors_name(side, m
 
 
 @pytest.mark.usefixtures("emulated")
+@pytest.mark.usefixtures("emulated")
+def test_the_tensor_memory_accelerator_is_off_by_default():
+    # (its kernels failed to launch on an H200: codegen/cuda.py's WGMMA_TMA)
+    a, b = rand16("bfloat16", 1040, 200), rand16("bfloat16", 200, 2200)
+    k = render(dev(a) @ dev(b))
+    assert wgmma_call(k.source) and k.tensor_maps == () and "fg_tma_2d(fg_s" not in k.source
+
+
+@pytest.mark.usefixtures("emulated")
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_nvcc_builds_the_pipeline_for_sm_90a_and_leaves_it_out_for_sm_90(tmp_path):
+@pytest.mark.parametrize("with_tma", [False, True])
+def test_nvcc_builds_the_pipeline_for_sm_90a_and_leaves_it_out_for_sm_90(
+    tmp_path, monkeypatch, with_tma
+):
+    monkeypatch.setattr(cuda_gen, "WGMMA_TMA", with_tma)
     sources = []
     for dtype in ("bfloat16", "float16"):
         for sa, sb, how, _ in LAYOUTS.values():
@@ -168,7 +241,11 @@ def test_nvcc_builds_the_pipeline_for_sm_90a_and_leaves_it_out_for_sm_90(tmp_pat
         subprocess.run([NVCC, "--ptx", f"-arch={arch}", "-o", str(ptx), str(cu)],
                        capture_output=True, text=True, timeout=600, check=True)  # fmt: skip
         text = ptx.read_text()
-        assert text.count("wgmma.mma_async.sync.aligned.m64n256k16") == (32 if wgmma else 0)
+        # 8 kernels, each with the cp.async pipeline (and the Tensor Memory Accelerator's)
+        per_kernel = 8 if with_tma else 4
+        assert text.count("wgmma.mma_async.sync.aligned.m64n256k16") == 8 * per_kernel * wgmma
+        assert ("cp.async.bulk.tensor.2d" in text) == (wgmma and with_tma)
+        assert ("mbarrier.try_wait.parity" in text) == (wgmma and with_tma)
         ptxas = shutil.which("ptxas", path=os.path.dirname(NVCC)) or shutil.which("ptxas")
         if ptxas is None:
             continue

@@ -10,6 +10,7 @@ nothing but count."""
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 import sys
 import textwrap
@@ -251,14 +252,15 @@ def test_a_training_loop_settles_on_graph_replays_where_the_driver_captures(jit)
 
 @pytest.mark.parametrize(
     "arch, dynamic, grid",
-    [((9, 0), 96 * 1024, (8, 16, 1)), ((8, 6), 96 * 1024, (8, 16, 1)),
+    [((9, 0), 4 * 48 * 1024 + 1024, (8, 16, 1)), ((8, 6), 96 * 1024, (8, 16, 1)),
      ((7, 5), 64 * 1024, (16, 16, 1)), ((6, 1), 0, (16, 16, 1))],
 )  # fmt: skip
 def test_a_kernel_past_48_kib_of_shared_memory_opts_in_and_asks_for_it(arch, dynamic, grid):
     # a large 16-bit matmul stages its steps in dynamic shared memory where the device
     # allows a block more than 48 KiB (the driver must be told before the first launch, else
-    # the launch fails): 128 x 256 outputs, two buffers of 64 steps in 96 KiB; 128 x 128 in
-    # four buffers of 32 in 64 KiB (sm_75); in 48 KiB, three buffers of static shared memory
+    # the launch fails): 128 x 256 outputs, two buffers of 64 steps in 96 KiB; on sm_90 the
+    # wgmma pipeline's four and 1 KiB to align them; 128 x 128 in four buffers of 32 in 64
+    # KiB (sm_75); in 48 KiB, three buffers of static shared memory
     drv = StubDriver(arch=arch, log=True)
     with runtime_cuda.use_driver(drv):
         a, b = (fg.ones(2048, 2048, device="cuda").to(fg.bfloat16).realize() for _ in "ab")
@@ -266,9 +268,30 @@ def test_a_kernel_past_48_kib_of_shared_memory_opts_in_and_asks_for_it(arch, dyn
         out = (a @ b).realize()
         compiled = engine.value(out.node).kernels[-1].compiled
         (fn,) = compiled.functions
-        ((name, _, block, _, shared),) = drv.ran
+        ((name, _, block, args, shared),) = drv.ran
         assert name == compiled.symbol and block == (16, 16, 1) and shared == dynamic
         assert drv.ran[0][1] == grid
         opted = {"MAX_DYNAMIC_SHARED_SIZE_BYTES": dynamic} if dynamic else {}
-        assert fn.attributes == opted
+        assert getattr(fn, "fn", fn).attributes == opted
+        assert len(args) == 24 and drv.tensor_maps == []  # 3 pointers (no tensor maps)
         assert ("FG_DYNAMIC_SHARED(fg_dynamic)" in compiled.source) == bool(dynamic)
+
+
+def test_a_tensor_memory_accelerator_kernel_passes_its_maps_after_the_pointers(monkeypatch):
+    # on sm_90 (built for sm_90a) the wgmma pipeline's tensor maps follow the 3 pointers,
+    # 64-byte aligned, each encoded for its buffer's address (codegen/cuda.py's WGMMA_TMA)
+    from fusegrad.codegen import cuda as cuda_gen
+
+    monkeypatch.setattr(cuda_gen, "WGMMA_TMA", True)
+    drv = StubDriver(arch=(9, 0), log=True)
+    with runtime_cuda.use_driver(drv):
+        a, b = (fg.ones(2048, 2048, device="cuda").to(fg.bfloat16).realize() for _ in "ab")
+        drv.ran.clear()
+        (a @ b).realize()
+        ((_, _, _, args, _),) = drv.ran
+        ptrs = struct.unpack("3P", bytes(args[:24]))
+        assert len(args) == 64 + 2 * 128 and bytes(args[24:64]) == bytes(40)
+        maps = [(m.param, address) for m, address in drv.tensor_maps]
+        assert maps == [(1, ptrs[1]), (2, ptrs[2])]
+        assert struct.unpack("<Q", bytes(args[64:72]))[0] == ptrs[1]
+        assert struct.unpack("<Q", bytes(args[192:200]))[0] == ptrs[2]
