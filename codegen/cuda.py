@@ -22,6 +22,7 @@ The source begins with the kernel's global-memory traffic (`gpu.traffic`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from ..ir import rand
@@ -904,7 +905,8 @@ class _Renderer:
                          f"{acc}_tile[i][j] = {init};")  # fmt: skip
         self.line(d, f"const int fg_steps = (int)(({red.length}LL + {kc - 1}) / {kc});")
         if half:
-            self.stages_ahead(c, d)
+            stages = _stages(c, self.shared_limit)
+            self.stages_ahead(c, d, stages, stages - 1, self.stage)
         else:
             self.stage(c, "0", "0LL", d)
             self.line(d, "fg_copy_commit();")
@@ -1063,29 +1065,13 @@ class _Renderer:
         self.line(d, "}")
 
     def copy_steps(self, c: Contraction, stages: int, d: int) -> None:
-        """The tile's steps staged by every thread's `cp.async` copies (`wgmma_stage`),
-        `stages` - 1 - `WGMMA_IN_FLIGHT` steps ahead, one barrier a step: at step kt, once
-        its copies are complete and fenced for the tensor cores' proxy, the block passes
-        the barrier (everyone's products of the step whose buffer is reused are done),
-        stages the step ahead, then issues step kt's products."""
-        kc = c.kc
+        """The tile's steps staged by every thread's `cp.async` copies (`stage`),
+        `stages` - 1 - `WGMMA_IN_FLIGHT` steps ahead, one barrier a step (`stages_ahead`:
+        the copies fenced for the tensor cores' proxy before it), each step's products left
+        running while the next is staged."""
         ahead = stages - 1 - WGMMA_IN_FLIGHT
-        self.line(d, f"for (int s = 0; s < {ahead}; ++s) {{")
-        self.line(d + 1, "if (s < fg_steps) {")
-        self.wgmma_stage(c, "s", f"(long long)s * {kc}", d + 2)
-        self.line(d + 1, "}")
-        self.line(d + 1, "fg_copy_commit();")
-        self.line(d, "}")
-        self.line(d, "for (int kt = 0; kt < fg_steps; ++kt) {")
-        self.line(d + 1, f"fg_copy_wait<{ahead - 1}>();  // all but the newest: step kt's group")
-        self.line(d + 1, "fg_fence_async_shared();  // ... seen by the tensor cores")
-        self.line(d + 1, "__syncthreads();  // everyone's copies; everyone's step kt - 2 is read")
-        self.line(d + 1, f"if (kt + {ahead} < fg_steps) {{")
-        self.wgmma_stage(c, f"(kt + {ahead}) % {stages}", f"(long long)(kt + {ahead}) * {kc}",
-                         d + 2)  # fmt: skip
-        self.line(d + 1, "}")
-        self.line(d + 1, "fg_copy_commit();  // empty near the end: one group per step")
-        self.wgmma_products(c, f"(kt % {stages})", d + 1)
+        self.stages_ahead(c, d, stages, ahead, functools.partial(self.stage, wgmma=True), True)
+        self.wgmma_products(c, "fg_buf", d + 1)
         self.line(d + 1, f"fg_wgmma_wait<{WGMMA_IN_FLIGHT}>();  // all but the newest in flight")
         self.line(d, "}")
         self.line(d, "fg_wgmma_wait<0>();")
@@ -1121,81 +1107,41 @@ class _Renderer:
             return 1024, c.kc * 128
         return c.kc * 128, 1024
 
-    def wgmma_stage(self, c: Contraction, buf: str, k0: str, d: int) -> None:
-        """Copy the `kc` reduction steps from `k0` of both sides into wgmma buffer `buf`
-        (`wgmma_offset`'s layouts): 16-byte `cp.async` copies where the buffers are 16-byte
-        aligned, else one value at a time; 0 outside the outputs or the reduction."""
-        red, kc, threads = c.red, c.kc, TILE_THREADS * TILE_THREADS
-        self.line(d, "{")
-        self.line(d + 1, f"const long long k0 = {k0};")
-        for side, loops, stmts, exports, width, kk_fastest, extent in (
-            ("a", c.a_loops, c.a_stmts, c.a_exports, TILE_THREADS * c.ra, c.a_kk_fastest, c.na),
-            ("b", c.b_loops, c.b_stmts, c.b_exports, TILE_THREADS * c.rb, c.b_kk_fastest, c.nb),
-        ):
-            (name, t), (load,) = exports[0], stmts
-            at_m, at_k = loops[0].var.name, red.loops[0].var.name
-            base = f"fg_s{side} + ({buf}) * {self.wgmma_bytes(c, side)}"
-            inside = f"i{side} < {extent}LL && red < {red.length}LL"
-            e = d + 1
-            self.line(e, "if (fg_vec) {")
-            if c.k_inner(side):  # 16 bytes: 8 steps of one row
-                q = kc // 8
-                self.line(e + 1, f"for (int e = tid; e < {q * width}; e += {threads}) {{")
-                self.line(e + 2, f"const int kk = e % {q} * 8, at = e / {q};")
-            else:  # 16 bytes: 8 positions of one step
-                q = width // 8
-                self.line(e + 1, f"for (int e = tid; e < {kc * q}; e += {threads}) {{")
-                self.line(e + 2, f"const int kk = e / {q}, at = e % {q} * 8;")
-            self.line(e + 2, f"const long long i{side} = tile_{side} + at, red = k0 + kk;")
-            self.line(e + 2, f"const bool fg_in = {inside};")
-            self.line(e + 2, f"const long long {at_m} = fg_in ? i{side} : 0LL, "
-                             f"{at_k} = fg_in ? red : 0LL;")  # fmt: skip
-            self.index_vars(c.c_loops, "ic", e + 2)
-            ref = f"{load.param.name}[{index(load.index)}]"
-            cell = f"{base} + {self.wgmma_offset(c, side, 'at', 'kk')}"
-            self.line(e + 2, f"fg_copy16_async({cell}, &{ref}, fg_in);")
-            self.line(e + 1, "}")
-            self.line(e, "} else {  // a buffer is not 16-byte aligned: one at a time")
-            self.line(e + 1, f"for (int e = tid; e < {kc * width}; e += {threads}) {{")
-            kk, at = (f"e % {kc}", f"e / {kc}") if kk_fastest else (f"e / {width}", f"e % {width}")
-            self.line(e + 2, f"const int kk = {kk}, at = {at};")
-            self.line(e + 2, f"const long long i{side} = tile_{side} + at, red = k0 + kk;")
-            cell = f"*({mem_type(t)}*)({base} + {self.wgmma_offset(c, side, 'at', 'kk')})"
-            self.line(e + 2, f"if ({inside}) {{")
-            self.index_vars(loops, f"i{side}", e + 3)
-            self.index_vars(c.c_loops, "ic", e + 3)
-            self.index_vars(red.loops, "red", e + 3)
-            self.block(c.consts + stmts, e + 3)
-            self.line(e + 3, f"{cell} = {_narrowed(name, t)};")
-            self.line(e + 2, "} else {")
-            self.line(e + 3, f"{cell} = {_narrowed('0.0f', t)};")
-            self.line(e + 2, "}")
-            self.line(e + 1, "}")
-            self.line(e, "}")
-        self.line(d, "}")
+    def wgmma_cell(self, c: Contraction, side: str, name: str, buf: str, kk: str, at: str) -> str:
+        """The shared-memory cell of `side`'s value at step `kk`, tile position `at` in wgmma
+        buffer `buf` (`wgmma_offset`'s layouts): what `stage` copies into for the wgmma
+        pipeline."""
+        (_, t), base = (c.a_exports if side == "a" else c.b_exports)[0], f"fg_s{side}"
+        offset = self.wgmma_offset(c, side, at, kk)
+        return f"*({mem_type(t)}*)({base} + ({buf}) * {self.wgmma_bytes(c, side)} + {offset})"
 
-    def stages_ahead(self, c: Contraction, d: int) -> None:
-        """The head of a 16-bit contraction's loop over its steps, `_stages` = S buffers:
-        steps 0..S-2 are staged before it, one copy group each (`fg_copy_commit`, empty past
-        the last step); at step kt, once group kt is complete (`fg_copy_wait<S - 2>`: all but
-        the newest S - 2) and the block has passed the barrier, step kt + S - 1 is staged
-        into the buffer step kt - 1 was read from (every thread is done with it: one
-        barrier per step), then step kt is computed (the body the caller prints next)."""
-        kc, stages = c.kc, _stages(c, self.shared_limit)
+    def stages_ahead(self, c: Contraction, d: int, stages: int, ahead: int, stage,
+                     fence: bool = False) -> None:  # fmt: skip
+        """The head of a 16-bit contraction's loop over its steps in `stages` buffers, the
+        copies `ahead` steps ahead (`stage(c, buffer, first step, depth)` prints a step's):
+        steps 0..ahead-1 are staged before it, one copy group each (`fg_copy_commit`, empty
+        past the last step); at step kt, once group kt is complete (`fg_copy_wait`: all but
+        the newest ahead - 1; `fence`: then made visible to the tensor cores' async proxy)
+        and the block has passed the barrier, step kt + ahead is staged into the buffer step
+        kt + ahead - stages was read from (every thread is done with it: one barrier per
+        step), then step kt, in buffer `fg_buf`, is computed (the body the caller prints)."""
+        kc = c.kc
         self.line(d, "#pragma unroll")
-        self.line(d, f"for (int s = 0; s < {stages - 1}; ++s) {{")
+        self.line(d, f"for (int s = 0; s < {ahead}; ++s) {{")
         self.line(d + 1, "if (s < fg_steps) {")
-        self.stage(c, "s", f"(long long)s * {kc}", d + 2)
+        stage(c, "s", f"(long long)s * {kc}", d + 2)
         self.line(d + 1, "}")
         self.line(d + 1, "fg_copy_commit();")
         self.line(d, "}")
         self.line(d, "for (int kt = 0; kt < fg_steps; ++kt) {")
         self.line(d + 1, f"const int fg_buf = kt % {stages};")
-        self.line(d + 1, f"fg_copy_wait<{stages - 2}>();  // all but the newest: step kt's group")
-        self.line(d + 1, "__syncthreads();  // its copies are everyone's; step kt - 1 is read")
-        self.line(d + 1, f"if (kt + {stages - 1} < fg_steps) {{")
-        self.stage(c, f"(kt + {stages - 1}) % {stages}", f"(long long)(kt + {stages - 1}) * {kc}",
-                   d + 2)  # fmt: skip
+        self.line(d + 1, f"fg_copy_wait<{ahead - 1}>();  // all but the newest: step kt's group")
+        if fence:
+            self.line(d + 1, "fg_fence_async_shared();  // ... seen by the tensor cores")
+        self.line(d + 1, "__syncthreads();  // its copies are everyone's; "
+                         f"step kt - {stages - ahead} is read")  # fmt: skip
+        self.line(d + 1, f"if (kt + {ahead} < fg_steps) {{")
+        stage(c, f"(kt + {ahead}) % {stages}", f"(long long)(kt + {ahead}) * {kc}", d + 2)
         self.line(d + 1, "}")
         self.line(d + 1, "fg_copy_commit();  // empty near the end: one group per step")
 
@@ -1208,10 +1154,12 @@ class _Renderer:
         self.line(d, f"{dt.cuda} {c.red.init.acc} = {value};")
         self.block(c.prefix + c.epilogue, d)
 
-    def stage(self, c: Contraction, buf: str, k0: str, d: int) -> None:
+    def stage(self, c: Contraction, buf: str, k0: str, d: int, wgmma: bool = False) -> None:
         """Copy the `kc` reduction steps from `k0` of both sides into buffer `buf`; values
-        outside the outputs or the reduction are 0 (the tensor cores sum whole steps)."""
+        outside the outputs or the reduction are 0 (the tensor cores sum whole steps).
+        `wgmma`: into the wgmma pipeline's buffers (`wgmma_cell`)."""
         red, kc, threads = c.red, c.kc, TILE_THREADS * TILE_THREADS
+        cell_of = self.wgmma_cell if wgmma else self.staged
         self.line(d, "{")
         self.line(d + 1, f"const long long k0 = {k0};")
         for side, loops, stmts, exports, width, kk_fastest, vector, extent in (
@@ -1246,7 +1194,7 @@ class _Renderer:
                                  f"{at_k} = fg_in ? red : 0LL;")  # fmt: skip
                 self.index_vars(c.c_loops, "ic", e + 2)
                 if vector == "m" or c.k_inner(side):  # 16 bytes along a row of the staging
-                    cell = self.staged(c, side, name, buf, "kk", "at")
+                    cell = cell_of(c, side, name, buf, "kk", "at")
                     self.line(e + 2, f"fg_copy16_async(&{cell}, &{ref}, fg_in);")
                 else:
                     self.line(e + 2, "float4 fg_v = {0.0f, 0.0f, 0.0f, 0.0f};")
@@ -1268,11 +1216,11 @@ class _Renderer:
             half = _staged_half(c)  # exact: the value is a 16-bit number (`gpu._mma_kind`)
             for name, t in exports:
                 value = _narrowed(name, t) if half else name
-                self.line(e + 2, f"{self.staged(c, side, name, buf, 'kk', 'at')} = {value};")
+                self.line(e + 2, f"{cell_of(c, side, name, buf, 'kk', 'at')} = {value};")
             self.line(e + 1, "} else {")
             for name, t in exports:
                 zero = _narrowed("0.0f", t) if half else f"({t.cuda})0"
-                self.line(e + 2, f"{self.staged(c, side, name, buf, 'kk', 'at')} = {zero};")
+                self.line(e + 2, f"{cell_of(c, side, name, buf, 'kk', 'at')} = {zero};")
             self.line(e + 1, "}")
             self.line(e, "}")
             if vector:
