@@ -181,6 +181,7 @@ from .mathops import (  # noqa: E402
     logical_xor,
     logit,
     nan_to_num,
+    polygamma,
     remainder,
     sign,
     signbit,

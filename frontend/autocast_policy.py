@@ -43,8 +43,8 @@ _CUDA_LOWER = ["addmv"]  # (torch's cpu autocast leaves addmv in its inputs' dty
 # interpolate's modes here (nearest, nearest-exact, linear, bilinear, trilinear) are all
 # torch's upsample_* kernels of that list
 _CUDA_FP32 = [
-    "acos", "asin", "cosh", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal",
-    "rsqrt", "sinh", "tan", "pow", "softplus", "layer_norm", "group_norm",
+    "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p",
+    "reciprocal", "rsqrt", "sinh", "tan", "pow", "softplus", "layer_norm", "group_norm",
     "cosine_similarity", "cosine_embedding_loss", "nll_loss", "kl_div", "l1_loss",
     "smooth_l1_loss", "huber_loss", "mse_loss", "margin_ranking_loss", "triplet_margin_loss",
     "binary_cross_entropy_with_logits", "cdist", "logsumexp", "norm", "cross_entropy",

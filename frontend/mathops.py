@@ -1168,6 +1168,234 @@ def fmin(a, b):
     return _where(isnan(b) | (a <= b), a, b)
 
 
+# ---------------------------------------------------------------- gamma family, erfinv
+
+# Lanczos's approximation of the gamma function, g = 7, 9 terms (within ~1e-15 relative)
+_LANCZOS_G = 7.0
+_LANCZOS = [
+    0.99999999999980993, 676.5203681218851, -1259.1392167224028, 771.32342877765313,
+    -176.61502916214059, 12.507343278686905, -0.13857109526572012, 9.9843695780195716e-6,
+    1.5056327351493116e-7,
+]  # fmt: skip
+# Bernoulli numbers B2, B4, ..., B16 (the asymptotic series of the polygamma functions)
+_BERNOULLI = [1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6, -3617 / 510]
+_PSI_SHIFT = 10  # psi_n(y) from psi_n(y + shift + n), where the asymptotic series converges
+
+
+def _lgamma_right(w):
+    """log Gamma(w) for w >= 1/2 (Lanczos), in float64."""
+    z = w - 1
+    a = _LANCZOS[0]
+    for i, c in enumerate(_LANCZOS[1:], start=1):
+        a = a + c / (z + i)
+    t = z + (_LANCZOS_G + 0.5)
+    return 0.5 * math.log(2 * math.pi) + (z + 0.5) * t.log() - t + a.log()
+
+
+def _zeta(k: int) -> float:
+    """The Riemann zeta function at an integer k >= 2 (Euler-Maclaurin after 200 terms)."""
+    n = 200
+    head = math.fsum(m**-k for m in range(1, n))
+    tail = n ** (1 - k) / (k - 1) + 0.5 * n**-k + k * n ** (-k - 1) / 12
+    return head + tail - k * (k + 1) * (k + 2) * n ** (-k - 3) / 720
+
+
+# log Gamma(1 + z) = -gamma z + sum over k >= 2 of (-1)^k zeta(k) z^k / k, for |z| <= 1/2
+_LGAMMA_SERIES = [0.0, -0.5772156649015329] + [(-1) ** k * _zeta(k) / k for k in range(2, 60)]
+
+
+def _lgamma_near_one_two(w):
+    """log Gamma(w) for w in [1/2, 5/2], in float64, from the series about 1 (and log
+    Gamma(2 + z) = log1p(z) + log Gamma(1 + z)): exact zeros at 1 and 2, and small values
+    near them to float64's relative precision (Lanczos's is absolute there)."""
+    above = w >= 1.5
+    z = _where(above, w - 2, w - 1)
+    res = 0.0
+    for c in reversed(_LGAMMA_SERIES):
+        res = res * z + c
+    return _where(above, res + log1p(z), res)
+
+
+def _frac_part(w):
+    """w - round(w), in [-1/2, 1/2]: sin(pi w) and cot(pi w) up to sign from it exactly."""
+    return w - round_(w)
+
+
+def lgamma(x):
+    """log |Gamma(x)|, as torch.lgamma: inf at 0 and the negative integers (the poles) and at
+    +-inf. Lanczos's approximation for x >= 1/2, the reflection formula log(pi / |sin(pi x)|)
+    - lgamma(1 - x) below (sin(pi x) from x - round(x), exact); float32 goes through
+    float64. The gradient is `digamma(x)`, as torch's.
+
+    >>> import fusegrad as fg
+    >>> [round(v, 12) for v in fg.tensor([0.5, 1.0, 3.0, -0.5], dtype=fg.float64).lgamma().tolist()]
+    [0.572364942925, 0.0, 0.69314718056, 1.265512123485]
+    """
+    xf = x._float()
+    w = _f64(xf)
+    right = _lgamma_right(w.maximum(0.5))
+    near = (w >= 0.5) & (w <= 2.5)
+    right = _where(near, _lgamma_near_one_two(w.clamp(0.5, 2.5)), right)
+    r = _frac_part(w)
+    left = math.log(math.pi) - (r * math.pi).sin().abs().log() - _lgamma_right((1 - w).maximum(0.5))
+    res = _where(w >= 0.5, right, left)
+    res = _where(w.abs() == math.inf, math.inf, res)
+    # the rule even where nothing requires grad now: a second derivative reaches this node
+    # through the first's rule, and must not differentiate the branches of the formula
+    out = _back(res, xf)
+    return custom_gradient(out, [xf], lambda g, x: [g * digamma(x)], own_node=True)
+
+
+def _cot_derivatives(n: int) -> list[float]:
+    """The polynomial Q_n with d^n/dx^n cot(pi x) = pi^n Q_n(cot(pi x)), lowest power
+    first: Q_0 = c, Q_(k+1) = -(1 + c^2) Q_k'(c)."""
+    q = [0.0, 1.0]
+    for _ in range(n):
+        dq = [i * q[i] for i in range(1, len(q))] + [0.0]
+        nxt = [0.0] * (len(dq) + 2)
+        for i, v in enumerate(dq):
+            nxt[i] -= v
+            nxt[i + 2] -= v
+        q = nxt
+    return q
+
+
+def _polygamma_right(n: int, y):
+    """psi_n(y) for y >= 1/2, in float64: shifted up by the recurrence psi_n(y) =
+    psi_n(y + 1) + (-1)^(n+1) n! / y^(n+1), then the asymptotic series."""
+    shift = _PSI_SHIFT + n
+    sign = -1.0 if n % 2 == 0 else 1.0  # (-1)^(n+1)
+    fact = float(math.factorial(n))
+    head = None
+    for k in range(shift):
+        term = 1 / (y + k) if n == 0 else (y + k) ** -(n + 1)
+        head = term if head is None else head + term
+    v = y + shift
+    inv = 1 / v
+    if n == 0:
+        tail = v.log() - 0.5 * inv
+        inv2, power = inv * inv, inv * inv
+        for k, b in enumerate(_BERNOULLI, start=1):
+            tail = tail - (b / (2 * k)) * power
+            power = power * inv2
+        return tail - head
+    # (n-1)!/v^n + n!/(2 v^(n+1)) + sum B_2k (2k+n-1)!/(2k)! / v^(2k+n)
+    vn = inv**n
+    tail = math.factorial(n - 1) * vn + (fact / 2) * vn * inv
+    power = vn * inv * inv
+    for k, b in enumerate(_BERNOULLI, start=1):
+        tail = tail + (b * math.factorial(2 * k + n - 1) / math.factorial(2 * k)) * power
+        power = power * inv * inv
+    return sign * (tail + fact * head)
+
+
+def _polygamma(n: int, w):
+    """psi_n(w) in float64 for every w: the reflection psi_n(w) = (-1)^n psi_n(1 - w) -
+    pi^(n+1) Q_n(cot(pi w)) below 1/2; the poles and infinities as `polygamma` says."""
+    right = _polygamma_right(n, w.maximum(0.5))
+    reflected = _polygamma_right(n, (1 - w).maximum(0.5))
+    c = 1 / (_frac_part(w) * math.pi).tan()  # cot(pi w): period 1
+    q = 0.0
+    for coef in reversed(_cot_derivatives(n)):
+        q = q * c + coef
+    left = (reflected if n % 2 == 0 else -reflected) - math.pi ** (n + 1) * q
+    res = _where(w >= 0.5, right, left)
+    pole = (w <= 0) & (_frac_part(w) == 0)
+    if n == 0:  # NaN at the poles below 0, -inf at +0, +inf at -0, as torch's
+        res = _where(pole, _where(w == 0, _where(1 / w < 0, math.inf, -math.inf), math.nan), res)
+    else:  # (-1)^(n+1) inf at every pole (the side of +0), as torch's
+        res = _where(pole, math.inf if n % 2 else -math.inf, res)
+    if n > 0:  # (digamma's is inf: its series gives that)
+        res = _where(w == math.inf, 0.0, res)
+    return _where((w == -math.inf) | isnan(w), math.nan, res)
+
+
+def digamma(x):
+    """d/dx log Gamma(x), as torch.digamma: -inf at +0, inf at -0, NaN at the negative
+    integers and at -inf. Computed in float64 (float32 rounded once) from psi(x + 10)'s
+    asymptotic series and the recurrence, with the reflection formula below 1/2. The
+    gradient is `polygamma(1, x)` (inf at the poles, where torch's float32 formula gives a
+    large finite number: docs/NUMERICS.md).
+
+    >>> import fusegrad as fg
+    >>> [round(v, 12) for v in fg.tensor([1.0, 0.5, -0.5], dtype=fg.float64).digamma().tolist()]
+    [-0.577215664902, -1.963510026021, 0.036489973979]
+    """
+    return polygamma(0, x)
+
+
+def polygamma(n: int, x):
+    """The n-th derivative of digamma, as torch.polygamma(n, x) (n = 0 is digamma): the
+    recurrence and asymptotic series above 1/2, the reflection formula with cot(pi x)'s
+    n-th derivative below, in float64. For n >= 1, (-1)^(n+1) inf at 0 and the negative
+    integers (the poles), 0 at inf and NaN at -inf (docs/NUMERICS.md: where torch's
+    differs); see digamma for n = 0. The gradient is polygamma(n + 1, x).
+
+    >>> import fusegrad as fg
+    >>> round(fg.polygamma(1, fg.tensor([1.0])).item(), 6)  # pi^2 / 6
+    1.644934
+    """
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        fail(ArgumentError, "polygamma", f"n must be a non-negative int, got {n!r}")
+    xf = _tensor(x, "polygamma")._float()
+    out = _back(_polygamma(n, _f64(xf)), xf)
+    # (the rule builds polygamma(n + 1) only when a backward pass asks for it; it is there
+    # even where nothing requires grad now, as lgamma's)
+    return custom_gradient(out, [xf], lambda g, x: [g * polygamma(n + 1, x)], own_node=True)
+
+
+def _polygamma_method(self, n: int):
+    """`t.polygamma(n)`: polygamma(n, t), as torch's method."""
+    return polygamma(n, self)
+
+
+# Giles's approximation of erfinv for single precision ("Approximating the erfinv function",
+# GPU Computing Gems, 2010): its coefficients in w = -log(1 - x^2), central and tail
+_ERFINV_CENTRAL = [
+    2.81022636e-08,
+    3.43273939e-07,
+    -3.5233877e-06,
+    -4.39150654e-06,
+    0.00021858087,
+    -0.00125372503,
+    -0.00417768164,
+    0.246640727,
+    1.50140941,
+]
+_ERFINV_TAIL = [-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+                -0.0076224613, 0.00943887047, 1.00167406, 2.83297682]  # fmt: skip
+
+
+@autocast_op("erfinv")
+def erfinv(x):
+    """The inverse of erf on [-1, 1], as torch.erfinv: +-inf at +-1, NaN outside, -0.0 at
+    -0.0. Giles's single-precision approximation refined by two Newton steps on fusegrad's
+    erf, in float64. The gradient is sqrt(pi)/2 exp(erfinv(x)^2), as torch's.
+
+    >>> import fusegrad as fg
+    >>> round(fg.tensor([0.5]).erfinv().item(), 6)
+    0.476936
+    """
+    xf = x._float()
+    w = _f64(xf)
+    inside = w.abs() < 1
+    a = _where(inside, w, 0.0)
+    lw = -((1 - a) * (1 + a)).log()
+    central, tail = lw - 2.5, lw.sqrt() - 3
+    pc, pt = 0.0, 0.0
+    for c in _ERFINV_CENTRAL:
+        pc = pc * central + c
+    for c in _ERFINV_TAIL:
+        pt = pt * tail + c
+    y = _where(lw < 5, pc, pt) * a
+    for _ in range(2):  # Newton: y - (erf(y) - x) / erf'(y)
+        y = y - (erf(y) - a) * (math.sqrt(math.pi) / 2) * (y * y).exp()
+    res = _where(inside, y, _where(w == 1, math.inf, _where(w == -1, -math.inf, math.nan)))
+    res = _odd_at_zero(res, w)
+    out = _back(res, xf)
+    return _with_grad(out, [(xf, (math.sqrt(math.pi) / 2) * (out * out).exp())])
+
+
 METHODS = {
     "fmax": fmax,
     "fmin": fmin,
@@ -1206,6 +1434,10 @@ METHODS = {
     "log10": log10,
     "logit": logit,
     "sinc": sinc,
+    "lgamma": lgamma,
+    "digamma": digamma,
+    "polygamma": _polygamma_method,
+    "erfinv": erfinv,
     "exp2": exp2,
     "logaddexp": logaddexp,
     "logaddexp2": logaddexp2,

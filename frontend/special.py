@@ -13,14 +13,18 @@ import math
 from .core import Tensor
 from .extend import custom_gradient
 from .mathops import isnan
+from .mathops import polygamma as polygamma  # torch.special.polygamma is torch.polygamma
 from .mathops import xlog1py as xlog1py  # (written beside xlogy, which it shares)
 from .mathops import xlogy as xlogy  # torch.special.xlogy is torch.xlogy
 from .tensor import where
 
 __all__ = [
+    "digamma",
     "entr",
     "erf",
     "erfc",
+    "erfinv",
+    "gammaln",
     "exp2",
     "expit",
     "expm1",
@@ -29,6 +33,8 @@ __all__ = [
     "logit",
     "logsumexp",
     "ndtr",
+    "polygamma",
+    "psi",
     "round",
     "sinc",
     "softmax",
@@ -50,6 +56,26 @@ def logit(input: Tensor, eps: float | None = None) -> Tensor:
 def erf(input: Tensor) -> Tensor:
     """The error function: `Tensor.erf`."""
     return input.erf()
+
+
+def erfinv(input: Tensor) -> Tensor:
+    """The inverse of erf on [-1, 1]: `Tensor.erfinv`."""
+    return input.erfinv()
+
+
+def gammaln(input: Tensor) -> Tensor:
+    """log |Gamma(x)|: `Tensor.lgamma`."""
+    return input.lgamma()
+
+
+def digamma(input: Tensor) -> Tensor:
+    """d/dx log Gamma(x): `Tensor.digamma`."""
+    return input.digamma()
+
+
+def psi(input: Tensor) -> Tensor:
+    """torch.special.psi, digamma's other name: `Tensor.digamma`."""
+    return input.digamma()
 
 
 def erfc(input: Tensor) -> Tensor:

@@ -166,6 +166,15 @@ UNARY = {
     "fg.logit": "lib.logit(x, 1e-6)",
     "sinc": "x.sinc()",
     "fg.sinc": "lib.sinc(x)",
+    "lgamma": "x.lgamma()",
+    "fg.lgamma": "lib.lgamma(x)",
+    "digamma": "x.digamma()",
+    "fg.digamma": "lib.digamma(x)",
+    "polygamma": "x.polygamma(1)",
+    "fg.polygamma": "lib.polygamma(2, x)",
+    "fg.polygamma_0": "lib.polygamma(0, x)",
+    "erfinv": "x.erfinv()",
+    "fg.erfinv": "lib.erfinv(x)",
 }
 
 # ops taking two tensors: tried on every pair of these points

@@ -56,6 +56,7 @@ CASES = {
     "log": lambda m, F, t, i: m.log(t(4)),
     "log1p": lambda m, F, t, i: t(4).log1p(),
     "expm1": lambda m, F, t, i: t(4).expm1(),
+    "erfinv": lambda m, F, t, i: (t(4) * 0.5).erfinv(),
     "log2": lambda m, F, t, i: t(4).log2(),
     "log10": lambda m, F, t, i: t(4).log10(),
     "reciprocal": lambda m, F, t, i: t(4).reciprocal(),
@@ -193,6 +194,7 @@ CUDA = {
     ),
     **dict.fromkeys(
         ["exp", "log", "log1p", "expm1", "log2", "log10", "reciprocal", "rsqrt", "sinh"]
+        + ["erfinv"]
         + ["cosh", "tan", "acos", "asin", "pow", "pow_tensor", "softplus", "layer_norm"]
         + ["group_norm", "cosine_similarity", "mse_loss", "l1_loss", "smooth_l1_loss"]
         + ["huber_loss", "kl_div", "nll_loss", "cross_entropy"]

@@ -1,0 +1,155 @@
+"""lgamma, digamma, polygamma and erfinv: values and gradients against known closed forms
+(no torch needed), against PyTorch's float64 over dense grids where torch is installed,
+and at the special points (test_special_points.py sweeps those against torch's table)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import fusegrad as fg
+
+EULER = 0.5772156649015329
+ZETA3 = 1.2020569031595942
+
+
+def f64(values) -> fg.Tensor:
+    return fg.tensor(values, dtype=fg.float64)
+
+
+def close(got, want, rtol=1e-13, atol=0.0) -> None:
+    np.testing.assert_allclose(np.asarray(got, dtype=np.float64), want, rtol=rtol, atol=atol)
+
+
+def test_lgamma_at_the_integers_and_halves():
+    n = np.arange(1, 30)
+    close(f64(n).lgamma().tolist(), [math.lgamma(v) for v in n], atol=1e-15)
+    assert f64([1.0, 2.0]).lgamma().tolist() == [0.0, 0.0]  # exact zeros
+    close(f64([0.5]).lgamma().tolist(), [0.5 * math.log(math.pi)])
+    # the reflection formula below 1/2: Gamma(-1/2) = -2 sqrt(pi), Gamma(-3/2) = 4 sqrt(pi)/3
+    close(f64([-0.5, -1.5]).lgamma().tolist(), [math.log(2 * math.sqrt(math.pi)),
+          math.log(4 * math.sqrt(math.pi) / 3)])  # fmt: skip
+
+
+def test_lgamma_matches_pythons_over_a_wide_range():
+    x = np.concatenate([np.linspace(-40.3, 40.3, 2001), np.geomspace(1e-6, 1e6, 400)])
+    x = x[(x > 0) | (x != np.round(x))]  # (math.lgamma raises at the poles)
+    want = [math.lgamma(v) for v in x]
+    got = np.array(f64(x).lgamma().tolist())
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=3e-15)
+
+
+def test_lgamma_poles_and_infinities():
+    got = f64([0.0, -0.0, -1.0, -7.0, -1e30, math.inf, -math.inf, math.nan]).lgamma().tolist()
+    assert got[:7] == [math.inf] * 7 and math.isnan(got[7])
+
+
+def test_digamma_at_known_values():
+    harmonic = np.cumsum(1 / np.arange(1, 20))
+    close(f64(np.arange(2, 21)).digamma().tolist(), -EULER + harmonic, rtol=1e-14)
+    close(f64([1.0, 0.5]).digamma().tolist(), [-EULER, -EULER - 2 * math.log(2)], rtol=1e-14)
+    # the reflection: psi(1 - x) - psi(x) = pi cot(pi x)
+    x = np.array([-0.25, -2.7, -10.1, 0.3])
+    a, b = f64(1 - x).digamma().tolist(), f64(x).digamma().tolist()
+    close(np.subtract(a, b), math.pi / np.tan(math.pi * x), rtol=1e-12)
+
+
+def test_digamma_poles_signed_zeros_and_infinities():
+    got = f64([0.0, -0.0, -1.0, -5.0, math.inf, -math.inf]).digamma().tolist()
+    assert got[:2] == [-math.inf, math.inf]  # the side's, as torch's
+    assert all(math.isnan(v) for v in got[2:4]) and got[4] == math.inf and math.isnan(got[5])
+
+
+def test_polygamma_at_known_values():
+    one = f64([1.0])
+    close(fg.polygamma(1, one).tolist(), [math.pi**2 / 6])
+    close(fg.polygamma(2, one).tolist(), [-2 * ZETA3], rtol=1e-13)
+    close(fg.polygamma(3, one).tolist(), [math.pi**4 / 15], rtol=1e-13)
+    close(one.polygamma(0).tolist(), [-EULER])
+    # psi_1(x) + psi_1(1 - x) = pi^2 / sin^2(pi x), at negative x too
+    x = np.array([-0.3, -3.7, 0.2])
+    a, b = fg.polygamma(1, f64(x)).tolist(), fg.polygamma(1, f64(1 - x)).tolist()
+    close(np.add(a, b), math.pi**2 / np.sin(math.pi * x) ** 2, rtol=1e-12)
+    # the poles: (-1)^(n+1) inf (the side of +0)
+    assert fg.polygamma(1, f64([0.0, -3.0])).tolist() == [math.inf, math.inf]
+    assert fg.polygamma(2, f64([0.0, -3.0])).tolist() == [-math.inf, -math.inf]
+
+
+def test_polygamma_takes_a_non_negative_int():
+    for n in (-1, 1.5, True):
+        with pytest.raises(RuntimeError, match="polygamma: n must be a non-negative int"):
+            fg.polygamma(n, f64([1.0]))
+
+
+def test_erfinv_inverts_erf():
+    # (to |x| = 3: past it erf's rounding alone moves the inverse by more than 1e-10)
+    x = np.linspace(-3.0, 3.0, 1001)
+    close(f64(x).erf().erfinv().tolist(), x, rtol=1e-10, atol=1e-13)
+    close(f64([0.5]).erfinv().tolist(), [0.4769362762044699], rtol=1e-15)
+    got = f64([1.0, -1.0, 1.5, -2.0, 0.0, -0.0, math.nan]).erfinv().tolist()
+    assert got[:2] == [math.inf, -math.inf] and all(math.isnan(v) for v in got[2:4] + got[6:])
+    assert math.copysign(1, got[4]) == 1 and math.copysign(1, got[5]) == -1
+
+
+def test_the_gradients_are_the_next_function():
+    x = f64([0.3, 1.7, -2.5, 12.0]).requires_grad_()
+    (g,) = fg.grad(x.lgamma().sum(), [x])
+    close(g.tolist(), x.detach().digamma().tolist())
+    (g,) = fg.grad(x.digamma().sum(), [x])
+    close(g.tolist(), fg.polygamma(1, x.detach()).tolist())
+    (g,) = fg.grad(fg.polygamma(2, x).sum(), [x])
+    close(g.tolist(), fg.polygamma(3, x.detach()).tolist())
+    # twice: lgamma'' = polygamma(1)
+    (g,) = fg.grad(x.lgamma().sum(), [x], create_graph=True)
+    (gg,) = fg.grad(g.sum(), [x])
+    close(gg.tolist(), fg.polygamma(1, x.detach()).tolist())
+    y = f64([-0.9, 0.0, 0.5, 0.99]).requires_grad_()
+    (g,) = fg.grad(y.erfinv().sum(), [y])
+    want = math.sqrt(math.pi) / 2 * np.exp(np.square(y.detach().erfinv().tolist()))
+    close(g.tolist(), want)
+
+
+def test_float32_is_rounded_once_from_float64():
+    x = np.array([-0.5, 0.1, 1.4616321, 3.3, 25.0, -7.2], dtype=np.float32)
+    for name in ("lgamma", "digamma", "erfinv"):
+        xs = x if name != "erfinv" else x / 30
+        got = getattr(fg.tensor(xs), name)().numpy()
+        want = np.float32(getattr(fg.tensor(xs.astype(np.float64)), name)().numpy())
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got, want)
+
+
+def test_integer_inputs_give_float32_and_the_in_place_forms():
+    assert fg.tensor([1, 2, 3]).lgamma().dtype == fg.float32
+    t = f64([0.5, 2.0])
+    t.lgamma_()
+    close(t.tolist(), [0.5 * math.log(math.pi), 0.0])
+    t = f64([1.0])
+    t.polygamma_(1)
+    close(t.tolist(), [math.pi**2 / 6])
+
+
+def test_torch_special_names():
+    x = f64([0.5, 3.0])
+    close(fg.special.gammaln(x).tolist(), x.lgamma().tolist())
+    close(fg.special.psi(x).tolist(), x.digamma().tolist())
+    close(fg.special.digamma(x).tolist(), x.digamma().tolist())
+    close(fg.special.polygamma(1, x).tolist(), fg.polygamma(1, x).tolist())
+    close(fg.special.erfinv(f64([0.25])).tolist(), f64([0.25]).erfinv().tolist())
+
+
+def test_against_torch_float64_on_dense_grids():
+    torch = pytest.importorskip("torch")
+    x = np.concatenate([np.linspace(-20.3, 20.3, 4001), np.geomspace(1e-5, 1e5, 300)])
+    t = torch.tensor(x)
+    for name, rtol, atol in (("lgamma", 1e-13, 1e-14), ("digamma", 1e-12, 1e-13)):
+        got = np.array(getattr(f64(x), name)().tolist())
+        np.testing.assert_allclose(got, getattr(torch, name)(t).numpy(), rtol=rtol, atol=atol)
+    for n in (1, 2, 3):  # (torch's own float64 polygamma(1) is off by up to ~5e-10)
+        got = np.array(fg.polygamma(n, f64(x)).tolist())
+        np.testing.assert_allclose(got, torch.polygamma(n, t).numpy(), rtol=2e-9)
+    u = np.linspace(-0.99999, 0.99999, 3001)
+    got = np.array(f64(u).erfinv().tolist())
+    np.testing.assert_allclose(got, torch.erfinv(torch.tensor(u)).numpy(), rtol=1e-13, atol=1e-15)
