@@ -196,7 +196,7 @@ from .printing import set_printoptions  # noqa: E402
 from .profiler import profile  # noqa: E402
 from .reduce import matmul  # noqa: E402
 from .runtime.config import config  # noqa: E402
-from .searching import bincount, bucketize, cdist, mode, searchsorted  # noqa: E402
+from .searching import bincount, bucketize, cdist, histc, mode, searchsorted  # noqa: E402
 from .serialization import SerializationError, load, save  # noqa: E402
 from .shapeops import (  # noqa: E402
     addbmm,

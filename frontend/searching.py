@@ -1,7 +1,7 @@
-"""Counting and searching in sorted data: bincount, searchsorted, bucketize, mode, and
-the pairwise distances cdist.
+"""Counting and searching in sorted data: bincount, histc, searchsorted, bucketize, mode,
+and the pairwise distances cdist.
 
-bincount, searchsorted, bucketize and mode give integer answers with no gradient, and
+bincount, histc, searchsorted, bucketize and mode give integer answers with no gradient, and
 are computed on the host from the realized inputs (as torch's CPU kernels compute them);
 mode's values are gathered from the input, so they carry its gradient. cdist is built of
 tensor ops (a broadcast difference and a norm) and so has torch's gradient, 0 where two
@@ -24,7 +24,7 @@ import numpy as np
 from . import core
 from .autocast import autocast_op
 from .creation import tensor
-from .errors import ArgumentError, DTypeError, ShapeError, fail
+from .errors import ArgumentError, DTypeError, DTypeNotImplementedError, ShapeError, fail
 from .indexing import gather
 from .ir.dtypes import float32, float64, int32, int64
 
@@ -60,6 +60,45 @@ def bincount(input: Tensor, weights: Tensor | None = None, minlength: int = 0) -
     out = np.bincount(x, weights=w.astype(np.float64), minlength=minlength)
     is_f32 = isinstance(weights, core.Tensor) and weights.dtype is float32
     return _made(out, float32 if is_f32 else float64, input)
+
+
+def histc(input: Tensor, bins: int = 100, min: float = 0.0, max: float = 0.0) -> Tensor:  # noqa: A002
+    """A histogram of `input`'s elements in `bins` equal bins over [min, max], as torch.histc:
+    elements outside are left out (NaN too), max falls in the last bin; min == max takes the
+    data's smallest and largest (widened by 1 each way where those are equal too). An
+    element's bin is (x - min) * bins / (max - min) rounded down, in the input's dtype (as
+    torch's). Float inputs only; the counts are of its dtype, with no gradient.
+
+    >>> import fusegrad as fg
+    >>> fg.histc(fg.tensor([0.0, 1.0, 2.0, 2.0, 3.0, 5.0]), bins=4, min=0, max=3).tolist()
+    [1.0, 1.0, 2.0, 1.0]
+    """
+    if not input.dtype.is_float:
+        fail(
+            DTypeNotImplementedError,
+            "histc",
+            f"not implemented for {input.dtype.name} (floats only)",
+        )
+    if isinstance(bins, bool) or not isinstance(bins, int) or bins <= 0:
+        fail(ArgumentError, "histc", f"bins must be a positive int, got {bins!r}")
+    host = input.detach().cpu()  # (counted on the host, from any device)
+    x = (host.float() if input.dtype.is_half else host).numpy().reshape(-1)
+    dt = x.dtype.type
+    lo, hi = dt(min), dt(max)
+    if lo == hi and x.size:
+        lo, hi = x.min(), x.max()
+    if lo == hi:
+        lo, hi = lo - dt(1), hi + dt(1)
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        fail(ArgumentError, "histc", f"range of [{lo}, {hi}] is not finite")
+    if lo > hi:
+        fail(ArgumentError, "histc", "max must be larger than min")
+    with np.errstate(invalid="ignore", over="ignore"):
+        inside = (x >= lo) & (x <= hi)
+        v = x[inside]
+        pos = (v - lo) * dt(bins) / (hi - lo)  # (in the input's dtype, as torch's)
+    index = np.minimum(np.floor(pos).astype(np.int64), bins - 1)
+    return _made(np.bincount(index, minlength=bins).astype(x.dtype), input.dtype, input)
 
 
 def searchsorted(
@@ -172,9 +211,10 @@ def cdist(x1: Tensor, x2: Tensor, p: float = 2.0, compute_mode=None) -> Tensor:
     return diff.norm(p=p, dim=-1)
 
 
-METHODS = {"bincount": bincount, "mode": mode}
+METHODS = {"bincount": bincount, "histc": histc, "mode": mode}
 FUNCTIONS = {
     "bincount": bincount,
+    "histc": histc,
     "searchsorted": searchsorted,
     "bucketize": bucketize,
     "mode": mode,

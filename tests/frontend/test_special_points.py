@@ -348,7 +348,7 @@ EXCLUDED: dict[str, str] = {
         _names("fg", "compile get_num_threads seed set_num_threads set_printoptions"), _NON_MATH
     ),
     **dict.fromkeys(
-        _names("Tensor", "bincount") + _names("fg", "bincount bucketize searchsorted"),
+        _names("Tensor", "bincount histc") + _names("fg", "bincount bucketize searchsorted histc"),
         _NOT_DIFFERENTIABLE,
     ),
     **dict.fromkeys(_names("Tensor", "mode") + _names("fg", "mode"), _MOVES),
