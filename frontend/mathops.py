@@ -1396,6 +1396,151 @@ def erfinv(x):
     return _with_grad(out, [(xf, (math.sqrt(math.pi) / 2) * (out * out).exp())])
 
 
+# ---------------------------------------------------------------- Bessel functions I0, I1
+
+
+def _bessel_ie(nu: int, a):
+    """e^-a I_nu(a) for a >= 0 (nu 0 or 1), in float64: the power series up to 30 (all
+    terms positive, 60 of them), the asymptotic series 1/sqrt(2 pi a) sum (-1)^k c_k / a^k
+    (16 terms) above; 0 at inf."""
+    small = a.minimum(30.0)
+    half = small * 0.5
+    q = half * half
+    s = 0.0
+    for k in range(60, 0, -1):  # sum q^k / (k! (k + nu)!), nested from the last term
+        s = 1 + s * q / (k * (k + nu))
+    series = s * (half if nu else 1.0) * (-small).exp()
+    big = a.maximum(30.0)
+    coef, total = 1.0, 1.0
+    inv = 1 / big
+    power = 1.0
+    for k in range(1, 17):
+        coef *= -(4 * nu * nu - (2 * k - 1) ** 2) / (k * 8)  # (-1)^k c_k
+        power = power * inv
+        total = total + coef * power
+    asym = total / (2 * math.pi * big).sqrt()
+    return _where(a <= 30, series, _where(a == math.inf, 0.0, asym))
+
+
+def i0(x):
+    """The modified Bessel function of the first kind of order 0, as torch.i0: a power
+    series, or an asymptotic one above 30, in float64; inf at +-inf (torch's is NaN:
+    docs/NUMERICS.md). The gradient is `special.i1(x)`, as torch's.
+
+    >>> import fusegrad as fg
+    >>> round(fg.tensor([1.0]).i0().item(), 6)
+    1.266066
+    """
+    xf = x._float()
+    a = _f64(xf).abs()
+    res = _bessel_ie(0, a) * a.exp()
+    res = _where(a == math.inf, math.inf, res)
+    out = _back(res, xf)
+    return custom_gradient(out, [xf], lambda g, x: [g * i1(x)], own_node=True)
+
+
+def i0e(x):
+    """e^-|x| I0(x), as torch.special.i0e (1 at 0, 0 at +-inf). The gradient is torch's,
+    i1e(x) - sign(x) i0e(x)."""
+    xf = x._float()
+    out = _back(_bessel_ie(0, _f64(xf).abs()), xf)
+    return custom_gradient(out, [xf], lambda g, x: [g * (i1e(x) - x.sign() * i0e(x))],
+                           own_node=True)  # fmt: skip
+
+
+def i1(x):
+    """The modified Bessel function of the first kind of order 1, as torch.special.i1 (odd;
+    +0.0 at -0.0 as torch's; +-inf at +-inf, where torch's is NaN). The gradient is torch's,
+    i0(x) - i1(x) / x, 1/2 at 0 (and at NaN)."""
+    xf = x._float()
+    w = _f64(xf)
+    a = w.abs()
+    mag = _where(a == math.inf, math.inf, _bessel_ie(1, a) * a.exp())
+    res = _where(w < 0, -mag, mag)  # (+0.0 at -0.0, as torch's)
+    out = _back(res, xf)
+
+    def rule(g, x):  # (1/2 at a NaN too, as torch's)
+        return [g * _where((x == 0) | isnan(x), 0.5, i0(x) - i1(x) / x)]
+
+    return custom_gradient(out, [xf], rule, own_node=True)
+
+
+def i1e(x):
+    """e^-|x| I1(x), as torch.special.i1e (odd; +0.0 at -0.0, +-0 at +-inf, as torch's). The
+    gradient is torch's, i0e(x) - i1e(x) (sign(x) + 1/x), 1/2 at 0 (and at NaN)."""
+    xf = x._float()
+    w = _f64(xf)
+    mag = _bessel_ie(1, w.abs())
+    res = _where(w < 0, -mag, mag)  # (+0.0 at -0.0, as torch's)
+    out = _back(res, xf)
+
+    def rule(g, x):  # (1/2 at a NaN too, as torch's)
+        return [g * _where((x == 0) | isnan(x), 0.5, i0e(x) - i1e(x) * (x.sign() + 1 / x))]
+
+    return custom_gradient(out, [xf], rule, own_node=True)
+
+
+# ---------------------------------------------------------------- scaled erfc, log Phi
+
+
+def _erfcx64(w):
+    """e^(w^2) erfc(w) in float64: its continued fraction 1 / (sqrt(pi) f) from 2 up
+    (60 terms, as erf's), e^(w^2) (1 - erf(w)) on [0, 2), and 2 e^(w^2) - erfcx(-w) below
+    0 (inf past about -26.6)."""
+    a = w.abs()
+    t = a.maximum(2.0)
+    f = t
+    for k in range(60, 0, -1):
+        f = t + (k / 2) / f
+    far = 1 / (math.sqrt(math.pi) * f)
+    near = (a * a).exp() * (1 - erf(a.minimum(2.0)))
+    pos = _where(a >= 2, _where(a == math.inf, 0.0, far), near)
+    return _where(w < 0, 2 * (w * w).exp() - pos, pos)
+
+
+def erfcx(x):
+    """The scaled complementary error function e^(x^2) erfc(x), as torch.special.erfcx,
+    without erfc's underflow (0 at inf, inf at -inf). The gradient is torch's,
+    2 x erfcx(x) - 2/sqrt(pi)."""
+    xf = x._float()
+    out = _back(_erfcx64(_f64(xf)), xf)
+
+    def rule(g, x):
+        return [g * (2 * x * erfcx(x) - 2 / math.sqrt(math.pi))]
+
+    return custom_gradient(out, [xf], rule, own_node=True)
+
+
+def log_ndtr(x):
+    """log of the standard normal CDF, as torch.special.log_ndtr, accurate in both tails:
+    log(erfcx(z) / 2) - z^2 with z = -x/sqrt(2) below -1, log1p(-erfc(x/sqrt(2)) / 2) above.
+    The gradient is torch's, exp(-x^2/2 - log_ndtr(x)) / sqrt(2 pi)."""
+    xf = x._float()
+    w = _f64(xf)
+    z = -w * (1 / math.sqrt(2))
+    low = (_erfcx64(z.maximum(0.5)) * 0.5).log() - z * z
+    high = log1p(-0.5 * _erfcx64((-z).maximum(-1.0)) * (-(z * z)).exp())
+    res = _where(w < -1, low, high)
+    out = _back(res, xf)
+
+    def rule(g, x):
+        return [g * (-(x * x) * 0.5 - log_ndtr(x)).exp() * (1 / math.sqrt(2 * math.pi))]
+
+    return custom_gradient(out, [xf], rule, own_node=True)
+
+
+def mvlgamma(x, p: int):
+    """The multivariate log-gamma function of dimension p, as torch.mvlgamma:
+    sum over j < p of lgamma(x - j/2), plus p (p - 1)/4 log(pi)."""
+    if not isinstance(p, int) or isinstance(p, bool) or p < 1:
+        fail(ArgumentError, "mvlgamma", f"p has to be greater than or equal to 1, got {p!r}")
+    xf = x._float()
+    out = lgamma(xf + 0.0)  # (x + 0.0: -0.0 is +0.0 there, whose digamma is torch's -inf)
+    for j in range(1, p):
+        out = out + lgamma(xf - j / 2)
+    return out + p * (p - 1) / 4 * math.log(math.pi)
+
+
 METHODS = {
     "fmax": fmax,
     "fmin": fmin,
@@ -1438,6 +1583,8 @@ METHODS = {
     "digamma": digamma,
     "polygamma": _polygamma_method,
     "erfinv": erfinv,
+    "i0": i0,
+    "mvlgamma": mvlgamma,
     "exp2": exp2,
     "logaddexp": logaddexp,
     "logaddexp2": logaddexp2,

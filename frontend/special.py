@@ -12,7 +12,12 @@ import math
 
 from .core import Tensor
 from .extend import custom_gradient
+from .mathops import erfcx as erfcx  # (these five written in mathops, beside erf and i0)
+from .mathops import i0e as i0e
+from .mathops import i1 as i1
+from .mathops import i1e as i1e
 from .mathops import isnan
+from .mathops import log_ndtr as log_ndtr
 from .mathops import polygamma as polygamma  # torch.special.polygamma is torch.polygamma
 from .mathops import xlog1py as xlog1py  # (written beside xlogy, which it shares)
 from .mathops import xlogy as xlogy  # torch.special.xlogy is torch.xlogy
@@ -23,8 +28,15 @@ __all__ = [
     "entr",
     "erf",
     "erfc",
+    "erfcx",
     "erfinv",
     "gammaln",
+    "i0",
+    "i0e",
+    "i1",
+    "i1e",
+    "log_ndtr",
+    "multigammaln",
     "exp2",
     "expit",
     "expm1",
@@ -61,6 +73,16 @@ def erf(input: Tensor) -> Tensor:
 def erfinv(input: Tensor) -> Tensor:
     """The inverse of erf on [-1, 1]: `Tensor.erfinv`."""
     return input.erfinv()
+
+
+def i0(input: Tensor) -> Tensor:
+    """The modified Bessel function of the first kind of order 0: `Tensor.i0`."""
+    return input.i0()
+
+
+def multigammaln(input: Tensor, p: int) -> Tensor:
+    """The multivariate log-gamma function: `Tensor.mvlgamma`."""
+    return input.mvlgamma(p)
 
 
 def gammaln(input: Tensor) -> Tensor:

@@ -175,6 +175,15 @@ UNARY = {
     "fg.polygamma_0": "lib.polygamma(0, x)",
     "erfinv": "x.erfinv()",
     "fg.erfinv": "lib.erfinv(x)",
+    "i0": "x.i0()",
+    "fg.i0": "lib.i0(x)",
+    "mvlgamma": "x.mvlgamma(2)",
+    "fg.mvlgamma": "lib.mvlgamma(x, 3)",
+    "special.i0e": "lib.special.i0e(x)",
+    "special.i1": "lib.special.i1(x)",
+    "special.i1e": "lib.special.i1e(x)",
+    "special.erfcx": "lib.special.erfcx(x)",
+    "special.log_ndtr": "lib.special.log_ndtr(x)",
 }
 
 # ops taking two tensors: tried on every pair of these points

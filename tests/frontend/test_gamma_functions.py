@@ -153,3 +153,91 @@ def test_against_torch_float64_on_dense_grids():
     u = np.linspace(-0.99999, 0.99999, 3001)
     got = np.array(f64(u).erfinv().tolist())
     np.testing.assert_allclose(got, torch.erfinv(torch.tensor(u)).numpy(), rtol=1e-13, atol=1e-15)
+
+
+# ---------------------------------------------------------------- Bessel, erfcx, log_ndtr
+
+
+def bessel_series(nu: int, x: float) -> float:
+    """I_nu(x) from its power series (each term from the last), summed exactly by fsum."""
+    term, terms = (x / 2) ** nu / math.factorial(nu), []
+    for k in range(200):
+        terms.append(term)
+        term *= (x / 2) ** 2 / ((k + 1) * (k + 1 + nu))
+    return math.fsum(terms)
+
+
+def test_bessel_functions_against_their_series():
+    x = [0.0, 0.5, 1.0, 2.5, 10.0, 29.0, 31.0, 45.0, -3.0]
+    close(f64(x).i0().tolist(), [bessel_series(0, abs(v)) for v in x], rtol=2e-15)
+    close(fg.special.i1(f64(x)).tolist(), [math.copysign(bessel_series(1, abs(v)), v) for v in x],
+          rtol=2e-15)  # fmt: skip
+    scaled = [math.exp(-abs(v)) for v in x]
+    close(fg.special.i0e(f64(x)).tolist(), np.multiply(f64(x).i0().tolist(), scaled), rtol=3e-15)
+    close(fg.special.i1e(f64(x)).tolist(),
+          np.multiply(fg.special.i1(f64(x)).tolist(), scaled), rtol=3e-15)  # fmt: skip
+    # the limits: i0, i1 -> inf; the scaled ones -> 0 (i1e -0.0 at -inf), I0(0) = 1, I1(0) = 0
+    ends = f64([math.inf, -math.inf])
+    assert ends.i0().tolist() == [math.inf, math.inf]
+    assert fg.special.i1(ends).tolist() == [math.inf, -math.inf]
+    assert fg.special.i0e(ends).tolist() == [0.0, 0.0]
+    assert [math.copysign(1, v) for v in fg.special.i1e(ends).tolist()] == [1.0, -1.0]
+
+
+def test_bessel_gradients_are_torchs_rules():
+    x = f64([-2.0, 0.0, 0.7, 40.0]).requires_grad_()
+    d = x.detach()
+    (g,) = fg.grad(x.i0().sum(), [x])
+    close(g.tolist(), fg.special.i1(d).tolist())
+    (g,) = fg.grad(fg.special.i1(x).sum(), [x])
+    i0, i1 = np.array(d.i0().tolist()), np.array(fg.special.i1(d).tolist())
+    want = np.where(d.numpy() == 0, 0.5, i0 - i1 / np.where(d.numpy() == 0, 1, d.numpy()))
+    close(g.tolist(), want)
+    (g,) = fg.grad(fg.special.i0e(x).sum(), [x])
+    want = np.array(fg.special.i1e(d).tolist()) - np.sign(d.numpy()) * fg.special.i0e(d).numpy()
+    close(g.tolist(), want, atol=1e-16)
+
+
+def test_erfcx_and_log_ndtr_in_the_tails():
+    x = np.array([-5.0, -1.0, 0.0, 0.5, 3.0, 10.0, 30.0, 1e6])
+
+    def asymptotic(v):  # 1/(v sqrt(pi)) sum (-1)^n (2n - 1)!! / (2 v^2)^n
+        terms = [(-1) ** n * math.prod(range(1, 2 * n, 2)) / (2 * v * v) ** n for n in range(10)]
+        return math.fsum(terms) / (math.sqrt(math.pi) * v)
+
+    want = [math.exp(v * v) * math.erfc(v) if v < 25 else asymptotic(v) for v in x]
+    close(fg.special.erfcx(f64(x)).tolist(), want, rtol=1e-13)
+    assert fg.special.erfcx(f64([math.inf, -math.inf])).tolist() == [0.0, math.inf]
+    # log Phi(x): no 0 or -inf in either tail where the value is representable
+    got = fg.special.log_ndtr(f64([-40.0, -1.0, 0.0, 2.0, 20.0])).tolist()
+    phi = [0.5 * math.erfc(-v / math.sqrt(2)) for v in (-1.0, 0.0, 2.0)]
+    close(got[1:4], [math.log(p) for p in phi], rtol=1e-14)
+    close([got[0]], [-804.6084420137538], rtol=1e-13)  # -x^2/2 - log(-x sqrt(2 pi)) + ...
+    close([got[4]], [-0.5 * math.erfc(20 / math.sqrt(2))], rtol=1e-12)
+
+
+def test_mvlgamma_is_a_sum_of_lgammas():
+    x = f64([2.5, 3.0, 7.25])
+    want = [sum(math.lgamma(v - j / 2) for j in range(3)) + 1.5 * math.log(math.pi) for v in
+            x.tolist()]  # fmt: skip
+    close(x.mvlgamma(3).tolist(), want, rtol=1e-13)
+    close(fg.special.multigammaln(x, 1).tolist(), x.lgamma().tolist())
+    with pytest.raises(RuntimeError, match="p has to be greater than or equal to 1"):
+        x.mvlgamma(0)
+
+
+def test_bessel_and_tails_against_torch():
+    torch = pytest.importorskip("torch")
+    v = np.concatenate([np.linspace(-700, 700, 7001), np.geomspace(1e-6, 700, 300)])
+    for name in ("i0e", "i1", "i1e"):
+        got = np.array(getattr(fg.special, name)(f64(v)).tolist())
+        np.testing.assert_allclose(got, getattr(torch.special, name)(torch.tensor(v)).numpy(),
+                                   rtol=5e-15)  # fmt: skip
+    np.testing.assert_allclose(np.array(f64(v).i0().tolist()), torch.i0(torch.tensor(v)).numpy(),
+                               rtol=5e-15)  # fmt: skip
+    u = np.linspace(-26, 37, 6301)  # (past 37, log_ndtr is subnormal)
+    # (log_ndtr's upper tail, about -1e-74 past 18, is e^(-x^2/2) erfcx: 4e-13 relative there)
+    for name, rtol in (("erfcx", 1e-13), ("log_ndtr", 1e-12)):
+        got = np.array(getattr(fg.special, name)(f64(u)).tolist())
+        np.testing.assert_allclose(got, getattr(torch.special, name)(torch.tensor(u)).numpy(),
+                                   rtol=rtol)  # fmt: skip
