@@ -1529,6 +1529,35 @@ def log_ndtr(x):
     return custom_gradient(out, [xf], rule, own_node=True)
 
 
+def ndtri(x):
+    """The inverse of the standard normal CDF, as torch.special.ndtri: -inf at 0, inf at 1,
+    NaN outside [0, 1]. sqrt(2) erfinv(2p - 1) on [0.02, 0.98]; in the tails, Newton's
+    method on log_ndtr(y) = log(min(p, 1 - p)) from -sqrt(-2 log), so the lower tail keeps
+    its precision to the smallest subnormal (erfinv(2p - 1) would round 2p - 1 to -1). The
+    gradient is torch's, sqrt(2 pi) exp(ndtri(p)^2 / 2)."""
+    xf = x._float()
+    w = _f64(xf)
+    inside = (w > 0) & (w < 1)
+    p = _where(inside, w, 0.5)
+    middle = erfinv(2 * p - 1) * math.sqrt(2)
+    q = p.minimum(1 - p)  # the tail's side
+    target = q.log()
+    y = -(-2 * target).sqrt()
+    for _ in range(6):  # Newton on log_ndtr(y) - log q, from below: it rises to the root
+        f = log_ndtr(y) - target
+        slope = (-(y * y) * 0.5 - log_ndtr(y)).exp() * (1 / math.sqrt(2 * math.pi))
+        y = y - f / slope
+    tail = _where(p < 0.5, y, -y)
+    res = _where((p >= 0.02) & (p <= 0.98), middle, tail)
+    res = _where(inside, res, _where(w == 0, -math.inf, _where(w == 1, math.inf, math.nan)))
+    out = _back(res, xf)
+
+    def rule(g, x):
+        return [g * math.sqrt(2 * math.pi) * (ndtri(x) ** 2 * 0.5).exp()]
+
+    return custom_gradient(out, [xf], rule, own_node=True)
+
+
 def mvlgamma(x, p: int):
     """The multivariate log-gamma function of dimension p, as torch.mvlgamma:
     sum over j < p of lgamma(x - j/2), plus p (p - 1)/4 log(pi)."""

@@ -18,6 +18,7 @@ from .mathops import i1 as i1
 from .mathops import i1e as i1e
 from .mathops import isnan
 from .mathops import log_ndtr as log_ndtr
+from .mathops import ndtri as ndtri
 from .mathops import polygamma as polygamma  # torch.special.polygamma is torch.polygamma
 from .mathops import xlog1py as xlog1py  # (written beside xlogy, which it shares)
 from .mathops import xlogy as xlogy  # torch.special.xlogy is torch.xlogy
@@ -45,6 +46,7 @@ __all__ = [
     "logit",
     "logsumexp",
     "ndtr",
+    "ndtri",
     "polygamma",
     "psi",
     "round",

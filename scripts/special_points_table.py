@@ -184,6 +184,7 @@ UNARY = {
     "special.i1e": "lib.special.i1e(x)",
     "special.erfcx": "lib.special.erfcx(x)",
     "special.log_ndtr": "lib.special.log_ndtr(x)",
+    "special.ndtri": "lib.special.ndtri(x)",
 }
 
 # ops taking two tensors: tried on every pair of these points

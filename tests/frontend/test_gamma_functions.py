@@ -241,3 +241,24 @@ def test_bessel_and_tails_against_torch():
         got = np.array(getattr(fg.special, name)(f64(u)).tolist())
         np.testing.assert_allclose(got, getattr(torch.special, name)(torch.tensor(u)).numpy(),
                                    rtol=rtol)  # fmt: skip
+
+
+def test_ndtri_inverts_the_normal_cdf_in_both_tails():
+    p = [1e-300, 1e-20, 0.01, 0.3, 0.5, 0.975, 0.999]
+    got = fg.special.ndtri(f64(p))
+    back = [0.5 * math.erfc(-v / math.sqrt(2)) for v in got.tolist()]
+    close(back, p, rtol=1e-13)
+    assert got.tolist()[4] == 0.0
+    ends = fg.special.ndtri(f64([0.0, 1.0, -0.1, 1.1, math.nan])).tolist()
+    assert ends[:2] == [-math.inf, math.inf] and all(math.isnan(v) for v in ends[2:])
+    x = f64([0.01, 0.5, 0.9]).requires_grad_()
+    (g,) = fg.grad(fg.special.ndtri(x).sum(), [x])
+    y = np.array(fg.special.ndtri(x.detach()).tolist())
+    close(g.tolist(), math.sqrt(2 * math.pi) * np.exp(y * y / 2))
+
+
+def test_ndtri_against_torch():
+    torch = pytest.importorskip("torch")
+    u = np.concatenate([np.linspace(1e-6, 1 - 1e-6, 5001), np.geomspace(1e-300, 0.02, 500)])
+    got = np.array(fg.special.ndtri(f64(u)).tolist())
+    np.testing.assert_allclose(got, torch.special.ndtri(torch.tensor(u)).numpy(), rtol=2e-14)
