@@ -39,7 +39,7 @@ from .backend_registry import forget_plans
 from .buffer import Buffer
 from .compiler import disk_cached
 from .config import config
-from .cuda_asm import DEFAULT_ARCH, NO_LLVM_IR, kernel_asm
+from .cuda_asm import DEFAULT_ARCH, NO_LLVM_IR, build_arch, kernel_asm
 
 
 class CudaUnavailable(RuntimeError):
@@ -236,9 +236,7 @@ class _PyCudaBackend:
         from pycuda.compiler import compile as nvcc_compile
         from pycuda.compiler import get_nvcc_version
 
-        # sm_90 code is built for sm_90a, the GPU's own features (wgmma) included: a cubin for
-        # one GPU model, which is what runs here
-        arch = "sm_90a" if self.arch == "sm_90" else self.arch
+        arch = build_arch(self.arch)  # (sm_90 as sm_90a: the dumps' PTX is the same code's)
         key = "|".join([get_nvcc_version("nvcc") or "", arch, source])
         cubin, how = disk_cached(
             key,
@@ -268,7 +266,7 @@ class _PyCudaBackend:
     @property
     def sm_90a(self) -> bool:
         """Kernels are built for sm_90a here (`compile`): their tensor maps are parameters."""
-        return self.arch == "sm_90"
+        return build_arch(self.arch) == "sm_90a"
 
     def launch(self, functions: list, launches, args: list) -> None:
         with self.active:

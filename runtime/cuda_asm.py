@@ -28,6 +28,15 @@ from dataclasses import dataclass
 from .compiler import disk_cached
 
 DEFAULT_ARCH = "sm_90"  # an H100's, when no GPU says otherwise
+
+
+def build_arch(arch: str) -> str:
+    """The architecture nvcc builds a GPU's code for: sm_90 (Hopper) as sm_90a, its own
+    features (the warpgroup tensor cores) included, since a cubin is for the one GPU model
+    that runs it; others as they are."""
+    return "sm_90a" if arch == "sm_90" else arch
+
+
 # nvcc's warnings about generated code a user cannot act on (as runtime/cuda.py compiles)
 NVCC_OPTIONS = ["--diag-suppress", "177,550"]
 
@@ -177,7 +186,7 @@ def _gpu_code(source: str, arch: str) -> dict:
     if version is None:
         return {"error": "nvcc is not installed here (install the CUDA toolkit to see PTX)"}
     sass_tool = shutil.which("cuobjdump") or shutil.which("nvdisasm")
-    key = "|".join(["gpu code 1", version, arch, str(sass_tool), source])
+    key = "|".join(["gpu code 1", version, build_arch(arch), str(sass_tool), source])
     data, _ = disk_cached(key, ".ptx.json", lambda: json.dumps(_compile(source, arch)).encode())
     return json.loads(data)
 
@@ -189,7 +198,7 @@ def _compile(source: str, arch: str) -> dict:
         cu, ptx, cubin = (os.path.join(tmp, "kernel" + ext) for ext in (".cu", ".ptx", ".cubin"))
         with open(cu, "w") as f:
             f.write(source)
-        r = _run([nvcc, "-ptx", f"-arch={arch}", *NVCC_OPTIONS, "-o", ptx, cu])
+        r = _run([nvcc, "-ptx", f"-arch={build_arch(arch)}", *NVCC_OPTIONS, "-o", ptx, cu])
         if r.returncode != 0:
             return {"error": f"nvcc -ptx failed:\n{r.stderr.strip()}"}
         with open(ptx) as f:
@@ -197,7 +206,7 @@ def _compile(source: str, arch: str) -> dict:
         if ptxas is None:
             out["error"] = "ptxas is not installed here: no registers or spills"
             return out
-        r = _run([ptxas, "-v", f"-arch={arch}", "-o", cubin, ptx])
+        r = _run([ptxas, "-v", f"-arch={build_arch(arch)}", "-o", cubin, ptx])
         out["ptxas"] = r.stderr + r.stdout
         if r.returncode != 0:
             out["error"] = f"ptxas failed:\n{r.stderr.strip()}"
@@ -255,7 +264,7 @@ def kernel_asm(kernel, arch: str) -> str:
     head = "".join(f"// {line}\n" for line in lines)
     if "ptx" not in code:
         return f"{head}//\n// no PTX: {code['error']}\n"
-    body = f"{head}//\n// PTX (nvcc -ptx -arch={arch}):\n{code['ptx']}"
+    body = f"{head}//\n// PTX (nvcc -ptx -arch={build_arch(arch)}):\n{code['ptx']}"
     if code.get("error"):
         body += f"\n// {code['error']}\n"
     if code.get("sass"):

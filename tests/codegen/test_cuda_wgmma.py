@@ -300,3 +300,15 @@ def test_a_batch_and_unaligned_buffers_on_a_hopper_gpu():
     fa, fb = dev(ra)[1:].reshape(1040, 200), dev(rb)[1:].reshape(200, 2200)
     want = ra[1:].reshape(1040, 200).astype(np.float64) @ rb[1:].reshape(200, 2200)
     _check("float16", fa @ fb, want)
+
+
+@pytest.mark.usefixtures("emulated")
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc")
+def test_the_dump_of_an_sm_90_kernel_shows_the_code_that_runs():
+    # (an sm_90 GPU's kernels are built for sm_90a: the dump's PTX is that build's)
+    from fusegrad.runtime.cuda_asm import build_arch, kernel_asm
+
+    assert (build_arch("sm_90"), build_arch("sm_80")) == ("sm_90a", "sm_80")
+    a, b = rand16("bfloat16", 1040, 200), rand16("bfloat16", 200, 2200)
+    text = kernel_asm(render(dev(a) @ dev(b)), "sm_90")
+    assert "nvcc -ptx -arch=sm_90a" in text and "wgmma.mma_async" in text
