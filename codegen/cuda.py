@@ -948,9 +948,10 @@ class _Renderer:
         """One output tile on Hopper's warpgroup tensor cores (sm_90a): the block's two
         warpgroups each own 64 of the tile's 128 a-side rows and all 256 b-side columns, a
         64 x 256 fp32 accumulator (128 registers a thread). Steps are staged in
-        `WGMMA_STAGES` buffers laid out as `wgmma` reads them (`wgmma_offset`): by the Tensor
-        Memory Accelerator where the sides have tensor maps and the buffers are 16-byte
-        aligned (`tma_steps`), else by every thread's `cp.async` (`copy_steps`). Each step
+        `WGMMA_STAGES` buffers laid out as `wgmma` reads them (`wgmma_offset`): by every
+        thread's `cp.async` (`copy_steps`), or, where `WGMMA_TMA` is on (it is off: its
+        launches failed on an H200) and the sides have tensor maps and the buffers are 16-byte
+        aligned, by the Tensor Memory Accelerator (`tma_steps`). Each step
         is four m64n256k16 products (`wgmma_products`), left running while the next is
         prepared; each lane then runs the epilogue of the outputs it holds."""
         red, kc, d = c.red, c.kc, 3
