@@ -571,6 +571,15 @@ def logaddexp2(a, b):
     return _with_grad(out, [(a, 1 / (1 + exp2(xb - xa))), (b, 1 / (1 + exp2(xa - xb)))])
 
 
+def _erfc_fraction(t):
+    """sqrt(pi) times the continued fraction t + (1/2) / (t + 1 / (t + (3/2) / ...)) (60
+    terms), for t >= 2: erfc(t) = e^(-t^2) / it (`erf`, and erfcx = 1 / it)."""
+    f = t
+    for k in range(60, 0, -1):
+        f = t + (k / 2) / f
+    return math.sqrt(math.pi) * f
+
+
 def erf(x):
     """The error function, within 5 float64 ulps (1 float32 ulp).
 
@@ -590,10 +599,7 @@ def erf(x):
         s = 1 + s * (2 * x2 / (2 * n + 1))
     small = (2 / math.sqrt(math.pi)) * a * (-x2).exp() * s
     t = a.maximum(2.0)
-    f = t
-    for k in range(60, 0, -1):
-        f = t + (k / 2) / f
-    big = 1 - (-t * t).exp() / (math.sqrt(math.pi) * f)
+    big = 1 - (-t * t).exp() / _erfc_fraction(t)
     mag = _where(a < 2, small, _where(a == math.inf, 1.0, big))
     res = _where(w < 0, -mag, mag)
     res = _where(isnan(w), w, _odd_at_zero(res, w))
@@ -1484,15 +1490,11 @@ def i1e(x):
 
 
 def _erfcx64(w):
-    """e^(w^2) erfc(w) in float64: its continued fraction 1 / (sqrt(pi) f) from 2 up
-    (60 terms, as erf's), e^(w^2) (1 - erf(w)) on [0, 2), and 2 e^(w^2) - erfcx(-w) below
-    0 (inf past about -26.6)."""
+    """e^(w^2) erfc(w) in float64: erf's continued fraction from 2 up (`_erfc_fraction`),
+    e^(w^2) (1 - erf(w)) on [0, 2), and 2 e^(w^2) - erfcx(-w) below 0 (inf past about
+    -26.6)."""
     a = w.abs()
-    t = a.maximum(2.0)
-    f = t
-    for k in range(60, 0, -1):
-        f = t + (k / 2) / f
-    far = 1 / (math.sqrt(math.pi) * f)
+    far = 1 / _erfc_fraction(a.maximum(2.0))
     near = (a * a).exp() * (1 - erf(a.minimum(2.0)))
     pos = _where(a >= 2, _where(a == math.inf, 0.0, far), near)
     return _where(w < 0, 2 * (w * w).exp() - pos, pos)
