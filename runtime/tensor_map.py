@@ -16,8 +16,8 @@ import functools
 import struct
 
 # cuda.h's CUtensorMapDataType, CUtensorMapSwizzle and CUtensorMapL2promotion values
-_DATA_TYPE = {"float16": 6, "bfloat16": 9}
-_SWIZZLE_128B = 3
+DATA_TYPE = {"float16": 6, "float32": 7, "bfloat16": 9}
+SWIZZLE_NONE, SWIZZLE_128B = 0, 3
 _L2_PROMOTION_256B = 3
 MAP_BYTES = 128
 
@@ -40,26 +40,33 @@ def _encoder():
 def encode(spec, address: int) -> bytes:
     """The 128 bytes of `spec`'s map (a `codegen.cuda.TensorMap`) over the buffer at
     `address`: zeros where the view's start is not 16-byte aligned."""
-    itemsize = 2
-    start = address + spec.offset * itemsize
+    start = address + spec.offset * 2  # (16-bit values)
     if start % 16:
         return bytes(MAP_BYTES)
-    rank = len(spec.dims)
+    return encode_tiled(start, spec.dtype, spec.dims, spec.strides, spec.box, SWIZZLE_128B)
+
+
+def encode_tiled(start: int, dtype: str, dims, strides, box, swizzle: int) -> bytes:
+    """`cuTensorMapEncodeTiled`'s 128 bytes for a `dtype` tensor at `start` (16-byte
+    aligned): `dims` elements along each dimension (innermost first), `strides` bytes
+    between the steps of dimensions 1.., copied `box` elements at a time, `swizzle` one of
+    cuda.h's CUtensorMapSwizzle values; reads outside `dims` give zeros."""
+    rank = len(dims)
     out = ctypes.create_string_buffer(MAP_BYTES + 64)
     aligned = -ctypes.addressof(out) % 64  # the driver writes a 64-byte aligned CUtensorMap
-    dims = (ctypes.c_uint64 * rank)(*spec.dims)
-    strides = (ctypes.c_uint64 * max(rank - 1, 1))(*spec.strides)
-    box = (ctypes.c_uint32 * rank)(*spec.box)
+    c_dims = (ctypes.c_uint64 * rank)(*dims)
+    c_strides = (ctypes.c_uint64 * max(rank - 1, 1))(*strides)
+    c_box = (ctypes.c_uint32 * rank)(*box)
     ones = (ctypes.c_uint32 * rank)(*([1] * rank))
     status = _encoder()(
-        ctypes.addressof(out) + aligned, _DATA_TYPE[spec.dtype], rank, start,
-        ctypes.addressof(dims), ctypes.addressof(strides), ctypes.addressof(box),
-        ctypes.addressof(ones), 0, _SWIZZLE_128B, _L2_PROMOTION_256B, 0,
+        ctypes.addressof(out) + aligned, DATA_TYPE[dtype], rank, start,
+        ctypes.addressof(c_dims), ctypes.addressof(c_strides), ctypes.addressof(c_box),
+        ctypes.addressof(ones), 0, swizzle, _L2_PROMOTION_256B, 0,
     )  # fmt: skip
     if status != 0:
         raise TensorMapError(
-            f"cuTensorMapEncodeTiled refused a {spec.dtype} map of dims {spec.dims}, strides "
-            f"{spec.strides} bytes, box {spec.box} (CUresult {status})"
+            f"cuTensorMapEncodeTiled refused a {dtype} map of dims {tuple(dims)}, strides "
+            f"{tuple(strides)} bytes, box {tuple(box)} (CUresult {status})"
         )
     return out.raw[aligned : aligned + MAP_BYTES]
 

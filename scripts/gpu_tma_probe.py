@@ -15,7 +15,8 @@ below is one way to pass a map; it prints ok or the driver's error:
 4. the same by `kernelParams`;
 5. `tma_global`: the map in global memory instead (a pointer parameter), by PyCUDA.
 
-Run:  python3 scripts/gpu_tma_probe.py     (PyCUDA on the path, an sm_90 GPU)
+Run:  python3 scripts/gpu_tma_probe.py
+      (an sm_90 GPU, with fusegrad and PyCUDA installed as scripts/gpu.sh installs them)
 """
 
 from __future__ import annotations
@@ -65,22 +66,13 @@ extern "C" __global__ void tma_global(float* out, const tmap* m) {
 
 
 def encode_float_map(address: int, width: int, height: int) -> bytes:
-    """A 2-D float32 map over a width x height row-major buffer, 32 x 32 boxes, no swizzle."""
-    lib = ctypes.CDLL("libcuda.so.1")
-    out = ctypes.create_string_buffer(128 + 64)
-    at = ctypes.addressof(out) + (-ctypes.addressof(out) % 64)
-    dims = (ctypes.c_uint64 * 2)(width, height)
-    strides = (ctypes.c_uint64 * 1)(width * 4)
-    box = (ctypes.c_uint32 * 2)(32, 32)
-    ones = (ctypes.c_uint32 * 2)(1, 1)
-    p = ctypes.c_void_p
-    fn = lib.cuTensorMapEncodeTiled
-    fn.argtypes = [p, ctypes.c_int, ctypes.c_uint32, p, p, p, p, p] + [ctypes.c_int] * 4
-    status = fn(at, 7, 2, address, ctypes.addressof(dims), ctypes.addressof(strides),
-                ctypes.addressof(box), ctypes.addressof(ones), 0, 0, 0, 0)  # fmt: skip
-    if status:
-        raise RuntimeError(f"cuTensorMapEncodeTiled: CUresult {status}")
-    return ctypes.string_at(at, 128)
+    """A 2-D float32 map over a width x height row-major buffer, 32 x 32 boxes, no swizzle
+    (fusegrad's encoder, `runtime/tensor_map.py`)."""
+    from fusegrad.runtime import tensor_map  # (fusegrad is installed where the probe runs)
+
+    strides = (width * 4,)
+    return tensor_map.encode_tiled(address, "float32", (width, height), strides, (32, 32),
+                                   tensor_map.SWIZZLE_NONE)  # fmt: skip
 
 
 def ctypes_launch(cubin: bytes, name: str, out_ptr: int, map_bytes: bytes) -> None:
