@@ -22,6 +22,15 @@ def test_bins_edges_and_outside_elements():
     assert got == [0.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0]
 
 
+def test_zero_d_signed_zeros_and_the_ends():
+    # (values checked against torch 2.13's: a 0-d input widened by 1 each way, -0.0 and 0.0
+    # in one bin, -1 and 1 at the ends of [-1, 1] in the first and the last)
+    assert fg.histc(fg.tensor(1.0), bins=3).tolist() == [0.0, 1.0, 0.0]
+    assert fg.histc(fg.tensor([-0.0, 0.0]), bins=2, min=-1, max=1).tolist() == [0.0, 2.0]
+    assert fg.histc(fg.tensor([-1.0, 1.0]), bins=2, min=-1, max=1).tolist() == [1.0, 1.0]
+    assert fg.histc(fg.tensor([0.5, 0.5]), bins=1, min=0, max=1).tolist() == [2.0]
+
+
 def test_the_range_of_the_data_where_min_equals_max():
     assert fg.histc(fg.tensor([1.0, 2.0, 1.0]), bins=4).tolist() == [2.0, 0.0, 0.0, 1.0]
     # one value: widened by 1 each way
