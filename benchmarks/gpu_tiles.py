@@ -12,8 +12,8 @@ buffers of the `wgmma.mma_async` pipeline rendered beside it (`codegen.gpu.WGMMA
 `mma.sync` only), SWAPPED 1 swaps its MN-major descriptors' offsets (a check of the layout
 that must give wrong answers), IN_FLIGHT its wgmma groups left running per step
 (`codegen.cuda.WGMMA_IN_FLIGHT`, 1 by default), TMA 1 stages its steps by the Tensor Memory
-Accelerator instead of cp.async (`codegen.cuda.WGMMA_TMA`: off by default, its launches
-failed on an H200). Each shape runs in a process
+Accelerator instead of cp.async (`codegen.cuda.WGMMA_TMA`, the library's default; a shape
+leaves it 0 unless its ninth field says 1). Each shape runs in a process
 of its own with the disk cache off (the shape is not part of a kernel's cache key), where:
 
 - the n x n x n product of random inputs is checked against the float64 product of the same

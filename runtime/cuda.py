@@ -244,7 +244,7 @@ class _PyCudaBackend:
             lambda: nvcc_compile(source, options=_NVCC_OPTIONS, no_extern_c=True, arch=arch),
         )
         with self.active:
-            return self.drv.module_from_buffer(cubin), how
+            return _Module(self.drv.module_from_buffer(cubin), cubin), how
 
     def functions(self, module, kernel, nargs: int) -> list:
         """Each launch's function, prepared for `nargs` pointer arguments (PyCUDA's prepared
@@ -259,7 +259,13 @@ class _PyCudaBackend:
                     fn.set_attribute(attribute, ln.shared_bytes)
                 maps = getattr(kernel, "tensor_maps", ())
                 if maps and self.sm_90a:  # (a stand-in driver encodes its own maps)
-                    fn = _MapsFunction(fn, maps, getattr(self.drv, "encode_tensor_map", None))
+                    launch = fn._launch_kernel  # (a stand-in's module has no cubin)
+                    if isinstance(module, _Module):  # the driver's kernelParams launch
+                        launch = tensor_map.ParamsLaunch(
+                            module.cubin, ln.symbol, nargs, len(maps), ln.shared_bytes
+                        )
+                    encode = getattr(self.drv, "encode_tensor_map", None)
+                    fn = _MapsFunction(launch, maps, encode)
                 functions.append(fn)
             return functions
 
@@ -272,7 +278,7 @@ class _PyCudaBackend:
         with self.active:
             for fn, ln in zip(functions, launches):
                 if isinstance(fn, _MapsFunction):
-                    fn.fn._launch_kernel(ln.grid, ln.block, fn.pack(args), ln.shared_bytes, None)
+                    fn.launch(ln.grid, ln.block, fn.pack(args), ln.shared_bytes, None)
                 else:
                     fn.prepared_call(ln.grid, ln.block, *args, shared_size=ln.shared_bytes)
 
@@ -280,7 +286,8 @@ class _PyCudaBackend:
         """One launch with its arguments packed once (PyCUDA's `prepared_call` packs them on
         every call): what `run_bound` calls."""
         if isinstance(fn, _MapsFunction):
-            return (fn.fn._launch_kernel, grid, block, fn.pack(ptrs), shared)
+            with self.active:  # (the driver encodes a tensor map only in a current context)
+                return (fn.launch, grid, block, fn.pack(ptrs), shared)
         return (fn._launch_kernel, grid, block, struct.pack("P" * len(ptrs), *ptrs), shared)
 
     def run_bound(self, bound: _Bound) -> None:
@@ -340,14 +347,28 @@ class _PyCudaBackend:
             self.drv.Context.synchronize()
 
 
+class _Module:
+    """A loaded module and the cubin it was loaded from (a kernel with tensor maps loads
+    it again for its `tensor_map.ParamsLaunch`)."""
+
+    __slots__ = ("module", "cubin")
+
+    def __init__(self, module, cubin: bytes):
+        self.module, self.cubin = module, cubin
+
+    def get_function(self, name: str):
+        return self.module.get_function(name)
+
+
 class _MapsFunction:
-    """A prepared function whose launches pass tensor maps after the pointers
-    (`runtime/tensor_map.py` encodes them for each set of addresses)."""
+    """A function whose launches pass tensor maps after the pointers (`runtime/
+    tensor_map.py` encodes them for each set of addresses): `launch(grid, block, params,
+    shared, stream)` with `pack`'s bytes, a `tensor_map.ParamsLaunch` on a GPU."""
 
-    __slots__ = ("fn", "maps", "encode")
+    __slots__ = ("launch", "maps", "encode")
 
-    def __init__(self, fn, maps, encode=None):
-        self.fn, self.maps, self.encode = fn, maps, encode or tensor_map.encode
+    def __init__(self, launch, maps, encode=None):
+        self.launch, self.maps, self.encode = launch, maps, encode or tensor_map.encode
 
     def pack(self, ptrs: list[int]):
         return tensor_map.host_aligned(tensor_map.pack(list(ptrs), self.maps, self.encode))

@@ -27,6 +27,7 @@ from libcuda's entry points through ctypes (runtime/cuda_graphs.py), which
 from __future__ import annotations
 
 import struct
+import threading
 import types
 
 import numpy as np
@@ -133,17 +134,23 @@ class StubDriver:
 
     def encode_tensor_map(self, spec, address: int) -> bytes:
         """Stands in for `cuTensorMapEncodeTiled` (runtime/tensor_map.py): 128 bytes that
-        say which view of which address they are, for tests to read back."""
+        say which view of which address they are, for tests to read back. Like the
+        driver's, it needs a current context (CUDA_ERROR_INVALID_CONTEXT, 201, without)."""
+        if not getattr(_current, "depth", 0):
+            raise RuntimeError("cuTensorMapEncodeTiled: no current context (CUresult 201)")
         self.tensor_maps.append((spec, address))
         return struct.pack("<QQ", address, len(self.tensor_maps)).ljust(128, b"\0")
 
 
+_current = threading.local()  # how deep this thread's context pushes are
+
+
 class _Context:
     def push(self) -> None:
-        pass
+        _current.depth = getattr(_current, "depth", 0) + 1
 
     def pop(self) -> None:
-        pass
+        _current.depth -= 1
 
 
 class _Allocation:

@@ -7,6 +7,13 @@ PyCUDA does not wrap the call, so it goes through ctypes to the driver library P
 already loaded (`libcuda.so.1`). A buffer that is not 16-byte aligned gets a map of zeros:
 the kernel tests the alignment itself and copies such buffers another way, never reading
 the map.
+
+Such a kernel is launched through ctypes as well (`ParamsLaunch`): `cuLaunchKernel` with
+`kernelParams`, one pointer per parameter. PyCUDA's launches hand the driver all the
+parameters as one `extra` buffer, and for a kernel with a `__grid_constant__` parameter the
+driver refuses that with "too many resources requested for launch" (an H200 with driver
+580.159, session 29: `scripts/gpu_tma_probe.py`, where the same kernel launched with
+`kernelParams` runs and gives the right values).
 """
 
 from __future__ import annotations
@@ -89,3 +96,74 @@ def pack(ptrs: list[int], specs, encoder=encode) -> bytes:
     head = struct.pack("P" * len(ptrs), *ptrs)
     head += bytes(-len(head) % 64)
     return head + b"".join(encoder(m, ptrs[m.param]) for m in specs)
+
+
+class LaunchFailed(RuntimeError):
+    """`cuLaunchKernel` (or loading the kernel's module for it) returned an error."""
+
+
+def _driver_calls(library):
+    """libcuda's module, attribute and launch entry points, typed."""
+    p, u = ctypes.c_void_p, ctypes.c_uint
+    signatures = {
+        "cuModuleLoadData": [ctypes.POINTER(p), ctypes.c_char_p],
+        "cuModuleGetFunction": [ctypes.POINTER(p), p, ctypes.c_char_p],
+        "cuFuncSetAttribute": [p, ctypes.c_int, ctypes.c_int],
+        "cuLaunchKernel": [p, u, u, u, u, u, u, u, p, ctypes.POINTER(p), ctypes.POINTER(p)],
+        "cuModuleUnload": [p],
+    }
+    calls = {}
+    for name, argtypes in signatures.items():
+        fn = getattr(library, name)
+        fn.argtypes, fn.restype = argtypes, ctypes.c_int
+        calls[name] = fn
+    return calls
+
+
+_MAX_DYNAMIC_SHARED = 8  # cuda.h's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+
+
+class ParamsLaunch:
+    """A kernel that takes tensor maps (`pack`'s layout: `pointers` pointers, then `maps`
+    128-byte maps 64-byte aligned), launched by the driver's `cuLaunchKernel` with one
+    pointer per parameter (`kernelParams`) into the packed bytes. Called as PyCUDA's
+    `Function._launch_kernel(grid, block, params, shared, stream)` is, so a launch list
+    or a stream capture takes either. Its own module is loaded from the kernel's `cubin`
+    into the current context (PyCUDA's functions have no handle to pass the driver)."""
+
+    __slots__ = ("calls", "module", "function", "offsets")
+
+    def __init__(self, cubin: bytes, symbol: str, pointers: int, maps: int, shared: int,
+                 library=None):  # fmt: skip
+        self.calls = _driver_calls(library or ctypes.CDLL("libcuda.so.1"))
+        self.module, self.function = ctypes.c_void_p(), ctypes.c_void_p()
+        self._check("cuModuleLoadData", ctypes.byref(self.module), cubin)
+        self._check("cuModuleGetFunction", ctypes.byref(self.function), self.module,
+                    symbol.encode())  # fmt: skip
+        if shared:  # past 48 KiB a kernel must opt in
+            self._check("cuFuncSetAttribute", self.function, _MAX_DYNAMIC_SHARED, shared)
+        head = 8 * pointers + -(8 * pointers) % 64
+        self.offsets = [8 * i for i in range(pointers)]
+        self.offsets += [head + MAP_BYTES * i for i in range(maps)]
+
+    def _check(self, name: str, *args) -> None:
+        status = self.calls[name](*args)
+        if status != 0:
+            raise LaunchFailed(f"{name} returned CUresult {status}")
+
+    def __call__(self, grid, block, params, shared: int, stream) -> None:
+        """Launch on `stream` (a PyCUDA stream, or None: the legacy default stream) with
+        `params`, `pack`'s bytes in a buffer that stays alive through the call (the driver
+        copies them at launch, so a captured graph keeps its own)."""
+        base = params.ctypes.data if hasattr(params, "ctypes") else ctypes.addressof(params)
+        pointers = (ctypes.c_void_p * len(self.offsets))(*[base + o for o in self.offsets])
+        handle = None if stream is None else stream.handle
+        grid, block = (*grid, 1, 1)[:3], (*block, 1, 1)[:3]
+        self._check("cuLaunchKernel", self.function, *grid, *block, shared, handle, pointers,
+                    None)  # fmt: skip
+
+    def __del__(self):
+        # (a module of the context: unloading after the context is gone returns an error
+        # code, which there is no one to tell)
+        if getattr(self, "module", None) and self.module.value:
+            self.calls["cuModuleUnload"](self.module)

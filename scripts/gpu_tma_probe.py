@@ -1,19 +1,31 @@
 """Why the wgmma pipeline's Tensor Memory Accelerator staging would not launch: a probe for
-an sm_90 GPU (one short device call), run before turning `codegen.cuda.WGMMA_TMA` on.
+an sm_90 GPU (one short device call).
 
 On an H200 (session 28) every launch of that kernel failed with "too many resources
-requested for launch" (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, which the CUDA docs say usually
-means too many arguments), while the same pipeline staged by cp.async launched. The kernel
-takes two 128-byte, 64-byte aligned `__grid_constant__` tensor maps after its pointers, in
-the parameter buffer PyCUDA hands `cuLaunchKernel` through its `extra` argument. Each line
-below is one way to pass a map; it prints ok or the driver's error:
+requested for launch" (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES), while the same pipeline staged
+by cp.async launched. The kernel takes two 128-byte, 64-byte aligned `__grid_constant__`
+tensor maps after its pointers. Each line below is one way to pass a map; it prints ok or
+the driver's error:
 
-1. `echo`: a kernel that copies its map parameter out, launched by PyCUDA (`extra` buffer);
+1. `echo`: a kernel that copies its map parameter out, launched by PyCUDA (its `extra`
+   buffer: all the parameters in one buffer);
 2. the same launched by ctypes' `cuLaunchKernel` with `kernelParams` (one pointer per
    parameter: the driver lays them out);
 3. `tma_param`: a TMA copy of a 32 x 32 float box through a map parameter, by PyCUDA;
 4. the same by `kernelParams`;
-5. `tma_global`: the map in global memory instead (a pointer parameter), by PyCUDA.
+5. `tma_global`: the map in global memory instead (a pointer parameter), by PyCUDA;
+6. fusegrad's own wgmma kernel with TMA staging (a 4096 x 256 by 256 x 4096 bfloat16
+   product), its function attributes printed, launched by PyCUDA's `extra` buffer;
+7. the same kernel launched by ctypes' `cuLaunchKernel` with `kernelParams`;
+8. the same product staged by cp.async (`WGMMA_TMA` off), by PyCUDA, its parameter
+   buffer packed as the maps' kernels' are (the pointers padded to 64 bytes).
+
+What it found (session 29, H200, driver 580.159.04): 1, 3 and 6 fail ("too many
+resources"), 2, 4, 5 and 7 run and give the right values. The driver refuses a
+`__grid_constant__` kernel's parameters in one `extra` buffer, whatever the kernel does, so
+fusegrad launches such kernels with `kernelParams` (`runtime/tensor_map.py`'s
+`ParamsLaunch`). 8 fails too, with the same error: its buffer is 64 bytes where the
+kernel's parameters are 24 (the runtime's own launches of that kernel pass 24 and run).
 
 Run:  python3 scripts/gpu_tma_probe.py
       (an sm_90 GPU, with fusegrad and PyCUDA installed as scripts/gpu.sh installs them)
@@ -93,12 +105,93 @@ def ctypes_launch(cubin: bytes, name: str, out_ptr: int, map_bytes: bytes) -> No
     check(lib.cuCtxSynchronize(), "cuCtxSynchronize")
 
 
+def wgmma_kernel(tma: bool):
+    """fusegrad's kernel of a 4096 x 256 by 256 x 4096 bfloat16 product, the wgmma
+    pipeline staged by TMA or by cp.async, with its inputs (numpy) and its maps' specs."""
+    import ml_dtypes
+
+    import fusegrad as fg
+    from fusegrad.codegen import cuda as cuda_gen
+    from fusegrad.codegen.lower import lower
+    from fusegrad.ir.schedule import schedule
+    from fusegrad.runtime.engine import engine
+
+    cuda_gen.WGMMA_TMA = tma
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((4096, 256), dtype=np.float32).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((256, 4096), dtype=np.float32).astype(ml_dtypes.bfloat16)
+    expr = fg.tensor(a, device="cuda") @ fg.tensor(b, device="cuda")
+    items = schedule([expr.node], engine.has_value_predicate())
+    k = cuda_gen.cuda_kernel(lower(items[-1], tile=False), "k", False, 227 * 1024)
+    return k, a, b
+
+
+def kernel_check(tma: bool, how: str) -> None:
+    """Checks 6-8: fusegrad's wgmma kernel launched `how` ("pycuda" or "ctypes")."""
+    import pycuda.autoinit  # noqa: F401  (a context on device 0)
+    import pycuda.driver as drv
+    from pycuda.compiler import compile as nvcc_compile
+
+    from fusegrad.runtime import tensor_map
+
+    k, a, b = wgmma_kernel(tma)
+    print(f"  maps {len(k.tensor_maps)}, grid {k.grid}, block {k.block}, "
+          f"dynamic shared {k.shared_bytes}, static {k.static_shared_bytes}")  # fmt: skip
+    cubin = nvcc_compile(k.source, arch="sm_90a", no_extern_c=True,
+                         options=["--diag-suppress", "177,550"])  # fmt: skip
+    fn = drv.module_from_buffer(cubin).get_function("k")
+    fa = drv.function_attribute
+    for name in ("NUM_REGS", "MAX_THREADS_PER_BLOCK", "SHARED_SIZE_BYTES", "CONST_SIZE_BYTES",
+                 "LOCAL_SIZE_BYTES", "MAX_DYNAMIC_SHARED_SIZE_BYTES"):  # fmt: skip
+        print(f"  {name} = {fn.get_attribute(getattr(fa, name))}")
+    fn.set_attribute(fa.MAX_DYNAMIC_SHARED_SIZE_BYTES, k.shared_bytes)
+    print(f"  set to {fn.get_attribute(fa.MAX_DYNAMIC_SHARED_SIZE_BYTES)}")
+    out = drv.mem_alloc(4096 * 4096 * 2)
+    da, db = drv.to_device(a.view(np.uint16)), drv.to_device(b.view(np.uint16))
+    ptrs = [int(out), int(da), int(db)]
+    params = tensor_map.pack(ptrs, k.tensor_maps)
+    print(f"  parameter bytes {len(params)}")
+    if how == "pycuda":
+        fn._launch_kernel(k.grid, k.block, tensor_map.host_aligned(params), k.shared_bytes, None)
+    else:
+        lib = ctypes.CDLL("libcuda.so.1")
+        module, cfn = ctypes.c_void_p(), ctypes.c_void_p()
+        check(lib.cuModuleLoadData(ctypes.byref(module), cubin), "cuModuleLoadData")
+        check(lib.cuModuleGetFunction(ctypes.byref(cfn), module, b"k"), "GetFunction")
+        check(lib.cuFuncSetAttribute(cfn, 8, k.shared_bytes), "cuFuncSetAttribute")  # 8: dynamic
+        raw = ctypes.create_string_buffer(len(params) + 64)
+        at = ctypes.addressof(raw) + (-ctypes.addressof(raw) % 64)
+        ctypes.memmove(at, params, len(params))
+        offsets = [0, 8, 16] + [64 + 128 * i for i in range(len(k.tensor_maps))]
+        pointers = (ctypes.c_void_p * len(offsets))(*[at + o for o in offsets])
+        u = ctypes.c_uint
+        status = lib.cuLaunchKernel(cfn, *map(u, k.grid), *map(u, k.block), u(k.shared_bytes),
+                                    None, pointers, None)  # fmt: skip
+        check(status, "cuLaunchKernel")
+    drv.Context.synchronize()
+    import ml_dtypes
+
+    got = drv.from_device(out, (4096, 4096), np.uint16).view(ml_dtypes.bfloat16)
+    got = got.astype(np.float32)
+    want = a.astype(np.float32) @ b.astype(np.float32)
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    print(f"  relative error {err:.2e}: {'ok' if err < 1e-2 else 'WRONG VALUES'}")
+
+
 def check(status: int, what: str) -> None:
     if status:
         raise RuntimeError(f"{what}: CUresult {status}")
 
 
 def main(number: int) -> None:
+    if number >= 6:
+        tma, how = {6: (True, "pycuda"), 7: (True, "ctypes"), 8: (False, "pycuda")}[number]
+        print(f"{number} fusegrad's wgmma kernel, {'TMA' if tma else 'cp.async'}, {how}")
+        try:
+            kernel_check(tma, how)
+        except Exception as e:  # (the driver's error, in whatever type PyCUDA raises)
+            print(f"  failed: {type(e).__name__}: {e}")
+        return
     import pycuda.autoinit  # noqa: F401  (a context on device 0)
     import pycuda.driver as drv
     from pycuda.compiler import compile as nvcc_compile
@@ -157,7 +250,7 @@ if __name__ == "__main__":
     if len(sys.argv) > 1:
         main(int(sys.argv[1]))
     else:  # each check in a process of its own: a fault in one leaves the others' context
-        for n in range(1, 6):
+        for n in range(1, 9):
             r = subprocess.run([sys.executable, __file__, str(n)], capture_output=True, text=True,
                                timeout=120)  # fmt: skip
             print(r.stdout.strip() or f"{n} crashed: {r.stderr.strip()[-500:]}", flush=True)

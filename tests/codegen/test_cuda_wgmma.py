@@ -211,10 +211,12 @@ def test_the_staged_bytes_are_the_canonical_layouts_the_descriptors_name(side, m
 
 
 @pytest.mark.usefixtures("emulated")
-@pytest.mark.usefixtures("emulated")
-def test_the_tensor_memory_accelerator_is_off_by_default():
-    # (its kernels failed to launch on an H200: codegen/cuda.py's WGMMA_TMA)
+def test_the_tensor_memory_accelerator_stages_by_default_and_can_be_turned_off(monkeypatch):
+    # (1.7x the cp.async staging on an H200: codegen/cuda.py's WGMMA_TMA)
     a, b = rand16("bfloat16", 1040, 200), rand16("bfloat16", 200, 2200)
+    k = render(dev(a) @ dev(b))
+    assert wgmma_call(k.source) and len(k.tensor_maps) == 2 and "fg_tma_2d(fg_s" in k.source
+    monkeypatch.setattr(cuda_gen, "WGMMA_TMA", False)
     k = render(dev(a) @ dev(b))
     assert wgmma_call(k.source) and k.tensor_maps == () and "fg_tma_2d(fg_s" not in k.source
 
@@ -266,6 +268,17 @@ def _check(dtype: str, got: fg.Tensor, want: np.ndarray) -> None:
     assert np.mean(out == want.astype(HALVES[dtype]).astype(np.float64)) > 0.95
 
 
+@pytest.fixture(params=["cp.async", "TMA"])
+def staging(request, monkeypatch):
+    """The pipeline's steps staged by every thread's cp.async, then by the Tensor Memory
+    Accelerator (`codegen.cuda.WGMMA_TMA`); plans cached the other way are forgotten
+    before and after, so each runs kernels rendered its own way."""
+    monkeypatch.setattr(cuda_gen, "WGMMA_TMA", request.param == "TMA")
+    engine.forget_plans(lambda key: True)
+    yield request.param
+    engine.forget_plans(lambda key: True)
+
+
 def _hopper() -> bool:
     from fusegrad.runtime import cuda as runtime_cuda
 
@@ -276,19 +289,20 @@ def _hopper() -> bool:
 @pytest.mark.usefixtures("emulated")
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_the_pipeline_on_a_hopper_gpu(dtype, layout):
+def test_the_pipeline_on_a_hopper_gpu(dtype, layout, staging):
     if not _hopper():
         pytest.skip("not an sm_90 GPU")
     sa, sb, how, _ = LAYOUTS[layout]
     a, b = rand16(dtype, *sa), rand16(dtype, *sb, seed=1)
     got = how(dev(a), dev(b))
-    assert wgmma_call(render(how(dev(a), dev(b))).source)
+    source = render(how(dev(a), dev(b))).source
+    assert wgmma_call(source) and ("FG_TMAP_PARAMS) {" in source) == (staging == "TMA")
     _check(dtype, got, how(a.astype(np.float64), b.astype(np.float64)))
 
 
 @on_hopper
 @pytest.mark.usefixtures("emulated")
-def test_a_batch_and_unaligned_buffers_on_a_hopper_gpu():
+def test_a_batch_and_unaligned_buffers_on_a_hopper_gpu(staging):
     if not _hopper():
         pytest.skip("not an sm_90 GPU")
     a, b = rand16("bfloat16", 3, 1040, 136), rand16("bfloat16", 3, 136, 2200, seed=1)
@@ -312,3 +326,20 @@ def test_the_dump_of_an_sm_90_kernel_shows_the_code_that_runs():
     a, b = rand16("bfloat16", 1040, 200), rand16("bfloat16", 200, 2200)
     text = kernel_asm(render(dev(a) @ dev(b)), "sm_90")
     assert "nvcc -ptx -arch=sm_90a" in text and "wgmma.mma_async" in text
+
+
+@on_hopper
+@pytest.mark.usefixtures("emulated")
+def test_the_launches_replay_right_from_a_cuda_graph(staging):
+    # a plan run GRAPH_AFTER_RUNS times with the same buffers is captured as a CUDA graph:
+    # the TMA kernel's launches (tensor_map.ParamsLaunch) are captured too, and replay right
+    from fusegrad.runtime import cuda as runtime_cuda
+
+    if not _hopper():
+        pytest.skip("not an sm_90 GPU")
+    a, b = rand16("bfloat16", 1040, 200), rand16("bfloat16", 200, 2200, seed=1)
+    fa, fb = dev(a), dev(b)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    for _ in range(runtime_cuda.GRAPH_AFTER_RUNS + 4):
+        _check("bfloat16", fa @ fb, want)
+    assert runtime_cuda.backend().graphs  # (a capture the driver refused turns them off)

@@ -255,12 +255,18 @@ def test_a_training_loop_settles_on_graph_replays_where_the_driver_captures(jit)
     [((9, 0), 4 * 48 * 1024 + 1024, (8, 16, 1)), ((8, 6), 96 * 1024, (8, 16, 1)),
      ((7, 5), 64 * 1024, (16, 16, 1)), ((6, 1), 0, (16, 16, 1))],
 )  # fmt: skip
-def test_a_kernel_past_48_kib_of_shared_memory_opts_in_and_asks_for_it(arch, dynamic, grid):
+def test_a_kernel_past_48_kib_of_shared_memory_opts_in_and_asks_for_it(
+    arch, dynamic, grid, monkeypatch
+):
     # a large 16-bit matmul stages its steps in dynamic shared memory where the device
     # allows a block more than 48 KiB (the driver must be told before the first launch, else
     # the launch fails): 128 x 256 outputs, two buffers of 64 steps in 96 KiB; on sm_90 the
-    # wgmma pipeline's four and 1 KiB to align them; 128 x 128 in four buffers of 32 in 64
-    # KiB (sm_75); in 48 KiB, three buffers of static shared memory
+    # wgmma pipeline's four and 1 KiB to align them (staged by cp.async here: with the
+    # Tensor Memory Accelerator, tensor_map.ParamsLaunch opts in on a GPU); 128 x 128 in
+    # four buffers of 32 in 64 KiB (sm_75); in 48 KiB, three buffers of static shared memory
+    from fusegrad.codegen import cuda as cuda_gen
+
+    monkeypatch.setattr(cuda_gen, "WGMMA_TMA", False)
     drv = StubDriver(arch=arch, log=True)
     with runtime_cuda.use_driver(drv):
         a, b = (fg.ones(2048, 2048, device="cuda").to(fg.bfloat16).realize() for _ in "ab")
@@ -272,17 +278,18 @@ def test_a_kernel_past_48_kib_of_shared_memory_opts_in_and_asks_for_it(arch, dyn
         assert name == compiled.symbol and block == (16, 16, 1) and shared == dynamic
         assert drv.ran[0][1] == grid
         opted = {"MAX_DYNAMIC_SHARED_SIZE_BYTES": dynamic} if dynamic else {}
-        assert getattr(fn, "fn", fn).attributes == opted
+        assert fn.attributes == opted
         assert len(args) == 24 and drv.tensor_maps == []  # 3 pointers (no tensor maps)
         assert ("FG_DYNAMIC_SHARED(fg_dynamic)" in compiled.source) == bool(dynamic)
 
 
 def test_a_tensor_memory_accelerator_kernel_passes_its_maps_after_the_pointers(monkeypatch):
     # on sm_90 (built for sm_90a) the wgmma pipeline's tensor maps follow the 3 pointers,
-    # 64-byte aligned, each encoded for its buffer's address (codegen/cuda.py's WGMMA_TMA)
+    # 64-byte aligned, each encoded for its buffer's address (codegen/cuda.py's WGMMA_TMA,
+    # on by default)
     from fusegrad.codegen import cuda as cuda_gen
 
-    monkeypatch.setattr(cuda_gen, "WGMMA_TMA", True)
+    assert cuda_gen.WGMMA_TMA
     drv = StubDriver(arch=(9, 0), log=True)
     with runtime_cuda.use_driver(drv):
         a, b = (fg.ones(2048, 2048, device="cuda").to(fg.bfloat16).realize() for _ in "ab")
@@ -295,3 +302,15 @@ def test_a_tensor_memory_accelerator_kernel_passes_its_maps_after_the_pointers(m
         assert maps == [(1, ptrs[1]), (2, ptrs[2])]
         assert struct.unpack("<Q", bytes(args[64:72]))[0] == ptrs[1]
         assert struct.unpack("<Q", bytes(args[192:200]))[0] == ptrs[2]
+
+
+def test_a_cached_plan_encodes_its_tensor_maps_in_a_current_context():
+    # a plan run again binds its launches once per pointer set (`bind`), encoding the maps
+    # then: the driver encodes only in a current context (the stub's, too), which an H200
+    # showed by refusing a replayed plan's maps (CUresult 201) until bind pushed it
+    drv = StubDriver(arch=(9, 0))
+    with runtime_cuda.use_driver(drv):
+        a, b = (fg.ones(2048, 2048, device="cuda").to(fg.bfloat16).realize() for _ in "ab")
+        for _ in range(runtime_cuda.GRAPH_AFTER_RUNS + 2):
+            (a @ b).realize()
+        assert drv.tensor_maps and drv.launches >= runtime_cuda.GRAPH_AFTER_RUNS
