@@ -11,7 +11,9 @@ Workloads, each on the GPU for both systems, on the same random inputs:
 - sgemm 4096^3 in float32 (PyTorch with TF32 off, its default for matmul: true fp32),
   again with `allow_tf32` on both sides (tensor cores, TF32 inputs), and in bfloat16 and
   float16 (tensor cores, float32 accumulation);
-- conv2d 64x32x56x56 -> 64, 3x3, padding 1, float32 (cuDNN with TF32 off);
+- conv2d 64x32x56x56 -> 64, 3x3, padding 1, float32 (cuDNN with TF32 off), and in
+  bfloat16 and float16 (tensor cores, float32 accumulation: fusegrad's implicit GEMM on
+  `mma.sync`, cuDNN's own);
 - one LeNet-5 training step, batch 64, SGD momentum 0.9, as a user writes the plain loop
   (`opt.zero_grad(); loss = ...; loss.backward(); opt.step(); loss.item()`), and the same
   step under `fg.jit`.
@@ -152,17 +154,14 @@ def op_cases(torch):
     x, a, b, c = f["x"], f["a"], f["b"], f["c"]
     xt, at, bt, ct = t["x"], t["a"], t["b"], t["c"]
     ln, lnt, cx, cxt, cw, cwt = f["ln"], t["ln"], f["cx"], t["cx"], f["cw"], t["cw"]
+    types16 = (("bf16", fg.bfloat16, torch.bfloat16), ("fp16", fg.float16, torch.float16))
     half = {
-        name: (
-            b.to(dt).realize(),
-            c.to(dt).realize(),
-            bt.to(tdt),
-            ct.to(tdt),
-        )
-        for name, dt, tdt in (
-            ("bf16", fg.bfloat16, torch.bfloat16),
-            ("fp16", fg.float16, torch.float16),
-        )
+        name: (b.to(dt).realize(), c.to(dt).realize(), bt.to(tdt), ct.to(tdt))
+        for name, dt, tdt in types16
+    }
+    conv16 = {  # the convolution's input and weight in 16 bits (cuDNN's tensor cores)
+        name: (cx.to(dt).realize(), cw.to(dt).realize(), cxt.to(tdt), cwt.to(tdt))
+        for name, dt, tdt in types16
     }
     f4 = 4
     rows_ln, cols_ln = LN
@@ -224,6 +223,16 @@ def op_cases(torch):
             "GFLOP/s",
             fg_run(lambda: F.conv2d(cx, cw, padding=1)),
             t_run(lambda: torch.nn.functional.conv2d(cxt, cwt, padding=1)),
+        ),
+        *(
+            (
+                f"conv2d 64x32x56^2 {name}",
+                conv_flops,
+                "GFLOP/s",
+                fg_run(lambda h=h: F.conv2d(h[0], h[1], padding=1)),
+                t_run(lambda h=h: torch.nn.functional.conv2d(h[2], h[3], padding=1)),
+            )
+            for name, h in conv16.items()
         ),
     ]
 
