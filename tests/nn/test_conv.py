@@ -532,6 +532,90 @@ def test_strided_conv_in_float32_on_an_empty_batch_and_at_special_values():
     np.testing.assert_array_equal(got, want.astype(np.float32))
 
 
+# (dims, cin, cout, kernel, stride, padding, dilation, groups, size, batch, chunk): float32,
+# Cout/G a multiple of 16, so the weight gradient takes the output channels as lanes
+CHANNELS_LAST_CASES = [
+    (2, 8, 32, 3, 2, 1, 1, 1, (11, 12), 3, None),
+    (2, 6, 32, 3, 2, 1, 1, 2, (9, 10), 2, None),  # groups: 16 channels a group
+    (2, 4, 16, (3, 2), (2, 3), (1, 0), (2, 1), 1, (13, 11), 2, None),  # dilation, odd strides
+    (1, 5, 16, 4, 3, 2, 1, 1, (23,), 4, None),
+    (2, 8, 32, 3, 2, 1, 1, 1, (11, 12), 4, 1),  # a partial sum per image
+    (2, 8, 32, 3, 2, 1, 1, 1, (2, 2), 2, None),  # one output pixel
+]
+
+
+@pytest.mark.cpu_device  # the CPU lowering's choice of lanes
+@pytest.mark.parametrize("case", CHANNELS_LAST_CASES)
+def test_a_strided_weight_gradient_takes_the_output_channels_as_lanes(case, monkeypatch):
+    dims, cin, cout, k, stride, pad, dil, groups, size, batch, chunk = case
+    k, stride, pad, dil = (C.int_tuple(v, dims, "", "") for v in (k, stride, pad, dil))
+    if chunk:
+        monkeypatch.setattr(C, "weight_grad_chunk", lambda batch, per_image: chunk)
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal((batch, cin, *size)).astype(np.float32)
+    w = rng.standard_normal((cout, cin // groups, *k)).astype(np.float32)
+    xt, wt = fg.tensor(x, requires_grad=True), fg.tensor(w, requires_grad=True)
+    out = _conv_fn(dims)(xt, wt, None, stride, pad, dil, groups)
+    g = rng.standard_normal(out.shape).astype(np.float32)
+    g.reshape(-1)[:4] = [0.0, -0.0, 1.0, -1.0]  # (special values among the gradient's)
+    (out * fg.tensor(g)).sum().backward()
+    dx, dw = _numpy_conv_grads(x, w, g, stride, pad, dil, groups)
+    np.testing.assert_allclose(wt.grad.numpy(), dw, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(xt.grad.numpy(), dx, rtol=1e-5, atol=1e-4)
+    reasons = [r.reason for r in fg.kernels(wt.grad)]
+    assert any("channels last" in r for r in reasons), reasons
+
+
+@pytest.mark.cpu_device  # the CPU lowering's choice of lanes
+@pytest.mark.parametrize(
+    "cout, dtype, stride, width, pad",
+    [(24, "float32", 2, 9, 1), (32, "float64", 2, 9, 1), (32, "float32", 1, 9, 1),
+     (32, "float32", 2, 32, 1), (32, "float32", 2, 9, 0)],
+)  # fmt: skip
+def test_other_weight_gradients_keep_the_pixels_as_lanes(cout, dtype, stride, width, pad):
+    # (Cout/G not whole registers, another type, no stride, output rows of whole 16-lane
+    # registers, or an input read in place, unpadded: the sum as before)
+    x = fg.randn(2, 4, 9, width, dtype=getattr(fg, dtype))
+    w = fg.randn(cout, 4, 3, 3, dtype=getattr(fg, dtype), requires_grad=True)
+    C.conv2d(x, w, None, stride, pad).sum().backward()
+    assert not any("channels last" in r.reason for r in fg.kernels(w.grad))
+
+
+def test_a_strided_weight_gradient_by_channels_on_an_empty_batch_and_at_inf_and_nan():
+    w = fg.ones(32, 3, 3, 3, requires_grad=True)
+    C.conv2d(fg.zeros(0, 3, 8, 8), w, None, 2, 1).sum().backward()
+    assert w.grad.shape == (32, 3, 3, 3) and not w.grad.numpy().any()
+    x = np.zeros((1, 3, 6, 6), np.float32)
+    x[0, 0, 1, 1], x[0, 1, 2, 2] = np.inf, np.nan
+    w = fg.ones(32, 3, 3, 3, requires_grad=True)
+    C.conv2d(fg.tensor(x), w, None, 2, 1).sum().backward()
+    want = _numpy_conv_grads(x, np.ones((32, 3, 3, 3), np.float32), np.ones((1, 32, 3, 3)),
+                             (2, 2), (1, 1), (1, 1), 1)[1]  # fmt: skip
+    np.testing.assert_array_equal(w.grad.numpy(), want.astype(np.float32))
+
+
+def test_a_strided_weight_gradient_by_channels_is_differentiable_again():
+    # a gradient penalty through it (float32) against the same through the pixel-lane sum
+    # (float64), each derivative within float32 rounding
+    rng = np.random.default_rng(13)
+    x0 = rng.standard_normal((2, 3, 7, 8)).astype(np.float32)
+    w0 = (rng.standard_normal((16, 3, 3, 3)) / 4).astype(np.float32)
+    proj = rng.standard_normal((2, 16, 4, 4)).astype(np.float32)
+
+    def penalty_grads(dtype):
+        x, w = (fg.tensor(a, dtype=dtype, requires_grad=True) for a in (x0, w0))
+        y = C.conv2d(x * x, w, None, 2, 1)
+        (dw,) = fg.grad((y * y * fg.tensor(proj, dtype=dtype)).sum(), [w], create_graph=True)
+        (dw * dw).sum().backward()
+        return x.grad.numpy(), w.grad.numpy(), dw
+
+    gx32, gw32, dw32 = penalty_grads(fg.float32)
+    gx64, gw64, _ = penalty_grads(fg.float64)
+    assert any("channels last" in r.reason for r in fg.kernels(dw32))
+    np.testing.assert_allclose(gx32, gx64, rtol=1e-4, atol=1e-3 * np.abs(gx64).max())
+    np.testing.assert_allclose(gw32, gw64, rtol=1e-4, atol=1e-3 * np.abs(gw64).max())
+
+
 def test_strided_conv_gradients_are_differentiable_again():
     """The phase-by-phase input gradient and the gathered windows' weight gradient are graphs
     of differentiable ops: a gradient penalty through them matches central differences."""
@@ -637,8 +721,8 @@ def test_strided_conv_in_16_bit_storage_reads_windows_in_place(dtype, dims, stri
 def test_a_padded_strided_convolution_reads_its_phase_split_copy_at_stride_1(stride):
     """The padded copy of a convolution strided along its last axis is split into the
     stride's phases (nn/correlate.py, `_phase_split`): the forward's and the weight
-    gradient's windows load it contiguously (no step per lane in their loop IR), one copy
-    shared by both; the input gradient's phase correlations read each phase's flipped
+    gradient's windows read it with no step per lane in their loop IR, one copy shared
+    by both; the input gradient's phase correlations read each phase's flipped
     weight copied with its rows contiguous; and the values and gradients are numpy's."""
     rng = np.random.default_rng(33)
     x = rng.standard_normal((2, 5, 11, 37)).astype(np.float32)
@@ -650,12 +734,13 @@ def test_a_padded_strided_convolution_reads_its_phase_split_copy_at_stride_1(str
     kernels = fg.kernels(y, dx, dw)
     splits = [k for k in kernels if "split into stride phases" in k.reason]
     assert len(splits) == 1, [k.reason for k in kernels]
-    # the forward and the weight gradient
-    sums = [k for k in kernels if k.name.startswith("r_sum_") and k.reason == "output requested"]
-    assert len(sums) == 2, [k.name for k in kernels]
     weights = [k for k in kernels if "phase's flipped weight" in k.reason]
     assert len(weights) == stride * stride, [k.reason for k in kernels]  # one tap each at 3
     phases = [k for k in kernels if k.name.startswith("r_sum_2x1x5x1x")]
+    # the forward and the weight gradient (16 output channels: its lanes, the windows
+    # broadcast from the same copy)
+    sums = [k for k in kernels if k.name.startswith("r_sum_") and k not in phases]
+    assert len(sums) == 2, [k.name for k in kernels]
     # each reads its phase's weight (5 x 16 x its taps), not the whole 16 x 5 x 3 x 3 (720)
     heads = [k.loop_ir.splitlines()[0] for k in phases]
     assert len(heads) == stride * stride and not any("[720]" in h for h in heads), heads
