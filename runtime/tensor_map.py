@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import struct
 
 # cuda.h's CUtensorMapDataType, CUtensorMapSwizzle and CUtensorMapL2promotion values
@@ -131,11 +132,12 @@ class ParamsLaunch:
     or a stream capture takes either. Its own module is loaded from the kernel's `cubin`
     into the current context (PyCUDA's functions have no handle to pass the driver)."""
 
-    __slots__ = ("calls", "module", "function", "offsets")
+    __slots__ = ("calls", "module", "function", "offsets", "pid")
 
     def __init__(self, cubin: bytes, symbol: str, pointers: int, maps: int, shared: int,
                  library=None):  # fmt: skip
         self.calls = _driver_calls(library or ctypes.CDLL("libcuda.so.1"))
+        self.pid = os.getpid()  # (a forked child must not call CUDA: runtime/cuda.py)
         self.module, self.function = ctypes.c_void_p(), ctypes.c_void_p()
         self._check("cuModuleLoadData", ctypes.byref(self.module), cubin)
         self._check("cuModuleGetFunction", ctypes.byref(self.function), self.module,
@@ -164,6 +166,6 @@ class ParamsLaunch:
 
     def __del__(self):
         # (a module of the context: unloading after the context is gone returns an error
-        # code, which there is no one to tell)
-        if getattr(self, "module", None) and self.module.value:
+        # code, which there is no one to tell; in a forked child, CUDA is not called)
+        if getattr(self, "module", None) and self.module.value and self.pid == os.getpid():
             self.calls["cuModuleUnload"](self.module)

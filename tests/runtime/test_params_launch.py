@@ -79,3 +79,13 @@ def test_a_driver_error_raises_with_the_call_and_its_code(fail):
     with pytest.raises(tensor_map.LaunchFailed, match=f"{fail} returned CUresult 700"):
         launch = tensor_map.ParamsLaunch(b"cubin", "k", 1, 1, 0, library=lib)
         launch((1, 1, 1), (32, 1, 1), tensor_map.host_aligned(bytes(192)), 0, None)
+
+
+def test_a_forked_child_does_not_unload_the_parents_module(monkeypatch):
+    # (CUDA does not survive fork: a child that drops the launch must not call the driver)
+    lib = fake_libcuda()
+    launch = tensor_map.ParamsLaunch(b"cubin", "k", 1, 1, 0, library=lib)
+    child = launch.pid + 1
+    monkeypatch.setattr(tensor_map.os, "getpid", lambda: child)
+    del launch
+    assert "cuModuleUnload" not in [name for name, _ in lib.calls]
