@@ -1,6 +1,6 @@
 """fusegrad's cuda device against PyTorch CUDA on the same GPU, timed alternately in one process.
 
-Run:  python benchmarks/gpu.py [--quick]        (needs a GPU, PyCUDA and PyTorch with CUDA)
+Run:  python benchmarks/gpu.py [--quick] [--only TEXT]   (a GPU, PyCUDA and PyTorch with CUDA)
 
 Workloads, each on the GPU for both systems, on the same random inputs:
 
@@ -320,6 +320,11 @@ def main() -> None:
     )
     ap.add_argument("--quick", action="store_true", help="fewer rounds")
     ap.add_argument("--compile", action="store_true", help="torch.compile beside (slow to build)")
+    ap.add_argument(
+        "--only",
+        metavar="TEXT",
+        help="run just the rows whose name contains TEXT ('lenet' for the training step alone)",
+    )
     args = ap.parse_args()
     rounds = 10 if args.quick else 40
 
@@ -347,11 +352,15 @@ def main() -> None:
                 + (f"{'tc ms':>9}{'tc/fg':>7}{'tc kern':>9}" if args.compile else "")
             )
             for name, work, unit, fg_call, t_call in op_cases(torch):
+                if args.only and args.only not in name:
+                    continue
                 try:
                     op_row(name, work, unit, fg_call, t_call, rounds, events, args.compile, torch)
                 except Exception:  # one failing row must not cost the device run the rest
                     print(f"{name:<20} FAILED:\n{traceback.format_exc()}", flush=True)
 
+            if args.only and args.only != "lenet":
+                return
             steps = lenet_steps(torch)
             losses = {k: [s() for _ in range(3)] for k, s in steps.items()}  # compile, warm
             first = ", ".join(f"{k} {v[0]:.4f}" for k, v in losses.items())

@@ -22,6 +22,7 @@ The source begins with the kernel's global-memory traffic (`gpu.traffic`).
 
 from __future__ import annotations
 
+import contextvars
 import functools
 from dataclasses import dataclass, field
 
@@ -404,23 +405,31 @@ def literal(value, dt: DType) -> str:
     return f"{v!r}f" if dt.itemsize == 4 else repr(v)
 
 
+# Whether `index` renders its arithmetic in 32-bit ints: set while a contraction's staging
+# prints a side whose indices and buffers are all below NARROW_LIMIT (`Renderer.stage`); a
+# context variable, as kernels are rendered in several threads at once
+_NARROW_INDEX = contextvars.ContextVar("fg_narrow_index", default=False)
+
+
 def index(e: Lin) -> str:
+    ll = "" if _NARROW_INDEX.get() else "LL"
     parts = []
     for atom, coef in e.terms:
         a = _atom(atom)
-        parts.append(a if coef == 1 else f"{a}*{coef}LL")
+        parts.append(a if coef == 1 else f"{a}*{coef}{ll}")
     if e.const or not parts:
-        parts.append(f"{e.const}LL")
+        parts.append(f"{e.const}{ll}")
     return "(" + " + ".join(parts) + ")"
 
 
 def _atom(a) -> str:
+    ll = "" if _NARROW_INDEX.get() else "LL"
     if isinstance(a, Var):
         return a.name
     if isinstance(a, FloorDiv):
-        return f"({index(a.x)}/{a.c}LL)"
+        return f"({index(a.x)}/{a.c}{ll})"
     if isinstance(a, Mod):
-        return f"({index(a.x)}%{a.c}LL)"
+        return f"({index(a.x)}%{a.c}{ll})"
     raise TypeError(a)
 
 
@@ -491,6 +500,10 @@ class CudaKernel:
 
 
 PARTIAL = "fg_partial"  # the scratch buffer of a split reduction's partials
+# a contraction's staging decomposes its flat indices in 32-bit ints where each of them (a
+# side's outputs, the reduction, the batch) is below this: a sum of a few such indices in
+# an affine load index still fits in an int
+NARROW_LIMIT = 2**29
 PAD = 4  # floats after each staged row: rows stay 16-byte aligned for the 16-byte copies
 # (16-bit values are not padded but swizzled: `fg_swizzle`)
 WMMA = "nvcuda::wmma::"
@@ -599,15 +612,20 @@ class _Renderer:
     def line(self, depth: int, text: str) -> None:
         self.lines.append("  " * depth + text)
 
-    def index_vars(self, loops: list[Loop], flat: str, depth: int) -> None:
-        """Declare each loop's variable from the flat index over all of them (row-major)."""
+    def index_vars(self, loops: list[Loop], flat: str, depth: int, narrow: bool = False) -> None:
+        """Declare each loop's variable from the flat index over all of them (row-major).
+        `narrow`: as 32-bit ints, divided in 32 bits (the caller knows the flat index is
+        below NARROW_LIMIT): a GPU divides 64-bit integers by a constant in many times the
+        instructions."""
         inner = 1
         for k in range(len(loops) - 1, -1, -1):
             lp = loops[k]
-            expr = flat if inner == 1 else f"{flat} / {inner}LL"
+            whole, suffix = (f"(int){flat}", "") if narrow else (flat, "LL")
+            expr = whole if inner == 1 else f"{whole} / {inner}{suffix}"
             if k > 0:
-                expr = f"{expr} % {lp.extent}LL"
-            self.line(depth, f"const long long {lp.var.name} = {expr if lp.extent > 1 else '0LL'};")
+                expr = f"{expr} % {lp.extent}{suffix}"
+            kind = "int" if narrow else "long long"
+            self.line(depth, f"const {kind} {lp.var.name} = {expr if lp.extent > 1 else '0'};")
             inner *= lp.extent
 
     def block(self, body, depth: int) -> bool:
@@ -1204,15 +1222,35 @@ class _Renderer:
                 self.line(e + 1, "}")
                 self.line(e, "} else {  // a buffer is not 16-byte aligned: one at a time")
                 e += 1
-            self.line(e, f"for (int e = tid; e < {kc * width}; e += {threads}) {{")
-            kk, at = (f"e % {kc}", f"e / {kc}") if kk_fastest else (f"e / {width}", f"e % {width}")
-            self.line(e + 1, f"const int kk = {kk}, at = {at};")
+            # each thread keeps one step (or one tile position) for every copy of a stage:
+            # what depends on it alone is computed once a stage (or once a tile). Not in a
+            # vector side's fallback for unaligned buffers, where the registers it holds
+            # are better left to the main path.
+            if kk_fastest and threads % kc == 0 and not vector:
+                self.line(e, f"for (int at = tid / {kc}, kk = tid % {kc}; at < {width}; "
+                             f"at += {threads // kc}) {{")  # fmt: skip
+            elif not kk_fastest and threads % width == 0 and not vector:
+                self.line(e, f"for (int kk = tid / {width}, at = tid % {width}; kk < {kc}; "
+                             f"kk += {threads // width}) {{")  # fmt: skip
+            else:
+                kk, at = (
+                    (f"e % {kc}", f"e / {kc}") if kk_fastest else (f"e / {width}", f"e % {width}")
+                )
+                self.line(e, f"for (int e = tid; e < {kc * width}; e += {threads}) {{")
+                self.line(e + 1, f"const int kk = {kk}, at = {at};")
             self.line(e + 1, f"const long long i{side} = tile_{side} + at, red = k0 + kk;")
             self.line(e + 1, f"if ({inside}) {{")
-            self.index_vars(loops, f"i{side}", e + 2)
-            self.index_vars(c.c_loops, "ic", e + 2)
-            self.index_vars(red.loops, "red", e + 2)
-            self.block(c.consts + stmts, e + 2)
+            sizes = [extent, red.length, c.nc]
+            sizes += [s.param.size for s in c.consts + stmts if isinstance(s, Load)]
+            narrow = max(sizes) < NARROW_LIMIT
+            self.index_vars(loops, f"i{side}", e + 2, narrow)
+            self.index_vars(c.c_loops, "ic", e + 2, narrow)
+            self.index_vars(red.loops, "red", e + 2, narrow)
+            token = _NARROW_INDEX.set(narrow)
+            try:
+                self.block(c.consts + stmts, e + 2)
+            finally:
+                _NARROW_INDEX.reset(token)
             half = _staged_half(c)  # exact: the value is a 16-bit number (`gpu._mma_kind`)
             for name, t in exports:
                 value = _narrowed(name, t) if half else name

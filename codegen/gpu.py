@@ -544,7 +544,10 @@ def _vector_side(
     """ "k" or "m" when a side is one plain load, fp32 (or 16-bit, staged in 16 bits for the
     tensor cores), whose index steps by 1 along the reduction ("k") or along the side's one
     output loop ("m"), every other part a multiple of the lanes of 16 bytes (4, or 8 16-bit
-    values) and that loop's extent too: groups of 16 bytes, all in or all out."""
+    values) and that loop's extent too: groups of 16 bytes, all in or all out. (A
+    convolution's weights, contiguous along its flat reduction over input channels and
+    kernel taps, measured slower as 16-byte copies on an H100: their decomposition's
+    registers cost the kernel a block per multiprocessor.)"""
     if len(stmts) != 1 or len(exports) != 1 or len(loops) != 1 or len(red.loops) != 1:
         return None
     (s,) = stmts
@@ -675,15 +678,23 @@ def _contraction(
     a_loops, b_loops, c_loops = ([lp for lp, w in zip(loops, sides) if w == k] for k in "abc")
     inner = red.loops[-1].var
 
-    def kk_fastest(stmts) -> bool:
-        return any(isinstance(s, Load) and abs(s.index.coef(inner)) == 1 for s in stmts)
+    def kk_fastest(stmts, own: list[Loop]) -> bool:
+        """Whether the side's loads run contiguously along the reduction, and no shorter
+        than along the side's own innermost loop (a convolution's input: 3 kernel taps in
+        a row against 56 pixels, so its staging walks the pixels)."""
+        loads = [s for s in stmts if isinstance(s, Load)]
+        along_k = any(abs(s.index.coef(inner)) == 1 for s in loads)
+        if not along_k or not own:
+            return along_k
+        along_own = any(abs(s.index.coef(own[-1].var)) == 1 for s in loads)
+        return not (along_own and own[-1].extent > red.loops[-1].extent)
 
     na, nb = math.prod(lp.extent for lp in a_loops), math.prod(lp.extent for lp in b_loops)
     mma = _mma_kind(red, best[2], tf32)
     ra, rb, kc = _tile_shape(na, nb, math.prod(lp.extent for lp in c_loops), mma, shared_limit)
     return Contraction(
         red, a_loops, b_loops, consts, a_stmts, b_stmts, terms, a_exp, b_exp, prefix,
-        epilogue, ra, rb, kk_fastest(a_stmts), kk_fastest(b_stmts), c_loops, kc,
+        epilogue, ra, rb, kk_fastest(a_stmts, a_loops), kk_fastest(b_stmts, b_loops), c_loops, kc,
         _vector_side(a_stmts, a_exp, a_loops, red, mma),
         _vector_side(b_stmts, b_exp, b_loops, red, mma),
         mma,

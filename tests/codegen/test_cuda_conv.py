@@ -70,6 +70,44 @@ def test_a_padded_convolution_is_one_kernel_on_cuda():
 
 
 @pytest.mark.usefixtures("emulated")
+def test_a_convolutions_input_is_staged_along_its_pixels_in_32_bit_integers():
+    """The input's window loads run 12 pixels in a row against 3 kernel taps, so each
+    thread keeps one pixel of the tile and walks the reduction (its pixel's coordinates
+    computed once a tile, its loads coalesced along the rows); the weights run along the
+    reduction, so each thread keeps one step. The flat indices are split in 32-bit ints: a
+    GPU divides 64-bit ones by a constant in many times the instructions."""
+    data = _data(2, 16, 12, 32, 3, 1)
+    _, y = _conv("cuda", data, padding=1)
+    (k,) = _kernels([y])
+    c = map_to_gpu(k).contraction
+    assert (c.a_kk_fastest, c.b_kk_fastest) == (False, True)
+    src = cuda_kernel(k, "k").source
+    width_a, width_b = 16 * c.ra, 16 * c.rb
+    assert f"for (int kk = tid / {width_a}, at = tid % {width_a}; kk < {c.kc};" in src
+    assert f"for (int at = tid / {c.kc}, kk = tid % {c.kc}; at < {width_b};" in src
+    pixel = c.a_loops[-1].var.name
+    assert f"const int {pixel} = (int)ia % 12;" in src  # the epilogue's stay 64-bit
+
+
+@pytest.mark.usefixtures("emulated")
+def test_a_contraction_past_the_32_bit_limit_stages_in_64_bit_integers(monkeypatch):
+    """Where an index may pass NARROW_LIMIT the staging divides in 64 bits (here the limit
+    lowered to force it); both ways compute the CPU's values."""
+    import fusegrad.codegen.cuda as cuda_gen
+
+    data = _data(2, 8, 7, 16, 3, 1)
+    _, want = _conv("cpu", data, padding=1)
+    monkeypatch.setattr(cuda_gen, "NARROW_LIMIT", 64)
+    _, y = _conv("cuda", data, padding=1)
+    (k,) = _kernels([y])
+    src = cuda_kernel(k, "k").source
+    assert "(int)ia" not in src and "% 7LL;" in src
+    np.testing.assert_allclose(
+        y.detach().cpu().numpy(), want.detach().numpy(), rtol=1e-5, atol=1e-5
+    )
+
+
+@pytest.mark.usefixtures("emulated")
 def test_a_strided_dilated_grouped_convolution_and_its_gradients_on_the_emulator():
     data = _data(2, 8, 11, 16, 3, 2)
     geometry = dict(stride=2, padding=1, dilation=2, groups=2)

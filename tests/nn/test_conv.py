@@ -594,6 +594,7 @@ def test_a_strided_weight_gradient_by_channels_on_an_empty_batch_and_at_inf_and_
     np.testing.assert_array_equal(w.grad.numpy(), want.astype(np.float32))
 
 
+@pytest.mark.cpu_device  # the CPU lowering's choice of lanes
 def test_a_strided_weight_gradient_by_channels_is_differentiable_again():
     # a gradient penalty through it (float32) against the same through the pixel-lane sum
     # (float64), each derivative within float32 rounding
@@ -1118,6 +1119,7 @@ def test_merged_rows_read_a_contiguous_output_gradient_for_the_weight():
 # ---------------------------------------------------------------- the phases as one node
 
 
+@pytest.mark.cpu_device  # the CPU's macro node (the cuda device composes the phases)
 def test_a_strided_transposed_convolution_is_one_macro_node_with_the_composed_values():
     """`transposed_by_phases` builds one MACRO node (its expansion: the composed phases),
     so a call whose plan is cached builds no phase graph; its value is the composed form's
