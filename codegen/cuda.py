@@ -411,8 +411,13 @@ def literal(value, dt: DType) -> str:
 _NARROW_INDEX = contextvars.ContextVar("fg_narrow_index", default=False)
 
 
+def _suffix() -> str:
+    """The suffix of an index's integer literals: none in 32-bit rendering."""
+    return "" if _NARROW_INDEX.get() else "LL"
+
+
 def index(e: Lin) -> str:
-    ll = "" if _NARROW_INDEX.get() else "LL"
+    ll = _suffix()
     parts = []
     for atom, coef in e.terms:
         a = _atom(atom)
@@ -423,13 +428,12 @@ def index(e: Lin) -> str:
 
 
 def _atom(a) -> str:
-    ll = "" if _NARROW_INDEX.get() else "LL"
     if isinstance(a, Var):
         return a.name
     if isinstance(a, FloorDiv):
-        return f"({index(a.x)}/{a.c}{ll})"
+        return f"({index(a.x)}/{a.c}{_suffix()})"
     if isinstance(a, Mod):
-        return f"({index(a.x)}%{a.c}{ll})"
+        return f"({index(a.x)}%{a.c}{_suffix()})"
     raise TypeError(a)
 
 
@@ -617,14 +621,13 @@ class _Renderer:
         `narrow`: as 32-bit ints, divided in 32 bits (the caller knows the flat index is
         below NARROW_LIMIT): a GPU divides 64-bit integers by a constant in many times the
         instructions."""
+        whole, suffix, kind = (f"(int){flat}", "", "int") if narrow else (flat, "LL", "long long")
         inner = 1
         for k in range(len(loops) - 1, -1, -1):
             lp = loops[k]
-            whole, suffix = (f"(int){flat}", "") if narrow else (flat, "LL")
             expr = whole if inner == 1 else f"{whole} / {inner}{suffix}"
             if k > 0:
                 expr = f"{expr} % {lp.extent}{suffix}"
-            kind = "int" if narrow else "long long"
             self.line(depth, f"const {kind} {lp.var.name} = {expr if lp.extent > 1 else '0'};")
             inner *= lp.extent
 
@@ -1222,6 +1225,9 @@ class _Renderer:
                 self.line(e + 1, "}")
                 self.line(e, "} else {  // a buffer is not 16-byte aligned: one at a time")
                 e += 1
+            sizes = [extent, red.length, c.nc]
+            sizes += [s.param.size for s in c.consts + stmts if isinstance(s, Load)]
+            narrow = max(sizes) < NARROW_LIMIT  # the indices split, and loads, in 32 bits
             # each thread keeps one step (or one tile position) for every copy of a stage:
             # what depends on it alone is computed once a stage (or once a tile). Not in a
             # vector side's fallback for unaligned buffers, where the registers it holds
@@ -1240,9 +1246,6 @@ class _Renderer:
                 self.line(e + 1, f"const int kk = {kk}, at = {at};")
             self.line(e + 1, f"const long long i{side} = tile_{side} + at, red = k0 + kk;")
             self.line(e + 1, f"if ({inside}) {{")
-            sizes = [extent, red.length, c.nc]
-            sizes += [s.param.size for s in c.consts + stmts if isinstance(s, Load)]
-            narrow = max(sizes) < NARROW_LIMIT
             self.index_vars(loops, f"i{side}", e + 2, narrow)
             self.index_vars(c.c_loops, "ic", e + 2, narrow)
             self.index_vars(red.loops, "red", e + 2, narrow)
