@@ -41,7 +41,7 @@ from .extend import custom_gradient
 from .indexing import _scattered_sum, flip, values_for_shape
 from .ir import node as N
 from .ir.autodiff import own_node, with_vjp
-from .ir.dtypes import bool_, default_float, int64
+from .ir.dtypes import bool_, default_float, float64, int64
 from .ir.ops import Ops
 from .mathops import isinf, isnan, logaddexp
 from .movement import cat, sliding_windows, stack
@@ -1483,12 +1483,14 @@ def _quantile(x, q, dim, keepdim: bool, interpolation: str, op: str):
     nan = isnan(rows)
     outs = []
     for v in qs:
-        q_x = x._make(N.const(v, (), x.dtype))  # rank q (n - 1) in x's dtype, as torch's
+        # rank q (n - 1) as torch (2.14) computes it: q rounded to x's dtype, the product
+        # in float64 (torch 2.13 and earlier rounded the product to x's dtype too)
+        q_x = x._make(N.const(float(np.asarray(v, x.dtype.np)), (), float64))
         if op == "nanquantile":  # a row of NaNs: rank -1, read at 0 (a NaN)
-            rank = q_x * ((~nan).sum(-1, keepdim=True) - 1).cast(x.dtype)
+            rank = q_x * ((~nan).sum(-1, keepdim=True) - 1).cast(float64)
             rank = _where(rank < 0, 0.0, rank)
         else:  # a row holding a NaN reads it, sorted last
-            last = x._make(N.const(n - 1, (), x.dtype))
+            last = x._make(N.const(n - 1, (), float64))
             rank = _where(nan.any(-1, keepdim=True), last, q_x * (n - 1))
         below, above = rank.floor(), rank.ceil()
         if interpolation == "lower":
@@ -1499,7 +1501,7 @@ def _quantile(x, q, dim, keepdim: bool, interpolation: str, op: str):
             below = above = rank.round()
         lo = vals.take_along_dim(below.cast(int64), -1)
         hi = vals.take_along_dim(above.cast(int64), -1)
-        weight = 0.5 if interpolation == "midpoint" else rank - below
+        weight = 0.5 if interpolation == "midpoint" else (rank - below).cast(x.dtype)
         outs.append(lo.lerp(hi, weight) if interpolation in ("linear", "midpoint") else lo)
     out = stack(outs, 0).squeeze(-1)  # (q, *rows' leading axes)
     if keepdim:
