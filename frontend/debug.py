@@ -80,8 +80,18 @@ def graph_dot(*tensors: Tensor, params=None, collapse: bool | None = None) -> st
     nodes = expand_all([t.node for t in tensors], has_value)
     roots = [n for n in nodes if not has_value(n)]
     device = (roots[0].device if roots else None) or engine.default_device
-    at_source = get_backend(device).stores_at_source
-    items = schedule(roots, has_value, expanded=True, stores_at_source=at_source) if roots else []
+    backend = get_backend(device)
+    items = (
+        schedule(
+            roots,
+            has_value,
+            expanded=True,
+            stores_at_source=backend.stores_at_source,
+            splits_reductions=backend.splits_reductions,
+        )
+        if roots
+        else []
+    )
     kernel_name = kernel_names(items, device)
     every = toposort(nodes, stop=has_value)
     if collapse is None:

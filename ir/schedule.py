@@ -46,8 +46,11 @@ Rules, applied to each node with its users already decided:
    thread, so each element of V is written once. Only where R's kernel is a plain one (no
    other reduction, no rule 7 siblings or extra outputs, not a contraction, whose register
    tiles reuse each operand: their sources broadcast what they load), V's own kernel is
-   elementwise with no extra outputs, V is not 16-bit (a register would hold it unrounded)
-   and moving it makes no cycle among the kernels (`_stored_in_reductions`). The other
+   elementwise with no extra outputs, V is not 16-bit (a register would hold it unrounded),
+   R has enough outputs to share its loops among the CPU's threads or V is small
+   (`AT_SOURCE_MIN_OUTPUTS`, `AT_SOURCE_SHARED_ELEMENTS`; the GPU splits a sum of few
+   outputs over blocks: `splits_reductions`), and moving it makes no cycle
+   among the kernels (`_stored_in_reductions`). The other
    readers of V run after R's kernel. The CPU and the GPU store V where the sum's thread
    meets each element (on the GPU, the thread whose share of a block's reduction holds
    it); a backend that cannot schedules without the rule (`Backend.stores_at_source`,
@@ -69,6 +72,16 @@ from .sites import Site, site_of
 
 STORE_COST = 32
 MAX_KERNEL_OPS = 500  # elementwise ops inlined into one kernel before a value is stored
+# rule 8 leaves a value of AT_SOURCE_SHARED_ELEMENTS or more elements in a kernel of its own
+# where the sum has fewer than AT_SOURCE_MIN_OUTPUTS outputs, on a backend whose kernels are
+# parallel over their outputs only (the CPU's: not `splits_reductions`, as the GPU's): the
+# sum's loops run on about one thread (a tile of rows holds them all), and the value would
+# be computed there too. LeNet's first convolution's
+# bias gradient (6 outputs) took its max-pool backward (64x6x28x28) that way: 1.6-2.3 ms
+# on one thread of a ~5 ms step, against 0.31 ms on two in a kernel of its own plus 0.03 ms
+# for the sum (Zen 4).
+AT_SOURCE_MIN_OUTPUTS = 16
+AT_SOURCE_SHARED_ELEMENTS = 1 << 14
 COST_CAP = 10 * STORE_COST
 TRANSCENDENTAL_COST = 8
 # A row is fused (rule 6) while four arrays of its length fit in this: the kernel walks the
@@ -166,6 +179,7 @@ def schedule(
     has_value: Callable[[Node], bool],
     expanded: bool = False,
     stores_at_source: bool = True,
+    splits_reductions: bool = False,
 ) -> list[ScheduleItem]:
     """Kernels that compute `roots`, in an order where every input exists before it is read.
 
@@ -175,7 +189,8 @@ def schedule(
     among the items' outputs passes roots it has expanded (`expand_all`), and says so
     (`expanded`: the walk looking for macros is not made twice).
     `stores_at_source`: the backend can store a value inside a reduction's loops (rule 8),
-    a backend capability (`Backend.stores_at_source`).
+    a backend capability (`Backend.stores_at_source`); `splits_reductions`: the backend
+    shares a sum of few outputs among its threads (`Backend.splits_reductions`: the GPU).
     """
     if not expanded:
         roots = expand_all(roots, has_value)
@@ -281,7 +296,9 @@ def schedule(
     merged = _sibling_reductions(graph, reason, claimed, extra, held)
     at_source = {}
     if stores_at_source:
-        at_source = _stored_in_reductions(graph, reason, claimed, extra, merged, held)
+        at_source = _stored_in_reductions(
+            graph, reason, claimed, extra, merged, held, splits_reductions
+        )
     moved = {id(v) for vs in at_source.values() for v in vs}
     for k, vs in at_source.items():
         for v in vs:  # (v keeps its reason: its other readers load it)
@@ -484,7 +501,9 @@ def _sibling_reductions(graph, reason, claimed, extra: dict[int, list[Node]], he
     return merged
 
 
-def _stored_in_reductions(graph, reason, claimed, extra, merged, held) -> dict[int, list[Node]]:
+def _stored_in_reductions(
+    graph, reason, claimed, extra, merged, held, splits_reductions=False
+) -> dict[int, list[Node]]:
     """Rule 8: elementwise values stored for other readers that a plain sum also reads, at
     their own coordinates, moved into the sum's kernel, which stores them from inside its
     loops (`ScheduleItem.at_source`). Returns kernel output id -> the values it stores so.
@@ -535,6 +554,9 @@ def _stored_in_reductions(graph, reason, claimed, extra, merged, held) -> dict[i
         src = red.srcs[0]
         if not red.numel or not src.numel or not src.shape:
             continue
+        few = red.numel < AT_SOURCE_MIN_OUTPUTS and not splits_reductions
+        if few and src.numel >= AT_SOURCE_SHARED_ELEMENTS:
+            continue  # its few outputs run on one thread: the value's own kernel shares it
         # the kernel's nodes, with its extra outputs' (an optimizer's update of the bias)
         body = _item(n, red, "", reason, extra.get(id(n), []), [], held).nodes
         if any(x.op in REDUCE and x is not red for x in body):

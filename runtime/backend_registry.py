@@ -62,6 +62,10 @@ class Backend(ABC):
     # each element once (ir/schedule.py, rule 8): the CPU's and the GPU's can; a backend
     # that says nothing gets schedules without it
     stores_at_source: bool = False
+    # a reduction into few outputs is still shared among the device's threads (the GPU
+    # splits a long one over blocks); the CPU's kernels are parallel over their outputs
+    # only, so rule 8 moves no large value into a sum of few outputs there
+    splits_reductions: bool = False
 
     # ---------------------------------------------------------------- properties
     @property

@@ -33,6 +33,7 @@ class CudaBackend(Backend):
     # `_Renderer.cooperative`); a store there keeps the kernel off the shared-memory
     # contraction (codegen/gpu.py, `_contraction`)
     stores_at_source = True
+    splits_reductions = True  # a long sum of few outputs: split over blocks (codegen/gpu.py)
 
     @property
     def is_host_memory(self) -> bool:  # the emulator's device memory is the CPU's

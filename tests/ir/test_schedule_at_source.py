@@ -19,6 +19,8 @@ import fusegrad.nn.functional as F
 from fusegrad.ir import schedule as schedule_module
 from fusegrad.ir.reference import evaluate_many
 from fusegrad.ir.schedule import schedule
+from fusegrad.runtime.cpu_backend import CpuBackend
+from fusegrad.runtime.cuda_backend import CudaBackend
 from fusegrad.runtime.engine import engine
 
 RNG = np.random.default_rng(8)
@@ -166,6 +168,49 @@ def test_special_values_in_the_gradient(monkeypatch):
 # ---------------------------------------------------------------- where it must not apply
 
 
+@pytest.mark.parametrize(
+    "shape, stored",
+    [
+        ((5, 3276), True),  # few outputs, 16380 elements: small enough to compute there
+        ((4, 4096), False),  # 16384 elements into 4 outputs: the value's own kernel
+        ((15, 8192), False),
+        ((16, 8192), True),  # 16 outputs share the threads
+    ],
+)
+def test_not_a_large_value_into_a_sum_of_few_outputs(shape, stored):
+    # a kernel is parallel over its outputs: a sum into fewer than AT_SOURCE_MIN_OUTPUTS
+    # runs on about one thread, and a value of AT_SOURCE_SHARED_ELEMENTS or more moved into
+    # it would be computed there too (LeNet's first bias gradient: 1.6-2.3 ms on one thread)
+    assert schedule_module.AT_SOURCE_MIN_OUTPUTS == 16
+    assert schedule_module.AT_SOURCE_SHARED_ELEMENTS == 1 << 14
+    a = f32(*shape) * 0.1
+    v = costly(fg.from_numpy(a))
+    s, m = v.sum(1), v.amax(0)
+    assert stored_inside(s, m) == ([(shape,), ()] if stored else [(), (), ()])
+    assert len(fg.kernels(s, m)) == (2 if stored else 3)
+    assert_reference([s, m], rtol=1e-5)
+
+
+def test_the_gpu_splits_a_sum_of_few_outputs_so_it_takes_a_large_value():
+    # the GPU shares a long sum of few outputs among blocks (`splits_reductions`)
+    assert CudaBackend.splits_reductions and not CpuBackend.splits_reductions
+    v = costly(fg.from_numpy(f32(4, 4096) * 0.1))
+    s, m = v.sum(1), v.amax(0)
+    roots = [s.node, m.node]
+    items = schedule(roots, engine.has_value_predicate(), splits_reductions=True)
+    assert [tuple(x.shape for x in item.at_source) for item in items] == [((4, 4096),), ()]
+
+
+def test_a_convolution_with_few_channels_keeps_its_large_gradients_kernel():
+    # 5 output channels over 8x5x48x48 values: the output gradient is its own (parallel)
+    # kernel, which the bias gradient's sum reads
+    arrays = f32(8, 3, 50, 50), f32(5, 3, 3, 3), f32(5), f32(8, 5, 48, 48)
+    gw, gb = conv_gradients(*arrays)
+    assert not any(stored_inside(gw, gb))
+    assert not any(RULE_8 in k.reason for k in fg.kernels(gw, gb))
+    assert_reference([gw, gb])
+
+
 def test_not_where_the_sum_broadcasts_the_value():
     a, z = f32(64, 16) * 0.1, f32(64, 16, 8)
     v = costly(fg.from_numpy(a))
@@ -249,7 +294,9 @@ def test_lenet_gradients_are_the_same_bits(monkeypatch):
     weights = [w * np.float32(0.2) for w in weights]
     images, labels = f32(16, 1, 28, 28), RNG.integers(0, 10, 16)
     grads = tiny_lenet(images, labels, weights)
-    assert sum(bool(s) for s in stored_inside(*grads)) == 2  # both convolutions' biases
+    # the second convolution's bias (16 outputs); the first's 6 outputs over 16x6x28x28
+    # values leave its output gradient a kernel of its own (AT_SOURCE_MIN_OUTPUTS)
+    assert sum(bool(s) for s in stored_inside(*grads)) == 1
     got = [g.numpy() for g in grads]
     want = without_rule_8(monkeypatch, lambda: tiny_lenet(images, labels, weights))
     assert_same_bits(got, want)
