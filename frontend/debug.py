@@ -80,18 +80,8 @@ def graph_dot(*tensors: Tensor, params=None, collapse: bool | None = None) -> st
     nodes = expand_all([t.node for t in tensors], has_value)
     roots = [n for n in nodes if not has_value(n)]
     device = (roots[0].device if roots else None) or engine.default_device
-    backend = get_backend(device)
-    items = (
-        schedule(
-            roots,
-            has_value,
-            expanded=True,
-            stores_at_source=backend.stores_at_source,
-            splits_reductions=backend.splits_reductions,
-        )
-        if roots
-        else []
-    )
+    options = get_backend(device).schedule_options
+    items = schedule(roots, has_value, expanded=True, **options) if roots else []
     kernel_name = kernel_names(items, device)
     every = toposort(nodes, stop=has_value)
     if collapse is None:

@@ -49,12 +49,12 @@ Rules, applied to each node with its users already decided:
    elementwise with no extra outputs, V is not 16-bit (a register would hold it unrounded),
    R has enough outputs to share its loops among the CPU's threads or V is small
    (`AT_SOURCE_MIN_OUTPUTS`, `AT_SOURCE_SHARED_ELEMENTS`; the GPU splits a sum of few
-   outputs over blocks: `splits_reductions`), and moving it makes no cycle
-   among the kernels (`_stored_in_reductions`). The other
-   readers of V run after R's kernel. The CPU and the GPU store V where the sum's thread
-   meets each element (on the GPU, the thread whose share of a block's reduction holds
-   it); a backend that cannot schedules without the rule (`Backend.stores_at_source`,
-   passed as `schedule(..., stores_at_source=False)`).
+   outputs over blocks: `splits_reductions`), and moving it makes no cycle among the
+   kernels (`_stored_in_reductions`). The other readers of V run after R's kernel. The
+   CPU and the GPU store V where the sum's thread meets each element (on the GPU, the
+   thread whose share of a block's reduction holds it); a backend that cannot schedules
+   without the rule (`Backend.stores_at_source`, passed as
+   `schedule(..., stores_at_source=False)`).
 """
 
 from __future__ import annotations
@@ -76,10 +76,9 @@ MAX_KERNEL_OPS = 500  # elementwise ops inlined into one kernel before a value i
 # where the sum has fewer than AT_SOURCE_MIN_OUTPUTS outputs, on a backend whose kernels are
 # parallel over their outputs only (the CPU's: not `splits_reductions`, as the GPU's): the
 # sum's loops run on about one thread (a tile of rows holds them all), and the value would
-# be computed there too. LeNet's first convolution's
-# bias gradient (6 outputs) took its max-pool backward (64x6x28x28) that way: 1.6-2.3 ms
-# on one thread of a ~5 ms step, against 0.31 ms on two in a kernel of its own plus 0.03 ms
-# for the sum (Zen 4).
+# be computed there too. LeNet's first convolution's bias gradient (6 outputs) took its
+# max-pool backward (64x6x28x28) that way: 1.6-2.3 ms on one thread of a ~5 ms step,
+# against 0.31 ms on two in a kernel of its own plus 0.03 ms for the sum (Zen 4).
 AT_SOURCE_MIN_OUTPUTS = 16
 AT_SOURCE_SHARED_ELEMENTS = 1 << 14
 COST_CAP = 10 * STORE_COST

@@ -67,6 +67,14 @@ class Backend(ABC):
     # only, so rule 8 moves no large value into a sum of few outputs there
     splits_reductions: bool = False
 
+    @property
+    def schedule_options(self) -> dict:
+        """What `ir.schedule.schedule` is told of this backend (its keyword arguments)."""
+        return {
+            "stores_at_source": self.stores_at_source,
+            "splits_reductions": self.splits_reductions,
+        }
+
     # ---------------------------------------------------------------- properties
     @property
     def description(self) -> str:

@@ -320,13 +320,7 @@ def compile_plan(todo: list[Node], leaves: list[Node], has_value, device: str = 
     backend = get_backend(device)
     with phases.timed("schedule"):
         todo = expand_all(todo, has_value)
-        items = schedule(
-            todo,
-            has_value,
-            expanded=True,
-            stores_at_source=backend.stores_at_source,
-            splits_reductions=backend.splits_reductions,
-        )
+        items = schedule(todo, has_value, expanded=True, **backend.schedule_options)
     if config.debug >= 2:
         _log(f"schedule: {len(items)} kernel(s)")
     position = {id(n): ("leaf", i) for i, n in enumerate(leaves)}
