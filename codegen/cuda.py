@@ -514,6 +514,11 @@ WMMA = "nvcuda::wmma::"
 
 
 HALF_STAGES = 4  # at most this many buffers of staged steps on the 16-bit tensor cores
+# buffers of staged steps on the fp32 SIMT path where a side is copied by `cp.async`
+# (`Contraction.simt_async`: the copies of the next SIMT_STAGES - 1 steps in flight), and
+# the blocks per multiprocessor nvcc must leave registers for there (__launch_bounds__)
+SIMT_STAGES = 4
+SIMT_MIN_BLOCKS = 1
 HALF_MIN_BLOCKS = 1  # blocks per multiprocessor nvcc must leave registers for (__launch_bounds__)
 # an MN-major wgmma operand's two descriptor offsets the other way round (a check on a GPU)
 WGMMA_MN_SWAPPED = False
@@ -528,10 +533,13 @@ WGMMA_IN_FLIGHT = 1
 
 
 def _stages(c: Contraction, shared_limit: int = STATIC_SHARED) -> int:
-    """Buffers of `kc` staged steps: 2 (double buffering), or on the 16-bit tensor cores as
-    many as fit in `gpu.HALF_SHARED` and the device's `shared_limit` per block, up to
-    `HALF_STAGES` (the copies of the next stages - 1 steps in flight while one is computed;
-    the tile is chosen so that two fit: `gpu._tile_shape`)."""
+    """Buffers of `kc` staged steps: 2 (double buffering); on the fp32 SIMT path with a side
+    copied by `cp.async` (`simt_async`), `SIMT_STAGES` where they fit the device's
+    `shared_limit`; on the 16-bit tensor cores as many as fit in `gpu.HALF_SHARED` and
+    `shared_limit`, up to `HALF_STAGES` (the copies of the next stages - 1 steps in flight
+    while one is computed; the tile is chosen so that two fit: `gpu._tile_shape`)."""
+    if c.simt_async:
+        return max(2, min(SIMT_STAGES, shared_limit // _stage_bytes(c)))
     if not _staged_half(c):
         return 2
     if gpu_map.wgmma_tile(c, shared_limit):
@@ -540,8 +548,26 @@ def _stages(c: Contraction, shared_limit: int = STATIC_SHARED) -> int:
 
 
 def _stage_bytes(c: Contraction) -> int:
-    """The bytes of one buffer of a 16-bit contraction's staged steps, both sides."""
-    return gpu_map.half_stage_bytes(c.ra, c.rb, c.kc)
+    """The bytes of one buffer of a contraction's staged steps, both sides: 16-bit values
+    as they are, fp32 rows padded by `PAD`."""
+    if _staged_half(c):
+        return gpu_map.half_stage_bytes(c.ra, c.rb, c.kc)
+    total = 0
+    for side, exports in (("a", c.a_exports), ("b", c.b_exports)):
+        rows, cols = _staged_shapes(c)[side]
+        total += sum(rows * (cols + PAD) * _reg(t).itemsize for _, t in exports)
+    return total
+
+
+def simt_at(r: int, thread: str, i: str) -> str:
+    """The tile position of row (or column) `i` of a thread's r on the fp32 SIMT path: in
+    groups of 4 neighbours, 64 apart, where r is a multiple of 4 (a staged `[kk][at]` row's 4
+    values are one 16-byte read: `thread * 4 + i % 4 + (i / 4) * 64`), else
+    `thread + 16 i`."""
+    n = TILE_THREADS
+    if r % VECTOR:
+        return f"{thread} + {i} * {n}"
+    return f"({i} >> 2) * {VECTOR * n} + {thread} * {VECTOR} + ({i} & 3)"
 
 
 def _staged_shapes(c: Contraction) -> dict[str, tuple[int, int]]:
@@ -826,7 +852,7 @@ class _Renderer:
         half, stages = _staged_half(c), _stages(c, self.shared_limit)
         # past 48 KiB the staged buffers are carved from dynamic shared memory (the launch
         # asks for it; the driver is told the kernel may use that much)
-        dynamic = half and stages * _stage_bytes(c) > STATIC_SHARED
+        dynamic = stages * _stage_bytes(c) > STATIC_SHARED
         if dynamic:
             self.shared.append("  FG_DYNAMIC_SHARED(fg_dynamic);")
         for side, exports in (("a", c.a_exports), ("b", c.b_exports)):
@@ -924,7 +950,8 @@ class _Renderer:
             self.line(d, f"#pragma unroll\n{'  ' * d}for (int j = 0; j < {c.rb}; ++j) "
                          f"{acc}_tile[i][j] = {init};")  # fmt: skip
         self.line(d, f"const int fg_steps = (int)(({red.length}LL + {kc - 1}) / {kc});")
-        if half:
+        ahead = half or c.mma is None  # (the TF32 WMMA path keeps its two-barrier loop)
+        if ahead:
             stages = _stages(c, self.shared_limit)
             self.stages_ahead(c, d, stages, stages - 1, self.stage)
         else:
@@ -944,10 +971,10 @@ class _Renderer:
             self.mma_step(c, fa, fb, d + 1)
         else:
             self.simt_step(c, d + 1)
-        if not half:
+        if not ahead:
             self.line(d + 1, "__syncthreads();  // read before the step after next overwrites it")
         self.line(d, "}")
-        if half:  # the block's next tile (a grid-stride loop) stages its first steps
+        if ahead:  # the block's next tile (a grid-stride loop) stages its first steps
             self.line(d, "__syncthreads();  // once every warp is done with the last")
         if mma and half:
             self.mma16_epilogue(c, fa, fb, d)
@@ -957,8 +984,8 @@ class _Renderer:
             return
         self.line(d, f"#pragma unroll\n{'  ' * d}for (int i = 0; i < {c.ra}; ++i)")
         self.line(d, f"#pragma unroll\n{'  ' * d}for (int j = 0; j < {c.rb}; ++j) {{")
-        self.line(d + 1, f"const long long ia = tile_a + threadIdx.y + i * {TILE_THREADS};")
-        self.line(d + 1, f"const long long ib = tile_b + threadIdx.x + j * {TILE_THREADS};")
+        self.line(d + 1, f"const long long ia = tile_a + {simt_at(c.ra, 'threadIdx.y', 'i')};")
+        self.line(d + 1, f"const long long ib = tile_b + {simt_at(c.rb, 'threadIdx.x', 'j')};")
         self.line(d + 1, f"if (ia < {c.na}LL && ib < {c.nb}LL) {{")
         self.output(c, f"{acc}_tile[i][j]", d + 2)
         self.line(d + 1, "}")
@@ -1193,10 +1220,18 @@ class _Renderer:
                 continue
             inside = f"i{side} < {extent}LL && red < {red.length}LL"
             e = d + 1
+            sizes = [extent, red.length, c.nc]
+            sizes += [s.param.size for s in c.consts + stmts if isinstance(s, Load)]
+            narrow = max(sizes) < NARROW_LIMIT  # the indices split, and loads, in 32 bits
             if vector:
                 (name, _), (load,) = exports[0], stmts
                 at_m, at_k = loops[0].var.name, red.loops[0].var.name
-                ref = f"{load.param.name}[{index(load.index)}]"
+                token = _NARROW_INDEX.set(narrow)
+                try:
+                    ref = f"{load.param.name}[{index(load.index)}]"
+                finally:
+                    _NARROW_INDEX.reset(token)
+                ity, lit = ("int", "") if narrow else ("long long", "LL")
                 out = f"{side}_{name}[{buf}]"
                 lanes = c.lanes
                 self.line(e, "if (fg_vec) {")
@@ -1211,9 +1246,9 @@ class _Renderer:
                 self.line(e + 2, f"const long long i{side} = tile_{side} + at, red = k0 + kk;")
                 self.line(e + 2, f"const bool fg_in = {inside};")
                 # outside, the address of element 0 (never read): no pointer leaves the buffer
-                self.line(e + 2, f"const long long {at_m} = fg_in ? i{side} : 0LL, "
-                                 f"{at_k} = fg_in ? red : 0LL;")  # fmt: skip
-                self.index_vars(c.c_loops, "ic", e + 2)
+                self.line(e + 2, f"const {ity} {at_m} = fg_in ? ({ity})i{side} : 0{lit}, "
+                                 f"{at_k} = fg_in ? ({ity})red : 0{lit};")  # fmt: skip
+                self.index_vars(c.c_loops, "ic", e + 2, narrow)
                 if vector == "m" or c.k_inner(side):  # 16 bytes along a row of the staging
                     cell = cell_of(c, side, name, buf, "kk", "at")
                     self.line(e + 2, f"fg_copy16_async(&{cell}, &{ref}, fg_in);")
@@ -1225,9 +1260,6 @@ class _Renderer:
                 self.line(e + 1, "}")
                 self.line(e, "} else {  // a buffer is not 16-byte aligned: one at a time")
                 e += 1
-            sizes = [extent, red.length, c.nc]
-            sizes += [s.param.size for s in c.consts + stmts if isinstance(s, Load)]
-            narrow = max(sizes) < NARROW_LIMIT  # the indices split, and loads, in 32 bits
             # each thread keeps one step (or one tile position) for every copy of a stage:
             # what depends on it alone is computed once a stage (or once a tile). Not in a
             # vector side's fallback for unaligned buffers, where the registers it holds
@@ -1269,25 +1301,48 @@ class _Renderer:
         self.line(d, "}")
 
     def simt_step(self, c: Contraction, d: int) -> None:
-        """Every thread adds this step's terms into its ra x rb register tile (rows
-        threadIdx.y + 16 i, columns threadIdx.x + 16 j: neighbours read neighbouring words)."""
-        red, kc, n = c.red, c.kc, TILE_THREADS
+        """Every thread adds this step's terms into its ra x rb register tile (rows and
+        columns `simt_at`: a row's 4 neighbours are one 16-byte shared read, and
+        neighbouring threads read neighbouring words): per reduction step, its rows' and
+        columns' staged values into registers, then the ra x rb terms. The steps are
+        unrolled where the step is whole (every step when kc divides the reduction)."""
+        red, kc = c.red, c.kc
+        whole = red.length % kc == 0
+        if not whole:
+            self.line(d, f"const long long fg_left = {red.length}LL - (long long)kt * {kc};")
+            self.line(d, f"if (fg_left >= {kc}) {{")
+            self.simt_steps(c, str(kc), d + 1)
+            self.line(d, "} else {")
+            self.simt_steps(c, "(int)fg_left", d + 1)
+            self.line(d, "}")
+            return
+        self.simt_steps(c, str(kc), d)
+
+    def simt_steps(self, c: Contraction, steps: str, d: int) -> None:
+        """`simt_step`'s loop over `steps` reduction steps (unrolled when a number)."""
+        red = c.red
         acc = red.init.acc
-        self.line(d, f"const long long fg_left = {red.length}LL - (long long)kt * {kc};")
-        self.line(d, f"const int kmax = fg_left < {kc} ? (int)fg_left : {kc};")
-        self.line(d, "for (int kk = 0; kk < kmax; ++kk) {")
+        if steps.isdigit():
+            self.line(d, "#pragma unroll")
+        self.line(d, f"for (int kk = 0; kk < {steps}; ++kk) {{")
+        for side, exports, r, var, thread in (
+            ("a", c.a_exports, c.ra, "i", "threadIdx.y"),
+            ("b", c.b_exports, c.rb, "j", "threadIdx.x"),
+        ):
+            for name, t in exports:
+                ref = self.staged(c, side, name, "fg_buf", "kk", simt_at(r, thread, var))
+                ref = _widened(ref, t) if _staged_half(c) else ref
+                regs = f"fg_{side}_{name}"
+                self.line(d + 1, f"{t.cuda} {regs}[{r}];")
+                self.line(d + 1, f"#pragma unroll\n{'  ' * (d + 1)}for (int {var} = 0; "
+                                 f"{var} < {r}; ++{var}) {regs}[{var}] = {ref};")  # fmt: skip
         self.line(d + 1, "#pragma unroll")
         self.line(d + 1, f"for (int i = 0; i < {c.ra}; ++i) {{")
         self.line(d + 2, "#pragma unroll")
         self.line(d + 2, f"for (int j = 0; j < {c.rb}; ++j) {{")
-        for side, exports, var, thread in (
-            ("a", c.a_exports, "i", "threadIdx.y"),
-            ("b", c.b_exports, "j", "threadIdx.x"),
-        ):
+        for side, exports, var in (("a", c.a_exports, "i"), ("b", c.b_exports, "j")):
             for name, t in exports:
-                ref = self.staged(c, side, name, "fg_buf", "kk", f"{thread} + {var} * {n}")
-                ref = _widened(ref, t) if _staged_half(c) else ref
-                self.line(d + 3, f"const {t.cuda} {name} = {ref};")
+                self.line(d + 3, f"const {t.cuda} {name} = fg_{side}_{name}[{var}];")
         self.block(c.consts + c.terms, d + 3)
         value = next(s for s in red.body if isinstance(s, AccUpdate) and s.acc == acc)
         self.line(d + 3, self.stmt(AccUpdate(f"{acc}_tile[i][j]", red.init.dtype, red.op,
@@ -1483,10 +1538,10 @@ class _Renderer:
             self.index_vars(gpu.outputs, "gid", 2)
             self.block(gpu.body, 2)
             self.line(1, "}")
-        bounds = ""
-        if gpu.contraction is not None and _staged_half(gpu.contraction) and HALF_MIN_BLOCKS > 1:
-            threads = TILE_THREADS * TILE_THREADS
-            bounds = f"__launch_bounds__({threads}, {HALF_MIN_BLOCKS}) "
+        bounds, c = "", gpu.contraction
+        blocks = HALF_MIN_BLOCKS if c is not None and _staged_half(c) else SIMT_MIN_BLOCKS
+        if c is not None and (_staged_half(c) or c.simt_async) and blocks > 1:
+            bounds = f"__launch_bounds__({TILE_THREADS * TILE_THREADS}, {blocks}) "
         maps = " FG_TMAP_PARAMS" if self.tensor_maps else ""
         head = f'extern "C" __global__ void {bounds}{symbol}({", ".join(params)}{maps}) {{'
         # a CPU row kernel's scratch row (rendered here only for FUSEGRAD_DUMP's .cu view:

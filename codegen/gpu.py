@@ -391,6 +391,11 @@ def traffic(gpu: GpuKernel) -> Traffic:
 # ---------------------------------------------------------------- contractions
 TILE_THREADS = 16  # a contraction's block is 16 x 16 threads (8 warps)
 TILE_K = 16  # reduction steps staged in shared memory at a time (8 for the 128x128 tile)
+SIMT_BIG_K = 16  # ... for the fp32 SIMT path's 128x128 tile
+# an fp32 side contiguous along the reduction is staged [at][kk] by `cp.async` (True), or
+# read 16 bytes at a time into registers and stored transposed, [kk][at] (False): fewer
+# registers held across a step, but the copy waits for its load
+SIMT_K_INNER = True
 CONTRACTION_MIN_K = 8
 CONTRACTION_MIN_OUTPUTS = 256
 SMS = 132  # an H100's multiprocessors: a grid of fewer 128x128 tiles takes 64x64 ones
@@ -478,11 +483,23 @@ class Contraction:
 
     def k_inner(self, side: str) -> bool:
         """Whether `side` ("a" or "b") is staged `[buf][at][kk]` (the reduction innermost)
-        rather than `[buf][kk][at]`: a 16-bit tensor-core side whose loads are contiguous
-        along the reduction (`ldmatrix` reads either layout, so the layout follows memory)."""
+        rather than `[buf][kk][at]`: a side whose loads are contiguous along the reduction,
+        so that its 16-byte copies go straight to shared memory (`cp.async`), on the 16-bit
+        tensor cores (`ldmatrix` reads either layout, so the layout follows memory, gathers
+        too) or on the fp32 SIMT path (`simt_async`; its threads read a row's steps 16 bytes
+        at a time). The TF32 WMMA path reads `[kk][at]` only."""
         vector = self.a_vector if side == "a" else self.b_vector
         kk_fastest = self.a_kk_fastest if side == "a" else self.b_kk_fastest
+        if self.mma is None:
+            return vector == "k" and SIMT_K_INNER
         return self.mma in HALF_MMA and (vector == "k" or (vector is None and kk_fastest))
+
+    @property
+    def simt_async(self) -> bool:
+        """The fp32 SIMT path with a side that is one plain 16-byte load: its steps are
+        staged by `cp.async` in `cuda.SIMT_STAGES` buffers (copies of the next steps in
+        flight while one is computed), else in two."""
+        return self.mma is None and (self.a_vector is not None or self.b_vector is not None)
 
     @property
     def na(self) -> int:
@@ -535,7 +552,7 @@ def _tile_shape(
             return HALF_TILE
     if mma:
         return max(ra, 2), max(rb, 4), HALF_TILE_K if mma in HALF_MMA else TILE_K
-    return ra, rb, 8 if big else TILE_K
+    return ra, rb, SIMT_BIG_K if big else TILE_K
 
 
 def _vector_side(

@@ -103,12 +103,51 @@ def test_the_128x128_tile_with_8x8_per_thread(monkeypatch):
             tile=False,
         )
     ).contraction
-    assert (c.ra, c.rb, c.kc) == (8, 8, 8) and k.grid == (3, 2, 1)
+    assert (c.ra, c.rb, c.kc) == (8, 8, gpu.SIMT_BIG_K) and k.grid == (3, 2, 1)
     np.testing.assert_allclose(on_device(a, b, lambda x, y: x @ y), a @ b, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.usefixtures("emulated")
+@pytest.mark.parametrize("k_inner", [True, False])
+@pytest.mark.parametrize("how", ["a @ b", "a @ b.T", "a.T @ b"])
+def test_the_simt_pipeline_in_every_layout(monkeypatch, k_inner, how):
+    # the fp32 SIMT path's 128x128 tile with its steps in SIMT_STAGES buffers: a side
+    # contiguous along the reduction staged [at][kk] by cp.async (or stored transposed), a
+    # reduction of 52 (three whole steps of 16 unrolled, then a ragged one of 4), ragged
+    # tiles, and each thread's rows and columns in groups of 4 (`cuda.simt_at`)
+    from fusegrad.codegen import cuda
+
+    monkeypatch.setattr(gpu, "SMS", 1)
+    monkeypatch.setattr(gpu, "SIMT_K_INNER", k_inner)
+    monkeypatch.setattr(gpu, "SIMT_BIG_K", 16)
+    monkeypatch.setattr(cuda, "SIMT_STAGES", 3)
+    a = rand(52, 132) if how.startswith("a.T") else rand(132, 52)
+    b = rand(200, 52) if how.endswith("b.T") else rand(52, 200)
+    product = eval(f"lambda a, b: {how}")
+    (item,) = schedule(
+        [product(fg.from_numpy(a), fg.from_numpy(b)).node], engine.has_value_predicate()
+    )
+    k = cuda_kernel(lower(item, tile=False), "k", False, 227 * 1024)
+    src = k.source
+    assert "fg_copy_wait<1>()" in src  # 3 buffers, 2 steps ahead: in dynamic shared memory
+    assert k.launches[0].shared_bytes >= 3 * 2 * (16 * 132) * 4  # past 48 KiB: dynamic
+    assert "(i >> 2) * 64 + threadIdx.y * 4 + (i & 3)" in src
+    assert "(j >> 2) * 64 + threadIdx.x * 4 + (j & 3)" in src
+    assert "if (fg_left >= 16) {\n          #pragma unroll\n" in src
+    k_side = {"a @ b": "a", "a @ b.T": "b", "a.T @ b": None}[how]
+    for side in "ab":
+        staged_k_inner = f"fg_copy16_async(&{side}_v" in src and "][at][kk]" in src
+        assert (staged_k_inner and side == k_side) == (k_inner and side == k_side), side
+    if not k_inner and k_side:  # read 16 bytes at a time, stored transposed
+        assert "__ldg((const float4*)" in src
+    want = product(a.astype(np.float64), b.astype(np.float64))
+    got = product(fg.tensor(a, device="cuda"), fg.tensor(b, device="cuda")).cpu().numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
 def test_tile_shapes_by_problem_size():
-    assert gpu._tile_shape(4096, 4096, 1, False) == (8, 8, 8)  # 1024 blocks of 128x128
+    # 1024 blocks of 128x128
+    assert gpu._tile_shape(4096, 4096, 1, False) == (8, 8, gpu.SIMT_BIG_K)
     assert gpu._tile_shape(512, 512, 1, False) == (4, 4, 16)  # 16 would not fill 132 SMs
     assert gpu._tile_shape(512, 20, 1, False) == (4, 1, 16)
     assert gpu._tile_shape(4096, 4096, 1, "tf32") == (8, 8, 16)
@@ -368,11 +407,12 @@ def test_registers_for_two_16bit_blocks_a_multiprocessor(monkeypatch):
     from fusegrad.codegen import cuda
 
     monkeypatch.setattr(cuda, "HALF_MIN_BLOCKS", 2)
+    monkeypatch.setattr(cuda, "SIMT_MIN_BLOCKS", 1)
     a, b = rand16("float16", 40, 48), rand16("float16", 48, 72)
     k = kernel_of(fg.from_numpy(a) @ fg.from_numpy(b))
     assert 'extern "C" __global__ void __launch_bounds__(256, 2) k(' in k.source
     x = fg.from_numpy(np.ones((40, 48), np.float32))
-    assert "__launch_bounds__" not in kernel_of(x @ x.T).source  # fp32: not a 16-bit one
+    assert "__launch_bounds__" not in kernel_of(x @ x.T).source  # fp32: SIMT_MIN_BLOCKS
     got = fg.tensor(a, device="cuda") @ fg.tensor(b, device="cuda")
     _check_16bit("float16", got, a.astype(np.float64) @ b.astype(np.float64))
 
@@ -472,6 +512,11 @@ def sgemm_ptx(tmp_path_factory):
         # steps in two buffers of dynamic shared memory, 64 x 64 outputs per warp
         (item,) = schedule([(x @ y).node], engine.has_value_predicate())
         kernels["bfloat16_big"] = cuda_kernel(lower(item, tile=False), "k", False, 227 * 1024)
+        # the fp32 SIMT path's 128x128 tile, its steps in SIMT_STAGES buffers of dynamic
+        # shared memory
+        x, y = (fg.tensor(np.ones((4096, 4096), np.float32), device="cuda") for _ in "xy")
+        (item,) = schedule([(x @ y).node], engine.has_value_predicate())
+        kernels["fp32_4096"] = cuda_kernel(lower(item, tile=False), "k", False, 227 * 1024)
     runtime_cuda.reset()
     assert kernels["bfloat16_4096"].grid == (32, 32, 1)
     assert "fg_copy16_async(&b_" in kernels["bfloat16_4096"].source
@@ -495,16 +540,17 @@ def _entries(ptx_text: str) -> dict[str, str]:
 def test_sgemm_ptx(sgemm_ptx, arch):
     text, report = sgemm_ptx[arch]
     entries = _entries(text)
-    names = ("nn", "tn", "nt", "tf32", "bfloat16", "bfloat16_4096", "bfloat16_big")
+    names = ("nn", "tn", "nt", "tf32", "bfloat16", "bfloat16_4096", "bfloat16_big", "fp32_4096")
     assert {f"sgemm_{n}" for n in names} <= set(entries)
     for symbol, body in entries.items():
         assert ".local" not in body, f"{symbol} uses local memory"
-    # a side contiguous along the reduction (A of A B, B of A B^T) is read 16 bytes at a time
-    for name in ("nn", "nt", "tf32"):
-        assert re.search(r"ld\.global\.nc\.v4\.f32", entries[f"sgemm_{name}"]), name
-    # a side contiguous along its outputs goes global -> shared asynchronously (and a 16-bit
-    # side contiguous along the reduction too: staged [at][kk])
-    for name in ("nn", "tn", "tf32", "bfloat16", "bfloat16_4096", "bfloat16_big"):
+    # TF32's side contiguous along the reduction (A of A B) is read 16 bytes at a time and
+    # stored transposed, [kk][at], as WMMA reads it
+    assert re.search(r"ld\.global\.nc\.v4\.f32", entries["sgemm_tf32"])
+    # a side contiguous along its outputs goes global -> shared asynchronously, and so does
+    # an fp32 or 16-bit side contiguous along the reduction (staged [at][kk])
+    for name in ("nn", "tn", "nt", "tf32", "bfloat16", "bfloat16_4096", "bfloat16_big",
+                 "fp32_4096"):  # fmt: skip
         assert "cp.async.cg.shared.global" in entries[f"sgemm_{name}"], name
         assert "cp.async.wait_group" in entries[f"sgemm_{name}"], name
     mma = re.compile(r"\b(w?mma\.\S*sync\S*)")
@@ -527,7 +573,9 @@ def test_sgemm_ptx(sgemm_ptx, arch):
         # A (contiguous along k) is read as stored, B (along its columns) transposed
         assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in body, name
         assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in body, name
-    for name in ("nn", "tn", "nt"):
+    for name in ("nn", "tn", "nt", "fp32_4096"):
         assert not mma.search(entries[f"sgemm_{name}"]), name
+    # the SIMT tile's threads read their 4 neighbouring rows or columns 16 bytes at a time
+    assert "ld.shared.v4.f32" in entries["sgemm_fp32_4096"]
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
     assert len(spills) >= len(entries) and all(s == ("0", "0") for s in spills), report
