@@ -7,7 +7,8 @@
 | FUSEGRAD_THREADS    | threads that run kernels                                       | cores   |
 | FUSEGRAD_CACHE      | on-disk compile cache folder ("off" disables it)   | ~/.cache/fusegrad |
 | FUSEGRAD_COMPILE_WORKERS | processes that compile a new schedule's kernels side by | cores, |
-|                     | side (forked copies of this one; 1: compile in this one) | at most 8 |
+|                     | side (forked copies of this one, or spawned helpers while | at most 8 |
+|                     | a user's thread runs; 1: compile in this one)      |         |
 | FUSEGRAD_PROGRAM    | 0: launch a cached schedule's kernels one by one   | 1       |
 | FUSEGRAD_PLAN_CACHE | schedules (compiled plans) kept in memory, LRU     | 512     |
 | FUSEGRAD_KERNEL_CACHE | compiled kernels' object files kept in memory, LRU; | 2048 |
