@@ -62,15 +62,19 @@ class _Helper:
             bufsize=0,
         )
         self.requests, self.answers = self.process.stdin.fileno(), self.process.stdout.fileno()
+        os.set_blocking(self.requests, False)  # (a stuck helper cannot stall a request)
         self.ready = False
         self.said = b""
 
-    def ask(self, source: str, opt: int) -> bool:
-        """Send a request; False if the helper is gone."""
+    def ask(self, source: str, opt: int, patience: float) -> bool:
+        """Send a request; False if the helper is gone or took none of it for `patience`
+        seconds (a helper sent only part of one must be dropped)."""
         data = source.encode()
+        view = memoryview(_REQUEST.pack(opt, len(data)) + data)
         try:
-            view = memoryview(_REQUEST.pack(opt, len(data)) + data)
             while view:
+                if not select.select([], [self.requests], [], patience)[1]:
+                    return False
                 view = view[os.write(self.requests, view) :]
         except OSError:
             return False
@@ -129,19 +133,23 @@ def compile_objects(items: list[tuple[str, int]], helpers: int, emit, patience: 
     busy: dict[_Helper, int] = {}  # a helper -> the index it is compiling
     out: dict[int, tuple[bytes, float]] = {}
     t0 = time.perf_counter()
-    while todo or busy:
-        _listen(busy, out, todo, 0.0 if todo else max(patience, 10 * (time.perf_counter() - t0)))
-        for helper in _helpers[:helpers]:
-            if todo and helper.ready and helper not in busy:
-                i = todo.popleft()
-                if helper.ask(*items[i]):
+    try:
+        while todo or busy:
+            waited = max(patience, 10 * (time.perf_counter() - t0))
+            _listen(busy, out, todo, 0.0 if todo else waited)
+            for helper in _helpers[:helpers]:
+                if todo and helper.ready and helper not in busy:
+                    i = todo.popleft()
                     busy[helper] = i
-                else:
-                    todo.appendleft(i)
-                    _drop(helper, busy, todo)
-        if todo:
-            i = todo.pop()
-            out[i] = emit(*items[i])
+                    if not helper.ask(*items[i], patience):
+                        _drop(helper, busy, todo)
+            if todo:
+                i = todo.pop()
+                out[i] = emit(*items[i])
+    except BaseException:  # (an error here, Ctrl-C): a late answer must not be taken
+        for helper in list(busy):  # for the next request's, so those helpers go
+            _drop(helper, busy, todo)
+        raise
     return [out[i] for i in range(len(items))]
 
 

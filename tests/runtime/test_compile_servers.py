@@ -118,7 +118,9 @@ def test_an_item_a_helper_fails_is_compiled_here_where_the_error_raises():
     items = _items(2) + [("define i64 @broken( {", 3)]
     with pytest.raises(RuntimeError, match="expected type"):
         compile_servers.compile_objects(items, 1, compiler._emit)
-    assert compile_servers._helpers and compile_servers._helpers[0].ready  # still serving
+    items = _items(3)  # the next compile takes no late answer for its own
+    got = compile_servers.compile_objects(items, 1, _recording_emit([], 0.05))
+    assert [obj for obj, _ in got] == [compiler._emit(*item)[0] for item in items]
 
 
 def test_a_helper_that_died_costs_only_time():
@@ -150,3 +152,37 @@ def test_a_forked_child_forgets_its_parents_helpers():
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert compile_servers._helpers  # the parent's are still there
+
+
+def test_an_answer_late_for_an_interrupted_compile_is_never_taken_for_the_next():
+    _ready(1)
+
+    def interrupted(source, opt):
+        time.sleep(0.3)  # the helper has its item, and answers it meanwhile
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        compile_servers.compile_objects(_items(3), 1, interrupted)
+    _ready(1)
+    items = _items(3)
+    got = compile_servers.compile_objects(items, 1, _recording_emit([], 0.05))
+    assert [obj for obj, _ in got] == [compiler._emit(*item)[0] for item in items]
+
+
+def test_a_request_a_stuck_helper_cannot_take_costs_only_time():
+    """A source longer than a pipe holds, sent to a helper that reads nothing."""
+    _ready(1)
+    stuck = compile_servers._helpers[0]
+    os.kill(stuck.process.pid, signal.SIGSTOP)
+    (source, opt), *rest = _items(3)
+    items = [(source + "; padding\n" * 40_000, opt), *rest]  # 400 KB
+    got = []
+    thread = threading.Thread(
+        target=lambda: got.extend(compile_servers.compile_objects(items, 1, compiler._emit, 0.5)),
+        daemon=True,
+    )
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive(), "stalled writing a request to a stuck helper"
+    assert [obj for obj, _ in got] == [compiler._emit(*item)[0] for item in items]
+    assert stuck not in compile_servers._helpers
