@@ -278,7 +278,7 @@ class _TraceSampler:
         self.building = tuple(d for d in sites.library_dirs() if d not in self.timed)
         self.ident, self.samples, self.trace = ident, 0, 0
         self._stop = forksafe.Event()
-        self._thread = threading.Thread(target=self._run, name="fusegrad-profile", daemon=True)
+        self._thread = forksafe.Thread(target=self._run, name="fusegrad-profile", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 import llvmlite
 import llvmlite.binding as llvm
 
-from . import forksafe
+from . import compile_servers, forksafe
 from .config import config, warn_unusable_folder
 
 stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0, "libraries": 0}
@@ -382,7 +382,7 @@ def compile_kernels(
 ) -> list[CompiledKernel]:
     """Machine code for each (source, symbol, number of parameters, optimization level),
     from the caches where possible; those compiled anew are compiled side by side in
-    forked processes (`_compile_objects`), then loaded here, one at a time. `made`: job
+    other processes (`_compile_objects`), then loaded here, one at a time. `made`: job
     index -> (object file, seconds) of jobs compiled already (`new_object`, run side by
     side with their lowering: `side_by_side`), saved and loaded as if compiled here."""
     made_for = {jobs[i][1]: obj for i, obj in (made or {}).items()}
@@ -496,7 +496,10 @@ def new_object(source: str, symbol: str, opt: int = 3) -> tuple[bytes, float] | 
 def side_by_side(count: int, make, workers: int, forked=None) -> list:
     """`[make(i) for i in range(count)]`, made by this process and `workers - 1` forked
     copies of it (a new plan's kernels lowered, rendered and compiled: `make` must return
-    something `pickle` can carry, its side effects stay in the process that ran it).
+    something `pickle` can carry, its side effects stay in the process that ran it); by
+    this process alone while another thread than fusegrad's runs (`forksafe.may_fork`:
+    a fork would hang a numpy matmul on it), which the caller may check first to hand
+    the LLVM work to `compile_kernels` instead (`_compile_objects` spawns compilers).
 
     The processes claim indices one at a time, the children from the front, this one
     from the back, from two counters in shared memory (a byte in a pipe is the lock), so
@@ -510,7 +513,7 @@ def side_by_side(count: int, make, workers: int, forked=None) -> list:
     >>> side_by_side(5, lambda i: i * i, 2)
     [0, 1, 4, 9, 16]
     """
-    if workers <= 1 or count < 2:
+    if workers <= 1 or count < 2 or not forksafe.may_fork():
         if forked is not None:
             forked()
         return [make(i) for i in range(count)]
@@ -680,9 +683,10 @@ _RECORD = struct.Struct("<Qd")  # a compiled object's length and seconds, before
 
 
 def compile_workers(n: int) -> int:
-    """How many processes compile `n` new kernels: this one and forked copies of it, up to
-    `config.compile_workers`; one where forking is not possible or wise (no `os.fork`,
-    an MPI rank: Open MPI warns about forks and some interconnects break)."""
+    """How many processes compile `n` new kernels: this one and forked copies of it (or
+    spawned helpers, `_compile_objects`), up to `config.compile_workers`; one where
+    forking is not possible or wise (no `os.fork`, an MPI rank: Open MPI warns about
+    forks and some interconnects break)."""
     if n < 2 or config.compile_workers <= 1 or not hasattr(os, "fork"):
         return 1
     if "mpi4py.MPI" in sys.modules:
@@ -694,12 +698,17 @@ def _compile_objects(items: list[tuple[str, int]]) -> list[tuple[bytes, float]]:
     """Object files (and seconds each took) for (source, level) items, in order.
 
     llvmlite serializes every call into LLVM behind one lock, so threads cannot compile
-    side by side; forked processes can. Each child compiles its share (balanced by source
-    size) and writes the objects back through a pipe, while this process compiles its own;
-    a child that fails or goes quiet costs only time: its share is compiled here."""
+    side by side; other processes can. Each forked child compiles its share (balanced by
+    source size) and writes the objects back through a pipe, while this process compiles
+    its own; a child that fails or goes quiet costs only time: its share is compiled
+    here. While another thread than fusegrad's runs, this process must not fork
+    (`forksafe.may_fork`): spawned helpers, kept for later, compile instead
+    (`runtime/compile_servers.py`)."""
     workers = compile_workers(len(items))
     if workers == 1:
         return [_emit(source, opt) for source, opt in items]
+    if not forksafe.may_fork():
+        return compile_servers.compile_objects(items, workers - 1, _emit, CHILD_PATIENCE_S)
     shares: list[list[int]] = [[] for _ in range(workers)]
     loads = [0] * workers
     for i in sorted(range(len(items)), key=lambda i: -len(items[i][0])):

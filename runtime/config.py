@@ -7,7 +7,8 @@
 | FUSEGRAD_THREADS    | threads that run kernels                                       | cores   |
 | FUSEGRAD_CACHE      | on-disk compile cache folder ("off" disables it)   | ~/.cache/fusegrad |
 | FUSEGRAD_COMPILE_WORKERS | processes that compile a new schedule's kernels side by | cores, |
-|                     | side (forked copies of this one; 1: compile in this one) | at most 8 |
+|                     | side (forked copies of this one, or spawned helpers while | at most 8 |
+|                     | a user's thread runs; 1: compile in this one)      |         |
 | FUSEGRAD_PROGRAM    | 0: launch a cached schedule's kernels one by one   | 1       |
 | FUSEGRAD_PLAN_CACHE | schedules (compiled plans) kept in memory, LRU     | 512     |
 | FUSEGRAD_KERNEL_CACHE | compiled kernels' object files kept in memory, LRU; | 2048 |
@@ -24,6 +25,8 @@
 |                     | the choice kept in FUSEGRAD_CACHE (runtime/autotune.py)       |         |
 | FUSEGRAD_AUTOTUNE_BUDGET | seconds a process may spend timing tiles               | 10      |
 
+A number setting outside the values this table gives (FUSEGRAD_DEBUG=4, a sign, a word)
+raises ConfigError at import, naming the variable and what it expects.
 A FUSEGRAD_CACHE or FUSEGRAD_DUMP folder that cannot be used is said once (a UserWarning
 naming the variable, the path and what happens instead); the run carries on.
 
@@ -59,16 +62,23 @@ class ConfigError(ValueError):
     """An environment variable fusegrad reads holds a value it cannot use."""
 
 
-def _int_env(name: str, default: int, meaning: str, allowed=None) -> int:
-    """An integer setting from the environment, or an error that names the variable."""
+def _int_env(name: str, default: int, meaning: str, allowed=None, most=None) -> int:
+    """An integer setting from the environment, or an error that names the variable: a
+    plain decimal number ("+3", "1_000" and "0x10" are not), one of `allowed` where the
+    setting has a few values, at most `most` where it has a bound. `FUSEGRAD_DEBUG=7`,
+    read with allowed=(0, 1, 2, 3), raises "FUSEGRAD_DEBUG='7' is not valid: expected a
+    level: 0, 1, 2 or 3"."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = None
-    if value is None or value < 0 or (allowed is not None and value not in allowed):
+    # (int() also reads signs, underscores and other scripts' digits, and refuses more
+    # than 4300 digits)
+    value = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 4300 else None
+    if (
+        value is None
+        or (allowed is not None and value not in allowed)
+        or (most is not None and value > most)
+    ):
         raise ConfigError(f"{name}={raw!r} is not valid: expected {meaning}")
     return value
 
@@ -124,7 +134,7 @@ class Config:
                 f"FUSEGRAD_CUDA={cuda!r} is not valid: expected one of {', '.join(CUDA_BACKENDS)}"
             )
         return cls(
-            debug=_int_env("FUSEGRAD_DEBUG", 0, "a level: 0, 1, 2 or 3"),
+            debug=_int_env("FUSEGRAD_DEBUG", 0, "a level: 0, 1, 2 or 3", (0, 1, 2, 3)),
             dump=os.environ.get("FUSEGRAD_DUMP") or None,
             threads=threads if threads > 0 else _usable_cpus(),
             cache=None if cache.lower() in ("off", "0", "") else cache,
@@ -144,7 +154,9 @@ class Config:
             amx=_int_env("FUSEGRAD_AMX", 1, "0 or 1", (0, 1)) != 0,
             dpbf16=_int_env("FUSEGRAD_DPBF16", 1, "0 or 1", (0, 1)) != 0,
             autotune=_int_env("FUSEGRAD_AUTOTUNE", 1, "0 or 1", (0, 1)) != 0,
-            autotune_budget=float(_int_env("FUSEGRAD_AUTOTUNE_BUDGET", 10, "a number of seconds")),
+            autotune_budget=float(
+                _int_env("FUSEGRAD_AUTOTUNE_BUDGET", 10, "seconds (at most 10**9)", most=10**9)
+            ),
             emu_guard=_int_env("FUSEGRAD_EMU_GUARD", 0, "0, 1 or 2", (0, 1, 2)),
         )
 

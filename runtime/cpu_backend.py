@@ -12,7 +12,7 @@ import numpy as np
 
 from ..codegen.llvm import render_llvm
 from ..codegen.lower import kernel_symbol, lower
-from . import autotune, item_cache, phases, pool
+from . import autotune, forksafe, item_cache, phases, pool
 from .amx import amx_ready, dpbf16_ready
 from .backend_registry import Backend, register_backend
 from .buffer import Buffer, clear_pool, give_scratch, take_scratch
@@ -260,19 +260,30 @@ class CpuBackend(Backend):
         its last, so the work splits by what each kernel costs; lowering and rendering in
         Python run side by side too). The worker pool's code is compiled on a thread here
         meanwhile (`pool.compile_ahead`), once the copies are forked. Phases: this
-        process's own lowering, rendering and LLVM, and the wait for the copies as `llvm`."""
+        process's own lowering, rendering and LLVM, and the wait for the copies as `llvm`.
 
-        def make(k: int) -> tuple:
+        While a thread other than fusegrad's runs, this process must not fork
+        (`forksafe.may_fork`): it lowers and renders every item itself, and leaves the
+        objects to `compile_kernels`, whose spawned helpers compile them side by side."""
+
+        def rendered(k: int) -> tuple:
             with phases.timed("lower"):
                 loop = self.lower(items[k])
             with phases.timed("render"):
-                source = _render(loop)
+                return loop, _render(loop)
+
+        def make(k: int) -> tuple:
+            loop, source = rendered(k)
             with phases.timed("llvm"):
                 return loop, source, new_object(source, loop.name, _job(loop, source)[3])
 
         def forked() -> None:
             if effective_threads() > 1:  # the worker pool's code, compiled beside this
                 pool.compile_ahead()
+
+        if compile_workers(len(items)) > 1 and not forksafe.may_fork():
+            forked()
+            return [(*rendered(k), None) for k in range(len(items))]
 
         before = sum(phases.seconds[p] for p in ("lower", "render", "llvm"))
         t0 = time.perf_counter()

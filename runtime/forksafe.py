@@ -24,11 +24,19 @@ threads' are gone with them. Caches that only the GIL guards (`functools.lru_cac
 dicts) cannot be copied mid-change: the forking thread holds the GIL.
 
 `ir/` imports nothing of the runtime, so its module-level locks are tracked from here.
+
+Other libraries' threads are another matter: a fork while a user's thread is inside a
+numpy matmul shuts OpenBLAS's pool down under it (OpenBLAS's own fork handler), and that
+matmul, and every later one in the process, waits for ever. fusegrad therefore forks
+(to compile, `runtime/compiler.py`) only while `may_fork()`: no Python thread runs but the
+caller and fusegrad's own, which are made by `Thread` (or declared by `own`) and call into
+no other library.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import weakref
 from collections.abc import Callable
@@ -38,6 +46,7 @@ from ..ir import macro, sites
 _locks: weakref.WeakSet = weakref.WeakSet()  # made free again in a child
 _resets: list[Callable[[], None]] = []  # run in a child, in the order registered
 _held: list = []  # acquired before a fork, released after it
+_threads: weakref.WeakSet = weakref.WeakSet()  # fusegrad's own threads (`Thread`)
 
 
 def track(lock):
@@ -80,6 +89,35 @@ def hold_across_fork(lock) -> None:
 def Event() -> threading.Event:
     """A `threading.Event` whose lock a forked child gets free (it keeps its flag)."""
     return track(threading.Event())
+
+
+def Thread(**kwargs) -> threading.Thread:
+    """A `threading.Thread` (same arguments) that runs only fusegrad's code (the worker
+    pool, the Ctrl-C watch, the profiler's sampler): one `may_fork` forks beside."""
+    return own(threading.Thread(**kwargs))
+
+
+def own(thread: threading.Thread | None = None) -> threading.Thread:
+    """Count `thread` (the calling one by default) as fusegrad's for `may_fork`: one whose
+    work no fork breaks, since it calls into no library with fork handlers of its own (no
+    numpy matmul, no OpenMP). A pool's initializer, for threads that only wait on other
+    processes: `ThreadPoolExecutor(initializer=forksafe.own)`."""
+    thread = thread or threading.current_thread()
+    _threads.add(thread)
+    return thread
+
+
+def may_fork() -> bool:
+    """Whether this process may fork now without leaving another thread's library
+    broken: no thread runs Python (or native code called from Python, such as a numpy
+    matmul) but the calling one and fusegrad's own (`Thread`): False while a user's
+    data-loading or metrics thread lives, even idle, since it may call into numpy at
+    any moment. A native thread that never entered Python (a C library's own) is not
+    seen."""
+    # (alive: an ended thread's ident is given to the next one started)
+    own = {thread.ident for thread in _threads if thread.is_alive()}
+    me = threading.get_ident()
+    return all(ident == me or ident in own for ident in sys._current_frames())
 
 
 def at_fork(reset: Callable[[], None]) -> Callable[[], None]:

@@ -114,7 +114,7 @@ class _Pool:
         while len(self.workers) < n:
             i = len(self.workers)
             # the thread enters native code and stays there (ctypes released the GIL)
-            t = threading.Thread(
+            t = forksafe.Thread(
                 target=self._worker, args=(self.address, i), daemon=True, name=f"fusegrad-{i}"
             )
             t.words = self.words  # a running thread keeps the words it reads alive
@@ -237,7 +237,7 @@ class _Pool:
         try:
             if self.runner is None:
                 self.runner = queue.SimpleQueue()
-                threading.Thread(
+                forksafe.Thread(
                     target=_serve, args=(self.runner,), daemon=True, name="fusegrad-runner"
                 ).start()
             self.runner.put(run)
@@ -402,7 +402,7 @@ class _CtrlC:
                 self.fd = -1
                 return False
             self.fd = w
-            threading.Thread(
+            forksafe.Thread(
                 target=self._read, args=(r,), daemon=True, name="fusegrad-sigint"
             ).start()
         # (should someone replace the pipe later, no byte comes, and nothing is cancelled)

@@ -513,7 +513,7 @@ def compile_ahead() -> None:
     if _ahead is None:
         # not a daemon: the interpreter waits for it at exit rather than unloading LLVM
         # under a thread still inside it
-        _ahead = threading.Thread(target=_compile_quietly, name="fusegrad-pool-compile")
+        _ahead = forksafe.Thread(target=_compile_quietly, name="fusegrad-pool-compile")
         _ahead.start()
 
 

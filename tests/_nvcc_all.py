@@ -76,7 +76,13 @@ class NvccAll:
         # another thread may move meanwhile (seen once in CI: "[Errno 14] Bad address:
         # '/usr/bin/nice'"). A copy taken now is handed to every child instead.
         self.env = dict(os.environ)
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nvcc")
+        # its threads only wait for nvcc: fusegrad may fork beside them (forksafe.may_fork;
+        # imported here, once conftest.py has set the tests' environment)
+        from fusegrad.runtime import forksafe
+
+        self._pool = ThreadPoolExecutor(
+            max_workers=workers, thread_name_prefix="nvcc", initializer=forksafe.own
+        )
         self._futures: list[Future] = []
         self._pending: list[tuple[str, str]] = []
         self._bodies: set[str] = set()

@@ -113,6 +113,61 @@ def test_forks_while_threads_compile_and_run_leave_no_child_hung():
     assert not got["errors"], got["errors"]
 
 
+# A user's thread inside a numpy matmul at a fork: OpenBLAS shuts its pool down at every
+# fork, and that matmul, then every later one in the process, waited for ever (issue 55).
+_MATMUL_BESIDE = r"""
+import sys, threading, time
+import numpy as np
+import fusegrad as fg
+from fusegrad.runtime import compile_servers, forksafe
+
+if sys.argv[2] == "fork anyway":  # the old behaviour, to see the test fail
+    forksafe.may_fork = lambda: True
+A, B = np.random.rand(256, 512), np.random.rand(512, 64)
+done = [0]
+
+def matmuls():
+    while True:
+        A @ B
+        done[0] += 1
+
+threading.Thread(target=matmuls, daemon=True).start()
+x = fg.randn(64, 48)
+for k in range(int(sys.argv[1])):  # a new plan of several kernels each time
+    fg.stack([(x * (k + j / 7)).exp().sum(1) for j in range(6)]).numpy()
+before = done[0]
+time.sleep(1.0)
+print(done[0] - before, len(compile_servers._helpers))
+"""
+
+
+def _matmuls_after_compiles(plans: int, how: str = "") -> tuple[int, int]:
+    """(numpy matmuls another thread did in the second after `plans` new plans
+    compiled, compile helpers spawned), in a fresh interpreter that compiles side by side."""
+    env = dict(os.environ, FUSEGRAD_CACHE="off", FUSEGRAD_COMPILE_WORKERS="2")
+    env.pop("FUSEGRAD_TEST_DEVICE", None)
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", _MATMUL_BESIDE, str(plans), how],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("hung: compiling beside a thread's numpy matmuls blocked them for ever")
+    assert out.returncode == 0, out.stderr[-3000:]
+    matmuls, helpers = map(int, out.stdout.split())
+    return matmuls, helpers
+
+
+@pytest.mark.skipif(not hasattr(os, "register_at_fork"), reason="needs os.fork")
+def test_compiling_beside_a_thread_in_numpy_matmuls_never_blocks_them():
+    matmuls, helpers = _matmuls_after_compiles(6)
+    assert matmuls > 0, "the thread's matmuls stopped after fusegrad compiled"
+    assert helpers == 1, "the kernels were compiled by a spawned helper, not a fork"
+
+
 # ---------------------------------------------------------------- the audit
 
 

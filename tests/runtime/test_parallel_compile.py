@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 import time
 import uuid
 
@@ -13,9 +14,15 @@ import numpy as np
 import pytest
 
 import fusegrad as fg
-from fusegrad.runtime import compiler
+from fusegrad.runtime import compiler, forksafe
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="forking compilers need fork")
+
+
+@pytest.fixture(autouse=True)
+def _no_users_thread():
+    """fusegrad forks only while no thread but its own runs (runtime/forksafe.py)."""
+    assert forksafe.may_fork(), f"a thread another test left running: {threading.enumerate()}"
 
 
 def _sources(n: int, tag: str) -> list[tuple[str, str, int, int]]:
