@@ -34,7 +34,7 @@ from collections import OrderedDict
 import numpy as np
 
 from . import core
-from .atomic_files import write_atomically
+from .checkpoint_files import PLAIN_DTYPES, SerializationError, write_atomically
 from .creation import from_numpy
 from .devices import names_host
 from .errors import DeviceError, FusegradError
@@ -42,34 +42,12 @@ from .errors import DeviceError, FusegradError
 MAGIC = b"FGSAVE01"
 PICKLE_MAGIC = b"FGPICKL1"  # a whole module, pickled (fg.save(model))
 _DIGEST = 32
-# plain numeric dtypes only: an object dtype could not be read safely, so it is never accepted
-_DTYPES = {
-    "bool",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "float16",
-    "bfloat16",
-    "float32",
-    "float64",
-}
-
-
 # containers (lists, tuples, dicts) within each other that save writes and load reads; in
 # the JSON description each takes up to 3 levels (a dict is {"dict": [[key, value], ...]}),
 # with one for the header and one for a tensor's entry
 MAX_NESTING = 100
 _MAX_JSON_DEPTH = 3 * MAX_NESTING + 2
 _MAX_DIMS = 32  # numpy 1's limit (numpy 2 holds 64); fusegrad's tensors have far fewer
-
-
-class SerializationError(FusegradError, RuntimeError):
-    """A file that is not a complete, unaltered fusegrad save file."""
 
 
 def save(obj, f) -> None:
@@ -327,7 +305,7 @@ def _array_table(specs, data_size: int, name) -> list[tuple[np.dtype, tuple[int,
         if not isinstance(spec, dict) or not {"dtype", "shape", "offset", "nbytes"} <= set(spec):
             _bad(name, f"array {i}'s entry is malformed: {str(spec)[:80]}")
         dtype, shape, offset, nbytes = (spec[k] for k in ("dtype", "shape", "offset", "nbytes"))
-        if not isinstance(dtype, str) or dtype not in _DTYPES:
+        if not isinstance(dtype, str) or dtype not in PLAIN_DTYPES:
             _bad(name, f"array {i}'s dtype {str(dtype)[:40]!r} is not a plain numeric dtype")
         if not isinstance(shape, list) or not all(isinstance(s, int) for s in shape):
             _bad(name, f"array {i}'s shape {str(shape)[:80]} is not a list of whole numbers")
@@ -374,7 +352,7 @@ def _encode(obj, arrays: list, named: dict, depth: int = 0):
         return entry
     if isinstance(obj, (np.ndarray, np.generic)):
         a = np.asarray(obj)
-        if a.dtype.name not in _DTYPES:
+        if a.dtype.name not in PLAIN_DTYPES:
             raise TypeError(f"fg.save: cannot save numpy arrays of dtype {a.dtype}")
         arrays.append(a)
         if isinstance(obj, np.generic):  # a scalar: a value, not an object to share

@@ -1,11 +1,13 @@
-"""Files replaced all at once: `fg.save` and `nn.Module.save` write through `write_atomically`.
+"""What the two checkpoint formats share: `fg.save`'s own file and `nn.Module.save`'s `.npz`.
 
-A reader of the path sees the old file or the new one, never a part: not while
-another process saves to the same path, and not after a save that failed half
-way (a full disk), which leaves the old file as it was.
+Both are written through `write_atomically`: a reader of the path sees the old file
+or the new one, never a part, not while another process saves to the same path and
+not after a save that failed half way (a full disk), which leaves the old file as it
+was. Both hold only `PLAIN_DTYPES`, and a malformed file of either raises
+`SerializationError` when loaded.
 
 >>> import os, tempfile
->>> from fusegrad.atomic_files import write_atomically
+>>> from fusegrad.checkpoint_files import write_atomically
 >>> path = os.path.join(tempfile.mkdtemp(), "state.bin")
 >>> write_atomically(path, lambda out: out.write(b"new"))
 >>> open(path, "rb").read()
@@ -19,6 +21,32 @@ import os
 import tempfile
 from collections.abc import Callable
 from typing import BinaryIO
+
+from .errors import FusegradError
+
+# plain numeric dtypes only: an object dtype could not be read safely, so it is never accepted
+PLAIN_DTYPES = frozenset(
+    {
+        "bool",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "bfloat16",
+        "float32",
+        "float64",
+    }
+)
+
+
+class SerializationError(FusegradError, RuntimeError):
+    """A checkpoint that is not a complete, well-formed file of its format: truncated,
+    altered, or crafted (a RuntimeError, as torch.load's for a damaged archive)."""
 
 
 def write_atomically(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> None:
