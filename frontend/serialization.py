@@ -289,9 +289,13 @@ def _json_depth(text: bytes) -> int:
     return int(np.cumsum(steps).max(initial=0))
 
 
+def _is_int(value) -> bool:
+    """Whether a JSON value is a whole number (not a bool, float or list)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _is_count(value) -> bool:
-    """Whether a JSON value is a whole number of at least 0 (not a bool, float or list)."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return _is_int(value) and value >= 0
 
 
 def _array_table(specs, data_size: int, name) -> list[tuple[np.dtype, tuple[int, ...]]]:
@@ -307,7 +311,7 @@ def _array_table(specs, data_size: int, name) -> list[tuple[np.dtype, tuple[int,
         dtype, shape, offset, nbytes = (spec[k] for k in ("dtype", "shape", "offset", "nbytes"))
         if not isinstance(dtype, str) or dtype not in PLAIN_DTYPES:
             _bad(name, f"array {i}'s dtype {str(dtype)[:40]!r} is not a plain numeric dtype")
-        if not isinstance(shape, list) or not all(isinstance(s, int) for s in shape):
+        if not isinstance(shape, list) or not all(_is_int(s) for s in shape):
             _bad(name, f"array {i}'s shape {str(shape)[:80]} is not a list of whole numbers")
         if not all(_is_count(s) for s in shape):
             _bad(name, f"array {i} has a negative dimension {tuple(shape)}")
