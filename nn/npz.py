@@ -49,27 +49,38 @@ _WIDEST_ITEM = 8
 _MAX_RATIO = 100
 
 
-def save(state: dict, path: str | os.PathLike) -> None:
+def save(state: dict, path) -> None:
     """Save a dict of tensors (a `state_dict`) as an `.npz` archive (numpy adds the
-    suffix), replacing the file at once: a failed save leaves the old one whole."""
+    suffix), replacing the file at once: a failed save leaves the old one whole.
+    `path` may also be a binary file object, written where it stands."""
     arrays = {k: v.numpy() if isinstance(v, Tensor) else np.asarray(v) for k, v in state.items()}
+    if hasattr(path, "write"):  # a file object, as np.savez takes
+        np.savez(path, **arrays)
+        return
     path = os.fspath(path)
     if not path.endswith(".npz"):
         path += ".npz"  # as np.savez does for a path
     write_atomically(path, lambda out: np.savez(out, **arrays))
 
 
-def load(path: str | os.PathLike, like: dict | None = None) -> OrderedDict:
+def load(path, like: dict | None = None) -> OrderedDict:
     """Read an `.npz` archive written by `save` into a dict of tensors.
 
     With `like` (a state dict: `Module.load` passes the module's own), each entry may
     hold at most an array of its namesake's shape, and an entry `like` has no name
     for is listed with the value None, never decompressed (`load_state_dict` only
-    names such keys). A malformed or oversized archive raises `fg.SerializationError`.
+    names such keys). `path` may be a binary file object that can seek. A malformed or
+    oversized archive raises `fg.SerializationError`.
     """
-    path = os.fspath(path)
-    if not os.path.exists(path) and os.path.exists(path + ".npz"):
-        path += ".npz"
+    if hasattr(path, "read"):  # a file object, as np.load takes
+        here = path.tell()
+        archive_size = path.seek(0, os.SEEK_END) - here
+        path.seek(here)
+    else:
+        path = os.fspath(path)
+        if not os.path.exists(path) and os.path.exists(path + ".npz"):
+            path += ".npz"
+        archive_size = os.path.getsize(path)
     out = OrderedDict()
     try:
         with zipfile.ZipFile(path) as archive:
@@ -77,7 +88,6 @@ def load(path: str | os.PathLike, like: dict | None = None) -> OrderedDict:
             names = [_key(info.filename) for info in entries]
             if len(set(names)) != len(names):
                 _bad(path, "two of its entries have the same name")
-            archive_size = os.path.getsize(path)
             for key, info in zip(names, entries):
                 if like is not None and key not in like:
                     out[key] = None

@@ -202,3 +202,12 @@ def test_a_failed_module_save_keeps_the_old_file(tmp_path, monkeypatch):
     back.load(path)
     assert back.weight.tolist() == old.weight.tolist() != new.weight.tolist()
     assert [p.name for p in tmp_path.iterdir()] == ["net.npz"]
+
+
+def test_file_objects_save_and_load_as_numpy_takes_them():
+    model, back = nn.Linear(3, 2), nn.Linear(3, 2)
+    buf = io.BytesIO()
+    model.save(buf)
+    buf.seek(0)
+    back.load(buf)
+    assert back.weight.tolist() == model.weight.tolist()
