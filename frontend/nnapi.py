@@ -29,6 +29,10 @@ from .autograd import take_pending_outputs
 from .autograd_state import enable_grad, no_grad
 from .autograd_state import enabled as grad_enabled
 
+# checkpoints: Module.save replaces its file as fg.save does; Module.load refuses a
+# malformed file as fg.load does
+from .checkpoint_files import PLAIN_DTYPES, SerializationError, write_atomically
+
 # copies of tensors and their values (Module.to, state dicts, deep copies)
 from .copying import host_copy, rebuild_tensor, value_copy
 
@@ -113,6 +117,9 @@ from .tensor_hooks import hooked_together
 
 __all__ = [
     "PANEL_CACHE_BYTES",
+    "PLAIN_DTYPES",
+    "SerializationError",
+    "write_atomically",
     "SHUFFLED_LANE_STEPS",
     "autocast_op",
     "stack",

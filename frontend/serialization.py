@@ -22,18 +22,19 @@ truncated or altered file raises `SerializationError` instead of loading.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import json
+import math
 import os
+import re
 import struct
-import tempfile
 from collections import OrderedDict
 
 import numpy as np
 
 from . import core
+from .checkpoint_files import PLAIN_DTYPES, SerializationError, write_atomically
 from .creation import from_numpy
 from .devices import names_host
 from .errors import DeviceError, FusegradError
@@ -41,26 +42,12 @@ from .errors import DeviceError, FusegradError
 MAGIC = b"FGSAVE01"
 PICKLE_MAGIC = b"FGPICKL1"  # a whole module, pickled (fg.save(model))
 _DIGEST = 32
-# plain numeric dtypes only: an object dtype could not be read safely, so it is never accepted
-_DTYPES = {
-    "bool",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "float16",
-    "bfloat16",
-    "float32",
-    "float64",
-}
-
-
-class SerializationError(FusegradError, RuntimeError):
-    """A file that is not a complete, unaltered fusegrad save file."""
+# containers (lists, tuples, dicts) within each other that save writes and load reads; in
+# the JSON description each takes up to 3 levels (a dict is {"dict": [[key, value], ...]}),
+# with one for the header and one for a tensor's entry
+MAX_NESTING = 100
+_MAX_JSON_DEPTH = 3 * MAX_NESTING + 2
+_MAX_DIMS = 32  # numpy 1's limit (numpy 2 holds 64); fusegrad's tensors have far fewer
 
 
 def save(obj, f) -> None:
@@ -74,7 +61,7 @@ def save(obj, f) -> None:
     """
     arrays: list[np.ndarray] = []
     try:
-        root = _encode(obj, arrays)
+        root = _encode(obj, arrays, named={})
     except TypeError:
         if not _is_module(obj):
             raise
@@ -84,7 +71,7 @@ def save(obj, f) -> None:
     if hasattr(f, "write"):
         f.write(payload)
         return
-    _write_atomically(os.fspath(f), payload)
+    write_atomically(f, lambda out: out.write(payload))
 
 
 def _is_module(obj) -> bool:
@@ -136,51 +123,6 @@ def _data_file(root, arrays: list[np.ndarray]) -> bytes:
     return body + hashlib.sha256(body).digest()
 
 
-def _write_atomically(path: str, payload: bytes) -> None:
-    """Put `payload` under `path` all at once: a reader sees the old file or the new one,
-    never a part, even with other processes saving to the same path at the same time.
-
-    The bytes go to a temporary file of a unique name in the same folder (a fixed
-    `path + ".tmp"` would be shared by two writers), reach the disk (fsync), and
-    then replace `path` in one rename; the folder is synced so the rename survives
-    a crash. On any failure the temporary file is removed.
-    """
-    folder = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(path) + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            if hasattr(os, "fchmod"):  # as open() would, not mkstemp's 0o600
-                os.fchmod(out.fileno(), 0o666 & ~_umask())
-            out.write(payload)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    if hasattr(os, "O_DIRECTORY"):  # POSIX: a folder can be opened and synced
-        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            # some file systems cannot sync a folder (EINVAL): the file itself is on disk
-            with contextlib.suppress(OSError):
-                os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-
-
-def _umask() -> int:
-    """The process's umask, read without changing it (os.umask would, for every thread)."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except OSError:
-        pass
-    return 0o022
-
-
 def _names_host(spec) -> bool:
     """Whether a `map_location` names the host device ('cpu', `fg.device("cpu")`)."""
     try:
@@ -197,135 +139,335 @@ def load(f, map_location=None, weights_only: bool = True):
     may be None or 'cpu'. A file of a whole module (`fg.save(model)`) is a pickle:
     as torch.load, it loads only with weights_only=False (unpickling runs code);
     other files never run code.
+
+    The digest has no key, so a file may have been crafted to pass it: every file
+    that is not one `save` could have written raises `SerializationError`, which
+    says what is wrong, and loading takes no more memory than the file's arrays
+    plus its largest array (an array named twice is one object, as torch's
+    pickle memo makes it; each array is read into its own buffer once).
     """
     if map_location is not None and not _names_host(map_location):
         raise ValueError(f"fg.load: map_location must be None or 'cpu', got {map_location!r}")
     if hasattr(f, "read"):
-        raw, name = f.read(), getattr(f, "name", "the file")
-    else:
-        with open(os.fspath(f), "rb") as fh:
-            raw, name = fh.read(), os.fspath(f)
-    if raw.startswith(PICKLE_MAGIC) and len(raw) > len(PICKLE_MAGIC) + _DIGEST:
-        return _unpickled(raw, name, weights_only)
-    return _decode_file(raw, name)
+        return _load_stream(f, getattr(f, "name", "the file"), weights_only)
+    with open(os.fspath(f), "rb") as fh:
+        return _load_stream(fh, os.fspath(f), weights_only)
 
 
 def _bad(name, why: str):
     raise SerializationError(f"fg.load: {name} is not a valid fusegrad save file: {why}")
 
 
-def _decode_file(raw: bytes, name):
-    if len(raw) < len(MAGIC) + 8 + _DIGEST or not raw.startswith(MAGIC):
-        if raw[:2] == b"PK" or raw[:1] == b"\x80":
+def _load_stream(f, name, weights_only: bool):
+    f, size = _sized(f)
+    magic = f.read(len(MAGIC))
+    if magic == PICKLE_MAGIC and size > len(PICKLE_MAGIC) + _DIGEST:
+        return _unpickled(magic + f.read(), name, weights_only)
+    if magic != MAGIC or size < len(MAGIC) + 8 + _DIGEST:
+        if magic[:2] == b"PK" or magic[:1] == b"\x80":
             _bad(name, "it looks like a zip or pickle file (torch.save / np.savez?), not fg.save")
         _bad(name, "it is too short or does not start with the fusegrad header (truncated?)")
-    body, digest = raw[:-_DIGEST], raw[-_DIGEST:]
-    if hashlib.sha256(body).digest() != digest:
-        _bad(name, "its checksum does not match (the file is truncated or was altered)")
-    (head_len,) = struct.unpack("<Q", body[len(MAGIC) : len(MAGIC) + 8])
-    start = len(MAGIC) + 8
-    if start + head_len > len(body):
-        _bad(name, "its header runs past the end of the file")
+    reader = _Reader(f, size - len(MAGIC), name)
+    reader.hash.update(magic)
     try:
-        header = json.loads(body[start : start + head_len].decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        _bad(name, f"its header is not valid JSON ({e})")
+        header, arrays = _read_contents(reader)
+        error = None
+    except SerializationError as e:
+        error = e  # reported as it is only if the checksum matches: else the file is damaged
+    if not reader.digest_matches():
+        _bad(name, "its checksum does not match (the file is truncated or was altered)")
+    if error is not None:
+        raise error
+    return _Decoder(arrays, name).decode(header.get("root"))
+
+
+def _sized(f):
+    """`f` and the number of bytes left in it; a stream that cannot seek is read whole."""
+    if getattr(f, "seekable", lambda: False)():
+        here = f.tell()
+        end = f.seek(0, os.SEEK_END)
+        f.seek(here)
+        return f, end - here
+    raw = f.read()
+    return io.BytesIO(raw), len(raw)
+
+
+class _Reader:
+    """A save file read once, front to back, into the digest: every byte read is
+    hashed, and no read may reach the digest (the file's last 32 bytes), so a length
+    in the header is checked against the file before anything of that length exists."""
+
+    def __init__(self, f, size: int, name):
+        self.f, self.name = f, name
+        self.left = size - _DIGEST  # bytes before the digest not read yet
+        self.hash = hashlib.sha256()
+
+    def read(self, n: int) -> bytes:
+        if n > self.left:
+            _bad(self.name, f"it ends {n - self.left} bytes too early (truncated?)")
+        data = self.f.read(n)
+        if len(data) != n:
+            _bad(self.name, "it ended while being read (was it being written?)")
+        self.left -= n
+        self.hash.update(data)
+        return data
+
+    def read_into(self, out: np.ndarray) -> None:
+        """Fill `out`, a contiguous array, with the file's next bytes."""
+        view = memoryview(out.reshape(-1).view(np.uint8))
+        if len(view) > self.left:
+            _bad(self.name, f"it ends {len(view) - self.left} bytes too early (truncated?)")
+        done = 0
+        while done < len(view):
+            if hasattr(self.f, "readinto"):
+                got = self.f.readinto(view[done:])
+            else:
+                chunk = self.f.read(min(len(view) - done, 1 << 20))
+                got = len(chunk)
+                view[done : done + got] = chunk
+            if not got:
+                _bad(self.name, "it ended while being read (was it being written?)")
+            done += got
+        self.left -= len(view)
+        self.hash.update(view)
+
+    def digest_matches(self) -> bool:
+        """Whether the bytes not read yet (hashed 1 MiB at a time) end in the digest of all."""
+        while self.left:
+            self.read(min(self.left, 1 << 20))
+        return self.f.read(_DIGEST) == self.hash.digest()
+
+
+def _read_contents(reader: _Reader) -> tuple[dict, list[np.ndarray]]:
+    """The header and the arrays of a save file, each checked before it is used."""
+    name = reader.name
+    (head_len,) = struct.unpack("<Q", reader.read(8))
+    if head_len > reader.left:
+        _bad(name, f"its header ({head_len} bytes) runs past the end of the file")
+    header = _parse_header(reader.read(head_len), name)
+    table = _array_table(header.get("arrays", []), reader.left, name)
+    arrays = []
+    for dtype, shape in table:
+        out = np.empty(shape, dtype.newbyteorder("<"))
+        reader.read_into(out)
+        arrays.append(out.astype(dtype, copy=False))  # a no-op on little-endian hosts
+    return header, arrays
+
+
+def _parse_header(text: bytes, name) -> dict:
+    depth = _json_depth(text)
+    if depth > _MAX_JSON_DEPTH:
+        _bad(
+            name,
+            f"its description nests {depth} levels deep; fg.save writes at most "
+            f"{_MAX_JSON_DEPTH} ({MAX_NESTING} containers within each other)",
+        )
+    try:
+        header = json.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:  # ValueError: also a number of 4,300+ digits
+        _bad(name, f"its header cannot be read as JSON ({e})")
     if not isinstance(header, dict) or header.get("format") != "fusegrad":
         _bad(name, "its header does not describe a fusegrad save")
     if header.get("version") != 1:
         _bad(name, f"version {header.get('version')!r} is not supported (this fusegrad reads 1)")
-    data = memoryview(body)[start + head_len :]
-    arrays = [_read_array(spec, data, name) for spec in header.get("arrays", [])]
-    return _decode(header.get("root"), arrays, name)
+    return header
 
 
-def _read_array(spec, data, name) -> np.ndarray:
-    try:
-        dtype, shape = spec["dtype"], tuple(int(s) for s in spec["shape"])
-        offset, nbytes = int(spec["offset"]), int(spec["nbytes"])
-    except (KeyError, TypeError, ValueError):
-        _bad(name, f"an array entry is malformed: {spec!r}")
-    if dtype not in _DTYPES:
-        _bad(name, f"array dtype {dtype!r} is not a plain numeric dtype")
-    dt = np.dtype(dtype).newbyteorder("<")
-    count = 1
-    for s in shape:
-        if s < 0:
-            _bad(name, f"an array has a negative dimension {shape}")
-        count *= s
-    if nbytes != count * dt.itemsize or offset < 0 or offset + nbytes > len(data):
-        _bad(name, f"an array of shape {shape} and dtype {dtype} does not fit in the file")
-    a = np.frombuffer(data[offset : offset + nbytes], dtype=dt).reshape(shape)
-    return a.astype(np.dtype(dtype), copy=True)
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_OPENS, _CLOSES = np.frombuffer(b"[{", np.uint8), np.frombuffer(b"]}", np.uint8)
+
+
+def _json_depth(text: bytes) -> int:
+    """How deeply `text`'s brackets nest, strings left out: measured before json.loads,
+    which recurses once per level (a 10,000-deep file raised RecursionError).
+
+    >>> _json_depth(b'{"a": [[1], "]]]"]}')
+    3
+    """
+    codes = np.frombuffer(_JSON_STRING.sub(b"", text), np.uint8)
+    steps = np.isin(codes, _OPENS).astype(np.int32) - np.isin(codes, _CLOSES)
+    return int(np.cumsum(steps).max(initial=0))
+
+
+def _is_int(value) -> bool:
+    """Whether a JSON value is a whole number (not a bool, float or list)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_count(value) -> bool:
+    return _is_int(value) and value >= 0
+
+
+def _array_table(specs, data_size: int, name) -> list[tuple[np.dtype, tuple[int, ...]]]:
+    """Each array's dtype and shape, once all are known to lie end to end, in order,
+    over exactly the `data_size` bytes of the file that hold arrays (as `save` writes
+    them): no array overlaps another, and none is larger than the file."""
+    if not isinstance(specs, list):
+        _bad(name, f"its array table is a {type(specs).__name__}, not a list")
+    table, end = [], 0
+    for i, spec in enumerate(specs):
+        if not isinstance(spec, dict) or not {"dtype", "shape", "offset", "nbytes"} <= set(spec):
+            _bad(name, f"array {i}'s entry is malformed: {str(spec)[:80]}")
+        dtype, shape, offset, nbytes = (spec[k] for k in ("dtype", "shape", "offset", "nbytes"))
+        if not isinstance(dtype, str) or dtype not in PLAIN_DTYPES:
+            _bad(name, f"array {i}'s dtype {str(dtype)[:40]!r} is not a plain numeric dtype")
+        if not isinstance(shape, list) or not all(_is_int(s) for s in shape):
+            _bad(name, f"array {i}'s shape {str(shape)[:80]} is not a list of whole numbers")
+        if not all(_is_count(s) for s in shape):
+            _bad(name, f"array {i} has a negative dimension {tuple(shape)}")
+        if len(shape) > _MAX_DIMS:
+            _bad(name, f"array {i} has {len(shape)} dimensions (numpy holds {_MAX_DIMS})")
+        if not _is_count(offset) or not _is_count(nbytes):
+            _bad(name, f"array {i}'s offset {offset!r} or size {nbytes!r} is not a byte count")
+        if nbytes != math.prod(shape) * np.dtype(dtype).itemsize:
+            _bad(name, f"array {i}'s size {nbytes} is not that of its shape and dtype {dtype}")
+        if offset != end:
+            _bad(name, f"array {i} starts at byte {offset}, not where the one before ends ({end})")
+        end += nbytes
+        if end > data_size:
+            _bad(
+                name,
+                f"an array of shape {tuple(shape)} and dtype {dtype} does not fit in the file "
+                f"(its arrays need {end} bytes or more; it holds {data_size})",
+            )
+        table.append((np.dtype(dtype), tuple(shape)))
+    if end != data_size:
+        _bad(name, f"it holds {data_size - end} bytes after its last array")
+    return table
 
 
 # ---------------------------------------------------------------- the object description
 
 
-def _encode(obj, arrays: list):
+def _encode(obj, arrays: list, named: dict, depth: int = 0):
+    """`obj`'s JSON description; its arrays are appended to `arrays`, and a tensor or
+    numpy array met again is named by its first index (`named`: id -> entry), as
+    torch's pickle memo writes one storage for a tensor saved twice."""
     if obj is None or isinstance(obj, (bool, int, float, str)):
         if isinstance(obj, int) and not isinstance(obj, bool) and abs(obj) >= 2**63:
             return {"bigint": str(obj)}
         return obj
+    if id(obj) in named:
+        return named[id(obj)]
     if isinstance(obj, core.Tensor):
         arrays.append(np.asarray(obj._host()))  # (bfloat16 has no .numpy(), as in torch)
-        return {"tensor": len(arrays) - 1, "requires_grad": bool(obj.requires_grad)}
+        entry = {"tensor": len(arrays) - 1, "requires_grad": bool(obj.requires_grad)}
+        named[id(obj)] = entry
+        return entry
     if isinstance(obj, (np.ndarray, np.generic)):
         a = np.asarray(obj)
-        if a.dtype.name not in _DTYPES:
+        if a.dtype.name not in PLAIN_DTYPES:
             raise TypeError(f"fg.save: cannot save numpy arrays of dtype {a.dtype}")
         arrays.append(a)
-        kind = "ndarray" if isinstance(obj, np.ndarray) else "npscalar"
-        return {kind: len(arrays) - 1}
+        if isinstance(obj, np.generic):  # a scalar: a value, not an object to share
+            return {"npscalar": len(arrays) - 1}
+        named[id(obj)] = {"ndarray": len(arrays) - 1}
+        return named[id(obj)]
+    if isinstance(obj, (list, tuple, dict)) and depth == MAX_NESTING:
+        raise ValueError(
+            f"fg.save: containers nest more than {MAX_NESTING} deep in the object, "
+            "deeper than fg.load reads"
+        )
     if isinstance(obj, (list, tuple)):
-        items = [_encode(v, arrays) for v in obj]
+        items = [_encode(v, arrays, named, depth + 1) for v in obj]
         return {"tuple": items} if isinstance(obj, tuple) else {"list": items}
     if isinstance(obj, dict):
         kind = "odict" if isinstance(obj, OrderedDict) else "dict"
-        return {kind: [[_encode(k, arrays), _encode(v, arrays)] for k, v in obj.items()]}
+        pairs = [
+            [_encode(k, arrays, named, depth + 1), _encode(v, arrays, named, depth + 1)]
+            for k, v in obj.items()
+        ]
+        return {kind: pairs}
     raise TypeError(
         f"fg.save: cannot save an object of type {type(obj).__name__}; save its state_dict() "
         "(tensors, numbers, strings, and lists, tuples and dicts of them)"
     )
 
 
-def _decode(node, arrays: list, name):
-    if node is None or isinstance(node, (bool, int, float, str)):
-        return node
-    if not isinstance(node, dict) or len(node) not in (1, 2):
-        _bad(name, f"unexpected entry {str(node)[:80]!r} in its description")
-    if "tensor" in node:
-        t = from_numpy(_array(node["tensor"], arrays, name))
-        return t.requires_grad_() if node.get("requires_grad") and t.dtype.is_float else t
-    (kind, value), = node.items()  # fmt: skip
-    if kind == "ndarray":
-        return _array(value, arrays, name)
-    if kind == "npscalar":
-        return _array(value, arrays, name)[()]
-    if kind == "bigint" and isinstance(value, str):
-        return int(value)
-    if kind in ("list", "tuple") and isinstance(value, list):
-        items = [_decode(v, arrays, name) for v in value]
-        return tuple(items) if kind == "tuple" else items
-    if kind in ("dict", "odict") and isinstance(value, list):
-        pairs = []
-        for pair in value:
-            if not isinstance(pair, list) or len(pair) != 2:
-                _bad(name, "a dict entry is not a key-value pair")
-            key = _decode(pair[0], arrays, name)
+class _Decoder:
+    """The object a description names, built from the file's arrays.
+
+    An array named twice gives one object both times, as torch's pickle memo does
+    (`save` names an array twice only for one tensor saved twice), so a file of one
+    array named 3,000 times loads one array, not 3,000 copies; the second name must
+    ask for the same kind of object (a tensor, with the same requires_grad).
+    """
+
+    def __init__(self, arrays: list[np.ndarray | None], name):
+        self.arrays, self.name = arrays, name
+        self.built: dict[int, tuple[tuple, object]] = {}  # array index -> (how named, object)
+
+    def decode(self, node):
+        name = self.name
+        if node is None or isinstance(node, (bool, int, float, str)):
+            return node
+        if not isinstance(node, dict) or not node:
+            _bad(name, f"unexpected entry {str(node)[:80]!r} in its description")
+        if "tensor" in node and set(node) <= {"tensor", "requires_grad"}:
+            return self.array(node["tensor"], ("tensor", bool(node.get("requires_grad"))))
+        if len(node) != 1:
+            _bad(name, f"unexpected entry {str(node)[:80]!r} in its description")
+        (kind, value), = node.items()  # fmt: skip
+        if kind in ("ndarray", "npscalar"):
+            return self.array(value, (kind,))
+        if kind == "bigint" and isinstance(value, str) and re.fullmatch("-?[0-9]+", value):
             try:
-                hash(key)
-            except TypeError:
-                _bad(name, f"a dict key of type {type(key).__name__} cannot be a key")
-            pairs.append((key, _decode(pair[1], arrays, name)))
-        return OrderedDict(pairs) if kind == "odict" else dict(pairs)
-    _bad(name, f"unknown entry kind {kind!r}")
+                return int(value)
+            except ValueError as e:  # more digits than Python converts (4,300), as save
+                _bad(name, f"a whole number in it is too long ({e})")
+        if kind in ("list", "tuple") and isinstance(value, list):
+            items = [self.decode(v) for v in value]
+            return tuple(items) if kind == "tuple" else items
+        if kind in ("dict", "odict") and isinstance(value, list):
+            pairs = []
+            for pair in value:
+                if not isinstance(pair, list) or len(pair) != 2:
+                    _bad(name, "a dict entry is not a key-value pair")
+                key = self.decode(pair[0])
+                try:
+                    hash(key)
+                except TypeError:
+                    _bad(name, f"a dict key of type {type(key).__name__} cannot be a key")
+                pairs.append((key, self.decode(pair[1])))
+            return OrderedDict(pairs) if kind == "odict" else dict(pairs)
+        _bad(name, f"unknown entry kind {str(kind)[:40]!r}")
+
+    def array(self, index, how: tuple):
+        """Array `index` as `how` asks: ("tensor", requires_grad), ("ndarray",) or
+        ("npscalar",); built once, its numpy copy dropped once it is a tensor."""
+        name = self.name
+        if not isinstance(index, int) or isinstance(index, bool):
+            _bad(name, f"it refers to array {str(index)[:40]!r}, which is not in the file")
+        if not 0 <= index < len(self.arrays):
+            _bad(name, f"it refers to array {index!r}, which is not in the file")
+        if index in self.built:
+            first, obj = self.built[index]
+            if first != how:
+                _bad(name, f"array {index} is named as {_kind(first)} and as {_kind(how)}")
+            return obj
+        a = self.arrays[index]
+        if how[0] == "tensor":
+            try:
+                obj = from_numpy(a)
+            except FusegradError as e:
+                _bad(name, f"array {index} cannot be a tensor: {e}")
+            if how[1] and obj.dtype.is_float:
+                obj.requires_grad_()
+            self.arrays[index] = None  # the tensor holds its own copy
+        elif how[0] == "npscalar":
+            if a.shape != ():
+                _bad(name, f"array {index} of shape {a.shape} is named as a numpy scalar")
+            obj = a[()]
+        else:
+            obj = a
+        self.built[index] = (how, obj)
+        return obj
 
 
-def _array(index, arrays: list, name) -> np.ndarray:
-    if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(arrays):
-        _bad(name, f"it refers to array {index!r}, which is not in the file")
-    return arrays[index]
+def _kind(how: tuple) -> str:
+    if how[0] == "tensor":
+        return "a tensor that requires grad" if how[1] else "a tensor"
+    return "a numpy array" if how[0] == "ndarray" else "a numpy scalar"
 
 
 def dumps(obj) -> bytes:

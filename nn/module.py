@@ -46,6 +46,7 @@ from ..nnapi import (
 )
 from ..nnapi import realize as _realize
 from . import hooks as backward_hooks
+from .npz import load, save
 
 IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
@@ -532,12 +533,15 @@ class Module:
         return IncompatibleKeys(missing, unexpected)
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write `state_dict()` to an `.npz` file, one array per dotted name."""
+        """Write `state_dict()` to an `.npz` file, one array per dotted name, replacing
+        the file at once (a save that fails leaves the old file whole)."""
         save(self.state_dict(), path)
 
     def load(self, path: str | os.PathLike, strict: bool = True) -> IncompatibleKeys:
-        """Read an `.npz` file written by `save` into this module."""
-        return self.load_state_dict(load(path), strict=strict)
+        """Read an `.npz` file written by `save` into this module. Each entry is sized by
+        this module's array of its name before it is decompressed, so a zip bomb raises
+        `fg.SerializationError`; an entry of no name here is never decompressed."""
+        return self.load_state_dict(load(path, like=self.state_dict()), strict=strict)
 
     # ---------------------------------------------------------------- printing
     def extra_repr(self) -> str:
@@ -571,18 +575,3 @@ def _call_always(module: Module, hooks: list, args: tuple, kwargs: dict) -> None
                     "silenced as another error was raised in forward",
                     stacklevel=3,
                 )
-
-
-def save(state: dict, path: str | os.PathLike) -> None:
-    """Save a dict of tensors (a `state_dict`) as an `.npz` archive (numpy adds the suffix)."""
-    arrays = {k: v.numpy() if isinstance(v, Tensor) else np.asarray(v) for k, v in state.items()}
-    np.savez(path, **arrays)
-
-
-def load(path: str | os.PathLike) -> OrderedDict:
-    """Read an `.npz` archive written by `save` into a dict of tensors."""
-    path = os.fspath(path)
-    if not os.path.exists(path) and os.path.exists(path + ".npz"):
-        path += ".npz"
-    with np.load(path) as archive:
-        return OrderedDict((k, from_numpy(archive[k])) for k in archive.files)
