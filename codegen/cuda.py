@@ -60,6 +60,7 @@ from .loopir import (
     LoadRow,
     Loop,
     Param,
+    Position,
     Prefetch,
     Rand,
     ScatterAdd,
@@ -1589,6 +1590,8 @@ class _Renderer:
             return self.decl(s.dst, s.dtype, literal(s.value, s.dtype))
         if isinstance(s, Select):
             return self.decl(s.dst, s.dtype, f"({valid(s.valid)}) ? {s.value} : ({s.dtype.cuda})0")
+        if isinstance(s, Position):
+            return self.decl(s.dst, s.dtype, f"({s.dtype.cuda})({index(s.index)})")
         if isinstance(s, Rand):
             h = f"fg_fmix((unsigned int){index(s.index)} ^ (unsigned int){s.key})"
             bits = rand.uniform_bits(s.dtype)

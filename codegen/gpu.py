@@ -74,6 +74,7 @@ from .loopir import (
     Load,
     LoadRow,
     Loop,
+    Position,
     Rand,
     ScatterAdd,
     Select,
@@ -640,6 +641,8 @@ def _defs_and_uses(s) -> tuple[str | None, set[str], set]:
         names, exprs = {s.value}, list(s.valid)
     elif isinstance(s, Rand):
         names, exprs = {s.key}, [s.index]
+    elif isinstance(s, Position):
+        exprs = [s.index]
     elif not isinstance(s, Const):
         return None, set(), set()
     atoms = set().union(*(e.atoms() for e in exprs)) if exprs else set()

@@ -50,6 +50,7 @@ from .loopir import (
     Load,
     LoadRow,
     Loop,
+    Position,
     Prefetch,
     Rand,
     ScatterAdd,
@@ -577,6 +578,15 @@ class _Renderer:
         self.bind(
             s.dst, self.emit(f"select {cond_ty} {ok}, {t} {val}, {t} {zero}"), s.dtype, varying
         )
+
+    def stmt_Position(self, s: Position) -> None:
+        varying = self.moves(s.index)
+        value = self.vindex(s.index) if varying else self.index(s.index)
+        if s.dtype.llvm != "i64":  # an int32 (or narrower) table
+            value = self.emit(
+                f"trunc {self.ty('i64', varying)} {value} to {self.ty(s.dtype.llvm, varying)}"
+            )
+        self.bind(s.dst, value, s.dtype, varying)
 
     def stmt_Rand(self, s: Rand) -> None:
         varying = self.moves(s.index)

@@ -113,6 +113,15 @@ class Rand:
 
 
 @dataclass
+class Position:
+    """Integer `index` itself as a value of `dtype` (an `Ops.INDEX` element: no load)."""
+
+    dst: str
+    dtype: DType
+    index: Lin
+
+
+@dataclass
 class AccInit:
     """A mutable accumulator, or `size` of them (a register tile) indexed by AccUpdate/AccRead."""
 
@@ -356,6 +365,8 @@ def _print_block(body, depth: int, lines: list[str]) -> None:
             lines.append(f"{pad}{s.dst} = {s.value}{guard}")
         elif isinstance(s, Rand):
             lines.append(f"{pad}{s.dst} = rand(key={s.key}, index={s.index})")
+        elif isinstance(s, Position):
+            lines.append(f"{pad}{s.dst} = position {s.index}")
         elif isinstance(s, AccInit):
             size = f"[{s.size}]" if s.size > 1 else ""
             lines.append(f"{pad}{s.acc}{size}: {s.dtype.name} = {s.value!r}")

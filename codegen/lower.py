@@ -41,6 +41,7 @@ from .loopir import (
     LoadRow,
     Loop,
     Param,
+    Position,
     Prefetch,
     Rand,
     ScatterAdd,
@@ -689,6 +690,8 @@ class _Lowerer:
         if n.op is Ops.RAND:
             key = self.gen(n.srcs[0], (), ())
             return self.emit(Rand(self.fresh(), n.dtype, key, linear_index(coords, n.shape)), 8)
+        if n.op is Ops.INDEX:
+            return self.emit(Position(self.fresh(), n.dtype, linear_index(coords, n.shape)))
         if n.op in ELEMENTWISE:
             args = tuple(self.gen(s, coords, guard) for s in n.srcs)
             return self.emit(Alu(self.fresh(), n.dtype, n.op, args), 1)
@@ -1150,7 +1153,7 @@ def _varies(v: Node, inside: set[int]) -> bool:
         if id(m) in seen or m.op in REDUCE or m.op is Ops.CONST:
             continue
         seen.add(id(m))
-        if id(m) not in inside or m.op is Ops.RAND:  # a loaded value
+        if id(m) not in inside or m.op in (Ops.RAND, Ops.INDEX):  # a loaded value
             return True
         if m.op is Ops.EXPAND:
             continue  # a broadcast: the same value along the axes it spreads
@@ -1207,7 +1210,7 @@ def _divmod_score(kernel: Kernel) -> int:
         for s in body:
             if isinstance(s, Loop):
                 walk(s.body)
-            elif isinstance(s, (Load, Store, Rand)):
+            elif isinstance(s, (Load, Store, Rand, Position)):
                 total += count(s.index) + sum(count(v) for v in getattr(s, "valid", ()))
             elif isinstance(s, Select):
                 total += sum(count(v) for v in s.valid)

@@ -422,10 +422,25 @@ def _check_range(start, end, step) -> None:
 
 def index_arange(start, end=None, step=1, dtype=None) -> Tensor:
     """`arange` as a table fusegrad builds for itself (to compare indices against): host
-    data of no device, usable by a graph on any device (see `runtime.buffer.HostTable`)."""
+    data of no device, usable by a graph on any device (see `runtime.buffer.HostTable`).
+
+    A table of more than `_SHARED_LIMIT` elements is no data at all: an `INDEX` node (times
+    `step`, plus `start`) that each kernel reading it computes. Stored, a whole tensor's
+    positions (argmax's, a write's) cost 8 bytes an element and a read of them; small tables
+    stay buffers, so a step's changing `start` (a recurrent step's time) changes data, not
+    the graph."""
     if end is None:
         start, end = 0, start
     dt = checked_dtype(dtype, "arange") if dtype is not None else int64
+    ints = all(isinstance(v, int) for v in (start, end, step)) and dt.is_int
+    size = len(range(start, end, step)) if ints else 0
+    if size > _SHARED_LIMIT:
+        node = N.index((size,), dt)
+        if step != 1:
+            node = N.mul(node, N.const(step, node.shape, dt))
+        if start != 0:
+            node = N.add(node, N.const(start, node.shape, dt))
+        return core.Tensor(node)
     key = ("arange", start, end, step, dt, None)
     return _shared(key, lambda: np.arange(start, end, step), dt, None)
 

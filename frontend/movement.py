@@ -84,6 +84,66 @@ def linked(view, base, redo):
     return view
 
 
+def basic_index(shape: tuple[int, ...], index):
+    """A basic index (ints, positive slices, None, one ...) of a tensor of `shape`, spelled
+    out: (the index with its ... replaced and every axis named, each axis's (start, stop),
+    each axis's step, and whether the axis stays: False for an int). Errors as torch's.
+
+    >>> basic_index((4, 5), (1, slice(None, None, 2)))
+    ((1, slice(None, None, 2)), [(1, 2), (0, 5)], [1, 2], [False, True])
+    """
+    if not isinstance(index, tuple):
+        index = (index,)
+    if any(i is Ellipsis for i in index):
+        k = index.index(Ellipsis)
+        if index.count(Ellipsis) > 1:
+            fail(IndexingError, "index", "an index can only have a single ellipsis")
+        used = sum(1 for i in index if i is not None and i is not Ellipsis)
+        index = index[:k] + (slice(None),) * (len(shape) - used) + index[k + 1 :]
+    used = sum(1 for i in index if i is not None)
+    if used > len(shape):
+        fail(
+            IndexingError,
+            "index",
+            f"too many indices ({used}) for a tensor of shape {shape}",
+        )
+    index = index + (slice(None),) * (len(shape) - used)
+    axis = 0
+    bounds, steps, keep = [], [], []
+    for i in index:
+        if i is None:
+            continue
+        size = shape[axis]
+        if isinstance(i, bool) or not isinstance(i, (int, slice)) and not hasattr(i, "__index__"):
+            fail(
+                IndexingError,
+                "index",
+                f"unsupported index {i!r}: use ints, slices, None or ...",
+            )
+        if isinstance(i, slice):
+            if i.step is not None and i.step <= 0:  # a ValueError, as torch's
+                fail(ShapeError, "index", f"slice step must be positive, got {i.step}")
+            start, stop, step = i.indices(size)
+            stop = max(stop, start)
+            bounds.append((start, stop))
+            steps.append(step)
+            keep.append(True)
+        else:
+            j = int(i)
+            if not -size <= j < size:
+                fail(
+                    IndexingError,
+                    "index",
+                    f"index {j} is out of bounds for axis {axis} with size {size}",
+                )
+            j %= size
+            bounds.append((j, j + 1))
+            steps.append(1)
+            keep.append(False)
+        axis += 1
+    return index, bounds, steps, keep
+
+
 class MovementMixin:
     """View methods of Tensor."""
 
@@ -260,60 +320,9 @@ class MovementMixin:
     def __getitem__(self, index):
         """Basic indexing: ints, positive slices, None and ... give a view (tensors, lists,
         bool masks and negative steps: `indexing.py`'s `IndexingMixin.__getitem__`)."""
-        if not isinstance(index, tuple):
-            index = (index,)
-        if any(i is Ellipsis for i in index):
-            k = index.index(Ellipsis)
-            if index.count(Ellipsis) > 1:
-                fail(IndexingError, "index", "an index can only have a single ellipsis")
-            used = sum(1 for i in index if i is not None and i is not Ellipsis)
-            index = index[:k] + (slice(None),) * (self.ndim - used) + index[k + 1 :]
-        used = sum(1 for i in index if i is not None)
-        if used > self.ndim:
-            fail(
-                IndexingError,
-                "index",
-                f"too many indices ({used}) for a tensor of shape {self.shape}",
-            )
-        index = index + (slice(None),) * (self.ndim - used)
-        x, axis = self, 0
-        bounds, steps, keep = [], [], []
+        index, bounds, steps, keep = basic_index(self.shape, index)
+        x = self
         st = self.stride()
-        for i in index:
-            if i is None:
-                continue
-            size = self.shape[axis]
-            if (
-                isinstance(i, bool)
-                or not isinstance(i, (int, slice))
-                and not hasattr(i, "__index__")
-            ):
-                fail(
-                    IndexingError,
-                    "index",
-                    f"unsupported index {i!r}: use ints, slices, None or ...",
-                )
-            if isinstance(i, slice):
-                if i.step is not None and i.step <= 0:  # a ValueError, as torch's
-                    fail(ShapeError, "index", f"slice step must be positive, got {i.step}")
-                start, stop, step = i.indices(size)
-                stop = max(stop, start)
-                bounds.append((start, stop))
-                steps.append(step)
-                keep.append(True)
-            else:
-                j = int(i)
-                if not -size <= j < size:
-                    fail(
-                        IndexingError,
-                        "index",
-                        f"index {j} is out of bounds for axis {axis} with size {size}",
-                    )
-                j %= size
-                bounds.append((j, j + 1))
-                steps.append(1)
-                keep.append(False)
-            axis += 1
         node = N.shrink(x.node, tuple(bounds))
         if any(s != 1 for s in steps):
             node = _stride_node(node, steps)

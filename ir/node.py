@@ -164,6 +164,19 @@ def const(value, shape: Shape, dtype: DType, device: str | None = None) -> Node:
     return make(Ops.CONST, (), value, tuple(shape), dtype, device)
 
 
+def index(shape: Shape, dtype: DType) -> Node:
+    """Each element's row-major position in `shape`, as an integer of `dtype`: an index table
+    that no buffer holds, computed where a kernel reads it (of no device, as a constant).
+
+    >>> from fusegrad.ir.dtypes import int64
+    >>> from fusegrad.ir.reference import evaluate
+    >>> evaluate(index((2, 3), int64)).tolist()
+    [[0, 1, 2], [3, 4, 5]]
+    """
+    assert dtype.is_int
+    return make(Ops.INDEX, (), None, tuple(shape), dtype)
+
+
 def rand(key: Node, shape: Shape, dtype: DType) -> Node:
     """Uniform [0, 1) numbers: element i is a hash of (key, i), so any kernel can regenerate it.
 

@@ -29,6 +29,9 @@ class Ops(Enum):
     BUFFER = auto()  # realized data; arg is the runtime Buffer
     CONST = auto()  # a scalar broadcast to the node's shape; arg is the Python value
     RAND = auto()  # uniform [0, 1) from a counter-based hash of (key, index); src: the key
+    # an integer's own row-major position: element i holds i (an index table that is never
+    # stored: argmax's positions, a write's places; no sources)
+    INDEX = auto()
     # unary elementwise
     NEG = auto()
     EXP = auto()
@@ -104,7 +107,7 @@ MATH: dict[Ops, MathOp] = {
     Ops.ERFC: MathOp("erfc"),
 }
 
-LEAF = {Ops.BUFFER, Ops.CONST}
+LEAF = {Ops.BUFFER, Ops.CONST, Ops.INDEX}
 UNARY = {Ops.NEG, Ops.RECIP, Ops.CAST} | set(MATH)
 BINARY = {Ops.ADD, Ops.MUL, Ops.DIV, Ops.MAX, Ops.CMPLT, Ops.CMPEQ}
 TERNARY = {Ops.WHERE}

@@ -29,6 +29,8 @@ def _leaf(n: Node) -> np.ndarray:
         return np.asarray(n.arg.numpy()).reshape(n.shape).astype(wide(n.dtype), copy=False)
     if n.op is Ops.CONST:
         return np.full(n.shape, n.arg, dtype=wide(n.dtype))
+    if n.op is Ops.INDEX:
+        return np.arange(n.numel, dtype=wide(n.dtype)).reshape(n.shape)
     raise AssertionError(f"not a leaf: {n}")
 
 

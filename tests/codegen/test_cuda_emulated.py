@@ -237,6 +237,8 @@ CASES = {
     "softmax": lambda: [f32(32, 48).softmax(1), f64(9, 300).log_softmax(0)],
     "softmax_backward": _softmax_backward,
     "argmax": lambda: [f32(32, 48).argmax(1), f32(32, 48).argmin(0)],
+    # positions past 64K are an INDEX node, computed in the kernel: no table is read
+    "long_argmax": lambda: [f32(70001).argmax(), f32(2, 70000).argmin(1)],
     "matmul": lambda: [f32(32, 48) @ f32(48, 64), f32(6, 20) @ f32(20, 28), f32(24) @ f32(24)],
     "matmul_backward": _matmul_backward,
     # ragged tiles on both sides and along the reduction, a transposed operand, a batch

@@ -412,3 +412,44 @@ def test_an_overwritten_value_gets_gradient_zero_on_purpose():
     (y * fg.tensor([1.0, 10.0, 100.0, 1000.0])).sum().backward()
     assert y.tolist() == [0.0, 6.0, 7.0, 0.0]
     assert v.grad.tolist() == [0.0, 10.0, 100.0] and x.grad.tolist() == [1.0, 0.0, 0.0, 1000.0]
+
+
+@pytest.mark.parametrize(
+    "index",
+    [
+        (slice(1, None, 3), 2),
+        (Ellipsis, slice(None, None, 2)),
+        (None, 1, slice(2, 9, 4), None),
+        (slice(-3, None), slice(None, 1)),
+        (0,),
+        (Ellipsis,),
+        (slice(5, 2),),  # empty: nothing written
+    ],
+)
+def test_a_basic_write_is_numpys_bits_and_all_with_gradients(index):
+    # written by views (indexing._put_basic), not a scatter: every place, -0.0 and NaN
+    # kept as written, the gradient to the value and to what is not overwritten
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((7, 10)).astype(np.float32)
+    shape = a[index].shape
+    v = rng.standard_normal(shape).astype(np.float32)
+    if v.size:
+        v.flat[0], v.flat[-1] = -0.0, np.nan
+    want = a.copy()
+    want[index] = v
+    x = fg.tensor(a, requires_grad=True)
+    vt = fg.tensor(v, requires_grad=True)
+    y = x * 1.0
+    y[index] = vt
+    got = y.numpy()
+    assert got.tobytes() == want.tobytes()
+    (
+        y.nan_to_num(0.0) * fg.tensor(np.arange(70.0, dtype=np.float32).reshape(7, 10))
+    ).sum().backward()
+    weights = np.arange(70.0, dtype=np.float32).reshape(7, 10)
+    written = np.zeros_like(a, dtype=bool)
+    written[index] = True
+    np.testing.assert_array_equal(x.grad.numpy(), np.where(written, 0.0, weights))
+    if v.size:  # (an empty write leaves the value without a gradient, as before)
+        grad = np.where(np.isnan(v), 0.0, weights[index])
+        np.testing.assert_array_equal(vt.grad.numpy(), grad)

@@ -131,3 +131,27 @@ def test_threads_building_and_dropping_nodes():
     finally:
         sys.setswitchinterval(interval)
     assert not errors, errors[0]
+
+
+def test_an_index_node_is_each_elements_position_through_every_view():
+    # INDEX holds no data: the reference evaluator, the CPU's kernels and a view of it agree
+    import fusegrad as fg
+    from fusegrad.ir import node as N
+    from fusegrad.ir.dtypes import int32, int64
+    from fusegrad.ir.reference import evaluate
+
+    for dt in (int64, int32):
+        n = N.index((6, 5), dt)
+        views = [
+            n,
+            N.permute(n, (1, 0)),
+            N.flip(n, (0,)),
+            N.pad(n, ((1, 2), (0, 3))),
+            N.shrink(n, ((1, 4), (2, 5))),
+            N.expand(N.reshape(N.index((5,), dt), (1, 5)), (3, 5)),
+        ]
+        for v in views:
+            want = evaluate(v)
+            got = fg.Tensor(N.add(v, N.const(0, v.shape, dt))).numpy()
+            assert got.dtype == dt.np and (got == want).all(), v
+    assert evaluate(N.index((2, 3), int64)).tolist() == [[0, 1, 2], [3, 4, 5]]
