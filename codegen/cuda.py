@@ -951,7 +951,7 @@ class _Renderer:
             self.line(d, f"#pragma unroll\n{'  ' * d}for (int j = 0; j < {c.rb}; ++j) "
                          f"{acc}_tile[i][j] = {init};")  # fmt: skip
         self.line(d, f"const int fg_steps = (int)(({red.length}LL + {kc - 1}) / {kc});")
-        ahead = half or c.mma is None  # (the TF32 WMMA path keeps its two-barrier loop)
+        ahead = half or c.simt_async  # else two buffers, two barriers a step
         if ahead:
             stages = _stages(c, self.shared_limit)
             self.stages_ahead(c, d, stages, stages - 1, self.stage)
@@ -1452,22 +1452,30 @@ class _Renderer:
         acc, kc = c.red.init.acc, c.kc
         (a_name, _), (b_name, _) = c.a_exports[0], c.b_exports[0]
         wa, wb = c.ra * TILE_THREADS // MMA_WARPS[0], c.rb * TILE_THREADS // MMA_WARPS[1]
-        lda, ldb = TILE_THREADS * c.ra + PAD, TILE_THREADS * c.rb + PAD
         k, t_in = 8, f"{WMMA}precision::tf32"
         self.line(d, "#pragma unroll")
         self.line(d, f"for (int ks = 0; ks < {kc}; ks += {k}) {{")
-        self.line(d + 1, f"{WMMA}fragment<{WMMA}matrix_a, 16, 16, {k}, {t_in}, {WMMA}col_major> "
-                         f"fg_a[{fa}];")  # fmt: skip
-        self.line(d + 1, f"{WMMA}fragment<{WMMA}matrix_b, 16, 16, {k}, {t_in}, {WMMA}row_major> "
-                         f"fg_b[{fb}];")  # fmt: skip
-        for frag, count, src, w, ld, who in (
-            ("fg_a", fa, f"a_{a_name}", wa, lda, "fg_wa"),
-            ("fg_b", fb, f"b_{b_name}", wb, ldb, "fg_wb"),
+        # a side staged [kk][at] is a column-major A (a row-major B); one staged [at][kk]
+        # (`k_inner`), a row-major A (a column-major B)
+        layouts = {}
+        for side, matrix, r, inner in (("a", "matrix_a", c.ra, "row_major"),
+                                       ("b", "matrix_b", c.rb, "col_major")):  # fmt: skip
+            outer = "col_major" if inner == "row_major" else "row_major"
+            k_inner = c.k_inner(side)
+            layouts[side] = (kc + PAD, k_inner) if k_inner else (TILE_THREADS * r + PAD, k_inner)
+            self.line(d + 1, f"{WMMA}fragment<{WMMA}{matrix}, 16, 16, {k}, {t_in}, "
+                             f"{WMMA}{inner if k_inner else outer}> fg_{side}"
+                             f"[{fa if side == 'a' else fb}];")  # fmt: skip
+        for frag, count, src, w, who in (
+            ("fg_a", fa, f"a_{a_name}", wa, "fg_wa"),
+            ("fg_b", fb, f"b_{b_name}", wb, "fg_wb"),
         ):
+            ld, k_inner = layouts[frag[-1]]
+            at = f"{who} * {w} + i * 16"
+            cell = f"[{at}][ks]" if k_inner else f"[ks][{at}]"
             self.line(d + 1, "#pragma unroll")
             self.line(d + 1, f"for (int i = 0; i < {count}; ++i) {{")
-            self.line(d + 2, f"{WMMA}load_matrix_sync({frag}[i], "
-                             f"&{src}[fg_buf][ks][{who} * {w} + i * 16], {ld});")  # fmt: skip
+            self.line(d + 2, f"{WMMA}load_matrix_sync({frag}[i], &{src}[fg_buf]{cell}, {ld});")
             self.line(d + 2, "#pragma unroll")
             x = f"{frag}[i].x[t]"
             self.line(d + 2, f"for (int t = 0; t < {frag}[i].num_elements; ++t) "

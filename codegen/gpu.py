@@ -488,19 +488,21 @@ class Contraction:
         so that its 16-byte copies go straight to shared memory (`cp.async`), on the 16-bit
         tensor cores (`ldmatrix` reads either layout, so the layout follows memory, gathers
         too) or on the fp32 SIMT path (`simt_async`; its threads read a row's steps 16 bytes
-        at a time). The TF32 WMMA path reads `[kk][at]` only."""
+        at a time), or the TF32 one (WMMA loads an `[at][kk]` side as a row-major A or a
+        column-major B)."""
         vector = self.a_vector if side == "a" else self.b_vector
         kk_fastest = self.a_kk_fastest if side == "a" else self.b_kk_fastest
-        if self.mma is None:
+        if self.mma in (None, "tf32"):
             return vector == "k" and SIMT_K_INNER
         return self.mma in HALF_MMA and (vector == "k" or (vector is None and kk_fastest))
 
     @property
     def simt_async(self) -> bool:
-        """The fp32 SIMT path with a side that is one plain 16-byte load: its steps are
-        staged by `cp.async` in `cuda.SIMT_STAGES` buffers (copies of the next steps in
-        flight while one is computed), else in two."""
-        return self.mma is None and (self.a_vector is not None or self.b_vector is not None)
+        """An fp32 contraction (SIMT, or TF32 WMMA) with a side that is one plain 16-byte
+        load: its steps are staged by `cp.async` in `cuda.SIMT_STAGES` buffers (copies of
+        the next steps in flight while one is computed), else in two."""
+        fp32 = self.mma in (None, "tf32")
+        return fp32 and (self.a_vector is not None or self.b_vector is not None)
 
     @property
     def na(self) -> int:
