@@ -196,7 +196,7 @@ class _Compile:
 
     def __init__(self, source: str, opt: int):
         self.job = (source, opt)
-        self.done = threading.Event()
+        self.done = forksafe.Event()
         self.result: tuple[bytes, float] | None = None
         self.error: BaseException | None = None
         self.left = False  # the waiting thread was interrupted: the thread saves the object
@@ -228,6 +228,12 @@ class _Compile:
 
 # (source, level) -> its compile on a thread of its own, while it runs (see `_emit`)
 _compiling: dict[tuple[str, int], _Compile] = {}
+
+
+@forksafe.at_fork
+def _no_compiles_after_fork() -> None:
+    """A forked child has none of those threads: it would wait for them for ever."""
+    _compiling.clear()
 
 
 def _save_left(source: str, opt: int, obj: bytes) -> None:
