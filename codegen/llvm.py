@@ -19,6 +19,16 @@ vector load where its index moves by 1 per lane, a scalar load where it does
 not move, one wider load and a shuffle where it moves by a small constant step
 (`SHUFFLED_LANE_STEPS`: a strided convolution's windows), and a masked gather
 otherwise.
+
+Ctrl-C: the pool reads its cancel word only between chunks of the parallel loop, and a
+chunk is at least one iteration, so a kernel whose iteration is long (a full sum's
+partial of 2^33 random numbers, a max over 10^12 values with no parallel loop at all)
+also reads it as it goes: it takes the word's address as a last parameter
+(`CANCEL_PARAM`), and its outermost plain loop that is long as a whole but short per
+iteration runs in blocks of about POLL_WORK inner iterations, reading the word before
+each block and returning at once when it is set (the outputs are then incomplete: the
+caller raises). Other kernels are rendered as before; the callers pass the address to
+every kernel, which ignores an argument it does not declare.
 """
 
 from __future__ import annotations
@@ -67,6 +77,15 @@ from .optable import SAFE_DIV, SAFE_UDIV, Intrinsic, MathFn, op_row
 from .tiling import SHUFFLED_LANE_STEPS
 
 CACHE_LINE_BYTES = 64
+# a kernel whose parallel iteration (or whole body, without a parallel loop) runs more
+# inner iterations than this reads the cancel word inside it (runtime/launch.py's
+# WATCHED_WORK: a run this long on the main thread can be interrupted)...
+POLLED_ROW_WORK = 1 << 20
+# ...once per block of at most this many inner iterations (a few hundred microseconds
+# of costly iterations; one load and branch per block)
+POLL_WORK = 1 << 16
+# the last parameter of a kernel that reads the cancel word: the word's address
+CANCEL_PARAM = "ptr %cancel.word"
 
 
 def mem_type(dt: DType) -> str:
@@ -115,6 +134,13 @@ class _Renderer:
         # flushes subnormal results, so none of these values is subnormal
         self.tile_accs: set[str] = set()
         self.normal_values: set[str] = set()
+        # whether a loop met now may poll the cancel word (inside a long iteration of the
+        # parallel loop, in no loop that polls already), and whether one does
+        self.may_poll = (
+            not any(isinstance(s, Loop) and s.kind == "parallel" for s in kernel.body)
+            and _inner_work(kernel.body) > POLLED_ROW_WORK
+        )
+        self.polls = False
 
     # ---------------------------------------------------------------- helpers
     def emit(self, text: str) -> str:
@@ -287,14 +313,26 @@ class _Renderer:
         self.allocas.append(f"  %{v}.addr = alloca i64")
         start = "%start" if s.kind == "parallel" else "0"
         end = "%end" if s.kind == "parallel" else str(s.extent)
+        may_poll, block = self.may_poll, 0
+        if s.kind == "parallel":
+            self.may_poll = _inner_work(s.body) > POLLED_ROW_WORK
+        elif may_poll:
+            each = _inner_work(s.body)
+            if each <= POLL_WORK < s.extent * each:
+                block, self.may_poll = _poll_block(s.extent, POLL_WORK // each), False
         self.lines.append(f"  store i64 {start}, ptr %{v}.addr")
-        self.lines.append(f"  br label %{v}.cond")
+        if block:
+            end = self.poll_block(v, end, block)
+        else:
+            self.lines.append(f"  br label %{v}.cond")
         self.label(f"{v}.cond")
         self.lines.append(f"  %{v} = load i64, ptr %{v}.addr")
         c = self.emit(f"icmp slt i64 %{v}, {end}")
-        self.lines.append(f"  br i1 {c}, label %{v}.body, label %{v}.exit")
+        after = f"{v}.poll" if block else f"{v}.exit"
+        self.lines.append(f"  br i1 {c}, label %{v}.body, label %{after}")
         self.label(f"{v}.body")
         self.block(s.body)
+        self.may_poll = may_poll
         nxt = self.emit(f"add nsw i64 %{v}, 1")
         self.lines.append(f"  store i64 {nxt}, ptr %{v}.addr")
         hint = ""
@@ -305,6 +343,30 @@ class _Renderer:
             hint = f", !llvm.loop {node}"
         self.lines.append(f"  br label %{v}.cond{hint}")
         self.label(f"{v}.exit")
+
+    def poll_block(self, v: str, end: str, block: int) -> str:
+        """Blocks {v}.poll and {v}.block: before each `block` iterations of loop `v`,
+        leave it once none is left, return (block `cancelled`) once the cancel word is
+        set, else run them; the end of this block's iterations, for {v}.cond."""
+        self.polls = True
+        self.lines.append(f"  br label %{v}.poll")
+        self.label(f"{v}.poll")
+        self.lines.append(f"  %{v}.from = load i64, ptr %{v}.addr")
+        more = self.emit(f"icmp slt i64 %{v}.from, {end}")
+        self.lines.append(f"  br i1 {more}, label %{v}.check, label %{v}.exit")
+        self.label(f"{v}.check")
+        word = self.emit("load atomic i64, ptr %cancel.word monotonic, align 8")
+        stop = self.emit(f"icmp ne i64 {word}, 0")
+        self.lines.append(f"  br i1 {stop}, label %cancelled, label %{v}.block")
+        self.label(f"{v}.block")
+        if int(end) % block:  # the last block is shorter
+            to = self.emit(f"add nsw i64 %{v}.from, {block}")
+            over = self.emit(f"icmp sgt i64 {to}, {end}")
+            self.lines.append(f"  %{v}.to = select i1 {over}, i64 {end}, i64 {to}")
+        else:  # every block as long: LLVM sees a constant trip count, as without polls
+            self.lines.append(f"  %{v}.to = add nsw i64 %{v}.from, {block}")
+        self.lines.append(f"  br label %{v}.cond")
+        return f"%{v}.to"
 
     def stmt_Load(self, s: Load) -> None:
         # a value is loaded as its buffer holds it and named with the load's dtype: they
@@ -979,6 +1041,8 @@ class _Renderer:
         for p in self.k.params:
             attrs = "noalias" if p.output else "noalias readonly"
             params.append(f"ptr {attrs} %{p.name}")
+        if self.polls:
+            params.append(CANCEL_PARAM)
         # "no-builtins": never turn loops into memset/memcpy calls; kernels call nothing
         head = f'define void @{self.symbol}({", ".join(params)}) nounwind "no-builtins" {{'
         # each thread's scratch rows, on its stack (the calling thread's stack, a few KB)
@@ -991,6 +1055,8 @@ class _Renderer:
             entry = entry + self.tile_config()
             leave = ["  call void @llvm.x86.tilerelease()"] + leave
         body = ["entry:"] + entry + ["  br label %top", "top:"] + self.lines + leave
+        if self.polls:  # (cut short: the caller raises instead of reading the outputs)
+            body += ["cancelled:"] + leave
         math_text, math_decls = math_functions(self.math)
         return "\n".join(
             [
@@ -1009,3 +1075,33 @@ class _Renderer:
 def render_llvm(kernel: Kernel, symbol: str) -> str:
     """LLVM IR text of `kernel` as a function named `symbol`."""
     return _Renderer(kernel, symbol).render()
+
+
+def reads_cancel_word(source: str) -> bool:
+    """Whether a kernel rendered by `render_llvm` takes the cancel word's address after
+    its buffers (see the module's docstring)."""
+    return f"{CANCEL_PARAM})" in source
+
+
+def _poll_block(extent: int, most: int) -> int:
+    """Iterations of a loop of `extent` between two reads of the cancel word: at most
+    `most`, a divisor of `extent` where one is at least half of that (the blocks are then
+    all alike, so LLVM sees each one's constant trip count, and a max over 2^25 values
+    was not 25% slower), else `most`.
+
+    >>> _poll_block(524288, 1024), _poll_block(62500000, 512), _poll_block(1000003, 512)
+    (1024, 500, 512)
+    """
+    return next((b for b in range(most, most // 2, -1) if extent % b == 0), most)
+
+
+def _inner_work(body: list) -> int:
+    """Inner iterations one run of `body` takes: its loops' extents multiplied down the
+    nest, summed over siblings (at least 1).
+
+    >>> from fusegrad.ir.symbolic import Var
+    >>> r, t = Var("r", 0, 9), Var("t", 0, 3)
+    >>> _inner_work([Loop(r, 10, [Loop(t, 4, [])]), Loop(t, 4, [])])
+    44
+    """
+    return max(1, sum(s.extent * _inner_work(s.body) for s in body if isinstance(s, Loop)))

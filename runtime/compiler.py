@@ -163,11 +163,88 @@ def _optimized(source: str, opt: int = 3):
 
 
 def _emit(source: str, opt: int) -> tuple[bytes, float]:
-    """`source` compiled to an object file, and the seconds that took."""
+    """`source` compiled to an object file, and the seconds that took.
+
+    On the main thread, LLVM runs on a thread of its own while this one waits in Python
+    (`_Compile`): Python runs its SIGINT handler only between calls into C, and LLVM can
+    take seconds over one large kernel (a chain of 320 transcendental functions: 3 s of
+    O3), so Ctrl-C would wait for it. A program (O0: control flow around calls) compiles
+    in milliseconds and is compiled here."""
+    if opt == 0 or threading.current_thread() is not threading.main_thread():
+        return _emit_here(source, opt)
+    compiling = _compiling.get((source, opt))  # the same kernel, left by a Ctrl-C
+    return (compiling or _Compile(source, opt)).wait()
+
+
+def _emit_here(source: str, opt: int) -> tuple[bytes, float]:
     t0 = time.perf_counter()
     with _optimized(source, opt) as mod:
         obj = _machine(opt).emit_object(mod)
     return obj, time.perf_counter() - t0
+
+
+class _Compile:
+    """`_emit_here(source, opt)` on a thread of its own, which the main thread waits for.
+
+    When the wait raises (KeyboardInterrupt), the compile goes on there, since LLVM
+    cannot be stopped midway: its object file is then saved to the disk cache (a rerun
+    finds it), and an `_emit` of the same source meanwhile waits for it rather than
+    compiling it again. llvmlite lets one call into LLVM run at a time (its lock), so a
+    compile or load started after the interrupt waits for the call under way to end;
+    that wait, in Python, can be interrupted too. Not a daemon thread: the interpreter
+    waits for it at exit rather than unloading LLVM under it."""
+
+    def __init__(self, source: str, opt: int):
+        self.job = (source, opt)
+        self.done = forksafe.Event()
+        self.result: tuple[bytes, float] | None = None
+        self.error: BaseException | None = None
+        self.left = False  # the waiting thread was interrupted: the thread saves the object
+        _compiling[self.job] = self
+        threading.Thread(target=self._run, name="fusegrad-compile").start()
+
+    def _run(self) -> None:
+        try:
+            self.result = _emit_here(*self.job)
+        except BaseException as e:  # raised where it is waited for
+            self.error = e
+        finally:
+            _compiling.pop(self.job, None)
+            self.done.set()
+        if self.left and self.result is not None:  # (only a lost chance if set just after)
+            _save_left(*self.job, self.result[0])
+
+    def wait(self) -> tuple[bytes, float]:
+        try:
+            while not self.done.wait(0.05):  # (a signal another thread took shows here)
+                pass
+        except BaseException:
+            self.left = True
+            raise
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+# (source, level) -> its compile on a thread of its own, while it runs (see `_emit`)
+_compiling: dict[tuple[str, int], _Compile] = {}
+
+
+@forksafe.at_fork
+def _no_compiles_after_fork() -> None:
+    """A forked child has none of those threads: it would wait for them for ever."""
+    _compiling.clear()
+
+
+def _save_left(source: str, opt: int, obj: bytes) -> None:
+    """Save the object file of a compile nobody waits for any more in the disk cache."""
+    key = _key(source, opt)
+    path = _disk_path(key)
+    if path:
+        try:
+            _write_atomic(path, obj + _seal(key, obj))
+        except OSError:  # a read-only cache folder only costs speed
+            pass
 
 
 def _dispose_pass_manager(mpm) -> None:

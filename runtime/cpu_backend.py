@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from ..codegen.llvm import render_llvm
+from ..codegen.llvm import reads_cancel_word, render_llvm
 from ..codegen.lower import kernel_symbol, lower
 from . import autotune, forksafe, item_cache, phases, pool
 from .amx import amx_ready, dpbf16_ready
@@ -344,8 +344,10 @@ def _job(loop, source: str) -> tuple[str, str, int, int]:
     kernels that compute; MOVEMENT_OPT for those that only move values (copies, pads,
     permutes: `flops` 0), whose short peeled loops O3's unroller can take half a second
     over (LeNet's padded 64x16x10^2 input: 563 ms of its first step's 1.56 s of LLVM on a
-    Zen 4, 28 ms at O2, the kernel as fast)."""
-    return source, loop.name, len(loop.params), 3 if loop.flops else MOVEMENT_OPT
+    Zen 4, 28 ms at O2, the kernel as fast). The parameters count the cancel word's
+    address of a kernel that reads it (codegen/llvm.py), after its buffers."""
+    params = len(loop.params) + reads_cancel_word(source)
+    return source, loop.name, params, 3 if loop.flops else MOVEMENT_OPT
 
 
 @functools.lru_cache(maxsize=1)

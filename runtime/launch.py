@@ -176,10 +176,12 @@ class _Pool:
         interruptible: bool = False,
     ) -> bool:
         """Run the function at `address` on `threads` threads, the first this one: over
-        chunks of range(extent) they claim, `least` to `most` iterations each, or once
-        each as fn(t, threads, *ptrs, cancel) when extent is -1 (a program, which is
-        passed the cancel word's address last); False (and nothing run) if another thread
-        is using the workers or the function takes more arguments than the pool passes.
+        chunks of range(extent) they claim, `least` to `most` iterations each, as
+        fn(start, end, *ptrs, cancel), or once each as fn(t, threads, *ptrs, cancel) when
+        extent is -1 (a program); `cancel` is the cancel word's address, which a kernel
+        reads only if it takes it (codegen/llvm.py), and a program always. False (and
+        nothing run) if another thread is using the workers or the function takes more
+        arguments than the pool passes.
         `interruptible`: run on a thread of its own while this one (the main thread)
         waits in Python, so that Ctrl-C cancels the run (see the module's docstring)."""
         program = extent < 0
@@ -191,7 +193,7 @@ class _Pool:
                 self.ensure(helpers)
                 self.place(helpers)
             self.args[: len(ptrs)] = ptrs
-            if program:
+            if len(ptrs) < native.MAX_ARGS:  # (a program always has the room: see above)
                 self.args[len(ptrs)] = self.address + 8 * native.Layout.CANCEL
             job = (address, threads, extent, least, most)
             if interruptible:
@@ -329,17 +331,22 @@ def launch(kernel, extent: int, work: int, ptrs: list[int]) -> None:
     threads = (
         min(config.threads, extent, native.MAX_WORKERS + 1) if runs_parallel(extent, work) else 1
     )
-    long = _interruptible(work) and extent > 1  # (one iteration cannot be cut short)
-    if not long and extent > 1 and _POOL_OK and _ctrl_c.arm(work):
+    # a run can stop early between chunks, and inside an iteration if the kernel reads
+    # the cancel word as it goes (it takes the word's address after its buffers)
+    polls = kernel.nparams > len(ptrs)
+    stops = (extent > 1 or polls) and kernel.nparams <= native.MAX_ARGS
+    long = _interruptible(work) and stops
+    if not long and stops and _POOL_OK and _ctrl_c.arm(work):
         least, most = chunk_least(extent, work), chunk_most(extent, work)
         with _ctrl_c:  # (one thread too: its chunks are claimed, so it can stop)
             if _pool.run(kernel.address, max(threads, 1), extent, ptrs, least, most):
                 return
-        kernel.fn(0, extent, *ptrs)  # the pool was busy: run here, whole
+        _run_whole(kernel, extent, ptrs, polls)  # the pool was busy: run here, whole
         return
     if (
         (threads <= 1 and not long)
         or not _POOL_OK
+        or kernel.nparams > native.MAX_ARGS
         or not _pool.run(
             kernel.address,
             threads,
@@ -350,6 +357,14 @@ def launch(kernel, extent: int, work: int, ptrs: list[int]) -> None:
             long,
         )
     ):
+        _run_whole(kernel, extent, ptrs, polls)
+
+
+def _run_whole(kernel, extent: int, ptrs: list[int], polls: bool) -> None:
+    """Run `kernel` over its whole loop on this thread, never cancelled."""
+    if polls:
+        kernel.fn(0, extent, *ptrs, _NEVER_CANCELLED)
+    else:
         kernel.fn(0, extent, *ptrs)
 
 

@@ -187,10 +187,12 @@ def _step_function(arity: int) -> list[str]:
             f"  %a{k} = load ptr, ptr %a{k}.at",
         ]
     sig = ", ".join(["i64", "i64"] + ["ptr"] * arity)
-    call = f"call void ({sig}) %fn(i64 {{}}, i64 {{}}" + "".join(
+    # every kernel is passed the cancel word's address after its buffers: one that reads
+    # it inside a long iteration takes it (codegen/llvm.py), the others ignore it
+    call = f"call void ({sig}, ptr) %fn(i64 {{}}, i64 {{}}" + "".join(
         f", ptr %a{k}" for k in range(arity)
     )
-    call += ")"
+    call += ", ptr %cancel)"
     return lines + [
         "  %shared = icmp ne i64 %par, 0",
         "  br i1 %shared, label %chunks, label %whole",

@@ -66,7 +66,10 @@ def run_kernel(kernel, inputs: list[np.ndarray]) -> np.ndarray:
     compiled = CpuBackend().compile(kernel)
     out = np.full(kernel.params[0].size, np.nan, np.float32)
     arrays = [out] + [np.ascontiguousarray(x, np.float32).reshape(-1) for x in inputs]
-    compiled.fn(0, kernel.parallel_extent, *[x.ctypes.data for x in arrays])
+    ptrs = [x.ctypes.data for x in arrays]
+    word = np.zeros(1, np.int64)  # the cancel word, never set, for a kernel that reads it
+    ptrs += [word.ctypes.data] * (compiled.nparams - len(ptrs))  # (codegen/llvm.py)
+    compiled.fn(0, kernel.parallel_extent, *ptrs)
     return out
 
 

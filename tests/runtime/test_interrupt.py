@@ -23,9 +23,12 @@ import time
 import numpy as np
 import pytest
 
+import fusegrad as fg
 import fusegrad.runtime.launch as launch_module
+from fusegrad.codegen.llvm import reads_cancel_word
 from fusegrad.runtime import pool as native
 from fusegrad.runtime.compiler import compile_kernel
+from fusegrad.runtime.engine import engine
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="the native pool is Linux-only")
 
@@ -242,10 +245,157 @@ def test_ctrl_c_stops_a_program_of_many_medium_kernels():
             proc.wait()
 
 
-def _child(script: str, threads: str):
+def test_a_kernel_with_long_rows_reads_the_cancel_word_as_it_goes():
+    """A max over 2^22 values has no parallel loop: the claim loop cannot stop it, so it
+    takes the cancel word's address and returns at once when the word is set (its output
+    untouched), computing the max when it is not; a short row reads no word."""
+    values = np.random.default_rng(0).random(1 << 22, dtype=np.float32)
+    assert fg.tensor(values).max().item() == values.max()
+    assert fg.tensor(values[:1024]).max().item() == values[:1024].max()
+    kernels = {
+        s.record.compiled.symbol: s.record.compiled
+        for plan in engine.plans.values()
+        for s in plan.steps
+        if s.record.compiled.symbol.startswith("r_max_scalar")
+    }
+    polls = [k for k in kernels.values() if reads_cancel_word(k.source)]
+    assert len(polls) == 1 and len(kernels) == 2, list(kernels)
+    kernel = polls[0]
+    assert kernel.nparams == 3  # out, in, the cancel word
+    out, word = np.full(1, -7.0, np.float32), np.ones(1, np.int64)
+    kernel.fn(0, 1, out.ctypes.data, values.ctypes.data, word.ctypes.data)
+    assert out[0] == -7.0  # cancelled before its first block
+    word[0] = 0
+    kernel.fn(0, 1, out.ctypes.data, values.ctypes.data, word.ctypes.data)
+    assert out[0] == values.max()
+
+
+LONG_ROWS = textwrap.dedent(
+    """
+    import fusegrad as fg
+    from fusegrad.runtime import cpu_backend, launch, pool as native
+
+    def announced(run, work_at):
+        def call(*args):  # tell the parent when the long kernel starts
+            if args[work_at] > 1 << 38:
+                print("running", flush=True)
+            return run(*args)
+
+        return call
+
+    cpu_backend.launch = announced(cpu_backend.launch, 2)
+    cpu_backend.run_threads = announced(cpu_backend.run_threads, 3)
+
+    # 10^12 random numbers: a sum of 125 x 4 partials of 2 x 10^9 each, kernel by kernel
+    # and then as a native program; a max, one kernel with no parallel loop (hours)
+    for attempt in ("sum", "sum program", "max"):
+        try:
+            x = fg.randn(10**6, 10**6)
+            (x.max() if attempt == "max" else x.sum()).item()
+            print("not interrupted", flush=True)
+        except KeyboardInterrupt:
+            print("interrupted", attempt, flush=True)
+        assert launch._pool.words is None or launch._pool.words[native.Layout.CANCEL] == 0
+        y = fg.tensor([1.0, 2.0, 3.0])
+        assert abs((y - y.sum()).softmax(0).sum().item() - 1.0) < 1e-6
+        assert fg.ones(1 << 22).sum().item() == 1 << 22
+        print("computes", flush=True)
+    print("done", flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_ctrl_c_stops_a_kernel_whose_rows_are_long(threads):
+    """Issue 55.4: `fg.randn(10**6, 10**6).sum()` ran on for 24 s after Ctrl-C (its
+    partials, one per chunk at least, are 8 x 10^9 numbers each), and the max never
+    stopped: such kernels read the cancel word inside their rows (codegen/llvm.py)."""
+    proc, next_line = _child(LONG_ROWS, threads)
+    try:
+        for attempt in ("sum", "sum program", "max"):
+            assert next_line(120) == "running", attempt
+            time.sleep(0.2)
+            sent = time.perf_counter()
+            proc.send_signal(signal.SIGINT)
+            line = next_line(10)
+            waited = time.perf_counter() - sent
+            assert line == f"interrupted {attempt}", line
+            assert waited < 1.0, f"{attempt}: KeyboardInterrupt came {waited:.1f} s after Ctrl-C"
+            assert next_line(60) == "computes"
+        assert next_line(60) == "done"
+        assert proc.wait(60) == 0, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+SLOW_COMPILE = textwrap.dedent(
+    """
+    import threading
+    import numpy as np
+    import fusegrad as fg
+    from fusegrad.runtime import compiler
+
+    emit, said = compiler._emit_here, []
+
+    def announced(source, opt):  # the chain's kernel, on the main thread's compile thread
+        here = threading.current_thread().name == "fusegrad-compile"
+        if "e_sin_log" in source and here and not said:
+            print("compiling", flush=True)
+            said.append(source)
+        return emit(source, opt)
+
+    compiler._emit_here = announced
+
+    def chain(n):
+        # one kernel of 2n transcendental functions: LLVM's O3 takes seconds over 320
+        y = fg.tensor(np.linspace(0.1, 0.9, 1024, dtype=np.float32))
+        for _ in range(n):
+            y = (y.sin() + 1.5).log()
+        return y
+
+    x = fg.tensor([1.0, 2.0, 3.0])
+    assert (x * 2 + 1).tolist() == [3.0, 5.0, 7.0]  # compiled before the long compile
+    try:
+        chain(160).numpy()
+        print("not interrupted", flush=True)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+    assert (x * 2 + 1).tolist() == [3.0, 5.0, 7.0]
+    print("computes", flush=True)
+    """
+)
+
+
+def test_ctrl_c_stops_a_long_compile_of_one_kernel(tmp_path):
+    """Issue 55.4: one large kernel compiled in this process (no forked compilers for a
+    single kernel) held Ctrl-C for as long as LLVM took (seconds): the main thread now
+    waits in Python while LLVM runs on a thread of its own (runtime/compiler.py's
+    `_emit`), and computes right after. (A new kernel's compile would wait for LLVM to
+    finish the chain: the child is not waited for.)"""
+    proc, next_line = _child(SLOW_COMPILE, "2", cache=str(tmp_path))
+    try:
+        assert next_line(60) == "compiling"
+        time.sleep(0.2)
+        sent = time.perf_counter()
+        proc.send_signal(signal.SIGINT)
+        line = next_line(10)
+        waited = time.perf_counter() - sent
+        assert line == "interrupted", line
+        assert waited < 0.5, f"KeyboardInterrupt came {waited:.1f} s after Ctrl-C"
+        assert next_line(10) == "computes"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _child(script: str, threads: str, cache: str | None = None):
     """`script` running in a fresh interpreter with FUSEGRAD_THREADS=`threads`, and a
     function giving its next line of output (or saying none came within the timeout)."""
     env = dict(os.environ, FUSEGRAD_THREADS=threads)
+    if cache is not None:  # (a compile the test needs to happen)
+        env["FUSEGRAD_CACHE"] = cache
     proc = subprocess.Popen(
         [sys.executable, "-c", script],
         stdout=subprocess.PIPE,
