@@ -201,7 +201,7 @@ class _Compile:
         self.error: BaseException | None = None
         self.left = False  # the waiting thread was interrupted: the thread saves the object
         _compiling[self.job] = self
-        threading.Thread(target=self._run, name="fusegrad-compile").start()
+        forksafe.Thread(target=self._run, name="fusegrad-compile").start()
 
     def _run(self) -> None:
         try:
