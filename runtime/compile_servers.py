@@ -45,9 +45,11 @@ _ANSWER = struct.Struct("<dQ")  # seconds, the object's length (all ones: it fai
 _FAILED = (1 << 64) - 1
 _READY = b"r"
 # the helper's program: the parent's import path, so that it imports the same fusegrad
+# (the compiler handed in: it imports this module, not this module it)
 _MAIN = (
     "import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
-    "from fusegrad.runtime.compile_servers import serve; serve()"
+    "from fusegrad.runtime import compiler; "
+    "from fusegrad.runtime.compile_servers import serve; serve(compiler._emit, compiler._machine)"
 )
 
 
@@ -213,13 +215,12 @@ def _forget_helpers() -> None:
     _helpers.clear()
 
 
-def serve() -> None:
+def serve(_emit, _machine) -> None:
     """A helper's loop (the spawned process's program): compile each request read from
-    standard input, answer on standard output, until the input closes."""
+    standard input with `_emit(source, opt)` (`compiler._emit`), answer on standard output,
+    until the input closes. `_machine(3)`: LLVM's target, set up before the first request."""
     requests, answers = os.dup(0), os.dup(1)
     os.dup2(2, 1)  # what anything prints goes to the parent's stderr, not into answers
-    from .compiler import _emit, _machine
-
     _machine(3)  # LLVM's target set up before the first request
     os.write(answers, _READY)
     with os.fdopen(requests, "rb") as inp:

@@ -107,6 +107,14 @@ def own(thread: threading.Thread | None = None) -> threading.Thread:
     return thread
 
 
+def _only_sleeps(thread: threading.Thread) -> bool:
+    """A library's thread that only sleeps and looks at Python objects, which no fork
+    breaks: tqdm's monitor of its progress bars (`tqdm.tqdm.monitor_interval`), started by
+    the first bar a program draws (fusegrad's own, or the user's)."""
+    kind = type(thread)
+    return kind.__name__ == "TMonitor" and kind.__module__.startswith("tqdm")
+
+
 def may_fork() -> bool:
     """Whether this process may fork now without leaving another thread's library
     broken: no thread runs Python (or native code called from Python, such as a numpy
@@ -116,6 +124,7 @@ def may_fork() -> bool:
     seen."""
     # (alive: an ended thread's ident is given to the next one started)
     own = {thread.ident for thread in _threads if thread.is_alive()}
+    own |= {thread.ident for thread in threading.enumerate() if _only_sleeps(thread)}
     me = threading.get_ident()
     return all(ident == me or ident in own for ident in sys._current_frames())
 

@@ -81,6 +81,23 @@ def test_a_users_thread_forbids_forks_and_fusegrads_own_do_not():
         assert not forksafe.may_fork()
 
 
+def test_tqdms_monitor_thread_keeps_the_fork_path():
+    # a progress bar starts tqdm's monitor thread, which lives on after the bar: it only
+    # sleeps, so it leaves the fork path to the compiles (a user's thread does not)
+    import io
+
+    from tqdm import tqdm
+
+    bar = tqdm(total=2, file=io.StringIO(), mininterval=0)
+    try:
+        assert tqdm.monitor is not None and tqdm.monitor.is_alive()
+        assert forksafe.may_fork()
+        with _users_thread():
+            assert not forksafe.may_fork()
+    finally:
+        bar.close()
+
+
 def test_helpers_make_the_same_objects_as_this_process():
     items = _items(8)
     _ready(2)

@@ -76,13 +76,9 @@ def test_chunks_are_capped_so_a_cancel_takes_effect_soon():
     assert launch_module.chunk_most(8, 1 << 40) >= launch_module.chunk_least(8, 1 << 40)
 
 
-CHILD = textwrap.dedent(
+# the children's first lines: they say "running" when their long kernel starts
+ANNOUNCE = textwrap.dedent(
     """
-    import sys, time
-    import numpy as np
-    import fusegrad as fg
-    from fusegrad.runtime import launch, pool as native
-
     from fusegrad.runtime import cpu_backend
 
     def announced(run, work_at):
@@ -95,6 +91,17 @@ CHILD = textwrap.dedent(
 
     cpu_backend.launch = announced(cpu_backend.launch, 2)  # (kernel, extent, work, ptrs)
     cpu_backend.run_threads = announced(cpu_backend.run_threads, 3)  # (..., args, work)
+    """
+)
+
+
+CHILD = ANNOUNCE + textwrap.dedent(
+    """
+    import sys, time
+    import numpy as np
+    import fusegrad as fg
+    from fusegrad.runtime import launch, pool as native
+
 
     def big():
         # 2^19 rows of 2^20 sines summed: about half an hour on two cores, and little memory
@@ -270,21 +277,10 @@ def test_a_kernel_with_long_rows_reads_the_cancel_word_as_it_goes():
     assert out[0] == values.max()
 
 
-LONG_ROWS = textwrap.dedent(
+LONG_ROWS = ANNOUNCE + textwrap.dedent(
     """
     import fusegrad as fg
-    from fusegrad.runtime import cpu_backend, launch, pool as native
-
-    def announced(run, work_at):
-        def call(*args):  # tell the parent when the long kernel starts
-            if args[work_at] > 1 << 38:
-                print("running", flush=True)
-            return run(*args)
-
-        return call
-
-    cpu_backend.launch = announced(cpu_backend.launch, 2)
-    cpu_backend.run_threads = announced(cpu_backend.run_threads, 3)
+    from fusegrad.runtime import launch, pool as native
 
     # 10^12 random numbers: a sum of 125 x 4 partials of 2 x 10^9 each, kernel by kernel
     # and then as a native program; a max, one kernel with no parallel loop (hours)
