@@ -148,6 +148,22 @@ def _finish(node: N.Node, requires_grad: bool) -> Tensor:
     return t.requires_grad_() if requires_grad else t
 
 
+def over_host_array(array: np.ndarray) -> Tensor:
+    """A tensor over `array` itself, not a copy, where the default device is the host
+    (elsewhere a copy there, as `from_numpy`). For an array nothing else holds or writes,
+    in memory `runtime.buffer.aligned_bytes` made (cache-line aligned, as the kernels'
+    buffers are): `fg.load`'s, which so holds one copy of a checkpoint's payload."""
+    device = resolve(None, "from_numpy")
+    if device != HOST or not array.flags.c_contiguous:
+        return from_numpy(array, device=device)
+    try:
+        dt = dtype_of_numpy(array.dtype)
+    except TypeError as e:
+        fail(DTypeError, "from_numpy", str(e))
+    flat = array.reshape(-1)
+    return _finish(N.buffer(Buffer(flat.size, dt, array=flat), array.shape, dt), False)
+
+
 def from_numpy(array: np.ndarray, requires_grad: bool = False, device=None) -> Tensor:
     """A tensor holding a copy of a numpy array (its dtype must be one fusegrad has), on
     `device` (the default device if None: fusegrad copies, so unlike torch.from_numpy the

@@ -35,9 +35,10 @@ import numpy as np
 
 from . import core
 from .checkpoint_files import PLAIN_DTYPES, SerializationError, write_atomically
-from .creation import from_numpy
+from .creation import over_host_array
 from .devices import names_host
 from .errors import DeviceError, FusegradError
+from .runtime.buffer import aligned_bytes
 
 MAGIC = b"FGSAVE01"
 PICKLE_MAGIC = b"FGPICKL1"  # a whole module, pickled (fg.save(model))
@@ -248,7 +249,10 @@ def _read_contents(reader: _Reader) -> tuple[dict, list[np.ndarray]]:
     table = _array_table(header.get("arrays", []), reader.left, name)
     arrays = []
     for dtype, shape in table:
-        out = np.empty(shape, dtype.newbyteorder("<"))
+        # into memory a CPU tensor can keep as it is (a fresh, cache-line aligned buffer's:
+        # `creation.over_host_array`), so the load holds one copy of the payload
+        raw = aligned_bytes(math.prod(shape) * dtype.itemsize)
+        out = raw.view(dtype.newbyteorder("<")).reshape(shape)
         reader.read_into(out)
         arrays.append(out.astype(dtype, copy=False))  # a no-op on little-endian hosts
     return header, arrays
@@ -448,7 +452,7 @@ class _Decoder:
         a = self.arrays[index]
         if how[0] == "tensor":
             try:
-                obj = from_numpy(a)
+                obj = over_host_array(a)
             except FusegradError as e:
                 _bad(name, f"array {index} cannot be a tensor: {e}")
             if how[1] and obj.dtype.is_float:

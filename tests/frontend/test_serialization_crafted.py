@@ -52,13 +52,15 @@ def test_a_tensor_saved_twice_loads_as_one_tensor_as_torch():
 
 
 SHARED = """
-import io, resource, sys
+import io, sys
 import fusegrad as fg
+def peak():  # this process's own high-water mark (ru_maxrss starts at the forking parent's)
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
 raw = open(sys.argv[1], "rb").read()
 fg.load(io.BytesIO(open(sys.argv[2], "rb").read()))  # warm: the first tensor's runtime
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+before = peak()
 back = fg.load(io.BytesIO(raw))
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+after = peak()
 assert len(back) == 3000 and all(t is back[0] for t in back), "not one tensor"
 assert back[0].shape == (262144,) and back[0][-1].item() == 262143.0
 print((after - before) * 1024)
@@ -81,6 +83,38 @@ def test_one_mib_array_named_3000_times_loads_once(tmp_path):
     assert run.returncode == 0, run.stderr.decode()[-2000:]
     grown = int(run.stdout.split()[-1])
     assert grown < 24 << 20, f"loading grew the peak memory by {grown >> 20} MiB"
+
+
+PAYLOAD = """
+import sys
+import fusegrad as fg
+def peak():  # this process's own high-water mark (ru_maxrss starts at the forking parent's)
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
+fg.load(sys.argv[2])  # warm: the first tensor's runtime
+before = peak()
+back = fg.load(sys.argv[1])
+after = peak()
+assert back["big"].shape == (3 << 22,) and back["big"][-1].item() == 7.0
+assert back["small"].shape == (1 << 22,) and back["small"].sum().item() == 1 << 22
+print((after - before) * 1024)
+"""
+
+
+def test_loading_holds_one_copy_of_the_payload(tmp_path):
+    """A 64 MiB checkpoint (tensors of 48 and 16 MiB) loads within its payload and 16 MiB:
+    each array is read into the memory its tensor keeps (it was read, then copied: 112 MiB)."""
+    path, small = tmp_path / "payload.fg", tmp_path / "small.fg"
+    big = np.zeros(3 << 22, np.float32)
+    big[-1] = 7.0
+    fg.save({"big": fg.from_numpy(big), "small": fg.ones(1 << 22)}, path)
+    del big
+    fg.save([fg.ones(2)], small)
+    run = subprocess.run(
+        [sys.executable, "-c", PAYLOAD, str(path), str(small)], capture_output=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr.decode()[-2000:]
+    grown = int(run.stdout.split()[-1])
+    assert grown < (64 + 16) << 20, f"loading 64 MiB grew the peak memory by {grown >> 20} MiB"
 
 
 def test_arrays_overlapping_one_another_are_refused():
