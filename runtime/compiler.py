@@ -169,8 +169,11 @@ def _emit(source: str, opt: int) -> tuple[bytes, float]:
     (`_Compile`): Python runs its SIGINT handler only between calls into C, and LLVM can
     take seconds over one large kernel (a chain of 320 transcendental functions: 3 s of
     O3), so Ctrl-C would wait for it. A program (O0: control flow around calls) compiles
-    in milliseconds and is compiled here."""
-    if opt == 0 or threading.current_thread() is not threading.main_thread():
+    in milliseconds and is compiled here, and so is everything in a forked child of
+    `side_by_side` (its parent kills it at a Ctrl-C; the thread cost a cold sentiment step
+    about 40 ms over its 36 kernels)."""
+    main = threading.current_thread() is threading.main_thread()
+    if opt == 0 or not main or _in_compile_child:
         return _emit_here(source, opt)
     compiling = _compiling.get((source, opt))  # the same kernel, left by a Ctrl-C
     return (compiling or _Compile(source, opt)).wait()
@@ -226,6 +229,8 @@ class _Compile:
         return self.result
 
 
+# a forked child of `side_by_side`: compiles on its main thread (see `_emit`)
+_in_compile_child = False
 # (source, level) -> its compile on a thread of its own, while it runs (see `_emit`)
 _compiling: dict[tuple[str, int], _Compile] = {}
 
@@ -707,6 +712,8 @@ def _fork(body) -> tuple[int, int] | None:
         if pid == 0:  # pragma: no cover - the child; its work is checked by the parent
             status = 1
             try:
+                global _in_compile_child
+                _in_compile_child = True  # (`_emit`: the parent takes the Ctrl-C)
                 os.close(r)
                 # collections leave the parent's objects alone (a full one writes to every
                 # object's header: every page of the heap copied, for a child that lives
