@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fusegrad as fg
+from fusegrad.errors import ArgumentError
 from fusegrad.versions import InplaceError
 
 A = np.arange(60, dtype=np.float64).reshape(3, 4, 5)
@@ -453,3 +454,61 @@ def test_a_basic_write_is_numpys_bits_and_all_with_gradients(index):
     if v.size:  # (an empty write leaves the value without a gradient, as before)
         grad = np.where(np.isnan(v), 0.0, weights[index])
         np.testing.assert_array_equal(vt.grad.numpy(), grad)
+
+
+# ---------------------------------------------------------------- special points of the
+# writes by views and of positions computed in kernels (`Ops.INDEX`: tables past 64K)
+
+LONG = 70_000  # past `creation._SHARED_LIMIT`: argmax's positions are an INDEX node
+
+
+def test_long_argmax_and_argmin_at_ties_signed_zeros_nan_and_the_ends():
+    a = np.zeros(LONG, np.float32)
+    a[10] = -0.0  # equal to +0.0: the first of the ties wins, as in torch
+    assert fg.tensor(a).argmax().item() == 0 and fg.tensor(a).argmin().item() == 0
+    a[-1] = 5.0  # the last element
+    assert fg.tensor(a).argmax().item() == LONG - 1
+    a[0] = -5.0  # the first element
+    assert fg.tensor(a).argmin().item() == 0
+    a[50_000] = a[-2] = np.nan  # NaN is the largest and the smallest: its first place
+    assert fg.tensor(a).argmax().item() == 50_000 and fg.tensor(a).argmin().item() == 50_000
+    ints = np.arange(LONG, dtype=np.int32) % 7  # integer ties
+    assert fg.tensor(ints).argmax().item() == 6 and fg.tensor(ints).argmin().item() == 0
+
+
+def test_long_max_over_a_dim_gives_its_gradient_to_the_index_it_returns():
+    rows = np.stack([np.ones(LONG, np.float32), np.arange(LONG, dtype=np.float32)])
+    x = fg.tensor(rows, requires_grad=True)
+    values, indices = x.max(1)
+    assert values.tolist() == [1.0, LONG - 1.0] and indices.tolist() == [0, LONG - 1]
+    values.sum().backward()
+    want = np.zeros_like(rows)
+    want[0, 0] = want[1, -1] = 1.0  # all of a tie's gradient to the index returned
+    np.testing.assert_array_equal(x.grad.numpy(), want)
+
+
+def test_a_basic_write_into_a_0d_tensor_keeps_the_value_bits_and_gradients():
+    x, v = fg.tensor(3.0, requires_grad=True), fg.tensor(-0.0, requires_grad=True)
+    y = x * 1
+    y[()] = v
+    assert y.numpy().tobytes() == np.float32(-0.0).tobytes()
+    y.backward()
+    assert x.grad.item() == 0.0 and v.grad.item() == 1.0
+    z = fg.tensor(1.0)
+    z[...] = 2.5
+    assert z.shape == () and z.item() == 2.5
+
+
+def test_basic_writes_at_the_ends_into_empty_int_and_bool_tensors():
+    e = fg.zeros(0, 3)
+    e[:, 1] = 5.0  # no place to write
+    assert e.shape == (0, 3)
+    y = fg.zeros(LONG, dtype=fg.int32)  # past 64K, with negative and first places
+    y[-1], y[0] = 7, -1
+    assert (y[-1].item(), y[0].item(), y.sum().item()) == (7, -1, 6)
+    with pytest.raises(ArgumentError, match="overflow"):  # torch: RuntimeError
+        y[1] = 2**40
+    b = fg.zeros(4, dtype=fg.bool)
+    b[1:] = True
+    b[-1] = False
+    assert b.tolist() == [False, True, True, False]
