@@ -200,18 +200,11 @@ def main() -> None:
 
 def time_variant(spec: str, n: int, env: dict, limit: float, base: dict, flops: float) -> None:
     """One variant's row, from a process of its own."""
-    try:
-        run = subprocess.run(
-            [sys.executable, __file__, "--n", str(n), "--child", spec],
-            capture_output=True, text=True, env=env, timeout=limit,
-        )  # fmt: skip
-    except subprocess.TimeoutExpired:
-        print(f"{spec:>13} timed out after {limit:.0f} s", flush=True)
+    from gpu_tiles import run_child
+
+    r = run_child(__file__, n, spec, env, limit)
+    if r is None:
         return
-    if run.returncode != 0:
-        print(f"{spec:>13} failed:\n{run.stderr[-3000:]}", flush=True)
-        return
-    r = json.loads(run.stdout.strip().splitlines()[-1])
     s, cs = r["sgemm"], r["conv"]
     of_blas = f"{base['sgemm'] / s:9.2f}" if base else f"{'-':>9}"
     of_dnn = f"{base['conv'] / cs:8.2f}" if base else f"{'-':>8}"

@@ -93,6 +93,23 @@ class _WallEvent:
         return (end.t - self.t) * 1e3
 
 
+def run_child(script: str, n: int, spec: str, env: dict, limit: float) -> dict | None:
+    """What `script --n N --child SPEC` prints last (JSON), run in a process of its own for
+    at most `limit` seconds; None, and the reason printed, where it failed or ran out."""
+    try:
+        run = subprocess.run(
+            [sys.executable, script, "--n", str(n), "--child", spec],
+            capture_output=True, text=True, env=env, timeout=limit,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        print(f"{spec:>16} timed out after {limit:.0f} s", flush=True)
+        return None
+    if run.returncode != 0:
+        print(f"{spec:>16} failed:\n{run.stderr[-3000:]}", flush=True)
+        return None
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
 def one_shape(shape: tuple[int, ...], n: int) -> dict:
     """Run in the child: the shape's errors and kernel seconds, per type."""
     import numpy as np
@@ -172,14 +189,9 @@ def main() -> None:
     limit = float(os.environ.get("FG_TILE_TIMEOUT", 600))  # seconds a shape may take
     for shape in shapes:
         spec = ",".join(map(str, shape))
-        run = subprocess.run(
-            [sys.executable, __file__, "--n", str(args.n), "--child", spec],
-            capture_output=True, text=True, env=env, timeout=limit,
-        )  # fmt: skip
-        if run.returncode != 0:
-            print(f"{spec:>16} failed:\n{run.stderr[-3000:]}")
+        r = run_child(__file__, args.n, spec, env, limit)
+        if r is None:
             continue
-        r = json.loads(run.stdout.strip().splitlines()[-1])
         cells = []
         for name in DTYPES:
             s, errors = r[name]["seconds"], r[name]["errors"]

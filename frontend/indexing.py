@@ -419,8 +419,7 @@ def _put_basic(x, index, values):
     (of the shape `x[index]` has), by views alone: `values` and a mask of its places are
     padded out to x's shape (a step spreads an axis: each value, then step - 1 zeros), and
     `where(mask, placed, x)` is one elementwise kernel over x. Nothing of x's size is
-    stored but the result (positions and a scatter's sums and counts were 16 bytes an
-    element: a write of one element into `zeros(2**26)` peaked at 1.5 GB).
+    stored but the result (a scatter stores x's positions, sums and counts).
 
     >>> import fusegrad as fg
     >>> x = fg.zeros(2, 5)

@@ -170,8 +170,7 @@ def _emit(source: str, opt: int) -> tuple[bytes, float]:
     take seconds over one large kernel (a chain of 320 transcendental functions: 3 s of
     O3), so Ctrl-C would wait for it. A program (O0: control flow around calls) compiles
     in milliseconds and is compiled here, and so is everything in a forked child of
-    `side_by_side` (its parent kills it at a Ctrl-C; the thread cost a cold sentiment step
-    about 40 ms over its 36 kernels)."""
+    `side_by_side` (its parent kills it at a Ctrl-C)."""
     main = threading.current_thread() is threading.main_thread()
     if opt == 0 or not main or _in_compile_child:
         return _emit_here(source, opt)
@@ -215,7 +214,7 @@ class _Compile:
             _compiling.pop(self.job, None)
             self.done.set()
         if self.left and self.result is not None:  # (only a lost chance if set just after)
-            _save_left(*self.job, self.result[0])
+            _save_object(*self.job, self.result[0], warn=False)  # (a thread: no warning)
 
     def wait(self) -> tuple[bytes, float]:
         try:
@@ -241,15 +240,23 @@ def _no_compiles_after_fork() -> None:
     _compiling.clear()
 
 
-def _save_left(source: str, opt: int, obj: bytes) -> None:
-    """Save the object file of a compile nobody waits for any more in the disk cache."""
+def _save_object(source: str, opt: int, obj: bytes, warn: bool = True) -> None:
+    """Save `source`'s object file in the disk cache, if there is one. A folder that cannot
+    be written only costs speed: said once (`warn`), the kernels in it still read."""
     key = _key(source, opt)
     path = _disk_path(key)
-    if path:
-        try:
-            _write_atomic(path, obj + _seal(key, obj))
-        except OSError:  # a read-only cache folder only costs speed
-            pass
+    if not path:
+        return
+    try:
+        _write_atomic(path, obj + _seal(key, obj))
+    except OSError as e:
+        if warn:
+            warn_unusable_folder(
+                "FUSEGRAD_CACHE",
+                config.cache,
+                e,
+                "kernels compiled now are not saved (those in it are still read)",
+            )
 
 
 def _dispose_pass_manager(mpm) -> None:
@@ -484,18 +491,7 @@ def compile_kernels(
         for symbol, indices in todo.items():
             obj, seconds = made_for[symbol] if symbol in made_for else next(compiled)
             source, symbol, nparams, opt = jobs[indices[0]]
-            key = _key(source, opt)
-            path = _disk_path(key)
-            if path:
-                try:
-                    _write_atomic(path, obj + _seal(key, obj))
-                except OSError as e:  # a read-only cache folder only costs speed
-                    warn_unusable_folder(
-                        "FUSEGRAD_CACHE",
-                        config.cache,
-                        e,
-                        "kernels compiled now are not saved (those in it are still read)",
-                    )
+            _save_object(source, opt, obj)
             stats["compiled"] += 1
             t0 = time.perf_counter()
             library = _library_for_load()
