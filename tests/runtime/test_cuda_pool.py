@@ -7,7 +7,7 @@ drop a tensor: PyCUDA's own pool needs a current context there and ends the proc
 without one); every CUDA call runs with the context pushed and leaves it popped (PyCUDA
 aborts when a thread ends with a context pushed); out of memory, the held blocks go
 back to CUDA and the allocation is tried again. The same backend ran the suite on an
-H100 (benchmarks/README.md).
+H100 (benchmarks/HISTORY.md).
 """
 
 from __future__ import annotations
