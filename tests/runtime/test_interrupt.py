@@ -301,17 +301,7 @@ def test_ctrl_c_stops_a_kernel_whose_rows_are_long(threads):
     partials, one per chunk at least, are 8 x 10^9 numbers each), and the max never
     stopped: such kernels read the cancel word inside their rows (codegen/llvm.py)."""
     proc, next_line = _child(LONG_ROWS, threads)
-    try:
-        for attempt in ("sum", "sum program", "max"):
-            assert next_line(120) == "running", attempt
-            _ctrl_c(proc, next_line, 0.2, f"interrupted {attempt}", 1.0, 10)
-            assert next_line(60) == "computes"
-        assert next_line(60) == "done"
-        assert proc.wait(60) == 0, proc.stderr.read()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    _interrupt_each(proc, next_line, ("sum", "sum program", "max"), 0.2, 1.0)
 
 
 SLOW_COMPILE = textwrap.dedent(
@@ -408,11 +398,16 @@ def _child(script: str, threads: str, cache: str | None = None):
 
 
 def _interrupt_both_ways(proc, next_line, settle: float, within: float) -> None:
-    """Ctrl-C the child's slow kernel, run kernel by kernel and then as a native program:
-    each time KeyboardInterrupt comes `within` seconds and the engine computes after."""
+    """Ctrl-C the child's slow kernel, run kernel by kernel and then as a native program."""
+    _interrupt_each(proc, next_line, ("kernel by kernel", "native program"), settle, within)
+
+
+def _interrupt_each(proc, next_line, attempts, settle: float, within: float) -> None:
+    """Ctrl-C each of the child's `attempts` (it says "running" as each starts): each time
+    KeyboardInterrupt comes within `within` seconds, and the engine computes after."""
     try:
-        for attempt in ("kernel by kernel", "native program"):
-            assert next_line(120) == "running"
+        for attempt in attempts:
+            assert next_line(120) == "running", attempt
             _ctrl_c(proc, next_line, settle, f"interrupted {attempt}", within, 10)
             assert next_line(60) == "computes"
         assert next_line(60) == "done"
