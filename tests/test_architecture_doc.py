@@ -1,4 +1,6 @@
-"""docs/ARCHITECTURE.md's list of IR primitives is ir/ops.py's, group by group."""
+"""docs/ARCHITECTURE.md's list of IR primitives is ir/ops.py's, group by group; it links a
+page for each pipeline stage (docs/pipeline/), and every page it links exists, as does every
+source file the architecture pages name."""
 
 from __future__ import annotations
 
@@ -7,7 +9,9 @@ from pathlib import Path
 
 from fusegrad.ir.ops import ELEMENTWISE, LEAF, MATH, MOVEMENT, REDUCE, Ops
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "ARCHITECTURE.md"
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "ARCHITECTURE.md"
+STAGES = ROOT / "docs" / "pipeline"
 
 # the doc's bullet label -> the ops its bullet must name
 GROUPS = {
@@ -60,3 +64,46 @@ def test_a_primitive_left_out_is_named():
     text = DOC.read_text().replace(" ERFC`", "`", 1)
     named = set().union(*documented_groups(text).values())
     assert {op.name for op in Ops} - {"MACRO"} - named == {"ERFC"}
+
+
+def linked_pages(path: Path) -> set[Path]:
+    """The local .md files `path` links to (anchors dropped), resolved from its folder."""
+    links = re.findall(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)", path.read_text())
+    return {(path.parent / link).resolve() for link in links if "://" not in link}
+
+
+def test_each_pipeline_stage_page_is_linked_and_links_back():
+    pages = sorted(STAGES.glob("*.md"))
+    assert len(pages) >= 7, "graph, autodiff, schedule, lowering, rendering, compiling, runtime"
+    assert set(pages) <= linked_pages(DOC), "ARCHITECTURE.md must link each stage page"
+    for page in pages:
+        assert DOC.resolve() in linked_pages(page), f"{page.name} must link ARCHITECTURE.md"
+
+
+def test_every_linked_page_exists():
+    for page in [DOC, *STAGES.glob("*.md")]:
+        missing = sorted(str(p) for p in linked_pages(page) if not p.exists())
+        assert not missing, f"{page.name} links pages that do not exist: {missing}"
+
+
+def named_sources(text: str) -> set[str]:
+    """The repository paths of the `folder/file.py` (or .h, .c) names the text writes in backticks."""
+    names = set()
+    for quoted in re.findall(r"`([^`]+)`", text):
+        names |= set(re.findall(r"\b(?:frontend|ir|codegen|runtime|nn|datasets|benchmarks|tests|scripts|examples)/[\w/]+\.(?:py|h|c)\b", quoted))
+    return names
+
+
+def test_every_named_source_file_exists():
+    pages = [DOC, *STAGES.glob("*.md")]
+    named = set().union(*(named_sources(p.read_text()) for p in pages))
+    assert len(named) > 20
+    missing = sorted(n for n in named if not (ROOT / n).exists())
+    assert not missing, f"the architecture pages name files that do not exist: {missing}"
+
+
+def test_a_wrong_link_or_file_is_found(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("[a](no_such.md) and [b](page.md#x), `codegen/no_such.py` and `ir/ops.py`")
+    assert {p.name for p in linked_pages(page)} == {"no_such.md", "page.md"}
+    assert named_sources(page.read_text()) == {"codegen/no_such.py", "ir/ops.py"}
