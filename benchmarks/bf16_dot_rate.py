@@ -13,7 +13,7 @@ Each rate is printed over wall time and over the thread's CPU time: on a machine
 with other processes the first drops (by up to 3x on this project's 2-core machine) while the
 second stays the instruction's rate (`tdpbf16ps` here: about 3.3 TFLOP/s of CPU time).
 
-It decides issue 30's question, which instruction a bfloat16 contraction should use: a
+It answers which instruction a bfloat16 contraction should use: a
 bfloat16 kernel beats the float32 one only on an instruction whose GFLOP/s here is above
 the FMA's. Each round times every instruction once (the order rotating); the table has the
 medians and each one's rate over the FMA's, paired round by round. Nothing is run that the

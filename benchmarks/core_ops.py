@@ -1129,7 +1129,7 @@ def print_row_floor(rows: list[Case]) -> None:
 
 def print_sgemm_ratio(fp32: Case, *bf16s: Case) -> None:
     """Each bfloat16 matmul's rate over the float32 one's, per system, round by round (all
-    were timed in one alternation): issue 30's target is fusegrad's at 1.6 or more."""
+    were timed in one alternation): the target is fusegrad's at 1.6 or more."""
     for bf16 in bf16s:
         print(f"\n{bf16.name} over {fp32.name}, rate ratio round by round (above 1: bf16 faster):")
         for name in (FUSEGRAD, TORCH):

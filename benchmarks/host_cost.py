@@ -26,7 +26,7 @@ counts waiting for a core) and in wall time:
 - both steps again through a stand-in driver that captures CUDA graphs (as a driver
   module with stream capture would): once a step's buffers settle, one graph launch.
 
-Targets (issue 28): at most 5 us per launch, at most 0.3 ms per cached LeNet step.
+Targets: at most 5 us per launch, at most 0.3 ms per cached LeNet step.
 
 Before and after, paired:  .venv/bin/python benchmarks/host_cost.py --against REF [--pairs 5]
 runs this benchmark alternately on fusegrad at git REF (extracted into a temporary folder)
@@ -116,8 +116,8 @@ def chain_cases(driver: StubDriver):
 
 def row_op_cases() -> dict:
     """gpu.py's memory-bound ops as whole calls (graph building, plan lookup, launches,
-    the result's buffer), on small inputs: their host cost, which on an H100 was 60-330 us
-    a call over the kernel's time (a layer norm's the most)."""
+    the result's buffer), on small inputs: their host cost over the kernel's time (a layer norm's
+    the most)."""
     F = fg.nn.functional
     rng = np.random.default_rng(0)
     a = fg.tensor(rng.standard_normal((64, 1024)).astype(np.float32), device="cuda").realize()

@@ -185,15 +185,12 @@ def trial_loads(lw, src, out_exprs, k_expr) -> tuple[Load, Load] | None:
 # one reduction step in program order: tiles 4-7 are loads, 0-3 the products into them. Each
 # operand is loaded just before its first product, so the first product waits for two loads,
 # not four (the tiles are not renamed: a load waits for the last step's products reading its
-# tile). In a loop from L1, 1212 GFLOP/s against 1035 with the four loads first (one
-# thread; `tdpbf16ps` alone: about 3300; benchmarks/bf16_dot_rate.py); in the kernel at
-# 2048^3, 1-6% (CPU time, paired, loaded machine)
+# tile), so the products start while later loads are in flight
 LOADS_AND_PRODUCTS = (4, 6, 0, 7, 1, 5, 2, 3)
 L2_PANEL_BYTES = 1 << 20  # the packed B columns one group of N blocks keeps in L2
 # the rows of A one reduction chunk of an M block keeps in L1: 16 KiB, so that the chunk's
 # copy (`stage`, `_Chunks`) and the 16 KiB of B one block's chunk streams past it fit L1
-# (2048^3, one thread, with the copy: 1157 GFLOP/s at 16 KiB, 1135 at 8, 935 at 32; one
-# process each, each paired with the kernel before the copy, which was 922-967 at all three)
+# (a larger chunk spills the copy out of L1; a smaller one pays more loop overhead)
 L1_CHUNK_BYTES = 16 << 10
 GROUP_MAX = 8  # N blocks per group at most
 

@@ -524,8 +524,8 @@ HALF_MIN_BLOCKS = 1  # blocks per multiprocessor nvcc must leave registers for (
 # an MN-major wgmma operand's two descriptor offsets the other way round (a check on a GPU)
 WGMMA_MN_SWAPPED = False
 # the wgmma pipeline's steps copied by the Tensor Memory Accelerator where the sides allow
-# (`tma_maps`), else by every thread's cp.async: 655 TFLOP/s bf16 against 370 on an H200
-# (4096^3, session 29). Its kernels launch through `runtime/tensor_map.py`'s ParamsLaunch
+# (`tma_maps`), else by every thread's cp.async (slower: every thread computes addresses).
+# Its kernels launch through `runtime/tensor_map.py`'s ParamsLaunch
 WGMMA_TMA = True
 # wgmma groups a warpgroup leaves running when it goes on to the next step: 1 (the tensor
 # cores never wait for the barrier; steps staged WGMMA_STAGES - 2 ahead) or 0 (staged one
@@ -997,9 +997,9 @@ class _Renderer:
         warpgroups each own 64 of the tile's 128 a-side rows and all 256 b-side columns, a
         64 x 256 fp32 accumulator (128 registers a thread). Steps are staged in
         `WGMMA_STAGES` buffers laid out as `wgmma` reads them (`wgmma_offset`): by every
-        thread's `cp.async` (`copy_steps`), or, where `WGMMA_TMA` is on (it is off: its
-        launches failed on an H200) and the sides have tensor maps and the buffers are 16-byte
-        aligned, by the Tensor Memory Accelerator (`tma_steps`). Each step
+        thread's `cp.async` (`copy_steps`), or, where `WGMMA_TMA` is on and the sides have
+        tensor maps and the buffers are 16-byte aligned, by the Tensor Memory Accelerator
+        (`tma_steps`). Each step
         is four m64n256k16 products (`wgmma_products`), left running while the next is
         prepared; each lane then runs the epilogue of the outputs it holds."""
         red, kc, d = c.red, c.kc, 3
@@ -1677,9 +1677,8 @@ class _Renderer:
 def lane_sums(red: Reduction) -> bool:
     """Whether a vectorized float sum keeps one accumulator per lane of its 16-byte groups
     (combined as (l0 + l1) + (l2 + l3) after the loop): four chains of additions a quarter
-    as long, so a long row's rounding error is about a quarter (the mean of 20,000,000
-    tenths was 1.5e-6 off on an H100 with one) and the adds overlap. Only for a plain sum
-    (an online softmax's statistics and maxima keep one)."""
+    as long, so a long row's rounding error is about a quarter and the adds overlap. Only
+    for a plain sum (an online softmax's statistics and maxima keep one)."""
     updates = [s for s in red.body if isinstance(s, AccUpdate)]
     return (
         red.online is None and red.op is Ops.ADD and red.init.dtype.is_float

@@ -1,6 +1,6 @@
 """A bfloat16 contraction on `vdpbf16ps` register tiles, where the host has AVX512-BF16 and
-no AMX (an AMD Zen 4/5: there `vdpbf16ps` runs at about 1.8 times the FMA's GFLOP/s,
-`benchmarks/bf16_dot_rate.py`; on an Intel Xeon it is half the FMA's, and AMX is used).
+no AMX (an AMD Zen 4/5, where `vdpbf16ps` outruns the FMA; `benchmarks/bf16_dot_rate.py` measures
+which instruction is faster on a host; on an Intel Xeon AMX is used).
 
 The operands are what the frontend makes for AMX tiles (`frontend/reduce.py`, `_product`):
 A read in place with K adjacent (or copied into 16 x 32 tiles, whose rows keep K adjacent
@@ -10,8 +10,8 @@ float32 accumulators the products of those 16 columns with one pair of A's row, 
 (a[i, 2p], a[i, 2p + 1]). A register tile is 8 rows x 32 columns, 16 accumulators (of the
 32 vector registers, beside B's two and the broadcasts), so each step of a pair is two
 loads of B, eight broadcasts of A (`vbroadcastss`, each used twice) and 16 `vdpbf16ps`
-(4 rows x 64 columns, four loads of B and four broadcasts, ran about 10% slower at
-2048^3 on a Zen 5: B's loads come from L2, A's from L1); the loops are
+(not 4 rows x 64 columns, four loads of B and four broadcasts: B's loads come from L2,
+A's from L1); the loops are
 
     parallel for ng in 0..N/(32G):  for om in 0..M/32:  for i, h in 0..2:
                                                    (one group: M's blocks om the parallel loop)
@@ -25,8 +25,8 @@ loads of B, eight broadcasts of A (`vbroadcastss`, each used twice) and 16 `vdpb
 
 An 8-row block of A (8 rows of K: 32 KiB at K = 2048) is read by the group's G blocks of
 B, each of whose panels (K x 32 bfloat16, 128 KiB at K = 2048) is read by every row
-block: `n_group_size` keeps the group's panels within half of L2 (at 2048^3 on a Zen 5,
-groups of 2 or 4 blocks ran about 7% faster than groups of 8, whose 1 MiB fills L2).
+block: `n_group_size` keeps the group's panels within half of L2 (a group that fills L2 evicts
+its own panels).
 
 Products are exact and sums float32, each product added to the accumulator and rounded
 alone, the pair's second product (the odd index of K) before its first; `vdpbf16ps` treats subnormal

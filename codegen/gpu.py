@@ -407,9 +407,8 @@ MMA = 16  # a TF32 WMMA fragment is 16 x 16 outputs, 8 reduction steps (m16n16k8
 HALF_MMA = ("float16", "bfloat16")
 HALF_TILE_K = 32
 # a large 16-bit contraction's (ra, rb, kc): 128 x 256 outputs, 64 steps staged at a time, in
-# 2 buffers of 48 KiB (benchmarks/gpu_tiles.py's sweep on an H200: 0.32 of cuBLAS, against
-# 0.23 for 128 x 128 x 32 in 3 buffers), where the device gives a block that much; on
-# Hopper its wgmma pipeline in 4 (`wgmma_tile`: 0.83 bf16, 0.86 fp16 on an H200, staged by TMA)
+# 2 buffers of 48 KiB (the fastest of benchmarks/gpu_tiles.py's shapes), where the device
+# gives a block that much; on Hopper its wgmma pipeline in 4 (`wgmma_tile`, staged by TMA)
 HALF_TILE = (8, 16, 64)
 HALF_SHARED = 96 * 1024  # the most shared memory a 16-bit contraction's staging takes
 # Hopper's warpgroup tensor cores (`wgmma.mma_async`, sm_90a): a `HALF_TILE` contraction whose
@@ -566,8 +565,8 @@ def _vector_side(
     output loop ("m"), every other part a multiple of the lanes of 16 bytes (4, or 8 16-bit
     values) and that loop's extent too: groups of 16 bytes, all in or all out. (A
     convolution's weights, contiguous along its flat reduction over input channels and
-    kernel taps, measured slower as 16-byte copies on an H100: their decomposition's
-    registers cost the kernel a block per multiprocessor.)"""
+    kernel taps, are not: their decomposition's registers would cost the kernel a block
+    per multiprocessor.)"""
     if len(stmts) != 1 or len(exports) != 1 or len(loops) != 1 or len(red.loops) != 1:
         return None
     (s,) = stmts

@@ -481,9 +481,8 @@ class _Renderer:
         step-th, where the lane's own mask is set), then a shuffle of those W lanes.
         Nothing is read past lane W - 1's element, nor for a masked lane, so the last row of
         a buffer reads nothing beyond it. On AVX-512 the load is s vector loads (the one
-        over the tail masked) and the shuffle one `vpermt2ps` per pair of registers: for a
-        3x3 convolution at stride 2 read in place, a gather of 16 lanes ran at 0.09 of the
-        sgemm's GFLOP/s."""
+        over the tail masked) and the shuffle one `vpermt2ps` per pair of registers: a gather
+        of 16 lanes instead runs at a small fraction of a contraction's rate."""
         p, mt, dt, w = s.param, mem_type(s.param.dtype), s.param.dtype, self.width
         wide, vt = step * w, f"<{step * w} x {mt}>"
         base = self.index(s.index.substitute({self.vec_var: lin(0)}))

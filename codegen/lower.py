@@ -870,8 +870,7 @@ class _Lowerer:
     def _lane_cascade(self, red: Node, coords, guard, unrolled, t: Var, slot, acc, level) -> None:
         """`gen_cascade` for a tile of rows: each unit adds one vector of `lanes` consecutive
         elements of every row of the tile, so each thread streams several rows at once
-        (two memory streams keep more loads in flight than one: a 4096^2 row sum's kernel
-        went from 3.53 to 3.35 ms on 2 threads). Each row's sum is the same tree as
+        (two memory streams keep more loads in flight than one). Each row's sum is the same tree as
         `gen_cascade` builds for it.
 
             acc1[128] = 0
@@ -1342,8 +1341,8 @@ def _rows_merged(item: ScheduleItem, out_groups, red_groups, lowered_with) -> li
     """The output groups with the innermost two merged, where the innermost's vectors
     would be ragged and the merged group's are not, and the register tile then takes its
     lanes along the merged group: a convolution's rows of 56 pixels are 3.5 vectors of 16
-    lanes (an eighth of every multiply-add masked off, and on Zen 5 a half-empty 512-bit
-    FMA costs a full one), where 56 x 56 pixels are 196. Its windows then read each
+    lanes (an eighth of every multiply-add masked off, and where FMA units are 512 bits wide a
+    half-empty one costs a full one), where 56 x 56 pixels are 196. Its windows then read each
     vector as at most two contiguous runs (`split_lanes`, `LLVMRenderer.split_load`).
     None where that does not hold (the window reads of another layout would gather)."""
     if len(out_groups) < 2 or not wide_registers():
@@ -1371,13 +1370,10 @@ def _rows_merged(item: ScheduleItem, out_groups, red_groups, lowered_with) -> li
 
 # Lanes along a sum over merged rows (`_sum_rows_merged`): 16, not the 32 an exact sum of
 # 3136 would take, so the weight gradient's grid keeps 3 x 4 rows of one register each
-# (with 32 lanes it fits 3 x 2, and loads 10 registers for every 12 multiply-adds). The
-# weight gradient of 64x32x56^2 -> 64 3x3, kernel alone on Zen 5: 21.3 ms unmerged
-# (16 lanes, the last of each row masked), 25.7 merged at 32 lanes, 18.6-18.8 at 16.
+# (with 32 lanes it fits 3 x 2, and loads 10 registers for every 12 multiply-adds).
 SUM_MERGED_LANES = 16
 # ... and its grid up to 24 registers of accumulators (3 kernel columns x 8 output channels,
-# 11 loads for 24 multiply-adds): 18.0-18.3 -> 17.1-17.5 ms for that weight gradient. (Before
-# the rows were merged, 8 channels measured no faster than 4: 21.7 against 21.2 ms.)
+# 11 loads for 24 multiply-adds): more chains per load, within the registers.
 SUM_MERGED_GRID = 384
 
 
@@ -1547,17 +1543,13 @@ SHORT_REDUCTION = 16
 TILE_ROWS = 4
 # With 32 vector registers (AVX-512) a tile may hold twice the accumulator registers: 8 rows
 # of one 16-lane register, or a 4 x 4 grid of lane rows (16 registers). More independent
-# multiply-add chains keep both FMA ports busy, and each loaded vector serves more rows:
-# the MLP's 784-wide layers, timed alternately in one process on one thread, went from
-# 246 to 202 us (forward x @ W.T) and 476 to 427 us (weight gradient fused with SGD).
+# multiply-add chains keep both FMA ports busy, and each loaded vector serves more rows.
 WIDE_TILE_ROWS = 8
 WIDE_GRID_ACCUMULATORS = 256
 # ... and a grid of rows of two registers each (32 float32 lanes along a long sum) up to 24
 # registers: the 1-D weight gradient 32x128x1024 -> 128 (k3) takes 3 taps x 4 output
-# channels, 14 loads for 24 multiply-adds, not 3 x 2 (10 for 12): kernel alone on Zen 5
-# 10.5-12.2 -> 7.9-8.1 ms (400 GFLOP/s, its sgemm's rate), one thread 19.0-23.1 -> 15.4-16.5.
-# (Rows of one 16-lane register keep 16: the sentiment CNN's 5 x 2 grids over short sums
-# measured slower as 5 x 4.)
+# channels, 14 loads for 24 multiply-adds, not 3 x 2 (10 for 12). (Rows of one 16-lane
+# register keep 16: short sums, as the sentiment CNN's 5 x 2 grids, do not gain from more.)
 WIDE_PAIR_GRID_ACCUMULATORS = 384
 WIDE_VECTOR_BYTES = 64  # one AVX-512 register
 
@@ -1570,12 +1562,8 @@ def wide_registers() -> bool:
 # Where AVX-512's multiply-adds run on full 512-bit units (Intel's server cores: two per
 # cycle, four cycles deep, so eight independent chains keep them busy, and one 16-lane load
 # of B must feed more rows to keep up), a tile of two 16-lane registers per row takes 8 rows
-# (16 accumulators) instead of 4. Measured on a Sapphire-Rapids-class Xeon (2 threads,
-# kernel alone, alternating): sgemm 2048^3 in 32-column panels 71 -> 49 ms, numpy 45-51 ms.
-# AMD's Zen 4 splits each into two 256-bit halves, and its 4-row tile was tuned there: kept.
-# Zen 5 (LLVM's `znver5`) has full 512-bit units: there the fixed 2048^3 sgemm went from
-# 415-420 GFLOP/s with 4 rows to 463-464 with 8 (FUSEGRAD_AUTOTUNE=0, 2 threads; the
-# autotuner, where it runs, picks 8 rows there too).
+# (16 accumulators) instead of 4. AMD's Zen 4 splits each into two 256-bit halves and keeps
+# the 4-row tile; Zen 5 (LLVM's `znver5`) has full 512-bit units and takes 8 rows.
 FULL_WIDTH_TILE_ROWS = 8
 
 
@@ -1593,10 +1581,10 @@ MIN_OUTER_TILES = 4  # a tile loop with fewer iterations does not become the par
 # Column tiles whose panels are an image's (`Tile.panels`, `_Lowerer._loop_order`) go inside
 # the images' loop where it has at least this many iterations, or as many as the column
 # tiles: the stride-2 convolution 32x64x56^2 -> 128 over 28-pixel rows walked its 7 column
-# tiles outermost, each for all 32 images, and read every image's windows again in each of
-# the 7 (its tile loop is unrolled by the rows' period); images outermost, then the column
-# tiles, then the output channels' tiles: the forward's kernel alone 12.2-12.9 -> 11.0-11.3
-# ms on Zen 5. (16: the parallel loop keeps iterations enough for a 16-thread host.)
+# tiles outermost, each for all 32 images, would read every image's windows again in each
+# of the 7 (its tile loop is unrolled by the rows' period); so images outermost, then the
+# column tiles, then the output channels' tiles. (16: the parallel loop keeps iterations
+# enough for a 16-thread host.)
 PANELS_OUTER_TILES = 16
 
 
@@ -1813,9 +1801,7 @@ def choose_tile(
 # the output pixels) takes a grid of 8 output channels (rows sharing each shuffled window)
 # by its whole kernel width (up to 3: rows sharing each gradient vector). A shuffle runs on
 # one of the two FMA ports, so the more rows share it the better, up to the registers:
-# 8 x 3 accumulators and 3 windows. Measured (3x3 at stride 2, 32x64x56^2 -> 128, weight
-# gradient alone, alternating with the sgemm of its implicit GEMM, noisy load): 8 x 3
-# 0.78-0.97 of the sgemm's GFLOP/s, 8 x 2 (input channels) 0.76, 3 x 4 0.59, 4 x 4 0.56.
+# 8 x 3 accumulators and 3 windows.
 SHUFFLED_GRID_ROWS = 8
 SHUFFLED_GRID_ROWS2 = 3
 
@@ -1875,11 +1861,8 @@ class TuningSpace:
 TUNE_ROWS = (4, 8, 12, 16)  # the row counts an autotuner times (those that divide the axis)
 # ... and the grids of 16-lane vectors, rows x rows2 along a second axis (`grid_axis`):
 # 2 vectors loaded for 8 or 12 broadcasts, 16 or 24 multiply-adds, where rows alone load
-# 1 vector for 8 or 16 broadcasts. Measured on Zen 5 (calls, alternating processes): the
-# stride-2 convolution's input gradient (its four phase correlations, K = 128-512)
-# 17.0-17.3 -> 15.9-16.9 ms with 8 x 2 images, conv_transpose2d 32x128x16^2 -> 64 4x4 s2
-# forward 7.4-7.5 -> 6.6 ms; a stride-1 input gradient measured slower (18.3 -> 18.9-19.0):
-# a candidate, timed, not a fixed choice.
+# 1 vector for 8 or 16 broadcasts. Faster for some convolutions and slower for others, so a
+# candidate, timed, not a fixed choice.
 TUNE_GRIDS = ((8, 2), (12, 2), (4, 4))
 # multiply-adds below which a kernel is not tuned: its time is mostly not its tile's, and
 # compiling its candidates would slow a small model's first step (the MLP's: 0.24 s)
@@ -2049,9 +2032,8 @@ def _outermost(loads, every_load, out_vars, extents, steps: dict[int, int]) -> i
 
 
 # From RAGGED_16_FROM (codegen/tiling.py) an output axis of 8 (mod 16) takes masked 16-lane
-# vectors on AVX-512: the convolution of 64x32x56x56 by 64 3x3 filters, timed alternately
-# with the sgemm of its implicit GEMM (200704x288 @ 288x64), went from 0.65-0.71 of the
-# sgemm's GFLOP/s to 0.80-0.86. LeNet's 24-pixel rows keep 8-lane vectors.
+# vectors on AVX-512 (twice the FLOPs per multiply-add for 8/7 of the lanes). LeNet's
+# 24-pixel rows keep 8-lane vectors.
 
 
 def _vector_width(n: int, ragged_ok: bool, along_sum: bool = False) -> int | None:
@@ -2068,10 +2050,8 @@ def _vector_width(n: int, ragged_ok: bool, along_sum: bool = False) -> int | Non
     time instead of 8 (twice the FLOPs per instruction for 8/7 of the lanes). So do lanes
     along such a sum: a weight gradient's, whose lanes run along the summed pixels (masked
     loads read zeros past the row, so the last vector's products add nothing). On a core
-    with 512-bit FMA units (AMD Zen 5) an 8-lane FMA costs what a 16-lane one does: the 3x3
-    weight gradient of 64x32x56^2 -> 64 (kernel alone, autotuner off) went from 37 ms to
-    27-31 ms. A depthwise weight gradient's tile is `peeled` (codegen/peel.py), its ragged
-    vector an iteration of its own.
+    with 512-bit FMA units an 8-lane FMA costs what a 16-lane one does. A depthwise weight
+    gradient's tile is `peeled` (codegen/peel.py), its ragged vector an iteration of its own.
     """
     exact = next((c for c in TILE_COLS if n % c == 0), None)
     if exact == 8 and ragged_ok and n >= RAGGED_16_FROM and wide_registers():

@@ -24,8 +24,8 @@ SHUFFLED_LANE_STEPS = (2, 3, 4)
 RAGGED_16_FROM = 40
 # ... and from this width such rows merge where the tile's vectors would be ragged: 56 and
 # 40 (16 lanes a vector from RAGGED_16_FROM) and 28, a stride-2 convolution's output rows
-# over 56 pixels (16 + 12 lanes unmerged, 49 whole vectors merged: that forward on Zen 5,
-# kernel alone, 14.7-15.6 -> 12.4-12.7 ms). Between 24 and 40 only 28 has a short period.
+# over 56 pixels (16 + 12 lanes unmerged, 49 whole vectors merged). Between 24 and 40 only
+# 28 has a short period.
 ROWS_MERGE_FROM = 24
 
 

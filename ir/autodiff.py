@@ -251,7 +251,7 @@ def wants_gradient(n: Node) -> bool:
     """Whether the passes being built on this thread need `n`'s gradient: False where an
     enclosing pass holds `n` in its graph but no node it differentiates for lies below it
     (a network's input batch, a frozen weight), so a rule may leave that gradient None
-    and not build it (a convolution's input gradient: about 0.4 ms of Python a call). A
+    and not build it (a convolution's input gradient). A
     macro's own pass wants every source; the pass around it says which it really needs."""
     for _, _, in_graph, live in getattr(_passes, "stack", ()):
         if id(n) in in_graph and id(n) not in live:
@@ -346,9 +346,8 @@ def _propagate(root, grads, targets, stop, order, live, in_graph) -> list[Node |
                 # a broadcast read by several nodes (hash-consing makes a weight's expand
                 # in every time step of a recurrent layer one node) sums each gradient to
                 # its source's shape at once: added at the broadcast's shape first, an
-                # LSTM's 50 steps' (batch, 4H, H) products were added in chains of kernels
-                # storing that shape (groups of 2, 4 or 8 steps summed first measured
-                # slower too: LSTM jit step 9.4 -> 10.5, 11.5, 13.2 ms)
+                # LSTM's (batch, 4H, H) products would be added in chains of kernels
+                # storing that shape
                 base = src.srcs[0]
                 if id(base) in live and src not in GRAD_HOOKS:
                     src, gs = base, _sum_to(gs, base.shape)

@@ -35,11 +35,9 @@ Shape = tuple[int, ...]
 # other object can have their ids).
 #
 # An entry goes when its node dies: its reference's callback removes it (`_gone`, C code
-# but for one call). Entries once lingered until the table had doubled and was swept,
-# and a training step's dead entries (a key tuple and a reference a node) then outlived
-# the step: the garbage collector's second generation filled with them, and its full
-# collections (a walk of every object of the program, 100 ms in a program that imports
-# PyTorch) came every hundred steps of a small model.
+# but for one call), so a training step's dead entries (a key tuple and a reference a node)
+# never outlive the step: left until a sweep, they would fill the garbage collector's second
+# generation, whose full collections walk every object of the program.
 _CACHE: dict[tuple, weakref.ref] = {}
 
 

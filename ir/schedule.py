@@ -76,9 +76,8 @@ MAX_KERNEL_OPS = 500  # elementwise ops inlined into one kernel before a value i
 # where the sum has fewer than AT_SOURCE_MIN_OUTPUTS outputs, on a backend whose kernels are
 # parallel over their outputs only (the CPU's: not `splits_reductions`, as the GPU's): the
 # sum's loops run on about one thread (a tile of rows holds them all), and the value would
-# be computed there too. LeNet's first convolution's bias gradient (6 outputs) took its
-# max-pool backward (64x6x28x28) that way: 1.6-2.3 ms on one thread of a ~5 ms step,
-# against 0.31 ms on two in a kernel of its own plus 0.03 ms for the sum (Zen 4).
+# be computed there too (LeNet's first convolution's bias gradient, 6 outputs, over its
+# max-pool backward of 64x6x28x28: a kernel of its own shares that among the threads).
 AT_SOURCE_MIN_OUTPUTS = 16
 AT_SOURCE_SHARED_ELEMENTS = 1 << 14
 COST_CAP = 10 * STORE_COST

@@ -57,7 +57,9 @@ def public(module, keep) -> list[str]:
     outside fusegrad (lr_scheduler's `Counter`)."""
     names = getattr(module, "__all__", None) or [n for n in dir(module) if not n.startswith("_")]
     objs = {n: getattr(module, n, None) for n in names if not n.startswith("_")}
-    ours = {n for n, o in objs.items() if getattr(o, "__module__", "fusegrad").startswith("fusegrad")}
+    ours = {
+        n for n, o in objs.items() if getattr(o, "__module__", "fusegrad").startswith("fusegrad")
+    }
     return [n for n in ours if keep(objs[n])]
 
 
@@ -120,6 +122,7 @@ def test_short_forms_stand_for_their_names():
     assert {"Conv1d", "Conv2d", "Conv3d", "zeros"} <= names
     assert undocumented("`Conv1d/2d`, `*_like`", ["Conv2d", "ones_like", "Conv3d"]) == ["Conv3d"]
     assert undocumented("`a ** b`, `fg.Tensor(*sizes)`", ["zeros"]) == ["zeros"]
-    assert dotted_names("`fg.linalg.norm(x)` and `F.pad`, not fg.zeros") == {"fg.linalg.norm", "F.pad"}
+    found = dotted_names("`fg.linalg.norm(x)` and `F.pad`, not fg.zeros")
+    assert found == {"fg.linalg.norm", "F.pad"}
     assert documented("```\nx = 1\n```\n`fg.zeros`")[0] == {"fg", "zeros"}
     assert not resolves("fg.linalg.no_such_norm")

@@ -87,10 +87,11 @@ def test_every_linked_page_exists():
 
 
 def named_sources(text: str) -> set[str]:
-    """The repository paths of the `folder/file.py` (or .h, .c) names the text writes in backticks."""
+    """The repository paths `folder/file.py` (or .h, .c) the text writes in backticks."""
+    folders = "frontend|ir|codegen|runtime|nn|datasets|benchmarks|tests|scripts|examples"
     names = set()
     for quoted in re.findall(r"`([^`]+)`", text):
-        names |= set(re.findall(r"\b(?:frontend|ir|codegen|runtime|nn|datasets|benchmarks|tests|scripts|examples)/[\w/]+\.(?:py|h|c)\b", quoted))
+        names |= set(re.findall(rf"\b(?:{folders})/[\w/]+\.(?:py|h|c)\b", quoted))
     return names
 
 
