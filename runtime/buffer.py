@@ -11,6 +11,12 @@ which nothing asks for again. So a size is pooled only once it has been allocate
 anew twice (a loop's second step; the first 4 x `POOL_SIZES` such sizes are
 remembered), and the pool is bounded twice: at most `POOL_LIMIT_BYTES` in all and at
 most `POOL_SIZES` distinct sizes, what was least recently freed dropped first.
+
+What the program stops asking for goes back to the system: a pooled array that stays
+unused for `POOL_DECAY_S` seconds is freed by a thread of the pool's own (as jemalloc
+decays its dirty pages), so memory is not kept once the tensors are gone and the
+program has moved on, while a loop whose steps come faster than that reuses its
+buffers. `clear_pool()` gives everything back at once.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import mmap
 import os
 import sys
+import time
 from collections import OrderedDict
 
 import numpy as np
@@ -45,9 +52,14 @@ def _pool_limit() -> int:
 
 POOL_LIMIT_BYTES = _pool_limit()
 POOL_SIZES = 128  # distinct sizes kept, least recently freed dropped first
-# bytes -> free (raw array, address, the typed array last made of it, or None), the size
+# seconds a pooled array may stay unused before it is freed: longer keeps memory a program
+# no longer needs; shorter makes a loop whose steps take longer first-touch its buffers
+# anew each step (about 7 ms for 64 MiB, small beside such a step)
+POOL_DECAY_S = 2.0
+# bytes -> free (raw array, address, the typed array last made of it or None, when it was
+# freed by `time.monotonic()`), the size least recently freed first, each size's list
 # least recently freed first
-_pool: OrderedDict[int, list[tuple[np.ndarray, int, np.ndarray | None]]] = OrderedDict()
+_pool: OrderedDict[int, list[tuple[np.ndarray, int, np.ndarray | None, float]]] = OrderedDict()
 _pooled_bytes = 0
 # bytes -> how many times an array of that size was allocated anew (the pool had none)
 _misses: dict[int, int] = {}
@@ -117,7 +129,7 @@ class Buffer:
             if sys.getrefcount(raw) > 3:
                 return
             # its typed array goes with it, unless someone made it read-only
-            _give(raw.nbytes, (raw, self.ptr, a if a.flags.writeable else None))
+            _give(raw.nbytes, (raw, self.ptr, a if a.flags.writeable else None, time.monotonic()))
 
     def __repr__(self) -> str:
         return f"<Buffer {self.size} x {self.dtype.name}>"
@@ -133,7 +145,7 @@ def take_scratch(nbytes: int) -> tuple[np.ndarray, int, None]:
 def give_scratch(scratch: tuple[np.ndarray, int, None]) -> None:
     """Return `take_scratch` memory to the pool once the program that used it has run."""
     with _lock:
-        _give(scratch[0].nbytes, scratch)
+        _give(scratch[0].nbytes, (*scratch, time.monotonic()))
 
 
 def _give(nbytes: int, entry: tuple) -> None:
@@ -149,6 +161,8 @@ def _give(nbytes: int, entry: tuple) -> None:
     else:
         free.append(entry)
         _pool.move_to_end(nbytes)
+    if not _pooled_bytes:
+        _pool_filled.set()  # the trimming thread watches the pool while it holds memory
     _pooled_bytes += nbytes
     while len(_pool) > POOL_SIZES:
         size, dropped = _pool.popitem(last=False)
@@ -195,10 +209,12 @@ def _take(nbytes: int) -> tuple[np.ndarray, int, np.ndarray | None]:
             entry = free.pop()
             if not free:  # sizes in the pool are sizes with memory to give
                 del _pool[nbytes]
-            return entry
+            return entry[:3]
         if len(_misses) >= 4 * POOL_SIZES:  # bounded: the sizes seen once are forgotten
             _forget_one_off_sizes()
         _misses[nbytes] = _misses.get(nbytes, 0) + 1
+        if not _trimmer:  # a size is pooled once allocated twice: the thread is there by then
+            _start_trimmer()
     raw = aligned_bytes(nbytes)
     return raw, raw.ctypes.data, None
 
@@ -234,7 +250,66 @@ def _forget_one_off_sizes() -> None:
 
 
 def clear_pool() -> None:
+    """Free every pooled array now (the memory of tensors still alive stays theirs)."""
     global _pooled_bytes
+    with _lock:
+        _pool.clear()
+        _misses.clear()
+        _pooled_bytes = 0
+
+
+def trim_pool(now: float | None = None) -> int:
+    """Free the pooled arrays unused for `POOL_DECAY_S` seconds (by `now`, a
+    `time.monotonic()` reading); the bytes freed. The trimming thread calls it."""
+    global _pooled_bytes
+    cutoff = (time.monotonic() if now is None else now) - POOL_DECAY_S
+    freed = 0
+    with _lock:
+        for size in list(_pool):
+            free = _pool[size]
+            stale = 0
+            while stale < len(free) and free[stale][3] <= cutoff:
+                stale += 1
+            if stale:
+                del free[:stale]
+                freed += size * stale
+                if not free:
+                    del _pool[size]
+        _pooled_bytes -= freed
+    return freed
+
+
+_trimmer: list = []  # the trimming thread of this process, once started
+_pool_filled = forksafe.Event()  # set while the pool may hold memory
+
+
+def _start_trimmer() -> None:
+    """Start the trimming thread (under `_lock`, on an allocation: never from a finalizer,
+    which may run while the interpreter shuts down, when no new thread can start)."""
+    thread = forksafe.Thread(target=_trim_forever, name="fusegrad-pool-trim", daemon=True)
+    _trimmer.append(thread)
+    thread.start()
+
+
+def _trim_forever() -> None:
+    """Sleep while the pool is empty; while it holds memory, free what has decayed every
+    half `POOL_DECAY_S`."""
+    while True:
+        _pool_filled.wait()
+        time.sleep(POOL_DECAY_S / 2)
+        trim_pool()
+        with _lock:
+            if not _pooled_bytes:
+                _pool_filled.clear()
+
+
+@forksafe.at_fork
+def _no_trimmer_in_child() -> None:
+    """A forked child has no trimming thread (only the forking thread survives a fork), so
+    it starts with an empty pool (the parent's pooled arrays are the parent's to reuse)
+    and its first allocation starts a thread of its own."""
+    global _pooled_bytes
+    _trimmer.clear()
     _pool.clear()
-    _misses.clear()
     _pooled_bytes = 0
+    _pool_filled.clear()

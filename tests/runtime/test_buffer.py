@@ -3,6 +3,7 @@ when the dtype matches, and never while anything outside still reads it."""
 
 from __future__ import annotations
 
+import time
 import weakref
 
 import numpy as np
@@ -80,3 +81,40 @@ def test_a_loop_s_size_stays_pooled_when_the_table_of_one_off_sizes_fills():
         again = B.Buffer(1000, float32)
         assert again.array is array(), n
         del again
+
+
+def test_pooled_memory_unused_for_the_decay_time_is_freed():
+    B.clear_pool()
+    a = _second_allocation(4096, float32)
+    kept = _second_allocation(1024, float32)
+    del a
+    assert B._pooled_bytes == 4096 * 4
+    now = B._pool[4096 * 4][0][3]
+    assert B.trim_pool(now + B.POOL_DECAY_S / 2) == 0  # not yet decayed: kept for reuse
+    del kept  # freed later: decays later
+    assert B.trim_pool(now + B.POOL_DECAY_S) == 4096 * 4
+    assert list(B._pool) == [1024 * 4] and B._pooled_bytes == 1024 * 4
+    assert B.trim_pool(time.monotonic() + 3600) == 1024 * 4
+    assert not B._pool and B._pooled_bytes == 0
+    b = B.Buffer(4096, float32)  # a size that earned its place keeps it after a trim
+    del b
+    assert B._pooled_bytes == 4096 * 4
+
+
+def test_the_pool_s_thread_frees_what_the_program_stopped_using(monkeypatch):
+    # the thread wakes every half decay time while the pool holds memory, and sleeps
+    # otherwise; a short decay time here so the test waits little
+    B.clear_pool()
+    monkeypatch.setattr(B, "POOL_DECAY_S", 0.05)
+    a = _second_allocation(1 << 16, float32)
+    del a
+    assert B._pooled_bytes == 4 << 16
+    deadline = time.monotonic() + 30
+    while B._pooled_bytes and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert B._pooled_bytes == 0 and not B._pool
+    assert B._trimmer and B._trimmer[0].is_alive() and B._trimmer[0].daemon
+    deadline = time.monotonic() + 30
+    while B._pool_filled.is_set() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not B._pool_filled.is_set()  # asleep until the pool holds memory again
