@@ -196,6 +196,20 @@ class Tensor(*MIXINS):
         return _device.of(self.node.device).type == "cuda"  # torch's: one type, by name
 
     @property
+    def is_cpu(self) -> bool:
+        return _device.of(self.node.device).type == "cpu"
+
+    @property
+    def is_xpu(self) -> bool:
+        """False: fusegrad has no Intel GPU device (torch's `is_xpu`, read by device checks)."""
+        return False
+
+    @property
+    def is_mps(self) -> bool:
+        """False: fusegrad has no Apple GPU device (torch's `is_mps`, read by device checks)."""
+        return False
+
+    @property
     def is_leaf(self) -> bool:
         return self._is_leaf
 
