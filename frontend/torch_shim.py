@@ -87,6 +87,7 @@ EXTRA_NAMES: dict[str, dict[str, str]] = {
 NOT_TORCH: frozenset[str] = frozenset({"torch.jit"})
 
 DOC = "docs/TORCH_SCRIPTS.md"
+_ABSENT = object()
 
 
 class TorchGapError(AttributeError):
@@ -123,10 +124,11 @@ class TorchModule(types.ModuleType):
         if extra is not None:
             return _resolve(extra)
         if torch_name not in NOT_TORCH:
-            try:
-                return getattr(target, name)
-            except AttributeError:
-                pass
+            value = getattr(target, name, _ABSENT)
+            # a module of fusegrad's that the table does not map (fusegrad.profiler) is
+            # fusegrad's own, not torch's of that name
+            if value is not _ABSENT and not isinstance(value, types.ModuleType):
+                return value
         if name.startswith("__") and name.endswith("__"):  # Python's own probes
             raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
         raise TorchGapError(shim.gap(torch_name, target, name), name=name, obj=self)

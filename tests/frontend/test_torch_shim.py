@@ -223,7 +223,14 @@ def test_missing_names_raise_subclasses_and_are_recorded(shim):
         from torch.nn import NoSuchLayer  # noqa: F401
     with pytest.raises(AttributeError, match="means something else"):
         torch.jit.script  # noqa: B018  (fusegrad.jit is not torch.jit)
-    assert shim.missing == ["torch.nn.Bilinear", "torch.fx", "torch.nn.NoSuchLayer", "torch.jit"]
+    assert not hasattr(torch, "profiler")  # fusegrad.profiler is not torch.profiler
+    assert shim.missing == [
+        "torch.nn.Bilinear",
+        "torch.fx",
+        "torch.nn.NoSuchLayer",
+        "torch.jit",
+        "torch.profiler",
+    ]
     assert "  torch.fx" in torch_shim.summary(shim.missing).splitlines()
 
 
