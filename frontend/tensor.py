@@ -197,7 +197,8 @@ class Tensor(*MIXINS):
 
     @property
     def is_cpu(self) -> bool:
-        return _device.of(self.node.device).type == "cpu"
+        """Whether the value is on the host, fusegrad's cpu device (torch's `is_cpu`)."""
+        return _device.is_host(self.node.device)
 
     @property
     def is_xpu(self) -> bool:
