@@ -66,7 +66,7 @@ def _mixed_devices(op, a: str, b: str):
 _ir_hooks.mixed_devices = _mixed_devices
 import builtins as _builtins  # noqa: E402
 
-from . import amp, backends, cuda, linalg, special, testing  # noqa: E402
+from . import accelerator, amp, backends, cuda, linalg, special, testing  # noqa: E402
 from . import function as _function  # noqa: E402, F401  (puts Function into fg.autograd)
 from . import tensor as _tensor  # noqa: E402  (the module before creation's fg.tensor())
 from .autocast import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: E402

@@ -56,3 +56,17 @@ class _Cudnn:
 
 
 cudnn = _Cudnn()
+
+
+class _Mps:
+    """`fg.backends.mps` (torch.backends.mps): fusegrad has no Apple GPU device, so
+    device checks such as `torch.backends.mps.is_available()` say False."""
+
+    def is_available(self) -> bool:
+        return False
+
+    def is_built(self) -> bool:
+        return False
+
+
+mps = _Mps()

@@ -7,6 +7,7 @@ True
 
 from __future__ import annotations
 
+from . import cuda_amp as amp  # noqa: F401  (fg.cuda.amp: torch.cuda.amp's spellings)
 from .creation import manual_seed as seed_all_devices
 from .runtime.backend import get_backend
 

@@ -196,6 +196,21 @@ class Tensor(*MIXINS):
         return _device.of(self.node.device).type == "cuda"  # torch's: one type, by name
 
     @property
+    def is_cpu(self) -> bool:
+        """Whether the value is on the host, fusegrad's cpu device (torch's `is_cpu`)."""
+        return _device.is_host(self.node.device)
+
+    @property
+    def is_xpu(self) -> bool:
+        """False: fusegrad has no Intel GPU device (torch's `is_xpu`, read by device checks)."""
+        return False
+
+    @property
+    def is_mps(self) -> bool:
+        """False: fusegrad has no Apple GPU device (torch's `is_mps`, read by device checks)."""
+        return False
+
+    @property
     def is_leaf(self) -> bool:
         return self._is_leaf
 

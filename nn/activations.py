@@ -31,7 +31,7 @@ from ..nnapi import (
     where,
 )
 from ..nnapi import with_grad as _with_grad
-from .module import Module, Parameter
+from .module import Module, Parameter, place
 
 # ---------------------------------------------------------------- private numerics
 
@@ -488,10 +488,11 @@ class PReLU(Module):
     """x for x > 0, else a * x with a learned slope `a` (one, or one per channel of axis 1),
     initialised to `init`, as torch's."""
 
-    def __init__(self, num_parameters: int = 1, init: float = 0.25):
+    def __init__(self, num_parameters: int = 1, init: float = 0.25, device=None, dtype=None):
         super().__init__()
         self.num_parameters = num_parameters
         self.weight = Parameter(full((num_parameters,), float(init)))
+        place(self, device, dtype)
 
     def forward(self, input):
         return prelu(input, self.weight)

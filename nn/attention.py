@@ -28,8 +28,8 @@ from ..nnapi import (
 )
 from . import init
 from .dense import dropout, linear
-from .layers import Linear
-from .module import Module, placeholder_parameter
+from .layers import NonDynamicallyQuantizableLinear
+from .module import Module, place, placeholder_parameter
 
 
 def _causal_mask(lq: int, lk: int) -> Tensor:
@@ -126,6 +126,7 @@ class MultiheadAttention(Module):
         kdim: int | None = None,
         vdim: int | None = None,
         batch_first: bool = False,
+        device=None,
         dtype=None,
     ):
         super().__init__()
@@ -158,8 +159,9 @@ class MultiheadAttention(Module):
             self.in_proj_bias = placeholder_parameter(3 * embed_dim, dtype=dtype)
         else:
             self.register_parameter("in_proj_bias", None)
-        self.out_proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dtype)
+        self.out_proj = NonDynamicallyQuantizableLinear(embed_dim, embed_dim, bias, dtype=dtype)
         self._reset_parameters()
+        place(self, device)
 
     def _reset_parameters(self) -> None:
         """As torch: xavier_uniform_ projections, zero biases."""

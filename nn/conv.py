@@ -55,7 +55,7 @@ from .correlate import (
     transposed_by_phases,
     window_reads,
 )
-from .module import Module, placeholder_parameter
+from .module import Module, place, placeholder_parameter
 from .padding import pad
 
 
@@ -708,6 +708,7 @@ class ConvNd(Module):
         groups: int = 1,
         bias: bool = True,
         padding_mode: str = "zeros",
+        device=None,
         dtype=None,
     ):
         super().__init__()
@@ -748,6 +749,7 @@ class ConvNd(Module):
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()
+        place(self, device)
 
     def reset_parameters(self) -> None:
         """As torch: kaiming_uniform(a=sqrt(5)) weights, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) bias."""

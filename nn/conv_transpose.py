@@ -29,7 +29,7 @@ from ..nnapi import (
 from . import init
 from .conv import conv_vjp, convnd, gather_pays
 from .correlate import correlate, dilate, int_tuple, transposed_by_phases
-from .module import Module, placeholder_parameter
+from .module import Module, place, placeholder_parameter
 
 
 def conv_transposend(
@@ -161,10 +161,15 @@ class ConvTransposeNd(Module):
         groups: int = 1,
         bias: bool = True,
         dilation=1,
+        padding_mode: str = "zeros",
+        device=None,
         dtype=None,
     ):
         super().__init__()
         name = f"ConvTranspose{self.n}d"
+        if padding_mode != "zeros":
+            raise ValueError(f'Only "zeros" padding mode is supported for {type(self).__name__}')
+        self.padding_mode = padding_mode
         if in_channels % groups or out_channels % groups:
             fail(
                 ShapeError,
@@ -186,6 +191,7 @@ class ConvTransposeNd(Module):
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()
+        place(self, device)
 
     def reset_parameters(self) -> None:
         """As torch: fan_in is weight.shape[1] * kernel size (out_channels / groups * k)."""

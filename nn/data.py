@@ -23,7 +23,14 @@ import numpy as np
 
 from ..nnapi import Tensor, distributed, from_numpy, host_rng, randperm
 from .data_workers import WorkerInfo, WorkerIterator, WorkerPool, get_worker_info
-from .samplers import BatchSampler, RandomSampler, Sampler, SequentialSampler, SubsetRandomSampler
+from .samplers import (
+    BatchSampler,
+    RandomSampler,
+    Sampler,
+    SequentialSampler,
+    SubsetRandomSampler,
+    WeightedRandomSampler,
+)
 
 __all__ = [
     "BatchSampler",
@@ -38,6 +45,7 @@ __all__ = [
     "Subset",
     "SubsetRandomSampler",
     "TensorDataset",
+    "WeightedRandomSampler",
     "WorkerInfo",
     "default_collate",
     "get_worker_info",

@@ -20,7 +20,7 @@ from ..nnapi import (
     guard,
 )
 from . import activations, dense, init, loss_functions
-from .module import Module, Parameter, placeholder_parameter
+from .module import Module, Parameter, place, placeholder_parameter
 
 
 class Identity(Module):
@@ -40,7 +40,9 @@ class Linear(Module):
     U(-1/sqrt(in), 1/sqrt(in)), and b by U(-1/sqrt(in), 1/sqrt(in)).
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, dtype=None):
+    def __init__(
+        self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None
+    ):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         self.weight = placeholder_parameter(out_features, in_features, dtype=dtype)
@@ -49,6 +51,7 @@ class Linear(Module):
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()
+        place(self, device)
 
     def reset_parameters(self) -> None:
         init.torch_default_(self.weight, self.bias, self.in_features)
@@ -61,6 +64,11 @@ class Linear(Module):
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"bias={self.bias is not None}"
         )
+
+
+class NonDynamicallyQuantizableLinear(Linear):
+    """`MultiheadAttention.out_proj`'s class, as torch's (`torch.nn.modules.linear`): a
+    Linear that torch's quantization leaves alone; here a Linear and nothing more."""
 
 
 class ReLU(Module):
@@ -184,6 +192,7 @@ class Embedding(Module):
         sparse: bool = False,
         _weight=None,
         _freeze: bool = False,
+        device=None,
         dtype=None,
     ):
         super().__init__()
@@ -200,10 +209,11 @@ class Embedding(Module):
             self.weight = placeholder_parameter(num_embeddings, embedding_dim, dtype=dtype)
             self.weight.requires_grad = not _freeze
             self.reset_parameters()
+            place(self, device)
         else:
             if tuple(_weight.shape) != (num_embeddings, embedding_dim):
                 raise ValueError("Shape of weight does not match num_embeddings and embedding_dim")
-            self.weight = Parameter(_weight, requires_grad=not _freeze)
+            self.weight = Parameter(_weight, requires_grad=not _freeze)  # as it is, as torch
 
     def reset_parameters(self) -> None:
         init.normal_(self.weight)

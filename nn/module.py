@@ -111,6 +111,20 @@ def placeholder_parameter(*shape: int, dtype=None) -> Parameter:
     return Parameter(from_numpy(np.zeros(shape, dtype=dt.np)))
 
 
+def place(module: Module, device=None, dtype=None) -> None:
+    """torch's factory keywords of a layer, `device=` and `dtype=`: move the new layer's
+    parameters and buffers to `device` and cast the floating ones to `dtype` (nothing
+    when both are None). A bad device or dtype raises here, at the layer's line.
+
+    >>> import fusegrad as fg
+    >>> from fusegrad import nn
+    >>> nn.LayerNorm(3, dtype=fg.float64).weight.dtype
+    fusegrad.float64
+    """
+    if device is not None or dtype is not None:
+        module.to(device=device, dtype=dtype)
+
+
 class RemovableHandle:
     """What `register_forward_hook` returns: `remove()` takes the hook off (also on leaving
     a `with` block)."""

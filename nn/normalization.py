@@ -40,7 +40,7 @@ from ..nnapi import (
     zeros,
 )
 from ..nnapi import realize as _realize
-from .module import Module, Parameter
+from .module import Module, Parameter, place
 
 
 def _normalized(x: Tensor, axes: tuple[int, ...], eps: float) -> Tensor:
@@ -347,6 +347,8 @@ class LayerNorm(Module):
         eps: float = 1e-5,
         elementwise_affine: bool = True,
         bias: bool = True,
+        device=None,
+        dtype=None,
     ):
         super().__init__()
         self.normalized_shape = _shape_of(normalized_shape)
@@ -360,6 +362,7 @@ class LayerNorm(Module):
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
+        place(self, device, dtype)
 
     def forward(self, input):
         return layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -375,7 +378,14 @@ class RMSNorm(Module):
     """Root-mean-square normalization over the last axes `normalized_shape`, with a learned
     scale (`weight`, ones), as torch.nn.RMSNorm (eps None: `rms_norm`'s default)."""
 
-    def __init__(self, normalized_shape, eps: float | None = None, elementwise_affine: bool = True):
+    def __init__(
+        self,
+        normalized_shape,
+        eps: float | None = None,
+        elementwise_affine: bool = True,
+        device=None,
+        dtype=None,
+    ):
         super().__init__()
         self.normalized_shape = _shape_of(normalized_shape)
         self.eps, self.elementwise_affine = eps, elementwise_affine
@@ -383,6 +393,7 @@ class RMSNorm(Module):
             self.weight = _param(*self.normalized_shape, value=1.0)
         else:
             self.register_parameter("weight", None)
+        place(self, device, dtype)
 
     def forward(self, input):
         return rms_norm(input, self.normalized_shape, self.weight, self.eps)
@@ -396,7 +407,15 @@ class RMSNorm(Module):
 class GroupNorm(Module):
     """Normalize channel groups of each sample, as torch.nn.GroupNorm."""
 
-    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True):
+    def __init__(
+        self,
+        num_groups: int,
+        num_channels: int,
+        eps: float = 1e-5,
+        affine: bool = True,
+        device=None,
+        dtype=None,
+    ):
         super().__init__()
         if num_channels % num_groups:
             raise ValueError("num_channels must be divisible by num_groups")
@@ -412,6 +431,7 @@ class GroupNorm(Module):
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
+        place(self, device, dtype)
 
     def forward(self, input):
         return group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
@@ -430,6 +450,8 @@ class _BatchNorm(Module):
         momentum: float | None = 0.1,
         affine: bool = True,
         track_running_stats: bool = True,
+        device=None,
+        dtype=None,
         *,
         bias: bool = True,
     ):
@@ -453,6 +475,7 @@ class _BatchNorm(Module):
             self.register_buffer("running_mean", None)
             self.register_buffer("running_var", None)
             self.register_buffer("num_batches_tracked", None)
+        place(self, device, dtype)
 
     def reset_running_stats(self) -> None:
         if self.track_running_stats:
@@ -523,10 +546,14 @@ class _InstanceNorm(_BatchNorm):
         momentum: float | None = 0.1,
         affine: bool = False,
         track_running_stats: bool = False,
+        device=None,
+        dtype=None,
         *,
         bias: bool = True,
     ):
-        super().__init__(num_features, eps, momentum, affine, track_running_stats, bias=bias)
+        super().__init__(
+            num_features, eps, momentum, affine, track_running_stats, device, dtype, bias=bias
+        )
 
     def forward(self, input):
         n = self.unbatched_dims

@@ -1,4 +1,5 @@
-"""`fusegrad.optim`: SGD, Adam and AdamW with PyTorch's exact update formulas.
+"""`fusegrad.optim`: SGD, Adam, AdamW, RMSprop, Adagrad and Adadelta with PyTorch's exact
+update formulas, and LBFGS (nn/lbfgs.py).
 
 A step builds every parameter's update as graph and realizes, in ONE
 `fg.realize` call, the new parameters, the new optimizer state and the losses
@@ -34,6 +35,7 @@ from ..nnapi import (
     from_numpy,
 )
 from . import lr_scheduler  # noqa: F401  (`fusegrad.optim.lr_scheduler`, as in torch)
+from .lbfgs import LBFGS  # noqa: F401  (torch.optim.LBFGS's home)
 from .optimizer import Optimizer
 
 
@@ -347,3 +349,55 @@ class Adagrad(Optimizer):
         s = state["sum"]
         s.assign_(s + g * g)
         p.assign_(p - clr * (g / (s.sqrt() + eps)))
+
+
+class Adadelta(Optimizer):
+    """Adadelta (Zeiler) with torch.optim.Adadelta's formulas.
+
+    v = rho v + (1 - rho) g^2; d = sqrt(u + eps) / sqrt(v + eps) * g;
+    u = rho u + (1 - rho) d^2; p = p - lr * d, with g = grad + weight_decay * p.
+    """
+
+    def __init__(
+        self,
+        params,
+        lr: float = 1.0,
+        rho: float = 0.9,
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+        *,
+        maximize: bool = False,
+    ):
+        _check(lr, "learning rate")
+        if not 0.0 <= rho <= 1.0:
+            raise ValueError(f"Invalid rho value: {rho}")
+        _check(eps, "epsilon value")
+        _check(weight_decay, "weight_decay value")
+        defaults = dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay, maximize=maximize)
+        super().__init__(params, defaults)
+
+    _switches = ("weight_decay", "maximize")
+
+    def _init_state(self, p, state, group):
+        state["step"] = 0
+        state["square_avg"] = _zeros_like(p)
+        state["acc_delta"] = _zeros_like(p)
+
+    def _group_scalars(self, group):
+        rho = group["rho"]
+        return [group["lr"], rho, 1 - rho, group["eps"], group["weight_decay"]]
+
+    def _param_scalars(self, group, state):
+        state["step"] += 1
+        return []
+
+    def _update(self, p, grad, group, state, h):
+        lr, rho, one_minus_rho, eps, wd = h
+        g = -grad if group["maximize"] else grad
+        if group["weight_decay"] != 0:
+            g = g + wd * p
+        v, u = state["square_avg"], state["acc_delta"]
+        v.assign_(rho * v + one_minus_rho * (g * g))
+        delta = (u + eps).sqrt() / (v + eps).sqrt() * g
+        u.assign_(rho * u + one_minus_rho * (delta * delta))
+        p.assign_(p - lr * delta)

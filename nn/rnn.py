@@ -50,7 +50,7 @@ from ..nnapi import (
 )
 from . import init
 from .dense import dropout, linear
-from .module import Module, placeholder_parameter
+from .module import Module, place, placeholder_parameter
 from .utils_rnn import PackedSequence, pack_rows, pad_packed_sequence
 
 __all__ = ["GRU", "GRUCell", "LSTM", "LSTMCell", "RNN", "RNNBase", "RNNCell"]
@@ -322,6 +322,7 @@ class RNNBase(Module):
                     setattr(self, name + suffix, placeholder_parameter(*shape, dtype=dtype))
                     self._flat_weights_names.append(name + suffix)
         self.reset_parameters()
+        place(self, device)
 
     def reset_parameters(self) -> None:
         """Every weight and bias from U(-1/sqrt(hidden), 1/sqrt(hidden)), as torch's."""
@@ -531,6 +532,7 @@ class RNNCellBase(Module):
             self.register_parameter("bias_ih", None)
             self.register_parameter("bias_hh", None)
         self.reset_parameters()
+        place(self, device)
 
     def reset_parameters(self) -> None:
         """Every weight and bias from U(-1/sqrt(hidden), 1/sqrt(hidden)), as torch's."""

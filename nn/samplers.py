@@ -2,7 +2,9 @@
 
 A sampler is an iterable of indices with a length; a batch sampler yields lists of
 indices. Random ones draw from `generator` (an `fg.Generator` or a numpy Generator) or
-else from the `fg.manual_seed` stream, one fresh draw per pass.
+else from the `fg.manual_seed` stream, one fresh draw per pass. Draws with replacement
+come `CHUNK` indices at a time, as they are consumed, so `num_samples` may be any size
+(makemore's endless loader asks for 10**10): memory stays that of one chunk.
 
 >>> import fusegrad as fg
 >>> list(BatchSampler(SequentialSampler(range(5)), batch_size=2, drop_last=False))
@@ -18,7 +20,9 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from ..nnapi import host_rng
+from ..nnapi import Tensor, host_rng
+
+CHUNK = 1024  # indices drawn at once by a sampler with replacement
 
 
 class Sampler:
@@ -67,14 +71,89 @@ class RandomSampler(Sampler):
         return len(self.data_source) if self._num_samples is None else self._num_samples
 
     def __iter__(self) -> Iterator[int]:
-        # drawn now, not at the first next(): the DataLoader draws its workers' seed after
+        # the stream is seeded now, not at the first next(): the DataLoader draws its
+        # workers' seed after; the indices are drawn as they are consumed
         rng = host_rng(self.generator)
         n, k = len(self.data_source), self.num_samples
         if self.replacement:
-            order = rng.integers(0, n, size=k)
-        else:
-            order = np.concatenate([rng.permutation(n) for _ in range(-(-k // n))])[:k]
-        return iter(order.tolist())
+            return _chunks(k, lambda size: rng.integers(0, n, size=size))
+        return _chunks(k, lambda size: rng.permutation(n)[:size], chunk=n)  # whole rounds
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+def _chunks(total: int, draw, chunk: int = CHUNK) -> Iterator[int]:
+    """`total` indices, `draw(size)` giving each next `size` (at most `chunk`) at a time.
+    The first chunk is drawn now: with a numpy Generator shared with the DataLoader, the
+    order comes before the workers' seed, as when the whole order was drawn at once."""
+    first = draw(min(chunk, total)).tolist()
+
+    def rest() -> Iterator[int]:
+        yield from first
+        left = total - len(first)
+        while left > 0:
+            size = min(chunk, left)
+            left -= size
+            yield from draw(size).tolist()
+
+    return rest()
+
+
+class WeightedRandomSampler(Sampler):
+    """`num_samples` indices drawn with probabilities proportional to `weights` (a 1-d
+    sequence, need not sum to one), as torch.utils.data.WeightedRandomSampler; with
+    replacement (the default) the draws come a chunk at a time, as they are consumed.
+
+    >>> import fusegrad as fg
+    >>> g = fg.Generator().manual_seed(0)
+    >>> draws = list(WeightedRandomSampler([0.0, 1.0, 0.0, 3.0], 8, generator=g))
+    >>> sorted(set(draws))
+    [1, 3]
+    """
+
+    def __init__(self, weights, num_samples: int, replacement: bool = True, generator=None):
+        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples <= 0:
+            raise ValueError(
+                f"num_samples should be a positive integer value, but got num_samples={num_samples}"
+            )
+        if not isinstance(replacement, bool):
+            raise ValueError(
+                f"replacement should be a boolean value, but got replacement={replacement}"
+            )
+        w = np.asarray(weights.numpy() if isinstance(weights, Tensor) else weights, np.float64)
+        if w.ndim != 1:
+            raise ValueError(
+                f"weights should be a 1d sequence but given weights have shape {tuple(w.shape)}"
+            )
+        if not np.isfinite(w).all() or (w < 0).any() or not w.sum() > 0:
+            raise RuntimeError(
+                "invalid multinomial distribution: weights must be finite, non-negative and "
+                "not all zero"
+            )
+        if not replacement and num_samples > np.count_nonzero(w):
+            raise RuntimeError(
+                f"cannot sample {num_samples} indices without replacement from "
+                f"{np.count_nonzero(w)} non-zero weights"
+            )
+        self.weights = w
+        self.num_samples = num_samples
+        self.replacement = replacement
+        self.generator = generator
+
+    def __iter__(self) -> Iterator[int]:
+        rng = host_rng(self.generator)  # seeded now, as RandomSampler's
+        if not self.replacement:  # at most len(weights) indices: drawn at once
+            p = self.weights / self.weights.sum()
+            return iter(rng.choice(len(p), self.num_samples, replace=False, p=p).tolist())
+        cdf = np.cumsum(self.weights)
+        last = int(np.flatnonzero(self.weights)[-1])  # where rounding at the top may land
+
+        def draw(size: int) -> np.ndarray:
+            found = np.searchsorted(cdf, rng.random(size) * cdf[-1], side="right")
+            return np.minimum(found, last)
+
+        return _chunks(self.num_samples, draw)
 
     def __len__(self) -> int:
         return self.num_samples

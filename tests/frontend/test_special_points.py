@@ -242,7 +242,8 @@ EXCLUDED: dict[str, str] = {
         _names(
             "Tensor",
             "assign_ backward bool cast cpu cuda data detach device dim double dtype float "
-            "grad int is_contiguous is_cuda is_leaf item long byte char short ndim node numel "
+            "grad int is_contiguous is_cpu is_cuda is_leaf is_mps is_xpu item long byte char "
+            "short ndim node numel "
             "numpy "
             "realize register_hook "
             "requires_grad requires_grad_ retain_grad retains_grad shape size stride to "

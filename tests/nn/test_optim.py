@@ -116,6 +116,56 @@ def test_sgd_matches_torch_formulas(kwargs):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+def adadelta_np(start, centers, scales, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0,
+                maximize=False, steps=STEPS):  # fmt: skip
+    """torch.optim.Adadelta's documented algorithm."""
+    params = [a.astype(np.float64) for a in start]
+    v = [np.zeros_like(p) for p in params]
+    u = [np.zeros_like(p) for p in params]
+    for _ in range(steps):
+        for i, g in enumerate(grads_np(params, centers, scales)):
+            if maximize:
+                g = -g
+            if weight_decay:
+                g = g + weight_decay * params[i]
+            v[i] = rho * v[i] + (1 - rho) * g * g
+            delta = np.sqrt(u[i] + eps) / np.sqrt(v[i] + eps) * g
+            u[i] = rho * u[i] + (1 - rho) * delta * delta
+            params[i] = params[i] - lr * delta
+    return params
+
+
+ADADELTA_CASES = [
+    dict(),
+    dict(lr=0.5, rho=0.8, eps=1e-3),
+    dict(lr=2.0, weight_decay=0.1),
+    dict(lr=1.0, maximize=True),
+]
+
+
+@pytest.mark.parametrize("kwargs", ADADELTA_CASES, ids=lambda kw: ",".join(kw) or "defaults")
+def test_adadelta_matches_torch_formulas(kwargs):
+    start, centers, scales = problem()
+    steps = 12  # eps-sized first steps: enough of them that rho's averages move
+    got, _ = run_fusegrad(lambda ps: optim.Adadelta(ps, **kwargs), start, centers, scales, steps)
+    want = adadelta_np(start, centers, scales, **kwargs, steps=steps)
+    assert not np.allclose(want[0], start[0], atol=1e-3)  # the parameters moved
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_adadelta_refuses_bad_arguments():
+    w = [nn.Parameter(fg.zeros(2))]
+    for kwargs, words in [
+        (dict(lr=-1.0), "Invalid learning rate"),
+        (dict(rho=1.5), "Invalid rho value"),
+        (dict(eps=-1.0), "Invalid epsilon value"),
+        (dict(weight_decay=-1.0), "Invalid weight_decay value"),
+    ]:
+        with pytest.raises(ValueError, match=words):
+            optim.Adadelta(w, **kwargs)
+
+
 ADAM_CASES = [
     (optim.Adam, dict(lr=0.05), {}),
     (optim.Adam, dict(lr=0.05, betas=(0.8, 0.99), weight_decay=0.1), {}),
@@ -227,8 +277,9 @@ def test_bad_arguments_raise():
         lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-4),
         lambda ps: optim.Adam(ps, lr=1e-2, amsgrad=True),
         lambda ps: optim.AdamW(ps, lr=1e-2),
+        lambda ps: optim.Adadelta(ps, lr=1.0, weight_decay=1e-4),
     ],
-    ids=["sgd", "adam", "adamw"],
+    ids=["sgd", "adam", "adamw", "adadelta"],
 )
 def test_training_steps_after_the_first_schedule_and_compile_nothing(make):
     """Each step is ONE realize (forward + backward + update + state), and from the second

@@ -1,0 +1,299 @@
+"""`python -m fusegrad script.py`: unchanged PyTorch scripts run on fusegrad.
+
+Small scripts run in a subprocess under `python -m fusegrad` (the hook is installed by
+that command only); the mapping itself (every torch module of the table resolves, a
+missing name raises the AttributeError / ImportError subclass and is recorded) is
+checked in-process with a hook installed and taken off around each test.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fusegrad as fg
+from fusegrad import torch_shim
+
+
+def run_script(tmp_path, source: str, *args: str, module: bool = False):
+    path = tmp_path / "script.py"
+    path.write_text(textwrap.dedent(source))
+    target = ["-m", "script"] if module else [str(path)]
+    return subprocess.run(
+        [sys.executable, "-m", "fusegrad", *target, *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture
+def shim():
+    hook = torch_shim.install()
+    try:
+        yield hook
+    finally:
+        torch_shim.uninstall(hook)
+
+
+# ---------------------------------------------------------------- scripts, in a subprocess
+
+TRAINING_SCRIPT = """
+import json, sys
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.optim as optim
+from torch.optim.lr_scheduler import StepLR
+from torch.utils.data import DataLoader, TensorDataset, RandomSampler
+import torch.backends.cudnn as cudnn
+from torch.nn.modules.linear import NonDynamicallyQuantizableLinear
+import fusegrad
+
+cudnn.benchmark = True
+use_accel = torch.accelerator.is_available()
+device = torch.accelerator.current_accelerator() if use_accel else torch.device("cpu")
+torch.manual_seed(0)
+x = np.linspace(-1, 1, 32, dtype=np.float32).reshape(16, 2)
+w_true = np.array([[1.5], [-2.0]], np.float32)
+data = TensorDataset(x, x @ w_true)
+loader = DataLoader(data, batch_size=16, shuffle=True)
+endless = DataLoader(data, batch_size=4, sampler=RandomSampler(data, True, 10**10))
+model = nn.Linear(2, 1, False, device, torch.float32)
+with torch.no_grad():
+    model.weight.zero_()
+opt = optim.SGD(model.parameters(), lr=0.5)
+sched = StepLR(opt, step_size=1, gamma=0.5)
+scaler = torch.cuda.amp.GradScaler(enabled=False)
+for _ in range(3):
+    xb, yb = next(iter(loader))
+    opt.zero_grad()
+    loss = F.mse_loss(model(xb.to(device)), yb.to(device))
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+    sched.step()
+print(json.dumps({
+    "argv": sys.argv[1:],
+    "name": __name__,
+    "same_linear": torch.nn.Linear is fusegrad.nn.Linear,
+    "same_optim": optim.SGD is fusegrad.optim.SGD,
+    "out_proj": isinstance(nn.MultiheadAttention(4, 2).out_proj, NonDynamicallyQuantizableLinear),
+    "accel": [use_accel, torch.accelerator.device_count(), str(device)],
+    "cuda": torch.cuda.is_available(),
+    "xpu_mps": [torch.zeros(1).is_xpu, torch.zeros(1).is_mps, torch.backends.mps.is_available()],
+    "cudnn": fusegrad.backends.cudnn.benchmark,
+    "weight": model.weight.tolist()[0],
+    "endless": [len(endless), tuple(next(iter(endless))[0].shape)],
+    "has_missing": hasattr(torch, "no_such_function"),
+}))
+"""
+
+
+def test_a_training_script_runs_unchanged(tmp_path):
+    done = run_script(tmp_path, TRAINING_SCRIPT, "--epochs", "3")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["argv"] == ["--epochs", "3"] and out["name"] == "__main__"
+    assert out["same_linear"] and out["same_optim"] and out["out_proj"]
+    assert out["accel"] == [fg.cuda.is_available(), fg.accelerator.device_count(), "cuda"
+                            if fg.cuda.is_available() else "cpu"]  # fmt: skip
+    assert out["cuda"] == fg.cuda.is_available()
+    assert out["xpu_mps"] == [False, False, False] and out["cudnn"] is True
+    assert out["has_missing"] is False
+    assert out["endless"] == [10**10 // 4, [4, 2]]
+    # the reference: full-batch gradient descent on the mean squared error, lr halved
+    # each step (StepLR), from zero weights; shuffling cannot change a full batch's mean
+    x = np.linspace(-1, 1, 32).reshape(16, 2)
+    y = x @ np.array([[1.5], [-2.0]])
+    w, lr = np.zeros((2, 1)), 0.5
+    for _ in range(3):
+        w = w - lr * (2 * x.T @ (x @ w - y) / len(x))
+        lr *= 0.5
+    np.testing.assert_allclose(out["weight"], w[:, 0], rtol=1e-5)
+    # a probe with hasattr is listed at exit, nothing is printed besides
+    assert "torch.no_such_function" in done.stderr
+
+
+def test_a_missing_name_names_the_torch_name_and_the_exit_lists_every_gap(tmp_path):
+    source = """
+    import torch
+    try:
+        import torch.distributions
+    except ImportError as e:
+        print("caught:", type(e).__mro__[1].__name__, e)
+    print(getattr(torch, "_dynamo", "default"))
+    layer = torch.nn.LazyLinear(3)
+    """
+    done = run_script(tmp_path, source)
+    assert done.returncode == 1
+    assert "caught: ModuleNotFoundError torch.distributions is not in fusegrad" in done.stdout
+    assert "default" in done.stdout  # getattr with a default keeps working
+    assert "TorchGapError: torch.nn.LazyLinear is not in fusegrad" in done.stderr
+    assert "fusegrad.nn has no 'LazyLinear'" in done.stderr
+    summary = done.stderr[done.stderr.index("fusegrad: the script asked for") :]
+    assert summary.split("\n", 1)[0].startswith("fusegrad: the script asked for 3 torch")
+    listed = [line.strip() for line in summary.splitlines()[1:]]
+    assert listed == ["torch.distributions", "torch._dynamo", "torch.nn.LazyLinear"]
+
+
+def test_a_script_with_no_gap_prints_no_summary_and_keeps_its_exit_status(tmp_path):
+    done = run_script(tmp_path, "import sys, torch\nprint(torch.ones(2).sum().item())\n"
+                      "sys.exit(3)\n")  # fmt: skip
+    assert done.returncode == 3
+    assert done.stdout.strip() == "2.0" and "asked for" not in done.stderr
+
+
+def test_a_module_runs_with_dash_m(tmp_path):
+    done = run_script(tmp_path, "import sys, torch.nn\nprint(__name__, sys.argv[1:])\n",
+                      "a", module=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "__main__ ['a']"
+
+
+def test_a_bad_command_line_says_how_to_call():
+    done = subprocess.run(
+        [sys.executable, "-m", "fusegrad", "no/such/script.py"], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and "no such file" in done.stderr
+    done = subprocess.run([sys.executable, "-m", "fusegrad"], capture_output=True, text=True)
+    assert done.returncode == 2 and "usage: python -m fusegrad script.py" in done.stderr
+
+
+def test_pytorch_examples_mnist_with_adadelta_and_steplr_runs(tmp_path):
+    """pytorch/examples' MNIST CNN (Adadelta, StepLR, torch.accelerator), unchanged but
+    for its data reader, on 512 training images for two epochs."""
+    script = Path(__file__).parent / "torch_scripts" / "mnist_adadelta.py"
+    args = ["--epochs", "2", "--train-limit", "512", "--test-limit", "256"]
+    args += ["--test-batch-size", "256", "--log-interval", "4"]
+    done = subprocess.run(
+        [sys.executable, "-m", "fusegrad", str(script), *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "asked for" not in done.stderr  # no torch name is missing
+    found = re.findall(r"Average loss: ([0-9.]+), Accuracy: (\d+)/256", done.stdout)
+    assert len(found) == 2
+    (loss1, _), (loss2, correct) = [(float(a), int(b)) for a, b in found]
+    assert loss2 < loss1 < math.log(10)  # below chance's loss, and falling
+    assert correct > 256 // 2  # chance is a tenth
+
+
+# ---------------------------------------------------------------- the mapping, in-process
+
+
+def test_import_fusegrad_installs_no_hook():
+    assert not any(isinstance(f, torch_shim.TorchShim) for f in sys.meta_path)
+
+
+@pytest.mark.parametrize("name", sorted(torch_shim.TORCH_MODULES))
+def test_every_mapped_torch_module_imports(shim, name):
+    import importlib
+
+    module = importlib.import_module(name)
+    assert module.__name__ == name and sys.modules[name] is module
+    assert module.__dict__["_fusegrad_target"] is torch_shim._resolve(
+        torch_shim.TORCH_MODULES[name]
+    )
+
+
+def test_attributes_are_fusegrads_objects(shim):
+    import torch
+    import torch.backends.cudnn
+    import torch.nn.functional as F  # noqa: N812  (torch's habit)
+    from torch.nn.modules.linear import NonDynamicallyQuantizableLinear
+    from torch.optim import LBFGS, Adadelta
+    from torch.utils.data import WeightedRandomSampler
+
+    assert torch.Tensor is fg.Tensor and torch.float32 is fg.float32
+    assert torch.nn.functional is F and F.relu is fg.nn.functional.relu
+    assert torch.nn.modules.conv.Conv2d is fg.nn.Conv2d
+    assert issubclass(NonDynamicallyQuantizableLinear, fg.nn.Linear)
+    assert (LBFGS, Adadelta) == (fg.optim.LBFGS, fg.optim.Adadelta)
+    assert WeightedRandomSampler is fg.data.WeightedRandomSampler
+    assert torch.cuda.amp.GradScaler is fg.cuda.amp.GradScaler
+    assert torch.amp.GradScaler is fg.amp.GradScaler
+    assert {"nn", "cuda", "accelerator"} <= set(dir(torch))
+    before = fg.backends.cudnn.deterministic
+    torch.backends.cudnn.deterministic = not before  # written through to fusegrad's
+    try:
+        assert fg.backends.cudnn.deterministic is (not before)
+    finally:
+        fg.backends.cudnn.deterministic = before
+
+
+def test_missing_names_raise_subclasses_and_are_recorded(shim):
+    import torch
+
+    with pytest.raises(AttributeError) as info:
+        torch.nn.Bilinear  # noqa: B018
+    assert isinstance(info.value, torch_shim.TorchGapError)
+    assert "torch.nn.Bilinear is not in fusegrad" in str(info.value)
+    with pytest.raises(ImportError, match="torch.fx is not in fusegrad"):
+        import torch.fx  # noqa: F401
+    with pytest.raises(ImportError):
+        from torch.nn import NoSuchLayer  # noqa: F401
+    with pytest.raises(AttributeError, match="means something else"):
+        torch.jit.script  # noqa: B018  (fusegrad.jit is not torch.jit)
+    assert not hasattr(torch, "profiler")  # fusegrad.profiler is not torch.profiler
+    assert shim.missing == [
+        "torch.nn.Bilinear",
+        "torch.fx",
+        "torch.nn.NoSuchLayer",
+        "torch.jit",
+        "torch.profiler",
+    ]
+    assert "  torch.fx" in torch_shim.summary(shim.missing).splitlines()
+
+
+def test_uninstall_takes_the_torch_modules_away(shim):
+    import torch  # noqa: F401
+
+    torch_shim.uninstall(shim)
+    assert "torch" not in sys.modules and shim not in sys.meta_path
+
+
+# ---------------------------------------------------------------- the names added
+
+
+def test_accelerator_is_the_cuda_device():
+    assert fg.accelerator.is_available() is fg.cuda.is_available()
+    assert fg.accelerator.current_accelerator() == fg.device("cuda")
+    expected = None if not fg.cuda.is_available() else fg.device("cuda")
+    assert fg.accelerator.current_accelerator(check_available=True) == expected
+    assert fg.accelerator.device_count() == (fg.cuda.device_count() if expected else 0)
+    assert fg.accelerator.current_device_index() == 0
+    with pytest.raises(fg.DeviceError, match="cuda:1"):
+        fg.accelerator.set_device_index(1)
+
+
+def test_tensor_device_kind_properties():
+    t = fg.zeros(2)
+    assert (t.is_cpu, t.is_cuda, t.is_xpu, t.is_mps) == (True, False, False, False)
+    assert fg.backends.mps.is_available() is False and fg.backends.mps.is_built() is False
+
+
+def test_cuda_amp_spellings_take_torch_cuda_amps_arguments():
+    scaler = fg.cuda.amp.GradScaler(1024.0, 3.0, 0.25, 7)
+    assert isinstance(scaler, fg.amp.GradScaler) and scaler.device == "cuda"
+    assert (scaler.get_scale(), scaler.get_growth_factor()) == (1024.0, 3.0)
+    assert (scaler.get_backoff_factor(), scaler.get_growth_interval()) == (0.25, 7)
+    assert fg.cuda.amp.GradScaler(enabled=False).get_scale() == 1.0
+    region = fg.cuda.amp.autocast(dtype=fg.bfloat16, enabled=False)
+    assert isinstance(region, fg.autocast) and region.device == "cuda"
+    assert region.fast_dtype == fg.bfloat16
+    with region:
+        assert not fg.is_autocast_enabled("cuda")
