@@ -100,6 +100,7 @@ from .runtime import forksafe
 from .runtime.buffer import Buffer
 from .runtime.config import config
 from .runtime.engine import engine
+from .stepcache import own_values_only
 
 if TYPE_CHECKING:
     from .tensor import Tensor
@@ -399,7 +400,8 @@ class jit:
         recording.realizes = captured.realizes
         _local.recording, _local.entry = recording, entry
         try:
-            out = self.fn(*args)
+            with own_values_only():
+                out = self.fn(*args)
             pending = []
             fresh = engine.has_value_predicate()
             _results(out, lambda t: not fresh(t.node) and pending.append(t))

@@ -37,6 +37,7 @@ import math
 import sys
 import threading
 import time
+import warnings
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
@@ -47,6 +48,7 @@ from ..ir.node import Node
 from ..ir.ops import Ops
 from ..ir.schedule import ScheduleItem, schedule, structural_key
 from . import backend_registry, forksafe, phases
+from .attribution import capture
 from .backend import HOST, get_backend
 from .buffer import Buffer
 from .compiler import batch as compiler_batch
@@ -342,10 +344,6 @@ def _warn_oversized(kernels: int, bound: int) -> None:
     if bound in _said_oversized:
         return
     _said_oversized.append(bound)
-    import warnings
-
-    from .attribution import capture
-
     message = (
         f"fusegrad: a schedule of {kernels} kernels is larger than FUSEGRAD_KERNEL_CACHE="
         f"{bound}; it is kept (the plans beside it share the bound), but raise "
