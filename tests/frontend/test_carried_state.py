@@ -182,3 +182,45 @@ def test_a_gan_s_detached_fake_batch_kept_for_the_next_step(counted):
     want_losses, want_kept = _gan_run(True)
     np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
     np.testing.assert_allclose(kept, want_kept, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------- what it costs a plain step
+@pytest.mark.parametrize("conv", [False, True], ids=["mlp", "conv"])
+def test_the_plain_step_runs_the_same_kernels_with_the_rule(monkeypatch, conv):
+    """The logits (and, with a convolution, the pooled activations max-pooling's gradient
+    holds) are alive at the step: the step returns them, but computes them anyway, so it
+    runs as many kernels as without the rule."""
+    from fusegrad import stepcache
+
+    def kernels_per_step(rule: bool) -> list[int]:
+        if not rule:
+            monkeypatch.setattr(stepcache, "carried", lambda device, taken: [])
+        fg.manual_seed(4)
+        if conv:
+            model = nn.Sequential(
+                nn.Conv2d(1, 3, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(27, 4)
+            )
+            shape = (2, 1, 8, 8)
+        else:
+            model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 4))
+            shape = (5, 6)
+        opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        rng, counts = _rng(), []
+        observe = lambda plan, records: counts.append(len(records))  # noqa: E731
+        engine.observers.append(observe)
+        try:
+            for _ in range(3):
+                x = fg.tensor(rng.standard_normal(shape).astype(np.float32))
+                y = fg.tensor(rng.integers(0, 4, (shape[0],)))
+                out = model(x)
+                loss = F.cross_entropy(out, y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                loss.item()
+        finally:
+            engine.observers.remove(observe)
+            monkeypatch.undo()
+        return counts
+
+    assert kernels_per_step(True) == kernels_per_step(False)
