@@ -89,6 +89,7 @@ import numpy as np
 
 from . import autograd, autograd_state, core, jithooks
 from .autocast import state_key as autocast_state
+from .carried import own_values_only
 from .creation import from_numpy
 from .errors import JitError  # (raised by the Tensor too: see host_read)
 from .ir import node as N
@@ -100,7 +101,6 @@ from .runtime import forksafe
 from .runtime.buffer import Buffer
 from .runtime.config import config
 from .runtime.engine import engine
-from .stepcache import own_values_only
 
 if TYPE_CHECKING:
     from .tensor import Tensor

@@ -27,16 +27,13 @@ miss path, so it is never wrong, only slower.
 
 from __future__ import annotations
 
-import contextlib
-import itertools
-import threading
 import time
-import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 
 from . import core
 from .autograd import graph_consumed
+from .carried import with_carried
 from .ir import node as N
 from .ir.ops import Ops
 from .ir.schedule import structural_key
@@ -44,73 +41,6 @@ from .runtime import phases
 from .runtime.engine import Plan, engine
 
 CACHE_SIZE = 32  # step structures kept per optimizer (batch shapes, train/eval variants)
-
-# ---------------------------------------------------------------- carried values
-# A lazy value that outlives a training step (recurrent state, a running metric, an EMA
-# copy of the weights, a GAN's fake batch kept for the next step) would otherwise stay a
-# graph over the step's inputs, and the next step's schedule would compute this step
-# again, and the one before: a step's cost would grow with the run. So each thread keeps
-# its tensors whose value is a graph not yet computed, weakly (`note_lazy`: a tensor made
-# lazy, by an op or by an in-place write), and a step computes those still alive with its
-# own outputs (`carried`): what the step computes anyway costs only a store, a value
-# chained from step to step (an EMA) is cut at every step, so its graph never grows.
-_lazy = threading.local()  # .tensors: {serial: tensor}, weak in the tensor, oldest first
-_serial = itertools.count()
-
-
-def note_lazy(t) -> None:
-    """Remember `t`, whose value is a graph not yet computed, for as long as it lives: the
-    next optimizer step computes it with the step if it is still lazy then (`carried`)."""
-    try:
-        tensors = _lazy.tensors
-    except AttributeError:
-        tensors = _lazy.tensors = weakref.WeakValueDictionary()
-    tensors[next(_serial)] = t
-
-
-@contextlib.contextmanager
-def own_values_only():
-    """While `fusegrad.jit` records a call: its steps compute only the lazy values the
-    call made (one made before it is not the call's to compute: a replay would not)."""
-    _lazy.since = next(_serial)
-    try:
-        yield
-    finally:
-        _lazy.since = None
-
-
-def carried(device, taken) -> list:
-    """This thread's live tensors that are still lazy, on `device`, other than the nodes in
-    `taken` (ids), oldest first: what a step computes with its own outputs. Every tensor
-    noted so far is forgotten (`note_lazy` notes it again when a write makes it lazy)."""
-    tensors = getattr(_lazy, "tensors", None)
-    if not tensors:
-        return []
-    since = getattr(_lazy, "since", None)  # while jit records a call: the call's own only
-    live = []
-    for serial, t in list(tensors.items()):
-        if since is None or serial >= since:
-            live.append(t)
-            del tensors[serial]
-    plain, value = core.Tensor, engine.value
-    node_of = plain.__dict__["node"].__get__  # the slot, not a subclass's property
-    default = engine.default_device
-    out, seen = [], set(taken)
-    for t in live:
-        if type(t) is not plain:  # (a gradient, a view of .data, a deferred parameter)
-            continue
-        n = node_of(t, plain)
-        if (
-            id(n) in seen
-            or n.op is Ops.BUFFER
-            or (n.device or default) != device
-            or 0 in n.shape
-            or value(n) is not None
-        ):
-            continue
-        seen.add(id(n))
-        out.append(t)
-    return out
 
 
 @dataclass
@@ -154,11 +84,7 @@ class StepCache:
         `build()` builds the update as lazy graph (assigning each parameter and state
         tensor its new value) for a miss; `scalars` are the step's 0-d input tensors.
         """
-        if params:
-            taken = [t.node for t in pending] + [t.node for t in extra]
-            device = core.Tensor.__dict__["node"].__get__(params[0]).device
-            device = device or engine.default_device
-            extra = [*extra, *carried(device, map(id, taken))]
+        extra = with_carried(params[0] if params else None, pending, extra)
         grads = [p.grad for p in params]
         first = grads[0] if grads else None
         record = first.pending if type(first) is core.LazyGrad and not first.built else None

@@ -39,6 +39,7 @@ from .autograd import (
     retain_grad,
     retains_grad,
 )
+from .carried import note_lazy
 from .copying import deepcopy_tensor, reduce_tensor, shallow_copy_tensor
 from .creation import CreationMixin, tensor, zeros
 from .errors import (
@@ -74,7 +75,6 @@ from .runtime.engine import engine
 from .scalars import checked_fill
 from .searching import SearchingMixin
 from .shapeops import ShapeMixin
-from .stepcache import note_lazy
 from .tensor_hooks import HOOKED_BY, separate
 from .tensor_hooks import register_hook as _register_hook
 from .versions import InplaceError

@@ -1,5 +1,5 @@
 """Lazy values carried from one training step to the next are computed with the step
-(`stepcache.carried`), so a program's cost per step stays flat over a run: recurrent state
+(`fusegrad.carried`), so a program's cost per step stays flat over a run: recurrent state
 through detach(), a running metric kept as a tensor, an EMA copy of the weights, a GAN's
 detached fake batch kept for the next step. Each loop runs 50 steps; the kernels and the
 graph nodes each step schedules are counted (after two warm-up steps, the last ten steps
@@ -64,7 +64,9 @@ def _rng():
 V, E, H, T, B = 7, 4, 5, 3, 2
 
 
-def _lstm_run(by_hand: bool, counted=None):
+def _lstm_run(by_hand: bool, update: str, counted=None):
+    """`update`: "sgd" (optim.SGD), "manual" (`p.data.add_(p.grad, alpha=-lr)`), or
+    "clipped" (that after `clip_grad_norm_`, as PyTorch's word language model does)."""
     fg.manual_seed(0)
     emb, rnn, dec = nn.Embedding(V, E), nn.LSTM(E, H), nn.Linear(H, V)
     params = [*emb.parameters(), *rnn.parameters(), *dec.parameters()]
@@ -81,7 +83,13 @@ def _lstm_run(by_hand: bool, counted=None):
         loss = F.cross_entropy(dec(out).reshape(-1, V), y)
         opt.zero_grad()
         loss.backward()
-        opt.step()
+        if update == "sgd":
+            opt.step()
+        else:
+            if update == "clipped":
+                nn.utils.clip_grad_norm_(params, 0.25)
+            for p in params:
+                p.data.add_(p.grad, alpha=-0.5)
         if by_hand:
             fg.realize(*hidden)
         losses.append(loss.item())
@@ -90,10 +98,11 @@ def _lstm_run(by_hand: bool, counted=None):
     return losses, [h.numpy().copy() for h in hidden]
 
 
-def test_recurrent_state_carried_through_detach(counted):
-    losses, hidden = _lstm_run(False, counted)
+@pytest.mark.parametrize("update", ["sgd", "manual", "clipped"])
+def test_recurrent_state_carried_through_detach(counted, update):
+    losses, hidden = _lstm_run(False, update, counted)
     assert_flat(counted)
-    want_losses, want_hidden = _lstm_run(True)
+    want_losses, want_hidden = _lstm_run(True, update)
     np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
     for h, w in zip(hidden, want_hidden):
         np.testing.assert_allclose(h, w, rtol=1e-5, atol=1e-6)
@@ -190,11 +199,11 @@ def test_the_plain_step_runs_the_same_kernels_with_the_rule(monkeypatch, conv):
     """The logits (and, with a convolution, the pooled activations max-pooling's gradient
     holds) are alive at the step: the step returns them, but computes them anyway, so it
     runs as many kernels as without the rule."""
-    from fusegrad import stepcache
+    from fusegrad import carried
 
     def kernels_per_step(rule: bool) -> list[int]:
         if not rule:
-            monkeypatch.setattr(stepcache, "carried", lambda device, taken: [])
+            monkeypatch.setattr(carried, "carried", lambda device, taken: [])
         fg.manual_seed(4)
         if conv:
             model = nn.Sequential(
