@@ -21,6 +21,7 @@ import threading
 import weakref
 
 from . import autograd_state, core
+from .carried import with_carried
 from .errors import GradError, ShapeError, at_callers_site, fail
 from .ir import node as N
 from .ir.autodiff import GRAD_HOOKS, NO_DERIVATIVE, gradients
@@ -366,7 +367,10 @@ def settle(value) -> None:
     if not grads:
         core.realize(value)
         return
-    core.realize(value, *grads.values(), *take_pending_outputs())  # (which forgets `graded`)
+    pending = take_pending_outputs()  # (which forgets `graded`)
+    # the step's boundary: the lazy values alive now too (carried.py)
+    extra = with_carried(value, [value, *grads.values(), *pending], [])
+    core.realize(value, *grads.values(), *pending, *extra)
 
 
 def overwrite(t, value, counted: bool = True) -> None:

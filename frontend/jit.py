@@ -89,6 +89,7 @@ import numpy as np
 
 from . import autograd, autograd_state, core, jithooks
 from .autocast import state_key as autocast_state
+from .carried import own_values_only
 from .creation import from_numpy
 from .errors import JitError  # (raised by the Tensor too: see host_read)
 from .ir import node as N
@@ -399,7 +400,8 @@ class jit:
         recording.realizes = captured.realizes
         _local.recording, _local.entry = recording, entry
         try:
-            out = self.fn(*args)
+            with own_values_only():
+                out = self.fn(*args)
             pending = []
             fresh = engine.has_value_predicate()
             _results(out, lambda t: not fresh(t.node) and pending.append(t))

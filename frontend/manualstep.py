@@ -27,6 +27,7 @@ import threading
 
 from . import autograd_state, core
 from .autograd import take_pending_outputs
+from .carried import with_carried
 from .runtime import forksafe
 from .runtime.engine import engine
 from .stepcache import StepCache, _realize_all
@@ -118,13 +119,16 @@ def flush(batch: _Batch | None = None) -> None:
                 p.assign_(_value(p, method, alpha, record, index, coef, side, base))
         return params
 
+    mine = batch.thread == threading.get_ident()
+    # the lazy values alive now (stepcache.carried): the step's thread's
+    extra = with_carried(params[0] if params else None, pending, []) if mine else []
     usable = not engine.recording() and all(t.node is record.root for t in pending)
     if usable:
         key = ("manual", tuple(op[1:4] + op[5:7] + (op[7] is not None,) for op in batch.ops))
         empty = [[] for _ in params]
-        _cache().run(record, key, params, empty, empty, pending, [], build)
+        _cache().run(record, key, params, empty, empty, pending, extra, build)
     else:
-        _realize_all(build(), pending, [])
+        _realize_all(build(), pending, extra)
 
 
 def _value(p, method, alpha, record, index, coef, side, base):

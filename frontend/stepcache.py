@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from . import core
 from .autograd import graph_consumed
+from .carried import with_carried
 from .ir import node as N
 from .ir.ops import Ops
 from .ir.schedule import structural_key
@@ -83,6 +84,7 @@ class StepCache:
         `build()` builds the update as lazy graph (assigning each parameter and state
         tensor its new value) for a miss; `scalars` are the step's 0-d input tensors.
         """
+        extra = with_carried(params[0] if params else None, pending, extra)
         grads = [p.grad for p in params]
         first = grads[0] if grads else None
         record = first.pending if type(first) is core.LazyGrad and not first.built else None

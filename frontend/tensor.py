@@ -39,6 +39,7 @@ from .autograd import (
     retain_grad,
     retains_grad,
 )
+from .carried import note_lazy
 from .copying import deepcopy_tensor, reduce_tensor, shallow_copy_tensor
 from .creation import CreationMixin, tensor, zeros
 from .errors import (
@@ -164,6 +165,8 @@ class Tensor(*MIXINS):
         self._is_leaf = leaf if leaf is not None else (node.op is Ops.BUFFER or not requires_grad)
         self._version = 0  # in-place updates so far (versions.py)
         _sites.note_new(node)  # the user's line that asked for it, for kernels to report
+        if node.op is not Ops.BUFFER:  # a value the next step computes if it outlives it
+            note_lazy(self)
 
     # ---------------------------------------------------------------- properties
     @property
@@ -896,6 +899,7 @@ class Tensor(*MIXINS):
             self.node = N.buffer(buf, self.shape, self.dtype)
         else:
             self.node = N.detach(value.node)
+            note_lazy(self)
         self._strides = None
         if jit_recording():
             _note_jit_write(self)
@@ -930,6 +934,7 @@ class Tensor(*MIXINS):
             value = value.cast(self.dtype)
             self.node, self.requires_grad, self._is_leaf = value.node, True, False
             self._strides = None
+            note_lazy(self)
             if jit_recording():
                 _note_jit_write(self)
         else:

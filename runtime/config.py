@@ -12,7 +12,8 @@
 | FUSEGRAD_PROGRAM    | 0: launch a cached schedule's kernels one by one   | 1       |
 | FUSEGRAD_PLAN_CACHE | schedules (compiled plans) kept in memory, LRU     | 512     |
 | FUSEGRAD_KERNEL_CACHE | compiled kernels' object files kept in memory, LRU; | 2048 |
-|                     | machine code is freed once no cached plan uses it  |         |
+|                     | machine code is freed once no cached plan uses it; |         |
+|                     | one plan larger than it is kept (and said once)    |         |
 | FUSEGRAD_RECOMPILE_WARNING | N: warn when one line has compiled N schedules (0: never) | 0 |
 | FUSEGRAD_CUDA       | the `cuda` device: "pycuda" (a GPU), "emulate" (the CPU      | pycuda  |
 |                     | emulator of the generated CUDA C) or "off"                     |         |

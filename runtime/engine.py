@@ -37,6 +37,7 @@ import math
 import sys
 import threading
 import time
+import warnings
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
@@ -47,6 +48,7 @@ from ..ir.node import Node
 from ..ir.ops import Ops
 from ..ir.schedule import ScheduleItem, schedule, structural_key
 from . import backend_registry, forksafe, phases
+from .attribution import capture
 from .backend import HOST, get_backend
 from .buffer import Buffer
 from .compiler import batch as compiler_batch
@@ -76,6 +78,10 @@ class Engine:
     def __init__(self):
         self._values: dict[int, tuple[weakref.ref, Buffer]] = {}
         self.plans: OrderedDict[tuple, Plan] = OrderedDict()
+        # every plan still alive, by key: one evicted from `plans` while something holds it
+        # comes back as the same plan (a jit recording compares plans by identity)
+        self._held: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+        self._oversized: Plan | None = None  # the last plan larger than the kernel bound
         self._plans_lock = forksafe.Lock()
         self.stats = {"scheduled": 0, "schedule_hits": 0}
         # called after every run with the plan and its kernels' records
@@ -125,6 +131,10 @@ class Engine:
         with self._plans_lock:
             for key in [k for k in self.plans if drop(k)]:
                 del self.plans[key]
+            for key in [k for k in list(self._held.keys()) if drop(k)]:
+                self._held.pop(key, None)
+            if self._oversized is not None and self._oversized not in self.plans.values():
+                self._oversized = None
 
     # ---------------------------------------------------------------- realize
     def realize(self, nodes: list[Node]) -> list[KernelRecord]:
@@ -199,7 +209,13 @@ class Engine:
         key = backend.plan_key(device, key)
         with self._plans_lock:
             plan = self.plans.get(key)
-            if plan is not None:
+            if plan is None:
+                # evicted, but still held (a jit recording or replay, an optimizer's cached
+                # step, a run in progress): the same plan again, nothing compiled
+                plan = self._held.get(key)
+                if plan is not None:
+                    self._store(key, plan)
+            else:
                 self.plans.move_to_end(key)
         if plan is not None:
             self.stats["schedule_hits"] += 1
@@ -224,14 +240,40 @@ class Engine:
         with self._plans_lock:
             # another thread may have compiled the same structure meanwhile: keep one plan
             # per structure (`fusegrad.jit` tells two recorded calls apart by their plans)
-            plan = self.plans.setdefault(key, plan)
-            # bounded in plans and in the kernels they keep loaded (runtime/compiler.py)
-            kernels = sum(len(p.steps) for p in self.plans.values())
-            while len(self.plans) > max(1, config.plan_cache_size) or (
-                kernels > config.kernel_cache_size and len(self.plans) > 1
-            ):
-                kernels -= len(self.plans.popitem(last=False)[1].steps)
+            plan = self.plans.get(key) or self._held.get(key) or plan
+            self._store(key, plan)
         return plan, leaves, True
+
+    def _store(self, key: tuple, plan: Plan) -> None:
+        """Keep `plan` as the most recently used, then evict the least recently used others
+        down to the bounds: `config.plan_cache_size` plans, `config.kernel_cache_size`
+        kernels in them (what they keep loaded: runtime/compiler.py). The plan stored is
+        never evicted, nor is the last plan larger than the kernel bound on its own: it does
+        not count against the bound (said once, naming FUSEGRAD_KERNEL_CACHE), so a step's
+        big plan and its small ones do not evict each other on every call. Under
+        `_plans_lock`."""
+        self.plans[key] = plan
+        self.plans.move_to_end(key)
+        self._held[key] = plan
+        bound = config.kernel_cache_size
+        if len(plan.steps) > bound:
+            self._oversized = plan
+            _warn_oversized(len(plan.steps), bound)
+        exempt = self._oversized
+        if exempt is not None and len(exempt.steps) <= bound:  # the bound was raised
+            exempt = self._oversized = None
+        kernels = sum(len(p.steps) for p in self.plans.values() if p is not exempt)
+        for old in list(self.plans):
+            if len(self.plans) <= max(1, config.plan_cache_size) and kernels <= bound:
+                break
+            dropped = self.plans[old]
+            if dropped is plan or (dropped is exempt and len(self.plans) <= config.plan_cache_size):
+                continue
+            del self.plans[old]
+            if dropped is exempt:
+                self._oversized = None
+            else:
+                kernels -= len(dropped.steps)
 
     # ---------------------------------------------------------------- execute
     def execute(
@@ -291,6 +333,28 @@ class Engine:
 
     def recording(self) -> bool:
         return getattr(self._local, "recording", None) is not None
+
+
+_said_oversized: list[int] = []  # the kernel bound FUSEGRAD_KERNEL_CACHE was said to be under
+
+
+def _warn_oversized(kernels: int, bound: int) -> None:
+    """Say once per bound, at the user's line, that one plan has more kernels than the
+    kernel cache keeps (it is kept all the same)."""
+    if bound in _said_oversized:
+        return
+    _said_oversized.append(bound)
+    message = (
+        f"fusegrad: a schedule of {kernels} kernels is larger than FUSEGRAD_KERNEL_CACHE="
+        f"{bound}; it is kept (the plans beside it share the bound), but raise "
+        f"FUSEGRAD_KERNEL_CACHE (or fusegrad.config.kernel_cache_size) above {kernels} "
+        "so that the other plans stay cached too"
+    )
+    site = capture()
+    if site is None:
+        warnings.warn(message, UserWarning, stacklevel=4)
+    else:
+        warnings.warn_explicit(message, UserWarning, site.path, site.line)
 
 
 def _predicate(values) -> Callable[[Node], bool]:

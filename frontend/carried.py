@@ -1,0 +1,108 @@
+"""Lazy values that outlive a training step, computed with the step.
+
+A lazy value still alive after a step (recurrent state, a running metric, an EMA copy of
+the weights, a GAN's fake batch kept for the next step) would otherwise stay a graph over
+the step's inputs, and the next step's schedule would compute this step again, and the
+one before: a step's cost would grow with the run (XLA asks for `mark_step()` here). So
+each thread keeps its tensors whose value is a graph not yet computed, weakly and oldest
+first (`note_lazy`: a tensor made lazy, by an op or by a write in place), and every kind
+of optimizer step (`StepCache.step`, a flushed hand-written update, `autograd.settle`)
+computes those still alive with its own outputs (`with_carried`). What the step computes
+anyway costs a store, not a kernel; a value chained from step to step (an EMA) is cut at
+every step, so its graph never grows; nothing dead is computed.
+
+>>> import fusegrad as fg
+>>> from fusegrad import nn, optim
+>>> model = nn.Linear(2, 1)
+>>> opt = optim.SGD(model.parameters(), lr=0.1)
+>>> running = fg.zeros(())
+>>> for _ in range(3):
+...     loss = model(fg.ones(4, 2)).pow(2).mean()
+...     opt.zero_grad(); loss.backward(); opt.step()
+...     running = 0.9 * running + 0.1 * loss.detach()   # computed by the next step
+>>> running._has_value()
+False
+>>> opt.zero_grad(); model(fg.ones(4, 2)).pow(2).mean().backward(); opt.step()
+>>> running._has_value()
+True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+import weakref
+
+from . import core
+from .ir.ops import Ops
+from .runtime.engine import engine
+
+_lazy = threading.local()  # .tensors: {serial: tensor}, weak in the tensor, oldest first
+_serial = itertools.count()
+
+
+def note_lazy(t) -> None:
+    """Remember `t`, whose value is a graph not yet computed, for as long as it lives: the
+    next optimizer step computes it with the step if it is still lazy then (`carried`)."""
+    try:
+        tensors = _lazy.tensors
+    except AttributeError:
+        tensors = _lazy.tensors = weakref.WeakValueDictionary()
+    tensors[next(_serial)] = t
+
+
+def with_carried(anchor, pending, extra) -> list:
+    """`extra` and the lazy values a step computes with its own outputs (`carried`, on the
+    device of `anchor`, a tensor the step computes or updates; None: no step): what every
+    kind of optimizer step asks for."""
+    if anchor is None:
+        return extra
+    taken = [t.node for t in pending] + [t.node for t in extra]
+    device = core.Tensor.__dict__["node"].__get__(anchor).device or engine.default_device
+    return [*extra, *carried(device, map(id, taken))]
+
+
+@contextlib.contextmanager
+def own_values_only():
+    """While `fusegrad.jit` records a call: its steps compute only the lazy values the
+    call made (one made before it is not the call's to compute: a replay would not)."""
+    _lazy.since = next(_serial)
+    try:
+        yield
+    finally:
+        _lazy.since = None
+
+
+def carried(device, taken) -> list:
+    """This thread's live tensors that are still lazy, on `device`, other than the nodes in
+    `taken` (ids), oldest first: what a step computes with its own outputs. Every tensor
+    noted so far is forgotten (`note_lazy` notes it again when a write makes it lazy)."""
+    tensors = getattr(_lazy, "tensors", None)
+    if not tensors:
+        return []
+    since = getattr(_lazy, "since", None)  # while jit records a call: the call's own only
+    live = []
+    for serial, t in list(tensors.items()):
+        if since is None or serial >= since:
+            live.append(t)
+            del tensors[serial]
+    plain, value = core.Tensor, engine.value
+    node_of = plain.__dict__["node"].__get__  # the slot, not a subclass's property
+    default = engine.default_device
+    out, seen = [], set(taken)
+    for t in live:
+        if type(t) is not plain:  # (a gradient, a view of .data, a deferred parameter)
+            continue
+        n = node_of(t, plain)
+        if (
+            id(n) in seen
+            or n.op is Ops.BUFFER
+            or (n.device or default) != device
+            or 0 in n.shape
+            or value(n) is not None
+        ):
+            continue
+        seen.add(id(n))
+        out.append(t)
+    return out

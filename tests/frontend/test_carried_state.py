@@ -1,0 +1,235 @@
+"""Lazy values carried from one training step to the next are computed with the step
+(`fusegrad.carried`), so a program's cost per step stays flat over a run: recurrent state
+through detach(), a running metric kept as a tensor, an EMA copy of the weights, a GAN's
+detached fake batch kept for the next step. Each loop runs 50 steps; the kernels and the
+graph nodes each step schedules are counted (after two warm-up steps, the last ten steps
+equal the first ten), and the values equal those of the same loop that realizes the
+carried values by hand after every step."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fusegrad as fg
+from fusegrad import nn, optim
+from fusegrad.ir.ops import Ops
+from fusegrad.nn import functional as F
+from fusegrad.runtime.engine import engine
+
+STEPS = 50
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Per step: [kernels run, graph nodes scheduled]; call `.new_step()` before each."""
+    steps: list[list[int]] = []
+    run = engine.run
+
+    def counting(plan, leaves, nodes, targets, timed=False):
+        seen, stack = set(), list(nodes)
+        while stack:  # the graph the plan computes: down to the values it reads
+            n = stack.pop()
+            if id(n) in seen or n.op in (Ops.BUFFER, Ops.CONST) or engine.value(n) is not None:
+                continue
+            seen.add(id(n))
+            stack.extend(n.srcs)
+        steps[-1][0] += len(plan.steps)
+        steps[-1][1] += len(seen)
+        return run(plan, leaves, nodes, targets, timed)
+
+    monkeypatch.setattr(engine, "run", counting)
+
+    class Counts(list):
+        def new_step(self):
+            steps.append([0, 0])
+
+    counts = Counts()
+    counts.steps = steps
+    return counts
+
+
+def assert_flat(counted):
+    steps = counted.steps[:STEPS]  # (then the reads after the loop)
+    first, last = steps[2:12], steps[-10:]
+    assert first == last, str(steps)
+    assert all(k > 0 for k, _ in steps), steps  # something ran every step
+
+
+def _rng():
+    return np.random.default_rng(3)
+
+
+# ---------------------------------------------------------------- recurrent state
+V, E, H, T, B = 7, 4, 5, 3, 2
+
+
+def _lstm_run(by_hand: bool, update: str, counted=None):
+    """`update`: "sgd" (optim.SGD), "manual" (`p.data.add_(p.grad, alpha=-lr)`), or
+    "clipped" (that after `clip_grad_norm_`, as PyTorch's word language model does)."""
+    fg.manual_seed(0)
+    emb, rnn, dec = nn.Embedding(V, E), nn.LSTM(E, H), nn.Linear(H, V)
+    params = [*emb.parameters(), *rnn.parameters(), *dec.parameters()]
+    opt = optim.SGD(params, lr=0.5)
+    rng, losses = _rng(), []
+    hidden = (fg.zeros(1, B, H), fg.zeros(1, B, H))
+    for _ in range(STEPS):
+        if counted is not None:
+            counted.new_step()
+        x = fg.tensor(rng.integers(0, V, (T, B)))
+        y = fg.tensor(rng.integers(0, V, (T * B,)))
+        hidden = tuple(h.detach() for h in hidden)  # as PyTorch's word language model
+        out, hidden = rnn(emb(x), hidden)
+        loss = F.cross_entropy(dec(out).reshape(-1, V), y)
+        opt.zero_grad()
+        loss.backward()
+        if update == "sgd":
+            opt.step()
+        else:
+            if update == "clipped":
+                nn.utils.clip_grad_norm_(params, 0.25)
+            for p in params:
+                p.data.add_(p.grad, alpha=-0.5)
+        if by_hand:
+            fg.realize(*hidden)
+        losses.append(loss.item())
+    if counted is not None:
+        counted.new_step()
+    return losses, [h.numpy().copy() for h in hidden]
+
+
+@pytest.mark.parametrize("update", ["sgd", "manual", "clipped"])
+def test_recurrent_state_carried_through_detach(counted, update):
+    losses, hidden = _lstm_run(False, update, counted)
+    assert_flat(counted)
+    want_losses, want_hidden = _lstm_run(True, update)
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
+    for h, w in zip(hidden, want_hidden):
+        np.testing.assert_allclose(h, w, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------- running metric, EMA
+def _mlp():
+    return nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3))
+
+
+def _metric_and_ema_run(by_hand: bool, counted=None):
+    fg.manual_seed(1)
+    model, ema = _mlp(), _mlp()
+    ema.load_state_dict(model.state_dict())
+    opt = optim.Adam(model.parameters(), lr=0.01)
+    rng = _rng()
+    running = fg.zeros(())
+    for _ in range(STEPS):
+        if counted is not None:
+            counted.new_step()
+        x = fg.tensor(rng.standard_normal((5, 6)).astype(np.float32))
+        y = fg.tensor(rng.integers(0, 3, (5,)))
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        running = 0.9 * running + 0.1 * loss.detach()
+        with fg.no_grad():
+            for e, p in zip(ema.parameters(), model.parameters()):
+                e.mul_(0.9).add_(p, alpha=0.1)
+        if by_hand:
+            fg.realize(running, *ema.parameters())
+    if counted is not None:
+        counted.new_step()
+    return running.item(), [e.numpy().copy() for e in ema.parameters()]
+
+
+def test_a_running_metric_and_an_ema_of_the_weights(counted):
+    running, ema = _metric_and_ema_run(False, counted)
+    assert_flat(counted)
+    want_running, want_ema = _metric_and_ema_run(True)
+    np.testing.assert_allclose(running, want_running, rtol=1e-5)
+    for e, w in zip(ema, want_ema):
+        np.testing.assert_allclose(e, w, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------- GAN
+def _gan_run(by_hand: bool, counted=None):
+    fg.manual_seed(2)
+    gen = nn.Sequential(nn.Linear(3, 6), nn.Tanh(), nn.Linear(6, 4))
+    disc = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 1))
+    g_opt, d_opt = optim.Adam(gen.parameters(), lr=0.01), optim.SGD(disc.parameters(), lr=0.05)
+    rng = _rng()
+    kept = fg.zeros(4, 4)  # last step's fake batch, shown to the discriminator again
+    ones, zeros = fg.ones(4, 1), fg.zeros(4, 1)
+    losses = []
+    for _ in range(STEPS):
+        if counted is not None:
+            counted.new_step()
+        real = fg.tensor(rng.standard_normal((4, 4)).astype(np.float32))
+        fake = gen(fg.tensor(rng.standard_normal((4, 3)).astype(np.float32)))
+        d_loss = (
+            F.binary_cross_entropy_with_logits(disc(real), ones)
+            + F.binary_cross_entropy_with_logits(disc(fake.detach()), zeros)
+            + F.binary_cross_entropy_with_logits(disc(kept), zeros)
+        )
+        d_opt.zero_grad()
+        d_loss.backward()
+        d_opt.step()
+        kept = fake.detach()
+        g_loss = F.binary_cross_entropy_with_logits(disc(fake), ones)
+        g_opt.zero_grad()
+        g_loss.backward()
+        g_opt.step()
+        if by_hand:
+            fg.realize(kept)
+        losses += [d_loss.item(), g_loss.item()]
+    if counted is not None:
+        counted.new_step()
+    return losses, kept.numpy().copy()
+
+
+def test_a_gan_s_detached_fake_batch_kept_for_the_next_step(counted):
+    losses, kept = _gan_run(False, counted)
+    assert_flat(counted)
+    want_losses, want_kept = _gan_run(True)
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
+    np.testing.assert_allclose(kept, want_kept, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------- what it costs a plain step
+@pytest.mark.parametrize("conv", [False, True], ids=["mlp", "conv"])
+def test_the_plain_step_runs_the_same_kernels_with_the_rule(monkeypatch, conv):
+    """The logits (and, with a convolution, the pooled activations max-pooling's gradient
+    holds) are alive at the step: the step returns them, but computes them anyway, so it
+    runs as many kernels as without the rule."""
+    from fusegrad import carried
+
+    def kernels_per_step(rule: bool) -> list[int]:
+        if not rule:
+            monkeypatch.setattr(carried, "carried", lambda device, taken: [])
+        fg.manual_seed(4)
+        if conv:
+            model = nn.Sequential(
+                nn.Conv2d(1, 3, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(27, 4)
+            )
+            shape = (2, 1, 8, 8)
+        else:
+            model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 4))
+            shape = (5, 6)
+        opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        rng, counts = _rng(), []
+        observe = lambda plan, records: counts.append(len(records))  # noqa: E731
+        engine.observers.append(observe)
+        try:
+            for _ in range(3):
+                x = fg.tensor(rng.standard_normal(shape).astype(np.float32))
+                y = fg.tensor(rng.integers(0, 4, (shape[0],)))
+                out = model(x)
+                loss = F.cross_entropy(out, y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                loss.item()
+        finally:
+            engine.observers.remove(observe)
+            monkeypatch.undo()
+        return counts
+
+    assert kernels_per_step(True) == kernels_per_step(False)
