@@ -345,6 +345,21 @@ def take_pending_outputs() -> list:
     return out
 
 
+def sibling_grads(grad) -> list:
+    """The gradients that the backward() call which gave `grad` (a `LazyGrad`) gave other
+    tensors of this thread, still alive, theirs and not computed yet."""
+    graded = getattr(_local, "graded", None) or {}
+    out = []
+    for ref in list(graded.values()):
+        leaf = ref()
+        g = None if leaf is None else leaf._grad
+        if g is None or g is grad or getattr(g, "pending", None) is not grad.pending:
+            continue
+        if not g._has_value():
+            out.append(g)
+    return out
+
+
 def settle(value) -> None:
     """Compute tensor `value` now; if gradients that backward() calls of this thread gave
     since the last optimizer step were read (so `value` may use them) and are not computed

@@ -38,6 +38,7 @@ from .autograd import (
     register_leaf,
     retain_grad,
     retains_grad,
+    sibling_grads,
 )
 from .carried import note_lazy
 from .copying import deepcopy_tensor, reduce_tensor, shallow_copy_tensor
@@ -1145,6 +1146,15 @@ class LazyGrad(Tensor):
         if not self.built and _plain_number(o):
             return ScaledGrad(self, o, "rmul")
         return Tensor.__rmul__(self, o)
+
+    def realize(self) -> Tensor:
+        """Compute this gradient now, with the other gradients of the same backward() call
+        not computed yet: their graphs share the backward pass, so reading the gradients
+        one by one (an optimizer on the host, a gradient log) runs it once, not once per
+        gradient."""
+        if not self._has_value():
+            realize(self, *sibling_grads(self))
+        return self
 
     def _inplace(self, value, op: str) -> Tensor:
         if self.built:
