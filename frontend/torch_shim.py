@@ -86,6 +86,11 @@ EXTRA_NAMES: dict[str, dict[str, str]] = {
 # (fusegrad.jit records and replays steps; torch.jit scripts and traces models)
 NOT_TORCH: frozenset[str] = frozenset({"torch.jit"})
 
+# torch modules that programs import at the top but use only on request (the word language
+# model's `import torch.onnx`, for its --onnx-export flag): the import works, and each name
+# read from them is a gap, raised at the line that uses it
+GAP_MODULES: frozenset[str] = frozenset({"torch.onnx"})
+
 DOC = "docs/TORCH_SCRIPTS.md"
 _ABSENT = object()
 
@@ -178,16 +183,18 @@ class TorchShim(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         """The stand-in of torch module `torch_name` (made once, outside sys.modules)."""
         found = self._modules.get(torch_name)
         if found is None:
-            found = self._modules[torch_name] = TorchModule(
-                torch_name, _resolve(TORCH_MODULES[torch_name]), self
-            )
+            if torch_name in GAP_MODULES:
+                target = types.ModuleType(torch_name, "A torch module fusegrad does not have.")
+            else:
+                target = _resolve(TORCH_MODULES[torch_name])
+            found = self._modules[torch_name] = TorchModule(torch_name, target, self)
         return found
 
     # ---------------------------------------------------------------- the import protocol
     def find_spec(self, fullname: str, path=None, target=None):
         if fullname != "torch" and not fullname.startswith("torch."):
             return None
-        if fullname not in TORCH_MODULES:
+        if fullname not in TORCH_MODULES and fullname not in GAP_MODULES:
             raise TorchModuleGap(self.gap(fullname), name=fullname)
         return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
 

@@ -297,3 +297,13 @@ def test_cuda_amp_spellings_take_torch_cuda_amps_arguments():
     assert region.fast_dtype == fg.bfloat16
     with region:
         assert not fg.is_autocast_enabled("cuda")
+
+
+def test_a_module_imported_for_an_option_imports_and_its_names_are_gaps(shim):
+    # the word language model imports torch.onnx at the top, for --onnx-export only
+    import torch.onnx
+
+    assert shim.missing == []  # the import alone is no gap: a run without the option works
+    with pytest.raises(AttributeError, match=r"torch\.onnx\.export is not in fusegrad"):
+        torch.onnx.export  # noqa: B018
+    assert shim.missing == ["torch.onnx.export"]
