@@ -3,7 +3,8 @@
 here, at collection, by folder, file, fixture and what the test's code reads, so that a new
 test in a marked place is marked without a decorator of its own:
 
-- `mpi`: everything under tests/distributed/ (it starts ranks with mpiexec);
+- `mpi`: everything under tests/distributed/ (it starts ranks with mpiexec; tests/test_doctests.py
+  marks its examples that start a process group itself);
 - `nvcc`: a test skipped where nvcc is missing (a skipif whose reason names nvcc), or one
   that takes a fixture compiling with nvcc (`NVCC_FIXTURES`);
 - `emulator`: a test that takes the `emulated` fixture (tests/_emulated.py), runs on the
