@@ -42,8 +42,8 @@ EMULATOR_FILES = frozenset(
 # the emulator's own unit tests: never marked `emulator`, so that --quick runs them
 EMULATOR_UNIT_TESTS = frozenset({"runtime/test_cuda_emulator.py"})
 
-# 2 seconds or more with --durations on the loaded 2-core machine (the file, or file::test
-# for every parametrization of that test)
+# 2 seconds or more with --durations on the loaded 2-core machine, all its parametrizations
+# together (the file, or file::test for every parametrization of that test)
 SLOW = frozenset(
     {
         "codegen/test_cuda.py::test_kernels_compile_to_ptx_entries",
@@ -79,6 +79,33 @@ SLOW = frozenset(
         "nn/test_conv.py::test_an_input_gradient_over_many_channels_is_summed_in_blocks",
         "nn/test_rnn.py::test_a_direction_is_one_macro_node_with_the_composed_values",
         "nn/test_padding_upsample.py::test_strided_conv_transpose_by_phases_values_and_gradients",
+        # and with an empty compile cache (FUSEGRAD_CACHE, as on a fresh machine)
+        "codegen/test_cuda.py::test_float32_kernels_do_not_compute_in_double",
+        "codegen/test_amx.py::test_blocked_loops_cover_every_block_once",
+        "codegen/test_amx.py::test_b_steps_are_padded_to_an_odd_multiple_of_2_kib_and_the_padding_never_read",
+        "codegen/test_cuda_memory.py::test_vector_paths_are_taken_exactly_where_the_layout_allows",
+        "frontend/test_differential.py::test_reduction_graphs",
+        "frontend/test_differential.py::test_elementwise_graphs",
+        "frontend/test_differential.py::test_view_graphs",
+        "frontend/test_differential.py::test_matmul_graphs",
+        "frontend/test_half_programs.py::test_random_programs_in_16_bits",
+        "frontend/test_memory_peaks.py::test_an_op_keeps_nothing_once_its_tensors_are_gone",
+        "ir/test_schedule_at_source.py::test_lenet_gradients_are_the_same_bits",
+        "nn/test_conv.py::test_strided_conv_values_and_gradients",
+        "nn/test_conv.py::test_pool2d_matches_numpy",
+        "nn/test_conv.py::test_conv_weight_gradient_in_image_chunks",
+        "nn/test_conv.py::test_conv_own_gradient_equals_the_derived_one",
+        "nn/test_conv.py::test_strided_conv_in_16_bit_storage_reads_windows_in_place",
+        "nn/test_conv.py::test_conv_tiles_merged_rows_at_special_values",
+        "nn/test_conv.py::test_a_strided_transposed_convolution_is_one_macro_node_with_the_composed_values",
+        "nn/test_conv.py::test_a_strided_weight_gradient_takes_the_output_channels_as_lanes",
+        "nn/test_conv.py::test_strided_conv_gradients_are_differentiable_again",
+        "nn/test_depthwise_conv.py::test_depthwise_values_and_gradients_in_float32",
+        "nn/test_padding_upsample.py::test_max_pool2d_ceil_mode_and_indices",
+        "nn/test_rnn.py::test_packed_unsorted_bidirectional_lstm",
+        "nn/test_rnn.py::test_bidirectional_two_layer_batch_first_lstm_values_and_gradients",
+        "runtime/test_cache.py::test_processes_filling_an_empty_cache_at_once_all_succeed",
+        "runtime/test_engine.py::test_memory_stays_flat_over_500_eager_lenet_steps",
     }
 )
 # file::test -> a part of the parametrization's id that makes it slow: the special-points
