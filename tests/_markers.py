@@ -9,8 +9,8 @@ test in a marked place is marked without a decorator of its own:
   that takes a fixture compiling with nvcc (`NVCC_FIXTURES`);
 - `emulator`: a test that takes the `emulated` fixture (tests/_emulated.py), runs on the
   cuda backend's emulator through the `backend` fixture, reads the emulator's entry points
-  (`EMULATOR_NAMES`, in its code or a helper of the tests), or lives in a file whose tests
-  all run kernels there (`EMULATOR_FILES`). The emulator's own unit tests
+  (`EMULATOR_NAMES`, in its code, a fixture or a helper of the tests), or lives in a file
+  whose tests all run kernels there (`EMULATOR_FILES`). The emulator's own unit tests
   (`EMULATOR_UNIT_TESTS`) are not marked: `--quick` keeps them;
 - `torch`: a test whose code, or a helper of the tests that it calls, reads `torch`
   (`import torch`, `pytest.importorskip("torch")`, a module's `torch = None` fallback);
@@ -23,6 +23,7 @@ tests/test_test_layout.py checks these rules.
 
 from __future__ import annotations
 
+import functools
 import sys
 import types
 from pathlib import Path
@@ -51,12 +52,15 @@ SLOW = frozenset(
         "codegen/test_tiles.py::test_a_convolutions_images_go_outside_its_column_tiles",
         "codegen/test_gather.py::test_gather_and_scatter_add_match_the_reference",
         "examples/test_lenet_amp.py",
-        "examples/test_progress.py",
-        "examples/test_char_transformer.py",
-        "examples/test_sentiment_example.py",
+        "examples/test_progress.py::test_every_example_takes_no_progress",
         "runtime/test_engine.py::test_a_100000_term_chain_and_its_gradient",
-        "runtime/test_memory.py",
-        "runtime/test_interrupt.py",
+        "runtime/test_memory.py::test_an_mlp_over_160_batch_sizes_keeps_memory_flat",
+        "runtime/test_memory.py::test_compiling_2000_new_kernels_keeps_rss_flat",
+        "runtime/test_memory.py::test_rss_stays_flat_over_distinct_shapes_once_compiled",
+        "runtime/test_interrupt.py::test_ctrl_c_stops_a_program_of_many_medium_kernels",
+        "runtime/test_interrupt.py::test_ctrl_c_stops_a_long_kernel_and_the_engine_goes_on",
+        "runtime/test_interrupt.py::test_ctrl_c_stops_a_slow_kernel_of_few_iterations",
+        "runtime/test_interrupt.py::test_ctrl_c_stops_a_kernel_whose_rows_are_long",
         "runtime/test_fork.py::test_compiling_beside_a_thread_in_numpy_matmuls_never_blocks_them",
         "runtime/test_fork.py::test_forks_while_threads_compile_and_run_leave_no_child_hung",
         "runtime/test_cache.py::test_a_damaged_cache_file_is_never_used",
@@ -143,7 +147,7 @@ def markers_of(item) -> set[str]:
         "emulated" in fixtures
         or where in EMULATOR_FILES
         or _on_an_emulated_backend(item)
-        or (function is not None and reads(function, EMULATOR_NAMES))
+        or any(reads(f, EMULATOR_NAMES) for f in [function, *_fixture_functions(item)] if f)
     ):
         found.add("emulator")
     part = SLOW_PARAMETRIZATIONS.get(test)
@@ -152,6 +156,16 @@ def markers_of(item) -> set[str]:
     if function is not None and reads_torch(function):
         found.add("torch")
     return found
+
+
+def _fixture_functions(item) -> list:
+    """The functions of the fixtures `item` takes that are defined under tests/ (a fixture
+    that compiles for the emulator puts every test taking it on the emulator)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return []
+    functions = [d.func for defs in info.name2fixturedefs.values() for d in defs]
+    return [f for f in functions if isinstance(f, types.FunctionType) and _is_a_test_helper(f)]
 
 
 def _on_an_emulated_backend(item) -> bool:
@@ -177,8 +191,13 @@ def reads_torch(function) -> bool:
 def reads(function, names) -> bool:
     """Whether `function`, a function nested in it, or a function of a test file that it
     calls reads a variable, module or attribute among `names`."""
+    return _reads(function, frozenset(names))
+
+
+@functools.cache  # (once per test function, not per parametrization)
+def _reads(function, names: frozenset) -> bool:
     module = sys.modules.get(function.__module__)
-    return _code_reads(function.__code__, module, frozenset(names), helpers=2)
+    return _code_reads(function.__code__, module, names, helpers=2)
 
 
 def _code_reads(code: types.CodeType, module, names: frozenset, helpers: int) -> bool:

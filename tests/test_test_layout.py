@@ -79,6 +79,23 @@ def test_markers_by_folder_fixture_and_skip_reason():
         assert "emulator" in markers_of(_item(where))
 
 
+def test_a_test_whose_fixture_or_helper_runs_the_emulator_is_marked(monkeypatch):
+    module = types.ModuleType("_emulator_samples")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    source = (
+        "def compiled():\n    return EmulatedModule('')\n"
+        "def plain():\n    return 1\n"
+        "def by_helper():\n    return compiled()\n"
+    )
+    exec(compile(source, str(TESTS / "_emulator_samples.py"), "exec"), module.__dict__)
+    fixture = SimpleNamespace(func=module.compiled)
+    item = _item("codegen/test_x.py", function=module.plain)
+    assert markers_of(item) == set()
+    item._fixtureinfo = SimpleNamespace(name2fixturedefs={"compiled": [fixture]})
+    assert markers_of(item) == {"emulator"}
+    assert markers_of(_item("codegen/test_x.py", function=module.by_helper)) == {"emulator"}
+
+
 def test_the_emulators_own_unit_tests_are_kept_for_quick():
     for where in EMULATOR_UNIT_TESTS:
         assert "emulator" not in markers_of(_item(where, fixtures=["emulated"]))
