@@ -1,15 +1,29 @@
 #!/usr/bin/env bash
 # Set up a virtual environment (first run only) and run the whole test suite.
+#   bash scripts/test.sh            the full suite, with the nvcc sweep where nvcc exists (CI's)
+#   bash scripts/test.sh --quick    every module's tests but those marked slow, emulator or mpi,
+#                                   without the nvcc sweep (docs/TESTING.md)
+# Other arguments go to pytest (bash scripts/test.sh --quick tests/ir -x).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+quick=0
+args=()
+for arg in "$@"; do
+  if [ "$arg" = --quick ]; then quick=1; else args+=("$arg"); fi
+done
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-# mpi4py (the .[mpi] extra) where MPI is installed: the distributed tests then run (.ci/run installs it)
+# mpi4py (the .[mpi] extra) where MPI is installed: the distributed tests then run (.ci/run
+# installs it); --quick leaves those tests out, and so the extra
 extras=dev
-if command -v mpiexec >/dev/null 2>&1; then extras=dev,mpi; fi
+if [ "$quick" = 0 ] && command -v mpiexec >/dev/null 2>&1; then extras=dev,mpi; fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$extras]"
 .venv/bin/python -m ruff check frontend ir codegen runtime nn datasets tests examples benchmarks scripts
+if [ "$quick" = 1 ]; then
+  echo "scripts/test.sh --quick: no nvcc sweep, and not the tests marked slow, emulator or mpi"
+  exec .venv/bin/python -m pytest -q -m "not slow and not emulator and not mpi" ${args[@]+"${args[@]}"}
+fi
 # every CUDA kernel the tests generate is compiled with nvcc for sm_80 and sm_90 where nvcc
 # exists (in the background while the tests run: tests/_nvcc_all.py); say so where it does not
 nvcc_all=""
@@ -18,4 +32,4 @@ if command -v nvcc >/dev/null 2>&1; then
 else
   echo "scripts/test.sh: nvcc is not on PATH: the CUDA kernels are NOT compiled with nvcc"
 fi
-.venv/bin/python -m pytest -q $nvcc_all "$@"
+.venv/bin/python -m pytest -q $nvcc_all ${args[@]+"${args[@]}"}

@@ -24,6 +24,11 @@ takes it for all its tests with `pytestmark = pytest.mark.usefixtures("backend")
 emulator is slow, so by default only the tests marked `backend_slice` (a representative
 slice) run on the other backends; `--all-backends` (or FUSEGRAD_TEST_ALL_BACKENDS=1) runs
 every test of the parametrization on every backend. The others are deselected, not skipped.
+
+The markers `slow`, `emulator`, `nvcc`, `mpi` and `torch` (pyproject.toml) are given at
+collection by folder, file and fixture (tests/_markers.py), so that `-m "not slow"` and
+`scripts/test.sh --quick` can leave them out (docs/TESTING.md). Where torch is missing the
+summary counts the cross-checks with it that did not run ("torch cross-checks NOT run").
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import threading
 import time
 
 import pytest
+from _markers import apply_markers, torch_line
 from _nvcc_all import ARCHS, FAST, SYMBOL, NvccAll
 
 # kernels are the same on every run: the fixed register tiles, not timed ones
@@ -119,8 +125,10 @@ def _cpu_device_marked(request):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Outside --all-backends, a test of the `backend` parametrization runs on the host's
+    """Mark the tests by where they live and what they use (tests/_markers.py); then,
+    outside --all-backends, a test of the `backend` parametrization runs on the host's
     backend alone unless it is marked `backend_slice`."""
+    apply_markers(items)
     if config.getoption("--all-backends") or ALL_BACKENDS_ENV:
         return
     from fusegrad.runtime.backend import get_backend
@@ -137,16 +145,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_configure(config):
-    config.addinivalue_line(
-        "markers",
-        "cpu_device: the CPU device's own behaviour; runs on the CPU whatever "
-        "FUSEGRAD_TEST_DEVICE says",
-    )
-    config.addinivalue_line(
-        "markers",
-        "backend_slice: with the `backend` fixture, runs on every backend by default "
-        "(the others run on the CPU alone unless --all-backends)",
-    )
+    # (the markers are registered in pyproject.toml, with --strict-markers)
     if TEST_DEVICE != "cpu":
         import fusegrad as fg
         from fusegrad import devices
@@ -256,6 +255,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if mpi:
         terminalreporter.write_sep("-", "mpi")
         terminalreporter.write_line(mpi, red=True)
+    torch = torch_line(terminalreporter.stats)
+    if torch:
+        terminalreporter.write_sep("-", "torch")
+        terminalreporter.write_line(torch, red=True)
 
 
 def _mpi_line(skipped) -> str | None:

@@ -42,6 +42,11 @@ def examples(name: str) -> list[doctest.DocTest]:
 MODULES = [name for name in module_names() if examples(name)]
 
 
+def needs_mpi(name: str) -> bool:
+    """Whether an example of module `name` starts a process group (marked `mpi`)."""
+    return any(NEEDS_MPI in e.source for t in examples(name) for e in t.examples)
+
+
 def run_examples(name: str) -> tuple[int, str]:
     """(failures, doctest's report) of module `name`'s examples, in this process."""
     out = io.StringIO()
@@ -61,9 +66,11 @@ def test_the_modules_with_examples_are_found():
     assert {"fusegrad", "fusegrad.ir.ops", "fusegrad.nn.parallel"} <= set(MODULES)
 
 
-@pytest.mark.parametrize("name", MODULES)
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.mpi) if needs_mpi(n) else n for n in MODULES]
+)
 def test_examples(name):
-    if any(NEEDS_MPI in e.source for t in examples(name) for e in t.examples):
+    if needs_mpi(name):
         if shutil.which("mpiexec") is None:
             pytest.skip("mpiexec not found (apt-get install openmpi-bin libopenmpi-dev)")
         code = (

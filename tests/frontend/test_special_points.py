@@ -229,7 +229,7 @@ _FUNCTION_FORM = (
 )
 _COMPOSED = (
     "composed of swept ops (abs, where, log, norm); its kinks are PyTorch's, checked against "
-    "torch's values in tests/nn/test_habits_probe_nn.py"
+    "torch's values in tests/regressions/test_torch_habits_nn_losses_and_data.py"
 )
 
 
@@ -322,9 +322,9 @@ EXCLUDED: dict[str, str] = {
     **dict.fromkeys(
         _names("Tensor", "nansum nanmean nanmedian") + _names("fg", "nansum nanmean nanmedian"),
         "swept at NaN, inf, empty and all-NaN rows, with gradients, against torch's values in "
-        "tests/runtime/test_reliability_probe.py",
+        "tests/frontend/test_nan_reductions.py",
     ),
-    # the PyTorch-habits additions (tests/frontend/test_habits_probe.py, tests/nn/...nn.py)
+    # the PyTorch-habits additions (tests/regressions/test_torch_habits_*.py)
     **dict.fromkeys(
         _names("Tensor", "element_size grad_fn is_floating_point nelement")
         + _names(
@@ -359,7 +359,7 @@ EXCLUDED: dict[str, str] = {
         _names("F", "cosine_similarity huber_loss kl_div l1_loss prelu smooth_l1_loss"),
         _COMPOSED,
     ),
-    # the second probe's additions (tests/frontend/test_habits_probe2.py)
+    # the second probe's additions (tests/regressions/test_torch_habits_dtypes_and_helpers.py)
     **dict.fromkeys(
         _names("fg", "compile get_num_threads seed set_num_threads set_printoptions"), _NON_MATH
     ),
@@ -394,7 +394,8 @@ EXCLUDED: dict[str, str] = {
     # rows of -0.0, zeros, NaN, inf and tiny values, against torch's eps rule:
     # tests/nn/test_normalization.py
     "F.rms_norm": _SPECIAL_ELSEWHERE,
-    # ties, -0.0, NaN, inf and empty axes against torch: tests/frontend/test_more_ops.py
+    # ties, -0.0, NaN, inf and empty axes against torch:
+    # tests/frontend/test_quantile_cov_tensordot.py
     **dict.fromkeys(
         [
             "Tensor.aminmax",

@@ -1,5 +1,5 @@
-"""Ops added in session 12 at their special points (ties, kinks, boundaries, zero vectors,
-NaN), values and gradients, against torch 2.13's (float64, written in).
+"""Two-input losses, distances, fmax/fmin and prelu at their special points (ties, kinks,
+boundaries, zero vectors, NaN), values and gradients, against torch 2.13's (float64, written in).
 
 Zero signs of the gradients are not compared here: smooth_l1_loss and huber_loss give
 -0.0 where torch gives +0.0 at a zero difference (and the reverse for the target).

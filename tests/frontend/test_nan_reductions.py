@@ -1,5 +1,6 @@
-"""Faults found by probing the reliability classes (threads, fork, NaN semantics, saves):
-each test failed before its fix. Expected values are torch 2.13's, written in."""
+"""nansum, nanmean and nanmedian at NaN, inf, empty and all-NaN rows, values and gradients
+(faults a probe found: each test failed before its fix). Expected values are torch 2.13's,
+written in."""
 
 from __future__ import annotations
 
