@@ -92,19 +92,126 @@ def _pickled(obj) -> bytes:
     return body + hashlib.sha256(body).digest()
 
 
+# globals a whole module's pickle may name under weights_only=True besides fusegrad's own
+# layer and tensor classes: functions that rebuild plain data and run nothing else
+_SAFE_REBUILDERS = frozenset(
+    {
+        ("collections", "OrderedDict"),
+        ("builtins", "set"),
+        ("builtins", "frozenset"),
+        ("builtins", "slice"),
+        ("builtins", "complex"),
+        ("numpy", "dtype"),
+        ("numpy", "ndarray"),
+        ("numpy._core.numeric", "_frombuffer"),
+        ("numpy.core.numeric", "_frombuffer"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("fusegrad.nn.module", "_rebuild_parameter"),
+        ("fusegrad.copying", "rebuild_tensor"),
+    }
+)
+_user_safe: dict[tuple[str, str], object] = {}  # add_safe_globals
+
+
+def add_safe_globals(safe_globals: list) -> None:
+    """Allow the classes and functions in `safe_globals` in whole modules that `fg.load`
+    reads with weights_only=True (a model class of the user's own, saved with
+    `fg.save(model)`), as torch.serialization.add_safe_globals."""
+    for obj in safe_globals:
+        if isinstance(obj, tuple):  # torch's (object, "module.name") form
+            obj, qualified = obj
+            module, _, name = qualified.rpartition(".")
+        else:
+            module, name = obj.__module__, obj.__qualname__
+        _user_safe[(module, name)] = obj
+
+
+def get_safe_globals() -> list:
+    """The classes and functions `add_safe_globals` allowed."""
+    return list(_user_safe.values())
+
+
+def clear_safe_globals() -> None:
+    """Forget every class and function `add_safe_globals` allowed."""
+    _user_safe.clear()
+
+
+class safe_globals:  # noqa: N801 (torch's name: a context manager)
+    """`with safe_globals([MyModel]):` allows them for the loads inside only, as
+    torch.serialization.safe_globals."""
+
+    def __init__(self, safe_globals: list):
+        self.safe_globals = safe_globals
+
+    def __enter__(self):
+        self.saved = dict(_user_safe)
+        add_safe_globals(self.safe_globals)
+
+    def __exit__(self, *exc) -> None:
+        _user_safe.clear()
+        _user_safe.update(self.saved)
+
+
+def _fusegrad_class(module: str, name: str):
+    """fusegrad's own tensor class `module.name` (a Parameter's, a Tensor's), or None. Layer
+    classes are not allowed by default, as torch allows none of its own: a whole module
+    loads with weights_only=True once its classes are allowed (`add_safe_globals`)."""
+    if module != "fusegrad" and not module.startswith("fusegrad."):
+        return None
+    import importlib
+
+    try:
+        obj = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return None
+    if isinstance(obj, type) and issubclass(obj, core.Tensor):
+        return obj
+    return None
+
+
+def _weights_only_unpickler(body: bytes, name):
+    """An unpickler that finds only the globals that rebuild plain data and tensors
+    (`_SAFE_REBUILDERS`, fusegrad's tensor classes) and those the user allowed
+    (`add_safe_globals`); any other global refuses the file, naming it."""
+    import importlib
+    import pickle
+
+    class Restricted(pickle.Unpickler):
+        def find_class(self, module: str, qualname: str):
+            key = (module, qualname)
+            if key in _user_safe:
+                return _user_safe[key]
+            if key in _SAFE_REBUILDERS:
+                return getattr(importlib.import_module(module), qualname)
+            found = _fusegrad_class(module, qualname)
+            if found is not None:
+                return found
+            raise SerializationError(
+                f"fg.load: {name} names {module}.{qualname}, which weights_only=True does not "
+                f"allow by default: allow it with fg.serialization.add_safe_globals([{qualname}]) "
+                "or `with fg.serialization.safe_globals([...]):` if you trust the file, or load "
+                "it with weights_only=False (unpickling then runs code)"
+            )
+
+    return Restricted(io.BytesIO(body))
+
+
 def _unpickled(raw: bytes, name, weights_only: bool):
     import pickle
 
-    if weights_only:
-        raise SerializationError(
-            f"fg.load: {name} holds a whole pickled module (fg.save(model)); loading it runs "
-            "code, so as torch.load it needs weights_only=False, given only for a file you "
-            "trust (or save and load model.state_dict() instead)"
-        )
     body, digest = raw[:-_DIGEST], raw[-_DIGEST:]
     if hashlib.sha256(body).digest() != digest:
         _bad(name, "its checksum does not match (the file is truncated or was altered)")
-    return pickle.loads(body[len(PICKLE_MAGIC) :])
+    body = body[len(PICKLE_MAGIC) :]
+    if not weights_only:
+        return pickle.loads(body)
+    try:
+        return _weights_only_unpickler(body, name).load()
+    except SerializationError:
+        raise
+    except Exception as e:  # a malformed pickle: what pickle raises, named as a bad file
+        _bad(name, f"its pickle does not load ({type(e).__name__}: {e})")
 
 
 def _data_file(root, arrays: list[np.ndarray]) -> bytes:
@@ -137,9 +244,10 @@ def load(f, map_location=None, weights_only: bool = True):
 
     Only the saved data is rebuilt: tensors (with their requires_grad), numpy
     arrays, numbers, strings, None, lists, tuples and dicts. `map_location`
-    may be None or 'cpu'. A file of a whole module (`fg.save(model)`) is a pickle:
-    as torch.load, it loads only with weights_only=False (unpickling runs code);
-    other files never run code.
+    may be None or 'cpu'. A file of a whole module (`fg.save(model)`) is a pickle: as
+    torch.load, it loads with weights_only=True only where every class it names is allowed
+    (`add_safe_globals`, `safe_globals`; tensors and plain containers are), or with
+    weights_only=False (unpickling then runs code); other files never run code.
 
     The digest has no key, so a file may have been crafted to pass it: every file
     that is not one `save` could have written raises `SerializationError`, which

@@ -64,6 +64,7 @@ TORCH_MODULES: dict[str, str] = {
     "torch.optim": "fusegrad.optim",
     "torch.optim.lr_scheduler": "fusegrad.optim.lr_scheduler",
     "torch.optim.optimizer": "fusegrad.nn.optimizer",
+    "torch.serialization": "fusegrad.serialization",
     "torch.special": "fusegrad.special",
     "torch.testing": "fusegrad.testing",
     "torch.utils": "fusegrad.utils",

@@ -196,3 +196,70 @@ def test_a_saved_file_has_the_usual_permissions(tmp_path):
     old = os.umask(0o022)
     os.umask(old)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o666 & ~old
+
+
+class _MyModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(2, 3), nn.ReLU())
+        self.head = nn.Linear(3, 1)
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+_MODEL_CLASSES = [_MyModel, nn.Sequential, nn.Linear, nn.ReLU]
+
+
+def _saved_model():
+    fg.manual_seed(0)
+    model = _MyModel()
+    f = io.BytesIO()
+    fg.save(model, f)
+    f.seek(0)
+    return model, f
+
+
+def test_a_whole_module_loads_with_weights_only_once_its_classes_are_allowed():
+    model, f = _saved_model()
+    x = fg.tensor([[1.0, -2.0]])
+    with pytest.raises(fg.SerializationError, match="_MyModel.*add_safe_globals"):
+        fg.load(f)  # as torch: no class of a model is allowed by default
+    with fg.serialization.safe_globals(_MODEL_CLASSES):
+        f.seek(0)
+        loaded = fg.load(f)
+    assert type(loaded) is _MyModel and loaded(x).tolist() == model(x).tolist()
+    assert fg.serialization.get_safe_globals() == []  # the context's allowance ends with it
+    f.seek(0)
+    with pytest.raises(fg.SerializationError, match="fusegrad.nn.layers.Linear"):
+        with fg.serialization.safe_globals([_MyModel, nn.Sequential, nn.ReLU]):
+            fg.load(f)  # one class not allowed: refused, naming it
+    fg.serialization.add_safe_globals(_MODEL_CLASSES)
+    try:
+        f.seek(0)
+        assert type(fg.load(f)) is _MyModel
+    finally:
+        fg.serialization.clear_safe_globals()
+
+
+def test_weights_only_never_calls_a_function_the_file_names(tmp_path):
+    # a crafted whole-module file whose pickle calls os.system: refused before any call,
+    # even with its digest recomputed
+    import hashlib
+
+    from fusegrad.serialization import PICKLE_MAGIC
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("touch " + str(tmp_path / "pwned"),))
+
+    body = PICKLE_MAGIC + pickle.dumps(Evil())
+    path = tmp_path / "evil.pt"
+    path.write_bytes(body + hashlib.sha256(body).digest())
+    with pytest.raises(fg.SerializationError, match="system"):
+        fg.load(path)
+    assert not (tmp_path / "pwned").exists()
+    with pytest.raises(fg.SerializationError, match="does not load"):
+        bad = PICKLE_MAGIC + b"\x80\x05garbage"
+        path.write_bytes(bad + hashlib.sha256(bad).digest())
+        fg.load(path)
