@@ -30,7 +30,6 @@ True
 from __future__ import annotations
 
 import contextlib
-import itertools
 import threading
 import weakref
 
@@ -38,18 +37,35 @@ from . import core
 from .ir.ops import Ops
 from .runtime.engine import engine
 
-_lazy = threading.local()  # .tensors: {serial: tensor}, weak in the tensor, oldest first
-_serial = itertools.count()
+_lazy = threading.local()  # .refs: weak references to tensors noted lazy, oldest first
+COMPACT_AT = 4096  # noted references kept before the dead ones are dropped (then twice the live)
 
 
 def note_lazy(t) -> None:
     """Remember `t`, whose value is a graph not yet computed, for as long as it lives: the
-    next optimizer step computes it with the step if it is still lazy then (`carried`)."""
+    next optimizer step computes it with the step if it is still lazy then (`carried`).
+    A weak reference appended to a list (what the graph-building paths can afford per
+    tensor); the references of tensors gone are dropped when the list has grown to twice
+    what was alive at the last drop, so a loop with no step keeps it bounded."""
     try:
-        tensors = _lazy.tensors
+        refs = _lazy.refs
     except AttributeError:
-        tensors = _lazy.tensors = weakref.WeakValueDictionary()
-    tensors[next(_serial)] = t
+        refs = _lazy.refs = []
+        _lazy.limit = COMPACT_AT
+        _lazy.since = None
+    refs.append(weakref.ref(t))
+    if len(refs) > _lazy.limit:
+        _compact(refs)
+
+
+def _compact(refs: list) -> None:
+    """Drop the references of tensors gone (keeping the order, and where `own_values_only`
+    begins)."""
+    since = _lazy.since
+    if since is not None:
+        _lazy.since = sum(1 for r in refs[:since] if r() is not None)
+    refs[:] = [r for r in refs if r() is not None]
+    _lazy.limit = max(COMPACT_AT, 2 * len(refs))
 
 
 def with_carried(anchor, pending, extra) -> list:
@@ -67,7 +83,12 @@ def with_carried(anchor, pending, extra) -> list:
 def own_values_only():
     """While `fusegrad.jit` records a call: its steps compute only the lazy values the
     call made (one made before it is not the call's to compute: a replay would not)."""
-    _lazy.since = next(_serial)
+    try:
+        refs = _lazy.refs
+    except AttributeError:
+        refs = _lazy.refs = []
+        _lazy.limit = COMPACT_AT
+    _lazy.since = len(refs)
     try:
         yield
     finally:
@@ -78,15 +99,12 @@ def carried(device, taken) -> list:
     """This thread's live tensors that are still lazy, on `device`, other than the nodes in
     `taken` (ids), oldest first: what a step computes with its own outputs. Every tensor
     noted so far is forgotten (`note_lazy` notes it again when a write makes it lazy)."""
-    tensors = getattr(_lazy, "tensors", None)
-    if not tensors:
+    refs = getattr(_lazy, "refs", None)
+    if not refs:
         return []
-    since = getattr(_lazy, "since", None)  # while jit records a call: the call's own only
-    live = []
-    for serial, t in list(tensors.items()):
-        if since is None or serial >= since:
-            live.append(t)
-            del tensors[serial]
+    since = _lazy.since or 0  # while jit records a call: the call's own only
+    live = [t for t in (r() for r in refs[since:]) if t is not None]
+    del refs[since:]
     plain, value = core.Tensor, engine.value
     node_of = plain.__dict__["node"].__get__  # the slot, not a subclass's property
     default = engine.default_device

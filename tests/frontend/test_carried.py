@@ -233,3 +233,16 @@ def test_the_plain_step_runs_the_same_kernels_with_the_rule(monkeypatch, conv):
         return counts
 
     assert kernels_per_step(True) == kernels_per_step(False)
+
+
+def test_the_record_of_lazy_values_stays_bounded_in_a_loop_with_no_step():
+    # an evaluation loop makes lazy tensors and drops them, and no optimizer step ever
+    # takes the record: the references of tensors gone are dropped as it grows
+    from fusegrad import carried
+
+    x = fg.ones(4)
+    kept = [x * 3.0]  # one lives on: it stays noted
+    for k in range(6 * carried.COMPACT_AT):
+        y = x * float(k)  # noqa: F841 (made and dropped)
+    assert len(carried._lazy.refs) <= 2 * carried.COMPACT_AT + 1
+    assert any(r() is kept[0] for r in carried._lazy.refs)
