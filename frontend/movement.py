@@ -30,6 +30,9 @@ from .autocast import autocast_op
 from .errors import DimError, DTypeError, IndexingError, ShapeError, fail, warn_user
 from .ir import node as N
 from .ir.dtypes import DType, bool_, promote
+from .ir.ops import Ops
+from .runtime.buffer import Buffer, BufferView
+from .runtime.engine import engine
 
 
 @functools.lru_cache(maxsize=4096)  # a pure function of shapes, which repeat every step
@@ -142,6 +145,35 @@ def basic_index(shape: tuple[int, ...], index):
             keep.append(False)
         axis += 1
     return index, bounds, steps, keep
+
+
+def _block_of_buffer(x, bounds, steps):
+    """A computed CPU tensor's slice that is one block of its memory (`data[i : i + n]`,
+    `x[k]`, `x[k, a:b]`), as a buffer node over that block, or None. A slice as a `SHRINK`
+    names its offsets in the graph's structure, so a loop that slices its data at a new
+    offset each step (`source[i : i + bptt]`) would compile each step anew; over a buffer
+    the offset is data. Only for values no gradient flows into (data, not parameters) and
+    outside `fusegrad.jit`'s recording (which records graphs over its inputs)."""
+    node = x.node
+    if node.op is not Ops.BUFFER or x.requires_grad or type(node.arg) is not Buffer:
+        return None
+    if any(s != 1 for s in steps) or engine.recording():
+        return None
+    shape = node.shape
+    # the axes after the last cut one are whole; the axes before it take one place each
+    cut = [k for k, (b, e) in enumerate(bounds) if (b, e) != (0, shape[k])]
+    if not cut:
+        return None
+    first = cut[-1]
+    if any(e - b != 1 for b, e in bounds[:first]):
+        return None
+    inner = math.prod(shape[first + 1 :])
+    start = sum(b * math.prod(shape[k + 1 :]) for k, (b, _) in enumerate(bounds[: first + 1]))
+    size = (bounds[first][1] - bounds[first][0]) * inner
+    if size == 0:
+        return None
+    view = BufferView(node.arg, start, size)
+    return N.buffer(view, tuple(e - b for b, e in bounds), node.dtype)
 
 
 class MovementMixin:
@@ -323,7 +355,9 @@ class MovementMixin:
         index, bounds, steps, keep = basic_index(self.shape, index)
         x = self
         st = self.stride()
-        node = N.shrink(x.node, tuple(bounds))
+        node = _block_of_buffer(x, bounds, steps)
+        if node is None:
+            node = N.shrink(x.node, tuple(bounds))
         if any(s != 1 for s in steps):
             node = _stride_node(node, steps)
         new_strides = []

@@ -175,6 +175,24 @@ def _give(nbytes: int, entry: tuple) -> None:
             del _pool[size]
 
 
+class BufferView(Buffer):
+    """Elements `start`..`start + size` of another CPU buffer, in its memory (a slice of a
+    computed tensor along its first axes: `data[i : i + n]` of a training loop's batches).
+    It keeps that buffer alive, so its memory is not reused while the view reads it, and
+    gives nothing to the pool when it goes."""
+
+    __slots__ = ("owner",)
+
+    def __init__(self, owner: Buffer, start: int, size: int):
+        super().__init__(size, owner.dtype, owner.array[start : start + size])
+        self.owner = owner
+
+    def __del__(self):
+        global live_buffers
+        if _pool is not None:
+            live_buffers -= 1
+
+
 class HostTable(Buffer):
     """A read-only table fusegrad builds for itself (the `arange` an index op compares
     against): host data of no device, so a graph on any device may read it. A device

@@ -1,0 +1,76 @@
+"""Views (frontend/movement.py): a computed tensor's slice that is one block of its memory
+is a buffer over that block, so slicing data at a new offset each step compiles nothing
+new; values, writes through the view and gradients stay as before."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fusegrad as fg
+from fusegrad.ir.ops import Ops
+from fusegrad.runtime.engine import engine
+
+A = np.arange(60.0).reshape(5, 3, 4)
+
+BLOCKS = [np.s_[1:3], np.s_[2], np.s_[2, 1:3], np.s_[0, 0], np.s_[4:], np.s_[1:2, 0:1],
+          np.s_[2, None], np.s_[-2:], np.s_[0, 2, 1:]]
+NOT_BLOCKS = [np.s_[1:3, 0:1], np.s_[:, 1], np.s_[1:4, :, 2], np.s_[..., 1:2], np.s_[::2], np.s_[0:0]]
+
+
+@pytest.mark.parametrize("index", BLOCKS + NOT_BLOCKS, ids=str)
+def test_a_slice_of_a_computed_tensor_reads_the_right_values(index):
+    x = fg.tensor(A).realize()
+    y = x[index]
+    assert y.shape == A[index].shape
+    np.testing.assert_array_equal(y.numpy(), A[index])
+
+
+@pytest.mark.parametrize("index", BLOCKS, ids=str)
+def test_a_block_of_memory_is_a_buffer_over_it(index):
+    x = fg.tensor(A).realize()
+    y = x[index]
+    leaf = y.node
+    while leaf.op is Ops.RESHAPE:
+        leaf = leaf.srcs[0]
+    assert leaf.op is Ops.BUFFER
+    assert np.shares_memory(leaf.arg.array, x.node.arg.array)
+
+
+def test_slices_at_new_offsets_compile_no_new_schedule():
+    # a language model's get_batch: source[i : i + bptt], i moving every step
+    source = fg.tensor(np.arange(400.0).reshape(100, 4)).realize()
+    w = fg.tensor(np.ones((4, 2)))
+    out = [(source[i : i + 10] @ w).sum().item() for i in range(0, 40, 10)]
+    before = engine.stats["scheduled"]
+    out += [(source[i : i + 10] @ w).sum().item() for i in range(40, 90, 10)]
+    assert engine.stats["scheduled"] == before
+    want = [float(np.arange(400.0).reshape(100, 4)[i : i + 10].sum() * 2) for i in range(0, 90, 10)]
+    assert out == want
+
+
+def test_writes_through_a_block_view_land_in_the_base():
+    x = fg.arange(10.0).realize()
+    v = x[2:5]
+    v[0] = -1.0
+    v += 100.0
+    assert x.tolist() == [0.0, 1.0, 99.0, 103.0, 104.0, 5.0, 6.0, 7.0, 8.0, 9.0]
+    assert v.tolist() == [99.0, 103.0, 104.0]
+
+
+def test_a_parameter_s_slice_stays_in_the_graph():
+    # a tensor that requires grad is sliced as a view in the graph: its gradient flows
+    w = fg.tensor(A, requires_grad=True)
+    (w[1:3] * 2.0).sum().backward()
+    want = np.zeros_like(A)
+    want[1:3] = 2.0
+    np.testing.assert_array_equal(w.grad.numpy(), want)
+
+
+def test_the_block_keeps_its_memory_alive_after_the_base_is_gone():
+    x = fg.tensor(np.arange(1 << 16, dtype=np.float32)).realize()
+    y = x[100:200]
+    del x
+    for _ in range(3):  # allocations that would reuse freed memory of that size
+        fg.tensor(np.zeros(1 << 16, dtype=np.float32)).realize()
+    np.testing.assert_array_equal(y.numpy(), np.arange(100, 200, dtype=np.float32))
