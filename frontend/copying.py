@@ -98,7 +98,7 @@ def shallow_copy_tensor(t):
 
 def reduce_tensor(t):
     """`t.__reduce_ex__`: rebuild from the value as a numpy array (see `rebuild_tensor`)."""
-    array = np.ascontiguousarray(_host_copy(t))
+    array = np.asarray(_host_copy(t), order="C")  # (ascontiguousarray makes 0-d 1-d)
     state = getattr(t, "__dict__", None) or None
     device = str(t.device)
     return (
@@ -124,7 +124,7 @@ def rebuild_tensor(cls, array, dtype: str, device: str, requires_grad: bool, str
 
 def host_copy(t) -> np.ndarray:
     """`t`'s value as a numpy array of its own (for a Parameter's pickle, nn/module.py)."""
-    return np.ascontiguousarray(_host_copy(t))
+    return np.asarray(_host_copy(t), order="C")  # (ascontiguousarray makes 0-d 1-d)
 
 
 def _host_copy(t) -> np.ndarray:

@@ -266,3 +266,12 @@ def test_a_failed_device_allocation_leaves_no_broken_buffer(no_unraisable):
     import gc
 
     gc.collect()
+
+
+def test_a_0d_tensor_and_parameter_pickle_as_0d():
+    # np.ascontiguousarray turned a 0-d value into shape (1,): a pickled scalar tensor came
+    # back 1-d
+    for t in (fg.tensor(-0.0), nn.Parameter(fg.tensor(2.5)), fg.tensor(3, dtype=fg.int32)):
+        back = pickle.loads(pickle.dumps(t))
+        assert back.shape == () and back.dtype == t.dtype and type(back) is type(t)
+        assert back.numpy().tobytes() == t.numpy().tobytes()

@@ -75,3 +75,33 @@ def test_the_block_keeps_its_memory_alive_after_the_base_is_gone():
     for _ in range(3):  # allocations that would reuse freed memory of that size
         fg.tensor(np.zeros(1 << 16, dtype=np.float32)).realize()
     np.testing.assert_array_equal(y.numpy(), np.arange(100, 200, dtype=np.float32))
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.array([[0.0, -0.0], [np.nan, np.inf], [-np.inf, 1.0], [-1.0, 0.5]], np.float32),
+        np.array([[0, -1], [2**31 - 1, -(2**31)], [7, 7], [1, 0]], np.int32),
+        np.array([[True, False], [False, False], [True, True], [False, True]]),
+    ],
+    ids=["float-special", "int32-ends", "bool"],
+)
+def test_block_views_keep_every_bit_at_the_ends(values):
+    # -0.0, NaN, infinities, int32's ends and bools read back exactly, for the first row,
+    # the last, a single element (0-d) and the whole block of the last rows
+    x = fg.tensor(values).realize()
+    for index in (np.s_[0], np.s_[-1], np.s_[3:4], np.s_[1, 0], np.s_[2:], np.s_[0, 1:]):
+        got, want = x[index].numpy(), values[index]
+        assert got.shape == want.shape and got.dtype == want.dtype
+        assert got.tobytes() == want.tobytes(), index
+
+
+def test_a_gradient_through_a_product_with_a_block_view():
+    # the view is data; the gradient of what multiplies it is that data, -0.0 included
+    data = fg.tensor(np.array([[1.0, -0.0], [2.0, -3.0], [0.5, 4.0]])).realize()
+    w = fg.tensor([1.0, 1.0], requires_grad=True)
+    (data[1:3] * w).sum().backward()
+    assert w.grad.tolist() == [2.5, 1.0]
+    w.grad = None
+    (data[0] * w).sum().backward()
+    assert w.grad.tolist() == [1.0, -0.0] and np.signbit(w.grad.numpy()[1])

@@ -263,3 +263,22 @@ def test_weights_only_never_calls_a_function_the_file_names(tmp_path):
         bad = PICKLE_MAGIC + b"\x80\x05garbage"
         path.write_bytes(bad + hashlib.sha256(bad).digest())
         fg.load(path)
+
+
+def test_weights_only_whole_modules_at_special_points():
+    # an empty container, and a module holding a 0-d, an empty and a -0.0 parameter
+    f = io.BytesIO()
+    fg.save(nn.Sequential(), f)
+    f.seek(0)
+    with fg.serialization.safe_globals([nn.Sequential]):
+        assert len(fg.load(f)) == 0
+    m = nn.Module()
+    m.a = nn.Parameter(fg.tensor(-0.0))
+    m.b = nn.Parameter(fg.zeros(0, 3))
+    f = io.BytesIO()
+    fg.save(m, f)
+    f.seek(0)
+    with fg.serialization.safe_globals([nn.Module]):
+        loaded = fg.load(f)
+    assert loaded.a.shape == () and np.signbit(loaded.a.item()) and loaded.a.requires_grad
+    assert loaded.b.shape == (0, 3)

@@ -254,3 +254,34 @@ def test_lbfgs_refuses_what_torch_refuses():
         optim.LBFGS([{"params": [w]}, {"params": [fg.zeros(1, requires_grad=True)]}])
     with pytest.raises(RuntimeError, match="closure"):
         optim.LBFGS([w]).step(None)
+
+
+def test_lbfgs_at_special_points():
+    # a zero gradient: optimal at once (torch: max |g| <= tolerance_grad), one evaluation,
+    # the loss returned and nothing moved
+    q = fg.tensor([3.0, -2.0], requires_grad=True)
+    opt = optim.LBFGS([q])
+    calls = []
+
+    def flat():
+        calls.append(1)
+        opt.zero_grad()
+        loss = (q * 0.0).sum() + 5.0
+        loss.backward()
+        return loss
+
+    assert opt.step(flat).item() == 5.0 and q.tolist() == [3.0, -2.0] and len(calls) == 1
+    # a parameter the loss does not use has no gradient: torch counts it as zeros, so it
+    # stays where it was while the used one reaches its minimum
+    r, s = fg.tensor([1.0, 2.0], requires_grad=True), fg.tensor([1.0], requires_grad=True)
+    opt = optim.LBFGS([r, s], max_iter=5)
+
+    def bowl():
+        opt.zero_grad()
+        loss = ((r - 3.0) ** 2).sum()
+        loss.backward()
+        return loss
+
+    opt.step(bowl)
+    np.testing.assert_allclose(r.numpy(), [3.0, 3.0], rtol=1e-6)
+    assert s.tolist() == [1.0] and s.grad is None

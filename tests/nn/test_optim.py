@@ -373,3 +373,23 @@ def test_an_lr_set_back_to_an_earlier_value_is_used():
     )
     for a, b in zip(got, sgd_np(start, centers, scales, lr, momentum=0.9, lrs=lrs)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_adadelta_at_special_points():
+    # a zero gradient with weight decay: the update is the decay's alone (torch's formulas,
+    # by hand); a -0.0 parameter with a zero gradient keeps its sign (-0.0 - lr * 0.0)
+    p = fg.tensor([0.0, -0.0, 1.0, -1.0], requires_grad=True)
+    opt = optim.Adadelta([p], lr=1.0, weight_decay=0.1)
+    (p * 0.0).sum().backward()
+    opt.step()
+    g = 0.1 * np.array([0.0, -0.0, 1.0, -1.0])
+    sq = 0.1 * g * g  # rho = 0.9
+    want = np.array([0.0, -0.0, 1.0, -1.0]) - np.sqrt(1e-6) / np.sqrt(sq + 1e-6) * g
+    np.testing.assert_allclose(p.numpy(), want, rtol=1e-6)
+    assert list(np.signbit(p.numpy())) == [False, True, False, True]
+    # lr=0: nothing moves; an empty parameter steps without error
+    q, e = fg.tensor([2.0, -3.0], requires_grad=True), fg.zeros(0, requires_grad=True)
+    opt = optim.Adadelta([q, e], lr=0.0)
+    ((q * q).sum() + e.sum()).backward()
+    opt.step()
+    assert q.tolist() == [2.0, -3.0] and e.shape == (0,)

@@ -126,3 +126,25 @@ def test_weighted_refuses_bad_arguments(args, error, words):
 
 def test_torch_home_names_weighted_sampler():
     assert fg.utils.data.WeightedRandomSampler is WeightedRandomSampler
+
+
+def test_samplers_at_their_boundaries():
+    # torch's refusals of zero or negative counts, and of an empty dataset
+    for make in (
+        lambda: RandomSampler(range(3), num_samples=0),
+        lambda: RandomSampler([]),
+        lambda: RandomSampler(range(3), replacement=True, num_samples=-1),
+        lambda: WeightedRandomSampler([1.0, 2.0], 0),
+    ):
+        with pytest.raises(ValueError, match="num_samples should be a positive integer"):
+            make()
+    # one item: every draw is it; a zero weight is never drawn; all-zero weights refused
+    assert list(RandomSampler(range(1), replacement=True, num_samples=3)) == [0, 0, 0]
+    assert list(WeightedRandomSampler([0.0, 1.0], 5)) == [1] * 5
+    with pytest.raises(RuntimeError, match="not all zero"):
+        list(WeightedRandomSampler([0.0, 0.0], 5))
+    with pytest.raises(RuntimeError, match="without replacement"):
+        list(WeightedRandomSampler([1.0, 0.0, 2.0], 3, replacement=False))
+    # equal weights (ties) draw every index, each about as often
+    counts = np.bincount(list(WeightedRandomSampler([1.0, 1.0, 1.0], 30_000)), minlength=3)
+    assert counts.min() > 9_000
