@@ -345,19 +345,24 @@ def take_pending_outputs() -> list:
     return out
 
 
-def sibling_grads(grad) -> list:
-    """The gradients that the backward() call which gave `grad` (a `LazyGrad`) gave other
-    tensors of this thread, still alive, theirs and not computed yet."""
-    graded = getattr(_local, "graded", None) or {}
-    out = []
-    for ref in list(graded.values()):
+def _given_grads():
+    """The current `.grad` of each tensor of this thread that backward() gave a gradient
+    since the last optimizer step, still alive."""
+    for ref in list((getattr(_local, "graded", None) or {}).values()):
         leaf = ref()
         g = None if leaf is None else leaf._grad
-        if g is None or g is grad or getattr(g, "pending", None) is not grad.pending:
-            continue
-        if not g._has_value():
-            out.append(g)
-    return out
+        if g is not None:
+            yield g
+
+
+def sibling_grads(grad) -> list:
+    """The gradients that the backward() call which gave `grad` (a `LazyGrad`) gave other
+    tensors of this thread, still theirs and not computed yet."""
+    return [
+        g
+        for g in _given_grads()
+        if g is not grad and getattr(g, "pending", None) is grad.pending and not g._has_value()
+    ]
 
 
 def settle(value) -> None:
@@ -370,12 +375,9 @@ def settle(value) -> None:
     `p -= lr * p.grad` computes the step's forward, backward and first update together,
     and each further parameter's update from values in memory. Gradients nobody read are
     left alone, for the optimizer step's cached plan (`stepcache.py`)."""
-    graded = getattr(_local, "graded", None) or {}
     grads = {}
-    for ref in graded.values():
-        leaf = ref()
-        g = None if leaf is None else leaf._grad
-        if g is None or g.requires_grad or (type(g) is core.LazyGrad and not g.built):
+    for g in _given_grads():
+        if g.requires_grad or (type(g) is core.LazyGrad and not g.built):
             continue
         if not g._has_value():
             grads[id(g)] = g

@@ -50,12 +50,19 @@ def note_lazy(t) -> None:
     try:
         refs = _lazy.refs
     except AttributeError:
-        refs = _lazy.refs = []
-        _lazy.limit = COMPACT_AT
-        _lazy.since = None
+        refs = _refs()
     refs.append(weakref.ref(t))
     if len(refs) > _lazy.limit:
         _compact(refs)
+
+
+def _refs() -> list:
+    """This thread's list of noted references, made on first use."""
+    try:
+        return _lazy.refs
+    except AttributeError:
+        _lazy.refs, _lazy.limit, _lazy.since = [], COMPACT_AT, None
+        return _lazy.refs
 
 
 def _compact(refs: list) -> None:
@@ -83,12 +90,7 @@ def with_carried(anchor, pending, extra) -> list:
 def own_values_only():
     """While `fusegrad.jit` records a call: its steps compute only the lazy values the
     call made (one made before it is not the call's to compute: a replay would not)."""
-    try:
-        refs = _lazy.refs
-    except AttributeError:
-        refs = _lazy.refs = []
-        _lazy.limit = COMPACT_AT
-    _lazy.since = len(refs)
+    _lazy.since = len(_refs())
     try:
         yield
     finally:

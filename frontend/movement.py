@@ -164,12 +164,11 @@ def _block_of_buffer(x, bounds, steps):
     cut = [k for k, (b, e) in enumerate(bounds) if (b, e) != (0, shape[k])]
     if not cut:
         return None
-    first = cut[-1]
-    if any(e - b != 1 for b, e in bounds[:first]):
+    last = cut[-1]
+    if any(e - b != 1 for b, e in bounds[:last]):
         return None
-    inner = math.prod(shape[first + 1 :])
-    start = sum(b * math.prod(shape[k + 1 :]) for k, (b, _) in enumerate(bounds[: first + 1]))
-    size = (bounds[first][1] - bounds[first][0]) * inner
+    start = sum(b * math.prod(shape[k + 1 :]) for k, (b, _) in enumerate(bounds[: last + 1]))
+    size = (bounds[last][1] - bounds[last][0]) * math.prod(shape[last + 1 :])
     if size == 0:
         return None
     view = BufferView(node.arg, start, size)
