@@ -35,14 +35,12 @@ from .backend_registry import get_backend, to_device
 
 
 def _pool_limit() -> int:
-    """4 GiB, or a sixth of the machine's memory where that is less. It was 256 MiB, then
-    1 GiB: a convolution's training step at batch 64 of 56x56 maps allocates ~200 MB, and a
-    program that runs several such layers one after another (`core_ops.py --only conv`: six
-    convolutions' training steps in one alternation) allocates more than 1 GiB between two
-    uses of a size, so its buffers left the pool every call and each call first-touched them
-    anew: a strided convolution's forward + backward 0.30 of its sgemm's rate against 0.89
-    with the pool at 4 GiB (session 17, Intel Xeon). What is pooled is a size the program
-    allocated twice, memory it will ask for again (`clear_pool` gives it all back)."""
+    """4 GiB, or a sixth of the machine's memory where that is less. It trades memory held
+    for first touches: a program that runs several convolutions' training steps one after
+    another (batch 64 of 56x56 maps: ~200 MB each) allocates more than 1 GiB between two
+    uses of a size, and a smaller bound would send its buffers out of the pool every call.
+    What is pooled is a size the program allocated twice, memory it will ask for again
+    (`clear_pool` gives it all back; `POOL_DECAY_S` what stays unused)."""
     try:
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):  # no sysconf (Windows): the fixed bound
