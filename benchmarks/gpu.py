@@ -1,6 +1,7 @@
 """fusegrad's cuda device against PyTorch CUDA on the same GPU, timed alternately in one process.
 
-Run:  python benchmarks/gpu.py [--quick] [--only TEXT]   (a GPU, PyCUDA and PyTorch with CUDA)
+Run:  python benchmarks/gpu.py [--quick] [--only TEXT] [--tf32-wgmma]
+      (a GPU, PyCUDA and PyTorch with CUDA)
 
 Workloads, each on the GPU for both systems, on the same random inputs:
 
@@ -9,8 +10,9 @@ Workloads, each on the GPU for both systems, on the same random inputs:
 - copy 2^24 (the measured copy bandwidth the memory-bound rows are held against);
 - softmax 4096x4096 (rows), layer norm 8192x1024, row sum 4096x4096, full sum 2^24;
 - sgemm 4096^3 in float32 (PyTorch with TF32 off, its default for matmul: true fp32),
-  again with `allow_tf32` on both sides (tensor cores, TF32 inputs), and in bfloat16 and
-  float16 (tensor cores, float32 accumulation);
+  again with `allow_tf32` on both sides (tensor cores, TF32 inputs; b @ c, whose c
+  fusegrad's Hopper kernel first copies K-major, and b @ c.T, which it reads as it is), and
+  in bfloat16 and float16 (tensor cores, float32 accumulation);
 - conv2d 64x32x56x56 -> 64, 3x3, padding 1, float32 (cuDNN with TF32 off), and in
   bfloat16 and float16 (tensor cores, float32 accumulation: fusegrad's implicit GEMM on
   `mma.sync`, cuDNN's own);
@@ -207,6 +209,13 @@ def op_cases(torch):
             fg_run(lambda: b @ c, tf32=True),
             t_run(lambda: bt @ ct, tf32=True),
         ),
+        (  # both sides K-major: no copy of c before the product (nn.Linear's forward)
+            "sgemm 4096^3 tf32 b@c.T",
+            2.0 * mm**3,
+            "GFLOP/s",
+            fg_run(lambda: b @ c.T, tf32=True),
+            t_run(lambda: bt @ ct.T, tf32=True),
+        ),
         *(
             (
                 f"sgemm 4096^3 {name}",
@@ -325,7 +334,17 @@ def main() -> None:
         metavar="TEXT",
         help="run just the rows whose name contains TEXT ('lenet' for the training step alone)",
     )
+    ap.add_argument(
+        "--tf32-wgmma",
+        action="store_true",
+        help="large TF32 matmuls on Hopper's wgmma pipeline (codegen.gpu.TF32_WGMMA: off by "
+        "default until a GPU has checked it)",
+    )
     args = ap.parse_args()
+    if args.tf32_wgmma:
+        from fusegrad.codegen import gpu as gpu_map
+
+        gpu_map.TF32_WGMMA = True
     rounds = 10 if args.quick else 40
 
     import torch

@@ -361,6 +361,15 @@ __device__ __forceinline__ void fg_wgmma_64x256(float (&d)[128], unsigned long l
       : OUTS
       : "l"(a), "l"(b), "r"(1), "n"(TA), "n"(TB));
 }
+// d += A (64 x 8) B (8 x 256): fp32 operands in shared memory read as TF32 (their low 13
+// mantissa bits left out), both K-major (wgmma takes TF32 operands no other way); d as above
+__device__ __forceinline__ void fg_wgmma_64x256_tf32(float (&d)[128], unsigned long long a,
+                                                     unsigned long long b) {
+  asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %130, 0;\\n"
+    "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 {REGS}, %128, %129, p, 1, 1;\\n}\\n"
+    : OUTS
+    : "l"(a), "l"(b), "r"(1));
+}
 #endif
 """
 WGMMA_PRELUDE = WGMMA_PRELUDE.replace("REGS", ", ".join(f"%{i}" for i in range(128))).replace(
@@ -459,7 +468,11 @@ class TensorMap:
     view of buffer `param` (its index among the kernel's parameters) from element `offset`
     on, `dims` elements along each dimension (innermost first), `strides` bytes between the
     steps of dimensions 1.. (dimension 0 is contiguous), copied `box` elements at a time
-    into shared memory in the 128-byte swizzle; reads outside `dims` give zeros."""
+    into shared memory in the 128-byte swizzle; reads outside `dims` give zeros.
+    `realign`: a view whose start is not 16-byte aligned (but is a whole number of values
+    past such an address) gets a map from the aligned address before it, its dimension 0 as
+    many values longer; the kernel adds that shift to its coordinates along dimension 0.
+    Else such a view gets a map of zeros (the kernel copies it another way)."""
 
     param: int
     dtype: str
@@ -467,6 +480,7 @@ class TensorMap:
     dims: tuple[int, ...]
     strides: tuple[int, ...]
     box: tuple[int, ...]
+    realign: bool = False
 
 
 @dataclass
@@ -539,12 +553,12 @@ def _stages(c: Contraction, shared_limit: int = STATIC_SHARED) -> int:
     `shared_limit`; on the 16-bit tensor cores as many as fit in `gpu.HALF_SHARED` and
     `shared_limit`, up to `HALF_STAGES` (the copies of the next stages - 1 steps in flight
     while one is computed; the tile is chosen so that two fit: `gpu._tile_shape`)."""
+    if gpu_map.wgmma_tile(c, shared_limit):
+        return gpu_map.WGMMA_STAGES
     if c.simt_async:
         return max(2, min(SIMT_STAGES, shared_limit // _stage_bytes(c)))
     if not _staged_half(c):
         return 2
-    if gpu_map.wgmma_tile(c, shared_limit):
-        return gpu_map.WGMMA_STAGES
     return max(2, min(HALF_STAGES, min(gpu_map.HALF_SHARED, shared_limit) // _stage_bytes(c)))
 
 
@@ -581,17 +595,79 @@ def _staged_shapes(c: Contraction) -> dict[str, tuple[int, int]]:
     return shapes
 
 
+def _k_padded(c: Contraction) -> int:
+    """The values of a row of a transposed side's K-major copy: the reduction's steps,
+    rounded up to 16 bytes (a tensor map's strides are multiples of 16 bytes)."""
+    return -(-c.red.loops[0].extent // VECTOR) * VECTOR
+
+
+def _wgmma_k_major(c: Contraction, side: str) -> bool:
+    """Whether the wgmma pipeline stages `side` K-major: as it is laid out (`k_inner`), or
+    always for TF32 (a side along its outputs is read from its K-major copy)."""
+    return c.mma == "tf32" or c.k_inner(side)
+
+
+def transpose_kernel(kernel: Kernel, c: Contraction, side: str, symbol: str, head: str) -> tuple:
+    """(source, launch) of the launch that copies TF32 `side` (one plain load contiguous
+    along its outputs) K-major into its scratch buffer `fg_t<side>` before the contraction:
+    element (batch, position, step) at ((batch * n + position) * `_k_padded` + step), steps
+    past the reduction 0. 32 x 32 tiles through shared memory, so that both the reads (along
+    the positions) and the writes (along the steps) are coalesced. `head` is the kernel's
+    parameter list; built for sm_90a alone (elsewhere the launch does nothing: the
+    contraction reads the side as it is)."""
+    (load,) = c.a_stmts if side == "a" else c.b_stmts
+    (loop,) = c.a_loops if side == "a" else c.b_loops
+    red, n, k4 = c.red.loops[0], loop.extent, _k_padded(c)
+    nc = c.nc
+    names = [f"const long long {loop.var.name} = fg_m, {red.var.name} = fg_k;"]
+    names += [f"const long long {lp.var.name} = ic;" for lp in c.c_loops]
+    grid = (-(-k4 // 32), min(-(-n // 32), 65535), min(nc, 65535))
+    src = f"""extern "C" __global__ void {symbol}({head}) {{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __shared__ float fg_tile[32][33];
+  for (long long ic = blockIdx.z; ic < {nc}LL; ic += gridDim.z)
+  for (long long m0 = blockIdx.y * 32LL; m0 < {n}LL; m0 += gridDim.y * 32LL) {{
+    const long long k0 = blockIdx.x * 32LL;
+    for (int i = threadIdx.y; i < 32; i += 8) {{
+      const long long fg_k = k0 + i, fg_m = m0 + threadIdx.x;
+      float v = 0.0f;
+      if (fg_k < {red.extent}LL && fg_m < {n}LL) {{
+        {" ".join(names)}
+        v = {load.param.name}[{index(load.index)}];
+      }}
+      fg_tile[i][threadIdx.x] = v;
+    }}
+    __syncthreads();
+    for (int i = threadIdx.y; i < 32; i += 8) {{
+      const long long fg_m = m0 + i, fg_k = k0 + threadIdx.x;
+      if (fg_m < {n}LL && fg_k < {k4}LL)
+        fg_t{side}[(ic * {n}LL + fg_m) * {k4}LL + fg_k] = fg_tile[threadIdx.x][i];
+    }}
+    __syncthreads();
+  }}
+#endif
+}}"""
+    return src, CudaLaunch(symbol, grid, (32, 8, 1)), nc * n * k4
+
+
+def _wgmma_item(c: Contraction) -> int:
+    """The bytes of one staged value in the wgmma pipeline: 4 (fp32 read as TF32) or 2."""
+    return 4 if c.mma == "tf32" else 2
+
+
 def _staged_half(c: Contraction) -> bool:
     """The sides are staged in shared memory as 16-bit values (the 16-bit tensor cores)."""
     return c.mma in HALF_MMA
 
 
-def tma_maps(kernel: Kernel, c: Contraction) -> tuple[TensorMap, ...]:
+def tma_maps(kernel: Kernel, c: Contraction, transposed: tuple = ()) -> tuple[TensorMap, ...]:
     """The two sides' tensor maps for `tma_steps`, or () where a side's load is not one
     the Tensor Memory Accelerator can copy: its buffer seen as rows along the side's
     contiguous axis (the reduction for a K-major side, its outputs for an MN-major one),
     the other axis next, then at most one batch loop, each step a positive stride that
-    leaves the rows apart (16-byte multiples: `gpu._vector_side` saw to those)."""
+    leaves the rows apart (16-byte multiples: `gpu._vector_side` saw to those). A side in
+    `transposed` is read from its K-major copy instead, the scratch buffer after the
+    kernel's parameters that `transpose_kernel` fills (rows of `_k_padded` values)."""
     maps = []
     red = c.red.loops[0]
     for side, loops, stmts in (("a", c.a_loops, c.a_stmts), ("b", c.b_loops, c.b_stmts)):
@@ -599,6 +675,17 @@ def tma_maps(kernel: Kernel, c: Contraction) -> tuple[TensorMap, ...]:
         (loop,) = loops
         if len(c.c_loops) > 1 or load.index.has_divmod():
             return ()
+        rows = TILE_THREADS * (c.ra if side == "a" else c.rb)
+        if side in transposed:
+            k4 = _k_padded(c)
+            batch = tuple(lp.extent for lp in c.c_loops)
+            param = len(kernel.params) + transposed.index(side)
+            strides = (k4 * 4,) + ((loop.extent * k4 * 4,) if batch else ())
+            dims = (red.extent, loop.extent, *batch)
+            maps.append(
+                TensorMap(param, "float32", 0, dims, strides, (c.kc, rows) + (1,) * len(batch))
+            )
+            continue
         axes = [red, loop] if c.k_inner(side) else [loop, red]
         axes += c.c_loops
         coefs = [load.index.coef(lp.var) for lp in axes]
@@ -609,12 +696,14 @@ def tma_maps(kernel: Kernel, c: Contraction) -> tuple[TensorMap, ...]:
         for i in range(1, len(axes)):  # each axis outside the one before it
             if coefs[i] < dims[i - 1] * coefs[i - 1] or coefs[i] * size % 16:
                 return ()
-        rows = TILE_THREADS * (c.ra if side == "a" else c.rb)
         box = (c.kc, rows) if c.k_inner(side) else (64, c.kc)
         box += (1,) * len(c.c_loops)
         param = kernel.params.index(load.param)
         strides = tuple(k * size for k in coefs[1:])
-        maps.append(TensorMap(param, load.dtype.name, load.index.const, tuple(dims), strides, box))
+        realign = c.mma == "tf32"  # (`tma_stage` adds the shift to its steps)
+        maps.append(
+            TensorMap(param, load.dtype.name, load.index.const, tuple(dims), strides, box, realign)
+        )
     return tuple(maps)
 
 
@@ -639,6 +728,9 @@ class _Renderer:
         self.lane_acc: str | None = None
         self.wgmma = False  # a contraction with a `wgmma_pipeline` (needs `WGMMA_PRELUDE`)
         self.tensor_maps: tuple[TensorMap, ...] = ()  # its sides' maps (`tma_maps`), if any
+        # TF32 sides along their outputs, copied K-major into scratch buffers first (a launch
+        # of `transpose_kernel` each) for the wgmma pipeline, which takes TF32 that way only
+        self.transposes: list[str] = []
 
     def line(self, depth: int, text: str) -> None:
         self.lines.append("  " * depth + text)
@@ -872,9 +964,16 @@ class _Renderer:
                 self.shared.append(f"  __shared__ __align__(32) {t_smem} {side}_{name}{shape};")
                 self.shared_bytes += stages * rows * (cols + pad) * size
         self.wgmma = gpu_map.wgmma_tile(c, self.shared_limit)
+        if self.wgmma and c.mma == "tf32":  # TF32 through the TMA pipeline alone
+            sides = (("a", c.a_vector), ("b", c.b_vector))
+            self.transposes = [side for side, vector in sides if vector == "m"]
+            self.tensor_maps = tma_maps(self.k, c, tuple(self.transposes)) if WGMMA_TMA else ()
+            if not self.tensor_maps:
+                self.wgmma, self.transposes = False, []
+        elif self.wgmma:
+            self.tensor_maps = tma_maps(self.k, c) if WGMMA_TMA else ()
         if self.wgmma:  # room to align the wgmma pipeline's buffers to 1024 bytes
             self.dynamic_bytes += 1024
-            self.tensor_maps = tma_maps(self.k, c) if WGMMA_TMA else ()
         if self.tensor_maps:  # each buffer's barriers: its copies landed; its readers are done
             stages = _stages(c, self.shared_limit)
             self.shared.append("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)")
@@ -1011,7 +1110,14 @@ class _Renderer:
         self.line(d, "float fg_d[128];")
         self.line(d, f"#pragma unroll\n{'  ' * d}for (int i = 0; i < 128; ++i) fg_d[i] = 0.0f;")
         self.line(d, f"const int fg_steps = (int)(({red.length}LL + {kc - 1}) / {kc});")
-        if self.tensor_maps:
+        if c.mma == "tf32":  # any alignment (`TensorMap.realign`, `transpose_kernel`)
+            for side, m in zip("ab", self.tensor_maps):
+                if m.realign:  # values the side's map starts before its view
+                    ref = f"{self.k.params[m.param].name} + {m.offset}"
+                    self.line(d, f"const int fg_shift_{side} = (int)(((unsigned long long)({ref}) "
+                                 "& 15ull) >> 2);")  # fmt: skip
+            self.tma_steps(c, stages, d)
+        elif self.tensor_maps:
             self.line(d, "if (fg_vec) {  // the Tensor Memory Accelerator's copies")
             self.tma_steps(c, stages, d + 1)
             self.line(d, "} else {  // a buffer is not 16-byte aligned")
@@ -1036,7 +1142,10 @@ class _Renderer:
         self.line(d, "fg_wgmma_fence();")
         bf16 = "true" if c.mma == "bfloat16" else "false"
         ta, tb = (int(not c.k_inner(side)) for side in "ab")
-        for ks in range(0, c.kc, 16):
+        call = (
+            "fg_wgmma_64x256_tf32(" if c.mma == "tf32" else f"fg_wgmma_64x256<{bf16}, {ta}, {tb}>("
+        )
+        for ks in range(0, c.kc, 32 // _wgmma_item(c)):  # 32 bytes of steps a product
             descs = []
             for side, base in (("a", "fg_sa"), ("b", "fg_sb")):
                 at = "fg_g * 64" if side == "a" else "0"
@@ -1044,7 +1153,7 @@ class _Renderer:
                 start += self.wgmma_offset(c, side, at, str(ks))
                 lbo, sbo = self.wgmma_strides(c, side)
                 descs.append(f"fg_wgmma_desc({start}, {lbo}, {sbo})")
-            self.line(d, f"fg_wgmma_64x256<{bf16}, {ta}, {tb}>(fg_d, {descs[0]},")
+            self.line(d, f"{call}fg_d, {descs[0]},")
             self.line(d + 2, f"{descs[1]});")
         self.line(d, "fg_wgmma_commit();")
 
@@ -1104,8 +1213,9 @@ class _Renderer:
             base = f"fg_s{side} + fg_s * {self.wgmma_bytes(c, side)}"
             batch = ", (int)ic" if len(m.dims) == 3 else ""
             call = "fg_tma_3d" if batch else "fg_tma_2d"
-            if c.k_inner(side):
-                self.line(d + 1, f"{call}({base}, &{tmap}, fg_k, (int)tile_{side}{batch}, "
+            if _wgmma_k_major(c, side):
+                k = f"fg_k + fg_shift_{side}" if m.realign else "fg_k"
+                self.line(d + 1, f"{call}({base}, &{tmap}, {k}, (int)tile_{side}{batch}, "
                                  f"&fg_full[fg_s]);")  # fmt: skip
                 continue
             for i in range(16 * (c.ra if side == "a" else c.rb) // 64):
@@ -1130,16 +1240,22 @@ class _Renderer:
     @staticmethod
     def wgmma_bytes(c: Contraction, side: str) -> int:
         """The bytes of one buffer of `side` in the wgmma pipeline: kc steps of its tile."""
-        return 2 * TILE_THREADS * (c.ra if side == "a" else c.rb) * c.kc
+        return _wgmma_item(c) * TILE_THREADS * (c.ra if side == "a" else c.rb) * c.kc
 
     @staticmethod
     def wgmma_offset(c: Contraction, side: str, at: str, kk: str) -> str:
         """The byte offset in a wgmma buffer of `side`'s value at tile position `at`, step
         `kk`, in the 128-byte swizzle's canonical layouts: K-major (a side contiguous along
-        the reduction: rows of the kc = 64 steps, 128 bytes) or MN-major (64-wide column
-        blocks of kc rows of 128 bytes, one block after another)."""
-        if c.k_inner(side):
-            return f"({at}) * 128 + (((({kk}) >> 3) ^ (({at}) & 7)) << 4) + (({kk}) & 7) * 2"
+        the reduction: rows of the kc steps, 128 bytes: 64 16-bit ones or 32 fp32 ones) or
+        MN-major (16-bit only: 64-wide column blocks of kc rows of 128 bytes, one block after
+        another)."""
+        if _wgmma_k_major(c, side):
+            e = _wgmma_item(c)
+            shift = {2: 3, 4: 2}[e]  # a 16-byte chunk's steps: 8 or 4
+            return (
+                f"({at}) * 128 + (((({kk}) >> {shift}) ^ (({at}) & 7)) << 4) + "
+                f"(({kk}) & {16 // e - 1}) * {e}"
+            )
         return (
             f"(({at}) >> 6) * {c.kc * 128} + ({kk}) * 128 + "
             f"((((({at}) & 63) >> 3) ^ (({kk}) & 7)) << 4) + (({at}) & 7) * 2"
@@ -1150,7 +1266,7 @@ class _Renderer:
         """(leading, stride) byte offsets of a side's wgmma descriptor: K-major, the 8-row
         groups 1024 bytes apart (the leading offset unused); MN-major, the 64-wide column
         blocks kc * 128 bytes apart (leading), their 8-row groups 1024 (stride)."""
-        if c.k_inner(side):
+        if _wgmma_k_major(c, side):
             return 16, 1024
         if WGMMA_MN_SWAPPED:
             return 1024, c.kc * 128
@@ -1518,6 +1634,7 @@ class _Renderer:
         extent = f"{gpu.extent}LL"
         if gpu.contraction is not None:
             self.tiled(gpu.contraction)
+            params += [f"float* __restrict__ fg_t{side}" for side in self.transposes]
         elif self.part == "partials":
             self.line(1, f"const long long gid = blockIdx.x / {gpu.split}LL;")
             self.line(1, f"const long long part = blockIdx.x % {gpu.split}LL;")
@@ -1552,7 +1669,8 @@ class _Renderer:
         if c is not None and (_staged_half(c) or c.simt_async) and blocks > 1:
             bounds = f"__launch_bounds__({TILE_THREADS * TILE_THREADS}, {blocks}) "
         maps = " FG_TMAP_PARAMS" if self.tensor_maps else ""
-        head = f'extern "C" __global__ void {bounds}{symbol}({", ".join(params)}{maps}) {{'
+        self.head = f"{', '.join(params)}{maps}"  # (the transposes' launches take the same)
+        head = f'extern "C" __global__ void {bounds}{symbol}({self.head}) {{'
         # a CPU row kernel's scratch row (rendered here only for FUSEGRAD_DUMP's .cu view:
         # the GPU lowering makes none), each thread's own
         scratch = [f"  {mem_type(p.dtype)} {p.name}[{p.size}];" for p in self.k.scratch]
@@ -1700,6 +1818,13 @@ def cuda_kernel(
         bodies = [r.render(symbol)]
         launches = (CudaLaunch(symbol, gpu.grid_dims, gpu.block_dims, r.dynamic_bytes),)
         scratch = []
+        for side in r.transposes:  # launched first, in the order of their scratch buffers
+            source, launch, count = transpose_kernel(
+                kernel, gpu.contraction, side, f"{symbol}_t{side}", r.head
+            )
+            bodies.insert(len(scratch), source)
+            launches = (*launches[:-1], launch, launches[-1])
+            scratch.append((float32, count))
     else:
         r, r2 = _Renderer(gpu, "partials"), _Renderer(gpu, "final")
         bodies = [r.render(symbol), r2.render(f"{symbol}_final")]

@@ -416,6 +416,15 @@ HALF_SHARED = 96 * 1024  # the most shared memory a 16-bit contraction's staging
 # block that much (and 1 KiB more, to align them to the 128-byte swizzle's 1024-byte period);
 # 0 turns the pipeline off (benchmarks/gpu_tiles.py compares the two)
 WGMMA_STAGES = 4
+# a large fp32 contraction with `allow_tf32` on Hopper: wgmma reads TF32 operands K-major
+# only, so one whose sides are both plain 16-byte loads contiguous along the reduction takes
+# 128 x 256 outputs, 32 steps staged at a time (128-byte rows, 48 KiB a buffer as for
+# HALF_TILE), its wgmma pipeline in WGMMA_STAGES buffers (`wgmma_tile`), its WMMA one beside
+TF32_TILE = (8, 16, 32)
+# ... off until a Hopper GPU has checked its answers and timed it (built and checked on the
+# CPU in session 34, when no GPU could be had): benchmarks/gpu.py --tf32-wgmma and
+# tests/codegen/test_cuda_wgmma_tf32.py's GPU tests turn it on
+TF32_WGMMA = False
 
 
 @dataclass
@@ -523,25 +532,47 @@ def half_stage_bytes(ra: int, rb: int, kc: int) -> int:
 
 
 def wgmma_tile(c: Contraction, shared_limit: int) -> bool:
-    """Whether `c` renders a `wgmma.mma_async` pipeline beside its `mma.sync` one (taken
-    where the code is compiled for sm_90a): a 16-bit `HALF_TILE` contraction whose sides are
-    each one plain 16-byte load (`a_vector`, `b_vector`), on a device whose blocks may have
-    `WGMMA_STAGES` buffers of it."""
+    """Whether `c` renders a `wgmma.mma_async` pipeline beside its `mma.sync` (or WMMA) one,
+    taken where the code is compiled for sm_90a: a 16-bit `HALF_TILE` contraction whose
+    sides are each one plain 16-byte load (`a_vector`, `b_vector`), or such a TF32
+    `TF32_TILE` one with at most one batch loop, on a device whose blocks may have
+    `WGMMA_STAGES` buffers of it. wgmma reads TF32 operands K-major only: a TF32 side
+    contiguous along its outputs ("m") is copied K-major first (`cuda._Renderer.transposes`)."""
+    if WGMMA_STAGES < 3 or c.a_vector is None or c.b_vector is None:
+        return False
+    if c.mma == "tf32":  # (a side along its outputs is staged from a K-major copy)
+        if not TF32_WGMMA:
+            return False
+        tile = TF32_TILE
+        shared = shared_limit >= tf32_shared(*tile)
+        return len(c.c_loops) <= 1 and (c.ra, c.rb, c.kc) == tile and shared
     need = WGMMA_STAGES * half_stage_bytes(*HALF_TILE) + 1024
-    return (
-        WGMMA_STAGES >= 3 and c.mma in HALF_MMA and c.a_vector is not None
-        and c.b_vector is not None and (c.ra, c.rb, c.kc) == HALF_TILE and shared_limit >= need
-    )  # fmt: skip
+    return c.mma in HALF_MMA and (c.ra, c.rb, c.kc) == HALF_TILE and shared_limit >= need
+
+
+def tf32_shared(ra: int, rb: int, kc: int) -> int:
+    """The shared memory a block of a TF32 wgmma contraction takes: `WGMMA_STAGES` buffers of
+    its WMMA pipeline's staging (fp32 rows of kc steps padded by 4 values: the larger
+    layout, which the wgmma one's 128-byte rows reuse), 1 KiB to align those to 1024 bytes,
+    the WMMA epilogue's 8 warps x 16 x 16 floats and the barriers."""
+    return WGMMA_STAGES * 4 * TILE_THREADS * (ra + rb) * (kc + 4) + 1024 + 8 * MMA * MMA * 4 + 256
 
 
 def _tile_shape(
-    na: int, nb: int, nc: int, mma: str | None, shared_limit: int = STATIC_SHARED
+    na: int,
+    nb: int,
+    nc: int,
+    mma: str | None,
+    shared_limit: int = STATIC_SHARED,
+    plain_sides: bool = False,
 ) -> tuple[int, int, int]:
     """(ra, rb, kc): 128x128 tiles (8x8 per thread, 8 steps staged) where they still give
     every multiprocessor a block, else 64x64 (4x4, 16 steps), smaller sides smaller.
     Tensor cores take at least 32 x 64 (16 x 16 outputs per warp) and 16 steps (32 for
     16-bit inputs: fewer barriers per mma). A large 16-bit contraction takes `HALF_TILE`
-    where its sides fill it and two buffers of its steps fit the device's `shared_limit`."""
+    where its sides fill it and two buffers of its steps fit the device's `shared_limit`;
+    a large TF32 one whose sides are both plain 16-byte loads (`plain_sides`) takes
+    `TF32_TILE` where its wgmma pipeline fits (`tf32_shared`)."""
     big = na >= 128 and nb >= 128 and -(-na // 128) * -(-nb // 128) * nc >= SMS
 
     def regs(n: int) -> int:
@@ -552,6 +583,11 @@ def _tile_shape(
     if mma in HALF_MMA and big and na >= 16 * ha and nb >= 16 * hb:
         if 2 * half_stage_bytes(*HALF_TILE) <= min(HALF_SHARED, shared_limit):
             return HALF_TILE
+    ta, tb, _ = TF32_TILE
+    tf32_big = mma == "tf32" and TF32_WGMMA and big
+    if tf32_big and plain_sides and na >= 16 * ta and nb >= 16 * tb:
+        if WGMMA_STAGES >= 3 and tf32_shared(*TF32_TILE) <= shared_limit:
+            return TF32_TILE
     if mma:
         return max(ra, 2), max(rb, 4), HALF_TILE_K if mma in HALF_MMA else TILE_K
     return ra, rb, SIMT_BIG_K if big else TILE_K
@@ -712,13 +748,14 @@ def _contraction(
 
     na, nb = math.prod(lp.extent for lp in a_loops), math.prod(lp.extent for lp in b_loops)
     mma = _mma_kind(red, best[2], tf32)
-    ra, rb, kc = _tile_shape(na, nb, math.prod(lp.extent for lp in c_loops), mma, shared_limit)
+    a_vector = _vector_side(a_stmts, a_exp, a_loops, red, mma)
+    b_vector = _vector_side(b_stmts, b_exp, b_loops, red, mma)
+    nc, plain = math.prod(lp.extent for lp in c_loops), bool(a_vector and b_vector)
+    ra, rb, kc = _tile_shape(na, nb, nc, mma, shared_limit, plain and len(c_loops) <= 1)
     return Contraction(
         red, a_loops, b_loops, consts, a_stmts, b_stmts, terms, a_exp, b_exp, prefix,
         epilogue, ra, rb, kk_fastest(a_stmts, a_loops), kk_fastest(b_stmts, b_loops), c_loops, kc,
-        _vector_side(a_stmts, a_exp, a_loops, red, mma),
-        _vector_side(b_stmts, b_exp, b_loops, red, mma),
-        mma,
+        a_vector, b_vector, mma,
     )  # fmt: skip
 
 

@@ -25,6 +25,7 @@ import struct
 
 # cuda.h's CUtensorMapDataType, CUtensorMapSwizzle and CUtensorMapL2promotion values
 DATA_TYPE = {"float16": 6, "float32": 7, "bfloat16": 9}
+DATA_SIZE = {"float16": 2, "float32": 4, "bfloat16": 2}  # bytes a value
 SWIZZLE_NONE, SWIZZLE_128B = 0, 3
 _L2_PROMOTION_256B = 3
 MAP_BYTES = 128
@@ -47,11 +48,25 @@ def _encoder():
 
 def encode(spec, address: int) -> bytes:
     """The 128 bytes of `spec`'s map (a `codegen.cuda.TensorMap`) over the buffer at
-    `address`: zeros where the view's start is not 16-byte aligned."""
-    start = address + spec.offset * 2  # (16-bit values)
+    `address`: where the view's start is not 16-byte aligned, zeros, or with `realign` a map
+    from the aligned address before it (`realigned`)."""
+    start, dims = realigned(spec, address)
     if start % 16:
         return bytes(MAP_BYTES)
-    return encode_tiled(start, spec.dtype, spec.dims, spec.strides, spec.box, SWIZZLE_128B)
+    return encode_tiled(start, spec.dtype, dims, spec.strides, spec.box, SWIZZLE_128B)
+
+
+def realigned(spec, address: int) -> tuple[int, tuple]:
+    """(start, dims) of `spec`'s map over the buffer at `address`: the view's own, or with
+    `spec.realign` and a start a whole number of values s past a 16-byte boundary, that
+    boundary and dimension 0 longer by s (the kernel reads its coordinate s further on, so
+    the s values before the view are never read, and reads past its end are still zeros)."""
+    size = DATA_SIZE[spec.dtype]
+    start, dims = address + spec.offset * size, tuple(spec.dims)
+    shift = start % 16
+    if shift and getattr(spec, "realign", False) and shift % size == 0:
+        start, dims = start - shift, (dims[0] + shift // size, *dims[1:])
+    return start, dims
 
 
 def encode_tiled(start: int, dtype: str, dims, strides, box, swizzle: int) -> bytes:
