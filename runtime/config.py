@@ -123,6 +123,10 @@ class Config:
     # begins (1), or starts it where one ends (2): a kernel reading or writing past that
     # end stops at the access, with its name (runtime/cuda_emulator.py `guarded_array`)
     emu_guard: int = 0
+    # a newly compiled plan of at least this many kernels has the cyclic garbage collector
+    # collect once and then leave every object alive by then out of its later scans
+    # (`gc.freeze`, at the next realize: runtime/engine.py's `settle_collector`); 0: never
+    gc_freeze: int = 256
 
     @classmethod
     def from_env(cls) -> Config:
@@ -155,6 +159,7 @@ class Config:
             amx=_int_env("FUSEGRAD_AMX", 1, "0 or 1", (0, 1)) != 0,
             dpbf16=_int_env("FUSEGRAD_DPBF16", 1, "0 or 1", (0, 1)) != 0,
             autotune=_int_env("FUSEGRAD_AUTOTUNE", 1, "0 or 1", (0, 1)) != 0,
+            gc_freeze=_int_env("FUSEGRAD_GC_FREEZE", 256, "a number of kernels (0: never)"),
             autotune_budget=float(
                 _int_env("FUSEGRAD_AUTOTUNE_BUDGET", 10, "seconds (at most 10**9)", most=10**9)
             ),

@@ -33,6 +33,7 @@ a device's name.
 
 from __future__ import annotations
 
+import gc
 import math
 import sys
 import threading
@@ -93,6 +94,7 @@ class Engine:
         self.default_device = HOST
         self.last_parallel = False  # whether the last CPU plan run had a parallel kernel
         self._has_value = _predicate(self._values)  # made once: every realize asks
+        self.freeze_pending = False  # a big plan was compiled: `settle_collector` is due
 
     # ---------------------------------------------------------------- values
     def value(self, n: Node) -> Buffer | None:
@@ -144,6 +146,9 @@ class Engine:
         cached under the graph's structural key (values already in memory are its
         parameters), so the second step of a training loop only runs kernels.
         """
+        if self.freeze_pending:
+            self.freeze_pending = False
+            settle_collector()
         rec = getattr(self._local, "recording", None)
         has_value = self._predicate_for(rec)
         if len(nodes) == 1:  # the usual case, without the dictionary
@@ -235,6 +240,8 @@ class Engine:
         with compiler_batch():  # one engine for the plan's new kernels, freed with them
             plan = compile_plan(todo, leaves, has_value, device)
             backend.prepare(plan)
+        if 0 < config.gc_freeze <= len(plan.steps):
+            self.freeze_pending = True
         if before is not None:
             _log_phases(before, [s.record for s in plan.steps])
         with self._plans_lock:
@@ -333,6 +340,20 @@ class Engine:
 
     def recording(self) -> bool:
         return getattr(self._local, "recording", None) is not None
+
+
+def settle_collector() -> None:
+    """Collect cyclic garbage once, then leave every object alive now out of the cyclic
+    collector's later scans (`gc.freeze`): done at the realize after a plan of at least
+    `config.gc_freeze` kernels was compiled. Such a plan, its kernels' records and loop
+    IR and the model it was compiled for are hundreds of thousands of objects that live
+    on, and each full collection, which the new objects of every step of a big model set
+    off about once a step, walked them all: a third of a 2-layer LSTM language model's
+    plain-loop step on 2 cores (benchmarks/models.py). A frozen object is still freed when
+    its last reference goes; only a reference cycle among frozen objects stays until
+    `gc.unfreeze()`, so the collection first clears the cycles already garbage."""
+    gc.collect()
+    gc.freeze()
 
 
 _said_oversized: list[int] = []  # the kernel bound FUSEGRAD_KERNEL_CACHE was said to be under

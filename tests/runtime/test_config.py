@@ -20,6 +20,7 @@ INTEGER_SETTINGS = {
     "FUSEGRAD_AUTOTUNE": (["0", "1"], ["2"]),
     "FUSEGRAD_AUTOTUNE_BUDGET": (["0", "10", "1000000000"], ["1" + "0" * 400, "1.5"]),
     "FUSEGRAD_EMU_GUARD": (["0", "1", "2"], ["3"]),
+    "FUSEGRAD_GC_FREEZE": (["0", "256", "100000"], ["-1", "many"]),
 }
 # not numbers in any setting: a sign, an underscore, hexadecimal, another script's digits,
 # more digits than int() reads

@@ -7,6 +7,7 @@ import gc
 import os
 import sys
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -430,3 +431,40 @@ def test_plans_compare_by_identity():
     a.fns = np.zeros(3, np.uint64)
     b.fns = np.zeros(3, np.uint64)
     assert a != b and a == a and [a, b] != [b, a]
+
+
+class _Cyclic:
+    me: object = None
+
+
+def test_a_big_new_plan_freezes_the_collectors_view_at_the_next_realize(monkeypatch):
+    # `config.gc_freeze`: a new plan of at least that many kernels has the next realize
+    # collect once and gc.freeze() what is alive; smaller plans, cached plans and 0 do not
+    from fusegrad.runtime.config import config
+
+    gc.unfreeze()
+    try:
+        monkeypatch.setattr(config, "gc_freeze", 3)
+        x = fg.tensor(np.arange(6, dtype=np.float32))
+        (x + 1).realize()  # one kernel: nothing due
+        assert not engine.freeze_pending
+        s = x.sum()
+        y = (x * s).sum()
+        z = (x - y).amax()  # three reductions, each reading the one before: three kernels
+        engine.realize([z.node])
+        assert engine.freeze_pending and gc.get_freeze_count() == 0
+        junk = _Cyclic()
+        junk.me = junk  # a reference cycle, garbage once dropped
+        gone = weakref.ref(junk)
+        del junk
+        (x * 7).realize()  # the next realize collects, then freezes
+        assert not engine.freeze_pending and gc.get_freeze_count() > 0
+        assert gone() is None  # the cycle was collected before the freeze, not frozen
+        assert (y.item(), z.item()) == (225.0, -220.0)
+        gc.unfreeze()
+        monkeypatch.setattr(config, "gc_freeze", 0)  # never
+        s2 = (x * 3).sum()
+        engine.realize([(x - (x * s2).sum()).amax().node])
+        assert not engine.freeze_pending
+    finally:
+        gc.unfreeze()
