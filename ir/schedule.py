@@ -55,6 +55,13 @@ Rules, applied to each node with its users already decided:
    thread whose share of a block's reduction holds it); a backend that cannot schedules
    without the rule (`Backend.stores_at_source`, passed as
    `schedule(..., stores_at_source=False)`).
+9. Stored by its first reader: an elementwise value stored by rule 4 (a sigmoid's
+   exp(-|x|), read by the sigmoid and by its gradient) is computed and stored by the
+   first kernel that reads it, when that kernel is elementwise at the value's shape and
+   reads it at its own coordinates (`_stored_by_readers`): the value's own kernel goes,
+   its other readers load it after that kernel. Not into or out of a kernel with a
+   reduction, a gather, a scatter or extra outputs, one value a kernel; a schedule whose
+   moves would make a cycle among its kernels is kept without them.
 """
 
 from __future__ import annotations
@@ -209,6 +216,7 @@ def schedule(
     evals: dict[int, int] = {}  # id -> how many times kernels evaluate the node, in total
     root_ids = {id(r) for r in roots}
     row_fused: set[int] = set()  # kernel outputs that compute row statistics inside (rule 6)
+    reused: set[int] = set()  # elementwise values stored for their readers (rule 4)
     by_id = {id(n): n for n in graph}
 
     def evaluations(n: Node) -> int:
@@ -279,6 +287,7 @@ def schedule(
         elif n.op in ELEMENTWISE:  # a view is never stored for reuse: its source is
             reuse = evals[id(n)] / max(n.numel, 1)
             if (reuse - 1) * cost[id(n)] > STORE_COST:
+                reused.add(id(n))
                 how = _broadcast_note(n, users) or (
                     f"read by {len(r)} kernels" if len(r) > 1 else "read inside a reduction"
                 )
@@ -301,13 +310,81 @@ def schedule(
     for k, vs in at_source.items():
         for v in vs:  # (v keeps its reason: its other readers load it)
             reason[k] += f"; stores {v.shape} from inside its loops, {reason[id(v)]}"
+    stored = _stored_by_readers(graph, reason, claimed, extra, merged, moved, held, reused)
+    if stored:
+        items = _items(graph, reason, claimed, extra, at_source, merged, moved, held, stored)
+        order = _in_dependency_order(items, strict=False)
+        if order is not None:
+            return order
+    items = _items(graph, reason, claimed, extra, at_source, merged, moved, held, {})
+    return _in_dependency_order(items) if merged or moved else items
+
+
+def _items(graph, reason, claimed, extra, at_source, merged, moved, held, stored):
+    """The kernels, in the graph's order: each kernel output's item with its extra outputs
+    (rules 7 and 9: `stored`, value id -> the kernel root id that stores it) and the values
+    it stores inside its loops (rule 8)."""
+    by_kernel: dict[int, list[Node]] = {}
+    for n in graph:
+        if id(n) in stored:
+            by_kernel.setdefault(stored[id(n)], []).append(n)
     items = []
     for n in graph:
-        if id(n) in reason and id(n) not in merged and id(n) not in moved:
-            fused = claimed.get(id(n), n if n.op in REDUCE else None)
-            outs = extra.get(id(n), []), at_source.get(id(n), [])
-            items.append(_item(n, fused, reason[id(n)], reason, *outs, held))
-    return _in_dependency_order(items) if merged or moved else items
+        k = id(n)
+        if k in reason and k not in merged and k not in moved and k not in stored:
+            fused = claimed.get(k, n if n.op in REDUCE else None)
+            why = reason[k]
+            for v in by_kernel.get(k, ()):
+                why += f"; also stores {v.shape} for its other readers, {reason[id(v)]}"
+            outs = extra.get(k, []) + by_kernel.get(k, []), at_source.get(k, [])
+            items.append(_item(n, fused, why, reason, *outs, held))
+    return items
+
+
+def _stored_by_readers(graph, reason, claimed, extra, merged, moved, held, reused):
+    """Rule 9: an elementwise value V stored for its readers (rule 4: a sigmoid's exp,
+    which the sigmoid and its gradient both read) is computed and stored by the first
+    kernel that reads it, when that kernel is elementwise at V's shape and reads V at its
+    own coordinates: one launch and one read of V go away, and V's other readers load it
+    after that kernel. Neither kernel may hold a reduction, a gather or a scatter, or extra
+    outputs (rules 7 and 8), and each kernel stores at most one such value more; the
+    caller keeps the schedule without the rule if it makes a cycle among the kernels.
+    Returns V's id -> the reader kernel's root id."""
+    position = {id(n): k for k, n in enumerate(graph)}
+    busy = set(merged) | set(moved) | set(extra) | {id(v) for vs in extra.values() for v in vs}
+    kernels: dict[int, tuple[list[Node], list[Node]]] = {}
+    readers: dict[int, list[int]] = {}  # value id -> the kernels that load it, in order
+    for n in graph:
+        k = id(n)
+        if k in reason and k not in busy:
+            loads, body = _kernel_of(n, reason, held)
+            kernels[k] = loads, body
+            for x in loads:
+                readers.setdefault(id(x), []).append(k)
+    for k in [k for k in kernels if k in busy]:
+        del kernels[k]
+
+    def plain(k: int) -> bool:
+        if k not in kernels or k in claimed:
+            return False
+        return not any(x.op in REDUCE or x.op in _OWN_KERNEL for x in kernels[k][1])
+
+    stored: dict[int, int] = {}
+    taken: set[int] = set()  # kernels that store a value more already
+    for m in graph:
+        km = id(m)
+        if km not in reused or not plain(km) or km in stored or km in taken:
+            continue  # (a kernel that stores a value more is not moved itself)
+        first = min(readers.get(km, ()), key=position.__getitem__, default=None)
+        if first is None or first in taken or first in stored or not plain(first):
+            continue
+        n = graph[position[first]]
+        if n.shape != m.shape or n.op not in _SAME_COORDS:
+            continue
+        if _reads_at_own_coordinates(kernels[first][1], m, n.shape):
+            stored[km] = first
+            taken.add(first)
+    return stored
 
 
 _SAME_COORDS = ELEMENTWISE | {Ops.DETACH}
@@ -610,10 +687,10 @@ def _streamed_values(red: Node, body: list[Node], held) -> list[Node]:
     return [v for v in values if not any(s is v for x in epilogue for s in x.srcs)]
 
 
-def _in_dependency_order(items: list[ScheduleItem]) -> list[ScheduleItem]:
+def _in_dependency_order(items: list[ScheduleItem], strict: bool = True):
     """The items, each after the items whose outputs it reads, otherwise in their order
     (merging sibling reductions moves a kernel's outputs earlier or later than their
-    readers)."""
+    readers). Not `strict`: None where the kernels read each other's outputs in a cycle."""
     made_by = {id(out): k for k, item in enumerate(items) for out in item.outputs}
     readers: list[list[int]] = [[] for _ in items]
     waiting = [0] * len(items)  # items each one waits for
@@ -631,6 +708,8 @@ def _in_dependency_order(items: list[ScheduleItem]) -> list[ScheduleItem]:
             waiting[r] -= 1
             if not waiting[r]:
                 heapq.heappush(ready, r)
+    if len(order) != len(items) and not strict:
+        return None
     assert len(order) == len(items), "schedule: kernels read each other's outputs (a cycle)"
     return order
 
