@@ -192,6 +192,7 @@ def test_the_transposing_launch_of_a_batch_and_of_a_view_into_its_buffer():
     np.testing.assert_array_equal(scratch.reshape(3, 1024, 64), b.transpose(0, 2, 1))
 
 
+@pytest.mark.usefixtures("emulated")
 def test_a_k_major_view_off_16_bytes_gets_a_map_from_the_boundary_before_it():
     from fusegrad.runtime import tensor_map
 
