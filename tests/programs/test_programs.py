@@ -224,3 +224,32 @@ def test_character_model_samples_words(tmp_path):
     done = run_program(tmp_path, "char_model.py", *CHAR_ARGS, "--samples", "3")
     check_char_model(done)
     assert len(re.search(r"samples: (.*)", done.stdout).group(1).split()) == 3
+
+
+# ---------------------------------------------------------------- (f) nanoGPT-style
+
+GPT_ARGS = ("--max-iters", "20", "--eval-interval", "10", "--out", "out")
+
+
+def check_nanogpt(done):
+    train, val = printed(done, "train_loss"), printed(done, "val_loss")
+    assert len(train) == 3 and train[2] < train[1] < train[0] and val[2] < val[0]
+    assert train[0] == pytest.approx(math.log(32), abs=0.2)  # uniform over 32 tokens at first
+    assert len(printed(done, "loss")) == 20
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_nanogpt_style_trainer_with_autocast_scaler_and_accumulation(tmp_path, dtype):
+    """float16 turns the GradScaler on (its scale multiplies every backward, and
+    `unscale_` takes it off before the gradients are clipped)."""
+    import fusegrad as fg
+
+    check_nanogpt(run_program(tmp_path, "nanogpt.py", *GPT_ARGS, "--dtype", dtype))
+    checkpoint = fg.load(tmp_path / "out" / "ckpt.pt")
+    assert checkpoint["iter_num"] == 20 and checkpoint["config"]["dtype"] == dtype
+    assert "lm_head.weight" in checkpoint["model"] and checkpoint["optimizer"]["state"]
+
+
+def test_nanogpt_style_trainer_under_torch(tmp_path):
+    needs_torch()
+    check_nanogpt(run_program(tmp_path, "nanogpt.py", *GPT_ARGS, on_fusegrad=False))
