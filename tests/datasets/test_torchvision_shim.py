@@ -204,3 +204,11 @@ def test_the_transforms_and_grid_match_torchvisions():
         ours = tv.make_grid(fg.from_numpy(batch), **options).numpy()
         theirs = torchvision.utils.make_grid(torch.from_numpy(batch), **options).numpy()
         np.testing.assert_allclose(ours, theirs, rtol=1e-6)
+
+
+def test_the_docstring_examples_run():
+    # (tests/test_doctests.py reads the library's packages, not datasets/)
+    import doctest
+
+    result = doctest.testmod(tv)
+    assert result.attempted >= 5 and result.failed == 0
