@@ -1,7 +1,8 @@
 """`python -m fusegrad script.py [args]`: run an unchanged PyTorch script on fusegrad.
 
 `import torch` (and torch.nn, torch.optim, torch.utils.data, ...) resolves to fusegrad's
-modules through the import hook of `fusegrad/torch_shim.py`, installed here only; the
+modules (and `import torchvision` to MNIST, the tensor transforms and save_image)
+through the import hook of `fusegrad/torch_shim.py`, installed here only; the
 script runs as `__main__` with `sys.argv` = [script, args...] and its folder first on
 `sys.path`, as `python script.py` runs it. `python -m fusegrad -m package.module [args]`
 runs a module the same way. At exit, stderr lists every torch name the script asked for

@@ -5,6 +5,8 @@ An import hook (a `sys.meta_path` finder) answers `import torch`, `import torch.
 attributes are fusegrad's: `torch.nn.Linear` *is* `fusegrad.nn.Linear`. `TORCH_MODULES`
 is the one table of what is mapped; docs/TORCH_SCRIPTS.md lists it for users. Only
 `python -m fusegrad` installs the hook (`install`); `import fusegrad` never does.
+`torchvision` and its `datasets`, `transforms` and `utils` are answered the same way, from
+fusegrad.datasets.torchvision_shim (MNIST over the shipped copy, the tensor transforms).
 
 A name fusegrad lacks raises `TorchGapError` (an AttributeError, so `hasattr` and
 `getattr(torch, name, default)` keep working) or, for a module, `TorchModuleGap` (a
@@ -36,6 +38,12 @@ _NN_MODULE_FILES = (
     "flatten fold instancenorm lazy linear loss module normalization padding "
     "pixelshuffle pooling rnn sparse transformer upsampling utils"
 ).split()
+
+# the stand-in of torchvision's modules (datasets/ reads the data; imported by name, on
+# request, so the frontend does not import it)
+_TORCHVISION = "fusegrad.datasets.torchvision_shim"
+# the packages whose modules the hook answers
+ROOTS = ("torch", "torchvision")
 
 # torch module -> what it reads as: "module" or "module:attribute" (an object, such as
 # fusegrad.backends.cudnn, standing in for torch's module)
@@ -74,6 +82,11 @@ TORCH_MODULES: dict[str, str] = {
     "torch.utils.data.distributed": "fusegrad.data",
     "torch.utils.data.sampler": "fusegrad.data",
     **{f"torch.nn.modules.{name}": "fusegrad.nn" for name in _NN_MODULE_FILES},
+    # torchvision: MNIST over the shipped copy, the tensor transforms, save_image
+    "torchvision": f"{_TORCHVISION}:torchvision",
+    "torchvision.datasets": f"{_TORCHVISION}:datasets",
+    "torchvision.transforms": f"{_TORCHVISION}:transforms",
+    "torchvision.utils": f"{_TORCHVISION}:utils",
 }
 
 # names a torch module has that its fusegrad stand-in keeps elsewhere
@@ -193,7 +206,7 @@ class TorchShim(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     # ---------------------------------------------------------------- the import protocol
     def find_spec(self, fullname: str, path=None, target=None):
-        if fullname != "torch" and not fullname.startswith("torch."):
+        if not _is_mapped_package(fullname):
             return None
         if fullname not in TORCH_MODULES and fullname not in GAP_MODULES:
             raise TorchModuleGap(self.gap(fullname), name=fullname)
@@ -206,10 +219,15 @@ class TorchShim(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass  # a stand-in has nothing to run: its attributes are fusegrad's
 
 
+def _is_mapped_package(name: str) -> bool:
+    """Whether module `name` is torch's or torchvision's (the hook's to answer)."""
+    return name.split(".", 1)[0] in ROOTS
+
+
 def install() -> TorchShim:
-    """Put a `TorchShim` first on `sys.meta_path` (so it wins over an installed torch,
-    whose modules already imported are dropped) and return it."""
-    for name in [n for n in sys.modules if n == "torch" or n.startswith("torch.")]:
+    """Put a `TorchShim` first on `sys.meta_path` (so it wins over an installed torch or
+    torchvision, whose modules already imported are dropped) and return it."""
+    for name in [n for n in sys.modules if _is_mapped_package(n)]:
         del sys.modules[name]
     shim = TorchShim()
     sys.meta_path.insert(0, shim)
@@ -220,7 +238,7 @@ def uninstall(shim: TorchShim) -> None:
     """Take `shim` off `sys.meta_path` and its torch modules out of `sys.modules`."""
     if shim in sys.meta_path:
         sys.meta_path.remove(shim)
-    for name in [n for n in sys.modules if n == "torch" or n.startswith("torch.")]:
+    for name in [n for n in sys.modules if _is_mapped_package(n)]:
         if isinstance(sys.modules[name], TorchModule):
             del sys.modules[name]
 

@@ -259,6 +259,26 @@ def test_missing_names_raise_subclasses_and_are_recorded(shim):
     assert "  torch.fx" in torch_shim.summary(shim.missing).splitlines()
 
 
+def test_torchvision_reads_as_fusegrads_stand_in_and_its_missing_names_are_gaps(shim):
+    import torchvision
+    import torchvision.transforms as transforms
+    from torchvision import datasets
+    from torchvision.utils import save_image
+
+    from fusegrad.datasets import torchvision_shim
+
+    assert datasets.MNIST is torchvision_shim.MNIST and save_image is torchvision_shim.save_image
+    assert transforms.Normalize is torchvision_shim.Normalize
+    assert torchvision.datasets is datasets
+    with pytest.raises(AttributeError, match="torchvision.datasets.FashionMNIST is not in"):
+        datasets.FashionMNIST  # noqa: B018
+    with pytest.raises(ImportError, match="torchvision.models is not in fusegrad"):
+        import torchvision.models  # noqa: F401
+    assert shim.missing == ["torchvision.datasets.FashionMNIST", "torchvision.models"]
+    torch_shim.uninstall(shim)
+    assert not any(n.startswith("torchvision") for n in sys.modules)
+
+
 def test_uninstall_takes_the_torch_modules_away(shim):
     import torch  # noqa: F401
 
