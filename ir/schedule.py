@@ -217,6 +217,7 @@ def schedule(
     root_ids = {id(r) for r in roots}
     row_fused: set[int] = set()  # kernel outputs that compute row statistics inside (rule 6)
     reused: set[int] = set()  # elementwise values stored for their readers (rule 4)
+    indices = _computed_indices(graph, held)
     by_id = {id(n): n for n in graph}
 
     def evaluations(n: Node) -> int:
@@ -270,6 +271,8 @@ def schedule(
             reason[id(n)] = "scatter-add: rows summed in the order of an index"
         elif any(u.op is Ops.GATHER and u.srcs[0] is n for u in users.get(id(n), ())):
             reason[id(n)] = "read at data-dependent rows (a gather's table)"
+        elif id(n) in indices:
+            reason[id(n)] = "a gather's computed index: its rows are read from memory"
         elif n.op is Ops.CONTIGUOUS:
             reason[id(n)] = n.arg or "user called contiguous()"
         elif id(n) in too_big:
@@ -385,6 +388,23 @@ def _stored_by_readers(graph, reason, claimed, extra, merged, moved, held, reuse
             stored[km] = first
             taken.add(first)
     return stored
+
+
+def _computed_indices(graph: list[Node], held) -> set[int]:
+    """The ids of the computed values a gather's index is a view of (a `cat` of sampled
+    tokens, `argmax`'s result reshaped): each is stored, so that a kernel reading rows by
+    it loads the row numbers, as the CPU's lowering and renderer need (a row is a scalar
+    per element, never a vector lane's)."""
+    out: set[int] = set()
+    for g in graph:
+        if g.op is not Ops.GATHER or id(g) in held:
+            continue
+        n = g.srcs[1]
+        while n.op in MOVEMENT and id(n) not in held:
+            n = n.srcs[0]
+        if id(n) not in held and n.op not in LEAF:
+            out.add(id(n))
+    return out
 
 
 _SAME_COORDS = ELEMENTWISE | {Ops.DETACH}

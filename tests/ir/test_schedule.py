@@ -398,3 +398,24 @@ def test_relu_after_a_matmul_stores_only_its_output_for_the_backward():
     np.testing.assert_allclose(gb.numpy(), gz.sum(0), rtol=1e-4, atol=1e-4)
     with np.errstate(invalid="ignore"):
         np.testing.assert_allclose(gw.numpy(), xn.T.astype(np.float64) @ gz, rtol=1e-4, atol=1e-3)
+
+
+def test_a_gather_by_a_computed_index_stores_the_index_first():
+    # a sampling loop's context: cat(tokens, multinomial(probs)) read as embedding rows, then
+    # a linear layer (a contraction whose tiles are vector lanes): the rows must be loaded
+    # numbers, so the index is stored by a kernel of its own (it failed to compile before)
+    import fusegrad.nn.functional as F
+
+    fg.manual_seed(0)
+    emb, lin = fg.nn.Embedding(15, 16), fg.nn.Linear(16, 14)
+    idx = fg.zeros(5, 1, dtype=fg.long)
+    with fg.no_grad():
+        idx = fg.cat((idx, fg.multinomial(F.softmax(lin(emb(idx))[:, -1, :], -1), 1)), 1)
+        out = lin(emb(idx))
+        reasons = [k.reason for k in fg.kernels(out)]
+        got = out.numpy()
+    assert any("gather's computed index" in r for r in reasons), reasons
+    rows = idx.numpy()
+    assert rows.shape == (5, 2) and (rows >= 0).all() and (rows < 15).all()
+    want = emb.weight.numpy()[rows] @ lin.weight.numpy().T + lin.bias.numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
