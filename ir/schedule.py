@@ -59,7 +59,8 @@ Rules, applied to each node with its users already decided:
    exp(-|x|), read by the sigmoid and by its gradient) is computed and stored by the
    first kernel that reads it, when that kernel is elementwise at the value's shape and
    reads it at its own coordinates (`_stored_by_readers`): the value's own kernel goes,
-   its other readers load it after that kernel. Not into or out of a kernel with a
+   its other readers load it after that kernel. Not a 16-bit value (the reader would use
+   it unrounded, its other readers rounded), not into or out of a kernel with a
    reduction, a gather, a scatter or extra outputs, one value a kernel; a schedule whose
    moves would make a cycle among its kernels is kept without them.
 """
@@ -378,6 +379,8 @@ def _stored_by_readers(graph, reason, claimed, extra, merged, moved, held, reuse
         km = id(m)
         if km not in reused or not plain(km) or km in stored or km in taken:
             continue  # (a kernel that stores a value more is not moved itself)
+        if m.dtype.is_half:  # its reader would use it unrounded, its other readers rounded
+            continue
         first = min(readers.get(km, ()), key=position.__getitem__, default=None)
         if first is None or first in taken or first in stored or not plain(first):
             continue
