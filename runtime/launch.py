@@ -319,6 +319,8 @@ def run_threads(program, threads: int, args: list[int], work: int = 0) -> None:
         with _ctrl_c:
             if threads <= 1 or not _POOL_OK or not _pool.run(program.address, threads, -1, args):
                 program.fn(0, 1, *args, _ctrl_c.cancel_address)
+        if _ctrl_c.take_stale():  # cancelled by a Ctrl-C already raised: again, whole
+            program.fn(0, 1, *args, _NEVER_CANCELLED)
     elif (threads <= 1 and not long) or not _POOL_OK:
         program.fn(0, 1, *args, _NEVER_CANCELLED)
     elif not _pool.run(program.address, threads, -1, args, 1, NO_LIMIT, long):
@@ -339,9 +341,11 @@ def launch(kernel, extent: int, work: int, ptrs: list[int]) -> None:
     if not long and stops and _POOL_OK and _ctrl_c.arm(work):
         least, most = chunk_least(extent, work), chunk_most(extent, work)
         with _ctrl_c:  # (one thread too: its chunks are claimed, so it can stop)
-            if _pool.run(kernel.address, max(threads, 1), extent, ptrs, least, most):
-                return
-        _run_whole(kernel, extent, ptrs, polls)  # the pool was busy: run here, whole
+            ran = _pool.run(kernel.address, max(threads, 1), extent, ptrs, least, most)
+        if ran and not _ctrl_c.take_stale():
+            return
+        # the pool was busy, or a Ctrl-C already raised cancelled the run: here, whole
+        _run_whole(kernel, extent, ptrs, polls)
         return
     if (
         (threads <= 1 and not long)
@@ -397,6 +401,7 @@ class _CtrlC:
         self.lock = forksafe.Lock()
         self.running = False
         self.hit = False
+        self.stale = False  # the last run was cancelled by a Ctrl-C Python had raised already
         self.cancel = np.zeros(1, dtype=np.int64)  # a program run alone reads this one
         self.cancel_address = self.cancel.ctypes.data
 
@@ -453,7 +458,19 @@ class _CtrlC:
                     _pool.words[native.Layout.CANCEL] = 0
         if hit and exc[0] is None:  # the outputs are incomplete: raise here, not later
             ctypes.pythonapi.PyErr_CheckSignals()  # Python's handler: KeyboardInterrupt
-            raise KeyboardInterrupt
+            # No signal was pending: Python raised this Ctrl-C's KeyboardInterrupt before the
+            # run (a long run polls for it; code between runs takes it), and the byte it wrote
+            # reached the reading thread late, starved on a loaded machine. Raising again would
+            # make one Ctrl-C two KeyboardInterrupts (the second one outside the user's
+            # `except`): the caller runs the work again, whole (`take_stale`; every kernel
+            # writes its own outputs, so a second run computes the same values).
+            self.stale = True
+
+    def take_stale(self) -> bool:
+        """Whether the last run was cancelled by a Ctrl-C already raised (and must run again);
+        the flag is cleared."""
+        stale, self.stale = self.stale, False
+        return stale
 
 
 _ctrl_c = _CtrlC()
