@@ -226,6 +226,22 @@ def build(T, name: str):
 # ---------------------------------------------------------------- the steps
 
 
+def train_step(T, model, opt, loss_of, clip):
+    """The loop body, the same for both systems: zero the gradients, the loss, backward,
+    the gradients clipped (where the model asks), the optimizer's step; returns the loss."""
+
+    def train(x, y):
+        opt.zero_grad()
+        loss = loss_of(model, x, y)
+        loss.backward()
+        if clip is not None:
+            T.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        return loss
+
+    return train
+
+
 def fusegrad_step(name: str, jit: bool = False):
     """(model, batch, step): step(x, y) on numpy arrays trains one batch on fusegrad and
     returns the loss as a float."""
@@ -234,17 +250,7 @@ def fusegrad_step(name: str, jit: bool = False):
     fg.manual_seed(0)
     model, batch, loss_of, optimizer, clip = build(fg, name)
     model.train()
-    opt = optimizer(model.parameters())
-
-    def train(x, y):
-        opt.zero_grad()
-        loss = loss_of(model, x, y)
-        loss.backward()
-        if clip is not None:
-            fg.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        opt.step()
-        return loss
-
+    train = train_step(fg, model, optimizer(model.parameters()), loss_of, clip)
     run = fg.jit(train) if jit else train
 
     def step(x, y):
@@ -262,17 +268,7 @@ def torch_step(name: str, weights: dict | None, compiled: bool = False):
     if weights is not None:
         model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in weights.items()})
     model.train()
-    opt = optimizer(model.parameters())
-
-    def train(x, y):
-        opt.zero_grad()
-        loss = loss_of(model, x, y)
-        loss.backward()
-        if clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        opt.step()
-        return loss
-
+    train = train_step(torch, model, optimizer(model.parameters()), loss_of, clip)
     run = torch.compile(train) if compiled else train
 
     def step(x, y):
