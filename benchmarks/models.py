@@ -56,10 +56,20 @@ MODELS = ("resnet18", "gpt", "vit", "lstm")
 # ---------------------------------------------------------------- the models
 
 
+def cifar_batch(seed: int):
+    """16 random CIFAR-shaped images (3 x 32 x 32) and labels of 10 classes."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((16, 3, 32, 32), dtype=np.float32)
+    return x, rng.integers(0, 10, 16).astype(np.int64)
+
+
 def build(T, name: str):
     """(model, batch(seed) -> numpy (x, y), loss(model, x, y), optimizer(params), clip)
     of `name`, written against `T` (torch, or fusegrad)."""
     nn, F = T.nn, T.nn.functional
+
+    def classify(model, x, y):  # (ResNet's and ViT's loss)
+        return F.cross_entropy(model(x), y)
 
     if name == "resnet18":
 
@@ -97,18 +107,10 @@ def build(T, name: str):
                 out = self.layers(F.relu(self.bn1(self.conv1(x))))
                 return self.fc(F.adaptive_avg_pool2d(out, 1).flatten(1))
 
-        def batch(seed):
-            rng = np.random.default_rng(seed)
-            x = rng.standard_normal((16, 3, 32, 32), dtype=np.float32)
-            return x, rng.integers(0, 10, 16).astype(np.int64)
-
-        def loss(model, x, y):
-            return F.cross_entropy(model(x), y)
-
         def optimizer(params):
             return T.optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=5e-4)
 
-        return ResNet18(), batch, loss, optimizer, None
+        return ResNet18(), cifar_batch, classify, optimizer, None
 
     if name in ("gpt", "vit"):
         causal = name == "gpt"
@@ -179,15 +181,7 @@ def build(T, name: str):
                     x = self.patch(x).flatten(2).transpose(1, 2) + self.pos
                     return self.head(self.ln(self.blocks(x)).mean(dim=1))
 
-            def batch(seed):
-                rng = np.random.default_rng(seed)
-                x = rng.standard_normal((16, 3, 32, 32), dtype=np.float32)
-                return x, rng.integers(0, 10, 16).astype(np.int64)
-
-            def loss(model, x, y):
-                return F.cross_entropy(model(x), y)
-
-            model = ViT()
+            batch, loss, model = cifar_batch, classify, ViT()
 
         def optimizer(params):
             return T.optim.AdamW(params, lr=3e-4, weight_decay=0.01)

@@ -354,6 +354,8 @@ def _stored_by_readers(graph, reason, claimed, extra, merged, moved, held, reuse
     outputs (rules 7 and 8), and each kernel stores at most one such value more; the
     caller keeps the schedule without the rule if it makes a cycle among the kernels.
     Returns V's id -> the reader kernel's root id."""
+    if not reused:  # (the usual case: no kernel of its own to look at)
+        return {}
     position = {id(n): k for k, n in enumerate(graph)}
     busy = set(merged) | set(moved) | set(extra) | {id(v) for vs in extra.values() for v in vs}
     kernels: dict[int, tuple[list[Node], list[Node]]] = {}

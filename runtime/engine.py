@@ -348,9 +348,8 @@ def settle_collector() -> None:
     `config.gc_freeze` kernels was compiled. Such a plan, its kernels' records and loop
     IR and the model it was compiled for are hundreds of thousands of objects that live
     on, and each full collection, which the new objects of every step of a big model set
-    off about once a step, walked them all: a third of a 2-layer LSTM language model's
-    plain-loop step on 2 cores (benchmarks/models.py). A frozen object is still freed when
-    its last reference goes; only a reference cycle among frozen objects stays until
+    off about once a step, walked them all. The trade: a frozen object is still freed when
+    its last reference goes, but a reference cycle among frozen objects stays until
     `gc.unfreeze()`, so the collection first clears the cycles already garbage."""
     gc.collect()
     gc.freeze()

@@ -64,7 +64,7 @@ def realigned(spec, address: int) -> tuple[int, tuple]:
     size = DATA_SIZE[spec.dtype]
     start, dims = address + spec.offset * size, tuple(spec.dims)
     shift = start % 16
-    if shift and getattr(spec, "realign", False) and shift % size == 0:
+    if shift and spec.realign and shift % size == 0:
         start, dims = start - shift, (dims[0] + shift // size, *dims[1:])
     return start, dims
 

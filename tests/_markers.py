@@ -110,8 +110,8 @@ SLOW = frozenset(
         "nn/test_rnn.py::test_bidirectional_two_layer_batch_first_lstm_values_and_gradients",
         "runtime/test_cache.py::test_processes_filling_an_empty_cache_at_once_all_succeed",
         "runtime/test_engine.py::test_memory_stays_flat_over_500_eager_lenet_steps",
-        # ... and so that `--quick` with an empty cache stays under 5 minutes on 2 cores
-        # (5:33 before these, on the Intel Xeon): the acceptance programs but the MNIST CNN
+        # ... and so that `--quick` with an empty cache stays under 5 minutes on 2 cores:
+        # the acceptance programs but the MNIST CNN
         # (each a fresh `python -m fusegrad` process), a program the shim runs, and the
         # slowest parametrizations of the convolution and char transformer tests
         "programs/test_programs.py::test_vae_on_mnist_writes_its_reconstructions",

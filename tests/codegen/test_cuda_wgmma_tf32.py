@@ -17,14 +17,10 @@ float64 products, in every operand layout, a batch, unaligned views and special 
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
-import subprocess
-
 import numpy as np
 import pytest
 from _emulated import ON_GPU, emulated  # noqa: F401  (a fixture)
+from _ptx import NVCC, build, one_unit, spills
 
 import fusegrad as fg
 from fusegrad.codegen import cuda as cuda_gen
@@ -35,7 +31,6 @@ from fusegrad.ir.schedule import schedule
 from fusegrad.runtime.engine import engine
 
 H100_SHARED = 227 * 1024
-NVCC = shutil.which("nvcc")
 CALL = "fg_wgmma_64x256_tf32(fg_d"
 # (a's stored shape, b's stored shape, the product, which sides are copied K-major first)
 LAYOUTS = {
@@ -232,32 +227,18 @@ def test_the_wmma_pipeline_at_the_tf32_tile_on_the_emulator():
 @pytest.mark.usefixtures("emulated")
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
 def test_nvcc_builds_the_tf32_pipeline_for_sm_90a_and_leaves_it_out_for_sm_90(tmp_path):
-    sources = []
-    for sa, sb, how, _ in LAYOUTS.values():
-        source = render(how(dev(rand(*sa)), dev(rand(*sb)))).source
-        n = len(sources)
-        body = source[source.index('extern "C"') :]
-        body = re.sub(
-            r'(extern "C" __global__ void (?:__launch_bounds__\([^)]*\) )?k)', rf"\g<1>{n}_", body
-        )
-        sources.append(source[: source.index('extern "C"')] + body if not sources else body)
-    cu = tmp_path / "tf32.cu"
-    cu.write_text("\n".join(sources))
+    sources = [
+        render(how(dev(rand(*sa)), dev(rand(*sb)))).source for sa, sb, how, _ in LAYOUTS.values()
+    ]
+    unit = one_unit(sources)
     for arch, wgmma in (("sm_90a", True), ("sm_90", False)):
-        ptx = tmp_path / f"{arch}.ptx"
-        subprocess.run([NVCC, "--ptx", f"-arch={arch}", "-o", str(ptx), str(cu)],
-                       capture_output=True, text=True, timeout=600, check=True)  # fmt: skip
-        text = ptx.read_text()
+        text, report = build(unit, tmp_path, arch)
         assert text.count("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32") == 4 * 4 * wgmma
         assert ("cp.async.bulk.tensor.2d" in text) == wgmma
-        ptxas = shutil.which("ptxas", path=os.path.dirname(NVCC)) or shutil.which("ptxas")
-        if ptxas is None:
-            continue
-        r = subprocess.run([ptxas, f"-arch={arch}", "-v", str(ptx), "-o", os.devnull],
-                           capture_output=True, text=True, timeout=600, check=True)  # fmt: skip
-        assert "serialized" not in r.stderr
-        if wgmma:  # (the WMMA pipeline at this tile, run by no Hopper, spills a few bytes)
-            assert not re.search(r"[1-9]\d* bytes spill", r.stderr), r.stderr
+        if report is not None:
+            assert "serialized" not in report
+            if wgmma:  # (the WMMA pipeline at this tile, run by no Hopper, spills a few bytes)
+                assert not spills(report), report
 
 
 on_hopper = pytest.mark.skipif(not ON_GPU, reason="needs a Hopper GPU (FUSEGRAD_TEST_DEVICE=cuda)")

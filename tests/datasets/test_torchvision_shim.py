@@ -67,6 +67,26 @@ def test_normalize_is_differentiable():
     np.testing.assert_allclose(x.grad.numpy(), np.full((1, 2, 2), 0.25))
 
 
+def test_to_tensor_and_normalize_at_special_points():
+    # bytes 0 and 255 are exactly 0 and 1; an empty image keeps its shape
+    edges = tv.ToTensor()(np.array([[0, 1, 254, 255]], np.uint8)).numpy()[0, 0]
+    assert edges[0] == 0.0 and edges[3] == 1.0 and edges[1] == np.float32(1) / np.float32(255)
+    empty = tv.ToTensor()(np.zeros((0, 3), np.uint8))
+    assert empty.shape == (1, 0, 3) and empty.dtype == fg.float32
+    assert tv.Normalize((1.0,), (1.0,))(fg.zeros(1, 0, 2)).shape == (1, 0, 2)
+    # signed zeros, infinities and NaN through a negative std, as torch's sub and div;
+    # the gradient is 1 / std everywhere
+    points = np.array([[[-0.0, 0.0, np.inf, -np.inf, np.nan, 1.0, -1.0]]], np.float32)
+    x = fg.tensor(points, requires_grad=True)
+    y = tv.Normalize((0.0,), (-1.0,))(x)
+    got = y.numpy()[0, 0]
+    want = (points - np.float32(0.0)) / np.float32(-1.0)
+    np.testing.assert_array_equal(got, want[0, 0])
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want[0, 0]))
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.full(points.shape, -1.0, np.float32))
+
+
 def test_compose_runs_in_order_and_lambda_checks_its_argument():
     pipeline = tv.Compose([tv.ToTensor(), tv.Lambda(lambda t: t.view(-1))])
     assert pipeline(np.zeros((2, 3), np.uint8)).shape == (6,)

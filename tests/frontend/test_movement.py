@@ -13,10 +13,25 @@ from fusegrad.runtime.engine import engine
 
 A = np.arange(60.0).reshape(5, 3, 4)
 
-BLOCKS = [np.s_[1:3], np.s_[2], np.s_[2, 1:3], np.s_[0, 0], np.s_[4:], np.s_[1:2, 0:1],
-          np.s_[2, None], np.s_[-2:], np.s_[0, 2, 1:]]
-NOT_BLOCKS = [np.s_[1:3, 0:1], np.s_[:, 1], np.s_[1:4, :, 2], np.s_[..., 1:2], np.s_[::2],
-              np.s_[0:0]]
+BLOCKS = [
+    np.s_[1:3],
+    np.s_[2],
+    np.s_[2, 1:3],
+    np.s_[0, 0],
+    np.s_[4:],
+    np.s_[1:2, 0:1],
+    np.s_[2, None],
+    np.s_[-2:],
+    np.s_[0, 2, 1:],
+]
+NOT_BLOCKS = [
+    np.s_[1:3, 0:1],
+    np.s_[:, 1],
+    np.s_[1:4, :, 2],
+    np.s_[..., 1:2],
+    np.s_[::2],
+    np.s_[0:0],
+]
 
 
 @pytest.mark.parametrize("index", BLOCKS + NOT_BLOCKS, ids=str)

@@ -419,3 +419,20 @@ def test_a_gather_by_a_computed_index_stores_the_index_first():
     assert rows.shape == (5, 2) and (rows >= 0).all() and (rows < 15).all()
     want = emb.weight.numpy()[rows] @ lin.weight.numpy().T + lin.bias.numpy()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_computed_index_at_the_tables_first_and_last_rows_and_empty():
+    # cat of two index tensors (computed, not loaded): rows 0 and 14 of a 15-row table,
+    # values and the table's gradient (rows summed where repeated); an empty index
+    emb = fg.nn.Embedding(15, 4)
+    idx = fg.cat((fg.tensor([[0], [14]]), fg.tensor([[14], [0]])), 1)  # [[0, 14], [14, 0]]
+    out = emb(idx) * fg.tensor([1.0, -0.0, -1.0, 2.0])
+    w = emb.weight.numpy()
+    want = w[[[0, 14], [14, 0]]] * np.array([1.0, -0.0, -1.0, 2.0], np.float32)
+    np.testing.assert_array_equal(out.numpy(), want)
+    out.sum().backward()
+    grad = np.zeros((15, 4), np.float32)
+    grad[[0, 14]] = 2 * np.array([1.0, -0.0, -1.0, 2.0], np.float32)
+    np.testing.assert_array_equal(emb.weight.grad.numpy(), grad)
+    none = fg.cat((fg.zeros(0, 1, dtype=fg.long), fg.zeros(0, 1, dtype=fg.long)), 1)
+    assert emb(none).shape == (0, 2, 4)

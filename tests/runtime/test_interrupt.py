@@ -423,8 +423,8 @@ def test_a_ctrl_c_raised_already_that_cancels_a_later_run_is_not_raised_twice(mo
     """The byte Python's C-level handler writes reaches the reading thread late (starved on
     a loaded machine) while a later watched run is on: that run is cancelled, but no signal
     is pending (Python raised this Ctrl-C's KeyboardInterrupt already). No second
-    KeyboardInterrupt (it came outside the user's `except` and killed a CI child): the run
-    is done again, whole, with the right values."""
+    KeyboardInterrupt (it would come outside the user's `except` and end the program): the
+    run is done again, whole, with the right values."""
     c = launch_module._ctrl_c
     with c:
         with c.lock:  # what the reading thread does with the late byte
