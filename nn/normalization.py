@@ -205,9 +205,14 @@ def _affine(out, weight, bias, per_channel) -> Tensor:
 
 
 def _update_running(running_mean, running_var, mean, var, count: int, momentum) -> None:
-    """r = (1 - m) r + m s, computed now: a lazy update would chain every step's batch into
-    the next step's graph. (It costs one extra pass over the layer's input per step.)"""
-    m = 0.1 if momentum is None else float(momentum)
+    """r = (1 - m) r + m s, lazily: the step's optimizer computes it with the step
+    (carried.py), from the statistics the forward pass computes anyway. Computing it here
+    would run the forward pass up to this layer once more for every layer (a ResNet-18
+    step computed its convolutions 4x over). Buffers still lazy from an update no step
+    computed (train-mode forwards without an optimizer, or the module called twice in a
+    step) are computed first, so the chain of updates never grows. `momentum`: a float,
+    or a 0-d tensor (BatchNorm's cumulative average, 1 / count)."""
+    m = 0.1 if momentum is None else momentum if isinstance(momentum, Tensor) else float(momentum)
     updated = []
     with no_grad():
         if running_mean is not None:
@@ -217,7 +222,8 @@ def _update_running(running_mean, running_var, mean, var, count: int, momentum) 
             unbiased = var.detach().reshape(-1) * (count / (count - 1))
             new = (1.0 - m) * running_var + m * unbiased
             updated.append((running_var, new.cast(running_var.dtype)))
-        _realize(*[v for _, v in updated])
+        if any(not target._has_value() for target, _ in updated):
+            _realize(*[v for _, v in updated])
         for target, value in updated:
             target.assign_(value)
 
@@ -301,7 +307,8 @@ def _update_from_samples(running_mean, running_var, mean, var, count: int, momen
             if target is not None:
                 samples = (1.0 - m) * target + m * stat.detach().reshape(stat.shape[:2])
                 updated.append((target, samples.mean(0).cast(target.dtype)))
-        _realize(*[v for _, v in updated])
+        if any(not target._has_value() for target, _ in updated):  # (as _update_running)
+            _realize(*[v for _, v in updated])
         for target, value in updated:
             target.assign_(value)
 
@@ -495,10 +502,15 @@ class _BatchNorm(Module):
             )
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats:
-            done = int(self.num_batches_tracked.item()) + 1
-            self.num_batches_tracked.assign_(tensor(done, dtype="int64"))
+            # a count in the graph, not read here: `fg.jit` replays it, and nothing waits
+            # on it (a count still lazy from a forward without an optimizer step is
+            # computed first, so its graph never grows)
+            if not self.num_batches_tracked._has_value():
+                _realize(self.num_batches_tracked)
+            done = self.num_batches_tracked + 1
+            self.num_batches_tracked.assign_(done)
             if self.momentum is None:  # cumulative moving average
-                factor = 1.0 / done
+                factor = 1.0 / done.float()
         use_batch = self.training or not self.track_running_stats
         # running buffers are updated only while training with tracking on
         track = self.training and self.track_running_stats

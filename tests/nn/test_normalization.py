@@ -135,6 +135,101 @@ def test_batch_norm_trains_inside_a_model():
     assert model[1].num_batches_tracked.item() == 5
 
 
+def _conv_bn_net():
+    """Two conv + BatchNorm layers and a head, SGD with momentum; (model, opt)."""
+    fg.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(),
+        nn.Conv2d(4, 4, 3), nn.BatchNorm2d(4, momentum=None), nn.Flatten(), nn.Linear(64, 2),
+    )  # fmt: skip
+    return model, fg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+
+def _bn_batches(n):
+    rng = np.random.default_rng(7)
+    return [
+        (rng.standard_normal((5, 3, 8, 8)).astype(np.float32), rng.integers(0, 2, 5))
+        for _ in range(n)
+    ]
+
+
+def _bn_inputs_expected(batches):
+    """Each BatchNorm's running mean and var after training on `batches`, from the inputs
+    a forward hook saw (numpy's statistics, torch's update rule), and the counts."""
+    model, opt = _conv_bn_net()
+    seen = {1: [], 4: []}
+    for k in seen:
+        model[k].register_forward_hook(lambda m, i, o, k=k: seen[k].append(i[0].numpy()))
+    for x, y in batches:
+        opt.zero_grad()
+        F.cross_entropy(model(fg.tensor(x)), fg.tensor(y)).backward()
+        opt.step()
+    want = {}
+    for k, inputs in seen.items():
+        mean, var = np.zeros(4), np.ones(4)
+        for step, a in enumerate(inputs, 1):
+            m = model[k].momentum or 1.0 / step
+            mean = (1 - m) * mean + m * a.mean((0, 2, 3))
+            var = (1 - m) * var + m * a.var((0, 2, 3), ddof=1)
+        want[k] = (mean, var)
+    return want
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["plain", "jit"])
+def test_batch_norm_running_statistics_are_computed_with_the_step(jit):
+    # each layer's update is computed by the optimizer's step, with the forward pass it
+    # reads: one plan a step (it was one realize per BatchNorm, each running the forward
+    # pass up to its layer again), the same values, and under fg.jit too (the count
+    # num_batches_tracked, and momentum=None's 1 / count, replayed, not frozen)
+    from fusegrad.runtime.engine import engine
+
+    batches = _bn_batches(4)
+    model, opt = _conv_bn_net()
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    run = fg.jit(step) if jit else step
+    plans = []
+    engine.observers.append(lambda plan, records: plans.append(plan))
+    try:
+        for x, y in batches:
+            plans.clear()
+            run(fg.tensor(x), fg.tensor(y)).item()
+            assert len(plans) == 1
+    finally:
+        engine.observers.pop()
+    for k, (mean, var) in _bn_inputs_expected(batches).items():
+        np.testing.assert_allclose(model[k].running_mean.numpy(), mean, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(model[k].running_var.numpy(), var, rtol=1e-4, atol=1e-6)
+        assert model[k].num_batches_tracked.item() == len(batches)
+
+
+def test_batch_norm_updates_without_an_optimizer_step_stay_bounded_and_right():
+    # train-mode forwards with no step (recalibrating the statistics): each update is
+    # computed by the next one, so the buffers' graphs never grow
+    from fusegrad.ir.node import toposort
+
+    bn = nn.BatchNorm2d(3)
+    mean, var = np.zeros(3), np.ones(3)
+    sizes = []
+    for step in range(1, 7):
+        x = RNG.standard_normal((4, 3, 2, 2)).astype(np.float32) + step
+        with fg.no_grad():
+            bn(fg.tensor(x))
+        mean = 0.9 * mean + 0.1 * x.mean((0, 2, 3))
+        var = 0.9 * var + 0.1 * x.var((0, 2, 3), ddof=1)
+        sizes.append(len(toposort([bn.running_mean.node, bn.num_batches_tracked.node])))
+    assert max(sizes) == max(sizes[:2])  # (lazy, then computed by the next update: bounded)
+    np.testing.assert_allclose(bn.running_mean.numpy(), mean, rtol=1e-5)
+    np.testing.assert_allclose(bn.running_var.numpy(), var, rtol=1e-5)
+    assert bn.num_batches_tracked.item() == 6
+
+
 @pytest.mark.parametrize("p", [1, 2, 3.0, float("inf")])
 def test_normalize(p):
     x = RNG.standard_normal((3, 4))
