@@ -141,6 +141,9 @@ def _conv(tensors: list, params: tuple) -> Tensor:
     pads, stride, dilation, groups, n, op, wants_dx = params
     pads = list(pads)
     cout = weight.shape[0]
+    if pixel_gemm_pays(x, weight, pads, stride, dilation, groups):
+        out = _conv_as_gemm(x, weight, pads, stride, dilation, op)
+        return out if bias is None else out + bias.reshape(1, cout, *([1] * n))
     geometry = (x.shape, weight.shape, pads, stride, dilation, groups, wants_dx)
     gathered = gather_pays(x, weight, pads, stride, dilation, groups)
     if gathered:
@@ -171,6 +174,124 @@ def _conv(tensors: list, params: tuple) -> Tensor:
 
 
 register_composite("conv", _conv)
+
+
+# A convolution whose output rows are shorter than a vector register of float32 lanes
+# (CHANNEL_LANES) and whose windows hold at least this many values (input channels x
+# taps) runs as sgemms over its windows gathered pixel by pixel (`_conv_as_gemm`).
+PIXEL_GEMM_MIN_DEPTH = 256
+
+
+def pixel_gemm_pays(x: Tensor, weight: Tensor, pads, stride, dilation, groups: int) -> bool:
+    """Whether a convolution runs as sgemms over its windows gathered pixel by pixel
+    (`_conv_as_gemm`): on the CPU (a device whose tiles stage their own windows, the GPU,
+    never), 2-D, float32, one group, whole registers of output channels, output rows
+    shorter than a register's lanes and windows of at least PIXEL_GEMM_MIN_DEPTH values:
+    the late layers of a ResNet (512 channels over 4 x 4 pixels). There the correlation's
+    tiles, whose lanes walk an output row, leave most lanes idle: the forward,
+    input-gradient and weight-gradient kernels of 16 x 512 x 4^2 -> 512 3x3 ran at a third
+    of the sgemm's rate or less, the weight gradient at a tenth.
+
+    >>> import fusegrad as fg
+    >>> w = fg.ones(512, 512, 3, 3)
+    >>> [pixel_gemm_pays(fg.ones(16, 512, s, s), w, [(1, 1)] * 2, (1, 1), (1, 1), 1)
+    ...  for s in (4, 8, 16)]
+    [True, True, False]
+    """
+    n = len(pads)
+    if n != 2 or groups != 1 or guards_windows_in_tiles(x.node.device):
+        return False
+    if x.dtype.name != "float32" or weight.shape[0] % CHANNEL_LANES:
+        return False
+    kernel = weight.shape[2:]
+    outs = [
+        (size + b + a - d * (k - 1) - 1) // s + 1
+        for size, (b, a), k, s, d in zip(x.shape[2:], pads, kernel, stride, dilation)
+    ]
+    if any(o <= 0 for o in outs) or 0 in x.shape:
+        return False
+    depth = weight.shape[1] * math.prod(kernel)
+    return outs[-1] < CHANNEL_LANES and depth >= PIXEL_GEMM_MIN_DEPTH
+
+
+def _pixel_columns(x: Tensor, w_shape, pads, stride, dilation, op: str) -> Tensor:
+    """The padded input's windows, one row per output pixel (batch-major), one column per
+    (input channel, tap): (N * prod(outs), C * K), stored (im2col, pixel by pixel). The
+    forward's sgemm and the weight gradient's read the same rows: built again from the same
+    input, it is the same node, so the same buffer."""
+    n = len(pads)
+    batch, cin = x.shape[:2]
+    flat = [v for before, after in reversed(pads) for v in (before, after)]
+    xp = x.pad(flat) if any(flat) else x
+    win = sliding_windows(xp, w_shape[2:], stride, dilation)  # (N, C, *outs, *kernel)
+    outs = win.shape[2 : 2 + n]
+    win = win.permute(0, *range(2, 2 + n), 1, *range(2 + n, 2 + 2 * n))
+    rows = win.reshape(batch * math.prod(outs), cin * math.prod(w_shape[2:]))
+    return materialize(rows, f"{op}: windows gathered pixel by pixel (im2col), an sgemm operand")
+
+
+def _columns_to_image(cols: Tensor, x_shape, w_shape, pads, stride, dilation) -> Tensor:
+    """The adjoint of `_pixel_columns` (col2im): the rows (N * prod(outs), C * K) summed
+    back into an input of `x_shape`, each tap's column spread by the stride, shifted to its
+    place in the padded input and added (pads and adds, which fuse), then the padding cut."""
+    batch, cin = x_shape[:2]
+    kernel = w_shape[2:]
+    spatial = x_shape[2:]
+    outs = [
+        (size + b + a - d * (k - 1) - 1) // s + 1
+        for size, (b, a), k, s, d in zip(spatial, pads, kernel, stride, dilation)
+    ]
+    cols = cols.reshape(batch, *outs, cin, *kernel).permute(0, 3, 1, 2, 4, 5)
+    padded_sizes = [size + b + a for size, (b, a) in zip(spatial, pads)]
+    spread = [(o - 1) * s + 1 for o, s in zip(outs, stride)]
+    out = None
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            piece = dilate(cols[:, :, :, :, i, j], stride, 2)  # (N, C, spread_h, spread_w)
+            top, left = i * dilation[0], j * dilation[1]
+            piece = piece.pad(
+                (
+                    left, padded_sizes[1] - left - spread[1],
+                    top, padded_sizes[0] - top - spread[0],
+                )
+            )  # fmt: skip
+            out = piece if out is None else out + piece
+    (top, _), (left, _) = pads
+    return out[:, :, top : top + spatial[0], left : left + spatial[1]]
+
+
+def _conv_as_gemm(x: Tensor, weight: Tensor, pads, stride, dilation, op: str) -> Tensor:
+    """A 2-D convolution as sgemms (`pixel_gemm_pays`): the windows' rows (`_pixel_columns`)
+    times the flattened weight, transposed, gives each output pixel's channels; the
+    gradients are the sgemm's: the weight's the output gradient's rows (stored, pixel by
+    pixel) transposed times the windows' rows, the input's the output gradient's rows times
+    the weight summed back into the image (`_columns_to_image`). The tiles' lanes walk the
+    output channels, every lane busy; the sums are the same, in the sgemm's order: within
+    float32 rounding of the correlation's."""
+    batch, cout = x.shape[0], weight.shape[0]
+    w_shape, x_shape = weight.shape, x.shape
+    rows = _pixel_columns(x, w_shape, pads, stride, dilation, op)
+    flat = weight.reshape(cout, rows.shape[1])
+    y = rows @ flat.t()  # (N * pixels, Cout)
+    outs = [
+        (size + b + a - d * (k - 1) - 1) // s + 1
+        for size, (b, a), k, s, d in zip(x_shape[2:], pads, w_shape[2:], stride, dilation)
+    ]
+    wanted = (gradient_wanted(x), gradient_wanted(weight))
+
+    def rule(g, x, weight):
+        g = materialize(g, f"{op}: output gradient, pixel by pixel, an sgemm operand")
+        dx = dw = None
+        if wanted[0]:
+            back = g @ weight.reshape(cout, -1)  # (N * pixels, C * K)
+            dx = _columns_to_image(back, x_shape, w_shape, pads, stride, dilation)
+        if wanted[1]:
+            cols = _pixel_columns(x, w_shape, pads, stride, dilation, op)
+            dw = (g.t() @ cols).reshape(w_shape)
+        return [dx, dw]
+
+    y = custom_gradient(y, [x, weight], rule, own_node=True)
+    return y.reshape(batch, *outs, cout).permute(0, 3, 1, 2)
 
 
 def gather_pays(x: Tensor, weight: Tensor, pads, stride, dilation, groups: int) -> bool:

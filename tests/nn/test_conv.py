@@ -1169,3 +1169,107 @@ def test_a_strided_convolutions_input_gradient_is_one_macro_node():
     yt = torch.nn.functional.conv2d(xt, torch.tensor(w.numpy()), None, 2, 1)
     (gt,) = torch.autograd.grad(yt.sum(), [xt])
     np.testing.assert_allclose(gx.numpy(), gt.numpy(), rtol=1e-12, atol=1e-12)
+
+
+# (x shape, weight shape, stride, padding, dilation, bias): every one takes the sgemm path
+# (`pixel_gemm_pays`): output rows shorter than 16 lanes, windows of >= 256 values
+PIXEL_GEMM_CASES = [
+    ((2, 32, 4, 4), (16, 32, 3, 3), 1, 1, 1, False),
+    ((3, 32, 7, 7), (32, 32, 3, 3), 2, 1, 1, True),  # stride 2, odd size
+    ((2, 32, 8, 9), (16, 32, 3, 3), 2, 0, 1, False),  # rows and columns left uncovered
+    ((2, 32, 6, 5), (16, 32, 3, 3), 1, 2, 2, True),  # dilated, non-square
+    ((2, 256, 8, 8), (32, 256, 1, 1), 2, 0, 1, False),  # a ResNet shortcut: 1x1, stride 2
+    ((2, 128, 5, 5), (16, 128, 2, 2), 1, "same", 1, True),  # padding (0, 1) on each axis
+]
+
+
+def _conv_both(x0, w0, b0, stride, padding, dilation, dtype):
+    """(y, dx, dw, db) of conv2d in `dtype` (float64: the correlation's path, the oracle)."""
+    x = fg.tensor(x0, dtype=dtype, requires_grad=True)
+    w = fg.tensor(w0, dtype=dtype, requires_grad=True)
+    b = None if b0 is None else fg.tensor(b0, dtype=dtype, requires_grad=True)
+    y = C.conv2d(x, w, b, stride, padding, dilation)
+    proj = np.random.default_rng(5).standard_normal(y.shape)
+    (y * fg.tensor(proj, dtype=dtype)).sum().backward()
+    grads = [x.grad.numpy(), w.grad.numpy()] + ([] if b is None else [b.grad.numpy()])
+    return y, [y.numpy(), *grads]
+
+
+@pytest.mark.parametrize("case", PIXEL_GEMM_CASES)
+def test_small_images_run_as_sgemms_values_and_gradients(case):
+    x_shape, w_shape, stride, padding, dilation, bias = case
+    rng = np.random.default_rng(3)
+    x0 = rng.standard_normal(x_shape).astype(np.float32)
+    w0 = (rng.standard_normal(w_shape) / 16).astype(np.float32)
+    b0 = rng.standard_normal(w_shape[0]).astype(np.float32) if bias else None
+    xt, wt = fg.tensor(x0), fg.tensor(w0)
+    pads = [(0, 1)] * 2 if padding == "same" else [(padding, padding)] * 2
+    assert C.pixel_gemm_pays(xt, wt, pads, (stride,) * 2, (dilation,) * 2, 1)
+    y32, got = _conv_both(x0, w0, b0, stride, padding, dilation, fg.float32)
+    assert any("pixel by pixel" in r.reason for r in fg.kernels(y32))
+    _, want = _conv_both(x0, w0, b0, stride, padding, dilation, fg.float64)
+    if padding != "same":  # (the numpy loops pad both sides alike)
+        f64 = [None if a is None else a.astype(np.float64) for a in (x0, w0, b0)]
+        ref = ref_conv(*f64, (stride,) * 2, (padding,) * 2, (dilation,) * 2, 1)
+        np.testing.assert_allclose(want[0], ref, atol=1e-10)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * np.abs(b).max())
+
+
+def test_small_images_as_sgemms_at_special_values_and_on_an_empty_batch():
+    # a NaN and an infinity in the input reach exactly the outputs (and gradients) whose
+    # windows hold them, as the correlation's; a -0 input is a plain 0; an empty batch
+    # gives an empty output and zero weight gradients
+    rng = np.random.default_rng(4)
+    x0 = rng.standard_normal((2, 32, 4, 4)).astype(np.float32)
+    x0[0, 3, 1, 2], x0[1, 7, 3, 3], x0[1, 0, 0, 0] = np.nan, np.inf, -0.0
+    w0 = (rng.standard_normal((16, 32, 3, 3)) / 16).astype(np.float32)
+    _, got = _conv_both(x0, w0, None, 1, 1, 1, fg.float32)
+    _, want = _conv_both(x0, w0, None, 1, 1, 1, fg.float64)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(np.isnan(a), np.isnan(b))
+        np.testing.assert_array_equal(np.isinf(a), np.isinf(b))
+        ok = np.isfinite(b)
+        np.testing.assert_allclose(a[ok], b[ok], rtol=1e-4, atol=1e-5 * np.abs(b[ok]).max())
+    x = fg.zeros(0, 32, 4, 4, requires_grad=True)
+    w = fg.tensor(w0, requires_grad=True)
+    y = C.conv2d(x, w, None, 1, 1)
+    assert y.shape == (0, 16, 4, 4)
+    y.sum().backward()
+    assert x.grad.shape == (0, 32, 4, 4) and not w.grad.numpy().any()
+
+
+def test_small_images_as_sgemms_are_differentiable_again():
+    # a gradient penalty through both gradients (float32) against the correlation's
+    # (float64), each derivative within float32 rounding
+    rng = np.random.default_rng(6)
+    x0 = rng.standard_normal((2, 32, 4, 4)).astype(np.float32)
+    w0 = (rng.standard_normal((16, 32, 3, 3)) / 16).astype(np.float32)
+
+    def penalty_grads(dtype):
+        x, w = (fg.tensor(a, dtype=dtype, requires_grad=True) for a in (x0, w0))
+        xx = x * x
+        y = C.conv2d(xx, w, None, 1, 1)
+        dx, dw = fg.grad((y * y).sum(), [xx, w], create_graph=True)
+        ((dx * dx).sum() + (dw * dw).sum()).backward()
+        return x.grad.numpy(), w.grad.numpy()
+
+    for a, b in zip(penalty_grads(fg.float32), penalty_grads(fg.float64)):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4 * np.abs(b).max())
+
+
+@pytest.mark.parametrize(
+    "x_shape, w_shape, groups",
+    [
+        ((2, 32, 16, 16), (16, 32, 3, 3), 1),  # rows of 16 pixels fill the lanes
+        ((2, 16, 4, 4), (16, 16, 3, 3), 1),  # 144 values a window
+        ((2, 32, 4, 4), (24, 32, 3, 3), 1),  # 24 output channels: no whole registers
+        ((2, 64, 4, 4), (32, 32, 3, 3), 2),  # grouped
+    ],
+)
+def test_other_convolutions_keep_the_correlation(x_shape, w_shape, groups):
+    x, w = fg.ones(*x_shape), fg.ones(*w_shape)
+    assert not C.pixel_gemm_pays(x, w, [(1, 1)] * 2, (1, 1), (1, 1), groups)
+    assert not C.pixel_gemm_pays(
+        x.to(fg.bfloat16), w.to(fg.bfloat16), [(1, 1)] * 2, (1, 1), (1, 1), groups
+    )
