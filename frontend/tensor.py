@@ -59,7 +59,7 @@ from .inplace_methods import InplaceMixin
 from .inplace_methods import variants as inplace_variants
 from .ir import node as N
 from .ir import sites as _sites
-from .ir.autodiff import with_vjp
+from .ir.autodiff import DEFERRED_GRADS, with_vjp
 from .ir.dtypes import DType, bool_, default_float, float32, promote, promote_scalar
 from .ir.macro import macro
 from .ir.macro import register as register_macro
@@ -1617,12 +1617,16 @@ def _sigmoid(x: Tensor) -> Tensor:
     return _own_gradient(out, x, lambda g, y, x: N.mul(g, _over_square_of_1_plus(zn, zn)))
 
 
-def register_composite(kind: str, composed) -> None:
+def register_composite(kind: str, composed, deferred_grad: bool = False) -> None:
     """Make `kind` a macro (ir/macro.py) whose expansion is what `composed(tensors, params)`
     builds: a library op written with Tensor operations, its gradient rules included
     (`composite` then builds the one node). The expansion is built with gradients on,
     whatever the caller's mode, and on sources that all want gradients: it is kept, and
-    differentiated later, for whichever sources do."""
+    differentiated later, for whichever sources do. `deferred_grad`: its gradient is one
+    macro node too, expanded and derived only when a plan is compiled (ir/autodiff.py
+    `DEFERRED_GRADS`: for a large expansion, a recurrent layer's)."""
+    if deferred_grad:
+        DEFERRED_GRADS.add(kind)
 
     def rule(srcs, params) -> N.Node:
         with autograd_state.enable_grad():

@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from . import node as N
 from .hooks import hooks
-from .macro import expansion, inputs_of
+from .macro import RULES, expansion, inputs_of, macro, register
 from .node import Node, toposort
 from .ops import MOVEMENT, Ops
 from .sites import fixed, note, site_of
@@ -160,13 +160,69 @@ VJP: dict[Ops, Callable[[Node, Node], tuple]] = {
 }
 
 
-def _macro_grad(n: Node, g: Node) -> list[tuple[Node, Node]]:
+def _macro_grad(n: Node, g: Node, live: set[int] | None = None) -> list[tuple[Node, Node]]:
     """A macro's gradient is its expansion's (ir/macro.py), down to the nodes it reads:
     (node, gradient) pairs, as a custom rule gives them. Those nodes are the macro's
-    sources and views under them (a view of a source folds into one view), each once."""
+    sources and views under them (a view of a source folds into one view), each once.
+
+    For a kind in DEFERRED_GRADS the gradient is itself one macro node ("macro_grad",
+    below) over the output gradient and those nodes, its value the gradients that the
+    pass wants (`live`: a float node some target is reached from) packed end to end, each
+    taken back by a view: nothing is expanded or differentiated while the graph is built,
+    only when a plan is compiled for it (an LSTM layer over 64 steps expanded and
+    differentiated its 5,000-odd nodes every training step)."""
     inputs = inputs_of(n.srcs)
+    kind, params = n.arg
+    if kind in DEFERRED_GRADS and live is not None:
+        wanted = tuple(k for k, s in enumerate(inputs) if id(s) in live and s.dtype.kind == "f")
+        if wanted and all(inputs[k].dtype is g.dtype for k in wanted):
+            at = {id(s): k for k, s in enumerate(inputs)}
+            sources = tuple(at[id(s)] for s in n.srcs)
+            sizes = [math.prod(inputs[k].shape) for k in wanted]
+            m = macro(
+                "macro_grad", (g, *inputs), (kind, params, sources, wanted), (sum(sizes),), g.dtype
+            )
+            pairs, start = [], 0
+            for k, size in zip(wanted, sizes):
+                piece = N.shrink(m, ((start, start + size),))
+                pairs.append((inputs[k], N.reshape(piece, inputs[k].shape)))
+                start += size
+            return pairs
     grads = _gradients(expansion(n), g, inputs, stop={id(s) for s in inputs})
     return [(s, gs) for s, gs in zip(inputs, grads) if gs is not None]
+
+
+# Macro kinds whose gradient is a macro of its own (`_macro_grad`): those whose expansion
+# is large (a recurrent layer's time steps), so that a cached training step builds one node
+# for their backward rather than expanding and differentiating them.
+DEFERRED_GRADS: set[str] = set()
+
+
+def _deferred_grad_rule(srcs: tuple[Node, ...], params: tuple) -> Node:
+    """The expansion of a "macro_grad" node: the gradients of macro `kind`'s expansion
+    (on its sources, the same nodes as the forward's, by hash-consing) with respect to
+    the `wanted` nodes it reads, each flattened and placed end to end (pads and adds). A
+    wanted node the expansion does not reach gets zeros."""
+    kind, inner, sources, wanted = params
+    g, inputs = srcs[0], srcs[1:]
+    out = RULES[kind](tuple(inputs[k] for k in sources), inner)
+    targets = [inputs[k] for k in wanted]
+    grads = _gradients(out, g, targets, stop={id(s) for s in inputs})
+    total = sum(math.prod(t.shape) for t in targets)
+    packed, start = None, 0
+    for t, gt in zip(targets, grads):
+        size = math.prod(t.shape)
+        if gt is None:
+            gt = N.const(0, t.shape, g.dtype)
+        elif gt.dtype is not g.dtype:
+            gt = N.cast(gt, g.dtype)
+        piece = N.pad(N.reshape(gt, (size,)), ((start, total - start - size),))
+        packed = piece if packed is None else N.add(packed, piece)
+        start += size
+    return packed
+
+
+register("macro_grad", _deferred_grad_rule)
 
 
 # Composites with a gradient of their own, keyed by the node that ends them. The rule maps
@@ -328,7 +384,8 @@ def _propagate(root, grads, targets, stop, order, live, in_graph) -> list[Node |
             with fixed(site, replace=True):
                 pairs = rule(g)
         elif n.op is Ops.MACRO:  # (node, gradient) pairs, as a custom rule's
-            pairs = _macro_grad(n, g)
+            with fixed(site, replace=True):
+                pairs = _macro_grad(n, g, live)
         else:
             pairs = zip(n.srcs, VJP[n.op](n, g))
         for src, gs in pairs:

@@ -88,14 +88,15 @@ def _time_step(seq: Tensor, t: int, index: Tensor | None = None) -> Tensor:
     return custom_gradient(row, [seq], rule)
 
 
-def _stack_steps(states: list[Tensor]) -> Tensor:
-    """`stack(states)`, whose gradient for each step is read through a data index."""
+def _stack_steps(states: list[Tensor], tables: list[Tensor]) -> Tensor:
+    """`stack(states)`, whose gradient for each step is read through a data index (step t's
+    through `tables[t]`: in a macro's expansion a source, as all data it reads must be)."""
     out = stack(states)
     if not any(s.requires_grad for s in states):
         return out
 
     def rule(grad, *_states):
-        return [_time_step(grad.detach(), t) for t in range(len(states))]
+        return [_time_step(grad.detach(), t, tables[t]) for t in range(len(states))]
 
     return custom_gradient(out, states, rule, own_node=True)
 
@@ -252,10 +253,10 @@ def _direction_steps(mode, x, state, weights, reverse: bool, lengths, tables=Non
                 state = where(running, new, state)
             out = where(running, _hidden_of(mode, new), 0.0)
         outputs[t] = out
-    return _stack_steps(outputs), state
+    return _stack_steps(outputs, tables), state
 
 
-register_composite("rnn_direction", _direction_rule)
+register_composite("rnn_direction", _direction_rule, deferred_grad=True)
 
 
 # ---------------------------------------------------------------- the layers

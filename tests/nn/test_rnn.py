@@ -442,3 +442,66 @@ def test_a_weight_broadcast_in_every_step_sums_its_gradient_per_step():
     wt = torch.tensor(ws, requires_grad=True)
     (gt,) = torch.autograd.grad(loss_of(torch, wt, torch.tensor(xs)), [wt])
     np.testing.assert_allclose(g.numpy(), gt.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def _lstm_grads(deferred: bool, create_graph: bool = False, detach_h0: bool = False):
+    """(loss, the input's and every parameter's gradient) of a 2-layer bidirectional LSTM,
+    with the directions' gradients deferred (one macro node each) or derived at once."""
+    from fusegrad.ir import autodiff
+
+    kept = set(autodiff.DEFERRED_GRADS)
+    if not deferred:
+        autodiff.DEFERRED_GRADS.clear()
+    try:
+        fg.manual_seed(0)
+        lstm = nn.LSTM(4, 8, num_layers=2, bidirectional=True)
+        rng = np.random.default_rng(8)
+        x = fg.tensor(rng.standard_normal((3, 3, 4)).astype(np.float32), requires_grad=True)
+        h0 = fg.tensor(rng.standard_normal((4, 3, 8)).astype(np.float32), requires_grad=True)
+        c0 = fg.zeros(4, 3, 8)
+        out, (h, c) = lstm(x, (h0.detach() if detach_h0 else h0, c0))
+        loss = (out * out).sum() + (h * h.sin()).sum() + 0.5 * c.sum()
+        params = list(lstm.parameters())
+        grads = fg.grad(loss, [x, h0, *params], create_graph=create_graph, allow_unused=True)
+        if create_graph:  # a penalty on the gradients, differentiated again
+            penalty = sum((g * g).sum() for g in grads if g is not None)
+            grads = fg.grad(penalty, [x, *params])
+        return [loss.detach().numpy()] + [None if g is None else g.detach().numpy() for g in grads]
+    finally:
+        autodiff.DEFERRED_GRADS.update(kept)
+
+
+@pytest.mark.parametrize(
+    "create_graph",
+    [False, pytest.param(True, marks=pytest.mark.slow)],  # (18 s on 2 cores: its compile)
+    ids=["grad", "grad_of_grad"],
+)
+def test_a_directions_gradient_is_one_deferred_macro_node_with_the_derived_values(
+    create_graph,
+):
+    # its backward is one "macro_grad" node per direction, expanded and derived only when
+    # the plan is compiled; the values are those derived at once, and a gradient of the
+    # gradients goes through the derived form
+    from fusegrad.ir.node import toposort
+    from fusegrad.ir.ops import Ops
+
+    fg.manual_seed(0)
+    lstm = nn.LSTM(4, 8)
+    x = fg.randn(5, 2, 4, requires_grad=True)
+    (gx,) = fg.grad(lstm(x)[0].sum(), [x])
+    nodes = toposort([gx.node])
+    assert [n.arg[0] for n in nodes if n.op is Ops.MACRO] == ["macro_grad"]
+    assert len(nodes) < 40  # (the derived gradient of 5 steps: hundreds)
+    # (the same sums, but fused otherwise where the plans differ: within float32 rounding)
+    for got, want in zip(_lstm_grads(True, create_graph), _lstm_grads(False, create_graph)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * np.abs(want).max())
+
+
+def test_a_deferred_gradient_skips_a_detached_initial_state():
+    # a state carried through detach() wants no gradient: the deferred node packs none
+    # for it, and the others are the derived ones
+    got, want = _lstm_grads(True, detach_h0=True), _lstm_grads(False, detach_h0=True)
+    assert got[2] is None and want[2] is None
+    for a, b in zip(got, want):
+        if a is not None:
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
