@@ -467,12 +467,13 @@ def _record(item: ScheduleItem, loop, compiled) -> tuple[KernelRecord, int, int]
         math.prod(item.reduce.srcs[0].shape) // item.reduce.numel if item.reduce else 1
     )
     nbytes = sum(n.numel * n.dtype.itemsize for n in item.outputs + item.inputs)
+    groups = item.op_groups()
     rec = KernelRecord(
         name=symbol,
         ops=item.ops,
         lines=list(dict.fromkeys(str(s) for s in item.sites)),
         user_ops=[s.describe() for s in item.sites],
-        op_groups=[(s.describe() if s else "(no user line)", ops) for s, ops in item.op_groups()],
+        op_groups=[(s.describe() if s else NO_LINE, ops) for s, ops in groups],
         roles=[
             r for r in ("forward", "backward", "optimizer") if r in {s.role for s in item.sites}
         ],
@@ -486,8 +487,17 @@ def _record(item: ScheduleItem, loop, compiled) -> tuple[KernelRecord, int, int]
         cache=compiled.cache,
         loop=loop,
         compiled=compiled,
+        places=[
+            (str(s), getattr(s, "module", None) or "", len(ops))
+            if s is not None
+            else (NO_LINE, "", len(ops))
+            for s, ops in groups
+        ],
     )
     return rec, loop.parallel_extent, work
+
+
+NO_LINE = "(no user line)"  # the place of ops no user line made (fusegrad's own constants)
 
 
 def _ops_by_line(sites) -> dict[str, list[str]]:
