@@ -908,6 +908,8 @@ def arena_layout(plan) -> list[tuple[int | None, int, int]] | None:
     """(slot or None for a kernel's scratch array, byte offset, bytes reserved) of what a
     `LaunchList` of `plan` puts in its arena (None: no arena on this backend), read from
     the launch list once the plan has run cached, else laid out as it will be."""
+    if getattr(backend(), "guards", False):
+        return None
     launches = plan.__dict__.get("launch_list")
     if launches is not None:
         n, ends = plan.nleaves, [off for _, off in launches.arena[1:]] + [launches.arena_bytes]
@@ -915,8 +917,6 @@ def arena_layout(plan) -> list[tuple[int | None, int, int]] | None:
             (t - n if t < n + plan.slots else None, off, end - off)
             for (t, off), end in zip(launches.arena, ends)
         ]
-    if getattr(backend(), "guards", False):
-        return None
     returned, layout, nbytes = set(plan.outputs), [], 0
     for s in plan.steps:
         sizes = [(g, numel * dtype.itemsize) for g, numel, dtype in s.outs if g not in returned]

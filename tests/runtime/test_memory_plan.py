@@ -4,8 +4,11 @@ allocates, and the kernel-by-kernel count follows the engine's frees."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
+from _emulated import emulated  # noqa: F401  (a fixture)
 
 import fusegrad as fg
+from fusegrad.runtime import cuda as runtime_cuda
 from fusegrad.runtime.engine import engine
 from fusegrad.runtime.memory_plan import plan_memory
 
@@ -47,3 +50,28 @@ def test_kernel_by_kernel_follows_the_engines_frees():
     assert report.peak_bytes == best == report.stepwise_peak_bytes
     assert report.peak_bytes == sum(b.bytes for b in report.live_at_peak)
     assert report.input_bytes == 48 * 40 * 4
+
+
+@pytest.mark.usefixtures("emulated")
+def test_a_cuda_plans_arena_is_laid_out_as_its_launch_list_lays_it():
+    def chain(x):  # column sums: each a kernel of its own
+        y = x.reshape(-1, 2)
+        for _ in range(3):
+            y = y - y.sum(0) * 0.5
+        return y.reshape(-1)
+
+    x = fg.ones(1000, device="cuda").realize()
+    chain(x).realize()  # the first run: kernel by kernel, no launch list yet
+    plan, _, fresh = engine.plan_for([chain(x).node])
+    assert not fresh and plan.__dict__.get("launch_list") is None
+    before = runtime_cuda.arena_layout(plan)
+    chain(x).realize()  # cached: through the launch list
+    assert plan.__dict__.get("launch_list") is not None
+    after = runtime_cuda.arena_layout(plan)
+    assert before == after
+    report = plan_memory(plan)
+    if after is None:  # an emulator that keeps each value between guard pages
+        assert report.mode == "kernel by kernel"
+    else:
+        assert report.mode == "arena" and report.arena_bytes == sum(r for _, _, r in after)
+    assert report.peak_bytes == sum(b.bytes for b in report.live_at_peak)
