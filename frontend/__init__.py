@@ -191,6 +191,7 @@ from .mathops import (  # noqa: E402
     trunc,
 )
 from .mathops import round_ as round  # noqa: E402, A004
+from .memory_usage import memory_report  # noqa: E402
 from .movement import cat, stack  # noqa: E402
 from .printing import set_printoptions  # noqa: E402
 from .profiler import profile  # noqa: E402

@@ -102,6 +102,9 @@ from .movement import cat, sliding_windows, stack
 from .reduce import class_cross_entropy, fits_class_cross_entropy, fused_layer_norm
 from .reduce import linear as fused_linear
 
+# the module whose forward is running: Module.__call__ names it on the sites of its ops
+from .runtime.attribution import module_scope
+
 # the cache size the codegen's tiles assume: what a convolution's gradient keeps in cache;
 # the lane steps its vector loads read without a gather: strided windows read in place
 from .runtime.tiling import PANEL_CACHE_BYTES, SHUFFLED_LANE_STEPS, rows_merge
@@ -168,6 +171,7 @@ __all__ = [
     "index_arange",
     "jit_recording",
     "materialize",
+    "module_scope",
     "reads_out_of_order",
     "reads_stored_values",
     "next_seed",

@@ -13,7 +13,9 @@
 
 `prof.table()` is the report (one row per kernel: its name, the user-level ops it
 holds, calls, total and mean time, GB/s and GFLOP/s with the share of this
-machine's measured limits; then the phases), and `prof.export_chrome_trace(path)`
+machine's measured limits; then the phases; `table(by="line")` and `table(by="module")`
+total the time per user line and per module path instead, as `prof.by_line()` and
+`prof.by_module()` do), and `prof.export_chrome_trace(path)`
 writes a trace for chrome://tracing or https://ui.perfetto.dev (one track per
 Python thread that ran kernels, one for compile phases).
 
@@ -37,7 +39,7 @@ from .runtime import phases as _phases
 from .runtime.attribution import is_stdlib
 from .runtime.backend import HOST, get_backend
 from .runtime.config import config
-from .runtime.engine import engine
+from .runtime.engine import NO_LINE, engine
 
 # phase of the report -> the compile-time phases (fusegrad.runtime.phases) it sums
 _PHASE_GROUPS = {
@@ -72,6 +74,18 @@ class KernelStats:
         return self.flops * self.calls / self.seconds / 1e9 if self.seconds > 0 else 0.0
 
 
+NO_MODULE = "(no module)"
+
+
+@dataclass
+class PlaceStats:
+    """Kernel time spent on one user line or one module path (`Profile.by_line`)."""
+
+    name: str  # "models.py:90" or "ResNet.layer1.0.conv1"
+    seconds: float
+    runs: int  # kernel runs that held an op of it
+
+
 def machine_limits() -> dict[str, float]:
     """This machine's measured limits, as the host's backend measures them once per
     process: memory bandwidth (GB/s, a 64 MB copy by numpy, bytes read plus written) and
@@ -89,6 +103,8 @@ class Profile:
     events: list[tuple] = field(default_factory=list)  # (name, thread, start, seconds, rec)
     spans: list[tuple] = field(default_factory=list)  # (phase, thread, start, end)
     threads: dict[int, tuple[int, str]] = field(default_factory=dict)  # ident -> track, name
+    # "line" / "module" -> key -> [seconds, runs]: each run's time shared among its places
+    places: dict[str, dict[str, list]] = field(default_factory=lambda: {"line": {}, "module": {}})
     _phases: dict[str, float] = field(default_factory=dict)
     _start: float = 0.0
 
@@ -141,10 +157,45 @@ class Profile:
                 stats.calls += 1
                 if rec.seconds is not None:
                     stats.seconds += rec.seconds
+                    self._share(rec)
                     if rec.started is not None:
                         self.events.append((rec.name, tid, rec.started, rec.seconds, rec))
 
+    def _share(self, rec) -> None:
+        """Share one timed run among the kernel's user lines and modules, in proportion to
+        the primitives each contributed (forward and backward of a line count together)."""
+        places = rec.places or [(NO_LINE, "", 1)]
+        total = sum(w for _, _, w in places) or 1
+        for by, index in (("line", 0), ("module", 1)):
+            table = self.places[by]
+            seen = set()
+            for place in places:
+                key = place[index] or NO_MODULE
+                row = table.setdefault(key, [0.0, 0])
+                row[0] += rec.seconds * place[2] / total
+                if key not in seen:
+                    seen.add(key)
+                    row[1] += 1
+
     # ---------------------------------------------------------------- reading
+    def by_line(self) -> list[PlaceStats]:
+        """Kernel time per user line (`models.py:90`), the most first: a kernel's time is
+        shared among the lines whose ops it fused, in proportion to their primitives, and a
+        line's backward counts with its forward. The rows sum to the kernels' total time."""
+        return self._totals("line")
+
+    def by_module(self) -> list[PlaceStats]:
+        """Kernel time per module path (`ResNet.layer1.0.conv1`: the outermost module's
+        class, then the names `named_modules()` gives), shared as `by_line` shares it; ops
+        made outside any module's forward (the loss written inline, the optimizer) are
+        "(no module)". The rows sum to the kernels' total time."""
+        return self._totals("module")
+
+    def _totals(self, by: str) -> list[PlaceStats]:
+        with getattr(self, "_lock", threading.Lock()):
+            rows = [PlaceStats(k, s, n) for k, (s, n) in self.places[by].items()]
+        return sorted(rows, key=lambda r: -r.seconds)
+
     @property
     def kernels(self) -> list[KernelStats]:
         """Every kernel that ran, the most time first."""
@@ -165,8 +216,14 @@ class Profile:
         out["python"] = max(0.0, self.wall - sum(out.values()))
         return out
 
-    def table(self, rows: int = 25) -> str:
-        """The report: kernels by total time, then the phases."""
+    def table(self, rows: int = 25, by: str = "kernel") -> str:
+        """The report: kernels by total time, then the phases. `by="line"` or
+        `by="module"` lists time per user line or per module path instead of per kernel
+        (`by_line`, `by_module`), with the total."""
+        if by in ("line", "module"):
+            return self._place_table(by, rows)
+        if by != "kernel":
+            raise ValueError(f"Profile.table: by must be 'kernel', 'line' or 'module', not {by!r}")
         limits = machine_limits()
         head = (
             f"{'kernel':<44} {'calls':>5} {'total ms':>9} {'mean ms':>8} "
@@ -192,6 +249,20 @@ class Profile:
             share = 100 * sec / self.wall if self.wall > 0 else 0.0
             lines.append(f"{name:<10} {sec * 1e3:>9.2f} {share:>5.1f}%")
         lines.append(f"{'wall':<10} {self.wall * 1e3:>9.2f}")
+        return "\n".join(lines)
+
+    def _place_table(self, by: str, rows: int) -> str:
+        totals = self._totals(by)
+        run = sum(k.seconds for k in self.by_name.values())
+        head = f"{by:<48} {'kernel runs':>11} {'total ms':>9} {'share':>6}"
+        lines = [head, "-" * len(head)]
+        for r in totals[:rows]:
+            share = 100 * r.seconds / run if run > 0 else 0.0
+            lines.append(f"{r.name:<48} {r.runs:>11} {r.seconds * 1e3:>9.3f} {share:>5.1f}%")
+        if len(totals) > rows:
+            rest = sum(r.seconds for r in totals[rows:])
+            lines.append(f"... and {len(totals) - rows} more: {rest * 1e3:.3f} ms")
+        lines.append(f"{'total (kernels)':<48} {'':>11} {run * 1e3:>9.3f}")
         return "\n".join(lines)
 
     def __str__(self) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import warnings
+import weakref
 from collections import OrderedDict, namedtuple
 from collections.abc import Callable, Iterator
 
@@ -33,6 +34,7 @@ from ..nnapi import (
     empty,
     from_numpy,
     host_copy,
+    module_scope,
     note_module,
     note_parameter,
     note_write,
@@ -406,39 +408,47 @@ class Module:
         raise NotImplementedError(f'Module [{type(self).__name__}] is missing "forward"')
 
     def __call__(self, *args, **kwargs):
-        if not self.__dict__.get("_hooks"):
-            return self.forward(*args, **kwargs)
-        hooks = list(self.__dict__["_hooks"].values())
-        for kind, hook, with_kwargs, _ in hooks:
-            if kind != "pre":
-                continue
-            if with_kwargs:
-                changed = hook(self, args, kwargs)
-                if changed is not None:
-                    if not (isinstance(changed, tuple) and len(changed) == 2):
-                        raise RuntimeError(
-                            "forward pre-hook must return None or a tuple of (new_args, "
-                            f"new_kwargs), but got {changed}."
-                        )
-                    args, kwargs = changed
-            else:
-                changed = hook(self, args)
-                if changed is not None:
-                    args = changed if isinstance(changed, tuple) else (changed,)
-        backward = [(kind, hook) for kind, hook, _, _ in hooks if kind.startswith("backward")]
-        if backward:
-            args, wrap_outputs = backward_hooks.wrap_call(self, backward, args)
+        # the ops the forward makes carry this module's path (`fg.profile().by_module()`)
+        outer = module_scope.top
+        module_scope.top = _scope_under(self, outer)
         try:
-            out = self.forward(*args, **kwargs)
-        except Exception:
-            _call_always(self, hooks, args, kwargs)
-            raise
-        for kind, hook, with_kwargs, _ in hooks:
-            if kind == "post":
-                changed = hook(self, args, kwargs, out) if with_kwargs else hook(self, args, out)
-                if changed is not None:
-                    out = changed
-        return wrap_outputs(out) if backward else out
+            if not self.__dict__.get("_hooks"):
+                return self.forward(*args, **kwargs)
+            hooks = list(self.__dict__["_hooks"].values())
+            for kind, hook, with_kwargs, _ in hooks:
+                if kind != "pre":
+                    continue
+                if with_kwargs:
+                    changed = hook(self, args, kwargs)
+                    if changed is not None:
+                        if not (isinstance(changed, tuple) and len(changed) == 2):
+                            raise RuntimeError(
+                                "forward pre-hook must return None or a tuple of (new_args, "
+                                f"new_kwargs), but got {changed}."
+                            )
+                        args, kwargs = changed
+                else:
+                    changed = hook(self, args)
+                    if changed is not None:
+                        args = changed if isinstance(changed, tuple) else (changed,)
+            backward = [(kind, hook) for kind, hook, _, _ in hooks if kind.startswith("backward")]
+            if backward:
+                args, wrap_outputs = backward_hooks.wrap_call(self, backward, args)
+            try:
+                out = self.forward(*args, **kwargs)
+            except Exception:
+                _call_always(self, hooks, args, kwargs)
+                raise
+            for kind, hook, with_kwargs, _ in hooks:
+                if kind == "post":
+                    changed = (
+                        hook(self, args, kwargs, out) if with_kwargs else hook(self, args, out)
+                    )
+                    if changed is not None:
+                        out = changed
+            return wrap_outputs(out) if backward else out
+        finally:
+            module_scope.top = outer
 
     def register_forward_hook(
         self, hook, *, prepend: bool = False, with_kwargs: bool = False, always_call: bool = False
@@ -589,3 +599,27 @@ def _call_always(module: Module, hooks: list, args: tuple, kwargs: dict) -> None
                     "silenced as another error was raised in forward",
                     stacklevel=3,
                 )
+
+
+# module -> (the scope it ran under, the scope it runs in): a module called under the same
+# parent as last time (every call but the first) finds its path in one lookup
+_scopes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _scope_under(module: Module, outer: tuple | None) -> tuple:
+    """`(path, weak reference)` of `module` running inside the scope `outer` (None: at the
+    top): its path is `outer`'s path and the name the parent gives it as a child
+    (`ResNet.layer1.0`), or its class name at the top or where the parent does not hold
+    it as a child."""
+    known = _scopes.get(module)
+    if known is not None and known[0] is outer:
+        return known[1]
+    name = type(module).__name__
+    if outer is not None:
+        parent = outer[1]()
+        children = parent.__dict__.get("_modules", {}) if parent is not None else {}
+        name = next((k for k, m in children.items() if m is module), name)
+        name = f"{outer[0]}.{name}"
+    scope = (name, weakref.ref(module))
+    _scopes[module] = (outer, scope)
+    return scope

@@ -22,6 +22,7 @@ import os
 import re
 import sys
 import sysconfig
+import threading
 
 from ..ir.hooks import hooks
 from ..ir.sites import ambient, fixed  # noqa: F401  (fixed: for the frontend, with capture)
@@ -81,13 +82,17 @@ class Site:
 
     `str(site)` is `file:line`; `site.label` the user-level op (`linear`, `conv2d`,
     `cross_entropy`, `sgd update`); `site.role` is "forward", "backward" (a gradient
-    of the op at that line) or "optimizer".
+    of the op at that line) or "optimizer"; `site.module` the path of the innermost
+    `nn.Module` whose forward made the op (`module_scope`), or None outside any.
     """
 
-    __slots__ = ("code", "line", "api", "_label", "role", "_backward", "_text")
+    __slots__ = ("code", "line", "api", "_label", "role", "_backward", "_text", "module")
 
-    def __init__(self, code, line: int, api=None, label: str | None = None, role="forward"):
+    def __init__(
+        self, code, line: int, api=None, label: str | None = None, role="forward", module=None
+    ):
         self.code, self.line, self.api, self._label, self.role = code, line, api, label, role
+        self.module: str | None = module  # the path of the module running: "ResNet.layer1.0"
         self._backward: Site | None = None
         self._text: str | None = None
 
@@ -112,14 +117,14 @@ class Site:
         return self._label
 
     def with_label(self, label: str, role: str) -> Site:
-        return Site(self.code, self.line, self.api, label, role)
+        return Site(self.code, self.line, self.api, label, role, self.module)
 
     def backward(self) -> Site:
         """The site of gradients of this site's op: the same line, role "backward"."""
         if self.role == "backward":
             return self
         if self._backward is None:
-            self._backward = Site(self.code, self.line, self.api, None, "backward")
+            self._backward = Site(self.code, self.line, self.api, None, "backward", self.module)
             if self._label is not None:  # an explicit label (an optimizer's) carries over
                 self._backward._label = self._label + " backward"
         return self._backward
@@ -157,7 +162,20 @@ def _label_of(code) -> str:
     return name.rstrip("_") or name
 
 
-_sites: dict[tuple, Site] = {}  # (code, line, library code) -> its Site
+_sites: dict[tuple, Site] = {}  # (code, line, library code, module path) -> its Site
+
+
+class _ModuleScope(threading.local):
+    """The `nn.Module` whose forward is running on this thread: `top` is `(path, weak
+    reference to the module)` or None. `Module.__call__` sets it around its forward (a
+    path is `ResNet.layer1.0.conv1`: the outermost module's class, then the names each
+    parent gives its child, as `named_modules()` spells them), and `capture` puts the
+    path on the sites it makes."""
+
+    top = None  # (a class default: a thread that never set it reads None)
+
+
+module_scope = _ModuleScope()
 
 
 def capture(depth: int = 1, api=None) -> Site | None:
@@ -176,11 +194,13 @@ def capture(depth: int = 1, api=None) -> Site | None:
         k = kind.get(code)
         if k is None:
             k = _kind_of(code)
-        if k == 0:  # one Site per (line, call): nodes share it, its text is made once
-            key = (code, f.f_lineno, api)
+        if k == 0:  # one Site per (line, call, module): nodes share it, its text is made once
+            scope = module_scope.top
+            module = scope[0] if scope is not None else None
+            key = (code, f.f_lineno, api, module)
             site = _sites.get(key)
             if site is None:
-                site = _sites[key] = Site(code, f.f_lineno, api)
+                site = _sites[key] = Site(code, f.f_lineno, api, module=module)
             return site
         if k == 1:
             api = code

@@ -164,6 +164,15 @@ class Backend(ABC):
         `synchronize`)."""
         return None
 
+    def arena_layout(self, plan) -> list[tuple[int | None, int, int]] | None:
+        """How a cached run of `plan` (`run`) holds the values that die inside it: one
+        arena, allocated for the whole run, as `(slot, byte offset, bytes reserved)` per
+        value (slot None: a kernel's own scratch array), laid end to end; the plan's
+        returned outputs are buffers of their own. None: the run is the engine's
+        kernel-by-kernel loop, each value a buffer allocated before the kernel that
+        writes it and dropped after its last reader. (`fusegrad.memory_report` reads it.)"""
+        return None
+
     def begin(self, plan, leaves: list) -> list:
         """The plan's inputs as its kernels read them, before a kernel-by-kernel run."""
         return leaves

@@ -48,18 +48,27 @@ def _build_program(plan: Plan) -> None:
     plan.fns_address = plan.fns.ctypes.data
     # values that die inside the program share one scratch allocation: slot -> offset
     returned = set(plan.outputs)
-    scratch, offsets, size = [], [], 0
-    plan.returned = []
-    for s in plan.steps:
-        for g, numel, dtype in s.outs:
-            if g in returned:
-                plan.returned.append((g, numel, dtype))
-            else:
-                scratch.append(n + g)
-                offsets.append(size)
-                size += -(-max(numel * dtype.itemsize, 1) // SCRATCH_ALIGN) * SCRATCH_ALIGN
+    plan.returned = [out for s in plan.steps for out in s.outs if out[0] in returned]
+    layout = _scratch_layout(plan)
+    scratch = [n + g for g, _, _ in layout]
+    offsets = [offset for _, offset, _ in layout]
+    size = sum(reserved for _, _, reserved in layout)
     plan.scratch = (np.array(scratch, dtype=np.int64), np.array(offsets, dtype=np.uint64), size)
     plan.program = program
+
+
+def _scratch_layout(plan: Plan) -> list[tuple[int, int, int]]:
+    """(slot, byte offset, bytes reserved) of each value that dies inside the plan's
+    program, end to end in one scratch allocation, each on a cache line of its own."""
+    returned = set(plan.outputs)
+    layout, size = [], 0
+    for s in plan.steps:
+        for g, numel, dtype in s.outs:
+            if g not in returned:
+                reserved = -(-max(numel * dtype.itemsize, 1) // SCRATCH_ALIGN) * SCRATCH_ALIGN
+                layout.append((g, size, reserved))
+                size += reserved
+    return layout
 
 
 def _run_one(plan: Plan, leaves: list[Buffer]) -> tuple[list[Buffer], list[KernelRecord]]:
@@ -307,6 +316,13 @@ class CpuBackend(Backend):
         if config.program:
             return _run_program(plan, leaves)
         return None
+
+    def arena_layout(self, plan: Plan) -> list[tuple[int, int, int]] | None:
+        """A plan of several kernels runs as a native program (with FUSEGRAD_PROGRAM on):
+        its intermediates lie in one scratch allocation, none sharing space."""
+        if len(plan.steps) < 2 or not config.program:
+            return None
+        return _scratch_layout(plan)
 
     def launch(self, step, outs: list[Buffer], inputs: list[Buffer], timed: bool) -> None:
         ptrs = [b.ptr for b in outs] + [b.ptr for b in inputs]

@@ -904,6 +904,30 @@ def _aligned(nbytes: int) -> int:
     return -(-max(nbytes, 1) // ARENA_ALIGN) * ARENA_ALIGN
 
 
+def arena_layout(plan) -> list[tuple[int | None, int, int]] | None:
+    """(slot or None for a kernel's scratch array, byte offset, bytes reserved) of what a
+    `LaunchList` of `plan` puts in its arena (None: no arena on this backend), read from
+    the launch list once the plan has run cached, else laid out as it will be."""
+    if getattr(backend(), "guards", False):
+        return None
+    launches = plan.__dict__.get("launch_list")
+    if launches is not None:
+        n, ends = plan.nleaves, [off for _, off in launches.arena[1:]] + [launches.arena_bytes]
+        return [
+            (t - n if t < n + plan.slots else None, off, end - off)
+            for (t, off), end in zip(launches.arena, ends)
+        ]
+    returned, layout, nbytes = set(plan.outputs), [], 0
+    for s in plan.steps:
+        sizes = [(g, numel * dtype.itemsize) for g, numel, dtype in s.outs if g not in returned]
+        k = s.record.compiled.kernel
+        sizes += [(None, count * dtype.itemsize) for dtype, count in k.scratch]
+        for g, size in sizes:
+            layout.append((g, nbytes, _aligned(size)))
+            nbytes += _aligned(size)
+    return layout
+
+
 def run_plan(plan, leaves: list) -> list:
     """Run a cached plan on `leaves` (buffers of the current backend) through its launch
     list (made on its first run here); the plan's output buffers. Launches are

@@ -122,6 +122,14 @@ class CudaBackend(Backend):
             return None
         return cuda.run_plan(plan, self.begin(plan, leaves)), plan.records
 
+    def arena_layout(self, plan) -> list[tuple[int | None, int, int]] | None:
+        """A cached plan's launch list (`runtime/cuda.py` `LaunchList`) puts every value
+        that dies inside it, and each kernel's scratch arrays, in one arena; none where
+        program is off, or on an emulator that keeps each value between guard pages."""
+        if not config.program:
+            return None
+        return cuda.arena_layout(plan)
+
     def launch(self, step, outs: list, inputs: list, timed: bool) -> None:
         cuda.launch(step.record.compiled, outs + inputs, timed or not config.program)
 

@@ -47,6 +47,7 @@ class _DumpFolder:
         self.files: dict[str, str] = {}  # kernel name -> its file stem
         self.manifest: list[dict] = []
         self.schedules = 0
+        self.launches: list[dict] = []  # schedules.json: each schedule's kernels in order
 
 
 _dump_folders: dict[str, _DumpFolder] = {}
@@ -67,11 +68,16 @@ def dump_new_plans(plan: Plan, records: list[KernelRecord]) -> None:
 
     Every kernel is written as loop IR (`.loop`), optimized LLVM IR (`.ll`), the IR before
     LLVM's passes (`.raw.ll`), assembly (`.s`) and CUDA C (`.cu`), each file beginning with
-    `kernel_header`. A kernel that ran on a cuda device has PTX in its `.s`, under its
-    launches, registers, shared memory and occupancy (runtime/cuda_asm.py; SASS too where
-    cuobjdump or nvdisasm exists), and a `.ll` that says it has no LLVM IR. Two runs of
-    one script write byte-identical files; in manifest.json only the `this_run` fields
-    (compile time, cache) can differ.
+    `kernel_header`. manifest.json lists each kernel once (its name, schedule and position,
+    ops, lines, user ops, roles, reason, shapes, bytes, FLOPs, and `this_run`: compile time,
+    cache and its time in ms); schedules.json lists each schedule's kernels in launch order
+    (a kernel that runs twice appears twice) with their bytes and `this_run` times
+    (`python -m fusegrad.schedule_diff` compares two folders). A kernel that ran on a cuda
+    device has PTX in its `.s`, under its launches, registers, shared memory and occupancy
+    (runtime/cuda_asm.py; SASS too where cuobjdump or nvdisasm exists), and a `.ll` that
+    says it has no LLVM IR. Two runs of
+    one script write byte-identical files; in manifest.json and schedules.json only the
+    `this_run` fields (compile time, cache, time) can differ.
     """
     if not config.dump:
         return
@@ -124,8 +130,25 @@ def _dump(folder_name: str, plan: Plan, records: list[KernelRecord]) -> None:
                     "this_run": {
                         "compile_ms": round(rec.compile_seconds * 1e3, 3),
                         "cache": rec.cache,
+                        "ms": _ms(rec),
                     },
                 }
             )
         with open(os.path.join(folder_name, "manifest.json"), "w") as f:
             json.dump(folder.manifest, f, indent=1)
+        folder.launches.append(
+            {
+                "schedule": schedule_index,
+                "kernels": [
+                    {"name": r.name, "bytes": r.bytes, "this_run": {"ms": _ms(r)}} for r in records
+                ],
+            }
+        )
+        with open(os.path.join(folder_name, "schedules.json"), "w") as f:
+            json.dump(folder.launches, f, indent=1)
+
+
+def _ms(rec: KernelRecord) -> float | None:
+    """A kernel's time on the run that dumped it (a new schedule's first run launches
+    kernel by kernel, each timed), in milliseconds; None if it was not timed alone."""
+    return None if rec.seconds is None else round(rec.seconds * 1e3, 4)

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field, replace
 
 from ..ir.macro import expand_all
 from ..ir.node import Node
-from ..ir.ops import Ops
+from ..ir.ops import LEAF, Ops
 from ..ir.schedule import ScheduleItem, schedule, structural_key
 from . import backend_registry, forksafe, phases
 from .attribution import capture
@@ -467,12 +467,13 @@ def _record(item: ScheduleItem, loop, compiled) -> tuple[KernelRecord, int, int]
         math.prod(item.reduce.srcs[0].shape) // item.reduce.numel if item.reduce else 1
     )
     nbytes = sum(n.numel * n.dtype.itemsize for n in item.outputs + item.inputs)
+    groups = item.op_groups()
     rec = KernelRecord(
         name=symbol,
         ops=item.ops,
         lines=list(dict.fromkeys(str(s) for s in item.sites)),
         user_ops=[s.describe() for s in item.sites],
-        op_groups=[(s.describe() if s else "(no user line)", ops) for s, ops in item.op_groups()],
+        op_groups=[(s.describe() if s else NO_LINE, ops) for s, ops in groups],
         roles=[
             r for r in ("forward", "backward", "optimizer") if r in {s.role for s in item.sites}
         ],
@@ -486,8 +487,26 @@ def _record(item: ScheduleItem, loop, compiled) -> tuple[KernelRecord, int, int]
         cache=compiled.cache,
         loop=loop,
         compiled=compiled,
+        places=_places(item),
     )
     return rec, loop.parallel_extent, work
+
+
+def _places(item: ScheduleItem) -> list[tuple[str, str, int]]:
+    """(file:line, module path, primitives) of the ops inside, as `op_groups` finds their
+    sites but told apart by module too (one line of a block's forward, run by two blocks
+    fused into one kernel, is two places)."""
+    where = item.node_sites()
+    counts: dict[tuple[str, str], int] = {}
+    for n in item.nodes:
+        if n.op not in LEAF:
+            s = where.get(id(n))
+            key = (str(s), getattr(s, "module", None) or "") if s is not None else (NO_LINE, "")
+            counts[key] = counts.get(key, 0) + 1
+    return [(line, module, count) for (line, module), count in counts.items()]
+
+
+NO_LINE = "(no user line)"  # the place of ops no user line made (fusegrad's own constants)
 
 
 def _ops_by_line(sites) -> dict[str, list[str]]:

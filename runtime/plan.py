@@ -37,6 +37,10 @@ class KernelRecord:
     loop: Kernel = field(repr=False)
     compiled: CompiledKernel = field(repr=False)
     started: float | None = None  # time.perf_counter() at launch, when timed alone
+    # where the ops inside were written, by line and module: (file:line, module path,
+    # primitives), "(no user line)" and "" where there is none; `fg.profile()` shares a
+    # kernel's time among its lines and modules by primitives
+    places: list[tuple[str, str, int]] = field(default_factory=list)
 
     @property
     def loop_ir(self) -> str:

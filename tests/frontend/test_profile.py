@@ -6,6 +6,7 @@ import json
 import threading
 
 import numpy as np
+import pytest
 
 import fusegrad as fg
 import fusegrad.nn as nn
@@ -80,3 +81,56 @@ def test_chrome_trace_has_one_track_per_thread_and_the_compile_phases(tmp_path):
     backend = "llvm" if fg.get_default_device() == "cpu" else "cuda"  # the device's compiler
     assert {"schedule", "lower", backend} <= compile_spans
     assert all(e["args"]["user ops"] for e in kernels)
+
+
+class _Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(10, 10)
+
+    def forward(self, x):
+        return self.fc(x).relu()
+
+
+def test_profile_totals_per_line_and_per_module_sum_to_the_kernels_time():
+    fg.manual_seed(1)
+    model = nn.Sequential(_Block(), _Block(), nn.Linear(10, 3))
+    x = fg.randn(6, 10).realize()
+
+    def step():
+        model.zero_grad()
+        out = model(x)
+        loss = (out * out).mean()  # the loss line: outside any module
+        loss.backward()
+        fg.realize(*[p.grad for p in model.parameters()])
+
+    step()
+    with fg.profile() as prof:
+        step()
+        step()
+    total = sum(k.seconds for k in prof.kernels)
+    by_line, by_module = prof.by_line(), prof.by_module()
+    for rows in (by_line, by_module):
+        assert abs(sum(r.seconds for r in rows) - total) <= 1e-9 * max(1.0, total)
+        assert [r.seconds for r in rows] == sorted((r.seconds for r in rows), reverse=True)
+    lines = {r.name for r in by_line}
+    here = __file__.rsplit("/", 1)[-1]
+    block_line = _Block.forward.__code__.co_firstlineno + 1
+    loss_line = step.__code__.co_firstlineno + 3
+    # the forward and the backward of a line count under the line: no "backward" rows
+    assert f"{here}:{block_line}" in lines and f"{here}:{loss_line}" in lines
+    assert all(" " not in name for name in lines - {"(no user line)"})
+    modules = {r.name for r in by_module}
+    assert {"Sequential.0.fc", "Sequential.1.fc", "Sequential.2", "(no module)"} <= modules
+    # Sequential.0's own ops (its relu) ran in its scope, not its child's
+    assert "Sequential.0" in modules
+    table = prof.table(by="module")
+    assert "Sequential.1.fc" in table and "total (kernels)" in table
+    assert f"{here}:{loss_line}" in prof.table(by="line")
+
+
+def test_profile_table_refuses_an_unknown_grouping():
+    with fg.profile() as prof:
+        (fg.ones(3) * 2).realize()
+    with pytest.raises(ValueError, match="'kernel', 'line' or 'module'"):
+        prof.table(by="file")

@@ -374,3 +374,49 @@ def test_constant_inits_keep_parameters_leaves():
     assert p.is_leaf and p.requires_grad
     (p * 2).sum().backward()
     np.testing.assert_array_equal(p.grad.numpy(), np.full((2, 3), 2.0))
+
+
+def _modules_of(*tensors) -> set[str]:
+    return {m for k in fg.kernels(*tensors) for _, m, _ in k.places}
+
+
+def test_ops_carry_the_path_of_the_module_whose_forward_made_them():
+    from fusegrad.runtime.attribution import module_scope
+
+    class Inner(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.fc(x) * 2  # the multiply: Inner's own op
+
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.Sequential(Inner(), Inner())
+            self.helper = None
+
+        def forward(self, x):
+            x = self.blocks(x)
+            return nn.Tanh()(x)  # a module no parent holds: named by its class
+
+    model = Outer()
+    x = fg.randn(3, 4).realize()
+    y = model(x)
+    assert module_scope.top is None  # the scope ends with the outermost call
+    found = _modules_of(y)
+    assert {"Outer.blocks.0.fc", "Outer.blocks.1", "Outer.blocks.1.fc", "Outer.Tanh"} <= found
+    inner = model.blocks[1]
+    # the same module called at the top: its class, not its old path (a new input: nodes
+    # equal to earlier ones are shared, and keep the site of the op that made them first)
+    alone = inner(fg.randn(3, 4).realize())
+    assert _modules_of(alone) == {"Inner", "Inner.fc"}
+
+    class Failing(nn.Module):
+        def forward(self, x):
+            raise ValueError("no")
+
+    with pytest.raises(ValueError):
+        Failing()(x)
+    assert module_scope.top is None  # and ends when a forward raises

@@ -153,7 +153,7 @@ def test_dump_writes_every_kernel_and_a_manifest(tmp_path):
 
     manifest = json.loads((dump / "manifest.json").read_text())
     assert len(manifest) == len(records)
-    expected_files = {"manifest.json"}
+    expected_files = {"manifest.json", "schedules.json"}
     for i, (rec, entry) in enumerate(zip(records, manifest)):
         stem = f"{i:03d}_{rec['name']}"
         expected_files |= {stem + ext for ext in (".loop", ".ll", ".raw.ll", ".s", ".cu")}
@@ -172,8 +172,14 @@ def test_dump_writes_every_kernel_and_a_manifest(tmp_path):
             assert entry[key] == rec[key], (stem, key, entry[key], rec[key])
         assert entry["this_run"]["cache"] == "compiled"  # FUSEGRAD_CACHE=off: none from disk
         assert entry["this_run"]["compile_ms"] > 0
+        assert entry["this_run"]["ms"] > 0  # a new schedule's first run times each kernel
         assert entry["bytes"] > 0 and entry["flops"] > 0
     assert set(os.listdir(dump)) == expected_files
+    # schedules.json: each schedule's kernels in launch order, with bytes and times
+    launched = [k for s in json.loads((dump / "schedules.json").read_text()) for k in s["kernels"]]
+    assert [k["name"] for k in launched] == [r["name"] for r in records]
+    assert [k["bytes"] for k in launched] == [r["bytes"] for r in records]
+    assert all(k["this_run"]["ms"] > 0 for k in launched)
 
     user_lines = [line for entry in manifest for line in entry["lines"]]
     assert f"user_script.py:{line_of(lines, 'ELEMENTWISE')}" in user_lines
@@ -194,7 +200,7 @@ def test_each_dump_folder_has_a_manifest_of_its_own_files(tmp_path):
     """
     run_child(script, tmp_path, {})
     for folder in ("first", "second"):
-        files = set(os.listdir(tmp_path / folder)) - {"manifest.json"}
+        files = set(os.listdir(tmp_path / folder)) - {"manifest.json", "schedules.json"}
         manifest = json.loads((tmp_path / folder / "manifest.json").read_text())
         exts = (".loop", ".ll", ".raw.ll", ".s", ".cu")
         named = {entry["file"] + ext for entry in manifest for ext in exts}
@@ -346,9 +352,13 @@ def test_dumps_are_written_once_per_schedule_and_identical_across_runs(tmp_path)
             assert all(isinstance(e["this_run"]["compile_ms"], float) for e in a)
             for entry in a + b:
                 del entry["this_run"]
+        if name == "schedules.json":
+            a, b = json.loads(a), json.loads(b)
+            for entry in (k for s in a + b for k in s["kernels"]):
+                del entry["this_run"]
         assert a == b, name
     manifest = json.loads((folders[0] / "manifest.json").read_text())
-    assert len(first) == 5 * len(manifest) + 1  # .loop .ll .raw.ll .s .cu per kernel
+    assert len(first) == 5 * len(manifest) + 2  # .loop .ll .raw.ll .s .cu per kernel
     roles = {role for entry in manifest for role in entry["roles"]}
     assert roles == {"forward", "backward", "optimizer"}
 
