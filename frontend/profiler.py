@@ -26,6 +26,7 @@ times are the same, the time between them a little longer.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import threading
@@ -192,7 +193,7 @@ class Profile:
         return self._totals("module")
 
     def _totals(self, by: str) -> list[PlaceStats]:
-        with getattr(self, "_lock", threading.Lock()):
+        with getattr(self, "_lock", None) or contextlib.nullcontext():
             rows = [PlaceStats(k, s, n) for k, (s, n) in self.places[by].items()]
         return sorted(rows, key=lambda r: -r.seconds)
 

@@ -255,7 +255,8 @@ EXCLUDED: dict[str, str] = {
             "as_tensor is_inference_mode_enabled arange broadcast_shapes compile_times empty "
             "empty_like enable_grad eye "
             "from_numpy full full_like get_default_device grad graph_dot is_tensor kernels "
-            "linspace load manual_seed no_grad ones ones_like profile rand rand_like randint "
+            "linspace load manual_seed memory_report no_grad ones ones_like profile rand "
+            "rand_like randint "
             "randn randn_like realize save set_default_device zeros zeros_like",
         ),
         _NON_MATH,
