@@ -628,8 +628,14 @@ def linear(x, weight, bias=None):
     A 2-D float input, weight and 1-D bias of one dtype (every Linear layer of a
     training step) make one macro node (ir/macro.py) that expands to the same nodes
     `x @ weight.T + bias` makes (matmul's `_product`): a cached training step builds
-    and keys one node instead of 13. Anything else takes that form.
+    and keys one node instead of 13; an input of more dims is taken as its rows, 2-D.
+    Anything else takes that form.
     """
+    return _linear(x, weight, bias)
+
+
+def _linear(x, weight, bias):
+    """`linear` on its checked arguments (under its site and autocast)."""
     tensor = core.Tensor
     if (
         isinstance(x, tensor)
@@ -639,6 +645,20 @@ def linear(x, weight, bias=None):
         # (read on the nodes: this runs for every layer of every step)
         xn, wn = x.node, weight.node
         xs, ws, dtype = xn.shape, wn.shape, xn.dtype
+        if (
+            len(xs) > 2
+            and len(ws) == 2
+            and xs[-1] == ws[1]
+            and 0 not in xs
+            and wn.dtype is dtype
+            and dtype.is_float
+        ):
+            # (..., in) as (rows, in): one GEMM over every row (a transformer's batch x
+            # tokens), whose operands are packed and whose gradients are GEMMs too
+            # (`_product`, PACK_FROM_ROWS), where batched each batch's rows made a
+            # product of their own
+            flat = _linear(x.reshape(-1, xs[-1]), weight, bias)
+            return flat.reshape(*xs[:-1], ws[0])
         if (
             len(xs) == 2
             and len(ws) == 2
@@ -976,6 +996,20 @@ def _packed_bf16_pairs(bn):
     return _pairs_view(N.buffer(packed, copy.shape, copy.dtype), *bn.shape)
 
 
+# A product of at least this many rows packs a right operand read along K (a transposed
+# weight, `x @ W.T`: every Linear) into panels whatever its size, and takes its gradients as
+# products of its own (`_product_gradients`): read in place, such a B makes the tile a
+# dot product along K, ending in horizontal sums, at half the packed sgemm's rate; the
+# copy of K x N costs less than the rows save from about this many on. (Fewer rows, as a
+# LeNet's or an MLP's batch of 64, keep the fused forms: their steps gained nothing.)
+PACK_FROM_ROWS = 256
+
+
+def _read_along_k(bn) -> bool:
+    """Whether a 2-D right operand is a transposed view (its rows contiguous along K)."""
+    return bn.op is Ops.PERMUTE and bn.arg == (1, 0)
+
+
 def _product(an, bn, batch: tuple[int, ...], keep_packed: bool = False):
     """The (*batch, M, N) product node of (..., M, K) and (..., K, N) nodes whose shapes
     matmul has checked: one broadcast multiply and one sum over K, which the scheduler
@@ -984,12 +1018,18 @@ def _product(an, bn, batch: tuple[int, ...], keep_packed: bool = False):
     read no data but its sources, nor a gradient rule's, which a cached step replays)."""
     (m, k), n = an.shape[-2:], bn.shape[-1]
     big = k * n * bn.dtype.itemsize >= PANEL_CACHE_BYTES
-    amx_sources = None
+    amx_sources, sources = None, (an, bn)
     if _amx_shaped(an, bn) and packs_bf16_pairs(bn.device):
         amx_sources = (an, bn) if len(an.shape) == 2 else None
         an = an if _rows_in_place(an) else _pack_bf16_rows(an)
         bn = _packed_bf16_pairs(bn) if keep_packed else _pack_bf16_pairs(bn)
-    elif len(bn.shape) == 2 and n % PANEL == 0 and n > PANEL and big and packs_panels(bn.device):
+    elif (
+        len(bn.shape) == 2
+        and n % PANEL == 0
+        and n > PANEL
+        and (big or (m >= PACK_FROM_ROWS and _read_along_k(bn)))
+        and packs_panels(bn.device)
+    ):
         # a right operand too big for cache is copied once into panels of PANEL columns, rows
         # adjacent: the kernel then streams one panel (its vector loads) from memory in order
         panels = N.contiguous(
@@ -1008,16 +1048,24 @@ def _product(an, bn, batch: tuple[int, ...], keep_packed: bool = False):
     if k == 0:  # a sum of no products is 0, as in torch
         node = N.const(0, node.shape, node.dtype)
     elif amx_sources is not None:
-        with_vjp(node, _amx_gradients(*amx_sources))
+        with_vjp(node, _product_gradients(*amx_sources))
+    elif (
+        not batch
+        and an.dtype.name == "float32"
+        and m >= PACK_FROM_ROWS
+        and min(n, k) >= PANEL
+        and packs_panels(sources[1].device)
+    ):
+        with_vjp(node, _product_gradients(*sources))
     return N.reshape(node, batch + (m, n))
 
 
-def _amx_gradients(an, bn):
-    """The gradient rule of an AMX-shaped 2-D product A @ B: both gradients as products
-    that take the AMX tiles too, G @ B^T and A^T @ G (each left operand copied into tiles,
-    each right one packed in pairs, whatever their strides), instead of the broadcast
-    multiply's generic rule, whose contractions read B and A across their rows and stay
-    on the FMA tiles."""
+def _product_gradients(an, bn):
+    """The gradient rule of a 2-D product A @ B: both gradients as products, G @ B^T and
+    A^T @ G, which `_product` packs and tiles as any product (an AMX-shaped one's left
+    operands copied into tiles and right ones packed in pairs, whatever their strides; a
+    float32 one's right operands read along K packed in panels), instead of the broadcast
+    multiply's generic rule, whose contractions read B and A across their rows."""
     m, n = an.shape[0], bn.shape[1]
 
     def rule(g):

@@ -60,6 +60,62 @@ def test_linear_under_no_grad_and_other_shapes_match_the_composed_form():
         F.linear(fg.randn(4, 6), w, b)
 
 
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_linear_over_more_dims_is_one_macro_over_its_rows(bias):
+    # (8, 40, 64) is 320 rows of one 2-D linear, viewed back; values and gradients are
+    # numpy's (float64), at 0, -0, +-1 and large inputs too
+    rng = np.random.default_rng(2)
+    x0 = rng.standard_normal((8, 40, 64))
+    x0[0, 0, :4] = [0.0, -0.0, 1.0, -1.0]
+    x0[1, 2, 0] = 1e30
+    w0, b0, g0 = rng.standard_normal((96, 64)), rng.standard_normal(96), rng.standard_normal(96)
+    x, w = fg.tensor(x0, requires_grad=True), fg.tensor(w0, requires_grad=True)
+    b = fg.tensor(b0, requires_grad=True) if bias else None
+    out = F.linear(x, w, b)
+    assert out.shape == (8, 40, 96)
+    base = out.node
+    while base.op is not Ops.MACRO:
+        base = base.srcs[0]
+    assert base.arg[0] == "linear" and base.shape == (320, 96)
+    want = x0 @ w0.T + (b0 if bias else 0)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-12)
+    (out * fg.tensor(g0)).sum().backward()
+    g = np.broadcast_to(g0, want.shape)
+    np.testing.assert_allclose(x.grad.numpy(), g @ w0, rtol=1e-12)
+    np.testing.assert_allclose(w.grad.numpy(), g.reshape(-1, 96).T @ x0.reshape(-1, 64), rtol=1e-12)
+    if bias:
+        np.testing.assert_allclose(b.grad.numpy(), g.reshape(-1, 96).sum(0), rtol=1e-12)
+    # an empty batch axis keeps the general form: an empty output, zero weight gradient
+    empty = F.linear(fg.zeros(0, 3, 64, dtype=fg.float64), w, b)
+    assert empty.shape == (0, 3, 96)
+
+
+@pytest.mark.parametrize("rows", [64, 320])
+def test_a_transposed_weight_is_packed_and_differentiated_as_products_from_256_rows(rows):
+    # x @ W.T reads W along K: from PACK_FROM_ROWS rows its copy is packed in panels and
+    # the gradients are products of their own (G @ W, G.T @ X); fewer rows keep the fused
+    # forms. Values and gradients are numpy's either way (float32 rounding).
+    from fusegrad import reduce as R
+
+    rng = np.random.default_rng(3)
+    x0 = rng.standard_normal((rows, 96)).astype(np.float32)
+    w0 = rng.standard_normal((128, 96)).astype(np.float32)
+    g0 = rng.standard_normal((rows, 128)).astype(np.float32)
+    x, w = fg.tensor(x0, requires_grad=True), fg.tensor(w0, requires_grad=True)
+    out = F.linear(x, w)
+    reasons = [k.reason for k in fg.kernels(out)]
+    packed = any("packed in panels" in r for r in reasons)
+    assert packed == (rows >= R.PACK_FROM_ROWS)
+    gx, gw = fg.grad((out * fg.tensor(g0)).sum(), [x, w])
+    np.testing.assert_allclose(out.numpy(), x0 @ w0.T, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(gx.numpy(), g0 @ w0, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(gw.numpy(), g0.T @ x0, rtol=1e-4, atol=1e-3)
+    # the same through the generic rule (no gradient products below 256 rows)
+    x2 = fg.tensor(x0, requires_grad=True)
+    (gw2,) = fg.grad((F.linear(x2, w) * fg.tensor(g0)).sum(), [w])
+    np.testing.assert_allclose(gw.numpy(), gw2.numpy(), rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("target_dtype", ["int64", "int32"])
 def test_cross_entropy_builds_the_composed_graph(reduction, target_dtype):
