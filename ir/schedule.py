@@ -256,6 +256,7 @@ def schedule(
     by_id = {id(n): n for n in graph}
     steered = steering.any_requests()
     pinned: set[int] = set()  # values cut on request: no rule merges their kernels
+    pinned_here: set[int] = set()  # those stored only because of the request
     notes: dict[int, list[str]] = {}  # kernel output id -> what requests did there
 
     def evaluations(n: Node) -> int:
@@ -316,7 +317,7 @@ def schedule(
             reason[id(n)] = n.arg or "user called contiguous()"
         elif asked is not None and asked[0] == steering.CUT and n.op not in MOVEMENT:
             reason[id(n)] = f"cut requested at {asked[1]}"
-            pinned.add(id(n))
+            pinned_here.add(id(n))
         elif id(n) in too_big:
             reason[id(n)] = too_big[id(n)]
         elif n.op in REDUCE:
@@ -346,6 +347,10 @@ def schedule(
                 )
         if asked is not None and asked[0] == steering.FUSE:
             _note_fuse(n, asked[1], reason, r, claimed, notes)
+        elif asked is not None and id(n) in reason and n.op not in MOVEMENT:
+            pinned.add(id(n))  # (a cut value stored anyway, an output: still its own kernel)
+            if id(n) not in pinned_here:
+                notes.setdefault(id(n), []).append(f"cut requested at {asked[1]}")
         reach[id(n)] = r
         epilogue_ok[id(n)] = _keeps_coordinates(n, users.get(id(n), []), epilogue_ok, reason)
 
