@@ -29,6 +29,7 @@ from .ir.schedule import schedule
 from .ir.sites import site_of
 from .runtime import phases
 from .runtime.backend import get_backend
+from .replay import replay as replay  # (fg.debug.replay: frontend/replay.py)
 from .runtime.config import config
 from .runtime.engine import engine, kernel_names
 from .steering import cut as cut  # (fg.debug's steering names: frontend/steering.py)
