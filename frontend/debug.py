@@ -27,9 +27,9 @@ from .ir.node import toposort
 from .ir.ops import Ops
 from .ir.schedule import schedule
 from .ir.sites import site_of
+from .replay import replay as replay  # (fg.debug.replay: frontend/replay.py)
 from .runtime import phases
 from .runtime.backend import get_backend
-from .replay import replay as replay  # (fg.debug.replay: frontend/replay.py)
 from .runtime.config import config
 from .runtime.engine import engine, kernel_names
 from .steering import cut as cut  # (fg.debug's steering names: frontend/steering.py)
