@@ -44,14 +44,6 @@ def request(node, kind: str, where) -> None:
         _table[id(node)] = (weakref.ref(node), kind, where)
 
 
-def withdraw(node) -> None:
-    """Forget the request on `node`, if any."""
-    with _lock:
-        e = _table.get(id(node))
-        if e is not None and e[0]() is node:
-            del _table[id(node)]
-
-
 def request_of(node) -> tuple[str, object] | None:
     """(kind, where) of the request on `node`, or None."""
     e = _table.get(id(node))
