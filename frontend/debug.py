@@ -14,6 +14,10 @@ user-level op with its primitives), `roles` (forward, backward, optimizer),
 `llvm_ir`, `llvm_ir_optimized`, `asm` and `cuda_c`, plus `seconds` (None for a kernel that
 ran inside a native program, timed as a whole; FUSEGRAD_DEBUG=1 times each), `bytes`,
 `flops` and `cache` ("compiled", "disk" or "memory").
+
+Steering the scheduler (`frontend/steering.py`): `cut(t)`, `fuse(t)`, `with
+no_fusion():`, `with disable_rule(name):` and `schedule_rules()`; running one dumped
+kernel alone: `replay(path)` (`frontend/replay.py`, `python -m fusegrad.replay`).
 """
 
 from __future__ import annotations
@@ -23,9 +27,16 @@ from .ir.node import toposort
 from .ir.ops import Ops
 from .ir.schedule import schedule
 from .ir.sites import site_of
+from .replay import replay as replay  # (fg.debug.replay: frontend/replay.py)
 from .runtime import phases
 from .runtime.backend import get_backend
+from .runtime.config import config
 from .runtime.engine import engine, kernel_names
+from .steering import cut as cut  # (fg.debug's steering names: frontend/steering.py)
+from .steering import disable_rule as disable_rule
+from .steering import fuse as fuse
+from .steering import no_fusion as no_fusion
+from .steering import schedule_rules as schedule_rules
 from .tensor import Tensor, realize
 
 
@@ -81,7 +92,8 @@ def graph_dot(*tensors: Tensor, params=None, collapse: bool | None = None) -> st
     roots = [n for n in nodes if not has_value(n)]
     device = (roots[0].device if roots else None) or engine.default_device
     options = get_backend(device).schedule_options
-    items = schedule(roots, has_value, expanded=True, **options) if roots else []
+    off = config.disable_rules
+    items = schedule(roots, has_value, expanded=True, disabled=off, **options) if roots else []
     kernel_name = kernel_names(items, device)
     every = toposort(nodes, stop=has_value)
     if collapse is None:

@@ -38,6 +38,7 @@ from .ir import node as N
 from .ir.ops import Ops
 from .ir.schedule import structural_key
 from .runtime import phases
+from .runtime.config import config
 from .runtime.engine import Plan, engine
 
 CACHE_SIZE = 32  # step structures kept per optimizer (batch shapes, train/eval variants)
@@ -141,6 +142,7 @@ class StepCache:
             tuple(map(len, states)),
             tuple(map(len, scalars)),
             len(pending),
+            config.disable_rules,  # (a step recorded under other rules ran other plans)
         )
         entry = self.entries.get(key)
         if entry is None:

@@ -29,6 +29,7 @@ import numpy as np
 
 from . import autograd_state, core, manualstep
 from . import devices as _device
+from . import steering as _steering
 from .autocast import autocast_op
 from .autograd import (
     GradError,
@@ -166,6 +167,8 @@ class Tensor(*MIXINS):
         self._is_leaf = leaf if leaf is not None else (node.op is Ops.BUFFER or not requires_grad)
         self._version = 0  # in-place updates so far (versions.py)
         _sites.note_new(node)  # the user's line that asked for it, for kernels to report
+        if _steering.open_blocks[0]:  # a `fg.debug.no_fusion()` block: a kernel per op
+            _steering.note_tensor(node)
         if node.op is not Ops.BUFFER:  # a value the next step computes if it outlives it
             note_lazy(self)
 

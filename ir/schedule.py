@@ -63,6 +63,14 @@ Rules, applied to each node with its users already decided:
    it unrounded, its other readers rounded), not into or out of a kernel with a
    reduction, a gather, a scatter or extra outputs, one value a kernel; a schedule whose
    moves would make a cycle among its kernels is kept without them.
+
+Rules 2, 4 and 6 to 9 can be turned off by name (`RULES`, `schedule(..., disabled=...)`:
+`fusegrad.debug.disable_rule`, FUSEGRAD_DISABLE_RULES), and single values can be cut or
+fused on request (`ir/steering.py`): a cut value is stored by a kernel of its own, which
+no later rule merges with another; a fuse request on a value rule 4 would store has it
+recomputed by its readers, and on any other stored value is refused. Each request is
+said in the reason of the kernels it touched ("cut requested at train.py:9", "merge
+requested at train.py:9 could not be honoured: reduction broadcast back over axis 1").
 """
 
 from __future__ import annotations
@@ -73,6 +81,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from . import steering
 from .macro import expand_all
 from .node import Node, toposort
 from .ops import ELEMENTWISE, LEAF, MOVEMENT, REDUCE, TRANSCENDENTAL, Ops
@@ -95,6 +104,25 @@ TRANSCENDENTAL_COST = 8
 ROW_CACHE_BYTES = 256 * 1024
 ROW_READERS_MAX = 2  # kernels that may each recompute one row statistic
 MAX_SIBLINGS = 4  # reductions summed in one loop nest (rule 7): their accumulators share registers
+
+# The rules a schedule can be made without (`schedule(..., disabled=...)`), by name: what
+# each does, in one line. Rules 1, 3 and 5 are what a kernel is, not choices.
+RULES: dict[str, str] = {
+    "reduction_epilogues": "rule 2: a reduction is computed inside the kernel that reads "
+    "it at its own coordinates (off: every reduction is stored by a kernel of its own)",
+    "store_for_reuse": "rule 4: an elementwise value evaluated many times per element is "
+    "stored once (off: always recomputed by its readers)",
+    "row_fusion": "rule 6: a row statistic (softmax's max and sum, layer norm's mean) is "
+    "computed inside the kernel that reads it",
+    "sibling_reductions": "rule 7: reductions over the same input and loops become one "
+    "kernel with several outputs",
+    "stored_in_reductions": "rule 8: a value stored for its readers is computed and "
+    "stored inside the loops of the sum that reads it",
+    "stored_by_readers": "rule 9: a value stored for its readers is computed and stored "
+    "by its first reader's kernel",
+    "extra_outputs": "requested outputs computed from another kernel's output at its "
+    "coordinates are stored by that kernel (an optimizer's parameter and momentum)",
+}
 
 
 @dataclass
@@ -186,6 +214,7 @@ def schedule(
     expanded: bool = False,
     stores_at_source: bool = True,
     splits_reductions: bool = False,
+    disabled: frozenset[str] | set[str] = frozenset(),
 ) -> list[ScheduleItem]:
     """Kernels that compute `roots`, in an order where every input exists before it is read.
 
@@ -197,7 +226,12 @@ def schedule(
     `stores_at_source`: the backend can store a value inside a reduction's loops (rule 8),
     a backend capability (`Backend.stores_at_source`); `splits_reductions`: the backend
     shares a sum of few outputs among its threads (`Backend.splits_reductions`: the GPU).
+    `disabled`: names of `RULES` to schedule without. The requests of `ir/steering.py` on
+    the graph's nodes (cut here, fuse this) are honoured where they can be, and said in
+    the kernels' reasons either way.
     """
+    unknown = set(disabled) - set(RULES)
+    assert not unknown, f"unknown scheduling rules {sorted(unknown)}"
     if not expanded:
         roots = expand_all(roots, has_value)
     graph = toposort(roots, stop=has_value)
@@ -220,6 +254,10 @@ def schedule(
     reused: set[int] = set()  # elementwise values stored for their readers (rule 4)
     indices = _computed_indices(graph, held)
     by_id = {id(n): n for n in graph}
+    steered = steering.any_requests()
+    pinned: set[int] = set()  # values cut on request: no rule merges their kernels
+    pinned_here: set[int] = set()  # those stored only because of the request
+    notes: dict[int, list[str]] = {}  # kernel output id -> what requests did there
 
     def evaluations(n: Node) -> int:
         """Times kernels compute n. Users that read n at their own coordinates inside the
@@ -264,6 +302,7 @@ def schedule(
             continue
         r = reads(n)
         evals[id(n)] = evaluations(n)
+        asked = steering.request_of(n) if steered else None
         if id(n) in root_ids:
             reason[id(n)] = "output requested"
         elif n.op is Ops.GATHER:
@@ -276,11 +315,17 @@ def schedule(
             reason[id(n)] = "a gather's computed index: its rows are read from memory"
         elif n.op is Ops.CONTIGUOUS:
             reason[id(n)] = n.arg or "user called contiguous()"
+        elif asked is not None and asked[0] == steering.CUT and n.op not in MOVEMENT:
+            reason[id(n)] = f"cut requested at {asked[1]}"
+            pinned_here.add(id(n))
         elif id(n) in too_big:
             reason[id(n)] = too_big[id(n)]
         elif n.op in REDUCE:
             why = _reduce_cut(n, users, r, epilogue_ok, claimed, reason, row_fused)
-            if why and _row_local(n, users, r, reason, claimed, by_id):
+            if not why and "reduction_epilogues" in disabled:
+                why = "reduction stored by a kernel of its own (rule reduction_epilogues off)"
+            row_ok = "row_fusion" not in disabled
+            if why and row_ok and _row_local(n, users, r, reason, claimed, by_id):
                 row_fused.update(r)
                 evals[id(n)] = n.numel * len(r)
             elif why:
@@ -290,7 +335,8 @@ def schedule(
                 claimed[root_id] = n
         elif n.op in ELEMENTWISE:  # a view is never stored for reuse: its source is
             reuse = evals[id(n)] / max(n.numel, 1)
-            if (reuse - 1) * cost[id(n)] > STORE_COST:
+            keep = "store_for_reuse" not in disabled and not (asked and asked[0] == steering.FUSE)
+            if keep and (reuse - 1) * cost[id(n)] > STORE_COST:
                 reused.add(id(n))
                 how = _broadcast_note(n, users) or (
                     f"read by {len(r)} kernels" if len(r) > 1 else "read inside a reduction"
@@ -299,29 +345,70 @@ def schedule(
                     f"{how}: evaluated {reuse:.3g} times per element, recomputing costs "
                     f"{cost[id(n)]} units each time, storing {STORE_COST}"
                 )
+        if asked is not None and asked[0] == steering.FUSE:
+            _note_fuse(n, asked[1], reason, r, claimed, notes)
+        elif asked is not None and id(n) in reason and n.op not in MOVEMENT:
+            pinned.add(id(n))  # (a cut value stored anyway, an output: still its own kernel)
+            if id(n) not in pinned_here:
+                notes.setdefault(id(n), []).append(f"cut requested at {asked[1]}")
         reach[id(n)] = r
         epilogue_ok[id(n)] = _keeps_coordinates(n, users.get(id(n), []), epilogue_ok, reason)
 
-    extra = _siblings(graph, reason, claimed, held)
-    _absorb(graph, users, reason, claimed, extra, held)
-    merged = _sibling_reductions(graph, reason, claimed, extra, held)
+    extra: dict[int, list[Node]] = {}
+    if "extra_outputs" not in disabled:
+        extra = _siblings(graph, reason, claimed, held, pinned)
+        _absorb(graph, users, reason, claimed, extra, held)
+    merged: set[int] = set()
+    if "sibling_reductions" not in disabled:
+        merged = _sibling_reductions(graph, reason, claimed, extra, held, pinned)
     at_source = {}
-    if stores_at_source:
+    if stores_at_source and "stored_in_reductions" not in disabled:
         at_source = _stored_in_reductions(
-            graph, reason, claimed, extra, merged, held, splits_reductions
+            graph, reason, claimed, extra, merged, held, splits_reductions, pinned
         )
     moved = {id(v) for vs in at_source.values() for v in vs}
     for k, vs in at_source.items():
         for v in vs:  # (v keeps its reason: its other readers load it)
             reason[k] += f"; stores {v.shape} from inside its loops, {reason[id(v)]}"
-    stored = _stored_by_readers(graph, reason, claimed, extra, merged, moved, held, reused)
+    stored = {}
+    if "stored_by_readers" not in disabled:
+        busy = moved | pinned
+        stored = _stored_by_readers(graph, reason, claimed, extra, merged, busy, held, reused)
     if stored:
         items = _items(graph, reason, claimed, extra, at_source, merged, moved, held, stored)
         order = _in_dependency_order(items, strict=False)
         if order is not None:
-            return order
+            return _with_notes(order, notes)
     items = _items(graph, reason, claimed, extra, at_source, merged, moved, held, {})
-    return _in_dependency_order(items) if merged or moved else items
+    return _with_notes(_in_dependency_order(items) if merged or moved else items, notes)
+
+
+def _note_fuse(n: Node, where, reason, reads: set[int], claimed, notes) -> None:
+    """Say what became of a request to fuse n (`ir/steering.py`): refused, with the reason
+    n is stored, where it is a kernel's output; else done, in the kernels that compute it."""
+    if id(n) in reason:
+        why = (
+            "it is an output you asked for"
+            if reason[id(n)] == "output requested"
+            else reason[id(n)]
+        )
+        notes.setdefault(id(n), []).append(
+            f"merge requested at {where} could not be honoured: {why}"
+        )
+        return
+    what = "reduction" if n.op in REDUCE else "value"
+    for k in reads or {k for k, red in claimed.items() if red is n}:
+        notes.setdefault(k, []).append(f"merge requested at {where}: {what} computed in here")
+
+
+def _with_notes(items: list[ScheduleItem], notes: dict[int, list[str]]) -> list[ScheduleItem]:
+    """The items, each reason followed by what steering requests did to its outputs."""
+    if notes:
+        for item in items:
+            for out in item.outputs:
+                for note in notes.get(id(out), ()):
+                    item.reason += f"; {note}"
+    return items
 
 
 def _items(graph, reason, claimed, extra, at_source, merged, moved, held, stored):
@@ -439,7 +526,7 @@ def _reads_at_own_coordinates(body: list[Node], m: Node, shape) -> bool:
     return True
 
 
-def _siblings(graph, reason, claimed, held) -> dict[int, list[Node]]:
+def _siblings(graph, reason, claimed, held, pinned=frozenset()) -> dict[int, list[Node]]:
     """Requested outputs computed elementwise from another kernel's output, moved into that
     kernel as extra outputs: an optimizer's new parameter, `p - lr * m`, is stored by the
     kernel that computes the new momentum `m`, which it reads from registers instead of
@@ -462,7 +549,7 @@ def _siblings(graph, reason, claimed, held) -> dict[int, list[Node]]:
         if len(kernels) != 1 or any(x.op in REDUCE for x in body):
             continue
         (m,) = kernels
-        if m.shape != n.shape or id(m) in moved or m.op in _DATA_DEPENDENT:
+        if m.shape != n.shape or id(m) in moved or m.op in _DATA_DEPENDENT or id(m) in pinned:
             continue
         if _reads_at_own_coordinates(body, m, n.shape):
             del reason[id(n)]
@@ -499,7 +586,9 @@ def _absorb(graph, users, reason, claimed, extra: dict[int, list[Node]], held) -
                 extra.setdefault(id(n), []).append(m)
 
 
-def _sibling_reductions(graph, reason, claimed, extra: dict[int, list[Node]], held) -> set[int]:
+def _sibling_reductions(
+    graph, reason, claimed, extra: dict[int, list[Node]], held, pinned=frozenset()
+) -> set[int]:
     """Rule 7: merge reduction kernels that read the same input over the same loops.
 
     Kernels whose fused reductions have the same op, dtype, source shape, axes and output
@@ -519,7 +608,7 @@ def _sibling_reductions(graph, reason, claimed, extra: dict[int, list[Node]], he
     fused_sources: dict[int, int] = {}  # candidate kernel -> elements its reduction reads
     for n in kernels:
         red = claimed.get(id(n), n if n.op in REDUCE else None)
-        if red is not None and n.op not in _OWN_KERNEL and red.numel:
+        if red is not None and n.op not in _OWN_KERNEL and red.numel and id(n) not in pinned:
             axes = tuple(sorted(red.arg))
             keys[id(n)] = (red.op, red.dtype, red.srcs[0].shape, axes, red.shape, n.shape)
             fused_sources[id(n)] = red.srcs[0].numel
@@ -602,7 +691,7 @@ def _sibling_reductions(graph, reason, claimed, extra: dict[int, list[Node]], he
 
 
 def _stored_in_reductions(
-    graph, reason, claimed, extra, merged, held, splits_reductions=False
+    graph, reason, claimed, extra, merged, held, splits_reductions=False, pinned=frozenset()
 ) -> dict[int, list[Node]]:
     """Rule 8: elementwise values stored for other readers that a plain sum also reads, at
     their own coordinates, moved into the sum's kernel, which stores them from inside its
@@ -649,7 +738,7 @@ def _stored_in_reductions(
     moves: dict[int, list[Node]] = {}
     for n in kernels:
         red = claimed.get(id(n), n if n.op in REDUCE else None)
-        if red is None or red.op is not Ops.SUM or n.op in _OWN_KERNEL:
+        if red is None or red.op is not Ops.SUM or n.op in _OWN_KERNEL or id(n) in pinned:
             continue
         src = red.srcs[0]
         if not red.numel or not src.numel or not src.shape:
@@ -664,6 +753,8 @@ def _stored_in_reductions(
         for v in _streamed_values(red, body, held):
             if owner.get(id(v)) != id(v) or extra.get(id(v)) or id(v) in claimed:
                 continue  # another kernel's output, or a kernel with more outputs
+            if id(v) in pinned:
+                continue  # cut on request: a kernel of its own
             if v.op not in ELEMENTWISE or v.dtype.is_half:
                 continue
             _, v_body = _kernel_of(v, reason, held)
@@ -950,7 +1041,9 @@ def structural_key(roots: list[Node], has_value: Callable[[Node], bool]) -> tupl
     cached schedule can be re-run on new buffers. One pass, no recursion: each node
     contributes its op, argument, shape, dtype and the positions of its sources (a
     parameter: its shape, dtype and device), in one flat tuple (this runs on every
-    realize and every cached training step).
+    realize and every cached training step). Requests on the graph's nodes
+    (`ir/steering.py`: cut here, fuse this) are part of the key: a plan cached before a
+    request is not the plan after it.
     """
     index: dict[int, int] = {}
     leaves: list[Node] = []
@@ -986,7 +1079,12 @@ def structural_key(roots: list[Node], has_value: Callable[[Node], bool]) -> tupl
                     flat.append(index[id(s)])
             stack.pop()
             index[k] = len(index)
-    return (tuple(flat), tuple([index[id(r)] for r in roots])), leaves
+    key = (tuple(flat), tuple([index[id(r)] for r in roots]))
+    if steering.any_requests():
+        asked = steering.requests_in(index)
+        if asked:
+            key = (*key, asked)
+    return key, leaves
 
 
 def const_key(value):

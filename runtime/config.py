@@ -4,6 +4,11 @@
 |---------------------|----------------------------------------------------------------|---------|
 | FUSEGRAD_DEBUG      | 1: a line per kernel launched; 2: + the schedule; 3: + code     | 0       |
 | FUSEGRAD_DUMP       | folder to write every kernel and a manifest.json into          | unset   |
+| FUSEGRAD_DUMP_INPUTS | 1: the dump also holds each kernel's input values (.npy) and  | 0       |
+|                     | its graph, for `python -m fusegrad.replay`; kernels run one by |         |
+|                     | one                                                            |         |
+| FUSEGRAD_DISABLE_RULES | scheduling rules to schedule without, by name, comma-     | none    |
+|                     | separated (`fusegrad.debug.schedule_rules()` lists them)       |         |
 | FUSEGRAD_THREADS    | threads that run kernels                                       | cores   |
 | FUSEGRAD_CACHE      | on-disk compile cache folder ("off" disables it)   | ~/.cache/fusegrad |
 | FUSEGRAD_COMPILE_WORKERS | processes that compile a new schedule's kernels side by | cores, |
@@ -44,6 +49,7 @@ import contextlib
 import os
 from dataclasses import dataclass, fields
 
+from ..ir.schedule import RULES
 from .attribution import capture
 
 
@@ -87,10 +93,28 @@ def _int_env(name: str, default: int, meaning: str, allowed=None, most=None) -> 
 CUDA_BACKENDS = ("pycuda", "emulate", "off")
 
 
+def rule_names(text: str, where: str = "FUSEGRAD_DISABLE_RULES") -> frozenset[str]:
+    """The scheduling rules a comma-separated list names ("sibling_reductions,row_fusion"),
+    or a ConfigError naming the unknown ones and the rules there are (ir/schedule.py's
+    `RULES`)."""
+    names = frozenset(n.strip() for n in text.split(",") if n.strip())
+    unknown = sorted(names - set(RULES))
+    if unknown:
+        raise ConfigError(
+            f"{where}={text!r} is not valid: no scheduling rule {', '.join(unknown)}; "
+            f"the rules are {', '.join(RULES)}"
+        )
+    return names
+
+
 @dataclass
 class Config:
     debug: int = 0
     dump: str | None = None
+    # the dump holds each kernel's input values and graph too (python -m fusegrad.replay)
+    dump_inputs: bool = False
+    # scheduling rules to schedule without (ir/schedule.py's RULES; fusegrad.debug)
+    disable_rules: frozenset = frozenset()
     threads: int = 1
     cache: str | None = None
     # processes that compile a new schedule's kernels side by side (runtime/compiler.py)
@@ -141,6 +165,8 @@ class Config:
         return cls(
             debug=_int_env("FUSEGRAD_DEBUG", 0, "a level: 0, 1, 2 or 3", (0, 1, 2, 3)),
             dump=os.environ.get("FUSEGRAD_DUMP") or None,
+            dump_inputs=_int_env("FUSEGRAD_DUMP_INPUTS", 0, "0 or 1", (0, 1)) != 0,
+            disable_rules=rule_names(os.environ.get("FUSEGRAD_DISABLE_RULES", "")),
             threads=threads if threads > 0 else _usable_cpus(),
             cache=None if cache.lower() in ("off", "0", "") else cache,
             program=program != 0,

@@ -3,20 +3,64 @@
 An observer of the engine (`runtime/engine.py`): it sees every run and writes a
 plan's kernels the first time the plan runs while a dump folder is set, so a
 training loop writes its step's kernels once, not once per step.
+
+Each kernel comes with what running it alone takes (`NNN_name.json`: its symbol, its
+parameters' shapes, dtypes and strides, its loop's extent) and, under
+`FUSEGRAD_DUMP_INPUTS=1`, its input values as they were on that run
+(`NNN_name.in<k>.npy`) and its nodes (`NNN_name.graph.pkl`, `kernel_graph`), so that
+`python -m fusegrad.replay dir/NNN_name` (`frontend/replay.py`) runs it, times it and
+checks it against the reference evaluator.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
 import weakref
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from . import forksafe
 from .config import config, warn_unusable_folder
 
 if TYPE_CHECKING:
     from .plan import KernelRecord, Plan
+
+
+GRAPH_FORMAT = 1  # the layout of `kernel_graph`'s description (replay checks it)
+
+
+def kernel_graph(item) -> dict:
+    """A schedule item's nodes without their buffers, for the replay's reference check:
+    `{"format", "nodes": [(op name, arg, shape, dtype name, sources)], "outputs"}`, each
+    source ("in", k) for the kernel's k-th input or ("node", j) for an earlier node, each
+    output ("node", j) (or ("in", k): an output the kernel copies from an input). Plain
+    data (pickled by the dump): `frontend/replay.py` builds it again over the inputs'
+    values."""
+    where: dict[int, tuple[str, int]] = {id(n): ("in", k) for k, n in enumerate(item.inputs)}
+    nodes = []
+    for n in item.nodes:
+        if id(n) in where:
+            continue
+        nodes.append((n.op.name, n.arg, n.shape, n.dtype.name, [where[id(s)] for s in n.srcs]))
+        where[id(n)] = ("node", len(nodes) - 1)
+    return {
+        "format": GRAPH_FORMAT,
+        "nodes": nodes,
+        "outputs": [where[id(n)] for n in item.outputs],
+    }
+
+
+def wants_inputs(plan: Plan) -> bool:
+    """Whether the dump has yet to write `plan`'s kernels (with FUSEGRAD_DUMP_INPUTS, their
+    input values, which the engine then copies as each kernel runs)."""
+    if not config.dump or not config.dump_inputs:
+        return False
+    folder = _dump_folders.get(os.path.abspath(config.dump))
+    ref = folder.plans.get(id(plan)) if folder is not None else None
+    return ref is None or ref() is not plan
 
 
 def kernel_header(rec: KernelRecord, comment: str = "//") -> str:
@@ -105,6 +149,7 @@ def _dump(folder_name: str, plan: Plan, records: list[KernelRecord]) -> None:
         folder.schedules += 1
         os.makedirs(folder_name, exist_ok=True)
         for k, rec in enumerate(records):
+            values, rec.input_values = rec.input_values, None
             if rec.name in folder.files:
                 continue
             stem = f"{len(folder.files):03d}_{rec.name}"
@@ -112,6 +157,8 @@ def _dump(folder_name: str, plan: Plan, records: list[KernelRecord]) -> None:
             for ext, comment, text in _DUMP_FILES:
                 with open(os.path.join(folder_name, stem + ext), "w") as f:
                     f.write(kernel_header(rec, comment) + text(rec))
+            step = plan.steps[k] if k < len(plan.steps) else None
+            _write_replay_files(os.path.join(folder_name, stem), rec, step, values)
             folder.manifest.append(
                 {
                     "file": stem,
@@ -146,6 +193,41 @@ def _dump(folder_name: str, plan: Plan, records: list[KernelRecord]) -> None:
         )
         with open(os.path.join(folder_name, "schedules.json"), "w") as f:
             json.dump(folder.launches, f, indent=1)
+
+
+def _write_replay_files(base: str, rec: KernelRecord, step, values) -> None:
+    """`base.json`, what running the kernel alone takes, and where the record has them,
+    its input values (`base.in<k>.npy`) and its nodes (`base.graph.pkl`)."""
+
+    def param(shape, dtype: str) -> dict:
+        strides, size = [], 1
+        for s in reversed(shape):
+            strides.insert(0, size)
+            size *= s
+        return {"shape": list(shape), "dtype": dtype, "strides": strides, "elements": size}
+
+    compiled = rec.compiled
+    have_values = values is not None and len(values) == len(rec.input_shapes)
+    if have_values:
+        for k, array in enumerate(values):
+            np.save(f"{base}.in{k}.npy", array)
+    if rec.graph is not None:
+        with open(base + ".graph.pkl", "wb") as f:
+            pickle.dump(rec.graph, f)
+    meta = {
+        "name": rec.name,
+        "language": compiled.language,
+        "parameters": getattr(compiled, "nparams", None),
+        "extent": rec.loop.parallel_extent,
+        "work": step.work if step is not None else rec.loop.parallel_extent,
+        "call": "kernel(start, stop, *outputs, *inputs[, cancel word]): runtime/launch.py",
+        "outputs": [param(shape, dtype) for shape, dtype in rec.outputs],
+        "inputs": [param(s, d) for s, d in zip(rec.input_shapes, rec.input_dtypes)],
+        "input_values": have_values,
+        "graph": rec.graph is not None,
+    }
+    with open(base + ".json", "w") as f:
+        json.dump(meta, f, indent=1)
 
 
 def _ms(rec: KernelRecord) -> float | None:

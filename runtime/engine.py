@@ -54,7 +54,7 @@ from .backend import HOST, get_backend
 from .buffer import Buffer
 from .compiler import batch as compiler_batch
 from .config import config
-from .dump import dump_new_plans, kernel_header
+from .dump import dump_new_plans, kernel_graph, kernel_header, wants_inputs
 from .launch import effective_threads, prewake, runs_parallel
 from .plan import KernelRecord, Plan, Step, _ran
 from .recompile import RecompileLog
@@ -212,6 +212,8 @@ class Engine:
         key, leaves = structural_key(todo, has_value)
         phases.add("key", t0, time.perf_counter())
         key = backend.plan_key(device, key)
+        if config.disable_rules or config.dump_inputs:  # (a plan compiled otherwise differs)
+            key = (key, config.disable_rules, config.dump_inputs)
         with self._plans_lock:
             plan = self.plans.get(key)
             if plan is None:
@@ -291,6 +293,8 @@ class Engine:
         Kernel by kernel (each timed) when `timed`, under FUSEGRAD_DEBUG or with
         FUSEGRAD_PROGRAM=0; otherwise as one native program per thread.
         """
+        if config.dump_inputs and wants_inputs(plan):
+            timed = True  # kernel by kernel, each one's inputs copied for the dump
         if not timed and config.debug == 0:
             done = plan.backend.run(plan, leaves)
             if done is not None:
@@ -302,14 +306,18 @@ class Engine:
         leaves = backend.begin(plan, leaves)
         bufs: list = [None] * plan.slots
         records = []
+        keep_inputs = timed and config.dump_inputs and wants_inputs(plan)
         for k, step in enumerate(plan.steps):
             outs = [backend.alloc(size, dtype, device) for _, size, dtype in step.outs]
             inputs = [leaves[i] if kind == "leaf" else bufs[i] for kind, i in step.inputs]
+            seen = [b.numpy().copy() for b in inputs] if keep_inputs else None
             t0 = time.perf_counter()
             backend.launch(step, outs, inputs, timed or config.debug >= 1)
             seconds = time.perf_counter() - t0
             # a cached plan's record says nothing was compiled for this run
             rec = _ran(step.record if timed else plan.records[k], seconds, t0)
+            if seen is not None:  # (the dump writes them, then drops them)
+                rec.input_values = seen
             records.append(rec)
             if config.debug >= 1:
                 _log(rec.summary())
@@ -404,9 +412,19 @@ def compile_plan(todo: list[Node], leaves: list[Node], has_value, device: str = 
     backend = get_backend(device)
     with phases.timed("schedule"):
         todo = expand_all(todo, has_value)
-        items = schedule(todo, has_value, expanded=True, **backend.schedule_options)
+        items = schedule(
+            todo,
+            has_value,
+            expanded=True,
+            disabled=config.disable_rules,
+            **backend.schedule_options,
+        )
     if config.debug >= 2:
-        _log(f"schedule: {len(items)} kernel(s)")
+        off = config.disable_rules
+        _log(
+            f"schedule: {len(items)} kernel(s)"
+            + (f", without rules {', '.join(sorted(off))}" if off else "")
+        )
     position = {id(n): ("leaf", i) for i, n in enumerate(leaves)}
     slots = 0
     for item in items:
@@ -488,6 +506,9 @@ def _record(item: ScheduleItem, loop, compiled) -> tuple[KernelRecord, int, int]
         loop=loop,
         compiled=compiled,
         places=_places(item),
+        input_dtypes=[n.dtype.name for n in item.inputs],
+        outputs=[(n.shape, n.dtype.name) for n in item.outputs],
+        graph=kernel_graph(item) if config.dump_inputs else None,
     )
     return rec, loop.parallel_extent, work
 

@@ -41,6 +41,12 @@ class KernelRecord:
     # primitives), "(no user line)" and "" where there is none; `fg.profile()` shares a
     # kernel's time among its lines and modules by primitives
     places: list[tuple[str, str, int]] = field(default_factory=list)
+    input_dtypes: list[str] = field(default_factory=list)  # dtype names, as `input_shapes`
+    outputs: list[tuple[tuple[int, ...], str]] = field(default_factory=list)  # (shape, dtype)
+    # under FUSEGRAD_DUMP_INPUTS: the kernel's nodes, buffer-free (`dump.kernel_graph`), and
+    # on the first run the values of its inputs, until the dump has written them
+    graph: object = field(default=None, repr=False)
+    input_values: list | None = field(default=None, repr=False)
 
     @property
     def loop_ir(self) -> str:
