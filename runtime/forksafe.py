@@ -41,7 +41,7 @@ import threading
 import weakref
 from collections.abc import Callable
 
-from ..ir import macro, sites
+from ..ir import macro, sites, steering
 
 _locks: weakref.WeakSet = weakref.WeakSet()  # made free again in a child
 _resets: list[Callable[[], None]] = []  # run in a child, in the order registered
@@ -153,9 +153,9 @@ def _after_in_child() -> None:
         reset()
 
 
-# the ir's own locks (the sites table, macro expansion): ir imports nothing
-# of the runtime, so the runtime tracks them
-for _lock in (sites._sweeping, macro._lock):
+# the ir's own locks (the sites table, macro expansion, steering requests): ir imports
+# nothing of the runtime, so the runtime tracks them
+for _lock in (sites._sweeping, macro._lock, steering._lock):
     track(_lock)
 
 if hasattr(os, "register_at_fork"):

@@ -493,7 +493,9 @@ def sgemm_ptx(tmp_path_factory):
     kernels = {
         "nn": kernel_of(a @ b),
         "tn": kernel_of(fg.from_numpy(rand(128, 256)).T @ b),
-        "nt": kernel_of(a @ fg.from_numpy(rand(256, 128)).T),
+        # (128 rows: from 256 the host packs a B read along K in panels first, a kernel
+        # of its own: frontend/reduce.py PACK_FROM_ROWS)
+        "nt": kernel_of(fg.from_numpy(rand(128, 128)) @ fg.from_numpy(rand(256, 128)).T),
         "tf32": kernel_of(a @ b, True),
     }
     # (float16: test_cuda_conv.py's convolution)

@@ -156,7 +156,7 @@ def test_dump_writes_every_kernel_and_a_manifest(tmp_path):
     expected_files = {"manifest.json", "schedules.json"}
     for i, (rec, entry) in enumerate(zip(records, manifest)):
         stem = f"{i:03d}_{rec['name']}"
-        expected_files |= {stem + ext for ext in (".loop", ".ll", ".raw.ll", ".s", ".cu")}
+        expected_files |= {stem + ext for ext in (".loop", ".ll", ".raw.ll", ".s", ".cu", ".json")}
         assert f"kernel {rec['name']}(" in (dump / f"{stem}.loop").read_text()
         optimized, raw = (dump / f"{stem}.ll").read_text(), (dump / f"{stem}.raw.ll").read_text()
         assert f"define void @{rec['name']}(" in optimized and "alloca" not in optimized
@@ -202,7 +202,7 @@ def test_each_dump_folder_has_a_manifest_of_its_own_files(tmp_path):
     for folder in ("first", "second"):
         files = set(os.listdir(tmp_path / folder)) - {"manifest.json", "schedules.json"}
         manifest = json.loads((tmp_path / folder / "manifest.json").read_text())
-        exts = (".loop", ".ll", ".raw.ll", ".s", ".cu")
+        exts = (".loop", ".ll", ".raw.ll", ".s", ".cu", ".json")  # (.json: for replay)
         named = {entry["file"] + ext for entry in manifest for ext in exts}
         assert named == files, f"{folder}/manifest.json names {sorted(named)}; has {sorted(files)}"
 
@@ -358,7 +358,7 @@ def test_dumps_are_written_once_per_schedule_and_identical_across_runs(tmp_path)
                 del entry["this_run"]
         assert a == b, name
     manifest = json.loads((folders[0] / "manifest.json").read_text())
-    assert len(first) == 5 * len(manifest) + 2  # .loop .ll .raw.ll .s .cu per kernel
+    assert len(first) == 6 * len(manifest) + 2  # .loop .ll .raw.ll .s .cu .json per kernel
     roles = {role for entry in manifest for role in entry["roles"]}
     assert roles == {"forward", "backward", "optimizer"}
 
