@@ -35,7 +35,8 @@ CSS = """
 body { font-family: system-ui, sans-serif; margin: 0; display: flex; color: #222; }
 nav { width: 260px; height: 100vh; overflow-y: auto; position: sticky; top: 0;
       background: #f4f4f6; padding: 8px; font-size: 13px; flex: none; box-sizing: border-box; }
-nav a { display: block; color: #124; text-decoration: none; padding: 1px 0; }
+nav a { display: block; color: #124; text-decoration: none; padding: 1px 0;
+        white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
 nav a:hover { text-decoration: underline; }
 nav h3 { margin: 10px 0 4px; font-size: 13px; }
 main { padding: 8px 20px; flex: 1; min-width: 0; }
@@ -46,6 +47,7 @@ pre, td.code { font-family: ui-monospace, monospace; font-size: 12px; }
 pre { background: #fafafa; border: 1px solid #ddd; padding: 6px; overflow-x: auto; margin: 4px 0; }
 table.listing { border-collapse: collapse; width: 100%; }
 table.listing td { padding: 0 6px; vertical-align: top; white-space: pre-wrap; }
+table.listing td.site { color: #667; font-size: 12px; }
 table.listing td.key { color: #666; width: 7em; font-family: ui-monospace, monospace;
                        font-size: 12px; }
 tr.add { background: #d8f5d8; } tr.chg { background: #fff3c4; }
@@ -56,7 +58,8 @@ section.only-changes tr.same { display: none; }
 .kernel { display: grid; grid-template-columns: minmax(240px, 30%) 1fr; gap: 12px; }
 .src div { font-family: ui-monospace, monospace; font-size: 12px; margin-bottom: 6px; }
 .src .where { color: #555; }
-.src .line { background: #fffbe6; border: 1px solid #eed; padding: 2px 4px; white-space: pre; }
+.src .line { background: #fffbe6; border: 1px solid #eed; padding: 2px 4px; white-space: pre;
+             overflow-x: auto; }
 span.l { display: block; } span.l.chg { background: #fff3c4; }
 details > summary { cursor: pointer; font-size: 13px; margin: 3px 0; }
 .counts { font-size: 12px; color: #333; }
@@ -127,7 +130,7 @@ def _listing_html(text: str, before: str | None) -> tuple[str, str]:
         if key not in blocks:
             counts["del"] += 1
             rows.append(_row("del", key, block[len(key) :]))
-    head = "".join(f"<div>{_html.escape(n)}</div>" for n in notes if n)
+    head = "".join(f"<div>{_html.escape(n)}</div>" for n in notes[1:] if n)  # (1: the title)
     counted = (
         f"{counts['add']} added, {counts['chg']} changed, {counts['del']} removed "
         "against the stage before"
@@ -139,9 +142,11 @@ def _listing_html(text: str, before: str | None) -> tuple[str, str]:
 
 
 def _row(kind: str, key: str, body: str) -> str:
+    """One node (its op, then where it was written) or one kernel, as a table row."""
+    op, _, site = body.lstrip(" =").partition("  # ")
     return (
         f'<tr class="{kind}"><td class="key">{_html.escape(key)}</td>'
-        f'<td class="code">{_html.escape(body.lstrip(" ="))}</td></tr>'
+        f'<td class="code">{_html.escape(op)}</td><td class="site">{_html.escape(site)}</td></tr>'
     )
 
 
