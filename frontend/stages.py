@@ -48,6 +48,7 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 
+from .debug_view import render_html
 from .ir.macro import expand_all
 from .ir.node import Node, toposort
 from .ir.ops import Ops
@@ -163,8 +164,6 @@ class Stages:
 
     def html(self) -> str:
         """The stages as one self-contained HTML page (`frontend/debug_view.py`)."""
-        from .debug_view import render_html  # (debug_view reads stages.py's files)
-
         return render_html(
             self.index(), {file_name(k, s.name): s.text for k, s in enumerate(self.stages)}
         )
