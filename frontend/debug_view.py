@@ -29,7 +29,7 @@ import re
 import sys
 
 _KEY = re.compile(r"^(%\d+|kernel %\d+)")
-_LAUNCH = re.compile(r" \[\d+\] \S+")  # the final schedule's "[k] name": not a change
+_LAUNCH = re.compile(r" \[\d+\] [^\s:]+")  # the final schedule's "[k] name": not a change
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 0; display: flex; color: #222; }

@@ -48,7 +48,6 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 
-from .debug_view import render_html
 from .ir.macro import expand_all
 from .ir.node import Node, toposort
 from .ir.ops import Ops
@@ -164,6 +163,9 @@ class Stages:
 
     def html(self) -> str:
         """The stages as one self-contained HTML page (`frontend/debug_view.py`)."""
+        # (not imported with fusegrad: `python -m fusegrad.debug_view` runs it as __main__)
+        from .debug_view import render_html
+
         return render_html(
             self.index(), {file_name(k, s.name): s.text for k, s in enumerate(self.stages)}
         )
@@ -264,6 +266,12 @@ class _Numbers:
     def __init__(self):
         self.ids: dict[int, int] = {}
         self.keep: list[Node] = []  # (alive while numbered: ids stay unique)
+
+    def alias(self, new: Node, old: Node) -> None:
+        """Give `new` (a node rebuilt for `old`, or a macro's expansion) `old`'s number."""
+        if id(new) not in self.ids and id(old) in self.ids:
+            self.ids[id(new)] = self.ids[id(old)]
+            self.keep.append(new)
 
     def __call__(self, n: Node) -> str:
         k = self.ids.get(id(n))
@@ -385,7 +393,13 @@ def _add_schedule(out: Stages, r: int, prefix: str, todo, leaves, plan) -> None:
         )
     )
     add("autodiff", title, _listing(title, every, num, has_value), "graph")
-    expanded = expand_all(todo, has_value)
+    replaced: dict[int, Node] = {}
+    expanded = expand_all(todo, has_value, replaced)
+    for (
+        n
+    ) in every:  # a rebuilt node, or a macro's expansion, keeps the number of what it stands for
+        if id(n) in replaced:
+            num.alias(replaced[id(n)], n)
     title = "after macro expansion: the primitives the scheduler cuts"
     add(
         "expanded",

@@ -56,6 +56,17 @@ def test_graph_stages_list_every_node_with_and_without_macros():
     assert st["graph"].splitlines()[3:] == st["autodiff"].splitlines()[3:]
 
 
+def test_a_node_rebuilt_by_expansion_keeps_its_number():
+    x = fg.randn(8, 4).realize()
+    st = fg.debug.stages(x.softmax(1) * 2)
+    graph, expanded = st["graph"], st["expanded"]
+    (macro,) = re.findall(r"^(%\d+) = MACRO softmax", graph, re.M)
+    (mul,) = re.findall(r"^(%\d+) = MUL\(", graph, re.M)
+    # the MUL is built again on the softmax's expansion, whose root is the macro's number
+    assert re.search(rf"^{mul} = MUL\({macro}, %\d+\)", expanded, re.M)
+    assert re.search(rf"^{macro} = DIV\(", expanded, re.M)
+
+
 def test_each_rule_stage_schedules_as_the_engine_does_with_those_rules():
     x = fg.randn(8, 4).realize()
     st = fg.debug.stages(x.softmax(1))
