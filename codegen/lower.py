@@ -15,6 +15,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import threading
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 
@@ -1232,6 +1234,37 @@ def _merge_groups(axes: list[int], try_lower) -> list[tuple[int, ...]]:
     return groups
 
 
+class _StepLog(threading.local):
+    steps: list | None = None  # (step, loop IR text) while `record_steps` is open here
+
+
+_step_log = _StepLog()
+
+
+@contextmanager
+def record_steps() -> Iterator[list[tuple[str, str]]]:
+    """Within the block, `lower` on this thread appends each step it takes to the list it
+    yields: (what the step did, the loop IR after it), from the loop nest with its loops
+    merged to the kernel it returns (a register tile, edges peeled, unrolled by a row's
+    period, an interleave split into phases). Off by default: one attribute test a step.
+    Vector lanes are part of a tile, not a step of their own; the rest of vectorization
+    is LLVM's (compare the LLVM IR before and after its passes)."""
+    outer, _step_log.steps = _step_log.steps, []
+    try:
+        yield _step_log.steps
+    finally:
+        _step_log.steps = outer
+
+
+def _step(what: str, kernel: Kernel, before: Kernel | None = None) -> Kernel:
+    """`kernel`, noted as the result of step `what` while `record_steps` is open (not
+    where `before`, the step's input, is the same kernel: the step changed nothing)."""
+    steps = _step_log.steps
+    if steps is not None and kernel is not before:
+        steps.append((what, str(kernel)))
+    return kernel
+
+
 def lower(
     item: ScheduleItem, tile: bool = True, amx: bool = False, dpbf16: bool = False, tuner=None
 ) -> Kernel:
@@ -1282,17 +1315,21 @@ def lower(
             summed = _sum_rows_merged(item, state["out"], state["red"], lowered_with)
             if summed is not None:
                 state["red"] = summed
+    if _step_log.steps is not None:
+        what = f"loop nest, loops merged: outputs {state['out']}, sums {state['red']}"
+        _step(what, lowered_with(state["out"], state["red"]))
     if row_stats and tile:  # the CPU cascades a row kernel's long sums; the GPU splits them
-        return _Lowerer(item, state["out"], state["red"], row_cascade=True).lower()
+        kernel = _Lowerer(item, state["out"], state["red"], row_cascade=True).lower()
+        return _step("row kernel: each row's long sums cascaded", kernel)
     siblings = len(item.siblings)
     if amx and tile and not siblings and not item.at_source:
         kernel = lower_amx(_Lowerer(item, state["out"], state["red"]), kernel_name(item))
         if kernel is not None:
-            return kernel
+            return _step("AMX tiles (codegen/amx.py)", kernel)
     if dpbf16 and tile and not siblings and not item.at_source:
         kernel = lower_dpbf16(_Lowerer(item, state["out"], state["red"]), kernel_name(item))
         if kernel is not None:
-            return kernel
+            return _step("vdpbf16ps register tiles (codegen/dpbf16.py)", kernel)
     plain = lowered_with(state["out"], state["red"])
     sum_lanes = SUM_MERGED_LANES if summed is not None else None
     chosen = choose_tile(plain, item, state["out"], sum_lanes) if tile else None
@@ -1304,12 +1341,18 @@ def lower(
 
         def lowered(t: Tile) -> Kernel:
             # a window read through padding: its edge tiles guarded, its interior not
-            kernel = peel_guarded_loops(_Lowerer(item, state["out"], state["red"], t).lower())
+            tiled = _Lowerer(item, state["out"], state["red"], t).lower()
+            _step(f"register tile {tile_text(t)}", tiled)
+            kernel = _step("edge tiles peeled", peel_guarded_loops(tiled), tiled)
             if merged is not None and t.col == len(merged) - 1 and not t.lanes:
+                before = kernel
                 kernel = unrolled_by_period(kernel, f"o{t.col}", _row_period(item, merged, t))
+                _step("unrolled by the row's period", kernel, before)
             if summed is not None and t.lanes:
                 period = row_period(t.cols, red.srcs[0].shape[summed[-1][-1]])
+                before = kernel
                 kernel = unrolled_by_period(kernel, f"r{len(summed) - 1}", period)
+                _step("unrolled by the row's period", kernel, before)
             kernel.tile_note = f"register tile {tile_text(t)}"
             return kernel
 
@@ -1322,7 +1365,8 @@ def lower(
         kernel.tile_note += ": the fixed choice for this CPU"
         return kernel
     if tile and lane_max(plain, item, state["red"]):
-        return _Lowerer(item, state["out"], state["red"], lane_max=True).lower()
+        kernel = _Lowerer(item, state["out"], state["red"], lane_max=True).lower()
+        return _step("a max over vector lanes", kernel)
     # cascaded sums are the CPU's (tile=True); the GPU lowering reduces a plain loop over a block
     lanes = cascade_lanes(plain, item) if tile else 0
     if lanes:
@@ -1330,11 +1374,16 @@ def lower(
         if rows is not None:
             row, count = rows
             chosen = Tile(None, lanes, row, count, lanes=True, cascade=True)
-            return _Lowerer(item, state["out"], state["red"], chosen).lower()
-        return _Lowerer(item, state["out"], state["red"], cascade_lanes=lanes).lower()
+            kernel = _Lowerer(item, state["out"], state["red"], chosen).lower()
+            return _step(f"sums cascaded over {lanes} lanes, {count} rows at once", kernel)
+        kernel = _Lowerer(item, state["out"], state["red"], cascade_lanes=lanes).lower()
+        return _step(f"sums cascaded over {lanes} lanes", kernel)
+    if not tile or red is not None:
+        return plain
     # an interleave split into its phases; a padded copy's edges guarded, its interior a
     # plain copy for the CPU's vectorizer
-    return peel_padded_outputs(split_phases(plain)) if tile and red is None else plain
+    phased = _step("interleave split into its phases", split_phases(plain), plain)
+    return _step("padded output's edges peeled", peel_padded_outputs(phased), phased)
 
 
 def _rows_merged(item: ScheduleItem, out_groups, red_groups, lowered_with) -> list | None:

@@ -168,6 +168,12 @@ def main() -> None:
         help="no progress bar (none is drawn either when stderr is not a terminal)",
     )
     ap.add_argument(
+        "--stages",
+        metavar="DIR",
+        help="write the IR of one training step after each compiler stage into DIR, and the "
+        "page DIR/index.html (fg.debug.stages, python -m fusegrad.debug_view), then stop",
+    )
+    ap.add_argument(
         "--ddp",
         action="store_true",
         help="data-parallel over MPI ranks (run it under the launcher)",
@@ -232,6 +238,16 @@ def main() -> None:
     # composes with jit
     if not args.ddp and args.amp != "fp16":
         train_step = fg.jit(train_step)  # from the 4th call on, replays kernels without Python
+
+    if args.stages:  # one step, pass by pass
+        idx = rng.permutation(len(xs))[: args.batch]
+        x = fg.tensor(xs[idx], device=device)
+        y = fg.tensor(train_y[idx].astype(np.int64), device=device)
+        st = fg.debug.stages(train_step, x, y, dump_dir=args.stages)
+        with open(os.path.join(args.stages, "index.html"), "w") as f:
+            f.write(st.html())
+        say(f"{len(st)} stages, {len(st.kernels)} kernels: {args.stages}/index.html")
+        return
 
     start = time.perf_counter()
     for epoch in range(1, args.epochs + 1):

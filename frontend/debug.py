@@ -17,7 +17,9 @@ ran inside a native program, timed as a whole; FUSEGRAD_DEBUG=1 times each), `by
 
 Steering the scheduler (`frontend/steering.py`): `cut(t)`, `fuse(t)`, `with
 no_fusion():`, `with disable_rule(name):` and `schedule_rules()`; running one dumped
-kernel alone: `replay(path)` (`frontend/replay.py`, `python -m fusegrad.replay`).
+kernel alone: `replay(path)` (`frontend/replay.py`, `python -m fusegrad.replay`). The IR
+after each compiler stage, as text and as one HTML page: `stages(*tensors)` or
+`stages(step, *args)` (`frontend/stages.py`, `python -m fusegrad.debug_view`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from .runtime import phases
 from .runtime.backend import get_backend
 from .runtime.config import config
 from .runtime.engine import engine, kernel_names
+from .stages import stages as stages  # (fg.debug.stages: frontend/stages.py)
 from .steering import cut as cut  # (fg.debug's steering names: frontend/steering.py)
 from .steering import disable_rule as disable_rule
 from .steering import fuse as fuse

@@ -92,6 +92,7 @@ class StepCache:
         usable = (
             record is not None
             and not engine.recording()
+            and engine.plan_observer is None  # (fg.debug.stages sees the step's graph)
             and all(
                 type(g) is core.LazyGrad
                 and g.pending is record

@@ -141,11 +141,15 @@ def inputs_of(srcs: tuple[Node, ...]) -> list[Node]:
     return list(out.values())
 
 
-def expand_all(roots: list[Node], stop: Callable[[Node], bool] | None = None) -> list[Node]:
+def expand_all(
+    roots: list[Node], stop: Callable[[Node], bool] | None = None, replaced: dict | None = None
+) -> list[Node]:
     """`roots` with every macro under them replaced by its expansion (and the nodes above
     a macro rebuilt on the expanded sources); nodes where `stop` holds (values in memory)
     are kept as they are, with what is under them. Returns `roots` itself when the graph
-    holds no macro. One pass over a topological order: no recursion."""
+    holds no macro. One pass over a topological order: no recursion. `replaced`, a dict,
+    gets id(node) -> what stands for it, for each macro and each node rebuilt
+    (`fusegrad.debug.stages` numbers the two alike)."""
     order = toposort(roots, stop) if stop is not None else toposort(roots)
     macro_op = Ops.MACRO
     if not any(n.op is macro_op for n in order):
@@ -166,4 +170,6 @@ def expand_all(roots: list[Node], stop: Callable[[Node], bool] | None = None) ->
         else:
             continue
         new[id(n)] = m
+    if replaced is not None:
+        replaced.update(new)
     return [new.get(id(r), r) for r in roots]

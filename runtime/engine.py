@@ -44,6 +44,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from ..codegen.lower import record_steps
 from ..ir.macro import expand_all
 from ..ir.node import Node
 from ..ir.ops import LEAF, Ops
@@ -95,6 +96,10 @@ class Engine:
         self.last_parallel = False  # whether the last CPU plan run had a parallel kernel
         self._has_value = _predicate(self._values)  # made once: every realize asks
         self.freeze_pending = False  # a big plan was compiled: `settle_collector` is due
+        # called with (todo, leaves, plan) each time `plan_for` finds or compiles a plan, by
+        # `fusegrad.debug.stages` while it looks; None otherwise (an optimizer's cached step,
+        # which builds no graph, is not taken while it is set: frontend/stepcache.py)
+        self.plan_observer: Callable[[list[Node], list[Node], Plan], None] | None = None
 
     # ---------------------------------------------------------------- values
     def value(self, n: Node) -> Buffer | None:
@@ -228,6 +233,8 @@ class Engine:
             self.stats["schedule_hits"] += 1
             if config.debug >= 1:
                 _log(f"schedule cache hit: {len(plan.steps)} kernel(s), nothing compiled")
+            if self.plan_observer is not None:
+                self.plan_observer(todo, leaves, plan)
             return plan, leaves, False
         self.stats["scheduled"] += 1
         if config.debug >= 1 or config.recompile_warning > 0:
@@ -251,6 +258,8 @@ class Engine:
             # per structure (`fusegrad.jit` tells two recorded calls apart by their plans)
             plan = self.plans.get(key) or self._held.get(key) or plan
             self._store(key, plan)
+        if self.plan_observer is not None:
+            self.plan_observer(todo, leaves, plan)
         return plan, leaves, True
 
     def _store(self, key: tuple, plan: Plan) -> None:
@@ -467,6 +476,15 @@ def kernel_names(items: list[ScheduleItem], device: str = HOST) -> list[str]:
     `compile_plan` does, not compiled): for pictures of a graph not run yet."""
     backend = get_backend(device)
     return [backend.kernel_symbol(backend.lower(item)) for item in items]
+
+
+def lowering_steps(item: ScheduleItem, device: str = HOST) -> list[tuple[str, str]]:
+    """(step, loop IR after it) for each step of lowering `item` as `device`'s backend
+    lowers it (`codegen/lower.py`, `record_steps`), lowered again for the purpose: the
+    loop nest with its loops merged, then its tile, peeling and unrolling, where taken."""
+    with record_steps() as steps:
+        get_backend(device).lower(item)
+    return list(steps)
 
 
 def _compile_item(item: ScheduleItem, device: str = HOST) -> tuple[KernelRecord, int, int]:
