@@ -329,7 +329,8 @@ def _saved_value(n: Node) -> np.ndarray:
 def record_failure(script: str, args: list[str] = ()) -> tuple[Case, Failure] | None:
     """Run `script` with `args` as `python script.py args` would, until its first realize
     whose compiled result differs from the reference or whose compiler raises: that
-    graph and how it failed (None if every realize matched)."""
+    graph and how it failed (None if every realize matched). An exception the script
+    raises elsewhere is a `ValueError` saying so."""
     saved_argv, saved_path0 = sys.argv, sys.path[0]
     sys.argv = [script, *args]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
@@ -340,6 +341,11 @@ def record_failure(script: str, args: list[str] = ()) -> tuple[Case, Failure] | 
         return found.case, found.failure
     except SystemExit:
         pass
+    except Exception as e:  # the script's own error, every realize before it matching
+        raise ValueError(
+            f"{script} raised {type(e).__name__} ({_first_line(e)}) outside the compiler, "
+            "every graph it computed before matching the reference evaluator"
+        ) from e
     finally:
         sys.argv, sys.path[0] = saved_argv, saved_path0
     return None
@@ -778,9 +784,9 @@ def minify(
     log=sys.stderr,
 ) -> Minified | None:
     """Run `script`, shrink its first failing graph and write the repro to `out`; None
-    if every realize matched the reference. Raises `ValueError` where the recorded
-    graph, rebuilt from its saved inputs, does not fail (a failure that depends on more
-    than the graph and its values)."""
+    if every realize matched the reference. Raises `ValueError` where the script raises
+    outside the compiler first, or where the recorded graph, rebuilt from its saved
+    inputs, does not fail (a failure that depends on more than the graph and its values)."""
     found = record_failure(script, list(args))
     if found is None:
         return None
@@ -838,7 +844,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m fusegrad.minify: {e}", file=sys.stderr)
         return 2
     if got is None:
-        print("minify: every realize matched the reference evaluator: nothing to minify")
+        print("minify: every graph computed matched the reference evaluator: nothing to minify")
         return 0
     print(
         f"minify: wrote {got.path}: {len(got.case)} nodes (from {got.recorded_nodes}): "
