@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -272,11 +271,3 @@ def test_check_names_the_outputs_that_differ():
         "output 0: 1 of 2 elements differ"
     )
     assert M.mismatch(0, np.array([1.0, np.nan]), np.array([1.0, np.nan])) is None
-
-
-def test_the_module_docstring_example():
-    import doctest
-
-    result = doctest.testmod(M)
-    assert result.attempted > 0 and result.failed == 0
-    assert textwrap.dedent(M.__doc__).startswith("`python -m fusegrad.minify")
