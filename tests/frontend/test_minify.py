@@ -213,6 +213,20 @@ def test_the_search_shrinks_nodes_and_sizes(monkeypatch):
     assert all(d == 1 for e in small.entries for d in e.shape), "sizes shrink to 1"
 
 
+def test_a_failure_that_needs_a_size_keeps_it(monkeypatch):
+    def wrong_from_four_rows(nodes, want):  # wrong only where the MAX has 4 rows or more
+        bad = fake_compiler(nodes, want)
+        big = any(n.op is Ops.MAX and n.shape[0] >= 4 for n in N.toposort(nodes))
+        return bad if big else []
+
+    monkeypatch.setattr(M, "_compiled_against", wrong_from_four_rows)
+    case = M.record(mlp_graph(), lambda n: n.op is Ops.BUFFER, lambda n: n.arg.numpy())
+    failure, case = M.failure_of(case)
+    small, _, _ = M.shrink(case, failure, time_limit=30)
+    (max_node,) = [e for e in small.entries if e.op is Ops.MAX]
+    assert max_node.shape[0] == 4 and len(small) <= 6, small.entries  # 8 -> 4 (half), not 2
+
+
 def test_the_search_stops_at_its_step_limit(monkeypatch):
     monkeypatch.setattr(M, "_compiled_against", fake_compiler)
     roots = mlp_graph()
