@@ -742,7 +742,8 @@ def _wrap(text: str, width: int = 88) -> str:
             line = w
         else:
             line = f"{line} {w}" if line else w
-    return "\n".join([*lines, line]).replace('"""', "'''")
+    text = "\n".join([*lines, line])
+    return text.replace("\\", "\\\\").replace('"""', "'''")  # (for the repro's docstring)
 
 
 def builds(path: str) -> Case:
@@ -806,7 +807,7 @@ def minify(
             f"saved inputs ({again[0] if again else 'it matches the reference'})"
         )
     small, failure, needs_fusion = shrink(again[1], again[0], time_limit, max_steps, log)
-    source = " ".join([os.path.basename(script), *args])
+    source = _wrap(" ".join([os.path.basename(script), *args]), width=10_000)
     text = emit(small, failure, out, source, needs_fusion)
     reproduces = _same_graph(builds(out), small)
     if not reproduces:  # a public op built more or other nodes: the constructors throughout

@@ -265,7 +265,7 @@ def test_the_script_builds_the_graph_it_was_written_for(tmp_path):
     roots = [N.add(s, N.expand(N.reduce(Ops.SUM, a, (0, 1)), (3, 1))), p, g, c]
     case = M.record(roots, lambda n: n.op is Ops.BUFFER, lambda n: n.arg.numpy().reshape(n.shape))
     path = tmp_path / "repro.py"
-    failure = M.Failure("mismatch", "", "output 0: made up")
+    failure = M.Failure("mismatch", "", 'output 0: made up, with \\x and """ in it')
     text = M.emit(case, failure, str(path), "demo.py")
     assert (tmp_path / "repro.npz").exists() and 'DATA["v' in text
     assert ".exp()" in text and "N.pad(" in text and 'float("inf")' in text
