@@ -26,6 +26,9 @@ minifier finds that op, as torch's `TORCHDYNAMO_REPRO_AFTER` accuracy minifier d
    large. It ends with the check, compiled against the reference (`check`), and exits
    1 while the failure remains, 0 once it is fixed.
 
+Here: recording, shrinking and the command; a case, how it is rebuilt and checked, in
+`frontend/minify_case.py`; the script written, in `frontend/minify_script.py`.
+
 The oracle is the reference evaluator, not a saved expected value: a script whose only
 symptom is its own assertion, with every realize matching the reference, has nothing to
 minify. Every realize is checked, a plan found in the cache too; the runs that bypass
@@ -45,223 +48,27 @@ import os
 import runpy
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .creation import tensor
-from .ir import node as N
 from .ir import steering
-from .ir.dtypes import DType
 from .ir.macro import expand_all
-from .ir.node import Node, toposort
-from .ir.ops import BINARY, LEAF, MATH, REDUCE, UNARY, Ops
+from .ir.node import Node
+from .ir.ops import LEAF, Ops
 from .ir.reference import evaluate_many
 from .ir.schedule import schedule
-from .replay import _difference
+from .minify_case import Case, Entry, Failure, build, failure_of, first_line, mismatches, record
+from .minify_case import check as check  # (the repro scripts' check: fusegrad.minify.check)
+from .minify_case import mismatch as mismatch
+from .minify_script import builds, emit, same_graph
 from .runtime.backend import get_backend
 from .runtime.engine import engine
-from .tensor import Tensor
 
 USAGE = (
     "usage: python -m fusegrad.minify script.py [args ...] [--out repro.py] "
     "[--time-limit 300] [--max-steps 1000]"
 )
-
-# ---------------------------------------------------------------- a case
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One node of a case: op, sources (positions of earlier entries), arg, shape, dtype
-    and device. An input (`BUFFER`) has no arg: its value is the case's, by position."""
-
-    op: Ops
-    srcs: tuple[int, ...]
-    arg: object
-    shape: tuple[int, ...]
-    dtype: DType
-    device: str | None
-
-
-@dataclass
-class Case:
-    """A graph standing alone: its entries, sources first; the values of its inputs; the
-    positions of its outputs."""
-
-    entries: list[Entry]
-    values: dict[int, np.ndarray]
-    roots: list[int]
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def ops(self) -> list[str]:
-        """The names of its computed nodes' ops, sources first."""
-        return [e.op.name for e in self.entries if e.op not in LEAF]
-
-
-@dataclass(frozen=True)
-class Failure:
-    """How a graph fails: `kind` "mismatch" (compiled != reference) or "exception" (the
-    compiler raised `error`, an exception type's name), and what was seen."""
-
-    kind: str
-    error: str
-    message: str
-
-    def same_as(self, other: Failure | None) -> bool:
-        return other is not None and (self.kind, self.error) == (other.kind, other.error)
-
-    def __str__(self) -> str:
-        return self.message if self.kind == "mismatch" else f"{self.error}: {self.message}"
-
-
-def record(roots: list[Node], is_input: Callable[[Node], bool], value_of) -> Case:
-    """The case of the graph under `roots` (no macros), stopping at the nodes `is_input`
-    picks, whose values `value_of(node)` gives (numpy arrays of their shapes)."""
-    entries: list[Entry] = []
-    values: dict[int, np.ndarray] = {}
-    at: dict[int, int] = {}
-    for n in toposort(roots, stop=is_input):
-        at[id(n)] = len(entries)
-        if is_input(n):
-            values[len(entries)] = np.asarray(value_of(n)).reshape(n.shape)
-            entries.append(Entry(Ops.BUFFER, (), None, n.shape, n.dtype, n.device))
-        else:
-            srcs = tuple(at[id(s)] for s in n.srcs)
-            entries.append(Entry(n.op, srcs, n.arg, n.shape, n.dtype, n.device))
-    return Case(entries, values, [at[id(r)] for r in roots])
-
-
-# how each op is built again from its entry and its sources' new nodes; the constructors
-# apply the shape rules, so a graph with shrunk sizes gets its shapes from its inputs
-_BUILD: dict[Ops, Callable[[Entry, list[Node]], Node]] = {
-    Ops.CONST: lambda e, s: N.const(e.arg, e.shape, e.dtype, e.device),
-    Ops.INDEX: lambda e, s: N.index(e.shape, e.dtype),
-    Ops.RAND: lambda e, s: N.rand(s[0], e.shape, e.dtype),
-    Ops.CAST: lambda e, s: N.cast(s[0], e.dtype),
-    Ops.WHERE: lambda e, s: N.where(*s),
-    Ops.RESHAPE: lambda e, s: N.reshape(s[0], e.arg),
-    Ops.PERMUTE: lambda e, s: N.permute(s[0], e.arg),
-    Ops.EXPAND: lambda e, s: N.expand(s[0], e.arg),
-    Ops.PAD: lambda e, s: N.pad(s[0], e.arg),
-    Ops.SHRINK: lambda e, s: N.shrink(s[0], e.arg),
-    Ops.FLIP: lambda e, s: N.flip(s[0], e.arg),
-    Ops.CONTIGUOUS: lambda e, s: N.contiguous(s[0], e.arg),
-    Ops.DETACH: lambda e, s: N.detach(s[0]),
-    Ops.GATHER: lambda e, s: N.gather(*s),
-    Ops.SCATTER_ADD: lambda e, s: N.scatter_add(s[0], s[1], *e.arg),
-}
-for _op in UNARY - {Ops.CAST}:
-    _BUILD[_op] = lambda e, s: N.unary(e.op, s[0])
-for _op in BINARY:
-    _BUILD[_op] = lambda e, s: N.binary(e.op, *s)
-for _op in REDUCE:
-    _BUILD[_op] = lambda e, s: N.reduce(e.op, s[0], e.arg)
-
-
-@dataclass
-class Built:
-    """A case's graph as nodes: its outputs (those not inputs), each input's value, and
-    the node each position of the case became."""
-
-    roots: list[Node]
-    values: dict[int, np.ndarray] = field(default_factory=dict)  # id(input node) -> value
-    nodes: dict[int, Node] = field(default_factory=dict)  # position -> node
-
-    def case(self) -> Case:
-        """The case of these nodes (entries renumbered, what no output reads left out)."""
-        return record(self.roots, lambda n: n.op is Ops.BUFFER, lambda n: self.values[id(n)])
-
-
-def build(case: Case) -> Built:
-    """The nodes of `case`'s graph, each input a fresh buffer (so nothing is computed
-    already); raises where the graph no longer builds (a shrunk size a view refuses)."""
-    out = Built([])
-    made = out.nodes
-    for k in _reachable(case):
-        e = case.entries[k]
-        if e.op is Ops.BUFFER:
-            value = case.values[k]
-            n = tensor(value, dtype=e.dtype, device=e.device).node
-            out.values[id(n)] = value
-        else:
-            n = _BUILD[e.op](e, [made[i] for i in e.srcs])
-        made[k] = n
-    for k in case.roots:
-        n = made[k]
-        if n.op not in LEAF and 0 not in n.shape and all(n is not r for r in out.roots):
-            out.roots.append(n)
-    return out
-
-
-def _reachable(case: Case) -> list[int]:
-    """Positions of the entries the outputs read, in order."""
-    seen, todo = set(), list(case.roots)
-    while todo:
-        k = todo.pop()
-        if k not in seen:
-            seen.add(k)
-            todo.extend(case.entries[k].srcs)
-    return sorted(seen)
-
-
-# ---------------------------------------------------------------- the check
-
-
-def mismatch(k: int, got: np.ndarray, want: np.ndarray) -> str | None:
-    """None if output `k`'s compiled value `got` matches the reference's `want` (floats
-    within 1e-4 relative, 1e-2 for 16-bit ones, of the largest magnitude), else where
-    and by how much it differs (as `python -m fusegrad.replay` says it)."""
-    return _difference(k, np.asarray(got).reshape(np.shape(want)), want)
-
-
-def check(outputs: list) -> list[str]:
-    """Realize `outputs` (tensors or nodes) and compare each with the reference
-    evaluator on the same inputs: one line per output that differs ([] if none).
-    An exception the compiler raises goes through."""
-    nodes = [t.node if isinstance(t, Tensor) else t for t in outputs]
-    return _compiled_against(nodes, evaluate_many(nodes))
-
-
-def _compiled_against(nodes: list[Node], want: list[np.ndarray]) -> list[str]:
-    """Realize `nodes`: a line per node whose value is not its `want`."""
-    engine.realize(nodes)
-    got = [engine.value(n).numpy() for n in nodes]
-    return _mismatches(got, want)
-
-
-def _mismatches(got, want) -> list[str]:
-    return [m for k, (a, b) in enumerate(zip(got, want)) if (m := mismatch(k, a, b))]
-
-
-def failure_of(case: Case) -> tuple[Failure, Case] | None:
-    """How `case` fails when built and compiled afresh, and the case as built (renumbered,
-    folded by the constructors); None if it passes, or no longer builds or evaluates."""
-    try:
-        built = build(case)
-        if not built.roots:
-            return None
-        want = evaluate_many(built.roots)  # (a graph the reference refuses is no candidate)
-    except Exception:
-        return None
-    try:
-        bad = _compiled_against(built.roots, want)
-    except Exception as e:
-        failure = Failure("exception", type(e).__name__, _first_line(e))
-    else:
-        if not bad:
-            return None
-        failure = Failure("mismatch", "", "; ".join(bad))
-    return failure, built.case()
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else ""
-
 
 # ---------------------------------------------------------------- record
 
@@ -297,7 +104,7 @@ class _Recorder:
         try:
             plan, leaves, fresh = self.plan_for(todo, has_value)
         except Exception as e:
-            raise _Found(case, Failure("exception", type(e).__name__, _first_line(e))) from e
+            raise _Found(case, Failure("exception", type(e).__name__, first_line(e))) from e
         self.pending = (plan, case)
         return plan, leaves, fresh
 
@@ -308,7 +115,7 @@ class _Recorder:
         except Exception as e:
             if pending is None:
                 raise
-            raise _Found(pending[1], Failure("exception", type(e).__name__, _first_line(e))) from e
+            raise _Found(pending[1], Failure("exception", type(e).__name__, first_line(e))) from e
         if pending is not None and pending[0] is plan:
             case = pending[1]
             built = build(case)
@@ -316,7 +123,7 @@ class _Recorder:
             checked = [(j, built.nodes[k]) for j, k in enumerate(case.roots)]
             checked = [(j, n) for j, n in checked if n.op not in LEAF and 0 not in n.shape]
             want = evaluate_many([n for _, n in checked])
-            bad = _mismatches([outs[j].numpy() for j, _ in checked], want)
+            bad = mismatches([outs[j].numpy() for j, _ in checked], want)
             if bad:
                 raise _Found(case, Failure("mismatch", "", "; ".join(bad)))
         return outs
@@ -344,7 +151,7 @@ def record_failure(script: str, args: list[str] = ()) -> tuple[Case, Failure] | 
         pass
     except Exception as e:  # the script's own error, every realize before it matching
         raise ValueError(
-            f"{script} raised {type(e).__name__} ({_first_line(e)}) outside the compiler, "
+            f"{script} raised {type(e).__name__} ({first_line(e)}) outside the compiler, "
             "every graph it computed before matching the reference evaluator"
         ) from e
     finally:
@@ -576,194 +383,6 @@ def shrink(
     return small, shrinker.failure, shrinker.fusion_needed()
 
 
-# ---------------------------------------------------------------- emit
-
-INLINE = 64  # inputs of at most this many elements are written into the script
-
-# public ops that build exactly one primitive: `{0}`... the sources, `{arg}` the arg
-_PUBLIC: dict[Ops, str] = {
-    Ops.NEG: "-{0}",
-    Ops.RECIP: "{0}.reciprocal()",
-    **{op: f"{{0}}.{m.name}()" for op, m in MATH.items() if op is not Ops.ERFC},
-    Ops.ADD: "{0} + {1}",
-    Ops.MUL: "{0} * {1}",
-    Ops.DIV: "{0} / {1}",
-    Ops.MAX: "fg.maximum({0}, {1})",
-    Ops.CMPLT: "{0} < {1}",
-    Ops.CMPEQ: "{0} == {1}",
-    Ops.WHERE: "fg.where({0}, {1}, {2})",
-    Ops.SUM: "{0}.sum({arg}, keepdim=True)",
-    Ops.REDUCE_MAX: "{0}.amax({arg}, keepdim=True)",
-    Ops.RESHAPE: "{0}.reshape({arg})",
-    Ops.PERMUTE: "{0}.permute({arg})",
-    Ops.EXPAND: "{0}.expand({arg})",
-    Ops.FLIP: "{0}.flip({arg})",
-    Ops.CAST: "{0}.to({dtype})",
-}
-
-# the IR node constructors, for the rest (and wherever the public spelling built otherwise)
-_IR: dict[Ops, str] = {
-    Ops.CONST: "N.const({arg}, {shape}, {dtype})",
-    Ops.INDEX: "N.index({shape}, {dtype})",
-    Ops.RAND: "N.rand({0}, {shape}, {dtype})",
-    Ops.CAST: "N.cast({0}, {dtype})",
-    Ops.WHERE: "N.where({0}, {1}, {2})",
-    **{op: f"N.{op.name.lower()}({{0}}, {{arg}})" for op in (Ops.RESHAPE, Ops.PERMUTE)},
-    **{op: f"N.{op.name.lower()}({{0}}, {{arg}})" for op in (Ops.EXPAND, Ops.PAD, Ops.SHRINK)},
-    Ops.FLIP: "N.flip({0}, {arg})",
-    Ops.CONTIGUOUS: "N.contiguous({0}, {arg})",
-    Ops.DETACH: "N.detach({0})",
-    Ops.GATHER: "N.gather({0}, {1})",
-    Ops.SCATTER_ADD: "N.scatter_add({0}, {1}, *{arg})",
-    **{op: f"N.unary(Ops.{op.name}, {{0}})" for op in UNARY - {Ops.CAST}},
-    **{op: f"N.binary(Ops.{op.name}, {{0}}, {{1}})" for op in BINARY},
-    **{op: f"N.reduce(Ops.{op.name}, {{0}}, {{arg}})" for op in REDUCE},
-}
-
-
-def _literal(v) -> str:
-    """Python source for a number or a tuple of them (non-finite floats spelled out)."""
-    if isinstance(v, tuple):
-        inner = ", ".join(_literal(x) for x in v)
-        return f"({inner},)" if len(v) == 1 else f"({inner})"
-    if isinstance(v, float) and not math.isfinite(v):
-        return f'float("{v}")'
-    return repr(v)
-
-
-def _statement(k: int, e: Entry, public: bool) -> str:
-    """The line of the repro that makes entry `k` (an input's value comes from `_input`)."""
-    spelling = _PUBLIC.get(e.op) if public else None
-    if spelling is not None and e.op in (Ops.DIV, Ops.SUM) and not e.dtype.is_float:
-        spelling = None  # torch's integer division and sum change the dtype
-    dtype = f"fg.{e.dtype.name}"
-    if spelling is not None:
-        srcs = [f"v{i}" for i in e.srcs]
-        return f"v{k} = " + spelling.format(*srcs, arg=_literal(e.arg), dtype=dtype)
-    srcs = [f"v{i}.node" for i in e.srcs]
-    text = _IR[e.op].format(*srcs, arg=_literal(e.arg), shape=_literal(e.shape), dtype=dtype)
-    return f"v{k} = fg.Tensor({text})"
-
-
-def _input(k: int, e: Entry, value: np.ndarray, npz: dict) -> str:
-    """The line making input `k`: its value inline, or from the .npz (`npz` collects)."""
-    device = f", device={e.device!r}" if e.device not in (None, "cpu") else ""
-    if e.dtype.is_float and e.dtype.itemsize < 4:
-        value = value.astype(np.float32)  # (float16 and bfloat16: exact in float32)
-    if value.size <= INLINE:
-        flat = ", ".join(_literal(x) for x in value.reshape(-1).tolist())
-        data = f"np.array([{flat}]).reshape({_literal(value.shape)})"
-    else:
-        npz[f"v{k}"] = value
-        data = f'DATA["v{k}"]'
-    return f"v{k} = fg.tensor({data}, dtype=fg.{e.dtype.name}{device})"
-
-
-def emit(
-    case: Case, failure: Failure, path: str, source: str = "", needs_fusion=(), public=True
-) -> str:
-    """Write the repro script of `case` to `path` (and its large inputs to an .npz
-    beside it); returns the script's text."""
-    npz: dict[str, np.ndarray] = {}
-    body = []
-    for k, e in enumerate(case.entries):
-        if e.op is Ops.BUFFER:
-            body.append(_input(k, e, case.values[k], npz))
-        else:
-            body.append(_statement(k, e, public))
-    outputs = ", ".join(f"v{k}" for k in case.roots)
-    what = (
-        "its compiled result differs from the reference evaluator (ir/reference.py)"
-        if failure.kind == "mismatch"
-        else f"compiling it raises {failure.error}"
-    )
-    fused = ""
-    if needs_fusion:
-        named = ", ".join(f"v{k} ({case.entries[k].op.name})" for k in needs_fusion)
-        fused = _wrap(
-            f"It fails only fused: cutting {named} into a kernel of its own (what "
-            "fg.debug.cut asks) makes it pass."
-        )
-    name = os.path.basename(path)
-    npz_name = os.path.splitext(name)[0] + ".npz"
-    doc = [
-        f'"""A failing graph of {len(case)} nodes, found by `python -m fusegrad.minify'
-        f"{' ' + source if source else ''}`.",
-        "",
-        _wrap(f"`python {name}` exits 1 while {what}, 0 once that is fixed."),
-        f"Seen: {_wrap(str(failure))}",
-        *(["", *fused.strip().splitlines()] if fused else []),
-        "",
-        "Ops without a public fusegrad spelling are built with the IR node constructors",
-        '(fusegrad.ir.node) and wrapped in a Tensor."""',
-    ]
-    imports = [
-        *(["import os"] if npz else []),
-        "import sys",
-        "",
-        "import numpy as np",
-        "",
-        "import fusegrad as fg",
-        "from fusegrad.ir import node as N",
-        "from fusegrad.ir.ops import Ops",
-        "from fusegrad.minify import check",
-    ]
-    if npz:
-        imports += ["", f'DATA = np.load(os.path.join(os.path.dirname(__file__), "{npz_name}"))']
-    functions = [
-        "def build() -> list:",
-        '    """The graph; returns the outputs the check compares."""',
-        *(f"    {line}" for line in body),
-        f"    return [{outputs}]",
-        "",
-        "",
-        "def main() -> int:",
-        "    bad = check(build())  # compiled by fusegrad, against the reference evaluator",
-        '    print("\\n".join(bad) if bad else "matches the reference evaluator")',
-        "    return 1 if bad else 0",
-        "",
-        "",
-        'if __name__ == "__main__":',
-        "    sys.exit(main())",
-    ]
-    text = "\n".join([*doc, "", *imports, "", "", *functions]) + "\n"
-    with open(path, "w") as f:
-        f.write(text)
-    if npz:
-        np.savez(os.path.join(os.path.dirname(os.path.abspath(path)), npz_name), **npz)
-    return text
-
-
-def _wrap(text: str, width: int = 88) -> str:
-    words, lines, line = text.split(), [], ""
-    for w in words:
-        if line and len(line) + 1 + len(w) > width:
-            lines.append(line)
-            line = w
-        else:
-            line = f"{line} {w}" if line else w
-    text = "\n".join([*lines, line])
-    return text.replace("\\", "\\\\").replace('"""', "'''")  # (for the repro's docstring)
-
-
-def builds(path: str) -> Case:
-    """The case the repro script at `path` builds (its `build()` run here)."""
-    namespace = runpy.run_path(path, run_name="fusegrad_minify_repro")
-    outputs = namespace["build"]()
-    built = Built([t.node for t in outputs])
-    for n in toposort(built.roots, stop=lambda n: n.op is Ops.BUFFER):
-        if n.op is Ops.BUFFER:
-            built.values[id(n)] = _saved_value(n)
-    return built.case()
-
-
-def _same_graph(a: Case, b: Case) -> bool:
-    def key(c: Case):
-        return [(e.op, e.srcs, repr(e.arg), e.shape, e.dtype) for e in c.entries], c.roots
-
-    return key(a) == key(b)
-
-
 # ---------------------------------------------------------------- the command
 
 
@@ -807,12 +426,12 @@ def minify(
             f"saved inputs ({again[0] if again else 'it matches the reference'})"
         )
     small, failure, needs_fusion = shrink(again[1], again[0], time_limit, max_steps, log)
-    source = _wrap(" ".join([os.path.basename(script), *args]), width=10_000)
+    source = " ".join([os.path.basename(script), *args])
     text = emit(small, failure, out, source, needs_fusion)
-    reproduces = _same_graph(builds(out), small)
+    reproduces = same_graph(builds(out), small)
     if not reproduces:  # a public op built more or other nodes: the constructors throughout
         text = emit(small, failure, out, source, needs_fusion, public=False)
-        reproduces = _same_graph(builds(out), small)
+        reproduces = same_graph(builds(out), small)
     return Minified(small, failure, len(case), out, text, needs_fusion, reproduces)
 
 

@@ -18,8 +18,9 @@ import pytest
 
 import fusegrad as fg
 from fusegrad import minify as M
+from fusegrad import minify_case
 from fusegrad.ir import node as N
-from fusegrad.ir.dtypes import float32, int64
+from fusegrad.ir.dtypes import float32
 from fusegrad.ir.ops import Ops
 from fusegrad.runtime.engine import Engine, engine
 
@@ -201,7 +202,7 @@ def fake_compiler(nodes, want):
 
 
 def test_the_search_shrinks_nodes_and_sizes(monkeypatch):
-    monkeypatch.setattr(M, "_compiled_against", fake_compiler)
+    monkeypatch.setattr(minify_case, "_compiled_against", fake_compiler)
     roots = mlp_graph()
     case = M.record(roots, lambda n: n.op is Ops.BUFFER, lambda n: n.arg.numpy().reshape(n.shape))
     failure, case = M.failure_of(case)
@@ -219,7 +220,7 @@ def test_a_failure_that_needs_a_size_keeps_it(monkeypatch):
         big = any(n.op is Ops.MAX and n.shape[0] >= 4 for n in N.toposort(nodes))
         return bad if big else []
 
-    monkeypatch.setattr(M, "_compiled_against", wrong_from_four_rows)
+    monkeypatch.setattr(minify_case, "_compiled_against", wrong_from_four_rows)
     case = M.record(mlp_graph(), lambda n: n.op is Ops.BUFFER, lambda n: n.arg.numpy())
     failure, case = M.failure_of(case)
     small, _, _ = M.shrink(case, failure, time_limit=30)
@@ -228,7 +229,7 @@ def test_a_failure_that_needs_a_size_keeps_it(monkeypatch):
 
 
 def test_the_search_stops_at_its_step_limit(monkeypatch):
-    monkeypatch.setattr(M, "_compiled_against", fake_compiler)
+    monkeypatch.setattr(minify_case, "_compiled_against", fake_compiler)
     roots = mlp_graph()
     case = M.record(roots, lambda n: n.op is Ops.BUFFER, lambda n: n.arg.numpy().reshape(n.shape))
     failure, case = M.failure_of(case)
@@ -248,40 +249,3 @@ def test_resizing_slices_inputs_and_view_shapes():
     assert built.roots[0].shape == (4, 2)
     (value,) = small.values.values()
     np.testing.assert_array_equal(value, np.arange(24, dtype=np.float32).reshape(4, 6)[:, :2])
-
-
-# ---------------------------------------------------------------- the emitted script
-
-
-def test_the_script_builds_the_graph_it_was_written_for(tmp_path):
-    rng = np.random.default_rng(2)
-    a = fg.tensor(rng.standard_normal((3, 4)).astype(np.float32)).node
-    big = fg.tensor(rng.standard_normal((10, 10)).astype(np.float32)).node  # > INLINE: .npz
-    idx = fg.tensor(np.array([0, 2, 1])).node
-    s = N.reduce(Ops.REDUCE_MAX, N.unary(Ops.EXP, a), (1,))
-    p = N.pad(N.shrink(a, ((0, 2), (1, 3))), ((1, 0), (0, 2)))
-    g = N.gather(N.reshape(big, (100,)), idx)
-    c = N.cast(N.binary(Ops.CMPLT, a, N.const(float("inf"), a.shape, float32)), int64)
-    roots = [N.add(s, N.expand(N.reduce(Ops.SUM, a, (0, 1)), (3, 1))), p, g, c]
-    case = M.record(roots, lambda n: n.op is Ops.BUFFER, lambda n: n.arg.numpy().reshape(n.shape))
-    path = tmp_path / "repro.py"
-    failure = M.Failure("mismatch", "", 'output 0: made up, with \\x and """ in it')
-    text = M.emit(case, failure, str(path), "demo.py")
-    assert (tmp_path / "repro.npz").exists() and 'DATA["v' in text
-    assert ".exp()" in text and "N.pad(" in text and 'float("inf")' in text
-    again = M.builds(str(path))
-    assert M._same_graph(again, case)
-    for k, value in case.values.items():
-        np.testing.assert_array_equal(again.values[k], value)
-    namespace = {"__name__": "repro_test", "__file__": str(path)}
-    exec(compile(text, str(path), "exec"), namespace)
-    assert namespace["main"]() == 0  # nothing is wrong with this graph here
-
-
-def test_check_names_the_outputs_that_differ():
-    x = fg.tensor([1.0, 2.0, 3.0])
-    assert M.check([x * 2, (x * 2).exp()]) == []
-    assert M.mismatch(0, np.array([1.0, 2.0]), np.array([1.0, 2.5])).startswith(
-        "output 0: 1 of 2 elements differ"
-    )
-    assert M.mismatch(0, np.array([1.0, np.nan]), np.array([1.0, np.nan])) is None
