@@ -46,6 +46,7 @@ def replay(path: str, ll: str | None = None, runs: int = 10):
     """Run the dumped kernel `path` alone, checked and timed (`frontend/replay.py`'s
     `replay`, imported here when called: `python -m fusegrad.replay` runs that module as
     `__main__`, which a copy imported with the package would shadow)."""
+    # deferred: `python -m fusegrad.replay` runs frontend/replay.py as __main__
     from .replay import replay as run
 
     return run(path, ll, runs)

@@ -23,6 +23,7 @@ import numpy as np
 from .ir.node import toposort
 from .ir.ops import BINARY, MATH, REDUCE, UNARY, Ops
 from .minify_case import Built, Case, Entry, Failure
+from .runtime.backend import get_backend
 
 INLINE = 64  # inputs of at most this many elements are written into the script
 
@@ -93,7 +94,8 @@ def _statement(k: int, e: Entry, public: bool) -> str:
 
 def _input(k: int, e: Entry, value: np.ndarray, npz: dict) -> str:
     """The line making input `k`: its value inline, or from the .npz (`npz` collects)."""
-    device = f", device={e.device!r}" if e.device not in (None, "cpu") else ""
+    on_host = e.device is None or get_backend(e.device).is_host
+    device = "" if on_host else f", device={e.device!r}"
     if e.dtype.is_float and e.dtype.itemsize < 4:
         value = value.astype(np.float32)  # (float16 and bfloat16: exact in float32)
     if value.size <= INLINE:
