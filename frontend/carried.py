@@ -56,6 +56,21 @@ def note_lazy(t) -> None:
         _compact(refs)
 
 
+@contextlib.contextmanager
+def unnoted():
+    """Tensors made inside are not noted (`note_lazy`): a macro's expansion, built when a
+    plan is compiled, makes tensors that are its graph's, never a user's value; one that a
+    gradient rule keeps would otherwise be carried by the next step as a lazy value of
+    the user's (and the step's graph would change with what the collector had freed)."""
+    _refs()
+    saved = _lazy.refs, _lazy.limit
+    _lazy.refs, _lazy.limit = [], 1 << 62
+    try:
+        yield
+    finally:
+        _lazy.refs, _lazy.limit = saved
+
+
 def _refs() -> list:
     """This thread's list of noted references, made on first use."""
     try:

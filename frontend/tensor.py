@@ -41,7 +41,7 @@ from .autograd import (
     retains_grad,
     sibling_grads,
 )
-from .carried import note_lazy
+from .carried import note_lazy, unnoted
 from .copying import deepcopy_tensor, reduce_tensor, shallow_copy_tensor
 from .creation import CreationMixin, tensor, zeros
 from .errors import (
@@ -1632,7 +1632,7 @@ def register_composite(kind: str, composed, deferred_grad: bool = False) -> None
         DEFERRED_GRADS.add(kind)
 
     def rule(srcs, params) -> N.Node:
-        with autograd_state.enable_grad():
+        with autograd_state.enable_grad(), unnoted():
             tensors = [Tensor(n, requires_grad=True, leaf=False) for n in srcs]
             return composed(tensors, params).node
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import warnings
+import weakref
 
 import numpy as np
 
@@ -95,8 +96,10 @@ def _stack_steps(states: list[Tensor], tables: list[Tensor]) -> Tensor:
     if not any(s.requires_grad for s in states):
         return out
 
+    count = len(states)  # (the rule keeps no tensor: see _RecurrentProjection)
+
     def rule(grad, *_states):
-        return [_time_step(grad.detach(), t, tables[t]) for t in range(len(states))]
+        return [_time_step(grad, t, tables[t]) for t in range(count)]
 
     return custom_gradient(out, states, rule, own_node=True)
 
@@ -108,17 +111,21 @@ def _stored(t: Tensor, what: str) -> Tensor:
     return materialize(t, what)
 
 
-def _rnn_tanh_step(xw, h, w_hh, b_hh):
-    return _stored((xw + linear(h, w_hh, b_hh)).tanh(), "RNN hidden state")
+# Each step function takes the step's input projection `xw`, the state, and `project`: the
+# hidden state's projection, h @ w_hh.T + b_hh (`_recurrent_projection`).
 
 
-def _rnn_relu_step(xw, h, w_hh, b_hh):
-    return _stored((xw + linear(h, w_hh, b_hh)).relu(), "RNN hidden state")
+def _rnn_tanh_step(xw, h, project):
+    return _stored((xw + project(h)).tanh(), "RNN hidden state")
 
 
-def _lstm_step(xw, state, w_hh, b_hh):
+def _rnn_relu_step(xw, h, project):
+    return _stored((xw + project(h)).relu(), "RNN hidden state")
+
+
+def _lstm_step(xw, state, project):
     h, c = state
-    gates = _stored(xw + linear(h, w_hh, b_hh), "LSTM gates")
+    gates = _stored(xw + project(h), "LSTM gates")
     # each of the step's two stored values is one macro node (ir/macro.py), not the 4
     # slices and 9 gate ops a plain-loop step would build and key again every time step
     c = _stored(_one_node("lstm_cell", (gates, c)), "LSTM cell state")
@@ -150,8 +157,8 @@ def _lstm_hidden(tensors, params) -> Tensor:
     return gates.chunk(4, -1)[3].sigmoid() * c.tanh()
 
 
-def _gru_step(xw, h, w_hh, b_hh):
-    hp = _stored(linear(h, w_hh, b_hh), "GRU hidden projection")
+def _gru_step(xw, h, project):
+    hp = _stored(project(h), "GRU hidden projection")
     # one macro node, not the 6 slices and 8 gate ops a plain-loop step would build
     return _stored(_one_node("gru_hidden", (xw, hp, h)), "GRU hidden state")
 
@@ -241,8 +248,9 @@ def _direction_steps(mode, x, state, weights, reverse: bool, lengths, tables=Non
     tables = [_step_index(t) for t in range(steps)] if tables is None else tables
     xw = linear(x, w_ih, b_ih)  # every step's input projection: one matmul
     outputs = [None] * steps
+    projection = _RecurrentProjection(w_hh, b_hh, steps)
     for t in reversed(range(steps)) if reverse else range(steps):
-        new = step(_time_step(xw, t, tables[t]), state, w_hh, b_hh)
+        new = step(_time_step(xw, t, tables[t]), state, projection.at(t))
         if lengths is None:
             state, out = new, _hidden_of(mode, new)
         else:
@@ -257,6 +265,84 @@ def _direction_steps(mode, x, state, weights, reverse: bool, lengths, tables=Non
 
 
 register_composite("rnn_direction", _direction_rule, deferred_grad=True)
+
+
+class _RecurrentProjection:
+    """The hidden projections h_t @ w_hh.T + b_hh of a direction's steps, whose weight and
+    bias gradients are one product over every step rather than one per step.
+
+    Derived step by step, each step's projection gives w_hh a (gates, hidden) gradient of
+    its own, a batch-deep product, and the steps' are added one after another: an LSTM
+    language model's backward spent most of its time there (256 such kernels a step of
+    a 2-layer, 64-step model). Here a step's projection gives its gradient to h alone
+    (`own`: g @ w_hh, by a rule of its own), plus a carrier of value -0.0 (adding it
+    changes no value, not even a zero's sign) whose gradient is the projection's,
+    placed at the step's row of one (steps, batch, gates) sink; the sink's rule is the
+    weight's gradient, rows.T @ stack(h), one product over steps x batch rows (the bias's
+    stays each step's sum of its rows). Every rule is built of differentiable ops on the tensors
+    themselves, so a gradient of these gradients is right too. The same sums, in another
+    order: within rounding of the step-by-step gradient.
+
+    The rules keep nodes, not tensors: a lazy tensor kept alive by a rule would be
+    computed by every optimizer step as a value carried between steps (carried.py)."""
+
+    def __init__(self, w_hh: Tensor, b_hh: Tensor | None, steps: int):
+        self.w, self.b, self.steps = w_hh, b_hh, steps
+        # the h each step projects, by step: weak references to their nodes, which reach
+        # the sink through their sources (its rule holding them would keep it forever)
+        self.previous: list = [None] * steps
+        self.sink = None
+
+    def at(self, t: int):
+        """Step t's `project(h)`."""
+        if self.steps < 2:
+            return lambda h: linear(h, self.w, self.b)
+        return lambda h: self._project(h, t)
+
+    def _project(self, h: Tensor, t: int) -> Tensor:
+        w, b = self.w, self.b
+        if self.sink is None:
+            self.sink = self._sink(h)
+        self.previous[t] = weakref.ref(h.node)
+        if b is None:
+            own = custom_gradient(
+                linear(h, w, b), [h, w], lambda g, _h, w: [g @ w, None], own_node=True
+            )
+        else:  # (the bias's gradient stays the step's: summed from the stacked rows, it
+            # was a kernel reading every step's rows through its pads)
+            own = custom_gradient(
+                linear(h, w, b),
+                [h, w, b],
+                lambda g, _h, w, _b: [g @ w, None, g.reshape(-1, g.shape[-1]).sum(0)],
+                own_node=True,
+            )
+        steps = self.steps
+
+        def into_row(g, _sink):
+            # stored, so the kernel adding up the steps' rows reads each (as `_time_step`)
+            g = materialize(g, "a step's hidden projection gradient, stacked with the others")
+            return [g.unsqueeze(0).pad([0, 0] * g.ndim + [t, steps - 1 - t])]
+
+        return own + custom_gradient(self.sink[t], [self.sink], into_row, own_node=True)
+
+    def _sink(self, h: Tensor) -> Tensor:
+        """The (steps, *batch, gates) node whose gradient is every step's projection's."""
+        w, previous = self.w, self.previous
+
+        def rule(g, _w):
+            g = materialize(g, "the steps' hidden projection gradients, stacked")
+            rows = g.reshape(-1, g.shape[-1])
+            hs = stack([Tensor(n(), requires_grad=True, leaf=False) for n in previous])
+            return [rows.t() @ hs.reshape(rows.shape[0], -1)]
+
+        # its value is -0.0 everywhere, but read from w (a rule needs a node built from its
+        # inputs): one element of w, tested so that it is never taken, a NaN neither
+        first = w.reshape(-1)[:1]
+        never = (first != first) & (first == first)
+        value = where(never, first, -0.0)
+        shape = (self.steps, *h.shape[:-1], w.shape[0])
+        value = value.reshape(*([1] * len(shape))).expand(*shape)
+        return custom_gradient(value, [w], rule, own_node=True)
 
 
 # ---------------------------------------------------------------- the layers
@@ -566,7 +652,7 @@ class RNNCellBase(Module):
                     fail(ShapeError, name, f"Expected {what} size {expected}, got {list(p.shape)}")
             state = parts if self.mode == "LSTM" else parts[0]
         xw = linear(x, self.weight_ih, self.bias_ih)
-        new = STEPS[self.mode](xw, state, self.weight_hh, self.bias_hh)
+        new = STEPS[self.mode](xw, state, lambda h: linear(h, self.weight_hh, self.bias_hh))
         if batched:
             return new
         return tuple(s.squeeze(0) for s in new) if self.mode == "LSTM" else new.squeeze(0)
