@@ -207,12 +207,12 @@ def _run_cuda(
 ) -> Replay:
     """The kernel's CUDA C compiled and launched as the cuda backend would launch it
     (`runtime/cuda_replay.py`), on the GPU or the emulator."""
-    if "cuda" not in meta:
+    if "cuda_launches" not in meta:
         raise ReplayError(
             f"{stem}.json records no CUDA launches: dump the kernel again with this version "
             "of fusegrad to replay its .cu"
         )
-    record = meta["cuda"]
+    record = meta["cuda_launches"]
     if record is None:
         raise ReplayError(f"{stem}: kernel {meta['name']} has no CUDA C to replay: "
                           f"{meta.get('cuda_note', 'none was rendered')}")  # fmt: skip

@@ -77,7 +77,7 @@ def run_cuda_source(
     runs: int = 10,
     emulate: bool = False,
 ) -> CudaRun:
-    """Compile `source` and launch it `runs` times as `record` (a dump's "cuda") says, on
+    """Compile `source` and launch it `runs` times as `record` (a dump's "cuda_launches") says, on
     `inputs` (values and dtypes, in the kernel's order) into new `outputs` (elements and
     dtypes), on the GPU where PyCUDA has one (unless `emulate`), else on the emulator."""
     kernel = kernel_from_record(record, source)

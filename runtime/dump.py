@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 
 GRAPH_FORMAT = 1  # the layout of `kernel_graph`'s description (replay checks it)
-# why a kernel has no CUDA C to replay (`NNN_name.json`'s "cuda_note" where "cuda" is null)
+# why a kernel has no CUDA C to replay (`NNN_name.json`'s "cuda_note", its "cuda_launches" null)
 NO_CUDA_C = "an AMX or vdpbf16ps tile kernel: CUDA C has no such instructions (its .cu says so)"
 
 
@@ -216,11 +216,11 @@ def gpu_kernel(rec: KernelRecord) -> CudaKernel | None:
 
 
 def cuda_launch_record(kernel: CudaKernel) -> dict:
-    """What launching `kernel`'s CUDA C takes, as plain data (`NNN_name.json`'s "cuda"): its
-    launches in order (symbol, grid, block, dynamic shared memory in bytes), each given
-    `(*outputs, *inputs, *scratch)`; the scratch buffers (dtype, elements) the caller
-    allocates; and the tensor maps a build for sm_90a takes after them (`TensorMap`'s
-    fields). `runtime/cuda_replay.py` reads it back (`kernel_from_record`)."""
+    """What launching `kernel`'s CUDA C takes, as plain data (`NNN_name.json`'s
+    "cuda_launches"): its launches in order (symbol, grid, block, dynamic shared memory in
+    bytes), each given `(*outputs, *inputs, *scratch)`; the scratch buffers (dtype,
+    elements) the caller allocates; and the tensor maps a build for sm_90a takes after
+    them (`TensorMap`'s fields). `runtime/cuda_replay.py` reads it back (`kernel_from_record`)."""
     return {
         "launches": [
             {
@@ -269,7 +269,7 @@ def _write_replay_files(base: str, rec: KernelRecord, step, values, gpu: CudaKer
         "inputs": [param(s, d) for s, d in zip(rec.input_shapes, rec.input_dtypes)],
         "input_values": have_values,
         "graph": rec.graph is not None,
-        "cuda": cuda_launch_record(gpu) if gpu is not None else None,
+        "cuda_launches": cuda_launch_record(gpu) if gpu is not None else None,
     }
     if gpu is None:
         meta["cuda_note"] = NO_CUDA_C
