@@ -26,6 +26,8 @@ from . import cuda
 from .config import config
 from .cuda_emulator import EmulatorError
 
+EMULATOR = "the CUDA emulator on the CPU (runtime/cuda_emulator.py)"
+
 
 class CudaReplayError(ValueError):
     """CUDA C that cannot run here: it does not compile, or lacks a launch's kernel."""
@@ -100,4 +102,6 @@ def run_cuda_source(
                 raise CudaReplayError(str(e)) from e
             times.append(time.perf_counter() - t0)
         values = [o.numpy() for o in outs]
-        return CudaRun(values, statistics.median(times), b.description, kind == "emulate")
+        emulated = kind == "emulate"
+        device = EMULATOR if emulated else b.description
+        return CudaRun(values, statistics.median(times), device, emulated)

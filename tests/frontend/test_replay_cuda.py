@@ -53,6 +53,7 @@ def test_a_cpu_runs_elementwise_kernel_replays_its_cu_and_matches(tmp_path):
     report = result.report()
     assert "check: matches the reference evaluator (1 output(s))" in report
     assert ("on the emulator, not a GPU's time" in report) is not ON_GPU
+    assert ("ran on: the CUDA emulator on the CPU" in report) is not ON_GPU
 
 
 @pytest.mark.usefixtures("emulated")
