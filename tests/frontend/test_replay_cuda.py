@@ -145,3 +145,24 @@ def test_what_cannot_be_replayed_is_refused(tmp_path):
     with pytest.raises(ReplayError, match="records no CUDA launches"):
         replay(stem, cu=True)
     assert main([stem, "--cu"]) == 2
+
+
+def test_on_a_gpu_the_cu_launches_as_the_dump_recorded(tmp_path):
+    # the PyCUDA path through runtime/cuda_stub.py's GPU, which runs nothing: what is
+    # checked is that it, not the emulator, gets the recorded launches
+    from fusegrad.runtime.cuda import use_driver
+    from fusegrad.runtime.cuda_stub import StubDriver
+
+    x = fg.randn(64, 32).realize()
+    (stem,) = dumped(tmp_path, (x * 2).softmax(1))
+    with open(stem + ".json") as f:
+        (launch,) = json.load(f)["cuda_launches"]["launches"]
+    driver = StubDriver(log=True)
+    with use_driver(driver):
+        result = replay(stem, cu=True, runs=3)
+    assert not result.emulated and "stub GPU" in result.device
+    assert "not a GPU's time" not in result.report()
+    want = (launch["symbol"], tuple(launch["grid"]), tuple(launch["block"]))
+    assert [(name, tuple(g), tuple(b)) for name, g, b, _, _ in driver.ran] == [want] * 3
+    assert {len(args) for _, _, _, args, _ in driver.ran} == {2 * 8}  # the output, the input
+    assert {shared for *_, shared in driver.ran} == {launch["shared_bytes"]}
