@@ -42,14 +42,22 @@ from .steering import schedule_rules as schedule_rules
 from .tensor import Tensor, realize
 
 
-def replay(path: str, ll: str | None = None, runs: int = 10):
-    """Run the dumped kernel `path` alone, checked and timed (`frontend/replay.py`'s
-    `replay`, imported here when called: `python -m fusegrad.replay` runs that module as
-    `__main__`, which a copy imported with the package would shadow)."""
+def replay(
+    path: str,
+    ll: str | None = None,
+    runs: int = 10,
+    cu: str | bool | None = None,
+    emulate: bool = False,
+):
+    """Run the dumped kernel `path` alone, checked and timed: its `.ll` (or `ll`), or with
+    `cu=True` its CUDA C (`cu="edited.cu"`: another file) on the GPU, else (or with
+    `emulate`) on the CPU emulator (`frontend/replay.py`'s `replay`, imported here when
+    called: `python -m fusegrad.replay` runs that module as `__main__`, which a copy
+    imported with the package would shadow)."""
     # deferred: `python -m fusegrad.replay` runs frontend/replay.py as __main__
     from .replay import replay as run
 
-    return run(path, ll, runs)
+    return run(path, ll, runs, cu, emulate)
 
 
 def compile_times(reset: bool = False) -> dict[str, float]:

@@ -16,9 +16,17 @@ edited code, or name another file: `--ll other.ll`) with llvmlite as the runtime
   elements differ;
 - times it: the median of `--runs` calls (10).
 
+`--cu` replays the kernel's CUDA C instead (`NNN_name.cu`, or an edited copy: `--cu
+other.cu`), written for every kernel, a CPU run's too: compiled and launched with the
+grid, block, shared memory and scratch buffers the `.json` records (those the cuda
+backend uses for it: `runtime/cuda_replay.py`), on the GPU where PyCUDA has one, else
+(or with `--emulate`) on the CPU emulator of CUDA C (`runtime/cuda_emulator.py`), whose
+time is the emulator's, not a GPU's. A kernel that ran on a cuda device has no LLVM IR:
+its CUDA C is what replays. A CPU tile kernel (AMX, vdpbf16ps) has no CUDA C, and replay
+says so.
+
 Without dumped values the inputs are random (normal floats, small integers) and there
-is nothing to check against. A kernel that ran on a cuda device (CUDA C) cannot be
-replayed here: only the CPU's LLVM IR is.
+is nothing to check against.
 
 >>> import fusegrad as fg, tempfile, glob
 >>> folder = tempfile.mkdtemp()
@@ -37,6 +45,7 @@ import hashlib
 import json
 import os
 import pickle
+import re
 import statistics
 import sys
 import time
@@ -50,15 +59,20 @@ from .ir.ops import Ops
 from .ir.reference import evaluate_many
 from .runtime.buffer import Buffer
 from .runtime.compiler import compile_kernel
+from .runtime.cuda_replay import CudaReplayError, run_cuda_source
 from .runtime.dump import GRAPH_FORMAT
 from .runtime.launch import launch
 
-USAGE = "usage: python -m fusegrad.replay dir/NNN_name [--ll file.ll] [--runs N]"
+USAGE = (
+    "usage: python -m fusegrad.replay dir/NNN_name [--ll file.ll | --cu [file.cu] [--emulate]] "
+    "[--runs N]"
+)
 _EXTENSIONS = (".raw.ll", ".graph.pkl", ".json", ".loop", ".ll", ".s", ".cu")
 
 
 class ReplayError(ValueError):
-    """A dumped kernel that cannot be replayed: files missing, or not CPU LLVM IR."""
+    """A dumped kernel that cannot be replayed: files missing, code that does not compile,
+    or code of a kind it lacks (a tile kernel's CUDA C, a CUDA run's LLVM IR)."""
 
 
 @dataclass
@@ -67,12 +81,14 @@ class Replay:
     was dumped), a line per output that differs, and the median time of a call."""
 
     name: str
-    source: str  # the .ll file that ran
+    source: str  # the .ll or .cu file that ran
     outputs: list[np.ndarray]
     reference: list[np.ndarray] | None
     mismatches: list[str] = field(default_factory=list)
     seconds: float = 0.0
     inputs_dumped: bool = False
+    device: str = "the CPU (LLVM IR through llvmlite)"  # what ran it
+    emulated: bool = False  # CUDA C on the CPU emulator: `seconds` is the emulator's
 
     @property
     def matches(self) -> bool | None:
@@ -84,8 +100,10 @@ class Replay:
         where = "dumped" if self.inputs_dumped else "random (no values dumped)"
         lines = [
             f"kernel {self.name}, from {self.source}",
+            f"  ran on: {self.device}",
             f"  inputs: {where}",
-            f"  time: {self.seconds * 1e3:.4f} ms a call (median)",
+            f"  time: {self.seconds * 1e3:.4f} ms a call (median)"
+            + (" on the emulator, not a GPU's time" if self.emulated else ""),
         ]
         if self.reference is None:
             lines.append("  check: none (dump with FUSEGRAD_DUMP_INPUTS=1 for the kernel's graph)")
@@ -99,30 +117,72 @@ class Replay:
         return "\n".join(lines)
 
 
-def replay(path: str, ll: str | None = None, runs: int = 10) -> Replay:
+def replay(
+    path: str,
+    ll: str | None = None,
+    runs: int = 10,
+    cu: str | bool | None = None,
+    emulate: bool = False,
+) -> Replay:
     """Run the dumped kernel `path` (`dir/NNN_name`, or any of its files) alone: its `.ll`
     (or `ll`) compiled, called on the dumped inputs (or random ones) `runs` times, its
-    outputs checked against the reference evaluator where its graph was dumped."""
+    outputs checked against the reference evaluator where its graph was dumped.
+
+    `cu=True` runs its CUDA C instead (`dir/NNN_name.cu`; or `cu="edited.cu"`), with the
+    launches the dump recorded, on the GPU where PyCUDA has one, else (or with `emulate`)
+    on the CPU emulator; a kernel that ran on a cuda device (or a `path` ending in `.cu`)
+    runs its CUDA C without being asked."""
     stem = _stem(path)
     if ll is None and path.endswith(".ll") and not path.endswith(".raw.ll"):
         ll = path
+    if cu is None and path.endswith(".cu"):
+        cu = path
     meta = _read_json(stem + ".json")
+    if cu is None and ll is None and meta.get("language") == "CUDA C":
+        cu = True
+    if cu and ll is not None:
+        raise ReplayError("replay runs a kernel's .ll or its .cu, not both")
+    values = _inputs(stem, meta)
+    if cu:
+        result = _run_cuda(stem, meta, values, stem + ".cu" if cu is True else cu, runs, emulate)
+    else:
+        result = _run_llvm(stem, meta, values, ll, runs)
+    result.inputs_dumped = all(
+        os.path.exists(f"{stem}.in{k}.npy") for k in range(len(meta["inputs"]))
+    )
+    graph_path = stem + ".graph.pkl"
+    if os.path.exists(graph_path):
+        with open(graph_path, "rb") as f:
+            graph = pickle.load(f)
+        result.reference = _reference(graph, values, meta)
+        result.mismatches = [
+            m
+            for k, (a, b) in enumerate(zip(result.outputs, result.reference))
+            if (m := _difference(k, a, b)) is not None
+        ]
+    return result
+
+
+def _read_source(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError as e:
+        raise ReplayError(f"cannot read {path}: {e}") from None
+
+
+def _run_llvm(stem: str, meta: dict, values: list, ll: str | None, runs: int) -> Replay:
+    """The kernel's LLVM IR compiled with llvmlite and called over the CPU's threads."""
     if meta.get("language") != "LLVM IR":
         raise ReplayError(
-            f"{stem}: kernel {meta.get('name')} ran as {meta.get('language')}; replay runs "
-            "the CPU's LLVM IR only (dump it from a run on the cpu device)"
+            f"{stem}: kernel {meta.get('name')} ran as {meta.get('language')}; it has no "
+            "LLVM IR to replay (replay its CUDA C: --cu)"
         )
     source_path = ll or stem + ".ll"
-    try:
-        with open(source_path) as f:
-            source = f.read()
-    except OSError as e:
-        raise ReplayError(f"cannot read {source_path}: {e}") from None
+    source = _read_source(source_path)
     symbol = meta["name"]
     if f"@{symbol}(" not in source:
         raise ReplayError(f"{source_path} defines no function @{symbol}, the dumped kernel")
-    values = _inputs(stem, meta)
-    dumped = all(os.path.exists(f"{stem}.in{k}.npy") for k in range(len(meta["inputs"])))
     # renamed for this text: the compiler keeps one kernel per name, and the name of an
     # edited file's kernel is the dumped one's
     own = f"{symbol}_replay_{hashlib.sha256(source.encode()).hexdigest()[:12]}"
@@ -139,18 +199,44 @@ def replay(path: str, ll: str | None = None, runs: int = 10) -> Replay:
         launch(kernel, meta["extent"], meta["work"], ptrs)
         times.append(time.perf_counter() - t0)
     got = [b.numpy().reshape(p["shape"]).copy() for b, p in zip(outs, meta["outputs"])]
-    result = Replay(symbol, source_path, got, None, seconds=statistics.median(times))
-    result.inputs_dumped = dumped
-    graph_path = stem + ".graph.pkl"
-    if os.path.exists(graph_path):
-        with open(graph_path, "rb") as f:
-            graph = pickle.load(f)
-        result.reference = _reference(graph, values, meta)
-        result.mismatches = [
-            m
-            for k, (a, b) in enumerate(zip(got, result.reference))
-            if (m := _difference(k, a, b)) is not None
-        ]
+    return Replay(symbol, source_path, got, None, seconds=statistics.median(times))
+
+
+def _run_cuda(
+    stem: str, meta: dict, values: list, source_path: str, runs: int, emulate: bool
+) -> Replay:
+    """The kernel's CUDA C compiled and launched as the cuda backend would launch it
+    (`runtime/cuda_replay.py`), on the GPU or the emulator."""
+    if "cuda_launches" not in meta:
+        raise ReplayError(
+            f"{stem}.json records no CUDA launches: dump the kernel again with this version "
+            "of fusegrad to replay its .cu"
+        )
+    record = meta["cuda_launches"]
+    if record is None:
+        raise ReplayError(f"{stem}: kernel {meta['name']} has no CUDA C to replay: "
+                          f"{meta.get('cuda_note', 'none was rendered')}")  # fmt: skip
+    source = _read_source(source_path)
+    for ln in record["launches"]:
+        if not re.search(rf"__global__[^(]*\b{re.escape(ln['symbol'])}\s*\(", source):
+            raise ReplayError(
+                f"{source_path} defines no __global__ function {ln['symbol']}, which the "
+                "dumped kernel launches"
+            )
+    try:
+        run = run_cuda_source(
+            source,
+            record,
+            [(v, to_dtype(p["dtype"])) for v, p in zip(values, meta["inputs"])],
+            [(p["elements"], to_dtype(p["dtype"])) for p in meta["outputs"]],
+            runs,
+            emulate,
+        )
+    except CudaReplayError as e:
+        raise ReplayError(f"{source_path}: {e}") from None
+    got = [v.reshape(p["shape"]) for v, p in zip(run.outputs, meta["outputs"])]
+    result = Replay(meta["name"], source_path, got, None, seconds=run.seconds)
+    result.device, result.emulated = run.device, run.emulated
     return result
 
 
@@ -247,25 +333,30 @@ def main(argv: list[str] | None = None) -> int:
     there is nothing to check), 1 (it differs from the reference) or 2 (a bad command
     line, or a kernel that cannot be replayed)."""
     argv = sys.argv[1:] if argv is None else argv
-    ll, runs, paths = None, 10, []
+    ll, cu, emulate, runs, paths = None, None, False, 10, []
     try:
-        it = iter(argv)
-        for a in it:
+        args = list(argv)
+        while args:
+            a = args.pop(0)
             if a == "--ll":
-                ll = next(it)
+                ll = args.pop(0)
+            elif a == "--cu":  # an edited file may follow
+                cu = args.pop(0) if args and args[0].endswith(".cu") else True
+            elif a == "--emulate":
+                emulate = True
             elif a == "--runs":
-                runs = int(next(it))
+                runs = int(args.pop(0))
             elif a.startswith("-"):
                 raise ValueError(a)
             else:
                 paths.append(a)
-    except (StopIteration, ValueError):
+    except (IndexError, ValueError):
         paths = []
     if len(paths) != 1:
         print(USAGE + "\n\n" + __doc__.split("\n\n", 1)[1].split(">>>")[0].strip(), file=sys.stderr)
         return 2
     try:
-        result = replay(paths[0], ll=ll, runs=runs)
+        result = replay(paths[0], ll=ll, runs=runs, cu=cu, emulate=emulate)
     except ReplayError as e:
         print(f"python -m fusegrad.replay: {e}", file=sys.stderr)
         return 2

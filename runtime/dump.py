@@ -5,15 +5,18 @@ plan's kernels the first time the plan runs while a dump folder is set, so a
 training loop writes its step's kernels once, not once per step.
 
 Each kernel comes with what running it alone takes (`NNN_name.json`: its symbol, its
-parameters' shapes, dtypes and strides, its loop's extent) and, under
+parameters' shapes, dtypes and strides, its loop's extent, and the launches of its
+`.cu`: each grid, block, shared memory, scratch buffer and tensor map the cuda backend
+would use, `cuda_launch_record`) and, under
 `FUSEGRAD_DUMP_INPUTS=1`, its input values as they were on that run
 (`NNN_name.in<k>.npy`) and its nodes (`NNN_name.graph.pkl`, `kernel_graph`), so that
 `python -m fusegrad.replay dir/NNN_name` (`frontend/replay.py`) runs it, times it and
-checks it against the reference evaluator.
+checks it against the reference evaluator (`--cu`: its CUDA C, on a GPU or the emulator).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pickle
@@ -22,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..codegen.cuda import CudaKernel, cuda_kernel
 from . import forksafe
 from .config import config, warn_unusable_folder
 
@@ -30,6 +34,8 @@ if TYPE_CHECKING:
 
 
 GRAPH_FORMAT = 1  # the layout of `kernel_graph`'s description (replay checks it)
+# why a kernel has no CUDA C to replay (`NNN_name.json`'s "cuda_note", its "cuda_launches" null)
+NO_CUDA_C = "an AMX or vdpbf16ps tile kernel: CUDA C has no such instructions (its .cu says so)"
 
 
 def kernel_graph(item) -> dict:
@@ -154,11 +160,14 @@ def _dump(folder_name: str, plan: Plan, records: list[KernelRecord]) -> None:
                 continue
             stem = f"{len(folder.files):03d}_{rec.name}"
             folder.files[rec.name] = stem
+            gpu = gpu_kernel(rec)
             for ext, comment, text in _DUMP_FILES:
+                # (the .cu is the source of the launches the .json records: rendered once)
+                body = gpu.source if ext == ".cu" and gpu is not None else text(rec)
                 with open(os.path.join(folder_name, stem + ext), "w") as f:
-                    f.write(kernel_header(rec, comment) + text(rec))
+                    f.write(kernel_header(rec, comment) + body)
             step = plan.steps[k] if k < len(plan.steps) else None
-            _write_replay_files(os.path.join(folder_name, stem), rec, step, values)
+            _write_replay_files(os.path.join(folder_name, stem), rec, step, values, gpu)
             folder.manifest.append(
                 {
                     "file": stem,
@@ -195,9 +204,44 @@ def _dump(folder_name: str, plan: Plan, records: list[KernelRecord]) -> None:
             json.dump(folder.launches, f, indent=1)
 
 
-def _write_replay_files(base: str, rec: KernelRecord, step, values) -> None:
-    """`base.json`, what running the kernel alone takes, and where the record has them,
-    its input values (`base.in<k>.npy`) and its nodes (`base.graph.pkl`)."""
+def gpu_kernel(rec: KernelRecord) -> CudaKernel | None:
+    """The kernel as the cuda backend launches it: the one that ran, on a cuda device; else
+    rendered as the cuda backend's defaults render it (no TF32, 48 KiB of shared memory a
+    block: `KernelRecord.cuda_c`'s text). None for a tile kernel, which has no CUDA C."""
+    if rec.compiled.language == "CUDA C":
+        return rec.compiled.kernel
+    if rec.loop.uses_tiles:
+        return None
+    return cuda_kernel(rec.loop, rec.compiled.symbol)
+
+
+def cuda_launch_record(kernel: CudaKernel) -> dict:
+    """What launching `kernel`'s CUDA C takes, as plain data (`NNN_name.json`'s
+    "cuda_launches"): its launches in order (symbol, grid, block, dynamic shared memory in
+    bytes), each given `(*outputs, *inputs, *scratch)`; the scratch buffers (dtype,
+    elements) the caller allocates; and the tensor maps a build for sm_90a takes after
+    them (`TensorMap`'s fields). `runtime/cuda_replay.py` reads it back (`kernel_from_record`)."""
+    return {
+        "launches": [
+            {
+                "symbol": ln.symbol,
+                "grid": list(ln.grid),
+                "block": list(ln.block),
+                "shared_bytes": ln.shared_bytes,
+            }
+            for ln in kernel.launches
+        ],
+        "scratch": [{"dtype": dt.name, "elements": count} for dt, count in kernel.scratch],
+        "tensor_maps": [dataclasses.asdict(m) for m in kernel.tensor_maps],
+        "call": "each launch in order: f(*outputs, *inputs, *scratch[, tensor maps]): "
+        "runtime/cuda.py launch",
+    }
+
+
+def _write_replay_files(base: str, rec: KernelRecord, step, values, gpu: CudaKernel | None) -> None:
+    """`base.json`, what running the kernel alone takes (on the CPU, and its `.cu`: `gpu`'s
+    launches), and where the record has them, its input values (`base.in<k>.npy`) and its
+    nodes (`base.graph.pkl`)."""
 
     def param(shape, dtype: str) -> dict:
         strides, size = [], 1
@@ -225,7 +269,10 @@ def _write_replay_files(base: str, rec: KernelRecord, step, values) -> None:
         "inputs": [param(s, d) for s, d in zip(rec.input_shapes, rec.input_dtypes)],
         "input_values": have_values,
         "graph": rec.graph is not None,
+        "cuda_launches": cuda_launch_record(gpu) if gpu is not None else None,
     }
+    if gpu is None:
+        meta["cuda_note"] = NO_CUDA_C
     with open(base + ".json", "w") as f:
         json.dump(meta, f, indent=1)
 
