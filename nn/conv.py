@@ -55,6 +55,7 @@ from .correlate import (
     transposed_by_phases,
     window_reads,
 )
+from .fold import add_blocks
 from .module import Module, place, placeholder_parameter
 from .padding import pad
 
@@ -123,10 +124,7 @@ def convnd(
     tensors = [x, weight] + ([] if bias is None else [bias])
     # (whether the input's gradient is wanted: the backward shares a padded copy only then)
     params = (tuple(pads), stride, dilation, groups, n, op, x.requires_grad)
-    spatial = [
-        (size + p0 + p1 - d * (k - 1) - 1) // s + 1
-        for size, (p0, p1), k, s, d in zip(x.shape[2:], pads, kernel, stride, dilation)
-    ]
+    spatial = output_sizes(x.shape[2:], pads, kernel, stride, dilation)
     if all(o > 0 for o in spatial) and all(t.dtype is x.dtype for t in tensors):
         # every layer of a convolutional network, every step: one macro node, not 17-29
         return composite("conv", tensors, params, (batch, cout, *spatial), x.dtype)
@@ -204,10 +202,7 @@ def pixel_gemm_pays(x: Tensor, weight: Tensor, pads, stride, dilation, groups: i
     if x.dtype.name != "float32" or weight.shape[0] % CHANNEL_LANES:
         return False
     kernel = weight.shape[2:]
-    outs = [
-        (size + b + a - d * (k - 1) - 1) // s + 1
-        for size, (b, a), k, s, d in zip(x.shape[2:], pads, kernel, stride, dilation)
-    ]
+    outs = output_sizes(x.shape[2:], pads, kernel, stride, dilation)
     if any(o <= 0 for o in outs) or 0 in x.shape:
         return False
     depth = weight.shape[1] * math.prod(kernel)
@@ -232,32 +227,23 @@ def _pixel_columns(x: Tensor, w_shape, pads, stride, dilation, op: str) -> Tenso
 
 def _columns_to_image(cols: Tensor, x_shape, w_shape, pads, stride, dilation) -> Tensor:
     """The adjoint of `_pixel_columns` (col2im): the rows (N * prod(outs), C * K) summed
-    back into an input of `x_shape`, each tap's column spread by the stride, shifted to its
-    place in the padded input and added (pads and adds, which fuse), then the padding cut."""
+    back into the padded input (`add_blocks`, F.fold's sum), then the padding cut."""
     batch, cin = x_shape[:2]
-    kernel = w_shape[2:]
     spatial = x_shape[2:]
-    outs = [
+    outs = output_sizes(spatial, pads, w_shape[2:], stride, dilation)
+    cols = cols.reshape(batch, *outs, cin, *w_shape[2:]).permute(0, 3, 4, 5, 1, 2)
+    padded = [size + b + a for size, (b, a) in zip(spatial, pads)]
+    out = add_blocks(cols, padded, stride, dilation)
+    (top, _), (left, _) = pads
+    return out[:, :, top : top + spatial[0], left : left + spatial[1]]
+
+
+def output_sizes(spatial, pads, kernel, stride, dilation) -> list[int]:
+    """A convolution's output sizes along its spatial axes (padding pairs per axis)."""
+    return [
         (size + b + a - d * (k - 1) - 1) // s + 1
         for size, (b, a), k, s, d in zip(spatial, pads, kernel, stride, dilation)
     ]
-    cols = cols.reshape(batch, *outs, cin, *kernel).permute(0, 3, 1, 2, 4, 5)
-    padded_sizes = [size + b + a for size, (b, a) in zip(spatial, pads)]
-    spread = [(o - 1) * s + 1 for o, s in zip(outs, stride)]
-    out = None
-    for i in range(kernel[0]):
-        for j in range(kernel[1]):
-            piece = dilate(cols[:, :, :, :, i, j], stride, 2)  # (N, C, spread_h, spread_w)
-            top, left = i * dilation[0], j * dilation[1]
-            piece = piece.pad(
-                (
-                    left, padded_sizes[1] - left - spread[1],
-                    top, padded_sizes[0] - top - spread[0],
-                )
-            )  # fmt: skip
-            out = piece if out is None else out + piece
-    (top, _), (left, _) = pads
-    return out[:, :, top : top + spatial[0], left : left + spatial[1]]
 
 
 def _conv_as_gemm(x: Tensor, weight: Tensor, pads, stride, dilation, op: str) -> Tensor:
@@ -273,10 +259,7 @@ def _conv_as_gemm(x: Tensor, weight: Tensor, pads, stride, dilation, op: str) ->
     rows = _pixel_columns(x, w_shape, pads, stride, dilation, op)
     flat = weight.reshape(cout, rows.shape[1])
     y = rows @ flat.t()  # (N * pixels, Cout)
-    outs = [
-        (size + b + a - d * (k - 1) - 1) // s + 1
-        for size, (b, a), k, s, d in zip(x_shape[2:], pads, w_shape[2:], stride, dilation)
-    ]
+    outs = output_sizes(x_shape[2:], pads, w_shape[2:], stride, dilation)
     wanted = (gradient_wanted(x), gradient_wanted(weight))
 
     def rule(g, x, weight):

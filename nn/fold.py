@@ -54,6 +54,25 @@ def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tenso
     return win.permute(0, 1, 4, 5, 2, 3).reshape(n, c * k[0] * k[1], blocks[0] * blocks[1])
 
 
+def add_blocks(cols: Tensor, padded, stride, dilation) -> Tensor:
+    """The 2-D blocks `cols` (N, C, kh, kw, blocks_h, blocks_w) summed into an image of the
+    `padded` size (N, C, *padded): each kernel position's column spread out by the stride
+    and shifted into place, then added (pads and adds, which fuse). `fold`'s sum, and a
+    convolution's input gradient from its windows' rows (nn/conv.py)."""
+    kh, kw, bh, bw = cols.shape[2:]
+    spread = [(b - 1) * st + 1 for b, st in zip((bh, bw), stride)]
+    out = None
+    for i in range(kh):
+        for j in range(kw):
+            piece = dilate(cols[:, :, i, j], stride, 2)  # (N, C, spread_h, spread_w)
+            top, left = i * dilation[0], j * dilation[1]
+            piece = piece.pad(
+                (left, padded[1] - left - spread[1], top, padded[0] - top - spread[0])
+            )
+            out = piece if out is None else out + piece
+    return out
+
+
 def fold(input: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
     """Sum the columns of (N, C*kh*kw, L) (or (C*kh*kw, L)) back into (N, C, H, W): the
     adjoint of `unfold`, where overlapping blocks add up."""
@@ -87,17 +106,7 @@ def fold(input: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=
         )
     c = ck // (k[0] * k[1])
     cols = input.reshape(n, c, k[0], k[1], blocks[0], blocks[1])
-    padded = (size[0] + 2 * p[0], size[1] + 2 * p[1])
-    spread = [(b - 1) * st + 1 for b, st in zip(blocks, s)]
-    out = None
-    for i in range(k[0]):
-        for j in range(k[1]):
-            piece = dilate(cols[:, :, i, j], s, 2)  # (N, C, spread_h, spread_w)
-            top, left = i * d[0], j * d[1]
-            piece = piece.pad(
-                (left, padded[1] - left - spread[1], top, padded[0] - top - spread[0])
-            )
-            out = piece if out is None else out + piece
+    out = add_blocks(cols, (size[0] + 2 * p[0], size[1] + 2 * p[1]), s, d)
     if any(p):
         out = out[:, :, p[0] : p[0] + size[0], p[1] : p[1] + size[1]]
     return out

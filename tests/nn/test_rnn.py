@@ -538,3 +538,39 @@ def test_a_gradient_penalty_through_a_recurrent_layer_matches_central_difference
 
     args = [fg.tensor(a, requires_grad=True) for a in (w_hh0, w_ih0, b0)]
     assert fg.testing.gradcheck(penalty, args)
+
+
+def test_an_lstm_layer_equals_its_cell_step_by_step_at_special_points():
+    # the layer's steps project h through _RecurrentProjection (its carrier adds -0.0);
+    # the cell projects it plainly: outputs and states bit for bit, signs of zero, an
+    # infinity and a NaN included, and the gradients equal where both are finite
+    fg.manual_seed(0)
+    lstm, cell = nn.LSTM(2, 2), nn.LSTMCell(2, 2)
+    values = np.array([[0.0, 0.5, -0.5, 1.0], [-1.0, 0.0, 0.5, -0.0]], np.float32)
+    w_ih = np.tile(values.reshape(4, 2), (2, 1))  # (8, 2): weights of 0, +-0.5, +-1, -0
+    w_hh = -w_ih[:, ::-1].copy()
+    bias = np.array([0.0, -0.0, 0.5, -0.5, 1.0, -1.0, 0.0, -0.0], np.float32)
+    for module, names in ((lstm, ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0")),
+                          (cell, ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))):  # fmt: skip
+        for name, value in zip(names, (w_ih, w_hh, bias, -bias)):
+            getattr(module, name).data = fg.tensor(value)
+    x0 = np.array(
+        [[[0.0, -0.0], [1.0, -1.0]], [[-0.0, -0.0], [2.0, np.inf]], [[0.5, -0.5], [np.nan, 0.0]]],
+        np.float32,
+    )
+    x1, x2 = fg.tensor(x0, requires_grad=True), fg.tensor(x0, requires_grad=True)
+    out, (h, c) = lstm(x1)
+    state, outs = None, []
+    for t in range(3):
+        state = cell(x2[t], state)
+        outs.append(state[0])
+    got, want = [out, h[0], c[0]], [fg.stack(outs), state[0], state[1]]
+    for a, b in zip(got, want):
+        a, b = a.detach().numpy(), b.detach().numpy()
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(np.signbit(a), np.signbit(b))
+    (out.sum() + c.sum()).backward()
+    (fg.stack(outs).sum() + state[1].sum()).backward()
+    ok = np.isfinite(x1.grad.numpy()) & np.isfinite(x2.grad.numpy())
+    np.testing.assert_allclose(x1.grad.numpy()[ok], x2.grad.numpy()[ok], rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(np.isnan(x1.grad.numpy()), np.isnan(x2.grad.numpy()))
