@@ -35,6 +35,9 @@ class DType:
     # registers (arithmetic in float32, rounded once when stored, as PyTorch's opmath)
     storage: str = ""
 
+    def __reduce__(self):  # unpickled as the one object of its name (identity is equality)
+        return (_named, (self.name,))
+
     @property
     def np(self) -> str:
         return self.name
@@ -114,6 +117,11 @@ DEFAULT_INT = int64
 _BY_NAME = {d.name: d for d in ALL_DTYPES}
 _BY_NAME.update({"byte": uint8, "char": int8, "short": int16, "half": float16})  # torch's names
 _default_float = [float32]  # a list so that `set_default_float` changes it for every importer
+
+
+def _named(name: str) -> DType:
+    """The dtype of this name: what a pickled dtype becomes."""
+    return _BY_NAME[name]
 
 
 def default_float() -> DType:

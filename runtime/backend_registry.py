@@ -104,6 +104,18 @@ class Backend(ABC):
         whatever else a plan built here depends on (the implementation behind it)."""
         return (device, key)
 
+    def disk_plan_key(self, key: tuple, device: str) -> str | None:
+        """Where a plan of structure `key` is kept on disk (`runtime/plan_store.py`), or None:
+        a backend that says nothing keeps its plans in memory only."""
+        return None
+
+    def load_plan(self, disk_key: str):
+        """The plan kept on disk under `disk_key`, its kernels loaded, or None."""
+        return None
+
+    def store_plan(self, disk_key: str, plan) -> None:
+        """Keep `plan` on disk under `disk_key` for the next process."""
+
     def copy_key(self, device: str):
         """What a copy of host data on `device` is kept under (`HostTable.on`)."""
         return device

@@ -120,6 +120,9 @@ class Config:
     # processes that compile a new schedule's kernels side by side (runtime/compiler.py)
     compile_workers: int = 1
     program: bool = True  # run cached schedules as one native call per thread
+    # new plans are kept in the disk cache and a new process reads them from there, not
+    # scheduling them again (runtime/plan_store.py)
+    disk_plans: bool = True
     plan_cache_size: int = 512  # compiled schedules kept in memory (least recently used go)
     # compiled kernels' object files kept in memory; machine code is freed once no cached
     # plan uses it (runtime/compiler.py)
@@ -170,6 +173,7 @@ class Config:
             threads=threads if threads > 0 else _usable_cpus(),
             cache=None if cache.lower() in ("off", "0", "") else cache,
             program=program != 0,
+            disk_plans=_int_env("FUSEGRAD_DISK_PLANS", 1, "0 or 1", (0, 1)) != 0,
             compile_workers=_int_env(
                 "FUSEGRAD_COMPILE_WORKERS", 0, "a number of processes (0: one per core, up to 8)"
             )

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..codegen.llvm import reads_cancel_word, render_llvm
 from ..codegen.lower import kernel_symbol, lower
-from . import autotune, forksafe, item_cache, phases, pool
+from . import autotune, forksafe, item_cache, phases, plan_store, pool
 from .amx import amx_ready, dpbf16_ready
 from .backend_registry import Backend, register_backend
 from .buffer import Buffer, clear_pool, give_scratch, take_scratch
@@ -177,6 +177,20 @@ class CpuBackend(Backend):
 
     def plan_key(self, device: str, key: tuple) -> tuple:
         return key  # the host's plans are keyed by their structure alone
+
+    def disk_plan_key(self, key: tuple, device: str) -> str | None:
+        options = _options_key() + " " + repr(sorted(self.schedule_options.items()))
+        return plan_store.plan_key(key, device, options)
+
+    def load_plan(self, disk_key: str) -> Plan | None:
+        with phases.timed("llvm"):  # loading the kernels' object files
+            plan = plan_store.load(disk_key, lambda loop, source: _job(loop, source)[2])
+        if plan is not None and effective_threads() > 1:
+            pool.compile_ahead()
+        return plan
+
+    def store_plan(self, disk_key: str, plan: Plan) -> None:
+        plan_store.store(disk_key, plan)
 
     def alloc(self, size: int, dtype, device: str) -> Buffer:
         return Buffer(size, dtype)

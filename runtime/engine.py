@@ -85,7 +85,7 @@ class Engine:
         self._held: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
         self._oversized: Plan | None = None  # the last plan larger than the kernel bound
         self._plans_lock = forksafe.Lock()
-        self.stats = {"scheduled": 0, "schedule_hits": 0}
+        self.stats = {"scheduled": 0, "schedule_hits": 0, "plans_from_disk": 0}
         # called after every run with the plan and its kernels' records
         self.observers: list[Callable[[Plan, list[KernelRecord]], None]] = [dump_new_plans]
         self._local = threading.local()
@@ -247,7 +247,19 @@ class Engine:
                     warn_recompile(f"fusegrad: {text}", site)
         before = phases.snapshot() if config.debug >= 1 else None
         with compiler_batch():  # one engine for the plan's new kernels, freed with them
-            plan = compile_plan(todo, leaves, has_value, device)
+            # a warm start reads the plan itself from the disk cache (runtime/plan_store.py)
+            disk_key = backend.disk_plan_key(key, device)
+            plan = backend.load_plan(disk_key) if disk_key is not None else None
+            if plan is None:
+                plan = compile_plan(todo, leaves, has_value, device)
+                if disk_key is not None:  # (keyed anew: the autotuner may have chosen tiles)
+                    disk_key = backend.disk_plan_key(key, device)
+                    backend.store_plan(disk_key, plan)
+            else:
+                self.stats["plans_from_disk"] += 1
+                _finish(plan)
+                if config.debug >= 1:
+                    _log(f"plan read from the disk cache: {len(plan.steps)} kernel(s)")
             backend.prepare(plan)
         if 0 < config.gc_freeze <= len(plan.steps):
             self.freeze_pending = True
@@ -462,11 +474,16 @@ def compile_plan(todo: list[Node], leaves: list[Node], has_value, device: str = 
         ]
         outs = [(position[id(n)][1], n.numel, n.dtype) for n in item.outputs]
         steps.append(Step(rec, extent, work, outs, [position[id(n)] for n in item.inputs], frees))
-    plan = Plan(steps, [position[id(n)][1] for n in todo], slots, len(leaves), device)
-    plan.backend = get_backend(device)
-    plan.parallel = any(runs_parallel(s.extent, s.work) for s in steps)
+    return _finish(Plan(steps, [position[id(n)][1] for n in todo], slots, len(leaves), device))
+
+
+def _finish(plan: Plan) -> Plan:
+    """What a plan derives from its steps: its backend, whether it runs in parallel, and the
+    records a run through its native program reports."""
+    plan.backend = get_backend(plan.device)
+    plan.parallel = any(runs_parallel(s.extent, s.work) for s in plan.steps)
     plan.records = [
-        replace(s.record, seconds=None, cache="memory", compile_seconds=0.0) for s in steps
+        replace(s.record, seconds=None, cache="memory", compile_seconds=0.0) for s in plan.steps
     ]
     return plan
 

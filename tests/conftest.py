@@ -146,8 +146,14 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_configure(config):
     # (the markers are registered in pyproject.toml, with --strict-markers)
+    import fusegrad as fg
+
+    # in this process no plan comes from or goes to the disk (runtime/plan_store.py): tests
+    # that patch the scheduler or lowering and forget the plans in memory get fresh plans,
+    # and no plan made under a patch reaches the disk (tests/runtime/test_plan_store.py
+    # turns it on itself; programs run in child processes use it)
+    fg.config.disk_plans = False
     if TEST_DEVICE != "cpu":
-        import fusegrad as fg
         from fusegrad import devices
 
         fg.set_default_device(TEST_DEVICE)
