@@ -114,7 +114,8 @@ class Backend(ABC):
         return None
 
     def store_plan(self, disk_key: str, plan) -> None:
-        """Keep `plan` on disk under `disk_key` for the next process."""
+        """Keep `plan` on disk under `disk_key` for the next process (nothing, here)."""
+        return None
 
     def copy_key(self, device: str):
         """What a copy of host data on `device` is kept under (`HostTable.on`)."""
