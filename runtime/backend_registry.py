@@ -117,6 +117,11 @@ class Backend(ABC):
         """Keep `plan` on disk under `disk_key` for the next process (nothing, here)."""
         return None
 
+    def rebuild(self, plan) -> None:
+        """Make `plan` ready again after some of its kernels were replaced (`prepare` once
+        more, by default)."""
+        self.prepare(plan)
+
     def copy_key(self, device: str):
         """What a copy of host data on `device` is kept under (`HostTable.on`)."""
         return device

@@ -146,6 +146,10 @@ class Config:
     # (runtime/autotune.py); off: the fixed choice for the CPU (the tests' setting)
     autotune: bool = True
     autotune_budget: float = 10.0  # seconds a process may spend timing tiles
+    # a new plan's untuned contractions run with the fixed tile until the plan has run this
+    # many times, then are tuned and replaced (a first step times nothing); 0: tuned while
+    # the plan is compiled
+    autotune_after: int = 10
     # the CUDA emulator ends every device buffer where a page no access is allowed to
     # begins (1), or starts it where one ends (2): a kernel reading or writing past that
     # end stops at the access, with its name (runtime/cuda_emulator.py `guarded_array`)
@@ -192,6 +196,9 @@ class Config:
             gc_freeze=_int_env("FUSEGRAD_GC_FREEZE", 256, "a number of kernels (0: never)"),
             autotune_budget=float(
                 _int_env("FUSEGRAD_AUTOTUNE_BUDGET", 10, "seconds (at most 10**9)", most=10**9)
+            ),
+            autotune_after=_int_env(
+                "FUSEGRAD_AUTOTUNE_AFTER", 10, "a number of runs (0: while compiling)"
             ),
             emu_guard=_int_env("FUSEGRAD_EMU_GUARD", 0, "0, 1 or 2", (0, 1, 2)),
         )

@@ -304,15 +304,22 @@ class CpuBackend(Backend):
             if effective_threads() > 1:  # the worker pool's code, compiled beside this
                 pool.compile_ahead()
 
+        tuner = autotune.tuner_for_config(self.compile)
+        # with FUSEGRAD_AUTOTUNE_AFTER=n a new plan's untuned contractions keep the fixed
+        # tile, provisional, until the plan has run n times (the engine tunes it then)
+        later = config.autotune_after > 0
         if compile_workers(len(items)) > 1 and not forksafe.may_fork():
             forked()
-            return [(*rendered(k), None) for k in range(len(items))]
+            with autotune.deferred(tuner if later else None):
+                made = [(*rendered(k), None) for k in range(len(items))]
+            return _kept_for_later(made)
 
         before = sum(phases.seconds[p] for p in ("lower", "render", "llvm"))
         t0 = time.perf_counter()
-        tuner = autotune.tuner_for_config(self.compile)
         with autotune.deferred(tuner):  # (a candidate timed beside the copies: their load)
             made = side_by_side(len(items), make, compile_workers(len(items)), forked)
+        if later:
+            made = _kept_for_later(made)
         for k, (loop, _, _) in enumerate(made):
             if loop.tune_later:  # the copies are done: its tiles are timed now, alone
                 made[k] = make(k)
@@ -323,6 +330,13 @@ class CpuBackend(Backend):
     def prepare(self, plan: Plan) -> None:
         if config.program:
             _build_program(plan)  # now, so that later runs compile nothing
+
+    def rebuild(self, plan: Plan) -> None:
+        """After `plan`'s kernels were replaced (tuned): a new native program. The old one's
+        arrays and kernel table stay alive (a run on another thread may be using them)."""
+        plan.retired.append((plan.program, plan.fns, plan.ready))
+        plan.program, plan.ready = None, []
+        self.prepare(plan)
 
     def run(self, plan: Plan, leaves: list[Buffer]):
         if len(plan.steps) == 1:
@@ -341,6 +355,15 @@ class CpuBackend(Backend):
     def launch(self, step, outs: list[Buffer], inputs: list[Buffer], timed: bool) -> None:
         ptrs = [b.ptr for b in outs] + [b.ptr for b in inputs]
         launch(step.record.compiled, step.extent, step.work, ptrs)
+
+
+def _kept_for_later(made: list[tuple]) -> list[tuple]:
+    """`made` with the kernels marked `tune_later` kept as they are, with the fixed tile,
+    provisional: the engine tunes them once their plan has run `config.autotune_after`
+    times (`Engine.tune`), so a first step waits for no timing."""
+    for loop, _, _ in made:
+        loop.tune_later = False
+    return made
 
 
 def _render(loop) -> str:

@@ -261,6 +261,7 @@ class Engine:
                 if config.debug >= 1:
                     _log(f"plan read from the disk cache: {len(plan.steps)} kernel(s)")
             backend.prepare(plan)
+        plan.key = key
         if 0 < config.gc_freeze <= len(plan.steps):
             self.freeze_pending = True
         if before is not None:
@@ -319,8 +320,45 @@ class Engine:
         if not timed and config.debug == 0:
             done = plan.backend.run(plan, leaves)
             if done is not None:
+                if plan.tune_at:
+                    self._count_run(plan)
                 return done
-        return self._execute_steps(plan, leaves, timed)
+        done = self._execute_steps(plan, leaves, timed)
+        if plan.tune_at:
+            self._count_run(plan)
+        return done
+
+    def _count_run(self, plan: Plan) -> None:
+        """One more run of a plan with kernels left to tune: tune them at its `tune_at`-th."""
+        plan.runs += 1
+        if plan.runs >= plan.tune_at:
+            plan.tune_at = 0
+            self.tune(plan)
+
+    def tune(self, plan: Plan) -> None:
+        """Lower the plan's kernels that have a provisional tile again, the autotuner
+        timing their candidate tiles now (runtime/autotune.py), and put the new kernels in
+        their steps. A plan whose kernels all have their tuned tiles then is kept on disk."""
+        items, plan.tune_items = plan.tune_items, {}
+        if not items:
+            return
+        backend = plan.backend
+        if config.debug >= 1:
+            _log(f"autotuning {len(items)} kernel(s) of a plan run {plan.runs} times")
+        with compiler_batch():
+            loops = [backend.lower(item) for item in items.values()]
+            compiled = backend.compile_many(loops)
+        for (k, item), loop, kernel in zip(items.items(), loops, compiled):
+            rec, extent, work = _record(item, loop, kernel)
+            old = plan.steps[k]
+            plan.retired.append(old.record.compiled)
+            plan.steps[k] = Step(rec, extent, work, old.outs, old.inputs, old.frees)
+        _finish(plan)
+        backend.rebuild(plan)
+        if plan.key is not None:
+            disk_key = backend.disk_plan_key(plan.key, plan.device)
+            if disk_key is not None:
+                backend.store_plan(disk_key, plan)
 
     def _execute_steps(self, plan, leaves, timed):
         device, backend = plan.device, plan.backend
@@ -474,7 +512,11 @@ def compile_plan(todo: list[Node], leaves: list[Node], has_value, device: str = 
         ]
         outs = [(position[id(n)][1], n.numel, n.dtype) for n in item.outputs]
         steps.append(Step(rec, extent, work, outs, [position[id(n)] for n in item.inputs], frees))
-    return _finish(Plan(steps, [position[id(n)][1] for n in todo], slots, len(leaves), device))
+    plan = Plan(steps, [position[id(n)][1] for n in todo], slots, len(leaves), device)
+    # kernels with a provisional tile are tuned once the plan has run a few times
+    plan.tune_items = {k: item for k, item in enumerate(items) if loops[k].tile_provisional}
+    plan.tune_at = config.autotune_after if plan.tune_items else 0
+    return _finish(plan)
 
 
 def _finish(plan: Plan) -> Plan:

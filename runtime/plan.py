@@ -126,6 +126,13 @@ class Plan:
     ready: list = field(default_factory=list)  # `_program_arrays` sets no run is using
     counters: int = 2  # words of the program's barrier argument (runtime/program.py)
     work: int = 0  # the program's inner iterations in all: a long run is interruptible
+    # kernels compiled with a provisional tile (runtime/autotune.py): step index -> its
+    # schedule item, tuned once the plan has run `tune_at` times (`Engine.tune`)
+    tune_items: dict = field(default_factory=dict)
+    tune_at: int = 0  # 0: nothing to tune
+    runs: int = 0  # runs counted while something is left to tune
+    key: tuple | None = None  # the engine's cache key (the plan is kept on disk under it)
+    retired: list = field(default_factory=list)  # replaced kernels and programs, kept alive
 
 
 def _ran(base: KernelRecord, seconds: float, started: float) -> KernelRecord:

@@ -60,6 +60,7 @@ _NOT_IN_KEY = frozenset(
         "recompile_warning",
         "gc_freeze",
         "autotune_budget",
+        "autotune_after",
         "disk_plans",
     }
 )

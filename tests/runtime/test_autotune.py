@@ -356,7 +356,9 @@ def test_the_switch(monkeypatch):
 def test_a_matmul_tuned_end_to_end_records_its_tile_in_the_dump(tmp_path):
     a, b = special(104, 384), special(384, 128)  # a size no other test builds: a new plan
     want = a.astype(np.float64) @ b.astype(np.float64)
-    with config.override(autotune=True, autotune_budget=30.0, cache=str(tmp_path)):
+    with config.override(
+        autotune=True, autotune_budget=30.0, cache=str(tmp_path), autotune_after=0
+    ):
         y = fg.tensor(a) @ fg.tensor(b)
         np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-4)
         (rec,) = fg.kernels(y)
@@ -415,7 +417,11 @@ def test_kernels_made_side_by_side_are_tuned_after_alone(tmp_path, monkeypatch):
     a, b, c = special(96, 384), special(384, 128), special(192, 384)
     want = [x.astype(np.float64) @ b.astype(np.float64) for x in (a, c)]
     with config.override(
-        autotune=True, autotune_budget=30.0, cache=str(tmp_path), compile_workers=2
+        autotune=True,
+        autotune_budget=30.0,
+        cache=str(tmp_path),
+        compile_workers=2,
+        autotune_after=0,
     ):
         ys = [fg.tensor(x) @ fg.tensor(b) for x in (a, c)]
         fg.realize(*ys)
@@ -440,3 +446,65 @@ def test_a_deferring_tuner_gives_the_fixed_tile_marked_for_later(tmp_path, monke
     assert kernel.tune_later and kernel.tile_provisional
     assert kernel.tile_note.endswith("the fixed choice (to be autotuned)"), kernel.tile_note
     assert not list(tmp_path.glob("autotune/*"))  # nothing timed, nothing saved
+
+
+def test_a_new_plan_waits_for_no_timing_and_is_tuned_once_it_has_run_enough(tmp_path):
+    """FUSEGRAD_AUTOTUNE_AFTER=n: a new plan's untuned contraction runs with the fixed tile,
+    provisional, so its first run times nothing; at its n-th run the engine tunes it and
+    puts the tuned kernel in the plan, which gives the same bits (the candidates sum
+    alike) and is then kept on disk."""
+    from fusegrad.runtime.engine import engine
+
+    a, b = special(112, 384), special(384, 128)  # a size no other test builds: a new plan
+    bias = special(128)
+    want = np.maximum(a.astype(np.float64) @ b.astype(np.float64) + bias, 0)
+    with config.override(
+        autotune=True,
+        autotune_budget=30.0,
+        cache=str(tmp_path),
+        autotune_after=3,
+        disk_plans=True,
+    ):
+        ta, tb, tc = fg.tensor(a), fg.tensor(b), fg.tensor(bias)
+        runs = []
+        for _ in range(4):
+            y = (ta @ tb + tc).relu()
+            runs.append((y.numpy(), fg.kernels(y)[0]))
+        plan_files = list((tmp_path / "plans").rglob("*.pkl"))
+    first, last = runs[0][1], runs[-1][1]
+    assert first.loop.tile_provisional
+    assert first.loop.tile_note.endswith("the fixed choice (to be autotuned)"), first.loop.tile_note
+    assert not list(tmp_path.glob("autotune/*")) or runs  # (nothing timed before run 3)
+    assert "autotuned for float32 sum" in last.loop.tile_note, last.loop.tile_note
+    assert not last.loop.tile_provisional and list((tmp_path / "autotune").iterdir())
+    assert runs[1][1].loop is first.loop and runs[3][1].loop is not first.loop
+    for out, _ in runs:
+        assert out.tobytes() == runs[0][0].tobytes()
+    np.testing.assert_allclose(runs[0][0], want, rtol=1e-4, atol=1e-4)
+    assert len(plan_files) == 1  # kept on disk once every kernel had its tuned tile
+    assert engine.stats["scheduled"] >= 1
+
+
+def test_a_step_under_jit_is_tuned_in_place_too(tmp_path):
+    """A jitted step replays its plans through the engine: they are counted and tuned as
+    in the plain loop, and the replay picks the tuned kernels up."""
+    a, b = special(120, 384), special(384, 128)
+    with config.override(
+        autotune=True, autotune_budget=30.0, cache=str(tmp_path), autotune_after=2
+    ):
+        tb = fg.tensor(b)
+
+        @fg.jit
+        def step(x):
+            return (x @ tb).relu()
+
+        ta = fg.tensor(a)
+        outs = [step(ta) for _ in range(5)]
+        notes = [[r.loop.tile_note for r in fg.kernels(o) if r.loop.tile_note] for o in outs]
+    notes = [n[0] for n in notes if n]  # (a call's records: those of its last plan run)
+    assert notes[0].endswith("(to be autotuned)"), notes[0]
+    assert "autotuned for float32 sum" in notes[-1], notes[-1]
+    for o in outs:
+        assert o.numpy().tobytes() == outs[0].numpy().tobytes()
+    want = np.maximum(a.astype(np.float64) @ b.astype(np.float64), 0)
+    np.testing.assert_allclose(outs[-1].numpy(), want, rtol=1e-4, atol=1e-4)
