@@ -29,7 +29,10 @@ a 95% bootstrap interval (below 1: fusegrad is faster).
 The first step (without `--no-first`): each system's first step in a fresh process (the
 model built, then one step timed), fusegrad's with an empty `FUSEGRAD_CACHE` ("cold")
 and again on the folder it filled ("warm", the disk cache only), with the kernels
-compiled and the CPU time of the process and its compile children.
+compiled and the CPU time of the process and its compile children. The cold process goes
+on for `AFTER_FIRST` more steps, untimed, so that the folder holds what a run of the
+training loop leaves there: its plans are tuned at their tenth run
+(`FUSEGRAD_AUTOTUNE_AFTER`) and only then kept on disk.
 """
 
 from __future__ import annotations
@@ -356,15 +359,21 @@ first = time.perf_counter() - t
 usage = map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
 out = {{"first": first, "cpu": sum(r.ru_utime + r.ru_stime for r in usage)}}
 if system != "torch":
-    from fusegrad.runtime import compiler
+    from fusegrad.runtime import compiler, engine
     out.update(compiled=compiler.stats["compiled"], disk=compiler.stats["disk_hits"])
+    out.update(plans=engine.stats["plans_from_disk"])
+    for i in range({after}):  # the rest of a short run: the cache as a loop leaves it
+        step(*batch(1 + i % 3))
 print(json.dumps(out))
 """
 
 
-def first_step(name: str, system: str, cache: str) -> dict:
+AFTER_FIRST = 11  # steps a cold process runs after its first (see the module docstring)
+
+
+def first_step(name: str, system: str, cache: str, after: int = 0) -> dict:
     """The first step of `system` ("fusegrad" or "torch") in a fresh process."""
-    code = FIRST.format(here=HERE, name=name, system=system)
+    code = FIRST.format(here=HERE, name=name, system=system, after=after)
     env = dict(os.environ, FUSEGRAD_CACHE=cache)
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
@@ -374,7 +383,7 @@ def first_step(name: str, system: str, cache: str) -> dict:
 
 def first_steps(name: str) -> None:
     with tempfile.TemporaryDirectory() as cache:
-        cold = first_step(name, "fusegrad", cache)
+        cold = first_step(name, "fusegrad", cache, after=AFTER_FIRST)
         warm = first_step(name, "fusegrad", cache)
     print(
         f"  first step, fusegrad cold: {cold['first']:.2f} s ({cold['compiled']} kernels "
@@ -382,7 +391,7 @@ def first_steps(name: str) -> None:
     )
     print(
         f"  first step, fusegrad warm: {warm['first']:.2f} s ({warm['compiled']} compiled, "
-        f"{warm['disk']} from disk)"
+        f"{warm['disk']} from disk, {warm['plans']} plan(s) read from disk)"
     )
     try:
         import torch  # noqa: F401

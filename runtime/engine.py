@@ -209,7 +209,8 @@ class Engine:
         return outs
 
     def plan_for(self, todo: list[Node], has_value=None) -> tuple[Plan, list[Node], bool]:
-        """The plan computing `todo`, the nodes it takes as inputs, and whether it is new."""
+        """The plan computing `todo`, the nodes it takes as inputs, and whether it is new
+        (compiled now: its first run is timed kernel by kernel; not a plan read from disk)."""
         has_value = has_value or self.has_value_predicate()
         device = todo[0].device or self.default_device
         backend = get_backend(device)
@@ -250,6 +251,7 @@ class Engine:
             # a warm start reads the plan itself from the disk cache (runtime/plan_store.py)
             disk_key = backend.disk_plan_key(key, device)
             plan = backend.load_plan(disk_key) if disk_key is not None else None
+            fresh = plan is None  # (one read from disk runs as a cached plan: not timed)
             if plan is None:
                 plan = compile_plan(todo, leaves, has_value, device)
                 if disk_key is not None:  # (keyed anew: the autotuner may have chosen tiles)
@@ -273,7 +275,7 @@ class Engine:
             self._store(key, plan)
         if self.plan_observer is not None:
             self.plan_observer(todo, leaves, plan)
-        return plan, leaves, True
+        return plan, leaves, fresh
 
     def _store(self, key: tuple, plan: Plan) -> None:
         """Keep `plan` as the most recently used, then evict the least recently used others
