@@ -53,7 +53,7 @@ VIEWS = ("unsqueeze", "squeeze", "t", "transpose", "swapaxes", "swapdims")
 
 
 def _same_shape(name: str):
-    def method(self, *args, **kwargs):
+    def method(self, *args, **kwargs) -> Tensor:
         return self._inplace(getattr(self, name)(*args, **kwargs), name + "_")
 
     method.__name__ = method.__qualname__ = name + "_"
@@ -62,7 +62,7 @@ def _same_shape(name: str):
 
 
 def _view(name: str):
-    def method(self, *args, **kwargs):
+    def method(self, *args, **kwargs) -> Tensor:
         if autograd_state.enabled() and self.requires_grad and self._is_leaf:
             fail(
                 InplaceError,
