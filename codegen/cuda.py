@@ -122,8 +122,8 @@ class _Renderer(TiledContraction, MmaSteps, WgmmaPipeline):
     def index_vars(self, loops: list[Loop], flat: str, depth: int, narrow: bool = False) -> None:
         """Declare each loop's variable from the flat index over all of them (row-major).
         `narrow`: as 32-bit ints, divided in 32 bits (the caller knows the flat index is
-        below NARROW_LIMIT): a GPU divides 64-bit integers by a constant in many times the
-        instructions."""
+        below `cuda_simt.NARROW_LIMIT`): a GPU divides 64-bit integers by a constant in many
+        times the instructions."""
         whole, suffix, kind = (f"(int){flat}", "", "int") if narrow else (flat, "LL", "long long")
         inner = 1
         for k in range(len(loops) - 1, -1, -1):
@@ -318,6 +318,8 @@ class _Renderer(TiledContraction, MmaSteps, WgmmaPipeline):
             self.line(depth, f"__stwb(({vt}*)&{at}, {self.vector_names[id(s)]});")
 
     def render(self, symbol: str) -> str:
+        """The launch's `__global__` function, named `symbol`: its parameters, shared
+        arrays and the grid's loop over its outputs (or a contraction's tiles)."""
         gpu = self.gpu
         params = []
         for p in self.k.params:
