@@ -3,16 +3,16 @@
 Run:  python benchmarks/gpu_tiles.py [--n 4096] [RA,RB,KC,STAGES,BLOCKS ...]
       (needs a GPU, PyCUDA and PyTorch with CUDA)
 
-A large bfloat16 or float16 matmul runs as one `mma.sync` kernel (codegen/cuda.py's
+A large bfloat16 or float16 matmul runs as one `mma.sync` kernel (codegen/cuda_mma.py's
 `mma16_step`) over a (16 RA) x (16 RB) tile of outputs, KC reduction steps staged in
 shared memory at a time in STAGES buffers, registers left for BLOCKS blocks per
-multiprocessor (`codegen.gpu.HALF_TILE`, `codegen.cuda.HALF_STAGES`, `HALF_MIN_BLOCKS`);
+multiprocessor (`codegen.gpu.HALF_TILE`, `codegen.cuda_simt.HALF_STAGES`, `HALF_MIN_BLOCKS`);
 past 48 KiB of staging the buffers are dynamic shared memory. WGMMA (sm_90a: Hopper) is the
 buffers of the `wgmma.mma_async` pipeline rendered beside it (`codegen.gpu.WGMMA_STAGES`; 0:
 `mma.sync` only), SWAPPED 1 swaps its MN-major descriptors' offsets (a check of the layout
 that must give wrong answers), IN_FLIGHT its wgmma groups left running per step
-(`codegen.cuda.WGMMA_IN_FLIGHT`, 1 by default), TMA 1 stages its steps by the Tensor Memory
-Accelerator instead of cp.async (`codegen.cuda.WGMMA_TMA`, the library's default; a shape
+(`codegen.cuda_wgmma.WGMMA_IN_FLIGHT`, 1 by default), TMA 1 stages its steps by the Tensor Memory
+Accelerator instead of cp.async (`codegen.cuda_wgmma.WGMMA_TMA`, the library's default; a shape
 leaves it 0 unless its ninth field says 1). Each shape runs in a process
 of its own with the disk cache off (the shape is not part of a kernel's cache key), where:
 
@@ -116,7 +116,7 @@ def one_shape(shape: tuple[int, ...], n: int) -> dict:
     import torch
 
     import fusegrad as fg
-    from fusegrad.codegen import cuda, gpu
+    from fusegrad.codegen import cuda, cuda_simt, cuda_wgmma, gpu
 
     sys.path.insert(0, HERE)
     from gpu import fusegrad_kernels, kernel_seconds
@@ -124,12 +124,12 @@ def one_shape(shape: tuple[int, ...], n: int) -> dict:
     defaults = (8, 16, 64, 2, 1, 0, 0, 1, 0)  # the fields a shape leaves out
     ra, rb, kc, stages, blocks, wgmma, swapped, in_flight, tma = (*shape, *defaults[len(shape) :])
     gpu.HALF_TILE = (ra, rb, kc)
-    cuda.HALF_STAGES = stages
+    cuda_simt.HALF_STAGES = stages
     cuda.HALF_MIN_BLOCKS = blocks
     gpu.WGMMA_STAGES = wgmma
-    cuda.WGMMA_MN_SWAPPED = bool(swapped)
-    cuda.WGMMA_IN_FLIGHT = in_flight
-    cuda.WGMMA_TMA = bool(tma)
+    cuda_wgmma.WGMMA_MN_SWAPPED = bool(swapped)
+    cuda_wgmma.WGMMA_IN_FLIGHT = in_flight
+    cuda_wgmma.WGMMA_TMA = bool(tma)
     gpu.HALF_SHARED = 227 * 1024  # let the stages say
 
     def events():

@@ -457,7 +457,7 @@ class Contraction:
     `ldmatrix.x4` and runs every A x B pair through `mma.sync` (16 of them for 64 x 32),
     its fp32 accumulators in registers in the m16n8 C-fragment layout, from which each lane
     runs the epilogue of its own outputs; the steps are staged in as many buffers as fit
-    (`cuda._stages`, up to 4), their rows' 16-byte chunks swizzled against bank conflicts
+    (`cuda_simt.stage_count`, up to 4), their rows' 16-byte chunks swizzled against bank conflicts
     (`fg_swizzle`). A side is staged `[kk][at]` (rows along its
     outputs, read with `ldmatrix.trans`) or, where its loads are contiguous along the
     reduction (`k_inner`), `[at][kk]` (rows along the reduction, read without `.trans`,
@@ -507,7 +507,7 @@ class Contraction:
     @property
     def simt_async(self) -> bool:
         """An fp32 contraction (SIMT, or TF32 WMMA) with a side that is one plain 16-byte
-        load: its steps are staged by `cp.async` in `cuda.SIMT_STAGES` buffers (copies of
+        load: its steps are staged by `cp.async` in `cuda_simt.SIMT_STAGES` buffers (copies of
         the next steps in flight while one is computed), else in two."""
         fp32 = self.mma in (None, "tf32")
         return fp32 and (self.a_vector is not None or self.b_vector is not None)
@@ -537,7 +537,7 @@ def wgmma_tile(c: Contraction, shared_limit: int) -> bool:
     sides are each one plain 16-byte load (`a_vector`, `b_vector`), or such a TF32
     `TF32_TILE` one with at most one batch loop, on a device whose blocks may have
     `WGMMA_STAGES` buffers of it. wgmma reads TF32 operands K-major only: a TF32 side
-    contiguous along its outputs ("m") is copied K-major first (`cuda._Renderer.transposes`)."""
+    contiguous along its outputs ("m") is copied K-major first (`cuda_wgmma.transpose_kernel`)."""
     if WGMMA_STAGES < 3 or c.a_vector is None or c.b_vector is None:
         return False
     if c.mma == "tf32":  # (a side along its outputs is staged from a K-major copy)

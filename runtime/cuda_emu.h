@@ -19,7 +19,7 @@
 //   __nv_bfloat16 m16n16k16; fp32 accumulators) as whole matrices that every thread of the
 //   warp holds and computes alike, __float_to_tf32 rounding as the GPU's cvt.rna.tf32.f32;
 // - the warp-level tensor-core primitives the 16-bit contractions use (fg_ldmatrix_x4,
-//   fg_mma_*_16816 in codegen/cuda.py's prelude): lane-exact, each lane's registers holding
+//   fg_mma_*_16816 in codegen/cuda_prelude.py): lane-exact, each lane's registers holding
 //   what the PTX ISA gives that lane (ldmatrix.m8n8.x4[.trans].b16, mma.sync m16n8k16 with
 //   16-bit inputs and fp32 accumulators); the lanes trade their addresses and fragments
 //   through a per-block table and the barrier, so the whole block calls them together;

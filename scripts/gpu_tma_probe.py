@@ -112,11 +112,12 @@ def wgmma_kernel(tma: bool):
 
     import fusegrad as fg
     from fusegrad.codegen import cuda as cuda_gen
+    from fusegrad.codegen import cuda_wgmma
     from fusegrad.codegen.lower import lower
     from fusegrad.ir.schedule import schedule
     from fusegrad.runtime.engine import engine
 
-    cuda_gen.WGMMA_TMA = tma
+    cuda_wgmma.WGMMA_TMA = tma
     rng = np.random.default_rng(0)
     a = rng.standard_normal((4096, 256), dtype=np.float32).astype(ml_dtypes.bfloat16)
     b = rng.standard_normal((256, 4096), dtype=np.float32).astype(ml_dtypes.bfloat16)

@@ -93,11 +93,11 @@ def test_a_convolutions_input_is_staged_along_its_pixels_in_32_bit_integers():
 def test_a_contraction_past_the_32_bit_limit_stages_in_64_bit_integers(monkeypatch):
     """Where an index may pass NARROW_LIMIT the staging divides in 64 bits (here the limit
     lowered to force it); both ways compute the CPU's values."""
-    import fusegrad.codegen.cuda as cuda_gen
+    from fusegrad.codegen import cuda_simt
 
     data = _data(2, 8, 7, 16, 3, 1)
     _, want = _conv("cpu", data, padding=1)
-    monkeypatch.setattr(cuda_gen, "NARROW_LIMIT", 64)
+    monkeypatch.setattr(cuda_simt, "NARROW_LIMIT", 64)
     _, y = _conv("cuda", data, padding=1)
     (k,) = _kernels([y])
     src = cuda_kernel(k, "k").source

@@ -1,6 +1,6 @@
 """The warp-level tensor-core primitives of the 16-bit contractions, lane by lane.
 
-`fg_ldmatrix_x4` and `fg_mma_16816` (codegen/cuda.py's prelude) run on the emulator as
+`fg_ldmatrix_x4` and `fg_mma_16816` (codegen/cuda_prelude.py) run on the emulator as
 runtime/cuda_emu.h reads the PTX ISA; here each lane's registers are checked against the
 ISA's tables, written out again in Python below (not taken from the header): a matrix of
 distinct values, so that a lane or half given the wrong element shows. On a GPU the same

@@ -114,13 +114,13 @@ def test_the_simt_pipeline_in_every_layout(monkeypatch, k_inner, how):
     # the fp32 SIMT path's 128x128 tile with its steps in SIMT_STAGES buffers: a side
     # contiguous along the reduction staged [at][kk] by cp.async (or stored transposed), a
     # reduction of 52 (three whole steps of 16 unrolled, then a ragged one of 4), ragged
-    # tiles, and each thread's rows and columns in groups of 4 (`cuda.simt_at`)
-    from fusegrad.codegen import cuda
+    # tiles, and each thread's rows and columns in groups of 4 (`cuda_simt.simt_at`)
+    from fusegrad.codegen import cuda_simt
 
     monkeypatch.setattr(gpu, "SMS", 1)
     monkeypatch.setattr(gpu, "SIMT_K_INNER", k_inner)
     monkeypatch.setattr(gpu, "SIMT_BIG_K", 16)
-    monkeypatch.setattr(cuda, "SIMT_STAGES", 3)
+    monkeypatch.setattr(cuda_simt, "SIMT_STAGES", 3)
     a = rand(52, 132) if how.startswith("a.T") else rand(132, 52)
     b = rand(200, 52) if how.endswith("b.T") else rand(52, 200)
     product = eval(f"lambda a, b: {how}")

@@ -1,7 +1,7 @@
 """Hopper's warpgroup tensor cores (`wgmma.mma_async`, sm_90a) for large 16-bit matmuls.
 
 A `HALF_TILE` contraction whose sides are each one plain 16-byte load renders a wgmma
-pipeline beside its `mma.sync` one (codegen/cuda.py's `wgmma_pipeline`), taken where nvcc
+pipeline beside its `mma.sync` one (codegen/cuda_wgmma.py's `wgmma_pipeline`), taken where nvcc
 compiles for sm_90a, as the runtime does for sm_90 GPUs. Checked here: which contractions
 render it; its staging offsets against the 128-byte swizzle's canonical layouts (written
 out again below from the PTX ISA's description, not taken from the renderer); nvcc's
@@ -25,8 +25,7 @@ from _emulated import ON_GPU, emulated  # noqa: F401  (a fixture)
 from _ptx import NVCC, build, one_unit, spills
 
 import fusegrad as fg
-from fusegrad.codegen import cuda as cuda_gen
-from fusegrad.codegen import gpu
+from fusegrad.codegen import cuda_wgmma, gpu
 from fusegrad.codegen.cuda import cuda_kernel
 from fusegrad.codegen.lower import lower
 from fusegrad.ir.schedule import schedule
@@ -46,9 +45,9 @@ LAYOUTS = {
 
 @pytest.fixture
 def tma(monkeypatch):
-    """The Tensor Memory Accelerator's pipeline on (`codegen.cuda.WGMMA_TMA`: off by default
+    """The Tensor Memory Accelerator's pipeline on (`codegen.cuda_wgmma.WGMMA_TMA`: off by default
     until it launches on a GPU)."""
-    monkeypatch.setattr(cuda_gen, "WGMMA_TMA", True)
+    monkeypatch.setattr(cuda_wgmma, "WGMMA_TMA", True)
 
 
 def rand16(dtype: str, *shape: int, seed: int = 0) -> np.ndarray:
@@ -192,8 +191,8 @@ def test_the_staged_bytes_are_the_canonical_layouts_the_descriptors_name(side, m
                              tile=False), False, H100_SHARED).contraction  # fmt: skip
     assert c.k_inner(side) != mn_major
     width = 16 * (c.ra if side == "a" else c.rb)
-    offset = cuda_gen._Renderer.wgmma_offset(c, side, "at", "kk")
-    lbo, sbo = cuda_gen._Renderer.wgmma_strides(c, side)
+    offset = cuda_wgmma.WgmmaPipeline.wgmma_offset(c, side, "at", "kk")
+    lbo, sbo = cuda_wgmma.WgmmaPipeline.wgmma_strides(c, side)
     seen = set()
     for at in range(width):
         for kk in range(c.kc):
@@ -209,11 +208,11 @@ def test_the_staged_bytes_are_the_canonical_layouts_the_descriptors_name(side, m
 
 @pytest.mark.usefixtures("emulated")
 def test_the_tensor_memory_accelerator_stages_by_default_and_can_be_turned_off(monkeypatch):
-    # (1.7x the cp.async staging on an H200: codegen/cuda.py's WGMMA_TMA)
+    # (1.7x the cp.async staging on an H200: codegen/cuda_wgmma.py's WGMMA_TMA)
     a, b = rand16("bfloat16", 1040, 200), rand16("bfloat16", 200, 2200)
     k = render(dev(a) @ dev(b))
     assert wgmma_call(k.source) and len(k.tensor_maps) == 2 and "fg_tma_2d(fg_s" in k.source
-    monkeypatch.setattr(cuda_gen, "WGMMA_TMA", False)
+    monkeypatch.setattr(cuda_wgmma, "WGMMA_TMA", False)
     k = render(dev(a) @ dev(b))
     assert wgmma_call(k.source) and k.tensor_maps == () and "fg_tma_2d(fg_s" not in k.source
 
@@ -224,7 +223,7 @@ def test_the_tensor_memory_accelerator_stages_by_default_and_can_be_turned_off(m
 def test_nvcc_builds_the_pipeline_for_sm_90a_and_leaves_it_out_for_sm_90(
     tmp_path, monkeypatch, with_tma
 ):
-    monkeypatch.setattr(cuda_gen, "WGMMA_TMA", with_tma)
+    monkeypatch.setattr(cuda_wgmma, "WGMMA_TMA", with_tma)
     sources = []
     for dtype in ("bfloat16", "float16"):
         for sa, sb, how, _ in LAYOUTS.values():
@@ -257,9 +256,9 @@ def _check(dtype: str, got: fg.Tensor, want: np.ndarray) -> None:
 @pytest.fixture(params=["cp.async", "TMA"])
 def staging(request, monkeypatch):
     """The pipeline's steps staged by every thread's cp.async, then by the Tensor Memory
-    Accelerator (`codegen.cuda.WGMMA_TMA`); plans cached the other way are forgotten
+    Accelerator (`codegen.cuda_wgmma.WGMMA_TMA`); plans cached the other way are forgotten
     before and after, so each runs kernels rendered its own way."""
-    monkeypatch.setattr(cuda_gen, "WGMMA_TMA", request.param == "TMA")
+    monkeypatch.setattr(cuda_wgmma, "WGMMA_TMA", request.param == "TMA")
     engine.forget_plans(lambda key: True)
     yield request.param
     engine.forget_plans(lambda key: True)

@@ -5,7 +5,7 @@ A large fp32 contraction whose sides are each one plain 16-byte load takes `gpu.
 (128 x 256 outputs, 32 steps a buffer) and renders the wgmma pipeline, staged by the Tensor
 Memory Accelerator, beside its WMMA one (taken below sm_90a, and by the emulator). wgmma
 reads TF32 operands K-major only, so a side contiguous along its outputs is first copied
-K-major into a scratch buffer by a launch of its own (`cuda.transpose_kernel`); a K-major
+K-major into a scratch buffer by a launch of its own (`cuda_wgmma.transpose_kernel`); a K-major
 side whose view does not start 16-byte aligned gets a map from the aligned address before
 it (`TensorMap.realign`), so every buffer takes the TMA pipeline. Checked here: which
 contractions render it, the maps and launches, the staged bytes against the 128-byte
@@ -23,9 +23,9 @@ from _emulated import ON_GPU, emulated  # noqa: F401  (a fixture)
 from _ptx import NVCC, build, one_unit, spills
 
 import fusegrad as fg
-from fusegrad.codegen import cuda as cuda_gen
-from fusegrad.codegen import gpu
-from fusegrad.codegen.cuda import PRELUDE, cuda_kernel, transpose_kernel
+from fusegrad.codegen import cuda_wgmma, gpu
+from fusegrad.codegen.cuda import PRELUDE, cuda_kernel
+from fusegrad.codegen.cuda_wgmma import transpose_kernel
 from fusegrad.codegen.lower import lower
 from fusegrad.ir.schedule import schedule
 from fusegrad.runtime.engine import engine
@@ -111,7 +111,7 @@ def test_only_large_tf32_products_of_plain_loads_with_the_tma_on_hopper_blocks_t
     assert CALL not in render(a[:100] @ b[:, :200]).source  # small: small tiles
     strided = dev(rand(1040, 400))[:, ::2]  # a side no 16-byte load reads: WMMA
     assert CALL not in render(strided @ b).source
-    monkeypatch.setattr(cuda_gen, "WGMMA_TMA", False)  # TF32 wgmma is staged by TMA only
+    monkeypatch.setattr(cuda_wgmma, "WGMMA_TMA", False)  # TF32 wgmma is staged by TMA only
     k = render(a @ b)
     assert CALL not in k.source and len(k.launches) == 1 and "wmma::mma_sync" in k.source
 
@@ -131,8 +131,8 @@ def test_the_staged_fp32_bytes_are_the_canonical_k_major_layout(side):
     c = gpu.map_to_gpu(kernel, True, H100_SHARED).contraction
     assert (c.ra, c.rb, c.kc) == gpu.TF32_TILE
     width = 16 * (c.ra if side == "a" else c.rb)
-    offset = cuda_gen._Renderer.wgmma_offset(c, side, "at", "kk")
-    assert cuda_gen._Renderer.wgmma_strides(c, side) == (16, 1024)
+    offset = cuda_wgmma.WgmmaPipeline.wgmma_offset(c, side, "at", "kk")
+    assert cuda_wgmma.WgmmaPipeline.wgmma_strides(c, side) == (16, 1024)
     seen = set()
     for at in range(width):
         for kk in range(c.kc):
