@@ -52,23 +52,60 @@ def _build_program(plan: Plan) -> None:
     layout = _scratch_layout(plan)
     scratch = [n + g for g, _, _ in layout]
     offsets = [offset for _, offset, _ in layout]
-    size = sum(reserved for _, _, reserved in layout)
+    size = arena_bytes(layout)
     plan.scratch = (np.array(scratch, dtype=np.int64), np.array(offsets, dtype=np.uint64), size)
     plan.program = program
 
 
 def _scratch_layout(plan: Plan) -> list[tuple[int, int, int]]:
     """(slot, byte offset, bytes reserved) of each value that dies inside the plan's
-    program, end to end in one scratch allocation, each on a cache line of its own."""
+    program, in one scratch allocation, each on cache lines of its own. A value's place
+    is free again once the kernel that reads it last has run (`Step.frees`: a barrier
+    follows every kernel but the last, so no thread still reads it), and a later value
+    takes the lowest free place it fits in (first fit); a kernel's outputs never share
+    with its inputs, which are freed after it."""
     returned = set(plan.outputs)
-    layout, size = [], 0
+    free: list[tuple[int, int]] = []  # (offset, bytes) of free places, by offset
+    layout, placed, end = [], {}, 0
     for s in plan.steps:
         for g, numel, dtype in s.outs:
-            if g not in returned:
-                reserved = -(-max(numel * dtype.itemsize, 1) // SCRATCH_ALIGN) * SCRATCH_ALIGN
-                layout.append((g, size, reserved))
-                size += reserved
+            if g in returned:
+                continue
+            reserved = -(-max(numel * dtype.itemsize, 1) // SCRATCH_ALIGN) * SCRATCH_ALIGN
+            for i, (offset, size) in enumerate(free):
+                if size >= reserved:
+                    if size == reserved:
+                        del free[i]
+                    else:
+                        free[i] = (offset + reserved, size - reserved)
+                    break
+            else:
+                offset, end = end, end + reserved
+            layout.append((g, offset, reserved))
+            placed[g] = (offset, reserved)
+        for g in s.frees:
+            if g in placed:
+                _give_back(free, *placed.pop(g))
     return layout
+
+
+def _give_back(free: list[tuple[int, int]], offset: int, size: int) -> None:
+    """Put a place back in the sorted free list, merged with its free neighbours."""
+    i = 0
+    while i < len(free) and free[i][0] < offset:
+        i += 1
+    if i < len(free) and offset + size == free[i][0]:  # the next place follows it
+        size += free.pop(i)[1]
+    if i > 0 and free[i - 1][0] + free[i - 1][1] == offset:  # it follows the previous
+        offset, size = free[i - 1][0], free[i - 1][1] + size
+        i -= 1
+        free.pop(i)
+    free.insert(i, (offset, size))
+
+
+def arena_bytes(layout: list[tuple[int, int, int]]) -> int:
+    """The size of the allocation a layout needs: where its last place ends."""
+    return max((offset + reserved for _, offset, reserved in layout), default=0)
 
 
 def _run_one(plan: Plan, leaves: list[Buffer]) -> tuple[list[Buffer], list[KernelRecord]]:
@@ -347,7 +384,8 @@ class CpuBackend(Backend):
 
     def arena_layout(self, plan: Plan) -> list[tuple[int, int, int]] | None:
         """A plan of several kernels runs as a native program (with FUSEGRAD_PROGRAM on):
-        its intermediates lie in one scratch allocation, none sharing space."""
+        its intermediates lie in one scratch allocation, a value's place taken by later
+        ones once it is dead (`_scratch_layout`)."""
         if len(plan.steps) < 2 or not config.program:
             return None
         return _scratch_layout(plan)

@@ -9,8 +9,11 @@ exist already). How long each lives depends on how the plan runs:
   (`Step.frees`), so the peak is the largest sum of values alive during one kernel;
 - with an arena (`Backend.arena_layout`: a cached CPU plan of several kernels run as one
   native program, a cached cuda plan's launch list): every value that dies inside the
-  plan has its own place in one allocation held for the whole run, so the peak is the
-  arena's size plus the outputs the plan returns, all alive at once.
+  plan has a place in one allocation held for the whole run (on the CPU a dead value's
+  place is taken by later ones; on cuda each has its own), so the peak is the arena's
+  size plus the outputs the plan returns; the values alive at the peak are those alive
+  during the kernel at which the arena's values add up to the most (with the returned
+  outputs), which can be less than the arena where its places leave holes.
 
 >>> import fusegrad as fg
 >>> from fusegrad.runtime.engine import engine
@@ -114,10 +117,37 @@ def plan_memory(plan, arena=_ARENA) -> PlanMemory:
                 )
             )
             held[-1].in_arena = True
-    held += [b for g, b in made.items() if g not in placed]  # returned, or apart
-    arena_bytes = sum(reserved for _, _, reserved in arena)
-    peak = sum(b.bytes for b in held)
-    return PlanMemory("arena", peak, held, -1, arena_bytes, stepwise, inputs, kernels)
+    apart = [b for g, b in made.items() if g not in placed]  # returned, or apart
+    # places in the arena may be shared by values whose lives do not overlap (the CPU's):
+    # the arena is as large as its last place's end, and the values alive at the peak are
+    # those alive during the kernel at which the arena's values add up to the most
+    arena_bytes = max((offset + reserved for _, offset, reserved in arena), default=0)
+    peak = arena_bytes + sum(b.bytes for b in apart)
+    at, _ = _most_alive_in(plan, [b for b in held if b.slot is not None])
+    live = [b for b in held if b.slot is None or b.slot in at] + apart
+    return PlanMemory("arena", peak, live, -1, arena_bytes, stepwise, inputs, kernels)
+
+
+def _most_alive_in(plan, placed: list[PlannedBuffer]) -> tuple[set[int], int]:
+    """(the slots alive during the kernel at which the `placed` values add up to the
+    most, that sum): a value lives from the kernel that writes it to its last reader
+    (`Step.frees`), or to the plan's end."""
+    size = {b.slot: b.bytes for b in placed}
+    alive: set[int] = set()
+    best: tuple[set[int], int] = (set(), 0)
+    total = 0
+    for s in plan.steps:
+        for g, _, _ in s.outs:
+            if g in size:
+                alive.add(g)
+                total += size[g]
+        if total > best[1]:
+            best = (set(alive), total)
+        for g in s.frees:
+            if g in alive:
+                alive.discard(g)
+                total -= size[g]
+    return best
 
 
 def _buffer(slot, nbytes, numel, dtype, step, rec, returned) -> PlannedBuffer:
