@@ -45,31 +45,7 @@ class TiledContraction:
         j_var = Var("j", 0, tile.rows2 - 1)
         t_var = Var("t", 0, tile.cols - 1)
         unrolled = (i_var, j_var) if tile.rows2 > 1 else (i_var,)
-        first_extent = None
-        edge: tuple[Lin, ...] = ()  # a ragged last tile: its lanes past the end are masked
-        group_expr = [lin(0)] * len(self.out_groups)
-        order = self._loop_order()
-        for gi in order:
-            group = self.out_groups[gi]
-            extent = math.prod(root.shape[a] for a in group)
-            inner, step = {
-                tile.col: (t_var, tile.cols),
-                tile.row: (i_var, tile.rows),
-                tile.row2: (j_var, tile.rows2),
-            }.get(gi, (None, 1))
-            count = -(-extent // step)
-            v = Var(f"o{gi}", 0, count - 1)
-            kind = "parallel" if gi == order[0] else "serial"
-            self._open_loop(Loop(v, count, [], kind))
-            first_extent = count if first_extent is None else first_extent
-            group_expr[gi] = lin(v) * step + inner if inner is not None else lin(v)
-            if extent % step:
-                assert gi == tile.col, "only the vector axis of a tile may be ragged"
-                edge = (self._ragged(f"c{gi}", extent, group_expr[gi]),)
-                group_expr[gi] = lin(extent - 1) - edge[0]
-            elif step > 1 and sum(root.shape[a] > 1 for a in group) > 1:
-                group_expr[gi] = self._merged_stand_in(f"g{gi}", extent, group_expr[gi])
-        coords = _coords_from_groups(root.shape, self.out_groups, group_expr)
+        coords, edge, first_extent = self._open_tile_loops(i_var, j_var, t_var)
         red_coords = squeeze_coords(coords, root.shape, red.shape)
         size = tile.rows * tile.rows2 * tile.cols
         row_of = lin(i_var) * tile.rows2 + j_var if tile.rows2 > 1 else lin(i_var)
@@ -122,6 +98,37 @@ class TiledContraction:
             substitute_stand_ins(body, self.merged_ins, drop_edges=False)
         params = self.outs + [self.params[id(n)] for n in self.item.inputs]
         return Kernel(kernel_name(self.item), params, body, first_extent or 1, self.flops)
+
+    def _open_tile_loops(self, i_var: Var, j_var: Var, t_var: Var):
+        """Open the loops over the tiles, in `_loop_order` (the first one parallel), and
+        return (the output coordinates of the tile's element at i_var, j_var, t_var, the
+        edge condition of a ragged last vector or (), the parallel loop's extent)."""
+        root, tile = self.item.root, self.tile
+        first_extent = None
+        edge: tuple[Lin, ...] = ()  # a ragged last tile: its lanes past the end are masked
+        group_expr = [lin(0)] * len(self.out_groups)
+        order = self._loop_order()
+        for gi in order:
+            group = self.out_groups[gi]
+            extent = math.prod(root.shape[a] for a in group)
+            inner, step = {
+                tile.col: (t_var, tile.cols),
+                tile.row: (i_var, tile.rows),
+                tile.row2: (j_var, tile.rows2),
+            }.get(gi, (None, 1))
+            count = -(-extent // step)
+            v = Var(f"o{gi}", 0, count - 1)
+            kind = "parallel" if gi == order[0] else "serial"
+            self._open_loop(Loop(v, count, [], kind))
+            first_extent = count if first_extent is None else first_extent
+            group_expr[gi] = lin(v) * step + inner if inner is not None else lin(v)
+            if extent % step:
+                assert gi == tile.col, "only the vector axis of a tile may be ragged"
+                edge = (self._ragged(f"c{gi}", extent, group_expr[gi]),)
+                group_expr[gi] = lin(extent - 1) - edge[0]
+            elif step > 1 and sum(root.shape[a] > 1 for a in group) > 1:
+                group_expr[gi] = self._merged_stand_in(f"g{gi}", extent, group_expr[gi])
+        return _coords_from_groups(root.shape, self.out_groups, group_expr), edge, first_extent
 
     def _loop_order(self) -> list[int]:
         """The output groups' loops, outermost (parallel) first.

@@ -205,11 +205,13 @@ def _merge_loops(item: ScheduleItem, tile: bool) -> _Groups:
     row_stats = red is None and any(m.op in REDUCE for m in item.nodes)
     groups = _Groups(item, tile, [(a,) for a in out_axes], [(a,) for a in red_axes], row_stats)
     if len(red_axes) > 1 and _contiguous_axes(red_axes):
-        score = lambda g: _divmod_score(groups.lowered_with(groups.out, g))  # noqa: E731
-        groups.red = _merge_groups(red_axes, score)
+        groups.red = _merge_groups(
+            red_axes, lambda g: _divmod_score(groups.lowered_with(groups.out, g))
+        )
     if len(out_axes) > 1 and not row_stats:  # a row kernel keeps its rows' loops apart
-        score = lambda g: _divmod_score(groups.lowered_with(g, groups.red))  # noqa: E731
-        groups.out = _merge_groups(out_axes, score)
+        groups.out = _merge_groups(
+            out_axes, lambda g: _divmod_score(groups.lowered_with(g, groups.red))
+        )
     if tile and red is not None and not row_stats and not item.siblings:
         groups.merged = _rows_merged(item, groups.out, groups.red, groups.lowered_with)
         if groups.merged is not None:
