@@ -4,7 +4,7 @@ Run:  .venv/bin/python benchmarks/sgemm_tiles.py [--size 2048] [--rounds 15] [--
 
 The kernel of fusegrad's `a @ b` (n x n x n, b already packed in 32-column panels, as
 `matmul` packs it) is lowered once with each candidate tile of its tuning space
-(`codegen.lower.tuning_space`: the same 32 lanes with 4, 8, 12 or 16 rows where they
+(`codegen.tile_tuning.tuning_space`: the same 32 lanes with 4, 8, 12 or 16 rows where they
 divide n and fit the registers; 4 rows is the Zen 4 tile, 8 the fixed choice where
 AVX-512 runs full width), compiled, checked against numpy's float64 product, and timed
 alone (the kernel, no graph building or packing) alternately with numpy's and PyTorch's

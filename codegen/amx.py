@@ -30,7 +30,7 @@ Products are exact and sums float32, as the FMA tile's, but `tdpbf16ps` flushes
 subnormal inputs and results to zero and adds each pair of products before the
 accumulator (docs/NUMERICS.md). Anything this does not recognize exactly (another
 layout, a padded or computed operand, a size not a multiple of 32) returns None and
-takes the register tiles of `codegen/lower.py`.
+takes the register tiles of `codegen/tile_choice.py`.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def bf16_matmul(lw) -> tuple | None:
 
 
 def lower_amx(lw, name: str) -> Kernel | None:
-    """The AMX kernel `name` of lowerer `lw` (a `codegen.lower._Lowerer` without a tile), or
+    """The AMX kernel `name` of lowerer `lw` (a `codegen.loop_nest.Lowerer` without a tile), or
     None where the kernel is not a bfloat16 matmul of that shape and layout."""
     matmul = bf16_matmul(lw)
     if matmul is None:

@@ -1,5 +1,5 @@
 """Coordinates and linear indices of row-major arrays, shared by the CPU lowerings
-(`codegen/lower.py`, `codegen/amx.py`).
+(`codegen/loop_nest.py`, `codegen/amx.py`).
 
 >>> from fusegrad.ir.symbolic import Var, lin
 >>> i = Var("i", 0, 3)

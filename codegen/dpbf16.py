@@ -33,7 +33,7 @@ alone, the pair's second product (the odd index of K) before its first; `vdpbf16
 inputs (the accumulator's too) as 0 and flushes subnormal results to 0, whatever MXCSR
 says (docs/NUMERICS.md). Anything this does not recognize exactly (another layout, a
 padded or computed operand, a size not a multiple of 32) returns None and takes the
-register tiles of `codegen/lower.py`.
+register tiles of `codegen/tile_choice.py`.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def n_group_size(n_blocks: int, k_extent: int) -> int:
 
 
 def lower_dpbf16(lw, name: str) -> Kernel | None:
-    """The `vdpbf16ps` kernel `name` of lowerer `lw` (a `codegen.lower._Lowerer` without a
+    """The `vdpbf16ps` kernel `name` of lowerer `lw` (a `codegen.loop_nest.Lowerer` without a
     tile), or None where the kernel is not a bfloat16 matmul of that shape and layout."""
     matmul = bf16_matmul(lw)
     if matmul is None:

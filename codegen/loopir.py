@@ -306,7 +306,7 @@ class Kernel:
     # again, alone, once the others are done)
     tune_later: bool = False
     # buffers of the kernel's own, not passed in: a row kernel's float32 scratch row (one per
-    # thread, on its stack; `codegen/lower.py`, `stash_in_scratch`), addressed as a Param is
+    # thread, on its stack; codegen/loop_nest.py, `Lowerer.stash_buffer`), addressed as a Param is
     scratch: list[Param] = field(default_factory=list)
 
     @property

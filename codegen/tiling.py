@@ -1,6 +1,6 @@
 """Tile sizes that both graph building and code generation depend on.
 
-They are the codegen's (codegen/lower.py's register tiles). A large matmul's right
+They are the codegen's (codegen/tile_choice.py's register tiles). A large matmul's right
 operand is packed into panels by the frontend (a graph rewrite: a CONTIGUOUS of a
 permuted view) so that the kernel codegen makes for it streams one panel at a time:
 the panel width must be a tile width of the codegen, and the size from which packing

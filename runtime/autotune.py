@@ -1,7 +1,7 @@
 """A bounded autotuner of register tiles: `FUSEGRAD_AUTOTUNE=1` (the default outside tests).
 
 Where a float32 contraction of at least 2^26 multiply-adds could take several register
-tiles (`codegen.lower.tuning_space`: the same vector of columns with 4, 8, 12 or 16 rows,
+tiles (`codegen.tile_tuning.tuning_space`: the same vector of columns with 4, 8, 12 or 16 rows,
 or for 16 lanes grids of rows along a second axis, those that sum as the fixed choice
 does), the first kernel of each shape class that a
 process lowers has every candidate compiled and timed on random inputs of the kernel's

@@ -32,6 +32,10 @@ those (the C calling conventions of x86-64 and AArch64 let a caller pass more
 arguments than the callee reads). A program (runtime/program.py) is called as
 `fn(tid, nthreads, buffers, kernels, barrier, cancel)`: `extent` -1 selects that form.
 
+The functions' LLVM IR is the text of `runtime/pool.ll` (package data), its placeholders
+filled by `render` (the `Layout` offsets, the machine's spin-wait pause, the arguments'
+loads and `claim_loop_ir`'s chunk loop).
+
 Linux only (futexes); elsewhere `available()` is False and kernels run on the
 calling thread.
 """
@@ -40,7 +44,9 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import importlib.resources
 import platform
+import string
 import sys
 import threading
 import time
@@ -97,26 +103,6 @@ def available() -> bool:
     return sys.platform.startswith("linux") and platform.machine() in _FUTEX_NR
 
 
-def _slot(name: str, index: str, field: int = 0) -> list[str]:
-    """%{name} = the address of word `field` of worker `index`'s slot."""
-    L = Layout
-    return [
-        f"  %{name}.o1 = mul i64 {index}, {L.SLOT_WORDS}",
-        f"  %{name}.o2 = add i64 %{name}.o1, {L.SLOTS + field}",
-        f"  %{name} = getelementptr inbounds i64, ptr %pool, i64 %{name}.o2",
-    ]
-
-
-def _slot_fields(lines: list[str], slot: str, names: dict[str, int]) -> None:
-    """%name = the address of each named field of the slot at `slot`."""
-    for name, field in names.items():
-        lines.append(f"  %{name} = getelementptr inbounds i64, ptr {slot}, i64 {field}")
-
-
-def _word(lines: list[str], name: str, word: int) -> None:
-    lines.append(f"  %{name} = getelementptr inbounds i64, ptr %pool, i64 {word}")
-
-
 def claim_loop_ir(
     p: str, counter: str, extent, least, most, n, call: str, done: str, cancel: str
 ) -> list[str]:
@@ -169,330 +155,52 @@ def claim_loop_ir(
     ]
 
 
-def _do_job() -> list[str]:
-    """fg_pool_do(pool, fn, tid, n, ext, least, most): one thread's part of a job. A
-    kernel's loop is claimed in chunks from the shared counter (`claim_loop_ir`), so a
-    thread that starts late (a sleeping CPU takes long to wake) or is preempted takes
-    fewer chunks instead of holding up the others; a program (ext -1) is called once as
-    fn(tid, n, ...)."""
-    args, lines = (
-        [],
-        [
-            "define internal void @fg_pool_do(ptr %pool, ptr %fn, i64 %tid, i64 %n, i64 %ext, "
-            "i64 %least, i64 %most) nounwind {",
-            "entry:",
-        ],
-    )
-    for k in range(MAX_ARGS):
-        lines.append(f"  %a{k}.at = getelementptr inbounds i64, ptr %pool, i64 {Layout.ARGS + k}")
-        lines.append(f"  %a{k} = load i64, ptr %a{k}.at")
-        args.append(f"i64 %a{k}")
-    sig = ", ".join(["i64"] * (MAX_ARGS + 2))
-    rest = ", ".join(args)
-    lines += [
-        f"  %next = getelementptr inbounds i64, ptr %pool, i64 {Layout.NEXT}",
-        f"  %cancel = getelementptr inbounds i64, ptr %pool, i64 {Layout.CANCEL}",
-        "  %prog = icmp slt i64 %ext, 0",
-        "  br i1 %prog, label %program, label %chunks",
-        "program:",
-        f"  call void ({sig}) %fn(i64 %tid, i64 %n, {rest})",
-        "  ret void",
-        "chunks:",
-        *claim_loop_ir(
-            "c.",
-            "%next",
-            "%ext",
-            "%least",
-            "%most",
-            "%n",
-            f"call void ({sig}) %fn(i64 {{}}, i64 {{}}, {rest})",
-            "done",
-            "%cancel",
-        ),
-        "done:",
-        "  ret void",
-        "}",
-    ]
-    return lines
+@functools.lru_cache(maxsize=1)
+def _template() -> string.Template:
+    """runtime/pool.ll, its comment lines (those starting with ";") left out."""
+    text = importlib.resources.files(__package__).joinpath("pool.ll").read_text("utf-8")
+    return string.Template("".join(line + "\n" for line in text.splitlines() if line[:1] != ";"))
 
 
 def render() -> str:
     """The LLVM IR of fg_pool_worker, fg_pool_run, fg_pool_prewake, fg_pool_close and
-    fg_pool_cycles."""
+    fg_pool_cycles: runtime/pool.ll with its placeholders filled for this machine (x86's
+    `pause` or a fence) and `Layout`.
+
+    >>> text = render()
+    >>> all(f"@fg_pool_{name}(" in text for name in ("worker", "run", "prewake", "close"))
+    True
+    """
     x86 = platform.machine() == "x86_64"
-    pause = "  call void @llvm.x86.sse2.pause()" if x86 else "  fence seq_cst"
-    L = Layout
-    out = ["declare i64 @llvm.readcyclecounter()"]
+    declarations = ["declare i64 @llvm.readcyclecounter()"]
     if x86:
-        out.append("declare void @llvm.x86.sse2.pause()")
-    out += _do_job()
-
-    # ---- the worker: wait for a job, run it, say so; until a null job (closing)
-    w = [
-        "define void @fg_pool_worker(ptr %pool, i64 %w) nounwind {",
-        "entry:",
-        "  %seen.a = alloca i64",
-        "  %until.a = alloca i64",
-        *_slot("slot", "%w"),
-    ]
-    fields = {"seq.p": L.SEQ, "done.p": L.DONE, "sleep.p": L.SLEEPING, "fn.p": L.FN}
-    fields.update({"n.p": L.N, "ext.p": L.EXTENT, "tid.p": L.TID, "least.p": L.LEAST})
-    fields["most.p"] = L.MOST
-    _slot_fields(w, "%slot", fields)
-    for name, word in (
-        ("jobspin.p", L.JOB_SPIN),
-        ("wakespin.p", L.WAKE_SPIN),
-        ("sys.p", L.SYSCALL),
-        ("nr.p", L.FUTEX_NR),
-    ):
-        _word(w, name, word)
-    w += [
-        # the jobs it has seen are those it has done: a job posted before this thread got
-        # going is still new to it
-        "  %s0 = load atomic i64, ptr %done.p acquire, align 8",
-        "  store i64 %s0, ptr %seen.a",
-        "  %t0 = call i64 @llvm.readcyclecounter()",
-        "  %js0 = load i64, ptr %jobspin.p",
-        "  %u0 = add i64 %t0, %js0",
-        "  store i64 %u0, ptr %until.a",
-        "  br label %poll",
-        "poll:",
-        "  %seen = load i64, ptr %seen.a",
-        "  %q = load atomic i64, ptr %seq.p acquire, align 8",
-        "  %new = icmp ne i64 %q, %seen",
-        "  br i1 %new, label %job, label %idle",
-        "idle:",
-        "  %now = call i64 @llvm.readcyclecounter()",
-        "  %until = load i64, ptr %until.a",
-        "  %early = icmp ult i64 %now, %until",
-        "  br i1 %early, label %pause, label %sleep",
-        "pause:",
-        pause,
-        "  br label %poll",
-        # sleeping: say so, then look once more (the caller, having posted a job, looks at
-        # `sleeping` after a fence: one of the two sees the other's store)
-        "sleep:",
-        "  %g = load atomic i32, ptr %pool acquire, align 8",
-        "  store atomic i64 1, ptr %sleep.p seq_cst, align 8",
-        "  fence seq_cst",
-        "  %q2 = load atomic i64, ptr %seq.p seq_cst, align 8",
-        "  %still = icmp eq i64 %q2, %seen",
-        "  br i1 %still, label %futex, label %woke",
-        "futex:",
-        "  %sys = load ptr, ptr %sys.p",
-        "  %nr = load i64, ptr %nr.p",
-        "  %g64 = zext i32 %g to i64",
-        f"  %r = call i64 (i64, ...) %sys(i64 %nr, ptr %pool, i64 {FUTEX_WAIT_PRIVATE}, "
-        "i64 %g64, ptr null, ptr null, i64 0)",
-        "  br label %woke",
-        "woke:",
-        "  store atomic i64 0, ptr %sleep.p seq_cst, align 8",
-        "  %t1 = call i64 @llvm.readcyclecounter()",
-        "  %ws = load i64, ptr %wakespin.p",
-        "  %u1 = add i64 %t1, %ws",
-        "  store i64 %u1, ptr %until.a",
-        "  br label %poll",
-        "job:",
-        "  store i64 %q, ptr %seen.a",
-        "  %fn = load ptr, ptr %fn.p",
-        "  %quit = icmp eq ptr %fn, null",  # a null function: the pool is closing
-        "  br i1 %quit, label %exit, label %run",
-        "exit:",
-        "  store atomic i64 %q, ptr %done.p release, align 8",
-        "  ret void",
-        "run:",
-        "  %n = load i64, ptr %n.p",
-        "  %ext = load i64, ptr %ext.p",
-        "  %tid = load i64, ptr %tid.p",
-        "  %least = load i64, ptr %least.p",
-        "  %most = load i64, ptr %most.p",
-        "  call void @fg_pool_do(ptr %pool, ptr %fn, i64 %tid, i64 %n, i64 %ext, i64 %least, "
-        "i64 %most)",
-    ]
-    w += [
-        "  store atomic i64 %q, ptr %done.p release, align 8",
-        "  %t2 = call i64 @llvm.readcyclecounter()",
-        "  %js = load i64, ptr %jobspin.p",
-        "  %u2 = add i64 %t2, %js",
-        "  store i64 %u2, ptr %until.a",
-        "  br label %poll",
-        "}",
-    ]
-    out += w
-
-    # ---- waking every sleeping worker among the first %k (shared by run and prewake)
-    wake = [
-        "define internal void @fg_pool_wake(ptr %pool, i64 %k) nounwind {",
-        "entry:",
-        "  fence seq_cst",
-        "  br label %test",
-        "test:",
-        "  %i = phi i64 [0, %entry], [%i.n, %next]",
-        "  %more = icmp ult i64 %i, %k",
-        "  br i1 %more, label %look, label %none",
-        "look:",
-        *_slot("sp", "%i", L.SLEEPING),
-        "  %s = load atomic i64, ptr %sp seq_cst, align 8",
-        "  %i.n = add i64 %i, 1",
-        "  %asleep = icmp ne i64 %s, 0",
-        "  br i1 %asleep, label %wake, label %next",
-        "next:",
-        "  br label %test",
-        "wake:",
-        "  %old = atomicrmw add ptr %pool, i32 1 seq_cst",
-    ]
-    _word(wake, "sys.p", L.SYSCALL)
-    _word(wake, "nr.p", L.FUTEX_NR)
-    wake += [
-        "  %sys = load ptr, ptr %sys.p",
-        "  %nr = load i64, ptr %nr.p",
-        f"  %r = call i64 (i64, ...) %sys(i64 %nr, ptr %pool, i64 {FUTEX_WAKE_PRIVATE}, "
-        "i64 2147483647, ptr null, ptr null, i64 0)",
-        "  ret void",
-        "none:",
-        "  ret void",
-        "}",
-    ]
-    out += wake
-
-    out += [
-        # pre-waking: refused (1) when the caller has moved to another CPU, as a run is:
-        # a worker woken on the caller's CPU would spin there, in the caller's way
-        "define i64 @fg_pool_prewake(ptr %pool, i64 %k) nounwind {",
-        "entry:",
-        f"  %getcpu.p = getelementptr inbounds i64, ptr %pool, i64 {L.GETCPU}",
-        f"  %placed.p = getelementptr inbounds i64, ptr %pool, i64 {L.PLACED_CPU}",
-        "  %getcpu = load ptr, ptr %getcpu.p",
-        "  %cpu = call i32 %getcpu()",
-        "  %cpu64 = sext i32 %cpu to i64",
-        "  %placed = load i64, ptr %placed.p",
-        "  %moved = icmp ne i64 %cpu64, %placed",
-        "  br i1 %moved, label %refuse, label %wake",
-        "refuse:",
-        "  ret i64 1",
-        "wake:",
-        "  call void @fg_pool_wake(ptr %pool, i64 %k)",
-        "  ret i64 0",
-        "}",
-        # closing: a null job for each of the first %k workers, then wake them all
-        "define void @fg_pool_close(ptr %pool, i64 %k) nounwind {",
-        "entry:",
-        "  br label %test",
-        "test:",
-        "  %i = phi i64 [0, %entry], [%i.n, %body]",
-        "  %more = icmp ult i64 %i, %k",
-        "  br i1 %more, label %body, label %wake",
-        "body:",
-        *_slot("s", "%i"),
-        f"  %fnp = getelementptr inbounds i64, ptr %s, i64 {L.FN}",
-        "  store ptr null, ptr %fnp",
-        "  %sq = load atomic i64, ptr %s monotonic, align 8",
-        "  %sq.n = add i64 %sq, 1",
-        "  store atomic i64 %sq.n, ptr %s release, align 8",
-        "  %i.n = add i64 %i, 1",
-        "  br label %test",
-        "wake:",
-        "  call void @fg_pool_wake(ptr %pool, i64 %k)",
-        "  ret void",
-        "}",
-        "define i64 @fg_pool_cycles() nounwind {",
-        "entry:",
-        "  %c = call i64 @llvm.readcyclecounter()",
-        "  ret i64 %c",
-        "}",
-    ]
-
-    # ---- the caller: post the job to workers 0 .. n-2, run slice 0, wait for the rest.
-    # Returns 1 (and runs nothing) when the caller is no longer on the CPU the workers
-    # were placed off.
-    r = [
-        "define i64 @fg_pool_run(ptr %pool, ptr %fn, i64 %n, i64 %ext, i64 %least, i64 %most) "
-        "nounwind {",
-        "entry:",
-    ]
-    _word(r, "getcpu.p", L.GETCPU)
-    _word(r, "placed.p", L.PLACED_CPU)
-    _word(r, "yield.p", L.YIELD)
-    r += [
-        "  %getcpu = load ptr, ptr %getcpu.p",
-        "  %cpu = call i32 %getcpu()",
-        "  %cpu64 = sext i32 %cpu to i64",
-        "  %placed = load i64, ptr %placed.p",
-        "  %moved = icmp ne i64 %cpu64, %placed",
-        "  br i1 %moved, label %refuse, label %post",
-        "refuse:",
-        "  ret i64 1",
-        "post:",
-        f"  %next = getelementptr inbounds i64, ptr %pool, i64 {L.NEXT}",
-        "  store i64 0, ptr %next",  # published to the workers by each slot's release store
-        "  %workers = sub i64 %n, 1",
-        "  br label %ptest",
-        "ptest:",
-        "  %i = phi i64 [0, %post], [%i.n, %pbody]",
-        "  %pmore = icmp ult i64 %i, %workers",
-        "  br i1 %pmore, label %pbody, label %posted",
-        "pbody:",
-        *_slot("ps", "%i"),
-    ]
-    fields = {"pseq": L.SEQ, "pfn": L.FN, "pn": L.N, "pext": L.EXTENT, "ptid": L.TID}
-    _slot_fields(r, "%ps", {**fields, "pleast": L.LEAST, "pmost": L.MOST})
-    r += [
-        "  store ptr %fn, ptr %pfn",
-        "  store i64 %n, ptr %pn",
-        "  store i64 %ext, ptr %pext",
-        "  store i64 %least, ptr %pleast",
-        "  store i64 %most, ptr %pmost",
-        "  %i.n = add i64 %i, 1",
-        "  store i64 %i.n, ptr %ptid",
-        "  %sq = load atomic i64, ptr %pseq monotonic, align 8",
-        "  %sq.n = add i64 %sq, 1",
-        "  store atomic i64 %sq.n, ptr %pseq release, align 8",
-        "  br label %ptest",
-        "posted:",
-        "  call void @fg_pool_wake(ptr %pool, i64 %workers)",
-    ]
-    r.append(
-        "  call void @fg_pool_do(ptr %pool, ptr %fn, i64 0, i64 %n, i64 %ext, i64 %least, "
-        "i64 %most)"
+        declarations.append("declare void @llvm.x86.sse2.pause()")
+    signature = ", ".join(["i64"] * (MAX_ARGS + 2))  # fn(start, end, a0, ..., a61)
+    arguments = ", ".join(f"i64 %a{k}" for k in range(MAX_ARGS))
+    call = f"call void ({signature}) %fn(i64 {{}}, i64 {{}}, {arguments})"
+    chunks = claim_loop_ir("c.", "%next", "%ext", "%least", "%most", "%n", call, "done", "%cancel")
+    body = _template().substitute(
+        {name: word for name, word in vars(Layout).items() if name.isupper()},
+        SLOT_SLEEPING=Layout.SLOTS + Layout.SLEEPING,
+        pause="call void @llvm.x86.sse2.pause()" if x86 else "fence seq_cst",
+        argument_loads="\n".join(_argument_loads()),
+        signature=signature,
+        arguments=arguments,
+        claim_chunks="\n".join(chunks),
+        FUTEX_WAIT_PRIVATE=FUTEX_WAIT_PRIVATE,
+        FUTEX_WAKE_PRIVATE=FUTEX_WAKE_PRIVATE,
+        CALLER_SPINS=CALLER_SPINS,
     )
-    r += [
-        "  br label %jtest",
-        "jtest:",
-        "  %j = phi i64 [0, %posted], [%j.n, %jdone]",
-        "  %jmore = icmp ult i64 %j, %workers",
-        "  br i1 %jmore, label %jbody, label %joined",
-        "jbody:",
-        *_slot("js", "%j"),
-    ]
-    _slot_fields(r, "%js", {"jseq": L.SEQ, "jdonep": L.DONE})
-    r += [
-        "  %want = load atomic i64, ptr %jseq monotonic, align 8",
-        "  br label %jwait",
-        "jwait:",
-        "  %spins = phi i64 [0, %jbody], [%spins.n, %jpause], [0, %jyield]",
-        "  %d = load atomic i64, ptr %jdonep acquire, align 8",
-        "  %finished = icmp eq i64 %d, %want",
-        "  br i1 %finished, label %jdone, label %jspin",
-        "jspin:",
-        "  %spins.n = add i64 %spins, 1",
-        f"  %long = icmp ugt i64 %spins.n, {CALLER_SPINS}",
-        "  br i1 %long, label %jyield, label %jpause",
-        "jpause:",
-        pause,
-        "  br label %jwait",
-        "jyield:",
-        "  %yield = load ptr, ptr %yield.p",
-        "  %y = call i32 %yield()",
-        "  br label %jwait",
-        "jdone:",
-        "  %j.n = add i64 %j, 1",
-        "  br label %jtest",
-        "joined:",
-        "  ret i64 0",
-        "}",
-    ]
-    out += r
-    return "\n".join(out) + "\n"
+    return "\n".join(declarations) + "\n" + body
+
+
+def _argument_loads() -> list[str]:
+    """fg_pool_do's loads of the job's MAX_ARGS argument words, %a0 .. %a61."""
+    lines = []
+    for k in range(MAX_ARGS):
+        lines.append(f"  %a{k}.at = getelementptr inbounds i64, ptr %pool, i64 {Layout.ARGS + k}")
+        lines.append(f"  %a{k} = load i64, ptr %a{k}.at")
+    return lines
 
 
 _kept = []  # the pool's compiled code: its workers run it as long as the process lives

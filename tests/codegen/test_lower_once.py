@@ -9,6 +9,7 @@ import pytest
 import fusegrad as fg
 from fusegrad.codegen import lower as lower_module
 from fusegrad.codegen.llvm import render_llvm
+from fusegrad.codegen.loop_nest import Lowerer
 from fusegrad.ir.schedule import schedule
 from fusegrad.runtime.engine import engine
 
@@ -25,19 +26,19 @@ def test_each_grouping_is_lowered_once(make, monkeypatch):
     x = fg.tensor(np.linspace(-1, 1, 120, dtype=np.float32))
     (item,) = schedule([make(x).node], engine.has_value_predicate())
     tried = []
-    real = lower_module._Lowerer.lower
+    real = Lowerer.lower
 
     def lower_and_note(self):
         kernel = real(self)
         tried.append(((tuple(self.out_groups), tuple(self.red_groups), self.tile), kernel))
         return kernel
 
-    monkeypatch.setattr(lower_module._Lowerer, "lower", lower_and_note)
+    monkeypatch.setattr(Lowerer, "lower", lower_and_note)
     kernel = lower_module.lower(item)
     groupings = [g for g, _ in tried]
     assert len(groupings) == len(set(groupings)), groupings
     monkeypatch.undo()
     # the kernel returned is one the search lowered, the same as its grouping lowered afresh
     ((out_groups, red_groups, tile),) = [g for g, k in tried if k is kernel]
-    again = lower_module._Lowerer(item, list(out_groups), list(red_groups), tile).lower()
+    again = Lowerer(item, list(out_groups), list(red_groups), tile).lower()
     assert render_llvm(kernel, "k") == render_llvm(again, "k")

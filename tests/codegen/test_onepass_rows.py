@@ -277,7 +277,7 @@ def test_the_gpu_takes_max_and_sum_in_one_pass(rows, n, mode):
 
 
 def test_only_a_sum_of_exp_of_y_minus_the_max_of_the_same_y_is_online():
-    from fusegrad.codegen.lower import online_exp_max
+    from fusegrad.codegen.row_patterns import online_exp_max
 
     x = fg.randn(4, 8)
     z = fg.randn(4, 8)

@@ -61,7 +61,7 @@ def test_a_depthwise_weight_gradient_takes_a_grid_of_taps_and_wide_lanes():
     iteration of its own) and its tile is every tap at once, 3 x 3 accumulators sharing each
     load of the output gradient; a dense convolution's weight gradient keeps its grid of
     output channels by kernel columns, its lanes as wide (the last vector masked)."""
-    from fusegrad.codegen.lower import wide_registers
+    from fusegrad.codegen.tile_choice import wide_registers
 
     x, gy = fg.randn(2, 8, 20, 56).realize(), fg.randn(2, 8, 20, 56).realize()
     w = fg.randn(8, 1, 3, 3).realize().requires_grad_()

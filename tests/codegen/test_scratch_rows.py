@@ -191,7 +191,7 @@ def test_float32_keeps_its_stash_in_the_output():
 
 
 def test_the_output_pass_asks_for_whole_avx512_registers():
-    from fusegrad.codegen.lower import wide_registers
+    from fusegrad.codegen.tile_choice import wide_registers
 
     x = fg.tensor(RNG.standard_normal((16, 1000)).astype(np.float32)).bfloat16().realize()
     (k,) = fg.kernels(x.softmax(-1))

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fusegrad as fg
-from fusegrad.codegen.lower import _vector_width
+from fusegrad.codegen.tile_choice import _vector_width
 
 RNG = np.random.default_rng(11)
 
@@ -139,10 +139,11 @@ def test_large_matmul_packs_its_right_operand_and_walks_panels_outermost():
 def _lowered(t, monkeypatch, wide: bool):
     """t's one kernel lowered as on a host with (wide) or without 32 vector registers."""
     from fusegrad.codegen import lower as L
+    from fusegrad.codegen import tile_choice
     from fusegrad.ir.ops import Ops
     from fusegrad.ir.schedule import schedule
 
-    monkeypatch.setattr(L, "wide_registers", lambda: wide)
+    monkeypatch.setattr(tile_choice, "wide_registers", lambda: wide)
     (item,) = schedule([t.node], lambda n: n.op is Ops.BUFFER)
     return L.lower(item)
 
@@ -192,16 +193,16 @@ def test_an_output_axis_of_8_mod_16_takes_masked_16_lane_vectors_on_avx512(monke
     is 16, 16, 16 and 8 masked lanes rather than 7 vectors of 8: twice the FLOPs per
     instruction; so do lanes along a sum of 56 (a weight gradient's summed pixels). Below
     `RAGGED_16_FROM` (LeNet's 24), 8 lanes stay."""
-    from fusegrad.codegen import lower as L
+    from fusegrad.codegen import tile_choice
 
-    monkeypatch.setattr(L, "wide_registers", lambda: wide)
-    assert L._vector_width(56, True) == (16 if wide else 8)
-    assert L._vector_width(40, True) == (16 if wide else 8)
-    assert L._vector_width(24, True) == 8
-    assert L._vector_width(56, True, along_sum=True) == (16 if wide else 8)
-    assert L._vector_width(24, True, along_sum=True) == 8
-    assert L._vector_width(56, False) == 8  # a max cannot mask: no ragged vector
-    assert L._vector_width(48, True) == 16 and L._vector_width(64, True) == 32
+    monkeypatch.setattr(tile_choice, "wide_registers", lambda: wide)
+    assert tile_choice._vector_width(56, True) == (16 if wide else 8)
+    assert tile_choice._vector_width(40, True) == (16 if wide else 8)
+    assert tile_choice._vector_width(24, True) == 8
+    assert tile_choice._vector_width(56, True, along_sum=True) == (16 if wide else 8)
+    assert tile_choice._vector_width(24, True, along_sum=True) == 8
+    assert tile_choice._vector_width(56, False) == 8  # a max cannot mask: no ragged vector
+    assert tile_choice._vector_width(48, True) == 16 and tile_choice._vector_width(64, True) == 32
 
 
 @pytest.mark.parametrize("wide", [False, True])
@@ -219,9 +220,9 @@ def test_a_two_register_row_tile_takes_8_rows_where_avx512_runs_full_width(monke
     """A matmul tile of 32 lanes (two AVX-512 registers a row) takes 8 rows on a host whose
     multiply-adds run on full 512-bit units (Intel's, AMD's Zen 5), 4 on AMD's Zen 4 (its
     tile, tuned there, is kept). The values are the same sums either way."""
-    from fusegrad.codegen import lower as L
+    from fusegrad.codegen import tile_choice
 
-    monkeypatch.setattr(L, "full_width_fma", lambda: full_width)
+    monkeypatch.setattr(tile_choice, "full_width_fma", lambda: full_width)
     a, b = f32(96, 384), f32(384, 128)
     y = fg.tensor(a) @ fg.tensor(b)
     text = str(_lowered(y, monkeypatch, True))
@@ -235,9 +236,9 @@ def test_row_tiles_of_either_host_give_numpys_values_and_gradients(monkeypatch, 
     """Forward and both gradients of a matmul with a 32-lane tile, run (not only lowered)
     with either host's rows, on inputs holding 0, -0, +-1 and ties; each size is its own so
     no kernel cached under the other setting is reused."""
-    from fusegrad.codegen import lower as L
+    from fusegrad.codegen import tile_choice
 
-    monkeypatch.setattr(L, "full_width_fma", lambda: full_width)
+    monkeypatch.setattr(tile_choice, "full_width_fma", lambda: full_width)
     m = 104 if full_width else 88
     a, b, g = f32(m, 256), f32(256, 64), f32(m, 64)
     for x in (a, b):
@@ -261,7 +262,7 @@ def test_full_width_fma_is_not_claimed_for_zen_4(monkeypatch):
     server cores do; a host without AVX-512 has no 512-bit FMA."""
     import llvmlite.binding as llvm
 
-    from fusegrad.codegen import lower as L
+    from fusegrad.codegen import tile_choice
 
     for name, wide, want in [
         ("znver4", True, False),
@@ -270,12 +271,12 @@ def test_full_width_fma_is_not_claimed_for_zen_4(monkeypatch):
         ("skylake", False, False),
     ]:
         monkeypatch.setattr(llvm, "get_host_cpu_name", lambda name=name: name)
-        monkeypatch.setattr(L, "wide_registers", lambda wide=wide: wide)
-        L.full_width_fma.cache_clear()
+        monkeypatch.setattr(tile_choice, "wide_registers", lambda wide=wide: wide)
+        tile_choice.full_width_fma.cache_clear()
         try:
-            assert L.full_width_fma() is want, name
+            assert tile_choice.full_width_fma() is want, name
         finally:
-            L.full_width_fma.cache_clear()
+            tile_choice.full_width_fma.cache_clear()
 
 
 @pytest.mark.parametrize("rows, tile", [(50, 5), (10, 5), (14, 7), (13, 1)])
@@ -409,11 +410,12 @@ def test_a_long_sums_grid_of_two_register_rows(monkeypatch, wide):
     24 registers of accumulators, each loaded vector of x serving 4 rows, not 2 (the grid
     before); with 16 registers, the 3 taps alone. The sums are the same either way."""
     from fusegrad.codegen import lower as L
+    from fusegrad.codegen import tile_choice
     from fusegrad.ir.ops import Ops
     from fusegrad.ir.schedule import schedule
     from fusegrad.nn import functional as F
 
-    monkeypatch.setattr(L, "wide_registers", lambda: wide)
+    monkeypatch.setattr(tile_choice, "wide_registers", lambda: wide)
     x, g = f32(2, 8, 1026), f32(2, 16, 1024)
     w = fg.tensor(f32(16, 8, 3), requires_grad=True)
     (dw,) = fg.grad(F.conv1d(fg.tensor(x), w), [w], grad_outputs=fg.tensor(g))

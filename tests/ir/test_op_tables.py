@@ -9,7 +9,7 @@ polynomial (`codegen/llvm_math.py`). The rest is derived from those, and checked
 from __future__ import annotations
 
 import fusegrad as fg
-from fusegrad.codegen import llvm_math, lower, optable
+from fusegrad.codegen import kernel_names, llvm_math, optable
 from fusegrad.ir import autodiff, numpy_ops
 from fusegrad.ir.ops import ELEMENTWISE, LEAF, MATH, TRANSCENDENTAL, UNARY, MathOp, Ops
 
@@ -31,7 +31,7 @@ def missing_tables(op: Ops) -> list[str]:
             )
         needs["ir/ops.py UNARY"] = op in UNARY
         needs["ir/ops.py TRANSCENDENTAL"] = op in TRANSCENDENTAL
-        needs["codegen/lower.py kernel names"] = op in lower._NOTABLE
+        needs["codegen/kernel_names.py kernel names"] = op in kernel_names._NOTABLE
         needs[f"Tensor.{row.name}"] = callable(getattr(fg.Tensor, row.name, None))
         needs[f"fg.{row.name}"] = callable(getattr(fg, row.name, None))
     return [table for table, present in needs.items() if not present]
@@ -48,7 +48,7 @@ def test_a_new_float_function_is_named_in_each_table_it_lacks(monkeypatch):
     assert missing_tables(Ops.NEG) == [
         "codegen/llvm_math.py (a @_polynomial generator)",
         "ir/ops.py TRANSCENDENTAL",
-        "codegen/lower.py kernel names",
+        "codegen/kernel_names.py kernel names",
         "Tensor.bogus",
         "fg.bogus",
     ]

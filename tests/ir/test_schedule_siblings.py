@@ -12,7 +12,7 @@ import pytest
 
 import fusegrad as fg
 import fusegrad.nn.functional as F
-from fusegrad.codegen.lower import CASCADE_MIN
+from fusegrad.codegen.reductions import CASCADE_MIN
 from fusegrad.ir.schedule import MAX_SIBLINGS, schedule
 
 RNG = np.random.default_rng(32)

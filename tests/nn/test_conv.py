@@ -767,9 +767,9 @@ def test_a_stride_2_convolution_over_56_pixels_merges_its_28_pixel_rows_at_speci
     per element a choice of phase was gathered). Values and gradients against float64
     numpy with -0.0, inf and NaN at a row's first and last columns, where a vector crosses
     from one row into the next, and -0.0 where the interleave copies a phase's gradient."""
-    from fusegrad.codegen import lower as L
+    from fusegrad.codegen import tile_choice
 
-    monkeypatch.setattr(L, "wide_registers", lambda: True)
+    monkeypatch.setattr(tile_choice, "wide_registers", lambda: True)
     rng = np.random.default_rng(14)
     x = rng.standard_normal((2, 3, 8, 56)).astype(np.float32)
     x[0, 0, :, -1] = np.inf
@@ -925,7 +925,7 @@ def test_a_weight_gradient_with_16_lanes_over_56_pixel_rows_at_special_values():
     end of one row and a NaN at the start of the next reach exactly the weights float64's
     chain rule says (a lane past the row's end reads nothing), ties of +-1, zeros and -0.0
     elsewhere; against torch where it is installed."""
-    from fusegrad.codegen.lower import wide_registers
+    from fusegrad.codegen.tile_choice import wide_registers
 
     rng = np.random.default_rng(9)
     x = np.where(rng.standard_normal((2, 4, 5, 56)) > 0, 1.0, -1.0).astype(np.float32)
@@ -1034,9 +1034,9 @@ def test_conv_tiles_merged_rows_at_special_values(case, monkeypatch):
     and all three gradients against float64 numpy, with inf, NaN and -0.0 at the first and
     last columns, where a vector crosses from one row into the next (on any host: the
     AVX-512 tiles are what is tested; LLVM splits them where the registers are narrower)."""
-    from fusegrad.codegen import lower as L
+    from fusegrad.codegen import tile_choice
 
-    monkeypatch.setattr(L, "wide_registers", lambda: True)
+    monkeypatch.setattr(tile_choice, "wide_registers", lambda: True)
     shape, cout, k, pad, dil, groups = case
     rng = np.random.default_rng(11)
     x = rng.standard_normal(shape).astype(np.float32)

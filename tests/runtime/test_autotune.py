@@ -20,6 +20,9 @@ import pytest
 
 import fusegrad as fg
 from fusegrad.codegen import lower as L
+from fusegrad.codegen import tile_choice, tile_tuning
+from fusegrad.codegen.tile_choice import Tile
+from fusegrad.codegen.tile_tuning import TuningSpace, tuning_space
 from fusegrad.ir.ops import Ops
 from fusegrad.ir.schedule import schedule
 from fusegrad.runtime import autotune, compiler
@@ -33,7 +36,7 @@ RNG = np.random.default_rng(32)
 @pytest.fixture(autouse=True)
 def small_kernels_are_tuned(monkeypatch):
     """The tests' products are small (a few million multiply-adds): let them be tuned."""
-    monkeypatch.setattr(L, "TUNE_MIN_WORK", 1 << 22)
+    monkeypatch.setattr(tile_tuning, "TUNE_MIN_WORK", 1 << 22)
 
 
 def special(*shape) -> np.ndarray:
@@ -73,7 +76,7 @@ def run_kernel(kernel, inputs: list[np.ndarray]) -> np.ndarray:
     return out
 
 
-def space_of(item) -> tuple[L.TuningSpace, callable]:
+def space_of(item) -> tuple[TuningSpace, callable]:
     """The tuning space `lower` hands a tuner for `item`, and its `lowered` function."""
     got = {}
 
@@ -120,11 +123,11 @@ def test_every_candidate_tile_computes_the_same_values(m, k, n, bias):
 def test_only_float32_contractions_of_enough_work_are_tuned(monkeypatch):
     """A small product (too short to time) and a float64 one get no tuning space."""
     small, _ = item_and_inputs(special(8, 16), special(16, 32))
-    assert L.tuning_space(L.Tile(1, 32, 0, 8), small, [(0,), (1,)], [(2,)]) is None
+    assert tuning_space(Tile(1, 32, 0, 8), small, [(0,), (1,)], [(2,)]) is None
     mlp, _ = item_and_inputs(special(64, 784), special(784, 128))
-    assert L.tuning_space(L.Tile(1, 32, 0, 8), mlp, [(0,), (1,)], [(2,)]) is not None
+    assert tuning_space(Tile(1, 32, 0, 8), mlp, [(0,), (1,)], [(2,)]) is not None
     monkeypatch.undo()  # the real threshold: an MLP's layers (64 x 784 x 128) are not tuned
-    assert L.tuning_space(L.Tile(1, 32, 0, 8), mlp, [(0,), (1,)], [(2,)]) is None
+    assert tuning_space(Tile(1, 32, 0, 8), mlp, [(0,), (1,)], [(2,)]) is None
 
 
 def test_candidates_sum_as_the_fixed_choice_does():
@@ -137,7 +140,7 @@ def test_candidates_sum_as_the_fixed_choice_does():
     assert {12, 16} <= {t.rows for t in space.candidates}
     ta, tb = fg.tensor(special(96, 384)).double(), fg.tensor(special(384, 128)).double()
     items = schedule([(ta @ tb).node], lambda n: n.op is Ops.BUFFER)
-    assert L.tuning_space(L.Tile(1, 32, 0, 8), items[-1], [(0,), (1,)], [(2,)]) is None
+    assert tuning_space(Tile(1, 32, 0, 8), items[-1], [(0,), (1,)], [(2,)]) is None
 
 
 def batched_item(batch: int, m: int, k: int, n: int):
@@ -152,7 +155,7 @@ def batched_item(batch: int, m: int, k: int, n: int):
     return item, [values[id(x)] for x in item.inputs], np.matmul(a.astype(np.float64), b)
 
 
-@pytest.mark.skipif(not L.wide_registers(), reason="grids of 16-lane rows are AVX-512's")
+@pytest.mark.skipif(not tile_choice.wide_registers(), reason="grids of 16-lane rows are AVX-512's")
 def test_grid_candidates_sum_as_the_fixed_choice_does():
     """16-lane columns with a batch beside them: grids of rows x images are candidates
     (`TUNE_GRIDS`), each computing every output as the same sum, bit for bit."""

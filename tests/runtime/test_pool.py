@@ -214,3 +214,39 @@ def test_a_new_plan_compiles_the_pools_code_ahead_once(tmp_path):
         [sys.executable, "-c", AHEAD], env=env, capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_the_rendered_ir_fills_every_placeholder_and_drops_the_comments(monkeypatch, machine):
+    """runtime/pool.ll's `${NAME}` placeholders are all filled (a missing one raises), its
+    `;` comment lines stay out of the IR, and the spin-wait pause is the machine's: x86's
+    `pause` intrinsic, declared once, or a fence elsewhere."""
+    monkeypatch.setattr(native.platform, "machine", lambda: machine)
+    text = native.render()
+    assert "$" not in text
+    assert not any(line.startswith(";") for line in text.splitlines())
+    x86 = machine == "x86_64"
+    assert text.count("declare void @llvm.x86.sse2.pause()") == (1 if x86 else 0)
+    assert text.count("  call void @llvm.x86.sse2.pause()\n") == (2 if x86 else 0)
+    assert text.count("  fence seq_cst\n") == (2 if x86 else 4)  # (two more: wake, sleep)
+    for name in ("worker", "run", "prewake", "close", "cycles"):
+        assert (
+            text.count(f"define i64 @fg_pool_{name}(") + text.count(f"define void @fg_pool_{name}(")
+            == 1
+        ), name
+    slot = f"%slot.o2 = add i64 %slot.o1, {native.Layout.SLOTS}\n"
+    assert slot in text  # a worker's slot from the Layout's offsets
+    args = [f"%a{k} = load i64, ptr %a{k}.at" for k in range(native.MAX_ARGS)]
+    assert all(a in text for a in args) and f"%a{native.MAX_ARGS} " not in text
+
+
+def test_the_pools_ir_is_package_data():
+    """An installed (not editable) package has runtime/pool.ll, which `render` reads:
+    pyproject.toml names it among fusegrad.runtime's package data."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    section = text[text.index("[tool.setuptools.package-data]") :]
+    (files,) = re.findall(r'^"fusegrad\.runtime" = \[(.*)\]$', section, re.M)
+    assert '"pool.ll"' in files.split(", ")
