@@ -260,6 +260,9 @@ class Engine:
             else:
                 self.stats["plans_from_disk"] += 1
                 _finish(plan)
+                # its first run reports how its kernels were loaded, later ones "memory"
+                plan.records = [replace(s.record, seconds=None) for s in plan.steps]
+                plan.from_disk = plan.counting = True
                 if config.debug >= 1:
                     _log(f"plan read from the disk cache: {len(plan.steps)} kernel(s)")
             backend.prepare(plan)
@@ -322,20 +325,26 @@ class Engine:
         if not timed and config.debug == 0:
             done = plan.backend.run(plan, leaves)
             if done is not None:
-                if plan.tune_at:
+                if plan.counting:
                     self._count_run(plan)
                 return done
         done = self._execute_steps(plan, leaves, timed)
-        if plan.tune_at:
+        if plan.counting:
             self._count_run(plan)
         return done
 
     def _count_run(self, plan: Plan) -> None:
-        """One more run of a plan with kernels left to tune: tune them at its `tune_at`-th."""
+        """After a run of a plan that is watched (`Plan.counting`): after the first run of
+        a plan read from disk its records say "memory"; a plan with kernels left to tune is
+        tuned at its `tune_at`-th run."""
+        if plan.from_disk:
+            plan.from_disk = False
+            plan.records = _cached_records(plan)
         plan.runs += 1
-        if plan.runs >= plan.tune_at:
+        if plan.tune_at and plan.runs >= plan.tune_at:
             plan.tune_at = 0
             self.tune(plan)
+        plan.counting = plan.tune_at > 0
 
     def tune(self, plan: Plan) -> None:
         """Lower the plan's kernels that have a provisional tile again, the autotuner
@@ -526,10 +535,16 @@ def _finish(plan: Plan) -> Plan:
     records a run through its native program reports."""
     plan.backend = get_backend(plan.device)
     plan.parallel = any(runs_parallel(s.extent, s.work) for s in plan.steps)
-    plan.records = [
+    plan.records = _cached_records(plan)
+    plan.counting = plan.tune_at > 0
+    return plan
+
+
+def _cached_records(plan: Plan) -> list[KernelRecord]:
+    """The records a cached run of `plan` reports: nothing compiled, not timed alone."""
+    return [
         replace(s.record, seconds=None, cache="memory", compile_seconds=0.0) for s in plan.steps
     ]
-    return plan
 
 
 def kernel_names(items: list[ScheduleItem], device: str = HOST) -> list[str]:

@@ -131,6 +131,10 @@ class Plan:
     tune_items: dict = field(default_factory=dict)
     tune_at: int = 0  # 0: nothing to tune
     runs: int = 0  # runs counted while something is left to tune
+    # whether the engine looks at the plan after each run (`Engine._count_run`): while
+    # kernels are left to tune, and after the first run of a plan read from disk
+    counting: bool = False
+    from_disk: bool = False  # read from disk, not run yet: its first run's records say so
     key: tuple | None = None  # the engine's cache key (the plan is kept on disk under it)
     retired: list = field(default_factory=list)  # replaced kernels and programs, kept alive
 
