@@ -216,8 +216,12 @@ class CpuBackend(Backend):
         return key  # the host's plans are keyed by their structure alone
 
     def disk_plan_key(self, key: tuple, device: str) -> str | None:
-        options = _options_key() + " " + repr(sorted(self.schedule_options.items()))
-        return plan_store.plan_key(key, device, options)
+        # (not the autotuner's choices: a plan is kept only once its tiles are final, and
+        # other shape classes tuned later leave it as right and as fast)
+        options = repr(sorted(_lower_options().items()))
+        return plan_store.plan_key(
+            key, device, options + repr(sorted(self.schedule_options.items()))
+        )
 
     def load_plan(self, disk_key: str) -> Plan | None:
         with phases.timed("llvm"):  # loading the kernels' object files

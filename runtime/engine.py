@@ -254,8 +254,7 @@ class Engine:
             fresh = plan is None  # (one read from disk runs as a cached plan: not timed)
             if plan is None:
                 plan = compile_plan(todo, leaves, has_value, device)
-                if disk_key is not None:  # (keyed anew: the autotuner may have chosen tiles)
-                    disk_key = backend.disk_plan_key(key, device)
+                if disk_key is not None:  # (kept once its tiles are final: `tune`)
                     backend.store_plan(disk_key, plan)
             else:
                 self.stats["plans_from_disk"] += 1
@@ -349,27 +348,36 @@ class Engine:
     def tune(self, plan: Plan) -> None:
         """Lower the plan's kernels that have a provisional tile again, the autotuner
         timing their candidate tiles now (runtime/autotune.py), and put the new kernels in
-        their steps. A plan whose kernels all have their tuned tiles then is kept on disk."""
-        items, plan.tune_items = plan.tune_items, {}
-        if not items:
+        their steps; the other cached plans waiting to be tuned too (a training step's
+        first plan, run once, shares its shape classes with the step's later one). A plan
+        whose kernels all have their tuned tiles then is kept on disk."""
+        with self._plans_lock:
+            waiting = [p for p in self.plans.values() if p.tune_items and p is not plan]
+        plans = [p for p in [plan, *waiting] if p.tune_items]
+        if not plans:
             return
-        backend = plan.backend
         if config.debug >= 1:
-            _log(f"autotuning {len(items)} kernel(s) of a plan run {plan.runs} times")
-        with compiler_batch():
-            loops = [backend.lower(item) for item in items.values()]
-            compiled = backend.compile_many(loops)
-        for (k, item), loop, kernel in zip(items.items(), loops, compiled):
-            rec, extent, work = _record(item, loop, kernel)
-            old = plan.steps[k]
-            plan.retired.append(old.record.compiled)
-            plan.steps[k] = Step(rec, extent, work, old.outs, old.inputs, old.frees)
-        _finish(plan)
-        backend.rebuild(plan)
-        if plan.key is not None:
-            disk_key = backend.disk_plan_key(plan.key, plan.device)
-            if disk_key is not None:
-                backend.store_plan(disk_key, plan)
+            count = sum(len(p.tune_items) for p in plans)
+            _log(f"autotuning {count} kernel(s) of {len(plans)} plan(s), one run {plan.runs} times")
+        for p in plans:
+            items, p.tune_items = p.tune_items, {}
+            p.tune_at = 0
+            backend = p.backend
+            with compiler_batch():
+                loops = [backend.lower(item) for item in items.values()]
+                compiled = backend.compile_many(loops)
+            for (k, item), loop, kernel in zip(items.items(), loops, compiled):
+                rec, extent, work = _record(item, loop, kernel)
+                old = p.steps[k]
+                p.retired.append(old.record.compiled)
+                p.steps[k] = Step(rec, extent, work, old.outs, old.inputs, old.frees)
+            _finish(p)
+            backend.rebuild(p)
+        for p in plans:
+            if p.key is not None:
+                disk_key = p.backend.disk_plan_key(p.key, p.device)
+                if disk_key is not None:
+                    p.backend.store_plan(disk_key, p)
 
     def _execute_steps(self, plan, leaves, timed):
         device, backend = plan.device, plan.backend

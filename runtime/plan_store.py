@@ -18,9 +18,11 @@ The key (`plan_key`) is a hash of:
 - the code: every source file of the package (frontend, ir, codegen, runtime, nn: macro
   expansions are registered by the frontend and nn), so an edited fusegrad never loads a
   plan made by the old one;
-- the host (`compiler.host_description`), the backend's lowering options and autotuner
-  choices (`cpu_backend._options_key`), its scheduling options, and the settings that can
-  change a plan (`config`, less those that only report or bound caches);
+- the host (`compiler.host_description`), the backend's lowering and scheduling
+  options, and the settings that can change a plan (`config`, less those that only
+  report or bound caches). Not the autotuner's choices: a plan is kept only once every
+  kernel has its final tile (tuned, or the fixed choice where nothing is tuned), so its
+  kernels stay right and as fast whatever other shape classes are tuned later;
 - `FORMAT`, this file's entry layout.
 
 An entry ends with a checksum of its key and bytes (as the object files do): a damaged,

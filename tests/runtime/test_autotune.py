@@ -511,3 +511,31 @@ def test_a_step_under_jit_is_tuned_in_place_too(tmp_path):
         assert o.numpy().tobytes() == outs[0].numpy().tobytes()
     want = np.maximum(a.astype(np.float64) @ b.astype(np.float64), 0)
     np.testing.assert_allclose(outs[-1].numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_the_plans_waiting_beside_a_hot_one_are_tuned_with_it_and_kept(tmp_path):
+    """A training step's first plan runs once (its graph differs from the later steps'):
+    when the later plan is tuned, the first is tuned too and kept on disk, so a second
+    process's first step reads both."""
+    a, b = special(136, 384), special(384, 128)
+    with config.override(
+        autotune=True,
+        autotune_budget=30.0,
+        cache=str(tmp_path),
+        autotune_after=3,
+        disk_plans=True,
+    ):
+        ta, tb = fg.tensor(a), fg.tensor(b)
+        once = (ta @ tb).tanh()
+        first = once.numpy()
+        (rec,) = [r for r in fg.kernels(once) if r.loop.tile_note]
+        assert rec.loop.tile_provisional
+        for _ in range(3):
+            hot = (ta @ tb).relu().numpy()
+        again = (ta @ tb).tanh()
+        assert again.numpy().tobytes() == first.tobytes()
+        (rec,) = [r for r in fg.kernels(again) if r.loop.tile_note]
+        plans = list((tmp_path / "plans").rglob("*.pkl"))
+    assert "autotuned for float32 sum" in rec.loop.tile_note, rec.loop.tile_note
+    assert len(plans) == 2
+    np.testing.assert_allclose(hot, np.maximum(a.astype(np.float64) @ b, 0), rtol=1e-4, atol=1e-4)
