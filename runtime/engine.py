@@ -251,7 +251,8 @@ class Engine:
             # a warm start reads the plan itself from the disk cache (runtime/plan_store.py)
             disk_key = backend.disk_plan_key(key, device)
             plan = backend.load_plan(disk_key) if disk_key is not None else None
-            fresh = plan is None  # (one read from disk runs as a cached plan: not timed)
+            # (one read from disk runs as a cached plan, not timed, unless a dump wants times)
+            fresh = plan is None or bool(config.dump)
             if plan is None:
                 plan = compile_plan(todo, leaves, has_value, device)
                 if disk_key is not None:  # (kept once its tiles are final: `tune`)
