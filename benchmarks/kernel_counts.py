@@ -51,7 +51,8 @@ from fusegrad.ir.ops import Ops  # noqa: E402
 from fusegrad.nn import functional as F  # noqa: E402
 from fusegrad.pipeline import schedule as schedule_module  # noqa: E402
 from fusegrad.pipeline.compiler import batch as compiler_batch  # noqa: E402
-from fusegrad.runtime.engine import compile_plan, engine  # noqa: E402
+from fusegrad.pipeline.driver import compile_plan  # noqa: E402
+from fusegrad.runtime.engine import engine  # noqa: E402
 from fusegrad.stepcache import StepCache  # noqa: E402
 
 

@@ -98,7 +98,7 @@ from .mathops import _with_grad as with_grad
 # the views that convolution and pooling read
 from .movement import cat, sliding_windows, stack
 
-# the cache size the codegen's tiles assume: what a convolution's gradient keeps in cache;
+# the cache size the lowering's tiles assume: what a convolution's gradient keeps in cache;
 # the lane steps its vector loads read without a gather: strided windows read in place
 from .pipeline.tiling import PANEL_CACHE_BYTES, SHUFFLED_LANE_STEPS, rows_merge
 

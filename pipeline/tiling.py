@@ -1,11 +1,15 @@
 """Tile sizes that both graph building and code generation depend on.
 
-They are the codegen's (pipeline/tile_choice.py's register tiles). A large matmul's right
+They are the lowering's (pipeline/tile_choice.py's register tiles). A large matmul's right
 operand is packed into panels by the frontend (a graph rewrite: a CONTIGUOUS of a
-permuted view) so that the kernel codegen makes for it streams one panel at a time:
-the panel width must be a tile width of the codegen, and the size from which packing
-pays is the cache size the codegen assumes. The frontend, which never imports
-codegen, reads them from `pipeline/tiling.py`.
+permuted view) so that the kernel the lowering makes for it streams one panel at a time:
+the panel width must be a tile width of the lowering, and the size from which packing
+pays is the cache size the lowering assumes. The frontend reads them from here (the one
+module of the pipeline's lowering it may import: tests/test_layering.py).
+
+>>> from fusegrad.pipeline.tiling import TILE_COLS
+>>> TILE_COLS[0] in (8, 16, 32)
+True
 """
 
 import math
@@ -45,7 +49,7 @@ def rows_merge(width: int) -> bool:
     """Whether rows of `width` are of the width whose tiles merge rows on an AVX-512 host
     (`ROWS_MERGE_FROM` on, not a multiple of 8, or from `RAGGED_16_FROM` not of 16: 16-lane
     vectors would leave them ragged; a short period at 16 lanes: 28, 40 and 56). The
-    codegen's merges ask it first (pipeline/lower.py, `_rows_merged`, `_sum_rows_merged`),
+    lowering's merges ask it first (pipeline/lower.py, `_rows_merged`, `_sum_rows_merged`),
     and nn/conv.py of a convolution's output rows."""
     ragged = width % 8 != 0 or (width >= RAGGED_16_FROM and width % 16 != 0)
     return width >= ROWS_MERGE_FROM and ragged and row_period(16, width) <= MAX_ROW_PERIOD

@@ -2,7 +2,7 @@
 
 A backend is one module implementing `Backend` (`runtime/cpu_backend.py` for "cpu",
 `runtime/cuda_backend.py` for "cuda:N") and registering it under its device type. The
-engine, the frontend, `nn` and `codegen` never test a device's name: they ask the
+engine, the frontend, `nn` and the pipeline never test a device's name: they ask the
 backend of a node's device (`get_backend("cuda:0")`) to allocate, copy, lower, compile,
 run and synchronize, and read its capabilities (`is_host`, `supports_fork`, ...) where
 behaviour differs. A third device is one module calling `register_backend`, imported by

@@ -691,7 +691,7 @@ class DeviceBuffer:
 @dataclass
 class CompiledCudaKernel:
     """A compiled CUDA kernel and how to launch it: the part `CompiledKernel` plays on
-    the CPU (`source` is the CUDA C; `kernel` the codegen's launches and scratch)."""
+    the CPU (`source` is the CUDA C; `kernel` the renderer's launches and scratch)."""
 
     symbol: str
     source: str

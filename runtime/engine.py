@@ -16,7 +16,8 @@ Everything that outlives a single call lives here, in one place:
 - per-thread recording of the realizes a call makes (`fusegrad.jit`).
 
 Realizing is one path: find the graph's structural key, compile a plan on a miss
-(schedule -> lower -> render -> compile every kernel), then `execute(plan, leaves)`.
+(`compile_plan`, `pipeline/driver.py`: schedule -> lower -> render -> compile every
+kernel), then `execute(plan, leaves)`.
 A plan runs kernel by kernel (timed: the first run, and under `FUSEGRAD_DEBUG`) or as
 one native program per thread (`runtime/program.py`). A plan names its device, and the
 device's backend (`runtime/backend.py`) lowers, compiles and runs its kernels: the CPU's
@@ -47,7 +48,7 @@ from ..ir.node import Node
 from ..ir.ops import Ops
 from ..pipeline.compiler import batch as compiler_batch
 
-# the frontend reads these through the engine: it never imports the pipeline
+# NO_LINE, kernel_names and lowering_steps: the frontend's debug views read them here
 from ..pipeline.driver import (  # noqa: F401
     NO_LINE,
     cached_records,

@@ -19,7 +19,7 @@ from fusegrad.errors import DTypeError
 from fusegrad.ir.dtypes import int8, int16, int32, promote, uint8
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "codegen"))
+sys.path.insert(0, os.path.join(HERE, "..", "pipeline"))
 import test_cuda_emulated as emulated  # noqa: E402
 
 try:

@@ -429,8 +429,9 @@ def test_emulated_kernels_say_where_they_came_from_and_the_module_cache_is_bound
     """g++ ran ("compiled"), the library came from the disk cache ("disk"), or the module
     was loaded already ("memory"); loaded modules are kept up to the kernel cache's size,
     the least recently used dropped first."""
+    from fusegrad.pipeline.driver import _compile_item
     from fusegrad.pipeline.schedule import schedule
-    from fusegrad.runtime.engine import _compile_item, engine
+    from fusegrad.runtime.engine import engine
 
     x = fg.randn(16, device="cuda").realize()
     has_value = engine.has_value_predicate()
