@@ -4,7 +4,7 @@ bfloat16 products added into each float32 lane) and AMX's `tdpbf16ps` (a 16x16 f
 tile += a 16x32 by 32x16 bfloat16 product), each in a loop of independent accumulators
 (12 vector registers, or 4 tiles), so the figure is the instruction's throughput; and the
 AMX loop again with its four operand tiles loaded every iteration from L1 (`AMX + tile
-loads`: the matmul kernel's step, codegen/amx.py, with every load hitting L1: the most its
+loads`: the matmul kernel's step, pipeline/amx.py, with every load hitting L1: the most its
 2 x 2 blocking of the tiles can give, since each product needs one 1 KiB tile load).
 
 Run:  .venv/bin/python benchmarks/bf16_dot_rate.py   (about 20 seconds, one thread)
@@ -80,7 +80,7 @@ exit:
 
 def amx_loop(reload: bool = False) -> tuple[str, int]:
     """The same with AMX: tiles 4, 5 (A) and 6, 7 (B) feed 4 accumulator tiles. `reload`:
-    each iteration loads the four operand tiles again (from L1), in codegen/amx.py's order
+    each iteration loads the four operand tiles again (from L1), in pipeline/amx.py's order
     (`LOADS_AND_PRODUCTS`), as the matmul kernel's steps do: the rate of its inner loop
     with every load hitting L1."""
     loads = "\n  ".join(

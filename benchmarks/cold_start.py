@@ -66,7 +66,8 @@ first, cpu = time.perf_counter() - t, cpu_seconds() - cpu0
 
 REPORT = """
 import json
-from fusegrad.runtime import compiler, phases
+from fusegrad.pipeline import compiler
+from fusegrad.runtime import phases
 print(json.dumps({"first": first, "cpu": cpu, **compiler.stats, **phases.snapshot()}))
 """
 

@@ -337,12 +337,12 @@ def main() -> None:
     ap.add_argument(
         "--tf32-wgmma",
         action="store_true",
-        help="large TF32 matmuls on Hopper's wgmma pipeline (codegen.gpu.TF32_WGMMA: off by "
+        help="large TF32 matmuls on Hopper's wgmma pipeline (pipeline.gpu.TF32_WGMMA: off by "
         "default until a GPU has checked it)",
     )
     args = ap.parse_args()
     if args.tf32_wgmma:
-        from fusegrad.codegen import gpu as gpu_map
+        from fusegrad.pipeline import gpu as gpu_map
 
         gpu_map.TF32_WGMMA = True
     rounds = 10 if args.quick else 40

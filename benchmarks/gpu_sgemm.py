@@ -6,11 +6,11 @@ Run:  python benchmarks/gpu_sgemm.py [--n 4096] [KIN,STAGES,BLOCKS,KC ...]
       run of the answers on the emulator, wall-clock times)
 
 A float32 contraction with TF32 off (PyTorch's default for matmul) runs on the SIMT units as
-one kernel (codegen/cuda_simt.py's `simt_step`): a 128 x 128 tile of outputs, 8 x 8 per thread,
+one kernel (pipeline/cuda_simt.py's `simt_step`): a 128 x 128 tile of outputs, 8 x 8 per thread,
 KC reduction steps staged in shared memory at a time in STAGES buffers where a side is copied
-by `cp.async` (`codegen.cuda_simt.SIMT_STAGES`), registers left for BLOCKS blocks per
-multiprocessor (`codegen.cuda.SIMT_MIN_BLOCKS`), KIN 1 where a side contiguous along the
-reduction is staged [at][kk] by `cp.async` (`codegen.gpu.SIMT_K_INNER`), 0 where it is read
+by `cp.async` (`pipeline.cuda_simt.SIMT_STAGES`), registers left for BLOCKS blocks per
+multiprocessor (`pipeline.cuda.SIMT_MIN_BLOCKS`), KIN 1 where a side contiguous along the
+reduction is staged [at][kk] by `cp.async` (`pipeline.gpu.SIMT_K_INNER`), 0 where it is read
 into registers and stored transposed. Each variant runs in a process of its own with the
 disk cache off (the constants are not part of a kernel's cache key), where:
 
@@ -108,7 +108,7 @@ def one_variant(variant: tuple[int, ...], n: int) -> dict:
     import numpy as np
 
     import fusegrad as fg
-    from fusegrad.codegen import cuda, cuda_simt, gpu
+    from fusegrad.pipeline import cuda, cuda_simt, gpu
 
     sys.path.insert(0, HERE)
     from gpu import fusegrad_kernels, kernel_seconds

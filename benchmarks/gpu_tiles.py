@@ -3,16 +3,16 @@
 Run:  python benchmarks/gpu_tiles.py [--n 4096] [RA,RB,KC,STAGES,BLOCKS ...]
       (needs a GPU, PyCUDA and PyTorch with CUDA)
 
-A large bfloat16 or float16 matmul runs as one `mma.sync` kernel (codegen/cuda_mma.py's
+A large bfloat16 or float16 matmul runs as one `mma.sync` kernel (pipeline/cuda_mma.py's
 `mma16_step`) over a (16 RA) x (16 RB) tile of outputs, KC reduction steps staged in
 shared memory at a time in STAGES buffers, registers left for BLOCKS blocks per
-multiprocessor (`codegen.gpu.HALF_TILE`, `codegen.cuda_simt.HALF_STAGES`, `HALF_MIN_BLOCKS`);
+multiprocessor (`pipeline.gpu.HALF_TILE`, `pipeline.cuda_simt.HALF_STAGES`, `HALF_MIN_BLOCKS`);
 past 48 KiB of staging the buffers are dynamic shared memory. WGMMA (sm_90a: Hopper) is the
-buffers of the `wgmma.mma_async` pipeline rendered beside it (`codegen.gpu.WGMMA_STAGES`; 0:
+buffers of the `wgmma.mma_async` pipeline rendered beside it (`pipeline.gpu.WGMMA_STAGES`; 0:
 `mma.sync` only), SWAPPED 1 swaps its MN-major descriptors' offsets (a check of the layout
 that must give wrong answers), IN_FLIGHT its wgmma groups left running per step
-(`codegen.cuda_wgmma.WGMMA_IN_FLIGHT`, 1 by default), TMA 1 stages its steps by the Tensor Memory
-Accelerator instead of cp.async (`codegen.cuda_wgmma.WGMMA_TMA`, the library's default; a shape
+(`pipeline.cuda_wgmma.WGMMA_IN_FLIGHT`, 1 by default), TMA 1 stages its steps by the Tensor Memory
+Accelerator instead of cp.async (`pipeline.cuda_wgmma.WGMMA_TMA`, the library's default; a shape
 leaves it 0 unless its ninth field says 1). Each shape runs in a process
 of its own with the disk cache off (the shape is not part of a kernel's cache key), where:
 
@@ -116,7 +116,7 @@ def one_shape(shape: tuple[int, ...], n: int) -> dict:
     import torch
 
     import fusegrad as fg
-    from fusegrad.codegen import cuda, cuda_simt, cuda_wgmma, gpu
+    from fusegrad.pipeline import cuda, cuda_simt, cuda_wgmma, gpu
 
     sys.path.insert(0, HERE)
     from gpu import fusegrad_kernels, kernel_seconds

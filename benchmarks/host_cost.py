@@ -202,7 +202,8 @@ def importable_tree(ref: str, root: str) -> str:
     subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
     package = os.path.join(tmp, "path", "fusegrad")
     shutil.copytree(os.path.join(tree, "frontend"), package)
-    for sub in ("ir", "codegen", "runtime", "nn", "datasets", "distributed"):
+    # (codegen: the folder of refs from before the pipeline package)
+    for sub in ("ir", "codegen", "pipeline", "runtime", "nn", "datasets", "distributed"):
         if os.path.isdir(os.path.join(tree, sub)) and not os.path.exists(
             os.path.join(package, sub)
         ):

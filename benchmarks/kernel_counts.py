@@ -16,7 +16,7 @@ print how many kernels Inductor generates (torch.compile, a fresh compile per wo
 each C++ kernel its output code compiles, `AsyncCompile.cpp_pybinding`, counted; its
 own `metrics.generated_kernel_count` counts candidates too): `-` otherwise.
 
-`--time` times what sibling reductions (ir/schedule.py, rule 7) change, paired in one
+`--time` times what sibling reductions (pipeline/schedule.py, rule 7) change, paired in one
 process: each workload's graph is compiled into two plans, with rule 7 and without it
 (`_sibling_reductions` replaced by one that merges nothing, for that compile only), the
 outputs of both are checked equal, then the two plans run on the same input buffers in
@@ -46,12 +46,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import fusegrad as fg  # noqa: E402
-from fusegrad.ir import schedule as schedule_module  # noqa: E402
 from fusegrad.ir.node import toposort  # noqa: E402
 from fusegrad.ir.ops import Ops  # noqa: E402
 from fusegrad.nn import functional as F  # noqa: E402
-from fusegrad.runtime.compiler import batch as compiler_batch  # noqa: E402
-from fusegrad.runtime.engine import compile_plan, engine  # noqa: E402
+from fusegrad.pipeline import schedule as schedule_module  # noqa: E402
+from fusegrad.pipeline.compiler import batch as compiler_batch  # noqa: E402
+from fusegrad.pipeline.driver import compile_plan  # noqa: E402
+from fusegrad.runtime.engine import engine  # noqa: E402
 from fusegrad.stepcache import StepCache  # noqa: E402
 
 

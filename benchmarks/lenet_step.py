@@ -153,7 +153,7 @@ def first_step_seconds(name: str, cache_dir: str) -> dict:
             f"data = b.batches({name!r}, 2)",
             f"model, step = b.make_fusegrad_step({name!r})",
             "t = time.perf_counter(); step(*data[0]); first = time.perf_counter() - t",
-            "from fusegrad.runtime import compiler",
+            "from fusegrad.pipeline import compiler",
             "import json; print(json.dumps({'first': first, **compiler.stats}))",
         ]
     )

@@ -4,7 +4,7 @@ Run:  .venv/bin/python benchmarks/sgemm_tiles.py [--size 2048] [--rounds 15] [--
 
 The kernel of fusegrad's `a @ b` (n x n x n, b already packed in 32-column panels, as
 `matmul` packs it) is lowered once with each candidate tile of its tuning space
-(`codegen.tile_tuning.tuning_space`: the same 32 lanes with 4, 8, 12 or 16 rows where they
+(`pipeline.tile_tuning.tuning_space`: the same 32 lanes with 4, 8, 12 or 16 rows where they
 divide n and fit the registers; 4 rows is the Zen 4 tile, 8 the fixed choice where
 AVX-512 runs full width), compiled, checked against numpy's float64 product, and timed
 alone (the kernel, no graph building or packing) alternately with numpy's and PyTorch's
@@ -25,9 +25,9 @@ from core_ops import paired  # same folder
 from machine import cpu_name, load_average, source_version
 
 import fusegrad as fg
-from fusegrad.codegen import lower as L
 from fusegrad.ir.ops import Ops
-from fusegrad.ir.schedule import schedule
+from fusegrad.pipeline import lower as L
+from fusegrad.pipeline.schedule import schedule
 from fusegrad.runtime.cpu_backend import CpuBackend
 from fusegrad.runtime.launch import launch
 

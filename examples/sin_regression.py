@@ -35,8 +35,8 @@ from tqdm import tqdm
 
 import fusegrad as fg
 from fusegrad import nn
+from fusegrad.pipeline import compiler
 from fusegrad.progress import progress
-from fusegrad.runtime import compiler
 from fusegrad.runtime.engine import stats
 
 # the loss the article printed after each of its 10 epochs

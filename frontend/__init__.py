@@ -50,7 +50,7 @@ def _package_dirs(name: str) -> list[str]:
 # frames in these folders are fusegrad's; errors and kernels name the first frame outside
 _register_package_dirs(
     [_os.path.dirname(_os.path.abspath(__file__))]
-    + [d for name in ("ir", "codegen", "runtime", "nn", "datasets") for d in _package_dirs(name)]
+    + [d for name in ("ir", "pipeline", "runtime", "nn", "datasets") for d in _package_dirs(name)]
 )
 
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 from .ir.macro import expand_all
 from .ir.node import toposort
 from .ir.ops import Ops
-from .ir.schedule import schedule
 from .ir.sites import site_of
+from .pipeline.schedule import schedule
 from .runtime import phases
 from .runtime.backend import get_backend
 from .runtime.config import config

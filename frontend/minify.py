@@ -57,11 +57,11 @@ from .ir.macro import expand_all
 from .ir.node import Node
 from .ir.ops import LEAF, Ops
 from .ir.reference import evaluate_many
-from .ir.schedule import schedule
 from .minify_case import Case, Entry, Failure, build, failure_of, first_line, mismatches, record
 from .minify_case import check as check  # (the repro scripts' check: fusegrad.minify.check)
 from .minify_case import mismatch as mismatch
 from .minify_script import builds, emit, same_graph
+from .pipeline.schedule import schedule
 from .runtime.backend import get_backend
 from .runtime.engine import engine
 

@@ -98,16 +98,16 @@ from .mathops import _with_grad as with_grad
 # the views that convolution and pooling read
 from .movement import cat, sliding_windows, stack
 
+# the cache size the lowering's tiles assume: what a convolution's gradient keeps in cache;
+# the lane steps its vector loads read without a gather: strided windows read in place
+from .pipeline.tiling import PANEL_CACHE_BYTES, SHUFFLED_LANE_STEPS, rows_merge
+
 # fused ops: one macro node for a linear layer, a layer norm and a classifier's loss
 from .reduce import class_cross_entropy, fits_class_cross_entropy, fused_layer_norm
 from .reduce import linear as fused_linear
 
 # the module whose forward is running: Module.__call__ names it on the sites of its ops
 from .runtime.attribution import module_scope
-
-# the cache size the codegen's tiles assume: what a convolution's gradient keeps in cache;
-# the lane steps its vector loads read without a gather: strided windows read in place
-from .runtime.tiling import PANEL_CACHE_BYTES, SHUFFLED_LANE_STEPS, rows_merge
 
 # an optimizer's cached, compiled step
 from .stepcache import StepCache

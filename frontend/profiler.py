@@ -336,13 +336,13 @@ SAMPLE_SECONDS = 0.002  # how often the profiled thread's stack is sampled for "
 class _TraceSampler:
     """Samples one thread's innermost frame: the share of samples in fusegrad's graph
     building (frontend, nn) is the trace phase's share of the wall time. Frames in
-    the runtime, codegen and ir are timed exactly elsewhere and count as neither."""
+    the runtime and the pipeline are timed exactly elsewhere and count as neither."""
 
     def __init__(self, ident: int):
         import importlib.util
         import os
 
-        spec = importlib.util.find_spec(__package__ + ".codegen")  # its folder, not imported
+        spec = importlib.util.find_spec(__package__ + ".pipeline")  # its folder, not imported
         timed = [os.path.dirname(os.path.abspath(m.__file__)) for m in (_phases, engine_module)]
         timed += list(spec.submodule_search_locations or []) if spec else []
         self.timed = tuple(os.path.abspath(d) + os.sep for d in timed)

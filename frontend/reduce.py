@@ -29,11 +29,11 @@ from .ir.autodiff import max_grad_shared, own_node, with_vjp
 from .ir.dtypes import int64, promote
 from .ir.macro import macro, register
 from .ir.ops import Ops
+from .pipeline.tiling import PANEL_CACHE_BYTES, TILE_COLS
 from .runtime import attribution as sites
 from .runtime import forksafe
 from .runtime.attribution import one_site
 from .runtime.engine import engine
-from .runtime.tiling import PANEL_CACHE_BYTES, TILE_COLS
 
 MaxResult = namedtuple("MaxResult", ["values", "indices"])
 AminmaxResult = namedtuple("AminmaxResult", ["min", "max"])
@@ -43,7 +43,7 @@ def sum_node(xn, axes: tuple[int, ...]):
     """The SUM of node `xn` over `axes` (kept as size 1), with torch's sign of zero: torch's
     sums start from +0.0, so a sum of -0.0s is +0.0. Where the IR folds a sum over size-1
     axes to its input, `+ 0.0` makes -0.0 +0.0 and changes nothing else (the kernels'
-    accumulators do the same, codegen/llvm.py).
+    accumulators do the same, pipeline/llvm.py).
 
     >>> import fusegrad as fg
     >>> fg.tensor([-0.0]).sum().item()
@@ -783,12 +783,12 @@ def matmul(a, b):
     return a._make(N.reshape(node, shape), b)
 
 
-AMX_BLOCK = 32  # codegen/amx.py's (and codegen/dpbf16.py's): M, K and N multiples of it
+AMX_BLOCK = 32  # pipeline/amx.py's (and pipeline/dpbf16.py's): M, K and N multiples of it
 
 
 def _amx_shaped(an, bn) -> bool:
-    """A bfloat16 product that `codegen/amx.py` runs on AMX tiles once B is packed (or
-    `codegen/dpbf16.py` on `vdpbf16ps` register tiles, where the CPU has no AMX)."""
+    """A bfloat16 product that `pipeline/amx.py` runs on AMX tiles once B is packed (or
+    `pipeline/dpbf16.py` on `vdpbf16ps` register tiles, where the CPU has no AMX)."""
     (m, k), n = an.shape[-2:], bn.shape[-1]
     return (
         len(bn.shape) == 2
@@ -834,7 +834,7 @@ def _step_padding(blocks: int) -> int:
     where the step's blocks are even in number, so that a step is an odd multiple of 2 KiB.
     The kernel walks a block's steps one step apart, and a step a multiple of 8 KiB apart
     maps them to a few of L2's sets: at N = 2048 a step is 128 KiB, L2's period (2 MiB,
-    16 ways), so a group's panel (1 MiB, `codegen/amx.py`) all fell in one 64th of the
+    16 ways), so a group's panel (1 MiB, `pipeline/amx.py`) all fell in one 64th of the
     sets, 64 lines for 16 ways, and came back from memory for every M block; 130 KiB
     apart the steps fall in every set.
 

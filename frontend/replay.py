@@ -8,7 +8,7 @@ is a contiguous buffer) and its loop's extent (`runtime/dump.py`). Under
 
 Replay compiles `NNN_name.ll` (the optimized LLVM IR; edit it and replay runs the
 edited code, or name another file: `--ll other.ll`) with llvmlite as the runtime does
-(`runtime/compiler.py`), calls it as the runtime launches a kernel (`runtime/launch.py`:
+(`pipeline/compiler.py`), calls it as the runtime launches a kernel (`runtime/launch.py`:
 `kernel(start, stop, *outputs, *inputs)`, over the threads), and
 
 - checks its outputs against the reference evaluator (`ir/reference.py`) run on the
@@ -57,8 +57,8 @@ from .ir import node as N
 from .ir.dtypes import to_dtype
 from .ir.ops import Ops
 from .ir.reference import evaluate_many
+from .pipeline.compiler import compile_kernel
 from .runtime.buffer import Buffer
-from .runtime.compiler import compile_kernel
 from .runtime.cuda_replay import CudaReplayError, run_cuda_source
 from .runtime.dump import GRAPH_FORMAT
 from .runtime.launch import launch

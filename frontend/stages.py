@@ -10,14 +10,14 @@ list of (stage name, text):
 - `autodiff`: the same graph with the gradients in it (autodiff runs when `backward()`'s
   gradients are first read, on the graph with macros, so it comes before expansion);
 - `expanded`: every macro replaced by its expansion (`ir/macro.py`), what the scheduler cuts;
-- `rules_none`, then `rule_<name>` per scheduling rule (`ir/schedule.py`): the graph
+- `rules_none`, then `rule_<name>` per scheduling rule (`pipeline/schedule.py`): the graph
   scheduled with every optional rule off, then with the rules turned on one by one in the
   order the scheduler applies them, each stage saying which values it stopped or started
   storing and which kernels it merged. A rule's effect is shown given the rules before it:
   the later rules (extra outputs, siblings, stored in reductions, stored by readers) work
   on the kernels the earlier ones made, so in another order they would do other things;
 - `schedule`: the kernels in launch order, named as they run;
-- per kernel (`kNN.`): its loop IR after each lowering step (`codegen/lower.py`: the loop
+- per kernel (`kNN.`): its loop IR after each lowering step (`pipeline/lower.py`: the loop
   nest with its loops merged, its register tile, peeled edges, unrolling, where taken), the
   loop IR compiled, LLVM IR before and after LLVM's passes and the assembly (a cuda
   kernel: its CUDA C and PTX).
@@ -51,9 +51,9 @@ from dataclasses import asdict, dataclass, field
 from .ir.macro import expand_all
 from .ir.node import Node, toposort
 from .ir.ops import Ops
-from .ir.schedule import RULES, ScheduleItem, schedule
 from .ir.sites import site_of
 from .jit import jit
+from .pipeline.schedule import RULES, ScheduleItem, schedule
 from .runtime.backend import get_backend
 from .runtime.config import config
 from .runtime.engine import engine, lowering_steps

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 from .ir import steering
 from .ir.macro import expansion
 from .ir.ops import LEAF, MOVEMENT, Ops
-from .ir.schedule import RULES
+from .pipeline.schedule import RULES
 from .runtime.attribution import capture
 from .runtime.config import config, rule_names
 from .runtime.engine import engine

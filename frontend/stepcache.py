@@ -36,7 +36,7 @@ from .autograd import graph_consumed
 from .carried import with_carried
 from .ir import node as N
 from .ir.ops import Ops
-from .ir.schedule import structural_key
+from .pipeline.schedule import structural_key
 from .runtime import phases
 from .runtime.config import config
 from .runtime.engine import Plan, engine

@@ -17,7 +17,7 @@ but its sources (any table it needs is one of them) and constants.
 Only three places look inside a macro, and nothing else needs to know they exist:
 
 - `expand_all(roots)`: the graph with every macro replaced by its expansion, for the
-  scheduler (runtime/engine.py `compile_plan`), the reference evaluator and
+  scheduler (pipeline/driver.py `compile_plan`), the reference evaluator and
   `graph_dot`; a cached plan's run never expands anything;
 - autodiff: a macro's gradient is the gradient of its expansion with respect to
   its sources (ir/autodiff.py);

@@ -8,8 +8,8 @@ Adding a primitive means its member here (its group sets, and for a float
 function its `MATH` row, which spells it for every backend and names its Tensor
 method), one reference-evaluator line (ir/reference.py), one gradient rule
 (ir/autodiff.py) and, for a float function LLVM has no intrinsic for, its
-polynomial (codegen/llvm_math.py). Other elementwise ops take one row in
-codegen/optable.py, read by both renderers; tests/ir/test_op_tables.py names
+polynomial (pipeline/llvm_math.py). Other elementwise ops take one row in
+pipeline/optable.py, read by both renderers; tests/ir/test_op_tables.py names
 any table a primitive is missing from.
 
 >>> MATH[Ops.SQRT]
@@ -37,7 +37,7 @@ class Ops(Enum):
     EXP = auto()
     LOG = auto()
     SIN = auto()
-    COS = auto()  # its own reduction (codegen/llvm_math.py), not sin(x + pi/2) rounded
+    COS = auto()  # its own reduction (pipeline/llvm_math.py), not sin(x + pi/2) rounded
     SQRT = auto()
     ERFC = auto()  # 1 - erf(x) without that subtraction (which cancels to 0 far out)
     RECIP = auto()
@@ -89,7 +89,7 @@ class MathOp:
     """A float function primitive's spellings, all derived from `name`: the method
     `t.<name>()` and `fg.<name>(t)` (frontend/mathops.py), CUDA's `<name>` (`<name>f` for
     float32), and on the CPU `@llvm.<name>` where `intrinsic` (LLVM's own vectorizable
-    intrinsic), else fusegrad's polynomial `<name>` in codegen/llvm_math.py. Each is
+    intrinsic), else fusegrad's polynomial `<name>` in pipeline/llvm_math.py. Each is
     transcendental: the scheduler prices it higher, and kernel names mention it."""
 
     name: str

@@ -2,7 +2,7 @@
 
 A side table from nodes to requests, weak in the node (as `ir/sites.py`'s): an entry goes
 when its node does. The frontend fills it (`fusegrad.debug.cut`, `fuse`, `no_fusion`);
-the scheduler (`ir/schedule.py`) reads it, and `structural_key` folds the requests of a
+the scheduler (`pipeline/schedule.py`) reads it, and `structural_key` folds the requests of a
 graph's nodes into the graph's key, so a plan cached before a request is not reused
 after it. Nodes are shared (hash-consing): a request on `x * 2` holds for every `x * 2`
 built from the same `x`.

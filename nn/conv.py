@@ -283,7 +283,7 @@ def gather_pays(x: Tensor, weight: Tensor, pads, stride, dilation, groups: int) 
     tiles read windows through their own guarded staging (the GPU), never; at a stride of
     2, 3 or 4 (`SHUFFLED_LANE_STEPS`), never: the windows are read in place, from the
     padded copy split into the stride's phases (`padded`) or, unpadded, by vector loads
-    that shuffle a wider load (codegen/llvm.py), except for a depthwise convolution
+    that shuffle a wider load (pipeline/llvm.py), except for a depthwise convolution
     (whose padding `pads_in_place` reads through bounds tests: it keeps the rule below);
     else when the windows read each input element often enough that the copy pays
     (`COPY_PAYS_FROM_READS`, as for a padded copy) and every output axis is nonempty (an

@@ -96,7 +96,7 @@ def pads_in_place(x: Tensor, w_shape, groups: int) -> bool:
     once and multiplies 9 times per element for a 3x3, so a padded copy is a second pass
     over memory about as long as the convolution (the forward of 32x64x56x56 by 3x3 took
     2.5x a copy's time with it, 1.15x without). Its tiles test bounds only at the edges
-    (`codegen/peel.py` peels them off the interior). An elementwise input (an activation
+    (`pipeline/peel.py` peels them off the interior). An elementwise input (an activation
     not stored) keeps its copy, computed there once rather than again at every tap; so does
     a single-channel image under one group (LeNet's first layer: six filters of 25 taps
     over 28-pixel rows, all of its tiles at an edge, measured 3% slower in place).
@@ -121,7 +121,7 @@ def padded(
     same cost: read in place, its windows are strided or guarded and the contraction
     loses its vector tiles (a sentiment CNN's conv1d ran as a scalar loop).
     On the GPU the contraction's tiles check the bounds once per element they stage in
-    shared memory (codegen/gpu.py), which costs less than the copy's round trip. With
+    shared memory (pipeline/gpu.py), which costs less than the copy's round trip. With
     `in_place` (`pads_in_place`) the padding is a view on the CPU too.
     Where the windows step `lane_stride` > 1 along the last axis (the lanes' axis), the copy
     splits that axis into its stride phases (`_phase_split`): the same one pass, and the
@@ -332,7 +332,7 @@ def gather_windows(x: Tensor, weight: Tensor, pads, stride, dilation, op: str):
     of the kernel, in row-major order), the weight flattened likewise (a view).
 
     Read in place at stride s, the windows walk the vector lanes with a stride: up to 4
-    the lanes load them as shuffled vectors (codegen/llvm.py) and no copy is made
+    the lanes load them as shuffled vectors (pipeline/llvm.py) and no copy is made
     (`gather_pays`, nn/conv.py); beyond, each vector would be a gather (a 3x3 stride-2
     convolution ran at 0.09 of the sgemm's GFLOP/s that way); the copy is a plain GEMM
     operand, every output pixel's K taps of each channel, so the multiply-adds are the

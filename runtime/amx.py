@@ -1,6 +1,6 @@
-"""Whether this process runs bfloat16 matmuls on AMX tiles (`codegen/amx.py`) or on
-`vdpbf16ps` register tiles (`codegen/dpbf16.py`, `dpbf16_ready`). AMX: the host has
-AMX-BF16 (LLVM's host features, as the F16C choice in `runtime/compiler.py`) and Linux has
+"""Whether this process runs bfloat16 matmuls on AMX tiles (`pipeline/amx.py`) or on
+`vdpbf16ps` register tiles (`pipeline/dpbf16.py`, `dpbf16_ready`). AMX: the host has
+AMX-BF16 (LLVM's host features, as the F16C choice in `pipeline/compiler.py`) and Linux has
 granted the process the tile state, which it asks for here once (`arch_prctl`
 ARCH_REQ_XCOMP_PERM for XTILEDATA; without it the first tile instruction kills the process).
 

@@ -1,7 +1,7 @@
 """A bounded autotuner of register tiles: `FUSEGRAD_AUTOTUNE=1` (the default outside tests).
 
 Where a float32 contraction of at least 2^26 multiply-adds could take several register
-tiles (`codegen.tile_tuning.tuning_space`: the same vector of columns with 4, 8, 12 or 16 rows,
+tiles (`pipeline.tile_tuning.tuning_space`: the same vector of columns with 4, 8, 12 or 16 rows,
 or for 16 lanes grids of rows along a second axis, those that sum as the fixed choice
 does), the first kernel of each shape class that a
 process lowers has every candidate compiled and timed on random inputs of the kernel's
@@ -41,8 +41,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import compiler
-from .compiler import _write_atomic
+from ..pipeline import compiler
+from ..pipeline.compiler import write_atomic
 from .config import config
 from .launch import effective_threads, launch
 
@@ -82,7 +82,7 @@ def host_key() -> str:
 class Autotuner:
     """Times the candidate tiles of a `TuningSpace` and remembers the fastest.
 
-    Called by `codegen.lower.lower` as `tuner(space, lowered)`, where `lowered(tile)` is
+    Called by `pipeline.lower.lower` as `tuner(space, lowered)`, where `lowered(tile)` is
     the kernel with that tile; `compile(kernel)` gives machine code (the CPU backend's).
     `folder` is where choices are kept (None: in memory only), `budget_s` the seconds
     this tuner may spend timing, `clock` its clock (tests pass a fake one).
@@ -156,7 +156,7 @@ class Autotuner:
         self._table = table
         text = json.dumps({"host": self.key, "choices": table}, indent=1, sort_keys=True)
         try:
-            _write_atomic(path, text.encode())
+            write_atomic(path, text.encode())
         except OSError:
             pass  # an unusable cache folder: the choice stays in this process
 

@@ -2,7 +2,7 @@
 
 A backend is one module implementing `Backend` (`runtime/cpu_backend.py` for "cpu",
 `runtime/cuda_backend.py` for "cuda:N") and registering it under its device type. The
-engine, the frontend, `nn` and `codegen` never test a device's name: they ask the
+engine, the frontend, `nn` and the pipeline never test a device's name: they ask the
 backend of a node's device (`get_backend("cuda:0")`) to allocate, copy, lower, compile,
 run and synchronize, and read its capabilities (`is_host`, `supports_fork`, ...) where
 behaviour differs. A third device is one module calling `register_backend`, imported by
@@ -51,7 +51,7 @@ class Backend(ABC):
     # tiles, so nn/correlate.py makes no padded copy first (the GPU's shared-memory staging)
     guards_windows_in_tiles: bool = False
     # a bfloat16 matmul's right operand is packed in pairs along the reduction (the VNNI
-    # layout) for the backend's AMX or `vdpbf16ps` kernels (codegen/amx.py, codegen/dpbf16.py):
+    # layout) for the backend's AMX or `vdpbf16ps` kernels (pipeline/amx.py, pipeline/dpbf16.py):
     # the CPU's, where it has AMX or AVX512-BF16
     packs_bf16_pairs: bool = False
     # a matmul's right operand too big for cache is first copied into panels of columns
@@ -59,7 +59,7 @@ class Backend(ABC):
     # stage it through shared memory as it is, with 16-byte copies the panels' index forbids
     packs_panels: bool = False
     # a value can be stored from inside a reduction's loops, at its source's coordinates,
-    # each element once (ir/schedule.py, rule 8): the CPU's and the GPU's can; a backend
+    # each element once (pipeline/schedule.py, rule 8): the CPU's and the GPU's can; a backend
     # that says nothing gets schedules without it
     stores_at_source: bool = False
     # a reduction into few outputs is still shared among the device's threads (the GPU
@@ -69,7 +69,7 @@ class Backend(ABC):
 
     @property
     def schedule_options(self) -> dict:
-        """What `ir.schedule.schedule` is told of this backend (its keyword arguments)."""
+        """What `pipeline.schedule.schedule` is told of this backend (its keyword arguments)."""
         return {
             "stores_at_source": self.stores_at_source,
             "splits_reductions": self.splits_reductions,
@@ -105,7 +105,7 @@ class Backend(ABC):
         return (device, key)
 
     def disk_plan_key(self, key: tuple, device: str) -> str | None:
-        """Where a plan of structure `key` is kept on disk (`runtime/plan_store.py`), or None:
+        """Where a plan of structure `key` is kept on disk (`pipeline/plan_store.py`), or None:
         a backend that says nothing keeps its plans in memory only."""
         return None
 
@@ -147,7 +147,7 @@ class Backend(ABC):
     # ---------------------------------------------------------------- kernels
     @abstractmethod
     def lower(self, item):
-        """A schedule item's loop IR (`codegen/lower.py`) as this device wants it."""
+        """A schedule item's loop IR (`pipeline/lower.py`) as this device wants it."""
 
     @abstractmethod
     def kernel_symbol(self, loop) -> str:
@@ -166,7 +166,7 @@ class Backend(ABC):
     def lower_and_compile(self, items: list) -> tuple[list, list]:
         """A new plan's schedule items lowered and compiled: (their loop IR, their compiled
         kernels). A backend with a cache of lowered kernels starts from it here (the CPU's
-        disk cache of scheduled kernels, `runtime/item_cache.py`)."""
+        disk cache of scheduled kernels, `pipeline/item_cache.py`)."""
         with phases.timed("lower"):
             loops = [self.lower(item) for item in items]
         return loops, self.compile_many(loops)

@@ -1,6 +1,6 @@
 """LLVM compiles in spawned helper processes, for a process that must not fork.
 
-`runtime/compiler.py` compiles a new plan's kernels in forked copies of this process
+`pipeline/compiler.py` compiles a new plan's kernels in forked copies of this process
 while only fusegrad's own threads run (`forksafe.may_fork`). While a user's thread
 lives it must not fork: a numpy matmul on that thread would wait for ever (OpenBLAS
 shuts its pool down at every fork). Its LLVM work then goes to helpers started by
@@ -12,7 +12,8 @@ input closes: a request is an optimization level and LLVM source, its answer the
 file `compiler._emit` makes and the seconds that took. The objects are the same bytes a
 forked copy or this process would make: the same code, LLVM and CPU.
 
->>> from fusegrad.runtime import compile_servers, compiler
+>>> from fusegrad.pipeline import compiler
+>>> from fusegrad.runtime import compile_servers
 >>> source = "define i32 @seven() {\\n  ret i32 7\\n}\\n"
 >>> [(obj[:4], seconds >= 0) for obj, seconds in compile_servers.compile_objects(
 ...     [(source, 3)], 0, compiler._emit)]  # no helper asked for: compiled here
@@ -48,7 +49,7 @@ _READY = b"r"
 # (the compiler handed in: it imports this module, not this module it)
 _MAIN = (
     "import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
-    "from fusegrad.runtime import compiler; "
+    "from fusegrad.pipeline import compiler; "
     "from fusegrad.runtime.compile_servers import serve; serve(compiler._emit, compiler._machine)"
 )
 

@@ -49,7 +49,7 @@ import contextlib
 import os
 from dataclasses import dataclass, fields
 
-from ..ir.schedule import RULES
+from ..pipeline.schedule import RULES
 from .attribution import capture
 
 
@@ -95,7 +95,7 @@ CUDA_BACKENDS = ("pycuda", "emulate", "off")
 
 def rule_names(text: str, where: str = "FUSEGRAD_DISABLE_RULES") -> frozenset[str]:
     """The scheduling rules a comma-separated list names ("sibling_reductions,row_fusion"),
-    or a ConfigError naming the unknown ones and the rules there are (ir/schedule.py's
+    or a ConfigError naming the unknown ones and the rules there are (pipeline/schedule.py's
     `RULES`)."""
     names = frozenset(n.strip() for n in text.split(",") if n.strip())
     unknown = sorted(names - set(RULES))
@@ -113,19 +113,19 @@ class Config:
     dump: str | None = None
     # the dump holds each kernel's input values and graph too (python -m fusegrad.replay)
     dump_inputs: bool = False
-    # scheduling rules to schedule without (ir/schedule.py's RULES; fusegrad.debug)
+    # scheduling rules to schedule without (pipeline/schedule.py's RULES; fusegrad.debug)
     disable_rules: frozenset = frozenset()
     threads: int = 1
     cache: str | None = None
-    # processes that compile a new schedule's kernels side by side (runtime/compiler.py)
+    # processes that compile a new schedule's kernels side by side (pipeline/compiler.py)
     compile_workers: int = 1
     program: bool = True  # run cached schedules as one native call per thread
     # new plans are kept in the disk cache and a new process reads them from there, not
-    # scheduling them again (runtime/plan_store.py)
+    # scheduling them again (pipeline/plan_store.py)
     disk_plans: bool = True
     plan_cache_size: int = 512  # compiled schedules kept in memory (least recently used go)
     # compiled kernels' object files kept in memory; machine code is freed once no cached
-    # plan uses it (runtime/compiler.py)
+    # plan uses it (pipeline/compiler.py)
     kernel_cache_size: int = 2048
     # a RecompileWarning saying what changed once one user line has compiled this many
     # schedules (0: never; FUSEGRAD_DEBUG=1 says it at every recompile anyway)
@@ -140,7 +140,7 @@ class Config:
     # bfloat16 matmuls may run on AMX tiles where the CPU has them (runtime/amx.py)
     amx: bool = True
     # bfloat16 matmuls may run on `vdpbf16ps` register tiles where the CPU has AVX512-BF16
-    # and AMX is not used (runtime/amx.py, codegen/dpbf16.py)
+    # and AMX is not used (runtime/amx.py, pipeline/dpbf16.py)
     dpbf16: bool = True
     # float32 contractions' register tiles are timed once per CPU and shape class
     # (runtime/autotune.py); off: the fixed choice for the CPU (the tests' setting)

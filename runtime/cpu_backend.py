@@ -10,16 +10,23 @@ import time
 
 import numpy as np
 
-from ..codegen.llvm import reads_cancel_word, render_llvm
-from ..codegen.lower import kernel_symbol, lower
-from . import autotune, forksafe, item_cache, phases, plan_store, pool
+from ..pipeline import item_cache, plan_store
+from ..pipeline.compiler import (
+    CompiledKernel,
+    compile_kernels,
+    compile_workers,
+    new_object,
+    side_by_side,
+)
+from ..pipeline.llvm import reads_cancel_word, render_llvm
+from ..pipeline.lower import kernel_symbol, lower
+from ..pipeline.plan import KernelRecord, Plan, timed_copy
+from . import autotune, forksafe, phases, pool
 from .amx import amx_ready, dpbf16_ready
 from .backend_registry import Backend, register_backend
 from .buffer import Buffer, clear_pool, give_scratch, take_scratch
-from .compiler import CompiledKernel, compile_kernels, compile_workers, new_object, side_by_side
 from .config import config
 from .launch import effective_threads, launch, run_threads
-from .plan import KernelRecord, Plan, _ran
 from .program import compile_program, counter_words
 
 SCRATCH_ALIGN = 64  # bytes: each value inside a program's scratch starts on a cache line
@@ -119,7 +126,7 @@ def _run_one(plan: Plan, leaves: list[Buffer]) -> tuple[list[Buffer], list[Kerne
         ptrs.append(leaves[i].ptr)
     # the record is copied before the kernel runs, while what it touches is still in the
     # cache (a kernel streaming a large array through evicts it): afterwards only its time
-    rec = _ran(plan.records[0], None, None)
+    rec = timed_copy(plan.records[0], None, None)
     t0 = time.perf_counter()
     launch(step.record.compiled, step.extent, step.work, ptrs)
     rec.seconds, rec.started = time.perf_counter() - t0, t0
@@ -259,7 +266,7 @@ class CpuBackend(Backend):
 
     def lower_and_compile(self, items: list) -> tuple[list, list[CompiledKernel]]:
         """Each item's loop IR and LLVM source from the disk cache of scheduled kernels
-        (`runtime/item_cache.py`) where they are there, their object files then from the
+        (`pipeline/item_cache.py`) where they are there, their object files then from the
         object cache; the others lowered, rendered and compiled side by side (`_make`),
         and saved there. Items with the same key (a layer's kernels repeated) are made
         once."""
@@ -440,7 +447,7 @@ def _job(loop, source: str) -> tuple[str, str, int, int]:
     permutes: `flops` 0), whose short peeled loops O3's unroller can take half a second
     over (LeNet's padded 64x16x10^2 input: 563 ms of its first step's 1.56 s of LLVM on a
     Zen 4, 28 ms at O2, the kernel as fast). The parameters count the cancel word's
-    address of a kernel that reads it (codegen/llvm.py), after its buffers."""
+    address of a kernel that reads it (pipeline/llvm.py), after its buffers."""
     params = len(loop.params) + reads_cancel_word(source)
     return source, loop.name, params, 3 if loop.flops else MOVEMENT_OPT
 

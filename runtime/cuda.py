@@ -31,13 +31,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..codegen.cuda import STATIC_SHARED, cuda_kernel
-from ..codegen.lower import kernel_symbol
 from ..ir.dtypes import DType, uint8
+from ..pipeline.compiler import disk_cached
+from ..pipeline.cuda import STATIC_SHARED, cuda_kernel
+from ..pipeline.lower import kernel_symbol
 from . import cuda_emulator, cuda_graphs, forksafe, phases, tensor_map
 from .backend_registry import forget_plans
 from .buffer import Buffer
-from .compiler import disk_cached
 from .config import config
 from .cuda_asm import DEFAULT_ARCH, NO_LLVM_IR, build_arch, kernel_asm
 
@@ -691,12 +691,12 @@ class DeviceBuffer:
 @dataclass
 class CompiledCudaKernel:
     """A compiled CUDA kernel and how to launch it: the part `CompiledKernel` plays on
-    the CPU (`source` is the CUDA C; `kernel` the codegen's launches and scratch)."""
+    the CPU (`source` is the CUDA C; `kernel` the renderer's launches and scratch)."""
 
     symbol: str
     source: str
     module: object  # the backend's module (pycuda SourceModule-like)
-    kernel: object  # codegen.cuda.CudaKernel: launches, scratch buffers
+    kernel: object  # pipeline.cuda.CudaKernel: launches, scratch buffers
     compile_seconds: float
     cache: str  # "compiled", "disk" or "memory"
     address: int = 0  # no host address: the CPU program never strings CUDA kernels

@@ -25,7 +25,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 
-from .compiler import disk_cached
+from ..pipeline.compiler import disk_cached
 
 DEFAULT_ARCH = "sm_90"  # an H100's, when no GPU says otherwise
 
@@ -235,7 +235,7 @@ def _run(command: list[str]) -> subprocess.CompletedProcess:
 def kernel_asm(kernel, arch: str) -> str:
     """A cuda kernel's `asm`: a header of its launches (grid, block, dynamic and static
     shared memory, registers per thread, spills, occupancy on `arch`), then its PTX and
-    SASS. `kernel` is codegen.cuda's CudaKernel (source and launches)."""
+    SASS. `kernel` is pipeline.cuda's CudaKernel (source and launches)."""
     code = gpu_code(kernel.source, arch)
     used = parse_ptxas(code.get("ptxas", ""))
     known = "" if arch in ARCH_LIMITS else f" (limits of {_nearest(arch)})"

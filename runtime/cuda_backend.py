@@ -1,7 +1,7 @@
 """The cuda backend: devices "cuda:N", through `runtime/cuda.py`, whose implementation
 `FUSEGRAD_CUDA` chooses (PyCUDA on a GPU, or the CPU emulator of the generated CUDA C).
 
-Kernels are lowered to the plain loop nest (`codegen/gpu.py` tiles contractions through
+Kernels are lowered to the plain loop nest (`pipeline/gpu.py` tiles contractions through
 shared memory itself) and rendered as CUDA C; a first (timed) run launches kernel by kernel
 and synchronizes once at its end (after each kernel when timed); a cached plan runs from
 its prepared launch list without synchronizing.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..codegen.lower import lower
+from ..pipeline.lower import lower
 from . import cuda
 from .backend_registry import HOST, Backend, get_backend, register_backend
 from .config import config
@@ -27,13 +27,13 @@ class CudaBackend(Backend):
     name = "cuda"
     indexed = True
     is_host = False
-    guards_windows_in_tiles = True  # codegen/gpu.py stages conv tiles with bounds checks
-    # a value stored inside a reduction's loops (ir/schedule.py, rule 8): each thread of a
-    # block, warp or split stores the elements of its own share (codegen/cuda.py,
+    guards_windows_in_tiles = True  # pipeline/gpu.py stages conv tiles with bounds checks
+    # a value stored inside a reduction's loops (pipeline/schedule.py, rule 8): each thread of a
+    # block, warp or split stores the elements of its own share (pipeline/cuda.py,
     # `_Renderer.cooperative`); a store there keeps the kernel off the shared-memory
-    # contraction (codegen/gpu.py, `_contraction`)
+    # contraction (pipeline/gpu.py, `_contraction`)
     stores_at_source = True
-    splits_reductions = True  # a long sum of few outputs: split over blocks (codegen/gpu.py)
+    splits_reductions = True  # a long sum of few outputs: split over blocks (pipeline/gpu.py)
 
     @property
     def is_host_memory(self) -> bool:  # the emulator's device memory is the CPU's

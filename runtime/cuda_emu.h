@@ -1,4 +1,4 @@
-// fusegrad's CUDA emulator, the side a kernel sees: the CUDA C that codegen/cuda.py prints,
+// fusegrad's CUDA emulator, the side a kernel sees: the CUDA C that pipeline/cuda.py prints,
 // compiled by the host g++ against this header. Kept light (C headers only) because every
 // kernel module includes it; the threads and barriers live in cuda_emu_runtime.cpp, compiled
 // once and loaded before any kernel module (runtime/cuda_emulator.py).
@@ -19,7 +19,7 @@
 //   __nv_bfloat16 m16n16k16; fp32 accumulators) as whole matrices that every thread of the
 //   warp holds and computes alike, __float_to_tf32 rounding as the GPU's cvt.rna.tf32.f32;
 // - the warp-level tensor-core primitives the 16-bit contractions use (fg_ldmatrix_x4,
-//   fg_mma_*_16816 in codegen/cuda_prelude.py): lane-exact, each lane's registers holding
+//   fg_mma_*_16816 in pipeline/cuda_prelude.py): lane-exact, each lane's registers holding
 //   what the PTX ISA gives that lane (ldmatrix.m8n8.x4[.trans].b16, mma.sync m16n8k16 with
 //   16-bit inputs and fp32 accumulators); the lanes trade their addresses and fragments
 //   through a per-block table and the barrier, so the whole block calls them together;

@@ -27,7 +27,7 @@ Device memory is host memory here: a pointer argument is a numpy array, an
 object with an integer `ptr` (a fusegrad Buffer) or a raw address; a scalar
 argument is a number, converted to the parameter's C type. `shared=` bytes of
 dynamic shared memory are what `fg_emu_dynamic_shared()` returns in the kernel
-(the GPU's `extern __shared__` array; codegen/cuda_prelude.py's `FG_DYNAMIC_SHARED`).
+(the GPU's `extern __shared__` array; pipeline/cuda_prelude.py's `FG_DYNAMIC_SHARED`).
 """
 
 from __future__ import annotations

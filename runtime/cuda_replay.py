@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..codegen.cuda import CudaKernel, CudaLaunch, TensorMap
 from ..ir.dtypes import DType, to_dtype
+from ..pipeline.cuda import CudaKernel, CudaLaunch, TensorMap
 from . import cuda
 from .config import config
 from .cuda_emulator import EmulatorError

@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..codegen.cuda import CudaKernel, cuda_kernel
+from ..pipeline.cuda import CudaKernel, cuda_kernel
 from . import forksafe
 from .config import config, warn_unusable_folder
 
 if TYPE_CHECKING:
-    from .plan import KernelRecord, Plan
+    from ..pipeline.plan import KernelRecord, Plan
 
 
 GRAPH_FORMAT = 1  # the layout of `kernel_graph`'s description (replay checks it)

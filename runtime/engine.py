@@ -7,7 +7,7 @@ Everything that outlives a single call lives here, in one place:
   change after they are made).
 - `plans`: compiled schedules keyed by graph structure, least recently used first,
   bounded by `config.plan_cache_size` plans and `config.kernel_cache_size` kernels in
-  them (kernels: `runtime/compiler.py`, bounded too). A
+  them (kernels: `pipeline/compiler.py`, bounded too). A
   plan holds its kernels' machine code: an evicted kernel's code is freed once no
   cached plan (and no run in progress) uses it.
 - the observers of every run, called with the plan and its kernels' records
@@ -16,7 +16,8 @@ Everything that outlives a single call lives here, in one place:
 - per-thread recording of the realizes a call makes (`fusegrad.jit`).
 
 Realizing is one path: find the graph's structural key, compile a plan on a miss
-(schedule -> lower -> render -> compile every kernel), then `execute(plan, leaves)`.
+(`compile_plan`, `pipeline/driver.py`: schedule -> lower -> render -> compile every
+kernel), then `execute(plan, leaves)`.
 A plan runs kernel by kernel (timed: the first run, and under `FUSEGRAD_DEBUG`) or as
 one native program per thread (`runtime/program.py`). A plan names its device, and the
 device's backend (`runtime/backend.py`) lowers, compiles and runs its kernels: the CPU's
@@ -34,7 +35,6 @@ a device's name.
 from __future__ import annotations
 
 import gc
-import math
 import sys
 import threading
 import time
@@ -44,20 +44,29 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from ..codegen.lower import record_steps
-from ..ir.macro import expand_all
 from ..ir.node import Node
-from ..ir.ops import LEAF, Ops
-from ..ir.schedule import ScheduleItem, schedule, structural_key
+from ..ir.ops import Ops
+from ..pipeline.compiler import batch as compiler_batch
+
+# NO_LINE, kernel_names and lowering_steps: the frontend's debug views read them here
+from ..pipeline.driver import (  # noqa: F401
+    NO_LINE,
+    cached_records,
+    compile_plan,
+    finish_plan,
+    item_record,
+    kernel_names,
+    lowering_steps,
+)
+from ..pipeline.plan import KernelRecord, Plan, Step, timed_copy
+from ..pipeline.schedule import structural_key
 from . import backend_registry, forksafe, phases
 from .attribution import capture
 from .backend import HOST, get_backend
 from .buffer import Buffer
-from .compiler import batch as compiler_batch
 from .config import config
-from .dump import dump_new_plans, kernel_graph, kernel_header, wants_inputs
-from .launch import effective_threads, prewake, runs_parallel
-from .plan import KernelRecord, Plan, Step, _ran
+from .dump import dump_new_plans, kernel_header, wants_inputs
+from .launch import effective_threads, prewake
 from .recompile import RecompileLog
 from .recompile import warn as warn_recompile
 
@@ -248,7 +257,7 @@ class Engine:
                     warn_recompile(f"fusegrad: {text}", site)
         before = phases.snapshot() if config.debug >= 1 else None
         with compiler_batch():  # one engine for the plan's new kernels, freed with them
-            # a warm start reads the plan itself from the disk cache (runtime/plan_store.py)
+            # a warm start reads the plan itself from the disk cache (pipeline/plan_store.py)
             disk_key = backend.disk_plan_key(key, device)
             plan = backend.load_plan(disk_key) if disk_key is not None else None
             # (one read from disk runs as a cached plan, not timed, unless a dump wants times)
@@ -259,7 +268,7 @@ class Engine:
                     backend.store_plan(disk_key, plan)
             else:
                 self.stats["plans_from_disk"] += 1
-                _finish(plan)
+                finish_plan(plan)
                 # its first run reports how its kernels were loaded, later ones "memory"
                 plan.records = [replace(s.record, seconds=None) for s in plan.steps]
                 plan.from_disk = plan.counting = True
@@ -283,7 +292,7 @@ class Engine:
     def _store(self, key: tuple, plan: Plan) -> None:
         """Keep `plan` as the most recently used, then evict the least recently used others
         down to the bounds: `config.plan_cache_size` plans, `config.kernel_cache_size`
-        kernels in them (what they keep loaded: runtime/compiler.py). The plan stored is
+        kernels in them (what they keep loaded: pipeline/compiler.py). The plan stored is
         never evicted, nor is the last plan larger than the kernel bound on its own: it does
         not count against the bound (said once, naming FUSEGRAD_KERNEL_CACHE), so a step's
         big plan and its small ones do not evict each other on every call. Under
@@ -339,7 +348,7 @@ class Engine:
         tuned at its `tune_at`-th run."""
         if plan.from_disk:
             plan.from_disk = False
-            plan.records = _cached_records(plan)
+            plan.records = cached_records(plan)
         plan.runs += 1
         if plan.tune_at and plan.runs >= plan.tune_at:
             plan.tune_at = 0
@@ -368,11 +377,11 @@ class Engine:
                 loops = [backend.lower(item) for item in items.values()]
                 compiled = backend.compile_many(loops)
             for (k, item), loop, kernel in zip(items.items(), loops, compiled):
-                rec, extent, work = _record(item, loop, kernel)
+                rec, extent, work = item_record(item, loop, kernel)
                 old = p.steps[k]
                 p.retired.append(old.record.compiled)
                 p.steps[k] = Step(rec, extent, work, old.outs, old.inputs, old.frees)
-            _finish(p)
+            finish_plan(p)
             backend.rebuild(p)
         for p in plans:
             if p.key is not None:
@@ -394,7 +403,7 @@ class Engine:
             backend.launch(step, outs, inputs, timed or config.debug >= 1)
             seconds = time.perf_counter() - t0
             # a cached plan's record says nothing was compiled for this run
-            rec = _ran(step.record if timed else plan.records[k], seconds, t0)
+            rec = timed_copy(step.record if timed else plan.records[k], seconds, t0)
             if seen is not None:  # (the dump writes them, then drops them)
                 rec.input_values = seen
             records.append(rec)
@@ -473,174 +482,6 @@ def _predicate(values) -> Callable[[Node], bool]:
 
     has_value.values = values  # structural_key tests ids against it inline
     return has_value
-
-
-def compile_plan(todo: list[Node], leaves: list[Node], has_value, device: str = HOST) -> Plan:
-    """Schedule the graph under `todo`, and lower, render and compile every kernel for
-    `device`. Macros (`ir/macro.py`) are scheduled as their expansions.
-
-    Only `leaves` count as values: an expansion may share a node with a graph computed
-    earlier (`F.linear(x, w)` after `x @ w.T`), but the plan is cached under the graph as
-    written, whose inputs are `leaves`, so such a node is computed again, not read."""
-    leaf_ids = {id(n) for n in leaves}
-    buffer = Ops.BUFFER
-
-    def has_value(n: Node) -> bool:  # (shadows the caller's: see above)
-        return n.op is buffer or id(n) in leaf_ids
-
-    backend = get_backend(device)
-    with phases.timed("schedule"):
-        todo = expand_all(todo, has_value)
-        items = schedule(
-            todo,
-            has_value,
-            expanded=True,
-            disabled=config.disable_rules,
-            **backend.schedule_options,
-        )
-    if config.debug >= 2:
-        off = config.disable_rules
-        _log(
-            f"schedule: {len(items)} kernel(s)"
-            + (f", without rules {', '.join(sorted(off))}" if off else "")
-        )
-    position = {id(n): ("leaf", i) for i, n in enumerate(leaves)}
-    slots = 0
-    for item in items:
-        for n in item.outputs:
-            position[id(n)] = ("tmp", slots)
-            slots += 1
-    last_read: dict[int, int] = {}
-    for k, item in enumerate(items):
-        for n in item.inputs:
-            last_read[id(n)] = k
-    wanted = {id(n) for n in todo}
-    # lowered and compiled side by side, or read from a cache, where the backend can
-    loops, compiled = backend.lower_and_compile(items)
-    steps: list[Step] = []
-    for k, item in enumerate(items):
-        rec, extent, work = _record(item, loops[k], compiled[k])
-        if config.debug >= 2:  # named as its launch line, dump file and profile name it
-            _log(f"  [{k}] {rec.name}: {' '.join(item.ops)} -> {item.root.shape} ({item.reason})")
-            for line, labels in _ops_by_line(item.sites).items():
-                _log(f"        from {line} ({', '.join(labels)})")
-        # memory planning: an intermediate's buffer goes back to the pool after its last reader
-        frees = [
-            position[id(n)][1]
-            for n in item.inputs
-            if last_read[id(n)] == k and position[id(n)][0] == "tmp" and id(n) not in wanted
-        ]
-        outs = [(position[id(n)][1], n.numel, n.dtype) for n in item.outputs]
-        steps.append(Step(rec, extent, work, outs, [position[id(n)] for n in item.inputs], frees))
-    plan = Plan(steps, [position[id(n)][1] for n in todo], slots, len(leaves), device)
-    # kernels with a provisional tile are tuned once the plan has run a few times
-    plan.tune_items = {k: item for k, item in enumerate(items) if loops[k].tile_provisional}
-    plan.tune_at = config.autotune_after if plan.tune_items else 0
-    return _finish(plan)
-
-
-def _finish(plan: Plan) -> Plan:
-    """What a plan derives from its steps: its backend, whether it runs in parallel, and the
-    records a run through its native program reports."""
-    plan.backend = get_backend(plan.device)
-    plan.parallel = any(runs_parallel(s.extent, s.work) for s in plan.steps)
-    plan.records = _cached_records(plan)
-    plan.counting = plan.tune_at > 0
-    return plan
-
-
-def _cached_records(plan: Plan) -> list[KernelRecord]:
-    """The records a cached run of `plan` reports: nothing compiled, not timed alone."""
-    return [
-        replace(s.record, seconds=None, cache="memory", compile_seconds=0.0) for s in plan.steps
-    ]
-
-
-def kernel_names(items: list[ScheduleItem], device: str = HOST) -> list[str]:
-    """The name each item's kernel has when it runs on `device` (lowered and rendered as
-    `compile_plan` does, not compiled): for pictures of a graph not run yet."""
-    backend = get_backend(device)
-    return [backend.kernel_symbol(backend.lower(item)) for item in items]
-
-
-def lowering_steps(item: ScheduleItem, device: str = HOST) -> list[tuple[str, str]]:
-    """(step, loop IR after it) for each step of lowering `item` as `device`'s backend
-    lowers it (`codegen/lower.py`, `record_steps`), lowered again for the purpose: the
-    loop nest with its loops merged, then its tile, peeling and unrolling, where taken."""
-    with record_steps() as steps:
-        get_backend(device).lower(item)
-    return list(steps)
-
-
-def _compile_item(item: ScheduleItem, device: str = HOST) -> tuple[KernelRecord, int, int]:
-    """One item lowered and compiled alone (`compile_plan` does a plan's together)."""
-    backend = get_backend(device)
-    with phases.timed("lower"):
-        loop = backend.lower(item)
-    return _record(item, loop, backend.compile(loop))
-
-
-def _record(item: ScheduleItem, loop, compiled) -> tuple[KernelRecord, int, int]:
-    """A compiled item's record, its parallel extent and its work (iterations)."""
-    symbol = compiled.symbol
-    root = item.root
-    work = root.numel * (
-        math.prod(item.reduce.srcs[0].shape) // item.reduce.numel if item.reduce else 1
-    )
-    nbytes = sum(n.numel * n.dtype.itemsize for n in item.outputs + item.inputs)
-    groups = item.op_groups()
-    rec = KernelRecord(
-        name=symbol,
-        ops=item.ops,
-        lines=list(dict.fromkeys(str(s) for s in item.sites)),
-        user_ops=[s.describe() for s in item.sites],
-        op_groups=[(s.describe() if s else NO_LINE, ops) for s, ops in groups],
-        roles=[
-            r for r in ("forward", "backward", "optimizer") if r in {s.role for s in item.sites}
-        ],
-        reason=item.reason,
-        shape=root.shape,
-        input_shapes=[n.shape for n in item.inputs],
-        bytes=nbytes,
-        flops=loop.flops,
-        seconds=None,
-        compile_seconds=compiled.compile_seconds,
-        cache=compiled.cache,
-        loop=loop,
-        compiled=compiled,
-        places=_places(item),
-        input_dtypes=[n.dtype.name for n in item.inputs],
-        outputs=[(n.shape, n.dtype.name) for n in item.outputs],
-        graph=kernel_graph(item) if config.dump_inputs else None,
-    )
-    return rec, loop.parallel_extent, work
-
-
-def _places(item: ScheduleItem) -> list[tuple[str, str, int]]:
-    """(file:line, module path, primitives) of the ops inside, as `op_groups` finds their
-    sites but told apart by module too (one line of a block's forward, run by two blocks
-    fused into one kernel, is two places)."""
-    where = item.node_sites()
-    counts: dict[tuple[str, str], int] = {}
-    for n in item.nodes:
-        if n.op not in LEAF:
-            s = where.get(id(n))
-            key = (str(s), getattr(s, "module", None) or "") if s is not None else (NO_LINE, "")
-            counts[key] = counts.get(key, 0) + 1
-    return [(line, module, count) for (line, module), count in counts.items()]
-
-
-NO_LINE = "(no user line)"  # the place of ops no user line made (fusegrad's own constants)
-
-
-def _ops_by_line(sites) -> dict[str, list[str]]:
-    """file:line -> the user-level ops written on it ("linear", "relu backward")."""
-    out: dict[str, list[str]] = {}
-    for s in sites:
-        labels = out.setdefault(str(s), [])
-        if s.label not in labels:
-            labels.append(s.label)
-    return out
 
 
 def _log_phases(before: dict[str, float], records: list[KernelRecord]) -> None:

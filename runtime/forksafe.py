@@ -28,7 +28,7 @@ dicts) cannot be copied mid-change: the forking thread holds the GIL.
 Other libraries' threads are another matter: a fork while a user's thread is inside a
 numpy matmul shuts OpenBLAS's pool down under it (OpenBLAS's own fork handler), and that
 matmul, and every later one in the process, waits for ever. fusegrad therefore forks
-(to compile, `runtime/compiler.py`) only while `may_fork()`: no Python thread runs but the
+(to compile, `pipeline/compiler.py`) only while `may_fork()`: no Python thread runs but the
 caller and fusegrad's own, which are made by `Thread` (or declared by `own`) and call into
 no other library.
 """

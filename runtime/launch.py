@@ -179,7 +179,7 @@ class _Pool:
         chunks of range(extent) they claim, `least` to `most` iterations each, as
         fn(start, end, *ptrs, cancel), or once each as fn(t, threads, *ptrs, cancel) when
         extent is -1 (a program); `cancel` is the cancel word's address, which a kernel
-        reads only if it takes it (codegen/llvm.py), and a program always. False (and
+        reads only if it takes it (pipeline/llvm.py), and a program always. False (and
         nothing run) if another thread is using the workers or the function takes more
         arguments than the pool passes.
         `interruptible`: run on a thread of its own while this one (the main thread)

@@ -29,8 +29,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..codegen.loopir import Load, LoadRow, Loop, ScatterAdd, Store, TileLoad
 from ..ir.symbolic import Var
+from ..pipeline.loopir import Load, LoadRow, Loop, ScatterAdd, Store, TileLoad
 
 _ARENA = object()  # plan_memory's default: ask the plan's backend
 
@@ -197,7 +197,7 @@ def _input_bytes(plan) -> int:
 
 def bytes_moved(rec) -> int:
     """The bytes a kernel's loop nest reads and writes: a cuda kernel's own count
-    (`codegen/gpu.py` `traffic`); on the CPU, each distinct access expression (a load or a
+    (`pipeline/gpu.py` `traffic`); on the CPU, each distinct access expression (a load or a
     store of one parameter at one index) counted once over its loops' ranges, a gather or
     a scatter-add once per iteration, at most the parameter's size each. Caches aside: a
     row read by two passes (a softmax's) counts twice, though the second pass usually

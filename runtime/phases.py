@@ -8,7 +8,7 @@ The phases, in the order a new graph meets them:
 - `lower`: each kernel to loop IR (register tiles decided here);
 - `render`: loop IR to LLVM IR text;
 - `llvm`: LLVM's O3 pipeline and machine code, or loading it from the disk cache (a new
-  plan made side by side, `runtime/compiler.py`'s `side_by_side`: this process's own
+  plan made side by side, `pipeline/compiler.py`'s `side_by_side`: this process's own
   share, and its wait for the forked copies' items; their lowering is not counted);
 - `program`: stringing a cached schedule's kernels into one native program;
 - `cuda`: compiling CUDA C (nvcc through PyCUDA, or the emulator's C++ compiler).

@@ -51,8 +51,8 @@ import sys
 import threading
 import time
 
+from ..pipeline.compiler import compile_kernel
 from . import forksafe
-from .compiler import compile_kernel
 
 MAX_ARGS = 62  # pointer arguments a kernel run by the pool may take (64 in all)
 MAX_WORKERS = 255

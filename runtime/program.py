@@ -32,7 +32,7 @@ import hashlib
 
 import llvmlite.binding as llvm
 
-from .compiler import CompiledKernel, compile_kernel
+from ..pipeline.compiler import CompiledKernel, compile_kernel
 from .launch import chunk_least, chunk_most, runs_parallel
 from .pool import claim_loop_ir
 
@@ -188,7 +188,7 @@ def _step_function(arity: int) -> list[str]:
         ]
     sig = ", ".join(["i64", "i64"] + ["ptr"] * arity)
     # every kernel is passed the cancel word's address after its buffers: one that reads
-    # it inside a long iteration takes it (codegen/llvm.py), the others ignore it
+    # it inside a long iteration takes it (pipeline/llvm.py), the others ignore it
     call = f"call void ({sig}, ptr) %fn(i64 {{}}, i64 {{}}" + "".join(
         f", ptr %a{k}" for k in range(arity)
     )

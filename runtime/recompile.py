@@ -22,8 +22,8 @@ from collections import OrderedDict
 
 from ..ir.node import Node, toposort
 from ..ir.ops import Ops
-from ..ir.schedule import const_key
 from ..ir.sites import site_of
+from ..pipeline.schedule import const_key
 from . import forksafe
 from .attribution import capture
 

@@ -1,5 +1,5 @@
 """Tensor maps for the Tensor Memory Accelerator (sm_90): the 128-byte descriptors a kernel's
-bulk copies read (`codegen.cuda.TensorMap` says what each covers), encoded by the driver's
+bulk copies read (`pipeline.cuda.TensorMap` says what each covers), encoded by the driver's
 `cuTensorMapEncodeTiled` for a launch's buffer addresses and packed after its pointer
 arguments, as `__grid_constant__` parameters are laid out (64-byte aligned).
 
@@ -47,7 +47,7 @@ def _encoder():
 
 
 def encode(spec, address: int) -> bytes:
-    """The 128 bytes of `spec`'s map (a `codegen.cuda.TensorMap`) over the buffer at
+    """The 128 bytes of `spec`'s map (a `pipeline.cuda.TensorMap`) over the buffer at
     `address`: where the view's start is not 16-byte aligned, zeros, or with `realign` a map
     from the aligned address before it (`realigned`)."""
     start, dims = realigned(spec, address)

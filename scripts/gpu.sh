@@ -41,7 +41,7 @@ fi
 if [ "$what" != bench ]; then
   workers=""
   if python3 -c "import xdist" 2>/dev/null; then workers="-n $(($(nproc) - 2))"; fi
-  tests=${FG_TESTS:-tests/frontend tests/ir tests/nn tests/runtime/test_cuda_device.py tests/codegen/test_cuda.py}
+  tests=${FG_TESTS:-tests/frontend tests/ir tests/nn tests/runtime/test_cuda_device.py tests/pipeline/test_cuda.py}
   FUSEGRAD_TEST_DEVICE=cuda timeout "${FG_TESTS_TIMEOUT:-3600}" python3 -m pytest -q -p no:cacheprovider $workers \
     $tests "$@" 2>&1 | tee "$out/gpu-tests.log" | tail -60
   if [ "${PIPESTATUS[0]}" = 5 ] && [ -n "$workers" ]; then

@@ -111,10 +111,10 @@ def wgmma_kernel(tma: bool):
     import ml_dtypes
 
     import fusegrad as fg
-    from fusegrad.codegen import cuda as cuda_gen
-    from fusegrad.codegen import cuda_wgmma
-    from fusegrad.codegen.lower import lower
-    from fusegrad.ir.schedule import schedule
+    from fusegrad.pipeline import cuda as cuda_gen
+    from fusegrad.pipeline import cuda_wgmma
+    from fusegrad.pipeline.lower import lower
+    from fusegrad.pipeline.schedule import schedule
     from fusegrad.runtime.engine import engine
 
     cuda_wgmma.WGMMA_TMA = tma

@@ -19,7 +19,7 @@ fi
 extras=dev
 if [ "$quick" = 0 ] && command -v mpiexec >/dev/null 2>&1; then extras=dev,mpi; fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$extras]"
-.venv/bin/python -m ruff check frontend ir codegen runtime nn datasets tests examples benchmarks scripts
+.venv/bin/python -m ruff check frontend ir pipeline runtime nn datasets tests examples benchmarks scripts
 if [ "$quick" = 1 ]; then
   echo "scripts/test.sh --quick: no nvcc sweep, and not the tests marked slow, emulator or mpi"
   exec .venv/bin/python -m pytest -q -m "not slow and not emulator and not mpi" ${args[@]+"${args[@]}"}

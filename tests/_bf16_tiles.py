@@ -1,4 +1,4 @@
-"""What the bfloat16 matmul kernels' tests share (tests/codegen/test_amx.py, test_dpbf16.py):
+"""What the bfloat16 matmul kernels' tests share (tests/pipeline/test_amx.py, test_dpbf16.py):
 operands, the bound their answers keep, and whether a kernel ran on an instruction."""
 
 from __future__ import annotations

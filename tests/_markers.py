@@ -35,8 +35,8 @@ MPI_FOLDERS = ("distributed",)
 NVCC_FIXTURES = frozenset({"conv_ptx", "sgemm_ptx", "ptx"})
 EMULATOR_FILES = frozenset(
     {
-        "codegen/test_cuda_emulated.py",  # every kernel class against the CPU's
-        "codegen/test_cuda_mma.py",  # the tensor-core helpers lane by lane
+        "pipeline/test_cuda_emulated.py",  # every kernel class against the CPU's
+        "pipeline/test_cuda_mma.py",  # the tensor-core helpers lane by lane
     }
 )
 
@@ -47,10 +47,10 @@ EMULATOR_UNIT_TESTS = frozenset({"runtime/test_cuda_emulator.py"})
 # together (the file, or file::test for every parametrization of that test)
 SLOW = frozenset(
     {
-        "codegen/test_cuda.py::test_kernels_compile_to_ptx_entries",
-        "codegen/test_cuda_wgmma.py::test_nvcc_builds_the_pipeline_for_sm_90a_and_leaves_it_out_for_sm_90",
-        "codegen/test_tiles.py::test_a_convolutions_images_go_outside_its_column_tiles",
-        "codegen/test_gather.py::test_gather_and_scatter_add_match_the_reference",
+        "pipeline/test_cuda.py::test_kernels_compile_to_ptx_entries",
+        "pipeline/test_cuda_wgmma.py::test_nvcc_builds_the_pipeline_for_sm_90a_and_leaves_it_out_for_sm_90",
+        "pipeline/test_tiles.py::test_a_convolutions_images_go_outside_its_column_tiles",
+        "pipeline/test_gather.py::test_gather_and_scatter_add_match_the_reference",
         "examples/test_lenet_amp.py",
         "examples/test_progress.py::test_every_example_takes_no_progress",
         "runtime/test_engine.py::test_a_100000_term_chain_and_its_gradient",
@@ -66,7 +66,7 @@ SLOW = frozenset(
         "runtime/test_cache.py::test_a_damaged_cache_file_is_never_used",
         "runtime/test_launch_list.py::test_the_host_cost_benchmark_runs_in_smoke_mode",
         "runtime/test_launch.py::test_dumps_are_written_once_per_schedule_and_identical_across_runs",
-        "codegen/test_cuda_sgemm.py::test_sgemm_ptx",
+        "pipeline/test_cuda_sgemm.py::test_sgemm_ptx",
         "frontend/test_gamma_functions.py::test_ndtri_inverts_the_normal_cdf_in_both_tails",
         "frontend/test_gamma_functions.py::test_bessel_gradients_are_torchs_rules",
         "frontend/test_memory_peaks.py::test_an_op_peaks_at_its_output_and_one_input",
@@ -84,17 +84,17 @@ SLOW = frozenset(
         "nn/test_rnn.py::test_a_direction_is_one_macro_node_with_the_composed_values",
         "nn/test_padding_upsample.py::test_strided_conv_transpose_by_phases_values_and_gradients",
         # and with an empty compile cache (FUSEGRAD_CACHE, as on a fresh machine)
-        "codegen/test_cuda.py::test_float32_kernels_do_not_compute_in_double",
-        "codegen/test_amx.py::test_blocked_loops_cover_every_block_once",
-        "codegen/test_amx.py::test_b_steps_are_padded_to_an_odd_multiple_of_2_kib_and_the_padding_never_read",
-        "codegen/test_cuda_memory.py::test_vector_paths_are_taken_exactly_where_the_layout_allows",
+        "pipeline/test_cuda.py::test_float32_kernels_do_not_compute_in_double",
+        "pipeline/test_amx.py::test_blocked_loops_cover_every_block_once",
+        "pipeline/test_amx.py::test_b_steps_are_padded_to_an_odd_multiple_of_2_kib_and_the_padding_never_read",
+        "pipeline/test_cuda_memory.py::test_vector_paths_are_taken_exactly_where_the_layout_allows",
         "frontend/test_differential.py::test_reduction_graphs",
         "frontend/test_differential.py::test_elementwise_graphs",
         "frontend/test_differential.py::test_view_graphs",
         "frontend/test_differential.py::test_matmul_graphs",
         "frontend/test_half_programs.py::test_random_programs_in_16_bits",
         "frontend/test_memory_peaks.py::test_an_op_keeps_nothing_once_its_tensors_are_gone",
-        "ir/test_schedule_at_source.py::test_lenet_gradients_are_the_same_bits",
+        "pipeline/test_schedule_at_source.py::test_lenet_gradients_are_the_same_bits",
         "nn/test_conv.py::test_strided_conv_values_and_gradients",
         "nn/test_conv.py::test_pool2d_matches_numpy",
         "nn/test_conv.py::test_conv_weight_gradient_in_image_chunks",

@@ -35,7 +35,7 @@ UNIT_SIZE = 500
 # cicc's optimizer is most of nvcc's time (a unit of 200 suite kernels: 2-10 s at nvcc's
 # default -O3, 0.6-0.9 s at -O0). Without it nvcc still parses and type-checks every
 # kernel and generates its PTX for the architecture, which is what fails when the renderer
-# is wrong; tests/codegen/test_cuda.py compiles its representative kernels fully optimized.
+# is wrong; tests/pipeline/test_cuda.py compiles its representative kernels fully optimized.
 FAST = ("-Xcicc", "-O0")
 _LINE = re.compile(r"\.cu\((\d+)\): ")
 _ERROR = re.compile(r"\.cu\(\d+\): (catastrophic )?error")  # not a warning

@@ -148,9 +148,9 @@ def pytest_configure(config):
     # (the markers are registered in pyproject.toml, with --strict-markers)
     import fusegrad as fg
 
-    # in this process no plan comes from or goes to the disk (runtime/plan_store.py): tests
+    # in this process no plan comes from or goes to the disk (pipeline/plan_store.py): tests
     # that patch the scheduler or lowering and forget the plans in memory get fresh plans,
-    # and no plan made under a patch reaches the disk (tests/runtime/test_plan_store.py
+    # and no plan made under a patch reaches the disk (tests/pipeline/test_plan_store.py
     # turns it on itself; programs run in child processes use it)
     fg.config.disk_plans = False
     if TEST_DEVICE != "cpu":
@@ -169,8 +169,8 @@ def _start_nvcc_all(flags: tuple[str, ...]) -> None:
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         return  # said in the header and the summary; the session fails at its end
-    from fusegrad.codegen.cuda import HALF_PRELUDE, PRELUDE, cuda_kernel
-    from fusegrad.codegen.lower import lower
+    from fusegrad.pipeline.cuda import HALF_PRELUDE, PRELUDE, cuda_kernel
+    from fusegrad.pipeline.lower import lower
     from fusegrad.runtime import engine as engine_module
 
     # (a kernel's source adds HALF_PRELUDE where it has 16-bit floats: here every unit has it)

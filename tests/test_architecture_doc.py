@@ -88,7 +88,7 @@ def test_every_linked_page_exists():
 
 def named_sources(text: str) -> set[str]:
     """The repository paths `folder/file.py` (or .h, .c) the text writes in backticks."""
-    folders = "frontend|ir|codegen|runtime|nn|datasets|benchmarks|tests|scripts|examples"
+    folders = "frontend|ir|pipeline|runtime|nn|datasets|benchmarks|tests|scripts|examples"
     names = set()
     for quoted in re.findall(r"`([^`]+)`", text):
         names |= set(re.findall(rf"\b(?:{folders})/[\w/]+\.(?:py|h|c)\b", quoted))
@@ -105,6 +105,6 @@ def test_every_named_source_file_exists():
 
 def test_a_wrong_link_or_file_is_found(tmp_path):
     page = tmp_path / "page.md"
-    page.write_text("[a](no_such.md) and [b](page.md#x), `codegen/no_such.py` and `ir/ops.py`")
+    page.write_text("[a](no_such.md) and [b](page.md#x), `pipeline/no_such.py` and `ir/ops.py`")
     assert {p.name for p in linked_pages(page)} == {"no_such.md", "page.md"}
-    assert named_sources(page.read_text()) == {"codegen/no_such.py", "ir/ops.py"}
+    assert named_sources(page.read_text()) == {"pipeline/no_such.py", "ir/ops.py"}

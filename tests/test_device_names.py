@@ -2,8 +2,8 @@
 
 What a device does differently is asked of its backend (`runtime/backend.py`:
 `get_backend(name).is_host`, `.lower`, `.run`, ...), so a third device is one module plus
-its registration. This reads every module of `frontend/`, `nn/`, `codegen/` and `ir/`,
-and the engine's (`runtime/engine.py`, `runtime/plan.py`), and fails on:
+its registration. This reads every module of `frontend/`, `nn/`, `pipeline/` and `ir/`,
+and the engine's (`runtime/engine.py`), and fails on:
 
 - a comparison with a device name ("cpu", "cuda", "cuda:N"), also inside a tuple or set
   (`device == "cpu"`, `device not in ("cpu", None)`), or `.startswith` of one;
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCANNED = ["frontend", "nn", "codegen", "ir", "runtime/engine.py", "runtime/plan.py"]
+SCANNED = ["frontend", "nn", "pipeline", "ir", "runtime/engine.py"]
 DEVICE_NAMES = {"cpu", "cuda"}
 BACKEND_CLASSES = {"DeviceBuffer", "CompiledCudaKernel", "CudaBackend", "CpuBackend"}
 BACKEND_MODULES = {"cuda", "cuda_emulator", "cpu_backend", "cuda_backend"}

@@ -1,7 +1,7 @@
 """Every `>>>` example in fusegrad's modules runs and prints what its docstring says.
 
 One test per module that has examples (`fusegrad.*`: the package maps frontend/, ir/,
-codegen/, runtime/ and nn/ to it, pyproject's package-dir). Examples that start a
+pipeline/, runtime/ and nn/ to it, pyproject's package-dir). Examples that start a
 process group (`init_process_group()`, one rank) run in a fresh interpreter, so that MPI
 is neither started nor left behind in the test process; as tests/distributed's, they are
 skipped only where MPI is not installed.
@@ -21,7 +21,7 @@ import pytest
 
 import fusegrad as fg
 
-PACKAGES = ["fusegrad", "fusegrad.ir", "fusegrad.codegen", "fusegrad.runtime", "fusegrad.nn"]
+PACKAGES = ["fusegrad", "fusegrad.ir", "fusegrad.pipeline", "fusegrad.runtime", "fusegrad.nn"]
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 NEEDS_MPI = "init_process_group("
 

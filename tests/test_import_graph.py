@@ -1,6 +1,6 @@
 """fusegrad's modules import one another in one direction (issue 29).
 
-Every .py of the package (frontend/, frontend/distributed/, ir/, codegen/, runtime/,
+Every .py of the package (frontend/, frontend/distributed/, ir/, pipeline/, runtime/,
 nn/) is parsed with ast, and each import of a fusegrad module becomes an edge of a
 graph, imports inside functions included: an import moved into a function to dodge a
 cycle still makes the cycle, only later. The graph must have no cycle, and at most
@@ -23,7 +23,7 @@ PACKAGES = {
     "frontend": "fusegrad",
     "frontend/distributed": "fusegrad.distributed",
     "ir": "fusegrad.ir",
-    "codegen": "fusegrad.codegen",
+    "pipeline": "fusegrad.pipeline",
     "runtime": "fusegrad.runtime",
     "nn": "fusegrad.nn",
 }

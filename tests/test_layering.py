@@ -1,10 +1,13 @@
 """The folders import only what docs/ARCHITECTURE.md ("What each folder may import")
-allows: ir nothing of the others; codegen the ir; runtime the codegen and the ir, never
-nn; the frontend never codegen; `frontend/distributed/` and nn the frontend only (never
-ir, codegen or runtime). nn sees the frontend through a declared interface: the public
-names of `fusegrad` and its one internal interface module `fusegrad.nnapi`, nothing
-else. No private name (`_x`) is imported across a package boundary, nor between nn's
-own modules."""
+allows: ir nothing of the others; the pipeline the ir and, of the runtime, only its base
+modules (`RUNTIME_BASE`, which themselves import no other runtime module); the runtime
+the pipeline and the ir, never nn; the frontend, of the pipeline, only the scheduler,
+the compiler and the tile constants (`FRONTEND_FROM_PIPELINE`), never lowering or
+rendering; `frontend/distributed/` and nn the frontend only (never ir, pipeline or
+runtime). nn sees the frontend through a declared interface: the public names of
+`fusegrad` and its one internal interface module `fusegrad.nnapi`, nothing else. No
+private name (`_x`) is imported across a package boundary, nor between nn's own
+modules."""
 
 from __future__ import annotations
 
@@ -22,24 +25,55 @@ FOLDERS = {
     "frontend": ("fusegrad", "frontend"),
     "frontend/distributed": ("fusegrad.distributed", "distributed"),
     "ir": ("fusegrad.ir", "ir"),
-    "codegen": ("fusegrad.codegen", "codegen"),
+    "pipeline": ("fusegrad.pipeline", "pipeline"),
     "runtime": ("fusegrad.runtime", "runtime"),
     "nn": ("fusegrad.nn", "nn"),
     "datasets": ("fusegrad.datasets", "datasets"),
 }
-SUBPACKAGES = {"ir", "codegen", "runtime", "nn", "distributed", "datasets"}
+SUBPACKAGES = {"ir", "pipeline", "runtime", "nn", "distributed", "datasets"}
 
 # layer -> the layers it must not import ("frontend": fusegrad's own top-level modules)
 FORBIDDEN = {
-    "ir": {"codegen", "runtime", "nn", "frontend", "distributed", "datasets"},
-    "codegen": {"runtime", "nn", "frontend", "distributed", "datasets"},
+    "ir": {"pipeline", "runtime", "nn", "frontend", "distributed", "datasets"},
+    # the runtime: its base modules only (ALLOWED)
+    "pipeline": {"runtime", "nn", "frontend", "distributed", "datasets"},
     "runtime": {"nn", "frontend", "distributed", "datasets"},
-    "frontend": {"codegen", "datasets"},
-    "distributed": {"ir", "codegen", "runtime", "nn", "datasets"},
-    "nn": {"ir", "codegen", "runtime", "distributed", "datasets"},
+    # the pipeline: its scheduler, compiler and tile constants only (ALLOWED)
+    "frontend": {"pipeline", "datasets"},
+    "distributed": {"ir", "pipeline", "runtime", "nn", "datasets"},
+    "nn": {"ir", "pipeline", "runtime", "distributed", "datasets"},
     # the examples' data: what nn may import, and nn; nothing of the library imports it
-    "datasets": {"ir", "codegen", "runtime", "distributed"},
+    "datasets": {"ir", "pipeline", "runtime", "distributed"},
 }
+# the runtime's base modules: what the pipeline may import of the runtime (settings,
+# fork safety, phase timers, call sites, compile helpers, the backends' interface, the
+# thread pool, the dump). They import no other runtime module, so the pipeline never
+# reaches the engine or a backend, which import the pipeline.
+RUNTIME_BASE = {
+    f"fusegrad.runtime.{m}"
+    for m in (
+        "attribution",
+        "backend_registry",
+        "compile_servers",
+        "config",
+        "dump",
+        "forksafe",
+        "launch",
+        "phases",
+        "pool",
+    )
+} | {"fusegrad.runtime"}  # (an empty __init__)
+# what the frontend reads of the pipeline, as it did before they were the pipeline's: the
+# scheduler (debug views, steering's rule names, the step cache's structural key), the
+# tile constants its matmul panel packing and nn's convolutions agree with, and the
+# compiler (replaying a dumped kernel). Never the lowering or the renderers.
+FRONTEND_FROM_PIPELINE = {
+    "fusegrad.pipeline.compiler",
+    "fusegrad.pipeline.schedule",
+    "fusegrad.pipeline.tiling",
+}
+# layer -> the modules of a forbidden layer it may import all the same
+ALLOWED = {"pipeline": RUNTIME_BASE, "frontend": FRONTEND_FROM_PIPELINE}
 # nn's declared interface to the frontend: besides `fusegrad`'s public names, this module
 NN_INTERFACE = "fusegrad.nnapi"
 
@@ -79,6 +113,23 @@ def _imports(path: str, package: str):
             else:
                 module = node.module or ""
             yield node.lineno, module, [a.name for a in node.names]
+
+
+def _imports_of_text(source: str, package: str):
+    """`_imports` of a module's source text (for the tests of the rules themselves)."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(source)
+    try:
+        return list(_imports(f.name, package))
+    finally:
+        os.unlink(f.name)
+
+
+def _base_module(path: str) -> str:
+    """The runtime module a path of runtime/ is: `fusegrad.runtime.config`."""
+    return "fusegrad.runtime." + os.path.basename(path)[:-3]
 
 
 def _modules_of(module: str, names: list[str] | None):
@@ -123,9 +174,41 @@ def test_imports_follow_the_layers(folder, layer, package, path):
     for line, module, names in _imports(path, package):
         for reached in _modules_of(module, names):
             other = _layer(reached)
+            if reached in ALLOWED.get(layer, ()):
+                continue
             if other is not None and other in FORBIDDEN[layer]:
                 bad.append(f"{_where(path, line)}: imports {reached} ({other})")
     assert not bad, "\n".join(bad)
+
+
+BASE_FILES = [f for f in FILES if f[2] == "fusegrad.runtime" and _base_module(f[3]) in RUNTIME_BASE]
+
+
+def test_the_runtime_base_is_closed():
+    """A base module of the runtime imports no runtime module outside the base: what the
+    pipeline imports of the runtime never reaches the engine or a backend."""
+    assert len(BASE_FILES) == len(RUNTIME_BASE) - 1, "a module named in RUNTIME_BASE is gone"
+    bad = []
+    for _, _, package, path in BASE_FILES:
+        for line, module, names in _imports(path, package):
+            for reached in _modules_of(module, names):
+                if reached.startswith("fusegrad.runtime") and reached not in RUNTIME_BASE:
+                    bad.append(f"{_where(path, line)}: imports {reached} (not a base module)")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_allowed_exceptions_are_checked():
+    """The exceptions to FORBIDDEN are not the whole of a layer: the pipeline importing
+    the engine, or the frontend the lowering, is refused."""
+    source = "from ..runtime import engine\nfrom ..runtime.config import config\n"
+    reached = [
+        r
+        for _, m, names in _imports_of_text(source, "fusegrad.pipeline")
+        for r in _modules_of(m, names)
+    ]
+    assert "fusegrad.runtime.engine" in reached and "fusegrad.runtime.engine" not in RUNTIME_BASE
+    assert "fusegrad.runtime.config" in RUNTIME_BASE
+    assert "fusegrad.pipeline.lower" not in FRONTEND_FROM_PIPELINE
 
 
 def _public_names() -> set[str]:
@@ -176,7 +259,7 @@ def test_no_private_names_across_packages(folder, layer, package, path):
 def test_the_rules_see_every_folder():
     """Every folder with Python files under the package's roots has its rules here."""
     seen = set(FOLDERS)
-    for top in ("frontend", "ir", "codegen", "runtime", "nn", "datasets"):
+    for top in ("frontend", "ir", "pipeline", "runtime", "nn", "datasets"):
         for dirpath, _, files in os.walk(os.path.join(ROOT, top)):
             rel = os.path.relpath(dirpath, ROOT)
             if "__pycache__" not in rel and any(f.endswith(".py") for f in files):

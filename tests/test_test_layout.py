@@ -30,7 +30,7 @@ PACKAGES = {
     "frontend": "frontend",
     "frontend/distributed": "distributed",
     "ir": "ir",
-    "codegen": "codegen",
+    "pipeline": "pipeline",
     "runtime": "runtime",
     "nn": "nn",
     "datasets": "datasets",
@@ -71,10 +71,10 @@ def test_markers_by_folder_fixture_and_skip_reason():
     assert markers_of(_item("distributed/test_ddp.py")) == {"mpi"}
     assert markers_of(_item("ir/test_node.py")) == set()
     assert markers_of(_item("frontend/test_copying.py", fixtures=["emulated"])) == {"emulator"}
-    assert markers_of(_item("codegen/test_cuda_memory.py", fixtures=["ptx"])) == {"nvcc"}
-    nvcc_gated = _item("codegen/test_cuda.py", skipif_reasons=["nvcc is not installed"])
+    assert markers_of(_item("pipeline/test_cuda_memory.py", fixtures=["ptx"])) == {"nvcc"}
+    nvcc_gated = _item("pipeline/test_cuda.py", skipif_reasons=["nvcc is not installed"])
     assert markers_of(nvcc_gated) == {"nvcc"}
-    assert markers_of(_item("codegen/test_cuda.py", skipif_reasons=["no AMX"])) == set()
+    assert markers_of(_item("pipeline/test_cuda.py", skipif_reasons=["no AMX"])) == set()
     for where in EMULATOR_FILES:
         assert "emulator" in markers_of(_item(where))
 
@@ -89,11 +89,11 @@ def test_a_test_whose_fixture_or_helper_runs_the_emulator_is_marked(monkeypatch)
     )
     exec(compile(source, str(TESTS / "_emulator_samples.py"), "exec"), module.__dict__)
     fixture = SimpleNamespace(func=module.compiled)
-    item = _item("codegen/test_x.py", function=module.plain)
+    item = _item("pipeline/test_x.py", function=module.plain)
     assert markers_of(item) == set()
     item._fixtureinfo = SimpleNamespace(name2fixturedefs={"compiled": [fixture]})
     assert markers_of(item) == {"emulator"}
-    assert markers_of(_item("codegen/test_x.py", function=module.by_helper)) == {"emulator"}
+    assert markers_of(_item("pipeline/test_x.py", function=module.by_helper)) == {"emulator"}
 
 
 def test_the_emulators_own_unit_tests_are_kept_for_quick():

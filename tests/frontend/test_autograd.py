@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import fusegrad as fg
-from fusegrad.ir.schedule import STORE_COST
+from fusegrad.pipeline.schedule import STORE_COST
 from fusegrad.runtime import buffer as buffer_module
 from fusegrad.runtime import cuda as runtime_cuda
 from fusegrad.runtime.engine import engine

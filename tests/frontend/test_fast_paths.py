@@ -122,7 +122,7 @@ def test_cross_entropy_builds_the_composed_graph(reduction, target_dtype):
     """Every target a class, no weight: the nodes of log_softmax then nll_loss. The class
     table (`arange`) is a new leaf node each call on one shared buffer, so the graphs are
     compared by structure and leaf buffers rather than by identity."""
-    from fusegrad.ir.schedule import structural_key
+    from fusegrad.pipeline.schedule import structural_key
 
     x = fg.randn(8, 5, requires_grad=True) * 1.0
     y = fg.tensor(np.array([0, 1, 2, 3, 4, 0, 1, 2]), dtype=target_dtype)

@@ -27,8 +27,8 @@ from fusegrad.runtime.engine import Engine, engine
 # a wrong lowering rule, installed by `install(mode)`: in a kernel that also has a MUL,
 # EXP renders as exp(x) + 0.5 ("wrong") or raises NotImplementedError ("raise")
 PLANTED = """
-from fusegrad.codegen import llvm
-from fusegrad.codegen.loopir import Alu
+from fusegrad.pipeline import llvm
+from fusegrad.pipeline.loopir import Alu
 from fusegrad.ir.ops import Ops
 
 _original = llvm._Renderer.stmt_Alu

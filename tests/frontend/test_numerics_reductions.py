@@ -164,10 +164,10 @@ def test_split_sum_keeps_shapes_gradients_and_integers():
     ],  # 5 pairs: too few to share among threads, one row at a time
 )
 def test_rows_summed_two_at_a_time_equal_one_at_a_time_bit_for_bit(shape, paired, monkeypatch):
-    """A CPU thread streams two rows of a long sum at once (codegen/lower.py,
+    """A CPU thread streams two rows of a long sum at once (pipeline/lower.py,
     `_lane_cascade`); each row's tree of partial sums is the one-row cascade's, so the
     sums are the same bits (a ragged last vector included)."""
-    from fusegrad.codegen import lower as L
+    from fusegrad.pipeline import lower as L
     from fusegrad.runtime.engine import engine
 
     a = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)

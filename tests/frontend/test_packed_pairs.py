@@ -1,6 +1,6 @@
 """The bookkeeping of `packed_pairs` (frontend/reduce.py), which keeps the AMX-packed copies
 of matmul's right operands: on stand-in buffers, so it runs on every host (the products
-that use it are in tests/codegen/test_amx.py, where the host has AMX tiles)."""
+that use it are in tests/pipeline/test_amx.py, where the host has AMX tiles)."""
 
 from __future__ import annotations
 

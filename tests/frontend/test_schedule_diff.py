@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 import fusegrad as fg
-from fusegrad.ir import schedule as schedule_module
+from fusegrad.pipeline import schedule as schedule_module
 from fusegrad.runtime.engine import engine
 from fusegrad.schedule_diff import diff_dumps, main, read_dump
 
 
 def _program(g, h, scale=2.0):
-    """Two sums over one input (rule 7 of ir/schedule.py, sibling reductions, merges
+    """Two sums over one input (rule 7 of pipeline/schedule.py, sibling reductions, merges
     them into one kernel) and an elementwise kernel no rule changes."""
     a = g.sum(0)
     b = (g * h).sum(0)

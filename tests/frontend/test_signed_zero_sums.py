@@ -2,7 +2,7 @@
 
 torch's sums start their accumulator at +0.0 and add in order, so a sum (mean, nansum,
 cumsum) of -0.0s is +0.0, whatever the shape: over one element, a 0-d tensor, a size-1
-axis, or a long row. fusegrad's kernels add with `reassoc nsz` (codegen/llvm.py), which
+axis, or a long row. fusegrad's kernels add with `reassoc nsz` (pipeline/llvm.py), which
 lets LLVM fold `0.0 + x` to `x`, and the IR folds a sum over size-1 axes to its input;
 both would give -0.0. The expected values below were checked against torch 2.13; each
 test also asks torch where it is installed.

@@ -2,7 +2,7 @@
 
 Every expected value below was checked against torch 2.13 (CPU); where torch imports the
 test also compares with it. The kernels run on the CPU (LLVM) and, through the CUDA
-emulator, as the GPU's CUDA C (`emulate`, from tests/codegen/test_cuda_emulated.py).
+emulator, as the GPU's CUDA C (`emulate`, from tests/pipeline/test_cuda_emulated.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from fusegrad.errors import DTypeError
 from fusegrad.ir.dtypes import int8, int16, int32, promote, uint8
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "codegen"))
+sys.path.insert(0, os.path.join(HERE, "..", "pipeline"))
 import test_cuda_emulated as emulated  # noqa: E402
 
 try:

@@ -17,10 +17,10 @@ import pytest
 
 import fusegrad as fg
 from fusegrad import nn
-from fusegrad.codegen import lower as lowering
 from fusegrad.ir.macro import expand_all
 from fusegrad.ir.node import toposort
-from fusegrad.ir.schedule import RULES
+from fusegrad.pipeline import lower as lowering
+from fusegrad.pipeline.schedule import RULES
 from fusegrad.runtime.engine import engine
 from fusegrad.stages import APPLIED_ORDER
 

@@ -3,15 +3,15 @@
 A primitive's places: its row in `ir/ops.py` (a float function's row in `MATH` carries
 its spellings), its line in the reference evaluator (`ir/numpy_ops.py`), its gradient
 rule (`ir/autodiff.py`), and, for a float function LLVM has no intrinsic for, its
-polynomial (`codegen/llvm_math.py`). The rest is derived from those, and checked here.
+polynomial (`pipeline/llvm_math.py`). The rest is derived from those, and checked here.
 """
 
 from __future__ import annotations
 
 import fusegrad as fg
-from fusegrad.codegen import kernel_names, llvm_math, optable
 from fusegrad.ir import autodiff, numpy_ops
 from fusegrad.ir.ops import ELEMENTWISE, LEAF, MATH, TRANSCENDENTAL, UNARY, MathOp, Ops
+from fusegrad.pipeline import kernel_names, llvm_math, optable
 
 
 def missing_tables(op: Ops) -> list[str]:
@@ -22,16 +22,16 @@ def missing_tables(op: Ops) -> list[str]:
     if op not in LEAF:
         needs["ir/autodiff.py VJP"] = op in autodiff.VJP
     if op in ELEMENTWISE - {Ops.WHERE, Ops.CAST}:  # those two each renderer spells itself
-        needs["codegen/optable.py OPS (float row)"] = (op, "f") in optable.OPS
+        needs["pipeline/optable.py OPS (float row)"] = (op, "f") in optable.OPS
     if op in MATH:
         row = MATH[op]
         if not row.intrinsic:
-            needs["codegen/llvm_math.py (a @_polynomial generator)"] = (
+            needs["pipeline/llvm_math.py (a @_polynomial generator)"] = (
                 row.name in llvm_math._GENERATORS
             )
         needs["ir/ops.py UNARY"] = op in UNARY
         needs["ir/ops.py TRANSCENDENTAL"] = op in TRANSCENDENTAL
-        needs["codegen/kernel_names.py kernel names"] = op in kernel_names._NOTABLE
+        needs["pipeline/kernel_names.py kernel names"] = op in kernel_names._NOTABLE
         needs[f"Tensor.{row.name}"] = callable(getattr(fg.Tensor, row.name, None))
         needs[f"fg.{row.name}"] = callable(getattr(fg, row.name, None))
     return [table for table, present in needs.items() if not present]
@@ -46,9 +46,9 @@ def test_a_new_float_function_is_named_in_each_table_it_lacks(monkeypatch):
     # a row whose function nothing else knows: each table it needs is named
     monkeypatch.setitem(MATH, Ops.NEG, MathOp("bogus"))
     assert missing_tables(Ops.NEG) == [
-        "codegen/llvm_math.py (a @_polynomial generator)",
+        "pipeline/llvm_math.py (a @_polynomial generator)",
         "ir/ops.py TRANSCENDENTAL",
-        "codegen/kernel_names.py kernel names",
+        "pipeline/kernel_names.py kernel names",
         "Tensor.bogus",
         "fg.bogus",
     ]

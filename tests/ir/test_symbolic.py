@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fusegrad as fg
-from fusegrad.codegen.loopir import Load, Loop, Store
 from fusegrad.ir.symbolic import FloorDiv, Lin, Mod, Var, lin
+from fusegrad.pipeline.loopir import Load, Loop, Store
 
 # ---------------------------------------------------------------- an independent evaluator
 

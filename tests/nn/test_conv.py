@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import fusegrad as fg
 from fusegrad.ir import autodiff
 from fusegrad.nn import conv as C
-from fusegrad.runtime.tiling import SHUFFLED_LANE_STEPS
+from fusegrad.pipeline.tiling import SHUFFLED_LANE_STEPS
 
 
 def ref_conv(x, w, b, stride, pad, dil, groups):
@@ -190,7 +190,7 @@ def test_torch_names_are_exported():
 
 
 # Rows of 40 or 56 outputs (8 mod 16): on AVX-512 their tiles take 16-lane vectors, the last
-# one masked (codegen/lower.py, RAGGED_16_FROM). Every stride, dilation, group and padding
+# one masked (pipeline/lower.py, RAGGED_16_FROM). Every stride, dilation, group and padding
 # form of the small cases above, at those widths, in float32 against float64 numpy (values,
 # and the input, weight and bias gradients of a weighted sum), and the gradients of a
 # float64 twin against central differences.
@@ -424,7 +424,7 @@ def test_one_padded_copy_of_the_gradient_serves_both_gradients():
 
 
 # Strided convolutions: the forward and weight gradient read their windows in place at a last
-# axis' stride of 2, 3 or 4 (shuffled vector loads, codegen/llvm.py), over their gathered
+# axis' stride of 2, 3 or 4 (shuffled vector loads, pipeline/llvm.py), over their gathered
 # windows (im2col, nn/correlate.py gather_windows) at a larger one where the copy pays (5 and 6
 # below); the input gradient phase by
 # phase with exact taps (transposed_by_phases): every axis' kernel below, above and at the
@@ -763,11 +763,11 @@ def test_a_stride_2_convolution_over_56_pixels_merges_its_28_pixel_rows_at_speci
     """A stride-2 convolution of 56-pixel rows has 28-pixel output rows (16 + 12 lanes):
     its forward's tile runs along the merged pixels (49 whole vectors of 16 per image,
     loads of `% 28`), and its input gradient's phases are interleaved by a kernel split into
-    its phases (codegen/peel.py, `split_phases`: no `//` or `%` left in its loop IR, where
+    its phases (pipeline/peel.py, `split_phases`: no `//` or `%` left in its loop IR, where
     per element a choice of phase was gathered). Values and gradients against float64
     numpy with -0.0, inf and NaN at a row's first and last columns, where a vector crosses
     from one row into the next, and -0.0 where the interleave copies a phase's gradient."""
-    from fusegrad.codegen import tile_choice
+    from fusegrad.pipeline import tile_choice
 
     monkeypatch.setattr(tile_choice, "wide_registers", lambda: True)
     rng = np.random.default_rng(14)
@@ -925,7 +925,7 @@ def test_a_weight_gradient_with_16_lanes_over_56_pixel_rows_at_special_values():
     end of one row and a NaN at the start of the next reach exactly the weights float64's
     chain rule says (a lane past the row's end reads nothing), ties of +-1, zeros and -0.0
     elsewhere; against torch where it is installed."""
-    from fusegrad.codegen.tile_choice import wide_registers
+    from fusegrad.pipeline.tile_choice import wide_registers
 
     rng = np.random.default_rng(9)
     x = np.where(rng.standard_normal((2, 4, 5, 56)) > 0, 1.0, -1.0).astype(np.float32)
@@ -1000,7 +1000,7 @@ def test_a_gradient_nothing_asks_for_is_not_built(stride, monkeypatch):
 
 
 def _window_loads(kernel) -> list[str]:
-    from fusegrad.codegen.loopir import Load, Loop
+    from fusegrad.pipeline.loopir import Load, Loop
 
     def walk(body):
         for s in body:
@@ -1013,7 +1013,7 @@ def _window_loads(kernel) -> list[str]:
 
 
 # Rows of 28 to 60 pixels whose vectors would be ragged: the tile's lanes run along the
-# merged (row, column) output group instead (codegen/lower.py, `_rows_merged`), each vector
+# merged (row, column) output group instead (pipeline/lower.py, `_rows_merged`), each vector
 # read as one contiguous run or, where it crosses a row, two (`split_lanes`): heights such
 # that the pattern of crossings repeats a whole number of times (lcm(32, row) pixels), and
 # widths whose pattern is short (`MAX_ROW_PERIOD`: a 60-pixel row, period 15, is not merged).
@@ -1034,7 +1034,7 @@ def test_conv_tiles_merged_rows_at_special_values(case, monkeypatch):
     and all three gradients against float64 numpy, with inf, NaN and -0.0 at the first and
     last columns, where a vector crosses from one row into the next (on any host: the
     AVX-512 tiles are what is tested; LLVM splits them where the registers are narrower)."""
-    from fusegrad.codegen import tile_choice
+    from fusegrad.pipeline import tile_choice
 
     monkeypatch.setattr(tile_choice, "wide_registers", lambda: True)
     shape, cout, k, pad, dil, groups = case

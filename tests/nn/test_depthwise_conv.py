@@ -2,7 +2,7 @@
 gradients, 1-D and 2-D, at the edges the kernel's peeled tiles guard (padding 0, 1, 2; widths
 odd, even, and just past a vector: 17, 33), stride 2, dilation 2, a channel multiplier of 2,
 float32 and bfloat16; and the structure that makes them fast: no padded copy of a stored
-input, and an interior that loads with no bounds test (codegen/peel.py)."""
+input, and an interior that loads with no bounds test (pipeline/peel.py)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ import pytest
 
 import fusegrad as fg
 from fusegrad import nn, optim
-from fusegrad.runtime import compiler
+from fusegrad.pipeline import compiler
 from fusegrad.runtime.engine import stats
 
 RNG = np.random.default_rng(7)

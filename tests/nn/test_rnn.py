@@ -15,7 +15,7 @@ import pytest
 import fusegrad as fg
 from fusegrad import nn
 from fusegrad.nn.utils import rnn as rnn_utils
-from fusegrad.runtime import compiler
+from fusegrad.pipeline import compiler
 
 TOL = 2e-5
 

@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 
 import fusegrad as fg
-from fusegrad.codegen import lower as L
-from fusegrad.codegen import tile_choice, tile_tuning
-from fusegrad.codegen.tile_choice import Tile
-from fusegrad.codegen.tile_tuning import TuningSpace, tuning_space
 from fusegrad.ir.ops import Ops
-from fusegrad.ir.schedule import schedule
-from fusegrad.runtime import autotune, compiler
+from fusegrad.pipeline import compiler, tile_choice, tile_tuning
+from fusegrad.pipeline import lower as L
+from fusegrad.pipeline.schedule import schedule
+from fusegrad.pipeline.tile_choice import Tile
+from fusegrad.pipeline.tile_tuning import TuningSpace, tuning_space
+from fusegrad.runtime import autotune
 from fusegrad.runtime.config import Config, ConfigError, config
 from fusegrad.runtime.cpu_backend import CpuBackend
 from fusegrad.runtime.dump import kernel_header
@@ -71,7 +71,7 @@ def run_kernel(kernel, inputs: list[np.ndarray]) -> np.ndarray:
     arrays = [out] + [np.ascontiguousarray(x, np.float32).reshape(-1) for x in inputs]
     ptrs = [x.ctypes.data for x in arrays]
     word = np.zeros(1, np.int64)  # the cancel word, never set, for a kernel that reads it
-    ptrs += [word.ctypes.data] * (compiled.nparams - len(ptrs))  # (codegen/llvm.py)
+    ptrs += [word.ctypes.data] * (compiled.nparams - len(ptrs))  # (pipeline/llvm.py)
     compiled.fn(0, kernel.parallel_extent, *ptrs)
     return out
 

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 import fusegrad as fg
-from fusegrad.runtime import compile_servers, compiler, forksafe
+from fusegrad.pipeline import compiler
+from fusegrad.runtime import compile_servers, forksafe
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="compiles side by side")
 

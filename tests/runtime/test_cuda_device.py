@@ -264,7 +264,7 @@ def test_kernels_of_a_device_tensor_are_cuda_c():
 
 
 def test_a_bias_gradient_stores_the_output_gradient_on_the_device():
-    # rule 8 (ir/schedule.py) on the device: g = c * (1 - tanh(y)^2), read by the weight
+    # rule 8 (pipeline/schedule.py) on the device: g = c * (1 - tanh(y)^2), read by the weight
     # gradient, is stored by the bias gradient's sum; the values are the CPU's
     rng = np.random.default_rng(19)
     arrays = [rng.standard_normal(s).astype(np.float32) for s in [(64, 32), (16, 32), (16,)]]
@@ -429,8 +429,9 @@ def test_emulated_kernels_say_where_they_came_from_and_the_module_cache_is_bound
     """g++ ran ("compiled"), the library came from the disk cache ("disk"), or the module
     was loaded already ("memory"); loaded modules are kept up to the kernel cache's size,
     the least recently used dropped first."""
-    from fusegrad.ir.schedule import schedule
-    from fusegrad.runtime.engine import _compile_item, engine
+    from fusegrad.pipeline.driver import _compile_item
+    from fusegrad.pipeline.schedule import schedule
+    from fusegrad.runtime.engine import engine
 
     x = fg.randn(16, device="cuda").realize()
     has_value = engine.has_value_predicate()

@@ -60,7 +60,7 @@ extern "C" __global__ void early_return(int* out, long long n) {
 }
 
 extern "C" __global__ void dynamic_reverse(float* out, const float* x, int n) {
-  // a block's values through dynamic shared memory (as codegen/cuda_prelude.py's FG_DYNAMIC_SHARED
+  // a block's values through dynamic shared memory (as pipeline/cuda_prelude.py's FG_DYNAMIC_SHARED
   // carves it), read back reversed; first what the launch left in it
   unsigned char* const smem = fg_emu_dynamic_shared();
   float* const buf = reinterpret_cast<float*>(smem);

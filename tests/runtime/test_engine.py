@@ -425,7 +425,7 @@ def test_plans_compare_by_identity():
     comparing them must not compare their numpy arrays (a ValueError before)."""
     import numpy as np
 
-    from fusegrad.runtime.plan import Plan
+    from fusegrad.pipeline.plan import Plan
 
     a, b = Plan([], [0], 1, 1), Plan([], [0], 1, 1)
     a.fns = np.zeros(3, np.uint64)

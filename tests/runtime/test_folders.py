@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import fusegrad as fg
-from fusegrad.runtime import compiler
+from fusegrad.pipeline import compiler
 
 _count = [0]
 
@@ -65,7 +65,7 @@ def test_a_cache_folder_that_cannot_be_written_warns_once_and_still_runs(tmp_pat
     def refuse(path, data):
         raise PermissionError(13, "Permission denied", path)
 
-    monkeypatch.setattr(compiler, "_write_atomic", refuse)
+    monkeypatch.setattr(compiler, "write_atomic", refuse)
     folder = str(tmp_path / "readonly")
     with fg.config.override(cache=folder):
         with pytest.warns(UserWarning) as caught:

@@ -193,7 +193,7 @@ def test_every_lock_outside_ir_is_made_by_forksafe():
     `forksafe.Lock()` and its kin are made afresh there. (ir/ imports nothing of the
     runtime: its module-level locks are listed in forksafe instead, tested below.)"""
     bad = []
-    for folder in ("frontend", "codegen", "runtime", "nn"):
+    for folder in ("frontend", "pipeline", "runtime", "nn"):
         for dirpath, _, files in os.walk(os.path.join(ROOT, folder)):
             for name in files:
                 path = os.path.join(dirpath, name)
@@ -211,7 +211,7 @@ def test_every_lock_outside_ir_is_made_by_forksafe():
 def test_every_reset_after_a_fork_goes_through_forksafe():
     """One registry (`forksafe.at_fork`), run after the locks are free again."""
     scattered = []
-    for folder in ("frontend", "ir", "codegen", "runtime", "nn"):
+    for folder in ("frontend", "ir", "pipeline", "runtime", "nn"):
         for dirpath, _, files in os.walk(os.path.join(ROOT, folder)):
             for name in files:
                 where = os.path.relpath(os.path.join(dirpath, name), ROOT)

@@ -25,9 +25,9 @@ import pytest
 
 import fusegrad as fg
 import fusegrad.runtime.launch as launch_module
-from fusegrad.codegen.llvm import reads_cancel_word
+from fusegrad.pipeline.compiler import compile_kernel
+from fusegrad.pipeline.llvm import reads_cancel_word
 from fusegrad.runtime import pool as native
-from fusegrad.runtime.compiler import compile_kernel
 from fusegrad.runtime.engine import engine
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="the native pool is Linux-only")
@@ -300,7 +300,7 @@ LONG_ROWS = ANNOUNCE + textwrap.dedent(
 def test_ctrl_c_stops_a_kernel_whose_rows_are_long(threads):
     """Issue 55.4: `fg.randn(10**6, 10**6).sum()` ran on for 24 s after Ctrl-C (its
     partials, one per chunk at least, are 8 x 10^9 numbers each), and the max never
-    stopped: such kernels read the cancel word inside their rows (codegen/llvm.py)."""
+    stopped: such kernels read the cancel word inside their rows (pipeline/llvm.py)."""
     proc, next_line = _child(LONG_ROWS, threads)
     _interrupt_each(proc, next_line, ("sum", "sum program", "max"), 0.2, 1.0)
 
@@ -310,7 +310,7 @@ SLOW_COMPILE = textwrap.dedent(
     import threading
     import numpy as np
     import fusegrad as fg
-    from fusegrad.runtime import compiler
+    from fusegrad.pipeline import compiler
 
     emit, said = compiler._emit_here, []
 
@@ -346,7 +346,7 @@ SLOW_COMPILE = textwrap.dedent(
 def test_ctrl_c_stops_a_long_compile_of_one_kernel(tmp_path):
     """Issue 55.4: one large kernel compiled in this process (no forked compilers for a
     single kernel) held Ctrl-C for as long as LLVM took (seconds): the main thread now
-    waits in Python while LLVM runs on a thread of its own (runtime/compiler.py's
+    waits in Python while LLVM runs on a thread of its own (pipeline/compiler.py's
     `_emit`), and computes right after. (A new kernel's compile would wait for LLVM to
     finish the chain: the child is not waited for.)"""
     proc, next_line = _child(SLOW_COMPILE, "2", cache=str(tmp_path))

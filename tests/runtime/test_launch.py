@@ -258,7 +258,7 @@ def test_default_threads_are_the_cpus_this_process_may_use():
 def test_compile_time_is_accounted_per_phase(capfd, tmp_path):
     fg.compile_times(reset=True)
     x = fg.tensor(np.arange(12, dtype=np.float32).reshape(3, 4), requires_grad=True)
-    # an empty disk cache: a warm one would skip lowering and rendering (runtime/item_cache.py)
+    # an empty disk cache: a warm one would skip lowering and rendering (pipeline/item_cache.py)
     with fg.config.override(debug=1, cache=str(tmp_path)):
         ((x * 3.25).sin() + 0.125).sum().backward()  # a graph no other test builds
         x.grad.realize()

@@ -264,7 +264,7 @@ def test_a_kernel_past_48_kib_of_shared_memory_opts_in_and_asks_for_it(
     # wgmma pipeline's four and 1 KiB to align them (staged by cp.async here: with the
     # Tensor Memory Accelerator, tensor_map.ParamsLaunch opts in on a GPU); 128 x 128 in
     # four buffers of 32 in 64 KiB (sm_75); in 48 KiB, three buffers of static shared memory
-    from fusegrad.codegen import cuda_wgmma
+    from fusegrad.pipeline import cuda_wgmma
 
     monkeypatch.setattr(cuda_wgmma, "WGMMA_TMA", False)
     drv = StubDriver(arch=arch, log=True)
@@ -285,9 +285,9 @@ def test_a_kernel_past_48_kib_of_shared_memory_opts_in_and_asks_for_it(
 
 def test_a_tensor_memory_accelerator_kernel_passes_its_maps_after_the_pointers(monkeypatch):
     # on sm_90 (built for sm_90a) the wgmma pipeline's tensor maps follow the 3 pointers,
-    # 64-byte aligned, each encoded for its buffer's address (codegen/cuda_wgmma.py's WGMMA_TMA,
+    # 64-byte aligned, each encoded for its buffer's address (pipeline/cuda_wgmma.py's WGMMA_TMA,
     # on by default)
-    from fusegrad.codegen import cuda_wgmma
+    from fusegrad.pipeline import cuda_wgmma
 
     assert cuda_wgmma.WGMMA_TMA
     drv = StubDriver(arch=(9, 0), log=True)

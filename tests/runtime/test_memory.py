@@ -1,6 +1,6 @@
 """Memory stays bounded when shapes keep changing: compiling frees what llvmlite's own
 calls leave (each O3 pipeline, each LLVM context), evicted kernels free their machine
-code (one MCJIT engine per batch of kernels, `runtime/compiler.py`), the plan cache is
+code (one MCJIT engine per batch of kernels, `pipeline/compiler.py`), the plan cache is
 bounded in kernels as well as plans, the buffer pool keeps only sizes allocated more
 than once, within bounds (`runtime/buffer.py`), and the tables `arange` shares are
 weakly held (the last few kept).
@@ -24,7 +24,8 @@ import pytest
 
 import fusegrad as fg
 from fusegrad.ir.dtypes import float32
-from fusegrad.runtime import buffer, compiler
+from fusegrad.pipeline import compiler
+from fusegrad.runtime import buffer
 from fusegrad.runtime.engine import engine
 
 pytestmark = pytest.mark.skipif(
@@ -36,7 +37,8 @@ _MEASURE = r"""
 import ctypes, gc, json, os, sys
 import fusegrad as fg
 from fusegrad import nn
-from fusegrad.runtime import buffer, compiler
+from fusegrad.pipeline import compiler
+from fusegrad.runtime import buffer
 
 fg.manual_seed(0)
 mlp = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
@@ -158,7 +160,7 @@ def test_an_mlp_over_160_batch_sizes_keeps_memory_flat():
 def test_rss_stays_flat_over_distinct_shapes_once_compiled(tmp_path):
     """240 shapes of a three-kernel plan, their object files in the disk cache (a first
     process compiles them: compiling itself leaks inside llvmlite, see
-    runtime/compiler.py): the second half adds under 1.5 MB (before: about 4 MB, every
+    pipeline/compiler.py): the second half adds under 1.5 MB (before: about 4 MB, every
     object file loaded staying loaded)."""
     cache = str(tmp_path / "cache")
     _measure("softmax", 240, cache)

@@ -1,4 +1,4 @@
-"""A new plan's kernels compile side by side in forked processes (runtime/compiler.py):
+"""A new plan's kernels compile side by side in forked processes (pipeline/compiler.py):
 the same machine code as one process makes, a failed or stuck child costing only time,
 and a schedule's program compiled at O0."""
 
@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import fusegrad as fg
-from fusegrad.runtime import compiler, forksafe
+from fusegrad.pipeline import compiler
+from fusegrad.runtime import forksafe
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="forking compilers need fork")
 

@@ -2,7 +2,7 @@
 `cuLaunchKernel` with `kernelParams` (one pointer per parameter into the packed bytes),
 the way an H200 accepts such a kernel where PyCUDA's one-buffer launch is refused
 (scripts/gpu_tma_probe.py). Checked here against a stand-in for libcuda that records each
-call; on a Hopper GPU, tests/codegen/test_cuda_wgmma.py runs the kernels through it."""
+call; on a Hopper GPU, tests/pipeline/test_cuda_wgmma.py runs the kernels through it."""
 
 from __future__ import annotations
 

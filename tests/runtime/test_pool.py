@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fusegrad.runtime.launch as launch_module
+from fusegrad.pipeline.compiler import compile_kernel
 from fusegrad.runtime import pool as native
-from fusegrad.runtime.compiler import compile_kernel
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="the native pool is Linux-only")
 
@@ -184,7 +184,8 @@ AHEAD = """\
 import json, os, sys, threading
 import numpy as np
 import fusegrad as fg
-from fusegrad.runtime import compiler, pool
+from fusegrad.pipeline import compiler
+from fusegrad.runtime import pool
 assert pool._ahead is None
 x = fg.tensor(np.linspace(-4, 4, 1 << 16, dtype=np.float32))
 y = ((x * 0.5).exp() + 1.0).numpy()  # a new plan: its lowering starts the pool's compile

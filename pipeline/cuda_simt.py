@@ -1,0 +1,445 @@
+"""A contraction's tiles through shared memory, and their fp32 SIMT arithmetic.
+
+`TiledContraction` prints a contraction (`pipeline/gpu.py`'s `Contraction`): the block's
+loop over output tiles, the staged buffers in shared memory, the loop over reduction
+steps that copies the next steps while it computes this one (`stage`, `stages_ahead`),
+and the epilogue per output. What a step computes is one of three paths, printed side by
+side under `#if`s on the architecture: every thread's ra x rb register tile on the CUDA
+cores (`simt_step`, here), warp-level tensor cores (`cuda_mma.py`), or Hopper's warpgroup
+tensor cores (`cuda_wgmma.py`, which also stages through `stage` and `stages_ahead`).
+
+A thread's rows of its register tile are 4 neighbours 64 apart where it has a multiple
+of 4 (a staged row's 4 values are one 16-byte read):
+
+    >>> simt_at(8, "threadIdx.y", "i")
+    '(i >> 2) * 64 + threadIdx.y * 4 + (i & 3)'
+    >>> simt_at(2, "threadIdx.y", "i")
+    'threadIdx.y + i * 16'
+"""
+
+from __future__ import annotations
+
+from . import gpu as gpu_map
+from .cuda_text import index, literal, mem_type, narrow_indices, narrowed, reg_type, widened
+from .gpu import HALF_MMA, STATIC_SHARED, TILE_THREADS, VECTOR, Contraction
+from .loopir import AccUpdate, Load
+
+# a contraction's staging decomposes its flat indices in 32-bit ints where each of them (a
+# side's outputs, the reduction, the batch) is below this: a sum of a few such indices in
+# an affine load index still fits in an int
+NARROW_LIMIT = 2**29
+PAD = 4  # floats after each staged row: rows stay 16-byte aligned for the 16-byte copies
+# (16-bit values are not padded but swizzled: `fg_swizzle`)
+HALF_STAGES = 4  # at most this many buffers of staged steps on the 16-bit tensor cores
+# buffers of staged steps on the fp32 SIMT path where a side is copied by `cp.async`
+# (`Contraction.simt_async`: the copies of the next SIMT_STAGES - 1 steps in flight)
+SIMT_STAGES = 4
+
+
+def stage_count(c: Contraction, shared_limit: int = STATIC_SHARED) -> int:
+    """Buffers of `kc` staged steps: 2 (double buffering); on the fp32 SIMT path with a side
+    copied by `cp.async` (`simt_async`), `SIMT_STAGES` where they fit the device's
+    `shared_limit`; on the 16-bit tensor cores as many as fit in `gpu.HALF_SHARED` and
+    `shared_limit`, up to `HALF_STAGES` (the copies of the next stages - 1 steps in flight
+    while one is computed; the tile is chosen so that two fit: `gpu._tile_shape`); in the
+    wgmma pipeline `gpu.WGMMA_STAGES`."""
+    if gpu_map.wgmma_tile(c, shared_limit):
+        return gpu_map.WGMMA_STAGES
+    if c.simt_async:
+        return max(2, min(SIMT_STAGES, shared_limit // stage_bytes(c)))
+    if not staged_half(c):
+        return 2
+    return max(2, min(HALF_STAGES, min(gpu_map.HALF_SHARED, shared_limit) // stage_bytes(c)))
+
+
+def stage_bytes(c: Contraction) -> int:
+    """The bytes of one buffer of a contraction's staged steps, both sides: 16-bit values
+    as they are, fp32 rows padded by `PAD`."""
+    if staged_half(c):
+        return gpu_map.half_stage_bytes(c.ra, c.rb, c.kc)
+    total = 0
+    for side, exports in (("a", c.a_exports), ("b", c.b_exports)):
+        rows, cols = staged_shapes(c)[side]
+        total += sum(rows * (cols + PAD) * reg_type(t).itemsize for _, t in exports)
+    return total
+
+
+def staged_half(c: Contraction) -> bool:
+    """The sides are staged in shared memory as 16-bit values (the 16-bit tensor cores)."""
+    return c.mma in HALF_MMA
+
+
+def staged_shapes(c: Contraction) -> dict[str, tuple[int, int]]:
+    """side -> (rows, columns) of one buffer of its staged values (before an fp32 row's
+    padding): (kc, tile width), or (tile width, kc) where the reduction is innermost
+    (`k_inner`)."""
+    shapes = {}
+    for side, width in (("a", TILE_THREADS * c.ra), ("b", TILE_THREADS * c.rb)):
+        shapes[side] = (width, c.kc) if c.k_inner(side) else (c.kc, width)
+    return shapes
+
+
+def simt_at(r: int, thread: str, i: str) -> str:
+    """The tile position of row (or column) `i` of a thread's r on the fp32 SIMT path: in
+    groups of 4 neighbours, 64 apart, where r is a multiple of 4 (a staged `[kk][at]` row's 4
+    values are one 16-byte read: `thread * 4 + i % 4 + (i / 4) * 64`), else
+    `thread + 16 i`."""
+    n = TILE_THREADS
+    if r % VECTOR:
+        return f"{thread} + {i} * {n}"
+    return f"({i} >> 2) * {VECTOR * n} + {thread} * {VECTOR} + ({i} & 3)"
+
+
+class TiledContraction:
+    """The tile loop, staging and fp32 SIMT steps of a contraction; a mixin of the CUDA
+    renderer (`cuda._Renderer`), whose `line`, `block`, `index_vars` and `stmt` print, and
+    whose `shared` declarations, `shared_bytes` and `dynamic_bytes` it adds to. The tensor
+    core paths' steps come from `MmaSteps` and `WgmmaPipeline`, mixed into the same class."""
+
+    def tiled(self, c: Contraction) -> None:
+        """A contraction through shared memory: see `pipeline/gpu.py`'s `Contraction`.
+
+        Each side's values for `kc` reduction steps go to `<side>_<value>[buffer][kk][at]`
+        (two buffers: the next step's copy is issued before this step's arithmetic), rows
+        padded by `PAD` (16-byte aligned, and a transposed store spreads over the banks).
+        16-bit tensor-core sides: up to `HALF_STAGES` buffers (`stage_count`), rows unpadded
+        but swizzled (`staged`), and a side contiguous along the reduction goes to
+        `<side>_<value>[buffer][at][kk]` instead (`Contraction.k_inner`)."""
+        self.stage_buffers(c)
+        self.plan_wgmma(c)
+        if c.mma == "tf32":
+            self.wmma_out_buffer()
+        vectors = [s for s, v in ((c.a_stmts, c.a_vector), (c.b_stmts, c.b_vector)) if v]
+        if vectors:  # 16-byte copies need 16-byte aligned buffers, known only now
+            names = dict.fromkeys(s[0].param.name for s in vectors)
+            self.line(1, f"const bool fg_vec = {' && '.join(f'fg_aligned16({n})' for n in names)};")
+        ta, tb = TILE_THREADS * c.ra, TILE_THREADS * c.rb
+        self.line(1, "const int tid = threadIdx.y * blockDim.x + threadIdx.x;")
+        if self.tensor_maps:  # the block's steps so far, every tile's: the barriers' phases
+            self.line(0, "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)")
+            self.line(1, "unsigned fg_t0 = 0;")
+            self.line(0, "#endif")
+        self.line(1, f"for (long long ic = blockIdx.z; ic < {c.nc}LL; ic += gridDim.z)")
+        self.line(1, f"for (long long tile_a = blockIdx.y * {ta}LL; tile_a < {c.na}LL; "
+                     f"tile_a += (long long)gridDim.y * {ta}) {{")  # fmt: skip
+        self.line(2, f"for (long long tile_b = blockIdx.x * {tb}LL; tile_b < {c.nb}LL; "
+                     f"tile_b += (long long)gridDim.x * {tb}) {{")  # fmt: skip
+        if self.wgmma:  # Hopper's warpgroup tensor cores where compiled for sm_90a
+            self.line(0, "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)")
+            self.wgmma_pipeline(c)
+            self.line(0, "#elif !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800")
+        elif c.mma:  # tensor cores on sm_80+ (and in the emulator), the fp32 path elsewhere
+            self.line(0, "#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800")
+        if c.mma:
+            self.pipeline(c, mma=True)
+            self.line(0, "#else")
+        self.pipeline(c, mma=False)
+        if c.mma:
+            self.line(0, "#endif")
+        self.line(2, "}")
+        self.line(1, "}")
+
+    def stage_buffers(self, c: Contraction) -> None:
+        """Declare each side's staged buffers: `__shared__` arrays, or past 48 KiB views
+        carved from dynamic shared memory (the launch asks for it; the driver is told the
+        kernel may use that much), each view 128-byte aligned."""
+        half, stages = staged_half(c), stage_count(c, self.shared_limit)
+        dynamic = stages * stage_bytes(c) > STATIC_SHARED
+        if dynamic:
+            self.shared.append("  FG_DYNAMIC_SHARED(fg_dynamic);")
+        for side, exports in (("a", c.a_exports), ("b", c.b_exports)):
+            rows, cols = staged_shapes(c)[side]
+            for name, t in exports:
+                t_smem, pad = (mem_type(t), 0) if half else (t.cuda, PAD)
+                size = t.itemsize if half else reg_type(t).itemsize
+                shape = f"[{stages}][{rows}][{cols + pad}]"
+                if dynamic:
+                    self.shared.append(
+                        f"  auto& {side}_{name} = *reinterpret_cast<{t_smem} (*){shape}>"
+                        f"(fg_dynamic + {self.dynamic_bytes});"
+                    )
+                    self.dynamic_bytes += -(-stages * rows * (cols + pad) * size // 128) * 128
+                    continue
+                self.shared.append(f"  __shared__ __align__(32) {t_smem} {side}_{name}{shape};")
+                self.shared_bytes += stages * rows * (cols + pad) * size
+
+    def pipeline(self, c: Contraction, mma: bool) -> None:
+        """One output tile: stage step 0, then per step stage the next into the other buffer,
+        wait for this one (`fg_copy_wait`: the asynchronous copies), accumulate, store; a
+        16-bit contraction keeps more steps in flight (`stages_ahead`). `mma`: on tensor
+        cores (else the fp32 path, which a 16-bit contraction takes below sm_80)."""
+        red, kc = c.red, c.kc
+        half = staged_half(c)
+        d = 3
+        if mma and half:
+            fa, fb = self.mma16_accumulators(c, d)
+        elif mma:
+            fa, fb = self.wmma_accumulators(c, d)
+        else:
+            self.simt_accumulators(c, d)
+        self.line(d, f"const int fg_steps = (int)(({red.length}LL + {kc - 1}) / {kc});")
+        ahead = half or c.simt_async  # else two buffers, two barriers a step
+        if ahead:
+            stages = stage_count(c, self.shared_limit)
+            self.stages_ahead(c, d, stages, stages - 1, self.stage)
+        else:
+            self.stage(c, "0", "0LL", d)
+            self.line(d, "fg_copy_commit();")
+            self.line(d, "for (int kt = 0; kt < fg_steps; ++kt) {")
+            self.line(d + 1, "const int fg_buf = kt & 1;")
+            self.line(d + 1, "if (kt + 1 < fg_steps) {")
+            self.stage(c, "fg_buf ^ 1", f"(long long)(kt + 1) * {kc}", d + 2)
+            self.line(d + 1, "}")
+            self.line(d + 1, "fg_copy_commit();  // empty on the last step: one group per step")
+            self.line(d + 1, "fg_copy_wait<1>();  // all but the newest group: this step's tiles")
+            self.line(d + 1, "__syncthreads();")
+        if mma and half:
+            self.mma16_step(c, fa, fb, d + 1)
+        elif mma:
+            self.wmma_step(c, fa, fb, d + 1)
+        else:
+            self.simt_step(c, d + 1)
+        if not ahead:
+            self.line(d + 1, "__syncthreads();  // read before the step after next overwrites it")
+        self.line(d, "}")
+        if ahead:  # the block's next tile (a grid-stride loop) stages its first steps
+            self.line(d, "__syncthreads();  // once every warp is done with the last")
+        if mma and half:
+            self.mma16_epilogue(c, fa, fb, d)
+        elif mma:
+            self.wmma_epilogue(c, fa, fb, d)
+        else:
+            self.simt_epilogue(c, d)
+
+    def stages_ahead(self, c: Contraction, d: int, stages: int, ahead: int, stage,
+                     fence: bool = False) -> None:  # fmt: skip
+        """The head of a 16-bit contraction's loop over its steps in `stages` buffers, the
+        copies `ahead` steps ahead (`stage(c, buffer, first step, depth)` prints a step's):
+        steps 0..ahead-1 are staged before it, one copy group each (`fg_copy_commit`, empty
+        past the last step); at step kt, once group kt is complete (`fg_copy_wait`: all but
+        the newest ahead - 1; `fence`: then made visible to the tensor cores' async proxy)
+        and the block has passed the barrier, step kt + ahead is staged into the buffer step
+        kt + ahead - stages was read from (every thread is done with it: one barrier per
+        step), then step kt, in buffer `fg_buf`, is computed (the body the caller prints)."""
+        kc = c.kc
+        self.line(d, "#pragma unroll")
+        self.line(d, f"for (int s = 0; s < {ahead}; ++s) {{")
+        self.line(d + 1, "if (s < fg_steps) {")
+        stage(c, "s", f"(long long)s * {kc}", d + 2)
+        self.line(d + 1, "}")
+        self.line(d + 1, "fg_copy_commit();")
+        self.line(d, "}")
+        self.line(d, "for (int kt = 0; kt < fg_steps; ++kt) {")
+        self.line(d + 1, f"const int fg_buf = kt % {stages};")
+        self.line(d + 1, f"fg_copy_wait<{ahead - 1}>();  // all but the newest: step kt's group")
+        if fence:
+            self.line(d + 1, "fg_fence_async_shared();  // ... seen by the tensor cores")
+        self.line(d + 1, "__syncthreads();  // its copies are everyone's; "
+                         f"step kt - {stages - ahead} is read")  # fmt: skip
+        self.line(d + 1, f"if (kt + {ahead} < fg_steps) {{")
+        stage(c, f"(kt + {ahead}) % {stages}", f"(long long)(kt + {ahead}) * {kc}", d + 2)
+        self.line(d + 1, "}")
+        self.line(d + 1, "fg_copy_commit();  // empty near the end: one group per step")
+
+    def output(self, c: Contraction, value: str, d: int) -> None:
+        """The epilogue of output (ia, ib) of batch ic, its reduction's result `value`."""
+        self.index_vars(c.a_loops, "ia", d)
+        self.index_vars(c.b_loops, "ib", d)
+        self.index_vars(c.c_loops, "ic", d)
+        dt = c.red.init.dtype
+        self.line(d, f"{dt.cuda} {c.red.init.acc} = {value};")
+        self.block(c.prefix + c.epilogue, d)
+
+    def stage(self, c: Contraction, buf: str, k0: str, d: int, wgmma: bool = False) -> None:
+        """Copy the `kc` reduction steps from `k0` of both sides into buffer `buf`; values
+        outside the outputs or the reduction are 0 (the tensor cores sum whole steps).
+        A side that is one plain load of 16-byte aligned buffers moves 16 bytes at a time
+        (`stage_vector`), else, and where its buffers are not aligned, one value at a time
+        (`stage_values`). `wgmma`: into the wgmma pipeline's buffers (`wgmma_cell`)."""
+        red = c.red
+        cell_of = self.wgmma_cell if wgmma else self.staged
+        self.line(d, "{")
+        self.line(d + 1, f"const long long k0 = {k0};")
+        for side, stmts, exports, vector, extent in (
+            ("a", c.a_stmts, c.a_exports, c.a_vector, c.na),
+            ("b", c.b_stmts, c.b_exports, c.b_vector, c.nb),
+        ):
+            if not exports:
+                continue
+            inside = f"i{side} < {extent}LL && red < {red.length}LL"
+            sizes = [extent, red.length, c.nc]
+            sizes += [s.param.size for s in c.consts + stmts if isinstance(s, Load)]
+            narrow = max(sizes) < NARROW_LIMIT  # the indices split, and loads, in 32 bits
+            if vector:
+                self.stage_vector(c, side, buf, inside, narrow, cell_of, d + 1)
+                self.line(d + 1, "} else {  // a buffer is not 16-byte aligned: one at a time")
+            self.stage_values(c, side, buf, inside, narrow, cell_of, d + 2 if vector else d + 1)
+            if vector:
+                self.line(d + 1, "}")
+        self.line(d, "}")
+
+    def stage_vector(self, c: Contraction, side: str, buf: str, inside: str, narrow: bool,
+                     cell_of, e: int) -> None:  # fmt: skip
+        """`stage`'s 16-byte copies of a side that is one plain load, where `fg_vec` (its
+        buffers are 16-byte aligned): along the side's outputs ("m") straight into shared
+        memory, along the reduction 4 steps of one row (into a `k_inner` row as they are,
+        else stored transposed). Leaves the `if (fg_vec)` open for the fallback."""
+        kc, threads = c.kc, TILE_THREADS * TILE_THREADS
+        loops, (load,) = (c.a_loops, c.a_stmts) if side == "a" else (c.b_loops, c.b_stmts)
+        (name, _) = (c.a_exports if side == "a" else c.b_exports)[0]
+        vector = c.a_vector if side == "a" else c.b_vector
+        width = TILE_THREADS * (c.ra if side == "a" else c.rb)
+        at_m, at_k = loops[0].var.name, c.red.loops[0].var.name
+        with narrow_indices(narrow):
+            ref = f"{load.param.name}[{index(load.index)}]"
+        ity, lit = ("int", "") if narrow else ("long long", "LL")
+        out = f"{side}_{name}[{buf}]"
+        lanes = c.lanes
+        self.line(e, "if (fg_vec) {")
+        if vector == "m":  # contiguous along the side: straight into shared memory
+            q = width // lanes
+            self.line(e + 1, f"for (int e = tid; e < {kc * q}; e += {threads}) {{")
+            self.line(e + 2, f"const int kk = e / {q}, at = e % {q} * {lanes};")
+        else:  # contiguous along the reduction: 4 steps of one row, stored transposed
+            q = kc // lanes
+            self.line(e + 1, f"for (int e = tid; e < {q * width}; e += {threads}) {{")
+            self.line(e + 2, f"const int kk = e % {q} * {lanes}, at = e / {q};")
+        self.line(e + 2, f"const long long i{side} = tile_{side} + at, red = k0 + kk;")
+        self.line(e + 2, f"const bool fg_in = {inside};")
+        # outside, the address of element 0 (never read): no pointer leaves the buffer
+        self.line(e + 2, f"const {ity} {at_m} = fg_in ? ({ity})i{side} : 0{lit}, "
+                         f"{at_k} = fg_in ? ({ity})red : 0{lit};")  # fmt: skip
+        self.index_vars(c.c_loops, "ic", e + 2, narrow)
+        if vector == "m" or c.k_inner(side):  # 16 bytes along a row of the staging
+            cell = cell_of(c, side, name, buf, "kk", "at")
+            self.line(e + 2, f"fg_copy16_async(&{cell}, &{ref}, fg_in);")
+        else:
+            self.line(e + 2, "float4 fg_v = {0.0f, 0.0f, 0.0f, 0.0f};")
+            self.line(e + 2, f"if (fg_in) fg_v = __ldg((const float4*)&{ref});")
+            for lane in range(VECTOR):
+                self.line(e + 2, f"{out}[kk + {lane}][at] = fg_v.{'xyzw'[lane]};")
+        self.line(e + 1, "}")
+
+    def stage_values(self, c: Contraction, side: str, buf: str, inside: str, narrow: bool,
+                     cell_of, e: int) -> None:  # fmt: skip
+        """`stage`'s copies of a side one value at a time: its statements (the side's
+        prologue) computed per staged value, 0 outside the outputs and the reduction."""
+        red, kc, threads = c.red, c.kc, TILE_THREADS * TILE_THREADS
+        a = side == "a"
+        loops, stmts = (c.a_loops, c.a_stmts) if a else (c.b_loops, c.b_stmts)
+        exports = c.a_exports if a else c.b_exports
+        kk_fastest, vector = (c.a_kk_fastest, c.a_vector) if a else (c.b_kk_fastest, c.b_vector)
+        width = TILE_THREADS * (c.ra if a else c.rb)
+        # each thread keeps one step (or one tile position) for every copy of a stage:
+        # what depends on it alone is computed once a stage (or once a tile). Not in a
+        # vector side's fallback for unaligned buffers, where the registers it holds
+        # are better left to the main path.
+        if kk_fastest and threads % kc == 0 and not vector:
+            self.line(e, f"for (int at = tid / {kc}, kk = tid % {kc}; at < {width}; "
+                         f"at += {threads // kc}) {{")  # fmt: skip
+        elif not kk_fastest and threads % width == 0 and not vector:
+            self.line(e, f"for (int kk = tid / {width}, at = tid % {width}; kk < {kc}; "
+                         f"kk += {threads // width}) {{")  # fmt: skip
+        else:
+            kk, at = (f"e % {kc}", f"e / {kc}") if kk_fastest else (f"e / {width}", f"e % {width}")
+            self.line(e, f"for (int e = tid; e < {kc * width}; e += {threads}) {{")
+            self.line(e + 1, f"const int kk = {kk}, at = {at};")
+        self.line(e + 1, f"const long long i{side} = tile_{side} + at, red = k0 + kk;")
+        self.line(e + 1, f"if ({inside}) {{")
+        self.index_vars(loops, f"i{side}", e + 2, narrow)
+        self.index_vars(c.c_loops, "ic", e + 2, narrow)
+        self.index_vars(red.loops, "red", e + 2, narrow)
+        with narrow_indices(narrow):
+            self.block(c.consts + stmts, e + 2)
+        half = staged_half(c)  # exact: the value is a 16-bit number (`gpu._mma_kind`)
+        for name, t in exports:
+            value = narrowed(name, t) if half else name
+            self.line(e + 2, f"{cell_of(c, side, name, buf, 'kk', 'at')} = {value};")
+        self.line(e + 1, "} else {")
+        for name, t in exports:
+            zero = narrowed("0.0f", t) if half else f"({t.cuda})0"
+            self.line(e + 2, f"{cell_of(c, side, name, buf, 'kk', 'at')} = {zero};")
+        self.line(e + 1, "}")
+        self.line(e, "}")
+
+    def staged(self, c: Contraction, side: str, name: str, buf: str, kk: str, at: str) -> str:
+        """The shared-memory cell of value `name` of `side` at reduction step `kk` and tile
+        position `at`, as the side is laid out (`Contraction.k_inner`); 16-bit values
+        sit in their row's 16-byte chunks swizzled (`fg_swizzle`)."""
+        row, col = (at, kk) if c.k_inner(side) else (kk, at)
+        if staged_half(c):
+            chunks = staged_shapes(c)[side][1] // 8
+            col = f"fg_swizzle<{chunks}>({row}, {col})"
+        return f"{side}_{name}[{buf}][{row}][{col}]"
+
+    def simt_accumulators(self, c: Contraction, d: int) -> None:
+        """The thread's ra x rb register tile of accumulators, each the reduction's init."""
+        red, acc = c.red, c.red.init.acc
+        init = literal(red.init.value, red.init.dtype)
+        self.line(d, f"{red.init.dtype.cuda} {acc}_tile[{c.ra}][{c.rb}];")
+        self.line(d, f"#pragma unroll\n{'  ' * d}for (int i = 0; i < {c.ra}; ++i)")
+        self.line(d, f"#pragma unroll\n{'  ' * d}for (int j = 0; j < {c.rb}; ++j) "
+                     f"{acc}_tile[i][j] = {init};")  # fmt: skip
+
+    def simt_step(self, c: Contraction, d: int) -> None:
+        """Every thread adds this step's terms into its ra x rb register tile (rows and
+        columns `simt_at`: a row's 4 neighbours are one 16-byte shared read, and
+        neighbouring threads read neighbouring words): per reduction step, its rows' and
+        columns' staged values into registers, then the ra x rb terms. The steps are
+        unrolled where the step is whole (every step when kc divides the reduction)."""
+        red, kc = c.red, c.kc
+        whole = red.length % kc == 0
+        if not whole:
+            self.line(d, f"const long long fg_left = {red.length}LL - (long long)kt * {kc};")
+            self.line(d, f"if (fg_left >= {kc}) {{")
+            self.simt_steps(c, str(kc), d + 1)
+            self.line(d, "} else {")
+            self.simt_steps(c, "(int)fg_left", d + 1)
+            self.line(d, "}")
+            return
+        self.simt_steps(c, str(kc), d)
+
+    def simt_steps(self, c: Contraction, steps: str, d: int) -> None:
+        """`simt_step`'s loop over `steps` reduction steps (unrolled when a number)."""
+        red = c.red
+        acc = red.init.acc
+        if steps.isdigit():
+            self.line(d, "#pragma unroll")
+        self.line(d, f"for (int kk = 0; kk < {steps}; ++kk) {{")
+        for side, exports, r, var, thread in (
+            ("a", c.a_exports, c.ra, "i", "threadIdx.y"),
+            ("b", c.b_exports, c.rb, "j", "threadIdx.x"),
+        ):
+            for name, t in exports:
+                ref = self.staged(c, side, name, "fg_buf", "kk", simt_at(r, thread, var))
+                ref = widened(ref, t) if staged_half(c) else ref
+                regs = f"fg_{side}_{name}"
+                self.line(d + 1, f"{t.cuda} {regs}[{r}];")
+                self.line(d + 1, f"#pragma unroll\n{'  ' * (d + 1)}for (int {var} = 0; "
+                                 f"{var} < {r}; ++{var}) {regs}[{var}] = {ref};")  # fmt: skip
+        self.line(d + 1, "#pragma unroll")
+        self.line(d + 1, f"for (int i = 0; i < {c.ra}; ++i) {{")
+        self.line(d + 2, "#pragma unroll")
+        self.line(d + 2, f"for (int j = 0; j < {c.rb}; ++j) {{")
+        for side, exports, var in (("a", c.a_exports, "i"), ("b", c.b_exports, "j")):
+            for name, t in exports:
+                self.line(d + 3, f"const {t.cuda} {name} = fg_{side}_{name}[{var}];")
+        self.block(c.consts + c.terms, d + 3)
+        value = next(s for s in red.body if isinstance(s, AccUpdate) and s.acc == acc)
+        self.line(d + 3, self.stmt(AccUpdate(f"{acc}_tile[i][j]", red.init.dtype, red.op,
+                                             value.value)))  # fmt: skip
+        self.line(d + 2, "}")
+        self.line(d + 1, "}")
+        self.line(d, "}")
+
+    def simt_epilogue(self, c: Contraction, d: int) -> None:
+        """Each thread runs the epilogue of the outputs of its register tile."""
+        acc = c.red.init.acc
+        self.line(d, f"#pragma unroll\n{'  ' * d}for (int i = 0; i < {c.ra}; ++i)")
+        self.line(d, f"#pragma unroll\n{'  ' * d}for (int j = 0; j < {c.rb}; ++j) {{")
+        self.line(d + 1, f"const long long ia = tile_a + {simt_at(c.ra, 'threadIdx.y', 'i')};")
+        self.line(d + 1, f"const long long ib = tile_b + {simt_at(c.rb, 'threadIdx.x', 'j')};")
+        self.line(d + 1, f"if (ia < {c.na}LL && ib < {c.nb}LL) {{")
+        self.output(c, f"{acc}_tile[i][j]", d + 2)
+        self.line(d + 1, "}")
+        self.line(d, "}")

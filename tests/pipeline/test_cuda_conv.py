@@ -1,0 +1,213 @@
+"""Convolutions on the cuda device: implicit GEMMs on the contraction tiles.
+
+A convolution (and its input and weight gradients) is a contraction (`pipeline/gpu.py`):
+its windows are index expressions the block evaluates while staging a tile in shared
+memory, so no im2col buffer exists. On the cuda device the padding is no copy either
+(`nn/correlate.py`): the staging loads check the bounds, and a padded convolution with
+its bias and activation is one kernel. Values and gradients on the emulator against the
+CPU's (strided, padded, dilated, grouped; a bfloat16 one and its gradients on the tensor
+cores), and nvcc's PTX for sm_80: no local memory, no spills, and a float16 convolution on
+tensor cores (`mma.sync` fed by `ldmatrix`; nvcc takes about 6 s a kernel here, so the
+gradients' kernels and sm_90 are left to `--nvcc-all`, which compiles every kernel the tests
+make for both, unoptimized).
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import ml_dtypes
+import numpy as np
+import pytest
+from _emulated import emulated  # noqa: F401  (a fixture)
+from test_cuda_memory import NVCC, _nvcc
+from test_cuda_sgemm import _entries
+
+import fusegrad as fg
+import fusegrad.nn.functional as F
+from fusegrad.pipeline.cuda import HALF_PRELUDE, PRELUDE, cuda_kernel
+from fusegrad.pipeline.gpu import map_to_gpu
+from fusegrad.pipeline.lower import lower
+from fusegrad.pipeline.schedule import schedule
+from fusegrad.runtime.engine import engine
+
+RNG = np.random.default_rng(2830)
+
+
+def _conv(device, data, dtype=np.float32, **geometry):
+    x, w, b = (fg.tensor(d.astype(dtype), device=device, requires_grad=True) for d in data)
+    return (x, w, b), F.conv2d(x, w, b, **geometry).relu()
+
+
+def _data(n, c, h, o, k, groups):
+    return (
+        RNG.standard_normal((n, c, h, h)).astype(np.float32),
+        RNG.standard_normal((o, c // groups, k, k)).astype(np.float32),
+        RNG.standard_normal(o).astype(np.float32),
+    )
+
+
+def _kernels(roots) -> list:
+    items = schedule([r.node for r in roots], engine.has_value_predicate())
+    return [lower(item, tile=False) for item in items]
+
+
+@pytest.mark.usefixtures("emulated")
+def test_a_padded_convolution_is_one_kernel_on_cuda():
+    data = _data(2, 16, 12, 32, 3, 1)
+    _, y_cpu = _conv("cpu", data, padding=1)
+    assert len(_kernels([y_cpu])) == 2  # the CPU stores the padded input first
+    _, y = _conv("cuda", data, padding=1)
+    (k,) = _kernels([y])  # the padding, the bias and the ReLU in the contraction's kernel
+    gpu = map_to_gpu(k)
+    c = gpu.contraction
+    assert gpu.mode == "tile" and (c.na, c.nb) == (2 * 12 * 12, 32)
+    assert any(getattr(s, "valid", ()) for s in c.a_stmts)  # the padding's bounds checks
+    assert len(c.epilogue) > 1  # bias and ReLU after the sum
+    # each input element, weight and output once: the im2col windows are cache hits
+    moved = cuda_kernel(k, "k").traffic
+    assert moved.bytes <= moved.min_bytes * 1.1, moved
+
+
+@pytest.mark.usefixtures("emulated")
+def test_a_convolutions_input_is_staged_along_its_pixels_in_32_bit_integers():
+    """The input's window loads run 12 pixels in a row against 3 kernel taps, so each
+    thread keeps one pixel of the tile and walks the reduction (its pixel's coordinates
+    computed once a tile, its loads coalesced along the rows); the weights run along the
+    reduction, so each thread keeps one step. The flat indices are split in 32-bit ints: a
+    GPU divides 64-bit ones by a constant in many times the instructions."""
+    data = _data(2, 16, 12, 32, 3, 1)
+    _, y = _conv("cuda", data, padding=1)
+    (k,) = _kernels([y])
+    c = map_to_gpu(k).contraction
+    assert (c.a_kk_fastest, c.b_kk_fastest) == (False, True)
+    src = cuda_kernel(k, "k").source
+    width_a, width_b = 16 * c.ra, 16 * c.rb
+    assert f"for (int kk = tid / {width_a}, at = tid % {width_a}; kk < {c.kc};" in src
+    assert f"for (int at = tid / {c.kc}, kk = tid % {c.kc}; at < {width_b};" in src
+    pixel = c.a_loops[-1].var.name
+    assert f"const int {pixel} = (int)ia % 12;" in src  # the epilogue's stay 64-bit
+
+
+@pytest.mark.usefixtures("emulated")
+def test_a_contraction_past_the_32_bit_limit_stages_in_64_bit_integers(monkeypatch):
+    """Where an index may pass NARROW_LIMIT the staging divides in 64 bits (here the limit
+    lowered to force it); both ways compute the CPU's values."""
+    from fusegrad.pipeline import cuda_simt
+
+    data = _data(2, 8, 7, 16, 3, 1)
+    _, want = _conv("cpu", data, padding=1)
+    monkeypatch.setattr(cuda_simt, "NARROW_LIMIT", 64)
+    _, y = _conv("cuda", data, padding=1)
+    (k,) = _kernels([y])
+    src = cuda_kernel(k, "k").source
+    assert "(int)ia" not in src and "% 7LL;" in src
+    np.testing.assert_allclose(
+        y.detach().cpu().numpy(), want.detach().numpy(), rtol=1e-5, atol=1e-5
+    )
+
+
+@pytest.mark.usefixtures("emulated")
+def test_a_strided_dilated_grouped_convolution_and_its_gradients_on_the_emulator():
+    data = _data(2, 8, 11, 16, 3, 2)
+    geometry = dict(stride=2, padding=1, dilation=2, groups=2)
+    results = []
+    for device in ("cpu", "cuda"):
+        leaves, y = _conv(device, data, **geometry)
+        (y * y).sum().backward()
+        results.append([t.detach().cpu().numpy() for t in (y, *(t.grad for t in leaves))])
+    for got, want in zip(*reversed(results)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.usefixtures("emulated")
+def test_a_float16_convolution_on_the_tensor_cores_of_the_emulator():
+    data = _data(1, 16, 9, 16, 3, 1)
+    _, y = _conv("cuda", data, np.float16, padding=2)
+    (k,) = _kernels([y])
+    assert map_to_gpu(k).contraction.mma == "float16"  # the padded window is 16-bit too
+    got = y.detach().cpu().float().numpy()
+    x, w, b = (d.astype(np.float16).astype(np.float32) for d in data)
+    _, want = _conv("cpu", (x, w, b), padding=2)  # fp32 from the same 16-bit values
+    want = want.detach().numpy()
+    eps = float(np.finfo(np.float16).eps)
+    np.testing.assert_allclose(got, want, rtol=eps, atol=eps * np.abs(want).max() / 16)
+
+
+@pytest.mark.usefixtures("emulated")
+def test_a_bfloat16_convolution_and_its_gradients_on_the_tensor_cores_of_the_emulator():
+    data = _data(2, 16, 10, 32, 3, 2)
+    geometry = dict(stride=1, padding=1, groups=2)
+    results = []
+    for device in ("cpu", "cuda"):
+        leaves, y = _conv(device, data, ml_dtypes.bfloat16, **geometry)
+        y.float().sum().backward()
+        results.append([t.detach().cpu().float().numpy() for t in (y, *(t.grad for t in leaves))])
+        if device == "cuda":  # the forward and both gradients' contractions run on mma.sync
+            for t in (y, leaves[0].grad, leaves[1].grad):
+                assert any("fg_mma_16816<true>(" in r.cuda_c for r in fg.kernels(t))
+    eps = float(ml_dtypes.finfo(ml_dtypes.bfloat16).eps)
+    for got, want in zip(*reversed(results)):  # both fp32 sums of exact products, rounded
+        np.testing.assert_allclose(got, want, rtol=2 * eps, atol=2 * eps * np.abs(want).max())
+
+
+@pytest.fixture(scope="module")
+def conv_ptx(tmp_path_factory):
+    if NVCC is None or shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not installed")
+    with fg.config.override(cuda="emulate"):
+        from fusegrad.runtime import cuda as runtime_cuda
+
+        runtime_cuda.reset()
+        _, y = _conv("cuda", _data(8, 32, 16, 64, 3, 1), padding=1)
+        kernels = {"forward": _kernels([y])[0]}
+        _, y16 = _conv("cuda", _data(8, 32, 16, 64, 3, 1), np.float16, padding=1)
+        kernels["half"] = _kernels([y16])[0]
+    runtime_cuda.reset()
+    sources = []
+    for name, k in kernels.items():
+        src = cuda_kernel(k, "k").source
+        sources.append(src[src.index('extern "C"') :].replace(" k(", f" conv_{name}("))
+    text = PRELUDE + HALF_PRELUDE + "\n".join(sources)
+    return _nvcc("sm_80", text, tmp_path_factory.mktemp("conv_ptx"))
+
+
+def test_conv_ptx(conv_ptx):
+    text, report = conv_ptx
+    entries = _entries(text)
+    assert {"conv_forward", "conv_half"} <= set(entries)
+    for symbol, body in entries.items():
+        assert ".local" not in body, f"{symbol} uses local memory"
+    # float16 inputs, fp32 accumulators: warp-level mma.sync fed by ldmatrix
+    half = entries["conv_half"]
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in half, "no float16 mma"
+    assert "ldmatrix.sync.aligned.m8n8.x4" in half and "wmma" not in half
+    assert "wmma" not in entries["conv_forward"]  # fp32 without allow_tf32
+    spills = [line for line in report.splitlines() if "spill" in line]
+    assert len(spills) >= len(entries), report
+    assert all("0 bytes spill stores, 0 bytes spill loads" in line for line in spills), report
+
+
+@pytest.mark.usefixtures("emulated")
+def test_the_cpu_cache_rules_leave_the_cuda_convolution_alone(monkeypatch):
+    """A strided convolution's padded input is not split into stride phases (its windows
+    read at stride 1 on the CPU) and its weight gradient is one sum on the cuda device,
+    even with a cache too small for an image (nn/conv.py's rules are the CPU's); values
+    and gradients still equal the CPU's, which takes both rules there."""
+    import fusegrad.nn.conv as C
+
+    monkeypatch.setattr(C, "PANEL_CACHE_BYTES", 1)
+    data = _data(3, 8, 9, 16, 3, 1)
+    grads = {}
+    for device in ("cpu", "cuda"):
+        leaves, y = _conv(device, data, stride=2, padding=1)
+        reasons = [k.reason for k in fg.kernels(y)]
+        assert any("stride phases" in r for r in reasons) == (device == "cpu"), reasons
+        y.sum().backward()
+        grads[device] = [y.detach().cpu().numpy()] + [t.grad.cpu().numpy() for t in leaves]
+        names = [k.name for k in fg.kernels(leaves[1].grad)]
+        # the partial sums, one per image: (3 images, 1 group, ...; on the CPU the output
+        # channels last, its lanes: nn/conv.py's `lanes_along_channels`)
+        assert any(k.startswith("r_sum_3x1x1x") for k in names) == (device == "cpu"), names
+    for a, b in zip(grads["cpu"], grads["cuda"]):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-3)

@@ -1,0 +1,55 @@
+"""`--nvcc-all`'s collector (tests/_nvcc_all.py) catches a kernel nvcc refuses, names it,
+keeps nvcc's message, and compiles a text it has seen once."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from _nvcc_all import ARCHS, SYMBOL, NvccAll
+
+from fusegrad.pipeline.cuda import PRELUDE
+
+NVCC = shutil.which("nvcc")
+pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
+
+GOOD = f'extern "C" __global__ void {SYMBOL}(float* __restrict__ out0) {{\n  out0[0] = 1.0f;\n}}'
+# a typo the renderer could make: an undeclared name
+# compiles, with a warning (an unused variable) that must not count as a failure
+WARNS = GOOD.replace("{\n", "{\n  const float unused = 2.0f;\n", 1)
+BAD = f'extern "C" __global__ void {SYMBOL}(float* __restrict__ out0) {{\n  out0[0] = in9[0];\n}}'
+
+
+def test_a_broken_kernel_is_named_with_nvccs_message():
+    collector = NvccAll(NVCC, PRELUDE, unit_size=3)
+    collector.add("E_good", GOOD)
+    collector.add("E_warns", WARNS)
+    collector.add("E_broken", BAD)  # fills the unit: compiled in the background from here
+    collector.add("E_good_again", GOOD.replace("1.0f", "2.0f"))  # the last, partial unit
+    failures = collector.finish()
+    assert collector.units == 2
+    assert sorted(f.arch for f in failures) == sorted(ARCHS)
+    for f in failures:
+        assert f.kernel == "E_broken"
+        assert "in9" in f.message and "undefined" in f.message
+    assert collector.folder.exists()  # kept for a look at the failing unit
+    shutil.rmtree(collector.folder)
+
+
+def test_identical_kernels_compile_once():
+    collector = NvccAll(NVCC, PRELUDE)
+    collector.add("E_one", GOOD)
+    collector.add("E_two", GOOD)  # another symbol, the same text
+    assert (collector.offered, collector.kernels) == (2, 1)
+    assert collector.finish() == []
+    assert collector.units == 1
+    assert not collector.folder.exists()
+
+
+def test_an_error_outside_every_kernel_blames_the_unit():
+    collector = NvccAll(NVCC, PRELUDE + "not C++;\n", archs=ARCHS[:1])
+    collector.add("E_good", GOOD)
+    (failure,) = collector.finish()
+    assert failure.kernel.startswith("unit0 (1 kernels: E_good")
+    assert "error" in failure.message
+    shutil.rmtree(collector.folder)

@@ -1,0 +1,197 @@
+"""The disk cache of whole plans (`pipeline/plan_store.py`): a warm start reads a step's
+plan instead of expanding, scheduling and describing its graph, computes the same bits,
+and never loads a plan made for anything else.
+
+Keys are checked on real graphs' structural keys (every part changes the key: the graph,
+the code's version, a setting; what cannot be spelled exactly gets none); entries for
+damage and swaps; a second process for doing no scheduling and computing the same bits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fusegrad as fg
+from fusegrad.ir import dtypes
+from fusegrad.pipeline import plan_store
+from fusegrad.pipeline.schedule import structural_key
+from fusegrad.runtime.engine import engine
+
+
+@pytest.fixture
+def cache(tmp_path):
+    with fg.config.override(cache=str(tmp_path / "cache"), disk_plans=True):
+        yield tmp_path / "cache"
+
+
+def key_of(*tensors) -> tuple:
+    key, _ = structural_key([t.node for t in tensors], engine.has_value_predicate())
+    return key
+
+
+def disk_key(*tensors, device="cpu", options="o") -> str | None:
+    return plan_store.plan_key(key_of(*tensors), device, options)
+
+
+def x_of(n=8, dtype="float32"):
+    return fg.tensor(np.linspace(-1, 1, n).astype(dtype))
+
+
+def test_dtypes_unpickle_as_the_one_object_of_their_name():
+    for dt in dtypes.ALL_DTYPES:
+        assert pickle.loads(pickle.dumps(dt)) is dt
+        assert pickle.loads(pickle.dumps([dt], protocol=0))[0] is dt
+
+
+def test_the_same_graph_on_other_buffers_has_one_key(cache):
+    a, b = x_of(), x_of()
+    assert disk_key((a * 2.0).exp()) == disk_key((b * 2.0).exp()) is not None
+
+
+@pytest.mark.parametrize(
+    "make_a, make_b",
+    [
+        (lambda: x_of() * 2.0, lambda: x_of() * 3.0),  # a constant's value
+        (lambda: x_of() * 0.0, lambda: x_of() * -0.0),  # its sign
+        (lambda: x_of(8) * 2.0, lambda: x_of(9) * 2.0),  # a shape
+        (lambda: x_of() * 2.0, lambda: x_of(dtype="float64") * 2.0),  # a dtype
+        (lambda: x_of().exp(), lambda: x_of().log()),  # an op
+        (lambda: x_of().reshape(2, 4).sum(0), lambda: x_of().reshape(2, 4).sum(1)),  # an axis
+    ],
+)
+def test_graphs_that_differ_have_other_keys(cache, make_a, make_b):
+    assert disk_key(make_a()) != disk_key(make_b())
+
+
+def test_the_device_options_settings_and_code_are_in_the_key(cache, monkeypatch):
+    t = x_of().exp()
+    first = disk_key(t)
+    assert disk_key(t, device="cuda") != first
+    assert disk_key(t, options="other") != first
+    with fg.config.override(program=False):
+        assert disk_key(t) != first
+    with fg.config.override(debug=1, recompile_warning=3):  # report only: the same plan
+        assert disk_key(t) == first
+    monkeypatch.setattr(plan_store, "package_version", lambda: "another version")
+    assert disk_key(t) != first
+
+
+def test_no_key_without_a_cache_folder_or_for_what_cannot_be_spelled(cache):
+    """...and requests to cut or fuse are part of the key, as in memory."""
+    t = x_of().exp()
+    assert plan_store.plan_key(key_of(t), "cpu", "") is not None
+    with fg.config.override(cache=None):
+        assert plan_store.plan_key(key_of(t), "cpu", "") is None
+    with fg.config.override(disk_plans=False):  # FUSEGRAD_DISK_PLANS=0
+        assert plan_store.plan_key(key_of(t), "cpu", "") is None
+    assert plan_store.plan_key((object(),), "cpu", "") is None
+    assert plan_store.plan_key(((1, 2.0, "a", None, (True,)), frozenset()), "cpu", "") is None
+    y = x_of() * 3.0
+    fused = disk_key(y.exp())
+    fg.debug.cut(y)  # steering requests are in the key
+    assert None is not disk_key(y.exp()) != fused is not None
+
+
+def plan_files(cache: Path) -> list[Path]:
+    return sorted((cache / "plans").rglob("*.pkl"))
+
+
+def test_a_stored_plan_loads_and_runs_to_the_same_bits(cache):
+    x = fg.tensor(np.linspace(-3, 3, 64 * 48, dtype=np.float32).reshape(64, 48))
+    want = (x.softmax(1) * 2 - x.amax(1, keepdim=True)).numpy()
+    (path,) = plan_files(cache)
+    engine.forget_plans(lambda key: True)  # a new process's plans: none
+    before = engine.stats["plans_from_disk"]
+    got = (x.softmax(1) * 2 - x.amax(1, keepdim=True)).numpy()
+    assert engine.stats["plans_from_disk"] == before + 1
+    assert got.tobytes() == want.tobytes()
+    assert plan_files(cache) == [path]
+    xs = np.linspace(-3, 3, 64 * 48).reshape(64, 48)
+    e = np.exp(xs - xs.max(1, keepdims=True))
+    np.testing.assert_allclose(
+        got, 2 * e / e.sum(1, keepdims=True) - xs.max(1, keepdims=True), rtol=1e-5, atol=1e-5
+    )
+
+
+def test_a_damaged_or_swapped_entry_is_a_miss(cache):
+    a, b = x_of(64), x_of(96)
+    (a * 2.0).exp().numpy()
+    (b.tanh() + 1).numpy()
+    pa, pb = plan_files(cache)
+    da, db = pa.read_bytes(), pb.read_bytes()
+    ka, kb = pa.stem, pb.stem
+    pa.write_bytes(db)  # another plan's whole, checksummed entry
+    pb.write_bytes(db[: len(db) // 2])  # cut short
+    assert plan_store.load(ka, lambda loop, src: 0) is None
+    assert plan_store.load(kb, lambda loop, src: 0) is None
+    pa.write_bytes(da)
+    assert plan_store.load(ka, lambda loop, src: len(loop.params)) is not None
+    # and a damaged entry costs a compile, never a wrong answer
+    pb.write_bytes(b"\0" * len(db))
+    engine.forget_plans(lambda key: True)
+    got = (b.tanh() + 1).numpy()
+    np.testing.assert_allclose(got, np.tanh(np.linspace(-1, 1, 96)) + 1, rtol=1e-6)
+
+
+# ---------------------------------------------------------------- a second process
+
+SCRIPT = """\
+import json, sys
+import numpy as np
+import fusegrad as fg
+from fusegrad import nn
+from fusegrad.pipeline import compiler
+from fusegrad.runtime import engine, phases
+
+fg.manual_seed(0)
+model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.LayerNorm(64), nn.Linear(64, 10))
+opt = fg.optim.Adam(model.parameters(), lr=1e-2)
+x = fg.tensor(np.linspace(-2, 2, 16 * 32, dtype=np.float32).reshape(16, 32))
+y = fg.tensor(np.arange(16) % 10)
+losses = []
+for _ in range(3):
+    loss = nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    losses.append(loss.item())
+weights = [p.numpy() for p in model.parameters()]
+np.savez(sys.argv[1], losses=np.array(losses), *weights)
+print(json.dumps({**compiler.stats, **phases.snapshot(), **engine.stats}))
+"""
+
+
+def run_child(tmp_path: Path, cache: Path, tag: str) -> tuple[dict, dict]:
+    script = tmp_path / "child.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / f"{tag}.npz"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEGRAD_")}
+    env["FUSEGRAD_CACHE"] = str(cache)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(out)], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with np.load(out) as saved:
+        values = {k: saved[k] for k in saved.files}
+    return json.loads(proc.stdout.strip().splitlines()[-1]), values
+
+
+def test_a_warm_start_schedules_nothing_and_computes_the_same_bits(tmp_path):
+    cache = tmp_path / "cache"
+    cold, first = run_child(tmp_path, cache, "cold")
+    assert cold["plans_from_disk"] == 0 and cold["scheduled"] > 0 and cold["compiled"] > 0
+    assert plan_files(cache)
+    warm, second = run_child(tmp_path, cache, "warm")
+    assert warm["plans_from_disk"] == warm["scheduled"] == cold["scheduled"]
+    assert warm["schedule"] == 0.0 and warm["render"] == 0.0 and warm["compiled"] == 0
+    for k in first:
+        assert first[k].tobytes() == second[k].tobytes(), k
+    assert np.all(np.isfinite(first["losses"])) and first["losses"][2] < first["losses"][0]
