@@ -171,11 +171,11 @@ def _start_nvcc_all(flags: tuple[str, ...]) -> None:
         return  # said in the header and the summary; the session fails at its end
     from fusegrad.pipeline.cuda import HALF_PRELUDE, PRELUDE, cuda_kernel
     from fusegrad.pipeline.lower import lower
-    from fusegrad.runtime import engine as engine_module
+    from fusegrad.pipeline import driver
 
     # (a kernel's source adds HALF_PRELUDE where it has 16-bit floats: here every unit has it)
     _nvcc = collector = NvccAll(nvcc, PRELUDE + HALF_PRELUDE, flags=flags)
-    make_record = engine_module._record
+    make_record = driver.item_record
     seen: set[tuple[str, str]] = set()
     lock = threading.Lock()
 
@@ -201,7 +201,7 @@ def _start_nvcc_all(flags: tuple[str, ...]) -> None:
         _render_seconds += time.perf_counter() - t0
         return record, extent, work
 
-    engine_module._record = record_and_render
+    driver.item_record = record_and_render  # (compile_plan looks it up at each call)
 
 
 def pytest_report_header(config):
