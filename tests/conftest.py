@@ -169,9 +169,9 @@ def _start_nvcc_all(flags: tuple[str, ...]) -> None:
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         return  # said in the header and the summary; the session fails at its end
+    from fusegrad.pipeline import driver
     from fusegrad.pipeline.cuda import HALF_PRELUDE, PRELUDE, cuda_kernel
     from fusegrad.pipeline.lower import lower
-    from fusegrad.pipeline import driver
 
     # (a kernel's source adds HALF_PRELUDE where it has 16-bit floats: here every unit has it)
     _nvcc = collector = NvccAll(nvcc, PRELUDE + HALF_PRELUDE, flags=flags)
