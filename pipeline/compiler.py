@@ -405,6 +405,15 @@ def _disk_path(key: str) -> str | None:
     return os.path.join(folder, key[:2], key + ".o")
 
 
+def entry_path(kind: str, key: str) -> str | None:
+    """Where a disk cache of pickled entries (`kind`: "items", "plans") keeps `key`'s:
+    `<cache>/<kind>/<key[:2]>/<key>.pkl`, beside the object files; None without a cache."""
+    path = _disk_path(key)  # <cache>/<key[:2]>/<key>.o
+    if path is None:
+        return None
+    return os.path.join(os.path.dirname(os.path.dirname(path)), kind, key[:2], key + ".pkl")
+
+
 _cache_folders: dict[str, bool] = {}  # folder -> whether it can hold the disk cache
 
 

@@ -42,7 +42,7 @@ from ..ir import ops as ir_ops
 from ..ir.ops import Ops
 from . import compiler
 from . import lower as lowering
-from .compiler import _disk_path, _read_cached, _seal, write_atomic
+from .compiler import _read_cached, _seal, entry_path, write_atomic
 
 FORMAT = "item-cache 1"
 _PLAIN = (type(None), bool, int, float, str)
@@ -169,8 +169,4 @@ def store(key: str, loop, source: str) -> None:
 
 
 def _entry_path(key: str) -> str | None:
-    path = _disk_path(key)  # <cache>/<key[:2]>/<key>.o
-    if path is None:
-        return None
-    folder, name = os.path.split(path)
-    return os.path.join(os.path.dirname(folder), "items", key[:2], name[:-2] + ".pkl")
+    return entry_path("items", key)

@@ -45,7 +45,7 @@ from ..ir.dtypes import DType
 from ..ir.ops import Ops
 from ..runtime.config import config
 from . import compiler, item_cache
-from .compiler import _disk_path, _read_cached, _seal, write_atomic
+from .compiler import _read_cached, _seal, entry_path, write_atomic
 from .plan import KernelRecord, Plan, Step
 
 FORMAT = "plan-cache 1"
@@ -202,8 +202,4 @@ def load(disk_key: str, nparams) -> Plan | None:
 
 
 def _entry_path(key: str) -> str | None:
-    path = _disk_path(key)  # <cache>/<key[:2]>/<key>.o
-    if path is None:
-        return None
-    folder, name = os.path.split(path)
-    return os.path.join(os.path.dirname(folder), "plans", key[:2], name[:-2] + ".pkl")
+    return entry_path("plans", key)

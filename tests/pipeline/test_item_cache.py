@@ -11,15 +11,12 @@ compute the same bits.
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _files import run_in_child
 
 import fusegrad as fg
 from fusegrad.pipeline import compiler, item_cache
@@ -221,18 +218,7 @@ print(json.dumps({**compiler.stats, **phases.snapshot()}))
 
 
 def run_child(tmp_path: Path, cache: Path, tag: str) -> tuple[dict, dict]:
-    script = tmp_path / "child.py"
-    script.write_text(SCRIPT)
-    out = tmp_path / f"{tag}.npz"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEGRAD_")}
-    env["FUSEGRAD_CACHE"] = str(cache)
-    proc = subprocess.run(
-        [sys.executable, str(script), str(out)], env=env, capture_output=True, text=True
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    with np.load(out) as saved:
-        values = {k: saved[k] for k in saved.files}
-    return json.loads(proc.stdout.strip().splitlines()[-1]), values
+    return run_in_child(SCRIPT, tmp_path, cache, tag)
 
 
 def test_a_warm_start_lowers_and_renders_nothing_and_computes_the_same_bits(tmp_path):
