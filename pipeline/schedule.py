@@ -234,130 +234,15 @@ def schedule(
     assert not unknown, f"unknown scheduling rules {sorted(unknown)}"
     if not expanded:
         roots = expand_all(roots, has_value)
-    graph = toposort(roots, stop=has_value)
-    held = {id(n) for n in graph if has_value(n)}  # ids of the values already in memory
-    users: dict[int, list[Node]] = {}
-    for n in graph:
-        if id(n) not in held:
-            for s in n.srcs:
-                users.setdefault(id(s), []).append(n)
+    s = _Schedule.of(roots, has_value, frozenset(disabled))
+    for n in reversed(s.graph):  # each node after its users
+        _decide(s, n)
 
-    reason: dict[int, str] = {}  # id -> why this node is a kernel's output
-    reach: dict[int, set[int]] = {}  # id -> ids of the kernel outputs that inline this node
-    epilogue_ok: dict[int, bool] = {}  # id -> the path up to the kernel output keeps coordinates
-    claimed: dict[int, Node] = {}  # kernel output id -> the reduction fused into it
-    too_big = _size_cuts(graph, held)
-    cost = _recompute_costs(graph, held, too_big)
-    evals: dict[int, int] = {}  # id -> how many times kernels evaluate the node, in total
-    root_ids = {id(r) for r in roots}
-    row_fused: set[int] = set()  # kernel outputs that compute row statistics inside (rule 6)
-    reused: set[int] = set()  # elementwise values stored for their readers (rule 4)
-    indices = _computed_indices(graph, held)
-    by_id = {id(n): n for n in graph}
-    steered = steering.any_requests()
-    pinned: set[int] = set()  # values cut on request: no rule merges their kernels
-    pinned_here: set[int] = set()  # those stored only because of the request
-    notes: dict[int, list[str]] = {}  # kernel output id -> what requests did there
-
-    def evaluations(n: Node) -> int:
-        """Times kernels compute n. Users that read n at their own coordinates inside the
-        same kernels share one computation (codegen reuses it), so they count once."""
-        total, same_coords = 0, {}
-        for u in {id(u): u for u in users.get(id(n), ())}.values():
-            per = u.numel if id(u) in reason else evals[id(u)]
-            if u.op in REDUCE:
-                total += per * (u.srcs[0].numel // max(u.numel, 1))
-            elif id(u) not in reason and _row_broadcast(u) and hoisted(u):  # once per row
-                total += per * n.numel // max(u.numel, 1)
-            elif u.op is Ops.SCATTER_ADD:  # runs over its sources' elements, not its own
-                total += u.srcs[0].numel
-            elif u.op in ELEMENTWISE and id(u) not in reason:
-                group = frozenset(reach[id(u)])
-                same_coords[group] = max(same_coords.get(group, 0), per)
-            else:
-                total += per
-        return total + sum(same_coords.values())
-
-    def hoisted(u: Node) -> bool:
-        """Whether every kernel that inlines broadcast u loops over u's own shape, row
-        innermost, so that codegen computes what u broadcasts once per row. A kernel that
-        reduces over other axes (a convolution's weight gradient reading a gradient
-        broadcast over the kernel's positions) evaluates it at every element."""
-        kernels = reach.get(id(u), ())
-        return bool(kernels) and all(
-            by_id[k].op in _SAME_COORDS and by_id[k].shape == u.shape for k in kernels
-        )
-
-    def reads(n: Node) -> set[int]:
-        out: set[int] = set()
-        for u in users.get(id(n), ()):
-            out |= {id(u)} if id(u) in reason else reach[id(u)]
-        return out
-
-    for n in reversed(graph):
-        if id(n) in held:
-            continue
-        if n.op in LEAF and id(n) not in root_ids:
-            reach[id(n)] = reads(n)
-            continue
-        r = reads(n)
-        evals[id(n)] = evaluations(n)
-        asked = steering.request_of(n) if steered else None
-        if id(n) in root_ids:
-            reason[id(n)] = "output requested"
-        elif n.op is Ops.GATHER:
-            reason[id(n)] = "gather: rows picked by an index"
-        elif n.op is Ops.SCATTER_ADD:
-            reason[id(n)] = "scatter-add: rows summed in the order of an index"
-        elif any(u.op is Ops.GATHER and u.srcs[0] is n for u in users.get(id(n), ())):
-            reason[id(n)] = "read at data-dependent rows (a gather's table)"
-        elif id(n) in indices:
-            reason[id(n)] = "a gather's computed index: its rows are read from memory"
-        elif n.op is Ops.CONTIGUOUS:
-            reason[id(n)] = n.arg or "user called contiguous()"
-        elif asked is not None and asked[0] == steering.CUT and n.op not in MOVEMENT:
-            reason[id(n)] = f"cut requested at {asked[1]}"
-            pinned_here.add(id(n))
-        elif id(n) in too_big:
-            reason[id(n)] = too_big[id(n)]
-        elif n.op in REDUCE:
-            why = _reduce_cut(n, users, r, epilogue_ok, claimed, reason, row_fused)
-            if not why and "reduction_epilogues" in disabled:
-                why = "reduction stored by a kernel of its own (rule reduction_epilogues off)"
-            row_ok = "row_fusion" not in disabled
-            if why and row_ok and _row_local(n, users, r, reason, claimed, by_id):
-                row_fused.update(r)
-                evals[id(n)] = n.numel * len(r)
-            elif why:
-                reason[id(n)] = why
-            else:
-                (root_id,) = r
-                claimed[root_id] = n
-        elif n.op in ELEMENTWISE:  # a view is never stored for reuse: its source is
-            reuse = evals[id(n)] / max(n.numel, 1)
-            keep = "store_for_reuse" not in disabled and not (asked and asked[0] == steering.FUSE)
-            if keep and (reuse - 1) * cost[id(n)] > STORE_COST:
-                reused.add(id(n))
-                how = _broadcast_note(n, users) or (
-                    f"read by {len(r)} kernels" if len(r) > 1 else "read inside a reduction"
-                )
-                reason[id(n)] = (
-                    f"{how}: evaluated {reuse:.3g} times per element, recomputing costs "
-                    f"{cost[id(n)]} units each time, storing {STORE_COST}"
-                )
-        if asked is not None and asked[0] == steering.FUSE:
-            _note_fuse(n, asked[1], reason, r, claimed, notes)
-        elif asked is not None and id(n) in reason and n.op not in MOVEMENT:
-            pinned.add(id(n))  # (a cut value stored anyway, an output: still its own kernel)
-            if id(n) not in pinned_here:
-                notes.setdefault(id(n), []).append(f"cut requested at {asked[1]}")
-        reach[id(n)] = r
-        epilogue_ok[id(n)] = _keeps_coordinates(n, users.get(id(n), []), epilogue_ok, reason)
-
+    graph, reason, claimed, held, pinned = s.graph, s.reason, s.claimed, s.held, s.pinned
     extra: dict[int, list[Node]] = {}
     if "extra_outputs" not in disabled:
         extra = _siblings(graph, reason, claimed, held, pinned)
-        _absorb(graph, users, reason, claimed, extra, held)
+        _absorb(graph, s.users, reason, claimed, extra, held)
     merged: set[int] = set()
     if "sibling_reductions" not in disabled:
         merged = _sibling_reductions(graph, reason, claimed, extra, held, pinned)
@@ -373,14 +258,237 @@ def schedule(
     stored = {}
     if "stored_by_readers" not in disabled:
         busy = moved | pinned
-        stored = _stored_by_readers(graph, reason, claimed, extra, merged, busy, held, reused)
+        stored = _stored_by_readers(graph, reason, claimed, extra, merged, busy, held, s.reused)
     if stored:
         items = _items(graph, reason, claimed, extra, at_source, merged, moved, held, stored)
         order = _in_dependency_order(items, strict=False)
         if order is not None:
-            return _with_notes(order, notes)
+            return _with_notes(order, s.notes)
     items = _items(graph, reason, claimed, extra, at_source, merged, moved, held, {})
-    return _with_notes(_in_dependency_order(items) if merged or moved else items, notes)
+    return _with_notes(_in_dependency_order(items) if merged or moved else items, s.notes)
+
+
+@dataclass
+class _Schedule:
+    """What the rules share while `schedule` walks the graph, each node after its users.
+
+    The graph and what is known before the walk (`users`, `held`, the size cuts and
+    recompute costs), then what the walk decides, by node id: `reason` (why a node is a
+    kernel's output: the node rules' answers), `reach` (the kernel outputs that inline a
+    node), `epilogue_ok`, `claimed` (kernel output -> the reduction fused into it), `evals`
+    and the sets and notes that later rules and the graph-wide passes read.
+    """
+
+    graph: list[Node]
+    held: set[int]  # ids of the values already in memory
+    users: dict[int, list[Node]]  # id -> the computed nodes that read it
+    root_ids: set[int]
+    disabled: frozenset[str]
+    too_big: dict[int, str]  # size cuts (`_size_cuts`): id -> reason
+    cost: dict[int, int]  # id -> units of work to recompute it per element
+    indices: set[int]  # ids of the computed values a gather's index is a view of
+    by_id: dict[int, Node]
+    steered: bool  # some node carries a request of `ir/steering.py`
+    reason: dict[int, str] = field(default_factory=dict)  # id -> why it is a kernel's output
+    reach: dict[int, set[int]] = field(default_factory=dict)  # id -> kernel outputs inlining it
+    # id -> the path up to the kernel output keeps coordinates
+    epilogue_ok: dict[int, bool] = field(default_factory=dict)
+    claimed: dict[int, Node] = field(default_factory=dict)  # kernel output id -> its reduction
+    evals: dict[int, int] = field(default_factory=dict)  # id -> times kernels evaluate it
+    row_fused: set[int] = field(default_factory=set)  # outputs computing row statistics (rule 6)
+    reused: set[int] = field(default_factory=set)  # elementwise values stored for reuse (rule 4)
+    pinned: set[int] = field(default_factory=set)  # cut on request: no rule merges their kernels
+    pinned_here: set[int] = field(default_factory=set)  # stored only because of the request
+    notes: dict[int, list[str]] = field(default_factory=dict)  # output id -> what requests did
+
+    @classmethod
+    def of(cls, roots: list[Node], has_value, disabled: frozenset[str]) -> _Schedule:
+        """The state before the walk: the graph under `roots` down to the values in memory."""
+        graph = toposort(roots, stop=has_value)
+        held = {id(n) for n in graph if has_value(n)}
+        users: dict[int, list[Node]] = {}
+        for n in graph:
+            if id(n) not in held:
+                for src in n.srcs:
+                    users.setdefault(id(src), []).append(n)
+        too_big = _size_cuts(graph, held)
+        return cls(
+            graph=graph,
+            held=held,
+            users=users,
+            root_ids={id(r) for r in roots},
+            disabled=disabled,
+            too_big=too_big,
+            cost=_recompute_costs(graph, held, too_big),
+            indices=_computed_indices(graph, held),
+            by_id={id(n): n for n in graph},
+            steered=steering.any_requests(),
+        )
+
+    def reads(self, n: Node) -> set[int]:
+        """The kernel outputs that read n: its users that are outputs, and the outputs
+        that inline its other users."""
+        out: set[int] = set()
+        for u in self.users.get(id(n), ()):
+            out |= {id(u)} if id(u) in self.reason else self.reach[id(u)]
+        return out
+
+    def evaluations(self, n: Node) -> int:
+        """Times kernels compute n. Users that read n at their own coordinates inside the
+        same kernels share one computation (codegen reuses it), so they count once."""
+        total, same_coords = 0, {}
+        for u in {id(u): u for u in self.users.get(id(n), ())}.values():
+            per = u.numel if id(u) in self.reason else self.evals[id(u)]
+            if u.op in REDUCE:
+                total += per * (u.srcs[0].numel // max(u.numel, 1))
+            elif id(u) not in self.reason and _row_broadcast(u) and self.hoisted(u):
+                total += per * n.numel // max(u.numel, 1)  # once per row
+            elif u.op is Ops.SCATTER_ADD:  # runs over its sources' elements, not its own
+                total += u.srcs[0].numel
+            elif u.op in ELEMENTWISE and id(u) not in self.reason:
+                group = frozenset(self.reach[id(u)])
+                same_coords[group] = max(same_coords.get(group, 0), per)
+            else:
+                total += per
+        return total + sum(same_coords.values())
+
+    def hoisted(self, u: Node) -> bool:
+        """Whether every kernel that inlines broadcast u loops over u's own shape, row
+        innermost, so that codegen computes what u broadcasts once per row. A kernel that
+        reduces over other axes (a convolution's weight gradient reading a gradient
+        broadcast over the kernel's positions) evaluates it at every element."""
+        kernels = self.reach.get(id(u), ())
+        return bool(kernels) and all(
+            self.by_id[k].op in _SAME_COORDS and self.by_id[k].shape == u.shape for k in kernels
+        )
+
+
+def _decide(s: _Schedule, n: Node) -> None:
+    """Whether n is a kernel's output, and why: the first of `_NODE_RULES` that gives a
+    reason; then what a steering request on n did, and what n's sources need to know."""
+    if id(n) in s.held:
+        return
+    if n.op in LEAF and id(n) not in s.root_ids:
+        s.reach[id(n)] = s.reads(n)
+        return
+    reads = s.reads(n)
+    s.evals[id(n)] = s.evaluations(n)
+    asked = steering.request_of(n) if s.steered else None
+    for rule in _NODE_RULES:
+        why = rule(s, n, reads, asked)
+        if why:
+            s.reason[id(n)] = why
+            break
+    _note_request(s, n, reads, asked)
+    s.reach[id(n)] = reads
+    s.epilogue_ok[id(n)] = _keeps_coordinates(n, s.users.get(id(n), []), s.epilogue_ok, s.reason)
+
+
+# A node rule: (state, node, the kernel outputs that read it, its steering request) -> why
+# the node is a kernel's output, or None to leave it to the next rule (inlined if none).
+_NodeRule = Callable[[_Schedule, Node, set[int], "tuple | None"], "str | None"]
+
+
+def _output_rule(s: _Schedule, n: Node, reads, asked) -> str | None:
+    """Rule 5: the requested outputs are stored."""
+    return "output requested" if id(n) in s.root_ids else None
+
+
+def _data_dependent_rule(s: _Schedule, n: Node, reads, asked) -> str | None:
+    """Gathers, scatters, a gather's table and its computed index are stored."""
+    if n.op is Ops.GATHER:
+        return "gather: rows picked by an index"
+    if n.op is Ops.SCATTER_ADD:
+        return "scatter-add: rows summed in the order of an index"
+    if any(u.op is Ops.GATHER and u.srcs[0] is n for u in s.users.get(id(n), ())):
+        return "read at data-dependent rows (a gather's table)"
+    if id(n) in s.indices:
+        return "a gather's computed index: its rows are read from memory"
+    return None
+
+
+def _contiguous_rule(s: _Schedule, n: Node, reads, asked) -> str | None:
+    """Rule 5: `contiguous()` is stored."""
+    if n.op is not Ops.CONTIGUOUS:
+        return None
+    return n.arg or "user called contiguous()"
+
+
+def _requested_cut_rule(s: _Schedule, n: Node, reads, asked) -> str | None:
+    """A value cut on request (`ir/steering.py`) is stored; a view's source is instead."""
+    if asked is None or asked[0] != steering.CUT or n.op in MOVEMENT:
+        return None
+    s.pinned_here.add(id(n))
+    return f"cut requested at {asked[1]}"
+
+
+def _size_rule(s: _Schedule, n: Node, reads, asked) -> str | None:
+    """A value whose kernel would grow past MAX_KERNEL_OPS is stored (`_size_cuts`)."""
+    return s.too_big.get(id(n))
+
+
+def _reduction_rule(s: _Schedule, n: Node, reads: set[int], asked) -> str | None:
+    """Rules 2, 3 and 6: a reduction is fused into the kernel that reads it (`claimed`),
+    computed inside its readers as a row statistic (`row_fused`), or stored."""
+    if n.op not in REDUCE:
+        return None
+    why = _reduce_cut(n, s.users, reads, s.epilogue_ok, s.claimed, s.reason, s.row_fused)
+    if not why and "reduction_epilogues" in s.disabled:
+        why = "reduction stored by a kernel of its own (rule reduction_epilogues off)"
+    row_ok = "row_fusion" not in s.disabled
+    if why and row_ok and _row_local(n, s.users, reads, s.reason, s.claimed, s.by_id):
+        s.row_fused.update(reads)
+        s.evals[id(n)] = n.numel * len(reads)
+        return None
+    if why:
+        return why
+    (root_id,) = reads
+    s.claimed[root_id] = n
+    return None
+
+
+def _reuse_rule(s: _Schedule, n: Node, reads: set[int], asked) -> str | None:
+    """Rule 4: an elementwise value is stored where recomputing it costs more than
+    storing it (a view is never stored for reuse: its source is)."""
+    if n.op not in ELEMENTWISE:
+        return None
+    reuse = s.evals[id(n)] / max(n.numel, 1)
+    keep = "store_for_reuse" not in s.disabled and not (asked and asked[0] == steering.FUSE)
+    if not (keep and (reuse - 1) * s.cost[id(n)] > STORE_COST):
+        return None
+    s.reused.add(id(n))
+    how = _broadcast_note(n, s.users) or (
+        f"read by {len(reads)} kernels" if len(reads) > 1 else "read inside a reduction"
+    )
+    return (
+        f"{how}: evaluated {reuse:.3g} times per element, recomputing costs "
+        f"{s.cost[id(n)]} units each time, storing {STORE_COST}"
+    )
+
+
+# The per-node rules, in order: the first that gives a reason decides.
+_NODE_RULES: tuple[_NodeRule, ...] = (
+    _output_rule,
+    _data_dependent_rule,
+    _contiguous_rule,
+    _requested_cut_rule,
+    _size_rule,
+    _reduction_rule,
+    _reuse_rule,
+)
+
+
+def _note_request(s: _Schedule, n: Node, reads: set[int], asked) -> None:
+    """What a steering request on n did: a fuse request is noted (`_note_fuse`); a stored
+    value cut on request stays a kernel of its own (`pinned`), said in its reason."""
+    if asked is None:
+        return
+    if asked[0] == steering.FUSE:
+        _note_fuse(n, asked[1], s.reason, reads, s.claimed, s.notes)
+    elif id(n) in s.reason and n.op not in MOVEMENT:
+        s.pinned.add(id(n))  # (a cut value stored anyway, an output: still its own kernel)
+        if id(n) not in s.pinned_here:
+            s.notes.setdefault(id(n), []).append(f"cut requested at {asked[1]}")
 
 
 def _note_fuse(n: Node, where, reason, reads: set[int], claimed, notes) -> None:
