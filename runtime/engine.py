@@ -94,6 +94,7 @@ class Engine:
         self._held: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
         self._oversized: Plan | None = None  # the last plan larger than the kernel bound
         self._plans_lock = forksafe.Lock()
+        self._tune_lock = forksafe.Lock()  # one thread tunes waiting plans at a time
         self.stats = {"scheduled": 0, "schedule_hits": 0, "plans_from_disk": 0}
         # called after every run with the plan and its kernels' records
         self.observers: list[Callable[[Plan, list[KernelRecord]], None]] = [dump_new_plans]
@@ -361,6 +362,10 @@ class Engine:
         their steps; the other cached plans waiting to be tuned too (a training step's
         first plan, run once, shares its shape classes with the step's later one). A plan
         whose kernels all have their tuned tiles then is kept on disk."""
+        with self._tune_lock:  # (two threads at a plan's tenth run: one tunes, once)
+            self._tune_waiting(plan)
+
+    def _tune_waiting(self, plan: Plan) -> None:
         with self._plans_lock:
             waiting = [p for p in self.plans.values() if p.tune_items and p is not plan]
         plans = [p for p in [plan, *waiting] if p.tune_items]

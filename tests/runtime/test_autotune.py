@@ -539,3 +539,56 @@ def test_the_plans_waiting_beside_a_hot_one_are_tuned_with_it_and_kept(tmp_path)
     assert "autotuned for float32 sum" in rec.loop.tile_note, rec.loop.tile_note
     assert len(plans) == 2
     np.testing.assert_allclose(hot, np.maximum(a.astype(np.float64) @ b, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_two_threads_tuning_one_plan_tune_it_once(tmp_path, monkeypatch):
+    """Two threads at a plan's tenth run both ask for its tuning: one tunes it, once (the
+    other finds nothing left), and the plan computes the same bits after."""
+    import threading
+
+    from fusegrad.runtime.engine import engine
+
+    a, b = special(152, 384), special(384, 128)
+    with config.override(
+        autotune=True, autotune_budget=30.0, cache=str(tmp_path), autotune_after=1000
+    ):
+        ta, tb = fg.tensor(a), fg.tensor(b)
+        y = ta @ tb
+        plan, _, _ = engine.plan_for([y.node])  # (compiled, not run yet)
+        first = y.numpy()
+        assert plan.tune_items
+        lowered = []
+        real = type(plan.backend).lower
+        monkeypatch.setattr(
+            type(plan.backend), "lower", lambda self, item: lowered.append(item) or real(self, item)
+        )
+        barrier = threading.Barrier(2)
+        inside, most = [0], [0]  # threads inside the tuning now, and at most
+        entered = threading.Event()
+        real_waiting = engine._tune_waiting
+
+        def waiting(p):
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+            if inside[0] > 1:
+                entered.set()
+            entered.wait(0.5)  # without the lock the other thread comes in meanwhile
+            real_waiting(p)
+            inside[0] -= 1
+
+        monkeypatch.setattr(engine, "_tune_waiting", waiting)
+
+        def tune():
+            barrier.wait()
+            engine.tune(plan)
+
+        threads = [threading.Thread(target=tune) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert most[0] == 1  # one at a time
+        assert len(lowered) == 1 and not plan.tune_items
+        again = (ta @ tb).numpy()
+    assert again.tobytes() == first.tobytes()
+    np.testing.assert_allclose(first, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
