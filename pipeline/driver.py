@@ -102,12 +102,12 @@ def compile_plan(todo: list[Node], leaves: list[Node], has_value, device: str = 
     return finish_plan(plan)
 
 
-def finish_plan(plan: Plan) -> Plan:
+def finish_plan(plan: Plan, records: list[KernelRecord] | None = None) -> Plan:
     """What a plan derives from its steps: its backend, whether it runs in parallel, and the
-    records a run through its native program reports."""
+    records a run through its native program reports (`records`, or a cached run's)."""
     plan.backend = get_backend(plan.device)
     plan.parallel = any(runs_parallel(s.extent, s.work) for s in plan.steps)
-    plan.records = cached_records(plan)
+    plan.records = cached_records(plan) if records is None else records
     plan.counting = plan.tune_at > 0
     return plan
 

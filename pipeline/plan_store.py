@@ -49,7 +49,7 @@ from .compiler import _read_cached, _seal, entry_path, write_atomic
 from .plan import KernelRecord, Plan, Step
 
 FORMAT = "plan-cache 1"
-_PLAIN = (type(None), bool, int, float, str)
+_PLAIN = frozenset((type(None), bool, int, float, str))
 # settings that report, bound a cache or say where it is: they never change a plan
 _NOT_IN_KEY = frozenset(
     {
@@ -79,7 +79,9 @@ class _Unspellable(Exception):
 def _spell(value, out: list[str]) -> None:
     """Append an exact spelling of one element of a structural key."""
     kind = type(value)
-    if kind is tuple:
+    if kind in _PLAIN:  # (most of a key: positions, sizes, None)
+        out.append(repr(value))
+    elif kind is tuple:
         out.append("(")
         for v in value:
             _spell(v, out)
@@ -90,8 +92,6 @@ def _spell(value, out: list[str]) -> None:
         out.append("dt:" + value.name)
     elif kind is type:  # a constant's type (`const_key`)
         out.append("ty:" + value.__name__)
-    elif kind in _PLAIN:
-        out.append(repr(value))
     else:
         raise _Unspellable(kind.__name__)
 

@@ -42,7 +42,7 @@ import warnings
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ..ir.node import Node
 from ..ir.ops import Ops
@@ -269,9 +269,9 @@ class Engine:
                     backend.store_plan(disk_key, plan)
             else:
                 self.stats["plans_from_disk"] += 1
-                finish_plan(plan)
-                # its first run reports how its kernels were loaded, later ones "memory"
-                plan.records = [replace(s.record, seconds=None) for s in plan.steps]
+                # its first run reports how its kernels were loaded (the steps' records,
+                # not timed), later ones "memory"
+                finish_plan(plan, records=[s.record for s in plan.steps])
                 plan.from_disk = plan.counting = True
                 if config.debug >= 1:
                     _log(f"plan read from the disk cache: {len(plan.steps)} kernel(s)")

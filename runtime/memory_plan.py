@@ -123,31 +123,9 @@ def plan_memory(plan, arena=_ARENA) -> PlanMemory:
     # those alive during the kernel at which the arena's values add up to the most
     arena_bytes = max((offset + reserved for _, offset, reserved in arena), default=0)
     peak = arena_bytes + sum(b.bytes for b in apart)
-    at, _ = _most_alive_in(plan, [b for b in held if b.slot is not None])
-    live = [b for b in held if b.slot is None or b.slot in at] + apart
+    _, _, most = _stepwise_peak(plan, {b.slot: b for b in held if b.slot is not None})
+    live = [b for b in held if b.slot is None] + most + apart
     return PlanMemory("arena", peak, live, -1, arena_bytes, stepwise, inputs, kernels)
-
-
-def _most_alive_in(plan, placed: list[PlannedBuffer]) -> tuple[set[int], int]:
-    """(the slots alive during the kernel at which the `placed` values add up to the
-    most, that sum): a value lives from the kernel that writes it to its last reader
-    (`Step.frees`), or to the plan's end."""
-    size = {b.slot: b.bytes for b in placed}
-    alive: set[int] = set()
-    best: tuple[set[int], int] = (set(), 0)
-    total = 0
-    for s in plan.steps:
-        for g, _, _ in s.outs:
-            if g in size:
-                alive.add(g)
-                total += size[g]
-        if total > best[1]:
-            best = (set(alive), total)
-        for g in s.frees:
-            if g in alive:
-                alive.discard(g)
-                total -= size[g]
-    return best
 
 
 def _buffer(slot, nbytes, numel, dtype, step, rec, returned) -> PlannedBuffer:
@@ -170,12 +148,14 @@ def _buffer(slot, nbytes, numel, dtype, step, rec, returned) -> PlannedBuffer:
 
 def _stepwise_peak(plan, made: dict[int, PlannedBuffer]) -> tuple[int, int, list]:
     """The engine's kernel-by-kernel loop (`Engine._execute_steps`), counted: each kernel's
-    outputs are allocated before it runs, the values it read last are dropped after."""
+    outputs are allocated before it runs, the values it read last are dropped after; the
+    values of `made` only (an arena's: its places, not the outputs returned apart)."""
     alive: dict[int, PlannedBuffer] = {}
     best, at, snapshot = 0, -1, []
     for k, s in enumerate(plan.steps):
         for g, _, _ in s.outs:
-            alive[g] = made[g]
+            if g in made:
+                alive[g] = made[g]
         total = sum(b.bytes for b in alive.values())
         if total > best:
             best, at, snapshot = total, k, list(alive.values())

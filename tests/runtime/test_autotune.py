@@ -359,9 +359,7 @@ def test_the_switch(monkeypatch):
 def test_a_matmul_tuned_end_to_end_records_its_tile_in_the_dump(tmp_path):
     a, b = special(104, 384), special(384, 128)  # a size no other test builds: a new plan
     want = a.astype(np.float64) @ b.astype(np.float64)
-    with config.override(
-        autotune=True, autotune_budget=30.0, cache=str(tmp_path), autotune_after=0
-    ):
+    with tuned_after(0, tmp_path):
         y = fg.tensor(a) @ fg.tensor(b)
         np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-4)
         (rec,) = fg.kernels(y)
@@ -451,6 +449,18 @@ def test_a_deferring_tuner_gives_the_fixed_tile_marked_for_later(tmp_path, monke
     assert not list(tmp_path.glob("autotune/*"))  # nothing timed, nothing saved
 
 
+def tuned_after(runs: int, cache):
+    """The settings of the tests of tuning once hot: the autotuner on, with time enough,
+    tuning a plan at its `runs`-th run, plans kept on disk in `cache`."""
+    return config.override(
+        autotune=True,
+        autotune_budget=30.0,
+        cache=str(cache),
+        autotune_after=runs,
+        disk_plans=True,
+    )
+
+
 def test_a_new_plan_waits_for_no_timing_and_is_tuned_once_it_has_run_enough(tmp_path):
     """FUSEGRAD_AUTOTUNE_AFTER=n: a new plan's untuned contraction runs with the fixed tile,
     provisional, so its first run times nothing; at its n-th run the engine tunes it and
@@ -461,13 +471,7 @@ def test_a_new_plan_waits_for_no_timing_and_is_tuned_once_it_has_run_enough(tmp_
     a, b = special(112, 384), special(384, 128)  # a size no other test builds: a new plan
     bias = special(128)
     want = np.maximum(a.astype(np.float64) @ b.astype(np.float64) + bias, 0)
-    with config.override(
-        autotune=True,
-        autotune_budget=30.0,
-        cache=str(tmp_path),
-        autotune_after=3,
-        disk_plans=True,
-    ):
+    with tuned_after(3, tmp_path):
         ta, tb, tc = fg.tensor(a), fg.tensor(b), fg.tensor(bias)
         runs = []
         for _ in range(4):
@@ -492,9 +496,7 @@ def test_a_step_under_jit_is_tuned_in_place_too(tmp_path):
     """A jitted step replays its plans through the engine: they are counted and tuned as
     in the plain loop, and the replay picks the tuned kernels up."""
     a, b = special(120, 384), special(384, 128)
-    with config.override(
-        autotune=True, autotune_budget=30.0, cache=str(tmp_path), autotune_after=2
-    ):
+    with tuned_after(2, tmp_path):
         tb = fg.tensor(b)
 
         @fg.jit
@@ -518,13 +520,7 @@ def test_the_plans_waiting_beside_a_hot_one_are_tuned_with_it_and_kept(tmp_path)
     when the later plan is tuned, the first is tuned too and kept on disk, so a second
     process's first step reads both."""
     a, b = special(136, 384), special(384, 128)
-    with config.override(
-        autotune=True,
-        autotune_budget=30.0,
-        cache=str(tmp_path),
-        autotune_after=3,
-        disk_plans=True,
-    ):
+    with tuned_after(3, tmp_path):
         ta, tb = fg.tensor(a), fg.tensor(b)
         once = (ta @ tb).tanh()
         first = once.numpy()
@@ -549,9 +545,7 @@ def test_two_threads_tuning_one_plan_tune_it_once(tmp_path, monkeypatch):
     from fusegrad.runtime.engine import engine
 
     a, b = special(152, 384), special(384, 128)
-    with config.override(
-        autotune=True, autotune_budget=30.0, cache=str(tmp_path), autotune_after=1000
-    ):
+    with tuned_after(1000, tmp_path):
         ta, tb = fg.tensor(a), fg.tensor(b)
         y = ta @ tb
         plan, _, _ = engine.plan_for([y.node])  # (compiled, not run yet)
