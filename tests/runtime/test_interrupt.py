@@ -195,9 +195,11 @@ MANY_MEDIUM = textwrap.dedent(
     import fusegrad as fg
     from fusegrad.runtime import cpu_backend, launch
 
+    armed = False  # (the first run is not announced, whichever way it runs)
+
     def announced(run):
         def call(program, threads, args, work=0):  # the cached plan's program starts
-            if 1 << 24 <= work < launch.LONG_WORK:
+            if armed and 1 << 24 <= work < launch.LONG_WORK:
                 print("running", flush=True)
             return run(program, threads, args, work)
 
@@ -219,6 +221,7 @@ MANY_MEDIUM = textwrap.dedent(
         return y
 
     want = many().numpy()  # the first run, kernel by kernel, caches the plan
+    armed = True
     try:
         many().numpy()
         print("not interrupted", flush=True)
