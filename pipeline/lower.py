@@ -33,6 +33,7 @@ from .kernel_names import base_name, kernel_name, kernel_symbol
 from .loop_nest import Lowerer
 from .loopir import Kernel, Load, Loop, Position, Rand, Select, Store
 from .peel import peel_guarded_loops, peel_padded_outputs, split_phases, unrolled_by_period
+from .pieces import split_pieces
 from .reductions import cascade_lanes, cascade_rows, lane_max
 from .schedule import ScheduleItem
 from .tile_choice import SUM_MERGED_LANES, Tile, choose_tile, fits_siblings, tile_text
@@ -136,6 +137,14 @@ def lower(
     >>> [loop.extent for loop in lower(item).body]  # one loop over the 32 elements
     [32]
     """
+    kernel = _lowered(item, tile, amx, dpbf16, tuner)
+    if not tile:  # (the GPU's lowering tiles the plain loop nest for its threads)
+        return kernel
+    return _step("a concatenation's pieces split apart", split_pieces(kernel), kernel)
+
+
+def _lowered(item: ScheduleItem, tile: bool, amx: bool, dpbf16: bool, tuner) -> Kernel:
+    """`lower`'s kernel before a concatenation's pieces are split apart."""
     if item.root.op is Ops.SCATTER_ADD:
         return Lowerer(item, [], []).lower_scatter()
     groups = _merge_loops(item, tile)

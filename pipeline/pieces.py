@@ -1,0 +1,369 @@
+"""A concatenation's pieces split apart, so each element reads only its own piece.
+
+`cat` and `stack` are sums of zero-padded pieces (`frontend/shapeops.py`), and so is
+the gradient of many reads of one sequence's rows (an RNN's time steps: `nn/rnn.py`).
+Lowered as written, every element of the result loads every piece under a guard that
+tells whether the element lies in it, and adds them all: 64 pieces cost 64 guarded
+loads and 64 additions an element, where a copy costs one of each (an LSTM step's
+stacked gradients ran at a fiftieth of a copy's bandwidth).
+
+This pass finds a loop whose guards depend on its variable alone (`o`, or `o // c`: a
+merged loop's row), cuts the loop at every point where one of them changes, and makes
+each range a loop of its own with its variable shifted there, where every guard is
+constant: a guard that always holds is dropped, a load or select under one that never
+does is the zero it would give, a store under one is dropped, and additions of those
+zeros go (`_folded`). The ranges run the same iterations in the same order, so a sum
+over a split reduction loop adds the same values in the same order.
+
+The additions a piece no longer makes are exact to leave out: `x + 0.0` is `x` for
+every `x` but -0.0, and after the first piece's addition no value is -0.0 any more
+(-0.0 + 0.0 is 0.0), so a piece's value passes through the one addition it still makes,
+and the result has the padded sum's bits.
+
+A kernel's parallel loop is split over threads and cannot be cut into ranges itself;
+where the pieces are its rows (a stack of 64 steps: each piece one or a few rows) and
+its body one serial loop, the two loops are interchanged first (the kernel has no
+sum, so its iterations are independent) and the row loop, now serial, is split.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from ..ir.ops import Ops
+from ..ir.symbolic import FloorDiv, Lin, Var
+from .loopir import (
+    AccOnlineExp,
+    AccUpdate,
+    Alu,
+    Const,
+    Kernel,
+    Load,
+    LoadRow,
+    Loop,
+    Rand,
+    ScatterAdd,
+    Select,
+    Store,
+)
+from .peel import _accumulators, _all_guards, _has_reduce, _shifted, _simplified
+from .reductions import zero_value
+
+MIN_PIECES = 3  # a loop is split where this many loads, or more, read pieces under guards...
+MAX_RANGES = 256  # ...into at most this many ranges...
+MAX_COPIED = 1 << 16  # ...making at most this many statements in all (before folding)
+MAX_ROWS_PER_PIECE = 4  # a parallel loop is interchanged where no piece has more rows
+
+
+def split_pieces(kernel: Kernel) -> Kernel:
+    """`kernel` with each loop whose guards cut it into a concatenation's pieces split
+    into one loop per range (the module's docstring); `kernel` itself where none is.
+
+    >>> from fusegrad.ir.dtypes import float32
+    >>> from fusegrad.ir.symbolic import lin
+    >>> from fusegrad.pipeline.loopir import Param
+    >>> o, j = Var("o0", 0, 2), Var("o1", 0, 7)
+    >>> ins = [Param(f"in{k}", float32, 8, False) for k in range(3)]
+    >>> out = Param("out0", float32, 24, True)
+    >>> body, last = [], None
+    >>> for k in range(3):  # a stack of 3 rows of 8: piece k where o0 == k
+    ...     at = (lin(o) - k, lin(o) * -1 + k)
+    ...     body += [Load(f"v{k}", float32, ins[k], lin(j), at)]
+    ...     body += [Select(f"s{k}", float32, at, f"v{k}")]
+    ...     if last is not None:
+    ...         body.append(Alu(f"a{k}", float32, Ops.ADD, (last, f"s{k}")))
+    ...     last = f"a{k}" if k else "s0"
+    >>> rows = Loop(o, 3, [Loop(j, 8, body + [Store(out, lin(o) * 8 + j, last)])], "parallel")
+    >>> split = split_pieces(Kernel("stack", [out, *ins], [rows], 3))
+    >>> print(split)  # each row one piece: one load and one addition of 0.0 (exact)
+    kernel stack(out0: float32[24], in0: float32[8], in1: float32[8], in2: float32[8])
+      parallel for o1 in 0..8:
+        for o0 in 0..1:
+          v0 = load in0[o1]
+          s1 = 0.0
+          a1 = add(v0, s1)
+          store out0[o0*8 + o1] = a1
+        for o0 in 0..1:
+          s0 = 0.0
+          v1 = load in1[o1]
+          a1 = add(s0, v1)
+          store out0[o0*8 + o1 + 8] = a1
+        for o0 in 0..1:
+          a1 = 0.0
+          v2 = load in2[o1]
+          a2 = add(a1, v2)
+          store out0[o0*8 + o1 + 16] = a2
+    """
+    if kernel.uses_tiles:
+        return kernel
+    body, parallel_extent = kernel.body, kernel.parallel_extent
+    swapped = _interchanged(kernel)
+    if swapped is not None:
+        body, parallel_extent = swapped
+    split, changed = _split_block(body)
+    if not changed:
+        return kernel
+    return dataclasses.replace(kernel, body=split, parallel_extent=parallel_extent)
+
+
+def _interchanged(kernel: Kernel) -> tuple[list, int] | None:
+    """The kernel's body with its parallel loop over a stack's rows and the serial loop
+    inside it interchanged, and the new parallel extent; None where that does not hold."""
+    body = kernel.body
+    if len(body) != 1 or not isinstance(body[0], Loop) or body[0].kind != "parallel":
+        return None
+    rows = body[0]
+    if len(rows.body) != 1 or not isinstance(rows.body[0], Loop) or _has_reduce(body):
+        return None
+    inner = rows.body[0]
+    if inner.kind != "serial" or _accumulators(body):
+        return None
+    ranges = _ranges(dataclasses.replace(rows, kind="serial"))
+    if ranges is None or max(b - a for a, b in ranges) > MAX_ROWS_PER_PIECE:
+        return None
+    row_loop = Loop(rows.var, rows.extent, inner.body, "serial")
+    return [Loop(inner.var, inner.extent, [row_loop], "parallel")], inner.extent
+
+
+def _split_block(body) -> tuple[list, bool]:
+    out, changed = [], False
+    for s in body:
+        if not isinstance(s, Loop):
+            out.append(s)
+            continue
+        ranges = _ranges(s) if s.kind in ("serial", "reduce") else None
+        if ranges is None:
+            inner, deeper = _split_block(s.body)
+            out.append(dataclasses.replace(s, body=inner) if deeper else s)
+            changed |= deeper
+            continue
+        for k, (start, stop) in enumerate(ranges):
+            part = _simplified(_shifted(s, start, stop, k))
+            part = dataclasses.replace(part, body=_folded(part.body, _Known()))
+            inner, _ = _split_block(part.body)
+            out.append(dataclasses.replace(part, body=_dead_dropped(inner)))
+        changed = True
+    return out, changed
+
+
+# ---------------------------------------------------------------- where a loop is cut
+
+
+def _ranges(loop: Loop) -> list[tuple[int, int]] | None:
+    """[start, stop) ranges of `loop` over each of which every guard on its variable is
+    constant, where the guards read pieces (MIN_PIECES loads or more) of the variable alone;
+    None otherwise."""
+    v = loop.var
+    guards = {g for g in _all_guards(loop.body) if v in g.atoms()}
+    if not guards or _guarded_loads(loop.body, v) < MIN_PIECES:
+        return None
+    cuts = set()
+    for g in guards:
+        sign = _direction(g, v)
+        if sign is None:
+            return None
+        cut = _first(g, v, loop.extent, sign)
+        if 0 < cut < loop.extent:
+            cuts.add(cut)
+    bounds = [0, *sorted(cuts), loop.extent]
+    ranges = list(zip(bounds, bounds[1:]))
+    if len(ranges) < 2 or len(ranges) > MAX_RANGES:
+        return None
+    if len(ranges) * _count(loop.body) > MAX_COPIED:
+        return None
+    return ranges
+
+
+def _guarded_loads(body, v: Var, read: set | None = None) -> int:
+    """How many distinct buffers the loads in `body` guarded on `v` read."""
+    read = set() if read is None else read
+    for s in body:
+        if isinstance(s, Loop):
+            _guarded_loads(s.body, v, read)
+        elif isinstance(s, (Load, LoadRow)) and any(v in g.atoms() for g in s.valid):
+            read.add(s.param.name)
+    return len(read)
+
+
+def _direction(g: Lin, v: Var) -> int | None:
+    """+1 where guard `g` never decreases as `v` grows, -1 where it never increases; None
+    where it reads another variable, a remainder, or both ways."""
+    signs = set()
+    for atom, c in g.terms:
+        if atom == v:
+            signs.add(c > 0)
+        elif isinstance(atom, FloorDiv) and atom.x.atoms() == {v} and len(atom.x.terms) == 1:
+            signs.add(c * atom.x.coef(v) > 0)
+        else:
+            return None
+    return (1 if signs.pop() else -1) if len(signs) == 1 else None
+
+
+def _first(g: Lin, v: Var, extent: int, sign: int) -> int:
+    """The first value of `v` in [0, extent] where `g >= 0` changes: where it starts to
+    hold (sign +1) or stops (sign -1); `extent` where it never does."""
+    lo, hi = 0, extent
+    while lo < hi:  # the first k with (g(k) >= 0) == (sign > 0)
+        mid = (lo + hi) // 2
+        if (_at(g, v, mid) >= 0) == (sign > 0):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _at(g: Lin, v: Var, k: int) -> int:
+    total = g.const
+    for atom, c in g.terms:
+        if atom == v:
+            total += c * k
+        else:  # v // d, from `_direction`
+            total += c * ((atom.x.const + atom.x.coef(v) * k) // atom.c)
+    return total
+
+
+def _count(body) -> int:
+    return sum(1 + _count(s.body) if isinstance(s, Loop) else 1 for s in body)
+
+
+# ---------------------------------------------------------------- the zeros folded away
+
+
+def _never(valid) -> bool:
+    return any(g.max < 0 for g in valid)
+
+
+@dataclasses.dataclass
+class _Known:
+    """What `_folded` knows of a copy's values so far."""
+
+    names: dict = dataclasses.field(default_factory=dict)  # value -> the value it is
+    zeros: dict = dataclasses.field(default_factory=dict)  # values that are +0 -> dtype
+    ones: set = dataclasses.field(default_factory=set)  # values that are 1 (or True)
+    settled: set = dataclasses.field(default_factory=set)  # not -0.0: x + 0.0 made them
+
+
+def _folded(body, known: _Known) -> list:
+    """`body` with the statements under a guard that never holds made the zero they give
+    (loads, selects) or dropped (stores, scatters), a select whose guard always holds made
+    its value, a `where` on a known condition its chosen value, a product by 1 its other
+    factor, and additions of zero left out where that is exact (the module's docstring)."""
+    out = []
+    zeros = known.zeros
+    for s in body:
+        s = _renamed(s, known.names)
+        if isinstance(s, Loop):
+            out.append(dataclasses.replace(s, body=_folded(s.body, known)))
+            continue
+        if isinstance(s, Const):
+            if s.value == zero_value(s.dtype) and not _negative_zero(s.value):
+                zeros[s.dst] = s.dtype
+            elif s.value is True or (s.value == 1 and not s.dtype.is_bool):
+                known.ones.add(s.dst)
+        elif isinstance(s, (Load, LoadRow, Select)) and _never(s.valid):
+            zeros[s.dst] = s.dtype
+            s = Const(s.dst, s.dtype, zero_value(s.dtype))
+        elif isinstance(s, (Store, ScatterAdd)) and _never(s.valid):
+            continue
+        else:
+            same = _same_as(s, known)
+            if same is not None:
+                known.names[s.dst] = same
+                continue
+            if isinstance(s, Alu) and s.op is Ops.ADD and len(s.args) == 2:
+                s = _added(s, known)
+        out.append(s)
+    return out
+
+
+def _same_as(s, known: _Known) -> str | None:
+    """The value statement `s` computes, where that is another value, bit for bit."""
+    if isinstance(s, Select) and not s.valid:
+        return s.value
+    if not isinstance(s, Alu):
+        return None
+    if s.op is Ops.WHERE and s.args[0] in known.zeros:
+        return s.args[2]  # where(False, a, b) is b
+    if s.op is Ops.WHERE and s.args[0] in known.ones:
+        return s.args[1]  # where(True, a, b) is a
+    if s.op is Ops.MUL and len(s.args) == 2:  # x * 1 is x
+        a, b = s.args
+        return a if b in known.ones else b if a in known.ones else None
+    if s.op is Ops.ADD and len(s.args) == 2:  # x + 0 is x where x is not -0.0
+        a, b = s.args
+        exact = not s.dtype.is_float
+        if b in known.zeros and (exact or a in known.settled):
+            return a
+        if a in known.zeros and (exact or b in known.settled):
+            return b
+    return None
+
+
+def _negative_zero(value) -> bool:
+    return isinstance(value, float) and math.copysign(1.0, value) < 0
+
+
+def _added(s: Alu, known: _Known):
+    """An addition `s` that `_same_as` left: a zero if both its operands are, and noted
+    as not -0.0 if one is (-0.0 + 0.0 is 0.0)."""
+    a, b = s.args
+    if a in known.zeros and b in known.zeros:
+        known.zeros[s.dst] = s.dtype
+        return Const(s.dst, s.dtype, zero_value(s.dtype))
+    if a in known.zeros or b in known.zeros:
+        known.settled.add(s.dst)
+    return s
+
+
+def _renamed(s, names: dict):
+    """Statement `s` reading each value through `names` (a loop: as it is; its body is
+    renamed statement by statement)."""
+    if not names or isinstance(s, Loop):
+        return s
+    get = names.get
+    if isinstance(s, Alu):
+        args = tuple(get(a, a) for a in s.args)
+        return s if args == s.args else dataclasses.replace(s, args=args)
+    if isinstance(s, (Select, Store, ScatterAdd, AccUpdate, AccOnlineExp)):
+        value = get(s.value, s.value)
+        s = s if value == s.value else dataclasses.replace(s, value=value)
+    if isinstance(s, (LoadRow, ScatterAdd)) and s.row in names:
+        s = dataclasses.replace(s, row=names[s.row])
+    if isinstance(s, Rand) and s.key in names:
+        s = dataclasses.replace(s, key=names[s.key])
+    return s
+
+
+_PURE = (Const, Load, LoadRow, Select, Alu)
+
+
+def _dead_dropped(body, live: set | None = None) -> list:
+    """`body` without the values nothing reads (the zeros and the loads they replaced, and
+    what only they read), by one sweep from the end; `live`: the values read after it."""
+    live = set() if live is None else live
+    out = []
+    for s in reversed(body):
+        if isinstance(s, Loop):
+            s = dataclasses.replace(s, body=_dead_dropped(s.body, set(live)))
+            _reads(s.body, live)
+        elif isinstance(s, _PURE) and s.dst not in live:
+            continue
+        else:
+            _reads([s], live)
+        out.append(s)
+    return out[::-1]
+
+
+def _reads(body, used: set) -> None:
+    for s in body:
+        if isinstance(s, Loop):
+            _reads(s.body, used)
+        elif isinstance(s, Alu):
+            used.update(s.args)
+        elif isinstance(s, (Select, Store, ScatterAdd, AccUpdate, AccOnlineExp)):
+            used.add(s.value)
+        if isinstance(s, (LoadRow, ScatterAdd)):
+            used.add(s.row)
+        if isinstance(s, Rand):
+            used.add(s.key)

@@ -1,0 +1,117 @@
+"""A concatenation's pieces split apart (`pipeline/pieces.py`): each element of a stack or
+a cat of many pieces loads its own piece only, and computes the bits the padded sum did."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fusegrad as fg
+from fusegrad.ir.ops import Ops
+from fusegrad.pipeline import lower as L
+from fusegrad.pipeline.loopir import Load, Loop
+from fusegrad.pipeline.pieces import split_pieces
+from fusegrad.pipeline.schedule import schedule
+from fusegrad.runtime.cpu_backend import CpuBackend
+
+RNG = np.random.default_rng(7)
+
+
+def special(*shape) -> np.ndarray:
+    """Random float32 values with 0, -0, +-1, a NaN and an infinity mixed in."""
+    x = RNG.standard_normal(shape).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[::7] = 0.0
+    flat[1::11] = -0.0
+    flat[2::13] = 1.0
+    flat[3::17] = -1.0
+    flat[5] = np.nan
+    flat[6] = -np.inf
+    return x
+
+
+def item_of(pieces: list[np.ndarray], build):
+    """The one schedule item of `build(tensors)` and the input values in its order."""
+    tensors = [fg.tensor(p) for p in pieces]
+    values = {id(t.node): p for t, p in zip(tensors, pieces)}
+    (item,) = schedule([build(tensors).node], lambda n: n.op is Ops.BUFFER)
+    return item, [values[id(n)] for n in item.inputs]
+
+
+def run(kernel, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """The kernel's outputs (every output parameter, NaN-filled first) on `inputs`."""
+    compiled = CpuBackend().compile(kernel)
+    outs = [np.full(p.size, np.nan, np.float32) for p in kernel.params if p.output]
+    arrays = outs + [np.ascontiguousarray(x, np.float32).reshape(-1) for x in inputs]
+    ptrs = [x.ctypes.data for x in arrays]
+    word = np.zeros(1, np.int64)  # the cancel word, never set, for a kernel that reads it
+    ptrs += [word.ctypes.data] * (compiled.nparams - len(ptrs))
+    compiled.fn(0, kernel.parallel_extent, *ptrs)
+    return outs
+
+
+def loads(body) -> list[Load]:
+    out = []
+    for s in body:
+        out += loads(s.body) if isinstance(s, Loop) else [s] if isinstance(s, Load) else []
+    return out
+
+
+def loops(body, kind: str) -> int:
+    return sum((s.kind == kind) + loops(s.body, kind) for s in body if isinstance(s, Loop))
+
+
+def unsplit(item):
+    """The kernel `lower` made before this pass."""
+    return L._lowered(item, True, False, False, None)
+
+
+def test_a_stack_of_many_rows_loads_each_piece_once_an_element_with_the_same_bits():
+    pieces = [special(4, 32) for _ in range(64)]
+    item, inputs = item_of(pieces, fg.stack)
+    kernel, before = L.lower(item), unsplit(item)
+    assert len(loads(before.body)) == 64 and all(ld.valid for ld in loads(before.body))
+    assert len(loads(kernel.body)) == 64  # one per piece, each in a loop of its own
+    assert not any(ld.valid for ld in loads(kernel.body))  # and none guarded
+    (got,), (was,) = run(kernel, inputs), run(before, inputs)
+    assert got.tobytes() == was.tobytes()
+    assert np.array_equal(got.reshape(64, 4, 32), np.stack(pieces), equal_nan=True)
+
+
+def test_a_sum_over_a_concatenations_rows_is_split_along_the_sum_and_adds_in_order():
+    pieces = [special(16, 64) for _ in range(32)]
+    item, inputs = item_of(pieces, lambda ts: fg.cat(ts, 0).sum(0))
+    kernel, before = L.lower(item), unsplit(item)
+    assert loops(kernel.body, "reduce") >= 32 > loops(before.body, "reduce")
+    assert not any(ld.valid for ld in loads(kernel.body))
+    (got,), (was,) = run(kernel, inputs), run(before, inputs)
+    assert got.tobytes() == was.tobytes()  # the same values added in the same order
+    want = np.concatenate(pieces).astype(np.float64).sum(0)
+    assert np.allclose(got, want, rtol=1e-5, atol=1e-4, equal_nan=True)
+
+
+@pytest.mark.parametrize("zero", [0.0, -0.0])
+def test_a_pieces_zero_keeps_the_padded_sums_sign(zero):
+    """x + 0.0 is 0.0 where x is -0.0: the one addition a piece still makes keeps that."""
+    pieces = [np.full((2, 8), zero, np.float32) for _ in range(8)]
+    item, inputs = item_of(pieces, lambda ts: fg.cat(ts, 1))
+    (got,), (was,) = run(L.lower(item), inputs), run(unsplit(item), inputs)
+    assert got.tobytes() == was.tobytes()
+    assert np.array_equal(
+        fg.cat([fg.tensor(p) for p in pieces], 1).numpy(), np.concatenate(pieces, 1)
+    )
+
+
+def test_two_pieces_are_left_as_they_are():
+    item, _ = item_of([special(4, 8), special(4, 8)], lambda ts: fg.cat(ts, 0))
+    kernel = unsplit(item)
+    assert split_pieces(kernel) is kernel
+
+
+def test_a_stacks_gradient_through_its_steps_reads_is_right():
+    """An LSTM's per-step reads of a sequence: the stacked gradient of 40 row reads."""
+    seq = fg.tensor(special(40, 3, 16), requires_grad=True)
+    w = special(40, 3, 16)
+    rows = [seq[t] * fg.tensor(w[t]) for t in range(40)]
+    fg.stack(rows).sum().backward()
+    assert np.array_equal(seq.grad.numpy(), w, equal_nan=True)
