@@ -313,6 +313,8 @@ class _Renderer:
         self.allocas.append(f"  %{v}.addr = alloca i64")
         start = "%start" if s.kind == "parallel" else "0"
         end = "%end" if s.kind == "parallel" else str(s.extent)
+        if s.kind == "parallel" and s.first is not None:  # this range's part of the chunk
+            start, end = self.clamped(s.first, s.extent)
         may_poll, block = self.may_poll, 0
         if s.kind == "parallel":
             self.may_poll = _inner_work(s.body) > POLLED_ROW_WORK
@@ -343,6 +345,18 @@ class _Renderer:
             hint = f", !llvm.loop {node}"
         self.lines.append(f"  br label %{v}.cond{hint}")
         self.label(f"{v}.exit")
+
+    def clamped(self, first: int, extent: int) -> tuple[str, str]:
+        """The iterations of a range of the parallel loop (`Loop.first`) in this call's
+        chunk [%start, %end), counted from the range's first: max(%start - first, 0) and
+        min(%end - first, extent)."""
+        lo = self.emit(f"sub nsw i64 %start, {first}")
+        below = self.emit(f"icmp slt i64 {lo}, 0")
+        lo = self.emit(f"select i1 {below}, i64 0, i64 {lo}")
+        hi = self.emit(f"sub nsw i64 %end, {first}")
+        above = self.emit(f"icmp sgt i64 {hi}, {extent}")
+        hi = self.emit(f"select i1 {above}, i64 {extent}, i64 {hi}")
+        return lo, hi
 
     def poll_block(self, v: str, end: str, block: int) -> str:
         """Blocks {v}.poll and {v}.block: before each `block` iterations of loop `v`,

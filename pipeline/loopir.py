@@ -286,13 +286,19 @@ class Loop:
     # a plain loop's vector width for the renderer's own vectorizer (0: its choice); the
     # loop's iterations must be independent (no reduction inside)
     lanes: int = 0
+    # a parallel loop over part of the kernel's parallel range, iterations first ..
+    # first + extent - 1, its variable counting from 0 (a range of a concatenation's
+    # pieces: `pipeline/pieces.py`); None: the whole range, its variable the iteration
+    first: int | None = None
 
 
 @dataclass
 class Kernel:
     name: str
     params: list[Param]
-    body: list  # statements; the first Loop of kind "parallel" is split over threads
+    # statements; the Loop of kind "parallel" is split over threads (or several, each over a
+    # range of the parallel iterations: `Loop.first`)
+    body: list
     parallel_extent: int  # iterations of the parallel loop (1 if there is none)
     flops: int = 0  # ALU ops executed, for the debug report
     # a register-tiled kernel's tile and how it was chosen (the dump's header says it):
@@ -340,7 +346,8 @@ def _print_block(body, depth: int, lines: list[str]) -> None:
             kind = {"parallel": "parallel for", "unroll": "unrolled for", "vector": "vector for"}
             kind = kind.get(s.kind, "for")
             lanes = f" ({s.lanes} lanes)" if s.lanes else ""
-            lines.append(f"{pad}{kind} {s.var} in 0..{s.extent}{lanes}:")
+            part = f" (iterations {s.first}..)" if s.first is not None else ""
+            lines.append(f"{pad}{kind} {s.var} in 0..{s.extent}{part}{lanes}:")
             _print_block(s.body, depth + 1, lines)
         elif isinstance(s, Load):
             guard = f" if {_valid_str(s.valid)}" if s.valid else ""

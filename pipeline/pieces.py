@@ -20,10 +20,13 @@ every `x` but -0.0, and after the first piece's addition no value is -0.0 any mo
 (-0.0 + 0.0 is 0.0), so a piece's value passes through the one addition it still makes,
 and the result has the padded sum's bits.
 
-A kernel's parallel loop is split over threads and cannot be cut into ranges itself;
-where the pieces are its rows (a stack of 64 steps: each piece one or a few rows) and
-its body one serial loop, the two loops are interchanged first (the kernel has no
-sum, so its iterations are independent) and the row loop, now serial, is split.
+A kernel's parallel loop is split over threads in chunks: cut into ranges, each range
+is a parallel loop over its part of the parallel iterations (`Loop.first`), which the
+renderer runs over its part of each chunk. Where the pieces are rows of a few elements
+each (a stack of 64 steps: each piece one row) and the parallel loop's body one serial
+loop, the two loops are interchanged instead (the kernel has no sum, so its iterations
+are independent) and the row loop, now serial, is split: each range then copies a
+contiguous run, which vectorizes.
 """
 
 from __future__ import annotations
@@ -132,7 +135,8 @@ def _split_block(body) -> tuple[list, bool]:
         if not isinstance(s, Loop):
             out.append(s)
             continue
-        ranges = _ranges(s) if s.kind in ("serial", "reduce") else None
+        whole = s.kind == "parallel" and s.first is None
+        ranges = _ranges(s) if s.kind in ("serial", "reduce") or whole else None
         if ranges is None:
             inner, deeper = _split_block(s.body)
             out.append(dataclasses.replace(s, body=inner) if deeper else s)
@@ -140,6 +144,8 @@ def _split_block(body) -> tuple[list, bool]:
             continue
         for k, (start, stop) in enumerate(ranges):
             part = _simplified(_shifted(s, start, stop, k))
+            if whole:  # a range of the kernel's parallel iterations (`Loop.first`)
+                part = dataclasses.replace(part, first=start)
             part = dataclasses.replace(part, body=_folded(part.body, _Known()))
             inner, _ = _split_block(part.body)
             out.append(dataclasses.replace(part, body=_dead_dropped(inner)))

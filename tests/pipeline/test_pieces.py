@@ -25,8 +25,8 @@ def special(*shape) -> np.ndarray:
     flat[1::11] = -0.0
     flat[2::13] = 1.0
     flat[3::17] = -1.0
-    flat[5] = np.nan
-    flat[6] = -np.inf
+    flat[5 % flat.size] = np.nan
+    flat[6 % flat.size] = -np.inf
     return x
 
 
@@ -115,3 +115,29 @@ def test_a_stacks_gradient_through_its_steps_reads_is_right():
     rows = [seq[t] * fg.tensor(w[t]) for t in range(40)]
     fg.stack(rows).sum().backward()
     assert np.array_equal(seq.grad.numpy(), w, equal_nan=True)
+
+
+def test_a_flat_concatenation_runs_each_piece_over_its_own_part_of_the_parallel_loop():
+    """A 1-D cat has no loop but the parallel one: each range is a parallel loop over its
+    part of the iterations (`Loop.first`), run over its part of every chunk."""
+    pieces = [special(n) for n in (1000, 3, 2000, 517)]
+    item, inputs = item_of(pieces, lambda ts: fg.cat(ts))
+    kernel, before = L.lower(item), unsplit(item)
+    parts = [s for s in kernel.body if isinstance(s, Loop) and s.kind == "parallel"]
+    assert [p.first for p in parts] == [0, 1000, 1003, 3003]
+    assert kernel.parallel_extent == before.parallel_extent == 3520
+    assert not any(ld.valid for ld in loads(kernel.body))
+    (got,), (was,) = run(kernel, inputs), run(before, inputs)
+    assert got.tobytes() == was.tobytes()
+    compiled = CpuBackend().compile(kernel)  # chunks that start and end inside the ranges
+    out = np.full(3520, np.nan, np.float32)
+    ptrs = [out.ctypes.data] + [np.ascontiguousarray(x).ctypes.data for x in inputs]
+    for start, end in ((0, 999), (999, 1002), (1002, 3500), (3500, 3520)):
+        compiled.fn(start, end, *ptrs)
+    assert out.tobytes() == was.tobytes()
+
+
+def test_a_long_flat_concatenation_on_every_thread_is_right():
+    pieces = [special(n) for n in (300_001, 500_000, 1 << 20)]
+    got = fg.cat([fg.tensor(p) for p in pieces]).numpy()
+    assert np.array_equal(got, np.concatenate(pieces), equal_nan=True)
