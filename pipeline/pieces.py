@@ -35,7 +35,7 @@ import dataclasses
 import math
 
 from ..ir.ops import Ops
-from ..ir.symbolic import FloorDiv, Lin, Var
+from ..ir.symbolic import FloorDiv, Lin, Var, lin
 from .loopir import (
     AccOnlineExp,
     AccUpdate,
@@ -50,13 +50,14 @@ from .loopir import (
     Select,
     Store,
 )
-from .peel import _accumulators, _all_guards, _has_reduce, _shifted, _simplified
+from .peel import _accumulators, _all_guards, _has_reduce, _shifted, _simplified, _substituted
 from .reductions import zero_value
 
 MIN_PIECES = 3  # a loop is split where this many loads, or more, read pieces under guards...
 MAX_RANGES = 256  # ...into at most this many ranges...
 MAX_COPIED = 1 << 16  # ...making at most this many statements in all (before folding)
 MAX_ROWS_PER_PIECE = 4  # a parallel loop is interchanged where no piece has more rows
+MAX_EACH = 16  # a loop whose pieces' bounds also read a loop inside it: a range a value
 
 
 def split_pieces(kernel: Kernel) -> Kernel:
@@ -86,17 +87,17 @@ def split_pieces(kernel: Kernel) -> Kernel:
           v0 = load in0[o1]
           s1 = 0.0
           a1 = add(v0, s1)
-          store out0[o0*8 + o1] = a1
+          store out0[o1] = a1
         for o0 in 0..1:
           s0 = 0.0
           v1 = load in1[o1]
           a1 = add(s0, v1)
-          store out0[o0*8 + o1 + 8] = a1
+          store out0[o1 + 8] = a1
         for o0 in 0..1:
           a1 = 0.0
           v2 = load in2[o1]
           a2 = add(a1, v2)
-          store out0[o0*8 + o1 + 16] = a2
+          store out0[o1 + 16] = a2
     """
     if kernel.uses_tiles:
         return kernel
@@ -143,7 +144,12 @@ def _split_block(body) -> tuple[list, bool]:
             changed |= deeper
             continue
         for k, (start, stop) in enumerate(ranges):
-            part = _simplified(_shifted(s, start, stop, k))
+            part = _shifted(s, start, stop, k)
+            if stop - start == 1:  # its variable is 0: guards that read it read a constant
+                zero = {part.var: lin(0)}
+                body = [_substituted(b, zero, {}) for b in part.body]
+                part = dataclasses.replace(part, body=body)
+            part = _simplified(part)
             if whole:  # a range of the kernel's parallel iterations (`Loop.first`)
                 part = dataclasses.replace(part, first=start)
             part = dataclasses.replace(part, body=_folded(part.body, _Known()))
@@ -164,9 +170,15 @@ def _ranges(loop: Loop) -> list[tuple[int, int]] | None:
     guards = {g for g in _all_guards(loop.body) if v in g.atoms()}
     if not guards or _guarded_loads(loop.body, v) < MIN_PIECES:
         return None
+    inner = _loop_vars(loop.body)
     cuts = set()
     for g in guards:
         sign = _direction(g, v)
+        if sign is None and g.atoms() <= inner | {v} and loop.extent <= MAX_EACH:
+            # a piece's bounds on v and a loop inside (a cascaded sum's levels: j1*16 + j2):
+            # a range for each value of v, where the loop inside gets guards of its own
+            cuts.update(range(1, loop.extent))
+            continue
         if sign is None:
             return None
         cut = _first(g, v, loop.extent, sign)
@@ -179,6 +191,16 @@ def _ranges(loop: Loop) -> list[tuple[int, int]] | None:
     if len(ranges) * _count(loop.body) > MAX_COPIED:
         return None
     return ranges
+
+
+def _loop_vars(body) -> set:
+    """The variables of the loops in `body`, at any depth."""
+    out = set()
+    for s in body:
+        if isinstance(s, Loop):
+            out.add(s.var)
+            out |= _loop_vars(s.body)
+    return out
 
 
 def _guarded_loads(body, v: Var, read: set | None = None) -> int:

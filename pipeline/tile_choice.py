@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 
 from ..ir.ops import Ops
-from ..ir.symbolic import Var, lin
+from ..ir.symbolic import Mod, Var, lin
 from .coords import split_lanes
 from .llvm_math import host_has
 from .loopir import Kernel, Load, Loop
@@ -215,7 +215,8 @@ def choose_tile(
     strided = [
         ld
         for ld in reads.loads
-        if abs(ld.index.coef(inner)) > 1 and not reads.shuffled(ld, ld.index.coef(inner), None)
+        if abs(step_along(ld.index, inner)) > 1
+        and not reads.shuffled(ld, ld.index.coef(inner), None)
     ]
     # taps read through padding (a depthwise convolution's): the tile's loops are peeled
     # (`peel_guarded_loops`), so a ragged last vector along the sum is an iteration of its own
@@ -227,6 +228,22 @@ def choose_tile(
         if inner.max + 1 >= SHORT_REDUCTION:
             return None
     return columns_tile(reads, peeled)
+
+
+def step_along(index, v: Var) -> int:
+    """How far `index` moves as `v` steps by one, within a period of the remainders it
+    takes of `v` (`(v % 16) * 1024` moves 1024: a merged loop over a concatenation's rows
+    of 16 reads its pieces down their columns).
+
+    >>> v = Var("r0", 0, 1023)
+    >>> step_along(lin(v) % 16 * 1024 + 3, v), step_along(lin(v) * 2 + lin(v) // 16, v)
+    (1024, 2)
+    """
+    step = index.coef(v)
+    for atom, c in index.terms:
+        if isinstance(atom, Mod) and v in atom.x.atoms():
+            step += c * atom.x.coef(v)
+    return step
 
 
 def lanes_along_sum(reads: TileReads, peeled: bool, sum_lanes: int | None) -> Tile | None:
