@@ -1016,20 +1016,6 @@ def unique(
     return out[0] if len(out) == 1 else tuple(out)
 
 
-def where(cond, a=None, b=None):
-    """`a` where `cond` is true, else `b`; with `cond` alone, `nonzero(cond, as_tuple=True)`.
-
-    >>> import fusegrad as fg
-    >>> [t.tolist() for t in fg.where(fg.tensor([0, 3, 0, 4]))]
-    [[1, 3]]
-    """
-    if a is None and b is None:
-        return nonzero(cond, as_tuple=True)
-    if a is None or b is None:
-        fail(ShapeError, "where", "give both a and b, or neither")
-    return _where(cond, a, b)
-
-
 def flip(x, dims):
     """The elements in reverse order along `dims` (a copy in PyTorch; a view here).
 

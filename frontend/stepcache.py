@@ -87,13 +87,14 @@ class StepCache:
         extra = with_carried(params[0] if params else None, pending, extra)
         grads = [p.grad for p in params]
         first = grads[0] if grads else None
-        record = first.pending if type(first) is first._lazy_grad and not first.built else None
+        lazy = params[0]._lazy_grad if params else None  # (tensor.LazyGrad)
+        record = first.pending if type(first) is lazy and not first.built else None
         usable = (
             record is not None
             and not engine.recording()
             and engine.plan_observer is None  # (fg.debug.stages sees the step's graph)
             and all(
-                type(g) is g._lazy_grad
+                type(g) is lazy
                 and g.pending is record
                 and not g.built
                 and g.base is None  # (`zeros + g`: built, as the plan does not add them)

@@ -42,6 +42,7 @@ from .autograd import (
     retains_grad,
     sibling_grads,
 )
+from .autograd import drop_graph as drop_graph  # (fusegrad.tensor.drop_graph, as before)
 from .carried import note_lazy, unnoted
 from .copying import deepcopy_tensor, reduce_tensor, shallow_copy_tensor
 from .creation_nodes import CreationMixin, _shape, data_node, full_node
@@ -1487,13 +1488,20 @@ def as_tensor(x, op: str = "tensor") -> Tensor:
     return Tensor(data_node(x))
 
 
-def where(cond, a, b) -> Tensor:
-    """`a` where `cond` is true, else `b`, broadcasting all three.
+def where(cond, a=None, b=None) -> Tensor:
+    """`a` where `cond` is true, else `b`, broadcasting all three; with `cond` alone,
+    `nonzero(cond, as_tuple=True)`.
 
     >>> import fusegrad as fg
     >>> fg.where(fg.tensor([True, False]), 1.0, 0.0).tolist()
     [1.0, 0.0]
+    >>> [t.tolist() for t in fg.where(fg.tensor([0, 3, 0, 4]))]
+    [[1, 3]]
     """
+    if a is None and b is None:
+        return as_tensor(cond).nonzero(as_tuple=True)
+    if a is None or b is None:
+        fail(ShapeError, "where", "give both a and b, or neither")
     if not isinstance(cond, Tensor) and not isinstance(a, Tensor) and not isinstance(b, Tensor):
         cond = as_tensor(cond)  # no tensor to take the class from
     return _where(cond, a, b)
