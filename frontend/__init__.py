@@ -133,7 +133,6 @@ from .indexing import (  # noqa: E402
     take,
     take_along_dim,
     unique,
-    where,
 )
 from .jit import JitError, jit  # noqa: E402
 from .mathops import PRIMITIVES as _PRIMITIVES  # noqa: E402
@@ -249,7 +248,7 @@ from .shapeops import (  # noqa: E402
 )
 from .shapeops import all_ as all  # noqa: E402, A004
 from .shapeops import any_ as any  # noqa: E402, A004
-from .tensor import Tensor, realize  # noqa: E402
+from .tensor import Tensor, realize, where  # noqa: E402
 from .tensor import broadcast_shapes as _broadcast_shapes  # noqa: E402
 from .tensor import legacy_constructor as _legacy_constructor  # noqa: E402
 from .typeinfo import finfo, iinfo  # noqa: E402

@@ -32,7 +32,6 @@ import inspect
 import threading
 import warnings
 
-from . import core
 from .autocast_policy import (
     BANNED,
     DEFAULT_DTYPE,
@@ -48,6 +47,7 @@ from .errors import ArgumentError, DTypeError, checked_dtype, fail
 from .ir import dtypes
 from .ir.dtypes import float32, float64
 from .runtime.backend import get_backend
+from .tensor_base import TensorBase
 
 
 class _State(threading.local):
@@ -250,10 +250,10 @@ def autocast_inputs(name: str, dtype_at, args, kwargs):
 
 def _tensors(args, kwargs):
     for a in list(args) + list(kwargs.values()):
-        if isinstance(a, core.Tensor):
+        if isinstance(a, TensorBase):
             yield a
         elif isinstance(a, (list, tuple)):
-            yield from (t for t in a if isinstance(t, core.Tensor))
+            yield from (t for t in a if isinstance(t, TensorBase))
 
 
 def _first_device(args, kwargs) -> str | None:
@@ -300,10 +300,10 @@ def _target(category: str, name: str, kind: str, dtype_at, args, kwargs):
 
 
 def _cast_arg(a, dtype, kind: str):
-    if isinstance(a, core.Tensor):
+    if isinstance(a, TensorBase):
         return _cast(a, dtype, kind)
-    if isinstance(a, (list, tuple)) and any(isinstance(t, core.Tensor) for t in a):
-        return type(a)(_cast(t, dtype, kind) if isinstance(t, core.Tensor) else t for t in a)
+    if isinstance(a, (list, tuple)) and any(isinstance(t, TensorBase) for t in a):
+        return type(a)(_cast(t, dtype, kind) if isinstance(t, TensorBase) else t for t in a)
     return a
 
 

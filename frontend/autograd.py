@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 import weakref
 
-from . import autograd_state, core
+from . import autograd_state
 from .carried import with_carried
 from .errors import GradError, ShapeError, at_callers_site, fail
 from .ir import node as N
@@ -30,6 +30,7 @@ from .ir.weaktable import sweep
 from .runtime import attribution as _sites
 from .runtime import forksafe
 from .runtime.engine import engine
+from .tensor_base import TensorBase, as_tensor_like
 from .tensor_hooks import LEAF_HOOKS, on_leaf_grad
 from .versions import _updated, check_unmodified, retire
 
@@ -52,7 +53,7 @@ _local = threading.local()
 def register_leaf(t) -> None:
     """Make `t` a differentiable leaf: its own buffer node, tracked for backward()."""
     if t.node.op is not Ops.BUFFER:
-        core.realize(t)
+        realize(t)
     # a fresh node, so that no other tensor (a detached copy, say) shares it
     t.node = N.buffer(engine.value(t.node), t.shape, t.dtype)
     t._is_leaf = True
@@ -121,8 +122,8 @@ def _grad_output(t, gradient, op: str):
                 f"this output has shape {t.shape}, pass a gradient of that shape",
             )
         return N.const(1.0, t.shape, t.dtype)
-    g = core.as_tensor(gradient)
-    if not isinstance(g, core.Tensor) or g.shape != t.shape:
+    g = as_tensor_like(gradient, t)
+    if not isinstance(g, TensorBase) or g.shape != t.shape:
         fail(ShapeError, op, f"gradient has shape {g.shape}, output has shape {t.shape}")
     return N.cast(g.node, t.dtype)
 
@@ -237,13 +238,13 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
             leaves = list(by_node.values())
             grads = gradients(t.node, root_grad, [leaf.node for leaf in leaves])
             fresh = [
-                None if g is None else core.Tensor(g, requires_grad=True, leaf=False) for g in grads
+                None if g is None else t._plain(g, requires_grad=True, leaf=False) for g in grads
             ]
         else:
             walked: set = set()
             leaves = _reached_leaves(t.node, by_node, walked)
             pending = PendingGrads(t.node, root_grad, [x.node for x in leaves], _sites.capture())
-            fresh = [core.LazyGrad(pending, i) for i in range(len(leaves))]
+            fresh = [t._lazy_grad(pending, i) for i in range(len(leaves))]
             if GRAD_HOOKS and any(id(n) in walked for n in list(GRAD_HOOKS.keys())):
                 pending.materialize()  # user code in the gradient (tensor_hooks.py): run it now
                 undefined = pending.undefined
@@ -275,7 +276,7 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
         if len(_consumed) > _consumed_sweep_at[0] and sweep(_consumed, _dead, _consumed_sweeping):
             _consumed_sweep_at[0] = max(1024, 2 * len(_consumed))
 
-        core.drop_graph(t)  # a value already computed no longer needs the graph behind it
+        drop_graph(t)  # a value already computed no longer needs the graph behind it
     pending_roots = getattr(_local, "pending", None)
     if pending_roots is None:
         pending_roots = _local.pending = []
@@ -305,7 +306,7 @@ def _zero_through_empty(walked: set, by_node, leaves: list, fresh: list, undefin
             k = at.get(id(leaf))
             if k is None or (fresh[k] is None and k not in undefined):
                 zero = N.const(0, leaf.shape, leaf.dtype, leaf.node.device)
-                g = core.Tensor(zero, requires_grad=create_graph, leaf=not create_graph)
+                g = leaf._plain(zero, requires_grad=create_graph, leaf=not create_graph)
                 if k is None:
                     at[id(leaf)] = len(leaves)
                     leaves.append(leaf)
@@ -322,6 +323,29 @@ def graph_consumed(t) -> bool:
     """Whether backward() used t's graph without retain_graph (so the graph can be freed)."""
     ref = _consumed.get(id(t))
     return ref is not None and ref() is t
+
+
+def realize(*tensors) -> list:
+    """Compute several tensors at once, sharing work between them; returns the kernels run.
+
+    A realized tensor whose graph no longer needs differentiating (it does not
+    require grad, or backward() already used its graph) is re-pointed at its
+    buffer, so the graph that produced it, and every buffer in it, can be freed.
+    """
+    nodes = [t.node for t in tensors]
+    records = engine.realize(nodes)
+    for t in tensors:
+        if t._is_leaf or not t.requires_grad or graph_consumed(t):
+            drop_graph(t)
+    return records
+
+
+def drop_graph(t) -> None:
+    """Point a realized tensor at its buffer alone."""
+    if t.node.op is not Ops.BUFFER:
+        buf = engine.value(t.node)
+        if buf is not None:
+            t.node = N.buffer(buf, t.shape, t.dtype)
 
 
 def _dead(ref: weakref.ref) -> bool:
@@ -377,17 +401,17 @@ def settle(value) -> None:
     left alone, for the optimizer step's cached plan (`stepcache.py`)."""
     grads = {}
     for g in _given_grads():
-        if g.requires_grad or (type(g) is core.LazyGrad and not g.built):
+        if g.requires_grad or (type(g) is g._lazy_grad and not g.built):
             continue
         if not g._has_value():
             grads[id(g)] = g
     if not grads:
-        core.realize(value)
+        realize(value)
         return
     pending = take_pending_outputs()  # (which forgets `graded`)
     # the step's boundary: the lazy values alive now too (carried.py)
     extra = with_carried(value, [value, *grads.values(), *pending], [])
-    core.realize(value, *grads.values(), *pending, *extra)
+    realize(value, *grads.values(), *pending, *extra)
 
 
 def overwrite(t, value, counted: bool = True) -> None:
@@ -433,9 +457,9 @@ def grad(
         )
     if allow_unused is None:
         allow_unused = materialize_grads
-    outputs = [outputs] if isinstance(outputs, core.Tensor) else list(outputs)
-    inputs_t = [inputs] if isinstance(inputs, core.Tensor) else list(inputs)
-    if grad_outputs is None or isinstance(grad_outputs, core.Tensor):
+    outputs = [outputs] if isinstance(outputs, TensorBase) else list(outputs)
+    inputs_t = [inputs] if isinstance(inputs, TensorBase) else list(inputs)
+    if grad_outputs is None or isinstance(grad_outputs, TensorBase):
         grad_outputs = [grad_outputs] * len(outputs)
     for o in outputs:
         if not o.requires_grad:
@@ -470,7 +494,7 @@ def grad(
             result.append(None)
             continue
         node = g if create_graph else N.detach(g)
-        g = core.Tensor(node, requires_grad=create_graph, leaf=not create_graph)
+        g = x._plain(node, requires_grad=create_graph, leaf=not create_graph)
         result.append(on_leaf_grad(x, g) if LEAF_HOOKS else g)  # (a leaf's hooks, as torch)
     return tuple(result)
 

@@ -33,9 +33,9 @@ import contextlib
 import threading
 import weakref
 
-from . import core
 from .ir.ops import Ops
 from .runtime.engine import engine
+from .tensor_base import TensorBase
 
 _lazy = threading.local()  # .refs: weak references to tensors noted lazy, oldest first
 COMPACT_AT = 4096  # noted references kept before the dead ones are dropped (then twice the live)
@@ -97,7 +97,7 @@ def with_carried(anchor, pending, extra) -> list:
     if anchor is None:
         return extra
     taken = [t.node for t in pending] + [t.node for t in extra]
-    device = core.Tensor.__dict__["node"].__get__(anchor).device or engine.default_device
+    device = TensorBase.__dict__["node"].__get__(anchor).device or engine.default_device
     return [*extra, *carried(device, map(id, taken))]
 
 
@@ -122,14 +122,14 @@ def carried(device, taken) -> list:
     since = _lazy.since or 0  # while jit records a call: the call's own only
     live = [t for t in (r() for r in refs[since:]) if t is not None]
     del refs[since:]
-    plain, value = core.Tensor, engine.value
-    node_of = plain.__dict__["node"].__get__  # the slot, not a subclass's property
+    value = engine.value
+    node_of = TensorBase.__dict__["node"].__get__  # the slot, not a subclass's property
     default = engine.default_device
     out, seen = [], set(taken)
     for t in live:
-        if type(t) is not plain:  # (a gradient, a view of .data, a deferred parameter)
+        if type(t) is not t._plain:  # (a gradient, a view of .data, a deferred parameter)
             continue
-        n = node_of(t, plain)
+        n = node_of(t, TensorBase)
         if (
             id(n) in seen
             or n.op is Ops.BUFFER

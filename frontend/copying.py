@@ -35,9 +35,8 @@ import copy
 
 import numpy as np
 
-from . import core
 from . import devices as _device
-from .autograd import GradError
+from .autograd import GradError, realize
 from .ir import node as N
 from .ir.dtypes import to_dtype
 from .runtime.backend import HOST, to_device
@@ -59,7 +58,7 @@ def value_copy(t):
     buf = _computed(t)
     here = getattr(buf, "device", None) or HOST
     node = N.buffer(to_device(buf, here), t.shape, t.dtype)  # a device copy goes via host
-    return core.Tensor(node, requires_grad=False, strides=t._strides, leaf=True)
+    return t._plain(node, requires_grad=False, strides=t._strides, leaf=True)
 
 
 def deepcopy_tensor(t, memo: dict):
@@ -88,7 +87,7 @@ def shallow_copy_tensor(t):
         node = N.detach(t.node)  # a leaf of its own (requires_grad_ computes it)
     else:
         node = t.node  # nodes never change: sharing a lazy graph is safe
-    out = _as_class(core.Tensor(node, strides=t._strides, leaf=True), _copy_class(t))
+    out = _as_class(t._plain(node, strides=t._strides, leaf=True), _copy_class(t))
     if t.requires_grad:
         out.requires_grad_()
     if hasattr(t, "__dict__"):
@@ -114,7 +113,7 @@ def rebuild_tensor(cls, array, dtype: str, device: str, requires_grad: bool, str
     name = _device.resolve(device, "pickle")
     if not _device.is_host(name):
         buf = to_device(buf, name)
-    out = _as_class(core.Tensor(N.buffer(buf, array.shape, dt), strides=strides, leaf=True), cls)
+    out = _as_class(cls._plain(N.buffer(buf, array.shape, dt), strides=strides, leaf=True), cls)
     if requires_grad:
         out.requires_grad_()
     if state:
@@ -136,7 +135,7 @@ def _computed(t):
     """The buffer holding `t`'s value, computing it if it is still a graph."""
     buf = engine.value(t.node)
     if buf is None:
-        core.realize(t)
+        realize(t)
         buf = engine.value(t.node)
     return buf
 
@@ -145,13 +144,13 @@ def _copy_class(t) -> type:
     """The class a copy of `t` gets: its own, except a gradient still being built
     (`LazyGrad`) and a tensor's `.data` (`DataView`), whose copies are plain tensors:
     neither is a class a value of its own can have (a copy of `.data` is not a view)."""
-    return core.Tensor if isinstance(t, (core.LazyGrad, core.DataView)) else type(t)
+    return t._plain if t._copies_plain else type(t)
 
 
 def _as_class(t, cls):
     """`t` as an instance of the Tensor subclass `cls` (same slots, no constructor run)."""
-    if cls is core.Tensor:
+    if cls is t._plain:
         return t
     out = cls.__new__(cls)
-    core.Tensor.__init__(out, t.node, requires_grad=False, strides=t._strides, leaf=True)
+    t._plain.__init__(out, t.node, requires_grad=False, strides=t._strides, leaf=True)
     return out

@@ -26,25 +26,21 @@ pieces that ordinary tensor methods do not cover:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
-from . import core
 from .ir import node as N
 from .ir.autodiff import CUSTOM_VJP, wants_gradient, with_vjp
 from .ir.ops import MOVEMENT, REDUCE, Ops
-
-if TYPE_CHECKING:
-    from .tensor import Tensor
+from .tensor_base import TensorBase
 
 
 def custom_gradient(
-    out: Tensor,
-    inputs: Sequence[Tensor],
-    rule: Callable[..., Sequence[Tensor | None]],
+    out: TensorBase,
+    inputs: Sequence[TensorBase],
+    rule: Callable[..., Sequence[TensorBase | None]],
     *,
     own_node: bool = False,
     same_rule: bool = False,
-) -> Tensor:
+) -> TensorBase:
     """`out`, computed from `inputs`, with the gradient `rule(grad_out, *inputs)` (one
     gradient or None per input) instead of the one derived from its ops.
 
@@ -64,16 +60,17 @@ def custom_gradient(
     if own_node or node.op in MOVEMENT or node.op in (Ops.BUFFER, Ops.CONST) or taken:
         node = N.mul(node, N.const(1, node.shape, node.dtype))
     sources = [t.node for t in inputs]
+    plain = out._plain  # (the class: the rule must not hold a tensor)
 
     def node_rule(g):
-        grads = rule(core.Tensor(g), *[core.Tensor(s) for s in sources])
+        grads = rule(plain(g), *[plain(s) for s in sources])
         return [(s, d.node) for s, d in zip(sources, grads) if d is not None]
 
     with_vjp(node, node_rule)
     return out if node is out.node else out._make(node, *inputs)
 
 
-def gradient_wanted(t: Tensor) -> bool:
+def gradient_wanted(t: TensorBase) -> bool:
     """For a `custom_gradient` rule: whether the backward being built needs the gradient of
     input `t` (False where nothing it differentiates for lies below `t`, a network's input
     batch): the rule may return None for it and save building its graph."""
@@ -83,7 +80,7 @@ def gradient_wanted(t: Tensor) -> bool:
 _REORDERING = (Ops.PERMUTE, Ops.PAD, Ops.FLIP)
 
 
-def reads_out_of_order(t: Tensor) -> bool:
+def reads_out_of_order(t: TensorBase) -> bool:
     """Whether `t` is a view that permutes, pads or flips the value under it, so that a
     kernel reading `t` in order reads memory out of order (strided, backwards) or through
     bounds tests. Reshapes, slices and broadcasts of a value read it in order.
@@ -106,7 +103,7 @@ def _read_in_order(node):
     return node
 
 
-def reads_stored_values(t: Tensor) -> bool:
+def reads_stored_values(t: TensorBase) -> bool:
     """Whether `t` reads, in order, values kept in memory (a buffer, a reduction's output, a
     `materialize`d copy) through reshapes, slices and broadcasts only: a kernel that reads
     it several times recomputes nothing (an elementwise value would be computed again at
@@ -121,19 +118,19 @@ def reads_stored_values(t: Tensor) -> bool:
     return node is not None and (node.op in (Ops.BUFFER, Ops.CONTIGUOUS) or node.op in REDUCE)
 
 
-def gather_rows(table: Tensor, index: Tensor) -> Tensor:
+def gather_rows(table: TensorBase, index: TensorBase) -> TensorBase:
     """Rows of `table` picked by the integers in `index`: shape index.shape + table.shape[1:].
 
     Indices are not checked (the caller checks them where their values are known)."""
     return table._make(N.gather(table.node, index.node), index)
 
 
-def materialize(t: Tensor, reason: str) -> Tensor:
+def materialize(t: TensorBase, reason: str) -> TensorBase:
     """`t`, stored in memory by its own kernel; `reason` is what the schedule says."""
     return t._make(N.contiguous(t.node, reason))
 
 
-def host_data(t: Tensor):
+def host_data(t: TensorBase):
     """`t`'s values as a numpy array if they are data in memory already, else None."""
     node = t.node
     if node.op is not Ops.BUFFER:

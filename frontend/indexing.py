@@ -37,10 +37,8 @@ import math
 
 import numpy as np
 
-from . import core
 from .autocast import autocast_op
-from .creation import full, host_table, tensor
-from .creation import index_arange as arange
+from .creation_nodes import full_node, host_table, index_arange, tensor_like
 from .errors import ArgumentError, DTypeError, IndexingError, ShapeError, fail, warn_user
 from .extend import custom_gradient
 from .ir import node as N
@@ -50,6 +48,8 @@ from .ir.ops import Ops
 from .jithooks import host_read_refused
 from .movement import MovementMixin, basic_index
 from .scalars import checked_fill
+from .tensor_base import TensorBase, as_tensor_like, broadcast_shapes
+from .tensor_base import where as _where
 
 # torch reads a uint8 index as a mask (deprecated) where an int8 one is positions: no guessing
 _UINT8_INDEX = (
@@ -58,13 +58,9 @@ _UINT8_INDEX = (
 )
 
 
-def _tensor_cls():
-    return core.Tensor
-
-
 def _is_advanced(i) -> bool:
     # a tuple inside the index is a list of positions: x[(0, 1), (2, 2)] is x[[0, 1], [2, 2]]
-    return isinstance(i, (_tensor_cls(), list, tuple, np.ndarray, bool, np.bool_))
+    return isinstance(i, (TensorBase, list, tuple, np.ndarray, bool, np.bool_))
 
 
 def needs_general(index) -> bool:
@@ -90,10 +86,10 @@ def host_values(t):
     return None
 
 
-def _as_index(i, op: str):
-    """A tensor index from a tensor, list or array; bools stay bool, integers become int64."""
-    Tensor = _tensor_cls()
-    if not isinstance(i, Tensor):
+def _as_index(i, op: str, like):
+    """A tensor index from a tensor, list or array; bools stay bool, integers become int64
+    (a tensor of the class of `like`, the indexed tensor)."""
+    if not isinstance(i, TensorBase):
         try:
             arr = np.asarray(i)
         except ValueError as e:
@@ -108,7 +104,7 @@ def _as_index(i, op: str):
             )
         if arr.dtype == np.uint8:
             fail(IndexingError, op, _UINT8_INDEX)
-        i = host_table(arr if arr.dtype.kind == "b" else arr.astype(np.int64))
+        i = host_table(like, arr if arr.dtype.kind == "b" else arr.astype(np.int64))
     if i.dtype.unsigned:
         fail(IndexingError, op, _UINT8_INDEX)
     if i.dtype.is_float:
@@ -136,7 +132,7 @@ def _wrap(t, size: int):
     vals = host_values(t)
     if vals is not None and (vals.size == 0 or vals.min() >= 0):
         return t
-    return core.where(t < 0, t + size, t)
+    return _where(t < 0, t + size, t)
 
 
 def _positive_slice(s: slice, size: int) -> slice:
@@ -152,7 +148,6 @@ def _positive_slice(s: slice, size: int) -> slice:
 def _entries(x, index, op: str):
     """The index as one entry per axis of x (plus new axes): ('none',) ('slice', s)
     ('int', j) ('idx', int tensor) ('newidx', int tensor on a new size-1 axis)."""
-    Tensor = _tensor_cls()
     if not isinstance(index, tuple):
         index = (index,)
     raw = []
@@ -161,8 +156,8 @@ def _entries(x, index, op: str):
             raw.append(i)
         elif isinstance(i, (bool, np.bool_)):
             raw.append(("bool0", bool(i)))
-        elif isinstance(i, (Tensor, list, tuple, np.ndarray)):
-            t = _as_index(list(i) if isinstance(i, tuple) else i, op)
+        elif isinstance(i, (TensorBase, list, tuple, np.ndarray)):
+            t = _as_index(list(i) if isinstance(i, tuple) else i, op, x)
             raw.append(("bool", t) if t.dtype.is_bool else ("idx", t))
         elif hasattr(i, "__index__"):
             raw.append(("int", int(i)))
@@ -208,7 +203,7 @@ def _entries(x, index, op: str):
             out.append(("int", i[1] % size))
             axis += 1
         elif i[0] == "bool0":
-            out.append(("newidx", arange(1 if i[1] else 0)))
+            out.append(("newidx", index_arange(x, 1 if i[1] else 0)))
         elif i[0] == "bool":
             mask = i[1]
             have = x.shape[axis : axis + mask.ndim]
@@ -220,12 +215,12 @@ def _entries(x, index, op: str):
                     f"{have} of the indexed tensor at axis {axis}",
                 )
             if mask.ndim == 0:
-                out.append(("newidx", arange(1 if bool(mask.item()) else 0)))
+                out.append(("newidx", index_arange(x, 1 if bool(mask.item()) else 0)))
                 continue
 
             # the mask's values decide the result's shape: compute it now
             for coords in np.nonzero(values_for_shape(mask, "a bool mask index")):
-                out.append(("idx", host_table(coords.astype(np.int64))))
+                out.append(("idx", host_table(x, coords.astype(np.int64))))
                 axis += 1
         else:
             t = i[1]
@@ -241,9 +236,12 @@ def _list_as_tuple(index):
     `x[[0, 1], [1, 0]]`, `x[[t0, t1]]` is `x[t0, t1]`; torch warns that this will change."""
     if not isinstance(index, list) or len(index) >= 32:
         return index
-    Tensor = _tensor_cls()
     for i in index:
-        if isinstance(i, (Tensor, list, tuple, np.ndarray, slice)) or i is None or i is Ellipsis:
+        if (
+            isinstance(i, (TensorBase, list, tuple, np.ndarray, slice))
+            or i is None
+            or i is Ellipsis
+        ):
             warn_user(
                 "Using a non-tuple sequence for multidimensional indexing is deprecated and "
                 "will be changed in pytorch 2.9; use x[tuple(seq)] instead of x[seq]. In "
@@ -293,7 +291,7 @@ def getitem(x, index):
     idx = [_wrap(kept[k][1], x.shape[k]) for k in adv]
     shape = ()
     for t in idx:
-        shape = core.broadcast_shapes(shape, t.shape, "index")
+        shape = broadcast_shapes(shape, t.shape, "index")
     rest = [k for k in range(x.ndim) if k not in adv]
     table = x.permute(adv + rest).reshape((math.prod(sizes),) + tuple(x.shape[k] for k in rest))
     flat = None
@@ -339,7 +337,7 @@ def _put(x, positions, values, may_repeat: bool = True):
     keep = None
     k = pos.numel()
     if may_repeat and k * k <= LAZY_REPEATS_LIMIT:
-        order = arange(k)
+        order = index_arange(x, k)
         later = (order.reshape(1, k) > order.reshape(k, 1)) & (
             pos.reshape(1, k) == pos.reshape(k, 1)
         )
@@ -349,17 +347,17 @@ def _put(x, positions, values, may_repeat: bool = True):
         uniq, first_rev = np.unique(p[::-1], return_index=True)
         if uniq.size != p.size:  # repeated places: keep the last value written to each
             last = np.sort(p.size - 1 - first_rev)
-            pos = host_table(p[last].astype(np.int64))
-            vals = vals[host_table(last.astype(np.int64))]
+            pos = host_table(x, p[last].astype(np.int64))
+            vals = vals[host_table(x, last.astype(np.int64))]
     if keep is not None:  # (a value overwritten adds -0.0: v + -0.0 is v)
-        vals = core.where(keep, vals, -0.0 if vals.dtype.is_float else 0)
+        vals = _where(keep, vals, -0.0 if vals.dtype.is_float else 0)
     # summed from -0.0, the one value kept at a place comes through with its bits (from
     # +0.0, a -0.0 was written as +0.0; torch writes the value as it is)
     summed = vals._make(N.scatter_add(vals.node, pos.node, numel, from_negative_zero=True), vals)
     ones = N.const(1, pos.shape, int64) if keep is None else keep.cast(int64).node
     hit = N.scatter_add(ones, pos.node, numel)
     hit = x._make(N.binary(Ops.CMPLT, N.const(0, (numel,), int64), hit))
-    return core.where(hit, summed, x.reshape(-1)).reshape(x.shape)
+    return _where(hit, summed, x.reshape(-1)).reshape(x.shape)
 
 
 def _positions(x):
@@ -372,7 +370,7 @@ def _positions(x):
         if shape[d] > 1:
             view = [1] * len(shape)
             view[d] = shape[d]
-            out = out + (arange(shape[d]) * stride).reshape(view)
+            out = out + (index_arange(x, shape[d]) * stride).reshape(view)
         stride *= shape[d]
     return out
 
@@ -398,7 +396,7 @@ def _broadcast_value(v, value, shape):
     """`v` (the written `value`, cast) broadcast to the indexed places' `shape`, or torch's
     error."""
     try:
-        core.broadcast_shapes(v.shape, shape, "setitem")
+        broadcast_shapes(v.shape, shape, "setitem")
         return v.expand(shape)
     except ShapeError:
         fail(
@@ -447,27 +445,29 @@ def _put_basic(x, index, values):
         return t
 
     mask = x._make(N.const(True, tuple(counts), bool_))
-    return core.where(placed(mask), placed(values.reshape(counts)), x)
+    return _where(placed(mask), placed(values.reshape(counts)), x)
 
 
 def setitem(x, index, value) -> None:
     """`x[index] = value`: x is rebound to a new value (see the module docstring)."""
-    if not isinstance(value, core.Tensor):
-        value = core.as_tensor(value) if not isinstance(value, (int, float, bool)) else value
+    if not isinstance(value, TensorBase):
+        value = (
+            value if isinstance(value, (int, float, bool)) else as_tensor_like(value, x, "setitem")
+        )
     if not needs_general(index):  # a box of places, strided: written by views (_put_basic)
         view_shape = x[index].shape
-        if isinstance(value, core.Tensor):
+        if isinstance(value, TensorBase):
             v = _broadcast_value(value.cast(x.dtype), value, view_shape)
         else:
             fill = checked_fill(value, x.dtype, "setitem")
-            v = core.Tensor(N.const(fill, view_shape, x.dtype))
+            v = x._plain(N.const(fill, view_shape, x.dtype))
         _rebind(x, _put_basic(x, index, v), "setitem")
         return
     positions = _positions(x)[index]
-    if isinstance(value, core.Tensor):
+    if isinstance(value, TensorBase):
         v = _broadcast_value(value.cast(x.dtype), value, positions.shape)
     else:
-        v = core.Tensor(N.const(checked_fill(value, x.dtype, "setitem"), positions.shape, x.dtype))
+        v = x._plain(N.const(checked_fill(value, x.dtype, "setitem"), positions.shape, x.dtype))
     _rebind(x, _put(x, positions, v, may_repeat=_has_tensor_index(index)), "setitem")
 
 
@@ -483,13 +483,13 @@ def _flat_along(shape, dim: int, index):
         if d != dim and index.shape[d] > 1:
             view = [1] * len(shape)
             view[d] = index.shape[d]
-            flat = flat + (arange(index.shape[d]) * strides[d]).reshape(view)
+            flat = flat + (index_arange(index, index.shape[d]) * strides[d]).reshape(view)
     return flat.expand(index.shape)
 
 
 def _tensor_arg(value, op: str, name: str, position: int | None = None):
     """`value`, which must be a Tensor: otherwise torch's TypeError, naming the argument."""
-    if not isinstance(value, _tensor_cls()):
+    if not isinstance(value, TensorBase):
         at = f" (position {position})" if position is not None else ""
         fail(
             DTypeError,
@@ -502,7 +502,7 @@ def _tensor_arg(value, op: str, name: str, position: int | None = None):
 def _number_arg(value, op: str, name: str):
     """`value`, a Python number or a 0-d tensor (a fill value): otherwise a TypeError
     naming the argument, not numpy's complaint about converting it."""
-    if isinstance(value, (bool, int, float, np.number, np.bool_, _tensor_cls())):
+    if isinstance(value, (bool, int, float, np.number, np.bool_, TensorBase)):
         return value
     fail(
         DTypeError,
@@ -514,16 +514,14 @@ def _number_arg(value, op: str, name: str):
 def _one_element(x, index, src):
     """A 0-d input as a 1-element vector, as torch's gather and scatter treat it, with a 0-d
     index and src made vectors too (the caller makes the result 0-d again)."""
-    Tensor = _tensor_cls()
-    index = index.reshape(1) if isinstance(index, Tensor) and index.ndim == 0 else index
-    src = src.reshape(1) if isinstance(src, Tensor) and src.ndim == 0 else src
+    index = index.reshape(1) if isinstance(index, TensorBase) and index.ndim == 0 else index
+    src = src.reshape(1) if isinstance(src, TensorBase) and src.ndim == 0 else src
     return x.reshape(1), index, src
 
 
 def _check_along(x, dim, index, op: str, src=None):
-    Tensor = _tensor_cls()
-    if not isinstance(index, Tensor):
-        index = _as_index(index, op)
+    if not isinstance(index, TensorBase):
+        index = _as_index(index, op, x)
     if index.dtype.is_float or index.dtype.is_bool:
         fail(DTypeError, op, f"index must be an int64 tensor, got {index.dtype.name}")
     d = x._dim(dim, op)
@@ -570,7 +568,7 @@ def gather(x, dim: int, index):
     """
     if x.ndim == 0:
         x._dim(dim, "gather")
-        if isinstance(index, _tensor_cls()) and index.ndim == 0:
+        if isinstance(index, TensorBase) and index.ndim == 0:
             return gather(x.reshape(1), 0, index.reshape(1)).reshape(())
         x = x.reshape(1)
     d, index = _check_along(x, dim, index, "gather")
@@ -581,9 +579,8 @@ def gather(x, dim: int, index):
 
 def _src_along(x, index, src, op: str):
     """src cut to index's shape (as PyTorch reads it), in x's dtype; a number is broadcast."""
-    Tensor = _tensor_cls()
-    if not isinstance(src, Tensor):
-        return Tensor(N.const(src, index.shape, x.dtype))
+    if not isinstance(src, TensorBase):
+        return x._plain(N.const(src, index.shape, x.dtype))
     src = src.cast(x.dtype)
     if src.ndim != index.ndim:
         fail(ShapeError, op, f"src {src.shape} and index {index.shape} differ in dims")
@@ -611,8 +608,7 @@ def scatter(x, dim: int, index, src=None, value=None, reduce=None):
     """
     if src is None:
         src = value
-    Tensor = _tensor_cls()
-    if not isinstance(src, Tensor):
+    if not isinstance(src, TensorBase):
         _number_arg(src, "scatter", "value")
     else:
         _same_dtype(x, src, "scatter")
@@ -624,10 +620,10 @@ def scatter(x, dim: int, index, src=None, value=None, reduce=None):
         mode = {"add": "sum", "multiply": "prod"}.get(reduce)
         if mode is None:
             fail(ShapeError, "scatter", f"reduce must be 'add' or 'multiply', got {reduce!r}")
-        if not isinstance(src, Tensor):  # torch's scatter(dim, index, value, reduce=...)
-            src = full(tuple(index.shape), src, dtype=x.dtype, device=x.device)
+        if not isinstance(src, TensorBase):  # torch's scatter(dim, index, value, reduce=...)
+            src = x._plain(full_node(tuple(index.shape), src, x.dtype, x.device))
         return scatter_reduce(x, dim, index, src, mode)
-    d, index = _check_along(x, dim, index, "scatter", src if isinstance(src, Tensor) else None)
+    d, index = _check_along(x, dim, index, "scatter", src if isinstance(src, TensorBase) else None)
     vals = _src_along(x, index, src, "scatter")
     return _put(x, _flat_along(x.shape, d, index), vals)
 
@@ -670,7 +666,7 @@ def scatter_reduce(x, dim: int, index, src, reduce: str, include_self: bool = Tr
     with every source (a one-hot table), so they raise above ONE_HOT_LIMIT elements.
     Integer means round down, as PyTorch's.
     """
-    if isinstance(src, _tensor_cls()):
+    if isinstance(src, TensorBase):
         _same_dtype(x, src, "scatter_reduce")
     if reduce not in ("sum", "mean", "prod", "amax", "amin"):
         fail(
@@ -688,15 +684,15 @@ def scatter_reduce(x, dim: int, index, src, reduce: str, include_self: bool = Tr
     ones = vals._make(N.const(1, vals.shape, int64))
     count = _scattered_sum(x.cast(int64), d, index, ones)
     hit = count > 0
-    base = x if include_self else core.where(hit, 0, x)
+    base = x if include_self else _where(hit, 0, x)
     if reduce in ("sum", "mean"):
         total = base + _scattered_sum(x, d, index, vals)
         if reduce == "sum":
             return total
         n = count + int(include_self)
         if x.dtype.is_float:
-            return core.where(hit, total / n.cast(x.dtype).maximum(1), x)
-        return core.where(hit, total.div(n.maximum(1), rounding_mode="floor"), x)
+            return _where(hit, total / n.cast(x.dtype).maximum(1), x)
+        return _where(hit, total.div(n.maximum(1), rounding_mode="floor"), x)
     numel, m = x.numel(), vals.numel()
     if numel * m > ONE_HOT_LIMIT:
         fail(
@@ -707,24 +703,24 @@ def scatter_reduce(x, dim: int, index, src, reduce: str, include_self: bool = Tr
         )
 
     flat = _flat_along(x.shape, d, index).reshape(1, m)
-    onehot = arange(numel).reshape(numel, 1) == flat
+    onehot = index_arange(x, numel).reshape(numel, 1) == flat
     v = vals.reshape(1, m).expand(numel, m)
     xf = x.reshape(-1)
     hitf = hit.reshape(-1)
     if reduce == "prod":
-        red = core.where(onehot, v, 1).prod(1)
-        out = red * xf if include_self else core.where(hitf, red, xf)
+        red = _where(onehot, v, 1).prod(1)
+        out = red * xf if include_self else _where(hitf, red, xf)
         if out.requires_grad:
             out = out.reshape(x.shape)
             return _with_scatter_prod_gradient(out, x, d, index, vals, include_self)
     else:
         big = math.inf if x.dtype.is_float else np.iinfo(x.dtype.np).max
         if reduce == "amax":
-            red = core.where(onehot, v, -big).amax(1)
-            out = core.where(hitf, red.maximum(xf) if include_self else red, xf)
+            red = _where(onehot, v, -big).amax(1)
+            out = _where(hitf, red.maximum(xf) if include_self else red, xf)
         else:
-            red = core.where(onehot, v, big).amin(1)
-            out = core.where(hitf, red.minimum(xf) if include_self else red, xf)
+            red = _where(onehot, v, big).amin(1)
+            out = _where(hitf, red.minimum(xf) if include_self else red, xf)
         if out.requires_grad:
             return _shared_among_equal(out.reshape(x.shape), x, d, index, vals, hit, include_self)
     return out.reshape(x.shape)
@@ -741,16 +737,16 @@ def _with_scatter_prod_gradient(out, x, d: int, index, vals, include_self: bool)
     hit = _scattered_sum(x.cast(int64), d, index, vals._make(N.const(1, vals.shape, int64))) > 0
 
     def rule(g, x, src, res):
-        own = core.where(x == 0, 1.0, x)
+        own = _where(x == 0, 1.0, x)
         grad_self = g * reduced(own, src) / own
         if not include_self:
-            grad_self = core.where(hit, 0.0, grad_self)
+            grad_self = _where(hit, 0.0, grad_self)
         zero = src == 0
         zeros_there = _scattered_sum(x * 0, d, index, zero.cast(x.dtype)).gather(d, index)
         single = zero & (zeros_there == 1)
-        others = (g * reduced(x, core.where(single, 1.0, src))).gather(d, index)
-        plain = (g * res).gather(d, index) / core.where(zero, 1.0, src)
-        return [grad_self, core.where(single, others, plain), None]
+        others = (g * reduced(x, _where(single, 1.0, src))).gather(d, index)
+        plain = (g * res).gather(d, index) / _where(zero, 1.0, src)
+        return [grad_self, _where(single, others, plain), None]
 
     return custom_gradient(out, [x, vals, out], rule, own_node=True)
 
@@ -767,8 +763,8 @@ def _shared_among_equal(out, x, d: int, index, vals, hit, include_self: bool):
     xn, vn = x.node, vals.node  # now: an in-place update would rebind x.node
 
     def rule(g):
-        share = core.Tensor(g) / count
-        own = share * self_is if include_self else core.where(hit, 0.0, share * self_is)
+        share = count._plain(g) / count
+        own = share * self_is if include_self else _where(hit, 0.0, share * self_is)
         return [(xn, own.node), (vn, (share.gather(d, index) * src_is).node)]
 
     node = own_node(out.node)
@@ -782,7 +778,7 @@ def index_select(x, dim: int, index):
     >>> fg.arange(6).reshape(2, 3).index_select(1, fg.tensor([2, 0])).tolist()
     [[2, 0], [5, 3]]
     """
-    index = _as_index(index, "index_select")
+    index = _as_index(index, "index_select", x)
     if index.ndim > 1 or index.dtype.is_bool:
         fail(IndexingError, "index_select", f"index must be a vector of ints, got {index.shape}")
     d = x._dim(dim, "index_select")
@@ -807,13 +803,13 @@ def take(x, index):
     >>> fg.tensor([[4, 3], [5, 6]]).take(fg.tensor([0, 3])).tolist()
     [4, 6]
     """
-    index = _as_index(index, "take")
+    index = _as_index(index, "take", x)
     return x.reshape(-1)[index]
 
 
 def _along(x, dim: int, index, op: str):
     """A 1-D index along `dim`, spread to the shape of the selection it makes."""
-    index = _as_index(index, op)
+    index = _as_index(index, op, x)
     if index.ndim > 1 or index.dtype.is_bool:
         fail(IndexingError, op, f"index must be a vector of ints, got shape {index.shape}")
     d = x._dim(dim, op)
@@ -866,7 +862,7 @@ def index_fill(x, dim: int, index, value):
         x._dim(dim, "index_fill")
         return index_fill(x.reshape(1), 0, index, value).reshape(())
     d, spread = _along(x, dim, index, "index_fill")
-    if isinstance(value, _tensor_cls()):
+    if isinstance(value, TensorBase):
         if value.ndim:
             fail(
                 ShapeError,
@@ -887,7 +883,7 @@ def index_put(x, indices, values, accumulate: bool = False):
             "index_put_()",
             f"argument 'accumulate' must be bool, not {type(accumulate).__name__}",
         )
-    if isinstance(indices, core.Tensor):  # not one index per row of it
+    if isinstance(indices, TensorBase):  # not one index per row of it
         fail(
             DTypeError,
             "index_put_()",
@@ -899,7 +895,7 @@ def index_put(x, indices, values, accumulate: bool = False):
         out = x.clone()
         setitem(out, indices, values)
         return out
-    v = values if isinstance(values, core.Tensor) else core.as_tensor(values)
+    v = as_tensor_like(values, x, "index_put")
     v = v.cast(x.dtype).expand(positions.shape).reshape(-1)
     pos = positions.reshape(-1)
     summed = v._make(N.scatter_add(v.node, pos.node, x.numel(), from_negative_zero=True), v)
@@ -914,7 +910,7 @@ def take_along_dim(x, indices, dim=None):
     >>> x.take_along_dim(x.argmax(1, keepdim=True), 1).tolist()
     [[30], [60]]
     """
-    indices = _as_index(indices, "take_along_dim")
+    indices = _as_index(indices, "take_along_dim", x)
     if dim is None:
         return gather(x.reshape(-1), 0, indices.reshape(-1))
     d = x._dim(dim, "take_along_dim")
@@ -926,7 +922,7 @@ def take_along_dim(x, indices, dim=None):
         )
     a = x.shape[:d] + (1,) + x.shape[d + 1 :]
     b = indices.shape[:d] + (1,) + indices.shape[d + 1 :]
-    common = core.broadcast_shapes(a, b, "take_along_dim")
+    common = broadcast_shapes(a, b, "take_along_dim")
     xs = common[:d] + (x.shape[d],) + common[d + 1 :]
     ind = common[:d] + (indices.shape[d],) + common[d + 1 :]
     return gather(x.expand(xs), d, indices.expand(ind))
@@ -939,17 +935,17 @@ def masked_fill(x, mask, value):
     >>> fg.tensor([1.0, 2.0, 3.0]).masked_fill(fg.tensor([True, False, True]), 0).tolist()
     [0.0, 2.0, 0.0]
     """
-    mask = _as_index(mask, "masked_fill") if not isinstance(mask, core.Tensor) else mask
+    mask = _as_index(mask, "masked_fill", x) if not isinstance(mask, TensorBase) else mask
     _number_arg(value, "masked_fill", "value")
     if not mask.dtype.is_bool:
         fail(DTypeError, "masked_fill", f"mask must be a bool tensor, got {mask.dtype.name}")
-    if core.broadcast_shapes(mask.shape, x.shape, "masked_fill") != x.shape:
+    if broadcast_shapes(mask.shape, x.shape, "masked_fill") != x.shape:
         fail(
             ShapeError,
             "masked_fill",
             f"mask of shape {mask.shape} does not broadcast to the tensor's shape {x.shape}",
         )
-    if isinstance(value, core.Tensor):
+    if isinstance(value, TensorBase):
         if value.ndim != 0:
             fail(
                 ShapeError,
@@ -958,8 +954,8 @@ def masked_fill(x, mask, value):
             )
         value = value.cast(x.dtype)
     else:
-        value = core.Tensor(N.const(checked_fill(value, x.dtype, "masked_fill"), (), x.dtype))
-    return core.where(mask, value, x)
+        value = x._plain(N.const(checked_fill(value, x.dtype, "masked_fill"), (), x.dtype))
+    return _where(mask, value, x)
 
 
 def masked_select(x, mask):
@@ -969,10 +965,10 @@ def masked_select(x, mask):
     >>> fg.tensor([1.0, 2.0, 3.0]).masked_select(fg.tensor([True, False, True])).tolist()
     [1.0, 3.0]
     """
-    mask = _as_index(mask, "masked_select")
+    mask = _as_index(mask, "masked_select", x)
     if not mask.dtype.is_bool:
         fail(DTypeError, "masked_select", f"mask must be a bool tensor, got {mask.dtype.name}")
-    shape = core.broadcast_shapes(x.shape, mask.shape, "masked_select")
+    shape = broadcast_shapes(x.shape, mask.shape, "masked_select")
     return x.expand(shape)[mask.expand(shape)]
 
 
@@ -987,11 +983,11 @@ def nonzero(x, as_tuple: bool = False):
     device = x.device
     if as_tuple:
         if a.ndim == 0:
-            return (tensor(np.nonzero(a.reshape(1))[0].astype(np.int64), device=device),)
-        return tuple(tensor(c.astype(np.int64), device=device) for c in np.nonzero(a))
+            return (tensor_like(x, np.nonzero(a.reshape(1))[0].astype(np.int64), device=device),)
+        return tuple(tensor_like(x, c.astype(np.int64), device=device) for c in np.nonzero(a))
     if a.ndim == 0:  # torch: one row of no coordinates if the value is nonzero, else none
-        return tensor(np.zeros((int(a != 0), 0), np.int64), device=device)
-    return tensor(np.argwhere(a).astype(np.int64).reshape(-1, a.ndim), device=device)
+        return tensor_like(x, np.zeros((int(a != 0), 0), np.int64), device=device)
+    return tensor_like(x, np.argwhere(a).astype(np.int64).reshape(-1, a.ndim), device=device)
 
 
 def argwhere(x):
@@ -1012,26 +1008,12 @@ def unique(
         fail(ArgumentError, "unique", "dim= is not supported here; unique of the flattened values")
     a = np.asarray(values_for_shape(x, "unique"))
     values, inverse, counts = np.unique(a, return_inverse=True, return_counts=True)
-    out = [tensor(values, dtype=x.dtype, device=x.device)]
+    out = [tensor_like(x, values, dtype=x.dtype, device=x.device)]
     if return_inverse:
-        out.append(tensor(inverse.reshape(a.shape).astype(np.int64), device=x.device))
+        out.append(tensor_like(x, inverse.reshape(a.shape).astype(np.int64), device=x.device))
     if return_counts:
-        out.append(tensor(counts.astype(np.int64), device=x.device))
+        out.append(tensor_like(x, counts.astype(np.int64), device=x.device))
     return out[0] if len(out) == 1 else tuple(out)
-
-
-def where(cond, a=None, b=None):
-    """`a` where `cond` is true, else `b`; with `cond` alone, `nonzero(cond, as_tuple=True)`.
-
-    >>> import fusegrad as fg
-    >>> [t.tolist() for t in fg.where(fg.tensor([0, 3, 0, 4]))]
-    [[1, 3]]
-    """
-    if a is None and b is None:
-        return nonzero(cond, as_tuple=True)
-    if a is None or b is None:
-        fail(ShapeError, "where", "give both a and b, or neither")
-    return core.where(cond, a, b)
 
 
 def flip(x, dims):

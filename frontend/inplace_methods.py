@@ -16,16 +16,12 @@ gradient. `VIEWS` change the shape (`unsqueeze_`, `t_`, ...), `RANDOM` draw new 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from . import autograd_state, core
+from . import autograd_state
 from .autocast import autocast_op
-from .creation import rand, randint, randn
+from .creation_nodes import rand_node, randint, randn
 from .errors import DTypeError, fail
+from .tensor_base import TensorBase, where
 from .versions import InplaceError, retire
-
-if TYPE_CHECKING:
-    from .tensor import Tensor
 
 # in-place variants of elementwise (and same-shape) ops: name_ is _inplace(name(...))
 SAME_SHAPE = (
@@ -53,7 +49,7 @@ VIEWS = ("unsqueeze", "squeeze", "t", "transpose", "swapaxes", "swapdims")
 
 
 def _same_shape(name: str):
-    def method(self, *args, **kwargs) -> Tensor:
+    def method(self, *args, **kwargs) -> TensorBase:
         return self._inplace(getattr(self, name)(*args, **kwargs), name + "_")
 
     method.__name__ = method.__qualname__ = name + "_"
@@ -62,7 +58,7 @@ def _same_shape(name: str):
 
 
 def _view(name: str):
-    def method(self, *args, **kwargs) -> Tensor:
+    def method(self, *args, **kwargs) -> TensorBase:
         if autograd_state.enabled() and self.requires_grad and self._is_leaf:
             fail(
                 InplaceError,
@@ -86,29 +82,29 @@ def _view(name: str):
 # ---------------------------------------------------------------- methods the table needs
 
 
-def clamp_min(self, min) -> Tensor:  # noqa: A002  (torch's name)
+def clamp_min(self, min) -> TensorBase:  # noqa: A002  (torch's name)
     """`clamp(min=min)`."""
     return self.clamp(min=min)
 
 
-def clamp_max(self, max) -> Tensor:  # noqa: A002
+def clamp_max(self, max) -> TensorBase:  # noqa: A002
     """`clamp(max=max)`."""
     return self.clamp(max=max)
 
 
 @autocast_op("addcmul")
-def addcmul(self, tensor1, tensor2, *, value=1) -> Tensor:
+def addcmul(self, tensor1, tensor2, *, value=1) -> TensorBase:
     """self + value * tensor1 * tensor2 (torch.addcmul)."""
     return self + value * tensor1 * tensor2
 
 
 @autocast_op("addcdiv")
-def addcdiv(self, tensor1, tensor2, *, value=1) -> Tensor:
+def addcdiv(self, tensor1, tensor2, *, value=1) -> TensorBase:
     """self + value * tensor1 / tensor2 (torch.addcdiv)."""
     return self + value * (tensor1 / tensor2)
 
 
-def masked_scatter(self, mask, source) -> Tensor:
+def masked_scatter(self, mask, source) -> TensorBase:
     """Where `mask` (broadcast to self's shape) is true, the next elements of `source` in
     row-major order; elsewhere self (torch.masked_scatter).
 
@@ -123,7 +119,7 @@ def masked_scatter(self, mask, source) -> Tensor:
     flat = source.reshape(-1)
     taken = mask.reshape(-1).long().cumsum(0) - 1  # the source element each true place takes
     picked = flat[taken.clamp(0, max(flat.shape[0] - 1, 0))].reshape(self.shape)
-    return core.where(mask, picked.cast(self.dtype), self)
+    return where(mask, picked.cast(self.dtype), self)
 
 
 def _compare(op: str):
@@ -155,42 +151,42 @@ BASE = {
 # ---------------------------------------------------------------- random fills
 
 
-def normal_(self, mean=0.0, std=1.0, *, generator=None) -> Tensor:
+def normal_(self, mean=0.0, std=1.0, *, generator=None) -> TensorBase:
     """Fill with samples of N(mean, std^2), in place."""
-    z = randn(*self.shape, generator=generator, dtype=self.dtype, device=self.device)
+    z = randn(self, self.shape, generator, self.dtype, self.device)
     return self._inplace(z * std + mean, "normal_")
 
 
-def uniform_(self, a=0.0, b=1.0, *, generator=None) -> Tensor:
+def uniform_(self, a=0.0, b=1.0, *, generator=None) -> TensorBase:
     """Fill with samples of U[a, b), in place (torch names the bounds `from` and `to`)."""
-    u = rand(*self.shape, generator=generator, dtype=self.dtype, device=self.device)
+    u = self._plain(rand_node(self.shape, generator, self.dtype, self.device))
     return self._inplace(u * (b - a) + a, "uniform_")
 
 
-def bernoulli_(self, p=0.5, *, generator=None) -> Tensor:
+def bernoulli_(self, p=0.5, *, generator=None) -> TensorBase:
     """Fill with 1 (probability `p`, a number or a tensor) or 0, in place."""
-    u = rand(*self.shape, generator=generator, dtype="float64", device=self.device)
+    u = self._plain(rand_node(self.shape, generator, "float64", self.device))
     return self._inplace((u < p).cast(self.dtype), "bernoulli_")
 
 
-def exponential_(self, lambd=1.0, *, generator=None) -> Tensor:
+def exponential_(self, lambd=1.0, *, generator=None) -> TensorBase:
     """Fill with samples of the exponential distribution of rate `lambd`, in place."""
-    u = rand(*self.shape, generator=generator, dtype=self.dtype, device=self.device)
+    u = self._plain(rand_node(self.shape, generator, self.dtype, self.device))
     return self._inplace(-(1 - u).log() / lambd, "exponential_")
 
 
-def random_(self, a=None, b=None, *, generator=None) -> Tensor:
+def random_(self, a=None, b=None, *, generator=None) -> TensorBase:
     """Fill with integers drawn uniformly from [a, b) (`random_(b)`: [0, b); `random_()`:
     [0, 2^mantissa] for floats, [0, max] for integers), in place."""
     if a is None:
         a, b = 0, _random_bound(self)
     elif b is None:
         a, b = 0, a
-    drawn = randint(a, b, self.shape, generator=generator, dtype="int64", device=self.device)
+    drawn = randint(self, a, b, self.shape, generator, "int64", self.device)
     return self._inplace(drawn.cast(self.dtype), "random_")
 
 
-def _random_bound(t: Tensor) -> int:
+def _random_bound(t: TensorBase) -> int:
     if t.dtype.is_bool:
         return 2
     if t.dtype.is_float:
@@ -218,7 +214,7 @@ class InplaceMixin:
 
 def variants(namespace: dict, bases: tuple) -> dict:
     """The in-place variants (name_) of the ops of the tables that a class with this
-    `namespace` and `bases` has and does not write by hand: Tensor's class body adds them
+    `namespace` and `bases` has and does not write by hand: TensorBase's class body adds them
     to itself."""
 
     def has(name: str) -> bool:

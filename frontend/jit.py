@@ -83,11 +83,10 @@ import sys
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import autograd, autograd_state, core, jithooks
+from . import autograd, autograd_state, jithooks
 from .autocast import state_key as autocast_state
 from .carried import own_values_only
 from .creation import from_numpy
@@ -101,10 +100,7 @@ from .runtime import forksafe
 from .runtime.buffer import Buffer
 from .runtime.config import config
 from .runtime.engine import engine
-
-if TYPE_CHECKING:
-    from .tensor import Tensor
-
+from .tensor import Tensor, realize
 
 # the hooks the library calls while a function records are jithooks.py's; nn and users
 # know them as fusegrad.jit's
@@ -222,10 +218,8 @@ def _module_tensors() -> list[tuple[_Attr, Tensor]]:
     """Every live module's tensor attributes (registered buffers and plain attributes)."""
     out = []
     for m in _live_modules():
-        names = [k for k, v in vars(m).items() if isinstance(v, core.Tensor)]
-        names += [
-            k for k, v in m.__dict__.get("_buffers", {}).items() if isinstance(v, core.Tensor)
-        ]
+        names = [k for k, v in vars(m).items() if isinstance(v, Tensor)]
+        names += [k for k, v in m.__dict__.get("_buffers", {}).items() if isinstance(v, Tensor)]
         out.extend((_Attr(m, k), getattr(m, k)) for k in names)
     return out
 
@@ -372,12 +366,12 @@ class jit:
             return _run_replay(entry.replay, [engine.value(t.node) for t in tensors])
         entry.calls += 1
         if entry.calls == 1:  # the first call creates state (optimizer buffers): not recorded
-            return _results(self.fn(*args), core.Tensor.detach)
+            return _results(self.fn(*args), Tensor.detach)
         out, recording = self._record(entry, args, tensors)
         if entry.last is not None:
             entry.replay = _plan_replay(self.fn, entry.last, recording, out)
         entry.last = recording
-        return _results(out, core.Tensor.detach)
+        return _results(out, Tensor.detach)
 
     def _record(self, entry: _Entry, args, tensors):
         if engine.recording():
@@ -390,8 +384,7 @@ class jit:
         shapes = [(a, t.shape, t.dtype) for a, t in attrs]
         recording.guards.append(
             lambda: all(
-                isinstance(a.tensor, core.Tensor) and a.shape == s and a.dtype == d
-                for a, s, d in shapes
+                isinstance(a.tensor, Tensor) and a.shape == s and a.dtype == d for a, s, d in shapes
             )
         )
         recording.guards.append(_unchanged(_python_values(self.fn)))
@@ -414,7 +407,7 @@ class jit:
                 if changed and (key in written or id(t) in written):
                     pending.append(t)
             if pending:
-                core.realize(*pending)
+                realize(*pending)
         finally:
             engine.stop_recording()
             _local.recording = _local.entry = None
@@ -430,9 +423,9 @@ def _prepare(args) -> tuple[list, list[Tensor], tuple]:
         if isinstance(a, np.ndarray):  # converted here, outside the function: an argument
             a = from_numpy(a)
         call_args.append(a)
-        if isinstance(a, core.Tensor):
+        if isinstance(a, Tensor):
             if engine.value(a.node) is None:
-                core.realize(a)
+                realize(a)
             tensors.append(a)
             signature.append(("tensor", a.shape, a.dtype.name, a.requires_grad))
         else:
@@ -456,7 +449,7 @@ def _results(out, f, leaf=None):
     Replays rebuild the same structure around `_Result`s (`leaf`; None: Tensor). Results
     are values without a gradient graph on every call, eager or replayed (`f` = detach).
     """
-    leaf = core.Tensor if leaf is None else leaf
+    leaf = Tensor if leaf is None else leaf
     if out is None:
         return None
     if isinstance(out, leaf):
@@ -572,7 +565,7 @@ def _run_replay(replay: _Replay, args: list[Buffer]):
     value = engine.value
     current = [value(t.node) for t in replay.state]
     if None in current:  # a parameter given a lazy value outside the step: compute it first
-        core.realize(*[getattr(t, "tensor", t) for t, v in zip(replay.state, current) if v is None])
+        realize(*[getattr(t, "tensor", t) for t, v in zip(replay.state, current) if v is None])
         current = [value(t.node) for t in replay.state]
     outs: list[list[Buffer]] = []
     for plan, sources in replay.plans:
@@ -602,6 +595,6 @@ def _run_replay(replay: _Replay, args: list[Buffer]):
 
     def result(s: _Result) -> Tensor:
         buf = args[s.r] if s.kind == "arg" else outs[s.r][s.index]
-        return core.Tensor(N.buffer(buf, s.shape, s.dtype))
+        return Tensor(N.buffer(buf, s.shape, s.dtype))
 
     return _results(replay.results, result, leaf=_Result)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import core
+from .tensor import Tensor
 
 _SCALARS = (int, float, bool, str, type(None))
 _MAX_LEAVES = 1000  # a bigger container is not snapshotted (not guarded) on every call
@@ -181,7 +181,7 @@ def read_guard(fn, args: tuple) -> Callable[[], bool]:
             root = lambda cell=cells[read.root]: cell.cell_contents  # noqa: E731
         elif read.root in names:
             value = fn_args[names.index(read.root)]
-            if isinstance(value, core.Tensor):  # its shape and dtype key the recording already
+            if isinstance(value, Tensor):  # its shape and dtype key the recording already
                 continue
             root = lambda value=value: value  # noqa: E731
         else:  # an argument left to its default

@@ -23,7 +23,6 @@ from .runtime.backend import HOST, get_backend
 from .runtime.engine import engine
 
 if TYPE_CHECKING:
-    from .jit import _Recording
     from .runtime.buffer import Buffer
 
 
@@ -34,7 +33,8 @@ if TYPE_CHECKING:
 _local = threading.local()
 
 
-def _recording_now() -> _Recording | None:
+def _recording_now():
+    """This thread's recording (jit.py's `_Recording`, above this module), or None."""
     return getattr(_local, "recording", None)
 
 

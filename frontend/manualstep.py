@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import threading
 
-from . import autograd_state, core
+from . import autograd_state
 from .autograd import take_pending_outputs
 from .carried import with_carried
 from .runtime import forksafe
@@ -58,7 +58,7 @@ def defer(t, other, method: str, alpha) -> bool:
     of computing it, where `other` is a gradient backward() has not built (or a number times
     one) of the parameter `t` is (or whose `.data` it is). False when it does not fit: the
     caller computes the update as always."""
-    via_data = type(t) is core.DataView
+    via_data = type(t) is t._data_view
     if via_data:
         if t._moves:
             return False
@@ -71,7 +71,7 @@ def defer(t, other, method: str, alpha) -> bool:
         return False
     if engine.recording() or (method == "sub" and alpha != 1 and alpha != -1):
         return False  # (rarer spellings, such as sub_ with an alpha, stay eager)
-    if method == "add" and alpha != 1 and type(other) is not core.LazyGrad:
+    if method == "add" and alpha != 1 and type(other) is not other._lazy_grad:
         return False
     record, index = other.pending, other.index
     node = owner.node  # (a parameter already in a batch: that batch is flushed first)
@@ -85,7 +85,7 @@ def defer(t, other, method: str, alpha) -> bool:
         batch = None
     if batch is None:
         batch = _local.batch = _Batch(record)
-    coef, side = (None, None) if type(other) is core.LazyGrad else (other.coef, other.side)
+    coef, side = (None, None) if type(other) is other._lazy_grad else (other.coef, other.side)
     t._version += 1  # as the eager update counts it (a .data write: the view's version)
     retire(node, owner, counted=not via_data)  # a graph from before it raises at backward()
     batch.ops.append((owner, via_data, method, alpha, index, coef, side, other.base))
@@ -134,9 +134,9 @@ def flush(batch: _Batch | None = None) -> None:
 def _value(p, method, alpha, record, index, coef, side, base):
     """The updated value of `p`, built as the eager `p.<method>_(other, alpha)` builds it
     (`base`: the zeros the gradient was accumulated onto, or None)."""
-    g = core.LazyGrad(record, index, base)
+    g = p._lazy_grad(record, index, base)
     if coef is not None:
-        g = core.Tensor.__mul__(g, coef) if side == "mul" else core.Tensor.__rmul__(g, coef)
+        g = g._plain.__mul__(g, coef) if side == "mul" else g._plain.__rmul__(g, coef)
     other = g if alpha == 1 else g * alpha
     # (through .data the eager path reads p's value as a view of its own: the same value;
     # reading p itself keeps p's node among the forward graph's inputs, where the step

@@ -25,7 +25,6 @@ import math
 
 import numpy as np
 
-from . import core
 from .autocast import autocast_op, has_policy
 from .errors import ArgumentError, DTypeError, DTypeNotImplementedError, ShapeError, fail
 from .extend import custom_gradient
@@ -34,21 +33,25 @@ from .ir.autodiff import own_node, with_vjp, without_derivative
 from .ir.dtypes import bool_, float64, int64, promote_scalar
 from .ir.ops import MATH, MOVEMENT, Ops
 from .runtime.engine import engine
+from .tensor_base import TensorBase, as_tensor_like, broadcast_shapes, promote_tensors, where
 from .versions import retire
 
 LN2 = math.log(2.0)
 
 
-def _T():
-    return core.Tensor
-
-
 def _where(c, a, b):
-    return core.where(c, a, b)
+    return where(c, a, b)
 
 
-def _tensor(x, op: str):
-    return core.as_tensor(x, op)
+def _tensor(x, op: str, *others):
+    """`x` as a tensor: itself, or `fg.tensor(x)` of the class of a tensor among `others`
+    (the op's other arguments)."""
+    if isinstance(x, TensorBase):
+        return x
+    for t in others:
+        if isinstance(t, TensorBase):
+            return as_tensor_like(x, t, op)
+    return as_tensor_like(x, None, op)
 
 
 def _with_grad(res, pairs):
@@ -240,7 +243,7 @@ def sgn(x):
 
 def copysign(a, b):
     """|a| with the sign of b (-0.0 counts as negative), as a float."""
-    a = _tensor(a, "copysign")
+    a = _tensor(a, "copysign", b)
     a, b = a._operands(b, "copysign")
     a, b = a._float(), b._float()
     xa, xb = a, b  # (not detached: _with_grad's rule must see them under the result)
@@ -305,7 +308,7 @@ def fmod(a, b):
     >>> fg.fmod(x, 3).tolist(), fg.remainder(x, 3).tolist()
     ([-1.0, 1.0], [2.0, 1.0])
     """
-    a = _tensor(a, "fmod")
+    a = _tensor(a, "fmod", b)
     a, b = a._operands(b, "fmod")
     if a.dtype.is_bool:
         fail(DTypeError, "fmod", "not supported on bool tensors")
@@ -329,7 +332,7 @@ def fmod(a, b):
 
 def remainder(a, b):
     """Python's %: the remainder of floor division, with the sign of b."""
-    a = _tensor(a, "remainder")
+    a = _tensor(a, "remainder", b)
     a, b = a._operands(b, "remainder")
     if not a.dtype.is_float:
         r = fmod(a, b)
@@ -365,7 +368,7 @@ def floor_divide(a, b):
 
 def _floor_divide(a, b):
     """floor_divide with gradient 0 (that of div(rounding_mode='floor'), as torch's)."""
-    a = _tensor(a, "floor_divide")
+    a = _tensor(a, "floor_divide", b)
     a, b = a._operands(b, "floor_divide")
     if a.dtype.is_bool:
         fail(DTypeError, "floor_divide", "not supported on bool tensors")
@@ -385,7 +388,7 @@ def _floor_divide(a, b):
 
 def div(a, b, rounding_mode=None):
     """a / b; rounding_mode 'trunc' or 'floor' rounds the quotient (integers stay integers)."""
-    a = _tensor(a, "div")
+    a = _tensor(a, "div", b)
     if rounding_mode is None:
         return a / b
     if rounding_mode == "floor":
@@ -549,7 +552,7 @@ def exp2(x):
 @autocast_op("logaddexp")
 def logaddexp(a, b):
     """log(e^a + e^b) = max + log1p(e^-|a - b|), without overflow."""
-    a = _tensor(a, "logaddexp")
+    a = _tensor(a, "logaddexp", b)
     a, b = a._operands(b, "logaddexp")
     a, b = a._float(), b._float()
     xa, xb = a, b
@@ -563,7 +566,7 @@ def logaddexp(a, b):
 @autocast_op("logaddexp2")
 def logaddexp2(a, b):
     """log2(2^a + 2^b)."""
-    a = _tensor(a, "logaddexp2")
+    a = _tensor(a, "logaddexp2", b)
     a, b = a._operands(b, "logaddexp2")
     a, b = a._float(), b._float()
     xa, xb = a, b
@@ -661,7 +664,7 @@ def atan2(y, x):
     >>> fg.atan2(fg.tensor([1.0, -1.0]), fg.tensor([-1.0, -1.0])).tolist()
     [2.356194496154785, -2.356194496154785]
     """
-    y = _tensor(y, "atan2")
+    y = _tensor(y, "atan2", x)
     y, x = y._operands(x, "atan2")
     y, x = y._float(), x._float()
     res = _back(_atan2_64(_f64(y), _f64(x)), y)
@@ -683,7 +686,7 @@ def hypot(a, b):
     >>> fg.hypot(fg.tensor([3.0, 1e30]), fg.tensor([4.0, 1e30])).tolist()
     [5.0, 1.4142135130433894e+30]
     """
-    a = _tensor(a, "hypot")
+    a = _tensor(a, "hypot", b)
     a, b = a._operands(b, "hypot")
     a, b = a._float(), b._float()
     xa, xb = _f64(a).abs(), _f64(b).abs()
@@ -719,7 +722,7 @@ def xlog1py(x, y):
 def _x_log(x, y, op: str, shift: int):
     """x * log(shift + y) (log1p for shift 1), 0 where x is 0 and NaN where y is, with
     torch's gradient rule for xlogy and xlog1py."""
-    x = _tensor(x, op)
+    x = _tensor(x, op, y)
     x, y = x._operands(y, op)
     x, y = x._float(), y._float()
 
@@ -866,11 +869,11 @@ def clamp_tensors(x, lo, hi):
     >>> fg.tensor([0.0, 5.0]).clamp(fg.tensor([1.0, 1.0]), fg.tensor([2.0, 0.0])).tolist()
     [1.0, 0.0]
     """
-    ts = [x] + [_tensor(t, "clamp") for t in (lo, hi) if t is not None]
+    ts = [x] + [_tensor(t, "clamp", x) for t in (lo, hi) if t is not None]
     shape, dtype = x.shape, x.dtype
     for t in ts[1:]:
-        shape = core.broadcast_shapes(shape, t.shape, "clamp")
-        dtype = core.promote_tensors(x, t) if t.dtype is not dtype else dtype
+        shape = broadcast_shapes(shape, t.shape, "clamp")
+        dtype = promote_tensors(x, t) if t.dtype is not dtype else dtype
     x, *bounds = [t.cast(dtype).expand(shape) for t in ts]
     lo = bounds.pop(0) if lo is not None else None
     hi = bounds.pop(0) if hi is not None else None
@@ -902,16 +905,16 @@ def clamp_tensors(x, lo, hi):
 
 def lerp(start, end, weight):
     """start + weight * (end - start), PyTorch's two-sided form (exact at weight 0 and 1)."""
-    start = _tensor(start, "lerp")
+    start = _tensor(start, "lerp", end, weight)
     for t in (start, end):
-        if isinstance(t, _T()) and not t.dtype.is_float:
+        if isinstance(t, TensorBase) and not t.dtype.is_float:
             fail(DTypeNotImplementedError, "lerp", f"not implemented for {t.dtype.name}")
     s, e = start._operands(end, "lerp")
     w = weight
     diff = e - s
     low = s + w * diff
     high = e - diff * (1 - w)
-    if not isinstance(w, _T()):  # a number picks its side once
+    if not isinstance(w, TensorBase):  # a number picks its side once
         return low if abs(w) < 0.5 else high
     return _where(w.abs() < 0.5, low, high)
 
@@ -923,7 +926,7 @@ def isclose(a, b, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = Fals
     >>> fg.isclose(fg.tensor([1.0, 2.0]), fg.tensor([1.0 + 1e-7, 2.1])).tolist()
     [True, False]
     """
-    a = _tensor(a, "isclose")
+    a = _tensor(a, "isclose", b)
     x, y = a._operands(b, "isclose")
     if x.dtype.is_bool:
         return x == y
@@ -943,7 +946,7 @@ def allclose(a, b, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = Fal
 
 def equal(a, b) -> bool:
     """Same shape and the same elements (a Python bool)."""
-    b = _tensor(b, "equal")
+    b = _tensor(b, "equal", a)
     if a.shape != b.shape:
         return False
     return bool((a == b).all().item())
@@ -953,8 +956,8 @@ def equal(a, b) -> bool:
 
 
 def _check_bits(a, b, op: str):
-    a = _tensor(a, op)
-    if a.dtype.is_float or (isinstance(b, _T()) and b.dtype.is_float) or isinstance(b, float):
+    a = _tensor(a, op, b)
+    if a.dtype.is_float or (isinstance(b, TensorBase) and b.dtype.is_float) or isinstance(b, float):
         fail(DTypeError, op, "bitwise ops need integer or bool tensors")
     return a._operands(b, op)
 
@@ -1079,15 +1082,15 @@ def _int_pow2(y):
 
 
 def logical_and(a, b):
-    return a.bool() & _tensor(b, "logical_and").bool()
+    return a.bool() & _tensor(b, "logical_and", a).bool()
 
 
 def logical_or(a, b):
-    return a.bool() | _tensor(b, "logical_or").bool()
+    return a.bool() | _tensor(b, "logical_or", a).bool()
 
 
 def logical_xor(a, b):
-    return a.bool() != _tensor(b, "logical_xor").bool()
+    return a.bool() != _tensor(b, "logical_xor", a).bool()
 
 
 @autocast_op("pow")
@@ -1107,24 +1110,28 @@ def _sub(a, b, alpha=1):
 def clone(x, memory_format=None):
     """A new tensor with the same value (values are immutable here, so nothing is copied);
     gradients flow back to x, as PyTorch's clone."""
-    return _T()(x.node, requires_grad=x.requires_grad, strides=x._strides, leaf=not x.requires_grad)
+    return x._plain(
+        x.node, requires_grad=x.requires_grad, strides=x._strides, leaf=not x.requires_grad
+    )
 
 
 def _get_data(x):
     """`x.data`: x's value without history; in-place updates through it land in x."""
-    return core.DataView(x.owner, x._moves) if type(x) is core.DataView else core.DataView(x)
+    view = x._data_view
+    return view(x.owner, x._moves) if type(x) is view else view(x)
 
 
 def _set_data(x, value):
     """`x.data = value`: x takes value's value (any shape and dtype, as in torch), with no
     history; x stays the same leaf."""
-    if type(x) is core.DataView:
+    view = x._data_view
+    if type(x) is view:
         x = x.owner
-    if type(value) is core.DataView and value.owner is x and not value._moves:
+    if type(value) is view and value.owner is x and not value._moves:
         return  # `p.data -= u` ends with `p.data = <p's view>`: nothing to write (nor to read)
-    value = core.as_tensor(value).detach()
+    value = as_tensor_like(value, x, "data").detach()
     if value.shape == x.shape and value.dtype is x.dtype and value.device == x.device:
-        core.DataView(x)._inplace(value, "data")  # as a write through .data
+        view(x)._inplace(value, "data")  # as a write through .data
         return
 
     old, new = x.node, value.realize().node

@@ -25,7 +25,6 @@ import math
 
 import numpy as np
 
-from . import core
 from .autocast import autocast_op
 from .errors import DimError, DTypeError, IndexingError, ShapeError, fail, warn_user
 from .ir import node as N
@@ -33,6 +32,7 @@ from .ir.dtypes import DType, bool_, promote
 from .ir.ops import Ops
 from .runtime.buffer import Buffer, BufferView
 from .runtime.engine import engine
+from .tensor_base import TensorBase
 
 
 @functools.lru_cache(maxsize=4096)  # a pure function of shapes, which repeat every step
@@ -452,7 +452,7 @@ def cat(tensors, dim: int = 0):
     if not tensors:
         fail(ShapeError, "cat", "expected a non-empty list of tensors")
     for i, t in enumerate(tensors):
-        if not isinstance(t, core.Tensor):
+        if not isinstance(t, TensorBase):
             fail(
                 DTypeError,
                 "cat",

@@ -17,11 +17,9 @@ import warnings
 import weakref
 from collections import namedtuple
 
-from . import core
 from .autocast import autocast_op
 from .autograd_state import enabled as grad_enabled
-from .creation import index_arange
-from .creation import index_arange as arange
+from .creation_nodes import index_arange
 from .devices import packs_bf16_pairs, packs_panels
 from .errors import DimError, DTypeError, DTypeNotImplementedError, ShapeError, checked_dtype, fail
 from .ir import node as N
@@ -34,6 +32,7 @@ from .runtime import attribution as sites
 from .runtime import forksafe
 from .runtime.attribution import one_site
 from .runtime.engine import engine
+from .tensor_base import TensorBase, _broadcast_node, as_tensor_like, broadcast_shapes, where
 
 MaxResult = namedtuple("MaxResult", ["values", "indices"])
 AminmaxResult = namedtuple("AminmaxResult", ["min", "max"])
@@ -302,12 +301,12 @@ class ReduceMixin:
         best = self.amax(d, keepdim=True)  # NaN where the row holds a NaN
         shape = [1] * self.ndim
         shape[d] = n
-        idx = arange(n).reshape(shape)
+        idx = index_arange(self, n).reshape(shape)
         # first occurrence: the smallest index among the maxima
         hit = self == best
         if self.dtype.is_float:
             hit = hit | (self != self)  # no NaN in the row unless best is NaN
-        cand = core.where(hit, idx, n)
+        cand = where(hit, idx, n)
         return cand.amin(d, keepdim)
 
     def argmin(self, dim=None, keepdim: bool = False):
@@ -337,7 +336,7 @@ class ReduceMixin:
             m = 0.0
         else:
             m = x.amax(axes, keepdim=True).detach()
-            m = core.where(m.abs() == math.inf, 0.0, m)
+            m = where(m.abs() == math.inf, 0.0, m)
         out = (x - m).exp().sum(axes, keepdim=True).log() + m
         return out if keepdim else out.squeeze(axes)
 
@@ -421,8 +420,8 @@ def _softmax_rule(srcs, params):
     (xn,), (dim,) = srcs, params
     shape = xn.shape
     top = N.detach(N.reduce(Ops.REDUCE_MAX, xn, (dim,)))
-    e = N.unary(Ops.EXP, N.binary(Ops.ADD, xn, N.unary(Ops.NEG, core._broadcast_node(top, shape))))
-    return N.binary(Ops.DIV, e, core._broadcast_node(sum_node(e, (dim,)), shape))
+    e = N.unary(Ops.EXP, N.binary(Ops.ADD, xn, N.unary(Ops.NEG, _broadcast_node(top, shape))))
+    return N.binary(Ops.DIV, e, _broadcast_node(sum_node(e, (dim,)), shape))
 
 
 register("softmax", _softmax_rule)
@@ -451,7 +450,7 @@ def class_cross_entropy(input, target, reduction: str):
     nn.functional (log_softmax, then nll_loss's picked log-probabilities): a cached
     training step builds and keys one node instead of 27."""
     batch, classes = input.shape
-    srcs = (input.node, target.node, index_arange(classes).node)
+    srcs = (input.node, target.node, index_arange(input, classes).node)
     shape = () if reduction != "none" else (batch,)
     return input._make(macro("cross_entropy", srcs, (reduction,), shape, input.dtype))
 
@@ -468,7 +467,7 @@ def _cross_entropy_rule(srcs, params):
         dtype = promote(t.dtype, arange.dtype)
         t, arange = N.cast(t, dtype), N.cast(arange, dtype)
     shape = (batch, classes)
-    hit = N.binary(Ops.CMPEQ, core._broadcast_node(t, shape), core._broadcast_node(arange, shape))
+    hit = N.binary(Ops.CMPEQ, _broadcast_node(t, shape), _broadcast_node(arange, shape))
     picked = N.where(hit, x, N.const(0.0, shape, x.dtype))
     loss = N.unary(Ops.NEG, N.reshape(sum_node(picked, (1,)), (batch,)))
     if reduction != "none":
@@ -580,11 +579,12 @@ def _at_index(x, values, index, d: int):
     node = N.mul(values.node, N.const(1, values.shape, values.dtype))
     shape = [1] * x.ndim
     shape[d] = x.shape[d]
-    picked = arange(x.shape[d]).reshape(shape) == index
+    picked = index_arange(x, x.shape[d]).reshape(shape) == index
     xn = x.node  # now, not at backward(): an in-place update rebinds x.node
+    plain = values._plain  # (the class: the rule must not hold a tensor)
 
     def rule(g):
-        return [(xn, core.where(picked, core.Tensor(g).expand(xn.shape), 0.0).node)]
+        return [(xn, where(picked, plain(g).expand(xn.shape), 0.0).node)]
 
     return values._make(with_vjp(node, rule))
 
@@ -636,7 +636,7 @@ def linear(x, weight, bias=None):
 
 def _linear(x, weight, bias):
     """`linear` on its checked arguments (under its site and autocast)."""
-    tensor = core.Tensor
+    tensor = TensorBase
     if (
         isinstance(x, tensor)
         and isinstance(weight, tensor)
@@ -681,7 +681,7 @@ def _linear_rule(srcs, params):
     bias broadcast over the rows (the nodes `x @ weight.T + bias` builds)."""
     node = _product(srcs[0], N.permute(srcs[1], (1, 0)), ())
     if len(srcs) == 3:
-        node = N.binary(Ops.ADD, node, core._broadcast_node(srcs[2], node.shape))
+        node = N.binary(Ops.ADD, node, _broadcast_node(srcs[2], node.shape))
     return node
 
 
@@ -706,7 +706,7 @@ def fused_layer_norm(x, k: int, eps, weight, bias):
     others = [t for t in (weight, bias) if t is not None]
     normalized = shape[len(shape) - k :]
     for t in others:
-        if not isinstance(t, core.Tensor) or t.node.dtype is not dt or t.node.shape != normalized:
+        if not isinstance(t, TensorBase) or t.node.dtype is not dt or t.node.shape != normalized:
             return None
     srcs = (xn, *(t.node for t in others))
     params = (k, eps, weight is not None, bias is not None)
@@ -726,16 +726,16 @@ def _layer_norm_rule(srcs, params):
         total = sum_node(n, axes)
         return N.binary(Ops.DIV, total, N.const(count, total.shape, dt))
 
-    centered = N.binary(Ops.ADD, xn, N.unary(Ops.NEG, core._broadcast_node(mean(xn), shape)))
+    centered = N.binary(Ops.ADD, xn, N.unary(Ops.NEG, _broadcast_node(mean(xn), shape)))
     var = mean(N.binary(Ops.MUL, centered, centered))
     shifted = N.binary(Ops.ADD, var, N.const(eps, var.shape, dt))
     scale = N.unary(Ops.RECIP, N.unary(Ops.SQRT, shifted))
-    out = N.binary(Ops.MUL, centered, core._broadcast_node(scale, shape))
+    out = N.binary(Ops.MUL, centered, _broadcast_node(scale, shape))
     rest = list(srcs[1:])
     if has_weight:
-        out = N.binary(Ops.MUL, out, core._broadcast_node(rest.pop(0), shape))
+        out = N.binary(Ops.MUL, out, _broadcast_node(rest.pop(0), shape))
     if has_bias:
-        out = N.binary(Ops.ADD, out, core._broadcast_node(rest.pop(0), shape))
+        out = N.binary(Ops.ADD, out, _broadcast_node(rest.pop(0), shape))
     return out
 
 
@@ -750,8 +750,9 @@ def matmul(a, b):
     The product is one broadcast multiply and one sum over the shared axis,
     which the scheduler fuses into a single kernel.
     """
-    a, b = core.as_tensor(a, "matmul"), core.as_tensor(b, "matmul")
-    if not isinstance(a, core.Tensor) or a.ndim == 0 or b.ndim == 0:
+    a = as_tensor_like(a, b, "matmul")
+    b = as_tensor_like(b, a, "matmul")
+    if not isinstance(a, TensorBase) or a.ndim == 0 or b.ndim == 0:
         fail(
             ShapeError, "matmul", f"both operands need at least 1 dim, got {a.shape} and {b.shape}"
         )
@@ -774,7 +775,7 @@ def matmul(a, b):
             f"shapes {a.shape} and {b.shape} cannot be multiplied "
             f"(inner dimensions {k1} and {k2} differ)",
         )
-    batch = core.broadcast_shapes(an.shape[:-2], bn.shape[:-2], "matmul")
+    batch = broadcast_shapes(an.shape[:-2], bn.shape[:-2], "matmul")
     # (a B that requires grad stays in the graph, which its gradient is found through)
     keep = not (b.requires_grad and grad_enabled())
     node = _product(an, bn, batch, keep_packed=keep)
@@ -1041,8 +1042,8 @@ def _product(an, bn, batch: tuple[int, ...], keep_packed: bool = False):
     full = batch + (m, n, k)
     nd = len(bn.shape)
     bt = N.permute(bn, tuple(range(nd - 2)) + (nd - 1, nd - 2))
-    x = core._broadcast_node(N.reshape(an, an.shape[:-2] + (m, 1, k)), full)
-    y = core._broadcast_node(N.reshape(bt, bn.shape[:-2] + (1, n, k)), full)
+    x = _broadcast_node(N.reshape(an, an.shape[:-2] + (m, 1, k)), full)
+    y = _broadcast_node(N.reshape(bt, bn.shape[:-2] + (1, n, k)), full)
     # ints keep their width, as torch
     node = N.reduce(Ops.SUM, N.binary(Ops.MUL, x, y), (len(full) - 1,))
     if k == 0:  # a sum of no products is 0, as in torch

@@ -17,28 +17,26 @@ points coincide.
 from __future__ import annotations
 
 from collections import namedtuple
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import core
 from .autocast import autocast_op
-from .creation import tensor
+from .creation_nodes import tensor_like
 from .errors import ArgumentError, DTypeError, DTypeNotImplementedError, ShapeError, fail
 from .indexing import gather
 from .ir.dtypes import float32, float64, int32, int64
-
-if TYPE_CHECKING:
-    from .tensor import Tensor
+from .tensor_base import TensorBase
 
 ModeResult = namedtuple("ModeResult", ["values", "indices"])
 
 
-def _made(array: np.ndarray, dtype, like: Tensor) -> Tensor:
-    return tensor(array, dtype=dtype, device=like.device)
+def _made(array: np.ndarray, dtype, like: TensorBase) -> TensorBase:
+    return tensor_like(like, array, dtype, like.device)
 
 
-def bincount(input: Tensor, weights: Tensor | None = None, minlength: int = 0) -> Tensor:
+def bincount(
+    input: TensorBase, weights: TensorBase | None = None, minlength: int = 0
+) -> TensorBase:
     """How often each value 0..max occurs in a 1-d non-negative integer tensor (int64),
     or the sum of `weights` at each value (float32 weights give float32, others float64,
     as torch's); at least `minlength` long.
@@ -54,15 +52,15 @@ def bincount(input: Tensor, weights: Tensor | None = None, minlength: int = 0) -
         fail(ArgumentError, "bincount", "only supports 1-d non-negative integral inputs.")
     if weights is None:
         return _made(np.bincount(x, minlength=minlength), int64, input)
-    w = weights.detach().numpy() if isinstance(weights, core.Tensor) else np.asarray(weights)
+    w = weights.detach().numpy() if isinstance(weights, TensorBase) else np.asarray(weights)
     if w.shape != x.shape:
         fail(ShapeError, "bincount", f"weights of shape {w.shape} for input {x.shape}")
     out = np.bincount(x, weights=w.astype(np.float64), minlength=minlength)
-    is_f32 = isinstance(weights, core.Tensor) and weights.dtype is float32
+    is_f32 = isinstance(weights, TensorBase) and weights.dtype is float32
     return _made(out, float32 if is_f32 else float64, input)
 
 
-def histc(input: Tensor, bins: int = 100, min: float = 0.0, max: float = 0.0) -> Tensor:  # noqa: A002
+def histc(input: TensorBase, bins: int = 100, min: float = 0.0, max: float = 0.0) -> TensorBase:  # noqa: A002
     """A histogram of `input`'s elements in `bins` equal bins over [min, max], as torch.histc:
     elements outside are left out (NaN too), max falls in the last bin; min == max takes the
     data's smallest and largest (widened by 1 each way where those are equal too). An
@@ -102,14 +100,14 @@ def histc(input: Tensor, bins: int = 100, min: float = 0.0, max: float = 0.0) ->
 
 
 def searchsorted(
-    sorted_sequence: Tensor,
+    sorted_sequence: TensorBase,
     values,
     *,
     out_int32: bool = False,
     right: bool = False,
     side: str | None = None,
-    sorter: Tensor | None = None,
-) -> Tensor:
+    sorter: TensorBase | None = None,
+) -> TensorBase:
     """For each of `values`, the index in the last dim of `sorted_sequence` where it
     would be inserted to keep it sorted: the first such place, or the last with
     `right=True` / `side="right"` (int64, int32 with out_int32), as torch.searchsorted.
@@ -126,7 +124,7 @@ def searchsorted(
     seq = sorted_sequence.detach().numpy()
     if sorter is not None:
         seq = np.take_along_axis(seq, sorter.numpy().astype(np.int64), axis=-1)
-    scalar = not isinstance(values, core.Tensor)
+    scalar = not isinstance(values, TensorBase)
     vals = np.asarray(values) if scalar else values.detach().numpy()
     how = "right" if right else "left"
     if seq.ndim == 1:
@@ -145,7 +143,7 @@ def searchsorted(
     return _made(np.asarray(out), int32 if out_int32 else int64, sorted_sequence)
 
 
-def bucketize(input, boundaries: Tensor, *, out_int32: bool = False, right: bool = False):
+def bucketize(input, boundaries: TensorBase, *, out_int32: bool = False, right: bool = False):
     """The bucket of each element of `input` among the sorted 1-d `boundaries`:
     i with boundaries[i-1] < x <= boundaries[i] (right=True: boundaries[i-1] <= x <
     boundaries[i]), as torch.bucketize.
@@ -159,7 +157,7 @@ def bucketize(input, boundaries: Tensor, *, out_int32: bool = False, right: bool
     return searchsorted(boundaries, input, out_int32=out_int32, right=right)
 
 
-def mode(input: Tensor, dim: int = -1, keepdim: bool = False) -> ModeResult:
+def mode(input: TensorBase, dim: int = -1, keepdim: bool = False) -> ModeResult:
     """The most frequent value along `dim` (the smallest of equally frequent ones) and
     the index of its last occurrence, as torch.mode on the CPU.
 
@@ -188,7 +186,7 @@ def mode(input: Tensor, dim: int = -1, keepdim: bool = False) -> ModeResult:
 
 
 @autocast_op("cdist")
-def cdist(x1: Tensor, x2: Tensor, p: float = 2.0, compute_mode=None) -> Tensor:
+def cdist(x1: TensorBase, x2: TensorBase, p: float = 2.0, compute_mode=None) -> TensorBase:
     """The p-norm distance between each row of x1 (..., P, M) and each row of x2
     (..., R, M): shape (..., P, R), as torch.cdist (its gradient is 0 where two rows
     coincide).

@@ -33,12 +33,12 @@ from collections import OrderedDict
 
 import numpy as np
 
-from . import core
 from .checkpoint_files import PLAIN_DTYPES, SerializationError, write_atomically
 from .creation import over_host_array
 from .devices import names_host
 from .errors import DeviceError, FusegradError
 from .runtime.buffer import aligned_bytes
+from .tensor import Tensor
 
 MAGIC = b"FGSAVE01"
 PICKLE_MAGIC = b"FGPICKL1"  # a whole module, pickled (fg.save(model))
@@ -165,7 +165,7 @@ def _fusegrad_class(module: str, name: str):
         obj = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError):
         return None
-    if isinstance(obj, type) and issubclass(obj, core.Tensor):
+    if isinstance(obj, type) and issubclass(obj, Tensor):
         return obj
     return None
 
@@ -461,7 +461,7 @@ def _encode(obj, arrays: list, named: dict, depth: int = 0):
         return obj
     if id(obj) in named:
         return named[id(obj)]
-    if isinstance(obj, core.Tensor):
+    if isinstance(obj, Tensor):
         arrays.append(np.asarray(obj._host()))  # (bfloat16 has no .numpy(), as in torch)
         entry = {"tensor": len(arrays) - 1, "requires_grad": bool(obj.requires_grad)}
         named[id(obj)] = entry

@@ -24,10 +24,9 @@ from collections import namedtuple
 
 import numpy as np
 
-from . import autograd_state, core
+from . import autograd_state
 from .autocast import autocast_op
-from .creation import host_table
-from .creation import index_arange as arange
+from .creation_nodes import host_table, index_arange
 from .errors import (
     ArgumentError,
     DimError,
@@ -49,6 +48,7 @@ from .reduce import (
     ReduceMixin,  # (at the top: an import in a function runs each call)
     _nans_share,
 )
+from .tensor_base import TensorBase, as_tensor_like, broadcast_shapes, where
 
 SORT_LIMIT = 1 << 24  # compared pairs (rows * n * n) a sort may build
 
@@ -56,13 +56,14 @@ ValuesIndices = namedtuple("ValuesIndices", ["values", "indices"])
 
 
 def _where(c, a, b):
-    return core.where(c, a, b)
+    return where(c, a, b)
 
 
-def _arange_along(n: int, dim: int, ndim: int):
+def _arange_along(like, n: int, dim: int, ndim: int):
+    """0..n-1 along axis `dim` of `ndim` (an index table of `like`'s class)."""
     shape = [1] * ndim
     shape[dim] = n
-    return arange(n).reshape(shape)
+    return index_arange(like, n).reshape(shape)
 
 
 # ---------------------------------------------------------------- reductions
@@ -129,9 +130,10 @@ def _prod_along(x, d: int, keepdim: bool, full: bool):
 def _with_prod_gradient(out, x, d: int, full: bool):
     """`out`, the product of `x` along `d` (kept), with torch's prod_backward as its rule."""
     xn, rn = x.node, out.node  # now: an in-place update would rebind x.node
+    plain = x._plain  # (the class: the rule must not hold a tensor)
 
     def rule(g):
-        xs, res, g = core.Tensor(xn), core.Tensor(rn), core.Tensor(g)
+        xs, res, g = plain(xn), plain(rn), plain(g)
         zeros = (xs == 0).sum()
         others = g * _exclusive_products(xs, d)
         if full:  # torch's backward takes a full product over two zeros to be 0 outright
@@ -275,7 +277,7 @@ def _welford_mean(x, dim, keepdim: bool):
     axes = x._dims(dim, "mean")
     last = None  # the last element of each reduction, in the order of the elements
     for a in axes:
-        at_end = _arange_along(x.shape[a], a, x.ndim) == x.shape[a] - 1
+        at_end = _arange_along(x, x.shape[a], a, x.ndim) == x.shape[a] - 1
         last = at_end if last is None else last & at_end
     followed = (isinf(x) & ~last).any(dim, keepdim)
     # (+ 0.0: -0.0 becomes 0.0, as Welford's; the scalars keep the mean's dtype)
@@ -311,7 +313,7 @@ def _scaled_sum(op: str, inp, product, beta, alpha):
     product (their NaN and inf too: the term is 0, its cotangent 0, as torch's); with
     integer tensors an integral beta and alpha (PyTorch truncates a fractional one: refused
     here)."""
-    inp = core.as_tensor(inp, op)
+    inp = as_tensor_like(inp, product, op)
     for name, v in (("beta", beta), ("alpha", alpha)):
         if not product.dtype.is_float and not float(v).is_integer():
             fail(
@@ -321,7 +323,7 @@ def _scaled_sum(op: str, inp, product, beta, alpha):
                 "fusegrad refuses; cast the tensors to a float type first",
             )
     shape = product.shape
-    if core.broadcast_shapes(inp.shape, shape, op) != shape:
+    if broadcast_shapes(inp.shape, shape, op) != shape:
         fail(ShapeError, op, f"input of shape {inp.shape} does not broadcast to {shape}")
     if not product.dtype.is_float:  # (2.0 is 2: the product stays an integer)
         beta, alpha = int(beta), int(alpha)
@@ -346,7 +348,7 @@ def _product_of(op: str, input, *operands) -> None:
     inner = b.shape[0] if b.ndim < 3 else b.shape[1]
     if a.shape[-1] != inner or (a.ndim == 3 and a.shape[0] != b.shape[0]):
         fail(ShapeError, op, f"{na} and {nb} shapes cannot be multiplied ({a.shape} and {b.shape})")
-    dtypes = {t.dtype for t in (core.as_tensor(input, op), a, b)}
+    dtypes = {t.dtype for t in (as_tensor_like(input, a, op), a, b)}
     if len(dtypes) > 1:  # (torch's rule: no promotion)
         names = ", ".join(sorted(d.name for d in dtypes))
         fail(DTypeError, op, f"expects tensors of one dtype, got {names}")
@@ -394,8 +396,8 @@ def _tri(x, diagonal: int, upper: bool, op: str):
     if x.ndim < 2:
         fail(ShapeError, op, f"input tensor must have at least 2 dimensions, got {x.shape}")
     n, m = x.shape[-2:]
-    r = _arange_along(n, 0, 2)
-    c = _arange_along(m, 1, 2)
+    r = _arange_along(x, n, 0, 2)
+    c = _arange_along(x, m, 1, 2)
     keep = (c - r >= diagonal) if upper else (c - r <= diagonal)
     zero = x._make(N.const(0, (), x.dtype))
     return _where(keep, x, zero)
@@ -439,8 +441,8 @@ def diag(x, diagonal: int = 0):
         fail(ShapeError, "diag", f"expects a 1-D or 2-D tensor, got shape {x.shape}")
     n, k = x.shape[0], abs(diagonal)
     size = n + k
-    r = _arange_along(size, 0, 2)
-    c = _arange_along(size, 1, 2)
+    r = _arange_along(x, size, 0, 2)
+    c = _arange_along(x, size, 1, 2)
     if diagonal >= 0:
         v = x.reshape(n, 1).pad((0, 0, 0, k)).expand(size, size)
     else:
@@ -483,10 +485,10 @@ def tensordot(a, b, dims=2):
     >>> fg.tensordot(fg.ones(2, 3, 4), fg.ones(3, 4, 5)).shape
     (2, 5)
     """
-    if not isinstance(a, core.Tensor) or not isinstance(b, core.Tensor):
-        bad = b if isinstance(a, core.Tensor) else a
+    if not isinstance(a, TensorBase) or not isinstance(b, TensorBase):
+        bad = b if isinstance(a, TensorBase) else a
         raise TypeError(f"tensordot(): argument must be Tensor, not {type(bad).__name__}")
-    if isinstance(dims, core.Tensor):
+    if isinstance(dims, TensorBase):
         dims = dims.tolist()
     if isinstance(dims, (int, np.integer)) and not isinstance(dims, bool):
         if dims < 0:
@@ -777,7 +779,7 @@ def repeat_interleave(x, repeats, dim=None):
     if dim is None:
         x, dim = x.reshape(-1), 0
     d = x._dim(dim, "repeat_interleave")
-    if isinstance(repeats, core.Tensor) and repeats.numel() == 1:
+    if isinstance(repeats, TensorBase) and repeats.numel() == 1:
         repeats = int(values_for_shape(repeats, "repeat_interleave with tensor repeats").item())
     if isinstance(repeats, int):
         if repeats < 0:
@@ -785,7 +787,7 @@ def repeat_interleave(x, repeats, dim=None):
         y = x.unsqueeze(d + 1)
         y = y.expand(x.shape[: d + 1] + (repeats,) + x.shape[d + 1 :])
         return y.flatten(d, d + 1)
-    if isinstance(repeats, core.Tensor):
+    if isinstance(repeats, TensorBase):
         reps = np.asarray(values_for_shape(repeats, "repeat_interleave with tensor repeats"))
     else:
         reps = np.asarray(repeats)
@@ -796,7 +798,7 @@ def repeat_interleave(x, repeats, dim=None):
             f"repeats must be non-negative with shape ({x.shape[d]},), got {reps.shape}",
         )
 
-    idx = host_table(np.repeat(np.arange(x.shape[d]), reps).astype(np.int64))
+    idx = host_table(x, np.repeat(np.arange(x.shape[d]), reps).astype(np.int64))
     return x.index_select(d, idx)
 
 
@@ -877,7 +879,7 @@ def diff(x, n: int = 1, dim: int = -1, prepend=None, append=None):
     for name, extra in (("prepend", prepend), ("append", append)):
         if extra is None:
             continue
-        if not isinstance(extra, core.Tensor):
+        if not isinstance(extra, TensorBase):
             raise TypeError(f"diff(): argument '{name}' must be Tensor, not {type(extra).__name__}")
         _joinable_for_diff(x, extra, d)
         pieces.insert(0 if name == "prepend" else len(pieces), extra)
@@ -914,7 +916,7 @@ def dist(x, other, p=2):
     >>> fg.dist(fg.tensor([1.0, 2.0]), fg.tensor([4.0, 6.0])).item()
     5.0
     """
-    if not isinstance(other, core.Tensor):
+    if not isinstance(other, TensorBase):
         raise TypeError(
             f"dist(): argument 'other' (position 2) must be Tensor, not {type(other).__name__}"
         )
@@ -931,7 +933,7 @@ def cross(x, other, dim=None):
     >>> fg.cross(fg.tensor([1.0, 0.0, 0.0]), fg.tensor([0.0, 1.0, 0.0]), dim=0).tolist()
     [0.0, 0.0, 1.0]
     """
-    if not isinstance(other, core.Tensor):
+    if not isinstance(other, TensorBase):
         raise TypeError(
             f"cross(): argument 'other' (position 2) must be Tensor, not {type(other).__name__}"
         )
@@ -942,7 +944,7 @@ def cross(x, other, dim=None):
             f"linalg.cross: inputs must have the same number of dimensions, got {x.ndim} "
             f"and {other.ndim}",
         )
-    shape = core.broadcast_shapes(x.shape, other.shape, "cross")
+    shape = broadcast_shapes(x.shape, other.shape, "cross")
     if dim is None:
         import warnings
 
@@ -1113,9 +1115,10 @@ def cumprod(x, dim: int, dtype=None):
 
     d = x._dim(dim, "cumprod")
     xn, on = x.node, out.node  # now: an in-place update would rebind x.node
+    plain = x._plain  # (the class: the rule must not hold a tensor)
 
     def rule(g):
-        return [(xn, _cumprod_backward(core.Tensor(xn), core.Tensor(g), core.Tensor(on), d).node)]
+        return [(xn, _cumprod_backward(plain(xn), plain(g), plain(on), d).node)]
 
     node = own_node(on)
     return out._make(with_vjp(node, rule))
@@ -1159,11 +1162,10 @@ def logcumsumexp(x, dim: int):
 
     d = x._dim(dim, "logcumsumexp")
     xn, on = x.node, out.node  # now: an in-place update would rebind x.node
+    plain = x._plain  # (the class: the rule must not hold a tensor)
 
     def rule(g):
-        return [
-            (xn, _logcumsumexp_backward(core.Tensor(xn), core.Tensor(g), core.Tensor(on), d).node)
-        ]
+        return [(xn, _logcumsumexp_backward(plain(xn), plain(g), plain(on), d).node)]
 
     node = own_node(on)
     return out._make(with_vjp(node, rule))
@@ -1196,7 +1198,7 @@ def _cum_extreme(x, dim, largest: bool, op: str):
     run = _scan(k.detach(), d, lambda a, b: a.maximum(b), low, op)
     # the index of the last element on which the running extreme was reached; as torch, a
     # NaN is reached where it stands, and from the first NaN on the running value is NaN
-    pos = _arange_along(x.shape[d], d, x.ndim).expand(x.shape)
+    pos = _arange_along(x, x.shape[d], d, x.ndim).expand(x.shape)
     hit = k.detach() == run
     if k.dtype.is_float:
         hit = hit | (k.detach() != k.detach())
@@ -1246,8 +1248,8 @@ def _ranks(x, d: int, descending: bool, op: str):
     an, bn = isnan(a), isnan(b)
     before = (b < a) | ((bn & ~an) if descending else (an & ~bn))
     tie = (b == a) | (an & bn)
-    i = _arange_along(n, a.ndim - 2, a.ndim)
-    j = _arange_along(n, a.ndim - 1, a.ndim)
+    i = _arange_along(a, n, a.ndim - 2, a.ndim)
+    j = _arange_along(a, n, a.ndim - 1, a.ndim)
     ahead = before | (tie & (j < i))
     return ahead.cast(int64).sum(-1)  # (..., n): the rank of element i
 
@@ -1268,7 +1270,7 @@ def sort(x, dim: int = -1, descending: bool = False, stable: bool = False):
     if n == 0:
         return ValuesIndices(x, x._make(N.const(0, x.shape, int64)))
     rank = _ranks(x, d, descending, "sort")  # (..., n) with d moved last
-    pos = _arange_along(n, rank.ndim - 1, rank.ndim).expand(rank.shape)
+    pos = _arange_along(rank, n, rank.ndim - 1, rank.ndim).expand(rank.shape)
     # indices[..., rank[i]] = i: a permutation, so a scatter-add places each exactly once
     zeros = rank._make(N.const(0, rank.shape, int64))
     idx = _scattered_sum(zeros, rank.ndim - 1, rank, pos)
@@ -1382,7 +1384,7 @@ def median(x, dim=None, keepdim: bool = False):
         bad = isnan(x).any(d, keepdim=True)
         # the first NaN's index, as PyTorch, and the value read there (so that its
         # gradient goes to that NaN)
-        first = _where(isnan(x), _arange_along(n, d, x.ndim), n).amin(d, keepdim=True)
+        first = _where(isnan(x), _arange_along(x, n, d, x.ndim), n).amin(d, keepdim=True)
         i = _where(bad, first, i)
         v = x.take_along_dim(i, d)
     return ValuesIndices(v, i) if keepdim else ValuesIndices(v.squeeze(d), i.squeeze(d))
@@ -1457,7 +1459,7 @@ def _quantile(x, q, dim, keepdim: bool, interpolation: str, op: str):
             f"{op}() interpolation must be one of linear, lower, higher, midpoint or "
             f"nearest, but got {interpolation}",
         )
-    scalar_q = not isinstance(q, core.Tensor)
+    scalar_q = not isinstance(q, TensorBase)
     if not scalar_q:
         if q.ndim > 1:
             fail(ShapeError, op, f"{op}() q must be a scalar or 1D tensor")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 
-from .core import Tensor
 from .extend import custom_gradient
 from .mathops import erfcx as erfcx  # (these five written in mathops, beside erf and i0)
 from .mathops import i0e as i0e
@@ -22,7 +21,7 @@ from .mathops import ndtri as ndtri
 from .mathops import polygamma as polygamma  # torch.special.polygamma is torch.polygamma
 from .mathops import xlog1py as xlog1py  # (written beside xlogy, which it shares)
 from .mathops import xlogy as xlogy  # torch.special.xlogy is torch.xlogy
-from .tensor import where
+from .tensor import Tensor, where
 
 __all__ = [
     "digamma",

@@ -48,7 +48,7 @@ from .runtime.config import config, rule_names
 from .runtime.engine import engine
 
 if TYPE_CHECKING:
-    from .tensor import Tensor
+    from .tensor_base import TensorBase
 
 
 def schedule_rules() -> dict[str, str]:
@@ -86,7 +86,7 @@ def disable_rule(*names: str) -> Iterator[None]:
         yield
 
 
-def cut(t: Tensor) -> Tensor:
+def cut(t: TensorBase) -> TensorBase:
     """Store `t`'s value by a kernel of its own; its readers load it. Returns `t`.
 
     A view is cut at the value under it (`cut(y.T)` stores `y`). A value in memory
@@ -97,7 +97,7 @@ def cut(t: Tensor) -> Tensor:
     return t
 
 
-def fuse(t: Tensor) -> Tensor:
+def fuse(t: TensorBase) -> TensorBase:
     """Compute `t`'s value inside the kernels that read it rather than store it, where the
     scheduler can; the kernel that stores it says why where it cannot. Returns `t`.
 
@@ -155,7 +155,7 @@ def note_tensor(node) -> None:
     steering.request(node, steering.CUT, f"{capture(2) or where} (no_fusion)")
 
 
-def _ask(t: Tensor, kind: str, what: str) -> None:
+def _ask(t: TensorBase, kind: str, what: str) -> None:
     node = t.node
     while node.op in MOVEMENT or node.op is Ops.MACRO:
         node = node.srcs[0] if node.op in MOVEMENT else expansion(node)

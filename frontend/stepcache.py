@@ -31,8 +31,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from . import core
-from .autograd import graph_consumed
+from .autograd import graph_consumed, realize
 from .carried import with_carried
 from .ir import node as N
 from .ir.ops import Ops
@@ -88,13 +87,14 @@ class StepCache:
         extra = with_carried(params[0] if params else None, pending, extra)
         grads = [p.grad for p in params]
         first = grads[0] if grads else None
-        record = first.pending if type(first) is core.LazyGrad and not first.built else None
+        lazy = params[0]._lazy_grad if params else None  # (tensor.LazyGrad)
+        record = first.pending if type(first) is lazy and not first.built else None
         usable = (
             record is not None
             and not engine.recording()
             and engine.plan_observer is None  # (fg.debug.stages sees the step's graph)
             and all(
-                type(g) is core.LazyGrad
+                type(g) is lazy
                 and g.pending is record
                 and not g.built
                 and g.base is None  # (`zeros + g`: built, as the plan does not add them)
@@ -231,4 +231,4 @@ def _take_values(requested, outs, targets, updated: int) -> None:
 
 def _realize_all(outputs, pending, extra) -> None:
     if outputs or pending or extra:
-        core.realize(*outputs, *pending, *extra)
+        realize(*outputs, *pending, *extra)

@@ -14,7 +14,8 @@ The class body holds the core (node, dtype, device, realize, the operators);
 the other methods come from one static mixin per op family (`MIXINS` below):
 movement ops (`reshape`, `permute`, slicing, `expand`, `pad`, ...) from
 `movement.py`, reductions and composites from `reduce.py`, and so on. The
-modules under this one call its names through `core.py`.
+modules under this one never import it: they build results through the class of
+the tensors they receive (`self._plain(node)`, `tensor_base.py`).
 """
 
 from __future__ import annotations
@@ -27,23 +28,24 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import autograd_state, core, manualstep
+from . import autograd_state, manualstep
 from . import devices as _device
 from . import steering as _steering
 from .autocast import autocast_op
 from .autograd import (
     GradError,
     backward,
-    graph_consumed,
     overwrite,
+    realize,
     register_leaf,
     retain_grad,
     retains_grad,
     sibling_grads,
 )
+from .autograd import drop_graph as drop_graph  # (fusegrad.tensor.drop_graph, as before)
 from .carried import note_lazy, unnoted
 from .copying import deepcopy_tensor, reduce_tensor, shallow_copy_tensor
-from .creation import CreationMixin, tensor, zeros
+from .creation_nodes import CreationMixin, _shape, data_node, full_node
 from .errors import (
     ArgumentError,
     DimError,
@@ -61,7 +63,7 @@ from .inplace_methods import variants as inplace_variants
 from .ir import node as N
 from .ir import sites as _sites
 from .ir.autodiff import DEFERRED_GRADS, with_vjp
-from .ir.dtypes import DType, bool_, default_float, float32, promote, promote_scalar
+from .ir.dtypes import DType, bool_, default_float, float32, promote_scalar
 from .ir.macro import macro
 from .ir.macro import register as register_macro
 from .ir.ops import MOVEMENT, Ops
@@ -77,6 +79,9 @@ from .runtime.engine import engine
 from .scalars import checked_fill
 from .searching import SearchingMixin
 from .shapeops import ShapeMixin
+from .tensor_base import TensorBase, _broadcast_node, broadcast_shapes, promote_tensors
+from .tensor_base import broadcast_node_shapes as _broadcast_node_shapes
+from .tensor_base import where as _where
 from .tensor_hooks import HOOKED_BY, separate
 from .tensor_hooks import register_hook as _register_hook
 from .versions import InplaceError
@@ -125,19 +130,10 @@ MIXINS = (
 )
 
 
-class Tensor(*MIXINS):
+class Tensor(*MIXINS, TensorBase):
     """A lazy n-dimensional array: a node of the IR graph plus PyTorch's tensor API."""
 
-    __slots__ = (
-        "node",
-        "requires_grad",
-        "_grad",
-        "_strides",
-        "_is_leaf",
-        "_version",
-        "_base",  # (base, redo) for a view whose in-place writes land in base (movement.py)
-        "__weakref__",
-    )
+    __slots__ = ()  # TensorBase's
     __array_priority__ = 1000  # numpy scalars on the left defer to our operators
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
@@ -1045,6 +1041,9 @@ class Tensor(*MIXINS):
     locals().update(inplace_variants(locals(), MIXINS))
 
 
+Tensor._plain = Tensor  # what an op on any tensor builds (tensor_base.TensorBase)
+
+
 def _device_copy(src: N.Node, copied, source_device: str) -> N.Node:
     """A differentiable device move: a node whose value is `copied` (src's value, already
     copied to another device) and whose gradient is moved back to `source_device`.
@@ -1099,6 +1098,7 @@ class LazyGrad(Tensor):
     """
 
     __slots__ = ("pending", "index", "base")
+    _copies_plain = True  # a copy is a plain tensor (copying.py)
 
     def __init__(self, pending, index: int, base: N.Node | None = None):
         self.pending, self.index, self.base = pending, index, base
@@ -1184,7 +1184,8 @@ class LazyGrad(Tensor):
         return (n if n is not None else self.pending.targets[self.index]).dtype
 
 
-_NODE = Tensor.__dict__["node"]  # the slot itself, under LazyGrad's property
+Tensor._lazy_grad = LazyGrad  # what autograd.backward() builds
+_NODE = TensorBase.__dict__["node"]  # the slot itself, under LazyGrad's property
 
 
 def _plain_number(o) -> bool:
@@ -1275,15 +1276,15 @@ def legacy_constructor(dtype, *args) -> Tensor:
     give a tensor of zeros (torch's is uninitialized), data a copy in `dtype`."""
     args = [a for a in args if a is not None and a is not False]
     if not args:
-        return zeros(0, dtype=dtype)
+        return Tensor(full_node((0,), 0.0, dtype))
     if all(isinstance(a, int) and not isinstance(a, bool) for a in args):
-        return zeros(*args, dtype=dtype)
+        return Tensor(full_node(_shape(args), 0.0, dtype))
     if len(args) > 1:
         fail(DTypeError, "Tensor", f"expects sizes or one sequence of data, got {args!r}")
     data = args[0]
     if isinstance(data, Tensor):
         return data.detach().cast(dtype)
-    return tensor(data, dtype=dtype)
+    return Tensor(data_node(data, dtype))
 
 
 class GradFn:
@@ -1337,6 +1338,7 @@ class DataView(Tensor):
     """
 
     __slots__ = ("owner", "_seen", "_moves")
+    _copies_plain = True  # a copy is a plain tensor (copying.py): not a view
 
     def __init__(self, owner: Tensor, moves: tuple = ()):
         self.owner = owner
@@ -1440,6 +1442,9 @@ class DataView(Tensor):
         return self  # it has no history
 
 
+Tensor._data_view = DataView  # what `t.data` is (mathops.py)
+
+
 def _data_view_move(name: str):
     def method(self, *args):
         return self._move_(name, args)
@@ -1454,19 +1459,6 @@ for _name in ("t", "transpose", "swapaxes", "swapdims", "squeeze", "unsqueeze"):
 
 
 # ---------------------------------------------------------------- module functions
-
-
-def promote_tensors(a: Tensor, b: Tensor) -> DType:
-    """PyTorch's rule: against a tensor with dimensions, a 0-d tensor of the same or a lower
-    kind (bool < int < float) does not change the dtype; one of a higher kind gives its own
-    dtype (`bool_tensor + int32_0d` is int32, `int32_tensor + float64_0d` float64).
-    Otherwise the wider dtype wins."""
-    if (a.ndim == 0) == (b.ndim == 0):
-        return promote(a.dtype, b.dtype)
-    dims, zero = (a, b) if b.ndim == 0 else (b, a)
-    if zero.dtype.category <= dims.dtype.category:  # uint8 + int64 0-d stays uint8
-        return dims.dtype
-    return zero.dtype
 
 
 # numpy ufunc -> (the tensor's method when it is on the left, when it is on the right)
@@ -1488,66 +1480,31 @@ _UFUNC_OPERATORS = {
 }
 
 
-def broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...], op: str) -> tuple[int, ...]:
-    """numpy's broadcasting rule, with an error that shows both shapes and the axis."""
-    out = []
-    for i in range(1, max(len(a), len(b)) + 1):
-        x = a[-i] if i <= len(a) else 1
-        y = b[-i] if i <= len(b) else 1
-        if x != y and x != 1 and y != 1:
-            fail(
-                ShapeError,
-                op,
-                f"shapes {a} and {b} cannot be broadcast together (axis -{i}: {x} vs {y})",
-            )
-        out.append(max(x, y) if x != 1 and y != 1 else x * y)
-    return tuple(reversed(out))
-
-
-# every binary operator on two shapes asks this, and a training step asks the same pairs
-# each step (node shapes are tuples; a refusal raises, and is not cached)
-_broadcast_node_shapes = functools.lru_cache(maxsize=4096)(broadcast_shapes)
-
-
-def _broadcast_node(node: N.Node, shape: tuple[int, ...]) -> N.Node:
-    """`node` broadcast to `shape` (already checked by broadcast_shapes)."""
-    if node.shape == shape:
-        return node
-    src = (1,) * (len(shape) - len(node.shape)) + node.shape
-    return N.expand(N.reshape(node, src), shape)
-
-
 def as_tensor(x, op: str = "tensor") -> Tensor:
+    """`x` itself if it is a tensor, else `fg.tensor(x)` (what an operator makes of a
+    number or a list it is handed)."""
     if isinstance(x, Tensor):
         return x
-    return tensor(x)
+    return Tensor(data_node(x))
 
 
-def where(cond, a, b) -> Tensor:
-    """`a` where `cond` is true, else `b`, broadcasting all three."""
-    if not isinstance(cond, Tensor):
-        cond = as_tensor(cond)
-    if not cond.dtype.is_bool:
-        fail(
-            DTypeError,
-            "where",
-            f"condition must be a bool tensor, got {cond.dtype.name} (use cond.bool())",
-        )
-    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
-        a = Tensor(N.const(a, (), promote_scalar(bool_, a)))
-    if isinstance(a, Tensor):
-        x, y, other = a._operand_nodes(b, "where")
-        first = a
-    else:
-        y, x, other = b._operand_nodes(a, "where")
-        first = b
-    shape = broadcast_shapes(cond.shape, x.shape, "where")
-    node = N.where(
-        _broadcast_node(cond.node, shape), _broadcast_node(x, shape), _broadcast_node(y, shape)
-    )
-    if other is None:
-        return first._make(node)
-    return first._make(node, other)
+def where(cond, a=None, b=None) -> Tensor:
+    """`a` where `cond` is true, else `b`, broadcasting all three; with `cond` alone,
+    `nonzero(cond, as_tuple=True)`.
+
+    >>> import fusegrad as fg
+    >>> fg.where(fg.tensor([True, False]), 1.0, 0.0).tolist()
+    [1.0, 0.0]
+    >>> [t.tolist() for t in fg.where(fg.tensor([0, 3, 0, 4]))]
+    [[1, 3]]
+    """
+    if a is None and b is None:
+        return as_tensor(cond).nonzero(as_tuple=True)
+    if a is None or b is None:
+        fail(ShapeError, "where", "give both a and b, or neither")
+    if not isinstance(cond, Tensor) and not isinstance(a, Tensor) and not isinstance(b, Tensor):
+        cond = as_tensor(cond)  # no tensor to take the class from
+    return _where(cond, a, b)
 
 
 def _own_gradient(out: Tensor, x: Tensor, rule) -> Tensor:
@@ -1829,29 +1786,3 @@ def _float_power(b: Tensor, e: Tensor) -> Tensor:
         return [(b.node, gx.node), (e.node, gy.node)]
 
     return b._make(with_vjp(node, rule), e)
-
-
-def realize(*tensors: Tensor) -> list:
-    """Compute several tensors at once, sharing work between them; returns the kernels run.
-
-    A realized tensor whose graph no longer needs differentiating (it does not
-    require grad, or backward() already used its graph) is re-pointed at its
-    buffer, so the graph that produced it, and every buffer in it, can be freed.
-    """
-    nodes = [t.node for t in tensors]
-    records = engine.realize(nodes)
-    for t in tensors:
-        if t._is_leaf or not t.requires_grad or graph_consumed(t):
-            drop_graph(t)
-    return records
-
-
-def drop_graph(t: Tensor) -> None:
-    """Point a realized tensor at its buffer alone."""
-    if t.node.op is not Ops.BUFFER:
-        buf = engine.value(t.node)
-        if buf is not None:
-            t.node = N.buffer(buf, t.shape, t.dtype)
-
-
-core.bind(globals())  # the modules under this one call Tensor, where, ... through core

@@ -36,7 +36,6 @@ import warnings
 import weakref
 from collections.abc import Callable, Sequence
 
-from . import core
 from .errors import GradError, ShapeError, fail
 from .ir import node as N
 from .ir.autodiff import (
@@ -50,6 +49,7 @@ from .ir.autodiff import (
 from .ir.dtypes import float32, float64
 from .ir.ops import MOVEMENT, Ops
 from .movement import cat
+from .tensor_base import TensorBase
 
 # non-leaf nodes hooked by `register_hook` -> a weak reference to the tensor that owns the
 # hooks (see `separate`)
@@ -89,7 +89,7 @@ def _warn_if_shared(t, node) -> None:
     others = [
         o
         for o in gc.get_referrers(node)
-        if o is not t and isinstance(o, core.Tensor) and o.node is node
+        if o is not t and isinstance(o, TensorBase) and o.node is node
     ]
     if others:
         warnings.warn(
@@ -127,7 +127,7 @@ def register_hook(t, hook: Callable) -> RemovableHandle:
     hooks = GRAD_HOOKS.get(node)
     if hooks is None:
         hooks = GRAD_HOOKS[node] = {}
-    hooks[key] = _on_node(hook, node, "register_hook")
+    hooks[key] = _on_node(hook, node, "register_hook", t._plain)
     HOOKED_BY[node] = weakref.ref(t)
     ref = weakref.ref(node)
     return RemovableHandle(hooks, key, lambda: _forget_node(ref))
@@ -197,12 +197,13 @@ def on_leaf_grad(leaf, grad):
     return grad
 
 
-def _on_node(hook: Callable, node: N.Node, op: str) -> Callable:
-    """The user's tensor hook as a function of gradient nodes (`GRAD_HOOKS`'s form)."""
+def _on_node(hook: Callable, node: N.Node, op: str, plain: type) -> Callable:
+    """The user's tensor hook as a function of gradient nodes (`GRAD_HOOKS`'s form), which
+    it is handed as tensors of class `plain`."""
     shape, dtype = node.shape, node.dtype
 
     def run(g: N.Node):
-        changed = hook(core.Tensor(g))
+        changed = hook(plain(g))
         return None if changed is None else _checked(changed, shape, dtype, op).node
 
     run.user_hook = hook  # (called with None for an output that got no gradient: see below)
@@ -219,7 +220,7 @@ def call_with_none(n: N.Node) -> None:
 
 
 def _checked(t, shape, dtype, op: str):
-    if not isinstance(t, core.Tensor) or t.shape != shape:
+    if not isinstance(t, TensorBase) or t.shape != shape:
         fail(
             ShapeError,
             op,
@@ -275,8 +276,9 @@ def hooked_together(tensors: Sequence, on_grads: Callable, materialize: bool = T
     sizes = [t.numel() for t in tensors]
     # the rule keeps the sources' nodes, not the tensors (see function.py's _attach)
     sources = [t.node for t in tensors]
+    plain = joint._plain  # (the class: the rule must not hold a tensor)
 
-    def split(g: core.Tensor) -> list:
+    def split(g: TensorBase) -> list:
         if len(tensors) == 1:
             return [g]
         out, start = [], 0
@@ -295,7 +297,7 @@ def hooked_together(tensors: Sequence, on_grads: Callable, materialize: bool = T
         return len(tensors) == 1 or (piece is not None and received_gradient(piece))
 
     def rule(g: N.Node):
-        grads = split(core.Tensor(g))
+        grads = split(plain(g))
         seen = [g if materialize or received(k) else None for k, g in enumerate(grads)]
         changed = on_grads(seen)
         if changed is None:

@@ -8,7 +8,10 @@ cycle still makes the cycle, only later. The graph must have no cycle, and at mo
 each with a comment saying why (on its line, or the comment line just above it): an
 optional dependency deferred, or a heavy module kept off `import fusegrad`'s path.
 
-Imports under `if TYPE_CHECKING:` never run and are left out of the graph.
+Imports under `if TYPE_CHECKING:` never run and are left out of that graph; a second graph
+counts them too, and must have no cycle either (issue 57): a module that names a type of a
+module above it only for annotations is still a cycle in the design, which a late-bound
+service module or a string annotation would only hide.
 """
 
 from __future__ import annotations
@@ -51,22 +54,23 @@ def _type_checking(test: ast.expr) -> bool:
     )
 
 
-def _walk(node: ast.AST, in_function: bool = False):
-    """(import node, inside a function) for every import that can run."""
+def _walk(node: ast.AST, in_function: bool = False, type_only: bool = False):
+    """(import node, inside a function) for every import that can run, and with
+    `type_only` those under `if TYPE_CHECKING:` too."""
     for child in ast.iter_child_nodes(node):
-        if isinstance(child, ast.If) and _type_checking(child.test):
+        if isinstance(child, ast.If) and _type_checking(child.test) and not type_only:
             for sub in child.orelse:
-                yield from _walk_one(sub, in_function)
+                yield from _walk_one(sub, in_function, type_only)
             continue
-        yield from _walk_one(child, in_function)
+        yield from _walk_one(child, in_function, type_only)
 
 
-def _walk_one(node: ast.AST, in_function: bool):
+def _walk_one(node: ast.AST, in_function: bool, type_only: bool):
     if isinstance(node, (ast.Import, ast.ImportFrom)):
         yield node, in_function
         return
     inner = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-    yield from _walk(node, inner)
+    yield from _walk(node, inner, type_only)
 
 
 def _targets(node: ast.Import | ast.ImportFrom, module: str, init: bool) -> set[str]:
@@ -90,15 +94,15 @@ def _targets(node: ast.Import | ast.ImportFrom, module: str, init: bool) -> set[
 
 
 @functools.cache  # parsed once for the tests below
-def _graph():
+def _graph(type_only: bool = False):
     """(edges: module -> imported modules, function-level imports: (module, line, text,
-    commented))."""
+    commented)); with `type_only`, the imports under `if TYPE_CHECKING:` are edges too."""
     edges: dict[str, set[str]] = {m: set() for m in MODULES}
     function_level = []
     for module, (path, init) in MODULES.items():
         source = open(path).read()
         lines = source.splitlines()
-        for node, in_function in _walk(ast.parse(source, path)):
+        for node, in_function in _walk(ast.parse(source, path), type_only=type_only):
             targets = _targets(node, module, init) - {module}
             edges[module] |= targets
             if in_function and targets:
@@ -162,6 +166,7 @@ def test_the_graph_sees_function_level_and_relative_imports():
     )
     (node, in_function), *rest = list(_walk(tree))
     assert in_function and not rest  # the TYPE_CHECKING import never runs
+    assert len(list(_walk(tree, type_only=True))) == 2  # but it is a type-only edge
     assert _targets(node, "fusegrad.jit", False) == {"fusegrad.tensor"}
     assert _targets(node, "fusegrad", True) == {"fusegrad.tensor"}
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [frozenset({"a", "b"})]
@@ -171,6 +176,17 @@ def test_no_import_cycle():
     edges, _ = _graph()
     found = _cycles(edges)
     assert not found, "import cycles (imports inside functions count):\n" + "\n".join(
+        f"  {sorted(c)}\n    e.g. {_path(edges, c)}" for c in found
+    )
+
+
+def test_no_import_cycle_counting_type_only_imports():
+    """`if TYPE_CHECKING: from .tensor import Tensor` in a module tensor.py imports is a
+    cycle too: the op modules take the class from the tensors they receive, or test
+    against `tensor_base.TensorBase`, and never name the class above them."""
+    edges, _ = _graph(type_only=True)
+    found = _cycles(edges)
+    assert not found, "import cycles (type-only imports count):\n" + "\n".join(
         f"  {sorted(c)}\n    e.g. {_path(edges, c)}" for c in found
     )
 
