@@ -255,11 +255,11 @@ class Tensor:
         """a + alpha * b."""
     def addcdiv(  # frontend/inplace_methods.py: addcdiv
         self, tensor1, tensor2, *, value=1
-    ) -> TensorBase:
+    ) -> Tensor:
         """self + value * tensor1 / tensor2 (torch.addcdiv)."""
     def addcmul(  # frontend/inplace_methods.py: addcmul
         self, tensor1, tensor2, *, value=1
-    ) -> TensorBase:
+    ) -> Tensor:
         """self + value * tensor1 * tensor2 (torch.addcmul)."""
     def arccos(x): ...  # frontend/mathops.py: acos
     def arccosh(x):  # frontend/mathops.py: acosh
@@ -305,9 +305,9 @@ class Tensor:
         """Limit to [min, max] (max wins where min > max). As torch.clamp: NaN stays NaN, and the
         gradient is 1 where min <= x <= max (the bounds included) and 0 elsewhere.
         """
-    def clamp_max(self, max) -> TensorBase:  # frontend/inplace_methods.py: clamp_max
+    def clamp_max(self, max) -> Tensor:  # frontend/inplace_methods.py: clamp_max
         """`clamp(max=max)`."""
-    def clamp_min(self, min) -> TensorBase:  # frontend/inplace_methods.py: clamp_min
+    def clamp_min(self, min) -> Tensor:  # frontend/inplace_methods.py: clamp_min
         """`clamp(min=min)`."""
     def clip(self, min=None, max=None):  # frontend/tensor.py: Tensor.clamp
         """Limit to [min, max] (max wins where min > max). As torch.clamp: NaN stays NaN, and the
@@ -590,7 +590,7 @@ class Tensor:
         other). As max().
         """
     def mode(  # frontend/searching.py: mode
-        input: TensorBase, dim: builtins.int = -1, keepdim: builtins.bool = False
+        input: Tensor, dim: builtins.int = -1, keepdim: builtins.bool = False
     ):
         """The most frequent value along `dim` (the smallest of equally frequent ones) and the index
         of its last occurrence, as torch.mode on the CPU.
@@ -778,9 +778,7 @@ class Tensor:
         """The entries of `x` at `index` (a vector) along `dim`."""
     def masked_fill(x, mask, value):  # frontend/indexing.py: masked_fill
         """x with `value` where `mask` is true (mask broadcasts to x; x keeps its dtype)."""
-    def masked_scatter(  # frontend/inplace_methods.py: masked_scatter
-        self, mask, source
-    ) -> TensorBase:
+    def masked_scatter(self, mask, source) -> Tensor:  # frontend/inplace_methods.py: masked_scatter
         """Where `mask` (broadcast to self's shape) is true, the next elements of `source` in
         row-major order; elsewhere self (torch.masked_scatter).
         """
@@ -812,8 +810,8 @@ class Tensor:
 
     # Other operations
     def bincount(  # frontend/searching.py: bincount
-        input: TensorBase, weights: TensorBase | None = None, minlength: builtins.int = 0
-    ) -> TensorBase:
+        input: Tensor, weights: Tensor | None = None, minlength: builtins.int = 0
+    ) -> Tensor:
         """How often each value 0..max occurs in a 1-d non-negative integer tensor (int64), or the
         sum of `weights` at each value (float32 weights give float32, others float64, as
         torch's); at least `minlength` long.
@@ -858,11 +856,11 @@ class Tensor:
     def fliplr(x): ...  # frontend/indexing.py: fliplr
     def flipud(x): ...  # frontend/indexing.py: flipud
     def histc(  # frontend/searching.py: histc
-        input: TensorBase,
+        input: Tensor,
         bins: builtins.int = 100,
         min: builtins.float = 0.0,
         max: builtins.float = 0.0,
-    ) -> TensorBase:
+    ) -> Tensor:
         """A histogram of `input`'s elements in `bins` equal bins over [min, max], as torch.histc:
         elements outside are left out (NaN too), max falls in the last bin; min == max takes the
         data's smallest and largest (widened by 1 each way where those are equal too).
@@ -888,182 +886,170 @@ class Tensor:
     # In-place random sampling
     def bernoulli_(  # frontend/inplace_methods.py: bernoulli_
         self, p=0.5, *, generator=None
-    ) -> TensorBase:
+    ) -> Tensor:
         """Fill with 1 (probability `p`, a number or a tensor) or 0, in place."""
     def exponential_(  # frontend/inplace_methods.py: exponential_
         self, lambd=1.0, *, generator=None
-    ) -> TensorBase:
+    ) -> Tensor:
         """Fill with samples of the exponential distribution of rate `lambd`, in place."""
     def normal_(  # frontend/inplace_methods.py: normal_
         self, mean=0.0, std=1.0, *, generator=None
-    ) -> TensorBase:
+    ) -> Tensor:
         """Fill with samples of N(mean, std^2), in place."""
     def random_(  # frontend/inplace_methods.py: random_
         self, a=None, b=None, *, generator=None
-    ) -> TensorBase:
+    ) -> Tensor:
         """Fill with integers drawn uniformly from [a, b) (`random_(b)`: [0, b); `random_()`: [0,
         2^mantissa] for floats, [0, max] for integers), in place.
         """
     def uniform_(  # frontend/inplace_methods.py: uniform_
         self, a=0.0, b=1.0, *, generator=None
-    ) -> TensorBase:
+    ) -> Tensor:
         """Fill with samples of U[a, b), in place (torch names the bounds `from` and `to`)."""
 
     # In-place
-    def abs_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def abs_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`abs` in place: `t.abs_(...)` gives t the value of `t.abs(...)`."""
-    def absolute_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def absolute_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`absolute` in place: `t.absolute_(...)` gives t the value of `t.absolute(...)`."""
-    def acos_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def acos_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`acos` in place: `t.acos_(...)` gives t the value of `t.acos(...)`."""
-    def acosh_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def acosh_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`acosh` in place: `t.acosh_(...)` gives t the value of `t.acosh(...)`."""
     def add_(self, other, alpha=1) -> Tensor:  # frontend/tensor.py: Tensor.add_
         """self += alpha * other, in place (see `_inplace` for the rules)."""
-    def addbmm_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def addbmm_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`addbmm` in place: `t.addbmm_(...)` gives t the value of `t.addbmm(...)`."""
-    def addcdiv_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def addcdiv_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`addcdiv` in place: `t.addcdiv_(...)` gives t the value of `t.addcdiv(...)`."""
-    def addcmul_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def addcmul_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`addcmul` in place: `t.addcmul_(...)` gives t the value of `t.addcmul(...)`."""
-    def addmm_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def addmm_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`addmm` in place: `t.addmm_(...)` gives t the value of `t.addmm(...)`."""
-    def addmv_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def addmv_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`addmv` in place: `t.addmv_(...)` gives t the value of `t.addmv(...)`."""
-    def arccos_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def arccos_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`arccos` in place: `t.arccos_(...)` gives t the value of `t.arccos(...)`."""
-    def arccosh_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def arccosh_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`arccosh` in place: `t.arccosh_(...)` gives t the value of `t.arccosh(...)`."""
-    def arcsin_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def arcsin_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`arcsin` in place: `t.arcsin_(...)` gives t the value of `t.arcsin(...)`."""
-    def arcsinh_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def arcsinh_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`arcsinh` in place: `t.arcsinh_(...)` gives t the value of `t.arcsinh(...)`."""
-    def arctan2_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def arctan2_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`arctan2` in place: `t.arctan2_(...)` gives t the value of `t.arctan2(...)`."""
-    def arctan_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def arctan_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`arctan` in place: `t.arctan_(...)` gives t the value of `t.arctan(...)`."""
-    def arctanh_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def arctanh_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`arctanh` in place: `t.arctanh_(...)` gives t the value of `t.arctanh(...)`."""
-    def asin_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def asin_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`asin` in place: `t.asin_(...)` gives t the value of `t.asin(...)`."""
-    def asinh_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def asinh_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`asinh` in place: `t.asinh_(...)` gives t the value of `t.asinh(...)`."""
     def assign_(self, value) -> Tensor:  # frontend/tensor.py: Tensor.assign_
         """Give this tensor a new value in place (lazily); a leaf stays the same leaf."""
-    def atan2_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def atan2_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`atan2` in place: `t.atan2_(...)` gives t the value of `t.atan2(...)`."""
-    def atan_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def atan_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`atan` in place: `t.atan_(...)` gives t the value of `t.atan(...)`."""
-    def atanh_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def atanh_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`atanh` in place: `t.atanh_(...)` gives t the value of `t.atanh(...)`."""
-    def baddbmm_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def baddbmm_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`baddbmm` in place: `t.baddbmm_(...)` gives t the value of `t.baddbmm(...)`."""
-    def bitwise_and_(  # frontend/inplace_methods.py: _same_shape
-        self, *args, **kwargs
-    ) -> TensorBase:
+    def bitwise_and_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`bitwise_and` in place: `t.bitwise_and_(...)` gives t the value of
         `t.bitwise_and(...)`.
         """
     def bitwise_left_shift_(  # frontend/inplace_methods.py: _same_shape
         self, *args, **kwargs
-    ) -> TensorBase:
+    ) -> Tensor:
         """`bitwise_left_shift` in place: `t.bitwise_left_shift_(...)` gives t the value of
         `t.bitwise_left_shift(...)`.
         """
-    def bitwise_not_(  # frontend/inplace_methods.py: _same_shape
-        self, *args, **kwargs
-    ) -> TensorBase:
+    def bitwise_not_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`bitwise_not` in place: `t.bitwise_not_(...)` gives t the value of
         `t.bitwise_not(...)`.
         """
-    def bitwise_or_(  # frontend/inplace_methods.py: _same_shape
-        self, *args, **kwargs
-    ) -> TensorBase:
+    def bitwise_or_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`bitwise_or` in place: `t.bitwise_or_(...)` gives t the value of `t.bitwise_or(...)`."""
     def bitwise_right_shift_(  # frontend/inplace_methods.py: _same_shape
         self, *args, **kwargs
-    ) -> TensorBase:
+    ) -> Tensor:
         """`bitwise_right_shift` in place: `t.bitwise_right_shift_(...)` gives t the value of
         `t.bitwise_right_shift(...)`.
         """
-    def bitwise_xor_(  # frontend/inplace_methods.py: _same_shape
-        self, *args, **kwargs
-    ) -> TensorBase:
+    def bitwise_xor_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`bitwise_xor` in place: `t.bitwise_xor_(...)` gives t the value of
         `t.bitwise_xor(...)`.
         """
-    def ceil_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def ceil_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`ceil` in place: `t.ceil_(...)` gives t the value of `t.ceil(...)`."""
-    def clamp_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def clamp_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`clamp` in place: `t.clamp_(...)` gives t the value of `t.clamp(...)`."""
-    def clamp_max_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def clamp_max_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`clamp_max` in place: `t.clamp_max_(...)` gives t the value of `t.clamp_max(...)`."""
-    def clamp_min_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def clamp_min_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`clamp_min` in place: `t.clamp_min_(...)` gives t the value of `t.clamp_min(...)`."""
-    def clip_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def clip_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`clip` in place: `t.clip_(...)` gives t the value of `t.clip(...)`."""
     def copy_(self, src) -> Tensor:  # frontend/tensor.py: Tensor.copy_
         """Copy `src` (broadcast to this shape, cast to this dtype) into this tensor."""
-    def copysign_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def copysign_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`copysign` in place: `t.copysign_(...)` gives t the value of `t.copysign(...)`."""
-    def cos_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def cos_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`cos` in place: `t.cos_(...)` gives t the value of `t.cos(...)`."""
-    def cosh_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def cosh_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`cosh` in place: `t.cosh_(...)` gives t the value of `t.cosh(...)`."""
-    def cumprod_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def cumprod_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`cumprod` in place: `t.cumprod_(...)` gives t the value of `t.cumprod(...)`."""
-    def cumsum_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def cumsum_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`cumsum` in place: `t.cumsum_(...)` gives t the value of `t.cumsum(...)`."""
-    def digamma_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def digamma_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`digamma` in place: `t.digamma_(...)` gives t the value of `t.digamma(...)`."""
     def div_(self, other) -> Tensor: ...  # frontend/tensor.py: Tensor.div_
-    def divide_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def divide_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`divide` in place: `t.divide_(...)` gives t the value of `t.divide(...)`."""
-    def eq_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def eq_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`eq` in place: `t.eq_(...)` gives t the value of `t.eq(...)`."""
-    def erf_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def erf_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`erf` in place: `t.erf_(...)` gives t the value of `t.erf(...)`."""
-    def erfc_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def erfc_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`erfc` in place: `t.erfc_(...)` gives t the value of `t.erfc(...)`."""
-    def erfinv_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def erfinv_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`erfinv` in place: `t.erfinv_(...)` gives t the value of `t.erfinv(...)`."""
-    def exp2_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def exp2_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`exp2` in place: `t.exp2_(...)` gives t the value of `t.exp2(...)`."""
-    def exp_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def exp_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`exp` in place: `t.exp_(...)` gives t the value of `t.exp(...)`."""
-    def expm1_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def expm1_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`expm1` in place: `t.expm1_(...)` gives t the value of `t.expm1(...)`."""
     def fill_(self, value) -> Tensor:  # frontend/tensor.py: Tensor.fill_
         """Set every element to `value`, in place."""
-    def fix_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def fix_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`fix` in place: `t.fix_(...)` gives t the value of `t.fix(...)`."""
-    def floor_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def floor_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`floor` in place: `t.floor_(...)` gives t the value of `t.floor(...)`."""
-    def floor_divide_(  # frontend/inplace_methods.py: _same_shape
-        self, *args, **kwargs
-    ) -> TensorBase:
+    def floor_divide_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`floor_divide` in place: `t.floor_divide_(...)` gives t the value of
         `t.floor_divide(...)`.
         """
-    def fmod_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def fmod_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`fmod` in place: `t.fmod_(...)` gives t the value of `t.fmod(...)`."""
-    def frac_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def frac_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`frac` in place: `t.frac_(...)` gives t the value of `t.frac(...)`."""
-    def ge_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def ge_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`ge` in place: `t.ge_(...)` gives t the value of `t.ge(...)`."""
-    def greater_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def greater_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`greater` in place: `t.greater_(...)` gives t the value of `t.greater(...)`."""
-    def greater_equal_(  # frontend/inplace_methods.py: _same_shape
-        self, *args, **kwargs
-    ) -> TensorBase:
+    def greater_equal_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`greater_equal` in place: `t.greater_equal_(...)` gives t the value of
         `t.greater_equal(...)`.
         """
-    def gt_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def gt_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`gt` in place: `t.gt_(...)` gives t the value of `t.gt(...)`."""
-    def hypot_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def hypot_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`hypot` in place: `t.hypot_(...)` gives t the value of `t.hypot(...)`."""
-    def i0_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def i0_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`i0` in place: `t.i0_(...)` gives t the value of `t.i0(...)`."""
     def index_add_(self, *args, **kwargs):  # frontend/indexing.py: _rebinding
         """In-place form of index_add (rebinds this tensor's value)."""
@@ -1073,92 +1059,78 @@ class Tensor:
         """In-place form of index_fill (rebinds this tensor's value)."""
     def index_put_(self, *args, **kwargs):  # frontend/indexing.py: _rebinding
         """In-place form of index_put (rebinds this tensor's value)."""
-    def le_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def le_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`le` in place: `t.le_(...)` gives t the value of `t.le(...)`."""
-    def lerp_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def lerp_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`lerp` in place: `t.lerp_(...)` gives t the value of `t.lerp(...)`."""
-    def less_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def less_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`less` in place: `t.less_(...)` gives t the value of `t.less(...)`."""
-    def less_equal_(  # frontend/inplace_methods.py: _same_shape
-        self, *args, **kwargs
-    ) -> TensorBase:
+    def less_equal_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`less_equal` in place: `t.less_equal_(...)` gives t the value of `t.less_equal(...)`."""
-    def lgamma_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def lgamma_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`lgamma` in place: `t.lgamma_(...)` gives t the value of `t.lgamma(...)`."""
-    def log10_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def log10_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`log10` in place: `t.log10_(...)` gives t the value of `t.log10(...)`."""
-    def log1p_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def log1p_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`log1p` in place: `t.log1p_(...)` gives t the value of `t.log1p(...)`."""
-    def log2_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def log2_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`log2` in place: `t.log2_(...)` gives t the value of `t.log2(...)`."""
-    def log_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def log_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`log` in place: `t.log_(...)` gives t the value of `t.log(...)`."""
-    def logical_and_(  # frontend/inplace_methods.py: _same_shape
-        self, *args, **kwargs
-    ) -> TensorBase:
+    def logical_and_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`logical_and` in place: `t.logical_and_(...)` gives t the value of
         `t.logical_and(...)`.
         """
-    def logical_not_(  # frontend/inplace_methods.py: _same_shape
-        self, *args, **kwargs
-    ) -> TensorBase:
+    def logical_not_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`logical_not` in place: `t.logical_not_(...)` gives t the value of
         `t.logical_not(...)`.
         """
-    def logical_or_(  # frontend/inplace_methods.py: _same_shape
-        self, *args, **kwargs
-    ) -> TensorBase:
+    def logical_or_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`logical_or` in place: `t.logical_or_(...)` gives t the value of `t.logical_or(...)`."""
-    def logical_xor_(  # frontend/inplace_methods.py: _same_shape
-        self, *args, **kwargs
-    ) -> TensorBase:
+    def logical_xor_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`logical_xor` in place: `t.logical_xor_(...)` gives t the value of
         `t.logical_xor(...)`.
         """
-    def logit_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def logit_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`logit` in place: `t.logit_(...)` gives t the value of `t.logit(...)`."""
-    def lt_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def lt_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`lt` in place: `t.lt_(...)` gives t the value of `t.lt(...)`."""
     def masked_fill_(self, *args, **kwargs):  # frontend/indexing.py: _rebinding
         """In-place form of masked_fill (rebinds this tensor's value)."""
     def masked_scatter_(  # frontend/inplace_methods.py: _same_shape
         self, *args, **kwargs
-    ) -> TensorBase:
+    ) -> Tensor:
         """`masked_scatter` in place: `t.masked_scatter_(...)` gives t the value of
         `t.masked_scatter(...)`.
         """
     def mul_(self, other) -> Tensor: ...  # frontend/tensor.py: Tensor.mul_
-    def multiply_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def multiply_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`multiply` in place: `t.multiply_(...)` gives t the value of `t.multiply(...)`."""
-    def mvlgamma_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def mvlgamma_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`mvlgamma` in place: `t.mvlgamma_(...)` gives t the value of `t.mvlgamma(...)`."""
-    def nan_to_num_(  # frontend/inplace_methods.py: _same_shape
-        self, *args, **kwargs
-    ) -> TensorBase:
+    def nan_to_num_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`nan_to_num` in place: `t.nan_to_num_(...)` gives t the value of `t.nan_to_num(...)`."""
-    def ne_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def ne_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`ne` in place: `t.ne_(...)` gives t the value of `t.ne(...)`."""
-    def neg_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def neg_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`neg` in place: `t.neg_(...)` gives t the value of `t.neg(...)`."""
-    def negative_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def negative_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`negative` in place: `t.negative_(...)` gives t the value of `t.negative(...)`."""
-    def not_equal_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def not_equal_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`not_equal` in place: `t.not_equal_(...)` gives t the value of `t.not_equal(...)`."""
-    def polygamma_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def polygamma_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`polygamma` in place: `t.polygamma_(...)` gives t the value of `t.polygamma(...)`."""
-    def pow_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def pow_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`pow` in place: `t.pow_(...)` gives t the value of `t.pow(...)`."""
-    def reciprocal_(  # frontend/inplace_methods.py: _same_shape
-        self, *args, **kwargs
-    ) -> TensorBase:
+    def reciprocal_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`reciprocal` in place: `t.reciprocal_(...)` gives t the value of `t.reciprocal(...)`."""
-    def relu_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def relu_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`relu` in place: `t.relu_(...)` gives t the value of `t.relu(...)`."""
-    def remainder_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def remainder_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`remainder` in place: `t.remainder_(...)` gives t the value of `t.remainder(...)`."""
-    def round_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def round_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`round` in place: `t.round_(...)` gives t the value of `t.round(...)`."""
-    def rsqrt_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def rsqrt_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`rsqrt` in place: `t.rsqrt_(...)` gives t the value of `t.rsqrt(...)`."""
     def scatter_(self, *args, **kwargs):  # frontend/indexing.py: _rebinding
         """In-place form of scatter (rebinds this tensor's value)."""
@@ -1166,54 +1138,52 @@ class Tensor:
         """In-place form of scatter_add (rebinds this tensor's value)."""
     def scatter_reduce_(self, *args, **kwargs):  # frontend/indexing.py: _rebinding
         """In-place form of scatter_reduce (rebinds this tensor's value)."""
-    def sgn_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def sgn_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`sgn` in place: `t.sgn_(...)` gives t the value of `t.sgn(...)`."""
-    def sigmoid_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def sigmoid_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`sigmoid` in place: `t.sigmoid_(...)` gives t the value of `t.sigmoid(...)`."""
-    def sign_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def sign_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`sign` in place: `t.sign_(...)` gives t the value of `t.sign(...)`."""
-    def sin_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def sin_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`sin` in place: `t.sin_(...)` gives t the value of `t.sin(...)`."""
-    def sinc_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def sinc_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`sinc` in place: `t.sinc_(...)` gives t the value of `t.sinc(...)`."""
-    def sinh_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def sinh_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`sinh` in place: `t.sinh_(...)` gives t the value of `t.sinh(...)`."""
-    def sqrt_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def sqrt_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`sqrt` in place: `t.sqrt_(...)` gives t the value of `t.sqrt(...)`."""
-    def square_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def square_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`square` in place: `t.square_(...)` gives t the value of `t.square(...)`."""
-    def squeeze_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _view
+    def squeeze_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _view
         """`squeeze` in place: this tensor takes the shape `t.squeeze(...)` has."""
     def sub_(self, other, alpha=1) -> Tensor: ...  # frontend/tensor.py: Tensor.sub_
-    def subtract_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def subtract_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`subtract` in place: `t.subtract_(...)` gives t the value of `t.subtract(...)`."""
-    def swapaxes_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _view
+    def swapaxes_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _view
         """`swapaxes` in place: this tensor takes the shape `t.swapaxes(...)` has."""
-    def swapdims_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _view
+    def swapdims_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _view
         """`swapdims` in place: this tensor takes the shape `t.swapdims(...)` has."""
-    def t_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _view
+    def t_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _view
         """`t` in place: this tensor takes the shape `t.t(...)` has."""
-    def tan_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def tan_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`tan` in place: `t.tan_(...)` gives t the value of `t.tan(...)`."""
-    def tanh_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def tanh_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`tanh` in place: `t.tanh_(...)` gives t the value of `t.tanh(...)`."""
-    def transpose_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _view
+    def transpose_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _view
         """`transpose` in place: this tensor takes the shape `t.transpose(...)` has."""
-    def tril_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def tril_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`tril` in place: `t.tril_(...)` gives t the value of `t.tril(...)`."""
-    def triu_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def triu_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`triu` in place: `t.triu_(...)` gives t the value of `t.triu(...)`."""
-    def true_divide_(  # frontend/inplace_methods.py: _same_shape
-        self, *args, **kwargs
-    ) -> TensorBase:
+    def true_divide_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`true_divide` in place: `t.true_divide_(...)` gives t the value of
         `t.true_divide(...)`.
         """
-    def trunc_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def trunc_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`trunc` in place: `t.trunc_(...)` gives t the value of `t.trunc(...)`."""
-    def unsqueeze_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _view
+    def unsqueeze_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _view
         """`unsqueeze` in place: this tensor takes the shape `t.unsqueeze(...)` has."""
-    def xlogy_(self, *args, **kwargs) -> TensorBase:  # frontend/inplace_methods.py: _same_shape
+    def xlogy_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`xlogy` in place: `t.xlogy_(...)` gives t the value of `t.xlogy(...)`."""
     def zero_(self) -> Tensor:  # frontend/tensor.py: Tensor.zero_
         """Set every element to zero, in place: `with fg.no_grad(): w.zero_()`."""

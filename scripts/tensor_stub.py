@@ -267,6 +267,11 @@ def _meaning(name: str, module):
     return getattr(builtins, name, MISSING)
 
 
+def _base():
+    """The class the op families annotate their results with (`frontend/tensor_base.py`)."""
+    return importlib.import_module("fusegrad.tensor_base").TensorBase
+
+
 class Renderer:
     """Writes signatures whose annotations the stub can read, noting the names they need."""
 
@@ -291,8 +296,15 @@ class Renderer:
         except SyntaxError:
             return None
         names = [n for n in ast.walk(tree) if isinstance(n, ast.Name)]
+        plain = [n for n in names if n.id == "TensorBase" and _meaning(n.id, module) is _base()]
+        for node in plain:  # an op family's result: the plain Tensor it builds (`_plain`)
+            node.id = "Tensor"
+        if plain:
+            annotation = ast.unparse(tree)
         for node in names:
-            there = _meaning(node.id, module)
+            there = (
+                _meaning(node.id, module) if node not in plain else _meaning("Tensor", self.home)
+            )
             if there is MISSING or there is not _meaning(node.id, self.home):
                 return None
         self.used |= {n.id for n in names if n.id in vars(self.home)}
