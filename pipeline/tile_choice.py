@@ -80,6 +80,8 @@ WIDE_GRID_ACCUMULATORS = 256
 # register keep 16: short sums, as the sentiment CNN's 5 x 2 grids, do not gain from more.)
 WIDE_PAIR_GRID_ACCUMULATORS = 384
 WIDE_VECTOR_BYTES = 64  # one AVX-512 register
+L1_RESIDENT_BYTES = 16 << 10  # an operand this small stays in L1 while a tile loop sweeps
+L2_RESIDENT_BYTES = 256 << 10  # an epilogue's array this small is read from L2 in any order
 
 
 def wide_registers() -> bool:
@@ -468,7 +470,8 @@ def _outermost(reads: TileReads, steps: dict[int, int]) -> int | None:
     for every tile of `a`, once per sweep of the inner loop, while the tile of `a`'s own
     operand stays in L1 across the sweep. A linear layer's weight gradient (X^T dY, X
     64x784 and dY 64x128) streams X 32 times with the rows outer (6.4 MB) but dY 49 times
-    with the columns outer (1.6 MB): twice as fast. None: keep the groups' own order
+    with the columns outer (1.6 MB): twice as fast. An operand of at most
+    `L1_RESIDENT_BYTES` is read once whichever loop is outer. None: keep the groups' own order
     (also when the better outer loop has too few tiles to share among threads).
     """
     loads, every_load, out_vars, extents = (
@@ -480,10 +483,15 @@ def _outermost(reads: TileReads, steps: dict[int, int]) -> int | None:
     (a, step_a), (b, step_b) = steps.items()
     if 0 not in (a, b):  # the outer loop is another axis (a batch): leave it
         return None
-    if any(ld.index.coef(out_vars[a]) and ld.index.coef(out_vars[b]) for ld in every_load):
-        # an epilogue reading arrays of the output's shape (an optimizer update fused after
-        # a weight gradient): those streams run in order only with the groups' own order,
-        # and measured, that matters more than the operand traffic saved
+    if any(
+        ld.index.coef(out_vars[a])
+        and ld.index.coef(out_vars[b])
+        and ld.param.size * ld.dtype.itemsize > L2_RESIDENT_BYTES
+        for ld in every_load
+    ):
+        # an epilogue reading large arrays of the output's shape (an optimizer update fused
+        # after a weight gradient): those streams run in order only with the groups' own
+        # order, and measured, that matters more than the operand traffic saved
         return None
     tiles = {a: extents[a] // step_a, b: extents[b] // step_b}
 
@@ -493,7 +501,10 @@ def _outermost(reads: TileReads, steps: dict[int, int]) -> int | None:
             for ld in loads
             if ld.index.coef(out_vars[inner]) != 0 and ld.index.coef(out_vars[outer]) == 0
         ]
-        return tiles[outer] * sum(ld.param.size * ld.dtype.itemsize for ld in moving)
+        sizes = [ld.param.size * ld.dtype.itemsize for ld in moving]
+        # an operand that fits L1 stays there across the sweeps: read once (a recurrent
+        # layer's 16 hidden rows against its 1 MB weight, which then is read once too)
+        return sum(n if n <= L1_RESIDENT_BYTES else tiles[outer] * n for n in sizes)
 
     now, other = (a, b) if a == 0 else (b, a)  # group 0 is the outer loop today
     if tiles[other] < MIN_OUTER_TILES or streamed(other, now) >= streamed(now, other):
