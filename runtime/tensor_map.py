@@ -12,7 +12,7 @@ Such a kernel is launched through ctypes as well (`ParamsLaunch`): `cuLaunchKern
 `kernelParams`, one pointer per parameter. PyCUDA's launches hand the driver all the
 parameters as one `extra` buffer, and for a kernel with a `__grid_constant__` parameter the
 driver refuses that with "too many resources requested for launch" (an H200 with driver
-580.159, session 29: `scripts/gpu_tma_probe.py`, where the same kernel launched with
+580.159; `scripts/gpu_tma_probe.py` shows it, and that the same kernel launched with
 `kernelParams` runs and gives the right values).
 """
 

@@ -1,7 +1,7 @@
 """Why the wgmma pipeline's Tensor Memory Accelerator staging would not launch: a probe for
 an sm_90 GPU (one short device call).
 
-On an H200 (session 28) every launch of that kernel failed with "too many resources
+On an H200 every launch of that kernel failed with "too many resources
 requested for launch" (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES), while the same pipeline staged
 by cp.async launched. The kernel takes two 128-byte, 64-byte aligned `__grid_constant__`
 tensor maps after its pointers. Each line below is one way to pass a map; it prints ok or
@@ -20,7 +20,7 @@ the driver's error:
 8. the same product staged by cp.async (`WGMMA_TMA` off), by PyCUDA, its parameter
    buffer packed as the maps' kernels' are (the pointers padded to 64 bytes).
 
-What it found (session 29, H200, driver 580.159.04): 1, 3 and 6 fail ("too many
+What it found (H200, driver 580.159.04): 1, 3 and 6 fail ("too many
 resources"), 2, 4, 5 and 7 run and give the right values. The driver refuses a
 `__grid_constant__` kernel's parameters in one `extra` buffer, whatever the kernel does, so
 fusegrad launches such kernels with `kernelParams` (`runtime/tensor_map.py`'s
