@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from . import node as N
 from .hooks import hooks
-from .macro import RULES, expansion, inputs_of, macro, register
+from .macro import GRADIENTS, RULES, depends_on_layout, expansion, inputs_of, macro, register
 from .node import Node, toposort
 from .ops import MOVEMENT, Ops
 from .sites import fixed, note, site_of
@@ -188,8 +188,91 @@ def _macro_grad(n: Node, g: Node, live: set[int] | None = None) -> list[tuple[No
                 pairs.append((inputs[k], N.reshape(piece, inputs[k].shape)))
                 start += size
             return pairs
+    if live is not None and depends_on_layout(n):
+        return _layout_grads(n, g, live)
     grads = _gradients(expansion(n), g, inputs, stop={id(s) for s in inputs})
     return [(s, gs) for s, gs in zip(inputs, grads) if gs is not None]
+
+
+def _layout_grads(n: Node, g: Node, live: set[int]) -> list[tuple[Node, Node]]:
+    """The gradients of a macro whose expansion depends on the layout it is built for
+    (ir/layout.py: a matmul's packed operands, a convolution's padded copies), one
+    "layout_grad" macro node per source that the pass wants: each is derived when a plan
+    is compiled, from the expansion under that plan's layout, so a device's gradients
+    are those of its own forward (the CPU's read the packed and padded copies its forward
+    made, and its convolutions' rules choose as its forward did), while the graph is the
+    same for every device."""
+    kind, params = n.arg
+    wanted: list[int] = []
+    for k, s in enumerate(n.srcs):
+        if id(s) in live and s.dtype.kind == "f" and all(n.srcs[j] is not s for j in wanted):
+            wanted.append(k)
+    pairs = []
+    for k in wanted:
+        s = n.srcs[k]
+        grad = macro(
+            "layout_grad", (g, *n.srcs), (kind, params, tuple(wanted), k), s.shape, s.dtype
+        )
+        pairs.append((s, grad))
+    return pairs
+
+
+def _layout_grad_rule(srcs: tuple[Node, ...], params: tuple) -> Node:
+    """The expansion of a "layout_grad" node: the gradient of macro `kind`'s expansion,
+    built under the current layout, with respect to its source `pick`. The expansion may
+    read a node under a source (a reshape of a reshape, a permute of a permute fold into
+    one node): what reaches one is taken back up to the source through its views, whose
+    own gradient rules then bring it down again to the same node. A source the expansion
+    does not reach gets zeros. A kind with gradients of its own (`register(gradient=)`)
+    gives them where its rule does under this layout."""
+    kind, inner, wanted, pick = params
+    g, sources = srcs[0], srcs[1:]
+    own = GRADIENTS.get(kind)
+    grads = own(sources, inner, g) if own is not None else None
+    if grads is not None:
+        got = grads[pick]
+        s = sources[pick]
+        if got is None:
+            return N.const(0, s.shape, s.dtype)
+        return got if got.dtype is s.dtype else N.cast(got, s.dtype)
+    out = RULES[kind](sources, inner)
+    chains = {k: _view_chain(sources[k]) for k in wanted}
+    targets = list({id(v): v for k in wanted for v in chains[k]}.values())
+    stop = {id(v) for v in inputs_of(sources)}
+    got = dict(zip((id(t) for t in targets), _gradients(out, g, targets, stop=stop)))
+    others = {id(sources[k]) for k in wanted if k != pick}
+    total, below = None, []
+    for v in chains[pick]:
+        if v is not chains[pick][0] and id(v) in others:
+            break  # (that source's own gradient takes it)
+        gv = got.get(id(v))
+        if gv is not None:
+            for view in reversed(below):  # back up through the views to the source
+                gv = _view_again(view, gv)
+            total = gv if total is None else N.add(total, gv)
+        below.append(v)
+    s = sources[pick]
+    if total is None:
+        return N.const(0, s.shape, s.dtype)
+    return total if total.dtype is s.dtype else N.cast(total, s.dtype)
+
+
+def _view_chain(s: Node) -> list[Node]:
+    """`s` and the reshapes and permutes under it that node folding can reach past it."""
+    chain = [s]
+    while chain[-1].op in (Ops.RESHAPE, Ops.PERMUTE):
+        chain.append(chain[-1].srcs[0])
+    return chain
+
+
+def _view_again(view: Node, g: Node) -> Node:
+    """`g`, a gradient at `view`'s source, as one at `view` (a reshape or a permute)."""
+    if view.op is Ops.RESHAPE:
+        return N.reshape(g, view.shape)
+    return N.permute(g, view.arg)
+
+
+register("layout_grad", _layout_grad_rule)
 
 
 # Macro kinds whose gradient is a macro of its own (`_macro_grad`): those whose expansion
