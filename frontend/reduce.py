@@ -906,9 +906,10 @@ def _product(an, bn, batch: tuple[int, ...]):
     fuses into a single kernel. The operands are first copied where the layout the plan
     is compiled for asks (ir/layout.py `current()`: the CPU's): an AMX-shaped bfloat16
     product's into AMX's tiles and pairs, a float32 right operand too big for cache (or
-    read along K by enough rows) into panels of columns. Where the product is 2-D and
-    big enough that its gradients are products too (`_takes_product_gradients`), they
-    are "matmul" macros of their own (`_product_gradients`), on every device."""
+    read along K by enough rows) into panels of columns; where such a product is 2-D and
+    big enough, its gradients are products too (`_takes_product_gradients`). Its
+    gradients are derived from this expansion under the same layout (ir/autodiff.py
+    "layout_grad")."""
     (m, k), n = an.shape[-2:], bn.shape[-1]
     big = k * n * bn.dtype.itemsize >= PANEL_CACHE_BYTES
     sources = (an, bn)
@@ -947,25 +948,28 @@ def _product(an, bn, batch: tuple[int, ...]):
 
 def _takes_product_gradients(an, bn, batch: tuple[int, ...]) -> bool:
     """Whether a product's gradients are products of their own (`_product_gradients`),
-    which the CPU packs and tiles as any product: a 2-D AMX-shaped bfloat16 one (its
-    operands copied into tiles and pairs, whatever their strides), or a 2-D float32 one
-    of at least PACK_FROM_ROWS rows (its right operands read along K packed in panels).
-    The generic rule of the broadcast multiply reads B and A across their rows."""
+    where the layout packs them as any product (ir/layout.py): a 2-D AMX-shaped bfloat16
+    one where bfloat16 pairs are packed (its operands copied into tiles and pairs,
+    whatever their strides), or a 2-D float32 one of at least PACK_FROM_ROWS rows where
+    panels are (its right operands read along K packed in panels). Elsewhere the
+    broadcast multiply's generic rule, whose contractions read B and A across their rows
+    (a GPU's tiles stage them through shared memory as they are)."""
     (m, k), n = an.shape[-2:], bn.shape[-1]
     if len(an.shape) == 2 and _amx_shaped(an, bn):
-        return True
+        return layout.current().pack_bf16_pairs
     return (
         not batch
         and an.dtype.name == "float32"
         and m >= PACK_FROM_ROWS
         and min(n, k) >= PANEL
+        and layout.current().pack_panels
     )
 
 
 def _product_gradients(an, bn):
     """The gradient rule of a 2-D product A @ B: both gradients as products, G @ B^T and
-    A^T @ G ("matmul" macros, `product_node`), which the CPU packs and tiles as any
-    product, instead of the broadcast multiply's generic rule."""
+    A^T @ G (`product_node`, expanded at once inside an expansion), which the CPU packs
+    and tiles as any product, instead of the broadcast multiply's generic rule."""
     m, n = an.shape[0], bn.shape[1]
 
     def rule(g):
