@@ -127,6 +127,17 @@ def expansion(m: Node, layout: Layout | None = None) -> Node:
     return got
 
 
+def _rebuilt(n: Node, srcs: tuple[Node, ...]) -> Node:
+    """`n` on new sources. A reshape or permute folds into a reshape or permute under it, as
+    when built (a gradient taken through a view, "layout_grad", is a view of the gradient
+    its expansion finds under that view: the two fold back into it)."""
+    if n.op is Ops.RESHAPE:
+        return N.reshape(srcs[0], n.shape)
+    if n.op is Ops.PERMUTE:
+        return N.permute(srcs[0], n.arg)
+    return N.make(n.op, srcs, n.arg, n.shape, n.dtype)
+
+
 def depends_on_layout(m: Node) -> bool:
     """Whether macro `m`'s expansion asks which layout it is built for (ir/layout.py):
     a matmul's, a convolution's, or one with either inside."""
@@ -194,7 +205,7 @@ def expand_all(
         if n.op is macro_op:
             m = _expand(n, srcs, layout) if changed else expansion(n, layout)
         elif changed:
-            m = N.make(n.op, srcs, n.arg, n.shape, n.dtype)
+            m = _rebuilt(n, srcs)
             site = site_of(n)
             if site is not None:
                 note(m, site)
