@@ -27,6 +27,7 @@ from collections.abc import Callable
 
 from . import node as N
 from .hooks import hooks
+from .layout import current as layout_now
 from .macro import GRADIENTS, RULES, depends_on_layout, expansion, inputs_of, macro, register
 from .node import Node, toposort
 from .ops import MOVEMENT, Ops
@@ -219,42 +220,66 @@ def _layout_grads(n: Node, g: Node, live: set[int]) -> list[tuple[Node, Node]]:
 
 def _layout_grad_rule(srcs: tuple[Node, ...], params: tuple) -> Node:
     """The expansion of a "layout_grad" node: the gradient of macro `kind`'s expansion,
-    built under the current layout, with respect to its source `pick`. The expansion may
-    read a node under a source (a reshape of a reshape, a permute of a permute fold into
-    one node): what reaches one is taken back up to the source through its views, whose
-    own gradient rules then bring it down again to the same node. A source the expansion
-    does not reach gets zeros. A kind with gradients of its own (`register(gradient=)`)
-    gives them where its rule does under this layout."""
+    built under the current layout, with respect to its source `pick`. The gradients of
+    every wanted source are derived together, once per layout (`_DERIVED`: one pass, as
+    the frontend's own rules build them, sharing what they share), and each node takes
+    its own. A source the expansion does not reach gets zeros."""
     kind, inner, wanted, pick = params
     g, sources = srcs[0], srcs[1:]
+    key = (kind, inner, wanted, sources, layout_now())
+    with _derived_lock:
+        per_g = _DERIVED.get(g)
+        if per_g is None:
+            per_g = _DERIVED[g] = {}
+        grads = per_g.get(key)
+    if grads is None:
+        grads = _layout_gradients(g, sources, kind, inner, wanted)
+        with _derived_lock:
+            grads = per_g.setdefault(key, grads)
+    got, s = grads[wanted.index(pick)], sources[pick]
+    if got is None:
+        return N.const(0, s.shape, s.dtype)
+    return got if got.dtype is s.dtype else N.cast(got, s.dtype)
+
+
+# output gradient -> {(kind, params, wanted, sources, layout): each wanted source's
+# gradient}: what "layout_grad" nodes of one macro derive together (weak keys)
+_DERIVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_derived_lock = threading.Lock()
+
+
+def _layout_gradients(g, sources, kind: str, inner: tuple, wanted: tuple) -> list:
+    """The gradient of macro `kind`'s expansion on `sources` under the current layout, for
+    each wanted source (None where it is not reached). A kind with gradients of its own
+    (`register(gradient=)`) gives them where its rule does under this layout. Else they
+    are derived: the expansion may read a node under a source (a reshape of a reshape,
+    a permute of a permute fold into one node), and what reaches one is taken back up to
+    the source through its views, whose own gradient rules then bring it down again to
+    the same node (`expand_all` folds the two views)."""
     own = GRADIENTS.get(kind)
     grads = own(sources, inner, g) if own is not None else None
     if grads is not None:
-        got = grads[pick]
-        s = sources[pick]
-        if got is None:
-            return N.const(0, s.shape, s.dtype)
-        return got if got.dtype is s.dtype else N.cast(got, s.dtype)
+        return [grads[k] for k in wanted]
     out = RULES[kind](sources, inner)
     chains = {k: _view_chain(sources[k]) for k in wanted}
     targets = list({id(v): v for k in wanted for v in chains[k]}.values())
     stop = {id(v) for v in inputs_of(sources)}
     got = dict(zip((id(t) for t in targets), _gradients(out, g, targets, stop=stop)))
-    others = {id(sources[k]) for k in wanted if k != pick}
-    total, below = None, []
-    for v in chains[pick]:
-        if v is not chains[pick][0] and id(v) in others:
-            break  # (that source's own gradient takes it)
-        gv = got.get(id(v))
-        if gv is not None:
-            for view in reversed(below):  # back up through the views to the source
-                gv = _view_again(view, gv)
-            total = gv if total is None else N.add(total, gv)
-        below.append(v)
-    s = sources[pick]
-    if total is None:
-        return N.const(0, s.shape, s.dtype)
-    return total if total.dtype is s.dtype else N.cast(total, s.dtype)
+    out_grads = []
+    for pick in wanted:
+        others = {id(sources[k]) for k in wanted if k != pick}
+        total, below = None, []
+        for v in chains[pick]:
+            if v is not chains[pick][0] and id(v) in others:
+                break  # (that source's own gradient takes it)
+            gv = got.get(id(v))
+            if gv is not None:
+                for view in reversed(below):  # back up through the views to the source
+                    gv = _view_again(view, gv)
+                total = gv if total is None else N.add(total, gv)
+            below.append(v)
+        out_grads.append(total)
+    return out_grads
 
 
 def _view_chain(s: Node) -> list[Node]:
