@@ -122,6 +122,15 @@ def cached_records(plan: Plan) -> list[KernelRecord]:
     ]
 
 
+def expand_for(
+    roots: list[Node], has_value, device: str = HOST, replaced: dict | None = None
+) -> list[Node]:
+    """`roots` with their macros expanded as `compile_plan` expands them for `device`
+    (under its backend's layout options, `pipeline/layout.py`): for pictures of a graph
+    not run yet, whose kernels are then the ones that run (`expand_all`'s `replaced`)."""
+    return expand_all(roots, has_value, replaced, layout=layout_for(get_backend(device)))
+
+
 def kernel_names(items: list[ScheduleItem], device: str = HOST) -> list[str]:
     """The name each item's kernel has when it runs on `device` (lowered and rendered as
     `compile_plan` does, not compiled): for pictures of a graph not run yet."""
