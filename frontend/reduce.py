@@ -913,10 +913,9 @@ def _product(an, bn, batch: tuple[int, ...]):
     (m, k), n = an.shape[-2:], bn.shape[-1]
     big = k * n * bn.dtype.itemsize >= PANEL_CACHE_BYTES
     sources = (an, bn)
-    if _amx_shaped(an, bn):
-        if layout.current().pack_bf16_pairs:
-            an = an if _rows_in_place(an) else _pack_bf16_rows(an)
-            bn = _pack_bf16_pairs(bn)
+    if _amx_shaped(an, bn) and layout.current().pack_bf16_pairs:
+        an = an if _rows_in_place(an) else _pack_bf16_rows(an)
+        bn = _pack_bf16_pairs(bn)
     elif (
         len(bn.shape) == 2
         and n % PANEL == 0
