@@ -171,7 +171,11 @@ def _macro_grad(n: Node, g: Node, live: set[int] | None = None) -> list[tuple[No
     pass wants (`live`: a float node some target is reached from) packed end to end, each
     taken back by a view: nothing is expanded or differentiated while the graph is built,
     only when a plan is compiled for it (an LSTM layer over 64 steps expanded and
-    differentiated its 5,000-odd nodes every training step)."""
+    differentiated its 5,000-odd nodes every training step).
+
+    A macro whose expansion depends on the layout it is built for (ir/layout.py) gets its
+    gradients the same way, one node per wanted source (`_layout_grads`), derived under
+    the layout of the plan that computes them."""
     inputs = inputs_of(n.srcs)
     kind, params = n.arg
     if kind in DEFERRED_GRADS and live is not None:

@@ -155,3 +155,25 @@ def test_no_capability_flag_is_read_in_the_frontend_or_nn(folder):
                 with open(os.path.join(here, name)) as f:
                     text = f.read()
                 assert not any(flag in text for flag in flags), os.path.join(here, name)
+
+
+def test_gradients_through_views_folded_into_the_expansion():
+    # x @ x.T reads x twice, once through a permute that the CPU's panel copy and product
+    # gradients keep and the neutral form folds away; a reshape of a reshape feeds a linear layer: gradients that
+    # reach a view under a source are taken back to it (`_layout_gradients`), exactly
+    rng = np.random.default_rng(5)
+    xs = rng.integers(-2, 3, (256, 64)).astype(np.float32)
+    x = fg.tensor(xs, requires_grad=True)
+    (x @ x.T).sum().backward()
+    ones = np.ones((256, 256), np.float32)
+    want = ones @ xs + ones.T @ xs
+    np.testing.assert_array_equal(evaluate(x.grad.node), want)  # the neutral form's
+    np.testing.assert_array_equal(x.grad.numpy(), want)  # the CPU's
+    ts = rng.integers(-2, 3, (4, 8, 8)).astype(np.float32)
+    ws = rng.integers(-2, 3, (16, 64)).astype(np.float32)
+    t, w = fg.tensor(ts, requires_grad=True), fg.tensor(ws, requires_grad=True)
+    y = F.linear(t.reshape(4, 2, 32).reshape(4, 64), w)
+    (y * y).sum().backward()
+    g = 2 * ts.reshape(4, 64) @ ws.T
+    np.testing.assert_array_equal(t.grad.numpy(), (g @ ws).reshape(4, 8, 8))
+    np.testing.assert_array_equal(w.grad.numpy(), g.T @ ts.reshape(4, 64))
