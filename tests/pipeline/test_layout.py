@@ -158,9 +158,9 @@ def test_no_capability_flag_is_read_in_the_frontend_or_nn(folder):
 
 
 def test_gradients_through_views_folded_into_the_expansion():
-    # x @ x.T reads x twice, once through a permute that the CPU's panel copy and product
-    # gradients keep and the neutral form folds away; a reshape of a reshape feeds a linear layer: gradients that
-    # reach a view under a source are taken back to it (`_layout_gradients`), exactly
+    # x @ x.T reads x twice, once through a permute that the CPU's product gradients keep
+    # and the neutral form folds away; a reshape of a reshape feeds a linear layer:
+    # gradients that reach a view under a source are taken back to it, exactly
     rng = np.random.default_rng(5)
     xs = rng.integers(-2, 3, (256, 64)).astype(np.float32)
     x = fg.tensor(xs, requires_grad=True)
