@@ -24,13 +24,11 @@ upsampling, 32x128x16x16 -> 64) and a 1-D one (32x128x1024 -> 128, kernel 3: for
 gradient alone, forward + backward), each beside its own implicit GEMM's sgemm.
 Then the bfloat16 rows against PyTorch's bfloat16 (numpy has none): a 2048^3 matmul
 beside the same matmul in float32 (timed in one alternation, so their ratio is
-paired), twice: with the same B every call, which fusegrad packs for its AMX tiles once
-and keeps (`packed_pairs`, frontend/reduce.py), and `repack`, B packed every call as a B
-that changes every call would be (PyTorch packs every call in both); then the chain and
-the softmax (`--only bf16` times only those). Every system runs the same inputs, taken
-from one `fg.randn` (never zeros), and the answers are checked against numpy's (for
-bfloat16, numpy's float64 answer on the same bfloat16 inputs, within BF16_TOLERANCE)
-before anything is timed.
+paired; fusegrad packs B for its AMX tiles in every call's plan, as PyTorch packs it
+every call); then the chain and the softmax (`--only bf16` times only those). Every
+system runs the same inputs, taken from one `fg.randn` (never zeros), and the answers are
+checked against numpy's (for bfloat16, numpy's float64 answer on the same bfloat16
+inputs, within BF16_TOLERANCE) before anything is timed.
 
 How the numbers are taken (see ../../shared/BENCHMARKS.md, and README.md here):
 
@@ -830,25 +828,6 @@ def conv_bytes(name: str) -> tuple[float, float]:
 BF16_TOLERANCE = 2.0**-4
 
 
-PACKED_EACH_CALL = "repack"  # the row whose B is packed for AMX tiles every call
-
-
-def packing_each_call(run: Callable[[], fg.Tensor]) -> Callable[[], fg.Tensor]:
-    """`run` with no packed copy of B kept (frontend/reduce.py's `packed_pairs` bound at 0):
-    every call packs B for the AMX tiles, as a B that changes every call would be. (The
-    plain bf16 row reads the copy kept from its earlier calls: the same B each call.)"""
-    from fusegrad.reduce import packed_pairs
-
-    def go():
-        limit, packed_pairs.limit = packed_pairs.limit, 0
-        try:
-            return run()
-        finally:
-            packed_pairs.limit = limit
-
-    return go
-
-
 def bf16_cases(n_chain: int, n_rows: int, n_mm: int) -> list[Case]:
     """The bfloat16 rows: fusegrad's and PyTorch's bfloat16, with a float32 matmul of the
     same size beside the bfloat16 one (`sgemm ...`: the two are timed in one alternation)."""
@@ -888,14 +867,6 @@ def bf16_cases(n_chain: int, n_rows: int, n_mm: int) -> list[Case]:
             2.0 * n_mm**3,
             "GFLOP/s",
             {FUSEGRAD: fg_realized(lambda: bh @ ch)},
-            reference=lambda: br @ cr,
-            tolerance=BF16_TOLERANCE,
-        ),
-        Case(
-            f"sgemm {n_mm}^3 bf16 {PACKED_EACH_CALL}",
-            2.0 * n_mm**3,
-            "GFLOP/s",
-            {FUSEGRAD: packing_each_call(fg_realized(lambda: bh @ ch))},
             reference=lambda: br @ cr,
             tolerance=BF16_TOLERANCE,
         ),

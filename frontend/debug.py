@@ -24,7 +24,6 @@ after each compiler stage, as text and as one HTML page: `stages(*tensors)` or
 
 from __future__ import annotations
 
-from .ir.macro import expand_all
 from .ir.node import toposort
 from .ir.ops import Ops
 from .ir.sites import site_of
@@ -32,7 +31,7 @@ from .pipeline.schedule import schedule
 from .runtime import phases
 from .runtime.backend import get_backend
 from .runtime.config import config
-from .runtime.engine import engine, kernel_names
+from .runtime.engine import engine, expand_for, kernel_names
 from .stages import stages as stages  # (fg.debug.stages: frontend/stages.py)
 from .steering import cut as cut  # (fg.debug's steering names: frontend/steering.py)
 from .steering import disable_rule as disable_rule
@@ -107,10 +106,11 @@ def graph_dot(*tensors: Tensor, params=None, collapse: bool | None = None) -> st
     Render it with Graphviz: `dot -Tsvg graph.dot -o graph.svg`.
     """
     has_value = engine.has_value_predicate()
-    # drawn as scheduled: macros (one node for a linear, a loss) as their expansions
-    nodes = expand_all([t.node for t in tensors], has_value)
+    # drawn as scheduled: macros (one node for a linear, a loss) as their expansions for
+    # the tensors' device (its layout's copies: a CPU matmul's packed operand)
+    device = (tensors[0].node.device if tensors else None) or engine.default_device
+    nodes = expand_for([t.node for t in tensors], has_value, device)
     roots = [n for n in nodes if not has_value(n)]
-    device = (roots[0].device if roots else None) or engine.default_device
     options = get_backend(device).schedule_options
     off = config.disable_rules
     items = schedule(roots, has_value, expanded=True, disabled=off, **options) if roots else []

@@ -147,24 +147,6 @@ def is_host(name: str | None) -> bool:
     return name is None or get_backend(name).is_host
 
 
-def guards_windows_in_tiles(name: str | None) -> bool:
-    """Whether a convolution on this device reads its padded input through bounds checks
-    in its tiles (no padded copy first): the backend's `guards_windows_in_tiles`."""
-    return name is not None and get_backend(name).guards_windows_in_tiles
-
-
-def packs_bf16_pairs(name: str | None) -> bool:
-    """Whether a bfloat16 matmul on this device packs its right operand in pairs along the
-    reduction for AMX or `vdpbf16ps` tiles: the backend's `packs_bf16_pairs`."""
-    return name is not None and get_backend(name).packs_bf16_pairs
-
-
-def packs_panels(name: str | None) -> bool:
-    """Whether a matmul on this device (None: the host) copies a right operand too big for
-    cache into panels of columns first: the backend's `packs_panels`."""
-    return get_backend(name or "cpu").packs_panels
-
-
 def names_host(spec) -> bool:
     """Whether `spec` (a device object or string) names the host device."""
     return is_device(spec) and is_host(device(spec).canonical())

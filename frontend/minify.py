@@ -53,7 +53,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .ir import steering
-from .ir.macro import expand_all
 from .ir.node import Node
 from .ir.ops import LEAF, Ops
 from .ir.reference import evaluate_many
@@ -63,7 +62,7 @@ from .minify_case import mismatch as mismatch
 from .minify_script import builds, emit, same_graph
 from .pipeline.schedule import schedule
 from .runtime.backend import get_backend
-from .runtime.engine import engine
+from .runtime.engine import engine, expand_for
 
 USAGE = (
     "usage: python -m fusegrad.minify script.py [args ...] [--out repro.py] "
@@ -100,7 +99,8 @@ class _Recorder:
 
     def _plan_for(self, todo, has_value=None):
         has_value = has_value or engine.has_value_predicate()
-        case = record(expand_all(todo, has_value), has_value, _saved_value)
+        device = todo[0].device or engine.default_device  # (as compile_plan expands it)
+        case = record(expand_for(todo, has_value, device), has_value, _saved_value)
         try:
             plan, leaves, fresh = self.plan_for(todo, has_value)
         except Exception as e:

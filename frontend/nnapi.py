@@ -58,8 +58,8 @@ from .creation import (
 
 # devices: the arguments of Module.to, parsed as Tensor.to parses them
 from .devices import default_name as default_device_name
-from .devices import guards_windows_in_tiles, packs_panels, set_default_device, to_arguments
 from .devices import is_host as is_host_device
+from .devices import set_default_device, to_arguments
 
 # errors, raised at the user's line
 from .errors import (
@@ -87,6 +87,10 @@ from .extend import (
 
 # the values of a small index tensor, read on the host (fold's checks)
 from .indexing import host_values
+
+# the layout a macro's expansion is built for (ir/layout.py): a convolution's padded copies
+# and blocked sums are the CPU's choices, made when a plan is compiled
+from .ir.layout import current as expansion_layout
 
 # the jit's hooks: what a module or an optimizer tells a recording
 from .jit import guard, note_module, note_parameter, note_write, on_replay, track
@@ -124,14 +128,13 @@ __all__ = [
     "SerializationError",
     "write_atomically",
     "SHUFFLED_LANE_STEPS",
+    "expansion_layout",
     "autocast_op",
     "stack",
     "host_table",
     "set_default_device",
     "manual_seed",
     "is_host_device",
-    "guards_windows_in_tiles",
-    "packs_panels",
     "host_values",
     "default_device_name",
     "checked_dtype",

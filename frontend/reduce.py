@@ -18,10 +18,9 @@ import weakref
 from collections import namedtuple
 
 from .autocast import autocast_op
-from .autograd_state import enabled as grad_enabled
 from .creation_nodes import index_arange
-from .devices import packs_bf16_pairs, packs_panels
 from .errors import DimError, DTypeError, DTypeNotImplementedError, ShapeError, checked_dtype, fail
+from .ir import layout
 from .ir import node as N
 from .ir.autodiff import max_grad_shared, own_node, with_vjp
 from .ir.dtypes import int64, promote
@@ -29,9 +28,7 @@ from .ir.macro import macro, register
 from .ir.ops import Ops
 from .pipeline.tiling import PANEL_CACHE_BYTES, TILE_COLS
 from .runtime import attribution as sites
-from .runtime import forksafe
 from .runtime.attribution import one_site
-from .runtime.engine import engine
 from .tensor_base import TensorBase, _broadcast_node, as_tensor_like, broadcast_shapes, where
 
 MaxResult = namedtuple("MaxResult", ["values", "indices"])
@@ -776,12 +773,22 @@ def matmul(a, b):
             f"(inner dimensions {k1} and {k2} differ)",
         )
     batch = broadcast_shapes(an.shape[:-2], bn.shape[:-2], "matmul")
-    # (a B that requires grad stays in the graph, which its gradient is found through)
-    keep = not (b.requires_grad and grad_enabled())
-    node = _product(an, bn, batch, keep_packed=keep)
+    node = product_node(an, bn, batch)
     m, n = an.shape[-2], bn.shape[-1]
     shape = batch + ((m,) if a.ndim > 1 else ()) + ((n,) if b.ndim > 1 else ())
     return a._make(N.reshape(node, shape), b)
+
+
+def product_node(an, bn, batch: tuple[int, ...]):
+    """The (*batch, M, N) product of (..., M, K) and (..., K, N) nodes whose shapes matmul
+    has checked, as one "matmul" macro node (ir/macro.py): its expansion (`_product`) is
+    built when a plan is compiled, with the operand copies the device's kernels want
+    (ir/layout.py), so the graph is the same for every device."""
+    shape = batch + (an.shape[-2], bn.shape[-1])
+    return macro("matmul", (an, bn), (batch,), shape, an.dtype)
+
+
+register("matmul", lambda srcs, params: _product(srcs[0], srcs[1], params[0]))
 
 
 AMX_BLOCK = 32  # pipeline/amx.py's (and pipeline/dpbf16.py's): M, K and N multiples of it
@@ -880,123 +887,6 @@ def _pack_bf16_rows(an):
     return N.reshape(N.permute(packed, order), an.shape)
 
 
-PACKED_CACHE_BYTES = 256 << 20  # packed copies of computed right operands kept, at most
-
-
-class _PackedPairs:
-    """Right operands packed in pairs, kept while their source buffer lives, for matmul's
-    `a @ b`: B's packed copy is a function of B's buffer alone, because a CPU buffer of
-    more than one element is never written after it is computed (an in-place update gives
-    the tensor a new node and buffer; only one-element buffers, an optimizer's scalars,
-    are written in place: `Buffer.write_scalar`). The first product with a buffer (or a
-    view of one, `x @ w.T`) as B packs it in its own graph, as always, and notes the
-    buffer; the second packs it once more, at once (one kernel), and keeps the copy, which
-    that product and every later one with the same buffer read: a frozen or evaluated
-    weight, the same B in a loop. A weight that changes every step is a new buffer every
-    step, so a training loop packs in its graph as before. An entry goes when its source
-    buffer is freed, and the least recently used copies go past `PACKED_CACHE_BYTES`
-    (a copy is as big as its source)."""
-
-    def __init__(self, limit: int):
-        self.limit, self.bytes = limit, 0
-        # (id(buffer), view) -> (weakref to the buffer, its packed copy or None: seen once)
-        self.entries: dict = {}
-        # re-entrant: a freed source buffer's callback may run inside a locked section of
-        # this thread (the garbage collector runs at any allocation)
-        self.lock = forksafe.RLock()
-
-    def look(self, buf, view):
-        """(seen before, packed copy or None); notes `buf` as seen."""
-        key = (id(buf), view)
-        with self.lock:
-            entry = self.entries.pop(key, None)
-            if entry is not None and entry[0]() is buf:
-                self.entries[key] = entry  # the most recently used goes last
-                return True, entry[1]
-            if entry is not None:  # a freed buffer's id, reused
-                self._forget(entry)
-            self.entries[key] = (weakref.ref(buf, self._callback(key)), None)
-            return False, None
-
-    def keep(self, buf, view, packed) -> None:
-        """Keep `packed` as the copy of `buf` seen through `view`."""
-        key, size = (id(buf), view), _nbytes(packed)
-        with self.lock:
-            entry = self.entries.pop(key, None)
-            if entry is None or entry[0]() is not buf:
-                if entry is not None:
-                    self._forget(entry)
-                return
-            if size > self.limit:  # never kept; the buffer stays noted
-                self.entries[key] = entry
-                return
-            if entry[1] is not None:
-                self.bytes -= _nbytes(entry[1])
-            for old in [k for k, e in self.entries.items() if e[1] is not None]:
-                if self.bytes + size <= self.limit:
-                    break
-                gone = self.entries.pop(old, None)
-                if gone is not None:
-                    self._forget(gone)
-            self.entries[key] = (entry[0], packed)
-            self.bytes += size
-
-    def _callback(self, key):
-        def forget(ref):
-            with self.lock:
-                entry = self.entries.get(key)
-                if entry is not None and entry[0] is ref:
-                    self._forget(self.entries.pop(key))
-
-        return forget
-
-    def _forget(self, entry) -> None:
-        if entry[1] is not None:
-            self.bytes -= _nbytes(entry[1])
-
-    def clear(self) -> None:
-        with self.lock:
-            self.entries.clear()
-            self.bytes = 0
-
-
-def _nbytes(buf) -> int:
-    return buf.size * buf.dtype.itemsize
-
-
-packed_pairs = _PackedPairs(PACKED_CACHE_BYTES)
-
-
-def _buffer_view(node):
-    """(buffer, view) where `node` is a computed buffer seen through reshapes and
-    permutes (`view`: its shape and those ops' arguments and shapes), else (None, None)."""
-    view = []
-    while node.op in (Ops.RESHAPE, Ops.PERMUTE):
-        view.append((node.op.name, node.arg, node.shape))
-        node = node.srcs[0]
-    if node.op is not Ops.BUFFER or node.arg.size <= 1:
-        return None, None
-    return node.arg, (node.shape, tuple(view))
-
-
-def _packed_bf16_pairs(bn):
-    """B packed in pairs (`_pack_bf16_pairs`), through `packed_pairs` where B is a
-    computed buffer. A jit recording (`fusegrad.jit`) always packs in its graph: a replay
-    reads the call's B, which a kept copy would not follow."""
-    buf, view = _buffer_view(bn)
-    if buf is None or engine.recording():
-        return _pack_bf16_pairs(bn)
-    seen, packed = packed_pairs.look(buf, view)
-    if not seen or (packed is None and buf.size * buf.dtype.itemsize > packed_pairs.limit):
-        return _pack_bf16_pairs(bn)
-    copy = _pair_copy(bn)
-    if packed is None:
-        engine.realize([copy])
-        packed = engine.value(copy)
-        packed_pairs.keep(buf, view, packed)
-    return _pairs_view(N.buffer(packed, copy.shape, copy.dtype), *bn.shape)
-
-
 # A product of at least this many rows packs a right operand read along K (a transposed
 # weight, `x @ W.T`: every Linear) into panels whatever its size, and takes its gradients as
 # products of its own (`_product_gradients`): read in place, such a B makes the tile a
@@ -1011,25 +901,28 @@ def _read_along_k(bn) -> bool:
     return bn.op is Ops.PERMUTE and bn.arg == (1, 0)
 
 
-def _product(an, bn, batch: tuple[int, ...], keep_packed: bool = False):
-    """The (*batch, M, N) product node of (..., M, K) and (..., K, N) nodes whose shapes
-    matmul has checked: one broadcast multiply and one sum over K, which the scheduler
-    fuses into a single kernel. `keep_packed`: a B packed for AMX tiles may be read from,
-    and kept in, `packed_pairs` (matmul's own call; not a macro's expansion, which may
-    read no data but its sources, nor a gradient rule's, which a cached step replays)."""
+def _product(an, bn, batch: tuple[int, ...]):
+    """The expansion of a "matmul" macro: the (*batch, M, N) product node of (..., M, K)
+    and (..., K, N) nodes, one broadcast multiply and one sum over K, which the scheduler
+    fuses into a single kernel. The operands are first copied where the layout the plan
+    is compiled for asks (ir/layout.py `current()`: the CPU's): an AMX-shaped bfloat16
+    product's into AMX's tiles and pairs, a float32 right operand too big for cache (or
+    read along K by enough rows) into panels of columns; where such a product is 2-D and
+    big enough, its gradients are products too (`_takes_product_gradients`). Its
+    gradients are derived from this expansion under the same layout (ir/autodiff.py
+    "layout_grad")."""
     (m, k), n = an.shape[-2:], bn.shape[-1]
     big = k * n * bn.dtype.itemsize >= PANEL_CACHE_BYTES
-    amx_sources, sources = None, (an, bn)
-    if _amx_shaped(an, bn) and packs_bf16_pairs(bn.device):
-        amx_sources = (an, bn) if len(an.shape) == 2 else None
+    sources = (an, bn)
+    if _amx_shaped(an, bn) and layout.current().pack_bf16_pairs:
         an = an if _rows_in_place(an) else _pack_bf16_rows(an)
-        bn = _packed_bf16_pairs(bn) if keep_packed else _pack_bf16_pairs(bn)
+        bn = _pack_bf16_pairs(bn)
     elif (
         len(bn.shape) == 2
         and n % PANEL == 0
         and n > PANEL
         and (big or (m >= PACK_FROM_ROWS and _read_along_k(bn)))
-        and packs_panels(bn.device)
+        and layout.current().pack_panels
     ):
         # a right operand too big for cache is copied once into panels of PANEL columns, rows
         # adjacent: the kernel then streams one panel (its vector loads) from memory in order
@@ -1048,32 +941,42 @@ def _product(an, bn, batch: tuple[int, ...], keep_packed: bool = False):
     node = N.reduce(Ops.SUM, N.binary(Ops.MUL, x, y), (len(full) - 1,))
     if k == 0:  # a sum of no products is 0, as in torch
         node = N.const(0, node.shape, node.dtype)
-    elif amx_sources is not None:
-        with_vjp(node, _product_gradients(*amx_sources))
-    elif (
-        not batch
-        and an.dtype.name == "float32"
-        and m >= PACK_FROM_ROWS
-        and min(n, k) >= PANEL
-        and packs_panels(sources[1].device)
-    ):
+    elif _takes_product_gradients(*sources, batch):
         with_vjp(node, _product_gradients(*sources))
     return N.reshape(node, batch + (m, n))
 
 
+def _takes_product_gradients(an, bn, batch: tuple[int, ...]) -> bool:
+    """Whether a product's gradients are products of their own (`_product_gradients`),
+    where the layout packs them as any product (ir/layout.py): a 2-D AMX-shaped bfloat16
+    one where bfloat16 pairs are packed (its operands copied into tiles and pairs,
+    whatever their strides), or a 2-D float32 one of at least PACK_FROM_ROWS rows where
+    panels are (its right operands read along K packed in panels). Elsewhere the
+    broadcast multiply's generic rule, whose contractions read B and A across their rows
+    (a GPU's tiles stage them through shared memory as they are)."""
+    (m, k), n = an.shape[-2:], bn.shape[-1]
+    if len(an.shape) == 2 and _amx_shaped(an, bn):
+        return layout.current().pack_bf16_pairs
+    return (
+        not batch
+        and an.dtype.name == "float32"
+        and m >= PACK_FROM_ROWS
+        and min(n, k) >= PANEL
+        and layout.current().pack_panels
+    )
+
+
 def _product_gradients(an, bn):
     """The gradient rule of a 2-D product A @ B: both gradients as products, G @ B^T and
-    A^T @ G, which `_product` packs and tiles as any product (an AMX-shaped one's left
-    operands copied into tiles and right ones packed in pairs, whatever their strides; a
-    float32 one's right operands read along K packed in panels), instead of the broadcast
-    multiply's generic rule, whose contractions read B and A across their rows."""
+    A^T @ G (`product_node`, expanded at once inside an expansion), which the CPU packs
+    and tiles as any product, instead of the broadcast multiply's generic rule."""
     m, n = an.shape[0], bn.shape[1]
 
     def rule(g):
         g2 = N.reshape(g, (m, n))
         return [
-            (an, _product(g2, N.permute(bn, (1, 0)), ())),
-            (bn, _product(N.permute(an, (1, 0)), g2, ())),
+            (an, product_node(g2, N.permute(bn, (1, 0)), ())),
+            (bn, product_node(N.permute(an, (1, 0)), g2, ())),
         ]
 
     return rule

@@ -48,7 +48,6 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 
-from .ir.macro import expand_all
 from .ir.node import Node, toposort
 from .ir.ops import Ops
 from .ir.sites import site_of
@@ -56,7 +55,7 @@ from .jit import jit
 from .pipeline.schedule import RULES, ScheduleItem, schedule
 from .runtime.backend import get_backend
 from .runtime.config import config
-from .runtime.engine import engine, lowering_steps
+from .runtime.engine import engine, expand_for, lowering_steps
 from .tensor import Tensor
 
 # The optional rules in the order `schedule` applies them: 2, 4 and 6 node by node in one
@@ -394,7 +393,7 @@ def _add_schedule(out: Stages, r: int, prefix: str, todo, leaves, plan) -> None:
     )
     add("autodiff", title, _listing(title, every, num, has_value), "graph")
     replaced: dict[int, Node] = {}
-    expanded = expand_all(todo, has_value, replaced)
+    expanded = expand_for(todo, has_value, plan.device, replaced)
     for (
         n
     ) in every:  # a rebuilt node, or a macro's expansion, keeps the number of what it stands for

@@ -1577,14 +1577,18 @@ def _sigmoid(x: Tensor) -> Tensor:
     return _own_gradient(out, x, lambda g, y, x: N.mul(g, _over_square_of_1_plus(zn, zn)))
 
 
-def register_composite(kind: str, composed, deferred_grad: bool = False) -> None:
+def register_composite(kind: str, composed, deferred_grad: bool = False, gradient=None) -> None:
     """Make `kind` a macro (ir/macro.py) whose expansion is what `composed(tensors, params)`
     builds: a library op written with Tensor operations, its gradient rules included
     (`composite` then builds the one node). The expansion is built with gradients on,
     whatever the caller's mode, and on sources that all want gradients: it is kept, and
     differentiated later, for whichever sources do. `deferred_grad`: its gradient is one
     macro node too, expanded and derived only when a plan is compiled (ir/autodiff.py
-    `DEFERRED_GRADS`: for a large expansion, a recurrent layer's)."""
+    `DEFERRED_GRADS`: for a large expansion, a recurrent layer's). `gradient(tensors,
+    params, grad_output)`: for an expansion that depends on the layout it is built for
+    (ir/layout.py), the gradients of the form it builds under the current layout, one
+    tensor or None per source, as a `custom_gradient` rule gives them, or None (no list)
+    to derive them from that form."""
     if deferred_grad:
         DEFERRED_GRADS.add(kind)
 
@@ -1593,7 +1597,11 @@ def register_composite(kind: str, composed, deferred_grad: bool = False) -> None
             tensors = [Tensor(n, requires_grad=True, leaf=False) for n in srcs]
             return composed(tensors, params).node
 
-    register_macro(kind, rule)
+    def own_gradient(srcs, params, g):
+        grads = gradient([Tensor(n) for n in srcs], params, Tensor(g))
+        return None if grads is None else [None if t is None else t.node for t in grads]
+
+    register_macro(kind, rule, own_gradient if gradient is not None else None)
 
 
 def composite(kind: str, tensors: Sequence[Tensor], params: tuple, shape, dtype) -> Tensor:

@@ -27,7 +27,8 @@ from collections.abc import Callable
 
 from . import node as N
 from .hooks import hooks
-from .macro import RULES, expansion, inputs_of, macro, register
+from .layout import current as layout_now
+from .macro import GRADIENTS, RULES, depends_on_layout, expansion, inputs_of, macro, register
 from .node import Node, toposort
 from .ops import MOVEMENT, Ops
 from .sites import fixed, note, site_of
@@ -170,7 +171,11 @@ def _macro_grad(n: Node, g: Node, live: set[int] | None = None) -> list[tuple[No
     pass wants (`live`: a float node some target is reached from) packed end to end, each
     taken back by a view: nothing is expanded or differentiated while the graph is built,
     only when a plan is compiled for it (an LSTM layer over 64 steps expanded and
-    differentiated its 5,000-odd nodes every training step)."""
+    differentiated its 5,000-odd nodes every training step).
+
+    A macro whose expansion depends on the layout it is built for (ir/layout.py) gets its
+    gradients the same way, one node per wanted source (`_layout_grads`), derived under
+    the layout of the plan that computes them."""
     inputs = inputs_of(n.srcs)
     kind, params = n.arg
     if kind in DEFERRED_GRADS and live is not None:
@@ -188,8 +193,116 @@ def _macro_grad(n: Node, g: Node, live: set[int] | None = None) -> list[tuple[No
                 pairs.append((inputs[k], N.reshape(piece, inputs[k].shape)))
                 start += size
             return pairs
+    if live is not None and use_custom_vjp and depends_on_layout(n):
+        # (with the custom rules off, as tests compare, derived at once: the neutral form's)
+        return _layout_grads(n, g, live)
     grads = _gradients(expansion(n), g, inputs, stop={id(s) for s in inputs})
     return [(s, gs) for s, gs in zip(inputs, grads) if gs is not None]
+
+
+def _layout_grads(n: Node, g: Node, live: set[int]) -> list[tuple[Node, Node]]:
+    """The gradients of a macro whose expansion depends on the layout it is built for
+    (ir/layout.py: a matmul's packed operands, a convolution's padded copies), one
+    "layout_grad" macro node per source that the pass wants: each is derived when a plan
+    is compiled, from the expansion under that plan's layout, so a device's gradients
+    are those of its own forward (the CPU's read the packed and padded copies its forward
+    made, and its convolutions' rules choose as its forward did), while the graph is the
+    same for every device."""
+    kind, params = n.arg
+    wanted: list[int] = []
+    for k, s in enumerate(n.srcs):
+        if id(s) in live and s.dtype.kind == "f" and all(n.srcs[j] is not s for j in wanted):
+            wanted.append(k)
+    pairs = []
+    for k in wanted:
+        s = n.srcs[k]
+        grad = macro(
+            "layout_grad", (g, *n.srcs), (kind, params, tuple(wanted), k), s.shape, s.dtype
+        )
+        pairs.append((s, grad))
+    return pairs
+
+
+def _layout_grad_rule(srcs: tuple[Node, ...], params: tuple) -> Node:
+    """The expansion of a "layout_grad" node: the gradient of macro `kind`'s expansion,
+    built under the current layout, with respect to its source `pick`. The gradients of
+    every wanted source are derived together, once per layout (`_DERIVED`: one pass, as
+    the frontend's own rules build them, sharing what they share), and each node takes
+    its own. A source the expansion does not reach gets zeros."""
+    kind, inner, wanted, pick = params
+    g, sources = srcs[0], srcs[1:]
+    key = (kind, inner, wanted, sources, layout_now())
+    with _derived_lock:
+        per_g = _DERIVED.get(g)
+        if per_g is None:
+            per_g = _DERIVED[g] = {}
+        grads = per_g.get(key)
+    if grads is None:
+        grads = _layout_gradients(g, sources, kind, inner, wanted)
+        with _derived_lock:
+            grads = per_g.setdefault(key, grads)
+    got, s = grads[wanted.index(pick)], sources[pick]
+    if got is None:
+        return N.const(0, s.shape, s.dtype)
+    return got if got.dtype is s.dtype else N.cast(got, s.dtype)
+
+
+# output gradient -> {(kind, params, wanted, sources, layout): each wanted source's
+# gradient}: what "layout_grad" nodes of one macro derive together (weak keys)
+_DERIVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_derived_lock = threading.Lock()
+
+
+def _layout_gradients(g, sources, kind: str, inner: tuple, wanted: tuple) -> list:
+    """The gradient of macro `kind`'s expansion on `sources` under the current layout, for
+    each wanted source (None where it is not reached). A kind with gradients of its own
+    (`register(gradient=)`) gives them where its rule does under this layout. Else they
+    are derived: the expansion may read a node under a source (a reshape of a reshape,
+    a permute of a permute fold into one node), and what reaches one is taken back up to
+    the source through its views, whose own gradient rules then bring it down again to
+    the same node (`expand_all` folds the two views)."""
+    own = GRADIENTS.get(kind)
+    grads = own(sources, inner, g) if own is not None else None
+    if grads is not None:
+        return [grads[k] for k in wanted]
+    out = RULES[kind](sources, inner)
+    chains = {k: _view_chain(sources[k]) for k in wanted}
+    targets = list({id(v): v for k in wanted for v in chains[k]}.values())
+    stop = {id(v) for v in inputs_of(sources)}
+    got = dict(zip((id(t) for t in targets), _gradients(out, g, targets, stop=stop)))
+    out_grads = []
+    for pick in wanted:
+        others = {id(sources[k]) for k in wanted if k != pick}
+        total, below = None, []
+        for v in chains[pick]:
+            if v is not chains[pick][0] and id(v) in others:
+                break  # (that source's own gradient takes it)
+            gv = got.get(id(v))
+            if gv is not None:
+                for view in reversed(below):  # back up through the views to the source
+                    gv = _view_again(view, gv)
+                total = gv if total is None else N.add(total, gv)
+            below.append(v)
+        out_grads.append(total)
+    return out_grads
+
+
+def _view_chain(s: Node) -> list[Node]:
+    """`s` and the reshapes and permutes under it that node folding can reach past it."""
+    chain = [s]
+    while chain[-1].op in (Ops.RESHAPE, Ops.PERMUTE):
+        chain.append(chain[-1].srcs[0])
+    return chain
+
+
+def _view_again(view: Node, g: Node) -> Node:
+    """`g`, a gradient at `view`'s source, as one at `view` (a reshape or a permute)."""
+    if view.op is Ops.RESHAPE:
+        return N.reshape(g, view.shape)
+    return N.permute(g, view.arg)
+
+
+register("layout_grad", _layout_grad_rule)
 
 
 # Macro kinds whose gradient is a macro of its own (`_macro_grad`): those whose expansion

@@ -17,14 +17,15 @@ but its sources (any table it needs is one of them) and constants.
 Only three places look inside a macro, and nothing else needs to know they exist:
 
 - `expand_all(roots)`: the graph with every macro replaced by its expansion, for the
-  scheduler (pipeline/driver.py `compile_plan`), the reference evaluator and
-  `graph_dot`; a cached plan's run never expands anything;
+  scheduler (pipeline/driver.py `compile_plan`, under its backend's layout options:
+  ir/layout.py), the reference evaluator and `graph_dot` (under `NEUTRAL`); a cached
+  plan's run never expands anything;
 - autodiff: a macro's gradient is the gradient of its expansion with respect to
   its sources (ir/autodiff.py);
-- the expansion is built once per macro node (`expansion`) and kept as long as
-  the node lives, so expanding the same graph twice (the step, then its gradient's
-  schedule) builds it once; hash-consing makes it the very nodes the composed
-  form would have built.
+- the expansion is built once per macro node and layout (`expansion`; once for all
+  layouts where the rule never asked for one) and kept as long as the node lives, so
+  expanding the same graph twice (the step, then its gradient's schedule) builds it
+  once; hash-consing makes it the very nodes the composed form would have built.
 
 The inner nodes carry the macro's site, so kernels are named after the user's
 line as before (`linear (train.py:9)`).
@@ -45,7 +46,9 @@ import threading
 import weakref
 from collections.abc import Callable
 
+from . import layout as L
 from . import node as N
+from .layout import Layout
 from .node import Node, toposort
 from .ops import MOVEMENT, Ops
 from .sites import fixed, note, site_of
@@ -53,6 +56,12 @@ from .sites import fixed, note, site_of
 Rule = Callable[[tuple[Node, ...], tuple], Node]
 
 RULES: dict[str, Rule] = {}  # kind -> builder of the expansion from (srcs, params)
+
+# kind -> its own gradients under the current layout, (srcs, params, output gradient) ->
+# one gradient node (or None) per source, or None where the expansion's derived gradient
+# is the one (ir/autodiff.py "layout_grad")
+GradientRule = Callable[[tuple[Node, ...], tuple, Node], "list[Node | None] | None"]
+GRADIENTS: dict[str, GradientRule] = {}
 
 
 # expansions being built on this thread: a macro asked for inside one (a composite's
@@ -63,15 +72,20 @@ class _Building(threading.local):
 
 _building = _Building()
 
-# macro node -> its expansion on its own sources (kept while the macro lives)
+# macro node -> {layout: its expansion on its own sources under that layout}, the key
+# None for an expansion that asked for no layout (kept while the macro lives)
 _EXPANSIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
-def register(kind: str, rule: Rule) -> None:
+def register(kind: str, rule: Rule, gradient: GradientRule | None = None) -> None:
     """Make `kind` a macro whose expansion `rule(srcs, params)` builds (primitives only,
-    from the sources and constants: no other data)."""
+    from the sources and constants: no other data). `gradient(srcs, params, g)`, where
+    given, gives the gradients of an expansion that depends on the layout (one per
+    source), or None to derive them from the expansion under that layout."""
     RULES[kind] = rule
+    if gradient is not None:
+        GRADIENTS[kind] = gradient
 
 
 def macro(kind: str, srcs: tuple[Node, ...], params: tuple, shape, dtype) -> Node:
@@ -97,22 +111,47 @@ class _Named:
         self.name = kind
 
 
-def expansion(m: Node) -> Node:
-    """The primitive graph `m` stands for, on `m`'s own sources (built once per node)."""
-    got = _EXPANSIONS.get(m)
+def expansion(m: Node, layout: Layout | None = None) -> Node:
+    """The primitive graph `m` stands for, on `m`'s own sources, under `layout` (None: the
+    one expansions are being built under, NEUTRAL outside `compile_plan`): built once per
+    node and layout."""
+    if layout is None:
+        layout = L._state.layout
+    kept = _EXPANSIONS.get(m)
+    got = None if kept is None else kept.get(None, kept.get(layout))
     if got is None:
-        got = _expand(m, m.srcs)
+        with L.noting_reads() as asked:
+            got = _expand(m, m.srcs, layout)
         with _lock:
-            got = _EXPANSIONS.setdefault(m, got)
+            got = _EXPANSIONS.setdefault(m, {}).setdefault(layout if asked[0] else None, got)
     return got
 
 
-def _expand(m: Node, srcs: tuple[Node, ...]) -> Node:
+def _rebuilt(n: Node, srcs: tuple[Node, ...]) -> Node:
+    """`n` on new sources. A reshape or permute folds into a reshape or permute under it, as
+    when built (a gradient taken through a view, "layout_grad", is a view of the gradient
+    its expansion finds under that view: the two fold back into it)."""
+    if n.op is Ops.RESHAPE:
+        return N.reshape(srcs[0], n.shape)
+    if n.op is Ops.PERMUTE:
+        return N.permute(srcs[0], n.arg)
+    return N.make(n.op, srcs, n.arg, n.shape, n.dtype)
+
+
+def depends_on_layout(m: Node) -> bool:
+    """Whether macro `m`'s expansion asks which layout it is built for (ir/layout.py):
+    a matmul's, a convolution's, or one with either inside."""
+    expansion(m, L.NEUTRAL)
+    return None not in _EXPANSIONS[m]
+
+
+def _expand(m: Node, srcs: tuple[Node, ...], layout: Layout) -> Node:
     kind, params = m.arg
     site = site_of(m)
     _building.depth += 1
     try:
-        with fixed(site, replace=True):  # a rule that makes tensors (a composite) names m's line
+        # (a rule that makes tensors, a composite, names m's line)
+        with fixed(site, replace=True), L.using(layout):
             out = RULES[kind](srcs, params)
     finally:
         _building.depth -= 1
@@ -142,14 +181,17 @@ def inputs_of(srcs: tuple[Node, ...]) -> list[Node]:
 
 
 def expand_all(
-    roots: list[Node], stop: Callable[[Node], bool] | None = None, replaced: dict | None = None
+    roots: list[Node],
+    stop: Callable[[Node], bool] | None = None,
+    replaced: dict | None = None,
+    layout: Layout = L.NEUTRAL,
 ) -> list[Node]:
-    """`roots` with every macro under them replaced by its expansion (and the nodes above
-    a macro rebuilt on the expanded sources); nodes where `stop` holds (values in memory)
-    are kept as they are, with what is under them. Returns `roots` itself when the graph
-    holds no macro. One pass over a topological order: no recursion. `replaced`, a dict,
-    gets id(node) -> what stands for it, for each macro and each node rebuilt
-    (`fusegrad.debug.stages` numbers the two alike)."""
+    """`roots` with every macro under them replaced by its expansion under `layout` (and
+    the nodes above a macro rebuilt on the expanded sources); nodes where `stop` holds
+    (values in memory) are kept as they are, with what is under them. Returns `roots`
+    itself when the graph holds no macro. One pass over a topological order: no
+    recursion. `replaced`, a dict, gets id(node) -> what stands for it, for each macro and
+    each node rebuilt (`fusegrad.debug.stages` numbers the two alike)."""
     order = toposort(roots, stop) if stop is not None else toposort(roots)
     macro_op = Ops.MACRO
     if not any(n.op is macro_op for n in order):
@@ -161,9 +203,9 @@ def expand_all(
         srcs = tuple([new.get(id(s), s) for s in n.srcs])
         changed = any(a is not b for a, b in zip(srcs, n.srcs))
         if n.op is macro_op:
-            m = _expand(n, srcs) if changed else expansion(n)
+            m = _expand(n, srcs, layout) if changed else expansion(n, layout)
         elif changed:
-            m = N.make(n.op, srcs, n.arg, n.shape, n.dtype)
+            m = _rebuilt(n, srcs)
             site = site_of(n)
             if site is not None:
                 note(m, site)

@@ -29,13 +29,12 @@ from ..nnapi import (
     autocast_op,
     composite,
     custom_gradient,
+    expansion_layout,
     fail,
     gradient_wanted,
-    guards_windows_in_tiles,
     materialize,
     one_site,
     ones,
-    packs_panels,
     register_composite,
     rows_merge,
     sliding_windows,
@@ -182,22 +181,25 @@ PIXEL_GEMM_MIN_DEPTH = 256
 
 def pixel_gemm_pays(x: Tensor, weight: Tensor, pads, stride, dilation, groups: int) -> bool:
     """Whether a convolution runs as sgemms over its windows gathered pixel by pixel
-    (`_conv_as_gemm`): on the CPU (a device whose tiles stage their own windows, the GPU,
-    never), 2-D, float32, one group, whole registers of output channels, output rows
-    shorter than a register's lanes and windows of at least PIXEL_GEMM_MIN_DEPTH values:
+    (`_conv_as_gemm`): where the layout it is expanded for copies padding (the CPU's;
+    a device whose tiles stage their own windows, the GPU, never), 2-D, float32, one
+    group, whole registers of output channels, output rows shorter than a register's
+    lanes and windows of at least PIXEL_GEMM_MIN_DEPTH values:
     the late layers of a ResNet (512 channels over 4 x 4 pixels). There the correlation's
     tiles, whose lanes walk an output row, leave most lanes idle: the forward,
     input-gradient and weight-gradient kernels of 16 x 512 x 4^2 -> 512 3x3 ran at a third
     of the sgemm's rate or less, the weight gradient at a tenth.
 
     >>> import fusegrad as fg
+    >>> from fusegrad.ir.layout import Layout, using
     >>> w = fg.ones(512, 512, 3, 3)
-    >>> [pixel_gemm_pays(fg.ones(16, 512, s, s), w, [(1, 1)] * 2, (1, 1), (1, 1), 1)
-    ...  for s in (4, 8, 16)]
+    >>> with using(Layout(copy_padding=True)):  # (the CPU's, as `compile_plan` expands)
+    ...     [pixel_gemm_pays(fg.ones(16, 512, s, s), w, [(1, 1)] * 2, (1, 1), (1, 1), 1)
+    ...      for s in (4, 8, 16)]
     [True, True, False]
     """
     n = len(pads)
-    if n != 2 or groups != 1 or guards_windows_in_tiles(x.node.device):
+    if n != 2 or groups != 1 or not expansion_layout().copy_padding:
         return False
     if x.dtype.name != "float32" or weight.shape[0] % CHANNEL_LANES:
         return False
@@ -279,8 +281,9 @@ def _conv_as_gemm(x: Tensor, weight: Tensor, pads, stride, dilation, op: str) ->
 
 def gather_pays(x: Tensor, weight: Tensor, pads, stride, dilation, groups: int) -> bool:
     """Whether a convolution strided along its last axis (the one its tiles' vector lanes
-    walk) runs over its gathered windows (`gather_windows`, im2col): on a device whose
-    tiles read windows through their own guarded staging (the GPU), never; at a stride of
+    walk) runs over its gathered windows (`gather_windows`, im2col): under a layout that
+    copies no padding (a device whose tiles read windows through their own guarded
+    staging, the GPU), never; at a stride of
     2, 3 or 4 (`SHUFFLED_LANE_STEPS`), never: the windows are read in place, from the
     padded copy split into the stride's phases (`padded`) or, unpadded, by vector loads
     that shuffle a wider load (pipeline/llvm.py), except for a depthwise convolution
@@ -291,11 +294,13 @@ def gather_pays(x: Tensor, weight: Tensor, pads, stride, dilation, groups: int) 
     axis only moves whole rows: those windows are read in place.
 
     >>> import fusegrad as fg
+    >>> from fusegrad.ir.layout import Layout, using
     >>> x, w = fg.ones(1, 8, 9, 9), fg.ones(16, 8, 5, 5)
-    >>> [gather_pays(x, w, [(1, 1)] * 2, s, (1, 1), 1) for s in ((1, 1), (1, 2), (1, 5))]
+    >>> with using(Layout(copy_padding=True)):
+    ...     [gather_pays(x, w, [(1, 1)] * 2, s, (1, 1), 1) for s in ((1, 1), (1, 2), (1, 5))]
     [False, False, True]
     """
-    if stride[-1] == 1 or guards_windows_in_tiles(x.node.device):
+    if stride[-1] == 1 or not expansion_layout().copy_padding:
         return False
     depthwise = groups > 1 and weight.shape[1] == 1
     if stride[-1] in SHUFFLED_LANE_STEPS and not depthwise:
@@ -344,7 +349,7 @@ def conv_vjp(
     kernel = w_shape[2:]
     outs = g.shape[2:]
     cout_g = cout // groups
-    copied = not guards_windows_in_tiles(g.node.device)  # (else `padded` is a guarded view)
+    copied = expansion_layout().copy_padding  # (else `padded` is a guarded view)
     if copied and any(v > 1 for v in stride):
         dx = None
         if dx_wanted:
@@ -407,7 +412,7 @@ def conv_vjp(
             g = gd[(slice(None), slice(None), *inner)]
         tpads = [(0, 0)] * n
     # (a backend that packs panels for its cores' caches, the CPU's, blocks channels too)
-    dx = _blocked_correlate(gd, wt, tpads, dilation, groups, op, packs_panels(g.node.device))
+    dx = _blocked_correlate(gd, wt, tpads, dilation, groups, op, expansion_layout().pack_panels)
     return [dx, _input_weight_grad(g, x, geometry, op, copied) if dw_wanted else None]
 
 

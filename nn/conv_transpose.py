@@ -22,9 +22,10 @@ from ..nnapi import (
     ShapeError,
     Tensor,
     autocast_op,
-    custom_gradient,
+    composite,
+    expansion_layout,
     fail,
-    guards_windows_in_tiles,
+    register_composite,
 )
 from . import init
 from .conv import conv_vjp, convnd, gather_pays
@@ -75,7 +76,39 @@ def conv_transposend(
     if any(p < 0 for p in pads) or any(s < 1 for s in stride):
         fail(ShapeError, op, f"negative padding {pads} or non-positive stride {stride}")
     cout = cout_g * groups
-    cin_g = cin // groups
+    sizes = [
+        (i - 1) * s - 2 * p + d * (k - 1) + o + 1
+        for i, s, p, d, k, o in zip(x.shape[2:], stride, pads, dilation, kernel, out_pads)
+    ]
+    if any(v <= 0 for v in sizes):
+        fail(ShapeError, op, f"output size {tuple(sizes)} is too small (input {x.shape})")
+    params = (pads, out_pads, stride, dilation, groups, n, op)
+    out = composite("conv_transpose", [x, weight], params, (x.shape[0], cout, *sizes), x.dtype)
+    if bias is not None:
+        if bias.shape != (cout,):
+            fail(ShapeError, op, f"bias must have shape ({cout},), got {bias.shape}")
+        out = out + bias.reshape(1, cout, *([1] * n))
+    return out
+
+
+def _conv_transposed(tensors: list, params: tuple) -> Tensor:
+    """The expansion of a "conv_transpose" macro, [x, weight] and (padding, output
+    padding, stride, dilation, groups, n, the op's name): where the layout the plan is
+    compiled for copies padding (ir/layout.py, the CPU's) and the stride is more than 1,
+    phase by phase (`_strided`); else the correlation of the stride-dilated input, padded
+    "full", with the flipped weight (the GPU's tiles guard the padding and the zeros)."""
+    x, weight = tensors
+    pads, out_pads, stride, dilation, groups, n, op = params
+    cin, cout_g = weight.shape[:2]
+    kernel = weight.shape[2:]
+    cout, cin_g = cout_g * groups, cin // groups
+    if any(s > 1 for s in stride) and expansion_layout().copy_padding:
+        sizes = [
+            (i - 1) * s - 2 * p + d * (k - 1) + o + 1
+            for i, s, p, d, k, o in zip(x.shape[2:], stride, pads, dilation, kernel, out_pads)
+        ]
+        out_shape = (x.shape[0], cout, *sizes)
+        return _strided(x, weight, out_shape, pads, stride, dilation, groups, op)
     # (in, out/g, *k) -> (out, in/g, *k), flipped: the weight of the equivalent correlation
     w = weight.reshape(groups, cin_g, cout_g, *kernel).transpose(1, 2)
     w = w.reshape(cout, cin_g, *kernel)
@@ -85,41 +118,37 @@ def conv_transposend(
         (d * (k - 1) - p, d * (k - 1) - p + o)
         for k, p, o, d in zip(kernel, pads, out_pads, dilation)
     ]
-    sizes = [
-        (i - 1) * s - 2 * p + d * (k - 1) + o + 1
-        for i, s, p, d, k, o in zip(x.shape[2:], stride, pads, dilation, kernel, out_pads)
-    ]
-    if any(v <= 0 for v in sizes):
-        fail(ShapeError, op, f"output size {tuple(sizes)} is too small (input {x.shape})")
-    if any(s > 1 for s in stride) and not guards_windows_in_tiles(x.node.device):
-        out = _strided(x, weight, (x.shape[0], cout, *sizes), pads, stride, dilation, groups, op)
-    else:
-        out = correlate(xd, w, full, (1,) * n, dilation, groups, op)
-    if bias is not None:
-        if bias.shape != (cout,):
-            fail(ShapeError, op, f"bias must have shape ({cout},), got {bias.shape}")
-        out = out + bias.reshape(1, cout, *([1] * n))
-    return out
+    return correlate(xd, w, full, (1,) * n, dilation, groups, op)
+
+
+def _conv_transposed_gradients(tensors: list, params: tuple, g: Tensor):
+    """The gradients of a "conv_transpose" macro where its expansion runs phase by phase
+    (`_strided`): those of the convolution whose weight this is, the convolution itself for
+    x and its weight gradient (output gradient x) for the weight. Derived through the
+    phases' windows, the gradients were slower than the zero-filled correlation's. None
+    (derived) for the zero-filled correlation."""
+    x, weight = tensors
+    pads, _, stride, dilation, groups, n, op = params
+    if not (any(s > 1 for s in stride) and expansion_layout().copy_padding):
+        return None
+    dx = convnd(g, weight, None, stride, pads, dilation, groups, n, op)
+    cpads = [(p, p) for p in pads]
+    geometry = (g.shape, weight.shape, cpads, stride, dilation, groups, False)
+    gathered = gather_pays(g, weight, cpads, stride, dilation, groups)
+    return [dx, conv_vjp(x, g, weight, geometry, op, gathered)[1]]
+
+
+register_composite("conv_transpose", _conv_transposed, gradient=_conv_transposed_gradients)
 
 
 def _strided(x: Tensor, weight: Tensor, out_shape, pads, stride, dilation, groups, op: str):
     """A strided transposed convolution on the CPU: the input gradient of the convolution
     whose weight this is (`transposed_by_phases`: each output phase with only its own taps,
     no zeros inserted between x's elements, a quarter of the multiply-adds of the zero-filled
-    correlation for a 2-D stride 2), with that convolution's own gradients: the convolution
-    itself for x, its weight gradient (output gradient x) for the weight. Derived through
-    the phases' windows, the gradients were slower than the zero-filled correlation's."""
-    n = len(pads)
+    correlation for a 2-D stride 2). Its gradients are that convolution's own
+    (`_conv_transposed_gradients`)."""
     cpads = [(p, p) for p in pads]
-    out = transposed_by_phases(x, weight, out_shape, cpads, stride, dilation, groups, op)
-
-    def rule(g, x, w):
-        dx = convnd(g, w, None, stride, pads, dilation, groups, n, op)
-        geometry = (g.shape, w.shape, cpads, stride, dilation, groups, False)
-        gathered = gather_pays(g, w, cpads, stride, dilation, groups)
-        return [dx, conv_vjp(x, g, w, geometry, op, gathered)[1]]
-
-    return custom_gradient(out, [x, weight], rule)
+    return transposed_by_phases(x, weight, out_shape, cpads, stride, dilation, groups, op)
 
 
 @autocast_op("conv_transpose1d")

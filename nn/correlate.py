@@ -20,10 +20,9 @@ from ..nnapi import (
     ShapeError,
     Tensor,
     composite,
+    expansion_layout,
     fail,
-    guards_windows_in_tiles,
     materialize,
-    packs_panels,
     reads_out_of_order,
     reads_stored_values,
     register_composite,
@@ -114,7 +113,8 @@ def pads_in_place(x: Tensor, w_shape, groups: int) -> bool:
 def padded(
     x: Tensor, pads, op: str, reads: float, in_place: bool = False, lane_stride: int = 1
 ) -> Tensor:
-    """x padded for a convolution, materialized on the CPU: every element is read by
+    """x padded for a convolution, materialized where the layout the plan is compiled for
+    copies padding (ir/layout.py `copy_padding`: the CPU's): every element is read by
     kernel-size windows (`reads` times), and one padded copy costs less than bounds checks
     on every read. An unpadded input that is a view reordering its source (the user's
     permute or F.pad: (B, L, D) word vectors permuted to (B, D, L)) is copied too, by the
@@ -129,7 +129,7 @@ def padded(
     flat_pad = [v for before, after in reversed(pads) for v in (before, after)]
     if any(flat_pad):
         x = x.pad(flat_pad)
-    if any(v < 0 for v in flat_pad) or guards_windows_in_tiles(x.node.device):  # a crop: a view
+    if any(v < 0 for v in flat_pad) or not expansion_layout().copy_padding:  # a crop: a view
         return x
     if in_place:
         return x
@@ -264,7 +264,7 @@ def _transposed_by_phases(
         )
         taps = tuple(slice(p.first, p.first + p.step * (p.taps - 1) + 1, p.step) for p in picks)
         wp = wt[(slice(None), slice(None), *taps)].flip(tuple(range(2, 2 + n)))
-        if packs_panels(g.node.device):
+        if expansion_layout().pack_panels:
             # read in place, a tile's rows of the phase's weight lie 9 floats apart and
             # each row's taps far apart (a 3x3 stride-2 weight's phase); copied (a few KB),
             # each row is contiguous: the 32x64x56^2 -> 128 input gradient's four phase

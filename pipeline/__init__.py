@@ -2,7 +2,9 @@
 
 The stages in the order a graph goes through them, file by file:
 
-1. drive: `driver.py` (`compile_plan`) runs the stages below and builds the plan.
+1. drive: `driver.py` (`compile_plan`) expands the graph's macros under the device's
+   layout options (`layout.py`: the CPU's packed and padded copies), runs the stages
+   below and builds the plan.
 2. schedule: `schedule.py` cuts the graph into kernels (`ScheduleItem`s), saying why at
    every cut.
 3. lower: `lower.py` turns one kernel into loop IR (`loopir.py`) and picks its strategy:

@@ -1,6 +1,7 @@
 """The compiler's driver: a graph to a `Plan`, stage by stage (`compile_plan`).
 
-The stages run in order: schedule (`pipeline/schedule.py`), then, by the device's backend
+The stages run in order: macros expanded under the backend's layout options
+(`pipeline/layout.py`), schedule (`pipeline/schedule.py`), then, by the device's backend
 (`runtime/backend_registry.py`'s interface), lower each kernel (`pipeline/lower.py`), render
 it (`pipeline/llvm.py`, `pipeline/cuda.py`) and compile it (`pipeline/compiler.py`); the
 kernels' records (`pipeline/plan.py`) are built here. The engine (`runtime/engine.py`) calls
@@ -29,6 +30,7 @@ from ..runtime.backend_registry import HOST, get_backend
 from ..runtime.config import config
 from ..runtime.dump import kernel_graph
 from ..runtime.launch import runs_parallel
+from .layout import layout_for
 from .lower import record_steps
 from .plan import KernelRecord, Plan, Step
 from .schedule import ScheduleItem, schedule
@@ -40,7 +42,8 @@ def _log(msg: str) -> None:
 
 def compile_plan(todo: list[Node], leaves: list[Node], has_value, device: str = HOST) -> Plan:
     """Schedule the graph under `todo`, and lower, render and compile every kernel for
-    `device`. Macros (`ir/macro.py`) are scheduled as their expansions.
+    `device`. Macros (`ir/macro.py`) are scheduled as their expansions, built under the
+    backend's layout options (`pipeline/layout.py`: the CPU's packed and padded copies).
 
     Only `leaves` count as values: an expansion may share a node with a graph computed
     earlier (`F.linear(x, w)` after `x @ w.T`), but the plan is cached under the graph as
@@ -53,7 +56,7 @@ def compile_plan(todo: list[Node], leaves: list[Node], has_value, device: str = 
 
     backend = get_backend(device)
     with phases.timed("schedule"):
-        todo = expand_all(todo, has_value)
+        todo = expand_all(todo, has_value, layout=layout_for(backend))
         items = schedule(
             todo,
             has_value,
@@ -117,6 +120,15 @@ def cached_records(plan: Plan) -> list[KernelRecord]:
     return [
         replace(s.record, seconds=None, cache="memory", compile_seconds=0.0) for s in plan.steps
     ]
+
+
+def expand_for(
+    roots: list[Node], has_value, device: str = HOST, replaced: dict | None = None
+) -> list[Node]:
+    """`roots` with their macros expanded as `compile_plan` expands them for `device`
+    (under its backend's layout options, `pipeline/layout.py`): for pictures of a graph
+    not run yet, whose kernels are then the ones that run (`expand_all`'s `replaced`)."""
+    return expand_all(roots, has_value, replaced, layout=layout_for(get_backend(device)))
 
 
 def kernel_names(items: list[ScheduleItem], device: str = HOST) -> list[str]:

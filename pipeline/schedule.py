@@ -86,6 +86,8 @@ from ..ir.macro import expand_all
 from ..ir.node import Node, toposort
 from ..ir.ops import ELEMENTWISE, LEAF, MOVEMENT, REDUCE, TRANSCENDENTAL, Ops
 from ..ir.sites import Site, site_of
+from ..runtime.backend_registry import HOST, get_backend
+from .layout import layout_for
 
 STORE_COST = 32
 MAX_KERNEL_OPS = 500  # elementwise ops inlined into one kernel before a value is stored
@@ -220,9 +222,10 @@ def schedule(
 
     `has_value(n)` says whether n's value is already in memory (a buffer, or a value the
     runtime computed earlier): such nodes are the kernels' inputs, never recomputed.
-    Macros are scheduled as their expansions (ir/macro.py): a caller that finds its roots
-    among the items' outputs passes roots it has expanded (`expand_all`), and says so
-    (`expanded`: the walk looking for macros is not made twice).
+    Macros are scheduled as their expansions (ir/macro.py), under the layout options of
+    the roots' device (`pipeline/layout.py`), as `compile_plan` expands them: a caller that
+    finds its roots among the items' outputs passes roots it has expanded (`expand_all`),
+    and says so (`expanded`: the walk looking for macros is not made twice).
     `stores_at_source`: the backend can store a value inside a reduction's loops (rule 8),
     a backend capability (`Backend.stores_at_source`); `splits_reductions`: the backend
     shares a sum of few outputs among its threads (`Backend.splits_reductions`: the GPU).
@@ -233,7 +236,8 @@ def schedule(
     unknown = set(disabled) - set(RULES)
     assert not unknown, f"unknown scheduling rules {sorted(unknown)}"
     if not expanded:
-        roots = expand_all(roots, has_value)
+        device = next((r.device for r in roots if r.device is not None), HOST)
+        roots = expand_all(roots, has_value, layout=layout_for(get_backend(device)))
     s = _Schedule.of(roots, has_value, frozenset(disabled))
     for n in reversed(s.graph):  # each node after its users
         _decide(s, n)

@@ -220,7 +220,10 @@ class CpuBackend(Backend):
         return _measured_limits()[1]
 
     def plan_key(self, device: str, key: tuple) -> tuple:
-        return key  # the host's plans are keyed by their structure alone
+        # the structure, and whether bfloat16 products are packed for AMX or `vdpbf16ps`
+        # (FUSEGRAD_AMX, FUSEGRAD_DPBF16): the layout a plan's macros are expanded under
+        # (pipeline/layout.py) is not in the graph, and those settings may change
+        return (key, self.packs_bf16_pairs)
 
     def disk_plan_key(self, key: tuple, device: str) -> str | None:
         # (not the autotuner's choices: a plan is kept only once its tiles are final, and

@@ -48,11 +48,13 @@ from ..ir.node import Node
 from ..ir.ops import Ops
 from ..pipeline.compiler import batch as compiler_batch
 
-# NO_LINE, kernel_names and lowering_steps: the frontend's debug views read them here
+# NO_LINE, expand_for, kernel_names and lowering_steps: the frontend's debug views read
+# them here
 from ..pipeline.driver import (  # noqa: F401
     NO_LINE,
     cached_records,
     compile_plan,
+    expand_for,
     finish_plan,
     item_record,
     kernel_names,

@@ -10,9 +10,12 @@ import numpy as np
 import pytest
 
 import fusegrad as fg
+from fusegrad.ir.layout import NEUTRAL
 from fusegrad.ir.macro import expand_all
 from fusegrad.ir.ops import Ops
 from fusegrad.nn import functional as F
+from fusegrad.pipeline.layout import layout_for
+from fusegrad.runtime.backend_registry import get_backend
 
 
 @pytest.mark.parametrize(
@@ -33,9 +36,11 @@ def test_linear_builds_the_composed_graph(bias, k, n):
     b = fg.randn(n, requires_grad=True) if bias else None
     composed = x @ w.T if b is None else x @ w.T + b
     out = F.linear(x, w, b)
-    # one macro node, whose expansion is the composed form's very nodes
+    # one macro node, whose expansion is the composed form's very nodes (a "matmul" macro
+    # and the bias), under every layout (the CPU's packs the big weight in panels)
     assert out.node.op is Ops.MACRO and out.node.arg[0] == "linear"
-    assert expand_all([out.node]) == [composed.node]
+    for layout in (NEUTRAL, layout_for(get_backend("cpu"))):
+        assert expand_all([out.node], layout=layout) == expand_all([composed.node], layout=layout)
     assert out.requires_grad
     # the macro's gradient is its expansion's: bit for bit the composed form's
     leaves = [x, w] + ([b] if b is not None else [])

@@ -11,8 +11,27 @@ from hypothesis import strategies as st
 
 import fusegrad as fg
 from fusegrad.ir import autodiff
+from fusegrad.ir.layout import NEUTRAL, using
+from fusegrad.ir.macro import expand_all
+from fusegrad.ir.node import toposort
+from fusegrad.ir.ops import Ops
 from fusegrad.nn import conv as C
+from fusegrad.pipeline.layout import layout_for
 from fusegrad.pipeline.tiling import SHUFFLED_LANE_STEPS
+from fusegrad.runtime.backend_registry import get_backend
+from fusegrad.runtime.engine import engine
+
+CPU = layout_for(get_backend("cpu"))  # the options a CPU plan's macros are expanded under
+
+
+@pytest.fixture
+def fresh_plans():
+    """No plan cached before the test or kept after it: the test changes a rule or constant
+    that a convolution's expansion reads when its plan is compiled (ir/layout.py), which
+    no plan key holds."""
+    engine.plans.clear()
+    yield
+    engine.plans.clear()
 
 
 def ref_conv(x, w, b, stride, pad, dil, groups):
@@ -366,6 +385,7 @@ CHUNKED_CASES = [
 @pytest.mark.cpu_device  # the CPU lowering's phases, chunks and copies
 @pytest.mark.parametrize("cache", [1, 600])  # image by image; two images at a time (mostly)
 @pytest.mark.parametrize("case", CHUNKED_CASES)
+@pytest.mark.usefixtures("fresh_plans")
 def test_conv_weight_gradient_in_image_chunks(case, cache, monkeypatch):
     dims, cin, cout, k, stride, dil, pad, groups, size, batch = case
     k, stride, dil, pad = (C.int_tuple(v, dims, "", "") for v in (k, stride, dil, pad))
@@ -546,6 +566,7 @@ CHANNELS_LAST_CASES = [
 
 @pytest.mark.cpu_device  # the CPU lowering's choice of lanes
 @pytest.mark.parametrize("case", CHANNELS_LAST_CASES)
+@pytest.mark.usefixtures("fresh_plans")
 def test_a_strided_weight_gradient_takes_the_output_channels_as_lanes(case, monkeypatch):
     dims, cin, cout, k, stride, pad, dil, groups, size, batch, chunk = case
     k, stride, pad, dil = (C.int_tuple(v, dims, "", "") for v in (k, stride, pad, dil))
@@ -957,6 +978,7 @@ def test_a_weight_gradient_with_16_lanes_over_56_pixel_rows_at_special_values():
 
 
 @pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.usefixtures("fresh_plans")
 def test_a_gradient_nothing_asks_for_is_not_built(stride, monkeypatch):
     """A network's first layer: its input wants no gradient, so the backward does not build
     the input gradient's graph (0.4 ms of Python a call); a frozen weight's likewise. What
@@ -986,15 +1008,16 @@ def test_a_gradient_nothing_asks_for_is_not_built(stride, monkeypatch):
     wt = fg.tensor(w, dtype=fg.float64, requires_grad=True)
     (dw,) = fg.grad(conv(xt, wt), [wt], grad_outputs=fg.tensor(g))
     input_grads = {"_blocked_correlate", "transposed_by_phases"}  # (by stride and device)
-    assert not input_grads & set(built), built
     with np.errstate(invalid="ignore"):
         want_dx, want_dw = _numpy_conv_grads(x, w, g, geometry[0], *geometry[1:])
+    # (the rules run where the plan's macros are expanded: when it is compiled)
     np.testing.assert_allclose(dw.numpy(), want_dw, atol=1e-10)
+    assert not input_grads & set(built), built
     built.clear()
     xg = fg.tensor(x, dtype=fg.float64, requires_grad=True)
     (dx,) = fg.grad(conv(xg * 1, fg.tensor(w, dtype=fg.float64)), [xg], grad_outputs=fg.tensor(g))
-    assert input_grads & set(built) and "_input_weight_grad" not in built, built
     np.testing.assert_allclose(dx.numpy(), want_dx, atol=1e-10)
+    assert input_grads & set(built) and "_input_weight_grad" not in built, built
     (dx_asked,) = fg.grad(conv(xt, wt), [xt], grad_outputs=fg.tensor(g))  # xt: no requires_grad
     np.testing.assert_allclose(dx_asked.numpy(), want_dx, atol=1e-10)
 
@@ -1121,10 +1144,10 @@ def test_merged_rows_read_a_contiguous_output_gradient_for_the_weight():
 
 @pytest.mark.cpu_device  # the CPU's macro node (the cuda device composes the phases)
 def test_a_strided_transposed_convolution_is_one_macro_node_with_the_composed_values():
-    """`transposed_by_phases` builds one MACRO node (its expansion: the composed phases),
-    so a call whose plan is cached builds no phase graph; its value is the composed form's
-    bit for bit, its first and second derivatives to the last bits."""
-    from fusegrad.ir.ops import Ops
+    """`conv_transpose2d` builds one MACRO node (its expansion under the CPU's layout: the
+    composed phases, `transposed_by_phases`), so a call whose plan is cached builds no
+    phase graph; its value is the composed form's bit for bit, its first and second
+    derivatives to the last bits."""
     from fusegrad.nn import correlate as K
 
     rng = np.random.default_rng(5)
@@ -1137,10 +1160,15 @@ def test_a_strided_transposed_convolution_is_one_macro_node_with_the_composed_va
         x = fg.tensor(xs, requires_grad=True)
         w = fg.tensor(ws, requires_grad=True)
         if composed:
-            y = K._phases_composed([x, w], params[0])
+            pads, _, stride, dilation, groups, _, op = params[0]
+            with using(CPU):
+                y = K._phases_composed(
+                    [x, w],
+                    ((2, 2, 10, 7), [(p, p) for p in pads], stride, dilation, groups, op),
+                )
         else:
             y = fg.nn.functional.conv_transpose2d(x, w, None, 2, 1, output_padding=(1, 0))
-            assert y.node.op is Ops.MACRO and y.node.arg[0] == "transposed_by_phases"
+            assert y.node.op is Ops.MACRO and y.node.arg[0] == "conv_transpose"
             params.append(y.node.arg[1])
         assert y.shape == (2, 2, 10, 7)
         gx, gw = fg.grad((y * y).sum(), [x, w], create_graph=True)
@@ -1155,14 +1183,22 @@ def test_a_strided_transposed_convolution_is_one_macro_node_with_the_composed_va
 
 
 def test_a_strided_convolutions_input_gradient_is_one_macro_node():
-    from fusegrad.ir.ops import Ops
-
+    # one "layout_grad" node, whose expansion under the CPU's layout is the transposed
+    # convolution phase by phase (each phase's flipped weight copied), and under the
+    # neutral one (the GPU's) the correlation of the stride-dilated gradient
     x = fg.randn(2, 3, 9, 9, dtype=fg.float64, requires_grad=True)
     w = fg.randn(4, 3, 3, 3, dtype=fg.float64)
     y = fg.nn.functional.conv2d(x, w, None, 2, 1)
     (gx,) = fg.grad(y.sum(), [x])
     node = gx.node.srcs[0] if gx.node.op is Ops.DETACH else gx.node
-    assert node.op is Ops.MACRO and node.arg[0] == "transposed_by_phases"
+    assert node.op is Ops.MACRO and node.arg[0] == "layout_grad"
+
+    def copies(layout):
+        (root,) = expand_all([node], layout=layout)
+        return [str(n.arg) for n in toposort([root]) if n.op is Ops.CONTIGUOUS]
+
+    assert any("phase's flipped weight" in r for r in copies(CPU))
+    assert not copies(NEUTRAL)
     # against torch's
     torch = pytest.importorskip("torch")
     xt = torch.tensor(x.detach().numpy(), requires_grad=True)
@@ -1204,7 +1240,8 @@ def test_small_images_run_as_sgemms_values_and_gradients(case):
     b0 = rng.standard_normal(w_shape[0]).astype(np.float32) if bias else None
     xt, wt = fg.tensor(x0), fg.tensor(w0)
     pads = [(0, 1)] * 2 if padding == "same" else [(padding, padding)] * 2
-    assert C.pixel_gemm_pays(xt, wt, pads, (stride,) * 2, (dilation,) * 2, 1)
+    with using(CPU):  # (as the CPU's plan expands the convolution)
+        assert C.pixel_gemm_pays(xt, wt, pads, (stride,) * 2, (dilation,) * 2, 1)
     y32, got = _conv_both(x0, w0, b0, stride, padding, dilation, fg.float32)
     assert any("pixel by pixel" in r.reason for r in fg.kernels(y32))
     _, want = _conv_both(x0, w0, b0, stride, padding, dilation, fg.float64)
