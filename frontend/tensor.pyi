@@ -1401,7 +1401,7 @@ def pow_(base: Tensor, exponent) -> Tensor:  # frontend/tensor.py: pow_
     """x ** y with torch.pow's values and gradients."""
 
 def register_composite(  # frontend/tensor.py: register_composite
-    kind: str, composed, deferred_grad: bool = False
+    kind: str, composed, deferred_grad: bool = False, gradient=None
 ) -> None:
     """Make `kind` a macro (ir/macro.py) whose expansion is what `composed(tensors, params)` builds:
     a library op written with Tensor operations, its gradient rules included (`composite` then

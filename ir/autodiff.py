@@ -27,8 +27,16 @@ from collections.abc import Callable
 
 from . import node as N
 from .hooks import hooks
-from .layout import current as layout_now
-from .macro import GRADIENTS, RULES, depends_on_layout, expansion, inputs_of, macro, register
+from .macro import (
+    GRADIENTS,
+    RULES,
+    depends_on_layout,
+    expansion,
+    inputs_of,
+    keep_expansion,
+    macro,
+    register,
+)
 from .node import Node, toposort
 from .ops import MOVEMENT, Ops
 from .sites import fixed, note, site_of
@@ -226,31 +234,27 @@ def _layout_grads(n: Node, g: Node, live: set[int]) -> list[tuple[Node, Node]]:
 def _layout_grad_rule(srcs: tuple[Node, ...], params: tuple) -> Node:
     """The expansion of a "layout_grad" node: the gradient of macro `kind`'s expansion,
     built under the current layout, with respect to its source `pick`. The gradients of
-    every wanted source are derived together, once per layout (`_DERIVED`: one pass, as
-    the frontend's own rules build them, sharing what they share), and each node takes
-    its own. A source the expansion does not reach gets zeros."""
+    every wanted source are derived together (one pass, as the frontend's own rules build
+    them, sharing what they share): each sibling node's (the same sources, another
+    `pick`) is kept as its expansion under this layout (`keep_expansion`), so a graph
+    holding them all derives them once, and nothing outlives the nodes that asked. A
+    source the expansion does not reach gets zeros."""
     kind, inner, wanted, pick = params
     g, sources = srcs[0], srcs[1:]
-    key = (kind, inner, wanted, sources, layout_now())
-    with _derived_lock:
-        per_g = _DERIVED.get(g)
-        if per_g is None:
-            per_g = _DERIVED[g] = {}
-        grads = per_g.get(key)
-    if grads is None:
-        grads = _layout_gradients(g, sources, kind, inner, wanted)
-        with _derived_lock:
-            grads = per_g.setdefault(key, grads)
-    got, s = grads[wanted.index(pick)], sources[pick]
+    grads = _layout_gradients(g, sources, kind, inner, wanted)
+    for k, got in zip(wanted, grads):
+        if k != pick:  # (a sibling no graph holds is made and dropped: N.make hash-conses)
+            s = sources[k]
+            arg = ("layout_grad", (kind, inner, wanted, k))
+            sibling = N.make(Ops.MACRO, srcs, arg, s.shape, s.dtype)
+            keep_expansion(sibling, _as_source_gradient(got, s))
+    return _as_source_gradient(grads[wanted.index(pick)], sources[pick])
+
+
+def _as_source_gradient(got: Node | None, s: Node) -> Node:
     if got is None:
         return N.const(0, s.shape, s.dtype)
     return got if got.dtype is s.dtype else N.cast(got, s.dtype)
-
-
-# output gradient -> {(kind, params, wanted, sources, layout): each wanted source's
-# gradient}: what "layout_grad" nodes of one macro derive together (weak keys)
-_DERIVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_derived_lock = threading.Lock()
 
 
 def _layout_gradients(g, sources, kind: str, inner: tuple, wanted: tuple) -> list:

@@ -127,6 +127,15 @@ def expansion(m: Node, layout: Layout | None = None) -> Node:
     return got
 
 
+def keep_expansion(m: Node, got: Node) -> None:
+    """Keep `got` as macro `m`'s expansion under the layout expansions are being built
+    under (a rule that derives its siblings' expansions with its own: ir/autodiff.py's
+    "layout_grad"), unless `m` has one there already."""
+    layout = L._state.layout
+    with _lock:
+        _EXPANSIONS.setdefault(m, {}).setdefault(layout, got)
+
+
 def _rebuilt(n: Node, srcs: tuple[Node, ...]) -> Node:
     """`n` on new sources. A reshape or permute folds into a reshape or permute under it, as
     when built (a gradient taken through a view, "layout_grad", is a view of the gradient

@@ -13,7 +13,9 @@ each range a loop of its own with its variable shifted there, where every guard 
 constant: a guard that always holds is dropped, a load or select under one that never
 does is the zero it would give, a store under one is dropped, and additions of those
 zeros go (`_folded`). The ranges run the same iterations in the same order, so a sum
-over a split reduction loop adds the same values in the same order.
+over a split reduction loop adds the same values in the same order, but for what any sum
+allows (docs/NUMERICS.md): a loop made simpler may be vectorized, its additions then
+reordered across lanes.
 
 The additions a piece no longer makes are exact to leave out: `x + 0.0` is `x` for
 every `x` but -0.0, and after the first piece's addition no value is -0.0 any more
@@ -145,6 +147,9 @@ def _split_block(body) -> tuple[list, bool]:
             continue
         for k, (start, stop) in enumerate(ranges):
             part = _shifted(s, start, stop, k)
+            # (values read straight from an accumulator made inside: under its new name)
+            made = {a: f"{a}_{s.var.name}{k}" for a in _accumulators(s.body)}
+            part = dataclasses.replace(part, body=_reading(part.body, made))
             if stop - start == 1:  # its variable is 0: guards that read it read a constant
                 zero = {part.var: lin(0)}
                 body = [_substituted(b, zero, {}) for b in part.body]
@@ -342,6 +347,18 @@ def _added(s: Alu, known: _Known):
     if a in known.zeros or b in known.zeros:
         known.settled.add(s.dst)
     return s
+
+
+def _reading(body, names: dict) -> list:
+    """`body` with every value read through `names`, at any depth."""
+    if not names:
+        return body
+    out = []
+    for s in body:
+        if isinstance(s, Loop):
+            s = dataclasses.replace(s, body=_reading(s.body, names))
+        out.append(_renamed(s, names))
+    return out
 
 
 def _renamed(s, names: dict):

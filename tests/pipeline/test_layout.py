@@ -177,3 +177,30 @@ def test_gradients_through_views_folded_into_the_expansion():
     g = 2 * ts.reshape(4, 64) @ ws.T
     np.testing.assert_array_equal(t.grad.numpy(), (g @ ws).reshape(4, 8, 8))
     np.testing.assert_array_equal(w.grad.numpy(), g.T @ ts.reshape(4, 64))
+
+
+def test_a_derived_gradient_does_not_keep_its_graph_alive():
+    """The gradients a plan derives under its layout live as long as the graph that asks
+    for them: once a step's tensors are gone, so are its nodes (a convolution's derived
+    gradients once kept their output gradient, and the graph under it, for good)."""
+    import gc
+
+    from fusegrad.ir.node import Node
+
+    def live_nodes() -> int:
+        gc.collect()
+        return sum(1 for o in gc.get_objects() if type(o) is Node)
+
+    before = live_nodes()
+    fg.manual_seed(0)
+    conv, head = fg.nn.Conv1d(8, 4, 3, padding=1), fg.nn.Linear(4, 1)
+    for step in range(3):
+        x = fg.tensor(np.random.default_rng(step).standard_normal((2, 8, 10), np.float32))
+        h = conv(x).relu().amax(2)
+        y = fg.tensor(np.array([1.0, 0.0], np.float32))
+        F.binary_cross_entropy(F.sigmoid(head(h)).reshape(2), y).backward()
+        assert np.isfinite(conv.weight.grad.numpy()).all()
+        conv.zero_grad()
+        head.zero_grad()
+    del conv, head, x, h, y
+    assert live_nodes() <= before + 4

@@ -145,3 +145,16 @@ def test_a_long_flat_concatenation_on_every_thread_is_right():
     pieces = [special(n) for n in (300_001, 500_000, 1 << 20)]
     got = fg.cat([fg.tensor(p) for p in pieces]).numpy()
     assert np.array_equal(got, np.concatenate(pieces), equal_nan=True)
+
+
+def test_row_sums_of_a_concatenations_rows_keep_their_accumulators_apart():
+    """Each range of the parallel loop makes its own accumulator and stores it (a value read
+    straight from an accumulator is read under the range's name for it)."""
+    pieces = [special(3, 40) for _ in range(6)]
+    item, inputs = item_of(pieces, lambda ts: fg.cat(ts, 0).sum(1))
+    kernel = L.lower(item)
+    assert len([s for s in kernel.body if isinstance(s, Loop)]) > 1
+    # (the sums may round otherwise: a simpler loop is vectorized, its additions reordered)
+    (got,) = run(kernel, inputs)
+    want = np.concatenate(pieces).astype(np.float64).sum(1)
+    assert np.allclose(got, want, rtol=1e-5, atol=1e-4, equal_nan=True)
