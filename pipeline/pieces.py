@@ -276,6 +276,10 @@ class _Known:
     ones: set = dataclasses.field(default_factory=set)  # values that are 1 (or True)
     settled: set = dataclasses.field(default_factory=set)  # not -0.0: x + 0.0 made them
 
+    def scoped(self) -> _Known:
+        """What a loop's body starts from: all this, which the body adds to on its own."""
+        return _Known(dict(self.names), dict(self.zeros), set(self.ones), set(self.settled))
+
 
 def _folded(body, known: _Known) -> list:
     """`body` with the statements under a guard that never holds made the zero they give
@@ -286,8 +290,9 @@ def _folded(body, known: _Known) -> list:
     zeros = known.zeros
     for s in body:
         s = _renamed(s, known.names)
-        if isinstance(s, Loop):
-            out.append(dataclasses.replace(s, body=_folded(s.body, known)))
+        if isinstance(s, Loop):  # its values are its own (the copies of an unrolled loop
+            # name theirs alike): what it learns stays inside
+            out.append(dataclasses.replace(s, body=_folded(s.body, known.scoped())))
             continue
         if isinstance(s, Const):
             if s.value == zero_value(s.dtype) and not _negative_zero(s.value):
