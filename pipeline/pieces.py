@@ -59,7 +59,6 @@ MIN_PIECES = 3  # a loop is split where this many loads, or more, read pieces un
 MAX_RANGES = 256  # ...into at most this many ranges...
 MAX_COPIED = 1 << 16  # ...making at most this many statements in all (before folding)
 MAX_ROWS_PER_PIECE = 4  # a parallel loop is interchanged where no piece has more rows
-MAX_EACH = 16  # a loop whose pieces' bounds also read a loop inside it: a range a value
 
 
 def split_pieces(kernel: Kernel) -> Kernel:
@@ -125,8 +124,8 @@ def _interchanged(kernel: Kernel) -> tuple[list, int] | None:
     inner = rows.body[0]
     if inner.kind != "serial" or _accumulators(body):
         return None
-    ranges = _ranges(dataclasses.replace(rows, kind="serial"))
-    if ranges is None or max(b - a for a, b in ranges) > MAX_ROWS_PER_PIECE:
+    cut = _ranges(dataclasses.replace(rows, kind="serial"))
+    if cut is None or max(b - a for a, b in cut[0]) > MAX_ROWS_PER_PIECE:
         return None
     row_loop = Loop(rows.var, rows.extent, inner.body, "serial")
     return [Loop(inner.var, inner.extent, [row_loop], "parallel")], inner.extent
@@ -139,14 +138,17 @@ def _split_block(body) -> tuple[list, bool]:
             out.append(s)
             continue
         whole = s.kind == "parallel" and s.first is None
-        ranges = _ranges(s) if s.kind in ("serial", "reduce") or whole else None
-        if ranges is None:
+        cut = _ranges(s) if s.kind in ("serial", "reduce") or whole else None
+        if cut is None:
             inner, deeper = _split_block(s.body)
             out.append(dataclasses.replace(s, body=inner) if deeper else s)
             changed |= deeper
             continue
+        ranges, holds = cut
         for k, (start, stop) in enumerate(ranges):
-            part = _shifted(s, start, stop, k)
+            # the pieces this range never reads go first, so that little is copied
+            pruned = _dead_dropped(_folded(_pruned(s.body, holds, start, stop), _Known()))
+            part = _shifted(dataclasses.replace(s, body=pruned), start, stop, k)
             # (values read straight from an accumulator made inside: under its new name)
             made = {a: f"{a}_{s.var.name}{k}" for a in _accumulators(s.body)}
             part = dataclasses.replace(part, body=_reading(part.body, made))
@@ -167,26 +169,23 @@ def _split_block(body) -> tuple[list, bool]:
 # ---------------------------------------------------------------- where a loop is cut
 
 
-def _ranges(loop: Loop) -> list[tuple[int, int]] | None:
+def _ranges(loop: Loop) -> tuple[list[tuple[int, int]], dict] | None:
     """[start, stop) ranges of `loop` over each of which every guard on its variable is
-    constant, where the guards read pieces (MIN_PIECES loads or more) of the variable alone;
-    None otherwise."""
+    constant, where the guards read pieces (MIN_PIECES loads or more) of the variable alone,
+    and where each such guard holds (guard -> (+1, from) or (-1, until)); None otherwise."""
     v = loop.var
     guards = {g for g in _all_guards(loop.body) if v in g.atoms()}
     if not guards or _guarded_loads(loop.body, v) < MIN_PIECES:
         return None
-    inner = _loop_vars(loop.body)
-    cuts = set()
+    cuts, holds = set(), {}
     for g in guards:
         sign = _direction(g, v)
-        if sign is None and g.atoms() <= inner | {v} and loop.extent <= MAX_EACH:
-            # a piece's bounds on v and a loop inside (a cascaded sum's levels: j1*16 + j2):
-            # a range for each value of v, where the loop inside gets guards of its own
-            cuts.update(range(1, loop.extent))
-            continue
-        if sign is None:
+        if sign is None:  # (a cascaded sum's levels, j1*16 + j2: left guarded, as measured
+            # cut a range a value, its copies of the loops inside took LLVM seconds to compile
+            # and ran no faster)
             return None
         cut = _first(g, v, loop.extent, sign)
+        holds[g] = (sign, cut)
         if 0 < cut < loop.extent:
             cuts.add(cut)
     bounds = [0, *sorted(cuts), loop.extent]
@@ -195,17 +194,34 @@ def _ranges(loop: Loop) -> list[tuple[int, int]] | None:
         return None
     if len(ranges) * _count(loop.body) > MAX_COPIED:
         return None
-    return ranges
+    return ranges, holds
 
 
-def _loop_vars(body) -> set:
-    """The variables of the loops in `body`, at any depth."""
-    out = set()
+def _pruned(body, holds: dict, start: int, stop: int) -> list:
+    """`body` over iterations [start, stop) of its loop: each load or select under a guard
+    that never holds there (`holds`, from `_ranges`) made the zero it gives, each such
+    store dropped; the guards themselves are left to the shift that follows."""
+    out = []
     for s in body:
         if isinstance(s, Loop):
-            out.add(s.var)
-            out |= _loop_vars(s.body)
+            s = dataclasses.replace(s, body=_pruned(s.body, holds, start, stop))
+        elif isinstance(s, (Load, LoadRow, Select, Store, ScatterAdd)) and any(
+            _never_in(holds.get(g), start, stop) for g in s.valid
+        ):
+            if isinstance(s, (Store, ScatterAdd)):
+                continue
+            s = Const(s.dst, s.dtype, zero_value(s.dtype))
+        out.append(s)
     return out
+
+
+def _never_in(hold, start: int, stop: int) -> bool:
+    """Whether a guard that holds from (sign +1) or until (sign -1) `at` never holds over
+    [start, stop); False for a guard not on the loop's variable (`hold` None)."""
+    if hold is None:
+        return False
+    sign, at = hold
+    return stop <= at if sign > 0 else start >= at
 
 
 def _guarded_loads(body, v: Var, read: set | None = None) -> int:
