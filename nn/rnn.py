@@ -67,6 +67,9 @@ def _step_index(t: int) -> Tensor:
     return index_arange(t, t + 1)
 
 
+STEP_GRADIENT = "a time step's gradient, stacked with the others"  # (one stored node a value)
+
+
 def _time_step(seq: Tensor, t: int, index: Tensor | None = None) -> Tensor:
     """`seq[t]` of a (T, ...) tensor, read through a data index (see the module docstring):
     `index`, the one-element table holding t (`_step_index(t)` where not given).
@@ -83,7 +86,7 @@ def _time_step(seq: Tensor, t: int, index: Tensor | None = None) -> Tensor:
 
     def rule(grad, _seq):
         # stored, so the kernel adding up the steps' rows reads each instead of recomputing it
-        grad = materialize(grad, "a time step's gradient, stacked with the others")
+        grad = materialize(grad, STEP_GRADIENT)
         return [grad.reshape(1, *rest).pad([0, 0] * len(rest) + [t, steps - 1 - t])]
 
     return custom_gradient(row, [seq], rule)
@@ -319,8 +322,10 @@ class _RecurrentProjection:
         steps = self.steps
 
         def into_row(g, _sink):
-            # stored, so the kernel adding up the steps' rows reads each (as `_time_step`)
-            g = materialize(g, "a step's hidden projection gradient, stacked with the others")
+            # stored, so the kernel adding up the steps' rows reads each (as `_time_step`),
+            # under `_time_step`'s words: an LSTM step's gate gradient, which both stack, is
+            # then one stored node, and the two stacks one (not a copy and a stack each)
+            g = materialize(g, STEP_GRADIENT)
             return [g.unsqueeze(0).pad([0, 0] * g.ndim + [t, steps - 1 - t])]
 
         return own + custom_gradient(self.sink[t], [self.sink], into_row, own_node=True)
