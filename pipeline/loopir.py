@@ -19,6 +19,7 @@ A row sum over a (4, 8) buffer reads, in `str(kernel)`:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from ..ir.dtypes import DType
@@ -328,6 +329,40 @@ class Kernel:
             lines.append(f"  scratch {p.name}: {p.dtype.name}[{p.size}] (each thread's own)")
         _print_block(self.body, 1, lines)
         return "\n".join(lines)
+
+
+def values_read(s) -> list[str]:
+    """The values (and accumulators read as values) statement `s` reads by name; a loop's
+    are its body's."""
+    if isinstance(s, Loop):
+        return [v for b in s.body for v in values_read(b)]
+    names = list(s.args) if isinstance(s, Alu) else []
+    if isinstance(s, (Select, Store, ScatterAdd, AccUpdate, AccOnlineExp)):
+        names.append(s.value)
+    if isinstance(s, (LoadRow, ScatterAdd)):
+        names.append(s.row)
+    if isinstance(s, Rand):
+        names.append(s.key)
+    return names
+
+
+def reading_through(s, names: dict[str, str]):
+    """Statement `s` reading each value it names through `names` (a value, or an
+    accumulator read as one, renamed); a loop as it is (its body is renamed statement by
+    statement by the caller)."""
+    if not names or isinstance(s, Loop):
+        return s
+    get = names.get
+    if isinstance(s, Alu):
+        args = tuple(get(a, a) for a in s.args)
+        return s if args == s.args else dataclasses.replace(s, args=args)
+    if isinstance(s, (Select, Store, ScatterAdd, AccUpdate, AccOnlineExp)) and s.value in names:
+        s = dataclasses.replace(s, value=names[s.value])
+    if isinstance(s, (LoadRow, ScatterAdd)) and s.row in names:
+        s = dataclasses.replace(s, row=names[s.row])
+    if isinstance(s, Rand) and s.key in names:
+        s = dataclasses.replace(s, key=names[s.key])
+    return s
 
 
 def _has_tiles(body) -> bool:

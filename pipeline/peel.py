@@ -26,7 +26,17 @@ from __future__ import annotations
 import dataclasses
 
 from ..ir.symbolic import FloorDiv, Lin, Mod, Var, lin
-from .loopir import AccInit, Kernel, Load, LoadRow, Loop, ScatterAdd, Select, Store
+from .loopir import (
+    AccInit,
+    Kernel,
+    Load,
+    LoadRow,
+    Loop,
+    ScatterAdd,
+    Select,
+    Store,
+    reading_through,
+)
 
 # how many copies of the innermost body peeling may make in all (three ranges a loop, so
 # three loops peeled: a 2-D tile's row and column tiles, and one tap loop at an edge)
@@ -242,9 +252,11 @@ def _accumulators(body) -> list[str]:
 
 def _substituted(s, env: dict, names: dict[str, str]):
     """A copy of statement `s` with every index expression's variables replaced per `env`
-    and its accumulators renamed per `names`."""
+    and its accumulators renamed per `names` (where they are made, updated, and read as
+    values: a store of an accumulator)."""
     if isinstance(s, Loop):
         return dataclasses.replace(s, body=[_substituted(b, env, names) for b in s.body])
+    s = reading_through(s, names)
     changes = {}
     for name, v in _expr_fields(s):
         changes[name] = (

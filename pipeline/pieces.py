@@ -37,22 +37,21 @@ import dataclasses
 import math
 
 from ..ir.ops import Ops
-from ..ir.symbolic import FloorDiv, Lin, Var, lin
+from ..ir.symbolic import FloorDiv, Lin, Var
 from .loopir import (
-    AccOnlineExp,
-    AccUpdate,
     Alu,
     Const,
     Kernel,
     Load,
     LoadRow,
     Loop,
-    Rand,
     ScatterAdd,
     Select,
     Store,
+    reading_through,
+    values_read,
 )
-from .peel import _accumulators, _all_guards, _has_reduce, _shifted, _simplified, _substituted
+from .peel import _accumulators, _all_guards, _has_reduce, _shifted
 from .reductions import zero_value
 
 MIN_PIECES = 3  # a loop is split where this many loads, or more, read pieces under guards...
@@ -88,17 +87,17 @@ def split_pieces(kernel: Kernel) -> Kernel:
           v0 = load in0[o1]
           s1 = 0.0
           a1 = add(v0, s1)
-          store out0[o1] = a1
+          store out0[o0*8 + o1] = a1
         for o0 in 0..1:
           s0 = 0.0
           v1 = load in1[o1]
           a1 = add(s0, v1)
-          store out0[o1 + 8] = a1
+          store out0[o0*8 + o1 + 8] = a1
         for o0 in 0..1:
           a1 = 0.0
           v2 = load in2[o1]
           a2 = add(a1, v2)
-          store out0[o1 + 16] = a2
+          store out0[o0*8 + o1 + 16] = a2
     """
     if kernel.uses_tiles:
         return kernel
@@ -146,22 +145,14 @@ def _split_block(body) -> tuple[list, bool]:
             continue
         ranges, holds = cut
         for k, (start, stop) in enumerate(ranges):
-            # the pieces this range never reads go first, so that little is copied
-            pruned = _dead_dropped(_folded(_pruned(s.body, holds, start, stop), _Known()))
-            part = _shifted(dataclasses.replace(s, body=pruned), start, stop, k)
-            # (values read straight from an accumulator made inside: under its new name)
-            made = {a: f"{a}_{s.var.name}{k}" for a in _accumulators(s.body)}
-            part = dataclasses.replace(part, body=_reading(part.body, made))
-            if stop - start == 1:  # its variable is 0: guards that read it read a constant
-                zero = {part.var: lin(0)}
-                body = [_substituted(b, zero, {}) for b in part.body]
-                part = dataclasses.replace(part, body=body)
-            part = _simplified(part)
+            # every guard on the loop's variable is settled for the range first (`_pruned`),
+            # the pieces it never reads fold away, and only what is left is copied
+            body = _dead_dropped(_folded(_pruned(s.body, holds, start, stop), _Known()))
+            part = _shifted(dataclasses.replace(s, body=body), start, stop, k)
             if whole:  # a range of the kernel's parallel iterations (`Loop.first`)
                 part = dataclasses.replace(part, first=start)
-            part = dataclasses.replace(part, body=_folded(part.body, _Known()))
             inner, _ = _split_block(part.body)
-            out.append(dataclasses.replace(part, body=_dead_dropped(inner)))
+            out.append(dataclasses.replace(part, body=inner))
         changed = True
     return out, changed
 
@@ -198,19 +189,22 @@ def _ranges(loop: Loop) -> tuple[list[tuple[int, int]], dict] | None:
 
 
 def _pruned(body, holds: dict, start: int, stop: int) -> list:
-    """`body` over iterations [start, stop) of its loop: each load or select under a guard
-    that never holds there (`holds`, from `_ranges`) made the zero it gives, each such
-    store dropped; the guards themselves are left to the shift that follows."""
+    """`body` over iterations [start, stop) of its loop, each guard on the loop's variable
+    settled there (`holds`, from `_ranges`): a load or select under one that never holds
+    made the zero it gives, a store under one dropped, one that always holds left out."""
     out = []
     for s in body:
         if isinstance(s, Loop):
             s = dataclasses.replace(s, body=_pruned(s.body, holds, start, stop))
         elif isinstance(s, (Load, LoadRow, Select, Store, ScatterAdd)) and any(
-            _never_in(holds.get(g), start, stop) for g in s.valid
+            g in holds for g in s.valid
         ):
-            if isinstance(s, (Store, ScatterAdd)):
-                continue
-            s = Const(s.dst, s.dtype, zero_value(s.dtype))
+            if any(_never_in(holds.get(g), start, stop) for g in s.valid):
+                if isinstance(s, (Store, ScatterAdd)):
+                    continue
+                s = Const(s.dst, s.dtype, zero_value(s.dtype))
+            else:  # (the range lies where each of them holds: `_ranges` cut it so)
+                s = dataclasses.replace(s, valid=tuple(g for g in s.valid if g not in holds))
         out.append(s)
     return out
 
@@ -305,7 +299,7 @@ def _folded(body, known: _Known) -> list:
     out = []
     zeros = known.zeros
     for s in body:
-        s = _renamed(s, known.names)
+        s = reading_through(s, known.names)
         if isinstance(s, Loop):  # its values are its own (the copies of an unrolled loop
             # name theirs alike): what it learns stays inside
             out.append(dataclasses.replace(s, body=_folded(s.body, known.scoped())))
@@ -370,37 +364,6 @@ def _added(s: Alu, known: _Known):
     return s
 
 
-def _reading(body, names: dict) -> list:
-    """`body` with every value read through `names`, at any depth."""
-    if not names:
-        return body
-    out = []
-    for s in body:
-        if isinstance(s, Loop):
-            s = dataclasses.replace(s, body=_reading(s.body, names))
-        out.append(_renamed(s, names))
-    return out
-
-
-def _renamed(s, names: dict):
-    """Statement `s` reading each value through `names` (a loop: as it is; its body is
-    renamed statement by statement)."""
-    if not names or isinstance(s, Loop):
-        return s
-    get = names.get
-    if isinstance(s, Alu):
-        args = tuple(get(a, a) for a in s.args)
-        return s if args == s.args else dataclasses.replace(s, args=args)
-    if isinstance(s, (Select, Store, ScatterAdd, AccUpdate, AccOnlineExp)):
-        value = get(s.value, s.value)
-        s = s if value == s.value else dataclasses.replace(s, value=value)
-    if isinstance(s, (LoadRow, ScatterAdd)) and s.row in names:
-        s = dataclasses.replace(s, row=names[s.row])
-    if isinstance(s, Rand) and s.key in names:
-        s = dataclasses.replace(s, key=names[s.key])
-    return s
-
-
 _PURE = (Const, Load, LoadRow, Select, Alu)
 
 
@@ -412,24 +375,8 @@ def _dead_dropped(body, live: set | None = None) -> list:
     for s in reversed(body):
         if isinstance(s, Loop):
             s = dataclasses.replace(s, body=_dead_dropped(s.body, set(live)))
-            _reads(s.body, live)
         elif isinstance(s, _PURE) and s.dst not in live:
             continue
-        else:
-            _reads([s], live)
+        live.update(values_read(s))
         out.append(s)
     return out[::-1]
-
-
-def _reads(body, used: set) -> None:
-    for s in body:
-        if isinstance(s, Loop):
-            _reads(s.body, used)
-        elif isinstance(s, Alu):
-            used.update(s.args)
-        elif isinstance(s, (Select, Store, ScatterAdd, AccUpdate, AccOnlineExp)):
-            used.add(s.value)
-        if isinstance(s, (LoadRow, ScatterAdd)):
-            used.add(s.row)
-        if isinstance(s, Rand):
-            used.add(s.key)
