@@ -74,23 +74,18 @@ def workloads(device: str):
         opt.step()
         return fg.kernels(loss, *model.parameters())
 
-    def conv():
-        x, w = (
-            leaf(rng, (4, 8, 17, 17), device, grad=True),
-            leaf(rng, (16, 8, 3, 3), device, grad=True),
-        )
-        y = fg.nn.functional.conv2d(x, w, stride=2, padding=1)
+    def strided(op, x_shape, w_shape):
+        """op(x, w) with stride 2 and padding 1, forward and backward."""
+        x, w = leaf(rng, x_shape, device, grad=True), leaf(rng, w_shape, device, grad=True)
+        y = op(x, w, stride=2, padding=1)
         (y * y).sum().backward()
         return fg.kernels(y, x.grad, w.grad)
 
+    def conv():
+        return strided(fg.nn.functional.conv2d, (4, 8, 17, 17), (16, 8, 3, 3))
+
     def conv_t():
-        x, w = (
-            leaf(rng, (4, 8, 9, 9), device, grad=True),
-            leaf(rng, (8, 6, 3, 3), device, grad=True),
-        )
-        y = fg.nn.functional.conv_transpose2d(x, w, stride=2, padding=1)
-        (y * y).sum().backward()
-        return fg.kernels(y, x.grad, w.grad)
+        return strided(fg.nn.functional.conv_transpose2d, (4, 8, 9, 9), (8, 6, 3, 3))
 
     return [(f.__name__, f) for f in (matmul, linear_t, big_b, bf16, lenet, conv, conv_t)]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _special_rows import special_values
 
 import fusegrad as fg
 from fusegrad.ir.ops import Ops
@@ -18,16 +19,8 @@ RNG = np.random.default_rng(7)
 
 
 def special(*shape) -> np.ndarray:
-    """Random float32 values with 0, -0, +-1, a NaN and an infinity mixed in."""
-    x = RNG.standard_normal(shape).astype(np.float32)
-    flat = x.reshape(-1)
-    flat[::7] = 0.0
-    flat[1::11] = -0.0
-    flat[2::13] = 1.0
-    flat[3::17] = -1.0
-    flat[5 % flat.size] = np.nan
-    flat[6 % flat.size] = -np.inf
-    return x
+    """Random float32 values with the special points mixed in (`special_values`)."""
+    return special_values(RNG, *shape, nonfinite=True)
 
 
 def item_of(pieces: list[np.ndarray], build):

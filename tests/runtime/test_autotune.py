@@ -17,6 +17,7 @@ import sys
 
 import numpy as np
 import pytest
+from _special_rows import special_values
 
 import fusegrad as fg
 from fusegrad.ir.ops import Ops
@@ -40,15 +41,8 @@ def small_kernels_are_tuned(monkeypatch):
 
 
 def special(*shape) -> np.ndarray:
-    """Random float32 values with the special points mixed in: 0, -0, +-1, and ties."""
-    x = RNG.standard_normal(shape).astype(np.float32)
-    flat = x.reshape(-1)
-    flat[::7] = 0.0
-    flat[1::11] = -0.0
-    flat[2::13] = 1.0
-    flat[3::17] = -1.0
-    flat[4::19] = 0.5  # equal values: ties for the relu's boundary below
-    return x
+    """Random float32 values with the special points mixed in (`special_values`)."""
+    return special_values(RNG, *shape)
 
 
 def item_and_inputs(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None):
