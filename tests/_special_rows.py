@@ -31,7 +31,7 @@ def special_values(rng, *shape, nonfinite: bool = False) -> np.ndarray:
     flat[2::13] = 1.0
     flat[3::17] = -1.0
     flat[4::19] = 0.5
-    if nonfinite:
+    if nonfinite and flat.size:
         flat[5 % flat.size] = np.nan
         flat[6 % flat.size] = -np.inf
     return x

@@ -151,3 +151,30 @@ def test_row_sums_of_a_concatenations_rows_keep_their_accumulators_apart():
     (got,) = run(kernel, inputs)
     want = np.concatenate(pieces).astype(np.float64).sum(1)
     assert np.allclose(got, want, rtol=1e-5, atol=1e-4, equal_nan=True)
+
+
+def test_a_stack_of_0d_tensors_and_a_cat_with_empty_pieces():
+    """Pieces of one element each (a stack of scalars: a flat parallel loop cut into
+    ranges of one) and empty pieces among full ones: values as numpy's, gradients each
+    piece's own rows (empty pieces get empty gradients)."""
+    values = [0.0, -0.0, 1.0, -1.0, 0.5, 0.5, np.inf, np.nan]
+    scalars = [fg.tensor(np.float32(v), requires_grad=True) for v in values]
+    stacked = fg.stack(scalars)
+    assert np.array_equal(stacked.numpy(), np.array(values, np.float32), equal_nan=True)
+    assert np.array_equal(np.signbit(stacked.numpy()), np.signbit(np.array(values, np.float32)))
+    w = special(8)
+    (stacked * fg.tensor(w)).sum().backward()
+    assert [s.grad.shape for s in scalars] == [()] * 8
+    assert np.array_equal(np.array([s.grad.item() for s in scalars], np.float32), w, equal_nan=True)
+
+    shapes = [(3, 4), (0, 4), (2, 4), (0, 4), (1, 4), (5, 4)]
+    arrays = [special(*s) for s in shapes]
+    parts = [fg.tensor(a, requires_grad=True) for a in arrays]
+    joined = fg.cat(parts, 0)
+    assert np.array_equal(joined.numpy(), np.concatenate(arrays), equal_nan=True)
+    g = special(11, 4)
+    (joined * fg.tensor(g)).sum().backward()
+    rows = np.cumsum([0] + [s[0] for s in shapes])
+    for p, a, b in zip(parts, rows[:-1], rows[1:]):
+        assert p.grad.shape == p.shape
+        assert np.array_equal(p.grad.numpy(), g[a:b], equal_nan=True)
