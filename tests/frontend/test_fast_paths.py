@@ -121,6 +121,43 @@ def test_a_transposed_weight_is_packed_and_differentiated_as_products_from_256_r
     np.testing.assert_allclose(gw.numpy(), gw2.numpy(), rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize(("rows", "inputs", "outputs"), [(256, 264, 40), (256, 256, 512), (320, 512, 256)])
+def test_a_weight_gradient_packs_its_transposed_left_operand_in_row_panels(rows, inputs, outputs):
+    # W's gradient G^T @ X (or (X^T @ G)^T when W has more rows than columns: the wider
+    # operand on the right) reads its left operand down K a row apart: from 256 rows and
+    # 256 steps along K it is copied into panels of 8 rows first. Values against numpy
+    # with ties and zeros in X (the copy moves values, it computes none); -0.0 and 0.0
+    # products sum to +0.0 as numpy's.
+    from fusegrad import reduce as R
+
+    rng = np.random.default_rng(5)
+    x0 = rng.integers(-2, 3, size=(rows, inputs)).astype(np.float32)
+    x0[0] = -0.0
+    w0 = rng.standard_normal((outputs, inputs)).astype(np.float32)
+    g0 = rng.standard_normal((rows, outputs)).astype(np.float32)
+    x, w = fg.tensor(x0, requires_grad=True), fg.tensor(w0, requires_grad=True)
+    gx, gw = fg.grad((F.linear(x, w) * fg.tensor(g0)).sum(), [x, w])
+    reasons = [k.reason for k in fg.kernels(gw)]
+    left = f"a transposed left operand packed in panels of {R.LEFT_PANEL} rows"
+    narrow = min(inputs, outputs)
+    assert any(left in r for r in reasons) == (narrow >= R.PACK_FROM_ROWS and narrow % 8 == 0)
+    np.testing.assert_allclose(gw.numpy(), g0.T @ x0, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(gx.numpy(), g0 @ w0, rtol=1e-4, atol=1e-3)
+    assert gw.shape == (outputs, inputs) and gx.shape == (rows, inputs)
+
+
+def test_a_transposed_left_operand_of_any_product_is_packed_in_row_panels():
+    # a user's X.T @ Y (not only a gradient) of 256 x 512 by 512 x 64
+    from fusegrad import reduce as R
+
+    rng = np.random.default_rng(6)
+    x0 = rng.standard_normal((512, 256)).astype(np.float32)
+    y0 = rng.standard_normal((512, 64)).astype(np.float32)
+    out = fg.tensor(x0).T @ fg.tensor(y0)
+    assert any(f"panels of {R.LEFT_PANEL} rows" in k.reason for k in fg.kernels(out))
+    np.testing.assert_allclose(out.numpy(), x0.T @ y0, rtol=1e-4, atol=1e-3)
+
+
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("target_dtype", ["int64", "int32"])
 def test_cross_entropy_builds_the_composed_graph(reduction, target_dtype):
