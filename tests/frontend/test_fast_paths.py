@@ -121,7 +121,9 @@ def test_a_transposed_weight_is_packed_and_differentiated_as_products_from_256_r
     np.testing.assert_allclose(gw.numpy(), gw2.numpy(), rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize(("rows", "inputs", "outputs"), [(256, 264, 40), (256, 256, 512), (320, 512, 256)])
+@pytest.mark.parametrize(
+    ("rows", "inputs", "outputs"), [(256, 264, 40), (256, 256, 512), (320, 512, 256)]
+)
 def test_a_weight_gradient_packs_its_transposed_left_operand_in_row_panels(rows, inputs, outputs):
     # W's gradient G^T @ X (or (X^T @ G)^T when W has more rows than columns: the wider
     # operand on the right) reads its left operand down K a row apart: from 256 rows and
