@@ -154,7 +154,11 @@ def _exp(elem: str, width: int | None) -> str:
     bits, bias = (52, 1023) if f64 else (23, 127)
     # below lo the result rounds to zero; subnormal results come out of the two-step scale
     lo, hi = (-745.2, 709.782712893384) if f64 else (-104.0, 88.72283935546875)
-    n, p = _exp_reduced(b, "%x")
+    # lanes below lo compute exp(0), replaced by 0 below: scales that underflow take a
+    # microcode assist on Intel cores (see `_exp_scalef`)
+    small = b(f"fcmp olt {ty} %x, {b.c(lo)}")
+    x = b(f"select {b.bty} {small}, {ty} {b.c(0.0)}, {ty} %x")
+    n, p = _exp_reduced(b, x)
     # scale by 2^n as 2^(n>>1) * 2^(n - (n>>1)): both factors are normal numbers for every n
     # in range, so large results stay finite and tiny ones round gradually into subnormals
     ni = b(f"fptosi {ty} {n} to {it}")
@@ -166,7 +170,6 @@ def _exp(elem: str, width: int | None) -> str:
         e = b(f"shl {it} {e}, {b.i(bits)}")
         scale = b(f"bitcast {it} {e} to {ty}")
         y = b(f"fmul {ty} {y}, {scale}")
-    small = b(f"fcmp olt {ty} %x, {b.c(lo)}")
     y = b(f"select {b.bty} {small}, {ty} {b.c(0.0)}, {ty} {y}")
     big = b(f"fcmp ogt {ty} %x, {b.c(hi)}")
     y = b(f"select {b.bty} {big}, {ty} {b.c(math.inf)}, {ty} {y}")
@@ -177,14 +180,14 @@ def _exp(elem: str, width: int | None) -> str:
 
 def _exp_scalef(elem: str, width: int | None) -> str:
     """exp where the host scales by 2^n in one instruction (AVX-512's `vscalefps`, which
-    rounds a subnormal result once and overflows to inf): the argument is clamped to
-    [lo, hi] first, outside which the result is 0 or inf anyway, so the special cases
-    (-inf, +inf, overflow, underflow) need no compare-and-select; only NaN keeps one (the
-    clamp keeps a NaN, and its integer exponent would be poison). Same polynomial and
-    reduction as `_exp`, so the same values: about 17 vector instructions instead of 30.
+    rounds a subnormal result once and overflows to inf): the argument is clamped to hi
+    first, above which the result is inf anyway, and below lo (where it is +0) replaced by
+    0 and its result by 0, so that no lane's scale underflows; NaN keeps a select of its
+    own where the integer exponent is used (it would be poison). Same polynomial and
+    reduction as `_exp`, so the same values: about 19 vector instructions instead of 32.
 
-        x = min(max(x, lo), hi); n = rint(x / ln 2); r = x - n ln 2 (two parts)
-        exp(x) = ldexp(p(r), n), p Taylor's polynomial of degree 7 (13 in double)
+        x' = min(x < lo ? 0 : x, hi); n = rint(x' / ln 2); r = x' - n ln 2 (two parts)
+        exp(x) = x < lo ? 0 : ldexp(p(r), n), p Taylor's polynomial of degree 7 (13 in double)
     """
     b = _Builder(elem, width)
     ty, it = b.ty, b.ity
@@ -192,8 +195,11 @@ def _exp_scalef(elem: str, width: int | None) -> str:
     # exp(lo) is below half the smallest subnormal (it rounds to 0, n = -150 / -1075),
     # exp(hi) overflows (n = 128 / 1024)
     lo, hi = (-745.2, 710.0) if f64 else (-104.0, 89.0)
+    # below lo the result is +0: those lanes compute exp(0) and are replaced by 0 at the
+    # end, since a scale that underflows (to zero or a subnormal) takes a microcode assist
+    # on Intel cores: a causal mask's -inf lanes made a masked softmax 4 times slower
     below = b(f"fcmp olt {ty} %x, {b.c(lo)}")  # false for NaN: a NaN stays
-    x = b(f"select {b.bty} {below}, {ty} {b.c(lo)}, {ty} %x")
+    x = b(f"select {b.bty} {below}, {ty} {b.c(0.0)}, {ty} %x")
     above = b(f"fcmp ogt {ty} {x}, {b.c(hi)}")
     x = b(f"select {b.bty} {above}, {ty} {b.c(hi)}, {ty} {x}")
     n, p = _exp_reduced(b, x)
@@ -201,11 +207,13 @@ def _exp_scalef(elem: str, width: int | None) -> str:
     if width and width % chunk == 0:
         # whole registers: AVX-512's own scalef takes n as a float, so there is no integer
         # conversion, and a NaN argument comes out NaN (no select)
-        return _function("exp", b, _scalef_registers(b, p, n, chunk))
+        y = _scalef_registers(b, p, n, chunk)
+        return _function("exp", b, b(f"select {b.bty} {below}, {ty} {b.c(0.0)}, {ty} {y}"))
     ni = b(f"fptosi {ty} {n} to {it}")  # poison for a NaN: that lane is replaced below
     fn = f"@llvm.ldexp.{intrinsic_suffix(ty)}.{intrinsic_suffix(it)}"
     b.decls.add(f"declare {ty} {fn}({ty}, {it})")
     y = b(f"call {ty} {fn}({ty} {p}, {it} {ni})")
+    y = b(f"select {b.bty} {below}, {ty} {b.c(0.0)}, {ty} {y}")
     nan = b(f"fcmp uno {ty} %x, %x")
     y = b(f"select {b.bty} {nan}, {ty} %x, {ty} {y}")
     return _function("exp", b, y)
