@@ -184,7 +184,7 @@ def _exp_scalef(elem: str, width: int | None) -> str:
     first, above which the result is inf anyway, and below lo (where it is +0) replaced by
     0 and its result by 0, so that no lane's scale underflows; NaN keeps a select of its
     own where the integer exponent is used (it would be poison). Same polynomial and
-    reduction as `_exp`, so the same values: about 19 vector instructions instead of 32.
+    reduction as `_exp`, so the same values, in about half its vector instructions.
 
         x' = min(x < lo ? 0 : x, hi); n = rint(x' / ln 2); r = x' - n ln 2 (two parts)
         exp(x) = x < lo ? 0 : ldexp(p(r), n), p Taylor's polynomial of degree 7 (13 in double)
