@@ -107,7 +107,12 @@ from .movement import cat, sliding_windows, stack
 from .pipeline.tiling import PANEL_CACHE_BYTES, SHUFFLED_LANE_STEPS, rows_merge
 
 # fused ops: one macro node for a linear layer, a layer norm and a classifier's loss
-from .reduce import class_cross_entropy, fits_class_cross_entropy, fused_layer_norm
+from .reduce import (
+    class_cross_entropy,
+    fits_class_cross_entropy,
+    fused_layer_norm,
+    shared_weight_linear,
+)
 from .reduce import linear as fused_linear
 
 # the module whose forward is running: Module.__call__ names it on the sites of its ops
@@ -163,6 +168,7 @@ __all__ = [
     "full",
     "fused_layer_norm",
     "fused_linear",
+    "shared_weight_linear",
     "gather_rows",
     "grad_enabled",
     "guard",

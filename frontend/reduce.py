@@ -631,8 +631,19 @@ def linear(x, weight, bias=None):
     return _linear(x, weight, bias)
 
 
-def _linear(x, weight, bias):
-    """`linear` on its checked arguments (under its site and autocast)."""
+@one_site
+def shared_weight_linear(x, weight, bias=None):
+    """`linear` whose weight many products of one step read (a recurrence's hidden
+    projection, one per time step): under the CPU's layout its transposed weight is
+    packed into panels whatever the rows (`_product`'s `shared`), as a step's 16 rows
+    alone would not pay for the copy; the copies of every step are one node (hash-consed),
+    made once. The same values as `linear`."""
+    return _linear(x, weight, bias, shared=True)
+
+
+def _linear(x, weight, bias, shared: bool = False):
+    """`linear` on its checked arguments (under its site and autocast); `shared`: see
+    `shared_weight_linear`."""
     tensor = TensorBase
     if (
         isinstance(x, tensor)
@@ -654,7 +665,7 @@ def _linear(x, weight, bias):
             # tokens), whose operands are packed and whose gradients are GEMMs too
             # (`_product`, PACK_FROM_ROWS), where batched each batch's rows made a
             # product of their own
-            flat = _linear(x.reshape(-1, xs[-1]), weight, bias)
+            flat = _linear(x.reshape(-1, xs[-1]), weight, bias, shared)
             return flat.reshape(*xs[:-1], ws[0])
         if (
             len(xs) == 2
@@ -664,10 +675,10 @@ def _linear(x, weight, bias):
             and dtype.is_float
             and (bias is None or (bias.node.dtype is dtype and bias.node.shape == (ws[0],)))
         ):
-            shape = (xs[0], ws[0])
+            shape, params = (xs[0], ws[0]), ("shared",) if shared else ()
             if bias is None:
-                return x._make(macro("linear", (xn, wn), (), shape, dtype), weight)
-            node = macro("linear", (xn, wn, bias.node), (), shape, dtype)
+                return x._make(macro("linear", (xn, wn), params, shape, dtype), weight)
+            node = macro("linear", (xn, wn, bias.node), params, shape, dtype)
             return x._make(node, weight, bias)
     out = matmul(x, weight.T)
     return out if bias is None else out + bias
@@ -675,8 +686,9 @@ def _linear(x, weight, bias):
 
 def _linear_rule(srcs, params):
     """The expansion of a "linear" macro: matmul's product of x and weight.T, plus the
-    bias broadcast over the rows (the nodes `x @ weight.T + bias` builds)."""
-    node = _product(srcs[0], N.permute(srcs[1], (1, 0)), ())
+    bias broadcast over the rows (the nodes `x @ weight.T + bias` builds); params
+    ("shared",): `shared_weight_linear`'s."""
+    node = _product(srcs[0], N.permute(srcs[1], (1, 0)), (), shared=bool(params))
     if len(srcs) == 3:
         node = N.binary(Ops.ADD, node, _broadcast_node(srcs[2], node.shape))
     return node
@@ -936,7 +948,7 @@ def _left_panels(an):
     return N.reshape(N.permute(panels, (0, 2, 1)), (m, k))
 
 
-def _product(an, bn, batch: tuple[int, ...]):
+def _product(an, bn, batch: tuple[int, ...], shared: bool = False):
     """The expansion of a "matmul" macro: the (*batch, M, N) product node of (..., M, K)
     and (..., K, N) nodes, one broadcast multiply and one sum over K, which the scheduler
     fuses into a single kernel. The operands are first copied where the layout the plan
@@ -945,7 +957,8 @@ def _product(an, bn, batch: tuple[int, ...]):
     read along K by enough rows) into panels of columns; where such a product is 2-D and
     big enough, its gradients are products too (`_takes_product_gradients`). Its
     gradients are derived from this expansion under the same layout (ir/autodiff.py
-    "layout_grad")."""
+    "layout_grad"). `shared`: a right operand read along K is packed whatever the rows
+    (`shared_weight_linear`)."""
     (m, k), n = an.shape[-2:], bn.shape[-1]
     big = k * n * bn.dtype.itemsize >= PANEL_CACHE_BYTES
     sources = (an, bn)
@@ -956,7 +969,7 @@ def _product(an, bn, batch: tuple[int, ...]):
         len(bn.shape) == 2
         and n % PANEL == 0
         and n > PANEL
-        and (big or (m >= PACK_FROM_ROWS and _read_along_k(bn)))
+        and (big or ((m >= PACK_FROM_ROWS or shared) and _read_along_k(bn)))
         and layout.current().pack_panels
     ):
         # a right operand too big for cache is copied once into panels of PANEL columns, rows

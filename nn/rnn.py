@@ -45,6 +45,7 @@ from ..nnapi import (
     index_arange,
     materialize,
     register_composite,
+    shared_weight_linear,
     stack,
     where,
     zeros,
@@ -307,14 +308,18 @@ class _RecurrentProjection:
         if self.sink is None:
             self.sink = self._sink(h)
         self.previous[t] = weakref.ref(h.node)
+        # (every step reads w: packed once for all, `shared_weight_linear`)
         if b is None:
             own = custom_gradient(
-                linear(h, w, b), [h, w], lambda g, _h, w: [g @ w, None], own_node=True
+                shared_weight_linear(h, w, b),
+                [h, w],
+                lambda g, _h, w: [g @ w, None],
+                own_node=True,
             )
         else:  # (the bias's gradient stays the step's: summed from the stacked rows, it
             # was a kernel reading every step's rows through its pads)
             own = custom_gradient(
-                linear(h, w, b),
+                shared_weight_linear(h, w, b),
                 [h, w, b],
                 lambda g, _h, w, _b: [g @ w, None, g.reshape(-1, g.shape[-1]).sum(0)],
                 own_node=True,

@@ -574,3 +574,32 @@ def test_an_lstm_layer_equals_its_cell_step_by_step_at_special_points():
     ok = np.isfinite(x1.grad.numpy()) & np.isfinite(x2.grad.numpy())
     np.testing.assert_allclose(x1.grad.numpy()[ok], x2.grad.numpy()[ok], rtol=1e-6, atol=1e-7)
     np.testing.assert_array_equal(np.isnan(x1.grad.numpy()), np.isnan(x2.grad.numpy()))
+
+
+@pytest.mark.parametrize("mode", ["LSTM", "GRU"])
+def test_the_recurrent_weight_is_packed_once_for_every_step(mode):
+    # each step's hidden projection h @ w_hh.T has 3 rows, too few to pay for packing
+    # w_hh.T alone; read by all 7 steps it is packed in panels once (one copy kernel for
+    # it), and the outputs and gradients are those of the step-by-step composed form
+    layer = getattr(nn, mode)(5, 64)  # gates 4 x 64 (LSTM) or 3 x 64 (GRU): panels of 32
+    load(layer)
+    x0 = fill((7, 3, 5), 9).astype(np.float32)
+    x = fg.tensor(x0, requires_grad=True)
+    out, _ = layer(x)
+    packs = [k for k in fg.kernels(out) if "packed in panels of 32 columns" in k.reason]
+    assert len(packs) == 1, [k.reason for k in fg.kernels(out)]
+    (gx,) = fg.grad((out * out).sum(), [x])
+    # the same layer run a step at a time through its cell: no shared weight
+    cell = getattr(nn, mode + "Cell")(5, 64)
+    cell.load_state_dict(
+        {k.replace("_l0", ""): v for k, v in layer.state_dict().items()}, strict=True
+    )
+    xs = fg.tensor(x0, requires_grad=True)
+    state, rows = None, []
+    for t in range(7):
+        state = cell(xs[t], state)
+        rows.append(state[0] if mode == "LSTM" else state)
+    composed = fg.stack(rows)
+    (gxs,) = fg.grad((composed * composed).sum(), [xs])
+    close(out, composed.numpy(), 1e-5)
+    close(gx, gxs.numpy(), 1e-5)
