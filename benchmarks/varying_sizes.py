@@ -1,0 +1,194 @@
+"""Programs whose sizes vary from call to call: what each new size costs.
+
+Run:  .venv/bin/python benchmarks/varying_sizes.py [--only classifier|mlp] [--sizes 40]
+
+- classifier (issue 56's): a sentence classifier (embedding 500 x 64, linear 64 -> 128,
+  ReLU, max over time, linear 128 -> 2, cross-entropy, Adam) trained on 40 batches of 16
+  sentences whose lengths are drawn from 5..59, twice over the same batches. The first
+  pass meets every length for the first time; the second meets none. Each system runs in
+  a fresh process, fusegrad's with an empty `FUSEGRAD_CACHE`, PyTorch eager beside it
+  where it is installed. Reported: both passes' seconds, the first over the second, the
+  plans fusegrad compiled, and its compile phases (`fusegrad.runtime.phases`).
+- mlp: a 784-256-10 MLP's forward and backward (SGD) at `--sizes` batch sizes spread over
+  1..2000, in one fresh process with an empty cache: the plans compiled, the seconds of
+  the whole sweep against a second sweep over the same sizes, and the process's resident
+  memory after each tenth of the sweep (flat, or growing with the sizes seen).
+
+No figure here is a test: the machine is shared and noisy, so figures go to
+benchmarks/README.md with the CPU and load they were taken under.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from machine import cpu_name, load_average, source_version  # noqa: E402
+
+COMMON = """
+import json, os, resource, sys, time
+import numpy as np
+rng = np.random.default_rng(0)
+lengths = rng.integers(5, 60, size=40)
+batches = [(rng.integers(0, 500, size=(16, int(n))), rng.integers(0, 2, size=16)) for n in lengths]
+def rss_mb():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+"""
+
+CLASSIFIER_FUSEGRAD = """
+import fusegrad as fg
+from fusegrad import nn
+from fusegrad.runtime import phases
+from fusegrad.runtime.engine import engine
+fg.manual_seed(0)
+class Classifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb, self.l1, self.l2 = nn.Embedding(500, 64), nn.Linear(64, 128), nn.Linear(128, 2)
+    def forward(self, ids):
+        return self.l2(self.l1(self.emb(ids)).relu().max(dim=1).values)
+model = Classifier()
+opt = fg.optim.Adam(model.parameters(), lr=1e-3)
+def one_pass():
+    t = time.perf_counter()
+    for ids, y in batches:
+        loss = nn.functional.cross_entropy(model(fg.tensor(ids)), fg.tensor(y))
+        opt.zero_grad(); loss.backward(); opt.step(); loss.item()
+    return time.perf_counter() - t
+before = phases.snapshot()
+first = one_pass()
+after = phases.snapshot()
+plans = engine.stats["scheduled"]
+second = one_pass()
+spent = {k: round(after[k] - before.get(k, 0.0), 3) for k in after}
+spent = {k: v for k, v in spent.items() if v >= 0.005}
+print(json.dumps({"first": first, "second": second, "plans": plans, "phases": spent}))
+"""
+
+CLASSIFIER_TORCH = """
+import torch
+torch.manual_seed(0); torch.set_num_threads(int(sys.argv[1]))
+class Classifier(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(500, 64)
+        self.l1, self.l2 = torch.nn.Linear(64, 128), torch.nn.Linear(128, 2)
+    def forward(self, ids):
+        return self.l2(self.l1(self.emb(ids)).relu().max(dim=1).values)
+model = Classifier()
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+def one_pass():
+    t = time.perf_counter()
+    for ids, y in batches:
+        loss = torch.nn.functional.cross_entropy(model(torch.tensor(ids)), torch.tensor(y))
+        opt.zero_grad(); loss.backward(); opt.step(); loss.item()
+    return time.perf_counter() - t
+first = one_pass()
+second = one_pass()
+print(json.dumps({"first": first, "second": second}))
+"""
+
+MLP = """
+import fusegrad as fg
+from fusegrad import nn
+from fusegrad.runtime.engine import engine
+fg.manual_seed(0)
+model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+opt = fg.optim.SGD(model.parameters(), lr=0.01)
+count = int(sys.argv[1])
+sizes = sorted({max(1, round(1 + k * 1999 / max(count - 1, 1))) for k in range(count)})
+data = {}
+for n in sizes:
+    data[n] = (rng.standard_normal((n, 784), dtype=np.float32), rng.integers(0, 10, size=n))
+def sweep(memory):
+    t = time.perf_counter()
+    for k, n in enumerate(sizes):
+        x, y = data[n]
+        loss = nn.functional.cross_entropy(model(fg.tensor(x)), fg.tensor(y))
+        opt.zero_grad(); loss.backward(); opt.step(); loss.item()
+        if memory is not None and (k + 1) % max(1, len(sizes) // 10) == 0:
+            memory.append(round(rss_mb()))
+    return time.perf_counter() - t
+memory = []
+first = sweep(memory)
+plans = engine.stats["scheduled"]
+second = sweep(None)
+out = {"sizes": len(sizes), "first": first, "second": second, "plans": plans, "rss_mb": memory}
+print(json.dumps(out))
+"""
+
+
+def run(code: str, python: str, *args: str, cache: str | None = None) -> dict:
+    env = dict(os.environ)
+    if cache is not None:
+        env["FUSEGRAD_CACHE"] = cache
+    out = subprocess.run(
+        [python, "-c", COMMON + code, *args], capture_output=True, text=True, env=env, check=False
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"the child failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def has_torch(python: str) -> bool:
+    probe = subprocess.run([python, "-c", "import torch"], capture_output=True, check=False)
+    return probe.returncode == 0
+
+
+def classifier(python: str) -> None:
+    with tempfile.TemporaryDirectory() as cache:
+        fg = run(CLASSIFIER_FUSEGRAD, python, cache=cache)
+    print("classifier: 40 Adam steps, batch 16, lengths from 5..59, twice over")
+    print(
+        f"  fusegrad     first pass {fg['first']:7.3f} s, second {fg['second']:7.3f} s,"
+        f" first / second {fg['first'] / fg['second']:6.1f}; {fg['plans']} plans compiled"
+    )
+    print(f"               compile phases in the first pass (s): {fg['phases']}")
+    if has_torch(python):
+        threads = str(os.cpu_count() or 1)
+        pt = run(CLASSIFIER_TORCH, python, threads)
+        print(
+            f"  torch eager  first pass {pt['first']:7.3f} s, second {pt['second']:7.3f} s,"
+            f" first / second {pt['first'] / pt['second']:6.1f}"
+        )
+    else:
+        print("  torch eager  - (torch is not installed)")
+
+
+def mlp(python: str, count: int) -> None:
+    with tempfile.TemporaryDirectory() as cache:
+        r = run(MLP, python, str(count), cache=cache)
+    print(f"mlp 784-256-10, forward + backward + SGD at {r['sizes']} batch sizes in 1..2000")
+    print(
+        f"  plans compiled {r['plans']}; first sweep {r['first']:.2f} s,"
+        f" second {r['second']:.2f} s;"
+        f" resident MB after each tenth: {r['rss_mb']}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=["classifier", "mlp"])
+    parser.add_argument("--sizes", type=int, default=40, help="batch sizes the MLP sweeps")
+    args = parser.parse_args()
+    python = sys.executable
+    print(f"CPU: {cpu_name()} | {source_version()} | load {load_average()}")
+    if args.only in (None, "classifier"):
+        classifier(python)
+    if args.only in (None, "mlp"):
+        mlp(python, args.sizes)
+    print(f"load after: {load_average()}")
+
+
+if __name__ == "__main__":
+    main()
