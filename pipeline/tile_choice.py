@@ -496,10 +496,12 @@ def _outermost(reads: TileReads, steps: dict[int, int]) -> int | None:
     tiles = {a: extents[a] // step_a, b: extents[b] // step_b}
 
     def streamed(outer: int, inner: int) -> int:
+        # (a load moves with a loop whose variable its index holds at any depth: a packed
+        # panel's column is `o1 % 32 + (o1 // 32) * 8192`, with no plain term in o1)
         moving = [
             ld
             for ld in loads
-            if ld.index.coef(out_vars[inner]) != 0 and ld.index.coef(out_vars[outer]) == 0
+            if out_vars[inner] in ld.index.atoms() and out_vars[outer] not in ld.index.atoms()
         ]
         sizes = [ld.param.size * ld.dtype.itemsize for ld in moving]
         # an operand that fits L1 stays there across the sweeps: read once (a recurrent

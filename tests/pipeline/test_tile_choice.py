@@ -4,6 +4,8 @@ share, and the tiles that take a kernel's sibling reductions."""
 
 from __future__ import annotations
 
+import numpy as np
+
 import fusegrad as fg
 from fusegrad.ir.ops import Ops
 from fusegrad.pipeline import lower as L
@@ -59,3 +61,20 @@ def test_sibling_reductions_fit_a_tile_while_their_accumulators_fit_the_register
     assert not T.fits_siblings(tile, 1)  # twice the accumulators
     assert T.fits_siblings(T.Tile(1, 32), most // 32 - 1)
     assert not T.fits_siblings(T.Tile(None, 32, 0, 1, lanes=True), 1)  # lanes along the sum
+
+
+def test_a_packed_operand_moves_with_its_columns_loop():
+    """16 rows times a weight packed in panels of 32 columns (a recurrent step's h @ W.T):
+    the panel's index holds the columns' variable only inside `% 32` and `// 32`, and it
+    moves with that loop all the same, so the columns' tiles go outermost: each panel is
+    read once and stays in L1 while both row tiles use it, where with the rows outermost
+    every row tile read the whole 1 MB weight again (and each thread all of it)."""
+    h = fg.randn(16, 256).realize()
+    w = fg.randn(1024, 256).realize()
+    panels = w.T.reshape(256, 32, 32).permute(1, 0, 2).contiguous().realize()
+    packed = panels.permute(1, 0, 2).reshape(256, 1024)
+    item, plain, out_groups = plain_of(h @ packed)
+    tile = T.choose_tile(plain, item, out_groups)
+    assert (tile.col, tile.row) == (1, 0)
+    assert tile.first == 1  # the columns' tiles outermost
+    np.testing.assert_allclose((h @ packed).numpy(), h.numpy() @ w.numpy().T, rtol=1e-4, atol=1e-4)
