@@ -304,12 +304,23 @@ class Tensor(*MIXINS, TensorBase):
 
     def item(self):
         node = self.node
-        if node.op is Ops.BUFFER and type(node.arg) is Buffer and not engine.recording():
-            # a value in host memory already (a loss after the step that computed it): read
-            # it without the realize path
-            array = node.arg.array
-            if array.size == 1:
-                return array.item()
+        if not engine.recording():  # (a jit recording refuses host reads: `_host`)
+            if node.op is Ops.BUFFER:
+                # a value in host memory already (a loss after the step that computed it):
+                # read it without the realize path
+                buf = node.arg
+            elif math.prod(node.shape) == 1:
+                # a scalar to compute (`(x * 2).sum().item()`): realized, then read from
+                # its buffer, without `_host`'s read-only array of the tensor's shape
+                self.realize()
+                node = self.node  # (a buffer node now, unless its graph is still needed)
+                buf = node.arg if node.op is Ops.BUFFER else engine.value(node)
+            else:
+                buf = None
+            # (no local name for the array: the buffer may die as this frame is cleared,
+            # and an array still referenced then is not given back to the pool)
+            if type(buf) is Buffer and buf.size == 1:
+                return buf.array.item()
         if self.numel() != 1:
             fail(
                 ShapeError,

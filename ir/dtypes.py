@@ -235,6 +235,9 @@ def promote_scalar(t: DType, value) -> DType:
     >>> promote_scalar(int32, 2) is int32, promote_scalar(int32, 2.5) is float32
     (True, True)
     """
+    kind, scalar = t.kind, type(value)
+    if (scalar is float and kind == "f") or (scalar is int and kind != "b"):
+        return t  # (the common cases, without the categories' lookups)
     s = scalar_dtype(value)
     if s.category > t.category:
         return default_float() if s.kind == "f" else (DEFAULT_INT if s.kind == "i" else s)

@@ -19,6 +19,7 @@ import math
 import weakref
 from _weakref import _remove_dead_weakref  # (as weakref.WeakValueDictionary)
 from collections.abc import Callable
+from math import copysign
 
 from .dtypes import DType, bool_
 from .hooks import hooks
@@ -83,13 +84,6 @@ class Node:
         return math.prod(self.shape)
 
 
-def _key_arg(op: Ops, arg):
-    if isinstance(arg, float):
-        # keep 0.0 and -0.0 apart; NaN never equals itself, so NaN constants are never shared
-        return (arg, math.copysign(1.0, arg))
-    return arg
-
-
 def make(
     op: Ops, srcs: tuple[Node, ...], arg, shape: Shape, dtype: DType, device: str | None = None
 ) -> Node:
@@ -110,7 +104,12 @@ def make(
     if 0 in shape and op is not Ops.CONST:
         # an empty value has no elements to compute: a constant, so no kernel ever reads it
         return const(False if dtype.is_bool else 0, shape, dtype, device)
-    key = (op, ids, _key_arg(op, arg) if isinstance(arg, float) else arg, shape, dtype, device)
+    if isinstance(arg, float):
+        # keep 0.0 and -0.0 apart; NaN never equals itself, so NaN constants are never shared
+        arg_key = (arg, copysign(1.0, arg))
+    else:
+        arg_key = arg
+    key = (op, ids, arg_key, shape, dtype, device)
     ref = _CACHE.get(key)
     if ref is not None:
         hit = ref()
@@ -158,7 +157,8 @@ def buffer(buf, shape: Shape, dtype: DType) -> Node:
 
 def const(value, shape: Shape, dtype: DType, device: str | None = None) -> Node:
     """`value` everywhere; `device` None (fusegrad's own constants) computes on any device."""
-    value = bool(value) if dtype.is_bool else int(value) if dtype.is_int else float(value)
+    kind = dtype.kind
+    value = float(value) if kind == "f" else bool(value) if kind == "b" else int(value)
     return make(Ops.CONST, (), value, tuple(shape), dtype, device)
 
 

@@ -1173,7 +1173,13 @@ def structural_key(roots: list[Node], has_value: Callable[[Node], bool]) -> tupl
                 continue
             op = n.op
             if op is const:
-                flat += (const, n.dtype, n.shape, const_key(n.arg))
+                arg = n.arg  # (`const_key`, inline)
+                flat += (
+                    const,
+                    n.dtype,
+                    n.shape,
+                    (repr(arg),) if isinstance(arg, float) else (type(arg), arg),
+                )
             elif op is buffer or (k in values if values is not None else has_value(n)):
                 leaves.append(n)
                 flat += (None, n.shape, n.dtype, n.device)

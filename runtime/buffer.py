@@ -159,7 +159,7 @@ def _give(nbytes: int, entry: tuple) -> None:
     else:
         free.append(entry)
         _pool.move_to_end(nbytes)
-    if not _pooled_bytes:
+    if not _pooled_bytes and not _pool_filled.is_set():  # (cleared only under `_lock`)
         _pool_filled.set()  # the trimming thread watches the pool while it holds memory
     _pooled_bytes += nbytes
     while len(_pool) > POOL_SIZES:

@@ -167,24 +167,25 @@ class Engine:
             self.freeze_pending = False
             settle_collector()
         rec = getattr(self._local, "recording", None)
-        has_value = self._predicate_for(rec)
+        has_value = self._has_value if rec is None else _predicate(rec.fresh)
         if len(nodes) == 1:  # the usual case, without the dictionary
             todo = [] if has_value(nodes[0]) else list(nodes)
         else:
             todo = list({id(n): n for n in nodes if not has_value(n)}.values())
-        for n in [n for n in todo if 0 in n.shape]:  # nothing to compute
-            device = n.device or self.default_device
-            self.bind(n, get_backend(device).alloc(0, n.dtype, device))
-            todo.remove(n)
-        if not todo:
-            return []
+        if len(todo) != 1 or 0 in todo[0].shape:  # (the usual case has none, or is not one)
+            for n in [n for n in todo if 0 in n.shape]:  # nothing to compute
+                device = n.device or self.default_device
+                self.bind(n, get_backend(device).alloc(0, n.dtype, device))
+                todo.remove(n)
+            if not todo:
+                return []
         # wake sleeping workers while this thread prepares the run (runtime/pool.py): at
         # once when the last plan run was parallel (a loop runs one plan over and over),
         # else as soon as the plan says so
         woken = self.last_parallel
         if woken:
             prewake(effective_threads())
-        for group in self._by_device(todo):
+        for group in [todo] if len(todo) == 1 else self._by_device(todo):
             plan, leaves, fresh = self.plan_for(group, has_value)
             if plan.backend.uses_worker_pool:
                 self.last_parallel = plan.parallel

@@ -330,6 +330,11 @@ def run_threads(program, threads: int, args: list[int], work: int = 0) -> None:
 def launch(kernel, extent: int, work: int, ptrs: list[int]) -> None:
     """Run `kernel` (a CompiledKernel) over range(extent) of its parallel loop; `work` is
     its total inner iterations."""
+    if work < PARALLEL_MIN_WORK and work < WATCHED_WORK and work < LONG_WORK:
+        # a small kernel (most of a step's): one thread, not watched, not interruptible, so
+        # whole here, without the checks below (each of them would say so)
+        _run_whole(kernel, extent, ptrs, kernel.nparams > len(ptrs))
+        return
     threads = (
         min(config.threads, extent, native.MAX_WORKERS + 1) if runs_parallel(extent, work) else 1
     )

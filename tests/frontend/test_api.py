@@ -211,6 +211,49 @@ def test_item_tolist_numpy():
     assert float(fg.tensor(2.5)) == 2.5 and int(fg.tensor(7)) == 7
 
 
+def test_item_of_a_lazy_scalar_reads_its_computed_buffer():
+    """`.item()` of a graph computes it and reads the one element of its buffer: every
+    dtype's Python type as before, a graph that backward still needs is kept, and a
+    tensor of several elements is refused before anything is computed."""
+    from fusegrad.runtime.engine import engine
+
+    x = fg.tensor(np.arange(4, dtype=np.float32))
+    y = (x * 2 + 1).sum()
+    assert y.item() == 16.0 and isinstance(y.item(), float)
+    assert y.node.op.name == "BUFFER"  # pointed at its buffer: the graph is freed
+    assert (fg.tensor([3, 4]) * 2).sum().item() == 14
+    assert isinstance((fg.tensor([3, 4]) * 2).sum().item(), int)
+    assert (fg.tensor([1.0, 2.0]) > 1.5).any().item() is True
+    assert (fg.tensor([0.25], dtype=fg.float64) * 2).sum().item() == 0.5
+    half = (fg.tensor([1.5, 2.0], dtype=fg.bfloat16) * 2).sum()
+    assert half.item() == 7.0 and isinstance(half.item(), float)
+    w = fg.tensor([1.0, 2.0], requires_grad=True)
+    loss = (w * w).sum()
+    assert loss.item() == 5.0
+    loss.backward()  # the graph is still there for backward
+    np.testing.assert_array_equal(w.grad.numpy(), [2.0, 4.0])
+    before = engine.stats["scheduled"] + engine.stats["schedule_hits"]
+    with pytest.raises(Exception, match="one-element"):
+        (x * 3).item()
+    assert engine.stats["scheduled"] + engine.stats["schedule_hits"] == before
+
+
+def test_item_in_a_loop_gives_each_scalars_buffer_back_to_the_pool():
+    """`.item()` of a temporary (`(x * 2).sum().item()`) holds no reference to the buffer's
+    array when the tensor dies with the call: the memory goes back to the pool, and the
+    next call's scalar takes it instead of a new allocation."""
+    from fusegrad.runtime import buffer
+
+    x = fg.tensor(np.arange(5, dtype=np.float32))
+    for _ in range(3):  # compiled, cached, the pool primed
+        (x * 2 + 1).sum().item()
+    misses = sum(buffer._misses.values())
+    for _ in range(20):
+        assert (x * 2 + 1).sum().item() == 25.0
+        assert fg.tensor(2.5).item() == 2.5  # a buffer tensor's own fast path
+    assert sum(buffer._misses.values()) == misses
+
+
 def test_repr_shows_values_and_non_default_dtype():
     r = repr(fg.tensor([1.5, -2.25]))
     assert r.startswith("tensor(") and "1.5" in r and "-2.25" in r

@@ -155,3 +155,33 @@ def test_an_index_node_is_each_elements_position_through_every_view():
             got = fg.Tensor(N.add(v, N.const(0, v.shape, dt))).numpy()
             assert got.dtype == dt.np and (got == want).all(), v
     assert evaluate(N.index((2, 3), int64)).tolist() == [[0, 1, 2], [3, 4, 5]]
+
+
+def test_promote_scalar_s_fast_cases_agree_with_the_categories():
+    """A Python float with a float tensor, and a Python int with a non-bool one, keep the
+    tensor's dtype (promote_scalar answers those without comparing categories); every other
+    pair is still promoted by category, as PyTorch does."""
+    from fusegrad.ir import dtypes as D
+
+    every = [D.bool_, D.uint8, D.int8, D.int32, D.int64, D.float16, D.bfloat16, D.float32]
+    every.append(D.float64)
+    for t in every:
+        for value in (2.5, -0.0, 3, 0, True, False):
+            s = D.scalar_dtype(value)
+            if s.category > t.category:
+                want = D.default_float() if s.kind == "f" else D.int64 if s.kind == "i" else s
+            else:
+                want = t
+            assert D.promote_scalar(t, value) is want, (t, value)
+
+
+def test_constants_keep_their_kind_sign_and_nan_apart():
+    from fusegrad.ir.dtypes import bool_, int32
+
+    assert N.const(2, (2,), float32).arg == 2.0 and type(N.const(2, (2,), float32).arg) is float
+    assert type(N.const(2.7, (2,), int32).arg) is int and N.const(2.7, (2,), int32).arg == 2
+    assert N.const(3, (2,), bool_).arg is True
+    assert N.const(0.0, (2,), float32) is not N.const(-0.0, (2,), float32)
+    assert N.const(1.5, (2,), float32) is N.const(1.5, (2,), float32)
+    nan = float("nan")  # (two NaN objects: never one node; the same object is equal to itself)
+    assert N.const(nan, (2,), float32) is not N.const(float("nan"), (2,), float32)

@@ -118,3 +118,31 @@ def test_the_pool_s_thread_frees_what_the_program_stopped_using(monkeypatch):
     while B._pool_filled.is_set() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert not B._pool_filled.is_set()  # asleep until the pool holds memory again
+
+
+def test_a_pool_that_empties_and_fills_each_call_wakes_the_trimmer_once(monkeypatch):
+    """A loop takes a buffer from the pool and gives it back every call (the pool empty,
+    then not): the trimming thread's event is set once, not on every give (setting an Event
+    takes its lock and notifies: a dozen Python calls each time)."""
+    B.clear_pool()
+    sets = []
+
+    class Watched:  # the event, counting its sets (the thread keeps waiting on the real one)
+        def __init__(self, event):
+            self.event = event
+
+        def is_set(self):
+            return self.event.is_set()
+
+        def set(self):
+            sets.append(1)
+            self.event.set()
+
+    monkeypatch.setattr(B, "_pool_filled", Watched(B._pool_filled))
+    _second_allocation(256, float32)  # freed at once: pooled from now on
+    for _ in range(20):
+        b = B.Buffer(256, float32)  # taken: the pool is empty again
+        assert B._pooled_bytes == 0
+        del b  # given back
+        assert B._pooled_bytes == 256 * 4
+    assert len(sets) <= 1 and B._pool_filled.is_set()

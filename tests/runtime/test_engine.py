@@ -468,3 +468,17 @@ def test_a_big_new_plan_freezes_the_collectors_view_at_the_next_realize(monkeypa
         assert not engine.freeze_pending
     finally:
         gc.unfreeze()
+
+
+def test_empty_values_realize_alone_and_beside_others_without_a_kernel():
+    """A lone empty tensor (the one-node path) and empty ones realized with a non-empty
+    one each get an empty buffer; only the non-empty one runs a kernel."""
+    x = fg.tensor(np.arange(6, dtype=np.float32))
+    lone = x[:0] * 2
+    assert fg.realize(lone) == [] and engine.value(lone.node).size == 0
+    assert lone.numpy().shape == (0,)
+    a, b, c = x[:0] + 1, x * 3, x.reshape(2, 3)[:, :0] - 1
+    records = fg.realize(a, b, c)
+    assert len(records) == 1
+    assert a.numpy().shape == (0,) and c.numpy().shape == (2, 0)
+    np.testing.assert_array_equal(b.numpy(), np.arange(6) * 3)

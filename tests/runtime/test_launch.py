@@ -459,3 +459,32 @@ def test_a_program_s_chunk_counters_are_zero_after_every_run(tail):
     for plan in plans:
         for _, view, _, _ in plan.ready:
             assert (view[len(view) - plan.counters + 2 :] == 0).all()
+
+
+def test_a_small_kernel_runs_whole_on_this_thread_and_the_bounds_are_read_at_launch(
+    monkeypatch,
+):
+    """A kernel under every bound (parallel, watched, long) runs whole here at once; the
+    bounds are read at each launch, so lowering one sends the same kernel down the checked
+    path again (the pool, the Ctrl-C watch)."""
+    from fusegrad.runtime import launch
+
+    x = fg.tensor(np.arange(64, dtype=np.float32))
+    (x * 2 + 1).realize()  # compiled, cached
+    whole, pooled = [], []
+    real_whole = launch._run_whole
+    monkeypatch.setattr(launch, "_run_whole", lambda *a: (whole.append(a[1]), real_whole(*a))[1])
+    out = (x * 2 + 1).realize()
+    assert len(whole) == 1
+    np.testing.assert_array_equal(out.numpy(), np.arange(64) * 2 + 1)
+    if not launch._POOL_OK:
+        return
+    monkeypatch.setattr(launch, "PARALLEL_MIN_WORK", 0)
+    run = launch._pool.run
+    monkeypatch.setattr(launch._pool, "run", lambda *a: (pooled.append(a), run(*a))[1])
+    with fg.config.override(threads=2):
+        out = (x * 3 + 1).realize()
+        out2 = (x * 3 + 1 + 0 * x).realize()
+    assert pooled  # the same small kernels, past the lowered bound: the pool's
+    np.testing.assert_array_equal(out.numpy(), np.arange(64) * 3 + 1)
+    np.testing.assert_array_equal(out2.numpy(), np.arange(64) * 3 + 1)

@@ -314,3 +314,40 @@ def test_a_cached_plan_encodes_its_tensor_maps_in_a_current_context():
         for _ in range(runtime_cuda.GRAPH_AFTER_RUNS + 2):
             (a @ b).realize()
         assert drv.tensor_maps and drv.launches >= runtime_cuda.GRAPH_AFTER_RUNS
+
+
+def _host_instructions():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        import host_instructions
+    finally:
+        sys.path.pop(0)
+    return host_instructions
+
+
+@pytest.mark.parametrize(
+    "name", ["chain .item()", "chain .realize()", "one-kernel realize", "MLP b64 step"]
+)
+def test_the_host_instructions_workloads_run_between_the_counter_calls(name):
+    bench = _host_instructions()
+    assert name in bench.WORKLOADS
+    said = []
+
+    class Counter:
+        def start(self):
+            said.append("start")
+
+        def stop(self):
+            said.append("stop")
+
+    assert bench.child(name, calls=3, warmup=2, counter=Counter()) > 0
+    assert said == ["start", "stop"]
+
+
+def test_callgrinds_client_requests_answer_zero_outside_valgrind():
+    """The magic sequence is a no-op on a plain CPU: the request returns the default (0)
+    and the process goes on (it must not crash a run without valgrind)."""
+    counter = _host_instructions().CallgrindCounter()
+    assert counter.request(1) == 0
+    counter.start()
+    counter.stop()
