@@ -322,3 +322,21 @@ def test_batch_norm_gradients_are_the_same_bits(monkeypatch):
     assert_same_bits(got[1:], old[1:])
     assert_nearly_same(got[:1], old[:1])
     assert_reference(grads, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("pieces", [3, 12])
+def test_a_concatenation_of_many_pieces_keeps_its_own_kernel(pieces):
+    # a stack of computed pieces (an LSTM's steps' gate gradients), stored for its readers
+    # and summed down its rows: up to AT_SOURCE_MAX_PIECES pieces the sum stores it (rule
+    # 8); more, and it keeps a kernel of its own, where pipeline/pieces.py has each element
+    # load its one piece (a sum's cascaded loops would load every piece, under guards)
+    assert schedule_module.AT_SOURCE_MAX_PIECES == 4
+    rows = [f32(16, 64) * 0.1 for _ in range(pieces)]
+    parts = [costly(fg.from_numpy(r)).realize() for r in rows]
+    stacked = costly(fg.stack(parts).reshape(16 * pieces, 64))
+    total, peak = stacked.sum(0), stacked.amax(1)
+    inside = [shapes for shapes in stored_inside(total, peak) if shapes]
+    assert inside == ([((16 * pieces, 64),)] if pieces <= 4 else []), inside
+    want = costly(fg.from_numpy(np.concatenate([p.numpy() for p in parts]))).numpy()
+    np.testing.assert_allclose(total.numpy(), want.sum(0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(peak.numpy(), want.max(1), rtol=1e-6)
