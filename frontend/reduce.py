@@ -688,10 +688,8 @@ def _linear_rule(srcs, params):
     """The expansion of a "linear" macro: matmul's product of x and weight.T, plus the
     bias broadcast over the rows (the nodes `x @ weight.T + bias` builds); params
     ("shared",): `shared_weight_linear`'s."""
-    node = _product(srcs[0], N.permute(srcs[1], (1, 0)), (), shared=bool(params))
-    if len(srcs) == 3:
-        node = N.binary(Ops.ADD, node, _broadcast_node(srcs[2], node.shape))
-    return node
+    bias = srcs[2] if len(srcs) == 3 else None
+    return _product(srcs[0], N.permute(srcs[1], (1, 0)), (), shared=bool(params), bias=bias)
 
 
 register("linear", _linear_rule)
@@ -948,7 +946,15 @@ def _left_panels(an):
     return N.reshape(N.permute(panels, (0, 2, 1)), (m, k))
 
 
-def _product(an, bn, batch: tuple[int, ...], shared: bool = False):
+# A right operand whose columns are no multiple of PANEL, from this many columns, is packed
+# with its last panel padded with zeros, and the product computed over the padded columns
+# (the padding's products are zeros, cut off after): a vocabulary's 5000 columns otherwise
+# take 16-lane tiles unpacked (an LSTM language model's decoder and its weight gradient ran
+# at 180 and 155 GFLOP/s).
+PAD_PANELS_FROM = 16 * PANEL
+
+
+def _product(an, bn, batch: tuple[int, ...], shared: bool = False, bias=None):
     """The expansion of a "matmul" macro: the (*batch, M, N) product node of (..., M, K)
     and (..., K, N) nodes, one broadcast multiply and one sum over K, which the scheduler
     fuses into a single kernel. The operands are first copied where the layout the plan
@@ -958,42 +964,62 @@ def _product(an, bn, batch: tuple[int, ...], shared: bool = False):
     big enough, its gradients are products too (`_takes_product_gradients`). Its
     gradients are derived from this expansion under the same layout (ir/autodiff.py
     "layout_grad"). `shared`: a right operand read along K is packed whatever the rows
-    (`shared_weight_linear`)."""
+    (`shared_weight_linear`). `bias`: a (N,) node added to every row (a linear layer's),
+    inside the padded columns where those are (`PAD_PANELS_FROM`)."""
     (m, k), n = an.shape[-2:], bn.shape[-1]
     big = k * n * bn.dtype.itemsize >= PANEL_CACHE_BYTES
     sources = (an, bn)
+    wide = n  # the columns computed: n, or n padded to whole panels
     if _amx_shaped(an, bn) and layout.current().pack_bf16_pairs:
         an = an if _rows_in_place(an) else _pack_bf16_rows(an)
         bn = _pack_bf16_pairs(bn)
     elif (
         len(bn.shape) == 2
-        and n % PANEL == 0
-        and n > PANEL
+        and (n % PANEL == 0 and n > PANEL or n >= PAD_PANELS_FROM)
         and (big or ((m >= PACK_FROM_ROWS or shared) and _read_along_k(bn)))
         and layout.current().pack_panels
     ):
         # a right operand too big for cache is copied once into panels of PANEL columns, rows
         # adjacent: the kernel then streams one panel (its vector loads) from memory in order
+        wide = -(-n // PANEL) * PANEL
+        padded = N.pad(bn, ((0, 0), (0, wide - n)))
         panels = N.contiguous(
-            N.permute(N.reshape(bn, (k, n // PANEL, PANEL)), (1, 0, 2)),
+            N.permute(N.reshape(padded, (k, wide // PANEL, PANEL)), (1, 0, 2)),
             f"matmul: a large right operand packed in panels of {PANEL} columns",
         )
-        bn = N.reshape(N.permute(panels, (1, 0, 2)), (k, n))
+        bn = N.reshape(N.permute(panels, (1, 0, 2)), (k, wide))
     if layout.current().pack_panels and _left_panels_pay(an, n):
         an = _left_panels(an)
     # (..., M, 1, K) * (..., 1, N, K) summed over K
-    full = batch + (m, n, k)
+    full = batch + (m, wide, k)
     nd = len(bn.shape)
     bt = N.permute(bn, tuple(range(nd - 2)) + (nd - 1, nd - 2))
     x = _broadcast_node(N.reshape(an, an.shape[:-2] + (m, 1, k)), full)
-    y = _broadcast_node(N.reshape(bt, bn.shape[:-2] + (1, n, k)), full)
+    y = _broadcast_node(N.reshape(bt, bn.shape[:-2] + (1, wide, k)), full)
     # ints keep their width, as torch
     node = N.reduce(Ops.SUM, N.binary(Ops.MUL, x, y), (len(full) - 1,))
     if k == 0:  # a sum of no products is 0, as in torch
         node = N.const(0, node.shape, node.dtype)
     elif _takes_product_gradients(*sources, batch):
-        with_vjp(node, _product_gradients(*sources))
-    return N.reshape(node, batch + (m, n))
+        rule = _product_gradients(*sources)
+        if wide != n:  # (the padded columns' gradient is dropped: they are cut off)
+            rule = functools.partial(_of_columns, rule, batch + (m, wide), n)
+        with_vjp(node, rule)
+    out = N.reshape(node, batch + (m, wide))
+    if bias is not None:
+        if wide != n:
+            bias = N.pad(bias, ((0, wide - n),))
+        out = N.binary(Ops.ADD, out, _broadcast_node(bias, out.shape))
+    if wide != n:
+        out = N.shrink(out, tuple((0, s) for s in batch) + ((0, m), (0, n)))
+    return out
+
+
+def _of_columns(rule, shape: tuple[int, ...], n: int, g):
+    """`rule` (a product's gradient rule) applied to the first n columns of the gradient
+    `g` of a product computed over padded columns (`PAD_PANELS_FROM`)."""
+    g = N.reshape(g, shape)
+    return rule(N.shrink(g, tuple((0, s) for s in shape[:-1]) + ((0, n),)))
 
 
 def _takes_product_gradients(an, bn, batch: tuple[int, ...]) -> bool:

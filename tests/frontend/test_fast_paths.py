@@ -148,6 +148,42 @@ def test_a_weight_gradient_packs_its_transposed_left_operand_in_row_panels(rows,
     assert gw.shape == (outputs, inputs) and gx.shape == (rows, inputs)
 
 
+@pytest.mark.parametrize("bias", [False, True])
+def test_columns_no_multiple_of_a_panel_are_padded_into_panels(bias):
+    # 600 output columns, from PAD_PANELS_FROM on: the weight is packed in panels of 32 with
+    # the last one padded with zeros, the product computed over 608 columns (the bias
+    # too) and cut to 600. Values as numpy's, an infinity in x included (its row's
+    # products with the padding are NaN, and cut off); gradients too.
+    from fusegrad import reduce as R
+
+    assert R.PAD_PANELS_FROM <= 600 and 600 % R.PANEL
+    rng = np.random.default_rng(7)
+    x0 = rng.integers(-2, 3, size=(300, 96)).astype(np.float32)
+    x0[3, 5] = np.inf
+    w0 = rng.standard_normal((600, 96)).astype(np.float32)
+    b0 = rng.standard_normal(600).astype(np.float32)
+    g0 = rng.standard_normal((300, 600)).astype(np.float32)
+    x = fg.tensor(x0, requires_grad=True)
+    w = fg.tensor(w0, requires_grad=True)
+    b = fg.tensor(b0, requires_grad=True) if bias else None
+    out = F.linear(x, w, b)
+    assert any(k.shape == (300, 608, 1) for k in fg.kernels(out)), [
+        k.shape for k in fg.kernels(out)
+    ]
+    with np.errstate(invalid="ignore"):
+        want = x0 @ w0.T + (b0 if bias else 0)
+    got = out.numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    x0[3, 5] = 0.0
+    x = fg.tensor(x0, requires_grad=True)
+    grads = fg.grad((F.linear(x, w, b) * fg.tensor(g0)).sum(), [x, w] + ([b] if bias else []))
+    np.testing.assert_allclose(grads[0].numpy(), g0 @ w0, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(grads[1].numpy(), g0.T @ x0, rtol=1e-4, atol=1e-3)
+    if bias:
+        np.testing.assert_allclose(grads[2].numpy(), g0.sum(0), rtol=1e-4, atol=1e-3)
+
+
 def test_a_transposed_left_operand_of_any_product_is_packed_in_row_panels():
     # a user's X.T @ Y (not only a gradient) of 256 x 512 by 512 x 64
     from fusegrad import reduce as R
