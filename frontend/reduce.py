@@ -988,7 +988,9 @@ def _product(an, bn, batch: tuple[int, ...], shared: bool = False, bias=None):
             f"matmul: a large right operand packed in panels of {PANEL} columns",
         )
         bn = N.reshape(N.permute(panels, (1, 0, 2)), (k, wide))
-    if layout.current().pack_panels and _left_panels_pay(an, n):
+    # (the layout asked last: a product that would pack nothing stays one expansion for
+    # every layout, its gradients derived at once: ir/autodiff.py `depends_on_layout`)
+    if _left_panels_pay(an, n) and layout.current().pack_panels:
         an = _left_panels(an)
     # (..., M, 1, K) * (..., 1, N, K) summed over K
     full = batch + (m, wide, k)

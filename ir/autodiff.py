@@ -274,12 +274,18 @@ def _layout_gradients(g, sources, kind: str, inner: tuple, wanted: tuple) -> lis
     targets = list({id(v): v for k in wanted for v in chains[k]}.values())
     stop = {id(v) for v in inputs_of(sources)}
     got = dict(zip((id(t) for t in targets), _gradients(out, g, targets, stop=stop)))
+    # a node under two sources' views (x under x.reshape(1, K) and x.reshape(K, 1), x @ x
+    # of a vector) is taken up by the first of them alone: what reaches it is counted once
+    owner: dict[int, int] = {}
+    for k in wanted:
+        for v in chains[k]:
+            owner.setdefault(id(v), k)
     out_grads = []
     for pick in wanted:
         others = {id(sources[k]) for k in wanted if k != pick}
         total, below = None, []
         for v in chains[pick]:
-            if v is not chains[pick][0] and id(v) in others:
+            if v is not chains[pick][0] and (id(v) in others or owner[id(v)] != pick):
                 break  # (that source's own gradient takes it)
             gv = got.get(id(v))
             if gv is not None:

@@ -204,3 +204,28 @@ def test_a_derived_gradient_does_not_keep_its_graph_alive():
         head.zero_grad()
     del conv, head, x, h, y
     assert live_nodes() <= before + 4
+
+
+@pytest.mark.parametrize("shape", [(4,), (3, 5)])
+def test_sources_that_are_views_of_one_node_take_its_gradient_once(monkeypatch, shape):
+    # x @ x of a vector is a "matmul" of x.reshape(1, K) and x.reshape(K, 1), which the
+    # expansion reads through views folded down to x itself. Made layout-dependent (its
+    # gradients "layout_grad" nodes), each source took x's whole gradient, and x got 1.5x
+    # its gradient. Also a matrix times its transpose: views of one node.
+    from fusegrad import reduce as R
+    from fusegrad.ir import layout as L
+
+    product = R._product
+
+    def reads_the_layout(an, bn, batch, shared=False, bias=None):
+        L.current()
+        return product(an, bn, batch, shared, bias)
+
+    monkeypatch.setattr(R, "_product", reads_the_layout)
+    x0 = np.array([1.0, -3.0, 0.0, -0.0, 2.0, 0.5] * 3, dtype=np.float32)[: int(np.prod(shape))]
+    x0 = x0.reshape(shape)
+    x = fg.tensor(x0, requires_grad=True)
+    y = x @ x if len(shape) == 1 else x @ x.T
+    (g,) = fg.grad(y.sum(), [x])
+    want = 2 * x0 if len(shape) == 1 else 2 * np.ones((3, 3), np.float32) @ x0
+    np.testing.assert_allclose(g.numpy(), want, rtol=1e-6)
