@@ -71,6 +71,22 @@ def test_a_stack_of_many_rows_loads_each_piece_once_an_element_with_the_same_bit
     assert np.array_equal(got.reshape(64, 4, 32), np.stack(pieces), equal_nan=True)
 
 
+@pytest.mark.parametrize("cols", [32, 512])
+def test_a_stack_of_long_rows_copies_each_piece_as_a_parallel_range(cols):
+    # 16 rows of 32 (512 elements a piece): the loops interchanged, each column a serial
+    # loop over the pieces' rows; 16 rows of 512 (8192 a piece, INTERCHANGE_MAX_COLUMNS or
+    # more): each piece a parallel range of its own, copying its contiguous rows
+    from fusegrad.pipeline import pieces as P
+
+    assert 16 * 32 < P.INTERCHANGE_MAX_COLUMNS <= 16 * 512
+    parts = [special(16, cols) for _ in range(8)]
+    item, inputs = item_of(parts, fg.stack)
+    kernel = L.lower(item)
+    assert loops(kernel.body, "parallel") == (8 if cols == 512 else 1)
+    (got,) = run(kernel, inputs)
+    assert np.array_equal(got.reshape(8, 16, cols), np.stack(parts), equal_nan=True)
+
+
 @pytest.mark.parametrize("rows, cols", [(16, 64), (16, 1024)])
 def test_a_sum_over_a_concatenations_rows_is_split_along_the_sum_and_adds_in_order(rows, cols):
     """The sum down a cat's columns (a bias's gradient over an RNN's time steps): lanes
