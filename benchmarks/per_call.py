@@ -28,6 +28,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from machine import cpu_name, load_average, source_version  # noqa: E402
 
+PAUSE = 0.3  # seconds after each block: PyTorch's spinning OpenMP threads park (BENCHMARKS.md)
+
 
 def bootstrap(ratios: list[float], draws: int = 2000) -> tuple[float, float, float]:
     rng = random.Random(0)
@@ -76,7 +78,7 @@ def main() -> None:
     for r in range(args.rounds):
         for name in order if r % 2 == 0 else order[::-1]:
             times[name].append(per_call_us(systems[name], args.calls))
-            time.sleep(0.05)
+            time.sleep(PAUSE)
     for name, ts in times.items():
         print(f"  {name:18s} {np.median(ts):8.2f} us a call (median of {len(ts)} blocks)")
     for what in ("item", "realize"):
