@@ -631,6 +631,7 @@ def linear(x, weight, bias=None):
     return _linear(x, weight, bias)
 
 
+@autocast_op("linear")
 @one_site
 def shared_weight_linear(x, weight, bias=None):
     """`linear` whose weight many products of one step read (a recurrence's hidden
@@ -975,7 +976,7 @@ def _product(an, bn, batch: tuple[int, ...], shared: bool = False, bias=None):
         bn = _pack_bf16_pairs(bn)
     elif (
         len(bn.shape) == 2
-        and (n % PANEL == 0 and n > PANEL or n >= PAD_PANELS_FROM)
+        and ((n % PANEL == 0 and n > PANEL) or n >= PAD_PANELS_FROM)
         and (big or ((m >= PACK_FROM_ROWS or shared) and _read_along_k(bn)))
         and layout.current().pack_panels
     ):

@@ -184,6 +184,31 @@ def test_columns_no_multiple_of_a_panel_are_padded_into_panels(bias):
         np.testing.assert_allclose(grads[2].numpy(), g0.sum(0), rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.parametrize("rows", [0, 1, 300])
+def test_padded_panels_with_empty_and_single_rows_and_a_vector(rows):
+    # a big weight (5000 x 256, 5 MB: packed whatever the rows) whose 5000 columns are
+    # padded to whole panels: no rows, one row and many, values and all three gradients;
+    # a vector times the same matrix
+    rng = np.random.default_rng(9)
+    w0 = rng.standard_normal((5000, 256)).astype(np.float32)
+    b0 = rng.standard_normal(5000).astype(np.float32)
+    x0 = rng.standard_normal((rows, 256)).astype(np.float32)
+    x, w, b = (fg.tensor(a, requires_grad=True) for a in (x0, w0, b0))
+    out = F.linear(x, w, b)
+    assert out.shape == (rows, 5000)
+    gx, gw, gb = fg.grad(out.sum(), [x, w, b])
+    np.testing.assert_allclose(out.numpy(), x0 @ w0.T + b0, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(gx.numpy(), np.tile(w0.sum(0), (rows, 1)), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(gw.numpy(), np.tile(x0.sum(0), (5000, 1)), rtol=1e-4, atol=1e-3)
+    np.testing.assert_array_equal(gb.numpy(), np.full(5000, rows, np.float32))
+    if rows == 1:
+        v = fg.tensor(x0[0], requires_grad=True)
+        o = v @ fg.tensor(w0.T.copy())
+        (gv,) = fg.grad(o.sum(), [v])
+        np.testing.assert_allclose(o.numpy(), x0[0] @ w0.T, rtol=1e-4, atol=1e-3)
+        np.testing.assert_allclose(gv.numpy(), w0.sum(0), rtol=1e-4, atol=1e-3)
+
+
 def test_a_transposed_left_operand_of_any_product_is_packed_in_row_panels():
     # a user's X.T @ Y (not only a gradient) of 256 x 512 by 512 x 64
     from fusegrad import reduce as R
