@@ -19,9 +19,13 @@ total the time per user line and per module path instead, as `prof.by_line()` an
 writes a trace for chrome://tracing or https://ui.perfetto.dev (one track per
 Python thread that ran kernels, one for compile phases).
 
-Inside the block every kernel is launched on its own so that each can be timed
-(outside, a cached schedule runs as one native program per thread); the kernels'
-times are the same, the time between them a little longer.
+Inside the block a cached schedule runs as it does outside, as one native program per
+thread, which reads the cycle counter as each kernel starts (after the barrier that
+ends the one before; `runtime/program.py`): a kernel's time is what it takes in the
+training loop, the wait for the slowest thread included. (Launched one at a time from
+Python instead, a kernel finds the worker threads asleep and its own output memory
+never touched: small kernels ran at one thread's speed, large ones paid for page faults.)
+A cuda plan is launched kernel by kernel, each waited for.
 """
 
 from __future__ import annotations
@@ -113,7 +117,7 @@ class Profile:
     def __enter__(self) -> Profile:
         self._lock = forksafe.Lock()
         self._before = _phases.snapshot()
-        self._override = config.override(program=False)  # time each kernel alone
+        self._override = config.override(kernel_times=True)  # each kernel's own time
         self._override.__enter__()
         self._listener = _phases.listener
         _phases.listener = self._span
@@ -355,16 +359,24 @@ class _TraceSampler:
 
     def _run(self) -> None:
         while not self._stop.wait(SAMPLE_SECONDS):
-            frame = sys._current_frames().get(self.ident)
-            while frame is not None and is_stdlib(frame.f_code.co_filename):
-                frame = frame.f_back  # a with block's or a lock's frames: look at the caller
-            if frame is None:
+            name = self._sample()
+            if name is None:
                 continue
-            name = frame.f_code.co_filename
             self.samples += 1
             if name.startswith(self.timed):
                 continue
             self.trace += name.startswith(self.building)
+
+    def _sample(self) -> str | None:
+        """The file of the profiled thread's innermost frame outside the standard library.
+        No frame outlives the call: a frame held until the next sample would keep its
+        function's locals alive after the function returned (a step's lazy tensors,
+        which the next optimizer step would then find alive and compute: a plan with
+        other outputs than the loop's own)."""
+        frame = sys._current_frames().get(self.ident)
+        while frame is not None and is_stdlib(frame.f_code.co_filename):
+            frame = frame.f_back  # a with block's or a lock's frames: look at the caller
+        return None if frame is None else frame.f_code.co_filename
 
     def stop(self) -> float:
         """Stop sampling; the share of samples spent building graphs."""

@@ -171,6 +171,14 @@ class Backend(ABC):
             loops = [self.lower(item) for item in items]
         return loops, self.compile_many(loops)
 
+    def first_touch(self, outs: list) -> None:
+        """Make a kernel's output buffers resident before the kernel is timed on its own
+        (the step loop: a first run, `fusegrad.profile`, FUSEGRAD_DEBUG), so that its time
+        is the kernel's, as in a cached plan's run over memory already in use, not the
+        system's page faults on a fresh allocation. A device whose memory is resident
+        when allocated does nothing."""
+        return None
+
     def prepare(self, plan) -> None:
         """Called once on a new plan before it is cached (the CPU builds its native
         program here, so that later runs compile nothing)."""

@@ -235,6 +235,20 @@ def _take(nbytes: int) -> tuple[np.ndarray, int, np.ndarray | None]:
     return raw, raw.ctypes.data, None
 
 
+PAGE = mmap.PAGESIZE
+TOUCH_FROM = 16 * PAGE  # bytes: a smaller buffer is touched by its kernel's first stores
+
+
+def touch_pages(buf: Buffer) -> None:
+    """Write a byte into each page of `buf` (its value is about to be overwritten), so
+    that a fresh allocation's pages are faulted in now rather than by the kernel that
+    fills it. A pooled buffer's pages are resident already; touching them costs one store
+    a page."""
+    a = buf.array
+    if a.nbytes >= TOUCH_FROM:
+        a.view(np.uint8)[::PAGE] = 0
+
+
 CACHE_LINE = 64  # bytes: where every buffer starts
 
 

@@ -120,6 +120,10 @@ class Config:
     # processes that compile a new schedule's kernels side by side (pipeline/compiler.py)
     compile_workers: int = 1
     program: bool = True  # run cached schedules as one native call per thread
+    # a cached plan's run reports each kernel's time (`fusegrad.profile` sets it): a CPU
+    # program reads the cycle counter between its kernels; a cuda plan is launched kernel
+    # by kernel, each waited for
+    kernel_times: bool = False
     # new plans are kept in the disk cache and a new process reads them from there, not
     # scheduling them again (pipeline/plan_store.py)
     disk_plans: bool = True

@@ -24,7 +24,7 @@ from ..pipeline.plan import KernelRecord, Plan, timed_copy
 from . import autotune, forksafe, phases, pool
 from .amx import amx_ready, dpbf16_ready
 from .backend_registry import Backend, register_backend
-from .buffer import Buffer, clear_pool, give_scratch, take_scratch
+from .buffer import Buffer, clear_pool, give_scratch, take_scratch, touch_pages
 from .config import config
 from .launch import effective_threads, launch, run_threads
 from .program import compile_program, counter_words
@@ -151,13 +151,30 @@ def _run_program(plan: Plan, leaves: list[Buffer]) -> tuple[list[Buffer], list[K
     scratch = take_scratch(nbytes) if len(where) and kept is None else None
     if scratch is not None:
         view[where] = offsets + np.uint64(scratch[1])
+    started = time.perf_counter()
     try:
         run_threads(plan.program, effective_threads() if plan.parallel else 1, args, plan.work)
+        timed = config.kernel_times and pool.available()  # (the cycle counter's rate)
+        records = _kernel_times(plan, view, started) if timed else plan.records
     finally:
         if scratch is not None:
             give_scratch(scratch)
         plan.ready.append(arrays)
-    return [outs[k] for k in plan.outputs], plan.records
+    return [outs[k] for k in plan.outputs], records
+
+
+def _kernel_times(plan: Plan, view: np.ndarray, started: float) -> list[KernelRecord]:
+    """The plan's records (otherwise shared by every run, untimed) copied, each with the
+    time its kernel took in the run that just ended (`config.kernel_times`): from thread
+    0's cycle counter readings between the barriers (`runtime/program.py`)."""
+    at = plan.nleaves + plan.slots
+    clock = view[at : at + len(plan.steps) + 1].astype(np.int64)
+    seconds = np.diff(clock) / (pool.cycles_per_us() * 1e6)
+    starts = started + (clock[:-1] - clock[0]) / (pool.cycles_per_us() * 1e6)
+    return [
+        timed_copy(rec, float(s), float(t))
+        for rec, s, t in zip(plan.records, seconds, starts, strict=True)
+    ]
 
 
 PLAN_SCRATCH_KEPT = 1 << 20  # bytes: a program whose scratch is this small keeps its own
@@ -165,14 +182,16 @@ PLAN_SCRATCH_KEPT = 1 << 20  # bytes: a program whose scratch is this small keep
 
 def _program_arrays(plan: Plan) -> tuple:
     """The arrays one run of a plan's program reads, made once and reused run after run:
-    its buffers' addresses (the plan's inputs, its slots, then the barrier's count and the
+    its buffers' addresses (the plan's inputs, its slots, then the cycle counter's
+    readings as each kernel starts and at the end, then the barrier's count and the
     kernels' chunk counters, which every run leaves at zero, and the barrier's generation,
     which a thread only compares with what it read on arriving), a numpy view of them,
-    the program's three arguments, and its scratch memory when that is small (bigger
+    the program's four arguments, and its scratch memory when that is small (bigger
     scratch comes from the pool each run: a training step's intermediates are not worth
     keeping per plan)."""
     n, slots = plan.nleaves, plan.slots
-    ptrs = (ctypes.c_uint64 * (n + slots + plan.counters))()
+    clock = len(plan.steps) + 1
+    ptrs = (ctypes.c_uint64 * (n + slots + clock + plan.counters))()
     view = np.frombuffer(ptrs, dtype=np.uint64)
     base = ctypes.addressof(ptrs)
     where, offsets, nbytes = plan.scratch
@@ -180,7 +199,8 @@ def _program_arrays(plan: Plan) -> tuple:
     if len(where) and nbytes <= PLAN_SCRATCH_KEPT:
         kept = np.empty(nbytes, dtype=np.uint8)
         view[where] = offsets + np.uint64(kept.ctypes.data)
-    return ptrs, view, [base, plan.fns_address, base + 8 * (n + slots)], kept
+    times = base + 8 * (n + slots)
+    return ptrs, view, [base, plan.fns_address, times + 8 * clock, times], kept
 
 
 @functools.lru_cache(maxsize=1)
@@ -403,6 +423,10 @@ class CpuBackend(Backend):
         if len(plan.steps) < 2 or not config.program:
             return None
         return _scratch_layout(plan)
+
+    def first_touch(self, outs: list[Buffer]) -> None:
+        for b in outs:
+            touch_pages(b)
 
     def launch(self, step, outs: list[Buffer], inputs: list[Buffer], timed: bool) -> None:
         ptrs = [b.ptr for b in outs] + [b.ptr for b in inputs]

@@ -116,17 +116,19 @@ class CudaBackend(Backend):
     def run(self, plan, leaves: list):
         """A cached plan through its prepared launch list (`runtime/cuda.py` `LaunchList`):
         arguments bound once per set of buffer addresses, no synchronize at the end. With
-        `program` off (FUSEGRAD_PROGRAM=0, and inside `fg.profile()`) None: the engine then
-        launches kernel by kernel, each waited for, so each has its own time."""
-        if not config.program:
+        `program` off (FUSEGRAD_PROGRAM=0), or `kernel_times` on (inside `fg.profile()`),
+        None: the engine then launches kernel by kernel, each waited for, so each has its
+        own time."""
+        if not config.program or config.kernel_times:
             return None
         return cuda.run_plan(plan, self.begin(plan, leaves)), plan.records
 
     def arena_layout(self, plan) -> list[tuple[int | None, int, int]] | None:
         """A cached plan's launch list (`runtime/cuda.py` `LaunchList`) puts every value
         that dies inside it, and each kernel's scratch arrays, in one arena; none where
-        program is off, or on an emulator that keeps each value between guard pages."""
-        if not config.program:
+        program is off (or kernels are timed), or on an emulator that keeps each value
+        between guard pages."""
+        if not config.program or config.kernel_times:
             return None
         return cuda.arena_layout(plan)
 

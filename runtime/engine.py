@@ -407,6 +407,7 @@ class Engine:
             outs = [backend.alloc(size, dtype, device) for _, size, dtype in step.outs]
             inputs = [leaves[i] if kind == "leaf" else bufs[i] for kind, i in step.inputs]
             seen = [b.numpy().copy() for b in inputs] if keep_inputs else None
+            backend.first_touch(outs)
             t0 = time.perf_counter()
             backend.launch(step, outs, inputs, timed or config.debug >= 1)
             seconds = time.perf_counter() - t0

@@ -5,9 +5,12 @@ Launching kernel after kernel from Python costs tens of microseconds each
 spend milliseconds in Python. Once a schedule is cached, its kernels are
 strung together in one generated function that every thread calls once:
 
-    void program(i64 tid, i64 nthreads, ptr buffers, ptr kernels, ptr barrier, ptr cancel)
+    void program(i64 tid, i64 nthreads, ptr buffers, ptr kernels, ptr barrier, ptr times,
+                 ptr cancel)
       for each kernel (a row of the program's constant table, `step_rows`):
+          thread 0: times[kernel] = the cycle counter
           claim chunks of its parallel loop until none is left; wait at the barrier
+      thread 0: times[kernels] = the cycle counter
 
 The chunks come from a counter per kernel (after the barrier's words), so a thread
 that starts late (its CPU was asleep) or is preempted takes fewer of them instead
@@ -57,9 +60,10 @@ def render_program(steps: list[tuple[int, int, list[int]]], name: str) -> str:
     table = ", ".join(f"i64 {w}" for w in rows)
     lines = [
         f"@{name}.steps = internal constant [{len(rows)} x i64] [{table}]",
-        f"define void @{name}(i64 %tid, i64 %n, ptr %bufs, ptr %fns, ptr %bar, ptr %cancel) "
-        "nounwind {",
+        f"define void @{name}(i64 %tid, i64 %n, ptr %bufs, ptr %fns, ptr %bar, ptr %times, "
+        "ptr %cancel) nounwind {",
         "entry:",
+        "  %sink = alloca i64",  # where the threads but thread 0 write their clock readings
         "  %gen.ptr = getelementptr inbounds i64, ptr %bar, i64 1",
         "  %last.tid = sub i64 %n, 1",
         "  %is0 = icmp eq i64 %tid, 0",
@@ -70,6 +74,7 @@ def render_program(steps: list[tuple[int, int, list[int]]], name: str) -> str:
         "step:",
         "  %j = phi i64 [0, %entry], [%j.1, %barrier], [%j.1, %go.on], [%j.1, %resume]",
         "  %at = phi i64 [0, %entry], [%at.1, %barrier], [%at.1, %go.on], [%at.1, %resume]",
+        *_clock_reading("%j", "step"),
         f"  %row = getelementptr inbounds i64, ptr @{name}.steps, i64 %at",
         "  %k.at = getelementptr inbounds i64, ptr %row, i64 1",
         "  %k = load i64, ptr %k.at",
@@ -81,7 +86,7 @@ def render_program(steps: list[tuple[int, int, list[int]]], name: str) -> str:
         lines += [
             f"run{a}:",
             f"  call void @fg_step_{a}(ptr %bufs, ptr %fns, i64 %j, ptr %bar, ptr %own, i64 %n, "
-            "i64 %last.tid, i1 %is0, ptr %cancel, ptr %row)",
+            "i64 %last.tid, i1 %is0, ptr %cancel, ptr %row, i64 %tid)",
             "  br label %called",
         ]
     # from step `alone` on, thread 0 runs every kernel by itself: the other threads leave
@@ -110,14 +115,28 @@ def render_program(steps: list[tuple[int, int, list[int]]], name: str) -> str:
         "resume:",
         "  br label %step",
         "end:",
+        *_clock_reading(str(len(steps)), "end"),
         "  ret void",
         "}",
     ]
-    head = ["declare void @llvm.x86.sse2.pause()"] if pause else []
+    head = ["declare i64 @llvm.readcyclecounter()"]
+    head += ["declare void @llvm.x86.sse2.pause()"] if pause else []
     head += _barrier_function(pause)
     for a in arities:
         head += _step_function(a)
     return "\n".join(head + lines) + "\n"
+
+
+def _clock_reading(at: str, name: str) -> list[str]:
+    """Thread 0 writes the cycle counter to times[at] (the others to their own `%sink`):
+    read as each step starts, after the barrier that ends the step before, and once
+    more at the end, so that kernel j took times[j + 1] - times[j] cycles."""
+    return [
+        f"  %now.{name} = call i64 @llvm.readcyclecounter()",
+        f"  %t.at.{name} = getelementptr inbounds i64, ptr %times, i64 {at}",
+        f"  %t.to.{name} = select i1 %is0, ptr %t.at.{name}, ptr %sink",
+        f"  store i64 %now.{name}, ptr %t.to.{name}",
+    ]
 
 
 def step_rows(steps: list[tuple[int, int, list[int]]]) -> list[int]:
@@ -155,7 +174,7 @@ def counter_words(steps: list[tuple[int, int, list[int]]]) -> int:
 
 
 def _step_function(arity: int) -> list[str]:
-    """fg_step_{arity}(bufs, fns, j, bar, own, n, last tid, is thread 0, cancel, row): run
+    """fg_step_{arity}(bufs, fns, j, bar, own, n, last tid, is thread 0, cancel, row, tid): run
     kernel j (of `arity` parameters) as its table row says.
 
     A parallel kernel's loop runs in chunks each thread claims from a shared counter (the
@@ -171,7 +190,7 @@ def _step_function(arity: int) -> list[str]:
     an empty range)."""
     lines = [
         f"define internal void @fg_step_{arity}(ptr %bufs, ptr %fns, i64 %j, ptr %bar, "
-        "ptr %own, i64 %n, i64 %last.tid, i1 %is0, ptr %cancel, ptr %row) nounwind {",
+        "ptr %own, i64 %n, i64 %last.tid, i1 %is0, ptr %cancel, ptr %row, i64 %tid) nounwind {",
         "entry:",
         "  %fn.at = getelementptr inbounds ptr, ptr %fns, i64 %j",
         "  %fn = load ptr, ptr %fn.at",
@@ -210,7 +229,9 @@ def _step_function(arity: int) -> list[str]:
         "  %one = icmp eq i64 %n, 1",
         "  store i64 0, ptr %own",
         "  %from = select i1 %one, ptr %own, ptr %next",
-        *claim_loop_ir("c.", "%from", "%extent", "%least", "%most", "%n", call, "done", "%cancel"),
+        *claim_loop_ir(
+            "c.", "%from", "%extent", "%least", "%most", "%n", call, "done", "%cancel", "%tid"
+        ),
         "done:",
         "  br i1 %one, label %ran, label %count",
         "count:",
@@ -304,4 +325,4 @@ def compile_program(steps: list[tuple[int, int, list[int]]]) -> CompiledKernel:
     ~40 kernels (0.05 s at O0) and makes no faster that matters next to the kernels."""
     text = render_program(steps, "PROGRAM")
     name = "program_" + hashlib.sha256(text.encode()).hexdigest()[:16]
-    return compile_kernel(text.replace("@PROGRAM(", f"@{name}("), name, 4, opt=0)
+    return compile_kernel(text.replace("@PROGRAM(", f"@{name}("), name, 5, opt=0)

@@ -146,3 +146,27 @@ def test_a_pool_that_empties_and_fills_each_call_wakes_the_trimmer_once(monkeypa
         del b  # given back
         assert B._pooled_bytes == 256 * 4
     assert len(sets) <= 1 and B._pool_filled.is_set()
+
+
+def test_touching_a_fresh_buffers_pages_faults_them_in_before_its_kernel_writes():
+    """`touch_pages` (done before a kernel timed on its own runs: a first run, a
+    FUSEGRAD_DEBUG run) leaves no page of a fresh allocation for the kernel to fault in,
+    so its time is the kernel's."""
+    import resource
+
+    from fusegrad.runtime.buffer import PAGE, touch_pages
+
+    def faults_filling(buf):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        buf.array.fill(1)
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+    # (sizes no other test pools: fresh allocations, each of thousands of pages, or at
+    # least 32 where the system backs them with 2 MiB pages)
+    nbytes = 64 << 20
+    untouched = B.Buffer(nbytes // 4 + 4099, float32)
+    assert faults_filling(untouched) >= 16  # what the kernel would pay
+    touched = B.Buffer(nbytes // 4 + 8191, float32)
+    touch_pages(touched)
+    assert faults_filling(touched) <= 2
+    assert touched.array.nbytes // PAGE > 16000
