@@ -104,25 +104,17 @@ def available() -> bool:
 
 
 def claim_loop_ir(
-    p: str, counter: str, extent, least, most, n, call: str, done: str, cancel: str, tid
+    p: str, counter: str, extent, least, most, n, call: str, done: str, cancel: str
 ) -> list[str]:
     """Blocks {p}claim, {p}size and {p}run, for `n` threads sharing a loop of `extent`:
     claim iterations from the shared counter at `counter`, about CHUNKS_PER_THREAD chunks
     per thread but at least `least` (>= 1) and at most `most` (>= least) each, and near
-    the end 1 / (TAIL_PARTS_PER_THREAD * n) of what is left but at least `least`; run
-    each (`call`: the call's text, with `{}` where the chunk's start and end go), and
-    branch to `done` once none is left, or before a claim once the word at `cancel` is
-    nonzero. Shared by the pool's launches and the programs' kernels (runtime/program.py).
-
-    Threads of even id (`tid`) claim from the loop's start, odd ones from its end: the
-    counter word holds both, the iterations taken from the front in its low half and
-    from the back in its high half, claimed together by compare-and-swap, and the
-    chunks meet where the threads' speeds put them. With two threads, each takes the
-    same end of the loop on every run, so a kernel run over and over (a recurrent cell's
-    product, every time step) finds its half of the weights in its core's own cache;
-    taking chunks from one counter, whoever came first, the halves changed hands from
-    run to run and each core's cache had to hold all of it. A loop of 2^31 iterations
-    or more is claimed from the front only (the whole word counts them)."""
+    the end 1 / (TAIL_PARTS_PER_THREAD * n) of what is left but at least `least` (a
+    chunk's size depends only on where it starts, so the chunks are the same whichever
+    thread claims them); run each (`call`: the call's text, with `{}` where the chunk's
+    start and end go), and branch to `done` once none is left, or before a claim once
+    the word at `cancel` is nonzero. Shared by the pool's launches and the programs'
+    kernels (runtime/program.py)."""
     return [
         f"  %{p}parts = mul i64 {n}, {CHUNKS_PER_THREAD}",
         f"  %{p}c0 = udiv i64 {extent}, %{p}parts",
@@ -130,9 +122,6 @@ def claim_loop_ir(
         f"  %{p}c1 = select i1 %{p}big, i64 %{p}c0, i64 {least}",
         f"  %{p}huge = icmp ugt i64 %{p}c1, {most}",
         f"  %{p}chunk = select i1 %{p}huge, i64 {most}, i64 %{p}c1",
-        f"  %{p}halves = icmp ult i64 {extent}, 2147483648",
-        f"  %{p}odd = trunc i64 {tid} to i1",
-        f"  %{p}back = and i1 %{p}odd, %{p}halves",
         f"  br label %{p}claim",
         f"{p}claim:",
         f"  %{p}stop = load atomic i64, ptr {cancel} monotonic, align 8",
@@ -143,37 +132,25 @@ def claim_loop_ir(
         f"  br label %{p}try",
         f"{p}try:",
         f"  %{p}s = phi i64 [%{p}s0, %{p}load], [%{p}seen, %{p}size]",
-        f"  %{p}lo32 = and i64 %{p}s, 4294967295",
-        f"  %{p}hi32 = lshr i64 %{p}s, 32",
-        f"  %{p}f = select i1 %{p}halves, i64 %{p}lo32, i64 %{p}s",
-        f"  %{p}b = select i1 %{p}halves, i64 %{p}hi32, i64 0",
-        f"  %{p}used = add i64 %{p}f, %{p}b",
-        f"  %{p}left = icmp slt i64 %{p}used, {extent}",
+        f"  %{p}left = icmp slt i64 %{p}s, {extent}",
         f"  br i1 %{p}left, label %{p}size, label %{done}",
         f"{p}size:",
-        f"  %{p}rest = sub i64 {extent}, %{p}used",
+        f"  %{p}rest = sub i64 {extent}, %{p}s",
         f"  %{p}tparts = mul i64 {n}, {TAIL_PARTS_PER_THREAD}",
         f"  %{p}t0 = udiv i64 %{p}rest, %{p}tparts",
         f"  %{p}tbig = icmp ugt i64 %{p}t0, {least}",
         f"  %{p}t = select i1 %{p}tbig, i64 %{p}t0, i64 {least}",
         f"  %{p}tsmall = icmp ult i64 %{p}t, %{p}chunk",
-        f"  %{p}take0 = select i1 %{p}tsmall, i64 %{p}t, i64 %{p}chunk",
-        f"  %{p}tover = icmp ugt i64 %{p}take0, %{p}rest",
-        f"  %{p}take = select i1 %{p}tover, i64 %{p}rest, i64 %{p}take0",
-        f"  %{p}up = shl i64 %{p}take, 32",
-        f"  %{p}inc = select i1 %{p}back, i64 %{p}up, i64 %{p}take",
-        f"  %{p}s1 = add i64 %{p}s, %{p}inc",
-        f"  %{p}pair = cmpxchg ptr {counter}, i64 %{p}s, i64 %{p}s1 monotonic monotonic",
+        f"  %{p}take = select i1 %{p}tsmall, i64 %{p}t, i64 %{p}chunk",
+        f"  %{p}e0 = add i64 %{p}s, %{p}take",
+        f"  %{p}pair = cmpxchg ptr {counter}, i64 %{p}s, i64 %{p}e0 monotonic monotonic",
         f"  %{p}seen = extractvalue {{ i64, i1 }} %{p}pair, 0",
         f"  %{p}won = extractvalue {{ i64, i1 }} %{p}pair, 1",
         f"  br i1 %{p}won, label %{p}run, label %{p}try",
         f"{p}run:",
-        f"  %{p}fe = add i64 %{p}f, %{p}take",
-        f"  %{p}be = sub i64 {extent}, %{p}b",
-        f"  %{p}bs = sub i64 %{p}be, %{p}take",
-        f"  %{p}lo = select i1 %{p}back, i64 %{p}bs, i64 %{p}f",
-        f"  %{p}hi = select i1 %{p}back, i64 %{p}be, i64 %{p}fe",
-        "  " + call.format(f"%{p}lo", f"%{p}hi"),
+        f"  %{p}over = icmp sgt i64 %{p}e0, {extent}",
+        f"  %{p}e = select i1 %{p}over, i64 {extent}, i64 %{p}e0",
+        "  " + call.format(f"%{p}s", f"%{p}e"),
         f"  br label %{p}claim",
     ]
 
@@ -201,9 +178,7 @@ def render() -> str:
     signature = ", ".join(["i64"] * (MAX_ARGS + 2))  # fn(start, end, a0, ..., a61)
     arguments = ", ".join(f"i64 %a{k}" for k in range(MAX_ARGS))
     call = f"call void ({signature}) %fn(i64 {{}}, i64 {{}}, {arguments})"
-    chunks = claim_loop_ir(
-        "c.", "%next", "%ext", "%least", "%most", "%n", call, "done", "%cancel", "%tid"
-    )
+    chunks = claim_loop_ir("c.", "%next", "%ext", "%least", "%most", "%n", call, "done", "%cancel")
     body = _template().substitute(
         {name: word for name, word in vars(Layout).items() if name.isupper()},
         SLOT_SLEEPING=Layout.SLOTS + Layout.SLEEPING,

@@ -42,34 +42,6 @@ def recorder():
     yield kernel.address  # held meanwhile: its machine code lives as long as the kernel
 
 
-# as RECORDER, and at out[4097 + start] the chunk's place in the order of the claims (a
-# counter at out[2 * 4097], bumped atomically by each call): for loops of 4096 at most
-ORDERED_RECORDER = """\
-define void @test_pool_ordered(i64 %start, i64 %end, ptr %out) nounwind {
-entry:
-  %empty = icmp sge i64 %start, %end
-  br i1 %empty, label %done, label %write
-write:
-  %at = getelementptr inbounds i64, ptr %out, i64 %start
-  store i64 %end, ptr %at
-  %count = getelementptr inbounds i64, ptr %out, i64 8194
-  %k = atomicrmw add ptr %count, i64 1 seq_cst
-  %place = add i64 %start, 4097
-  %at2 = getelementptr inbounds i64, ptr %out, i64 %place
-  store i64 %k, ptr %at2
-  br label %done
-done:
-  ret void
-}
-"""
-
-
-@pytest.fixture(scope="module")
-def ordered_recorder():
-    kernel = compile_kernel(ORDERED_RECORDER, "test_pool_ordered", 1)
-    yield kernel.address
-
-
 @pytest.fixture
 def new_pool():
     """A pool of the test's own, closed after it (its workers return and end)."""
@@ -111,45 +83,33 @@ def test_the_chunks_cover_the_loop_once(recorder, shared_pool, extent, threads, 
     out = np.full(extent + 1, -1, dtype=np.int64)
     threads = min(threads, extent)
     assert shared_pool.run(recorder, threads, extent, [out.ctypes.data], least)
-    sizes = [e - s for s, e in slices_run(out, extent)]
-    # about CHUNKS_PER_THREAD chunks a thread but at least `least` iterations each; only
-    # the chunk claimed last, where the threads from the front and the back meet, may
-    # hold fewer (what was left)
-    assert max(sizes) <= max(1, least, extent // (threads * native.CHUNKS_PER_THREAD))
-    assert sum(size < least for size in sizes) <= 1
+    assert slices_run(out, extent) == chunks(extent, threads, least)
     assert (out[extent:] == -1).all()
 
 
-def test_two_threads_claim_from_both_ends(ordered_recorder, shared_pool):
-    """Thread 0 claims chunks from the loop's start onwards, thread 1 from its end
-    backwards: in the order they were claimed, the chunks below where they met run
-    upwards and those above it downwards (whichever thread took more of them); in some
-    of the runs, thread 1 takes part (its worker was awake in time)."""
-    from_the_end = 0
-    for _ in range(20):
-        out = np.full(2 * 4097 + 1, -1, dtype=np.int64)
-        assert shared_pool.run(ordered_recorder, 2, 4096, [out.ctypes.data], 1)
-        got = slices_run(out, 4096)
-        order = [int(out[4097 + s]) for s, _ in got]  # when each chunk was claimed
-        meet = order.index(max(order))  # the chunk claimed last lies where they met
-        assert order[:meet] == sorted(order[:meet])
-        assert order[meet:] == sorted(order[meet:], reverse=True)
-        from_the_end += meet < len(got) - 1
-    assert from_the_end > 0
+def chunks(extent: int, threads: int, least: int = 1) -> list[tuple[int, int]]:
+    """The chunks the pool's threads claim: about CHUNKS_PER_THREAD each but at least
+    `least` iterations; near the end at most 1 / (TAIL_PARTS_PER_THREAD * threads) of
+    what is left (but at least `least`), the last cut at the loop's end."""
+    size = max(1, least, extent // (threads * native.CHUNKS_PER_THREAD))
+    out, s = [], 0
+    while s < extent:
+        take = min(size, max(least, (extent - s) // (native.TAIL_PARTS_PER_THREAD * threads)))
+        out.append((s, min(s + take, extent)))
+        s += take
+    return out
 
 
 def test_the_chunks_shrink_near_the_end_of_a_long_loop(recorder, shared_pool):
     """The last part of a loop goes in ever smaller chunks, down to `least`, so no thread
-    is left running a whole chunk while the others wait (a row sum of 4096 rows): from
-    each end of the loop towards where the threads met."""
+    is left running a whole chunk while the others wait (a row sum of 4096 rows)."""
     out = np.full(4097, -1, dtype=np.int64)
     assert shared_pool.run(recorder, 2, 4096, [out.ctypes.data], 4)
-    sizes = [e - s for s, e in slices_run(out, 4096)]
-    assert max(sizes) == 4096 // (2 * native.CHUNKS_PER_THREAD)
-    low = sizes.index(min(sizes))
-    assert min(sizes) <= 4
-    assert sizes[:low] == sorted(sizes[:low], reverse=True)
-    assert sizes[low:] == sorted(sizes[low:])
+    got = slices_run(out, 4096)
+    sizes = [e - s for s, e in got]
+    assert sizes[0] == 4096 // (2 * native.CHUNKS_PER_THREAD)
+    assert sizes[-1] <= 4 and sorted(sizes, reverse=True) == sizes
+    assert got[0][0] == 0 and got[-1][1] == 4096
 
 
 def test_a_program_is_called_with_its_thread_id_and_count(recorder, new_pool):
@@ -166,7 +126,7 @@ def test_a_job_posted_before_a_new_worker_got_going_still_runs(recorder, new_poo
         pool = new_pool()
         out = np.full(101, -1, dtype=np.int64)
         assert pool.run(recorder, 2, 100, [out.ctypes.data])
-        assert slices_run(out, 100)[-1][1] == 100  # each iteration run once
+        assert slices_run(out, 100) == chunks(100, 2)
 
 
 def test_sleeping_workers_wake_for_a_job_and_after_a_prewake(recorder, new_pool):
@@ -188,7 +148,7 @@ def test_sleeping_workers_wake_for_a_job_and_after_a_prewake(recorder, new_pool)
             assert wait_until(False), "a pre-wake left the worker asleep"
         out[:] = -1
         assert pool.run(recorder, 2, 64, [out.ctypes.data])
-        assert slices_run(out, 64)[-1][1] == 64  # each iteration run once
+        assert slices_run(out, 64) == chunks(64, 2)
 
 
 def test_many_runs_back_to_back_each_run_every_slice(recorder, new_pool):
@@ -199,7 +159,7 @@ def test_many_runs_back_to_back_each_run_every_slice(recorder, new_pool):
         threads = 2 + k % 2
         out[: extent + 1] = -1
         assert pool.run(recorder, threads, extent, [out.ctypes.data])
-        assert slices_run(out, extent)[-1][1] == extent  # each iteration run once
+        assert slices_run(out, extent) == chunks(extent, threads)
 
 
 def test_a_kernel_with_more_arguments_than_the_pool_passes_is_refused(recorder):
