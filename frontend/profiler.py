@@ -22,10 +22,10 @@ Python thread that ran kernels, one for compile phases).
 Inside the block a cached schedule runs as it does outside, as one native program per
 thread, which reads the cycle counter as each kernel starts (after the barrier that
 ends the one before; `runtime/program.py`): a kernel's time is what it takes in the
-training loop, the wait for the slowest thread included. (Launched one at a time from
-Python instead, a kernel finds the worker threads asleep and its own output memory
-never touched: small kernels ran at one thread's speed, large ones paid for page faults.)
-A cuda plan is launched kernel by kernel, each waited for.
+training loop, the wait for the slowest thread included. (A kernel launched on its own
+from Python would find the worker threads asleep and its output memory fresh: a small
+one would run at one thread's speed, a large one would pay for page faults.) A cuda plan
+is launched kernel by kernel, each waited for.
 """
 
 from __future__ import annotations

@@ -168,9 +168,9 @@ def _kernel_times(plan: Plan, view: np.ndarray, started: float) -> list[KernelRe
     time its kernel took in the run that just ended (`config.kernel_times`): from thread
     0's cycle counter readings between the barriers (`runtime/program.py`)."""
     at = plan.nleaves + plan.slots
-    clock = view[at : at + len(plan.steps) + 1].astype(np.int64)
-    seconds = np.diff(clock) / (pool.cycles_per_us() * 1e6)
-    starts = started + (clock[:-1] - clock[0]) / (pool.cycles_per_us() * 1e6)
+    clock = view[at : at + len(plan.steps) + 1].astype(np.int64) / (pool.cycles_per_us() * 1e6)
+    seconds = np.diff(clock)
+    starts = started + (clock[:-1] - clock[0])
     return [
         timed_copy(rec, float(s), float(t))
         for rec, s, t in zip(plan.records, seconds, starts, strict=True)
