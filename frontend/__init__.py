@@ -495,3 +495,11 @@ utils = _types.ModuleType(__name__ + ".utils", "torch.utils's home here: utils.d
 utils.data = data
 _sys.modules[__name__ + ".utils"] = utils
 _sys.modules[__name__ + ".utils.data"] = data
+
+# what importing made (fusegrad's modules, numpy's, llvmlite's: some 40,000 objects) lives
+# as long as the program: collected once and left out of the cyclic collector's later
+# scans, which a model's first step sets off (runtime/engine.py's `settle_collector`)
+from .runtime.engine import settle_collector as _settle  # noqa: E402
+
+if config.gc_freeze:
+    _settle()

@@ -119,6 +119,8 @@ class Plan:
     records: list = field(default_factory=list)  # what a run through the program reports
     returned: list = field(default_factory=list)  # (slot, size, dtype) of the outputs returned
     scratch: tuple = ()  # (program slots, byte offsets, bytes) of values that die inside
+    # the backend's layout of those values, once made: kept with the plan on disk
+    scratch_layout: list | None = None
     # whether any kernel is shared among threads: a program of small kernels only runs on
     # thread 0 whatever the thread count (waking the workers would only make them arrive
     # at its first barrier and leave), and no worker is woken ahead of its run

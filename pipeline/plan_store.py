@@ -48,7 +48,7 @@ from . import compiler, item_cache
 from .compiler import _read_cached, _seal, entry_path, write_atomic
 from .plan import KernelRecord, Plan, Step
 
-FORMAT = "plan-cache 1"
+FORMAT = "plan-cache 2"  # 2: shapes spelled as one word, records shared, the scratch layout
 _PLAIN = frozenset((type(None), bool, int, float, str))
 # settings that report, bound a cache or say where it is: they never change a plan
 _NOT_IN_KEY = frozenset(
@@ -77,23 +77,40 @@ class _Unspellable(Exception):
 
 
 def _spell(value, out: list[str]) -> None:
-    """Append an exact spelling of one element of a structural key."""
+    """Append an exact spelling of one element of a structural key: a word for each plain
+    value, op, dtype and type, and a tuple's words between "(" and ")", except that a
+    tuple of ints only (a shape, the positions of a node's sources: most of a key) is one
+    word, its `repr`. The loop spells a tuple's plain elements inline: a big model's key
+    has tens of thousands (this runs at every warm plan lookup)."""
     kind = type(value)
-    if kind in _PLAIN:  # (most of a key: positions, sizes, None)
+    if kind is not tuple:
+        out.append(_word(value, kind))
+        return
+    if all(type(v) is int for v in value):
         out.append(repr(value))
-    elif kind is tuple:
-        out.append("(")
-        for v in value:
+        return
+    out.append("(")
+    for v in value:
+        kind = type(v)
+        if kind in _PLAIN:
+            out.append(repr(v))
+        elif kind is tuple:
             _spell(v, out)
-        out.append(")")
-    elif kind is Ops:
-        out.append("op:" + value.name)
-    elif kind is DType:
-        out.append("dt:" + value.name)
-    elif kind is type:  # a constant's type (`const_key`)
-        out.append("ty:" + value.__name__)
-    else:
-        raise _Unspellable(kind.__name__)
+        else:
+            out.append(_word(v, kind))
+    out.append(")")
+
+
+def _word(value, kind: type) -> str:
+    if kind in _PLAIN:
+        return repr(value)
+    if kind is Ops:
+        return "op:" + value.name
+    if kind is DType:
+        return "dt:" + value.name
+    if kind is type:  # a constant's type (`const_key`)
+        return "ty:" + value.__name__
+    raise _Unspellable(kind.__name__)
 
 
 @functools.cache
@@ -153,6 +170,7 @@ def store(disk_key: str, plan: Plan) -> None:
     kernels: dict[int, int] = {}  # id(loop) -> its index in `loops`
     loops: list = []
     steps = []
+    records: dict[bytes, dict] = {}
     for s in plan.steps:
         loop = s.record.loop
         if id(loop) not in kernels:
@@ -161,9 +179,15 @@ def store(disk_key: str, plan: Plan) -> None:
         record = {f.name: getattr(s.record, f.name) for f in fields(KernelRecord)}
         for name in _PER_RUN:
             record.pop(name)
+        # one object for equal records, pickled once: a recurrence's thousands of steps
+        # have a few dozen different records (an LSTM step's 2,284: 129)
         steps.append((kernels[id(loop)], record, s.extent, s.work, s.outs, s.inputs, s.frees))
     entry = (loops, steps, plan.outputs, plan.slots, plan.nleaves, plan.device)
+    entry += (plan.scratch_layout,)  # (the backend's, where it made one: not made again)
     try:
+        for i, (k, record, *rest) in enumerate(steps):
+            shared = records.setdefault(pickle.dumps(record, pickle.HIGHEST_PROTOCOL), record)
+            steps[i] = (k, shared, *rest)
         data = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
         write_atomic(path, data + _seal(disk_key, data))
     except (OSError, pickle.PicklingError, TypeError, AttributeError):
@@ -179,7 +203,7 @@ def load(disk_key: str, nparams) -> Plan | None:
     if data is None:
         return None
     try:
-        loops, steps, outputs, slots, nleaves, device = pickle.loads(data)
+        loops, steps, outputs, slots, nleaves, device, layout = pickle.loads(data)
     except Exception:  # passed its checksum but not unpickling: a miss
         return None
     jobs = [(source, loop.name, nparams(loop, source), opt) for loop, source, opt in loops]
@@ -198,7 +222,7 @@ def load(disk_key: str, nparams) -> Plan | None:
             cache="memory" if again else kernel.cache,
         )
         plan_steps.append(Step(rec, extent, work, outs, inputs, frees))
-    return Plan(plan_steps, outputs, slots, nleaves, device)
+    return Plan(plan_steps, outputs, slots, nleaves, device, scratch_layout=layout)
 
 
 def _entry_path(key: str) -> str | None:

@@ -141,17 +141,21 @@ def take_scratch(nbytes: int) -> tuple[np.ndarray, int, None]:
 
 
 def give_scratch(scratch: tuple[np.ndarray, int, None]) -> None:
-    """Return `take_scratch` memory to the pool once the program that used it has run."""
+    """Return `take_scratch` memory to the pool once the program that used it has run.
+    It is pooled from its first return: a program's scratch is asked for again by the
+    plan's next run (a training loop's second step), where another size is pooled only
+    once allocated twice."""
     with _lock:
-        _give(scratch[0].nbytes, (*scratch, time.monotonic()))
+        _give(scratch[0].nbytes, (*scratch, time.monotonic()), reused=True)
 
 
-def _give(nbytes: int, entry: tuple) -> None:
+def _give(nbytes: int, entry: tuple, reused: bool = False) -> None:
     """Pool `entry` (under `_lock`), then drop what was least recently freed while the
     pool is over either bound. Dropped arrays are freed here: numpy frees their memory
-    and runs no Python code."""
+    and runs no Python code. `reused`: pooled even if its size was allocated only once."""
     global _pooled_bytes
-    if nbytes > POOL_LIMIT_BYTES or (nbytes not in _pool and _misses.get(nbytes, 0) < 2):
+    once = nbytes not in _pool and _misses.get(nbytes, 0) < 2 and not reused
+    if nbytes > POOL_LIMIT_BYTES or once:
         return  # too big, or a size allocated once: likely never again
     free = _pool.get(nbytes)
     if free is None:

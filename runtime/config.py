@@ -158,9 +158,11 @@ class Config:
     # begins (1), or starts it where one ends (2): a kernel reading or writing past that
     # end stops at the access, with its name (runtime/cuda_emulator.py `guarded_array`)
     emu_guard: int = 0
-    # a newly compiled plan of at least this many kernels has the cyclic garbage collector
-    # collect once and then leave every object alive by then out of its later scans
-    # (`gc.freeze`, at the next realize: runtime/engine.py's `settle_collector`); 0: never
+    # a new plan of at least this many kernels has the cyclic garbage collector collect
+    # once and then leave every object alive by then out of its later scans (`gc.freeze`,
+    # runtime/engine.py's `settle_collector`: at the next realize after a compile, at once
+    # after a read from disk); importing fusegrad does the same for what the import made;
+    # 0: never
     gc_freeze: int = 256
 
     @classmethod

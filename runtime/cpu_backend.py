@@ -56,7 +56,9 @@ def _build_program(plan: Plan) -> None:
     # values that die inside the program share one scratch allocation: slot -> offset
     returned = set(plan.outputs)
     plan.returned = [out for s in plan.steps for out in s.outs if out[0] in returned]
-    layout = _scratch_layout(plan)
+    if plan.scratch_layout is None:
+        plan.scratch_layout = _scratch_layout(plan)
+    layout = plan.scratch_layout
     scratch = [n + g for g, _, _ in layout]
     offsets = [offset for _, offset, _ in layout]
     size = arena_bytes(layout)
@@ -261,6 +263,8 @@ class CpuBackend(Backend):
         return plan
 
     def store_plan(self, disk_key: str, plan: Plan) -> None:
+        if plan.scratch_layout is None and len(plan.steps) > 1:  # (kept with it on disk)
+            plan.scratch_layout = _scratch_layout(plan)
         plan_store.store(disk_key, plan)
 
     def alloc(self, size: int, dtype, device: str) -> Buffer:

@@ -97,6 +97,24 @@ def test_no_key_without_a_cache_folder_or_for_what_cannot_be_spelled(cache):
     assert None is not disk_key(y.exp()) != fused is not None
 
 
+def test_spellings_keep_types_and_nesting_apart(cache):
+    # a tuple of ints (a shape) is one word, its repr; anything else in a tuple is spelled
+    # element by element: equal-comparing values of other types never share a key
+    keys = [
+        ((1, 2),),
+        ((True, 2),),
+        ((1.0, 2),),
+        (1, 2),
+        (((1,), 2),),
+        ((1, (2,)),),
+        ((),),
+        ((None,),),
+        (("1", 2),),
+    ]
+    spelled = {plan_store.plan_key(k, "cpu", "") for k in keys}
+    assert None not in spelled and len(spelled) == len(keys)
+
+
 def plan_files(cache: Path) -> list[Path]:
     return sorted((cache / "plans").rglob("*.pkl"))
 
@@ -116,6 +134,27 @@ def test_a_stored_plan_loads_and_runs_to_the_same_bits(cache):
     np.testing.assert_allclose(
         got, 2 * e / e.sum(1, keepdims=True) - xs.max(1, keepdims=True), rtol=1e-5, atol=1e-5
     )
+
+
+def test_a_plan_read_back_has_the_records_and_scratch_layout_it_was_stored_with(cache):
+    from fusegrad.runtime.cpu_backend import _scratch_layout
+
+    x = fg.tensor(np.linspace(-3, 3, 64 * 40, dtype=np.float32).reshape(64, 40))
+    a = (x * 2).exp()
+    b = (a - a.amax(1, keepdim=True)).sum(1)  # a value that dies inside: scratch
+    engine.realize([b.node])
+    (path,) = plan_files(cache)
+    made = next(p for p in engine.plans.values() if p.steps and p.scratch_layout)
+    read = plan_store.load(path.stem, lambda loop, src: len(loop.params))
+    assert read.scratch_layout == made.scratch_layout == _scratch_layout(made)
+    assert len(read.steps) == len(made.steps) >= 2
+    for r, m in zip(read.steps, made.steps):
+        assert (r.record.name, r.record.ops, r.record.shape) == (
+            m.record.name,
+            m.record.ops,
+            m.record.shape,
+        )
+        assert (r.outs, r.inputs, r.frees) == (m.outs, m.inputs, m.frees)
 
 
 def test_a_damaged_or_swapped_entry_is_a_miss(cache):

@@ -68,6 +68,21 @@ def test_every_buffer_starts_on_a_cache_line_fresh_or_reused():
     B.give_scratch((raw, ptr, None))
 
 
+def test_a_program_s_scratch_is_pooled_from_its_first_return():
+    # a plan's next run asks for the same scratch (a training loop's second step), where
+    # another size allocated only once is not pooled (its memory is freed)
+    B.clear_pool()
+    raw, ptr, _ = B.take_scratch(77777)
+    B.give_scratch((raw, ptr, None))
+    again = B.take_scratch(77777)
+    assert again[0] is raw and again[1] == ptr
+    B.give_scratch(again)
+    once = B.Buffer(55555, float32)
+    freed = weakref.ref(once.array.base)
+    del once
+    assert freed() is None
+
+
 def test_a_loop_s_size_stays_pooled_when_the_table_of_one_off_sizes_fills():
     # every 4 x POOL_SIZES new sizes the table of sizes seen once is emptied; the loop's
     # own size, out of the pool at that moment, must not be forgotten with them (its next

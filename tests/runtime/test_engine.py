@@ -470,6 +470,69 @@ def test_a_big_new_plan_freezes_the_collectors_view_at_the_next_realize(monkeypa
         gc.unfreeze()
 
 
+def _three_reductions():
+    x = fg.tensor(np.arange(7, dtype=np.float32))  # (a size the test above does not use)
+    y = (x * x.sum()).sum()
+    return (x - y).amax()  # three reductions, each reading the one before: three kernels
+
+
+def test_a_big_plan_read_from_disk_freezes_the_collectors_view_at_once(monkeypatch, tmp_path):
+    # it made only objects that live on (no scheduling's garbage): collected and frozen
+    # before its first run, nothing left for the next realize
+    from fusegrad.runtime.config import config
+
+    gc.unfreeze()
+    try:
+        monkeypatch.setattr(config, "gc_freeze", 3)
+        with fg.config.override(cache=str(tmp_path / "cache"), disk_plans=True):
+            assert _three_reductions().item() == -435.0  # compiled, kept on disk
+            engine.freeze_pending = False
+            gc.unfreeze()
+            engine.forget_plans(lambda key: True)  # a new process's plans: none
+            before = engine.stats["plans_from_disk"]
+            junk = _Cyclic()
+            junk.me = junk
+            gone = weakref.ref(junk)
+            del junk
+            z = _three_reductions()
+            engine.realize([z.node])
+            assert engine.stats["plans_from_disk"] == before + 1
+            assert not engine.freeze_pending and gc.get_freeze_count() > 0
+            assert gone() is None  # collected before the freeze, not frozen
+            assert z.item() == -435.0
+    finally:
+        gc.unfreeze()
+
+
+def test_the_collector_is_off_while_a_plan_is_compiled_and_on_again_after(monkeypatch):
+    from fusegrad.runtime import engine as engine_module
+
+    seen = []
+    compile_plan = engine_module.compile_plan
+
+    def watched(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return compile_plan(*args, **kwargs)
+
+    monkeypatch.setattr(engine_module, "compile_plan", watched)
+    assert gc.isenabled()
+    x = fg.tensor(np.linspace(-1, 1, 4103, dtype=np.float32))  # a size no other test uses
+    assert abs((x * 3).tanh().sum().item()) < 1e-3
+    assert seen == [False] and gc.isenabled()
+
+
+def test_importing_fusegrad_freezes_what_the_import_made_unless_told_not_to():
+    import subprocess
+
+    code = "import gc, fusegrad; print(gc.get_freeze_count() > 10000)"
+    env = {k: v for k, v in os.environ.items() if k != "FUSEGRAD_GC_FREEZE"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "True", out.stderr[-2000:]
+    env["FUSEGRAD_GC_FREEZE"] = "0"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "False", out.stderr[-2000:]
+
+
 def test_empty_values_realize_alone_and_beside_others_without_a_kernel():
     """A lone empty tensor (the one-node path) and empty ones realized with a non-empty
     one each get an empty buffer; only the non-empty one runs a kernel."""
