@@ -61,12 +61,14 @@ Rules, applied to each node with its users already decided:
    `schedule(..., stores_at_source=False)`).
 9. Stored by its first reader: an elementwise value stored by rule 4 (a sigmoid's
    exp(-|x|), read by the sigmoid and by its gradient) is computed and stored by the
-   first kernel that reads it, when that kernel is elementwise at the value's shape and
-   reads it at its own coordinates (`_stored_by_readers`): the value's own kernel goes,
-   its other readers load it after that kernel. Not a 16-bit value (the reader would use
-   it unrounded, its other readers rounded), not into or out of a kernel with a
-   reduction, a gather, a scatter or extra outputs, one value a kernel; a schedule whose
-   moves would make a cycle among its kernels is kept without them.
+   first kernel that reads it, when that kernel is elementwise at the value's shape (or a
+   `materialize` copy: an LSTM's cell state) and reads it at its own coordinates
+   (`_stored_by_readers`): the value's own kernel goes, its other readers load it after
+   that kernel. Not a 16-bit value (the reader would use it unrounded, its other readers
+   rounded), not a value cut on request, not into or out of a kernel with a reduction, a
+   gather, a scatter or extra outputs; a kernel stores every value that qualifies, a
+   value moving with those its own kernel stored; a schedule whose moves would make a
+   cycle among its kernels is made with one value a kernel, then without them.
 
 Rules 2, 4 and 6 to 9 can be turned off by name (`RULES`, `schedule(..., disabled=...)`:
 `fusegrad.debug.disable_rule`, FUSEGRAD_DISABLE_RULES), and single values can be cut or
@@ -264,15 +266,19 @@ def schedule(
     for k, vs in at_source.items():
         for v in vs:  # (v keeps its reason: its other readers load it)
             reason[k] += f"; stores {v.shape} from inside its loops, {reason[id(v)]}"
-    stored = {}
     if "stored_by_readers" not in disabled:
-        busy = moved | pinned
-        stored = _stored_by_readers(graph, reason, claimed, extra, merged, busy, held, s.reused)
-    if stored:
-        items = _items(graph, reason, claimed, extra, at_source, merged, moved, held, stored)
-        order = _in_dependency_order(items, strict=False)
-        if order is not None:
-            return _with_notes(order, s.notes)
+        tried: list[dict] = []
+        for most in (None, 1):  # as many values a kernel as it reads, else one (a cycle)
+            stored = _stored_by_readers(
+                graph, reason, claimed, extra, merged, moved, held, s.reused, pinned, most
+            )
+            if not stored or stored in tried:
+                break
+            tried.append(stored)
+            items = _items(graph, reason, claimed, extra, at_source, merged, moved, held, stored)
+            order = _in_dependency_order(items, strict=False)
+            if order is not None:
+                return _with_notes(order, s.notes)
     items = _items(graph, reason, claimed, extra, at_source, merged, moved, held, {})
     return _with_notes(_in_dependency_order(items) if merged or moved else items, s.notes)
 
@@ -549,14 +555,21 @@ def _items(graph, reason, claimed, extra, at_source, merged, moved, held, stored
     return items
 
 
-def _stored_by_readers(graph, reason, claimed, extra, merged, moved, held, reused):
+def _stored_by_readers(
+    graph, reason, claimed, extra, merged, moved, held, reused, pinned=frozenset(), most=None
+):
     """Rule 9: an elementwise value V stored for its readers (rule 4: a sigmoid's exp,
     which the sigmoid and its gradient both read) is computed and stored by the first
     kernel that reads it, when that kernel is elementwise at V's shape and reads V at its
     own coordinates: one launch and one read of V go away, and V's other readers load it
     after that kernel. Neither kernel may hold a reduction, a gather or a scatter, or extra
-    outputs (rules 7 and 8), and each kernel stores at most one such value more; the
-    caller keeps the schedule without the rule if it makes a cycle among the kernels.
+    outputs (rules 7 and 8), a value cut on request is not moved, and each kernel stores at
+    most `most` such values more. None: every one it qualifies for, and a value moved
+    takes the values its kernel stores along (a sigmoid stored with its exp goes, exp and
+    all, into the LSTM cell state's kernel, a copy that `materialize` made, which reads
+    it); 1: one, and a kernel that stores one is not moved itself. The caller schedules
+    with None, then 1, then without the rule, while the moves make a cycle among the
+    kernels.
     Returns V's id -> the reader kernel's root id."""
     if not reused:  # (the usual case: no kernel of its own to look at)
         return {}
@@ -574,28 +587,39 @@ def _stored_by_readers(graph, reason, claimed, extra, merged, moved, held, reuse
     for k in [k for k in kernels if k in busy]:
         del kernels[k]
 
-    def plain(k: int) -> bool:
+    def plain(k: int, reader: bool = False) -> bool:
+        """No reduction, gather, scatter or copy inside; a reader's root may be a copy (a
+        value `materialize`d: `contiguous()` at its own coordinates)."""
         if k not in kernels or k in claimed:
             return False
-        return not any(x.op in REDUCE or x.op in _OWN_KERNEL for x in kernels[k][1])
+        body = kernels[k][1]
+        if reader and body and body[-1].op is Ops.CONTIGUOUS and id(body[-1]) == k:
+            body = body[:-1]
+        return not any(x.op in REDUCE or x.op in _OWN_KERNEL for x in body)
 
     stored: dict[int, int] = {}
-    taken: set[int] = set()  # kernels that store a value more already
+    taken: dict[int, int] = {}  # kernel -> the values more it stores
     for m in graph:
         km = id(m)
-        if km not in reused or not plain(km) or km in stored or km in taken:
-            continue  # (a kernel that stores a value more is not moved itself)
+        if km not in reused or not plain(km) or km in stored or km in pinned:
+            continue
+        if most is not None and km in taken:  # (one a kernel: not moved itself)
+            continue
         if m.dtype.is_half:  # its reader would use it unrounded, its other readers rounded
             continue
         first = min(readers.get(km, ()), key=position.__getitem__, default=None)
-        if first is None or first in taken or first in stored or not plain(first):
+        if first is None or first in stored or not plain(first, reader=True):
+            continue
+        if most is not None and taken.get(first, 0) >= most:
             continue
         n = graph[position[first]]
-        if n.shape != m.shape or n.op not in _SAME_COORDS:
+        if n.shape != m.shape or n.op not in _SAME_COORDS and n.op is not Ops.CONTIGUOUS:
             continue
         if _reads_at_own_coordinates(kernels[first][1], m, n.shape):
-            stored[km] = first
-            taken.add(first)
+            stored[km] = first  # (with the values m's kernel stores: read at m's coordinates)
+            for v in [v for v, k in stored.items() if k == km]:
+                stored[v] = first
+            taken[first] = taken.get(first, 0) + taken.pop(km, 0) + 1
     return stored
 
 
@@ -649,12 +673,13 @@ def _padded_pieces(loads: list[Node], body: list[Node]) -> int:
 
 
 def _reads_at_own_coordinates(body: list[Node], m: Node, shape) -> bool:
-    """Every node of `body` that depends on m is elementwise and of `shape`, so the kernel
-    reads m at its own coordinates (and can take m's value from the same loop nest)."""
+    """Every node of `body` that depends on m is elementwise (or a copy: a kernel's root
+    that `materialize` made) and of `shape`, so the kernel reads m at its own coordinates
+    (and can take m's value from the same loop nest)."""
     reaches = {id(m)}
     for x in body:
         if any(id(s) in reaches for s in x.srcs):
-            if x.op not in _SAME_COORDS or x.shape != shape:
+            if x.op not in _SAME_COORDS and x.op is not Ops.CONTIGUOUS or x.shape != shape:
                 return False
             reaches.add(id(x))
     return True

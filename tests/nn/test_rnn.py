@@ -296,8 +296,9 @@ def distinct_kernels(steps: int) -> int:
 def test_the_time_steps_share_their_kernels():
     # a step reads its row through a data index: 3x the steps, not 3x the kernels (what
     # differs is what has the steps in its shape: the stacks of the steps' gradients, each
-    # a kernel of its own past AT_SOURCE_MAX_PIECES pieces, and the sums over them)
-    assert distinct_kernels(24) <= distinct_kernels(8) + 4
+    # a kernel of its own past AT_SOURCE_MAX_PIECES pieces, and the sums over them; and
+    # where the longer backward chain is cut at 500 ops, the kernel beside the cut)
+    assert distinct_kernels(24) <= distinct_kernels(8) + 5
 
 
 def test_dropout_acts_between_layers_in_training_only():

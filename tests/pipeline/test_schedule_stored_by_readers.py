@@ -1,6 +1,8 @@
 """Rule 9 (pipeline/schedule.py, `_stored_by_readers`): an elementwise value stored for its
 readers (rule 4) is computed and stored by the first kernel that reads it, where that
-kernel is elementwise at its shape and reads it at its own coordinates.
+kernel is elementwise at its shape (or a copy `materialize` made) and reads it at its own
+coordinates; a kernel stores as many such values as qualify, a value moving with the ones
+its own kernel stored.
 
 A sigmoid computes exp(-|x|) once, stores it for its gradient and divides by it: with the
 rule that is one forward kernel, not two. Kernel counts are pinned, and every value and
@@ -97,6 +99,32 @@ def test_an_lstm_step_has_fewer_kernels_and_the_same_values(monkeypatch):
     for a, b in zip(with_rule[1], without[1]):
         np.testing.assert_array_equal(a, b)
     assert with_rule[2] < without[2] * 0.85, (with_rule[2], without[2])
+
+
+def test_an_lstm_time_step_is_three_kernels_that_store_what_the_backward_reads():
+    # the gates' product; the cell state's copy (`materialize`), which reads the input,
+    # forget and cell gates and stores them (and each sigmoid's exp) for the backward; the
+    # hidden state's, which stores the output gate and tanh(c)
+    steps = 4
+    fg.manual_seed(0)
+    rnn = nn.LSTM(12, 20)
+    x = fg.tensor(np.random.default_rng(1).random((steps, 3, 12)).astype(np.float32))
+    h, _ = rnn(x)
+    (h * h).sum().backward()
+    ks = fg.kernels(*[p.grad for p in rnn.parameters()])
+    lstm = [k for k in ks if k.reason.startswith("LSTM")]
+    assert [k.reason.split(";")[0] for k in lstm] == steps * [
+        "LSTM gates",
+        "LSTM cell state",
+        "LSTM hidden state",
+    ]
+    for k in lstm[1:]:  # (the first step's cell state reads a zero state: less to store)
+        if k.reason.startswith("LSTM cell state"):
+            assert len(k.outputs) >= 6, k.reason
+        elif k.reason.startswith("LSTM hidden state"):
+            assert len(k.outputs) >= 4, k.reason
+    grads = [p.grad.numpy() for p in rnn.parameters()]
+    assert all(np.all(np.isfinite(g)) for g in grads)
 
 
 def test_a_value_read_first_by_a_reduction_keeps_its_own_kernel():
