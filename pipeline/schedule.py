@@ -598,7 +598,8 @@ def _stored_by_readers(
         return not any(x.op in REDUCE or x.op in _OWN_KERNEL for x in body)
 
     stored: dict[int, int] = {}
-    taken: dict[int, int] = {}  # kernel -> the values more it stores
+    taken: dict[int, int] = {}  # kernel -> how many values more it stores
+    holds: dict[int, list[int]] = {}  # kernel -> the values more it stores
     for m in graph:
         km = id(m)
         if km not in reused or not plain(km) or km in stored or km in pinned:
@@ -617,9 +618,12 @@ def _stored_by_readers(
             continue
         if _reads_at_own_coordinates(kernels[first][1], m, n.shape):
             stored[km] = first  # (with the values m's kernel stores: read at m's coordinates)
-            for v in [v for v, k in stored.items() if k == km]:
+            carried = holds.pop(km, [])
+            for v in carried:
                 stored[v] = first
-            taken[first] = taken.get(first, 0) + taken.pop(km, 0) + 1
+            holds.setdefault(first, []).extend([km, *carried])
+            taken[first] = taken.get(first, 0) + len(carried) + 1
+            taken.pop(km, None)
     return stored
 
 
