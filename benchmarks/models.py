@@ -28,7 +28,8 @@ a 95% bootstrap interval (below 1: fusegrad is faster).
 
 The first step (without `--no-first`): each system's first step in a fresh process (the
 model built, then one step timed), fusegrad's with an empty `FUSEGRAD_CACHE` ("cold")
-and again on the folder it filled ("warm", the disk cache only), with the kernels
+and again on the folder it filled ("warm", the disk cache only: the median of
+`WARM_RUNS` processes, and its ratio to the plain loop's steady step), with the kernels
 compiled and the CPU time of the process and its compile children. The cold process goes
 on for `AFTER_FIRST` more steps, untimed, so that the folder holds what a run of the
 training loop leaves there: its plans are tuned at their tenth run
@@ -289,8 +290,9 @@ def bootstrap(ratios: list[float], draws: int = 2000) -> tuple[float, float, flo
     return float(np.median(ratios)), meds[int(0.025 * draws)], meds[int(0.975 * draws) - 1]
 
 
-def steady(name: str, rounds: int, compiled: bool) -> None:
-    """Alternate the systems' steps in blocks and print each one's median and the ratios."""
+def steady(name: str, rounds: int, compiled: bool) -> float:
+    """Alternate the systems' steps in blocks and print each one's median and the ratios;
+    returns the plain loop's median step in seconds."""
     import fusegrad as fg
 
     model, batch, plain = fusegrad_step(name)
@@ -338,6 +340,7 @@ def steady(name: str, rounds: int, compiled: bool) -> None:
             print(f"  {k} / torch eager = {med:.2f} [{low:.2f}, {high:.2f}] (below 1: faster)")
     kernels = len(fg.kernels(next(iter(model.parameters()))))
     print(f"  kernels per fusegrad step: {kernels}")
+    return float(np.median([t for b in times["fusegrad plain"] for t in b]))
 
 
 FIRST = """
@@ -382,17 +385,26 @@ def first_step(name: str, system: str, cache: str, after: int = 0) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def first_steps(name: str) -> None:
+WARM_RUNS = 3  # warm first-step processes: a first step's fresh memory costs vary run to run
+
+
+def first_steps(name: str, steady_s: float | None = None) -> None:
+    """Print the cold first step and the median of `WARM_RUNS` warm ones, the latter also
+    over `steady_s` (the plain loop's steady step) where given."""
     with tempfile.TemporaryDirectory() as cache:
         cold = first_step(name, "fusegrad", cache, after=AFTER_FIRST)
-        warm = first_step(name, "fusegrad", cache)
+        warms = [first_step(name, "fusegrad", cache) for _ in range(WARM_RUNS)]
     print(
         f"  first step, fusegrad cold: {cold['first']:.2f} s ({cold['compiled']} kernels "
         f"compiled, CPU {cold['cpu']:.2f} s with its compilers)"
     )
+    warm = sorted(warms, key=lambda w: w["first"])[len(warms) // 2]
+    spread = ", ".join(f"{w['first']:.3f}" for w in warms)
+    over = f", {warm['first'] / steady_s:.1f}x the steady step" if steady_s else ""
     print(
-        f"  first step, fusegrad warm: {warm['first']:.2f} s ({warm['compiled']} compiled, "
-        f"{warm['disk']} from disk, {warm['plans']} plan(s) read from disk)"
+        f"  first step, fusegrad warm: {warm['first']:.3f} s (median of {spread}{over}; "
+        f"{warm['compiled']} compiled, {warm['disk']} from disk, {warm['plans']} plan(s) "
+        "read from disk)"
     )
     try:
         import torch  # noqa: F401
@@ -415,9 +427,9 @@ def main() -> None:
 
     print(f"CPU: {cpu_name()} | {source_version()} | load {load_average()}")
     for name in MODELS if args.model == "all" else (args.model,):
-        steady(name, 2 if args.quick else args.rounds, args.compile)
+        plain = steady(name, 2 if args.quick else args.rounds, args.compile)
         if not (args.no_first or args.quick):
-            first_steps(name)
+            first_steps(name, plain)
     print(f"load after: {load_average()}")
     _ = resource  # (the first-step processes read their own usage)
 

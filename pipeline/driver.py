@@ -32,7 +32,7 @@ from ..runtime.launch import runs_parallel
 from .layout import layout_for
 from .lower import record_steps
 from .plan import KernelRecord, Plan, Step, timed_copy
-from .schedule import ScheduleItem, schedule
+from .schedule import ScheduleItem, schedule, without_values
 
 
 def _log(msg: str) -> None:
@@ -99,7 +99,10 @@ def compile_plan(todo: list[Node], leaves: list[Node], has_value, device: str = 
         steps.append(Step(rec, extent, work, outs, [position[id(n)] for n in item.inputs], frees))
     plan = Plan(steps, [position[id(n)][1] for n in todo], slots, len(leaves), device)
     # kernels with a provisional tile are tuned once the plan has run a few times
-    plan.tune_items = {k: item for k, item in enumerate(items) if loops[k].tile_provisional}
+    # (copies that keep no value alive: `without_values`)
+    plan.tune_items = {
+        k: without_values(item) for k, item in enumerate(items) if loops[k].tile_provisional
+    }
     plan.tune_at = config.autotune_after if plan.tune_items else 0
     return finish_plan(plan)
 

@@ -92,6 +92,7 @@ from ..ir.macro import expand_all
 from ..ir.node import Node, toposort
 from ..ir.ops import ELEMENTWISE, LEAF, MOVEMENT, REDUCE, TRANSCENDENTAL, Ops
 from ..ir.sites import Site, site_of
+from ..ir.sites import note as note_site
 from ..runtime.backend_registry import HOST, get_backend
 from .layout import layout_for
 
@@ -199,6 +200,53 @@ class ScheduleItem:
             key = (s.code, s.line, s.label, s.role) if s is not None else None
             groups.setdefault(key, (s, []))[1].append(n.op.name)
         return list(groups.values())
+
+
+def without_values(item: ScheduleItem) -> ScheduleItem:
+    """A copy of `item` over nodes of its own that hold no value: each input a `BUFFER`
+    node without a buffer (its shape, dtype and device), each node computed inside a copy
+    over those, noted at its original's user line. What a plan keeps to lower a kernel
+    again later (`Plan.tune_items`: its tile tuned at the plan's tenth run) must not keep
+    the graph it was scheduled from alive: that graph holds the step's inputs, the
+    parameters' old values and every value computed before it, and a plan run fewer
+    times than that (a batch size seen once) would hold them for as long as it is cached."""
+    new: dict[int, Node] = {}
+    for n in item.inputs:
+        new[id(n)] = _node_copy(n, Ops.BUFFER, (), None)
+
+    def copy(start: Node) -> Node:
+        stack = [start]
+        while stack:
+            n = stack[-1]
+            if id(n) in new:
+                stack.pop()
+                continue
+            waiting = [x for x in n.srcs if id(x) not in new]
+            if waiting:
+                stack.extend(waiting)
+                continue
+            stack.pop()
+            c = new[id(n)] = _node_copy(n, n.op, tuple(new[id(x)] for x in n.srcs), n.arg)
+            site = site_of(n)
+            if site is not None:
+                note_site(c, site)
+        return new[id(start)]
+
+    return ScheduleItem(
+        copy(item.root),
+        copy(item.reduce) if item.reduce is not None else None,
+        item.reason,
+        [new[id(n)] for n in item.inputs],
+        [copy(n) for n in item.nodes],
+        [copy(n) for n in item.extra],
+        [copy(n) for n in item.at_source],
+    )
+
+
+def _node_copy(n: Node, op: Ops, srcs: tuple, arg) -> Node:
+    c = object.__new__(Node)  # (not `make`'s: a node of its own, equal to no other)
+    c.op, c.srcs, c.arg, c.shape, c.dtype, c.device = op, srcs, arg, n.shape, n.dtype, n.device
+    return c
 
 
 def is_squeeze(n: Node) -> bool:

@@ -486,6 +486,35 @@ def test_a_new_plan_waits_for_no_timing_and_is_tuned_once_it_has_run_enough(tmp_
     assert engine.stats["scheduled"] >= 1
 
 
+def test_a_plan_waiting_to_be_tuned_keeps_no_value_alive_and_its_tuned_kernel_its_lines(
+    tmp_path,
+):
+    """What a plan keeps to lower a kernel again at its n-th run (`Plan.tune_items`) is a
+    copy of the schedule item without values: a batch of a size seen once is freed with its
+    tensor, though its plan stays cached (a sweep over batch sizes held every batch and
+    every old parameter before); tuned later, the kernel still names the user's line."""
+    import weakref
+
+    a, b = special(104, 384), special(384, 128)  # a size no other test builds: a new plan
+    with tuned_after(3, tmp_path):
+        ta, tb = fg.tensor(a), fg.tensor(b)
+        gone = weakref.ref(ta.node.arg)  # the buffer holding a's values
+        y = ta @ tb  # (the line the kernel names)
+        first = fg.kernels(y)[0]
+        assert first.loop.tile_provisional
+        y.numpy()
+        del ta, y
+        assert gone() is None  # the cached plan keeps no input
+        tc = fg.tensor(a)
+        for _ in range(3):
+            y = tc @ tb  # (the line the kernel names)
+            y.numpy()
+        tuned = fg.kernels(y)[0]
+    assert not tuned.loop.tile_provisional
+    assert any("test_autotune.py" in line for line in tuned.lines), tuned.lines
+    np.testing.assert_allclose(y.numpy(), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
 def test_a_step_under_jit_is_tuned_in_place_too(tmp_path):
     """A jitted step replays its plans through the engine: they are counted and tuned as
     in the plain loop, and the replay picks the tuned kernels up."""
