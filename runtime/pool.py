@@ -66,11 +66,6 @@ CHUNK_MIN_WORK = 1 << 14
 # and at most this many (where a row of the loop is shorter), so that a cancelled run
 # stops within a few milliseconds even when 1/CHUNKS_PER_THREAD of its loop takes seconds
 CHUNK_MAX_WORK = 1 << 24
-# near the end of a loop the chunks shrink, so that the threads finish together: a claim
-# takes at most 1 / (TAIL_PARTS_PER_THREAD * threads) of what is left (but never less
-# than its least), so the last eighth of a loop goes in ever smaller chunks instead of a
-# whole chunk that one thread runs while the others wait
-TAIL_PARTS_PER_THREAD = 4
 CALLER_SPINS = 4000  # pauses the caller spins waiting for a worker before it yields
 
 
@@ -104,17 +99,26 @@ def available() -> bool:
 
 
 def claim_loop_ir(
-    p: str, counter: str, extent, least, most, n, call: str, done: str, cancel: str
+    p: str, counter: str, extent, least, most, n, call: str, done: str, cancel: str, tid
 ) -> list[str]:
     """Blocks {p}claim, {p}size and {p}run, for `n` threads sharing a loop of `extent`:
-    claim iterations from the shared counter at `counter`, about CHUNKS_PER_THREAD chunks
-    per thread but at least `least` (>= 1) and at most `most` (>= least) each, and near
-    the end 1 / (TAIL_PARTS_PER_THREAD * n) of what is left but at least `least` (a
-    chunk's size depends only on where it starts, so the chunks are the same whichever
-    thread claims them); run each (`call`: the call's text, with `{}` where the chunk's
-    start and end go), and branch to `done` once none is left, or before a claim once
-    the word at `cancel` is nonzero. Shared by the pool's launches and the programs'
-    kernels (runtime/program.py)."""
+    cut the loop into chunks of one size, about CHUNKS_PER_THREAD per thread but at least
+    `least` (>= 1) and at most `most` (>= least) iterations each, the last cut at the
+    loop's end; claim them from the shared counter at `counter`, run each (`call`: the
+    call's text, with `{}` where the chunk's start and end go), and branch to `done` once
+    none is left, or before a claim once the word at `cancel` is nonzero. Shared by the
+    pool's launches and the programs' kernels (runtime/program.py).
+
+    Threads of even id (`tid`) claim chunks from the loop's start, odd ones from its end:
+    the counter word holds how many each end has given, the front's in its low half and
+    the back's in its high half, claimed by compare-and-swap. With two threads each takes
+    the same end of a loop run after run, so a kernel run over and over (a recurrent
+    cell's product, every time step) and the kernels that read what it wrote find their
+    half in their core's own cache; from one counter, whoever came first, the halves
+    changed hands from run to run. Where the threads meet depends on their speeds, but
+    the chunks do not: they are the same whichever thread runs them, and so is every
+    value a kernel computes (its tiles and its sums' order follow the chunks). A loop of
+    2^31 chunks or more is claimed from the front only (the whole word counts them)."""
     return [
         f"  %{p}parts = mul i64 {n}, {CHUNKS_PER_THREAD}",
         f"  %{p}c0 = udiv i64 {extent}, %{p}parts",
@@ -122,6 +126,13 @@ def claim_loop_ir(
         f"  %{p}c1 = select i1 %{p}big, i64 %{p}c0, i64 {least}",
         f"  %{p}huge = icmp ugt i64 %{p}c1, {most}",
         f"  %{p}chunk = select i1 %{p}huge, i64 {most}, i64 %{p}c1",
+        f"  %{p}k0 = add i64 {extent}, %{p}chunk",
+        f"  %{p}k1 = sub i64 %{p}k0, 1",
+        f"  %{p}chunks = udiv i64 %{p}k1, %{p}chunk",
+        f"  %{p}halves = icmp ult i64 %{p}chunks, 2147483648",
+        f"  %{p}odd = trunc i64 {tid} to i1",
+        f"  %{p}back = and i1 %{p}odd, %{p}halves",
+        f"  %{p}inc = select i1 %{p}back, i64 4294967296, i64 1",
         f"  br label %{p}claim",
         f"{p}claim:",
         f"  %{p}stop = load atomic i64, ptr {cancel} monotonic, align 8",
@@ -132,25 +143,28 @@ def claim_loop_ir(
         f"  br label %{p}try",
         f"{p}try:",
         f"  %{p}s = phi i64 [%{p}s0, %{p}load], [%{p}seen, %{p}size]",
-        f"  %{p}left = icmp slt i64 %{p}s, {extent}",
+        f"  %{p}lo32 = and i64 %{p}s, 4294967295",
+        f"  %{p}hi32 = lshr i64 %{p}s, 32",
+        f"  %{p}f = select i1 %{p}halves, i64 %{p}lo32, i64 %{p}s",
+        f"  %{p}b = select i1 %{p}halves, i64 %{p}hi32, i64 0",
+        f"  %{p}used = add i64 %{p}f, %{p}b",
+        f"  %{p}left = icmp ult i64 %{p}used, %{p}chunks",
         f"  br i1 %{p}left, label %{p}size, label %{done}",
         f"{p}size:",
-        f"  %{p}rest = sub i64 {extent}, %{p}s",
-        f"  %{p}tparts = mul i64 {n}, {TAIL_PARTS_PER_THREAD}",
-        f"  %{p}t0 = udiv i64 %{p}rest, %{p}tparts",
-        f"  %{p}tbig = icmp ugt i64 %{p}t0, {least}",
-        f"  %{p}t = select i1 %{p}tbig, i64 %{p}t0, i64 {least}",
-        f"  %{p}tsmall = icmp ult i64 %{p}t, %{p}chunk",
-        f"  %{p}take = select i1 %{p}tsmall, i64 %{p}t, i64 %{p}chunk",
-        f"  %{p}e0 = add i64 %{p}s, %{p}take",
-        f"  %{p}pair = cmpxchg ptr {counter}, i64 %{p}s, i64 %{p}e0 monotonic monotonic",
+        f"  %{p}s1 = add i64 %{p}s, %{p}inc",
+        f"  %{p}pair = cmpxchg ptr {counter}, i64 %{p}s, i64 %{p}s1 monotonic monotonic",
         f"  %{p}seen = extractvalue {{ i64, i1 }} %{p}pair, 0",
         f"  %{p}won = extractvalue {{ i64, i1 }} %{p}pair, 1",
         f"  br i1 %{p}won, label %{p}run, label %{p}try",
         f"{p}run:",
-        f"  %{p}over = icmp sgt i64 %{p}e0, {extent}",
-        f"  %{p}e = select i1 %{p}over, i64 {extent}, i64 %{p}e0",
-        "  " + call.format(f"%{p}s", f"%{p}e"),
+        f"  %{p}last = sub i64 %{p}chunks, 1",
+        f"  %{p}fromback = sub i64 %{p}last, %{p}b",
+        f"  %{p}idx = select i1 %{p}back, i64 %{p}fromback, i64 %{p}f",
+        f"  %{p}lo = mul i64 %{p}idx, %{p}chunk",
+        f"  %{p}hi0 = add i64 %{p}lo, %{p}chunk",
+        f"  %{p}over = icmp ugt i64 %{p}hi0, {extent}",
+        f"  %{p}hi = select i1 %{p}over, i64 {extent}, i64 %{p}hi0",
+        "  " + call.format(f"%{p}lo", f"%{p}hi"),
         f"  br label %{p}claim",
     ]
 
@@ -178,7 +192,9 @@ def render() -> str:
     signature = ", ".join(["i64"] * (MAX_ARGS + 2))  # fn(start, end, a0, ..., a61)
     arguments = ", ".join(f"i64 %a{k}" for k in range(MAX_ARGS))
     call = f"call void ({signature}) %fn(i64 {{}}, i64 {{}}, {arguments})"
-    chunks = claim_loop_ir("c.", "%next", "%ext", "%least", "%most", "%n", call, "done", "%cancel")
+    chunks = claim_loop_ir(
+        "c.", "%next", "%ext", "%least", "%most", "%n", call, "done", "%cancel", "%tid"
+    )
     body = _template().substitute(
         {name: word for name, word in vars(Layout).items() if name.isupper()},
         SLOT_SLEEPING=Layout.SLOTS + Layout.SLEEPING,

@@ -86,7 +86,7 @@ def render_program(steps: list[tuple[int, int, list[int]]], name: str) -> str:
         lines += [
             f"run{a}:",
             f"  call void @fg_step_{a}(ptr %bufs, ptr %fns, i64 %j, ptr %bar, ptr %own, i64 %n, "
-            "i64 %last.tid, i1 %is0, ptr %cancel, ptr %row)",
+            "i64 %last.tid, i1 %is0, ptr %cancel, ptr %row, i64 %tid)",
             "  br label %called",
         ]
     # from step `alone` on, thread 0 runs every kernel by itself: the other threads leave
@@ -174,7 +174,7 @@ def counter_words(steps: list[tuple[int, int, list[int]]]) -> int:
 
 
 def _step_function(arity: int) -> list[str]:
-    """fg_step_{arity}(bufs, fns, j, bar, own, n, last tid, is thread 0, cancel, row): run
+    """fg_step_{arity}(bufs, fns, j, bar, own, n, last tid, is thread 0, cancel, row, tid): run
     kernel j (of `arity` parameters) as its table row says.
 
     A parallel kernel's loop runs in chunks each thread claims from a shared counter (the
@@ -190,7 +190,7 @@ def _step_function(arity: int) -> list[str]:
     an empty range)."""
     lines = [
         f"define internal void @fg_step_{arity}(ptr %bufs, ptr %fns, i64 %j, ptr %bar, "
-        "ptr %own, i64 %n, i64 %last.tid, i1 %is0, ptr %cancel, ptr %row) nounwind {",
+        "ptr %own, i64 %n, i64 %last.tid, i1 %is0, ptr %cancel, ptr %row, i64 %tid) nounwind {",
         "entry:",
         "  %fn.at = getelementptr inbounds ptr, ptr %fns, i64 %j",
         "  %fn = load ptr, ptr %fn.at",
@@ -229,7 +229,9 @@ def _step_function(arity: int) -> list[str]:
         "  %one = icmp eq i64 %n, 1",
         "  store i64 0, ptr %own",
         "  %from = select i1 %one, ptr %own, ptr %next",
-        *claim_loop_ir("c.", "%from", "%extent", "%least", "%most", "%n", call, "done", "%cancel"),
+        *claim_loop_ir(
+            "c.", "%from", "%extent", "%least", "%most", "%n", call, "done", "%cancel", "%tid"
+        ),
         "done:",
         "  br i1 %one, label %ran, label %count",
         "count:",

@@ -495,7 +495,7 @@ def test_a_plan_waiting_to_be_tuned_keeps_no_value_alive_and_its_tuned_kernel_it
     every old parameter before); tuned later, the kernel still names the user's line."""
     import weakref
 
-    a, b = special(104, 384), special(384, 128)  # a size no other test builds: a new plan
+    a, b = special(120, 448), special(448, 136)  # a size no other test builds: a new plan
     with tuned_after(3, tmp_path):
         ta, tb = fg.tensor(a), fg.tensor(b)
         gone = weakref.ref(ta.node.arg)  # the buffer holding a's values

@@ -42,6 +42,34 @@ def recorder():
     yield kernel.address  # held meanwhile: its machine code lives as long as the kernel
 
 
+# as RECORDER, and at out[4097 + start] the chunk's place in the order of the claims (a
+# counter at out[2 * 4097], bumped atomically by each call): for loops of 4096 at most
+ORDERED_RECORDER = """\
+define void @test_pool_ordered(i64 %start, i64 %end, ptr %out) nounwind {
+entry:
+  %empty = icmp sge i64 %start, %end
+  br i1 %empty, label %done, label %write
+write:
+  %at = getelementptr inbounds i64, ptr %out, i64 %start
+  store i64 %end, ptr %at
+  %count = getelementptr inbounds i64, ptr %out, i64 8194
+  %k = atomicrmw add ptr %count, i64 1 seq_cst
+  %place = add i64 %start, 4097
+  %at2 = getelementptr inbounds i64, ptr %out, i64 %place
+  store i64 %k, ptr %at2
+  br label %done
+done:
+  ret void
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def ordered_recorder():
+    kernel = compile_kernel(ORDERED_RECORDER, "test_pool_ordered", 1)
+    yield kernel.address
+
+
 @pytest.fixture
 def new_pool():
     """A pool of the test's own, closed after it (its workers return and end)."""
@@ -88,28 +116,46 @@ def test_the_chunks_cover_the_loop_once(recorder, shared_pool, extent, threads, 
 
 
 def chunks(extent: int, threads: int, least: int = 1) -> list[tuple[int, int]]:
-    """The chunks the pool's threads claim: about CHUNKS_PER_THREAD each but at least
-    `least` iterations; near the end at most 1 / (TAIL_PARTS_PER_THREAD * threads) of
-    what is left (but at least `least`), the last cut at the loop's end."""
+    """The chunks the pool's threads claim, whichever claims which: one size, about
+    CHUNKS_PER_THREAD a thread but at least `least` iterations, the last cut at the
+    loop's end."""
     size = max(1, least, extent // (threads * native.CHUNKS_PER_THREAD))
-    out, s = [], 0
-    while s < extent:
-        take = min(size, max(least, (extent - s) // (native.TAIL_PARTS_PER_THREAD * threads)))
-        out.append((s, min(s + take, extent)))
-        s += take
-    return out
+    return [(s, min(s + size, extent)) for s in range(0, extent, size)]
 
 
-def test_the_chunks_shrink_near_the_end_of_a_long_loop(recorder, shared_pool):
-    """The last part of a loop goes in ever smaller chunks, down to `least`, so no thread
-    is left running a whole chunk while the others wait (a row sum of 4096 rows)."""
-    out = np.full(4097, -1, dtype=np.int64)
-    assert shared_pool.run(recorder, 2, 4096, [out.ctypes.data], 4)
-    got = slices_run(out, 4096)
-    sizes = [e - s for s, e in got]
-    assert sizes[0] == 4096 // (2 * native.CHUNKS_PER_THREAD)
-    assert sizes[-1] <= 4 and sorted(sizes, reverse=True) == sizes
-    assert got[0][0] == 0 and got[-1][1] == 4096
+def test_two_threads_claim_from_both_ends(ordered_recorder, shared_pool):
+    """Thread 0 claims chunks from the loop's start onwards, thread 1 from its end
+    backwards: in the order they were claimed, the chunks below where they met run
+    upwards and those above it downwards; the chunks are the same in every run,
+    wherever the threads met; in some of the runs thread 1 takes part (its worker was
+    awake in time)."""
+    from_the_end = 0
+    for _ in range(20):
+        out = np.full(2 * 4097 + 1, -1, dtype=np.int64)
+        assert shared_pool.run(ordered_recorder, 2, 4096, [out.ctypes.data], 1)
+        got = slices_run(out, 4096)
+        assert got == chunks(4096, 2)
+        order = [int(out[4097 + s]) for s, _ in got]  # when each chunk was claimed
+        meet = order.index(max(order))  # the chunk claimed last lies where they met
+        assert order[:meet] == sorted(order[:meet])
+        assert order[meet:] == sorted(order[meet:], reverse=True)
+        from_the_end += meet < len(got) - 1
+    assert from_the_end > 0
+
+
+def test_a_plan_computes_the_same_bits_every_run_on_two_threads():
+    """The chunks do not depend on where the threads met, so neither do the tiles nor the
+    order of any sum: a parallel product's and row sum's values are the same bits run
+    after run (a near-cancelling float32 dot drew a different rounding when the chunks
+    followed the threads' timing)."""
+    import fusegrad as fg
+
+    rng = np.random.default_rng(5)
+    a = fg.tensor(rng.standard_normal((520, 256)).astype(np.float32))
+    b = fg.tensor(rng.standard_normal((256, 264)).astype(np.float32))
+    with fg.config.override(threads=2):
+        runs = {(((a @ b) * 0.5).sum(1) - (a * a).sum(1)).numpy().tobytes() for _ in range(30)}
+    assert len(runs) == 1
 
 
 def test_a_program_is_called_with_its_thread_id_and_count(recorder, new_pool):
