@@ -119,10 +119,14 @@ def test_two_threads_claim_from_both_ends(ordered_recorder, shared_pool):
     backwards: in the order they were claimed, the chunks below where they met run
     upwards and those above it downwards; the chunks are the same in every run,
     wherever the threads met; in some of the runs thread 1 takes part (its worker was
-    awake in time)."""
-    from_the_end = 0
-    for _ in range(20):
+    awake in time: woken ahead of each run, and runs are made until it took part, or
+    for a few seconds, on a machine too busy to wake it at once)."""
+    from_the_end, deadline = 0, time.monotonic() + 10
+    for k in range(2000):
+        if k >= 20 and (from_the_end or time.monotonic() > deadline):
+            break
         out = np.full(2 * 4097 + 1, -1, dtype=np.int64)
+        shared_pool.prewake(2)
         assert shared_pool.run(ordered_recorder, 2, 4096, [out.ctypes.data], 1)
         got = slices_run(out, 4096)
         assert got == chunks(4096, 2)
