@@ -48,7 +48,7 @@ from . import compiler, item_cache
 from .compiler import _read_cached, _seal, entry_path, write_atomic
 from .plan import KernelRecord, Plan, Step
 
-FORMAT = "plan-cache 2"  # 2: shapes spelled as one word, records shared, the scratch layout
+FORMAT = "plan-cache 2"
 _PLAIN = frozenset((type(None), bool, int, float, str))
 # settings that report, bound a cache or say where it is: they never change a plan
 _NOT_IN_KEY = frozenset(
@@ -179,12 +179,12 @@ def store(disk_key: str, plan: Plan) -> None:
         record = {f.name: getattr(s.record, f.name) for f in fields(KernelRecord)}
         for name in _PER_RUN:
             record.pop(name)
-        # one object for equal records, pickled once: a recurrence's thousands of steps
-        # have a few dozen different records (an LSTM step's 2,284: 129)
         steps.append((kernels[id(loop)], record, s.extent, s.work, s.outs, s.inputs, s.frees))
     entry = (loops, steps, plan.outputs, plan.slots, plan.nleaves, plan.device)
     entry += (plan.scratch_layout,)  # (the backend's, where it made one: not made again)
     try:
+        # one object for equal records, pickled once: a recurrence's thousands of steps
+        # have a few dozen different records (an LSTM language model's 2,284: 129)
         for i, (k, record, *rest) in enumerate(steps):
             shared = records.setdefault(pickle.dumps(record, pickle.HIGHEST_PROTOCOL), record)
             steps[i] = (k, shared, *rest)

@@ -646,23 +646,22 @@ def _stored_by_readers(
         return not any(x.op in REDUCE or x.op in _OWN_KERNEL for x in body)
 
     stored: dict[int, int] = {}
-    taken: dict[int, int] = {}  # kernel -> how many values more it stores
     holds: dict[int, list[int]] = {}  # kernel -> the values more it stores
     for m in graph:
         km = id(m)
         if km not in reused or not plain(km) or km in stored or km in pinned:
             continue
-        if most is not None and km in taken:  # (one a kernel: not moved itself)
+        if most is not None and km in holds:  # (one a kernel: not moved itself)
             continue
         if m.dtype.is_half:  # its reader would use it unrounded, its other readers rounded
             continue
         first = min(readers.get(km, ()), key=position.__getitem__, default=None)
         if first is None or first in stored or not plain(first, reader=True):
             continue
-        if most is not None and taken.get(first, 0) >= most:
+        if most is not None and len(holds.get(first, ())) >= most:
             continue
         n = graph[position[first]]
-        if n.shape != m.shape or n.op not in _SAME_COORDS and n.op is not Ops.CONTIGUOUS:
+        if n.shape != m.shape or n.op not in _READS_IN_PLACE:
             continue
         if _reads_at_own_coordinates(kernels[first][1], m, n.shape):
             stored[km] = first  # (with the values m's kernel stores: read at m's coordinates)
@@ -670,8 +669,6 @@ def _stored_by_readers(
             for v in carried:
                 stored[v] = first
             holds.setdefault(first, []).extend([km, *carried])
-            taken[first] = taken.get(first, 0) + len(carried) + 1
-            taken.pop(km, None)
     return stored
 
 
@@ -693,6 +690,9 @@ def _computed_indices(graph: list[Node], held) -> set[int]:
 
 
 _SAME_COORDS = ELEMENTWISE | {Ops.DETACH}
+# what reads its sources at its own coordinates in a kernel's body: the above, and a copy
+# that is the kernel's root (a value `materialize`d: an LSTM's cell state)
+_READS_IN_PLACE = _SAME_COORDS | {Ops.CONTIGUOUS}
 _DATA_DEPENDENT = (Ops.GATHER, Ops.SCATTER_ADD)  # kernels of their own shape (no extras)
 _OWN_KERNEL = _DATA_DEPENDENT + (Ops.CONTIGUOUS,)  # never computed inside another kernel
 
@@ -731,7 +731,7 @@ def _reads_at_own_coordinates(body: list[Node], m: Node, shape) -> bool:
     reaches = {id(m)}
     for x in body:
         if any(id(s) in reaches for s in x.srcs):
-            if x.op not in _SAME_COORDS and x.op is not Ops.CONTIGUOUS or x.shape != shape:
+            if x.op not in _READS_IN_PLACE or x.shape != shape:
                 return False
             reaches.add(id(x))
     return True

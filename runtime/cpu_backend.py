@@ -56,14 +56,20 @@ def _build_program(plan: Plan) -> None:
     # values that die inside the program share one scratch allocation: slot -> offset
     returned = set(plan.outputs)
     plan.returned = [out for s in plan.steps for out in s.outs if out[0] in returned]
-    if plan.scratch_layout is None:
-        plan.scratch_layout = _scratch_layout(plan)
-    layout = plan.scratch_layout
+    layout = _layout_of(plan)
     scratch = [n + g for g, _, _ in layout]
     offsets = [offset for _, offset, _ in layout]
     size = arena_bytes(layout)
     plan.scratch = (np.array(scratch, dtype=np.int64), np.array(offsets, dtype=np.uint64), size)
     plan.program = program
+
+
+def _layout_of(plan: Plan) -> list[tuple[int, int, int]]:
+    """The plan's scratch layout, made once (`Plan.scratch_layout`: a plan read from disk
+    comes with it)."""
+    if plan.scratch_layout is None:
+        plan.scratch_layout = _scratch_layout(plan)
+    return plan.scratch_layout
 
 
 def _scratch_layout(plan: Plan) -> list[tuple[int, int, int]]:
@@ -263,8 +269,8 @@ class CpuBackend(Backend):
         return plan
 
     def store_plan(self, disk_key: str, plan: Plan) -> None:
-        if plan.scratch_layout is None and len(plan.steps) > 1:  # (kept with it on disk)
-            plan.scratch_layout = _scratch_layout(plan)
+        if len(plan.steps) > 1:  # (its scratch layout is kept with it on disk)
+            _layout_of(plan)
         plan_store.store(disk_key, plan)
 
     def alloc(self, size: int, dtype, device: str) -> Buffer:
@@ -426,7 +432,7 @@ class CpuBackend(Backend):
         ones once it is dead (`_scratch_layout`)."""
         if len(plan.steps) < 2 or not config.program:
             return None
-        return _scratch_layout(plan)
+        return _layout_of(plan)
 
     def first_touch(self, outs: list[Buffer]) -> None:
         for b in outs:

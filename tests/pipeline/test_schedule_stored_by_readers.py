@@ -127,6 +127,39 @@ def test_an_lstm_time_step_is_three_kernels_that_store_what_the_backward_reads()
     assert all(np.all(np.isfinite(g)) for g in grads)
 
 
+def test_an_lstm_at_special_points_has_the_values_and_gradients_of_the_schedule_without_it(
+    monkeypatch,
+):
+    # inputs at 0, -0, +-1 and near exp's overflow (+-88: saturated gates), an empty-ish
+    # state of zeros and a state at +-1: the gates the cell state's kernel now stores (and
+    # their exps) give the same bits, forward and backward, as their own kernels did
+    a = np.zeros((3, 2, 4), np.float32)
+    a[0] = [[0.0, -0.0, 1.0, -1.0], [88.0, -88.0, 0.5, -0.5]]
+    a[1] = [[1.0, 1.0, -1.0, -1.0], [0.0, 0.0, 0.0, 0.0]]
+    a[2] = [[-0.0, 88.0, -88.0, 2.0], [1e-30, -1e-30, 3.0, -3.0]]
+    h0 = np.array([[[0.0, -0.0, 1.0, -1.0, 0.25]] * 2], np.float32)
+    c0 = np.array([[[1.0, -1.0, 0.0, -0.0, 88.0]] * 2], np.float32)
+
+    def run():
+        fg.manual_seed(0)
+        rnn = nn.LSTM(4, 5)
+        x = fg.tensor(a, requires_grad=True)
+        h, c = fg.tensor(h0, requires_grad=True), fg.tensor(c0, requires_grad=True)
+        out, (hn, cn) = rnn(x, (h, c))
+        loss = (out * out).sum() + cn.sum() + hn.sum()
+        loss.backward()
+        grads = [x.grad, h.grad, c.grad, *[p.grad for p in rnn.parameters()]]
+        engine.realize([loss.node, *[g.node for g in grads]])
+        return [loss.numpy(), out.numpy(), *[g.numpy() for g in grads]]
+
+    with_rule = run()
+    without_rule_9(monkeypatch)
+    without = run()
+    for got, want in zip(with_rule, without, strict=True):
+        assert got.tobytes() == want.tobytes()
+    assert all(np.all(np.isfinite(v)) for v in with_rule)
+
+
 def test_a_value_read_first_by_a_reduction_keeps_its_own_kernel():
     # the exp is read first by a sum (not elementwise at its shape): no move
     a = f32(32, 40)
