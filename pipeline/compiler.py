@@ -3,7 +3,7 @@
 Source text goes through llvmlite's O3 pipeline (loop and SLP vectorization on,
 for the host CPU and its features) and is emitted as an object file, which an
 MCJIT engine loads. Object files are cached on disk under a key made of the
-source, llvmlite's and LLVM's versions and the host CPU, written atomically
+code, llvmlite's and LLVM's versions and the host CPU, written atomically
 (temporary file + rename), so a second process that builds the same kernels
 compiles nothing and concurrent processes cannot corrupt the cache.
 
@@ -15,6 +15,13 @@ batch: the kernels a new plan compiles (`batch()`), or one kernel alone. Every
 library is dropped, and its engine disposed of, only once nothing can call into it:
 not a cached plan (`config.plan_cache_size`), not a record a user kept. The engine is
 disposed of then, or at the next load if another thread is compiling.
+
+What is compiled is a kernel's code, not its name: its comment lines (the header that
+names its shapes) are dropped and its function is renamed after a hash of the rest
+(`code_of`), so two kernels that differ only in name compile once and share their
+machine code. A gather over 16 x 20 rows and one over 16 x 33 are such a pair: the rows
+are the parallel loop's range, an argument. Every cache below is keyed by that code;
+a `CompiledKernel` keeps its own name and source for what reports it.
 
 The memory cache (`config.kernel_cache_size` kernels, least recently used first)
 keeps object files, a few KB each, not loaded code: a kernel still loaded is found
@@ -42,6 +49,7 @@ import hashlib
 import mmap
 import os
 import pickle
+import re
 import select
 import signal
 import struct
@@ -315,6 +323,9 @@ class CompiledKernel:
     _texts: dict = field(default_factory=dict, repr=False)
     library: Library | None = field(default=None, repr=False, compare=False)
     opt: int = field(default=3, repr=False)  # the optimization level it was compiled at
+    # the symbol its machine code is loaded under (`code_of`): shared by the kernels whose
+    # code is the same
+    code_symbol: str = field(default="", repr=False, compare=False)
     language = "LLVM IR"  # what `source` is written in (KernelRecord.llvm_ir, cuda_c read it)
 
     @functools.cached_property
@@ -477,48 +488,90 @@ def compile_kernel(source: str, symbol: str, nparams: int, opt: int = 3) -> Comp
     return compile_kernels([(source, symbol, nparams, opt)])[0]
 
 
+_COMMENT_LINES = re.compile(r"^;.*\n?", re.MULTILINE)
+
+
+def code_of(source: str, symbol: str, opt: int) -> tuple[str, str]:
+    """What is compiled for `source`, which defines `symbol`, at level `opt`: the source
+    without its comment lines, the function renamed after a hash of the rest and the
+    level; and that name. Kernels that differ only in their names and headers get the
+    same code and name, so they are compiled and loaded once.
+
+    >>> body = "(i64 %start) {", "  ret void", "}"
+    >>> a = "\\n".join(["; kernel e_4x5", "define void @e_4x5_1" + body[0], *body[1:]])
+    >>> b = "\\n".join(["; kernel e_7x5", "define void @e_7x5_2" + body[0], *body[1:]])
+    >>> code_of(a, "e_4x5_1", 3) == code_of(b, "e_7x5_2", 3)
+    True
+    >>> code_of(a, "e_4x5_1", 3)[1] == code_of(a, "e_4x5_1", 2)[1]
+    False
+    """
+    start = 0  # (the header: comment and blank lines, skipped without the expression)
+    while source.startswith((";", "\n"), start):
+        start = source.find("\n", start) + 1 or len(source)
+    body = source[start:]
+    if "\n;" in body:  # comment lines further down
+        body = _COMMENT_LINES.sub("", body)
+    anonymous = body.replace(f"@{symbol}(", "@__fusegrad_code__(")
+    digest = hashlib.sha256(f"O{opt}\n{anonymous}".encode()).hexdigest()[:24]
+    code_symbol = f"fg_code_{digest}"
+    return anonymous.replace("@__fusegrad_code__(", f"@{code_symbol}("), code_symbol
+
+
 def compile_kernels(
     jobs: list[tuple[str, str, int, int]], made: dict[int, tuple[bytes, float]] | None = None
 ) -> list[CompiledKernel]:
     """Machine code for each (source, symbol, number of parameters, optimization level),
     from the caches where possible; those compiled anew are compiled side by side in
-    other processes (`_compile_objects`), then loaded here, one at a time. `made`: job
-    index -> (object file, seconds) of jobs compiled already (`new_object`, run side by
-    side with their lowering: `side_by_side`), saved and loaded as if compiled here."""
-    made_for = {jobs[i][1]: obj for i, obj in (made or {}).items()}
+    other processes (`_compile_objects`), then loaded here, one at a time. Jobs whose code
+    is the same (`code_of`) are compiled once. `made`: job index -> (object file,
+    seconds) of jobs compiled already (`new_object`, run side by side with their
+    lowering: `side_by_side`), saved and loaded as if compiled here."""
     out: list[CompiledKernel | None] = [None] * len(jobs)
     with _lock:
         _dispose_retired()
-        todo: dict[str, list[int]] = {}  # symbol -> the jobs that want it compiled
-        for i, (source, symbol, nparams, opt) in enumerate(jobs):
-            if symbol in todo:
-                todo[symbol].append(i)
+        todo: dict[str, list[int]] = {}  # code symbol -> the jobs that want it compiled
+        codes: dict[str, str] = {}  # code symbol -> its code
+        made_for: dict[str, tuple[bytes, float]] = {}  # code symbol -> its object, made
+        for i, (source, symbol, _, opt) in enumerate(jobs):
+            code, code_symbol = code_of(source, symbol, opt)
+            if made and i in made:
+                made_for[code_symbol] = made[i]
+            if code_symbol in todo:
+                todo[code_symbol].append(i)
                 continue
-            out[i] = _cached(source, symbol, nparams, opt)
+            out[i] = _cached(code, code_symbol, jobs[i])
             if out[i] is None:
-                todo[symbol] = [i]
-        firsts = [indices[0] for symbol, indices in todo.items() if symbol not in made_for]
-        compiled = iter(_compile_objects([(jobs[i][0], jobs[i][3]) for i in firsts]))
-        for symbol, indices in todo.items():
-            obj, seconds = made_for[symbol] if symbol in made_for else next(compiled)
+                todo[code_symbol] = [i]
+                codes[code_symbol] = code
+        firsts = [cs for cs in todo if cs not in made_for]
+        compiled = iter(_compile_objects([(codes[cs], jobs[todo[cs][0]][3]) for cs in firsts]))
+        for code_symbol, indices in todo.items():
+            obj, seconds = made_for[code_symbol] if code_symbol in made_for else next(compiled)
             source, symbol, nparams, opt = jobs[indices[0]]
-            _save_object(source, opt, obj)
+            _save_object(codes[code_symbol], opt, obj)
             stats["compiled"] += 1
             t0 = time.perf_counter()
             library = _library_for_load()
-            address = library.load(obj, symbol)
+            address = library.load(obj, code_symbol)
             if not address:
                 raise RuntimeError(f"kernel {symbol} did not load from its object file")
             seconds += time.perf_counter() - t0
-            first = CompiledKernel(
-                symbol, source, address, nparams, seconds, "compiled", {}, library, opt
-            )
-            _remember(symbol, obj)
-            out[indices[0]] = first
-            for i in indices[1:]:  # the same kernel twice in one batch: compiled once
-                stats["memory_hits"] += 1
+            _remember(code_symbol, obj)
+            for k, i in enumerate(indices):  # the same code twice in one batch: compiled once
+                source, symbol, nparams, opt = jobs[i]
+                if k:
+                    stats["memory_hits"] += 1
                 out[i] = CompiledKernel(
-                    symbol, source, address, nparams, 0.0, "memory", {}, library, opt
+                    symbol,
+                    source,
+                    address,
+                    nparams,
+                    0.0 if k else seconds,
+                    "memory" if k else "compiled",
+                    {},
+                    library,
+                    opt,
+                    code_symbol,
                 )
     return out
 
@@ -537,20 +590,24 @@ def _remember(symbol: str, obj: bytes) -> None:
         _memory.popitem(last=False)
 
 
-def _cached(source: str, symbol: str, nparams: int, opt: int) -> CompiledKernel | None:
-    """The kernel loaded already, or loaded now from an object file in memory or on disk;
+def _cached(code: str, code_symbol: str, job: tuple) -> CompiledKernel | None:
+    """The kernel of `job` (source, symbol, parameters, level), whose code is `code`
+    (`code_of`), loaded already, or loaded now from an object file in memory or on disk;
     None if it must be compiled (under `_lock`)."""
-    library = _live.get(symbol)
-    obj = _memory.get(symbol)
+    source, symbol, nparams, opt = job
+    library = _live.get(code_symbol)
+    obj = _memory.get(code_symbol)
     if obj is not None:
-        _memory.move_to_end(symbol)
+        _memory.move_to_end(code_symbol)
     if library is not None:  # loaded, in a library something still uses
         stats["memory_hits"] += 1
-        address = library.addresses[symbol]
-        return CompiledKernel(symbol, source, address, nparams, 0.0, "memory", {}, library, opt)
+        address = library.addresses[code_symbol]
+        return CompiledKernel(
+            symbol, source, address, nparams, 0.0, "memory", {}, library, opt, code_symbol
+        )
     how = "memory"
     if obj is None:
-        key = _key(source, opt)
+        key = _key(code, opt)
         path = _disk_path(key)
         obj, how = (_read_cached(path, key) if path else None), "disk"
         if obj is None:
@@ -558,28 +615,31 @@ def _cached(source: str, symbol: str, nparams: int, opt: int) -> CompiledKernel 
     t0 = time.perf_counter()
     library = _library_for_load()
     try:
-        address = library.load(obj, symbol)
+        address = library.load(obj, code_symbol)
     except Exception:  # any failure to load a cached object is a miss: compile instead
         address = 0
     if not address:
         return None
     stats["memory_hits" if how == "memory" else "disk_hits"] += 1
-    _remember(symbol, obj)
+    _remember(code_symbol, obj)
     seconds = time.perf_counter() - t0
-    return CompiledKernel(symbol, source, address, nparams, seconds, how, {}, library, opt)
+    return CompiledKernel(
+        symbol, source, address, nparams, seconds, how, {}, library, opt, code_symbol
+    )
 
 
 def new_object(source: str, symbol: str, opt: int = 3) -> tuple[bytes, float] | None:
     """`source` compiled to an object file (and the seconds that took), or None where
     `compile_kernels` would find it without compiling (loaded, in memory or on disk): the
     compiling part of `compile_kernels`, for `side_by_side` to run in a forked child."""
+    code, code_symbol = code_of(source, symbol, opt)
     with _lock:  # (held across a fork: a process forked meanwhile gets LLVM whole)
-        if symbol in _live or symbol in _memory:
+        if code_symbol in _live or code_symbol in _memory:
             return None
-        path = _disk_path(_key(source, opt))
+        path = _disk_path(_key(code, opt))
         if path and os.path.exists(path):
             return None
-        return _emit(source, opt)
+        return _emit(code, opt)
 
 
 def side_by_side(count: int, make, workers: int, forked=None) -> list:

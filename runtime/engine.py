@@ -35,6 +35,7 @@ a device's name.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import sys
 import threading
@@ -78,6 +79,27 @@ def _log(msg: str) -> None:
     print(f"fusegrad: {msg}", file=sys.stderr)
 
 
+class _ValueRef(weakref.ref):
+    """A weak reference to a computed node that knows the node's key in `Engine._values`."""
+
+    __slots__ = ("key",)
+
+
+def _forget(values: dict, ref: _ValueRef) -> None:
+    """A computed node died: drop its value, unless the key is another node's by now."""
+    e = values.get(ref.key)
+    if e is not None and e[0] is ref:
+        del values[ref.key]
+
+
+class _ThreadState(threading.local):
+    """A thread's engine state: `recording`, its `_Recording` while `fusegrad.jit` records
+    a call there, else None (a class default: reading it costs a seventh of `getattr` with a
+    default on a plain `threading.local`, and every realize reads it)."""
+
+    recording = None
+
+
 @dataclass
 class _Recording:
     """A thread's realizes while `fusegrad.jit` records a call."""
@@ -91,6 +113,8 @@ class Engine:
 
     def __init__(self):
         self._values: dict[int, tuple[weakref.ref, Buffer]] = {}
+        # a value's entry goes when its node dies (made once: `bind` runs every realize)
+        self._forget = functools.partial(_forget, self._values)
         self.plans: OrderedDict[tuple, Plan] = OrderedDict()
         # every plan still alive, by key: one evicted from `plans` while something holds it
         # comes back as the same plan (a jit recording compares plans by identity)
@@ -101,7 +125,7 @@ class Engine:
         self.stats = {"scheduled": 0, "schedule_hits": 0, "plans_from_disk": 0}
         # called after every run with the plan and its kernels' records
         self.observers: list[Callable[[Plan, list[KernelRecord]], None]] = [dump_new_plans]
-        self._local = threading.local()
+        self._local = _ThreadState()
         self.recompiles = RecompileLog()  # what changed when a user line compiles again
         # where nodes of no device (fusegrad's own constants) are computed: the frontend's
         # default device (`fusegrad.set_default_device`)
@@ -126,22 +150,16 @@ class Engine:
         """Record `buf` as n's value (for as long as n lives)."""
         if n.op is Ops.BUFFER:
             return
-        key = id(n)
-        values = self._values
-
-        def forget(ref, key=key):
-            e = values.get(key)
-            if e is not None and e[0] is ref:
-                del values[key]
-
-        values[key] = (weakref.ref(n, forget), buf)
+        ref = _ValueRef(n, self._forget)
+        ref.key = key = id(n)
+        self._values[key] = (ref, buf)
 
     def has_value_predicate(self) -> Callable[[Node], bool]:
         """Whether a node is an input to kernels (its value is in memory) rather than
         something to compute. Constants are always computed inline. While a jit call is
         recorded, only values computed during the call count, so the recording holds
         every kernel a replay must run."""
-        return self._predicate_for(getattr(self._local, "recording", None))
+        return self._predicate_for(self._local.recording)
 
     def _predicate_for(self, rec: _Recording | None) -> Callable[[Node], bool]:
         return self._has_value if rec is None else _predicate(rec.fresh)
@@ -167,7 +185,7 @@ class Engine:
         if self.freeze_pending:
             self.freeze_pending = False
             settle_collector()
-        rec = getattr(self._local, "recording", None)
+        rec = self._local.recording
         has_value = self._has_value if rec is None else _predicate(rec.fresh)
         if len(nodes) == 1:  # the usual case, without the dictionary
             todo = [] if has_value(nodes[0]) else list(nodes)
@@ -441,7 +459,7 @@ class Engine:
     # ---------------------------------------------------------------- recording
     def start_recording(self) -> _Recording:
         """Record this thread's realizes (see `fusegrad.jit`) until `stop_recording`."""
-        if getattr(self._local, "recording", None) is not None:
+        if self._local.recording is not None:
             raise RuntimeError("already recording on this thread")
         rec = self._local.recording = _Recording()
         return rec
@@ -450,7 +468,7 @@ class Engine:
         self._local.recording = None
 
     def recording(self) -> bool:
-        return getattr(self._local, "recording", None) is not None
+        return self._local.recording is not None
 
 
 @contextlib.contextmanager

@@ -16,10 +16,12 @@ _count = [0]
 
 
 def _new_kernel() -> compiler.CompiledKernel:
-    """A kernel no test compiled before (its own symbol), writing 7 into out[start]."""
+    """A kernel no test compiled before (its own symbol, named in its code too: code the
+    same as another's is compiled once), writing 7 into out[start]."""
     _count[0] += 1
     name = f"test_folders_{os.getpid()}_{_count[0]}"
     source = (
+        f"@{name}_tag = private unnamed_addr constant i8 0\n"
         f"define void @{name}(i64 %start, i64 %end, ptr %out) {{\n"
         "  %at = getelementptr inbounds i64, ptr %out, i64 %start\n"
         "  store i64 7, ptr %at\n  ret void\n}\n"

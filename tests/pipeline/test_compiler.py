@@ -1,0 +1,111 @@
+"""What the compiler compiles is a kernel's code, not its name (`compiler.code_of`): kernels
+that differ only in their names and comment headers are compiled once and share their
+machine code, each keeping its own name and source for what reports it."""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+
+import fusegrad as fg
+from fusegrad.pipeline import compiler
+
+BODY = """define void @{symbol}(i64 %start, i64 %end, ptr %out) {{
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [%start, %entry], [%next, %loop]
+  %f = sitofp i64 %i to float
+  %v = fmul float %f, {scale:e}
+  %at = getelementptr inbounds float, ptr %out, i64 %i
+  store float %v, ptr %at
+  %next = add i64 %i, 1
+  %more = icmp slt i64 %next, %end
+  br i1 %more, label %loop, label %done
+done:
+  ret void
+}}
+"""
+
+
+def _job(name: str, scale: float, header: str) -> tuple[str, str, int, int]:
+    symbol = f"{name}_{uuid.uuid4().hex[:12]}"
+    source = f"; kernel {name}\n;   {header}\n\n" + BODY.format(symbol=symbol, scale=scale)
+    return source, symbol, 1, 3
+
+
+def _run(kernel, n: int) -> np.ndarray:
+    out = np.zeros(n, np.float32)
+    kernel.fn(0, n, out.ctypes.data)
+    return out
+
+
+def test_kernels_that_differ_only_in_name_and_header_compile_once(tmp_path):
+    scale = float(1 + uuid.uuid4().int % 100_000)  # code no other test compiled
+    a = _job("e_16x20", scale, "output 16x20")
+    b = _job("e_16x33", scale, "output 16x33")
+    with fg.config.override(cache=str(tmp_path)):
+        before = compiler.stats["compiled"]
+        (ka,) = compiler.compile_kernels([a])
+        (kb,) = compiler.compile_kernels([b])
+    assert compiler.stats["compiled"] - before == 1
+    assert (ka.cache, kb.cache) == ("compiled", "memory")
+    assert ka.address == kb.address and ka.code_symbol == kb.code_symbol
+    # each keeps its own name and source: records, dumps and profiles name it so
+    assert (ka.symbol, kb.symbol) == (a[1], b[1])
+    assert (ka.source, kb.source) == (a[0], b[0])
+    assert f"@{a[1]}(" in ka.optimized_ir and f"@{b[1]}(" in kb.optimized_ir
+    want = np.arange(40, dtype=np.float32) * np.float32(scale)
+    np.testing.assert_array_equal(_run(kb, 40), want)
+
+
+def test_the_same_code_in_one_batch_is_compiled_once(tmp_path):
+    scale = float(1 + uuid.uuid4().int % 100_000)
+    jobs = [_job("e_4", scale, "output 4"), _job("e_9", scale, "output 9")]
+    with fg.config.override(cache=str(tmp_path)):
+        before = compiler.stats["compiled"]
+        ka, kb = compiler.compile_kernels(jobs)
+    assert compiler.stats["compiled"] - before == 1
+    assert (ka.cache, kb.cache) == ("compiled", "memory") and ka.address == kb.address
+
+
+def test_kernels_whose_code_differs_compile_apart(tmp_path):
+    scale = float(1 + uuid.uuid4().int % 100_000)
+    jobs = [_job("e_5", scale, "output 5"), _job("e_5", scale + 1.0, "output 5")]
+    with fg.config.override(cache=str(tmp_path)):
+        before = compiler.stats["compiled"]
+        ka, kb = compiler.compile_kernels(jobs)
+    assert compiler.stats["compiled"] - before == 2
+    assert ka.code_symbol != kb.code_symbol and ka.address != kb.address
+    np.testing.assert_array_equal(_run(kb, 8), np.arange(8, dtype=np.float32) * (scale + 1.0))
+
+
+def test_a_level_is_part_of_the_code():
+    source, symbol, _, _ = _job("e_6", 1.5, "output 6")
+    assert compiler.code_of(source, symbol, 3)[1] != compiler.code_of(source, symbol, 2)[1]
+    code, code_symbol = compiler.code_of(source, symbol, 3)
+    assert symbol not in code and f"@{code_symbol}(" in code and ";" not in code
+
+
+def test_a_gather_over_a_new_number_of_rows_compiles_no_new_gather(tmp_path):
+    """An embedding's gather over 16 x 20 and over 16 x 33 token ids is one code: the rows
+    are the range of its parallel loop, an argument. The second length's gather is the
+    first's machine code (cache "memory"), under its own name, and gathers right."""
+    rng = np.random.default_rng(0)
+    width = 37 + uuid.uuid4().int % 20  # rows of a width no other test gathers
+    table = rng.standard_normal((211, width)).astype(np.float32)
+    weight = fg.tensor(table)
+    gathers = []
+    with fg.config.override(cache=str(tmp_path)):
+        for length in (20, 33):
+            ids = rng.integers(0, 211, size=(16, length))
+            out = fg.nn.functional.embedding(fg.tensor(ids), weight)
+            records = out.realize().node.arg.kernels
+            np.testing.assert_array_equal(out.numpy(), table[ids])
+            (gather,) = [r for r in records if r.name.startswith("e_gather")]
+            gathers.append(gather)
+    first, second = gathers
+    assert first.name.startswith("e_gather_16x20") and second.name.startswith("e_gather_16x33")
+    assert first.compiled.code_symbol == second.compiled.code_symbol
+    assert second.cache == "memory"
