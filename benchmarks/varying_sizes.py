@@ -8,9 +8,11 @@ Run:  .venv/bin/python benchmarks/varying_sizes.py [--only classifier|mlp] [--si
   pass meets every length for the first time; the second meets none. Each system runs in
   a fresh process, fusegrad's with an empty `FUSEGRAD_CACHE`, PyTorch eager beside it
   where it is installed. Reported: both passes' seconds, the first over the second, the
-  plans fusegrad compiled, and its compile phases (`fusegrad.runtime.phases`).
+  plans fusegrad compiled, its compile phases (`fusegrad.runtime.phases`) and its LLVM
+  compiles beside the kernels its plans hold (kernels of the same code compile once).
 - mlp: a 784-256-10 MLP's forward and backward (SGD) at `--sizes` batch sizes spread over
-  1..2000, in one fresh process with an empty cache: the plans compiled, the seconds of
+  1..2000, in one fresh process with an empty cache: the plans compiled (and the LLVM
+  compiles of their kernels), the seconds of
   the whole sweep against a second sweep over the same sizes, and the process's resident
   memory after each tenth of the sweep (flat, or growing with the sizes seen).
 
@@ -65,14 +67,18 @@ def one_pass():
         loss = nn.functional.cross_entropy(model(fg.tensor(ids)), fg.tensor(y))
         opt.zero_grad(); loss.backward(); opt.step(); loss.item()
     return time.perf_counter() - t
+from fusegrad.pipeline import compiler
 before = phases.snapshot()
 first = one_pass()
 after = phases.snapshot()
 plans = engine.stats["scheduled"]
+compiled = compiler.stats["compiled"]
+kernels = len({id(s.record.compiled) for p in engine.plans.values() for s in p.steps})
 second = one_pass()
 spent = {k: round(after[k] - before.get(k, 0.0), 3) for k in after}
 spent = {k: v for k, v in spent.items() if v >= 0.005}
-print(json.dumps({"first": first, "second": second, "plans": plans, "phases": spent}))
+out = {"first": first, "second": second, "plans": plans, "phases": spent}
+print(json.dumps({**out, "compiled": compiled, "kernels": kernels}))
 """
 
 CLASSIFIER_TORCH = """
@@ -120,10 +126,13 @@ def sweep(memory):
             memory.append(round(rss_mb()))
     return time.perf_counter() - t
 memory = []
+from fusegrad.pipeline import compiler
 first = sweep(memory)
 plans = engine.stats["scheduled"]
+compiled = compiler.stats["compiled"]
 second = sweep(None)
 out = {"sizes": len(sizes), "first": first, "second": second, "plans": plans, "rss_mb": memory}
+out["compiled"] = compiled
 print(json.dumps(out))
 """
 
@@ -153,6 +162,10 @@ def classifier(python: str) -> None:
         f"  fusegrad     first pass {fg['first']:7.3f} s, second {fg['second']:7.3f} s,"
         f" first / second {fg['first'] / fg['second']:6.1f}; {fg['plans']} plans compiled"
     )
+    print(
+        f"               {fg['compiled']} LLVM compiles for the {fg['kernels']} kernels the"
+        " plans hold (kernels of the same code compile once)"
+    )
     print(f"               compile phases in the first pass (s): {fg['phases']}")
     if has_torch(python):
         threads = str(os.cpu_count() or 1)
@@ -170,7 +183,8 @@ def mlp(python: str, count: int) -> None:
         r = run(MLP, python, str(count), cache=cache)
     print(f"mlp 784-256-10, forward + backward + SGD at {r['sizes']} batch sizes in 1..2000")
     print(
-        f"  plans compiled {r['plans']}; first sweep {r['first']:.2f} s,"
+        f"  plans compiled {r['plans']} ({r['compiled']} LLVM compiles); first sweep"
+        f" {r['first']:.2f} s,"
         f" second {r['second']:.2f} s;"
         f" resident MB after each tenth: {r['rss_mb']}"
     )
