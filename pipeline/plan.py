@@ -114,7 +114,7 @@ class Plan:
     device: str = "cpu"
     backend: object = None  # the device's (runtime/backend.py): compiles and runs the plan
     program: object = None  # the native program, built once the plan is cached
-    fns: object = None  # kernel addresses, as the program reads them
+    fns: object = None  # kernel addresses and the table of steps, as the program reads them
     fns_address: int = 0  # where `fns` lies
     records: list = field(default_factory=list)  # what a run through the program reports
     returned: list = field(default_factory=list)  # (slot, size, dtype) of the outputs returned

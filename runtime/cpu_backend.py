@@ -27,7 +27,7 @@ from .backend_registry import Backend, register_backend
 from .buffer import Buffer, clear_pool, give_scratch, take_scratch, touch_pages
 from .config import config
 from .launch import effective_threads, launch, run_threads
-from .program import compile_program, counter_words
+from .program import compile_program, counter_words, program_words
 
 SCRATCH_ALIGN = 64  # bytes: each value inside a program's scratch starts on a cache line
 
@@ -50,8 +50,8 @@ def _build_program(plan: Plan) -> None:
         program = compile_program(steps)
     plan.counters = counter_words(steps)
     plan.work = sum(s.work for s in plan.steps)
-    fns = [s.record.compiled.address for s in plan.steps] + [_sched_yield_address()]
-    plan.fns = np.array(fns, dtype=np.uint64)
+    addresses = [s.record.compiled.address for s in plan.steps]
+    plan.fns = program_words(steps, addresses, _sched_yield_address())
     plan.fns_address = plan.fns.ctypes.data
     # values that die inside the program share one scratch allocation: slot -> offset
     returned = set(plan.outputs)

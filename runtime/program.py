@@ -7,7 +7,7 @@ strung together in one generated function that every thread calls once:
 
     void program(i64 tid, i64 nthreads, ptr buffers, ptr kernels, ptr barrier, ptr times,
                  ptr cancel)
-      for each kernel (a row of the program's constant table, `step_rows`):
+      for each kernel (a row of the plan's table of steps, `step_rows`):
           thread 0: times[kernel] = the cycle counter
           claim chunks of its parallel loop until none is left; wait at the barrier
       thread 0: times[kernels] = the cycle counter
@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 
 import llvmlite.binding as llvm
+import numpy as np
 
 from ..pipeline.compiler import CompiledKernel, compile_kernel
 from .launch import chunk_least, chunk_most, runs_parallel
@@ -43,23 +44,46 @@ from .pool import claim_loop_ir
 ROW_HEAD = 6
 
 
+# words of the `kernels` argument before the kernels' addresses: sched_yield's address, the
+# table of steps' address, the number of steps, and the first step thread 0 runs alone
+FNS_HEAD = 4
+
+
+def program_words(steps: list[tuple[int, int, list[int]]], addresses: list[int], cede: int):
+    """The `kernels` argument of the program for `steps`: `FNS_HEAD` words (`cede`, the
+    address of sched_yield; where the table of steps lies; the number of steps; the first
+    step from which thread 0 runs every kernel alone), the kernels' addresses, then the
+    table itself (`step_rows`), in one array that holds it all.
+
+    >>> words = program_words([(64, 1, [2, 0])], [0xABC], 0xDEF)
+    >>> hex(words[0]), words[2:].tolist()
+    ('0xdef', [1, 0, 2748, 0, 2, 64, 0, 0, 0, 2, 0])
+    >>> int(words[1]) == words.ctypes.data + 8 * (FNS_HEAD + 1)
+    True
+    """
+    head = [cede, 0, len(steps), _alone_from(steps)]
+    words = np.array(head + list(addresses) + step_rows(steps), dtype=np.uint64)
+    words[1] = words.ctypes.data + 8 * (FNS_HEAD + len(addresses))
+    return words
+
+
 def render_program(steps: list[tuple[int, int, list[int]]], name: str) -> str:
     """LLVM IR of a program over kernels given as (extent, work, buffer slots) each.
 
     Slot 0 of each kernel is its output; the slots index the `buffers` array. The steps
-    are data, not code: a constant table (`step_rows`) that one loop walks, calling for
-    each step the function that runs a kernel of that many parameters (`fg_step_{k}`,
-    one per count the program needs). So the program's code does not grow with its
-    kernels: a 256-kernel training step is ~30 KB of IR, compiled in milliseconds, where
-    written out kernel by kernel it was 1.1 MB and 0.15-0.3 s of LLVM on a first step.
+    are data, not code: a table (`step_rows`) that one loop walks, calling for each step
+    the function that runs a kernel of that many parameters (`fg_step_{k}`, one per count
+    the program needs). The table, its length and where thread 0 goes on alone come with
+    the kernels' addresses at run time (`program_words`), so the code depends only on
+    the counts of parameters: every plan whose kernels take the same counts runs the
+    same program, compiled once (a new batch size, a new sentence length: a new plan,
+    not a new program). A 256-kernel training step's program is ~30 KB of IR, compiled
+    in milliseconds, where written out kernel by kernel it was 1.1 MB and 0.15-0.3 s of
+    LLVM on a first step.
     """
     pause = "x86_64" in llvm.get_process_triple()
-    rows = step_rows(steps)
-    alone = _alone_from(steps)
     arities = sorted({len(slots) for _, _, slots in steps})
-    table = ", ".join(f"i64 {w}" for w in rows)
     lines = [
-        f"@{name}.steps = internal constant [{len(rows)} x i64] [{table}]",
         f"define void @{name}(i64 %tid, i64 %n, ptr %bufs, ptr %fns, ptr %bar, ptr %times, "
         "ptr %cancel) nounwind {",
         "entry:",
@@ -68,14 +92,19 @@ def render_program(steps: list[tuple[int, int, list[int]]], name: str) -> str:
         "  %last.tid = sub i64 %n, 1",
         "  %is0 = icmp eq i64 %tid, 0",
         "  %own = alloca i64",  # the chunk counter of a thread that runs the program alone
-        f"  %yield.at = getelementptr inbounds ptr, ptr %fns, i64 {len(steps)}",
-        "  %yield = load ptr, ptr %yield.at",
+        "  %yield = load ptr, ptr %fns",  # (`program_words`: the head of `fns`)
+        "  %table.at = getelementptr inbounds ptr, ptr %fns, i64 1",
+        "  %table = load ptr, ptr %table.at",
+        "  %count.at = getelementptr inbounds i64, ptr %fns, i64 2",
+        "  %count = load i64, ptr %count.at",
+        "  %alone.at = getelementptr inbounds i64, ptr %fns, i64 3",
+        "  %alone = load i64, ptr %alone.at",
         "  br label %step",
         "step:",
         "  %j = phi i64 [0, %entry], [%j.1, %barrier], [%j.1, %go.on], [%j.1, %resume]",
         "  %at = phi i64 [0, %entry], [%at.1, %barrier], [%at.1, %go.on], [%at.1, %resume]",
         *_clock_reading("%j", "step"),
-        f"  %row = getelementptr inbounds i64, ptr @{name}.steps, i64 %at",
+        "  %row = getelementptr inbounds i64, ptr %table, i64 %at",
         "  %k.at = getelementptr inbounds i64, ptr %row, i64 1",
         "  %k = load i64, ptr %k.at",
         "  switch i64 %k, label %called ["
@@ -97,16 +126,16 @@ def render_program(steps: list[tuple[int, int, list[int]]], name: str) -> str:
         "  %j.1 = add i64 %j, 1",
         f"  %w = add i64 %k, {ROW_HEAD}",
         "  %at.1 = add i64 %at, %w",
-        f"  %meet = icmp ult i64 %j.1, {alone}",
+        "  %meet = icmp ult i64 %j.1, %alone",
         "  br i1 %meet, label %barrier, label %tail",
         "barrier:",
         "  call void @fg_barrier(ptr %bar, i64 %last.tid, ptr %yield)",
         "  br label %step",
         "tail:",
-        f"  %fin = icmp eq i64 %j.1, {len(steps)}",
+        "  %fin = icmp eq i64 %j.1, %count",
         "  br i1 %fin, label %end, label %tail.more",
         "tail.more:",
-        f"  %leave = icmp eq i64 %j.1, {alone}",
+        "  %leave = icmp eq i64 %j.1, %alone",
         "  br i1 %leave, label %k.last, label %go.on",
         "go.on:",
         "  br label %step",
@@ -115,7 +144,7 @@ def render_program(steps: list[tuple[int, int, list[int]]], name: str) -> str:
         "resume:",
         "  br label %step",
         "end:",
-        *_clock_reading(str(len(steps)), "end"),
+        *_clock_reading("%count", "end"),
         "  ret void",
         "}",
     ]
@@ -192,7 +221,8 @@ def _step_function(arity: int) -> list[str]:
         f"define internal void @fg_step_{arity}(ptr %bufs, ptr %fns, i64 %j, ptr %bar, "
         "ptr %own, i64 %n, i64 %last.tid, i1 %is0, ptr %cancel, ptr %row, i64 %tid) nounwind {",
         "entry:",
-        "  %fn.at = getelementptr inbounds ptr, ptr %fns, i64 %j",
+        f"  %fn.k = add i64 %j, {FNS_HEAD}",
+        "  %fn.at = getelementptr inbounds ptr, ptr %fns, i64 %fn.k",
         "  %fn = load ptr, ptr %fn.at",
     ]
     for field, at in (("par", 0), ("extent", 2), ("least", 3), ("most", 4), ("counter", 5)):
@@ -256,7 +286,7 @@ def _barrier_function(pause: bool) -> list[str]:
     arrives (which resets the count and moves the generation on).
 
     A waiting thread spins briefly, then gives its core away (sched_yield, whose address
-    sits after the kernels' in `fns`) so that an overloaded machine still makes progress.
+    heads `fns`) so that an overloaded machine still makes progress.
     """
     return [
         "define internal void @fg_barrier(ptr %bar, i64 %last.tid, ptr %yield) nounwind {",
@@ -320,7 +350,8 @@ def _wait_for_generation(j: str, came_from: str, seen: str, nxt: str, pause: boo
 
 
 def compile_program(steps: list[tuple[int, int, list[int]]]) -> CompiledKernel:
-    """Compile (or fetch from the caches) the program for these kernels. At O0: it is
+    """Compile (or fetch from the caches) the program for these kernels: the code for
+    their counts of parameters, which every plan with those counts shares. At O0: it is
     control flow around calls, which LLVM's O3 takes seconds over for a training step's
     ~40 kernels (0.05 s at O0) and makes no faster that matters next to the kernels."""
     text = render_program(steps, "PROGRAM")
