@@ -64,23 +64,22 @@ def _divmod_score(kernel: Kernel) -> int:
     return total
 
 
-def _merge_groups(axes: list[int], try_lower) -> list[tuple[int, ...]]:
-    """Greedily merge adjacent axes (innermost first) while no division appears."""
+def _merge_groups(axes: list[int], try_lower, apart=None) -> list[tuple[int, ...]]:
+    """Greedily merge neighbouring axes (innermost first) while no division appears;
+    never two that `apart(a, b)` keeps apart."""
     groups = [(a,) for a in axes]
     best = try_lower(groups)
     i = len(groups) - 2
     while i >= 0:
+        if apart is not None and apart(groups[i][-1], groups[i + 1][0]):
+            i -= 1
+            continue
         candidate = groups[:i] + [groups[i] + groups[i + 1]] + groups[i + 2 :]
         score = try_lower(candidate)
         if score <= best:
             groups, best = candidate, score
         i -= 1
     return groups
-
-
-def _contiguous_axes(axes: list[int]) -> bool:
-    """Whether `axes` are adjacent, in order."""
-    return all(b == a + 1 for a, b in zip(axes, axes[1:]))
 
 
 class _StepLog(threading.local):
@@ -213,10 +212,19 @@ def _merge_loops(item: ScheduleItem, tile: bool) -> _Groups:
     red_axes = [a for a in red.arg] if red is not None else []
     row_stats = red is None and any(m.op in REDUCE for m in item.nodes)
     groups = _Groups(item, tile, [(a,) for a in out_axes], [(a,) for a in red_axes], row_stats)
-    if len(red_axes) > 1 and _contiguous_axes(red_axes):
-        groups.red = _merge_groups(
-            red_axes, lambda g: _divmod_score(groups.lowered_with(groups.out, g))
-        )
+    if len(red_axes) > 1:
+        # the sums' axes merge in runs with nothing but axes of size 1 between them: a
+        # batch norm's sums over N, H and W of N x C x H x W merge H and W (one loop
+        # over each image's plane, long enough for cascaded lanes), never N with them
+        summed = red.srcs[0].shape
+
+        def apart(a: int, b: int) -> bool:
+            return any(summed[k] != 1 for k in range(a + 1, b))
+
+        if not all(apart(a, b) for a, b in zip(red_axes, red_axes[1:])):
+            groups.red = _merge_groups(
+                red_axes, lambda g: _divmod_score(groups.lowered_with(groups.out, g)), apart
+            )
     if len(out_axes) > 1 and not row_stats:  # a row kernel keeps its rows' loops apart
         groups.out = _merge_groups(
             out_axes, lambda g: _divmod_score(groups.lowered_with(g, groups.red))
