@@ -70,6 +70,9 @@ def cascade_rows(item: ScheduleItem, out_groups, red_groups) -> tuple[int, int] 
 
 CASCADE_FANOUT = 16  # vectors (or blocks) an accumulator receives before it moves up a level
 CASCADE_MIN = 1024  # a shorter sum is accurate as LLVM vectorizes it (<= 16 adds per lane)
+# the shortest innermost loop a cascaded sum takes: a batch norm's 8 x 8 plane is two vectors
+# of 32 lanes, which LLVM otherwise sums as one scalar chain, unrolled (twice the compile)
+CASCADE_MIN_ROW = 64
 CASCADE_TILE_MAX = 64  # a tile's accumulators, times its levels, must fit the registers
 
 
@@ -142,6 +145,6 @@ def cascade_lanes(plain: Kernel, item: ScheduleItem) -> int:
     if math.prod(red.srcs[0].shape) // max(red.numel, 1) < CASCADE_MIN:
         return 0
     loop = _streamed_reduce_loop(plain)
-    if loop is None or loop.extent < 128:
+    if loop is None or loop.extent < CASCADE_MIN_ROW:
         return 0
     return 64 if loop.extent >= 256 else 32

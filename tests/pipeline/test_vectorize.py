@@ -208,19 +208,22 @@ def test_column_sum_reduction_is_vectorized(dtype):
     np.testing.assert_allclose(y.numpy(), a.astype(np.float64).sum(0), rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("hw", [32, 7])
+@pytest.mark.parametrize("hw", [32, 8, 7])
 def test_a_per_channel_sum_over_images_and_planes_is_cascaded_in_vector_lanes(hw):
     """A batch norm's statistics: a sum over N, H and W of N x C x H x W for each channel.
     H and W, adjacent, are one loop over each image's plane (never merged with N, the
     channels between), so a plane of 32 x 32 is summed in cascaded vector lanes, not as
-    one scalar chain per channel (ResNet-18's batch norms: 2-3x faster); a plane of 7 x 7
-    (49 values) is one loop too."""
+    one scalar chain per channel (ResNet-18's batch norms: 2-3x faster), and so is one of
+    8 x 8 (two vectors of 32 lanes); a plane of 7 x 7 (49 values, under
+    `CASCADE_MIN_ROW`) is one loop too."""
     a = RNG.standard_normal((16, 24, hw, hw)).astype(np.float32)
     y = fg.from_numpy(a).sum((0, 2, 3))
     k = one_kernel(y)
     if hw == 32:  # 16 images x 16 runs of 64 lanes each
         assert "vector for t in 0..64" in k.loop_ir and "add over acc" in k.loop_ir, k.loop_ir
         check_vectorized(k, np.float32, [("add",)])
+    elif hw == 8:  # 16 images x 2 runs of 32 lanes
+        assert "vector for t in 0..32" in k.loop_ir and "add over acc" in k.loop_ir, k.loop_ir
     else:
         assert "for r1 in 0..49:" in k.loop_ir, k.loop_ir
     want = a.astype(np.float64).sum((0, 2, 3))
