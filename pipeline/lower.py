@@ -68,6 +68,8 @@ def _merge_groups(axes: list[int], try_lower, apart=None) -> list[tuple[int, ...
     """Greedily merge neighbouring axes (innermost first) while no division appears;
     never two that `apart(a, b)` keeps apart."""
     groups = [(a,) for a in axes]
+    if apart is not None and all(apart(a, b) for a, b in zip(axes, axes[1:])):
+        return groups  # (nothing may merge: nothing lowered to find out)
     best = try_lower(groups)
     i = len(groups) - 2
     while i >= 0:
@@ -221,10 +223,9 @@ def _merge_loops(item: ScheduleItem, tile: bool) -> _Groups:
         def apart(a: int, b: int) -> bool:
             return any(summed[k] != 1 for k in range(a + 1, b))
 
-        if not all(apart(a, b) for a, b in zip(red_axes, red_axes[1:])):
-            groups.red = _merge_groups(
-                red_axes, lambda g: _divmod_score(groups.lowered_with(groups.out, g)), apart
-            )
+        groups.red = _merge_groups(
+            red_axes, lambda g: _divmod_score(groups.lowered_with(groups.out, g)), apart
+        )
     if len(out_axes) > 1 and not row_stats:  # a row kernel keeps its rows' loops apart
         groups.out = _merge_groups(
             out_axes, lambda g: _divmod_score(groups.lowered_with(g, groups.red))

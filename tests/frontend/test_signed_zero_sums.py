@@ -300,3 +300,44 @@ def test_joins_and_indexed_writes_of_empty_and_0d_tensors_keep_signs():
     assert np.signbit(y.numpy()).tolist() == [True, False]
     z = fg.tensor(NEG0).index_add(0, fg.tensor([0]), fg.tensor([NEG0]))
     assert z.shape == () and np.signbit(z.numpy())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("plane", [7, 8, 32])
+def test_per_channel_sums_over_images_and_planes_at_special_points(plane, dtype):
+    """A batch norm's sums over N, H and W of N x C x H x W: H and W one loop per image,
+    cascaded in vector lanes from 8 x 8 on (pipeline/lower.py, `CASCADE_MIN_ROW`), a 7 x 7
+    plane summed in LLVM's loop. Per channel: all -0.0 (+0.0, as torch), all 1.0 and
+    alternating +-1 (exact), one +inf among zeros, +inf with -inf (NaN), one NaN; the
+    gradients of the sum and the mean are the weights, whatever the values; an empty batch
+    sums to zeros."""
+    inf, nan = math.inf, math.nan
+    n, count = 4, 4 * plane * plane
+    x = np.zeros((n, 6, plane, plane), dtype=dtype)
+    x[:, 0] = NEG0
+    x[:, 1] = 1.0
+    signs = np.where(np.arange(plane * plane).reshape(plane, plane) % 2, 1.0, -1.0)
+    x[:, 2] = signs  # (an odd plane sums to -1 per image)
+    x[1, 3, 2, 3] = inf
+    x[0, 4, 0, 0], x[3, 4, -1, -1] = inf, -inf
+    x[2, 5, plane - 1, 0] = nan
+    t = fg.tensor(x, requires_grad=True)
+    got = t.sum((0, 2, 3)).numpy()
+    alternating = n * signs.sum()
+    np.testing.assert_array_equal(got, np.array([0.0, count, alternating, inf, nan, nan], dtype))
+    assert not np.signbit(got[0])
+    means = np.array([0.0, 1.0, alternating / count], dtype)
+    np.testing.assert_array_equal(t.mean((0, 2, 3)).numpy()[:3], means)
+    w = np.array([1.0, -2.0, 0.5, NEG0, 3.0, -1.0], dtype=dtype)
+    (t.sum((0, 2, 3)) * fg.tensor(w)).sum().backward()
+    np.testing.assert_array_equal(t.grad.numpy(), np.broadcast_to(w[None, :, None, None], x.shape))
+    t.grad = None
+    t.mean((0, 2, 3)).sum().backward()
+    np.testing.assert_array_equal(t.grad.numpy(), np.full(x.shape, 1 / count, dtype))
+    empty = fg.tensor(np.zeros((0, 6, plane, plane), dtype=dtype)).sum((0, 2, 3)).numpy()
+    np.testing.assert_array_equal(empty, np.zeros(6, dtype))
+    torch = _torch()
+    if torch is not None:  # the expectations above are torch's
+        want = torch.tensor(x).sum((0, 2, 3)).numpy()
+        np.testing.assert_array_equal(got, want)
+        assert np.signbit(got[0]) == np.signbit(want[0])
