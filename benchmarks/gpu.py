@@ -1,6 +1,6 @@
 """fusegrad's cuda device against PyTorch CUDA on the same GPU, timed alternately in one process.
 
-Run:  python benchmarks/gpu.py [--quick] [--only TEXT] [--tf32-wgmma]
+Run:  python benchmarks/gpu.py [--quick] [--only TEXT] [--no-tf32-wgmma]
       (a GPU, PyCUDA and PyTorch with CUDA)
 
 Workloads, each on the GPU for both systems, on the same random inputs:
@@ -335,16 +335,16 @@ def main() -> None:
         help="run just the rows whose name contains TEXT ('lenet' for the training step alone)",
     )
     ap.add_argument(
-        "--tf32-wgmma",
+        "--no-tf32-wgmma",
         action="store_true",
-        help="large TF32 matmuls on Hopper's wgmma pipeline (pipeline.gpu.TF32_WGMMA: off by "
-        "default until a GPU has checked it)",
+        help="large TF32 matmuls on the WMMA pipeline on Hopper too, not its wgmma one "
+        "(pipeline.gpu.TF32_WGMMA off)",
     )
     args = ap.parse_args()
-    if args.tf32_wgmma:
+    if args.no_tf32_wgmma:
         from fusegrad.pipeline import gpu as gpu_map
 
-        gpu_map.TF32_WGMMA = True
+        gpu_map.TF32_WGMMA = False
     rounds = 10 if args.quick else 40
 
     import torch

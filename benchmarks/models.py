@@ -60,17 +60,21 @@ MODELS = ("resnet18", "gpt", "vit", "lstm")
 # ---------------------------------------------------------------- the models
 
 
-def cifar_batch(seed: int):
-    """16 random CIFAR-shaped images (3 x 32 x 32) and labels of 10 classes."""
+def cifar_batch(seed: int, images: int = 16):
+    """`images` random CIFAR-shaped images (3 x 32 x 32) and labels of 10 classes."""
     rng = np.random.default_rng(seed)
-    x = rng.standard_normal((16, 3, 32, 32), dtype=np.float32)
-    return x, rng.integers(0, 10, 16).astype(np.int64)
+    x = rng.standard_normal((images, 3, 32, 32), dtype=np.float32)
+    return x, rng.integers(0, 10, images).astype(np.int64)
 
 
-def build(T, name: str):
+def build(T, name: str, images: int = 16):
     """(model, batch(seed) -> numpy (x, y), loss(model, x, y), optimizer(params), clip)
-    of `name`, written against `T` (torch, or fusegrad)."""
+    of `name`, written against `T` (torch, or fusegrad); the CIFAR models' batches hold
+    `images` images."""
     nn, F = T.nn, T.nn.functional
+
+    def cifar(seed: int):
+        return cifar_batch(seed, images)
 
     def classify(model, x, y):  # (ResNet's and ViT's loss)
         return F.cross_entropy(model(x), y)
@@ -114,7 +118,7 @@ def build(T, name: str):
         def optimizer(params):
             return T.optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=5e-4)
 
-        return ResNet18(), cifar_batch, classify, optimizer, None
+        return ResNet18(), cifar, classify, optimizer, None
 
     if name in ("gpt", "vit"):
         causal = name == "gpt"
@@ -185,7 +189,7 @@ def build(T, name: str):
                     x = self.patch(x).flatten(2).transpose(1, 2) + self.pos
                     return self.head(self.ln(self.blocks(x)).mean(dim=1))
 
-            batch, loss, model = cifar_batch, classify, ViT()
+            batch, loss, model = cifar, classify, ViT()
 
         def optimizer(params):
             return T.optim.AdamW(params, lr=3e-4, weight_decay=0.01)

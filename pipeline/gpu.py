@@ -421,10 +421,9 @@ WGMMA_STAGES = 4
 # 128 x 256 outputs, 32 steps staged at a time (128-byte rows, 48 KiB a buffer as for
 # HALF_TILE), its wgmma pipeline in WGMMA_STAGES buffers (`wgmma_tile`), its WMMA one beside
 TF32_TILE = (8, 16, 32)
-# ... off until a Hopper GPU has checked its answers and timed it (it is checked on the CPU
-# alone: the emulator, nvcc's PTX): benchmarks/gpu.py --tf32-wgmma and
-# tests/pipeline/test_cuda_wgmma_tf32.py's GPU tests turn it on
-TF32_WGMMA = False
+# ... on (checked and timed on an H200: benchmarks/README.md); False gives such products
+# the WMMA pipeline on Hopper too
+TF32_WGMMA = True
 
 
 @dataclass

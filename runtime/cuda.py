@@ -24,9 +24,11 @@ import contextlib
 import functools
 import heapq
 import operator
+import os
 import struct
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -227,22 +229,36 @@ class _PyCudaBackend:
     def arg(self, mem):
         return int(mem)
 
-    def compile(self, source: str):
-        """The loaded module; its cubin is cached on disk under a key of the source, the
-        GPU's compute capability and the CUDA toolkit's version."""
-        if hasattr(self.drv, "compile"):  # a stand-in driver compiles for itself
-            with self.active:
-                return self.drv.module_from_buffer(self.drv.compile(source, self.arch)), "compiled"
+    @property
+    def builds_apart(self) -> bool:
+        """Whether `build` makes code apart from loading it (not for a stand-in driver)."""
+        return not hasattr(self.drv, "compile")
+
+    def build(self, source: str):
+        """`source`'s cubin and where it came from, (bytes, "compiled" or "disk"): nvcc's,
+        cached on disk under a key of the source, the GPU's compute capability and the CUDA
+        toolkit's version. Touches no CUDA context, so builds may run side by side on
+        threads (`compile_loops`). None for a stand-in driver, which compiles as it loads."""
+        if hasattr(self.drv, "compile"):
+            return None
         from pycuda.compiler import compile as nvcc_compile
         from pycuda.compiler import get_nvcc_version
 
         arch = build_arch(self.arch)  # (sm_90 as sm_90a: the dumps' PTX is the same code's)
         key = "|".join([get_nvcc_version("nvcc") or "", arch, source])
-        cubin, how = disk_cached(
+        return disk_cached(
             key,
             ".cubin",
             lambda: nvcc_compile(source, options=_NVCC_OPTIONS, no_extern_c=True, arch=arch),
         )
+
+    def compile(self, source: str, built=None):
+        """The loaded module and where its code came from; `built`: `build(source)`'s
+        answer where it was made already."""
+        if hasattr(self.drv, "compile"):  # a stand-in driver compiles for itself
+            with self.active:
+                return self.drv.module_from_buffer(self.drv.compile(source, self.arch)), "compiled"
+        cubin, how = built or self.build(source)
         with self.active:
             return _Module(self.drv.module_from_buffer(cubin), cubin), how
 
@@ -447,9 +463,17 @@ class _EmulatedBackend:
     def arg(self, mem):
         return mem.ptr
 
-    def compile(self, source: str):
-        """The module, built by the host C++ compiler (the emulator caches the library)."""
-        module = self.emulator.EmulatedModule(source)
+    builds_apart = True  # `build` makes the whole module, off the loading thread
+
+    def build(self, source: str):
+        """The module, built by the host C++ compiler (the emulator caches the library);
+        builds may run side by side on threads (`compile_loops`)."""
+        return self.emulator.EmulatedModule(source)
+
+    def compile(self, source: str, built=None):
+        """The module and where its code came from; `built`: `build(source)`'s answer
+        where it was made already."""
+        module = built or self.build(source)
         return module, "compiled" if module.built else "disk"
 
     def functions(self, module, kernel, nargs: int) -> list:
@@ -728,24 +752,59 @@ def symbol_of(loop) -> str:
     return kernel_symbol(source, loop.name)
 
 
+def _rendered(b, loop) -> tuple[str, object]:
+    """(symbol, `pipeline.cuda.CudaKernel`) of a loop-IR kernel on backend `b`."""
+    with phases.timed("render"):
+        symbol = symbol_of(loop)
+        return symbol, cuda_kernel(loop, symbol, config.allow_tf32, b.shared_limit)
+
+
 def compile_loop(loop) -> CompiledCudaKernel:
     """Render a loop-IR kernel as CUDA C and compile it for the current backend."""
     b = backend()
-    with phases.timed("render"):
-        symbol = symbol_of(loop)
-        kernel = cuda_kernel(loop, symbol, config.allow_tf32, b.shared_limit)
+    return _loaded(b, *_rendered(b, loop))
+
+
+# builds (nvcc, the emulator's g++) of one plan's new kernels that may run at once
+COMPILE_THREADS = max(1, min(16, os.cpu_count() or 1))
+
+
+def compile_loops(loops: list) -> list[CompiledCudaKernel]:
+    """`compile_loop` for each of a new plan's kernels, the code of those not yet loaded
+    built side by side, `COMPILE_THREADS` at a time: nvcc and g++ are processes of their
+    own, so a model's first step waits for about its slowest build, not for their sum.
+    The modules are then loaded one by one, in order, as `compile_loop` loads them."""
+    b = backend()
+    rendered = [_rendered(b, loop) for loop in loops]
+    with _modules_lock:
+        todo = {sym: k.source for sym, k in rendered if (b.name, sym) not in _modules}
+    built: dict[str, tuple] = {}
+    if len(todo) > 1 and COMPILE_THREADS > 1 and b.builds_apart:
+
+        def timed_build(source: str) -> tuple:
+            t0 = time.perf_counter()
+            return b.build(source), time.perf_counter() - t0
+
+        with phases.timed("cuda"), ThreadPoolExecutor(min(len(todo), COMPILE_THREADS)) as pool:
+            built = dict(zip(todo, pool.map(timed_build, todo.values())))
+    return [_loaded(b, symbol, kernel, built.get(symbol)) for symbol, kernel in rendered]
+
+
+def _loaded(b, symbol: str, kernel, built: tuple | None = None) -> CompiledCudaKernel:
+    """The compiled kernel of a rendered one, its module from the loaded ones, else loaded
+    from `built` (`b.build`'s answer and its seconds) where given, else built here."""
     t0 = time.perf_counter()
     with phases.timed("cuda"), _modules_lock:
         module = _modules.get((b.name, symbol))
         how = "memory"
         if module is None:
-            module, how = b.compile(kernel.source)
+            module, how = b.compile(kernel.source, built[0] if built else None)
             _modules[(b.name, symbol)] = module
             while len(_modules) > max(1, config.kernel_cache_size):
                 _modules.popitem(last=False)
         else:
             _modules.move_to_end((b.name, symbol))
-    seconds = time.perf_counter() - t0 if how != "memory" else 0.0
+    seconds = 0.0 if how == "memory" else built[1] if built else time.perf_counter() - t0
     return CompiledCudaKernel(symbol, kernel.source, module, kernel, seconds, how)
 
 

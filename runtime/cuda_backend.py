@@ -108,6 +108,13 @@ class CudaBackend(Backend):
         loop.name = compiled.symbol  # one name everywhere, as on the CPU
         return compiled
 
+    def compile_many(self, loops: list) -> list[cuda.CompiledCudaKernel]:
+        """A new plan's kernels, their code built side by side (`cuda.compile_loops`)."""
+        compiled = cuda.compile_loops(loops)
+        for loop, kernel in zip(loops, compiled):
+            loop.name = kernel.symbol
+        return compiled
+
     def begin(self, plan, leaves: list) -> list:
         leaves = [b if b.device == plan.device else _on_device(b, plan.device) for b in leaves]
         cuda.check_backend(leaves)  # once per run, not per kernel: only inputs can be foreign

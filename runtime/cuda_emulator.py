@@ -222,9 +222,9 @@ class EmulatedModule:
         path = os.path.join(base, key[:2], key + ".so")
         with _build_lock:
             includes = _load_runtime(base, fingerprint)
-            self.built = not os.path.exists(path)  # False: loaded from the disk cache
-            if self.built:
-                _compile(["g++", *CXX_FLAGS, *includes, "-x", "c++", "-"], path, text)
+        self.built = not os.path.exists(path)  # False: loaded from the disk cache
+        if self.built:  # (outside the lock: modules may build side by side; each lands whole)
+            _compile(["g++", *CXX_FLAGS, *includes, "-x", "c++", "-"], path, text)
         self.library = ctypes.CDLL(path)
 
     def get_function(self, symbol: str) -> EmulatedFunction:

@@ -450,6 +450,59 @@ def test_emulated_kernels_say_where_they_came_from_and_the_module_cache_is_bound
             runtime_cuda._modules.clear()
 
 
+def test_a_new_plans_kernels_build_side_by_side_and_load_in_order(tmp_path, monkeypatch):
+    """`compile_loops` builds the code of a plan's new kernels on threads (nvcc and g++ are
+    processes of their own), each code once, then loads them in the plan's order: the same
+    kernels `compile_loop` makes one by one, with each build's own seconds."""
+    import threading
+    import time
+
+    from fusegrad.pipeline.schedule import schedule
+    from fusegrad.runtime.backend_registry import get_backend
+    from fusegrad.runtime.engine import engine
+
+    b = runtime_cuda.backend()
+    x = fg.randn(64, device="cuda").realize()
+    has_value = engine.has_value_predicate()
+    items = [schedule([(x * k + 1).node], has_value)[0] for k in (5, 6, 7, 5)]
+    loops = [get_backend("cuda").lower(item) for item in items]
+    running, peak, sources = [0], [0], []
+    lock, build = threading.Lock(), b.build
+
+    def counted_build(source):
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+            sources.append(source)
+        time.sleep(0.3)  # (long enough that the builds overlap where they run apart)
+        try:
+            return build(source)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(b, "build", counted_build)
+    monkeypatch.setattr(runtime_cuda, "COMPILE_THREADS", 4)
+    with fg.config.override(cache=str(tmp_path)):
+        runtime_cuda._modules.clear()
+        try:
+            compiled = runtime_cuda.compile_loops(loops)
+            assert [k.cache for k in compiled] == ["compiled", "compiled", "compiled", "memory"]
+            assert len(sources) == 3 and peak[0] == 3  # each code once, all at once
+            assert all(k.compile_seconds >= 0.3 for k in compiled[:3])
+            assert compiled[3].symbol == compiled[0].symbol
+            assert compiled[3].module is compiled[0].module
+            one_by_one = [runtime_cuda.compile_loop(loop) for loop in loops]
+            assert [k.symbol for k in one_by_one] == [k.symbol for k in compiled]
+            assert [k.cache for k in one_by_one] == ["memory"] * 4 and len(sources) == 3
+            # and they run: x * 6 + 1 through the second kernel as a plan would (a GPU
+            # fuses it into one rounding: within an ulp of numpy's two)
+            want = host(x) * np.float32(6) + np.float32(1)
+            np.testing.assert_allclose(host(x * 6 + 1), want, rtol=2**-22)
+        finally:
+            runtime_cuda._modules.clear()
+
+
 # ---------------------------------------------------------------- found on an H100
 
 
