@@ -36,10 +36,12 @@ from ..ir.ops import COMPARISON, Ops
 from .cuda_mma import MmaSteps
 from .cuda_prelude import HALF_PRELUDE, PRELUDE, WGMMA_PRELUDE
 from .cuda_simt import TiledContraction, staged_half
-from .cuda_text import index, literal, mem_type, narrowed, reg_type, valid, widened
+from .cuda_text import PARTIAL, index, literal, mem_type, narrowed, reg_type, valid, widened
 from .cuda_types import CudaKernel, CudaLaunch, TensorMap
 from .cuda_wgmma import WgmmaPipeline, transpose_kernel
 from .gpu import (
+    MAX_BLOCK,
+    MAX_GRID,
     STATIC_SHARED,
     TILE_THREADS,
     VECTOR,
@@ -83,7 +85,6 @@ __all__ = [
     "render_cuda",
 ]
 
-PARTIAL = "fg_partial"  # the scratch buffer of a split reduction's partials
 # blocks per multiprocessor nvcc must leave registers for (__launch_bounds__): on the fp32
 # SIMT path where a side is copied by `cp.async`, and on the 16-bit tensor cores
 SIMT_MIN_BLOCKS = 1
@@ -325,11 +326,14 @@ class _Renderer(TiledContraction, MmaSteps, WgmmaPipeline):
         for p in self.k.params:
             const = "" if p.output else "const "
             params.append(f"{const}{mem_type(p.dtype)}* __restrict__ {p.name}")
-        if gpu.split > 1:
-            red = next(iter(gpu.reductions.values()))
+        c = gpu.contraction
+        if gpu.split > 1 or (c is not None and c.split > 1):
+            red = c.red if c is not None else next(iter(gpu.reductions.values()))
             params.append(f"{mem_type(reg_type(red.init.dtype))}* __restrict__ {PARTIAL}")
         extent = f"{gpu.extent}LL"
-        if gpu.contraction is not None:
+        if c is not None and self.part == "final":  # a split contraction's sums, epilogues
+            self.split_sums(c)
+        elif c is not None:
             self.tiled(gpu.contraction)
             params += [f"float* __restrict__ fg_t{side}" for side in self.transposes]
         elif self.part == "partials":
@@ -519,7 +523,19 @@ def cuda_kernel(
     `shared_limit`: the device's shared memory per block, dynamic included (a 16-bit
     contraction stages more steps where it is larger than 48 KiB)."""
     gpu = map_to_gpu(kernel, tf32, shared_limit)
-    if gpu.split == 1:
+    c = gpu.contraction
+    if c is not None and c.split > 1:  # the chunks' partial tiles, then their sums
+        r = _Renderer(gpu, "partials", shared_limit)
+        r2 = _Renderer(gpu, "final", shared_limit)
+        bodies = [r.render(symbol), r2.render(f"{symbol}_final")]
+        n = c.nc * c.na * c.nb
+        block = min(MAX_BLOCK, -(-n // WARP) * WARP)
+        launches = (
+            CudaLaunch(symbol, gpu.grid_dims, gpu.block_dims, r.dynamic_bytes),
+            CudaLaunch(f"{symbol}_final", (min(MAX_GRID, -(-n // block)), 1, 1), (block, 1, 1)),
+        )
+        scratch = [(reg_type(c.red.init.dtype), c.split * n)]
+    elif gpu.split == 1:
         r = _Renderer(gpu, shared_limit=shared_limit)
         bodies = [r.render(symbol)]
         launches = (CudaLaunch(symbol, gpu.grid_dims, gpu.block_dims, r.dynamic_bytes),)

@@ -20,7 +20,16 @@ of 4 (a staged row's 4 values are one 16-byte read):
 from __future__ import annotations
 
 from . import gpu as gpu_map
-from .cuda_text import index, literal, mem_type, narrow_indices, narrowed, reg_type, widened
+from .cuda_text import (
+    PARTIAL,
+    index,
+    literal,
+    mem_type,
+    narrow_indices,
+    narrowed,
+    reg_type,
+    widened,
+)
 from .gpu import HALF_MMA, STATIC_SHARED, TILE_THREADS, VECTOR, Contraction
 from .loopir import AccUpdate, Load
 
@@ -119,7 +128,15 @@ class TiledContraction:
             self.line(0, "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)")
             self.line(1, "unsigned fg_t0 = 0;")
             self.line(0, "#endif")
-        self.line(1, f"for (long long ic = blockIdx.z; ic < {c.nc}LL; ic += gridDim.z)")
+        if c.split > 1:  # z walks the batches' chunks: this block's steps are its chunk's
+            self.line(1, f"for (long long fg_z = blockIdx.z; fg_z < {c.nc * c.split}LL; "
+                         "fg_z += gridDim.z) {")  # fmt: skip
+            self.line(1, f"const long long ic = fg_z / {c.split}LL, fg_part = fg_z % {c.split}LL;")
+            self.line(1, f"const long long fg_k0 = fg_part * {c.chunk}LL;")
+            left = f"{c.red.length}LL - fg_k0"
+            self.line(1, f"const long long fg_kn = {left} < {c.chunk}LL ? {left} : {c.chunk}LL;")
+        else:
+            self.line(1, f"for (long long ic = blockIdx.z; ic < {c.nc}LL; ic += gridDim.z)")
         self.line(1, f"for (long long tile_a = blockIdx.y * {ta}LL; tile_a < {c.na}LL; "
                      f"tile_a += (long long)gridDim.y * {ta}) {{")  # fmt: skip
         self.line(2, f"for (long long tile_b = blockIdx.x * {tb}LL; tile_b < {c.nb}LL; "
@@ -137,6 +154,22 @@ class TiledContraction:
         if c.mma:
             self.line(0, "#endif")
         self.line(2, "}")
+        self.line(1, "}")
+        if c.split > 1:
+            self.line(1, "}")
+
+    def split_sums(self, c: Contraction) -> None:
+        """A split reduction's second launch: each thread sums an output's partials in the
+        chunks' order (`output` stored them), then runs its epilogue."""
+        n = c.nc * c.na * c.nb
+        dt = reg_type(c.red.init.dtype)
+        self.line(1, "for (long long gid = (long long)blockIdx.x * blockDim.x + threadIdx.x; "
+                     f"gid < {n}LL; gid += (long long)gridDim.x * blockDim.x) {{")  # fmt: skip
+        self.line(2, f"const long long ic = gid / {c.na * c.nb}LL, "
+                     f"ia = gid / {c.nb}LL % {c.na}LL, ib = gid % {c.nb}LL;")  # fmt: skip
+        self.line(2, f"{dt.cuda} fg_sum = {PARTIAL}[gid];")
+        self.line(2, f"for (int p = 1; p < {c.split}; ++p) fg_sum += {PARTIAL}[p * {n}LL + gid];")
+        self.output(c, "fg_sum", 2)
         self.line(1, "}")
 
     def stage_buffers(self, c: Contraction) -> None:
@@ -177,7 +210,8 @@ class TiledContraction:
             fa, fb = self.wmma_accumulators(c, d)
         else:
             self.simt_accumulators(c, d)
-        self.line(d, f"const int fg_steps = (int)(({red.length}LL + {kc - 1}) / {kc});")
+        length = "fg_kn" if c.split > 1 else f"{red.length}LL"  # (this block's chunk)
+        self.line(d, f"const int fg_steps = (int)(({length} + {kc - 1}) / {kc});")
         ahead = half or c.simt_async  # else two buffers, two barriers a step
         if ahead:
             stages = stage_count(c, self.shared_limit)
@@ -242,7 +276,13 @@ class TiledContraction:
         self.line(d + 1, "fg_copy_commit();  // empty near the end: one group per step")
 
     def output(self, c: Contraction, value: str, d: int) -> None:
-        """The epilogue of output (ia, ib) of batch ic, its reduction's result `value`."""
+        """The epilogue of output (ia, ib) of batch ic, its reduction's result `value`; a
+        split reduction's first launch stores `value`, its chunk's sum, instead, for
+        `split_sums` to add up (partials [chunk][ic][ia][ib])."""
+        if self.part == "partials":
+            at = f"((fg_part * {c.nc}LL + ic) * {c.na}LL + ia) * {c.nb}LL + ib"
+            self.line(d, f"{PARTIAL}[{at}] = {value};")
+            return
         self.index_vars(c.a_loops, "ia", d)
         self.index_vars(c.b_loops, "ib", d)
         self.index_vars(c.c_loops, "ic", d)
@@ -259,7 +299,8 @@ class TiledContraction:
         red = c.red
         cell_of = self.wgmma_cell if wgmma else self.staged
         self.line(d, "{")
-        self.line(d + 1, f"const long long k0 = {k0};")
+        start = "fg_k0 + " if c.split > 1 else ""  # (a split reduction: from its chunk's first)
+        self.line(d + 1, f"const long long k0 = {start}{k0};")
         for side, stmts, exports, vector, extent in (
             ("a", c.a_stmts, c.a_exports, c.a_vector, c.na),
             ("b", c.b_stmts, c.b_exports, c.b_vector, c.nb),
@@ -390,7 +431,8 @@ class TiledContraction:
         red, kc = c.red, c.kc
         whole = red.length % kc == 0
         if not whole:
-            self.line(d, f"const long long fg_left = {red.length}LL - (long long)kt * {kc};")
+            length = "fg_kn" if c.split > 1 else f"{red.length}LL"  # (this block's chunk)
+            self.line(d, f"const long long fg_left = {length} - (long long)kt * {kc};")
             self.line(d, f"if (fg_left >= {kc}) {{")
             self.simt_steps(c, str(kc), d + 1)
             self.line(d, "} else {")

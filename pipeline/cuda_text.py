@@ -24,6 +24,9 @@ HALF_STORAGE = {"float16": "__half", "bfloat16": "__nv_bfloat16"}
 _TO_HALF = {"float16": "fg_to_f16", "bfloat16": "fg_to_bf16"}
 
 
+PARTIAL = "fg_partial"  # the scratch buffer of a split reduction's partials
+
+
 def mem_type(dt: DType) -> str:
     """The C type a buffer of `dt` holds: bools as bytes, 16-bit floats as CUDA's own."""
     return "unsigned char" if dt.is_bool else HALF_STORAGE.get(dt.name, dt.cuda)

@@ -27,7 +27,9 @@ mappings:
   barrier); lane 0 stores.
 
 - **tile**: a contraction (matmul, convolution) through shared memory; see
-  `Contraction`. Taken from the plain loop nest (`lower(item, tile=False)`).
+  `Contraction`. Taken from the plain loop nest (`lower(item, tile=False)`). A sum of
+  too few output tiles to fill the GPU splits its reduction into chunks, each a
+  block's partial tile, summed in order by a second launch (`Contraction.split`).
 
     >>> import numpy as np
     >>> import fusegrad as fg
@@ -155,7 +157,8 @@ class GpuKernel:
         if c is not None:
             tiles_b = -(-c.nb // (TILE_THREADS * c.rb))
             tiles_a = -(-c.na // (TILE_THREADS * c.ra))
-            return (min(tiles_b, MAX_GRID_X), min(tiles_a, MAX_GRID_Y), min(c.nc, MAX_GRID_Y))
+            z = min(c.nc * c.split, MAX_GRID_Y)  # (a split reduction's chunks along z too)
+            return (min(tiles_b, MAX_GRID_X), min(tiles_a, MAX_GRID_Y), z)
         return (self.grid, 1, 1)
 
     @property
@@ -385,6 +388,10 @@ def traffic(gpu: GpuKernel) -> Traffic:
         red = next(iter(gpu.reductions.values()))
         n = gpu.grid * red.init.dtype.itemsize
         read, written = read + n, written + n
+    c = gpu.contraction
+    if c is not None and c.split > 1:  # a split reduction's partial tiles, likewise
+        n = c.split * c.nc * c.na * c.nb * max(4, c.red.init.dtype.itemsize)  # (fp32 for 16 bits)
+        read, written = read + n, written + n
     least = sum(p.size * p.dtype.itemsize for p in sizes.values())
     return Traffic(read, written, gpu.kernel.flops, least)
 
@@ -398,6 +405,13 @@ SIMT_BIG_K = 16  # ... for the fp32 SIMT path's 128x128 tile
 # registers held across a step, but the copy waits for its load
 SIMT_K_INNER = True
 CONTRACTION_MIN_K = 8
+# a contraction of fewer tiles than SMS (a convolution's weight gradient: 64 x 576 outputs,
+# a sum over 131072 pixels, 9 tiles) splits its reduction into chunks of whole steps, one
+# block each, to fill about SPLIT_K_BLOCKS blocks; each chunk at least SPLIT_K_MIN_STEPS steps,
+# the partial tiles at most SPLIT_K_MAX_PARTIALS values (`Contraction.split`)
+SPLIT_K_BLOCKS = 2 * 132
+SPLIT_K_MIN_STEPS = 8
+SPLIT_K_MAX_PARTIALS = 1 << 24
 CONTRACTION_MIN_OUTPUTS = 256
 SMS = 132  # an H100's multiprocessors: a grid of fewer 128x128 tiles takes 64x64 ones
 MMA_WARPS = (2, 4)  # tensor cores: the block's 8 warps as 2 (a side) x 4 (b side)
@@ -482,6 +496,10 @@ class Contraction:
     a_vector: str | None = None
     b_vector: str | None = None
     mma: str | None = None
+    # a split reduction: `split` chunks of `chunk` steps (a multiple of kc), each a block's,
+    # whose partial tiles a second launch sums in order and runs the epilogue on
+    split: int = 1
+    chunk: int = 0
 
     @property
     def lanes(self) -> int:
@@ -751,11 +769,35 @@ def _contraction(
     b_vector = _vector_side(b_stmts, b_exp, b_loops, red, mma)
     nc, plain = math.prod(lp.extent for lp in c_loops), bool(a_vector and b_vector)
     ra, rb, kc = _tile_shape(na, nb, nc, mma, shared_limit, plain and len(c_loops) <= 1)
-    return Contraction(
+    c = Contraction(
         red, a_loops, b_loops, consts, a_stmts, b_stmts, terms, a_exp, b_exp, prefix,
         epilogue, ra, rb, kk_fastest(a_stmts, a_loops), kk_fastest(b_stmts, b_loops), c_loops, kc,
         a_vector, b_vector, mma,
     )  # fmt: skip
+    c.split, c.chunk = _split_reduction(c, shared_limit)
+    return c
+
+
+def _split_reduction(c: Contraction, shared_limit: int) -> tuple[int, int]:
+    """(split, chunk) of `c` (`Contraction.split`): a float sum from 0 of too few tiles to
+    give every multiprocessor a block, and long enough, splits into chunks of whole steps
+    toward `SPLIT_K_BLOCKS` blocks; else (1, 0). Not the wgmma pipeline (large products)."""
+    red = c.red
+    if red.op is not Ops.ADD or not red.init.dtype.is_float or red.init.value != 0:
+        return 1, 0
+    if wgmma_tile(c, shared_limit):
+        return 1, 0
+    tiles = -(-c.na // (TILE_THREADS * c.ra)) * -(-c.nb // (TILE_THREADS * c.rb)) * c.nc
+    steps = -(-red.length // c.kc)
+    split = min(
+        -(-SPLIT_K_BLOCKS // tiles),
+        steps // SPLIT_K_MIN_STEPS,
+        SPLIT_K_MAX_PARTIALS // (c.nc * c.na * c.nb),
+    )
+    if tiles >= SMS or split < 2:
+        return 1, 0
+    chunk = -(-steps // split) * c.kc
+    return -(-red.length // chunk), chunk
 
 
 def _split_terms(body, deps, pure, constant, a_vars, b_vars, value):
