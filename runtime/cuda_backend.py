@@ -140,7 +140,11 @@ class CudaBackend(Backend):
         return cuda.arena_layout(plan)
 
     def launch(self, step, outs: list, inputs: list, timed: bool) -> None:
-        cuda.launch(step.record.compiled, outs + inputs, timed or not config.program)
+        """One kernel of a plan run kernel by kernel; waited for wherever its time is read
+        (a first run, program off, inside `fg.profile()`): a launch returns before the GPU
+        has run it."""
+        wait = timed or not config.program or config.kernel_times
+        cuda.launch(step.record.compiled, outs + inputs, wait)
 
     def synchronize(self) -> None:
         cuda.synchronize()

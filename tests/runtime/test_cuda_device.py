@@ -538,22 +538,30 @@ def test_a_16bit_nan_widened_has_the_cpus_bits(dtype):
     assert (on_cpu[:5] >> 31).tolist() == [0, 1, 0, 0, 1]  # the signs
 
 
-def test_profile_times_each_kernel_of_a_cached_plan():
+def test_profile_times_each_kernel_of_a_cached_plan(monkeypatch):
     """On the cuda device a cached plan runs from its launch list without waiting; inside
-    `fg.profile()` each kernel is launched alone and waited for, so each has a time (on an
-    H100 every kernel read 0 s)."""
+    `fg.profile()` each kernel is launched alone and waited for, so each has its own time
+    (on an H100 every kernel read 0 s; on an H200 a kernel's launch was timed, not its
+    run: 0.09 ms for a 17.5 ms weight gradient)."""
+    launch, waits = runtime_cuda.launch, []
+
+    def watched(compiled, buffers, wait=False):
+        waits.append(wait)
+        return launch(compiled, buffers, wait)
 
     def step():
         x = fg.randn(64, 32, device="cuda").realize()  # a new input: nothing to reuse
         return (x.softmax(1) * 2).sum(0).realize()
 
     step(), step()  # compiled and cached outside the profile
+    monkeypatch.setattr(runtime_cuda, "launch", watched)
     with fg.profile() as prof:
         for _ in range(3):
             step()
     assert prof.kernels
     for k in prof.kernels:
         assert k.calls == 3 and k.seconds > 0, k
+    assert waits and all(waits)  # each kernel's time is its run's, not its launch's
 
 
 def test_a_long_float_sum_keeps_an_accumulator_per_vector_lane():
