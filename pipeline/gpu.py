@@ -405,11 +405,13 @@ SIMT_BIG_K = 16  # ... for the fp32 SIMT path's 128x128 tile
 # registers held across a step, but the copy waits for its load
 SIMT_K_INNER = True
 CONTRACTION_MIN_K = 8
-# a contraction of fewer tiles than SMS (a convolution's weight gradient: 64 x 576 outputs,
-# a sum over 131072 pixels, 9 tiles) splits its reduction into chunks of whole steps, one
-# block each, to fill about SPLIT_K_BLOCKS blocks; each chunk at least SPLIT_K_MIN_STEPS steps,
-# the partial tiles at most SPLIT_K_MAX_PARTIALS values (`Contraction.split`)
+# a contraction of at most half as many tiles as SMS (a convolution's weight gradient: 64 x
+# 576 outputs, a sum over 131072 pixels, 9 tiles), or of fewer than SMS summing at least
+# SPLIT_K_LONG terms each, splits its reduction into chunks of whole steps, one block each,
+# to fill about SPLIT_K_BLOCKS blocks; each chunk at least SPLIT_K_MIN_STEPS steps, the
+# partial tiles at most SPLIT_K_MAX_PARTIALS values (`Contraction.split`)
 SPLIT_K_BLOCKS = 2 * 132
+SPLIT_K_LONG = 4096
 SPLIT_K_MIN_STEPS = 8
 SPLIT_K_MAX_PARTIALS = 1 << 24
 CONTRACTION_MIN_OUTPUTS = 256
@@ -779,9 +781,12 @@ def _contraction(
 
 
 def _split_reduction(c: Contraction, shared_limit: int) -> tuple[int, int]:
-    """(split, chunk) of `c` (`Contraction.split`): a float sum from 0 of too few tiles to
-    give every multiprocessor a block, and long enough, splits into chunks of whole steps
-    toward `SPLIT_K_BLOCKS` blocks; else (1, 0). Not the wgmma pipeline (large products)."""
+    """(split, chunk) of `c` (`Contraction.split`): a float sum from 0 of so few tiles that
+    half the multiprocessors or more would have no block (or some would, and each output
+    sums `SPLIT_K_LONG` terms or more), and long enough, splits into chunks of whole steps
+    toward `SPLIT_K_BLOCKS` blocks; else (1, 0). Not the wgmma pipeline (large products).
+    (A 2048^3 product's 128 tiles nearly fill 132 multiprocessors: writing and reading its
+    partials would cost more than the few idle ones.)"""
     red = c.red
     if red.op is not Ops.ADD or not red.init.dtype.is_float or red.init.value != 0:
         return 1, 0
@@ -794,7 +799,8 @@ def _split_reduction(c: Contraction, shared_limit: int) -> tuple[int, int]:
         steps // SPLIT_K_MIN_STEPS,
         SPLIT_K_MAX_PARTIALS // (c.nc * c.na * c.nb),
     )
-    if tiles >= SMS or split < 2:
+    few = 2 * tiles <= SMS or (tiles < SMS and red.length >= SPLIT_K_LONG)
+    if not few or split < 2:
         return 1, 0
     chunk = -(-steps // split) * c.kc
     return -(-red.length // chunk), chunk

@@ -68,13 +68,23 @@ def test_a_product_of_one_tile_and_a_long_reduction_splits_into_chunks_of_whole_
 
 @pytest.mark.parametrize(
     "shape",
-    [(1024, 512, 1024), (64, 64, 64), (64, 100, 48)],  # many tiles; too few steps to split
+    # many tiles; 128 of 64 x 64 (nearly one a multiprocessor) over 2048 steps; too few
+    # steps to split
+    [(1024, 512, 1024), (512, 2048, 1024), (64, 64, 64), (64, 100, 48)],
 )
 def test_products_of_many_tiles_or_short_reductions_do_not_split(shape):
     m, k, n = shape
     g = mapped(dev(rand(m, k)) @ dev(rand(k, n)))
     assert g.contraction is not None and g.contraction.split == 1
     assert len(kernel_of(dev(rand(m, k)) @ dev(rand(k, n))).launches) == 1
+
+
+def test_nearly_enough_tiles_split_only_a_long_reduction():
+    # 128 tiles of 64 x 64 leave 4 of 132 multiprocessors idle: worth splitting 4096 terms
+    # an output (a few partials against a long sum), not 2048
+    assert mapped(dev(rand(512, 2048)) @ dev(rand(2048, 1024))).contraction.split == 1
+    c = mapped(dev(rand(512, 4096)) @ dev(rand(4096, 1024))).contraction
+    assert c.split == 3 and gpu.SPLIT_K_LONG == 4096
 
 
 def test_the_partials_count_in_the_traffic(monkeypatch):
