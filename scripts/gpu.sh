@@ -9,8 +9,10 @@
 # WHEELS: a folder of wheels (`bash scripts/pycuda_wheel.sh WHEELS` builds them: pycuda built for this Python, pytools, platformdirs, mako,
 # siphash24, typing_extensions; ml_dtypes for bfloat16; pycuda's sdist as well, built here if its wheel won't load); OUT: where logs go (gpu-tests.log, gpu-bench.log).
 # The tests run with pytest-xdist over the CPU's cores where it is installed; FG_BENCH_ARGS
-# are gpu.py's arguments (e.g. --quick); FG_BENCH_TIMEOUT
-# and FG_TESTS_TIMEOUT (seconds) bound the two parts; FG_TESTS names other test paths.
+# are gpu.py's arguments (e.g. --quick); the bench part then runs gpu_models.py (real models'
+# training steps) with FG_MODELS_ARGS (default: --rounds 3; "skip" leaves it out), each model
+# in a process of its own; FG_BENCH_TIMEOUT, FG_MODELS_TIMEOUT (per model) and
+# FG_TESTS_TIMEOUT (seconds) bound the parts; FG_TESTS names other test paths.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 wheels=$1
@@ -37,6 +39,12 @@ print("smoke: sum of 0..999 on the GPU =", (x * 2).sum().item(), "(want 999000.0
 EOF
 if [ "$what" != tests ]; then
   timeout "${FG_BENCH_TIMEOUT:-900}" python3 benchmarks/gpu.py ${FG_BENCH_ARGS:-} 2>&1 | tee "$out/gpu-bench.log"
+  if [ "${FG_MODELS_ARGS:-}" != skip ]; then
+    for model in resnet18 gpt vit; do
+      timeout "${FG_MODELS_TIMEOUT:-120}" python3 benchmarks/gpu_models.py --model $model \
+        ${FG_MODELS_ARGS:---rounds 3} 2>&1 | grep -v Warning | tee -a "$out/gpu-models.log"
+    done
+  fi
 fi
 if [ "$what" != bench ]; then
   workers=""
