@@ -1231,6 +1231,7 @@ def _conv_both(x0, w0, b0, stride, padding, dilation, dtype):
     return y, [y.numpy(), *grads]
 
 
+@pytest.mark.cpu_device  # the CPU lowering's sgemm path (its kernels' reasons)
 @pytest.mark.parametrize("case", PIXEL_GEMM_CASES)
 def test_small_images_run_as_sgemms_values_and_gradients(case):
     x_shape, w_shape, stride, padding, dilation, bias = case
