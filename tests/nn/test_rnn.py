@@ -579,6 +579,7 @@ def test_an_lstm_layer_equals_its_cell_step_by_step_at_special_points():
     np.testing.assert_array_equal(np.isnan(x1.grad.numpy()), np.isnan(x2.grad.numpy()))
 
 
+@pytest.mark.cpu_device  # the CPU's layout packs panels
 @pytest.mark.parametrize("mode", ["LSTM", "GRU"])
 def test_the_recurrent_weight_is_packed_once_for_every_step(mode):
     # each step's hidden projection h @ w_hh.T has 3 rows, too few to pay for packing
