@@ -218,10 +218,10 @@ class EmulatedModule:
             fingerprint = "\0".join([f.read(), g.read(), _compiler_id(), *CXX_FLAGS])
         text = f'#include "cuda_emu.h"\n{source}\n{_launchers(self.kernels)}\n'
         key = hashlib.sha256(f"{text}\0{fingerprint}".encode()).hexdigest()
-        base = _cache_dir()
-        path = os.path.join(base, key[:2], key + ".so")
-        with _build_lock:
+        with _build_lock:  # (modules build on several threads: one scratch folder, made once)
+            base = _cache_dir()
             includes = _load_runtime(base, fingerprint)
+        path = os.path.join(base, key[:2], key + ".so")
         self.built = not os.path.exists(path)  # False: loaded from the disk cache
         if self.built:  # (outside the lock: modules may build side by side; each lands whole)
             _compile(["g++", *CXX_FLAGS, *includes, "-x", "c++", "-"], path, text)
