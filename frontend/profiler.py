@@ -25,7 +25,8 @@ ends the one before; `runtime/program.py`): a kernel's time is what it takes in 
 training loop, the wait for the slowest thread included. (A kernel launched on its own
 from Python would find the worker threads asleep and its output memory fresh: a small
 one would run at one thread's speed, a large one would pay for page faults.) A cuda plan
-is launched kernel by kernel, each waited for.
+is launched kernel by kernel, each waited for and timed on the GPU by events recorded
+around its launches (PyCUDA's `Event`; the emulator's kernels, by the host's clock).
 """
 
 from __future__ import annotations

@@ -204,8 +204,10 @@ class Backend(ABC):
         return leaves
 
     @abstractmethod
-    def launch(self, step, outs: list, inputs: list, timed: bool) -> None:
-        """Run one step's kernel on these buffers; `timed`: wait until it has finished."""
+    def launch(self, step, outs: list, inputs: list, timed: bool) -> float | None:
+        """Run one step's kernel on these buffers; `timed`: wait until it has finished. May
+        return the kernel's seconds as the device measured them (a GPU's events), which
+        the engine then records instead of the host's time around the call."""
 
     def synchronize(self) -> None:
         """Wait for everything launched so far."""

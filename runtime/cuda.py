@@ -298,6 +298,28 @@ class _PyCudaBackend:
                 else:
                     fn.prepared_call(ln.grid, ln.block, *args, shared_size=ln.shared_bytes)
 
+    def timed_launch(self, functions: list, launches, args: list) -> float | None:
+        """`launch`, waited for: the seconds the GPU took from an event recorded before the
+        launches to one recorded after them (the kernels' own time, without the host's
+        launch and wait); None where the driver has no events (the launches waited for
+        all the same)."""
+        event = getattr(self.drv, "Event", None)
+        if event is None:
+            self.launch(functions, launches, args)
+            self.synchronize()
+            return None
+        with self.active:
+            start, end = event(), event()
+            start.record()
+            for fn, ln in zip(functions, launches):
+                if isinstance(fn, _MapsFunction):
+                    fn.launch(ln.grid, ln.block, fn.pack(args), ln.shared_bytes, None)
+                else:
+                    fn.prepared_call(ln.grid, ln.block, *args, shared_size=ln.shared_bytes)
+            end.record()
+            end.synchronize()
+            return start.time_till(end) / 1e3
+
     def bind(self, fn, grid, block, shared: int, ptrs: list[int]) -> tuple:
         """One launch with its arguments packed once (PyCUDA's `prepared_call` packs them on
         every call): what `run_bound` calls."""
@@ -808,9 +830,10 @@ def _loaded(b, symbol: str, kernel, built: tuple | None = None) -> CompiledCudaK
     return CompiledCudaKernel(symbol, kernel.source, module, kernel, seconds, how)
 
 
-def launch(compiled: CompiledCudaKernel, buffers: list, wait: bool = False) -> None:
+def launch(compiled: CompiledCudaKernel, buffers: list, wait: bool = False) -> float | None:
     """Launch a kernel on these buffers (outputs first, then inputs, as its parameters);
-    `wait`: until it has finished (to time it)."""
+    `wait`: until it has finished (to time it), and return its seconds on the GPU where
+    the backend measures them (events between its launches: `timed_launch`), else None."""
     b = backend()
     k = compiled.kernel
     args = [b.arg(x.mem) for x in buffers]
@@ -819,9 +842,12 @@ def launch(compiled: CompiledCudaKernel, buffers: list, wait: bool = False) -> N
     functions = compiled.functions
     if functions is None:
         functions = compiled.functions = b.functions(compiled.module, k, len(args))
+    if wait and hasattr(b, "timed_launch"):
+        return b.timed_launch(functions, k.launches, args)
     b.launch(functions, k.launches, args)
     if wait:
         b.synchronize()
+    return None
 
 
 # ---------------------------------------------------------------- cached plans

@@ -139,12 +139,12 @@ class CudaBackend(Backend):
             return None
         return cuda.arena_layout(plan)
 
-    def launch(self, step, outs: list, inputs: list, timed: bool) -> None:
+    def launch(self, step, outs: list, inputs: list, timed: bool) -> float | None:
         """One kernel of a plan run kernel by kernel; waited for wherever its time is read
         (a first run, program off, inside `fg.profile()`): a launch returns before the GPU
-        has run it."""
+        has run it. Returns its seconds on the GPU (events around it) where measured."""
         wait = timed or not config.program or config.kernel_times
-        cuda.launch(step.record.compiled, outs + inputs, wait)
+        return cuda.launch(step.record.compiled, outs + inputs, wait)
 
     def synchronize(self) -> None:
         cuda.synchronize()

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import struct
 import threading
+import time
 import types
 
 import numpy as np
@@ -47,6 +48,7 @@ class StubDriver:
     captured launches, so a test can check a graph replays exactly the plain launches.
 
     Streams, as PyCUDA's, have a `handle`; `graphs=True` gives them `begin_capture` too.
+    Events (`Event`) time the host's clock between their records.
     `libcuda`: the driver library runtime/cuda.py may reach through ctypes: None (none,
     the default: a stub never reaches a real one), True (a `StubLibcuda`) or one given.
     """
@@ -110,6 +112,7 @@ class StubDriver:
                 super().__init__(driver)
 
         self.Stream = Stream
+        self.Event = _Event
 
     def init(self) -> None:
         pass
@@ -151,6 +154,24 @@ class _Context:
 
     def pop(self) -> None:
         _current.depth -= 1
+
+
+class _Event:
+    """PyCUDA's `Event`: `record` notes the host's clock (no kernel runs here), `time_till`
+    gives the milliseconds from this event to another."""
+
+    def __init__(self, flags: int = 0):
+        self.at = None
+
+    def record(self, stream=None) -> _Event:
+        self.at = time.perf_counter()
+        return self
+
+    def synchronize(self) -> _Event:
+        return self
+
+    def time_till(self, end: _Event) -> float:
+        return (end.at - self.at) * 1e3
 
 
 class _Allocation:

@@ -433,8 +433,8 @@ class Engine:
             seen = [b.numpy().copy() for b in inputs] if keep_inputs else None
             backend.first_touch(outs)
             t0 = time.perf_counter()
-            backend.launch(step, outs, inputs, timed or config.debug >= 1)
-            seconds = time.perf_counter() - t0
+            took = backend.launch(step, outs, inputs, timed or config.debug >= 1)
+            seconds = time.perf_counter() - t0 if took is None else took  # (a GPU's events)
             # a cached plan's record says nothing was compiled for this run
             rec = timed_copy(step.record if timed else plan.records[k], seconds, t0)
             if seen is not None:  # (the dump writes them, then drops them)

@@ -351,3 +351,25 @@ def test_callgrinds_client_requests_answer_zero_outside_valgrind():
     assert counter.request(1) == 0
     counter.start()
     counter.stop()
+
+
+def test_a_profiled_kernel_is_timed_by_events_around_its_launches(monkeypatch):
+    # inside fg.profile() each kernel of a cached plan is launched alone, and its time is
+    # the GPU's: from an event recorded before its launches to one recorded after them
+    # (the host's launch and wait left out: 10-20 us a kernel on an H200)
+    from fusegrad.runtime import cuda_stub
+
+    monkeypatch.setattr(cuda_stub._Event, "time_till", lambda self, end: 2.5)  # ms
+
+    def step():
+        x = fg.randn(64, 32, device="cuda").realize()  # a new input: nothing to reuse
+        return (x.softmax(1) * 2).sum(0).realize()
+
+    with runtime_cuda.use_driver(StubDriver()):
+        step(), step()  # compiled and cached outside the profile
+        with fg.profile() as prof:
+            for _ in range(3):
+                step()
+    assert prof.kernels
+    for k in prof.kernels:
+        assert k.calls == 3 and k.seconds == pytest.approx(3 * 2.5e-3), k
