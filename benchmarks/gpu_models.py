@@ -37,7 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import models  # noqa: E402  (benchmarks/models.py: the models and the bootstrap)
 
-BLOCK = 5  # steps a system runs back to back before the next one's turn
+BLOCK = models.BLOCK  # steps a system runs back to back before the next one's turn
 
 
 def systems(name: str, images: int, autocast: bool, compiled: bool) -> tuple[dict, list]:
@@ -53,20 +53,14 @@ def systems(name: str, images: int, autocast: bool, compiled: bool) -> tuple[dic
     def make(T, compile_with=None):
         model, batch, loss_of, optimizer, clip = models.build(T, name, images=images)
         model.train()
-        opt = optimizer(model.parameters())
+        kind = "cuda" if T is fg else where
+        cast = contextlib.nullcontext
+        if autocast:
 
-        def step(x, y):
-            opt.zero_grad()
-            kind = "cuda" if T is fg else where
-            cast = T.autocast(kind, dtype=T.bfloat16) if autocast else contextlib.nullcontext()
-            with cast:
-                loss = loss_of(model, x, y)
-            loss.backward()
-            if clip is not None:
-                T.nn.utils.clip_grad_norm_(model.parameters(), clip)
-            opt.step()
-            return loss
+            def cast():
+                return T.autocast(kind, dtype=T.bfloat16)
 
+        step = models.train_step(T, model, optimizer(model.parameters()), loss_of, clip, cast)
         return model, batch, compile_with(step) if compile_with else step
 
     fg.set_default_device("cuda")
@@ -104,16 +98,7 @@ def run(name: str, rounds: int, images: int, autocast: bool, compiled: bool) -> 
     for i in (1, 2):  # warm: the jit records, graphs are captured, caches fill
         for step in steps.values():
             step(i)
-    times: dict[str, list[list[float]]] = {k: [] for k in steps}
-    order = list(steps)
-    for r in range(rounds):
-        for k in order[r % len(order) :] + order[: r % len(order)]:
-            block = []
-            for i in range(BLOCK):
-                t = time.perf_counter()
-                steps[k]((r * BLOCK + i) % 4)
-                block.append(time.perf_counter() - t)
-            times[k].append(block)
+    times = models.alternate(steps, rounds, lambda step, i: step(i % 4))
     how = "bf16 autocast" if autocast else "fp32"
     print(f"\n{name} ({how}, images {images} where CIFAR): {rounds} rounds of {BLOCK} steps")
     print("  first losses: " + ", ".join(f"{k} {v:.5f}" for k, v in first.items()))

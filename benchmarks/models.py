@@ -39,6 +39,7 @@ training loop leaves there: its plans are tuned at their tenth run
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -228,13 +229,15 @@ def build(T, name: str, images: int = 16):
 # ---------------------------------------------------------------- the steps
 
 
-def train_step(T, model, opt, loss_of, clip):
-    """The loop body, the same for both systems: zero the gradients, the loss, backward,
-    the gradients clipped (where the model asks), the optimizer's step; returns the loss."""
+def train_step(T, model, opt, loss_of, clip, cast=contextlib.nullcontext):
+    """The loop body, the same for both systems: zero the gradients, the loss (inside
+    `cast()`: an autocast region, where the caller gives one), backward, the gradients
+    clipped (where the model asks), the optimizer's step; returns the loss."""
 
     def train(x, y):
         opt.zero_grad()
-        loss = loss_of(model, x, y)
+        with cast():
+            loss = loss_of(model, x, y)
         loss.backward()
         if clip is not None:
             T.nn.utils.clip_grad_norm_(model.parameters(), clip)
@@ -294,6 +297,25 @@ def bootstrap(ratios: list[float], draws: int = 2000) -> tuple[float, float, flo
     return float(np.median(ratios)), meds[int(0.025 * draws)], meds[int(0.975 * draws) - 1]
 
 
+def alternate(systems: dict, rounds: int, run, pause: float = 0.0) -> dict[str, list]:
+    """Each system's step times in blocks of `BLOCK` steps, the systems taking turns block
+    by block and their order rotating each round: {system: [[seconds of each step] per
+    block]}. `run(step, i)` runs a system's step on the run's i-th batch; `pause`
+    seconds follow each block."""
+    times: dict[str, list[list[float]]] = {k: [] for k in systems}
+    order = list(systems)
+    for r in range(rounds):
+        for k in order[r % len(order) :] + order[: r % len(order)]:
+            block = []
+            for i in range(BLOCK):
+                t = time.perf_counter()
+                run(systems[k], r * BLOCK + i)
+                block.append(time.perf_counter() - t)
+            times[k].append(block)
+            time.sleep(pause)
+    return times
+
+
 def steady(name: str, rounds: int, compiled: bool) -> float:
     """Alternate the systems' steps in blocks and print each one's median and the ratios;
     returns the plain loop's median step in seconds."""
@@ -319,18 +341,7 @@ def steady(name: str, rounds: int, compiled: bool) -> float:
     for i in range(1, 3):  # warm up: the jit records its calls, torch.compile compiles
         for step in systems.values():
             step(*data[i])
-    times: dict[str, list[list[float]]] = {k: [] for k in systems}
-    order = list(systems)
-    for r in range(rounds):
-        for k in order[r % len(order) :] + order[: r % len(order)]:
-            block = []
-            for i in range(BLOCK):
-                x, y = data[(r * BLOCK + i) % len(data)]
-                t = time.perf_counter()
-                systems[k](x, y)
-                block.append(time.perf_counter() - t)
-            times[k].append(block)
-            time.sleep(PAUSE)
+    times = alternate(systems, rounds, lambda step, i: step(*data[i % len(data)]), PAUSE)
     print(f"\n{name}: {rounds} rounds of {BLOCK} steps each, threads {fg.config.threads}")
     print("  first losses: " + ", ".join(f"{k} {v:.5f}" for k, v in first.items()))
     for k, blocks in times.items():
