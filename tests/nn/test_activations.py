@@ -177,6 +177,29 @@ def test_gelu_backward_reads_x_and_the_gradient_only():
     np.testing.assert_allclose(dx.numpy(), gs * np_gelu_slopes(v)[0], rtol=2e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gelu_is_one_macro_node_with_the_composed_forms_bits(dtype):
+    """float32 (and 16-bit) gelu builds one macro node a call (its ~60 primitives made when a
+    plan is compiled, its gradient a macro too): the values and gradients are the composed
+    form's bit for bit, at the branch points, 0 and -0, the tails, infinities and NaN."""
+    from fusegrad.ir.ops import Ops
+    from fusegrad.nn import activations as A
+
+    pts = GELU_POINTS + [0.0, -0.0, np.inf, -np.inf, np.nan]
+    xs = np.array(pts, np.float32)
+    g = np.random.default_rng(7).uniform(0.5, 2.0, xs.shape).astype(np.float32)
+    x1 = fg.tensor(xs, requires_grad=True).to(getattr(fg, dtype))
+    x2 = fg.tensor(xs, requires_grad=True).to(getattr(fg, dtype))
+    y1 = F.gelu(x1)
+    y2 = A._gelu(x2._float(), A._erf)
+    assert y1.node.op is Ops.MACRO and y1.node.arg[0] == "gelu"
+    (d1,) = fg.grad((y1 * fg.tensor(g).to(y1.dtype)).sum(), [x1])
+    (d2,) = fg.grad((y2 * fg.tensor(g).to(y2.dtype)).sum(), [x2])
+    for a, b in ((y1, y2), (d1, d2)):
+        a, b = a.float().numpy(), b.float().numpy()
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), (a, b)
+
+
 def test_softmin_and_glu():
     x = np.random.default_rng(0).standard_normal((3, 4))
     e = np.exp(-x - (-x).max(1, keepdims=True))
