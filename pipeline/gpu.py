@@ -155,8 +155,7 @@ class GpuKernel:
     def grid_dims(self) -> tuple[int, int, int]:
         c = self.contraction
         if c is not None:
-            tiles_b = -(-c.nb // (TILE_THREADS * c.rb))
-            tiles_a = -(-c.na // (TILE_THREADS * c.ra))
+            tiles_a, tiles_b = c.tiles
             z = min(c.nc * c.split, MAX_GRID_Y)  # (a split reduction's chunks along z too)
             return (min(tiles_b, MAX_GRID_X), min(tiles_a, MAX_GRID_Y), z)
         return (self.grid, 1, 1)
@@ -532,6 +531,11 @@ class Contraction:
         return fp32 and (self.a_vector is not None or self.b_vector is not None)
 
     @property
+    def tiles(self) -> tuple[int, int]:
+        """The output tiles along the a side and the b side (of each batch)."""
+        return -(-self.na // (TILE_THREADS * self.ra)), -(-self.nb // (TILE_THREADS * self.rb))
+
+    @property
     def na(self) -> int:
         return math.prod(lp.extent for lp in self.a_loops)
 
@@ -792,7 +796,7 @@ def _split_reduction(c: Contraction, shared_limit: int) -> tuple[int, int]:
         return 1, 0
     if wgmma_tile(c, shared_limit):
         return 1, 0
-    tiles = -(-c.na // (TILE_THREADS * c.ra)) * -(-c.nb // (TILE_THREADS * c.rb)) * c.nc
+    tiles = math.prod(c.tiles) * c.nc
     steps = -(-red.length // c.kc)
     split = min(
         -(-SPLIT_K_BLOCKS // tiles),

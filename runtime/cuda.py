@@ -239,7 +239,7 @@ class _PyCudaBackend:
         cached on disk under a key of the source, the GPU's compute capability and the CUDA
         toolkit's version. Touches no CUDA context, so builds may run side by side on
         threads (`compile_loops`). None for a stand-in driver, which compiles as it loads."""
-        if hasattr(self.drv, "compile"):
+        if not self.builds_apart:
             return None
         from pycuda.compiler import compile as nvcc_compile
         from pycuda.compiler import get_nvcc_version
@@ -255,7 +255,7 @@ class _PyCudaBackend:
     def compile(self, source: str, built=None):
         """The loaded module and where its code came from; `built`: `build(source)`'s
         answer where it was made already."""
-        if hasattr(self.drv, "compile"):  # a stand-in driver compiles for itself
+        if not self.builds_apart:  # a stand-in driver compiles for itself
             with self.active:
                 return self.drv.module_from_buffer(self.drv.compile(source, self.arch)), "compiled"
         cubin, how = built or self.build(source)
@@ -292,11 +292,7 @@ class _PyCudaBackend:
 
     def launch(self, functions: list, launches, args: list) -> None:
         with self.active:
-            for fn, ln in zip(functions, launches):
-                if isinstance(fn, _MapsFunction):
-                    fn.launch(ln.grid, ln.block, fn.pack(args), ln.shared_bytes, None)
-                else:
-                    fn.prepared_call(ln.grid, ln.block, *args, shared_size=ln.shared_bytes)
+            _launch_each(functions, launches, args)
 
     def timed_launch(self, functions: list, launches, args: list) -> float | None:
         """`launch`, waited for: the seconds the GPU took from an event recorded before the
@@ -311,11 +307,7 @@ class _PyCudaBackend:
         with self.active:
             start, end = event(), event()
             start.record()
-            for fn, ln in zip(functions, launches):
-                if isinstance(fn, _MapsFunction):
-                    fn.launch(ln.grid, ln.block, fn.pack(args), ln.shared_bytes, None)
-                else:
-                    fn.prepared_call(ln.grid, ln.block, *args, shared_size=ln.shared_bytes)
+            _launch_each(functions, launches, args)
             end.record()
             end.synchronize()
             return start.time_till(end) / 1e3
@@ -383,6 +375,16 @@ class _PyCudaBackend:
     def synchronize(self) -> None:
         with self.active:
             self.drv.Context.synchronize()
+
+
+def _launch_each(functions: list, launches, args: list) -> None:
+    """PyCUDA's launches of a kernel's functions on `args`, in a pushed context: a tensor-map
+    function's own call (`_MapsFunction`), else the prepared call."""
+    for fn, ln in zip(functions, launches):
+        if isinstance(fn, _MapsFunction):
+            fn.launch(ln.grid, ln.block, fn.pack(args), ln.shared_bytes, None)
+        else:
+            fn.prepared_call(ln.grid, ln.block, *args, shared_size=ln.shared_bytes)
 
 
 class _Module:
@@ -504,6 +506,11 @@ class _EmulatedBackend:
     def launch(self, functions: list, launches, args: list) -> None:
         for fn, ln in zip(functions, launches):
             fn(*args, grid=ln.grid, block=ln.block, shared=ln.shared_bytes)
+
+    def timed_launch(self, functions: list, launches, args: list) -> None:
+        """`launch` (the emulator runs a kernel before returning): no GPU time to read, so
+        None, and the caller's clock times it."""
+        self.launch(functions, launches, args)
 
     def bind(self, fn, grid, block, shared: int, ptrs: list[int]) -> tuple:
         return (fn, tuple(ptrs), {"grid": grid, "block": block, "shared": shared})
@@ -842,11 +849,9 @@ def launch(compiled: CompiledCudaKernel, buffers: list, wait: bool = False) -> f
     functions = compiled.functions
     if functions is None:
         functions = compiled.functions = b.functions(compiled.module, k, len(args))
-    if wait and hasattr(b, "timed_launch"):
+    if wait:
         return b.timed_launch(functions, k.launches, args)
     b.launch(functions, k.launches, args)
-    if wait:
-        b.synchronize()
     return None
 
 

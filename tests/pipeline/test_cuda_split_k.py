@@ -55,7 +55,7 @@ def test_a_product_of_one_tile_and_a_long_reduction_splits_into_chunks_of_whole_
     c = g.contraction
     assert c is not None and c.split > 1 and c.chunk % c.kc == 0
     assert (c.split - 1) * c.chunk < c.red.length <= c.split * c.chunk  # every step, once
-    tiles = -(-c.na // (16 * c.ra)) * -(-c.nb // (16 * c.rb))
+    tiles = -(-64 // (16 * c.ra)) * -(-48 // (16 * c.rb))  # (64 x 48 outputs)
     # toward SPLIT_K_BLOCKS blocks, each chunk at least SPLIT_K_MIN_STEPS steps long
     assert tiles * c.split <= gpu.SPLIT_K_BLOCKS and c.chunk >= gpu.SPLIT_K_MIN_STEPS * c.kc
     assert tiles * c.split > 40
