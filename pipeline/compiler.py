@@ -67,6 +67,7 @@ import llvmlite.binding as llvm
 
 from ..runtime import compile_servers, forksafe
 from ..runtime.config import config, warn_unusable_folder
+from . import templates
 
 stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0, "libraries": 0}
 
@@ -288,6 +289,7 @@ class Library:
         engine.remove_module(empty)
         self.engine = engine
         self.addresses: dict[str, int] = {}
+        self.kept: list = []  # what its code points at: generic kernels' literals, their libraries
         # not at exit: threads (the worker pool, a program's helpers) may still be inside
         # the code when the interpreter shuts down, and the process frees it anyway
         weakref.finalize(self, _retire, engine).atexit = False
@@ -326,6 +328,11 @@ class CompiledKernel:
     # the symbol its machine code is loaded under (`code_of`): shared by the kernels whose
     # code is the same
     code_symbol: str = field(default="", repr=False, compare=False)
+    # a kernel run through a generic kernel (pipeline/templates.py): the generic's source,
+    # which is what is compiled and run, and the literals this kernel passes it
+    generic: str = field(default="", repr=False, compare=False)
+    literals: tuple = field(default=(), repr=False, compare=False)
+    positions: tuple = field(default=(), repr=False, compare=False)  # theirs in its shape
     language = "LLVM IR"  # what `source` is written in (KernelRecord.llvm_ir, cuda_c read it)
 
     @functools.cached_property
@@ -339,9 +346,13 @@ class CompiledKernel:
 
     def _make_texts(self) -> dict:
         if not self._texts:
-            with _optimized(self.source, self.opt) as mod:
+            with _optimized(self.generic or self.source, self.opt) as mod:
                 self._texts["ir"] = str(mod)
                 self._texts["asm"] = _machine(self.opt).emit_assembly(mod)
+            if self.generic:  # what runs is the generic kernel, given these literals
+                said = f"runs the generic kernel below with %fg.lits = [{', '.join(self.literals)}]"
+                self._texts["ir"] = f"; {said}\n" + self._texts["ir"]
+                self._texts["asm"] = f"# {said}\n" + self._texts["asm"]
         return self._texts
 
     @property
@@ -521,6 +532,93 @@ def compile_kernels(
     jobs: list[tuple[str, str, int, int]], made: dict[int, tuple[bytes, float]] | None = None
 ) -> list[CompiledKernel]:
     """Machine code for each (source, symbol, number of parameters, optimization level),
+    as `_compile_kernels`; in a plan whose sizes vary (`templates.active()`), a kernel
+    whose code is not at hand and that a generic kernel can run (pipeline/templates.py)
+    runs that, compiled once for all the sizes."""
+    if not (templates.active() and config.size_templates):
+        return _compile_kernels(jobs, made)
+    with _lock:
+        inner = list(jobs)
+        generic: dict[int, tuple] = {}  # job -> (its shape, the generic kernel, its code)
+        for i, (source, symbol, nparams, opt) in enumerate(jobs):
+            code, code_symbol = code_of(source, symbol, opt)
+            shape = templates.shape_of(code)
+            at_hand = (made and i in made) or _at_hand(code, code_symbol, opt)
+            g = None if at_hand else templates.registry.generic_for(code, shape, opt)
+            if g is None:
+                templates.registry.note(shape, opt)
+                continue
+            generic[i] = (shape, g, code)
+            inner[i] = (g.code, templates.GENERIC_SYMBOL, nparams + 1, opt)
+        out = _compile_kernels(inner, made)
+        if generic:
+            _bind_generics(jobs, out, generic)
+    return out
+
+
+def _at_hand(code: str, code_symbol: str, opt: int) -> bool:
+    """Whether `code`'s machine code is loaded, in memory or on disk (under `_lock`)."""
+    if code_symbol in _live or code_symbol in _memory:
+        return True
+    path = _disk_path(_key(code, opt))
+    return bool(path) and os.path.exists(path)
+
+
+_trampolines = [0]  # trampolines made so far (each has a name of its own)
+
+
+def _bind_generics(jobs: list, out: list, generic: dict[int, tuple]) -> None:
+    """Each job of `generic` as a kernel of its own parameters that runs its generic
+    kernel (compiled in `out`) with its literals: a trampoline each, all of them one
+    module compiled without optimization (under `_lock`)."""
+    t0 = time.perf_counter()
+    texts, names, arrays = [], [], []
+    for i, (shape, g, code) in generic.items():
+        lits = templates.words(shape, g.positions)
+        _trampolines[0] += 1
+        name = f"fg_trampoline_{_trampolines[0]}"
+        texts.append(templates.trampoline(name, code, out[i].address, lits.ctypes.data))
+        names.append(name)
+        arrays.append(lits)
+    obj, _ = _emit_here("\n".join(texts), 0)
+    library = _library_for_load()
+    library.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    library.engine.finalize_object()
+    library.kept.extend(arrays)
+    # the generic kernels' code, where another library holds it
+    library.kept.extend(
+        {
+            id(out[i].library): out[i].library for i in generic if out[i].library is not library
+        }.values()
+    )
+    seconds = (time.perf_counter() - t0) / len(generic)
+    for (i, (shape, g, _)), name in zip(generic.items(), names):
+        source, symbol, nparams, opt = jobs[i]
+        address = library.engine.get_function_address(name)
+        if not address:
+            raise RuntimeError(f"kernel {symbol}: its trampoline did not load")
+        k = out[i]
+        out[i] = CompiledKernel(
+            symbol,
+            source,
+            address,
+            nparams,
+            k.compile_seconds + seconds,
+            k.cache,
+            {},
+            library,
+            opt,
+            k.code_symbol,
+            g.code,
+            tuple(shape.literals[p] for p in g.positions),
+            g.positions,
+        )
+
+
+def _compile_kernels(
+    jobs: list[tuple[str, str, int, int]], made: dict[int, tuple[bytes, float]] | None = None
+) -> list[CompiledKernel]:
+    """Machine code for each (source, symbol, number of parameters, optimization level),
     from the caches where possible; those compiled anew are compiled side by side in
     other processes (`_compile_objects`), then loaded here, one at a time. Jobs whose code
     is the same (`code_of`) are compiled once. `made`: job index -> (object file,
@@ -639,6 +737,9 @@ def new_object(source: str, symbol: str, opt: int = 3) -> tuple[bytes, float] | 
         path = _disk_path(_key(code, opt))
         if path and os.path.exists(path):
             return None
+        if templates.active() and config.size_templates:
+            if templates.registry.would_serve(templates.shape_of(code), opt):
+                return None  # `compile_kernels` runs it through a generic kernel
         return _emit(code, opt)
 
 

@@ -44,7 +44,7 @@ from dataclasses import fields
 from ..ir.dtypes import DType
 from ..ir.ops import Ops
 from ..runtime.config import config
-from . import compiler, item_cache
+from . import compiler, item_cache, templates
 from .compiler import _read_cached, _seal, entry_path, write_atomic
 from .plan import KernelRecord, Plan, Step
 
@@ -175,7 +175,9 @@ def store(disk_key: str, plan: Plan) -> None:
         loop = s.record.loop
         if id(loop) not in kernels:
             kernels[id(loop)] = len(loops)
-            loops.append((loop, s.record.compiled.source, s.record.compiled.opt))
+            k = s.record.compiled
+            # (a kernel that ran through a generic kernel: which of its literals that read)
+            loops.append((loop, k.source, k.opt, k.positions if k.generic else None))
         record = {f.name: getattr(s.record, f.name) for f in fields(KernelRecord)}
         for name in _PER_RUN:
             record.pop(name)
@@ -206,8 +208,12 @@ def load(disk_key: str, nparams) -> Plan | None:
         loops, steps, outputs, slots, nleaves, device, layout = pickle.loads(data)
     except Exception:  # passed its checksum but not unpickling: a miss
         return None
-    jobs = [(source, loop.name, nparams(loop, source), opt) for loop, source, opt in loops]
-    compiled = compiler.compile_kernels(jobs)
+    jobs = [(source, loop.name, nparams(loop, source), opt) for loop, source, opt, _ in loops]
+    generic = [(job, at) for job, (*_, at) in zip(jobs, loops) if at is not None]
+    for (source, symbol, _, opt), positions in generic:  # run as they ran: generic
+        templates.registry.adopt(compiler.code_of(source, symbol, opt)[0], opt, positions)
+    with templates.varying([] if generic else None):
+        compiled = compiler.compile_kernels(jobs)
     plan_steps, seen = [], set()
     for k, record, extent, work, outs, inputs, frees in steps:
         kernel = compiled[k]

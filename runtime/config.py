@@ -19,6 +19,9 @@
 | FUSEGRAD_KERNEL_CACHE | compiled kernels' object files kept in memory, LRU; | 2048 |
 |                     | machine code is freed once no cached plan uses it; |         |
 |                     | one plan larger than it is kept (and said once)    |         |
+| FUSEGRAD_SIZE_TEMPLATES | 0: a plan whose sizes vary compiles every kernel for its  | 1       |
+|                     | sizes; 1: a kernel the same as one compiled before but for |         |
+|                     | its sizes runs one generic kernel (pipeline/templates.py) |         |
 | FUSEGRAD_RECOMPILE_WARNING | N: warn when one line has compiled N schedules (0: never) | 0 |
 | FUSEGRAD_CUDA       | the `cuda` device: "pycuda" (a GPU), "emulate" (the CPU      | pycuda  |
 |                     | emulator of the generated CUDA C) or "off"                     |         |
@@ -134,6 +137,10 @@ class Config:
     # a RecompileWarning saying what changed once one user line has compiled this many
     # schedules (0: never; FUSEGRAD_DEBUG=1 says it at every recompile anyway)
     recompile_warning: int = 0
+    # a plan of a graph compiled before with other sizes runs the kernels that differ
+    # from that plan's only in their sizes as generic kernels, compiled once for all
+    # sizes (pipeline/templates.py)
+    size_templates: bool = True
     cuda: str = "pycuda"  # what backs the "cuda" device: "pycuda", "emulate" or "off"
     # fp32 contractions on the cuda device may use TF32 tensor cores (PyTorch's
     # torch.backends.cuda.matmul.allow_tf32, off by default; set through fg.backends)
@@ -194,6 +201,7 @@ class Config:
             recompile_warning=_int_env(
                 "FUSEGRAD_RECOMPILE_WARNING", 0, "a number of schedules (0: never warn)"
             ),
+            size_templates=_int_env("FUSEGRAD_SIZE_TEMPLATES", 1, "0 or 1", (0, 1)) != 0,
             cuda=cuda,
             cuda_graphs=_int_env("FUSEGRAD_CUDA_GRAPHS", 1, "0 or 1", (0, 1)) != 0,
             amx=_int_env("FUSEGRAD_AMX", 1, "0 or 1", (0, 1)) != 0,

@@ -48,7 +48,9 @@ from dataclasses import dataclass, field
 
 from ..ir.node import Node
 from ..ir.ops import Ops
+from ..pipeline import templates
 from ..pipeline.compiler import batch as compiler_batch
+from ..pipeline.compiler import code_of
 
 # NO_LINE, expand_for, kernel_names and lowering_steps: the frontend's debug views read
 # them here
@@ -119,6 +121,9 @@ class Engine:
         # every plan still alive, by key: one evicted from `plans` while something holds it
         # comes back as the same plan (a jit recording compares plans by identity)
         self._held: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+        # a graph's size-free key (`_size_free`) -> [its first plan, weakly; whether its
+        # kernels were given to a plan of other sizes], most recent last
+        self._families: OrderedDict[tuple, list] = OrderedDict()
         self._oversized: Plan | None = None  # the last plan larger than the kernel bound
         self._plans_lock = forksafe.Lock()
         self._tune_lock = forksafe.Lock()  # one thread tunes waiting plans at a time
@@ -281,7 +286,8 @@ class Engine:
         before = phases.snapshot() if config.debug >= 1 else None
         # one engine for the plan's new kernels, freed with them; no cyclic collection while
         # the plan's objects are made (they live on: see `_collector_paused`)
-        with compiler_batch(), _collector_paused():
+        family = _size_free(key)
+        with compiler_batch(), _collector_paused(), templates.varying(self._varying(family)):
             # a warm start reads the plan itself from the disk cache (pipeline/plan_store.py)
             disk_key = backend.disk_plan_key(key, device)
             plan = backend.load_plan(disk_key) if disk_key is not None else None
@@ -306,6 +312,7 @@ class Engine:
                 else:  # a plan read from disk made only objects that live on: now
                     settle_collector()
         plan.key = key
+        self._note_family(family, plan)
         if before is not None:
             _log_phases(before, [s.record for s in plan.steps])
         with self._plans_lock:
@@ -316,6 +323,44 @@ class Engine:
         if self.plan_observer is not None:
             self.plan_observer(todo, leaves, plan)
         return plan, leaves, fresh
+
+    def _varying(self, family: tuple) -> list[tuple[str, int]] | None:
+        """None for a graph whose plans so far all had these sizes; else the code of the
+        kernels of the first plan of the graph still alive, to compare with (none where
+        they were given before): a plan of the same graph with other sizes compiles its
+        kernels through `pipeline/templates.py`."""
+        if not config.size_templates:
+            return None
+        with self._plans_lock:
+            entry = self._families.get(family)
+            if entry is None:
+                return None
+            self._families.move_to_end(family)
+            ref, given = entry
+            entry[1] = True
+        plan = None if given else ref()
+        if plan is None:
+            return []
+        kernels = [s.record.compiled for s in plan.steps]
+        return [
+            (code_of(k.source, k.symbol, k.opt)[0], k.opt)
+            for k in kernels
+            if getattr(k, "language", "") == "LLVM IR"
+        ]
+
+    def forget_sizes(self) -> None:
+        """Forget which graphs were met at which sizes: the next plan of each compiles its
+        kernels for its own sizes, as the first did."""
+        with self._plans_lock:
+            self._families.clear()
+
+    def _note_family(self, family: tuple, plan: Plan) -> None:
+        """Remember the first plan of each graph (by its size-free key), most recent last."""
+        with self._plans_lock:
+            if family not in self._families:
+                self._families[family] = [weakref.ref(plan), False]
+                while len(self._families) > FAMILIES_MAX:
+                    self._families.popitem(last=False)
 
     def _store(self, key: tuple, plan: Plan) -> None:
         """Keep `plan` as the most recently used, then evict the least recently used others
@@ -547,6 +592,22 @@ def _log_phases(before: dict[str, float], records: list[KernelRecord]) -> None:
 engine = Engine()
 backend_registry.plan_caches.append(engine.forget_plans)
 stats = engine.stats
+
+
+FAMILIES_MAX = 256  # graphs whose first plan the engine remembers (`Engine._note_family`)
+
+
+def _size_free(key) -> tuple:
+    """A plan key with every tuple of numbers (a shape, a view's argument, a constant's
+    value) replaced by its length: plans of one graph at other sizes have the same."""
+    if type(key) is tuple:
+        if all(type(v) in _NUMBERS for v in key):
+            return ("#", len(key))
+        return tuple([_size_free(v) for v in key])
+    return key
+
+
+_NUMBERS = {int, float, str, bool, type}
 
 
 def realize(nodes: list[Node]) -> list[KernelRecord]:

@@ -105,6 +105,20 @@ def backend(request):
 
 
 @pytest.fixture(autouse=True)
+def _sizes_met_per_test():
+    """Each test starts with no plan of other sizes met (pipeline/templates.py): whether a
+    kernel runs as a generic kernel depends on the sizes met before in the process, and a
+    test's bits should not depend on which tests ran before it
+    (tests/pipeline/test_templates.py tests the generic kernels themselves)."""
+    from fusegrad.pipeline import templates
+    from fusegrad.runtime.engine import engine
+
+    templates.registry.clear()
+    engine.forget_sizes()
+    yield
+
+
+@pytest.fixture(autouse=True)
 def _cpu_device_marked(request):
     """A test marked `cpu_device` checks the CPU device's own behaviour (torch's CPU
     semantics, the CPU lowering): under FUSEGRAD_TEST_DEVICE it still runs on the CPU."""

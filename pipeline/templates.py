@@ -1,0 +1,388 @@
+"""Kernels that are the same up to their sizes: one compiled body, the sizes passed in.
+
+A new sentence length, batch size or image size gives a new plan whose kernels are
+mostly the kernels of the last plan with other numbers in them: a loop's trip count, a
+row's stride, a sum's bound. Compiled one by one, each costs LLVM tens of milliseconds
+(the sentence classifier of issue 56: 232 compiles over 27 lengths). Here a kernel's
+LLVM source is read as a *shape* and its *literals*: every integer or float constant
+that stands where a run-time value could stand (an operand of arithmetic, a comparison,
+a select, a store, a phi, a scalar inserted into a vector, a one-index address) is cut
+out of the text, in order. Two sources with the same shape differ only in those
+literals.
+
+Once a plan's sizes are seen to vary (the engine has compiled a plan of the same graph
+with other sizes: `varying`), a kernel whose shape was compiled before with other
+literals is not compiled itself: its *generic* form is, in which each literal that
+differed between the kernels seen is read from an array (`%fg.lits`, after the buffers),
+and the others stay as they were. The kernel then runs that code with its own literals,
+through a trampoline that adds the array's address to the call; the trampolines of a
+batch are one small module compiled without optimization. Literals that never differed
+stay constants, so LLVM still sees a vector loop's constant trip count where only an
+outer size moves.
+
+The generic code computes what the kernel's own source computes: the texts are equal but
+for those literals, and each of them sits where an instruction reads a value, which the
+array supplies at run time; nothing else depends on it. Two things may differ: speed (a
+trip count LLVM no longer knows), and the order of additions LLVM may reorder (`reassoc`,
+the cascaded sums' vector lanes), which it picks knowing the trip count or not: such a
+sum can differ in its last bits (docs/NUMERICS.md). Plans whose sizes never vary never
+use it: their kernels are compiled as before, specialised.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..runtime import forksafe
+
+# the array of literals, a parameter of every generic kernel after its buffers
+LITS_PARAM = "ptr noalias readonly %fg.lits"
+_CANCEL = "ptr %cancel.word"
+
+GENERIC_SYMBOL = "fg_generic"  # a generic kernel's name until `code_of` names it by its digest
+SCALARS = {"i64": 8, "i32": 4, "float": 4, "double": 8}
+_BINARY = {
+    "add", "sub", "mul", "sdiv", "srem", "udiv", "urem", "shl", "lshr", "ashr", "and", "or",
+    "xor", "fadd", "fsub", "fmul", "fdiv", "frem", "icmp", "fcmp",
+}  # fmt: skip
+_WORDS_BEFORE_TYPE = {
+    "nsw", "nuw", "exact", "disjoint", "contract", "fast", "nnan", "ninf", "nsz", "arcp",
+    "afn", "reassoc", "eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge",
+    "oeq", "one", "olt", "ole", "ogt", "oge", "ord", "uno", "ueq", "une", "true", "false",
+}  # fmt: skip
+_TOKEN = re.compile(
+    r"[%@][-\w.$]+|0x[0-9A-Fa-f]+|-?\d+\.\d+(?:e[-+]?\d+)?|-?\d+|[A-Za-z_][\w.]*|\S"
+)
+_INT = re.compile(r"-?\d+|0x[0-9A-Fa-f]+")
+SEEN_MAX = 1024  # shapes remembered (least recently used go)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A kernel's source cut at its literals: `text` with each one replaced by a mark,
+    the literals themselves, where each stands in the source and its LLVM type."""
+
+    text: str
+    literals: tuple[str, ...]
+    spans: tuple[tuple[int, int], ...]
+    types: tuple[str, ...]
+
+
+def _literal(tok: str, ty: str) -> bool:
+    """Whether `tok` is a literal a value of type `ty` can replace: an integer for an
+    integer type, LLVM's hexadecimal form for a float type."""
+    if ty in ("i64", "i32"):
+        return tok[:1].isdigit() or (tok[:1] == "-" and tok[1:2].isdigit())
+    return tok.startswith("0x")
+
+
+def _operands(op: str, rest: list[tuple[str, int]]) -> list[tuple[int, str]]:
+    """Positions in `rest` (the tokens after the opcode) of the literals the instruction
+    reads as values, each with its type."""
+    toks = [t for t, _ in rest]
+    found: list[tuple[int, str]] = []
+    if op in _BINARY:
+        j = 0
+        while j < len(toks) and toks[j] in _WORDS_BEFORE_TYPE:
+            j += 1
+        if j + 3 < len(toks) and toks[j] in SCALARS and toks[j + 2] == ",":
+            found += [(j + 1, toks[j]), (j + 3, toks[j])]
+    elif op == "fneg":  # fneg [flags] T a
+        j = 0
+        while j < len(toks) and toks[j] in _WORDS_BEFORE_TYPE:
+            j += 1
+        if j + 1 < len(toks) and toks[j] in SCALARS:
+            found.append((j + 1, toks[j]))
+    elif op == "select":  # select i1 %c, T a, T b
+        for j in range(1, len(toks)):
+            if toks[j - 1] in SCALARS and toks[j - 1] != "i1":
+                found.append((j, toks[j - 1]))
+    elif op == "store":  # store T v, ptr p
+        if len(toks) > 2 and toks[0] in SCALARS and toks[2] == ",":
+            found.append((1, toks[0]))
+    elif op == "phi":  # phi T [v, %a], [v, %b]
+        if toks and toks[0] in SCALARS:
+            found += [(j, toks[0]) for j in range(1, len(toks)) if toks[j - 1] == "["]
+    elif op == "insertelement":  # insertelement <N x T> v, T s, i32 k
+        if "," in toks:
+            j = toks.index(",") + 1
+            if j + 2 < len(toks) and toks[j] in SCALARS and toks[j + 2] == ",":
+                found.append((j + 1, toks[j]))
+    elif op == "getelementptr":  # getelementptr [inbounds] T, ptr %p, i64 k: one index
+        if toks.count("i64") == 1 and "<" not in toks and toks[-2] == "i64":
+            found.append((len(toks) - 1, "i64"))
+    return [(j, ty) for j, ty in found if j < len(toks) and _literal(toks[j], ty)]
+
+
+_OPS = _BINARY | {"fneg", "select", "store", "phi", "insertelement", "getelementptr"}
+_LITERAL_AFTER = re.compile(r"[\s\[,](?:-?\d|0x)")
+
+
+def _candidate(line: str) -> bool:
+    """Whether an instruction line may hold a literal `_operands` takes (a quick test
+    before the line is cut into tokens: most lines are loads, branches and arithmetic on
+    names only)."""
+    body = line.lstrip()
+    if body[:1] == "%":
+        at = body.find(" = ")
+        if at < 0:
+            return False
+        body = body[at + 3 :]
+    space = body.find(" ")
+    return body[:space] in _OPS and _LITERAL_AFTER.search(body, space) is not None
+
+
+def shape_of(code: str) -> Shape:
+    """`code` as a shape and its literals (`_shape_of`), the last few remembered: one
+    kernel's code is read by `new_object`, `compile_kernels` and `varying`."""
+    with _shapes_lock:
+        shape = _shapes.get(code)
+    if shape is None:
+        shape = _shape_of(code)
+        with _shapes_lock:
+            _shapes[code] = shape
+            while len(_shapes) > SHAPES_KEPT:
+                _shapes.popitem(last=False)
+    return shape
+
+
+SHAPES_KEPT = 256
+_shapes: OrderedDict[str, Shape] = OrderedDict()
+_shapes_lock = forksafe.Lock()
+
+
+def _shape_of(code: str) -> Shape:
+    """`code` (a kernel's LLVM source, as `compiler.code_of` makes it) as a shape and its
+    literals. Only the kernel's own function is read (the one taking `%start`), not the
+    math functions before it, and its name is cut out too.
+
+    >>> a = _shape_of("define void @k(i64 %start, i64 %end) {\\n  %t = mul i64 %start, 14\\n}")
+    >>> b = _shape_of("define void @j(i64 %start, i64 %end) {\\n  %t = mul i64 %start, 20\\n}")
+    >>> a.text == b.text, a.literals, b.literals
+    (True, ('14',), ('20',))
+    """
+    pieces, literals, spans, types = [], [], [], []
+    at = 0  # where the text not yet copied begins
+    inside = False
+    offset = 0
+    for line in code.split("\n"):
+        if line.startswith("define ") and "%start" in line:
+            inside = True
+            name = re.search(r"@[-\w.$\"]+\(", line)
+            if name:
+                pieces.append(code[at : offset + name.start()] + "@K(")
+                at = offset + name.end()
+        elif inside and line.startswith("}"):
+            inside = False
+        elif inside and line[:1] == " " and _candidate(line):
+            matches = list(_TOKEN.finditer(line))
+            toks = [(m.group(), m.start()) for m in matches]
+            if len(toks) > 2 and toks[1][0] == "=":
+                op, rest = toks[2][0], toks[3:]
+            elif toks:
+                op, rest = toks[0][0], toks[1:]
+            else:
+                op, rest = "", []
+            for j, ty in _operands(op, rest):
+                tok, col = rest[j]
+                start = offset + col
+                pieces.append(code[at:start] + "\x00")
+                at = start + len(tok)
+                literals.append(tok)
+                spans.append((start, at))
+                types.append(ty)
+        offset += len(line) + 1
+    pieces.append(code[at:])
+    return Shape("".join(pieces), tuple(literals), tuple(spans), tuple(types))
+
+
+def words(shape: Shape, positions: tuple[int, ...]) -> np.ndarray:
+    """The array a generic kernel reads: the literals at `positions`, each as 64 bits (a
+    float's literal is LLVM's hexadecimal double, its bits)."""
+    out = np.zeros(max(len(positions), 1), dtype=np.uint64)
+    for k, p in enumerate(positions):
+        tok = shape.literals[p]
+        out[k] = int(tok, 16) if tok.startswith("0x") else int(tok) & 0xFFFFFFFFFFFFFFFF
+    return out
+
+
+def generic_source(code: str, shape: Shape, positions: tuple[int, ...]) -> str:
+    """`code` with the literals at `positions` read from `%fg.lits` (loaded at the
+    function's entry) and that parameter added after the buffers."""
+    chosen = set(positions)
+    out, at = [], 0
+    for p, (start, end) in enumerate(shape.spans):
+        if p in chosen:
+            out.append(code[at:start] + f"%fg.lit.{p}")
+            at = end
+    out.append(code[at:])
+    text = "".join(out)
+    head_at = text.index("%start")
+    head_end = text.index(")", head_at)
+    params = text[head_at:head_end]
+    if params.endswith(_CANCEL):
+        params = params[: -len(_CANCEL)] + LITS_PARAM + ", " + _CANCEL
+    else:
+        params = params + ", " + LITS_PARAM
+    text = text[:head_at] + params + text[head_end:]
+    name, paren = text.rindex("@", 0, head_at), text.rindex("(", 0, head_at)
+    text = text[:name] + f"@{GENERIC_SYMBOL}" + text[paren:]
+    loads = []
+    for k, p in enumerate(positions):
+        ty, v = shape.types[p], f"%fg.lit.{p}"
+        loads += [
+            f"  {v}.at = getelementptr inbounds i64, ptr %fg.lits, i64 {k}",
+            f"  {v}.w = load i64, ptr {v}.at, align 8",
+        ]
+        if ty == "i64":
+            loads.append(f"  {v} = add i64 {v}.w, 0")
+        elif ty == "i32":
+            loads.append(f"  {v} = trunc i64 {v}.w to i32")
+        elif ty == "double":
+            loads.append(f"  {v} = bitcast i64 {v}.w to double")
+        else:  # float: LLVM writes its literal as the double of the same value
+            loads += [
+                f"  {v}.d = bitcast i64 {v}.w to double",
+                f"  {v} = fptrunc double {v}.d to float",
+            ]
+    entry = text.index("\nentry:\n", head_end) + len("\nentry:\n")
+    return text[:entry] + "\n".join(loads) + ("\n" if loads else "") + text[entry:]
+
+
+def trampoline(name: str, code: str, target: int, lits: int) -> str:
+    """A function `name` with the parameters of the kernel `code` that calls the generic
+    kernel at address `target` with the same arguments and the literals at `lits`."""
+    head_at = code.index("%start")
+    params = code[head_at - len("i64 ") : code.index(")", head_at)].split(", ")
+    names = [p.split()[-1] for p in params]
+    kinds = [p.split()[0] for p in params]
+    args = [f"{k} {n}" for k, n in zip(kinds, names)]
+    lits_arg = f"ptr inttoptr (i64 {lits} to ptr)"
+    if params[-1] == _CANCEL:
+        args.insert(len(args) - 1, lits_arg)
+    else:
+        args.append(lits_arg)
+    plain = ", ".join(f"{k} {n}" for k, n in zip(kinds, names))
+    return (
+        f"define void @{name}({plain}) nounwind {{\n"
+        f"  tail call void inttoptr (i64 {target} to ptr)({', '.join(args)})\n"
+        "  ret void\n}\n"
+    )
+
+
+@dataclass
+class Generic:
+    """A generic kernel: which of its shape's literals it reads from the array, and the
+    values it keeps of the others."""
+
+    positions: tuple[int, ...]
+    kept: tuple[str, ...]  # the literals at the other positions, in order
+    code: str  # its source (compiled as any kernel, cached by its own digest)
+
+    def serves(self, shape: Shape) -> bool:
+        chosen = set(self.positions)
+        return self.kept == tuple(t for p, t in enumerate(shape.literals) if p not in chosen)
+
+
+class _Registry:
+    """Shapes compiled so far with their literals, and the generic kernels made of them,
+    for the plans whose sizes vary (a lock: compiles may run on several threads)."""
+
+    def __init__(self):
+        self.lock = forksafe.Lock()
+        self.seen: OrderedDict[tuple[str, int], list[tuple[str, ...]]] = OrderedDict()
+        self.generics: dict[tuple[str, int], list[Generic]] = {}
+
+    def note(self, shape: Shape, opt: int) -> None:
+        key = (shape.text, opt)
+        with self.lock:
+            known = self.seen.setdefault(key, [])
+            if shape.literals not in known and len(known) < 64:
+                known.append(shape.literals)
+            self.seen.move_to_end(key)
+            while len(self.seen) > SEEN_MAX:
+                old, _ = self.seen.popitem(last=False)
+                self.generics.pop(old, None)
+
+    def generic_for(self, code: str, shape: Shape, opt: int) -> Generic | None:
+        """The generic kernel that runs `code`: one made already, or a new one reading the
+        literals that differ between `code` and the kernels of its shape seen so far;
+        None where no kernel of its shape was seen with other literals."""
+        key = (shape.text, opt)
+        with self.lock:
+            for g in self.generics.get(key, ()):
+                if g.serves(shape):
+                    return g
+            known = self.seen.get(key)
+            if not known or all(lits == shape.literals for lits in known):
+                return None
+            positions = tuple(
+                p
+                for p in range(len(shape.literals))
+                if any(lits[p] != shape.literals[p] for lits in known)
+            )
+            chosen = set(positions)
+            kept = tuple(t for p, t in enumerate(shape.literals) if p not in chosen)
+            g = Generic(positions, kept, generic_source(code, shape, positions))
+            self.generics.setdefault(key, []).append(g)
+            return g
+
+    def adopt(self, code: str, opt: int, positions: tuple[int, ...]) -> None:
+        """Make the generic kernel of `code` reading the literals at `positions` known (a
+        plan read from disk ran its kernel through it), so `generic_for` finds it."""
+        shape = shape_of(code)
+        key = (shape.text, opt)
+        with self.lock:
+            chosen = set(positions)
+            kept = tuple(t for p, t in enumerate(shape.literals) if p not in chosen)
+            known = self.generics.setdefault(key, [])
+            if not any(g.positions == positions and g.kept == kept for g in known):
+                known.append(Generic(positions, kept, generic_source(code, shape, positions)))
+
+    def would_serve(self, shape: Shape, opt: int) -> bool:
+        key = (shape.text, opt)
+        with self.lock:
+            if any(g.serves(shape) for g in self.generics.get(key, ())):
+                return True
+            known = self.seen.get(key)
+            return bool(known) and any(lits != shape.literals for lits in known)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.seen.clear()
+            self.generics.clear()
+
+
+registry = _Registry()
+_varying = threading.local()  # .on: this thread compiles a plan whose sizes vary
+
+
+class varying:
+    """`with varying(codes):` the kernels compiled on this thread inside belong to a plan
+    whose sizes vary: each may run as a generic kernel (`compiler.compile_kernels`).
+    `codes`: (code, level) of the kernels of the plans of the same graph compiled before,
+    noted as seen first. `with varying(None):` changes nothing."""
+
+    def __init__(self, codes):
+        self.codes = codes
+
+    def __enter__(self):
+        self.was = getattr(_varying, "on", False)
+        if self.codes is not None:
+            for code, opt in self.codes:
+                registry.note(shape_of(code), opt)
+            _varying.on = True
+        return self
+
+    def __exit__(self, *exc):
+        _varying.on = self.was
+
+
+def active() -> bool:
+    """Whether this thread is compiling a plan whose sizes vary."""
+    return getattr(_varying, "on", False)

@@ -1,0 +1,205 @@
+"""Kernels the same up to their sizes run one generic kernel (pipeline/templates.py): a
+plan of a graph compiled before with other sizes compiles only what differs in more than
+its literals, and computes the same bits as kernels compiled for its own sizes."""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+import pytest
+
+import fusegrad as fg
+from fusegrad.pipeline import compiler, templates
+from fusegrad.runtime.engine import engine
+
+# out[i] = in[i] * scale for i < n: a loop bound and a float constant, both literals
+BODY = (
+    "define void @{symbol}(i64 %start, i64 %end, ptr noalias %out0, ptr noalias readonly %in0)"
+    + """ {{
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%i.1, %loop]
+  %at = getelementptr inbounds float, ptr %in0, i64 %i
+  %v = load float, ptr %at
+  %w = fmul float %v, {scale}
+  %to = getelementptr inbounds float, ptr %out0, i64 %i
+  store float %w, ptr %to
+  %i.1 = add nsw i64 %i, 1
+  %more = icmp slt i64 %i.1, {n}
+  br i1 %more, label %loop, label %done
+done:
+  ret void
+}}
+"""
+)
+
+
+def _source(n: int, scale: float) -> tuple[str, str]:
+    symbol = f"k_{uuid.uuid4().hex[:12]}"
+    hexed = "0x" + np.float64(np.float32(scale)).view(np.uint64).item().to_bytes(8, "big").hex()
+    return BODY.format(symbol=symbol, n=n, scale=hexed.upper().replace("0X", "0x")), symbol
+
+
+def test_a_kernel_is_cut_into_its_shape_and_the_literals_that_could_be_values():
+    a, sa = _source(14, 0.5)
+    b, sb = _source(20, 2.0)
+    shape_a = templates.shape_of(compiler.code_of(a, sa, 3)[0])
+    shape_b = templates.shape_of(compiler.code_of(b, sb, 3)[0])
+    assert shape_a.text == shape_b.text  # the names differ too: cut out
+    # the phi's 0, the add's 1, the bound and the scale; not the types, names or labels
+    assert shape_a.literals == ("0", "0x3FE0000000000000", "1", "14")
+    assert shape_b.literals == ("0", "0x4000000000000000", "1", "20")
+    assert shape_a.types == ("i64", "float", "i64", "i64")
+
+
+def test_literals_that_are_not_values_stay_in_the_shape():
+    # a vector's lanes, an alignment, a call's argument, a two-index address, a type's size
+    code = (
+        "define void @k(i64 %start, i64 %end, ptr noalias %out0) {\n"
+        "entry:\n"
+        "  %a = alloca [8 x float], align 64\n"
+        "  %p = getelementptr inbounds [8 x float], ptr %a, i64 0, i64 3\n"
+        "  %v = add <4 x i64> <i64 1, i64 2, i64 3, i64 4>, <i64 5, i64 6, i64 7, i64 8>\n"
+        "  %e = extractelement <4 x i64> %v, i32 2\n"
+        "  call void @llvm.prefetch.p0(ptr %out0, i32 0, i32 3, i32 1)\n"
+        "  ret void\n"
+        "}"
+    )
+    assert templates.shape_of(code).literals == ()
+
+
+def _kernels(fn, sizes):
+    """fn(x) realized for an x of each size, under a fresh cache; its result values, and the
+    kernels each plan ran."""
+    out, ran = [], []
+    for n in sizes:
+        x = fg.tensor(np.linspace(-3, 3, n * 24, dtype=np.float32).reshape(n, 24))
+        y = fn(x)
+        ran.append([r.compiled for r in engine.realize([y.node])])
+        out.append(y.numpy())
+    return out, ran
+
+
+def _chain(x):
+    return (x.relu() * 3 + x.exp()).sum(dim=1) / x.shape[0]
+
+
+@pytest.fixture
+def fresh(tmp_path):
+    templates.registry.clear()
+    with fg.config.override(cache=str(tmp_path), size_templates=True):
+        yield
+    templates.registry.clear()
+
+
+def test_sizes_that_vary_run_one_generic_kernel_with_the_same_bits(fresh):
+    sizes = [5 + 7 * k for k in range(6)]
+    before = compiler.stats["compiled"]
+    got, ran = _kernels(_chain, sizes)
+    compiled = compiler.stats["compiled"] - before
+    with fg.config.override(size_templates=False):
+        want, _ = _kernels(_chain, sizes)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)  # bit for bit
+    # the first plan's kernels are its own; later plans' run a generic kernel
+    assert not any(k.generic for k in ran[0])
+    assert all(k.generic for plan in ran[2:] for k in plan)
+    assert all("%fg.lits" in k.generic and k.literals for plan in ran[2:] for k in plan)
+    # the sizes: fewer compiles than kernels (kernels of other sizes would each compile)
+    assert compiled < sum(len(p) for p in ran)
+    assert len({k.code_symbol for plan in ran[2:] for k in plan}) <= len(ran[1])
+
+
+def test_the_values_agree_with_numpy_at_every_size(fresh):
+    sizes = [1, 2, 3, 17, 64, 65]
+    got, _ = _kernels(_chain, sizes)
+    for n, g in zip(sizes, got):
+        x = np.linspace(-3, 3, n * 24, dtype=np.float32).reshape(n, 24).astype(np.float64)
+        want = (np.maximum(x, 0) * 3 + np.exp(x)).sum(axis=1) / n
+        np.testing.assert_allclose(g, want, rtol=2e-6)
+
+
+def test_a_plan_whose_sizes_never_varied_compiles_its_own_kernels(fresh):
+    # two kernels of one shape and other sizes in one plan: no plan of other sizes came
+    # before, so each is compiled for its own sizes
+    a = fg.tensor(np.ones((3, 40), np.float32))
+    b = fg.tensor(np.ones((5, 40), np.float32))
+    ya, yb = (a.relu() * 2).sum(dim=1), (b.relu() * 2).sum(dim=1)
+    records = engine.realize([ya.node, yb.node])
+    assert len(records) == 2 and not any(r.compiled.generic for r in records)
+    np.testing.assert_array_equal(yb.numpy(), np.full(5, 80, np.float32))
+
+
+def test_switched_off_every_size_compiles_its_own_kernels(fresh):
+    with fg.config.override(size_templates=False):
+        _, ran = _kernels(_chain, [4, 9, 13])
+    assert not any(k.generic for plan in ran for k in plan)
+
+
+def test_a_literal_that_differs_later_makes_a_wider_generic_kernel():
+    templates.registry.clear()
+    try:
+        a, sa = _source(14, 0.5)
+        b, sb = _source(20, 0.5)
+        c, sc = _source(30, 4.0)  # the scale differs only now
+        with templates.varying([]):
+            ka, kb, kc = (
+                compiler.compile_kernels([(s, n, 2, 3)])[0] for s, n in ((a, sa), (b, sb), (c, sc))
+            )  # noqa: E501
+        assert not ka.generic
+        assert kb.literals == ("20",) and kc.literals == ("0x4010000000000000", "30")
+        for k, n, scale in ((ka, 14, 0.5), (kb, 20, 0.5), (kc, 30, 4.0)):
+            x = np.arange(1, 41, dtype=np.float32)
+            y = np.zeros(40, np.float32)
+            k.fn(0, 1, y.ctypes.data, x.ctypes.data)
+            np.testing.assert_array_equal(y[:n], x[:n] * np.float32(scale))
+            assert not y[n:].any()  # the bound is each kernel's own
+    finally:
+        templates.registry.clear()
+
+
+def test_a_plan_read_from_disk_runs_its_generic_kernels_again(tmp_path):
+    # a new process (here: the memory caches emptied) reads the plan of a size it met and
+    # runs each kernel as that plan did, through the generic kernel, compiling nothing
+    templates.registry.clear()
+    sizes = [6, 11, 23]
+    with fg.config.override(cache=str(tmp_path), size_templates=True, disk_plans=True):
+        want, ran = _kernels(_chain, sizes)
+        assert all(k.generic for k in ran[-1])
+        engine.plans.clear()
+        engine._held.clear()
+        engine._families.clear()
+        templates.registry.clear()
+        compiler._memory.clear()
+        from_disk = engine.stats["plans_from_disk"]
+        got, again = _kernels(_chain, sizes[-1:])
+    templates.registry.clear()
+    assert engine.stats["plans_from_disk"] == from_disk + 1
+    assert all(k.generic and k.cache != "compiled" for k in again[0])
+    np.testing.assert_array_equal(got[0], want[-1])
+
+
+def test_a_generic_kernels_listing_says_what_runs(fresh):
+    _, ran = _kernels(_chain, [3, 8, 12])
+    k = ran[-1][0]
+    assert k.optimized_ir.startswith("; runs the generic kernel below with %fg.lits = [")
+    assert k.asm.startswith("# runs the generic kernel below")
+    assert "fg.lits" in k.optimized_ir
+    assert "%fg.lits" not in k.source  # its own source, as rendered for its sizes
+
+
+def test_plans_of_one_graph_at_other_sizes_share_a_size_free_key():
+    from fusegrad.pipeline.schedule import structural_key
+    from fusegrad.runtime.engine import _size_free
+
+    def key(n: int, op):
+        x = fg.tensor(np.ones((n, 7), np.float32))
+        return _size_free(structural_key([op(x).node], engine.has_value_predicate())[0])
+
+    def scaled(x):
+        return (x * 2).sum(dim=1) / x.shape[0]
+
+    assert key(3, scaled) == key(40, scaled)
+    assert key(3, scaled) != key(3, lambda x: (x * 2).amax(dim=1))
