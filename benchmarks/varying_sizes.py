@@ -1,6 +1,7 @@
 """Programs whose sizes vary from call to call: what each new size costs.
 
 Run:  .venv/bin/python benchmarks/varying_sizes.py [--only classifier|mlp] [--sizes 40]
+                                                   [--compare]
 
 - classifier (issue 56's): a sentence classifier (embedding 500 x 64, linear 64 -> 128,
   ReLU, max over time, linear 128 -> 2, cross-entropy, Adam) trained on 40 batches of 16
@@ -15,6 +16,9 @@ Run:  .venv/bin/python benchmarks/varying_sizes.py [--only classifier|mlp] [--si
   compiles of their kernels), the seconds of
   the whole sweep against a second sweep over the same sizes, and the process's resident
   memory after each tenth of the sweep (flat, or growing with the sizes seen).
+
+`--compare` runs fusegrad a second time with FUSEGRAD_SIZE_TEMPLATES=0: every kernel of a
+new size compiled for its sizes, none run through a generic kernel (pipeline/templates.py).
 
 No figure here is a test: the machine is shared and noisy, so figures go to
 benchmarks/README.md with the CPU and load they were taken under.
@@ -137,10 +141,11 @@ print(json.dumps(out))
 """
 
 
-def run(code: str, python: str, *args: str, cache: str | None = None) -> dict:
+def run(code: str, python: str, *args: str, cache: str | None = None, generic: bool = True) -> dict:
     env = dict(os.environ)
     if cache is not None:
         env["FUSEGRAD_CACHE"] = cache
+    env["FUSEGRAD_SIZE_TEMPLATES"] = "1" if generic else "0"
     out = subprocess.run(
         [python, "-c", COMMON + code, *args], capture_output=True, text=True, env=env, check=False
     )
@@ -154,19 +159,21 @@ def has_torch(python: str) -> bool:
     return probe.returncode == 0
 
 
-def classifier(python: str) -> None:
-    with tempfile.TemporaryDirectory() as cache:
-        fg = run(CLASSIFIER_FUSEGRAD, python, cache=cache)
+def classifier(python: str, compare: bool) -> None:
     print("classifier: 40 Adam steps, batch 16, lengths from 5..59, twice over")
-    print(
-        f"  fusegrad     first pass {fg['first']:7.3f} s, second {fg['second']:7.3f} s,"
-        f" first / second {fg['first'] / fg['second']:6.1f}; {fg['plans']} plans compiled"
-    )
-    print(
-        f"               {fg['compiled']} LLVM compiles for the {fg['kernels']} kernels the"
-        " plans hold (kernels of the same code compile once)"
-    )
-    print(f"               compile phases in the first pass (s): {fg['phases']}")
+    for generic in (True, False) if compare else (True,):
+        with tempfile.TemporaryDirectory() as cache:
+            fg = run(CLASSIFIER_FUSEGRAD, python, cache=cache, generic=generic)
+        label = "fusegrad    " if generic else "no generics "
+        print(
+            f"  {label} first pass {fg['first']:7.3f} s, second {fg['second']:7.3f} s,"
+            f" first / second {fg['first'] / fg['second']:6.1f}; {fg['plans']} plans compiled"
+        )
+        print(
+            f"               {fg['compiled']} LLVM compiles for the {fg['kernels']} kernels the"
+            " plans hold (kernels of the same code compile once)"
+        )
+        print(f"               compile phases in the first pass (s): {fg['phases']}")
     if has_torch(python):
         threads = str(os.cpu_count() or 1)
         pt = run(CLASSIFIER_TORCH, python, threads)
@@ -178,29 +185,37 @@ def classifier(python: str) -> None:
         print("  torch eager  - (torch is not installed)")
 
 
-def mlp(python: str, count: int) -> None:
-    with tempfile.TemporaryDirectory() as cache:
-        r = run(MLP, python, str(count), cache=cache)
-    print(f"mlp 784-256-10, forward + backward + SGD at {r['sizes']} batch sizes in 1..2000")
-    print(
-        f"  plans compiled {r['plans']} ({r['compiled']} LLVM compiles); first sweep"
-        f" {r['first']:.2f} s,"
-        f" second {r['second']:.2f} s;"
-        f" resident MB after each tenth: {r['rss_mb']}"
-    )
+def mlp(python: str, count: int, compare: bool) -> None:
+    for generic in (True, False) if compare else (True,):
+        with tempfile.TemporaryDirectory() as cache:
+            r = run(MLP, python, str(count), cache=cache, generic=generic)
+        label = "" if generic else " (no generic kernels)"
+        sweep = f"{r['sizes']} batch sizes in 1..2000"
+        print(f"mlp 784-256-10, forward + backward + SGD at {sweep}{label}")
+        print(
+            f"  plans compiled {r['plans']} ({r['compiled']} LLVM compiles); first sweep"
+            f" {r['first']:.2f} s,"
+            f" second {r['second']:.2f} s;"
+            f" resident MB after each tenth: {r['rss_mb']}"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=["classifier", "mlp"])
     parser.add_argument("--sizes", type=int, default=40, help="batch sizes the MLP sweeps")
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="also run fusegrad without generic kernels (FUSEGRAD_SIZE_TEMPLATES=0)",
+    )
     args = parser.parse_args()
     python = sys.executable
     print(f"CPU: {cpu_name()} | {source_version()} | load {load_average()}")
     if args.only in (None, "classifier"):
-        classifier(python)
+        classifier(python, args.compare)
     if args.only in (None, "mlp"):
-        mlp(python, args.sizes)
+        mlp(python, args.sizes, args.compare)
     print(f"load after: {load_average()}")
 
 

@@ -332,7 +332,8 @@ class CompiledKernel:
     # which is what is compiled and run, and the literals this kernel passes it
     generic: str = field(default="", repr=False, compare=False)
     literals: tuple = field(default=(), repr=False, compare=False)
-    positions: tuple = field(default=(), repr=False, compare=False)  # theirs in its shape
+    # where they stand in its code (`templates.shape_of`): positions, a group to a literal
+    groups: tuple = field(default=(), repr=False, compare=False)
     language = "LLVM IR"  # what `source` is written in (KernelRecord.llvm_ir, cuda_c read it)
 
     @functools.cached_property
@@ -574,7 +575,7 @@ def _bind_generics(jobs: list, out: list, generic: dict[int, tuple]) -> None:
     t0 = time.perf_counter()
     texts, names, arrays = [], [], []
     for i, (shape, g, code) in generic.items():
-        lits = templates.words(shape, g.positions)
+        lits = templates.words(shape, g.groups)
         _trampolines[0] += 1
         name = f"fg_trampoline_{_trampolines[0]}"
         texts.append(templates.trampoline(name, code, out[i].address, lits.ctypes.data))
@@ -610,8 +611,8 @@ def _bind_generics(jobs: list, out: list, generic: dict[int, tuple]) -> None:
             opt,
             k.code_symbol,
             g.code,
-            tuple(shape.literals[p] for p in g.positions),
-            g.positions,
+            tuple(shape.literals[group[0]] for group in g.groups),
+            g.groups,
         )
 
 

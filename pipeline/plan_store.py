@@ -177,7 +177,7 @@ def store(disk_key: str, plan: Plan) -> None:
             kernels[id(loop)] = len(loops)
             k = s.record.compiled
             # (a kernel that ran through a generic kernel: which of its literals that read)
-            loops.append((loop, k.source, k.opt, k.positions if k.generic else None))
+            loops.append((loop, k.source, k.opt, k.groups if k.generic else None))
         record = {f.name: getattr(s.record, f.name) for f in fields(KernelRecord)}
         for name in _PER_RUN:
             record.pop(name)
@@ -210,8 +210,8 @@ def load(disk_key: str, nparams) -> Plan | None:
         return None
     jobs = [(source, loop.name, nparams(loop, source), opt) for loop, source, opt, _ in loops]
     generic = [(job, at) for job, (*_, at) in zip(jobs, loops) if at is not None]
-    for (source, symbol, _, opt), positions in generic:  # run as they ran: generic
-        templates.registry.adopt(compiler.code_of(source, symbol, opt)[0], opt, positions)
+    for (source, symbol, _, opt), groups in generic:  # run as they ran: generic
+        templates.registry.adopt(compiler.code_of(source, symbol, opt)[0], opt, groups)
     with templates.varying([] if generic else None):
         compiled = compiler.compile_kernels(jobs)
     plan_steps, seen = [], set()

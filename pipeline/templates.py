@@ -58,8 +58,8 @@ _WORDS_BEFORE_TYPE = {
 _TOKEN = re.compile(
     r"[%@][-\w.$]+|0x[0-9A-Fa-f]+|-?\d+\.\d+(?:e[-+]?\d+)?|-?\d+|[A-Za-z_][\w.]*|\S"
 )
-_INT = re.compile(r"-?\d+|0x[0-9A-Fa-f]+")
 SEEN_MAX = 1024  # shapes remembered (least recently used go)
+GENERICS_MAX = 8  # generic kernels of one shape, each keeping other literals constant
 
 
 @dataclass(frozen=True)
@@ -201,24 +201,29 @@ def _shape_of(code: str) -> Shape:
     return Shape("".join(pieces), tuple(literals), tuple(spans), tuple(types))
 
 
-def words(shape: Shape, positions: tuple[int, ...]) -> np.ndarray:
-    """The array a generic kernel reads: the literals at `positions`, each as 64 bits (a
-    float's literal is LLVM's hexadecimal double, its bits)."""
-    out = np.zeros(max(len(positions), 1), dtype=np.uint64)
-    for k, p in enumerate(positions):
-        tok = shape.literals[p]
+Groups = tuple[tuple[int, ...], ...]  # positions of literals, those of a group read one slot
+
+
+def words(shape: Shape, groups: Groups) -> np.ndarray:
+    """The array a generic kernel reads: for each group of positions, the literal there,
+    as 64 bits (a float's literal is LLVM's hexadecimal double, its bits)."""
+    out = np.zeros(max(len(groups), 1), dtype=np.uint64)
+    for k, group in enumerate(groups):
+        tok = shape.literals[group[0]]
         out[k] = int(tok, 16) if tok.startswith("0x") else int(tok) & 0xFFFFFFFFFFFFFFFF
     return out
 
 
-def generic_source(code: str, shape: Shape, positions: tuple[int, ...]) -> str:
-    """`code` with the literals at `positions` read from `%fg.lits` (loaded at the
-    function's entry) and that parameter added after the buffers."""
-    chosen = set(positions)
+def generic_source(code: str, shape: Shape, groups: Groups) -> str:
+    """`code` with the literals at each group's positions read from one slot of `%fg.lits`
+    (loaded at the function's entry), that parameter added after the buffers. Literals
+    that were equal in every kernel seen read one value: LLVM then sees one stride where
+    the kernel's rows share one, and addresses them from one base."""
+    slot = {p: k for k, group in enumerate(groups) for p in group}
     out, at = [], 0
     for p, (start, end) in enumerate(shape.spans):
-        if p in chosen:
-            out.append(code[at:start] + f"%fg.lit.{p}")
+        if p in slot:
+            out.append(code[at:start] + f"%fg.lit.{slot[p]}")
             at = end
     out.append(code[at:])
     text = "".join(out)
@@ -233,8 +238,8 @@ def generic_source(code: str, shape: Shape, positions: tuple[int, ...]) -> str:
     name, paren = text.rindex("@", 0, head_at), text.rindex("(", 0, head_at)
     text = text[:name] + f"@{GENERIC_SYMBOL}" + text[paren:]
     loads = []
-    for k, p in enumerate(positions):
-        ty, v = shape.types[p], f"%fg.lit.{p}"
+    for k, group in enumerate(groups):
+        ty, v = shape.types[group[0]], f"%fg.lit.{k}"
         loads += [
             f"  {v}.at = getelementptr inbounds i64, ptr %fg.lits, i64 {k}",
             f"  {v}.w = load i64, ptr {v}.at, align 8",
@@ -252,6 +257,16 @@ def generic_source(code: str, shape: Shape, positions: tuple[int, ...]) -> str:
             ]
     entry = text.index("\nentry:\n", head_end) + len("\nentry:\n")
     return text[:entry] + "\n".join(loads) + ("\n" if loads else "") + text[entry:]
+
+
+def grouped(shape: Shape, varying: list[int], known: list[tuple[str, ...]]) -> Groups:
+    """The positions in `varying` grouped by their literals in every kernel in `known` and
+    in `shape` (and their type): those always equal read one slot."""
+    groups: dict[tuple, list[int]] = {}
+    for p in varying:
+        values = (shape.types[p], shape.literals[p], *(lits[p] for lits in known))
+        groups.setdefault(values, []).append(p)
+    return tuple(tuple(g) for g in groups.values())
 
 
 def trampoline(name: str, code: str, target: int, lits: int) -> str:
@@ -277,16 +292,27 @@ def trampoline(name: str, code: str, target: int, lits: int) -> str:
 
 @dataclass
 class Generic:
-    """A generic kernel: which of its shape's literals it reads from the array, and the
-    values it keeps of the others."""
+    """A generic kernel: which of its shape's literals it reads from the array (in groups
+    that read one slot each), and the values it keeps of the others."""
 
-    positions: tuple[int, ...]
+    groups: Groups
     kept: tuple[str, ...]  # the literals at the other positions, in order
     code: str  # its source (compiled as any kernel, cached by its own digest)
 
+    @staticmethod
+    def of(code: str, shape: Shape, groups: Groups) -> Generic:
+        chosen = {p for group in groups for p in group}
+        kept = tuple(t for p, t in enumerate(shape.literals) if p not in chosen)
+        return Generic(groups, kept, generic_source(code, shape, groups))
+
     def serves(self, shape: Shape) -> bool:
-        chosen = set(self.positions)
-        return self.kept == tuple(t for p, t in enumerate(shape.literals) if p not in chosen)
+        """Whether this kernel computes `shape`'s: the literals it keeps are the same, and
+        those of each group are equal."""
+        lits = shape.literals
+        if any(len({lits[p] for p in group}) > 1 for group in self.groups):
+            return False
+        chosen = {p for group in self.groups for p in group}
+        return self.kept == tuple(t for p, t in enumerate(lits) if p not in chosen)
 
 
 class _Registry:
@@ -321,28 +347,27 @@ class _Registry:
             known = self.seen.get(key)
             if not known or all(lits == shape.literals for lits in known):
                 return None
-            positions = tuple(
+            if len(self.generics.get(key, ())) >= GENERICS_MAX:
+                return None  # (compiled for its own sizes)
+            varying = [
                 p
                 for p in range(len(shape.literals))
                 if any(lits[p] != shape.literals[p] for lits in known)
-            )
-            chosen = set(positions)
-            kept = tuple(t for p, t in enumerate(shape.literals) if p not in chosen)
-            g = Generic(positions, kept, generic_source(code, shape, positions))
+            ]
+            g = Generic.of(code, shape, grouped(shape, varying, known))
             self.generics.setdefault(key, []).append(g)
             return g
 
-    def adopt(self, code: str, opt: int, positions: tuple[int, ...]) -> None:
-        """Make the generic kernel of `code` reading the literals at `positions` known (a
+    def adopt(self, code: str, opt: int, groups: Groups) -> None:
+        """Make the generic kernel of `code` reading the literals of `groups` known (a
         plan read from disk ran its kernel through it), so `generic_for` finds it."""
         shape = shape_of(code)
         key = (shape.text, opt)
+        g = Generic.of(code, shape, groups)
         with self.lock:
-            chosen = set(positions)
-            kept = tuple(t for p, t in enumerate(shape.literals) if p not in chosen)
             known = self.generics.setdefault(key, [])
-            if not any(g.positions == positions and g.kept == kept for g in known):
-                known.append(Generic(positions, kept, generic_source(code, shape, positions)))
+            if not any(h.groups == g.groups and h.kept == g.kept for h in known):
+                known.append(g)
 
     def would_serve(self, shape: Shape, opt: int) -> bool:
         key = (shape.text, opt)

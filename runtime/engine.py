@@ -339,6 +339,11 @@ class Engine:
             ref, given = entry
             entry[1] = True
         plan = None if given else ref()
+        if not given and config.debug >= 1:
+            _log(
+                "this graph was compiled before with other sizes: kernels that differ only"
+                " in their sizes now run generic kernels (FUSEGRAD_SIZE_TEMPLATES=0: not)"
+            )
         if plan is None:
             return []
         kernels = [s.record.compiled for s in plan.steps]

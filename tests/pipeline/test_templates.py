@@ -203,3 +203,119 @@ def test_plans_of_one_graph_at_other_sizes_share_a_size_free_key():
 
     assert key(3, scaled) == key(40, scaled)
     assert key(3, scaled) != key(3, lambda x: (x * 2).amax(dim=1))
+
+
+POLLING = """define void @{symbol}(i64 %start, i64 %end, ptr noalias %out0, ptr %cancel.word) {{
+entry:
+  %w = load atomic i64, ptr %cancel.word monotonic, align 8
+  %v = add i64 %w, {n}
+  store i64 %v, ptr %out0
+  ret void
+}}
+"""
+
+
+def test_a_kernel_reading_the_cancel_word_gets_its_literals_before_it():
+    # the array of literals comes after the buffers and before the cancel word's address,
+    # which the launcher passes last
+    templates.registry.clear()
+    try:
+        jobs = []
+        for n in (5, 9):
+            symbol = f"p_{uuid.uuid4().hex[:12]}"
+            jobs.append((POLLING.format(symbol=symbol, n=n), symbol, 2, 3))
+        with templates.varying([]):
+            first, second = (compiler.compile_kernels([job])[0] for job in jobs)
+        assert not first.generic and second.generic.count("ptr noalias readonly %fg.lits, ptr")
+        word = np.array([100], np.int64)
+        for kernel, n in ((first, 5), (second, 9)):
+            out = np.zeros(1, np.int64)
+            kernel.fn(0, 1, out.ctypes.data, word.ctypes.data)
+            assert out[0] == 100 + n
+    finally:
+        templates.registry.clear()
+
+
+def test_each_kind_of_value_literal_is_cut_out():
+    code = "\n".join(
+        [
+            "define void @k(i64 %start, i64 %end, ptr noalias %out0) {",
+            "entry:",
+            "  %a = fneg float 0x3FF0000000000000",
+            "  %b = select i1 true, i64 7, i64 %start",
+            "  %c = phi i64 [3, %entry], [%start, %x]",
+            "  %d = insertelement <8 x i64> poison, i64 12, i64 0",
+            "  %e = getelementptr inbounds float, ptr %out0, i64 40",
+            "  store double 0x4000000000000000, ptr %out0",
+            "  %f = icmp slt i32 %start, -3",
+            "  ret void",
+            "}",
+        ]
+    )
+    shape = templates.shape_of(code)
+    assert shape.literals == (
+        "0x3FF0000000000000",
+        "7",
+        "3",
+        "12",
+        "40",
+        "0x4000000000000000",
+        "-3",
+    )
+    assert shape.types == ("float", "i64", "i64", "i64", "i64", "double", "i32")
+
+
+WIDTHS = """define void @{symbol}(i64 %start, i64 %end, ptr noalias %out0) {{
+entry:
+  %a = add i32 0, {k}
+  %f = sitofp i32 %a to double
+  %g = fmul double %f, {d}
+  store double %g, ptr %out0
+  ret void
+}}
+"""
+
+
+def test_a_generic_kernel_reads_i32_and_double_literals():
+    templates.registry.clear()
+    try:
+        kernels = []
+        with templates.varying([]):
+            for k, d in ((3, 0.5), (-7, 1.25)):
+                symbol = f"w_{uuid.uuid4().hex[:12]}"
+                hexed = "0x" + np.float64(d).view(np.uint64).item().to_bytes(8, "big").hex().upper()
+                source = WIDTHS.format(symbol=symbol, k=k, d=hexed)
+                kernels.append(compiler.compile_kernels([(source, symbol, 1, 3)])[0])
+        assert not kernels[0].generic and kernels[1].generic
+        for kernel, want in zip(kernels, (1.5, -8.75)):
+            out = np.zeros(1, np.float64)
+            kernel.fn(0, 1, out.ctypes.data)
+            assert out[0] == want
+    finally:
+        templates.registry.clear()
+
+
+def test_the_debug_log_says_when_a_graphs_sizes_start_to_vary(fresh, capfd):
+    with fg.config.override(debug=1):
+        _kernels(_chain, [4, 9, 13])
+    err = capfd.readouterr().err
+    assert err.count("compiled before with other sizes") == 1  # said once, at the second
+
+
+def test_literals_equal_in_every_kernel_seen_read_one_slot():
+    # the bound appears twice: both places read one slot, so LLVM sees one value
+    body = BODY.replace(
+        "%more = icmp slt i64 %i.1, {n}", "%more = icmp slt i64 %i.1, {n}\n  %x = mul i64 %i, {n}"
+    )
+    templates.registry.clear()
+    try:
+        jobs = []
+        for n in (14, 20):
+            symbol = f"k_{uuid.uuid4().hex[:12]}"
+            jobs.append((body.format(symbol=symbol, n=n, scale="0x3FE0000000000000"), symbol, 2, 3))
+        with templates.varying([]):
+            first, second = (compiler.compile_kernels([job])[0] for job in jobs)
+        assert second.literals == ("20",) and len(second.groups) == 1
+        assert len(second.groups[0]) == 2 and second.generic.count("%fg.lit.0.w =") == 1
+    finally:
+        templates.registry.clear()
