@@ -36,10 +36,15 @@ done:
 )
 
 
+def _hex(value: float, dtype=np.float32) -> str:
+    """LLVM's literal of a float: the hexadecimal digits of the double of the same value."""
+    bits = np.float64(dtype(value)).view(np.uint64).item()
+    return "0x" + bits.to_bytes(8, "big").hex().upper()
+
+
 def _source(n: int, scale: float) -> tuple[str, str]:
     symbol = f"k_{uuid.uuid4().hex[:12]}"
-    hexed = "0x" + np.float64(np.float32(scale)).view(np.uint64).item().to_bytes(8, "big").hex()
-    return BODY.format(symbol=symbol, n=n, scale=hexed.upper().replace("0X", "0x")), symbol
+    return BODY.format(symbol=symbol, n=n, scale=_hex(scale)), symbol
 
 
 def test_a_kernel_is_cut_into_its_shape_and_the_literals_that_could_be_values():
@@ -94,6 +99,25 @@ def fresh(tmp_path):
     templates.registry.clear()
 
 
+@pytest.fixture
+def clean():
+    templates.registry.clear()
+    yield
+    templates.registry.clear()
+
+
+def _one_by_one(text: str, fills: list[dict], nparams: int) -> list:
+    """`text` filled with each of `fills` (and a symbol of its own) and compiled in turn, in
+    a plan whose sizes vary."""
+    kernels = []
+    with templates.varying([]):
+        for fill in fills:
+            symbol = f"k_{uuid.uuid4().hex[:12]}"
+            job = (text.format(symbol=symbol, **fill), symbol, nparams, 3)
+            kernels.append(compiler.compile_kernels([job])[0])
+    return kernels
+
+
 def test_sizes_that_vary_run_one_generic_kernel_with_the_same_bits(fresh):
     sizes = [5 + 7 * k for k in range(6)]
     before = compiler.stats["compiled"]
@@ -138,26 +162,18 @@ def test_switched_off_every_size_compiles_its_own_kernels(fresh):
     assert not any(k.generic for plan in ran for k in plan)
 
 
-def test_a_literal_that_differs_later_makes_a_wider_generic_kernel():
-    templates.registry.clear()
-    try:
-        a, sa = _source(14, 0.5)
-        b, sb = _source(20, 0.5)
-        c, sc = _source(30, 4.0)  # the scale differs only now
-        with templates.varying([]):
-            ka, kb, kc = (
-                compiler.compile_kernels([(s, n, 2, 3)])[0] for s, n in ((a, sa), (b, sb), (c, sc))
-            )  # noqa: E501
-        assert not ka.generic
-        assert kb.literals == ("20",) and kc.literals == ("0x4010000000000000", "30")
-        for k, n, scale in ((ka, 14, 0.5), (kb, 20, 0.5), (kc, 30, 4.0)):
-            x = np.arange(1, 41, dtype=np.float32)
-            y = np.zeros(40, np.float32)
-            k.fn(0, 1, y.ctypes.data, x.ctypes.data)
-            np.testing.assert_array_equal(y[:n], x[:n] * np.float32(scale))
-            assert not y[n:].any()  # the bound is each kernel's own
-    finally:
-        templates.registry.clear()
+def test_a_literal_that_differs_later_makes_a_wider_generic_kernel(clean):
+    fills = [{"n": 14, "scale": _hex(0.5)}, {"n": 20, "scale": _hex(0.5)}]
+    fills.append({"n": 30, "scale": _hex(4.0)})  # the scale differs only now
+    ka, kb, kc = _one_by_one(BODY, fills, 2)
+    assert not ka.generic
+    assert kb.literals == ("20",) and kc.literals == ("0x4010000000000000", "30")
+    for k, n, scale in ((ka, 14, 0.5), (kb, 20, 0.5), (kc, 30, 4.0)):
+        x = np.arange(1, 41, dtype=np.float32)
+        y = np.zeros(40, np.float32)
+        k.fn(0, 1, y.ctypes.data, x.ctypes.data)
+        np.testing.assert_array_equal(y[:n], x[:n] * np.float32(scale))
+        assert not y[n:].any()  # the bound is each kernel's own
 
 
 def test_a_plan_read_from_disk_runs_its_generic_kernels_again(tmp_path):
@@ -215,25 +231,16 @@ entry:
 """
 
 
-def test_a_kernel_reading_the_cancel_word_gets_its_literals_before_it():
+def test_a_kernel_reading_the_cancel_word_gets_its_literals_before_it(clean):
     # the array of literals comes after the buffers and before the cancel word's address,
     # which the launcher passes last
-    templates.registry.clear()
-    try:
-        jobs = []
-        for n in (5, 9):
-            symbol = f"p_{uuid.uuid4().hex[:12]}"
-            jobs.append((POLLING.format(symbol=symbol, n=n), symbol, 2, 3))
-        with templates.varying([]):
-            first, second = (compiler.compile_kernels([job])[0] for job in jobs)
-        assert not first.generic and second.generic.count("ptr noalias readonly %fg.lits, ptr")
-        word = np.array([100], np.int64)
-        for kernel, n in ((first, 5), (second, 9)):
-            out = np.zeros(1, np.int64)
-            kernel.fn(0, 1, out.ctypes.data, word.ctypes.data)
-            assert out[0] == 100 + n
-    finally:
-        templates.registry.clear()
+    first, second = _one_by_one(POLLING, [{"n": 5}, {"n": 9}], 2)
+    assert not first.generic and second.generic.count("ptr noalias readonly %fg.lits, ptr")
+    word = np.array([100], np.int64)
+    for kernel, n in ((first, 5), (second, 9)):
+        out = np.zeros(1, np.int64)
+        kernel.fn(0, 1, out.ctypes.data, word.ctypes.data)
+        assert out[0] == 100 + n
 
 
 def test_each_kind_of_value_literal_is_cut_out():
@@ -276,23 +283,14 @@ entry:
 """
 
 
-def test_a_generic_kernel_reads_i32_and_double_literals():
-    templates.registry.clear()
-    try:
-        kernels = []
-        with templates.varying([]):
-            for k, d in ((3, 0.5), (-7, 1.25)):
-                symbol = f"w_{uuid.uuid4().hex[:12]}"
-                hexed = "0x" + np.float64(d).view(np.uint64).item().to_bytes(8, "big").hex().upper()
-                source = WIDTHS.format(symbol=symbol, k=k, d=hexed)
-                kernels.append(compiler.compile_kernels([(source, symbol, 1, 3)])[0])
-        assert not kernels[0].generic and kernels[1].generic
-        for kernel, want in zip(kernels, (1.5, -8.75)):
-            out = np.zeros(1, np.float64)
-            kernel.fn(0, 1, out.ctypes.data)
-            assert out[0] == want
-    finally:
-        templates.registry.clear()
+def test_a_generic_kernel_reads_i32_and_double_literals(clean):
+    fills = [{"k": 3, "d": _hex(0.5, np.float64)}, {"k": -7, "d": _hex(1.25, np.float64)}]
+    kernels = _one_by_one(WIDTHS, fills, 1)
+    assert not kernels[0].generic and kernels[1].generic
+    for kernel, want in zip(kernels, (1.5, -8.75)):
+        out = np.zeros(1, np.float64)
+        kernel.fn(0, 1, out.ctypes.data)
+        assert out[0] == want
 
 
 def test_the_debug_log_says_when_a_graphs_sizes_start_to_vary(fresh, capfd):
@@ -302,20 +300,11 @@ def test_the_debug_log_says_when_a_graphs_sizes_start_to_vary(fresh, capfd):
     assert err.count("compiled before with other sizes") == 1  # said once, at the second
 
 
-def test_literals_equal_in_every_kernel_seen_read_one_slot():
+def test_literals_equal_in_every_kernel_seen_read_one_slot(clean):
     # the bound appears twice: both places read one slot, so LLVM sees one value
-    body = BODY.replace(
-        "%more = icmp slt i64 %i.1, {n}", "%more = icmp slt i64 %i.1, {n}\n  %x = mul i64 %i, {n}"
-    )
-    templates.registry.clear()
-    try:
-        jobs = []
-        for n in (14, 20):
-            symbol = f"k_{uuid.uuid4().hex[:12]}"
-            jobs.append((body.format(symbol=symbol, n=n, scale="0x3FE0000000000000"), symbol, 2, 3))
-        with templates.varying([]):
-            first, second = (compiler.compile_kernels([job])[0] for job in jobs)
-        assert second.literals == ("20",) and len(second.groups) == 1
-        assert len(second.groups[0]) == 2 and second.generic.count("%fg.lit.0.w =") == 1
-    finally:
-        templates.registry.clear()
+    twice = "%more = icmp slt i64 %i.1, {n}\n  %x = mul i64 %i, {n}"
+    body = BODY.replace("%more = icmp slt i64 %i.1, {n}", twice)
+    fills = [{"n": 14, "scale": _hex(0.5)}, {"n": 20, "scale": _hex(0.5)}]
+    _, second = _one_by_one(body, fills, 2)
+    assert second.literals == ("20",) and len(second.groups) == 1
+    assert len(second.groups[0]) == 2 and second.generic.count("%fg.lit.0.w =") == 1
