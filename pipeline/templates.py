@@ -45,7 +45,7 @@ LITS_PARAM = "ptr noalias readonly %fg.lits"
 _CANCEL = "ptr %cancel.word"
 
 GENERIC_SYMBOL = "fg_generic"  # a generic kernel's name until `code_of` names it by its digest
-SCALARS = {"i64": 8, "i32": 4, "float": 4, "double": 8}
+SCALARS = {"i64", "i32", "float", "double"}  # the types of the literals cut out
 _BINARY = {
     "add", "sub", "mul", "sdiv", "srem", "udiv", "urem", "shl", "lshr", "ashr", "and", "or",
     "xor", "fadd", "fsub", "fmul", "fdiv", "frem", "icmp", "fcmp",
@@ -113,9 +113,6 @@ def _operands(op: str, rest: list[tuple[str, int]]) -> list[tuple[int, str]]:
             j = toks.index(",") + 1
             if j + 2 < len(toks) and toks[j] in SCALARS and toks[j + 2] == ",":
                 found.append((j + 1, toks[j]))
-    elif op == "getelementptr":  # getelementptr [inbounds] T, ptr %p, i64 k: one index
-        if toks.count("i64") == 1 and "<" not in toks and toks[-2] == "i64":
-            found.append((len(toks) - 1, "i64"))
     return [(j, ty) for j, ty in found if j < len(toks) and _literal(toks[j], ty)]
 
 
@@ -123,18 +120,51 @@ _OPS = _BINARY | {"fneg", "select", "store", "phi", "insertelement", "getelement
 _LITERAL_AFTER = re.compile(r"[\s\[,](?:-?\d|0x)")
 
 
-def _candidate(line: str) -> bool:
-    """Whether an instruction line may hold a literal `_operands` takes (a quick test
-    before the line is cut into tokens: most lines are loads, branches and arithmetic on
+_SCALAR = r"(i64|i32|float|double)"
+_VALUE = r"([^ ,\[\]()<>]+)"
+_BINARY_FORM = re.compile(rf"  %[-\w.$]+ = [a-z]+(?: [a-z]+)* {_SCALAR} {_VALUE}, {_VALUE}$")
+_STORE_FORM = re.compile(rf"  store {_SCALAR} {_VALUE}, ptr ")
+_ADDRESS_FORM = re.compile(
+    r"  %[-\w.$]+ = getelementptr (?:inbounds )?\w+, ptr [%@][-\w.$]+, i64 (-?\d+)$"
+)
+
+
+def _common_form(op: str, line: str) -> list[tuple[int, str, str]] | None:
+    """The (column, literal, type) of each literal of `line` (an instruction `op`) taken
+    as a value, for the forms most lines have (arithmetic or a comparison on scalars, a
+    scalar store, a one-index address), read by one regular expression; None for another
+    form (then `_operands` reads its tokens)."""
+    if op in _BINARY:
+        m = _BINARY_FORM.match(line)
+        if m is not None:
+            ty = m.group(1)
+            return [(m.start(g), m.group(g), ty) for g in (2, 3) if _literal(m.group(g), ty)]
+    elif op == "store":
+        m = _STORE_FORM.match(line)
+        if m is not None:
+            ty = m.group(1)
+            return [(m.start(2), m.group(2), ty)] if _literal(m.group(2), ty) else []
+    elif op == "getelementptr":
+        m = _ADDRESS_FORM.match(line)
+        return [] if m is None else [(m.start(1), m.group(1), "i64")]
+    return None
+
+
+def _candidate(line: str) -> str | None:
+    """The instruction of a line that may hold a literal `_operands` takes, else None (a
+    quick test before the line is read: most lines are loads, branches and arithmetic on
     names only)."""
     body = line.lstrip()
     if body[:1] == "%":
         at = body.find(" = ")
         if at < 0:
-            return False
+            return None
         body = body[at + 3 :]
     space = body.find(" ")
-    return body[:space] in _OPS and _LITERAL_AFTER.search(body, space) is not None
+    op = body[:space]
+    if op in _OPS and _LITERAL_AFTER.search(body, space) is not None:
+        return op
+    return None
 
 
 def shape_of(code: str) -> Shape:
@@ -179,7 +209,18 @@ def _shape_of(code: str) -> Shape:
                 at = offset + name.end()
         elif inside and line.startswith("}"):
             inside = False
-        elif inside and line[:1] == " " and _candidate(line):
+        elif inside and line[:1] == " " and (op := _candidate(line)):
+            found = _common_form(op, line)
+            if found is not None:
+                for col, tok, ty in found:
+                    start = offset + col
+                    pieces.append(code[at:start] + "\x00")
+                    at = start + len(tok)
+                    literals.append(tok)
+                    spans.append((start, at))
+                    types.append(ty)
+                offset += len(line) + 1
+                continue
             matches = list(_TOKEN.finditer(line))
             toks = [(m.group(), m.start()) for m in matches]
             if len(toks) > 2 and toks[1][0] == "=":
@@ -370,12 +411,17 @@ class _Registry:
                 known.append(g)
 
     def would_serve(self, shape: Shape, opt: int) -> bool:
+        """Whether `generic_for` would give a kernel of `shape` a generic kernel (without
+        making one): `new_object` then leaves it uncompiled."""
         key = (shape.text, opt)
         with self.lock:
-            if any(g.serves(shape) for g in self.generics.get(key, ())):
+            made = self.generics.get(key, ())
+            if any(g.serves(shape) for g in made):
                 return True
             known = self.seen.get(key)
-            return bool(known) and any(lits != shape.literals for lits in known)
+            if len(made) >= GENERICS_MAX or not known:
+                return False
+            return any(lits != shape.literals for lits in known)
 
     def clear(self) -> None:
         with self.lock:
