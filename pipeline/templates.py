@@ -150,6 +150,16 @@ def _common_form(op: str, line: str) -> list[tuple[int, str, str]] | None:
     return None
 
 
+def _token_form(line: str) -> list[tuple[int, str, str]]:
+    """`_common_form`'s answer for any other line: its tokens, read by `_operands`."""
+    toks = [(m.group(), m.start()) for m in _TOKEN.finditer(line)]
+    if len(toks) > 2 and toks[1][0] == "=":
+        op, rest = toks[2][0], toks[3:]
+    else:
+        op, rest = toks[0][0], toks[1:]
+    return [(rest[j][1], rest[j][0], ty) for j, ty in _operands(op, rest)]
+
+
 def _candidate(line: str) -> str | None:
     """The instruction of a line that may hold a literal `_operands` takes, else None (a
     quick test before the line is read: most lines are loads, branches and arithmetic on
@@ -211,26 +221,7 @@ def _shape_of(code: str) -> Shape:
             inside = False
         elif inside and line[:1] == " " and (op := _candidate(line)):
             found = _common_form(op, line)
-            if found is not None:
-                for col, tok, ty in found:
-                    start = offset + col
-                    pieces.append(code[at:start] + "\x00")
-                    at = start + len(tok)
-                    literals.append(tok)
-                    spans.append((start, at))
-                    types.append(ty)
-                offset += len(line) + 1
-                continue
-            matches = list(_TOKEN.finditer(line))
-            toks = [(m.group(), m.start()) for m in matches]
-            if len(toks) > 2 and toks[1][0] == "=":
-                op, rest = toks[2][0], toks[3:]
-            elif toks:
-                op, rest = toks[0][0], toks[1:]
-            else:
-                op, rest = "", []
-            for j, ty in _operands(op, rest):
-                tok, col = rest[j]
+            for col, tok, ty in _token_form(line) if found is None else found:
                 start = offset + col
                 pieces.append(code[at:start] + "\x00")
                 at = start + len(tok)
