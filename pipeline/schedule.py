@@ -933,19 +933,55 @@ def _stored_in_reductions(
             loaded[id(k)] = {id(m) for m in nodes if id(m) not in own and id(m) in reason}
         return loaded[id(k)]
 
-    def reaches(start: set[int], target: int) -> bool:
-        """Whether a kernel storing one of `start` is, or reads through kernels, target."""
-        seen, todo = set(), [owner[x] for x in start]
-        while todo:
-            k = todo.pop()
-            if k == target:
-                return True
-            if k not in seen:
-                seen.add(k)
-                todo.extend(owner[x] for x in loads_of(by_id[k]))
-        return False
-
     by_id = {id(n): n for n in kernels}
+    # Whether a move makes a cycle is asked of the kernel graph as it stands: `above[k]`,
+    # the kernels k reads through (a bit each), made on the first question and kept up to
+    # date as moves are made (one walk a question was a walk of the whole graph, which
+    # an LSTM's 1,600 kernels asked 128 times).
+    bit: dict[int, int] = {}
+    above: dict[int, int] = {}
+
+    def above_of(k: int) -> int:
+        stack = [k]
+        while stack:
+            top = stack[-1]
+            if top in above:
+                stack.pop()
+                continue
+            deps = {owner[x] for x in loads_of(by_id[top])}
+            missing = [d for d in deps if d not in above and d != top]
+            if missing:
+                stack.extend(missing)
+                continue
+            mask = 0
+            for d in deps:
+                mask |= bit[d] | above.get(d, 0)
+            above[top] = mask
+            stack.pop()
+        return above[k]
+
+    def cycle_if_moved(v: int, n: int, start: set[int]) -> bool:
+        """Whether n would read itself through kernels once it computes v and loads
+        `start`: some kernel it would load is n, reads n, or reads v (whose readers would
+        read n instead)."""
+        if not bit:
+            bit.update((k, 1 << i) for i, k in enumerate(by_id))
+        targets = bit[n] | bit[v]
+        return any(owner[x] == n or above_of(owner[x]) & targets for x in start)
+
+    def moved(v: int, n: int, start: set[int]) -> None:
+        """Keep `above` true once n computes v and loads `start`."""
+        if not above:
+            return
+        gained = above_of(n)
+        for x in start:
+            gained |= bit[owner[x]] | above_of(owner[x])
+        touched = bit[n] | bit[v]
+        for k, mask in above.items():
+            if mask & touched:
+                above[k] = mask | gained | bit[n]
+        above[n] = gained
+
     moves: dict[int, list[Node]] = {}
     for n in kernels:
         red = claimed.get(id(n), n if n.op in REDUCE else None)
@@ -977,13 +1013,12 @@ def _stored_in_reductions(
             if ops > MAX_KERNEL_OPS:
                 continue
             new_loads = (loads_of(n) - {id(v)}) | loads_of(v)
-            owner[id(v)] = id(n)  # (as it would be: v's other readers then wait for n)
-            if reaches(new_loads, id(n)):
-                owner[id(v)] = id(v)
+            if cycle_if_moved(id(v), id(n), new_loads):
                 continue
+            moved(id(v), id(n), new_loads)
+            owner[id(v)] = id(n)  # v's other readers now wait for n
             moves.setdefault(id(n), []).append(v)
             loaded[id(n)] = new_loads
-            del by_id[id(v)]
     return moves
 
 
@@ -1170,9 +1205,11 @@ def _size_cuts(graph: list[Node], held) -> dict[int, str]:
     counts (one pass, no sets) counts a shared node once per path to it, and a Horner
     polynomial in `t` (erf's) or a series in `x * x` counts `t` or `x * x` once per stage:
     that sum is the fast bound; only where it passes the limit are the distinct nodes
-    counted (a walk that stops at the limit), and the value stored only if they pass it too.
+    counted (a walk that stops past the limit), and the value stored only if they pass it
+    too. Otherwise their count replaces the sum, so the nodes above it start from the exact
+    figure (a long chain of shared values is then walked about once, not once a node).
     """
-    size: dict[int, int] = {}  # the per-path sum: an upper bound of the distinct count
+    size: dict[int, int] = {}  # an upper bound of the distinct count: a sum, or the count
     cuts: dict[int, str] = {}
 
     def counted(n: Node) -> bool:
@@ -1181,28 +1218,31 @@ def _size_cuts(graph: list[Node], held) -> dict[int, str]:
     def inside(n: Node) -> bool:  # computed in the kernel that inlines n, not loaded
         return id(n) not in held and id(n) not in cuts and (counted(n) or n.op in MOVEMENT)
 
-    def distinct_over(root: Node, limit: int) -> bool:
-        """Whether more than `limit` distinct elementwise nodes are inlined under root."""
+    def distinct_over(root: Node, limit: int) -> int:
+        """The distinct elementwise nodes inlined under root, counted up to limit + 1."""
         seen, stack, total = {id(root)}, [root], 0
         while stack:
             n = stack.pop()
             total += counted(n)
             if total > limit:
-                return True
+                return total
             for s in n.srcs:
                 if id(s) not in seen and inside(s):
                     seen.add(id(s))
                     stack.append(s)
-        return False
+        return total
 
     for n in graph:
         if id(n) in held or n.op not in ELEMENTWISE and n.op not in MOVEMENT:
             size[id(n)] = 0
             continue
         total = counted(n) + sum(size.get(id(s), 0) for s in n.srcs)
-        if total > MAX_KERNEL_OPS and counted(n) and distinct_over(n, MAX_KERNEL_OPS):
-            cuts[id(n)] = f"kernel too long: more than {MAX_KERNEL_OPS} ops inlined"
-            total = 0
+        if total > MAX_KERNEL_OPS and counted(n):
+            # the exact count replaces the bound: the nodes above n then start from it
+            total = distinct_over(n, MAX_KERNEL_OPS)
+            if total > MAX_KERNEL_OPS:
+                cuts[id(n)] = f"kernel too long: more than {MAX_KERNEL_OPS} ops inlined"
+                total = 0
         size[id(n)] = total
     return cuts
 

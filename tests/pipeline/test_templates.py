@@ -94,6 +94,7 @@ def _chain(x):
 @pytest.fixture
 def fresh(tmp_path):
     templates.registry.clear()
+    engine.forget_plans(lambda key: True)  # (another test's plan of these sizes: not used)
     with fg.config.override(cache=str(tmp_path), size_templates=True):
         yield
     templates.registry.clear()
