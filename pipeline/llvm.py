@@ -116,6 +116,7 @@ class _Renderer:
         self.k, self.symbol = kernel, symbol
         self.lines: list[str] = []
         self.allocas: list[str] = []
+        self.tables: dict[tuple, str] = {}  # a concatenation's pieces -> their table
         self.metadata: list[str] = []  # loops' hints (`!llvm.loop`), after the function
         self.math: set[tuple[str, str, int | None]] = set()
         self.decls: set[str] = set()
@@ -174,6 +175,26 @@ class _Renderer:
     def moves(self, e: Lin) -> bool:
         """Whether index expression `e` depends on the vector loop's variable."""
         return self.vec_var is not None and self.vec_var in e.atoms()
+
+    def buffer(self, s: Load) -> str:
+        """The address `s` reads from: its buffer's parameter, or, for a concatenation's
+        pieces read as one (`Load.pieces`), the address its piece's table entry holds."""
+        if not s.pieces:
+            return f"%{s.param.name}"
+        assert not self.moves(s.piece), "a piece is picked per iteration, never per lane"
+        table = self.tables.get(s.pieces)
+        if table is None:  # filled once, where the kernel starts
+            table = self.tables[s.pieces] = f"%pieces.{len(self.tables)}"
+            n = len(s.pieces)
+            self.allocas.append(f"  {table} = alloca [{n} x ptr], align 8")
+            for i, q in enumerate(s.pieces):
+                self.allocas.append(
+                    f"  {table}.{i} = getelementptr inbounds [{n} x ptr], ptr {table}, "
+                    f"i64 0, i64 {i}"
+                )
+                self.allocas.append(f"  store ptr %{q.name}, ptr {table}.{i}")
+        at = self.emit(f"getelementptr inbounds ptr, ptr {table}, i64 {self.index(s.piece)}")
+        return self.emit(f"load ptr, ptr {at}")
 
     # ---------------------------------------------------------------- indices
     def index(self, e: Lin) -> str:
@@ -385,7 +406,7 @@ class _Renderer:
     def stmt_Load(self, s: Load) -> None:
         # a value is loaded as its buffer holds it and named with the load's dtype: they
         # differ only for a 16-bit value kept in a float32 scratch row (the same registers)
-        p, mt, dt = s.param, mem_type(s.param.dtype), s.param.dtype
+        mt, dt = mem_type(s.param.dtype), s.param.dtype
         moves = self.moves(s.index) or any(self.moves(c) for c in s.valid)
         if moves and self.width:
             self.bind(s.dst, self.vector_load(s), s.dtype, True)
@@ -394,7 +415,7 @@ class _Renderer:
         ok = self.valid(s.valid)[0] if s.valid else None
         if ok:
             idx = self.emit(f"select i1 {ok}, i64 {idx}, i64 0")
-        ptr = self.emit(f"getelementptr inbounds {mt}, ptr %{p.name}, i64 {idx}")
+        ptr = self.emit(f"getelementptr inbounds {mt}, ptr {self.buffer(s)}, i64 {idx}")
         v = self.emit(f"load {mt}, ptr {ptr}")
         if dt.is_bool:
             v = self.emit(f"icmp ne i8 {v}, 0")
@@ -404,21 +425,21 @@ class _Renderer:
         self.bind(s.dst, v, s.dtype)
 
     def vector_load(self, s: Load) -> str:
-        p, mt, dt, w = s.param, mem_type(s.param.dtype), s.param.dtype, self.width
-        vt = f"<{w} x {mt}>"
+        mt, dt, w = mem_type(s.param.dtype), s.param.dtype, self.width
+        vt, buf = f"<{w} x {mt}>", self.buffer(s)
         contiguous = s.index.coef(self.vec_var) == 1 and not self.moves(s.index - lin(self.vec_var))
         ok, ok_varying = self.valid(s.valid) if s.valid else (None, False)
         if contiguous and not ok_varying:
             base = self.index(s.index.substitute({self.vec_var: lin(0)}))
             if ok:
                 base = self.emit(f"select i1 {ok}, i64 {base}, i64 0")
-            ptr = self.emit(f"getelementptr inbounds {mt}, ptr %{p.name}, i64 {base}")
+            ptr = self.emit(f"getelementptr inbounds {mt}, ptr {buf}, i64 {base}")
             v = self.emit(f"load {vt}, ptr {ptr}, align {dt.itemsize}")
             if ok:
                 v = self.emit(f"select i1 {ok}, {vt} {v}, {vt} zeroinitializer")
         elif contiguous:  # lanes past an edge are masked off: they read nothing, give 0
             base = self.index(s.index.substitute({self.vec_var: lin(0)}))
-            ptr = self.emit(f"getelementptr {mt}, ptr %{p.name}, i64 {base}")
+            ptr = self.emit(f"getelementptr {mt}, ptr {buf}, i64 {base}")
             fn = f"@llvm.masked.load.{intrinsic_suffix(vt)}.p0"
             self.decls.add(f"declare {vt} {fn}(ptr, i32, <{w} x i1>, {vt})")
             v = self.emit(
@@ -431,7 +452,7 @@ class _Renderer:
             v = self.split_load(s, split, ok, ok_varying)
         else:
             idx = self.vindex(s.index)
-            ptrs = self.emit(f"getelementptr inbounds {mt}, ptr %{p.name}, <{w} x i64> {idx}")
+            ptrs = self.emit(f"getelementptr inbounds {mt}, ptr {buf}, <{w} x i64> {idx}")
             mask = ok if ok_varying else (self.splat(ok, "i1") if ok else "splat (i1 true)")
             fn = f"@llvm.masked.gather.{intrinsic_suffix(vt)}.v{w}p0"
             self.decls.add(f"declare {vt} {fn}(<{w} x ptr>, i32, <{w} x i1>, {vt})")
@@ -461,10 +482,10 @@ class _Renderer:
         x, d, jump = split
         cut = d - (x.substitute({self.vec_var: lin(0)}) % d).const  # the second run's lane
         mask = None if ok is None else ok if ok_varying else self.splat(ok, "i1")
-        p, mt, dt, w = s.param, mem_type(s.param.dtype), s.param.dtype, self.width
+        mt, dt, w = mem_type(s.param.dtype), s.param.dtype, self.width
         vt = f"<{w} x {mt}>"
         base = self.index(s.index.substitute({self.vec_var: lin(0)}))
-        ptr = self.emit(f"getelementptr {mt}, ptr %{p.name}, i64 {base}")
+        ptr = self.emit(f"getelementptr {mt}, ptr {self.buffer(s)}, i64 {base}")
         if cut >= w and mask is None:
             return self.emit(f"load {vt}, ptr {ptr}, align {dt.itemsize}")
         fn = f"@llvm.masked.load.{intrinsic_suffix(vt)}.p0"
@@ -497,10 +518,10 @@ class _Renderer:
         a buffer reads nothing beyond it. On AVX-512 the load is s vector loads (the one
         over the tail masked) and the shuffle one `vpermt2ps` per pair of registers: a gather
         of 16 lanes instead runs at a small fraction of a contraction's rate."""
-        p, mt, dt, w = s.param, mem_type(s.param.dtype), s.param.dtype, self.width
+        mt, dt, w = mem_type(s.param.dtype), s.param.dtype, self.width
         wide, vt = step * w, f"<{step * w} x {mt}>"
         base = self.index(s.index.substitute({self.vec_var: lin(0)}))
-        ptr = self.emit(f"getelementptr {mt}, ptr %{p.name}, i64 {base}")
+        ptr = self.emit(f"getelementptr {mt}, ptr {self.buffer(s)}, i64 {base}")
         picked = [j // step if j % step == 0 else w for j in range(wide)]  # w: a false lane
         if ok is None:
             mask = "<" + ", ".join("i1 true" if j < w else "i1 false" for j in picked) + ">"

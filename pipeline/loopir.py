@@ -44,6 +44,10 @@ class Load:
     param: Param
     index: Lin
     valid: tuple[Lin, ...] = ()  # a conjunction of `expr >= 0`; out of it the value is 0
+    # a concatenation's equal pieces read as one (`pipeline/pieces.py`): the buffer read is
+    # pieces[piece] (`param` is the first), through a table of their addresses
+    pieces: tuple[Param, ...] = ()
+    piece: Lin | None = None
 
 
 @dataclass
@@ -386,7 +390,10 @@ def _print_block(body, depth: int, lines: list[str]) -> None:
             _print_block(s.body, depth + 1, lines)
         elif isinstance(s, Load):
             guard = f" if {_valid_str(s.valid)}" if s.valid else ""
-            lines.append(f"{pad}{s.dst} = load {s.param.name}[{s.index}]{guard}")
+            buf = s.param.name
+            if s.pieces:  # (in0 | in1 | ... | in63)[o0]: the piece o0 picks
+                buf = f"({s.pieces[0].name} | ... | {s.pieces[-1].name})[{s.piece}]"
+            lines.append(f"{pad}{s.dst} = load {buf}[{s.index}]{guard}")
         elif isinstance(s, LoadRow):
             guard = f" if {_valid_str(s.valid)}" if s.valid else ""
             at = f"{s.row}*{s.row_size} + {s.col}"

@@ -38,7 +38,7 @@ import dataclasses
 import math
 
 from ..ir.ops import Ops
-from ..ir.symbolic import FloorDiv, Lin, Var
+from ..ir.symbolic import FloorDiv, Lin, Var, lin
 from .loopir import (
     Alu,
     Const,
@@ -46,6 +46,7 @@ from .loopir import (
     Load,
     LoadRow,
     Loop,
+    Param,
     ScatterAdd,
     Select,
     Store,
@@ -58,6 +59,9 @@ from .reductions import zero_value
 MIN_PIECES = 3  # a loop is split where this many loads, or more, read pieces under guards...
 MAX_RANGES = 256  # ...into at most this many ranges...
 MAX_COPIED = 1 << 16  # ...making at most this many statements in all (before folding)
+# a loop cut into this many ranges or more, of one length and alike but for the pieces
+# they read, stays one loop reading its pieces through a table (`_rerolled`)
+REROLL_MIN_PIECES = 8
 MAX_ROWS_PER_PIECE = 4  # a parallel loop is interchanged where no piece has more rows...
 # ...and its rows are shorter than this: a long row is a contiguous copy of its own, where
 # interchanged every column wrote a row of each piece (a stack of 64 pieces of 16 x 1024:
@@ -149,17 +153,143 @@ def _split_block(body) -> tuple[list, bool]:
             changed |= deeper
             continue
         ranges, holds = cut
-        for k, (start, stop) in enumerate(ranges):
-            # every guard on the loop's variable is settled for the range first (`_pruned`),
-            # the pieces it never reads fold away, and only what is left is copied
-            body = _dead_dropped(_folded(_pruned(s.body, holds, start, stop), _Known()))
-            part = _shifted(dataclasses.replace(s, body=body), start, stop, k)
-            if whole:  # a range of the kernel's parallel iterations (`Loop.first`)
-                part = dataclasses.replace(part, first=start)
+        # every guard on the loop's variable is settled for each range first (`_pruned`),
+        # the pieces it never reads fold away, and only what is left is copied
+        bodies = [
+            _dead_dropped(_folded(_pruned(s.body, holds, start, stop), _Known()))
+            for start, stop in ranges
+        ]
+        parts = 0
+        for first, last, body in _runs(s, ranges, bodies):
+            start, stop = ranges[first][0], ranges[last - 1][1]
+            if stop - start == s.extent:  # one run of alike pieces: the loop as it was
+                part = dataclasses.replace(s, body=body)
+            else:
+                part = _shifted(dataclasses.replace(s, body=body), start, stop, parts)
+                if whole:  # a range of the kernel's parallel iterations (`Loop.first`)
+                    part = dataclasses.replace(part, first=start)
+            parts += 1
             inner, _ = _split_block(part.body)
             out.append(dataclasses.replace(part, body=inner))
         changed = True
     return out, changed
+
+
+# ---------------------------------------------------------------- equal pieces as one loop
+
+
+def _runs(loop: Loop, ranges: list[tuple[int, int]], bodies: list):
+    """The ranges of `loop` in runs: (first range, range past the last, the run's body).
+    A run of `REROLL_MIN_PIECES` ranges or more of one length whose bodies (each settled
+    for its range) are the same but for the loads of the pieces, each range's reading its
+    own buffer at the same place relative to the range's start, is one loop whose body
+    reads its pieces through a table of their buffers (`Load.pieces`); every other range
+    is a run of its own, with its own body.
+
+    A stack of 64 time steps' vectors is then one loop, not 64 copies of it, which LLVM
+    compiled in 0.5-1 s a kernel (each copy vectorized and unrolled on its own). Each
+    iteration computes what its range's copy computed, in the same order."""
+    i = 0
+    while i < len(ranges):
+        j, body = _run_from(loop, ranges, bodies, i)
+        yield i, j, body
+        i = j
+
+
+def _run_from(loop: Loop, ranges, bodies, i: int) -> tuple[int, list]:
+    """The range past the longest run of alike ranges from range i, and its body
+    (`_runs`); (i + 1, range i's body) where the run is too short."""
+    length = ranges[i][1] - ranges[i][0]
+    v, first = loop.var, ranges[i][0]
+    inside = Var(f"{v.name}.in", 0, length - 1)  # the place in a range
+
+    def relative(e: Lin, start: int) -> Lin:
+        return e.substitute({v: lin(inside) + start})
+
+    tables: dict[int, list[Param]] = {}  # id of a load of range i's -> later pieces' buffers
+    keys = None  # the loads that read pieces
+    j = i + 1
+    while j < len(ranges) and ranges[j][1] - ranges[j][0] == length:
+        read: dict[int, Param] = {}
+        start = ranges[j][0]
+        a_rel, b_rel = (lambda e: relative(e, first)), (lambda e, at=start: relative(e, at))
+        if not _alike(bodies[i], bodies[j], {}, read, a_rel, b_rel, 0):
+            break
+        if keys is not None and read.keys() != keys:
+            break
+        keys = read.keys()
+        for key, param in read.items():
+            tables.setdefault(key, []).append(param)
+        j += 1
+    if j - i < REROLL_MIN_PIECES:
+        return i + 1, bodies[i]
+    offset = lin(v) - first
+    place = {inside: offset % length}
+
+    def index_of(e: Lin) -> Lin:
+        return relative(e, first).substitute(place)
+
+    return j, _tabled(bodies[i], tables, index_of, offset // length)
+
+
+def _alike(a_body, b_body, names: dict, read: dict, a_rel, b_rel, depth: int) -> bool:
+    """Whether `b_body` (a later range's) computes what `a_body` (the first range's) does:
+    the same statements, values named alike (`names`: b's name -> a's), but for loads of
+    pieces, which read a buffer each (`read`: id of a's load -> b's buffer) at the same
+    place relative to their range's start (`a_rel` and `b_rel` of the index), and only
+    inside a loop of the range (`depth`: a piece is picked once an iteration of the range's
+    loop, never per vector lane of an inner one)."""
+    if len(a_body) != len(b_body):
+        return False
+    for a, b in zip(a_body, b_body):
+        if type(a) is not type(b):
+            return False
+        if isinstance(a, Loop):
+            head = (a.var, a.extent, a.kind, a.lanes, a.first)
+            if head != (b.var, b.extent, b.kind, b.lanes, b.first):
+                return False
+            if not _alike(a.body, b.body, names, read, a_rel, b_rel, depth + 1):
+                return False
+            continue
+        b = reading_through(b, names)
+        dst = getattr(b, "dst", None)
+        if dst is not None:
+            names[dst] = a.dst
+            b = dataclasses.replace(b, dst=a.dst)
+        if a == b:
+            continue
+        if (
+            not isinstance(a, Load)
+            or depth == 0
+            or a.pieces
+            or b.pieces
+            or a.dtype != b.dtype
+            or a.param.dtype != b.param.dtype
+            or a_rel(a.index) != b_rel(b.index)
+            or tuple(map(a_rel, a.valid)) != tuple(map(b_rel, b.valid))
+        ):
+            return False
+        read[id(a)] = b.param
+    return True
+
+
+def _tabled(body, tables: dict, index_of, piece: Lin) -> list:
+    """`body` with each load of `tables` (id -> the later pieces' buffers) reading the
+    piece `piece` picks, at its place in the piece (`index_of`)."""
+    out = []
+    for s in body:
+        if isinstance(s, Loop):
+            s = dataclasses.replace(s, body=_tabled(s.body, tables, index_of, piece))
+        elif id(s) in tables:
+            s = dataclasses.replace(
+                s,
+                index=index_of(s.index),
+                valid=tuple(map(index_of, s.valid)),
+                pieces=(s.param, *tables[id(s)]),
+                piece=piece,
+            )
+        out.append(s)
+    return out
 
 
 # ---------------------------------------------------------------- where a loop is cut

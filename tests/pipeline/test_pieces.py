@@ -72,18 +72,20 @@ def test_a_stack_of_many_rows_loads_each_piece_once_an_element_with_the_same_bit
 
 
 @pytest.mark.parametrize("cols", [32, 512])
-def test_a_stack_of_long_rows_copies_each_piece_as_a_parallel_range(cols):
+def test_a_stack_of_long_rows_copies_its_pieces_in_one_parallel_loop(cols):
     # 16 rows of 32 (512 elements a piece): the loops interchanged, each column a serial
-    # loop over the pieces' rows; 16 rows of 512 (8192 a piece, INTERCHANGE_MAX_COLUMNS or
-    # more): each piece a parallel range of its own, copying its contiguous rows
+    # loop over the pieces' rows, split; 16 rows of 512 (8192 a piece, INTERCHANGE_MAX_COLUMNS
+    # or more): one parallel loop over the rows, each row reading its piece through a table
     from fusegrad.pipeline import pieces as P
 
     assert 16 * 32 < P.INTERCHANGE_MAX_COLUMNS <= 16 * 512
     parts = [special(16, cols) for _ in range(8)]
     item, inputs = item_of(parts, fg.stack)
-    kernel = L.lower(item)
-    assert loops(kernel.body, "parallel") == (8 if cols == 512 else 1)
-    (got,) = run(kernel, inputs)
+    kernel, before = L.lower(item), unsplit(item)
+    assert loops(kernel.body, "parallel") == 1
+    assert [len(ld.pieces) for ld in loads(kernel.body)] == ([0] * 8 if cols == 32 else [8])
+    (got,), (was,) = run(kernel, inputs), run(before, inputs)
+    assert got.tobytes() == was.tobytes()
     assert np.array_equal(got.reshape(8, 16, cols), np.stack(parts), equal_nan=True)
 
 
@@ -96,7 +98,8 @@ def test_a_sum_over_a_concatenations_rows_is_split_along_the_sum_and_adds_in_ord
     kernel, before = L.lower(item), unsplit(item)
     assert "register tile" in kernel.tile_note  # a vector of columns, not one column a loop
     assert not any(ld.valid for ld in loads(kernel.body))
-    assert len(loads(kernel.body)) == 32 < len(loads(before.body)) * 32
+    (load,) = loads(kernel.body)  # one load, its piece picked by the row summed
+    assert len(load.pieces) == 32 and len(loads(before.body)) == 32
     (got,), (was,) = run(kernel, inputs), run(before, inputs)
     assert got.tobytes() == was.tobytes()  # the same values added in the same order
     want = np.stack(pieces).astype(np.float64).sum((0, 1))
@@ -194,3 +197,67 @@ def test_a_stack_of_0d_tensors_and_a_cat_with_empty_pieces():
     for p, a, b in zip(parts, rows[:-1], rows[1:]):
         assert p.grad.shape == p.shape
         assert np.array_equal(p.grad.numpy(), g[a:b], equal_nan=True)
+
+
+# ---------------------------------------------------------------- equal pieces as one loop
+
+
+def tables(kernel) -> list[int]:
+    """The pieces each load reads through a table (`Load.pieces`), 0 for a plain load."""
+    return [len(ld.pieces) for ld in loads(kernel.body)]
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5])
+def test_equal_pieces_are_one_loop_reading_them_through_a_table_with_the_split_kernels_bits(
+    rows,
+):
+    """A stack of 16 pieces of `rows` rows of 1024 (an RNN's time steps): one parallel loop
+    over every row, a row's piece picked from a table of the 16 buffers."""
+    parts = [special(rows, 1024) for _ in range(16)]
+    item, inputs = item_of(parts, fg.stack)
+    kernel, before = L.lower(item), unsplit(item)
+    assert tables(kernel) == [16] and loops(kernel.body, "parallel") == 1
+    assert "| ... |" in str(kernel)  # the dump says which buffers the table holds
+    (got,), (was,) = run(kernel, inputs), run(before, inputs)
+    assert got.tobytes() == was.tobytes()
+    assert np.array_equal(got.reshape(16, rows, 1024), np.stack(parts), equal_nan=True)
+    assert CpuBackend().compile(kernel).source.count("alloca [16 x ptr]") == 1
+
+
+def test_a_piece_unlike_the_others_keeps_a_range_of_its_own():
+    """A zero first piece (an RNN's initial state) and an odd-sized one in the middle: the
+    alike pieces around them are two tables, the odd ones ranges of their own."""
+    parts = [special(1, 2048) for _ in range(20)] + [special(3, 2048)]
+    parts += [special(1, 2048) for _ in range(9)]
+    tensors = [fg.tensor(p) for p in parts]
+    zero = fg.zeros(1, 2048)
+    (item,) = schedule([fg.cat([zero, *tensors]).node], lambda n: n.op is Ops.BUFFER)
+    inputs = [parts[[id(t.node) for t in tensors].index(id(n))] for n in item.inputs]
+    kernel, before = L.lower(item), unsplit(item)
+    assert sorted(tables(kernel)) == [0, 9, 20]  # (the odd piece: a plain load)
+    (got,), (was,) = run(kernel, inputs), run(before, inputs)
+    assert got.tobytes() == was.tobytes()
+    want = np.concatenate([np.zeros((1, 2048), np.float32), *parts])
+    assert np.array_equal(got.reshape(want.shape), want, equal_nan=True)
+
+
+def test_fewer_pieces_than_a_table_takes_stay_split():
+    from fusegrad.pipeline import pieces as P
+
+    parts = [special(2, 2048) for _ in range(P.REROLL_MIN_PIECES - 1)]
+    item, inputs = item_of(parts, fg.stack)
+    kernel = L.lower(item)
+    assert tables(kernel) == [0] * len(parts)
+    (got,) = run(kernel, inputs)
+    assert np.array_equal(got.reshape(len(parts), 2, 2048), np.stack(parts), equal_nan=True)
+
+
+def test_a_long_stack_compiles_as_one_loop_and_runs_on_every_thread():
+    """65 time steps of 16 x 256 (an LSTM language model's outputs): one loop, not 65
+    copies of it for LLVM to vectorize, and right whichever thread runs which rows."""
+    parts = [special(16, 256) for _ in range(65)]
+    got = fg.stack([fg.tensor(p) for p in parts]).numpy()
+    assert np.array_equal(got, np.stack(parts), equal_nan=True)
+    item, _ = item_of(parts, fg.stack)
+    source = CpuBackend().compile(L.lower(item)).source
+    assert source.count(".cond:") <= 3 and "alloca [65 x ptr]" in source
