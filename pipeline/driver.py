@@ -168,16 +168,16 @@ def item_record(item: ScheduleItem, loop, compiled) -> tuple[KernelRecord, int, 
         math.prod(item.reduce.srcs[0].shape) // item.reduce.numel if item.reduce else 1
     )
     nbytes = sum(n.numel * n.dtype.itemsize for n in item.outputs + item.inputs)
-    groups = item.op_groups()
+    where = item.node_sites()  # (once: a plan of an LSTM's 64 steps has 3,000 items)
+    groups = item.op_groups(where)
+    sites = [s for s, _ in groups if s is not None]  # as `item.sites`
     rec = KernelRecord(
         name=symbol,
         ops=item.ops,
-        lines=list(dict.fromkeys(str(s) for s in item.sites)),
-        user_ops=[s.describe() for s in item.sites],
+        lines=list(dict.fromkeys(str(s) for s in sites)),
+        user_ops=[s.describe() for s in sites],
         op_groups=[(s.describe() if s else NO_LINE, ops) for s, ops in groups],
-        roles=[
-            r for r in ("forward", "backward", "optimizer") if r in {s.role for s in item.sites}
-        ],
+        roles=[r for r in ("forward", "backward", "optimizer") if r in {s.role for s in sites}],
         reason=item.reason,
         shape=root.shape,
         input_shapes=[n.shape for n in item.inputs],
@@ -188,7 +188,7 @@ def item_record(item: ScheduleItem, loop, compiled) -> tuple[KernelRecord, int, 
         cache=compiled.cache,
         loop=loop,
         compiled=compiled,
-        places=_places(item),
+        places=_places(item, where),
         input_dtypes=[n.dtype.name for n in item.inputs],
         outputs=[(n.shape, n.dtype.name) for n in item.outputs],
         graph=kernel_graph(item) if config.dump_inputs else None,
@@ -196,11 +196,10 @@ def item_record(item: ScheduleItem, loop, compiled) -> tuple[KernelRecord, int, 
     return rec, loop.parallel_extent, work
 
 
-def _places(item: ScheduleItem) -> list[tuple[str, str, int]]:
+def _places(item: ScheduleItem, where: dict) -> list[tuple[str, str, int]]:
     """(file:line, module path, primitives) of the ops inside, as `op_groups` finds their
-    sites but told apart by module too (one line of a block's forward, run by two blocks
-    fused into one kernel, is two places)."""
-    where = item.node_sites()
+    sites (`where`: `item.node_sites()`) but told apart by module too (one line of a
+    block's forward, run by two blocks fused into one kernel, is two places)."""
     counts: dict[tuple[str, str], int] = {}
     for n in item.nodes:
         if n.op not in LEAF:

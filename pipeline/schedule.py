@@ -187,11 +187,12 @@ class ScheduleItem:
                     out.setdefault(id(src), s)
         return out
 
-    def op_groups(self) -> list[tuple[Site | None, list[str]]]:
+    def op_groups(self, where: dict | None = None) -> list[tuple[Site | None, list[str]]]:
         """The user-level ops inside, each with its primitives: `(linear at train.py:9,
-        [RESHAPE, EXPAND, MUL, SUM])` (see `node_sites`); constants are skipped (one
-        constant is shared by every line that writes it)."""
-        where = self.node_sites()
+        [RESHAPE, EXPAND, MUL, SUM])` (see `node_sites`, or `where`, what it returned);
+        constants are skipped (one constant is shared by every line that writes it)."""
+        if where is None:
+            where = self.node_sites()
         groups: dict[tuple | None, tuple[Site | None, list[str]]] = {}
         for n in self.nodes:
             if n.op in LEAF:
