@@ -33,6 +33,7 @@ every kernel, which ignores an argument it does not declare.
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 
 from ..ir import rand
@@ -111,12 +112,22 @@ def _i32(v: int) -> str:
     return str(v - (1 << 32) if v >= 1 << 31 else v)
 
 
+# a line that makes an address from another (`pieces_apart`), one that reads through one
+# (a load, a masked load or a gather), and a call that writes (a masked store or scatter)
+_ADDRESS = re.compile(r"\s*(%[\w.]+) = getelementptr [^,]+, (?:ptr|<\d+ x ptr>) (%[\w.]+)")
+_READ = re.compile(
+    r"= (?:load [^,]+, |call .*@llvm\.masked\.(?:load|gather)\S*\()(?:ptr|<\d+ x ptr>) (%[\w.]+)"
+)
+_WRITE = re.compile(r"call void @llvm\.masked\.(?:store|scatter)")
+
+
 class _Renderer:
     def __init__(self, kernel: Kernel, symbol: str):
         self.k, self.symbol = kernel, symbol
         self.lines: list[str] = []
         self.allocas: list[str] = []
         self.tables: dict[tuple, str] = {}  # a concatenation's pieces -> their table
+        self.piece_addresses: set[str] = set()  # pieces' addresses loaded from a table
         self.metadata: list[str] = []  # loops' hints (`!llvm.loop`), after the function
         self.math: set[tuple[str, str, int | None]] = set()
         self.decls: set[str] = set()
@@ -194,7 +205,31 @@ class _Renderer:
                 )
                 self.allocas.append(f"  store ptr %{q.name}, ptr {table}.{i}")
         at = self.emit(f"getelementptr inbounds ptr, ptr {table}, i64 {self.index(s.piece)}")
-        return self.emit(f"load ptr, ptr {at}")
+        address = self.emit(f"load ptr, ptr {at}")
+        self.piece_addresses.add(address)
+        return address
+
+    def pieces_apart(self) -> None:
+        """Say that no store of the kernel writes what a load through a pieces' table
+        reads (alias scope metadata): they are input buffers, and the stores write its
+        outputs and its own stack. Without it LLVM must assume an address loaded from the
+        table may be an output's, and copies a piece element by element."""
+        scope = f"!{len(self.metadata) + 2}"
+        domain, reads = f"!{len(self.metadata)}", f"!{len(self.metadata) + 1}"
+        self.metadata += [
+            f'{domain} = distinct !{{{domain}, !"fusegrad.pieces"}}',
+            f'{reads} = distinct !{{{reads}, {domain}, !"fusegrad.pieces.read"}}',
+            f"{scope} = !{{{reads}}}",
+        ]
+        derived = set(self.piece_addresses)
+        for k, line in enumerate(self.lines):
+            m = _ADDRESS.match(line)
+            if m and m.group(2) in derived:
+                derived.add(m.group(1))
+            elif (m := _READ.search(line)) and m.group(1) in derived:
+                self.lines[k] = f"{line}, !alias.scope {scope}"
+            elif line.startswith("  store ") or _WRITE.search(line):
+                self.lines[k] = f"{line}, !noalias {scope}"
 
     # ---------------------------------------------------------------- indices
     def index(self, e: Lin) -> str:
@@ -1071,6 +1106,8 @@ class _Renderer:
     # ---------------------------------------------------------------- module
     def render(self) -> str:
         self.block(self.k.body)
+        if self.tables:
+            self.pieces_apart()
         params = ["i64 %start", "i64 %end"]
         for p in self.k.params:
             attrs = "noalias" if p.output else "noalias readonly"

@@ -53,7 +53,7 @@ from .loopir import (
     reading_through,
     values_read,
 )
-from .peel import _accumulators, _all_guards, _has_reduce, _shifted
+from .peel import _accumulators, _all_guards, _has_reduce, _shifted, _substituted
 from .reductions import zero_value
 
 MIN_PIECES = 3  # a loop is split where this many loads, or more, read pieces under guards...
@@ -62,6 +62,10 @@ MAX_COPIED = 1 << 16  # ...making at most this many statements in all (before fo
 # a loop cut into this many ranges or more, of one length and alike but for the pieces
 # they read, stays one loop reading its pieces through a table (`_rerolled`)
 REROLL_MIN_PIECES = 8
+# ...and where a piece's loads lie in the loop cut itself, only with this many iterations
+# a piece or more, as a nest (`_runs`): a loop over 64 pieces of 3 rows each, a table
+# entry a piece, ran at 0.6x the speed of its 64 copies (each unrolled whole by LLVM)
+NEST_MIN_LENGTH = 16
 MAX_ROWS_PER_PIECE = 4  # a parallel loop is interchanged where no piece has more rows...
 # ...and its rows are shorter than this: a long row is a contiguous copy of its own, where
 # interchanged every column wrote a row of each piece (a stack of 64 pieces of 16 x 1024:
@@ -117,6 +121,9 @@ def split_pieces(kernel: Kernel) -> Kernel:
     split, changed = _split_block(body)
     if not changed:
         return kernel
+    for s in split:  # a parallel loop made a nest over its pieces (`_runs`): now its extent
+        if isinstance(s, Loop) and s.kind == "parallel" and s.first is None:
+            parallel_extent = s.extent
     return dataclasses.replace(kernel, body=split, parallel_extent=parallel_extent)
 
 
@@ -159,16 +166,17 @@ def _split_block(body) -> tuple[list, bool]:
             _dead_dropped(_folded(_pruned(s.body, holds, start, stop), _Known()))
             for start, stop in ranges
         ]
-        parts = 0
-        for first, last, body in _runs(s, ranges, bodies):
+        runs = list(_runs(s, ranges, bodies, whole))
+        for k, (first, last, body) in enumerate(runs):
             start, stop = ranges[first][0], ranges[last - 1][1]
-            if stop - start == s.extent:  # one run of alike pieces: the loop as it was
+            if isinstance(body, Loop):  # a nest over alike pieces (`_Run.nest`)
+                part = body
+            elif stop - start == s.extent:  # one run of alike pieces: the loop as it was
                 part = dataclasses.replace(s, body=body)
             else:
-                part = _shifted(dataclasses.replace(s, body=body), start, stop, parts)
+                part = _shifted(dataclasses.replace(s, body=body), start, stop, k)
                 if whole:  # a range of the kernel's parallel iterations (`Loop.first`)
                     part = dataclasses.replace(part, first=start)
-            parts += 1
             inner, _ = _split_block(part.body)
             out.append(dataclasses.replace(part, body=inner))
         changed = True
@@ -178,26 +186,36 @@ def _split_block(body) -> tuple[list, bool]:
 # ---------------------------------------------------------------- equal pieces as one loop
 
 
-def _runs(loop: Loop, ranges: list[tuple[int, int]], bodies: list):
-    """The ranges of `loop` in runs: (first range, range past the last, the run's body).
-    A run of `REROLL_MIN_PIECES` ranges or more of one length whose bodies (each settled
-    for its range) are the same but for the loads of the pieces, each range's reading its
-    own buffer at the same place relative to the range's start, is one loop whose body
-    reads its pieces through a table of their buffers (`Load.pieces`); every other range
-    is a run of its own, with its own body.
+def _runs(loop: Loop, ranges: list[tuple[int, int]], bodies: list, whole: bool):
+    """The ranges of `loop` in runs: (first range, range past the last, the run's body,
+    or a loop nest in its place). A run of `REROLL_MIN_PIECES` ranges or more of one length
+    whose bodies (each settled for its range) compute the same but for the loads of the
+    pieces, each range's reading its own buffer at the same place relative to the range's
+    start (`_Alike`), is one loop whose body reads its pieces through a table of their
+    buffers (`Load.pieces`); every other range is a run of its own, with its own body.
 
     A stack of 64 time steps' vectors is then one loop, not 64 copies of it, which LLVM
     compiled in 0.5-1 s a kernel (each copy vectorized and unrolled on its own). Each
-    iteration computes what its range's copy computed, in the same order."""
+    iteration computes what its range's copy computed, in the same order.
+
+    Where a piece's loads lie directly in the loop cut (a flat concatenation: no loop
+    inside), a run of ranges of `NEST_MIN_LENGTH` iterations or more is a nest, a loop
+    over the pieces around a loop over a piece's iterations, so the inner loop reads one
+    buffer (and vectorizes as the range's copy did); a parallel loop becomes such a nest
+    only whole (the kernel's parallel iterations are then its pieces: `split_pieces`).
+    Shorter pieces stay split."""
     i = 0
     while i < len(ranges):
-        j, body = _run_from(loop, ranges, bodies, i)
-        yield i, j, body
+        j, body = _run_from(loop, ranges, bodies, i, whole)
+        if body is None:  # alike, but left split
+            yield from ((k, k + 1, bodies[k]) for k in range(i, j))
+        else:
+            yield i, j, body
         i = j
 
 
-def _run_from(loop: Loop, ranges, bodies, i: int) -> tuple[int, list]:
-    """The range past the longest run of alike ranges from range i, and its body
+def _run_from(loop: Loop, ranges, bodies, i: int, whole: bool):
+    """The range past the longest run of alike ranges from range i, and its body or nest
     (`_runs`); (i + 1, range i's body) where the run is too short."""
     length = ranges[i][1] - ranges[i][0]
     v, first = loop.var, ranges[i][0]
@@ -207,22 +225,35 @@ def _run_from(loop: Loop, ranges, bodies, i: int) -> tuple[int, list]:
         return e.substitute({v: lin(inside) + start})
 
     tables: dict[int, list[Param]] = {}  # id of a load of range i's -> later pieces' buffers
-    keys = None  # the loads that read pieces
+    keys, flat = None, False  # the loads that read pieces; whether one lies in the loop cut
     j = i + 1
     while j < len(ranges) and ranges[j][1] - ranges[j][0] == length:
-        read: dict[int, Param] = {}
         start = ranges[j][0]
-        a_rel, b_rel = (lambda e: relative(e, first)), (lambda e, at=start: relative(e, at))
-        if not _alike(bodies[i], bodies[j], {}, read, a_rel, b_rel, 0):
+        alike = _Alike(lambda e: relative(e, first), lambda e, at=start: relative(e, at))
+        if not alike.bodies(bodies[i], bodies[j], {}, {}, 0):
             break
-        if keys is not None and read.keys() != keys:
+        if keys is not None and alike.read.keys() != keys:
             break
-        keys = read.keys()
-        for key, param in read.items():
+        keys, flat = alike.read.keys(), flat or alike.flat
+        for key, param in alike.read.items():
             tables.setdefault(key, []).append(param)
         j += 1
-    if j - i < REROLL_MIN_PIECES:
+    count = j - i
+    if count < REROLL_MIN_PIECES:
         return i + 1, bodies[i]
+    if flat:
+        if length < NEST_MIN_LENGTH:
+            return j, None  # (a stack's few rows a piece, as columns: split, it runs faster)
+        if loop.kind == "parallel" and not (whole and count == len(ranges)):
+            return j, None  # (a nest of part of the parallel iterations: none)
+        p = Var(f"{v.name}p", 0, count - 1)
+        u = Var(f"{v.name}u", 0, length - 1)
+        place = {inside: lin(u)}
+        body = _tabled(bodies[i], tables, lambda e: relative(e, first).substitute(place), lin(p))
+        at = {v: lin(p) * length + u + first}
+        body = [_substituted(s, at, {}) for s in body]
+        inner = Loop(u, length, body, "serial" if loop.kind == "parallel" else loop.kind)
+        return j, Loop(p, count, [inner], loop.kind)
     offset = lin(v) - first
     place = {inside: offset % length}
 
@@ -232,45 +263,112 @@ def _run_from(loop: Loop, ranges, bodies, i: int) -> tuple[int, list]:
     return j, _tabled(bodies[i], tables, index_of, offset // length)
 
 
-def _alike(a_body, b_body, names: dict, read: dict, a_rel, b_rel, depth: int) -> bool:
-    """Whether `b_body` (a later range's) computes what `a_body` (the first range's) does:
-    the same statements, values named alike (`names`: b's name -> a's), but for loads of
-    pieces, which read a buffer each (`read`: id of a's load -> b's buffer) at the same
-    place relative to their range's start (`a_rel` and `b_rel` of the index), and only
-    inside a loop of the range (`depth`: a piece is picked once an iteration of the range's
-    loop, never per vector lane of an inner one)."""
-    if len(a_body) != len(b_body):
-        return False
-    for a, b in zip(a_body, b_body):
-        if type(a) is not type(b):
+class _Alike:
+    """Whether a later range's body computes what the first range's does (`_runs`): its
+    effects (stores, accumulations, loops) the same, in the same order, of values computed
+    alike, whichever order a body computes them in and either way round an addition or a
+    product of two values takes its operands (x + y and y + x are the same bits), but for
+    loads of pieces: each reads a buffer of its own (`read`: id of the first range's load ->
+    the later range's buffer) at the same place relative to its range's start (`a_rel` and
+    `b_rel` of an index). `flat`: a piece's load lies in the loop cut itself, not in a loop
+    inside it."""
+
+    def __init__(self, a_rel, b_rel):
+        self.a_rel, self.b_rel = a_rel, b_rel
+        self.read: dict[int, Param] = {}
+        self.flat = False
+        self.pairs: dict[tuple, bool] = {}  # (a value, b value) -> alike
+        self.made: dict[str, str] = {}  # b's value -> a's, of values effects make
+
+    def bodies(self, a_body, b_body, a_defs: dict, b_defs: dict, depth: int) -> bool:
+        a_defs, b_defs = dict(a_defs), dict(b_defs)
+        a_fx = [s for s in a_body if not self._pure(s, a_defs, depth)]
+        b_fx = [s for s in b_body if not self._pure(s, b_defs, depth)]
+        if len(a_fx) != len(b_fx):
             return False
-        if isinstance(a, Loop):
-            head = (a.var, a.extent, a.kind, a.lanes, a.first)
-            if head != (b.var, b.extent, b.kind, b.lanes, b.first):
+        for a, b in zip(a_fx, b_fx):
+            if type(a) is not type(b):
                 return False
-            if not _alike(a.body, b.body, names, read, a_rel, b_rel, depth + 1):
+            if isinstance(a, Loop):
+                if (a.var, a.extent, a.kind, a.lanes, a.first) != (
+                    b.var,
+                    b.extent,
+                    b.kind,
+                    b.lanes,
+                    b.first,
+                ):
+                    return False
+                if not self.bodies(a.body, b.body, a_defs, b_defs, depth + 1):
+                    return False
+                continue
+            a_vals, b_vals = values_read(a), values_read(b)
+            if len(a_vals) != len(b_vals):
                 return False
-            continue
-        b = reading_through(b, names)
-        dst = getattr(b, "dst", None)
-        if dst is not None:
-            names[dst] = a.dst
-            b = dataclasses.replace(b, dst=a.dst)
+            if not all(self.value(x, y, a_defs, b_defs) for x, y in zip(a_vals, b_vals)):
+                return False
+            b = reading_through(b, dict(zip(b_vals, a_vals)))
+            if getattr(a, "dst", None) is not None:
+                self.made[b.dst] = a.dst
+                b = dataclasses.replace(b, dst=a.dst)
+            if a != b:
+                return False
+        return True
+
+    @staticmethod
+    def _pure(s, defs: dict, depth: int) -> bool:
+        if isinstance(s, _PURE):
+            defs[s.dst] = (s, depth)
+            return True
+        return False
+
+    def value(self, x: str, y: str, a_defs: dict, b_defs: dict) -> bool:
+        da, db = a_defs.get(x), b_defs.get(y)
+        key = (id(da[0]) if da else x, id(db[0]) if db else y)
+        if key not in self.pairs:
+            self.pairs[key] = False  # (while it is being compared)
+            if da is None or db is None:  # made by an effect, or an accumulator's name
+                ok = da is None and db is None and self.made.get(y, y) == x
+            else:
+                ok = self._statement(da[0], db[0], da[1], a_defs, b_defs)
+            self.pairs[key] = ok
+        return self.pairs[key]
+
+    def _statement(self, a, b, depth: int, a_defs: dict, b_defs: dict) -> bool:
+        if type(a) is not type(b) or a.dtype != b.dtype:
+            return False
+        if isinstance(a, Const):
+            return repr(a.value) == repr(b.value)  # (0.0 is not -0.0)
+        if isinstance(a, Alu):
+            if a.op is not b.op or len(a.args) != len(b.args):
+                return False
+            pairs = zip(a.args, b.args)
+            if all(self.value(x, y, a_defs, b_defs) for x, y in pairs):
+                return True
+            if a.op in (Ops.ADD, Ops.MUL) and len(a.args) == 2:  # (commutative, bit for bit)
+                pairs = zip(a.args, reversed(b.args))
+                return all(self.value(x, y, a_defs, b_defs) for x, y in pairs)
+            return False
+        if isinstance(a, Select):
+            return a.valid == b.valid and self.value(a.value, b.value, a_defs, b_defs)
+        if isinstance(a, LoadRow):
+            return self.value(a.row, b.row, a_defs, b_defs) and a == dataclasses.replace(
+                b, dst=a.dst, row=a.row
+            )
+        b = dataclasses.replace(b, dst=a.dst)
         if a == b:
-            continue
+            return True  # read alike in every range
         if (
-            not isinstance(a, Load)
-            or depth == 0
-            or a.pieces
+            a.pieces
             or b.pieces
-            or a.dtype != b.dtype
             or a.param.dtype != b.param.dtype
-            or a_rel(a.index) != b_rel(b.index)
-            or tuple(map(a_rel, a.valid)) != tuple(map(b_rel, b.valid))
+            or self.a_rel(a.index) != self.b_rel(b.index)
+            or tuple(map(self.a_rel, a.valid)) != tuple(map(self.b_rel, b.valid))
+            or self.read.get(id(a), b.param) != b.param
         ):
             return False
-        read[id(a)] = b.param
-    return True
+        self.read[id(a)] = b.param
+        self.flat = self.flat or depth == 0
+        return True
 
 
 def _tabled(body, tables: dict, index_of, piece: Lin) -> list:

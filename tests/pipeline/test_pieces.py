@@ -74,8 +74,9 @@ def test_a_stack_of_many_rows_loads_each_piece_once_an_element_with_the_same_bit
 @pytest.mark.parametrize("cols", [32, 512])
 def test_a_stack_of_long_rows_copies_its_pieces_in_one_parallel_loop(cols):
     # 16 rows of 32 (512 elements a piece): the loops interchanged, each column a serial
-    # loop over the pieces' rows, split; 16 rows of 512 (8192 a piece, INTERCHANGE_MAX_COLUMNS
-    # or more): one parallel loop over the rows, each row reading its piece through a table
+    # loop over the pieces' rows, split (a row a piece: too short for a nest); 16 rows of
+    # 512 (8192 a piece, INTERCHANGE_MAX_COLUMNS or more): one parallel loop over the rows,
+    # each row reading its piece through a table
     from fusegrad.pipeline import pieces as P
 
     assert 16 * 32 < P.INTERCHANGE_MAX_COLUMNS <= 16 * 512
@@ -261,3 +262,39 @@ def test_a_long_stack_compiles_as_one_loop_and_runs_on_every_thread():
     item, _ = item_of(parts, fg.stack)
     source = CpuBackend().compile(L.lower(item)).source
     assert source.count(".cond:") <= 3 and "alloca [65 x ptr]" in source
+
+
+def test_a_flat_concatenation_of_alike_pieces_is_a_parallel_loop_over_its_pieces():
+    """12 pieces of 1000: a nest, the parallel loop over the pieces around a loop over a
+    piece's elements (which reads one buffer, and vectorizes), the kernel's parallel
+    iterations the 12 pieces; right whichever chunks of them the threads take."""
+    pieces = [special(1000) for _ in range(12)]
+    item, inputs = item_of(pieces, lambda ts: fg.cat(ts))
+    kernel, before = L.lower(item), unsplit(item)
+    assert kernel.parallel_extent == 12 and before.parallel_extent == 12000
+    assert tables(kernel) == [12] and loops(kernel.body, "parallel") == 1
+    (was,) = run(before, inputs)
+    compiled = CpuBackend().compile(kernel)
+    out = np.full(12000, np.nan, np.float32)
+    ptrs = [out.ctypes.data] + [np.ascontiguousarray(x).ctypes.data for x in inputs]
+    for start, end in ((0, 5), (5, 6), (6, 12)):
+        compiled.fn(start, end, *ptrs)
+    assert out.tobytes() == was.tobytes()
+    assert np.array_equal(out, np.concatenate(pieces), equal_nan=True)
+
+
+def test_a_pieces_loads_are_told_apart_from_the_kernels_stores():
+    """An address loaded from the table could be an output's for all LLVM knows: the loads
+    through it are in an alias scope every store is outside of, so a stack along a middle
+    axis (64 steps of 50 x 64: a piece is 64 contiguous floats a row) copies in vectors,
+    where it copied element by element."""
+    parts = [special(50, 64) for _ in range(64)]
+    item, inputs = item_of(parts, lambda ts: fg.stack(ts, 1))
+    kernel, before = L.lower(item), unsplit(item)
+    assert tables(kernel) == [64]
+    compiled = CpuBackend().compile(kernel)
+    assert "!alias.scope" in compiled.source and "!noalias" in compiled.source
+    assert "load <" in compiled.optimized_ir  # vectors, after LLVM's passes
+    (got,), (was,) = run(kernel, inputs), run(before, inputs)
+    assert got.tobytes() == was.tobytes()
+    assert np.array_equal(got.reshape(50, 64, 64), np.stack(parts, 1), equal_nan=True)
