@@ -270,10 +270,9 @@ class _Renderer:
         step = self.lane_step(e)
         if step is not None:  # lane k is base + k * step: one substitution, not W
             base = e.substitute({self.vec_var: lin(0)})
-            if base.is_const:
-                return (
-                    "<" + ", ".join(f"i64 {base.const + k * step}" for k in range(self.width)) + ">"
-                )
+            # (a constant base too is added to the lanes' offsets, not folded into them:
+            # LLVM folds it, and the text keeps the base a scalar literal, one that a
+            # kernel of other sizes reads from its literals: pipeline/templates.py)
             b = self.splat(self.index(base), "i64")
             offs = "<" + ", ".join(f"i64 {k * step}" for k in range(self.width)) + ">"
             return self.emit(f"add <{self.width} x i64> {b}, {offs}")

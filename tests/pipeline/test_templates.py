@@ -309,3 +309,17 @@ def test_literals_equal_in_every_kernel_seen_read_one_slot(clean):
     _, second = _one_by_one(body, fills, 2)
     assert second.literals == ("20",) and len(second.groups) == 1
     assert len(second.groups[0]) == 2 and second.generic.count("%fg.lit.0.w =") == 1
+
+
+def test_a_ragged_vectors_lane_mask_keeps_its_bound_a_literal(fresh):
+    """The mean of 1180, then 1231 and 1282 values: the last vector's lanes past the end
+    are masked by a comparison with a bound that is a scalar literal in the text (not a
+    constant vector of 64 lanes' offsets, which differs with the size), so the later sizes
+    run the generic kernel, with numpy's values."""
+    sizes = [1180, 1231, 1282]
+    got, ran = _kernels(lambda x: x.reshape(-1)[: x.shape[0]].mean(), sizes)
+    means = [k for plan in ran for k in plan if k.symbol.startswith("r_sum_scalar")]
+    assert len(means) == 3 and not means[0].generic and means[2].generic
+    for n, g in zip(sizes, got):
+        x = np.linspace(-3, 3, n * 24, dtype=np.float32)[:n]
+        np.testing.assert_allclose(g, x.astype(np.float64).mean(), rtol=1e-5, atol=1e-6)
