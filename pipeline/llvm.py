@@ -274,6 +274,8 @@ class _Renderer:
             # LLVM folds it, and the text keeps the base a scalar literal, one that a
             # kernel of other sizes reads from its literals: pipeline/templates.py)
             b = self.splat(self.index(base), "i64")
+            if step == 0:
+                return b
             offs = "<" + ", ".join(f"i64 {k * step}" for k in range(self.width)) + ">"
             return self.emit(f"add <{self.width} x i64> {b}, {offs}")
         return self.vindex_lane_by_lane(e)
