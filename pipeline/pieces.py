@@ -60,7 +60,7 @@ MIN_PIECES = 3  # a loop is split where this many loads, or more, read pieces un
 MAX_RANGES = 256  # ...into at most this many ranges...
 MAX_COPIED = 1 << 16  # ...making at most this many statements in all (before folding)
 # a loop cut into this many ranges or more, of one length and alike but for the pieces
-# they read, stays one loop reading its pieces through a table (`_rerolled`)
+# they read, stays one loop reading its pieces through a table (`_runs`)
 REROLL_MIN_PIECES = 8
 # ...and where a piece's loads lie in the loop cut itself, only with this many iterations
 # a piece or more, as a nest (`_runs`): a loop over 64 pieces of 3 rows each, a table
@@ -169,8 +169,9 @@ def _split_block(body) -> tuple[list, bool]:
         runs = list(_runs(s, ranges, bodies, whole))
         for k, (first, last, body) in enumerate(runs):
             start, stop = ranges[first][0], ranges[last - 1][1]
-            if isinstance(body, Loop):  # a nest over alike pieces (`_Run.nest`)
-                part = body
+            if isinstance(body, Loop):  # a nest over alike pieces (`_run_from`)
+                names = {a: f"{a}_{s.var.name}{k}" for a in _accumulators(body.body)}
+                part = _substituted(body, {}, names)
             elif stop - start == s.extent:  # one run of alike pieces: the loop as it was
                 part = dataclasses.replace(s, body=body)
             else:
@@ -276,6 +277,7 @@ class _Alike:
     def __init__(self, a_rel, b_rel):
         self.a_rel, self.b_rel = a_rel, b_rel
         self.read: dict[int, Param] = {}
+        self.same: set[int] = set()  # ids of the first range's loads read alike
         self.flat = False
         self.pairs: dict[tuple, bool] = {}  # (a value, b value) -> alike
         self.made: dict[str, str] = {}  # b's value -> a's, of values effects make
@@ -355,10 +357,12 @@ class _Alike:
                 b, dst=a.dst, row=a.row
             )
         b = dataclasses.replace(b, dst=a.dst)
-        if a == b:
+        if a == b and id(a) not in self.read:
+            self.same.add(id(a))
             return True  # read alike in every range
         if (
-            a.pieces
+            id(a) in self.same
+            or a.pieces
             or b.pieces
             or a.param.dtype != b.param.dtype
             or self.a_rel(a.index) != self.b_rel(b.index)
