@@ -1219,19 +1219,28 @@ def _size_cuts(graph: list[Node], held) -> dict[int, str]:
     def inside(n: Node) -> bool:  # computed in the kernel that inlines n, not loaded
         return id(n) not in held and id(n) not in cuts and (counted(n) or n.op in MOVEMENT)
 
+    found_under: dict[int, set[int]] = {}  # id -> the counted nodes a walk found under it
+
     def distinct_over(root: Node, limit: int) -> int:
-        """The distinct elementwise nodes inlined under root, counted up to limit + 1."""
-        seen, stack, total = {id(root)}, [root], 0
+        """The distinct elementwise nodes inlined under root, counted up to limit + 1. A
+        node walked before adds what its walk found, not walked again: an LSTM's cell
+        states through 64 steps are each one step past the last one's walk."""
+        seen, stack, found = {id(root)}, [root], set()
         while stack:
             n = stack.pop()
-            total += counted(n)
-            if total > limit:
-                return total
-            for s in n.srcs:
-                if id(s) not in seen and inside(s):
-                    seen.add(id(s))
-                    stack.append(s)
-        return total
+            if n is not root and id(n) in found_under:
+                found |= found_under[id(n)]
+            else:
+                if counted(n):
+                    found.add(id(n))
+                for s in n.srcs:
+                    if id(s) not in seen and inside(s):
+                        seen.add(id(s))
+                        stack.append(s)
+            if len(found) > limit:
+                return len(found)
+        found_under[id(root)] = found
+        return len(found)
 
     for n in graph:
         if id(n) in held or n.op not in ELEMENTWISE and n.op not in MOVEMENT:
