@@ -937,8 +937,8 @@ def _stored_in_reductions(
     by_id = {id(n): n for n in kernels}
     # Whether a move makes a cycle is asked of the kernel graph as it stands: `above[k]`,
     # the kernels k reads through (a bit each), made on the first question and kept up to
-    # date as moves are made (one walk a question was a walk of the whole graph, which
-    # an LSTM's 1,600 kernels asked 128 times).
+    # date as moves are made (a walk per question walks the whole graph: an LSTM step's
+    # 1,600 kernels ask 128 questions).
     bit: dict[int, int] = {}
     above: dict[int, int] = {}
 

@@ -298,3 +298,25 @@ def test_a_pieces_loads_are_told_apart_from_the_kernels_stores():
     (got,), (was,) = run(kernel, inputs), run(before, inputs)
     assert got.tobytes() == was.tobytes()
     assert np.array_equal(got.reshape(50, 64, 64), np.stack(parts, 1), equal_nan=True)
+
+
+def test_a_table_of_pieces_with_empty_ones_among_them_keeps_values_and_gradients():
+    """12 pieces of 2 x 1024 read through a table, empty pieces among them (they make no
+    range): the values and their signs as numpy's at 0, -0, +-1, 0.5, NaN and -inf, and
+    each piece's gradient its own rows of the incoming one (empty pieces: empty)."""
+    shapes = [(2, 1024)] * 4 + [(0, 1024)] + [(2, 1024)] * 5 + [(0, 1024)] + [(2, 1024)] * 3
+    arrays = [special(*s) for s in shapes]
+    tensors = [fg.tensor(a, requires_grad=True) for a in arrays]
+    item, _ = item_of(arrays, lambda ts: fg.cat(ts))
+    assert tables(L.lower(item)) == [12]  # one table over the 12 full pieces
+    joined = fg.cat(tensors)
+    want = np.concatenate(arrays)
+    assert np.array_equal(joined.numpy(), want, equal_nan=True)
+    assert np.array_equal(np.signbit(joined.numpy()), np.signbit(want))
+    w = special(24, 1024)
+    (joined * fg.tensor(w)).sum().backward()
+    at = 0
+    for t, a in zip(tensors, arrays):
+        assert t.grad.shape == a.shape
+        assert np.array_equal(t.grad.numpy(), w[at : at + len(a)], equal_nan=True)
+        at += len(a)
