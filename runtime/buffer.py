@@ -9,8 +9,13 @@ A training loop allocates the same few sizes every step (LeNet-5: 25 sizes, 13 M
 a program whose shapes keep changing (a new batch size each call) allocates new ones,
 which nothing asks for again. So a size is pooled only once it has been allocated
 anew twice (a loop's second step; the first 4 x `POOL_SIZES` such sizes are
-remembered), and the pool is bounded twice: at most `POOL_LIMIT_BYTES` in all and at
-most `POOL_SIZES` distinct sizes, what was least recently freed dropped first.
+remembered), and the pool is bounded three ways, what was least recently freed dropped
+first: at most `POOL_SIZES` distinct sizes; at most `POOL_LIMIT_BYTES` in all; and at most
+`POOL_PEAK_FACTOR` times the most bytes the program ever had in use from it at once (or
+`POOL_FLOOR_BYTES`, if more). The last bound keeps memory flat when sizes keep changing:
+an MLP stepped over 40 batch sizes would otherwise pool every size's buffers (several
+hundred MB where a step uses 15), while a loop over one or a few sizes pools what its
+steps use, as before.
 
 What the program stops asking for goes back to the system: a pooled array that stays
 unused for `POOL_DECAY_S` seconds is freed by a thread of the pool's own (as jemalloc
@@ -50,6 +55,11 @@ def _pool_limit() -> int:
 
 POOL_LIMIT_BYTES = _pool_limit()
 POOL_SIZES = 128  # distinct sizes kept, least recently freed dropped first
+# the pool holds at most this many times the peak of bytes in use (taken and not returned):
+# room for the buffers of a few alternating steps (training and evaluation, a GAN's two
+# models), not for every size a program ever used
+POOL_PEAK_FACTOR = 4
+POOL_FLOOR_BYTES = 64 << 20  # ... or this much, whatever the peak
 # seconds a pooled array may stay unused before it is freed: longer keeps memory a program
 # no longer needs; shorter makes a loop whose steps take longer first-touch its buffers
 # anew each step (about 7 ms for 64 MiB, small beside such a step)
@@ -61,6 +71,8 @@ _pool: OrderedDict[int, list[tuple[np.ndarray, int, np.ndarray | None, float]]] 
 _pooled_bytes = 0
 # bytes -> how many times an array of that size was allocated anew (the pool had none)
 _misses: dict[int, int] = {}
+_in_use = 0  # bytes taken (`_take`) and not yet returned: live buffers and scratch
+_peak_in_use = 0  # the most `_in_use` has been
 _lock = forksafe.Lock()  # Python threads allocate and free at once
 _NP = {d: np.dtype(d.np) for d in NUMPY_DTYPES}  # numpy's dtype object for each of ours
 live_buffers = 0  # buffers allocated and not yet freed, for tests of memory planning
@@ -69,18 +81,21 @@ live_buffers = 0  # buffers allocated and not yet freed, for tests of memory pla
 class Buffer:
     """`size` elements of `dtype` in one contiguous array, on the CPU."""
 
-    __slots__ = ("size", "dtype", "array", "kernels", "ptr", "__weakref__")
+    __slots__ = ("size", "dtype", "array", "kernels", "ptr", "taken", "__weakref__")
     device = "cpu"
 
     def __init__(self, size: int, dtype: DType, array: np.ndarray | None = None):
         global live_buffers
         self.size, self.dtype = size, dtype
+        self.taken = 0  # bytes this buffer holds from the pool's accounting (`_in_use`)
         if array is None and size:
-            raw, self.ptr, typed = _take(size * dtype.itemsize)
-            # the array a freed buffer of this size and dtype had: no numpy call to make one
-            array = (
-                typed if typed is not None and typed.dtype is _NP[dtype] else raw.view(_NP[dtype])
-            )
+            nbytes = size * dtype.itemsize
+            raw, self.ptr, typed = _take(nbytes)
+            self.taken = raw.nbytes
+            if typed is None or typed.dtype is not _NP[dtype] or typed.size != size:
+                # (the array a freed buffer of this size and dtype had: no numpy call)
+                typed = (raw if raw.nbytes == nbytes else raw[:nbytes]).view(_NP[dtype])
+            array = typed
         else:
             if array is None:
                 array = np.empty(0, dtype.np)
@@ -114,16 +129,20 @@ class Buffer:
         a = getattr(self, "array", None)
         if a is None:
             return
-        global live_buffers
+        global live_buffers, _in_use
         live_buffers -= 1
+        taken = self.taken
         # 3 references: the slot, the local name, getrefcount's argument
         if sys.getrefcount(a) > 3 or a.base is None:
+            _untake(taken)  # out of the pool's hands: the user's array holds it now
             return
         raw = a.base
         view = raw.base  # the pool's arrays are over a memoryview of an array,
         if type(view) is memoryview and type(view.obj) is mmap.mmap:  # the CUDA emulator's
-            return  # guarded memory over one of an mmap: never pooled
+            _untake(taken)  # guarded memory over one of an mmap: never pooled
+            return
         with _lock:
+            _in_use -= taken
             if sys.getrefcount(raw) > 3:
                 return
             # its typed array goes with it, unless someone made it read-only
@@ -134,8 +153,8 @@ class Buffer:
 
 
 def take_scratch(nbytes: int) -> tuple[np.ndarray, int, None]:
-    """Raw bytes for values that live only inside one native program run (from the pool),
-    and their address."""
+    """At least `nbytes` raw bytes (`size_class`) for values that live only inside one
+    native program run (from the pool), and their address."""
     raw, ptr, _ = _take(nbytes)
     return raw, ptr, None
 
@@ -145,17 +164,28 @@ def give_scratch(scratch: tuple[np.ndarray, int, None]) -> None:
     It is pooled from its first return: a program's scratch is asked for again by the
     plan's next run (a training loop's second step), where another size is pooled only
     once allocated twice."""
+    global _in_use
     with _lock:
+        _in_use -= scratch[0].nbytes
         _give(scratch[0].nbytes, (*scratch, time.monotonic()), reused=True)
+
+
+def _untake(nbytes: int) -> None:
+    """`nbytes` taken from the pool are no longer in use, and not given back to it."""
+    global _in_use
+    if nbytes:
+        with _lock:
+            _in_use -= nbytes
 
 
 def _give(nbytes: int, entry: tuple, reused: bool = False) -> None:
     """Pool `entry` (under `_lock`), then drop what was least recently freed while the
-    pool is over either bound. Dropped arrays are freed here: numpy frees their memory
+    pool is over a bound. Dropped arrays are freed here: numpy frees their memory
     and runs no Python code. `reused`: pooled even if its size was allocated only once."""
     global _pooled_bytes
     once = nbytes not in _pool and _misses.get(nbytes, 0) < 2 and not reused
-    if nbytes > POOL_LIMIT_BYTES or once:
+    limit = min(POOL_LIMIT_BYTES, max(POOL_FLOOR_BYTES, POOL_PEAK_FACTOR * _peak_in_use))
+    if nbytes > limit or once:
         return  # too big, or a size allocated once: likely never again
     free = _pool.get(nbytes)
     if free is None:
@@ -169,7 +199,7 @@ def _give(nbytes: int, entry: tuple, reused: bool = False) -> None:
     while len(_pool) > POOL_SIZES:
         size, dropped = _pool.popitem(last=False)
         _pooled_bytes -= size * len(dropped)
-    while _pooled_bytes > POOL_LIMIT_BYTES:  # the oldest size's coldest array first
+    while _pooled_bytes > limit:  # the oldest size's coldest array first
         size, oldest = next(iter(_pool.items()))
         oldest.pop(0)
         _pooled_bytes -= size
@@ -217,12 +247,30 @@ class HostTable(Buffer):
         return copy
 
 
+def size_class(nbytes: int) -> int:
+    """The bytes a buffer of `nbytes` is given: `nbytes` itself, or from `MAP_FROM` the next
+    power of two. A large buffer is pages of its own (`_Pages`), of which the system backs
+    only those touched, so the rounding costs addresses, not memory, and one pooled buffer
+    serves every size of its class: a program whose batch size changes from step to step
+    reuses its buffers instead of mapping new ones.
+
+    >>> size_class(1000), size_class(MAP_FROM), size_class(MAP_FROM + 1) == 2 * MAP_FROM
+    (1000, 1048576, True)
+    """
+    return nbytes if nbytes < MAP_FROM else 1 << (nbytes - 1).bit_length()
+
+
 def _take(nbytes: int) -> tuple[np.ndarray, int, np.ndarray | None]:
-    """`nbytes` raw bytes, their address and the typed array last made of them: a pooled
-    array of that size, or a new one."""
-    global _pooled_bytes
+    """At least `nbytes` raw bytes (`size_class`), their address and the typed array last
+    made of them: a pooled array of that class, or a new one."""
+    global _pooled_bytes, _in_use, _peak_in_use
     nbytes = max(nbytes, 1)
+    if nbytes >= MAP_FROM:
+        nbytes = size_class(nbytes)
     with _lock:
+        _in_use += nbytes
+        if _in_use > _peak_in_use:
+            _peak_in_use = _in_use
         free = _pool.get(nbytes)
         if free:
             _pooled_bytes -= nbytes
@@ -235,7 +283,11 @@ def _take(nbytes: int) -> tuple[np.ndarray, int, np.ndarray | None]:
         _misses[nbytes] = _misses.get(nbytes, 0) + 1
         if not _trimmer:  # a size is pooled once allocated twice: the thread is there by then
             _start_trimmer()
-    raw = aligned_bytes(nbytes)
+    try:
+        raw = aligned_bytes(nbytes)
+    except MemoryError:
+        _untake(nbytes)
+        raise
     return raw, raw.ctypes.data, None
 
 
@@ -254,19 +306,37 @@ def touch_pages(buf: Buffer) -> None:
 
 
 CACHE_LINE = 64  # bytes: where every buffer starts
+# bytes from which a buffer is pages of its own (`_Pages`) rather than malloc's memory
+MAP_FROM = 1 << 20
+
+
+class _Pages(mmap.mmap):
+    """Anonymous pages holding one large buffer: given back to the system the moment the
+    pool drops them. Large numpy arrays come from malloc, whose threshold for mapping an
+    allocation of its own rises to the largest block freed so far (up to 32 MiB): a
+    program whose sizes keep changing then gets its buffers from malloc's heap, whose
+    freed holes it keeps (an MLP over 40 batch sizes: 60 MB more after each sweep)."""
 
 
 def aligned_bytes(nbytes: int) -> np.ndarray:
     """`nbytes` fresh bytes starting on a cache line. numpy's large arrays start 16 bytes
     past a page (malloc's header), where each 64-byte row a kernel loads whole (an AMX
     tile's, a 16-float vector's) would straddle two lines. The array is made over a
-    memoryview of a larger one, so it stays the base of the typed arrays viewed from it
-    (numpy collapses a view of a view onto the array that owns the memory), as the pool's
-    check of who still holds a buffer needs.
+    memoryview of a larger one (or of `_Pages`, from `MAP_FROM` bytes), so it stays the
+    base of the typed arrays viewed from it (numpy collapses a view of a view onto the
+    array that owns the memory), as the pool's check of who still holds a buffer needs.
 
     >>> aligned_bytes(100).ctypes.data % CACHE_LINE, aligned_bytes(100).nbytes
     (0, 100)
+    >>> aligned_bytes(MAP_FROM).ctypes.data % PAGE
+    0
     """
+    if nbytes >= MAP_FROM:
+        try:
+            pages = _Pages(-1, nbytes, flags=mmap.MAP_PRIVATE)
+        except OSError as e:  # (ENOMEM, or a size past what the system can map)
+            raise MemoryError(f"cannot allocate {nbytes:,} bytes ({e.strerror})") from None
+        return np.frombuffer(memoryview(pages), dtype=np.uint8)
     big = np.empty(nbytes + CACHE_LINE, dtype=np.uint8)
     start = -big.ctypes.data % CACHE_LINE
     return np.frombuffer(big.data[start : start + nbytes], dtype=np.uint8)
@@ -284,12 +354,14 @@ def _forget_one_off_sizes() -> None:
 
 
 def clear_pool() -> None:
-    """Free every pooled array now (the memory of tensors still alive stays theirs)."""
-    global _pooled_bytes
+    """Free every pooled array now (the memory of tensors still alive stays theirs), and
+    measure the peak of bytes in use that bounds the pool afresh from now."""
+    global _pooled_bytes, _peak_in_use
     with _lock:
         _pool.clear()
         _misses.clear()
         _pooled_bytes = 0
+        _peak_in_use = _in_use
 
 
 def trim_pool(now: float | None = None) -> int:

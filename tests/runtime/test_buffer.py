@@ -59,7 +59,7 @@ def test_every_buffer_starts_on_a_cache_line_fresh_or_reused():
         a = _second_allocation(size, float32)
         ptr = a.ptr
         assert ptr % B.CACHE_LINE == 0 and a.array.ctypes.data == ptr
-        assert a.array.base is not None and a.array.base.nbytes == size * 4
+        assert a.array.base is not None and a.array.base.nbytes == B.size_class(size * 4)
         del a
         b = B.Buffer(size, float32)  # from the pool: the same aligned memory
         assert b.ptr == ptr
@@ -196,3 +196,70 @@ def test_touching_a_fresh_buffers_pages_faults_them_in_before_its_kernel_writes(
     touch_pages(touched)
     assert faults_filling(touched) <= 2
     assert touched.array.nbytes // PAGE > 16000
+
+
+def test_a_large_buffer_serves_every_size_of_its_class():
+    # from MAP_FROM bytes a buffer is pages of its own, rounded up to a power of two: a
+    # batch size that changes every step reuses the same memory
+    B.clear_pool()
+    a = _second_allocation(300_000, float32)  # 1.2 MB: the 2 MiB class
+    ptr, raw = a.ptr, weakref.ref(a.array.base)
+    assert a.array.size == 300_000 and raw().nbytes == 2 << 20
+    a.array[:] = 7.0
+    del a
+    b = B.Buffer(400_000, float32)  # another size of the class: the same pages
+    assert b.ptr == ptr and b.array.size == 400_000 and b.array.base is raw()
+    b.array[:] = -1.0
+    del b
+    c = B.Buffer(300_000, int32)
+    assert c.ptr == ptr and c.array.size == 300_000 and c.array.dtype == np.int32
+    assert B.size_class(B.MAP_FROM - 1) == B.MAP_FROM - 1  # below: malloc's, exact sizes
+    assert B.size_class((3 << 20) + 4) == 4 << 20
+
+
+def test_a_dropped_large_buffer_goes_back_to_the_system():
+    B.clear_pool()
+    a = B.Buffer(1 << 20, float32)  # allocated once: not pooled when freed
+    pages = weakref.ref(a.array.base.base.obj)  # array -> raw -> memoryview -> the pages
+    assert isinstance(pages(), B._Pages)
+    del a
+    assert pages() is None  # unmapped at once, not left in malloc's heap
+
+
+def test_bytes_in_use_are_counted_back_whoever_keeps_the_memory():
+    B.clear_pool()
+    start = B._in_use
+    a = B.Buffer(1000, float32)
+    b = B.Buffer(300_000, float32)
+    raw, ptr, _ = B.take_scratch(5000)
+    assert B._in_use == start + 4000 + (2 << 20) + 5000
+    assert B._peak_in_use >= B._in_use
+    kept = b.array  # the user keeps the array (t.numpy()): no longer the pool's to count
+    del a, b
+    B.give_scratch((raw, ptr, None))
+    assert B._in_use == start
+    kept[:] = 1.0
+
+
+def test_the_pool_holds_a_few_times_the_peak_in_use_not_every_size_seen(monkeypatch):
+    # an MLP stepped over many batch sizes: each size's buffers are pooled once allocated
+    # twice, and without a bound tied to what a step uses the pool would keep them all
+    import gc
+
+    gc.collect()
+    B.clear_pool()
+    monkeypatch.setattr(B, "POOL_FLOOR_BYTES", 0)
+    # counted from zero: other tests' tensors still alive would raise the peak (what this
+    # test takes it gives back, so the count is the same when it is restored)
+    monkeypatch.setattr(B, "_in_use", 0)
+    monkeypatch.setattr(B, "_peak_in_use", 0)
+    for n in range(1000, 1400, 10):  # 40 "batch sizes", 3 buffers a step, twice over
+        for _ in range(2):
+            step = [B.Buffer(n * k, float32) for k in (1, 2, 3)]
+            del step
+    bound = B.POOL_PEAK_FACTOR * B._peak_in_use
+    assert B._peak_in_use <= 2 * 6 * 1400 * 4
+    assert 0 < B._pooled_bytes <= bound
+    assert sum(size * len(free) for size, free in B._pool.items()) == B._pooled_bytes
+    assert 1390 * 3 * 4 in B._pool  # the latest sizes kept, not the first ones
+    assert 1000 * 4 not in B._pool and B._in_use == 0
