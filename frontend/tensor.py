@@ -44,6 +44,7 @@ from .autograd import (
 )
 from .autograd import drop_graph as drop_graph  # (fusegrad.tensor.drop_graph, as before)
 from .carried import note_lazy, unnoted
+from .carried import read_along as _read_along
 from .copying import deepcopy_tensor, reduce_tensor, shallow_copy_tensor
 from .creation_nodes import CreationMixin, _shape, data_node, full_node
 from .errors import (
@@ -268,6 +269,16 @@ class Tensor(*MIXINS, TensorBase):
         realize(self)
         return self
 
+    def _realize_for_read(self) -> None:
+        """Compute this tensor's value for the host to read, with the live lazy values the
+        read ends a step for (`carried.read_along`: an evaluation or generation loop under
+        no_grad, which has no optimizer step). A kind of tensor that realizes in its own
+        way (a gradient, with its siblings) does."""
+        if type(self).realize is not Tensor.realize or autograd_state.enabled():
+            self.realize()
+        else:
+            realize(self, *_read_along(self))
+
     def _has_value(self) -> bool:
         """Whether this tensor's value is already computed (reading it runs nothing)."""
         return engine.value(self.node) is not None
@@ -297,7 +308,7 @@ class Tensor(*MIXINS, TensorBase):
         what item(), tolist() and print read, and fusegrad's own checks."""
         if jit_recording() and _called_by_user():
             host_read_refused("reading a value (.numpy(), .item(), bool(), float(), int())")
-        self.realize()
+        self._realize_for_read()
         a = engine.value(self.node).numpy().reshape(self.shape).view()
         a.setflags(write=False)
         return a
@@ -312,7 +323,7 @@ class Tensor(*MIXINS, TensorBase):
             elif math.prod(node.shape) == 1:
                 # a scalar to compute (`(x * 2).sum().item()`): realized, then read from
                 # its buffer, without `_host`'s read-only array of the tensor's shape
-                self.realize()
+                self._realize_for_read()
                 node = self.node  # (a buffer node now, unless its graph is still needed)
                 buf = node.arg if node.op is Ops.BUFFER else engine.value(node)
             else:

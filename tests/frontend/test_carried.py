@@ -246,3 +246,87 @@ def test_the_record_of_lazy_values_stays_bounded_in_a_loop_with_no_step():
         y = x * float(k)  # noqa: F841 (made and dropped)
     assert len(carried._lazy.refs) <= 2 * carried.COMPACT_AT + 1
     assert any(r() is kept[0] for r in carried._lazy.refs)
+
+
+# ---------------------------------------------------------------- loops with no step
+def _eval_run(by_hand: bool, counted=None):
+    """PyTorch's word language model's `evaluate`: the hidden state carried through
+    detach() under no_grad, the loss read with `.item()` each batch, no optimizer."""
+    fg.manual_seed(0)
+    emb, rnn, dec = nn.Embedding(V, E), nn.LSTM(E, H, 2), nn.Linear(H, V)
+    rng, losses = _rng(), []
+    hidden = (fg.zeros(2, B, H), fg.zeros(2, B, H))
+    with fg.no_grad():
+        for _ in range(STEPS):
+            if counted is not None:
+                counted.new_step()
+            x = fg.tensor(rng.integers(0, V, (T, B)))
+            y = fg.tensor(rng.integers(0, V, (T * B,)))
+            out, hidden = rnn(emb(x), hidden)
+            hidden = tuple(h.detach() for h in hidden)
+            if by_hand:
+                fg.realize(*hidden)
+            losses.append(F.cross_entropy(dec(out).reshape(-1, V), y).item())
+    if counted is not None:
+        counted.new_step()
+    return losses, [h.numpy().copy() for h in hidden]
+
+
+def test_recurrent_state_carried_by_an_evaluation_loop_s_reads(counted):
+    # without an optimizer step the host read ends the step: the hidden state shares the
+    # recurrence with the loss, so it is computed with it, not again by the next batch
+    losses, hidden = _eval_run(False, counted)
+    assert_flat(counted)
+    want_losses, want_hidden = _eval_run(True)
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
+    for h, w in zip(hidden, want_hidden):
+        np.testing.assert_allclose(h, w, rtol=1e-5, atol=1e-6)
+
+
+@fg.no_grad()
+def test_a_read_computes_only_the_lazy_values_that_share_work_with_it():
+    x = fg.tensor([1.0, -0.0, 2.0])
+    shared = x.exp()
+    a = shared * 2.0  # shares `shared`, still to compute, with the value read
+    unrelated = x * 5.0  # shares only x, which has a value: nothing to share
+    later = shared.sum()  # (made before the read: in its window)
+    big = fg.ones(1).expand(10**12)  # shares only a constant with the read below
+    on_way = shared + 1.0
+    assert on_way.sum().item() == pytest.approx(float(np.exp([1.0, 0.0, 2.0]).sum() + 3))
+    assert a._has_value() and later._has_value()
+    # computed on the read's way, not carried past it: left lazy (a 16-bit value stored
+    # would round what later kernels compute from it)
+    assert not shared._has_value() and not on_way._has_value()
+    assert not unrelated._has_value() and not big._has_value()
+    assert (fg.ones(1) * 3.0).sum().item() == 3.0 and not big._has_value()
+    np.testing.assert_allclose(a.numpy(), np.exp(np.float32([1.0, -0.0, 2.0])) * 2, rtol=1e-6)
+    got = unrelated.numpy()
+    assert got.tolist() == [5.0, 0.0, 10.0] and np.signbit(got[1])  # -0.0 * 5 is -0.0
+    b = shared * 3.0  # `shared` has a value now: b reads it, shares nothing to compute
+    assert x.sum().item() == 3.0 and not b._has_value()
+
+
+def test_a_read_looks_at_each_lazy_tensor_once():
+    # the window of a read is what was noted since the last one: a tensor left lazy by
+    # one read is not walked again by every later read
+    from fusegrad import carried
+
+    x = fg.tensor([1.0, 2.0])
+    with fg.no_grad():
+        y = x * 2.0  # shares nothing with the reads below
+        for _ in range(3):
+            (x + 1.0).sum().item()
+            assert carried._lazy.read_from == len(carried._lazy.refs)
+        assert not y._has_value()
+        assert y.tolist() == [2.0, 4.0]
+
+
+def test_with_gradients_on_a_read_computes_only_what_it_reads():
+    # a training loop's reads (and a test comparing two forms' bits) are as before: its
+    # optimizer step carries its state; a 16-bit value stored because something else was
+    # read would round what later kernels compute from it
+    x = fg.tensor([1.0, 2.0], requires_grad=True)
+    e = x.exp()
+    a = e * 2.0
+    assert (e + 1.0).sum().item() == pytest.approx(float(np.exp([1.0, 2.0]).sum() + 2), rel=1e-6)
+    assert not a._has_value()
