@@ -249,3 +249,33 @@ def test_nanogpt_style_trainer_with_autocast_scaler_and_accumulation(tmp_path, d
 def test_nanogpt_style_trainer_under_torch(tmp_path):
     needs_torch()
     check_nanogpt(run_program(tmp_path, "nanogpt.py", *GPT_ARGS, on_fusegrad=False))
+
+
+# ---------------------------------------------------------------- (g) word-level LM
+
+SENTENCES = PROGRAMS.parents[1] / "examples" / "data" / "sentiment" / "movie_review_snippets.tsv.gz"
+WORD_LM_ARGS = ("--data", str(SENTENCES), "--lines", "300", "--epochs", "2")
+
+
+def check_word_lm(done):
+    (vocab,) = printed(done, "vocab")
+    train, valid = printed(done, "train_loss"), printed(done, "valid_loss")
+    assert len(train) == len(valid) == 2
+    assert train[1] < train[0] < math.log(vocab) + 0.5 and valid[1] < valid[0]
+    return train, valid
+
+
+def test_word_level_lstm_lm_with_clipping_manual_sgd_and_a_no_grad_evaluation(tmp_path):
+    """Its evaluation carries the hidden state under no_grad with no optimizer step: each
+    window's `.item()` computes the state with the loss (`carried.read_along`), so the
+    windows run one cached plan instead of each recomputing all before it."""
+    check_word_lm(run_program(tmp_path, "word_lm.py", *WORD_LM_ARGS))
+
+
+def test_word_level_lm_under_torch(tmp_path):
+    needs_torch()
+    ours, _ = check_word_lm(run_program(tmp_path, "word_lm.py", *WORD_LM_ARGS))
+    theirs, _ = check_word_lm(run_program(tmp_path, "word_lm.py", *WORD_LM_ARGS,
+                                          on_fusegrad=False))  # fmt: skip
+    # different random streams (dropout, initial weights): the same loss, roughly
+    assert ours[0] == pytest.approx(theirs[0], rel=0.05)
