@@ -1,6 +1,6 @@
-"""Programs whose sizes vary from call to call: what each new size costs.
+"""Programs whose sizes or constants vary from call to call: what each new one costs.
 
-Run:  .venv/bin/python benchmarks/varying_sizes.py [--only classifier|mlp] [--sizes 40]
+Run:  .venv/bin/python benchmarks/varying_sizes.py [--only classifier|mlp|rate] [--sizes 40]
                                                    [--compare]
 
 - classifier (issue 56's): a sentence classifier (embedding 500 x 64, linear 64 -> 128,
@@ -16,6 +16,12 @@ Run:  .venv/bin/python benchmarks/varying_sizes.py [--only classifier|mlp] [--si
   compiles of their kernels), the seconds of
   the whole sweep against a second sweep over the same sizes, and the process's resident
   memory after each tenth of the sweep (flat, or growing with the sizes seen).
+
+- rate: a 784-256-10 MLP (batch 64) trained by a hand-written SGD update
+  (`p.add_(p.grad, alpha=-lr)` under no_grad) whose learning rate changes every step
+  (`0.01 / (1 + step)`), beside the same loop at a fixed rate: the plans compiled and
+  the time per step after 20 warm-up steps, fusegrad (constants whose values change read
+  from buffers, `FUSEGRAD_LIFT_CONSTANTS`; with `--compare` also without) and PyTorch eager.
 
 `--compare` runs fusegrad a second time with FUSEGRAD_SIZE_TEMPLATES=0: every kernel of a
 new size compiled for its sizes, none run through a generic kernel (pipeline/templates.py).
@@ -141,11 +147,54 @@ print(json.dumps(out))
 """
 
 
-def run(code: str, python: str, *args: str, cache: str | None = None, generic: bool = True) -> dict:
+RATE = """
+import numpy as np
+vary = sys.argv[1] == "1"
+if sys.argv[2] == "torch":
+    import torch as fg
+    from torch import nn
+    fg.set_num_threads(int(sys.argv[3]))
+    tensor = fg.from_numpy
+    plans = lambda: 0
+else:
+    import fusegrad as fg
+    from fusegrad import nn
+    from fusegrad.runtime.engine import engine
+    tensor = fg.tensor
+    plans = lambda: engine.stats["scheduled"]
+fg.manual_seed(0)
+model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+x = tensor(rng.standard_normal((64, 784), dtype=np.float32))
+y = tensor(rng.integers(0, 10, 64))
+def step(lr):
+    loss = nn.functional.cross_entropy(model(x), y)
+    model.zero_grad(); loss.backward()
+    with fg.no_grad():
+        for p in model.parameters():
+            p.add_(p.grad, alpha=-lr)
+    return loss.item()
+for k in range(20):
+    step(0.01 / (1 + k) if vary else 0.01)
+t = time.perf_counter()
+for k in range(20, 120):
+    step(0.01 / (1 + k) if vary else 0.01)
+print(json.dumps({"ms": (time.perf_counter() - t) * 10, "plans": plans()}))
+"""
+
+
+def run(
+    code: str,
+    python: str,
+    *args: str,
+    cache: str | None = None,
+    generic: bool = True,
+    lift: bool = True,
+) -> dict:
     env = dict(os.environ)
     if cache is not None:
         env["FUSEGRAD_CACHE"] = cache
     env["FUSEGRAD_SIZE_TEMPLATES"] = "1" if generic else "0"
+    env["FUSEGRAD_LIFT_CONSTANTS"] = "1" if lift else "0"
     out = subprocess.run(
         [python, "-c", COMMON + code, *args], capture_output=True, text=True, env=env, check=False
     )
@@ -200,14 +249,34 @@ def mlp(python: str, count: int, compare: bool) -> None:
         )
 
 
+def rate(python: str, compare: bool) -> None:
+    print("rate: MLP 784-256-10, batch 64, hand-written SGD; 100 steps after 20 (ms a step)")
+    threads = str(os.cpu_count() or 1)
+    for lift in (True, False) if compare else (True,):
+        label = "fusegrad" if lift else "fusegrad, constants in the code"
+        for vary in ("0", "1"):
+            with tempfile.TemporaryDirectory() as cache:
+                r = run(RATE, python, vary, "fg", cache=cache, lift=lift)
+            what = "rate 0.01 / (1 + step)" if vary == "1" else "fixed rate 0.01      "
+            print(f"  {label:32s} {what}: {r['ms']:7.2f} ms a step, {r['plans']} plans")
+    if has_torch(python):
+        for vary in ("0", "1"):
+            r = run(RATE, python, vary, "torch", threads)
+            what = "rate 0.01 / (1 + step)" if vary == "1" else "fixed rate 0.01      "
+            print(f"  {'torch eager':32s} {what}: {r['ms']:7.2f} ms a step")
+    else:
+        print("  torch eager  - (torch is not installed)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=["classifier", "mlp"])
+    parser.add_argument("--only", choices=["classifier", "mlp", "rate"])
     parser.add_argument("--sizes", type=int, default=40, help="batch sizes the MLP sweeps")
     parser.add_argument(
         "--compare",
         action="store_true",
-        help="also run fusegrad without generic kernels (FUSEGRAD_SIZE_TEMPLATES=0)",
+        help="also run fusegrad without generic kernels (FUSEGRAD_SIZE_TEMPLATES=0) and with"
+        " constants kept in the code (FUSEGRAD_LIFT_CONSTANTS=0)",
     )
     args = parser.parse_args()
     python = sys.executable
@@ -216,6 +285,8 @@ def main() -> None:
         classifier(python, args.compare)
     if args.only in (None, "mlp"):
         mlp(python, args.sizes, args.compare)
+    if args.only in (None, "rate"):
+        rate(python, args.compare)
     print(f"load after: {load_average()}")
 
 

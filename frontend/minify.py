@@ -97,12 +97,12 @@ class _Recorder:
     def __exit__(self, *exc) -> None:
         del engine.plan_for, engine.run  # (the class's methods again)
 
-    def _plan_for(self, todo, has_value=None):
+    def _plan_for(self, todo, has_value=None, lift=False):
         has_value = has_value or engine.has_value_predicate()
         device = todo[0].device or engine.default_device  # (as compile_plan expands it)
         case = record(expand_for(todo, has_value, device), has_value, _saved_value)
         try:
-            plan, leaves, fresh = self.plan_for(todo, has_value)
+            plan, leaves, fresh = self.plan_for(todo, has_value, lift)
         except Exception as e:
             raise _Found(case, Failure("exception", type(e).__name__, first_line(e))) from e
         self.pending = (plan, case)

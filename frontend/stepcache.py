@@ -186,7 +186,9 @@ class StepCache:
         if any(has_value(n) or n.numel == 0 for n in todo):
             _realize_all([*params, *flat_states], pending, extra)
             return _UNCACHEABLE
-        plan, leaves, fresh = engine.plan_for(todo, has_value)
+        # (lifted constants' buffers among the leaves make the entry uncacheable: a hand-
+        # written update's new learning rate is a new key anyway, its plan the engine's)
+        plan, leaves, fresh = engine.plan_for(todo, has_value, lift=not engine.recording())
         sources = []
         for leaf in leaves:
             k = id(leaf)

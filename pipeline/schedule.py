@@ -1356,6 +1356,65 @@ def structural_key(roots: list[Node], has_value: Callable[[Node], bool]) -> tupl
     return key, leaves
 
 
+def const_family(roots: list[Node], has_value: Callable[[Node], bool]) -> tuple[tuple, list]:
+    """`structural_key` with the constants' values left out, and the uses of the graph's
+    constants in the order the walk meets them, each `(user, k)`: source k of node `user`
+    (None for a root that is a constant, k its place among the roots). Graphs that differ
+    only in the values of some constants (a learning rate a hand-written update anneals,
+    an EMA's decay that warms up) have one family key, and their constants' uses pair up
+    position by position (`runtime/engine.py`'s lifted constants). A use, not a node: one
+    constant node serves every use of its value, so `x * v + 1.0` at v = 1.0 would
+    otherwise have a node fewer than at v = 0.5. A graph with steering requests on its
+    nodes (`ir/steering.py`) gives no uses."""
+    index: dict[int, int] = {}
+    uses: list[tuple] = []
+    flat: list = []
+    const, buffer = Ops.CONST, Ops.BUFFER
+    values = getattr(has_value, "values", None)
+
+    def use(c: Node, user, k: int) -> None:
+        flat.extend((const, c.dtype, c.shape, type(c.arg)))
+        uses.append((user, k))
+
+    for r, root in enumerate(roots):
+        if root.op is const:
+            use(root, None, r)
+            continue
+        stack = [root]
+        while stack:
+            n = stack[-1]
+            k = id(n)
+            if k in index:
+                stack.pop()
+                continue
+            op = n.op
+            if op is buffer or (k in values if values is not None else has_value(n)):
+                flat += (None, n.shape, n.dtype, n.device)
+            else:
+                srcs = n.srcs
+                waiting = False
+                for s in srcs:
+                    if s.op is not const and id(s) not in index:
+                        stack.append(s)
+                        waiting = True
+                if waiting:
+                    continue
+                flat += (op, n.arg, n.shape, n.dtype, len(srcs))
+                for j, s in enumerate(srcs):
+                    if s.op is const:
+                        use(s, n, j)
+                    else:
+                        flat.append(index[id(s)])
+            stack.pop()
+            index[k] = len(index)
+    key = (tuple(flat), tuple([index.get(id(r)) for r in roots]))
+    if steering.any_requests():
+        asked = steering.requests_in(index)
+        if asked:  # (requests name nodes: a graph rebuilt around its constants has others)
+            return (*key, asked), []
+    return key, uses
+
+
 def const_key(value):
     """Constants differ as their values and signs (0.0 and -0.0) and NaN equals NaN here."""
     if isinstance(value, float):

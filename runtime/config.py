@@ -22,6 +22,9 @@
 | FUSEGRAD_SIZE_TEMPLATES | 0: a plan whose sizes vary compiles every kernel for its  | 1       |
 |                     | sizes; 1: a kernel the same as one compiled before but for |         |
 |                     | its sizes runs one generic kernel (pipeline/templates.py) |         |
+| FUSEGRAD_LIFT_CONSTANTS | 0: a graph whose constants' values changed compiles anew  | 1       |
+|                     | for each value; 1: from its second value a constant is read |         |
+|                     | from a buffer (runtime/engine.py `lift_constants`)          |         |
 | FUSEGRAD_RECOMPILE_WARNING | N: warn when one line has compiled N schedules (0: never) | 0 |
 | FUSEGRAD_CUDA       | the `cuda` device: "pycuda" (a GPU), "emulate" (the CPU      | pycuda  |
 |                     | emulator of the generated CUDA C) or "off"                     |         |
@@ -141,6 +144,9 @@ class Config:
     # from that plan's only in their sizes as generic kernels, compiled once for all
     # sizes (pipeline/templates.py)
     size_templates: bool = True
+    # a graph planned before with other values of some constants reads those constants
+    # from buffers, so later values reuse its plan (runtime/engine.py `lift_constants`)
+    lift_constants: bool = True
     cuda: str = "pycuda"  # what backs the "cuda" device: "pycuda", "emulate" or "off"
     # fp32 contractions on the cuda device may use TF32 tensor cores (PyTorch's
     # torch.backends.cuda.matmul.allow_tf32, off by default; set through fg.backends)
@@ -202,6 +208,7 @@ class Config:
                 "FUSEGRAD_RECOMPILE_WARNING", 0, "a number of schedules (0: never warn)"
             ),
             size_templates=_int_env("FUSEGRAD_SIZE_TEMPLATES", 1, "0 or 1", (0, 1)) != 0,
+            lift_constants=_int_env("FUSEGRAD_LIFT_CONSTANTS", 1, "0 or 1", (0, 1)) != 0,
             cuda=cuda,
             cuda_graphs=_int_env("FUSEGRAD_CUDA_GRAPHS", 1, "0 or 1", (0, 1)) != 0,
             amx=_int_env("FUSEGRAD_AMX", 1, "0 or 1", (0, 1)) != 0,

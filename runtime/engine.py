@@ -46,6 +46,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..ir import node as N
+from ..ir import sites
 from ..ir.node import Node
 from ..ir.ops import Ops
 from ..pipeline import templates
@@ -65,7 +67,7 @@ from ..pipeline.driver import (  # noqa: F401
     lowering_steps,
 )
 from ..pipeline.plan import KernelRecord, Plan, Step, timed_copy
-from ..pipeline.schedule import structural_key
+from ..pipeline.schedule import const_family, const_key, structural_key
 from . import backend_registry, forksafe, phases
 from .attribution import capture
 from .backend import HOST, get_backend
@@ -138,6 +140,9 @@ class Engine:
         self.last_parallel = False  # whether the last CPU plan run had a parallel kernel
         self._has_value = _predicate(self._values)  # made once: every realize asks
         self.freeze_pending = False  # a big plan was compiled: `settle_collector` is due
+        # graphs that differ only in constants' values (`lift_constants`): family key ->
+        # [the first graph's constant values, the positions lifted to parameters]
+        self._const_families: OrderedDict[tuple, list] = OrderedDict()
         # called with (todo, leaves, plan) each time `plan_for` finds or compiles a plan, by
         # `fusegrad.debug.stages` while it looks; None otherwise (an optimizer's cached step,
         # which builds no graph, is not taken while it is set: frontend/stepcache.py)
@@ -210,7 +215,7 @@ class Engine:
         if woken:
             prewake(effective_threads())
         for group in [todo] if len(todo) == 1 else self._by_device(todo):
-            plan, leaves, fresh = self.plan_for(group, has_value)
+            plan, leaves, fresh = self.plan_for(group, has_value, lift=rec is None)
             if plan.backend.uses_worker_pool:
                 self.last_parallel = plan.parallel
                 if plan.parallel and not woken:
@@ -245,9 +250,15 @@ class Engine:
             observe(plan, records)
         return outs
 
-    def plan_for(self, todo: list[Node], has_value=None) -> tuple[Plan, list[Node], bool]:
+    def plan_for(
+        self, todo: list[Node], has_value=None, lift: bool = False, origin=None
+    ) -> tuple[Plan, list[Node], bool]:
         """The plan computing `todo`, the nodes it takes as inputs, and whether it is new
-        (compiled now: its first run is timed kernel by kernel; not a plan read from disk)."""
+        (compiled now: its first run is timed kernel by kernel; not a plan read from disk).
+        `lift`: a graph that differs from one planned before only in the values of some
+        constants is planned with those constants as inputs (`lift_constants`); the
+        inputs returned then include the buffers that hold their values (`origin`: the
+        graph as built, which a recompile's explanation compares)."""
         has_value = has_value or self.has_value_predicate()
         device = todo[0].device or self.default_device
         backend = get_backend(device)
@@ -274,9 +285,13 @@ class Engine:
             if self.plan_observer is not None:
                 self.plan_observer(todo, leaves, plan)
             return plan, leaves, False
+        if lift and config.lift_constants and device == HOST:
+            lifted = self.lift_constants(todo, has_value, device)
+            if lifted is not None:
+                return self.plan_for(lifted, has_value, origin=todo)
         self.stats["scheduled"] += 1
         if config.debug >= 1 or config.recompile_warning > 0:
-            said = self.recompiles.explain(key, todo, has_value)
+            said = self.recompiles.explain(key, origin or todo, has_value)
             if said is not None:
                 text, count, site = said
                 if config.debug >= 1:
@@ -323,6 +338,56 @@ class Engine:
         if self.plan_observer is not None:
             self.plan_observer(todo, leaves, plan)
         return plan, leaves, fresh
+
+    def lift_constants(self, todo: list[Node], has_value, device: str) -> list[Node] | None:
+        """`todo` with the constants whose values vary between graphs of one family read
+        from buffers, or None to plan it as it is.
+
+        A graph is planned with its constants in the code (folded, specialised). A graph
+        that differs from the first of its family (`const_family`: the same but for the
+        constants' values) at some positions has the constants there replaced by 1-element
+        buffers holding their values, expanded to their shapes: that graph's plan serves
+        every later value, as torch.compile's automatic dynamic shapes make a size that
+        changed an input. A learning rate that a hand-written update anneals, an EMA's
+        decay warming up or a KL weight ramped every step compile once more, not once a
+        value. Positions only ever grow, so a family compiles at most once more per
+        constant. Not for a graph with steering requests on its nodes (they name them),
+        nor for 16-bit float constants (`_in_code_only`), nor for a constant that is a
+        root."""
+        t0 = time.perf_counter()
+        family, uses = const_family(todo, has_value)
+        if not uses:
+            return None
+        fkey = (device, family)
+        consts = [todo[k] if user is None else user.srcs[k] for user, k in uses]
+        values = [(const_key(c.arg), c.device) for c in consts]
+        with self._plans_lock:
+            entry = self._const_families.get(fkey)
+            if entry is None:
+                self._const_families[fkey] = [values, frozenset()]
+                if len(self._const_families) > CONST_FAMILIES:
+                    self._const_families.popitem(last=False)
+                return None
+            self._const_families.move_to_end(fkey)
+            base, lifted = entry
+            differ = {k for k, (a, b) in enumerate(zip(base, values)) if a != b}
+            if any(_in_code_only(consts[k]) for k in differ - lifted):
+                return None  # (compiled for its values, as a graph of a new family)
+            if not differ <= lifted:
+                entry[1] = lifted = lifted | differ
+                if config.debug >= 1:
+                    said = ", ".join(sorted({repr(consts[k].arg) for k in differ}))
+                    _log(
+                        f"{len(differ)} constant(s) read from buffers from now on: their"
+                        f" values changed (now {said}), so this graph's plan serves any value"
+                    )
+        # (a root that is a constant stays one: its value is the plan's to fill)
+        lift = {(id(uses[k][0]), uses[k][1]) for k in lifted if uses[k][0] is not None}
+        if not lift:
+            return None
+        out = _with_constants_read(todo, lift, has_value)
+        phases.add("key", t0, time.perf_counter())
+        return out
 
     def _varying(self, family: tuple) -> list[tuple[str, int]] | None:
         """None for a graph whose plans so far all had these sizes; else the code of the
@@ -600,6 +665,46 @@ stats = engine.stats
 
 
 FAMILIES_MAX = 256  # graphs whose first plan the engine remembers (`Engine._note_family`)
+
+
+CONST_FAMILIES = 512  # graph families whose constants' values are followed, most recent kept
+
+
+def _in_code_only(c: Node) -> bool:
+    """Whether a constant keeps its place in the code: a 16-bit float one, which a kernel
+    computes with at float32 (`h * 0.1` in bfloat16 multiplies by 0.1, not by 0.1 rounded
+    to bfloat16: docs/NUMERICS.md), where a buffer of its dtype would round it."""
+    return c.dtype.is_float and c.dtype.itemsize < 4
+
+
+def _with_constants_read(todo: list[Node], lift: set[tuple[int, int]], has_value) -> list[Node]:
+    """`todo` rebuilt with each constant use in `lift` (`(id(user), k)`: source k of node
+    `user`) replaced by a 1-element host buffer holding its value, reshaped and expanded to
+    its shape (one buffer a use); the nodes above them rebuilt, the rest shared."""
+    new: dict[int, Node] = {}
+    stop = Ops.BUFFER
+    for n in N.toposort(todo, stop=lambda m: m.op is stop or has_value(m)):
+        srcs = n.srcs
+        if not srcs:
+            continue
+        built, changed = [], False
+        for j, s in enumerate(srcs):
+            if (id(n), j) in lift:
+                buf = Buffer(1, s.dtype)  # (the host's: `lift_constants` lifts on it alone)
+                buf.array[0] = s.arg
+                m = N.buffer(buf, (), s.dtype)
+                if s.shape:
+                    m = N.expand(N.reshape(m, (1,) * len(s.shape)), s.shape)
+                built.append(m)
+                changed = True
+            else:
+                m = new.get(id(s), s)
+                built.append(m)
+                changed = changed or m is not s
+        if changed:
+            m = new[id(n)] = N.make(n.op, tuple(built), n.arg, n.shape, n.dtype)
+            sites.note(m, sites.site_of(n))  # (its kernels name the user's line, as before)
+    return [new.get(id(n), n) for n in todo]
 
 
 def _size_free(key) -> tuple:
