@@ -1365,7 +1365,8 @@ def const_family(roots: list[Node], has_value: Callable[[Node], bool]) -> tuple[
     position by position (`runtime/engine.py`'s lifted constants). A use, not a node: one
     constant node serves every use of its value, so `x * v + 1.0` at v = 1.0 would
     otherwise have a node fewer than at v = 0.5. A graph with steering requests on its
-    nodes (`ir/steering.py`) gives no uses."""
+    nodes (`ir/steering.py`) gives no uses. (`structural_key`'s walk, written apart: that
+    one runs on every realize, this one only when a key was not found.)"""
     index: dict[int, int] = {}
     uses: list[tuple] = []
     flat: list = []
