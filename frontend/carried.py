@@ -11,15 +11,29 @@ computes those still alive with its own outputs (`with_carried`). What the step 
 anyway costs a store, not a kernel; a value chained from step to step (an EMA) is cut at
 every step, so its graph never grows; nothing dead is computed.
 
+>>> import fusegrad as fg
+>>> from fusegrad import nn, optim
+>>> model = nn.Linear(2, 1)
+>>> opt = optim.SGD(model.parameters(), lr=0.1)
+>>> running = fg.zeros(())
+>>> for _ in range(3):
+...     loss = model(fg.ones(4, 2)).pow(2).mean()
+...     opt.zero_grad(); loss.backward(); opt.step()
+...     running = 0.9 * running + 0.1 * loss.detach()   # computed by the next step
+>>> running._has_value()
+False
+>>> opt.zero_grad(); model(fg.ones(4, 2)).pow(2).mean().backward(); opt.step()
+>>> running._has_value()
+True
+
 A loop with no optimizer step (an evaluation or text generation under `no_grad`) carries
 state too: `output, hidden = model(data, hidden)`, then `loss.item()`. There, with
 gradients off, the host read is the step's end: it computes, with the value read, the
 live lazy tensors made since the last read whose graphs share work with it without being
 on its way (`read_along`: `hidden` shares the recurrence with the loss), so the next
-batch starts from `hidden`'s buffer instead of recomputing this batch (without it, an
-LSTM evaluated over 8 batches scheduled 72, 135, ..., 527 kernels, a new plan each
-batch). A lazy tensor whose graph shares nothing with the read stays lazy, and so does
-one the read computes on its way.
+batch starts from `hidden`'s buffer instead of computing this batch again inside its
+own graph, which would otherwise hold every batch before it. A lazy tensor whose graph
+shares nothing with the read stays lazy, and so does one the read computes on its way.
 """
 
 from __future__ import annotations
@@ -119,12 +133,20 @@ def carried(device, taken) -> list:
     live = [t for t in (r() for r in refs[since:]) if t is not None]
     del refs[since:]
     _lazy.read_from = min(_lazy.read_from, since)
+    return [t for t, _ in _still_lazy(live, device, set(taken))]
+
+
+def _still_lazy(tensors, device, seen: set[int]) -> list[tuple]:
+    """`(tensor, node)` for each of `tensors` (None: gone) still lazy on `device`: plain
+    tensors (not a gradient, a view of .data, a deferred parameter) whose node is no
+    buffer, not empty, has no value and is not in `seen` (ids, extended: one tensor a
+    node)."""
     value = engine.value
     node_of = TensorBase.__dict__["node"].__get__  # the slot, not a subclass's property
     default = engine.default_device
-    out, seen = [], set(taken)
-    for t in live:
-        if type(t) is not t._plain:  # (a gradient, a view of .data, a deferred parameter)
+    out = []
+    for t in tensors:
+        if t is None or type(t) is not t._plain:
             continue
         n = node_of(t, TensorBase)
         if (
@@ -136,7 +158,7 @@ def carried(device, taken) -> list:
         ):
             continue
         seen.add(id(n))
-        out.append(t)
+        out.append((t, n))
     return out
 
 
@@ -155,37 +177,18 @@ def read_along(t) -> list:
         return []
     window = refs[start:]
     _lazy.read_from = len(refs)
-    value = engine.value
-    node_of = TensorBase.__dict__["node"].__get__
     root = t.node  # (the property: a `.data` view's or a gradient's node is its owner's)
-    if root.op is Ops.BUFFER or value(root) is not None:
+    if root.op is Ops.BUFFER or engine.value(root) is not None:
         return []  # nothing to compute, so nothing to share
-    default = engine.default_device
-    device = root.device or default
-    buffer = Ops.BUFFER
-    found = []
-    for r in window:
-        c = r()
-        if c is None or c is t or type(c) is not c._plain:
-            continue
-        n = node_of(c, TensorBase)
-        if n is root or n.op is buffer or (n.device or default) != device or 0 in n.shape:
-            continue
-        if value(n) is None:
-            found.append((c, n))
+    found = _still_lazy((r() for r in window), root.device or engine.default_device, {id(root)})
     if not found:
         return []
     on_way, shared = _to_compute(root)
-    out, seen = [], set()
-    shares: dict[int, bool] = {}
-    for c, n in found:
-        # (a value the read computes on its way, `out` of `loss = f(out)`, stays lazy: it
-        # is not state carried past the read, and a 16-bit one stored would round what
-        # later kernels compute from it where one kernel keeps float32)
-        if id(n) not in seen and id(n) not in on_way and _reaches(n, shared, shares):
-            seen.add(id(n))
-            out.append(c)
-    return out
+    clean: set[int] = set()
+    # (a value the read computes on its way, `out` of `loss = f(out)`, stays lazy: it is
+    # not state carried past the read, and a 16-bit one stored would round what later
+    # kernels compute from it where one kernel keeps float32)
+    return [c for c, n in found if id(n) not in on_way and _reaches(n, shared, clean)]
 
 
 def _to_compute(root) -> tuple[set[int], set[int]]:
@@ -207,36 +210,21 @@ def _to_compute(root) -> tuple[set[int], set[int]]:
     return seen, out
 
 
-def _reaches(node, shared: set[int], shares: dict[int, bool]) -> bool:
-    """Whether the graph under `node`, down to values, holds a node of `shared` (`shares`:
-    the answers for nodes already walked, kept across calls)."""
+def _reaches(node, shared: set[int], clean: set[int]) -> bool:
+    """Whether the graph under `node`, down to values, holds a node of `shared` (`clean`:
+    ids of nodes whose graphs were walked and hold none, kept across calls)."""
     value, buffer = engine.value, Ops.BUFFER
-    stack = [node]
+    seen, stack = {id(node)}, [node]
     while stack:
-        n = stack[-1]
-        k = id(n)
-        if k in shares:
-            stack.pop()
-            continue
-        if k in shared:
-            shares[k] = True
-            stack.pop()
-            continue
-        pending = False
-        hit = False
+        n = stack.pop()
+        if id(n) in shared:
+            return True
         for s in n.srcs:
-            j = id(s)
-            known = shares.get(j)
-            if known is None:
-                if s.op is buffer or (j not in shared and value(s) is not None):
-                    shares[j] = False
-                    continue
+            k = id(s)
+            if k in shared:
+                return True
+            if k not in seen and k not in clean and s.op is not buffer and value(s) is None:
+                seen.add(k)
                 stack.append(s)
-                pending = True
-            elif known:
-                hit = True
-        if pending:
-            continue
-        shares[k] = hit
-        stack.pop()
-    return shares[id(node)]
+    clean |= seen
+    return False

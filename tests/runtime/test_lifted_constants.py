@@ -148,3 +148,18 @@ def test_a_lifted_plan_s_kernels_still_name_the_user_s_line(lifting):
     )
     for recs in records:
         assert any(f"test_lifted_constants.py:{line}" in " ".join(r.lines) for r in recs), recs
+
+
+def test_empty_and_0d_inputs_with_changing_constants(lifting):
+    empty = fg.tensor(np.zeros((0, 29), dtype=np.float32))
+    scalar = fg.tensor(np.float32(-2.0))
+    for v in [0.5, -0.0, 3.0, float("inf")]:
+        assert (empty * v + 1.0).sum(0).tolist() == [0.0] * 29
+        got = (scalar * v - v).item()
+        want = float(np.float32(-2.0) * np.float32(v) - np.float32(v))
+        assert got == want or (np.isnan(got) and np.isnan(want)), v
+    x = fg.tensor(np.float32(3.0), requires_grad=True)
+    for v in [2.0, -0.0, -1.0]:
+        x.grad = None
+        (x * v).backward()
+        assert x.grad.item() == v and np.signbit(x.grad.item()) == np.signbit(v)
