@@ -25,11 +25,13 @@ import math
 
 import numpy as np
 
+from . import autograd_state
 from .autocast import autocast_op
 from .errors import DimError, DTypeError, IndexingError, ShapeError, fail, warn_user
 from .ir import node as N
 from .ir.dtypes import DType, bool_, promote
 from .ir.ops import Ops
+from .jithooks import recording
 from .runtime.buffer import Buffer, BufferView
 from .runtime.engine import engine
 from .tensor_base import TensorBase
@@ -458,6 +460,13 @@ def cat(tensors, dim: int = 0):
                 "cat",
                 f"expected Tensor as element {i} in argument 0, but got {type(t).__name__}",
             )
+    for i, t in enumerate(tensors):
+        if t.ndim == 0:
+            fail(
+                ShapeError,
+                "cat",
+                f"zero-dimensional tensor (at position {i}) cannot be concatenated",
+            )
     first = tensors[0]
     d = first._dim(dim, "cat")
     for t in tensors[1:]:
@@ -474,6 +483,9 @@ def cat(tensors, dim: int = 0):
     dtype = first.dtype
     for t in tensors:
         dtype = promote(dtype, t.dtype)
+    arrays = _host_values(tensors, total * math.prod(first.shape) // max(first.shape[d], 1))
+    if arrays is not None:
+        return _host_join(np.concatenate, arrays, d, first)
     # each piece padded to the whole and chosen where it lies (a WHERE, not an add: a
     # piece's -0.0 plus the others' +0.0 padding was +0.0, where torch.cat copies it)
     for t in tensors:
@@ -503,7 +515,56 @@ def stack(tensors, dim: int = 0):
             "stack",
             f"all tensors must have the same shape, got {[t.shape for t in tensors]}",
         )
+    n = tensors[0].ndim + 1
+    if isinstance(dim, (int, np.integer)) and -n <= dim < n:
+        arrays = _host_values(tensors, len(tensors) * tensors[0].numel())
+        if arrays is not None:
+            return _host_join(np.stack, arrays, int(dim) % n, tensors[0])
     return cat([t.unsqueeze(dim) for t in tensors], dim)
+
+
+# A join of this many pieces or more, every one a value in host memory, is copied there by
+# numpy, whatever its size: one kernel reading each piece from a place of its own is slow
+# to compile (tens of milliseconds a piece) and a new compile for each new set of sizes,
+# as a dataset's sentences joined into one stream meet (`torch.cat(lines)`). A smaller
+# join is copied there too when its bytes are few: it then costs less than a launch.
+HOST_JOIN_PIECES = 8
+HOST_JOIN_BYTES = 1 << 20
+
+
+def _host_values(tensors, numel: int) -> list[np.ndarray] | None:
+    """The pieces' values as host arrays, where a join of them is better done by numpy at
+    once (`HOST_JOIN_PIECES`): every piece computed, in host memory, of one dtype, none
+    needing a gradient, and no `fusegrad.jit` recording (its replay could not redo it).
+    None where the join should stay in the graph."""
+    first = tensors[0]
+    if numel == 0 or recording():
+        return None
+    if len(tensors) < HOST_JOIN_PIECES and numel * first.dtype.itemsize > HOST_JOIN_BYTES:
+        return None
+    grads = autograd_state.enabled()
+    arrays = []
+    for t in tensors:
+        if t.dtype is not first.dtype or (grads and t.requires_grad):
+            return None
+        buf = engine.value(t.node)
+        if buf is None or type(buf) not in (Buffer, BufferView):
+            return None
+        arrays.append(buf.array[: t.numel()].reshape(t.shape))
+    return arrays
+
+
+def _host_join(join, arrays: list[np.ndarray], axis: int, first):
+    """The tensor of `join(arrays, axis=axis)` (np.concatenate or np.stack), written
+    straight into a buffer of its own."""
+    shape = list(arrays[0].shape)
+    if join is np.stack:
+        shape.insert(axis, len(arrays))
+    else:
+        shape[axis] = sum(a.shape[axis] for a in arrays)
+    buf = Buffer(math.prod(shape), first.dtype)
+    join(arrays, axis=axis, out=buf.array.reshape(shape))
+    return first._plain(N.buffer(buf, tuple(shape), first.dtype), requires_grad=False, leaf=True)
 
 
 def sliding_windows(x, kernel, stride, dilation):

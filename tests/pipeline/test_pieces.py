@@ -18,6 +18,16 @@ from fusegrad.runtime.cpu_backend import CpuBackend
 RNG = np.random.default_rng(7)
 
 
+@pytest.fixture(autouse=True)
+def _joins_as_kernels(monkeypatch):
+    """These tests lower joins of computed pieces, which `cat` and `stack` would otherwise
+    copy on the host without a kernel (frontend/movement.py, `_host_values`)."""
+    from fusegrad import movement
+
+    monkeypatch.setattr(movement, "HOST_JOIN_PIECES", float("inf"))
+    monkeypatch.setattr(movement, "HOST_JOIN_BYTES", -1)
+
+
 def special(*shape) -> np.ndarray:
     """Random float32 values with the special points mixed in (`special_values`)."""
     return special_values(RNG, *shape, nonfinite=True)

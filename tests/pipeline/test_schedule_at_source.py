@@ -16,6 +16,7 @@ import pytest
 
 import fusegrad as fg
 import fusegrad.nn.functional as F
+from fusegrad import movement
 from fusegrad.ir.reference import evaluate_many
 from fusegrad.pipeline import schedule as schedule_module
 from fusegrad.pipeline.schedule import schedule
@@ -325,12 +326,14 @@ def test_batch_norm_gradients_are_the_same_bits(monkeypatch):
 
 
 @pytest.mark.parametrize("pieces", [3, 12])
-def test_a_concatenation_of_many_pieces_keeps_its_own_kernel(pieces):
+def test_a_concatenation_of_many_pieces_keeps_its_own_kernel(pieces, monkeypatch):
     # a stack of computed pieces (an LSTM's steps' gate gradients), stored for its readers
     # and summed down its rows: up to AT_SOURCE_MAX_PIECES pieces the sum stores it (rule
     # 8); more, and it keeps a kernel of its own, where pipeline/pieces.py has each element
     # load its one piece (a sum's cascaded loops would load every piece, under guards)
     assert schedule_module.AT_SOURCE_MAX_PIECES == 4
+    monkeypatch.setattr(movement, "HOST_JOIN_PIECES", float("inf"))  # a kernel's join, not
+    monkeypatch.setattr(movement, "HOST_JOIN_BYTES", -1)  # numpy's (`_host_values`)
     rows = [f32(16, 64) * 0.1 for _ in range(pieces)]
     parts = [costly(fg.from_numpy(r)).realize() for r in rows]
     stacked = costly(fg.stack(parts).reshape(16 * pieces, 64))
