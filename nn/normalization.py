@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import warnings
+import weakref
 
 import numpy as np
 
@@ -208,10 +209,9 @@ def _update_running(running_mean, running_var, mean, var, count: int, momentum) 
     """r = (1 - m) r + m s, lazily: the step's optimizer computes it with the step
     (carried.py), from the statistics the forward pass computes anyway. Computing it here
     would run the forward pass up to this layer once more for every layer (a ResNet-18
-    step computed its convolutions 4x over). Buffers still lazy from an update no step
-    computed (train-mode forwards without an optimizer, or the module called twice in a
-    step) are computed first, so the chain of updates never grows. `momentum`: a float,
-    or a 0-d tensor (BatchNorm's cumulative average, 1 / count)."""
+    step computed its convolutions 4x over). Updates no step computed yet chain, up to
+    `MAX_CHAINED_UPDATES` (`_bound_chain`), so the chain of updates never grows with a
+    loop. `momentum`: a float, or a 0-d tensor (BatchNorm's cumulative average, 1 / count)."""
     m = 0.1 if momentum is None else momentum if isinstance(momentum, Tensor) else float(momentum)
     updated = []
     with no_grad():
@@ -222,10 +222,35 @@ def _update_running(running_mean, running_var, mean, var, count: int, momentum) 
             unbiased = var.detach().reshape(-1) * (count / (count - 1))
             new = (1.0 - m) * running_var + m * unbiased
             updated.append((running_var, new.cast(running_var.dtype)))
-        if any(not target._has_value() for target, _ in updated):
-            _realize(*[v for _, v in updated])
+        _bound_chain(updated)
         for target, value in updated:
             target.assign_(value)
+
+
+# Updates of running buffers chained lazily, not yet computed by an optimizer step (which
+# computes them with its own outputs, carried.py) or a read: past this many (a loop of
+# train-mode forwards with no step, a statistics pass under no_grad), the chain is
+# computed, so its graph does not grow with the loop. A module called several times in a
+# step (a GAN's discriminator, on real, fake and fake again) chains its updates instead
+# of running the forward pass up to each of its layers once more at every call.
+MAX_CHAINED_UPDATES = 4
+_chained: dict[int, tuple] = {}  # id(buffer) -> (weak reference, updates chained on it)
+
+
+def _bound_chain(updated: list[tuple]) -> None:
+    """Before each `(buffer, new value)` is assigned: compute the new values now when a
+    buffer's chain of lazy updates is `MAX_CHAINED_UPDATES` long, and count the chain."""
+    depth = 0
+    for target, _ in updated:
+        if not target._has_value():
+            ref, count = _chained.get(id(target), (None, 0))
+            depth = max(depth, count if ref is not None and ref() is target else 1)
+    if depth >= MAX_CHAINED_UPDATES:
+        _realize(*[v for _, v in updated])
+        depth = -1
+    for target, _ in updated:
+        key = id(target)
+        _chained[key] = (weakref.ref(target, lambda _, key=key: _chained.pop(key, None)), depth + 1)
 
 
 def _verify_spatial_size(shape: tuple[int, ...]) -> None:
@@ -307,8 +332,7 @@ def _update_from_samples(running_mean, running_var, mean, var, count: int, momen
             if target is not None:
                 samples = (1.0 - m) * target + m * stat.detach().reshape(stat.shape[:2])
                 updated.append((target, samples.mean(0).cast(target.dtype)))
-        if any(not target._has_value() for target, _ in updated):  # (as _update_running)
-            _realize(*[v for _, v in updated])
+        _bound_chain(updated)  # (as _update_running)
         for target, value in updated:
             target.assign_(value)
 
@@ -505,9 +529,8 @@ class _BatchNorm(Module):
             # a count in the graph, not read here: `fg.jit` replays it, and nothing waits
             # on it (a count still lazy from a forward without an optimizer step is
             # computed first, so its graph never grows)
-            if not self.num_batches_tracked._has_value():
-                _realize(self.num_batches_tracked)
             done = self.num_batches_tracked + 1
+            _bound_chain([(self.num_batches_tracked, done)])
             self.num_batches_tracked.assign_(done)
             if self.momentum is None:  # cumulative moving average
                 factor = 1.0 / done.float()

@@ -10,6 +10,7 @@ from _special_rows import special_rows
 import fusegrad as fg
 import fusegrad.nn.functional as F
 from fusegrad import nn
+from fusegrad.runtime.engine import engine
 from fusegrad.testing import gradcheck
 
 RNG = np.random.default_rng(3)
@@ -210,24 +211,58 @@ def test_batch_norm_running_statistics_are_computed_with_the_step(jit):
 
 
 def test_batch_norm_updates_without_an_optimizer_step_stay_bounded_and_right():
-    # train-mode forwards with no step (recalibrating the statistics): each update is
-    # computed by the next one, so the buffers' graphs never grow
+    # train-mode forwards with no step (recalibrating the statistics): updates chain
+    # lazily up to MAX_CHAINED_UPDATES, then the chain is computed, so the buffers' graphs
+    # never grow with the loop
     from fusegrad.ir.node import toposort
+    from fusegrad.nn import normalization
 
     bn = nn.BatchNorm2d(3)
     mean, var = np.zeros(3), np.ones(3)
     sizes = []
-    for step in range(1, 7):
+    cycle = normalization.MAX_CHAINED_UPDATES + 1
+    for step in range(1, 6 * cycle + 1):
         x = RNG.standard_normal((4, 3, 2, 2)).astype(np.float32) + step
         with fg.no_grad():
             bn(fg.tensor(x))
         mean = 0.9 * mean + 0.1 * x.mean((0, 2, 3))
         var = 0.9 * var + 0.1 * x.var((0, 2, 3), ddof=1)
         sizes.append(len(toposort([bn.running_mean.node, bn.num_batches_tracked.node])))
-    assert max(sizes) == max(sizes[:2])  # (lazy, then computed by the next update: bounded)
+    assert max(sizes) == max(sizes[:cycle])  # bounded
+    assert sizes[:cycle] == sizes[-cycle:]  # and the same chain each cycle
     np.testing.assert_allclose(bn.running_mean.numpy(), mean, rtol=1e-5)
     np.testing.assert_allclose(bn.running_var.numpy(), var, rtol=1e-5)
-    assert bn.num_batches_tracked.item() == 6
+    assert bn.num_batches_tracked.item() == 6 * cycle
+
+
+def test_a_batch_norm_called_three_times_in_a_step_runs_its_forward_once():
+    """A GAN's discriminator sees the real batch, the fake one detached and the fake one
+    again in each step: its running buffers chain three updates, computed by the optimizer
+    step, instead of running the forward pass up to the layer again at each call."""
+    fg.manual_seed(0)
+    bn = nn.BatchNorm2d(3)
+    conv = nn.Conv2d(3, 3, 3)
+    opt = fg.optim.SGD(conv.parameters(), lr=0.1)
+    batches = [RNG.standard_normal((4, 3, 6, 6)).astype(np.float32) for _ in range(9)]
+    mean, var = np.zeros(3), np.ones(3)
+    for step in range(3):
+        runs = engine.stats["scheduled"] + engine.stats["schedule_hits"]
+        opt.zero_grad()
+        loss = 0
+        for x in batches[3 * step : 3 * step + 3]:
+            y = conv(fg.tensor(x))
+            with fg.no_grad():
+                y_np = y.detach().numpy().astype(np.float64)
+            runs += 1  # (the read above)
+            loss = loss + bn(y).square().mean()
+            mean = 0.9 * mean + 0.1 * y_np.mean((0, 2, 3))
+            var = 0.9 * var + 0.1 * y_np.var((0, 2, 3), ddof=1)
+        assert engine.stats["scheduled"] + engine.stats["schedule_hits"] == runs
+        loss.backward()
+        opt.step()
+        np.testing.assert_allclose(bn.running_mean.numpy(), mean, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(bn.running_var.numpy(), var, rtol=1e-4, atol=1e-6)
+    assert bn.num_batches_tracked.item() == 9
 
 
 @pytest.mark.parametrize("p", [1, 2, 3.0, float("inf")])
