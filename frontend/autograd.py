@@ -21,7 +21,7 @@ import threading
 import weakref
 
 from . import autograd_state
-from .carried import with_carried
+from .carried import note_differentiated, with_carried
 from .errors import GradError, ShapeError, at_callers_site, fail
 from .ir import node as N
 from .ir.autodiff import GRAD_HOOKS, NO_DERIVATIVE, gradients
@@ -250,10 +250,11 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
                 undefined = pending.undefined
                 for k in undefined:
                     fresh[k] = None  # torch's None: .grad stays as it was
+    if create_graph:  # (the other branch walked the graph already)
+        walked = set()
+        _reached_leaves(t.node, by_node, walked)
+    note_differentiated(walked)
     if autograd_state.has_empty_links():
-        if create_graph:  # (the other branch walked the graph already)
-            walked = set()
-            _reached_leaves(t.node, by_node, walked)
         _zero_through_empty(walked, by_node, leaves, fresh, undefined, create_graph)
     if retained:  # a retained tensor with another target's node (equal nodes are one node)
         at = {id(x.node): k for k, x in enumerate(leaves)}

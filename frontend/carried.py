@@ -34,6 +34,12 @@ on its way (`read_along`: `hidden` shares the recurrence with the loss), so the 
 batch starts from `hidden`'s buffer instead of computing this batch again inside its
 own graph, which would otherwise hold every batch before it. A lazy tensor whose graph
 shares nothing with the read stays lazy, and so does one the read computes on its way.
+
+A carried tensor that needs a gradient and whose graph no backward pass has gone through
+since the last step (a GAN's fake batch: the discriminator's step saw it detached) will
+be differentiated later, by a backward that needs its forward pass's values: the step
+keeps its contractions too (`_kept_for_backward`), so the generator's step reads them
+instead of running the generator's forward pass again.
 """
 
 from __future__ import annotations
@@ -100,6 +106,30 @@ def _compact(refs: list) -> None:
     _lazy.limit = max(COMPACT_AT, 2 * len(refs))
 
 
+# ids of nodes backward passes went through kept at most, past which the earlier passes'
+# are forgotten (a loop of backward passes with no optimizer step)
+DIFFERENTIATED_MAX = 1 << 18
+
+
+def note_differentiated(ids: set[int]) -> None:
+    """Remember that a backward pass went through the nodes `ids` (see `take_differentiated`)."""
+    seen = getattr(_lazy, "differentiated", None)
+    if seen is None or len(seen) + len(ids) > DIFFERENTIATED_MAX:
+        _lazy.differentiated = ids
+    else:
+        seen |= ids
+
+
+def take_differentiated() -> set[int]:
+    """The ids of the nodes the backward passes of this thread went through since the last
+    call, forgotten here: a lazy value outliving an optimizer step whose graph none went
+    through (a GAN's fake batch, seen by the discriminator detached) is differentiated
+    later, so the step keeps its contractions' values too (`_kept_for_backward`)."""
+    seen = getattr(_lazy, "differentiated", None)
+    _lazy.differentiated = None
+    return seen or set()
+
+
 def with_carried(anchor, pending, extra) -> list:
     """`extra` and the lazy values a step computes with its own outputs (`carried`, on the
     device of `anchor`, a tensor the step computes or updates; None: no step): what every
@@ -126,6 +156,7 @@ def carried(device, taken) -> list:
     """This thread's live tensors that are still lazy, on `device`, other than the nodes in
     `taken` (ids), oldest first: what a step computes with its own outputs. Every tensor
     noted so far is forgotten (`note_lazy` notes it again when a write makes it lazy)."""
+    differentiated = take_differentiated()
     refs = getattr(_lazy, "refs", None)
     if not refs:
         return []
@@ -133,7 +164,33 @@ def carried(device, taken) -> list:
     live = [t for t in (r() for r in refs[since:]) if t is not None]
     del refs[since:]
     _lazy.read_from = min(_lazy.read_from, since)
-    return [t for t, _ in _still_lazy(live, device, set(taken))]
+    out = _still_lazy(live, device, set(taken))
+    return [t for t, _ in out] + _kept_for_backward(out, differentiated)
+
+
+def _kept_for_backward(lazy: list[tuple], differentiated: set[int]) -> list:
+    """Tensors over the contractions (convolutions, matmuls: macros) still to compute under
+    the carried tensors that need a gradient and that no gradient pass has gone through
+    yet (`differentiated`): a later backward through them (a GAN's generator step, through
+    the fake batch its discriminator step computed from a detached copy) reads them rather
+    than computing the forward pass again. Not 16-bit values (a later graph would read
+    them rounded where it computed them unrounded), nor the carried tensors themselves."""
+    value = engine.value
+    out: list = []
+    seen = {id(n) for _, n in lazy}
+    for t, n in lazy:
+        if id(n) in differentiated or not t.requires_grad:
+            continue
+        stack = list(n.srcs)
+        while stack:
+            m = stack.pop()
+            if id(m) in seen or m.op in (Ops.BUFFER, Ops.DETACH) or value(m) is not None:
+                continue
+            seen.add(id(m))
+            if m.op is Ops.MACRO and m.dtype.itemsize >= 4 and 0 not in m.shape:
+                out.append(t._plain(m, requires_grad=False, leaf=True))
+            stack.extend(m.srcs)
+    return out
 
 
 def _still_lazy(tensors, device, seen: set[int]) -> list[tuple]:

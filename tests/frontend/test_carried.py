@@ -193,6 +193,77 @@ def test_a_gan_s_detached_fake_batch_kept_for_the_next_step(counted):
     np.testing.assert_allclose(kept, want_kept, rtol=1e-5, atol=1e-6)
 
 
+def _macros_under(t) -> list:
+    seen, stack, out = set(), list(t.node.srcs), []
+    while stack:
+        n = stack.pop()
+        if id(n) in seen or n.op in (Ops.BUFFER, Ops.DETACH):
+            continue
+        seen.add(id(n))
+        out += [n] if n.op is Ops.MACRO else []
+        stack.extend(n.srcs)
+    return out
+
+
+def _generator_steps(keep: bool, monkeypatch) -> list[float]:
+    """A GAN's step as pytorch/examples' DCGAN writes it; `keep` False: without the
+    contractions' values kept by the discriminator's step (`_kept_for_backward`)."""
+    from fusegrad import carried
+
+    if not keep:
+        monkeypatch.setattr(carried, "_kept_for_backward", lambda lazy, seen: [])
+    fg.manual_seed(5)
+    gen = nn.Sequential(nn.Linear(3, 16), nn.ReLU(), nn.Linear(16, 8))
+    disc = nn.Sequential(nn.Linear(8, 16), nn.LeakyReLU(0.2), nn.Linear(16, 1))
+    g_opt, d_opt = optim.Adam(gen.parameters(), lr=0.01), optim.Adam(disc.parameters(), lr=0.01)
+    rng, losses = _rng(), []
+    ones, zeros = fg.ones(6, 1), fg.zeros(6, 1)
+    for _ in range(4):
+        real = fg.tensor(rng.standard_normal((6, 8)).astype(np.float32))
+        fake = gen(fg.tensor(rng.standard_normal((6, 3)).astype(np.float32)))
+        d_opt.zero_grad()
+        F.binary_cross_entropy_with_logits(disc(real), ones).backward()
+        d_fake = F.binary_cross_entropy_with_logits(disc(fake.detach()), zeros)
+        d_fake.backward()
+        d_opt.step()
+        macros = _macros_under(fake)
+        assert len(macros) == 2
+        assert all(engine.value(n) is not None for n in macros) == keep
+        g_opt.zero_grad()
+        g_loss = F.binary_cross_entropy_with_logits(disc(fake), ones)
+        g_loss.backward()
+        g_opt.step()
+        losses += [d_fake.item(), g_loss.item()]
+    monkeypatch.undo()
+    return losses + [p.numpy() for p in gen.parameters()]
+
+
+def test_a_gan_s_generator_step_reads_the_forward_pass_its_discriminator_step_computed(
+    monkeypatch,
+):
+    """The fake batch is alive and lazy at the discriminator's step, which computes it; no
+    gradient pass has gone through its graph (the discriminator saw it detached), so that
+    step stores the generator's contractions too, and the generator's backward reads them
+    instead of running the generator's forward pass again (a DCGAN ran its transposed
+    convolutions twice a step). The values are the same either way."""
+    kept, again = _generator_steps(True, monkeypatch), _generator_steps(False, monkeypatch)
+    for a, b in zip(kept, again):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_a_plain_step_keeps_no_contractions_of_the_logits_it_computes():
+    # the backward went through the logits' graph before the step: nothing to keep for it
+    fg.manual_seed(6)
+    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 4))
+    opt = optim.SGD(model.parameters(), lr=0.1)
+    x = fg.tensor(_rng().standard_normal((5, 6)).astype(np.float32))
+    out = model(x)
+    F.cross_entropy(out, fg.tensor([0, 1, 2, 3, 0])).backward()
+    opt.step()
+    assert out._has_value()
+    assert not any(engine.value(n) is not None for n in _macros_under(out))
+
+
 # ---------------------------------------------------------------- what it costs a plain step
 @pytest.mark.parametrize("conv", [False, True], ids=["mlp", "conv"])
 def test_the_plain_step_runs_the_same_kernels_with_the_rule(monkeypatch, conv):
