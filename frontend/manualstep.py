@@ -73,6 +73,8 @@ def defer(t, other, method: str, alpha) -> bool:
         return False  # (rarer spellings, such as sub_ with an alpha, stay eager)
     if method == "add" and alpha != 1 and type(other) is not other._lazy_grad:
         return False
+    if other.base is not None and type(other.base) is other._lazy_grad:
+        return False  # (accumulated over several backward() calls: one record a batch)
     record, index = other.pending, other.index
     node = owner.node  # (a parameter already in a batch: that batch is flushed first)
     if record.targets[index] is not node or other.dtype is not owner.dtype:
@@ -126,7 +128,7 @@ def flush(batch: _Batch | None = None) -> None:
     if usable:
         key = ("manual", tuple(op[1:4] + op[5:7] + (op[7] is not None,) for op in batch.ops))
         empty = [[] for _ in params]
-        _cache().run(record, key, params, empty, empty, pending, extra, build)
+        _cache().run([record], None, key, params, empty, empty, pending, extra, build)
     else:
         _realize_all(build(), pending, extra)
 

@@ -18,11 +18,15 @@ leaves get a gradient (`autograd.PendingGrads`), and `step()` looks the step up:
   inputs, runs it (one native program), and gives the parameters, the optimizer's
   state and the loss their new buffers.
 
+Gradients accumulated over several backward() calls before the step (micro-batches, a
+GAN's discriminator on the real and the fake batch) are sums of their unbuilt
+gradients (`LazyGrad._terms`): the key then holds every call's forward graph and, per
+parameter, which calls' gradients it sums, in order.
+
 A hit computes exactly what the miss would: the plan is the one the miss compiled
 for the same structure, on this step's buffers. Anything that does not fit the
-pattern (a gradient read or changed before the step, gradients accumulated over
-several backward() calls, an input that is none of the four kinds) takes the
-miss path, so it is never wrong, only slower.
+pattern (a gradient read or changed before the step, an input that is none of the
+four kinds) takes the miss path, so it is never wrong, only slower.
 """
 
 from __future__ import annotations
@@ -89,6 +93,7 @@ class StepCache:
         first = grads[0] if grads else None
         lazy = params[0]._lazy_grad if params else None  # (tensor.LazyGrad)
         record = first.pending if type(first) is lazy and not first.built else None
+        terms = None
         usable = (
             record is not None
             and not engine.recording()
@@ -103,26 +108,31 @@ class StepCache:
             )
             and all(t.node is record.root for t in pending)
         )
+        if not usable and record is not None:  # accumulated over several backward() calls?
+            terms = _accumulated(grads, params, pending, lazy)
+            usable = terms is not None and not engine.recording() and engine.plan_observer is None
         if not usable:
             _realize_all(build(), pending, extra)
             return
-        self.run(record, opt_key, params, states, scalars, pending, extra, build)
+        records = [record] if terms is None else terms[0]
+        self.run(records, terms, opt_key, params, states, scalars, pending, extra, build)
 
-    def run(self, record, opt_key, params, states, scalars, pending, extra, build) -> None:
-        """`step` once it is known that every parameter's gradient is `record`'s, unbuilt,
-        and that the pending losses are its root: the cached plan, or a miss."""
+    def run(self, records, terms, opt_key, params, states, scalars, pending, extra, build):
+        """`step` once it is known that every parameter's gradient is `records`' (one
+        backward() call's, or the sum of several: `terms`), unbuilt, and that the pending
+        losses are their roots: the cached plan, or a miss."""
         has_value = engine.has_value_predicate()
-        root = record.root
-        if has_value(root):
+        read = [r.root for r in records if has_value(r.root)]
+        if read:
             # the loss was read (`loss.item()`) before the step: the step computes it again
             # with the backward, from the forward graph still behind it, rather than take
             # it as an input and lose every activation the backward needs
-            computed = has_value
+            computed, read_ids = has_value, {id(n) for n in read}
 
-            def has_value(n, computed=computed, root=root):
-                return n is not root and computed(n)
+            def has_value(n, computed=computed, read_ids=read_ids):
+                return id(n) not in read_ids and computed(n)
 
-        roots = [root, record.root_grad]
+        roots = [n for r in records for n in (r.root, r.root_grad)]
         if extra:
             roots += [e.node for e in extra]
         t0 = time.perf_counter()  # (phases.timed, written out: this runs every step)
@@ -144,6 +154,7 @@ class StepCache:
             tuple(map(len, scalars)),
             len(pending),
             config.disable_rules,  # (a step recorded under other rules ran other plans)
+            None if terms is None else terms[1],
         )
         entry = self.entries.get(key)
         if entry is None:
@@ -212,6 +223,34 @@ class StepCache:
         if sources is None:
             return _UNCACHEABLE
         return _Entry(plan, sources, targets, len(flat_states))
+
+
+def _accumulated(grads, params, pending, lazy) -> tuple[list, tuple] | None:
+    """For gradients each the sum of several backward() calls' (`LazyGrad._terms`), all
+    unbuilt and each term `p`'s own, with the pending losses among their roots: the
+    backward calls in the order first met, and per parameter the (call, index) of each
+    of its terms, for the key. None where the step does not fit."""
+    records: list = []
+    at: dict[int, int] = {}
+    layout = []
+    for g, p in zip(grads, params):
+        terms = g._terms() if type(g) is lazy else None
+        if terms is None:
+            return None
+        row = []
+        for record, index in terms:
+            if record.targets[index] is not p.node:
+                return None
+            k = at.get(id(record))
+            if k is None:
+                k = at[id(record)] = len(records)
+                records.append(record)
+            row.append((k, index))
+        layout.append(tuple(row))
+    roots = {id(r.root) for r in records}
+    if not all(id(t.node) in roots for t in pending):
+        return None
+    return records, tuple(layout)
 
 
 def _is_table(buf) -> bool:

@@ -1116,7 +1116,11 @@ class LazyGrad(Tensor):
     may run a cached plan instead (`frontend/stepcache.py`).
 
     `base`: a gradient accumulated onto zeros (`p.grad.zero_()`, then backward()) is
-    `zeros + g`, still unbuilt: its node is that sum, built when first read.
+    `zeros + g`, still unbuilt: its node is that sum, built when first read. One
+    accumulated onto another backward() call's unbuilt gradient (gradient accumulation
+    over micro-batches, a GAN's discriminator on real and fake batches) is `earlier + g`,
+    `base` a private copy of the earlier one (`_accumulated`), also unbuilt: a step over
+    several backward() calls may be cached too.
     """
 
     __slots__ = ("pending", "index", "base")
@@ -1136,8 +1140,12 @@ class LazyGrad(Tensor):
         n = _NODE.__get__(self, Tensor)
         if n is None:
             n = self.pending.materialize()[self.index]
-            if self.base is not None:  # as `zeros + g` builds it
-                n = Tensor.__add__(Tensor(self.base), Tensor(n)).node
+            base = self.base
+            if base is not None:  # as `zeros + g`, or `earlier + g`, builds it
+                if type(base) is not N.Node:
+                    base = base.node
+                    self.base = None  # (the earlier calls' records: no longer needed)
+                n = Tensor.__add__(Tensor(base), Tensor(n)).node
             _NODE.__set__(self, n)
         return n
 
@@ -1148,10 +1156,31 @@ class LazyGrad(Tensor):
             and o.base is None
             and o.shape == self.shape
             and o.dtype is self.dtype
-            and _zeros(self)
         ):
-            return LazyGrad(o.pending, o.index, base=self.node)  # backward() onto zero_()
+            if _zeros(self):
+                return LazyGrad(o.pending, o.index, base=self.node)  # backward() onto zero_()
+            if type(self) is LazyGrad and not self.built:  # onto an earlier backward()'s
+                return LazyGrad(o.pending, o.index, base=self._accumulated())
         return Tensor.__add__(self, o)
+
+    def _accumulated(self) -> LazyGrad:
+        """A private copy of this unbuilt gradient, to accumulate onto: a later write to this
+        one (`zero_()`) changes this one alone, as the eager sum it stands for."""
+        return LazyGrad(self.pending, self.index, self.base)
+
+    def _terms(self) -> list[tuple] | None:
+        """`(pending backward, index)` of each backward() call summed into this gradient,
+        the first first, while none is built and nothing else is summed in (zeros); else
+        None."""
+        out, g = [], self
+        while True:
+            if type(g) is not LazyGrad or g.built:
+                return None
+            out.append((g.pending, g.index))
+            g = g.base
+            if g is None:
+                out.reverse()
+                return out
 
     @node.setter
     def node(self, value: N.Node) -> None:

@@ -201,10 +201,11 @@ def _conv_batches(rng, b):
     return rng.standard_normal((b, 1, 8, 8)).astype(np.float32), rng.integers(0, 3, b)
 
 
-def _cached_and_full_agree(make_model, make_opt, batches, read_loss_first=False) -> None:
+def _cached_and_full_agree(make_model, make_opt, batches, read_loss_first=False, micro=1):
     """The same loop twice: once with every step built in full (the step cache emptied
     before each step), once cached; parameters and losses must agree exactly, and the
-    cached run must have hit the cache."""
+    cached run must have hit the cache. `micro`: backward() calls a step, each over its
+    share of the batch (gradient accumulation), the loss of each divided by `micro`."""
     runs = []
     for cached in (False, True):
         fg.manual_seed(3)
@@ -215,8 +216,10 @@ def _cached_and_full_agree(make_model, make_opt, batches, read_loss_first=False)
             if not cached:
                 opt._steps.entries.clear()
             opt.zero_grad()
-            loss = F.cross_entropy(model(fg.tensor(x)), fg.tensor(y))
-            loss.backward()
+            for part in range(micro):
+                rows = slice(part * len(x) // micro, (part + 1) * len(x) // micro)
+                loss = F.cross_entropy(model(fg.tensor(x[rows])), fg.tensor(y[rows])) / micro
+                loss.backward()
             if read_loss_first:
                 losses.append(loss.item())
             opt.step()
@@ -274,7 +277,51 @@ def test_a_gradient_read_after_a_cached_step_is_the_step_gradient():
     np.testing.assert_allclose(model[0].weight.numpy(), w_before - 0.1 * g, rtol=1e-5, atol=1e-7)
 
 
-def test_gradients_accumulated_over_two_backwards_take_the_full_path():
+@pytest.mark.parametrize("micro", [2, 3])
+@pytest.mark.parametrize("model_and_data", [(_mlp, _mlp_batches), (_convnet, _conv_batches)])
+def test_gradients_accumulated_over_micro_batches_hit_the_cache_bit_for_bit(micro, model_and_data):
+    """Several backward() calls before a step (gradient accumulation): each gradient is
+    the sum of theirs, still unbuilt, so the step is cached as a single backward's is."""
+    make_model, make_batch = model_and_data
+    rng = np.random.default_rng(4)
+    batches = [make_batch(rng, 6) for _ in range(7)]
+    make_opt = lambda ps: optim.Adam(ps, lr=0.01, weight_decay=0.01)  # noqa: E731
+    _cached_and_full_agree(make_model, make_opt, batches, micro=micro)
+    _cached_and_full_agree(make_model, make_opt, batches, read_loss_first=True, micro=micro)
+
+
+def test_accumulated_gradients_are_the_sum_of_each_call_s():
+    # two calls, x then 2x, through a linear layer: 2 + 4 per weight (the rows summed);
+    # a parameter only the second call reaches has that call's gradient alone; the
+    # gradient read after a cached step is built from both calls' graphs
+    fg.manual_seed(0)
+    model, extra = nn.Linear(6, 3), nn.Linear(6, 3)
+    opt = optim.SGD([*model.parameters(), *extra.parameters()], lr=0.5)
+    x = fg.tensor(np.ones((2, 6), np.float32))
+    w = model.weight.numpy().copy()
+    for step in range(1, 5):
+        opt.zero_grad()
+        model(x).sum().backward()
+        (model(x * 2) + extra(x)).sum().backward()
+        opt.step()
+        np.testing.assert_allclose(model.weight.numpy(), w - 0.5 * 6 * step, rtol=1e-6)
+    assert opt._steps.hits >= 2
+    np.testing.assert_array_equal(model.weight.grad.numpy(), np.full((3, 6), 6.0))
+    np.testing.assert_array_equal(model.bias.grad.numpy(), np.full(3, 4.0))
+    np.testing.assert_array_equal(extra.weight.grad.numpy(), np.full((3, 6), 2.0))
+
+
+def test_an_earlier_gradient_changed_after_accumulation_leaves_the_sum_alone():
+    fg.manual_seed(1)
+    w = nn.Parameter(fg.tensor([1.0, -2.0]))
+    (w * 3).sum().backward()
+    first = w.grad
+    (w * w).sum().backward()
+    first.zero_()  # (torch's p.grad would be this very tensor: fusegrad's sum is new)
+    assert w.grad.tolist() == [5.0, -1.0]
+
+
+def test_a_gradient_read_between_backward_calls_takes_the_full_path():
     fg.manual_seed(0)
     model = _mlp()
     opt = optim.SGD(model.parameters(), lr=0.1)
@@ -282,9 +329,11 @@ def test_gradients_accumulated_over_two_backwards_take_the_full_path():
     for _ in range(3):
         opt.zero_grad()
         model(x).sum().backward()
+        norm = float(model[0].weight.grad.norm())  # builds the first call's gradients
         model(x * 2).sum().backward()
         w = model[0].weight.numpy().copy()
         opt.step()
+    assert opt._steps.hits == 0 and norm > 0
     g = model[0].weight.grad.numpy()
     np.testing.assert_allclose(model[0].weight.numpy(), w - 0.1 * g, rtol=1e-6)
 
