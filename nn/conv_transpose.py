@@ -5,7 +5,9 @@ the output, `stride` apart. At stride 1 (and on the GPU) it is computed as a
 plain correlation: insert stride - 1 zeros between the input's elements, pad by
 dilation * (k - 1) - padding on each side (plus `output_padding` after), and
 correlate with the weight flipped and with its in/out channel axes swapped. A
-strided one on the CPU runs phase by phase instead (`_strided`), with no zeros.
+strided one on the CPU runs phase by phase instead (`_strided`), with no zeros, and
+one whose input is a single pixel (a generator's first layer) as a matrix product of
+the input's channels with the weight's taps (`_one_pixel_product`).
 
 >>> import fusegrad as fg
 >>> from fusegrad.nn.conv_transpose import conv_transpose1d
@@ -99,6 +101,8 @@ def _conv_transposed(tensors: list, params: tuple) -> Tensor:
     "full", with the flipped weight (the GPU's tiles guard the padding and the zeros)."""
     x, weight = tensors
     pads, out_pads, stride, dilation, groups, n, op = params
+    if _one_pixel(x, params):
+        return _one_pixel_product(x, weight, pads, n)
     cin, cout_g = weight.shape[:2]
     kernel = weight.shape[2:]
     cout, cin_g = cout_g * groups, cin // groups
@@ -129,6 +133,8 @@ def _conv_transposed_gradients(tensors: list, params: tuple, g: Tensor):
     (derived) for the zero-filled correlation."""
     x, weight = tensors
     pads, _, stride, dilation, groups, n, op = params
+    if _one_pixel(x, params):
+        return None  # (the product's)
     if not (any(s > 1 for s in stride) and expansion_layout().copy_padding):
         return None
     dx = convnd(g, weight, None, stride, pads, dilation, groups, n, op)
@@ -139,6 +145,34 @@ def _conv_transposed_gradients(tensors: list, params: tuple, g: Tensor):
 
 
 register_composite("conv_transpose", _conv_transposed, gradient=_conv_transposed_gradients)
+
+
+def _one_pixel(x: Tensor, params: tuple) -> bool:
+    """Whether a transposed convolution's input is one pixel (a DCGAN generator's first
+    layer: the noise, N x nz x 1 x 1, to 4 x 4), one group, no dilation nor output
+    padding, on the CPU's layout: each output pixel is then one tap of the weight times
+    the input's channels, a matrix product (`_one_pixel_product`). As a correlation of the
+    input padded to 7 x 7, it made 16 times the multiply-adds, 15 of 16 with zeros."""
+    pads, out_pads, stride, dilation, groups, n, op = params
+    return (
+        all(s == 1 for s in x.shape[2:])
+        and groups == 1
+        and all(d == 1 for d in dilation)
+        and not any(out_pads)
+        and expansion_layout().copy_padding
+    )
+
+
+def _one_pixel_product(x: Tensor, weight: Tensor, pads, n: int) -> Tensor:
+    """out[b, o, *k] = sum_c x[b, c] * weight[c, o, *k], the padding cut from each side:
+    (N, Cin) @ (Cin, Cout * taps), its gradients the product's."""
+    cin, cout = weight.shape[:2]
+    kernel = weight.shape[2:]
+    out = x.reshape(x.shape[0], cin) @ weight.reshape(cin, cout * math.prod(kernel))
+    out = out.reshape(x.shape[0], cout, *kernel)
+    if any(pads):
+        out = out[(slice(None), slice(None), *(slice(p, k - p) for p, k in zip(pads, kernel)))]
+    return out
 
 
 def _strided(x: Tensor, weight: Tensor, out_shape, pads, stride, dilation, groups, op: str):

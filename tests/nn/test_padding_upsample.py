@@ -3,6 +3,8 @@ against numpy references: values, and float64 central-difference gradients."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -235,6 +237,50 @@ def test_conv_transpose_matches_numpy(n, stride, pad, out_pad, dil, groups):
     np.testing.assert_allclose(run(t64(x), t64(w), t64(b)).numpy(), want, rtol=1e-10, atol=1e-10)
     if n == 1 or groups == 1:
         assert gradcheck(run, [t64(x[:1]), t64(w), t64(b)])
+
+
+@pytest.mark.parametrize(
+    "n,k,stride,pad,out_pad,dil,groups",
+    [
+        (2, 4, 1, 0, 0, 1, 1),  # DCGAN's first layer: the noise to 4 x 4
+        (2, 4, 2, 1, 0, 1, 1),
+        (1, 5, 3, 2, 0, 1, 1),
+        (2, (3, 2), 1, (1, 0), 0, 1, 1),
+        (2, 3, 2, 0, 1, 1, 1),  # output padding: the correlation's
+        (2, 3, 1, 0, 0, 2, 1),  # dilated: the correlation's
+        (2, 3, 1, 0, 0, 1, 2),  # grouped: the correlation's
+    ],
+)
+def test_a_one_pixel_transposed_convolution_is_a_product(n, k, stride, pad, out_pad, dil, groups):
+    """An input of one pixel (a generator's first layer) is a matrix product of its
+    channels with the weight's taps, not a correlation of the input padded with zeros
+    (16 times the multiply-adds at 4 x 4): values and gradients against numpy's scatter
+    and central differences, and the multiply-adds the product's."""
+
+    def tup(v):
+        return (v,) * n if isinstance(v, int) else v
+
+    cin, cout = 3 * groups, 2 * groups
+    x = RNG.standard_normal((2, cin, *([1] * n)))
+    w = RNG.standard_normal((cin, cout // groups, *tup(k)))
+    want = ref_conv_transpose(x, w, None, tup(stride), tup(pad), tup(out_pad), tup(dil), groups)
+    fn = F.conv_transpose1d if n == 1 else F.conv_transpose2d
+
+    def run(xt, wt):
+        return fn(xt, wt, None, stride, pad, out_pad, groups, dil)
+
+    y = run(t64(x), t64(w))
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-10, atol=1e-10)
+    assert gradcheck(run, [t64(x), t64(w)])
+    if pad == 0 and out_pad == 0 and dil == 1 and groups == 1:
+        # the zero-filled correlation's multiply-adds: each output pixel's taps, x taps
+        flops = sum(r.flops for r in fg.kernels(y))
+        correlation = 2 * x.shape[0] * cin * cout * math.prod(y.shape[2:]) * taps(k, n)
+        assert flops < correlation / 2, (flops, correlation)
+
+
+def taps(k, n: int) -> int:
+    return math.prod((k,) * n if isinstance(k, int) else k)
 
 
 @pytest.mark.parametrize(
