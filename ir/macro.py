@@ -149,9 +149,32 @@ def _rebuilt(n: Node, srcs: tuple[Node, ...]) -> Node:
 
 def depends_on_layout(m: Node) -> bool:
     """Whether macro `m`'s expansion asks which layout it is built for (ir/layout.py):
-    a matmul's, a convolution's, or one with either inside."""
-    expansion(m, L.NEUTRAL)
-    return None not in _EXPANSIONS[m]
+    a matmul's, a convolution's, or one with either inside.
+
+    Found by building the expansion once for each kind, parameters and sources' ops,
+    shapes, dtypes and devices (`_ASKS_LAYOUT`), not for each node: a graph built anew at
+    every call (L-BFGS's closure over an unrolled `LSTMCell`) asked it of hundreds of
+    macros a gradient pass, each building its whole expansion only to find a matmul in
+    it. (Either answer gives the right gradient; this one says where it is derived.)"""
+    kept = _EXPANSIONS.get(m)
+    if kept is not None:
+        return None not in kept
+    key = (m.arg, tuple((s.op, s.shape, s.dtype, s.device) for s in m.srcs))
+    asks = _ASKS_LAYOUT.get(key)
+    if asks is None:
+        expansion(m, L.NEUTRAL)
+        asks = None not in _EXPANSIONS[m]
+        with _lock:
+            if len(_ASKS_LAYOUT) >= ASKS_LAYOUT_KEPT:
+                _ASKS_LAYOUT.clear()
+            _ASKS_LAYOUT[key] = asks
+    return asks
+
+
+# macros' kinds, parameters and sources (`depends_on_layout`) -> whether the expansion
+# asks the layout; at most ASKS_LAYOUT_KEPT kept, then forgotten all at once
+_ASKS_LAYOUT: dict[tuple, bool] = {}
+ASKS_LAYOUT_KEPT = 4096
 
 
 def _expand(m: Node, srcs: tuple[Node, ...], layout: Layout) -> Node:

@@ -386,3 +386,28 @@ def test_a_composite_of_composites_expands_to_primitives_in_one_pass():
     (g,) = fg.grad(y.sum(), [x])
     (gw,) = fg.grad(composed((x,), ()).sum(), [x])
     np.testing.assert_array_equal(g.numpy(), gw.numpy())
+
+
+def test_whether_an_expansion_asks_the_layout_is_found_once_per_kind_and_sources():
+    """`depends_on_layout` builds a macro's expansion to find out, once for each kind,
+    parameters and sources' ops, shapes and dtypes: a graph built again at every call (an
+    L-BFGS closure over an unrolled LSTMCell) no longer expands every macro of it for
+    the question. The answers are those the expansions give: a matmul large enough for
+    packed operands asks, a small one and a tanh do not."""
+    from fusegrad.ir import macro as M
+
+    M._ASKS_LAYOUT.clear()
+
+    def fresh(k, rows=256):
+        x = fg.tensor(np.full((rows, 512), float(k), np.float32))
+        w = fg.tensor(np.ones((512, 512), np.float32) * k)
+        return F.linear(x, w).node, x[:4, :6].tanh().node
+
+    (lin1, tanh1), (lin2, tanh2) = fresh(1), fresh(2)
+    assert lin1.op is Ops.MACRO and tanh1.op is Ops.MACRO
+    assert M.depends_on_layout(lin1) and not M.depends_on_layout(tanh1)
+    assert M._EXPANSIONS.get(lin2) is None and M._EXPANSIONS.get(tanh2) is None
+    assert M.depends_on_layout(lin2) and not M.depends_on_layout(tanh2)
+    assert M._EXPANSIONS.get(lin2) is None and M._EXPANSIONS.get(tanh2) is None
+    small = fresh(3, rows=4)[0]  # other shapes: asked again, and another answer
+    assert not M.depends_on_layout(small) and M._EXPANSIONS.get(small) is not None
