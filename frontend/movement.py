@@ -460,7 +460,6 @@ def cat(tensors, dim: int = 0):
                 "cat",
                 f"expected Tensor as element {i} in argument 0, but got {type(t).__name__}",
             )
-    for i, t in enumerate(tensors):
         if t.ndim == 0:
             fail(
                 ShapeError,

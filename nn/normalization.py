@@ -250,7 +250,10 @@ def _bound_chain(updated: list[tuple]) -> None:
         depth = -1
     for target, _ in updated:
         key = id(target)
-        _chained[key] = (weakref.ref(target, lambda _, key=key: _chained.pop(key, None)), depth + 1)
+        ref = _chained.get(key, (None, 0))[0]
+        if ref is None or ref() is not target:  # (one reference a buffer, made once)
+            ref = weakref.ref(target, lambda _, key=key: _chained.pop(key, None))
+        _chained[key] = (ref, depth + 1)
 
 
 def _verify_spatial_size(shape: tuple[int, ...]) -> None:

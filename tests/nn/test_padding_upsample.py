@@ -279,6 +279,31 @@ def test_a_one_pixel_transposed_convolution_is_a_product(n, k, stride, pad, out_
         assert flops < correlation / 2, (flops, correlation)
 
 
+def test_a_one_pixel_transposed_convolution_at_special_points_and_empty():
+    # inputs 0, -0.0, +-1 and weights of both signs: every output a product's sum, its
+    # zero signs as a sum from +0.0 gives them (torch's GEMM); the gradients the
+    # product's; an empty batch gives an empty output and zero weight gradients
+    x = np.array([[0.0, -0.0, 1.0], [-1.0, -0.0, -0.0]]).reshape(2, 3, 1, 1)
+    w = np.array([1.0, -1.0, 0.5, -0.0] * 6).reshape(3, 2, 2, 2)
+    xt, wt = t64(x), t64(w)
+    xt.requires_grad_()
+    wt.requires_grad_()
+    y = F.conv_transpose2d(xt, wt)
+    want = ref_conv_transpose(x, w, None, (1, 1), (0, 0), (0, 0), (1, 1), 1)
+    np.testing.assert_array_equal(y.numpy(), want)
+    np.testing.assert_array_equal(np.signbit(y.numpy()), np.signbit(want + 0.0))
+    g = np.array([1.0, -1.0, 0.0, -0.0] * 4).reshape(2, 2, 2, 2)
+    y.backward(t64(g))
+    np.testing.assert_array_equal(wt.grad.numpy(), np.einsum("bc,bokl->cokl", x[:, :, 0, 0], g))
+    np.testing.assert_array_equal(xt.grad.numpy()[:, :, 0, 0], np.einsum("bokl,cokl->bc", g, w))
+    empty = t64(np.zeros((0, 3, 1, 1)))
+    wt.grad = None
+    out = F.conv_transpose2d(empty, wt)
+    assert out.shape == (0, 2, 2, 2)
+    out.sum().backward()
+    np.testing.assert_array_equal(wt.grad.numpy(), np.zeros((3, 2, 2, 2)))
+
+
 def taps(k, n: int) -> int:
     return math.prod((k,) * n if isinstance(k, int) else k)
 
