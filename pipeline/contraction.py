@@ -122,8 +122,13 @@ class TiledContraction:
             self._open_loop(Loop(v, count, [], kind))
             first_extent = count if first_extent is None else first_extent
             group_expr[gi] = lin(v) * step + inner if inner is not None else lin(v)
-            if extent % step:
-                assert gi == tile.col, "only the vector axis of a tile may be ragged"
+            if extent % step and gi != tile.col:
+                # ragged rows (`tile_choice.ragged_rows`): the last tile shifted back to end
+                # at the last row, `v // (count - 1)` being 1 there and 0 before it
+                assert gi == tile.row and count > 1, "only a tile's rows or vectors are ragged"
+                start = lin(v) * step - (lin(v) // (count - 1)) * (count * step - extent)
+                group_expr[gi] = self._merged_stand_in(f"g{gi}", extent, start + inner)
+            elif extent % step:
                 edge = (self._ragged(f"c{gi}", extent, group_expr[gi]),)
                 group_expr[gi] = lin(extent - 1) - edge[0]
             elif step > 1 and sum(root.shape[a] > 1 for a in group) > 1:

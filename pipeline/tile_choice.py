@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from ..ir.ops import Ops
 from ..ir.symbolic import Mod, Var, lin
+from . import templates
 from .coords import split_lanes
 from .llvm_math import host_has
 from .loopir import Kernel, Load, Loop
@@ -82,6 +83,16 @@ WIDE_PAIR_GRID_ACCUMULATORS = 384
 WIDE_VECTOR_BYTES = 64  # one AVX-512 register
 L1_RESIDENT_BYTES = 16 << 10  # an operand this small stays in L1 while a tile loop sweeps
 L2_RESIDENT_BYTES = 256 << 10  # an epilogue's array this small is read from L2 in any order
+
+
+# Hosts with 16 vector registers of 8 float32 lanes (AVX2 without AVX-512): a tile's
+# accumulators take at most 12 of them, the rest holding the loaded vectors and a broadcast:
+# columns of two registers (16 lanes) by 6 rows, or 4 where 6 do not divide the rows. With
+# 32 lanes by 4 rows (AVX-512's tile) all 16 registers held accumulators and every step
+# spilled: a 1024^3 matmul on Zen 3 ran at 77 GFLOP/s, and at 155 with 16 x 4.
+NARROW_TILE_COLS = 16
+NARROW_TILE_ROWS = 6
+NARROW_ACCUMULATOR_BYTES = 12 * 32
 
 
 def wide_registers() -> bool:
@@ -273,7 +284,12 @@ def lanes_along_sum(reads: TileReads, peeled: bool, sum_lanes: int | None) -> Ti
     if not lanes or not shared:
         return None
     row = max(shared, key=lambda g: (sum(ld.index.coef(out_vars[g]) == 0 for ld in loads), g))
-    rows = extents[row] if extents[row] <= 8 else _divisor(extents[row], TILE_ROWS, 2)
+    if extents[row] <= 8:
+        rows = extents[row]
+    elif ragged_rows(reads):
+        rows = TILE_ROWS
+    else:
+        rows = _divisor(extents[row], TILE_ROWS, 2)
     shuffles = [ld for ld in loads if ld.index.coef(inner) in SHUFFLED_LANE_STEPS]
     if shuffles and wide_registers():
         tile = _shuffled_grid(reads, shuffles, shared, lanes)
@@ -364,8 +380,11 @@ def columns_tile(reads: TileReads, peeled: bool) -> Tile | None:
 
 
 def _column_width(extent: int) -> int | None:
-    """Lanes for a vector of columns along an output axis of `extent`."""
+    """Lanes for a vector of columns along an output axis of `extent` (at most
+    NARROW_TILE_COLS on a host without AVX-512)."""
     w = _vector_width(extent, True)
+    if w and w > NARROW_TILE_COLS and not wide_registers():
+        return NARROW_TILE_COLS
     return w or _divisor(extent, TILE_COLS[0], TILE_MIN_COLS)  # short: 5 -> 5
 
 
@@ -402,28 +421,63 @@ def column_score(reads: TileReads, widths: list, g: int) -> int:
     return total
 
 
+def ragged_rows(reads: TileReads) -> bool:
+    """Whether the tile's rows may leave a ragged last tile: in a plan whose sizes vary
+    (`templates.active()`), so that one tile serves every row count and the kernels of the
+    next sizes differ only in their literals (a batch of 309 rows takes 8-row tiles, as one
+    of 360 does, not 3-row ones). The last tile is shifted back to end at the last row
+    (`TiledContraction._open_tile_loops`): the rows it shares with the tile before are
+    computed twice, alike, and stored twice. Not where a load is guarded (a window read
+    through padding), whose edge tiles are peeled by their rows' ranges. A plan of sizes
+    that never vary keeps rows that divide its row count."""
+    return templates.active() and not any(ld.valid for ld in reads.every_load)
+
+
 def _rows_for(reads: TileReads, g: int, col: int, cols: int) -> int | None:
     """The rows a tile of `cols` columns along group `col` unrolls along group g, or None
     where g takes none."""
     extent = reads.extents[g]
     if g == col or extent <= 1:
         return None
+    if not wide_registers():  # (16 registers: `NARROW_TILE_ROWS`)
+        return _narrow_rows(reads, extent, cols)
     if extent <= 2 * TILE_ROWS and extent * cols <= TILE_MAX_ACCUMULATORS:
         return extent
-    if cols <= 16 and extent % WIDE_TILE_ROWS == 0 and wide_registers():
+    ragged = ragged_rows(reads)
+
+    def fits(rows: int) -> bool:  # (a ragged last tile is shifted back: `ragged_rows`)
+        return extent % rows == 0 or (ragged and extent > rows)
+
+    if cols <= 16 and fits(WIDE_TILE_ROWS) and wide_registers():
         return WIDE_TILE_ROWS  # rows of one register each
     if (
         cols * reads.item.reduce.dtype.itemsize == 2 * WIDE_VECTOR_BYTES
-        and extent % FULL_WIDTH_TILE_ROWS == 0
+        and fits(FULL_WIDTH_TILE_ROWS)
         and full_width_fma()
     ):
         return FULL_WIDTH_TILE_ROWS  # rows of two registers each
-    if extent % TILE_ROWS == 0:
+    if fits(TILE_ROWS):
         return TILE_ROWS
     # an odd row count (a 1-D convolution's input gradient over 50 word-vector channels,
     # a batch of 10): the largest divisor up to 2 x TILE_ROWS, so each loaded vector
     # still serves several rows (one row: one multiply-add per two loads)
     return _divisor(extent, 2 * TILE_ROWS, 2)
+
+
+def _narrow_rows(reads: TileReads, extent: int, cols: int) -> int | None:
+    """`_rows_for` on a host with 16 vector registers: as many rows as the accumulators'
+    share of them holds (`NARROW_ACCUMULATOR_BYTES`), up to NARROW_TILE_ROWS where they
+    divide the rows (or may be ragged), else TILE_ROWS, else the largest divisor."""
+    most = NARROW_ACCUMULATOR_BYTES // max(cols * reads.item.reduce.dtype.itemsize, 1)
+    if most < 2:
+        return None
+    if extent <= min(most, 2 * TILE_ROWS):
+        return extent
+    ragged = ragged_rows(reads)
+    for rows in (NARROW_TILE_ROWS, TILE_ROWS):
+        if rows <= most and (extent % rows == 0 or (ragged and extent > rows)):
+            return rows
+    return _divisor(extent, min(NARROW_TILE_ROWS, most), 2)
 
 
 # A weight gradient whose windows are shuffled vectors (a strided convolution's, lanes along

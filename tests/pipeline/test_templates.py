@@ -323,3 +323,33 @@ def test_a_ragged_vectors_lane_mask_keeps_its_bound_a_literal(fresh):
     for n, g in zip(sizes, got):
         x = np.linspace(-3, 3, n * 24, dtype=np.float32)[:n]
         np.testing.assert_allclose(g, x.astype(np.float64).mean(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_products_rows_take_one_tile_at_every_row_count(fresh):
+    """x @ w for 16 rows, then 27, 35 and 29: in a plan whose sizes vary the register
+    tile's rows no longer divide the row count (3, 7 and 1 rows would each be a kernel of
+    its own shape); the last tile is shifted back to end at the last row, so the three
+    later products are one kernel but for their literals, and the last two run generic
+    kernels, with numpy's values and gradients."""
+    w_np = np.linspace(-1, 1, 24 * 40, dtype=np.float32).reshape(24, 40)
+    sizes = [16, 27, 35, 29]
+    out, ran = [], []
+    for n in sizes:
+        x_np = np.linspace(-3, 3, n * 24, dtype=np.float32).reshape(n, 24)
+        x, w = fg.tensor(x_np, requires_grad=True), fg.tensor(w_np, requires_grad=True)
+        y = (x @ w).tanh()
+        ran.append([r.compiled for r in engine.realize([y.node])])
+        y.sum().backward()
+        t = np.tanh(x_np.astype(np.float64) @ w_np)
+        np.testing.assert_allclose(y.numpy(), t, rtol=1e-5, atol=2e-5)
+        g = 1 - t * t
+        np.testing.assert_allclose(x.grad.numpy(), g @ w_np.T, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(w.grad.numpy(), x_np.T @ g, rtol=1e-5, atol=1e-4)
+        out.append(y.numpy())
+    products = [[k for k in plan if k.symbol.startswith("r_")] for plan in ran]
+    assert all(len(p) == 1 for p in products)
+    later = [p[0] for p in products[1:]]
+    shapes = {templates.shape_of(compiler.code_of(k.source, k.symbol, k.opt)[0]) for k in later}
+    shapes = {shape.text for shape in shapes}
+    assert len(shapes) == 1
+    assert all(k.generic for k in later[1:])

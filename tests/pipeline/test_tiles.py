@@ -30,6 +30,23 @@ def only_kernel(t):
     return k
 
 
+@pytest.fixture
+def host(monkeypatch, tmp_path):
+    """`host(wide)`: kernels lowered from here on as on a host with (True) or without
+    (False) 32 vector registers, from an empty cache, so that no plan or kernel lowered
+    under the other is reused."""
+    from fusegrad.pipeline import tile_choice
+    from fusegrad.runtime.engine import engine
+
+    def pin(wide: bool) -> None:
+        monkeypatch.setattr(tile_choice, "wide_registers", lambda: wide)
+        engine.forget_plans(lambda key: True)
+
+    with fg.config.override(cache=str(tmp_path)):
+        yield pin
+    engine.forget_plans(lambda key: True)
+
+
 def test_vector_widths_are_powers_of_two():
     assert _vector_width(400, True) == 16
     assert _vector_width(64, True) == 32
@@ -120,7 +137,11 @@ def test_weight_gradient_gets_a_grid_of_rows():
     np.testing.assert_allclose(w.grad.numpy(), want, rtol=1e-4, atol=1e-3)
 
 
-def test_large_matmul_packs_its_right_operand_and_walks_panels_outermost():
+@pytest.mark.parametrize("wide", [False, True])
+def test_large_matmul_packs_its_right_operand_and_walks_panels_outermost(host, wide):
+    """A panel is one 32-lane tile's columns with 32 vector registers (AVX-512); with 16
+    (`NARROW_TILE_COLS`) two 16-lane tiles share a panel."""
+    host(wide)
     a, b = f32(96, 512), f32(512, 1024)  # b is 2 MiB: packed into 32-column panels
     ta, tb = fg.tensor(a, requires_grad=True), fg.tensor(b, requires_grad=True)
     y = ta @ tb
@@ -128,7 +149,10 @@ def test_large_matmul_packs_its_right_operand_and_walks_panels_outermost():
     assert [k.reason for k in ks][0].startswith("matmul: a large right operand packed")
     mm = ks[-1].loop_ir
     assert mm.splitlines()[1].strip().startswith("parallel for o1")  # panels outermost
-    assert "vector for t in 0..32" in mm and "%" not in mm and "//" not in mm
+    if wide:
+        assert "vector for t in 0..32" in mm and "%" not in mm and "//" not in mm
+    else:
+        assert "register tile 6 rows x 16 lanes" in ks[-1].loop.tile_note
     np.testing.assert_allclose(y.numpy(), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
     g = f32(96, 1024)
     (y * fg.tensor(g)).sum().backward()
@@ -232,12 +256,13 @@ def test_a_two_register_row_tile_takes_8_rows_where_avx512_runs_full_width(monke
 
 
 @pytest.mark.parametrize("full_width", [False, True])
-def test_row_tiles_of_either_host_give_numpys_values_and_gradients(monkeypatch, full_width):
+def test_row_tiles_of_either_host_give_numpys_values_and_gradients(monkeypatch, host, full_width):
     """Forward and both gradients of a matmul with a 32-lane tile, run (not only lowered)
     with either host's rows, on inputs holding 0, -0, +-1 and ties; each size is its own so
     no kernel cached under the other setting is reused."""
     from fusegrad.pipeline import tile_choice
 
+    host(True)
     monkeypatch.setattr(tile_choice, "full_width_fma", lambda: full_width)
     m = 104 if full_width else 88
     a, b, g = f32(m, 256), f32(256, 64), f32(m, 64)
@@ -280,10 +305,12 @@ def test_full_width_fma_is_not_claimed_for_zen_4(monkeypatch):
 
 
 @pytest.mark.parametrize("rows, tile", [(50, 5), (10, 5), (14, 7), (13, 1)])
-def test_an_odd_row_count_takes_rows_of_its_largest_small_divisor(rows, tile):
+def test_an_odd_row_count_takes_rows_of_its_largest_small_divisor(host, rows, tile):
     """A row axis that 4 does not divide (a 1-D convolution's input gradient over 50
     word-vector channels) is unrolled by its largest divisor up to 8, so each vector loaded
-    along the columns serves several rows; a prime count keeps one row."""
+    along the columns serves several rows; a prime count keeps one row (with 32 vector
+    registers: `test_narrow_tiles_hold_at_most_twelve_accumulators` has 16)."""
+    host(True)
     a, b = f32(rows, 40), f32(40, 48)
     y = fg.tensor(a) @ fg.tensor(b)
     ir = only_kernel(y).loop_ir
@@ -381,7 +408,7 @@ def test_a_tile_over_merged_axes_addresses_its_lanes_contiguously():
 
 
 @pytest.mark.parametrize("batch, channels", [(32, 16), (4, 64)])
-def test_a_convolutions_images_go_outside_its_column_tiles(batch, channels):
+def test_a_convolutions_images_go_outside_its_column_tiles(host, batch, channels):
     """A convolution's windows (its vector operand, over 2 MiB here) move with the image,
     so a column tile's panel is one image's: with images enough to share among the
     threads the images' loop is outermost, then the column tiles, then the output
@@ -389,6 +416,7 @@ def test_a_convolutions_images_go_outside_its_column_tiles(batch, channels):
     images (4) the column tiles stay outermost, the parallel loop needing their count."""
     from fusegrad.nn import functional as F
 
+    host(True)  # (AVX-512's tile)
     x, w = f32(batch, channels, 58, 58), f32(32, channels, 3, 3)  # rows of 56 pixels out
     y = F.conv2d(fg.tensor(x), fg.tensor(w))
     (k,) = fg.kernels(y)
@@ -427,3 +455,30 @@ def test_a_long_sums_grid_of_two_register_rows(monkeypatch, wide):
     np.testing.assert_allclose(
         dw.numpy(), np.einsum("nol,ncli->oci", g, windows), rtol=1e-4, atol=1e-3
     )
+
+
+@pytest.mark.parametrize(
+    "m, k, n, rows, lanes", [(96, 512, 1024, 6, 16), (104, 256, 64, 4, 16), (5, 40, 48, 5, 16)]
+)
+def test_narrow_tiles_hold_at_most_twelve_accumulators(host, m, k, n, rows, lanes):
+    """With 16 vector registers (AVX2) a matmul's tile is 16 lanes (two registers) by 6
+    rows, or 4 where 6 do not divide the rows, or a short axis whole: at most 12
+    registers of accumulators (`NARROW_TILE_COLS`). A 32-lane tile of 4 rows held all 16
+    and spilled every step (a 1024^3 matmul on Zen 3: 77 GFLOP/s, with this tile 155).
+    Values and both gradients against float64, with 0, -0.0 and +-1 in the operands."""
+    host(False)
+    a, b, g = f32(m, k), f32(k, n), f32(m, n)
+    for x in (a, b):
+        x.reshape(-1)[::5] = 0.0
+        x.reshape(-1)[1::7] = -0.0
+        x.reshape(-1)[2::9] = 1.0
+        x.reshape(-1)[3::11] = -1.0
+    ta, tb = fg.tensor(a, requires_grad=True), fg.tensor(b, requires_grad=True)
+    y = ta @ tb
+    notes = [k.loop.tile_note for k in fg.kernels(y)]
+    assert any(f"register tile {rows} rows x {lanes} lanes" in note for note in notes), notes
+    (y * fg.tensor(g)).sum().backward()
+    a64, b64, g64 = (x.astype(np.float64) for x in (a, b, g))
+    np.testing.assert_allclose(y.numpy(), a64 @ b64, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(ta.grad.numpy(), g64 @ b64.T, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(tb.grad.numpy(), a64.T @ g64, rtol=1e-4, atol=1e-4)

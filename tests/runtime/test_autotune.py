@@ -36,8 +36,17 @@ RNG = np.random.default_rng(32)
 
 @pytest.fixture(autouse=True)
 def small_kernels_are_tuned(monkeypatch):
-    """The tests' products are small (a few million multiply-adds): let them be tuned."""
+    """The tests' products are small (a few million multiply-adds): let them be tuned.
+    Their candidates are those of a host with 32 vector registers (AVX-512: rows 4 to 16
+    of 32 lanes, grids), whatever the host (`test_a_narrow_hosts_candidates` has the
+    others'), and no plan lowered before under the host's own tiles is reused."""
+    from fusegrad.runtime.engine import engine
+
     monkeypatch.setattr(tile_tuning, "TUNE_MIN_WORK", 1 << 22)
+    monkeypatch.setattr(tile_choice, "wide_registers", lambda: True)
+    engine.forget_plans(lambda key: True)
+    yield
+    engine.forget_plans(lambda key: True)
 
 
 def special(*shape) -> np.ndarray:
@@ -137,6 +146,24 @@ def test_candidates_sum_as_the_fixed_choice_does():
     assert tuning_space(Tile(1, 32, 0, 8), items[-1], [(0,), (1,)], [(2,)]) is None
 
 
+def test_a_narrow_hosts_candidates(monkeypatch):
+    """With 16 vector registers (AVX2) the fixed tile is 6 rows of 16 lanes and the one
+    other candidate 4 rows: more would not fit the accumulators' share of the registers;
+    each candidate computes numpy's values."""
+    monkeypatch.setattr(tile_choice, "wide_registers", lambda: False)
+    a, b = special(96, 384), special(384, 128)
+    item, inputs = item_and_inputs(a, b)
+    space, lowered = space_of(item)
+    assert (space.default.rows, space.default.cols) == (6, 16)
+    assert sorted(t.rows for t in space.candidates) == [4, 6]
+    want = a.astype(np.float64) @ b
+    for tile in space.candidates:
+        got = run_kernel(lowered(tile), inputs).reshape(want.shape)
+        finite = np.isfinite(want)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-3)
+
+
 def batched_item(batch: int, m: int, k: int, n: int):
     """The one schedule item of a @ b with a (m, k) shared by a batch of b (batch, k, n):
     a's values are broadcast to the rows and b's read as vectors, and b moves with the
@@ -149,7 +176,6 @@ def batched_item(batch: int, m: int, k: int, n: int):
     return item, [values[id(x)] for x in item.inputs], np.matmul(a.astype(np.float64), b)
 
 
-@pytest.mark.skipif(not tile_choice.wide_registers(), reason="grids of 16-lane rows are AVX-512's")
 def test_grid_candidates_sum_as_the_fixed_choice_does():
     """16-lane columns with a batch beside them: grids of rows x images are candidates
     (`TUNE_GRIDS`), each computing every output as the same sum, bit for bit."""
