@@ -8,8 +8,9 @@ is a contiguous buffer) and its loop's extent (`runtime/dump.py`). Under
 
 Replay compiles `NNN_name.ll` (the optimized LLVM IR; edit it and replay runs the
 edited code, or name another file: `--ll other.ll`) with llvmlite as the runtime does
-(`pipeline/compiler.py`), calls it as the runtime launches a kernel (`runtime/launch.py`:
-`kernel(start, stop, *outputs, *inputs)`, over the threads), and
+(`pipeline/compiler.py`), to machine code as it is (`AS_OPTIMIZED`: no optimization pass
+runs on it again, so the code is the run's), calls it as the runtime launches a kernel
+(`runtime/launch.py`: `kernel(start, stop, *outputs, *inputs)`, over the threads), and
 
 - checks its outputs against the reference evaluator (`ir/reference.py`) run on the
   kernel's nodes over the same inputs, where the graph was dumped, saying which
@@ -57,7 +58,7 @@ from .ir import node as N
 from .ir.dtypes import to_dtype
 from .ir.ops import Ops
 from .ir.reference import evaluate_many
-from .pipeline.compiler import compile_kernel
+from .pipeline.compiler import AS_OPTIMIZED, compile_kernel
 from .runtime.buffer import Buffer
 from .runtime.cuda_replay import CudaReplayError, run_cuda_source
 from .runtime.dump import GRAPH_FORMAT
@@ -186,7 +187,10 @@ def _run_llvm(stem: str, meta: dict, values: list, ll: str | None, runs: int) ->
     # renamed for this text: the compiler keeps one kernel per name, and the name of an
     # edited file's kernel is the dumped one's
     own = f"{symbol}_replay_{hashlib.sha256(source.encode()).hexdigest()[:12]}"
-    kernel = compile_kernel(source.replace(f"@{symbol}(", f"@{own}("), own, meta["parameters"])
+    # (the .ll went through O3's passes in the run: emitted as it is, not optimized again)
+    kernel = compile_kernel(
+        source.replace(f"@{symbol}(", f"@{own}("), own, meta["parameters"], AS_OPTIMIZED
+    )
     ins = [
         Buffer.from_numpy(v.reshape(-1), to_dtype(p["dtype"]))
         for v, p in zip(values, meta["inputs"])

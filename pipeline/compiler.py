@@ -120,13 +120,19 @@ def host_description() -> str:
         return _target()[2]
 
 
+# the level of IR that went through the O3 pipeline already (a dumped kernel's optimized
+# .ll, replayed: fusegrad/replay.py): emitted as O3's machine code, no pass run again, so
+# the code is the run's (passes run twice may vectorize or reassociate a sum anew)
+AS_OPTIMIZED = -3
+
+
 @functools.cache
 def _machine(opt: int):
     """The target machine that optimizes and emits code at `opt`: 3 for kernels, 0 for a
     schedule's program (runtime/program.py: control flow around calls, which O3 takes
-    seconds over and makes no faster)."""
+    seconds over and makes no faster); AS_OPTIMIZED emits as 3 does."""
     tm, new_machine, _ = _target()
-    if opt == 3:
+    if opt in (3, AS_OPTIMIZED):
         return tm
     return llvm.Target.from_default_triple().create_target_machine(
         cpu=llvm.get_host_cpu_name(),
@@ -155,16 +161,17 @@ def _optimized(source: str, opt: int = 3):
         mod.triple = tm.triple
         mod.data_layout = str(tm.target_data)
         mod.verify()
-        pto = llvm.create_pipeline_tuning_options(speed_level=opt)
-        pto.loop_vectorization = opt >= 2
-        pto.slp_vectorization = opt >= 2
-        pto.loop_unrolling = opt >= 2
-        pb = llvm.create_pass_builder(tm, pto)
-        mpm = pb.getModulePassManager()
-        try:
-            mpm.run(mod, pb)
-        finally:
-            _dispose_pass_manager(mpm)
+        if opt != AS_OPTIMIZED:
+            pto = llvm.create_pipeline_tuning_options(speed_level=opt)
+            pto.loop_vectorization = opt >= 2
+            pto.slp_vectorization = opt >= 2
+            pto.loop_unrolling = opt >= 2
+            pb = llvm.create_pass_builder(tm, pto)
+            mpm = pb.getModulePassManager()
+            try:
+                mpm.run(mod, pb)
+            finally:
+                _dispose_pass_manager(mpm)
         yield mod
     finally:
         mod.close()  # the module before its context

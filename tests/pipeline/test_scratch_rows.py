@@ -5,8 +5,10 @@ its output pass share (`exp(x - max)`, `x - max`, `x - mean`) in a float32 row o
 thread's own instead of recomputing it: `exp` runs once per element and the output is
 rounded once. Oracles: numpy in float64 on the rounded inputs, and fusegrad's own float32
 kernel on the same inputs, rounded once (`.to(dtype)`): the two must agree bit for bit,
-since both compute the same float32 values and round the quotient once. Row lengths straddle
-the vector widths; many rows spread over the threads; special values sit in every row.
+since both compute the same float32 values and round the quotient once (within one ulp on
+a host without AVX-512, where LLVM may vectorize the two kernels' short sums differently).
+Row lengths straddle the vector widths; many rows spread over the threads; special values
+sit in every row.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from _softmax64 import log_softmax64, softmax64
 
 import fusegrad as fg
 from fusegrad.nn import functional as F
+from fusegrad.pipeline.tile_choice import wide_registers
 
 RNG = np.random.default_rng(3030)
 INF, NAN = np.inf, np.nan
@@ -63,12 +66,18 @@ def sixteen_bits(v: np.ndarray, dtype: str) -> np.ndarray:
     return (v.view(np.uint32) >> 16).astype(np.int64)
 
 
+def ordered(bits: np.ndarray) -> np.ndarray:
+    """16-bit float patterns as integers in the values' order (-0.0 and 0.0 alike), so
+    that neighbouring values are one apart."""
+    return np.where(bits & 0x8000, -(bits & 0x7FFF), bits)
+
+
 def assert_within_ulp(got: fg.Tensor, want: fg.Tensor, dtype: str) -> None:
-    """Non-negative 16-bit values (a softmax's) at most one ulp of their type apart."""
+    """16-bit values at most one ulp of their type apart."""
     a, b = got.float().numpy(), want.float().numpy()
     np.testing.assert_array_equal(np.isnan(a), np.isnan(b))
     ok = ~np.isnan(a)
-    apart = np.abs(sixteen_bits(a[ok], dtype) - sixteen_bits(b[ok], dtype))
+    apart = np.abs(ordered(sixteen_bits(a[ok], dtype)) - ordered(sixteen_bits(b[ok], dtype)))
     assert apart.max(initial=0) <= 1, (apart.max(), a[ok][apart > 1][:5], b[ok][apart > 1][:5])
 
 
@@ -77,6 +86,18 @@ def assert_same_bits(got: fg.Tensor, want: fg.Tensor) -> None:
     np.testing.assert_array_equal(np.isnan(a), np.isnan(b))
     same = np.isnan(a) | (a.view(np.uint32) == b.view(np.uint32))
     assert same.all(), (np.argwhere(~same)[:5], a[~same][:5], b[~same][:5])
+
+
+def assert_rounded_float32(got: fg.Tensor, want: fg.Tensor, dtype: str) -> None:
+    """`got`, a 16-bit row kernel's result, is `want`, the float32 kernel's, rounded once:
+    the same bits where LLVM vectorizes both kernels' short row sums alike (hosts with
+    AVX-512); with AVX2 only it may vectorize the float32 kernel's sum and leave the 16-bit
+    kernel's (which also fills its scratch row) scalar, adding in another order, and a
+    quotient at a rounding tie then lands one ulp apart (docs/NUMERICS.md)."""
+    if wide_registers():
+        assert_same_bits(got, want)
+    else:
+        assert_within_ulp(got, want, dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -90,7 +111,7 @@ def test_16bit_softmax_and_log_softmax_at_special_points(dtype, n):
     for name, ref in (("softmax", softmax64), ("log_softmax", log_softmax64)):
         y = getattr(t, name)(-1).realize()
         assert y.dtype == dt
-        assert_same_bits(y, getattr(wide, name)(-1).realize().to(dt))
+        assert_rounded_float32(y, getattr(wide, name)(-1).realize().to(dt), dtype)
         # within half a 16-bit ulp of the exact value, plus float32's few ulps
         atol = 1e-7 if dtype == "float16" else 1e-30  # float16's subnormal step is 6e-8
         rtol = EPS[dtype] * 1.01
@@ -107,8 +128,10 @@ def test_many_rows_over_the_threads_and_odd_lengths(dtype):
         x = special_rows(rows, n)
         t = fg.tensor(x).to(dt).realize()
         wide = t.float().realize()
-        assert_same_bits(t.softmax(-1).realize(), wide.softmax(-1).realize().to(dt))
-        assert_same_bits(t.log_softmax(-1).realize(), wide.log_softmax(-1).realize().to(dt))
+        want = wide.softmax(-1).realize().to(dt)
+        assert_rounded_float32(t.softmax(-1).realize(), want, dtype)
+        want = wide.log_softmax(-1).realize().to(dt)
+        assert_rounded_float32(t.log_softmax(-1).realize(), want, dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -127,7 +150,8 @@ def test_16bit_dims_other_than_the_last(dtype, dim):
     assert_close(got, log_softmax64(x16, dim), rtol=tol, atol=tol * 8)
     if dim == -1:
         wide = t.float().realize()
-        assert_same_bits(t.softmax(dim).realize(), wide.softmax(dim).realize().to(dt))
+        want = wide.softmax(dim).realize().to(dt)
+        assert_rounded_float32(t.softmax(dim).realize(), want, dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -166,7 +190,7 @@ def test_16bit_layer_norm_rounds_once(dtype):
     x = fg.tensor((2 + 3 * RNG.standard_normal((37, 515))).astype(np.float32)).to(dt).realize()
     y = F.layer_norm(x, (515,))
     want = F.layer_norm(x.float().realize(), (515,)).realize().to(dt)
-    assert_same_bits(y.realize(), want)
+    assert_rounded_float32(y.realize(), want, dtype)
 
 
 # ---------------------------------------------------------------- structure
@@ -191,8 +215,6 @@ def test_float32_keeps_its_stash_in_the_output():
 
 
 def test_the_output_pass_asks_for_whole_avx512_registers():
-    from fusegrad.pipeline.tile_choice import wide_registers
-
     x = fg.tensor(RNG.standard_normal((16, 1000)).astype(np.float32)).bfloat16().realize()
     (k,) = fg.kernels(x.softmax(-1))
     hinted = "for o1 in 0..1000 (16 lanes):" in k.loop_ir
