@@ -93,6 +93,10 @@ L2_RESIDENT_BYTES = 256 << 10  # an epilogue's array this small is read from L2 
 NARROW_TILE_COLS = 16
 NARROW_TILE_ROWS = 6
 NARROW_ACCUMULATOR_BYTES = 12 * 32
+# From this many rows their 6-row tiles may leave a ragged last tile in any plan (shifted
+# back: `ragged_rows`), recomputing at most 5 of the rows: a GPT step's products over 1024
+# rows then hold 12 accumulators instead of 4 rows' 8 (Zen 3: 202 -> 177 ms a step).
+NARROW_RAGGED_FROM = 8 * NARROW_TILE_ROWS
 
 
 def wide_registers() -> bool:
@@ -466,18 +470,24 @@ def _rows_for(reads: TileReads, g: int, col: int, cols: int) -> int | None:
 
 def _narrow_rows(reads: TileReads, extent: int, cols: int) -> int | None:
     """`_rows_for` on a host with 16 vector registers: as many rows as the accumulators'
-    share of them holds (`NARROW_ACCUMULATOR_BYTES`), up to NARROW_TILE_ROWS where they
-    divide the rows (or may be ragged), else TILE_ROWS, else the largest divisor."""
+    share of them holds (`NARROW_ACCUMULATOR_BYTES`), up to NARROW_TILE_ROWS: 6 in a plan
+    whose sizes vary (`ragged_rows`), else 6 or 5 where they divide the rows, else 6 where
+    the last tile may be ragged (`NARROW_RAGGED_FROM` rows and no guarded load), else the
+    largest divisor (4 for 44 rows)."""
     most = NARROW_ACCUMULATOR_BYTES // max(cols * reads.item.reduce.dtype.itemsize, 1)
     if most < 2:
         return None
     if extent <= min(most, 2 * TILE_ROWS):
         return extent
-    ragged = ragged_rows(reads)
-    for rows in (NARROW_TILE_ROWS, TILE_ROWS):
-        if rows <= most and (extent % rows == 0 or (ragged and extent > rows)):
-            return rows
-    return _divisor(extent, min(NARROW_TILE_ROWS, most), 2)
+    top = min(NARROW_TILE_ROWS, most)
+    if ragged_rows(reads) and extent > top:
+        return top  # (one tile for every size of a plan whose sizes vary)
+    exact = _divisor(extent, top, TILE_ROWS + 1)  # (6 or 5 rows, dividing the rows)
+    if exact:
+        return exact
+    if extent >= NARROW_RAGGED_FROM and not any(ld.valid for ld in reads.every_load):
+        return top
+    return _divisor(extent, top, 2)
 
 
 # A weight gradient whose windows are shuffled vectors (a strided convolution's, lanes along

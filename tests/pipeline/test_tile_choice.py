@@ -34,7 +34,9 @@ def test_a_matmuls_columns_run_along_the_right_operands_contiguous_axis():
     assert [T.column_score(reads, widths, g) for g in (0, 1)] == [-m * k, k * n]
     tile = T.choose_tile(plain, item, out_groups)
     assert (tile.col, tile.row, tile.lanes) == (1, 0, False)
-    assert tile.cols in T.TILE_COLS and n % tile.cols == 0 and m % tile.rows == 0
+    assert tile.cols in T.TILE_COLS and n % tile.cols == 0
+    # (a host with 16 registers may leave a ragged last tile of 6 rows: NARROW_RAGGED_FROM)
+    assert m % tile.rows == 0 or (not T.wide_registers() and m >= T.NARROW_RAGGED_FROM)
 
 
 def test_a_long_row_sum_is_left_to_the_vectorizer():
