@@ -87,7 +87,8 @@ L2_RESIDENT_BYTES = 256 << 10  # an epilogue's array this small is read from L2 
 
 # Hosts with 16 vector registers of 8 float32 lanes (AVX2 without AVX-512): a tile's
 # accumulators take at most 12 of them, the rest holding the loaded vectors and a broadcast:
-# columns of two registers (16 lanes) by 6 rows, or 4 where 6 do not divide the rows. With
+# columns of two registers (16 lanes) by 6 rows, or 4 where 6 do not divide the rows; lanes
+# along a sum two registers at most too. With
 # 32 lanes by 4 rows (AVX-512's tile) all 16 registers held accumulators and every step
 # spilled: a 1024^3 matmul on Zen 3 ran at 77 GFLOP/s, and at 155 with 16 x 4.
 NARROW_TILE_COLS = 16
@@ -276,6 +277,11 @@ def lanes_along_sum(reads: TileReads, peeled: bool, sum_lanes: int | None) -> Ti
     )
     ragged_ok = reads.item.reduce.op is Ops.SUM
     lanes = sum_lanes or _vector_width(inner.max + 1, ragged_ok, along_sum=True)
+    if lanes and lanes > NARROW_TILE_COLS and not wide_registers():
+        # (with 16 registers rows of two: a 3x3 convolution's weight gradient over 32-pixel
+        # rows, 3 taps x 32 lanes, loaded 16 registers for 12 multiply-adds; Zen 3: 18.8 ms
+        # -> 14.6 forward and weight gradient, 16 x 64 x 32^2 -> 64)
+        lanes = NARROW_TILE_COLS
     # (a peeled tile's short sum is a window's taps: its lanes go along the output row)
     short = peeled and inner.max + 1 < SHORT_REDUCTION
     lanes = lanes if unit and not short else None
