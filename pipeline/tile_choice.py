@@ -87,10 +87,10 @@ L2_RESIDENT_BYTES = 256 << 10  # an epilogue's array this small is read from L2 
 
 # Hosts with 16 vector registers of 8 float32 lanes (AVX2 without AVX-512): a tile's
 # accumulators take at most 12 of them, the rest holding the loaded vectors and a broadcast:
-# columns of two registers (16 lanes) by 6 rows, or 4 where 6 do not divide the rows; lanes
-# along a sum two registers at most too. With
-# 32 lanes by 4 rows (AVX-512's tile) all 16 registers held accumulators and every step
-# spilled: a 1024^3 matmul on Zen 3 ran at 77 GFLOP/s, and at 155 with 16 x 4.
+# columns of two registers (16 lanes) by 6 rows (`_narrow_rows`); lanes along a sum two
+# registers at most too. With 32 lanes by 4 rows (AVX-512's tile) all 16 registers held
+# accumulators and every step spilled: a 1024^3 matmul on Zen 3 ran at 77 GFLOP/s, and at
+# 155 with 16 x 4.
 NARROW_TILE_COLS = 16
 NARROW_TILE_ROWS = 6
 NARROW_ACCUMULATOR_BYTES = 12 * 32
@@ -439,7 +439,8 @@ def ragged_rows(reads: TileReads) -> bool:
     (`TiledContraction._open_tile_loops`): the rows it shares with the tile before are
     computed twice, alike, and stored twice. Not where a load is guarded (a window read
     through padding), whose edge tiles are peeled by their rows' ranges. A plan of sizes
-    that never vary keeps rows that divide its row count."""
+    that never vary keeps rows that divide its row count, but on a host with 16 registers
+    from `NARROW_RAGGED_FROM` rows (`_narrow_rows`)."""
     return templates.active() and not any(ld.valid for ld in reads.every_load)
 
 
