@@ -294,12 +294,7 @@ def lanes_along_sum(reads: TileReads, peeled: bool, sum_lanes: int | None) -> Ti
     if not lanes or not shared:
         return None
     row = max(shared, key=lambda g: (sum(ld.index.coef(out_vars[g]) == 0 for ld in loads), g))
-    if extents[row] <= 8:
-        rows = extents[row]
-    elif ragged_rows(reads):
-        rows = TILE_ROWS
-    else:
-        rows = _divisor(extents[row], TILE_ROWS, 2)
+    rows = extents[row] if extents[row] <= 8 else _divisor(extents[row], TILE_ROWS, 2)
     shuffles = [ld for ld in loads if ld.index.coef(inner) in SHUFFLED_LANE_STEPS]
     if shuffles and wide_registers():
         tile = _shuffled_grid(reads, shuffles, shared, lanes)
