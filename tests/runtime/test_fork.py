@@ -116,7 +116,8 @@ def test_forks_while_threads_compile_and_run_leave_no_child_hung():
 # A user's thread inside a numpy matmul at a fork: OpenBLAS shuts its pool down at every
 # fork, and that matmul, then every later one in the process, waited for ever (issue 55).
 _MATMUL_BESIDE = r"""
-import sys, threading, time
+import faulthandler, sys, threading, time
+faulthandler.dump_traceback_later(HANG_SECONDS, exit=True)  # (every thread's stack, then out)
 import numpy as np
 import fusegrad as fg
 from fusegrad.runtime import compile_servers, forksafe
@@ -141,21 +142,30 @@ print(done[0] - before, len(compile_servers._helpers))
 """
 
 
+HANG_SECONDS = 75  # (a run takes about 3 s; a hung child prints its stacks and exits)
+
+
 def _matmuls_after_compiles(plans: int, how: str = "") -> tuple[int, int]:
     """(numpy matmuls another thread did in the second after `plans` new plans
     compiled, compile helpers spawned), in a fresh interpreter that compiles side by side."""
     env = dict(os.environ, FUSEGRAD_CACHE="off", FUSEGRAD_COMPILE_WORKERS="2")
     env.pop("FUSEGRAD_TEST_DEVICE", None)
+    code = _MATMUL_BESIDE.replace("HANG_SECONDS", str(HANG_SECONDS))
     try:
         out = subprocess.run(
-            [sys.executable, "-c", _MATMUL_BESIDE, str(plans), how],
+            [sys.executable, "-c", code, str(plans), how],
             env=env,
             capture_output=True,
             text=True,
-            timeout=90,
+            timeout=HANG_SECONDS + 30,
         )
     except subprocess.TimeoutExpired:
         pytest.fail("hung: compiling beside a thread's numpy matmuls blocked them for ever")
+    if "Timeout (" in out.stderr:  # the child's own alarm: its threads' stacks, to see where
+        pytest.fail(
+            "hung: compiling beside a thread's numpy matmuls blocked them for ever; the"
+            f" stacks after {HANG_SECONDS} s:\n{out.stderr[-8000:]}"
+        )
     assert out.returncode == 0, out.stderr[-3000:]
     matmuls, helpers = map(int, out.stdout.split())
     return matmuls, helpers
