@@ -30,6 +30,15 @@ def only_kernel(t):
     return k
 
 
+def with_special_points(*arrays) -> None:
+    """0, -0.0, 1 and -1 written over every 5th, 7th, 9th and 11th element, in place."""
+    for x in arrays:
+        x.reshape(-1)[::5] = 0.0
+        x.reshape(-1)[1::7] = -0.0
+        x.reshape(-1)[2::9] = 1.0
+        x.reshape(-1)[3::11] = -1.0
+
+
 @pytest.fixture
 def host(monkeypatch, tmp_path):
     """`host(wide)`: kernels lowered from here on as on a host with (True) or without
@@ -267,11 +276,7 @@ def test_row_tiles_of_either_host_give_numpys_values_and_gradients(monkeypatch, 
     monkeypatch.setattr(tile_choice, "full_width_fma", lambda: full_width)
     m = 104 if full_width else 88
     a, b, g = f32(m, 256), f32(256, 64), f32(m, 64)
-    for x in (a, b):
-        x.reshape(-1)[::5] = 0.0
-        x.reshape(-1)[1::7] = -0.0
-        x.reshape(-1)[2::9] = 1.0
-        x.reshape(-1)[3::11] = -1.0
+    with_special_points(a, b)
     ta, tb = fg.tensor(a, requires_grad=True), fg.tensor(b, requires_grad=True)
     y = ta @ tb
     rows = 8 if full_width else 4
@@ -472,11 +477,7 @@ def test_narrow_tiles_hold_at_most_twelve_accumulators(host, m, k, n, rows, lane
     against float64, with 0, -0.0 and +-1 in the operands."""
     host(False)
     a, b, g = f32(m, k), f32(k, n), f32(m, n)
-    for x in (a, b):
-        x.reshape(-1)[::5] = 0.0
-        x.reshape(-1)[1::7] = -0.0
-        x.reshape(-1)[2::9] = 1.0
-        x.reshape(-1)[3::11] = -1.0
+    with_special_points(a, b)
     ta, tb = fg.tensor(a, requires_grad=True), fg.tensor(b, requires_grad=True)
     y = ta @ tb
     notes = [k.loop.tile_note for k in fg.kernels(y)]
