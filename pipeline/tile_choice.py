@@ -436,7 +436,13 @@ def ragged_rows(reads: TileReads) -> bool:
     through padding), whose edge tiles are peeled by their rows' ranges. A plan of sizes
     that never vary keeps rows that divide its row count, but on a host with 16 registers
     from `NARROW_RAGGED_FROM` rows (`_narrow_rows`)."""
-    return templates.active() and not any(ld.valid for ld in reads.every_load)
+    return templates.active() and not _guarded(reads)
+
+
+def _guarded(reads: TileReads) -> bool:
+    """Whether some load of the kernel is guarded (a window read through padding): its
+    tiles' edges are peeled by their rows' ranges, so its rows stay whole."""
+    return any(ld.valid for ld in reads.every_load)
 
 
 def _rows_for(reads: TileReads, g: int, col: int, cols: int) -> int | None:
@@ -487,7 +493,7 @@ def _narrow_rows(reads: TileReads, extent: int, cols: int) -> int | None:
     exact = _divisor(extent, top, TILE_ROWS + 1)  # (6 or 5 rows, dividing the rows)
     if exact:
         return exact
-    if extent >= NARROW_RAGGED_FROM and not any(ld.valid for ld in reads.every_load):
+    if extent >= NARROW_RAGGED_FROM and not _guarded(reads):
         return top
     return _divisor(extent, top, 2)
 
