@@ -734,11 +734,22 @@ def _cached(code: str, code_symbol: str, job: tuple) -> CompiledKernel | None:
     )
 
 
-def new_object(source: str, symbol: str, opt: int = 3) -> tuple[bytes, float] | None:
+def new_object(
+    source: str, symbol: str, opt: int = 3, claimed: set[str] | None = None
+) -> tuple[bytes, float] | None:
     """`source` compiled to an object file (and the seconds that took), or None where
     `compile_kernels` would find it without compiling (loaded, in memory or on disk): the
-    compiling part of `compile_kernels`, for `side_by_side` to run in a forked child."""
+    compiling part of `compile_kernels`, for `side_by_side` to run in a forked child.
+
+    `claimed`: the code symbols this process has compiled for the same batch of jobs. A
+    job whose code is among them is left uncompiled too: `compile_kernels` compiles jobs
+    of the same code once and gives them all that one object (a recurrence's time steps
+    are many kernels of one code)."""
     code, code_symbol = code_of(source, symbol, opt)
+    if claimed is not None:
+        if code_symbol in claimed:
+            return None
+        claimed.add(code_symbol)
     with _lock:  # (held across a fork: a process forked meanwhile gets LLVM whole)
         if code_symbol in _live or code_symbol in _memory:
             return None

@@ -190,6 +190,11 @@ class Backend(ABC):
         `synchronize`)."""
         return None
 
+    def run_first(self, plan, leaves: list):
+        """A new plan's first run, each kernel's time measured and its record the one its
+        compile made: `(outputs, records)`, or None for the engine's kernel-by-kernel loop."""
+        return None
+
     def arena_layout(self, plan) -> list[tuple[int | None, int, int]] | None:
         """How a cached run of `plan` (`run`) holds the values that die inside it: one
         arena, allocated for the whole run, as `(slot, byte offset, bytes reserved)` per

@@ -141,8 +141,11 @@ def _run_one(plan: Plan, leaves: list[Buffer]) -> tuple[list[Buffer], list[Kerne
     return [outs[k] for k in plan.outputs], [rec]
 
 
-def _run_program(plan: Plan, leaves: list[Buffer]) -> tuple[list[Buffer], list[KernelRecord]]:
-    """Run a cached schedule as one native call per thread."""
+def _run_program(
+    plan: Plan, leaves: list[Buffer], first: bool = False
+) -> tuple[list[Buffer], list[KernelRecord]]:
+    """Run a cached schedule as one native call per thread (`first`: the plan's first run,
+    reported with each kernel's time and the records its compile made)."""
     _build_program(plan)
     try:  # a set of arrays no other call of this plan is using (two threads may run it)
         arrays = plan.ready.pop()
@@ -162,8 +165,11 @@ def _run_program(plan: Plan, leaves: list[Buffer]) -> tuple[list[Buffer], list[K
     started = time.perf_counter()
     try:
         run_threads(plan.program, effective_threads() if plan.parallel else 1, args, plan.work)
-        timed = config.kernel_times and pool.available()  # (the cycle counter's rate)
-        records = _kernel_times(plan, view, started) if timed else plan.records
+        timed = first or (config.kernel_times and pool.available())  # (the cycle counter)
+        if first:
+            records = _kernel_times(plan, view, started, [s.record for s in plan.steps])
+        else:
+            records = _kernel_times(plan, view, started) if timed else plan.records
     finally:
         if scratch is not None:
             give_scratch(scratch)
@@ -171,17 +177,19 @@ def _run_program(plan: Plan, leaves: list[Buffer]) -> tuple[list[Buffer], list[K
     return [outs[k] for k in plan.outputs], records
 
 
-def _kernel_times(plan: Plan, view: np.ndarray, started: float) -> list[KernelRecord]:
-    """The plan's records (otherwise shared by every run, untimed) copied, each with the
-    time its kernel took in the run that just ended (`config.kernel_times`): from thread
-    0's cycle counter readings between the barriers (`runtime/program.py`)."""
+def _kernel_times(
+    plan: Plan, view: np.ndarray, started: float, records: list[KernelRecord] | None = None
+) -> list[KernelRecord]:
+    """The plan's records (otherwise shared by every run, untimed; or `records`) copied,
+    each with the time its kernel took in the run that just ended: from thread 0's cycle
+    counter readings between the barriers (`runtime/program.py`)."""
     at = plan.nleaves + plan.slots
     clock = view[at : at + len(plan.steps) + 1].astype(np.int64) / (pool.cycles_per_us() * 1e6)
     seconds = np.diff(clock)
     starts = started + (clock[:-1] - clock[0])
     return [
         timed_copy(rec, float(s), float(t))
-        for rec, s, t in zip(plan.records, seconds, starts, strict=True)
+        for rec, s, t in zip(records or plan.records, seconds, starts, strict=True)
     ]
 
 
@@ -376,10 +384,13 @@ class CpuBackend(Backend):
             with phases.timed("render"):
                 return loop, _render(loop)
 
+        claimed: set[str] = set()  # codes compiled by this process (a forked copy: its own)
+
         def make(k: int) -> tuple:
             loop, source = rendered(k)
             with phases.timed("llvm"):
-                return loop, source, new_object(source, loop.name, _job(loop, source)[3])
+                opt = _job(loop, source)[3]
+                return loop, source, new_object(source, loop.name, opt, claimed)
 
         def forked() -> None:
             if effective_threads() > 1:  # the worker pool's code, compiled beside this
@@ -425,6 +436,17 @@ class CpuBackend(Backend):
         if config.program:
             return _run_program(plan, leaves)
         return None
+
+    def run_first(self, plan: Plan, leaves: list[Buffer]):
+        """A new plan of several kernels runs its native program at once, as its later runs
+        do (kernel by kernel, each launched from Python, a first step of thousands of
+        kernels took three times a cached step), each kernel's time read from the cycle
+        counter the program keeps (`_kernel_times`): its page faults on fresh memory are
+        in it. None (the engine's loop) for one kernel, without the program, or where the
+        cycle counter's rate is not known (no native pool)."""
+        if len(plan.steps) < 2 or not config.program or not pool.available():
+            return None
+        return _run_program(plan, leaves, first=True)
 
     def arena_layout(self, plan: Plan) -> list[tuple[int, int, int]] | None:
         """A plan of several kernels runs as a native program (with FUSEGRAD_PROGRAM on):

@@ -18,8 +18,10 @@ Everything that outlives a single call lives here, in one place:
 Realizing is one path: find the graph's structural key, compile a plan on a miss
 (`compile_plan`, `pipeline/driver.py`: schedule -> lower -> render -> compile every
 kernel), then `execute(plan, leaves)`.
-A plan runs kernel by kernel (timed: the first run, and under `FUSEGRAD_DEBUG`) or as
-one native program per thread (`runtime/program.py`). A plan names its device, and the
+A plan runs kernel by kernel (under `FUSEGRAD_DEBUG`, and the first, timed run where
+the backend cannot time kernels inside its fast run) or as one native program per
+thread (`runtime/program.py`; a CPU plan's first run too, each kernel timed by the
+program's cycle counter readings). A plan names its device, and the
 device's backend (`runtime/backend.py`) lowers, compiles and runs its kernels: the CPU's
 (`runtime/cpu_backend.py`) or cuda's (`runtime/cuda_backend.py`). The engine never tests
 a device's name.
@@ -254,7 +256,7 @@ class Engine:
         self, todo: list[Node], has_value=None, lift: bool = False, origin=None
     ) -> tuple[Plan, list[Node], bool]:
         """The plan computing `todo`, the nodes it takes as inputs, and whether it is new
-        (compiled now: its first run is timed kernel by kernel; not a plan read from disk).
+        (compiled now: its first run times each kernel; not a plan read from disk).
         `lift`: a graph that differs from one planned before only in the values of some
         constants is planned with those constants as inputs (`lift_constants`); the
         inputs returned then include the buffers that hold their values (`origin`: the
@@ -469,13 +471,16 @@ class Engine:
     ) -> tuple[list[Buffer], list[KernelRecord]]:
         """Run `plan` on these input buffers; its outputs' buffers and the kernels' records.
 
-        Kernel by kernel (each timed) when `timed`, under FUSEGRAD_DEBUG or with
-        FUSEGRAD_PROGRAM=0; otherwise as one native program per thread.
+        Kernel by kernel (each timed) under FUSEGRAD_DEBUG, with FUSEGRAD_PROGRAM=0, or
+        when `timed` (a new plan's first run) and the backend cannot time its kernels
+        inside its fast run (`Backend.run_first`) or a dump wants them; otherwise as one
+        native program per thread.
         """
         if config.dump_inputs and wants_inputs(plan):
             timed = True  # kernel by kernel, each one's inputs copied for the dump
-        if not timed and config.debug == 0:
-            done = plan.backend.run(plan, leaves)
+        if config.debug == 0 and not (timed and config.dump):
+            run = plan.backend.run_first if timed else plan.backend.run
+            done = run(plan, leaves)
             if done is not None:
                 if plan.counting:
                     self._count_run(plan)

@@ -3,8 +3,8 @@
 A plan's own buffers are its kernels' outputs (its inputs, the leaves, are tensors that
 exist already). How long each lives depends on how the plan runs:
 
-- kernel by kernel (the engine's loop: a plan's first, timed run; FUSEGRAD_PROGRAM=0;
-  inside `fg.profile()`; a cached plan on a backend without an arena): each value is
+- kernel by kernel (the engine's loop: FUSEGRAD_PROGRAM=0, FUSEGRAD_DEBUG; a cuda
+  plan's first run and runs inside `fg.profile()`; a backend without an arena): each value is
   allocated before the kernel that writes it and dropped after its last reader
   (`Step.frees`), so the peak is the largest sum of values alive during one kernel;
 - with an arena (`Backend.arena_layout`: a cached CPU plan of several kernels run as one

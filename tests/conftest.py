@@ -167,7 +167,7 @@ def pytest_configure(config):
     # and no plan made under a patch reaches the disk (tests/pipeline/test_plan_store.py
     # turns it on itself; programs run in child processes use it)
     fg.config.disk_plans = False
-    # nor in the processes the tests start (a test of a plan's first run, kernel by kernel,
+    # nor in the processes the tests start (a test of a plan's first, timed run
     # would otherwise meet a plan an earlier run of the suite left in FUSEGRAD_CACHE);
     # tests/_files.run_in_child clears it, for the tests of warm starts
     os.environ["FUSEGRAD_DISK_PLANS"] = "0"

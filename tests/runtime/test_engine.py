@@ -16,6 +16,7 @@ import fusegrad as fg
 from fusegrad import nn, optim
 from fusegrad.nn import functional as F
 from fusegrad.runtime import buffer as buffer_module
+from fusegrad.runtime import pool
 from fusegrad.runtime.engine import engine
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -483,6 +484,46 @@ def test_a_macro_whose_expansion_was_computed_before_is_computed_again():
         np.testing.assert_allclose(t.numpy(), want, rtol=1e-4, atol=1e-4)
     again = F.linear(fg.tensor(xv), fg.tensor(wv))  # the cached plan, on new inputs
     np.testing.assert_allclose(again.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not pool.available(), reason="the program's cycle counter: Linux only")
+def test_a_new_plans_first_run_is_its_program_with_each_kernel_timed(monkeypatch):
+    """A new CPU plan of several kernels runs its native program at once, not a kernel at a
+    time from Python; each kernel's record is its compile's, with the time the program's
+    cycle counter gave it. Under FUSEGRAD_DEBUG the first run goes kernel by kernel."""
+    from fusegrad.runtime import cpu_backend
+
+    launched, programs = [], []
+    launch, run_threads = cpu_backend.CpuBackend.launch, cpu_backend.run_threads
+
+    def one_kernel(self, step, *args):
+        launched.append(step)
+        return launch(self, step, *args)
+
+    def program(*args, **kwargs):
+        programs.append(args[0])
+        return run_threads(*args, **kwargs)
+
+    monkeypatch.setattr(cpu_backend.CpuBackend, "launch", one_kernel)
+    monkeypatch.setattr(cpu_backend, "run_threads", program)
+    a = np.linspace(-3, 3, 12 * 7, dtype=np.float32).reshape(12, 7)
+    a[0, :3] = (0.0, -0.0, 1.0)
+    for debug, scale in ((0, 1.0 + np.random.default_rng().random()), (1, 0.75)):
+        launched.clear(), programs.clear()
+        with fg.config.override(debug=debug, cache=None):
+            s = (fg.tensor(a) * scale).softmax(1)  # a new plan: a new constant
+            y = s - s.sum(0)  # (rows, then columns: kernels of their own)
+            got = y.numpy()
+        records = fg.kernels(y)
+        e = np.exp(a.astype(np.float64) * np.float32(scale))
+        want = e / e.sum(1, keepdims=True)
+        np.testing.assert_allclose(got, want - want.sum(0), rtol=1e-5, atol=1e-6)
+        assert len(records) >= 2 and all(r.cache == "compiled" for r in records)
+        assert all(r.seconds is not None and r.seconds >= 0 for r in records)
+        if debug:
+            assert len(launched) == len(records) and not programs
+        else:
+            assert not launched and len(programs) == 1
 
 
 def test_plans_compare_by_identity():

@@ -4,9 +4,9 @@ A kernel runs in native code, where Python's SIGINT handler cannot run; a long r
 handed to a runner thread while the main thread waits in Python, and a
 KeyboardInterrupt there sets the pool's cancel word, which every thread reads before
 claiming a chunk. These tests interrupt a computation of many minutes in a child
-process, kernel by kernel (a plan's first run) and as a native program (a cached
-plan), and check that it stops within seconds and that the same process then computes
-correctly.
+process, kernel by kernel (one kernel's plan) and as a native program (a plan of
+several kernels, from its first run), and check that it stops within seconds and that
+the same process then computes correctly.
 """
 
 from __future__ import annotations
@@ -220,7 +220,7 @@ MANY_MEDIUM = textwrap.dedent(
             y = x.sum(1) * 1e-3 + y
         return y
 
-    want = many().numpy()  # the first run, kernel by kernel, caches the plan
+    want = many().numpy()  # the first run caches the plan
     armed = True
     try:
         many().numpy()

@@ -424,7 +424,7 @@ def test_a_program_of_small_kernels_never_wakes_the_workers(monkeypatch):
     with fg.config.override(threads=2):
         x = fg.randn(8, 10).realize()
         small = x.softmax(1) * 2  # two small kernels: one native program
-        for _ in range(3):  # the first run is timed kernel by kernel; then the program
+        for _ in range(3):  # the first run is timed; then the program untimed
             np.testing.assert_allclose(
                 small.numpy(),
                 2 * np.exp(x.numpy()) / np.exp(x.numpy()).sum(1, keepdims=True),

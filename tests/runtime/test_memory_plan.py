@@ -24,7 +24,7 @@ def test_the_arena_is_the_native_programs_scratch():
     y, _ = _graph()
     plan, leaves, _ = engine.plan_for([y.node])
     assert len(plan.steps) >= 2
-    fg.realize(y)  # the first run: kernel by kernel
+    fg.realize(y)  # the first run: the native program, timed
     again, _ = _graph()
     fg.realize(again)  # cached: the native program, whose scratch is now laid out
     where, offsets, nbytes = plan.scratch

@@ -288,6 +288,59 @@ def test_a_new_plans_repeated_kernels_are_lowered_once(monkeypatch):
     assert len(lowered) == 1  # lowered (and compiled) once
 
 
+def _lstm_reference(x, w_ih, w_hh, b_ih, b_hh):
+    """torch's LSTM (gates i, f, g, o) over x of (time, batch, input), in float64."""
+    h = np.zeros((x.shape[1], w_hh.shape[1]))
+    c = np.zeros_like(h)
+    sigmoid = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    out = []
+    for x_t in x:
+        i, f, g, o = np.split(x_t @ w_ih.T + b_ih + h @ w_hh.T + b_hh, 4, axis=1)
+        c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+        h = sigmoid(o) * np.tanh(c)
+        out.append(h)
+    return np.stack(out)
+
+
+@pytest.mark.usefixtures("no_disk_cache")
+def test_a_new_plans_kernels_of_one_code_are_compiled_once(monkeypatch):
+    """An LSTM's time steps are kernels of one code whose items differ (each step's own
+    key): the new plan compiles each code once (`new_object`'s `claimed`), where each
+    item compiled it again. The plan still computes torch's LSTM and its gradient."""
+    emitted = []
+    emit = compiler._emit_here
+
+    def counting(source, opt):
+        if opt > 0:  # (a schedule's program is O0)
+            emitted.append(source)
+        return emit(source, opt)
+
+    monkeypatch.setattr(compiler, "_emit_here", counting)
+    hidden = 9 + uuid.uuid4().int % 40  # sizes no other test compiled
+    rng = np.random.default_rng(3)
+    x0 = rng.standard_normal((12, 3, 5))
+    with fg.config.override(compile_workers=1):
+        lstm = fg.nn.LSTM(5, hidden, dtype=fg.float64)
+        x = fg.tensor(x0, requires_grad=True)
+        out, _ = lstm(x)
+        loss = (out * out).sum()
+        loss.backward()
+        got, grad = out.numpy(), x.grad.numpy()
+        kernels = fg.kernels(out, x.grad)
+    codes = [k.compiled.code_symbol for k in kernels]
+    assert len(codes) > len(set(codes)), "no two kernels of one code: nothing tested"
+    assert emitted and len(emitted) == len(set(emitted))
+    weights = [p.detach().numpy() for p in lstm.parameters()]
+    np.testing.assert_allclose(got, _lstm_reference(x0, *weights), rtol=1e-10, atol=1e-12)
+    # the gradient at a few points, by central differences of the reference
+    for t, b, i in ((0, 0, 0), (11, 2, 4), (5, 1, 2)):
+        step = np.zeros_like(x0)
+        step[t, b, i] = 1e-6
+        plus = (_lstm_reference(x0 + step, *weights) ** 2).sum()
+        minus = (_lstm_reference(x0 - step, *weights) ** 2).sum()
+        assert grad[t, b, i] == pytest.approx((plus - minus) / 2e-6, rel=1e-5, abs=1e-8)
+
+
 def test_a_forked_child_never_returns_to_its_parents_program(monkeypatch):
     """A Ctrl-C pending at the fork is raised in the child as soon as it runs Python: the
     child leaves (`os._exit`) instead of returning from `side_by_side` into the caller's
