@@ -484,17 +484,21 @@ __all__ = [n for n in dir() if not n.startswith("_")]
 import sys as _sys  # noqa: E402
 import types as _types  # noqa: E402
 
-from . import distributed  # noqa: E402  (mpi4py is imported by init_process_group only)
+from . import distributed, tensorboard  # noqa: E402  (mpi4py: by init_process_group only)
 from .nn import data, optim  # noqa: E402
 
 _sys.modules[__name__ + ".optim"] = optim
 _sys.modules[__name__ + ".optim.lr_scheduler"] = optim.lr_scheduler
 _sys.modules[__name__ + ".data"] = data
-# torch's spelling of the same home: `from fusegrad.utils.data import DataLoader`
-utils = _types.ModuleType(__name__ + ".utils", "torch.utils's home here: utils.data")
-utils.data = data
+# torch's spelling of the same homes: `from fusegrad.utils.data import DataLoader`,
+# `from fusegrad.utils.tensorboard import SummaryWriter`
+utils = _types.ModuleType(
+    __name__ + ".utils", "torch.utils's home here: utils.data, utils.tensorboard"
+)
+utils.data, utils.tensorboard = data, tensorboard
 _sys.modules[__name__ + ".utils"] = utils
 _sys.modules[__name__ + ".utils.data"] = data
+_sys.modules[__name__ + ".utils.tensorboard"] = tensorboard
 
 # what importing made (fusegrad's modules, numpy's, llvmlite's: some 40,000 objects) lives
 # as long as the program: collected once and left out of the cyclic collector's later

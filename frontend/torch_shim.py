@@ -81,6 +81,8 @@ TORCH_MODULES: dict[str, str] = {
     "torch.utils.data.dataset": "fusegrad.data",
     "torch.utils.data.distributed": "fusegrad.data",
     "torch.utils.data.sampler": "fusegrad.data",
+    "torch.utils.tensorboard": "fusegrad.tensorboard",
+    "torch.utils.tensorboard.writer": "fusegrad.tensorboard",
     **{f"torch.nn.modules.{name}": "fusegrad.nn" for name in _NN_MODULE_FILES},
     # torchvision: MNIST over the shipped copy, the tensor transforms, save_image
     "torchvision": f"{_TORCHVISION}:torchvision",
