@@ -8,7 +8,7 @@ big) is skipped and the scale halves; after `growth_interval` clean steps it dou
 >>> import fusegrad as fg
 >>> w = fg.tensor([1.0, 2.0], requires_grad=True)
 >>> opt = fg.optim.SGD([w], lr=0.1)
->>> scaler = fg.amp.GradScaler(init_scale=1024.0)
+>>> scaler = fg.amp.GradScaler("cpu", init_scale=1024.0)
 >>> scaler.scale((w * w).sum()).backward()
 >>> w.grad.tolist()  # scaled
 [2048.0, 4096.0]
@@ -21,17 +21,21 @@ big) is skipped and the scale halves; after `growth_interval` clean steps it dou
 from __future__ import annotations
 
 import math
+import warnings
 
+from . import cuda
 from .autocast import autocast  # noqa: F401  (fg.amp.autocast, torch.amp.autocast's home)
 from .errors import ArgumentError, fail
 
 
 class GradScaler:
     """Scale the loss, unscale the gradients, skip steps whose gradients are not finite,
-    and adapt the scale (torch.amp.GradScaler's methods and state_dict). `device` is
-    accepted for torch's signature ("cuda" or "cpu"): the scaler works the same on both.
+    and adapt the scale (torch.amp.GradScaler's methods and state_dict), for `device`
+    "cuda" (the default) or "cpu": the scaler works the same on both. As torch's, a cuda
+    scaler where the cuda device is not available (`fg.cuda.is_available()`) warns and
+    turns itself off: nanoGPT asks for one whenever it trains in float16, on the CPU too.
     With `enabled=False` every method passes through (scale returns its input, step
-    steps).
+    steps, `get_scale()` is 1.0).
     """
 
     def __init__(
@@ -49,6 +53,12 @@ class GradScaler:
             fail(ArgumentError, "GradScaler", "The backoff factor must be < 1.0.")
         self.device = str(device)
         self._enabled = bool(enabled)
+        if self._enabled and self.device.startswith("cuda") and not cuda.is_available():
+            warnings.warn(  # torch's warning, word for word
+                "torch.cuda.amp.GradScaler is enabled, but CUDA is not available.  Disabling.",
+                stacklevel=2,
+            )
+            self._enabled = False
         self._scale = float(init_scale)
         self._growth_factor = float(growth_factor)
         self._backoff_factor = float(backoff_factor)

@@ -306,12 +306,29 @@ def test_tensor_device_kind_properties():
     assert fg.backends.mps.is_available() is False and fg.backends.mps.is_built() is False
 
 
-def test_cuda_amp_spellings_take_torch_cuda_amps_arguments():
+def test_cuda_amp_spellings_take_torch_cuda_amps_arguments(monkeypatch):
+    monkeypatch.setattr(fg.cuda, "is_available", lambda: True)  # (a scaler, no device)
     scaler = fg.cuda.amp.GradScaler(1024.0, 3.0, 0.25, 7)
     assert isinstance(scaler, fg.amp.GradScaler) and scaler.device == "cuda"
     assert (scaler.get_scale(), scaler.get_growth_factor()) == (1024.0, 3.0)
     assert (scaler.get_backoff_factor(), scaler.get_growth_interval()) == (0.25, 7)
     assert fg.cuda.amp.GradScaler(enabled=False).get_scale() == 1.0
+    # without the cuda device torch's cuda scaler warns and turns itself off (nanoGPT's
+    # float16 run on the CPU): scale, unscale_ and update pass through, step steps
+    monkeypatch.setattr(fg.cuda, "is_available", lambda: False)
+    with pytest.warns(UserWarning, match="CUDA is not available.  Disabling."):
+        off = fg.cuda.amp.GradScaler(1024.0)
+    assert not off.is_enabled() and off.get_scale() == 1.0
+    assert fg.amp.GradScaler("cpu", 1024.0).is_enabled()  # a cpu scaler works on the CPU
+    w = fg.tensor([1.0, -2.0], requires_grad=True)
+    opt = fg.optim.SGD([w], lr=0.25)
+    loss = (w * w).sum()
+    assert off.scale(loss) is loss
+    loss.backward()
+    off.unscale_(opt)
+    off.step(opt)
+    off.update()
+    assert w.tolist() == [0.5, -1.0]  # w - 0.25 * 2w: the gradient as it was, unscaled
     region = fg.cuda.amp.autocast(dtype=fg.bfloat16, enabled=False)
     assert isinstance(region, fg.autocast) and region.device == "cuda"
     assert region.fast_dtype == fg.bfloat16
