@@ -23,16 +23,25 @@ from __future__ import annotations
 import math
 import warnings
 
-from . import cuda
 from .autocast import autocast  # noqa: F401  (fg.amp.autocast, torch.amp.autocast's home)
 from .errors import ArgumentError, fail
+from .runtime.backend import get_backend
+
+
+def _unavailable(device: str) -> bool:
+    """Whether `device`'s backend says it cannot run here (False for a device fusegrad
+    has no backend for: the scaler then works as on the CPU)."""
+    try:
+        return get_backend(device).why_unavailable() is not None
+    except KeyError:
+        return False
 
 
 class GradScaler:
     """Scale the loss, unscale the gradients, skip steps whose gradients are not finite,
     and adapt the scale (torch.amp.GradScaler's methods and state_dict), for `device`
     "cuda" (the default) or "cpu": the scaler works the same on both. As torch's, a cuda
-    scaler where the cuda device is not available (`fg.cuda.is_available()`) warns and
+    scaler where the cuda device is not available (its backend says why not) warns and
     turns itself off: nanoGPT asks for one whenever it trains in float16, on the CPU too.
     With `enabled=False` every method passes through (scale returns its input, step
     steps, `get_scale()` is 1.0).
@@ -53,9 +62,11 @@ class GradScaler:
             fail(ArgumentError, "GradScaler", "The backoff factor must be < 1.0.")
         self.device = str(device)
         self._enabled = bool(enabled)
-        if self._enabled and self.device.startswith("cuda") and not cuda.is_available():
-            warnings.warn(  # torch's warning, word for word
-                "torch.cuda.amp.GradScaler is enabled, but CUDA is not available.  Disabling.",
+        if self._enabled and _unavailable(self.device):
+            kind = self.device.partition(":")[0]
+            warnings.warn(  # torch's warning (for cuda), word for word
+                f"torch.{kind}.amp.GradScaler is enabled, but {kind.upper()} is not "
+                "available.  Disabling.",
                 stacklevel=2,
             )
             self._enabled = False

@@ -149,19 +149,25 @@ def basic_index(shape: tuple[int, ...], index):
     return index, bounds, steps, keep
 
 
+_BLOCKS = (Buffer, BufferView)  # the buffers a block is cut from (a block's block too)
+
+
 def _block_of_buffer(x, bounds, steps):
     """A computed CPU tensor's slice that is one block of its memory (`data[i : i + n]`,
     `x[k]`, `x[k, a:b]`), as a buffer node over that block, or None. A slice as a `SHRINK`
     names its offsets in the graph's structure, so a loop that slices its data at a new
     offset each step (`source[i : i + bptt]`) would compile each step anew; over a buffer
     the offset is data. Only for values no gradient flows into (data, not parameters) and
-    outside `fusegrad.jit`'s recording (which records graphs over its inputs)."""
+    outside `fusegrad.jit`'s recording (which records graphs over its inputs). A reshape
+    of a buffer (`x[k]` of a matrix is one) is that memory in the same order: its blocks
+    are cut the same way (`x[k][j]`, `for row in x: for v in row`)."""
     node = x.node
-    if node.op is not Ops.BUFFER or x.requires_grad or type(node.arg) is not Buffer:
+    base = node.srcs[0] if node.op is Ops.RESHAPE else node
+    if base.op is not Ops.BUFFER or x.requires_grad or type(base.arg) not in _BLOCKS:
         return None
     if any(s != 1 for s in steps) or engine.recording():
         return None
-    shape = node.shape
+    shape = node.shape  # (the reshape's: row-major over the buffer's memory)
     # the axes after the last cut one are whole; the axes before it take one place each
     cut = [k for k, (b, e) in enumerate(bounds) if (b, e) != (0, shape[k])]
     if not cut:
@@ -173,7 +179,7 @@ def _block_of_buffer(x, bounds, steps):
     size = (bounds[last][1] - bounds[last][0]) * math.prod(shape[last + 1 :])
     if size == 0:
         return None
-    view = BufferView(node.arg, start, size)
+    view = BufferView(base.arg, start, size)
     return N.buffer(view, tuple(e - b for b, e in bounds), node.dtype)
 
 

@@ -74,6 +74,7 @@ from .movement import MovementMixin
 from .printing import tensor_repr
 from .reduce import ReduceMixin, matmul
 from .runtime import attribution as _attribution
+from .runtime import buffer as _buffer
 from .runtime.backend import to_device
 from .runtime.buffer import Buffer
 from .runtime.engine import engine
@@ -129,6 +130,11 @@ MIXINS = (
     ReduceMixin,  # sum, max, softmax, matmul, ...
     InplaceMixin,  # what the in-place tables need where nothing above has it
 )
+
+
+# views that take a one-element value's element where it is: `item()` reads it there
+_SAME_ELEMENT = (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.FLIP)
+_HOST_BUFFERS = (Buffer, _buffer.BufferView)  # (a device's buffers are read through `_host`)
 
 
 class Tensor(*MIXINS, TensorBase):
@@ -321,16 +327,28 @@ class Tensor(*MIXINS, TensorBase):
                 # read it without the realize path
                 buf = node.arg
             elif math.prod(node.shape) == 1:
-                # a scalar to compute (`(x * 2).sum().item()`): realized, then read from
-                # its buffer, without `_host`'s read-only array of the tensor's shape
-                self._realize_for_read()
-                node = self.node  # (a buffer node now, unless its graph is still needed)
-                buf = node.arg if node.op is Ops.BUFFER else engine.value(node)
+                source = node
+                while source.op in _SAME_ELEMENT:
+                    source = source.srcs[0]
+                if (
+                    source.op is Ops.BUFFER
+                    and type(source.arg) in _HOST_BUFFERS
+                    and source.arg.size == 1
+                ):
+                    # one element of a computed value (`for i in ix: int(i)`, `x[k]`): its
+                    # buffer's one element, through views that only reshape it, no kernel
+                    buf = source.arg
+                else:
+                    # a scalar to compute (`(x * 2).sum().item()`): realized, then read
+                    # from its buffer, without `_host`'s read-only array of its shape
+                    self._realize_for_read()
+                    node = self.node  # (a buffer node now, unless its graph is needed)
+                    buf = node.arg if node.op is Ops.BUFFER else engine.value(node)
             else:
                 buf = None
             # (no local name for the array: the buffer may die as this frame is cleared,
             # and an array still referenced then is not given back to the pool)
-            if type(buf) is Buffer and buf.size == 1:
+            if type(buf) in _HOST_BUFFERS and buf.size == 1:
                 return buf.array.item()
         if self.numel() != 1:
             fail(
@@ -375,9 +393,21 @@ class Tensor(*MIXINS, TensorBase):
         return object.__format__(self, spec)
 
     def __iter__(self):
-        """The slices along the first axis; a 0-d tensor has none (a TypeError, as torch)."""
+        """The slices along the first axis; a 0-d tensor has none (a TypeError, as torch).
+
+        A value still to compute, on the host and with no gradient, is computed first, as
+        torch's is: its slices are then views of its memory (`for i in torch.randint(n,
+        (12,))` reads twelve numbers, where each slice computed its own element)."""
         if self.ndim == 0:
             raise TypeError("iteration over a 0-d tensor")
+        if (
+            self.node.op is not Ops.BUFFER
+            and not self.requires_grad
+            and _device.is_host(self.node.device)
+            and not engine.recording()
+            and self.numel() > 0
+        ):
+            self.realize()
         return iter(self.unbind(0))
 
     def __repr__(self) -> str:

@@ -254,6 +254,58 @@ def test_item_in_a_loop_gives_each_scalars_buffer_back_to_the_pool():
     assert sum(buffer._misses.values()) == misses
 
 
+def _plans_run() -> int:
+    from fusegrad.runtime.engine import engine
+
+    return engine.stats["scheduled"] + engine.stats["schedule_hits"]
+
+
+def test_an_element_of_a_computed_value_is_read_without_a_kernel():
+    """`x[i, j].item()`, `int(i)` of `for i in ix`: a one-element view that only reshapes,
+    permutes, expands or flips a computed buffer's element reads it there (values, -0.0,
+    dtypes and Python types as the computed path gives them), no plan run."""
+    a = np.array([[1.5, -0.0], [3.0, np.nan]], np.float32)
+    x = fg.tensor(a).realize()
+    before = _plans_run()
+    got = [x[0, 1].item(), x[1][0].item(), x[0:1, 1:2].expand(1, 1).permute(1, 0).item()]
+    got += [x[1, 1].item()]
+    assert _plans_run() == before
+    assert got[:3] == [-0.0, 3.0, -0.0] and np.isnan(got[3])
+    assert [str(v) for v in got[:3:2]] == ["-0.0", "-0.0"]
+    # a view that moves an element is computed, as before
+    moved = (x.T[1, 0].item(), x.flip(0)[0, 0].item())
+    assert moved == (-0.0, 3.0) and str(moved[0]) == "-0.0" and _plans_run() == before + 2
+    for dtype, value, kind in (
+        (fg.bfloat16, 7.0, float),
+        (fg.int32, -3, int),
+        (fg.bool, True, bool),
+    ):
+        t = fg.tensor([[value]], dtype=dtype).realize()
+        assert t.reshape(()).item() == value and type(t.expand(1, 1).item()) is kind
+
+
+def test_iterating_a_value_to_compute_computes_it_once():
+    """`for i in torch.randint(n, (12,))`: the tensor is computed once, as torch's is, and
+    its elements read where they are (each computed its own before); a tensor that needs a
+    gradient keeps its graph, and views still write through."""
+    ix = fg.randint(1000, (12,))
+    before = _plans_run()
+    got = [int(i) for i in ix]
+    assert _plans_run() == before + 1
+    assert got == ix.tolist() and all(0 <= v < 1000 for v in got)
+    assert [int(v) for v in fg.arange(4) * -1] == [0, -1, -2, -3]
+    w = fg.tensor([1.0, -2.0], requires_grad=True)
+    rows = list(w * 3)
+    assert [r.item() for r in rows] == [3.0, -6.0]
+    rows[1].backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [0.0, 3.0])
+    y = fg.arange(6.0).reshape(3, 2) * 1.0
+    for r in y:
+        r.mul_(-1)
+    assert y.tolist() == [[-0.0, -1.0], [-2.0, -3.0], [-4.0, -5.0]]
+    assert list(fg.zeros(0, 3)) == []
+
+
 def test_repr_shows_values_and_non_default_dtype():
     r = repr(fg.tensor([1.5, -2.25]))
     assert r.startswith("tensor(") and "1.5" in r and "-2.25" in r

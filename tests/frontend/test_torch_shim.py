@@ -307,7 +307,10 @@ def test_tensor_device_kind_properties():
 
 
 def test_cuda_amp_spellings_take_torch_cuda_amps_arguments(monkeypatch):
-    monkeypatch.setattr(fg.cuda, "is_available", lambda: True)  # (a scaler, no device)
+    from fusegrad.runtime.backend import get_backend
+
+    cuda = type(get_backend("cuda"))
+    monkeypatch.setattr(cuda, "why_unavailable", lambda self: None)  # (a scaler, no device)
     scaler = fg.cuda.amp.GradScaler(1024.0, 3.0, 0.25, 7)
     assert isinstance(scaler, fg.amp.GradScaler) and scaler.device == "cuda"
     assert (scaler.get_scale(), scaler.get_growth_factor()) == (1024.0, 3.0)
@@ -315,7 +318,7 @@ def test_cuda_amp_spellings_take_torch_cuda_amps_arguments(monkeypatch):
     assert fg.cuda.amp.GradScaler(enabled=False).get_scale() == 1.0
     # without the cuda device torch's cuda scaler warns and turns itself off (nanoGPT's
     # float16 run on the CPU): scale, unscale_ and update pass through, step steps
-    monkeypatch.setattr(fg.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(cuda, "why_unavailable", lambda self: "no device")
     with pytest.warns(UserWarning, match="CUDA is not available.  Disabling."):
         off = fg.cuda.amp.GradScaler(1024.0)
     assert not off.is_enabled() and off.get_scale() == 1.0
