@@ -146,6 +146,9 @@ class PendingGrads:
         # autograd.Function's backward, a module's backward hook returning None)
         self.undefined: set[int] = set()
         self._lock = None  # made by the first materialize(): a cached step never builds
+        # gradient clippings deferred to the build (`tensor.clip_when_built`), in order: a
+        # cached step that finds them unbuilt runs the plan that clips, keyed by them
+        self.clips: list = []
 
     def materialize(self) -> list:
         if self.grads is not None:
@@ -165,6 +168,11 @@ class PendingGrads:
                     N.detach(g) if g is not None else N.const(0.0, t.shape, t.dtype)
                     for g, t in zip(grads, self.targets)
                 ]
+                clips, self.clips = self.clips, []
+            else:
+                clips = []
+        for clip in clips:  # (outside the lock: a clip reads these gradients)
+            clip.apply()
         return self.grads
 
 

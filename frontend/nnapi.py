@@ -122,7 +122,15 @@ from .runtime.attribution import module_scope
 from .stepcache import StepCache
 
 # Tensor and the functions on tensors nn's layers use; library ops as one macro node
-from .tensor import Tensor, composite, hardtanh_values, realize, register_composite, where
+from .tensor import (
+    Tensor,
+    clip_when_built,
+    composite,
+    hardtanh_values,
+    realize,
+    register_composite,
+    where,
+)
 
 # gradient hooks on a module's inputs and outputs (nn/hooks.py)
 from .tensor_hooks import hooked_together
@@ -172,6 +180,7 @@ __all__ = [
     "gather_rows",
     "grad_enabled",
     "guard",
+    "clip_when_built",
     "hardtanh_values",
     "host_copy",
     "host_data",

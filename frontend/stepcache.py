@@ -75,6 +75,17 @@ class _Entry:
 _UNCACHEABLE = object()
 
 
+def _live_clip_results(grads: list) -> list:
+    """The results (`LazyNorm`) of deferred clips of these gradients' backward() call that
+    are still alive (`tensor.clip_when_built`)."""
+    for g in grads:
+        pending = getattr(g, "pending", None)  # (a gradient backward() has not built)
+        if pending is not None:
+            results = (clip.result() for clip in pending.clips if clip.result is not None)
+            return [t for t in results if t is not None]
+    return []
+
+
 class StepCache:
     """One optimizer's cached steps (see the module docstring)."""
 
@@ -88,8 +99,11 @@ class StepCache:
         `build()` builds the update as lazy graph (assigning each parameter and state
         tensor its new value) for a miss; `scalars` are the step's 0-d input tensors.
         """
-        extra = with_carried(params[0] if params else None, pending, extra)
         grads = [p.grad for p in params]
+        # a deferred clip's result still alive: computed with the step, which builds the
+        # gradients for it, as the eager clip's lazy result
+        extra = [*extra, *_live_clip_results(grads)]
+        extra = with_carried(params[0] if params else None, pending, extra)
         first = grads[0] if grads else None
         lazy = params[0]._lazy_grad if params else None  # (tensor.LazyGrad)
         record = first.pending if type(first) is lazy and not first.built else None
@@ -110,7 +124,12 @@ class StepCache:
         )
         if not usable and record is not None:  # accumulated over several backward() calls?
             terms = _accumulated(grads, params, pending, lazy)
-            usable = terms is not None and not engine.recording() and engine.plan_observer is None
+            usable = (
+                terms is not None
+                and not engine.recording()
+                and engine.plan_observer is None
+                and not any(r.clips for r in terms[0])  # (a clip of one call's: built)
+            )
         if not usable:
             _realize_all(build(), pending, extra)
             return
@@ -155,6 +174,7 @@ class StepCache:
             len(pending),
             config.disable_rules,  # (a step recorded under other rules ran other plans)
             None if terms is None else terms[1],
+            tuple(clip.key for r in records for clip in r.clips),  # (the plan clips so)
         )
         entry = self.entries.get(key)
         if entry is None:

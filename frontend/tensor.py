@@ -1169,7 +1169,11 @@ class LazyGrad(Tensor):
     def node(self) -> N.Node:
         n = _NODE.__get__(self, Tensor)
         if n is None:
-            n = self.pending.materialize()[self.index]
+            grads = self.pending.materialize()
+            n = _NODE.__get__(self, Tensor)  # (a deferred clip gave it its node)
+            if n is not None:
+                return n
+            n = grads[self.index]
             base = self.base
             if base is not None:  # as `zeros + g`, or `earlier + g`, builds it
                 if type(base) is not N.Node:
@@ -1336,6 +1340,91 @@ class ScaledGrad(Tensor):
 
 
 _GRADIENTS = (LazyGrad, ScaledGrad)  # what an in-place update may defer (manualstep.defer)
+
+
+class DeferredClip:
+    """A gradient clipping (`clip_grad_norm_`, `clip_grad_value_`) of unbuilt gradients,
+    run when backward()'s gradients are built (`PendingGrads.materialize`): `fn(grads)`
+    on the same gradient tensors, as the call would have run it then, so every value,
+    node and later read is the eager call's. `key` names it in a cached step's key."""
+
+    def __init__(self, grads: list[LazyGrad], fn, key: tuple, dtype: DType, site):
+        self.grads, self.fn, self.key, self.dtype, self.site = grads, fn, key, dtype, site
+        self.total: N.Node | None = None  # fn's result's node, once applied
+        self.result = None  # weak reference to the tensor the call returned
+
+    def apply(self) -> None:
+        with _attribution.fixed(self.site), autograd_state.no_grad():
+            out = self.fn(self.grads)
+        self.total = None if out is None else out.node
+
+
+class LazyNorm(Tensor):
+    """The total norm a deferred `clip_grad_norm_` returns (`clip_when_built`): a 0-d
+    value built with the gradients, the first time anything reads it."""
+
+    __slots__ = ("clip",)
+
+    def __init__(self, clip: DeferredClip):
+        self.clip = clip
+        _NODE.__set__(self, None)
+        self.requires_grad = False
+        self._grad = None
+        self._strides = None
+        self._is_leaf = True
+        self._version = 0
+
+    def _node(self) -> N.Node:
+        n = _NODE.__get__(self, Tensor)
+        if n is None:
+            self.clip.grads[0].pending.materialize()
+            n = self.clip.total
+            _NODE.__set__(self, n)
+        return n
+
+    node = property(_node, LazyGrad.node.fset)
+    built = LazyGrad.built
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return ()
+
+    @property
+    def dtype(self) -> DType:
+        n = _NODE.__get__(self, Tensor)
+        return self.clip.dtype if n is None else n.dtype
+
+
+def clip_when_built(grads: list, fn, key: tuple, returns: bool) -> Tensor | None:
+    """Defer `fn(grads)` (a clipping that changes `grads` in place, and returns a 0-d
+    tensor where `returns`) to the build of these gradients, where they are all one
+    backward() call's, unbuilt, each once: an optimizer step that finds them so runs its
+    cached plan, which clips (`key`, a tuple of plain values, tells such plans apart).
+    Returns the result's stand-in (`LazyNorm`), or the grads' first when not `returns`;
+    None where it cannot be deferred (the caller clips now)."""
+    if not grads or engine.recording():
+        return None
+    first = grads[0]
+    if type(first) is not LazyGrad:
+        return None
+    pending = first.pending
+    if pending.grads is not None:
+        return None
+    for g in grads:
+        if type(g) is not LazyGrad or g.pending is not pending or g.built or g.base is not None:
+            return None
+        if not g.dtype.is_float or g.dtype is not first.dtype:
+            return None
+    if len({g.index for g in grads}) != len(grads):
+        return None
+    site = _attribution.capture(1)
+    clip = DeferredClip(list(grads), fn, (*key, tuple(g.index for g in grads)), first.dtype, site)
+    pending.clips.append(clip)
+    if not returns:
+        return first
+    total = LazyNorm(clip)
+    clip.result = weakref.ref(total)
+    return total
 
 
 _TYPE_NAMES = {

@@ -1305,6 +1305,17 @@ class DataView(Tensor):
     def unsqueeze_(self, *args):  # frontend/tensor.py: _data_view_move
         """`unsqueeze` in place: this view takes the shape `t.unsqueeze(...)` has."""
 
+class DeferredClip:
+    """A gradient clipping (`clip_grad_norm_`, `clip_grad_value_`) of unbuilt gradients, run when
+    backward()'s gradients are built (`PendingGrads.materialize`): `fn(grads)` on the same
+    gradient tensors, as the call would have run it then, so every value, node and later read is
+    the eager call's.
+    """
+    def __init__(  # frontend/tensor.py: DeferredClip.__init__
+        self, grads: list[LazyGrad], fn, key: tuple, dtype: DType, site
+    ): ...
+    def apply(self) -> None: ...  # frontend/tensor.py: DeferredClip.apply
+
 class GradFn:
     """What `t.grad_fn` returns: names the op that made `t` (its IR op, in torch's style:
     `type(t.grad_fn).__name__` and `t.grad_fn.name()` are `MulBackward0` for a product).
@@ -1342,6 +1353,24 @@ class LazyGrad(Tensor):
     @property
     def shape(self) -> tuple[builtins.int, ...]: ...  # frontend/tensor.py: LazyGrad.shape
 
+class LazyNorm(Tensor):
+    """The total norm a deferred `clip_grad_norm_` returns (`clip_when_built`): a 0-d value built
+    with the gradients, the first time anything reads it.
+    """
+    def __init__(self, clip: DeferredClip): ...  # frontend/tensor.py: LazyNorm.__init__
+    @property
+    def built(self) -> builtins.bool:  # frontend/tensor.py: LazyGrad.built
+        """Whether the backward graph behind this gradient has been built."""
+    clip: Any
+    @property
+    def dtype(self) -> DType: ...  # frontend/tensor.py: LazyNorm.dtype
+    @property
+    def node(self) -> N.Node: ...  # frontend/tensor.py: LazyNorm._node
+    @node.setter
+    def node(self, value: N.Node) -> None: ...  # frontend/tensor.py: LazyGrad.node
+    @property
+    def shape(self) -> tuple[builtins.int, ...]: ...  # frontend/tensor.py: LazyNorm.shape
+
 class ScaledGrad(Tensor):
     """`lr * g` for a gradient `g` that backward() has not built yet (`LazyGrad`), built only when
     first used: the hand-written update `p -= lr * p.grad` can then be deferred into one cached
@@ -1372,6 +1401,15 @@ class ScaledGrad(Tensor):
 def as_tensor(x, op: str = "tensor") -> Tensor:  # frontend/tensor.py: as_tensor
     """`x` itself if it is a tensor, else `fg.tensor(x)` (what an operator makes of a number or a
     list it is handed).
+    """
+
+def clip_when_built(  # frontend/tensor.py: clip_when_built
+    grads: list, fn, key: tuple, returns: bool
+) -> Tensor | None:
+    """Defer `fn(grads)` (a clipping that changes `grads` in place, and returns a 0-d tensor where
+    `returns`) to the build of these gradients, where they are all one backward() call's,
+    unbuilt, each once: an optimizer step that finds them so runs its cached plan, which clips
+    (`key`, a tuple of plain values, tells such plans apart).
     """
 
 def composite(  # frontend/tensor.py: composite

@@ -3,7 +3,11 @@
 Both rescale the lazy `.grad` tensors in place (`assign_`), so the norm, the
 scaling and the optimizer update that reads the gradients are all computed
 in the optimizer step's one schedule; nothing runs here unless
-`error_if_nonfinite` asks for the norm's value.
+`error_if_nonfinite` asks for the norm's value. Gradients backward() has not built yet
+are not built here either: the clipping runs when they are (`clip_when_built`), so a
+training loop that clips every step still runs its optimizer's cached step, whose plan
+clips, rather than deriving the gradients again each step (nanoGPT, the word language
+model). The returned norm is then built with them, the first time it is read.
 
 >>> import fusegrad as fg
 >>> from fusegrad import nn
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 from ..nnapi import (
     Tensor,
+    clip_when_built,
     no_grad,
     tensor,
 )
@@ -43,33 +48,58 @@ def clip_grad_norm_(
     norm_type = float(norm_type)
     if not grads:
         return tensor(0.0)
+    if not error_if_nonfinite and type(max_norm) in (int, float):
+        max_norm = float(max_norm)
+        deferred = clip_when_built(
+            grads,
+            lambda gs: _clip_norm(gs, max_norm, norm_type, False),
+            ("norm", max_norm, norm_type),
+            returns=True,
+        )
+        if deferred is not None:
+            return deferred
     with no_grad():
-        if norm_type == float("inf"):
-            parts = [g.abs().amax() for g in grads]
-            total = parts[0]
-            for part in parts[1:]:
-                total = total.maximum(part)
-        elif norm_type == 2.0:
-            total = sum((g * g).sum() for g in grads).sqrt()
-        else:
-            total = sum((g.abs() ** norm_type).sum() for g in grads) ** (1.0 / norm_type)
-        if error_if_nonfinite:
-            value = total.item()
-            if value != value or value in (float("inf"), float("-inf")):
-                raise RuntimeError(
-                    f"The total norm of order {norm_type} for gradients from `parameters` is "
-                    "non-finite, so it cannot be clipped. To disable this error and scale the "
-                    "gradients by the non-finite norm anyway, set `error_if_nonfinite=False`"
-                )
-        coef = (max_norm / (total + 1e-6)).minimum(1.0)
-        for g in grads:
-            g.assign_(g * coef.cast(g.dtype))
+        return _clip_norm(grads, max_norm, norm_type, error_if_nonfinite)
+
+
+def _clip_norm(grads: list, max_norm, norm_type: float, error_if_nonfinite: bool) -> Tensor:
+    """`clip_grad_norm_` on these gradients, now: the total norm; each scaled in place."""
+    if norm_type == float("inf"):
+        parts = [g.abs().amax() for g in grads]
+        total = parts[0]
+        for part in parts[1:]:
+            total = total.maximum(part)
+    elif norm_type == 2.0:
+        total = sum((g * g).sum() for g in grads).sqrt()
+    else:
+        total = sum((g.abs() ** norm_type).sum() for g in grads) ** (1.0 / norm_type)
+    if error_if_nonfinite:
+        value = total.item()
+        if value != value or value in (float("inf"), float("-inf")):
+            raise RuntimeError(
+                f"The total norm of order {norm_type} for gradients from `parameters` is "
+                "non-finite, so it cannot be clipped. To disable this error and scale the "
+                "gradients by the non-finite norm anyway, set `error_if_nonfinite=False`"
+            )
+    coef = (max_norm / (total + 1e-6)).minimum(1.0)
+    for g in grads:
+        g.assign_(g * coef.cast(g.dtype))
     return total
 
 
 def clip_grad_value_(parameters, clip_value: float, foreach=None) -> None:
     """Clamp every gradient element to [-clip_value, clip_value]."""
     clip_value = float(clip_value)
+    grads = _grads(parameters)
+    deferred = clip_when_built(
+        grads, lambda gs: _clip_value(gs, clip_value), ("value", clip_value), returns=False
+    )
+    if deferred is not None:
+        return
     with no_grad():
-        for g in _grads(parameters):
-            g.assign_(g.clamp(-clip_value, clip_value))
+        _clip_value(grads, clip_value)
+
+
+def _clip_value(grads: list, clip_value: float) -> None:
+    for g in grads:
+        g.assign_(g.clamp(-clip_value, clip_value))

@@ -250,6 +250,114 @@ def test_cached_plain_steps_equal_the_full_path_bit_for_bit(make_opt, model_and_
     _cached_and_full_agree(make_model, make_opt, batches)
 
 
+def _clip_runs(clip, steps: int = 8, deferred: bool = True, grads=None):
+    """An AdamW loop over an MLP that clips its gradients (`clip(model)`, whose result is
+    read after the step when it returns one) between backward() and step(): the losses,
+    the read results, the parameters and the step cache's hits. `deferred` False: the
+    clip is run eagerly (`clip_when_built` refused), as before deferral."""
+    from fusegrad.nn import clip_grad
+
+    real = clip_grad.clip_when_built
+    if not deferred:
+        clip_grad.clip_when_built = lambda *a, **k: None
+    try:
+        fg.manual_seed(3)
+        model = _mlp()
+        opt = optim.AdamW(model.parameters(), lr=0.05)
+        rng = np.random.default_rng(1)
+        losses, results = [], []
+        for k in range(steps):
+            x, y = _mlp_batches(rng, 5)
+            if grads is not None:  # special points: the loss's scale, so the gradients'
+                x = x * grads[k % len(grads)]
+            opt.zero_grad()
+            loss = F.cross_entropy(model(fg.tensor(x)), fg.tensor(y))
+            loss.backward()
+            result = clip(model)
+            opt.step()
+            losses.append(loss.item())
+            if result is not None:
+                results.append(result.item())
+        return losses, results, [p.numpy().copy() for p in model.parameters()], opt._steps.hits
+    finally:
+        clip_grad.clip_when_built = real
+
+
+_CLIPS = {
+    "norm 2": lambda m: (nn.utils.clip_grad_norm_(m.parameters(), 0.3), None)[1],
+    "norm inf": lambda m: (nn.utils.clip_grad_norm_(m.parameters(), 0.05, float("inf")), None)[1],
+    "norm 1.5": lambda m: (nn.utils.clip_grad_norm_(m.parameters(), 0.2, 1.5), None)[1],
+    "value": lambda m: nn.utils.clip_grad_value_(m.parameters(), 0.01),
+    "norm, then value of a layer": lambda m: (
+        nn.utils.clip_grad_norm_(m.parameters(), 0.3),
+        nn.utils.clip_grad_value_(m[0].parameters(), 0.01),
+    )[1],
+    "norm of a layer": lambda m: (nn.utils.clip_grad_norm_(m[2].parameters(), 0.1), None)[1],
+}
+
+
+@pytest.mark.parametrize("name", sorted(_CLIPS))
+def test_a_clipped_step_is_cached_and_equals_the_eager_clip_bit_for_bit(name):
+    """`clip_grad_norm_` / `clip_grad_value_` of gradients backward() has not built run
+    when they are built: the optimizer's cached step clips, where each step derived its
+    gradients again before; losses and weights are the eager clip's, bit for bit."""
+    eager = _clip_runs(_CLIPS[name], deferred=False)
+    cached = _clip_runs(_CLIPS[name])
+    assert eager[3] == 0 and cached[3] == 7
+    assert eager[0] == cached[0]
+    for a, b in zip(eager[2], cached[2]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_clipping_at_special_points_equals_the_eager_clip():
+    """Gradients of zero (a norm of 0: nothing scaled), of 1, huge (scaled down), and
+    NaN (an input of NaN: the norm and every gradient NaN, as torch without
+    `error_if_nonfinite`), deferred and eager alike."""
+    clip = _CLIPS["norm 2"]
+    scales = [0.0, 1.0, 1e30, float("nan"), -0.0]
+    eager = _clip_runs(clip, steps=5, deferred=False, grads=scales)
+    cached = _clip_runs(clip, steps=5, grads=scales)
+    np.testing.assert_array_equal(eager[0], cached[0])  # (NaN equal to NaN here)
+    for a, b in zip(eager[2], cached[2]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_clips_norm_read_before_or_after_the_step_is_the_eager_one():
+    """The norm `clip_grad_norm_` returns is built with the gradients when read: before
+    the step (then the step builds them as before), or after it (a norm kept across the
+    step is computed with it)."""
+    kept = lambda m: nn.utils.clip_grad_norm_(m.parameters(), 0.3)  # noqa: E731
+    eager, deferred = _clip_runs(kept, deferred=False), _clip_runs(kept)
+    assert eager[1] == deferred[1] and len(eager[1]) == 8 and eager[0] == deferred[0]
+    for a, b in zip(eager[2], deferred[2]):
+        np.testing.assert_array_equal(a, b)
+
+    def read_first(m):
+        total = nn.utils.clip_grad_norm_(m.parameters(), 0.3)
+        assert total.shape == () and total.dtype == fg.float32
+        total.item()  # before the step: the gradients are built here
+        return total
+
+    eager, deferred = _clip_runs(read_first, deferred=False), _clip_runs(read_first)
+    assert eager[1] == deferred[1] and eager[0] == deferred[0]
+
+
+def test_a_scaled_gradient_taken_before_a_clip_keeps_the_unclipped_value():
+    """`s = 0.5 * p.grad` made before `clip_grad_norm_` is half the gradient as it was then
+    (`ScaledGrad`), eager or deferred; `p.grad` itself is clipped."""
+    fg.manual_seed(0)
+    model = _mlp()
+    x = fg.tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(2, 6))
+    (model(x) ** 2).sum().backward()
+    w = model[0].weight
+    half = 0.5 * w.grad
+    total = nn.utils.clip_grad_norm_(model.parameters(), 1e-3)
+    raw = 2 * half.numpy()
+    clipped = w.grad.numpy()
+    np.testing.assert_allclose(clipped, raw * (1e-3 / (total.item() + 1e-6)), rtol=1e-5)
+    assert np.abs(raw).max() > 10 * np.abs(clipped).max()
+
+
 def test_a_loss_read_before_the_step_still_hits_the_cache():
     """`loss.backward(); loss.item(); opt.step()`: the step computes the loss again with
     the backward (its activations were not kept) and is cached like any other."""
