@@ -1137,6 +1137,17 @@ def _called_by_user() -> bool:
     return f is not None and not f.f_code.co_filename.startswith(_attribution.library_dirs())
 
 
+def _unbuilt(t: Tensor) -> None:
+    """A stand-in's tensor fields (`LazyGrad`, `ScaledGrad`, `LazyNorm`): no node yet (its
+    `node` property builds it), a leaf without a gradient of its own."""
+    _NODE.__set__(t, None)
+    t.requires_grad = False
+    t._grad = None
+    t._strides = None
+    t._is_leaf = True
+    t._version = 0
+
+
 class LazyGrad(Tensor):
     """A leaf's gradient from backward(), built only when first used.
 
@@ -1158,12 +1169,7 @@ class LazyGrad(Tensor):
 
     def __init__(self, pending, index: int, base: N.Node | None = None):
         self.pending, self.index, self.base = pending, index, base
-        _NODE.__set__(self, None)
-        self.requires_grad = False
-        self._grad = None
-        self._strides = None
-        self._is_leaf = True
-        self._version = 0
+        _unbuilt(self)
 
     @property
     def node(self) -> N.Node:
@@ -1304,12 +1310,7 @@ class ScaledGrad(Tensor):
     def __init__(self, grad: LazyGrad, coef, side: str):
         self.pending, self.index, self.coef, self.side = grad.pending, grad.index, coef, side
         self.base = grad.base
-        _NODE.__set__(self, None)
-        self.requires_grad = False
-        self._grad = None
-        self._strides = None
-        self._is_leaf = True
-        self._version = 0
+        _unbuilt(self)
 
     def scaled(self) -> Tensor:
         """The product as the eager path builds it (`g * c` or `c * g`)."""
@@ -1367,12 +1368,7 @@ class LazyNorm(Tensor):
 
     def __init__(self, clip: DeferredClip):
         self.clip = clip
-        _NODE.__set__(self, None)
-        self.requires_grad = False
-        self._grad = None
-        self._strides = None
-        self._is_leaf = True
-        self._version = 0
+        _unbuilt(self)
 
     def _node(self) -> N.Node:
         n = _NODE.__get__(self, Tensor)
