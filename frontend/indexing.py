@@ -28,7 +28,12 @@ index outside the axis reads 0 (a gather's rule).
 views taken from `x` earlier do not see the write, unlike PyTorch, where they
 share memory. A basic index (ints, positive slices, None, ...) writes by views:
 `where(mask, v placed by pads, x)`, one elementwise kernel (`_put_basic`); other
-indices (and a write through a view of a view) scatter `v` to its flat places.
+indices (and a write through a view of a view) scatter `v` to its flat places. A basic
+write into a host tensor of at most `HOST_PUT_MAX` elements whose values are at hand (a
+computed buffer or a constant), with no gradient, of a dtype numpy writes as the
+kernels would (not 16-bit floats), of a number or such a tensor of its own dtype, is
+written by numpy into a new buffer (`_host_put`): a data pipeline's items would
+otherwise compute each write in a kernel compiled for its slice.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import numpy as np
 
 from .autocast import autocast_op
 from .creation_nodes import full_node, host_table, index_arange, tensor_like
+from .devices import is_host
 from .errors import ArgumentError, DTypeError, IndexingError, ShapeError, fail, warn_user
 from .extend import custom_gradient
 from .ir import node as N
@@ -47,6 +53,8 @@ from .ir.dtypes import bool_, int64
 from .ir.ops import Ops
 from .jithooks import host_read_refused
 from .movement import MovementMixin, basic_index
+from .runtime.buffer import Buffer, BufferView
+from .runtime.engine import engine
 from .scalars import checked_fill
 from .tensor_base import TensorBase, as_tensor_like, broadcast_shapes
 from .tensor_base import where as _where
@@ -448,6 +456,69 @@ def _put_basic(x, index, values):
     return _where(placed(mask), placed(values.reshape(counts)), x)
 
 
+# the dtypes `_host_put` writes with numpy: its assignment rounds and truncates as the
+# kernels' constants do (not 16-bit floats, whose constants a kernel rounds through float32)
+_HOST_PUT_DTYPES = frozenset(
+    {"float32", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"}
+)
+HOST_PUT_MAX = 1 << 20  # elements: a larger tensor is written by a kernel
+
+
+_HOST_BUFFERS = (Buffer, BufferView)
+
+
+def _host_values(t) -> np.ndarray | None:
+    """A host tensor's values as a numpy array, where they are at hand: a computed buffer's
+    (a copy) or a constant's; None for a value still to compute."""
+    node = t.node
+    if node.op is Ops.BUFFER and type(node.arg) in _HOST_BUFFERS:
+        return node.arg.array.reshape(node.shape).copy()
+    if node.op is Ops.CONST:
+        return np.full(node.shape, node.arg, dtype=node.dtype.np)
+    return None
+
+
+def _host_put(x, index, value, view_shape):
+    """`x[index] = value` written by numpy into a new buffer, where x is a small host tensor
+    whose values are at hand (computed, or a constant such as `zeros`), with no gradient,
+    of a dtype numpy writes as a kernel would, and the value a number or such a tensor of
+    x's dtype and the view's shape (or one element); None otherwise (the lazy path).
+
+    A data pipeline's item (`x = zeros(n); x[1:k] = ids; y[k:] = -1`, makemore's) would
+    otherwise compute each write in a kernel of its own, compiled for each new slice."""
+    if (
+        type(x) is not x._plain
+        or x.requires_grad
+        or x.dtype.name not in _HOST_PUT_DTYPES
+        or x.numel() > HOST_PUT_MAX
+        or engine.recording()
+        or not is_host(x.node.device)
+    ):
+        return None
+    items = index if isinstance(index, tuple) else (index,)
+    if not all(i is None or i is Ellipsis or type(i) in (int, slice) for i in items):
+        return None
+    if isinstance(value, TensorBase):
+        if value.requires_grad or value.dtype is not x.dtype:
+            return None
+        if value.shape != tuple(view_shape) and value.numel() != 1:
+            return None
+        if not is_host(value.node.device):
+            return None
+        fill = _host_values(value)
+        if fill is None:
+            return None
+        if value.shape != tuple(view_shape):
+            fill = fill.reshape(())
+    else:
+        fill = checked_fill(value, x.dtype, "setitem")
+    values = _host_values(x)
+    if values is None:
+        return None
+    values[index] = fill
+    return x._plain(N.buffer(Buffer.from_numpy(values, x.dtype), x.shape, x.dtype))
+
+
 def setitem(x, index, value) -> None:
     """`x[index] = value`: x is rebound to a new value (see the module docstring)."""
     if not isinstance(value, TensorBase):
@@ -456,6 +527,10 @@ def setitem(x, index, value) -> None:
         )
     if not needs_general(index):  # a box of places, strided: written by views (_put_basic)
         view_shape = x[index].shape
+        new = _host_put(x, index, value, view_shape)
+        if new is not None:
+            _rebind(x, new, "setitem")
+            return
         if isinstance(value, TensorBase):
             v = _broadcast_value(value.cast(x.dtype), value, view_shape)
         else:

@@ -512,3 +512,85 @@ def test_basic_writes_at_the_ends_into_empty_int_and_bool_tensors():
     b[1:] = True
     b[-1] = False
     assert b.tolist() == [False, True, True, False]
+
+
+# ---------------------------------------------------------------- writes by numpy
+
+
+def _plans_run() -> int:
+    from fusegrad.runtime.engine import engine
+
+    return engine.stats["scheduled"] + engine.stats["schedule_hits"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "int32", "uint8", "bool"])
+@pytest.mark.parametrize(
+    "index", [(slice(1, None, 3), 2), (Ellipsis, slice(None, None, 2)), (0,), (slice(5, 2),)]
+)
+def test_a_basic_write_into_a_computed_host_value_is_numpys_without_a_kernel(dtype, index):
+    """`x[index] = v` into a host tensor whose values are at hand (computed or a constant)
+    with no gradient: written by numpy into a new buffer (a data pipeline's item, makemore's
+    `x[1:k] = ids; y[k:] = -1`, compiled a kernel for each slice): numpy's bits, -0.0 and
+    NaN included, no plan run."""
+    rng = np.random.default_rng(5)
+    a = (rng.standard_normal((7, 10)) * 50).astype(dtype)
+    v = (rng.standard_normal(a[index].shape) * 50).astype(dtype)
+    if v.size and dtype.startswith("float"):
+        v.flat[0], v.flat[-1] = -0.0, np.nan
+    want = a.copy()
+    want[index] = v
+    x, vt = fg.tensor(a), fg.tensor(v)
+    z = fg.zeros(7, 10, dtype=dtype)  # a constant
+    before = _plans_run()
+    x[index] = vt
+    z[index] = vt
+    zeros = np.zeros_like(a)
+    zeros[index] = v
+    assert x.numpy().tobytes() == want.tobytes()
+    assert z.numpy().tobytes() == zeros.tobytes()
+    assert _plans_run() == before  # (the lazy path computes at the reads)
+
+
+def test_host_writes_of_numbers_round_truncate_and_refuse_as_the_kernels_do():
+    x = fg.zeros(6, dtype=fg.int64)
+    x[1:3] = 2.7  # truncated toward zero, as torch
+    x[3] = -2.7
+    x[4:] = fg.tensor([9])  # one element, broadcast
+    assert x.tolist() == [0, 2, 2, -2, 9, 9]
+    f = fg.tensor([1.0, 2.0, 3.0])
+    f[0] = 0.1  # float32's nearest
+    f[1:] = -0.0
+    assert f.numpy().tobytes() == np.array([0.1, -0.0, -0.0], np.float32).tobytes()
+    with pytest.raises(ArgumentError, match="overflow"):
+        fg.zeros(3, dtype=fg.uint8)[0] = 300
+    b = fg.zeros(3, dtype=fg.bool)
+    b[1] = True
+    assert b.tolist() == [False, True, False]
+
+
+def test_a_host_write_into_a_view_lands_in_its_base():
+    w = fg.arange(6.0).reshape(2, 3).realize()
+    row = w[1]
+    row[0] = 9.0
+    row[1:] = fg.tensor([-1.0, -0.0])
+    assert w.tolist() == [[0.0, 1.0, 2.0], [9.0, -1.0, -0.0]] and row.tolist() == [9.0, -1.0, -0.0]
+
+
+def test_writes_numpy_cannot_make_as_a_kernel_would_stay_lazy():
+    """A value still to compute, a gradient, a 16-bit float (a kernel rounds its constant
+    through float32) or a value of another dtype: the lazy path, with the same values."""
+    lazy = fg.arange(5.0) * 2  # not computed
+    lazy[1] = 7.0
+    assert lazy.tolist() == [0.0, 7.0, 4.0, 6.0, 8.0]
+    for x, v, want in (
+        (fg.zeros(3, dtype=fg.bfloat16), 1.00390625, [0.0, 1.0, 0.0]),  # rounds to 1.0
+        (fg.zeros(3), fg.tensor([2], dtype=fg.int64), [0.0, 2.0, 0.0]),  # cast
+    ):
+        before = _plans_run()
+        x[1:2] = v
+        assert x.tolist() == want and _plans_run() > before
+    w = fg.tensor([1.0, 2.0], requires_grad=True)
+    y = w * 1.0
+    y[0] = fg.tensor(5.0, requires_grad=True)
+    y.sum().backward()
+    assert w.grad.tolist() == [0.0, 1.0]
