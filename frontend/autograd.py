@@ -171,8 +171,12 @@ class PendingGrads:
                 clips, self.clips = self.clips, []
             else:
                 clips = []
-        for clip in clips:  # (outside the lock: a clip reads these gradients)
-            clip.apply()
+        try:
+            for clip in clips:  # (outside the lock: a clip reads these gradients)
+                clip.apply()
+        except BaseException:  # raised at every build, never read unclipped
+            self.grads, self.clips = None, clips
+            raise
         return self.grads
 
 

@@ -48,7 +48,8 @@ def clip_grad_norm_(
     norm_type = float(norm_type)
     if not grads:
         return tensor(0.0)
-    if not error_if_nonfinite and type(max_norm) in (int, float):
+    # (deferred where nothing can raise: an error raises here, at the caller's line)
+    if not error_if_nonfinite and type(max_norm) in (int, float) and norm_type > 0:
         max_norm = float(max_norm)
         deferred = clip_when_built(
             grads,

@@ -760,3 +760,26 @@ def test_empty_values_realize_alone_and_beside_others_without_a_kernel():
     assert len(records) == 1
     assert a.numpy().shape == (0,) and c.numpy().shape == (2, 0)
     np.testing.assert_array_equal(b.numpy(), np.arange(6) * 3)
+
+
+def test_a_deferred_clip_that_raises_raises_at_every_build():
+    """A clip run at the gradients' build that raises leaves them unbuilt: every later read
+    raises again, none reads them unclipped."""
+    from fusegrad.nn import clip_grad
+
+    fg.manual_seed(0)
+    model = _mlp()
+    model(fg.tensor(np.ones((2, 6), np.float32))).sum().backward()
+    grads = [p.grad for p in model.parameters()]
+
+    def broken(gs):
+        raise ValueError("a clip that fails")
+
+    clip_grad.clip_when_built(grads, broken, ("broken",), returns=False)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="a clip that fails"):
+            model[0].weight.grad.numpy()
+    other = _mlp()
+    other(fg.tensor(np.ones((2, 6), np.float32))).sum().backward()
+    with pytest.raises(ZeroDivisionError):  # norm 0 is not deferred: it raises at the call
+        nn.utils.clip_grad_norm_(other.parameters(), 1.0, norm_type=0.0)
