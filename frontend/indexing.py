@@ -53,7 +53,7 @@ from .ir.dtypes import bool_, int64
 from .ir.ops import Ops
 from .jithooks import host_read_refused
 from .movement import MovementMixin, basic_index
-from .runtime.buffer import Buffer, BufferView
+from .runtime.buffer import HOST_BUFFERS, Buffer
 from .runtime.engine import engine
 from .scalars import checked_fill
 from .tensor_base import TensorBase, as_tensor_like, broadcast_shapes
@@ -464,14 +464,11 @@ _HOST_PUT_DTYPES = frozenset(
 HOST_PUT_MAX = 1 << 20  # elements: a larger tensor is written by a kernel
 
 
-_HOST_BUFFERS = (Buffer, BufferView)
-
-
 def _host_values(t) -> np.ndarray | None:
     """A host tensor's values as a numpy array, where they are at hand: a computed buffer's
     (a copy) or a constant's; None for a value still to compute."""
     node = t.node
-    if node.op is Ops.BUFFER and type(node.arg) in _HOST_BUFFERS:
+    if node.op is Ops.BUFFER and type(node.arg) in HOST_BUFFERS:
         return node.arg.array.reshape(node.shape).copy()
     if node.op is Ops.CONST:
         return np.full(node.shape, node.arg, dtype=node.dtype.np)

@@ -32,7 +32,7 @@ from .ir import node as N
 from .ir.dtypes import DType, bool_, promote
 from .ir.ops import Ops
 from .jithooks import recording
-from .runtime.buffer import Buffer, BufferView
+from .runtime.buffer import HOST_BUFFERS, Buffer, BufferView
 from .runtime.engine import engine
 from .tensor_base import TensorBase
 
@@ -149,9 +149,6 @@ def basic_index(shape: tuple[int, ...], index):
     return index, bounds, steps, keep
 
 
-_BLOCKS = (Buffer, BufferView)  # the buffers a block is cut from (a block's block too)
-
-
 def _block_of_buffer(x, bounds, steps):
     """A computed CPU tensor's slice that is one block of its memory (`data[i : i + n]`,
     `x[k]`, `x[k, a:b]`), as a buffer node over that block, or None. A slice as a `SHRINK`
@@ -163,7 +160,7 @@ def _block_of_buffer(x, bounds, steps):
     are cut the same way (`x[k][j]`, `for row in x: for v in row`)."""
     node = x.node
     base = node.srcs[0] if node.op is Ops.RESHAPE else node
-    if base.op is not Ops.BUFFER or x.requires_grad or type(base.arg) not in _BLOCKS:
+    if base.op is not Ops.BUFFER or x.requires_grad or type(base.arg) not in HOST_BUFFERS:
         return None
     if any(s != 1 for s in steps) or engine.recording():
         return None
@@ -553,7 +550,7 @@ def _host_values(tensors, numel: int) -> list[np.ndarray] | None:
         if t.dtype is not first.dtype or (grads and t.requires_grad):
             return None
         buf = engine.value(t.node)
-        if buf is None or type(buf) not in (Buffer, BufferView):
+        if buf is None or type(buf) not in HOST_BUFFERS:
             return None
         arrays.append(buf.array[: t.numel()].reshape(t.shape))
     return arrays

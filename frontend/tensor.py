@@ -74,9 +74,8 @@ from .movement import MovementMixin
 from .printing import tensor_repr
 from .reduce import ReduceMixin, matmul
 from .runtime import attribution as _attribution
-from .runtime import buffer as _buffer
 from .runtime.backend import to_device
-from .runtime.buffer import Buffer
+from .runtime.buffer import HOST_BUFFERS
 from .runtime.engine import engine
 from .scalars import checked_fill
 from .searching import SearchingMixin
@@ -134,7 +133,6 @@ MIXINS = (
 
 # views that take a one-element value's element where it is: `item()` reads it there
 _SAME_ELEMENT = (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.FLIP)
-_HOST_BUFFERS = (Buffer, _buffer.BufferView)  # (a device's buffers are read through `_host`)
 
 
 class Tensor(*MIXINS, TensorBase):
@@ -332,7 +330,7 @@ class Tensor(*MIXINS, TensorBase):
                     source = source.srcs[0]
                 if (
                     source.op is Ops.BUFFER
-                    and type(source.arg) in _HOST_BUFFERS
+                    and type(source.arg) in HOST_BUFFERS
                     and source.arg.size == 1
                 ):
                     # one element of a computed value (`for i in ix: int(i)`, `x[k]`): its
@@ -348,7 +346,7 @@ class Tensor(*MIXINS, TensorBase):
                 buf = None
             # (no local name for the array: the buffer may die as this frame is cleared,
             # and an array still referenced then is not given back to the pool)
-            if type(buf) in _HOST_BUFFERS and buf.size == 1:
+            if type(buf) in HOST_BUFFERS and buf.size == 1:
                 return buf.array.item()
         if self.numel() != 1:
             fail(
@@ -397,7 +395,7 @@ class Tensor(*MIXINS, TensorBase):
 
         A value still to compute, on the host and with no gradient, is computed first, as
         torch's is: its slices are then views of its memory (`for i in torch.randint(n,
-        (12,))` reads twelve numbers, where each slice computed its own element)."""
+        (12,))` reads twelve numbers, not twelve slices each computing its element)."""
         if self.ndim == 0:
             raise TypeError("iteration over a 0-d tensor")
         if (
@@ -1391,13 +1389,13 @@ class LazyNorm(Tensor):
         return self.clip.dtype if n is None else n.dtype
 
 
-def clip_when_built(grads: list, fn, key: tuple, returns: bool) -> Tensor | None:
+def clip_when_built(grads: list, fn, key: tuple) -> LazyNorm | None:
     """Defer `fn(grads)` (a clipping that changes `grads` in place, and returns a 0-d
-    tensor where `returns`) to the build of these gradients, where they are all one
-    backward() call's, unbuilt, each once: an optimizer step that finds them so runs its
-    cached plan, which clips (`key`, a tuple of plain values, tells such plans apart).
-    Returns the result's stand-in (`LazyNorm`), or the grads' first when not `returns`;
-    None where it cannot be deferred (the caller clips now)."""
+    tensor or None) to the build of these gradients, where they are all one backward()
+    call's, unbuilt, each once: an optimizer step that finds them so runs its cached plan,
+    which clips (`key`, a tuple of plain values, tells such plans apart). Returns the
+    stand-in of `fn`'s result (`LazyNorm`); None where it cannot be deferred (the caller
+    clips now)."""
     if not grads or engine.recording():
         return None
     first = grads[0]
@@ -1416,8 +1414,6 @@ def clip_when_built(grads: list, fn, key: tuple, returns: bool) -> Tensor | None
     site = _attribution.capture(1)
     clip = DeferredClip(list(grads), fn, (*key, tuple(g.index for g in grads)), first.dtype, site)
     pending.clips.append(clip)
-    if not returns:
-        return first
     total = LazyNorm(clip)
     clip.result = weakref.ref(total)
     return total

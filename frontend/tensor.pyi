@@ -62,7 +62,7 @@ from .printing import tensor_repr as tensor_repr
 from .reduce import ReduceMixin as ReduceMixin
 from .reduce import matmul as matmul
 from .runtime.backend import to_device as to_device
-from .runtime.buffer import Buffer as Buffer
+from .runtime.buffer import HOST_BUFFERS as HOST_BUFFERS
 from .runtime.engine import engine as engine
 from .scalars import checked_fill as checked_fill
 from .searching import SearchingMixin as SearchingMixin
@@ -1404,12 +1404,12 @@ def as_tensor(x, op: str = "tensor") -> Tensor:  # frontend/tensor.py: as_tensor
     """
 
 def clip_when_built(  # frontend/tensor.py: clip_when_built
-    grads: list, fn, key: tuple, returns: bool
-) -> Tensor | None:
-    """Defer `fn(grads)` (a clipping that changes `grads` in place, and returns a 0-d tensor where
-    `returns`) to the build of these gradients, where they are all one backward() call's,
-    unbuilt, each once: an optimizer step that finds them so runs its cached plan, which clips
-    (`key`, a tuple of plain values, tells such plans apart).
+    grads: list, fn, key: tuple
+) -> LazyNorm | None:
+    """Defer `fn(grads)` (a clipping that changes `grads` in place, and returns a 0-d tensor or
+    None) to the build of these gradients, where they are all one backward() call's, unbuilt,
+    each once: an optimizer step that finds them so runs its cached plan, which clips (`key`, a
+    tuple of plain values, tells such plans apart).
     """
 
 def composite(  # frontend/tensor.py: composite

@@ -55,7 +55,6 @@ def clip_grad_norm_(
             grads,
             lambda gs: _clip_norm(gs, max_norm, norm_type, False),
             ("norm", max_norm, norm_type),
-            returns=True,
         )
         if deferred is not None:
             return deferred
@@ -92,10 +91,8 @@ def clip_grad_value_(parameters, clip_value: float, foreach=None) -> None:
     """Clamp every gradient element to [-clip_value, clip_value]."""
     clip_value = float(clip_value)
     grads = _grads(parameters)
-    deferred = clip_when_built(
-        grads, lambda gs: _clip_value(gs, clip_value), ("value", clip_value), returns=False
-    )
-    if deferred is not None:
+    clipping = lambda gs: _clip_value(gs, clip_value)  # noqa: E731
+    if clip_when_built(grads, clipping, ("value", clip_value)) is not None:  # (not its value)
         return
     with no_grad():
         _clip_value(grads, clip_value)

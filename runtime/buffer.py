@@ -225,6 +225,12 @@ class BufferView(Buffer):
             live_buffers -= 1
 
 
+# the buffers whose array holds a computed value in host memory, read in place by the
+# frontend (`x[k]` blocks, `item()`, joins, writes by numpy): not fusegrad's own tables,
+# nor a device's buffers
+HOST_BUFFERS = (Buffer, BufferView)
+
+
 class HostTable(Buffer):
     """A read-only table fusegrad builds for itself (the `arange` an index op compares
     against): host data of no device, so a graph on any device may read it. A device

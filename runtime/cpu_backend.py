@@ -165,11 +165,12 @@ def _run_program(
     started = time.perf_counter()
     try:
         run_threads(plan.program, effective_threads() if plan.parallel else 1, args, plan.work)
-        timed = first or (config.kernel_times and pool.available())  # (the cycle counter)
-        if first:
+        if first:  # (the compile's records, timed)
             records = _kernel_times(plan, view, started, [s.record for s in plan.steps])
+        elif config.kernel_times and pool.available():  # (the cycle counter's rate)
+            records = _kernel_times(plan, view, started)
         else:
-            records = _kernel_times(plan, view, started) if timed else plan.records
+            records = plan.records
     finally:
         if scratch is not None:
             give_scratch(scratch)
@@ -439,11 +440,11 @@ class CpuBackend(Backend):
 
     def run_first(self, plan: Plan, leaves: list[Buffer]):
         """A new plan of several kernels runs its native program at once, as its later runs
-        do (kernel by kernel, each launched from Python, a first step of thousands of
-        kernels took three times a cached step), each kernel's time read from the cycle
-        counter the program keeps (`_kernel_times`): its page faults on fresh memory are
-        in it. None (the engine's loop) for one kernel, without the program, or where the
-        cycle counter's rate is not known (no native pool)."""
+        do, rather than a kernel at a time from Python (thousands of launches); each
+        kernel's time is read from the cycle counter the program keeps (`_kernel_times`),
+        its page faults on fresh memory included. None (the engine's loop) for one kernel,
+        without the program, or where the cycle counter's rate is not known (no native
+        pool)."""
         if len(plan.steps) < 2 or not config.program or not pool.available():
             return None
         return _run_program(plan, leaves, first=True)

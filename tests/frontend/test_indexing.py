@@ -566,6 +566,14 @@ def test_host_writes_of_numbers_round_truncate_and_refuse_as_the_kernels_do():
     b = fg.zeros(3, dtype=fg.bool)
     b[1] = True
     assert b.tolist() == [False, True, False]
+    s = fg.tensor(1.0)  # 0-d: the whole value, by `()` and by `...`
+    s[()] = -0.0
+    assert s.shape == () and s.numpy().tobytes() == np.float32(-0.0).tobytes()
+    s[...] = fg.tensor(float("nan"))
+    assert np.isnan(s.item())
+    e = fg.zeros(0, 3, dtype=fg.int64)  # empty: nothing written
+    e[:, 1] = 5
+    assert e.shape == (0, 3)
 
 
 def test_a_host_write_into_a_view_lands_in_its_base():
