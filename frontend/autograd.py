@@ -45,9 +45,17 @@ _leaves_lock = forksafe.RLock()
 _consumed: dict[int, weakref.ref] = {}
 _consumed_sweep_at = [1024]
 _consumed_sweeping = forksafe.Lock()
-# .pending: roots this thread backwarded since its last step;
-# .graded: the tensors it gave a gradient since then, which `settle` computes
-_local = threading.local()
+
+
+class _Local(threading.local):
+    """`pending`: roots this thread backwarded since its last step; `graded`: the tensors
+    it gave a gradient since then, which `settle` computes (None until the first)."""
+
+    pending = None
+    graded = None
+
+
+_local = _Local()
 
 
 def register_leaf(t) -> None:
@@ -275,7 +283,7 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
             if k is not None and leaves[k] is not r:
                 leaves.append(r)
                 fresh.append(fresh[k])
-    graded = getattr(_local, "graded", None)
+    graded = _local.graded
     if graded is None:
         graded = _local.graded = {}
     for k, (leaf, gt) in enumerate(zip(leaves, fresh)):
@@ -290,7 +298,7 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
             _consumed_sweep_at[0] = max(1024, 2 * len(_consumed))
 
         drop_graph(t)  # a value already computed no longer needs the graph behind it
-    pending_roots = getattr(_local, "pending", None)
+    pending_roots = _local.pending
     if pending_roots is None:
         pending_roots = _local.pending = []
     pending_roots.append(weakref.ref(t))
@@ -371,7 +379,7 @@ def take_pending_outputs() -> list:
     An optimizer step realizes them together with the new parameters, so the
     forward pass runs once and `loss.item()` after `step()` costs nothing.
     """
-    pending = getattr(_local, "pending", None) or []
+    pending = _local.pending or []
     _local.pending = []
     _local.graded = {}  # the step computes the gradients too: `settle` need not
     out = []
@@ -385,7 +393,7 @@ def take_pending_outputs() -> list:
 def _given_grads():
     """The current `.grad` of each tensor of this thread that backward() gave a gradient
     since the last optimizer step, still alive."""
-    for ref in list((getattr(_local, "graded", None) or {}).values()):
+    for ref in list((_local.graded or {}).values()):
         leaf = ref()
         g = None if leaf is None else leaf._grad
         if g is not None:

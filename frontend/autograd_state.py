@@ -9,11 +9,20 @@ import weakref
 
 from .ir.ops import Ops
 
-_state = threading.local()
+
+class _State(threading.local):
+    """This thread's modes. Defaults as class attributes: a read is always a hit (a
+    `getattr` default on a miss costs an exception inside CPython, on every op)."""
+
+    enabled = True  # gradients are recorded (off inside `no_grad()`)
+    inference = False  # inside `inference_mode()`
+
+
+_state = _State()
 
 
 def enabled() -> bool:
-    return getattr(_state, "enabled", True)
+    return _state.enabled
 
 
 def no_grad(func=None):
@@ -104,7 +113,7 @@ class set_grad_enabled:  # noqa: N801  (torch's name)
 
 def is_inference_mode_enabled() -> bool:
     """Whether an `inference_mode()` block is running on this thread."""
-    return getattr(_state, "inference", False)
+    return _state.inference
 
 
 class inference_mode:  # noqa: N801  (torch's name)

@@ -26,16 +26,22 @@ if TYPE_CHECKING:
     from .runtime.buffer import Buffer
 
 
-# What a thread is recording: `.recording` (its _Recording) and `.entry` (the jit entry whose
-# call it is), both None when it records nothing. Per thread, as the engine's recording
-# is: another thread's eager step (its optimizer hooks, tracked tensors, guards, random
-# keys) must not land in this thread's recording.
-_local = threading.local()
+class _Local(threading.local):
+    """What a thread is recording: `.recording` (its _Recording) and `.entry` (the jit entry
+    whose call it is), both None when it records nothing. Per thread, as the engine's
+    recording is: another thread's eager step (its optimizer hooks, tracked tensors,
+    guards, random keys) must not land in this thread's recording."""
+
+    recording = None
+    entry = None
+
+
+_local = _Local()
 
 
 def _recording_now():
     """This thread's recording (jit.py's `_Recording`, above this module), or None."""
-    return getattr(_local, "recording", None)
+    return _local.recording
 
 
 def host_read_refused(what: str) -> None:
@@ -110,7 +116,7 @@ def key_buffer(draw: Callable[[], int], device: str = HOST) -> Buffer | None:
     `draw()` gives a key from the generator; a replay draws the call's keys again,
     in order, into the same buffers, so its random numbers are those eager calls get.
     """
-    entry, rec = getattr(_local, "entry", None), _recording_now()
+    entry, rec = _local.entry, _recording_now()
     if entry is None:
         return None
     k = rec.keys

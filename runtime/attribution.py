@@ -28,9 +28,11 @@ from ..ir.hooks import hooks
 from ..ir.sites import ambient, fixed  # noqa: F401  (fixed: for the frontend, with capture)
 
 _LIBRARY_DIRS: tuple[str, ...] = ()
-# code object -> 0: the user's; 1: a library function whose name labels an op;
-# 2: a library frame that only passes calls on (Module.__call__, contextlib, containers)
-_kind: dict = {}
+# id(code object) -> (the code object, its kind): 0, the user's; 1, a library function whose
+# name labels an op; 2, a library frame that only passes calls on (Module.__call__,
+# contextlib, containers). Keyed by id, the entry holding its code: a code object's own hash
+# walks its constants and names on every lookup, and `capture` looks up a frame's each time.
+_kind: dict[int, tuple] = {}
 _PASS_THROUGH = {"__call__", "_call_impl", "__enter__", "__exit__", "helper", "inner", "wrapper"}
 _CONTAINERS = {"Sequential", "ModuleList", "ModuleDict", "_NoParamModule"}
 
@@ -73,7 +75,7 @@ def _kind_of(code) -> int:
     else:
         qual = getattr(code, "co_qualname", code.co_name)
         k = 2 if qual.rpartition(".")[0] in _CONTAINERS else 1
-    _kind[code] = k
+    _kind[id(code)] = (code, k)
     return k
 
 
@@ -162,7 +164,9 @@ def _label_of(code) -> str:
     return name.rstrip("_") or name
 
 
-_sites: dict[tuple, Site] = {}  # (code, line, library code, module path) -> its Site
+# (id(code), line, id(library code), module path) -> its Site (whose code and api say which
+# objects the ids were: `capture` checks them)
+_sites: dict[tuple, Site] = {}
 
 
 class _ModuleScope(threading.local):
@@ -191,15 +195,14 @@ def capture(depth: int = 1, api=None) -> Site | None:
     kind = _kind
     while f is not None:
         code = f.f_code
-        k = kind.get(code)
-        if k is None:
-            k = _kind_of(code)
+        e = kind.get(id(code))
+        k = e[1] if e is not None and e[0] is code else _kind_of(code)
         if k == 0:  # one Site per (line, call, module): nodes share it, its text is made once
             scope = module_scope.top
             module = scope[0] if scope is not None else None
-            key = (code, f.f_lineno, api, module)
+            key = (id(code), f.f_lineno, id(api), module)
             site = _sites.get(key)
-            if site is None:
+            if site is None or site.code is not code or site.api is not api:
                 site = _sites[key] = Site(code, f.f_lineno, api, module=module)
             return site
         if k == 1:

@@ -117,6 +117,23 @@ def test_a_with_block_is_not_the_users_line():
     assert k.user_ops[-1] == f"mul ({HERE}:{line_in(__file__, '# WITH')})"
 
 
+def test_a_stale_entry_of_a_dead_code_objects_id_is_not_taken_for_a_new_one():
+    """`capture` keys its tables by a code object's id (hashing a code object walks its
+    constants): an entry whose code object died, its id now another's, is recomputed."""
+    from fusegrad.runtime import attribution
+
+    x = fg.randn(4)
+    user = compile("y = x * 2", "user_script.py", "exec")
+    library = compile("y = x * 2", fg.nn.__file__, "exec")  # a library file's code
+    attribution._kind_of(library)
+    attribution._kind[id(user)] = attribution._kind.pop(id(library))  # as if id reused
+    scope = {"x": x}
+    exec(user, scope)
+    assert str(sites.site_of(scope["y"].node)) == "user_script.py:1"
+    del library
+    gc.collect()
+
+
 def test_sites_are_a_side_table_not_part_of_nodes():
     assert "site" not in N.Node.__slots__
     a = N.const(1.0, (3,), float32)

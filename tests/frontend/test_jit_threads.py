@@ -228,13 +228,14 @@ def test_two_threads_compiling_one_structure_keep_one_plan(monkeypatch):
 
 
 def test_grad_mode_is_per_thread():
-    """As in torch: `no_grad()` in one thread leaves gradients on in another."""
+    """As in torch: `no_grad()` (or `inference_mode()`) in one thread leaves gradients on
+    in another, including a thread that never set a mode."""
     inside, leave = threading.Event(), threading.Event()
     seen = {}
     w = nn.Parameter(fg.ones(3))
 
     def without_grad():
-        with fg.no_grad():
+        with fg.no_grad(), fg.inference_mode():
             inside.set()
             assert leave.wait(JOIN_TIMEOUT)
             seen["no_grad"] = (w * 2).requires_grad
@@ -242,12 +243,13 @@ def test_grad_mode_is_per_thread():
     def with_grad():
         assert inside.wait(JOIN_TIMEOUT)
         seen["grad"] = (w * 2).requires_grad
+        seen["inference"] = fg.is_inference_mode_enabled()
         with fg.no_grad(), fg.enable_grad():
             seen["enable_grad"] = (w * 2).requires_grad
         leave.set()
 
     _run_threads([without_grad, with_grad])
-    assert seen == {"no_grad": False, "grad": True, "enable_grad": True}
+    assert seen == {"no_grad": False, "grad": True, "inference": False, "enable_grad": True}
 
 
 class _RunningMean(nn.Module):
