@@ -389,10 +389,52 @@ def randint(
         low, high = 0, low
     elif isinstance(high, (tuple, list)):  # randint(high, size), as torch allows
         low, high, size = 0, low, high
+    out_dtype = checked_dtype(dtype or int64, "randint")
+    _check_randint_range(low, high, out_dtype)
     u = like._plain(rand_node(_shape(tuple(size)), generator, "float64", device))
+    drawn = u * (high - low) + low
+    if low >= 0:
+        # never negative: the cast's truncation is the floor, and whole numbers cast to a
+        # float dtype are the floor's (the same values without floor's sixty-odd ops)
+        return drawn.cast(int64).cast(out_dtype)
     # floor, not the cast's truncation: a negative low must come up as often as the others,
     # and a float dtype holds whole numbers, as torch's
-    return (u * (high - low) + low).floor().cast(checked_dtype(dtype or int64, "randint"))
+    return drawn.floor().cast(out_dtype)
+
+
+# torch's names of the types in randint's range errors, and the most-significant-bit count
+# of a float type's whole numbers (2^digits: the largest range it draws from exactly)
+_RANDINT_NAMES = {
+    "uint8": "unsigned char", "int8": "signed char", "int16": "short", "int32": "int",
+    "int64": "long", "float16": "c10::Half", "bfloat16": "c10::BFloat16", "float32": "float",
+    "float64": "double",
+}  # fmt: skip
+_FLOAT_DIGITS = {"float16": 11, "bfloat16": 8, "float32": 24, "float64": 53}
+
+
+def _check_randint_range(low, high, dtype) -> None:
+    """Raise as torch's randint does for an empty range, or one the dtype cannot hold
+    (`high - 1` past an integer type's largest value, or past 2^digits of a float type's,
+    where whole numbers stop being exact), rather than draw wrapped or rounded values."""
+    if not low < high:
+        fail(
+            ArgumentError,
+            "randint",
+            f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}",
+        )
+    name = _RANDINT_NAMES.get(dtype.name)
+    if name is None:  # (bool: torch's randint draws it from any range)
+        return
+    if dtype.is_float:
+        most = 1 << _FLOAT_DIGITS[dtype.name]
+        least = -most
+    else:
+        info = np.iinfo(dtype.np)
+        least, most = int(info.min), int(info.max)
+    if low < least:
+        fail(ArgumentError, "randint", f"from is out of bounds for {name}")
+    if high - 1 > most:
+        fail(ArgumentError, "randint", f"to - 1 is out of bounds for {name}")
 
 
 def initial_seed() -> int:

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import autograd_state, manualstep
+from . import autograd_state, host_scalar, manualstep
 from . import devices as _device
 from . import steering as _steering
 from .autocast import autocast_op
@@ -337,6 +337,10 @@ class Tensor(*MIXINS, TensorBase):
                     # buffer's one element, through views that only reshape it, no kernel
                     buf = source.arg
                 else:
+                    # one integer of a few ops on host values (`int(i + 1)`): numpy's
+                    value = host_scalar.value(node)
+                    if value is not None:
+                        return value
                     # a scalar to compute (`(x * 2).sum().item()`): realized, then read
                     # from its buffer, without `_host`'s read-only array of its shape
                     self._realize_for_read()

@@ -4,6 +4,8 @@ aliases, and the small helpers users reach for. Expected values are PyTorch's.""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -364,6 +366,49 @@ def test_randint_draws_whole_numbers_evenly_with_a_negative_low():
     # was: -3 never drawn and 0 twice as often (the cast truncated toward zero)
     assert values.tolist() == [-3, -2, -1, 0, 1, 2]
     assert counts.min() > 9000 and counts.max() < 11000
+
+
+@pytest.mark.parametrize("dtype", [fg.int64, fg.int32, fg.uint8, fg.float32, fg.float64])
+@pytest.mark.parametrize(("low", "high"), [(0, 5), (3, 250), (0, 2**40), (-3, 3)])
+def test_randint_is_the_floor_of_a_uniform_draw_in_every_dtype(low, high, dtype):
+    """The values are floor(u * (high - low) + low) of the float64 uniform draw `rand`
+    makes from the same seed, cast to `dtype` (a non-negative low takes the cast's
+    truncation, which is that floor there)."""
+    if (dtype is fg.uint8 and (low < 0 or high > 256)) or (dtype is fg.float32 and high > 2**24):
+        with pytest.raises(fg.errors.ArgumentError, match="out of bounds for"):
+            fg.randint(low, high, (4,), dtype=dtype)
+        return
+    if dtype is fg.int32 and high > 2**31:
+        with pytest.raises(fg.errors.ArgumentError, match=r"to - 1 is out of bounds for int(?!\w)"):
+            fg.randint(low, high, (4,), dtype=dtype)
+        return
+    fg.manual_seed(7)
+    got = fg.randint(low, high, (4096,), dtype=dtype).numpy()
+    fg.manual_seed(7)
+    u = fg.rand(4096, dtype=fg.float64).numpy()
+    want = np.floor(u * (high - low) + low).astype(dtype.np)
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+    assert got.min() >= low and got.max() < high
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "dtype", "message"),
+    [
+        (5, 5, fg.int64, "random_ expects 'from' to be less than 'to', but got from=5 >= to=5"),
+        (7, 2, fg.uint8, "random_ expects 'from' to be less than 'to', but got from=7 >= to=2"),
+        (0, 300, fg.uint8, "to - 1 is out of bounds for unsigned char"),
+        (-1, 5, fg.uint8, "from is out of bounds for unsigned char"),
+        (0, 2**30, fg.float16, "to - 1 is out of bounds for c10::Half"),
+        (-129, 0, fg.int8, "from is out of bounds for signed char"),
+    ],
+)
+def test_randint_refuses_empty_ranges_and_ranges_its_dtype_cannot_hold(low, high, dtype, message):
+    """torch's RuntimeErrors, word for word; the edges of each range are drawn."""
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        fg.randint(low, high, (3,), dtype=dtype)
+    assert fg.randint(0, 256, (64,), dtype=fg.uint8).numpy().max() <= 255
+    assert fg.randint(-128, 128, (8,), dtype=fg.int8).dtype == fg.int8
+    assert fg.randint(0, 2**11 + 1, (8,), dtype=fg.float16).dtype == fg.float16
 
 
 def test_randint_like_and_seed():

@@ -1,0 +1,95 @@
+"""One-element integer and bool graphs read by `item()` on the host (frontend/host_scalar.py).
+
+Oracle: the same graph run as a plan's kernel (`realize()`, then its buffer's element);
+both must give the same Python number, at the integer types' edges too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fusegrad as fg
+from fusegrad import host_scalar
+from fusegrad.runtime.engine import engine
+
+I64_MAX = np.iinfo(np.int64).max
+
+
+def _row(values, dtype):
+    """One element of a computed tensor, as iterating a batch of indices gives it."""
+    return list(fg.tensor(np.array(values, dtype=dtype)))
+
+
+CASES = [
+    ("add", np.int64, [5, -3], lambda a, b: a + b + 64),
+    ("wraps past int64's top", np.int64, [I64_MAX, 2], lambda a, b: a + b),
+    ("negation of int64's least", np.int64, [-(2**63), 0], lambda a, b: -a),
+    ("uint8 wraps", np.uint8, [250, 9], lambda a, b: a + b),
+    ("int32 product wraps", np.int32, [70000, 70000], lambda a, b: a * b),
+    ("int8 to int64", np.int8, [-128, 1], lambda a, b: (a - b).long()),
+    ("int64 cast down to int32", np.int64, [2**40 + 5, 0], lambda a, b: a.int()),
+    ("max", np.int64, [-7, -9], lambda a, b: fg.maximum(a, b)),
+    ("comparison", np.int64, [3, 3], lambda a, b: a >= b),
+    ("select", np.int64, [4, 11], lambda a, b: fg.where(a > b, a, b) * 2),
+    ("bool and", np.bool_, [True, False], lambda a, b: a & b),
+    ("bool or", np.bool_, [True, False], lambda a, b: a | ~b),
+    ("bool to int", np.bool_, [True, True], lambda a, b: a.long() + b.long()),
+    ("zero", np.int64, [0, 0], lambda a, b: a * b - b),
+]
+
+
+@pytest.mark.parametrize(("name", "dtype", "values", "expr"), CASES, ids=[c[0] for c in CASES])
+def test_the_host_gives_the_kernels_number(name, dtype, values, expr):
+    a, b = _row(values, dtype)
+    on_host = expr(a, b)
+    assert host_scalar.value(on_host.node) is not None, "not computed on the host"
+    got = on_host.item()
+    in_kernel = expr(a, b).realize().item()
+    assert type(got) is type(in_kernel) and got == in_kernel, (got, in_kernel)
+
+
+def test_indexing_with_tensor_arithmetic_runs_no_kernel():
+    """nanoGPT's `data[i + 1 : i + 1 + n]` over a `randint` draw."""
+    data = np.arange(1000, dtype=np.uint16)
+    ix = fg.randint(900, (6,))
+    ix.realize()
+    before = dict(engine.stats)
+    rows = [data[i + 1 : i + 1 + 64] for i in ix]
+    assert [int(r[0]) for r in rows] == [int(i) + 1 for i in ix.tolist()]
+    assert all(len(r) == 64 for r in rows)
+    assert engine.stats["schedule_hits"] == before["schedule_hits"]
+    assert engine.stats["scheduled"] == before["scheduled"]
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        lambda i: (i * 1.5).long(),  # a float inside
+        lambda i: i // 2,  # a division: the kernel's path
+        lambda i: i.float() + 1,  # a float result
+        lambda i: (fg.arange(5) + i).sum(),  # a reduction
+        lambda i: fg.randint(5, ()) + i,  # random numbers
+    ],
+)
+def test_floats_divisions_reductions_and_random_numbers_run_as_plans(expr):
+    (i,) = _row([7], np.int64)
+    t = expr(i)
+    assert host_scalar.value(t.node) is None
+    assert isinstance(t.item(), (int, float))  # (its plan's)
+
+
+def test_a_computed_value_inside_is_read_not_recomputed():
+    (i,) = _row([7], np.int64)
+    mid = (i + 1).realize()  # a value in host memory, not a buffer node's
+    assert host_scalar.value((mid * 3).node) == 24
+    big = (fg.arange(100_000) + 0).realize()
+    column = big.reshape(1000, 100)[:, 5]  # (a strided view: its whole buffer is the leaf)
+    assert host_scalar.value((column[3] + 1).node) is None  # (bigger than it reads)
+    assert (column[3] + 1).item() == 306
+
+
+def test_a_value_that_needs_its_gradient_is_left_alone():
+    w = fg.tensor([2.0], requires_grad=True)
+    assert host_scalar.value((w * 2).node) is None
+    assert host_scalar.value((w.detach().long() + 1).node) is None  # (a float cast inside)
