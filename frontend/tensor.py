@@ -131,6 +131,8 @@ MIXINS = (
 )
 
 
+_BUFFER = Ops.BUFFER  # (a global: an enum member read through its class costs four times as much)
+
 # views that take a one-element value's element where it is: `item()` reads it there
 _SAME_ELEMENT = (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.FLIP)
 
@@ -165,12 +167,12 @@ class Tensor(*MIXINS, TensorBase):
         self.requires_grad = requires_grad
         self._grad = None
         self._strides = strides
-        self._is_leaf = leaf if leaf is not None else (node.op is Ops.BUFFER or not requires_grad)
+        self._is_leaf = leaf if leaf is not None else (node.op is _BUFFER or not requires_grad)
         self._version = 0  # in-place updates so far (versions.py)
         _sites.note_new(node)  # the user's line that asked for it, for kernels to report
         if _steering.open_blocks[0]:  # a `fg.debug.no_fusion()` block: a kernel per op
             _steering.note_tensor(node)
-        if node.op is not Ops.BUFFER:  # a value the next step computes if it outlives it
+        if node.op is not _BUFFER:  # a value the next step computes if it outlives it
             note_lazy(self)
 
     # ---------------------------------------------------------------- properties
@@ -320,7 +322,7 @@ class Tensor(*MIXINS, TensorBase):
     def item(self):
         node = self.node
         if not engine.recording():  # (a jit recording refuses host reads: `_host`)
-            if node.op is Ops.BUFFER:
+            if node.op is _BUFFER:
                 # a value in host memory already (a loss after the step that computed it):
                 # read it without the realize path
                 buf = node.arg
@@ -329,7 +331,7 @@ class Tensor(*MIXINS, TensorBase):
                 while source.op in _SAME_ELEMENT:
                     source = source.srcs[0]
                 if (
-                    source.op is Ops.BUFFER
+                    source.op is _BUFFER
                     and type(source.arg) in HOST_BUFFERS
                     and source.arg.size == 1
                 ):
@@ -345,7 +347,7 @@ class Tensor(*MIXINS, TensorBase):
                     # from its buffer, without `_host`'s read-only array of its shape
                     self._realize_for_read()
                     node = self.node  # (a buffer node now, unless its graph is needed)
-                    buf = node.arg if node.op is Ops.BUFFER else engine.value(node)
+                    buf = node.arg if node.op is _BUFFER else engine.value(node)
             else:
                 buf = None
             # (no local name for the array: the buffer may die as this frame is cleared,

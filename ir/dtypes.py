@@ -10,7 +10,7 @@ True
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -35,55 +35,44 @@ class DType:
     # registers (arithmetic in float32, rounded once when stored, as PyTorch's opmath)
     storage: str = ""
 
+    # what the graph-building paths ask of a dtype on every op, worked out once (plain
+    # attributes: a property is a Python call each time)
+    np: str = field(init=False)  # numpy's name of it
+    is_float: bool = field(init=False)
+    is_int: bool = field(init=False)
+    is_bool: bool = field(init=False)
+    is_half: bool = field(
+        init=False
+    )  # float16 or bfloat16: 2 bytes in memory, float32 in registers
+    is_floating_point: bool = field(init=False)  # torch.dtype's name for is_float
+    is_signed: bool = field(init=False)  # floats and signed integers; not uint8, not bool (torch)
+    is_complex: bool = field(init=False)  # always False: fusegrad has no complex dtypes
+    # 0 bool, 1 integer, 2 float: what a 0-d tensor or a Python scalar can lift a tensor to
+    # (PyTorch's promotion compares categories first)
+    category: int = field(init=False)
+
+    def __post_init__(self):
+        kind = self.kind
+        for name, value in (
+            ("np", self.name),
+            ("is_float", kind == "f"),
+            ("is_int", kind == "i"),
+            ("is_bool", kind == "b"),
+            ("is_half", kind == "f" and self.itemsize == 2),
+            ("is_floating_point", kind == "f"),
+            ("is_signed", kind != "b" and not self.unsigned),
+            ("is_complex", False),
+            ("category", "bif".index(kind)),
+        ):
+            object.__setattr__(self, name, value)  # (frozen: set once, here)
+
     def __reduce__(self):  # unpickled as the one object of its name (identity is equality)
         return (_named, (self.name,))
-
-    @property
-    def np(self) -> str:
-        return self.name
 
     @property
     def finfo(self):
         """numpy's finfo of a float dtype (bfloat16's through ml_dtypes)."""
         return ml_dtypes.finfo(self.np) if ml_dtypes is not None else np.finfo(self.np)
-
-    @property
-    def is_half(self) -> bool:
-        """float16 or bfloat16: 2 bytes in memory, float32 in registers."""
-        return self.kind == "f" and self.itemsize == 2
-
-    @property
-    def is_float(self) -> bool:
-        return self.kind == "f"
-
-    @property
-    def is_int(self) -> bool:
-        return self.kind == "i"
-
-    @property
-    def is_bool(self) -> bool:
-        return self.kind == "b"
-
-    @property
-    def is_floating_point(self) -> bool:
-        """torch.dtype's name for is_float."""
-        return self.kind == "f"
-
-    @property
-    def is_signed(self) -> bool:
-        """True for floats and signed integers, False for uint8 and bool (as torch)."""
-        return self.kind != "b" and not self.unsigned
-
-    @property
-    def is_complex(self) -> bool:
-        """Always False: fusegrad has no complex dtypes."""
-        return False
-
-    @property
-    def category(self) -> int:
-        """0 bool, 1 integer, 2 float: what a 0-d tensor or a Python scalar can lift a
-        tensor to (PyTorch's promotion compares categories first)."""
-        return "bif".index(self.kind)
 
     def wrap(self, value: int) -> int:
         """An integer brought into this type's range as its arithmetic wraps (uint8: mod 256).

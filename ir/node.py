@@ -27,6 +27,9 @@ from .numpy_ops import fold_constant
 from .ops import BINARY, COMPARISON, ELEMENTWISE, MOVEMENT, REDUCE, UNARY, Ops
 
 Shape = tuple[int, ...]
+# (module constants: an enum member read through its class costs four times a global's,
+# and these are read for every node built)
+_BUFFER, _CONST = Ops.BUFFER, Ops.CONST
 
 
 # Hash-consing table: key -> weak reference to the one node with that key. A dict of
@@ -76,7 +79,7 @@ class Node:
     device: str | None
 
     def __repr__(self) -> str:
-        arg = "" if self.arg is None or self.op is Ops.BUFFER else f", arg={self.arg!r}"
+        arg = "" if self.arg is None or self.op is _BUFFER else f", arg={self.arg!r}"
         return f"<{self.op.name} {self.shape} {self.dtype.name}{arg}>"
 
     @property
@@ -90,7 +93,7 @@ def make(
     """Return the unique node for these fields, building it if it is new (BUFFER nodes are
     never shared: each is its own value). `device` is a leaf's; other nodes take their
     sources' device."""
-    if op is Ops.BUFFER:
+    if op is _BUFFER:
         return _new(op, srcs, arg, shape, dtype, getattr(arg, "device", "cpu"))
     # the hottest function of graph building: the common cases inline
     if len(srcs) == 1:
@@ -101,7 +104,7 @@ def make(
         ids = tuple(map(id, srcs))
     else:
         ids = ()
-    if 0 in shape and op is not Ops.CONST:
+    if 0 in shape and op is not _CONST:
         # an empty value has no elements to compute: a constant, so no kernel ever reads it
         return const(False if dtype.is_bool else 0, shape, dtype, device)
     if isinstance(arg, float):
@@ -152,14 +155,14 @@ def _new(op, srcs, arg, shape, dtype, device) -> Node:
 
 def buffer(buf, shape: Shape, dtype: DType) -> Node:
     """A node for realized data (a runtime Buffer of `prod(shape)` elements, row-major)."""
-    return _new(Ops.BUFFER, (), buf, tuple(shape), dtype, getattr(buf, "device", "cpu"))
+    return _new(_BUFFER, (), buf, tuple(shape), dtype, getattr(buf, "device", "cpu"))
 
 
 def const(value, shape: Shape, dtype: DType, device: str | None = None) -> Node:
     """`value` everywhere; `device` None (fusegrad's own constants) computes on any device."""
     kind = dtype.kind
     value = float(value) if kind == "f" else bool(value) if kind == "b" else int(value)
-    return make(Ops.CONST, (), value, tuple(shape), dtype, device)
+    return make(_CONST, (), value, tuple(shape), dtype, device)
 
 
 def index(shape: Shape, dtype: DType) -> Node:
@@ -197,7 +200,7 @@ def _fold(op: Ops, srcs: tuple[Node, ...], shape: Shape, dtype: DType) -> Node:
 
 def unary(op: Ops, x: Node) -> Node:
     assert op in UNARY and op is not Ops.CAST
-    if x.op is Ops.CONST:
+    if x.op is _CONST:
         return _fold(op, (x,), x.shape, x.dtype)
     return make(op, (x,), None, x.shape, x.dtype)
 
@@ -205,7 +208,7 @@ def unary(op: Ops, x: Node) -> Node:
 def cast(x: Node, dtype: DType) -> Node:
     if x.dtype is dtype:
         return x
-    if x.op is Ops.CONST:
+    if x.op is _CONST:
         return _fold(Ops.CAST, (x,), x.shape, dtype)
     return make(Ops.CAST, (x,), None, x.shape, dtype)
 
@@ -215,14 +218,14 @@ def binary(op: Ops, a: Node, b: Node) -> Node:
     assert a.shape == b.shape, f"{op.name}: {a.shape} vs {b.shape}"
     assert a.dtype is b.dtype, f"{op.name}: {a.dtype} vs {b.dtype}"
     out = bool_ if op in COMPARISON else a.dtype
-    if a.op is Ops.CONST and b.op is Ops.CONST:
+    if a.op is _CONST and b.op is _CONST:
         return _fold(op, (a, b), a.shape, out)
     return make(op, (a, b), None, a.shape, out)
 
 
 def where(cond: Node, a: Node, b: Node) -> Node:
     assert cond.dtype is bool_ and cond.shape == a.shape == b.shape and a.dtype is b.dtype
-    if cond.op is Ops.CONST:
+    if cond.op is _CONST:
         common_device(Ops.WHERE, (cond, a, b))  # two devices are refused even here
         return a if cond.arg else b
     return make(Ops.WHERE, (cond, a, b), None, a.shape, a.dtype)
@@ -332,7 +335,7 @@ def device_copy(x: Node, device: str) -> Node:
 
 def detach(x: Node) -> Node:
     """The same value, cut off from differentiation."""
-    if x.op in (Ops.DETACH, Ops.CONST):
+    if x.op in (Ops.DETACH, _CONST):
         return x
     return make(Ops.DETACH, (x,), None, x.shape, x.dtype)
 
@@ -344,7 +347,7 @@ def gather(table: Node, index: Node) -> Node:
     """Rows of `table` picked by the integers in `index`: shape index.shape + table.shape[1:]."""
     assert index.dtype.is_int and not index.dtype.is_bool and table.shape
     shape = index.shape + table.shape[1:]
-    if table.op is Ops.CONST:  # every row is the same
+    if table.op is _CONST:  # every row is the same
         return const(table.arg, shape, table.dtype, common_device(Ops.GATHER, (table, index)))
     return make(Ops.GATHER, (table, index), None, shape, table.dtype)
 
@@ -367,7 +370,7 @@ def place(x: Node, device: str) -> Node:
         return x
     placed: dict[int, Node] = {}
     for n in toposort([x]):
-        if n.op is Ops.CONST:
+        if n.op is _CONST:
             m = const(n.arg, n.shape, n.dtype, device)
         else:
             m = make(n.op, tuple(placed[id(s)] for s in n.srcs), n.arg, n.shape, n.dtype)

@@ -80,6 +80,8 @@ from .launch import effective_threads, prewake
 from .recompile import RecompileLog
 from .recompile import warn as warn_recompile
 
+_BUFFER = Ops.BUFFER  # (a global: an enum member read through its class costs four times as much)
+
 
 def _log(msg: str) -> None:
     print(f"fusegrad: {msg}", file=sys.stderr)
@@ -153,14 +155,14 @@ class Engine:
     # ---------------------------------------------------------------- values
     def value(self, n: Node) -> Buffer | None:
         """The buffer holding n's value, or None if it has not been computed."""
-        if n.op is Ops.BUFFER:
+        if n.op is _BUFFER:
             return n.arg
         e = self._values.get(id(n))
         return e[1] if e is not None else None
 
     def bind(self, n: Node, buf: Buffer) -> None:
         """Record `buf` as n's value (for as long as n lives)."""
-        if n.op is Ops.BUFFER:
+        if n.op is _BUFFER:
             return
         ref = _ValueRef(n, self._forget)
         ref.key = key = id(n)
@@ -244,7 +246,7 @@ class Engine:
         outs, records = self.execute(plan, leaves, timed=timed)
         for out in outs:
             out.kernels = records
-        buffer = Ops.BUFFER
+        buffer = _BUFFER
         for n, j in zip(nodes, targets):
             if n.op is not buffer:  # (a buffer node is its own value: a step's parameters)
                 self.bind(n, outs[j])
