@@ -32,6 +32,7 @@ from .ir import node as N
 from .ir.dtypes import DType, bool_, promote
 from .ir.ops import Ops
 from .jithooks import recording
+from .runtime.attribution import capture, fixed
 from .runtime.buffer import HOST_BUFFERS, Buffer, BufferView
 from .runtime.engine import engine
 from .tensor_base import TensorBase
@@ -178,6 +179,37 @@ def _block_of_buffer(x, bounds, steps):
         return None
     view = BufferView(base.arg, start, size)
     return N.buffer(view, tuple(e - b for b, e in bounds), node.dtype)
+
+
+def rows_of_buffer(x) -> list | None:
+    """`[x[0], x[1], ...]` for a computed CPU tensor (or a reshape of one) that no gradient
+    flows into, outside a jit recording: each row a block of its memory, as
+    `_block_of_buffer` cuts it, built without reading an index per row (`for i in
+    torch.randint(n, (12,))`); the same nodes, strides and write-through link as `x[k]`.
+    None otherwise (then `unbind`)."""
+    node = x.node
+    base = node.srcs[0] if node.op is Ops.RESHAPE else node  # (`x[k]` of a matrix is one)
+    if base.op is not Ops.BUFFER or type(base.arg) not in HOST_BUFFERS or x.requires_grad:
+        return None
+    if not node.shape or engine.recording():
+        return None
+    rest = node.shape[1:]
+    inner = math.prod(rest)
+    if inner == 0:
+        return None
+    strides = x.stride()[1:]
+    buf, dtype, block = base.arg, node.dtype, (1, *rest)
+    rows = []
+    with fixed(capture(1)):  # (one stack walk for every row: the user's line)
+        for k in range(node.shape[0]):
+            row = N.reshape(N.buffer(BufferView(buf, k * inner, inner), block, dtype), rest)
+            rows.append(linked(x._view(row, strides), x, functools.partial(_row, k)))
+    return rows
+
+
+def _row(k: int, t):
+    """`t[k]`: how a row of `rows_of_buffer` is taken again from its base's new value."""
+    return t[k]
 
 
 class MovementMixin:

@@ -70,7 +70,7 @@ from .ir.macro import register as register_macro
 from .ir.ops import MOVEMENT, Ops
 from .jithooks import host_read_refused, note_write
 from .mathops import MathMixin, clamp_tensors
-from .movement import MovementMixin
+from .movement import MovementMixin, rows_of_buffer
 from .printing import tensor_repr
 from .reduce import ReduceMixin, matmul
 from .runtime import attribution as _attribution
@@ -412,7 +412,8 @@ class Tensor(*MIXINS, TensorBase):
             and self.numel() > 0
         ):
             self.realize()
-        return iter(self.unbind(0))
+        rows = rows_of_buffer(self)
+        return iter(rows if rows is not None else self.unbind(0))
 
     def __repr__(self) -> str:
         """PyTorch's printed form (`frontend/printing.py`): `tensor([1.0000, 2.5000])`."""

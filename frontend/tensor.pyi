@@ -58,6 +58,7 @@ from .jithooks import note_write as note_write
 from .mathops import MathMixin as MathMixin
 from .mathops import clamp_tensors as clamp_tensors
 from .movement import MovementMixin as MovementMixin
+from .movement import rows_of_buffer as rows_of_buffer
 from .printing import tensor_repr as tensor_repr
 from .reduce import ReduceMixin as ReduceMixin
 from .reduce import matmul as matmul

@@ -120,3 +120,30 @@ def test_a_gradient_through_a_product_with_a_block_view():
     w.grad = None
     (data[0] * w).sum().backward()
     assert w.grad.tolist() == [1.0, -0.0] and np.signbit(w.grad.numpy()[1])
+
+
+def test_iterating_a_computed_tensor_gives_its_rows_as_indexing_does():
+    """`for row in x` over a value in host memory: each row what `x[k]` is (its values,
+    shape, strides, a buffer over its block, and writes landing in `x`), built at once."""
+    x = (fg.arange(24).reshape(2, 3, 4) + 0).realize()
+    rows = list(x)
+    for k, row in enumerate(rows):
+        want = x[k]
+        assert row.tolist() == want.tolist() and row.shape == want.shape == (3, 4)
+        assert row.stride() == want.stride() and row.node.op is want.node.op
+    inner = [[int(v) for v in r] for r in rows[1]]  # a row of a row: a reshape of a buffer
+    assert inner == x[1].tolist()
+    rows[1][2].add_(100)
+    assert x[1, 2].tolist() == [120, 121, 122, 123] and x[0, 2].tolist() == [8, 9, 10, 11]
+
+
+def test_iterating_a_tensor_with_a_gradient_or_no_elements_per_row_takes_its_slices():
+    w = fg.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    rows = list(w)
+    assert all(r.requires_grad for r in rows)
+    (rows[0] * 2 + rows[2]).backward()
+    assert w.grad.tolist() == [2.0, 0.0, 1.0]
+    empty = fg.zeros(3, 0)
+    assert [r.shape for r in empty] == [(0,), (0,), (0,)]
+    assert [float(v) for v in fg.tensor([-0.0, 1.5])] == [-0.0, 1.5]
+    assert str(float(list(fg.tensor([-0.0]))[0])) == "-0.0"
