@@ -31,6 +31,7 @@ from .extend import custom_gradient
 from .ir import node as N
 from .ir.autodiff import own_node, with_vjp, without_derivative
 from .ir.dtypes import bool_, float64, int64, promote_scalar
+from .ir.macro import macro
 from .ir.ops import MATH, MOVEMENT, Ops
 from .runtime.engine import engine
 from .tensor_base import TensorBase, as_tensor_like, broadcast_shapes, promote_tensors, where
@@ -178,46 +179,66 @@ def _refuse_bool(x, op: str) -> None:
 
 def trunc(x):
     """Round toward zero: exact for every float (large ones, inf and NaN pass through)."""
-    _refuse_bool(x, "trunc")
+    return _rounding("trunc", x, _trunc)
+
+
+def floor(x):
+    """The largest integer <= x (exact; -0.0, inf and NaN pass through)."""
+    return _rounding("floor", x, _floor)
+
+
+def ceil(x):
+    return _rounding("ceil", x, _ceil)
+
+
+def round_(x, decimals: int = 0):
+    """Round half to even, as torch.round; `decimals` scales by 10^decimals first."""
+    if decimals and not x.dtype.is_bool and x.dtype.is_float:
+        scale = 10.0**decimals
+        return round_(x * scale) / scale
+    return _rounding("round", x, _round)
+
+
+def _rounding(kind: str, x, composed):
+    """trunc, floor, ceil or round of `x`: itself for an integer tensor; for a float one
+    macro node (ir/macro.py) whose expansion is `composed(x)` (20 to 90 nodes, each a
+    tensor here: floor's was 0.4 ms to build, every step), registered in tensor.py."""
+    _refuse_bool(x, kind)
     if not x.dtype.is_float:
         return x
+    if x.node.op is Ops.CONST:
+        return composed(x)  # (folds to a constant)
+    return x._make(macro(kind, (x.node,), (), x.shape, x.dtype))
+
+
+def _trunc(x):
     big = x.abs() < _integral_limit(x)  # false for inf and NaN too
     safe = _where(big, x, 0)
     t = safe.cast(int64).cast(x.dtype)
     return _flat(_keep_zero_sign(_where(big, t, x), x), x)
 
 
-def floor(x):
-    """The largest integer <= x (exact; -0.0, inf and NaN pass through)."""
-    _refuse_bool(x, "floor")
-    if not x.dtype.is_float:
-        return x
-    t, w = trunc(x), x
+def _floor(x):
+    t, w = _trunc(x), x
     return _flat(_keep_zero_sign(t - (t > w).cast(x.dtype), w), x)
 
 
-def ceil(x):
-    _refuse_bool(x, "ceil")
-    if not x.dtype.is_float:
-        return x
-    t, w = trunc(x), x
+def _ceil(x):
+    t, w = _trunc(x), x
     return _flat(_keep_zero_sign(t + (t < w).cast(x.dtype), w), x)
 
 
-def round_(x, decimals: int = 0):
-    """Round half to even, as torch.round; `decimals` scales by 10^decimals first."""
-    _refuse_bool(x, "round")
-    if not x.dtype.is_float:
-        return x
-    if decimals:
-        scale = 10.0**decimals
-        return round_(x * scale) / scale
+def _round(x):
     w = x
-    f = floor(w)
+    f = _floor(w)
     d = w - f  # exact: f and x are in the same binade, or f is 0 or -1
-    odd = (f - 2 * floor(f * 0.5)) == 1
+    odd = (f - 2 * _floor(f * 0.5)) == 1
     up = (d > 0.5) | ((d == 0.5) & odd)
     return _flat(_keep_zero_sign(f + up.cast(x.dtype), w), x)
+
+
+# the composed forms tensor.py registers as these ops' macros' expansions (of float tensors)
+ROUNDING = {"trunc": _trunc, "floor": _floor, "ceil": _ceil, "round": _round}
 
 
 def frac(x):
@@ -315,8 +336,16 @@ def fmod(a, b):
     if not a.dtype.is_float:
         _refuse_integer_zero_divisor(b, "fmod")
         return a - a._binary(Ops.DIV, b, "fmod") * b
+    if a.node.op is Ops.CONST and b.node.op is Ops.CONST:
+        return _float_fmod(a, b)  # (folds to a constant)
+    # one macro node, its expansion `_float_fmod` (registered in tensor.py)
+    return a._make(macro("fmod", (a.node, b.node), (), a.shape, a.dtype), b)
+
+
+def _float_fmod(a, b):
+    """fmod of floats, composed (see `fmod`); gradients 1 and -trunc(a / b)."""
     x, y = _f64(a), _f64(b)
-    q = trunc(x / y)
+    q = _trunc(x / y)
     p = q * y
     r = (x - p) - _two_product_error(q, y, p)
     # the quotient may be off by one where a / b rounded across an integer
@@ -337,12 +366,19 @@ def remainder(a, b):
     if not a.dtype.is_float:
         r = fmod(a, b)
         return _where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+    if a.node.op is Ops.CONST and b.node.op is Ops.CONST:
+        return _float_remainder(a, b)  # (folds to a constant)
+    # one macro node, its expansion `_float_remainder` (registered in tensor.py)
+    return a._make(macro("remainder", (a.node, b.node), (), a.shape, a.dtype), b)
+
+
+def _float_remainder(a, b):
+    """Python's % of floats, composed; torch's gradients: 1 and -floor(a / b)."""
     xa, xb = a, b
-    r = fmod(xa, xb)
+    r = _float_fmod(xa, xb)
     r = _where((r != 0) & ((r < 0) != (xb < 0)), r + xb, r)
-    # torch's gradients: 1 and -floor(a / b)
     one = a._make(N.const(1, a.shape, a.dtype))
-    return _with_grad(r, [(a, one), (b, -_floor_divide(xa, xb))])
+    return _with_grad(r, [(a, one), (b, -_float_floor_divide(xa, xb))])
 
 
 def floor_divide(a, b):
@@ -377,10 +413,18 @@ def _floor_divide(a, b):
         q = a._binary(Ops.DIV, b, "floor_divide")
         fix = (q * b != a) & ((a < 0) != (b < 0))
         return _where(fix, q - 1, q)
+    if a.node.op is Ops.CONST and b.node.op is Ops.CONST:
+        return _float_floor_divide(a, b)  # (folds to a constant)
+    # one macro node, its expansion `_float_floor_divide` (registered in tensor.py)
+    return a._make(macro("floor_divide", (a.node, b.node), (), a.shape, a.dtype), b)
+
+
+def _float_floor_divide(a, b):
+    """Floating floor division as numpy's divmod rounds it, from fmod; gradient 0."""
     mod = fmod(a, b)
     div = (a - mod) / b
     div = _where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
-    fd = floor(div)
+    fd = _floor(div)
     fd = _where(div - fd > 0.5, fd + 1, fd)
     fd = _where(div == 0, copysign(fd * 0, a / b), fd)
     return _with_grad(_where(b == 0, a / b, fd), [(a, _zero(a)), (b, _zero(b))])

@@ -69,7 +69,14 @@ from .ir.macro import macro
 from .ir.macro import register as register_macro
 from .ir.ops import MOVEMENT, Ops
 from .jithooks import host_read_refused, note_write
-from .mathops import MathMixin, clamp_tensors
+from .mathops import (
+    ROUNDING,
+    MathMixin,
+    _float_floor_divide,
+    _float_fmod,
+    _float_remainder,
+    clamp_tensors,
+)
 from .movement import MovementMixin, rows_of_buffer
 from .printing import tensor_repr
 from .reduce import ReduceMixin, matmul
@@ -1781,6 +1788,11 @@ def composite(kind: str, tensors: Sequence[Tensor], params: tuple, shape, dtype)
 
 
 register_composite("sigmoid", lambda tensors, params: _sigmoid(tensors[0]))
+for _kind, _composed in ROUNDING.items():  # trunc, floor, ceil, round: mathops.py
+    register_composite(_kind, lambda tensors, params, composed=_composed: composed(tensors[0]))
+register_composite("floor_divide", lambda tensors, params: _float_floor_divide(*tensors))
+register_composite("fmod", lambda tensors, params: _float_fmod(*tensors))
+register_composite("remainder", lambda tensors, params: _float_remainder(*tensors))
 
 
 def _tanh(x: Tensor) -> Tensor:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import fusegrad as fg
+from fusegrad.ir.ops import Ops
 
 DTYPES = [np.float32, np.float64]
 
@@ -406,3 +407,40 @@ def test_smaller_aliases_and_relatives():
         32,
         16,
     ]
+
+
+ROUNDING_AND_DIVISION = [
+    ("floor", lambda x, y: x.floor(), np.floor),
+    ("ceil", lambda x, y: x.ceil(), np.ceil),
+    ("trunc", lambda x, y: x.trunc(), np.trunc),
+    ("round", lambda x, y: x.round(), np.round),
+    ("floor_divide", lambda x, y: x // y, np.floor_divide),
+    ("fmod", lambda x, y: fg.fmod(x, y), np.fmod),
+    ("remainder", lambda x, y: x % y, np.remainder),
+]
+
+
+@pytest.mark.parametrize(("name", "op", "ref"), ROUNDING_AND_DIVISION, ids=lambda v: v)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_rounding_and_division_of_floats_are_one_node_with_numpys_values(name, op, ref, dtype):
+    """A float floor, ceil, trunc, round, //, fmod or % is one macro node (its 20 to 200
+    primitives built when a plan is compiled, not on every call), with numpy's values at
+    the special points (signed zeros, halves, infinities, NaN) and a zero or torch's
+    gradient; of constants it folds to a constant (torch's signs of zero remainders)."""
+    a = np.array([-2.5, -1.5, -0.5, -0.0, 0.0, 0.5, 1.5, 2.5, 7.25, -7.25, np.inf, np.nan], dtype)
+    b = np.array([2.0, -2.0, 3.0, 3.0, -3.0, 0.25, 0.5, -1.0, 2.0, 2.0, 2.0, 1.0], dtype)
+    x, y = fg.tensor(a), fg.tensor(b)
+    out = op(x, y)
+    assert out.node.op is Ops.MACRO and out.node.arg[0] == name
+    got = out.numpy()
+    with np.errstate(all="ignore"):
+        want = ref(a, b) if name in ("floor_divide", "fmod", "remainder") else ref(a)
+    if name == "remainder":  # a zero takes a's sign, as torch's (fmod's) does: numpy's b's
+        want = np.where(want == 0, np.copysign(0.0, a), want).astype(dtype)
+    assert np.array_equal(got, want, equal_nan=True), (got, want)
+    assert np.array_equal(np.signbit(got), np.signbit(want))
+    assert op(fg.full((3,), -0.5), fg.full((3,), 2.0)).node.op is Ops.CONST
+    if name in ("floor", "ceil", "trunc", "round"):
+        w = fg.tensor(a[:9].copy(), requires_grad=True)
+        (op(w, None) * 3).sum().backward()
+        assert w.grad.tolist() == [0.0] * 9
