@@ -21,6 +21,7 @@ and rounded once, so they are within one float32 ulp of the exact value.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -172,6 +173,38 @@ def _keep_zero_sign(out, x):
     return _where(out == 0, copysign(out, x), out)
 
 
+# op -> its composed form (a function of float tensors): the expansion of the one macro node
+# the op builds (`_one_node`; tensor.py registers them)
+COMPOSED: dict = {}
+
+
+def _one_node(kind: str, arity: int = 1):
+    """Decorator: a float elementwise op written with tensor ops (30 to 300 of them, each a
+    tensor to build: 0.1 to 3 ms on every call) builds one macro node instead (ir/macro.py),
+    whose expansion is the function itself, built when a plan is compiled; its values and
+    gradients are the function's. Of constants it folds, as before."""
+
+    def wrap(fn):
+        COMPOSED[kind] = fn
+
+        @functools.wraps(fn)
+        def one_node(*args):
+            if arity == 1:
+                tensors = (args[0]._float(),)
+            else:
+                a = _tensor(args[0], kind, args[1])
+                tensors = tuple(t._float() for t in a._operands(args[1], kind))
+            first = tensors[0]
+            if all(t.node.op is Ops.CONST for t in tensors):
+                return fn(*tensors)
+            nodes = tuple(t.node for t in tensors)
+            return first._make(macro(kind, nodes, (), first.shape, first.dtype), *tensors[1:])
+
+        return one_node
+
+    return wrap
+
+
 def _refuse_bool(x, op: str) -> None:
     if x.dtype.is_bool:
         fail(DTypeNotImplementedError, op, "not implemented for bool (as in PyTorch)")
@@ -237,8 +270,7 @@ def _round(x):
     return _flat(_keep_zero_sign(f + up.cast(x.dtype), w), x)
 
 
-# the composed forms tensor.py registers as these ops' macros' expansions (of float tensors)
-ROUNDING = {"trunc": _trunc, "floor": _floor, "ceil": _ceil, "round": _round}
+COMPOSED.update(trunc=_trunc, floor=_floor, ceil=_ceil, round=_round)
 
 
 def frac(x):
@@ -455,6 +487,7 @@ def div(a, b, rounding_mode=None):
 
 
 @autocast_op("log1p")
+@_one_node("log1p")
 def log1p(x):
     """log(1 + x), accurate for tiny x: log(u) * x / (u - 1) with u = 1 + x (Goldberg).
 
@@ -472,6 +505,7 @@ def log1p(x):
 
 
 @autocast_op("expm1")
+@_one_node("expm1")
 def expm1(x):
     """e^x - 1, accurate for tiny x: (u - 1) * x / log(u) with u = e^x (Kahan)."""
     xf = x._float()
@@ -627,6 +661,7 @@ def _erfc_fraction(t):
     return math.sqrt(math.pi) * f
 
 
+@_one_node("erf")
 def erf(x):
     """The error function, within 5 float64 ulps (1 float32 ulp).
 
@@ -680,6 +715,7 @@ def _atan64(w):
     return _where(isnan(w), w, res)
 
 
+@_one_node("atan")
 def atan(x):
     """Arctangent, within 2 float64 ulps: 1/x reflection, then a pi/6 shift, then a series."""
     xf = x._float()
@@ -702,6 +738,7 @@ def _atan2_64(y, x):
 
 
 @autocast_op("atan2")
+@_one_node("atan2", arity=2)
 def atan2(y, x):
     """The angle of (x, y) in (-pi, pi], signed zeros and infinities as numpy's arctan2.
     >>> import fusegrad as fg
@@ -721,6 +758,7 @@ def atan2(y, x):
 arctan2 = atan2
 
 
+@_one_node("hypot", arity=2)
 def hypot(a, b):
     """sqrt(a^2 + b^2) without overflow or underflow: inf where either is inf (a NaN beside
     it too), as torch.hypot; the gradient is a / hypot and b / hypot (NaN at (0, 0), as
@@ -784,6 +822,7 @@ def _x_log(x, y, op: str, shift: int):
 
 
 @autocast_op("asin")
+@_one_node("asin")
 def asin(x):
     """atan2(x, sqrt((1 - x)(1 + x))); NaN outside [-1, 1]."""
     xf = x._float()
@@ -794,6 +833,7 @@ def asin(x):
 
 
 @autocast_op("acos")
+@_one_node("acos")
 def acos(x):
     xf = x._float()
     w = _f64(xf)
@@ -807,6 +847,7 @@ PIO2 = (1.57079632673412561417e00, 6.07710050630396597660e-11, 2.022266248711166
 
 
 @autocast_op("tan")
+@_one_node("tan")
 def tan(x):
     """sin(r) / cos(r) on r = x - k pi/2 in [-pi/4, pi/4] (Cody-Waite reduction, pi/2 in
     three exact parts), and -cos(r) / sin(r) for odd k: within a few float64 ulps for
@@ -848,6 +889,7 @@ def _cosh64(w):
 
 
 @autocast_op("sinh")
+@_one_node("sinh")
 def sinh(x):
     """(e^x - e^-x) / 2, with its Taylor series for |x| < 1 where that form cancels."""
     xf = x._float()
@@ -856,12 +898,14 @@ def sinh(x):
 
 
 @autocast_op("cosh")
+@_one_node("cosh")
 def cosh(x):
     xf = x._float()
     w = _f64(xf)
     return _with_grad(_back(_cosh64(w), xf), [(xf, _back(_sinh64(w), xf))])
 
 
+@_one_node("asinh")
 def asinh(x):
     """sign(x) log1p(|x| + x^2 / (1 + sqrt(1 + x^2))); log(2|x|) where x^2 would overflow."""
     xf = x._float()

@@ -70,7 +70,7 @@ from .ir.macro import register as register_macro
 from .ir.ops import MOVEMENT, Ops
 from .jithooks import host_read_refused, note_write
 from .mathops import (
-    ROUNDING,
+    COMPOSED,
     MathMixin,
     _float_floor_divide,
     _float_fmod,
@@ -1788,11 +1788,9 @@ def composite(kind: str, tensors: Sequence[Tensor], params: tuple, shape, dtype)
 
 
 register_composite("sigmoid", lambda tensors, params: _sigmoid(tensors[0]))
-for _kind, _composed in ROUNDING.items():  # trunc, floor, ceil, round: mathops.py
-    register_composite(_kind, lambda tensors, params, composed=_composed: composed(tensors[0]))
-register_composite("floor_divide", lambda tensors, params: _float_floor_divide(*tensors))
-register_composite("fmod", lambda tensors, params: _float_fmod(*tensors))
-register_composite("remainder", lambda tensors, params: _float_remainder(*tensors))
+COMPOSED.update(floor_divide=_float_floor_divide, fmod=_float_fmod, remainder=_float_remainder)
+for _kind, _composed in COMPOSED.items():  # floor, erf, atan2, ...: mathops.py's composed ops
+    register_composite(_kind, lambda tensors, params, composed=_composed: composed(*tensors))
 
 
 def _tanh(x: Tensor) -> Tensor:

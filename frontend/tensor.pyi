@@ -55,7 +55,7 @@ from .ir.ops import MOVEMENT as MOVEMENT
 from .ir.ops import Ops as Ops
 from .jithooks import host_read_refused as host_read_refused
 from .jithooks import note_write as note_write
-from .mathops import ROUNDING as ROUNDING
+from .mathops import COMPOSED as COMPOSED
 from .mathops import MathMixin as MathMixin
 from .mathops import clamp_tensors as clamp_tensors
 from .movement import MovementMixin as MovementMixin
