@@ -38,6 +38,13 @@ from .module import Module, Parameter, place
 # ---------------------------------------------------------------- private numerics
 
 
+def _one_node(kind: str, x: Tensor, params: tuple = ()) -> Tensor:
+    """Activation `kind` of float `x` as one macro node, its expansion the composed form
+    registered below (`_<kind>(x, *params)`): 20 to 60 tensor ops, which were built on
+    every call (softplus 0.3 ms), are built once, when a plan is compiled."""
+    return composite(kind, [x], params, x.shape, x.dtype)
+
+
 def _in_place(input: Tensor, result: Tensor, inplace: bool, op: str) -> Tensor:
     """torch's `inplace=True`: `result` is written into `input` (whose other users see it,
     as in torch), and `input` returned; a leaf that requires grad refuses, as in torch."""
@@ -158,14 +165,19 @@ def gelu(input: Tensor, approximate: str = "none") -> Tensor:
     """x * Phi(x) (approximate='none'), or PyTorch's tanh approximation (approximate='tanh')."""
     x = input._float()
     if approximate == "tanh":
-        inner = math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)
-        # beyond +-20 tanh is +-1 in float32 and float64 alike; the clamp keeps its gradient finite
-        return 0.5 * x * (1.0 + inner.clamp(-20.0, 20.0).tanh())
+        return _one_node("gelu_tanh", x)
     if approximate != "none":
         raise ValueError(f"approximate argument must be either none or tanh, got {approximate!r}")
     if x.dtype.itemsize < 8:  # one node a call: its ~60 primitives built when compiled
         return composite("gelu", [x], (), x.shape, x.dtype)
     return _gelu(x, Tensor.erf)
+
+
+def _gelu_tanh(x: Tensor) -> Tensor:
+    """PyTorch's tanh approximation of gelu."""
+    inner = math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)
+    # beyond +-20 tanh is +-1 in float32 and float64 alike; the clamp keeps its gradient finite
+    return 0.5 * x * (1.0 + inner.clamp(-20.0, 20.0).tanh())
 
 
 def _gelu(x: Tensor, erf) -> Tensor:
@@ -178,6 +190,16 @@ def _gelu(x: Tensor, erf) -> Tensor:
 # step built its erf's ~60 nodes a block, forward (ViT: 1.7 ms of Python a call under a
 # profiler); its gradient, a macro too, is derived when a plan is compiled
 register_composite("gelu", lambda tensors, params: _gelu(tensors[0], _erf), deferred_grad=True)
+# activations of 20 to 60 ops as one node each (`_one_node`)
+for _kind, _composed in {
+    "gelu_tanh": lambda x: _gelu_tanh(x),
+    "mish": lambda x: _mish(x),
+    "elu": lambda x, alpha: _elu(x, alpha),
+    "celu": lambda x, alpha: _celu(x, alpha),
+    "softplus": lambda x, beta, threshold: _softplus(x, beta, threshold),
+    "logsigmoid": lambda x: _logsigmoid(x),
+}.items():
+    register_composite(_kind, lambda tensors, params, f=_composed: f(tensors[0], *params))
 
 
 @autocast_op("silu")
@@ -191,7 +213,11 @@ def silu(input: Tensor, inplace: bool = False) -> Tensor:
 def mish(input: Tensor, inplace: bool = False) -> Tensor:
     """x * tanh(softplus(x))."""
     x = input._float()
-    return _in_place(input, x * _softplus_unit(x).tanh(), inplace, "mish_")
+    return _in_place(input, _one_node("mish", x), inplace, "mish_")
+
+
+def _mish(x: Tensor) -> Tensor:
+    return x * _softplus_unit(x).tanh()
 
 
 def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
@@ -203,8 +229,12 @@ def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = Fals
 def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     """x for x > 0, else alpha * (exp(x) - 1) (NaN takes the first branch: gradient 1)."""
     x = input._float()
+    return _in_place(input, _one_node("elu", x, (float(alpha),)), inplace, "elu_")
+
+
+def _elu(x: Tensor, alpha: float) -> Tensor:
     neg = x <= 0
-    return _in_place(input, where(neg, alpha * _expm1(where(neg, x, 0.0)), x), inplace, "elu_")
+    return where(neg, alpha * _expm1(where(neg, x, 0.0)), x)
 
 
 _SELU_ALPHA = 1.6732632423543772848170429916717
@@ -223,15 +253,21 @@ def celu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     if alpha == 0:
         raise ZeroDivisionError("ZeroDivisionError: celu with alpha=0")
     x = input._float()
+    return _in_place(input, _one_node("celu", x, (float(alpha),)), inplace, "celu_")
+
+
+def _celu(x: Tensor, alpha: float) -> Tensor:
     neg = x <= 0
-    out = where(neg, alpha * _expm1(where(neg, x, 0.0) * (1.0 / alpha)), x)
-    return _in_place(input, out, inplace, "celu_")
+    return where(neg, alpha * _expm1(where(neg, x, 0.0) * (1.0 / alpha)), x)
 
 
 @autocast_op("softplus")
 def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
     """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold."""
-    x = input._float()
+    return _one_node("softplus", input._float(), (float(beta), float(threshold)))
+
+
+def _softplus(x: Tensor, beta: float, threshold: float) -> Tensor:
     bx = x * beta
     linear = bx > threshold
     return where(linear, x, _softplus_unit(where(linear, 0.0, bx)) * (1.0 / beta))
@@ -309,7 +345,11 @@ def hardswish(input: Tensor, inplace: bool = False) -> Tensor:
 @autocast_op("logsigmoid")
 def logsigmoid(input: Tensor) -> Tensor:
     """log(sigmoid(x)) = -softplus(-x), stable for large |x|."""
-    return 0.0 - _softplus_unit(-input._float())  # (0 - y: +0.0 at +inf, as torch)
+    return _one_node("logsigmoid", input._float())
+
+
+def _logsigmoid(x: Tensor) -> Tensor:
+    return 0.0 - _softplus_unit(-x)  # (0 - y: +0.0 at +inf, as torch)
 
 
 def softsign(input: Tensor) -> Tensor:

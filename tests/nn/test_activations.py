@@ -14,6 +14,7 @@ import fusegrad as fg
 import fusegrad.nn.functional as F
 from fusegrad import nn
 from fusegrad.ir.reference import evaluate_many
+from fusegrad.nn import activations
 from fusegrad.testing import gradcheck
 
 ERF = np.vectorize(math.erf)
@@ -296,3 +297,33 @@ def test_shrink_and_threshold_modules_as_torchs():
     assert y is x and x.tolist() == [-9.0, -9.0, 0.6000000238418579, 2.0]
     with pytest.raises(ValueError, match="lambda must be greater or equal to 0"):
         F.softshrink(x, -0.5)
+
+
+@pytest.mark.parametrize(
+    ("kind", "call"),
+    [
+        ("softplus", lambda x: F.softplus(x, beta=2.0, threshold=5.0)),
+        ("mish", F.mish),
+        ("elu", lambda x: F.elu(x, alpha=0.5)),
+        ("celu", lambda x: F.celu(x, alpha=2.0)),
+        ("logsigmoid", F.logsigmoid),
+        ("gelu_tanh", lambda x: F.gelu(x, approximate="tanh")),
+    ],
+)
+def test_composed_activations_are_one_node_with_their_parameters(kind, call):
+    """Each is one macro node whose parameters are part of it (two betas: two nodes), and
+    its value and gradient are the composed form's, at the thresholds and signed zeros."""
+    x = fg.tensor([-30.0, -2.5, -0.0, 0.0, 0.5, 2.4999, 2.5001, 30.0], requires_grad=True)
+    y = call(x)
+    assert y.node.arg[0] == kind and len(y.node.srcs) == 1
+    assert call(x).node is y.node  # (equal macro nodes are one node)
+    composed = getattr(activations, "_" + kind)
+    params = y.node.arg[1]
+    want = composed(x, *params)
+    assert np.array_equal(y.numpy(), want.numpy(), equal_nan=True)
+    assert np.array_equal(np.signbit(y.numpy()), np.signbit(want.numpy()))
+    (g,) = fg.autograd.grad(y.sum(), [x])
+    (h,) = fg.autograd.grad(want.sum(), [x])
+    assert np.array_equal(g.numpy(), h.numpy(), equal_nan=True)
+    if kind == "softplus":
+        assert F.softplus(x, beta=3.0).node is not y.node
