@@ -612,6 +612,7 @@ def _pow2_int(n):
     return out
 
 
+@_one_node("exp2")
 def exp2(x):
     """2^x = 2^n * e^(f ln 2) with n = round(x): 2^n is exact, so the error is e^'s alone."""
     xf = x._float()

@@ -49,8 +49,8 @@ from .ir.dtypes import bool_ as bool_
 from .ir.dtypes import default_float as default_float
 from .ir.dtypes import float32 as float32
 from .ir.dtypes import promote_scalar as promote_scalar
+from .ir.macro import building, register
 from .ir.macro import macro as macro
-from .ir.macro import register
 from .ir.ops import MOVEMENT as MOVEMENT
 from .ir.ops import Ops as Ops
 from .jithooks import host_read_refused as host_read_refused
@@ -76,6 +76,7 @@ from .tensor_hooks import HOOKED_BY as HOOKED_BY
 from .tensor_hooks import separate as separate
 from .versions import InplaceError as InplaceError
 
+building_expansion = building
 inplace_variants = variants
 register_macro = register
 

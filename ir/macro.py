@@ -72,6 +72,14 @@ class _Building(threading.local):
 
 _building = _Building()
 
+
+def building() -> bool:
+    """Whether an expansion is being built on this thread: what its rule makes must be
+    primitives over its sources and constants, never a new buffer node (a `detach()` of a
+    source is a DETACH node there, not a second node over the source's buffer, which no
+    plan would know as an input)."""
+    return _building.depth > 0
+
 # macro node -> {layout: its expansion on its own sources under that layout}, the key
 # None for an expansion that asked for no layout (kept while the macro lives)
 _EXPANSIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
