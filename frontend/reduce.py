@@ -65,6 +65,17 @@ def _warn_no_degrees_of_freedom(op: str) -> None:
         warnings.warn_explicit(message, UserWarning, site.path, site.line)
 
 
+def logsumexp_composed(x, axes: tuple[int, ...], keepdim: bool):
+    """`Tensor.logsumexp` of float `x` over `axes`, composed (the macro's expansion)."""
+    if any(x.shape[a] == 0 for a in axes):  # log(0): the sum of no exponentials is 0
+        m = 0.0
+    else:
+        m = x.amax(axes, keepdim=True).detach()
+        m = where(m.abs() == math.inf, 0.0, m)
+    out = (x - m).exp().sum(axes, keepdim=True).log() + m
+    return out if keepdim else out.squeeze(axes)
+
+
 class ReduceMixin:
     """Reduction methods of Tensor."""
 
@@ -329,13 +340,13 @@ class ReduceMixin:
         """
         x = self._float()
         axes = x._dims(dim, "logsumexp")
-        if any(x.shape[a] == 0 for a in axes):  # log(0): the sum of no exponentials is 0
-            m = 0.0
-        else:
-            m = x.amax(axes, keepdim=True).detach()
-            m = where(m.abs() == math.inf, 0.0, m)
-        out = (x - m).exp().sum(axes, keepdim=True).log() + m
-        return out if keepdim else out.squeeze(axes)
+        if any(x.shape[a] == 0 for a in axes) or x.node.op is Ops.CONST:
+            return logsumexp_composed(x, axes, keepdim)
+        # one macro node, its expansion `logsumexp_composed` (registered in tensor.py)
+        shape = [1 if a in axes else n for a, n in enumerate(x.shape)]
+        if not keepdim:
+            shape = [n for a, n in enumerate(shape) if a not in axes]
+        return x._make(macro("logsumexp", (x.node,), (axes, keepdim), tuple(shape), x.dtype))
 
     @autocast_op("softmax")
     @one_site

@@ -454,3 +454,24 @@ def test_composed_float_ops_are_one_node_with_numpys_values(name, op, ref, dtype
         w = fg.tensor(a[:9].copy(), requires_grad=True)
         (op(w, None) * 3).sum().backward()
         assert w.grad.tolist() == [0.0] * 9
+
+
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_logsumexp_is_one_node_with_torchs_values_at_infinities_and_nan(keepdim):
+    """One macro node (its axes and keepdim in it), the composed form's values: an infinite
+    row maximum shifts by 0 ([inf, 1] is inf, all -inf is -inf), NaN propagates, and an
+    empty axis gives -inf; the gradient is softmax's."""
+    x = fg.tensor([[1.0, 2.0, -np.inf], [np.inf, 1.0, 0.0], [-np.inf] * 3, [np.nan, 0.0, 1.0]])
+    y = x.logsumexp(1, keepdim=keepdim)
+    assert y.node.op is Ops.MACRO and y.node.arg == ("logsumexp", ((1,), keepdim))
+    assert y.shape == ((4, 1) if keepdim else (4,))
+    got = y.numpy().reshape(-1)
+    want = np.log(np.exp(np.array([1.0, 2.0])).sum())
+    assert np.isclose(got[0], want) and got[1] == np.inf and got[2] == -np.inf
+    assert np.isnan(got[3])
+    assert (
+        fg.zeros(2, 0).logsumexp(1, keepdim=keepdim).numpy().reshape(-1).tolist() == [-np.inf] * 2
+    )
+    w = fg.tensor([[1.0, 2.0, 3.0]], requires_grad=True)
+    w.logsumexp(-1, keepdim=keepdim).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), w.softmax(-1).numpy(), rtol=1e-6)
