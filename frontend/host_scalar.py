@@ -2,8 +2,8 @@
 
 A program that indexes with tensors does arithmetic on one-element integer tensors and
 reads the result back at once: nanoGPT's `get_batch` slices `data[i + 1 : i + 1 + n]`
-for each `i` of a `randint` draw, 24 reads a batch. Each read would run a plan, 40 to 80
-us; PyTorch's eager ops take about one. When `item()` (and so `int()`, `bool()`,
+for each `i` of a `randint` draw. Each read would otherwise schedule and run a plan for
+one number. When `item()` (and so `int()`, `bool()`,
 `__index__`) asks for one element of a small graph of integer or bool ops over values in
 host memory, the value is computed here with numpy, op by op as the reference evaluator
 computes it (`ir/numpy_ops.py`), which is what the kernel computes: integer arithmetic
