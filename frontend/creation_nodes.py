@@ -36,6 +36,7 @@ from .ir.dtypes import (
 from .ir.dtypes import (
     from_numpy as dtype_of_numpy,
 )
+from .ir.macro import building as building_expansion
 from .jithooks import key_buffer
 from .runtime import forksafe
 from .runtime.backend import HOST, get_backend
@@ -287,7 +288,8 @@ def index_arange(like, start, end=None, step=1, dtype=None):
     dt = checked_dtype(dtype, "arange") if dtype is not None else int64
     ints = all(isinstance(v, int) for v in (start, end, step)) and dt.is_int
     size = len(range(start, end, step)) if ints else 0
-    if size > _SHARED_LIMIT:
+    if size > _SHARED_LIMIT or (building_expansion() and ints):
+        # (inside a macro's expansion too, which may read no buffer but its sources')
         node = N.index((size,), dt)
         if step != 1:
             node = N.mul(node, N.const(step, node.shape, dt))

@@ -65,6 +65,22 @@ def _warn_no_degrees_of_freedom(op: str) -> None:
         warnings.warn_explicit(message, UserWarning, site.path, site.line)
 
 
+def argmax_composed(x, d: int, keepdim: bool):
+    """The index of the first largest element of `x` along axis `d`, a NaN counting as the
+    largest (torch's), composed: the macro's expansion."""
+    n = x.shape[d]
+    best = x.amax(d, keepdim=True)  # NaN where the row holds a NaN
+    shape = [1] * x.ndim
+    shape[d] = n
+    idx = index_arange(x, n).reshape(shape)
+    # first occurrence: the smallest index among the maxima
+    hit = x == best
+    if x.dtype.is_float:
+        hit = hit | (x != x)  # no NaN in the row unless best is NaN
+    cand = where(hit, idx, n)
+    return cand.amin(d, keepdim)
+
+
 def logsumexp_composed(x, axes: tuple[int, ...], keepdim: bool):
     """`Tensor.logsumexp` of float `x` over `axes`, composed (the macro's expansion)."""
     if any(x.shape[a] == 0 for a in axes):  # log(0): the sum of no exponentials is 0
@@ -305,17 +321,15 @@ class ReduceMixin:
         d = self._dim(dim, "argmax")
         if self.ndim == 0:  # index 0, 0-d whatever keepdim, as torch
             return self.reshape(1)._argmax(0)
-        n = self.shape[d]
-        best = self.amax(d, keepdim=True)  # NaN where the row holds a NaN
-        shape = [1] * self.ndim
-        shape[d] = n
-        idx = index_arange(self, n).reshape(shape)
-        # first occurrence: the smallest index among the maxima
-        hit = self == best
-        if self.dtype.is_float:
-            hit = hit | (self != self)  # no NaN in the row unless best is NaN
-        cand = where(hit, idx, n)
-        return cand.amin(d, keepdim)
+        if self.node.op is Ops.CONST or 0 in self.shape:
+            return argmax_composed(self, d, keepdim)
+        # one macro node, its expansion `argmax_composed` (registered in tensor.py)
+        shape = list(self.shape)
+        if keepdim:
+            shape[d] = 1
+        else:
+            del shape[d]
+        return self._make(macro("argmax", (self.node,), (d, keepdim), tuple(shape), int64))
 
     def argmin(self, dim=None, keepdim: bool = False):
         if self.dtype.is_bool:

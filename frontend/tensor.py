@@ -80,7 +80,7 @@ from .mathops import (
 )
 from .movement import MovementMixin, rows_of_buffer
 from .printing import tensor_repr
-from .reduce import ReduceMixin, logsumexp_composed, matmul
+from .reduce import ReduceMixin, argmax_composed, logsumexp_composed, matmul
 from .runtime import attribution as _attribution
 from .runtime.backend import to_device
 from .runtime.buffer import HOST_BUFFERS
@@ -1790,6 +1790,7 @@ def composite(kind: str, tensors: Sequence[Tensor], params: tuple, shape, dtype)
 
 register_composite("sigmoid", lambda tensors, params: _sigmoid(tensors[0]))
 register_composite("logsumexp", lambda tensors, params: logsumexp_composed(tensors[0], *params))
+register_composite("argmax", lambda tensors, params: argmax_composed(tensors[0], *params))
 COMPOSED.update(floor_divide=_float_floor_divide, fmod=_float_fmod, remainder=_float_remainder)
 for _kind, _composed in COMPOSED.items():  # floor, erf, atan2, ...: mathops.py's composed ops
     register_composite(_kind, lambda tensors, params, composed=_composed: composed(*tensors))

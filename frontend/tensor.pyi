@@ -62,6 +62,7 @@ from .movement import MovementMixin as MovementMixin
 from .movement import rows_of_buffer as rows_of_buffer
 from .printing import tensor_repr as tensor_repr
 from .reduce import ReduceMixin as ReduceMixin
+from .reduce import argmax_composed as argmax_composed
 from .reduce import logsumexp_composed as logsumexp_composed
 from .reduce import matmul as matmul
 from .runtime.backend import to_device as to_device

@@ -475,3 +475,22 @@ def test_logsumexp_is_one_node_with_torchs_values_at_infinities_and_nan(keepdim)
     w = fg.tensor([[1.0, 2.0, 3.0]], requires_grad=True)
     w.logsumexp(-1, keepdim=keepdim).sum().backward()
     np.testing.assert_allclose(w.grad.numpy(), w.softmax(-1).numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_argmax_is_one_node_with_the_first_maximum_nan_counting_largest(keepdim):
+    """argmax along an axis is one macro node (its expansion reads its index table as an
+    INDEX node: an expansion holds no buffer but its sources'), with torch's answers: the
+    first of tied maxima, -0.0 and 0.0 tied, a NaN the largest; argmin and max(dim) too."""
+    x = fg.tensor(
+        [[1.0, 3.0, 3.0, 2.0], [-0.0, 0.0, 0.0, -0.0], [np.nan, 1.0, np.nan, 5.0], [-np.inf] * 4]
+    )
+    got = x.argmax(1, keepdim=keepdim)
+    assert got.node.op is Ops.MACRO and got.node.arg == ("argmax", (1, keepdim))
+    assert got.dtype == fg.int64 and got.shape == ((4, 1) if keepdim else (4,))
+    assert got.numpy().reshape(-1).tolist() == [1, 0, 0, 0]
+    assert x.argmin(1, keepdim=keepdim).numpy().reshape(-1).tolist() == [0, 0, 0, 0]
+    values, indices = x.max(0, keepdim=keepdim)
+    assert indices.numpy().reshape(-1).tolist() == [2, 0, 2, 2]
+    assert fg.tensor([[2, 7, 7], [9, 1, 9]]).argmax(-1).tolist() == [1, 0]
+    assert fg.zeros(3, 4).argmax(0).tolist() == [0, 0, 0, 0]  # (a constant: folded)
