@@ -79,6 +79,12 @@ def compile_plan(todo: list[Node], leaves: list[Node], has_value, device: str = 
     for k, item in enumerate(items):
         for n in item.inputs:
             last_read[id(n)] = k
+            if id(n) not in position:  # (a bug, named here rather than as a KeyError below)
+                raise AssertionError(
+                    f"kernel {k} ({' '.join(item.ops[:6])} ...) reads a {n.op.name} {n.shape} "
+                    "that is neither a plan input nor an earlier kernel's output: a macro's "
+                    "expansion may read no buffer but its sources'"
+                )
     wanted = {id(n) for n in todo}
     # lowered and compiled side by side, or read from a cache, where the backend can
     loops, compiled = backend.lower_and_compile(items)

@@ -430,3 +430,15 @@ def test_an_expansion_that_detaches_a_source_reads_the_source_not_a_new_buffer()
         (h,) = fg.grad(want.sum(), [x])
         np.testing.assert_array_equal(g.numpy(), h.numpy())
         assert g.numpy()[1] == 1.0  # (-7 is clamped: the sigmoid's term has gradient 0)
+
+
+def test_an_expansion_reading_a_buffer_of_its_own_is_named_not_a_key_error():
+    """A composite whose form makes data of its own (not allowed: an expansion reads no
+    buffer but its sources') fails at the plan's compile with what went wrong."""
+    from fusegrad.tensor import composite, register_composite
+
+    register_composite("test_own_data", lambda ts, p: ts[0] + fg.tensor([1.0, 2.0, 3.0]))
+    x = fg.tensor([0.5, -1.5, 3.0])
+    y = composite("test_own_data", (x,), (), x.shape, x.dtype)
+    with pytest.raises(AssertionError, match="expansion may read no buffer but its sources"):
+        y.numpy()
