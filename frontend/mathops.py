@@ -462,6 +462,9 @@ def _float_floor_divide(a, b):
     return _with_grad(_where(b == 0, a / b, fd), [(a, _zero(a)), (b, _zero(b))])
 
 
+COMPOSED.update(floor_divide=_float_floor_divide, fmod=_float_fmod, remainder=_float_remainder)
+
+
 def div(a, b, rounding_mode=None):
     """a / b; rounding_mode 'trunc' or 'floor' rounds the quotient (integers stay integers)."""
     a = _tensor(a, "div", b)

@@ -70,14 +70,7 @@ from .ir.macro import macro
 from .ir.macro import register as register_macro
 from .ir.ops import MOVEMENT, Ops
 from .jithooks import host_read_refused, note_write
-from .mathops import (
-    COMPOSED,
-    MathMixin,
-    _float_floor_divide,
-    _float_fmod,
-    _float_remainder,
-    clamp_tensors,
-)
+from .mathops import COMPOSED, MathMixin, clamp_tensors
 from .movement import MovementMixin, rows_of_buffer
 from .printing import tensor_repr
 from .reduce import ReduceMixin, argmax_composed, logsumexp_composed, matmul
@@ -1791,7 +1784,6 @@ def composite(kind: str, tensors: Sequence[Tensor], params: tuple, shape, dtype)
 register_composite("sigmoid", lambda tensors, params: _sigmoid(tensors[0]))
 register_composite("logsumexp", lambda tensors, params: logsumexp_composed(tensors[0], *params))
 register_composite("argmax", lambda tensors, params: argmax_composed(tensors[0], *params))
-COMPOSED.update(floor_divide=_float_floor_divide, fmod=_float_fmod, remainder=_float_remainder)
 for _kind, _composed in COMPOSED.items():  # floor, erf, atan2, ...: mathops.py's composed ops
     register_composite(_kind, lambda tensors, params, composed=_composed: composed(*tensors))
 
