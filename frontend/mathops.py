@@ -32,10 +32,16 @@ from .extend import custom_gradient
 from .ir import node as N
 from .ir.autodiff import own_node, with_vjp, without_derivative
 from .ir.dtypes import bool_, float64, int64, promote_scalar
-from .ir.macro import macro
 from .ir.ops import MATH, MOVEMENT, Ops
 from .runtime.engine import engine
-from .tensor_base import TensorBase, as_tensor_like, broadcast_shapes, promote_tensors, where
+from .tensor_base import (
+    TensorBase,
+    as_macro,
+    as_tensor_like,
+    broadcast_shapes,
+    promote_tensors,
+    where,
+)
 from .versions import retire
 
 LN2 = math.log(2.0)
@@ -195,10 +201,7 @@ def _one_node(kind: str, arity: int = 1):
                 a = _tensor(args[0], kind, args[1])
                 tensors = tuple(t._float() for t in a._operands(args[1], kind))
             first = tensors[0]
-            if all(t.node.op is Ops.CONST for t in tensors):
-                return fn(*tensors)
-            nodes = tuple(t.node for t in tensors)
-            return first._make(macro(kind, nodes, (), first.shape, first.dtype), *tensors[1:])
+            return as_macro(kind, tensors, (), first.shape, first.dtype, fn)
 
         return one_node
 
@@ -212,16 +215,16 @@ def _refuse_bool(x, op: str) -> None:
 
 def trunc(x):
     """Round toward zero: exact for every float (large ones, inf and NaN pass through)."""
-    return _rounding("trunc", x, _trunc)
+    return _rounding("trunc", x)
 
 
 def floor(x):
     """The largest integer <= x (exact; -0.0, inf and NaN pass through)."""
-    return _rounding("floor", x, _floor)
+    return _rounding("floor", x)
 
 
 def ceil(x):
-    return _rounding("ceil", x, _ceil)
+    return _rounding("ceil", x)
 
 
 def round_(x, decimals: int = 0):
@@ -229,19 +232,17 @@ def round_(x, decimals: int = 0):
     if decimals and not x.dtype.is_bool and x.dtype.is_float:
         scale = 10.0**decimals
         return round_(x * scale) / scale
-    return _rounding("round", x, _round)
+    return _rounding("round", x)
 
 
-def _rounding(kind: str, x, composed):
+def _rounding(kind: str, x):
     """trunc, floor, ceil or round of `x`: itself for an integer tensor; for a float one
-    macro node (ir/macro.py) whose expansion is `composed(x)` (20 to 90 nodes, each a
-    tensor here: floor's was 0.4 ms to build, every step), registered in tensor.py."""
+    macro node whose expansion is its composed form (20 to 90 nodes, each a tensor to
+    build on every call otherwise)."""
     _refuse_bool(x, kind)
     if not x.dtype.is_float:
         return x
-    if x.node.op is Ops.CONST:
-        return composed(x)  # (folds to a constant)
-    return x._make(macro(kind, (x.node,), (), x.shape, x.dtype))
+    return as_macro(kind, (x,), (), x.shape, x.dtype, COMPOSED[kind])
 
 
 def _trunc(x):
@@ -368,10 +369,7 @@ def fmod(a, b):
     if not a.dtype.is_float:
         _refuse_integer_zero_divisor(b, "fmod")
         return a - a._binary(Ops.DIV, b, "fmod") * b
-    if a.node.op is Ops.CONST and b.node.op is Ops.CONST:
-        return _float_fmod(a, b)  # (folds to a constant)
-    # one macro node, its expansion `_float_fmod` (registered in tensor.py)
-    return a._make(macro("fmod", (a.node, b.node), (), a.shape, a.dtype), b)
+    return as_macro("fmod", (a, b), (), a.shape, a.dtype, _float_fmod)
 
 
 def _float_fmod(a, b):
@@ -398,10 +396,7 @@ def remainder(a, b):
     if not a.dtype.is_float:
         r = fmod(a, b)
         return _where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
-    if a.node.op is Ops.CONST and b.node.op is Ops.CONST:
-        return _float_remainder(a, b)  # (folds to a constant)
-    # one macro node, its expansion `_float_remainder` (registered in tensor.py)
-    return a._make(macro("remainder", (a.node, b.node), (), a.shape, a.dtype), b)
+    return as_macro("remainder", (a, b), (), a.shape, a.dtype, _float_remainder)
 
 
 def _float_remainder(a, b):
@@ -445,10 +440,7 @@ def _floor_divide(a, b):
         q = a._binary(Ops.DIV, b, "floor_divide")
         fix = (q * b != a) & ((a < 0) != (b < 0))
         return _where(fix, q - 1, q)
-    if a.node.op is Ops.CONST and b.node.op is Ops.CONST:
-        return _float_floor_divide(a, b)  # (folds to a constant)
-    # one macro node, its expansion `_float_floor_divide` (registered in tensor.py)
-    return a._make(macro("floor_divide", (a.node, b.node), (), a.shape, a.dtype), b)
+    return as_macro("floor_divide", (a, b), (), a.shape, a.dtype, _float_floor_divide)
 
 
 def _float_floor_divide(a, b):

@@ -29,7 +29,14 @@ from .ir.ops import Ops
 from .pipeline.tiling import PANEL_CACHE_BYTES, TILE_COLS
 from .runtime import attribution as sites
 from .runtime.attribution import one_site
-from .tensor_base import TensorBase, _broadcast_node, as_tensor_like, broadcast_shapes, where
+from .tensor_base import (
+    TensorBase,
+    _broadcast_node,
+    as_macro,
+    as_tensor_like,
+    broadcast_shapes,
+    where,
+)
 
 MaxResult = namedtuple("MaxResult", ["values", "indices"])
 AminmaxResult = namedtuple("AminmaxResult", ["min", "max"])
@@ -321,15 +328,14 @@ class ReduceMixin:
         d = self._dim(dim, "argmax")
         if self.ndim == 0:  # index 0, 0-d whatever keepdim, as torch
             return self.reshape(1)._argmax(0)
-        if self.node.op is Ops.CONST or 0 in self.shape:
+        if 0 in self.shape:
             return argmax_composed(self, d, keepdim)
-        # one macro node, its expansion `argmax_composed` (registered in tensor.py)
         shape = list(self.shape)
         if keepdim:
             shape[d] = 1
         else:
             del shape[d]
-        return self._make(macro("argmax", (self.node,), (d, keepdim), tuple(shape), int64))
+        return as_macro("argmax", (self,), (d, keepdim), shape, int64, argmax_composed)
 
     def argmin(self, dim=None, keepdim: bool = False):
         if self.dtype.is_bool:
@@ -354,13 +360,12 @@ class ReduceMixin:
         """
         x = self._float()
         axes = x._dims(dim, "logsumexp")
-        if any(x.shape[a] == 0 for a in axes) or x.node.op is Ops.CONST:
+        if any(x.shape[a] == 0 for a in axes):
             return logsumexp_composed(x, axes, keepdim)
-        # one macro node, its expansion `logsumexp_composed` (registered in tensor.py)
         shape = [1 if a in axes else n for a, n in enumerate(x.shape)]
         if not keepdim:
             shape = [n for a, n in enumerate(shape) if a not in axes]
-        return x._make(macro("logsumexp", (x.node,), (axes, keepdim), tuple(shape), x.dtype))
+        return as_macro("logsumexp", (x,), (axes, keepdim), shape, x.dtype, logsumexp_composed)
 
     @autocast_op("softmax")
     @one_site

@@ -81,7 +81,7 @@ from .runtime.engine import engine
 from .scalars import checked_fill
 from .searching import SearchingMixin
 from .shapeops import ShapeMixin
-from .tensor_base import TensorBase, _broadcast_node, broadcast_shapes, promote_tensors
+from .tensor_base import TensorBase, _broadcast_node, as_macro, broadcast_shapes, promote_tensors
 from .tensor_base import broadcast_node_shapes as _broadcast_node_shapes
 from .tensor_base import where as _where
 from .tensor_hooks import HOOKED_BY, separate
@@ -1855,10 +1855,8 @@ def pow_(base: Tensor, exponent) -> Tensor:
                 fail(DTypeError, "pow", "not implemented for bool tensors (as torch)")
             return _int_tensor_power(b.cast("int64"), e.cast("int64")).cast("bool")
         return _int_tensor_power(b, e)
-    if b.node.op is Ops.CONST and e.node.op is Ops.CONST:
-        return _float_power(b, e)  # (folds to a constant)
-    # one macro node whose expansion is `_float_power`'s 35 to 130 nodes (1-2 ms to build)
-    return composite("pow", (b, e), (), b.shape, b.dtype)
+    # one macro node, not `_float_power`'s 35 to 130 nodes built on every call
+    return as_macro("pow", (b, e), (), b.shape, b.dtype, _float_power)
 
 
 def _power_by_squaring(x: Tensor, n: int) -> Tensor:

@@ -72,6 +72,7 @@ from .scalars import checked_fill as checked_fill
 from .searching import SearchingMixin as SearchingMixin
 from .shapeops import ShapeMixin as ShapeMixin
 from .tensor_base import TensorBase as TensorBase
+from .tensor_base import as_macro as as_macro
 from .tensor_base import broadcast_shapes as broadcast_shapes
 from .tensor_base import promote_tensors as promote_tensors
 from .tensor_hooks import HOOKED_BY as HOOKED_BY

@@ -24,6 +24,8 @@ from . import creation_nodes
 from .errors import DTypeError, ShapeError, fail
 from .ir import node as N
 from .ir.dtypes import DType, bool_, promote, promote_scalar
+from .ir.macro import macro
+from .ir.ops import Ops
 
 
 class TensorBase:
@@ -106,6 +108,17 @@ def as_tensor_like(x, like, op: str = "tensor"):
             f"{type(like).__name__} (wrap one in fusegrad.tensor())",
         )
     return like._plain(creation_nodes.data_node(x))
+
+
+def as_macro(kind: str, tensors, params: tuple, shape, dtype, composed):
+    """Op `kind` of `tensors` as one macro node (ir/macro.py) of `shape` and `dtype`, whose
+    expansion is `composed(*tensors, *params)` (registered in tensor.py), built when a plan
+    is compiled rather than on every call; of constants only, `composed` itself, which
+    folds to a constant. The result is of the first tensor's class."""
+    if all(t.node.op is Ops.CONST for t in tensors):
+        return composed(*tensors, *params)
+    node = macro(kind, tuple(t.node for t in tensors), params, tuple(shape), dtype)
+    return tensors[0]._make(node, *tensors[1:])
 
 
 def where(cond, a, b):

@@ -494,3 +494,36 @@ def test_argmax_is_one_node_with_the_first_maximum_nan_counting_largest(keepdim)
     assert indices.numpy().reshape(-1).tolist() == [2, 0, 2, 2]
     assert fg.tensor([[2, 7, 7], [9, 1, 9]]).argmax(-1).tolist() == [1, 0]
     assert fg.zeros(3, 4).argmax(0).tolist() == [0, 0, 0, 0]  # (a constant: folded)
+
+
+@pytest.mark.parametrize(("name", "op", "ref"), COMPOSED_FLOAT_OPS, ids=lambda v: v)
+def test_composed_float_ops_of_0d_and_empty_tensors(name, op, ref):
+    """The one-node ops at 0-d (-0.0, -1, 1 and 2.5 against 2 or -2) and on empty tensors:
+    numpy's values and zero signs (torch's, for a remainder's zero), empty results of the
+    input's shape."""
+    for a, b in [(-0.0, 2.0), (-1.0, -2.0), (1.0, 2.0), (2.5, -2.0)]:
+        got = op(fg.tensor(a), fg.tensor(b))
+        assert got.shape == ()
+        if ref is None:
+            continue
+        with np.errstate(all="ignore"):
+            want = ref(np.float32(a), np.float32(b)) if name in BINARY_OPS else ref(np.float32(a))
+        if name == "remainder" and want == 0:
+            want = np.copysign(np.float32(0.0), np.float32(a))
+        value = np.float32(got.item())
+        assert np.isclose(value, want, rtol=1e-6, equal_nan=True), (a, b, value, want)
+        assert np.signbit(value) == np.signbit(want), (a, b, value, want)
+    empty = op(fg.zeros(0), fg.ones(0))
+    assert empty.shape == (0,) and empty.numpy().size == 0
+    assert op(fg.zeros(2, 0), fg.ones(2, 0)).shape == (2, 0)
+
+
+BINARY_OPS = ("floor_divide", "fmod", "remainder", "atan2")
+
+
+def test_logsumexp_and_argmax_of_0d_and_size_1_axes():
+    x = fg.tensor(-0.0)
+    assert x.logsumexp(0).item() == 0.0 and x.argmax().item() == 0
+    assert fg.tensor(float("-inf")).logsumexp(0).item() == float("-inf")
+    assert fg.tensor([[3.0], [-1.0]]).argmax(1).tolist() == [0, 0]
+    assert fg.tensor([[3.0], [-1.0]]).logsumexp(1).tolist() == [3.0, -1.0]

@@ -327,3 +327,31 @@ def test_composed_activations_are_one_node_with_their_parameters(kind, call):
     assert np.array_equal(g.numpy(), h.numpy(), equal_nan=True)
     if kind == "softplus":
         assert F.softplus(x, beta=3.0).node is not y.node
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda x: F.softplus(x, beta=2.0, threshold=5.0),
+        F.mish,
+        lambda x: F.elu(x, alpha=0.5),
+        lambda x: F.celu(x, alpha=2.0),
+        F.logsigmoid,
+        lambda x: F.gelu(x, approximate="tanh"),
+    ],
+)
+def test_composed_activations_of_0d_and_empty_tensors(call):
+    """0-d inputs (-0.0, +-1) give the composed form's values and zero signs, and their
+    gradients; an empty input an empty result of its shape."""
+    for v in (-0.0, 1.0, -1.0):
+        x = fg.tensor(v, requires_grad=True)
+        y = call(x)
+        assert y.shape == ()
+        (g,) = fg.autograd.grad(y, [x])
+        kind = y.node.arg[0]
+        want = getattr(activations, "_" + kind)(x, *y.node.arg[1])
+        assert np.array_equal(y.numpy(), want.numpy())
+        assert np.signbit(y.item()) == np.signbit(want.item())
+        (h,) = fg.autograd.grad(want, [x])
+        assert g.item() == h.item()
+    assert call(fg.zeros(0)).shape == (0,) and call(fg.zeros(3, 0)).shape == (3, 0)
