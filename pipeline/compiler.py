@@ -61,6 +61,7 @@ import warnings
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import llvmlite
 import llvmlite.binding as llvm
@@ -68,6 +69,9 @@ import llvmlite.binding as llvm
 from ..runtime import compile_servers, forksafe
 from ..runtime.config import config, warn_unusable_folder
 from . import templates
+
+if TYPE_CHECKING:
+    import numpy
 
 stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0, "libraries": 0}
 
@@ -296,7 +300,6 @@ class Library:
         engine.remove_module(empty)
         self.engine = engine
         self.addresses: dict[str, int] = {}
-        self.kept: list = []  # what its code points at: generic kernels' literals, their libraries
         # not at exit: threads (the worker pool, a program's helpers) may still be inside
         # the code when the interpreter shuts down, and the process frees it anyway
         weakref.finalize(self, _retire, engine).atexit = False
@@ -341,11 +344,25 @@ class CompiledKernel:
     literals: tuple = field(default=(), repr=False, compare=False)
     # where they stand in its code (`templates.shape_of`): positions, a group to a literal
     groups: tuple = field(default=(), repr=False, compare=False)
+    # the literals' words (`templates.words`), passed to the generic kernel after the
+    # buffers, before the cancel word (`arity` counts it; `nparams` is the source's own)
+    lits: numpy.ndarray | None = field(default=None, repr=False, compare=False)
     language = "LLVM IR"  # what `source` is written in (KernelRecord.llvm_ir, cuda_c read it)
+
+    @property
+    def arity(self) -> int:
+        """The parameters the code at `address` takes after its loop's range: `nparams`,
+        and the array of literals where it runs a generic kernel."""
+        return self.nparams + (self.lits is not None)
+
+    @functools.cached_property
+    def lits_address(self) -> int:
+        """Where the literals a generic kernel is given lie (0: not a generic's run)."""
+        return 0 if self.lits is None else self.lits.ctypes.data
 
     @functools.cached_property
     def fn(self):
-        argtypes = [ctypes.c_int64, ctypes.c_int64] + [ctypes.c_void_p] * self.nparams
+        argtypes = [ctypes.c_int64, ctypes.c_int64] + [ctypes.c_void_p] * self.arity
         return ctypes.CFUNCTYPE(None, *argtypes)(self.address)
 
     def _texts_now(self) -> dict:
@@ -572,55 +589,52 @@ def _at_hand(code: str, code_symbol: str, opt: int) -> bool:
     return bool(path) and os.path.exists(path)
 
 
-_trampolines = [0]  # trampolines made so far (each has a name of its own)
-
-
 def _bind_generics(jobs: list, out: list, generic: dict[int, tuple]) -> None:
-    """Each job of `generic` as a kernel of its own parameters that runs its generic
-    kernel (compiled in `out`) with its literals: a trampoline each, all of them one
-    module compiled without optimization (under `_lock`)."""
-    t0 = time.perf_counter()
-    texts, names, arrays = [], [], []
-    for i, (shape, g, code) in generic.items():
-        lits = templates.words(shape, g.groups)
-        _trampolines[0] += 1
-        name = f"fg_trampoline_{_trampolines[0]}"
-        texts.append(templates.trampoline(name, code, out[i].address, lits.ctypes.data))
-        names.append(name)
-        arrays.append(lits)
-    obj, _ = _emit_here("\n".join(texts), 0)
-    library = _library_for_load()
-    library.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
-    library.engine.finalize_object()
-    library.kept.extend(arrays)
-    # the generic kernels' code, where another library holds it
-    library.kept.extend(
-        {
-            id(out[i].library): out[i].library for i in generic if out[i].library is not library
-        }.values()
+    """Each job of `generic` as a kernel that runs its generic kernel (compiled in `out`)
+    with its own literals (`_through`)."""
+    for i, (shape, g, _) in generic.items():
+        literals = tuple(shape.literals[group[0]] for group in g.groups)
+        words = templates.words(shape, g.groups)
+        out[i] = _through(jobs[i], out[i], g.code, literals, g.groups, words)
+
+
+def _through(job: tuple, k: CompiledKernel, code: str, literals, groups, words) -> CompiledKernel:
+    """The kernel of `job` (source, symbol, parameters, level) run through the generic
+    kernel `k` (compiled from `code`): the generic's address, called with `words` after the
+    job's buffers (`CompiledKernel.lits`, which the launches and programs pass)."""
+    source, symbol, nparams, opt = job
+    return CompiledKernel(
+        symbol,
+        source,
+        k.address,
+        nparams,
+        k.compile_seconds,
+        k.cache,
+        {},
+        k.library,
+        opt,
+        k.code_symbol,
+        code,
+        literals,
+        groups,
+        words,
     )
-    seconds = (time.perf_counter() - t0) / len(generic)
-    for (i, (shape, g, _)), name in zip(generic.items(), names):
-        source, symbol, nparams, opt = jobs[i]
-        address = library.engine.get_function_address(name)
-        if not address:
-            raise RuntimeError(f"kernel {symbol}: its trampoline did not load")
-        k = out[i]
-        out[i] = CompiledKernel(
-            symbol,
-            source,
-            address,
-            nparams,
-            k.compile_seconds + seconds,
-            k.cache,
-            {},
-            library,
-            opt,
-            k.code_symbol,
-            g.code,
-            tuple(shape.literals[group[0]] for group in g.groups),
-            g.groups,
-        )
+
+
+def run_through_generics(jobs: list, generics: list) -> list[CompiledKernel]:
+    """Each job (source, symbol, parameters, level) as a kernel run through the generic
+    kernel given for it as (its code, the literals' groups, the literals, their words): a
+    plan read from disk runs its kernels as they ran, nothing parsed again; the generics'
+    machine code comes from the caches (or is compiled where it has gone)."""
+    inner = [
+        (code, templates.GENERIC_SYMBOL, nparams + 1, opt)
+        for (_, _, nparams, opt), (code, *_) in zip(jobs, generics, strict=True)
+    ]
+    out = _compile_kernels(inner)
+    return [
+        _through(job, k, code, literals, groups, words)
+        for job, k, (code, groups, literals, words) in zip(jobs, out, generics)
+    ]
 
 
 def _compile_kernels(

@@ -127,6 +127,9 @@ class Plan:
     parallel: bool = True
     ready: list = field(default_factory=list)  # `_program_arrays` sets no run is using
     counters: int = 2  # words of the program's barrier argument (runtime/program.py)
+    # where the literals of the kernels run through generic kernels lie, in step order:
+    # the buffers' table holds them after the counters (`cpu_backend._build_program`)
+    lits_words: object = None
     work: int = 0  # the program's inner iterations in all: a long run is interruptible
     # kernels compiled with a provisional tile (runtime/autotune.py): step index -> its
     # schedule item, tuned once the plan has run `tune_at` times (`Engine.tune`)

@@ -48,7 +48,7 @@ from . import compiler, item_cache, templates
 from .compiler import _read_cached, _seal, entry_path, write_atomic
 from .plan import KernelRecord, Plan, Step
 
-FORMAT = "plan-cache 2"
+FORMAT = "plan-cache 3"
 _PLAIN = frozenset((type(None), bool, int, float, str))
 # settings that report, bound a cache or say where it is: they never change a plan
 _NOT_IN_KEY = frozenset(
@@ -176,8 +176,10 @@ def store(disk_key: str, plan: Plan) -> None:
         if id(loop) not in kernels:
             kernels[id(loop)] = len(loops)
             k = s.record.compiled
-            # (a kernel that ran through a generic kernel: which of its literals that read)
-            loops.append((loop, k.source, k.opt, k.groups if k.generic else None))
+            # (a kernel that ran through a generic kernel: that kernel's code and which of
+            # its literals it read, with their values, so a load parses nothing)
+            through = (k.generic, k.groups, k.literals, k.lits) if k.generic else None
+            loops.append((loop, k.source, k.opt, through))
         record = {f.name: getattr(s.record, f.name) for f in fields(KernelRecord)}
         for name in _PER_RUN:
             record.pop(name)
@@ -209,11 +211,19 @@ def load(disk_key: str, nparams) -> Plan | None:
     except Exception:  # passed its checksum but not unpickling: a miss
         return None
     jobs = [(source, loop.name, nparams(loop, source), opt) for loop, source, opt, _ in loops]
-    generic = [(job, at) for job, (*_, at) in zip(jobs, loops) if at is not None]
-    for (source, symbol, _, opt), groups in generic:  # run as they ran: generic
-        templates.registry.adopt(compiler.code_of(source, symbol, opt)[0], opt, groups)
-    with templates.varying([] if generic else None):
-        compiled = compiler.compile_kernels(jobs)
+    # each kernel as it ran: its own code, or through the generic kernel it ran through
+    through = {i: at for i, (*_, at) in enumerate(loops) if at is not None}
+    plain = [i for i in range(len(jobs)) if i not in through]
+    compiled: list = [None] * len(jobs)
+    if plain:
+        for i, kernel in zip(plain, compiler.compile_kernels([jobs[i] for i in plain])):
+            compiled[i] = kernel
+    if through:
+        kernels = compiler.run_through_generics([jobs[i] for i in through], list(through.values()))
+        for (i, (_, groups, _, _)), kernel in zip(through.items(), kernels):
+            compiled[i] = kernel
+            source, symbol, _, opt = jobs[i]  # (a later plan of other sizes may share it)
+            templates.registry.adopt_later(compiler.code_of(source, symbol, opt)[0], opt, groups)
     plan_steps, seen = [], set()
     for k, record, extent, work, outs, inputs, frees in steps:
         kernel = compiled[k]

@@ -14,11 +14,11 @@ Once a plan's sizes are seen to vary (the engine has compiled a plan of the same
 with other sizes: `varying`), a kernel whose shape was compiled before with other
 literals is not compiled itself: its *generic* form is, in which each literal that
 differed between the kernels seen is read from an array (`%fg.lits`, after the buffers),
-and the others stay as they were. The kernel then runs that code with its own literals,
-through a trampoline that adds the array's address to the call; the trampolines of a
-batch are one small module compiled without optimization. Literals that never differed
-stay constants, so LLVM still sees a vector loop's constant trip count where only an
-outer size moves.
+and the others stay as they were. The kernel then runs that code, given its own literals
+after its buffers (`CompiledKernel.lits`: a launch passes them, and a plan's program
+reads their address from its table of buffers): nothing is compiled for it. Literals
+that never differed stay constants, so LLVM still sees a vector loop's constant trip
+count where only an outer size moves.
 
 The generic code computes what the kernel's own source computes: the texts are equal but
 for those literals, and each of them sits where an instruction reads a value, which the
@@ -301,27 +301,6 @@ def grouped(shape: Shape, varying: list[int], known: list[tuple[str, ...]]) -> G
     return tuple(tuple(g) for g in groups.values())
 
 
-def trampoline(name: str, code: str, target: int, lits: int) -> str:
-    """A function `name` with the parameters of the kernel `code` that calls the generic
-    kernel at address `target` with the same arguments and the literals at `lits`."""
-    head_at = code.index("%start")
-    params = code[head_at - len("i64 ") : code.index(")", head_at)].split(", ")
-    names = [p.split()[-1] for p in params]
-    kinds = [p.split()[0] for p in params]
-    args = [f"{k} {n}" for k, n in zip(kinds, names)]
-    lits_arg = f"ptr inttoptr (i64 {lits} to ptr)"
-    if params[-1] == _CANCEL:
-        args.insert(len(args) - 1, lits_arg)
-    else:
-        args.append(lits_arg)
-    plain = ", ".join(f"{k} {n}" for k, n in zip(kinds, names))
-    return (
-        f"define void @{name}({plain}) nounwind {{\n"
-        f"  tail call void inttoptr (i64 {target} to ptr)({', '.join(args)})\n"
-        "  ret void\n}\n"
-    )
-
-
 @dataclass
 class Generic:
     """A generic kernel: which of its shape's literals it reads from the array (in groups
@@ -355,6 +334,9 @@ class _Registry:
         self.lock = forksafe.Lock()
         self.seen: OrderedDict[tuple[str, int], list[tuple[str, ...]]] = OrderedDict()
         self.generics: dict[tuple[str, int], list[Generic]] = {}
+        # (code, level, groups) of generic kernels that plans read from disk ran through,
+        # adopted when something is next looked up (`adopt_later`)
+        self.pending: list[tuple[str, int, Groups]] = []
 
     def note(self, shape: Shape, opt: int) -> None:
         key = (shape.text, opt)
@@ -371,6 +353,7 @@ class _Registry:
         """The generic kernel that runs `code`: one made already, or a new one reading the
         literals that differ between `code` and the kernels of its shape seen so far;
         None where no kernel of its shape was seen with other literals."""
+        self._settle()
         key = (shape.text, opt)
         with self.lock:
             for g in self.generics.get(key, ()):
@@ -390,6 +373,23 @@ class _Registry:
             self.generics.setdefault(key, []).append(g)
             return g
 
+    def adopt_later(self, code: str, opt: int, groups: Groups) -> None:
+        """`adopt` at the next look-up, not now: a plan read from disk runs its kernels
+        without parsing their code (`plan_store.load`), and most runs never compile a
+        plan of new sizes that could use them (at most `SEEN_MAX` wait)."""
+        with self.lock:
+            self.pending.append((code, opt, groups))
+            del self.pending[:-SEEN_MAX]
+
+    def _settle(self) -> None:
+        """Adopt what `adopt_later` left (before a look-up)."""
+        if not self.pending:  # (read without the lock: a plan loaded meanwhile waits)
+            return
+        with self.lock:
+            pending, self.pending = self.pending, []
+        for code, opt, groups in pending:
+            self.adopt(code, opt, groups)
+
     def adopt(self, code: str, opt: int, groups: Groups) -> None:
         """Make the generic kernel of `code` reading the literals of `groups` known (a
         plan read from disk ran its kernel through it), so `generic_for` finds it."""
@@ -404,6 +404,7 @@ class _Registry:
     def would_serve(self, shape: Shape, opt: int) -> bool:
         """Whether `generic_for` would give a kernel of `shape` a generic kernel (without
         making one): `new_object` then leaves it uncompiled."""
+        self._settle()
         key = (shape.text, opt)
         with self.lock:
             made = self.generics.get(key, ())
@@ -416,6 +417,7 @@ class _Registry:
 
     def clear(self) -> None:
         with self.lock:
+            self.pending.clear()
             self.seen.clear()
             self.generics.clear()
 
@@ -439,6 +441,20 @@ class varying:
             for code, opt in self.codes:
                 registry.note(shape_of(code), opt)
             _varying.on = True
+        return self
+
+    def __exit__(self, *exc):
+        _varying.on = self.was
+
+
+class fixed:
+    """`with fixed():` what this thread compiles inside is compiled as its own code, never
+    run through a generic kernel, whatever plan it is part of (a plan's native program:
+    its callers pass no literals)."""
+
+    def __enter__(self):
+        self.was = getattr(_varying, "on", False)
+        _varying.on = False
         return self
 
     def __exit__(self, *exc):

@@ -46,9 +46,18 @@ def _build_program(plan: Plan) -> None:
         )
         for s in plan.steps
     ]
+    plan.counters = counter_words(steps)
+    # a kernel run through a generic kernel reads its literals after its buffers: their
+    # address is a word of the buffers' table after the counters (`_program_arrays`)
+    first = n + plan.slots + len(plan.steps) + 1 + plan.counters
+    lits = []
+    for s, (_, _, slots) in zip(plan.steps, steps):
+        if s.record.compiled.lits is not None:
+            slots.append(first + len(lits))
+            lits.append(s.record.compiled.lits_address)
+    plan.lits_words = np.array(lits, dtype=np.uint64)
     with phases.timed("program"):
         program = compile_program(steps)
-    plan.counters = counter_words(steps)
     plan.work = sum(s.work for s in plan.steps)
     addresses = [s.record.compiled.address for s in plan.steps]
     plan.fns = program_words(steps, addresses, _sched_yield_address())
@@ -208,8 +217,10 @@ def _program_arrays(plan: Plan) -> tuple:
     keeping per plan)."""
     n, slots = plan.nleaves, plan.slots
     clock = len(plan.steps) + 1
-    ptrs = (ctypes.c_uint64 * (n + slots + clock + plan.counters))()
+    at = n + slots + clock + plan.counters
+    ptrs = (ctypes.c_uint64 * (at + len(plan.lits_words)))()
     view = np.frombuffer(ptrs, dtype=np.uint64)
+    view[at:] = plan.lits_words
     base = ctypes.addressof(ptrs)
     where, offsets, nbytes = plan.scratch
     kept = None

@@ -329,19 +329,22 @@ def run_threads(program, threads: int, args: list[int], work: int = 0) -> None:
 
 def launch(kernel, extent: int, work: int, ptrs: list[int]) -> None:
     """Run `kernel` (a CompiledKernel) over range(extent) of its parallel loop; `work` is
-    its total inner iterations."""
+    its total inner iterations. A kernel run through a generic kernel is given its
+    literals after the buffers (`CompiledKernel.lits`)."""
+    if kernel.lits is not None:
+        ptrs = [*ptrs, kernel.lits_address]
     if work < PARALLEL_MIN_WORK and work < WATCHED_WORK and work < LONG_WORK:
         # a small kernel (most of a step's): one thread, not watched, not interruptible, so
         # whole here, without the checks below (each of them would say so)
-        _run_whole(kernel, extent, ptrs, kernel.nparams > len(ptrs))
+        _run_whole(kernel, extent, ptrs, kernel.arity > len(ptrs))
         return
     threads = (
         min(config.threads, extent, native.MAX_WORKERS + 1) if runs_parallel(extent, work) else 1
     )
     # a run can stop early between chunks, and inside an iteration if the kernel reads
     # the cancel word as it goes (it takes the word's address after its buffers)
-    polls = kernel.nparams > len(ptrs)
-    stops = (extent > 1 or polls) and kernel.nparams <= native.MAX_ARGS
+    polls = kernel.arity > len(ptrs)
+    stops = (extent > 1 or polls) and kernel.arity <= native.MAX_ARGS
     long = _interruptible(work) and stops
     if not long and stops and _POOL_OK and _ctrl_c.arm(work):
         least, most = chunk_least(extent, work), chunk_most(extent, work)
@@ -355,7 +358,7 @@ def launch(kernel, extent: int, work: int, ptrs: list[int]) -> None:
     if (
         (threads <= 1 and not long)
         or not _POOL_OK
-        or kernel.nparams > native.MAX_ARGS
+        or kernel.arity > native.MAX_ARGS
         or not _pool.run(
             kernel.address,
             threads,

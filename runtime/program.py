@@ -36,6 +36,7 @@ import hashlib
 import llvmlite.binding as llvm
 import numpy as np
 
+from ..pipeline import templates
 from ..pipeline.compiler import CompiledKernel, compile_kernel
 from .launch import chunk_least, chunk_most, runs_parallel
 from .pool import claim_loop_ir
@@ -356,4 +357,5 @@ def compile_program(steps: list[tuple[int, int, list[int]]]) -> CompiledKernel:
     ~40 kernels (0.05 s at O0) and makes no faster that matters next to the kernels."""
     text = render_program(steps, "PROGRAM")
     name = "program_" + hashlib.sha256(text.encode()).hexdigest()[:16]
-    return compile_kernel(text.replace("@PROGRAM(", f"@{name}("), name, 5, opt=0)
+    with templates.fixed():  # (called as itself: never through a generic kernel)
+        return compile_kernel(text.replace("@PROGRAM(", f"@{name}("), name, 5, opt=0)

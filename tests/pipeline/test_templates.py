@@ -107,6 +107,13 @@ def clean():
     templates.registry.clear()
 
 
+def _call(kernel, *ptrs: int, cancel: int | None = None) -> None:
+    """Run `kernel` once over [0, 1) on these buffers: a kernel run through a generic kernel
+    is given its literals after them, then the cancel word's address where it takes one."""
+    lits = () if kernel.lits is None else (kernel.lits_address,)
+    kernel.fn(0, 1, *ptrs, *lits, *(() if cancel is None else (cancel,)))
+
+
 def _one_by_one(text: str, fills: list[dict], nparams: int) -> list:
     """`text` filled with each of `fills` (and a symbol of its own) and compiled in turn, in
     a plan whose sizes vary."""
@@ -172,7 +179,7 @@ def test_a_literal_that_differs_later_makes_a_wider_generic_kernel(clean):
     for k, n, scale in ((ka, 14, 0.5), (kb, 20, 0.5), (kc, 30, 4.0)):
         x = np.arange(1, 41, dtype=np.float32)
         y = np.zeros(40, np.float32)
-        k.fn(0, 1, y.ctypes.data, x.ctypes.data)
+        _call(k, y.ctypes.data, x.ctypes.data)
         np.testing.assert_array_equal(y[:n], x[:n] * np.float32(scale))
         assert not y[n:].any()  # the bound is each kernel's own
 
@@ -196,6 +203,54 @@ def test_a_plan_read_from_disk_runs_its_generic_kernels_again(tmp_path):
     assert engine.stats["plans_from_disk"] == from_disk + 1
     assert all(k.generic and k.cache != "compiled" for k in again[0])
     np.testing.assert_array_equal(got[0], want[-1])
+
+
+def test_a_plan_read_from_disk_parses_no_kernel_code_and_serves_new_sizes(tmp_path, monkeypatch):
+    # the plan keeps each generic kernel's code and its literals' words: a load reads
+    # them, and the generic kernels are made known only when a plan of new sizes is
+    # compiled, which then runs them too, compiling nothing
+    templates.registry.clear()
+    with fg.config.override(cache=str(tmp_path), size_templates=True, disk_plans=True):
+        want, _ = _kernels(_chain, [17, 27, 41, 47])  # (sizes no other test here runs)
+        engine.plans.clear()
+        engine._held.clear()
+        engine._families.clear()
+        templates.registry.clear()
+        compiler._memory.clear()
+        parse = templates._shape_of
+        parsed = []
+        monkeypatch.setattr(templates, "_shape_of", lambda code: parsed.append(1) or parse(code))
+        got, again = _kernels(_chain, [41])
+        assert not parsed and any(k.generic for k in again[0])
+        assert all((k.lits is not None) == bool(k.generic) for k in again[0])
+        assert templates.registry.pending  # (made known at the next look-up)
+        before = compiler.stats["compiled"]
+        later, ran = _kernels(_chain, [47])
+    templates.registry.clear()
+    assert compiler.stats["compiled"] == before and all(k.generic for k in ran[0])
+    np.testing.assert_array_equal(got[0], want[2])
+    np.testing.assert_array_equal(later[0], want[3])
+
+
+def _two(x):
+    return (x.softmax(dim=1) * x.sum(dim=0)).sum(dim=1) + x.max(dim=1).values
+
+
+@pytest.mark.parametrize("program", [True, False])
+def test_a_plans_generic_kernels_get_their_literals_in_its_program_and_alone(fresh, program):
+    # a plan of several kernels runs as one native program, which passes a generic
+    # kernel's literals from its table of buffers; kernel by kernel, the launcher does
+    # (sizes of its own: the kernels compiled for their sizes below stay at hand, and a
+    # kernel at hand runs as it is)
+    sizes = [5, 9, 14, 22] if program else [6, 10, 15, 23]
+    with fg.config.override(program=program):
+        got, ran = _kernels(_two, sizes)
+        engine.forget_plans(lambda key: True)
+        with fg.config.override(size_templates=False):
+            want, _ = _kernels(_two, sizes)
+    assert len(ran[-1]) > 1 and any(k.generic for k in ran[-1])
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
 
 
 def test_a_generic_kernels_listing_says_what_runs(fresh):
@@ -240,7 +295,7 @@ def test_a_kernel_reading_the_cancel_word_gets_its_literals_before_it(clean):
     word = np.array([100], np.int64)
     for kernel, n in ((first, 5), (second, 9)):
         out = np.zeros(1, np.int64)
-        kernel.fn(0, 1, out.ctypes.data, word.ctypes.data)
+        _call(kernel, out.ctypes.data, cancel=word.ctypes.data)
         assert out[0] == 100 + n
 
 
@@ -290,7 +345,7 @@ def test_a_generic_kernel_reads_i32_and_double_literals(clean):
     assert not kernels[0].generic and kernels[1].generic
     for kernel, want in zip(kernels, (1.5, -8.75)):
         out = np.zeros(1, np.float64)
-        kernel.fn(0, 1, out.ctypes.data)
+        _call(kernel, out.ctypes.data)
         assert out[0] == want
 
 
