@@ -31,7 +31,7 @@ from .errors import ArgumentError, DTypeError, DTypeNotImplementedError, ShapeEr
 from .extend import custom_gradient
 from .ir import node as N
 from .ir.autodiff import own_node, with_vjp, without_derivative
-from .ir.dtypes import bool_, float64, int64, promote_scalar
+from .ir.dtypes import bool_, float32, float64, int64, promote_scalar
 from .ir.ops import MATH, MOVEMENT, Ops
 from .runtime.engine import engine
 from .tensor_base import (
@@ -353,14 +353,15 @@ def fmod(a, b):
 
     Integers: exact (a - trunc(a / b) * b; a divisor known to hold a 0 raises, as
     PyTorch's does; one still lazy gives 0 there, as the IR's integer division does).
-    Floats: exact while |a / b| < 2^52 in float64 (the product q * b is carried exactly as two
-    doubles) and while |a / b| < 2^29 for float32 (computed in float64); beyond
-    that the quotient's rounding shows (a test pins where).
+    Floats: exact at every ratio of a to b, as C's fmod (the `FMOD` primitive: the CPU's
+    `frem`, CUDA's `fmod`; 16-bit floats through float32, which holds their remainder).
 
     >>> import fusegrad as fg
     >>> x = fg.tensor([-7.0, 7.0])
     >>> fg.fmod(x, 3).tolist(), fg.remainder(x, 3).tolist()
     ([-1.0, 1.0], [2.0, 1.0])
+    >>> fg.fmod(fg.tensor([1.0]), 1e-38).item() < 1e-38  # a ratio of 1e38: still exact
+    True
     """
     a = _tensor(a, "fmod", b)
     a, b = a._operands(b, "fmod")
@@ -373,20 +374,12 @@ def fmod(a, b):
 
 
 def _float_fmod(a, b):
-    """fmod of floats, composed (see `fmod`); gradients 1 and -trunc(a / b)."""
-    x, y = _f64(a), _f64(b)
-    q = _trunc(x / y)
-    p = q * y
-    r = (x - p) - _two_product_error(q, y, p)
-    # the quotient may be off by one where a / b rounded across an integer
-    ay = y.abs()
-    r = _where((r != 0) & (signbit(r) != signbit(x)), r + copysign(ay, x), r)
-    r = _where(r.abs() >= ay, r - copysign(ay, x), r)
-    r = _where(isinf(y) & isfinite(x), x, r)
-    r = _keep_zero_sign(r, x)
-    # d/da = 1, d/db = -trunc(a / b), as PyTorch
+    """fmod of floats, the `FMOD` primitive; torch's gradients: 1 and -trunc(a / b)."""
+    work = a.dtype if a.dtype.itemsize >= 4 else float32
+    x, y = a.cast(work), b.cast(work)
+    r = x._binary(Ops.FMOD, y, "fmod")
     one = a._make(N.const(1, a.shape, a.dtype))
-    return _with_grad(_back(r, a), [(a, one), (b, -_back(q, a))])
+    return _with_grad(_back(r, a), [(a, one), (b, -_back(_trunc(x / y), a))])
 
 
 def remainder(a, b):

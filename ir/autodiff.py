@@ -58,6 +58,12 @@ def _sub(a: Node, b: Node) -> Node:
     return N.add(a, _neg(b))
 
 
+def _trunc_of(q: Node) -> Node:
+    """q rounded toward zero, q - fmod(q, 1) (exact); an infinity or NaN stays itself."""
+    frac = N.binary(Ops.FMOD, q, _c(1.0, q))
+    return N.where(N.binary(Ops.CMPEQ, frac, frac), _sub(q, frac), q)
+
+
 def _cast_like(x: Node, like: Node) -> Node:
     return N.cast(x, like.dtype)
 
@@ -139,6 +145,7 @@ VJP: dict[Ops, Callable[[Node, Node], tuple]] = {
         _neg(_div(N.mul(g, n.srcs[0]), N.mul(n.srcs[1], n.srcs[1]))),
     ),
     Ops.MAX: _max_grad,
+    Ops.FMOD: lambda n, g: (g, _neg(N.mul(g, _trunc_of(_div(n.srcs[0], n.srcs[1]))))),
     Ops.CMPLT: lambda n, g: (None, None),
     Ops.CMPEQ: lambda n, g: (None, None),
     Ops.WHERE: lambda n, g: (

@@ -68,6 +68,7 @@ NUMPY_OPS = {
     Ops.MUL: lambda n, a, b: (a & b) if n.dtype.is_bool else a * b,
     Ops.DIV: lambda n, a, b: _int_div(a, b) if not n.dtype.is_float else a / b,
     Ops.MAX: lambda n, a, b: np.maximum(a, b),
+    Ops.FMOD: lambda n, a, b: np.fmod(a, b),
     Ops.CMPLT: lambda n, a, b: _seen(n, a) < _seen(n, b),
     Ops.CMPEQ: lambda n, a, b: _seen(n, a) == _seen(n, b),
     Ops.WHERE: lambda n, c, a, b: np.where(c, a, b),

@@ -49,6 +49,9 @@ class Ops(Enum):
     MAX = auto()
     CMPLT = auto()
     CMPEQ = auto()
+    # a float's remainder of a / b with a's sign, C's fmod: exact at every ratio of a to b
+    # (the CPU's `frem`, CUDA's `fmod`); floats only
+    FMOD = auto()
     # ternary elementwise
     WHERE = auto()
     # reductions over arg = tuple of axes; the reduced axes keep size 1
@@ -109,7 +112,7 @@ MATH: dict[Ops, MathOp] = {
 
 LEAF = {Ops.BUFFER, Ops.CONST, Ops.INDEX}
 UNARY = {Ops.NEG, Ops.RECIP, Ops.CAST} | set(MATH)
-BINARY = {Ops.ADD, Ops.MUL, Ops.DIV, Ops.MAX, Ops.CMPLT, Ops.CMPEQ}
+BINARY = {Ops.ADD, Ops.MUL, Ops.DIV, Ops.MAX, Ops.CMPLT, Ops.CMPEQ, Ops.FMOD}
 TERNARY = {Ops.WHERE}
 ELEMENTWISE = UNARY | BINARY | TERNARY
 REDUCE = {Ops.SUM, Ops.REDUCE_MAX}

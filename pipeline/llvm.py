@@ -48,6 +48,7 @@ from .llvm_math import (
     intrinsic_suffix,
     math_functions,
     vector_type,
+    vector_variants,
 )
 from .loopir import (
     AccDotPairs,
@@ -776,7 +777,12 @@ class _Renderer:
             width = self.width if varying else None
             self.math.add((spelling.name, dt.llvm, width))
             fn = function_name(spelling.name, dt.llvm, width)
-            return self.emit(f"call {t} {fn}({t} {a[0]})")
+            call = f"call {t} {fn}({', '.join(f'{t} {x}' for x in a)})"
+            if spelling.branches and width is None:  # (LLVM's vectorizer calls its vector forms)
+                forms = vector_variants(spelling.name, dt.llvm, len(a))
+                self.math.update((spelling.name, dt.llvm, w) for w, _ in forms)
+                call += f' "vector-function-abi-variant"="{",".join(m for _, m in forms)}"'
+            return self.emit(call)
         if spelling in (SAFE_DIV, SAFE_UDIV):  # division by zero gives 0 instead of a crash
             bt = self.ty("i1", varying)
             zero, one = self.const(0, dt, varying), self.const(1, dt, varying)

@@ -431,6 +431,131 @@ def _function(name: str, b: _Builder, result: str) -> tuple[str, set[str]]:
     return text, b.decls
 
 
+FMOD_EXACT_BELOW = 2.0**52  # quotients |a / b| the fast path of `_fmod` is exact for
+
+
+@_polynomial
+def _fmod(elem: str, width: int | None) -> tuple[str, set[str]]:
+    """C's fmod(x, y) (the `FMOD` primitive): exact at every ratio of x to y.
+
+    Vectorized in double: q = trunc(x / y), and x - q y carried exactly (the product as
+    two doubles, its error by an FMA), then the one-off quotient (x / y rounded across an
+    integer) corrected; exact while |x / y| < FMOD_EXACT_BELOW and y is finite. Lanes
+    beyond that (a huge ratio, an infinity, a zero divisor, a NaN) take `frem`, the C
+    library's fmod lane by lane: only in a vector that has one. The result's zero has
+    x's sign; float32 is computed in double and rounded back, exactly (fmod's result is
+    a float32)."""
+    ty, dty = vector_type(elem, width), vector_type("double", width)
+    ity, bty = vector_type("i64", width), vector_type("i1", width)
+    f64 = intrinsic_suffix(dty)
+    splat = (
+        (lambda v: f"splat (double {fconst(v, 'double')})")
+        if width
+        else (lambda v: fconst(v, "double"))
+    )
+    decls = {
+        f"declare {dty} @llvm.{name}.{f64}({', '.join([dty] * n)})"
+        for name, n in (("trunc", 1), ("fabs", 1), ("copysign", 2), ("fma", 3))
+    }
+    widen = (lambda v, n: f"  %{n} = fpext {ty} {v} to {dty}") if elem != "double" else None
+    lines = []
+    if widen:
+        lines += [widen("%x", "X"), widen("%y", "Y")]
+    X, Y = ("%X", "%Y") if widen else ("%x", "%y")
+    lines += [
+        f"  %d = fdiv {dty} {X}, {Y}",
+        f"  %q = call {dty} @llvm.trunc.{f64}({dty} %d)",
+        f"  %p = fmul {dty} %q, {Y}",
+        f"  %np = fneg {dty} %p",
+        f"  %e = call {dty} @llvm.fma.{f64}({dty} %q, {dty} {Y}, {dty} %np)",
+        f"  %xp = fsub {dty} {X}, %p",
+        f"  %r0 = fsub {dty} %xp, %e",
+        f"  %ay = call {dty} @llvm.fabs.{f64}({dty} {Y})",
+        f"  %sy = call {dty} @llvm.copysign.{f64}({dty} %ay, {dty} {X})",
+        # the quotient one too far: r's sign is not x's
+        f"  %ri = bitcast {dty} %r0 to {ity}",
+        f"  %xi = bitcast {dty} {X} to {ity}",
+        f"  %rx = xor {ity} %ri, %xi",
+        f"  %flip = icmp slt {ity} %rx, {'zeroinitializer' if width else '0'}",
+        f"  %nz = fcmp one {dty} %r0, {'zeroinitializer' if width else '0.0'}",
+        f"  %over = and {bty} %flip, %nz",
+        f"  %r0a = fadd {dty} %r0, %sy",
+        f"  %r1 = select {bty} %over, {dty} %r0a, {dty} %r0",
+        # ... or one short: |r| still >= |y|
+        f"  %ar1 = call {dty} @llvm.fabs.{f64}({dty} %r1)",
+        f"  %under = fcmp oge {dty} %ar1, %ay",
+        f"  %r1s = fsub {dty} %r1, %sy",
+        f"  %r2 = select {bty} %under, {dty} %r1s, {dty} %r1",
+        # a zero takes x's sign
+        f"  %z = fcmp oeq {dty} %r2, {'zeroinitializer' if width else '0.0'}",
+        f"  %zs = call {dty} @llvm.copysign.{f64}({dty} %r2, {dty} {X})",
+        f"  %r3 = select {bty} %z, {dty} %zs, {dty} %r2",
+        # (float32: rounded back exactly; double: the same value, + -0.0 keeps a zero's sign)
+        f"  %fast = fptrunc {dty} %r3 to {ty}"
+        if widen
+        else f"  %fast = fadd {dty} %r3, {splat(-0.0)}",
+        # lanes the fast path is exact for: |q| below the bound (not NaN), y finite
+        f"  %aq = call {dty} @llvm.fabs.{f64}({dty} %q)",
+        f"  %qok = fcmp olt {dty} %aq, {splat(FMOD_EXACT_BELOW)}",
+        f"  %yok = fcmp olt {dty} %ay, {splat(math.inf)}",
+        f"  %ok = and {bty} %qok, %yok",
+        f"  %need = xor {bty} %ok, {'splat (i1 true)' if width else 'true'}",
+    ]
+    if width:
+        reduce = f"@llvm.vector.reduce.or.{intrinsic_suffix(bty)}"
+        decls.add(f"declare i1 {reduce}({bty})")
+        lines.append(f"  %any = call i1 {reduce}({bty} %need)")
+    else:
+        lines.append("  %any = or i1 %need, false")
+    fn = function_name("fmod", elem, width)
+    # the C library's fmod in a function of its own, never inlined: `frem` cannot trap, so
+    # LLVM would run it unconditionally in the kernel's loop, every lane a library call
+    rare = function_name("fmod_rare", elem, width)
+    # the scalar form is called (`MathFn.branches`): inlined, its branch would keep LLVM
+    # from vectorizing the kernel's loop; the vector forms are inlined where called
+    inline = "alwaysinline" if width else "noinline"
+    text = (
+        f"define internal {ty} {rare}({ty} %x, {ty} %y) noinline nounwind {{\n"
+        f"  %r = frem {ty} %x, %y\n"
+        f"  ret {ty} %r\n}}\n"
+        f"define internal {ty} {fn}({ty} %x, {ty} %y) {inline} nounwind {{\n"
+        "entry:\n" + "\n".join(lines) + "\n"
+        f"  br i1 %any, label %slow, label %done, {_RARE}\n"
+        "slow:\n"
+        f"  %s = call {ty} {rare}({ty} %x, {ty} %y)\n"
+        f"  %mixed = select {bty} %need, {ty} %s, {ty} %fast\n"
+        "  br label %done\n"
+        "done:\n"
+        f"  %r = phi {ty} [%fast, %entry], [%mixed, %slow]\n"
+        f"  ret {ty} %r\n}}\n"
+    )
+    return text, decls
+
+
+_RARE = '!prof !{!"branch_weights", i32 1, i32 1000000}'  # a branch almost never taken
+# lanes of the vector forms a branching function has for LLVM's loop vectorizer, per type
+_VARIANT_LANES = {"float": (4, 8, 16), "double": (2, 4, 8)}
+
+
+def vector_variants(name: str, elem: str, nargs: int) -> list[tuple[int, str]]:
+    """(lanes, mangled name) of each vector form of the scalar function `name` on `elem`,
+    in the vector-function ABI's spelling, by which a call of the scalar form names them
+    (`"vector-function-abi-variant"`): LLVM's loop vectorizer then calls the form of its
+    width instead of calling the scalar one lane by lane.
+
+    >>> vector_variants("fmod", "double", 2)[0]
+    (2, '_ZGV_LLVM_N2vv_fg_fmod_double(fg_fmod_v2double)')
+    """
+    scalar = function_name(name, elem, None)[1:]
+    return [
+        (w, f"_ZGV_LLVM_N{w}{'v' * nargs}_{scalar}({function_name(name, elem, w)[1:]})")
+        for w in _VARIANT_LANES[elem]
+    ]
+
+
+_BRANCHING = {"fmod"}  # the functions `vector_variants` names forms of
+
+
 def math_functions(used: set[tuple[str, str, int | None]]) -> tuple[str, set[str]]:
     """IR text for the (function, element type, width) triples a module calls, and the
     declarations of the intrinsics they use."""
@@ -440,4 +565,15 @@ def math_functions(used: set[tuple[str, str, int | None]]) -> tuple[str, set[str
         text, d = _GENERATORS[name](elem, width)
         texts.append(text)
         decls |= d
+    # the vector forms only LLVM's vectorizer calls, kept until it has run; and the scalar
+    # form, whose arguments interprocedural passes must leave as they are (a constant
+    # divisor propagated into it would leave no call that its vector forms match)
+    kept = sorted(
+        function_name(name, elem, width) for name, elem, width in used if name in _BRANCHING
+    )
+    if kept:
+        texts.append(
+            f"@llvm.compiler.used = appending global [{len(kept)} x ptr] "
+            f'[{", ".join(f"ptr {f}" for f in kept)}], section "llvm.metadata"'
+        )
     return "\n".join(texts), decls

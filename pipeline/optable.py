@@ -43,6 +43,9 @@ class Intrinsic:
 @dataclass(frozen=True)
 class MathFn:
     name: str
+    # its body branches (a rare lane's slow path): a scalar loop calls it rather than
+    # inlining it, naming its vector forms for LLVM's loop vectorizer (`llvm_math.variants`)
+    branches: bool = False
 
 
 SAFE_DIV = "safe integer division"  # signed: sdiv, on at least i32 (see llvm.py)
@@ -65,6 +68,8 @@ OPS: dict[tuple[Ops, str], OpRow] = {
     (Ops.CMPLT, "f"): OpRow("fcmp olt {t} {0}, {1}", "{0} < {1}"),
     (Ops.CMPEQ, "f"): OpRow("fcmp oeq {t} {0}, {1}", "{0} == {1}"),
     (Ops.MAX, "f"): OpRow(Intrinsic("maximum", 2), "fg_max({0}, {1})"),
+    # exact at every ratio: vectorized where that is exact, else the C library's fmod
+    (Ops.FMOD, "f"): OpRow(MathFn("fmod", branches=True), "fmod{f}({0}, {1})"),
     # the float functions (exp, log, sqrt, ...): their rows come from ir/ops.py's MATH, below
     # signed integers
     (Ops.ADD, "i"): OpRow("add {t} {0}, {1}", "{0} + {1}"),

@@ -156,13 +156,31 @@ def test_fmod_remainder_and_floor_divide_are_exact(dt):
         assert np.array_equal(np.signbit(fg.fmod(ta, tb).numpy()), np.signbit(np.fmod(a, b)))
 
 
-def test_fmod_float64_is_exact_to_two_to_the_52_and_not_beyond():
-    b = np.array([0.1, 0.7, 3.3], np.float64)
-    a = b * 2.0**50 * 1.37
-    assert np.array_equal(fg.fmod(fg.tensor(a), fg.tensor(b)).numpy(), np.fmod(a, b))
-    a = b * 2.0**70 * 1.37  # documented limit: the quotient is no longer an exact integer
-    got = fg.fmod(fg.tensor(a), fg.tensor(b)).numpy()
-    assert not np.array_equal(got, np.fmod(a, b))
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_fmod_floor_division_and_remainder_are_exact_at_every_ratio(dt):
+    # quotients from 2^-1074 to 2^2000: the vectorized path below 2^52, C's fmod beyond
+    # (a quotient no longer an exact integer once gave fmod(1, 1e-38) = 9.6e-18 in float32)
+    tiny, huge = np.finfo(dt).tiny, np.finfo(dt).max
+    b = np.array([0.1, 0.7, 3.3, 1e-38, tiny / 4, 3.0, 0.1, 1e-30, -2.5, huge], dt)
+    a = np.array([1.37e15, 2.0**60, -7.0, 1.0, 1.0, 1e38, 1e38, -3.0e30, 1e30, -1.0], dt)
+    for got, want, signed in (
+        (fg.fmod(fg.tensor(a), fg.tensor(b)), np.fmod(a, b), True),
+        # (a zero remainder is +0.0 whatever b's sign, as torch's; numpy's takes b's)
+        (fg.tensor(a) % fg.tensor(b), np.remainder(a, b), False),
+        (fg.tensor(a) // fg.tensor(b), np.floor_divide(a, b), True),
+    ):
+        assert got.dtype.np == np.dtype(dt).name
+        np.testing.assert_array_equal(got.numpy(), want)
+        assert not signed or np.array_equal(np.signbit(got.numpy()), np.signbit(want))
+
+
+def test_fmod_keeps_its_gradients_at_a_huge_ratio():
+    # torch's: 1 and -trunc(a / b), the quotient as the dtype rounds it
+    a = fg.tensor([1e20, 7.0], requires_grad=True)
+    b = fg.tensor([3.0, 2.0], requires_grad=True)
+    fg.fmod(a, b).sum().backward()
+    assert a.grad.tolist() == [1.0, 1.0]
+    assert b.grad.tolist() == [-np.trunc(np.float32(1e20) / np.float32(3.0)), -3.0]
 
 
 @pytest.mark.backend_slice

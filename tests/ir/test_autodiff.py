@@ -160,6 +160,13 @@ CASES = {
         EPS,
     ),
     "MAX": (Ops.MAX, lambda a, b: N.binary(Ops.MAX, a, b), [distinct(2, 3), distinct(2, 3)], EPS),
+    # (quotients of a few units: none within EPS of the integers where it jumps)
+    "FMOD": (
+        Ops.FMOD,
+        lambda a, b: N.binary(Ops.FMOD, a, b),
+        [normal(2, 3), away_from_zero(2, 3)],
+        EPS,
+    ),
     # min(a, b) written as a select on a comparison: gradient flows through the branches only
     "CMPLT": (
         Ops.CMPLT,
