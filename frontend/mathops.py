@@ -487,7 +487,8 @@ def log1p(x):
     w = _f64(xf)
     u = 1 + w
     res = _where(u == 1, w, u.log() * w / (u - 1))
-    res = _where(u == math.inf, u, res)
+    # from 2^53 on u is x itself and log(u) is the answer (log(u) * x overflowed past 1e305)
+    res = _where(u >= 2.0**53, u.log(), res)
     out = _back(res, xf)
     return _with_grad(out, [(xf, 1 / (1 + xf))])
 
@@ -831,32 +832,18 @@ def acos(x):
     return _with_grad(out, [(xf, -((1 - xf) * (1 + xf)).rsqrt())])
 
 
-# pi/2 in three parts of 33 bits each (fdlibm's pio2_1, pio2_2, pio2_3): k * part is exact
-PIO2 = (1.57079632673412561417e00, 6.07710050630396597660e-11, 2.02226624871116645580e-21)
-
-
 @autocast_op("tan")
 @_one_node("tan")
 def tan(x):
-    """sin(r) / cos(r) on r = x - k pi/2 in [-pi/4, pi/4] (Cody-Waite reduction, pi/2 in
-    three exact parts), and -cos(r) / sin(r) for odd k: within a few float64 ulps for
-    |x| < 2^19, where k * pi/2's parts stay exact. Float32 goes through float64."""
+    """sin(x) / cos(x) in float64 (float32 goes through float64): the `SIN` and `COS`
+    primitives reduce x by pi/2 (exactly enough below 2^50, by the C library beyond), so
+    the quotient keeps their few-ulp accuracy at every magnitude, near the poles too."""
     xf = x._float()
     w = _f64(xf)
-    k = round_(w * (2 / math.pi))
-    r = ((w - k * PIO2[0]) - k * PIO2[1]) - k * PIO2[2]
-    sr, cr = r.sin(), _cos_small(r)
-    odd = (k - 2 * floor(k * 0.5)) != 0
-    res = _where(odd, -cr / sr, sr / cr)
+    res = w.sin() / w.cos()
     res = _where(isfinite(w), _odd_at_zero(res, w), w - w)
     out = _back(res, xf)
     return _with_grad(out, [(xf, 1 + out * out)])
-
-
-def _cos_small(r):
-    """cos(r) for |r| <= pi/4 as 1 - 2 sin^2(r/2): no pi/2 shift, so no cancellation."""
-    h = (r * 0.5).sin()
-    return 1 - 2 * h * h
 
 
 def _sinh64(w):
@@ -918,6 +905,8 @@ def acosh(x):
     t = _where(huge, 1.0, w) - 1
     mid = log1p(t + (2 * t + t * t).sqrt())
     res = _where(huge, w.log() + LN2, mid)
+    # below 1, NaN: t (t + 2) is positive again under -1 (-7e7 once gave -inf)
+    res = _where(w < 1, math.nan, res)
     out = _back(res, xf)
     return _with_grad(out, [(xf, (xf * xf - 1).rsqrt())])  # torch's form: +inf at -1 too
 

@@ -439,9 +439,9 @@ class Tensor:
     def sub(a, b, alpha=1): ...  # frontend/mathops.py: _sub
     def subtract(a, b, alpha=1): ...  # frontend/mathops.py: _sub
     def tan(x):  # frontend/mathops.py: tan
-        """sin(r) / cos(r) on r = x - k pi/2 in [-pi/4, pi/4] (Cody-Waite reduction, pi/2 in three
-        exact parts), and -cos(r) / sin(r) for odd k: within a few float64 ulps for |x| < 2^19,
-        where k * pi/2's parts stay exact.
+        """sin(x) / cos(x) in float64 (float32 goes through float64): the `SIN` and `COS` primitives
+        reduce x by pi/2 (exactly enough below 2^50, by the C library beyond), so the quotient
+        keeps their few-ulp accuracy at every magnitude, near the poles too.
         """
     def tanh(self):  # frontend/tensor.py: Tensor.tanh
         """tanh(x) = 2 sigmoid(2x) - 1, with a series near 0 where that form cancels."""

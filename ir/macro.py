@@ -80,6 +80,7 @@ def building() -> bool:
     plan would know as an input)."""
     return _building.depth > 0
 
+
 # macro node -> {layout: its expansion on its own sources under that layout}, the key
 # None for an expansion that asked for no layout (kept while the macro lives)
 _EXPANSIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -13,7 +13,7 @@ pipeline/optable.py, read by both renderers; tests/ir/test_op_tables.py names
 any table a primitive is missing from.
 
 >>> MATH[Ops.SQRT]
-MathOp(name='sqrt', intrinsic=True)
+MathOp(name='sqrt', intrinsic=True, branches=False)
 >>> Ops.EXP in UNARY and Ops.EXP in TRANSCENDENTAL
 True
 """
@@ -97,6 +97,9 @@ class MathOp:
 
     name: str
     intrinsic: bool = False
+    # fusegrad's CPU form sends a rare lane (an argument beyond its own reduction's range)
+    # to the C library's function (pipeline/llvm_math.py, `MathFn.branches`)
+    branches: bool = False
 
 
 # The float functions, one row each; their value and gradient are in ir/reference.py and
@@ -104,8 +107,8 @@ class MathOp:
 MATH: dict[Ops, MathOp] = {
     Ops.EXP: MathOp("exp"),
     Ops.LOG: MathOp("log"),
-    Ops.SIN: MathOp("sin"),
-    Ops.COS: MathOp("cos"),
+    Ops.SIN: MathOp("sin", branches=True),
+    Ops.COS: MathOp("cos", branches=True),
     Ops.SQRT: MathOp("sqrt", intrinsic=True),
     Ops.ERFC: MathOp("erfc"),
 }

@@ -176,10 +176,30 @@ def _optimized(source: str, opt: int = 3):
                 mpm.run(mod, pb)
             finally:
                 _dispose_pass_manager(mpm)
+            if opt >= 2 and VECTOR_FORMS in source:
+                _inline_vector_forms(mod, pb)
         yield mod
     finally:
         mod.close()  # the module before its context
         context.close()
+
+
+VECTOR_FORMS = '"vector-function-abi-variant"'  # a call naming a function's vector forms
+
+
+def _inline_vector_forms(mod, pb) -> None:
+    """Inline the vector forms of a function (pipeline/llvm_math.py `vector_variants`)
+    that LLVM's loop vectorizer called: it runs after the inliner, so each of its calls
+    stays one (a sine's polynomial called four times a loop iteration, not interleaved),
+    then tidy what that leaves."""
+    mpm = llvm.create_new_module_pass_manager()
+    try:
+        mpm.add_always_inliner_pass()
+        mpm.add_instruction_combine_pass()
+        mpm.add_simplify_cfg_pass()
+        mpm.run(mod, pb)
+    finally:
+        _dispose_pass_manager(mpm)
 
 
 def _emit(source: str, opt: int) -> tuple[bytes, float]:

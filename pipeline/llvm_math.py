@@ -6,8 +6,9 @@ a polynomial (Horner's rule with fused multiply-adds), with the special cases
 (NaN, infinities, zero, denormals, overflow) handled by selects. Each is an
 `internal alwaysinline` function per float type, emitted only into modules
 that use it. Accuracy against numpy: a few ulp over the normal range
-(tested in tests/pipeline/test_math.py); sin reduces its argument in double
-precision, accurate for |x| below about 1e9.
+(tested in tests/pipeline/test_math.py); sin and cos reduce their argument in
+double precision, within 3 ulps for |x| below 2^50, and leave larger arguments to the
+C library's (`_rare_lanes`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import functools
 import math
 import struct
 from collections.abc import Callable
+
+from ..ir.ops import MATH
 
 
 def fconst(value: float, ty: str) -> str:
@@ -341,7 +344,7 @@ def _sin_or_cos(elem: str, width: int | None, cos: bool) -> str:
     diff = b(f"fsub {d} {x}, {x}")
     finite = b(f"fcmp ord {d} {diff}, {b.c(0.0)}")
     v = b(f"select {bt} {finite}, {d} {v}, {d} {b.c(math.nan)}")
-    # beyond about 1e9 the reduction loses accuracy: at least keep the result a sine's
+    # (a polynomial just past a quadrant's edge: keep the result a sine's)
     lo = b(f"fcmp olt {d} {v}, {b.c(-1.0)}")
     v = b(f"select {bt} {lo}, {d} {b.c(-1.0)}, {d} {v}")
     hi1 = b(f"fcmp ogt {d} {v}, {b.c(1.0)}")
@@ -351,8 +354,16 @@ def _sin_or_cos(elem: str, width: int | None, cos: bool) -> str:
         v = b(f"select {bt} {zero}, {d} {x}, {d} {v}")
     if not f64:
         v = b(f"fptrunc {d} {v} to {b.arg_ty}")
+    # from 2^50 on the reduction above loses bits (tens of ulps at 2^51; from 2^63 its
+    # quadrant overflows): those lanes take the C library's, with its exact reduction
+    ax = b(f"call {d} {b.intrinsic('fabs')}({d} {x})")
+    need = b(f"fcmp oge {d} {ax}, {b.c(TRIG_EXACT_BELOW)}")
     b.ty = b.arg_ty
-    return _function("cos" if cos else "sin", b, v)
+    name = "cos" if cos else "sin"
+    return _rare_lanes(name, b, v, need, f"@llvm.{name}")
+
+
+TRIG_EXACT_BELOW = 2.0**50  # |x| below which sin's and cos's reduction is within 3 ulps
 
 
 # the functions a generated function calls, in double precision (emitted alongside it)
@@ -501,35 +512,52 @@ def _fmod(elem: str, width: int | None) -> tuple[str, set[str]]:
         f"  %ok = and {bty} %qok, %yok",
         f"  %need = xor {bty} %ok, {'splat (i1 true)' if width else 'true'}",
     ]
+    b = _Builder(elem, width)
+    b.lines = lines
+    b.decls = decls
+    return _rare_lanes("fmod", b, "%fast", "%need", "frem", ("%x", "%y"))
+
+
+def _rare_lanes(name, b: _Builder, fast: str, need: str, rare: str, args=("%x",)):
+    """The function `name` of `args` (of type `b.ty`): `fast` computed for every lane by
+    `b.lines`, and where a lane of `need` is set, `rare` for those lanes: an LLVM
+    instruction ("frem") or intrinsic ("@llvm.sin") that lowers to the C library's function,
+    lane by lane, in a function of its own, never inlined (it cannot trap, so LLVM would
+    otherwise run it on every lane, always). The scalar form is called, not inlined
+    (`MathFn.branches`: a branch inlined into a kernel's scalar loop keeps LLVM from
+    vectorizing it); the vector forms are inlined where called."""
+    ty, bty, width = b.ty, b.bty, b.width
+    fn = function_name(name, ty.split(" ")[-1].rstrip(">"), width)
+    rare_fn = fn.replace(f"@fg_{name}_", f"@fg_{name}_rare_")
+    params = ", ".join(f"{ty} {a}" for a in args)
+    if rare.startswith("@llvm."):
+        intrinsic = f"{rare}.{intrinsic_suffix(ty)}"
+        b.decls.add(f"declare {ty} {intrinsic}({', '.join([ty] * len(args))})")
+        body = f"  %r = call {ty} {intrinsic}({params})"
+    else:
+        body = f"  %r = {rare} {ty} {', '.join(args)}"
     if width:
         reduce = f"@llvm.vector.reduce.or.{intrinsic_suffix(bty)}"
-        decls.add(f"declare i1 {reduce}({bty})")
-        lines.append(f"  %any = call i1 {reduce}({bty} %need)")
+        b.decls.add(f"declare i1 {reduce}({bty})")
+        b.lines.append(f"  %any = call i1 {reduce}({bty} {need})")
     else:
-        lines.append("  %any = or i1 %need, false")
-    fn = function_name("fmod", elem, width)
-    # the C library's fmod in a function of its own, never inlined: `frem` cannot trap, so
-    # LLVM would run it unconditionally in the kernel's loop, every lane a library call
-    rare = function_name("fmod_rare", elem, width)
-    # the scalar form is called (`MathFn.branches`): inlined, its branch would keep LLVM
-    # from vectorizing the kernel's loop; the vector forms are inlined where called
+        b.lines.append(f"  %any = or i1 {need}, false")
     inline = "alwaysinline" if width else "noinline"
     text = (
-        f"define internal {ty} {rare}({ty} %x, {ty} %y) noinline nounwind {{\n"
-        f"  %r = frem {ty} %x, %y\n"
-        f"  ret {ty} %r\n}}\n"
-        f"define internal {ty} {fn}({ty} %x, {ty} %y) {inline} nounwind {{\n"
-        "entry:\n" + "\n".join(lines) + "\n"
-        f"  br i1 %any, label %slow, label %done, {_RARE}\n"
-        "slow:\n"
-        f"  %s = call {ty} {rare}({ty} %x, {ty} %y)\n"
-        f"  %mixed = select {bty} %need, {ty} %s, {ty} %fast\n"
+        f"define internal {ty} {rare_fn}({params}) noinline nounwind {{\n"
+        f"{body}\n  ret {ty} %r\n}}\n"
+        f"define internal {ty} {fn}({params}) {inline} nounwind {{\n"
+        "entry:\n" + "\n".join(b.lines) + "\n"
+        f"  br i1 %any, label %rare, label %done, {_RARE}\n"
+        "rare:\n"
+        f"  %s = call {ty} {rare_fn}({params})\n"
+        f"  %mixed = select {bty} {need}, {ty} %s, {ty} {fast}\n"
         "  br label %done\n"
         "done:\n"
-        f"  %r = phi {ty} [%fast, %entry], [%mixed, %slow]\n"
-        f"  ret {ty} %r\n}}\n"
+        f"  %res = phi {ty} [{fast}, %entry], [%mixed, %rare]\n"
+        f"  ret {ty} %res\n}}\n"
     )
-    return text, decls
+    return text, b.decls
 
 
 _RARE = '!prof !{!"branch_weights", i32 1, i32 1000000}'  # a branch almost never taken
@@ -553,7 +581,8 @@ def vector_variants(name: str, elem: str, nargs: int) -> list[tuple[int, str]]:
     ]
 
 
-_BRANCHING = {"fmod"}  # the functions `vector_variants` names forms of
+# the functions `vector_variants` names forms of
+_BRANCHING = {"fmod"} | {m.name for m in MATH.values() if m.branches}
 
 
 def math_functions(used: set[tuple[str, str, int | None]]) -> tuple[str, set[str]]:

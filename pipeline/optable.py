@@ -92,7 +92,7 @@ OPS: dict[tuple[Ops, str], OpRow] = {
     (Ops.CMPEQ, "b"): OpRow("icmp eq {t} {0}, {1}", "{0} == {1}"),
 }
 for _op, _fn in MATH.items():
-    _llvm = Intrinsic(_fn.name, 1) if _fn.intrinsic else MathFn(_fn.name)
+    _llvm = Intrinsic(_fn.name, 1) if _fn.intrinsic else MathFn(_fn.name, _fn.branches)
     OPS[_op, "f"] = OpRow(_llvm, _fn.name + "{f}({0})")
 
 

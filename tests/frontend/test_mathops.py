@@ -90,6 +90,39 @@ def test_transcendental_against_numpy(name, ref, values, dt):
     check(lambda t: getattr(t, name)(), ref, values(dt), dt, tol(dt))
 
 
+def whole_range(dt, signed=False):
+    """Magnitudes from 1e-30 to the dtype's largest, log-spaced."""
+    a = np.logspace(-30, np.log10(np.finfo(dt).max), 4000).astype(dt)
+    return np.concatenate([a, -a]) if signed else a
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize(
+    "name, ref, values",
+    [
+        # log(1 + x) * x / x overflowed past 1e305: inf for log1p(3.3e305), 703.5
+        ("log1p", np.log1p, lambda dt: whole_range(dt)),
+        # a reduction of its own, exact below 2^19 only: tan(1e8) was off by hundreds of ulps
+        ("tan", np.tan, lambda dt: whole_range(dt, signed=True)),
+        ("sin", np.sin, lambda dt: whole_range(dt, signed=True)),
+        ("cos", np.cos, lambda dt: whole_range(dt, signed=True)),
+        ("acosh", np.arccosh, lambda dt: 1 + whole_range(dt)),
+        ("asinh", np.arcsinh, lambda dt: whole_range(dt, signed=True)),
+        ("atan", np.arctan, lambda dt: whole_range(dt, signed=True)),
+    ],
+)
+def test_transcendental_over_the_whole_float_range(name, ref, values, dt):
+    check(lambda t: getattr(t, name)(), ref, values(dt), dt, tol(dt))
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_acosh_is_nan_below_one_at_every_magnitude(dt):
+    # t (t + 2), t = x - 1, is positive again under -1: -7e7 once gave -inf
+    a = np.concatenate([[0.999, 0.0, -0.0, -1.0, -1.5], -whole_range(dt)]).astype(dt)
+    assert np.isnan(fg.tensor(a).acosh().numpy()).all()
+    assert fg.tensor(np.array([1.0], dt)).acosh().item() == 0.0
+
+
 @pytest.mark.parametrize("dt", DTYPES)
 def test_exp2_over_the_whole_range(dt):
     lo, hi = (-1070, 1030) if dt == np.float64 else (-140, 130)
