@@ -1318,7 +1318,9 @@ def lgamma(x):
     r = _frac_part(w)
     left = math.log(math.pi) - (r * math.pi).sin().abs().log() - _lgamma_right((1 - w).maximum(0.5))
     res = _where(w >= 0.5, right, left)
-    res = _where(w.abs() == math.inf, math.inf, res)
+    # the poles: the negative integers (and 0) are inf, not inf - inf where lgamma(1 - w)
+    # overflows too (from -2.5e305 on)
+    res = _where((w.abs() == math.inf) | ((w < 0.5) & (r == 0)), math.inf, res)
     # the rule even where nothing requires grad now: a second derivative reaches this node
     # through the first's rule, and must not differentiate the branches of the formula
     out = _back(res, xf)
@@ -1449,7 +1451,7 @@ _ERFINV_TAIL = [-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 
 def erfinv(x):
     """The inverse of erf on [-1, 1], as torch.erfinv: +-inf at +-1, NaN outside, -0.0 at
     -0.0. Giles's single-precision approximation refined by two Newton steps on fusegrad's
-    erf, in float64. The gradient is sqrt(pi)/2 exp(erfinv(x)^2), as torch's.
+    erfc, in float64. The gradient is sqrt(pi)/2 exp(erfinv(x)^2), as torch's.
 
     >>> import fusegrad as fg
     >>> round(fg.tensor([0.5]).erfinv().item(), 6)
@@ -1467,8 +1469,18 @@ def erfinv(x):
     for c in _ERFINV_TAIL:
         pt = pt * tail + c
     y = _where(lw < 5, pc, pt) * a
-    for _ in range(2):  # Newton: y - (erf(y) - x) / erf'(y)
-        y = y - (erf(y) - a) * (math.sqrt(math.pi) / 2) * (y * y).exp()
+    # Newton on |y|: y - (erf(y) - |x|) / erf'(y) below 0.5; from 0.5 on, on the logarithm
+    # of erfc (exact there: 1 - |x|; erf(y) - x cancelled near 1, and the single-precision
+    # start is far off in the tail: erfinv(1 - 2^-52) was 5.41 for 5.81, erfinv(-0.999999)
+    # 1,400 ulps off), whose curve Newton follows from afar
+    ay, aa = y.abs(), a.abs()
+    tail = aa >= 0.5
+    lq = _where(tail, 1 - aa, 1.0).log()
+    for _ in range(4):
+        grow = (math.sqrt(math.pi) / 2) * (ay * ay).exp()
+        c = ay.erfc()
+        ay = _where(tail, ay + (c.log() - lq) * c * grow, ay - (erf(ay) - aa) * grow)
+    y = _where(a < 0, -ay, ay)
     res = _where(inside, y, _where(w == 1, math.inf, _where(w == -1, -math.inf, math.nan)))
     res = _odd_at_zero(res, w)
     out = _back(res, xf)
@@ -1497,7 +1509,7 @@ def _bessel_ie(nu: int, a):
         coef *= -(4 * nu * nu - (2 * k - 1) ** 2) / (k * 8)  # (-1)^k c_k
         power = power * inv
         total = total + coef * power
-    asym = total / (2 * math.pi * big).sqrt()
+    asym = total / math.sqrt(2 * math.pi) / big.sqrt()  # (2 pi a overflows past 2.9e307)
     return _where(a <= 30, series, _where(a == math.inf, 0.0, asym))
 
 

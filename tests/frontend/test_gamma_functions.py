@@ -44,6 +44,10 @@ def test_lgamma_matches_pythons_over_a_wide_range():
 def test_lgamma_poles_and_infinities():
     got = f64([0.0, -0.0, -1.0, -7.0, -1e30, math.inf, -math.inf, math.nan]).lgamma().tolist()
     assert got[:7] == [math.inf] * 7 and math.isnan(got[7])
+    # every float from -2^52 on is a pole: inf there too, where lgamma(1 - x) overflows
+    # (-2.7e305 was NaN, inf - inf)
+    huge = -np.logspace(16, np.log10(np.finfo(np.float64).max), 200)
+    assert f64(huge).lgamma().tolist() == [math.inf] * 200
 
 
 def test_digamma_at_known_values():
@@ -81,6 +85,15 @@ def test_polygamma_takes_a_non_negative_int():
     for n in (-1, 1.5, True):
         with pytest.raises(RuntimeError, match="polygamma: n must be a non-negative int"):
             fg.polygamma(n, f64([1.0]))
+
+
+def test_erfinv_in_the_tails():
+    # (1 - |x|) in logarithms: the tail's start is far off, and erf(y) - x cancelled there
+    # (erfinv(1 - 2^-52) was 5.41; values: the inverse of math.erfc to the last bits)
+    for x, want in ((1 - 2**-52, 5.805018683193453), (1 - 1e-12, 5.042031898572696),
+                    (-0.999999, -3.458910737275499), (-0.99, -1.8213863677184494)):  # fmt: skip
+        close(f64([x]).erfinv().tolist(), [want], rtol=4e-16)
+        assert abs(math.erfc(abs(want)) - (1 - abs(x))) <= 4e-15 * (1 - abs(x))
 
 
 def test_erfinv_inverts_erf():
@@ -165,6 +178,13 @@ def bessel_series(nu: int, x: float) -> float:
         terms.append(term)
         term *= (x / 2) ** 2 / ((k + 1) * (k + 1 + nu))
     return math.fsum(terms)
+
+
+def test_bessel_functions_overflow_to_inf():
+    # 2 pi x overflowed past 2.9e307: 0 * inf was NaN
+    x = [710.0, 1e300, 2.9e307, np.finfo(np.float64).max, -1.7e308]
+    assert fg.i0(f64(x)).tolist() == [math.inf] * 5
+    assert fg.special.i1(f64(x)).tolist() == [math.inf] * 4 + [-math.inf]
 
 
 def test_bessel_functions_against_their_series():
