@@ -23,7 +23,7 @@ from .errors import DimError, DTypeError, DTypeNotImplementedError, ShapeError, 
 from .ir import layout
 from .ir import node as N
 from .ir.autodiff import max_grad_shared, own_node, with_vjp
-from .ir.dtypes import float64, int64, promote
+from .ir.dtypes import int64, promote
 from .ir.macro import macro, register
 from .ir.ops import Ops
 from .pipeline.tiling import PANEL_CACHE_BYTES, TILE_COLS
@@ -159,29 +159,7 @@ class ReduceMixin:
 
     def var(self, dim=None, keepdim: bool = False, correction: int = 1, *, op: str = "var"):
         """Variance over `dim` with torch's `correction`; where N - correction <= 0 it
-        warns as torch does (`op`: the name the warning gives) and divides by 0. Floats
-        narrower than float64 are summed in float64 and rounded once, as torch's CPU
-        does: no overflow of the squares (the variance of 1e30s), no underflow (of
-        1e-38s), no cancellation in a long sum."""
-        return ReduceMixin._narrow(ReduceMixin._wide_var(self, dim, keepdim, correction, op), self)
-
-    def std(self, dim=None, keepdim: bool = False, correction: int = 1):
-        """sqrt(var); as torch, its gradient is 0 where it is 0 (not 1 / 0 times 0). In
-        float64 for narrower floats (the square root too), as `var`."""
-        wide = ReduceMixin._wide_var(self, dim, keepdim, correction, "std")
-        return ReduceMixin._narrow(ReduceMixin._std_of_var(wide), self)
-
-    @staticmethod
-    def _narrow(out, like):
-        """`out` (a float64 statistic) in `like`'s dtype where `like` is a narrower float."""
-        return out.cast(like.dtype) if out.dtype is not like.dtype else out
-
-    @staticmethod
-    def _wide_var(self, dim, keepdim: bool, correction: int, op: str):
-        """`var` in float64 for floats narrower than float64 (their own dtype otherwise),
-        with its gradient rule there (the cast's carries a gradient across)."""
-        if self.dtype.is_float and self.dtype is not float64:
-            self = self.cast(float64)
+        warns as torch does (`op`: the name the warning gives) and divides by 0."""
         axes = self._dims(dim, op)
         count = 1
         for a in axes:
@@ -204,6 +182,10 @@ class ReduceMixin:
 
         with_vjp(out.node, rule)
         return out
+
+    def std(self, dim=None, keepdim: bool = False, correction: int = 1):
+        """sqrt(var); as torch, its gradient is 0 where it is 0 (not 1 / 0 times 0)."""
+        return ReduceMixin._std_of_var(ReduceMixin.var(self, dim, keepdim, correction, op="std"))
 
     @staticmethod
     def _std_of_var(var):

@@ -238,12 +238,7 @@ def var(x, dim=None, unbiased=None, keepdim: bool = False, correction=None, *, _
 
 @autocast_op("std")
 def std(x, dim=None, unbiased=None, keepdim: bool = False, correction=None, *, _op="std"):
-    if correction is None:
-        correction = 1 if unbiased is None or unbiased else 0
-    if isinstance(dim, bool):  # std(True): the old positional unbiased
-        dim, correction = None, int(dim)
-    wide = ReduceMixin._wide_var(x, dim, keepdim, correction, _op)
-    return ReduceMixin._narrow(ReduceMixin._std_of_var(wide), x)
+    return ReduceMixin._std_of_var(var(x, dim, unbiased, keepdim, correction, _op=_op))
 
 
 @autocast_op("var_mean")
