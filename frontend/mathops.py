@@ -780,6 +780,69 @@ def xlogy(x, y):
     return _x_log(x, y, "xlogy", shift=0)
 
 
+def heaviside(input, values):
+    """The Heaviside step, as torch.heaviside: 0 where `input` < 0 (and at NaN), `values`
+    where it is 0 (-0.0 too), 1 where it is > 0; both of one dtype, as torch refuses
+    others. As in PyTorch it has no derivative: backward() through it raises.
+
+    >>> import fusegrad as fg
+    >>> fg.heaviside(fg.tensor([-1.0, 0.0, 2.0]), fg.tensor([0.5])).tolist()
+    [0.0, 0.5, 1.0]
+    """
+    x = _tensor(input, "heaviside", values)
+    v = _tensor(values, "heaviside", x)
+    if x.dtype is not v.dtype:
+        fail(
+            DTypeError,
+            "heaviside",
+            "heaviside is not yet implemented for tensors with different dtypes "
+            f"({x.dtype.name} and {v.dtype.name}, as PyTorch refuses them)",
+        )
+    step = (x > 0).cast(x.dtype)
+    out = x._make(_where(x == 0, v, step).node, v)  # (from x and values, as torch's)
+    if not out.requires_grad:
+        return out
+
+    def rule():
+        fail(ArgumentError, "heaviside", "the derivative for 'heaviside' is not implemented")
+
+    return out._make(without_derivative(own_node(out.node), rule))
+
+
+def float_power(input, exponent):
+    """input ** exponent in float64, as torch.float_power: both taken as float64 (tensors
+    or numbers), the result float64."""
+    base = _tensor(input, "float_power", exponent)
+    if isinstance(exponent, TensorBase):
+        exponent = exponent.cast(float64)
+    elif not isinstance(exponent, (int, float)) or isinstance(exponent, bool):
+        exponent = _tensor(exponent, "float_power", base).cast(float64)
+    else:
+        exponent = float(exponent)
+    return base.cast(float64) ** exponent
+
+
+def _float_power_(self, exponent):
+    """`float_power` in place, as torch's: only into a float64 tensor (its result's dtype)."""
+    if self.dtype is not float64:
+        fail(
+            DTypeError,
+            "float_power_",
+            f"the base given to float_power_ has dtype {self.dtype.name} but the operation's "
+            "result requires dtype float64",
+        )
+    return self._inplace(float_power(self, exponent), "float_power_")
+
+
+def ldexp(input, other):
+    """input * 2 ** other, as torch.ldexp: a float input keeps its dtype (an integer one
+    becomes the default float); 2 ** other is exact for integral `other` (exp2's)."""
+    x = _tensor(input, "ldexp", other)
+    x = x if x.dtype.is_float else x._float()
+    e = _tensor(other, "ldexp", x)
+    return x * exp2(e.cast(x.dtype))
+
+
 def xlog1py(x, y):
     """x * log1p(y), 0 where x is 0 (NaN where y is NaN), as torch.special.xlog1py; the
     gradient is torch's: log1p(y) for x (0 where x is 0 and y <= -1), x / (1 + y) for y.
@@ -1710,6 +1773,10 @@ METHODS = {
     "atan2": atan2,
     "hypot": hypot,
     "xlogy": xlogy,
+    "heaviside": heaviside,
+    "float_power": float_power,
+    "float_power_": _float_power_,
+    "ldexp": ldexp,
     "arctan2": atan2,
     "asin": asin,
     "arcsin": asin,

@@ -348,6 +348,10 @@ class Tensor:
         """e^x - 1, accurate for tiny x: (u - 1) * x / log(u) with u = e^x (Kahan)."""
     def fix(x):  # frontend/mathops.py: trunc
         """Round toward zero: exact for every float (large ones, inf and NaN pass through)."""
+    def float_power(input, exponent):  # frontend/mathops.py: float_power
+        """input ** exponent in float64, as torch.float_power: both taken as float64 (tensors or
+        numbers), the result float64.
+        """
     def floor(x):  # frontend/mathops.py: floor
         """The largest integer <= x (exact; -0.0, inf and NaN pass through)."""
     def floor_divide(a, b):  # frontend/mathops.py: floor_divide
@@ -356,6 +360,10 @@ class Tensor:
         """The remainder of a / b with the sign of a (C's fmod)."""
     def frac(x):  # frontend/mathops.py: frac
         """x - trunc(x), with the sign of x."""
+    def heaviside(input, values):  # frontend/mathops.py: heaviside
+        """The Heaviside step, as torch.heaviside: 0 where `input` < 0 (and at NaN), `values` where
+        it is 0 (-0.0 too), 1 where it is > 0; both of one dtype, as torch refuses others.
+        """
     def hypot(a, b):  # frontend/mathops.py: hypot
         """sqrt(a^2 + b^2) without overflow or underflow: inf where either is inf (a NaN beside it
         too), as torch.hypot; the gradient is a / hypot and b / hypot (NaN at (0, 0), as
@@ -365,6 +373,10 @@ class Tensor:
         """The modified Bessel function of the first kind of order 0, as torch.i0: a power series,
         or an asymptotic one above 30, in float64; inf at +-inf (torch's is NaN:
         docs/NUMERICS.md).
+        """
+    def ldexp(input, other):  # frontend/mathops.py: ldexp
+        """input * 2 ** other, as torch.ldexp: a float input keeps its dtype (an integer one becomes
+        the default float); 2 ** other is exact for integral `other` (exp2's).
         """
     def lerp(start, end, weight):  # frontend/mathops.py: lerp
         """start + weight * (end - start), PyTorch's two-sided form (exact at weight 0 and 1)."""
@@ -1033,6 +1045,8 @@ class Tensor:
         """Set every element to `value`, in place."""
     def fix_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`fix` in place: `t.fix_(...)` gives t the value of `t.fix(...)`."""
+    def float_power_(self, exponent):  # frontend/mathops.py: _float_power_
+        """`float_power` in place, as torch's: only into a float64 tensor (its result's dtype)."""
     def floor_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`floor` in place: `t.floor_(...)` gives t the value of `t.floor(...)`."""
     def floor_divide_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
@@ -1053,6 +1067,8 @@ class Tensor:
         """
     def gt_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`gt` in place: `t.gt_(...)` gives t the value of `t.gt(...)`."""
+    def heaviside_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
+        """`heaviside` in place: `t.heaviside_(...)` gives t the value of `t.heaviside(...)`."""
     def hypot_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`hypot` in place: `t.hypot_(...)` gives t the value of `t.hypot(...)`."""
     def i0_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
@@ -1065,6 +1081,8 @@ class Tensor:
         """In-place form of index_fill (rebinds this tensor's value)."""
     def index_put_(self, *args, **kwargs):  # frontend/indexing.py: _rebinding
         """In-place form of index_put (rebinds this tensor's value)."""
+    def ldexp_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
+        """`ldexp` in place: `t.ldexp_(...)` gives t the value of `t.ldexp(...)`."""
     def le_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`le` in place: `t.le_(...)` gives t the value of `t.le(...)`."""
     def lerp_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape

@@ -578,3 +578,30 @@ def test_logsumexp_and_argmax_of_0d_and_size_1_axes():
     assert fg.tensor(float("-inf")).logsumexp(0).item() == float("-inf")
     assert fg.tensor([[3.0], [-1.0]]).argmax(1).tolist() == [0, 0]
     assert fg.tensor([[3.0], [-1.0]]).logsumexp(1).tolist() == [3.0, -1.0]
+
+
+def test_heaviside_float_power_and_ldexp_as_torchs():
+    inf, nan = math.inf, math.nan
+    x = fg.tensor([-1.0, -0.0, 0.0, 2.0, nan, inf, -inf])
+    assert fg.heaviside(x, fg.tensor([0.5])).tolist() == [0.0, 0.5, 0.5, 1.0, 0.0, 1.0, 0.0]
+    ints = fg.heaviside(fg.tensor([-2, 0, 3]), fg.tensor([7]))
+    assert ints.tolist() == [0, 7, 1] and ints.dtype == fg.int64
+    with pytest.raises(fg.DTypeError, match="different dtypes"):
+        fg.heaviside(x, fg.tensor([1]))
+    a = fg.tensor([1.0, -2.0], requires_grad=True)
+    out = a.heaviside(fg.tensor([0.5]))
+    assert out.requires_grad  # (as torch's: and its backward refuses)
+    with pytest.raises(RuntimeError, match="derivative for 'heaviside'"):
+        out.sum().backward()
+    p = fg.float_power(fg.tensor([2, -2, 0]), 0.5)
+    assert p.dtype == fg.float64 and p.tolist()[0] == math.sqrt(2) and math.isnan(p.tolist()[1])
+    assert fg.float_power(2, fg.tensor([3])).tolist() == [8.0]
+    with pytest.raises(fg.DTypeError, match="requires dtype float64"):  # (torch's refusal)
+        fg.tensor([2.0]).float_power_(2)
+    assert fg.tensor([2.0], dtype=fg.float64).float_power_(3).tolist() == [8.0]
+    assert fg.ldexp(fg.tensor([1.0, 3.0]), fg.tensor([3, -1])).tolist() == [8.0, 1.5]
+    assert fg.ldexp(fg.tensor([1, 3]), fg.tensor([3, -1])).dtype == fg.float32
+    assert fg.ldexp(fg.tensor([1.0], dtype=fg.float16), fg.tensor([20])).tolist() == [inf]
+    b = fg.tensor([2.0], requires_grad=True)
+    b.ldexp(fg.tensor([3])).sum().backward()
+    assert b.grad.tolist() == [8.0]
