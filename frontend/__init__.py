@@ -65,6 +65,7 @@ def _mixed_devices(op, a: str, b: str):
 
 _ir_hooks.mixed_devices = _mixed_devices
 import builtins as _builtins  # noqa: E402
+import math as _math  # noqa: E402
 
 from . import accelerator, amp, backends, cuda, linalg, special, testing  # noqa: E402
 from . import function as _function  # noqa: E402, F401  (puts Function into fg.autograd)
@@ -109,6 +110,8 @@ from .creation import (  # noqa: E402
     seed,
     set_rng_state,
     tensor,
+    tril_indices,
+    triu_indices,
     zeros,
     zeros_like,
 )
@@ -206,9 +209,16 @@ from .shapeops import (  # noqa: E402
     addmm,
     addmv,
     argsort,
+    atleast_1d,
+    atleast_2d,
+    atleast_3d,
     baddbmm,
+    block_diag,
     bmm,
+    broadcast_tensors,
+    cartesian_prod,
     chunk,
+    column_stack,
     corrcoef,
     count_nonzero,
     cov,
@@ -221,12 +231,17 @@ from .shapeops import (  # noqa: E402
     diagonal,
     diff,
     dist,
+    dstack,
     einsum,
+    hsplit,
+    inner,
+    isin,
     kthvalue,
     logcumsumexp,
     median,
     meshgrid,
     movedim,
+    mv,
     nanmean,
     nanmedian,
     nanquantile,
@@ -238,16 +253,20 @@ from .shapeops import (  # noqa: E402
     repeat_interleave,
     roll,
     rot90,
+    select,
     sort,
     split,
     std_mean,
     tensordot,
     topk,
+    trapezoid,
+    trapz,
     tril,
     triu,
     unbind,
     unflatten,
     var_mean,
+    vsplit,
 )
 from .shapeops import all_ as all  # noqa: E402, A004
 from .shapeops import any_ as any  # noqa: E402, A004
@@ -382,6 +401,16 @@ def min(x, dim=None, keepdim=False):  # noqa: A001
     if isinstance(dim, Tensor):
         return x.minimum(dim)
     return x.min(dim, keepdim)
+
+
+def deg2rad(x):
+    """Degrees to radians, x * pi / 180 (an integer tensor becomes the default float)."""
+    return x._float() * (_math.pi / 180)
+
+
+def rad2deg(x):
+    """Radians to degrees, x * 180 / pi (an integer tensor becomes the default float)."""
+    return x._float() * (180 / _math.pi)
 
 
 def concat(tensors, dim=0):

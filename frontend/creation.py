@@ -377,3 +377,19 @@ def randint(
     """Integers uniform in [low, high) (`randint(high, size)` draws from [0, high)), as
     torch.randint: int64 unless `dtype` says."""
     return _nodes.randint(Tensor, low, high, size, generator, dtype, device)
+
+
+def _indices(kind: str, row: int, col: int, offset: int, dtype, device):
+    rows, cols = (np.tril_indices if kind == "tril" else np.triu_indices)(row, offset, col)
+    return tensor(np.stack([rows, cols]).astype(np.int64), dtype=dtype or int64, device=device)
+
+
+def tril_indices(row: int, col: int, offset: int = 0, *, dtype=None, device=None):
+    """The (2, N) row and column indices of a row x col matrix's lower triangle, row by
+    row, as torch.tril_indices."""
+    return _indices("tril", row, col, offset, dtype, device)
+
+
+def triu_indices(row: int, col: int, offset: int = 0, *, dtype=None, device=None):
+    """The (2, N) row and column indices of a row x col matrix's upper triangle."""
+    return _indices("triu", row, col, offset, dtype, device)

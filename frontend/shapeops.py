@@ -40,7 +40,7 @@ from .extend import custom_gradient
 from .indexing import _scattered_sum, flip, values_for_shape
 from .ir import node as N
 from .ir.autodiff import own_node, with_vjp
-from .ir.dtypes import bool_, default_float, float64, int64
+from .ir.dtypes import bool_, default_float, float64, int64, promote
 from .ir.ops import Ops
 from .mathops import isinf, isnan, logaddexp
 from .movement import cat, sliding_windows, stack
@@ -1674,3 +1674,176 @@ class ShapeMixin:
             for name in NUMPY_NAMED
         }
     )
+
+
+# ---------------------------------------------------------------- torch's smaller shape helpers
+
+
+def _tensors_of(args) -> tuple[list, bool]:
+    """The tensors of `f(a, b)` or `f([a, b])`, and whether one tensor was given alone
+    (then `f` returns a tensor, not a tuple, as torch's atleast_* do)."""
+    if len(args) == 1 and isinstance(args[0], (list, tuple)):
+        return list(args[0]), False
+    return list(args), len(args) == 1
+
+
+def _atleast(args, ndim: int, shape):
+    tensors, alone = _tensors_of(args)
+    out = [t if t.ndim >= ndim else t.reshape(shape(t)) for t in tensors]
+    return out[0] if alone else tuple(out)
+
+
+def atleast_1d(*tensors):
+    """Each tensor with at least one axis (a 0-d one as (1,)), as torch.atleast_1d."""
+    return _atleast(tensors, 1, lambda t: (1,))
+
+
+def atleast_2d(*tensors):
+    """Each tensor with at least two axes: (n,) as (1, n), 0-d as (1, 1)."""
+    return _atleast(tensors, 2, lambda t: (1, t.numel()))
+
+
+def atleast_3d(*tensors):
+    """Each tensor with at least three axes: (n,) as (1, n, 1), (m, n) as (m, n, 1)."""
+    return _atleast(tensors, 3, lambda t: (*t.shape, 1) if t.ndim == 2 else (1, t.numel(), 1))
+
+
+def broadcast_tensors(*tensors):
+    """The tensors expanded to their common broadcast shape (views), as a tuple."""
+    tensors, _ = _tensors_of(tensors)
+    shape = functools.reduce(
+        lambda a, b: broadcast_shapes(a, b, "broadcast_tensors"), [t.shape for t in tensors], ()
+    )
+    return tuple(t.expand(shape) for t in tensors)
+
+
+def column_stack(tensors):
+    """Join as columns: 0-d and 1-d tensors become columns, as torch.column_stack."""
+    return cat([t.reshape(-1, 1) if t.ndim < 2 else t for t in tensors], 1)
+
+
+def dstack(tensors):
+    """Join along the third axis, each tensor `atleast_3d` first (torch.dstack)."""
+    return cat([atleast_3d(t) for t in tensors], 2)
+
+
+def _split_even(x, sections, dim: int, op: str):
+    """`tensor_split` along `dim`, where an int number of sections must divide it evenly."""
+    if isinstance(sections, int) and x.shape[dim] % sections:
+        fail(
+            ShapeError,
+            op,
+            f"attempted to split along dimension {dim}, but the size of the dimension "
+            f"{x.shape[dim]} is not divisible by the split_size {sections}!",
+        )
+    return tensor_split(x, sections, dim)
+
+
+def hsplit(x, sections):
+    """Split along the second axis (the first of a 1-d tensor), as torch.hsplit."""
+    if x.ndim < 1:
+        fail(ShapeError, "hsplit", "requires a tensor with at least 1 dimension, got 0")
+    return _split_even(x, sections, 0 if x.ndim == 1 else 1, "hsplit")
+
+
+def vsplit(x, sections):
+    """Split along the first axis of a tensor of at least two, as torch.vsplit."""
+    if x.ndim < 2:
+        fail(ShapeError, "vsplit", f"requires a tensor with at least 2 dimension, got {x.ndim}")
+    return _split_even(x, sections, 0, "vsplit")
+
+
+def inner(a, b):
+    """Sums of products over the last axes of both (a * b where one is 0-d), the result's
+    axes a's others then b's, as torch.inner."""
+    if a.ndim == 0 or b.ndim == 0:
+        return a * b
+    if a.shape[-1] != b.shape[-1]:
+        fail(
+            ShapeError,
+            "inner",
+            f"inner() the last dimension must match on both input tensors but got shapes "
+            f"{tuple(a.shape)} and {tuple(b.shape)}",
+        )
+    return tensordot(a, b, ([a.ndim - 1], [b.ndim - 1]))
+
+
+def mv(matrix, vector):
+    """matrix @ vector for a 2-d matrix and a 1-d vector, as torch.mv."""
+    if matrix.ndim != 2 or vector.ndim != 1:
+        fail(
+            ShapeError,
+            "mv",
+            f"vector + matrix @ vector expected, got {matrix.ndim}, {vector.ndim} dims",
+        )
+    return matrix @ vector
+
+
+def isin(elements, test_elements, *, assume_unique: bool = False, invert: bool = False):
+    """Whether each element is among `test_elements` (NaN never is), as torch.isin."""
+    like = test_elements if isinstance(test_elements, TensorBase) else None
+    e = as_tensor_like(elements, like, "isin")
+    t = as_tensor_like(test_elements, e, "isin").reshape(-1)
+    found = (e.unsqueeze(-1) == t).any(-1)
+    return ~found if invert else found
+
+
+def cartesian_prod(*tensors):
+    """The rows of every combination of the 1-d tensors' elements (the first varying
+    slowest), as torch.cartesian_prod; one tensor is itself."""
+    tensors, _ = _tensors_of(tensors)
+    if len(tensors) == 1:
+        return tensors[0]
+    return stack([g.reshape(-1) for g in meshgrid(*tensors, indexing="ij")], 1)
+
+
+def block_diag(*tensors):
+    """The tensors (0-d, 1-d as one row, 2-d) on a block diagonal, zeros elsewhere, as
+    torch.block_diag."""
+    tensors, _ = _tensors_of(tensors)
+    blocks = [t.reshape(1, -1) if t.ndim < 2 else t for t in tensors]
+    if any(t.ndim != 2 for t in blocks):
+        fail(ShapeError, "block_diag", "Input tensors must have 2 or fewer dimensions")
+    dtype = functools.reduce(promote, [t.dtype for t in blocks])
+    width = sum(t.shape[1] for t in blocks)
+    rows, left = [], 0
+    for t in blocks:
+        right = width - left - t.shape[1]
+        rows.append(t.cast(dtype).pad((left, right)) if width else t.cast(dtype))
+        left += t.shape[1]
+    return cat(rows, 0)
+
+
+def trapezoid(y, x=None, *, dx=None, dim: int = -1):
+    """The trapezoid rule's integral of `y` along `dim`: at spacing `dx` (1 by default)
+    or at the points `x`, as torch.trapezoid."""
+    d = y._dim(dim, "trapezoid")
+    n = y.shape[d]
+    if n == 0:
+        return y.sum(d)
+    mid = y.narrow(d, 1, n - 1) + y.narrow(d, 0, n - 1)
+    if x is None:
+        return mid.sum(d) * ((1.0 if dx is None else dx) / 2)
+    xd = x._dim(dim if x.ndim > 1 else 0, "trapezoid")
+    steps = x.narrow(xd, 1, n - 1) - x.narrow(xd, 0, n - 1)
+    if x.ndim == 1:  # (the points of every row: along `dim`)
+        steps = steps.reshape([n - 1 if i == d else 1 for i in range(y.ndim)])
+    return (mid * steps).sum(d) / 2
+
+
+def trapz(y, x=None, *, dx=None, dim: int = -1):
+    """torch.trapz, another name of `trapezoid`."""
+    return trapezoid(y, x, dx=dx, dim=dim)
+
+
+def select(x, dim: int, index: int):
+    """x's slice at `index` along `dim`, that axis gone (a view), as torch.select."""
+    d = x._dim(dim, "select")
+    size = x.shape[d]
+    if not -size <= index < size:
+        fail(
+            IndexingError,
+            "select",
+            f"index {index} out of range for tensor of size {tuple(x.shape)} at dimension {d}",
+        )
+    return x.narrow(d, index % size, 1).squeeze(d)

@@ -239,6 +239,15 @@ def _names(prefix: str, names: str) -> list[str]:
 
 EXCLUDED: dict[str, str] = {
     **dict.fromkeys(
+        _names(
+            "fg",
+            "atleast_1d atleast_2d atleast_3d broadcast_tensors column_stack dstack hsplit "
+            "vsplit select inner mv isin cartesian_prod block_diag trapezoid trapz "
+            "tril_indices triu_indices deg2rad rad2deg",
+        ),
+        "views, joins, products and sums of the ops swept here (test_shape_helpers.py)",
+    ),
+    **dict.fromkeys(
         _names("Tensor", "heaviside heaviside_") + _names("fg", "heaviside"),
         "a step without a derivative, as torch's (test_mathops.py: its values and refusal)",
     ),

@@ -1,0 +1,85 @@
+"""torch's smaller shape helpers (frontend/shapeops.py): atleast_*d, broadcast_tensors,
+column_stack, dstack, hsplit, vsplit, inner, mv, tril/triu_indices, isin, cartesian_prod,
+block_diag, trapezoid, select, deg2rad and rad2deg, against values torch gives."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import fusegrad as fg
+
+
+def t(x, dtype=None):
+    return fg.tensor(x, dtype=dtype)
+
+
+def test_atleast_nd_shapes_and_tuples():
+    assert fg.atleast_1d(t(1.5)).shape == (1,)
+    assert fg.atleast_2d(t([1.0, 2.0])).shape == (1, 2)
+    assert fg.atleast_3d(fg.ones(2, 3)).shape == (2, 3, 1)
+    assert fg.atleast_3d(t([1.0, 2.0, 3.0])).shape == (1, 3, 1)
+    assert fg.atleast_3d(t(2.0)).shape == (1, 1, 1)
+    many = fg.atleast_1d(t(1.0), t([2.0, 3.0]))
+    assert isinstance(many, tuple) and [m.shape for m in many] == [(1,), (2,)]
+    assert isinstance(fg.atleast_2d([t(1.0)]), tuple)
+
+
+def test_broadcast_stack_and_split_helpers():
+    a, b = fg.broadcast_tensors(fg.ones(3, 1), t([1.0, 2.0]))
+    assert a.shape == b.shape == (3, 2) and b.tolist() == [[1.0, 2.0]] * 3
+    assert fg.column_stack([t([1, 2]), t([[3], [4]])]).tolist() == [[1, 3], [2, 4]]
+    assert fg.dstack([t([1, 2]), t([3, 4])]).tolist() == [[[1, 3], [2, 4]]]
+    assert [p.tolist() for p in fg.hsplit(fg.arange(6), 3)] == [[0, 1], [2, 3], [4, 5]]
+    parts = fg.vsplit(fg.arange(12).reshape(4, 3), [1])
+    assert [p.shape for p in parts] == [(1, 3), (3, 3)]
+    with pytest.raises(fg.ShapeError, match="not divisible"):
+        fg.hsplit(fg.arange(12).reshape(3, 4), 3)
+    with pytest.raises(fg.ShapeError, match="at least 2"):
+        fg.vsplit(fg.arange(6), 2)
+    assert fg.select(fg.arange(6).reshape(2, 3), 1, -1).tolist() == [2, 5]
+    with pytest.raises(fg.IndexingError):
+        fg.select(fg.arange(6).reshape(2, 3), 1, 3)
+
+
+def test_products_indices_and_membership():
+    a = fg.arange(6.0).reshape(2, 3)
+    assert fg.inner(a, fg.arange(12.0).reshape(4, 3)).tolist() == [
+        [5.0, 14.0, 23.0, 32.0],
+        [14.0, 50.0, 86.0, 122.0],
+    ]
+    assert fg.inner(t(2.0), t([1.0, 2.0])).tolist() == [2.0, 4.0]
+    assert fg.mv(a, t([1.0, 2.0, 3.0])).tolist() == [8.0, 26.0]
+    with pytest.raises(fg.ShapeError):
+        fg.mv(a, a)
+    assert fg.tril_indices(3, 4, 1).tolist() == [
+        [0, 0, 1, 1, 1, 2, 2, 2, 2],
+        [0, 1, 0, 1, 2, 0, 1, 2, 3],
+    ]
+    upper = [[0, 0, 0, 1, 1, 1, 2, 2], [0, 1, 2, 0, 1, 2, 1, 2]]
+    assert fg.triu_indices(3, 3, -1).tolist() == upper
+    assert fg.tril_indices(0, 0).shape == (2, 0)
+    assert fg.isin(t([[1, 2], [3, 4]]), t([2, 3])).tolist() == [[False, True], [True, False]]
+    assert fg.isin(t([1.0, math.nan]), t([math.nan, 1.0])).tolist() == [True, False]
+    assert fg.isin(t([1, 5]), t([1, 2]), invert=True).tolist() == [False, True]
+    assert fg.cartesian_prod(t([1, 2]), t([3, 4, 5])).tolist() == [
+        [1, 3], [1, 4], [1, 5], [2, 3], [2, 4], [2, 5],
+    ]  # fmt: skip
+    assert fg.cartesian_prod(t([1, 2])).tolist() == [1, 2]
+
+
+def test_block_diag_trapezoid_and_angles():
+    out = fg.block_diag(fg.ones(2, 2), t([[5.0]]), t(7.0))
+    assert out.tolist() == [[1, 1, 0, 0], [1, 1, 0, 0], [0, 0, 5, 0], [0, 0, 0, 7]]
+    mixed = fg.block_diag(t([[1, 2]]), t([1.5, 2.5]))
+    assert mixed.dtype == fg.float32 and mixed.tolist() == [[1, 2, 0, 0], [0, 0, 1.5, 2.5]]
+    y = t([1.0, 2.0, 3.0])
+    assert fg.trapezoid(y).item() == 4.0 and fg.trapezoid(y, dx=2).item() == 8.0
+    assert fg.trapezoid(y, t([0.0, 1.0, 3.0])).item() == 6.5
+    grid = fg.arange(6.0).reshape(3, 2)
+    assert fg.trapezoid(grid, t([0.0, 1.0, 3.0]), dim=0).tolist() == [7.0, 10.0]
+    assert fg.trapz(grid, dim=0).tolist() == [4.0, 6.0]
+    assert fg.deg2rad(t([180, 90])).tolist() == pytest.approx([math.pi, math.pi / 2])
+    assert fg.deg2rad(t([180])).dtype == fg.float32
+    assert fg.rad2deg(t([math.pi])).tolist() == pytest.approx([180.0])
