@@ -407,17 +407,22 @@ def floor_divide(a, b):
     As in PyTorch it has no derivative: backward() through it raises, at that line
     (`div(a, b, rounding_mode="floor")` is the same value with gradient 0).
     """
-    out = _floor_divide(a, b)
+    return _no_derivative(
+        _floor_divide(a, b),
+        "floor_divide",
+        "derivative for floor_divide is not implemented (as in PyTorch); for a gradient "
+        "of 0 use div(a, b, rounding_mode='floor'), or detach() the operands",
+    )
+
+
+def _no_derivative(out, op: str, message: str):
+    """`out` as is where nothing requires grad; else a node whose backward() raises
+    `message` at the user's line, as PyTorch's ops without a derivative do."""
     if not out.requires_grad:
         return out
 
     def rule():
-        fail(
-            ArgumentError,
-            "floor_divide",
-            "derivative for floor_divide is not implemented (as in PyTorch); for a gradient "
-            "of 0 use div(a, b, rounding_mode='floor'), or detach() the operands",
-        )
+        fail(ArgumentError, op, message)
 
     return out._make(without_derivative(own_node(out.node), rule))
 
@@ -487,7 +492,7 @@ def log1p(x):
     w = _f64(xf)
     u = 1 + w
     res = _where(u == 1, w, u.log() * w / (u - 1))
-    # from 2^53 on u is x itself and log(u) is the answer (log(u) * x overflowed past 1e305)
+    # from 2^53 on u is x itself and log(u) the answer (log(u) * x / (u - 1) would overflow)
     res = _where(u >= 2.0**53, u.log(), res)
     out = _back(res, xf)
     return _with_grad(out, [(xf, 1 / (1 + xf))])
@@ -800,13 +805,7 @@ def heaviside(input, values):
         )
     step = (x > 0).cast(x.dtype)
     out = x._make(_where(x == 0, v, step).node, v)  # (from x and values, as torch's)
-    if not out.requires_grad:
-        return out
-
-    def rule():
-        fail(ArgumentError, "heaviside", "the derivative for 'heaviside' is not implemented")
-
-    return out._make(without_derivative(own_node(out.node), rule))
+    return _no_derivative(out, "heaviside", "the derivative for 'heaviside' is not implemented")
 
 
 def float_power(input, exponent):
@@ -968,7 +967,7 @@ def acosh(x):
     t = _where(huge, 1.0, w) - 1
     mid = log1p(t + (2 * t + t * t).sqrt())
     res = _where(huge, w.log() + LN2, mid)
-    # below 1, NaN: t (t + 2) is positive again under -1 (-7e7 once gave -inf)
+    # below 1, NaN: t (t + 2) is positive again under -1, where the formula gives -inf
     res = _where(w < 1, math.nan, res)
     out = _back(res, xf)
     return _with_grad(out, [(xf, (xf * xf - 1).rsqrt())])  # torch's form: +inf at -1 too
@@ -1533,9 +1532,8 @@ def erfinv(x):
         pt = pt * tail + c
     y = _where(lw < 5, pc, pt) * a
     # Newton on |y|: y - (erf(y) - |x|) / erf'(y) below 0.5; from 0.5 on, on the logarithm
-    # of erfc (exact there: 1 - |x|; erf(y) - x cancelled near 1, and the single-precision
-    # start is far off in the tail: erfinv(1 - 2^-52) was 5.41 for 5.81, erfinv(-0.999999)
-    # 1,400 ulps off), whose curve Newton follows from afar
+    # of erfc: 1 - |x| is exact there, where erf(y) - x cancels near 1, and the log's curve
+    # is one Newton follows from the single-precision start, far off in the tail
     ay, aa = y.abs(), a.abs()
     tail = aa >= 0.5
     lq = _where(tail, 1 - aa, 1.0).log()

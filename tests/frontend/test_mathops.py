@@ -605,3 +605,84 @@ def test_heaviside_float_power_and_ldexp_as_torchs():
     b = fg.tensor([2.0], requires_grad=True)
     b.ldexp(fg.tensor([3])).sum().backward()
     assert b.grad.tolist() == [8.0]
+
+
+# PyTorch 2.14.1's float64 values and gradients at these pairs (torch.fmod, torch.remainder;
+# torch.floor_divide's values), the sign of every zero included
+_PAIRS = [
+    (0.0, 1.0),
+    (-0.0, 1.0),
+    (0.0, -1.0),
+    (1.0, 1.0),
+    (-1.0, 1.0),
+    (1.0, -1.0),
+    (2.5, 1.0),
+    (-2.5, 1.0),
+    (2.5, -2.0),
+    (7.0, 2.0),
+    (-7.0, 2.0),
+    (7.0, -2.0),
+    (1.0, math.inf),
+    (-1.0, math.inf),
+    (math.inf, 2.0),
+    (math.nan, 2.0),
+    (3.0, 0.0),
+    (1.0, 0.5),
+    (5.0, 2.5),
+    (-5.0, 2.5),
+]
+_TORCH = {'floor_divide': ([0.0, -0.0, -0.0, 1.0, -1.0, -1.0, 2.0, -3.0, -2.0, 3.0, -4.0,
+                   -4.0, 0.0, -1.0, math.nan, math.nan, math.inf, 2.0, 2.0, -2.0],),
+ 'fmod': ([0.0, -0.0, 0.0, 0.0, -0.0, 0.0, 0.5, -0.5, 0.5, 1.0, -1.0, 1.0, 1.0,
+           -1.0, math.nan, math.nan, math.nan, 0.0, 0.0, -0.0],
+          [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0,
+           1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
+          [-0.0, 0.0, 0.0, -1.0, 1.0, 1.0, -2.0, 2.0, 1.0, -3.0, 3.0, 3.0, -0.0,
+           0.0, -math.inf, math.nan, -math.inf, -2.0, -2.0, 2.0]),
+ 'remainder': ([0.0, -0.0, 0.0, 0.0, -0.0, 0.0, 0.5, 0.5, -1.5, 1.0, 1.0, -1.0,
+                1.0, math.inf, math.nan, math.nan, math.nan, 0.0, 0.0, -0.0],
+               [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0,
+                1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
+               [-0.0, 0.0, 0.0, -1.0, 1.0, 1.0, -2.0, 3.0, 2.0, -3.0, 4.0, 4.0,
+                -0.0, 1.0, math.nan, math.nan, -math.inf, -2.0, -2.0, 2.0])}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["fmod", "remainder", "floor_divide"])
+def test_division_family_at_special_points_as_torchs(name):
+    a = fg.tensor([p[0] for p in _PAIRS], dtype=fg.float64, requires_grad=True)
+    b = fg.tensor([p[1] for p in _PAIRS], dtype=fg.float64, requires_grad=True)
+    fn = {"fmod": fg.fmod, "remainder": fg.remainder, "floor_divide": fg.floor_divide}[name]
+    want = _TORCH[name]
+    out = fn(a.detach(), b.detach()) if name == "floor_divide" else fn(a, b)
+    same_bits(out.detach().numpy(), want[0])
+    if name != "floor_divide":  # (no derivative, as torch's)
+        out.sum().backward()
+        same_bits(a.grad.numpy(), want[1])
+        same_bits(b.grad.numpy(), want[2])
+
+
+def same_bits(got, want):
+    """Equal values, NaN where NaN, and every zero's sign."""
+    want = np.array(want, np.float64)
+    assert np.array_equal(got, want, equal_nan=True), (got, want)
+    real = ~np.isnan(want)  # (a NaN's sign bit means nothing)
+    assert np.array_equal(np.signbit(got[real]), np.signbit(want[real])), (got, want)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a, b: fg.fmod(a, b),
+        lambda a, b: a % b,
+        lambda a, b: a // b,
+        lambda a, b: fg.heaviside(a, b),
+        lambda a, b: fg.ldexp(a, b.to(fg.int64)),
+        lambda a, b: fg.float_power(a, b),
+    ],
+)
+def test_this_sessions_binary_ops_on_empty_and_0d_inputs(fn):
+    empty = fn(fg.zeros(0, 3), fg.ones(0, 3))
+    assert empty.shape == (0, 3) and empty.numpy().size == 0
+    scalar = fn(fg.tensor(3.0), fg.tensor(2.0))
+    assert scalar.shape == () and np.isfinite(scalar.item())
+    assert fn(fg.tensor(-0.0), fg.tensor(1.0)).shape == ()

@@ -83,3 +83,14 @@ def test_block_diag_trapezoid_and_angles():
     assert fg.deg2rad(t([180, 90])).tolist() == pytest.approx([math.pi, math.pi / 2])
     assert fg.deg2rad(t([180])).dtype == fg.float32
     assert fg.rad2deg(t([math.pi])).tolist() == pytest.approx([180.0])
+
+
+def test_empty_and_one_element_inputs_as_torchs():
+    e = fg.zeros(0)
+    assert fg.atleast_2d(e).shape == (1, 0) and fg.column_stack([e, e]).shape == (0, 2)
+    assert fg.isin(e, t([1.0])).shape == (0,) and fg.isin(t([1.0]), e).tolist() == [False]
+    assert fg.trapezoid(e).item() == 0.0 and fg.trapezoid(t([4.0])).item() == 0.0
+    assert fg.inner(e, e).item() == 0.0
+    assert fg.cartesian_prod(e, t([1.0])).shape == (0, 2)
+    assert fg.block_diag(fg.zeros(0, 2), fg.ones(1, 1)).tolist() == [[0.0, 0.0, 1.0]]
+    assert fg.tril_indices(1, 1).tolist() == [[0], [0]]
