@@ -157,6 +157,21 @@ class PendingGrads:
         # gradient clippings deferred to the build (`tensor.clip_when_built`), in order: a
         # cached step that finds them unbuilt runs the plan that clips, keyed by them
         self.clips: list = []
+        self.applied: list = []  # the clips, once the build has run them (in order)
+
+    def clip_count(self) -> int:
+        """How many clippings of these gradients were asked for so far: a copy of a
+        gradient made now (`LazyGrad.seen`) is its value after that many."""
+        return len(self.applied) + len(self.clips)
+
+    def value_of(self, index: int, seen: int):
+        """The node of gradient `index` as it was after the first `seen` clippings (those
+        of them that clipped it): the value of a copy made then, whatever came later."""
+        grads = self.materialize()
+        node = grads[index]
+        for clip in self.applied[:seen]:
+            node = clip.after.get(index, node)
+        return node
 
     def materialize(self) -> list:
         if self.grads is not None:
@@ -177,13 +192,14 @@ class PendingGrads:
                     for g, t in zip(grads, self.targets)
                 ]
                 clips, self.clips = self.clips, []
+                self.applied = clips
             else:
                 clips = []
         try:
             for clip in clips:  # (outside the lock: a clip reads these gradients)
                 clip.apply()
         except BaseException:  # raised at every build, never read unclipped
-            self.grads, self.clips = None, clips
+            self.grads, self.clips, self.applied = None, clips, []
             raise
         return self.grads
 

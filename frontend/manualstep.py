@@ -48,7 +48,8 @@ class _Batch:
     def __init__(self, record):
         self.record = record
         self.thread = threading.get_ident()  # (whose backward() losses the step computes)
-        self.ops: list[tuple] = []  # (param, via_data, method, alpha, index, coef, side, base)
+        # (param, via_data, method, alpha, index, coef, side, base, seen)
+        self.ops: list[tuple] = []
         self.left = {id(n) for n in record.targets}  # leaves still without their update
         self.done = False
 
@@ -87,10 +88,14 @@ def defer(t, other, method: str, alpha) -> bool:
         batch = None
     if batch is None:
         batch = _local.batch = _Batch(record)
-    coef, side = (None, None) if type(other) is other._lazy_grad else (other.coef, other.side)
+    if type(other) is other._lazy_grad:
+        coef, side = None, None
+        seen = record.clip_count() if other.seen is None else other.seen  # (clipped so far)
+    else:
+        coef, side, seen = other.coef, other.side, other.seen
     t._version += 1  # as the eager update counts it (a .data write: the view's version)
     retire(node, owner, counted=not via_data)  # a graph from before it raises at backward()
-    batch.ops.append((owner, via_data, method, alpha, index, coef, side, other.base))
+    batch.ops.append((owner, via_data, method, alpha, index, coef, side, other.base, seen))
     batch.left.discard(id(node))
     _hide(owner, batch)
     if not batch.left:
@@ -117,8 +122,8 @@ def flush(batch: _Batch | None = None) -> None:
 
     def build():
         with autograd_state.no_grad():
-            for p, _, method, alpha, index, coef, side, base in batch.ops:
-                p.assign_(_value(p, method, alpha, record, index, coef, side, base))
+            for p, _, method, alpha, index, coef, side, base, seen in batch.ops:
+                p.assign_(_value(p, method, alpha, record, index, coef, side, base, seen))
         return params
 
     mine = batch.thread == threading.get_ident()
@@ -126,17 +131,18 @@ def flush(batch: _Batch | None = None) -> None:
     extra = with_carried(params[0] if params else None, pending, []) if mine else []
     usable = not engine.recording() and all(t.node is record.root for t in pending)
     if usable:
-        key = ("manual", tuple(op[1:4] + op[5:7] + (op[7] is not None,) for op in batch.ops))
+        key = ("manual", tuple((*op[1:4], *op[5:7], op[7] is not None, op[8]) for op in batch.ops))
         empty = [[] for _ in params]
         _cache().run([record], None, key, params, empty, empty, pending, extra, build)
     else:
         _realize_all(build(), pending, extra)
 
 
-def _value(p, method, alpha, record, index, coef, side, base):
+def _value(p, method, alpha, record, index, coef, side, base, seen):
     """The updated value of `p`, built as the eager `p.<method>_(other, alpha)` builds it
-    (`base`: the zeros the gradient was accumulated onto, or None)."""
-    g = p._lazy_grad(record, index, base)
+    (`base`: the zeros the gradient was accumulated onto, or None; `seen`: the clippings
+    of the gradient asked for before the update, `LazyGrad.seen`)."""
+    g = p._lazy_grad(record, index, base, seen)
     if coef is not None:
         g = g._plain.__mul__(g, coef) if side == "mul" else g._plain.__rmul__(g, coef)
     other = g if alpha == 1 else g * alpha

@@ -1162,6 +1162,12 @@ class LazyGrad(Tensor):
     (`autograd.PendingGrads`). An optimizer step that finds every gradient still unbuilt
     may run a cached plan instead (`frontend/stepcache.py`).
 
+    `seen`: None for the gradient backward() left in `.grad`, which a deferred clipping
+    changes in place; for a copy of it (an accumulation's earlier term, the gradient an
+    update or a `ScaledGrad` read), how many clippings of its backward() call had been
+    asked for when it was made: its value is the gradient after those, not after later
+    ones (`PendingGrads.value_of`), as an eager copy would be.
+
     `base`: a gradient accumulated onto zeros (`p.grad.zero_()`, then backward()) is
     `zeros + g`, still unbuilt: its node is that sum, built when first read. One
     accumulated onto another backward() call's unbuilt gradient (gradient accumulation
@@ -1170,11 +1176,11 @@ class LazyGrad(Tensor):
     several backward() calls may be cached too.
     """
 
-    __slots__ = ("pending", "index", "base")
+    __slots__ = ("pending", "index", "base", "seen")
     _copies_plain = True  # a copy is a plain tensor (copying.py)
 
-    def __init__(self, pending, index: int, base: N.Node | None = None):
-        self.pending, self.index, self.base = pending, index, base
+    def __init__(self, pending, index: int, base: N.Node | None = None, seen: int | None = None):
+        self.pending, self.index, self.base, self.seen = pending, index, base, seen
         _unbuilt(self)
 
     @property
@@ -1185,7 +1191,8 @@ class LazyGrad(Tensor):
             n = _NODE.__get__(self, Tensor)  # (a deferred clip gave it its node)
             if n is not None:
                 return n
-            n = grads[self.index]
+            seen = self.seen
+            n = grads[self.index] if seen is None else self.pending.value_of(self.index, seen)
             base = self.base
             if base is not None:  # as `zeros + g`, or `earlier + g`, builds it
                 if type(base) is not N.Node:
@@ -1212,7 +1219,14 @@ class LazyGrad(Tensor):
     def _accumulated(self) -> LazyGrad:
         """A private copy of this unbuilt gradient, to accumulate onto: a later write to this
         one (`zero_()`) changes this one alone, as the eager sum it stands for."""
-        return LazyGrad(self.pending, self.index, self.base)
+        return self._copy()
+
+    def _copy(self) -> LazyGrad:
+        """An unbuilt copy of this gradient's value now (a later clipping leaves it)."""
+        seen = self.seen
+        if seen is None:
+            seen = self.pending.clip_count()
+        return LazyGrad(self.pending, self.index, self.base, seen)
 
     def _terms(self) -> list[tuple] | None:
         """`(pending backward, index)` of each backward() call summed into this gradient,
@@ -1311,16 +1325,17 @@ class ScaledGrad(Tensor):
     `p.grad.zero_()` does not change it), and anything else that reads it builds it.
     """
 
-    __slots__ = ("pending", "index", "base", "coef", "side")
+    __slots__ = ("pending", "index", "base", "seen", "coef", "side")
 
     def __init__(self, grad: LazyGrad, coef, side: str):
         self.pending, self.index, self.coef, self.side = grad.pending, grad.index, coef, side
-        self.base = grad.base
+        self.base, seen = grad.base, grad.seen
+        self.seen = grad.pending.clip_count() if seen is None else seen  # (as `_copy`)
         _unbuilt(self)
 
     def scaled(self) -> Tensor:
         """The product as the eager path builds it (`g * c` or `c * g`)."""
-        g = LazyGrad(self.pending, self.index, self.base)
+        g = LazyGrad(self.pending, self.index, self.base, self.seen)
         return Tensor.__mul__(g, self.coef) if self.side == "mul" else Tensor.__rmul__(g, self.coef)
 
     def _node(self) -> N.Node:
@@ -1359,11 +1374,13 @@ class DeferredClip:
         self.grads, self.fn, self.key, self.dtype, self.site = grads, fn, key, dtype, site
         self.total: N.Node | None = None  # fn's result's node, once applied
         self.result = None  # weak reference to the tensor the call returned
+        self.after: dict[int, N.Node] = {}  # each gradient's node after it, once applied
 
     def apply(self) -> None:
         with _attribution.fixed(self.site), autograd_state.no_grad():
             out = self.fn(self.grads)
         self.total = None if out is None else out.node
+        self.after = {g.index: g.node for g in self.grads}
 
 
 class LazyNorm(Tensor):

@@ -1353,7 +1353,11 @@ class LazyGrad(Tensor):
     """A leaf's gradient from backward(), built only when first used."""
     def __add__(self, o): ...  # frontend/tensor.py: LazyGrad.__add__
     def __init__(  # frontend/tensor.py: LazyGrad.__init__
-        self, pending, index: builtins.int, base: N.Node | None = None
+        self,
+        pending,
+        index: builtins.int,
+        base: N.Node | None = None,
+        seen: builtins.int | None = None,
     ): ...
     def __mul__(self, o): ...  # frontend/tensor.py: LazyGrad.__mul__
     def __rmul__(self, o): ...  # frontend/tensor.py: LazyGrad.__rmul__
@@ -1374,6 +1378,7 @@ class LazyGrad(Tensor):
         computed yet: their graphs share the backward pass, so reading the gradients one by one
         (an optimizer on the host, a gradient log) runs it once, not once per gradient.
         """
+    seen: Any
     @property
     def shape(self) -> tuple[builtins.int, ...]: ...  # frontend/tensor.py: LazyGrad.shape
 
@@ -1418,6 +1423,7 @@ class ScaledGrad(Tensor):
     pending: Any
     def scaled(self) -> Tensor:  # frontend/tensor.py: ScaledGrad.scaled
         """The product as the eager path builds it (`g * c` or `c * g`)."""
+    seen: Any
     @property
     def shape(self) -> tuple[builtins.int, ...]: ...  # frontend/tensor.py: ScaledGrad.shape
     side: Any
