@@ -56,10 +56,14 @@ from .conv3d import AvgPool3d, Conv3d, ConvTranspose3d, MaxPool3d
 from .conv_transpose import ConvTranspose1d, ConvTranspose2d
 from .fold import Fold, MaxUnpool1d, MaxUnpool2d, MaxUnpool3d, Unfold
 from .layers import (
+    AlphaDropout,
     CosineSimilarity,
     Dropout,
+    Dropout1d,
     Dropout2d,
+    Dropout3d,
     Embedding,
+    FeatureAlphaDropout,
     Flatten,
     Identity,
     Linear,
@@ -197,7 +201,11 @@ __all__ = [
     "Conv2d",
     "CrossEntropyLoss",
     "Dropout",
+    "AlphaDropout",
+    "Dropout1d",
     "Dropout2d",
+    "Dropout3d",
+    "FeatureAlphaDropout",
     "PReLU",
     "Embedding",
     "Flatten",

@@ -1,4 +1,5 @@
-"""The dense layers as functions: `linear`, `dropout`, `dropout2d`, `embedding`,
+"""The dense layers as functions: `linear`, the dropouts (`dropout`, `dropout1d`,
+`dropout2d`, `dropout3d`, `alpha_dropout`, `feature_alpha_dropout`), `embedding`,
 `one_hot` (re-exported by `fusegrad.nn.functional`, where users find them).
 
 >>> import fusegrad as fg
@@ -8,6 +9,8 @@
 """
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 
@@ -33,6 +36,31 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return _linear(input, weight, bias)
 
 
+_ALPHA = 1.7580993408473766  # SELU's scale times its alpha: where alpha dropout sets a value
+
+
+def _check_p(p: float) -> None:
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+
+
+def _dropped(input: Tensor, p: float, noise_shape: tuple, alpha: bool, inplace: bool, op: str):
+    """`input` with one keep-or-drop draw per element of `noise_shape` (broadcast over the
+    rest), as torch's `_dropout_impl`: the input times the noise, so a dropped NaN or
+    infinity stays NaN and a dropped negative value is -0.0. `alpha`: alpha dropout's
+    affine noise, which keeps a SELU network's mean and variance."""
+    if p == 1.0:
+        out = input * 0.0
+    else:
+        keep = rand(*noise_shape, dtype=input.dtype, device=input.device) >= p  # P = 1 - p
+        if alpha:
+            a = 1.0 / ((_ALPHA * _ALPHA * p + 1.0) * (1.0 - p)) ** 0.5
+            out = input * where(keep, a, 0.0) + where(keep, _ALPHA * a * p, _ALPHA * a * (p - 1.0))
+        else:
+            out = input * where(keep, 1.0 / (1.0 - p), 0.0)
+    return input._inplace(out, op) if inplace else out
+
+
 @one_site
 def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
     """Zero each element with probability p and scale the rest by 1 / (1 - p) (inverted dropout).
@@ -41,33 +69,111 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
     inside whichever kernels read it, forward and backward alike, and never
     stored. Outside training (or with p == 0) the input is returned unchanged.
     """
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    _check_p(p)
     if not training or p == 0.0:
         return input
-    if p == 1.0:
-        out = input * 0.0
-    else:
-        u = rand(*input.shape, dtype=input.dtype, device=input.device)
-        keep = u >= p  # P(u >= p) = 1 - p
-        out = where(keep, input * (1.0 / (1.0 - p)), 0.0)
-    return input._inplace(out, "dropout_") if inplace else out
+    return _dropped(input, p, input.shape, False, inplace, "dropout_")
+
+
+def _feature_noise(input: Tensor, batched: bool, op: str) -> tuple:
+    """One draw per channel: (N, C, 1, ...) for a batched input, (C, 1, ...) for one
+    without its batch axis (torch's `make_feature_noise` after its `unsqueeze(0)`)."""
+    shape = input.shape
+    if batched:
+        if len(shape) < 2:
+            _fail(ShapeError, op, "Feature dropout requires at least 2 dimensions in the input")
+        return (shape[0], shape[1], *(1,) * (len(shape) - 2))
+    return (shape[0], *(1,) * (len(shape) - 1)) if shape else ()
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, UserWarning, stacklevel=4)  # (the user's line, past one_site)
+
+
+def _feature_dropout(input, p, training, inplace, batched, alpha, op) -> Tensor:
+    _check_p(p)
+    if not training or p == 0.0 or input.numel() == 0:
+        return input
+    return _dropped(input, p, _feature_noise(input, batched, op), alpha, inplace, op + "_")
+
+
+@one_site
+def dropout1d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
+    """Zero whole channels with probability p and scale the rest by 1 / (1 - p): an input of
+    (N, C, L), or (C, L) without the batch axis, as torch's."""
+    _check_p(p)
+    if input.ndim not in (2, 3):
+        _fail(
+            ShapeError,
+            "dropout1d",
+            f"Expected 2D or 3D input, but received a {input.ndim}D input. Note that dropout1d "
+            "exists to provide channel-wise dropout on inputs with 1 spatial dimension, a "
+            "channel dimension, and an optional batch dimension (i.e. 2D or 3D inputs).",
+        )
+    return _feature_dropout(input, p, training, inplace, input.ndim == 3, False, "dropout1d")
 
 
 @one_site
 def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
-    """Zero whole channels (axis 1) with probability p and scale the rest by 1 / (1 - p),
-    as torch's; a 3-d input is (N, C, L), as torch 2.13 reads it."""
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    """Zero whole channels (axis 1) with probability p and scale the rest by 1 / (1 - p), as
+    torch's: a 3-d input is read as (N, C, L) (torch warns that this will change), and
+    an input of another rank warns and is dropped per (axis 0, axis 1) entry, as torch
+    does (a 2-d (N, C) input: each element)."""
+    _check_p(p)
     if input.ndim not in (3, 4):
-        _fail(ShapeError, "dropout2d", f"expects a 3-d or 4-d input, got shape {input.shape}")
-    if not training or p == 0.0:
+        _warn(
+            f"dropout2d: Received a {input.ndim}-D input to dropout2d, which is deprecated "
+            "and will result in an error in a future release. To retain the behavior and "
+            "silence this warning, please use dropout instead. Note that dropout2d exists to "
+            "provide channel-wise dropout on inputs with 2 spatial dimensions, a channel "
+            "dimension, and an optional batch dimension (i.e. 3D or 4D inputs)."
+        )
+    if input.ndim == 3:
+        _warn(
+            "dropout2d: Received a 3D input to dropout2d and assuming that channel-wise 1D "
+            "dropout behavior is desired - input is interpreted as shape (N, C, L), where C "
+            "is the channel dim. This behavior will change in a future release to interpret "
+            "the input as one without a batch dimension, i.e. shape (C, H, W). To maintain "
+            "the 1D channel-wise dropout behavior, please switch to using dropout1d instead."
+        )
+    return _feature_dropout(input, p, training, inplace, True, False, "dropout2d")
+
+
+@one_site
+def dropout3d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
+    """Zero whole channels with probability p and scale the rest by 1 / (1 - p): an input of
+    (N, C, D, H, W), or (C, D, H, W) without the batch axis; another rank warns, as
+    torch's, and is read as one without its batch axis."""
+    _check_p(p)
+    if input.ndim not in (4, 5):
+        _warn(
+            f"dropout3d: Received a {input.ndim}-D input to dropout3d, which is deprecated "
+            "and will result in an error in a future release. To retain the behavior and "
+            "silence this warning, please use dropout instead. Note that dropout3d exists to "
+            "provide channel-wise dropout on inputs with 3 spatial dimensions, a channel "
+            "dimension, and an optional batch dimension (i.e. 4D or 5D inputs)."
+        )
+    return _feature_dropout(input, p, training, inplace, input.ndim == 5, False, "dropout3d")
+
+
+@one_site
+def alpha_dropout(input: Tensor, p: float = 0.5, training: bool = False, inplace: bool = False):
+    """Alpha dropout (for SELU networks), as torch's: a dropped element becomes
+    a * alpha' * (p - 1), a kept one a * x + a * alpha' * p, with alpha' = 1.7581 and
+    a = ((alpha'^2 p + 1)(1 - p))^-1/2, so that zero mean and unit variance stay so.
+    `training` is False by default, as in torch's function."""
+    _check_p(p)
+    if not training or p == 0.0 or input.numel() == 0:
         return input
-    # one draw per (sample, channel)
-    u = rand(*input.shape[:2], *(1,) * (input.ndim - 2), dtype=input.dtype, device=input.device)
-    out = where(u >= p, input * (1.0 / (1.0 - p)), 0.0) if p < 1.0 else input * 0.0
-    return input._inplace(out, "dropout2d_") if inplace else out
+    return _dropped(input, p, input.shape, True, inplace, "alpha_dropout_")
+
+
+@one_site
+def feature_alpha_dropout(
+    input: Tensor, p: float = 0.5, training: bool = False, inplace: bool = False
+) -> Tensor:
+    """`alpha_dropout` of whole channels (one draw per (N, C)), as torch's."""
+    return _feature_dropout(input, p, training, inplace, True, True, "feature_alpha_dropout")
 
 
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:

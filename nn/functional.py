@@ -64,9 +64,13 @@ from .conv3d import avg_pool3d, conv3d, conv_transpose3d, max_pool3d  # noqa: F4
 from .conv_transpose import conv_transpose1d, conv_transpose2d  # noqa: F401
 from .dense import (  # noqa: F401
     ClassIndexError,
+    alpha_dropout,
     dropout,
+    dropout1d,
     dropout2d,
+    dropout3d,
     embedding,
+    feature_alpha_dropout,
     linear,
     one_hot,
 )

@@ -136,13 +136,41 @@ class Dropout(Module):
         return f"p={self.p}, inplace={self.inplace}"
 
 
-class Dropout2d(Dropout):
-    """Zero whole channels in train() (`functional.dropout2d`); the identity in eval()."""
+class Dropout1d(Dropout):
+    """Zero whole channels in train() (`functional.dropout1d`); the identity in eval()."""
+
+    _fn = staticmethod(dense.dropout1d)
 
     def forward(self, input):
         mode = (self.training, self.p)
         guard(lambda: (self.training, self.p) == mode)
-        return dense.dropout2d(input, self.p, self.training, self.inplace)
+        return self._fn(input, self.p, self.training, self.inplace)
+
+
+class Dropout2d(Dropout1d):
+    """Zero whole channels in train() (`functional.dropout2d`); the identity in eval()."""
+
+    _fn = staticmethod(dense.dropout2d)
+
+
+class Dropout3d(Dropout1d):
+    """Zero whole channels in train() (`functional.dropout3d`); the identity in eval()."""
+
+    _fn = staticmethod(dense.dropout3d)
+
+
+class AlphaDropout(Dropout1d):
+    """Alpha dropout in train() (`functional.alpha_dropout`, for SELU networks); the
+    identity in eval()."""
+
+    _fn = staticmethod(dense.alpha_dropout)
+
+
+class FeatureAlphaDropout(Dropout1d):
+    """Alpha dropout of whole channels in train() (`functional.feature_alpha_dropout`);
+    the identity in eval()."""
+
+    _fn = staticmethod(dense.feature_alpha_dropout)
 
 
 class CosineSimilarity(Module):
