@@ -109,3 +109,84 @@ def test_a_gradient_accumulated_after_a_clip_adds_onto_the_clipped_one():
     gw = (20 * y).T @ X.astype(np.float64)
     want = gw.clip(-MAX_VALUE, MAX_VALUE) + gw
     np.testing.assert_allclose(m.weight.grad.numpy(), want, rtol=1e-5)
+
+
+# ------------------------------------------------ random orders of gradient operations
+
+OPS = ("clip_norm", "clip_value", "clip_norm_weight", "read_bias", "backward_again")
+
+
+def _np_grads(w, b):
+    y = X.astype(np.float64) @ w.T + b
+    gy = 20 * y
+    return 10 * (y**2).sum(), {"weight": gy.T @ X.astype(np.float64), "bias": gy.sum(0)}
+
+
+def _np_apply(op: str, g: dict, w, b) -> None:
+    if op == "clip_norm" or op == "clip_norm_weight":
+        names = ["weight", "bias"] if op == "clip_norm" else ["weight"]
+        total = np.sqrt(sum((g[n] ** 2).sum() for n in names))
+        coef = min(1.0, MAX_NORM / (total + 1e-6))
+        for n in names:
+            g[n] = g[n] * coef
+    elif op == "clip_value":
+        for n in g:
+            g[n] = g[n].clip(-MAX_VALUE, MAX_VALUE)
+    elif op == "backward_again":
+        _, more = _np_grads(w, b)
+        for n in g:
+            g[n] = g[n] + more[n]
+
+
+def _program(seed: int):
+    rng = np.random.default_rng(seed)
+    ops = [str(o) for o in rng.choice(OPS, size=int(rng.integers(1, 4)))]
+    take_at = int(rng.integers(0, len(ops) + 1))  # where the update reads its gradient
+    spelling = str(rng.choice(["data.add_ alpha", "-= lr * grad", "scaled early"]))
+    return ops, take_at, spelling
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_orders_of_clips_reads_and_accumulation_before_an_update(seed):
+    """Each step: backward(), then a random sequence of clips (all gradients or only the
+    weight's), reads and a second backward(), with the update's gradient taken at a
+    random point in it (`lr * p.grad` made there), or read at the end: against numpy."""
+    ops, take_at, spelling = _program(seed)
+    if spelling != "scaled early":
+        take_at = len(ops)
+    m, x = _model(), fg.tensor(X)
+    w, b = W0.astype(np.float64), B0.astype(np.float64)
+    for _ in range(3):
+        m.zero_grad()
+        loss = (m(x) ** 2).sum() * 10
+        loss.backward()
+        want_loss, g = _np_grads(w, b)
+        taken, want_taken = None, None
+        for k, op in enumerate([*ops, None]):
+            if k == take_at:
+                taken = [LR * p.grad for p in m.parameters()] if spelling == "scaled early" else 0
+                want_taken = {n: LR * v for n, v in g.items()}
+            if op is None:
+                break
+            if op == "clip_norm":
+                nn.utils.clip_grad_norm_(m.parameters(), MAX_NORM)
+            elif op == "clip_norm_weight":
+                nn.utils.clip_grad_norm_([m.weight], MAX_NORM)
+            elif op == "clip_value":
+                nn.utils.clip_grad_value_(m.parameters(), MAX_VALUE)
+            elif op == "read_bias":
+                m.bias.grad.numpy()
+            else:
+                ((m(x) ** 2).sum() * 10).backward()
+            _np_apply(op, g, w, b)
+        with fg.no_grad():
+            for k, p in enumerate(m.parameters()):
+                if spelling == "scaled early":
+                    p.data.sub_(taken[k])
+                elif spelling == "data.add_ alpha":
+                    p.data.add_(p.grad, alpha=-LR)
+                else:
+                    p.data.sub_(LR * p.grad)
+        w, b = w - want_taken["weight"], b - want_taken["bias"]
+        np.testing.assert_allclose(loss.item(), want_loss, rtol=2e-5, err_msg=f"{ops} {spelling}")
+    np.testing.assert_allclose(m.weight.numpy(), w, rtol=1e-4, atol=1e-6)
