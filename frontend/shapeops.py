@@ -803,13 +803,17 @@ def repeat_interleave(x, repeats, dim=None):
 
 
 def roll(x, shifts, dims=None):
-    """Elements shifted cyclically along `dims` (the flattened tensor if None)."""
+    """Elements shifted cyclically along `dims` (the flattened tensor if None): always a new
+    tensor, as torch's, also where every shift is a whole turn (a write into it leaves `x`)."""
     if dims is None:
-        return roll(x.reshape(-1), shifts, 0).reshape(x.shape)
+        flat = x.reshape(-1)
+        out = roll(flat, shifts, 0)
+        return (out if out is not flat else x.clone()).reshape(x.shape)
     shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
     dims = (dims,) if isinstance(dims, int) else tuple(dims)
     if len(shifts) != len(dims):
         fail(ShapeError, "roll", f"shifts {shifts} and dims {dims} differ in length")
+    first = x
     for s, dm in zip(shifts, dims):
         d = x._dim(dm, "roll")
         if x.ndim == 0:  # torch refuses a dim for a 0-d tensor here (dims=None rolls it)
@@ -820,7 +824,7 @@ def roll(x, shifts, dims=None):
         s %= n
         if s:
             x = cat([narrow(x, d, n - s, s), narrow(x, d, 0, n - s)], d)
-    return x
+    return x if x is not first else x.clone()
 
 
 def rot90(x, k: int = 1, dims=(0, 1)):

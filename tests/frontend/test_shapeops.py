@@ -92,6 +92,31 @@ def test_split_chunk_unbind_unflatten():
     assert fg.testing.gradcheck(lambda t: t.split([1, 3, 1], 2)[1] * 2, [X])
 
 
+@pytest.mark.parametrize(
+    "roll",
+    [
+        lambda x: x.roll(0, 1),
+        lambda x: x.roll(3, 1),  # a whole turn
+        lambda x: x.roll((2, 3), (0, 1)),
+        lambda x: x.roll(0),
+        lambda x: x.roll(6),  # flattened, a whole turn
+        lambda x: x.roll(1, 1),
+        lambda x: fg.roll(x[:, :1], 1, 1),  # a size-1 axis: makemore's MLP, one token in
+    ],
+)
+def test_roll_is_a_new_tensor_even_when_nothing_moves(roll):
+    """torch's roll copies: a write into its result (makemore's `idx = torch.roll(idx, 1,
+    1); idx[:, 0] = blank`) leaves the input as it was."""
+    x = fg.arange(6.0).reshape(2, 3)
+    y = roll(x)
+    y[:, 0] = 100.0
+    assert x.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    assert (y.numpy()[:, 0] == 100.0).all()
+    w = fg.arange(6.0, requires_grad=True)  # and the gradient still flows
+    (w.roll(6) * fg.arange(6.0)).sum().backward()
+    assert w.grad.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
 def test_repeat_interleave_roll_unfold_meshgrid():
     same(X.repeat(2, 1, 3), np.tile(A, (2, 1, 3)))
     same(X.repeat(2, 1, 1, 1), np.tile(A, (2, 1, 1, 1)))
