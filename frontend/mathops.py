@@ -157,7 +157,7 @@ def signbit(x):
 def nan_to_num(x, nan: float = 0.0, posinf=None, neginf=None):
     """NaN, +inf and -inf replaced by finite numbers (by default 0, the largest, the smallest)."""
     if not x.dtype.is_float:
-        return x
+        return x.clone()  # (a new tensor, as torch's: a write into it leaves x)
     info = x.dtype.finfo
     posinf = float(info.max) if posinf is None else posinf
     neginf = float(info.min) if neginf is None else neginf
@@ -236,12 +236,12 @@ def round_(x, decimals: int = 0):
 
 
 def _rounding(kind: str, x):
-    """trunc, floor, ceil or round of `x`: itself for an integer tensor; for a float one
-    macro node whose expansion is its composed form (20 to 90 nodes, each a tensor to
-    build on every call otherwise)."""
+    """trunc, floor, ceil or round of `x`: a new tensor of its values for an integer tensor
+    (as torch's, a write into it leaves x); for a float one macro node whose expansion is
+    its composed form (20 to 90 nodes, each a tensor to build on every call otherwise)."""
     _refuse_bool(x, kind)
     if not x.dtype.is_float:
-        return x
+        return x.clone()
     return as_macro(kind, (x,), (), x.shape, x.dtype, COMPOSED[kind])
 
 

@@ -1073,14 +1073,15 @@ def _shift(x, d: int, s: int, fill):
 
 
 def _scan(x, dim, combine, fill, op: str):
+    """The running `combine` along `dim`: a new tensor, also with one element along it."""
     d = x._dim(dim, op)
     if x.ndim == 0:
-        return x
-    n, s = x.shape[d], 1
+        return x.clone()
+    n, s, out = x.shape[d], 1, x.clone()
     while s < n:
-        x = combine(x, _shift(x, d, s, fill))
+        out = combine(out, _shift(out, d, s, fill))
         s *= 2
-    return x
+    return out
 
 
 @autocast_op("cumsum")

@@ -1899,8 +1899,10 @@ def _int_power(base: Tensor, n: int) -> Tensor:
     if n < 0 and not base.dtype.is_float:
         fail(ArgumentError, "pow", "Integers to negative integer powers are not allowed.")
     if base.dtype.is_bool:
-        return base
+        return base.clone()
     out = _power_by_squaring(base, abs(n))
+    if out is base:
+        out = base.clone()  # (x ** 1: a new tensor, as torch's)
     if n > 0:
         return out
     # torch's g n x^(n-1): the chain rule through 1 / x^|n| gives inf * 0 = NaN at 0 and inf

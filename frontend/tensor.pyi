@@ -891,7 +891,9 @@ class Tensor:
         repeats is read on the host.
         """
     def roll(x, shifts, dims=None):  # frontend/shapeops.py: roll
-        """Elements shifted cyclically along `dims` (the flattened tensor if None)."""
+        """Elements shifted cyclically along `dims` (the flattened tensor if None): always a new
+        tensor, as torch's, also where every shift is a whole turn (a write into it leaves `x`).
+        """
     def rot90(x, k: builtins.int = 1, dims=(0, 1)):  # frontend/shapeops.py: rot90
         """x turned by k quarter turns in the plane of `dims`, from dims[0] toward dims[1], as
         torch.rot90 (k taken mod 4; a view here: flips and a transpose).

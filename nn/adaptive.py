@@ -55,9 +55,10 @@ def _adaptive_avg_pool(x: Tensor, output_size, n: int, op: str) -> Tensor:
     sizes = _sizes(output_size, n, x.shape[-n:], op)
     if any(s <= 0 for s in sizes) or any(s == 0 for s in x.shape[-n:]):
         fail(ShapeError, op, f"output size {sizes} and input {x.shape} must be positive")
+    pooled = x
     for k, out in enumerate(sizes):
-        x = _pool_axis(x, x.ndim - n + k, out)
-    return x
+        pooled = _pool_axis(pooled, x.ndim - n + k, out)
+    return pooled if pooled is not x else x.clone()  # (a new tensor, as torch's)
 
 
 def _window_table(spatial: tuple[int, ...], sizes: tuple[int, ...]) -> np.ndarray:

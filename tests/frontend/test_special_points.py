@@ -372,7 +372,11 @@ EXCLUDED: dict[str, str] = {
         _names("Tensor", "mm") + _names("F", "adaptive_avg_pool1d adaptive_avg_pool2d"),
         _LINEAR,
     ),
-    **dict.fromkeys(_names("fg", "bernoulli multinomial normal") + ["F.dropout2d"], _RANDOM),
+    **dict.fromkeys(
+        _names("fg", "bernoulli multinomial normal")
+        + _names("F", "dropout1d dropout2d dropout3d alpha_dropout feature_alpha_dropout"),
+        _RANDOM,
+    ),
     **dict.fromkeys(_names("fg", "max min"), _FUNCTION_FORM),
     **dict.fromkeys(
         _names("F", "cosine_similarity huber_loss kl_div l1_loss prelu smooth_l1_loss"),
