@@ -50,7 +50,7 @@ from .adaptive import (
     AdaptiveMaxPool3d,
 )
 from .attention import MultiheadAttention
-from .containers import ModuleDict, ModuleList, ParameterList, Sequential
+from .containers import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
 from .conv import AvgPool1d, AvgPool2d, Conv1d, Conv2d, MaxPool1d, MaxPool2d
 from .conv3d import AvgPool3d, Conv3d, ConvTranspose3d, MaxPool3d
 from .conv_transpose import ConvTranspose1d, ConvTranspose2d
@@ -68,6 +68,7 @@ from .layers import (
     Sigmoid,
     Softmax,
     Tanh,
+    Unflatten,
 )
 from .losses import (
     BCELoss,
@@ -90,7 +91,7 @@ from .losses_more import (
     TripletMarginLoss,
 )
 from .lp_pool import LPPool1d, LPPool2d
-from .module import Module, Parameter, load, save
+from .module import Buffer, Module, Parameter, load, save
 from .normalization import (
     BatchNorm1d,
     BatchNorm2d,
@@ -155,6 +156,9 @@ __all__ = [
     "GaussianNLLLoss",
     "ModuleDict",
     "ParameterList",
+    "ParameterDict",
+    "Buffer",
+    "Unflatten",
     "MultiheadAttention",
     "Transformer",
     "TransformerDecoder",
