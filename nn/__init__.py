@@ -34,6 +34,7 @@ from .activations import (
     PReLU,
     ReLU6,
     SiLU,
+    Softmax2d,
     Softmin,
     Softplus,
     Softshrink,
@@ -50,6 +51,7 @@ from .adaptive import (
     AdaptiveMaxPool3d,
 )
 from .attention import MultiheadAttention
+from .bilinear import Bilinear
 from .containers import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
 from .conv import AvgPool1d, AvgPool2d, Conv1d, Conv2d, MaxPool1d, MaxPool2d
 from .conv3d import AvgPool3d, Conv3d, ConvTranspose3d, MaxPool3d
@@ -159,6 +161,8 @@ __all__ = [
     "ParameterDict",
     "Buffer",
     "Unflatten",
+    "Softmax2d",
+    "Bilinear",
     "MultiheadAttention",
     "Transformer",
     "TransformerDecoder",

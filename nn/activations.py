@@ -660,3 +660,18 @@ class GLU(Module):
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
+
+
+class Softmax2d(Module):
+    """softmax over the channels (dim -3) at each position of a (C, H, W) or (N, C, H, W)
+    input, as torch.nn.Softmax2d.
+
+    >>> import fusegrad as fg
+    >>> Softmax2d()(fg.zeros(1, 4, 2, 2))[0, :, 0, 0].tolist()
+    [0.25, 0.25, 0.25, 0.25]
+    """
+
+    def forward(self, input):
+        if input.ndim not in (3, 4):
+            raise ValueError(f"Softmax2d: expected input to be 3D or 4D, got {input.ndim}D instead")
+        return softmax(input, -3)

@@ -59,6 +59,7 @@ from .adaptive import (  # noqa: F401
     adaptive_max_pool3d,
 )
 from .attention import scaled_dot_product_attention  # noqa: F401
+from .bilinear import bilinear  # noqa: F401
 from .conv import (  # noqa: F401
     avg_pool1d,
     avg_pool2d,
