@@ -72,6 +72,7 @@ from .layers import (
     Tanh,
     Unflatten,
 )
+from .lazy import LazyLinear, UninitializedParameter
 from .losses import (
     BCELoss,
     BCEWithLogitsLoss,
@@ -163,6 +164,8 @@ __all__ = [
     "Unflatten",
     "Softmax2d",
     "Bilinear",
+    "LazyLinear",
+    "UninitializedParameter",
     "MultiheadAttention",
     "Transformer",
     "TransformerDecoder",

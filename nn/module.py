@@ -567,6 +567,10 @@ class Module:
 
         With `strict`, missing or unexpected keys raise; a shape mismatch always raises.
         """
+        for name, m in self.named_modules():  # lazy layers take the checkpoint's shapes
+            take_shapes = getattr(m, "_take_shapes", None)
+            if take_shapes is not None:
+                take_shapes(state_dict, f"{name}." if name else "")
         own = self.state_dict(keep_vars=True)
         missing = [k for k in own if k not in state_dict]
         unexpected = [k for k in state_dict if k not in own]
