@@ -711,17 +711,37 @@ def swapaxes(x, a, b):
 
 
 def unflatten(x, dim: int, sizes):
-    """Split axis `dim` into `sizes` (one may be -1)."""
-    d = x._dim(dim, "unflatten")
+    """Split axis `dim` into `sizes` (one may be -1), with torch's errors: no sizes, more
+    than one -1, a -1 beside a 0, and sizes that do not multiply to the axis's size.
+
+    >>> import fusegrad as fg
+    >>> fg.zeros(4, 6).unflatten(1, (2, -1)).shape
+    (4, 2, 3)
+    """
     sizes = tuple(int(s) for s in sizes)
+    if not sizes:
+        fail(ShapeError, "unflatten", "sizes must be non-empty")
+    if x.ndim == 0:
+        fail(DimError, "unflatten", f"dim {dim} is out of range: the tensor has no dimensions")
+    d = x._dim(dim, "unflatten")
+    if sizes.count(-1) > 1:
+        fail(ShapeError, "unflatten", f"only one dimension can be inferred, got sizes {sizes}")
     known = math.prod(s for s in sizes if s != -1)
-    if sizes.count(-1) == 1 and known:
+    if -1 in sizes and not known:
+        fail(
+            ShapeError,
+            "unflatten",
+            f"cannot unflatten dim {dim} of size {x.shape[d]} into {sizes}: the size -1 "
+            "stands for is ambiguous beside a 0",
+        )
+    if -1 in sizes and x.shape[d] % known == 0:
         sizes = tuple(x.shape[d] // known if s == -1 else s for s in sizes)
     if math.prod(sizes) != x.shape[d]:
         fail(
             ShapeError,
             "unflatten",
-            f"sizes {sizes} do not multiply to the size {x.shape[d]} of dim {dim}",
+            f"Provided sizes {list(sizes)} don't multiply up to the size of dim {dim} "
+            f"({x.shape[d]}) in the input tensor",
         )
     return x.reshape(x.shape[:d] + sizes + x.shape[d + 1 :])
 

@@ -34,6 +34,7 @@ from .activations import (
     PReLU,
     ReLU6,
     SiLU,
+    Softmax2d,
     Softmin,
     Softplus,
     Softshrink,
@@ -50,7 +51,8 @@ from .adaptive import (
     AdaptiveMaxPool3d,
 )
 from .attention import MultiheadAttention
-from .containers import ModuleDict, ModuleList, ParameterList, Sequential
+from .bilinear import Bilinear
+from .containers import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
 from .conv import AvgPool1d, AvgPool2d, Conv1d, Conv2d, MaxPool1d, MaxPool2d
 from .conv3d import AvgPool3d, Conv3d, ConvTranspose3d, MaxPool3d
 from .conv_transpose import ConvTranspose1d, ConvTranspose2d
@@ -72,7 +74,9 @@ from .layers import (
     Sigmoid,
     Softmax,
     Tanh,
+    Unflatten,
 )
+from .lazy import LazyLinear, UninitializedParameter
 from .losses import (
     BCELoss,
     BCEWithLogitsLoss,
@@ -94,7 +98,7 @@ from .losses_more import (
     TripletMarginLoss,
 )
 from .lp_pool import LPPool1d, LPPool2d
-from .module import Module, Parameter, load, save
+from .module import Buffer, Module, Parameter, load, save
 from .normalization import (
     BatchNorm1d,
     BatchNorm2d,
@@ -159,6 +163,13 @@ __all__ = [
     "GaussianNLLLoss",
     "ModuleDict",
     "ParameterList",
+    "ParameterDict",
+    "Buffer",
+    "Unflatten",
+    "Softmax2d",
+    "Bilinear",
+    "LazyLinear",
+    "UninitializedParameter",
     "MultiheadAttention",
     "Transformer",
     "TransformerDecoder",

@@ -310,6 +310,9 @@ def threshold(input: Tensor, threshold: float, value: float, inplace: bool = Fal
     return _in_place(input, where(input <= threshold, value, input), inplace, "threshold_")
 
 
+_threshold = threshold  # (for threshold_, whose argument `threshold` hides the function)
+
+
 def relu6(input: Tensor, inplace: bool = False) -> Tensor:
     """min(max(x, 0), 6) (hardtanh(x, 0, 6), with its gradients)."""
     return hardtanh(input, 0.0, 6.0, inplace)
@@ -377,6 +380,57 @@ def glu(input: Tensor, dim: int = -1) -> Tensor:
     hi = [slice(None)] * input.ndim
     lo[d], hi[d] = slice(0, half), slice(half, size)
     return input[tuple(lo)] * input[tuple(hi)].sigmoid()
+
+
+# ---------------------------------------------------------------- in-place forms
+# torch's F.relu_, F.elu_, ...: each is its function with inplace=True (the result written
+# into `input`, which is returned; a leaf that requires grad refuses, as in torch).
+# torch's in-place backward reads the result, so it refuses a negative slope or alpha
+# (leaky_relu_, elu_, celu_) when a gradient flows; fusegrad's reads the input, and gives
+# the gradient the out-of-place function would.
+
+
+def relu_(input: Tensor) -> Tensor:
+    """`relu` written into `input`, which is returned (torch.nn.functional.relu_).
+
+    >>> import fusegrad as fg
+    >>> x = fg.tensor([-1.0, 2.0])
+    >>> relu_(x) is x, x.tolist()
+    (True, [0.0, 2.0])
+    """
+    return relu(input, inplace=True)
+
+
+def elu_(input: Tensor, alpha: float = 1.0) -> Tensor:
+    """`elu` written into `input`, which is returned (torch.nn.functional.elu_)."""
+    return elu(input, alpha, inplace=True)
+
+
+def leaky_relu_(input: Tensor, negative_slope: float = 0.01) -> Tensor:
+    """`leaky_relu` written into `input`, which is returned (torch.nn.functional.leaky_relu_)."""
+    return leaky_relu(input, negative_slope, inplace=True)
+
+
+def hardtanh_(input: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+    """`hardtanh` written into `input`, which is returned (torch.nn.functional.hardtanh_).
+    Where torch's clamps to max_val when max_val < min_val, this raises hardtanh's
+    ValueError."""
+    return hardtanh(input, min_val, max_val, inplace=True)
+
+
+def selu_(input: Tensor) -> Tensor:
+    """`selu` written into `input`, which is returned (torch.nn.functional.selu_)."""
+    return selu(input, inplace=True)
+
+
+def celu_(input: Tensor, alpha: float = 1.0) -> Tensor:
+    """`celu` written into `input`, which is returned (torch.nn.functional.celu_)."""
+    return celu(input, alpha, inplace=True)
+
+
+def threshold_(input: Tensor, threshold: float, value: float) -> Tensor:
+    """`threshold` written into `input`, which is returned (torch.nn.functional.threshold_)."""
+    return _threshold(input, threshold, value, inplace=True)
 
 
 # ---------------------------------------------------------------- modules
@@ -606,3 +660,18 @@ class GLU(Module):
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
+
+
+class Softmax2d(Module):
+    """softmax over the channels (dim -3) at each position of a (C, H, W) or (N, C, H, W)
+    input, as torch.nn.Softmax2d.
+
+    >>> import fusegrad as fg
+    >>> Softmax2d()(fg.zeros(1, 4, 2, 2))[0, :, 0, 0].tolist()
+    [0.25, 0.25, 0.25, 0.25]
+    """
+
+    def forward(self, input):
+        if input.ndim not in (3, 4):
+            raise ValueError(f"Softmax2d: expected input to be 3D or 4D, got {input.ndim}D instead")
+        return softmax(input, -3)

@@ -17,21 +17,27 @@ from __future__ import annotations
 # from there, so that nothing inside nn depends on this list.
 from .activations import (  # noqa: F401
     celu,
+    celu_,
     elu,
+    elu_,
     gelu,
     glu,
     hardshrink,
     hardsigmoid,
     hardswish,
     hardtanh,
+    hardtanh_,
     leaky_relu,
+    leaky_relu_,
     log_softmax,
     logsigmoid,
     mish,
     prelu,
     relu,
     relu6,
+    relu_,
     selu,
+    selu_,
     sigmoid,
     silu,
     softmax,
@@ -42,6 +48,7 @@ from .activations import (  # noqa: F401
     tanh,
     tanhshrink,
     threshold,
+    threshold_,
 )
 from .adaptive import (  # noqa: F401
     adaptive_avg_pool1d,
@@ -52,6 +59,7 @@ from .adaptive import (  # noqa: F401
     adaptive_max_pool3d,
 )
 from .attention import scaled_dot_product_attention  # noqa: F401
+from .bilinear import bilinear  # noqa: F401
 from .conv import (  # noqa: F401
     avg_pool1d,
     avg_pool2d,

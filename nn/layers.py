@@ -198,6 +198,45 @@ class Flatten(Module):
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
 
 
+class Unflatten(Module):
+    """Split axis `dim` into `unflattened_size` (a tuple or list of ints; one may be -1),
+    as torch.nn.Unflatten: Flatten's inverse in a Sequential.
+
+    >>> import fusegrad as fg
+    >>> Unflatten(1, (2, 5))(fg.zeros(3, 10)).shape
+    (3, 2, 5)
+
+    torch's named-tensor form (a str `dim`, sizes as `(name, size)` pairs) is not
+    supported: fusegrad has no named tensors, so its sizes are refused as torch refuses
+    sizes that are not ints.
+    """
+
+    def __init__(self, dim: int, unflattened_size):
+        super().__init__()
+        _require_tuple_of_ints(unflattened_size)
+        self.dim, self.unflattened_size = dim, unflattened_size
+
+    def forward(self, input):
+        return input.unflatten(self.dim, self.unflattened_size)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
+
+
+def _require_tuple_of_ints(sizes) -> None:
+    """torch's check of Unflatten's sizes, with its TypeError messages."""
+    if not isinstance(sizes, (tuple, list)):
+        raise TypeError(
+            f"unflattened_size must be a tuple of ints, but found type {type(sizes).__name__}"
+        )
+    for i, size in enumerate(sizes):
+        if not isinstance(size, int):
+            raise TypeError(
+                "unflattened_size must be tuple of ints, but found element of type "
+                f"{type(size).__name__} at pos {i}"
+            )
+
+
 class Embedding(Module):
     """A lookup table of `num_embeddings` vectors of size `embedding_dim`, indexed by integers.
 

@@ -102,6 +102,41 @@ def _rebuild_parameter(cls, array, dtype: str, device: str, requires_grad: bool)
     return cls(data, requires_grad)
 
 
+class Buffer(Tensor):
+    """A tensor that is a module's state but not a parameter (as torch.nn.Buffer, torch
+    2.5+): assigned to a module's attribute, it is registered as a buffer, in
+    `state_dict()` unless `persistent=False`.
+
+    >>> import fusegrad as fg
+    >>> from fusegrad import nn
+    >>> class Counter(nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.steps = nn.Buffer(fg.zeros(()))
+    ...         self.scratch = nn.Buffer(fg.zeros(3), persistent=False)
+    >>> [n for n, _ in Counter().named_buffers()], list(Counter().state_dict())
+    (['steps', 'scratch'], ['steps'])
+
+    `data` is detached and keeps its `requires_grad`, as torch's. Where fusegrad differs:
+    torch's Buffer is a plain `torch.Tensor` marked as a buffer, fusegrad's a Tensor
+    subclass (`isinstance(b, nn.Buffer)` is True in both; `type(b)` differs), and it stays
+    one through `module.to(...)`, which moves tensors in place here.
+    """
+
+    def __init__(self, data=None, *, persistent: bool = True):
+        if data is None:
+            data = empty(0)
+        if not isinstance(data, Tensor):
+            raise AttributeError(
+                f"'{type(data).__name__}' object has no attribute 'detach' "
+                "(nn.Buffer takes a tensor)"
+            )
+        super().__init__(data.detach().node, requires_grad=False, leaf=True)
+        self.persistent = persistent
+        if data.requires_grad:
+            self.requires_grad_()
+
+
 def placeholder_parameter(*shape: int, dtype=None) -> Parameter:
     """A parameter of this shape whose values a layer's `reset_parameters` sets next:
     zeros from the host, so no kernel runs for values that are overwritten at once.
@@ -200,6 +235,8 @@ class Module:
                     "(fusegrad.nn.Module or None expected)"
                 )
             self._modules[name] = None
+        elif isinstance(value, Buffer):
+            self._assign_buffer(name, value)
         elif params is not None and name in self._buffers:
             if value is not None and not isinstance(value, Tensor):
                 raise TypeError(
@@ -211,6 +248,15 @@ class Module:
             object.__setattr__(self, name, value)
         if isinstance(value, Tensor):
             note_write(self, name)  # (fusegrad.jit: an attribute this thread assigns)
+
+    def _assign_buffer(self, name: str, value: Buffer) -> None:
+        """`self.name = nn.Buffer(t)`: registered as a buffer, persistent as the Buffer
+        says, as torch's (which refuses a name the module has as a plain attribute)."""
+        if "_buffers" not in self.__dict__:
+            raise AttributeError("cannot assign buffer before Module.__init__() call")
+        if name not in self._buffers and hasattr(self, name):
+            raise KeyError(f"attribute '{name}' already exists")
+        self.register_buffer(name, value, value.persistent)
 
     def __getattr__(self, name: str):
         # only called when normal lookup fails: the registered attributes live in these dicts
@@ -521,6 +567,10 @@ class Module:
 
         With `strict`, missing or unexpected keys raise; a shape mismatch always raises.
         """
+        for name, m in self.named_modules():  # lazy layers take the checkpoint's shapes
+            take_shapes = getattr(m, "_take_shapes", None)
+            if take_shapes is not None:
+                take_shapes(state_dict, f"{name}." if name else "")
         own = self.state_dict(keep_vars=True)
         missing = [k for k in own if k not in state_dict]
         unexpected = [k for k in state_dict if k not in own]

@@ -133,18 +133,18 @@ def test_a_missing_name_names_the_torch_name_and_the_exit_lists_every_gap(tmp_pa
     except ImportError as e:
         print("caught:", type(e).__mro__[1].__name__, e)
     print(getattr(torch, "_dynamo", "default"))
-    layer = torch.nn.LazyLinear(3)
+    layer = torch.nn.LazyConv2d(3, 3)
     """
     done = run_script(tmp_path, source)
     assert done.returncode == 1
     assert "caught: ModuleNotFoundError torch.distributions is not in fusegrad" in done.stdout
     assert "default" in done.stdout  # getattr with a default keeps working
-    assert "TorchGapError: torch.nn.LazyLinear is not in fusegrad" in done.stderr
-    assert "fusegrad.nn has no 'LazyLinear'" in done.stderr
+    assert "TorchGapError: torch.nn.LazyConv2d is not in fusegrad" in done.stderr
+    assert "fusegrad.nn has no 'LazyConv2d'" in done.stderr
     summary = done.stderr[done.stderr.index("fusegrad: the script asked for") :]
     assert summary.split("\n", 1)[0].startswith("fusegrad: the script asked for 3 torch")
     listed = [line.strip() for line in summary.splitlines()[1:]]
-    assert listed == ["torch.distributions", "torch._dynamo", "torch.nn.LazyLinear"]
+    assert listed == ["torch.distributions", "torch._dynamo", "torch.nn.LazyConv2d"]
 
 
 def test_a_script_with_no_gap_prints_no_summary_and_keeps_its_exit_status(tmp_path):
@@ -239,9 +239,9 @@ def test_missing_names_raise_subclasses_and_are_recorded(shim):
     import torch
 
     with pytest.raises(AttributeError) as info:
-        torch.nn.Bilinear  # noqa: B018
+        torch.nn.SyncBatchNorm  # noqa: B018
     assert isinstance(info.value, torch_shim.TorchGapError)
-    assert "torch.nn.Bilinear is not in fusegrad" in str(info.value)
+    assert "torch.nn.SyncBatchNorm is not in fusegrad" in str(info.value)
     with pytest.raises(ImportError, match="torch.fx is not in fusegrad"):
         import torch.fx  # noqa: F401
     with pytest.raises(ImportError):
@@ -250,7 +250,7 @@ def test_missing_names_raise_subclasses_and_are_recorded(shim):
         torch.jit.script  # noqa: B018  (fusegrad.jit is not torch.jit)
     assert not hasattr(torch, "profiler")  # fusegrad.profiler is not torch.profiler
     assert shim.missing == [
-        "torch.nn.Bilinear",
+        "torch.nn.SyncBatchNorm",
         "torch.fx",
         "torch.nn.NoSuchLayer",
         "torch.jit",
