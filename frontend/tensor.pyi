@@ -766,7 +766,9 @@ class Tensor:
     def unbind(x, dim: builtins.int = 0):  # frontend/shapeops.py: unbind
         """The slices along `dim`, each without that axis."""
     def unflatten(x, dim: builtins.int, sizes):  # frontend/shapeops.py: unflatten
-        """Split axis `dim` into `sizes` (one may be -1)."""
+        """Split axis `dim` into `sizes` (one may be -1), with torch's errors: no sizes, more than
+        one -1, a -1 beside a 0, and sizes that do not multiply to the axis's size.
+        """
     def unfold(  # frontend/shapeops.py: unfold
         x, dimension: builtins.int, size: builtins.int, step: builtins.int
     ):

@@ -414,6 +414,12 @@ EXCLUDED: dict[str, str] = {
         _SPECIAL_ELSEWHERE,
     ),
     **dict.fromkeys(_names("Tensor", "hypot_ xlogy_"), _INPLACE),
+    **dict.fromkeys(
+        _names("F", "celu_ elu_ hardtanh_ leaky_relu_ relu_ selu_ threshold_"),
+        "an in-place form of a swept F function; its special points, zero signs and "
+        "gradients against torch's in tests/nn/test_activations_inplace.py",
+    ),
+    "F.bilinear": _LINEAR,
     # rows of -0.0, zeros, NaN, inf and tiny values, against torch's eps rule:
     # tests/nn/test_normalization.py
     "F.rms_norm": _SPECIAL_ELSEWHERE,
