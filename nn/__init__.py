@@ -80,6 +80,13 @@ from .losses import (
     NLLLoss,
     SmoothL1Loss,
 )
+from .losses_margin import (
+    MultiLabelMarginLoss,
+    MultiLabelSoftMarginLoss,
+    MultiMarginLoss,
+    SoftMarginLoss,
+    TripletMarginWithDistanceLoss,
+)
 from .losses_more import (
     CosineEmbeddingLoss,
     GaussianNLLLoss,
@@ -148,6 +155,11 @@ __all__ = [
     "MarginRankingLoss",
     "PairwiseDistance",
     "TripletMarginLoss",
+    "MultiLabelMarginLoss",
+    "MultiLabelSoftMarginLoss",
+    "MultiMarginLoss",
+    "SoftMarginLoss",
+    "TripletMarginWithDistanceLoss",
     "LPPool1d",
     "LPPool2d",
     "HingeEmbeddingLoss",

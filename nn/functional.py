@@ -83,6 +83,13 @@ from .loss_functions import (  # noqa: F401
     nll_loss,
     smooth_l1_loss,
 )
+from .losses_margin import (  # noqa: F401
+    multi_margin_loss,
+    multilabel_margin_loss,
+    multilabel_soft_margin_loss,
+    soft_margin_loss,
+    triplet_margin_with_distance_loss,
+)
 from .losses_more import (  # noqa: F401
     cosine_embedding_loss,
     gaussian_nll_loss,
