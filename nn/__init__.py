@@ -125,6 +125,7 @@ from .padding import (
     ZeroPad2d,
     ZeroPad3d,
 )
+from .random_activations import RReLU
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell
 from .transformer import (
     Transformer,
@@ -196,6 +197,7 @@ __all__ = [
     "LogSigmoid",
     "Mish",
     "ReLU6",
+    "RReLU",
     "SELU",
     "SiLU",
     "Softmin",

@@ -109,4 +109,5 @@ from .normalization import (  # noqa: F401
     rms_norm,
 )
 from .padding import pad  # noqa: F401
+from .random_activations import gumbel_softmax, rrelu  # noqa: F401
 from .upsample import interpolate, pixel_shuffle, pixel_unshuffle  # noqa: F401
