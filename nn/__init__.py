@@ -50,6 +50,7 @@ from .adaptive import (
     AdaptiveMaxPool3d,
 )
 from .attention import MultiheadAttention
+from .channel_ops import ChannelShuffle, LocalResponseNorm
 from .containers import ModuleDict, ModuleList, ParameterList, Sequential
 from .conv import AvgPool1d, AvgPool2d, Conv1d, Conv2d, MaxPool1d, MaxPool2d
 from .conv3d import AvgPool3d, Conv3d, ConvTranspose3d, MaxPool3d
@@ -134,7 +135,13 @@ from .transformer import (
     TransformerEncoder,
     TransformerEncoderLayer,
 )
-from .upsample import PixelShuffle, PixelUnshuffle, Upsample
+from .upsample import (
+    PixelShuffle,
+    PixelUnshuffle,
+    Upsample,
+    UpsamplingBilinear2d,
+    UpsamplingNearest2d,
+)
 
 __all__ = [
     "AdaptiveAvgPool1d",
@@ -251,8 +258,12 @@ __all__ = [
     "ReplicationPad1d",
     "ReplicationPad2d",
     "Upsample",
+    "UpsamplingBilinear2d",
+    "UpsamplingNearest2d",
     "PixelShuffle",
     "PixelUnshuffle",
+    "ChannelShuffle",
+    "LocalResponseNorm",
     "RNN",
     "LSTM",
     "GRU",

@@ -52,6 +52,7 @@ from .adaptive import (  # noqa: F401
     adaptive_max_pool3d,
 )
 from .attention import scaled_dot_product_attention  # noqa: F401
+from .channel_ops import channel_shuffle, local_response_norm  # noqa: F401
 from .conv import (  # noqa: F401
     avg_pool1d,
     avg_pool2d,
@@ -110,4 +111,11 @@ from .normalization import (  # noqa: F401
 )
 from .padding import pad  # noqa: F401
 from .random_activations import gumbel_softmax, rrelu  # noqa: F401
-from .upsample import interpolate, pixel_shuffle, pixel_unshuffle  # noqa: F401
+from .upsample import (  # noqa: F401
+    interpolate,
+    pixel_shuffle,
+    pixel_unshuffle,
+    upsample,
+    upsample_bilinear,
+    upsample_nearest,
+)
