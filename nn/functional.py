@@ -110,6 +110,15 @@ from .normalization import (  # noqa: F401
     rms_norm,
 )
 from .padding import pad  # noqa: F401
+from .pdist import pdist  # noqa: F401
+from .pool_indices import (  # noqa: F401
+    adaptive_max_pool1d_with_indices,
+    adaptive_max_pool2d_with_indices,
+    adaptive_max_pool3d_with_indices,
+    max_pool1d_with_indices,
+    max_pool2d_with_indices,
+    max_pool3d_with_indices,
+)
 from .random_activations import gumbel_softmax, rrelu  # noqa: F401
 from .upsample import (  # noqa: F401
     interpolate,
