@@ -48,7 +48,8 @@ _CUDA_FP32 = [
     "cosine_similarity", "cosine_embedding_loss", "nll_loss", "kl_div", "l1_loss",
     "smooth_l1_loss", "huber_loss", "mse_loss", "margin_ranking_loss", "triplet_margin_loss",
     "binary_cross_entropy_with_logits", "cdist", "logsumexp", "norm", "cross_entropy",
-    "interpolate", "dist", "poisson_nll_loss", "hinge_embedding_loss",
+    "interpolate", "dist", "poisson_nll_loss", "hinge_embedding_loss", "soft_margin_loss",
+    "multi_margin_loss", "multilabel_margin_loss",
 ]  # fmt: skip
 
 # torch's AT_FORALL_FP32_SET_OPT_DTYPE (cuda)
@@ -66,6 +67,7 @@ _CPU_FP32 = [
     "cosine_embedding_loss", "nll_loss", "smooth_l1_loss", "cross_entropy", "l1_loss",
     "huber_loss", "margin_ranking_loss", "triplet_margin_loss", "kl_div",
     "binary_cross_entropy_with_logits", "poisson_nll_loss", "hinge_embedding_loss",
+    "soft_margin_loss", "multi_margin_loss", "multilabel_margin_loss",
 ]  # fmt: skip
 
 _CPU_PROMOTE = ["cat", "stack", "index_copy"]

@@ -52,6 +52,7 @@ from .adaptive import (
 )
 from .attention import MultiheadAttention
 from .bilinear import Bilinear
+from .channel_ops import ChannelShuffle, LocalResponseNorm
 from .containers import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
 from .conv import AvgPool1d, AvgPool2d, Conv1d, Conv2d, MaxPool1d, MaxPool2d
 from .conv3d import AvgPool3d, Conv3d, ConvTranspose3d, MaxPool3d
@@ -87,6 +88,13 @@ from .losses import (
     MSELoss,
     NLLLoss,
     SmoothL1Loss,
+)
+from .losses_margin import (
+    MultiLabelMarginLoss,
+    MultiLabelSoftMarginLoss,
+    MultiMarginLoss,
+    SoftMarginLoss,
+    TripletMarginWithDistanceLoss,
 )
 from .losses_more import (
     CosineEmbeddingLoss,
@@ -126,6 +134,7 @@ from .padding import (
     ZeroPad2d,
     ZeroPad3d,
 )
+from .random_activations import RReLU
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell
 from .transformer import (
     Transformer,
@@ -134,7 +143,13 @@ from .transformer import (
     TransformerEncoder,
     TransformerEncoderLayer,
 )
-from .upsample import PixelShuffle, PixelUnshuffle, Upsample
+from .upsample import (
+    PixelShuffle,
+    PixelUnshuffle,
+    Upsample,
+    UpsamplingBilinear2d,
+    UpsamplingNearest2d,
+)
 
 __all__ = [
     "AdaptiveAvgPool1d",
@@ -156,6 +171,11 @@ __all__ = [
     "MarginRankingLoss",
     "PairwiseDistance",
     "TripletMarginLoss",
+    "MultiLabelMarginLoss",
+    "MultiLabelSoftMarginLoss",
+    "MultiMarginLoss",
+    "SoftMarginLoss",
+    "TripletMarginWithDistanceLoss",
     "LPPool1d",
     "LPPool2d",
     "HingeEmbeddingLoss",
@@ -199,6 +219,7 @@ __all__ = [
     "LogSigmoid",
     "Mish",
     "ReLU6",
+    "RReLU",
     "SELU",
     "SiLU",
     "Softmin",
@@ -256,8 +277,12 @@ __all__ = [
     "ReplicationPad1d",
     "ReplicationPad2d",
     "Upsample",
+    "UpsamplingBilinear2d",
+    "UpsamplingNearest2d",
     "PixelShuffle",
     "PixelUnshuffle",
+    "ChannelShuffle",
+    "LocalResponseNorm",
     "RNN",
     "LSTM",
     "GRU",

@@ -60,6 +60,7 @@ from .adaptive import (  # noqa: F401
 )
 from .attention import scaled_dot_product_attention  # noqa: F401
 from .bilinear import bilinear  # noqa: F401
+from .channel_ops import channel_shuffle, local_response_norm  # noqa: F401
 from .conv import (  # noqa: F401
     avg_pool1d,
     avg_pool2d,
@@ -95,6 +96,13 @@ from .loss_functions import (  # noqa: F401
     nll_loss,
     smooth_l1_loss,
 )
+from .losses_margin import (  # noqa: F401
+    multi_margin_loss,
+    multilabel_margin_loss,
+    multilabel_soft_margin_loss,
+    soft_margin_loss,
+    triplet_margin_with_distance_loss,
+)
 from .losses_more import (  # noqa: F401
     cosine_embedding_loss,
     gaussian_nll_loss,
@@ -114,4 +122,21 @@ from .normalization import (  # noqa: F401
     rms_norm,
 )
 from .padding import pad  # noqa: F401
-from .upsample import interpolate, pixel_shuffle, pixel_unshuffle  # noqa: F401
+from .pdist import pdist  # noqa: F401
+from .pool_indices import (  # noqa: F401
+    adaptive_max_pool1d_with_indices,
+    adaptive_max_pool2d_with_indices,
+    adaptive_max_pool3d_with_indices,
+    max_pool1d_with_indices,
+    max_pool2d_with_indices,
+    max_pool3d_with_indices,
+)
+from .random_activations import gumbel_softmax, rrelu  # noqa: F401
+from .upsample import (  # noqa: F401
+    interpolate,
+    pixel_shuffle,
+    pixel_unshuffle,
+    upsample,
+    upsample_bilinear,
+    upsample_nearest,
+)

@@ -18,6 +18,7 @@ linear modes.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
@@ -148,6 +149,32 @@ def interpolate(
     return x
 
 
+def _deprecated(name: str) -> None:
+    warnings.warn(
+        f"`nn.functional.{name}` is deprecated. Use `nn.functional.interpolate` instead.",
+        stacklevel=3,
+    )
+
+
+def upsample(input: Tensor, size=None, scale_factor=None, mode="nearest", align_corners=None):
+    """`F.interpolate` under its deprecated name, with torch's warning."""
+    _deprecated("upsample")
+    return interpolate(input, size, scale_factor, mode, align_corners)
+
+
+def upsample_nearest(input: Tensor, size=None, scale_factor=None) -> Tensor:
+    """`F.interpolate(mode='nearest')` under its deprecated name, with torch's warning."""
+    _deprecated("upsample_nearest")
+    return interpolate(input, size, scale_factor, mode="nearest")
+
+
+def upsample_bilinear(input: Tensor, size=None, scale_factor=None) -> Tensor:
+    """`F.interpolate(mode='bilinear', align_corners=True)` (note: align_corners, unlike
+    interpolate's default) under its deprecated name, with torch's warning."""
+    _deprecated("upsample_bilinear")
+    return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
+
+
 def _factor_check(op: str, input: Tensor, r: int, what: str) -> int:
     if not isinstance(r, int) or isinstance(r, bool) or r <= 0:
         fail(ShapeError, op, f"{what} must be a positive integer, got {r!r}")
@@ -226,7 +253,11 @@ class Upsample(Module):
 
     def __init__(self, size=None, scale_factor=None, mode: str = "nearest", align_corners=None):
         super().__init__()
-        self.size, self.scale_factor = size, scale_factor
+        if isinstance(scale_factor, tuple):  # kept as floats, as torch's (and its repr)
+            scale_factor = tuple(float(f) for f in scale_factor)
+        elif scale_factor:
+            scale_factor = float(scale_factor)
+        self.size, self.scale_factor = size, scale_factor or None
         self.mode, self.align_corners = mode, align_corners
 
     def forward(self, input):
@@ -238,3 +269,18 @@ class Upsample(Module):
         else:
             info = f"size={self.size!r}"
         return info + f", mode={self.mode!r}"
+
+
+class UpsamplingNearest2d(Upsample):
+    """`Upsample(mode='nearest')` of an image, as torch's."""
+
+    def __init__(self, size=None, scale_factor=None):
+        super().__init__(size, scale_factor, mode="nearest")
+
+
+class UpsamplingBilinear2d(Upsample):
+    """`Upsample(mode='bilinear', align_corners=True)` of an image, as torch's (its repr, as
+    torch's, does not name align_corners)."""
+
+    def __init__(self, size=None, scale_factor=None):
+        super().__init__(size, scale_factor, mode="bilinear", align_corners=True)

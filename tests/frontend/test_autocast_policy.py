@@ -90,6 +90,17 @@ CASES = {
     "triplet_margin_loss": lambda m, F, t, i: F.triplet_margin_loss(t(2, 4), t(2, 4), t(2, 4)),
     "hinge_embedding_loss": lambda m, F, t, i: F.hinge_embedding_loss(t(4), t(4)),
     "poisson_nll_loss": lambda m, F, t, i: F.poisson_nll_loss(t(4), t(4)),
+    "soft_margin_loss": lambda m, F, t, i: F.soft_margin_loss(t(4), t(4)),
+    "multi_margin_loss": lambda m, F, t, i: F.multi_margin_loss(t(2, 3), i([2, 0])),
+    "multilabel_margin_loss": lambda m, F, t, i: F.multilabel_margin_loss(
+        t(2, 3), i([[2, -1, 0], [0, 1, -1]])
+    ),
+    "multilabel_soft_margin_loss": lambda m, F, t, i: F.multilabel_soft_margin_loss(
+        t(2, 3), t(2, 3)
+    ),
+    "triplet_margin_with_distance_loss": lambda m, F, t, i: F.triplet_margin_with_distance_loss(
+        t(2, 4), t(2, 4), t(2, 4)
+    ),
     "gaussian_nll_loss": lambda m, F, t, i: F.gaussian_nll_loss(t(4), t(4), t(4)),
     "cdist": lambda m, F, t, i: m.cdist(t(3, 2), t(4, 2)),
     "dist": lambda m, F, t, i: m.dist(t(3), t(3)),
@@ -176,7 +187,8 @@ CPU = {
         + ["margin_ranking_loss", "cosine_embedding_loss", "triplet_margin_loss", "cdist"]
         + ["prod", "trace", "max_pool3d", "avg_pool3d", "adaptive_avg_pool3d"]
         + ["adaptive_max_pool3d", "max_unpool2d", "max_unpool3d", "hinge_embedding_loss"]
-        + ["poisson_nll_loss"],
+        + ["poisson_nll_loss", "soft_margin_loss", "multi_margin_loss"]
+        + ["multilabel_margin_loss"],
         (H, H),
     ),
     **dict.fromkeys(["cat", "stack", "index_copy"], (S, S)),
@@ -202,13 +214,16 @@ CUDA = {
         + ["triplet_margin_loss", "cdist", "dist", "logsumexp", "norm", "vector_norm"]
         + ["matrix_norm"]
         + ["prod", "sum", "cumsum", "cumprod", "softmax", "log_softmax", "interpolate"]
-        + ["hinge_embedding_loss", "poisson_nll_loss"],
+        + ["hinge_embedding_loss", "poisson_nll_loss", "soft_margin_loss", "multi_margin_loss"]
+        + ["multilabel_margin_loss"],
         (H, H),
     ),
     "binary_cross_entropy": ("raises", "raises"),
     "sum_dtype": ("float64", "float64"),
     # composites in torch too, whose inner softmax / norm autocast runs in float32
     **dict.fromkeys(["softmin", "normalize", "pairwise_distance", "gaussian_nll_loss"], (H, H)),
+    # torch's composites whose sum over the classes / norm autocast runs in float32
+    **dict.fromkeys(["multilabel_soft_margin_loss", "triplet_margin_with_distance_loss"], (H, H)),
 }
 PROMOTES = {"cpu": ["cat", "stack", "index_copy"]}
 PROMOTES["cuda"] = ["index_put", "scatter_add", "addcmul", "addcdiv", "atan2", "dot"]

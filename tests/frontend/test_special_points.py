@@ -420,6 +420,25 @@ EXCLUDED: dict[str, str] = {
         "gradients against torch's in tests/nn/test_activations_inplace.py",
     ),
     "F.bilinear": _LINEAR,
+    **dict.fromkeys(
+        _names(
+            "F",
+            "max_pool1d_with_indices max_pool2d_with_indices max_pool3d_with_indices "
+            "adaptive_max_pool1d_with_indices adaptive_max_pool2d_with_indices "
+            "adaptive_max_pool3d_with_indices channel_shuffle upsample_nearest",
+        ),
+        _MOVES,
+    ),
+    **dict.fromkeys(_names("F", "upsample upsample_bilinear"), _LINEAR),  # (F.interpolate's)
+    **dict.fromkeys(_names("F", "gumbel_softmax rrelu"), _RANDOM),
+    **dict.fromkeys(
+        _names(
+            "F",
+            "multi_margin_loss multilabel_margin_loss multilabel_soft_margin_loss "
+            "soft_margin_loss triplet_margin_with_distance_loss local_response_norm pdist",
+        ),
+        _SPECIAL_ELSEWHERE + ": tests/nn/test_losses_margin.py, test_channel_ops.py, test_pdist.py",
+    ),
     # rows of -0.0, zeros, NaN, inf and tiny values, against torch's eps rule:
     # tests/nn/test_normalization.py
     "F.rms_norm": _SPECIAL_ELSEWHERE,
