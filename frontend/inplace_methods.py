@@ -16,6 +16,8 @@ gradient. `VIEWS` change the shape (`unsqueeze_`, `t_`, ...), `RANDOM` draw new 
 
 from __future__ import annotations
 
+import warnings
+
 from . import autograd_state
 from .autocast import autocast_op
 from .creation_nodes import rand_node, randint, randn
@@ -93,15 +95,39 @@ def clamp_max(self, max) -> TensorBase:  # noqa: A002
 
 
 @autocast_op("addcmul")
-def addcmul(self, tensor1, tensor2, *, value=1) -> TensorBase:
-    """self + value * tensor1 * tensor2 (torch.addcmul)."""
+def addcmul(self, tensor1, tensor2, *deprecated, value=1) -> TensorBase:
+    """self + value * tensor1 * tensor2 (torch.addcmul; also its deprecated
+    `addcmul(value, tensor1, tensor2)`, with torch's warning)."""
+    value, tensor1, tensor2 = _value_first(value, tensor1, tensor2, deprecated, "addcmul")
     return self + value * tensor1 * tensor2
 
 
 @autocast_op("addcdiv")
-def addcdiv(self, tensor1, tensor2, *, value=1) -> TensorBase:
-    """self + value * tensor1 / tensor2 (torch.addcdiv)."""
+def addcdiv(self, tensor1, tensor2, *deprecated, value=1) -> TensorBase:
+    """self + value * tensor1 / tensor2 (torch.addcdiv; also its deprecated
+    `addcdiv(value, tensor1, tensor2)`, with torch's warning)."""
+    value, tensor1, tensor2 = _value_first(value, tensor1, tensor2, deprecated, "addcdiv")
     return self + value * (tensor1 / tensor2)
+
+
+def _value_first(value, tensor1, tensor2, deprecated: tuple, op: str) -> tuple:
+    """(value, tensor1, tensor2) of a call in torch's deprecated order, the number first
+    (old optimizers: `exp_avg_sq.mul_(beta2).addcmul_(1 - beta2, grad, grad)`)."""
+    if not deprecated:
+        return value, tensor1, tensor2
+    if len(deprecated) != 1 or isinstance(tensor1, TensorBase) or value != 1:
+        raise TypeError(
+            f"{op}() takes 2 positional arguments after the tensor (tensor1, tensor2), "
+            f"or torch's deprecated (value, tensor1, tensor2)"
+        )
+    warnings.warn(
+        f"This overload of {op} is deprecated:\n\t{op}(Number value, Tensor tensor1, Tensor "
+        f"tensor2)\nConsider using one of the following signatures instead:\n\t{op}(Tensor "
+        "tensor1, Tensor tensor2, *, Number value = 1)",
+        UserWarning,
+        stacklevel=4,
+    )
+    return tensor1, tensor2, deprecated[0]
 
 
 def masked_scatter(self, mask, source) -> TensorBase:

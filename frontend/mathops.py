@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 
 import numpy as np
 
@@ -1227,12 +1228,33 @@ def _pow(a, b):
 
 
 def _add(a, b, alpha=1):
-    """a + alpha * b."""
+    """a + alpha * b (also torch's deprecated `add(alpha, other)`, with its warning)."""
+    b, alpha = deprecated_alpha(b, alpha, "add")
     return a + (b * alpha if alpha != 1 else b)
 
 
 def _sub(a, b, alpha=1):
+    b, alpha = deprecated_alpha(b, alpha, "sub")
     return a - (b * alpha if alpha != 1 else b)
+
+
+_NUMBERS = (int, float, bool, np.number)
+
+
+def deprecated_alpha(other, alpha, op: str):
+    """`(other, alpha)`, read as torch reads `op(alpha, other)`, its deprecated overload with
+    the number first (old training loops: `p.data.add_(-lr, p.grad.data)`), with torch's
+    warning; as given otherwise."""
+    if isinstance(other, _NUMBERS) and isinstance(alpha, TensorBase):
+        warnings.warn(
+            f"This overload of {op} is deprecated:\n\t{op}(Number alpha, Tensor other)\n"
+            f"Consider using one of the following signatures instead:\n\t{op}(Tensor other, "
+            "*, Number alpha = 1)",
+            UserWarning,
+            stacklevel=3,
+        )
+        return alpha, other
+    return other, alpha
 
 
 def clone(x, memory_format=None):

@@ -70,7 +70,7 @@ from .ir.macro import macro
 from .ir.macro import register as register_macro
 from .ir.ops import MOVEMENT, Ops
 from .jithooks import host_read_refused, note_write
-from .mathops import COMPOSED, MathMixin, clamp_tensors
+from .mathops import COMPOSED, MathMixin, clamp_tensors, deprecated_alpha
 from .movement import MovementMixin, rows_of_buffer
 from .printing import tensor_repr
 from .reduce import ReduceMixin, argmax_composed, logsumexp_composed, matmul
@@ -1044,11 +1044,13 @@ class Tensor(*MIXINS, TensorBase):
 
     def add_(self, other, alpha=1) -> Tensor:
         """self += alpha * other, in place (see `_inplace` for the rules)."""
+        other, alpha = deprecated_alpha(other, alpha, "add_")
         if type(other) in _GRADIENTS and manualstep.defer(self, other, "add", alpha):
             return self
         return self._inplace(self + (other if alpha == 1 else other * alpha), "add_")
 
     def sub_(self, other, alpha=1) -> Tensor:
+        other, alpha = deprecated_alpha(other, alpha, "sub_")
         if type(other) in _GRADIENTS and manualstep.defer(self, other, "sub", alpha):
             return self
         return self._inplace(self - (other if alpha == 1 else other * alpha), "sub_")

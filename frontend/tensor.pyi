@@ -58,6 +58,7 @@ from .jithooks import note_write as note_write
 from .mathops import COMPOSED as COMPOSED
 from .mathops import MathMixin as MathMixin
 from .mathops import clamp_tensors as clamp_tensors
+from .mathops import deprecated_alpha as deprecated_alpha
 from .movement import MovementMixin as MovementMixin
 from .movement import rows_of_buffer as rows_of_buffer
 from .printing import tensor_repr as tensor_repr
@@ -258,15 +259,19 @@ class Tensor:
     def acosh(x):  # frontend/mathops.py: acosh
         """log1p(t + sqrt(2t + t^2)) with t = x - 1; log(2x) for huge x; NaN below 1."""
     def add(a, b, alpha=1):  # frontend/mathops.py: _add
-        """a + alpha * b."""
+        """a + alpha * b (also torch's deprecated `add(alpha, other)`, with its warning)."""
     def addcdiv(  # frontend/inplace_methods.py: addcdiv
-        self, tensor1, tensor2, *, value=1
+        self, tensor1, tensor2, *deprecated, value=1
     ) -> Tensor:
-        """self + value * tensor1 / tensor2 (torch.addcdiv)."""
+        """self + value * tensor1 / tensor2 (torch.addcdiv; also its deprecated `addcdiv(value,
+        tensor1, tensor2)`, with torch's warning).
+        """
     def addcmul(  # frontend/inplace_methods.py: addcmul
-        self, tensor1, tensor2, *, value=1
+        self, tensor1, tensor2, *deprecated, value=1
     ) -> Tensor:
-        """self + value * tensor1 * tensor2 (torch.addcmul)."""
+        """self + value * tensor1 * tensor2 (torch.addcmul; also its deprecated `addcmul(value,
+        tensor1, tensor2)`, with torch's warning).
+        """
     def arccos(x): ...  # frontend/mathops.py: acos
     def arccosh(x):  # frontend/mathops.py: acosh
         """log1p(t + sqrt(2t + t^2)) with t = x - 1; log(2x) for huge x; NaN below 1."""
