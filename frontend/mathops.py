@@ -283,9 +283,10 @@ def frac(x):
 
 
 def sign(x):
-    """-1, 0 or 1; 0 at NaN, as torch.sign (numpy's is NaN); bools are their own sign."""
+    """-1, 0 or 1; 0 at NaN, as torch.sign (numpy's is NaN); bools are their own sign (a new
+    tensor of them)."""
     if x.dtype.is_bool:
-        return x
+        return x.clone()
     one = x._make(N.const(1, x.shape, x.dtype))
     w = x
     out = _where(w > 0, one, _where(w < 0, -one, _zero(x)))

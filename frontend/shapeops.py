@@ -434,9 +434,10 @@ def diagonal(x, offset: int = 0, dim1: int = 0, dim2: int = 1):
 
 
 def diag(x, diagonal: int = 0):
-    """A 1-D tensor's square matrix with it on a diagonal, or a 2-D tensor's diagonal."""
+    """A 1-D tensor's square matrix with it on a diagonal, or a 2-D tensor's diagonal (a new
+    tensor, as torch's, where `diagonal()` is a view)."""
     if x.ndim == 2:
-        return diagonal_(x, diagonal)
+        return diagonal_(x, diagonal).clone()
     if x.ndim != 1:
         fail(ShapeError, "diag", f"expects a 1-D or 2-D tensor, got shape {x.shape}")
     n, k = x.shape[0], abs(diagonal)

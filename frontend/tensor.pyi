@@ -440,7 +440,9 @@ class Tensor:
         overflows: x >= 0 gives 1 / (1 + z), x < 0 gives z / (1 + z).
         """
     def sign(x):  # frontend/mathops.py: sign
-        """-1, 0 or 1; 0 at NaN, as torch.sign (numpy's is NaN); bools are their own sign."""
+        """-1, 0 or 1; 0 at NaN, as torch.sign (numpy's is NaN); bools are their own sign (a new
+        tensor of them).
+        """
     def signbit(x):  # frontend/mathops.py: signbit
         """True where x is negative, -0.0 included (its reciprocal is -inf)."""
     def sin(x):  # frontend/mathops.py: _primitive
@@ -863,7 +865,9 @@ class Tensor:
     ):
         """Running sums along `dim` (ints and bools sum as int64): log2(n) shifted adds."""
     def diag(x, diagonal: builtins.int = 0):  # frontend/shapeops.py: diag
-        """A 1-D tensor's square matrix with it on a diagonal, or a 2-D tensor's diagonal."""
+        """A 1-D tensor's square matrix with it on a diagonal, or a 2-D tensor's diagonal (a new
+        tensor, as torch's, where `diagonal()` is a view).
+        """
     def diag_embed(x, offset: builtins.int = 0): ...  # frontend/shapeops.py: diag_embed
     def diagonal(  # frontend/shapeops.py: diagonal
         x, offset: builtins.int = 0, dim1: builtins.int = 0, dim2: builtins.int = 1

@@ -54,6 +54,9 @@ NEW = {
     "max_pool2d of 1": (_image, lambda x: F.max_pool2d(x, 1)),
     "sort along one": (_column, lambda x: x.sort(1).values),
     "where with both the input": (_floats, lambda x: fg.where(x > 100, x, x)),
+    "diag of a matrix": (_floats, lambda x: x.diag()),
+    "sign of bools": (lambda: _ints() > 2, lambda x: x.sign()),
+    "sgn of bools": (lambda: _ints() > 2, lambda x: x.sgn()),
 }
 
 
