@@ -84,6 +84,7 @@ from .creation import (  # noqa: E402
     Generator,
     arange,
     as_tensor,
+    asarray,
     bernoulli,
     empty,
     empty_like,
@@ -107,6 +108,7 @@ from .creation import (  # noqa: E402
     randn,
     randn_like,
     randperm,
+    scalar_tensor,
     seed,
     set_rng_state,
     tensor,
@@ -273,6 +275,34 @@ from .shapeops import any_ as any  # noqa: E402, A004
 from .tensor import Tensor, realize, where  # noqa: E402
 from .tensor import broadcast_shapes as _broadcast_shapes  # noqa: E402
 from .tensor import legacy_constructor as _legacy_constructor  # noqa: E402
+from .torch_settings import (  # noqa: E402
+    are_deterministic_algorithms_enabled,
+    can_cast,
+    channels_last,
+    channels_last_3d,
+    contiguous_format,
+    e,
+    get_float32_matmul_precision,
+    get_num_interop_threads,
+    inf,
+    is_deterministic_algorithms_warn_only_enabled,
+    is_warn_always_enabled,
+    layout,
+    memory_format,
+    nan,
+    newaxis,
+    pi,
+    preserve_format,
+    promote_types,
+    result_type,
+    set_float32_matmul_precision,
+    set_flush_denormal,
+    set_num_interop_threads,
+    set_warn_always,
+    strided,
+    typename,
+    use_deterministic_algorithms,
+)
 from .typeinfo import finfo, iinfo  # noqa: E402
 
 # fg.exp, fg.sqrt, ...: one per row of ir/ops.py's MATH (after the imports above: a
@@ -405,17 +435,33 @@ def min(x, dim=None, keepdim=False):  # noqa: A001
 
 def deg2rad(x):
     """Degrees to radians, x * pi / 180 (an integer tensor becomes the default float)."""
-    return x._float() * (_math.pi / 180)
+    return x.deg2rad()
 
 
 def rad2deg(x):
     """Radians to degrees, x * 180 / pi (an integer tensor becomes the default float)."""
-    return x._float() * (180 / _math.pi)
+    return x.rad2deg()
 
 
-def concat(tensors, dim=0):
-    """torch.concat, another name of `cat`."""
-    return cat(tensors, dim)
+def concat(tensors, dim=0, *, axis=None):
+    """torch.concat, another name of `cat` (numpy's `axis=` too)."""
+    return cat(tensors, dim if axis is None else axis)
+
+
+def concatenate(tensors, dim=0, *, axis=None):
+    """torch.concatenate, another name of `cat` (numpy's `axis=` too).
+
+    >>> import fusegrad as fg
+    >>> fg.concatenate([fg.tensor([1]), fg.tensor([2, 3])], axis=0).tolist()
+    [1, 2, 3]
+    """
+    return cat(tensors, dim if axis is None else axis)
+
+
+def real(input):  # noqa: A002
+    """`input.real`: the tensor itself, as torch.real of a real tensor (fusegrad has no
+    complex dtypes)."""
+    return input.real
 
 
 def hstack(tensors):
@@ -426,6 +472,11 @@ def hstack(tensors):
 def vstack(tensors):
     """Join as rows: 1-d tensors become rows of a matrix (torch.vstack)."""
     return cat([t.reshape(1, -1) if t.ndim < 2 else t for t in tensors], 0)
+
+
+def row_stack(tensors):
+    """torch.row_stack, another name of `vstack`."""
+    return vstack(tensors)
 
 
 class Size(tuple):
@@ -450,6 +501,7 @@ LongTensor = _legacy(int64, "LongTensor")
 IntTensor = _legacy(int32, "IntTensor")
 BoolTensor = _legacy(bool_, "BoolTensor")
 ByteTensor = _legacy(uint8, "ByteTensor")
+dtype = DType  # torch.dtype: the class of every dtype (isinstance checks, annotations)
 
 
 def compile(model=None, **options):  # noqa: A001

@@ -41,7 +41,7 @@ from .creation_nodes import (  # noqa: F401  (fusegrad.creation's names, as befo
     shared_node,
 )
 from .devices import resolve
-from .errors import ArgumentError, DTypeError, ShapeError, checked_dtype, fail
+from .errors import ArgumentError, DTypeError, ShapeError, checked_dtype, fail, warn_user
 from .ir import node as N
 from .ir.dtypes import (  # noqa: F401  (nn reads default_float and to_dtype from here)
     DType,
@@ -56,6 +56,7 @@ from .runtime.backend import HOST
 from .runtime.buffer import Buffer
 from .tensor import Tensor
 from .tensor_base import broadcast_shapes
+from .torch_settings import check_memory_format
 
 
 class Generator:
@@ -138,6 +139,69 @@ def as_tensor(data, dtype=None, device=None) -> Tensor:
     return tensor(data, dtype=dtype, device=device)
 
 
+def asarray(obj, *, dtype=None, device=None, copy=None, requires_grad=None) -> Tensor:
+    """`obj` as a tensor, as torch.asarray: a tensor is returned itself where neither
+    `dtype` nor `device` changes it and `copy` is not True, else converted (a
+    differentiable copy, as torch's); other data is read as by `tensor()`.
+
+    `copy=False` refuses a conversion, as torch's does. fusegrad keeps its own copy of
+    numpy data (as `from_numpy`), so a numpy array cannot be shared: `copy=False` refuses
+    it too, and without it later writes to the array do not reach the tensor (torch's
+    would). Left unset, `requires_grad` is the tensor's own, with torch's warning.
+
+    >>> import fusegrad as fg
+    >>> x = fg.ones(2)
+    >>> fg.asarray(x) is x, fg.asarray(x, dtype=fg.float64).dtype, fg.asarray([1, 2]).dtype
+    (True, fusegrad.float64, fusegrad.int64)
+    """
+    if isinstance(obj, Tensor):
+        if requires_grad is None and obj.requires_grad:
+            warn_user(
+                "torch.asarray: unspecified requires_grad now defaults to obj.requires_grad "
+                "instead of False. Pass requires_grad=False explicitly to get the old "
+                "behavior and silence this warning."
+            )
+        out = obj.to(dtype=dtype, device=device)
+        if copy is False and out is not obj:
+            raise ValueError(
+                f"can't alias tensor with dtype '{obj.dtype.name}' on {obj.device} into dtype "
+                f"'{out.dtype.name}' on {out.device} (asarray with copy=False)"
+            )
+        if copy and out is obj:
+            out = obj.clone()
+        if requires_grad is False and out.requires_grad:
+            out = out.detach()
+        elif requires_grad and not out.requires_grad:
+            out.requires_grad_(True)
+        return out
+    if copy is False:
+        what = "a numpy array" if hasattr(obj, "__array_interface__") else "arbitrary sequence"
+        raise ValueError(
+            f"can't alias {what} into a tensor: fusegrad keeps its own copy of the data "
+            "(asarray with copy=False)"
+        )
+    return tensor(obj, dtype=dtype, device=device, requires_grad=bool(requires_grad))
+
+
+def scalar_tensor(s, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """A 0-d tensor holding the number `s`, in the default float dtype unless `dtype` is
+    given (a bool or int too), as torch.scalar_tensor.
+
+    >>> import fusegrad as fg
+    >>> fg.scalar_tensor(3), fg.scalar_tensor(2.5, dtype=fg.int64)
+    (tensor(3.), tensor(2))
+    """
+    if isinstance(s, Tensor) and s.ndim == 0:
+        s = s.item()
+    if not isinstance(s, (bool, int, float)) and not isinstance(s, np.number | np.bool_):
+        raise TypeError(
+            f"scalar_tensor(): argument 's' (position 1) must be Number, not {type(s).__name__}"
+        )
+    return full(
+        (), s.item() if hasattr(s, "item") else s, dtype or default_float(), requires_grad, device
+    )
+
+
 def full(size, fill_value, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
     """A tensor of `size` filled with `fill_value` (a lazy constant: no memory until used)."""
     return finish(Tensor, full_node(size, fill_value, dtype, device), requires_grad)
@@ -155,21 +219,41 @@ def empty(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor
     return zeros(*size, dtype=dtype, requires_grad=requires_grad, device=device)
 
 
-def zeros_like(t: Tensor, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+# the *_like functions take torch's `memory_format=` (checked as torch checks it; no value
+# depends on it: fusegrad's layout is its own, torch_settings.py)
+
+
+def zeros_like(
+    t: Tensor, dtype=None, requires_grad: bool = False, device=None, *, memory_format=None
+) -> Tensor:
+    check_memory_format(memory_format, t.ndim, "zeros_like")
     return full(t.shape, 0, dtype or t.dtype, requires_grad, _like(t, device))
 
 
-def ones_like(t: Tensor, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+def ones_like(
+    t: Tensor, dtype=None, requires_grad: bool = False, device=None, *, memory_format=None
+) -> Tensor:
+    check_memory_format(memory_format, t.ndim, "ones_like")
     return full(t.shape, 1, dtype or t.dtype, requires_grad, _like(t, device))
 
 
 def full_like(
-    t: Tensor, fill_value, dtype=None, requires_grad: bool = False, device=None
+    t: Tensor,
+    fill_value,
+    dtype=None,
+    requires_grad: bool = False,
+    device=None,
+    *,
+    memory_format=None,
 ) -> Tensor:
+    check_memory_format(memory_format, t.ndim, "full_like")
     return full(t.shape, fill_value, dtype or t.dtype, requires_grad, _like(t, device))
 
 
-def empty_like(t: Tensor, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+def empty_like(
+    t: Tensor, dtype=None, requires_grad: bool = False, device=None, *, memory_format=None
+) -> Tensor:
+    check_memory_format(memory_format, t.ndim, "empty_like")
     return zeros_like(t, dtype, requires_grad, device)
 
 
@@ -264,19 +348,29 @@ def randn(*size, generator=None, dtype=None, requires_grad: bool = False, device
     return finish(Tensor, z.node, requires_grad)
 
 
-def rand_like(t: Tensor, dtype=None, device=None, *, generator=None) -> Tensor:
+def rand_like(t: Tensor, dtype=None, device=None, *, generator=None, memory_format=None) -> Tensor:
+    check_memory_format(memory_format, t.ndim, "rand_like")
     return rand(t.shape, generator=generator, dtype=dtype or t.dtype, device=_like(t, device))
 
 
-def randn_like(t: Tensor, dtype=None, device=None, *, generator=None) -> Tensor:
+def randn_like(t: Tensor, dtype=None, device=None, *, generator=None, memory_format=None) -> Tensor:
+    check_memory_format(memory_format, t.ndim, "randn_like")
     return randn(t.shape, generator=generator, dtype=dtype or t.dtype, device=_like(t, device))
 
 
 def randint_like(
-    t: Tensor, low: int = 0, high: int | None = None, *, dtype=None, device=None, generator=None
+    t: Tensor,
+    low: int = 0,
+    high: int | None = None,
+    *,
+    dtype=None,
+    device=None,
+    generator=None,
+    memory_format=None,
 ):
     """Integers uniform in [low, high) in t's shape and dtype (`randint_like(t, high)`
     draws from [0, high)), as torch.randint_like."""
+    check_memory_format(memory_format, t.ndim, "randint_like")
     if high is None:
         low, high = 0, low
     return randint(
@@ -319,36 +413,8 @@ def normal(mean, std=1.0, size=None, *, generator=None, dtype=None, device=None)
 def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *, generator=None):
     """Indices drawn with the probabilities in each row of `input` (weights, need not sum
     to 1), with or without replacement (int64; drawn on the host from the manual_seed
-    stream)."""
-    w = np.asarray(input.detach().numpy(), dtype=np.float64)
-    rows = w.reshape(1, -1) if w.ndim == 1 else w
-    if w.ndim not in (1, 2) or (rows < 0).any() or not np.isfinite(rows).all():
-        fail(ArgumentError, "multinomial", "expects 1-d or 2-d finite non-negative weights")
-    if not replacement and num_samples > rows.shape[1]:
-        fail(
-            ArgumentError,
-            "multinomial",
-            "cannot sample n_sample > prob_dist.size(-1) samples without replacement",
-        )
-    rng = host_rng(generator)
-    out = []
-    for r in rows:
-        if r.sum() <= 0:
-            fail(
-                ArgumentError,
-                "multinomial",
-                "invalid multinomial distribution (sum of probabilities <= 0)",
-            )
-        if not replacement and np.count_nonzero(r) < num_samples:
-            fail(
-                ArgumentError,
-                "multinomial",
-                "invalid multinomial distribution (with replacement=False, not enough "
-                "non-negative category to sample)",
-            )
-        out.append(rng.choice(r.size, num_samples, replace=replacement, p=r / r.sum()))
-    out = np.asarray(out, dtype=np.int64)
-    return tensor(out[0] if w.ndim == 1 else out, device=input.device)
+    stream): `input.multinomial(...)` (frontend/torch_methods.py)."""
+    return input.multinomial(num_samples, replacement, generator=generator)
 
 
 def seed() -> int:

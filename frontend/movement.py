@@ -36,6 +36,7 @@ from .runtime.attribution import capture, fixed
 from .runtime.buffer import HOST_BUFFERS, Buffer, BufferView
 from .runtime.engine import engine
 from .tensor_base import TensorBase
+from .torch_settings import check_memory_format
 
 
 @functools.lru_cache(maxsize=4096)  # a pure function of shapes, which repeat every step
@@ -451,8 +452,11 @@ class MovementMixin:
             padded = _fill_outside(padded, padded._make(inside), value)
         return padded
 
-    def contiguous(self):
-        """A tensor with contiguous strides; materialized once if this one is a strided view."""
+    def contiguous(self, memory_format=None):
+        """A tensor with contiguous strides; materialized once if this one is a strided view.
+        `memory_format=` is checked as torch checks it; the strides stay row-major
+        (fusegrad's layout is its own, torch_settings.py)."""
+        check_memory_format(memory_format, self.ndim, "contiguous")
         if self.is_contiguous():
             return self
         return self._make(N.contiguous(self.node), strides=_contiguous_strides(self.shape))

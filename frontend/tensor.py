@@ -86,6 +86,8 @@ from .tensor_base import broadcast_node_shapes as _broadcast_node_shapes
 from .tensor_base import where as _where
 from .tensor_hooks import HOOKED_BY, separate
 from .tensor_hooks import register_hook as _register_hook
+from .torch_methods import TorchMethodsMixin
+from .torch_settings import check_memory_format, format_strides
 from .versions import InplaceError
 
 Scalar = int | float | bool
@@ -129,6 +131,7 @@ MIXINS = (
     MovementMixin,  # views: reshape, permute, expand, basic slicing, ...
     ReduceMixin,  # sum, max, softmax, matmul, ...
     InplaceMixin,  # what the in-place tables need where nothing above has it
+    TorchMethodsMixin,  # torch's smaller methods: type and storage queries, method forms
 )
 
 
@@ -266,8 +269,11 @@ class Tensor(*MIXINS, TensorBase):
         st = self._strides if self._strides is not None else contiguous_strides(self.shape)
         return st if dim is None else st[self._dim(dim, "stride")]
 
-    def is_contiguous(self) -> bool:
-        want = contiguous_strides(self.shape)
+    def is_contiguous(self, memory_format=None) -> bool:
+        """Whether the strides are row-major's (or, with `memory_format=fg.channels_last`,
+        channels-last's; fusegrad's own strides are row-major, torch_settings.py)."""
+        check_memory_format(memory_format, self.ndim, "is_contiguous")
+        want = format_strides(self.shape, memory_format)
         return all(a == b or s == 1 for a, b, s in zip(self.stride(), want, self.shape))
 
     # ---------------------------------------------------------------- evaluation
@@ -485,16 +491,26 @@ class Tensor(*MIXINS, TensorBase):
         dtype = checked_dtype(dtype, "cast")
         return self if dtype is self.dtype else self._make(N.cast(self.node, dtype))
 
-    def to(self, *args, dtype=None, device=None, non_blocking: bool = False, copy: bool = False):
+    def to(
+        self,
+        *args,
+        dtype=None,
+        device=None,
+        non_blocking: bool = False,
+        copy: bool = False,
+        memory_format=None,
+    ):
         """This tensor on another device and/or as another dtype, as torch.Tensor.to:
         `t.to("cuda")`, `t.to("cpu")`, `t.to(fg.float64)`, `t.to("cuda", fg.float16)`,
-        `t.to(other)` (other's device and dtype). Returns self when nothing changes.
+        `t.to(other)` (other's device and dtype). Returns self when nothing changes
+        (`memory_format=` is checked as torch checks it and changes no value).
 
         A move between devices copies the (computed) value. It is differentiable, as in
         torch: the gradient that reaches the copy is moved back to this tensor's device.
         """
         if len(args) > 2:
             fail(ArgumentError, "to", f"takes at most 2 positional arguments, got {len(args)}")
+        check_memory_format(memory_format, self.ndim, "to")
         device, dtype = _device.to_arguments(args, device, dtype, Tensor)
         out = self if dtype is None else self.cast(checked_dtype(dtype, "to"))
         if device is not None:

@@ -78,6 +78,9 @@ from .tensor_base import broadcast_shapes as broadcast_shapes
 from .tensor_base import promote_tensors as promote_tensors
 from .tensor_hooks import HOOKED_BY as HOOKED_BY
 from .tensor_hooks import separate as separate
+from .torch_methods import TorchMethodsMixin as TorchMethodsMixin
+from .torch_settings import check_memory_format as check_memory_format
+from .torch_settings import format_strides as format_strides
 from .versions import InplaceError as InplaceError
 
 building_expansion = building
@@ -109,7 +112,12 @@ class Tensor:
     def dtype(self) -> DType: ...  # frontend/tensor.py: Tensor.dtype
     def element_size(self) -> builtins.int:  # frontend/tensor.py: Tensor.element_size
         """Bytes per element (4 for float32)."""
-    def is_contiguous(self) -> builtins.bool: ...  # frontend/tensor.py: Tensor.is_contiguous
+    def is_contiguous(  # frontend/tensor.py: Tensor.is_contiguous
+        self, memory_format=None
+    ) -> builtins.bool:
+        """Whether the strides are row-major's (or, with `memory_format=fg.channels_last`,
+        channels-last's; fusegrad's own strides are row-major, torch_settings.py).
+        """
     @property
     def is_cpu(self) -> builtins.bool:  # frontend/tensor.py: Tensor.is_cpu
         """Whether the value is on the host, fusegrad's cpu device (torch's `is_cpu`)."""
@@ -201,6 +209,7 @@ class Tensor:
         device=None,
         non_blocking: builtins.bool = False,
         copy: builtins.bool = False,
+        memory_format=None,
     ):
         """This tensor on another device and/or as another dtype, as torch.Tensor.to:
         `t.to("cuda")`, `t.to("cpu")`, `t.to(fg.float64)`, `t.to("cuda", fg.float16)`,
@@ -730,7 +739,7 @@ class Tensor:
     def broadcast_to(self, shape): ...  # frontend/movement.py: MovementMixin.broadcast_to
     def chunk(x, chunks: builtins.int, dim: builtins.int = 0):  # frontend/shapeops.py: chunk
         """At most `chunks` pieces of ceil(n / chunks) along `dim`."""
-    def contiguous(self):  # frontend/movement.py: MovementMixin.contiguous
+    def contiguous(self, memory_format=None):  # frontend/movement.py: MovementMixin.contiguous
         """A tensor with contiguous strides; materialized once if this one is a strided view."""
     def expand(self, *shape): ...  # frontend/movement.py: MovementMixin.expand
     def expand_as(self, other): ...  # frontend/movement.py: MovementMixin.expand_as
@@ -1035,6 +1044,8 @@ class Tensor:
         """`cumprod` in place: `t.cumprod_(...)` gives t the value of `t.cumprod(...)`."""
     def cumsum_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`cumsum` in place: `t.cumsum_(...)` gives t the value of `t.cumsum(...)`."""
+    def deg2rad_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
+        """`deg2rad` in place: `t.deg2rad_(...)` gives t the value of `t.deg2rad(...)`."""
     def digamma_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`digamma` in place: `t.digamma_(...)` gives t the value of `t.digamma(...)`."""
     def div_(self, other) -> Tensor: ...  # frontend/tensor.py: Tensor.div_
@@ -1056,6 +1067,13 @@ class Tensor:
         """`expm1` in place: `t.expm1_(...)` gives t the value of `t.expm1(...)`."""
     def fill_(self, value) -> Tensor:  # frontend/tensor.py: Tensor.fill_
         """Set every element to `value`, in place."""
+    def fill_diagonal_(  # frontend/torch_methods.py: TorchMethodsMixin.fill_diagonal_
+        self, fill_value, wrap: builtins.bool = False
+    ):
+        """Write `fill_value` on the main diagonal, in place, as torch's: a matrix's (i, i), or (i,
+        i, ..., i) of a tensor whose axes are all one size; `wrap=True` starts the diagonal again
+        below a tall matrix's square, every columns + 1 rows.
+        """
     def fix_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`fix` in place: `t.fix_(...)` gives t the value of `t.fix(...)`."""
     def float_power_(self, exponent):  # frontend/mathops.py: _float_power_
@@ -1159,6 +1177,8 @@ class Tensor:
         """`polygamma` in place: `t.polygamma_(...)` gives t the value of `t.polygamma(...)`."""
     def pow_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`pow` in place: `t.pow_(...)` gives t the value of `t.pow(...)`."""
+    def rad2deg_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
+        """`rad2deg` in place: `t.rad2deg_(...)` gives t the value of `t.rad2deg(...)`."""
     def reciprocal_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`reciprocal` in place: `t.reciprocal_(...)` gives t the value of `t.reciprocal(...)`."""
     def relu_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
@@ -1177,6 +1197,10 @@ class Tensor:
         """In-place form of scatter_reduce (rebinds this tensor's value)."""
     def sgn_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`sgn` in place: `t.sgn_(...)` gives t the value of `t.sgn(...)`."""
+    def share_memory_(self):  # frontend/torch_methods.py: TorchMethodsMixin.share_memory_
+        """This tensor itself: fusegrad's host buffers are its own process's (a multiprocessing
+        worker gets a copy), so there is nothing to move.
+        """
     def sigmoid_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`sigmoid` in place: `t.sigmoid_(...)` gives t the value of `t.sigmoid(...)`."""
     def sign_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
@@ -1309,6 +1333,122 @@ class Tensor:
         """Pickle the value as a numpy array, not the runtime buffer (copying.py)."""
     def __repr__(self) -> str:  # frontend/tensor.py: Tensor.__repr__
         """PyTorch's printed form (`frontend/printing.py`): `tensor([1.0000, 2.5000])`."""
+
+    # Other
+    def conj(self):  # frontend/torch_methods.py: TorchMethodsMixin.conj
+        """This tensor itself: a real tensor is its own conjugate (torch returns it too)."""
+    def deg2rad(self):  # frontend/torch_methods.py: TorchMethodsMixin.deg2rad
+        """Degrees to radians, x * pi / 180 (an integer tensor becomes the default float)."""
+    def dsplit(self, sections):  # frontend/torch_methods.py: TorchMethodsMixin.dsplit
+        """Split along the third axis of a tensor of at least three, as torch.dsplit."""
+    def get_device(self) -> builtins.int:  # frontend/torch_methods.py: TorchMethodsMixin.get_device
+        """The cuda device's index (0) for a cuda tensor, -1 on the CPU, as torch's."""
+    def hardshrink(  # frontend/torch_methods.py: TorchMethodsMixin.hardshrink
+        self, lambd: builtins.float = 0.5
+    ):
+        """x outside [-lambd, lambd], else 0 (NaN passes), as torch's; the gradient is 0 at and
+        inside the limits (F.hardshrink).
+        """
+    def hsplit(self, sections):  # frontend/torch_methods.py: TorchMethodsMixin.hsplit
+        """Split along the second axis (the first of a 1-d tensor), as torch.hsplit."""
+    @property
+    def imag(self):  # frontend/torch_methods.py: TorchMethodsMixin.imag
+        """Refused, as torch refuses it for real dtypes."""
+    def inner(self, other):  # frontend/torch_methods.py: TorchMethodsMixin.inner
+        """Sums of products over the last axes of both, as torch.inner."""
+    def is_complex(  # frontend/torch_methods.py: TorchMethodsMixin.is_complex
+        self,
+    ) -> builtins.bool:
+        """False: fusegrad has no complex dtypes."""
+    def is_conj(self) -> builtins.bool:  # frontend/torch_methods.py: TorchMethodsMixin.is_conj
+        """False: no tensor here is a lazily conjugated complex view."""
+    def is_inference(  # frontend/torch_methods.py: TorchMethodsMixin.is_inference
+        self,
+    ) -> builtins.bool:
+        """False: fusegrad's `inference_mode` makes ordinary tensors (as `no_grad` does)."""
+    def is_neg(self) -> builtins.bool:  # frontend/torch_methods.py: TorchMethodsMixin.is_neg
+        """False: no tensor here is a lazily negated view."""
+    def is_nonzero(  # frontend/torch_methods.py: TorchMethodsMixin.is_nonzero
+        self,
+    ) -> builtins.bool:
+        """The truth of the one element (NaN is true), as torch.is_nonzero; a tensor of none or
+        several elements raises.
+        """
+    def is_pinned(self) -> builtins.bool:  # frontend/torch_methods.py: TorchMethodsMixin.is_pinned
+        """False: fusegrad keeps no page-locked host copies (it copies to the cuda
+        device itself).
+        """
+    def is_same_size(  # frontend/torch_methods.py: TorchMethodsMixin.is_same_size
+        self, other
+    ) -> builtins.bool:
+        """Whether `other` has this tensor's shape."""
+    def is_signed(self) -> builtins.bool:  # frontend/torch_methods.py: TorchMethodsMixin.is_signed
+        """Whether the dtype has negative values: floats and signed integers (not
+        uint8, not bool).
+        """
+    @property
+    def itemsize(self) -> builtins.int:  # frontend/torch_methods.py: TorchMethodsMixin.itemsize
+        """Bytes per element (`element_size()`)."""
+    @property
+    def layout(self):  # frontend/torch_methods.py: TorchMethodsMixin.layout
+        """`fg.strided`, the one layout fusegrad has."""
+    def multinomial(  # frontend/torch_methods.py: TorchMethodsMixin.multinomial
+        self, num_samples: builtins.int, replacement: builtins.bool = False, *, generator=None
+    ):
+        """Indices drawn with the probabilities in each row (weights, need not sum to 1), with or
+        without replacement (int64; drawn on the host from the manual_seed stream), as
+        torch.multinomial.
+        """
+    def mv(self, vec):  # frontend/torch_methods.py: TorchMethodsMixin.mv
+        """This matrix times the vector `vec`, as torch.mv."""
+    def narrow_copy(  # frontend/torch_methods.py: TorchMethodsMixin.narrow_copy
+        self, dim: builtins.int, start: builtins.int, length: builtins.int
+    ):
+        """`narrow`, copied: a new tensor, not a view."""
+    @property
+    def nbytes(self) -> builtins.int:  # frontend/torch_methods.py: TorchMethodsMixin.nbytes
+        """Bytes the elements take: numel * itemsize (a view counts its own elements)."""
+    def ndimension(self) -> builtins.int:  # frontend/torch_methods.py: TorchMethodsMixin.ndimension
+        """The number of axes (torch's older name of `dim()`)."""
+    def new(self, *args, device=None):  # frontend/torch_methods.py: TorchMethodsMixin.new
+        """torch's legacy `t.new(...)`, in this tensor's dtype and device: `t.new(2, 3)` (zeros
+        here; torch's are uninitialized), `t.new(data)`, `t.new()` (empty), `t.new(size)` of an
+        `fg.Size`, `t.new(other)` (a tensor of this dtype: `other`, detached).
+        """
+    def pin_memory(self, device=None):  # frontend/torch_methods.py: TorchMethodsMixin.pin_memory
+        """A copy for fast transfers to the cuda device, as torch's: where the cuda device is not
+        available torch raises, and so does this; where it is, a copy (fusegrad copies to the
+        device itself, so the copy is an ordinary tensor: `is_pinned()` stays False).
+        """
+    def positive(self):  # frontend/torch_methods.py: TorchMethodsMixin.positive
+        """This tensor itself (`+t`); bool refused, as torch's."""
+    def rad2deg(self):  # frontend/torch_methods.py: TorchMethodsMixin.rad2deg
+        """Radians to degrees, x * 180 / pi (an integer tensor becomes the default float)."""
+    @property
+    def real(self):  # frontend/torch_methods.py: TorchMethodsMixin.real
+        """This tensor itself, as torch's `real` of a real tensor (writes reach it)."""
+    def resolve_conj(self):  # frontend/torch_methods.py: TorchMethodsMixin.resolve_conj
+        """This tensor itself (nothing is conjugated lazily here)."""
+    def resolve_neg(self):  # frontend/torch_methods.py: TorchMethodsMixin.resolve_neg
+        """This tensor itself (nothing is negated lazily here)."""
+    def select(  # frontend/torch_methods.py: TorchMethodsMixin.select
+        self, dim: builtins.int, index: builtins.int
+    ):
+        """The slice at `index` along `dim`, that axis gone: a view (writes reach this tensor), as
+        torch's.
+        """
+    def split_with_sizes(  # frontend/torch_methods.py: TorchMethodsMixin.split_with_sizes
+        self, split_sizes, dim: builtins.int = 0
+    ):
+        """Pieces of the given sizes along `dim` (views), which must sum to its size."""
+    def storage_offset(  # frontend/torch_methods.py: TorchMethodsMixin.storage_offset
+        self,
+    ) -> builtins.int:
+        """Where this view's first element sits in its base's storage, in elements, as torch counts
+        it (0 for a tensor that is no view: results of ops, `contiguous()` copies).
+        """
+    def vsplit(self, sections):  # frontend/torch_methods.py: TorchMethodsMixin.vsplit
+        """Split along the first axis of a tensor of at least two, as torch.vsplit."""
 
 class DataView(Tensor):
     """`t.data`: t's value without its history, as torch's `.data`."""

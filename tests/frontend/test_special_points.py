@@ -457,6 +457,41 @@ EXCLUDED: dict[str, str] = {
     **dict.fromkeys(["Tensor.sum_to_size", "fg.tensordot"], _LINEAR),
     **dict.fromkeys(["Tensor.cross", "fg.cross", "fg.cov", "fg.corrcoef"], _SPECIAL_ELSEWHERE),
     "fg.logspace": _NON_MATH,
+    # torch's settings, type queries and smaller methods (tests/frontend/test_torch_settings.py,
+    # tests/frontend/test_torch_methods.py)
+    **dict.fromkeys(
+        _names(
+            "Tensor",
+            "get_device imag is_complex is_conj is_inference is_neg is_nonzero is_pinned "
+            "is_same_size is_signed itemsize layout nbytes ndimension new pin_memory "
+            "share_memory_ storage_offset",
+        )
+        + _names(
+            "fg",
+            "are_deterministic_algorithms_enabled asarray can_cast get_float32_matmul_precision "
+            "get_num_interop_threads is_deterministic_algorithms_warn_only_enabled "
+            "is_warn_always_enabled promote_types result_type scalar_tensor "
+            "set_float32_matmul_precision set_flush_denormal set_num_interop_threads "
+            "set_warn_always typename use_deterministic_algorithms",
+        ),
+        _NON_MATH,
+    ),
+    **dict.fromkeys(
+        _names("Tensor", "conj positive real resolve_conj resolve_neg") + _names("fg", "real"),
+        "the tensor itself, as torch's for a real tensor: no op at all",
+    ),
+    **dict.fromkeys(
+        _names("Tensor", "dsplit hsplit narrow_copy select split_with_sizes vsplit")
+        + _names("fg", "concatenate row_stack"),
+        _MOVES,
+    ),
+    **dict.fromkeys(
+        _names("Tensor", "deg2rad rad2deg inner mv"),
+        "the method forms of fg.deg2rad rad2deg inner mv (a product with a constant, sums of "
+        "products), excluded above",
+    ),
+    **dict.fromkeys(_names("Tensor", "deg2rad_ rad2deg_ fill_diagonal_"), _INPLACE),
+    "Tensor.multinomial": _RANDOM,
 }
 
 

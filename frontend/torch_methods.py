@@ -1,0 +1,355 @@
+"""torch's smaller Tensor methods: queries of a tensor's type and storage, the identities
+torch keeps for real tensors, and method forms of fusegrad's functions.
+
+>>> import fusegrad as fg
+>>> x = fg.arange(6.0).reshape(2, 3)
+>>> x.ndimension(), x.nbytes, x.itemsize, x.get_device(), x.is_signed()
+(2, 24, 4, -1, True)
+>>> x.select(1, -1).tolist(), x[1].storage_offset()
+([2.0, 5.0], 3)
+>>> x.conj() is x, x.real is x, x.positive() is x
+(True, True, True)
+
+fusegrad has no complex dtypes, so `conj`, `resolve_conj`, `resolve_neg`, `real` and
+`positive` return the tensor itself, as torch does for a real tensor (a write through
+them reaches it), and `is_conj`/`is_neg` are False.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import shapeops
+from .creation_nodes import _shape, data_node, finish, full_node, host_rng, index_arange
+from .errors import (
+    ArgumentError,
+    DeviceError,
+    DTypeNotImplementedError,
+    ShapeError,
+    fail,
+)
+from .runtime.backend import get_backend
+from .tensor_base import TensorBase, where
+from .torch_settings import strided
+
+
+def _is_size(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _same_dims(x: TensorBase, n: int, op: str) -> None:
+    if x.ndim < n:
+        fail(
+            ShapeError,
+            op,
+            f"requires a tensor with at least {n} dimension, but got a tensor with "
+            f"{x.ndim} dimensions!",
+        )
+
+
+class TorchMethodsMixin:
+    """Tensor's methods of this module."""
+
+    __slots__ = ()
+
+    # ---------------------------------------------------------------- about the tensor
+    def ndimension(self) -> int:
+        """The number of axes (torch's older name of `dim()`)."""
+        return self.ndim
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the elements take: numel * itemsize (a view counts its own elements)."""
+        return self.numel() * self.dtype.itemsize
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element (`element_size()`)."""
+        return self.dtype.itemsize
+
+    @property
+    def layout(self):
+        """`fg.strided`, the one layout fusegrad has."""
+        return strided
+
+    def get_device(self) -> int:
+        """The cuda device's index (0) for a cuda tensor, -1 on the CPU, as torch's."""
+        return -1 if self.is_cpu else (self.device.index or 0)
+
+    def is_signed(self) -> bool:
+        """Whether the dtype has negative values: floats and signed integers (not uint8,
+        not bool)."""
+        return self.dtype.is_signed
+
+    def is_complex(self) -> bool:
+        """False: fusegrad has no complex dtypes."""
+        return self.dtype.is_complex
+
+    def is_nonzero(self) -> bool:
+        """The truth of the one element (NaN is true), as torch.is_nonzero; a tensor of
+        none or several elements raises."""
+        n = self.numel()
+        if n != 1:
+            fail(
+                ArgumentError,
+                "is_nonzero",
+                "Boolean value of Tensor with "
+                + ("no values" if n == 0 else "more than one value")
+                + " is ambiguous",
+            )
+        return bool(self.item())
+
+    def is_same_size(self, other) -> bool:
+        """Whether `other` has this tensor's shape."""
+        if not isinstance(other, TensorBase):
+            raise TypeError(
+                f"is_same_size(): argument 'other' (position 2) must be Tensor, "
+                f"not {type(other).__name__}"
+            )
+        return tuple(self.shape) == tuple(other.shape)
+
+    def is_inference(self) -> bool:
+        """False: fusegrad's `inference_mode` makes ordinary tensors (as `no_grad` does)."""
+        return False
+
+    def is_conj(self) -> bool:
+        """False: no tensor here is a lazily conjugated complex view."""
+        return False
+
+    def is_neg(self) -> bool:
+        """False: no tensor here is a lazily negated view."""
+        return False
+
+    def is_pinned(self) -> bool:
+        """False: fusegrad keeps no page-locked host copies (it copies to the cuda device
+        itself)."""
+        return False
+
+    def storage_offset(self) -> int:
+        """Where this view's first element sits in its base's storage, in elements, as
+        torch counts it (0 for a tensor that is no view: results of ops, `contiguous()`
+        copies). Computed from the view's index into its base (a small kernel, once)."""
+        link = getattr(self, "_base", None)
+        if link is None:
+            return 0
+        base, redo = link
+        if redo is None:  # a detached tensor: its owner's storage
+            owner = base()
+            return 0 if owner is None else owner.storage_offset()
+        start = base.storage_offset()
+        if self.numel() == 0 or base.numel() == 0:
+            return start
+        positions = index_arange(base, base.numel()).reshape(base.shape)
+        first = int(redo(positions).reshape(-1)[0].item())
+        coords = np.unravel_index(first, base.shape)
+        return start + sum(int(c) * s for c, s in zip(coords, base.stride()))
+
+    # ---------------------------------------------------------------- real tensors' identities
+    def conj(self):
+        """This tensor itself: a real tensor is its own conjugate (torch returns it too)."""
+        return self
+
+    def resolve_conj(self):
+        """This tensor itself (nothing is conjugated lazily here)."""
+        return self
+
+    def resolve_neg(self):
+        """This tensor itself (nothing is negated lazily here)."""
+        return self
+
+    @property
+    def real(self):
+        """This tensor itself, as torch's `real` of a real tensor (writes reach it)."""
+        return self
+
+    @property
+    def imag(self):
+        """Refused, as torch refuses it for real dtypes."""
+        fail(
+            ArgumentError,
+            "imag",
+            "imag is not implemented for tensors with non-complex dtypes.",
+        )
+
+    def positive(self):
+        """This tensor itself (`+t`); bool refused, as torch's."""
+        if self.dtype.is_bool:
+            fail(
+                DTypeNotImplementedError,
+                "positive",
+                "The `+` operator, on a bool tensor is not supported.",
+            )
+        return self
+
+    # ---------------------------------------------------------------- memory, as torch's CPU
+    def pin_memory(self, device=None):
+        """A copy for fast transfers to the cuda device, as torch's: where the cuda device
+        is not available torch raises, and so does this; where it is, a copy (fusegrad
+        copies to the device itself, so the copy is an ordinary tensor: `is_pinned()` stays
+        False)."""
+        if not self.is_cpu:
+            fail(
+                DeviceError,
+                "pin_memory",
+                f"cannot pin a {self.device.type} tensor: only CPU tensors can be pinned",
+            )
+        why = get_backend("cuda").why_unavailable()
+        if why is not None:
+            fail(
+                DeviceError,
+                "pin_memory",
+                f"pinned memory needs the cuda device, which is not available here ({why}); "
+                "torch raises too on a machine without a GPU",
+            )
+        return self.clone()
+
+    def share_memory_(self):
+        """This tensor itself: fusegrad's host buffers are its own process's (a
+        multiprocessing worker gets a copy), so there is nothing to move."""
+        return self
+
+    # ---------------------------------------------------------------- pieces
+    def select(self, dim: int, index: int):
+        """The slice at `index` along `dim`, that axis gone: a view (writes reach this
+        tensor), as torch's."""
+        return shapeops.select(self, dim, index)
+
+    def narrow_copy(self, dim: int, start: int, length: int):
+        """`narrow`, copied: a new tensor, not a view."""
+        return shapeops.narrow(self, dim, start, length).clone()
+
+    def split_with_sizes(self, split_sizes, dim: int = 0):
+        """Pieces of the given sizes along `dim` (views), which must sum to its size."""
+        d = self._dim(dim, "split_with_sizes")
+        sizes = [int(s) for s in split_sizes]
+        if sum(sizes) != self.shape[d] or any(s < 0 for s in sizes):
+            fail(
+                ShapeError,
+                "split_with_sizes",
+                f"split_with_sizes expects split_sizes to sum exactly to {self.shape[d]} "
+                f"(input tensor's size at dimension {d}), but got split_sizes={sizes}",
+            )
+        return shapeops.split(self, sizes, d)
+
+    def hsplit(self, sections):
+        """Split along the second axis (the first of a 1-d tensor), as torch.hsplit."""
+        return shapeops.hsplit(self, sections)
+
+    def vsplit(self, sections):
+        """Split along the first axis of a tensor of at least two, as torch.vsplit."""
+        return shapeops.vsplit(self, sections)
+
+    def dsplit(self, sections):
+        """Split along the third axis of a tensor of at least three, as torch.dsplit."""
+        _same_dims(self, 3, "dsplit")
+        return shapeops._split_even(self, sections, 2, "dsplit")
+
+    # ---------------------------------------------------------------- math
+    def inner(self, other):
+        """Sums of products over the last axes of both, as torch.inner."""
+        return shapeops.inner(self, other)
+
+    def mv(self, vec):
+        """This matrix times the vector `vec`, as torch.mv."""
+        return shapeops.mv(self, vec)
+
+    def deg2rad(self):
+        """Degrees to radians, x * pi / 180 (an integer tensor becomes the default float)."""
+        return self._float() * (math.pi / 180)
+
+    def rad2deg(self):
+        """Radians to degrees, x * 180 / pi (an integer tensor becomes the default float)."""
+        return self._float() * (180 / math.pi)
+
+    def hardshrink(self, lambd: float = 0.5):
+        """x outside [-lambd, lambd], else 0 (NaN passes), as torch's; the gradient is 0 at
+        and inside the limits (F.hardshrink)."""
+        inside = (self >= -lambd) & (self <= lambd)
+        return where(inside, 0.0, self)
+
+    def multinomial(self, num_samples: int, replacement: bool = False, *, generator=None):
+        """Indices drawn with the probabilities in each row (weights, need not sum to 1),
+        with or without replacement (int64; drawn on the host from the manual_seed
+        stream), as torch.multinomial."""
+        w = np.asarray(self.detach().numpy(), dtype=np.float64)
+        rows = w.reshape(1, -1) if w.ndim == 1 else w
+        if w.ndim not in (1, 2) or (rows < 0).any() or not np.isfinite(rows).all():
+            fail(ArgumentError, "multinomial", "expects 1-d or 2-d finite non-negative weights")
+        if not replacement and num_samples > rows.shape[1]:
+            fail(
+                ArgumentError,
+                "multinomial",
+                "cannot sample n_sample > prob_dist.size(-1) samples without replacement",
+            )
+        rng = host_rng(generator)
+        out = []
+        for r in rows:
+            if r.sum() <= 0:
+                fail(
+                    ArgumentError,
+                    "multinomial",
+                    "invalid multinomial distribution (sum of probabilities <= 0)",
+                )
+            if not replacement and np.count_nonzero(r) < num_samples:
+                fail(
+                    ArgumentError,
+                    "multinomial",
+                    "invalid multinomial distribution (with replacement=False, not enough "
+                    "non-negative category to sample)",
+                )
+            out.append(rng.choice(r.size, num_samples, replace=replacement, p=r / r.sum()))
+        out = np.asarray(out, dtype=np.int64)
+        node = data_node(out[0] if w.ndim == 1 else out, None, self.device)
+        return finish(self._plain, node, False)
+
+    def fill_diagonal_(self, fill_value, wrap: bool = False):
+        """Write `fill_value` on the main diagonal, in place, as torch's: a matrix's (i, i),
+        or (i, i, ..., i) of a tensor whose axes are all one size; `wrap=True` starts the
+        diagonal again below a tall matrix's square, every columns + 1 rows."""
+        if self.ndim < 2:
+            fail(ShapeError, "fill_diagonal_", "dimensions must larger than 1")
+        if self.ndim > 2 and len(set(self.shape)) != 1:
+            fail(ShapeError, "fill_diagonal_", "all dimensions of input must be of equal length")
+        cols = self.shape[-1]
+        # steps between diagonal places in row-major order: cols + 1 for a matrix
+        step = sum(cols**k for k in range(self.ndim))
+        k = index_arange(self, self.numel()).reshape(self.shape)
+        on = (k % step) == 0
+        if not (wrap and self.ndim == 2):
+            on = on & (k < min(self.shape) * step)
+        return self.masked_fill_(on, fill_value)
+
+    # ---------------------------------------------------------------- torch's legacy constructor
+    def new(self, *args, device=None):
+        """torch's legacy `t.new(...)`, in this tensor's dtype and device: `t.new(2, 3)` (zeros
+        here; torch's are uninitialized), `t.new(data)`, `t.new()` (empty), `t.new(size)` of
+        an `fg.Size`, `t.new(other)` (a tensor of this dtype: `other`, detached). A plain
+        tuple of ints is refused: torch reads it as data, and a `torch.Size` as sizes, but
+        fusegrad's shapes are plain tuples; write `t.new(*sizes)` or `t.new_zeros(sizes)`."""
+        place = device if device is not None else self.device
+        if not args:
+            return finish(self._plain, full_node((0,), 0, self.dtype, place), False)
+        if all(_is_size(a) for a in args):
+            return finish(self._plain, full_node(_shape(args), 0, self.dtype, place), False)
+        if len(args) > 1:
+            raise TypeError(f"new(): expects sizes or one sequence of data, got {args!r}")
+        data = args[0]
+        if isinstance(data, tuple) and type(data) is not tuple:  # an fg.Size
+            return finish(self._plain, full_node(_shape(data), 0, self.dtype, place), False)
+        if isinstance(data, tuple) and all(_is_size(a) for a in data):
+            raise TypeError(
+                f"new({data!r}): a tuple of ints is data in torch, but sizes where it is a "
+                "torch.Size, and fusegrad's shapes are plain tuples: write t.new(*sizes) or "
+                "t.new_zeros(sizes) for sizes, t.new([...]) for data"
+            )
+        if isinstance(data, TensorBase):
+            if data.dtype is not self.dtype:
+                raise TypeError(
+                    f"new(): expected a tensor of dtype {self.dtype.name}, got {data.dtype.name}"
+                )
+            return data.detach()
+        if not isinstance(data, (list, tuple, np.ndarray)):
+            raise TypeError(f"new(): data must be a sequence (got {type(data).__name__})")
+        return finish(self._plain, data_node(data, self.dtype, place), False)
