@@ -60,8 +60,10 @@ What a replay does not redo is Python: the function body does not run. So:
   happen only on the recorded calls. Likewise a tensor the function stores
   somewhere (say `p.grad`) keeps the value of the last recorded call: return
   what you need instead.
-- A value carried from one call to the next must be optimizer state; other
-  carried values are refused when recording. Parameters (trained or frozen)
+- A value carried from one call to the next must be optimizer state, or a
+  parameter the function updates in place itself (a hand-written update under
+  `no_grad()` or through `.data`: `jithooks.track` makes it replay state, as an
+  optimizer's); other carried values are refused when recording. Parameters (trained or frozen)
   are always read at their current value, so a jitted evaluation sees
   training elsewhere and `load_state_dict` takes effect; any other tensor the
   step only reads is read from the buffer it had when recorded: after giving

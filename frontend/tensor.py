@@ -69,7 +69,7 @@ from .ir.macro import building as building_expansion
 from .ir.macro import macro
 from .ir.macro import register as register_macro
 from .ir.ops import MOVEMENT, Ops
-from .jithooks import host_read_refused, note_write
+from .jithooks import host_read_refused, note_write, track
 from .mathops import COMPOSED, MathMixin, clamp_tensors, deprecated_alpha
 from .movement import MovementMixin, rows_of_buffer
 from .printing import tensor_repr
@@ -988,6 +988,8 @@ class Tensor(*MIXINS, TensorBase):
         An update with no history is computed at once where leaving it lazy would chain
         one training step's graph onto the next (`autograd.overwrite`)."""
         value = self._checked_update(value, op)
+        if self.requires_grad and self._is_leaf and jit_recording():
+            track([self])  # (a hand-written update of a parameter: fg.jit's replay state)
         link = getattr(self, "_base", None)
         if link is not None and link[1] is None:  # detached: lands as through `.data`
             owner = link[0]()
@@ -1622,6 +1624,8 @@ class DataView(Tensor):
         value = self._unmoved(self._checked_update(value, op).detach())
         self._version += 1
         owner = self.owner
+        if owner.requires_grad and owner._is_leaf and jit_recording():
+            track([owner])  # (`p.data.add_(...)`: a hand-written update, replay state)
         if owner.requires_grad and not owner._is_leaf:
             # torch's value changes and its gradient still flows through the old graph
             old = owner.node

@@ -239,6 +239,43 @@ def test_interleaved_shapes_and_eager_steps_share_the_parameters():
         np.testing.assert_array_equal(a, b)
 
 
+UPDATES = {
+    "p -= lr * p.grad": lambda p: p.sub_(0.2 * p.grad),
+    "p.data.add_(p.grad, alpha=-lr)": lambda p: p.data.add_(p.grad, alpha=-0.2),
+    "clip, then p.data.add_": None,  # (clip_grad_norm_ first)
+}
+
+
+@pytest.mark.parametrize("spelling", list(UPDATES))
+def test_a_hand_written_update_is_replayed(spelling):
+    """Parameters updated by hand inside the function (under no_grad, or through .data)
+    are replay state, as an optimizer's: the replays train as the eager steps do."""
+
+    def losses(jit: bool):
+        model = _model()
+
+        def step(x, y):
+            loss = F.cross_entropy(model(x), y)
+            model.zero_grad()
+            loss.backward()
+            if UPDATES[spelling] is None:
+                nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+            with fg.no_grad():
+                for p in model.parameters():
+                    (UPDATES[spelling] or UPDATES["p.data.add_(p.grad, alpha=-lr)"])(p)
+            return loss
+
+        fn = fg.jit(step) if jit else step
+        out = [fn(x, y).item() for x, y in _data(8)]
+        return out, [p.numpy().copy() for p in model.parameters()], getattr(fn, "replays", 0)
+
+    (eager, eager_params, _), (jitted, jit_params, replays) = losses(False), losses(True)
+    assert replays >= 4
+    np.testing.assert_allclose(jitted, eager, rtol=1e-5)
+    for a, b in zip(eager_params, jit_params):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
 def test_values_carried_between_calls_are_refused():
     state = {"h": fg.zeros(3)}
 
