@@ -30,12 +30,15 @@ def make_params(dtype=fg.float32) -> list:
     return [nn.Parameter(fg.tensor(s, dtype=dtype)) for s in START]
 
 
-def loss_of(params) -> fg.Tensor:
-    dtype = params[0].dtype
-    terms = [
-        (fg.tensor(c, dtype=dtype) * (p - fg.tensor(t, dtype=dtype)) ** 2 / 2 + p.sin()).sum()
-        for p, t, c in zip(params, TARGET, SCALE)
-    ]
+def constants(dtype=fg.float32) -> tuple[list, list]:
+    """The problem's targets and scales as tensors."""
+    return [fg.tensor(t, dtype=dtype) for t in TARGET], [fg.tensor(c, dtype=dtype) for c in SCALE]
+
+
+def loss_of(params, targets=None, scales=None) -> fg.Tensor:
+    if targets is None:
+        targets, scales = constants(params[0].dtype)
+    terms = [(c * (p - t) ** 2 / 2 + p.sin()).sum() for p, t, c in zip(params, targets, scales)]
     return terms[0] + terms[1] + terms[2]
 
 
@@ -134,3 +137,40 @@ def assert_steps_after_the_first_compile_nothing(make, **kwargs):
             assert (stats["scheduled"], compiler.stats["compiled"]) == before, f"step {step}"
     assert all(math.isfinite(v) for v in losses)
     assert losses[-1] < losses[0]
+
+
+def assert_jit_replays_equal_eager_steps(make, **kwargs):
+    """`fg.jit` of a training step (with a scheduler-style lr change each call) replays
+    the recorded step with each call's scalars (bias corrections, ASGD's eta and mu,
+    RAdam's switch): the same parameters and state, bit for bit, as eager steps."""
+
+    def run(jitted: bool):
+        params = make_params()
+        opt = make(params, **kwargs)
+
+        def step(*tensors):  # (the three targets, then the three scales)
+            opt.zero_grad()
+            loss = loss_of(params, tensors[:3], tensors[3:])
+            loss.backward()
+            opt.step()
+            return loss
+
+        if jitted:
+            step = fg.jit(step)
+        for k in range(STEPS):
+            for group in opt.param_groups:
+                group["lr"] = kwargs.get("lr", 0.1) / (1 + k)
+            targets, scales = constants()
+            step(*targets, *scales)
+        state = opt.state_dict()["state"][1]
+        return (
+            flat(params),
+            {k: v.numpy().tolist() if isinstance(v, fg.Tensor) else v for k, v in state.items()},
+            step,
+        )
+
+    eager_params, eager_state, _ = run(False)
+    jit_params, jit_state, step = run(True)
+    assert step.replays >= STEPS - 3
+    assert jit_params == eager_params
+    assert jit_state == eager_state

@@ -8,6 +8,7 @@ import pytest
 from _optim_problem import (
     LRS,
     assert_float64_matches_torch,
+    assert_jit_replays_equal_eager_steps,
     assert_matches_torch,
     assert_none_gradients_are_skipped,
     assert_state_dict_continues_identically,
@@ -363,3 +364,15 @@ def test_torchs_optimizers_are_here_but_those_documented_as_missing():
     missing = {name for name in TORCH_OPTIMIZERS if not hasattr(optim, name)}
     assert missing == NOT_YET
     assert all(issubclass(getattr(optim, n), optim.Optimizer) for n in ("NAdam", "ASGD"))
+
+
+@pytest.mark.parametrize(
+    "name, kwargs",
+    [
+        ("NAdam", dict(lr=0.1, weight_decay=0.1)),
+        ("RAdam", dict(lr=0.1, betas=(0.8, 0.9))),
+        ("Adamax", dict(lr=0.1)),
+    ],
+)
+def test_jit_replays_equal_eager_steps(name, kwargs):
+    assert_jit_replays_equal_eager_steps(getattr(optim, name), **kwargs)

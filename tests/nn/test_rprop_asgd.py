@@ -8,6 +8,7 @@ import pytest
 from _optim_problem import (
     LRS,
     assert_float64_matches_torch,
+    assert_jit_replays_equal_eager_steps,
     assert_matches_torch,
     assert_none_gradients_are_skipped,
     assert_state_dict_continues_identically,
@@ -301,3 +302,10 @@ def test_parameters_without_gradients_are_skipped(name):
 )
 def test_steps_after_the_first_compile_nothing(name, kwargs):
     assert_steps_after_the_first_compile_nothing(getattr(optim, name), **kwargs)
+
+
+@pytest.mark.parametrize(
+    "name, kwargs", [("Rprop", dict(lr=0.05)), ("ASGD", dict(lr=0.1, t0=2, lambd=0.01))]
+)
+def test_jit_replays_equal_eager_steps(name, kwargs):
+    assert_jit_replays_equal_eager_steps(getattr(optim, name), **kwargs)
