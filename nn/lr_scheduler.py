@@ -21,91 +21,16 @@ the learning rates match PyTorch's step for step, rounding included.
 from __future__ import annotations
 
 import bisect
-import functools
 import math
 import types
-import warnings
 from collections import Counter
 
-from ..nnapi import (
-    JitError,
-    jit_recording,
-    on_replay,
-)
-from .optimizer import Optimizer
+from ..nnapi import JitError, jit_recording
+from .lr_base import LRScheduler, is_initial_step
+from .lr_cyclic import CyclicLR  # noqa: F401  (torch.optim.lr_scheduler's name)
+from .optimizer import Optimizer  # noqa: F401  (torch.optim.lr_scheduler.Optimizer, as torch's)
 
 _INF = float("inf")
-# torch's words (torch/optim/lr_scheduler.py)
-_ORDER_WARNING = (
-    "Detected call of `lr_scheduler.step()` before `optimizer.step()`. In PyTorch 1.1.0 and "
-    "later, you should call them in the opposite order: `optimizer.step()` before "
-    "`lr_scheduler.step()`.  Failure to do this will result in PyTorch skipping the first "
-    "value of the learning rate schedule. See more details at "
-    "https://pytorch.org/docs/stable/optim.html#how-to-adjust-learning-rate"
-)
-
-
-class LRScheduler:
-    """Base class: `step()` advances `last_epoch` and sets each group's lr from `get_lr()`."""
-
-    def __init__(self, optimizer, last_epoch: int = -1):
-        if not isinstance(optimizer, Optimizer):
-            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
-        self.optimizer = optimizer
-        if last_epoch == -1:
-            for group in optimizer.param_groups:
-                group.setdefault("initial_lr", group["lr"])
-        else:
-            for i, group in enumerate(optimizer.param_groups):
-                if "initial_lr" not in group:
-                    raise KeyError(
-                        f"param 'initial_lr' is not specified in param_groups[{i}] when "
-                        "resuming an optimizer"
-                    )
-        self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
-        self.last_epoch = last_epoch
-        self._step_count = 0
-        self.step()
-
-    def get_lr(self) -> list[float]:
-        raise NotImplementedError
-
-    def get_last_lr(self) -> list[float]:
-        """The learning rates the last `step()` set, one per parameter group."""
-        return self._last_lr
-
-    def step(self, epoch: int | None = None) -> None:
-        """Advance the schedule one epoch (call it after `optimizer.step()`)."""
-        # the first call after the constructor's own: PyTorch warns once if the optimizer
-        # has not stepped yet (the first learning rate of the schedule would be skipped)
-        if self._step_count == 1 and getattr(self.optimizer, "_step_count", 1) == 0:
-            warnings.warn(_ORDER_WARNING, UserWarning, stacklevel=2)
-        if jit_recording():  # inside a jitted step: each replay steps the schedule too
-            on_replay(functools.partial(self._step, epoch))
-        self._step(epoch)
-
-    def _step(self, epoch: int | None) -> None:
-        self._step_count += 1
-        if epoch is None:
-            self.last_epoch += 1
-            values = self.get_lr()
-        else:
-            self.last_epoch = epoch
-            closed = getattr(self, "_get_closed_form_lr", None)
-            values = closed() if closed is not None else self.get_lr()
-        for group, lr in zip(self.optimizer.param_groups, values):
-            group["lr"] = lr
-        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
-
-    def state_dict(self) -> dict:
-        """Everything but the optimizer (plain numbers and lists; fg.save can write it)."""
-        return {k: v for k, v in self.__dict__.items() if k != "optimizer"}
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        self.__dict__.update(state_dict)
-
-    def _lrs(self) -> list[float]:
-        return [group["lr"] for group in self.optimizer.param_groups]
 
 
 class LambdaLR(LRScheduler):
@@ -140,6 +65,32 @@ class LambdaLR(LRScheduler):
         for fn, saved in zip(self.lr_lambdas, lambdas):
             if saved is not None:
                 fn.__dict__.update(saved)
+
+
+class MultiplicativeLR(LRScheduler):
+    """lr *= lr_lambda(epoch) every epoch, one function or one per group (the constructor's
+    own step multiplies by nothing)."""
+
+    def __init__(self, optimizer, lr_lambda, last_epoch: int = -1):
+        n = len(optimizer.param_groups)
+        if isinstance(lr_lambda, (list, tuple)):
+            if len(lr_lambda) != n:
+                raise ValueError(f"Expected {n} lr_lambdas, but got {len(lr_lambda)}")
+            self.lr_lambdas = list(lr_lambda)
+        else:
+            self.lr_lambdas = [lr_lambda] * n
+        for fn in self.lr_lambdas:
+            if not callable(fn):
+                raise TypeError(f"lr_lambda should be a function, but got {type(fn).__name__}")
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        if is_initial_step(self):
+            return self._lrs()
+        return [lr * fn(self.last_epoch) for lr, fn in zip(self._lrs(), self.lr_lambdas)]
+
+    state_dict = LambdaLR.state_dict
+    load_state_dict = LambdaLR.load_state_dict
 
 
 class StepLR(LRScheduler):
@@ -193,7 +144,7 @@ class ExponentialLR(LRScheduler):
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self):
-        if self.last_epoch == 0:
+        if is_initial_step(self):
             return self._lrs()
         return [lr * self.gamma for lr in self._lrs()]
 
@@ -210,10 +161,8 @@ class CosineAnnealingLR(LRScheduler):
 
     def get_lr(self):
         t, T, lo = self.last_epoch, self.T_max, self.eta_min
-        if t == 0:
+        if is_initial_step(self):
             return self._lrs()
-        if self._step_count == 1 and t > 0:
-            return [lo + (b - lo) * (1 + math.cos(t * math.pi / T)) / 2 for b in self.base_lrs]
         if (t - 1 - T) % (2 * T) == 0:
             return [
                 lr + (b - lo) * (1 - math.cos(math.pi / T)) / 2
@@ -273,7 +222,7 @@ class LinearLR(LRScheduler):
     def get_lr(self):
         if self.last_epoch == 0:
             return [lr * self.start_factor for lr in self._lrs()]
-        if self.last_epoch > self.total_iters:
+        if is_initial_step(self) or self.last_epoch > self.total_iters:
             return self._lrs()
         delta = self.end_factor - self.start_factor
         scale = 1.0 + delta / (self.total_iters * self.start_factor + (self.last_epoch - 1) * delta)
@@ -285,6 +234,26 @@ class LinearLR(LRScheduler):
             b * (self.start_factor + (self.end_factor - self.start_factor) * done)
             for b in self.base_lrs
         ]
+
+
+class PolynomialLR(LRScheduler):
+    """lr = initial_lr * (1 - t / total_iters)^power for t up to total_iters, then 0 (with
+    power 1, a linear decay to zero), in torch's recursive form."""
+
+    def __init__(self, optimizer, total_iters: int = 5, power: float = 1.0, last_epoch=-1):
+        self.total_iters, self.power = total_iters, power
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        t, n = self.last_epoch, self.total_iters
+        if is_initial_step(self) or t > n:
+            return self._lrs()
+        factor = ((1.0 - t / n) / (1.0 - (t - 1) / n)) ** self.power
+        return [lr * factor for lr in self._lrs()]
+
+    def _get_closed_form_lr(self):
+        done = min(self.total_iters, self.last_epoch) / self.total_iters
+        return [b * (1.0 - done) ** self.power for b in self.base_lrs]
 
 
 class CosineAnnealingWarmRestarts(LRScheduler):
@@ -363,8 +332,7 @@ class SequentialLR(LRScheduler):
         self._step_count = 1
         for group in optimizer.param_groups:
             group["lr"] = group["initial_lr"]
-        for sched in self._schedulers:  # undo the step each made when it was built
-            sched.last_epoch -= 1
+        _undo_initial_steps(self._schedulers)  # the step each made when it was built
         first = self._schedulers[bisect.bisect_right(self._milestones, 0)]
         first._step_count = 0
         first._step(None)
@@ -376,6 +344,71 @@ class SequentialLR(LRScheduler):
         sched = self._schedulers[i]
         sched._step(0 if i > 0 and self._milestones[i - 1] == self.last_epoch else None)
         self._last_lr = sched.get_last_lr()
+
+    def state_dict(self) -> dict:
+        state = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_schedulers")}
+        state["_schedulers"] = [s.state_dict() for s in self._schedulers]
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        state = dict(state_dict)
+        for sched, saved in zip(self._schedulers, state.pop("_schedulers")):
+            sched.load_state_dict(saved)
+        self.__dict__.update(state)
+
+
+def _undo_initial_steps(schedulers) -> None:
+    """Take back the constructor's step of each schedule, inside chains too (torch's
+    SequentialLR.recursive_undo)."""
+    for sched in schedulers:
+        if isinstance(sched, ChainedScheduler):
+            _undo_initial_steps(sched._schedulers)
+        elif hasattr(sched, "last_epoch"):
+            sched.last_epoch -= 1
+
+
+class ChainedScheduler(LRScheduler):
+    """Step several schedules of one optimizer together, each after the other, every
+    `step()` (their factors multiply), as torch's: `ChainedScheduler([ConstantLR(opt, ...),
+    ExponentialLR(opt, gamma=0.9)])`."""
+
+    def __init__(self, schedulers, optimizer=None):
+        name = type(self).__name__
+        if len(schedulers) < 1:
+            raise ValueError(
+                f"{name} expects at least one scheduler to be chained, but got no scheduler."
+            )
+        optimizer = optimizer or schedulers[0].optimizer
+        for i, sched in enumerate(schedulers):
+            if not hasattr(sched, "optimizer"):
+                raise TypeError(f"{name} at index {i} should have `optimizer` as its attribute.")
+            if isinstance(sched, ReduceLROnPlateau):
+                raise ValueError(
+                    f"{name} does not support `ReduceLROnPlateau` scheduler as it requires "
+                    "additional kwargs to be specified when calling `step`, but got one at "
+                    f"index {i} in the given schedulers sequence."
+                )
+            if optimizer != sched.optimizer:
+                raise ValueError(
+                    f"{name} expects all schedulers to belong to the same optimizer, but got "
+                    f"scheduler {type(sched).__name__} at index {i} has {sched.optimizer}, "
+                    f"which is different from {type(optimizer).__name__}."
+                )
+        self._schedulers = schedulers
+        self.optimizer = optimizer
+        self._last_lr = [group["lr"] for group in schedulers[-1].optimizer.param_groups]
+
+    def step(self) -> None:
+        """Step every chained schedule (each warns, and is replayed under fusegrad.jit, as
+        it would alone)."""
+        for sched in self._schedulers:
+            sched.step()
+        self._last_lr = [group["lr"] for group in self._schedulers[-1].optimizer.param_groups]
+
+    def _step(self, epoch) -> None:  # (SequentialLR steps its schedules through _step)
+        for sched in self._schedulers:
+            sched._step(epoch)
+        self._last_lr = [group["lr"] for group in self._schedulers[-1].optimizer.param_groups]
 
     def state_dict(self) -> dict:
         state = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_schedulers")}

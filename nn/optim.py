@@ -1,5 +1,6 @@
 """`fusegrad.optim`: SGD, Adam, AdamW, RMSprop, Adagrad and Adadelta with PyTorch's exact
-update formulas, and LBFGS (nn/lbfgs.py).
+update formulas; NAdam, RAdam and Adamax (nn/adam_variants.py), Rprop and ASGD
+(nn/rprop_asgd.py), and LBFGS (nn/lbfgs.py).
 
 A step builds every parameter's update as graph and realizes, in ONE
 `fg.realize` call, the new parameters, the new optimizer state and the losses
@@ -35,8 +36,10 @@ from ..nnapi import (
     from_numpy,
 )
 from . import lr_scheduler  # noqa: F401  (`fusegrad.optim.lr_scheduler`, as in torch)
+from .adam_variants import Adamax, NAdam, RAdam  # noqa: F401  (torch.optim's names)
 from .lbfgs import LBFGS  # noqa: F401  (torch.optim.LBFGS's home)
 from .optimizer import Optimizer
+from .rprop_asgd import ASGD, Rprop  # noqa: F401  (torch.optim's names)
 
 
 def _zeros_like(p: Tensor) -> Tensor:
