@@ -55,6 +55,7 @@ from .ir.ops import MOVEMENT as MOVEMENT
 from .ir.ops import Ops as Ops
 from .jithooks import host_read_refused as host_read_refused
 from .jithooks import note_write as note_write
+from .jithooks import track as track
 from .mathops import COMPOSED as COMPOSED
 from .mathops import MathMixin as MathMixin
 from .mathops import clamp_tensors as clamp_tensors
