@@ -38,11 +38,11 @@ from dataclasses import dataclass
 from .autograd import graph_consumed, realize
 from .carried import with_carried
 from .ir import node as N
-from .ir.ops import Ops
+from .ir.ops import MOVEMENT, Ops
 from .pipeline.schedule import structural_key
 from .runtime import phases
 from .runtime.config import config
-from .runtime.engine import Plan, engine
+from .runtime.engine import LIFTED, Plan, engine
 
 CACHE_SIZE = 32  # step structures kept per optimizer (batch shapes, train/eval variants)
 
@@ -217,8 +217,6 @@ class StepCache:
         if any(has_value(n) or n.numel == 0 for n in todo):
             _realize_all([*params, *flat_states], pending, extra)
             return _UNCACHEABLE
-        # (lifted constants' buffers among the leaves make the entry uncacheable: a hand-
-        # written update's new learning rate is a new key anyway, its plan the engine's)
         plan, leaves, fresh = engine.plan_for(todo, has_value, lift=not engine.recording())
         sources = []
         for leaf in leaves:
@@ -229,9 +227,18 @@ class StepCache:
                 sources.append(("state", state_at[k]))
             elif k in scalar_at:
                 sources.append(("scalar", scalar_at[k]))
-            elif _is_table(engine.value(leaf)):
+            elif (
+                _is_table(engine.value(leaf))
+                or engine.value(leaf) in LIFTED
+                or _constant_expression(leaf)
+            ):
                 # the backward of the same structure asks for the same table (its size is a
-                # shape of the graph), and shared tables are one buffer per size: keep it
+                # shape of the graph), and shared tables are one buffer per size: keep it.
+                # So with a constant the engine lifted into a buffer (`lift_constants`: the
+                # same graph was planned before with another value there, by another
+                # optimizer, say), and with a constant's expansion that has a value because
+                # the same node was computed before, elsewhere (nodes are shared): the key
+                # fixes the constants the step would build, and values do not change
                 sources.append(("table", engine.value(leaf)))
             else:
                 sources = None
@@ -271,6 +278,22 @@ def _accumulated(grads, params, pending, lazy) -> tuple[list, tuple] | None:
     if not all(id(t.node) in roots for t in pending):
         return None
     return records, tuple(layout)
+
+
+_CONSTANT_MOVES = frozenset(MOVEMENT | {Ops.CAST})
+
+
+def _constant_expression(node) -> bool:
+    """Whether `node` is a constant, moved or cast: its value is the node's own."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.op is Ops.CONST:
+            continue
+        if n.op not in _CONSTANT_MOVES:
+            return False
+        stack.extend(n.srcs)
+    return True
 
 
 def _is_table(buf) -> bool:

@@ -684,6 +684,11 @@ def _in_code_only(c: Node) -> bool:
     return c.dtype.is_float and c.dtype.itemsize < 4
 
 
+# the 1-element buffers `_with_constants_read` makes: each holds one constant's value for
+# good (a cached optimizer step may pass it again: frontend/stepcache.py)
+LIFTED: weakref.WeakSet = weakref.WeakSet()
+
+
 def _with_constants_read(todo: list[Node], lift: set[tuple[int, int]], has_value) -> list[Node]:
     """`todo` rebuilt with each constant use in `lift` (`(id(user), k)`: source k of node
     `user`) replaced by a 1-element host buffer holding its value, reshaped and expanded to
@@ -699,6 +704,7 @@ def _with_constants_read(todo: list[Node], lift: set[tuple[int, int]], has_value
             if (id(n), j) in lift:
                 buf = Buffer(1, s.dtype)  # (the host's: `lift_constants` lifts on it alone)
                 buf.array[0] = s.arg
+                LIFTED.add(buf)
                 m = N.buffer(buf, (), s.dtype)
                 if s.shape:
                     m = N.expand(N.reshape(m, (1,) * len(s.shape)), s.shape)

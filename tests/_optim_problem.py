@@ -134,7 +134,9 @@ def assert_steps_after_the_first_compile_nothing(make, **kwargs):
         opt.step()
         losses.append(loss.item())
         if step >= 1:
-            assert (stats["scheduled"], compiler.stats["compiled"]) == before, f"step {step}"
+            assert (stats["scheduled"], compiler.stats["compiled"]) == before, (
+                f"step {step}: {before} -> {(stats['scheduled'], compiler.stats['compiled'])}"
+            )
     assert all(math.isfinite(v) for v in losses)
     assert losses[-1] < losses[0]
 

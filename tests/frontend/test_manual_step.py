@@ -10,6 +10,7 @@ import pytest
 
 import fusegrad as fg
 from fusegrad import manualstep, nn
+from fusegrad.ir.ops import Ops
 from fusegrad.nn import functional as F
 from fusegrad.stepcache import StepCache
 from fusegrad.versions import InplaceError
@@ -222,3 +223,34 @@ def test_copying_or_pickling_a_parameter_mid_loop_sees_its_update():
             got = read(w)
         assert type(got) is nn.Parameter and type(w) is nn.Parameter
         np.testing.assert_allclose(got.numpy(), want, atol=1e-7)
+
+
+def test_a_step_over_a_constant_computed_elsewhere_is_still_cached():
+    """Nodes are shared: a constant's expansion that something else computed (and keeps)
+    has a value, so an update graph that builds the same expansion (Rprop's `where(...,
+    1.0)` on a bias of 2) reads it as an input. The optimizer's cached step still serves
+    every later step (the value is the node's own), where it used to give up and build
+    the whole update on every step."""
+    from fusegrad.ir.node import toposort
+    from fusegrad.runtime.engine import engine
+
+    made = fg.where(fg.tensor([True, False]), fg.tensor(0.5), 1.0)  # (1.0 broadcast to (2,))
+    (expansion,) = [
+        n
+        for n in toposort([made.node])
+        if n.op is Ops.EXPAND and n.srcs[0].op is Ops.RESHAPE and n.srcs[0].srcs[0].op is Ops.CONST
+    ]
+    engine.realize([expansion])  # computed, and kept
+    fg.manual_seed(0)
+    model = nn.Linear(3, 2)
+    opt = fg.optim.Rprop(model.parameters(), lr=0.01)
+    x = fg.tensor(np.ones((4, 3), np.float32))
+    for _ in range(5):
+        opt.zero_grad()
+        loss = (model(x) ** 2).mean()
+        loss.backward()
+        opt.step()
+    assert engine.value(expansion) is not None
+    # the first two steps record (the first reads the kept expansion as an input, its
+    # graph three nodes larger); every later one runs the cached plan
+    assert opt._steps.hits == 3
