@@ -129,7 +129,7 @@ def test_a_missing_name_names_the_torch_name_and_the_exit_lists_every_gap(tmp_pa
     source = """
     import torch
     try:
-        import torch.distributions
+        import torch.fx
     except ImportError as e:
         print("caught:", type(e).__mro__[1].__name__, e)
     print(getattr(torch, "_dynamo", "default"))
@@ -137,14 +137,14 @@ def test_a_missing_name_names_the_torch_name_and_the_exit_lists_every_gap(tmp_pa
     """
     done = run_script(tmp_path, source)
     assert done.returncode == 1
-    assert "caught: ModuleNotFoundError torch.distributions is not in fusegrad" in done.stdout
+    assert "caught: ModuleNotFoundError torch.fx is not in fusegrad" in done.stdout
     assert "default" in done.stdout  # getattr with a default keeps working
     assert "TorchGapError: torch.nn.LazyConv2d is not in fusegrad" in done.stderr
     assert "fusegrad.nn has no 'LazyConv2d'" in done.stderr
     summary = done.stderr[done.stderr.index("fusegrad: the script asked for") :]
     assert summary.split("\n", 1)[0].startswith("fusegrad: the script asked for 3 torch")
     listed = [line.strip() for line in summary.splitlines()[1:]]
-    assert listed == ["torch.distributions", "torch._dynamo", "torch.nn.LazyConv2d"]
+    assert listed == ["torch.fx", "torch._dynamo", "torch.nn.LazyConv2d"]
 
 
 def test_a_script_with_no_gap_prints_no_summary_and_keeps_its_exit_status(tmp_path):
@@ -214,6 +214,9 @@ def test_attributes_are_fusegrads_objects(shim):
     import torch
     import torch.backends.cudnn
     import torch.nn.functional as F  # noqa: N812  (torch's habit)
+    from torch.distributions import Categorical, constraints
+    from torch.distributions.kl import kl_divergence
+    from torch.distributions.normal import Normal
     from torch.nn.modules.linear import NonDynamicallyQuantizableLinear
     from torch.optim import LBFGS, Adadelta
     from torch.utils.data import WeightedRandomSampler
@@ -226,6 +229,9 @@ def test_attributes_are_fusegrads_objects(shim):
     assert WeightedRandomSampler is fg.data.WeightedRandomSampler
     assert torch.cuda.amp.GradScaler is fg.cuda.amp.GradScaler
     assert torch.amp.GradScaler is fg.amp.GradScaler
+    assert (Categorical, Normal) == (fg.distributions.Categorical, fg.distributions.Normal)
+    assert kl_divergence is torch.distributions.kl_divergence is fg.distributions.kl_divergence
+    assert constraints.simplex is torch.distributions.constraints.simplex
     assert {"nn", "cuda", "accelerator"} <= set(dir(torch))
     before = fg.backends.cudnn.deterministic
     torch.backends.cudnn.deterministic = not before  # written through to fusegrad's
