@@ -147,6 +147,42 @@ def test_a_missing_name_names_the_torch_name_and_the_exit_lists_every_gap(tmp_pa
     assert listed == ["torch.fx", "torch._dynamo", "torch.nn.LazyConv2d"]
 
 
+POLICY_GRADIENT_SCRIPT = """
+import torch
+import torch.distributions as D
+from torch.distributions import Categorical
+
+torch.manual_seed(0)
+logits = torch.zeros(3, requires_grad=True)
+opt = torch.optim.SGD([logits], lr=0.5)
+reward = torch.tensor([0.0, 0.2, 1.0])
+for step in range(40):
+    m = Categorical(logits=logits)
+    action = m.sample((16,))
+    loss = -(m.log_prob(action) * reward[action]).mean() - 0.01 * m.entropy()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print("best", Categorical(logits=logits).probs[2].item())
+mu = torch.zeros(2, requires_grad=True)
+z = D.Normal(mu, torch.ones(2)).rsample((4,))
+kl = D.kl_divergence(D.Normal(mu, torch.ones(2)), D.Normal(torch.ones(2), torch.ones(2)))
+(z.sum() + kl.sum()).backward()
+print("grad", mu.grad.tolist())
+"""
+
+
+def test_a_policy_gradient_script_with_torch_distributions_learns(tmp_path):
+    # REINFORCE on a 3-armed bandit (pytorch/examples' reinforce.py in small), and a
+    # reparameterized Normal with a KL term, as a VAE's
+    done = run_script(tmp_path, POLICY_GRADIENT_SCRIPT)
+    assert done.returncode == 0, done.stderr
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    assert float(lines["best"]) > 0.8  # from 1/3: the best arm's probability grew
+    assert json.loads(lines["grad"]) == [3.0, 3.0]  # 4 draws' d/dloc + KL's (mu - 1)
+    assert "asked for" not in done.stderr
+
+
 def test_a_script_with_no_gap_prints_no_summary_and_keeps_its_exit_status(tmp_path):
     done = run_script(tmp_path, "import sys, torch\nprint(torch.ones(2).sum().item())\n"
                       "sys.exit(3)\n")  # fmt: skip
