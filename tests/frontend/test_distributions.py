@@ -148,6 +148,7 @@ def test_categorical_draws_follow_the_probabilities():
     assert counts[1, 0] == 0 and counts[2, 0] == 1  # never a zero-probability class
     one = Categorical(logits=fg.zeros(4)).sample()
     assert one.shape == () and 0 <= one.item() < 4
+    assert Categorical(fg.ones(2, 1)).sample((3,)).tolist() == [[0, 0]] * 3  # one class
 
 
 def test_categorical_draws_repeat_under_manual_seed_and_have_no_gradient():
