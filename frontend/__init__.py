@@ -568,7 +568,8 @@ __all__ = [n for n in dir() if not n.startswith("_")]
 import sys as _sys  # noqa: E402
 import types as _types  # noqa: E402
 
-from . import distributed, tensorboard  # noqa: E402  (mpi4py: by init_process_group only)
+# (fusegrad.distributed imports mpi4py by init_process_group only)
+from . import distributed, distributions, tensorboard  # noqa: E402
 from .nn import data, optim  # noqa: E402
 
 _sys.modules[__name__ + ".optim"] = optim

@@ -39,6 +39,9 @@ _NN_MODULE_FILES = (
     "pixelshuffle pooling rnn sparse transformer upsampling utils"
 ).split()
 
+# torch's distribution files (torch.distributions.<file>) that fusegrad.distributions holds
+_DISTRIBUTION_FILES = "bernoulli categorical independent normal uniform".split()
+
 # the stand-in of torchvision's modules (datasets/ reads the data; imported by name, on
 # request, so the frontend does not import it)
 _TORCHVISION = "fusegrad.datasets.torchvision_shim"
@@ -59,6 +62,12 @@ TORCH_MODULES: dict[str, str] = {
     "torch.cuda": "fusegrad.cuda",
     "torch.cuda.amp": "fusegrad.cuda_amp",
     "torch.distributed": "fusegrad.distributed",
+    "torch.distributions": "fusegrad.distributions",
+    "torch.distributions.constraints": "fusegrad.distribution_constraints",
+    "torch.distributions.distribution": "fusegrad.distribution",
+    "torch.distributions.kl": "fusegrad.distribution",
+    "torch.distributions.utils": "fusegrad.distribution",
+    **{f"torch.distributions.{name}": "fusegrad.distributions" for name in _DISTRIBUTION_FILES},
     "torch.linalg": "fusegrad.linalg",
     "torch.nn": "fusegrad.nn",
     "torch.nn.functional": "fusegrad.nn.functional",

@@ -1,0 +1,373 @@
+"""The base of `fusegrad.distributions`: `Distribution`, torch.distributions.utils' helpers,
+and the KL registry (`register_kl`, `kl_divergence`), as torch.distributions has them.
+
+A distribution holds parameter tensors with a `batch_shape` (independent distributions of
+one family, side by side) and an `event_shape` (the shape of one draw); a sample of
+`sample_shape` has shape `sample_shape + batch_shape + event_shape`.
+
+>>> import fusegrad as fg
+>>> from fusegrad.distributions import Normal
+>>> d = Normal(fg.zeros(3), fg.ones(3))
+>>> d.batch_shape, d.event_shape, d.sample((5,)).shape
+((3,), (), (5, 3))
+
+As torch's, arguments are validated by default (`Distribution._validate_args` is
+`__debug__`): parameters outside their constraint raise a ValueError at construction,
+values outside the support at `log_prob` / `cdf`; `validate_args=False` or
+`Distribution.set_default_validate_args(False)` turn it off. Each check reads one bool
+back from the device. Shapes are tuples here (torch's are `torch.Size`).
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+from . import distribution_constraints as constraints
+from .autograd_state import enable_grad, no_grad
+from .creation import tensor as _tensor
+from .halfdtypes import get_default_dtype
+from .shapeops import broadcast_tensors
+from .tensor import Tensor
+from .typeinfo import finfo
+
+__all__ = [
+    "Distribution",
+    "broadcast_all",
+    "clamp_probs",
+    "kl_divergence",
+    "lazy_property",
+    "logits_to_probs",
+    "probs_to_logits",
+    "register_kl",
+]
+
+# what torch counts as a number parameter (a 0-d tensor of the default dtype)
+_NUMBER = (int, float)
+
+
+class Distribution:
+    """The base class of probability distributions (torch.distributions.Distribution).
+
+    A subclass sets `arg_constraints` and `support`, and defines what it can of `rsample`
+    (reparameterized: gradients flow to the parameters), `sample`, `log_prob`, `cdf`,
+    `icdf`, `entropy`, `mean`, `mode`, `variance` and `enumerate_support`; the rest raise
+    NotImplementedError, as torch's.
+    """
+
+    has_rsample = False
+    has_enumerate_support = False
+    _validate_args = __debug__
+
+    @staticmethod
+    def set_default_validate_args(value: bool) -> None:
+        """Turn argument validation on or off for every distribution made later without
+        `validate_args=` (on by default, off under `python -O`)."""
+        if value not in [True, False]:
+            raise ValueError
+        Distribution._validate_args = value
+
+    def __init__(self, batch_shape=(), event_shape=(), validate_args: bool | None = None):
+        self._batch_shape = tuple(batch_shape)
+        self._event_shape = tuple(event_shape)
+        if validate_args is not None:
+            self._validate_args = validate_args
+        if self._validate_args:
+            self._check_parameters()
+
+    def _check_parameters(self) -> None:
+        try:
+            arg_constraints = self.arg_constraints
+        except NotImplementedError:
+            arg_constraints = {}
+            warnings.warn(
+                f"{self.__class__} does not define `arg_constraints`. Please set "
+                "`arg_constraints = {}` or initialize the distribution with "
+                "`validate_args=False` to turn off validation.",
+                stacklevel=3,
+            )
+        for param, constraint in arg_constraints.items():
+            if constraints.is_dependent(constraint):
+                continue  # cannot be checked alone
+            if param not in self.__dict__ and isinstance(getattr(type(self), param), lazy_property):
+                continue  # the other parameterization (logits where probs were given)
+            value = getattr(self, param)
+            if not bool(constraint.check(value).all()):
+                raise ValueError(
+                    f"Expected parameter {param} ({type(value).__name__} of shape "
+                    f"{tuple(value.shape)}) of distribution {self!r} to satisfy the "
+                    f"constraint {constraint!r}, but found invalid values:\n{value}"
+                )
+
+    def expand(self, batch_shape, _instance=None):
+        """A distribution of this family with its parameters expanded (views) to
+        `batch_shape`; arguments are not checked again."""
+        raise NotImplementedError
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        return self._batch_shape
+
+    @property
+    def event_shape(self) -> tuple[int, ...]:
+        return self._event_shape
+
+    @property
+    def arg_constraints(self) -> dict:
+        raise NotImplementedError
+
+    @property
+    def support(self):
+        raise NotImplementedError
+
+    @property
+    def mean(self) -> Tensor:
+        raise NotImplementedError
+
+    @property
+    def mode(self) -> Tensor:
+        raise NotImplementedError(f"{self.__class__} does not implement mode")
+
+    @property
+    def variance(self) -> Tensor:
+        raise NotImplementedError
+
+    @property
+    def stddev(self) -> Tensor:
+        return self.variance.sqrt()
+
+    def sample(self, sample_shape=()) -> Tensor:
+        """A draw of shape `sample_shape + batch_shape + event_shape`, without gradient."""
+        with no_grad():
+            return self.rsample(sample_shape)
+
+    def rsample(self, sample_shape=()) -> Tensor:
+        """A reparameterized draw: a differentiable function of the parameters."""
+        raise NotImplementedError
+
+    def sample_n(self, n: int) -> Tensor:
+        warnings.warn(
+            "`sample_n(n)` will be deprecated. Use `sample((n,))` instead.",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return self.sample((n,))
+
+    def log_prob(self, value: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def cdf(self, value: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def icdf(self, value: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def enumerate_support(self, expand: bool = True) -> Tensor:
+        raise NotImplementedError
+
+    def entropy(self) -> Tensor:
+        raise NotImplementedError
+
+    def perplexity(self) -> Tensor:
+        return self.entropy().exp()
+
+    def _extended_shape(self, sample_shape=()) -> tuple[int, ...]:
+        """sample_shape + batch_shape + event_shape."""
+        return tuple(sample_shape) + self._batch_shape + self._event_shape
+
+    def _validate_sample(self, value) -> None:
+        """Raise torch's ValueError where `value` is not a tensor, does not broadcast with
+        batch_shape + event_shape, or leaves the support."""
+        if not isinstance(value, Tensor):
+            raise ValueError("The value argument to log_prob must be a Tensor")
+        shape = tuple(value.shape)
+        event_dim_start = len(shape) - len(self._event_shape)
+        if shape[event_dim_start:] != self._event_shape:
+            raise ValueError(
+                f"The right-most size of value must match event_shape: {shape} vs "
+                f"{self._event_shape}."
+            )
+        expected = self._batch_shape + self._event_shape
+        for i, j in zip(reversed(shape), reversed(expected)):
+            if i != 1 and j != 1 and i != j:
+                raise ValueError(
+                    "Value is not broadcastable with batch_shape+event_shape: "
+                    f"{shape} vs {expected}."
+                )
+        try:
+            support = self.support
+        except NotImplementedError:
+            warnings.warn(
+                f"{self.__class__} does not define `support` to enable sample validation. "
+                "Please initialize the distribution with `validate_args=False` to turn off "
+                "validation.",
+                stacklevel=3,
+            )
+            return
+        if not bool(support.check(value).all()):
+            raise ValueError(
+                f"Expected value argument ({type(value).__name__} of shape {shape}) to be "
+                f"within the support ({support!r}) of the distribution {self!r}, but found "
+                f"invalid values:\n{value}"
+            )
+
+    def _get_checked_instance(self, cls, _instance=None):
+        if _instance is None and type(self).__init__ != cls.__init__:
+            raise NotImplementedError(
+                f"Subclass {self.__class__.__name__} of {cls.__name__} that defines a custom "
+                "__init__ method must also define a custom .expand() method."
+            )
+        return self.__new__(type(self)) if _instance is None else _instance
+
+    def __repr__(self) -> str:
+        names = [k for k in self.arg_constraints if k in self.__dict__]
+        shown = []
+        for p in names:
+            v = self.__dict__[p]
+            shown.append(f"{p}: {v if v.numel() == 1 else tuple(v.shape)}")
+        return f"{self.__class__.__name__}({', '.join(shown)})"
+
+
+class lazy_property:  # noqa: N801  (torch's name)
+    """A property computed on first read (with gradients recorded) and then kept on the
+    instance: Categorical's `logits` where it was given `probs`, and the other way."""
+
+    def __init__(self, wrapped):
+        self.wrapped = wrapped
+        functools.update_wrapper(self, wrapped)
+
+    def __get__(self, instance, obj_type=None):
+        if instance is None:
+            return self
+        with enable_grad():
+            value = self.wrapped(instance)
+        setattr(instance, self.wrapped.__name__, value)
+        return value
+
+
+def broadcast_all(*values) -> tuple[Tensor, ...]:
+    """The values broadcast to one shape; numbers become tensors of the first tensor's
+    dtype and device (the default dtype where all are numbers), as torch's.
+
+    >>> import fusegrad as fg
+    >>> [t.shape for t in broadcast_all(fg.zeros(2, 1), 1.0, fg.ones(3))]
+    [(2, 3), (2, 3), (2, 3)]
+    """
+    if not all(isinstance(v, (Tensor, *_NUMBER)) for v in values):
+        raise ValueError(
+            "Input arguments must all be instances of Number, torch.Tensor or objects "
+            "implementing __torch_function__."
+        )
+    like = next((v for v in values if isinstance(v, Tensor)), None)
+    options = {"dtype": get_default_dtype()}
+    if like is not None:
+        options = {"dtype": like.dtype, "device": like.device}
+    tensors = [v if isinstance(v, Tensor) else _tensor(float(v), **options) for v in values]
+    return broadcast_tensors(*tensors)
+
+
+def logits_to_probs(logits: Tensor, is_binary: bool = False) -> Tensor:
+    """Probabilities from log-odds (`is_binary`: sigmoid) or from unnormalized log
+    probabilities along the last dim (softmax)."""
+    return logits.sigmoid() if is_binary else logits.softmax(-1)
+
+
+def clamp_probs(probs: Tensor) -> Tensor:
+    """`probs` clamped to [eps, 1 - eps], eps the dtype's machine epsilon."""
+    eps = finfo(probs.dtype).eps
+    return probs.clamp(min=eps, max=1 - eps)
+
+
+def probs_to_logits(probs: Tensor, is_binary: bool = False) -> Tensor:
+    """Log-odds (`is_binary`) or log probabilities of clamped probabilities."""
+    ps = clamp_probs(probs)
+    return ps.log() - (-ps).log1p() if is_binary else ps.log()
+
+
+def _sum_rightmost(value: Tensor, dim: int) -> Tensor:
+    """`value` summed over its `dim` rightmost dims."""
+    if dim == 0:
+        return value
+    return value.reshape(tuple(value.shape[:-dim]) + (-1,)).sum(-1)
+
+
+# ------------------------------------------------------------------------ KL divergence
+# (type_p, type_q) -> function: the pairs registered; lookups, memoized, take the most
+# specific registered pair by subclass, as torch's
+_KL_REGISTRY: dict[tuple[type, type], object] = {}
+_KL_MEMOIZE: dict[tuple[type, type], object] = {}
+
+
+def register_kl(type_p: type, type_q: type):
+    """Register the decorated function as `kl_divergence(p, q)` for p of `type_p` (or a
+    subclass) and q of `type_q`.
+
+    >>> from fusegrad.distributions import Normal
+    >>> class Mine(Normal): ...
+    >>> @register_kl(Mine, Normal)
+    ... def kl_mine_normal(p, q):
+    ...     return p.loc * 0
+    >>> kl_divergence(Mine(1.0, 1.0), Normal(0.0, 1.0)).item()
+    0.0
+    """
+    for t in (type_p, type_q):
+        if not (isinstance(t, type) and issubclass(t, Distribution)):
+            raise TypeError(f"Expected type_p and type_q to be Distribution subclasses, got {t}")
+
+    def decorator(fun):
+        _KL_REGISTRY[type_p, type_q] = fun
+        _KL_MEMOIZE.clear()  # the most specific match may have changed
+        return fun
+
+    return decorator
+
+
+def _more_specific(a: tuple[type, ...], b: tuple[type, ...]) -> bool:
+    """Whether pair `a` sorts at or before `b`: lexicographically by subclass."""
+    for x, y in zip(a, b):
+        if not issubclass(x, y):
+            return False
+        if x is not y:
+            break
+    return True
+
+
+def _least(pairs: list[tuple[type, ...]]) -> tuple[type, ...]:
+    best = pairs[0]
+    for pair in pairs[1:]:
+        if _more_specific(pair, best) and pair != best:
+            best = pair
+    return best
+
+
+def _dispatch_kl(type_p: type, type_q: type):
+    matches = [(p, q) for p, q in _KL_REGISTRY if issubclass(type_p, p) and issubclass(type_q, q)]
+    if not matches:
+        return NotImplemented
+    left_p, left_q = _least(matches)
+    right_q, right_p = _least([(q, p) for p, q in matches])
+    left, right = _KL_REGISTRY[left_p, left_q], _KL_REGISTRY[right_p, right_q]
+    if left is not right:
+        warnings.warn(
+            f"Ambiguous kl_divergence({type_p.__name__}, {type_q.__name__}). "
+            f"Please register_kl({left_p.__name__}, {right_q.__name__})",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return left
+
+
+def kl_divergence(p: Distribution, q: Distribution) -> Tensor:
+    """KL(p || q), batched over the distributions' batch_shape, by the function
+    registered for their types (`register_kl`); NotImplementedError for a pair without
+    one, as torch's."""
+    key = (type(p), type(q))
+    fun = _KL_MEMOIZE.get(key)
+    if fun is None:
+        fun = _KL_MEMOIZE[key] = _dispatch_kl(*key)
+    if fun is NotImplemented:
+        raise NotImplementedError(
+            f"No KL(p || q) is implemented for p type {p.__class__.__name__} and q type "
+            f"{q.__class__.__name__}"
+        )
+    return fun(p, q)

@@ -1,0 +1,538 @@
+"""`fusegrad.distributions` (torch.distributions under `python -m fusegrad`): Categorical,
+Bernoulli, Normal, Uniform and Independent, with torch's parameters, shapes, validation,
+formulas and KL pairs; the base class and the KL registry are `distribution.py`'s.
+
+>>> import fusegrad as fg
+>>> from fusegrad.distributions import Categorical, Normal, kl_divergence
+>>> m = Categorical(fg.tensor([0.25, 0.75]))
+>>> int(m.sample()) in (0, 1), round(m.log_prob(fg.tensor(1)).item(), 4)
+(True, -0.2877)
+>>> loc = fg.tensor(0.0, requires_grad=True)
+>>> x = Normal(loc, 2.0).rsample((3,))  # loc + eps * scale: differentiable in loc
+>>> x.sum().backward(); loc.grad.item()
+3.0
+>>> kl_divergence(Normal(0.0, 1.0), Normal(1.0, 1.0)).item()
+0.5
+
+Draws come from fusegrad's own generator (`fg.manual_seed` repeats them; `rand` and
+`randn` computed in the kernels that read them), so they are not torch's numbers for the
+same seed. Categorical draws by inverting the cumulative probabilities (one uniform per
+draw; torch calls multinomial).
+"""
+
+from __future__ import annotations
+
+import math
+
+from . import distribution_constraints as constraints
+from .autograd_state import no_grad
+from .creation import arange, bernoulli, full, rand, randn
+from .distribution import (
+    Distribution,
+    _sum_rightmost,
+    broadcast_all,
+    kl_divergence,
+    lazy_property,
+    logits_to_probs,
+    probs_to_logits,
+    register_kl,
+)
+from .ir.dtypes import float64, int64
+from .shapeops import broadcast_tensors
+from .tensor import Tensor, where
+from .typeinfo import finfo
+
+__all__ = [
+    "Bernoulli",
+    "Categorical",
+    "Distribution",
+    "Independent",
+    "Normal",
+    "Uniform",
+    "constraints",
+    "kl_divergence",
+    "register_kl",
+]
+_NUMBER = (int, float)
+
+
+def _softplus(x: Tensor) -> Tensor:
+    """log(1 + exp(x)), as torch's softplus (beta 1, threshold 20: x itself above it)."""
+    return where(x > 20, x, x.clamp(max=20).exp().log1p())
+
+
+def _log_sigmoid(x: Tensor) -> Tensor:
+    """log(sigmoid(x)): x - log1p(exp(x)) below 0, -log1p(exp(-x)) from 0 (exp never
+    overflows, and the gradient is sigmoid(-x) at 0 too, where min(x, 0) - log1p(exp(-|x|))
+    would give the kinks' one-sided slopes)."""
+    negative = x < 0
+    below = where(negative, x, 0.0)
+    above = where(negative, 0.0, x)
+    return where(negative, below - below.exp().log1p(), -(-above).exp().log1p())
+
+
+def _bce_with_logits(logits: Tensor, target: Tensor) -> Tensor:
+    """Binary cross entropy of `target` against sigmoid(logits), elementwise."""
+    return (1 - target) * logits - _log_sigmoid(logits)
+
+
+class Categorical(Distribution):
+    """Draws of 0..K-1 with the probabilities along the last dim of `probs` (normalized to
+    sum to 1) or `logits` (unnormalized log probabilities, normalized by logsumexp): give
+    one. Its other dims are the batch.
+
+    >>> import fusegrad as fg
+    >>> m = Categorical(logits=fg.tensor([[0.0, 0.0], [0.0, 1.0]]))
+    >>> m.batch_shape, m.sample((4,)).shape, [round(p, 4) for p in m.probs[1].tolist()]
+    ((2,), (4, 2), [0.2689, 0.7311])
+    """
+
+    arg_constraints = {"probs": constraints.simplex, "logits": constraints.real_vector}
+    has_enumerate_support = True
+
+    def __init__(self, probs=None, logits=None, validate_args: bool | None = None):
+        if (probs is None) == (logits is None):
+            raise ValueError("Either `probs` or `logits` must be specified, but not both.")
+        if probs is not None:
+            if probs.dim() < 1:
+                raise ValueError("`probs` parameter must be at least one-dimensional.")
+            self.probs = probs / probs.sum(-1, keepdim=True)
+        else:
+            if logits.dim() < 1:
+                raise ValueError("`logits` parameter must be at least one-dimensional.")
+            self.logits = logits - logits.logsumexp(dim=-1, keepdim=True)
+        self._param = self.probs if probs is not None else self.logits
+        self._num_events = self._param.shape[-1]
+        super().__init__(tuple(self._param.shape[:-1]), validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(Categorical, _instance)
+        param_shape = tuple(batch_shape) + (self._num_events,)
+        for name in ("probs", "logits"):
+            if name in self.__dict__:
+                setattr(new, name, self.__dict__[name].expand(param_shape))
+                new._param = new.__dict__[name]
+        new._num_events = self._num_events
+        Distribution.__init__(new, batch_shape, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    @constraints.dependent_property(is_discrete=True, event_dim=0)
+    def support(self):
+        return constraints.integer_interval(0, self._num_events - 1)
+
+    @lazy_property
+    def logits(self) -> Tensor:
+        return probs_to_logits(self.probs)
+
+    @lazy_property
+    def probs(self) -> Tensor:
+        return logits_to_probs(self.logits)
+
+    @property
+    def param_shape(self) -> tuple[int, ...]:
+        return tuple(self._param.shape)
+
+    @property
+    def mean(self) -> Tensor:
+        return full(self._extended_shape(), math.nan, dtype=self.probs.dtype)
+
+    @property
+    def mode(self) -> Tensor:
+        return self.probs.argmax(dim=-1)
+
+    @property
+    def variance(self) -> Tensor:
+        return full(self._extended_shape(), math.nan, dtype=self.probs.dtype)
+
+    def sample(self, sample_shape=()) -> Tensor:
+        """int64 draws of shape sample_shape + batch_shape: the number of cumulative
+        probabilities (but the last) at or below a uniform draw scaled to their total."""
+        shape = self._extended_shape(sample_shape)
+        with no_grad():
+            cumulative = self.probs.detach().to(float64).cumsum(-1)
+            u = rand(shape + (1,), dtype=float64, device=cumulative.device)
+            return (cumulative[..., :-1] <= u * cumulative[..., -1:]).sum(-1).to(int64)
+
+    def log_prob(self, value: Tensor) -> Tensor:
+        if self._validate_args:
+            self._validate_sample(value)
+        value = value.long().unsqueeze(-1)
+        value, log_pmf = broadcast_tensors(value, self.logits)
+        return log_pmf.gather(-1, value[..., :1]).squeeze(-1)
+
+    def entropy(self) -> Tensor:
+        logits = self.logits.clamp(min=finfo(self.logits.dtype).min)
+        return -(logits * self.probs).sum(-1)
+
+    def enumerate_support(self, expand: bool = True) -> Tensor:
+        values = arange(self._num_events, dtype=int64, device=self._param.device)
+        values = values.reshape((-1,) + (1,) * len(self._batch_shape))
+        return values.expand((-1,) + self._batch_shape) if expand else values
+
+
+class Bernoulli(Distribution):
+    """Draws of 1 with probability `probs` (or sigmoid(`logits`)), else 0, in the
+    parameter's dtype.
+
+    >>> import fusegrad as fg
+    >>> [round(v, 4) for v in Bernoulli(logits=fg.tensor([0.0, 2.0])).probs.tolist()]
+    [0.5, 0.8808]
+    """
+
+    arg_constraints = {"probs": constraints.unit_interval, "logits": constraints.real}
+    support = constraints.boolean
+    has_enumerate_support = True
+
+    def __init__(self, probs=None, logits=None, validate_args: bool | None = None):
+        if (probs is None) == (logits is None):
+            raise ValueError("Either `probs` or `logits` must be specified, but not both.")
+        given = probs if probs is not None else logits
+        (param,) = broadcast_all(given)
+        if probs is not None:
+            self.probs = param
+        else:
+            self.logits = param
+        self._param = param
+        batch_shape = () if isinstance(given, _NUMBER) else tuple(param.shape)
+        super().__init__(batch_shape, validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(Bernoulli, _instance)
+        batch_shape = tuple(batch_shape)
+        for name in ("probs", "logits"):
+            if name in self.__dict__:
+                setattr(new, name, self.__dict__[name].expand(batch_shape))
+                new._param = new.__dict__[name]
+        Distribution.__init__(new, batch_shape, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    @property
+    def mean(self) -> Tensor:
+        return self.probs
+
+    @property
+    def mode(self) -> Tensor:
+        """1 where probs > 0.5, 0 where below, NaN at 0.5 (torch's)."""
+        return where(self.probs == 0.5, math.nan, (self.probs >= 0.5).to(self.probs.dtype))
+
+    @property
+    def variance(self) -> Tensor:
+        return self.probs * (1 - self.probs)
+
+    @lazy_property
+    def logits(self) -> Tensor:
+        return probs_to_logits(self.probs, is_binary=True)
+
+    @lazy_property
+    def probs(self) -> Tensor:
+        return logits_to_probs(self.logits, is_binary=True)
+
+    @property
+    def param_shape(self) -> tuple[int, ...]:
+        return tuple(self._param.shape)
+
+    def sample(self, sample_shape=()) -> Tensor:
+        shape = self._extended_shape(sample_shape)
+        with no_grad():
+            return bernoulli(self.probs.expand(shape))
+
+    def log_prob(self, value: Tensor) -> Tensor:
+        if self._validate_args:
+            self._validate_sample(value)
+        logits, value = broadcast_all(self.logits, value)
+        return -_bce_with_logits(logits, value)
+
+    def entropy(self) -> Tensor:
+        return _bce_with_logits(self.logits, self.probs)
+
+    def enumerate_support(self, expand: bool = True) -> Tensor:
+        values = arange(2, dtype=self._param.dtype, device=self._param.device)
+        values = values.reshape((-1,) + (1,) * len(self._batch_shape))
+        return values.expand((-1,) + self._batch_shape) if expand else values
+
+
+class Normal(Distribution):
+    """The normal distribution N(loc, scale^2); `rsample` is loc + eps * scale, eps a
+    standard normal draw, so gradients reach loc (1) and scale (eps).
+
+    >>> import fusegrad as fg
+    >>> d = Normal(fg.tensor([0.0, 1.0]), 2.0)
+    >>> d.batch_shape, [round(v, 4) for v in d.log_prob(fg.tensor([0.0, 0.0])).tolist()]
+    ((2,), [-1.6121, -1.7371])
+    """
+
+    arg_constraints = {"loc": constraints.real, "scale": constraints.positive}
+    support = constraints.real
+    has_rsample = True
+
+    def __init__(self, loc, scale, validate_args: bool | None = None):
+        self.loc, self.scale = broadcast_all(loc, scale)
+        numbers = isinstance(loc, _NUMBER) and isinstance(scale, _NUMBER)
+        super().__init__(() if numbers else tuple(self.loc.shape), validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(Normal, _instance)
+        batch_shape = tuple(batch_shape)
+        new.loc, new.scale = self.loc.expand(batch_shape), self.scale.expand(batch_shape)
+        Distribution.__init__(new, batch_shape, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    @property
+    def mean(self) -> Tensor:
+        return self.loc
+
+    @property
+    def mode(self) -> Tensor:
+        return self.loc
+
+    @property
+    def stddev(self) -> Tensor:
+        return self.scale
+
+    @property
+    def variance(self) -> Tensor:
+        return self.stddev.pow(2)
+
+    def sample(self, sample_shape=()) -> Tensor:
+        with no_grad():
+            return self.rsample(sample_shape)
+
+    def rsample(self, sample_shape=()) -> Tensor:
+        shape = self._extended_shape(sample_shape)
+        eps = randn(shape, dtype=self.loc.dtype, device=self.loc.device)
+        return self.loc + eps * self.scale
+
+    def log_prob(self, value: Tensor) -> Tensor:
+        if self._validate_args:
+            self._validate_sample(value)
+        var = self.scale**2
+        return (
+            -((value - self.loc) ** 2) / (2 * var)
+            - self.scale.log()
+            - math.log(math.sqrt(2 * math.pi))
+        )
+
+    def cdf(self, value: Tensor) -> Tensor:
+        if self._validate_args:
+            self._validate_sample(value)
+        return 0.5 * (1 + ((value - self.loc) * self.scale.reciprocal() / math.sqrt(2)).erf())
+
+    def icdf(self, value: Tensor) -> Tensor:
+        return self.loc + self.scale * (2 * value - 1).erfinv() * math.sqrt(2)
+
+    def entropy(self) -> Tensor:
+        return 0.5 + 0.5 * math.log(2 * math.pi) + self.scale.log()
+
+
+class Uniform(Distribution):
+    """Uniform draws from [low, high); `rsample` is low + u * (high - low).
+
+    >>> import fusegrad as fg
+    >>> d = Uniform(0.0, 4.0)
+    >>> d.log_prob(fg.tensor(1.0)).item(), d.cdf(fg.tensor(1.0)).item(), d.mean.item()
+    (-1.3862943649291992, 0.25, 2.0)
+    """
+
+    has_rsample = True
+
+    @property
+    def arg_constraints(self) -> dict:
+        return {
+            "low": constraints.less_than(self.high),
+            "high": constraints.greater_than(self.low),
+        }
+
+    def __init__(self, low, high, validate_args: bool | None = None):
+        self.low, self.high = broadcast_all(low, high)
+        numbers = isinstance(low, _NUMBER) and isinstance(high, _NUMBER)
+        super().__init__(() if numbers else tuple(self.low.shape), validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(Uniform, _instance)
+        batch_shape = tuple(batch_shape)
+        new.low, new.high = self.low.expand(batch_shape), self.high.expand(batch_shape)
+        Distribution.__init__(new, batch_shape, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    @property
+    def mean(self) -> Tensor:
+        return (self.high + self.low) / 2
+
+    @property
+    def mode(self) -> Tensor:
+        return math.nan * self.high
+
+    @property
+    def stddev(self) -> Tensor:
+        return (self.high - self.low) / 12**0.5
+
+    @property
+    def variance(self) -> Tensor:
+        return (self.high - self.low).pow(2) / 12
+
+    @constraints.dependent_property(is_discrete=False, event_dim=0)
+    def support(self):
+        return constraints.interval(self.low, self.high)
+
+    def rsample(self, sample_shape=()) -> Tensor:
+        shape = self._extended_shape(sample_shape)
+        u = rand(shape, dtype=self.low.dtype, device=self.low.device)
+        return self.low + u * (self.high - self.low)
+
+    def log_prob(self, value: Tensor) -> Tensor:
+        if self._validate_args:
+            self._validate_sample(value)
+        inside = (self.low <= value) & (self.high > value)
+        return inside.to(self.low.dtype).log() - (self.high - self.low).log()
+
+    def cdf(self, value: Tensor) -> Tensor:
+        if self._validate_args:
+            self._validate_sample(value)
+        return ((value - self.low) / (self.high - self.low)).clamp(min=0, max=1)
+
+    def icdf(self, value: Tensor) -> Tensor:
+        return value * (self.high - self.low) + self.low
+
+    def entropy(self) -> Tensor:
+        return (self.high - self.low).log()
+
+
+class Independent(Distribution):
+    """`base_distribution` with its `reinterpreted_batch_ndims` rightmost batch dims read
+    as event dims: log_prob and entropy sum over them (a diagonal Normal over vectors).
+
+    >>> import fusegrad as fg
+    >>> d = Independent(Normal(fg.zeros(2, 3), fg.ones(2, 3)), 1)
+    >>> d.batch_shape, d.event_shape, d.log_prob(fg.zeros(2, 3)).shape
+    ((2,), (3,), (2,))
+    """
+
+    arg_constraints: dict = {}
+
+    def __init__(
+        self, base_distribution, reinterpreted_batch_ndims: int, validate_args=None
+    ) -> None:
+        if reinterpreted_batch_ndims > len(base_distribution.batch_shape):
+            raise ValueError(
+                "Expected reinterpreted_batch_ndims <= len(base_distribution.batch_shape), "
+                f"actual {reinterpreted_batch_ndims} vs {len(base_distribution.batch_shape)}"
+            )
+        shape = base_distribution.batch_shape + base_distribution.event_shape
+        event_dim = reinterpreted_batch_ndims + len(base_distribution.event_shape)
+        self.base_dist = base_distribution
+        self.reinterpreted_batch_ndims = reinterpreted_batch_ndims
+        cut = len(shape) - event_dim
+        super().__init__(shape[:cut], shape[cut:], validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(Independent, _instance)
+        batch_shape = tuple(batch_shape)
+        n = self.reinterpreted_batch_ndims
+        new.base_dist = self.base_dist.expand(batch_shape + self.event_shape[:n])
+        new.reinterpreted_batch_ndims = n
+        Distribution.__init__(new, batch_shape, self.event_shape, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    @property
+    def has_rsample(self) -> bool:  # type: ignore[override]
+        return self.base_dist.has_rsample
+
+    @property
+    def has_enumerate_support(self) -> bool:  # type: ignore[override]
+        return self.reinterpreted_batch_ndims == 0 and self.base_dist.has_enumerate_support
+
+    @constraints.dependent_property
+    def support(self):
+        result = self.base_dist.support
+        if self.reinterpreted_batch_ndims:
+            result = constraints.independent(result, self.reinterpreted_batch_ndims)
+        return result
+
+    @property
+    def mean(self) -> Tensor:
+        return self.base_dist.mean
+
+    @property
+    def mode(self) -> Tensor:
+        return self.base_dist.mode
+
+    @property
+    def variance(self) -> Tensor:
+        return self.base_dist.variance
+
+    def sample(self, sample_shape=()) -> Tensor:
+        return self.base_dist.sample(sample_shape)
+
+    def rsample(self, sample_shape=()) -> Tensor:
+        return self.base_dist.rsample(sample_shape)
+
+    def log_prob(self, value: Tensor) -> Tensor:
+        return _sum_rightmost(self.base_dist.log_prob(value), self.reinterpreted_batch_ndims)
+
+    def entropy(self) -> Tensor:
+        return _sum_rightmost(self.base_dist.entropy(), self.reinterpreted_batch_ndims)
+
+    def enumerate_support(self, expand: bool = True) -> Tensor:
+        if self.reinterpreted_batch_ndims > 0:
+            raise NotImplementedError("Enumeration over cartesian product is not implemented")
+        return self.base_dist.enumerate_support(expand=expand)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.base_dist}, {self.reinterpreted_batch_ndims})"
+
+
+# ------------------------------------------------------------- KL pairs (torch's formulas)
+@register_kl(Bernoulli, Bernoulli)
+def _kl_bernoulli_bernoulli(p, q):
+    t1 = p.probs * (_softplus(-q.logits) - _softplus(-p.logits))
+    t1 = where(p.probs == 0, 0.0, where(q.probs == 0, math.inf, t1))
+    t2 = (1 - p.probs) * (_softplus(q.logits) - _softplus(p.logits))
+    t2 = where(p.probs == 1, 0.0, where(q.probs == 1, math.inf, t2))
+    return t1 + t2
+
+
+@register_kl(Categorical, Categorical)
+def _kl_categorical_categorical(p, q):
+    t = p.probs * (p.logits - q.logits)
+    t = where(p.probs == 0, 0.0, where(q.probs == 0, math.inf, t))
+    return t.sum(-1)
+
+
+@register_kl(Normal, Normal)
+def _kl_normal_normal(p, q):
+    var_ratio = (p.scale / q.scale).pow(2)
+    t1 = ((p.loc - q.loc) / q.scale).pow(2)
+    return 0.5 * (var_ratio + t1 - 1 - var_ratio.log())
+
+
+@register_kl(Uniform, Uniform)
+def _kl_uniform_uniform(p, q):
+    result = ((q.high - q.low) / (p.high - p.low)).log()
+    return where((q.low > p.low) | (q.high < p.high), math.inf, result)
+
+
+@register_kl(Normal, Uniform)
+def _kl_normal_uniform(p, q):
+    return full(tuple(p.loc.shape), math.inf, dtype=p.loc.dtype, device=p.loc.device)
+
+
+@register_kl(Uniform, Normal)
+def _kl_uniform_normal(p, q):
+    width = p.high - p.low
+    t1 = (math.sqrt(math.pi * 2) * q.scale / width).log()
+    t2 = width.pow(2) / 12
+    t3 = ((p.high + p.low - 2 * q.loc) / 2).pow(2)
+    return t1 + 0.5 * (t2 + t3) / q.scale.pow(2)
+
+
+@register_kl(Independent, Independent)
+def _kl_independent_independent(p, q):
+    if p.reinterpreted_batch_ndims != q.reinterpreted_batch_ndims:
+        raise NotImplementedError
+    result = kl_divergence(p.base_dist, q.base_dist)
+    return _sum_rightmost(result, p.reinterpreted_batch_ndims)
