@@ -207,16 +207,30 @@ def full(size, fill_value, dtype=None, requires_grad: bool = False, device=None)
     return finish(Tensor, full_node(size, fill_value, dtype, device), requires_grad)
 
 
-def zeros(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
-    return full(_shape(size), 0.0, dtype or default_float(), requires_grad, device)
+def _sizes(sizes: tuple, size, op: str) -> tuple:
+    """The sizes given as arguments (`zeros(2, 3)`, `zeros((2, 3))`), or torch's `size=`
+    keyword (`zeros(size=(2, 3))`), not both."""
+    if size is None:
+        return sizes
+    if sizes:
+        raise TypeError(f"{op}() got multiple values for argument 'size'")
+    return (size,)
 
 
-def ones(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
-    return full(_shape(size), 1.0, dtype or default_float(), requires_grad, device)
+def zeros(*sizes, size=None, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+    shape = _shape(_sizes(sizes, size, "zeros"))
+    return full(shape, 0.0, dtype or default_float(), requires_grad, device)
 
 
-def empty(*size, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
-    return zeros(*size, dtype=dtype, requires_grad=requires_grad, device=device)
+def ones(*sizes, size=None, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+    shape = _shape(_sizes(sizes, size, "ones"))
+    return full(shape, 1.0, dtype or default_float(), requires_grad, device)
+
+
+def empty(*sizes, size=None, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+    """torch's uninitialized tensor: here zeros (a lazy constant)."""
+    sizes = _sizes(sizes, size, "empty")
+    return zeros(*sizes, dtype=dtype, requires_grad=requires_grad, device=device)
 
 
 # the *_like functions take torch's `memory_format=` (checked as torch checks it; no value
@@ -337,14 +351,19 @@ def eye(
     return from_numpy(array, requires_grad, device)
 
 
-def rand(*size, generator=None, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+def rand(
+    *sizes, size=None, generator=None, dtype=None, requires_grad: bool = False, device=None
+) -> Tensor:
     """Uniform [0, 1) numbers from the counter-based generator (see manual_seed)."""
-    return finish(Tensor, rand_node(size, generator, dtype, device), requires_grad)
+    sizes = _sizes(sizes, size, "rand")
+    return finish(Tensor, rand_node(sizes, generator, dtype, device), requires_grad)
 
 
-def randn(*size, generator=None, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+def randn(
+    *sizes, size=None, generator=None, dtype=None, requires_grad: bool = False, device=None
+) -> Tensor:
     """Standard normal numbers (Box-Muller over two uniform streams)."""
-    z = _nodes.randn(Tensor, size, generator, dtype, device)
+    z = _nodes.randn(Tensor, _sizes(sizes, size, "randn"), generator, dtype, device)
     return finish(Tensor, z.node, requires_grad)
 
 

@@ -42,8 +42,8 @@ def _child(name: str, mode: str, out: str, paths: dict) -> None:
     import torch.nn as nn
     import torch.nn.functional as F
 
-    for fake in ("torchvision", "torchvision.datasets", "torchvision.transforms", "matplotlib",
-                 "matplotlib.pyplot"):  # fmt: skip
+    stand_ins = ("torchvision", "torchvision.datasets", "torchvision.transforms", "requests")
+    for fake in (*stand_ins, "matplotlib", "matplotlib.pyplot"):
         module = types.ModuleType(fake)
         module.use = lambda *a, **k: None
         sys.modules.setdefault(fake, module)
@@ -73,7 +73,7 @@ def _child(name: str, mode: str, out: str, paths: dict) -> None:
         for m in model.modules():
             if isinstance(m, (nn.Dropout, nn.Dropout2d)):
                 m.p = 0.0
-            if isinstance(m, nn.MultiheadAttention):
+            if isinstance(getattr(m, "dropout", None), float):  # (attention's, GAT's: a rate)
                 m.dropout = 0.0
 
     rng = np.random.default_rng(0)
@@ -213,6 +213,41 @@ def _child(name: str, mode: str, out: str, paths: dict) -> None:
             out += [(err_real + err_fake).item(), err_g.item(), output.mean().item()]
         return out
 
+    def gat():
+        mod = load(os.path.join(paths["examples"], "gat", "main.py"), "program")
+        model = mod.GAT(in_features=12, n_hidden=16, n_heads=4, num_classes=5)
+        same_start(model)
+        nodes = 40
+        features = floats(nodes, 12)
+        adjacency = torch.from_numpy((rng.random((nodes, nodes)) < 0.15).astype(np.float32))
+        adjacency = ((adjacency + adjacency.T + torch.eye(nodes)) > 0).float()
+        labels = torch.from_numpy(rng.integers(0, 5, nodes))
+        train, val = torch.arange(0, 25), torch.arange(25, 40)
+        opt = torch.optim.Adam(model.parameters(), lr=0.005, weight_decay=5e-4)
+        criterion = nn.NLLLoss()
+        out = []
+        for epoch in range(6):  # the program's own train_iter and test
+            with contextlib.redirect_stdout(io.StringIO()):
+                mod.train_iter(epoch + 1, model, opt, criterion, (features, adjacency), labels,
+                               train, val, print_every=10**6)  # fmt: skip
+            out += mod.test(model, criterion, (features, adjacency), labels, val)
+        return out
+
+    def super_resolution():
+        mod = load(os.path.join(paths["examples"], "super_resolution", "model.py"), "sr_model")
+        model = mod.Net(upscale_factor=3)
+        same_start(model)
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+        losses = []
+        for _ in range(5):
+            low, high = floats(4, 1, 12, 12), floats(4, 1, 36, 36)
+            opt.zero_grad()
+            loss = F.mse_loss(model(low), high)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses
+
     def nanogpt(accumulate: int, clip: float):
         mod = load(os.path.join(paths["nanogpt"], "model.py"), "nanogpt_model")
         config = mod.GPTConfig(block_size=32, vocab_size=65, n_layer=2, n_head=2, n_embd=32,
@@ -292,7 +327,8 @@ def _child(name: str, mode: str, out: str, paths: dict) -> None:
     elif name.startswith("mnist"):
         got = mnist_like(name)
     else:
-        got = {"sine_lbfgs": sine_lbfgs, "vae": vae, "dcgan": dcgan}[name]()
+        checks = {"sine_lbfgs": sine_lbfgs, "vae": vae, "dcgan": dcgan, "gat": gat}
+        got = {**checks, "super_resolution": super_resolution}[name]()
     np.save(os.path.join(out, f"{name}.{mode}.npy"), np.array(got, dtype=np.float64))
 
 
@@ -301,7 +337,8 @@ def _child(name: str, mode: str, out: str, paths: dict) -> None:
 NEEDS = {"nanogpt": "nanogpt", "makemore": "makemore"}
 NAMES = [
     "mnist", "mnist_rnn", "word_lm_lstm", "word_lm_gru", "word_lm_rnn_tanh",
-    "word_lm_transformer", "sine_lbfgs", "vae", "dcgan", "nanogpt", "nanogpt_clipping",
+    "word_lm_transformer", "sine_lbfgs", "vae", "dcgan", "gat", "super_resolution",
+    "nanogpt", "nanogpt_clipping",
     "makemore_transformer", "makemore_bigram", "makemore_mlp", "makemore_rnn",
     "makemore_gru", "makemore_bow",
 ]  # fmt: skip

@@ -705,3 +705,15 @@ def test_graphs_of_one_structure_with_different_constants_and_bounds():
         np.testing.assert_array_equal(x.cast(dtype).numpy(), a.astype(dtype))
     for b in (a + 1, a * 3):
         np.testing.assert_array_equal((x + fg.from_numpy(b)).numpy(), a + b)
+
+
+@pytest.mark.parametrize("name", ["zeros", "ones", "empty", "rand", "randn"])
+def test_creation_takes_torchs_size_keyword(name):
+    """`torch.empty(size=(4, 8))` (pytorch/examples' GAT builds its weights so)."""
+    make = getattr(fg, name)
+    assert make(size=(2, 3)).shape == (2, 3)
+    assert make(size=[4]).shape == (4,) and make(size=()).shape == ()
+    assert make(2, 3).shape == make((2, 3)).shape == (2, 3)
+    assert make(size=(2,), dtype=fg.float64).dtype == fg.float64
+    with pytest.raises(TypeError, match=f"{name}\\(\\) got multiple values for argument 'size'"):
+        make(2, size=(3,))
