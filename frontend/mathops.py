@@ -327,14 +327,28 @@ def _two_product_error(a, b, p):
     return ((ah * bh - p) + ah * bl + al * bh) + al * bl
 
 
+def _widening_int_cast(n) -> bool:
+    """Whether node `n` casts a bool or integer to an integer type at least as wide (a 0
+    stays 0 and nothing else becomes one)."""
+    if n.op is not Ops.CAST:
+        return False
+    src = n.srcs[0].dtype
+    return (
+        (src.is_bool or not src.is_float)
+        and not n.dtype.is_float
+        and not n.dtype.is_bool
+        and src.itemsize <= n.dtype.itemsize
+    )
+
+
 def _refuse_integer_zero_divisor(b, op: str) -> None:
     """Raise where an integer division's divisor is known to hold a 0, as torch raises
     ("ZeroDivisionError"): a constant 0 (`x // 0`) or data already on the host. A divisor
     still to be computed is not read early (that would cost a kernel of its own): its
     zeros divide to 0, the IR's integer division by zero."""
     n = b.node
-    while n.op in MOVEMENT and len(n.srcs) == 1:
-        n = n.srcs[0]
+    while len(n.srcs) == 1 and (n.op in MOVEMENT or _widening_int_cast(n)):
+        n = n.srcs[0]  # (a promotion keeps the zeros: uint8 // int8 reads int8 as int16)
     if n.op is Ops.CONST:
         zero = n.arg == 0
     elif n.op is Ops.BUFFER and isinstance(getattr(n.arg, "array", None), np.ndarray):

@@ -1939,18 +1939,20 @@ def _c(value, like: N.Node) -> N.Node:
 
 
 def _int_tensor_power(b: Tensor, e: Tensor) -> Tensor:
-    """Integers to integer tensor powers, exactly (wrapping on overflow, as torch)."""
-    known = e.numpy() if e.node.op is Ops.BUFFER else None
-    if known is not None and (known < 0).any():
-        fail(ArgumentError, "pow", "Integers to negative integer powers are not allowed.")
+    """Integers to integer tensor powers, exactly (wrapping on overflow, as torch). A
+    negative exponent gives torch's integer result (its scalar form refuses one): 1 for a
+    base of 1, +-1 for -1 by the exponent's parity, else 0 (0 too)."""
     bits = 8 * e.dtype.itemsize - 1
-    out, p, k = None, b, e
+    negative = e < 0
+    out, p, k = None, b, where(negative, 0, e)
     for i in range(bits):
         factor = where(_low_bit(k), p, 1)
         out = factor if out is None else out * factor
         if i + 1 < bits:
             p, k = p * p, _half(k)
-    return out
+    minus_one = where(_low_bit(e.abs()), -1, 1).cast(out.dtype)
+    inverse = where(b == 1, 1, where(b == -1, minus_one, 0)).cast(out.dtype)
+    return where(negative, inverse, out)
 
 
 def _low_bit(k: Tensor) -> Tensor:

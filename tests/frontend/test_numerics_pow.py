@@ -137,9 +137,27 @@ def test_integer_powers_stay_integer_and_exact():
 def test_integer_to_negative_integer_power_raises():
     with pytest.raises(RuntimeError, match="Integers to negative integer powers are not allowed."):
         fg.tensor([2], dtype="int32") ** -2
-    with pytest.raises(RuntimeError, match="negative integer powers"):
-        fg.tensor([2, 3]) ** fg.tensor([1, -1])
     assert (fg.tensor([2.0]) ** -2).tolist() == [0.25]
+
+
+def test_integers_to_negative_integer_tensor_powers_are_torchs():
+    """torch refuses a negative Python exponent of an integer tensor but computes a tensor
+    of them: 1 for a base of 1, +-1 for -1 by parity, else 0 (torch 2.14's values)."""
+    b = fg.tensor([-3, -2, -1, 0, 1, 2, 3])
+    for e, want in [
+        (-1, [0, 0, -1, 0, 1, 0, 0]),
+        (-2, [0, 0, 1, 0, 1, 0, 0]),
+        (-3, [0, 0, -1, 0, 1, 0, 0]),
+        (-64, [0, 0, 1, 0, 1, 0, 0]),
+        (5, [-243, -32, -1, 0, 1, 32, 243]),
+    ]:
+        assert (b ** fg.full((7,), e, dtype=fg.int64)).tolist() == want
+    assert (fg.tensor([2, 3]) ** fg.tensor([1, -1])).tolist() == [2, 0]
+    mixed = fg.tensor([2, 1, 0], dtype=fg.uint8) ** fg.tensor([-1, -1, -2], dtype=fg.int8)
+    assert mixed.dtype == fg.int16 and mixed.tolist() == [0, 1, 0]
+    assert (fg.tensor([True, False]) ** fg.tensor([-1, -1])).tolist() == [1, 0]
+    minus = fg.tensor([-1, -1], dtype=fg.int8) ** fg.tensor([-3, -4])
+    assert minus.tolist() == [-1, 1]
 
 
 # (base dtype, Python exponent, torch 2.13's result dtype)

@@ -162,6 +162,11 @@ def test_a_generator_drives_dataloader_shuffles_and_random_split():
         lambda x: x % fg.tensor([1, 0]),
         lambda x: 5 // fg.tensor([0, 2]),
         lambda x: x.byte() // 0,
+        # a divisor promoted to the quotient's type keeps its zeros: uint8 // int8 (int16)
+        lambda x: x.byte() // fg.tensor([-3, 0], dtype=fg.int8),
+        lambda x: x % fg.tensor([True, False]),  # (bool to int64)
+        lambda x: 2 // fg.tensor([True, False]),
+        lambda x: fg.fmod(x.short(), fg.tensor([1, 0], dtype=fg.uint8)),
     ],
 )
 def test_integer_division_by_a_known_zero_raises_as_torch(divide):
