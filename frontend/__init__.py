@@ -438,6 +438,12 @@ def deg2rad(x):
     return x.deg2rad()
 
 
+def angle(x):
+    """The argument of each element as a complex number: pi for a negative real, else 0
+    (NaN at NaN), as torch.angle of a real tensor."""
+    return x.angle()
+
+
 def rad2deg(x):
     """Radians to degrees, x * 180 / pi (an integer tensor becomes the default float)."""
     return x.rad2deg()

@@ -155,18 +155,24 @@ def _exclusive_products(x, d: int):
 
 
 def all_(x, dim=None, keepdim: bool = False):
-    """True where every element along `dim` is nonzero (True for an empty reduction)."""
+    """True where every element along `dim` is nonzero (True for an empty reduction); of a
+    uint8 tensor, 1 or 0 as uint8, as torch keeps its old behaviour there."""
     b = x.bool() if not x.dtype.is_bool else x
     if x.numel() == 0:
-        return _empty_logical(x, dim, keepdim, True)
-    return b.amin(dim, keepdim)
+        return _as_uint8_if(x, _empty_logical(x, dim, keepdim, True))
+    return _as_uint8_if(x, b.amin(dim, keepdim))
 
 
 def any_(x, dim=None, keepdim: bool = False):
+    """True where some element along `dim` is nonzero (uint8 for a uint8 tensor, as all)."""
     b = x.bool() if not x.dtype.is_bool else x
     if x.numel() == 0:
-        return _empty_logical(x, dim, keepdim, False)
-    return b.amax(dim, keepdim)
+        return _as_uint8_if(x, _empty_logical(x, dim, keepdim, False))
+    return _as_uint8_if(x, b.amax(dim, keepdim))
+
+
+def _as_uint8_if(x, out):
+    return out.cast(x.dtype) if x.dtype.name == "uint8" else out
 
 
 def _empty_logical(x, dim, keepdim, value):

@@ -561,7 +561,9 @@ class Tensor:
     def all(  # frontend/shapeops.py: all_ (through with_numpy_names)
         x, dim=None, keepdim: builtins.bool = False, *, axis=None, keepdims=None
     ):
-        """True where every element along `dim` is nonzero (True for an empty reduction)."""
+        """True where every element along `dim` is nonzero (True for an empty reduction); of a uint8
+        tensor, 1 or 0 as uint8, as torch keeps its old behaviour there.
+        """
     def amax(  # frontend/reduce.py: ReduceMixin.amax (through with_numpy_names)
         self, dim=None, keepdim: builtins.bool = False, *, axis=None, keepdims=None
     ): ...
@@ -576,7 +578,8 @@ class Tensor:
         """
     def any(  # frontend/shapeops.py: any_ (through with_numpy_names)
         x, dim=None, keepdim: builtins.bool = False, *, axis=None, keepdims=None
-    ): ...
+    ):
+        """True where some element along `dim` is nonzero (uint8 for a uint8 tensor, as all)."""
     def argmax(  # frontend/reduce.py: ReduceMixin.argmax (through with_numpy_names)
         self, dim=None, keepdim: builtins.bool = False, *, axis=None, keepdims=None
     ):
@@ -1336,6 +1339,11 @@ class Tensor:
         """PyTorch's printed form (`frontend/printing.py`): `tensor([1.0000, 2.5000])`."""
 
     # Other
+    def angle(self):  # frontend/torch_methods.py: TorchMethodsMixin.angle
+        """The argument of each element as a complex number, as torch's for a real tensor: pi where
+        it is negative (-inf too), 0 at 0 and -0.0, NaN at NaN; a float result (an integer tensor
+        becomes the default float) with a zero gradient everywhere.
+        """
     def conj(self):  # frontend/torch_methods.py: TorchMethodsMixin.conj
         """This tensor itself: a real tensor is its own conjugate (torch returns it too)."""
     def deg2rad(self):  # frontend/torch_methods.py: TorchMethodsMixin.deg2rad

@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from . import shapeops
+from . import mathops, shapeops
 from .creation_nodes import _shape, data_node, finish, full_node, host_rng, index_arange
 from .errors import (
     ArgumentError,
@@ -262,6 +262,15 @@ class TorchMethodsMixin:
     def rad2deg(self):
         """Radians to degrees, x * 180 / pi (an integer tensor becomes the default float)."""
         return self._float() * (180 / math.pi)
+
+    def angle(self):
+        """The argument of each element as a complex number, as torch's for a real tensor:
+        pi where it is negative (-inf too), 0 at 0 and -0.0, NaN at NaN; a float result
+        (an integer tensor becomes the default float) with a zero gradient everywhere."""
+        x = self if self.dtype.is_float else self._float()
+        pi = x._make(full_node(x.shape, math.pi, x.dtype))
+        zero_or_nan = where(x != x, x, 0.0)  # (NaN where x is; the gradient is _flat's 0)
+        return mathops._flat(mathops._where(x < 0, pi, zero_or_nan), x)
 
     def hardshrink(self, lambd: float = 0.5):
         """x outside [-lambd, lambd], else 0 (NaN passes), as torch's; the gradient is 0 at

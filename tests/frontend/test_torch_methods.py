@@ -266,3 +266,25 @@ def test_pin_memory_and_share_memory():
     else:  # torch raises too without a GPU
         with pytest.raises(RuntimeError, match="pinned memory needs the cuda device"):
             x.pin_memory()
+
+
+def test_angle_of_real_tensors_is_torchs():
+    """torch 2.14: pi for negatives (and -inf), 0 at +-0, NaN at NaN; gradient zeros."""
+    x = fg.tensor([-1.5, 0.0, -0.0, 2.0, float("nan"), float("-inf")], requires_grad=True)
+    a = x.angle()
+    pi = np.float32(math.pi)
+    np.testing.assert_array_equal(a.numpy(), np.array([pi, 0, 0, 0, np.nan, pi], np.float32))
+    assert not np.signbit(a.numpy()[2])
+    a.sum().backward()
+    assert x.grad.tolist() == [0.0] * 6
+    assert fg.angle(fg.tensor([-3, 0, 2])).dtype == fg.float32
+    assert fg.tensor([True, False]).angle().tolist() == [0.0, 0.0]
+    assert fg.tensor([-1.0], dtype=fg.float16).angle().dtype == fg.float16
+
+
+def test_all_and_any_of_uint8_are_uint8_as_torchs():
+    u = fg.tensor([1, 2, 0], dtype=fg.uint8)
+    assert u.all().dtype == fg.uint8 and u.all().item() == 0 and u.any().item() == 1
+    assert fg.tensor([[1, 0]], dtype=fg.uint8).any(1).tolist() == [1]
+    assert fg.tensor([], dtype=fg.uint8).all().item() == 1
+    assert fg.tensor([1, 0]).all().dtype == fg.bool and fg.tensor([3.0]).any().dtype == fg.bool
