@@ -1079,7 +1079,8 @@ def unique(
     if dim is not None:
         fail(ArgumentError, "unique", "dim= is not supported here; unique of the flattened values")
     a = np.asarray(values_for_shape(x, "unique"))
-    values, inverse, counts = np.unique(a, return_inverse=True, return_counts=True)
+    # each NaN is a value of its own, as torch's (NaN != NaN)
+    values, inverse, counts = np.unique(a, return_inverse=True, return_counts=True, equal_nan=False)
     out = [tensor_like(x, values, dtype=x.dtype, device=x.device)]
     if return_inverse:
         out.append(tensor_like(x, inverse.reshape(a.shape).astype(np.int64), device=x.device))

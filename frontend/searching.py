@@ -174,7 +174,8 @@ def mode(input: TensorBase, dim: int = -1, keepdim: bool = False) -> ModeResult:
     for i, row in enumerate(rows):
         uniq, counts = np.unique(row, return_counts=True)
         value = uniq[np.argmax(counts)]  # the first of the most frequent: the smallest
-        index[i] = np.flatnonzero(row == value)[-1]
+        same = row == value if value == value else row != row  # (NaNs count as one value)
+        index[i] = np.flatnonzero(same)[-1]
     idx = np.moveaxis(index.reshape(x.shape[:-1] + (1,)), -1, d)
     if not input.ndim:
         idx = idx.reshape(())

@@ -425,3 +425,23 @@ def test_randint_like_and_seed():
     assert fg.randint_like(fg.zeros(2), high=4).shape == (2,)
     s = fg.seed()
     assert isinstance(s, int) and fg.initial_seed() == s
+
+
+# ---------------------------------------------------------------- NaN in unique and mode
+
+
+def test_unique_keeps_each_nan_as_torch():
+    """torch 2.14: each NaN is a value of its own (NaN != NaN), in values, inverse, counts."""
+    x = fg.tensor([float("nan"), 1.0, float("nan"), 1.0])
+    values, inverse, counts = fg.unique(x, return_inverse=True, return_counts=True)
+    assert values.shape == (3,) and values[0].item() == 1.0 and values[1:].isnan().all()
+    assert inverse.tolist() == [1, 0, 2, 0] and counts.tolist() == [2, 1, 1]
+
+
+def test_mode_of_rows_with_nan_does_not_crash():
+    """A row of NaNs has the mode NaN (it raised IndexError); torch's own pick among NaNs
+    follows its sort, so only the value is checked against torch's."""
+    nan = float("nan")
+    m = fg.tensor([[nan, nan, nan], [nan, 2.0, nan], [1.0, 2.0, 1.0]]).mode(1)
+    assert m.values[0].isnan().item() and m.values[1].isnan().item()
+    assert m.values[2].item() == 1.0 and m.indices[2].item() == 2
