@@ -1181,6 +1181,12 @@ class Tensor:
         """`polygamma` in place: `t.polygamma_(...)` gives t the value of `t.polygamma(...)`."""
     def pow_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`pow` in place: `t.pow_(...)` gives t the value of `t.pow(...)`."""
+    def put_(  # frontend/torch_methods.py: TorchMethodsMixin.put_
+        self, index, source, accumulate: builtins.bool = False
+    ):
+        """Write `source`'s values at the flat positions `index` (negative ones count from the end),
+        in place; with `accumulate`, add them (repeated positions add up), as torch's put_.
+        """
     def rad2deg_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`rad2deg` in place: `t.rad2deg_(...)` gives t the value of `t.rad2deg(...)`."""
     def reciprocal_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
@@ -1431,6 +1437,10 @@ class Tensor:
         """
     def positive(self):  # frontend/torch_methods.py: TorchMethodsMixin.positive
         """This tensor itself (`+t`); bool refused, as torch's."""
+    def put(  # frontend/torch_methods.py: TorchMethodsMixin.put
+        self, index, source, accumulate: builtins.bool = False
+    ):
+        """`put_` on a copy, as torch.Tensor.put."""
     def rad2deg(self):  # frontend/torch_methods.py: TorchMethodsMixin.rad2deg
         """Radians to degrees, x * 180 / pi (an integer tensor becomes the default float)."""
     @property

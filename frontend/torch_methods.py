@@ -26,6 +26,7 @@ from .creation_nodes import _shape, data_node, finish, full_node, host_rng, inde
 from .errors import (
     ArgumentError,
     DeviceError,
+    DTypeError,
     DTypeNotImplementedError,
     ShapeError,
     fail,
@@ -262,6 +263,29 @@ class TorchMethodsMixin:
     def rad2deg(self):
         """Radians to degrees, x * 180 / pi (an integer tensor becomes the default float)."""
         return self._float() * (180 / math.pi)
+
+    def put_(self, index, source, accumulate: bool = False):
+        """Write `source`'s values at the flat positions `index` (negative ones count from
+        the end), in place; with `accumulate`, add them (repeated positions add up), as
+        torch's put_."""
+        if index.dtype.name != "int64":
+            fail(DTypeError, "put_", f"index must be an int64 tensor, got {index.dtype.name}")
+        if index.numel() != source.numel():
+            fail(
+                ShapeError,
+                "put_",
+                f"source and index should have the same number of elements, got "
+                f"{source.numel()} and {index.numel()}",
+            )
+        flat = self.view(-1) if self.is_contiguous() else None
+        if flat is None:
+            fail(ShapeError, "put_", "needs a contiguous tensor here (call .contiguous() first)")
+        flat.index_put_((index.reshape(-1),), source.reshape(-1).to(self.dtype), accumulate)
+        return self
+
+    def put(self, index, source, accumulate: bool = False):
+        """`put_` on a copy, as torch.Tensor.put."""
+        return self.clone().put_(index, source, accumulate)
 
     def angle(self):
         """The argument of each element as a complex number, as torch's for a real tensor:

@@ -492,6 +492,8 @@ EXCLUDED: dict[str, str] = {
     ),
     **dict.fromkeys(_names("Tensor", "deg2rad_ rad2deg_ fill_diagonal_"), _INPLACE),
     "Tensor.multinomial": _RANDOM,
+    "Tensor.put": _MOVES,
+    "Tensor.put_": _INPLACE,
     **dict.fromkeys(
         ["fg.angle", "Tensor.angle"],
         "piecewise constant (pi or 0, NaN at NaN) with a zero gradient: its special points "

@@ -288,3 +288,20 @@ def test_all_and_any_of_uint8_are_uint8_as_torchs():
     assert fg.tensor([[1, 0]], dtype=fg.uint8).any(1).tolist() == [1]
     assert fg.tensor([], dtype=fg.uint8).all().item() == 1
     assert fg.tensor([1, 0]).all().dtype == fg.bool and fg.tensor([3.0]).any().dtype == fg.bool
+
+
+def test_put_writes_flat_positions_as_torchs():
+    x = fg.arange(60.0).reshape(3, 4, 5)
+    x.put_(fg.tensor([0, 0, 59]), fg.tensor([1.0, 2.0, 3.0]), accumulate=True)
+    assert x.reshape(-1)[:2].tolist() == [3.0, 1.0] and x.reshape(-1)[-1].item() == 62.0
+    y = fg.zeros(2, 3)
+    assert y.put(fg.tensor([-1, 1]), fg.tensor([5.0, 6.0])).tolist() == [
+        [0.0, 6.0, 0.0],
+        [0.0, 0.0, 5.0],
+    ]
+    assert y.tolist() == [[0.0] * 3] * 2  # (put is out of place)
+    w = fg.zeros(2, 2, requires_grad=True)  # torch's gradient: 0 where written, else 1
+    w.put(fg.tensor([0]), fg.tensor([9.0])).sum().backward()
+    assert w.grad.tolist() == [[0.0, 1.0], [1.0, 1.0]]
+    with pytest.raises(ValueError, match="same number of elements"):
+        fg.zeros(3).put_(fg.tensor([0, 1]), fg.tensor([1.0]))
