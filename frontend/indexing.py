@@ -1089,13 +1089,18 @@ def unique(
     return out[0] if len(out) == 1 else tuple(out)
 
 
-def flip(x, dims):
-    """The elements in reverse order along `dims` (a copy in PyTorch; a view here).
+def flip(x, *args, dims=None):
+    """The elements in reverse order along `dims` (a list, or the dims one by one as
+    torch's Tensor.flip takes them: `x.flip(-1, 0)`); a new tensor, as torch's.
 
     >>> import fusegrad as fg
     >>> fg.arange(4).flip(0).tolist()
     [3, 2, 1, 0]
     """
+    if dims is None:
+        dims = args[0] if len(args) == 1 and not isinstance(args[0], int) else args
+    elif args:
+        raise TypeError("flip() got multiple values for argument 'dims'")
     if isinstance(dims, int):
         dims = (dims,)
     axes = x._dims(tuple(dims), "flip")

@@ -893,8 +893,10 @@ class Tensor:
         and `append` are joined to x along `dim` (promoted as by cat), as torch.diff: bools take
         logical_xor; integers wrap; n >= the length gives an empty axis.
         """
-    def flip(x, dims):  # frontend/indexing.py: flip
-        """The elements in reverse order along `dims` (a copy in PyTorch; a view here)."""
+    def flip(x, *args, dims=None):  # frontend/indexing.py: flip
+        """The elements in reverse order along `dims` (a list, or the dims one by one as torch's
+        Tensor.flip takes them: `x.flip(-1, 0)`); a new tensor, as torch's.
+        """
     def fliplr(x): ...  # frontend/indexing.py: fliplr
     def flipud(x): ...  # frontend/indexing.py: flipud
     def histc(  # frontend/searching.py: histc

@@ -299,6 +299,12 @@ def test_flip_and_negative_steps():
     assert np.array_equal(x.flip(0).numpy(), A[::-1])
     assert np.array_equal(x.flip((0, 2)).numpy(), A[::-1, :, ::-1])
     assert np.array_equal(fg.flip(x, [-1]).numpy(), A[..., ::-1])
+    # torch's other spellings: dims one by one, and the dims= keyword
+    assert np.array_equal(x.flip(-1, 0).numpy(), A[::-1, :, ::-1])
+    assert np.array_equal(x.flip(dims=[1]).numpy(), A[:, ::-1])
+    assert np.array_equal(fg.flip(x, dims=(0,)).numpy(), A[::-1])
+    with pytest.raises(TypeError, match="multiple values for argument 'dims'"):
+        x.flip(0, dims=[1])
     assert np.array_equal(x[:, ::-3].numpy(), A[:, ::-3])
     assert np.array_equal(x[2:0:-1, -1:-5:-2].numpy(), A[2:0:-1, -1:-5:-2])
     assert np.array_equal(x.fliplr().numpy(), np.fliplr(A))
