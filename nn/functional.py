@@ -84,6 +84,7 @@ from .dense import (  # noqa: F401
     one_hot,
 )
 from .fold import fold, max_unpool1d, max_unpool2d, max_unpool3d, unfold  # noqa: F401
+from .grid_sample import affine_grid, grid_sample  # noqa: F401
 from .loss_functions import (  # noqa: F401
     binary_cross_entropy,
     binary_cross_entropy_with_logits,

@@ -420,6 +420,9 @@ EXCLUDED: dict[str, str] = {
         "gradients against torch's in tests/nn/test_activations_inplace.py",
     ),
     "F.bilinear": _LINEAR,
+    "F.affine_grid": _LINEAR,
+    "F.grid_sample": _SPECIAL_ELSEWHERE + ": tests/nn/test_grid_sample.py (corners, center, "
+    "outside, every padding)",
     **dict.fromkeys(
         _names(
             "F",
