@@ -221,6 +221,7 @@ from .shapeops import (  # noqa: E402
     cartesian_prod,
     chunk,
     column_stack,
+    combinations,
     corrcoef,
     count_nonzero,
     cov,
@@ -267,6 +268,7 @@ from .shapeops import (  # noqa: E402
     triu,
     unbind,
     unflatten,
+    vander,
     var_mean,
     vsplit,
 )

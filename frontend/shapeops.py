@@ -18,6 +18,7 @@ SORT_LIMIT compared pairs they raise rather than run out of memory.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import string
 from collections import namedtuple
@@ -26,7 +27,7 @@ import numpy as np
 
 from . import autograd_state
 from .autocast import autocast_op
-from .creation_nodes import host_table, index_arange
+from .creation_nodes import host_table, index_arange, tensor_like
 from .errors import (
     ArgumentError,
     DimError,
@@ -1827,6 +1828,41 @@ def cartesian_prod(*tensors):
     if len(tensors) == 1:
         return tensors[0]
     return stack([g.reshape(-1) for g in meshgrid(*tensors, indexing="ij")], 1)
+
+
+def combinations(input, r: int = 2, with_replacement: bool = False):
+    """The r-element combinations of a 1-d tensor's elements, in itertools' order (rows of
+    a (k, r) tensor; with replacement, each element may repeat), as torch.combinations.
+    Its values are the elements picked, so gradients reach them."""
+    if input.ndim != 1:
+        fail(ShapeError, "combinations", f"Expect a 1D vector, but got shape {list(input.shape)}")
+    if r < 0:
+        fail(ArgumentError, "combinations", f"Expect a non-negative number, but got {r}")
+    if r == 0:
+        return input[:0]
+    pick = itertools.combinations_with_replacement if with_replacement else itertools.combinations
+    rows = list(pick(range(input.shape[0]), r))
+    if not rows:
+        return input[:0].reshape(0, 1).expand(0, r).contiguous()
+    return input[tensor_like(input, np.array(rows, dtype=np.int64))]
+
+
+def vander(x, N: int | None = None, increasing: bool = False):
+    """The Vandermonde matrix of a 1-d tensor: columns x^(N-1) ... x^0 (`increasing`: x^0
+    first), N = len(x) by default, as torch.vander (bools become int64). Built as running
+    products, so its gradient is exact (torch's backward raises)."""
+    if x.ndim != 1:
+        fail(ShapeError, "vander", "x must be a one-dimensional tensor.")
+    n = x.shape[0] if N is None else N
+    if n < 0:
+        fail(ArgumentError, "vander", "N must be non-negative.")
+    if x.dtype.is_bool:
+        x = x.cast(int64)
+    if n == 0:
+        return x.reshape(-1, 1)[:, :0]
+    ones = x.reshape(-1, 1)[:, :1] * 0 + 1
+    powers = cumprod(cat([ones, x.reshape(-1, 1).expand(x.shape[0], n - 1)], 1), 1)
+    return powers if increasing else flip(powers, [1])
 
 
 def block_diag(*tensors):

@@ -94,3 +94,38 @@ def test_empty_and_one_element_inputs_as_torchs():
     assert fg.cartesian_prod(e, t([1.0])).shape == (0, 2)
     assert fg.block_diag(fg.zeros(0, 2), fg.ones(1, 1)).tolist() == [[0.0, 0.0, 1.0]]
     assert fg.tril_indices(1, 1).tolist() == [[0], [0]]
+
+
+def test_combinations_as_torchs():
+    a = fg.tensor([1.0, 2.0, 3.0, 4.0])
+    assert fg.combinations(a, 2).tolist() == [
+        [1.0, 2.0], [1.0, 3.0], [1.0, 4.0], [2.0, 3.0], [2.0, 4.0], [3.0, 4.0]
+    ]  # fmt: skip
+    assert fg.combinations(a, 3).shape == (4, 3) and fg.combinations(a, 5).shape == (0, 5)
+    assert fg.combinations(a[:2], 2, with_replacement=True).tolist() == [
+        [1.0, 1.0], [1.0, 2.0], [2.0, 2.0]
+    ]  # fmt: skip
+    assert fg.combinations(a, 0).shape == (0,) and fg.combinations(a, 1).shape == (4, 1)
+    assert fg.combinations(fg.tensor([1, 2]), 2).dtype == fg.int64
+    w = fg.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    fg.combinations(w, 2).sum().backward()  # each element in two of the three pairs
+    assert w.grad.tolist() == [2.0, 2.0, 2.0]
+    with pytest.raises(RuntimeError, match=r"Expect a 1D vector, but got shape \[2, 2\]"):
+        fg.combinations(a.reshape(2, 2))
+    with pytest.raises(RuntimeError, match="Expect a non-negative number, but got -1"):
+        fg.combinations(a, -1)
+
+
+def test_vander_as_torchs():
+    x = fg.tensor([1, 2, 3])
+    assert fg.vander(x).tolist() == [[1, 1, 1], [4, 2, 1], [9, 3, 1]]
+    assert fg.vander(x).dtype == fg.int64 and fg.vander(fg.tensor([True])).dtype == fg.int64
+    assert fg.vander(x.float(), 2, increasing=True).tolist() == [[1.0, 1.0], [1.0, 2.0], [1.0, 3.0]]
+    assert fg.vander(x, 0).shape == (3, 0)
+    xf = fg.tensor([2.0, -1.0, 0.0], requires_grad=True)
+    fg.vander(xf, 4).sum().backward()  # d/dx (x^3 + x^2 + x + 1); torch's backward raises
+    assert xf.grad.tolist() == [17.0, 2.0, 1.0]
+    with pytest.raises(ValueError, match="one-dimensional"):
+        fg.vander(x.reshape(1, 3))
+    with pytest.raises(RuntimeError, match="N must be non-negative"):
+        fg.vander(x, -1)

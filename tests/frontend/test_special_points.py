@@ -243,7 +243,7 @@ EXCLUDED: dict[str, str] = {
             "fg",
             "atleast_1d atleast_2d atleast_3d broadcast_tensors column_stack dstack hsplit "
             "vsplit select inner mv isin cartesian_prod block_diag trapezoid trapz "
-            "tril_indices triu_indices deg2rad rad2deg",
+            "tril_indices triu_indices deg2rad rad2deg combinations vander",
         ),
         "views, joins, products and sums of the ops swept here (test_shape_helpers.py)",
     ),
