@@ -83,6 +83,7 @@ from .dense import (  # noqa: F401
     linear,
     one_hot,
 )
+from .embedding_bag import embedding_bag  # noqa: F401
 from .fold import fold, max_unpool1d, max_unpool2d, max_unpool3d, unfold  # noqa: F401
 from .grid_sample import affine_grid, grid_sample  # noqa: F401
 from .loss_functions import (  # noqa: F401
