@@ -57,6 +57,7 @@ from .containers import ModuleDict, ModuleList, ParameterDict, ParameterList, Se
 from .conv import AvgPool1d, AvgPool2d, Conv1d, Conv2d, MaxPool1d, MaxPool2d
 from .conv3d import AvgPool3d, Conv3d, ConvTranspose3d, MaxPool3d
 from .conv_transpose import ConvTranspose1d, ConvTranspose2d
+from .ctc import CTCLoss
 from .embedding_bag import EmbeddingBag
 from .fold import Fold, MaxUnpool1d, MaxUnpool2d, MaxUnpool3d, Unfold
 from .layers import (
@@ -240,6 +241,7 @@ __all__ = [
     "Dropout3d",
     "FeatureAlphaDropout",
     "PReLU",
+    "CTCLoss",
     "Embedding",
     "EmbeddingBag",
     "Flatten",

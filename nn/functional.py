@@ -71,6 +71,7 @@ from .conv import (  # noqa: F401
 )
 from .conv3d import avg_pool3d, conv3d, conv_transpose3d, max_pool3d  # noqa: F401
 from .conv_transpose import conv_transpose1d, conv_transpose2d  # noqa: F401
+from .ctc import ctc_loss  # noqa: F401
 from .dense import (  # noqa: F401
     ClassIndexError,
     alpha_dropout,
