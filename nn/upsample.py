@@ -32,7 +32,23 @@ from ..nnapi import (
 from .dense import embedding
 from .module import Module
 
-_MODES = {"nearest": None, "nearest-exact": None, "linear": 1, "bilinear": 2, "trilinear": 3}
+_MODES = {
+    "nearest": None, "nearest-exact": None, "linear": 1, "bilinear": 2, "bicubic": 2,
+    "trilinear": 3,
+}  # fmt: skip
+_CUBIC_A = -0.75  # torch's (and OpenCV's) cubic convolution coefficient
+
+
+def _cubic_weights(t: np.ndarray) -> list[np.ndarray]:
+    """The four taps' weights at fractions `t` of the way from the second tap to the third."""
+
+    def near(x):  # |x| <= 1
+        return ((_CUBIC_A + 2) * x - (_CUBIC_A + 3)) * x * x + 1
+
+    def far(x):  # 1 < |x| < 2
+        return ((_CUBIC_A * x - 5 * _CUBIC_A) * x + 8 * _CUBIC_A) * x - 4 * _CUBIC_A
+
+    return [far(t + 1), near(t), near(1 - t), far(2 - t)]
 
 
 def _take_rows(x: Tensor, dim: int, index: np.ndarray) -> Tensor:
@@ -66,8 +82,10 @@ def interpolate(
     Give either `size` or `scale_factor`. 'nearest' takes floor(dst * scale)
     (PyTorch's legacy rule), 'nearest-exact' rounds to the nearest centre;
     'linear' (3-D input), 'bilinear' (4-D) and 'trilinear' (5-D) blend the two
-    neighbours along each axis, with corner pixels aligned when `align_corners=True`.
-    An integer input keeps its dtype (each axis's blend is rounded), as PyTorch's.
+    neighbours along each axis, with corner pixels aligned when `align_corners=True`;
+    'bicubic' (4-D, float) blends four with torch's cubic convolution (A = -0.75, the
+    taps clamped to the image). An integer input keeps its dtype (each axis's blend is
+    rounded), as PyTorch's.
     """
     if mode not in _MODES:
         raise NotImplementedError(
@@ -134,6 +152,24 @@ def interpolate(
             continue
         corners = bool(align_corners)
         scale = _scale(i, o, sf, corners)
+        if mode == "bicubic":
+            if not x.dtype.is_float:
+                raise NotImplementedError(
+                    f"interpolate: mode 'bicubic' of a {x.dtype.name} input is not supported "
+                    "here (convert it to float first)"
+                )
+            pos = dst * scale if corners else (dst + 0.5) * scale - 0.5  # (not clamped)
+            start = np.floor(pos).astype(np.int64)
+            weights = _cubic_weights(pos - start)
+            shape = [1] * x.ndim
+            shape[dim] = o
+            taps = []
+            for j, w in enumerate(weights):
+                index = np.clip(start - 1 + j, 0, i - 1)
+                w_t = tensor(w.astype(x.dtype.np).reshape(shape), dtype=x.dtype, device=x.device)
+                taps.append(_take_rows(x, dim, index) * w_t)
+            x = taps[0] + taps[1] + taps[2] + taps[3]
+            continue
         pos = dst * scale if corners else np.maximum((dst + 0.5) * scale - 0.5, 0.0)
         lo = np.minimum(np.floor(pos), i - 1).astype(np.int64)
         hi = np.minimum(lo + 1, i - 1)
