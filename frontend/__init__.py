@@ -440,6 +440,26 @@ def deg2rad(x):
     return x.deg2rad()
 
 
+def det(A):
+    """torch.det: the determinants of A's square matrices (fg.linalg.det)."""
+    return linalg.det(A)
+
+
+def logdet(A):
+    """torch.logdet: log det A (NaN for a negative determinant), fg.linalg's."""
+    return linalg.logdet(A)
+
+
+def slogdet(A):
+    """torch.slogdet: (sign, log |det A|), fg.linalg's."""
+    return linalg.slogdet(A)
+
+
+def inverse(A):
+    """torch.inverse: fg.linalg.inv."""
+    return linalg.inv(A)
+
+
 def angle(x):
     """The argument of each element as a complex number: pi for a negative real, else 0
     (NaN at NaN), as torch.angle of a real tensor."""

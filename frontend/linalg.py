@@ -22,6 +22,8 @@ from .function import Function
 from .ir.dtypes import float32, float64
 from .jithooks import recording
 from .shapeops import cross as _cross
+from .shapeops import vander as _vander
+from .tensor_base import where
 
 _SVD_DTYPES = (float32, float64)
 
@@ -180,3 +182,166 @@ def cross(x, other, *, dim: int = -1):
     [1.0, 0.0, 0.0]
     """
     return _cross(x, other, dim)
+
+
+# ---------------------------------------------------------------- inverses and determinants
+# (LAPACK on the host, as svdvals: the input is computed first, the result does not fuse,
+# and fusegrad.jit refuses them; the gradients are tensor ops, torch's formulas)
+
+
+def _host_square(x, op: str):
+    """x's matrices in float64 on the host, after torch's checks (square, float32/64)."""
+    if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
+        fail(
+            ArgumentError,
+            op,
+            f"A must be batches of square matrices, but they are {x.shape[-2:]} matrices"
+            if x.ndim >= 2
+            else f"The input tensor A must have at least 2 dimensions ({x.shape})",
+        )
+    if x.dtype not in _SVD_DTYPES:
+        fail(DTypeError, op, f"expected float32 or float64, got {x.dtype.name} (cast it first)")
+    if recording():
+        fail(JitError, op, "computed by LAPACK on the host, which fusegrad.jit cannot replay")
+    return x.detach().numpy().astype(np.float64)
+
+
+def _singular(op: str):
+    fail(
+        ArgumentError,
+        op,
+        "The diagonal element of the U factor is zero, the inversion could not be completed "
+        "because the input matrix is singular.",
+    )
+
+
+class _Inverse(Function):
+    """A^-1; its gradient is -A^-T g A^-T."""
+
+    @staticmethod
+    def forward(ctx, a):
+        try:
+            inv = np.linalg.inv(_host_square(a, "linalg.inv"))
+        except np.linalg.LinAlgError:
+            _singular("linalg.inv")
+        ctx.inv = tensor(inv, dtype=a.dtype, device=a.device)
+        return ctx.inv
+
+    @staticmethod
+    def backward(ctx, g):
+        t = ctx.inv.mT
+        return -(t @ g @ t)
+
+
+class _LogAbsDet(Function):
+    """(sign, log |det A|); the gradient of log |det A| is A^-T (the sign has none)."""
+
+    @staticmethod
+    def forward(ctx, a):
+        sign, logabs = np.linalg.slogdet(_host_square(a, "linalg.slogdet"))
+        ctx.a = a.detach()
+        return tensor(logabs, dtype=a.dtype, device=a.device), tensor(
+            sign, dtype=a.dtype, device=a.device
+        )
+
+    @staticmethod
+    def backward(ctx, g, g_sign=None):
+        return g.unsqueeze(-1).unsqueeze(-1) * _Inverse.apply(ctx.a).mT
+
+
+def inv(A):
+    """torch.linalg.inv: the inverses of the square matrices in A's last two dims (a
+    singular one raises, as torch's); gradient -A^-T g A^-T.
+
+    >>> import fusegrad as fg
+    >>> fg.linalg.inv(fg.tensor([[2.0, 0.0], [0.0, 4.0]])).tolist()
+    [[0.5, 0.0], [0.0, 0.25]]
+    """
+    return _Inverse.apply(A)
+
+
+class SlogdetResult(tuple):
+    """torch.linalg.slogdet's result: (sign, logabsdet), also by name."""
+
+    __slots__ = ()
+
+    def __new__(cls, sign, logabsdet):
+        return super().__new__(cls, (sign, logabsdet))
+
+    sign = property(lambda self: self[0])
+    logabsdet = property(lambda self: self[1])
+
+
+def slogdet(A):
+    """torch.linalg.slogdet: (sign, log |det A|) of the square matrices in A's last dims."""
+    logabs, sign = _LogAbsDet.apply(A)
+    return SlogdetResult(sign.detach(), logabs)
+
+
+def det(A):
+    """torch.linalg.det: sign * exp(log |det A|), with the gradient det(A) A^-T (0 for a
+    singular matrix's value; its gradient then raises with torch's singular error)."""
+    sign, logabs = slogdet(A)
+    return sign * logabs.exp()
+
+
+def logdet(A):
+    """torch.logdet: log det A, NaN where det A < 0, -inf where it is 0."""
+    sign, logabs = slogdet(A)
+    return where(sign < 0, float("nan"), where(sign == 0, float("-inf"), logabs))
+
+
+def solve(A, B, *, left: bool = True):
+    """torch.linalg.solve: X with A X = B (B a vector or matrices; `left=False`: X A = B),
+    through A's inverse (so its gradient is the inverse's and the product's)."""
+    if not left:
+        return (inv(A.mT) @ B.mT).mT
+    if B.ndim == A.ndim - 1:
+        return (inv(A) @ B.unsqueeze(-1)).squeeze(-1)
+    return inv(A) @ B
+
+
+def matrix_power(A, n: int):
+    """torch.linalg.matrix_power: A^n by repeated squaring (n < 0: of A's inverse; n = 0:
+    the identity)."""
+    if A.ndim < 2 or A.shape[-1] != A.shape[-2]:
+        fail(ArgumentError, "linalg.matrix_power", f"expects square matrices, got {A.shape}")
+    if n == 0:
+        eye = tensor(np.eye(A.shape[-1]), dtype=A.dtype, device=A.device)
+        return eye.expand(A.shape) + A * 0
+    base, n = (inv(A), -n) if n < 0 else (A, n)
+    out = None
+    while n:
+        if n & 1:
+            out = base if out is None else out @ base
+        n >>= 1
+        if n:
+            base = base @ base
+    return out
+
+
+def multi_dot(tensors):
+    """torch.linalg.multi_dot: the product of the matrices, left to right (a 1-d first
+    or last one as a row or column vector)."""
+    ts = list(tensors)
+    if len(ts) < 2:
+        fail(ArgumentError, "linalg.multi_dot", "expected at least 2 tensors")
+    out = ts[0]
+    for t in ts[1:]:
+        out = out @ t
+    return out
+
+
+def vecdot(x, y, *, dim: int = -1):
+    """torch.linalg.vecdot: sum(x * y) along `dim` (real tensors)."""
+    return (x * y).sum(dim)
+
+
+def diagonal(A, *, offset: int = 0, dim1: int = -2, dim2: int = -1):
+    """torch.linalg.diagonal: A.diagonal over the last two dims by default."""
+    return A.diagonal(offset, dim1, dim2)
+
+
+def vander(x, *, N: int | None = None):
+    """torch.linalg.vander: columns x^0, x^1, ... x^(N-1) (increasing, unlike torch.vander)."""
+    return _vander(x, N, increasing=True)

@@ -420,6 +420,10 @@ EXCLUDED: dict[str, str] = {
         "gradients against torch's in tests/nn/test_activations_inplace.py",
     ),
     "F.bilinear": _LINEAR,
+    **dict.fromkeys(
+        _names("fg", "det inverse logdet slogdet"),
+        "fg.linalg's, against torch's values and gradients in tests/frontend/test_linalg.py",
+    ),
     "F.ctc_loss": _SPECIAL_ELSEWHERE + ": tests/nn/test_ctc.py (repeated labels, impossible "
     "alignments, zero_infinity)",
     "F.embedding_bag": _SPECIAL_ELSEWHERE + ": tests/nn/test_embedding_bag.py (sums, means and "
