@@ -279,8 +279,9 @@ def slogdet(A):
 
 
 def det(A):
-    """torch.linalg.det: sign * exp(log |det A|), with the gradient det(A) A^-T (0 for a
-    singular matrix's value; its gradient then raises with torch's singular error)."""
+    """torch.linalg.det: sign * exp(log |det A|), with the gradient det(A) A^-T. A singular
+    matrix's determinant is 0, but its gradient raises the singular-matrix error here,
+    where torch's is finite (its adjugate): not done yet."""
     sign, logabs = slogdet(A)
     return sign * logabs.exp()
 
