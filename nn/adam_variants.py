@@ -20,13 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..nnapi import Tensor, default_float, from_numpy, where
-from .optimizer import Optimizer
-
-
-def zeros_state(p: Tensor) -> Tensor:
-    """A realized zero tensor shaped, typed and placed as `p` (a state tensor's start)."""
-    return from_numpy(np.zeros(p.shape, dtype=p.dtype.np), device=p.device)
+from ..nnapi import Tensor, default_float, where
+from .optimizer import Optimizer, zeros_state
 
 
 def scalar_state(value: float) -> float:

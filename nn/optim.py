@@ -32,18 +32,13 @@ import math
 import numpy as np
 
 from ..nnapi import (
-    Tensor,
     from_numpy,
 )
 from . import lr_scheduler  # noqa: F401  (`fusegrad.optim.lr_scheduler`, as in torch)
 from .adam_variants import Adamax, NAdam, RAdam  # noqa: F401  (torch.optim's names)
 from .lbfgs import LBFGS  # noqa: F401  (torch.optim.LBFGS's home)
-from .optimizer import Optimizer
+from .optimizer import Optimizer, zeros_state
 from .rprop_asgd import ASGD, Rprop  # noqa: F401  (torch.optim's names)
-
-
-def _zeros_like(p: Tensor) -> Tensor:
-    return from_numpy(np.zeros(p.shape, dtype=p.dtype.np), device=p.device)
 
 
 def _check(value: float, name: str, low: float = 0.0) -> None:
@@ -89,7 +84,7 @@ class SGD(Optimizer):
 
     def _init_state(self, p, state, group):
         if group["momentum"] != 0:
-            state["momentum_buffer"] = _zeros_like(p)
+            state["momentum_buffer"] = zeros_state(p)
             state["_started"] = False
 
     def _group_scalars(self, group):
@@ -158,10 +153,10 @@ class Adam(Optimizer):
 
     def _init_state(self, p, state, group):
         state["step"] = 0
-        state["exp_avg"] = _zeros_like(p)
-        state["exp_avg_sq"] = _zeros_like(p)
+        state["exp_avg"] = zeros_state(p)
+        state["exp_avg_sq"] = zeros_state(p)
         if group["amsgrad"]:
-            state["max_exp_avg_sq"] = _zeros_like(p)
+            state["max_exp_avg_sq"] = zeros_state(p)
 
     def _group_scalars(self, group):
         lr, (b1, b2), wd = group["lr"], group["betas"], group["weight_decay"]
@@ -262,11 +257,11 @@ class RMSprop(Optimizer):
 
     def _init_state(self, p, state, group):
         state["step"] = 0
-        state["square_avg"] = _zeros_like(p)
+        state["square_avg"] = zeros_state(p)
         if group["momentum"] > 0:
-            state["momentum_buffer"] = _zeros_like(p)
+            state["momentum_buffer"] = zeros_state(p)
         if group["centered"]:
-            state["grad_avg"] = _zeros_like(p)
+            state["grad_avg"] = zeros_state(p)
 
     def _group_scalars(self, group):
         a = group["alpha"]
@@ -383,8 +378,8 @@ class Adadelta(Optimizer):
 
     def _init_state(self, p, state, group):
         state["step"] = 0
-        state["square_avg"] = _zeros_like(p)
-        state["acc_delta"] = _zeros_like(p)
+        state["square_avg"] = zeros_state(p)
+        state["acc_delta"] = zeros_state(p)
 
     def _group_scalars(self, group):
         rho = group["rho"]

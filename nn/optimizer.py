@@ -32,6 +32,11 @@ from ..nnapi import (
 )
 
 
+def zeros_state(p: Tensor) -> Tensor:
+    """A realized zero tensor shaped, typed and placed as `p`: a state tensor's start."""
+    return from_numpy(np.zeros(p.shape, dtype=p.dtype.np), device=p.device)
+
+
 class Optimizer:
     """Base class: parameter groups, per-parameter state, zero_grad and the fused step.
 

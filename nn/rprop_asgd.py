@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..nnapi import from_numpy, where
-from .adam_variants import check_common, refuse_differentiable, scalar_state, zeros_state
-from .optimizer import Optimizer
+from .adam_variants import check_common, refuse_differentiable, scalar_state
+from .optimizer import Optimizer, zeros_state
 
 
 class Rprop(Optimizer):

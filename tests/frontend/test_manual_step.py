@@ -229,8 +229,8 @@ def test_a_step_over_a_constant_computed_elsewhere_is_still_cached():
     """Nodes are shared: a constant's expansion that something else computed (and keeps)
     has a value, so an update graph that builds the same expansion (Rprop's `where(...,
     1.0)` on a bias of 2) reads it as an input. The optimizer's cached step still serves
-    every later step (the value is the node's own), where it used to give up and build
-    the whole update on every step."""
+    every later step (the value is the node's own) instead of building the whole update
+    on every step."""
     from fusegrad.ir.node import toposort
     from fusegrad.runtime.engine import engine
 

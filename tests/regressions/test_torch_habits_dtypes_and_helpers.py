@@ -439,7 +439,7 @@ def test_unique_keeps_each_nan_as_torch():
 
 
 def test_mode_of_rows_with_nan_does_not_crash():
-    """A row of NaNs has the mode NaN (it raised IndexError); torch's own pick among NaNs
+    """A row of NaNs has the mode NaN; torch's own pick among NaNs
     follows its sort, so only the value is checked against torch's."""
     nan = float("nan")
     m = fg.tensor([[nan, nan, nan], [nan, 2.0, nan], [1.0, 2.0, 1.0]]).mode(1)
