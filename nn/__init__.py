@@ -112,6 +112,7 @@ from .module import Buffer, Module, Parameter, load, save
 from .normalization import (
     BatchNorm1d,
     BatchNorm2d,
+    BatchNorm3d,
     GroupNorm,
     InstanceNorm1d,
     InstanceNorm2d,
@@ -200,6 +201,7 @@ __all__ = [
     "TransformerEncoderLayer",
     "BatchNorm1d",
     "BatchNorm2d",
+    "BatchNorm3d",
     "GroupNorm",
     "InstanceNorm1d",
     "InstanceNorm2d",

@@ -22,9 +22,11 @@ from ..nnapi import (
     ShapeError,
     Tensor,
     autocast_op,
+    cat,
     fail,
     index_arange,
     where,
+    zeros,
 )
 from . import init
 from .dense import dropout, linear
@@ -51,8 +53,10 @@ def scaled_dot_product_attention(
     """softmax(q @ k^T * scale + mask) @ v over the last two axes, batched over the rest.
 
     `attn_mask` is bool (True: may attend) or float (added to the scores), and
-    broadcasts against (..., L, S); `is_causal` masks keys after each query;
-    `dropout_p` drops attention weights (always, as PyTorch: pass 0.0 in eval).
+    broadcasts against (..., L, S); a float mask of another float dtype than the query's
+    is added as it is (a float32 mask to bfloat16 scores: the softmax in float32), and
+    the result has the query's dtype, as torch's. `is_causal` masks keys after each
+    query; `dropout_p` drops attention weights (always, as PyTorch: pass 0.0 in eval).
     """
     if enable_gqa:
         raise NotImplementedError("scaled_dot_product_attention: enable_gqa is not supported")
@@ -92,10 +96,16 @@ def scaled_dot_product_attention(
             scores = where(attn_mask, scores, float("-inf"))
         else:
             scores = scores + attn_mask
-    weights = scores.softmax(-1)
+    weights = _as(scores.softmax(-1), value)
     if dropout_p > 0.0:
         weights = dropout(weights, dropout_p, training=True)
     return weights @ value
+
+
+def _as(weights: Tensor, value: Tensor) -> Tensor:
+    """Attention weights in the values' dtype: a float mask of a wider dtype than the
+    scores' (a float32 mask with bfloat16 queries) widened them before the softmax."""
+    return weights if weights.dtype == value.dtype else weights.to(value.dtype)
 
 
 class MultiheadAttention(Module):
@@ -137,8 +147,6 @@ class MultiheadAttention(Module):
             )
         if embed_dim % num_heads:
             raise AssertionError("embed_dim must be divisible by num_heads")
-        if add_bias_kv or add_zero_attn:
-            raise NotImplementedError("MultiheadAttention: add_bias_kv and add_zero_attn")
         self.embed_dim, self.num_heads, self.dropout = embed_dim, num_heads, dropout
         self.head_dim = embed_dim // num_heads
         self.batch_first = batch_first
@@ -160,6 +168,12 @@ class MultiheadAttention(Module):
         else:
             self.register_parameter("in_proj_bias", None)
         self.out_proj = NonDynamicallyQuantizableLinear(embed_dim, embed_dim, bias, dtype=dtype)
+        if add_bias_kv:  # a learned key and value appended to every sequence's
+            self.bias_k = placeholder_parameter(1, 1, embed_dim, dtype=dtype)
+            self.bias_v = placeholder_parameter(1, 1, embed_dim, dtype=dtype)
+        else:
+            self.bias_k = self.bias_v = None
+        self.add_zero_attn = add_zero_attn  # a zero key and value appended after those
         self._reset_parameters()
         place(self, device)
 
@@ -174,6 +188,9 @@ class MultiheadAttention(Module):
         if self.in_proj_bias is not None:
             init.constant_(self.in_proj_bias, 0.0)
             init.constant_(self.out_proj.bias, 0.0)
+        if self.bias_k is not None:
+            init.xavier_normal_(self.bias_k)
+            init.xavier_normal_(self.bias_v)
 
     def _projections(self):
         e = self.embed_dim
@@ -227,14 +244,18 @@ class MultiheadAttention(Module):
         h, d = self.num_heads, self.head_dim
         (wq, wk, wv), (bq, bk, bv) = self._projections()
 
-        def heads(x, w, b, length):  # (L, N, E) -> (N, H, L, D)
-            return linear(x, w, b).reshape(length, n, h, d).permute(1, 2, 0, 3)
+        def heads(x, length):  # (L, N, E) -> (N, H, L, D)
+            return x.reshape(length, n, h, d).permute(1, 2, 0, 3)
 
-        q, k, v = heads(query, wq, bq, lq), heads(key, wk, bk, lk), heads(value, wv, bv, lk)
-        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d))  # (N, H, L, S)
         if attn_mask is not None:
             if attn_mask.ndim == 3:
-                attn_mask = attn_mask.reshape(n, h, lq, lk)
+                if attn_mask.shape != (n * h, lq, lk):
+                    fail(
+                        ShapeError,
+                        "MultiheadAttention",
+                        f"The shape of the 3D attn_mask is {attn_mask.shape}, but should be "
+                        f"{(n * h, lq, lk)}.",
+                    )
             elif attn_mask.shape != (lq, lk):
                 fail(
                     ShapeError,
@@ -242,16 +263,33 @@ class MultiheadAttention(Module):
                     f"The shape of the 2D attn_mask is {attn_mask.shape}, but should be "
                     f"{(lq, lk)}.",
                 )
+        if key_padding_mask is not None and key_padding_mask.shape != (n, lk):
+            fail(
+                ShapeError,
+                "MultiheadAttention",
+                f"expected key_padding_mask of shape {(n, lk)}, got {key_padding_mask.shape}",
+            )
+        q = heads(linear(query, wq, bq), lq)
+        k, v = linear(key, wk, bk), linear(value, wv, bv)  # (S, N, E)
+        if self.bias_k is not None:  # one more key and value, learned; masks let it be seen
+            k = cat([k, self.bias_k.expand(1, n, e)])
+            v = cat([v, self.bias_v.expand(1, n, e)])
+            lk += 1
+            attn_mask, key_padding_mask = _seen(attn_mask), _seen(key_padding_mask)
+        k, v = heads(k, lk), heads(v, lk)
+        if self.add_zero_attn:  # and one more of zeros, after the projections
+            k = cat([k, zeros(n, h, 1, d, dtype=k.dtype, device=k.device)], 2)
+            v = cat([v, zeros(n, h, 1, d, dtype=v.dtype, device=v.device)], 2)
+            lk += 1
+            attn_mask, key_padding_mask = _seen(attn_mask), _seen(key_padding_mask)
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d))  # (N, H, L, S)
+        if attn_mask is not None:
+            if attn_mask.ndim == 3:
+                attn_mask = attn_mask.reshape(n, h, lq, lk)
             scores = _apply_mask(scores, attn_mask)
         if key_padding_mask is not None:
-            if key_padding_mask.shape != (n, lk):
-                fail(
-                    ShapeError,
-                    "MultiheadAttention",
-                    f"expected key_padding_mask of shape {(n, lk)}, got {key_padding_mask.shape}",
-                )
             scores = _apply_mask(scores, key_padding_mask.reshape(n, 1, 1, lk))
-        weights = scores.softmax(-1)
+        weights = _as(scores.softmax(-1), v)
         attended = dropout(weights, self.dropout, self.training) if self.dropout > 0 else weights
         out = (attended @ v).permute(2, 0, 1, 3).reshape(lq, n, e)  # (L, N, E)
         out = self.out_proj(out)
@@ -269,6 +307,15 @@ class MultiheadAttention(Module):
 
     def extra_repr(self) -> str:
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}"
+
+
+def _seen(mask: Tensor | None) -> Tensor | None:
+    """`mask` (..., S) with one more key at the end that every query may attend to (False
+    in a bool mask, 0 in a float one), as torch pads its masks for `add_bias_kv` and
+    `add_zero_attn`."""
+    if mask is None:
+        return None
+    return cat([mask, zeros(*mask.shape[:-1], 1, dtype=mask.dtype, device=mask.device)], -1)
 
 
 def _apply_mask(scores: Tensor, mask: Tensor) -> Tensor:

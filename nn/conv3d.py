@@ -102,18 +102,7 @@ class ConvTranspose3d(ConvTransposeNd):
     """3-D transposed convolution layer, as torch.nn.ConvTranspose3d."""
 
     n = 3
-
-    def forward(self, input):
-        return conv_transpose3d(
-            input,
-            self.weight,
-            self.bias,
-            self.stride,
-            self.padding,
-            self.output_padding,
-            self.groups,
-            self.dilation,
-        )
+    function = staticmethod(conv_transpose3d)
 
 
 class MaxPool3d(PoolNd):

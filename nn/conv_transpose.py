@@ -212,6 +212,7 @@ def conv_transpose2d(
 
 class ConvTransposeNd(Module):
     n = 0
+    function = None  # F's conv_transpose{n}d, which `forward` calls
 
     def __init__(
         self,
@@ -261,18 +262,51 @@ class ConvTransposeNd(Module):
         fan_in = (self.out_channels // self.groups) * math.prod(self.kernel_size)
         init.torch_default_(self.weight, self.bias, fan_in)
 
-    def forward(self, input):
-        fn = conv_transpose1d if self.n == 1 else conv_transpose2d
-        return fn(
+    def forward(self, input, output_size=None):
+        """The transposed convolution of `input`; `output_size` (the spatial sizes, or
+        the whole shape) picks the output padding that gives those sizes, as torch's: a
+        strided layer's output size is ambiguous by up to stride - 1."""
+        return self.function(
             input,
             self.weight,
             self.bias,
             self.stride,
             self.padding,
-            self.output_padding,
+            self._output_padding(input, output_size),
             self.groups,
             self.dilation,
         )
+
+    def _output_padding(self, input, output_size) -> tuple[int, ...]:
+        """`self.output_padding`, or the padding after that makes the output `output_size`
+        (its last n sizes where it also names the batch and channels); a size outside
+        the range the stride allows raises ValueError, as torch."""
+        if output_size is None:
+            return self.output_padding
+        n = self.n
+        leading = 2 if input.ndim == n + 2 else 1
+        sizes = [int(v) for v in output_size]
+        if len(sizes) == leading + n:
+            sizes = sizes[leading:]
+        if len(sizes) != n:
+            raise ValueError(
+                f"ConvTranspose{n}D: for {input.ndim}D input, output_size must have {n} or "
+                f"{leading + n} elements (got {len(sizes)})"
+            )
+        least = [
+            (input.shape[leading + d] - 1) * self.stride[d]
+            - 2 * self.padding[d]
+            + self.dilation[d] * (self.kernel_size[d] - 1)
+            + 1
+            for d in range(n)
+        ]
+        most = [lo + s - 1 for lo, s in zip(least, self.stride)]
+        if any(not lo <= v <= hi for v, lo, hi in zip(sizes, least, most)):
+            raise ValueError(
+                f"requested an output size of {sizes}, but valid sizes range from {least} to "
+                f"{most} (for an input of {list(input.shape[leading:])})"
+            )
+        return tuple(v - lo for v, lo in zip(sizes, least))
 
     def extra_repr(self) -> str:
         s = (
@@ -296,9 +330,11 @@ class ConvTranspose1d(ConvTransposeNd):
     """1-D transposed convolution layer, as torch.nn.ConvTranspose1d."""
 
     n = 1
+    function = staticmethod(conv_transpose1d)
 
 
 class ConvTranspose2d(ConvTransposeNd):
     """2-D transposed convolution layer, as torch.nn.ConvTranspose2d."""
 
     n = 2
+    function = staticmethod(conv_transpose2d)

@@ -571,6 +571,12 @@ class BatchNorm2d(_BatchNorm):
     dims = (4,)
 
 
+class BatchNorm3d(_BatchNorm):
+    """Batch normalization over (N, C, D, H, W), as torch.nn.BatchNorm3d."""
+
+    dims = (5,)
+
+
 class _InstanceNorm(_BatchNorm):
     """torch's _InstanceNorm: BatchNorm's parameters and buffers (off by default), each
     sample normalized alone; an unbatched input (`unbatched_dims`) is one sample."""

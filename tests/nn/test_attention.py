@@ -145,3 +145,120 @@ def test_multihead_attention_errors():
         mha(x, x, x, is_causal=True)
     with pytest.raises(ValueError, match="embedding dimension"):
         mha(fg.ones(3, 2, 5), x, x)
+
+
+def np_mha_extra(mha, q, k, v, key_padding_mask=None, attn_mask=None):
+    """`np_mha` with torch's `add_bias_kv` (the learned key and value appended after the
+    projections) and `add_zero_attn` (a zero key and value appended after those), the masks
+    widened by a column that every query may attend to for each."""
+    e, h = mha.embed_dim, mha.num_heads
+    d = e // h
+    w, b = mha.in_proj_weight.numpy(), mha.in_proj_bias.numpy()
+    wo, bo = mha.out_proj.weight.numpy(), mha.out_proj.bias.numpy()
+    lq, n, _ = q.shape
+    kp = k @ w[e : 2 * e].T + b[e : 2 * e]
+    vp = v @ w[2 * e :].T + b[2 * e :]
+    extra = 0
+    if mha.bias_k is not None:
+        kp = np.concatenate([kp, np.broadcast_to(mha.bias_k.numpy(), (1, n, e))])
+        vp = np.concatenate([vp, np.broadcast_to(mha.bias_v.numpy(), (1, n, e))])
+        extra += 1
+    lk = kp.shape[0]
+
+    def heads(y, length):
+        return y.reshape(length, n, h, d).transpose(1, 2, 0, 3)
+
+    qh, kh, vh = heads(q @ w[:e].T + b[:e], lq), heads(kp, lk), heads(vp, lk)
+    if mha.add_zero_attn:
+        kh = np.concatenate([kh, np.zeros((n, h, 1, d))], 2)
+        vh = np.concatenate([vh, np.zeros((n, h, 1, d))], 2)
+        extra += 1
+    s = qh @ np.swapaxes(kh, -1, -2) / np.sqrt(d)
+    if attn_mask is not None:
+        pad = np.zeros(attn_mask.shape[:-1] + (extra,), attn_mask.dtype)
+        am = np.concatenate([attn_mask, pad], -1)
+        if am.ndim == 3:
+            am = am.reshape(n, h, lq, -1)
+        s = np.where(am, -np.inf, s) if am.dtype == bool else s + am
+    if key_padding_mask is not None:
+        kpm = np.concatenate([key_padding_mask, np.zeros((n, extra), bool)], -1)
+        s = np.where(kpm[:, None, None, :], -np.inf, s)
+    p = np_softmax(s)
+    out = (p @ vh).transpose(2, 0, 1, 3).reshape(lq, n, e)
+    return out @ wo.T + bo, p
+
+
+@pytest.mark.parametrize("bias_kv, zero_attn", [(True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("mask", ["none", "bool3d", "float2d", "padding"])
+def test_multihead_attention_bias_kv_and_zero_attn(bias_kv, zero_attn, mask):
+    fg.manual_seed(2)
+    mha = nn.MultiheadAttention(8, 2, add_bias_kv=bias_kv, add_zero_attn=zero_attn)
+    mha = mha.to(fg.float64)
+    fg.nn.init.uniform_(mha.in_proj_bias, -0.5, 0.5)
+    names = [n for n, _ in mha.named_parameters()]
+    assert names[:2] == ["in_proj_weight", "in_proj_bias"]  # torch's order
+    assert ("bias_k" in names) == bias_kv and ("bias_v" in names) == bias_kv
+    if not bias_kv:
+        assert mha.bias_k is None and mha.bias_v is None
+    q, k, v = (RNG.standard_normal((4, 3, 8)) for _ in range(3))
+    kw, ref = {}, {}
+    if mask == "bool3d":
+        m = RNG.random((6, 4, 4)) > 0.5
+        m[..., 0] = False  # (a row masked everywhere is NaN in both)
+        kw["attn_mask"], ref["attn_mask"] = fg.tensor(m), m
+    elif mask == "float2d":
+        m = RNG.standard_normal((4, 4))
+        kw["attn_mask"], ref["attn_mask"] = t64(m), m
+    elif mask == "padding":
+        m = np.zeros((3, 4), bool)
+        m[1, 2:] = True
+        kw["key_padding_mask"], ref["key_padding_mask"] = fg.tensor(m), m
+    want, p = np_mha_extra(mha, q, k, v, **ref)
+    out, weights = mha(t64(q), t64(k), t64(v), average_attn_weights=False, **kw)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(weights.numpy(), p, rtol=1e-10, atol=1e-12)
+    assert weights.shape[-1] == 4 + bias_kv + zero_attn
+
+
+def test_multihead_attention_bias_kv_gradients():
+    """The learned key and value get their gradients (float64 central differences of the
+    numpy reference)."""
+    fg.manual_seed(3)
+    mha = nn.MultiheadAttention(4, 2, add_bias_kv=True, add_zero_attn=True).to(fg.float64)
+    x = RNG.standard_normal((3, 2, 4))
+    w_out = RNG.standard_normal((3, 2, 4))
+    (mha(t64(x), t64(x), t64(x))[0] * t64(w_out)).sum().backward()
+    for name in ("bias_k", "bias_v"):
+        p = getattr(mha, name)
+        base = p.numpy().copy()
+        want = np.zeros_like(base)
+        for i in np.ndindex(base.shape):
+            f = []
+            for step in (1e-6, -1e-6):
+                moved = base.copy()
+                moved[i] += step
+                p.data = t64(moved)
+                f.append((np_mha_extra(mha, x, x, x)[0] * w_out).sum())
+            want[i] = (f[0] - f[1]) / 2e-6
+        p.data = t64(base)
+        np.testing.assert_allclose(p.grad.numpy(), want, rtol=1e-6, atol=1e-8)
+
+
+def test_sdpa_and_attention_with_a_float32_mask_on_16_bit_inputs():
+    """torch's SDPA adds a float32 mask to bfloat16 scores and gives bfloat16; the
+    attention layers built on it follow (a decoder's float32 causal mask)."""
+    q, k, v = (RNG.standard_normal((2, 5, 4)) for _ in range(3))
+    mask = np.triu(np.full((5, 5), -1e9), 1) + RNG.standard_normal((5, 5))
+    want = np_sdpa(q, k, v, mask)
+    for dt in (fg.bfloat16, fg.float16):
+        got = F.scaled_dot_product_attention(
+            fg.tensor(q).to(dt), fg.tensor(k).to(dt), fg.tensor(v).to(dt),
+            attn_mask=fg.tensor(mask, dtype=fg.float32),
+        )  # fmt: skip
+        assert got.dtype == dt
+        np.testing.assert_allclose(got.float().numpy(), want, atol=0.05)
+    layer = nn.TransformerDecoderLayer(8, 2, 16, dropout=0.0, norm_first=True).bfloat16()
+    x = fg.randn(5, 2, 8).bfloat16()
+    out = layer(x, x[:3], tgt_mask=nn.Transformer.generate_square_subsequent_mask(5))
+    assert out.dtype == fg.bfloat16 and out.shape == (5, 2, 8)
+    assert np.isfinite(out.float().numpy()).all()

@@ -1311,3 +1311,44 @@ def test_other_convolutions_keep_the_correlation(x_shape, w_shape, groups):
     assert not C.pixel_gemm_pays(
         x.to(fg.bfloat16), w.to(fg.bfloat16), [(1, 1)] * 2, (1, 1), (1, 1), groups
     )
+
+
+# ---------------------------------------------------------------- output_size
+
+
+@pytest.mark.parametrize(
+    "n, shape, stride, padding, dilation, size",
+    [
+        (1, (2, 3, 5), 2, 1, 1, [10]),
+        (2, (2, 2, 4, 4), 2, 1, 1, [8, 8]),
+        (2, (2, 2, 4, 3), (3, 2), (1, 0), (1, 2), [2, 2, 11, 10]),  # (with batch, channels)
+        (3, (1, 2, 2, 3, 2), 2, 0, 1, [5, 8, 6]),
+        (2, (2, 4, 4), 2, 1, 1, [2, 7, 8]),  # unbatched: channels and sizes
+    ],
+)
+def test_transposed_convolution_output_size_picks_the_output_padding(
+    n, shape, stride, padding, dilation, size
+):
+    """`forward(x, output_size)` equals the layer run with the output padding that gives
+    those sizes (torch's `_output_padding`), inside the range the stride allows."""
+    layer = getattr(fg.nn, f"ConvTranspose{n}d")(
+        shape[-n - 1], 3, 3, stride=stride, padding=padding, dilation=dilation
+    )
+    x = fg.tensor(np.random.default_rng(5).standard_normal(shape).astype(np.float32))
+    out = layer(x, output_size=size)
+    assert list(out.shape[-n:]) == size[-n:]
+    pads = tuple(a - b for a, b in zip(size[-n:], layer(x).shape[-n:]))
+    fn = getattr(fg.nn.functional, f"conv_transpose{n}d")
+    want = fn(x, layer.weight, layer.bias, layer.stride, layer.padding, pads, 1, layer.dilation)
+    np.testing.assert_array_equal(out.numpy(), want.numpy())
+
+
+def test_transposed_convolution_output_size_out_of_range_raises():
+    layer = fg.nn.ConvTranspose2d(2, 3, 3, stride=2, padding=1)
+    x = fg.ones(1, 2, 4, 4)
+    said = r"output size of \[9, 8\], but valid sizes range from \[7, 7\] to \[8, 8\]"
+    with pytest.raises(ValueError, match=said):
+        layer(x, output_size=[9, 8])
+    with pytest.raises(ValueError, match="output_size must have 2 or 4 elements"):
+        layer(x, output_size=[8])
+    assert layer(x, output_size=(1, 3, 7, 8)).shape == (1, 3, 7, 8)

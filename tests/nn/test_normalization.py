@@ -119,6 +119,26 @@ def test_batch_norm_options_and_errors():
         nn.BatchNorm2d(2)(fg.ones(2, 2, 2))
 
 
+def test_batch_norm_3d_training_running_statistics_and_eval():
+    bn = nn.BatchNorm3d(2, momentum=0.3)
+    x = RNG.standard_normal((3, 2, 2, 3, 2)).astype(np.float32) * 2 + 1
+    np.testing.assert_allclose(bn(fg.tensor(x)).numpy(), np_norm(x, (0, 2, 3, 4), 1e-5), atol=1e-5)
+    mean = 0.3 * x.mean((0, 2, 3, 4))
+    var = 0.7 + 0.3 * x.var((0, 2, 3, 4), ddof=1)
+    np.testing.assert_allclose(bn.running_mean.numpy(), mean, rtol=1e-5)
+    np.testing.assert_allclose(bn.running_var.numpy(), var, rtol=1e-5)
+    bn.eval()
+    want = (x - mean[:, None, None, None]) / np.sqrt(var[:, None, None, None] + 1e-5)
+    np.testing.assert_allclose(bn(fg.tensor(x)).numpy(), want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="expected 5D input"):
+        bn(fg.ones(2, 2, 2, 2))
+
+    def fn(a, ww, bb):
+        return F.batch_norm(a, None, None, ww, bb, training=True)
+
+    assert gradcheck(fn, [t64(x[:2, :, :2]), t64(RNG.standard_normal(2)), t64(np.ones(2))])
+
+
 def test_batch_norm_trains_inside_a_model():
     fg.manual_seed(0)
     model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 1))
