@@ -403,6 +403,10 @@ def _tri_inverse(t, lower: bool):
             done = slice(0, i) if lower else slice(i + 1, n)
             rest = eye[i] - np.einsum("...k,...kj->...j", t[..., i, done], out[..., done, :])
             out[..., i, :] = rest / t[..., i, i : i + 1]
+            if lower:  # (0 / 0 off the triangle where t[i, i] = 0: the inverse's 0 there)
+                out[..., i, i + 1 :] = 0.0
+            else:
+                out[..., i, :i] = 0.0
     return out
 
 
@@ -879,7 +883,7 @@ def lstsq(A, B, rcond=None, *, driver=None):
             f"Expected input and other to have the same dtype, but got input's dtype "
             f"{A.dtype.name} and other's dtype {B.dtype.name}",
         )
-    vector = B.ndim == 1 or (B.ndim == A.ndim - 1 and B.shape == A.shape[:-1])
+    vector = B.ndim == 1 or B.ndim == A.ndim - 1  # (torch's rule for lstsq)
     rhs = B.unsqueeze(-1) if vector else B
     m, n = A.shape[-2:]
     if rhs.ndim < 2 or rhs.shape[-2] != m:
@@ -1031,6 +1035,70 @@ def cond(A, p=None):
     mask = tensor(singular, device=A.device)
     safe = where(mask.unsqueeze(-1).unsqueeze(-1), _eye(A, A.shape[-1]), A)
     return where(mask, math.inf, matrix_norm(A, p) * matrix_norm(inv(safe), p))
+
+
+class _TriangularInverse(Function):
+    """T^-1 of the triangle (`upper` or lower; unit diagonal where `unit`) of A, by
+    substitution on the host (inf / NaN at a zero diagonal element, as LAPACK's trsm); its
+    gradient -T^-T g T^-T, kept to the triangle read (the strict one where `unit`)."""
+
+    @staticmethod
+    def forward(ctx, a, upper, unit):
+        h = _host_square(a, "linalg.solve_triangular")
+        t = np.triu(h) if upper else np.tril(h)
+        if unit:
+            idx = np.arange(t.shape[-1])
+            t[..., idx, idx] = 1.0
+        ctx.inv = _like(a, _tri_inverse(t, lower=not upper) if t.size else t)
+        ctx.upper, ctx.unit = upper, unit
+        return ctx.inv
+
+    @staticmethod
+    def backward(ctx, g):
+        t = ctx.inv.mT
+        grad = -(t @ g @ t)
+        shift = 1 if ctx.unit else 0
+        return (grad.triu(shift) if ctx.upper else grad.tril(-shift)), None, None
+
+
+def solve_triangular(A, B, *, upper: bool, left: bool = True, unitriangular: bool = False):
+    """torch.linalg.solve_triangular: X with T X = B (`left=False`: X T = B), T the upper
+    (`upper=True`) or lower triangle of the square matrices in A's last two dims, with a
+    unit diagonal where `unitriangular` (A's diagonal is then not read); batch dims
+    broadcast. A zero on T's diagonal gives inf / NaN, as torch's.
+
+    Here X = T^-1 B, T^-1 by substitution on the host: gradients torch's
+    (B: T^-T gX; A: -T^-T gX X^T kept to the triangle read), values equal to LAPACK's trsm
+    up to rounding.
+
+    >>> import fusegrad as fg
+    >>> A = fg.tensor([[2.0, 1.0], [0.0, 4.0]])
+    >>> fg.linalg.solve_triangular(A, fg.tensor([[4.0], [8.0]]), upper=True).tolist()
+    [[1.0], [2.0]]
+    """
+    op = "linalg.solve_triangular"
+    if B.ndim < 2:
+        fail(ArgumentError, op, "The input tensor B must have at least 2 dimensions.")
+    if A.ndim < 2 or A.shape[-1] != A.shape[-2]:
+        _host_square(A, op)  # (raises torch's error)
+    n, rows = A.shape[-1], (B.shape[-2] if left else B.shape[-1])
+    if rows != n:
+        equation = "AX = B" if left else "XA = B"
+        fail(
+            ArgumentError,
+            op,
+            f"Incompatible shapes of A and B for the equation {equation} "
+            f"({A.shape[-2]}x{A.shape[-1]} and {B.shape[-2]}x{B.shape[-1]})",
+        )
+    if B.dtype != A.dtype:
+        fail(
+            DTypeError,
+            op,
+            f"Expected A and B to have the same dtype, but found A of type {A.dtype.name} "
+            f"and B of type {B.dtype.name} instead",
+        )
+    tinv = _TriangularInverse.apply(A, upper, unitriangular)
+    return tinv @ B if left else B @ tinv
 
 
 # Tensor's linear-algebra methods (torch_methods.py) call this module, which sits above

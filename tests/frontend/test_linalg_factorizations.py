@@ -1,8 +1,9 @@
 """fusegrad.linalg's factorizations (cholesky, cholesky_ex, qr, eigh, eigvalsh, svd, pinv,
-lstsq, matrix_exp, matrix_rank, cond) and torch's top-level and method forms: values against
-numpy's LAPACK, gradients against central differences (float64) and against torch 2.14.1's
-values and gradients, written in below (`TORCH`); special points (identity, diagonal, 1 x 1,
-0 x 0, empty batches, singular input, repeated eigenvalues) and torch's errors."""
+lstsq, matrix_exp, matrix_rank, cond, solve_triangular) and torch's top-level and method
+forms: values against numpy's LAPACK, gradients against central differences (float64) and
+against torch 2.14.1's values and gradients, written in below (`TORCH`); special points
+(identity, diagonal, 1 x 1, 0 x 0, empty batches, singular input, repeated eigenvalues) and
+torch's errors."""
 
 from __future__ import annotations
 
@@ -89,10 +90,16 @@ TORCH = json.loads(
     ":[[7.579432060082504,4.218289982169567,0.22052988515528069,6.187520160411297,3.492249533"
     "865977,0.2816402147761062,3.7903483429657445,2.028138100421378,0.3096648421209095],[-0.8"
     "467857040553587,0.7251287842159773,-1.3112535023644862,-3.904520077057309,-2.55377420769"
-    '3863,-2.6816667370559437,-1.8604690578383238,-1.379889131985863,-1.1571654850359783]],"c'
-    'ond":[[2.5804472182995637],[-0.23249616352648608,-0.9575663134943323,-1.9986450164710798'
-    ",0.9978799624394346,-0.9334501851497183,-1.3934224151138386,1.193456817018287,0.96928925"
-    "34132836,2.457279297649408]]}"
+    '3863,-2.6816667370559437,-1.8604690578383238,-1.379889131985863,-1.1571654850359783]],"s'
+    'olve_triangular":[[8.101718080102453,5.731358238886697,-1.1182250209323956,-0.5340911597'
+    "449831,1.6251780123952349,0.005990770164131859],[-13.762026543610808,1.6311272220763708,"
+    "-1.5662562469167813,0.0,4.019124960867557,-4.075261332528972,0.0,0.0,-2.737258457444311]"
+    '],"solve_triangular_right_unit":[[2.0405984790670058,-1.4013929848021562,1.5139237747390'
+    "626,0.6632344477388988,0.293968235443434,-0.3139228145364278],[0.0,0.0,0.0,0.74824082077"
+    '03386,0.0,0.0,-0.8059082146339083,0.31345628727849895,0.0]],"cond":[[2.5804472182995637]'
+    ",[-0.23249616352648608,-0.9575663134943323,-1.9986450164710798,0.9978799624394346,-0.933"
+    "4501851497183,-1.3934224151138386,1.193456817018287,0.9692892534132836,2.457279297649408"
+    "]]}"
 )
 
 
@@ -203,6 +210,20 @@ def _cases():
             1,
             lambda spd, sq, tall, wide, b, w: (lambda e: (e, wsum(e, w)))(
                 fg.linalg.matrix_exp(2 * sq)
+            ),
+        ),
+        "solve_triangular": (
+            1,
+            lambda spd, sq, tall, wide, b, w: (lambda x: (x, wsum(x, w)))(
+                fg.linalg.solve_triangular(sq, b[:3], upper=True)
+            ),
+        ),
+        "solve_triangular_right_unit": (
+            1,
+            lambda spd, sq, tall, wide, b, w: (lambda x: (x, wsum(x, w)))(
+                fg.linalg.solve_triangular(
+                    sq, wide[:, :3], upper=False, left=False, unitriangular=True
+                )
             ),
         ),
         "cond": (1, lambda spd, sq, tall, wide, b, w: (lambda c: (c, c))(fg.linalg.cond(sq))),
@@ -389,6 +410,14 @@ def test_gradients_match_central_differences():
         _check_grad(
             lambda a: (fg.linalg.matrix_exp(a) * fg.tensor(_rng_matrix(3, 3, seed=17))).sum(), m
         )
+    tri, rhs = _rng_matrix(2, 3, 3, seed=19) + 3 * np.eye(3), _rng_matrix(3, 2, seed=20)
+    for kw in ({"upper": True}, {"upper": False, "unitriangular": True}):
+        _check_grad(lambda a, kw=kw: fg.linalg.solve_triangular(a, fg.tensor(rhs), **kw).sum(), tri)
+        _check_grad(lambda b, kw=kw: fg.linalg.solve_triangular(fg.tensor(tri), b, **kw).sum(), rhs)
+    _check_grad(
+        lambda a: fg.linalg.solve_triangular(a, fg.tensor(rhs.T), upper=True, left=False).sum(),
+        tri,
+    )
     _check_grad(lambda a: fg.linalg.cond(a), _rng_matrix(3, 3, seed=18))
     _check_grad(lambda a: fg.linalg.cond(a, "nuc"), _rng_matrix(3, 3, seed=18))
 
@@ -558,6 +587,14 @@ def test_cholesky_errors_and_cholesky_ex():
         fg.linalg.eigh(fg.eye(2), UPLO="X")
     with pytest.raises(RuntimeError, match="qr received unrecognized mode 'x'"):
         fg.linalg.qr(fg.eye(2), mode="x")
+    with pytest.raises(RuntimeError, match="Incompatible shapes of A and B for the equation AX"):
+        fg.linalg.solve_triangular(fg.eye(3), fg.ones(2, 2), upper=True)
+    with pytest.raises(RuntimeError, match="The input tensor B must have at least 2 dimensions"):
+        fg.linalg.solve_triangular(fg.eye(3), fg.ones(3), upper=True)
+    zero_pivot = fg.linalg.solve_triangular(
+        fg.tensor([[1.0, 2.0], [0.0, 0.0]]), fg.ones(2, 1), upper=True
+    )
+    assert zero_pivot.tolist() == [[-np.inf], [np.inf]]  # torch's (LAPACK's trsm)
 
 
 def test_gradients_torch_refuses_are_refused():
@@ -613,9 +650,11 @@ def test_eig_is_named_as_missing_and_the_torch_names_resolve():
         fg.linalg.eig  # noqa: B018
     shim = TorchShim()
     linalg = shim.module("torch.linalg")
-    for (
-        name
-    ) in "cholesky cholesky_ex qr eigh eigvalsh svd pinv lstsq matrix_exp matrix_rank cond".split():
+    names = (
+        "cholesky cholesky_ex qr eigh eigvalsh svd pinv lstsq matrix_exp matrix_rank cond "
+        "solve_triangular"
+    )
+    for name in names.split():
         assert getattr(linalg, name) is getattr(fg.linalg, name)
     assert linalg.LinAlgError is fg.linalg.LinAlgError
     with pytest.raises(TorchGapError):
