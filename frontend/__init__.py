@@ -460,6 +460,33 @@ def inverse(A):
     return linalg.inv(A)
 
 
+def cholesky(A, upper: bool = False):
+    """torch.cholesky (older torch's API; torch 2.14 removed it and raises): the Cholesky
+    factor, lower or `upper`, as fg.linalg.cholesky."""
+    return A.cholesky(upper)
+
+
+def qr(A, some: bool = True):
+    """torch.qr (older torch's API; torch 2.14 removed it and raises): (Q, R), reduced when
+    `some`, else complete, as fg.linalg.qr."""
+    return A.qr(some)
+
+
+def svd(A, some: bool = True, compute_uv: bool = True):
+    """torch.svd: (U, S, V), V = Vh^T, reduced when `some`; see Tensor.svd."""
+    return A.svd(some, compute_uv)
+
+
+def pinverse(A, rcond: float = 1e-15):
+    """torch.pinverse: fg.linalg.pinv(A, rtol=rcond)."""
+    return A.pinverse(rcond)
+
+
+def matrix_exp(A):
+    """torch.matrix_exp: fg.linalg.matrix_exp."""
+    return A.matrix_exp()
+
+
 def angle(x):
     """The argument of each element as a complex number: pi for a negative real, else 0
     (NaN at NaN), as torch.angle of a real tensor."""

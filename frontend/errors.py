@@ -81,6 +81,11 @@ class ArgumentError(FusegradError, RuntimeError):
     """Arguments the op does not accept, where PyTorch raises RuntimeError."""
 
 
+class LinAlgError(ArgumentError):
+    """A matrix a linear-algebra op cannot factor (singular for inv, not positive-definite
+    for cholesky): torch.linalg.LinAlgError, a RuntimeError (`fg.linalg.LinAlgError`)."""
+
+
 class DeviceError(FusegradError, RuntimeError):
     """A device that does not exist here (no GPU, no PyCUDA)."""
 

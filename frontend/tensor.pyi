@@ -1352,10 +1352,18 @@ class Tensor:
         it is negative (-inf too), 0 at 0 and -0.0, NaN at NaN; a float result (an integer tensor
         becomes the default float) with a zero gradient everywhere.
         """
+    def cholesky(  # frontend/torch_methods.py: TorchMethodsMixin.cholesky
+        self, upper: builtins.bool = False
+    ):
+        """torch.cholesky (older torch's API; torch 2.14 removed it and raises): the Cholesky
+        factor, lower (or `upper`), as `fg.linalg.cholesky`.
+        """
     def conj(self):  # frontend/torch_methods.py: TorchMethodsMixin.conj
         """This tensor itself: a real tensor is its own conjugate (torch returns it too)."""
     def deg2rad(self):  # frontend/torch_methods.py: TorchMethodsMixin.deg2rad
         """Degrees to radians, x * pi / 180 (an integer tensor becomes the default float)."""
+    def det(self):  # frontend/torch_methods.py: TorchMethodsMixin.det
+        """torch.det: the determinants of the square matrices in the last two dims."""
     def dsplit(self, sections):  # frontend/torch_methods.py: TorchMethodsMixin.dsplit
         """Split along the third axis of a tensor of at least three, as torch.dsplit."""
     def get_device(self) -> builtins.int:  # frontend/torch_methods.py: TorchMethodsMixin.get_device
@@ -1373,6 +1381,8 @@ class Tensor:
         """Refused, as torch refuses it for real dtypes."""
     def inner(self, other):  # frontend/torch_methods.py: TorchMethodsMixin.inner
         """Sums of products over the last axes of both, as torch.inner."""
+    def inverse(self):  # frontend/torch_methods.py: TorchMethodsMixin.inverse
+        """torch.inverse: `fg.linalg.inv` (a singular matrix raises)."""
     def is_complex(  # frontend/torch_methods.py: TorchMethodsMixin.is_complex
         self,
     ) -> builtins.bool:
@@ -1409,6 +1419,14 @@ class Tensor:
     @property
     def layout(self):  # frontend/torch_methods.py: TorchMethodsMixin.layout
         """`fg.strided`, the one layout fusegrad has."""
+    def logdet(self):  # frontend/torch_methods.py: TorchMethodsMixin.logdet
+        """torch.logdet: log det (NaN for a negative determinant, -inf for 0)."""
+    def matrix_exp(self):  # frontend/torch_methods.py: TorchMethodsMixin.matrix_exp
+        """torch.matrix_exp: `fg.linalg.matrix_exp`."""
+    def matrix_power(  # frontend/torch_methods.py: TorchMethodsMixin.matrix_power
+        self, n: builtins.int
+    ):
+        """torch.matrix_power: `fg.linalg.matrix_power`."""
     def multinomial(  # frontend/torch_methods.py: TorchMethodsMixin.multinomial
         self, num_samples: builtins.int, replacement: builtins.bool = False, *, generator=None
     ):
@@ -1437,12 +1455,20 @@ class Tensor:
         available torch raises, and so does this; where it is, a copy (fusegrad copies to the
         device itself, so the copy is an ordinary tensor: `is_pinned()` stays False).
         """
+    def pinverse(  # frontend/torch_methods.py: TorchMethodsMixin.pinverse
+        self, rcond: builtins.float = 1e-15
+    ):
+        """torch.pinverse: `fg.linalg.pinv` with rtol=rcond."""
     def positive(self):  # frontend/torch_methods.py: TorchMethodsMixin.positive
         """This tensor itself (`+t`); bool refused, as torch's."""
     def put(  # frontend/torch_methods.py: TorchMethodsMixin.put
         self, index, source, accumulate: builtins.bool = False
     ):
         """`put_` on a copy, as torch.Tensor.put."""
+    def qr(self, some: builtins.bool = True):  # frontend/torch_methods.py: TorchMethodsMixin.qr
+        """torch.qr (older torch's API; torch 2.14 removed it and raises): (Q, R) as `fg.linalg.qr`
+        in mode 'reduced' (`some=True`) or 'complete'.
+        """
     def rad2deg(self):  # frontend/torch_methods.py: TorchMethodsMixin.rad2deg
         """Radians to degrees, x * 180 / pi (an integer tensor becomes the default float)."""
     @property
@@ -1458,6 +1484,8 @@ class Tensor:
         """The slice at `index` along `dim`, that axis gone: a view (writes reach this tensor), as
         torch's.
         """
+    def slogdet(self):  # frontend/torch_methods.py: TorchMethodsMixin.slogdet
+        """torch.slogdet: (sign, log |det|)."""
     def split_with_sizes(  # frontend/torch_methods.py: TorchMethodsMixin.split_with_sizes
         self, split_sizes, dim: builtins.int = 0
     ):
@@ -1467,6 +1495,12 @@ class Tensor:
     ) -> builtins.int:
         """Where this view's first element sits in its base's storage, in elements, as torch counts
         it (0 for a tensor that is no view: results of ops, `contiguous()` copies).
+        """
+    def svd(  # frontend/torch_methods.py: TorchMethodsMixin.svd
+        self, some: builtins.bool = True, compute_uv: builtins.bool = True
+    ):
+        """torch.svd: (U, S, V) with self = U diag(S) V^T (V, not torch.linalg.svd's Vh), reduced
+        when `some`; compute_uv=False gives zero U (m x m) and V (n x n), as torch's.
         """
     def vsplit(self, sections):  # frontend/torch_methods.py: TorchMethodsMixin.vsplit
         """Split along the first axis of a tensor of at least two, as torch.vsplit."""

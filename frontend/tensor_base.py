@@ -49,6 +49,7 @@ class TensorBase:
     _plain: type  # Tensor (tensor.py sets it once the class exists)
     _lazy_grad: type  # tensor.LazyGrad: what backward() leaves in a leaf's .grad
     _data_view: type  # tensor.DataView: what `t.data` is
+    _linalg: object  # the fusegrad.linalg module (it sets this): its Tensor methods' home
     _copies_plain = False  # True for LazyGrad and DataView, whose copies are plain tensors
 
 

@@ -79,6 +79,62 @@ class TorchMethodsMixin:
         """The cuda device's index (0) for a cuda tensor, -1 on the CPU, as torch's."""
         return -1 if self.is_cpu else (self.device.index or 0)
 
+    # ---------------------------------------------------------------- linear algebra
+    # (fusegrad.linalg's functions: LAPACK on the host, with torch's gradients)
+    def det(self):
+        """torch.det: the determinants of the square matrices in the last two dims."""
+        return self._linalg.det(self)
+
+    def logdet(self):
+        """torch.logdet: log det (NaN for a negative determinant, -inf for 0)."""
+        return self._linalg.logdet(self)
+
+    def slogdet(self):
+        """torch.slogdet: (sign, log |det|)."""
+        return self._linalg.slogdet(self)
+
+    def inverse(self):
+        """torch.inverse: `fg.linalg.inv` (a singular matrix raises)."""
+        return self._linalg.inv(self)
+
+    def matrix_power(self, n: int):
+        """torch.matrix_power: `fg.linalg.matrix_power`."""
+        return self._linalg.matrix_power(self, n)
+
+    def matrix_exp(self):
+        """torch.matrix_exp: `fg.linalg.matrix_exp`."""
+        return self._linalg.matrix_exp(self)
+
+    def pinverse(self, rcond: float = 1e-15):
+        """torch.pinverse: `fg.linalg.pinv` with rtol=rcond."""
+        return self._linalg.pinv(self, rtol=rcond)
+
+    def cholesky(self, upper: bool = False):
+        """torch.cholesky (older torch's API; torch 2.14 removed it and raises): the
+        Cholesky factor, lower (or `upper`), as `fg.linalg.cholesky`."""
+        return self._linalg.cholesky(self, upper=upper)
+
+    def qr(self, some: bool = True):
+        """torch.qr (older torch's API; torch 2.14 removed it and raises): (Q, R) as
+        `fg.linalg.qr` in mode 'reduced' (`some=True`) or 'complete'."""
+        return self._linalg.qr(self, "reduced" if some else "complete")
+
+    def svd(self, some: bool = True, compute_uv: bool = True):
+        """torch.svd: (U, S, V) with self = U diag(S) V^T (V, not torch.linalg.svd's Vh),
+        reduced when `some`; compute_uv=False gives zero U (m x m) and V (n x n), as torch's.
+        Gradients as `fg.linalg.svd`'s."""
+        linalg = self._linalg
+        if not compute_uv:
+            m, n = self.shape[-2:]
+            zeros = self.new_zeros
+            return linalg.SVDVResult(
+                zeros(self.shape[:-2] + (m, m)),
+                linalg.svdvals(self),
+                zeros(self.shape[:-2] + (n, n)),
+            )
+        u, s, vh = linalg.svd(self, full_matrices=not some)
+        return linalg.SVDVResult(u, s, vh.mT)
+
     def is_signed(self) -> bool:
         """Whether the dtype has negative values: floats and signed integers (not uint8,
         not bool)."""

@@ -421,8 +421,16 @@ EXCLUDED: dict[str, str] = {
     ),
     "F.bilinear": _LINEAR,
     **dict.fromkeys(
-        _names("fg", "det inverse logdet slogdet"),
+        _names("fg", "det inverse logdet slogdet")
+        + _names("Tensor", "det inverse logdet slogdet matrix_power"),
         "fg.linalg's, against torch's values and gradients in tests/frontend/test_linalg.py",
+    ),
+    **dict.fromkeys(
+        _names("fg", "cholesky matrix_exp pinverse qr svd")
+        + _names("Tensor", "cholesky matrix_exp pinverse qr svd"),
+        "fg.linalg's factorizations: identity, diagonal, 1 x 1, 0 x 0, empty batches, singular "
+        "and repeated-eigenvalue inputs against torch's values and gradients in "
+        "tests/frontend/test_linalg_factorizations.py",
     ),
     "F.ctc_loss": _SPECIAL_ELSEWHERE + ": tests/nn/test_ctc.py (repeated labels, impossible "
     "alignments, zero_infinity)",
