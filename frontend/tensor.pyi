@@ -44,6 +44,7 @@ from .inplace_methods import variants
 from .ir import node as N
 from .ir.autodiff import DEFERRED_GRADS as DEFERRED_GRADS
 from .ir.autodiff import with_vjp as with_vjp
+from .ir.dtypes import TORCH_SCALAR_TYPES as TORCH_SCALAR_TYPES
 from .ir.dtypes import DType as DType
 from .ir.dtypes import bool_ as bool_
 from .ir.dtypes import default_float as default_float
