@@ -56,9 +56,10 @@ def test_to_a_larger_itemsize_the_last_dim_shrinks():
 
 def test_half_floats_round_trip():
     x = fg.tensor([1.5, -2.0, 65504.0])
-    assert x.half().view(fg.int16).tolist() == np.array([1.5, -2.0, 65504.0], np.float16).view(
-        np.int16
-    ).tolist()
+    assert (
+        x.half().view(fg.int16).tolist()
+        == np.array([1.5, -2.0, 65504.0], np.float16).view(np.int16).tolist()
+    )
     assert x.view(fg.bfloat16).view(fg.float32).tolist() == [1.5, -2.0, 65504.0]
     assert x.view(fg.bfloat16).shape == (6,)
 
@@ -79,9 +80,10 @@ def test_no_gradient_even_to_its_own_dtype():
 
 def test_the_view_is_computed_from_a_lazy_value():
     x = fg.arange(4, dtype=fg.float32) * 2 + 1
-    assert x.view(fg.int32).tolist() == (np.arange(4, dtype=np.float32) * 2 + 1).view(
-        np.int32
-    ).tolist()
+    assert (
+        x.view(fg.int32).tolist()
+        == (np.arange(4, dtype=np.float32) * 2 + 1).view(np.int32).tolist()
+    )
 
 
 @pytest.mark.parametrize(
@@ -123,8 +125,7 @@ def test_the_view_is_computed_from_a_lazy_value():
         (
             lambda: fg.zeros(2, 4)[:, ::2],
             fg.int16,
-            "self.stride(-1) must be 1 to view Float as Short (different element sizes), "
-            "but got 2",
+            "self.stride(-1) must be 1 to view Float as Short (different element sizes), but got 2",
         ),
     ],
 )
