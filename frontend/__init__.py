@@ -122,6 +122,7 @@ from .devices import device, get_default_device, set_default_device  # noqa: E40
 from .halfdtypes import get_default_dtype, set_default_dtype  # noqa: E402
 from .indexing import (  # noqa: E402
     argwhere,
+    as_strided,
     flip,
     gather,
     index_add,

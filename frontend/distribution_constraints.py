@@ -12,11 +12,16 @@ value's shape less the constraint's `event_dim` rightmost dims.
 IntegerInterval(lower_bound=0, upper_bound=2)
 
 The names and reprs are torch's (a ValueError from a distribution's validation names the
-constraint by its repr). Those over matrices (`lower_cholesky`, `positive_definite`, ...)
-are left out with MultivariateNormal, which fusegrad does not have.
+constraint by its repr). Of those over matrices, `lower_cholesky` and `positive_definite`
+(MultivariateNormal's); the positive definite test factors each matrix with numpy on the
+host, as torch's calls cholesky_ex.
 """
 
 from __future__ import annotations
+
+import numpy as np
+
+from .creation import tensor as _tensor
 
 __all__ = [
     "Constraint",
@@ -31,10 +36,13 @@ __all__ = [
     "interval",
     "is_dependent",
     "less_than",
+    "lower_cholesky",
+    "lower_triangular",
     "nonnegative",
     "nonnegative_integer",
     "one_hot",
     "positive",
+    "positive_definite",
     "positive_integer",
     "real",
     "real_vector",
@@ -264,6 +272,46 @@ class _Simplex(Constraint):
         return (value >= 0).all(-1) & ((value.sum(-1) - 1).abs() < 1e-6)
 
 
+class _LowerTriangular(Constraint):
+    """Square matrices (the last two dims) that are zero above the diagonal."""
+
+    event_dim = 2
+
+    def check(self, value):
+        return (value.tril() == value).reshape(tuple(value.shape[:-2]) + (-1,)).min(-1)[0]
+
+
+class _LowerCholesky(Constraint):
+    """Lower triangular matrices with a positive diagonal."""
+
+    event_dim = 2
+
+    def check(self, value):
+        lower = (value.tril() == value).reshape(tuple(value.shape[:-2]) + (-1,)).min(-1)[0]
+        positive = (value.diagonal(dim1=-2, dim2=-1) > 0).min(-1)[0]
+        return lower & positive
+
+
+class _PositiveDefinite(Constraint):
+    """Symmetric matrices (to 1e-6) with a Cholesky factor: numpy's, on the host."""
+
+    event_dim = 2
+
+    def check(self, value):
+        symmetric = value.isclose(value.mT, atol=1e-6).flatten(-2).all(-1)
+        host = value.detach().double().numpy()
+        flat = host.reshape((-1,) + host.shape[-2:])
+        factors = []
+        for matrix in flat:
+            try:
+                np.linalg.cholesky(matrix)
+                factors.append(True)
+            except np.linalg.LinAlgError:
+                factors.append(False)
+        ok = np.array(factors, dtype=bool).reshape(host.shape[:-2])
+        return symmetric & _tensor(ok, device=value.device)
+
+
 dependent = _Dependent()
 dependent_property = _DependentProperty
 independent = _IndependentConstraint
@@ -283,3 +331,6 @@ unit_interval = _Interval(0.0, 1.0)
 interval = _Interval
 half_open_interval = _HalfOpenInterval
 simplex = _Simplex()
+lower_triangular = _LowerTriangular()
+lower_cholesky = _LowerCholesky()
+positive_definite = _PositiveDefinite()

@@ -1,6 +1,8 @@
 """`fusegrad.distributions` (torch.distributions under `python -m fusegrad`): Categorical,
 Bernoulli, Normal, Uniform and Independent, with torch's parameters, shapes, validation,
-formulas and KL pairs; the base class and the KL registry are `distribution.py`'s.
+formulas and KL pairs; the base class and the KL registry are `distribution.py`'s. Gamma,
+Beta, Dirichlet, Exponential, Poisson, Laplace and LogNormal are `distributions_gamma.py`'s,
+MultivariateNormal `distributions_mvn.py`'s, re-exported here.
 
 >>> import fusegrad as fg
 >>> from fusegrad.distributions import Categorical, Normal, kl_divergence
@@ -37,6 +39,8 @@ from .distribution import (
     probs_to_logits,
     register_kl,
 )
+from .distributions_gamma import Beta, Dirichlet, Exponential, Gamma, Laplace, LogNormal, Poisson
+from .distributions_mvn import MultivariateNormal
 from .ir.dtypes import float64, int64
 from .shapeops import broadcast_tensors
 from .tensor import Tensor, where
@@ -44,10 +48,18 @@ from .typeinfo import finfo
 
 __all__ = [
     "Bernoulli",
+    "Beta",
     "Categorical",
+    "Dirichlet",
     "Distribution",
+    "Exponential",
+    "Gamma",
     "Independent",
+    "Laplace",
+    "LogNormal",
+    "MultivariateNormal",
     "Normal",
+    "Poisson",
     "Uniform",
     "constraints",
     "kl_divergence",

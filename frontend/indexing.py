@@ -52,7 +52,7 @@ from .ir.autodiff import own_node, with_vjp
 from .ir.dtypes import bool_, int64
 from .ir.ops import Ops
 from .jithooks import host_read_refused
-from .movement import MovementMixin, basic_index
+from .movement import MovementMixin, basic_index, linked
 from .runtime.buffer import HOST_BUFFERS, Buffer
 from .runtime.engine import engine
 from .scalars import checked_fill
@@ -974,6 +974,115 @@ def index_put(x, indices, values, accumulate: bool = False):
     return x + summed.reshape(x.shape)  # (x's bits where only -0.0s are added: index_add's)
 
 
+def _storage_positions(shape, strides, offset: int) -> np.ndarray:
+    """Where each element of a tensor of `shape` and `strides` (row-major order) lies in
+    its storage, for a first element at `offset`."""
+    pos = np.full(shape, offset, dtype=np.int64)
+    for d, (n, st) in enumerate(zip(shape, strides)):
+        view = [1] * len(shape)
+        view[d] = n
+        pos = pos + (np.arange(n, dtype=np.int64) * st).reshape(view)
+    return pos.reshape(-1)
+
+
+def _storage_root(x):
+    """The tensor whose storage x's strides and storage offset count in: the first of its
+    bases that is no view (a detached tensor counts as its own)."""
+    root = x
+    while (link := getattr(root, "_base", None)) is not None and link[1] is not None:
+        root = link[0]
+    return root
+
+
+def as_strided(x, size, stride, storage_offset=None):
+    """torch.as_strided: the tensor of `size` whose element (i, j, ...) is the element at
+    `storage_offset + i * stride[0] + j * stride[1] + ...` of x's storage (windows that
+    overlap, sliding views). `storage_offset` counts from the storage's start (x's own
+    `storage_offset()` when None), as torch's; out-of-storage windows and negative
+    strides raise torch's errors.
+
+    fusegrad's tensors are logical, not memory: x's storage is worked out from the
+    strides and storage offsets torch would report (`stride()`, `storage_offset()`), and
+    each element of the result is read from x by an index table (a `GATHER`), lazily;
+    its gradient is a scatter-add back to x's elements (overlapping windows add up, as
+    torch's as_strided backward). The elements read must be x's own: a storage place x
+    does not reach (another part of its base, in torch still readable) raises. Writes to
+    the result land in x (it is a view of x here too).
+
+    >>> import fusegrad as fg
+    >>> fg.arange(5.0).as_strided((3, 3), (1, 1)).tolist()
+    [[0.0, 1.0, 2.0], [1.0, 2.0, 3.0], [2.0, 3.0, 4.0]]
+    """
+    op = "as_strided"
+    size = (int(size),) if isinstance(size, (int, np.integer)) else tuple(int(s) for s in size)
+    stride = (
+        (int(stride),) if isinstance(stride, (int, np.integer)) else tuple(int(s) for s in stride)
+    )
+    if len(size) != len(stride):
+        fail(ShapeError, op, "mismatch in length of strides and shape")
+    if any(st < 0 for st in stride):
+        fail(
+            ShapeError,
+            op,
+            f"as_strided: Negative strides are not supported at the moment, got strides: "
+            f"{list(stride)}",
+        )
+    if any(n < 0 for n in size):
+        fail(
+            ShapeError,
+            op,
+            f"Storage size calculation overflowed with sizes={list(size)} and "
+            f"strides={list(stride)}",
+        )
+    offset = x.storage_offset() if storage_offset is None else int(storage_offset)
+    if offset < 0:
+        fail(ShapeError, op, f"Tensor: invalid storage offset {offset}")
+    root = _storage_root(x)
+    root_pos = _storage_positions(root.shape, root.stride(), root.storage_offset())
+    storage = int(root_pos.max()) + 1 if root_pos.size else 0
+    if 0 not in size:
+        needed = offset + sum((n - 1) * st for n, st in zip(size, stride)) + 1
+        if needed > storage:
+            item = x.dtype.itemsize
+            fail(
+                ShapeError,
+                op,
+                f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset "
+                f"{offset}, and itemsize {item} requiring a storage size of {needed * item} "
+                f"are out of bounds for storage of size {storage * item}",
+            )
+    return _strided_read(x, size, stride, offset, storage)
+
+
+def _strided_read(x, size, stride, offset: int, storage: int):
+    """as_strided's result, checked: x's elements at the storage places of `size`, `stride`
+    and `offset`, through a table from storage place to x's element (the first of x's
+    elements at a place, where x repeats one: an expand)."""
+    wanted = _storage_positions(size, stride, offset)
+    own = _storage_positions(x.shape, x.stride(), x.storage_offset())
+    element = np.full(max(storage, 1), -1, dtype=np.int64)
+    element[own[::-1]] = np.arange(own.size - 1, -1, -1, dtype=np.int64)  # the first wins
+    index = element[wanted] if wanted.size else wanted
+    if (index < 0).any():
+        place = int(wanted[np.argmax(index < 0)])
+        fail(
+            IndexingError,
+            "as_strided",
+            f"storage place {place} is not an element of this {x.dtype.name} {x.shape} tensor "
+            f"(strides {x.stride()}, storage offset {x.storage_offset()}) but of its base; "
+            "fusegrad's as_strided reads the tensor's own elements only",
+        )
+    return linked(_gathered(x, index, size, stride), x, lambda t: _gathered(t, index, size, stride))
+
+
+def _gathered(x, index: np.ndarray, size, stride):
+    """x's row-major elements at `index`, in the shape `size` (torch's strides `stride`)."""
+    table = x.reshape(-1)
+    flat = host_table(x, index)
+    out = table._make(N.gather(table.node, flat.node), flat)
+    return out._view(N.reshape(out.node, size), stride)
+
+
 def take_along_dim(x, indices, dim=None):
     """Values of `x` at `indices` along `dim` (numpy's take_along_axis); flattened if dim is None.
 
@@ -1130,6 +1239,7 @@ METHODS = {
     "index_select": index_select,
     "take_along_dim": take_along_dim,
     "take": take,
+    "as_strided": as_strided,
     "index_add": index_add,
     "index_copy": index_copy,
     "index_fill": index_fill,

@@ -27,12 +27,13 @@ import numpy as np
 
 from . import autograd_state
 from .autocast import autocast_op
-from .errors import DimError, DTypeError, IndexingError, ShapeError, fail, warn_user
+from .errors import DimError, DTypeError, IndexingError, JitError, ShapeError, fail, warn_user
 from .ir import node as N
-from .ir.dtypes import DType, bool_, promote
+from .ir.dtypes import TORCH_SCALAR_TYPES, DType, bool_, promote
 from .ir.ops import Ops
 from .jithooks import recording
 from .runtime.attribution import capture, fixed
+from .runtime.backend import get_backend
 from .runtime.buffer import HOST_BUFFERS, Buffer, BufferView
 from .runtime.engine import engine
 from .tensor_base import TensorBase
@@ -255,14 +256,11 @@ class MovementMixin:
         return out if st is None else linked(out, self, lambda t: t.reshape(shape))
 
     def view(self, *shape):
-        """Like reshape, but only where no copy would be needed (as PyTorch's view)."""
+        """Like reshape, but only where no copy would be needed (as PyTorch's view).
+
+        `view(dtype)` reinterprets the bytes, as torch's: see `_view_dtype`."""
         if len(shape) == 1 and isinstance(shape[0], DType):  # torch's view(dtype): a bitcast
-            fail(
-                DTypeError,
-                "view",
-                f"view({shape[0].name}) of a {self.dtype.name} {self.shape} tensor reinterprets "
-                "its bytes, which fusegrad does not support; use .to(dtype) to convert values",
-            )
+            return self._view_dtype(shape[0])
         shape = self._resolve_shape(shape, "view")
         st = _view_strides(self.shape, self.stride(), shape)
         if st is None:
@@ -273,6 +271,79 @@ class MovementMixin:
                 f"{self.stride()} of shape {self.shape}; use reshape() or contiguous() first",
             )
         return linked(self._view(N.reshape(self.node, shape), st), self, lambda t: t.reshape(shape))
+
+    def _view_dtype(self, dtype: DType):
+        """`x.view(dtype)`: x's bytes read as `dtype`, torch's bit reinterpretation. Of the
+        same itemsize the shape stays; to a smaller one the last dim grows by the ratio, to a
+        larger one it shrinks by it (torch's conditions, and its errors: a 0-d tensor, a last
+        dim not of stride 1, a last dim or another stride or the storage offset not
+        divisible). The strides are torch's (the others scaled by the ratio). As in torch
+        the result has no gradient (`view(dtype)` is not differentiable, even to its own
+        dtype), and a bool is any nonzero byte.
+
+        fusegrad has no bit-cast primitive: x is computed and its bytes are read as
+        `dtype` on the host (numpy's `view`), so the result is a new computed tensor, not
+        a lazy node, and shares no memory with x (a write to one does not reach the
+        other, where torch's share their storage); `fusegrad.jit` refuses it."""
+        if dtype == self.dtype:  # torch: the same tensor's view, without its gradient
+            return self.detach().view(self.shape)
+        op = "view"
+        a, b = self.dtype.itemsize, dtype.itemsize
+        names = (
+            TORCH_SCALAR_TYPES.get(self.dtype.name, self.dtype.name),
+            TORCH_SCALAR_TYPES.get(dtype.name, dtype.name),
+        )
+        why = f"to view {names[0]} as {names[1]} (different element sizes)"
+        strides = tuple(self.stride())
+        shape = tuple(self.shape)
+        if a != b:
+            if self.ndim == 0:
+                fail(ShapeError, op, f"self.dim() cannot be 0 {why}")
+            if strides[-1] != 1:
+                fail(ShapeError, op, f"self.stride(-1) must be 1 {why}, but got {strides[-1]}")
+            if b > a:
+                ratio = b // a
+                if shape[-1] % ratio:
+                    fail(
+                        ShapeError,
+                        op,
+                        f"self.size(-1) must be divisible by {ratio} {why}, but got {shape[-1]}",
+                    )
+                for d, st in enumerate(strides[:-1]):
+                    if st % ratio:
+                        fail(
+                            ShapeError,
+                            op,
+                            f"self.stride({d}) must be divisible by {ratio} {why}, but got {st}",
+                        )
+                offset = self.storage_offset()
+                if offset % ratio:
+                    fail(
+                        ShapeError,
+                        op,
+                        f"self.storage_offset() must be divisible by {ratio} {why}, but got "
+                        f"{offset}",
+                    )
+                shape = shape[:-1] + (shape[-1] // ratio,)
+                strides = tuple(st // ratio for st in strides[:-1]) + (1,)
+            else:
+                ratio = a // b
+                shape = shape[:-1] + (shape[-1] * ratio,)
+                strides = tuple(st * ratio for st in strides[:-1]) + (1,)
+        if recording():
+            fail(
+                JitError,
+                op,
+                f"view({dtype.name}) reads the bytes of a {self.dtype.name} {self.shape} tensor "
+                "on the host, which fusegrad.jit cannot replay",
+            )
+        host = np.ascontiguousarray(self.detach()._host())
+        if dtype.is_bool:
+            arr = host.view(np.uint8).reshape(shape) != 0
+        else:
+            arr = host.view(dtype.np).reshape(shape)
+        buf = get_backend(self.node.device).from_host(arr, dtype, self.node.device)
+        return self.detach()._make(N.buffer(buf, shape, dtype), strides=strides)
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1):
         if self.ndim == 0:

@@ -64,7 +64,7 @@ from .inplace_methods import variants as inplace_variants
 from .ir import node as N
 from .ir import sites as _sites
 from .ir.autodiff import DEFERRED_GRADS, with_vjp
-from .ir.dtypes import DType, bool_, default_float, float32, promote_scalar
+from .ir.dtypes import TORCH_SCALAR_TYPES, DType, bool_, default_float, float32, promote_scalar
 from .ir.macro import building as building_expansion
 from .ir.macro import macro
 from .ir.macro import register as register_macro
@@ -550,7 +550,7 @@ class Tensor(*MIXINS, TensorBase):
         """`t.type(fg.float64)` casts; `t.type()` names the type, as torch's
         ("fusegrad.FloatTensor")."""
         if dtype is None:
-            return f"fusegrad.{_TYPE_NAMES.get(self.dtype.name, self.dtype.name)}Tensor"
+            return f"fusegrad.{TORCH_SCALAR_TYPES.get(self.dtype.name, self.dtype.name)}Tensor"
         return self.cast(dtype)
 
     def float(self) -> Tensor:
@@ -1462,20 +1462,6 @@ def clip_when_built(grads: list, fn, key: tuple) -> LazyNorm | None:
     total = LazyNorm(clip)
     clip.result = weakref.ref(total)
     return total
-
-
-_TYPE_NAMES = {
-    "float32": "Float",
-    "float64": "Double",
-    "float16": "Half",
-    "bfloat16": "BFloat16",
-    "int64": "Long",
-    "int32": "Int",
-    "int16": "Short",
-    "int8": "Char",
-    "uint8": "Byte",
-    "bool": "Bool",
-}
 
 
 def legacy_constructor(dtype, *args) -> Tensor:

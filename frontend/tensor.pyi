@@ -44,6 +44,7 @@ from .inplace_methods import variants
 from .ir import node as N
 from .ir.autodiff import DEFERRED_GRADS as DEFERRED_GRADS
 from .ir.autodiff import with_vjp as with_vjp
+from .ir.dtypes import TORCH_SCALAR_TYPES as TORCH_SCALAR_TYPES
 from .ir.dtypes import DType as DType
 from .ir.dtypes import bool_ as bool_
 from .ir.dtypes import default_float as default_float
@@ -800,6 +801,11 @@ class Tensor:
 
     # Indexing, slicing, joining
     def argwhere(x): ...  # frontend/indexing.py: argwhere
+    def as_strided(x, size, stride, storage_offset=None):  # frontend/indexing.py: as_strided
+        """torch.as_strided: the tensor of `size` whose element (i, j, ...) is the element at
+        `storage_offset + i * stride[0] + j * stride[1] + ...` of x's storage (windows that
+        overlap, sliding views).
+        """
     def gather(x, dim: builtins.int, index):  # frontend/indexing.py: gather
         """out[i][j][k] = x[i][index[i][j][k]][k] for dim = 1 (torch.gather)."""
     def index_add(x, dim: builtins.int, index, source, alpha=1):  # frontend/indexing.py: index_add

@@ -40,7 +40,10 @@ _NN_MODULE_FILES = (
 ).split()
 
 # torch's distribution files (torch.distributions.<file>) that fusegrad.distributions holds
-_DISTRIBUTION_FILES = "bernoulli categorical independent normal uniform".split()
+_DISTRIBUTION_FILES = (
+    "bernoulli beta categorical dirichlet exponential gamma independent laplace log_normal "
+    "multivariate_normal normal poisson uniform"
+).split()
 
 # the stand-in of torchvision's modules (datasets/ reads the data; imported by name, on
 # request, so the frontend does not import it)

@@ -101,6 +101,20 @@ float32 = DType("float32", 4, "f", 7, "float", "float")
 float64 = DType("float64", 8, "f", 8, "double", "double")
 
 ALL_DTYPES = (bool_, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64)
+
+# torch's C++ scalar type names (its messages say "Float", "Long"; `x.type()` too)
+TORCH_SCALAR_TYPES = {
+    "float32": "Float",
+    "float64": "Double",
+    "float16": "Half",
+    "bfloat16": "BFloat16",
+    "int64": "Long",
+    "int32": "Int",
+    "int16": "Short",
+    "int8": "Char",
+    "uint8": "Byte",
+    "bool": "Bool",
+}
 DEFAULT_FLOAT = float32  # the default default: `default_float()` is the one in force
 DEFAULT_INT = int64
 _BY_NAME = {d.name: d for d in ALL_DTYPES}

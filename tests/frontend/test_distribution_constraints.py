@@ -75,3 +75,12 @@ def test_reprs_are_torchs():
     assert repr(C.nonnegative_integer) == "IntegerGreaterThan(lower_bound=0)"
     assert repr(C.real_vector) == "IndependentConstraint(Real(), 1)"
     assert repr(C.less_than(0.0)) == "LessThan(upper_bound=0.0)"
+
+
+def test_matrix_constraints():
+    pd = fg.tensor([[[2.0, 1.0], [1.0, 2.0]], [[1.0, 2.0], [2.0, 1.0]], [[1.0, 0.5], [0.0, 1.0]]])
+    assert C.positive_definite.check(pd).tolist() == [True, False, False]  # (not symmetric)
+    tril = fg.tensor([[[1.0, 0.0], [3.0, 2.0]], [[1.0, 1.0], [3.0, 2.0]], [[1.0, 0.0], [3.0, 0.0]]])
+    assert C.lower_cholesky.check(tril).tolist() == [True, False, False]
+    assert C.lower_triangular.check(tril).tolist() == [True, False, True]
+    assert repr(C.positive_definite) == "PositiveDefinite()" and C.lower_cholesky.event_dim == 2

@@ -308,14 +308,14 @@ EXCLUDED: dict[str, str] = {
             "index_select masked_fill masked_select moveaxis movedim narrow pad permute "
             "repeat repeat_interleave roll scatter scatter_add split squeeze swapaxes "
             "swapdims t take take_along_dim tensor_split tile transpose tril triu unbind "
-            "unflatten unfold",
+            "unflatten unfold as_strided",
         )
         + _names(
             "fg",
             "cat chunk diag diagonal flatten flip gather index_add index_copy index_fill "
             "index_put index_select masked_fill masked_select meshgrid movedim pad permute "
             "repeat_interleave reshape roll scatter scatter_add split squeeze stack take "
-            "take_along_dim transpose tril triu unbind unflatten unsqueeze",
+            "take_along_dim transpose tril triu unbind unflatten unsqueeze as_strided",
         )
         + _names("F", "embedding pad pixel_shuffle pixel_unshuffle")
         + _names("Tensor", "rot90")

@@ -1,0 +1,256 @@
+"""`fusegrad.distributions.MultivariateNormal` (re-exported by distributions.py), with a
+private Cholesky factorization on the host (`_cholesky`, torch's gradient) until
+`fg.linalg.cholesky` takes its place.
+
+>>> import fusegrad as fg
+>>> from fusegrad.distributions import MultivariateNormal
+>>> d = MultivariateNormal(fg.zeros(2), fg.tensor([[4.0, 0.0], [0.0, 1.0]]))
+>>> d.scale_tril.tolist(), round(d.log_prob(fg.zeros(2)).item(), 4)
+([[2.0, 0.0], [0.0, 1.0]], -2.531)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import distribution_constraints as constraints
+from .creation import randn
+from .creation import tensor as _tensor
+from .distribution import Distribution, lazy_property, register_kl
+from .errors import ArgumentError, DTypeError, JitError, fail
+from .function import Function
+from .ir.dtypes import float32, float64
+from .jithooks import recording
+from .linalg import inv
+from .tensor import Tensor
+from .tensor_base import broadcast_shapes
+
+__all__ = ["MultivariateNormal"]
+
+
+def _host_matrices(a: Tensor, op: str) -> np.ndarray:
+    """a's matrices in float64 on the host, after the checks LAPACK's callers make."""
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+        fail(ArgumentError, op, f"A must be batches of square matrices, got shape {a.shape}")
+    if a.dtype not in (float32, float64):
+        fail(DTypeError, op, f"expected float32 or float64, got {a.dtype.name}")
+    if recording():
+        fail(JitError, op, "computed by LAPACK on the host, which fusegrad.jit cannot replay")
+    return a.detach().numpy().astype(np.float64)
+
+
+class _Cholesky(Function):
+    """L with L L^T = A (lower, from numpy's LAPACK); the gradient is torch's
+    cholesky_backward: P = tril(L^T gL), halved on the diagonal and mirrored,
+    gA = L^-T P L^-1."""
+
+    @staticmethod
+    def forward(ctx, a):
+        try:
+            lower = np.linalg.cholesky(_host_matrices(a, "cholesky"))
+        except np.linalg.LinAlgError:
+            fail(
+                ArgumentError,
+                "cholesky",
+                "linalg.cholesky: The factorization could not be completed because the input "
+                "is not positive-definite.",
+            )
+        ctx.lower = _tensor(lower, dtype=a.dtype, device=a.device)
+        ctx.lower_inv = _tensor(np.linalg.inv(lower), dtype=a.dtype, device=a.device)
+        return ctx.lower
+
+    @staticmethod
+    def backward(ctx, g):
+        lower, lower_inv = ctx.lower, ctx.lower_inv
+        p = (lower.mT @ g).tril()
+        p = 0.5 * (p + p.tril(-1).mT)
+        return lower_inv.mT @ p @ lower_inv
+
+
+def _cholesky(a: Tensor) -> Tensor:
+    """The lower Cholesky factor of the symmetric positive-definite matrices in a's last
+    two dims (torch.linalg.cholesky), differentiable; kept private here for
+    MultivariateNormal (fg.linalg.cholesky, when it exists, replaces it)."""
+    return _Cholesky.apply(a)
+
+
+class _TrilInverse(Function):
+    """L^-1 of lower triangular L (on the host); the gradient -L^-T g L^-T, lower
+    triangular as torch's triangular solve's."""
+
+    @staticmethod
+    def forward(ctx, lower):
+        host = np.tril(_host_matrices(lower, "solve_triangular"))
+        ctx.inv = _tensor(np.linalg.inv(host), dtype=lower.dtype, device=lower.device)
+        return ctx.inv
+
+    @staticmethod
+    def backward(ctx, g):
+        t = ctx.inv.mT
+        return -(t @ g @ t).tril()
+
+
+def _batch_mahalanobis(lower: Tensor, diff: Tensor) -> Tensor:
+    """|L^-1 diff|^2 over the last dim, L's batch broadcast with diff's."""
+    m = _TrilInverse.apply(lower) @ diff.unsqueeze(-1)
+    return m.squeeze(-1).pow(2).sum(-1)
+
+
+class MultivariateNormal(Distribution):
+    """The normal distribution over vectors (the last dim of `loc`) with one of
+    `covariance_matrix`, `precision_matrix` or `scale_tril` (a lower Cholesky factor of
+    the covariance), as torch's. `rsample` is loc + L eps, so gradients reach every
+    parameter. The factorizations run on the host (numpy's LAPACK: the parameters are
+    computed first, and `fusegrad.jit` refuses them), with torch's gradients; a
+    precision matrix is inverted, then factored (torch factors it flipped; the values
+    agree to rounding).
+
+    >>> import fusegrad as fg
+    >>> d = MultivariateNormal(fg.zeros(3, 2), scale_tril=fg.eye(2))
+    >>> d.batch_shape, d.event_shape, d.sample((4,)).shape
+    ((3,), (2,), (4, 3, 2))
+    """
+
+    arg_constraints = {
+        "loc": constraints.real_vector,
+        "covariance_matrix": constraints.positive_definite,
+        "precision_matrix": constraints.positive_definite,
+        "scale_tril": constraints.lower_cholesky,
+    }
+    support = constraints.real_vector
+    has_rsample = True
+
+    def __init__(
+        self,
+        loc,
+        covariance_matrix=None,
+        precision_matrix=None,
+        scale_tril=None,
+        validate_args: bool | None = None,
+    ):
+        if loc.dim() < 1:
+            raise ValueError("loc must be at least one-dimensional.")
+        given = [m is not None for m in (covariance_matrix, precision_matrix, scale_tril)]
+        if sum(given) != 1:
+            raise ValueError(
+                "Exactly one of covariance_matrix or precision_matrix or scale_tril may be "
+                "specified."
+            )
+        if scale_tril is not None:
+            if scale_tril.dim() < 2:
+                raise ValueError(
+                    "scale_tril matrix must be at least two-dimensional, with optional "
+                    "leading batch dimensions"
+                )
+            batch = broadcast_shapes(
+                tuple(scale_tril.shape[:-2]), tuple(loc.shape[:-1]), "MultivariateNormal"
+            )
+            self.scale_tril = scale_tril.expand(batch + tuple(scale_tril.shape[-2:]))
+            given_matrix = scale_tril
+        else:
+            name = "covariance_matrix" if covariance_matrix is not None else "precision_matrix"
+            matrix = covariance_matrix if covariance_matrix is not None else precision_matrix
+            if matrix.dim() < 2:
+                raise ValueError(
+                    f"{name} must be at least two-dimensional, with optional leading batch "
+                    "dimensions"
+                )
+            batch = broadcast_shapes(
+                tuple(matrix.shape[:-2]), tuple(loc.shape[:-1]), "MultivariateNormal"
+            )
+            setattr(self, name, matrix.expand(batch + tuple(matrix.shape[-2:])))
+            given_matrix = matrix
+        self.loc = loc.expand(batch + (-1,))
+        super().__init__(batch, tuple(self.loc.shape[-1:]), validate_args=validate_args)
+        if scale_tril is not None:
+            self._unbroadcasted_scale_tril = scale_tril
+        elif covariance_matrix is not None:
+            self._unbroadcasted_scale_tril = _cholesky(given_matrix)
+        else:
+            self._unbroadcasted_scale_tril = _cholesky(inv(given_matrix))
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(MultivariateNormal, _instance)
+        batch_shape = tuple(batch_shape)
+        loc_shape = batch_shape + self.event_shape
+        cov_shape = batch_shape + self.event_shape + self.event_shape
+        new.loc = self.loc.expand(loc_shape)
+        new._unbroadcasted_scale_tril = self._unbroadcasted_scale_tril
+        for name in ("covariance_matrix", "scale_tril", "precision_matrix"):
+            if name in self.__dict__:
+                setattr(new, name, self.__dict__[name].expand(cov_shape))
+        Distribution.__init__(new, batch_shape, self.event_shape, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    def _matrix_shape(self) -> tuple[int, ...]:
+        return self._batch_shape + self._event_shape + self._event_shape
+
+    @lazy_property
+    def scale_tril(self) -> Tensor:
+        return self._unbroadcasted_scale_tril.expand(self._matrix_shape())
+
+    @lazy_property
+    def covariance_matrix(self) -> Tensor:
+        lower = self._unbroadcasted_scale_tril
+        return (lower @ lower.mT).expand(self._matrix_shape())
+
+    @lazy_property
+    def precision_matrix(self) -> Tensor:
+        lower_inv = _TrilInverse.apply(self._unbroadcasted_scale_tril)
+        return (lower_inv.mT @ lower_inv).expand(self._matrix_shape())
+
+    @property
+    def mean(self) -> Tensor:
+        return self.loc
+
+    @property
+    def mode(self) -> Tensor:
+        return self.loc
+
+    @property
+    def variance(self) -> Tensor:
+        return (
+            self._unbroadcasted_scale_tril.pow(2)
+            .sum(-1)
+            .expand(self._batch_shape + self._event_shape)
+        )
+
+    def rsample(self, sample_shape=()) -> Tensor:
+        shape = self._extended_shape(sample_shape)
+        eps = randn(shape, dtype=self.loc.dtype, device=self.loc.device)
+        return self.loc + (self._unbroadcasted_scale_tril @ eps.unsqueeze(-1)).squeeze(-1)
+
+    def _half_log_det(self) -> Tensor:
+        return self._unbroadcasted_scale_tril.diagonal(dim1=-2, dim2=-1).log().sum(-1)
+
+    def log_prob(self, value: Tensor) -> Tensor:
+        if self._validate_args:
+            self._validate_sample(value)
+        diff = value - self.loc
+        m = _batch_mahalanobis(self._unbroadcasted_scale_tril, diff)
+        k = self._event_shape[0]
+        return -0.5 * (k * math.log(2 * math.pi) + m) - self._half_log_det()
+
+    def entropy(self) -> Tensor:
+        k = self._event_shape[0]
+        h = 0.5 * k * (1.0 + math.log(2 * math.pi)) + self._half_log_det()
+        return h.expand(self._batch_shape) if self._batch_shape else h
+
+
+@register_kl(MultivariateNormal, MultivariateNormal)
+def _kl_multivariatenormal_multivariatenormal(p, q):
+    """torch's: log det ratio + trace(Sq^-1 Sp) + Mahalanobis of the means, halved."""
+    if p.event_shape != q.event_shape:
+        raise ValueError(
+            "KL-divergence between two Multivariate Normals with different event shapes "
+            "cannot be computed"
+        )
+    k = p.event_shape[0]
+    q_inv = _TrilInverse.apply(q._unbroadcasted_scale_tril)
+    half_term1 = q._half_log_det() - p._half_log_det()
+    term2 = (q_inv @ p._unbroadcasted_scale_tril).pow(2).flatten(-2).sum(-1)
+    term3 = _batch_mahalanobis(q._unbroadcasted_scale_tril, q.loc - p.loc)
+    return half_term1 + 0.5 * (term2 + term3 - k)
