@@ -1,6 +1,6 @@
-"""`fusegrad.distributions.MultivariateNormal` (re-exported by distributions.py), with a
-private Cholesky factorization on the host (`_cholesky`, torch's gradient) until
-`fg.linalg.cholesky` takes its place.
+"""`fusegrad.distributions.MultivariateNormal` (re-exported by distributions.py): its
+factors from `fg.linalg.cholesky`, the inverse of a lower triangular factor on the host
+with torch's triangular gradient.
 
 >>> import fusegrad as fg
 >>> from fusegrad.distributions import MultivariateNormal
@@ -23,7 +23,7 @@ from .errors import ArgumentError, DTypeError, JitError, fail
 from .function import Function
 from .ir.dtypes import float32, float64
 from .jithooks import recording
-from .linalg import inv
+from .linalg import cholesky, inv
 from .tensor import Tensor
 from .tensor_base import broadcast_shapes
 
@@ -39,41 +39,6 @@ def _host_matrices(a: Tensor, op: str) -> np.ndarray:
     if recording():
         fail(JitError, op, "computed by LAPACK on the host, which fusegrad.jit cannot replay")
     return a.detach().numpy().astype(np.float64)
-
-
-class _Cholesky(Function):
-    """L with L L^T = A (lower, from numpy's LAPACK); the gradient is torch's
-    cholesky_backward: P = tril(L^T gL), halved on the diagonal and mirrored,
-    gA = L^-T P L^-1."""
-
-    @staticmethod
-    def forward(ctx, a):
-        try:
-            lower = np.linalg.cholesky(_host_matrices(a, "cholesky"))
-        except np.linalg.LinAlgError:
-            fail(
-                ArgumentError,
-                "cholesky",
-                "linalg.cholesky: The factorization could not be completed because the input "
-                "is not positive-definite.",
-            )
-        ctx.lower = _tensor(lower, dtype=a.dtype, device=a.device)
-        ctx.lower_inv = _tensor(np.linalg.inv(lower), dtype=a.dtype, device=a.device)
-        return ctx.lower
-
-    @staticmethod
-    def backward(ctx, g):
-        lower, lower_inv = ctx.lower, ctx.lower_inv
-        p = (lower.mT @ g).tril()
-        p = 0.5 * (p + p.tril(-1).mT)
-        return lower_inv.mT @ p @ lower_inv
-
-
-def _cholesky(a: Tensor) -> Tensor:
-    """The lower Cholesky factor of the symmetric positive-definite matrices in a's last
-    two dims (torch.linalg.cholesky), differentiable; kept private here for
-    MultivariateNormal (fg.linalg.cholesky, when it exists, replaces it)."""
-    return _Cholesky.apply(a)
 
 
 class _TrilInverse(Function):
@@ -167,9 +132,9 @@ class MultivariateNormal(Distribution):
         if scale_tril is not None:
             self._unbroadcasted_scale_tril = scale_tril
         elif covariance_matrix is not None:
-            self._unbroadcasted_scale_tril = _cholesky(given_matrix)
+            self._unbroadcasted_scale_tril = cholesky(given_matrix)
         else:
-            self._unbroadcasted_scale_tril = _cholesky(inv(given_matrix))
+            self._unbroadcasted_scale_tril = cholesky(inv(given_matrix))
 
     def expand(self, batch_shape, _instance=None):
         new = self._get_checked_instance(MultivariateNormal, _instance)

@@ -1,4 +1,4 @@
-"""MultivariateNormal and the private Cholesky factor (frontend/distributions_mvn.py):
+"""MultivariateNormal and the Cholesky factor it takes (fg.linalg.cholesky):
 values and gradients against torch 2.14.1's (literals), draws' covariance within tolerant
 bounds, shapes, and torch's errors."""
 
@@ -9,7 +9,6 @@ import pytest
 
 import fusegrad as fg
 from fusegrad.distributions import MultivariateNormal, kl_divergence
-from fusegrad.distributions_mvn import _cholesky
 
 
 def _t(values, grad=False):
@@ -19,7 +18,7 @@ def _t(values, grad=False):
 def test_cholesky_value_and_gradient_equal_torchs():
     a = _t([[2.0, 0.3, 0.1], [0.3, 1.0, 0.2], [0.1, 0.2, 1.5]], grad=True)
     w = _t([[1.0, 2.0, -1.0], [0.5, -0.3, 0.7], [1.1, 0.2, -0.4]])
-    lower = _cholesky(a)
+    lower = fg.linalg.cholesky(a)
     (lower * w).sum().backward()
     want_l = [
         [1.4142135623730951, 0.0, 0.0],
@@ -37,7 +36,7 @@ def test_cholesky_value_and_gradient_equal_torchs():
 
 def test_cholesky_of_a_matrix_that_is_not_positive_definite_raises():
     with pytest.raises(RuntimeError, match="not positive-definite"):
-        _cholesky(_t([[1.0, 2.0], [2.0, 1.0]]))
+        fg.linalg.cholesky(_t([[1.0, 2.0], [2.0, 1.0]]))
 
 
 def test_log_prob_entropy_and_gradients_equal_torchs():
