@@ -19,6 +19,7 @@ from ..nnapi import (
     FusegradError,
     ShapeError,
     Tensor,
+    custom_gradient,
     gather_rows,
     host_data,
     index_arange,
@@ -213,10 +214,11 @@ def embedding(
     checked against the table's size; inside a kernel, an index outside it
     reads a zero row. With `max_norm`, each row the indices pick whose `norm_type`-norm
     is above it is scaled in `weight` itself first, to max_norm / (norm + 1e-7), as
-    torch's `embedding_renorm_` (no gradient through the scaling). `scale_grad_by_freq`
-    and `sparse` gradients raise NotImplementedError.
+    torch's `embedding_renorm_` (no gradient through the scaling). With
+    `scale_grad_by_freq`, each position's gradient is divided by how many times its index
+    occurs in `input`, as torch's. `sparse` gradients raise NotImplementedError.
     """
-    refuse_embedding_options("embedding", scale_grad_by_freq, sparse)
+    refuse_embedding_options("embedding", False, sparse)
     if input.dtype.is_float or input.dtype.is_bool:
         _fail(
             DTypeError,
@@ -231,10 +233,21 @@ def embedding(
     if max_norm is not None:
         _renorm_rows(weight, input, float(max_norm), float(norm_type))
     out = gather_rows(weight, input)
+    if scale_grad_by_freq and out.requires_grad:
+        out = custom_gradient(out, [weight, input], _by_frequency, own_node=True)
     if padding_idx is not None and out.requires_grad:
         padding_idx = padding_idx % num
         out = where((input == padding_idx)[..., None], out.detach(), out)
     return out
+
+
+def _by_frequency(g: Tensor, weight: Tensor, input: Tensor):
+    """The gradient of `weight[input]` with each position's share divided by the count of
+    its index in `input` (torch's `scale_grad_by_freq`); none for the indices."""
+    flat = input.reshape(-1)
+    counts = weight.new_zeros(weight.shape[0]).index_add(0, flat, weight.new_ones(flat.shape))
+    rows = (g / counts[input].unsqueeze(-1)).reshape(-1, weight.shape[1])
+    return weight.new_zeros(weight.shape).index_add(0, flat, rows), None
 
 
 def refuse_embedding_options(op: str, scale_grad_by_freq: bool, sparse: bool) -> None:

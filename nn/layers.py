@@ -263,7 +263,7 @@ class Embedding(Module):
         dtype=None,
     ):
         super().__init__()
-        dense.refuse_embedding_options("Embedding", scale_grad_by_freq, sparse)
+        dense.refuse_embedding_options("Embedding", False, sparse)
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.max_norm, self.norm_type = max_norm, norm_type
         self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
@@ -290,7 +290,14 @@ class Embedding(Module):
             self.weight.assign_(from_numpy(w))
 
     def forward(self, input):
-        return dense.embedding(input, self.weight, self.padding_idx, self.max_norm, self.norm_type)
+        return dense.embedding(
+            input,
+            self.weight,
+            self.padding_idx,
+            self.max_norm,
+            self.norm_type,
+            self.scale_grad_by_freq,
+        )
 
     @classmethod
     def from_pretrained(
@@ -327,4 +334,6 @@ class Embedding(Module):
             s += f", max_norm={self.max_norm}"
         if self.norm_type != 2:
             s += f", norm_type={self.norm_type}"
+        if self.scale_grad_by_freq:
+            s += f", scale_grad_by_freq={self.scale_grad_by_freq}"
         return s

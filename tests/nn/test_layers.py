@@ -21,6 +21,9 @@ RNG = np.random.default_rng(1234)
 pytestmark = pytest.mark.usefixtures("backend")
 
 
+RNG_LAYERS = np.random.default_rng(29)
+
+
 def randn(*shape, scale=1.0):
     return (RNG.standard_normal(shape) * scale).astype(np.float32)
 
@@ -221,8 +224,30 @@ def test_embedding_max_norm_renormalizes_the_rows_it_reads_as_torchs(norm_type):
     assert repr(emb) == "Embedding(6, 2, max_norm=1.0)"
     with pytest.raises(NotImplementedError, match="sparse"):
         nn.Embedding(6, 2, sparse=True)
-    with pytest.raises(NotImplementedError, match="scale_grad_by_freq"):
-        F.embedding(fg.tensor([0]), emb.weight, scale_grad_by_freq=True)
+
+
+@pytest.mark.parametrize("padding_idx", [None, 3])
+def test_embedding_scale_grad_by_freq_divides_by_each_index_count(padding_idx):
+    """torch's rule: a position's gradient is divided by how many times its index occurs
+    in the whole input (the padding row still gets none); the values are unchanged."""
+    table = RNG_LAYERS.standard_normal((6, 2))
+    idx = np.array([[0, 3, 3, 5], [3, 0, 1, 3]])
+    g = RNG_LAYERS.standard_normal((2, 4, 2))
+    emb = nn.Embedding(6, 2, padding_idx=padding_idx, scale_grad_by_freq=True).double()
+    emb.weight.data = fg.tensor(table)
+    out = emb(fg.tensor(idx))
+    np.testing.assert_array_equal(out.detach().numpy(), table[idx])
+    (out * fg.tensor(g)).sum().backward()
+    counts = np.bincount(idx.reshape(-1), minlength=6)
+    want = np.zeros((6, 2))
+    np.add.at(want, idx.reshape(-1), (g / counts[idx][..., None]).reshape(-1, 2))
+    if padding_idx is not None:
+        want[padding_idx] = 0
+    np.testing.assert_allclose(emb.weight.grad.numpy(), want, rtol=1e-14)
+    assert "scale_grad_by_freq=True" in repr(emb)
+    w = fg.tensor(table, requires_grad=True)  # the function form, no module
+    F.embedding(fg.tensor(idx), w, scale_grad_by_freq=True).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy()[:, 0], np.where(counts > 0, 1.0, 0.0))
 
 
 def test_embedding_from_pretrained():
