@@ -47,7 +47,7 @@ SAME_SHAPE = (
 ).split()
 
 # in-place variants that change the tensor's shape (metadata only in torch)
-VIEWS = ("unsqueeze", "squeeze", "t", "transpose", "swapaxes", "swapdims")
+VIEWS = ("unsqueeze", "squeeze", "t", "transpose", "swapaxes", "swapdims", "as_strided")
 
 
 def _same_shape(name: str):

@@ -994,6 +994,8 @@ class Tensor:
         """`arctan` in place: `t.arctan_(...)` gives t the value of `t.arctan(...)`."""
     def arctanh_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`arctanh` in place: `t.arctanh_(...)` gives t the value of `t.arctanh(...)`."""
+    def as_strided_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _view
+        """`as_strided` in place: this tensor takes the shape `t.as_strided(...)` has."""
     def asin_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`asin` in place: `t.asin_(...)` gives t the value of `t.asin(...)`."""
     def asinh_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape

@@ -193,7 +193,7 @@ def _hidden_of(mode: str, state):
     return state[0] if mode == "LSTM" else state
 
 
-def _run_direction(mode, x, state, weights, reverse: bool, lengths):
+def _run_direction(mode, x, state, weights, reverse: bool, lengths, w_hr=None):
     """One layer in one direction over a (T, B, I) sequence: (T, B, H) outputs, last state.
 
     With `lengths` (a (B, 1) host table), a sequence's state stops changing after
@@ -204,8 +204,11 @@ def _run_direction(mode, x, state, weights, reverse: bool, lengths):
     macro node (ir/macro.py: `_direction_rule` builds the steps), its outputs and last
     state stacked, (T + 1 or 2, B, H), and taken apart by views: a 50-step LSTM's plain
     loop built its forward graph, a dozen nodes a step, in 7.6 ms of Python every step;
-    a step whose plan is cached never expands the macro.
+    a step whose plan is cached never expands the macro. An LSTM with projections
+    (`w_hr`: h = w_hr (o * tanh(c))) runs the steps composed.
     """
+    if w_hr is not None:
+        return _direction_steps(mode, x, state, weights, reverse, lengths, w_hr=w_hr)
     w_ih, w_hh, b_ih, b_hh = weights
     states = tuple(state) if mode == "LSTM" else (state,)
     steps = x.shape[0]
@@ -243,9 +246,9 @@ def _direction_rule(tensors, params) -> Tensor:
     return cat([*(f.unsqueeze(0) for f in finals), out], 0)
 
 
-def _direction_steps(mode, x, state, weights, reverse: bool, lengths, tables=None):
+def _direction_steps(mode, x, state, weights, reverse: bool, lengths, tables=None, w_hr=None):
     """`_run_direction` composed: the time loop, step by step (`tables`: the steps' index
-    tables, made here where not given)."""
+    tables, made here where not given; `w_hr`: an LSTM's projection of its hidden state)."""
     w_ih, w_hh, b_ih, b_hh = weights
     step = STEPS[mode]
     steps = x.shape[0]
@@ -255,6 +258,8 @@ def _direction_steps(mode, x, state, weights, reverse: bool, lengths, tables=Non
     projection = _RecurrentProjection(w_hh, b_hh, steps)
     for t in reversed(range(steps)) if reverse else range(steps):
         new = step(_time_step(xw, t, tables[t]), state, projection.at(t))
+        if w_hr is not None:  # h = w_hr h, the cell state as it was
+            new = (linear(new[0], w_hr), new[1])
         if lengths is None:
             state, out = new, _hidden_of(mode, new)
         else:
@@ -394,11 +399,14 @@ class RNNBase(Module):
             raise ValueError("hidden_size must be greater than zero")
         if num_layers <= 0:
             raise ValueError("num_layers must be greater than zero")
-        if proj_size:
-            raise NotImplementedError(
-                f"{type(self).__name__}: proj_size={proj_size} (LSTM with projections) is not "
-                "supported by fusegrad; use proj_size=0"
+        if proj_size < 0:
+            raise ValueError(
+                "proj_size should be a positive integer or zero to disable projections"
             )
+        if proj_size >= hidden_size:
+            raise ValueError("proj_size has to be smaller than hidden_size")
+        if proj_size and mode != "LSTM":
+            raise ValueError("proj_size argument is only supported for LSTM, not RNN or GRU")
         self.mode = mode
         self.input_size, self.hidden_size = input_size, hidden_size
         self.num_layers, self.bias = num_layers, bias
@@ -406,15 +414,18 @@ class RNNBase(Module):
         self.bidirectional, self.proj_size = bidirectional, proj_size
         gate_size = GATES[mode] * hidden_size
         directions = 2 if bidirectional else 1
+        real_hidden = proj_size or hidden_size  # what h holds: projected, with proj_size
         self._flat_weights_names = []
         for layer in range(num_layers):
-            layer_input = input_size if layer == 0 else hidden_size * directions
+            layer_input = input_size if layer == 0 else real_hidden * directions
             for direction in range(directions):
                 suffix = f"_l{layer}" + ("_reverse" if direction else "")
                 shapes = [("weight_ih", (gate_size, layer_input))]
-                shapes.append(("weight_hh", (gate_size, hidden_size)))
+                shapes.append(("weight_hh", (gate_size, real_hidden)))
                 if bias:
                     shapes += [("bias_ih", (gate_size,)), ("bias_hh", (gate_size,))]
+                if proj_size:
+                    shapes.append(("weight_hr", (proj_size, hidden_size)))
                 for name, shape in shapes:
                     setattr(self, name + suffix, placeholder_parameter(*shape, dtype=dtype))
                     self._flat_weights_names.append(name + suffix)
@@ -432,7 +443,7 @@ class RNNBase(Module):
 
     @property
     def all_weights(self) -> list[list[Tensor]]:
-        per = 4 if self.bias else 2
+        per = (4 if self.bias else 2) + (self.proj_size > 0)
         flat = [getattr(self, n) for n in self._flat_weights_names]
         return [flat[i : i + per] for i in range(0, len(flat), per)]
 
@@ -479,7 +490,7 @@ class RNNBase(Module):
             )
         directions = 2 if self.bidirectional else 1
         batch = x.shape[1]
-        expected = (self.num_layers * directions, batch, self.hidden_size)
+        expected = (self.num_layers * directions, batch, self.proj_size or self.hidden_size)
         states = self._initial_states(hx, batched, expected, x)
         layer_input = x
         finals = []
@@ -488,9 +499,10 @@ class RNNBase(Module):
             for direction in range(directions):
                 k = layer * directions + direction
                 state = tuple(s[k] for s in states) if self.mode == "LSTM" else states[0][k]
+                suffix = f"_l{layer}" + ("_reverse" if direction else "")
                 out, last = _run_direction(
                     self.mode, layer_input, state, self._weights(layer, direction),
-                    direction == 1, lengths,
+                    direction == 1, lengths, getattr(self, "weight_hr" + suffix, None),
                 )  # fmt: skip
                 outs.append(out)
                 finals.append(last)
@@ -518,11 +530,12 @@ class RNNBase(Module):
         return output, hidden
 
     def _initial_states(self, hx, batched: bool, expected: tuple, x: Tensor) -> tuple:
-        """(h0,) or (h0, c0), each (layers * directions, B, H); zeros where `hx` is None."""
+        """(h0,) or (h0, c0), each (layers * directions, B, H) (h0's H the projection's
+        size where the LSTM has one); zeros where `hx` is None."""
         count = 2 if self.mode == "LSTM" else 1
+        shapes = [expected, (*expected[:2], self.hidden_size)][:count]
         if hx is None:
-            zero = zeros(*expected, dtype=x.dtype, device=x.device)
-            return (zero,) * count
+            return tuple(zeros(*shape, dtype=x.dtype, device=x.device) for shape in shapes)
         given = tuple(hx) if self.mode == "LSTM" else (hx,)
         if self.mode == "LSTM" and (not isinstance(hx, tuple) or len(hx) != 2):
             raise TypeError("LSTM: hx must be a tuple (h_0, c_0) of two tensors")
@@ -539,7 +552,7 @@ class RNNBase(Module):
                     f"For batched 3-D input, hx should also be 3-D but got {h.ndim}-D tensor"
                 )
             what = f"hidden[{k}]" if self.mode == "LSTM" else "hidden"
-            self._check_hidden(h, expected, what)
+            self._check_hidden(h, shapes[k], what)
             out.append(h)
         return tuple(out)
 
@@ -555,6 +568,8 @@ class RNNBase(Module):
             s += f", dropout={self.dropout}"
         if self.bidirectional is not False:
             s += f", bidirectional={self.bidirectional}"
+        if self.proj_size != 0:
+            s += f", proj_size={self.proj_size}"
         return s
 
 

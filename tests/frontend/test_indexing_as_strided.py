@@ -106,3 +106,9 @@ def test_torchs_errors(size, stride, offset, message):
     with pytest.raises(RuntimeError) as info:
         fg.arange(16.0).reshape(4, 4).as_strided(size, stride, offset)
     assert message in str(info.value)
+
+
+def test_as_strided_in_place_gives_the_tensor_the_strided_view():
+    x = fg.arange(6.0)
+    assert x.as_strided_((2, 2), (1, 2)) is x
+    assert x.shape == (2, 2) and x.tolist() == [[0.0, 2.0], [1.0, 3.0]]

@@ -266,7 +266,7 @@ EXCLUDED: dict[str, str] = {
             "realize register_hook "
             "requires_grad requires_grad_ retain_grad retains_grad shape size stride to "
             "tolist type type_as detach_ new_empty new_full new_ones new_tensor new_zeros "
-            "squeeze_ unsqueeze_ t_ transpose_ swapaxes_ swapdims_",
+            "squeeze_ unsqueeze_ t_ transpose_ swapaxes_ swapdims_ as_strided_",
         )
         + _names(
             "fg",

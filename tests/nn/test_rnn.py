@@ -256,8 +256,14 @@ def test_pad_sequence_and_pack_sequence():
 def test_refusals_are_torchs():
     with pytest.raises(RuntimeError, match="must be sorted in decreasing order"):
         rnn_utils.pack_padded_sequence(fg.zeros(3, 2), [1, 3])
-    with pytest.raises(NotImplementedError, match="proj_size"):
-        nn.LSTM(2, 3, proj_size=2)
+    with pytest.raises(ValueError, match="proj_size has to be smaller than hidden_size"):
+        nn.LSTM(2, 3, proj_size=3)
+    with pytest.raises(ValueError, match="proj_size should be a positive integer or zero"):
+        nn.LSTM(2, 3, proj_size=-1)
+    with pytest.raises(
+        RuntimeError, match=r"Expected hidden\[1\] size \(1, 2, 3\), got \[1, 2, 2\]"
+    ):
+        nn.LSTM(2, 3, proj_size=2)(fg.zeros(4, 2, 2), (fg.zeros(1, 2, 2), fg.zeros(1, 2, 2)))
     with pytest.raises(
         RuntimeError, match=r"Expected hidden\[0\] size \(1, 2, 3\), got \[1, 3, 3\]"
     ):
@@ -607,3 +613,72 @@ def test_the_recurrent_weight_is_packed_once_for_every_step(mode):
     (gxs,) = fg.grad((composed * composed).sum(), [xs])
     close(out, composed.numpy(), 1e-5)
     close(gx, gxs.numpy(), 1e-5)
+
+
+def np_lstm_projected(x, params, layers, directions, hidden, proj, h0, c0):
+    """torch's LSTM with projections in numpy: h = w_hr (o * tanh(c)); (T, B, I) input."""
+
+    def sig(z):
+        return 1 / (1 + np.exp(-z))
+
+    layer_in = x
+    hn, cn = [], []
+    for layer in range(layers):
+        outs = []
+        for d in range(directions):
+            sfx = f"_l{layer}" + ("_reverse" if d else "")
+            w_ih, w_hh = params["weight_ih" + sfx], params["weight_hh" + sfx]
+            b = params["bias_ih" + sfx] + params["bias_hh" + sfx]
+            w_hr = params["weight_hr" + sfx]
+            h, c = h0[layer * directions + d], c0[layer * directions + d]
+            out = [None] * x.shape[0]
+            order = range(x.shape[0] - 1, -1, -1) if d else range(x.shape[0])
+            for t in order:
+                i, f, g, o = np.split(layer_in[t] @ w_ih.T + h @ w_hh.T + b, 4, -1)
+                c = sig(f) * c + sig(i) * np.tanh(g)
+                h = (sig(o) * np.tanh(c)) @ w_hr.T
+                out[t] = h
+            outs.append(np.stack(out))
+            hn.append(h)
+            cn.append(c)
+        layer_in = np.concatenate(outs, -1)
+    return layer_in, np.stack(hn), np.stack(cn)
+
+
+@pytest.mark.parametrize("layers, bidirectional", [(1, False), (2, True)])
+def test_lstm_with_projections_values_and_gradients(layers, bidirectional):
+    """proj_size: torch's parameters (weight_hr after each direction's biases, weight_hh
+    taking the projection), states (h of the projection's size, c of the hidden size) and
+    values; the gradient of weight_hr against float64 central differences."""
+    lstm = nn.LSTM(3, 4, num_layers=layers, bidirectional=bidirectional, proj_size=2).double()
+    names = [n for n, _ in lstm.named_parameters()]
+    assert names[:5] == ["weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0", "weight_hr_l0"]
+    assert lstm.weight_hh_l0.shape == (16, 2) and lstm.weight_hr_l0.shape == (2, 4)
+    if layers == 2:
+        assert lstm.weight_ih_l1.shape == (16, 4)  # the projections of both directions
+    assert "proj_size=2" in repr(lstm) and len(lstm.all_weights[0]) == 5
+    params = {k: fill(v.shape, i) for i, (k, v) in enumerate(lstm.state_dict().items())}
+    lstm.load_state_dict({k: fg.tensor(v) for k, v in params.items()})
+    d = 2 if bidirectional else 1
+    x = np.cos(np.arange(5 * 2 * 3) * 0.3).reshape(5, 2, 3)
+    h0 = fill((layers * d, 2, 2), 20)
+    c0 = fill((layers * d, 2, 4), 21)
+    want = np_lstm_projected(x, params, layers, d, 4, 2, h0, c0)
+    out, (h, c) = lstm(fg.tensor(x), (fg.tensor(h0), fg.tensor(c0)))
+    for got, ref in zip((out, h, c), want):
+        np.testing.assert_allclose(got.detach().numpy(), ref, rtol=1e-12, atol=1e-14)
+    out_zero, (h_zero, _) = lstm(fg.tensor(x))  # zeros of each state's own size
+    want_zero = np_lstm_projected(x, params, layers, d, 4, 2, 0 * h0, 0 * c0)
+    np.testing.assert_allclose(out_zero.detach().numpy(), want_zero[0], rtol=1e-12, atol=1e-14)
+    weights = fill(out.shape, 30)
+    (out * fg.tensor(weights)).sum().backward()
+    w = params["weight_hr_l0"]
+    for index in [(0, 0), (1, 3)]:
+        values = []
+        for sign in (1, -1):
+            moved = dict(params, weight_hr_l0=w.copy())
+            moved["weight_hr_l0"][index] += sign * 1e-6
+            o = np_lstm_projected(x, moved, layers, d, 4, 2, h0, c0)[0]
+            values.append((o * weights).sum())
+        numeric = (values[0] - values[1]) / 2e-6
+        assert abs(lstm.weight_hr_l0.grad.numpy()[index] - numeric) < 1e-7
