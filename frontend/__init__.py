@@ -323,6 +323,13 @@ from .torch_settings import (  # noqa: E402
     use_deterministic_algorithms,
 )
 from .typeinfo import finfo, iinfo  # noqa: E402
+from .windows import (  # noqa: E402
+    bartlett_window,
+    blackman_window,
+    hamming_window,
+    hann_window,
+    kaiser_window,
+)
 
 # fg.exp, fg.sqrt, ...: one per row of ir/ops.py's MATH (after the imports above: a
 # primitive replaces a composite of its name)

@@ -542,6 +542,10 @@ EXCLUDED: dict[str, str] = {
         "and subnormals; index_reduce's ties and zeros, as scatter_reduce's)",
     ),
     **dict.fromkeys(
+        _names("fg", "hann_window hamming_window blackman_window bartlett_window kaiser_window"),
+        _NON_MATH + ": windows made from nothing (tests/frontend/test_windows.py)",
+    ),
+    **dict.fromkeys(
         ["fg.angle", "Tensor.angle"],
         "piecewise constant (pi or 0, NaN at NaN) with a zero gradient: its special points "
         "(+-0, -inf, NaN) against torch's in tests/frontend/test_torch_methods.py",
