@@ -278,6 +278,22 @@ from .shapeops import any_ as any  # noqa: E402, A004
 from .tensor import Tensor, realize, where  # noqa: E402
 from .tensor import broadcast_shapes as _broadcast_shapes  # noqa: E402
 from .tensor import legacy_constructor as _legacy_constructor  # noqa: E402
+from .torch_functions import (  # noqa: E402
+    addr,
+    chain_matmul,
+    cumulative_trapezoid,
+    diagflat,
+    frexp,
+    gcd,
+    histogram,
+    index_reduce,
+    lcm,
+    nextafter,
+    rsub,
+    unique_consecutive,
+    unravel_index,
+    vdot,
+)
 from .torch_settings import (  # noqa: E402
     are_deterministic_algorithms_enabled,
     can_cast,
@@ -307,6 +323,13 @@ from .torch_settings import (  # noqa: E402
     use_deterministic_algorithms,
 )
 from .typeinfo import finfo, iinfo  # noqa: E402
+from .windows import (  # noqa: E402
+    bartlett_window,
+    blackman_window,
+    hamming_window,
+    hann_window,
+    kaiser_window,
+)
 
 # fg.exp, fg.sqrt, ...: one per row of ir/ops.py's MATH (after the imports above: a
 # primitive replaces a composite of its name)

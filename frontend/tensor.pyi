@@ -980,6 +980,10 @@ class Tensor:
         """`addmm` in place: `t.addmm_(...)` gives t the value of `t.addmm(...)`."""
     def addmv_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`addmv` in place: `t.addmv_(...)` gives t the value of `t.addmv(...)`."""
+    def addr_(  # frontend/torch_methods.py: TorchMethodsMixin.addr_
+        self, vec1, vec2, *, beta=1, alpha=1
+    ):
+        """`addr`, in place (self must have the product's shape, as torch's)."""
     def arccos_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`arccos` in place: `t.arccos_(...)` gives t the value of `t.arccos(...)`."""
     def arccosh_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
@@ -1102,6 +1106,8 @@ class Tensor:
         """`fmod` in place: `t.fmod_(...)` gives t the value of `t.fmod(...)`."""
     def frac_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`frac` in place: `t.frac_(...)` gives t the value of `t.frac(...)`."""
+    def gcd_(self, other):  # frontend/torch_methods.py: TorchMethodsMixin.gcd_
+        """`gcd`, in place."""
     def ge_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`ge` in place: `t.ge_(...)` gives t the value of `t.ge(...)`."""
     def greater_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
@@ -1126,6 +1132,12 @@ class Tensor:
         """In-place form of index_fill (rebinds this tensor's value)."""
     def index_put_(self, *args, **kwargs):  # frontend/indexing.py: _rebinding
         """In-place form of index_put (rebinds this tensor's value)."""
+    def index_reduce_(  # frontend/torch_methods.py: TorchMethodsMixin.index_reduce_
+        self, dim, index, source, reduce, *, include_self=True
+    ):
+        """`index_reduce`, in place."""
+    def lcm_(self, other):  # frontend/torch_methods.py: TorchMethodsMixin.lcm_
+        """`lcm`, in place."""
     def ldexp_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`ldexp` in place: `t.ldexp_(...)` gives t the value of `t.ldexp(...)`."""
     def le_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
@@ -1185,6 +1197,8 @@ class Tensor:
         """`neg` in place: `t.neg_(...)` gives t the value of `t.neg(...)`."""
     def negative_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`negative` in place: `t.negative_(...)` gives t the value of `t.negative(...)`."""
+    def nextafter_(self, other):  # frontend/torch_methods.py: TorchMethodsMixin.nextafter_
+        """`nextafter`, in place."""
     def not_equal_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`not_equal` in place: `t.not_equal_(...)` gives t the value of `t.not_equal(...)`."""
     def polygamma_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
@@ -1355,6 +1369,19 @@ class Tensor:
         """PyTorch's printed form (`frontend/printing.py`): `tensor([1.0000, 2.5000])`."""
 
     # Other
+    @property
+    def H(self):  # frontend/torch_methods.py: TorchMethodsMixin.H
+        """The conjugate transpose of a matrix: `T` for fusegrad's real tensors (a 0-d tensor
+        itself, with torch's deprecation warning; other sizes raise as torch's).
+        """
+    def addr(  # frontend/torch_methods.py: TorchMethodsMixin.addr
+        self, vec1, vec2, *, beta=1, alpha=1
+    ):
+        """beta * self + alpha * outer(vec1, vec2): `fg.addr`."""
+    def adjoint(self):  # frontend/torch_methods.py: TorchMethodsMixin.adjoint
+        """The conjugate transpose of the last two dims (a view): `mT` for real tensors, as
+        torch.adjoint; fewer than two dims raise.
+        """
     def angle(self):  # frontend/torch_methods.py: TorchMethodsMixin.angle
         """The argument of each element as a complex number, as torch's for a real tensor: pi where
         it is negative (-inf too), 0 at 0 and -0.0, NaN at NaN; a float result (an integer tensor
@@ -1368,12 +1395,26 @@ class Tensor:
         """
     def conj(self):  # frontend/torch_methods.py: TorchMethodsMixin.conj
         """This tensor itself: a real tensor is its own conjugate (torch returns it too)."""
+    def data_ptr(self) -> builtins.int:  # frontend/torch_methods.py: TorchMethodsMixin.data_ptr
+        """The address of this tensor's realized buffer, as an int (0 for a tensor of no elements,
+        as torch's): the tensor is computed first.
+        """
     def deg2rad(self):  # frontend/torch_methods.py: TorchMethodsMixin.deg2rad
         """Degrees to radians, x * pi / 180 (an integer tensor becomes the default float)."""
     def det(self):  # frontend/torch_methods.py: TorchMethodsMixin.det
         """torch.det: the determinants of the square matrices in the last two dims."""
+    def diagflat(  # frontend/torch_methods.py: TorchMethodsMixin.diagflat
+        self, offset: builtins.int = 0
+    ):
+        """The flattened tensor on a diagonal of a square matrix: `fg.diagflat`."""
     def dsplit(self, sections):  # frontend/torch_methods.py: TorchMethodsMixin.dsplit
         """Split along the third axis of a tensor of at least three, as torch.dsplit."""
+    def frexp(self):  # frontend/torch_methods.py: TorchMethodsMixin.frexp
+        """(mantissa, exponent): `fg.frexp`."""
+    def gcd(self, other):  # frontend/torch_methods.py: TorchMethodsMixin.gcd
+        """The greatest common divisors of integer tensors: `fg.gcd`."""
+    def ger(self, vec2):  # frontend/torch_methods.py: TorchMethodsMixin.ger
+        """torch.ger, the older name of `outer`."""
     def get_device(self) -> builtins.int:  # frontend/torch_methods.py: TorchMethodsMixin.get_device
         """The cuda device's index (0) for a cuda tensor, -1 on the CPU, as torch's."""
     def hardshrink(  # frontend/torch_methods.py: TorchMethodsMixin.hardshrink
@@ -1382,11 +1423,19 @@ class Tensor:
         """x outside [-lambd, lambd], else 0 (NaN passes), as torch's; the gradient is 0 at and
         inside the limits (F.hardshrink).
         """
+    def histogram(  # frontend/torch_methods.py: TorchMethodsMixin.histogram
+        self, bins=100, *, range=None, weight=None, density=False
+    ):
+        """(hist, bin_edges): `fg.histogram`."""
     def hsplit(self, sections):  # frontend/torch_methods.py: TorchMethodsMixin.hsplit
         """Split along the second axis (the first of a 1-d tensor), as torch.hsplit."""
     @property
     def imag(self):  # frontend/torch_methods.py: TorchMethodsMixin.imag
         """Refused, as torch refuses it for real dtypes."""
+    def index_reduce(  # frontend/torch_methods.py: TorchMethodsMixin.index_reduce
+        self, dim, index, source, reduce, *, include_self=True
+    ):
+        """source's slices reduced into the slices `index` names: `fg.index_reduce`."""
     def inner(self, other):  # frontend/torch_methods.py: TorchMethodsMixin.inner
         """Sums of products over the last axes of both, as torch.inner."""
     def inverse(self):  # frontend/torch_methods.py: TorchMethodsMixin.inverse
@@ -1401,8 +1450,17 @@ class Tensor:
         self,
     ) -> builtins.bool:
         """False: fusegrad's `inference_mode` makes ordinary tensors (as `no_grad` does)."""
+    @property
+    def is_meta(self) -> builtins.bool:  # frontend/torch_methods.py: TorchMethodsMixin.is_meta
+        """False: every tensor here has values (no "meta" device of shapes alone)."""
+    @property
+    def is_mkldnn(self) -> builtins.bool:  # frontend/torch_methods.py: TorchMethodsMixin.is_mkldnn
+        """False: no tensor here is in oneDNN's blocked layout."""
     def is_neg(self) -> builtins.bool:  # frontend/torch_methods.py: TorchMethodsMixin.is_neg
         """False: no tensor here is a lazily negated view."""
+    @property
+    def is_nested(self) -> builtins.bool:  # frontend/torch_methods.py: TorchMethodsMixin.is_nested
+        """False: fusegrad has no nested (ragged) tensors."""
     def is_nonzero(  # frontend/torch_methods.py: TorchMethodsMixin.is_nonzero
         self,
     ) -> builtins.bool:
@@ -1413,22 +1471,48 @@ class Tensor:
         """False: fusegrad keeps no page-locked host copies (it copies to the cuda
         device itself).
         """
+    @property
+    def is_quantized(  # frontend/torch_methods.py: TorchMethodsMixin.is_quantized
+        self,
+    ) -> builtins.bool:
+        """False: fusegrad has no quantized dtypes."""
     def is_same_size(  # frontend/torch_methods.py: TorchMethodsMixin.is_same_size
         self, other
     ) -> builtins.bool:
         """Whether `other` has this tensor's shape."""
+    def is_set_to(  # frontend/torch_methods.py: TorchMethodsMixin.is_set_to
+        self, tensor
+    ) -> builtins.bool:
+        """Whether `tensor` is this tensor or a view of the same storage with this one's shape,
+        strides and offset (torch.Tensor.is_set_to).
+        """
     def is_signed(self) -> builtins.bool:  # frontend/torch_methods.py: TorchMethodsMixin.is_signed
         """Whether the dtype has negative values: floats and signed integers (not
         uint8, not bool).
         """
+    @property
+    def is_sparse(self) -> builtins.bool:  # frontend/torch_methods.py: TorchMethodsMixin.is_sparse
+        """False: fusegrad's tensors are dense (strided), as `layout` says."""
+    @property
+    def is_sparse_csr(  # frontend/torch_methods.py: TorchMethodsMixin.is_sparse_csr
+        self,
+    ) -> builtins.bool:
+        """False: no tensor here is a compressed sparse one."""
     @property
     def itemsize(self) -> builtins.int:  # frontend/torch_methods.py: TorchMethodsMixin.itemsize
         """Bytes per element (`element_size()`)."""
     @property
     def layout(self):  # frontend/torch_methods.py: TorchMethodsMixin.layout
         """`fg.strided`, the one layout fusegrad has."""
+    def lcm(self, other):  # frontend/torch_methods.py: TorchMethodsMixin.lcm
+        """The least common multiples of integer tensors: `fg.lcm`."""
     def logdet(self):  # frontend/torch_methods.py: TorchMethodsMixin.logdet
         """torch.logdet: log det (NaN for a negative determinant, -inf for 0)."""
+    @property
+    def mH(self):  # frontend/torch_methods.py: TorchMethodsMixin.mH
+        """The conjugate transpose of the last two dims: `mT` for real tensors (a 0-d tensor itself,
+        with torch's deprecation warning; a 1-d one raises as torch's).
+        """
     def matrix_exp(self):  # frontend/torch_methods.py: TorchMethodsMixin.matrix_exp
         """torch.matrix_exp: `fg.linalg.matrix_exp`."""
     def matrix_power(  # frontend/torch_methods.py: TorchMethodsMixin.matrix_power
@@ -1444,6 +1528,9 @@ class Tensor:
         """
     def mv(self, vec):  # frontend/torch_methods.py: TorchMethodsMixin.mv
         """This matrix times the vector `vec`, as torch.mv."""
+    @property
+    def name(self) -> None:  # frontend/torch_methods.py: TorchMethodsMixin.name
+        """None: fusegrad has no named tensors (torch's `name` of an unnamed tensor)."""
     def narrow_copy(  # frontend/torch_methods.py: TorchMethodsMixin.narrow_copy
         self, dim: builtins.int, start: builtins.int, length: builtins.int
     ):
@@ -1457,6 +1544,14 @@ class Tensor:
         """torch's legacy `t.new(...)`, in this tensor's dtype and device: `t.new(2, 3)` (zeros
         here; torch's are uninitialized), `t.new(data)`, `t.new()` (empty), `t.new(size)` of an
         `fg.Size`, `t.new(other)` (a tensor of this dtype: `other`, detached).
+        """
+    def nextafter(self, other):  # frontend/torch_methods.py: TorchMethodsMixin.nextafter
+        """The next float toward `other`: `fg.nextafter`."""
+    @property
+    def output_nr(self) -> builtins.int:  # frontend/torch_methods.py: TorchMethodsMixin.output_nr
+        """0: which output of the op that made it this tensor is. fusegrad's graph nodes have one
+        output each, so every tensor is output 0 of its node; torch counts the outputs of its
+        multi-output ops (`x.split(2)[1].output_nr` is 1 there when x requires grad).
         """
     def pin_memory(self, device=None):  # frontend/torch_methods.py: TorchMethodsMixin.pin_memory
         """A copy for fast transfers to the cuda device, as torch's: where the cuda device is not
@@ -1510,6 +1605,20 @@ class Tensor:
         """torch.svd: (U, S, V) with self = U diag(S) V^T (V, not torch.linalg.svd's Vh), reduced
         when `some`; compute_uv=False gives zero U (m x m) and V (n x n), as torch's.
         """
+    def to_dense(  # frontend/torch_methods.py: TorchMethodsMixin.to_dense
+        self, dtype=None, *, masked_grad=None
+    ):
+        """This tensor itself, as torch's `to_dense()` of a dense tensor (a conversion when `dtype`
+        differs, as `to(dtype)`); `masked_grad` is accepted and changes nothing.
+        """
+    def unique_consecutive(  # frontend/torch_methods.py: TorchMethodsMixin.unique_consecutive
+        self, return_inverse=False, return_counts=False, dim=None
+    ):
+        """The first element of each run of equal consecutive elements, with the optional inverse
+        and counts: `fg.unique_consecutive`.
+        """
+    def vdot(self, other):  # frontend/torch_methods.py: TorchMethodsMixin.vdot
+        """The dot product of two 1-d tensors of one dtype: `fg.vdot`."""
     def vsplit(self, sections):  # frontend/torch_methods.py: TorchMethodsMixin.vsplit
         """Split along the first axis of a tensor of at least two, as torch.vsplit."""
 

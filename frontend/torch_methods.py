@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from . import mathops, shapeops
+from . import mathops, shapeops, torch_functions
 from .creation_nodes import _shape, data_node, finish, full_node, host_rng, index_arange
 from .errors import (
     ArgumentError,
@@ -30,14 +30,30 @@ from .errors import (
     DTypeNotImplementedError,
     ShapeError,
     fail,
+    warn_user,
 )
 from .runtime.backend import get_backend
+from .runtime.engine import engine
 from .tensor_base import TensorBase, where
 from .torch_settings import strided
 
 
 def _is_size(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _storage(x: TensorBase):
+    """The tensor whose storage `x` views (x itself where it is no view)."""
+    link = getattr(x, "_base", None)
+    while link is not None:
+        base, redo = link
+        if redo is None:  # a detached tensor: its owner's storage
+            base = base()
+            if base is None:
+                return x
+        x = base
+        link = getattr(x, "_base", None)
+    return x
 
 
 def _same_dims(x: TensorBase, n: int, op: str) -> None:
@@ -74,6 +90,129 @@ class TorchMethodsMixin:
     def layout(self):
         """`fg.strided`, the one layout fusegrad has."""
         return strided
+
+    # torch's flags of layouts and kinds of tensor fusegrad does not have: each is False
+    @property
+    def is_sparse(self) -> bool:
+        """False: fusegrad's tensors are dense (strided), as `layout` says."""
+        return False
+
+    @property
+    def is_sparse_csr(self) -> bool:
+        """False: no tensor here is a compressed sparse one."""
+        return False
+
+    @property
+    def is_quantized(self) -> bool:
+        """False: fusegrad has no quantized dtypes."""
+        return False
+
+    @property
+    def is_meta(self) -> bool:
+        """False: every tensor here has values (no "meta" device of shapes alone)."""
+        return False
+
+    @property
+    def is_nested(self) -> bool:
+        """False: fusegrad has no nested (ragged) tensors."""
+        return False
+
+    @property
+    def is_mkldnn(self) -> bool:
+        """False: no tensor here is in oneDNN's blocked layout."""
+        return False
+
+    @property
+    def name(self) -> None:
+        """None: fusegrad has no named tensors (torch's `name` of an unnamed tensor)."""
+        return None
+
+    @property
+    def output_nr(self) -> int:
+        """0: which output of the op that made it this tensor is. fusegrad's graph nodes
+        have one output each, so every tensor is output 0 of its node; torch counts the
+        outputs of its multi-output ops (`x.split(2)[1].output_nr` is 1 there when x
+        requires grad)."""
+        return 0
+
+    def to_dense(self, dtype=None, *, masked_grad=None):
+        """This tensor itself, as torch's `to_dense()` of a dense tensor (a conversion when
+        `dtype` differs, as `to(dtype)`); `masked_grad` is accepted and changes nothing."""
+        return self if dtype is None else self.to(dtype)
+
+    def data_ptr(self) -> int:
+        """The address of this tensor's realized buffer, as an int (0 for a tensor of no
+        elements, as torch's): the tensor is computed first. A view is computed into a
+        buffer of its own, so its address is not its base's plus an offset as in torch; and
+        the address changes whenever fusegrad gives the tensor a new buffer (an in-place
+        update, an optimizer step): read it again rather than keep it."""
+        if self.numel() == 0:
+            return 0
+        self.realize()
+        return int(engine.value(self.node).ptr)
+
+    def is_set_to(self, tensor) -> bool:
+        """Whether `tensor` is this tensor or a view of the same storage with this one's
+        shape, strides and offset (torch.Tensor.is_set_to)."""
+        if not isinstance(tensor, TensorBase):
+            raise TypeError(
+                f"is_set_to(): argument 'tensor' (position 1) must be Tensor, "
+                f"not {type(tensor).__name__}"
+            )
+        if tensor is self:
+            return True
+        if _storage(self) is not _storage(tensor):
+            return False
+        return (tuple(self.shape), self.stride(), self.storage_offset()) == (
+            tuple(tensor.shape),
+            tensor.stride(),
+            tensor.storage_offset(),
+        )
+
+    # ---------------------------------------------------------------- adjoints
+    @property
+    def H(self):
+        """The conjugate transpose of a matrix: `T` for fusegrad's real tensors (a 0-d
+        tensor itself, with torch's deprecation warning; other sizes raise as torch's)."""
+        if self.ndim == 0:
+            warn_user("Tensor.H is deprecated on 0-D tensors. Consider using x.conj().")
+            return self
+        if self.ndim != 2:
+            hint = " For batches of matrices, consider using tensor.mH" if self.ndim > 2 else ""
+            fail(
+                ShapeError,
+                "H",
+                f"tensor.H is only supported on matrices (2-D tensors). Got {self.ndim}-D "
+                f"tensor.{hint}",
+            )
+        return self.transpose(0, 1)
+
+    @property
+    def mH(self):
+        """The conjugate transpose of the last two dims: `mT` for real tensors (a 0-d tensor
+        itself, with torch's deprecation warning; a 1-d one raises as torch's)."""
+        if self.ndim == 0:
+            warn_user("Tensor.mH is deprecated on 0-D tensors. Consider using x.conj().")
+            return self
+        if self.ndim == 1:
+            fail(
+                ShapeError,
+                "mH",
+                "tensor.mH is only supported on matrices or batches of matrices. Got 1-D tensor.",
+            )
+        return self.transpose(-2, -1)
+
+    def adjoint(self):
+        """The conjugate transpose of the last two dims (a view): `mT` for real tensors, as
+        torch.adjoint; fewer than two dims raise."""
+        if self.ndim < 2:
+            fail(
+                ShapeError,
+                "adjoint",
+                "tensor.adjoint() is only supported on matrices or batches of matrices. "
+                f"Got {self.ndim}-D tensor.",
+            )
+        return self.transpose(-2, -1)
 
     def get_device(self) -> int:
         """The cuda device's index (0) for a cuda tensor, -1 on the CPU, as torch's."""
@@ -409,6 +548,85 @@ class TorchMethodsMixin:
         if not (wrap and self.ndim == 2):
             on = on & (k < min(self.shape) * step)
         return self.masked_fill_(on, fill_value)
+
+    # ---------------------------------------------------------------- torch_functions.py's
+    def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None):
+        """The first element of each run of equal consecutive elements, with the optional
+        inverse and counts: `fg.unique_consecutive`."""
+        return torch_functions.unique_consecutive(self, return_inverse, return_counts, dim)
+
+    def diagflat(self, offset: int = 0):
+        """The flattened tensor on a diagonal of a square matrix: `fg.diagflat`."""
+        return torch_functions.diagflat(self, offset)
+
+    def vdot(self, other):
+        """The dot product of two 1-d tensors of one dtype: `fg.vdot`."""
+        return torch_functions.vdot(self, other)
+
+    def ger(self, vec2):
+        """torch.ger, the older name of `outer`."""
+        return shapeops.outer(self, vec2)
+
+    def addr(self, vec1, vec2, *, beta=1, alpha=1):
+        """beta * self + alpha * outer(vec1, vec2): `fg.addr`."""
+        return torch_functions.addr(self, vec1, vec2, beta=beta, alpha=alpha)
+
+    def addr_(self, vec1, vec2, *, beta=1, alpha=1):
+        """`addr`, in place (self must have the product's shape, as torch's)."""
+        out = torch_functions.addr(self, vec1, vec2, beta=beta, alpha=alpha)
+        if tuple(out.shape) != tuple(self.shape):
+            fail(
+                ShapeError,
+                "addr_",
+                f"size mismatch, input: {list(self.shape)}, v1: {list(vec1.shape)}, "
+                f"v2: {list(vec2.shape)}",
+            )
+        return self._inplace(out, "addr_")
+
+    def frexp(self):
+        """(mantissa, exponent): `fg.frexp`."""
+        return torch_functions.frexp(self)
+
+    def gcd(self, other):
+        """The greatest common divisors of integer tensors: `fg.gcd`."""
+        return torch_functions.gcd(self, other)
+
+    def gcd_(self, other):
+        """`gcd`, in place."""
+        return self._inplace(torch_functions.gcd(self, other), "gcd_")
+
+    def lcm(self, other):
+        """The least common multiples of integer tensors: `fg.lcm`."""
+        return torch_functions.lcm(self, other)
+
+    def lcm_(self, other):
+        """`lcm`, in place."""
+        return self._inplace(torch_functions.lcm(self, other), "lcm_")
+
+    def nextafter(self, other):
+        """The next float toward `other`: `fg.nextafter`."""
+        return torch_functions.nextafter(self, other)
+
+    def nextafter_(self, other):
+        """`nextafter`, in place."""
+        return self._inplace(torch_functions.nextafter(self, other), "nextafter_")
+
+    def histogram(self, bins=100, *, range=None, weight=None, density=False):  # noqa: A002
+        """(hist, bin_edges): `fg.histogram`."""
+        return torch_functions.histogram(self, bins, range=range, weight=weight, density=density)
+
+    def index_reduce(self, dim, index, source, reduce, *, include_self=True):
+        """source's slices reduced into the slices `index` names: `fg.index_reduce`."""
+        return torch_functions.index_reduce(
+            self, dim, index, source, reduce, include_self=include_self
+        )
+
+    def index_reduce_(self, dim, index, source, reduce, *, include_self=True):
+        """`index_reduce`, in place."""
+        out = torch_functions.index_reduce(
+            self, dim, index, source, reduce, include_self=include_self
+        )
+        return self._inplace(out, "index_reduce_")
 
     # ---------------------------------------------------------------- torch's legacy constructor
     def new(self, *args, device=None):

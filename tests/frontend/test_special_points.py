@@ -513,6 +513,38 @@ EXCLUDED: dict[str, str] = {
     "Tensor.multinomial": _RANDOM,
     "Tensor.put": _MOVES,
     "Tensor.put_": _INPLACE,
+    # torch's flags, adjoints and smaller functions (tests/frontend/test_torch_functions.py,
+    # tests/frontend/test_torch_methods_flags.py)
+    **dict.fromkeys(
+        _names(
+            "Tensor",
+            "is_sparse is_sparse_csr is_quantized is_meta is_nested is_mkldnn name output_nr "
+            "to_dense data_ptr is_set_to",
+        ),
+        _NON_MATH,
+    ),
+    **dict.fromkeys(_names("Tensor", "H mH adjoint") + _names("fg", "diagflat"), _MOVES),
+    "Tensor.diagflat": _MOVES,
+    **dict.fromkeys(
+        _names("Tensor", "unique_consecutive gcd lcm nextafter histogram")
+        + _names("fg", "unravel_index unique_consecutive gcd lcm nextafter histogram"),
+        _NOT_DIFFERENTIABLE,
+    ),
+    **dict.fromkeys(_names("Tensor", "gcd_ lcm_ nextafter_ addr_ index_reduce_"), _INPLACE),
+    **dict.fromkeys(
+        _names("Tensor", "vdot ger addr") + _names("fg", "vdot addr chain_matmul rsub"),
+        _LINEAR,
+    ),
+    **dict.fromkeys(
+        _names("Tensor", "frexp index_reduce")
+        + _names("fg", "frexp index_reduce cumulative_trapezoid"),
+        _SPECIAL_ELSEWHERE + ": tests/frontend/test_torch_functions.py (frexp at 0, inf, NaN "
+        "and subnormals; index_reduce's ties and zeros, as scatter_reduce's)",
+    ),
+    **dict.fromkeys(
+        _names("fg", "hann_window hamming_window blackman_window bartlett_window kaiser_window"),
+        _NON_MATH + ": windows made from nothing (tests/frontend/test_windows.py)",
+    ),
     **dict.fromkeys(
         ["fg.angle", "Tensor.angle"],
         "piecewise constant (pi or 0, NaN at NaN) with a zero gradient: its special points "
