@@ -650,6 +650,12 @@ import types as _types  # noqa: E402
 # (fusegrad.distributed imports mpi4py by init_process_group only)
 from . import distributed, distributions, tensorboard  # noqa: E402
 from .nn import data, optim  # noqa: E402
+from .nn import toplevel as _toplevel  # noqa: E402
+
+# torch's top-level forms of nn.functional ops (fg.conv2d, fg.dropout(x, p, train),
+# fg.batch_norm in torch's top-level order, ...): nn/toplevel.py's adapters over F
+globals().update({_name: getattr(_toplevel, _name) for _name in _toplevel.__all__})
+__all__ += _toplevel.__all__
 
 _sys.modules[__name__ + ".optim"] = optim
 _sys.modules[__name__ + ".optim.lr_scheduler"] = optim.lr_scheduler

@@ -38,6 +38,7 @@ __all__ = [
     "less_than",
     "lower_cholesky",
     "lower_triangular",
+    "multinomial",
     "nonnegative",
     "nonnegative_integer",
     "one_hot",
@@ -202,6 +203,20 @@ class _IntegerGreaterThan(Constraint):
         return f"{type(self).__name__[1:]}(lower_bound={self.lower_bound})"
 
 
+class _Multinomial(Constraint):
+    """Nonnegative vectors (along the last dim) summing to at most `upper_bound`: torch's
+    weaker check of Multinomial's support (not that the sum is exactly the count)."""
+
+    is_discrete = True
+    event_dim = 1
+
+    def __init__(self, upper_bound):
+        self.upper_bound = upper_bound
+
+    def check(self, value):
+        return (value >= 0).all(-1) & (value.sum(-1) <= self.upper_bound)
+
+
 class _Real(Constraint):
     """The extended real line [-inf, inf]: everything but NaN."""
 
@@ -320,6 +335,7 @@ one_hot = _OneHot()
 nonnegative_integer = _IntegerGreaterThan(0)
 positive_integer = _IntegerGreaterThan(1)
 integer_interval = _IntegerInterval
+multinomial = _Multinomial
 real = _Real()
 real_vector = independent(real, 1)
 positive = _GreaterThan(0.0)

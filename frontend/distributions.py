@@ -1,8 +1,11 @@
-"""`fusegrad.distributions` (torch.distributions under `python -m fusegrad`): Categorical,
-Bernoulli, Normal, Uniform and Independent, with torch's parameters, shapes, validation,
-formulas and KL pairs; the base class and the KL registry are `distribution.py`'s. Gamma,
-Beta, Dirichlet, Exponential, Poisson, Laplace and LogNormal are `distributions_gamma.py`'s,
-MultivariateNormal `distributions_mvn.py`'s, re-exported here.
+"""`fusegrad.distributions` (torch.distributions under `python -m fusegrad`): Bernoulli,
+Normal, Uniform and Independent, with torch's parameters, shapes, validation, formulas and
+KL pairs; the base class and the KL registry are `distribution.py`'s. Categorical,
+OneHotCategorical(StraightThrough), Multinomial, Binomial and Geometric are
+`distributions_categorical.py`'s, Cauchy, HalfCauchy, HalfNormal, Gumbel, Weibull, StudentT
+and Chi2 `distributions_location.py`'s, Gamma, Beta, Dirichlet, Exponential, Poisson, Laplace and
+LogNormal `distributions_gamma.py`'s, MultivariateNormal `distributions_mvn.py`'s,
+re-exported here.
 
 >>> import fusegrad as fg
 >>> from fusegrad.distributions import Categorical, Normal, kl_divergence
@@ -39,148 +42,61 @@ from .distribution import (
     probs_to_logits,
     register_kl,
 )
+from .distributions_categorical import (
+    Binomial,
+    Categorical,
+    Geometric,
+    Multinomial,
+    OneHotCategorical,
+    OneHotCategoricalStraightThrough,
+    _bce_with_logits,
+    _softplus,
+)
 from .distributions_gamma import Beta, Dirichlet, Exponential, Gamma, Laplace, LogNormal, Poisson
+from .distributions_location import (
+    Cauchy,
+    Chi2,
+    Gumbel,
+    HalfCauchy,
+    HalfNormal,
+    StudentT,
+    Weibull,
+)
 from .distributions_mvn import MultivariateNormal
-from .ir.dtypes import float64, int64
-from .shapeops import broadcast_tensors
 from .tensor import Tensor, where
-from .typeinfo import finfo
 
 __all__ = [
     "Bernoulli",
     "Beta",
+    "Binomial",
     "Categorical",
+    "Cauchy",
+    "Chi2",
     "Dirichlet",
     "Distribution",
     "Exponential",
     "Gamma",
+    "Geometric",
+    "Gumbel",
+    "HalfCauchy",
+    "HalfNormal",
     "Independent",
     "Laplace",
     "LogNormal",
+    "Multinomial",
     "MultivariateNormal",
     "Normal",
+    "OneHotCategorical",
+    "OneHotCategoricalStraightThrough",
     "Poisson",
+    "StudentT",
     "Uniform",
+    "Weibull",
     "constraints",
     "kl_divergence",
     "register_kl",
 ]
 _NUMBER = (int, float)
-
-
-def _softplus(x: Tensor) -> Tensor:
-    """log(1 + exp(x)), as torch's softplus (beta 1, threshold 20: x itself above it)."""
-    return where(x > 20, x, x.clamp(max=20).exp().log1p())
-
-
-def _log_sigmoid(x: Tensor) -> Tensor:
-    """log(sigmoid(x)): x - log1p(exp(x)) below 0, -log1p(exp(-x)) from 0 (exp never
-    overflows, and the gradient is sigmoid(-x) at 0 too, where min(x, 0) - log1p(exp(-|x|))
-    would give the kinks' one-sided slopes)."""
-    negative = x < 0
-    below = where(negative, x, 0.0)
-    above = where(negative, 0.0, x)
-    return where(negative, below - below.exp().log1p(), -(-above).exp().log1p())
-
-
-def _bce_with_logits(logits: Tensor, target: Tensor) -> Tensor:
-    """Binary cross entropy of `target` against sigmoid(logits), elementwise."""
-    return (1 - target) * logits - _log_sigmoid(logits)
-
-
-class Categorical(Distribution):
-    """Draws of 0..K-1 with the probabilities along the last dim of `probs` (normalized to
-    sum to 1) or `logits` (unnormalized log probabilities, normalized by logsumexp): give
-    one. Its other dims are the batch.
-
-    >>> import fusegrad as fg
-    >>> m = Categorical(logits=fg.tensor([[0.0, 0.0], [0.0, 1.0]]))
-    >>> m.batch_shape, m.sample((4,)).shape, [round(p, 4) for p in m.probs[1].tolist()]
-    ((2,), (4, 2), [0.2689, 0.7311])
-    """
-
-    arg_constraints = {"probs": constraints.simplex, "logits": constraints.real_vector}
-    has_enumerate_support = True
-
-    def __init__(self, probs=None, logits=None, validate_args: bool | None = None):
-        if (probs is None) == (logits is None):
-            raise ValueError("Either `probs` or `logits` must be specified, but not both.")
-        if probs is not None:
-            if probs.dim() < 1:
-                raise ValueError("`probs` parameter must be at least one-dimensional.")
-            self.probs = probs / probs.sum(-1, keepdim=True)
-        else:
-            if logits.dim() < 1:
-                raise ValueError("`logits` parameter must be at least one-dimensional.")
-            self.logits = logits - logits.logsumexp(dim=-1, keepdim=True)
-        self._param = self.probs if probs is not None else self.logits
-        self._num_events = self._param.shape[-1]
-        super().__init__(tuple(self._param.shape[:-1]), validate_args=validate_args)
-
-    def expand(self, batch_shape, _instance=None):
-        new = self._get_checked_instance(Categorical, _instance)
-        param_shape = tuple(batch_shape) + (self._num_events,)
-        for name in ("probs", "logits"):
-            if name in self.__dict__:
-                setattr(new, name, self.__dict__[name].expand(param_shape))
-                new._param = new.__dict__[name]
-        new._num_events = self._num_events
-        Distribution.__init__(new, batch_shape, validate_args=False)
-        new._validate_args = self._validate_args
-        return new
-
-    @constraints.dependent_property(is_discrete=True, event_dim=0)
-    def support(self):
-        return constraints.integer_interval(0, self._num_events - 1)
-
-    @lazy_property
-    def logits(self) -> Tensor:
-        return probs_to_logits(self.probs)
-
-    @lazy_property
-    def probs(self) -> Tensor:
-        return logits_to_probs(self.logits)
-
-    @property
-    def param_shape(self) -> tuple[int, ...]:
-        return tuple(self._param.shape)
-
-    @property
-    def mean(self) -> Tensor:
-        return full(self._extended_shape(), math.nan, dtype=self.probs.dtype)
-
-    @property
-    def mode(self) -> Tensor:
-        return self.probs.argmax(dim=-1)
-
-    @property
-    def variance(self) -> Tensor:
-        return full(self._extended_shape(), math.nan, dtype=self.probs.dtype)
-
-    def sample(self, sample_shape=()) -> Tensor:
-        """int64 draws of shape sample_shape + batch_shape: the number of cumulative
-        probabilities (but the last) at or below a uniform draw scaled to their total."""
-        shape = self._extended_shape(sample_shape)
-        with no_grad():
-            cumulative = self.probs.detach().to(float64).cumsum(-1)
-            u = rand(shape + (1,), dtype=float64, device=cumulative.device)
-            return (cumulative[..., :-1] <= u * cumulative[..., -1:]).sum(-1).to(int64)
-
-    def log_prob(self, value: Tensor) -> Tensor:
-        if self._validate_args:
-            self._validate_sample(value)
-        value = value.long().unsqueeze(-1)
-        value, log_pmf = broadcast_tensors(value, self.logits)
-        return log_pmf.gather(-1, value[..., :1]).squeeze(-1)
-
-    def entropy(self) -> Tensor:
-        logits = self.logits.clamp(min=finfo(self.logits.dtype).min)
-        return -(logits * self.probs).sum(-1)
-
-    def enumerate_support(self, expand: bool = True) -> Tensor:
-        values = arange(self._num_events, dtype=int64, device=self._param.device)
-        values = values.reshape((-1,) + (1,) * len(self._batch_shape))
-        return values.expand((-1,) + self._batch_shape) if expand else values
 
 
 class Bernoulli(Distribution):

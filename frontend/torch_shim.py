@@ -41,8 +41,9 @@ _NN_MODULE_FILES = (
 
 # torch's distribution files (torch.distributions.<file>) that fusegrad.distributions holds
 _DISTRIBUTION_FILES = (
-    "bernoulli beta categorical dirichlet exponential gamma independent laplace log_normal "
-    "multivariate_normal normal poisson uniform"
+    "bernoulli beta binomial categorical cauchy chi2 dirichlet exponential gamma geometric "
+    "gumbel half_cauchy half_normal independent laplace log_normal multinomial "
+    "multivariate_normal normal one_hot_categorical poisson studentT uniform weibull"
 ).split()
 
 # the stand-in of torchvision's modules (datasets/ reads the data; imported by name, on

@@ -21,6 +21,7 @@ from special_points_expected import CASES  # this test's folder, on sys.path und
 
 import fusegrad as fg
 import fusegrad.nn.functional as F
+from fusegrad.nn import toplevel
 
 
 def _each(ids: str, reason: str) -> dict[str, str]:
@@ -549,6 +550,12 @@ EXCLUDED: dict[str, str] = {
         ["fg.angle", "Tensor.angle"],
         "piecewise constant (pi or 0, NaN at NaN) with a zero gradient: its special points "
         "(+-0, -inf, NaN) against torch's in tests/frontend/test_torch_methods.py",
+    ),
+    **dict.fromkeys(
+        [f"fg.{name}" for name in toplevel.__all__],
+        "torch's top-level form of the F function of its name (nn/toplevel.py: an adapter "
+        "calling it, swept or EXCLUDED as F.<name>; tests/nn/test_toplevel.py checks they "
+        "agree)",
     ),
 }
 
