@@ -24,6 +24,7 @@ import functools
 import warnings
 
 from . import distribution_constraints as constraints
+from .autograd import realize
 from .autograd_state import enable_grad, no_grad
 from .creation import tensor as _tensor
 from .halfdtypes import get_default_dtype
@@ -86,13 +87,22 @@ class Distribution:
                 "`validate_args=False` to turn off validation.",
                 stacklevel=3,
             )
+        checked = []  # (name, value, whether every element satisfies the constraint)
         for param, constraint in arg_constraints.items():
             if constraints.is_dependent(constraint):
                 continue  # cannot be checked alone
             if param not in self.__dict__ and isinstance(getattr(type(self), param), lazy_property):
                 continue  # the other parameterization (logits where probs were given)
             value = getattr(self, param)
-            if not bool(constraint.check(value).all()):
+            checked.append((param, value, constraint, constraint.check(value).all()))
+        # the parameters computed with their checks, in one plan: a sample or log_prob
+        # then reads them instead of computing them again (a policy's forward pass, each
+        # step of an episode), as torch's eager values are there
+        tensors = [t for _, value, _, ok in checked for t in (value, ok) if isinstance(t, Tensor)]
+        if tensors:
+            realize(*tensors)
+        for param, value, constraint, ok in checked:
+            if not bool(ok):
                 raise ValueError(
                     f"Expected parameter {param} ({type(value).__name__} of shape "
                     f"{tuple(value.shape)}) of distribution {self!r} to satisfy the "
@@ -204,7 +214,9 @@ class Distribution:
                 stacklevel=3,
             )
             return
-        if not bool(support.check(value).all()):
+        ok = support.check(value).all()
+        realize(value, ok)  # (the value with its check: a sample read next reads its buffer)
+        if not bool(ok):
             raise ValueError(
                 f"Expected value argument ({type(value).__name__} of shape {shape}) to be "
                 f"within the support ({support!r}) of the distribution {self!r}, but found "

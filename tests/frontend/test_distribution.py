@@ -24,6 +24,7 @@ from fusegrad.distribution import (
     register_kl,
 )
 from fusegrad.distributions import Bernoulli, Categorical, Normal, Uniform
+from fusegrad.runtime.engine import engine
 
 
 @pytest.fixture
@@ -196,3 +197,27 @@ def test_repr_shows_one_element_parameters_and_shapes_otherwise():
     assert repr(Normal(0.0, 1.0)) == "Normal(loc: 0.0, scale: 1.0)"
     assert repr(Categorical(probs=fg.ones(2, 3))) == "Categorical(probs: (2, 3))"
     assert repr(Bernoulli(fg.tensor([0.5]))) == "Bernoulli(probs: tensor([0.5000]))"
+
+
+def test_validation_computes_the_parameters_and_values_it_checks_once():
+    """A policy's step (probs = net(state); Categorical(probs); sample; log_prob; item):
+    the checks compute the parameter and the sample with themselves, so the sample and
+    the read use those buffers instead of computing the forward pass again (two plans
+    run, not three), with the values unchanged."""
+    w = fg.tensor([[0.5, -1.0], [2.0, 0.25]], requires_grad=True)
+    probs = (fg.tensor([[1.0, 2.0]]) @ w).softmax(-1)
+    runs = engine.stats["schedule_hits"] + engine.stats["scheduled"]
+    m = Categorical(probs)
+    assert m.probs._has_value()  # (its probs: the given ones normalized)
+    action = m.sample()
+    log_p = m.log_prob(action)
+    assert action._has_value()
+    a = action.item()
+    assert engine.stats["schedule_hits"] + engine.stats["scheduled"] - runs == 2
+    want = np.log(probs.detach().numpy()[0, a])
+    np.testing.assert_allclose(log_p.item(), want, rtol=1e-6)
+    log_p.sum().backward()  # the gradient still reaches w through the computed probs
+    p = probs.detach().numpy()[0]
+    x = np.array([1.0, 2.0])
+    dz = np.eye(2)[a] - p  # d log p_a / d logits
+    np.testing.assert_allclose(w.grad.numpy(), np.outer(x, dz), rtol=1e-5, atol=1e-7)
