@@ -41,6 +41,7 @@ from ..nnapi import (
     zeros,
 )
 from ..nnapi import realize as _realize
+from . import init
 from .module import Module, Parameter, place
 
 
@@ -513,9 +514,17 @@ class _BatchNorm(Module):
 
     def reset_running_stats(self) -> None:
         if self.track_running_stats:
-            self.running_mean.assign_(zeros(self.num_features))
-            self.running_var.assign_(ones(self.num_features))
+            self.running_mean.assign_(zeros(self.num_features, dtype=self.running_mean.dtype))
+            self.running_var.assign_(ones(self.num_features, dtype=self.running_var.dtype))
             self.num_batches_tracked.assign_(tensor(0, dtype="int64"))
+
+    def reset_parameters(self) -> None:
+        """As torch's: the running statistics reset, weight ones and bias zeros."""
+        self.reset_running_stats()
+        if self.weight is not None:
+            init.ones_(self.weight)
+        if self.bias is not None:
+            init.zeros_(self.bias)
 
     def forward(self, input):
         if input.ndim not in self.dims:
