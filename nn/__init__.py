@@ -135,6 +135,7 @@ from .normalization import (
     InstanceNorm3d,
     LayerNorm,
     RMSNorm,
+    SyncBatchNorm,
 )
 from .padding import (
     CircularPad1d,
@@ -237,6 +238,7 @@ __all__ = [
     "InstanceNorm3d",
     "LayerNorm",
     "RMSNorm",
+    "SyncBatchNorm",
     "CELU",
     "ELU",
     "GELU",

@@ -281,9 +281,9 @@ def test_missing_names_raise_subclasses_and_are_recorded(shim):
     import torch
 
     with pytest.raises(AttributeError) as info:
-        torch.nn.SyncBatchNorm  # noqa: B018
+        torch.nn.CrossMapLRN2d  # noqa: B018
     assert isinstance(info.value, torch_shim.TorchGapError)
-    assert "torch.nn.SyncBatchNorm is not in fusegrad" in str(info.value)
+    assert "torch.nn.CrossMapLRN2d is not in fusegrad" in str(info.value)
     with pytest.raises(ImportError, match="torch.fx is not in fusegrad"):
         import torch.fx  # noqa: F401
     with pytest.raises(ImportError):
@@ -292,7 +292,7 @@ def test_missing_names_raise_subclasses_and_are_recorded(shim):
         torch.jit.script  # noqa: B018  (fusegrad.jit is not torch.jit)
     assert not hasattr(torch, "profiler")  # fusegrad.profiler is not torch.profiler
     assert shim.missing == [
-        "torch.nn.SyncBatchNorm",
+        "torch.nn.CrossMapLRN2d",
         "torch.fx",
         "torch.nn.NoSuchLayer",
         "torch.jit",
