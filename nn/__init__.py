@@ -154,6 +154,7 @@ from .padding import (
     ZeroPad2d,
     ZeroPad3d,
 )
+from .parallel import DataParallel
 from .random_activations import RReLU
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell
 from .transformer import (
@@ -291,6 +292,7 @@ __all__ = [
     "MaxPool2d",
     "Module",
     "ModuleList",
+    "DataParallel",
     "NLLLoss",
     "Parameter",
     "ReLU",

@@ -48,7 +48,6 @@ from .normalization import (
     InstanceNorm1d,
     InstanceNorm2d,
     InstanceNorm3d,
-    _BatchNorm,
 )
 
 
@@ -433,7 +432,7 @@ class _LazyNormBase(LazyModuleMixin):
         *,
         bias: bool = True,
     ):
-        _BatchNorm.__init__(self, 0, eps, momentum, False, False, bias=False)
+        self.cls_to_become.__init__(self, 0, eps, momentum, False, False, bias=False)
         self.affine, self.track_running_stats = affine, track_running_stats
         if affine:
             self.weight = UninitializedParameter(device=device, dtype=dtype)
