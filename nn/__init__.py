@@ -50,6 +50,7 @@ from .adaptive import (
     AdaptiveMaxPool2d,
     AdaptiveMaxPool3d,
 )
+from .adaptive_softmax import AdaptiveLogSoftmaxWithLoss
 from .attention import MultiheadAttention
 from .bilinear import Bilinear
 from .channel_ops import ChannelShuffle, LocalResponseNorm
@@ -173,6 +174,7 @@ from .upsample import (
 )
 
 __all__ = [
+    "AdaptiveLogSoftmaxWithLoss",
     "AdaptiveAvgPool1d",
     "AdaptiveAvgPool2d",
     "AdaptiveMaxPool1d",
