@@ -106,6 +106,7 @@ from .losses import (
     L1Loss,
     MSELoss,
     NLLLoss,
+    NLLLoss2d,
     SmoothL1Loss,
 )
 from .losses_margin import (
@@ -124,7 +125,7 @@ from .losses_more import (
     PoissonNLLLoss,
     TripletMarginLoss,
 )
-from .lp_pool import LPPool1d, LPPool2d
+from .lp_pool import LPPool1d, LPPool2d, LPPool3d
 from .module import Buffer, Module, Parameter, load, save
 from .normalization import (
     BatchNorm1d,
@@ -157,7 +158,7 @@ from .padding import (
 )
 from .parallel import DataParallel
 from .random_activations import RReLU
-from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 from .transformer import (
     Transformer,
     TransformerDecoder,
@@ -201,6 +202,7 @@ __all__ = [
     "TripletMarginWithDistanceLoss",
     "LPPool1d",
     "LPPool2d",
+    "LPPool3d",
     "HingeEmbeddingLoss",
     "PoissonNLLLoss",
     "GaussianNLLLoss",
@@ -296,6 +298,7 @@ __all__ = [
     "ModuleList",
     "DataParallel",
     "NLLLoss",
+    "NLLLoss2d",
     "Parameter",
     "ReLU",
     "Sequential",
@@ -329,6 +332,7 @@ __all__ = [
     "GRU",
     "RNNBase",
     "RNNCell",
+    "RNNCellBase",
     "LSTMCell",
     "GRUCell",
     "ZeroPad1d",
