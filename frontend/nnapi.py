@@ -18,8 +18,9 @@ Nothing here is meant for users: the public homes of these names are `fusegrad`,
 
 from __future__ import annotations
 
-# the distributed package, for DistributedDataParallel and DistributedSampler
-from . import distributed
+# the cuda module, for DataParallel's device checks; the distributed package, for
+# DistributedDataParallel and DistributedSampler
+from . import cuda, distributed
 
 # autocast: nn's ops join torch's policy where they are defined (frontend/autocast_policy.py)
 from .autocast import autocast_op
@@ -63,6 +64,7 @@ from .devices import set_default_device, to_arguments
 
 # errors, raised at the user's line
 from .errors import (
+    DeviceError,
     DTypeError,
     DTypeNotImplementedError,
     FusegradError,
@@ -153,6 +155,7 @@ __all__ = [
     "checked_dtype",
     "DTypeError",
     "DTypeNotImplementedError",
+    "DeviceError",
     "FusegradError",
     "JitError",
     "ShapeError",
@@ -167,6 +170,7 @@ __all__ = [
     "gradient_wanted",
     "rows_merge",
     "default_float",
+    "cuda",
     "distributed",
     "empty",
     "enable_grad",

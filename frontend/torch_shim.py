@@ -109,6 +109,7 @@ EXTRA_NAMES: dict[str, dict[str, str]] = {
     "torch.nn.modules.linear": {
         "NonDynamicallyQuantizableLinear": "fusegrad.nn.layers:NonDynamicallyQuantizableLinear"
     },
+    "torch.nn.modules.lazy": {"LazyModuleMixin": "fusegrad.nn.lazy:LazyModuleMixin"},
 }
 
 # fusegrad names that mean something else than torch's of the same name: gaps, not maps

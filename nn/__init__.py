@@ -50,6 +50,7 @@ from .adaptive import (
     AdaptiveMaxPool2d,
     AdaptiveMaxPool3d,
 )
+from .adaptive_softmax import AdaptiveLogSoftmaxWithLoss
 from .attention import MultiheadAttention
 from .bilinear import Bilinear
 from .channel_ops import ChannelShuffle, LocalResponseNorm
@@ -79,7 +80,23 @@ from .layers import (
     Tanh,
     Unflatten,
 )
-from .lazy import LazyLinear, UninitializedParameter
+from .lazy import (
+    LazyBatchNorm1d,
+    LazyBatchNorm2d,
+    LazyBatchNorm3d,
+    LazyConv1d,
+    LazyConv2d,
+    LazyConv3d,
+    LazyConvTranspose1d,
+    LazyConvTranspose2d,
+    LazyConvTranspose3d,
+    LazyInstanceNorm1d,
+    LazyInstanceNorm2d,
+    LazyInstanceNorm3d,
+    LazyLinear,
+    UninitializedBuffer,
+    UninitializedParameter,
+)
 from .losses import (
     BCELoss,
     BCEWithLogitsLoss,
@@ -89,6 +106,7 @@ from .losses import (
     L1Loss,
     MSELoss,
     NLLLoss,
+    NLLLoss2d,
     SmoothL1Loss,
 )
 from .losses_margin import (
@@ -107,7 +125,7 @@ from .losses_more import (
     PoissonNLLLoss,
     TripletMarginLoss,
 )
-from .lp_pool import LPPool1d, LPPool2d
+from .lp_pool import LPPool1d, LPPool2d, LPPool3d
 from .module import Buffer, Module, Parameter, load, save
 from .normalization import (
     BatchNorm1d,
@@ -119,6 +137,7 @@ from .normalization import (
     InstanceNorm3d,
     LayerNorm,
     RMSNorm,
+    SyncBatchNorm,
 )
 from .padding import (
     CircularPad1d,
@@ -137,8 +156,9 @@ from .padding import (
     ZeroPad2d,
     ZeroPad3d,
 )
+from .parallel import DataParallel
 from .random_activations import RReLU
-from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 from .transformer import (
     Transformer,
     TransformerDecoder,
@@ -155,6 +175,7 @@ from .upsample import (
 )
 
 __all__ = [
+    "AdaptiveLogSoftmaxWithLoss",
     "AdaptiveAvgPool1d",
     "AdaptiveAvgPool2d",
     "AdaptiveMaxPool1d",
@@ -181,6 +202,7 @@ __all__ = [
     "TripletMarginWithDistanceLoss",
     "LPPool1d",
     "LPPool2d",
+    "LPPool3d",
     "HingeEmbeddingLoss",
     "PoissonNLLLoss",
     "GaussianNLLLoss",
@@ -191,7 +213,20 @@ __all__ = [
     "Unflatten",
     "Softmax2d",
     "Bilinear",
+    "LazyBatchNorm1d",
+    "LazyBatchNorm2d",
+    "LazyBatchNorm3d",
+    "LazyConv1d",
+    "LazyConv2d",
+    "LazyConv3d",
+    "LazyConvTranspose1d",
+    "LazyConvTranspose2d",
+    "LazyConvTranspose3d",
+    "LazyInstanceNorm1d",
+    "LazyInstanceNorm2d",
+    "LazyInstanceNorm3d",
     "LazyLinear",
+    "UninitializedBuffer",
     "UninitializedParameter",
     "MultiheadAttention",
     "Transformer",
@@ -208,6 +243,7 @@ __all__ = [
     "InstanceNorm3d",
     "LayerNorm",
     "RMSNorm",
+    "SyncBatchNorm",
     "CELU",
     "ELU",
     "GELU",
@@ -260,7 +296,9 @@ __all__ = [
     "MaxPool2d",
     "Module",
     "ModuleList",
+    "DataParallel",
     "NLLLoss",
+    "NLLLoss2d",
     "Parameter",
     "ReLU",
     "Sequential",
@@ -294,6 +332,7 @@ __all__ = [
     "GRU",
     "RNNBase",
     "RNNCell",
+    "RNNCellBase",
     "LSTMCell",
     "GRUCell",
     "ZeroPad1d",

@@ -115,7 +115,7 @@ from .losses_more import (  # noqa: F401
     poisson_nll_loss,
     triplet_margin_loss,
 )
-from .lp_pool import lp_pool1d, lp_pool2d  # noqa: F401
+from .lp_pool import lp_pool1d, lp_pool2d, lp_pool3d  # noqa: F401
 from .normalization import (  # noqa: F401
     batch_norm,
     group_norm,
@@ -134,7 +134,7 @@ from .pool_indices import (  # noqa: F401
     max_pool2d_with_indices,
     max_pool3d_with_indices,
 )
-from .random_activations import gumbel_softmax, rrelu  # noqa: F401
+from .random_activations import gumbel_softmax, rrelu, rrelu_  # noqa: F401
 from .upsample import (  # noqa: F401
     interpolate,
     pixel_shuffle,

@@ -8,7 +8,10 @@
 
 from __future__ import annotations
 
+import warnings
+
 from . import loss_functions as F
+from .losses_more import legacy_reduction
 from .module import Module
 
 
@@ -106,6 +109,28 @@ class NLLLoss(_WeightedLoss):
 
     def forward(self, input, target):
         return F.nll_loss(input, target, self.weight, self.ignore_index, self.reduction)
+
+
+class NLLLoss2d(NLLLoss):
+    """torch's deprecated NLLLoss2d: `NLLLoss` (over (N, C, H, W) as over any shape), with
+    torch's signature (the deprecated `size_average` / `reduce` too) and its FutureWarning."""
+
+    def __init__(
+        self,
+        weight=None,
+        size_average=None,
+        ignore_index: int = -100,
+        reduce=None,
+        reduction: str = "mean",
+    ):
+        warnings.warn(
+            "`NLLLoss2d` has been deprecated. Please use `NLLLoss` instead as a drop-in "
+            "replacement and see https://pytorch.org/docs/main/nn.html#torch.nn.NLLLoss for "
+            "more details.",
+            FutureWarning,
+            stacklevel=2,
+        )
+        super().__init__(weight, ignore_index, legacy_reduction(size_average, reduce, reduction))
 
 
 class CrossEntropyLoss(_WeightedLoss):

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..nnapi import (
     DTypeNotImplementedError,
+    FusegradError,
     ShapeError,
     Tensor,
     autocast_op,
@@ -40,7 +41,9 @@ from ..nnapi import (
     where,
     zeros,
 )
+from ..nnapi import distributed as dist
 from ..nnapi import realize as _realize
+from . import init
 from .module import Module, Parameter, place
 
 
@@ -513,14 +516,25 @@ class _BatchNorm(Module):
 
     def reset_running_stats(self) -> None:
         if self.track_running_stats:
-            self.running_mean.assign_(zeros(self.num_features))
-            self.running_var.assign_(ones(self.num_features))
+            self.running_mean.assign_(zeros(self.num_features, dtype=self.running_mean.dtype))
+            self.running_var.assign_(ones(self.num_features, dtype=self.running_var.dtype))
             self.num_batches_tracked.assign_(tensor(0, dtype="int64"))
 
-    def forward(self, input):
+    def reset_parameters(self) -> None:
+        """As torch's: the running statistics reset, weight ones and bias zeros."""
+        self.reset_running_stats()
+        if self.weight is not None:
+            init.ones_(self.weight)
+        if self.bias is not None:
+            init.zeros_(self.bias)
+
+    def _check_input_dim(self, input) -> None:
         if input.ndim not in self.dims:
             wanted = " or ".join(f"{d}D" for d in self.dims)
             raise ValueError(f"expected {wanted} input (got {input.ndim}D input)")
+
+    def forward(self, input):
+        self._check_input_dim(input)
         if input.shape[1] != self.num_features:
             fail(
                 ShapeError,
@@ -575,6 +589,93 @@ class BatchNorm3d(_BatchNorm):
     """Batch normalization over (N, C, D, H, W), as torch.nn.BatchNorm3d."""
 
     dims = (5,)
+
+
+class SyncBatchNorm(_BatchNorm):
+    """Batch normalization over (N, C, ...) inputs of at least 2 dims, as
+    torch.nn.SyncBatchNorm: in one process, BatchNorm over the batch (torch's falls back
+    to BatchNorm there too), with BatchNorm's parameters, buffers and repr.
+
+    Where fusegrad differs: statistics are not all-reduced across ranks. A training
+    forward with `fusegrad.distributed` initialized over more than one rank raises
+    NotImplementedError rather than normalize each rank's share by its own statistics;
+    in a group of one it is BatchNorm (torch's refuses a CPU input once a group exists).
+    `process_group` is kept, never used. In eval mode it is BatchNorm everywhere.
+    """
+
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        process_group=None,
+        device=None,
+        dtype=None,
+        *,
+        bias: bool = True,
+    ):
+        super().__init__(
+            num_features, eps, momentum, affine, track_running_stats, device, dtype, bias=bias
+        )
+        self.process_group = process_group
+
+    def _check_input_dim(self, input) -> None:
+        if input.ndim < 2:
+            raise ValueError(f"expected at least 2D input (got {input.ndim}D input)")
+
+    def forward(self, input):
+        self._check_input_dim(input)
+        if input.shape[1] == 0:
+            raise ValueError("SyncBatchNorm number of input channels should be non-zero")
+        use_batch = self.training or self.running_mean is None
+        if use_batch and self.training and dist.is_initialized():
+            world = dist.get_world_size()
+            if world > 1:
+                fail(
+                    SyncBatchNormError,
+                    "SyncBatchNorm",
+                    f"all-reducing the batch statistics across {world} ranks is not "
+                    "supported; each rank would normalize by its own share's statistics "
+                    "(use BatchNorm for that, or normalize in eval mode)",
+                )
+        return super().forward(input)
+
+    @classmethod
+    def convert_sync_batchnorm(cls, module: Module, process_group=None) -> Module:
+        """`module` with each BatchNorm1d/2d/3d in it replaced by a SyncBatchNorm holding
+        the same parameter and buffer objects (an optimizer over them keeps working) and
+        the same training mode, as torch's; a BatchNorm itself gives a new SyncBatchNorm.
+        Instance norms and lazy norms still waiting for their size stay as they are."""
+        out = module
+        lazy = hasattr(module, "cls_to_become")  # a lazy norm not yet given its size
+        if isinstance(module, _BatchNorm) and not isinstance(module, _InstanceNorm) and not lazy:
+            out = cls(
+                module.num_features,
+                module.eps,
+                module.momentum,
+                module.affine,
+                module.track_running_stats,
+                process_group,
+                bias=module.bias is not None,
+            )
+            if module.affine:
+                out.weight = module.weight
+                out.bias = module.bias
+            for name in ("running_mean", "running_var", "num_batches_tracked"):
+                out.register_buffer(name, getattr(module, name))
+            out.training = module.training
+            if hasattr(module, "qconfig"):
+                out.qconfig = module.qconfig
+        for name, child in list(module.named_children()):
+            out.add_module(name, cls.convert_sync_batchnorm(child, process_group))
+        return out
+
+
+class SyncBatchNormError(FusegradError, NotImplementedError):
+    """A SyncBatchNorm training forward over more than one rank: fusegrad does not
+    all-reduce the statistics."""
 
 
 class _InstanceNorm(_BatchNorm):

@@ -1,4 +1,5 @@
-"""`fusegrad.nn.parallel.DistributedDataParallel`: data-parallel training over MPI ranks.
+"""`fusegrad.nn.parallel.DistributedDataParallel`: data-parallel training over MPI ranks
+(and `DataParallel`, torch's single-process wrapper, which runs its module on one device).
 
 Each rank runs the same model on its own share of the batch; after
 `loss.backward()` the gradients are averaged across the ranks, so every rank
@@ -44,9 +45,11 @@ import weakref
 import numpy as np
 
 from ..nnapi import (
+    DeviceError,
     JitError,
     ShapeError,
     Tensor,
+    cuda,
     fail,
     from_numpy,
     grad_enabled,
@@ -57,7 +60,7 @@ from ..nnapi import jit_recording as _jit_recording
 from ..nnapi import realize as _realize
 from .module import Module, Parameter
 
-__all__ = ["DistributedDataParallel", "SyncedParameter"]
+__all__ = ["DataParallel", "DistributedDataParallel", "SyncedParameter"]
 
 # id(parameter) -> weakref to the DistributedDataParallel that averages its gradient
 _owners: dict[int, weakref.ref] = {}
@@ -274,6 +277,86 @@ class DistributedDataParallel(Module):
     def extra_repr(self) -> str:
         sizes = [sum(self._params[i].numel() for i in b) for b in self.buckets]
         return f"buckets={len(self.buckets)} (elements {sizes}), world_size={dist.get_world_size()}"
+
+
+class DataParallel(Module):
+    """torch.nn.DataParallel where there is one device to run on: `module` (its `.module`,
+    so state_dict keys read `module.<name>`) is called with the inputs, as torch's.
+
+    Without a usable CUDA device, as torch's on such a machine, `device_ids` and
+    `output_device` are ignored (`device_ids` is []) and the call runs `module` as it is.
+    With CUDA, `device_ids` (by default every CUDA device) must name one device: the
+    module's parameters and buffers must be on it (RuntimeError otherwise, as torch's),
+    and tensors among the inputs are moved there. Where fusegrad differs: several
+    devices raise DeviceError here, since fusegrad does not scatter a batch, replicate
+    the module and gather the outputs across devices.
+
+    >>> import fusegrad as fg
+    >>> from fusegrad import nn
+    >>> model = nn.DataParallel(nn.Linear(2, 3))
+    >>> model(fg.ones(4, 2)).shape, list(model.state_dict())
+    ((4, 3), ['module.weight', 'module.bias'])
+    """
+
+    def __init__(self, module: Module, device_ids=None, output_device=None, dim: int = 0):
+        super().__init__()
+        self.module = module
+        self.dim = dim
+        if not cuda.is_available():
+            self.device_ids, self.output_device = [], None
+            return
+        if device_ids is None:
+            device_ids = list(range(cuda.device_count()))
+        device_ids = [_cuda_index(d) for d in device_ids]
+        if len(device_ids) > 1:
+            fail(
+                DeviceError,
+                "DataParallel",
+                f"asked to split batches across {len(device_ids)} CUDA devices "
+                f"{device_ids}; fusegrad runs a module on one device (pass device_ids=[i], "
+                "or use DistributedDataParallel with one rank per device)",
+            )
+        self.device_ids = device_ids
+        self.output_device = _cuda_index(output_device) if output_device is not None else None
+        if device_ids and self.output_device is None:
+            self.output_device = device_ids[0]
+
+    def forward(self, *inputs, **kwargs):
+        if not self.device_ids:
+            return self.module(*inputs, **kwargs)
+        device = f"cuda:{self.device_ids[0]}"
+        for t in (*self.module.parameters(), *self.module.buffers()):
+            if _cuda_name(str(t.device)) != device:
+                raise RuntimeError(
+                    f"module must have its parameters and buffers on device {device} "
+                    f"(device_ids[0]) but found one of them on device: {t.device}"
+                )
+        return self.module(*_moved(inputs, device), **_moved(kwargs, device))
+
+
+def _cuda_index(device) -> int:
+    """A CUDA device's index, from an int, "cuda:i" or a device object."""
+    if isinstance(device, int):
+        return device
+    name = str(device)
+    if not name.startswith("cuda"):
+        raise ValueError(f"Expected a cuda device, but got: {name}")
+    return int(name.partition(":")[2] or 0)
+
+
+def _cuda_name(name: str) -> str:
+    return f"cuda:{_cuda_index(name)}" if name.startswith("cuda") else name
+
+
+def _moved(value, device: str):
+    """`value` with each tensor in it (in tuples, lists and dicts) moved to `device`."""
+    if isinstance(value, Tensor):
+        return value.to(device)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_moved(v, device) for v in value)
+    if isinstance(value, dict):
+        return {k: _moved(v, device) for k, v in value.items()}
+    return value
 
 
 def _refuse_inside_jit() -> None:

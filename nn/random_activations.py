@@ -79,6 +79,13 @@ def rrelu(
     return input._inplace(out, "rrelu_") if inplace else out
 
 
+def rrelu_(
+    input: Tensor, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False
+) -> Tensor:
+    """`rrelu` written into `input`, which is returned (torch.nn.functional.rrelu_)."""
+    return rrelu(input, lower, upper, training, inplace=True)
+
+
 class RReLU(Module):
     """`F.rrelu` as a module: random slopes in training, (lower + upper) / 2 in eval()."""
 

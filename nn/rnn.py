@@ -434,7 +434,7 @@ class RNNBase(Module):
 
     def reset_parameters(self) -> None:
         """Every weight and bias from U(-1/sqrt(hidden), 1/sqrt(hidden)), as torch's."""
-        bound = 1.0 / math.sqrt(self.hidden_size)
+        bound = 1.0 / math.sqrt(self.hidden_size) if self.hidden_size > 0 else 0.0
         for p in self.parameters():
             init.uniform_(p, -bound, bound)
 
@@ -625,16 +625,25 @@ class GRU(RNNBase):
 
 
 class RNNCellBase(Module):
-    """One step of a recurrent layer: parameters weight_ih, weight_hh, bias_ih, bias_hh."""
+    """One step of a recurrent layer, as torch.nn.RNNCellBase(input_size, hidden_size, bias,
+    num_chunks): parameters weight_ih (num_chunks * hidden_size, input_size), weight_hh
+    (num_chunks * hidden_size, hidden_size), bias_ih and bias_hh (or None), each from
+    U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)); a subclass writes its `forward`."""
 
     mode = "RNN_TANH"
 
     def __init__(
-        self, input_size: int, hidden_size: int, bias: bool = True, device=None, dtype=None
+        self,
+        input_size: int,
+        hidden_size: int,
+        bias: bool,
+        num_chunks: int,
+        device=None,
+        dtype=None,
     ):
         super().__init__()
         self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
-        gate_size = GATES[self.mode] * hidden_size
+        gate_size = num_chunks * hidden_size
         self.weight_ih = placeholder_parameter(gate_size, input_size, dtype=dtype)
         self.weight_hh = placeholder_parameter(gate_size, hidden_size, dtype=dtype)
         if bias:
@@ -648,7 +657,7 @@ class RNNCellBase(Module):
 
     def reset_parameters(self) -> None:
         """Every weight and bias from U(-1/sqrt(hidden), 1/sqrt(hidden)), as torch's."""
-        bound = 1.0 / math.sqrt(self.hidden_size)
+        bound = 1.0 / math.sqrt(self.hidden_size) if self.hidden_size > 0 else 0.0
         for p in self.parameters():
             init.uniform_(p, -bound, bound)
 
@@ -699,7 +708,7 @@ class RNNCell(RNNCellBase):
     ):
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"Unknown nonlinearity: {nonlinearity}")
-        super().__init__(input_size, hidden_size, bias, device, dtype)
+        super().__init__(input_size, hidden_size, bias, 1, device, dtype)
         self.mode, self.nonlinearity = "RNN_" + nonlinearity.upper(), nonlinearity
 
     def forward(self, input, hx=None):
@@ -711,6 +720,9 @@ class LSTMCell(RNNCellBase):
 
     mode = "LSTM"
 
+    def __init__(self, input_size, hidden_size, bias=True, device=None, dtype=None):
+        super().__init__(input_size, hidden_size, bias, GATES["LSTM"], device, dtype)
+
     def forward(self, input, hx=None):
         return self._step(input, hx)
 
@@ -719,6 +731,9 @@ class GRUCell(RNNCellBase):
     """One GRU step: (input, h) -> h', as torch.nn.GRUCell."""
 
     mode = "GRU"
+
+    def __init__(self, input_size, hidden_size, bias=True, device=None, dtype=None):
+        super().__init__(input_size, hidden_size, bias, GATES["GRU"], device, dtype)
 
     def forward(self, input, hx=None):
         return self._step(input, hx)

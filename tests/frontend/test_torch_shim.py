@@ -133,18 +133,18 @@ def test_a_missing_name_names_the_torch_name_and_the_exit_lists_every_gap(tmp_pa
     except ImportError as e:
         print("caught:", type(e).__mro__[1].__name__, e)
     print(getattr(torch, "_dynamo", "default"))
-    layer = torch.nn.LazyConv2d(3, 3)
+    layer = torch.nn.CrossMapLRN2d(3)
     """
     done = run_script(tmp_path, source)
     assert done.returncode == 1
     assert "caught: ModuleNotFoundError torch.fx is not in fusegrad" in done.stdout
     assert "default" in done.stdout  # getattr with a default keeps working
-    assert "TorchGapError: torch.nn.LazyConv2d is not in fusegrad" in done.stderr
-    assert "fusegrad.nn has no 'LazyConv2d'" in done.stderr
+    assert "TorchGapError: torch.nn.CrossMapLRN2d is not in fusegrad" in done.stderr
+    assert "fusegrad.nn has no 'CrossMapLRN2d'" in done.stderr
     summary = done.stderr[done.stderr.index("fusegrad: the script asked for") :]
     assert summary.split("\n", 1)[0].startswith("fusegrad: the script asked for 3 torch")
     listed = [line.strip() for line in summary.splitlines()[1:]]
-    assert listed == ["torch.fx", "torch._dynamo", "torch.nn.LazyConv2d"]
+    assert listed == ["torch.fx", "torch._dynamo", "torch.nn.CrossMapLRN2d"]
 
 
 POLICY_GRADIENT_SCRIPT = """
@@ -281,9 +281,9 @@ def test_missing_names_raise_subclasses_and_are_recorded(shim):
     import torch
 
     with pytest.raises(AttributeError) as info:
-        torch.nn.SyncBatchNorm  # noqa: B018
+        torch.nn.CrossMapLRN2d  # noqa: B018
     assert isinstance(info.value, torch_shim.TorchGapError)
-    assert "torch.nn.SyncBatchNorm is not in fusegrad" in str(info.value)
+    assert "torch.nn.CrossMapLRN2d is not in fusegrad" in str(info.value)
     with pytest.raises(ImportError, match="torch.fx is not in fusegrad"):
         import torch.fx  # noqa: F401
     with pytest.raises(ImportError):
@@ -292,7 +292,7 @@ def test_missing_names_raise_subclasses_and_are_recorded(shim):
         torch.jit.script  # noqa: B018  (fusegrad.jit is not torch.jit)
     assert not hasattr(torch, "profiler")  # fusegrad.profiler is not torch.profiler
     assert shim.missing == [
-        "torch.nn.SyncBatchNorm",
+        "torch.nn.CrossMapLRN2d",
         "torch.fx",
         "torch.nn.NoSuchLayer",
         "torch.jit",

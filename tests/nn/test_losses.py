@@ -400,3 +400,23 @@ def test_one_hot_class_errors_name_the_line():
         RuntimeError, match=r"one_hot: Class values must be non-negative\..*test_losses"
     ):
         F.one_hot(fg.tensor([-1, 0]), 3)
+
+
+def test_nll_loss_2d_is_the_deprecated_nll_loss():
+    with pytest.warns(FutureWarning, match="`NLLLoss2d` has been deprecated"):
+        m = nn.NLLLoss2d(ignore_index=1)
+    assert isinstance(m, nn.NLLLoss) and m.ignore_index == 1 and m.reduction == "mean"
+    rng = np.random.default_rng(0)
+    logp = np.log(rng.dirichlet(np.ones(3), size=(2, 4, 4))).transpose(0, 3, 1, 2)
+    target = rng.integers(0, 3, size=(2, 4, 4))
+    picked = np.take_along_axis(logp, target[:, None], 1)[:, 0]
+    keep = target != 1
+    got = m(fg.tensor(logp), fg.tensor(target)).item()
+    np.testing.assert_allclose(got, -picked[keep].mean(), rtol=1e-12)
+    with pytest.warns(UserWarning, match="please use reduction='sum' instead"):
+        with pytest.warns(FutureWarning):
+            summed = nn.NLLLoss2d(size_average=False)
+    assert summed.reduction == "sum"
+    np.testing.assert_allclose(
+        summed(fg.tensor(logp), fg.tensor(target)).item(), -picked.sum(), rtol=1e-12
+    )

@@ -1,12 +1,14 @@
-"""LPPool1d / LPPool2d (F.lp_pool1d / F.lp_pool2d): values and gradients as torch 2.13's
-(float64, written in), a zero window's zero gradient, a negative sum's NaN, and the reprs.
-Their special points are swept in tests/frontend/test_special_points.py."""
+"""LPPool1d / LPPool2d / LPPool3d (F.lp_pool1d / 2d / 3d): values and gradients as torch
+2.13's and 2.14's (float64, written in), a zero window's zero gradient, a negative sum's
+NaN, norm_type 0's refusal, and the reprs. The 1d and 2d special points are swept in
+tests/frontend/test_special_points.py."""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
+import pytest
 
 import fusegrad as fg
 import fusegrad.nn.functional as F
@@ -51,3 +53,50 @@ def test_lp_pool_infinite_norms_and_reprs():
     )
     want = "LPPool2d(norm_type=2, kernel_size=(2, 3), stride=1, ceil_mode=True)"
     assert repr(nn.LPPool2d(2, (2, 3), 1, True)) == want
+
+
+def test_lp_pool3d_values_gradients_and_a_zero_window():
+    x = fg.tensor(
+        [[[[[1.0, -2.0], [0.0, 0.5]], [[2.0, 0.0], [0.0, 0.0]], [[1.0, 3.0], [-1.0, 1.5]]]]],
+        dtype=fg.float64,
+        requires_grad=True,
+    )
+    y = F.lp_pool3d(x, 2, (2, 2, 1), stride=1)
+    y.sum().backward()
+    assert y.shape == (1, 1, 2, 1, 2)
+    # torch 2.14's, float64
+    want = [2.23606797749979, 2.0615528128088303, 2.449489742783178, 3.3541019662496847]
+    np.testing.assert_allclose(y.numpy().ravel(), want, rtol=1e-14)
+    gx = [0.4472135954999579, -0.9701425001453319, 0.0, 0.24253562503633297]
+    gx += [1.710923771927642, 0.0, 0.0, 0.0]
+    gx += [0.4082482904638631, 0.894427190999916, -0.4082482904638631, 0.447213595499958]
+    np.testing.assert_allclose(x.grad.numpy().ravel(), gx, rtol=1e-14)
+    zero = fg.zeros(1, 1, 2, 2, 2, dtype=fg.float64, requires_grad=True)
+    nn.LPPool3d(2, 2)(zero).sum().backward()
+    assert zero.grad.tolist() == np.zeros((1, 1, 2, 2, 2)).tolist()
+
+
+def test_lp_pool3d_against_numpy_infinite_norms_and_refusals():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((2, 3, 4, 5, 3))
+    x = fg.tensor(a)
+    y = F.lp_pool3d(x, 3, (2, 3, 1), stride=(2, 1, 1), ceil_mode=True)
+    assert y.shape == (2, 3, 2, 3, 3)
+    ref = np.empty((2, 3, 2, 3, 3))
+    for d in range(2):
+        for h in range(3):
+            for w in range(3):
+                s = (a[:, :, 2 * d : 2 * d + 2, h : h + 3, w] ** 3).sum((2, 3))
+                ref[:, :, d, h, w] = np.where(s > 0, np.abs(s) ** (1 / 3), np.nan)
+    got = y.numpy()
+    np.testing.assert_allclose(got[ref == ref], ref[ref == ref], rtol=1e-12)
+    assert np.isnan(got[np.isnan(ref)]).all()
+    inf = F.lp_pool3d(x, math.inf, 2).numpy()
+    blocks = np.abs(a)[:, :, :4, :4, :2].reshape(2, 3, 2, 2, 2, 2, 1, 2)
+    np.testing.assert_allclose(inf, blocks.max((3, 5, 7)))
+    assert repr(nn.LPPool3d(3, (2, 1, 2), stride=1, ceil_mode=True)) == (
+        "LPPool3d(norm_type=3, kernel_size=(2, 1, 2), stride=1, ceil_mode=True)"
+    )
+    for pool in (F.lp_pool1d, F.lp_pool2d, F.lp_pool3d):
+        with pytest.raises(ValueError, match="^norm_type must be a non-zero value, but got 0$"):
+            pool(fg.ones(1, 1, 2, 2, 2), 0, 2)

@@ -147,3 +147,15 @@ def test_rrelu_module_inplace_and_refusals():
     for training in (True, False):
         with pytest.raises(RuntimeError, match="Lower bound should be less than or equal to"):
             F.rrelu(fg.ones(2), 0.5, 0.2, training=training)
+
+
+def test_rrelu_underscore_writes_into_its_input():
+    t = fg.tensor([-1.0, 2.0])
+    assert F.rrelu_(t, 0.1, 0.3) is t and t.tolist() == pytest.approx([-0.2, 2.0])
+    t = -fg.ones(500)
+    F.rrelu_(t, 0.1, 0.2, training=True)
+    slopes = -t.numpy()
+    assert slopes.min() >= 0.1 and slopes.max() <= 0.2 and slopes.std() > 0.01
+    assert F.rrelu_(fg.tensor([-3.0])).tolist() == pytest.approx([-3 * (1 / 8 + 1 / 3) / 2])
+    with pytest.raises(RuntimeError, match="Lower bound should be less than or equal to"):
+        F.rrelu_(fg.ones(2), 0.5, 0.1)

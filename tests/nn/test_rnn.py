@@ -682,3 +682,25 @@ def test_lstm_with_projections_values_and_gradients(layers, bidirectional):
             values.append((o * weights).sum())
         numeric = (values[0] - values[1]) / 2e-6
         assert abs(lstm.weight_hr_l0.grad.numpy()[index] - numeric) < 1e-7
+
+
+def test_rnn_cell_base_is_torchs_base_of_the_cells():
+    assert all(issubclass(c, nn.RNNCellBase) for c in (nn.RNNCell, nn.LSTMCell, nn.GRUCell))
+
+    class Cell(nn.RNNCellBase):  # torch's pattern: num_chunks gates of hidden_size rows
+        def __init__(self):
+            super().__init__(3, 2, bias=False, num_chunks=5)
+
+        def forward(self, x, h):
+            return (x @ self.weight_ih.t() + h @ self.weight_hh.t()).tanh()
+
+    cell = Cell()
+    assert repr(cell) == "Cell(3, 2, bias=False)"
+    assert [(n, p.shape) for n, p in cell.named_parameters()] == [
+        ("weight_ih", (10, 3)),
+        ("weight_hh", (10, 2)),
+    ]
+    assert cell.bias_ih is None and np.abs(cell.weight_ih.numpy()).max() <= 1 / np.sqrt(2)
+    assert nn.LSTMCell(3, 2).weight_ih.shape == (8, 3) and nn.GRUCell(3, 2).bias_hh.shape == (6,)
+    empty = nn.RNNCellBase(3, 0, True, 4)  # hidden_size 0: nothing to draw, as torch's
+    assert empty.weight_hh.shape == (0, 0)
