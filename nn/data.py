@@ -48,6 +48,7 @@ __all__ = [
     "WeightedRandomSampler",
     "WorkerInfo",
     "default_collate",
+    "default_convert",
     "get_worker_info",
     "random_split",
 ]
@@ -212,21 +213,91 @@ def _to_tensor(a: np.ndarray, keep_dtype: bool = False) -> Tensor:
     return from_numpy(np.ascontiguousarray(a).reshape(a.shape))
 
 
+def _numeric_array(a) -> bool:
+    """Whether `a` is a numpy array or scalar a tensor can hold (not text nor objects)."""
+    return isinstance(a, (np.ndarray, np.generic)) and np.asarray(a).dtype.kind not in "OSUV"
+
+
+def _as_tensor(a) -> Tensor:
+    """A numpy array or scalar as a tensor of its own dtype (torch.as_tensor's)."""
+    a = np.asarray(a)
+    return from_numpy(np.ascontiguousarray(a).reshape(a.shape))
+
+
+def default_convert(data):
+    """torch's `default_convert` (a DataLoader's `collate_fn` where `batch_size=None`): each
+    numpy array or scalar in `data` (inside dicts, namedtuples, lists and tuples) becomes a
+    tensor of its dtype; a tuple becomes a list, as torch's; anything else stays as it is.
+
+    >>> import numpy as np
+    >>> default_convert({"x": np.array([1, 2]), "n": 3})
+    {'x': tensor([1, 2]), 'n': 3}
+    """
+    if isinstance(data, Tensor):
+        return data
+    if _numeric_array(data):
+        return _as_tensor(data)
+    if isinstance(data, dict):
+        return type(data)({k: default_convert(v) for k, v in data.items()})
+    if isinstance(data, tuple) and hasattr(data, "_fields"):  # a namedtuple stays one
+        return type(data)(*(default_convert(d) for d in data))
+    if isinstance(data, tuple):
+        return [default_convert(d) for d in data]
+    if isinstance(data, Sequence) and not isinstance(data, (str, bytes)):
+        converted = [default_convert(d) for d in data]
+        try:
+            return type(data)(converted)
+        except TypeError:  # a sequence that cannot be made from a list
+            return converted
+    return data
+
+
 def default_collate(samples: list):
-    """Stack a list of samples into a batch: tensors, arrays and numbers stack along a new dim 0;
-    tuples, lists and dicts are collated field by field."""
+    """torch's `default_collate`: a list of samples as one batch. Tensors and numpy arrays
+    stack along a new dim 0 in their dtype, Python floats as float64, ints as int64 and bools
+    as bool (torch.tensor's dtypes), strings stay a list; dicts, namedtuples and sequences
+    are collated field by field (a tuple's fields as a list, as torch's).
+
+    >>> default_collate([(1.5, 1), (2.5, 2)])
+    [tensor([1.5000, 2.5000], dtype=fusegrad.float64), tensor([1, 2])]
+    """
     first = samples[0]
+    if isinstance(first, Tensor):
+        shapes = {tuple(s.shape) for s in samples}
+        if len(shapes) > 1:
+            raise RuntimeError(
+                f"stack expects each tensor to be equal size, but got {sorted(shapes)} "
+                "(collating a batch: give the DataLoader a collate_fn that pads them)"
+            )
+        return from_numpy(np.stack([s.numpy() for s in samples]))
+    if _numeric_array(first):
+        return _as_tensor(np.stack([np.asarray(s) for s in samples]))
     if isinstance(first, (str, bytes)):  # text stays a list, as torch's default_collate
         return list(samples)
+    if isinstance(first, bool):  # (a bool is an int: torch.tensor keeps it bool)
+        return from_numpy(np.array(samples, dtype=np.bool_))
+    if isinstance(first, float):
+        return from_numpy(np.array(samples, dtype=np.float64))
+    if isinstance(first, int):
+        return from_numpy(np.array(samples, dtype=np.int64))
     if isinstance(first, dict):
-        return {k: default_collate([s[k] for s in samples]) for k in first}
+        return type(first)({k: default_collate([s[k] for s in samples]) for k in first})
     if isinstance(first, tuple) and hasattr(first, "_fields"):  # a namedtuple stays one
         return type(first)(*(default_collate(list(field)) for field in zip(*samples)))
-    if isinstance(first, (tuple, list)):
-        return type(first)(default_collate(list(field)) for field in zip(*samples))
-    if isinstance(first, Tensor):
-        return from_numpy(np.stack([s.numpy() for s in samples]))
-    return _to_tensor(np.stack([np.asarray(s) for s in samples]))
+    if isinstance(first, Sequence):
+        if len({len(s) for s in samples}) > 1:
+            raise RuntimeError("each element in list of batch should be of equal size")
+        fields = [default_collate(list(field)) for field in zip(*samples)]
+        if isinstance(first, tuple):
+            return fields
+        try:
+            return type(first)(fields)
+        except TypeError:
+            return fields
+    raise TypeError(
+        "default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; "
+        f"found {type(first).__name__}"
+    )
 
 
 class DataLoader:
@@ -402,12 +473,12 @@ class _Fetcher:
     def __call__(self, indices):
         if not self.batched:  # no batching: samples one by one, as torch does
             sample = self.dataset[int(indices)]
-            return sample if self.collate_fn is None else self.collate_fn(sample)
+            return (self.collate_fn or default_convert)(sample)
         collate = self.collate_fn or default_collate
         getitems = getattr(self.dataset, "__getitems__", None)
         if getattr(self.dataset, "_getitems_collates", False):
             if self.collate_fn is None:  # TensorDataset's batch is one gather per tensor
-                return getitems(np.asarray(indices, dtype=np.int64))
+                return list(getitems(np.asarray(indices, dtype=np.int64)))
         elif callable(getitems):  # torch's habit: a list of samples, then collated
             return collate(getitems(list(indices)))
         return collate([self.dataset[int(i)] for i in indices])
@@ -426,8 +497,7 @@ class _StreamFetcher:
         if self.stream is None or epoch != self.epoch:
             self.stream, self.epoch = iter(self.dataset), epoch
         if self.batch_size is None:
-            sample = next(self.stream)
-            return sample if self.collate_fn is None else self.collate_fn(sample)
+            return (self.collate_fn or default_convert)(next(self.stream))
         samples = list(itertools.islice(self.stream, self.batch_size))
         if not samples or (self.drop_last and len(samples) < self.batch_size):
             raise StopIteration

@@ -87,9 +87,10 @@ def test_dataloader_collates_a_custom_dataset():
     first = batches[0]
     np.testing.assert_array_equal(first["x"].numpy(), [[0, 0], [1, 1]])
     assert first["y"].tolist() == [0, 1] and first["y"].dtype == fg.int64
-    assert first["w"].tolist() == [0.0, 0.5] and first["w"].dtype == fg.float32
+    assert first["w"].tolist() == [0.0, 0.5] and first["w"].dtype == fg.float64  # torch's
     single = list(DataLoader(Squares(), batch_size=None))
     assert len(single) == 5 and single[3]["y"] == 1
+    assert isinstance(single[3]["x"], fg.Tensor) and single[3]["x"].tolist() == [3.0, 9.0]
     with pytest.raises(NotImplementedError):
         Dataset()[0]
     with pytest.raises(ValueError, match="batch_size"):
@@ -142,3 +143,32 @@ def test_spiral_is_minitorchs_two_spirals():
 def test_unknown_dataset_name():
     with pytest.raises(ValueError, match="unknown dataset"):
         datasets.load("moons")
+
+
+def test_default_collate_and_convert_follow_torchs_types():
+    """torch's rules: a tuple sample collates to a list (a namedtuple stays one), numpy
+    arrays and scalars keep their dtype, Python floats are float64 and bools bool, text
+    stays a list; without batching (`batch_size=None`) numpy values become tensors."""
+    from fusegrad.data import default_collate, default_convert
+
+    batch = default_collate([(np.zeros(2), 1.5, True, "a"), (np.ones(2), 2.5, False, "b")])
+    assert isinstance(batch, list) and len(batch) == 4
+    assert batch[0].dtype == fg.float64 and batch[0].shape == (2, 2)
+    assert batch[1].dtype == fg.float64 and batch[1].tolist() == [1.5, 2.5]
+    assert batch[2].dtype == fg.bool and batch[2].tolist() == [True, False]
+    assert batch[3] == ["a", "b"]
+    assert default_collate([np.float32(1), np.float32(2)]).dtype == fg.float32
+    assert default_collate([np.int16(1), np.int16(2)]).dtype == fg.int16
+    loader = DataLoader(fg.data.TensorDataset(fg.arange(4.0), fg.arange(4)), batch_size=2)
+    first = next(iter(loader))
+    assert isinstance(first, list) and first[1].tolist() == [0, 1]  # torch's list
+    with pytest.raises(RuntimeError, match="each element in list of batch should be of equal"):
+        default_collate([[1, 2], [3]])
+    with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):
+        default_collate([fg.zeros(2), fg.zeros(3)])
+    converted = default_convert((np.arange(3), np.float64(0.5), "s", 7))
+    assert isinstance(converted, list) and converted[2:] == ["s", 7]
+    assert converted[0].dtype == fg.int64 and converted[1].dtype == fg.float64
+    assert converted[1].shape == ()
+    texts = np.array(["a", "b"])
+    assert default_convert(texts) is texts  # text arrays stay numpy, as torch's
