@@ -39,6 +39,7 @@ from .devices import names_host
 from .errors import DeviceError, FusegradError
 from .runtime.buffer import aligned_bytes
 from .tensor import Tensor
+from .torch_files import is_torch_zip, load_torch_zip
 
 MAGIC = b"FGSAVE01"
 PICKLE_MAGIC = b"FGPICKL1"  # a whole module, pickled (fg.save(model))
@@ -240,7 +241,8 @@ def _names_host(spec) -> bool:
 
 
 def load(f, map_location=None, weights_only: bool = True):
-    """Read an object written by `save` from a path or a binary file object.
+    """Read an object written by `save` (or by torch.save: its tensors, parameters and
+    containers, see fusegrad/torch_files.py) from a path or a binary file object.
 
     Only the saved data is rebuilt: tensors (with their requires_grad), numpy
     arrays, numbers, strings, None, lists, tuples and dicts. `map_location`
@@ -272,9 +274,17 @@ def _load_stream(f, name, weights_only: bool):
     magic = f.read(len(MAGIC))
     if magic == PICKLE_MAGIC and size > len(PICKLE_MAGIC) + _DIGEST:
         return _unpickled(magic + f.read(), name, weights_only)
+    if is_torch_zip(magic):  # torch.save's format: its tensors and containers
+        f.seek(f.tell() - len(magic))
+        return load_torch_zip(f, name)
     if magic != MAGIC or size < len(MAGIC) + 8 + _DIGEST:
-        if magic[:2] == b"PK" or magic[:1] == b"\x80":
-            _bad(name, "it looks like a zip or pickle file (torch.save / np.savez?), not fg.save")
+        if magic[:2] == b"\x80\x02" and magic[2:3] == b"\x8a":
+            _bad(
+                name,
+                "it is in torch's legacy format (before torch 1.6), which fg.load does not read",
+            )
+        if magic[:1] == b"\x80":
+            _bad(name, "it looks like a pickle file, not fg.save's or torch.save's")
         _bad(name, "it is too short or does not start with the fusegrad header (truncated?)")
     reader = _Reader(f, size - len(MAGIC), name)
     reader.hash.update(magic)
