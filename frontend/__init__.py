@@ -631,7 +631,7 @@ def __getattr__(name: str):
 
     function.__name__ = function.__qualname__ = name
     function.__doc__ = f"`fg.{name}(t, ...)` is `t.{name}(...)`."
-    return function
+    return _with_out(function, name)
 
 
 try:
@@ -656,6 +656,13 @@ from .nn import toplevel as _toplevel  # noqa: E402
 # fg.batch_norm in torch's top-level order, ...): nn/toplevel.py's adapters over F
 globals().update({_name: getattr(_toplevel, _name) for _name in _toplevel.__all__})
 __all__ += _toplevel.__all__
+
+# torch's `out=` keyword on every top-level function (fusegrad/out_arguments.py)
+from .out_arguments import with_out as _with_out  # noqa: E402
+
+for _name in __all__:
+    if isinstance(globals()[_name], _types.FunctionType):
+        globals()[_name] = _with_out(globals()[_name], _name)
 
 _sys.modules[__name__ + ".optim"] = optim
 _sys.modules[__name__ + ".optim.lr_scheduler"] = optim.lr_scheduler
