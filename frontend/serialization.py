@@ -39,7 +39,7 @@ from .devices import names_host
 from .errors import DeviceError, FusegradError
 from .runtime.buffer import aligned_bytes
 from .tensor import Tensor
-from .torch_files import is_torch_zip, load_torch_zip
+from .torch_files import Unspellable, is_torch_zip, load_torch_zip, torch_zip
 
 MAGIC = b"FGSAVE01"
 PICKLE_MAGIC = b"FGPICKL1"  # a whole module, pickled (fg.save(model))
@@ -70,6 +70,23 @@ def save(obj, f) -> None:
         payload = _pickled(obj)  # a whole model, as torch.save pickles it
     else:
         payload = _data_file(root, arrays)
+    if hasattr(f, "write"):
+        f.write(payload)
+        return
+    write_atomically(f, lambda out: out.write(payload))
+
+
+def save_for_torch(obj, f, pickle_module=None, pickle_protocol=2, **_torch_options) -> None:
+    """torch.save under `python -m fusegrad` (frontend/torch_shim.py): `obj` in torch's
+    zip format (`torch_files.torch_zip`), so torch.load reads what the script saved; an
+    object that format cannot spell here (a whole module, numpy arrays) is written as
+    `save` writes it, which `load` reads."""
+    stem = "archive" if hasattr(f, "write") else os.path.splitext(os.path.basename(f))[0]
+    try:
+        payload = torch_zip(obj, stem if stem.isidentifier() else "archive")
+    except Unspellable:
+        save(obj, f)
+        return
     if hasattr(f, "write"):
         f.write(payload)
         return

@@ -30,6 +30,7 @@ import importlib
 import io
 import pickle
 import zipfile
+from collections import OrderedDict
 
 import numpy as np
 
@@ -301,3 +302,160 @@ def _example_pickle() -> bytes:
         b"X\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x02tQK\x00K\x02\x85K\x01\x85\x89"
         b"ccollections\nOrderedDict\n)RtRs."
     )
+
+
+# ---------------------------------------------------------------- writing torch's format
+
+_TORCH_DTYPE_NAMES = {
+    D.float32: "float32",
+    D.float64: "float64",
+    D.float16: "float16",
+    D.bfloat16: "bfloat16",
+    D.int64: "int64",
+    D.int32: "int32",
+    D.int16: "int16",
+    D.int8: "int8",
+    D.uint8: "uint8",
+    D.bool_: "bool",
+}
+
+
+class Unspellable(TypeError):
+    """An object `torch_zip` cannot write in torch's format (the caller writes its own)."""
+
+
+def torch_zip(obj, name: str = "archive") -> bytes:
+    """`obj` (tensors, parameters, dtypes, numbers, strings, bytes, None, and dicts,
+    OrderedDicts, lists and tuples of them) as the zip torch.save writes, which torch.load
+    reads with its default `weights_only=True`: the pickle written opcode by opcode with the
+    globals torch allows (its tensor and parameter rebuilders, OrderedDict, its dtypes),
+    each tensor's values a storage of its own. Anything else raises `Unspellable`."""
+    writer = _PickleWriter()
+    body = writer.pickle(obj)
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as z:
+        z.writestr(f"{name}/data.pkl", body)
+        z.writestr(f"{name}/byteorder", b"little")
+        for key, data in enumerate(writer.storages):
+            z.writestr(f"{name}/data/{key}", data)
+        z.writestr(f"{name}/version", b"3\n")
+    return out.getvalue()
+
+
+class _PickleWriter:
+    """A protocol-2 pickle of plain data and tensors, in torch.save's spelling."""
+
+    def __init__(self):
+        self.storages: list[bytes] = []
+        self.out = io.BytesIO()
+
+    def pickle(self, obj) -> bytes:
+        self.out.write(b"\x80\x02")
+        self.save(obj, 0)
+        self.out.write(b".")
+        return self.out.getvalue()
+
+    def save(self, obj, depth: int) -> None:
+        if depth > 100:
+            raise Unspellable("containers nested more than 100 deep")
+        w = self.out.write
+        if obj is None:
+            w(b"N")
+        elif obj is True or obj is False:
+            w(b"\x88" if obj else b"\x89")
+        elif isinstance(obj, D.DType):
+            if obj not in _TORCH_DTYPE_NAMES:
+                raise Unspellable(obj.name)
+            self.global_("torch", _TORCH_DTYPE_NAMES[obj])
+        elif isinstance(obj, Tensor):
+            self.tensor(obj)
+        elif type(obj) is int:
+            if -(2**31) <= obj < 2**31:
+                w(b"J" + obj.to_bytes(4, "little", signed=True))
+            else:
+                data = obj.to_bytes((obj.bit_length() + 8) // 8, "little", signed=True)
+                if len(data) > 255:
+                    raise Unspellable("an int of more than 2,000 bits")
+                w(b"\x8a" + bytes([len(data)]) + data)
+        elif type(obj) is float:
+            w(b"G" + np.array(obj, ">f8").tobytes())
+        elif type(obj) is str:
+            self.text(obj)
+        elif type(obj) is bytes:
+            self.global_("_codecs", "encode")
+            w(b"(")
+            self.text(obj.decode("latin1"))
+            self.text("latin1")
+            w(b"tR")
+        elif type(obj) in (dict, OrderedDict):
+            if type(obj) is OrderedDict:
+                self.global_("collections", "OrderedDict")
+                w(b")R")
+            else:
+                w(b"}")
+            if obj:
+                w(b"(")
+                for k, v in obj.items():
+                    self.save(k, depth + 1)
+                    self.save(v, depth + 1)
+                w(b"u")
+        elif type(obj) is list:
+            w(b"]")
+            if obj:
+                w(b"(")
+                for v in obj:
+                    self.save(v, depth + 1)
+                w(b"e")
+        elif type(obj) is tuple:
+            w(b"(")
+            for v in obj:
+                self.save(v, depth + 1)
+            w(b"t")
+        else:
+            raise Unspellable(type(obj).__name__)
+
+    def global_(self, module: str, name: str) -> None:
+        self.out.write(b"c" + module.encode() + b"\n" + name.encode() + b"\n")
+
+    def text(self, s: str) -> None:
+        data = s.encode("utf-8", "surrogatepass")
+        self.out.write(b"X" + len(data).to_bytes(4, "little") + data)
+
+    def tensor(self, t: Tensor) -> None:
+        w = self.out.write
+        is_parameter = type(t).__name__ == "Parameter"
+        if t.dtype not in _TORCH_DTYPE_NAMES:
+            raise Unspellable(t.dtype.name)
+        values = np.ascontiguousarray(np.asarray(t.detach()._host())).reshape(t.shape)
+        storage = {
+            "float32": "FloatStorage", "float64": "DoubleStorage", "float16": "HalfStorage",
+            "bfloat16": "BFloat16Storage", "int64": "LongStorage", "int32": "IntStorage",
+            "int16": "ShortStorage", "int8": "CharStorage", "uint8": "ByteStorage",
+            "bool": "BoolStorage",
+        }[t.dtype.name]  # fmt: skip
+        key = len(self.storages)
+        self.storages.append(values.astype(values.dtype.newbyteorder("<")).tobytes())
+        if is_parameter:
+            self.global_("torch._utils", "_rebuild_parameter")
+            w(b"(")
+        self.global_("torch._utils", "_rebuild_tensor_v2")
+        w(b"((")
+        self.text("storage")
+        self.global_("torch", storage)
+        self.text(str(key))
+        self.text("cpu")
+        self.save(int(values.size), 1)
+        w(b"tQ")  # the persistent id
+        self.save(0, 1)
+        self.save(tuple(int(s) for s in values.shape), 1)
+        strides = [1] * values.ndim
+        for d in range(values.ndim - 2, -1, -1):
+            strides[d] = strides[d + 1] * values.shape[d + 1]
+        self.save(tuple(strides), 1)
+        self.save(bool(t.requires_grad and not is_parameter), 1)
+        self.global_("collections", "OrderedDict")
+        w(b")RtR")  # (backward hooks: none) _rebuild_tensor_v2(...)
+        if is_parameter:
+            self.save(bool(t.requires_grad), 1)
+            self.global_("collections", "OrderedDict")
+            w(b")RtR")  # _rebuild_parameter(tensor, requires_grad, hooks)

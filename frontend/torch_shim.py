@@ -106,6 +106,9 @@ TORCH_MODULES: dict[str, str] = {
 
 # names a torch module has that its fusegrad stand-in keeps elsewhere
 EXTRA_NAMES: dict[str, dict[str, str]] = {
+    # a script's torch.save writes torch's own format, which torch.load reads back
+    "torch": {"save": "fusegrad.serialization:save_for_torch"},
+    "torch.serialization": {"save": "fusegrad.serialization:save_for_torch"},
     "torch.nn.modules.linear": {
         "NonDynamicallyQuantizableLinear": "fusegrad.nn.layers:NonDynamicallyQuantizableLinear"
     },
