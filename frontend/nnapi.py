@@ -59,8 +59,8 @@ from .creation import (
 
 # devices: the arguments of Module.to, parsed as Tensor.to parses them
 from .devices import default_name as default_device_name
+from .devices import device, set_default_device, to_arguments
 from .devices import is_host as is_host_device
-from .devices import set_default_device, to_arguments
 
 # errors, raised at the user's line
 from .errors import (
@@ -152,6 +152,7 @@ __all__ = [
     "is_host_device",
     "host_values",
     "default_device_name",
+    "device",
     "checked_dtype",
     "DTypeError",
     "DTypeNotImplementedError",

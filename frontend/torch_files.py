@@ -44,7 +44,7 @@ _STORAGES = {
     "FloatStorage": np.dtype(np.float32),
     "DoubleStorage": np.dtype(np.float64),
     "HalfStorage": np.dtype(np.float16),
-    "BFloat16Storage": np.dtype(D.bfloat16.np),  # (ml_dtypes' bfloat16)
+    "BFloat16Storage": D.bfloat16.np,  # (ml_dtypes' bfloat16: a name until it is read)
     "LongStorage": np.dtype(np.int64),
     "IntStorage": np.dtype(np.int32),
     "ShortStorage": np.dtype(np.int16),
@@ -91,6 +91,21 @@ _PLAIN = frozenset(
 def is_torch_zip(head: bytes) -> bool:
     """Whether a file starting with `head` may be a zip (torch.save's format)."""
     return head[:4] == b"PK\x03\x04"
+
+
+def from_numpy_dtype(spec) -> np.dtype:
+    """numpy's dtype `spec` ("bfloat16" needs ml_dtypes: its error says how to get it)."""
+    if isinstance(spec, np.dtype):
+        return spec
+    if spec == D.bfloat16.np:
+        return np.dtype(spec) if D.ml_dtypes is not None else _no_bf16()
+    return np.dtype(spec)
+
+
+def _no_bf16():
+    raise SerializationError(
+        "fg.load: the file holds bfloat16 tensors, which need ml_dtypes (pip install ml_dtypes)"
+    )
 
 
 class _Storage:
@@ -183,13 +198,14 @@ class _Unpickler(pickle.Unpickler):
         if found is not None:
             return found
         raw = _read(self.archive, f"{self.root}data/{key}", self.name)
-        if len(raw) != numel * kind.dtype.itemsize:
+        itemsize = from_numpy_dtype(kind.dtype).itemsize
+        if len(raw) != numel * itemsize:
             _bad(
                 self.name,
-                f"its storage {key} holds {len(raw)} bytes, not the {numel} x "
-                f"{kind.dtype.itemsize} its pickle says",
+                f"its storage {key} holds {len(raw)} bytes, not the {numel} x {itemsize} its "
+                "pickle says",
             )
-        array = np.frombuffer(raw, dtype=kind.dtype)
+        array = np.frombuffer(raw, dtype=from_numpy_dtype(kind.dtype))
         if self.swap:
             array = array.byteswap()
         self.storages[key] = storage = _Storage(array)

@@ -53,8 +53,10 @@ from ..nnapi import (
     fail,
     from_numpy,
     grad_enabled,
+    is_host_device,
     take_pending_outputs,
 )
+from ..nnapi import device as torch_device
 from ..nnapi import distributed as dist
 from ..nnapi import jit_recording as _jit_recording
 from ..nnapi import realize as _realize
@@ -334,18 +336,19 @@ class DataParallel(Module):
         return self.module(*_moved(inputs, device), **_moved(kwargs, device))
 
 
-def _cuda_index(device) -> int:
+def _cuda_index(spec) -> int:
     """A CUDA device's index, from an int, "cuda:i" or a device object."""
-    if isinstance(device, int):
-        return device
-    name = str(device)
-    if not name.startswith("cuda"):
-        raise ValueError(f"Expected a cuda device, but got: {name}")
-    return int(name.partition(":")[2] or 0)
+    if isinstance(spec, int):
+        return spec
+    d = torch_device(spec)
+    if is_host_device(d.canonical()):
+        raise ValueError(f"Expected a cuda device, but got: {d}")
+    return d.index or 0
 
 
 def _cuda_name(name: str) -> str:
-    return f"cuda:{_cuda_index(name)}" if name.startswith("cuda") else name
+    """A device's name with its index ("cuda" reads as "cuda:0", as torch's)."""
+    return name if is_host_device(torch_device(name).canonical()) else f"cuda:{_cuda_index(name)}"
 
 
 def _moved(value, device: str):
