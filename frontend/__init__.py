@@ -648,7 +648,12 @@ import sys as _sys  # noqa: E402
 import types as _types  # noqa: E402
 
 # (fusegrad.distributed imports mpi4py by init_process_group only)
-from . import distributed, distributions, tensorboard  # noqa: E402
+from . import (  # noqa: E402
+    distributed,
+    distributions,
+    func,  # torch.func's home: functional_call (nn/stateless.py)
+    tensorboard,
+)
 from .nn import data, optim  # noqa: E402
 from .nn import toplevel as _toplevel  # noqa: E402
 

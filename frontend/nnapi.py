@@ -42,6 +42,7 @@ from .creation import _next_seed as next_seed
 from .creation import (
     default_float,
     empty,
+    eye,
     from_numpy,
     full,
     host_rng,
@@ -49,7 +50,9 @@ from .creation import (
     index_arange,
     manual_seed,
     ones,
+    ones_like,
     rand,
+    randn,
     randperm,
     tensor,
     to_dtype,
@@ -98,6 +101,11 @@ from .ir.layout import current as expansion_layout
 from .jit import guard, note_module, note_parameter, note_write, on_replay, track
 from .jit import recording as jit_recording
 
+# linear algebra of nn.utils.parametrizations.orthogonal (fusegrad.linalg is a module, which
+# nn does not take from fusegrad's public names)
+from .linalg import qr as linalg_qr
+from .linalg import solve as linalg_solve
+
 # a composite op's result with its own gradient rule (a hand-written derivative)
 from .mathops import _with_grad as with_grad
 
@@ -137,6 +145,9 @@ from .tensor import (
 # gradient hooks on a module's inputs and outputs (nn/hooks.py)
 from .tensor_hooks import hooked_together
 
+# the machine epsilon of a dtype (nn.utils.parametrizations.orthogonal's tolerance)
+from .typeinfo import finfo
+
 __all__ = [
     "PANEL_CACHE_BYTES",
     "PLAIN_DTYPES",
@@ -174,6 +185,8 @@ __all__ = [
     "cuda",
     "distributed",
     "empty",
+    "eye",
+    "finfo",
     "enable_grad",
     "fail",
     "fits_class_cross_entropy",
@@ -193,6 +206,8 @@ __all__ = [
     "host_rng",
     "index_arange",
     "jit_recording",
+    "linalg_qr",
+    "linalg_solve",
     "materialize",
     "module_scope",
     "reads_out_of_order",
@@ -205,6 +220,8 @@ __all__ = [
     "on_replay",
     "one_site",
     "ones",
+    "ones_like",
+    "randn",
     "rand",
     "randperm",
     "realize",

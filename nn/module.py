@@ -216,6 +216,8 @@ class Module:
                 raise AttributeError(
                     f"cannot assign {type(value).__name__} '{name}' before Module.__init__() call"
                 )
+            if _is_parameter(value):
+                self._refuse_class_attribute(name)
             store = self._parameters if _is_parameter(value) else self._modules
             # a name re-assigned in its own store keeps its place, as in torch: the order
             # of parameters() and state_dict() does not change
@@ -282,9 +284,16 @@ class Module:
         self.__dict__.pop(name, None)
         return found
 
+    def _refuse_class_attribute(self, name: str) -> None:
+        """A parameter may not take the name of a property of the module's class (a
+        parametrized tensor's, nn/parametrize.py): torch's KeyError."""
+        if name not in self._parameters and isinstance(getattr(type(self), name, None), property):
+            raise KeyError(f"attribute '{name}' already exists")
+
     def register_parameter(self, name: str, param: Parameter | None) -> None:
         if param is not None and not _is_parameter(param):
             raise TypeError(f"cannot assign '{type(param).__name__}' as parameter '{name}'")
+        self._refuse_class_attribute(name)
         self._forget(name)
         self._parameters[name] = param
 
@@ -314,16 +323,22 @@ class Module:
         return mod
 
     # ---------------------------------------------------------------- walking the tree
-    def named_modules(self, memo=None, prefix: str = "") -> Iterator[tuple[str, Module]]:
-        """Every module of the tree, this one first, each once, with its dotted name."""
+    def named_modules(
+        self, memo=None, prefix: str = "", remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Module]]:
+        """Every module of the tree, this one first, each once (every time it is reached,
+        with `remove_duplicate=False`), with its dotted name."""
         memo = set() if memo is None else memo
-        if id(self) in memo:
-            return
-        memo.add(id(self))
+        if remove_duplicate:
+            if id(self) in memo:
+                return
+            memo.add(id(self))
         yield prefix, self
         for name, child in self._modules.items():
             if child is not None:
-                yield from child.named_modules(memo, f"{prefix}.{name}" if prefix else name)
+                yield from child.named_modules(
+                    memo, f"{prefix}.{name}" if prefix else name, remove_duplicate
+                )
 
     def modules(self) -> Iterator[Module]:
         for _, m in self.named_modules():
@@ -340,28 +355,33 @@ class Module:
         for _, child in self.named_children():
             yield child
 
-    def _named_members(self, store: str, prefix: str, recurse: bool):
-        seen = set()  # ids: a shared (tied) tensor is reported once
-        mods = self.named_modules(prefix=prefix) if recurse else [(prefix, self)]
+    def _named_members(self, store: str, prefix: str, recurse: bool, remove_duplicate: bool):
+        seen = set()  # ids: a shared (tied) tensor is reported once, unless asked otherwise
+        mods = (
+            self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate)
+            if recurse
+            else [(prefix, self)]
+        )
         for mod_prefix, mod in mods:
             for name, value in getattr(mod, store).items():
-                if value is None or id(value) in seen:
+                if value is None or (remove_duplicate and id(value) in seen):
                     continue
                 seen.add(id(value))
                 yield (f"{mod_prefix}.{name}" if mod_prefix else name), value
 
     def named_parameters(
-        self, prefix: str = "", recurse: bool = True
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
     ) -> Iterator[tuple[str, Parameter]]:
-        """(dotted name, parameter) pairs: this module's own first, then each child's."""
-        return self._named_members("_parameters", prefix, recurse)
+        """(dotted name, parameter) pairs: this module's own first, then each child's; a
+        tied parameter under each of its names with `remove_duplicate=False`."""
+        return self._named_members("_parameters", prefix, recurse, remove_duplicate)
 
     def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
         for _, p in self.named_parameters(recurse=recurse):
             yield p
 
-    def named_buffers(self, prefix: str = "", recurse: bool = True):
-        return self._named_members("_buffers", prefix, recurse)
+    def named_buffers(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
+        return self._named_members("_buffers", prefix, recurse, remove_duplicate)
 
     def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
         for _, b in self.named_buffers(recurse=recurse):
@@ -567,14 +587,14 @@ class Module:
 
         With `strict`, missing or unexpected keys raise; a shape mismatch always raises.
         """
+        state_dict, missing, unexpected, errors = _run_load_pre_hooks(self, state_dict, strict)
         for name, m in self.named_modules():  # lazy layers take the checkpoint's shapes
             take_shapes = getattr(m, "_take_shapes", None)
             if take_shapes is not None:
                 take_shapes(state_dict, f"{name}." if name else "")
         own = self.state_dict(keep_vars=True)
-        missing = [k for k in own if k not in state_dict]
-        unexpected = [k for k in state_dict if k not in own]
-        errors = []
+        missing += [k for k in own if k not in state_dict and k not in missing]
+        unexpected += [k for k in state_dict if k not in own and k not in unexpected]
         if strict and (missing or unexpected):
             if unexpected:
                 errors.append(
@@ -606,6 +626,22 @@ class Module:
             )
         return IncompatibleKeys(missing, unexpected)
 
+    def register_load_state_dict_pre_hook(self, hook) -> RemovableHandle:
+        """Call `hook(module, state_dict, prefix, local_metadata, strict, missing_keys,
+        unexpected_keys, error_msgs)` before `load_state_dict` reads the entries of this
+        module (`prefix`: its dotted name and a dot), as torch's: it may rename or replace
+        entries of `state_dict` (a copy of the caller's) and append to the three lists.
+        fusegrad keeps no metadata: `local_metadata` is an empty dict."""
+        return self._register_load_state_dict_pre_hook(hook, with_module=True)
+
+    def _register_load_state_dict_pre_hook(self, hook, with_module: bool = False):
+        """torch's private form: `hook(state_dict, prefix, ...)`, the module first only
+        `with_module` (nn.utils.parametrizations.weight_norm's reader of old checkpoints)."""
+        hooks = self.__dict__.setdefault("_load_state_dict_pre_hooks", OrderedDict())
+        handle = RemovableHandle(hooks)
+        hooks[handle.id] = (hook, with_module)
+        return handle
+
     def save(self, path: str | os.PathLike) -> None:
         """Write `state_dict()` to an `.npz` file, one array per dotted name, replacing
         the file at once (a save that fails leaves the old file whole)."""
@@ -634,6 +670,27 @@ class Module:
         lines = extra_lines + child_lines
         body = "\n  " + "\n  ".join(lines) + "\n" if lines else ""
         return f"{type(self).__name__}({body})"
+
+
+def _run_load_pre_hooks(root: Module, state_dict, strict: bool) -> tuple:
+    """`(state_dict, missing, unexpected, errors)` after each module's load_state_dict
+    pre-hooks ran, parents first, on a copy of `state_dict` (the caller's, untouched where
+    no module has one)."""
+    missing: list = []
+    unexpected: list = []
+    errors: list = []
+    copied = False
+    for name, m in root.named_modules():
+        hooks = m.__dict__.get("_load_state_dict_pre_hooks")
+        if not hooks:
+            continue
+        if not copied:
+            state_dict, copied = OrderedDict(state_dict), True
+        prefix = f"{name}." if name else ""
+        for hook, with_module in list(hooks.values()):
+            args = (state_dict, prefix, {}, strict, missing, unexpected, errors)
+            hook(m, *args) if with_module else hook(*args)
+    return state_dict, missing, unexpected, errors
 
 
 def _call_always(module: Module, hooks: list, args: tuple, kwargs: dict) -> None:

@@ -213,7 +213,7 @@ def _update_running(running_mean, running_var, mean, var, count: int, momentum) 
     (carried.py), from the statistics the forward pass computes anyway. Computing it here
     would run the forward pass up to this layer once more for every layer (a ResNet-18
     step computed its convolutions 4x over). Updates no step computed yet chain, up to
-    `MAX_CHAINED_UPDATES` (`_bound_chain`), so the chain of updates never grows with a
+    `MAX_CHAINED_UPDATES` (`bound_chain`), so the chain of updates never grows with a
     loop. `momentum`: a float, or a 0-d tensor (BatchNorm's cumulative average, 1 / count)."""
     m = 0.1 if momentum is None else momentum if isinstance(momentum, Tensor) else float(momentum)
     updated = []
@@ -225,7 +225,7 @@ def _update_running(running_mean, running_var, mean, var, count: int, momentum) 
             unbiased = var.detach().reshape(-1) * (count / (count - 1))
             new = (1.0 - m) * running_var + m * unbiased
             updated.append((running_var, new.cast(running_var.dtype)))
-        _bound_chain(updated)
+        bound_chain(updated)
         for target, value in updated:
             target.assign_(value)
 
@@ -240,7 +240,7 @@ MAX_CHAINED_UPDATES = 4
 _chained: dict[int, tuple] = {}  # id(buffer) -> (weak reference, updates chained on it)
 
 
-def _bound_chain(updated: list[tuple]) -> None:
+def bound_chain(updated: list[tuple]) -> None:
     """Before each `(buffer, new value)` is assigned: compute the new values now when a
     buffer's chain of lazy updates is `MAX_CHAINED_UPDATES` long, and count the chain."""
     depth = 0
@@ -338,7 +338,7 @@ def _update_from_samples(running_mean, running_var, mean, var, count: int, momen
             if target is not None:
                 samples = (1.0 - m) * target + m * stat.detach().reshape(stat.shape[:2])
                 updated.append((target, samples.mean(0).cast(target.dtype)))
-        _bound_chain(updated)  # (as _update_running)
+        bound_chain(updated)  # (as _update_running)
         for target, value in updated:
             target.assign_(value)
 
@@ -547,7 +547,7 @@ class _BatchNorm(Module):
             # on it (a count still lazy from a forward without an optimizer step is
             # computed first, so its graph never grows)
             done = self.num_batches_tracked + 1
-            _bound_chain([(self.num_batches_tracked, done)])
+            bound_chain([(self.num_batches_tracked, done)])
             self.num_batches_tracked.assign_(done)
             if self.momentum is None:  # cumulative moving average
                 factor = 1.0 / done.float()

@@ -116,6 +116,7 @@ SLOW = frozenset(
         # slowest parametrizations of the convolution and char transformer tests
         "programs/test_programs.py::test_vae_on_mnist_writes_its_reconstructions",
         "programs/test_programs.py::test_dcgan_on_fake_data_with_a_detached_fake_batch",
+        "programs/test_programs.py::test_sngan_with_hook_based_spectral_norm_and_weight_norm_parametrizations",
         "programs/test_programs.py::test_lstm_cells_with_lbfgs_on_sine_waves",
         "programs/test_programs.py::test_character_model_with_an_endless_random_sampler",
         "programs/test_programs.py::test_character_model_samples_words",

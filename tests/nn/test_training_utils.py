@@ -158,6 +158,52 @@ def test_clip_grad_norm_leaves_small_gradients_and_errors_on_nonfinite():
         nn.utils.clip_grad_norm_([q], 1.0, error_if_nonfinite=True)
 
 
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.0, float("inf"), 0.0, -1.0, float("-inf")])
+def test_get_total_norm_is_the_norm_of_the_norms(norm_type):
+    """torch's: each tensor's vector norm, then the norm of those (for a positive order
+    the norm of all elements together; for 0 the count of tensors not all zero)."""
+    arrays = [RNG.standard_normal(s).astype(np.float32) for s in [(3,), (2, 2)]]
+    arrays.append(np.zeros(2, np.float32))
+    with np.errstate(divide="ignore"):  # (a negative order of a zero: numpy's 1/0, then 0)
+        norms = [np.linalg.norm(a.ravel().astype(np.float64), ord=norm_type) for a in arrays]
+        want = np.linalg.norm(np.array(norms), ord=norm_type)
+    got = nn.utils.get_total_norm([fg.tensor(a) for a in arrays], norm_type)
+    assert got.shape == ()
+    np.testing.assert_allclose(got.item(), want, rtol=1e-5)
+    assert nn.utils.get_total_norm(fg.tensor([3.0, 4.0])).item() == 5.0
+    assert nn.utils.get_total_norm([]).item() == 0.0
+
+
+def test_get_total_norm_errors_on_nonfinite_and_records_no_history():
+    with pytest.raises(RuntimeError, match="The total norm of order 2.0 for gradients"):
+        nn.utils.get_total_norm([fg.tensor([1.0, float("nan")])], error_if_nonfinite=True)
+    p = nn.Parameter(fg.tensor([3.0, 4.0]))
+    assert not nn.utils.get_total_norm([p]).requires_grad
+
+
+def test_clip_grads_with_norm_is_clip_grad_norm_in_two_steps():
+    ps = [nn.Parameter(fg.tensor([3.0, 0.0])), nn.Parameter(fg.tensor([0.0, 4.0]))]
+    (ps[0] * ps[0]).sum().backward()  # grad (6, 0)
+    (ps[1] * ps[1]).sum().backward()  # grad (0, 8)
+    total = nn.utils.get_total_norm([p.grad for p in ps])
+    assert total.item() == 10.0
+    assert nn.utils.clip_grads_with_norm_(ps, 5.0, total) is None
+    np.testing.assert_allclose(ps[0].grad.numpy(), [6 * 5 / (10 + 1e-6), 0.0], rtol=1e-6)
+    np.testing.assert_allclose(ps[1].grad.numpy(), [0.0, 8 * 5 / (10 + 1e-6)], rtol=1e-6)
+    nn.utils.clip_grads_with_norm_(ps[0], 100.0, fg.tensor(1.0))  # never scaled up
+    np.testing.assert_allclose(ps[0].grad.numpy(), [6 * 5 / (10 + 1e-6), 0.0], rtol=1e-6)
+    nn.utils.clip_grads_with_norm_([nn.Parameter(fg.zeros(1))], 1.0, total)  # no grads: nothing
+
+
+def test_clip_grad_norm_deprecated_name_and_empty_generator():
+    p = nn.Parameter(fg.tensor([3.0, 4.0]))
+    (p * p).sum().backward()
+    with pytest.warns(FutureWarning, match="clip_grad_norm_"):
+        assert nn.utils.clip_grad_norm(p, 1.0).item() == 10.0
+    with pytest.warns(UserWarning, match="empty generator"):
+        assert nn.utils.clip_grad_norm_((q for q in []), 1.0).item() == 0.0
+
+
 def test_clip_grad_value():
     p = nn.Parameter(fg.zeros(4))
     (p * fg.tensor([-3.0, -0.5, 0.5, 3.0])).sum().backward()

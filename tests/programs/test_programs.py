@@ -279,3 +279,33 @@ def test_word_level_lm_under_torch(tmp_path):
                                           on_fusegrad=False))  # fmt: skip
     # different random streams (dropout, initial weights): the same loss, roughly
     assert ours[0] == pytest.approx(theirs[0], rel=0.05)
+
+
+# ---------------------------------------------------------------- (h) spectrally normalized GAN
+
+SNGAN_STEPS = 30
+
+
+def check_sngan(done):
+    loss_d, loss_g = printed(done, "loss_D"), printed(done, "loss_G")
+    assert len(loss_d) == len(loss_g) == SNGAN_STEPS
+    # the hinge loss of a discriminator that outputs 0 is 2: it learns to beat that
+    assert mean(loss_d[SNGAN_STEPS // 2 :]) < 2
+    # each spectrally normalized weight's largest singular value is near 1 (the power
+    # iteration's estimate, one step per forward, trails weights that Adam moves); the
+    # last layer's, a row, exactly: one step finds a rank-one matrix's singular vectors
+    sigmas = printed(done, "sigma")
+    assert len(sigmas) == 3 and all(0.9 < s < 1.3 for s in sigmas), sigmas
+    assert sigmas[2] == pytest.approx(1, abs=1e-3)
+    # the state dicts (weight_orig, weight_u, weight_v; parametrizations.*.original0/1)
+    # load into fresh networks that compute the same
+    assert printed(done, "reload") == [0.0]
+
+
+def test_sngan_with_hook_based_spectral_norm_and_weight_norm_parametrizations(tmp_path):
+    check_sngan(run_program(tmp_path, "sngan.py", "--steps", str(SNGAN_STEPS)))
+
+
+def test_sngan_under_torch(tmp_path):
+    needs_torch()
+    check_sngan(run_program(tmp_path, "sngan.py", "--steps", str(SNGAN_STEPS), on_fusegrad=False))

@@ -781,5 +781,11 @@ def test_a_deferred_clip_that_raises_raises_at_every_build():
             model[0].weight.grad.numpy()
     other = _mlp()
     other(fg.tensor(np.ones((2, 6), np.float32))).sum().backward()
-    with pytest.raises(ZeroDivisionError):  # norm 0 is not deferred: it raises at the call
-        nn.utils.clip_grad_norm_(other.parameters(), 1.0, norm_type=0.0)
+    # a clip that asks for the norm's value is not deferred: it raises at the call
+    nan = _mlp()
+    nan(fg.tensor(np.full((2, 6), np.nan, np.float32))).sum().backward()
+    with pytest.raises(RuntimeError, match="The total norm of order 2.0 for gradients"):
+        nn.utils.clip_grad_norm_(nan.parameters(), 1.0, error_if_nonfinite=True)
+    # nor is order 0 (torch's count of the gradients not all zero: the norm of the norms)
+    total = nn.utils.clip_grad_norm_(other.parameters(), 1.0, norm_type=0.0)
+    assert total.item() == 4.0
