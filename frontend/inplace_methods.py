@@ -16,6 +16,7 @@ gradient. `VIEWS` change the shape (`unsqueeze_`, `t_`, ...), `RANDOM` draw new 
 
 from __future__ import annotations
 
+import math
 import warnings
 
 from . import autograd_state
@@ -201,6 +202,41 @@ def exponential_(self, lambd=1.0, *, generator=None) -> TensorBase:
     return self._inplace(-(1 - u).log() / lambd, "exponential_")
 
 
+def cauchy_(self, median=0.0, sigma=1.0, *, generator=None) -> TensorBase:
+    """Fill with samples of the Cauchy distribution (`median` + `sigma` tan(pi (u - 1/2))),
+    in place."""
+    if not sigma > 0:
+        raise RuntimeError(f"cauchy_ expects sigma > 0.0, but found sigma={sigma}")
+    u = self._plain(rand_node(self.shape, generator, "float64", self.device))
+    return self._inplace((((u - 0.5) * math.pi).tan() * sigma + median).cast(self.dtype), "cauchy_")
+
+
+def log_normal_(self, mean=1.0, std=2.0, *, generator=None) -> TensorBase:
+    """Fill with exp of samples of N(`mean`, `std`^2), in place."""
+    if not std > 0:
+        raise RuntimeError(f"log_normal_ expects std > 0.0, but found std={std}")
+    z = randn(self, self.shape, generator, self.dtype, self.device)
+    return self._inplace((z * std + mean).exp(), "log_normal_")
+
+
+def geometric_(self, p, *, generator=None) -> TensorBase:
+    """Fill with the number of Bernoulli(`p`) trials up to the first success (1, 2, ...),
+    in place."""
+    if not 0 < p < 1:
+        raise RuntimeError(f"geometric_ expects p to be in (0, 1), but got p={p}")
+    u = self._plain(rand_node(self.shape, generator, "float64", self.device))
+    # u in [0, 1): 1 - u in (0, 1], so the log is finite and the count at least 1
+    draws = ((1 - u).log() / math.log1p(-p)).ceil().maximum(1.0)
+    return self._inplace(draws.cast(self.dtype), "geometric_")
+
+
+def bernoulli(self, p=None, *, generator=None) -> TensorBase:
+    """1 with probability this tensor's elements (or `p`), else 0, in this dtype: a new
+    tensor (`bernoulli_` fills in place)."""
+    u = self._plain(rand_node(self.shape, generator, "float64", self.device))
+    return (u < (self if p is None else p)).cast(self.dtype)
+
+
 def random_(self, a=None, b=None, *, generator=None) -> TensorBase:
     """Fill with integers drawn uniformly from [a, b) (`random_(b)`: [0, b); `random_()`:
     [0, 2^mantissa] for floats, [0, max] for integers), in place."""
@@ -226,6 +262,10 @@ RANDOM = {
     "bernoulli_": bernoulli_,
     "exponential_": exponential_,
     "random_": random_,
+    "cauchy_": cauchy_,
+    "log_normal_": log_normal_,
+    "geometric_": geometric_,
+    "bernoulli": bernoulli,
 }
 
 

@@ -1040,6 +1040,12 @@ class Tensor:
         """`bitwise_xor` in place: `t.bitwise_xor_(...)` gives t the value of
         `t.bitwise_xor(...)`.
         """
+    def cauchy_(  # frontend/inplace_methods.py: cauchy_
+        self, median=0.0, sigma=1.0, *, generator=None
+    ) -> Tensor:
+        """Fill with samples of the Cauchy distribution (`median` + `sigma` tan(pi (u - 1/2))), in
+        place.
+        """
     def ceil_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`ceil` in place: `t.ceil_(...)` gives t the value of `t.ceil(...)`."""
     def clamp_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
@@ -1110,6 +1116,10 @@ class Tensor:
         """`gcd`, in place."""
     def ge_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`ge` in place: `t.ge_(...)` gives t the value of `t.ge(...)`."""
+    def geometric_(self, p, *, generator=None) -> Tensor:  # frontend/inplace_methods.py: geometric_
+        """Fill with the number of Bernoulli(`p`) trials up to the first success (1, 2, ...), in
+        place.
+        """
     def greater_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`greater` in place: `t.greater_(...)` gives t the value of `t.greater(...)`."""
     def greater_equal_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
@@ -1158,6 +1168,10 @@ class Tensor:
         """`log2` in place: `t.log2_(...)` gives t the value of `t.log2(...)`."""
     def log_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`log` in place: `t.log_(...)` gives t the value of `t.log(...)`."""
+    def log_normal_(  # frontend/inplace_methods.py: log_normal_
+        self, mean=1.0, std=2.0, *, generator=None
+    ) -> Tensor:
+        """Fill with exp of samples of N(`mean`, `std`^2), in place."""
     def logical_and_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`logical_and` in place: `t.logical_and_(...)` gives t the value of
         `t.logical_and(...)`.
@@ -1386,6 +1400,12 @@ class Tensor:
         """The argument of each element as a complex number, as torch's for a real tensor: pi where
         it is negative (-inf too), 0 at 0 and -0.0, NaN at NaN; a float result (an integer tensor
         becomes the default float) with a zero gradient everywhere.
+        """
+    def bernoulli(  # frontend/inplace_methods.py: bernoulli
+        self, p=None, *, generator=None
+    ) -> Tensor:
+        """1 with probability this tensor's elements (or `p`), else 0, in this dtype: a new tensor
+        (`bernoulli_` fills in place).
         """
     def cholesky(  # frontend/torch_methods.py: TorchMethodsMixin.cholesky
         self, upper: builtins.bool = False

@@ -646,3 +646,33 @@ def test_a_detached_tensor_does_not_keep_its_source_alive():
     assert alive() is None
     kept[0].add_(1.0)
     assert kept[0].item() == 6.0
+
+
+def test_the_other_random_fills_draw_torchs_distributions_and_check_its_arguments():
+    """cauchy_, log_normal_ and geometric_ (and Tensor.bernoulli) against their
+    distributions on 200,000 draws (fixed seed, tolerant bounds), in the tensor's dtype,
+    with torch's argument errors."""
+    fg.manual_seed(3)
+    x = fg.empty(200_000)
+    c = x.clone().cauchy_(1.0, 2.0).numpy()
+    assert abs(np.median(c) - 1.0) < 0.05 and abs(np.percentile(c, 75) - 3.0) < 0.1
+    g = x.clone().geometric_(0.25).numpy()
+    assert g.min() == 1.0 and abs(g.mean() - 4.0) < 0.05 and np.all(g == np.round(g))
+    assert abs((g == 1).mean() - 0.25) < 0.01
+    ints = fg.zeros(1000, dtype=fg.int64).geometric_(0.5)
+    assert ints.dtype == fg.int64 and ints.min().item() >= 1
+    ln = x.clone().log_normal_(0.5, 0.3).numpy()
+    assert (
+        ln.min() > 0 and abs(np.log(ln).mean() - 0.5) < 0.01 and abs(np.log(ln).std() - 0.3) < 0.01
+    )
+    probs = fg.full((100_000,), 0.3)
+    b = probs.bernoulli()
+    assert b.dtype == fg.float32 and set(np.unique(b.numpy())) <= {0.0, 1.0}
+    assert abs(b.numpy().mean() - 0.3) < 0.01 and probs.numpy()[0] == np.float32(0.3)  # kept
+    assert abs(fg.zeros(100_000).bernoulli(0.75).numpy().mean() - 0.75) < 0.01
+    with pytest.raises(RuntimeError, match="cauchy_ expects sigma > 0.0"):
+        x.cauchy_(0.0, 0.0)
+    with pytest.raises(RuntimeError, match=r"geometric_ expects p to be in \(0, 1\)"):
+        x.geometric_(1.0)
+    with pytest.raises(RuntimeError, match="log_normal_ expects std > 0.0"):
+        x.log_normal_(1.0, -1.0)

@@ -290,7 +290,8 @@ EXCLUDED: dict[str, str] = {
             "greater_equal eq_ ne_ lt_ le_ gt_ ge_ not_equal_ less_ less_equal_ greater_ "
             "greater_equal_ bitwise_and_ bitwise_or_ bitwise_xor_ bitwise_not_ "
             "bitwise_left_shift_ bitwise_right_shift_ logical_and_ logical_or_ logical_xor_ "
-            "logical_not_ bernoulli_ exponential_ normal_ random_ uniform_",
+            "logical_not_ bernoulli_ exponential_ normal_ random_ uniform_ cauchy_ log_normal_ "
+            "geometric_ bernoulli",
         )
         + _names(
             "fg",
