@@ -15,7 +15,9 @@ test in a marked place is marked without a decorator of its own:
 - `torch`: a test whose code, or a helper of the tests that it calls, reads `torch`
   (`import torch`, `pytest.importorskip("torch")`, a module's `torch = None` fallback);
 - `slow`: the tests in `SLOW` and `SLOW_PARAMETRIZATIONS`, measured with `--durations`
-  (2 seconds or more each on 2 cores, or a sweep of many).
+  (2 seconds or more each on 2 cores, or a sweep of many);
+- `exhaustive`: the parametrizations in `EXHAUSTIVE_PARAMETRIZATIONS`, which
+  tests/conftest.py deselects unless `--exhaustive` is given.
 
 A test may also carry any of them as a decorator (`@pytest.mark.slow`).
 tests/test_test_layout.py checks these rules.
@@ -29,7 +31,7 @@ import types
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
-MARKERS = ("slow", "emulator", "nvcc", "mpi", "torch")
+MARKERS = ("slow", "emulator", "nvcc", "mpi", "torch", "exhaustive")
 
 MPI_FOLDERS = ("distributed",)
 NVCC_FIXTURES = frozenset({"conv_ptx", "sgemm_ptx", "ptx"})
@@ -129,6 +131,9 @@ SLOW = frozenset(
 # file::test -> a part of the parametrization's id that makes it slow: the special-points
 # sweep's float64 cases (1,800 of them, 0.06 s each) are slow, its float32 ones are not
 SLOW_PARAMETRIZATIONS = {"frontend/test_special_points.py::test_special_points": "-float64-"}
+# ... and exhaustive: deselected unless --exhaustive (tests/conftest.py), so that the whole
+# suite stays within CI's 15 minutes; the float32 cases of every op run always
+EXHAUSTIVE_PARAMETRIZATIONS = {"frontend/test_special_points.py::test_special_points": "-float64-"}
 
 
 def apply_markers(items) -> None:
@@ -167,6 +172,9 @@ def markers_of(item) -> set[str]:
     part = SLOW_PARAMETRIZATIONS.get(test)
     if where in SLOW or test in SLOW or (part is not None and part in item.name):
         found.add("slow")
+    part = EXHAUSTIVE_PARAMETRIZATIONS.get(test)
+    if part is not None and part in item.name:
+        found.add("exhaustive")
     if function is not None and reads_torch(function):
         found.add("torch")
     return found

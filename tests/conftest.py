@@ -58,6 +58,12 @@ def pytest_addoption(parser):
         help="compile every kernel the tests generate with nvcc for sm_80 and sm_90",
     )
     parser.addoption(
+        "--exhaustive",
+        action="store_true",
+        help="also run the sweeps marked exhaustive (the special-points sweep's float64 "
+        "cases; FUSEGRAD_TEST_EXHAUSTIVE=1 too), which are deselected by default",
+    )
+    parser.addoption(
         "--all-backends",
         action="store_true",
         help="run every test that takes the `backend` fixture on every registered backend "
@@ -143,6 +149,11 @@ def pytest_collection_modifyitems(config, items):
     outside --all-backends, a test of the `backend` parametrization runs on the host's
     backend alone unless it is marked `backend_slice`."""
     apply_markers(items)
+    if not (config.getoption("--exhaustive") or os.environ.get("FUSEGRAD_TEST_EXHAUSTIVE") == "1"):
+        swept = [item for item in items if item.get_closest_marker("exhaustive")]
+        if swept:
+            config.hook.pytest_deselected(items=swept)
+            items[:] = [item for item in items if not item.get_closest_marker("exhaustive")]
     if config.getoption("--all-backends") or ALL_BACKENDS_ENV:
         return
     from fusegrad.runtime.backend import get_backend
