@@ -1,4 +1,5 @@
-"""The base of `fusegrad.distributions`: `Distribution`, torch.distributions.utils' helpers,
+"""The base of `fusegrad.distributions`: `Distribution` (and `Independent`, which
+TransformedDistribution builds on), torch.distributions.utils' helpers,
 and the KL registry (`register_kl`, `kl_divergence`), as torch.distributions has them.
 
 A distribution holds parameter tensors with a `batch_shape` (independent distributions of
@@ -238,6 +239,92 @@ class Distribution:
             v = self.__dict__[p]
             shown.append(f"{p}: {v if v.numel() == 1 else tuple(v.shape)}")
         return f"{self.__class__.__name__}({', '.join(shown)})"
+
+
+class Independent(Distribution):
+    """`base_distribution` with its `reinterpreted_batch_ndims` rightmost batch dims read
+    as event dims: log_prob and entropy sum over them (a diagonal Normal over vectors).
+
+    >>> import fusegrad as fg
+    >>> from fusegrad.distributions import Normal
+    >>> d = Independent(Normal(fg.zeros(2, 3), fg.ones(2, 3)), 1)
+    >>> d.batch_shape, d.event_shape, d.log_prob(fg.zeros(2, 3)).shape
+    ((2,), (3,), (2,))
+    """
+
+    arg_constraints: dict = {}
+
+    def __init__(
+        self, base_distribution, reinterpreted_batch_ndims: int, validate_args=None
+    ) -> None:
+        if reinterpreted_batch_ndims > len(base_distribution.batch_shape):
+            raise ValueError(
+                "Expected reinterpreted_batch_ndims <= len(base_distribution.batch_shape), "
+                f"actual {reinterpreted_batch_ndims} vs {len(base_distribution.batch_shape)}"
+            )
+        shape = base_distribution.batch_shape + base_distribution.event_shape
+        event_dim = reinterpreted_batch_ndims + len(base_distribution.event_shape)
+        self.base_dist = base_distribution
+        self.reinterpreted_batch_ndims = reinterpreted_batch_ndims
+        cut = len(shape) - event_dim
+        super().__init__(shape[:cut], shape[cut:], validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(Independent, _instance)
+        batch_shape = tuple(batch_shape)
+        n = self.reinterpreted_batch_ndims
+        new.base_dist = self.base_dist.expand(batch_shape + self.event_shape[:n])
+        new.reinterpreted_batch_ndims = n
+        Distribution.__init__(new, batch_shape, self.event_shape, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    @property
+    def has_rsample(self) -> bool:  # type: ignore[override]
+        return self.base_dist.has_rsample
+
+    @property
+    def has_enumerate_support(self) -> bool:  # type: ignore[override]
+        return self.reinterpreted_batch_ndims == 0 and self.base_dist.has_enumerate_support
+
+    @constraints.dependent_property
+    def support(self):
+        result = self.base_dist.support
+        if self.reinterpreted_batch_ndims:
+            result = constraints.independent(result, self.reinterpreted_batch_ndims)
+        return result
+
+    @property
+    def mean(self) -> Tensor:
+        return self.base_dist.mean
+
+    @property
+    def mode(self) -> Tensor:
+        return self.base_dist.mode
+
+    @property
+    def variance(self) -> Tensor:
+        return self.base_dist.variance
+
+    def sample(self, sample_shape=()) -> Tensor:
+        return self.base_dist.sample(sample_shape)
+
+    def rsample(self, sample_shape=()) -> Tensor:
+        return self.base_dist.rsample(sample_shape)
+
+    def log_prob(self, value: Tensor) -> Tensor:
+        return _sum_rightmost(self.base_dist.log_prob(value), self.reinterpreted_batch_ndims)
+
+    def entropy(self) -> Tensor:
+        return _sum_rightmost(self.base_dist.entropy(), self.reinterpreted_batch_ndims)
+
+    def enumerate_support(self, expand: bool = True) -> Tensor:
+        if self.reinterpreted_batch_ndims > 0:
+            raise NotImplementedError("Enumeration over cartesian product is not implemented")
+        return self.base_dist.enumerate_support(expand=expand)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.base_dist}, {self.reinterpreted_batch_ndims})"
 
 
 class lazy_property:  # noqa: N801  (torch's name)

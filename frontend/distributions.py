@@ -5,7 +5,9 @@ OneHotCategorical(StraightThrough), Multinomial, Binomial and Geometric are
 `distributions_categorical.py`'s, Cauchy, HalfCauchy, HalfNormal, Gumbel, Weibull, StudentT
 and Chi2 `distributions_location.py`'s, Gamma, Beta, Dirichlet, Exponential, Poisson, Laplace and
 LogNormal `distributions_gamma.py`'s, MultivariateNormal `distributions_mvn.py`'s,
-re-exported here.
+TransformedDistribution, RelaxedBernoulli, RelaxedOneHotCategorical and MixtureSameFamily
+`distributions_transformed.py`'s (the transforms `distribution_transforms.py`'s), re-exported
+here.
 
 >>> import fusegrad as fg
 >>> from fusegrad.distributions import Categorical, Normal, kl_divergence
@@ -30,10 +32,12 @@ from __future__ import annotations
 import math
 
 from . import distribution_constraints as constraints
+from . import distribution_transforms as transforms
 from .autograd_state import no_grad
 from .creation import arange, bernoulli, full, rand, randn
 from .distribution import (
     Distribution,
+    Independent,
     _sum_rightmost,
     broadcast_all,
     kl_divergence,
@@ -63,6 +67,18 @@ from .distributions_location import (
     Weibull,
 )
 from .distributions_mvn import MultivariateNormal
+
+# the relaxed distributions' bases: torch.distributions.relaxed_bernoulli's and
+# relaxed_categorical's names (read through this module under the shim), not in torch's
+# torch.distributions namespace, so not in __all__
+from .distributions_transformed import (  # noqa: F401
+    ExpRelaxedCategorical,
+    LogitRelaxedBernoulli,
+    MixtureSameFamily,
+    RelaxedBernoulli,
+    RelaxedOneHotCategorical,
+    TransformedDistribution,
+)
 from .tensor import Tensor, where
 
 __all__ = [
@@ -83,18 +99,23 @@ __all__ = [
     "Independent",
     "Laplace",
     "LogNormal",
+    "MixtureSameFamily",
     "Multinomial",
     "MultivariateNormal",
     "Normal",
     "OneHotCategorical",
     "OneHotCategoricalStraightThrough",
     "Poisson",
+    "RelaxedBernoulli",
+    "RelaxedOneHotCategorical",
     "StudentT",
+    "TransformedDistribution",
     "Uniform",
     "Weibull",
     "constraints",
     "kl_divergence",
     "register_kl",
+    "transforms",
 ]
 _NUMBER = (int, float)
 
@@ -327,91 +348,6 @@ class Uniform(Distribution):
 
     def entropy(self) -> Tensor:
         return (self.high - self.low).log()
-
-
-class Independent(Distribution):
-    """`base_distribution` with its `reinterpreted_batch_ndims` rightmost batch dims read
-    as event dims: log_prob and entropy sum over them (a diagonal Normal over vectors).
-
-    >>> import fusegrad as fg
-    >>> d = Independent(Normal(fg.zeros(2, 3), fg.ones(2, 3)), 1)
-    >>> d.batch_shape, d.event_shape, d.log_prob(fg.zeros(2, 3)).shape
-    ((2,), (3,), (2,))
-    """
-
-    arg_constraints: dict = {}
-
-    def __init__(
-        self, base_distribution, reinterpreted_batch_ndims: int, validate_args=None
-    ) -> None:
-        if reinterpreted_batch_ndims > len(base_distribution.batch_shape):
-            raise ValueError(
-                "Expected reinterpreted_batch_ndims <= len(base_distribution.batch_shape), "
-                f"actual {reinterpreted_batch_ndims} vs {len(base_distribution.batch_shape)}"
-            )
-        shape = base_distribution.batch_shape + base_distribution.event_shape
-        event_dim = reinterpreted_batch_ndims + len(base_distribution.event_shape)
-        self.base_dist = base_distribution
-        self.reinterpreted_batch_ndims = reinterpreted_batch_ndims
-        cut = len(shape) - event_dim
-        super().__init__(shape[:cut], shape[cut:], validate_args=validate_args)
-
-    def expand(self, batch_shape, _instance=None):
-        new = self._get_checked_instance(Independent, _instance)
-        batch_shape = tuple(batch_shape)
-        n = self.reinterpreted_batch_ndims
-        new.base_dist = self.base_dist.expand(batch_shape + self.event_shape[:n])
-        new.reinterpreted_batch_ndims = n
-        Distribution.__init__(new, batch_shape, self.event_shape, validate_args=False)
-        new._validate_args = self._validate_args
-        return new
-
-    @property
-    def has_rsample(self) -> bool:  # type: ignore[override]
-        return self.base_dist.has_rsample
-
-    @property
-    def has_enumerate_support(self) -> bool:  # type: ignore[override]
-        return self.reinterpreted_batch_ndims == 0 and self.base_dist.has_enumerate_support
-
-    @constraints.dependent_property
-    def support(self):
-        result = self.base_dist.support
-        if self.reinterpreted_batch_ndims:
-            result = constraints.independent(result, self.reinterpreted_batch_ndims)
-        return result
-
-    @property
-    def mean(self) -> Tensor:
-        return self.base_dist.mean
-
-    @property
-    def mode(self) -> Tensor:
-        return self.base_dist.mode
-
-    @property
-    def variance(self) -> Tensor:
-        return self.base_dist.variance
-
-    def sample(self, sample_shape=()) -> Tensor:
-        return self.base_dist.sample(sample_shape)
-
-    def rsample(self, sample_shape=()) -> Tensor:
-        return self.base_dist.rsample(sample_shape)
-
-    def log_prob(self, value: Tensor) -> Tensor:
-        return _sum_rightmost(self.base_dist.log_prob(value), self.reinterpreted_batch_ndims)
-
-    def entropy(self) -> Tensor:
-        return _sum_rightmost(self.base_dist.entropy(), self.reinterpreted_batch_ndims)
-
-    def enumerate_support(self, expand: bool = True) -> Tensor:
-        if self.reinterpreted_batch_ndims > 0:
-            raise NotImplementedError("Enumeration over cartesian product is not implemented")
-        return self.base_dist.enumerate_support(expand=expand)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.base_dist}, {self.reinterpreted_batch_ndims})"
 
 
 # ------------------------------------------------------------- KL pairs (torch's formulas)

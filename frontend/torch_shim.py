@@ -42,8 +42,9 @@ _NN_MODULE_FILES = (
 # torch's distribution files (torch.distributions.<file>) that fusegrad.distributions holds
 _DISTRIBUTION_FILES = (
     "bernoulli beta binomial categorical cauchy chi2 dirichlet exponential gamma geometric "
-    "gumbel half_cauchy half_normal independent laplace log_normal multinomial "
-    "multivariate_normal normal one_hot_categorical poisson studentT uniform weibull"
+    "gumbel half_cauchy half_normal independent laplace log_normal mixture_same_family "
+    "multinomial multivariate_normal normal one_hot_categorical poisson relaxed_bernoulli "
+    "relaxed_categorical studentT transformed_distribution uniform weibull"
 ).split()
 
 # the stand-in of torchvision's modules (datasets/ reads the data; imported by name, on
@@ -70,6 +71,7 @@ TORCH_MODULES: dict[str, str] = {
     "torch.distributions.constraints": "fusegrad.distribution_constraints",
     "torch.distributions.distribution": "fusegrad.distribution",
     "torch.distributions.kl": "fusegrad.distribution",
+    "torch.distributions.transforms": "fusegrad.distribution_transforms",
     "torch.distributions.utils": "fusegrad.distribution",
     **{f"torch.distributions.{name}": "fusegrad.distributions" for name in _DISTRIBUTION_FILES},
     "torch.func": "fusegrad.func",
