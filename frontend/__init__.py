@@ -120,6 +120,7 @@ from .creation import (  # noqa: E402
 from .debug import compile_times, graph_dot, kernels  # noqa: E402
 from .devices import device, get_default_device, set_default_device  # noqa: E402
 from .halfdtypes import get_default_dtype, set_default_dtype  # noqa: E402
+from .host_draws import binomial, poisson  # noqa: E402
 from .indexing import (  # noqa: E402
     argwhere,
     as_strided,

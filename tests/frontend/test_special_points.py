@@ -375,7 +375,7 @@ EXCLUDED: dict[str, str] = {
         _LINEAR,
     ),
     **dict.fromkeys(
-        _names("fg", "bernoulli multinomial normal")
+        _names("fg", "bernoulli multinomial normal poisson binomial")
         + _names("F", "dropout1d dropout2d dropout3d alpha_dropout feature_alpha_dropout"),
         _RANDOM,
     ),
