@@ -375,6 +375,7 @@ EXCLUDED: dict[str, str] = {
         _LINEAR,
     ),
     **dict.fromkeys(_names("Tensor", "resize_ resize_as_"), _MOVES),
+    **dict.fromkeys(_names("fg", "empty_strided frombuffer"), _NON_MATH),
     **dict.fromkeys(
         _names("fg", "bernoulli multinomial normal poisson binomial")
         + _names("F", "dropout1d dropout2d dropout3d alpha_dropout feature_alpha_dropout"),
