@@ -88,8 +88,10 @@ from .creation import (  # noqa: E402
     bernoulli,
     empty,
     empty_like,
+    empty_strided,
     eye,
     from_numpy,
+    frombuffer,
     full,
     full_like,
     get_rng_state,
@@ -120,6 +122,7 @@ from .creation import (  # noqa: E402
 from .debug import compile_times, graph_dot, kernels  # noqa: E402
 from .devices import device, get_default_device, set_default_device  # noqa: E402
 from .halfdtypes import get_default_dtype, set_default_dtype  # noqa: E402
+from .host_draws import binomial, poisson  # noqa: E402
 from .indexing import (  # noqa: E402
     argwhere,
     as_strided,

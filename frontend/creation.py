@@ -233,6 +233,61 @@ def empty(*sizes, size=None, dtype=None, requires_grad: bool = False, device=Non
     return zeros(*sizes, dtype=dtype, requires_grad=requires_grad, device=device)
 
 
+def empty_strided(
+    size, stride, *, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False
+) -> Tensor:
+    """torch.empty_strided: an uninitialized tensor of `size` (here zeros, as `empty`).
+    fusegrad lays data out its own way, so `stride` is checked (one per dim, none
+    negative, as torch) but not kept: `.stride()` reports the row-major strides."""
+    size, stride = tuple(int(s) for s in size), tuple(int(s) for s in stride)
+    if len(size) != len(stride):
+        fail(
+            ShapeError,
+            "empty_strided",
+            f"dimensionality of sizes ({len(size)}) must match dimensionality of strides "
+            f"({len(stride)})",
+        )
+    if any(s < 0 for s in stride):
+        fail(ArgumentError, "empty_strided", f"negative stride in {list(stride)}")
+    return empty(size, dtype=dtype, requires_grad=requires_grad, device=device)
+
+
+def frombuffer(
+    buffer, *, dtype, count: int = -1, offset: int = 0, requires_grad: bool = False
+) -> Tensor:
+    """A 1-d tensor of `count` elements of `dtype` (-1: all) read from an object of
+    Python's buffer protocol (bytes, bytearray, array.array, memoryview) from byte
+    `offset` on, with torch's ValueErrors for a bad offset or count. fusegrad copies the
+    bytes (torch shares the buffer's memory: later writes to it are not seen here)."""
+    try:
+        data = memoryview(buffer).cast("B")
+    except TypeError:
+        raise ValueError("object does not implement Python buffer protocol.") from None
+    dt = checked_dtype(to_dtype(dtype), "frombuffer")
+    length, size = len(data), dt.itemsize
+    if length <= 0 or count == 0:
+        raise ValueError(f"both buffer length ({length}) and count ({count}) must not be 0")
+    if not 0 <= offset < length:
+        raise ValueError(
+            f"offset ({offset} bytes) must be non-negative and no greater than buffer length "
+            f"({length} bytes) minus 1"
+        )
+    if count < 0:
+        if (length - offset) % size:
+            raise ValueError(
+                f"buffer length ({length - offset} bytes) after offset ({offset} bytes) must "
+                f"be a multiple of element size ({size})"
+            )
+        count = (length - offset) // size
+    if length - offset < count * size:
+        raise ValueError(
+            f"requested buffer length ({count} * {size} bytes) after offset ({offset} bytes) "
+            f"must not be greater than actual buffer length ({length} bytes)"
+        )
+    array = np.frombuffer(data, dtype=dt.np, count=count, offset=offset).copy()
+    return from_numpy(array, requires_grad)
+
+
 # the *_like functions take torch's `memory_format=` (checked as torch checks it; no value
 # depends on it: fusegrad's layout is its own, torch_settings.py)
 

@@ -22,7 +22,7 @@ import warnings
 from . import autograd_state
 from .autocast import autocast_op
 from .creation_nodes import rand_node, randint, randn
-from .errors import DTypeError, fail
+from .errors import ArgumentError, DTypeError, fail
 from .tensor_base import TensorBase, where
 from .versions import InplaceError, retire
 
@@ -256,6 +256,65 @@ def _random_bound(t: TensorBase) -> int:
     return 2 ** (8 * t.dtype.itemsize - 1)
 
 
+# ---------------------------------------------------------------- resizing
+
+
+def resize_(self, *sizes, memory_format=None) -> TensorBase:
+    """Give this tensor the shape `sizes` (ints, or one tuple or list of them), in place:
+    its first elements in row-major order are kept (all of them, in the new shape, when
+    it grows), as torch's. torch leaves the elements a growing tensor gains
+    uninitialized; fusegrad fills them with zeros. A tensor that requires grad is
+    refused, as torch refuses it (under no_grad too).
+
+    The kept elements are the tensor's own in row-major order, where torch takes those
+    of its storage (they differ for a non-contiguous tensor, a transpose). A view that
+    shrinks stays a view (writes to it land in its base, as torch's); one that grows
+    becomes a tensor of its own (torch's keeps writing to the storage while that is
+    large enough), and other views of this tensor keep their values.
+
+    >>> import fusegrad as fg
+    >>> fg.arange(6.0).reshape(2, 3).resize_(4).tolist()
+    [0.0, 1.0, 2.0, 3.0]
+    >>> fg.arange(3.0).resize_(2, 2).tolist()
+    [[0.0, 1.0], [2.0, 0.0]]
+    """
+    if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
+        sizes = tuple(sizes[0])
+    shape = tuple(int(s) for s in sizes)
+    return _resize(self, shape, "resize_")
+
+
+def resize_as_(self, other, *, memory_format=None) -> TensorBase:
+    """`resize_(other.shape)`: this tensor takes `other`'s shape, in place (see
+    `resize_`: new elements are zeros here, uninitialized in torch)."""
+    return _resize(self, tuple(other.shape), "resize_as_")
+
+
+def _resize(self, shape: tuple[int, ...], op: str) -> TensorBase:
+    if self.requires_grad:
+        raise RuntimeError("cannot resize variables that require grad")
+    if any(s < 0 for s in shape):
+        fail(
+            ArgumentError,
+            op,
+            f"negative size in {list(shape)} (torch: numel: integer multiplication overflow)",
+        )
+    n, old_shape = math.prod(shape), tuple(self.shape)
+    if shape == old_shape:
+        return self
+    out = self.reshape(-1).pad((0, n - self.numel())).reshape(shape)
+    link = getattr(self, "_base", None)
+    if link is not None and link[1] is not None and n <= self.numel():
+        # a view that shrinks stays one: its first elements are where they were in the base
+        base, redo = link
+        self._base = (base, lambda t: redo(t).reshape(-1)[:n].reshape(shape))
+    elif link is not None:
+        self._base = None  # grown, or detached: a tensor of its own from now on
+    self._version += 1
+    self.node, self._strides = out.node, out._strides
+    return self
+
+
 RANDOM = {
     "normal_": normal_,
     "uniform_": uniform_,
@@ -266,6 +325,8 @@ RANDOM = {
     "log_normal_": log_normal_,
     "geometric_": geometric_,
     "bernoulli": bernoulli,
+    "resize_": resize_,
+    "resize_as_": resize_as_,
 }
 
 

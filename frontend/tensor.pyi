@@ -1233,6 +1233,18 @@ class Tensor:
         """`relu` in place: `t.relu_(...)` gives t the value of `t.relu(...)`."""
     def remainder_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`remainder` in place: `t.remainder_(...)` gives t the value of `t.remainder(...)`."""
+    def resize_(self, *sizes, memory_format=None) -> Tensor:  # frontend/inplace_methods.py: resize_
+        """Give this tensor the shape `sizes` (ints, or one tuple or list of them), in place: its
+        first elements in row-major order are kept (all of them, in the new shape, when it
+        grows), as torch's. torch leaves the elements a growing tensor gains uninitialized;
+        fusegrad fills them with zeros.
+        """
+    def resize_as_(  # frontend/inplace_methods.py: resize_as_
+        self, other, *, memory_format=None
+    ) -> Tensor:
+        """`resize_(other.shape)`: this tensor takes `other`'s shape, in place (see `resize_`: new
+        elements are zeros here, uninitialized in torch).
+        """
     def round_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`round` in place: `t.round_(...)` gives t the value of `t.round(...)`."""
     def rsqrt_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape

@@ -16,6 +16,7 @@ True
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
@@ -212,3 +213,33 @@ def orthogonal_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
     q = q * np.sign(np.diag(r))  # a unique, uniformly distributed Q
     q = q.T if rows < cols else q
     return _fill(tensor, (gain * q).reshape(tensor.shape))
+
+
+def _deprecated(method):
+    """torch's old name (no trailing underscore) of `method`, with torch's FutureWarning."""
+    new_name = method.__name__
+    old_name = new_name[:-1]
+
+    def deprecated_init(*args, **kwargs):
+        warnings.warn(
+            f"`nn.init.{old_name}` is now deprecated in favor of `nn.init.{new_name}`.",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return method(*args, **kwargs)
+
+    deprecated_init.__name__ = deprecated_init.__qualname__ = old_name
+    deprecated_init.__doc__ = f"`{new_name}` under its old name, deprecated in torch."
+    return deprecated_init
+
+
+uniform = _deprecated(uniform_)
+normal = _deprecated(normal_)
+constant = _deprecated(constant_)
+eye = _deprecated(eye_)
+dirac = _deprecated(dirac_)
+xavier_uniform = _deprecated(xavier_uniform_)
+xavier_normal = _deprecated(xavier_normal_)
+kaiming_uniform = _deprecated(kaiming_uniform_)
+kaiming_normal = _deprecated(kaiming_normal_)
+orthogonal = _deprecated(orthogonal_)

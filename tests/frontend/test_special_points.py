@@ -374,8 +374,10 @@ EXCLUDED: dict[str, str] = {
         _names("Tensor", "mm") + _names("F", "adaptive_avg_pool1d adaptive_avg_pool2d"),
         _LINEAR,
     ),
+    **dict.fromkeys(_names("Tensor", "resize_ resize_as_"), _MOVES),
+    **dict.fromkeys(_names("fg", "empty_strided frombuffer"), _NON_MATH),
     **dict.fromkeys(
-        _names("fg", "bernoulli multinomial normal")
+        _names("fg", "bernoulli multinomial normal poisson binomial")
         + _names("F", "dropout1d dropout2d dropout3d alpha_dropout feature_alpha_dropout"),
         _RANDOM,
     ),
