@@ -34,6 +34,7 @@ from .samplers import (
 
 __all__ = [
     "BatchSampler",
+    "ChainDataset",
     "ConcatDataset",
     "DataLoader",
     "Dataset",
@@ -42,6 +43,7 @@ __all__ = [
     "RandomSampler",
     "Sampler",
     "SequentialSampler",
+    "StackDataset",
     "Subset",
     "SubsetRandomSampler",
     "TensorDataset",
@@ -112,6 +114,77 @@ class ConcatDataset(Dataset):
         which = bisect.bisect_right(self.cumulative_sizes, idx)
         start = self.cumulative_sizes[which - 1] if which else 0
         return self.datasets[which][idx - start]
+
+
+class ChainDataset(IterableDataset):
+    """The streams of several IterableDatasets one after the other, as torch's
+    ChainDataset (made once; each iteration chains them anew).
+
+    >>> class Count(IterableDataset):
+    ...     def __init__(self, n):
+    ...         self.n = n
+    ...     def __iter__(self):
+    ...         return iter(range(self.n))
+    ...     def __len__(self):
+    ...         return self.n
+    >>> ds = ChainDataset([Count(2), Count(3)])
+    >>> list(ds), len(ds)
+    ([0, 1, 0, 1, 2], 5)
+    """
+
+    def __init__(self, datasets):
+        self.datasets = datasets
+
+    def __iter__(self):
+        for d in self.datasets:
+            if not isinstance(d, IterableDataset):
+                raise AssertionError("ChainDataset only supports IterableDataset")
+            yield from d
+
+    def __len__(self) -> int:
+        total = 0
+        for d in self.datasets:
+            if not isinstance(d, IterableDataset):
+                raise AssertionError("ChainDataset only supports IterableDataset")
+            total += len(d)
+        return total
+
+
+class StackDataset(Dataset):
+    """Samples of several datasets of one length side by side, as torch's StackDataset: a
+    tuple per index from datasets given by position, or a dict from datasets given by
+    name.
+
+    >>> ds = StackDataset(a=[1, 2], b=["x", "y"])
+    >>> ds[1], len(ds)
+    ({'a': 2, 'b': 'y'}, 2)
+    """
+
+    def __init__(self, *args, **kwargs):
+        if args and kwargs:
+            raise ValueError(
+                "Supported either ``tuple``- (via ``args``) or``dict``- (via ``kwargs``) like "
+                "input/output, but both types are given."
+            )
+        if not args and not kwargs:
+            raise ValueError("At least one dataset should be passed")
+        self.datasets = args or kwargs
+        parts = args or list(kwargs.values())
+        self._length = len(parts[0])
+        if any(len(d) != self._length for d in parts):
+            raise ValueError("Size mismatch between datasets")
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, index):
+        if isinstance(self.datasets, dict):
+            return {k: d[index] for k, d in self.datasets.items()}
+        return tuple(d[index] for d in self.datasets)
+
+    def __getitems__(self, indices: list):
+        """The samples at `indices` (each dataset's own `__getitems__` where it has one)."""
+        return [self[i] for i in indices]
 
 
 class Subset(Dataset):

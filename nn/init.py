@@ -215,6 +215,20 @@ def orthogonal_(tensor: Tensor, gain: float = 1.0, generator=None) -> Tensor:
     return _fill(tensor, (gain * q).reshape(tensor.shape))
 
 
+def sparse_(tensor: Tensor, sparsity: float, std: float = 0.01, generator=None) -> Tensor:
+    """A 2-D tensor of N(0, std^2) values with ceil(sparsity * rows) of each column's rows,
+    drawn at random, zero (torch.nn.init.sparse_, after Martens 2010)."""
+    if tensor.ndim != 2:
+        raise ValueError("Only tensors with 2 dimensions are supported")
+    rows, cols = tensor.shape
+    rng = _rng(generator)
+    values = rng.normal(0.0, std, (rows, cols))
+    zeros = int(math.ceil(sparsity * rows))
+    for c in range(cols):
+        values[rng.permutation(rows)[:zeros], c] = 0.0
+    return _fill(tensor, values)
+
+
 def _deprecated(method):
     """torch's old name (no trailing underscore) of `method`, with torch's FutureWarning."""
     new_name = method.__name__
@@ -243,3 +257,4 @@ xavier_normal = _deprecated(xavier_normal_)
 kaiming_uniform = _deprecated(kaiming_uniform_)
 kaiming_normal = _deprecated(kaiming_normal_)
 orthogonal = _deprecated(orthogonal_)
+sparse = _deprecated(sparse_)

@@ -172,3 +172,34 @@ def test_default_collate_and_convert_follow_torchs_types():
     assert converted[1].shape == ()
     texts = np.array(["a", "b"])
     assert default_convert(texts) is texts  # text arrays stay numpy, as torch's
+
+
+def test_chain_and_stack_datasets_as_torchs():
+    from fusegrad.data import ChainDataset, IterableDataset, StackDataset, TensorDataset
+
+    class Count(IterableDataset):
+        def __init__(self, n):
+            self.n = n
+
+        def __iter__(self):
+            return iter(range(self.n))
+
+        def __len__(self):
+            return self.n
+
+    chain = ChainDataset([Count(2), Count(3)])
+    assert list(chain) == [0, 1, 0, 1, 2] and list(chain) == [0, 1, 0, 1, 2] and len(chain) == 5
+    with pytest.raises(AssertionError, match="ChainDataset only supports IterableDataset"):
+        list(ChainDataset([TensorDataset(fg.zeros(2))]))
+    named = StackDataset(a=TensorDataset(fg.arange(3)), b=[10, 11, 12])
+    assert len(named) == 3 and named[1]["b"] == 11 and named[1]["a"][0].item() == 1
+    both = StackDataset(TensorDataset(fg.arange(3)), [10, 11, 12])
+    assert both[2][1] == 12 and [s[1] for s in both.__getitems__([0, 2])] == [10, 12]
+    batch = next(iter(DataLoader(both, batch_size=2)))
+    assert batch[0][0].tolist() == [0, 1] and batch[1].tolist() == [10, 11]
+    with pytest.raises(ValueError, match="At least one dataset should be passed"):
+        StackDataset()
+    with pytest.raises(ValueError, match="but both types are given"):
+        StackDataset([1], a=[1])
+    with pytest.raises(ValueError, match="Size mismatch between datasets"):
+        StackDataset([1, 2], [1])
