@@ -344,6 +344,43 @@ class lazy_property:  # noqa: N801  (torch's name)
         return value
 
 
+class BinaryParameters:
+    """`probs` or `logits` of binary events, one given and the other computed on first
+    read: the parameterization Bernoulli, Binomial, Geometric and LogitRelaxedBernoulli
+    share (a base before `Distribution`)."""
+
+    def _take_parameter(self, probs, logits, *others) -> tuple[tuple[int, ...], list]:
+        """Keep the one of `probs` / `logits` given, broadcast with `others`; return the
+        batch shape (() for a number alone) and `others` broadcast."""
+        if (probs is None) == (logits is None):
+            raise ValueError("Either `probs` or `logits` must be specified, but not both.")
+        given = probs if probs is not None else logits
+        *rest, param = broadcast_all(*others, given)
+        setattr(self, "probs" if probs is not None else "logits", param)
+        self._param = param
+        alone = isinstance(given, _NUMBER) and not others
+        return (() if alone else tuple(param.shape)), rest
+
+    def _expand_parameter(self, new, batch_shape: tuple[int, ...]) -> None:
+        """Give `new` this distribution's given parameter expanded to `batch_shape`."""
+        for name in ("probs", "logits"):
+            if name in self.__dict__:
+                setattr(new, name, self.__dict__[name].expand(batch_shape))
+                new._param = new.__dict__[name]
+
+    @lazy_property
+    def logits(self) -> Tensor:
+        return probs_to_logits(self.probs, is_binary=True)
+
+    @lazy_property
+    def probs(self) -> Tensor:
+        return logits_to_probs(self.logits, is_binary=True)
+
+    @property
+    def param_shape(self) -> tuple[int, ...]:
+        return tuple(self._param.shape)
+
+
 def broadcast_all(*values) -> tuple[Tensor, ...]:
     """The values broadcast to one shape; numbers become tensors of the first tensor's
     dtype and device (the default dtype where all are numbers), as torch's.

@@ -36,14 +36,12 @@ from . import distribution_transforms as transforms
 from .autograd_state import no_grad
 from .creation import arange, bernoulli, full, rand, randn
 from .distribution import (
+    BinaryParameters,
     Distribution,
     Independent,
     _sum_rightmost,
     broadcast_all,
     kl_divergence,
-    lazy_property,
-    logits_to_probs,
-    probs_to_logits,
     register_kl,
 )
 from .distributions_categorical import (
@@ -120,7 +118,7 @@ __all__ = [
 _NUMBER = (int, float)
 
 
-class Bernoulli(Distribution):
+class Bernoulli(BinaryParameters, Distribution):
     """Draws of 1 with probability `probs` (or sigmoid(`logits`)), else 0, in the
     parameter's dtype.
 
@@ -134,25 +132,13 @@ class Bernoulli(Distribution):
     has_enumerate_support = True
 
     def __init__(self, probs=None, logits=None, validate_args: bool | None = None):
-        if (probs is None) == (logits is None):
-            raise ValueError("Either `probs` or `logits` must be specified, but not both.")
-        given = probs if probs is not None else logits
-        (param,) = broadcast_all(given)
-        if probs is not None:
-            self.probs = param
-        else:
-            self.logits = param
-        self._param = param
-        batch_shape = () if isinstance(given, _NUMBER) else tuple(param.shape)
+        batch_shape, _ = self._take_parameter(probs, logits)
         super().__init__(batch_shape, validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):
         new = self._get_checked_instance(Bernoulli, _instance)
         batch_shape = tuple(batch_shape)
-        for name in ("probs", "logits"):
-            if name in self.__dict__:
-                setattr(new, name, self.__dict__[name].expand(batch_shape))
-                new._param = new.__dict__[name]
+        self._expand_parameter(new, batch_shape)
         Distribution.__init__(new, batch_shape, validate_args=False)
         new._validate_args = self._validate_args
         return new
@@ -169,18 +155,6 @@ class Bernoulli(Distribution):
     @property
     def variance(self) -> Tensor:
         return self.probs * (1 - self.probs)
-
-    @lazy_property
-    def logits(self) -> Tensor:
-        return probs_to_logits(self.probs, is_binary=True)
-
-    @lazy_property
-    def probs(self) -> Tensor:
-        return logits_to_probs(self.logits, is_binary=True)
-
-    @property
-    def param_shape(self) -> tuple[int, ...]:
-        return tuple(self._param.shape)
 
     def sample(self, sample_shape=()) -> Tensor:
         shape = self._extended_shape(sample_shape)

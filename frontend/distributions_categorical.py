@@ -28,6 +28,7 @@ from .creation import arange, eye, full, rand, zeros_like
 from .creation import tensor as _tensor
 from .creation_nodes import host_rng
 from .distribution import (
+    BinaryParameters,
     Distribution,
     broadcast_all,
     lazy_property,
@@ -356,7 +357,7 @@ def _clamp_by_zero(x: Tensor) -> Tensor:
     return (x.clamp(min=0) + x - x.clamp(max=0)) / 2
 
 
-class Binomial(Distribution):
+class Binomial(BinaryParameters, Distribution):
     """Successes in `total_count` trials of probability `probs` (or sigmoid(`logits`)),
     in the parameter's dtype; total_count broadcasts with the parameter (a tensor or an
     int). Draws are numpy's `binomial` on the host.
@@ -375,26 +376,15 @@ class Binomial(Distribution):
     has_enumerate_support = True
 
     def __init__(self, total_count=1, probs=None, logits=None, validate_args=None):
-        if (probs is None) == (logits is None):
-            raise ValueError("Either `probs` or `logits` must be specified, but not both.")
-        given = probs if probs is not None else logits
-        count, param = broadcast_all(total_count, given)
-        self.total_count = count.to(param.dtype)
-        if probs is not None:
-            self.probs = param
-        else:
-            self.logits = param
-        self._param = param
-        super().__init__(tuple(param.shape), validate_args=validate_args)
+        batch_shape, (count,) = self._take_parameter(probs, logits, total_count)
+        self.total_count = count.to(self._param.dtype)
+        super().__init__(batch_shape, validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):
         new = self._get_checked_instance(Binomial, _instance)
         batch_shape = tuple(batch_shape)
         new.total_count = self.total_count.expand(batch_shape)
-        for name in ("probs", "logits"):
-            if name in self.__dict__:
-                setattr(new, name, self.__dict__[name].expand(batch_shape))
-                new._param = new.__dict__[name]
+        self._expand_parameter(new, batch_shape)
         Distribution.__init__(new, batch_shape, validate_args=False)
         new._validate_args = self._validate_args
         return new
@@ -402,18 +392,6 @@ class Binomial(Distribution):
     @constraints.dependent_property(is_discrete=True, event_dim=0)
     def support(self):
         return constraints.integer_interval(0, self.total_count)
-
-    @lazy_property
-    def logits(self) -> Tensor:
-        return probs_to_logits(self.probs, is_binary=True)
-
-    @lazy_property
-    def probs(self) -> Tensor:
-        return logits_to_probs(self.logits, is_binary=True)
-
-    @property
-    def param_shape(self) -> tuple[int, ...]:
-        return tuple(self._param.shape)
 
     @property
     def mean(self) -> Tensor:
@@ -466,7 +444,7 @@ class Binomial(Distribution):
         return values.expand((-1,) + self._batch_shape) if expand else values
 
 
-class Geometric(Distribution):
+class Geometric(BinaryParameters, Distribution):
     """The number of failures before the first success of trials of probability `probs`
     (or sigmoid(`logits`)): P(k) = (1 - p)^k p, k = 0, 1, ...; probs must be positive.
 
@@ -480,15 +458,7 @@ class Geometric(Distribution):
     support = constraints.nonnegative_integer
 
     def __init__(self, probs=None, logits=None, validate_args: bool | None = None):
-        if (probs is None) == (logits is None):
-            raise ValueError("Either `probs` or `logits` must be specified, but not both.")
-        given = probs if probs is not None else logits
-        (param,) = broadcast_all(given)
-        if probs is not None:
-            self.probs = param
-        else:
-            self.logits = param
-        batch_shape = () if isinstance(given, _NUMBER) else tuple(param.shape)
+        batch_shape, _ = self._take_parameter(probs, logits)
         super().__init__(batch_shape, validate_args=validate_args)
         if self._validate_args and probs is not None and not bool((self.probs > 0).all()):
             raise ValueError(
@@ -500,20 +470,10 @@ class Geometric(Distribution):
     def expand(self, batch_shape, _instance=None):
         new = self._get_checked_instance(Geometric, _instance)
         batch_shape = tuple(batch_shape)
-        for name in ("probs", "logits"):
-            if name in self.__dict__:
-                setattr(new, name, self.__dict__[name].expand(batch_shape))
+        self._expand_parameter(new, batch_shape)
         Distribution.__init__(new, batch_shape, validate_args=False)
         new._validate_args = self._validate_args
         return new
-
-    @lazy_property
-    def logits(self) -> Tensor:
-        return probs_to_logits(self.probs, is_binary=True)
-
-    @lazy_property
-    def probs(self) -> Tensor:
-        return logits_to_probs(self.logits, is_binary=True)
 
     @property
     def mean(self) -> Tensor:

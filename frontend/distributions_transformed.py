@@ -22,14 +22,12 @@ from . import distribution_constraints as constraints
 from .autograd_state import no_grad
 from .creation import rand
 from .distribution import (
+    BinaryParameters,
     Distribution,
     Independent,
     _sum_rightmost,
     broadcast_all,
     clamp_probs,
-    lazy_property,
-    logits_to_probs,
-    probs_to_logits,
 )
 from .distribution_transforms import ComposeTransform, ExpTransform, SigmoidTransform, Transform
 from .distributions_categorical import Categorical
@@ -170,7 +168,7 @@ class TransformedDistribution(Distribution):
         return value
 
 
-class LogitRelaxedBernoulli(Distribution):
+class LogitRelaxedBernoulli(BinaryParameters, Distribution):
     """The logit of a RelaxedBernoulli draw: (logit(u) + logits) / temperature, u uniform.
 
     >>> import fusegrad as fg
@@ -185,41 +183,17 @@ class LogitRelaxedBernoulli(Distribution):
 
     def __init__(self, temperature, probs=None, logits=None, validate_args: bool | None = None):
         self.temperature = temperature
-        if (probs is None) == (logits is None):
-            raise ValueError("Either `probs` or `logits` must be specified, but not both.")
-        given = probs if probs is not None else logits
-        (param,) = broadcast_all(given)
-        if probs is not None:
-            self.probs = param
-        else:
-            self.logits = param
-        self._param = param
-        batch_shape = () if isinstance(given, _NUMBER) else tuple(param.shape)
+        batch_shape, _ = self._take_parameter(probs, logits)
         super().__init__(batch_shape, validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):
         new = self._get_checked_instance(LogitRelaxedBernoulli, _instance)
         batch_shape = tuple(batch_shape)
         new.temperature = self.temperature
-        for name in ("probs", "logits"):
-            if name in self.__dict__:
-                setattr(new, name, self.__dict__[name].expand(batch_shape))
-                new._param = new.__dict__[name]
+        self._expand_parameter(new, batch_shape)
         Distribution.__init__(new, batch_shape, validate_args=False)
         new._validate_args = self._validate_args
         return new
-
-    @lazy_property
-    def logits(self) -> Tensor:
-        return probs_to_logits(self.probs, is_binary=True)
-
-    @lazy_property
-    def probs(self) -> Tensor:
-        return logits_to_probs(self.logits, is_binary=True)
-
-    @property
-    def param_shape(self) -> tuple[int, ...]:
-        return tuple(self._param.shape)
 
     def rsample(self, sample_shape=()) -> Tensor:
         shape = self._extended_shape(sample_shape)

@@ -37,15 +37,12 @@ from .adaptive import adaptive_max_pool1d as _adaptive_max_pool1d
 from .bilinear import bilinear
 from .channel_ops import channel_shuffle
 from .conv import avg_pool1d as _avg_pool1d
-from .conv import conv1d as _conv1d
-from .conv import conv2d as _conv2d
+from .conv import conv1d, conv2d
 from .conv import max_pool1d as _max_pool1d
 from .conv import max_pool2d as _max_pool2d
-from .conv3d import conv3d as _conv3d
-from .conv3d import conv_transpose3d as _conv_transpose3d
+from .conv3d import conv3d, conv_transpose3d
 from .conv3d import max_pool3d as _max_pool3d
-from .conv_transpose import conv_transpose1d as _conv_transpose1d
-from .conv_transpose import conv_transpose2d as _conv_transpose2d
+from .conv_transpose import conv_transpose1d, conv_transpose2d
 from .ctc import ctc_loss as _ctc_loss
 from .dense import alpha_dropout as _alpha_dropout
 from .dense import dropout as _dropout
@@ -73,6 +70,12 @@ from .upsample import pixel_shuffle, pixel_unshuffle
 # the same signature as torch's top-level form: F's function itself
 __all__ = [
     "bilinear",
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "conv_transpose3d",
     "celu_",
     "channel_shuffle",
     "cosine_similarity",
@@ -111,69 +114,6 @@ def _public(fn):
 
 
 # ---------------------------------------------------------------- convolutions and pools
-@_public
-def conv1d(input: Tensor, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002
-    """torch.conv1d: `F.conv1d` (padding may be "same" or "valid")."""
-    return _conv1d(input, weight, bias, stride, padding, dilation, groups)
-
-
-@_public
-def conv2d(input: Tensor, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002
-    """torch.conv2d: `F.conv2d` (padding may be "same" or "valid")."""
-    return _conv2d(input, weight, bias, stride, padding, dilation, groups)
-
-
-@_public
-def conv3d(input: Tensor, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002
-    """torch.conv3d: `F.conv3d` (padding may be "same" or "valid")."""
-    return _conv3d(input, weight, bias, stride, padding, dilation, groups)
-
-
-@_public
-def conv_transpose1d(
-    input: Tensor,  # noqa: A002
-    weight,
-    bias=None,
-    stride=1,
-    padding=0,
-    output_padding=0,
-    groups=1,
-    dilation=1,
-):
-    """torch.conv_transpose1d: `F.conv_transpose1d` (groups before dilation, as F's)."""
-    return _conv_transpose1d(input, weight, bias, stride, padding, output_padding, groups, dilation)
-
-
-@_public
-def conv_transpose2d(
-    input: Tensor,  # noqa: A002
-    weight,
-    bias=None,
-    stride=1,
-    padding=0,
-    output_padding=0,
-    groups=1,
-    dilation=1,
-):
-    """torch.conv_transpose2d: `F.conv_transpose2d` (groups before dilation, as F's)."""
-    return _conv_transpose2d(input, weight, bias, stride, padding, output_padding, groups, dilation)
-
-
-@_public
-def conv_transpose3d(
-    input: Tensor,  # noqa: A002
-    weight,
-    bias=None,
-    stride=1,
-    padding=0,
-    output_padding=0,
-    groups=1,
-    dilation=1,
-):
-    """torch.conv_transpose3d: `F.conv_transpose3d` (groups before dilation, as F's)."""
-    return _conv_transpose3d(input, weight, bias, stride, padding, output_padding, groups, dilation)
-
-
 @_public
 def max_pool1d(input: Tensor, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):  # noqa: A002
     """torch.max_pool1d: `F.max_pool1d` without return_indices (an empty stride, torch's
