@@ -262,3 +262,21 @@ def test_sdpa_and_attention_with_a_float32_mask_on_16_bit_inputs():
     out = layer(x, x[:3], tgt_mask=nn.Transformer.generate_square_subsequent_mask(5))
     assert out.dtype == fg.bfloat16 and out.shape == (5, 2, 8)
     assert np.isfinite(out.float().numpy()).all()
+
+
+def test_zero_attn_gives_a_row_whose_keys_are_all_masked_the_zero_key():
+    """torch's add_zero_attn at a boundary: a batch entry whose every key is padding still
+    attends to the appended zero key (its mask column is always open), so its output is
+    the output projection's bias, not NaN; the other entry is unchanged by it."""
+    fg.manual_seed(4)
+    mha = nn.MultiheadAttention(4, 2, add_zero_attn=True).to(fg.float64)
+    fg.nn.init.uniform_(mha.out_proj.bias, -1.0, 1.0)
+    x = RNG.standard_normal((3, 2, 4))
+    kpm = np.array([[True, True, True], [False, True, False]])
+    out, w = mha(t64(x), t64(x), t64(x), key_padding_mask=fg.tensor(kpm))
+    want, p = np_mha_extra(mha, x, x, x, key_padding_mask=kpm)
+    np.testing.assert_allclose(out.detach().numpy(), want, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        out.detach().numpy()[:, 0], np.tile(mha.out_proj.bias.numpy(), (3, 1))
+    )
+    assert np.isfinite(out.detach().numpy()).all() and w.numpy()[0, :, -1].tolist() == [1.0] * 3

@@ -1352,3 +1352,4 @@ def test_transposed_convolution_output_size_out_of_range_raises():
     with pytest.raises(ValueError, match="output_size must have 2 or 4 elements"):
         layer(x, output_size=[8])
     assert layer(x, output_size=(1, 3, 7, 8)).shape == (1, 3, 7, 8)
+    assert layer(fg.ones(0, 2, 4, 4), output_size=[8, 7]).shape == (0, 3, 8, 7)  # an empty batch

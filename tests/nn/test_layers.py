@@ -248,6 +248,15 @@ def test_embedding_scale_grad_by_freq_divides_by_each_index_count(padding_idx):
     w = fg.tensor(table, requires_grad=True)  # the function form, no module
     F.embedding(fg.tensor(idx), w, scale_grad_by_freq=True).sum().backward()
     np.testing.assert_allclose(w.grad.numpy()[:, 0], np.where(counts > 0, 1.0, 0.0))
+    # an empty index tensor: an empty result and a zero gradient; a 0-d index: its row whole
+    e = nn.Embedding(5, 2, scale_grad_by_freq=True)
+    out = e(fg.tensor([], dtype=fg.int64))
+    assert out.shape == (0, 2)
+    out.sum().backward()
+    assert not e.weight.grad.numpy().any()
+    e.weight.grad = None
+    (e(fg.tensor(3)) * 2).sum().backward()
+    assert e.weight.grad.tolist() == [[0.0, 0.0]] * 3 + [[2.0, 2.0]] + [[0.0, 0.0]]
 
 
 def test_embedding_from_pretrained():

@@ -312,6 +312,8 @@ def test_normalize_zero_vector_gradient_is_one_over_eps():
         (lambda: nn.BatchNorm1d(4), (0, 4)),
         (lambda: nn.BatchNorm2d(4), (0, 4, 3, 3)),
         (lambda: nn.BatchNorm2d(4), (2, 4, 0, 3)),  # no pixels
+        (lambda: nn.BatchNorm3d(4), (0, 4, 2, 3, 3)),
+        (lambda: nn.BatchNorm3d(4), (2, 4, 2, 0, 3)),  # no voxels
         (lambda: nn.GroupNorm(2, 4), (0, 4, 3)),
         (lambda: nn.LayerNorm(4), (0, 4)),
     ],
@@ -327,7 +329,7 @@ def test_normalization_of_an_empty_batch(make, shape):
     y.sum().backward()
     for name, p in m.named_parameters():
         assert p.grad is not None and not p.grad.numpy().any(), name
-    if isinstance(m, nn.BatchNorm1d | nn.BatchNorm2d):
+    if isinstance(m, nn.BatchNorm1d | nn.BatchNorm2d | nn.BatchNorm3d):
         assert m.running_mean.tolist() == [0.0] * 4 and m.running_var.tolist() == [1.0] * 4
         assert m.num_batches_tracked.item() == 1
 
