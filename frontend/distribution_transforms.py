@@ -311,18 +311,23 @@ class ComposeTransform(Transform):
 identity_transform = ComposeTransform([])
 
 
-class ExpTransform(Transform):
+class _Fixed(Transform):
+    """A transform without parameters: every two of one class are equal (torch's `__eq__`
+    of Exp, Sigmoid, Tanh, Abs and Softmax transforms)."""
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, type(self))
+
+    __hash__ = object.__hash__
+
+
+class ExpTransform(_Fixed):
     """y = exp(x); log |det| = x."""
 
     domain = constraints.real
     codomain = constraints.positive
     bijective = True
     sign = +1
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, ExpTransform)
-
-    __hash__ = object.__hash__
 
     def _call(self, x):
         return x.exp()
@@ -391,7 +396,7 @@ def _clipped_sigmoid(x: Tensor) -> Tensor:
     return x.sigmoid().clamp(min=fi.tiny, max=1.0 - fi.eps)
 
 
-class SigmoidTransform(Transform):
+class SigmoidTransform(_Fixed):
     """y = sigmoid(x) (clamped to [tiny, 1 - eps]); its inverse the logit of y clamped the
     same way; log |det| = -softplus(-x) - softplus(x)."""
 
@@ -399,11 +404,6 @@ class SigmoidTransform(Transform):
     codomain = constraints.unit_interval
     bijective = True
     sign = +1
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, SigmoidTransform)
-
-    __hash__ = object.__hash__
 
     def _call(self, x):
         return _clipped_sigmoid(x)
@@ -417,7 +417,7 @@ class SigmoidTransform(Transform):
         return -_softplus(-x) - _softplus(x)
 
 
-class TanhTransform(Transform):
+class TanhTransform(_Fixed):
     """y = tanh(x), x = atanh(y); log |det| = 2 * (log 2 - x - softplus(-2x)), torch's
     stable form of log(1 - tanh(x)^2). Use `cache_size=1` to invert sampled values (atanh
     of a y rounded to +-1 is infinite)."""
@@ -426,11 +426,6 @@ class TanhTransform(Transform):
     codomain = constraints.interval(-1.0, 1.0)
     bijective = True
     sign = +1
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, TanhTransform)
-
-    __hash__ = object.__hash__
 
     def _call(self, x):
         return x.tanh()
@@ -442,16 +437,11 @@ class TanhTransform(Transform):
         return 2.0 * (math.log(2.0) - x - _softplus(-2.0 * x))
 
 
-class AbsTransform(Transform):
+class AbsTransform(_Fixed):
     """y = |x| (not bijective: its inverse is y itself)."""
 
     domain = constraints.real
     codomain = constraints.positive
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, AbsTransform)
-
-    __hash__ = object.__hash__
 
     def _call(self, x):
         return x.abs()
@@ -540,17 +530,12 @@ class AffineTransform(Transform):
         return _broadcast_shapes(tuple(shape), *self._param_shapes())
 
 
-class SoftmaxTransform(Transform):
+class SoftmaxTransform(_Fixed):
     """y = softmax(x) over the last dim (real vectors to the simplex); its inverse log(y),
     one of the many preimages (not bijective; no log |det|, as torch's)."""
 
     domain = constraints.real_vector
     codomain = constraints.simplex
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, SoftmaxTransform)
-
-    __hash__ = object.__hash__
 
     def _call(self, x):
         probs = (x - x.max(-1, True)[0]).exp()
