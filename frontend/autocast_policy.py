@@ -68,6 +68,7 @@ _CPU_FP32 = [
     "huber_loss", "margin_ranking_loss", "triplet_margin_loss", "kl_div",
     "binary_cross_entropy_with_logits", "poisson_nll_loss", "hinge_embedding_loss",
     "soft_margin_loss", "multi_margin_loss", "multilabel_margin_loss",
+    "fractional_max_pool2d", "fractional_max_pool3d",
 ]  # fmt: skip
 
 _CPU_PROMOTE = ["cat", "stack", "index_copy"]

@@ -68,6 +68,7 @@ from .devices import is_host as is_host_device
 # errors, raised at the user's line
 from .errors import (
     DeviceError,
+    DimError,
     DTypeError,
     DTypeNotImplementedError,
     FusegradError,
@@ -167,6 +168,7 @@ __all__ = [
     "checked_dtype",
     "DTypeError",
     "DTypeNotImplementedError",
+    "DimError",
     "DeviceError",
     "FusegradError",
     "JitError",

@@ -61,6 +61,7 @@ from .conv_transpose import ConvTranspose1d, ConvTranspose2d
 from .ctc import CTCLoss
 from .embedding_bag import EmbeddingBag
 from .fold import Fold, MaxUnpool1d, MaxUnpool2d, MaxUnpool3d, Unfold
+from .fractional_pool import FractionalMaxPool2d, FractionalMaxPool3d
 from .layers import (
     AlphaDropout,
     CosineSimilarity,
@@ -182,6 +183,8 @@ __all__ = [
     "AdaptiveMaxPool2d",
     "AdaptiveAvgPool3d",
     "AdaptiveMaxPool3d",
+    "FractionalMaxPool2d",
+    "FractionalMaxPool3d",
     "AvgPool3d",
     "Conv3d",
     "ConvTranspose3d",

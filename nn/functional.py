@@ -86,6 +86,12 @@ from .dense import (  # noqa: F401
 )
 from .embedding_bag import embedding_bag  # noqa: F401
 from .fold import fold, max_unpool1d, max_unpool2d, max_unpool3d, unfold  # noqa: F401
+from .fractional_pool import (  # noqa: F401
+    fractional_max_pool2d,
+    fractional_max_pool2d_with_indices,
+    fractional_max_pool3d,
+    fractional_max_pool3d_with_indices,
+)
 from .grid_sample import affine_grid, grid_sample  # noqa: F401
 from .loss_functions import (  # noqa: F401
     binary_cross_entropy,

@@ -120,6 +120,8 @@ CASES = {
     "avg_pool3d": lambda m, F, t, i: F.avg_pool3d(t(1, 1, 2, 2, 2), 2),
     "adaptive_avg_pool3d": lambda m, F, t, i: F.adaptive_avg_pool3d(t(1, 1, 2, 2, 2), 1),
     "adaptive_max_pool3d": lambda m, F, t, i: F.adaptive_max_pool3d(t(1, 1, 2, 2, 2), 1),
+    "fractional_max_pool2d": lambda m, F, t, i: F.fractional_max_pool2d(t(1, 1, 3, 3), 2, 2),
+    "fractional_max_pool3d": lambda m, F, t, i: F.fractional_max_pool3d(t(1, 1, 3, 3, 3), 2, 2),
     "max_unpool2d": lambda m, F, t, i: F.max_unpool2d(
         *F.max_pool2d(t(1, 1, 2, 2), 2, return_indices=True), 2
     ),
@@ -188,7 +190,7 @@ CPU = {
         + ["prod", "trace", "max_pool3d", "avg_pool3d", "adaptive_avg_pool3d"]
         + ["adaptive_max_pool3d", "max_unpool2d", "max_unpool3d", "hinge_embedding_loss"]
         + ["poisson_nll_loss", "soft_margin_loss", "multi_margin_loss"]
-        + ["multilabel_margin_loss"],
+        + ["multilabel_margin_loss", "fractional_max_pool2d", "fractional_max_pool3d"],
         (H, H),
     ),
     **dict.fromkeys(["cat", "stack", "index_copy"], (S, S)),

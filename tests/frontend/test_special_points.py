@@ -452,6 +452,15 @@ EXCLUDED: dict[str, str] = {
         ),
         _MOVES,
     ),
+    **dict.fromkeys(
+        _names(
+            "F",
+            "fractional_max_pool2d fractional_max_pool3d fractional_max_pool2d_with_indices "
+            "fractional_max_pool3d_with_indices",
+        ),
+        _SPECIAL_ELSEWHERE + ": tests/nn/test_fractional_pool.py (ties, NaN, -inf, overlapping "
+        "windows, empty batch and output, float16 intervals, against torch's algorithm)",
+    ),
     **dict.fromkeys(_names("F", "upsample upsample_bilinear"), _LINEAR),  # (F.interpolate's)
     **dict.fromkeys(_names("F", "gumbel_softmax rrelu rrelu_"), _RANDOM),
     "F.lp_pool3d": _SPECIAL_ELSEWHERE + ": tests/nn/test_lp_pool.py (lp_pool2d's formula over "
