@@ -31,7 +31,7 @@ from .runtime import attribution as _sites
 from .runtime import forksafe
 from .runtime.engine import engine
 from .tensor_base import TensorBase, as_tensor_like
-from .tensor_hooks import LEAF_HOOKS, on_leaf_grad
+from .tensor_hooks import LEAF_HOOKS, POST_ACCUMULATE_HOOKS, after_accumulation, on_leaf_grad
 from .versions import _updated, check_unmodified, retire
 
 # every tensor made a differentiable leaf, by id() (Tensor's == is elementwise, so tensors
@@ -302,12 +302,14 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
     graded = _local.graded
     if graded is None:
         graded = _local.graded = {}
+    accumulated = []
     for k, (leaf, gt) in enumerate(zip(leaves, fresh)):
         if LEAF_HOOKS and (gt is not None or k in undefined):
             gt = on_leaf_grad(leaf, gt)  # (torch calls them with None where a rule gave none)
         if gt is not None:
             leaf._grad = gt if leaf._grad is None else leaf._grad + gt
             graded[id(leaf)] = weakref.ref(leaf)
+            accumulated.append(leaf)
     if not (retain_graph or create_graph):
         _consumed[id(t)] = weakref.ref(t)
         if len(_consumed) > _consumed_sweep_at[0] and sweep(_consumed, _dead, _consumed_sweeping):
@@ -318,6 +320,8 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
     if pending_roots is None:
         pending_roots = _local.pending = []
     pending_roots.append(weakref.ref(t))
+    if POST_ACCUMULATE_HOOKS:  # (last: a hook may step an optimizer, which settles all this)
+        after_accumulation(accumulated)
 
 
 def _zero_through_empty(walked: set, by_node, leaves: list, fresh: list, undefined, create_graph):

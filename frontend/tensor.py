@@ -86,6 +86,7 @@ from .tensor_base import broadcast_node_shapes as _broadcast_node_shapes
 from .tensor_base import where as _where
 from .tensor_hooks import HOOKED_BY, separate
 from .tensor_hooks import register_hook as _register_hook
+from .tensor_hooks import register_post_accumulate_grad_hook as _register_post_accumulate
 from .torch_methods import TorchMethodsMixin
 from .torch_settings import check_memory_format, format_strides
 from .versions import InplaceError
@@ -904,6 +905,12 @@ class Tensor(*MIXINS, TensorBase):
         returns replaces the gradient), as torch's; `handle.remove()` takes it off. See
         `fusegrad.tensor_hooks`."""
         return _register_hook(self, hook)
+
+    def register_post_accumulate_grad_hook(self, hook):
+        """Call `hook(self)` after backward() has accumulated this leaf's gradient into
+        `.grad` (torch's "optimizer in backward": `hook` may step an optimizer of this
+        parameter); returns a handle with `remove()`. See `fusegrad.tensor_hooks`."""
+        return _register_post_accumulate(self, hook)
 
     @property
     def retains_grad(self) -> bool:

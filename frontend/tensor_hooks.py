@@ -17,6 +17,14 @@ at once, so hooks run inside `backward()` as torch's do.
   and are not seen.
 - A leaf's hooks are kept by tensor (its node changes at each optimizer step) and run
   on each gradient backward() gives it, before it is added to `.grad`.
+- `Tensor.register_post_accumulate_grad_hook` (leaves only): `hook(leaf)` after
+  backward() has added the leaf's gradient to its `.grad`, as torch's; kept by tensor too.
+  backward() accumulates every gradient of the call first, then runs these hooks (in the
+  order it reached the leaves), where torch runs each as its leaf's gradient is
+  accumulated: a hook that reads *another* leaf's `.grad` may see it already summed here.
+  A hook that reads its leaf's `.grad` computes the call's gradients together (they share
+  the backward pass), so an optimizer step in the hook ("optimizer in backward") updates
+  the parameter from that value and the other gradients are unaffected.
 
 >>> import fusegrad as fg
 >>> x = fg.tensor([1.0, 2.0], requires_grad=True)
@@ -57,6 +65,8 @@ HOOKED_BY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 # leaves with hooks: id(tensor) -> (weak reference, {key: hook}); see `_leaf_entry`
 LEAF_HOOKS: dict[int, tuple[weakref.ref, dict]] = {}
+# leaves with post-accumulate hooks, in the same form
+POST_ACCUMULATE_HOOKS: dict[int, tuple[weakref.ref, dict]] = {}
 _keys = itertools.count()
 
 
@@ -165,23 +175,61 @@ def separate(n: N.Node, parents) -> N.Node:
     return n
 
 
-def _forget_leaf(leaf_id: int, hooks: dict) -> None:
-    entry = LEAF_HOOKS.get(leaf_id)
+def _forget_leaf(leaf_id: int, hooks: dict, registry: dict = LEAF_HOOKS) -> None:
+    entry = registry.get(leaf_id)
     if entry is not None and entry[1] is hooks:
-        del LEAF_HOOKS[leaf_id]
+        del registry[leaf_id]
 
 
-def _leaf_entry(t) -> dict:
-    entry = LEAF_HOOKS.get(id(t))
+def _leaf_entry(t, registry: dict = LEAF_HOOKS) -> dict:
+    entry = registry.get(id(t))
     if entry is None or entry[0]() is not t:
         key = id(t)
 
         def forget(ref, key=key):
-            if LEAF_HOOKS.get(key, (None,))[0] is ref:
-                del LEAF_HOOKS[key]
+            if registry.get(key, (None,))[0] is ref:
+                del registry[key]
 
-        entry = LEAF_HOOKS[key] = (weakref.ref(t, forget), {})
+        entry = registry[key] = (weakref.ref(t, forget), {})
     return entry[1]
+
+
+def register_post_accumulate_grad_hook(t, hook: Callable) -> RemovableHandle:
+    """Call `hook(t)` after each backward() has accumulated t's gradient into `t.grad`
+    (a leaf that requires grad); the hook returns None. See the module docstring."""
+    if not t.requires_grad:
+        fail(
+            GradError,
+            "register_post_accumulate_grad_hook",
+            "cannot register a hook on a tensor that doesn't require gradient",
+        )
+    if not t._is_leaf:
+        fail(
+            GradError,
+            "register_post_accumulate_grad_hook",
+            "post accumulate grad hooks cannot be registered on non-leaf tensors",
+        )
+    key = next(_keys)
+    hooks = _leaf_entry(t, POST_ACCUMULATE_HOOKS)
+    hooks[key] = hook
+    leaf_id = id(t)
+    return RemovableHandle(hooks, key, lambda: _forget_leaf(leaf_id, hooks, POST_ACCUMULATE_HOOKS))
+
+
+def after_accumulation(leaves) -> None:
+    """Run the post-accumulate hooks of `leaves` (backward() calls it once every gradient
+    of the call is in `.grad`)."""
+    for leaf in leaves:
+        entry = POST_ACCUMULATE_HOOKS.get(id(leaf))
+        if entry is None or entry[0]() is not leaf:
+            continue
+        for hook in list(entry[1].values()):
+            if hook(leaf) is not None:
+                fail(
+                    GradError,
+                    "register_post_accumulate_grad_hook",
+                    "Tensor post accumulate grad hooks should return None.",
+                )
 
 
 def on_leaf_grad(leaf, grad):

@@ -57,7 +57,8 @@ GROUPS = {
         "realize short to tolist type type_as"
     ),
     "Autograd": (
-        "backward detach detach_ grad grad_fn is_leaf register_hook requires_grad "
+        "backward detach detach_ grad grad_fn is_leaf register_hook "
+        "register_post_accumulate_grad_hook requires_grad "
         "requires_grad_ retain_grad retains_grad"
     ),
     "Pointwise math": (
@@ -440,7 +441,14 @@ def define(
     one = f"{indent}def {name}({', '.join(params)}){arrow}:{body}  # {where}"
     if len(one) <= WIDTH:
         return [*lines, one, *doc]
-    lines.append(f"{indent}def {name}(  # {where}")
+    head = f"{indent}def {name}(  # {where}"
+    if len(head) > WIDTH:  # a long name: where it is written goes on the line above
+        lines.append(f"{indent}# {where}")
+        bare = f"{indent}def {name}({', '.join(params)}){arrow}:{body}"
+        if len(bare) <= WIDTH:
+            return [*lines, bare, *doc]
+        head = f"{indent}def {name}("
+    lines.append(head)
     inner = indent + "    " + ", ".join(params) + ("," if len(params) == 1 else "")
     if len(inner) <= WIDTH:
         lines.append(inner)

@@ -264,7 +264,7 @@ EXCLUDED: dict[str, str] = {
             "grad int is_contiguous is_cpu is_cuda is_leaf is_mps is_xpu item long byte char "
             "short ndim node numel "
             "numpy "
-            "realize register_hook "
+            "realize register_hook register_post_accumulate_grad_hook "
             "requires_grad requires_grad_ retain_grad retains_grad shape size stride to "
             "tolist type type_as detach_ new_empty new_full new_ones new_tensor new_zeros "
             "squeeze_ unsqueeze_ t_ transpose_ swapaxes_ swapdims_ as_strided_",
