@@ -251,8 +251,9 @@ class Tensor:
         """Call `hook(grad)` with this tensor's gradient at each backward pass (a tensor it returns
         replaces the gradient), as torch's; `handle.remove()` takes it off.
         """
-    # frontend/tensor.py: Tensor.register_post_accumulate_grad_hook
-    def register_post_accumulate_grad_hook(self, hook):
+    def register_post_accumulate_grad_hook(  # frontend/tensor.py: Tensor.register_post_accumulate_grad_hook  # noqa: E501
+        self, hook
+    ):
         """Call `hook(self)` after backward() has accumulated this leaf's gradient into `.grad`
         (torch's "optimizer in backward": `hook` may step an optimizer of this parameter);
         returns a handle with `remove()`.

@@ -442,12 +442,8 @@ def define(
     if len(one) <= WIDTH:
         return [*lines, one, *doc]
     head = f"{indent}def {name}(  # {where}"
-    if len(head) > WIDTH:  # a long name: where it is written goes on the line above
-        lines.append(f"{indent}# {where}")
-        bare = f"{indent}def {name}({', '.join(params)}){arrow}:{body}"
-        if len(bare) <= WIDTH:
-            return [*lines, bare, *doc]
-        head = f"{indent}def {name}("
+    if len(head) > WIDTH:  # a name too long to fit with where it is written
+        head += "  # noqa: E501"
     lines.append(head)
     inner = indent + "    " + ", ".join(params) + ("," if len(params) == 1 else "")
     if len(inner) <= WIDTH:
