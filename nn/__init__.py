@@ -51,7 +51,6 @@ from .adaptive import (
     AdaptiveMaxPool3d,
 )
 from .adaptive_softmax import AdaptiveLogSoftmaxWithLoss
-from .attention import MultiheadAttention
 from .bilinear import Bilinear
 from .channel_ops import ChannelShuffle, LocalResponseNorm
 from .containers import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
@@ -128,6 +127,7 @@ from .losses_more import (
 )
 from .lp_pool import LPPool1d, LPPool2d, LPPool3d
 from .module import Buffer, Module, Parameter, load, save
+from .multihead_attention import MultiheadAttention
 from .normalization import (
     BatchNorm1d,
     BatchNorm2d,

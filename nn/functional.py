@@ -122,6 +122,7 @@ from .losses_more import (  # noqa: F401
     triplet_margin_loss,
 )
 from .lp_pool import lp_pool1d, lp_pool2d, lp_pool3d  # noqa: F401
+from .multihead_attention import multi_head_attention_forward  # noqa: F401
 from .normalization import (  # noqa: F401
     batch_norm,
     group_norm,

@@ -22,11 +22,11 @@ import copy
 from ..nnapi import ShapeError, Tensor, fail, grad_enabled, index_arange, where
 from . import init
 from .activations import GELU, gelu
-from .attention import MultiheadAttention
 from .containers import ModuleList
 from .functional import relu
 from .layers import Dropout, Linear, ReLU
 from .module import Module
+from .multihead_attention import MultiheadAttention
 from .normalization import LayerNorm
 
 
