@@ -199,9 +199,12 @@ class Lowerer(TiledContraction, CascadeSums):
         if hoist and len(levels) > 1:
             self.levels = levels
             self.block_level = {id(blk): k for k, (_, blk, _) in enumerate(levels)}
-        if self.stash is not None and len(loop_vars) > 1 and tile_choice.wide_registers():
-            # the output pass in whole AVX-512 registers (LLVM would take half: a 16-bit
-            # output's rounding and packing then costs twice the instructions an element)
+        whole = self.stash is not None or loops_shape[-1:] >= [WIDE_VECTOR_BYTES // 4]
+        if self.row_cascade and whole and len(loop_vars) > 1 and tile_choice.wide_registers():
+            # a row kernel's output pass in whole AVX-512 registers: LLVM would take half
+            # (a 16-bit output's rounding and packing then costs twice the instructions an
+            # element), or a quarter where the pass compares 64-bit integers (a cross
+            # entropy's one-hot target == class: 4 lanes for the 4 int64s of 256 bits)
             loop.lanes = WIDE_VECTOR_BYTES // 4
         self.block = outer
         self.flops = 0

@@ -226,6 +226,7 @@ def _merge_loops(item: ScheduleItem, tile: bool) -> _Groups:
         groups.red = _merge_groups(
             red_axes, lambda g: _divmod_score(groups.lowered_with(groups.out, g)), apart
         )
+        groups.red = _contiguous_inside(groups.plain(), groups.red)
     if len(out_axes) > 1 and not row_stats:  # a row kernel keeps its rows' loops apart
         groups.out = _merge_groups(
             out_axes, lambda g: _divmod_score(groups.lowered_with(g, groups.red))
@@ -239,6 +240,42 @@ def _merge_loops(item: ScheduleItem, tile: bool) -> _Groups:
             if groups.summed is not None:
                 groups.red = groups.summed
     return groups
+
+
+def _contiguous_inside(plain: Kernel, red_groups: list) -> list:
+    """The reduction groups reordered so that the innermost is the one along which the
+    largest input is read contiguously, where another is not: a sum over a transposed
+    view (the norm of a weight gradient a product stored transposed, `W.T.sum()`) then
+    walks memory in order instead of one cache line an element. The order of a sum's
+    loops is free (docs/NUMERICS.md: a sum's order is the kernel's); the groups stay
+    as they are where the innermost is contiguous already, or no group is."""
+    if len(red_groups) < 2:
+        return red_groups
+    names = [f"r{g}" for g in range(len(red_groups))]
+    loads = [s for s in _statements(plain.body) if isinstance(s, Load)]
+    if not loads:
+        return red_groups
+    read = max(loads, key=lambda s: s.param.size)
+    steps = {}
+    for atom in read.index.atoms():
+        if isinstance(atom, Var) and atom.name in names:
+            steps[atom.name] = abs(read.index.coef(atom))
+    if steps.get(names[-1]) == 1:
+        return red_groups
+    along = [g for g, name in enumerate(names) if steps.get(name) == 1]
+    if not along:
+        return red_groups
+    g = along[0]
+    return [*red_groups[:g], *red_groups[g + 1 :], red_groups[g]]
+
+
+def _statements(body):
+    """Every statement of a loop body, loops entered."""
+    for s in body:
+        if isinstance(s, Loop):
+            yield from _statements(s.body)
+        else:
+            yield s
 
 
 def _on_matrix_units(item: ScheduleItem, groups: _Groups, amx: bool, dpbf16: bool):

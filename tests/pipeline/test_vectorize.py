@@ -249,6 +249,38 @@ def test_a_per_channel_sum_over_images_and_planes_is_cascaded_in_vector_lanes(hw
     np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.skipif(REG != "zmm", reason="the 16-lane output pass is AVX-512's")
+def test_a_cross_entropy_gradient_row_kernel_fills_whole_registers():
+    """A classifier's gradient, `softmax(x) - onehot(t)`, is one row kernel whose output
+    pass compares each class with the 64-bit target: LLVM alone fills a register's 4
+    int64s and so runs the floats 4 lanes at a time. The output pass asks for 16 lanes
+    (one AVX-512 register of floats): 1.6x the speed on 1024 x 5000 logits."""
+    x = RNG.standard_normal((64, 300)).astype(np.float32)
+    t = RNG.integers(0, 300, size=64)
+    xt = fg.from_numpy(x).requires_grad_()
+    fg.nn.functional.cross_entropy(xt, fg.from_numpy(t)).backward()
+    ks = [k for k in fg.kernels(xt.grad) if "(16 lanes)" in k.loop_ir]
+    assert ks, [k.loop_ir for k in fg.kernels(xt.grad)]
+    check_vectorized(ks[0], np.float32, [MUL])
+    e = np.exp(x - x.max(1, keepdims=True))
+    want = e / e.sum(1, keepdims=True)
+    want[np.arange(64), t] -= 1
+    np.testing.assert_allclose(xt.grad.numpy(), want / 64, rtol=1e-5, atol=1e-7)
+
+
+def test_a_sum_over_a_transposed_view_is_vectorized():
+    """A full sum of a transposed view (the squared norm of a weight gradient that a
+    product stored transposed, as `clip_grad_norm_` takes it) loops over the contiguous
+    axis innermost, in vector lanes, not down each column one element at a time (3x
+    faster on 5000 x 256; and one scalar chain of 1.3M additions lost 4 digits)."""
+    a = RNG.standard_normal((256, 520)).astype(np.float32)
+    v = fg.from_numpy(a)[:, :500].T
+    y = (v * v).sum()
+    check_vectorized(one_kernel(y), np.float32, [ADD])
+    want = (a[:, :500].astype(np.float64) ** 2).sum()
+    assert abs(y.item() - want) <= 1e-6 * want
+
+
 def test_row_max_reduction_is_vectorized():
     a = RNG.standard_normal((256, 256)).astype(np.float32)
     y = fg.from_numpy(a).amax(1)
