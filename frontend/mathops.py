@@ -1316,6 +1316,9 @@ def _primitive(op: Ops):
         return x._float()._unary(op)
 
     fn.__name__ = fn.__qualname__ = name
+    # a code object of its own, named too: kernels label an op by its code's name, and
+    # tell ops apart by their code objects (runtime/attribution.py)
+    fn.__code__ = fn.__code__.replace(co_name=name, co_qualname=f"_primitive.<locals>.{name}")
     fn.__doc__ = f"{name}(x) elementwise, as torch.{name}: the primitive {op.name} (ir/ops.py)."
     return fn
 

@@ -28,13 +28,15 @@ from .torch_settings import can_cast
 def with_out(fn, name: str):
     """`fn` taking torch's `out=` keyword as well (see the module's docstring)."""
 
+    # (named `wrapper`: a frame that only passes the call on, so kernels are labelled by
+    # `fn`'s name, not this one's: runtime/attribution.py)
     @functools.wraps(fn)
-    def function(*args, out=None, **kwargs):
+    def wrapper(*args, out=None, **kwargs):
         if out is None:
             return fn(*args, **kwargs)
         return write_out(fn(*args, **kwargs), out, name)
 
-    return function
+    return wrapper
 
 
 def write_out(result, out, name: str):

@@ -182,6 +182,26 @@ class _ModuleScope(threading.local):
 module_scope = _ModuleScope()
 
 
+class _Hints(threading.local):
+    """The last few walks of `capture` on this thread, most recent first, each
+    `(skip, id(user frame), its code, its instruction, api skip, api code, module scope,
+    site)`: the user frame was `skip` frames above the walk's start, and the library
+    function it called (the site's `api`) `api skip` frames above. A tensor op makes
+    several tensors from one user line (`(x * 2 + 1).sum()`: four), each through a stack
+    of library frames that `capture` would otherwise walk, materializing each frame, a
+    third of the op's cost. A hint is taken when the frame that far up is that very frame
+    object, suspended at that very instruction (a frame object lives as long as its call,
+    and an instruction is one call expression), the frame `api skip` up runs that very
+    library function and the module scope is the same: then the walk would find the same
+    user line, library call and module."""
+
+    recent: tuple = ()  # (a class default: a thread that never walked has none)
+
+
+_hints = _Hints()
+HINTS_KEPT = 4
+
+
 def capture(depth: int = 1, api=None) -> Site | None:
     """The site of the innermost frame outside the library, `depth` frames above the caller
     (`api`: the library function being entered there, if the walk finds no outer one).
@@ -191,23 +211,44 @@ def capture(depth: int = 1, api=None) -> Site | None:
     site = ambient.site
     if site is not None:
         return site
-    f = sys._getframe(depth + 1)
+    start = depth + 1  # (from here: this function's frame is 0)
+    scope = module_scope.top
+    if api is None:
+        getframe = sys._getframe
+        for skip, key, code, lasti, api_skip, api_code, hscope, hsite in _hints.recent:
+            try:
+                f = getframe(start + skip)
+            except ValueError:  # (a shallower stack)
+                continue
+            if (
+                id(f) == key
+                and f.f_code is code
+                and f.f_lasti == lasti
+                and hscope is scope
+                and getframe(start + api_skip).f_code is api_code
+            ):
+                return hsite
+    f = sys._getframe(start)
     kind = _kind
+    skip, api_skip, given = 0, -1, api
     while f is not None:
         code = f.f_code
         e = kind.get(id(code))
         k = e[1] if e is not None and e[0] is code else _kind_of(code)
         if k == 0:  # one Site per (line, call, module): nodes share it, its text is made once
-            scope = module_scope.top
             module = scope[0] if scope is not None else None
             key = (id(code), f.f_lineno, id(api), module)
             site = _sites.get(key)
             if site is None or site.code is not code or site.api is not api:
                 site = _sites[key] = Site(code, f.f_lineno, api, module=module)
+            if given is None and api_skip >= 0:
+                hint = (skip, id(f), code, f.f_lasti, api_skip, api, scope, site)
+                _hints.recent = (hint, *_hints.recent[: HINTS_KEPT - 1])
             return site
         if k == 1:
-            api = code
+            api, api_skip = code, skip
         f = f.f_back
+        skip += 1
     return None
 
 

@@ -157,8 +157,13 @@ def source_path(f) -> str:
 
 
 def _encloses(code, target) -> bool:
-    """Whether the code object `target` is `code`'s or that of a function nested in it."""
-    return code is target or any(
+    """Whether the code object `target` is `code`'s or that of a function nested in it (or
+    a copy of one renamed by `code.replace`, as mathops's primitives are: the same file
+    and first line)."""
+    same = code is target or (
+        code.co_filename == target.co_filename and code.co_firstlineno == target.co_firstlineno
+    )
+    return same or any(
         isinstance(c, types.CodeType) and _encloses(c, target) for c in code.co_consts
     )
 

@@ -158,6 +158,35 @@ def test_modules_in_a_sequential_are_labelled_by_their_own_op(ran):
     assert "sequential" not in labels
 
 
+def test_one_line_calling_several_layers_labels_each_by_its_own_op(ran):
+    """One user line, one call instruction, several library calls: `capture`'s hints
+    (the frame it found last time) must not give the relu's tensors the linear's site."""
+    x = fg.randn(5, 4)
+    for layer in (nn.Linear(4, 3), nn.ReLU(), nn.Tanh(), nn.Sigmoid()):
+        x = layer(x)  # LAYERS  # noqa: E701, E501
+    for f in (fg.exp, fg.sin, fg.cos, fg.sqrt, fg.abs):
+        x = f(x)  # FUNCTIONS  # noqa: E701
+    x.realize()
+    labels = {op for r in ran for op in r.user_ops}
+    layers = f"{HERE}:{line_in(__file__, '# LAYERS  # noqa: E701, E501')}"
+    functions = f"{HERE}:{line_in(__file__, '# FUNCTIONS  # noqa: E701')}"
+    want = {f"{name} ({layers})" for name in ("linear", "relu", "tanh", "sigmoid")}
+    want |= {f"{name} ({functions})" for name in ("exp", "sin", "cos", "sqrt", "abs")}
+    assert want <= labels, sorted(labels)
+
+
+def test_a_hooks_ops_are_the_hooks_lines_not_the_callers(ran):
+    """A user function called from inside the library (a forward hook) is the innermost
+    user frame for the ops it makes, though the caller's frame is suspended at the same
+    instruction as for the layer's own ops."""
+    layer = nn.Linear(4, 3)
+    layer.register_forward_hook(lambda m, i, out: out * 3.0)  # HOOK
+    layer(fg.randn(5, 4)).realize()  # CALLER
+    lines = {line for r in ran for line in r.lines}
+    assert f"{HERE}:{line_in(__file__, '# HOOK')}" in lines, lines
+    assert f"{HERE}:{line_in(__file__, '# CALLER')}" in lines, lines
+
+
 def mlp_steps(temps):
     engine.recompiles.clear()  # count this call's schedules only
     fg.manual_seed(0)
