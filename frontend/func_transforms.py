@@ -455,14 +455,14 @@ def jacfwd(func, argnums=0, has_aux: bool = False, *, randomness: str = "error")
         draws = _seed["counter"]
         out = jac(*args, **kwargs)
         if _seed["counter"] != draws:
-            fail(TransformError, "jacfwd", RANDOM_IN_ERROR_MODE)
+            fail(TransformError, "vmap", RANDOM_IN_ERROR_MODE)  # (torch's words: vmap inside)
         return out
 
     return wrapper
 
 
 RANDOM_IN_ERROR_MODE = (
-    "vmap: called random operation while in randomness error mode. Please either use the "
+    "called random operation while in randomness error mode. Please either use the "
     "'same' or 'different' randomness flags on vmap or perform the randomness operation "
     "out of vmap"
 )

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 
 from .creation_nodes import _seed
-from .errors import fail
+from .errors import DimError, fail
 from .func_pytree import TransformError, broadcast_prefix, tree_flatten, tree_unflatten
 from .func_transforms import RANDOM_IN_ERROR_MODE, check_randomness
 from .ir import node as N
@@ -195,7 +195,7 @@ def _stacked(results: list, out_dims, name: str):
         ndim = column[0].ndim + 1
         if not -ndim <= d < ndim:
             fail(
-                TransformError,
+                DimError,
                 "vmap",
                 "Dimension out of range (expected to be in range of "
                 f"[{-ndim}, {ndim - 1}], but got {d})",
