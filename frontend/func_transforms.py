@@ -12,8 +12,9 @@ in x: it can be differentiated again, by an enclosing transform (`grad(grad(f))`
 on a leaf that requires grad or on an enclosing transform's variable).
 
 Forward mode is not separate: `jvp` is the derivative of a vector-Jacobian product in
-its cotangent (linear, so exact), and `jacfwd` is `jacrev`, one product per output
-element. torch's values, not its cost: every result is a lazy graph, fused when realized.
+its cotangent (linear, so exact), and `jacfwd` one such product per input element
+(`jacrev`: one vector-Jacobian product per output element). torch's values, not its cost:
+every result is a lazy graph, fused when realized.
 
 >>> import fusegrad as fg
 >>> from fusegrad.func import grad
@@ -33,6 +34,7 @@ from .errors import fail
 from .func_pytree import TransformError, tree_flatten, tree_unflatten
 from .ir import node as N
 from .ir.autodiff import gradients
+from .movement import stack
 from .tensor_base import TensorBase
 
 
@@ -362,27 +364,20 @@ def _one_hot(k: int, like) -> object:
     return like._plain(N.reshape(N.pad(one, ((k, n - k - 1),)), like.shape))
 
 
-def _jacobian(func, argnums, has_aux: bool, api: str):
+def _jacobian(func, argnums, has_aux: bool, api: str, forward: bool):
+    """jacrev's (`forward` False: one vector-Jacobian product per output element, the
+    Jacobian's rows) or jacfwd's (one Jacobian-vector product per input element, as `jvp`
+    computes it: its columns). The values agree but where a NaN spreads: as in torch, a
+    NaN derivative fills its column in reverse mode and its row in forward mode."""
+
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         nums = _argnums(argnums, len(args), api)
         call = _Call(func, args, kwargs, nums, "jacobian", api)
         output, aux = _split_aux(call.output, has_aux, api, "(output, aux) if has_aux is True")
         outs, out_spec = _output_tensors(output, api, "f(*args)")
-        jacobians = []
-        for o in outs:
-            rows = [_pullback([o], [_one_hot(k, o)], call.variables) for k in range(o.numel())]
-            per_input = []
-            for i, v in enumerate(call.variables):
-                shape = o.shape + v.shape
-                if rows:
-                    flat = [N.reshape(r[i].node, (1, v.numel())) for r in rows]
-                    node = flat[0] if len(flat) == 1 else _cat0(flat)
-                    node = N.reshape(node, shape)
-                else:  # (an empty output: an empty Jacobian)
-                    node = N.const(0, shape, v.dtype, v.node.device)
-                per_input.append(v._plain(node, requires_grad=True, leaf=False))
-            jacobians.append(call.shaped(_finish(per_input)))
+        blocks = _columns(outs, call.variables) if forward else _rows(outs, call.variables)
+        jacobians = [call.shaped(_finish(per_input)) for per_input in blocks]
         jac = tree_unflatten(jacobians, out_spec)
         if has_aux:
             aux_leaves, aux_spec = tree_flatten(aux)
@@ -392,14 +387,49 @@ def _jacobian(func, argnums, has_aux: bool, api: str):
     return wrapper
 
 
-def _cat0(rows: list):
-    """Rows of shape (1, n) stacked into (len(rows), n): each padded to its place, summed."""
-    m = len(rows)
-    total = None
-    for k, r in enumerate(rows):
-        placed = N.pad(r, ((k, m - k - 1), (0, 0)))
-        total = placed if total is None else N.add(total, placed)
-    return total
+def _rows(outs: list, variables: list) -> list[list]:
+    """[output][input] Jacobian blocks of shape output.shape + input.shape, by rows."""
+    blocks = []
+    for o in outs:
+        rows = [_pullback([o], [_one_hot(k, o)], variables) for k in range(o.numel())]
+        per_input = []
+        for i, v in enumerate(variables):
+            per_input.append(_joined([r[i] for r in rows], o, v))
+        blocks.append(per_input)
+    return blocks
+
+
+def _columns(outs: list, variables: list) -> list[list]:
+    """The same blocks, by columns: J e_j for each input element j, as `jvp` computes it."""
+    cotangents = [
+        _variable(o._plain(N.const(0, o.shape, o.dtype, o.node.device)), "cotangent", k)
+        for k, o in enumerate(outs)
+    ]
+    vjps = _pullback(outs, cotangents, variables)  # J^T u for each input, linear in u
+    columns = [  # [input][j][output]
+        [_pullback([g], [_one_hot(j, v)], cotangents) for j in range(v.numel())]
+        for g, v in zip(vjps, variables)
+    ]
+    blocks = []
+    for k, o in enumerate(outs):
+        per_input = []
+        for v, cols in zip(variables, columns):
+            block = _joined([c[k] for c in cols], v, o)
+            n = o.ndim + v.ndim
+            order = tuple(range(v.ndim, n)) + tuple(range(v.ndim))  # input axes last
+            per_input.append(block.permute(*order))
+        blocks.append(per_input)
+    return blocks
+
+
+def _joined(pieces: list, first, second):
+    """`pieces` (tensors of `second`'s size, one per element of `first`) stacked into a
+    tensor of shape `first.shape + second.shape`."""
+    shape = first.shape + second.shape
+    if not pieces or not second.numel():  # (an empty output or input: an empty Jacobian)
+        node = N.const(0, shape, second.dtype, second.node.device)
+        return second._plain(node, requires_grad=True, leaf=False)
+    return stack([p.reshape(second.shape) for p in pieces]).reshape(shape)
 
 
 def _check_chunk_size(chunk_size, api: str) -> None:
@@ -419,7 +449,7 @@ def jacrev(func, argnums=0, *, has_aux: bool = False, chunk_size=None, _prealloc
     [[2.0, 0.0], [0.0, 4.0]]
     """
     _check_chunk_size(chunk_size, "jacrev")
-    return _jacobian(func, argnums, has_aux, "jacrev(f, argnums)(*args)")
+    return _jacobian(func, argnums, has_aux, "jacrev(f, argnums)(*args)", forward=False)
 
 
 def check_randomness(randomness, api: str) -> None:
@@ -434,19 +464,20 @@ def check_randomness(randomness, api: str) -> None:
 
 
 def jacfwd(func, argnums=0, has_aux: bool = False, *, randomness: str = "error"):
-    """torch.func.jacfwd: the Jacobian as `jacrev` gives it (same shapes, same values), and
-    computed the same way here: in reverse mode, one vector-Jacobian product per output
-    element (torch pushes one tangent per input element forward instead; the cost
-    differs, the values do not). `randomness` is checked as torch's; a function that draws
-    random numbers under "error" raises as in torch (draws with an explicit generator are
-    not seen).
+    """torch.func.jacfwd: the Jacobian as `jacrev` gives it (same shapes and values), by
+    columns: one Jacobian-vector product per input element, each as `jvp` computes it (a
+    vector-Jacobian product differentiated in its cotangent: reverse mode twice, where torch
+    pushes tangents forward; a NaN derivative fills its row, as in torch, where jacrev's
+    fills its column). `randomness` is checked as torch's; a function that draws random
+    numbers under "error" raises as in torch (draws with an explicit generator are not
+    seen).
 
     >>> import fusegrad as fg
     >>> jacfwd(lambda x: x.sum(0))(fg.ones(2, 2)).shape
     (2, 2, 2)
     """
     check_randomness(randomness, "jacfwd")
-    jac = _jacobian(func, argnums, has_aux, "jacfwd(f, argnums)(*args)")
+    jac = _jacobian(func, argnums, has_aux, "jacfwd(f, argnums)(*args)", forward=True)
     if randomness != "error":
         return jac
 

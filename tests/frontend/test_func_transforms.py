@@ -176,3 +176,14 @@ def test_hessian():
     ref[0, 2] = ref[2, 0] = x[1]
     ref[1, 2] = ref[2, 1] = x[0]
     close(h, ref)
+
+
+def test_a_nan_derivative_fills_a_column_in_reverse_mode_and_a_row_in_forward_mode():
+    # as torch's: jacrev's vector-Jacobian products carry 0 * NaN into every row,
+    # jacfwd's Jacobian-vector products into every column of the NaN's output
+    x = t([1.0, float("nan"), 2.0])
+    rev = np.asarray(jacrev(lambda v: v.exp())(x).tolist())
+    fwd = np.asarray(jacfwd(lambda v: v.exp())(x).tolist())
+    assert np.isnan(rev[:, 1]).all() and not np.isnan(np.delete(rev, 1, axis=1)).any()
+    assert np.isnan(fwd[1, :]).all() and not np.isnan(np.delete(fwd, 1, axis=0)).any()
+    close(np.delete(np.delete(fwd, 1, 0), 1, 1), np.diag(np.exp([1.0, 2.0])))
