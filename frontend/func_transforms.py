@@ -178,6 +178,15 @@ def _split_aux(output, has_aux: bool, api: str, what: str):
     return output
 
 
+def _aux_tensors(aux) -> tuple[list, object]:
+    """The leaves of `aux` (tensors only, as torch requires) and its tree."""
+    leaves, spec = tree_flatten(aux)
+    for x in leaves:
+        if not isinstance(x, TensorBase):
+            fail(TransformError, "has_aux", f"Expected tensors, got unsupported type {type(x)}")
+    return leaves, spec
+
+
 # ---------------------------------------------------------------- grad
 
 
@@ -212,7 +221,7 @@ def grad_and_value(func, argnums=0, has_aux: bool = False):
         grads = _finish(_pullback([output], [one], call.variables))
         value = _as_result(output)
         if has_aux:
-            aux_leaves, aux_spec = tree_flatten(aux)
+            aux_leaves, aux_spec = _aux_tensors(aux)
             return call.shaped(grads), (value, tree_unflatten(_finish(aux_leaves), aux_spec))
         return call.shaped(grads), value
 
@@ -291,7 +300,7 @@ def vjp(func, *primals, has_aux: bool = False):
 
     result = (tree_unflatten(_finish(outs), out_spec), vjp_fn)
     if has_aux:
-        aux_leaves, aux_spec = tree_flatten(aux)
+        aux_leaves, aux_spec = _aux_tensors(aux)
         return (*result, tree_unflatten(_finish(aux_leaves), aux_spec))
     return result
 
@@ -349,7 +358,7 @@ def jvp(func, primals, tangents, *, strict: bool = False, has_aux: bool = False)
         tree_unflatten(_finish(tangent_outs), out_spec),
     )
     if has_aux:
-        aux_leaves, aux_spec = tree_flatten(aux)
+        aux_leaves, aux_spec = _aux_tensors(aux)
         return (*result, tree_unflatten(_finish(aux_leaves), aux_spec))
     return result
 
@@ -380,7 +389,7 @@ def _jacobian(func, argnums, has_aux: bool, api: str, forward: bool):
         jacobians = [call.shaped(_finish(per_input)) for per_input in blocks]
         jac = tree_unflatten(jacobians, out_spec)
         if has_aux:
-            aux_leaves, aux_spec = tree_flatten(aux)
+            aux_leaves, aux_spec = _aux_tensors(aux)
             return jac, tree_unflatten(_finish(aux_leaves), aux_spec)
         return jac
 

@@ -92,6 +92,8 @@ def test_grad_errors_as_torchs():
         grad(lambda v: 3.0)(x)
     with pytest.raises(RuntimeError, match=r"should be a tuple: \(output, aux\)"):
         grad(lambda v: v.sum(), has_aux=True)(x)
+    with pytest.raises(RuntimeError, match="Expected tensors, got unsupported type <class 'int'>"):
+        grad(lambda v: (v.sum(), 1), has_aux=True)(x)
     with pytest.raises(RuntimeError, match="Got argnum=1, but only 1 positional inputs"):
         grad(lambda v: v.sum(), argnums=1)(x)
     with pytest.raises(RuntimeError, match="argnums must be non-empty"):
