@@ -113,3 +113,20 @@ def test_ensemble_with_stack_module_state():
         close(out[k], ref)
     with pytest.raises(RuntimeError, match="same class"):
         stack_module_state([nn.Linear(2, 2), nn.Tanh()])
+
+
+def test_backward_through_per_example_gradients_and_an_ensemble():
+    w0, xs = RNG.normal(size=3), RNG.normal(size=(4, 3))
+    w = t(w0).requires_grad_()
+    g = vmap(grad(lambda p, v: (p * v).sin().sum()), in_dims=(None, 0))(w, t(xs))
+    assert g.requires_grad
+    g.sum().backward()  # d/dw sum_i cos(w x_i) x_i
+    close(w.grad, (-np.sin(w0 * xs) * xs**2).sum(0))
+    models = [nn.Linear(3, 2).to(fg.float64) for _ in range(3)]
+    params, buffers = stack_module_state(models)
+    out = vmap(lambda p, b, v: functional_call(models[0], (p, b), (v,)), in_dims=(0, 0, None))(
+        params, buffers, t(xs)
+    )
+    out.sum().backward()
+    close(params["weight"].grad, np.broadcast_to(xs.sum(0), (3, 2, 3)))
+    close(params["bias"].grad, np.full((3, 2), 4.0))
