@@ -189,3 +189,11 @@ def test_a_nan_derivative_fills_a_column_in_reverse_mode_and_a_row_in_forward_mo
     assert np.isnan(rev[:, 1]).all() and not np.isnan(np.delete(rev, 1, axis=1)).any()
     assert np.isnan(fwd[1, :]).all() and not np.isnan(np.delete(fwd, 1, axis=0)).any()
     close(np.delete(np.delete(fwd, 1, 0), 1, 1), np.diag(np.exp([1.0, 2.0])))
+
+
+def test_jacfwd_refuses_random_draws_in_error_mode_as_torchs():
+    x = fg.ones(3, dtype=fg.float64)
+    with pytest.raises(RuntimeError, match="randomness error mode"):
+        jacfwd(lambda v: v * fg.rand(3, dtype=fg.float64))(x)
+    assert tuple(jacfwd(lambda v: v * fg.rand(3), randomness="same")(fg.ones(3)).shape) == (3, 3)
+    assert tuple(jacrev(lambda v: v * fg.rand(3))(fg.ones(3)).shape) == (3, 3)  # as torch's
