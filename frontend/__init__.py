@@ -121,6 +121,7 @@ from .creation import (  # noqa: E402
 )
 from .debug import compile_times, graph_dot, kernels  # noqa: E402
 from .devices import device, get_default_device, set_default_device  # noqa: E402
+from .func_vmap import vmap  # noqa: E402  (torch.vmap: torch.func.vmap at the top level)
 from .halfdtypes import get_default_dtype, set_default_dtype  # noqa: E402
 from .host_draws import binomial, poisson  # noqa: E402
 from .indexing import (  # noqa: E402
@@ -654,7 +655,7 @@ import types as _types  # noqa: E402
 from . import (  # noqa: E402
     distributed,
     distributions,
-    func,  # torch.func's home: functional_call (nn/stateless.py)
+    func,  # torch.func's home: transforms, vmap, functional_call
     tensorboard,
 )
 from .nn import data, optim  # noqa: E402

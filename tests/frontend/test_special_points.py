@@ -563,6 +563,8 @@ EXCLUDED: dict[str, str] = {
         _names("fg", "hann_window hamming_window blackman_window bartlett_window kaiser_window"),
         _NON_MATH + ": windows made from nothing (tests/frontend/test_windows.py)",
     ),
+    "fg.vmap": "a transform (torch.vmap: fg.func.vmap, a loop over the examples), not a math "
+    "op: tests/frontend/test_func_transforms.py checks its values and gradients",
     **dict.fromkeys(
         ["fg.angle", "Tensor.angle"],
         "piecewise constant (pi or 0, NaN at NaN) with a zero gradient: its special points "
