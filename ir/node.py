@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import weakref
 from _weakref import _remove_dead_weakref  # (as weakref.WeakValueDictionary)
+from collections import deque
 from collections.abc import Callable
 from math import copysign
 
@@ -158,11 +159,20 @@ def buffer(buf, shape: Shape, dtype: DType) -> Node:
     return _new(_BUFFER, (), buf, tuple(shape), dtype, getattr(buf, "device", "cpu"))
 
 
+# the constants made last, kept alive: `x * 2` in a loop finds its `2` in the table
+# (`make`) instead of making the node, its entry and its reference again for each call,
+# and dropping them when the call's graph dies (a constant holds no data)
+RECENT_CONSTANTS = 64
+_recent_constants: deque = deque(maxlen=RECENT_CONSTANTS)
+
+
 def const(value, shape: Shape, dtype: DType, device: str | None = None) -> Node:
     """`value` everywhere; `device` None (fusegrad's own constants) computes on any device."""
     kind = dtype.kind
     value = float(value) if kind == "f" else bool(value) if kind == "b" else int(value)
-    return make(_CONST, (), value, tuple(shape), dtype, device)
+    n = make(_CONST, (), value, tuple(shape), dtype, device)
+    _recent_constants.append(n)
+    return n
 
 
 def index(shape: Shape, dtype: DType) -> Node:
