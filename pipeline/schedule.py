@@ -1308,7 +1308,7 @@ def structural_key(roots: list[Node], has_value: Callable[[Node], bool]) -> tupl
     (`ir/steering.py`: cut here, fuse this) are part of the key: a plan cached before a
     request is not the plan after it.
     """
-    index: dict[int, int] = {}
+    index: dict[Node, int] = {}  # (keyed by the nodes: their hash is their identity's)
     leaves: list[Node] = []
     flat: list = []
     const, buffer = Ops.CONST, Ops.BUFFER
@@ -1318,8 +1318,7 @@ def structural_key(roots: list[Node], has_value: Callable[[Node], bool]) -> tupl
         stack = [root]
         while stack:
             n = stack[-1]
-            k = id(n)
-            if k in index:
+            if n in index:
                 stack.pop()
                 continue
             op = n.op
@@ -1331,26 +1330,26 @@ def structural_key(roots: list[Node], has_value: Callable[[Node], bool]) -> tupl
                     n.shape,
                     (repr(arg),) if isinstance(arg, float) else (type(arg), arg),
                 )
-            elif op is buffer or (k in values if values is not None else has_value(n)):
+            elif op is buffer or (id(n) in values if values is not None else has_value(n)):
                 leaves.append(n)
                 flat += (None, n.shape, n.dtype, n.device)
             else:
                 srcs = n.srcs
                 waiting = False
                 for s in srcs:
-                    if id(s) not in index:
+                    if s not in index:
                         stack.append(s)
                         waiting = True
                 if waiting:
                     continue
                 flat += (op, n.arg, n.shape, n.dtype, len(srcs))
                 for s in srcs:  # (a loop, not a comprehension: no call per node)
-                    flat.append(index[id(s)])
+                    flat.append(index[s])
             stack.pop()
-            index[k] = len(index)
-    key = (tuple(flat), tuple([index[id(r)] for r in roots]))
+            index[n] = len(index)
+    key = (tuple(flat), tuple([index[r] for r in roots]))
     if steering.any_requests():
-        asked = steering.requests_in(index)
+        asked = steering.requests_in({id(n): k for n, k in index.items()})
         if asked:
             key = (*key, asked)
     return key, leaves
