@@ -172,6 +172,16 @@ class _OneHot(Constraint):
         return ((value == 0) | (value == 1)).all(-1) & (value.sum(-1) == 1)
 
 
+def _whole(value, within):
+    """`within` where `value` is whole too: an integer tensor always is, so its check
+    (`value % 1 == 0`, eight tensors) is left out (a Categorical's sample, validated by
+    `log_prob` at every step of a policy's episode)."""
+    dtype = getattr(value, "dtype", None)
+    if dtype is not None and not getattr(dtype, "is_floating_point", True):
+        return within
+    return (value % 1 == 0) & within
+
+
 class _IntegerInterval(Constraint):
     """The integers in [lower_bound, upper_bound]."""
 
@@ -181,7 +191,7 @@ class _IntegerInterval(Constraint):
         self.lower_bound, self.upper_bound = lower_bound, upper_bound
 
     def check(self, value):
-        return (value % 1 == 0) & (self.lower_bound <= value) & (value <= self.upper_bound)
+        return _whole(value, (self.lower_bound <= value) & (value <= self.upper_bound))
 
     def __repr__(self) -> str:
         bounds = f"lower_bound={self.lower_bound}, upper_bound={self.upper_bound}"
@@ -197,7 +207,7 @@ class _IntegerGreaterThan(Constraint):
         self.lower_bound = lower_bound
 
     def check(self, value):
-        return (value % 1 == 0) & (value >= self.lower_bound)
+        return _whole(value, value >= self.lower_bound)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__[1:]}(lower_bound={self.lower_bound})"

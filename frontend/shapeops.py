@@ -158,18 +158,32 @@ def _exclusive_products(x, d: int):
 def all_(x, dim=None, keepdim: bool = False):
     """True where every element along `dim` is nonzero (True for an empty reduction); of a
     uint8 tensor, 1 or 0 as uint8, as torch keeps its old behaviour there."""
-    b = x.bool() if not x.dtype.is_bool else x
     if x.numel() == 0:
         return _as_uint8_if(x, _empty_logical(x, dim, keepdim, True))
-    return _as_uint8_if(x, b.amin(dim, keepdim))
+    return _as_uint8_if(x, _logical_reduce(x, dim, keepdim, "all"))
 
 
 def any_(x, dim=None, keepdim: bool = False):
     """True where some element along `dim` is nonzero (uint8 for a uint8 tensor, as all)."""
-    b = x.bool() if not x.dtype.is_bool else x
     if x.numel() == 0:
         return _as_uint8_if(x, _empty_logical(x, dim, keepdim, False))
-    return _as_uint8_if(x, b.amax(dim, keepdim))
+    return _as_uint8_if(x, _logical_reduce(x, dim, keepdim, "any"))
+
+
+def _logical_reduce(x, dim, keepdim: bool, op: str):
+    """`any`: the max over `dim` of x as 0/1; `all`: not any of not x. Built as nodes, one
+    tensor in all (a distribution's every argument and sample check reads one, at every
+    step of a policy's episode: through amin and amax, eight tensors each)."""
+    axes = x._dims(dim, op)
+    n = x.node if x.dtype.is_bool else N.cast(x.node, bool_)
+    if op == "all":
+        n = N.unary(Ops.NEG, n)  # (on bools: not)
+    n = N.cast(N.reduce(Ops.REDUCE_MAX, N.cast(n, int64), axes), bool_)
+    if op == "all":
+        n = N.unary(Ops.NEG, n)
+    if not keepdim:
+        n = N.reshape(n, tuple(s for i, s in enumerate(x.shape) if i not in axes))
+    return x._make(n)
 
 
 def _as_uint8_if(x, out):

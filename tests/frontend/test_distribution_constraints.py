@@ -26,6 +26,31 @@ def test_pointwise_checks():
     assert C.positive_integer.check(x).tolist() == [False, False, False, True, True, False]
 
 
+def test_integer_checks_of_integer_tensors_build_no_remainder():
+    """An integer tensor is whole by its dtype: its integer checks are the bounds alone (a
+    Categorical's sample is checked at every step of an episode), with the same answers;
+    a float tensor's still checks `% 1`."""
+    made = []
+    real = fg.Tensor.__init__
+
+    def counted(self, *args, **kwargs):
+        made.append(1)
+        real(self, *args, **kwargs)
+
+    ints = fg.tensor([-1, 0, 1, 2])
+    fg.Tensor.__init__ = counted
+    try:
+        got = C.integer_interval(0, 1).check(ints)
+        at_least = C.nonnegative_integer.check(ints)
+    finally:
+        fg.Tensor.__init__ = real
+    assert got.tolist() == [False, True, True, False]
+    assert at_least.tolist() == [False, True, True, True]
+    assert len(made) <= 5, len(made)  # two comparisons and an and, one comparison
+    assert C.integer_interval(0, 3).check(fg.tensor([0.5, 2.0])).tolist() == [False, True]
+    assert C.nonnegative_integer.check(fg.tensor([True, False])).tolist() == [True, True]
+
+
 def test_bounds_may_be_tensors_and_broadcast():
     low, high = fg.tensor([0.0, 1.0]), fg.tensor([2.0, 3.0])
     value = fg.tensor([[1.0, 0.5], [2.0, 3.0]])

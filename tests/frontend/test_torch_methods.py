@@ -290,6 +290,23 @@ def test_all_and_any_of_uint8_are_uint8_as_torchs():
     assert fg.tensor([1, 0]).all().dtype == fg.bool and fg.tensor([3.0]).any().dtype == fg.bool
 
 
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_all_and_any_against_numpy_at_nan_signed_zeros_and_every_axis(keepdim):
+    """all/any are one max over 0/1 values (not through amin and amax): numpy's answers,
+    NaN counting as nonzero and -0.0 as zero, over each axis, several and all."""
+    a = np.array([[[0.0, -0.0], [np.nan, 1.0]], [[2.0, 3.0], [-1.0, 0.0]]], dtype=np.float32)
+    x = fg.tensor(a)
+    for dim in (None, 0, 1, 2, -1, (0, 2)):
+        for name in ("all", "any"):
+            want = getattr(np, name)(a, axis=dim, keepdims=keepdim)
+            got = (
+                getattr(x, name)()
+                if dim is None and not keepdim
+                else getattr(x, name)(dim if dim is not None else (0, 1, 2), keepdim=keepdim)
+            )
+            assert got.dtype == fg.bool and got.tolist() == want.tolist(), (name, dim)
+
+
 def test_put_writes_flat_positions_as_torchs():
     x = fg.arange(60.0).reshape(3, 4, 5)
     x.put_(fg.tensor([0, 0, 59]), fg.tensor([1.0, 2.0, 3.0]), accumulate=True)
