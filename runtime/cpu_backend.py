@@ -133,14 +133,18 @@ def arena_bytes(layout: list[tuple[int, int, int]]) -> int:
 
 
 def _run_one(plan: Plan, leaves: list[Buffer]) -> tuple[list[Buffer], list[KernelRecord]]:
-    """Run a cached CPU plan of one kernel, timed (`_execute_steps` without what only
-    several kernels, a first run or FUSEGRAD_DEBUG need: a sum or an elementwise chain on its own
-    runs this way)."""
+    """Run a cached CPU plan of one kernel (`_execute_steps` without what only several
+    kernels, a first run or FUSEGRAD_DEBUG need: a sum or an elementwise chain on its own
+    runs this way); timed inside `fusegrad.profile()` (`kernel_times`), else its records
+    are the plan's, as a program's run gives them."""
     step = plan.steps[0]
     outs = [Buffer(size, dtype) for _, size, dtype in step.outs]  # slots 0, 1, ... in order
     ptrs = [b.ptr for b in outs]
     for _, i in step.inputs:  # a first kernel reads only the plan's inputs
         ptrs.append(leaves[i].ptr)
+    if not config.kernel_times:  # (as a program's run: its records, untimed, shared)
+        launch(step.record.compiled, step.extent, step.work, ptrs)
+        return [outs[k] for k in plan.outputs], plan.records
     # the record is copied before the kernel runs, while what it touches is still in the
     # cache (a kernel streaming a large array through evicts it): afterwards only its time
     rec = timed_copy(plan.records[0], None, None)
