@@ -1314,6 +1314,7 @@ def structural_key(roots: list[Node], has_value: Callable[[Node], bool]) -> tupl
     const, buffer = Ops.CONST, Ops.BUFFER
     # the engine's predicate names the ids of its computed values: test them inline
     values = getattr(has_value, "values", None)
+    count = 0  # (len(index), kept: a call per node otherwise)
     for root in roots:
         stack = [root]
         while stack:
@@ -1346,7 +1347,8 @@ def structural_key(roots: list[Node], has_value: Callable[[Node], bool]) -> tupl
                 for s in srcs:  # (a loop, not a comprehension: no call per node)
                     flat.append(index[s])
             stack.pop()
-            index[n] = len(index)
+            index[n] = count
+            count += 1
     key = (tuple(flat), tuple([index[r] for r in roots]))
     if steering.any_requests():
         asked = steering.requests_in({id(n): k for n, k in index.items()})
