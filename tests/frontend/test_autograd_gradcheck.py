@@ -157,3 +157,16 @@ def test_the_torch_shim_name_and_the_testing_error():
 
 def test_doctests():
     assert doctest.testmod(autograd_gradcheck).failed == 0
+
+
+def test_outputs_without_grad_are_left_out_as_torchs():
+    x = _x((1.0, -1.0))
+    # a detached output changes with the input, but is not checked while another output
+    # requires grad; the mismatched output is numbered among those that do
+    assert gradcheck(lambda t: (t.detach() * 3, t * 2), (x,))
+    with pytest.raises(GradcheckError, match="output 0 with respect to input 0"):
+        gradcheck(lambda t: (t.detach() * 3, WrongSquare.apply(t)), (x,))
+    # no output requires grad: every numerical gradient must be zero
+    assert gradcheck(lambda t: t.detach() * 0, (x,))
+    with pytest.raises(GradcheckError, match="expected to be zero"):
+        gradcheck(lambda t: t.detach() * 3, (x,))
