@@ -19,7 +19,7 @@ import warnings
 
 import numpy as np
 
-from .autograd import grad
+from .autograd import grad, realize
 from .creation import tensor as _tensor
 from .tensor_base import TensorBase
 from .testing import GradcheckError as _TestingGradcheckError
@@ -88,6 +88,9 @@ def _analytical(outs: tuple, inputs: tuple, wrt: list[int], scale: float = 1.0):
             go = _tensor(one_hot.reshape(o.shape), dtype=o.dtype)
             gs = grad(o, diff, go, retain_graph=True, allow_unused=True)
             pending.append((per, j, gs))
+    computed = [g for _, _, gs in pending for g in gs if g is not None]
+    if computed:
+        realize(*computed)  # (every gradient in one plan, not one kernel set each)
     for per, j, gs in pending:
         for col, g in enumerate(gs):
             if g is not None:
