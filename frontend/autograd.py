@@ -341,8 +341,13 @@ def _check_nan(pending: PendingGrads, leaves: list, fresh: list) -> None:
     each backward function's outputs as it runs; here the whole backward graph is built at
     once, so the gradients are checked after, and the op is found by computing the graph's
     nodes (up to `_ANOMALY_MAX_NODES`; beyond, the leaf is named instead)."""
-    for k, g in enumerate(fresh):
-        if g is None or g.dtype.kind != "f" or not bool(g.isnan().any().item()):
+    checked = [
+        (k, g.isnan().any()) for k, g in enumerate(fresh) if g is not None and g.dtype.kind == "f"
+    ]
+    if checked:
+        realize(*(flag for _, flag in checked))  # (one plan for every gradient and check)
+    for k, flag in checked:
+        if not bool(flag.item()):
             continue
         leaf = leaves[k]
         what = f"the gradient of a tensor of shape {tuple(leaf.shape)} (input {k} of backward)"
