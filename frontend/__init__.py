@@ -68,6 +68,7 @@ import builtins as _builtins  # noqa: E402
 import math as _math  # noqa: E402
 
 from . import accelerator, amp, backends, cuda, linalg, special, testing  # noqa: E402
+from . import autograd_api as _autograd_api  # noqa: E402, F401  (torch.autograd's other names)
 from . import function as _function  # noqa: E402, F401  (puts Function into fg.autograd)
 from . import tensor as _tensor  # noqa: E402  (the module before creation's fg.tensor())
 from .autocast import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: E402
@@ -75,6 +76,8 @@ from .autograd import GradError, grad  # noqa: E402
 from .autograd_state import (  # noqa: E402
     enable_grad,
     inference_mode,
+    is_anomaly_check_nan_enabled,
+    is_anomaly_enabled,
     is_grad_enabled,
     is_inference_mode_enabled,
     no_grad,
@@ -672,6 +675,7 @@ from .out_arguments import with_out as _with_out  # noqa: E402
 for _name in __all__:
     if isinstance(globals()[_name], _types.FunctionType):
         globals()[_name] = _with_out(globals()[_name], _name)
+_autograd_api.share_top_level(globals())  # (fg.autograd.no_grad is fg.no_grad)
 
 _sys.modules[__name__ + ".optim"] = optim
 _sys.modules[__name__ + ".optim.lr_scheduler"] = optim.lr_scheduler

@@ -21,11 +21,13 @@ import threading
 import weakref
 
 from . import autograd_state
+from .autograd_state import anomaly
 from .carried import note_differentiated, with_carried
 from .errors import GradError, ShapeError, at_callers_site, fail
 from .ir import node as N
 from .ir.autodiff import GRAD_HOOKS, NO_DERIVATIVE, gradients
 from .ir.ops import Ops
+from .ir.sites import site_of
 from .ir.weaktable import sweep
 from .runtime import attribution as _sites
 from .runtime import forksafe
@@ -246,8 +248,9 @@ def _reached_leaves(root, by_node: dict, seen: set | None = None) -> list:
     return out
 
 
-def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) -> None:
-    """Accumulate d(t)/d(leaf) into `leaf.grad` for every leaf requiring grad that t depends on."""
+def tensor_backward(t, gradient=None, retain_graph=None, create_graph: bool = False) -> None:
+    """`t.backward()`: accumulate d(t)/d(leaf) into `leaf.grad` for every leaf requiring
+    grad that t depends on."""
     if not t.requires_grad:
         fail(
             GradError,
@@ -286,6 +289,8 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
                 undefined = pending.undefined
                 for k in undefined:
                     fresh[k] = None  # torch's None: .grad stays as it was
+            if anomaly.enabled and anomaly.check_nan:
+                _check_nan(pending, leaves, fresh)
     if create_graph:  # (the other branch walked the graph already)
         walked = set()
         _reached_leaves(t.node, by_node, walked)
@@ -322,6 +327,59 @@ def backward(t, gradient=None, retain_graph=None, create_graph: bool = False) ->
     pending_roots.append(weakref.ref(t))
     if POST_ACCUMULATE_HOOKS:  # (last: a hook may step an optimizer, which settles all this)
         after_accumulation(accumulated)
+
+
+# anomaly mode looks for the op that made a NaN among at most this many nodes of the
+# gradient's graph (each is computed: a debugging mode's cost, paid only on a NaN)
+_ANOMALY_MAX_NODES = 4096
+
+
+def _check_nan(pending: PendingGrads, leaves: list, fresh: list) -> None:
+    """Anomaly mode's check (`detect_anomaly`): compute this backward's gradients now and
+    raise torch's RuntimeError if one holds a NaN, naming the first op of the gradient's
+    graph whose value is NaN (its site: the op's label and the user's line). torch checks
+    each backward function's outputs as it runs; here the whole backward graph is built at
+    once, so the gradients are checked after, and the op is found by computing the graph's
+    nodes (up to `_ANOMALY_MAX_NODES`; beyond, the leaf is named instead)."""
+    checked = [
+        (k, g.isnan().any()) for k, g in enumerate(fresh) if g is not None and g.dtype.kind == "f"
+    ]
+    if checked:
+        realize(*(flag for _, flag in checked))  # (one plan for every gradient and check)
+    for k, flag in checked:
+        if not bool(flag.item()):
+            continue
+        leaf = leaves[k]
+        what = f"the gradient of a tensor of shape {tuple(leaf.shape)} (input {k} of backward)"
+        node = _first_nan(pending.materialize()[k], leaf)
+        if node is not None:
+            site = site_of(node)
+            label = site.label if site is not None and hasattr(site, "label") else None
+            where = f" ({site})" if site is not None else ""
+            what = f"'{label or node.op.name.lower()}'{where}"
+        raise RuntimeError(  # torch's words, with fusegrad's op in place of its Function
+            f"Function {what} returned nan values in its 0th output. (anomaly mode: "
+            "fusegrad checks the gradients after building the whole backward graph)"
+        )
+
+
+def _first_nan(root, like):
+    """The first op (in order of computation) of `root`'s graph whose value holds a NaN,
+    or None (too large a graph, or no op of it: the NaN is an input's). `like`: a tensor,
+    whose class builds tensors of the nodes."""
+    nodes = [
+        n
+        for n in N.toposort([root])
+        if n.srcs and n.dtype.kind == "f" and n.op is not Ops.DETACH and n.shape is not None
+    ]
+    if not nodes or len(nodes) > _ANOMALY_MAX_NODES:
+        return None
+    flags = [like._plain(n, requires_grad=False).isnan().any() for n in nodes]
+    realize(*flags)
+    for n, f in zip(nodes, flags):
+        if bool(f.item()):
+            return n
+    return None
 
 
 def _zero_through_empty(walked: set, by_node, leaves: list, fresh: list, undefined, create_graph):
@@ -481,16 +539,28 @@ def grad(
     grad_outputs=None,
     retain_graph=None,
     create_graph: bool = False,
+    only_inputs: bool = True,
     allow_unused: bool | None = None,
+    is_grads_batched: bool = False,
     materialize_grads: bool = False,
 ):
-    """Gradients of `outputs` with respect to `inputs`, returned instead of accumulated.
+    """Gradients of `outputs` with respect to `inputs`, returned instead of accumulated
+    (torch.autograd.grad's signature).
 
     With `create_graph=True` the results are differentiable themselves, so
     `grad(grad(y, x, create_graph=True)[0].sum(), x)` is a second derivative. An input
     the outputs do not depend on raises, gets None with `allow_unused=True`, or zeros with
-    `materialize_grads=True` (which implies allow_unused, as torch's).
+    `materialize_grads=True` (which implies allow_unused, as torch's). `only_inputs` is
+    ignored, as torch's (deprecated there); `is_grads_batched=True` raises
+    NotImplementedError (call grad once per row of the grad_outputs, or use
+    `fusegrad.func.vmap` over `fusegrad.func.vjp`). `retain_graph` changes nothing: the
+    graph is symbolic and never freed by grad().
     """
+    if is_grads_batched:
+        raise NotImplementedError(
+            "torch.autograd.grad(is_grads_batched=True) is not supported by fusegrad: call "
+            "grad() once per row of grad_outputs, or vmap fusegrad.func.vjp"
+        )
     if materialize_grads and allow_unused is False:
         raise ValueError(  # torch's words
             "Expected allow_unused to be True or not passed when materialize_grads=True, "
@@ -538,6 +608,60 @@ def grad(
         g = x._plain(node, requires_grad=create_graph, leaf=not create_graph)
         result.append(on_leaf_grad(x, g) if LEAF_HOOKS else g)  # (a leaf's hooks, as torch)
     return tuple(result)
+
+
+def backward(
+    tensors,
+    grad_tensors=None,
+    retain_graph=None,
+    create_graph: bool = False,
+    grad_variables=None,
+    inputs=None,
+) -> None:
+    """torch.autograd.backward: accumulate the gradients of `tensors` (weighted by
+    `grad_tensors`, None for a one-element tensor) into the `.grad` of the leaves they
+    depend on, as `sum(t.backward(g))`; with `inputs`, into those tensors' `.grad` alone
+    (leaves or not). `grad_variables` is torch's deprecated name of `grad_tensors`.
+
+    >>> import fusegrad as fg
+    >>> x = fg.tensor([1.0, 2.0], requires_grad=True)
+    >>> backward([(x * x).sum(), x * 3], [None, fg.tensor([1.0, 0.0])])
+    >>> x.grad.tolist()
+    [5.0, 4.0]
+    """
+    if grad_variables is not None:
+        if grad_tensors is not None:
+            raise RuntimeError(  # torch's words
+                "'grad_tensors' and 'grad_variables' (deprecated) arguments both passed "
+                "to backward(). Please only use 'grad_tensors'."
+            )
+        grad_tensors = grad_variables
+    if inputs is not None and not isinstance(inputs, TensorBase) and len(inputs) == 0:
+        raise RuntimeError("'inputs' argument to backward() cannot be empty.")  # torch's
+    tensors = [tensors] if isinstance(tensors, TensorBase) else list(tensors)
+    if grad_tensors is None or isinstance(grad_tensors, TensorBase):
+        grad_tensors = [grad_tensors] * len(tensors)
+    grad_tensors = list(grad_tensors)
+    if len(grad_tensors) != len(tensors):
+        raise RuntimeError(  # torch's words
+            f"got {len(grad_tensors)} tensors and {len(tensors)} gradients"
+        )
+    if inputs is not None:
+        inputs = [inputs] if isinstance(inputs, TensorBase) else list(inputs)
+        gs = grad(
+            tensors,
+            inputs,
+            grad_tensors,
+            retain_graph=retain_graph,
+            create_graph=create_graph,
+            allow_unused=True,
+        )
+        for x, g in zip(inputs, gs):
+            if g is not None:
+                x._grad = g if x._grad is None else x._grad + g  # (a non-leaf's too)
+        return
+    for t, g in zip(tensors, grad_tensors):
+        tensor_backward(t, g, retain_graph=retain_graph, create_graph=create_graph)
 
 
 def _reached_through_empty(outputs, target) -> bool:

@@ -158,6 +158,30 @@ class inference_mode:  # noqa: N801  (torch's name)
         return run
 
 
+class _Anomaly:
+    """Anomaly mode (`fusegrad.autograd.detect_anomaly`): process-wide, as torch's flag.
+    `enabled`: backward() checks its gradients for NaN; `check_nan`: torch's second flag
+    (False keeps the mode on without the NaN check, which is all the mode does here)."""
+
+    enabled = False
+    check_nan = True
+
+
+anomaly = _Anomaly()
+
+
+def is_anomaly_enabled() -> bool:
+    """Whether anomaly mode is on (`fusegrad.autograd.detect_anomaly`), as
+    `torch.is_anomaly_enabled()`."""
+    return anomaly.enabled
+
+
+def is_anomaly_check_nan_enabled() -> bool:
+    """Whether anomaly mode checks gradients for NaN, as
+    `torch.is_anomaly_check_nan_enabled()`."""
+    return anomaly.check_nan
+
+
 # Results that require grad and are, or are computed from, empty values: node id -> (the
 # node, weak refs to its parents' nodes). An empty value folds to a constant without
 # sources (ir/node.py: no kernel reads it), and so may a reduction of one, so the graph

@@ -34,13 +34,13 @@ from . import steering as _steering
 from .autocast import autocast_op
 from .autograd import (
     GradError,
-    backward,
     overwrite,
     realize,
     register_leaf,
     retain_grad,
     retains_grad,
     sibling_grads,
+    tensor_backward,
 )
 from .autograd import drop_graph as drop_graph  # (fusegrad.tensor.drop_graph, as before)
 from .carried import note_lazy, unnoted
@@ -1107,7 +1107,7 @@ class Tensor(*MIXINS, TensorBase):
 
     def backward(self, gradient=None, retain_graph=None, create_graph: bool = False):
         """Accumulate gradients into the `.grad` of every leaf this tensor depends on."""
-        backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph)
+        tensor_backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph)
 
     # ---------------------------------------------------------------- copy and pickle
     def __deepcopy__(self, memo):
@@ -1322,7 +1322,7 @@ class LazyGrad(Tensor):
         return (n if n is not None else self.pending.targets[self.index]).dtype
 
 
-Tensor._lazy_grad = LazyGrad  # what autograd.backward() builds
+Tensor._lazy_grad = LazyGrad  # what autograd.tensor_backward() builds
 _NODE = TensorBase.__dict__["node"]  # the slot itself, under LazyGrad's property
 
 

@@ -12,7 +12,6 @@ import numpy as np
 from . import devices as _device
 from .autocast import autocast_op as autocast_op
 from .autograd import GradError as GradError
-from .autograd import backward as backward
 from .autograd import drop_graph as drop_graph
 from .autograd import overwrite as overwrite
 from .autograd import realize as realize
@@ -20,6 +19,7 @@ from .autograd import register_leaf as register_leaf
 from .autograd import retain_grad as retain_grad
 from .autograd import retains_grad as retains_grad
 from .autograd import sibling_grads as sibling_grads
+from .autograd import tensor_backward as tensor_backward
 from .carried import note_lazy as note_lazy
 from .carried import unnoted as unnoted
 from .copying import deepcopy_tensor as deepcopy_tensor

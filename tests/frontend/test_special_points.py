@@ -352,7 +352,7 @@ EXCLUDED: dict[str, str] = {
             "fg",
             "BoolTensor ByteTensor DoubleTensor FloatTensor IntTensor LongTensor "
             "get_default_dtype get_rng_state initial_seed is_grad_enabled randperm "
-            "set_rng_state",
+            "set_rng_state is_anomaly_enabled is_anomaly_check_nan_enabled",
         ),
         _NON_MATH,
     ),
