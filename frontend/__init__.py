@@ -675,6 +675,7 @@ for _name in __all__:
 
 _sys.modules[__name__ + ".optim"] = optim
 _sys.modules[__name__ + ".optim.lr_scheduler"] = optim.lr_scheduler
+_sys.modules[__name__ + ".optim.swa_utils"] = optim.swa_utils
 _sys.modules[__name__ + ".data"] = data
 # torch's spelling of the same homes: `from fusegrad.utils.data import DataLoader`,
 # `from fusegrad.utils.tensorboard import SummaryWriter`

@@ -35,7 +35,10 @@ import numpy as np
 from ..nnapi import (
     from_numpy,
 )
-from . import lr_scheduler  # noqa: F401  (`fusegrad.optim.lr_scheduler`, as in torch)
+from . import (
+    lr_scheduler,  # noqa: F401  (`fusegrad.optim.lr_scheduler`, as in torch)
+    swa_utils,  # noqa: F401  (`fusegrad.optim.swa_utils`, as in torch)
+)
 from .adafactor import Adafactor  # noqa: F401  (torch.optim's name)
 from .adam_variants import Adamax, NAdam, RAdam  # noqa: F401  (torch.optim's names)
 from .lbfgs import LBFGS  # noqa: F401  (torch.optim.LBFGS's home)
