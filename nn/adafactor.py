@@ -44,7 +44,8 @@ class Adafactor(Optimizer):
 
     What differs on purpose: `lr` must be a number (torch also takes a 1-element
     tensor); `foreach` is accepted and changes nothing; `step` is a Python number where
-    torch keeps a float32 0-d tensor (same value).
+    torch keeps a float32 0-d tensor (same value); an empty parameter is left as it is
+    (torch's step raises ZeroDivisionError computing its RMS).
     """
 
     def __init__(
