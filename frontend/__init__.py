@@ -679,6 +679,7 @@ _autograd_api.share_top_level(globals())  # (fg.autograd.no_grad is fg.no_grad)
 
 _sys.modules[__name__ + ".optim"] = optim
 _sys.modules[__name__ + ".optim.lr_scheduler"] = optim.lr_scheduler
+_sys.modules[__name__ + ".optim.swa_utils"] = optim.swa_utils
 _sys.modules[__name__ + ".data"] = data
 # torch's spelling of the same homes: `from fusegrad.utils.data import DataLoader`,
 # `from fusegrad.utils.tensorboard import SummaryWriter`

@@ -99,6 +99,7 @@ TORCH_MODULES: dict[str, str] = {
     "torch.optim": "fusegrad.optim",
     "torch.optim.lr_scheduler": "fusegrad.optim.lr_scheduler",
     "torch.optim.optimizer": "fusegrad.nn.optimizer",
+    "torch.optim.swa_utils": "fusegrad.optim.swa_utils",
     "torch.serialization": "fusegrad.serialization",
     "torch.special": "fusegrad.special",
     "torch.testing": "fusegrad.testing",

@@ -550,7 +550,9 @@ class _BatchNorm(Module):
             bound_chain([(self.num_batches_tracked, done)])
             self.num_batches_tracked.assign_(done)
             if self.momentum is None:  # cumulative moving average
-                factor = 1.0 / done.float()
+                # (torch's factor is a Python float: float64 statistics keep it unrounded)
+                wide = self.running_mean.dtype.name == "float64"
+                factor = 1.0 / (done.double() if wide else done.float())
         use_batch = self.training or not self.track_running_stats
         # running buffers are updated only while training with tracking on
         track = self.training and self.track_running_stats

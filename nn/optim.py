@@ -1,6 +1,7 @@
 """`fusegrad.optim`: SGD, Adam, AdamW, RMSprop, Adagrad and Adadelta with PyTorch's exact
 update formulas; NAdam, RAdam and Adamax (nn/adam_variants.py), Rprop and ASGD
-(nn/rprop_asgd.py), and LBFGS (nn/lbfgs.py).
+(nn/rprop_asgd.py), Adafactor (nn/adafactor.py), and LBFGS (nn/lbfgs.py); the weight
+averaging of `optim.swa_utils` (nn/swa_utils.py).
 
 A step builds every parameter's update as graph and realizes, in ONE
 `fg.realize` call, the new parameters, the new optimizer state and the losses
@@ -34,7 +35,11 @@ import numpy as np
 from ..nnapi import (
     from_numpy,
 )
-from . import lr_scheduler  # noqa: F401  (`fusegrad.optim.lr_scheduler`, as in torch)
+from . import (
+    lr_scheduler,  # noqa: F401  (`fusegrad.optim.lr_scheduler`, as in torch)
+    swa_utils,  # noqa: F401  (`fusegrad.optim.swa_utils`, as in torch)
+)
+from .adafactor import Adafactor  # noqa: F401  (torch.optim's name)
 from .adam_variants import Adamax, NAdam, RAdam  # noqa: F401  (torch.optim's names)
 from .lbfgs import LBFGS  # noqa: F401  (torch.optim.LBFGS's home)
 from .optimizer import Optimizer, zeros_state

@@ -74,6 +74,7 @@ SURFACES = {
     "fusegrad.nn.functional": (F, is_api),
     "fusegrad.optim": (fg.optim, inspect.isclass),
     "fusegrad.optim.lr_scheduler": (fg.optim.lr_scheduler, inspect.isclass),
+    "fusegrad.optim.swa_utils": (fg.optim.swa_utils, is_api),
 }
 
 
