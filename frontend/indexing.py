@@ -400,6 +400,32 @@ def write_through(link, value, op: str) -> None:
     base._inplace(_put(base, places, value.cast(base.dtype), may_repeat=False), op)
 
 
+def write_through_untracked(t, value, op: str) -> None:
+    """Land `value`, t's new value written without history (through `.data` or a detached
+    alias), in the memory t shares with others, as torch's writes to shared storage do: its
+    base's places where t is a view of it, the tensor it was detached from where it is a
+    detached alias; each of those passes it on in turn (`p[1:3].data.fill_(1.0)`,
+    `p.detach().detach().zero_()`, `p[1:3].detach().fill_(1.0)` all write into p).
+
+    >>> import fusegrad as fg
+    >>> p = fg.zeros(4)
+    >>> _ = p[1:3].detach().detach().fill_(1.0)
+    >>> p.tolist()
+    [0.0, 1.0, 1.0, 0.0]
+    """
+    link = getattr(t, "_base", None)
+    if link is None:
+        return
+    base, redo = link
+    if redo is None:  # a detached alias: the tensor it came from, as through its `.data`
+        base = base()
+        if base is not None:
+            base.data._inplace(value.cast(base.dtype), op)
+        return
+    places = redo(_positions(base))
+    base.data._inplace(_put(base, places, value.cast(base.dtype), may_repeat=False), op)
+
+
 def _broadcast_value(v, value, shape):
     """`v` (the written `value`, cast) broadcast to the indexed places' `shape`, or torch's
     error."""

@@ -58,7 +58,7 @@ from .errors import (
     fail,
     warn_user,
 )
-from .indexing import IndexingMixin, write_through
+from .indexing import IndexingMixin, _storage_root, write_through, write_through_untracked
 from .inplace_methods import InplaceMixin
 from .inplace_methods import variants as inplace_variants
 from .ir import node as N
@@ -955,8 +955,17 @@ class Tensor(*MIXINS, TensorBase):
             node = N.detach(self.node)
         out = Tensor(node, requires_grad=False, strides=self._strides)
         owner = self.owner if type(self) is DataView and not self._moves else self
-        out._base = (weakref.ref(owner), None)  # (a weak link: `losses.append(loss.detach())`
-        return out  # must not keep each loss tensor, and its history, alive)
+        link = getattr(owner, "_base", None)
+        source = link[0]() if link is not None and link[1] is None else None
+        if source is not None:  # a detached alias of one: writes go where that one's go
+            out._base = link
+        elif link is not None and _storage_root(owner)._is_leaf:
+            # a view of a leaf's memory (`w[0].detach().zero_()`), often a temporary: kept
+            # by the link (the leaf, a parameter or a buffer, is alive anyway)
+            out._base = (lambda: owner, None)
+        else:  # (a weak link: `losses.append(loss.detach())` must not keep each loss
+            out._base = (weakref.ref(owner), None)  # tensor, and its history, alive)
+        return out
 
     def assign_(self, value) -> Tensor:
         """Give this tensor a new value in place (lazily); a leaf stays the same leaf.
@@ -999,9 +1008,7 @@ class Tensor(*MIXINS, TensorBase):
             track([self])  # (a hand-written update of a parameter: fg.jit's replay state)
         link = getattr(self, "_base", None)
         if link is not None and link[1] is None:  # detached: lands as through `.data`
-            owner = link[0]()
-            if owner is not None:
-                owner.data._inplace(value.cast(self.dtype), op)
+            write_through_untracked(self, value.cast(self.dtype), op)
         elif link is not None:  # a view: the write lands in its base first (which may refuse)
             write_through(link, value.cast(self.dtype), op)
         grad_mode = autograd_state.enabled()
@@ -1631,6 +1638,8 @@ class DataView(Tensor):
             owner._take(value)  # `p.grad.data.zero_()`: no backward graph built for nothing
         else:
             overwrite(owner, value, counted=False)
+        # the owner's memory is another's too (a view's base, a detached alias' source)
+        write_through_untracked(owner, value.cast(owner.dtype), op)
         return self
 
     def requires_grad_(self, flag: bool = True) -> Tensor:

@@ -631,6 +631,48 @@ def test_a_detached_tensor_reads_the_value_it_was_detached_at():
     assert np.signbit(w.detach().numpy()[1:]).all()
 
 
+@pytest.mark.parametrize(
+    "write, want",
+    [
+        (lambda p: p.detach().detach().copy_(fg.ones(4)), [1.0, 1.0, 1.0, 1.0]),
+        (lambda p: p.detach().detach().detach().add_(1.0), [1.0, 1.0, 1.0, 1.0]),
+        (lambda p: p[1:3].detach().fill_(1.0), [0.0, 1.0, 1.0, 0.0]),
+        (lambda p: p[1:3].detach().detach().fill_(1.0), [0.0, 1.0, 1.0, 0.0]),
+        (lambda p: p.detach().detach()[1:3].fill_(1.0), [0.0, 1.0, 1.0, 0.0]),
+        (lambda p: p[1:3].data.fill_(1.0), [0.0, 1.0, 1.0, 0.0]),
+        (lambda p: p.detach().data.fill_(1.0), [1.0, 1.0, 1.0, 1.0]),
+        (lambda p: p.t()[0].data.fill_(2.0) if p.ndim == 2 else p.data.fill_(2.0), None),
+    ],
+    ids=[
+        "detach-detach",
+        "detach x3",
+        "view-detach",
+        "view-detach-detach",
+        "detach-detach-view",
+        "view-data",
+        "detach-data",
+        "transposed view-data",
+    ],
+)
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_writes_through_chains_of_detach_data_and_views_land_in_the_source(
+    write, want, requires_grad
+):
+    """torch's detach(), .data and views share memory however they are chained: a write
+    through any chain lands in the source. A temporary in the chain (the `p[1:3]` of
+    `p[1:3].detach().fill_(1.0)`, the first detach of `p.detach().detach()`) used to take
+    the write with it (the source unchanged: a silent wrong answer)."""
+    p = fg.zeros(4, requires_grad=requires_grad)
+    write(p)
+    if want is None:  # (p is 1-D here: the transposed case is checked on its own below)
+        want = [2.0, 2.0, 2.0, 2.0]
+    assert p.tolist() == want
+    assert p.requires_grad == requires_grad and p.is_leaf
+    m = fg.zeros(2, 3)
+    m.t()[0].data.fill_(5.0)
+    assert m.tolist() == [[5.0, 0.0, 0.0], [5.0, 0.0, 0.0]]
+
+
 def test_a_detached_tensor_does_not_keep_its_source_alive():
     """`losses.append(loss.detach())`: the link is weak, so each step's loss tensor (and
     the history it holds) is freed as in torch; a write after that lands nowhere else."""
