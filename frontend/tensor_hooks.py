@@ -287,20 +287,29 @@ def fresh_node(n: N.Node) -> N.Node:
     node the first call hooked, and a chain through it would run the old hooks too. So
     this searches, breadth first, the exact identities built of `+ (-0.0)`, `* 1` and
     an even number of negations for the first node free of both."""
+    if 0 in n.shape:  # every node of an empty value is its one constant: none is free
+        return N.unshared_const(0, n.shape, n.dtype, n.device)
     minus_zero, one = N.const(-0.0, n.shape, n.dtype), N.const(1, n.shape, n.dtype)
     frontier = [(n, False)]  # (node, negated)
-    while True:
+    seen = {id(n)}  # (a constant's identities fold back into constants: never twice)
+    while frontier:
         following = []
         for y, negated in frontier:
             for z, flipped in ((N.add(y, minus_zero), negated), (N.mul(y, one), negated)) + (
                 ((N.unary(Ops.NEG, y), not negated),)
             ):
-                if z in GRAD_HOOKS or z in CUSTOM_VJP:
+                if z in GRAD_HOOKS or z in CUSTOM_VJP or id(z) in seen:
                     continue
+                seen.add(id(z))
                 if not flipped:
                     return z
                 following.append((z, flipped))
         frontier = following
+    # every identity folded back into a node already taken (constants): one of its own
+    return N.contiguous(n, f"a hook's own node {next(_anchors)}")
+
+
+_anchors = itertools.count()
 
 
 def hooked_together(tensors: Sequence, on_grads: Callable, materialize: bool = True) -> list:

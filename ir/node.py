@@ -175,6 +175,15 @@ def const(value, shape: Shape, dtype: DType, device: str | None = None) -> Node:
     return n
 
 
+def unshared_const(value, shape: Shape, dtype: DType, device: str | None = None) -> Node:
+    """A constant node of its own, which hash-consing never hands out again: an anchor for
+    a hook or a gradient rule on an empty value, where every node built of it folds to the
+    one empty constant (`make`), so no other node of its value is free."""
+    kind = dtype.kind
+    value = float(value) if kind == "f" else bool(value) if kind == "b" else int(value)
+    return _new(_CONST, (), value, tuple(shape), dtype, device)
+
+
 def index(shape: Shape, dtype: DType) -> Node:
     """Each element's row-major position in `shape`, as an integer of `dtype`: an index table
     that no buffer holds, computed where a kernel reads it (of no device, as a constant).

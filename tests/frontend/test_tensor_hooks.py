@@ -1,6 +1,10 @@
-"""`Tensor.register_post_accumulate_grad_hook`: called with the leaf after backward() has
-accumulated its gradient, as torch's, and an optimizer step inside it ("optimizer in
-backward") gives the same parameters as the plain loop, computed here in numpy."""
+"""frontend/tensor_hooks.py: `Tensor.register_post_accumulate_grad_hook` (called with the
+leaf after backward() has accumulated its gradient, as torch's; an optimizer step inside it,
+"optimizer in backward", gives the same parameters as the plain loop, computed here in
+numpy), and hooks and gradient rules on empty values."""
+
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -88,3 +92,38 @@ def test_an_optimizer_step_in_the_hook_trains_as_the_plain_loop():
         assert layer.weight.grad is None or not layer.weight.grad.numpy().any()
     np.testing.assert_allclose(layer.weight.numpy(), want[0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(layer.bias.numpy(), want[1], rtol=1e-5, atol=1e-6)
+
+
+EMPTY_HOOKS = """
+import fusegrad as fg
+
+class Twice(fg.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+x = fg.zeros(0, 3, requires_grad=True)
+a, b = Twice.apply(x), Twice.apply(x)
+(a.sum() + b.sum()).backward()
+y = fg.zeros(0, requires_grad=True)
+y.register_hook(lambda g: g)
+y.register_hook(lambda g: g)
+(y * 2).sum().backward()
+print(a.shape, b.shape, x.grad.shape, y.grad.shape)
+"""
+
+
+def test_a_second_rule_or_hook_on_an_empty_value_does_not_hang():
+    """Every node of an empty value is its one constant, so the search for a node free of
+    earlier hooks and gradient rules (`fresh_node`) found none and looped for ever (a
+    custom Function applied twice to an empty tensor hung). Run apart, so a hang is a
+    failure."""
+    run = subprocess.run(
+        [sys.executable, "-c", EMPTY_HOOKS], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["(0,", "3)", "(0,", "3)", "(0,", "3)", "(0,)"]
