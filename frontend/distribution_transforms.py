@@ -38,6 +38,7 @@ __all__ = [
     "PowerTransform",
     "SigmoidTransform",
     "SoftmaxTransform",
+    "SoftplusTransform",
     "TanhTransform",
     "Transform",
     "identity_transform",
@@ -417,6 +418,25 @@ class SigmoidTransform(_Fixed):
         return -_softplus(-x) - _softplus(x)
 
 
+class SoftplusTransform(_Fixed):
+    """y = softplus(x) = log(1 + e^x) (x itself above 20, as torch's softplus); its inverse
+    y + log(-expm1(-y)); log |det| = -softplus(-x)."""
+
+    domain = constraints.real
+    codomain = constraints.positive
+    bijective = True
+    sign = +1
+
+    def _call(self, x):
+        return _softplus(x)
+
+    def _inverse(self, y):
+        return (-(-y).expm1()).log() + y
+
+    def log_abs_det_jacobian(self, x, y):
+        return -_softplus(-x)
+
+
 class TanhTransform(_Fixed):
     """y = tanh(x), x = atanh(y); log |det| = 2 * (log 2 - x - softplus(-2x)), torch's
     stable form of log(1 - tanh(x)^2). Use `cache_size=1` to invert sampled values (atanh
@@ -553,3 +573,32 @@ class SoftmaxTransform(_Fixed):
         if len(shape) < 1:
             raise ValueError("Too few dimensions on input")
         return shape
+
+
+# the vector, matrix and combined transforms, which build on Transform above: importable
+# from here, as torch.distributions.transforms has them all
+from .distribution_transforms_combined import (  # noqa: E402
+    CatTransform,
+    CumulativeDistributionTransform,
+    IndependentTransform,
+    ReshapeTransform,
+    StackTransform,
+)
+from .distribution_transforms_matrix import (  # noqa: E402
+    CorrCholeskyTransform,
+    LowerCholeskyTransform,
+    PositiveDefiniteTransform,
+    StickBreakingTransform,
+)
+
+__all__ += [
+    "CatTransform",
+    "CorrCholeskyTransform",
+    "CumulativeDistributionTransform",
+    "IndependentTransform",
+    "LowerCholeskyTransform",
+    "PositiveDefiniteTransform",
+    "ReshapeTransform",
+    "StackTransform",
+    "StickBreakingTransform",
+]
