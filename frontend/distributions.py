@@ -78,7 +78,7 @@ from .distributions_location import (
     StudentT,
     Weibull,
 )
-from .distributions_mvn import MultivariateNormal
+from .distributions_mvn import LowRankMultivariateNormal, MultivariateNormal
 from .distributions_tails import (
     FisherSnedecor,
     GeneralizedPareto,
@@ -92,6 +92,7 @@ from .distributions_tails import (
 # torch.distributions namespace, so not in __all__
 from .distributions_transformed import (  # noqa: F401
     ExpRelaxedCategorical,
+    LogisticNormal,
     LogitRelaxedBernoulli,
     MixtureSameFamily,
     RelaxedBernoulli,
@@ -131,6 +132,8 @@ __all__ = [
     "Kumaraswamy",
     "Laplace",
     "LogNormal",
+    "LogisticNormal",
+    "LowRankMultivariateNormal",
     "LowerCholeskyTransform",
     "MixtureSameFamily",
     "Multinomial",
