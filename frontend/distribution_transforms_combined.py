@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from . import distribution_constraints as constraints
 from .distribution import _sum_rightmost, lazy_property
-from .distribution_transforms import Transform
+from .distribution_transform import Transform
 from .movement import cat, stack
 
 __all__ = [

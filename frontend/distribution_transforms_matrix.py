@@ -21,7 +21,7 @@ import numpy as np
 from . import distribution_constraints as constraints
 from .creation import eye
 from .creation import tensor as _tensor
-from .distribution_transforms import Transform, _clipped_sigmoid, _Fixed
+from .distribution_transform import Transform, _clipped_sigmoid, _Fixed
 from .distributions_categorical import _log_sigmoid, _softplus
 from .ir.dtypes import int64
 from .linalg import cholesky

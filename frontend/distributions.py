@@ -1,13 +1,17 @@
-"""`fusegrad.distributions` (torch.distributions under `python -m fusegrad`): Bernoulli,
-Normal, Uniform and Independent, with torch's parameters, shapes, validation, formulas and
-KL pairs; the base class and the KL registry are `distribution.py`'s. Categorical,
-OneHotCategorical(StraightThrough), Multinomial, Binomial and Geometric are
-`distributions_categorical.py`'s, Cauchy, HalfCauchy, HalfNormal, Gumbel, Weibull, StudentT
-and Chi2 `distributions_location.py`'s, Gamma, Beta, Dirichlet, Exponential, Poisson, Laplace and
-LogNormal `distributions_gamma.py`'s, MultivariateNormal `distributions_mvn.py`'s,
-TransformedDistribution, RelaxedBernoulli, RelaxedOneHotCategorical and MixtureSameFamily
-`distributions_transformed.py`'s (the transforms `distribution_transforms.py`'s), re-exported
-here.
+"""`fusegrad.distributions` (torch.distributions under `python -m fusegrad`): torch's
+families, transforms, constraints and KL pairs, gathered here from the files that define
+them; the base class, Independent and the KL registry are `distribution.py`'s. Bernoulli,
+Normal and Uniform are `distributions_basic.py`'s; Categorical,
+OneHotCategorical(StraightThrough), Multinomial, Binomial, Geometric and NegativeBinomial
+`distributions_categorical.py`'s; Cauchy, HalfCauchy, HalfNormal, Gumbel, Weibull, StudentT
+and Chi2 `distributions_location.py`'s; Gamma, Beta, Dirichlet, Exponential, Poisson, Laplace
+and LogNormal `distributions_gamma.py`'s; Pareto, InverseGamma, Kumaraswamy,
+GeneralizedPareto and FisherSnedecor `distributions_tails.py`'s; ContinuousBernoulli and
+VonMises `distributions_bounded.py`'s; MultivariateNormal and LowRankMultivariateNormal
+`distributions_mvn.py`'s; TransformedDistribution, LogisticNormal, RelaxedBernoulli,
+RelaxedOneHotCategorical and MixtureSameFamily `distributions_transformed.py`'s (the
+transforms `distribution_transforms*.py`'s); the KL pairs across families
+`distributions_kl.py`'s (the same-family ones sit with their families).
 
 >>> import fusegrad as fg
 >>> from fusegrad.distributions import Categorical, Normal, kl_divergence
