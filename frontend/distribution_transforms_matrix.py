@@ -23,10 +23,10 @@ from .creation import eye
 from .creation import tensor as _tensor
 from .distribution_transform import Transform, _clipped_sigmoid, _Fixed
 from .distributions_categorical import _log_sigmoid, _softplus
-from .ir.dtypes import int64
+from .ir.dtypes import bool_, int64
 from .linalg import cholesky
 from .movement import cat
-from .tensor import Tensor
+from .tensor import Tensor, where
 from .typeinfo import finfo
 
 __all__ = [
@@ -81,6 +81,15 @@ def tril_matrix_to_vec(mat: Tensor, diag: int = 0) -> Tensor:
         raise ValueError(f"diag ({diag}) provided is outside [{-n}, {n - 1}].")
     index = _tensor(_tril_positions(n, diag), dtype=int64, device=mat.device)
     return mat.flatten(-2)[..., index]
+
+
+def _diag_matrix(vec: Tensor) -> Tensor:
+    """The matrices with `vec`'s last dim on their diagonals (diag_embed's values) in one
+    elementwise kernel: Tensor.diag_embed builds one diagonal per batch row, which a batch
+    of thousands of draws (Wishart's, LKJCholesky's) makes slow."""
+    n = vec.shape[-1]
+    on_diagonal = eye(n, dtype=bool_, device=vec.device)
+    return where(on_diagonal, vec.unsqueeze(-1), 0.0)
 
 
 def _pad_last(x: Tensor, before: int, after: int, value: float) -> Tensor:
@@ -143,10 +152,10 @@ class LowerCholeskyTransform(_Fixed):
     codomain = constraints.lower_cholesky
 
     def _call(self, x):
-        return x.tril(-1) + x.diagonal(dim1=-2, dim2=-1).exp().diag_embed()
+        return x.tril(-1) + _diag_matrix(x.diagonal(dim1=-2, dim2=-1).exp())
 
     def _inverse(self, y):
-        return y.tril(-1) + y.diagonal(dim1=-2, dim2=-1).log().diag_embed()
+        return y.tril(-1) + _diag_matrix(y.diagonal(dim1=-2, dim2=-1).log())
 
 
 class PositiveDefiniteTransform(_Fixed):

@@ -8,7 +8,8 @@ and Chi2 `distributions_location.py`'s; Gamma, Beta, Dirichlet, Exponential, Poi
 and LogNormal `distributions_gamma.py`'s; Pareto, InverseGamma, Kumaraswamy,
 GeneralizedPareto and FisherSnedecor `distributions_tails.py`'s; ContinuousBernoulli and
 VonMises `distributions_bounded.py`'s; MultivariateNormal and LowRankMultivariateNormal
-`distributions_mvn.py`'s; TransformedDistribution, LogisticNormal, RelaxedBernoulli,
+`distributions_mvn.py`'s; LKJCholesky and Wishart `distributions_matrix.py`'s;
+TransformedDistribution, LogisticNormal, RelaxedBernoulli,
 RelaxedOneHotCategorical and MixtureSameFamily `distributions_transformed.py`'s (the
 transforms `distribution_transforms*.py`'s); the KL pairs across families
 `distributions_kl.py`'s (the same-family ones sit with their families).
@@ -82,6 +83,7 @@ from .distributions_location import (
     StudentT,
     Weibull,
 )
+from .distributions_matrix import LKJCholesky, Wishart
 from .distributions_mvn import LowRankMultivariateNormal, MultivariateNormal
 from .distributions_tails import (
     FisherSnedecor,
@@ -131,6 +133,7 @@ __all__ = [
     "HalfCauchy",
     "HalfNormal",
     "Independent",
+    "LKJCholesky",
     "IndependentTransform",
     "InverseGamma",
     "Kumaraswamy",
@@ -165,6 +168,7 @@ __all__ = [
     "Uniform",
     "VonMises",
     "Weibull",
+    "Wishart",
     "constraints",
     "identity_transform",
     "kl_divergence",

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 
 from .distribution import kl_divergence, register_kl
+from .distribution_transforms_matrix import _diag_matrix
 from .distributions_basic import Bernoulli, Normal, Uniform
 from .distributions_bounded import ContinuousBernoulli
 from .distributions_categorical import Binomial, Geometric, OneHotCategorical
@@ -179,7 +180,7 @@ def _kl_lowrank_multivariatenormal(p, q):
     term3 = _batch_mahalanobis(q._unbroadcasted_scale_tril, q.loc - p.loc)
     q_inv = _TrilInverse.apply(q._unbroadcasted_scale_tril)
     term21 = _batch_trace_xxt(q_inv @ p._unbroadcasted_cov_factor)
-    term22 = _batch_trace_xxt(q_inv @ p._unbroadcasted_cov_diag.sqrt().diag_embed())
+    term22 = _batch_trace_xxt(q_inv @ _diag_matrix(p._unbroadcasted_cov_diag.sqrt()))
     return 0.5 * (term1 + term21 + term22 + term3 - p.event_shape[0])
 
 

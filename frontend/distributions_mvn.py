@@ -19,6 +19,7 @@ from . import distribution_constraints as constraints
 from .creation import eye, randn
 from .creation import tensor as _tensor
 from .distribution import Distribution, lazy_property, register_kl
+from .distribution_transforms_matrix import _diag_matrix
 from .errors import ArgumentError, DTypeError, JitError, fail
 from .function import Function
 from .ir.dtypes import float32, float64
@@ -342,7 +343,7 @@ class LowRankMultivariateNormal(Distribution):
     @lazy_property
     def covariance_matrix(self) -> Tensor:
         w = self._unbroadcasted_cov_factor
-        cov = w @ w.mT + self._unbroadcasted_cov_diag.diag_embed()
+        cov = w @ w.mT + _diag_matrix(self._unbroadcasted_cov_diag)
         return cov.expand(self._matrix_shape())
 
     @lazy_property
@@ -350,7 +351,7 @@ class LowRankMultivariateNormal(Distribution):
         d = self._unbroadcasted_cov_diag
         wt_dinv = self._unbroadcasted_cov_factor.mT / d.unsqueeze(-2)
         a = _TrilInverse.apply(self._capacitance_tril) @ wt_dinv
-        return (d.reciprocal().diag_embed() - a.mT @ a).expand(self._matrix_shape())
+        return (_diag_matrix(d.reciprocal()) - a.mT @ a).expand(self._matrix_shape())
 
     def rsample(self, sample_shape=()) -> Tensor:
         shape = self._extended_shape(sample_shape)

@@ -43,10 +43,11 @@ _NN_MODULE_FILES = (
 _DISTRIBUTION_FILES = (
     "bernoulli beta binomial categorical cauchy chi2 continuous_bernoulli dirichlet "
     "exponential fishersnedecor gamma generalized_pareto geometric gumbel half_cauchy "
-    "half_normal independent inverse_gamma kumaraswamy laplace log_normal logistic_normal "
-    "lowrank_multivariate_normal mixture_same_family multinomial multivariate_normal "
-    "negative_binomial normal one_hot_categorical pareto poisson relaxed_bernoulli "
-    "relaxed_categorical studentT transformed_distribution uniform von_mises weibull"
+    "half_normal independent inverse_gamma kumaraswamy laplace lkj_cholesky log_normal "
+    "logistic_normal lowrank_multivariate_normal mixture_same_family multinomial "
+    "multivariate_normal negative_binomial normal one_hot_categorical pareto poisson "
+    "relaxed_bernoulli relaxed_categorical studentT transformed_distribution uniform "
+    "von_mises weibull wishart"
 ).split()
 
 # the stand-in of torchvision's modules (datasets/ reads the data; imported by name, on
