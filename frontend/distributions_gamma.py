@@ -150,6 +150,10 @@ def _standard_gamma(a: Tensor, op: str) -> Tensor:
     """Gamma(a, 1) draws of a's shape, reparameterized."""
     if recording():
         fail(JitError, op, "gamma draws are made on the host, which fusegrad.jit cannot replay")
+    if a.numel() == 0:
+        # nothing to draw; and a second custom Function over an empty result hangs
+        # tensor_hooks.fresh_node (every identity of an empty node folds to the same one)
+        return a * 0
     return _StandardGamma.apply(a.contiguous())
 
 
