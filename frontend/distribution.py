@@ -25,6 +25,7 @@ import functools
 import warnings
 
 from . import distribution_constraints as constraints
+from .autograd import grad as _grad
 from .autograd import realize
 from .autograd_state import enable_grad, no_grad
 from .creation import tensor as _tensor
@@ -35,6 +36,7 @@ from .typeinfo import finfo
 
 __all__ = [
     "Distribution",
+    "ExponentialFamily",
     "broadcast_all",
     "clamp_probs",
     "kl_divergence",
@@ -239,6 +241,37 @@ class Distribution:
             v = self.__dict__[p]
             shown.append(f"{p}: {v if v.numel() == 1 else tuple(v.shape)}")
         return f"{self.__class__.__name__}({', '.join(shown)})"
+
+
+class ExponentialFamily(Distribution):
+    """The base of exponential families (torch.distributions.ExponentialFamily): densities
+    p(x; t) = exp(<t, T(x)> - F(t) + k(x)) of natural parameters t (`_natural_params`),
+    log normalizer F (`_log_normalizer`) and carrier measure k (`_mean_carrier_measure`,
+    its expectation). `entropy` is F(t) - <t, grad F(t)> - E[k(x)], by autograd, for a
+    family that does not give its own; `kl_divergence` of two of one such family is the
+    Bregman divergence of F, as torch's."""
+
+    @property
+    def _natural_params(self) -> tuple:
+        raise NotImplementedError
+
+    def _log_normalizer(self, *natural_params):
+        raise NotImplementedError
+
+    @property
+    def _mean_carrier_measure(self) -> float:
+        raise NotImplementedError
+
+    def entropy(self) -> Tensor:
+        result = -self._mean_carrier_measure
+        nparams = [p.detach().requires_grad_() for p in self._natural_params]
+        with enable_grad():
+            lg_normal = self._log_normalizer(*nparams)
+            gradients = _grad(lg_normal.sum(), nparams, create_graph=True)
+        result = result + lg_normal
+        for nparam, g in zip(nparams, gradients):
+            result = result - (nparam * g).reshape(self._batch_shape + (-1,)).sum(-1)
+        return result
 
 
 class Independent(Distribution):

@@ -39,7 +39,14 @@ import math
 from . import distribution_constraints as constraints
 from . import distribution_transforms as transforms
 from . import distributions_kl  # noqa: F401  (registers torch's cross-family KL pairs)
-from .distribution import Distribution, Independent, _sum_rightmost, kl_divergence, register_kl
+from .distribution import (
+    Distribution,
+    ExponentialFamily,
+    Independent,
+    _sum_rightmost,
+    kl_divergence,
+    register_kl,
+)
 from .distribution_transforms import (
     AbsTransform,
     AffineTransform,
@@ -125,6 +132,7 @@ __all__ = [
     "Distribution",
     "ExpTransform",
     "Exponential",
+    "ExponentialFamily",
     "FisherSnedecor",
     "Gamma",
     "GeneralizedPareto",

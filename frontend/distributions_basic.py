@@ -14,7 +14,13 @@ import math
 from . import distribution_constraints as constraints
 from .autograd_state import no_grad
 from .creation import arange, bernoulli, full, rand, randn
-from .distribution import BinaryParameters, Distribution, broadcast_all, register_kl
+from .distribution import (
+    BinaryParameters,
+    Distribution,
+    ExponentialFamily,
+    broadcast_all,
+    register_kl,
+)
 from .distributions_categorical import _bce_with_logits, _softplus
 from .tensor import Tensor, where
 
@@ -22,7 +28,7 @@ __all__ = ["Bernoulli", "Normal", "Uniform"]
 _NUMBER = (int, float)
 
 
-class Bernoulli(BinaryParameters, Distribution):
+class Bernoulli(BinaryParameters, ExponentialFamily):
     """Draws of 1 with probability `probs` (or sigmoid(`logits`)), else 0, in the
     parameter's dtype.
 
@@ -34,6 +40,7 @@ class Bernoulli(BinaryParameters, Distribution):
     arg_constraints = {"probs": constraints.unit_interval, "logits": constraints.real}
     support = constraints.boolean
     has_enumerate_support = True
+    _mean_carrier_measure = 0
 
     def __init__(self, probs=None, logits=None, validate_args: bool | None = None):
         batch_shape, _ = self._take_parameter(probs, logits)
@@ -79,8 +86,15 @@ class Bernoulli(BinaryParameters, Distribution):
         values = values.reshape((-1,) + (1,) * len(self._batch_shape))
         return values.expand((-1,) + self._batch_shape) if expand else values
 
+    @property
+    def _natural_params(self) -> tuple[Tensor]:
+        return (self.probs.log() - (-self.probs).log1p(),)
 
-class Normal(Distribution):
+    def _log_normalizer(self, x):
+        return x.exp().log1p()
+
+
+class Normal(ExponentialFamily):
     """The normal distribution N(loc, scale^2); `rsample` is loc + eps * scale, eps a
     standard normal draw, so gradients reach loc (1) and scale (eps).
 
@@ -93,6 +107,7 @@ class Normal(Distribution):
     arg_constraints = {"loc": constraints.real, "scale": constraints.positive}
     support = constraints.real
     has_rsample = True
+    _mean_carrier_measure = 0
 
     def __init__(self, loc, scale, validate_args: bool | None = None):
         self.loc, self.scale = broadcast_all(loc, scale)
@@ -152,6 +167,13 @@ class Normal(Distribution):
 
     def entropy(self) -> Tensor:
         return 0.5 + 0.5 * math.log(2 * math.pi) + self.scale.log()
+
+    @property
+    def _natural_params(self) -> tuple[Tensor, Tensor]:
+        return (self.loc / self.scale.pow(2), -0.5 * self.scale.pow(2).reciprocal())
+
+    def _log_normalizer(self, x, y):
+        return -0.25 * x.pow(2) / y + 0.5 * (-math.pi / y).log()
 
 
 class Uniform(Distribution):

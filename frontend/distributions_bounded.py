@@ -26,6 +26,7 @@ from .creation import rand, zeros
 from .distribution import (
     BinaryParameters,
     Distribution,
+    ExponentialFamily,
     clamp_probs,
     lazy_property,
     logits_to_probs,
@@ -38,7 +39,7 @@ from .tensor import Tensor, where
 __all__ = ["ContinuousBernoulli", "VonMises"]
 
 
-class ContinuousBernoulli(BinaryParameters, Distribution):
+class ContinuousBernoulli(BinaryParameters, ExponentialFamily):
     """The continuous Bernoulli distribution on [0, 1] (Loaiza-Ganem and Cunningham, 2019):
     density C(p) p^x (1 - p)^(1 - x) for `probs` p (or sigmoid(`logits`)). Within `lims`
     of p = 1/2, where the closed forms divide 0 by 0, the log normalizer and the moments

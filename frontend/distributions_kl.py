@@ -10,14 +10,17 @@ distributions.py imports this module.
 inf
 
 Where p's support is not inside q's, the answer is inf, as torch's (`_infinite_like`).
-torch's ExponentialFamily pair (a Bregman divergence through autograd) is not here.
+Two of one exponential family without a pair of their own (Wishart's) take the Bregman
+divergence of its log normalizer, through autograd, as torch's.
 """
 
 from __future__ import annotations
 
 import math
 
-from .distribution import kl_divergence, register_kl
+from .autograd import grad as _grad
+from .autograd_state import enable_grad
+from .distribution import ExponentialFamily, _sum_rightmost, kl_divergence, register_kl
 from .distribution_transforms_matrix import _diag_matrix
 from .distributions_basic import Bernoulli, Normal, Uniform
 from .distributions_bounded import ContinuousBernoulli
@@ -111,6 +114,26 @@ def _kl_pareto_pareto(p, q):
 def _kl_cauchy_cauchy(p, q):
     t1 = ((p.scale + q.scale).pow(2) + (p.loc - q.loc).pow(2)).log()
     return t1 - (4 * p.scale * q.scale).log()
+
+
+@register_kl(ExponentialFamily, ExponentialFamily)
+def _kl_expfamily_expfamily(p, q):
+    """The Bregman divergence of the log normalizer F between q's and p's natural
+    parameters (one family only): F(t_q) - F(t_p) - <t_q - t_p, grad F(t_p)>."""
+    if type(p) is not type(q):
+        raise NotImplementedError(
+            "The cross KL-divergence between different exponential families cannot "
+            "be computed using Bregman divergences"
+        )
+    p_nparams = [nparam.detach().requires_grad_() for nparam in p._natural_params]
+    q_nparams = q._natural_params
+    with enable_grad():
+        lg_normal = p._log_normalizer(*p_nparams)
+        gradients = _grad(lg_normal.sum(), p_nparams, create_graph=True)
+    result = q._log_normalizer(*q_nparams) - lg_normal
+    for pnp, qnp, g in zip(p_nparams, q_nparams, gradients):
+        result = result - _sum_rightmost((qnp - pnp) * g, len(q.event_shape))
+    return result
 
 
 @register_kl(TransformedDistribution, TransformedDistribution)

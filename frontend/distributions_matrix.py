@@ -25,7 +25,7 @@ from . import distribution_constraints as constraints
 from .autograd_state import no_grad
 from .creation import arange, eye, randn
 from .creation import tensor as _tensor
-from .distribution import Distribution, broadcast_all, lazy_property
+from .distribution import Distribution, ExponentialFamily, broadcast_all, lazy_property
 from .distribution_transforms_matrix import _diag_matrix, vec_to_tril_matrix
 from .distributions_gamma import Beta
 from .distributions_location import Chi2
@@ -123,7 +123,7 @@ def _cholesky_solve(b: Tensor, lower: Tensor) -> Tensor:
     return inv(lower @ lower.mT) @ b
 
 
-class Wishart(Distribution):
+class Wishart(ExponentialFamily):
     """The Wishart distribution of positive definite p x p matrices, of `df` degrees of
     freedom and one of `covariance_matrix`, `precision_matrix` or `scale_tril` (its lower
     Cholesky factor L), as torch's: X = L A A^T L^T with Bartlett's A (square roots of
@@ -297,3 +297,13 @@ class Wishart(Distribution):
             - (nu - p - 1) / 2 * _mvdigamma(nu / 2, p)
             + nu * p / 2
         )
+
+    @property
+    def _natural_params(self) -> tuple[Tensor, Tensor]:
+        p = self._event_shape[-1]
+        return (-self.precision_matrix / 2, (self.df - p - 1) / 2)
+
+    def _log_normalizer(self, x, y):
+        p = self._event_shape[-1]
+        log_det = slogdet(-2 * x)[1]
+        return (y + (p + 1) / 2) * (-log_det + _LOG_2 * p) + (y + (p + 1) / 2).mvlgamma(p)

@@ -73,6 +73,7 @@ TORCH_MODULES: dict[str, str] = {
     "torch.distributions": "fusegrad.distributions",
     "torch.distributions.constraints": "fusegrad.distribution_constraints",
     "torch.distributions.distribution": "fusegrad.distribution",
+    "torch.distributions.exp_family": "fusegrad.distribution",
     "torch.distributions.kl": "fusegrad.distribution",
     "torch.distributions.transforms": "fusegrad.distribution_transforms",
     "torch.distributions.utils": "fusegrad.distribution",
