@@ -47,6 +47,7 @@ from .distribution import (
     kl_divergence,
     register_kl,
 )
+from .distribution_constraint_registry import biject_to, transform_to
 from .distribution_transforms import (
     AbsTransform,
     AffineTransform,
@@ -177,10 +178,12 @@ __all__ = [
     "VonMises",
     "Weibull",
     "Wishart",
+    "biject_to",
     "constraints",
     "identity_transform",
     "kl_divergence",
     "register_kl",
+    "transform_to",
     "transforms",
 ]
 

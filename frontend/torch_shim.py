@@ -71,6 +71,7 @@ TORCH_MODULES: dict[str, str] = {
     "torch.cuda.amp": "fusegrad.cuda_amp",
     "torch.distributed": "fusegrad.distributed",
     "torch.distributions": "fusegrad.distributions",
+    "torch.distributions.constraint_registry": "fusegrad.distribution_constraint_registry",
     "torch.distributions.constraints": "fusegrad.distribution_constraints",
     "torch.distributions.distribution": "fusegrad.distribution",
     "torch.distributions.exp_family": "fusegrad.distribution",
