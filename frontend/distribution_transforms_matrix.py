@@ -1,8 +1,7 @@
 """The transforms onto vectors and matrices of `fusegrad.distributions.transforms` (torch's):
 StickBreakingTransform (to the simplex), LowerCholeskyTransform, PositiveDefiniteTransform
 and CorrCholeskyTransform (to Cholesky factors of correlation matrices), with torch's
-formulas, shapes and log |det Jacobian|s; and torch.distributions.utils' `vec_to_tril_matrix`
-and `tril_matrix_to_vec`, which move the entries of a lower triangle to a vector and back.
+formulas, shapes and log |det Jacobian|s.
 
 >>> import fusegrad as fg
 >>> from fusegrad.distribution_transforms import StickBreakingTransform
@@ -16,14 +15,12 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from . import distribution_constraints as constraints
 from .creation import eye
-from .creation import tensor as _tensor
+from .distribution import tril_matrix_to_vec, vec_to_tril_matrix
 from .distribution_transform import Transform, _clipped_sigmoid, _Fixed
 from .distributions_categorical import _log_sigmoid, _softplus
-from .ir.dtypes import bool_, int64
+from .ir.dtypes import bool_
 from .linalg import cholesky
 from .movement import cat
 from .tensor import Tensor, where
@@ -35,52 +32,6 @@ __all__ = [
     "PositiveDefiniteTransform",
     "StickBreakingTransform",
 ]
-
-
-def _tril_positions(n: int, diag: int) -> np.ndarray:
-    """The flat (row-major) positions in an n x n matrix of the entries on or below
-    diagonal `diag`, in torch's order (row by row)."""
-    rows, cols = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
-    return np.flatnonzero(cols < rows + (diag + 1))
-
-
-def vec_to_tril_matrix(vec: Tensor, diag: int = 0) -> Tensor:
-    """The n x n matrix whose entries on or below diagonal `diag` are `vec`'s last dim, row
-    by row, and zeros elsewhere (n from the vector's length).
-
-    >>> import fusegrad as fg
-    >>> vec_to_tril_matrix(fg.tensor([1.0, 2.0, 3.0])).tolist()
-    [[1.0, 0.0], [2.0, 3.0]]
-    """
-    length = vec.shape[-1]
-    b = 1 + 2 * diag
-    n = (-b + (b * b + 8 * length + 4 * abs(diag) * (diag + 1)) ** 0.5) / 2
-    if abs(round(n) - n) > finfo(vec.dtype).eps:
-        raise ValueError(
-            f"The size of last dimension is {length} which cannot be expressed as "
-            "the lower triangular part of a square D x D matrix."
-        )
-    n = round(n)
-    where_from = np.full(n * n, length, dtype=np.int64)  # the zero appended below
-    where_from[_tril_positions(n, diag)] = np.arange(length)
-    padded = cat([vec, vec.new_zeros(tuple(vec.shape[:-1]) + (1,))], -1)
-    index = _tensor(where_from, dtype=int64, device=vec.device)
-    return padded[..., index].reshape(tuple(vec.shape[:-1]) + (n, n))
-
-
-def tril_matrix_to_vec(mat: Tensor, diag: int = 0) -> Tensor:
-    """The entries of `mat` (the last two dims, square) on or below diagonal `diag`, row
-    by row.
-
-    >>> import fusegrad as fg
-    >>> tril_matrix_to_vec(fg.tensor([[1.0, 9.0], [2.0, 3.0]])).tolist()
-    [1.0, 2.0, 3.0]
-    """
-    n = mat.shape[-1]
-    if diag < -n or diag >= n:
-        raise ValueError(f"diag ({diag}) provided is outside [{-n}, {n - 1}].")
-    index = _tensor(_tril_positions(n, diag), dtype=int64, device=mat.device)
-    return mat.flatten(-2)[..., index]
 
 
 def _diag_matrix(vec: Tensor) -> Tensor:

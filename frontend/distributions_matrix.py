@@ -25,8 +25,14 @@ from . import distribution_constraints as constraints
 from .autograd_state import no_grad
 from .creation import arange, eye, randn
 from .creation import tensor as _tensor
-from .distribution import Distribution, ExponentialFamily, broadcast_all, lazy_property
-from .distribution_transforms_matrix import _diag_matrix, vec_to_tril_matrix
+from .distribution import (
+    Distribution,
+    ExponentialFamily,
+    broadcast_all,
+    lazy_property,
+    vec_to_tril_matrix,
+)
+from .distribution_transforms_matrix import _diag_matrix
 from .distributions_gamma import Beta
 from .distributions_location import Chi2
 from .linalg import cholesky, inv, slogdet

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import fusegrad as fg
+from fusegrad.distribution import tril_matrix_to_vec, vec_to_tril_matrix
 from fusegrad.distribution_transforms import (
     CorrCholeskyTransform,
     LowerCholeskyTransform,
@@ -15,7 +16,6 @@ from fusegrad.distribution_transforms import (
     SoftplusTransform,
     StickBreakingTransform,
 )
-from fusegrad.distribution_transforms_matrix import tril_matrix_to_vec, vec_to_tril_matrix
 from fusegrad.distributions import constraints
 
 
