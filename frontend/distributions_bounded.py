@@ -207,7 +207,7 @@ def _log_modified_bessel_fn(x: Tensor, order: int = 0) -> Tensor:
 
 class VonMises(Distribution):
     """The von Mises distribution of angles: density e^(k cos(x - loc)) / (2 pi I0(k)) for
-    `loc` and `concentration` k. Draws, in (-pi, pi], come from torch's rejection sampler
+    `loc` and `concentration` k. Draws, in [-pi, pi), come from torch's rejection sampler
     in float64; `log_prob` takes any real angle.
 
     >>> import fusegrad as fg

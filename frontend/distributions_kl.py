@@ -218,7 +218,7 @@ def _infinite(p_param: str):
     return kl
 
 
-for _types, _param in [
+_INFINITE_PAIRS = [
     ([(Beta, Pareto)], "concentration1"),
     ([(ContinuousBernoulli, Pareto)], "probs"),
     ([(Exponential, t) for t in (Beta, ContinuousBernoulli, Pareto, Uniform)], "rate"),
@@ -234,9 +234,10 @@ for _types, _param in [
     ([(Normal, t) for t in (Beta, ContinuousBernoulli, Exponential, Gamma, Pareto)], "loc"),
     ([(Pareto, t) for t in (Beta, ContinuousBernoulli, Uniform)], "scale"),
     ([(Poisson, Bernoulli), (Poisson, Binomial)], "rate"),
-]:
-    for _p, _q in _types:
-        register_kl(_p, _q)(_infinite(_param))
+]  # (pairs, the parameter of p whose shape the inf takes)
+for pairs, param in _INFINITE_PAIRS:
+    for p_type, q_type in pairs:
+        register_kl(p_type, q_type)(_infinite(param))
 
 
 @register_kl(Bernoulli, Poisson)
