@@ -24,17 +24,23 @@ from __future__ import annotations
 import functools
 import warnings
 
+import numpy as np
+
 from . import distribution_constraints as constraints
+from .autograd import grad as _grad
 from .autograd import realize
 from .autograd_state import enable_grad, no_grad
 from .creation import tensor as _tensor
 from .halfdtypes import get_default_dtype
+from .ir.dtypes import int64
+from .movement import cat
 from .shapeops import broadcast_tensors
 from .tensor import Tensor
 from .typeinfo import finfo
 
 __all__ = [
     "Distribution",
+    "ExponentialFamily",
     "broadcast_all",
     "clamp_probs",
     "kl_divergence",
@@ -42,6 +48,8 @@ __all__ = [
     "logits_to_probs",
     "probs_to_logits",
     "register_kl",
+    "tril_matrix_to_vec",
+    "vec_to_tril_matrix",
 ]
 
 # what torch counts as a number parameter (a 0-d tensor of the default dtype)
@@ -241,6 +249,37 @@ class Distribution:
         return f"{self.__class__.__name__}({', '.join(shown)})"
 
 
+class ExponentialFamily(Distribution):
+    """The base of exponential families (torch.distributions.ExponentialFamily): densities
+    p(x; t) = exp(<t, T(x)> - F(t) + k(x)) of natural parameters t (`_natural_params`),
+    log normalizer F (`_log_normalizer`) and carrier measure k (`_mean_carrier_measure`,
+    its expectation). `entropy` is F(t) - <t, grad F(t)> - E[k(x)], by autograd, for a
+    family that does not give its own; `kl_divergence` of two of one such family is the
+    Bregman divergence of F, as torch's."""
+
+    @property
+    def _natural_params(self) -> tuple:
+        raise NotImplementedError
+
+    def _log_normalizer(self, *natural_params):
+        raise NotImplementedError
+
+    @property
+    def _mean_carrier_measure(self) -> float:
+        raise NotImplementedError
+
+    def entropy(self) -> Tensor:
+        result = -self._mean_carrier_measure
+        nparams = [p.detach().requires_grad_() for p in self._natural_params]
+        with enable_grad():
+            lg_normal = self._log_normalizer(*nparams)
+            gradients = _grad(lg_normal.sum(), nparams, create_graph=True)
+        result = result + lg_normal
+        for nparam, g in zip(nparams, gradients):
+            result = result - (nparam * g).reshape(self._batch_shape + (-1,)).sum(-1)
+        return result
+
+
 class Independent(Distribution):
     """`base_distribution` with its `reinterpreted_batch_ndims` rightmost batch dims read
     as event dims: log_prob and entropy sum over them (a diagonal Normal over vectors).
@@ -418,6 +457,52 @@ def probs_to_logits(probs: Tensor, is_binary: bool = False) -> Tensor:
     """Log-odds (`is_binary`) or log probabilities of clamped probabilities."""
     ps = clamp_probs(probs)
     return ps.log() - (-ps).log1p() if is_binary else ps.log()
+
+
+def _tril_positions(n: int, diag: int) -> np.ndarray:
+    """The flat (row-major) positions in an n x n matrix of the entries on or below
+    diagonal `diag`, in torch's order (row by row)."""
+    rows, cols = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+    return np.flatnonzero(cols < rows + (diag + 1))
+
+
+def vec_to_tril_matrix(vec: Tensor, diag: int = 0) -> Tensor:
+    """The n x n matrix whose entries on or below diagonal `diag` are `vec`'s last dim, row
+    by row, and zeros elsewhere (n from the vector's length).
+
+    >>> import fusegrad as fg
+    >>> vec_to_tril_matrix(fg.tensor([1.0, 2.0, 3.0])).tolist()
+    [[1.0, 0.0], [2.0, 3.0]]
+    """
+    length = vec.shape[-1]
+    b = 1 + 2 * diag
+    n = (-b + (b * b + 8 * length + 4 * abs(diag) * (diag + 1)) ** 0.5) / 2
+    if abs(round(n) - n) > finfo(vec.dtype).eps:
+        raise ValueError(
+            f"The size of last dimension is {length} which cannot be expressed as "
+            "the lower triangular part of a square D x D matrix."
+        )
+    n = round(n)
+    where_from = np.full(n * n, length, dtype=np.int64)  # the zero appended below
+    where_from[_tril_positions(n, diag)] = np.arange(length)
+    padded = cat([vec, vec.new_zeros(tuple(vec.shape[:-1]) + (1,))], -1)
+    index = _tensor(where_from, dtype=int64, device=vec.device)
+    return padded[..., index].reshape(tuple(vec.shape[:-1]) + (n, n))
+
+
+def tril_matrix_to_vec(mat: Tensor, diag: int = 0) -> Tensor:
+    """The entries of `mat` (the last two dims, square) on or below diagonal `diag`, row
+    by row.
+
+    >>> import fusegrad as fg
+    >>> tril_matrix_to_vec(fg.tensor([[1.0, 9.0], [2.0, 3.0]])).tolist()
+    [1.0, 2.0, 3.0]
+    """
+    n = mat.shape[-1]
+    if diag < -n or diag >= n:
+        raise ValueError(f"diag ({diag}) provided is outside [{-n}, {n - 1}].")
+    index = _tensor(_tril_positions(n, diag), dtype=int64, device=mat.device)
+    return mat.flatten(-2)[..., index]
 
 
 def _sum_rightmost(value: Tensor, dim: int) -> Tensor:

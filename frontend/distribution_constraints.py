@@ -21,11 +21,19 @@ from __future__ import annotations
 
 import numpy as np
 
+from .creation import full
 from .creation import tensor as _tensor
+from .ir.dtypes import bool_
+from .movement import cat as _cat_tensors
+from .movement import stack as _stack_tensors
+from .typeinfo import finfo
 
 __all__ = [
     "Constraint",
+    "MixtureSameFamilyConstraint",
     "boolean",
+    "cat",
+    "corr_cholesky",
     "dependent",
     "dependent_property",
     "greater_than",
@@ -45,9 +53,13 @@ __all__ = [
     "positive",
     "positive_definite",
     "positive_integer",
+    "positive_semidefinite",
     "real",
     "real_vector",
     "simplex",
+    "square",
+    "stack",
+    "symmetric",
     "unit_interval",
 ]
 
@@ -151,6 +163,37 @@ class _IndependentConstraint(Constraint):
         return (
             f"{type(self).__name__[1:]}({self.base_constraint!r}, {self.reinterpreted_batch_ndims})"
         )
+
+
+class MixtureSameFamilyConstraint(Constraint):
+    """MixtureSameFamily's support: its component distribution's `base_constraint`, checked
+    with the components' dim put back (a value of the mixture against each component's
+    region, valid where it lies in all of them, as torch's)."""
+
+    def __init__(self, base_constraint: Constraint):
+        if not isinstance(base_constraint, Constraint):
+            raise AssertionError(
+                f"base_constraint must be a Constraint, got {type(base_constraint).__name__}"
+            )
+        self.base_constraint = base_constraint
+
+    @property
+    def is_discrete(self) -> bool:  # type: ignore[override]
+        return self.base_constraint.is_discrete
+
+    @property
+    def event_dim(self) -> int:  # type: ignore[override]
+        return self.base_constraint.event_dim
+
+    def check(self, value):
+        result = self.base_constraint.check(value.unsqueeze(-1 - self.event_dim))
+        if value.dim() < self.event_dim:
+            raise ValueError(f"Expected value.dim() >= {self.event_dim} but got {value.dim()}")
+        keep = value.dim() - self.event_dim
+        return result.reshape(tuple(result.shape[:keep]) + (-1,)).all(-1)
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({self.base_constraint!r})"
 
 
 class _Boolean(Constraint):
@@ -317,24 +360,132 @@ class _LowerCholesky(Constraint):
         return lower & positive
 
 
-class _PositiveDefinite(Constraint):
-    """Symmetric matrices (to 1e-6) with a Cholesky factor: numpy's, on the host."""
+class _Square(Constraint):
+    """Square matrices (the last two dims)."""
 
     event_dim = 2
 
     def check(self, value):
-        symmetric = value.isclose(value.mT, atol=1e-6).flatten(-2).all(-1)
-        host = value.detach().double().numpy()
-        flat = host.reshape((-1,) + host.shape[-2:])
-        factors = []
-        for matrix in flat:
-            try:
-                np.linalg.cholesky(matrix)
-                factors.append(True)
-            except np.linalg.LinAlgError:
-                factors.append(False)
-        ok = np.array(factors, dtype=bool).reshape(host.shape[:-2])
+        square = value.shape[-2] == value.shape[-1]
+        return full(tuple(value.shape[:-2]), square, dtype=bool_, device=value.device)
+
+
+class _Symmetric(_Square):
+    """Square matrices equal to their transpose (to 1e-6)."""
+
+    def check(self, value):
+        square = super().check(value)
+        if not bool(square.all()):
+            return square
+        return value.isclose(value.mT, atol=1e-6).flatten(-2).all(-1)
+
+
+def _host_matrix_check(value, test) -> np.ndarray:
+    """`test` (a numpy matrix -> bool) of each matrix of `value`, on the host."""
+    host = value.detach().double().numpy()
+    flat = host.reshape((-1,) + host.shape[-2:])
+    return np.array([test(m) for m in flat], dtype=bool).reshape(host.shape[:-2])
+
+
+def _has_cholesky(matrix: np.ndarray) -> bool:
+    try:
+        np.linalg.cholesky(matrix)
+    except np.linalg.LinAlgError:
+        return False
+    return True
+
+
+class _PositiveSemidefinite(_Symmetric):
+    """Symmetric matrices with no negative eigenvalue: numpy's eigvalsh, on the host.
+    (torch's answers its symmetry check alone where any matrix of the batch is not
+    symmetric, so a symmetric indefinite one then passes; here each matrix is checked.)"""
+
+    def check(self, value):
+        symmetric = super().check(value)
+        ok = _host_matrix_check(value, lambda m: bool((np.linalg.eigvalsh(m) >= 0).all()))
         return symmetric & _tensor(ok, device=value.device)
+
+
+class _PositiveDefinite(_Symmetric):
+    """Symmetric matrices (to 1e-6) with a Cholesky factor: numpy's, on the host (each
+    matrix checked, as positive_semidefinite's)."""
+
+    def check(self, value):
+        symmetric = super().check(value)
+        return symmetric & _tensor(_host_matrix_check(value, _has_cholesky), device=value.device)
+
+
+class _CorrCholesky(Constraint):
+    """Lower Cholesky factors of correlation matrices: lower triangular, a positive
+    diagonal, and rows of unit length (to 10 eps per column)."""
+
+    event_dim = 2
+
+    def check(self, value):
+        tol = finfo(value.dtype).eps * value.shape[-1] * 10
+        row_norm = value.detach().pow(2).sum(-1).sqrt()
+        unit_row_norm = ((row_norm - 1.0).abs() <= tol).all(-1)
+        return lower_cholesky.check(value) & unit_row_norm
+
+
+class _Cat(Constraint):
+    """The constraints `cseq` on consecutive pieces of `lengths` (1 each by default) along
+    `dim`, as torch.cat would join them."""
+
+    def __init__(self, cseq, dim: int = 0, lengths=None):
+        if not all(isinstance(c, Constraint) for c in cseq):
+            raise AssertionError("All elements of cseq must be Constraint instances")
+        self.cseq = list(cseq)
+        self.lengths = [1] * len(self.cseq) if lengths is None else list(lengths)
+        if len(self.lengths) != len(self.cseq):
+            raise AssertionError(
+                f"lengths ({len(self.lengths)}) must match cseq ({len(self.cseq)})"
+            )
+        self.dim = dim
+
+    @property
+    def is_discrete(self) -> bool:  # type: ignore[override]
+        return any(c.is_discrete for c in self.cseq)
+
+    @property
+    def event_dim(self) -> int:  # type: ignore[override]
+        return max(c.event_dim for c in self.cseq)
+
+    def check(self, value):
+        checks, start = [], 0
+        for constraint, length in zip(self.cseq, self.lengths):
+            checks.append(constraint.check(value.narrow(self.dim, start, length)))
+            start += length
+        return _cat_tensors(checks, self.dim)
+
+
+class _Stack(Constraint):
+    """The constraints `cseq` on the slices of `dim`, one each."""
+
+    def __init__(self, cseq, dim: int = 0):
+        if not all(isinstance(c, Constraint) for c in cseq):
+            raise AssertionError("All elements of cseq must be Constraint instances")
+        self.cseq = list(cseq)
+        self.dim = dim
+
+    @property
+    def is_discrete(self) -> bool:  # type: ignore[override]
+        return any(c.is_discrete for c in self.cseq)
+
+    @property
+    def event_dim(self) -> int:  # type: ignore[override]
+        dim = max(c.event_dim for c in self.cseq)
+        if self.dim + dim < 0:
+            dim += 1
+        return dim
+
+    def check(self, value):
+        if not -value.dim() <= self.dim < value.dim():
+            raise AssertionError(
+                f"dim {self.dim} out of range for tensor with {value.dim()} dimensions"
+            )
+        slices = [value.select(self.dim, i) for i in range(value.shape[self.dim])]
+        return _stack_tensors([c.check(v) for v, c in zip(slices, self.cseq)], self.dim)
 
 
 dependent = _Dependent()
@@ -360,3 +511,9 @@ simplex = _Simplex()
 lower_triangular = _LowerTriangular()
 lower_cholesky = _LowerCholesky()
 positive_definite = _PositiveDefinite()
+positive_semidefinite = _PositiveSemidefinite()
+corr_cholesky = _CorrCholesky()
+square = _Square()
+symmetric = _Symmetric()
+cat = _Cat
+stack = _Stack

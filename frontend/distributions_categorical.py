@@ -1,6 +1,6 @@
 """`fusegrad.distributions`' categorical family: Categorical, OneHotCategorical (and its
 straight-through `OneHotCategoricalStraightThrough`), Multinomial, and the counting
-families Geometric and Binomial, with torch's parameters, shapes, validation and
+families Geometric, Binomial and NegativeBinomial, with torch's parameters, shapes, validation and
 formulas (re-exported by distributions.py).
 
 >>> import fusegrad as fg
@@ -35,6 +35,7 @@ from .distribution import (
     logits_to_probs,
     probs_to_logits,
 )
+from .distributions_gamma import Gamma, Poisson
 from .errors import JitError, fail
 from .ir.dtypes import float64, int64
 from .jithooks import recording
@@ -47,6 +48,7 @@ __all__ = [
     "Categorical",
     "Geometric",
     "Multinomial",
+    "NegativeBinomial",
     "OneHotCategorical",
     "OneHotCategoricalStraightThrough",
 ]
@@ -506,3 +508,67 @@ class Geometric(BinaryParameters, Distribution):
 
     def entropy(self) -> Tensor:
         return _bce_with_logits(self.logits, self.probs) / self.probs
+
+
+class NegativeBinomial(BinaryParameters, Distribution):
+    """The number of successes (each of probability `probs`, or sigmoid(`logits`)) before
+    `total_count` failures: P(k) = C(k + r - 1, k) p^k (1 - p)^r; a real total_count r > 0
+    makes it a gamma-Poisson mixture. Draws are a Poisson draw at a Gamma(r, (1 - p) / p)
+    draw, both on the host, as torch's; no `rsample`, no `entropy`.
+
+    >>> import fusegrad as fg
+    >>> d = NegativeBinomial(fg.tensor(3.0), fg.tensor(0.5))
+    >>> d.mean.item(), d.variance.item(), round(d.log_prob(fg.tensor(0.0)).exp().item(), 4)
+    (3.0, 6.0, 0.125)
+    """
+
+    arg_constraints = {
+        "total_count": constraints.greater_than_eq(0),
+        "probs": constraints.half_open_interval(0.0, 1.0),
+        "logits": constraints.real,
+    }
+    support = constraints.nonnegative_integer
+
+    def __init__(self, total_count, probs=None, logits=None, validate_args: bool | None = None):
+        _, (count,) = self._take_parameter(probs, logits, total_count)
+        self.total_count = count.to(self._param.dtype)
+        super().__init__(tuple(self._param.shape), validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(NegativeBinomial, _instance)
+        batch_shape = tuple(batch_shape)
+        new.total_count = self.total_count.expand(batch_shape)
+        self._expand_parameter(new, batch_shape)
+        Distribution.__init__(new, batch_shape, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    @property
+    def mean(self) -> Tensor:
+        return self.total_count * self.logits.exp()
+
+    @property
+    def mode(self) -> Tensor:
+        return ((self.total_count - 1) * self.logits.exp()).floor().clamp(min=0.0)
+
+    @property
+    def variance(self) -> Tensor:
+        return self.mean / (-self.logits).sigmoid()
+
+    @lazy_property
+    def _gamma(self) -> Gamma:
+        return Gamma(self.total_count, (-self.logits).exp(), validate_args=False)
+
+    def sample(self, sample_shape=()) -> Tensor:
+        with no_grad():
+            rate = self._gamma.sample(sample_shape)
+            return Poisson(rate, validate_args=False).sample()
+
+    def log_prob(self, value: Tensor) -> Tensor:
+        if self._validate_args:
+            self._validate_sample(value)
+        r, logits = self.total_count, self.logits
+        log_unnormalized = r * _log_sigmoid(-logits) + value * _log_sigmoid(logits)
+        log_normalization = -(r + value).lgamma() + (1.0 + value).lgamma() + r.lgamma()
+        log_normalization = log_normalization.masked_fill(r + value == 0.0, 0.0)
+        return log_unnormalized - log_normalization

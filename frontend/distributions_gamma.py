@@ -32,7 +32,7 @@ from .autograd_state import no_grad
 from .creation import arange, rand, randn, zeros_like
 from .creation import tensor as _tensor
 from .creation_nodes import host_rng
-from .distribution import Distribution, broadcast_all, register_kl
+from .distribution import Distribution, ExponentialFamily, broadcast_all, register_kl
 from .errors import JitError, fail
 from .function import Function
 from .jithooks import recording
@@ -150,11 +150,15 @@ def _standard_gamma(a: Tensor, op: str) -> Tensor:
     """Gamma(a, 1) draws of a's shape, reparameterized."""
     if recording():
         fail(JitError, op, "gamma draws are made on the host, which fusegrad.jit cannot replay")
+    if a.numel() == 0:
+        # nothing to draw; and a second custom Function over an empty result hangs
+        # tensor_hooks.fresh_node (every identity of an empty node folds to the same one)
+        return a * 0
     return _StandardGamma.apply(a.contiguous())
 
 
 # ---------------------------------------------------------------- the families
-class Gamma(Distribution):
+class Gamma(ExponentialFamily):
     """The gamma distribution of `concentration` a and `rate` b (density
     b^a x^(a-1) e^(-b x) / Gamma(a)); `rsample` is reparameterized (gradients reach both).
 
@@ -167,6 +171,7 @@ class Gamma(Distribution):
     arg_constraints = {"concentration": constraints.positive, "rate": constraints.positive}
     support = constraints.nonnegative
     has_rsample = True
+    _mean_carrier_measure = 0
 
     def __init__(self, concentration, rate, validate_args: bool | None = None):
         batch, (self.concentration, self.rate) = _batch(concentration, rate)
@@ -206,8 +211,15 @@ class Gamma(Distribution):
         a = self.concentration
         return a - self.rate.log() + a.lgamma() + (1.0 - a) * a.digamma()
 
+    @property
+    def _natural_params(self) -> tuple[Tensor, Tensor]:
+        return (self.concentration - 1, -self.rate)
 
-class Dirichlet(Distribution):
+    def _log_normalizer(self, x, y):
+        return (x + 1).lgamma() + (x + 1) * (-y.reciprocal()).log()
+
+
+class Dirichlet(ExponentialFamily):
     """The Dirichlet distribution over probability vectors (the last dim of
     `concentration`); `rsample` normalizes reparameterized gamma draws.
 
@@ -277,8 +289,15 @@ class Dirichlet(Distribution):
             - ((a - 1.0) * a.digamma()).sum(-1)
         )
 
+    @property
+    def _natural_params(self) -> tuple[Tensor]:
+        return (self.concentration,)
 
-class Beta(Distribution):
+    def _log_normalizer(self, x):
+        return x.lgamma().sum(-1) - x.sum(-1).lgamma()
+
+
+class Beta(ExponentialFamily):
     """The beta distribution on [0, 1] of `concentration1` (alpha) and `concentration0`
     (beta), as torch's: a Dirichlet over (x, 1 - x).
 
@@ -341,8 +360,15 @@ class Beta(Distribution):
     def entropy(self) -> Tensor:
         return self._dirichlet.entropy()
 
+    @property
+    def _natural_params(self) -> tuple[Tensor, Tensor]:
+        return (self.concentration1, self.concentration0)
 
-class Exponential(Distribution):
+    def _log_normalizer(self, x, y):
+        return x.lgamma() + y.lgamma() - (x + y).lgamma()
+
+
+class Exponential(ExponentialFamily):
     """The exponential distribution of `rate` (density rate e^(-rate x)); `rsample` is
     -log(1 - u) / rate, lazily.
 
@@ -355,6 +381,7 @@ class Exponential(Distribution):
     arg_constraints = {"rate": constraints.positive}
     support = constraints.nonnegative
     has_rsample = True
+    _mean_carrier_measure = 0
 
     def __init__(self, rate, validate_args: bool | None = None):
         batch, (self.rate,) = _batch(rate)
@@ -400,6 +427,13 @@ class Exponential(Distribution):
 
     def entropy(self) -> Tensor:
         return 1.0 - self.rate.log()
+
+    @property
+    def _natural_params(self) -> tuple[Tensor]:
+        return (-self.rate,)
+
+    def _log_normalizer(self, x):
+        return -(-x).log()
 
 
 class Laplace(Distribution):
@@ -523,7 +557,7 @@ class LogNormal(Distribution):
         return 0.5 + _HALF_LOG_2PI + self.scale.log() + self.loc
 
 
-class Poisson(Distribution):
+class Poisson(ExponentialFamily):
     """The Poisson distribution of `rate`: counts 0, 1, 2, ... with probability
     rate^k e^(-rate) / k!. Draws (in the rate's dtype, as torch's) come from numpy's
     `poisson` on the host; no `rsample` and no `entropy`, as torch's.
@@ -571,6 +605,13 @@ class Poisson(Distribution):
             self._validate_sample(value)
         rate, value = broadcast_all(self.rate, value)
         return value.xlogy(rate) - rate - (value + 1).lgamma()
+
+    @property
+    def _natural_params(self) -> tuple[Tensor]:
+        return (self.rate.log(),)
+
+    def _log_normalizer(self, x):
+        return x.exp()
 
 
 def _as_tensor(value, like: Tensor) -> Tensor:

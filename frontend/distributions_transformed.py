@@ -1,4 +1,5 @@
-"""TransformedDistribution (a base distribution pushed through transforms), the relaxed
+"""TransformedDistribution (a base distribution pushed through transforms), LogisticNormal,
+the relaxed
 (Gumbel-softmax / Concrete) distributions built on it, and MixtureSameFamily, as
 torch.distributions has them.
 
@@ -29,12 +30,20 @@ from .distribution import (
     broadcast_all,
     clamp_probs,
 )
-from .distribution_transforms import ComposeTransform, ExpTransform, SigmoidTransform, Transform
+from .distribution_transforms import (
+    ComposeTransform,
+    ExpTransform,
+    SigmoidTransform,
+    StickBreakingTransform,
+    Transform,
+)
+from .distributions_basic import Normal
 from .distributions_categorical import Categorical
 from .tensor import Tensor
 
 __all__ = [
     "ExpRelaxedCategorical",
+    "LogisticNormal",
     "LogitRelaxedBernoulli",
     "MixtureSameFamily",
     "RelaxedBernoulli",
@@ -166,6 +175,40 @@ class TransformedDistribution(Distribution):
         for transform in self.transforms:
             value = transform(value)
         return value
+
+
+class LogisticNormal(TransformedDistribution):
+    """The logistic normal distribution on the simplex: StickBreakingTransform of a
+    Normal(`loc`, `scale`) vector (K + 1 probabilities from K normals), as torch's; a
+    0-d base is read as a vector of one.
+
+    >>> import fusegrad as fg
+    >>> d = LogisticNormal(fg.zeros(2), fg.ones(2))
+    >>> d.event_shape, round(d.log_prob(fg.tensor([0.2, 0.3, 0.5])).item(), 4)
+    ((3,), 1.298)
+    """
+
+    arg_constraints = {"loc": constraints.real, "scale": constraints.positive}
+    support = constraints.simplex
+    has_rsample = True
+
+    def __init__(self, loc, scale, validate_args: bool | None = None):
+        base_dist = Normal(loc, scale, validate_args=validate_args)
+        if not base_dist.batch_shape:
+            base_dist = base_dist.expand([1])
+        super().__init__(base_dist, StickBreakingTransform(), validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(LogisticNormal, _instance)
+        return super().expand(batch_shape, _instance=new)
+
+    @property
+    def loc(self) -> Tensor:
+        return self.base_dist.base_dist.loc
+
+    @property
+    def scale(self) -> Tensor:
+        return self.base_dist.base_dist.scale
 
 
 class LogitRelaxedBernoulli(BinaryParameters, Distribution):
@@ -411,7 +454,7 @@ class MixtureSameFamily(Distribution):
 
     @constraints.dependent_property
     def support(self):
-        return self._component_distribution.support
+        return constraints.MixtureSameFamilyConstraint(self._component_distribution.support)
 
     @property
     def mixture_distribution(self):

@@ -41,10 +41,13 @@ _NN_MODULE_FILES = (
 
 # torch's distribution files (torch.distributions.<file>) that fusegrad.distributions holds
 _DISTRIBUTION_FILES = (
-    "bernoulli beta binomial categorical cauchy chi2 dirichlet exponential gamma geometric "
-    "gumbel half_cauchy half_normal independent laplace log_normal mixture_same_family "
-    "multinomial multivariate_normal normal one_hot_categorical poisson relaxed_bernoulli "
-    "relaxed_categorical studentT transformed_distribution uniform weibull"
+    "bernoulli beta binomial categorical cauchy chi2 continuous_bernoulli dirichlet "
+    "exponential fishersnedecor gamma generalized_pareto geometric gumbel half_cauchy "
+    "half_normal independent inverse_gamma kumaraswamy laplace lkj_cholesky log_normal "
+    "logistic_normal lowrank_multivariate_normal mixture_same_family multinomial "
+    "multivariate_normal negative_binomial normal one_hot_categorical pareto poisson "
+    "relaxed_bernoulli relaxed_categorical studentT transformed_distribution uniform "
+    "von_mises weibull wishart"
 ).split()
 
 # the stand-in of torchvision's modules (datasets/ reads the data; imported by name, on
@@ -75,8 +78,10 @@ TORCH_MODULES: dict[str, str] = {
     "torch.cuda.amp": "fusegrad.cuda_amp",
     "torch.distributed": "fusegrad.distributed",
     "torch.distributions": "fusegrad.distributions",
+    "torch.distributions.constraint_registry": "fusegrad.distribution_constraint_registry",
     "torch.distributions.constraints": "fusegrad.distribution_constraints",
     "torch.distributions.distribution": "fusegrad.distribution",
+    "torch.distributions.exp_family": "fusegrad.distribution",
     "torch.distributions.kl": "fusegrad.distribution",
     "torch.distributions.transforms": "fusegrad.distribution_transforms",
     "torch.distributions.utils": "fusegrad.distribution",

@@ -23,7 +23,20 @@ from fusegrad.distribution import (
     probs_to_logits,
     register_kl,
 )
-from fusegrad.distributions import Bernoulli, Categorical, Normal, Uniform
+from fusegrad.distributions import (
+    Bernoulli,
+    Beta,
+    Categorical,
+    Dirichlet,
+    Exponential,
+    ExponentialFamily,
+    Gamma,
+    Normal,
+    Poisson,
+    Uniform,
+    Wishart,
+)
+from fusegrad.distributions_kl import _kl_expfamily_expfamily
 from fusegrad.runtime.engine import engine
 
 
@@ -221,3 +234,40 @@ def test_validation_computes_the_parameters_and_values_it_checks_once():
     x = np.array([1.0, 2.0])
     dz = np.eye(2)[a] - p  # d log p_a / d logits
     np.testing.assert_allclose(w.grad.numpy(), np.outer(x, dz), rtol=1e-5, atol=1e-7)
+
+
+# torch's kl_divergence of the two Wisharts below (its Bregman divergence)
+WISHART_KL = [3.1729829972957786, 1.6593015574790333]
+
+
+def test_exponential_family_entropy_and_bregman_kl():
+    def t(v):
+        return fg.tensor(v, dtype=fg.float64)
+
+    # the generic entropy (F(t) - <t, grad F(t)> - E[k]) equals each family's closed form
+    for d in (
+        Normal(t([0.3, -1.0]), t([1.0, 2.5])),
+        Gamma(t([0.3, 2.0]), t([1.0, 2.5])),
+        Bernoulli(t([0.3, 0.9])),
+        Exponential(t([0.3, 0.9])),
+    ):
+        assert isinstance(d, ExponentialFamily)
+        assert np.allclose(ExponentialFamily.entropy(d).numpy(), d.entropy().numpy(), rtol=1e-12)
+    # the Bregman divergence equals the families' own KL formulas
+    pairs = [
+        (Normal(t([0.3, -1.0]), t([1.0, 2.5])), Normal(t([0.0, 1.0]), t([2.0, 0.5]))),
+        (Gamma(t([0.3, 2.0]), t([1.0, 2.5])), Gamma(t([1.0, 1.5]), t([2.0, 0.5]))),
+        (Dirichlet(t([0.3, 1.0, 2.0])), Dirichlet(t([1.0, 2.0, 0.5]))),
+        (Beta(t([0.3, 2.0]), t([1.0, 2.5])), Beta(t([1.0, 1.5]), t([2.0, 0.5]))),
+        (Poisson(t([2.0, 0.5])), Poisson(t([1.0, 3.0]))),
+    ]
+    for p, q in pairs:
+        want = kl_divergence(p, q).numpy()
+        assert np.allclose(_kl_expfamily_expfamily(p, q).numpy(), want, rtol=1e-10)
+    # Wishart has no pair of its own: kl_divergence takes the Bregman one (torch's value)
+    cov = t([[2.0, 0.3, 0.1], [0.3, 1.0, 0.2], [0.1, 0.2, 1.5]])
+    p = Wishart(t([3.5, 5.0]), covariance_matrix=cov)
+    q = Wishart(t(4.0), scale_tril=t([[1.0, 0.0, 0.0], [0.3, 0.8, 0.0], [-0.2, 0.1, 1.5]]))
+    assert np.allclose(kl_divergence(p, q).numpy(), WISHART_KL, rtol=1e-12)
+    with pytest.raises(NotImplementedError, match="different exponential families"):
+        kl_divergence(Poisson(t([2.0])), Gamma(t([1.0]), t([1.0])))

@@ -9,6 +9,7 @@ import math
 import pytest
 
 import fusegrad as fg
+from fusegrad.distributions import Categorical, MixtureSameFamily, Uniform
 from fusegrad.distributions import constraints as C
 
 
@@ -109,3 +110,19 @@ def test_matrix_constraints():
     assert C.lower_cholesky.check(tril).tolist() == [True, False, False]
     assert C.lower_triangular.check(tril).tolist() == [True, False, True]
     assert repr(C.positive_definite) == "PositiveDefinite()" and C.lower_cholesky.event_dim == 2
+
+
+def test_mixture_same_family_constraint():
+    # a value of the mixture lies in its support where every component's region holds it
+    # (torch's check: the components' dim put back)
+    mix = Categorical(fg.tensor([[0.5, 0.5], [0.3, 0.7]]))
+    comp = Uniform(fg.tensor([[0.0, 1.0], [-1.0, 0.5]]), fg.tensor([[2.0, 3.0], [1.0, 2.0]]))
+    m = MixtureSameFamily(mix, comp)
+    assert isinstance(m.support, C.MixtureSameFamilyConstraint) and m.support.event_dim == 0
+    assert m.support.check(fg.tensor([1.5, 0.7])).tolist() == [True, True]
+    assert m.support.check(fg.tensor([0.5, 0.7])).tolist() == [False, True]
+    with pytest.raises(ValueError, match="within the support"):
+        m.log_prob(fg.tensor([0.5, 0.7]))
+    vec = C.MixtureSameFamilyConstraint(C.real_vector)
+    assert repr(vec) == "MixtureSameFamilyConstraint(IndependentConstraint(Real(), 1))"
+    assert vec.check(fg.zeros(4, 3)).tolist() == [True] * 4

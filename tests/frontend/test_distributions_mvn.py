@@ -1,4 +1,5 @@
-"""MultivariateNormal and the Cholesky factor it takes (fg.linalg.cholesky):
+"""MultivariateNormal, LowRankMultivariateNormal (against the dense one and numpy) and the
+Cholesky factor they take (fg.linalg.cholesky):
 values and gradients against torch 2.14.1's (literals), draws' covariance within tolerant
 bounds, shapes, and torch's errors."""
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 
 import fusegrad as fg
-from fusegrad.distributions import MultivariateNormal, kl_divergence
+from fusegrad.distributions import LowRankMultivariateNormal, MultivariateNormal, kl_divergence
 
 
 def _t(values, grad=False):
@@ -154,3 +155,60 @@ def test_torchs_value_errors(make, message):
     with pytest.raises(ValueError) as info:
         make()
     assert message in str(info.value)
+
+
+# ---------------------------------------------------------------- LowRankMultivariateNormal
+def _lowrank_numpy():
+    loc = np.array([0.1, -0.2, 0.3])
+    w = np.array([[1.0, 0.5], [0.2, -0.3], [0.0, 0.4]])
+    d = np.array([0.5, 1.5, 2.0])
+    return loc, w, d
+
+
+def test_lowrank_equals_the_dense_normal():
+    loc, w, d = _lowrank_numpy()
+    cov = w @ w.T + np.diag(d)
+    x = np.array([0.3, 0.4, -1.0])
+    lr = LowRankMultivariateNormal(_t(loc.tolist()), _t(w.tolist()), _t(d.tolist()))
+    diff = x - loc
+    want = -0.5 * (3 * math.log(2 * math.pi) + np.linalg.slogdet(cov)[1])
+    want -= 0.5 * diff @ np.linalg.solve(cov, diff)
+    assert math.isclose(lr.log_prob(_t(x.tolist())).item(), want, rel_tol=1e-12)
+    assert math.isclose(lr.log_prob(_t(x.tolist())).item(), -4.161044695189645, rel_tol=1e-12)
+    assert math.isclose(lr.entropy().item(), 5.157934456371859, rel_tol=1e-12)  # torch's
+    assert np.allclose(lr.covariance_matrix.numpy(), cov, rtol=1e-14)
+    assert np.allclose(lr.precision_matrix.numpy(), np.linalg.inv(cov), rtol=1e-12)
+    assert np.allclose(lr.scale_tril.numpy(), np.linalg.cholesky(cov), rtol=1e-12)
+    assert np.allclose(lr.variance.numpy(), np.diag(cov), rtol=1e-14)
+    e = lr.expand((4, 2))
+    assert e.batch_shape == (4, 2) and e.log_prob(_t(x.tolist())).shape == (4, 2)
+
+
+def test_lowrank_gradients_equal_the_dense_normals():
+    loc, w, d = _lowrank_numpy()
+    x = _t([0.3, 0.4, -1.0])
+    params = [_t(v.tolist(), grad=True) for v in (loc, w, d)]
+    LowRankMultivariateNormal(*params).log_prob(x).backward()
+    dense = [_t(v.tolist(), grad=True) for v in (loc, w, d)]
+    cov = dense[1] @ dense[1].mT + dense[2].diag_embed()
+    MultivariateNormal(dense[0], covariance_matrix=cov).log_prob(x).backward()
+    for mine, theirs in zip(params, dense):
+        assert np.allclose(mine.grad.numpy(), theirs.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_lowrank_draws_and_errors():
+    loc, w, d = _lowrank_numpy()
+    fg.manual_seed(0)
+    lr = LowRankMultivariateNormal(_t(loc.tolist()), _t(w.tolist()), _t(d.tolist()))
+    x = lr.sample((40000,)).numpy()
+    assert np.allclose(x.mean(0), loc, atol=0.05)
+    assert np.allclose(np.cov(x.T), w @ w.T + np.diag(d), atol=0.1)
+    g = _t(w.tolist(), grad=True)
+    LowRankMultivariateNormal(_t(loc.tolist()), g, _t(d.tolist())).rsample((3,)).sum().backward()
+    assert g.grad.shape == (3, 2)
+    with pytest.raises(ValueError, match="cov_factor must be a batch of matrices with shape 3 x m"):
+        LowRankMultivariateNormal(_t(loc.tolist()), _t([[1.0]]), _t(d.tolist()))
+    with pytest.raises(ValueError, match=r"cov_diag must be a batch of vectors with shape \(3,\)"):
+        LowRankMultivariateNormal(_t(loc.tolist()), _t(w.tolist()), _t([1.0]))
+    with pytest.raises(ValueError, match="cov_diag"):
+        LowRankMultivariateNormal(_t(loc.tolist()), _t(w.tolist()), _t([1.0, -1.0, 1.0]))

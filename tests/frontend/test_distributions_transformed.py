@@ -1,4 +1,4 @@
-"""TransformedDistribution, RelaxedBernoulli, RelaxedOneHotCategorical and
+"""TransformedDistribution, LogisticNormal, RelaxedBernoulli, RelaxedOneHotCategorical and
 MixtureSameFamily (frontend/distributions_transformed.py): log_prob against numpy
 formulas and torch 2.14.1's values (literals, float64), gradients against central
 differences, seeded draws within tolerant bounds, shapes, expand, reprs and errors."""
@@ -19,6 +19,7 @@ from fusegrad.distributions import (
     Categorical,
     ExpRelaxedCategorical,
     Independent,
+    LogisticNormal,
     LogitRelaxedBernoulli,
     MixtureSameFamily,
     MultivariateNormal,
@@ -299,3 +300,31 @@ def test_mixture_errors():
         MixtureSameFamily(Categorical(t64([1.0, 1.0, 1.0])), Normal(t64([0.0, 1.0]), 1.0))
     with pytest.raises(ValueError, match="is not compatible with"):
         MixtureSameFamily(Categorical(t64(np.ones((3, 2)))), Normal(t64(np.zeros((4, 2))), 1.0))
+
+
+def test_logistic_normal():
+    loc, scale = np.array([0.2, -0.3]), np.array([1.0, 2.0])
+    d = LogisticNormal(fg.tensor(loc), fg.tensor(scale))
+    y = np.array([0.2, 0.3, 0.5])
+
+    def stick(x):  # numpy's stick breaking: z_k = sigmoid(x_k - log(K - k))
+        z = 1 / (1 + np.exp(-(x - np.log(np.array([2.0, 1.0])))))
+        return np.append(z, 1) * np.concatenate([[1], np.cumprod(1 - z)])
+
+    # x from y: z_0 = y_0, z_1 = y_1 / (1 - y_0); the density is the normal's at x over
+    # |det dy[:2]/dx| (a numerical Jacobian)
+    z = np.array([y[0], y[1] / (1 - y[0])])
+    x = np.log(z / (1 - z)) + np.log(np.array([2.0, 1.0]))
+    assert np.allclose(stick(x), y)
+    h = 1e-6
+    jac = np.stack([(stick(x + e)[:2] - stick(x - e)[:2]) / (2 * h) for e in np.eye(2) * h], -1)
+    normal = (-0.5 * ((x - loc) / scale) ** 2 - np.log(scale) - 0.5 * math.log(2 * math.pi)).sum()
+    want = normal - np.log(abs(np.linalg.det(jac)))
+    got = d.log_prob(fg.tensor(y)).item()
+    assert math.isclose(got, want, rel_tol=1e-8) and math.isclose(got, 0.5711217768250614)
+    assert d.event_shape == (3,) and d.batch_shape == () and d.support is not None
+    fg.manual_seed(0)
+    s = d.sample((1000,)).numpy()
+    assert s.shape == (1000, 3) and np.allclose(s.sum(-1), 1) and (s > 0).all()
+    assert LogisticNormal(fg.tensor(0.5), fg.tensor(1.5)).event_shape == (2,)  # a 0-d base
+    assert d.expand((4,)).sample().shape == (4, 3)
