@@ -17,6 +17,7 @@ import contextvars
 
 from ..ir.dtypes import DType, float32
 from ..ir.symbolic import FloorDiv, Lin, Mod, Var
+from .llvm_math import FLOAT_MAX, float32_rounded
 
 # 16-bit floats: stored as CUDA's __half / __nv_bfloat16, float in registers (widened at
 # loads by fg_f32, rounded to nearest even at stores and explicit casts)
@@ -56,6 +57,8 @@ def literal(value, dt: DType) -> str:
         v = dt.wrap(int(value))
         return f"{v}LL" if dt.itemsize == 8 else f"({dt.cuda}){v}" if dt.itemsize < 4 else str(v)
     v = float(value)
+    if dt.itemsize == 4 and v == v and abs(v) > FLOAT_MAX:  # (what rounds past it: inf)
+        v = float32_rounded(v)
     if v != v:
         text = (
             "__int_as_float(0x7fc00000)"

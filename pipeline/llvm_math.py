@@ -22,10 +22,27 @@ from ..ir.ops import MATH
 
 
 def fconst(value: float, ty: str) -> str:
-    """An LLVM float literal: hex of the double, rounded to float first for `float`."""
+    """An LLVM float literal: hex of the double, rounded to float first for `float` (past
+    float's range, to an infinity of its sign, as IEEE rounding and numpy's cast make it:
+    `x < 1e300` of a float32 x compares with inf, as torch's).
+
+    >>> fconst(1e300, "float") == fconst(math.inf, "float"), fconst(-1e300, "float")
+    (True, '0xFFF0000000000000')
+    """
     if ty == "float":
-        value = struct.unpack("<f", struct.pack("<f", value))[0]
+        value = float32_rounded(value)
     return "0x" + struct.pack(">d", value).hex().upper()
+
+
+FLOAT_MAX = 3.4028234663852886e38  # float32's largest finite value
+
+
+def float32_rounded(value: float) -> float:
+    """`value` rounded to the nearest float32 (IEEE: past the largest, an infinity)."""
+    try:
+        return struct.unpack("<f", struct.pack("<f", value))[0]
+    except OverflowError:  # (struct refuses what rounds past float's largest value)
+        return math.copysign(math.inf, value)
 
 
 class _Builder:

@@ -48,6 +48,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..ir import node as N
 from ..ir import sites
 from ..ir.node import Node
@@ -703,7 +705,8 @@ def _with_constants_read(todo: list[Node], lift: set[tuple[int, int]], has_value
         for j, s in enumerate(srcs):
             if (id(n), j) in lift:
                 buf = Buffer(1, s.dtype)  # (the host's: `lift_constants` lifts on it alone)
-                buf.array[0] = s.arg
+                with np.errstate(over="ignore"):  # (past the dtype's range: inf, silently)
+                    buf.array[0] = s.arg
                 LIFTED.add(buf)
                 m = N.buffer(buf, (), s.dtype)
                 if s.shape:

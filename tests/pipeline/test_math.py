@@ -213,3 +213,17 @@ def test_sin_keeps_the_sign_of_zero(dtype):
     y = apply("sin", x)
     assert (y == 0).all()
     assert (np.signbit(y) == np.signbit(x)).all(), "sin(-0.0) must be -0.0, as numpy gives"
+
+
+@pytest.mark.parametrize("big", [1e300, 3.5e38, -1e300])
+def test_a_python_number_past_float32s_range_is_its_infinity(big):
+    """`x < 1e300` of a float32 x: the number, cast to float32 as torch's wrapped numbers
+    are, is an infinity (the literal's rounding raised OverflowError in code generation);
+    one that rounds to float32's largest value stays finite."""
+    x = fg.tensor([1.0, -2.0, float("nan"), float("inf"), -float("inf")])
+    inf = np.float32(np.inf) if big > 0 else np.float32(-np.inf)
+    a = x.numpy()
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal((x < big).numpy(), a < inf)
+        np.testing.assert_array_equal((x * 0 + big).numpy(), a * 0 + inf)
+    assert (x[:1] * 0 + 3.4028235e38).item() == float(np.finfo(np.float32).max)
