@@ -477,12 +477,26 @@ diagonal_ = diagonal
 
 
 def diag_embed(x, offset: int = 0):
-    if x.ndim == 1:
-        return diag(x, offset)
-    rows = [diag(t, offset) for t in unbind(x.reshape(-1, x.shape[-1]), 0)]
+    """Each last-axis vector of x on the `offset` diagonal of a square matrix (zeros
+    elsewhere), as torch.diag_embed: (..., n) -> (..., n + |offset|, n + |offset|). One
+    `where` over the batch (a Python loop over its rows made 1,000 Wishart draws 5 s).
 
-    out = stack(rows, 0)
-    return out.reshape(x.shape[:-1] + out.shape[-2:])
+    >>> import fusegrad as fg
+    >>> fg.diag_embed(fg.tensor([[1.0, 2.0], [3.0, 4.0]]), 1)[1].tolist()
+    [[0.0, 3.0, 0.0], [0.0, 0.0, 4.0], [0.0, 0.0, 0.0]]
+    """
+    if x.ndim == 0:
+        fail(ShapeError, "diag_embed", "expects a tensor of at least 1 dimension, got a 0-d one")
+    n, k, lead = x.shape[-1], abs(offset), x.shape[:-1]
+    size = n + k
+    r = _arange_along(x, size, 0, 2)
+    c = _arange_along(x, size, 1, 2)
+    if offset >= 0:  # row i holds x_i (rows past n: padding, off the diagonal)
+        v = x.reshape(*lead, n, 1).pad((0, 0, 0, k)).expand(*lead, size, size)
+    else:  # column j holds x_j
+        v = x.reshape(*lead, 1, n).pad((0, k)).expand(*lead, size, size)
+    zero = x._make(N.const(0, (), x.dtype))
+    return _where(c - r == offset, v, zero)
 
 
 @autocast_op("trace")

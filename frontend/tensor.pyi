@@ -39,6 +39,7 @@ from .errors import fail as fail
 from .errors import warn_user as warn_user
 from .indexing import IndexingMixin as IndexingMixin
 from .indexing import write_through as write_through
+from .indexing import write_through_untracked as write_through_untracked
 from .inplace_methods import InplaceMixin as InplaceMixin
 from .inplace_methods import variants
 from .ir import node as N
@@ -894,7 +895,10 @@ class Tensor:
         """A 1-D tensor's square matrix with it on a diagonal, or a 2-D tensor's diagonal (a new
         tensor, as torch's, where `diagonal()` is a view).
         """
-    def diag_embed(x, offset: builtins.int = 0): ...  # frontend/shapeops.py: diag_embed
+    def diag_embed(x, offset: builtins.int = 0):  # frontend/shapeops.py: diag_embed
+        """Each last-axis vector of x on the `offset` diagonal of a square matrix (zeros elsewhere),
+        as torch.diag_embed: (..., n) -> (..., n + |offset|, n + |offset|).
+        """
     def diagonal(  # frontend/shapeops.py: diagonal
         x, offset: builtins.int = 0, dim1: builtins.int = 0, dim2: builtins.int = 1
     ):

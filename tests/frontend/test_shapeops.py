@@ -277,3 +277,28 @@ def test_smaller_aliases_and_relatives():
     same(X.msort(), np.sort(A, 0))
     assert np.array_equal(fg.tensor(v > 0).argwhere().numpy(), np.argwhere(v > 0))
     same(X.flipud(), A[::-1])
+
+
+@pytest.mark.parametrize("offset", [-2, -1, 0, 1, 2])
+@pytest.mark.parametrize("shape", [(2, 4, 3), (2, 0), (0, 3)])
+def test_diag_embed_of_a_batch_matches_numpy_with_its_gradient(shape, offset):
+    """Each last-axis vector on its diagonal, batched in one `where` (not a Python loop
+    over the rows); -0.0 kept, zeros +0.0 off the diagonal; the gradient is the diagonal of
+    the output's gradient."""
+    a = np.random.default_rng(1).standard_normal(shape)
+    if a.size:
+        a.flat[0] = -0.0
+    x = fg.tensor(a, requires_grad=True)
+    y = fg.diag_embed(x, offset)
+    want = np.zeros(shape[:-1] + (shape[-1] + abs(offset),) * 2)
+    for idx in np.ndindex(shape[:-1]):
+        want[idx] = np.diag(a[idx], offset)
+    got = y.detach().numpy()
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    w = np.random.default_rng(2).standard_normal(want.shape)
+    (y * fg.tensor(w)).sum().backward()
+    g = np.zeros(shape)
+    for idx in np.ndindex(shape[:-1]):
+        g[idx] = np.diagonal(w[idx], offset)
+    np.testing.assert_allclose(x.grad.numpy(), g)
