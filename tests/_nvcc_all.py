@@ -27,6 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ARCHS = ("sm_80", "sm_90")
+# what makes a kernel's code differ between architectures: inline PTX (mma.sync, wgmma,
+# cp.async, ldmatrix) or code under `__CUDA_ARCH__`; a kernel without either is plain CUDA C,
+# which every architecture from the first of ARCHS takes alike, so it is compiled for that
+# one alone (half the sweep's nvcc time), the others for each
+_ARCH_SPECIFIC = re.compile(r"\basm\b|__CUDA_ARCH__")
 SYMBOL = "FG_NVCC_SYMBOL"  # the placeholder `add` expects where the kernel's name goes
 # Each nvcc run costs about 0.4 s before it reads a kernel (the host preprocessor over
 # cuda_runtime.h, then cicc's start), then about 1.5 ms a kernel at -O0: a unit of this many
@@ -84,7 +89,12 @@ class NvccAll:
             max_workers=workers, thread_name_prefix="nvcc", initializer=forksafe.own
         )
         self._futures: list[Future] = []
+        # kernels waiting for a unit: plain CUDA C (compiled for the first arch) and those
+        # whose code depends on the architecture (`_ARCH_SPECIFIC`, compiled for each)
         self._pending: list[tuple[str, str]] = []
+        self._pending_arch: list[tuple[str, str]] = []
+        self._every_arch = False  # a unit went to every arch (the prelude checked on each)
+        self.arch_specific = 0  # distinct kernels compiled for every arch
         self._bodies: set[str] = set()
         self._lock = threading.Lock()
         self.offered = 0  # kernels add() was given
@@ -103,22 +113,41 @@ class NvccAll:
             if body in self._bodies:
                 return
             self._bodies.add(body)
-            self._pending.append((name, body))
-            if len(self._pending) >= self.unit_size:
-                self._submit()
+            specific = _ARCH_SPECIFIC.search(body) is not None
+            self.arch_specific += specific
+            pending = self._pending_arch if specific else self._pending
+            pending.append((name, body))
+            if len(pending) >= self.unit_size:
+                self._submit(specific)
 
-    def _submit(self) -> None:
-        unit, self._pending = self._pending, []
+    def _submit(self, specific: bool) -> None:
+        if specific:
+            unit, self._pending_arch = self._pending_arch, []
+            self._every_arch = True
+        else:
+            unit, self._pending = self._pending, []
         index = self.units
         self.units += 1
-        for arch in self.archs:
+        for arch in self.archs if specific else self.archs[:1]:
             self._futures.append(self._pool.submit(self.compile_unit, unit, arch, f"unit{index}"))
+
+    def _submit_prelude(self) -> None:
+        """The prelude alone for the archs after the first, where no kernel went to every
+        arch (the plain units checked it on the first)."""
+        index = self.units
+        self.units += 1
+        for arch in self.archs[1:]:
+            self._futures.append(self._pool.submit(self.compile_unit, [], arch, f"unit{index}"))
 
     def finish(self) -> list[Failure]:
         """Compile what is left, wait for every unit, and return the failures."""
         with self._lock:
             if self._pending:
-                self._submit()
+                self._submit(False)
+            if self._pending_arch:
+                self._submit(True)
+            elif not self._every_arch and len(self.archs) > 1:
+                self._submit_prelude()
         failures = [f for future in self._futures for f in future.result()]
         self._pool.shutdown()
         if not failures:

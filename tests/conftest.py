@@ -270,7 +270,8 @@ def pytest_sessionfinish(session, exitstatus):
     _summary.append(
         (
             f"{_nvcc.kernels} distinct kernels ({_nvcc.offered} rendered in "
-            f"{_render_seconds:.1f} s), {_nvcc.units} unit(s) x {len(ARCHS)} archs "
+            f"{_render_seconds:.1f} s), {_nvcc.units} unit(s); {_nvcc.arch_specific} with inline "
+            f"PTX or __CUDA_ARCH__ for each of {', '.join(ARCHS)}, the others for {ARCHS[0]} "
             f"(nvcc {' '.join(_nvcc.flags) or 'optimized'}: {_nvcc.nvcc_seconds:.0f} s in all, "
             f"{waited:.1f} s after the tests): {verdict}",
             bool(failures),

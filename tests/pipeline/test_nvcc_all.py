@@ -21,18 +21,32 @@ BAD = f'extern "C" __global__ void {SYMBOL}(float* __restrict__ out0) {{\n  out0
 
 
 def test_a_broken_kernel_is_named_with_nvccs_message():
+    """Plain CUDA C is compiled for the first arch alone (the prelude for the others too,
+    in a unit of its own); a kernel with inline PTX for each arch."""
     collector = NvccAll(NVCC, PRELUDE, unit_size=3)
     collector.add("E_good", GOOD)
     collector.add("E_warns", WARNS)
     collector.add("E_broken", BAD)  # fills the unit: compiled in the background from here
     collector.add("E_good_again", GOOD.replace("1.0f", "2.0f"))  # the last, partial unit
     failures = collector.finish()
-    assert collector.units == 2
-    assert sorted(f.arch for f in failures) == sorted(ARCHS)
+    assert collector.units == 3  # two of kernels, the prelude on the other arch
+    assert [f.arch for f in failures] == [ARCHS[0]]
     for f in failures:
         assert f.kernel == "E_broken"
         assert "in9" in f.message and "undefined" in f.message
     assert collector.folder.exists()  # kept for a look at the failing unit
+    shutil.rmtree(collector.folder)
+
+
+def test_a_kernel_with_inline_ptx_is_compiled_for_each_arch():
+    collector = NvccAll(NVCC, PRELUDE)
+    collector.add(
+        "E_ptx", BAD.replace("out0[0] = in9[0];", 'asm volatile("");\n  out0[0] = in9[0];')
+    )
+    failures = collector.finish()
+    assert collector.units == 1
+    assert sorted(f.arch for f in failures) == sorted(ARCHS)
+    assert all(f.kernel == "E_ptx" for f in failures)
     shutil.rmtree(collector.folder)
 
 
@@ -42,7 +56,7 @@ def test_identical_kernels_compile_once():
     collector.add("E_two", GOOD)  # another symbol, the same text
     assert (collector.offered, collector.kernels) == (2, 1)
     assert collector.finish() == []
-    assert collector.units == 1
+    assert collector.units == 2  # the kernel's, the prelude's on the other arch
     assert not collector.folder.exists()
 
 
