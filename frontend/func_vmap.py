@@ -84,10 +84,12 @@ def vmap(func, in_dims=0, out_dims=0, randomness: str = "error", *, chunk_size=N
             if randomness == "same":
                 _seed["counter"] = start  # each example draws what the first drew
             example = [x if d is None else x.select(d, b) for x, d in zip(leaves, dims)]
+            if b == 0:  # (the first example's own inputs: what an unmapped output must not read)
+                mapped = [e.node for e, d in zip(example, dims) if d is not None]
             results.append(func(*tree_unflatten(example, spec), **kwargs))
             if randomness == "error" and _seed["counter"] != start:
                 fail(TransformError, "vmap", RANDOM_IN_ERROR_MODE)
-        return _stacked(results, out_dims, name)
+        return _stacked(results, out_dims, name, mapped)
 
     return wrapper
 
@@ -155,8 +157,10 @@ def _mapped_inputs(args: tuple, in_dims, api: str):
     return leaves, spec, out_dims, sizes[0]
 
 
-def _stacked(results: list, out_dims, name: str):
-    """The examples' outputs stacked along `out_dims` (a tree prefix of the outputs)."""
+def _stacked(results: list, out_dims, name: str, mapped: list | None = None):
+    """The examples' outputs stacked along `out_dims` (a tree prefix of the outputs). An
+    output of out_dim None is the first example's, and must not depend on the mapped
+    inputs (`mapped`: their nodes), as torch refuses a batched one there."""
     flat = [tree_flatten(r) for r in results]
     leaves0, spec = flat[0]
     for _, s in flat[1:]:
@@ -182,6 +186,12 @@ def _stacked(results: list, out_dims, name: str):
     out = []
     for i, d in enumerate(dims):
         if d is None:
+            if mapped and isinstance(leaves0[i], TensorBase) and _reads(leaves0[i], mapped):
+                fail(
+                    TransformError,
+                    f"vmap({name}, ...)",
+                    f"`{name}` can not return a BatchedTensor when out_dim is None",
+                )
             out.append(leaves0[i])
             continue
         column = [f[0][i] for f in flat]
@@ -202,6 +212,12 @@ def _stacked(results: list, out_dims, name: str):
             )
         out.append(stack(column, d))
     return tree_unflatten(out, spec)
+
+
+def _reads(t, nodes: list) -> bool:
+    """Whether t's graph reads any of `nodes` (a mapped input: t varies with the example)."""
+    wanted = {id(n) for n in nodes}
+    return any(id(n) in wanted for n in N.toposort([t.node]))
 
 
 def _empty_batch(func, leaves, spec, dims, kwargs, out_dims, name: str):

@@ -130,3 +130,17 @@ def test_backward_through_per_example_gradients_and_an_ensemble():
     out.sum().backward()
     close(params["weight"].grad, np.broadcast_to(xs.sum(0), (3, 2, 3)))
     close(params["bias"].grad, np.full((3, 2), 4.0))
+
+
+def test_an_output_of_out_dim_none_that_varies_with_the_example_is_refused():
+    """out_dims None takes the first example's output: one that depends on the mapped
+    input would silently be the first example's alone, where torch refuses it."""
+    xs = t(RNG.normal(size=(3, 2)))
+    with pytest.raises(ValueError, match="can not return a BatchedTensor when out_dim is None"):
+        vmap(lambda x: x * 2, out_dims=None)(xs)
+    with pytest.raises(ValueError, match="out_dim is None"):
+        vmap(lambda x, w: (x * w, x.sum()), in_dims=(0, None), out_dims=(0, None))(xs, t([1, 2]))
+    w = t([1.0, 2.0])
+    a, b = vmap(lambda x, w: (x * w, w * 2), in_dims=(0, None), out_dims=(0, None))(xs, w)
+    close(b, [2.0, 4.0])
+    close(vmap(lambda x: fg.ones(2, dtype=fg.float64), out_dims=None)(xs), [1.0, 1.0])
