@@ -36,7 +36,8 @@ def vmap(func, in_dims=0, out_dims=0, randomness: str = "error", *, chunk_size=N
       Keyword arguments are never mapped. Every mapped tensor must have the same size
       there (else ValueError naming the sizes).
     - `out_dims`: an int or a tree matching the outputs; None returns that output as the
-      first example gives it (torch requires it not to depend on the batch; not checked).
+      first example gives it, and refuses one that reads the mapped inputs, as torch does
+      (one the function computed on the host, through `.item()`, is not seen).
     - `randomness`: "error" raises torch's RuntimeError when `func` draws from fusegrad's
       generator (`fg.rand`, dropout, ...; a draw from an explicit `fg.Generator` is not
       seen); "different" gives each example its own draws; "same" gives every example
