@@ -42,6 +42,7 @@ from .autograd import (
     sibling_grads,
     tensor_backward,
 )
+from .autograd import backward as autograd_backward
 from .autograd import drop_graph as drop_graph  # (fusegrad.tensor.drop_graph, as before)
 from .carried import note_lazy, unnoted
 from .carried import read_along as _read_along
@@ -1112,8 +1113,12 @@ class Tensor(*MIXINS, TensorBase):
             fail(ShapeError, "copy_", f"cannot copy shape {src.shape} into shape {self.shape}")
         return self._inplace(src.cast(self.dtype).expand(self.shape), "copy_")
 
-    def backward(self, gradient=None, retain_graph=None, create_graph: bool = False):
-        """Accumulate gradients into the `.grad` of every leaf this tensor depends on."""
+    def backward(self, gradient=None, retain_graph=None, create_graph: bool = False, inputs=None):
+        """Accumulate gradients into the `.grad` of every leaf this tensor depends on; with
+        `inputs` (a tensor or a sequence), into those tensors' `.grad` alone, as torch's."""
+        if inputs is not None:
+            autograd_backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+            return
         tensor_backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph)
 
     # ---------------------------------------------------------------- copy and pickle

@@ -12,6 +12,7 @@ import numpy as np
 from . import devices as _device
 from .autocast import autocast_op as autocast_op
 from .autograd import GradError as GradError
+from .autograd import backward
 from .autograd import drop_graph as drop_graph
 from .autograd import overwrite as overwrite
 from .autograd import realize as realize
@@ -86,6 +87,7 @@ from .torch_settings import check_memory_format as check_memory_format
 from .torch_settings import format_strides as format_strides
 from .versions import InplaceError as InplaceError
 
+autograd_backward = backward
 building_expansion = building
 inplace_variants = variants
 register_macro = register
@@ -228,9 +230,11 @@ class Tensor:
 
     # Autograd
     def backward(  # frontend/tensor.py: Tensor.backward
-        self, gradient=None, retain_graph=None, create_graph: builtins.bool = False
+        self, gradient=None, retain_graph=None, create_graph: builtins.bool = False, inputs=None
     ):
-        """Accumulate gradients into the `.grad` of every leaf this tensor depends on."""
+        """Accumulate gradients into the `.grad` of every leaf this tensor depends on; with `inputs`
+        (a tensor or a sequence), into those tensors' `.grad` alone, as torch's.
+        """
     def detach(self) -> Tensor:  # frontend/tensor.py: Tensor.detach
         """The same value, with no gradient flowing back through it."""
     def detach_(self) -> Tensor:  # frontend/tensor.py: Tensor.detach_

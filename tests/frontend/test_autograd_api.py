@@ -153,3 +153,15 @@ def test_torch_shim_reads_the_submodules():
 
 def test_doctests():
     assert doctest.testmod(autograd_api).failed == 0
+
+
+def test_tensor_backward_with_inputs_accumulates_into_those_alone():
+    """`loss.backward(inputs=...)`, as torch's: only the named tensors' `.grad` grows
+    (torch's values for this graph: w 3b + 2w, b 3w)."""
+    w = fg.tensor([1.0, 2.0], requires_grad=True)
+    b = fg.tensor([0.5, -1.0], requires_grad=True)
+    loss = (w * 3 * b).sum() + (w * w).sum()
+    loss.backward(inputs=[w], retain_graph=True)
+    assert w.grad.tolist() == [3.5, 1.0] and b.grad is None
+    loss.backward(inputs=b)
+    assert w.grad.tolist() == [3.5, 1.0] and b.grad.tolist() == [3.0, 6.0]
