@@ -151,15 +151,14 @@ def _validate_v(v: tuple, other: tuple, is_other_tuple: bool) -> None:
             )
 
 
-def _single_element_v(v, outs_or_inputs: tuple, what: str):
-    if v is None:
-        if len(outs_or_inputs) != 1 or outs_or_inputs[0].numel() != 1:
-            raise RuntimeError(
-                f"The vector v can only be None if the {what} is a single Tensor with a "
-                "single element."
-            )
-        return (outs_or_inputs[0].new_ones(outs_or_inputs[0].shape),)
-    return None
+def _ones_for(tensors: tuple, what: str) -> tuple:
+    """The `v` a product takes when given None: ones for a single one-element tensor (torch's
+    error, naming `what` of the product's side, otherwise)."""
+    if len(tensors) != 1 or tensors[0].numel() != 1:
+        raise RuntimeError(
+            f"The vector v can only be None if {what} a single Tensor with a single element."
+        )
+    return (tensors[0].new_ones(tensors[0].shape),)
 
 
 def vjp(func, inputs, v=None, create_graph: bool = False, strict: bool = False):
@@ -170,12 +169,7 @@ def vjp(func, inputs, v=None, create_graph: bool = False, strict: bool = False):
     is_outputs_tuple, outputs = _call(func, inputs, "vjp")
     _check_requires_grad(outputs, "outputs", strict)
     if v is None:
-        if len(outputs) != 1 or outputs[0].numel() != 1:
-            raise RuntimeError(
-                "The vector v can only be None if the user-provided function returns a "
-                "single Tensor with a single element."
-            )
-        v = (outputs[0].new_ones(outputs[0].shape),)
+        v = _ones_for(outputs, "the user-provided function returns")
     else:
         _, v = _as_tuple(v, "v", "vjp")
         _validate_v(v, outputs, is_outputs_tuple)
@@ -193,12 +187,7 @@ def jvp(func, inputs, v=None, create_graph: bool = False, strict: bool = False):
     is_inputs_tuple, inputs = _as_tuple(inputs, "inputs", "jvp")
     inputs = _prepare(inputs, create_graph)
     if v is None:
-        if len(inputs) != 1 or inputs[0].numel() != 1:
-            raise RuntimeError(
-                "The vector v can only be None if the input to the user-provided function "
-                "is a single Tensor with a single element."
-            )
-        v = (inputs[0].new_ones(inputs[0].shape),)
+        v = _ones_for(inputs, "the input to the user-provided function is")
     else:
         _, v = _as_tuple(v, "v", "jvp")
         _validate_v(v, inputs, is_inputs_tuple)
@@ -363,12 +352,7 @@ def _hessian_product(func, inputs, v, create_graph: bool, strict: bool, fn: str)
     is_inputs_tuple, inputs = _as_tuple(inputs, "inputs", fn)
     inputs = _prepare(inputs, create_graph)
     if v is None:
-        if len(inputs) != 1 or inputs[0].numel() != 1:
-            raise RuntimeError(
-                "The vector v can only be None if the input to the user-provided function "
-                "is a single Tensor with a single element."
-            )
-        v = (inputs[0].new_ones(inputs[0].shape),)
+        v = _ones_for(inputs, "the input to the user-provided function is")
     else:
         _, v = _as_tuple(v, "v", fn)
         _validate_v(v, inputs, is_inputs_tuple)

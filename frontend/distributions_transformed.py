@@ -254,7 +254,23 @@ class LogitRelaxedBernoulli(BinaryParameters, Distribution):
         return self.temperature.log() + diff - 2 * diff.exp().log1p()
 
 
-class RelaxedBernoulli(TransformedDistribution):
+class _RelaxedParameters:
+    """A relaxed distribution's parameters, its base distribution's (torch's properties)."""
+
+    @property
+    def temperature(self):
+        return self.base_dist.temperature
+
+    @property
+    def logits(self) -> Tensor:
+        return self.base_dist.logits
+
+    @property
+    def probs(self) -> Tensor:
+        return self.base_dist.probs
+
+
+class RelaxedBernoulli(_RelaxedParameters, TransformedDistribution):
     """A relaxed (Concrete) Bernoulli on (0, 1): sigmoid of a LogitRelaxedBernoulli draw;
     `rsample` is differentiable in the probabilities; lower `temperature` draws nearer to
     0 / 1.
@@ -276,18 +292,6 @@ class RelaxedBernoulli(TransformedDistribution):
     def expand(self, batch_shape, _instance=None):
         new = self._get_checked_instance(RelaxedBernoulli, _instance)
         return super().expand(batch_shape, _instance=new)
-
-    @property
-    def temperature(self):
-        return self.base_dist.temperature
-
-    @property
-    def logits(self) -> Tensor:
-        return self.base_dist.logits
-
-    @property
-    def probs(self) -> Tensor:
-        return self.base_dist.probs
 
 
 class ExpRelaxedCategorical(Distribution):
@@ -352,7 +356,7 @@ class ExpRelaxedCategorical(Distribution):
         return score + log_scale
 
 
-class RelaxedOneHotCategorical(TransformedDistribution):
+class RelaxedOneHotCategorical(_RelaxedParameters, TransformedDistribution):
     """A relaxed (Concrete / Gumbel-softmax) one-hot categorical on the simplex: exp of an
     ExpRelaxedCategorical draw; `rsample` is differentiable in the probabilities.
 
@@ -373,18 +377,6 @@ class RelaxedOneHotCategorical(TransformedDistribution):
     def expand(self, batch_shape, _instance=None):
         new = self._get_checked_instance(RelaxedOneHotCategorical, _instance)
         return super().expand(batch_shape, _instance=new)
-
-    @property
-    def temperature(self):
-        return self.base_dist.temperature
-
-    @property
-    def logits(self) -> Tensor:
-        return self.base_dist.logits
-
-    @property
-    def probs(self) -> Tensor:
-        return self.base_dist.probs
 
 
 class MixtureSameFamily(Distribution):
