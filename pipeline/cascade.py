@@ -16,6 +16,7 @@ from ..ir.dtypes import DType
 from ..ir.node import Node
 from ..ir.ops import Ops
 from ..ir.symbolic import Lin, Var, lin
+from . import templates
 from .coords import coords_from_groups as _coords_from_groups
 from .loopir import AccInit, AccRead, AccReduceLanes, AccUpdate, Select
 from .reductions import CASCADE_FANOUT, tile_cascades, zero_value
@@ -186,8 +187,44 @@ class CascadeSums:
         """Emit `unit(index, acc)` for index in base + 0..count, adding into dst through
         levels of at most CASCADE_FANOUT units each: full subtrees of FANOUT^k units in a
         loop, each into a fresh accumulator (`level.new()`) added to dst once
-        (`level.add(dst, acc)`), then the rest recursively."""
+        (`level.add(dst, acc)`), then the rest recursively. In a plan whose sizes vary,
+        the rest's levels are all emitted (`_uniform_units`)."""
         base = lin(0) if base is None else base
+        if templates.active():
+            self._uniform_units(count, unit, dst, level, base)
+            return
+        self._exact_units(count, unit, dst, level, base)
+
+    def _uniform_units(self, count: int, unit, dst: str, level, base: Lin) -> None:
+        """`_exact_units`'s tree, in loops that are the same for every count between two
+        powers of CASCADE_FANOUT: one loop of full subtrees per level, down to a loop of
+        single units, each loop there even where it runs once or never (its count a
+        literal), so the kernels of a plan whose sizes vary differ only in their literals
+        and run one generic kernel (pipeline/templates.py). The same additions in the same
+        order as `_exact_units`: a loop that never runs adds nothing.
+
+            for j in 0..blocks: (a subtree of 256 units into acc, acc into dst)
+            for j in 0..blocks2: (a subtree of 16 units into acc, acc into dst)
+            for k in 0..rest: (a unit into dst)
+        """
+        size = 1
+        while size * CASCADE_FANOUT < count:
+            size *= CASCADE_FANOUT
+        while size > 1:
+            blocks, count = divmod(count, size)
+            j = Var(self.fresh("j"), 0, blocks - 1)
+            with self._loop(j, "reduce"):
+                acc = level.new()
+                self._exact_units(size, unit, acc, level, base + lin(j) * size)
+                level.add(dst, acc)
+            base = base + blocks * size
+            size //= CASCADE_FANOUT
+        v = Var(self.fresh("k"), 0, count - 1)
+        with self._loop(v, "reduce"):
+            unit(base + v, dst)
+
+    def _exact_units(self, count: int, unit, dst: str, level, base: Lin) -> None:
+        """`_sum_units` for this `count`: a loop only where one runs more than once."""
         if count <= CASCADE_FANOUT:
             if count == 1:
                 unit(base, dst)
@@ -203,10 +240,10 @@ class CascadeSums:
         j = Var(self.fresh("j"), 0, blocks - 1)
         with self._loop(j, "reduce"):
             acc = level.new()
-            self._sum_units(size, unit, acc, level, base + lin(j) * size)
+            self._exact_units(size, unit, acc, level, base + lin(j) * size)
             level.add(dst, acc)
         if rest:
-            self._sum_units(rest, unit, dst, level, base + blocks * size)
+            self._exact_units(rest, unit, dst, level, base + blocks * size)
 
     def _level(self, dtype: DType, size: int, lanes: int, tile_loops: list[Var], slot: Lin):
         """How a cascade makes and combines accumulators: `size` of them in rows of `lanes`,

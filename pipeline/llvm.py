@@ -40,6 +40,7 @@ from ..ir import rand
 from ..ir.dtypes import DType, float32
 from ..ir.ops import COMPARISON, Ops
 from ..ir.symbolic import FloorDiv, Lin, Mod, Var, lin
+from . import templates
 from .coords import split_lanes
 from .llvm_math import (
     fconst,
@@ -431,7 +432,8 @@ class _Renderer:
         stop = self.emit(f"icmp ne i64 {word}, 0")
         self.lines.append(f"  br i1 {stop}, label %cancelled, label %{v}.block")
         self.label(f"{v}.block")
-        if int(end) % block:  # the last block is shorter
+        if int(end) % block or templates.active():  # the last block is shorter
+            # (or may be: in a plan whose sizes vary, kernels of every size keep one form)
             to = self.emit(f"add nsw i64 %{v}.from, {block}")
             over = self.emit(f"icmp sgt i64 {to}, {end}")
             self.lines.append(f"  %{v}.to = select i1 {over}, i64 {end}, i64 {to}")

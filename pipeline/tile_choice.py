@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..ir.ops import Ops
 from ..ir.symbolic import Mod, Var, lin
@@ -49,6 +49,10 @@ class Tile:
     # are a panel of their own), kept outside the column tiles when those go outermost
     panels: tuple[int, ...] = ()
     cascade: bool = False  # lanes along a long float sum, summed in a tree (`pipeline/cascade.py`)
+    # rows chosen for every row count (`ragged_rows`): the last row tile is shifted back to
+    # end at the last row even where the rows divide the count (then it repeats the tile
+    # before it), so the kernels of every size have one form and differ only in literals
+    ragged: bool = False
 
     @property
     def label(self) -> str:
@@ -294,7 +298,7 @@ def lanes_along_sum(reads: TileReads, peeled: bool, sum_lanes: int | None) -> Ti
     if not lanes or not shared:
         return None
     row = max(shared, key=lambda g: (sum(ld.index.coef(out_vars[g]) == 0 for ld in loads), g))
-    rows = extents[row] if extents[row] <= 8 else _divisor(extents[row], TILE_ROWS, 2)
+    rows = extents[row] if extents[row] <= 8 else _lane_tile_rows(reads, extents[row])
     shuffles = [ld for ld in loads if ld.index.coef(inner) in SHUFFLED_LANE_STEPS]
     if shuffles and wide_registers():
         tile = _shuffled_grid(reads, shuffles, shared, lanes)
@@ -302,7 +306,18 @@ def lanes_along_sum(reads: TileReads, peeled: bool, sum_lanes: int | None) -> Ti
             return tile
     if not rows:
         return None
-    return _lane_rows(reads, row, rows, lanes, shared, peeled, sum_lanes)
+    tile = _lane_rows(reads, row, rows, lanes, shared, peeled, sum_lanes)
+    return replace(tile, ragged=ragged_rows(reads)) if extents[row] > rows else tile
+
+
+def _lane_tile_rows(reads: TileReads, extent: int) -> int | None:
+    """The rows of a tile of lanes along the sum over an output axis of `extent` (more
+    than 8): `TILE_ROWS` in a plan whose sizes vary (`ragged_rows`: the last tile shifted
+    back, so a batch of 309 rows takes the tile a batch of 360 does, not 3-row ones), else
+    the largest divisor of the rows up to it."""
+    if ragged_rows(reads):
+        return TILE_ROWS
+    return _divisor(extent, TILE_ROWS, 2)
 
 
 def _lane_rows(reads: TileReads, row, rows, lanes, shared, peeled, sum_lanes) -> Tile:
@@ -381,7 +396,9 @@ def columns_tile(reads: TileReads, peeled: bool) -> Tile | None:
         for g, v in enumerate(out_vars)
         if g not in (col, row) and extents[g] > 1 and all(ld.index.coef(v) for ld in vector_loads)
     )
-    return Tile(col, cols, row, rows, first=first, panels=panels if vector_loads else ())
+    panels = panels if vector_loads else ()
+    ragged = ragged_rows(reads) and extents[row] > rows
+    return Tile(col, cols, row, rows, first=first, panels=panels, ragged=ragged)
 
 
 def _column_width(extent: int) -> int | None:

@@ -381,13 +381,14 @@ def test_a_ragged_vectors_lane_mask_keeps_its_bound_a_literal(fresh):
 
 
 def test_a_products_rows_take_one_tile_at_every_row_count(fresh):
-    """x @ w for 16 rows, then 27, 35 and 29: in a plan whose sizes vary the register
-    tile's rows no longer divide the row count (3, 7 and 1 rows would each be a kernel of
-    its own shape); the last tile is shifted back to end at the last row, so the three
-    later products are one kernel but for their literals, and the last two run generic
-    kernels, with numpy's values and gradients."""
+    """x @ w for 16 rows, then 27, 32, 35, 29 and 40: in a plan whose sizes vary the
+    register tile's rows no longer divide the row count (3, 7 and 1 rows would each be a
+    kernel of its own shape); the last tile is shifted back to end at the last row, and
+    where the rows do divide it (32, 40) the last tile repeats the one before, so the
+    later products are one kernel but for their literals, and all but the first of them
+    run generic kernels, with numpy's values and gradients."""
     w_np = np.linspace(-1, 1, 24 * 40, dtype=np.float32).reshape(24, 40)
-    sizes = [16, 27, 35, 29]
+    sizes = [16, 27, 32, 35, 29, 40]
     out, ran = [], []
     for n in sizes:
         x_np = np.linspace(-3, 3, n * 24, dtype=np.float32).reshape(n, 24)
@@ -408,3 +409,57 @@ def test_a_products_rows_take_one_tile_at_every_row_count(fresh):
     shapes = {shape.text for shape in shapes}
     assert len(shapes) == 1
     assert all(k.generic for k in later[1:])
+
+
+def test_a_long_sums_cascade_takes_one_form_at_every_length(fresh):
+    """Column sums over 1100 rows, then 1026, 1077 and 1270: in a plan whose sizes vary
+    the cascade's levels are loops even where one runs once or never (1026 rows are 4
+    blocks of 256 and 2 rows, no block of 16), so every length from 257 to 4096 is one
+    kernel but for its literals: the later ones run generic kernels, bit for bit what
+    each length's own kernel computes (the same additions in the same order)."""
+    sizes = [1100, 1026, 1077, 1270]
+    got, ran = _kernels(lambda x: x.sum(0), sizes)
+    with fg.config.override(size_templates=False):
+        want, _ = _kernels(lambda x: x.sum(0), sizes)
+    sums = [[k for k in plan if k.symbol.startswith("r_")] for plan in ran]
+    assert all(len(p) == 1 for p in sums)
+    assert len({_shape_text(k) for [k] in sums}) == 1
+    assert all(k.generic for [k] in sums[1:])
+    for n, g, w in zip(sizes, got, want):
+        np.testing.assert_array_equal(g, w)
+        x = np.linspace(-3, 3, n * 24, dtype=np.float32).reshape(n, 24).astype(np.float64)
+        np.testing.assert_allclose(g, x.sum(0), rtol=1e-5, atol=1e-3)
+
+
+def test_a_cross_entropys_rows_take_one_tile_at_every_batch(fresh):
+    """A linear layer's cross entropy and weight gradient over batches of 52, 104, 155,
+    206 and 309: the per-row sums over the 10 classes take 4-row tiles at every batch
+    from 104 on (not 4, 5, 2 and 3 rows, the largest divisor), so those kernels are one
+    but for their literals and run a generic kernel from 155 on, with numpy's values."""
+    w_np = np.linspace(-1, 1, 32 * 10, dtype=np.float32).reshape(32, 10)
+    rows = []
+    for n in [52, 104, 155, 206, 309]:
+        x_np = np.linspace(-3, 3, n * 32, dtype=np.float32).reshape(n, 32)
+        w = fg.tensor(w_np, requires_grad=True)
+        y_np = np.arange(n) % 10
+        loss = fg.nn.functional.cross_entropy(fg.tensor(x_np) @ w, fg.tensor(y_np))
+        loss.backward()
+        ran = [r.compiled for r in engine.realize([w.grad.node])]
+        rows.append([k for k in ran if k.symbol.startswith(f"r_sum_{n}x10x1")])
+        z = x_np.astype(np.float64) @ w_np
+        p = np.exp(z - z.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        want = -np.log(p[np.arange(n), y_np]).mean()
+        np.testing.assert_allclose(loss.item(), want, rtol=1e-5)
+        p[np.arange(n), y_np] -= 1
+        np.testing.assert_allclose(w.grad.numpy(), x_np.T @ p / n, rtol=1e-4, atol=1e-6)
+    assert all(len(r) == 1 for r in rows)
+    later = [r[0] for r in rows[1:]]
+    assert len({_shape_text(k) for k in later}) == 1
+    assert all(k.generic for k in later[1:])
+
+
+def _shape_text(kernel) -> str:
+    """The shape of a kernel's code (`templates.shape_of`): equal for kernels that differ
+    only in their literals."""
+    return templates.shape_of(compiler.code_of(kernel.source, kernel.symbol, kernel.opt)[0]).text
