@@ -13,10 +13,10 @@ Run:  .venv/bin/python benchmarks/varying_sizes.py [--only classifier|mlp|rate] 
   compiles beside the kernels its plans hold (kernels of the same code compile once).
 - mlp: a 784-256-10 MLP's forward and backward (SGD) at `--sizes` batch sizes spread over
   1..2000, in one fresh process with an empty cache: the plans compiled (and the LLVM
-  compiles of their kernels), the seconds of
-  the whole sweep against a second sweep over the same sizes, and the process's resident
-  memory after each tenth of the sweep and after the second (flat, or growing with the
-  sizes seen).
+  compiles of their kernels), the batch sizes whose step compiled anything (each one a
+  set of kernels compiled), the seconds of the whole sweep against a second sweep over
+  the same sizes, and the process's resident memory after each tenth of the sweep and
+  after the second (flat, or growing with the sizes seen).
 
 - rate: a 784-256-10 MLP (batch 64) trained by a hand-written SGD update
   (`p.add_(p.grad, alpha=-lr)` under no_grad) whose learning rate changes every step
@@ -120,6 +120,7 @@ import fusegrad as fg
 from fusegrad import nn
 from fusegrad.runtime.engine import engine
 fg.manual_seed(0)
+from fusegrad.pipeline import compiler
 model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
 opt = fg.optim.SGD(model.parameters(), lr=0.01)
 count = int(sys.argv[1])
@@ -127,17 +128,20 @@ sizes = sorted({max(1, round(1 + k * 1999 / max(count - 1, 1))) for k in range(c
 data = {}
 for n in sizes:
     data[n] = (rng.standard_normal((n, 784), dtype=np.float32), rng.integers(0, 10, size=n))
+compiled_at = []  # the batch sizes whose step compiled something (a set of kernels)
 def sweep(memory):
     t = time.perf_counter()
     for k, n in enumerate(sizes):
         x, y = data[n]
+        before = compiler.stats["compiled"]
         loss = nn.functional.cross_entropy(model(fg.tensor(x)), fg.tensor(y))
         opt.zero_grad(); loss.backward(); opt.step(); loss.item()
+        if compiler.stats["compiled"] > before:
+            compiled_at.append(n)
         if memory is not None and (k + 1) % max(1, len(sizes) // 10) == 0:
             memory.append(round(rss_mb()))
     return time.perf_counter() - t
 memory = []
-from fusegrad.pipeline import compiler
 first = sweep(memory)
 plans = engine.stats["scheduled"]
 compiled = compiler.stats["compiled"]
@@ -145,6 +149,7 @@ second = sweep(None)
 out = {"sizes": len(sizes), "first": first, "second": second, "plans": plans, "rss_mb": memory}
 out["rss_second"] = round(rss_mb())
 out["compiled"] = compiled
+out["compiled_at"] = compiled_at
 print(json.dumps(out))
 """
 
@@ -250,6 +255,8 @@ def mlp(python: str, count: int, compare: bool) -> None:
             f" resident MB after each tenth: {r['rss_mb']}, after the second sweep"
             f" {r['rss_second']}"
         )
+        at = r["compiled_at"]
+        print(f"  sizes whose step compiled kernels: {len(at)} ({', '.join(map(str, at))})")
 
 
 def rate(python: str, compare: bool) -> None:

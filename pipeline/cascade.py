@@ -196,18 +196,21 @@ class CascadeSums:
         self._exact_units(count, unit, dst, level, base)
 
     def _uniform_units(self, count: int, unit, dst: str, level, base: Lin) -> None:
-        """`_exact_units`'s tree, in loops that are the same for every count between two
-        powers of CASCADE_FANOUT: one loop of full subtrees per level, down to a loop of
-        single units, each loop there even where it runs once or never (its count a
-        literal), so the kernels of a plan whose sizes vary differ only in their literals
-        and run one generic kernel (pipeline/templates.py). The same additions in the same
-        order as `_exact_units`: a loop that never runs adds nothing.
+        """`_exact_units`'s tree, in loops that are the same for every count up to
+        FANOUT^2, and for every count from there up to FANOUT^4 (then between two powers of
+        FANOUT): one loop of full subtrees per level, down to a loop of single units, each
+        loop there even where it runs once or never (its count a literal), so the kernels
+        of a plan whose sizes vary differ only in their literals and run one generic
+        kernel (pipeline/templates.py). The same additions in the same order as
+        `_exact_units`: a loop that never runs adds nothing, and a level's accumulator
+        added once into a zero is itself (a sum from +0.0 is never -0.0).
 
-            for j in 0..blocks: (a subtree of 256 units into acc, acc into dst)
-            for j in 0..blocks2: (a subtree of 16 units into acc, acc into dst)
+            for j in 0..blocks: (a subtree of 4096 units into acc, acc into dst)
+            for j in 0..blocks2: (a subtree of 256 units into acc, acc into dst)
+            for j in 0..blocks3: (a subtree of 16 units into acc, acc into dst)
             for k in 0..rest: (a unit into dst)
         """
-        size = 1
+        size = CASCADE_FANOUT if count <= CASCADE_FANOUT**2 else CASCADE_FANOUT**3
         while size * CASCADE_FANOUT < count:
             size *= CASCADE_FANOUT
         while size > 1:

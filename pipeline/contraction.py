@@ -117,17 +117,16 @@ class TiledContraction:
                 tile.row2: (j_var, tile.rows2),
             }.get(gi, (None, 1))
             count = -(-extent // step)
-            if tile.ragged and gi == tile.row and count > 1 and extent % step == 0:
-                count += 1  # (one form for every row count: the last tile repeats the one before)
+            rows = gi in (tile.row, tile.row2)
             v = Var(f"o{gi}", 0, count - 1)
             kind = "parallel" if gi == order[0] else "serial"
             self._open_loop(Loop(v, count, [], kind))
             first_extent = count if first_extent is None else first_extent
             group_expr[gi] = lin(v) * step + inner if inner is not None else lin(v)
-            if count * step != extent and gi != tile.col:
+            if extent % step and gi != tile.col:
                 # ragged rows (`tile_choice.ragged_rows`): the last tile shifted back to end
                 # at the last row, `v // (count - 1)` being 1 there and 0 before it
-                assert gi == tile.row and count > 1, "only a tile's rows or vectors are ragged"
+                assert rows and count > 1, "only a tile's rows or vectors are ragged"
                 start = lin(v) * step - (lin(v) // (count - 1)) * (count * step - extent)
                 group_expr[gi] = self._merged_stand_in(f"g{gi}", extent, start + inner)
             elif extent % step:

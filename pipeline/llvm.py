@@ -432,8 +432,9 @@ class _Renderer:
         stop = self.emit(f"icmp ne i64 {word}, 0")
         self.lines.append(f"  br i1 {stop}, label %cancelled, label %{v}.block")
         self.label(f"{v}.block")
-        if int(end) % block or templates.active():  # the last block is shorter
-            # (or may be: in a plan whose sizes vary, kernels of every size keep one form)
+        if int(end) % block or (templates.active() and int(end) > block):
+            # the last block is shorter (or may be: in a plan whose sizes vary, a loop of
+            # more than one block keeps one form for every size, `_poll_block`)
             to = self.emit(f"add nsw i64 %{v}.from, {block}")
             over = self.emit(f"icmp sgt i64 {to}, {end}")
             self.lines.append(f"  %{v}.to = select i1 {over}, i64 {end}, i64 {to}")
@@ -1167,11 +1168,15 @@ def _poll_block(extent: int, most: int) -> int:
     """Iterations of a loop of `extent` between two reads of the cancel word: at most
     `most`, a divisor of `extent` where one is at least half of that (the blocks are then
     all alike, so LLVM sees each one's constant trip count, and a max over 2^25 values
-    was not 25% slower), else `most`.
+    was not 25% slower), else `most`. In a plan whose sizes vary (`templates.active()`),
+    `most` (the last block clamped) or the whole loop where it is no longer: a loop's form
+    then does not change with the divisors of its length.
 
     >>> _poll_block(524288, 1024), _poll_block(62500000, 512), _poll_block(1000003, 512)
     (1024, 500, 512)
     """
+    if templates.active():  # (a plan whose sizes vary: blocks of one length at every size)
+        return min(extent, most)
     return next((b for b in range(most, most // 2, -1) if extent % b == 0), most)
 
 

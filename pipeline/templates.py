@@ -351,8 +351,12 @@ class _Registry:
 
     def generic_for(self, code: str, shape: Shape, opt: int) -> Generic | None:
         """The generic kernel that runs `code`: one made already, or a new one reading the
-        literals that differ between `code` and the kernels of its shape seen so far;
-        None where no kernel of its shape was seen with other literals."""
+        literals that differ between `code` and the kernels of its shape seen so far (those
+        equal in all of them one slot); None where no kernel of its shape was seen with
+        other literals. Where those made before do not serve it (a literal that had not
+        differed does, or two that were equal no longer are), the new one reads what each
+        of them read as well, each literal from a slot of its own, so that one more serves
+        the sizes to come."""
         self._settle()
         key = (shape.text, opt)
         with self.lock:
@@ -369,7 +373,13 @@ class _Registry:
                 for p in range(len(shape.literals))
                 if any(lits[p] != shape.literals[p] for lits in known)
             ]
-            g = Generic.of(code, shape, grouped(shape, varying, known))
+            made = self.generics.get(key, ())
+            if made:  # a wider one: what each read before too, each literal a slot of its own
+                read = {p for g in made for group in g.groups for p in group}
+                groups = tuple((p,) for p in sorted(read.union(varying)))
+            else:
+                groups = grouped(shape, varying, known)
+            g = Generic.of(code, shape, groups)
             self.generics.setdefault(key, []).append(g)
             return g
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..ir.ops import Ops
 from ..ir.symbolic import Mod, Var, lin
@@ -49,10 +49,6 @@ class Tile:
     # are a panel of their own), kept outside the column tiles when those go outermost
     panels: tuple[int, ...] = ()
     cascade: bool = False  # lanes along a long float sum, summed in a tree (`pipeline/cascade.py`)
-    # rows chosen for every row count (`ragged_rows`): the last row tile is shifted back to
-    # end at the last row even where the rows divide the count (then it repeats the tile
-    # before it), so the kernels of every size have one form and differ only in literals
-    ragged: bool = False
 
     @property
     def label(self) -> str:
@@ -306,8 +302,7 @@ def lanes_along_sum(reads: TileReads, peeled: bool, sum_lanes: int | None) -> Ti
             return tile
     if not rows:
         return None
-    tile = _lane_rows(reads, row, rows, lanes, shared, peeled, sum_lanes)
-    return replace(tile, ragged=ragged_rows(reads)) if extents[row] > rows else tile
+    return _lane_rows(reads, row, rows, lanes, shared, peeled, sum_lanes)
 
 
 def _lane_tile_rows(reads: TileReads, extent: int) -> int | None:
@@ -336,8 +331,13 @@ def _lane_rows(reads: TileReads, row, rows, lanes, shared, peeled, sum_lanes) ->
     others = [g for g in shared if g != row and grid_pays(g)]
     room = _lane_grid_accumulators(reads.item, lanes, sum_lanes) // (rows * lanes)
     counts = (8, 4, 3, 2) if sum_lanes else (4, 3, 2)
+    ragged = ragged_rows(reads)  # (the grid's last tile shifted back too, as the rows')
+
+    def fits(extent: int, r: int) -> bool:
+        return r <= room and (extent % r == 0 or (ragged and extent > r))
+
     for g in sorted(others, key=lambda g: -extents[g]):
-        rows2 = next((r for r in counts if r <= room and extents[g] % r == 0), None)
+        rows2 = next((r for r in counts if fits(extents[g], r)), None)
         if rows2:
             first = _outermost(reads, {row: rows, g: rows2})
             return Tile(None, lanes, row, rows, lanes=True, row2=g, rows2=rows2, first=first)
@@ -396,9 +396,7 @@ def columns_tile(reads: TileReads, peeled: bool) -> Tile | None:
         for g, v in enumerate(out_vars)
         if g not in (col, row) and extents[g] > 1 and all(ld.index.coef(v) for ld in vector_loads)
     )
-    panels = panels if vector_loads else ()
-    ragged = ragged_rows(reads) and extents[row] > rows
-    return Tile(col, cols, row, rows, first=first, panels=panels, ragged=ragged)
+    return Tile(col, cols, row, rows, first=first, panels=panels if vector_loads else ())
 
 
 def _column_width(extent: int) -> int | None:

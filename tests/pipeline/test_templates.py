@@ -366,6 +366,27 @@ def test_literals_equal_in_every_kernel_seen_read_one_slot(clean):
     assert len(second.groups[0]) == 2 and second.generic.count("%fg.lit.0.w =") == 1
 
 
+def test_a_wider_generic_kernel_reads_each_literal_from_a_slot_of_its_own(clean):
+    """The bound appears twice and is equal at 14 and 20 (one slot); the scale differs
+    only at 30, so a wider generic kernel is made: it reads the bound's two places and the
+    scale each from a slot of its own, so a kernel whose two places differ (40 and 24)
+    runs it too, compiling nothing, with its own values."""
+    twice = "%more = icmp slt i64 %i.1, {n}\n  %x = mul i64 %i, {m}"
+    body = BODY.replace("%more = icmp slt i64 %i.1, {n}", twice)
+    fills = [{"n": 14, "m": 14, "scale": _hex(0.5)}, {"n": 20, "m": 20, "scale": _hex(0.5)}]
+    fills += [{"n": 30, "m": 30, "scale": _hex(4.0)}, {"n": 40, "m": 24, "scale": _hex(2.0)}]
+    ka, kb, kc, kd = _one_by_one(body, fills, 2)
+    assert not ka.generic and len(kb.groups) == 1 and len(kb.groups[0]) == 2
+    assert kc.generic != kb.generic and [len(g) for g in kc.groups] == [1, 1, 1]
+    assert kd.generic == kc.generic and kd.literals == ("0x4000000000000000", "40", "24")
+    for k, n, scale in ((ka, 14, 0.5), (kb, 20, 0.5), (kc, 30, 4.0), (kd, 40, 2.0)):
+        x = np.arange(1, 41, dtype=np.float32)
+        y = np.zeros(40, np.float32)
+        _call(k, y.ctypes.data, x.ctypes.data)
+        np.testing.assert_array_equal(y[:n], x[:n] * np.float32(scale))
+        assert not y[n:].any()
+
+
 def test_a_ragged_vectors_lane_mask_keeps_its_bound_a_literal(fresh):
     """The mean of 1180, then 1231 and 1282 values: the last vector's lanes past the end
     are masked by a comparison with a bound that is a scalar literal in the text (not a
@@ -381,14 +402,13 @@ def test_a_ragged_vectors_lane_mask_keeps_its_bound_a_literal(fresh):
 
 
 def test_a_products_rows_take_one_tile_at_every_row_count(fresh):
-    """x @ w for 16 rows, then 27, 32, 35, 29 and 40: in a plan whose sizes vary the
-    register tile's rows no longer divide the row count (3, 7 and 1 rows would each be a
-    kernel of its own shape); the last tile is shifted back to end at the last row, and
-    where the rows do divide it (32, 40) the last tile repeats the one before, so the
-    later products are one kernel but for their literals, and all but the first of them
-    run generic kernels, with numpy's values and gradients."""
+    """x @ w for 16 rows, then 27, 35 and 29: in a plan whose sizes vary the register
+    tile's rows no longer divide the row count (3, 7 and 1 rows would each be a kernel of
+    its own shape); the last tile is shifted back to end at the last row, so the three
+    later products are one kernel but for their literals, and the last two run generic
+    kernels, with numpy's values and gradients."""
     w_np = np.linspace(-1, 1, 24 * 40, dtype=np.float32).reshape(24, 40)
-    sizes = [16, 27, 32, 35, 29, 40]
+    sizes = [16, 27, 35, 29]
     out, ran = [], []
     for n in sizes:
         x_np = np.linspace(-3, 3, n * 24, dtype=np.float32).reshape(n, 24)
@@ -414,52 +434,70 @@ def test_a_products_rows_take_one_tile_at_every_row_count(fresh):
 def test_a_long_sums_cascade_takes_one_form_at_every_length(fresh):
     """Column sums over 1100 rows, then 1026, 1077 and 1270: in a plan whose sizes vary
     the cascade's levels are loops even where one runs once or never (1026 rows are 4
-    blocks of 256 and 2 rows, no block of 16), so every length from 257 to 4096 is one
-    kernel but for its literals: the later ones run generic kernels, bit for bit what
-    each length's own kernel computes (the same additions in the same order)."""
+    blocks of 256 and 2 rows, no block of 16 or of 4096), so every length from 257 to
+    65536 is one kernel but for its literals: the last two run a generic kernel, bit for
+    bit what each length's own kernel computes (the same additions in the same order)."""
     sizes = [1100, 1026, 1077, 1270]
     got, ran = _kernels(lambda x: x.sum(0), sizes)
     with fg.config.override(size_templates=False):
         want, _ = _kernels(lambda x: x.sum(0), sizes)
     sums = [[k for k in plan if k.symbol.startswith("r_")] for plan in ran]
     assert all(len(p) == 1 for p in sums)
-    assert len({_shape_text(k) for [k] in sums}) == 1
-    assert all(k.generic for [k] in sums[1:])
+    assert len({_shape_text(k) for [k] in sums[1:]}) == 1
+    assert all(k.generic for [k] in sums[2:])
     for n, g, w in zip(sizes, got, want):
         np.testing.assert_array_equal(g, w)
         x = np.linspace(-3, 3, n * 24, dtype=np.float32).reshape(n, 24).astype(np.float64)
         np.testing.assert_allclose(g, x.sum(0), rtol=1e-5, atol=1e-3)
 
 
-def test_a_cross_entropys_rows_take_one_tile_at_every_batch(fresh):
-    """A linear layer's cross entropy and weight gradient over batches of 52, 104, 155,
-    206 and 309: the per-row sums over the 10 classes take 4-row tiles at every batch
-    from 104 on (not 4, 5, 2 and 3 rows, the largest divisor), so those kernels are one
-    but for their literals and run a generic kernel from 155 on, with numpy's values."""
-    w_np = np.linspace(-1, 1, 32 * 10, dtype=np.float32).reshape(32, 10)
-    rows = []
-    for n in [52, 104, 155, 206, 309]:
-        x_np = np.linspace(-3, 3, n * 32, dtype=np.float32).reshape(n, 32)
-        w = fg.tensor(w_np, requires_grad=True)
-        y_np = np.arange(n) % 10
-        loss = fg.nn.functional.cross_entropy(fg.tensor(x_np) @ w, fg.tensor(y_np))
+def test_an_mlps_step_at_new_batch_sizes_runs_generic_kernels(fresh):
+    """A 784-256-10 MLP's cross entropy and gradients at batches of 52, 103, 155 and 206:
+    from 103 on each sum takes one tile at every batch (the rows of a tile of lanes along
+    a sum and of its grid 4 whatever divides the batch, the last tile shifted back), so
+    the kernels of 155 and 206 all run generic kernels, with numpy's values."""
+    rng = np.random.default_rng(0)
+    w1 = rng.standard_normal((256, 784)).astype(np.float32) / 28
+    w2 = rng.standard_normal((10, 256)).astype(np.float32) / 16
+    sums = []
+    for n in [52, 103, 155, 206]:
+        x_np = rng.standard_normal((n, 784)).astype(np.float32)
+        y_np = rng.integers(0, 10, size=n)
+        a, b = fg.tensor(w1, requires_grad=True), fg.tensor(w2, requires_grad=True)
+        loss = fg.nn.functional.cross_entropy((fg.tensor(x_np) @ a.T).relu() @ b.T, fg.tensor(y_np))
         loss.backward()
-        ran = [r.compiled for r in engine.realize([w.grad.node])]
-        rows.append([k for k in ran if k.symbol.startswith(f"r_sum_{n}x10x1")])
-        z = x_np.astype(np.float64) @ w_np
+        ran = [r.compiled for r in engine.realize([a.grad.node, b.grad.node])]
+        sums.append([k for k in ran if k.symbol.startswith("r_")])
+        x = x_np.astype(np.float64)
+        h = np.maximum(x @ w1.T, 0)
+        z = h @ w2.T
         p = np.exp(z - z.max(1, keepdims=True))
         p /= p.sum(1, keepdims=True)
-        want = -np.log(p[np.arange(n), y_np]).mean()
-        np.testing.assert_allclose(loss.item(), want, rtol=1e-5)
+        np.testing.assert_allclose(loss.item(), -np.log(p[np.arange(n), y_np]).mean(), rtol=1e-5)
         p[np.arange(n), y_np] -= 1
-        np.testing.assert_allclose(w.grad.numpy(), x_np.T @ p / n, rtol=1e-4, atol=1e-6)
-    assert all(len(r) == 1 for r in rows)
-    later = [r[0] for r in rows[1:]]
-    assert len({_shape_text(k) for k in later}) == 1
-    assert all(k.generic for k in later[1:])
+        dz = p / n
+        np.testing.assert_allclose(b.grad.numpy(), dz.T @ h, rtol=1e-4, atol=1e-6)
+        dh = (dz @ w2) * (h > 0)
+        np.testing.assert_allclose(a.grad.numpy(), dh.T @ x, rtol=1e-4, atol=1e-6)
+    assert len({len(s) for s in sums}) == 1 and sums[0]
+    for kernels in zip(*sums[1:]):  # (each kernel of the step, at 103, 155 and 206)
+        assert len({_shape_text(k) for k in kernels}) == 1, kernels[0].symbol
+    assert all(k.generic for plan in sums[2:] for k in plan)
 
 
 def _shape_text(kernel) -> str:
     """The shape of a kernel's code (`templates.shape_of`): equal for kernels that differ
     only in their literals."""
     return templates.shape_of(compiler.code_of(kernel.source, kernel.symbol, kernel.opt)[0]).text
+
+
+def test_a_polled_loops_blocks_do_not_follow_its_lengths_divisors():
+    """A long loop reads the cancel word every block of iterations: blocks that divide its
+    length where one does (LLVM then sees a constant trip count), but in a plan whose
+    sizes vary blocks of one length (the last one clamped) or the whole loop, so that its
+    kernel does not change form with the divisors of a size."""
+    from fusegrad.pipeline.llvm import _poll_block
+
+    assert _poll_block(62500000, 512) == 500 and _poll_block(1000003, 512) == 512
+    with templates.varying([]):
+        assert _poll_block(62500000, 512) == 512 and _poll_block(300, 512) == 300
