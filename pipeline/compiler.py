@@ -335,6 +335,23 @@ class Library:
             _live[symbol] = self
         return address
 
+    def load_many(self, items: list[tuple[bytes, str]]) -> list[int]:
+        """`load` for each (object file, symbol), the objects added first and their
+        relocations resolved once (a plan read from disk loads dozens: one by one, each
+        finalize cost three times what adding it did); the address of each symbol (0 if
+        absent). Raises where an object does not load: the engine is then unusable."""
+        for obj, _ in items:
+            self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        self.engine.finalize_object()
+        out = []
+        for _, symbol in items:
+            address = self.engine.get_function_address(symbol)
+            if address:
+                self.addresses[symbol] = address
+                _live[symbol] = self
+            out.append(address)
+        return out
+
     def address_of(self, symbol: str) -> int:
         """The address of another function the object files loaded here define."""
         with _lock:
@@ -672,6 +689,8 @@ def _compile_kernels(
         todo: dict[str, list[int]] = {}  # code symbol -> the jobs that want it compiled
         codes: dict[str, str] = {}  # code symbol -> its code
         made_for: dict[str, tuple[bytes, float]] = {}  # code symbol -> its object, made
+        # code symbol -> (its object file from memory or disk, where from, the jobs)
+        found: dict[str, tuple[bytes, str, list[int]]] = {}
         for i, (source, symbol, _, opt) in enumerate(jobs):
             code, code_symbol = code_of(source, symbol, opt)
             if made and i in made:
@@ -679,10 +698,21 @@ def _compile_kernels(
             if code_symbol in todo:
                 todo[code_symbol].append(i)
                 continue
-            out[i] = _cached(code, code_symbol, jobs[i])
-            if out[i] is None:
+            if code_symbol in found:
+                found[code_symbol][2].append(i)
+                continue
+            hit = _cached(code, code_symbol, jobs[i])
+            if isinstance(hit, CompiledKernel):
+                out[i] = hit
+            elif hit is not None:
+                found[code_symbol] = (*hit, [i])
+            else:
                 todo[code_symbol] = [i]
                 codes[code_symbol] = code
+        for code_symbol in _load_found(jobs, found, out):  # (one that did not load: compiled)
+            indices = found[code_symbol][2]
+            todo[code_symbol] = indices
+            codes[code_symbol] = code_of(*jobs[indices[0]][:2], jobs[indices[0]][3])[0]
         firsts = [cs for cs in todo if cs not in made_for]
         compiled = iter(_compile_objects([(codes[cs], jobs[todo[cs][0]][3]) for cs in firsts]))
         for code_symbol, indices in todo.items():
@@ -730,10 +760,59 @@ def _remember(symbol: str, obj: bytes) -> None:
         _memory.popitem(last=False)
 
 
-def _cached(code: str, code_symbol: str, job: tuple) -> CompiledKernel | None:
+def _load_found(jobs: list, found: dict, out: list) -> list[str]:
+    """Load the object files `_cached` found (code symbol -> (object, "memory" or "disk",
+    the jobs that want it)) into this batch's library at once, and set `out` for their
+    jobs; the code symbols of those that did not load (under `_lock`)."""
+    if not found:
+        return []
+    items = [(obj, code_symbol) for code_symbol, (obj, _, _) in found.items()]
+    t0 = time.perf_counter()
+    library = _library_for_load()
+    try:
+        addresses = library.load_many(items)
+    except Exception:  # an object that does not load: each alone, in a library of its own
+        if getattr(_batch, "library", None) is library:
+            _batch.library = None  # (its engine is spoilt: the batch takes a new one)
+        addresses = []
+        for obj, code_symbol in items:
+            try:
+                addresses.append(_library_for_load().load(obj, code_symbol))
+            except Exception:  # any failure to load a cached object is a miss
+                addresses.append(0)
+        library = None
+    seconds = (time.perf_counter() - t0) / len(items)
+    failed = []
+    for (code_symbol, (obj, how, indices)), address in zip(found.items(), addresses):
+        if not address:
+            failed.append(code_symbol)
+            continue
+        stats["memory_hits" if how == "memory" else "disk_hits"] += 1
+        _remember(code_symbol, obj)
+        lib = library or _live[code_symbol]
+        for k, i in enumerate(indices):  # the same code twice in one batch: loaded once
+            source, symbol, nparams, opt = jobs[i]
+            if k:
+                stats["memory_hits"] += 1
+            out[i] = CompiledKernel(
+                symbol,
+                source,
+                address,
+                nparams,
+                0.0 if k else seconds,
+                "memory" if k else how,
+                {},
+                lib,
+                opt,
+                code_symbol,
+            )
+    return failed
+
+
+def _cached(code: str, code_symbol: str, job: tuple) -> CompiledKernel | tuple | None:
     """The kernel of `job` (source, symbol, parameters, level), whose code is `code`
-    (`code_of`), loaded already, or loaded now from an object file in memory or on disk;
-    None if it must be compiled (under `_lock`)."""
+    (`code_of`), loaded already; else (its object file, "memory" or "disk") where one is
+    at hand, for `_load_found` to load; None if it must be compiled (under `_lock`)."""
     source, symbol, nparams, opt = job
     library = _live.get(code_symbol)
     obj = _memory.get(code_symbol)
@@ -752,20 +831,7 @@ def _cached(code: str, code_symbol: str, job: tuple) -> CompiledKernel | None:
         obj, how = (_read_cached(path, key) if path else None), "disk"
         if obj is None:
             return None
-    t0 = time.perf_counter()
-    library = _library_for_load()
-    try:
-        address = library.load(obj, code_symbol)
-    except Exception:  # any failure to load a cached object is a miss: compile instead
-        address = 0
-    if not address:
-        return None
-    stats["memory_hits" if how == "memory" else "disk_hits"] += 1
-    _remember(code_symbol, obj)
-    seconds = time.perf_counter() - t0
-    return CompiledKernel(
-        symbol, source, address, nparams, seconds, how, {}, library, opt, code_symbol
-    )
+    return obj, how
 
 
 def new_object(

@@ -10,11 +10,13 @@ reads one file, loads its kernels' object files and runs.
 
 The key (`plan_key`) is a hash of:
 
-- the graph's structural key (`pipeline/schedule.py`, `structural_key`) spelled exactly: ops
-  by name, shapes, dtypes by name, devices, and arguments that are None, bools, ints,
-  floats (by `repr`: -0.0 and nan included), strings or tuples of those, and the
-  steering requests on its nodes (`ir/steering.py`). A graph whose key holds anything
-  else gets no key: it is compiled as before;
+- the graph's structural key (`pipeline/schedule.py`, `structural_key`) spelled exactly,
+  as pickle writes it (`_KeyPickler`, in C: a big model's key has tens of thousands of
+  elements): ops, shapes, dtypes by name, devices, and arguments that are None, bools,
+  ints, floats (their bits: -0.0 and each nan's payload too), strings, bytes, types or
+  containers of those, and the steering requests on its nodes (`ir/steering.py`). A
+  graph whose key holds anything else (a function, an array) gets no key: it is compiled
+  as before;
 - the code: every source file of the package (frontend, ir, pipeline, runtime, nn: macro
   expansions are registered by the frontend and nn), so an edited fusegrad never loads a
   plan made by the old one;
@@ -37,19 +39,20 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
 import os
 import pickle
 from dataclasses import fields
 
-from ..ir.dtypes import DType
+from ..ir.dtypes import DType, float32
 from ..ir.ops import Ops
+from ..runtime import forksafe
 from ..runtime.config import config
 from . import compiler, item_cache, templates
 from .compiler import _read_cached, _seal, entry_path, write_atomic
 from .plan import KernelRecord, Plan, Step
 
-FORMAT = "plan-cache 3"
-_PLAIN = frozenset((type(None), bool, int, float, str))
+FORMAT = "plan-cache 4"
 # settings that report, bound a cache or say where it is: they never change a plan
 _NOT_IN_KEY = frozenset(
     {
@@ -76,41 +79,52 @@ class _Unspellable(Exception):
     """A structural key holding something this cache cannot spell exactly."""
 
 
-def _spell(value, out: list[str]) -> None:
-    """Append an exact spelling of one element of a structural key: a word for each plain
-    value, op, dtype and type, and a tuple's words between "(" and ")", except that a
-    tuple of ints only (a shape, the positions of a node's sources: most of a key) is one
-    word, its `repr`. The loop spells a tuple's plain elements inline: a big model's key
-    has tens of thousands (this runs at every warm plan lookup)."""
-    kind = type(value)
-    if kind is not tuple:
-        out.append(_word(value, kind))
-        return
-    if all(type(v) is int for v in value):
-        out.append(repr(value))
-        return
-    out.append("(")
-    for v in value:
-        kind = type(v)
-        if kind in _PLAIN:
-            out.append(repr(v))
-        elif kind is tuple:
-            _spell(v, out)
-        else:
-            out.append(_word(v, kind))
-    out.append(")")
+_BY_NAME = float32.__reduce__()[0]  # the function a dtype is unpickled by, from its name
 
 
-def _word(value, kind: type) -> str:
-    if kind in _PLAIN:
-        return repr(value)
-    if kind is Ops:
-        return "op:" + value.name
-    if kind is DType:
-        return "dt:" + value.name
-    if kind is type:  # a constant's type (`const_key`)
-        return "ty:" + value.__name__
-    raise _Unspellable(kind.__name__)
+class _KeyPickler(pickle.Pickler):
+    """A structural key pickled, refusing anything but plain values, containers of them,
+    ops, dtypes and types (`reducer_override` sees every other object), without the memo
+    (`fast`), so that equal keys pickle alike however their parts are shared. Pickling is
+    exact: two keys pickle alike only if they are equal."""
+
+    def reducer_override(self, obj):
+        kind = type(obj)
+        if kind is Ops or kind is DType or kind is type or obj is _BY_NAME or obj is Ops:
+            return NotImplemented  # pickled by name or value
+        raise _Unspellable(kind.__name__)
+
+
+def _pickled(key: tuple) -> bytes:
+    """`key` as `_KeyPickler` writes it (raises `_Unspellable`)."""
+    out = io.BytesIO()
+    pickler = _KeyPickler(out, protocol=5)
+    pickler.fast = True  # no memo: an object met twice is written twice, as an equal one is
+    try:
+        pickler.dump(key)
+    except (pickle.PicklingError, TypeError, AttributeError) as e:
+        raise _Unspellable(str(e)) from None
+    return out.getvalue()
+
+
+_prefetch = None  # the thread `prefetch_versions` started, while it may run
+
+
+def prefetch_versions() -> None:
+    """Hash the package's and the code generator's sources (`package_version`,
+    `item_cache.code_version`: about 150 files, 8-10 ms) on a thread of fusegrad's own,
+    started at import, while the program builds its model, so that a warm first step
+    finds its plan on disk without reading them first. Only where plans are kept on disk;
+    `plan_key` waits for it (a thread that has ended: not at all)."""
+    global _prefetch
+    if config.cache and config.disk_plans and _prefetch is None:
+        _prefetch = forksafe.Thread(target=_versions, name="fusegrad-versions", daemon=True)
+        _prefetch.start()
+
+
+def _versions() -> None:
+    package_version()
+    item_cache.code_version()
 
 
 @functools.cache
@@ -147,18 +161,19 @@ def plan_key(key: tuple, device: str, options: str) -> str | None:
     scheduling besides the graph."""
     if not (config.cache and config.disk_plans) or config.dump_inputs:
         return None
+    if _prefetch is not None:
+        _prefetch.join()  # (hashing what `package_version` reads: not twice)
     version = package_version()
     if not version:
         return None
-    out: list[str] = []
     try:
-        _spell(key, out)
+        spelled = _pickled(key)
     except _Unspellable:
         return None
     parts = [FORMAT, version, item_cache.code_version(), compiler.host_description(), options]
     parts += [_settings(), device]
     h = hashlib.sha256("\n".join(parts).encode())
-    h.update(" ".join(out).encode())
+    h.update(spelled)
     return h.hexdigest()
 
 

@@ -54,7 +54,7 @@ from ..ir import node as N
 from ..ir import sites
 from ..ir.node import Node
 from ..ir.ops import Ops
-from ..pipeline import templates
+from ..pipeline import plan_store, templates
 from ..pipeline.compiler import batch as compiler_batch
 from ..pipeline.compiler import code_of
 
@@ -669,6 +669,7 @@ def _log_phases(before: dict[str, float], records: list[KernelRecord]) -> None:
 
 
 engine = Engine()
+plan_store.prefetch_versions()  # (the sources' hashes, read while the model is built)
 backend_registry.plan_caches.append(engine.forget_plans)
 stats = engine.stats
 

@@ -101,3 +101,48 @@ def test_a_gather_over_a_new_number_of_rows_compiles_no_new_gather(tmp_path):
     assert first.name.startswith("e_gather_16x20") and second.name.startswith("e_gather_16x33")
     assert first.compiled.code_symbol == second.compiled.code_symbol
     assert second.cache == "memory"
+
+
+def _from_disk(tmp_path, monkeypatch, load_many):
+    """Three kernels compiled, forgotten in memory, then asked for again in one batch with
+    `Library.load_many` replaced by `load_many(original, library, items)`."""
+    scales = [float(1 + uuid.uuid4().int % 100_000) + k for k in range(3)]
+    original = compiler.Library.load_many
+    monkeypatch.setattr(
+        compiler.Library, "load_many", lambda lib, items: load_many(original, lib, items)
+    )
+    with fg.config.override(cache=str(tmp_path)):
+        compiler.compile_kernels([_job(f"e_{k}", s, "output 1") for k, s in enumerate(scales)])
+        compiler._memory.clear()  # (and none is loaded still: they come from disk now)
+        with compiler.batch():
+            kernels = compiler.compile_kernels(
+                [_job(f"e_{k}", s, "output 1") for k, s in enumerate(scales)]
+            )
+    return scales, kernels
+
+
+def test_object_files_found_on_disk_load_together(tmp_path, monkeypatch):
+    """Kernels a batch finds on disk are added to its library together and resolved once
+    (one by one, resolving cost three times what adding did)."""
+    calls = []
+
+    def counted(original, library, items):
+        calls.append(len(items))
+        return original(library, items)
+
+    scales, kernels = _from_disk(tmp_path, monkeypatch, counted)
+    assert calls[-1] == 3 and [k.cache for k in kernels] == ["disk"] * 3
+    assert len({id(k.library) for k in kernels}) == 1
+    assert [_run(k, 7) for k in kernels] == [7 * s for s in scales]
+
+
+def test_object_files_that_do_not_load_together_load_one_by_one(tmp_path, monkeypatch):
+    """Where loading them together fails, each is loaded alone (one that fails alone
+    too is compiled): the kernels run right."""
+
+    def failing(original, library, items):
+        raise RuntimeError("an object that does not load")
+
+    scales, kernels = _from_disk(tmp_path, monkeypatch, failing)
+    assert [k.cache for k in kernels] == ["disk"] * 3
+    assert [_run(k, 7) for k in kernels] == [7 * s for s in scales]

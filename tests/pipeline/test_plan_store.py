@@ -90,7 +90,8 @@ def test_no_key_without_a_cache_folder_or_for_what_cannot_be_spelled(cache):
     with fg.config.override(disk_plans=False):  # FUSEGRAD_DISK_PLANS=0
         assert plan_store.plan_key(key_of(t), "cpu", "") is None
     assert plan_store.plan_key((object(),), "cpu", "") is None
-    assert plan_store.plan_key(((1, 2.0, "a", None, (True,)), frozenset()), "cpu", "") is None
+    assert plan_store.plan_key(((1, 2.0, "a", None, (True,)), len), "cpu", "") is None
+    assert plan_store.plan_key(((1, 2.0), np.zeros(2)), "cpu", "") is None
     y = x_of() * 3.0
     fused = disk_key(y.exp())
     fg.debug.cut(y)  # steering requests are in the key
@@ -98,8 +99,8 @@ def test_no_key_without_a_cache_folder_or_for_what_cannot_be_spelled(cache):
 
 
 def test_spellings_keep_types_and_nesting_apart(cache):
-    # a tuple of ints (a shape) is one word, its repr; anything else in a tuple is spelled
-    # element by element: equal-comparing values of other types never share a key
+    # equal-comparing values of other types, and other nestings, never share a key; nor
+    # do -0.0 and 0.0, or nans of other payloads
     keys = [
         ((1, 2),),
         ((True, 2),),
@@ -110,6 +111,10 @@ def test_spellings_keep_types_and_nesting_apart(cache):
         ((),),
         ((None,),),
         (("1", 2),),
+        ((0.0,),),
+        ((-0.0,),),
+        ((float("nan"),),),
+        ((np.frombuffer(np.uint64(0x7FF8000000000001).tobytes(), np.float64)[0].item(),),),
     ]
     spelled = {plan_store.plan_key(k, "cpu", "") for k in keys}
     assert None not in spelled and len(spelled) == len(keys)
@@ -220,3 +225,26 @@ def test_a_warm_start_schedules_nothing_and_computes_the_same_bits(tmp_path):
     for k in first:
         assert first[k].tobytes() == second[k].tobytes(), k
     assert np.all(np.isfinite(first["losses"])) and first["losses"][2] < first["losses"][0]
+
+
+def test_the_sources_are_hashed_on_a_thread_of_fusegrads_own(cache, monkeypatch):
+    """At import the package's and the code generator's sources are hashed on a thread
+    of fusegrad's own (which a fork may run beside), so a warm first step does not read
+    them; the hashes are those read on the calling thread."""
+    from fusegrad.pipeline import item_cache
+    from fusegrad.runtime import forksafe
+
+    want = (plan_store.package_version(), item_cache.code_version())
+    plan_store.package_version.cache_clear()
+    item_cache.code_version.cache_clear()
+    monkeypatch.setattr(plan_store, "_prefetch", None)
+    plan_store.prefetch_versions()
+    thread = plan_store._prefetch
+    assert thread is not None and thread in forksafe._threads
+    thread.join()
+    assert plan_store.package_version.cache_info().currsize == 1
+    assert (plan_store.package_version(), item_cache.code_version()) == want
+    with fg.config.override(cache=None):  # no plans on disk: nothing to hash ahead
+        monkeypatch.setattr(plan_store, "_prefetch", None)
+        plan_store.prefetch_versions()
+        assert plan_store._prefetch is None
