@@ -15,8 +15,9 @@ Run:  .venv/bin/python benchmarks/varying_sizes.py [--only classifier|mlp|rate] 
   1..2000, in one fresh process with an empty cache: the plans compiled (and the LLVM
   compiles of their kernels), the batch sizes whose step compiled anything (each one a
   set of kernels compiled), the seconds of the whole sweep against a second sweep over
-  the same sizes, and the process's resident memory after each tenth of the sweep and
-  after the second (flat, or growing with the sizes seen).
+  the same sizes, the process's resident memory after each tenth of the sweep and
+  after the second (flat, or growing with the sizes seen), and a step's time at five of
+  the sizes once met (the min of 15).
 
 - rate: a 784-256-10 MLP (batch 64) trained by a hand-written SGD update
   (`p.add_(p.grad, alpha=-lr)` under no_grad) whose learning rate changes every step
@@ -125,6 +126,7 @@ model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
 opt = fg.optim.SGD(model.parameters(), lr=0.01)
 count = int(sys.argv[1])
 sizes = sorted({max(1, round(1 + k * 1999 / max(count - 1, 1))) for k in range(count)})
+STEADY = [sizes[len(sizes) * q // 4] for q in (0, 1, 2, 3)] + [sizes[-1]]
 data = {}
 for n in sizes:
     data[n] = (rng.standard_normal((n, 784), dtype=np.float32), rng.integers(0, 10, size=n))
@@ -150,6 +152,17 @@ out = {"sizes": len(sizes), "first": first, "second": second, "plans": plans, "r
 out["rss_second"] = round(rss_mb())
 out["compiled"] = compiled
 out["compiled_at"] = compiled_at
+steps = {}  # a step at a size met before: the min of 15 (a generic kernel's, past the first)
+for n in STEADY:
+    x, y = data[n]
+    times = []
+    for k in range(18):
+        t = time.perf_counter()
+        loss = nn.functional.cross_entropy(model(fg.tensor(x)), fg.tensor(y))
+        opt.zero_grad(); loss.backward(); opt.step(); loss.item()
+        times.append(time.perf_counter() - t)
+    steps[n] = round(min(times[3:]) * 1000, 2)
+out["steps_ms"] = steps
 print(json.dumps(out))
 """
 
@@ -257,6 +270,8 @@ def mlp(python: str, count: int, compare: bool) -> None:
         )
         at = r["compiled_at"]
         print(f"  sizes whose step compiled kernels: {len(at)} ({', '.join(map(str, at))})")
+        steps = ", ".join(f"{n} rows {ms} ms" for n, ms in r["steps_ms"].items())
+        print(f"  a step at a size met before (min of 15): {steps}")
 
 
 def rate(python: str, compare: bool) -> None:
