@@ -191,7 +191,10 @@ def shape_of(code: str) -> Shape:
     return shape
 
 
-SHAPES_KEPT = 256
+# codes whose shapes are remembered: each holds a kernel's code and its shape's text (tens
+# of KB), and a plan whose sizes vary reads new codes at every size (256 held 8 MB more
+# over an MLP's 80 batch sizes, tests/runtime/test_memory.py)
+SHAPES_KEPT = 64
 _shapes: OrderedDict[str, Shape] = OrderedDict()
 _shapes_lock = forksafe.Lock()
 
