@@ -215,16 +215,21 @@ class CascadeSums:
             size *= CASCADE_FANOUT
         while size > 1:
             blocks, count = divmod(count, size)
-            j = Var(self.fresh("j"), 0, blocks - 1)
-            with self._loop(j, "reduce"):
-                acc = level.new()
-                self._exact_units(size, unit, acc, level, base + lin(j) * size)
-                level.add(dst, acc)
+            self._subtrees(blocks, size, unit, dst, level, base)
             base = base + blocks * size
             size //= CASCADE_FANOUT
         v = Var(self.fresh("k"), 0, count - 1)
         with self._loop(v, "reduce"):
             unit(base + v, dst)
+
+    def _subtrees(self, blocks: int, size: int, unit, dst: str, level, base: Lin) -> None:
+        """A loop over `blocks` full subtrees of `size` units from `base`, each summed into a
+        fresh accumulator added into dst once."""
+        j = Var(self.fresh("j"), 0, blocks - 1)
+        with self._loop(j, "reduce"):
+            acc = level.new()
+            self._exact_units(size, unit, acc, level, base + lin(j) * size)
+            level.add(dst, acc)
 
     def _exact_units(self, count: int, unit, dst: str, level, base: Lin) -> None:
         """`_sum_units` for this `count`: a loop only where one runs more than once."""
@@ -240,11 +245,7 @@ class CascadeSums:
         while size * CASCADE_FANOUT < count:
             size *= CASCADE_FANOUT
         blocks, rest = divmod(count, size)
-        j = Var(self.fresh("j"), 0, blocks - 1)
-        with self._loop(j, "reduce"):
-            acc = level.new()
-            self._exact_units(size, unit, acc, level, base + lin(j) * size)
-            level.add(dst, acc)
+        self._subtrees(blocks, size, unit, dst, level, base)
         if rest:
             self._exact_units(rest, unit, dst, level, base + blocks * size)
 

@@ -706,13 +706,12 @@ def _compile_kernels(
                 out[i] = hit
             elif hit is not None:
                 found[code_symbol] = (*hit, [i])
+                codes[code_symbol] = code  # (compiled if it does not load)
             else:
                 todo[code_symbol] = [i]
                 codes[code_symbol] = code
         for code_symbol in _load_found(jobs, found, out):  # (one that did not load: compiled)
-            indices = found[code_symbol][2]
-            todo[code_symbol] = indices
-            codes[code_symbol] = code_of(*jobs[indices[0]][:2], jobs[indices[0]][3])[0]
+            todo[code_symbol] = found[code_symbol][2]
         firsts = [cs for cs in todo if cs not in made_for]
         compiled = iter(_compile_objects([(codes[cs], jobs[todo[cs][0]][3]) for cs in firsts]))
         for code_symbol, indices in todo.items():
@@ -727,23 +726,31 @@ def _compile_kernels(
                 raise RuntimeError(f"kernel {symbol} did not load from its object file")
             seconds += time.perf_counter() - t0
             _remember(code_symbol, obj)
-            for k, i in enumerate(indices):  # the same code twice in one batch: compiled once
-                source, symbol, nparams, opt = jobs[i]
-                if k:
-                    stats["memory_hits"] += 1
-                out[i] = CompiledKernel(
-                    symbol,
-                    source,
-                    address,
-                    nparams,
-                    0.0 if k else seconds,
-                    "memory" if k else "compiled",
-                    {},
-                    library,
-                    opt,
-                    code_symbol,
-                )
+            _give_kernels(jobs, indices, out, (address, library, code_symbol), seconds, "compiled")
     return out
+
+
+def _give_kernels(jobs: list, indices: list[int], out: list, code: tuple, seconds, how) -> None:
+    """Set `out` for the jobs at `indices`, which share one code, loaded as `code`
+    (address, library, code symbol): the first compiled or found `how` (in `seconds`),
+    the others taking it from memory (the same code twice in one batch: made once)."""
+    address, library, code_symbol = code
+    for k, i in enumerate(indices):
+        source, symbol, nparams, opt = jobs[i]
+        if k:
+            stats["memory_hits"] += 1
+        out[i] = CompiledKernel(
+            symbol,
+            source,
+            address,
+            nparams,
+            0.0 if k else seconds,
+            "memory" if k else how,
+            {},
+            library,
+            opt,
+            code_symbol,
+        )
 
 
 def _key(source: str, opt: int) -> str:
@@ -790,22 +797,7 @@ def _load_found(jobs: list, found: dict, out: list) -> list[str]:
         stats["memory_hits" if how == "memory" else "disk_hits"] += 1
         _remember(code_symbol, obj)
         lib = library or _live[code_symbol]
-        for k, i in enumerate(indices):  # the same code twice in one batch: loaded once
-            source, symbol, nparams, opt = jobs[i]
-            if k:
-                stats["memory_hits"] += 1
-            out[i] = CompiledKernel(
-                symbol,
-                source,
-                address,
-                nparams,
-                0.0 if k else seconds,
-                "memory" if k else how,
-                {},
-                lib,
-                opt,
-                code_symbol,
-            )
+        _give_kernels(jobs, indices, out, (address, lib, code_symbol), seconds, how)
     return failed
 
 
