@@ -18,7 +18,8 @@ The stages in the order a graph goes through them, file by file:
    elementwise ops from one table (`optable.py`).
 5. compile: `compiler.py` turns LLVM IR into machine code, cached in memory and on disk;
    `item_cache.py` keeps each kernel's loop IR and LLVM IR on disk, `plan_store.py` whole
-   plans; `plan.py` holds what a compile produces (`Plan`, `Step`, `KernelRecord`).
+   plans, `cache_bound.py` keeps the disk cache under its bound; `plan.py` holds what a
+   compile produces (`Plan`, `Step`, `KernelRecord`).
 
 The runtime (`runtime/engine.py`) calls `compile_plan` and runs the plan. The pipeline
 imports only the runtime's base modules (tests/test_layering.py names them).

@@ -68,7 +68,7 @@ import llvmlite.binding as llvm
 
 from ..runtime import compile_servers, forksafe
 from ..runtime.config import config, warn_unusable_folder
-from . import templates
+from . import cache_bound, templates
 
 if TYPE_CHECKING:
     import numpy
@@ -526,6 +526,7 @@ def write_atomic(path: str, data: bytes) -> None:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
+        cache_bound.wrote(len(data))
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -547,6 +548,7 @@ def _read_cached(path: str, key: str) -> bytes | None:
     try:
         with open(path, "rb") as f:
             data = f.read()
+            cache_bound.used(f.fileno())
     except OSError:
         return None
     obj, digest = data[:-32], data[-32:]

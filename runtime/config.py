@@ -11,6 +11,8 @@
 |                     | separated (`fusegrad.debug.schedule_rules()` lists them)       |         |
 | FUSEGRAD_THREADS    | threads that run kernels                                       | cores   |
 | FUSEGRAD_CACHE      | on-disk compile cache folder ("off" disables it)   | ~/.cache/fusegrad |
+| FUSEGRAD_CACHE_LIMIT | megabytes the disk cache may hold; the entries used least | 4096 |
+|                     | recently go beyond it (pipeline/cache_bound.py); 0: no bound |         |
 | FUSEGRAD_COMPILE_WORKERS | processes that compile a new schedule's kernels side by | cores, |
 |                     | side (forked copies of this one, or spawned helpers while | at most 8 |
 |                     | a user's thread runs; 1: compile in this one)      |         |
@@ -123,6 +125,8 @@ class Config:
     disable_rules: frozenset = frozenset()
     threads: int = 1
     cache: str | None = None
+    # megabytes the disk cache may hold (pipeline/cache_bound.py); 0: no bound
+    cache_limit_mb: int = 4096
     # processes that compile a new schedule's kernels side by side (pipeline/compiler.py)
     compile_workers: int = 1
     program: bool = True  # run cached schedules as one native call per thread
@@ -196,6 +200,9 @@ class Config:
             threads=threads if threads > 0 else _usable_cpus(),
             cache=None if cache.lower() in ("off", "0", "") else cache,
             program=program != 0,
+            cache_limit_mb=_int_env(
+                "FUSEGRAD_CACHE_LIMIT", 4096, "a number of megabytes (0: no bound)"
+            ),
             disk_plans=_int_env("FUSEGRAD_DISK_PLANS", 1, "0 or 1", (0, 1)) != 0,
             compile_workers=_int_env(
                 "FUSEGRAD_COMPILE_WORKERS", 0, "a number of processes (0: one per core, up to 8)"

@@ -45,6 +45,7 @@ import tempfile
 
 import numpy as np
 
+from ..pipeline import cache_bound
 from . import forksafe
 from .config import config
 
@@ -223,9 +224,16 @@ class EmulatedModule:
             includes = _load_runtime(base, fingerprint)
         path = os.path.join(base, key[:2], key + ".so")
         self.built = not os.path.exists(path)  # False: loaded from the disk cache
+        if not self.built:
+            try:
+                self.library = ctypes.CDLL(path)
+                cache_bound.touched(path)  # (used now: the last to be trimmed)
+            except OSError:  # trimmed from the cache since (pipeline/cache_bound.py)
+                self.built = True
         if self.built:  # (outside the lock: modules may build side by side; each lands whole)
             _compile(["g++", *CXX_FLAGS, *includes, "-x", "c++", "-"], path, text)
-        self.library = ctypes.CDLL(path)
+            self.library = ctypes.CDLL(path)
+            cache_bound.wrote(os.path.getsize(path))
 
     def get_function(self, symbol: str) -> EmulatedFunction:
         """The kernel named `symbol`, to call with arguments and `grid=`, `block=`."""

@@ -25,6 +25,10 @@ emulator is slow, so by default only the tests marked `backend_slice` (a represe
 slice) run on the other backends; `--all-backends` (or FUSEGRAD_TEST_ALL_BACKENDS=1) runs
 every test of the parametrization on every backend. The others are deselected, not skipped.
 
+The suite's kernels are cached in `.cache/fusegrad-tests` beside the checkout (ignored by
+git), never in the user's FUSEGRAD_CACHE; FUSEGRAD_TEST_CACHE names another folder, or
+"off". Tests of the cache itself give their child processes folders of their own.
+
 The markers `slow`, `emulator`, `nvcc`, `mpi` and `torch` (pyproject.toml) are given at
 collection by folder, file and fixture (tests/_markers.py), so that `-m "not slow"` and
 `scripts/test.sh --quick` can leave them out (docs/TESTING.md). Where torch is missing the
@@ -41,6 +45,14 @@ import time
 import pytest
 from _markers import apply_markers, torch_line
 from _nvcc_all import ARCHS, FAST, SYMBOL, NvccAll
+
+# (nothing above imports fusegrad, which reads its settings once, at import)
+# the suite's kernels go to a cache of its own (beside the checkout, ignored by git), not
+# the user's: FUSEGRAD_TEST_CACHE names another folder, or "off"
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+os.environ["FUSEGRAD_CACHE"] = os.environ.get("FUSEGRAD_TEST_CACHE") or os.path.join(
+    _ROOT, ".cache", "fusegrad-tests"
+)
 
 # kernels are the same on every run: the fixed register tiles, not timed ones
 # (runtime/autotune.py; tests/runtime/test_autotune.py turns the autotuner on itself)
