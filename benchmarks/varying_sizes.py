@@ -48,6 +48,7 @@ from machine import cpu_name, load_average, source_version  # noqa: E402
 COMMON = """
 import json, os, resource, sys, time
 import numpy as np
+MARK = os.environ.get("VARYING_MARK") == "1"
 rng = np.random.default_rng(0)
 lengths = rng.integers(5, 60, size=40)
 batches = [(rng.integers(0, 500, size=(16, int(n))), rng.integers(0, 2, size=16)) for n in lengths]
@@ -76,7 +77,10 @@ opt = fg.optim.Adam(model.parameters(), lr=1e-3)
 def one_pass():
     t = time.perf_counter()
     for ids, y in batches:
-        loss = nn.functional.cross_entropy(model(fg.tensor(ids)), fg.tensor(y))
+        x = fg.tensor(ids)
+        if MARK:  # (--mark: the sentence length marked dynamic, as torch users mark it)
+            fg.mark_dynamic(x, 1)
+        loss = nn.functional.cross_entropy(model(x), fg.tensor(y))
         opt.zero_grad(); loss.backward(); opt.step(); loss.item()
     return time.perf_counter() - t
 from fusegrad.pipeline import compiler
@@ -136,7 +140,10 @@ def sweep(memory):
     for k, n in enumerate(sizes):
         x, y = data[n]
         before = compiler.stats["compiled"]
-        loss = nn.functional.cross_entropy(model(fg.tensor(x)), fg.tensor(y))
+        x = fg.tensor(x)
+        if MARK:  # (--mark: the batch size marked dynamic)
+            fg.mark_dynamic(x, 0)
+        loss = nn.functional.cross_entropy(model(x), fg.tensor(y))
         opt.zero_grad(); loss.backward(); opt.step(); loss.item()
         if compiler.stats["compiled"] > before:
             compiled_at.append(n)

@@ -67,7 +67,7 @@ _ir_hooks.mixed_devices = _mixed_devices
 import builtins as _builtins  # noqa: E402
 import math as _math  # noqa: E402
 
-from . import accelerator, amp, backends, cuda, linalg, special, testing  # noqa: E402
+from . import accelerator, amp, backends, cuda, dynamo, linalg, special, testing  # noqa: E402
 from . import autograd_api as _autograd_api  # noqa: E402, F401  (torch.autograd's other names)
 from . import function as _function  # noqa: E402, F401  (puts Function into fg.autograd)
 from . import tensor as _tensor  # noqa: E402  (the module before creation's fg.tensor())
@@ -124,6 +124,7 @@ from .creation import (  # noqa: E402
 )
 from .debug import compile_times, graph_dot, kernels  # noqa: E402
 from .devices import device, get_default_device, set_default_device  # noqa: E402
+from .dynamo import mark_dynamic  # noqa: E402  (torch._dynamo.mark_dynamic)
 from .func_vmap import vmap  # noqa: E402  (torch.vmap: torch.func.vmap at the top level)
 from .halfdtypes import get_default_dtype, set_default_dtype  # noqa: E402
 from .host_draws import binomial, poisson  # noqa: E402

@@ -60,6 +60,7 @@ ROOTS = ("torch", "torchvision")
 # fusegrad.backends.cudnn, standing in for torch's module)
 TORCH_MODULES: dict[str, str] = {
     "torch": "fusegrad",
+    "torch._dynamo": "fusegrad.dynamo",
     "torch.accelerator": "fusegrad.accelerator",
     "torch.amp": "fusegrad.amp",
     "torch.autograd": "fusegrad.autograd",

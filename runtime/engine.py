@@ -132,6 +132,11 @@ class Engine:
         # a graph's size-free key (`_size_free`) -> [its first plan, weakly; whether its
         # kernels were given to a plan of other sizes], most recent last
         self._families: OrderedDict[tuple, list] = OrderedDict()
+        # values whose sizes are to vary (`mark_dynamic`), and the values plans of varying
+        # sizes computed from them: node -> the dimensions marked (None: derived)
+        # (a value's Buffer once it has one: a realized tensor's node becomes its buffer's)
+        self._dynamic: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._marks_used = False  # whether anything was ever marked (`bind` asks)
         self._oversized: Plan | None = None  # the last plan larger than the kernel bound
         self._plans_lock = forksafe.Lock()
         self._tune_lock = forksafe.Lock()  # one thread tunes waiting plans at a time
@@ -169,6 +174,8 @@ class Engine:
         ref = _ValueRef(n, self._forget)
         ref.key = key = id(n)
         self._values[key] = (ref, buf)
+        if self._marks_used and n in self._dynamic:  # (the mark goes with the value)
+            self._dynamic[buf] = self._dynamic[n]
 
     def has_value_predicate(self) -> Callable[[Node], bool]:
         """Whether a node is an input to kernels (its value is in memory) rather than
@@ -308,7 +315,8 @@ class Engine:
         # one engine for the plan's new kernels, freed with them; no cyclic collection while
         # the plan's objects are made (they live on: see `_collector_paused`)
         family = _size_free(key)
-        with compiler_batch(), _collector_paused(), templates.varying(self._varying(family)):
+        varying = self._varying(family, leaves)
+        with compiler_batch(), _collector_paused(), templates.varying(varying):
             # a warm start reads the plan itself from the disk cache (pipeline/plan_store.py)
             disk_key = backend.disk_plan_key(key, device)
             plan = backend.load_plan(disk_key) if disk_key is not None else None
@@ -333,7 +341,10 @@ class Engine:
                 else:  # a plan read from disk made only objects that live on: now
                     settle_collector()
         plan.key = key
-        self._note_family(family, plan)
+        self._note_family(family, plan, leaves)
+        if varying is not None and self._dynamic:  # (what it computes varies as well)
+            for n in todo:
+                self._dynamic.setdefault(n, None)
         if before is not None:
             _log_phases(before, [s.record for s in plan.steps])
         with self._plans_lock:
@@ -395,25 +406,52 @@ class Engine:
         phases.add("key", t0, time.perf_counter())
         return out
 
-    def _varying(self, family: tuple) -> list[tuple[str, int]] | None:
-        """None for a graph whose plans so far all had these sizes; else the code of the
-        kernels of the first plan of the graph still alive, to compare with (none where
-        they were given before): a plan of the same graph with other sizes compiles its
-        kernels through `pipeline/templates.py`."""
+    def mark_dynamic(self, n: Node, dims: tuple[int, ...]) -> None:
+        """Plan every graph that reads n's value as one whose sizes vary, from its first
+        plan (`fusegrad.mark_dynamic`), and the values those plans compute likewise."""
+        buf = self.value(n)
+        key = n if buf is None else buf
+        with self._plans_lock:
+            self._marks_used = True
+            self._dynamic[key] = tuple(sorted(set(self._dynamic.get(key) or ()) | set(dims)))
+
+    def mark_static(self, n: Node) -> None:
+        """Undo `mark_dynamic` on n (`fusegrad.mark_static`)."""
+        with self._plans_lock:
+            self._dynamic.pop(n, None)
+            buf = self.value(n)
+            if buf is not None:
+                self._dynamic.pop(buf, None)
+
+    def _varying(self, family: tuple, leaves: list[Node]) -> list[tuple[str, int]] | None:
+        """None for a graph whose plans so far all had these sizes and that reads no value
+        marked dynamic; else the code of the kernels of the first plan of the graph still
+        alive, to compare with (none where they were given before, or for a first plan):
+        a plan of the same graph with other sizes compiles its kernels through
+        `pipeline/templates.py`, and a first plan of marked sizes lowers to the forms that
+        serve every size, so that the second compiles nothing a size changes."""
         if not config.size_templates:
             return None
         with self._plans_lock:
             entry = self._families.get(family)
             if entry is None:
-                return None
+                marked = self._marked(leaves) if self._dynamic else None
+                if marked is not None and config.debug >= 1:
+                    _log(
+                        f"{marked}: this graph's kernels take the forms that serve every"
+                        " size, and its next sizes run them as generic kernels"
+                    )
+                return None if marked is None else []
             self._families.move_to_end(family)
-            ref, given = entry
+            ref, given, shapes = entry
             entry[1] = True
         plan = None if given else ref()
         if not given and config.debug >= 1:
+            changed = _dims_changed(shapes, leaves)
             _log(
-                "this graph was compiled before with other sizes: kernels that differ only"
-                " in their sizes now run generic kernels (FUSEGRAD_SIZE_TEMPLATES=0: not)"
+                f"this graph was compiled before with other sizes ({changed}):"
+                " kernels that differ only in their sizes now run generic kernels"
+                " (FUSEGRAD_SIZE_TEMPLATES=0: not)"
             )
         if plan is None:
             return []
@@ -430,11 +468,25 @@ class Engine:
         with self._plans_lock:
             self._families.clear()
 
-    def _note_family(self, family: tuple, plan: Plan) -> None:
-        """Remember the first plan of each graph (by its size-free key), most recent last."""
+    def _marked(self, leaves: list[Node]) -> str | None:
+        """Words for the first of `leaves` marked dynamic (or computed from one), or None."""
+        for n in leaves:
+            key = n if n in self._dynamic else self.value(n)
+            if key in self._dynamic:
+                dims = self._dynamic[key]
+                if dims is None:
+                    return f"{_input_words(n)} was computed from sizes that vary"
+                said = ", ".join(str(d) for d in dims)
+                return f"{_input_words(n)} has dim {said} marked dynamic (shape {n.shape})"
+        return None
+
+    def _note_family(self, family: tuple, plan: Plan, leaves: list[Node]) -> None:
+        """Remember the first plan of each graph (by its size-free key) and its inputs'
+        shapes, most recent last."""
         with self._plans_lock:
             if family not in self._families:
-                self._families[family] = [weakref.ref(plan), False]
+                shapes = [n.shape for n in leaves]
+                self._families[family] = [weakref.ref(plan), False, shapes]
                 while len(self._families) > FAMILIES_MAX:
                     self._families.popitem(last=False)
 
@@ -722,6 +774,27 @@ def _with_constants_read(todo: list[Node], lift: set[tuple[int, int]], has_value
             m = new[id(n)] = N.make(n.op, tuple(built), n.arg, n.shape, n.dtype)
             sites.note(m, sites.site_of(n))  # (its kernels name the user's line, as before)
     return [new.get(id(n), n) for n in todo]
+
+
+def _input_words(n: Node) -> str:
+    """An input of a plan in words: "the input made at train.py:21", or "the input of
+    shape (16, 37)" where no user line made it."""
+    site = sites.site_of(n)
+    return f"the input made at {site}" if site is not None else f"the input of shape {n.shape}"
+
+
+def _dims_changed(before: list[tuple], leaves: list[Node]) -> str:
+    """Which inputs' dimensions differ from the first plan's: "dim 1 of the input made at
+    train.py:21 is 37, was 12", the first three."""
+    said = []
+    for old, n in zip(before, leaves):
+        for d, (a, b) in enumerate(zip(old, n.shape)):
+            if a != b:
+                said.append(f"dim {d} of {_input_words(n)} is {b}, was {a}")
+    more = f" and {len(said) - 3} more" if len(said) > 3 else ""
+    return (
+        "; ".join(said[:3]) + more
+    ) or "its inputs' shapes are the same; a view's or a constant's differ"
 
 
 def _size_free(key) -> tuple:

@@ -132,7 +132,7 @@ def test_a_missing_name_names_the_torch_name_and_the_exit_lists_every_gap(tmp_pa
         import torch.fx
     except ImportError as e:
         print("caught:", type(e).__mro__[1].__name__, e)
-    print(getattr(torch, "_dynamo", "default"))
+    print(getattr(torch, "_inductor", "default"))
     layer = torch.nn.CrossMapLRN2d(3)
     """
     done = run_script(tmp_path, source)
@@ -144,7 +144,7 @@ def test_a_missing_name_names_the_torch_name_and_the_exit_lists_every_gap(tmp_pa
     summary = done.stderr[done.stderr.index("fusegrad: the script asked for") :]
     assert summary.split("\n", 1)[0].startswith("fusegrad: the script asked for 3 torch")
     listed = [line.strip() for line in summary.splitlines()[1:]]
-    assert listed == ["torch.fx", "torch._dynamo", "torch.nn.CrossMapLRN2d"]
+    assert listed == ["torch.fx", "torch._inductor", "torch.nn.CrossMapLRN2d"]
 
 
 POLICY_GRADIENT_SCRIPT = """
