@@ -657,6 +657,7 @@ import types as _types  # noqa: E402
 
 # (fusegrad.distributed imports mpi4py by init_process_group only)
 from . import (  # noqa: E402
+    activation_checkpoint,  # torch.utils.checkpoint's home (fusegrad.utils.checkpoint)
     distributed,
     distributions,
     func,  # torch.func's home: transforms, vmap, functional_call
@@ -688,7 +689,9 @@ utils = _types.ModuleType(
     __name__ + ".utils", "torch.utils's home here: utils.data, utils.tensorboard"
 )
 utils.data, utils.tensorboard = data, tensorboard
+utils.checkpoint = activation_checkpoint
 _sys.modules[__name__ + ".utils"] = utils
+_sys.modules[__name__ + ".utils.checkpoint"] = activation_checkpoint
 _sys.modules[__name__ + ".utils.data"] = data
 _sys.modules[__name__ + ".utils.tensorboard"] = tensorboard
 

@@ -110,6 +110,7 @@ TORCH_MODULES: dict[str, str] = {
     "torch.special": "fusegrad.special",
     "torch.testing": "fusegrad.testing",
     "torch.utils": "fusegrad.utils",
+    "torch.utils.checkpoint": "fusegrad.utils.checkpoint",
     "torch.utils.data": "fusegrad.data",
     "torch.utils.data.dataloader": "fusegrad.data",
     "torch.utils.data.dataset": "fusegrad.data",
