@@ -1,12 +1,13 @@
 """What `import torchvision` gives a script run by `python -m fusegrad`: MNIST over the
-shipped copy, the tensor transforms, and `save_image`.
+shipped copy, the tensor transforms, `save_image`, and the ResNets of `torchvision.models`
+(`datasets/torchvision_models.py`).
 
 The import hook of `fusegrad/torch_shim.py` maps `torchvision`, `torchvision.datasets`,
-`torchvision.transforms` and `torchvision.utils` to the four namespaces at the end of
-this file (`torchvision`, `datasets`, `transforms`, `utils`); a name they lack is a gap
-the hook reports (`torchvision.datasets.FashionMNIST is not in fusegrad ...`). Nothing
-is downloaded: `MNIST` reads the IDX files under `root/MNIST/raw` if they are there and
-else the copy the repository ships (`fusegrad.datasets.mnist`).
+`torchvision.transforms`, `torchvision.utils` and `torchvision.models` to the namespaces
+at the end of this file (`torchvision`, `datasets`, `transforms`, `utils`, `models`); a
+name they lack is a gap the hook reports (`torchvision.datasets.FashionMNIST is not in
+fusegrad ...`). Nothing is downloaded: `MNIST` reads the IDX files under `root/MNIST/raw`
+if they are there and else the copy the repository ships (`fusegrad.datasets.mnist`).
 
 There is no PIL here, so where torchvision hands a transform a PIL image, this hands it
 the numpy array `np.asarray(image)` would give (uint8, H x W for MNIST's grey images);
@@ -32,6 +33,7 @@ import numpy as np
 from fusegrad import Tensor, as_tensor, from_numpy, get_default_dtype
 
 from ..nn.data import Dataset
+from . import torchvision_models as _models
 from .mnist import FILES, default_root, load_mnist, read_idx
 
 # ---------------------------------------------------------------- datasets
@@ -366,7 +368,7 @@ def _namespace(name: str, doc: str, *members) -> types.ModuleType:
     return namespace
 
 
-torchvision = _namespace("", "torchvision's stand-in: datasets, transforms, utils.")
+torchvision = _namespace("", "torchvision's stand-in: datasets, transforms, utils, models.")
 torchvision.__version__ = "0.0+fusegrad"
 datasets = _namespace("datasets", "torchvision.datasets: MNIST and FakeData.", MNIST, FakeData)
 transforms = _namespace(
@@ -378,3 +380,8 @@ transforms = _namespace(
     Lambda,
 )
 utils = _namespace("utils", "torchvision.utils: make_grid, save_image.", make_grid, save_image)
+models = _namespace(
+    "models",
+    "torchvision.models: the ResNets (datasets/torchvision_models.py), weights=None only.",
+    *[getattr(_models, name) for name in _models.__all__],
+)

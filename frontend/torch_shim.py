@@ -5,8 +5,9 @@ An import hook (a `sys.meta_path` finder) answers `import torch`, `import torch.
 attributes are fusegrad's: `torch.nn.Linear` *is* `fusegrad.nn.Linear`. `TORCH_MODULES`
 is the one table of what is mapped; docs/TORCH_SCRIPTS.md lists it for users. Only
 `python -m fusegrad` installs the hook (`install`); `import fusegrad` never does.
-`torchvision` and its `datasets`, `transforms` and `utils` are answered the same way, from
-fusegrad.datasets.torchvision_shim (MNIST over the shipped copy, the tensor transforms).
+`torchvision` and its `datasets`, `transforms`, `utils` and `models` are answered the same
+way, from fusegrad.datasets.torchvision_shim (MNIST over the shipped copy, the tensor
+transforms, the ResNets).
 
 A name fusegrad lacks raises `TorchGapError` (an AttributeError, so `hasattr` and
 `getattr(torch, name, default)` keep working) or, for a module, `TorchModuleGap` (a
@@ -119,11 +120,13 @@ TORCH_MODULES: dict[str, str] = {
     "torch.utils.tensorboard": "fusegrad.tensorboard",
     "torch.utils.tensorboard.writer": "fusegrad.tensorboard",
     **{f"torch.nn.modules.{name}": "fusegrad.nn" for name in _NN_MODULE_FILES},
-    # torchvision: MNIST over the shipped copy, the tensor transforms, save_image
+    # torchvision: MNIST over the shipped copy, the tensor transforms, save_image, ResNets
     "torchvision": f"{_TORCHVISION}:torchvision",
     "torchvision.datasets": f"{_TORCHVISION}:datasets",
     "torchvision.transforms": f"{_TORCHVISION}:transforms",
     "torchvision.utils": f"{_TORCHVISION}:utils",
+    "torchvision.models": f"{_TORCHVISION}:models",
+    "torchvision.models.resnet": "fusegrad.datasets.torchvision_models",
 }
 
 # names a torch module has that its fusegrad stand-in keeps elsewhere
