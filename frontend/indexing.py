@@ -67,8 +67,9 @@ _UINT8_INDEX = (
 
 
 def _is_advanced(i) -> bool:
-    # a tuple inside the index is a list of positions: x[(0, 1), (2, 2)] is x[[0, 1], [2, 2]]
-    return isinstance(i, (TensorBase, list, tuple, np.ndarray, bool, np.bool_))
+    # a tuple inside the index is a list of positions: x[(0, 1), (2, 2)] is x[[0, 1], [2, 2]];
+    # so is a range (x[range(3), y] is x[[0, 1, 2], y], as in torch)
+    return isinstance(i, (TensorBase, list, tuple, np.ndarray, bool, np.bool_, range))
 
 
 def needs_general(index) -> bool:
@@ -164,8 +165,9 @@ def _entries(x, index, op: str):
             raw.append(i)
         elif isinstance(i, (bool, np.bool_)):
             raw.append(("bool0", bool(i)))
-        elif isinstance(i, (TensorBase, list, tuple, np.ndarray)):
-            t = _as_index(list(i) if isinstance(i, tuple) else i, op, x)
+        elif isinstance(i, (TensorBase, list, tuple, np.ndarray, range)):
+            # (a range is the list of its ints, as torch reads it)
+            t = _as_index(list(i) if isinstance(i, (tuple, range)) else i, op, x)
             raw.append(("bool", t) if t.dtype.is_bool else ("idx", t))
         elif hasattr(i, "__index__"):
             raw.append(("int", int(i)))
@@ -173,7 +175,7 @@ def _entries(x, index, op: str):
             fail(
                 IndexingError,
                 op,
-                f"unsupported index {i!r}: use ints, slices, None, ..., tensors or lists",
+                f"unsupported index {i!r}: use ints, slices, None, ..., tensors, lists or ranges",
             )
     if sum(1 for i in raw if i is Ellipsis) > 1:
         fail(IndexingError, op, "an index can only have a single ellipsis")

@@ -1,5 +1,5 @@
 """Indexing with Python lists as torch reads them: nested lists, lists holding tensors,
-tuples of positions, and a list that holds a sequence, tensor, slice, None or ... read
+tuples of positions, ranges, and a list that holds a sequence, tensor, slice, None or ... read
 as a tuple of indices. Values and gradients (of sum(y * arange)) are torch 2.13's."""
 
 from __future__ import annotations
@@ -27,6 +27,16 @@ GET_CASES = [
         [1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10],
     ),
     ("[(0, 1), (2, 2)]", (2, 2), [4, 5, 10, 11], [0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 2, 3]),
+    # a range is the list of its ints, as torch reads it (a negative step too)
+    ("[range(2), :, [1, 0]]", (2, 3), [1, 3, 5, 6, 8, 10], [0, 0, 0, 1, 0, 2, 3, 0, 4, 0, 5, 0]),
+    (
+        "[range(1, -1, -1)]",
+        (2, 3, 2),
+        [6, 7, 8, 9, 10, 11, 0, 1, 2, 3, 4, 5],
+        [6, 7, 8, 9, 10, 11, 0, 1, 2, 3, 4, 5],
+    ),
+    ("[range(0)]", (0, 3, 2), [], [0] * 12),
+    ("[:, range(2)]", (2, 2, 2), [0, 1, 2, 3, 6, 7, 8, 9], [0, 1, 2, 3, 0, 0, 4, 5, 6, 7, 0, 0]),
     (
         "[[1, 0, 1]]",
         (3, 3, 2),
@@ -37,6 +47,13 @@ GET_CASES = [
 
 # (index, value v, result of y[index] = 2 v, gradient of x, gradient of v)
 SET_CASES = [
+    (
+        "[range(2), 1, 0]",
+        [5.0, 6.0],
+        [0, 1, 10, 3, 4, 5, 6, 7, 12, 9, 10, 11],
+        [0, 1, 0, 3, 4, 5, 6, 7, 0, 9, 10, 11],
+        [4, 16],
+    ),
     (
         "[[[0, 1], [1, 2]]]",
         [5.0, 6.0],
