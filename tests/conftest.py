@@ -25,8 +25,8 @@ emulator is slow, so by default only the tests marked `backend_slice` (a represe
 slice) run on the other backends; `--all-backends` (or FUSEGRAD_TEST_ALL_BACKENDS=1) runs
 every test of the parametrization on every backend. The others are deselected, not skipped.
 
-The suite's kernels are cached in `.cache/fusegrad-tests` beside the checkout (ignored by
-git), never in the user's FUSEGRAD_CACHE; FUSEGRAD_TEST_CACHE names another folder, or
+The suite's kernels are cached in `~/.cache/fusegrad-tests` (under XDG_CACHE_HOME where it
+is set), never in the user's FUSEGRAD_CACHE; FUSEGRAD_TEST_CACHE names another folder, or
 "off". Tests of the cache itself give their child processes folders of their own.
 
 The markers `slow`, `emulator`, `nvcc`, `mpi` and `torch` (pyproject.toml) are given at
@@ -47,11 +47,12 @@ from _markers import apply_markers, torch_line
 from _nvcc_all import ARCHS, FAST, SYMBOL, NvccAll
 
 # (nothing above imports fusegrad, which reads its settings once, at import)
-# the suite's kernels go to a cache of its own (beside the checkout, ignored by git), not
-# the user's: FUSEGRAD_TEST_CACHE names another folder, or "off"
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the suite's kernels go to a cache of its own, not the user's FUSEGRAD_CACHE: beside it
+# (~/.cache/fusegrad-tests, kept from run to run and clone to clone, bounded as every
+# fusegrad cache is); FUSEGRAD_TEST_CACHE names another folder, or "off"
+_XDG = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
 os.environ["FUSEGRAD_CACHE"] = os.environ.get("FUSEGRAD_TEST_CACHE") or os.path.join(
-    _ROOT, ".cache", "fusegrad-tests"
+    _XDG, "fusegrad-tests"
 )
 
 # kernels are the same on every run: the fixed register tiles, not timed ones
