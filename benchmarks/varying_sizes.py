@@ -1,7 +1,7 @@
 """Programs whose sizes or constants vary from call to call: what each new one costs.
 
 Run:  .venv/bin/python benchmarks/varying_sizes.py [--only classifier|mlp|rate] [--sizes 40]
-                                                   [--compare]
+                                                   [--compare] [--mark]
 
 - classifier (issue 56's): a sentence classifier (embedding 500 x 64, linear 64 -> 128,
   ReLU, max over time, linear 128 -> 2, cross-entropy, Adam) trained on 40 batches of 16
@@ -27,6 +27,8 @@ Run:  .venv/bin/python benchmarks/varying_sizes.py [--only classifier|mlp|rate] 
 
 `--compare` runs fusegrad a second time with FUSEGRAD_SIZE_TEMPLATES=0: every kernel of a
 new size compiled for its sizes, none run through a generic kernel (pipeline/templates.py).
+`--mark` marks the varying dimension dynamic ahead (`fg.mark_dynamic`) in the classifier and
+the MLP, as a torch user marks it for torch.compile.
 
 No figure here is a test: the machine is shared and noisy, so figures go to
 benchmarks/README.md with the CPU and load they were taken under.
@@ -310,7 +312,15 @@ def main() -> None:
         help="also run fusegrad without generic kernels (FUSEGRAD_SIZE_TEMPLATES=0) and with"
         " constants kept in the code (FUSEGRAD_LIFT_CONSTANTS=0)",
     )
+    parser.add_argument(
+        "--mark",
+        action="store_true",
+        help="the classifier's sentence length and the MLP's batch size marked dynamic"
+        " (fg.mark_dynamic) at every step, as a torch user marks them",
+    )
     args = parser.parse_args()
+    if args.mark:
+        os.environ["VARYING_MARK"] = "1"  # (read by the children: `COMMON`)
     python = sys.executable
     print(f"CPU: {cpu_name()} | {source_version()} | load {load_average()}")
     if args.only in (None, "classifier"):

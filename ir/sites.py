@@ -146,7 +146,9 @@ def _compact() -> None:
             push(entry)
     if len(_pending) > PENDING_MAX:
         _flush()
-    _compact_at[0] = max(PENDING_COMPACT, 2 * len(_pending))
+    # (next when the live ones have doubled, and never past PENDING_MAX: a queue of live
+    # entries one longer than that is noted at once, whatever it held before)
+    _compact_at[0] = min(max(PENDING_COMPACT, 2 * len(_pending)), PENDING_MAX)
 
 
 def note_with_sources(node, site) -> None:

@@ -271,6 +271,19 @@ def test_nodes_are_noted_when_the_table_is_read_and_dead_graphs_never_are(monkey
     assert len(walked) >= sites.PENDING_MAX // 2 and str(sites.site_of(kept[0].node))
 
 
+def test_the_queue_of_live_entries_stays_bounded_whatever_it_held_before():
+    x = fg.randn(3, 4).realize()
+    sites.site_of(x.node)  # (reading the table notes what was queued)
+    assert len(sites._pending) == 0
+    half = [x + float(k) for k in range(sites.PENDING_MAX // 2 + 1)]  # an entry each
+    sites._compact()  # all alive: the next compaction is due when they have doubled...
+    more = [x + float(k) for k in range(-sites.PENDING_MAX // 2, 0)]
+    # ... but never past the bound: one entry more than it and the queue is noted
+    assert len(half) + len(more) == sites.PENDING_MAX + 1
+    assert len(sites._pending) <= sites.PENDING_MAX
+    assert sites.noted(half[0].node) and sites.noted(more[-1].node)
+
+
 @pytest.mark.parametrize(
     "op",
     [

@@ -565,6 +565,8 @@ EXCLUDED: dict[str, str] = {
     ),
     "fg.vmap": "a transform (torch.vmap: fg.func.vmap, a loop over the examples), not a math "
     "op: tests/frontend/test_func_transforms.py checks its values and gradients",
+    "fg.mark_dynamic": "a planning hint on a tensor (torch._dynamo.mark_dynamic), no value: "
+    "tests/frontend/test_dynamo.py checks that values stay numpy's",
     **dict.fromkeys(
         ["fg.angle", "Tensor.angle"],
         "piecewise constant (pi or 0, NaN at NaN) with a zero gradient: its special points "

@@ -314,9 +314,9 @@ def test_torchvision_reads_as_fusegrads_stand_in_and_its_missing_names_are_gaps(
     assert torchvision.datasets is datasets
     with pytest.raises(AttributeError, match="torchvision.datasets.FashionMNIST is not in"):
         datasets.FashionMNIST  # noqa: B018
-    with pytest.raises(ImportError, match="torchvision.models is not in fusegrad"):
-        import torchvision.models  # noqa: F401
-    assert shim.missing == ["torchvision.datasets.FashionMNIST", "torchvision.models"]
+    with pytest.raises(ImportError, match="torchvision.ops is not in fusegrad"):
+        import torchvision.ops  # noqa: F401
+    assert shim.missing == ["torchvision.datasets.FashionMNIST", "torchvision.ops"]
     torch_shim.uninstall(shim)
     assert not any(n.startswith("torchvision") for n in sys.modules)
 
