@@ -39,7 +39,7 @@ from ..pipeline.cuda import STATIC_SHARED, cuda_kernel
 from ..pipeline.lower import kernel_symbol
 from . import cuda_emulator, cuda_graphs, forksafe, phases, tensor_map
 from .backend_registry import forget_plans
-from .buffer import Buffer
+from .buffer import Buffer, quarter_class
 from .config import config
 from .cuda_asm import DEFAULT_ARCH, NO_LLVM_IR, build_arch, kernel_asm
 
@@ -60,10 +60,7 @@ _NVCC_OPTIONS = ["--diag-suppress", "177,550"]
 def _pool_bytes(nbytes: int) -> int:
     """The size class a device allocation of `nbytes` is rounded up to: four classes per
     power of two (at most 25% unused), 256 bytes at least."""
-    if nbytes <= 256:
-        return 256
-    step = 1 << max(nbytes.bit_length() - 3, 0)
-    return -(-nbytes // step) * step
+    return 256 if nbytes <= 256 else quarter_class(nbytes)
 
 
 class _PyCudaBackend:
