@@ -21,7 +21,11 @@ What the program stops asking for goes back to the system: a pooled array that s
 unused for `POOL_DECAY_S` seconds is freed by a thread of the pool's own (as jemalloc
 decays its dirty pages), so memory is not kept once the tensors are gone and the
 program has moved on, while a loop whose steps come faster than that reuses its
-buffers. `clear_pool()` gives everything back at once.
+buffers. A large size (from `MAP_FROM`) learns its loop's pace: once its buffer has
+waited longer than that to be asked for again (freed by the trimmer, then allocated
+anew), its buffers are kept twice that wait, up to `POOL_GAP_MAX_S`, so a loop of long
+steps stops faulting its memory in at every step. `clear_pool()` gives everything back
+at once.
 """
 
 from __future__ import annotations
@@ -64,6 +68,14 @@ POOL_FLOOR_BYTES = 64 << 20  # ... or this much, whatever the peak
 # no longer needs; shorter makes a loop whose steps take longer first-touch its buffers
 # anew each step (about 7 ms for 64 MiB, small beside such a step)
 POOL_DECAY_S = 2.0
+# ... or twice the time a size's buffer last waited to be asked for again, up to this: a
+# loop whose steps take longer than the decay (a large model's step, an evaluation pass)
+# keeps its buffers instead of faulting gigabytes in again at every step
+POOL_GAP_MAX_S = 30.0
+# bytes -> how long its buffer last waited between being freed and being asked for again
+# (seen when the pool gives it, or when a size the trimmer freed is allocated anew)
+_gaps: dict[int, float] = {}
+_decayed: dict[int, float] = {}  # bytes -> when the newest buffer the trimmer freed was freed
 # bytes -> free (raw array, address, the typed array last made of it or None, when it was
 # freed by `time.monotonic()`), the size least recently freed first, each size's list
 # least recently freed first
@@ -296,7 +308,11 @@ def _take(nbytes: int) -> tuple[np.ndarray, int, np.ndarray | None]:
             entry = free.pop()
             if not free:  # sizes in the pool are sizes with memory to give
                 del _pool[nbytes]
+            if nbytes >= MAP_FROM:  # (how long it waited: the trimmer waits longer than that)
+                _note_gap(nbytes, time.monotonic() - entry[3])
             return entry[:3]
+        if nbytes in _decayed:  # freed by the trimmer, asked for again: it waited too little
+            _note_gap(nbytes, time.monotonic() - _decayed.pop(nbytes))
         if len(_misses) >= 4 * POOL_SIZES:  # bounded: the sizes seen once are forgotten
             _forget_one_off_sizes()
         _misses[nbytes] = _misses.get(nbytes, 0) + 1
@@ -379,23 +395,44 @@ def clear_pool() -> None:
     with _lock:
         _pool.clear()
         _misses.clear()
+        _gaps.clear()
+        _decayed.clear()
         _pooled_bytes = 0
         _peak_in_use = _in_use
 
 
+def _note_gap(nbytes: int, waited: float) -> None:
+    """A buffer of `nbytes` was asked for `waited` seconds after it was freed (under
+    `_lock`): the trimmer keeps that size's buffers twice as long (`decay_of`)."""
+    if len(_gaps) >= 4 * POOL_SIZES:  # bounded: start afresh
+        _gaps.clear()
+    _gaps[nbytes] = min(waited, POOL_GAP_MAX_S)
+
+
+def decay_of(nbytes: int) -> float:
+    """Seconds a pooled buffer of `nbytes` may stay unused before the trimmer frees it:
+    `POOL_DECAY_S`, or twice the time it last waited to be asked for again."""
+    return max(POOL_DECAY_S, 2 * _gaps.get(nbytes, 0.0))
+
+
 def trim_pool(now: float | None = None) -> int:
-    """Free the pooled arrays unused for `POOL_DECAY_S` seconds (by `now`, a
+    """Free the pooled arrays unused for longer than their size's `decay_of` (by `now`, a
     `time.monotonic()` reading); the bytes freed. The trimming thread calls it."""
     global _pooled_bytes
-    cutoff = (time.monotonic() if now is None else now) - POOL_DECAY_S
+    now = time.monotonic() if now is None else now
     freed = 0
     with _lock:
         for size in list(_pool):
             free = _pool[size]
+            cutoff = now - decay_of(size)
             stale = 0
             while stale < len(free) and free[stale][3] <= cutoff:
                 stale += 1
             if stale:
+                if size >= MAP_FROM:  # (asked for again later: it waited too little)
+                    if len(_decayed) >= 4 * POOL_SIZES:
+                        _decayed.clear()
+                    _decayed[size] = free[stale - 1][3]
                 del free[:stale]
                 freed += size * stale
                 if not free:

@@ -236,6 +236,31 @@ def test_a_scratch_just_over_a_power_of_two_is_pooled_under_a_bound_below_the_ne
     B.clear_pool()
 
 
+def test_a_large_size_asked_for_after_the_decay_is_kept_longer_from_then_on(monkeypatch):
+    # a loop whose steps take longer than the decay: the trimmer frees its scratch, the
+    # next step maps it anew; from then on that size is kept twice the wait
+    B.clear_pool()
+    trim = B.trim_pool  # called here, not by the pool's thread (which would race this)
+    monkeypatch.setattr(B, "trim_pool", lambda now=None: 0)
+    monkeypatch.setattr(B, "POOL_DECAY_S", 0.1)
+    size = 3 * B.MAP_FROM
+    B.give_scratch(B.take_scratch(size))
+    time.sleep(0.3)
+    assert trim() == B.size_class(size)  # decayed: freed
+    again = B.take_scratch(size)  # allocated anew: it waited 0.3 s
+    assert 0.3 <= B.decay_of(B.size_class(size)) / 2 < 1.0
+    ptr = again[1]
+    B.give_scratch(again)
+    time.sleep(0.3)
+    assert trim() == 0  # kept now: 0.3 s is within twice the wait
+    third = B.take_scratch(size)
+    assert third[1] == ptr
+    B.give_scratch(third)
+    assert trim(now=time.monotonic() + 5) == B.size_class(size)  # past twice the wait
+    assert B.decay_of(1000) == B.POOL_DECAY_S  # a small size: the plain decay
+    B.clear_pool()
+
+
 def test_a_dropped_large_buffer_goes_back_to_the_system():
     B.clear_pool()
     a = B.Buffer(1 << 20, float32)  # allocated once: not pooled when freed
