@@ -175,7 +175,8 @@ register_composite("conv", _conv)
 
 # A convolution whose output rows are shorter than a vector register of float32 lanes
 # (CHANNEL_LANES) and whose windows hold at least this many values (input channels x
-# taps) runs as sgemms over its windows gathered pixel by pixel (`_conv_as_gemm`).
+# taps), or whose kernel is 1x1, runs as sgemms over its windows gathered pixel by pixel
+# (`_conv_as_gemm`).
 PIXEL_GEMM_MIN_DEPTH = 256
 
 
@@ -184,11 +185,14 @@ def pixel_gemm_pays(x: Tensor, weight: Tensor, pads, stride, dilation, groups: i
     (`_conv_as_gemm`): where the layout it is expanded for copies padding (the CPU's;
     a device whose tiles stage their own windows, the GPU, never), 2-D, float32, one
     group, whole registers of output channels, output rows shorter than a register's
-    lanes and windows of at least PIXEL_GEMM_MIN_DEPTH values:
-    the late layers of a ResNet (512 channels over 4 x 4 pixels). There the correlation's
-    tiles, whose lanes walk an output row, leave most lanes idle: the forward,
-    input-gradient and weight-gradient kernels of 16 x 512 x 4^2 -> 512 3x3 ran at a third
-    of the sgemm's rate or less, the weight gradient at a tenth.
+    lanes and windows of at least PIXEL_GEMM_MIN_DEPTH values, or of a 1x1 kernel (whose
+    gathered windows are its pixels, no larger than its input): the late layers of a
+    ResNet (512 channels over 4 x 4 pixels) and its strided shortcuts. There the
+    correlation's tiles, whose lanes walk an output row, leave most lanes idle: the
+    forward, input-gradient and weight-gradient kernels of 16 x 512 x 4^2 -> 512 3x3 ran at
+    a third of the sgemm's rate or less, the weight gradient at a tenth; a 1x1 stride-2
+    shortcut of 1000 x 64 x 7^2 -> 128, fused with the batch norm and residual before it
+    (recomputed for each output channel), at 8 GFLOP/s (37 ms against the sgemm's 3).
 
     >>> import fusegrad as fg
     >>> from fusegrad.ir.layout import Layout, using
@@ -208,7 +212,8 @@ def pixel_gemm_pays(x: Tensor, weight: Tensor, pads, stride, dilation, groups: i
     if any(o <= 0 for o in outs) or 0 in x.shape:
         return False
     depth = weight.shape[1] * math.prod(kernel)
-    return outs[-1] < CHANNEL_LANES and depth >= PIXEL_GEMM_MIN_DEPTH
+    pointwise = all(k == 1 for k in kernel)  # (its windows are its pixels: no copy grows)
+    return outs[-1] < CHANNEL_LANES and (depth >= PIXEL_GEMM_MIN_DEPTH or pointwise)
 
 
 def _pixel_columns(x: Tensor, w_shape, pads, stride, dilation, op: str) -> Tensor:

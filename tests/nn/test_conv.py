@@ -1208,13 +1208,16 @@ def test_a_strided_convolutions_input_gradient_is_one_macro_node():
 
 
 # (x shape, weight shape, stride, padding, dilation, bias): every one takes the sgemm path
-# (`pixel_gemm_pays`): output rows shorter than 16 lanes, windows of >= 256 values
+# (`pixel_gemm_pays`): output rows shorter than 16 lanes, windows of >= 256 values or a
+# 1x1 kernel
 PIXEL_GEMM_CASES = [
     ((2, 32, 4, 4), (16, 32, 3, 3), 1, 1, 1, False),
     ((3, 32, 7, 7), (32, 32, 3, 3), 2, 1, 1, True),  # stride 2, odd size
     ((2, 32, 8, 9), (16, 32, 3, 3), 2, 0, 1, False),  # rows and columns left uncovered
     ((2, 32, 6, 5), (16, 32, 3, 3), 1, 2, 2, True),  # dilated, non-square
     ((2, 256, 8, 8), (32, 256, 1, 1), 2, 0, 1, False),  # a ResNet shortcut: 1x1, stride 2
+    ((3, 64, 7, 7), (32, 64, 1, 1), 2, 0, 1, False),  # a shallow shortcut: 64 values a window
+    ((2, 16, 8, 8), (16, 16, 1, 1), 2, 0, 1, True),  # 16 values a window
     ((2, 128, 5, 5), (16, 128, 2, 2), 1, "same", 1, True),  # padding (0, 1) on each axis
 ]
 
