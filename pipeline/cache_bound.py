@@ -6,7 +6,8 @@ entries used least recently. A read refreshes an entry's time (`used`, at most o
 hour per file, so a warm start costs no more writes than that), and a process that writes
 to the folder looks at its size (`wrote`) on a thread of its own:
 
-- at its first write, if no process has looked in the last hour (the stamp file's time);
+- at its first write, if no look has ended in the last hour (the stamp file's time,
+  written when a look is done, so one cut short by its process's end is taken up again);
 - again each time it has written an eighth of the bound since it last looked.
 
 Looking walks the folder (about a second for half a million files, on a low-priority
@@ -122,11 +123,6 @@ def trim(folder: str, limit: int) -> tuple[int, int]:
     `TARGET * limit` bytes, if it holds more than `limit`; returns (bytes before, bytes
     after). Temporary files older than an hour go whatever the size."""
     now = time.time()
-    try:  # (its time says when; its text too, for a reader of the folder)
-        with open(os.path.join(folder, STAMP), "w") as f:
-            f.write(time.strftime("%Y-%m-%d %H:%M:%S\n", time.localtime(now)))
-    except OSError:
-        pass
     entries: list[tuple[float, int, str]] = []
     total = 0
     for path, st in _files(folder):
@@ -137,15 +133,21 @@ def trim(folder: str, limit: int) -> tuple[int, int]:
         total += st.st_size
         entries.append((st.st_mtime, st.st_size, path))
     before = total
-    if total <= limit:
-        return before, total
-    entries.sort()
-    goal = int(limit * TARGET)
-    for mtime, size, path in entries:
-        if total <= goal or now - mtime < RECENT_SECONDS:
-            break
-        if _remove(path):
-            total -= size
+    if total > limit:
+        entries.sort()
+        goal = int(limit * TARGET)
+        for mtime, size, path in entries:
+            if total <= goal or now - mtime < RECENT_SECONDS:
+                break
+            if _remove(path):
+                total -= size
+    # stamped once done: a look cut short (its process ended: the thread is a daemon) is
+    # taken up by the next process that writes
+    try:  # (its time says when; its text too, for a reader of the folder)
+        with open(os.path.join(folder, STAMP), "w") as f:
+            f.write(time.strftime("%Y-%m-%d %H:%M:%S\n", time.localtime(now)))
+    except OSError:
+        pass
     return before, total
 
 

@@ -64,6 +64,21 @@ def test_recent_entries_the_autotuners_choices_and_the_emulators_runtime_stay(tm
     assert not old.exists() and not module.exists()
 
 
+def test_a_look_cut_short_leaves_no_stamp_so_the_next_process_looks_again(tmp_path, monkeypatch):
+    [_entry(tmp_path / "aa" / f"e{i}.o", 100, 5 * HOUR) for i in range(4)]
+
+    def ended(path):  # the process ends while the look deletes (a daemon thread)
+        raise SystemExit
+
+    monkeypatch.setattr(cache_bound, "_remove", ended)
+    with pytest.raises(SystemExit):
+        cache_bound.trim(str(tmp_path), 100)
+    assert not (tmp_path / cache_bound.STAMP).exists()
+    monkeypatch.undo()
+    assert cache_bound.trim(str(tmp_path), 100) == (400, 0)
+    assert (tmp_path / cache_bound.STAMP).exists()
+
+
 def test_a_read_makes_an_old_entry_recent(tmp_path):
     obj = b"object file"
     path = tmp_path / "ab" / "key.o"
