@@ -45,8 +45,11 @@ def conv1x1(in_planes: int, out_planes: int, stride=1) -> nn.Conv2d:
     return nn.Conv2d(in_planes, out_planes, kernel_size=1, stride=stride, bias=False)
 
 
-class BasicBlock(nn.Module):
-    """Two 3 x 3 convolutions with batch norms, and the input added back (ResNet-18/34)."""
+class _Residual(nn.Module):
+    """What torchvision's two blocks share: their arguments (`ResNet` passes them in this
+    order), the input added back (through `downsample` where the shapes change), and a
+    ReLU after; each block builds its own layers (`_layers`, in torchvision's order) and
+    computes the branch the input is added to (`_branch`)."""
 
     expansion = 1
 
@@ -63,6 +66,21 @@ class BasicBlock(nn.Module):
     ):
         super().__init__()
         norm_layer = norm_layer or nn.BatchNorm2d
+        self._layers(inplanes, planes, stride, groups, base_width, dilation, norm_layer)
+        self.downsample = downsample
+        self.stride = stride
+
+    def forward(self, x):
+        identity = x if self.downsample is None else self.downsample(x)
+        return self.relu(self._branch(x) + identity)
+
+
+class BasicBlock(_Residual):
+    """Two 3 x 3 convolutions with batch norms, and the input added back (ResNet-18/34)."""
+
+    expansion = 1
+
+    def _layers(self, inplanes, planes, stride, groups, base_width, dilation, norm_layer):
         if groups != 1 or base_width != 64:
             raise ValueError("BasicBlock only supports groups=1 and base_width=64")
         if dilation > 1:
@@ -72,35 +90,18 @@ class BasicBlock(nn.Module):
         self.relu = nn.ReLU(inplace=True)
         self.conv2 = conv3x3(planes, planes)
         self.bn2 = norm_layer(planes)
-        self.downsample = downsample
-        self.stride = stride
 
-    def forward(self, x):
-        identity = x if self.downsample is None else self.downsample(x)
-        out = self.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        return self.relu(out + identity)
+    def _branch(self, x):
+        return self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
 
 
-class Bottleneck(nn.Module):
+class Bottleneck(_Residual):
     """1 x 1, 3 x 3 (strided, grouped) and 1 x 1 convolutions with batch norms, widening by
     4, and the input added back (ResNet-50 and deeper; torchvision's stride on the 3 x 3)."""
 
     expansion = 4
 
-    def __init__(
-        self,
-        inplanes: int,
-        planes: int,
-        stride: int = 1,
-        downsample: nn.Module | None = None,
-        groups: int = 1,
-        base_width: int = 64,
-        dilation: int = 1,
-        norm_layer: Callable[..., nn.Module] | None = None,
-    ):
-        super().__init__()
-        norm_layer = norm_layer or nn.BatchNorm2d
+    def _layers(self, inplanes, planes, stride, groups, base_width, dilation, norm_layer):
         width = int(planes * (base_width / 64.0)) * groups
         self.conv1 = conv1x1(inplanes, width)
         self.bn1 = norm_layer(width)
@@ -109,15 +110,11 @@ class Bottleneck(nn.Module):
         self.conv3 = conv1x1(width, planes * self.expansion)
         self.bn3 = norm_layer(planes * self.expansion)
         self.relu = nn.ReLU(inplace=True)
-        self.downsample = downsample
-        self.stride = stride
 
-    def forward(self, x):
-        identity = x if self.downsample is None else self.downsample(x)
+    def _branch(self, x):
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.relu(self.bn2(self.conv2(out)))
-        out = self.bn3(self.conv3(out))
-        return self.relu(out + identity)
+        return self.bn3(self.conv3(out))
 
 
 class ResNet(nn.Module):

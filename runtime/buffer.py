@@ -281,9 +281,9 @@ def size_class(nbytes: int) -> int:
     `quarter_class`. A large buffer is pages of its own (`_Pages`), of which the system
     backs only those touched, so the rounding costs addresses, not memory, and one pooled
     buffer serves every size of its class: a program whose batch size changes from step to
-    step reuses its buffers instead of mapping new ones. (Classes of a power of two each
-    made a 2.3 GB plan's scratch a 4 GiB buffer, past the pool's bound, so never pooled:
-    a ResNet's evaluation on 2,000 images faulted 2.3 GB in at every call.)
+    step reuses its buffers instead of mapping new ones. (At most a quarter more keeps a
+    large scratch within the pool's bound: rounded to the next power of two, a 2.3 GB one
+    would take 4 GiB, past a sixth of 24 GB, and be mapped anew at every run.)
 
     >>> size_class(1000), size_class(MAP_FROM), size_class(MAP_FROM + 1) == 1.25 * MAP_FROM
     (1000, 1048576, True)

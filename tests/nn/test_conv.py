@@ -1280,6 +1280,35 @@ def test_small_images_as_sgemms_at_special_values_and_on_an_empty_batch():
     assert x.grad.shape == (0, 32, 4, 4) and not w.grad.numpy().any()
 
 
+def test_a_strided_1x1_as_an_sgemm_at_special_values_and_on_an_empty_batch():
+    # a shallow 1x1 shortcut at stride 2 (the sgemm path by its kernel, not its depth): a
+    # NaN, an infinity and a -0 on sampled pixels reach exactly their outputs and
+    # gradients; a NaN on a pixel the stride skips reaches nothing, its gradient is 0
+    rng = np.random.default_rng(7)
+    x0 = rng.standard_normal((2, 64, 7, 7)).astype(np.float32)
+    x0[0, 3, 2, 2], x0[1, 7, 4, 4], x0[1, 0, 0, 0] = np.nan, np.inf, -0.0
+    x0[0, 5, 1, 1] = np.nan  # (odd coordinates: skipped by the stride)
+    w0 = (rng.standard_normal((32, 64, 1, 1)) / 8).astype(np.float32)
+    with using(CPU):
+        assert C.pixel_gemm_pays(fg.tensor(x0), fg.tensor(w0), [(0, 0)] * 2, (2, 2), (1, 1), 1)
+    y32, got = _conv_both(x0, w0, None, 2, 0, 1, fg.float32)
+    assert any("pixel by pixel" in r.reason for r in fg.kernels(y32))
+    _, want = _conv_both(x0, w0, None, 2, 0, 1, fg.float64)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(np.isnan(a), np.isnan(b))
+        np.testing.assert_array_equal(np.isinf(a), np.isinf(b))
+        ok = np.isfinite(b)
+        np.testing.assert_allclose(a[ok], b[ok], rtol=1e-4, atol=1e-5 * np.abs(b[ok]).max())
+    assert np.isnan(got[0][0, :, 1, 1]).all() and not np.isnan(got[0][0, :, 0, 0]).any()
+    assert got[1][0, 5, 1, 1] == 0  # the skipped pixel's gradient
+    x = fg.zeros(0, 64, 7, 7, requires_grad=True)
+    w = fg.tensor(w0, requires_grad=True)
+    y = C.conv2d(x, w, None, 2, 0)
+    assert y.shape == (0, 32, 4, 4)
+    y.sum().backward()
+    assert x.grad.shape == (0, 64, 7, 7) and not w.grad.numpy().any()
+
+
 def test_small_images_as_sgemms_are_differentiable_again():
     # a gradient penalty through both gradients (float32) against the correlation's
     # (float64), each derivative within float32 rounding
