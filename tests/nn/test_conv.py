@@ -1257,6 +1257,15 @@ def test_small_images_run_as_sgemms_values_and_gradients(case):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * np.abs(b).max())
 
 
+def _same_special(got, want):
+    """float32 results where the float64 ones are NaN or infinite, and close elsewhere."""
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(np.isnan(a), np.isnan(b))
+        np.testing.assert_array_equal(np.isinf(a), np.isinf(b))
+        ok = np.isfinite(b)
+        np.testing.assert_allclose(a[ok], b[ok], rtol=1e-4, atol=1e-5 * np.abs(b[ok]).max())
+
+
 def test_small_images_as_sgemms_at_special_values_and_on_an_empty_batch():
     # a NaN and an infinity in the input reach exactly the outputs (and gradients) whose
     # windows hold them, as the correlation's; a -0 input is a plain 0; an empty batch
@@ -1267,11 +1276,7 @@ def test_small_images_as_sgemms_at_special_values_and_on_an_empty_batch():
     w0 = (rng.standard_normal((16, 32, 3, 3)) / 16).astype(np.float32)
     _, got = _conv_both(x0, w0, None, 1, 1, 1, fg.float32)
     _, want = _conv_both(x0, w0, None, 1, 1, 1, fg.float64)
-    for a, b in zip(got, want):
-        np.testing.assert_array_equal(np.isnan(a), np.isnan(b))
-        np.testing.assert_array_equal(np.isinf(a), np.isinf(b))
-        ok = np.isfinite(b)
-        np.testing.assert_allclose(a[ok], b[ok], rtol=1e-4, atol=1e-5 * np.abs(b[ok]).max())
+    _same_special(got, want)
     x = fg.zeros(0, 32, 4, 4, requires_grad=True)
     w = fg.tensor(w0, requires_grad=True)
     y = C.conv2d(x, w, None, 1, 1)
@@ -1294,11 +1299,7 @@ def test_a_strided_1x1_as_an_sgemm_at_special_values_and_on_an_empty_batch():
     y32, got = _conv_both(x0, w0, None, 2, 0, 1, fg.float32)
     assert any("pixel by pixel" in r.reason for r in fg.kernels(y32))
     _, want = _conv_both(x0, w0, None, 2, 0, 1, fg.float64)
-    for a, b in zip(got, want):
-        np.testing.assert_array_equal(np.isnan(a), np.isnan(b))
-        np.testing.assert_array_equal(np.isinf(a), np.isinf(b))
-        ok = np.isfinite(b)
-        np.testing.assert_allclose(a[ok], b[ok], rtol=1e-4, atol=1e-5 * np.abs(b[ok]).max())
+    _same_special(got, want)
     assert np.isnan(got[0][0, :, 1, 1]).all() and not np.isnan(got[0][0, :, 0, 0]).any()
     assert got[1][0, 5, 1, 1] == 0  # the skipped pixel's gradient
     x = fg.zeros(0, 64, 7, 7, requires_grad=True)
