@@ -1266,6 +1266,16 @@ def _same_special(got, want):
         np.testing.assert_allclose(a[ok], b[ok], rtol=1e-4, atol=1e-5 * np.abs(b[ok]).max())
 
 
+def _empty_batch(w0, image, stride, padding, out):
+    """An empty batch gives an empty output, an empty input gradient and a zero weight's."""
+    x = fg.zeros(0, *image, requires_grad=True)
+    w = fg.tensor(w0, requires_grad=True)
+    y = C.conv2d(x, w, None, stride, padding)
+    assert y.shape == (0, *out)
+    y.sum().backward()
+    assert x.grad.shape == (0, *image) and not w.grad.numpy().any()
+
+
 def test_small_images_as_sgemms_at_special_values_and_on_an_empty_batch():
     # a NaN and an infinity in the input reach exactly the outputs (and gradients) whose
     # windows hold them, as the correlation's; a -0 input is a plain 0; an empty batch
@@ -1277,12 +1287,7 @@ def test_small_images_as_sgemms_at_special_values_and_on_an_empty_batch():
     _, got = _conv_both(x0, w0, None, 1, 1, 1, fg.float32)
     _, want = _conv_both(x0, w0, None, 1, 1, 1, fg.float64)
     _same_special(got, want)
-    x = fg.zeros(0, 32, 4, 4, requires_grad=True)
-    w = fg.tensor(w0, requires_grad=True)
-    y = C.conv2d(x, w, None, 1, 1)
-    assert y.shape == (0, 16, 4, 4)
-    y.sum().backward()
-    assert x.grad.shape == (0, 32, 4, 4) and not w.grad.numpy().any()
+    _empty_batch(w0, (32, 4, 4), 1, 1, (16, 4, 4))
 
 
 def test_a_strided_1x1_as_an_sgemm_at_special_values_and_on_an_empty_batch():
@@ -1302,12 +1307,7 @@ def test_a_strided_1x1_as_an_sgemm_at_special_values_and_on_an_empty_batch():
     _same_special(got, want)
     assert np.isnan(got[0][0, :, 1, 1]).all() and not np.isnan(got[0][0, :, 0, 0]).any()
     assert got[1][0, 5, 1, 1] == 0  # the skipped pixel's gradient
-    x = fg.zeros(0, 64, 7, 7, requires_grad=True)
-    w = fg.tensor(w0, requires_grad=True)
-    y = C.conv2d(x, w, None, 2, 0)
-    assert y.shape == (0, 32, 4, 4)
-    y.sum().backward()
-    assert x.grad.shape == (0, 64, 7, 7) and not w.grad.numpy().any()
+    _empty_batch(w0, (64, 7, 7), 2, 0, (32, 4, 4))
 
 
 def test_small_images_as_sgemms_are_differentiable_again():
