@@ -13,7 +13,8 @@ Workloads, each on the GPU for both systems, on the same random inputs:
   again with `allow_tf32` on both sides (tensor cores, TF32 inputs; b @ c, whose c
   fusegrad's Hopper kernel first copies K-major, and b @ c.T, which it reads as it is), and
   in bfloat16 and float16 (tensor cores, float32 accumulation);
-- conv2d 64x32x56x56 -> 64, 3x3, padding 1, float32 (cuDNN with TF32 off), and in
+- conv2d 64x32x56x56 -> 64, 3x3, padding 1, float32 (cuDNN with TF32 off), again with
+  TF32 allowed on both sides (PyTorch's default for convolutions), and in
   bfloat16 and float16 (tensor cores, float32 accumulation: fusegrad's implicit GEMM on
   `mma.sync`, cuDNN's own);
 - one LeNet-5 training step, batch 64, SGD momentum 0.9, as a user writes the plain loop
@@ -232,6 +233,13 @@ def op_cases(torch):
             "GFLOP/s",
             fg_run(lambda: F.conv2d(cx, cw, padding=1)),
             t_run(lambda: torch.nn.functional.conv2d(cxt, cwt, padding=1)),
+        ),
+        (  # PyTorch's default for convolutions (torch.backends.cudnn.allow_tf32)
+            "conv2d 64x32x56^2 tf32",
+            conv_flops,
+            "GFLOP/s",
+            fg_run(lambda: F.conv2d(cx, cw, padding=1), tf32=True),
+            t_run(lambda: torch.nn.functional.conv2d(cxt, cwt, padding=1), tf32=True),
         ),
         *(
             (

@@ -2,6 +2,7 @@
 
 Run:  python benchmarks/gpu_models.py [--model resnet18|gpt|vit|lstm|all] [--rounds 6]
                                       [--images 128] [--autocast] [--compile]
+                                      [--torch-conv-tf32 on|off]
       (a GPU, PyCUDA and PyTorch with CUDA)
 
 The models of `benchmarks/models.py` (the CIFAR ResNet-18, the GPT-style decoder, the small
@@ -20,6 +21,12 @@ round, on four batches already on the GPU. Each step ends with `loss.item()`, wh
 for the GPU. Reported: each system's median ms a step, and PyTorch eager's time over each
 fusegrad system's as the median of the rounds' ratios with a 95% bootstrap interval (above
 1: fusegrad is faster, as in benchmarks/gpu.py).
+
+Precision: both systems at their defaults. PyTorch's float32 matmuls are true float32
+(`torch.backends.cuda.matmul.allow_tf32` False) but its convolutions may take TF32 tensor
+cores (`torch.backends.cudnn.allow_tf32` True); fusegrad's convolutions are its own kernels,
+float32 whatever `fg.backends.cudnn.allow_tf32` says. `--torch-conv-tf32 off` turns
+PyTorch's off too, for a float32 against float32 comparison; the header says which ran.
 """
 
 from __future__ import annotations
@@ -122,6 +129,13 @@ def run(name: str, rounds: int, images: int, autocast: bool, compiled: bool) -> 
     print(f"  fusegrad: {fg.cuda.get_device_name()}, CUDA graphs in use: {graphs}", flush=True)
 
 
+def fg_config_tf32() -> bool:
+    """fusegrad's `fg.backends.cuda.matmul.allow_tf32`."""
+    import fusegrad as fg
+
+    return fg.backends.cuda.matmul.allow_tf32
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -131,8 +145,22 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=128, help="CIFAR images a batch")
     ap.add_argument("--autocast", action="store_true", help="bfloat16 autocast on both")
     ap.add_argument("--compile", action="store_true", help="torch.compile beside (slow)")
+    ap.add_argument(
+        "--torch-conv-tf32",
+        choices=["on", "off"],
+        default="on",
+        help="torch.backends.cudnn.allow_tf32 (on: PyTorch's default)",
+    )
     args = ap.parse_args()
     import torch
+
+    torch.backends.cudnn.allow_tf32 = args.torch_conv_tf32 == "on"
+    print(
+        f"PyTorch: matmul allow_tf32={torch.backends.cuda.matmul.allow_tf32}, "
+        f"cudnn allow_tf32={torch.backends.cudnn.allow_tf32}; fusegrad: float32 "
+        f"convolutions, matmul allow_tf32={'on' if fg_config_tf32() else 'off'}",
+        flush=True,
+    )
 
     import fusegrad as fg
 

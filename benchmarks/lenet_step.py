@@ -97,13 +97,15 @@ def batches(name: str, n: int):
     ]
 
 
-def make_fusegrad_train(name: str, jit: bool = False, device: str = "cpu"):
-    """(model, train): train(x, y) on fusegrad tensors on `device` trains one batch and
-    returns the loss tensor (under `fg.jit` when `jit`)."""
+def make_fusegrad_train(name: str, jit: bool = False, device: str | None = None):
+    """(model, train): train(x, y) on fusegrad tensors on `device` (the default device
+    where None) trains one batch and returns the loss tensor (under `fg.jit` when `jit`)."""
     import fusegrad as fg
     from fusegrad.nn import functional as F
 
-    model = fusegrad_model(name).to(device)
+    model = fusegrad_model(name)
+    if device is not None:
+        model = model.to(device)
     opt = fg.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     def train(x, y):  # the loop body as the engine issue writes it

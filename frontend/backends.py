@@ -43,7 +43,9 @@ cuda = _Cuda()
 class _Cudnn:
     """`fg.backends.cudnn`: the switches torch's set-up code sets (`deterministic`,
     `benchmark`, `enabled`, `allow_tf32`), accepted so that code runs; fusegrad uses no
-    cuDNN, and its convolutions are its own kernels, whatever these say."""
+    cuDNN, and its convolutions are its own kernels, whatever these say: `allow_tf32` is
+    True as in PyTorch, but fusegrad's float32 convolutions take TF32 only under
+    `fg.backends.cuda.matmul.allow_tf32` (docs/API.md, the cuda device)."""
 
     def __init__(self):
         self.deterministic = False
