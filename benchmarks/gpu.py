@@ -1,6 +1,6 @@
 """fusegrad's cuda device against PyTorch CUDA on the same GPU, timed alternately in one process.
 
-Run:  python benchmarks/gpu.py [--quick] [--only TEXT] [--no-tf32-wgmma]
+Run:  python benchmarks/gpu.py [--quick] [--only TEXT] [--no-gather] [--no-tf32-wgmma]
       (a GPU, PyCUDA and PyTorch with CUDA)
 
 Workloads, each on the GPU for both systems, on the same random inputs:
@@ -343,6 +343,12 @@ def main() -> None:
         help="run just the rows whose name contains TEXT ('lenet' for the training step alone)",
     )
     ap.add_argument(
+        "--no-gather",
+        action="store_true",
+        help="convolution windows staged value by value, not through their tables "
+        "(pipeline.cuda_simt.GATHER off)",
+    )
+    ap.add_argument(
         "--no-tf32-wgmma",
         action="store_true",
         help="large TF32 matmuls on the WMMA pipeline on Hopper too, not its wgmma one "
@@ -353,6 +359,10 @@ def main() -> None:
         from fusegrad.pipeline import gpu as gpu_map
 
         gpu_map.TF32_WGMMA = False
+    if args.no_gather:
+        from fusegrad.pipeline import cuda_simt
+
+        cuda_simt.GATHER = False
     rounds = 10 if args.quick else 40
 
     import torch

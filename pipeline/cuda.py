@@ -104,6 +104,7 @@ class _Renderer(TiledContraction, MmaSteps, WgmmaPipeline):
         self.shared: list[str] = []
         self.shared_bytes = 0  # static (`__shared__` arrays)
         self.dynamic_bytes = 0  # dynamic (`FG_DYNAMIC_SHARED`), asked for at launch
+        self.gathers: dict = {}  # side -> its `cuda_simt.Gather` staging, in a contraction
         self.lane: int | None = None  # which lane of a vector group is being printed
         self.vector: set[int] = set()  # id() of the loads/stores moved VECTOR at a time
         self.vector_names: dict[int, str] = {}  # ... and the vector value each one uses

@@ -19,19 +19,25 @@ of 4 (a staged row's 4 values are one 16-byte read):
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
+from ..ir.symbolic import Var, lin
 from . import gpu as gpu_map
 from .cuda_text import (
     PARTIAL,
     index,
+    index_texts,
     literal,
     mem_type,
     narrow_indices,
     narrowed,
     reg_type,
+    valid,
     widened,
 )
 from .gpu import HALF_MMA, STATIC_SHARED, TILE_THREADS, VECTOR, Contraction
-from .loopir import AccUpdate, Load
+from .loopir import AccUpdate, Alu, Const, Load, Select
 
 # a contraction's staging decomposes its flat indices in 32-bit ints where each of them (a
 # side's outputs, the reduction, the batch) is below this: a sum of a few such indices in
@@ -43,6 +49,105 @@ HALF_STAGES = 4  # at most this many buffers of staged steps on the 16-bit tenso
 # buffers of staged steps on the fp32 SIMT path where a side is copied by `cp.async`
 # (`Contraction.simt_async`: the copies of the next SIMT_STAGES - 1 steps in flight)
 SIMT_STAGES = 4
+
+
+# sides staged through `Gather` tables where they apply (off: value by value, as before;
+# `benchmarks/gpu.py --no-gather` times both)
+GATHER = True
+# a gather side's table of the reduction's parts (`Gather`): at most this many bytes
+GATHER_TABLE_BYTES = 8192
+GATHER_MASK_BITS = 64  # its conditions' reduction loops span at most this many values
+
+
+@dataclass
+class Gather:
+    """How a side staged `[kk][at]` one value at a time (a convolution's input window) is
+    staged without working out its indices per value. Each thread keeps one tile position
+    `at` for the whole tile, so every affine index and condition of the side splits into a
+    part along the side's own (and the batch's) loops, fixed for the tile, and a part
+    along the reduction's loops:
+
+    - `index` (an index of the side's loads -> its column in the table, or None where it
+      has no reduction part): the own part is computed once a tile (`h<i>`), the
+      reduction's read per staged value from a table in shared memory, a row per
+      reduction step, filled once a block (`gather_tables`);
+    - `conds` (each distinct conjunction of conditions, a padded window's bounds): the
+      reduction loops they read span at most `GATHER_MASK_BITS` values (a 3x3 window's
+      9), so each thread sets a bit per value once a tile where the conjunction holds
+      (`m<j>`), and a staged value tests its bit, numbered in the table's last column.
+
+    A staged value then costs a table row, an add, a shift and the load, where it cost
+    the reduction step's decomposition (divisions by constants) and every bound."""
+
+    index: dict  # Lin -> (own part, table column or None)
+    columns: list  # the reduction parts, one table column each
+    conds: list  # distinct conjunctions (tuples of Lin)
+    cond_loops: list  # the reduction loops the conjunctions read (row-major numbering)
+
+    @property
+    def width(self) -> int:
+        """Ints a table row holds: the columns, then the mask bit's number where needed."""
+        return len(self.columns) + (1 if self.cond_loops else 0)
+
+    @property
+    def bits(self) -> int:
+        return math.prod(lp.extent for lp in self.cond_loops)
+
+
+def gather_plan(c: Contraction, side: str, narrow: bool, room: int) -> Gather | None:
+    """The `Gather` staging of `side`, where it applies: staged `[kk][at]` one value at a
+    time with each thread at one tile position (`stage_values`), its statements loads,
+    selects, arithmetic and literals whose indices are affine in plain loop variables,
+    reading the reduction's loops, in 32-bit indices (`narrow`), and its table within
+    `GATHER_TABLE_BYTES` and the `room` left in shared memory."""
+    a = side == "a"
+    stmts = c.a_stmts if a else c.b_stmts
+    kk_fastest, vector = (c.a_kk_fastest, c.a_vector) if a else (c.b_kk_fastest, c.b_vector)
+    width = TILE_THREADS * (c.ra if a else c.rb)
+    threads = TILE_THREADS * TILE_THREADS
+    if not GATHER or kk_fastest or vector or threads % width or not narrow:
+        return None
+    lins, conds = [], []
+    for st in c.consts + stmts:
+        if isinstance(st, Load):
+            if st.pieces:
+                return None
+            lins.append(st.index)
+            if st.valid:
+                conds.append(tuple(st.valid))
+        elif isinstance(st, Select):
+            conds.append(tuple(st.valid))
+        elif not isinstance(st, (Alu, Const)):
+            return None
+    conds = [v for v in dict.fromkeys(conds) if v]
+    every = lins + [e for v in conds for e in v]
+    if any(not isinstance(at, Var) for e in every for at, _ in e.terms):
+        return None  # (an index with a division or a remainder)
+    red_vars = {lp.var for lp in c.red.loops}
+    cond_vars = {at for v in conds for e in v for at, _ in e.terms if at in red_vars}
+    cond_loops = [lp for lp in c.red.loops if lp.var in cond_vars]
+    if math.prod(lp.extent for lp in cond_loops) > GATHER_MASK_BITS:
+        return None
+    index, columns = {}, []
+    for e in dict.fromkeys(lins):
+        own = lin(e.const)
+        for at, k in e.terms:
+            if at not in red_vars:
+                own = own + lin(at) * k
+        part = e - own
+        if part.is_const:
+            index[e] = (own, None)
+            continue
+        if part not in columns:
+            columns.append(part)
+        index[e] = (own, columns.index(part))
+    plan = Gather(index, columns, conds, cond_loops)
+    if not columns and not conds:
+        return None  # nothing along the reduction to take out
+    table = c.red.length * plan.width * 4
+    if table > min(GATHER_TABLE_BYTES, room):
+        return None
+    return plan
 
 
 def stage_count(c: Contraction, shared_limit: int = STATIC_SHARED) -> int:
@@ -99,6 +204,21 @@ def simt_at(r: int, thread: str, i: str) -> str:
     return f"({i} >> 2) * {VECTOR * n} + {thread} * {VECTOR} + ({i} & 3)"
 
 
+def _owns(g: Gather) -> list:
+    """A `Gather`'s distinct parts along the side's own loops, numbered (`<side>_fg_h<i>`)."""
+    return list(dict.fromkeys(own for own, _ in g.index.values()))
+
+
+def _bit(g: Gather):
+    """The number of a reduction step's bit in a `Gather`'s masks: its conditions' loops,
+    row-major."""
+    bit, stride = lin(0), 1
+    for lp in reversed(g.cond_loops):
+        bit = bit + lin(lp.var) * stride
+        stride *= lp.extent
+    return bit
+
+
 class TiledContraction:
     """The tile loop, staging and fp32 SIMT steps of a contraction; a mixin of the CUDA
     renderer (`cuda._Renderer`), whose `line`, `block`, `index_vars` and `stmt` print, and
@@ -118,12 +238,21 @@ class TiledContraction:
         self.plan_wgmma(c)
         if c.mma == "tf32":
             self.wmma_out_buffer()
+        self.gathers = {}
+        if not self.wgmma and stage_count(c, self.shared_limit) * stage_bytes(c) <= STATIC_SHARED:
+            for side in "ab":
+                room = STATIC_SHARED - self.shared_bytes
+                plan = gather_plan(c, side, self.narrow(c, side), room)
+                if plan is not None:
+                    self.gathers[side] = plan
+                    self.shared_bytes += c.red.length * plan.width * 4
         vectors = [s for s, v in ((c.a_stmts, c.a_vector), (c.b_stmts, c.b_vector)) if v]
         if vectors:  # 16-byte copies need 16-byte aligned buffers, known only now
             names = dict.fromkeys(s[0].param.name for s in vectors)
             self.line(1, f"const bool fg_vec = {' && '.join(f'fg_aligned16({n})' for n in names)};")
         ta, tb = TILE_THREADS * c.ra, TILE_THREADS * c.rb
         self.line(1, "const int tid = threadIdx.y * blockDim.x + threadIdx.x;")
+        self.gather_tables(c)
         if self.tensor_maps:  # the block's steps so far, every tile's: the barriers' phases
             self.line(0, "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)")
             self.line(1, "unsigned fg_t0 = 0;")
@@ -210,6 +339,7 @@ class TiledContraction:
             fa, fb = self.wmma_accumulators(c, d)
         else:
             self.simt_accumulators(c, d)
+        self.gather_tile(c, d)
         length = "fg_kn" if c.split > 1 else f"{red.length}LL"  # (this block's chunk)
         self.line(d, f"const int fg_steps = (int)(({length} + {kc - 1}) / {kc});")
         ahead = half or c.simt_async  # else two buffers, two barriers a step
@@ -301,16 +431,14 @@ class TiledContraction:
         self.line(d, "{")
         start = "fg_k0 + " if c.split > 1 else ""  # (a split reduction: from its chunk's first)
         self.line(d + 1, f"const long long k0 = {start}{k0};")
-        for side, stmts, exports, vector, extent in (
-            ("a", c.a_stmts, c.a_exports, c.a_vector, c.na),
-            ("b", c.b_stmts, c.b_exports, c.b_vector, c.nb),
+        for side, exports, vector, extent in (
+            ("a", c.a_exports, c.a_vector, c.na),
+            ("b", c.b_exports, c.b_vector, c.nb),
         ):
             if not exports:
                 continue
             inside = f"i{side} < {extent}LL && red < {red.length}LL"
-            sizes = [extent, red.length, c.nc]
-            sizes += [s.param.size for s in c.consts + stmts if isinstance(s, Load)]
-            narrow = max(sizes) < NARROW_LIMIT  # the indices split, and loads, in 32 bits
+            narrow = self.narrow(c, side)
             if vector:
                 self.stage_vector(c, side, buf, inside, narrow, cell_of, d + 1)
                 self.line(d + 1, "} else {  // a buffer is not 16-byte aligned: one at a time")
@@ -318,6 +446,61 @@ class TiledContraction:
             if vector:
                 self.line(d + 1, "}")
         self.line(d, "}")
+
+    def narrow(self, c: Contraction, side: str) -> bool:
+        """Whether `side`'s indices split, and its loads index, in 32 bits: its outputs, the
+        reduction, the batch and every buffer it reads are below `NARROW_LIMIT`."""
+        extent, stmts = (c.na, c.a_stmts) if side == "a" else (c.nb, c.b_stmts)
+        sizes = [extent, c.red.length, c.nc]
+        sizes += [s.param.size for s in c.consts + stmts if isinstance(s, Load)]
+        return max(sizes) < NARROW_LIMIT
+
+    def gather_tables(self, c: Contraction) -> None:
+        """Fill each `Gather` side's table once a block: a row per reduction step, its
+        reduction parts and the number of its conditions' bit."""
+        red, threads = c.red, TILE_THREADS * TILE_THREADS
+        for side, g in self.gathers.items():
+            table = f"{side}_fg_tab"
+            self.shared.append(f"  __shared__ __align__(16) int {table}[{red.length}][{g.width}];")
+            self.line(1, f"for (int fg_r = tid; fg_r < {red.length}; fg_r += {threads}) {{")
+            self.index_vars(red.loops, "fg_r", 2, narrow=True)
+            with narrow_indices(True):
+                for j, part in enumerate(g.columns):
+                    self.line(2, f"{table}[fg_r][{j}] = {index(part)};")
+                if g.cond_loops:
+                    self.line(2, f"{table}[fg_r][{len(g.columns)}] = {index(_bit(g))};")
+            self.line(1, "}")
+        if self.gathers:
+            self.line(1, "__syncthreads();  // the tables are everyone's")
+
+    def gather_tile(self, c: Contraction, d: int) -> None:
+        """Once a tile, each `Gather` side's parts along its own loops for the thread's tile
+        position (`<side>_fg_h<i>`) and its conditions' bits (`<side>_fg_m<j>`)."""
+        threads = TILE_THREADS * TILE_THREADS
+        for side, g in self.gathers.items():
+            loops = c.a_loops if side == "a" else c.b_loops
+            width = TILE_THREADS * (c.ra if side == "a" else c.rb)
+            mask = "unsigned long long" if g.bits > 32 else "unsigned"
+            owns = _owns(g)
+            for i in range(len(owns)):
+                self.line(d, f"int {side}_fg_h{i};")
+            for j in range(len(g.conds)):
+                self.line(d, f"{mask} {side}_fg_m{j} = 0;")
+            self.line(d, "{")
+            assert threads % width == 0
+            self.line(d + 1, f"const long long fg_i = tile_{side} + tid % {width};")
+            self.index_vars(loops, "fg_i", d + 1, narrow=True)
+            self.index_vars(c.c_loops, "ic", d + 1, narrow=True)
+            with narrow_indices(True):
+                for i, own in enumerate(owns):
+                    self.line(d + 1, f"{side}_fg_h{i} = {index(own)};")
+                if g.conds:
+                    self.line(d + 1, f"for (int fg_q = 0; fg_q < {g.bits}; ++fg_q) {{")
+                    self.index_vars(g.cond_loops, "fg_q", d + 2, narrow=True)
+                    for j, v in enumerate(g.conds):
+                        self.line(d + 2, f"{side}_fg_m{j} |= ({mask})({valid(v)}) << fg_q;")
+                    self.line(d + 1, "}")
+            self.line(d, "}")
 
     def stage_vector(self, c: Contraction, side: str, buf: str, inside: str, narrow: bool,
                      cell_of, e: int) -> None:  # fmt: skip
@@ -375,6 +558,9 @@ class TiledContraction:
         # what depends on it alone is computed once a stage (or once a tile). Not in a
         # vector side's fallback for unaligned buffers, where the registers it holds
         # are better left to the main path.
+        if side in self.gathers:
+            self.stage_gather(c, side, buf, inside, cell_of, e)
+            return
         if kk_fastest and threads % kc == 0 and not vector:
             self.line(e, f"for (int at = tid / {kc}, kk = tid % {kc}; at < {width}; "
                          f"at += {threads // kc}) {{")  # fmt: skip
@@ -393,6 +579,38 @@ class TiledContraction:
         with narrow_indices(narrow):
             self.block(c.consts + stmts, e + 2)
         half = staged_half(c)  # exact: the value is a 16-bit number (`gpu._mma_kind`)
+        for name, t in exports:
+            value = narrowed(name, t) if half else name
+            self.line(e + 2, f"{cell_of(c, side, name, buf, 'kk', 'at')} = {value};")
+        self.line(e + 1, "} else {")
+        for name, t in exports:
+            zero = narrowed("0.0f", t) if half else f"({t.cuda})0"
+            self.line(e + 2, f"{cell_of(c, side, name, buf, 'kk', 'at')} = {zero};")
+        self.line(e + 1, "}")
+        self.line(e, "}")
+
+    def stage_gather(self, c: Contraction, side: str, buf: str, inside: str, cell_of,
+                     e: int) -> None:  # fmt: skip
+        """`stage_values` for a `Gather` side: each index its tile part plus its table
+        column, each condition the thread's bit for the step's window position."""
+        g, kc, threads = self.gathers[side], c.kc, TILE_THREADS * TILE_THREADS
+        stmts, exports = (c.a_stmts, c.a_exports) if side == "a" else (c.b_stmts, c.b_exports)
+        width = TILE_THREADS * (c.ra if side == "a" else c.rb)
+        owns = _owns(g)
+        texts: dict = {}
+        for expr, (own, col) in g.index.items():
+            h = f"{side}_fg_h{owns.index(own)}"
+            texts[expr] = h if col is None else f"({h} + fg_row[{col}])"
+        for j, v in enumerate(g.conds):
+            texts[v] = f"((int)({side}_fg_m{j} >> fg_row[{len(g.columns)}]) & 1)"
+        self.line(e, f"for (int kk = tid / {width}, at = tid % {width}; kk < {kc}; "
+                     f"kk += {threads // width}) {{")  # fmt: skip
+        self.line(e + 1, f"const long long i{side} = tile_{side} + at, red = k0 + kk;")
+        self.line(e + 1, f"if ({inside}) {{")
+        self.line(e + 2, f"const int* fg_row = {side}_fg_tab[(int)red];")
+        with narrow_indices(True), index_texts(texts):
+            self.block(c.consts + stmts, e + 2)
+        half = staged_half(c)
         for name, t in exports:
             value = narrowed(name, t) if half else name
             self.line(e + 2, f"{cell_of(c, side, name, buf, 'kk', 'at')} = {value};")

@@ -89,6 +89,22 @@ def narrow_indices(narrow: bool = True):
         _NARROW_INDEX.reset(token)
 
 
+# Texts that stand for some affine indices and conditions while a contraction's gather side
+# is staged (`cuda_simt.Gather`): the part along the side's own loops computed once a tile,
+# the reduction's part read from a table; keys are `Lin`s and tuples of them (`valid`)
+_TEXTS = contextvars.ContextVar("fg_index_texts", default=None)
+
+
+@contextlib.contextmanager
+def index_texts(texts: dict):
+    """Within it, `index` and `valid` print `texts[e]` for an index or conjunction in it."""
+    token = _TEXTS.set(texts)
+    try:
+        yield
+    finally:
+        _TEXTS.reset(token)
+
+
 def _suffix() -> str:
     """The suffix of an index's integer literals: none in 32-bit rendering."""
     return "" if _NARROW_INDEX.get() else "LL"
@@ -96,6 +112,9 @@ def _suffix() -> str:
 
 def index(e: Lin) -> str:
     """An affine index as C: `(i*4LL + j + 2LL)`."""
+    texts = _TEXTS.get()
+    if texts and e in texts:
+        return texts[e]
     ll = _suffix()
     parts = []
     for atom, coef in e.terms:
@@ -118,4 +137,7 @@ def _atom(a) -> str:
 
 def valid(conds) -> str:
     """The C condition that every index of `conds` is at least 0 (`true` for none)."""
+    texts = _TEXTS.get()
+    if texts and tuple(conds) in texts:
+        return texts[tuple(conds)]
     return " && ".join(f"{index(c)} >= 0" for c in conds) or "true"

@@ -72,10 +72,15 @@ def test_a_padded_convolution_is_one_kernel_on_cuda():
 @pytest.mark.usefixtures("emulated")
 def test_a_convolutions_input_is_staged_along_its_pixels_in_32_bit_integers():
     """The input's window loads run 12 pixels in a row against 3 kernel taps, so each
-    thread keeps one pixel of the tile and walks the reduction (its pixel's coordinates
-    computed once a tile, its loads coalesced along the rows); the weights run along the
-    reduction, so each thread keeps one step. The flat indices are split in 32-bit ints: a
-    GPU divides 64-bit ones by a constant in many times the instructions."""
+    thread keeps one pixel of the tile and walks the reduction (its loads coalesced along
+    the rows); the weights run along the reduction, so each thread keeps one step. The
+    input is a `Gather` side: its pixel's part of the window's address and its window's
+    bounds (a bit per kernel tap) are worked out once a tile, and a staged value reads its
+    step's part and tap from a table the block fills once, so no value divides its step
+    into channel and taps. The flat indices are split in 32-bit ints: a GPU divides 64-bit
+    ones by a constant in many times the instructions."""
+    from fusegrad.pipeline import cuda_simt
+
     data = _data(2, 16, 12, 32, 3, 1)
     _, y = _conv("cuda", data, padding=1)
     (k,) = _kernels([y])
@@ -86,7 +91,63 @@ def test_a_convolutions_input_is_staged_along_its_pixels_in_32_bit_integers():
     assert f"for (int kk = tid / {width_a}, at = tid % {width_a}; kk < {c.kc};" in src
     assert f"for (int at = tid / {c.kc}, kk = tid % {c.kc}; at < {width_b};" in src
     pixel = c.a_loops[-1].var.name
-    assert f"const int {pixel} = (int)ia % 12;" in src  # the epilogue's stay 64-bit
+    assert f"const int {pixel} = (int)fg_i % 12;" in src  # once a tile
+    assert "(int)ia" not in src  # (the epilogue's stay 64-bit)
+    assert f"int a_fg_tab[{c.red.length}][2];" in src  # the step's part, its tap's bit
+    plan = cuda_simt.gather_plan(c, "a", True, cuda_simt.STATIC_SHARED)
+    assert plan.bits == 9 and len(plan.columns) == 1 and len(plan.conds) == 1
+    assert cuda_simt.gather_plan(c, "b", True, cuda_simt.STATIC_SHARED) is None  # [at][kk]
+    assert cuda_simt.gather_plan(c, "a", False, cuda_simt.STATIC_SHARED) is None  # 64-bit
+    assert cuda_simt.gather_plan(c, "a", True, 100) is None  # no room for the table
+
+
+@pytest.mark.usefixtures("emulated")
+@pytest.mark.parametrize(
+    "case",
+    [
+        dict(k=7, padding=3),  # 49 taps: a 64-bit mask
+        dict(k=9, padding=4),  # 81 taps: past the mask, staged value by value
+        dict(k=3, padding=1, channels=256),  # 2304 steps: past the table's bytes
+        dict(k=3, padding=0),  # no bounds: a table of addresses alone
+        dict(k=3, padding=(2, 0), dilation=(1, 2)),  # bounds along the rows alone
+        dict(k=3, padding=1, stride=2),  # staged [at][kk] (strided rows): value by value
+        dict(k=3, padding=1, channels=96, h=4),  # one tile: its reduction split in chunks
+        dict(k=3, padding=1, gather=False),  # cuda_simt.GATHER off: value by value
+    ],
+    ids=["7x7", "9x9", "long", "unpadded", "rows", "strided", "split", "off"],
+)
+def test_gather_staging_at_its_limits_computes_the_cpus_convolution(case, monkeypatch):
+    """Convolutions whose input is staged through the `Gather` tables, or past their
+    limits value by value, and their gradients: the CPU's values, windows at every border."""
+    from fusegrad.pipeline import cuda_simt
+
+    case = dict(case)
+    k, channels, h = case.pop("k"), case.pop("channels", 4), case.pop("h", 13)
+    monkeypatch.setattr(cuda_simt, "GATHER", case.pop("gather", True))
+    data = _data(2, channels, h, 8, k, 1)
+    (xc, wc, bc), want = _conv("cpu", data, **case)
+    (x, w, b), got = _conv("cuda", data, **case)
+    (kern,) = _kernels([got])
+    c = map_to_gpu(kern).contraction
+    plan = cuda_simt.gather_plan(c, "a", True, cuda_simt.STATIC_SHARED)
+    src = cuda_kernel(kern, "k").source
+    assert (plan is not None) == ("a_fg_tab" in src)
+    if k == 7:
+        assert plan.bits == 49 and "unsigned long long a_fg_m0" in src
+    if k == 9 or channels == 256 or case.get("stride") or not cuda_simt.GATHER:
+        assert plan is None
+    if h == 4:
+        assert plan is not None and c.split > 1 and "fg_k0 + " in src
+    if case.get("padding") == 0:
+        assert plan is not None and not plan.conds
+    np.testing.assert_allclose(got.detach().cpu().numpy(), want.detach().numpy(), rtol=1e-4,
+                               atol=1e-4)  # fmt: skip
+    g = RNG.standard_normal(want.shape).astype(np.float32)
+    (want * fg.tensor(g)).sum().backward()
+    (got * fg.tensor(g, device="cuda")).sum().backward()
+    for mine, theirs in ((x, xc), (w, wc), (b, bc)):
+        np.testing.assert_allclose(mine.grad.cpu().numpy(), theirs.grad.numpy(), rtol=1e-3,
+                                   atol=1e-3)  # fmt: skip
 
 
 @pytest.mark.usefixtures("emulated")
