@@ -107,6 +107,7 @@ TORCH_MODULES: dict[str, str] = {
     "torch.optim.lr_scheduler": "fusegrad.optim.lr_scheduler",
     "torch.optim.optimizer": "fusegrad.nn.optimizer",
     "torch.optim.swa_utils": "fusegrad.optim.swa_utils",
+    "torch.profiler": "fusegrad.torch_profiler",
     "torch.serialization": "fusegrad.serialization",
     "torch.special": "fusegrad.special",
     "torch.testing": "fusegrad.testing",

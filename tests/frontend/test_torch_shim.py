@@ -290,13 +290,16 @@ def test_missing_names_raise_subclasses_and_are_recorded(shim):
         from torch.nn import NoSuchLayer  # noqa: F401
     with pytest.raises(AttributeError, match="means something else"):
         torch.jit.script  # noqa: B018  (fusegrad.jit is not torch.jit)
-    assert not hasattr(torch, "profiler")  # fusegrad.profiler is not torch.profiler
+    assert not hasattr(torch, "hub")
+    from fusegrad import torch_profiler
+
+    assert torch.profiler.profile is torch_profiler.profile  # (not fg.profile)
     assert shim.missing == [
         "torch.nn.CrossMapLRN2d",
         "torch.fx",
         "torch.nn.NoSuchLayer",
         "torch.jit",
-        "torch.profiler",
+        "torch.hub",
     ]
     assert "  torch.fx" in torch_shim.summary(shim.missing).splitlines()
 
