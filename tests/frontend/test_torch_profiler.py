@@ -1,5 +1,6 @@
 """`torch.profiler` under its names (fusegrad.torch_profiler): torch's arguments, regions,
-schedules and their cycles, `key_averages().table()`, trace handlers, and its errors."""
+schedules and their cycles, `key_averages().table()`, trace handlers, cuda kernels as device
+time, and its errors."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import warnings
 
 import numpy as np
 import pytest
+from _emulated import emulated  # noqa: F401  (a fixture)
 
 import fusegrad as fg
 from fusegrad.torch_profiler import (
@@ -157,3 +159,19 @@ def test_a_block_without_a_schedule_hands_itself_over_at_its_end(tmp_path):
     assert (x * 2).sum().item() == 30.0
     prof2.stop()
     assert [p.endswith(".pt.trace.json.gz") for p in os.listdir(tmp_path)] == [True]
+
+
+@pytest.mark.usefixtures("emulated")
+def test_kernels_on_the_cuda_device_count_as_device_time():
+    x = fg.tensor(np.arange(64, dtype=np.float32), device="cuda")
+    (x * 2).sum().item()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with record_function("on the gpu"):
+            for _ in range(2):
+                assert (x * 2).sum().item() == 4032.0
+    rows = {e.key: e for e in prof.key_averages()}
+    kernels = [e for k, e in rows.items() if k != "on the gpu"]
+    assert kernels and all(e.count == 2 for e in kernels)
+    assert all(e.device_time_total > 0 and e.cpu_time_total == 0 for e in kernels)
+    assert rows["on the gpu"].cpu_time_total > 0  # a region is the host's wall time
+    assert "Self CUDA time total" in prof.key_averages().table(sort_by="device_time_total")
