@@ -9,7 +9,9 @@ host memory, the value is computed here with numpy, op by op as the reference ev
 computes it (`ir/numpy_ops.py`), which is what the kernel computes: integer arithmetic
 wraps alike, comparisons and selects are exact, and casts between integer types truncate
 alike. Floats never come here (a kernel may contract a multiply and an add into one
-rounding), nor random numbers, reductions or divisions; such graphs run as plans.
+rounding), nor random numbers, reductions or divisions; such graphs run as plans. The
+usual case, one element of a host buffer and a few ops on it, is worked out on that
+element alone in Python ints (`_element`), each wrapped to its node's type as numpy wraps.
 
 >>> import fusegrad as fg
 >>> i = fg.tensor([7, 9])[1]
@@ -43,6 +45,9 @@ def value(root: Node):
     (see the module's docstring)."""
     if root.dtype.is_float or root.op is Ops.CONST:
         return None
+    got = _element_value(root)
+    if got is not _REFUSED:
+        return got
     values: dict[int, np.ndarray] = {}
     order: list[Node] = []  # operations, sources before users
     stack: list[tuple[Node, bool]] = [(root, False)]
@@ -89,3 +94,115 @@ def _leaf(n: Node) -> np.ndarray | None:
 
 
 _REFUSED = np.empty(0)  # (a leaf this module does not read: a marker, never computed with)
+
+
+# ---------------------------------------------------------------- one element, in Python ints
+# The usual graph here is one element of a host buffer (an index drawn by `randint`, read as
+# `for i in ix`) and a few integer ops on it: worked out on that element alone, in Python
+# ints wrapped to each node's type as numpy's arrays wrap, it costs a few microseconds
+# where numpy's arrays of the whole buffer cost tens. What it does not know (a computed
+# leaf, a cast from a float, a device value) it refuses, and `value` goes numpy's way.
+
+_VIEWS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.FLIP, Ops.DETACH})
+
+
+def _element_value(root: Node):
+    """`value` of `root` through `_element`, or `_REFUSED`."""
+    try:
+        return _element(root, (0,) * len(root.shape), {}, [0])
+    except _Refused:
+        return _REFUSED
+
+
+class _Refused(Exception):
+    """A node `_element` does not compute."""
+
+
+def _wrapped(v: int, dt):
+    """`v` as a value of integer or bool type `dt` holds it (two's complement wrap)."""
+    if dt.is_bool:
+        return bool(v)
+    bits = 8 * dt.itemsize
+    v &= (1 << bits) - 1
+    return v - (1 << bits) if dt.is_signed and v >> (bits - 1) else v
+
+
+def _element(n: Node, at: tuple, memo: dict, count: list):
+    """The element of `n` at index `at`, as a Python int or bool (`_Refused` where not)."""
+    key = (id(n), at)
+    if key in memo:
+        return memo[key]
+    count[0] += 1
+    dt = n.dtype
+    if count[0] > MAX_NODES or dt.is_float:
+        raise _Refused
+    op = n.op
+    if op is Ops.CONST:
+        out = _wrapped(int(n.arg), dt)
+    else:
+        # a buffer, or a value computed already (read, not recomputed), is a leaf
+        buf = n.arg if op is Ops.BUFFER else engine.value(n)
+        if buf is not None:
+            if type(buf) not in HOST_BUFFERS or buf.size > MAX_ELEMENTS:
+                raise _Refused
+            flat = 0
+            for i, size in zip(at, n.shape):
+                flat = flat * size + i
+            out = buf.array.reshape(-1)[flat].item()
+            out = bool(out) if dt.is_bool else int(out)
+        elif op in _VIEWS:
+            out = _element(n.srcs[0], _source_index(n, at), memo, count)
+        elif op not in OPS or any(s.dtype.is_float for s in n.srcs):
+            raise _Refused  # (a float cast inside: the kernel's rounding)
+        else:
+            out = _scalar_op(n, [_element(s, at, memo, count) for s in n.srcs])
+    memo[key] = out
+    return out
+
+
+def _source_index(n: Node, at: tuple) -> tuple:
+    """The index into a view's source that its element `at` reads."""
+    op, src = n.op, n.srcs[0]
+    if op is Ops.DETACH:
+        return at
+    if op is Ops.SHRINK:
+        return tuple(i + b for i, (b, _) in zip(at, n.arg))
+    if op is Ops.PERMUTE:
+        out = [0] * len(at)
+        for i, axis in zip(at, n.arg):
+            out[axis] = i
+        return tuple(out)
+    if op is Ops.EXPAND:
+        return tuple(0 if s == 1 else i for i, s in zip(at, src.shape))
+    if op is Ops.FLIP:
+        return tuple(s - 1 - i if k in n.arg else i for k, (i, s) in enumerate(zip(at, n.shape)))
+    flat = 0  # RESHAPE: the same place in row-major order
+    for i, size in zip(at, n.shape):
+        flat = flat * size + i
+    out = []
+    for size in reversed(src.shape):
+        out.append(flat % size)
+        flat //= size
+    return tuple(reversed(out))
+
+
+def _scalar_op(n: Node, args: list):
+    """Elementwise `n` on its sources' elements, as `ir/numpy_ops.py` computes it."""
+    op, dt = n.op, n.dtype
+    if op is Ops.ADD:
+        return (args[0] or args[1]) if dt.is_bool else _wrapped(args[0] + args[1], dt)
+    if op is Ops.MUL:
+        return (args[0] and args[1]) if dt.is_bool else _wrapped(args[0] * args[1], dt)
+    if op is Ops.NEG:
+        return (not args[0]) if dt.is_bool else _wrapped(-args[0], dt)
+    if op is Ops.MAX:
+        return max(args[0], args[1]) if not dt.is_bool else (args[0] or args[1])
+    if op is Ops.CMPLT:
+        return args[0] < args[1]
+    if op is Ops.CMPEQ:
+        return args[0] == args[1]
+    if op is Ops.WHERE:
+        return args[1] if args[0] else args[2]
+    if op is Ops.CAST:
+        return (args[0] != 0) if dt.is_bool else _wrapped(int(args[0]), dt)
+    raise _Refused

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import fusegrad as fg
 from fusegrad import host_scalar
+from fusegrad.ir.ops import Ops
 from fusegrad.runtime.engine import engine
 
 I64_MAX = np.iinfo(np.int64).max
@@ -93,3 +96,72 @@ def test_a_value_that_needs_its_gradient_is_left_alone():
     w = fg.tensor([2.0], requires_grad=True)
     assert host_scalar.value((w * 2).node) is None
     assert host_scalar.value((w.detach().long() + 1).node) is None  # (a float cast inside)
+
+
+_DTYPES = [np.int8, np.uint8, np.int32, np.int64, np.bool_]
+
+
+def _numpy_way(node):
+    """`host_scalar.value` through numpy's arrays, the element path turned off."""
+    saved = host_scalar._element_value
+    host_scalar._element_value = lambda root: host_scalar._REFUSED
+    try:
+        return host_scalar.value(node)
+    finally:
+        host_scalar._element_value = saved
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    dtype=st.sampled_from(_DTYPES),
+    seed=st.integers(0, 2**16),
+    view=st.sampled_from(["row", "flip", "permute", "reshape", "expand"]),
+    ops=st.lists(
+        st.sampled_from(["add", "mul", "neg", "max", "lt", "eq", "where", "cast"]), max_size=4
+    ),  # fmt: skip
+)
+def test_one_element_in_python_ints_is_numpys_number(dtype, seed, view, ops):
+    """The element path (`_element`) against numpy's arrays and the kernel's number: views
+    of a host buffer (rows, flips, permutations, reshapes, broadcasts), then integer and
+    bool ops, at the types' edges (values drawn over each type's whole range)."""
+    rng = np.random.default_rng(seed)
+    info = np.iinfo(dtype) if dtype is not np.bool_ else None
+    values = (
+        rng.integers(0, 2, (3, 4)).astype(np.bool_)
+        if info is None
+        else rng.integers(info.min, info.max, (3, 4), endpoint=True, dtype=dtype)
+    )
+    t = fg.tensor(values)
+    i, j = int(rng.integers(0, 3)), int(rng.integers(0, 4))
+    x = {
+        "row": lambda: list(t)[i][j],
+        "flip": lambda: t.flip(0)[i, j],
+        "permute": lambda: t.permute(1, 0)[j, i],
+        "reshape": lambda: t.reshape(12)[i * 4 + j],
+        "expand": lambda: t[i : i + 1, j : j + 1].expand(2, 3)[1, 2],
+    }[view]()
+    other = fg.tensor(values[(i + 1) % 3, (j + 2) % 4])  # a 0-d buffer
+    for op in ops:
+        if op == "add":
+            x = x + other
+        elif op == "mul":
+            x = x * other
+        elif op == "neg":
+            x = ~x if x.dtype == fg.bool else -x
+        elif op == "max":
+            x = fg.maximum(x, other.to(x.dtype))
+        elif op == "lt":
+            x = x < other.to(x.dtype)
+        elif op == "eq":
+            x = x == other.to(x.dtype)
+        elif op == "where":
+            x = fg.where(x > 0, x, other.to(x.dtype))
+        elif op == "cast":
+            x = x.to(fg.int16 if x.dtype != fg.int16 else fg.int64)
+    got = host_scalar._element_value(x.node)
+    if x.node.op is Ops.CONST:  # (folded to a literal: nothing to read)
+        return
+    assert got is not host_scalar._REFUSED
+    want = _numpy_way(x.node)
+    in_kernel = (x + fg.zeros((), dtype=x.dtype)).realize().item()
+    assert type(got) is type(want) and got == want == in_kernel, (got, want, in_kernel)
