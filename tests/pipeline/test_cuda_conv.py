@@ -113,8 +113,9 @@ def test_a_convolutions_input_is_staged_along_its_pixels_in_32_bit_integers():
         dict(k=3, padding=1, stride=2),  # staged [at][kk] (strided rows): value by value
         dict(k=3, padding=1, channels=96, h=4),  # one tile: its reduction split in chunks
         dict(k=3, padding=1, gather=False),  # cuda_simt.GATHER off: value by value
+        dict(k=3, padding=1, groups=2),  # a batch loop over the groups in each part
     ],
-    ids=["7x7", "9x9", "long", "unpadded", "rows", "strided", "split", "off"],
+    ids=["7x7", "9x9", "long", "unpadded", "rows", "strided", "split", "off", "grouped"],
 )
 def test_gather_staging_at_its_limits_computes_the_cpus_convolution(case, monkeypatch):
     """Convolutions whose input is staged through the `Gather` tables, or past their
@@ -124,10 +125,10 @@ def test_gather_staging_at_its_limits_computes_the_cpus_convolution(case, monkey
     case = dict(case)
     k, channels, h = case.pop("k"), case.pop("channels", 4), case.pop("h", 13)
     monkeypatch.setattr(cuda_simt, "GATHER", case.pop("gather", True))
-    data = _data(2, channels, h, 8, k, 1)
+    data = _data(2, channels, h, 8, k, case.get("groups", 1))
     (xc, wc, bc), want = _conv("cpu", data, **case)
     (x, w, b), got = _conv("cuda", data, **case)
-    (kern,) = _kernels([got])
+    kern = next(k for k in _kernels([got]) if map_to_gpu(k).contraction)  # (the product's)
     c = map_to_gpu(kern).contraction
     plan = cuda_simt.gather_plan(c, "a", True, cuda_simt.STATIC_SHARED)
     src = cuda_kernel(kern, "k").source
@@ -138,6 +139,8 @@ def test_gather_staging_at_its_limits_computes_the_cpus_convolution(case, monkey
         assert plan is None
     if h == 4:
         assert plan is not None and c.split > 1 and "fg_k0 + " in src
+    if case.get("groups"):
+        assert plan is not None and c.c_loops
     if case.get("padding") == 0:
         assert plan is not None and not plan.conds
     np.testing.assert_allclose(got.detach().cpu().numpy(), want.detach().numpy(), rtol=1e-4,
