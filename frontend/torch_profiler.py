@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable
 from . import cuda
 from . import profiler as _profiler
 from .runtime import phases as _phases
+from .runtime.backend import get_backend
 
 __all__ = [
     "ProfilerAction",
@@ -370,7 +371,7 @@ class profile(_profiler.Profile):
                 "key_averages: group_by_input_shape needs profile(record_shapes=True)"
             )
         rows = EventList()
-        on_gpu = {name: dev != "cpu" for name, dev in self.devices.items()}
+        on_gpu = {name: not get_backend(dev).is_host for name, dev in self.devices.items()}
         if group_by_input_shape:
             for (name, shapes), (runs, seconds) in self.shapes.items():
                 flops = self.by_name[name].flops * runs
