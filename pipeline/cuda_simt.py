@@ -578,16 +578,7 @@ class TiledContraction:
         self.index_vars(red.loops, "red", e + 2, narrow)
         with narrow_indices(narrow):
             self.block(c.consts + stmts, e + 2)
-        half = staged_half(c)  # exact: the value is a 16-bit number (`gpu._mma_kind`)
-        for name, t in exports:
-            value = narrowed(name, t) if half else name
-            self.line(e + 2, f"{cell_of(c, side, name, buf, 'kk', 'at')} = {value};")
-        self.line(e + 1, "} else {")
-        for name, t in exports:
-            zero = narrowed("0.0f", t) if half else f"({t.cuda})0"
-            self.line(e + 2, f"{cell_of(c, side, name, buf, 'kk', 'at')} = {zero};")
-        self.line(e + 1, "}")
-        self.line(e, "}")
+        self.store_staged(c, side, exports, buf, cell_of, e)
 
     def stage_gather(self, c: Contraction, side: str, buf: str, inside: str, cell_of,
                      e: int) -> None:  # fmt: skip
@@ -610,7 +601,13 @@ class TiledContraction:
         self.line(e + 2, f"const int* fg_row = {side}_fg_tab[(int)red];")
         with narrow_indices(True), index_texts(texts):
             self.block(c.consts + stmts, e + 2)
-        half = staged_half(c)
+        self.store_staged(c, side, exports, buf, cell_of, e)
+
+    def store_staged(self, c: Contraction, side: str, exports, buf: str, cell_of,
+                     e: int) -> None:  # fmt: skip
+        """The end of a staged value's copy: each exported value into its cell, 0 where
+        the value is outside the outputs or the reduction; closes the copy's loop."""
+        half = staged_half(c)  # exact: the value is a 16-bit number (`gpu._mma_kind`)
         for name, t in exports:
             value = narrowed(name, t) if half else name
             self.line(e + 2, f"{cell_of(c, side, name, buf, 'kk', 'at')} = {value};")
