@@ -297,6 +297,7 @@ from .torch_functions import (  # noqa: E402
     index_reduce,
     lcm,
     nextafter,
+    renorm,
     rsub,
     unique_consecutive,
     unravel_index,

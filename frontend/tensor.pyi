@@ -1248,6 +1248,8 @@ class Tensor:
         """`relu` in place: `t.relu_(...)` gives t the value of `t.relu(...)`."""
     def remainder_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`remainder` in place: `t.remainder_(...)` gives t the value of `t.remainder(...)`."""
+    def renorm_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
+        """`renorm` in place: `t.renorm_(...)` gives t the value of `t.renorm(...)`."""
     def resize_(self, *sizes, memory_format=None) -> Tensor:  # frontend/inplace_methods.py: resize_
         """Give this tensor the shape `sizes` (ints, or one tuple or list of them), in place: its
         first elements in row-major order are kept (all of them, in the new shape, when it
@@ -1624,6 +1626,10 @@ class Tensor:
     @property
     def real(self):  # frontend/torch_methods.py: TorchMethodsMixin.real
         """This tensor itself, as torch's `real` of a real tensor (writes reach it)."""
+    def renorm(  # frontend/torch_methods.py: TorchMethodsMixin.renorm
+        self, p, dim: builtins.int, maxnorm
+    ):
+        """Slices along `dim` whose p-norm passes `maxnorm` scaled down to it: `fg.renorm`."""
     def resolve_conj(self):  # frontend/torch_methods.py: TorchMethodsMixin.resolve_conj
         """This tensor itself (nothing is conjugated lazily here)."""
     def resolve_neg(self):  # frontend/torch_methods.py: TorchMethodsMixin.resolve_neg

@@ -1,7 +1,7 @@
 """torch's smaller top-level functions: index arithmetic (`unravel_index`), runs
 (`unique_consecutive`), products (`vdot`, `addr`, `chain_matmul`), integrals
 (`cumulative_trapezoid`), float and integer bits (`frexp`, `nextafter`, `gcd`, `lcm`),
-`rsub`, `histogram` and `index_reduce`.
+`rsub`, `histogram`, `index_reduce` and `renorm`.
 
 >>> import fusegrad as fg
 >>> fg.unravel_index(fg.tensor([4, 1]), (2, 3))
@@ -37,7 +37,7 @@ from .errors import (
 from .indexing import scatter_reduce, values_for_shape
 from .ir.dtypes import TORCH_SCALAR_TYPES, bool_, int32, int64, promote
 from .shapeops import _scaled_sum, diag, outer
-from .tensor_base import TensorBase
+from .tensor_base import TensorBase, where
 
 FrexpResult = namedtuple("frexp", ["mantissa", "exponent"])
 HistogramResult = namedtuple("histogram", ["hist", "bin_edges"])
@@ -235,6 +235,33 @@ def chain_matmul(*matrices):
 
 
 # ---------------------------------------------------------------- integrals
+
+
+def renorm(input: TensorBase, p, dim: int, maxnorm):  # noqa: A002
+    """Each slice of `input` along `dim` (its other dims together) whose p-norm is above
+    `maxnorm` scaled to `maxnorm / (norm + 1e-7)` of itself, the others unchanged, as
+    torch.renorm; the scale is differentiable where it applies.
+
+    >>> import fusegrad as fg
+    >>> fg.renorm(fg.tensor([[3.0, 4.0], [0.3, 0.4]]), 2, 0, 1.0).tolist()
+    [[0.6000000238418579, 0.800000011920929], [0.30000001192092896, 0.4000000059604645]]
+    """
+    if input.ndim < 2:
+        fail(ArgumentError, "renorm",
+             f"input needs at least 2 dimensions, got {input.ndim} dimensions")  # fmt: skip
+    if not input.dtype.is_float:
+        got = _torch_name(input.dtype)
+        fail(DTypeError, "linalg.vector_norm",
+             f"Expected a floating point or complex tensor as input. Got {got}")  # fmt: skip
+    if not float(p) > 0:
+        fail(ArgumentError, "renorm", "non-positive-norm not supported")
+    if not float(maxnorm) >= 0:
+        fail(ArgumentError, "renorm", f"expected maxnorm to be >= 0 but got {maxnorm}")
+    d = input._dim(dim, "renorm")
+    others = tuple(k for k in range(input.ndim) if k != d)
+    norm = input._linalg.vector_norm(input, p, dim=others, keepdim=True)
+    scale = where(norm > maxnorm, maxnorm / (norm + 1e-7), 1.0)
+    return input * scale.to(input.dtype)
 
 
 def cumulative_trapezoid(y: TensorBase, x: TensorBase | None = None, *, dx=None, dim: int = -1):

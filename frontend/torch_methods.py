@@ -563,6 +563,10 @@ class TorchMethodsMixin:
         """The dot product of two 1-d tensors of one dtype: `fg.vdot`."""
         return torch_functions.vdot(self, other)
 
+    def renorm(self, p, dim: int, maxnorm):
+        """Slices along `dim` whose p-norm passes `maxnorm` scaled down to it: `fg.renorm`."""
+        return torch_functions.renorm(self, p, dim, maxnorm)
+
     def ger(self, vec2):
         """torch.ger, the older name of `outer`."""
         return shapeops.outer(self, vec2)

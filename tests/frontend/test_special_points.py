@@ -554,10 +554,11 @@ EXCLUDED: dict[str, str] = {
         _LINEAR,
     ),
     **dict.fromkeys(
-        _names("Tensor", "frexp index_reduce")
-        + _names("fg", "frexp index_reduce cumulative_trapezoid"),
+        _names("Tensor", "frexp index_reduce renorm renorm_")
+        + _names("fg", "frexp index_reduce cumulative_trapezoid renorm"),
         _SPECIAL_ELSEWHERE + ": tests/frontend/test_torch_functions.py (frexp at 0, inf, NaN "
-        "and subnormals; index_reduce's ties and zeros, as scatter_reduce's)",
+        "and subnormals; index_reduce's ties and zeros, as scatter_reduce's; renorm's zero, "
+        "NaN, inf and -0 slices, slices at maxnorm, empty input)",
     ),
     **dict.fromkeys(
         _names("fg", "hann_window hamming_window blackman_window bartlett_window kaiser_window"),

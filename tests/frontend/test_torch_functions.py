@@ -376,3 +376,59 @@ def test_index_reduce_gradients_are_torchs():
     s = fg.tensor([0.0, 3.0], requires_grad=True)
     a.index_reduce(0, fg.tensor([0, 0]), s, "prod").sum().backward()
     assert a.grad.tolist() == [0.0, 1.0] and s.grad.tolist() == [9.0, 0.0]
+
+
+@pytest.mark.parametrize("p", [1, 2, 3.5, inf])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_renorm_scales_the_slices_past_maxnorm_and_its_gradient(p, dim):
+    """Against numpy's norms and float64 central differences; rows above, at and below
+    maxnorm, and a zero row."""
+    rng = np.random.default_rng(17 + dim if p == inf else int(p * 10) + dim)
+    x = rng.standard_normal((3, 4, 2))
+    x[1] *= 0.05  # (small slices: left alone)
+    d = dim % 3
+    others = tuple(k for k in range(3) if k != d)
+    norms = np.linalg.norm(np.moveaxis(x, d, 0).reshape(x.shape[d], -1), ord=p, axis=1)
+    maxnorm = float(np.median(norms))  # one slice exactly at it: not scaled (>, as torch)
+
+    def f(v):
+        n = np.linalg.norm(np.moveaxis(v, d, 0).reshape(v.shape[d], -1), ord=p, axis=1)
+        s = np.where(n > maxnorm, maxnorm / (n + 1e-7), 1.0)
+        return np.expand_dims(s, others) * v
+
+    t = fg.tensor(x, requires_grad=True)
+    y = fg.renorm(t, p, dim, maxnorm)
+    np.testing.assert_allclose(y.detach().numpy(), f(x), rtol=1e-12, atol=1e-12)
+    w = rng.standard_normal(x.shape)
+    (y * fg.tensor(w)).sum().backward()
+    at = np.expand_dims(norms == maxnorm, others) * np.ones_like(x, dtype=bool)
+    np.testing.assert_array_equal(t.grad.numpy()[at], w[at])  # at maxnorm: unscaled, as torch
+    if p != inf:  # (inf: a max's kink, where central differences straddle it)
+        want = _numeric_grad(lambda v: float((f(v) * w).sum()), x)
+        np.testing.assert_allclose(t.grad.numpy()[~at], want[~at], rtol=1e-5, atol=1e-7)
+    z = x.copy()
+    z[0] = 0.0
+    assert (fg.renorm(fg.tensor(z), p, 0, 0.0).numpy()[0] == 0).all()  # a zero slice stays
+
+
+def test_renorm_is_torchs_in_its_errors_its_method_and_in_place():
+    x = fg.tensor([[3.0, 4.0]])
+    assert x.renorm(2, 0, 1.0).tolist() == fg.renorm(x, 2, 0, 1.0).tolist()
+    x.renorm_(2, 0, 1.0)
+    assert np.allclose(x.tolist(), [[0.6, 0.8]])
+    assert fg.renorm(fg.zeros(0, 3), 2, 0, 1.0).shape == (0, 3)
+    odd = fg.tensor([[nan, 1.0], [inf, 2.0], [-0.0, 0.0]])
+    for p in (2, inf):  # torch 2.14.1's answers: a NaN slice kept, an inf one NaN and 0
+        got = fg.renorm(odd, p, 0, 1.0).numpy()
+        np.testing.assert_array_equal(got, [[nan, 1.0], [nan, 0.0], [-0.0, 0.0]])
+        assert np.signbit(got[2, 0])
+    for args, error, says in [
+        ((fg.tensor([1.0, 2.0]), 2, 0, 1.0), RuntimeError, "at least 2 dimensions, got 1"),
+        ((fg.tensor([[1.0, 2.0]]), 0, 0, 1.0), RuntimeError, "non-positive-norm"),
+        ((fg.tensor([[1.0, 2.0]]), -1, 0, 1.0), RuntimeError, "non-positive-norm"),
+        ((fg.tensor([[1.0, 2.0]]), 2, 0, -1.0), RuntimeError, "maxnorm to be >= 0"),
+        ((fg.tensor([[1, 2]]), 2, 0, 1.0), RuntimeError, "floating point"),
+        ((fg.tensor([[1.0, 2.0]]), 2, 2, 1.0), IndexError, "out of range"),
+    ]:
+        with pytest.raises(error, match=says):
+            fg.renorm(*args)
