@@ -142,7 +142,7 @@ def gather_plan(c: Contraction, side: str, narrow: bool, room: int) -> Gather | 
             columns.append(part)
         index[e] = (own, columns.index(part))
     plan = Gather(index, columns, conds, cond_loops)
-    if not columns and not conds:
+    if not plan.width:
         return None  # nothing along the reduction to take out
     table = c.red.length * plan.width * 4
     if table > min(GATHER_TABLE_BYTES, room):
@@ -592,8 +592,9 @@ class TiledContraction:
         for expr, (own, col) in g.index.items():
             h = f"{side}_fg_h{owns.index(own)}"
             texts[expr] = h if col is None else f"({h} + fg_row[{col}])"
+        bit = f" >> fg_row[{len(g.columns)}]" if g.cond_loops else ""  # (else one bit: 0)
         for j, v in enumerate(g.conds):
-            texts[v] = f"((int)({side}_fg_m{j} >> fg_row[{len(g.columns)}]) & 1)"
+            texts[v] = f"((int)({side}_fg_m{j}{bit}) & 1)"
         self.line(e, f"for (int kk = tid / {width}, at = tid % {width}; kk < {kc}; "
                      f"kk += {threads // width}) {{")  # fmt: skip
         self.line(e + 1, f"const long long i{side} = tile_{side} + at, red = k0 + kk;")

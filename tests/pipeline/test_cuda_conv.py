@@ -279,3 +279,22 @@ def test_the_cpu_cache_rules_leave_the_cuda_convolution_alone(monkeypatch, reque
         assert any(k.startswith("r_sum_3x1x1x") for k in names) == (device == "cpu"), names
     for a, b in zip(grads["cpu"], grads["cuda"]):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.usefixtures("emulated")
+@pytest.mark.parametrize("pad", [(0, 9), (3, 9), (5, 0)])
+def test_gather_bounds_on_the_sides_own_loops_alone_are_one_bit(pad):
+    """A padded matrix read transposed (`pad(x).T @ w`) is staged `[kk][at]` with its pad's
+    bounds on its own loop alone: each thread's mask is one bit, tested without a shift
+    (the table has no tap column to shift by)."""
+    from fusegrad.pipeline import cuda_simt
+
+    x = RNG.standard_normal((64, 70)).astype(np.float32)
+    w = RNG.standard_normal((64, 40)).astype(np.float32)
+    want = F.pad(fg.tensor(x), pad).T @ fg.tensor(w)
+    got = F.pad(fg.tensor(x, device="cuda"), pad).T @ fg.tensor(w, device="cuda")
+    kern = next(k for k in _kernels([got]) if map_to_gpu(k).contraction)
+    plan = cuda_simt.gather_plan(map_to_gpu(kern).contraction, "a", True, cuda_simt.STATIC_SHARED)
+    assert plan is not None and plan.conds and not plan.cond_loops and plan.width == 1
+    assert "(int)(a_fg_m0) & 1)" in cuda_kernel(kern, "k").source
+    np.testing.assert_allclose(got.cpu().numpy(), want.numpy(), rtol=1e-5, atol=1e-4)
