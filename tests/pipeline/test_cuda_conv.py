@@ -298,3 +298,29 @@ def test_gather_bounds_on_the_sides_own_loops_alone_are_one_bit(pad):
     assert plan is not None and plan.conds and not plan.cond_loops and plan.width == 1
     assert "(int)(a_fg_m0) & 1)" in cuda_kernel(kern, "k").source
     np.testing.assert_allclose(got.cpu().numpy(), want.numpy(), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.usefixtures("emulated")
+@pytest.mark.parametrize("seed", range(4))
+def test_random_windows_and_pads_through_gather_are_the_cpus(seed):
+    """Random geometries (kernel 1-5, padding 0-2 each way, dilation 1-2, groups 1-2, and a
+    padded matrix read transposed): values and both gradients equal the CPU's."""
+    rng = np.random.default_rng(seed)
+    c, g = int(rng.choice([4, 8])), int(rng.choice([1, 2]))
+    k, dil = int(rng.choice([1, 3, 5])), int(rng.choice([1, 2]))
+    pad = (int(rng.integers(0, 3)), int(rng.integers(0, 3)))
+    x = rng.standard_normal((2, c, 11, 9)).astype(np.float32)
+    w = rng.standard_normal((8, c // g, k, k)).astype(np.float32)
+    m = rng.standard_normal((int(rng.integers(20, 60)), 33)).astype(np.float32)
+    side = (int(rng.integers(0, 5)), int(rng.integers(0, 5)))
+    got = {}
+    for dev in ("cpu", "cuda"):
+        xt, wt, mt = (fg.tensor(a, device=dev, requires_grad=True) for a in (x, w, m))
+        y = F.conv2d(xt, wt, padding=pad, dilation=dil, groups=g)
+        z = F.pad(mt, side).T @ mt[:, :8]
+        gy = fg.tensor(np.random.default_rng(seed).standard_normal(y.shape).astype(np.float32),
+                       device=dev)  # fmt: skip
+        ((y * gy).sum() + z.square().sum()).backward()
+        got[dev] = [t.detach().cpu().numpy() for t in (y, z, xt.grad, wt.grad, mt.grad)]
+    for cpu, cuda in zip(got["cpu"], got["cuda"]):
+        np.testing.assert_allclose(cuda, cpu, rtol=1e-5, atol=1e-5 * np.abs(cpu).max())
