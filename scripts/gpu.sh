@@ -12,7 +12,9 @@
 # are gpu.py's arguments (e.g. --quick); the bench part then runs gpu_models.py (real models'
 # training steps) with FG_MODELS_ARGS (default: --rounds 3; "skip" leaves it out), each model
 # in a process of its own; FG_BENCH_TIMEOUT, FG_MODELS_TIMEOUT (per model) and
-# FG_TESTS_TIMEOUT (seconds) bound the parts; FG_TESTS names other test paths, FG_WORKERS
+# FG_TESTS_TIMEOUT (seconds) bound the parts; FG_BENCH_AB: gpu.py once more with these
+# arguments added (an A/B in one call: FG_BENCH_ARGS="--quick --only conv"
+# FG_BENCH_AB=--no-gather); FG_TESTS names other test paths, FG_WORKERS
 # pytest-xdist's workers (0: one process, where the tests' tracebacks are wanted).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +42,10 @@ print("smoke: sum of 0..999 on the GPU =", (x * 2).sum().item(), "(want 999000.0
 EOF
 if [ "$what" != tests ]; then
   timeout "${FG_BENCH_TIMEOUT:-900}" python3 benchmarks/gpu.py ${FG_BENCH_ARGS:-} 2>&1 | tee "$out/gpu-bench.log"
+  if [ -n "${FG_BENCH_AB:-}" ]; then  # the same rows again with these arguments added
+    timeout "${FG_BENCH_TIMEOUT:-900}" python3 benchmarks/gpu.py ${FG_BENCH_ARGS:-} $FG_BENCH_AB 2>&1 \
+      | tee "$out/gpu-bench-ab.log"
+  fi
   if [ "${FG_MODELS_ARGS:-}" != skip ]; then
     for model in resnet18 gpt vit; do
       timeout "${FG_MODELS_TIMEOUT:-120}" python3 benchmarks/gpu_models.py --model $model \
