@@ -129,13 +129,6 @@ def run(name: str, rounds: int, images: int, autocast: bool, compiled: bool) -> 
     print(f"  fusegrad: {fg.cuda.get_device_name()}, CUDA graphs in use: {graphs}", flush=True)
 
 
-def fg_config_tf32() -> bool:
-    """fusegrad's `fg.backends.cuda.matmul.allow_tf32`."""
-    import fusegrad as fg
-
-    return fg.backends.cuda.matmul.allow_tf32
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -154,15 +147,15 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
+    import fusegrad as fg
+
     torch.backends.cudnn.allow_tf32 = args.torch_conv_tf32 == "on"
     print(
         f"PyTorch: matmul allow_tf32={torch.backends.cuda.matmul.allow_tf32}, "
         f"cudnn allow_tf32={torch.backends.cudnn.allow_tf32}; fusegrad: float32 "
-        f"convolutions, matmul allow_tf32={'on' if fg_config_tf32() else 'off'}",
+        f"convolutions, matmul allow_tf32={fg.backends.cuda.matmul.allow_tf32}",
         flush=True,
     )
-
-    import fusegrad as fg
 
     if not torch.cuda.is_available() and os.environ.get("FUSEGRAD_CUDA") != "emulate":
         raise SystemExit("gpu_models.py: PyTorch sees no CUDA device")

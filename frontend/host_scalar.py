@@ -3,15 +3,15 @@
 A program that indexes with tensors does arithmetic on one-element integer tensors and
 reads the result back at once: nanoGPT's `get_batch` slices `data[i + 1 : i + 1 + n]`
 for each `i` of a `randint` draw. Each read would otherwise schedule and run a plan for
-one number. When `item()` (and so `int()`, `bool()`,
-`__index__`) asks for one element of a small graph of integer or bool ops over values in
-host memory, the value is computed here with numpy, op by op as the reference evaluator
-computes it (`ir/numpy_ops.py`), which is what the kernel computes: integer arithmetic
-wraps alike, comparisons and selects are exact, and casts between integer types truncate
-alike. Floats never come here (a kernel may contract a multiply and an add into one
-rounding), nor random numbers, reductions or divisions; such graphs run as plans. The
-usual case, one element of a host buffer and a few ops on it, is worked out on that
-element alone in Python ints (`_element`), each wrapped to its node's type as numpy wraps.
+one number. When `item()` (and so `int()`, `bool()`, `__index__`) asks for one element of
+a small graph of integer or bool ops over values in host memory, that element is worked
+out here alone, in Python ints: each view (a row, a slice, a reshape, a flip, a
+broadcast) followed back to the element of its source it reads, each op computed as
+`ir/numpy_ops.py` computes it and wrapped to its node's type as numpy's integers wrap,
+which is what the kernel computes: integer arithmetic wraps alike, comparisons and
+selects are exact, and casts between integer types truncate alike. Floats never come here
+(a kernel may contract a multiply and an add into one rounding), nor random numbers,
+reductions or divisions, nor values on a device; such graphs run as plans.
 
 >>> import fusegrad as fg
 >>> i = fg.tensor([7, 9])[1]
@@ -21,22 +21,17 @@ element alone in Python ints (`_element`), each wrapped to its node's type as nu
 
 from __future__ import annotations
 
-import numpy as np
-
 from .ir.node import Node
-from .ir.numpy_ops import NUMPY_OPS, wide
 from .ir.ops import Ops
 from .runtime.buffer import HOST_BUFFERS
 from .runtime.engine import engine
 
+_VIEWS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.FLIP, Ops.DETACH})
 # the ops computed here: exact on integers and bools, as the kernels compute them
 OPS = frozenset(
-    {
-        Ops.ADD, Ops.MUL, Ops.NEG, Ops.MAX, Ops.CMPLT, Ops.CMPEQ, Ops.WHERE, Ops.CAST,
-        Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.FLIP, Ops.DETACH,
-    }
-)  # fmt: skip
-MAX_NODES = 16  # a bigger graph runs as a plan
+    {Ops.ADD, Ops.MUL, Ops.NEG, Ops.MAX, Ops.CMPLT, Ops.CMPEQ, Ops.WHERE, Ops.CAST} | _VIEWS
+)
+MAX_NODES = 16  # elements of nodes worked out for one read: a bigger graph runs as a plan
 MAX_ELEMENTS = 1 << 16  # elements of a host value read here (a slice of a batch's indices)
 
 
@@ -45,73 +40,10 @@ def value(root: Node):
     (see the module's docstring)."""
     if root.dtype.is_float or root.op is Ops.CONST:
         return None
-    got = _element_value(root)
-    if got is not _REFUSED:
-        return got
-    values: dict[int, np.ndarray] = {}
-    order: list[Node] = []  # operations, sources before users
-    stack: list[tuple[Node, bool]] = [(root, False)]
-    while stack:
-        n, ready = stack.pop()
-        k = id(n)
-        if k in values:
-            continue
-        if ready:
-            order.append(n)
-            values[k] = None  # (placeholder: computed below, in order)
-            continue
-        leaf = _leaf(n)
-        if leaf is _REFUSED:
-            return None
-        if leaf is not None:
-            values[k] = leaf
-            continue
-        if n.op not in OPS or n.dtype.is_float or len(values) + len(stack) > MAX_NODES:
-            return None
-        stack.append((n, True))
-        for s in n.srcs:
-            if s.dtype.is_float:  # (a float cast to an integer: the kernel's rounding)
-                return None
-            stack.append((s, False))
-    with np.errstate(all="ignore"):
-        for n in order:
-            out = NUMPY_OPS[n.op](n, *(values[id(s)] for s in n.srcs))
-            values[id(n)] = np.asarray(out, dtype=wide(n.dtype)).reshape(n.shape)
-    return values[id(root)].astype(root.dtype.np, copy=False).reshape(()).item()
-
-
-def _leaf(n: Node) -> np.ndarray | None:
-    """The value of `n` where it is an input here (a constant, or a value in host memory),
-    as the reference evaluator holds it; None for a node to compute."""
-    if n.op is Ops.CONST:
-        return np.full(n.shape, n.arg, dtype=wide(n.dtype))
-    buf = n.arg if n.op is Ops.BUFFER else engine.value(n)
-    if buf is None:
-        return None
-    if type(buf) not in HOST_BUFFERS or buf.size > MAX_ELEMENTS or n.dtype.is_float:
-        return _REFUSED
-    return np.asarray(buf.numpy()).reshape(n.shape).astype(wide(n.dtype), copy=False)
-
-
-_REFUSED = np.empty(0)  # (a leaf this module does not read: a marker, never computed with)
-
-
-# ---------------------------------------------------------------- one element, in Python ints
-# The usual graph here is one element of a host buffer (an index drawn by `randint`, read as
-# `for i in ix`) and a few integer ops on it: worked out on that element alone, in Python
-# ints wrapped to each node's type as numpy's arrays wrap, it costs a few microseconds
-# where numpy's arrays of the whole buffer cost tens. What it does not know (a computed
-# leaf, a cast from a float, a device value) it refuses, and `value` goes numpy's way.
-
-_VIEWS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.FLIP, Ops.DETACH})
-
-
-def _element_value(root: Node):
-    """`value` of `root` through `_element`, or `_REFUSED`."""
     try:
         return _element(root, (0,) * len(root.shape), {}, [0])
     except _Refused:
-        return _REFUSED
+        return None
 
 
 class _Refused(Exception):
@@ -125,6 +57,14 @@ def _wrapped(v: int, dt):
     bits = 8 * dt.itemsize
     v &= (1 << bits) - 1
     return v - (1 << bits) if dt.is_signed and v >> (bits - 1) else v
+
+
+def _flat(at: tuple, shape: tuple) -> int:
+    """Index `at` of `shape` as a row-major offset."""
+    flat = 0
+    for i, size in zip(at, shape):
+        flat = flat * size + i
+    return flat
 
 
 def _element(n: Node, at: tuple, memo: dict, count: list):
@@ -145,10 +85,7 @@ def _element(n: Node, at: tuple, memo: dict, count: list):
         if buf is not None:
             if type(buf) not in HOST_BUFFERS or buf.size > MAX_ELEMENTS:
                 raise _Refused
-            flat = 0
-            for i, size in zip(at, n.shape):
-                flat = flat * size + i
-            out = buf.array.reshape(-1)[flat].item()
+            out = buf.array.reshape(-1)[_flat(at, n.shape)].item()
             out = bool(out) if dt.is_bool else int(out)
         elif op in _VIEWS:
             out = _element(n.srcs[0], _source_index(n, at), memo, count)
@@ -176,10 +113,7 @@ def _source_index(n: Node, at: tuple) -> tuple:
         return tuple(0 if s == 1 else i for i, s in zip(at, src.shape))
     if op is Ops.FLIP:
         return tuple(s - 1 - i if k in n.arg else i for k, (i, s) in enumerate(zip(at, n.shape)))
-    flat = 0  # RESHAPE: the same place in row-major order
-    for i, size in zip(at, n.shape):
-        flat = flat * size + i
-    out = []
+    flat, out = _flat(at, n.shape), []  # RESHAPE: the same place in row-major order
     for size in reversed(src.shape):
         out.append(flat % size)
         flat //= size

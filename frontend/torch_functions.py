@@ -234,9 +234,6 @@ def chain_matmul(*matrices):
     return matrices[0]._linalg.multi_dot(list(matrices))
 
 
-# ---------------------------------------------------------------- integrals
-
-
 def renorm(input: TensorBase, p, dim: int, maxnorm):  # noqa: A002
     """Each slice of `input` along `dim` (its other dims together) whose p-norm is above
     `maxnorm` scaled to `maxnorm / (norm + 1e-7)` of itself, the others unchanged, as
@@ -262,6 +259,9 @@ def renorm(input: TensorBase, p, dim: int, maxnorm):  # noqa: A002
     norm = input._linalg.vector_norm(input, p, dim=others, keepdim=True)
     scale = where(norm > maxnorm, maxnorm / (norm + 1e-7), 1.0)
     return input * scale.to(input.dtype)
+
+
+# ---------------------------------------------------------------- integrals
 
 
 def cumulative_trapezoid(y: TensorBase, x: TensorBase | None = None, *, dx=None, dim: int = -1):

@@ -315,19 +315,18 @@ class profile(_profiler.Profile):
                 self.on_trace_ready(self)
         recording = self._action in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
         if recording and not self._recording or before is ProfilerAction.RECORD_AND_SAVE:
-            self._open_cycle(keep=False)
+            self._open_cycle()
         self._recording = recording
 
-    def _open_cycle(self, keep: bool) -> None:
+    def _open_cycle(self) -> None:
         """Start recording afresh (the cycle's kernels, regions, phases and wall time)."""
-        if not keep:
-            self.by_name.clear()
-            self.events.clear()
-            self.spans.clear()
-            self.regions.clear()
-            self.shapes.clear()
-            for table in self.places.values():
-                table.clear()
+        self.by_name.clear()
+        self.events.clear()
+        self.spans.clear()
+        self.regions.clear()
+        self.shapes.clear()
+        for table in self.places.values():
+            table.clear()
         self._before = _phases.snapshot()
         self._start = time.perf_counter()
         self._sampler.samples = self._sampler.trace = 0

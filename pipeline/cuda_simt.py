@@ -94,19 +94,25 @@ class Gather:
         return math.prod(lp.extent for lp in self.cond_loops)
 
 
+def keeps_position(c: Contraction, side: str) -> bool:
+    """Whether `side` is staged `[kk][at]` one value at a time with each thread at one tile
+    position over all its copies (`stage_values`): not a 16-byte side, its staging walks its
+    outputs (`Contraction.kk_fastest` False), and the block's threads cover whole rows."""
+    a = side == "a"
+    kk_fastest, vector = (c.a_kk_fastest, c.a_vector) if a else (c.b_kk_fastest, c.b_vector)
+    width = TILE_THREADS * (c.ra if a else c.rb)
+    return not kk_fastest and not vector and (TILE_THREADS * TILE_THREADS) % width == 0
+
+
 def gather_plan(c: Contraction, side: str, narrow: bool, room: int) -> Gather | None:
     """The `Gather` staging of `side`, where it applies: staged `[kk][at]` one value at a
     time with each thread at one tile position (`stage_values`), its statements loads,
     selects, arithmetic and literals whose indices are affine in plain loop variables,
     reading the reduction's loops, in 32-bit indices (`narrow`), and its table within
     `GATHER_TABLE_BYTES` and the `room` left in shared memory."""
-    a = side == "a"
-    stmts = c.a_stmts if a else c.b_stmts
-    kk_fastest, vector = (c.a_kk_fastest, c.a_vector) if a else (c.b_kk_fastest, c.b_vector)
-    width = TILE_THREADS * (c.ra if a else c.rb)
-    threads = TILE_THREADS * TILE_THREADS
-    if not GATHER or kk_fastest or vector or threads % width or not narrow:
+    if not (GATHER and narrow and keeps_position(c, side)):
         return None
+    stmts = c.a_stmts if side == "a" else c.b_stmts
     lins, conds = [], []
     for st in c.consts + stmts:
         if isinstance(st, Load):
@@ -219,6 +225,21 @@ def _bit(g: Gather):
     return bit
 
 
+def _gather_texts(side: str, g: Gather) -> dict:
+    """What a `Gather` side's indices and conditions print as (`cuda_text.index_texts`):
+    each index its tile part plus its table column (`fg_row`, the step's row), each
+    conjunction the thread's bit for the step's window position."""
+    owns = _owns(g)
+    texts: dict = {}
+    for expr, (own, col) in g.index.items():
+        h = f"{side}_fg_h{owns.index(own)}"
+        texts[expr] = h if col is None else f"({h} + fg_row[{col}])"
+    bit = f" >> fg_row[{len(g.columns)}]" if g.cond_loops else ""  # (else one bit: 0)
+    for j, v in enumerate(g.conds):
+        texts[v] = f"((int)({side}_fg_m{j}{bit}) & 1)"
+    return texts
+
+
 class TiledContraction:
     """The tile loop, staging and fp32 SIMT steps of a contraction; a mixin of the CUDA
     renderer (`cuda._Renderer`), whose `line`, `block`, `index_vars` and `stmt` print, and
@@ -239,7 +260,7 @@ class TiledContraction:
         if c.mma == "tf32":
             self.wmma_out_buffer()
         self.gathers = {}
-        if not self.wgmma and stage_count(c, self.shared_limit) * stage_bytes(c) <= STATIC_SHARED:
+        if not self.wgmma and not self.dynamic_bytes:  # (tables in static shared memory)
             for side in "ab":
                 room = STATIC_SHARED - self.shared_bytes
                 plan = gather_plan(c, side, self.narrow(c, side), room)
@@ -476,7 +497,6 @@ class TiledContraction:
     def gather_tile(self, c: Contraction, d: int) -> None:
         """Once a tile, each `Gather` side's parts along its own loops for the thread's tile
         position (`<side>_fg_h<i>`) and its conditions' bits (`<side>_fg_m<j>`)."""
-        threads = TILE_THREADS * TILE_THREADS
         for side, g in self.gathers.items():
             loops = c.a_loops if side == "a" else c.b_loops
             width = TILE_THREADS * (c.ra if side == "a" else c.rb)
@@ -487,7 +507,6 @@ class TiledContraction:
             for j in range(len(g.conds)):
                 self.line(d, f"{mask} {side}_fg_m{j} = 0;")
             self.line(d, "{")
-            assert threads % width == 0
             self.line(d + 1, f"const long long fg_i = tile_{side} + tid % {width};")
             self.index_vars(loops, "fg_i", d + 1, narrow=True)
             self.index_vars(c.c_loops, "ic", d + 1, narrow=True)
@@ -558,13 +577,11 @@ class TiledContraction:
         # what depends on it alone is computed once a stage (or once a tile). Not in a
         # vector side's fallback for unaligned buffers, where the registers it holds
         # are better left to the main path.
-        if side in self.gathers:
-            self.stage_gather(c, side, buf, inside, cell_of, e)
-            return
+        gather = self.gathers.get(side)
         if kk_fastest and threads % kc == 0 and not vector:
             self.line(e, f"for (int at = tid / {kc}, kk = tid % {kc}; at < {width}; "
                          f"at += {threads // kc}) {{")  # fmt: skip
-        elif not kk_fastest and threads % width == 0 and not vector:
+        elif keeps_position(c, side):
             self.line(e, f"for (int kk = tid / {width}, at = tid % {width}; kk < {kc}; "
                          f"kk += {threads // width}) {{")  # fmt: skip
         else:
@@ -573,41 +590,16 @@ class TiledContraction:
             self.line(e + 1, f"const int kk = {kk}, at = {at};")
         self.line(e + 1, f"const long long i{side} = tile_{side} + at, red = k0 + kk;")
         self.line(e + 1, f"if ({inside}) {{")
-        self.index_vars(loops, f"i{side}", e + 2, narrow)
-        self.index_vars(c.c_loops, "ic", e + 2, narrow)
-        self.index_vars(red.loops, "red", e + 2, narrow)
-        with narrow_indices(narrow):
-            self.block(c.consts + stmts, e + 2)
-        self.store_staged(c, side, exports, buf, cell_of, e)
-
-    def stage_gather(self, c: Contraction, side: str, buf: str, inside: str, cell_of,
-                     e: int) -> None:  # fmt: skip
-        """`stage_values` for a `Gather` side: each index its tile part plus its table
-        column, each condition the thread's bit for the step's window position."""
-        g, kc, threads = self.gathers[side], c.kc, TILE_THREADS * TILE_THREADS
-        stmts, exports = (c.a_stmts, c.a_exports) if side == "a" else (c.b_stmts, c.b_exports)
-        width = TILE_THREADS * (c.ra if side == "a" else c.rb)
-        owns = _owns(g)
-        texts: dict = {}
-        for expr, (own, col) in g.index.items():
-            h = f"{side}_fg_h{owns.index(own)}"
-            texts[expr] = h if col is None else f"({h} + fg_row[{col}])"
-        bit = f" >> fg_row[{len(g.columns)}]" if g.cond_loops else ""  # (else one bit: 0)
-        for j, v in enumerate(g.conds):
-            texts[v] = f"((int)({side}_fg_m{j}{bit}) & 1)"
-        self.line(e, f"for (int kk = tid / {width}, at = tid % {width}; kk < {kc}; "
-                     f"kk += {threads // width}) {{")  # fmt: skip
-        self.line(e + 1, f"const long long i{side} = tile_{side} + at, red = k0 + kk;")
-        self.line(e + 1, f"if ({inside}) {{")
-        self.line(e + 2, f"const int* fg_row = {side}_fg_tab[(int)red];")
-        with narrow_indices(True), index_texts(texts):
-            self.block(c.consts + stmts, e + 2)
-        self.store_staged(c, side, exports, buf, cell_of, e)
-
-    def store_staged(self, c: Contraction, side: str, exports, buf: str, cell_of,
-                     e: int) -> None:  # fmt: skip
-        """The end of a staged value's copy: each exported value into its cell, 0 where
-        the value is outside the outputs or the reduction; closes the copy's loop."""
+        if gather is not None:  # its indices and bounds from the tile's parts and the table
+            self.line(e + 2, f"const int* fg_row = {side}_fg_tab[(int)red];")
+            with narrow_indices(True), index_texts(_gather_texts(side, gather)):
+                self.block(c.consts + stmts, e + 2)
+        else:
+            self.index_vars(loops, f"i{side}", e + 2, narrow)
+            self.index_vars(c.c_loops, "ic", e + 2, narrow)
+            self.index_vars(red.loops, "red", e + 2, narrow)
+            with narrow_indices(narrow):
+                self.block(c.consts + stmts, e + 2)
         half = staged_half(c)  # exact: the value is a 16-bit number (`gpu._mma_kind`)
         for name, t in exports:
             value = narrowed(name, t) if half else name

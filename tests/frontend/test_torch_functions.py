@@ -417,6 +417,10 @@ def test_renorm_is_torchs_in_its_errors_its_method_and_in_place():
     x.renorm_(2, 0, 1.0)
     assert np.allclose(x.tolist(), [[0.6, 0.8]])
     assert fg.renorm(fg.zeros(0, 3), 2, 0, 1.0).shape == (0, 3)
+    tie = fg.tensor([[3.0, -3.0, 1.0], [0.5, 0.2, 0.1]], requires_grad=True)
+    fg.renorm(tie, inf, 0, 1.0).sum().backward()  # a tie for the max: torch 2.14.1's split
+    np.testing.assert_allclose(tie.grad.tolist(), [[5 / 18, 7 / 18, 1 / 3], [1.0, 1.0, 1.0]],
+                               rtol=1e-6)  # fmt: skip
     odd = fg.tensor([[nan, 1.0], [inf, 2.0], [-0.0, 0.0]])
     for p in (2, inf):  # torch 2.14.1's answers: a NaN slice kept, an inf one NaN and 0
         got = fg.renorm(odd, p, 0, 1.0).numpy()
@@ -424,6 +428,7 @@ def test_renorm_is_torchs_in_its_errors_its_method_and_in_place():
         assert np.signbit(got[2, 0])
     for args, error, says in [
         ((fg.tensor([1.0, 2.0]), 2, 0, 1.0), RuntimeError, "at least 2 dimensions, got 1"),
+        ((fg.tensor(1.0), 2, 0, 1.0), RuntimeError, "at least 2 dimensions, got 0"),
         ((fg.tensor([[1.0, 2.0]]), 0, 0, 1.0), RuntimeError, "non-positive-norm"),
         ((fg.tensor([[1.0, 2.0]]), -1, 0, 1.0), RuntimeError, "non-positive-norm"),
         ((fg.tensor([[1.0, 2.0]]), 2, 0, -1.0), RuntimeError, "maxnorm to be >= 0"),
