@@ -163,6 +163,12 @@ def carried(device, taken) -> list:
     since = _lazy.since or 0  # while jit records a call: the call's own only
     live = [t for t in (r() for r in refs[since:]) if t is not None]
     del refs[since:]
+    # each tensor where it was noted last (its latest write): a buffer written in place at
+    # every step (a BatchNorm's count) stands where this step's write put it, as at every
+    # later step, not where a write before the first step (its reset) noted it first, so
+    # the first step's graph, and plan, are the second's
+    last = {id(t): k for k, t in enumerate(live)}
+    live = [t for k, t in enumerate(live) if last[id(t)] == k]
     _lazy.read_from = min(_lazy.read_from, since)
     out = _still_lazy(live, device, set(taken))
     return [t for t, _ in out] + _kept_for_backward(out, differentiated)

@@ -118,12 +118,14 @@ class TiledContraction:
             }.get(gi, (None, 1))
             count = -(-extent // step)
             rows = gi in (tile.row, tile.row2)
+            if rows and self.shifted_last and count > 1 and extent % step == 0:
+                count += 1  # (the last tile is the one before it again: `shifted_last`)
             v = Var(f"o{gi}", 0, count - 1)
             kind = "parallel" if gi == order[0] else "serial"
             self._open_loop(Loop(v, count, [], kind))
             first_extent = count if first_extent is None else first_extent
             group_expr[gi] = lin(v) * step + inner if inner is not None else lin(v)
-            if extent % step and gi != tile.col:
+            if count * step != extent and gi != tile.col:
                 # ragged rows (`tile_choice.ragged_rows`): the last tile shifted back to end
                 # at the last row, `v // (count - 1)` being 1 there and 0 before it
                 assert rows and count > 1, "only a tile's rows or vectors are ragged"

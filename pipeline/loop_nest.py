@@ -112,8 +112,14 @@ class Lowerer(TiledContraction, CascadeSums):
         row_cascade: bool = False,
         lane_max: bool = False,
         one_loop_siblings: bool = False,
+        shifted_last: bool = False,
     ):
         self.item = item
+        # a register tile's rows whose count they divide still end in a last tile shifted
+        # back (a whole tile), as a count they do not divide does: in a plan whose sizes vary,
+        # so the kernel's form does not change with the divisors of a size
+        # (`TiledContraction._open_tile_loops`)
+        self.shifted_last = shifted_last
         # sibling reductions (pipeline/schedule.py, rule 7) in the reduction's own loop, one
         # accumulator each (the CPU's); else each in a loop of its own (the GPU's mapping
         # splits one reduction per loop over a block's threads)

@@ -36,7 +36,15 @@ from .peel import peel_guarded_loops, peel_padded_outputs, split_phases, unrolle
 from .pieces import split_pieces
 from .reductions import cascade_lanes, cascade_rows, lane_max
 from .schedule import ScheduleItem
-from .tile_choice import SUM_MERGED_LANES, Tile, choose_tile, fits_siblings, tile_text
+from .tile_choice import (
+    SUM_MERGED_LANES,
+    Tile,
+    choose_tile,
+    fits_siblings,
+    ragged_rows,
+    tile_reads,
+    tile_text,
+)
 from .tile_tuning import tuning_space
 from .tiling import MAX_ROW_PERIOD, row_period, rows_merge
 
@@ -309,7 +317,8 @@ def _lower_tile(item: ScheduleItem, groups: _Groups, t: Tile) -> Kernel:
     """The kernel register-tiled by `t`: a window read through padding has its edge tiles
     guarded and its interior not (`peel_guarded_loops`), and a tile whose vectors cross
     merged rows is unrolled by the rows' period."""
-    tiled = Lowerer(item, groups.out, groups.red, t).lower()
+    shifted = ragged_rows(tile_reads(groups.plain(), item, groups.out))
+    tiled = Lowerer(item, groups.out, groups.red, t, shifted_last=shifted).lower()
     _step(f"register tile {tile_text(t)}", tiled)
     kernel = _step("edge tiles peeled", peel_guarded_loops(tiled), tiled)
     merged, summed = groups.merged, groups.summed

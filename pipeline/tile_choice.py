@@ -447,7 +447,9 @@ def ragged_rows(reads: TileReads) -> bool:
     next sizes differ only in their literals (a batch of 309 rows takes 8-row tiles, as one
     of 360 does, not 3-row ones). The last tile is shifted back to end at the last row
     (`TiledContraction._open_tile_loops`): the rows it shares with the tile before are
-    computed twice, alike, and stored twice. Not where a load is guarded (a window read
+    computed twice, alike, and stored twice; where the rows divide the count, the last
+    tile is the one before it again (`Lowerer.shifted_last`), so the kernel's form does
+    not depend on the divisors of the count. Not where a load is guarded (a window read
     through padding), whose edge tiles are peeled by their rows' ranges. A plan of sizes
     that never vary keeps rows that divide its row count, but on a host with 16 registers
     from `NARROW_RAGGED_FROM` rows (`_narrow_rows`)."""

@@ -285,6 +285,27 @@ def test_a_batch_norm_called_three_times_in_a_step_runs_its_forward_once():
     assert bn.num_batches_tracked.item() == 9
 
 
+def test_a_batch_norm_models_first_training_step_plans_what_every_later_step_runs():
+    """A BatchNorm's count and running statistics are written in place by every step and
+    once before the first (their reset): the first step computes them, with the rest of
+    the step, in the order this step wrote them, as every later step does, so the second
+    step runs the first step's plan (a ResNet-18's second step scheduled and lowered its
+    420 kernels again)."""
+    fg.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Conv2d(4, 2, 3))
+    model.append(nn.BatchNorm2d(2))
+    opt = fg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    scheduled = []
+    for _ in range(3):
+        x = fg.tensor(RNG.standard_normal((4, 3, 8, 8)).astype(np.float32))
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+        scheduled.append(engine.stats["scheduled"])
+    assert scheduled[1] == scheduled[0] and scheduled[2] == scheduled[0], scheduled
+    assert model[1].num_batches_tracked.item() == 3 and model[4].num_batches_tracked.item() == 3
+
+
 @pytest.mark.parametrize("p", [1, 2, 3.0, float("inf")])
 def test_normalize(p):
     x = RNG.standard_normal((3, 4))

@@ -211,6 +211,23 @@ def test_sin_kernel_is_vectorized_without_libm(dtype):
     np.testing.assert_allclose(y.numpy(), np.sin(a.astype(np.float64)), rtol=1e-5, atol=1e-6)
 
 
+def test_an_elementwise_kernel_is_left_to_the_vectorizer_and_a_sum_to_the_unroller_too():
+    # a ResNet BatchNorm backward's transposing kernel: LLVM unrolled its short inner loop
+    # fully, then vectorized the loop around it as interleaved groups of strided stores,
+    # a second's compile; its loops are marked not to unroll, and it is still vectorized
+    a = RNG.standard_normal((16, 16, 512)).astype(np.float32)
+    y = (fg.from_numpy(a).permute(0, 2, 1) * 2.0 + 1.0).relu()
+    k = one_kernel(y)
+    assert '!"llvm.loop.unroll.disable"' in k.llvm_ir
+    assert "llvm.loop.unroll.disable" in k.llvm_ir_optimized  # (kept on the vector loop)
+    np.testing.assert_array_equal(y.numpy(), np.maximum(a.transpose(0, 2, 1) * 2 + 1, 0))
+    x = fg.from_numpy(RNG.standard_normal(N).astype(np.float32))
+    check_vectorized(one_kernel(chain(x)), np.float32, [MUL])
+    assert "llvm.loop.unroll.disable" in one_kernel(chain(x)).llvm_ir
+    s = fg.from_numpy(a.reshape(256, 512)).sum(1)
+    assert "unroll.disable" not in one_kernel(s).llvm_ir
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_row_sum_reduction_is_vectorized(dtype):
     a = RNG.standard_normal((256, 256)).astype(dtype)
