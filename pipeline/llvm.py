@@ -407,10 +407,8 @@ class _Renderer:
         width for this loop alone (`Loop.lanes`), and, in a kernel with no reduction,
         `llvm.loop.unroll.disable`. There LLVM's full unrolling of a short inner loop turns
         the loop around it into interleaved groups of strided stores, which its vectorizer
-        then takes a second over (a BatchNorm backward's 16 x 512 x 4 x 4 transposing
-        kernel: 442 ms of O3 against 20 ms not unrolled, on a Zen 3), and the kernels run
-        no faster unrolled: an elementwise loop's vector body is already interleaved by the
-        vectorizer."""
+        can take half a second over, for no faster a kernel: the vectorizer interleaves an
+        elementwise loop's vector body itself (docs/pipeline/6-compiling.md)."""
         hints = []
         if s.lanes:
             hints.append(f'!{{!"llvm.loop.vectorize.width", i32 {s.lanes}}}')

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from ..ir.ops import REDUCE, Ops
 from ..ir.symbolic import FloorDiv, Lin, Mod, Var, lin
-from . import tile_choice
+from . import templates, tile_choice
 from .amx import lower_amx
 from .coords import split_lanes
 from .dpbf16 import lower_dpbf16
@@ -317,7 +317,8 @@ def _lower_tile(item: ScheduleItem, groups: _Groups, t: Tile) -> Kernel:
     """The kernel register-tiled by `t`: a window read through padding has its edge tiles
     guarded and its interior not (`peel_guarded_loops`), and a tile whose vectors cross
     merged rows is unrolled by the rows' period."""
-    shifted = ragged_rows(tile_reads(groups.plain(), item, groups.out))
+    # (a plan whose sizes vary, without a guarded load: `tile_choice.ragged_rows`)
+    shifted = templates.active() and ragged_rows(tile_reads(groups.plain(), item, groups.out))
     tiled = Lowerer(item, groups.out, groups.red, t, shifted_last=shifted).lower()
     _step(f"register tile {tile_text(t)}", tiled)
     kernel = _step("edge tiles peeled", peel_guarded_loops(tiled), tiled)
