@@ -75,6 +75,7 @@ from .loopir import (
     TileStore,
     TileStoreRows,
     TileZero,
+    has_reduce_loop,
 )
 from .optable import SAFE_DIV, SAFE_UDIV, Intrinsic, MathFn, op_row
 from .tiling import SHUFFLED_LANE_STEPS
@@ -133,7 +134,7 @@ class _Renderer:
         self.metadata: list[str] = []  # loops' hints (`!llvm.loop`), after the function
         # LLVM's unroller is for loops that accumulate; a kernel without any is left as
         # it is vectorized (see `loop_hints`)
-        self.unroll = _has_reduction(kernel.body)
+        self.unroll = has_reduce_loop(kernel.body)
         self.math: set[tuple[str, str, int | None]] = set()
         self.decls: set[str] = set()
         self.n = 0
@@ -1195,11 +1196,6 @@ def _poll_block(extent: int, most: int) -> int:
     if templates.active():  # (a plan whose sizes vary: blocks of one length at every size)
         return min(extent, most)
     return next((b for b in range(most, most // 2, -1) if extent % b == 0), most)
-
-
-def _has_reduction(body: list) -> bool:
-    """Whether a loop of kind "reduce" is in `body`, at any depth."""
-    return any(isinstance(s, Loop) and (s.kind == "reduce" or _has_reduction(s.body)) for s in body)
 
 
 def _inner_work(body: list) -> int:

@@ -369,6 +369,13 @@ def reading_through(s, names: dict[str, str]):
     return s
 
 
+def has_reduce_loop(body) -> bool:
+    """Whether a loop of kind "reduce" is in `body`, at any depth."""
+    return any(
+        isinstance(s, Loop) and (s.kind == "reduce" or has_reduce_loop(s.body)) for s in body
+    )
+
+
 def _has_tiles(body) -> bool:
     tiles = (TileZero, TileLoad, TileLoadAcc, TileDot, TileStore, TileStoreRows, AccDotPairs)
     return any(isinstance(s, tiles) or (isinstance(s, Loop) and _has_tiles(s.body)) for s in body)

@@ -35,6 +35,7 @@ from .loopir import (
     ScatterAdd,
     Select,
     Store,
+    has_reduce_loop,
     reading_through,
 )
 
@@ -61,7 +62,7 @@ def peel_padded_outputs(kernel: Kernel) -> Kernel:
     edges and its interior (the module's docstring); otherwise `kernel` itself. Guarded
     per element, such a loop reaches LLVM's vectorizer as masked gathers (a padded copy
     ran at under half a plain copy's bandwidth); its interior is then a plain copy."""
-    if _has_reduce(kernel.body) or not any(_guarded_serial(s) for s in kernel.body):
+    if has_reduce_loop(kernel.body) or not any(_guarded_serial(s) for s in kernel.body):
         return kernel
     body = _short_rows_as_vectors(_peel_block(kernel.body, PEEL_MAX_COPIES))
     return dataclasses.replace(kernel, body=[_simplified(s) for s in body])
@@ -88,10 +89,6 @@ def _short_rows_as_vectors(body) -> list:
                 s = dataclasses.replace(s, body=_short_rows_as_vectors(s.body))
         out.append(s)
     return out
-
-
-def _has_reduce(body) -> bool:
-    return any(isinstance(s, Loop) and (s.kind == "reduce" or _has_reduce(s.body)) for s in body)
 
 
 def _guarded_serial(s) -> bool:
@@ -323,7 +320,7 @@ def split_phases(kernel: Kernel) -> Kernel:
     >>> (loop.var.name, loop.extent, [(s.index, s.valid) for p in loop.body for s in p.body])
     ('o', 4, [(o, ()), (o, (-1,)), (o*2, ()), (o, (-1,)), (o, ()), (o*2 + 1, ())])
     """
-    if _has_reduce(kernel.body):
+    if has_reduce_loop(kernel.body):
         return kernel
     body, copies = _split_block(kernel.body)
     if copies == 1:

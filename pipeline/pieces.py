@@ -50,10 +50,11 @@ from .loopir import (
     ScatterAdd,
     Select,
     Store,
+    has_reduce_loop,
     reading_through,
     values_read,
 )
-from .peel import _accumulators, _all_guards, _has_reduce, _shifted, _substituted
+from .peel import _accumulators, _all_guards, _shifted, _substituted
 from .reductions import zero_value
 
 MIN_PIECES = 3  # a loop is split where this many loads, or more, read pieces under guards...
@@ -134,7 +135,7 @@ def _interchanged(kernel: Kernel) -> tuple[list, int] | None:
     if len(body) != 1 or not isinstance(body[0], Loop) or body[0].kind != "parallel":
         return None
     rows = body[0]
-    if len(rows.body) != 1 or not isinstance(rows.body[0], Loop) or _has_reduce(body):
+    if len(rows.body) != 1 or not isinstance(rows.body[0], Loop) or has_reduce_loop(body):
         return None
     inner = rows.body[0]
     if inner.kind != "serial" or _accumulators(body) or inner.extent >= INTERCHANGE_MAX_COLUMNS:
