@@ -682,11 +682,11 @@ class DeviceBuffer:
     def __del__(self):
         global live_buffers
         if getattr(self, "counted", False):  # not set when the allocation failed
-            live_buffers -= 1
             try:
+                live_buffers -= 1
                 self.owner.free(self.mem, self.size, self.dtype)
-            except Exception:  # at interpreter exit the pool may be gone already
-                pass
+            except Exception:  # at interpreter exit the pool, or this module's globals
+                pass  # (the count, None then), may be gone already
 
     @classmethod
     def from_numpy(cls, a: np.ndarray, dtype: DType, device: str = "cuda:0") -> DeviceBuffer:
