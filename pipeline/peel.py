@@ -64,7 +64,7 @@ def peel_padded_outputs(kernel: Kernel) -> Kernel:
     ran at under half a plain copy's bandwidth); its interior is then a plain copy."""
     if has_reduce_loop(kernel.body) or not any(_guarded_serial(s) for s in kernel.body):
         return kernel
-    body = _short_rows_as_vectors(_peel_block(kernel.body, PEEL_MAX_COPIES))
+    body = _short_rows_as_vectors(_peel_block(kernel.body, PEEL_MAX_COPIES, parallel=True))
     return dataclasses.replace(kernel, body=[_simplified(s) for s in body])
 
 
@@ -197,16 +197,25 @@ def _all_guards(body):
             yield from s.valid
 
 
-def _peel_block(body, budget: int) -> list:
+def _peel_block(body, budget: int, parallel: bool = False) -> list:
+    """`body` with its serial and reduction loops peeled (`_ranges`), and with
+    `parallel`, the kernel's parallel loop too: each of its ranges a parallel loop over
+    that part of the parallel iterations (`Loop.first`), as `pieces` cuts one (a matmul's
+    right operand packed in panels of 32 columns, 5000 of them: the last panel's guards
+    depend on the panel, so the others copy their rows unguarded)."""
     out = []
     for s in body:
         if not isinstance(s, Loop):
             out.append(s)
             continue
-        parts = _ranges(s, budget) if s.kind in ("serial", "reduce") else [(0, s.extent)]
+        whole_range = parallel and s.kind == "parallel" and s.first is None
+        peeled = s.kind in ("serial", "reduce") or whole_range
+        parts = _ranges(s, budget) if peeled else [(0, s.extent)]
         share = max(budget // len(parts), 1)
         for k, (start, stop) in enumerate(parts):
             loop = s if (start, stop) == (0, s.extent) else _shifted(s, start, stop, k)
+            if whole_range and loop is not s:
+                loop = dataclasses.replace(loop, first=start)
             out.append(dataclasses.replace(loop, body=_peel_block(loop.body, share)))
     return out
 

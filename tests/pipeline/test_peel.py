@@ -122,6 +122,25 @@ def test_a_padded_copy_has_an_unguarded_interior_at_special_points():
         np.testing.assert_array_equal(np.signbit(got), np.signbit(want))  # -0.0 kept, pads +0
 
 
+@pytest.mark.parametrize("transposed", [False, True])
+def test_a_right_operand_packed_in_panels_copies_all_but_its_last_panel_unguarded(transposed):
+    """A product's right operand of 600 columns packed in panels of 32, the last one padded
+    with zeros: the pack's guards depend on the panel, its parallel loop, so that loop is
+    cut into a range of the 18 whole panels, a plain copy, and the last (`Loop.first`).
+    Read along its rows (a gradient's) or down its columns (a linear layer's weight); the
+    product's values at special points are the operand's."""
+    special = np.array([0.0, -0.0, 1.0, -1.0, 3e38, -3e38, 0.5, 2.0], np.float32)
+    w0 = np.resize(special, (600, 1024)).astype(np.float32)  # 2.4 MB: packed
+    x0 = np.eye(1024, dtype=np.float32)  # each product one of w's values
+    x = fg.tensor(x0)
+    y = F.linear(x, fg.tensor(w0)) if transposed else x @ fg.tensor(w0.T.copy())
+    pack = _padded_kernel(y)
+    ranges = [s for s in pack.body if isinstance(s, Loop) and s.kind == "parallel"]
+    assert [(r.first, r.extent) for r in ranges] == [(0, 18), (18, 1)], pack
+    assert not any(ld.valid for ld in _loads(ranges[0].body))
+    np.testing.assert_array_equal(y.numpy(), w0.T)
+
+
 def test_a_padded_producer_and_a_crop_keep_their_values():
     """relu's gradient written into a padded buffer (a conv's input gradient reads it): the
     producer is peeled with its pad; a negative pad (a crop) is a plain view, no guards."""
