@@ -1,6 +1,7 @@
 """fusegrad's cuda device against PyTorch CUDA on the same GPU, timed alternately in one process.
 
-Run:  python benchmarks/gpu.py [--quick] [--only TEXT] [--no-gather] [--no-tf32-wgmma]
+Run:  python benchmarks/gpu.py [--quick] [--only TEXT] [--no-gather] [--prefetch]
+      [--no-tf32-wgmma]
       (a GPU, PyCUDA and PyTorch with CUDA)
 
 Workloads, each on the GPU for both systems, on the same random inputs:
@@ -349,6 +350,12 @@ def main() -> None:
         "(pipeline.cuda_simt.GATHER off)",
     )
     ap.add_argument(
+        "--prefetch",
+        action="store_true",
+        help="fp32 SIMT steps staged through registers during the products, not before "
+        "their barrier (pipeline.cuda_simt.PREFETCH on)",
+    )
+    ap.add_argument(
         "--no-tf32-wgmma",
         action="store_true",
         help="large TF32 matmuls on the WMMA pipeline on Hopper too, not its wgmma one "
@@ -359,10 +366,11 @@ def main() -> None:
         from fusegrad.pipeline import gpu as gpu_map
 
         gpu_map.TF32_WGMMA = False
-    if args.no_gather:
+    if args.no_gather or args.prefetch:
         from fusegrad.pipeline import cuda_simt
 
-        cuda_simt.GATHER = False
+        cuda_simt.GATHER = cuda_simt.GATHER and not args.no_gather
+        cuda_simt.PREFETCH = cuda_simt.PREFETCH or args.prefetch
     rounds = 10 if args.quick else 40
 
     import torch

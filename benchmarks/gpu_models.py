@@ -2,7 +2,7 @@
 
 Run:  python benchmarks/gpu_models.py [--model resnet18|gpt|vit|lstm|all] [--rounds 6]
                                       [--images 128] [--autocast] [--compile]
-                                      [--torch-conv-tf32 on|off]
+                                      [--torch-conv-tf32 on|off] [--prefetch]
       (a GPU, PyCUDA and PyTorch with CUDA)
 
 The models of `benchmarks/models.py` (the CIFAR ResNet-18, the GPT-style decoder, the small
@@ -144,10 +144,19 @@ def main() -> None:
         default="on",
         help="torch.backends.cudnn.allow_tf32 (on: PyTorch's default)",
     )
+    ap.add_argument(
+        "--prefetch",
+        action="store_true",
+        help="fusegrad's fp32 SIMT steps staged through registers during the products "
+        "(pipeline.cuda_simt.PREFETCH on)",
+    )
     args = ap.parse_args()
     import torch
 
     import fusegrad as fg
+    from fusegrad.pipeline import cuda_simt
+
+    cuda_simt.PREFETCH = cuda_simt.PREFETCH or args.prefetch
 
     torch.backends.cudnn.allow_tf32 = args.torch_conv_tf32 == "on"
     print(

@@ -51,6 +51,13 @@ HALF_STAGES = 4  # at most this many buffers of staged steps on the 16-bit tenso
 SIMT_STAGES = 4
 
 
+# the fp32 SIMT path with two buffers (no side copied by `cp.async`): each thread loads
+# the next step's values into registers before this step's products and stores them to
+# shared memory after, so the loads' latency overlaps the products, one barrier a step
+# (off: staged before the step's barrier, two barriers a step). Off until a GPU has
+# timed it: `benchmarks/gpu.py --prefetch` and `gpu_models.py --prefetch` turn it on
+PREFETCH = False
+
 # sides staged through `Gather` tables where they apply (off: value by value, as before;
 # `benchmarks/gpu.py --no-gather` times both)
 GATHER = True
@@ -364,9 +371,19 @@ class TiledContraction:
         length = "fg_kn" if c.split > 1 else f"{red.length}LL"  # (this block's chunk)
         self.line(d, f"const int fg_steps = (int)(({length} + {kc - 1}) / {kc});")
         ahead = half or c.simt_async  # else two buffers, two barriers a step
+        prefetch = PREFETCH and not mma and not ahead
         if ahead:
             stages = stage_count(c, self.shared_limit)
             self.stages_ahead(c, d, stages, stages - 1, self.stage)
+        elif prefetch:
+            self.stage(c, "0", "0LL", d)
+            self.line(d, "__syncthreads();  // step 0 is everyone's")
+            self.line(d, "for (int kt = 0; kt < fg_steps; ++kt) {")
+            self.line(d + 1, "const int fg_buf = kt & 1;")
+            self.prefetch_registers(c, d + 1)
+            self.line(d + 1, "if (kt + 1 < fg_steps) {  // the next step's values, in flight")
+            self.stage(c, "fg_buf ^ 1", f"(long long)(kt + 1) * {kc}", d + 2, phase="load")
+            self.line(d + 1, "}")
         else:
             self.stage(c, "0", "0LL", d)
             self.line(d, "fg_copy_commit();")
@@ -384,7 +401,12 @@ class TiledContraction:
             self.wmma_step(c, fa, fb, d + 1)
         else:
             self.simt_step(c, d + 1)
-        if not ahead:
+        if prefetch:
+            self.line(d + 1, "if (kt + 1 < fg_steps) {")
+            self.stage(c, "fg_buf ^ 1", f"(long long)(kt + 1) * {kc}", d + 2, phase="store")
+            self.line(d + 1, "}")
+            self.line(d + 1, "__syncthreads();  // this step read, the next one stored")
+        elif not ahead:
             self.line(d + 1, "__syncthreads();  // read before the step after next overwrites it")
         self.line(d, "}")
         if ahead:  # the block's next tile (a grid-stride loop) stages its first steps
@@ -441,12 +463,21 @@ class TiledContraction:
         self.line(d, f"{dt.cuda} {c.red.init.acc} = {value};")
         self.block(c.prefix + c.epilogue, d)
 
-    def stage(self, c: Contraction, buf: str, k0: str, d: int, wgmma: bool = False) -> None:
+    def stage(self, c: Contraction, buf: str, k0: str, d: int, wgmma: bool = False,
+              phase: str | None = None) -> None:  # fmt: skip
         """Copy the `kc` reduction steps from `k0` of both sides into buffer `buf`; values
         outside the outputs or the reduction are 0 (the tensor cores sum whole steps).
         A side that is one plain load of 16-byte aligned buffers moves 16 bytes at a time
         (`stage_vector`), else, and where its buffers are not aligned, one value at a time
-        (`stage_values`). `wgmma`: into the wgmma pipeline's buffers (`wgmma_cell`)."""
+        (`stage_values`). `wgmma`: into the wgmma pipeline's buffers (`wgmma_cell`).
+        `phase` (`PREFETCH`: value by value only): "load" the values into the thread's
+        registers (`prefetch_registers`), "store" those into the buffer."""
+        if phase is not None:
+            assert not (c.a_vector or c.b_vector or wgmma), "a prefetch stages value by value"
+            for side, exports in (("a", c.a_exports), ("b", c.b_exports)):
+                if exports:
+                    self.prefetch_values(c, side, buf, k0, phase, d)
+            return
         red = c.red
         cell_of = self.wgmma_cell if wgmma else self.staged
         self.line(d, "{")
@@ -610,6 +641,90 @@ class TiledContraction:
             self.line(e + 2, f"{cell_of(c, side, name, buf, 'kk', 'at')} = {zero};")
         self.line(e + 1, "}")
         self.line(e, "}")
+
+    def prefetch_shape(self, c: Contraction, side: str) -> tuple[int, str, str, str]:
+        """(copies a thread makes of `side` a stage, its q-th copy's step `kk`, tile
+        position `at`, and the condition that the copy is one), walking the stage as
+        `stage_values` does."""
+        threads, kc = TILE_THREADS * TILE_THREADS, c.kc
+        a = side == "a"
+        width = TILE_THREADS * (c.ra if a else c.rb)
+        kk_fastest = c.a_kk_fastest if a else c.b_kk_fastest
+        if kk_fastest and threads % kc == 0:
+            step = threads // kc
+            return (
+                -(-width // step),
+                f"tid % {kc}",
+                f"tid / {kc} + q * {step}",
+                ("true" if width % step == 0 else f"tid / {kc} + q * {step} < {width}"),
+            )
+        if keeps_position(c, side):
+            step = threads // width
+            return (
+                -(-kc // step),
+                f"tid / {width} + q * {step}",
+                f"tid % {width}",
+                ("true" if kc % step == 0 else f"tid / {width} + q * {step} < {kc}"),
+            )
+        e, n = f"(tid + q * {threads})", kc * width
+        kk, at = (f"{e} % {kc}", f"{e} / {kc}")
+        if not kk_fastest:
+            kk, at = f"{e} / {width}", f"{e} % {width}"
+        return -(-n // threads), kk, at, ("true" if n % threads == 0 else f"{e} < {n}")
+
+    def prefetch_registers(self, c: Contraction, d: int) -> None:
+        """Declare the registers a thread loads a step's values into (`PREFETCH`)."""
+        for side, exports in (("a", c.a_exports), ("b", c.b_exports)):
+            count = self.prefetch_shape(c, side)[0]
+            for name, t in exports:
+                self.line(d, f"{t.cuda} fg_next_{side}_{name}[{count}];")
+
+    def prefetch_values(self, c: Contraction, side: str, buf: str, k0: str, phase: str,
+                        d: int) -> None:  # fmt: skip
+        """`stage_values`' copies of `side` for steps from `k0`, in two phases (`PREFETCH`):
+        "load" computes each into its register (0 outside the outputs and the reduction),
+        "store" writes those to buffer `buf`."""
+        red = c.red
+        a = side == "a"
+        loops, stmts = (c.a_loops, c.a_stmts) if a else (c.b_loops, c.b_stmts)
+        exports = c.a_exports if a else c.b_exports
+        extent = c.na if a else c.nb
+        count, kk, at, copy = self.prefetch_shape(c, side)
+        self.line(d, "#pragma unroll")
+        self.line(d, f"for (int q = 0; q < {count}; ++q) {{")
+        self.line(d + 1, f"const int kk = {kk}, at = {at};")
+        if copy != "true":
+            self.line(d + 1, f"if ({copy}) {{")
+        e = d + 2 if copy != "true" else d + 1
+        if phase == "store":
+            for name, _ in exports:
+                cell = self.staged(c, side, name, buf, "kk", "at")
+                self.line(e, f"{cell} = fg_next_{side}_{name}[q];")
+        else:
+            narrow = self.narrow(c, side)
+            start = "fg_k0 + " if c.split > 1 else ""
+            self.line(e, f"const long long i{side} = tile_{side} + at, red = {start}{k0} + kk;")
+            self.line(e, f"if (i{side} < {extent}LL && red < {red.length}LL) {{")
+            gather = self.gathers.get(side)
+            if gather is not None:
+                self.line(e + 1, f"const int* fg_row = {side}_fg_tab[(int)red];")
+                with narrow_indices(True), index_texts(_gather_texts(side, gather)):
+                    self.block(c.consts + stmts, e + 1)
+            else:
+                self.index_vars(loops, f"i{side}", e + 1, narrow)
+                self.index_vars(c.c_loops, "ic", e + 1, narrow)
+                self.index_vars(red.loops, "red", e + 1, narrow)
+                with narrow_indices(narrow):
+                    self.block(c.consts + stmts, e + 1)
+            for name, _ in exports:
+                self.line(e + 1, f"fg_next_{side}_{name}[q] = {name};")
+            self.line(e, "} else {")
+            for name, t in exports:
+                self.line(e + 1, f"fg_next_{side}_{name}[q] = ({t.cuda})0;")
+            self.line(e, "}")
+        if copy != "true":
+            self.line(d + 1, "}")
+        self.line(d, "}")
 
     def staged(self, c: Contraction, side: str, name: str, buf: str, kk: str, at: str) -> str:
         """The shared-memory cell of value `name` of `side` at reduction step `kk` and tile

@@ -185,6 +185,33 @@ def test_a_strided_dilated_grouped_convolution_and_its_gradients_on_the_emulator
 
 
 @pytest.mark.usefixtures("emulated")
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_the_next_steps_values_wait_in_registers_during_the_products(prefetch, monkeypatch):
+    """`cuda_simt.PREFETCH`: on the fp32 SIMT path with two buffers, a thread loads the
+    next step's window values and weights into registers before this step's products and
+    stores them after, one barrier a step (off: staged before the step's barrier, two).
+    The convolution's values and gradients are the CPU's either way."""
+    from fusegrad.pipeline import cuda_simt
+
+    monkeypatch.setattr(cuda_simt, "PREFETCH", prefetch)
+    data = _data(2, 8, 10, 24, 3, 1)
+    _, y = _conv("cuda", data, padding=1)
+    (k,) = _kernels([y])
+    src = cuda_kernel(k, "k").source
+    loop = src[src.index("for (int kt = 0;") :]
+    loop = loop[: loop.index("\n      }\n")]  # the steps' loop (its brace 6 spaces in)
+    assert ("fg_next_a_" in loop and "fg_next_b_" in loop) == prefetch
+    assert loop.count("__syncthreads()") == (1 if prefetch else 2)
+    results = []
+    for device in ("cpu", "cuda"):
+        leaves, out = _conv(device, data, padding=1)
+        (out * out).sum().backward()
+        results.append([t.detach().cpu().numpy() for t in (out, *(t.grad for t in leaves))])
+    for got, want in zip(*reversed(results)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.usefixtures("emulated")
 def test_a_float16_convolution_on_the_tensor_cores_of_the_emulator():
     data = _data(1, 16, 9, 16, 3, 1)
     _, y = _conv("cuda", data, np.float16, padding=2)
