@@ -598,9 +598,8 @@ class TiledContraction:
                      cell_of, e: int) -> None:  # fmt: skip
         """`stage`'s copies of a side one value at a time: its statements (the side's
         prologue) computed per staged value, 0 outside the outputs and the reduction."""
-        red, kc, threads = c.red, c.kc, TILE_THREADS * TILE_THREADS
+        kc, threads = c.kc, TILE_THREADS * TILE_THREADS
         a = side == "a"
-        loops, stmts = (c.a_loops, c.a_stmts) if a else (c.b_loops, c.b_stmts)
         exports = c.a_exports if a else c.b_exports
         kk_fastest, vector = (c.a_kk_fastest, c.a_vector) if a else (c.b_kk_fastest, c.b_vector)
         width = TILE_THREADS * (c.ra if a else c.rb)
@@ -608,7 +607,6 @@ class TiledContraction:
         # what depends on it alone is computed once a stage (or once a tile). Not in a
         # vector side's fallback for unaligned buffers, where the registers it holds
         # are better left to the main path.
-        gather = self.gathers.get(side)
         if kk_fastest and threads % kc == 0 and not vector:
             self.line(e, f"for (int at = tid / {kc}, kk = tid % {kc}; at < {width}; "
                          f"at += {threads // kc}) {{")  # fmt: skip
@@ -621,16 +619,7 @@ class TiledContraction:
             self.line(e + 1, f"const int kk = {kk}, at = {at};")
         self.line(e + 1, f"const long long i{side} = tile_{side} + at, red = k0 + kk;")
         self.line(e + 1, f"if ({inside}) {{")
-        if gather is not None:  # its indices and bounds from the tile's parts and the table
-            self.line(e + 2, f"const int* fg_row = {side}_fg_tab[(int)red];")
-            with narrow_indices(True), index_texts(_gather_texts(side, gather)):
-                self.block(c.consts + stmts, e + 2)
-        else:
-            self.index_vars(loops, f"i{side}", e + 2, narrow)
-            self.index_vars(c.c_loops, "ic", e + 2, narrow)
-            self.index_vars(red.loops, "red", e + 2, narrow)
-            with narrow_indices(narrow):
-                self.block(c.consts + stmts, e + 2)
+        self.staged_value(c, side, narrow, e + 2)
         half = staged_half(c)  # exact: the value is a 16-bit number (`gpu._mma_kind`)
         for name, t in exports:
             value = narrowed(name, t) if half else name
@@ -650,22 +639,16 @@ class TiledContraction:
         a = side == "a"
         width = TILE_THREADS * (c.ra if a else c.rb)
         kk_fastest = c.a_kk_fastest if a else c.b_kk_fastest
-        if kk_fastest and threads % kc == 0:
-            step = threads // kc
-            return (
-                -(-width // step),
-                f"tid % {kc}",
-                f"tid / {kc} + q * {step}",
-                ("true" if width % step == 0 else f"tid / {kc} + q * {step} < {width}"),
-            )
-        if keeps_position(c, side):
-            step = threads // width
-            return (
-                -(-kc // step),
-                f"tid / {width} + q * {step}",
-                f"tid % {width}",
-                ("true" if kc % step == 0 else f"tid / {width} + q * {step} < {kc}"),
-            )
+        # a thread's step fixed and its positions walked, or its position fixed and its steps
+        walked = {"at": (kc, width)} if kk_fastest and threads % kc == 0 else {}
+        if not walked and keeps_position(c, side):
+            walked = {"kk": (width, kc)}
+        for axis, (fixed, extent) in walked.items():
+            step = threads // fixed
+            walk = f"tid / {fixed} + q * {step}"
+            copy = "true" if extent % step == 0 else f"{walk} < {extent}"
+            kk, at = (f"tid % {kc}", walk) if axis == "at" else (walk, f"tid % {width}")
+            return -(-extent // step), kk, at, copy
         e, n = f"(tid + q * {threads})", kc * width
         kk, at = (f"{e} % {kc}", f"{e} / {kc}")
         if not kk_fastest:
@@ -686,7 +669,6 @@ class TiledContraction:
         "store" writes those to buffer `buf`."""
         red = c.red
         a = side == "a"
-        loops, stmts = (c.a_loops, c.a_stmts) if a else (c.b_loops, c.b_stmts)
         exports = c.a_exports if a else c.b_exports
         extent = c.na if a else c.nb
         count, kk, at, copy = self.prefetch_shape(c, side)
@@ -705,17 +687,7 @@ class TiledContraction:
             start = "fg_k0 + " if c.split > 1 else ""
             self.line(e, f"const long long i{side} = tile_{side} + at, red = {start}{k0} + kk;")
             self.line(e, f"if (i{side} < {extent}LL && red < {red.length}LL) {{")
-            gather = self.gathers.get(side)
-            if gather is not None:
-                self.line(e + 1, f"const int* fg_row = {side}_fg_tab[(int)red];")
-                with narrow_indices(True), index_texts(_gather_texts(side, gather)):
-                    self.block(c.consts + stmts, e + 1)
-            else:
-                self.index_vars(loops, f"i{side}", e + 1, narrow)
-                self.index_vars(c.c_loops, "ic", e + 1, narrow)
-                self.index_vars(red.loops, "red", e + 1, narrow)
-                with narrow_indices(narrow):
-                    self.block(c.consts + stmts, e + 1)
+            self.staged_value(c, side, narrow, e + 1)
             for name, _ in exports:
                 self.line(e + 1, f"fg_next_{side}_{name}[q] = {name};")
             self.line(e, "} else {")
@@ -725,6 +697,23 @@ class TiledContraction:
         if copy != "true":
             self.line(d + 1, "}")
         self.line(d, "}")
+
+    def staged_value(self, c: Contraction, side: str, narrow: bool, d: int) -> None:
+        """The statements that compute a staged value of `side` (its exports) at output `i<side>`
+        and step `red`: a `Gather` side's indices and bounds from the tile's parts and its
+        table's row, any other's from the flat indices split into loop variables."""
+        loops, stmts = (c.a_loops, c.a_stmts) if side == "a" else (c.b_loops, c.b_stmts)
+        gather = self.gathers.get(side)
+        if gather is not None:
+            self.line(d, f"const int* fg_row = {side}_fg_tab[(int)red];")
+            with narrow_indices(True), index_texts(_gather_texts(side, gather)):
+                self.block(c.consts + stmts, d)
+            return
+        self.index_vars(loops, f"i{side}", d, narrow)
+        self.index_vars(c.c_loops, "ic", d, narrow)
+        self.index_vars(c.red.loops, "red", d, narrow)
+        with narrow_indices(narrow):
+            self.block(c.consts + stmts, d)
 
     def staged(self, c: Contraction, side: str, name: str, buf: str, kk: str, at: str) -> str:
         """The shared-memory cell of value `name` of `side` at reduction step `kk` and tile
