@@ -32,7 +32,13 @@ from .dpbf16 import lower_dpbf16
 from .kernel_names import base_name, kernel_name, kernel_symbol
 from .loop_nest import Lowerer
 from .loopir import Kernel, Load, Loop, Position, Rand, Select, Store
-from .peel import peel_guarded_loops, peel_padded_outputs, split_phases, unrolled_by_period
+from .peel import (
+    peel_guarded_loops,
+    peel_padded_outputs,
+    split_digits,
+    split_phases,
+    unrolled_by_period,
+)
 from .pieces import split_pieces
 from .reductions import cascade_lanes, cascade_rows, lane_max
 from .schedule import ScheduleItem
@@ -361,7 +367,8 @@ def _untiled(item: ScheduleItem, groups: _Groups, plain: Kernel, tile: bool) -> 
     # an interleave split into its phases; a padded copy's edges guarded, its interior a
     # plain copy for the CPU's vectorizer
     phased = _step("interleave split into its phases", split_phases(plain), plain)
-    return _step("padded output's edges peeled", peel_padded_outputs(phased), phased)
+    digits = _step("loops split into their digits", split_digits(phased), phased)
+    return _step("padded output's edges peeled", peel_padded_outputs(digits), digits)
 
 
 def _rows_merged(item: ScheduleItem, out_groups, red_groups, lowered_with) -> list | None:

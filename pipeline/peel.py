@@ -397,3 +397,100 @@ def _exprs(body):
             continue
         for _, v in _expr_fields(s):
             yield from (v,) if isinstance(v, Lin) else v
+
+
+def split_digits(kernel: Kernel) -> Kernel:
+    """`kernel`, a padded copy (no sum, a guarded load), with each loop whose variable `o`
+    its indices and guards read only as digits of one mixed radix (`o // d`, `o % m`,
+    `(o // d) % m`, and `o` itself: an im2col's 1024 pixels as 16 x 8 x 8 and its 2304
+    taps as 256 x 3 x 3) made one loop per digit, outermost first: `o = sum d_i v_i`. The
+    digits' indices and the window's bounds are then affine, so the edges peel off
+    (`peel_padded_outputs`) and no element divides; the same iterations run in the same
+    order. A loop with a single cut (`o // s`, `o % s`) is `split_phases`' to take; a
+    parallel loop keeps its most significant digit parallel (`Kernel.parallel_extent`)."""
+    if has_reduce_loop(kernel.body) or not any(True for _ in _all_guards(kernel.body)):
+        return kernel
+    body, extent = _digits_block(kernel.body)
+    if body is None:
+        return kernel
+    return dataclasses.replace(
+        kernel, body=body, parallel_extent=kernel.parallel_extent if extent is None else extent
+    )
+
+
+def _digits_block(body) -> tuple[list | None, int | None]:
+    """`body` with its loops split into digits (`split_digits`), or None where none is;
+    and the parallel loop's new extent, where it was split."""
+    out, changed, extent = [], False, None
+    for s in body:
+        if not isinstance(s, Loop):
+            out.append(s)
+            continue
+        inner, inner_extent = _digits_block(s.body)
+        if inner is not None:
+            s, changed = dataclasses.replace(s, body=inner), True
+        cuts = _digit_cuts(s) if s.kind in ("serial", "parallel") and s.first is None else None
+        if cuts is not None:
+            s, changed = _split_into_digits(s, cuts), True
+            if s.kind == "parallel":
+                extent = s.extent
+        out.append(s)
+    return (out if changed else None), extent
+
+
+def _digit_cuts(loop: Loop) -> list[int] | None:
+    """The radix's place values [1, d1, d2, ..., extent] of `loop`'s variable, each
+    dividing the next, where the body reads it only through them and needs two or more
+    cuts; else None."""
+    o, cuts = loop.var, set()
+
+    def note(e: Lin) -> bool:  # False: `o` read some other way
+        for atom in e.atoms():
+            if not isinstance(atom, (FloorDiv, Mod)) or o not in atom.x.atoms():
+                continue
+            x, c = atom.x, atom.c
+            if x == lin(o):
+                cuts.add(c)
+                continue
+            (inner, coef), *rest = x.terms if x.terms else ((None, 0),)
+            plain = not rest and coef == 1 and x.const == 0
+            if not (plain and isinstance(atom, Mod) and isinstance(inner, FloorDiv)):
+                return False
+            if inner.x != lin(o):
+                return False
+            cuts.update((inner.c, inner.c * c))
+        return True
+
+    for s in _statements(loop.body):
+        for _, v in _expr_fields(s):
+            if not all(note(e) for e in (v if isinstance(v, tuple) else (v,))):
+                return None
+    places = sorted({1, loop.extent} | {c for c in cuts if 1 < c < loop.extent})
+    if len(places) < 4 or any(b % a for a, b in zip(places, places[1:])):
+        return None  # (fewer than two cuts: `split_phases`' or nothing to split)
+    return places
+
+
+def _statements(body):
+    for s in body:
+        if isinstance(s, Loop):
+            yield from _statements(s.body)
+        else:
+            yield s
+
+
+def _split_into_digits(loop: Loop, places: list[int]) -> Loop:
+    """`loop` as nested loops over its digits (`_digit_cuts`' place values), the most
+    significant outermost, of the loop's kind; the others serial."""
+    digits = [
+        Var(f"{loop.var.name}_{k}", 0, places[k + 1] // places[k] - 1)
+        for k in range(len(places) - 1)
+    ]
+    value = lin(0)
+    for d, place in zip(digits, places):
+        value = value + lin(d) * place
+    body = [_substituted(s, {loop.var: value}, {}) for s in loop.body]
+    for k, d in enumerate(digits):  # innermost (least significant) first
+        kind = loop.kind if k == len(digits) - 1 else "serial"
+        body = [dataclasses.replace(loop, var=d, extent=d.max + 1, body=body, kind=kind)]
+    return body[0]

@@ -141,6 +141,29 @@ def test_a_right_operand_packed_in_panels_copies_all_but_its_last_panel_unguarde
     np.testing.assert_array_equal(y.numpy(), w0.T)
 
 
+def test_an_im2col_copy_loops_over_its_digits_with_an_unguarded_interior():
+    """A 3x3 convolution's windows gathered into a matrix (im2col: 8x8 images' 1024 pixels
+    by 256 channels' 2304 taps): the pixel and tap loops read as digits (`o // 64`, `o //
+    8 % 8`, `o % 8`; `o // 9`, `o // 3 % 3`, `o % 3`) become one loop a digit
+    (`split_digits`), so no index divides and the edges peel off; the convolution's values
+    are numpy's, windows at every border and special values in the input."""
+    special = np.array([0.0, -0.0, 1.0, -1.0, 1e30, -1e30, 0.5, 2.0], np.float32)
+    xn = np.resize(special, (16, 256, 8, 8)).astype(np.float32)
+    wn = np.random.default_rng(5).standard_normal((256, 256, 3, 3)).astype(np.float32) * 1e-30
+    y = F.conv2d(fg.tensor(xn), fg.tensor(wn), padding=1)
+    (pack,) = [k for k in fg.kernels(y) if k.name.startswith("e_pad_1024x2304")]
+    loops = [s for s in pack.loop.body if isinstance(s, Loop)]
+    assert [(s.kind, s.extent) for s in loops] == [("parallel", 16)]  # the batch digit
+    text = str(pack.loop)
+    assert "//" not in text and "%" not in text
+    assert any(not ld.valid for ld in _loads(pack.loop.body))
+    windows = np.lib.stride_tricks.sliding_window_view(
+        np.pad(xn.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3), axis=(2, 3)
+    )  # (16, 256, 8, 8, 3, 3)
+    want = np.einsum("ncyxij,ocij->noyx", windows, wn.astype(np.float64))
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
 def test_a_padded_producer_and_a_crop_keep_their_values():
     """relu's gradient written into a padded buffer (a conv's input gradient reads it): the
     producer is peeled with its pad; a negative pad (a crop) is a plain view, no guards."""
