@@ -472,6 +472,7 @@ def _digit_cuts(loop: Loop) -> list[int] | None:
 
 
 def _statements(body):
+    """Every statement of a loop body, loops entered."""
     for s in body:
         if isinstance(s, Loop):
             yield from _statements(s.body)
