@@ -366,11 +366,12 @@ def main() -> None:
         from fusegrad.pipeline import gpu as gpu_map
 
         gpu_map.TF32_WGMMA = False
-    if args.no_gather or args.prefetch:
-        from fusegrad.pipeline import cuda_simt
+    from fusegrad.pipeline import cuda_simt
 
-        cuda_simt.GATHER = cuda_simt.GATHER and not args.no_gather
-        cuda_simt.PREFETCH = cuda_simt.PREFETCH or args.prefetch
+    if args.no_gather:
+        cuda_simt.GATHER = False
+    if args.prefetch:
+        cuda_simt.PREFETCH = True
     rounds = 10 if args.quick else 40
 
     import torch

@@ -156,7 +156,8 @@ def main() -> None:
     import fusegrad as fg
     from fusegrad.pipeline import cuda_simt
 
-    cuda_simt.PREFETCH = cuda_simt.PREFETCH or args.prefetch
+    if args.prefetch:
+        cuda_simt.PREFETCH = True
 
     torch.backends.cudnn.allow_tf32 = args.torch_conv_tf32 == "on"
     print(

@@ -33,7 +33,6 @@ from .kernel_names import base_name, kernel_name, kernel_symbol
 from .loop_nest import Lowerer
 from .loopir import Kernel, Load, Loop, Position, Rand, Select, Store
 from .peel import (
-    _statements,
     peel_guarded_loops,
     peel_padded_outputs,
     split_digits,
@@ -282,6 +281,15 @@ def _contiguous_inside(plain: Kernel, red_groups: list) -> list:
         return red_groups
     g = along[0]
     return [*red_groups[:g], *red_groups[g + 1 :], red_groups[g]]
+
+
+def _statements(body):
+    """Every statement of a loop body, loops entered."""
+    for s in body:
+        if isinstance(s, Loop):
+            yield from _statements(s.body)
+        else:
+            yield s
 
 
 def _on_matrix_units(item: ScheduleItem, groups: _Groups, amx: bool, dpbf16: bool):

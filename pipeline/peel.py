@@ -408,7 +408,7 @@ def split_digits(kernel: Kernel) -> Kernel:
     (`peel_padded_outputs`) and no element divides; the same iterations run in the same
     order. A loop with a single cut (`o // s`, `o % s`) is `split_phases`' to take; a
     parallel loop keeps its most significant digit parallel (`Kernel.parallel_extent`)."""
-    if has_reduce_loop(kernel.body) or not any(True for _ in _all_guards(kernel.body)):
+    if has_reduce_loop(kernel.body) or next(_all_guards(kernel.body), None) is None:
         return kernel
     body, extent = _digits_block(kernel.body)
     if body is None:
@@ -426,7 +426,7 @@ def _digits_block(body) -> tuple[list | None, int | None]:
         if not isinstance(s, Loop):
             out.append(s)
             continue
-        inner, inner_extent = _digits_block(s.body)
+        inner, _ = _digits_block(s.body)  # (an inner loop is serial)
         if inner is not None:
             s, changed = dataclasses.replace(s, body=inner), True
         cuts = _digit_cuts(s) if s.kind in ("serial", "parallel") and s.first is None else None
@@ -440,44 +440,25 @@ def _digits_block(body) -> tuple[list | None, int | None]:
 
 def _digit_cuts(loop: Loop) -> list[int] | None:
     """The radix's place values [1, d1, d2, ..., extent] of `loop`'s variable, each
-    dividing the next, where the body reads it only through them and needs two or more
-    cuts; else None."""
+    dividing the next, where the body reads it only through them (`o // d`, `o % m`,
+    `(o // d) % m`) and needs two or more cuts; else None."""
     o, cuts = loop.var, set()
-
-    def note(e: Lin) -> bool:  # False: `o` read some other way
-        for atom in e.atoms():
-            if not isinstance(atom, (FloorDiv, Mod)) or o not in atom.x.atoms():
-                continue
-            x, c = atom.x, atom.c
-            if x == lin(o):
-                cuts.add(c)
-                continue
-            (inner, coef), *rest = x.terms if x.terms else ((None, 0),)
-            plain = not rest and coef == 1 and x.const == 0
-            if not (plain and isinstance(atom, Mod) and isinstance(inner, FloorDiv)):
-                return False
-            if inner.x != lin(o):
-                return False
-            cuts.update((inner.c, inner.c * c))
-        return True
-
-    for s in _statements(loop.body):
-        for _, v in _expr_fields(s):
-            if not all(note(e) for e in (v if isinstance(v, tuple) else (v,))):
-                return None
+    for atom in {a for e in _exprs(loop.body) for a in e.atoms()}:
+        if not isinstance(atom, (FloorDiv, Mod)) or o not in atom.x.atoms():
+            continue
+        if atom.x == lin(o):
+            cuts.add(atom.c)
+            continue
+        # the one other form: (o // d) % m
+        (inner, coef), *rest = atom.x.terms
+        digit = isinstance(atom, Mod) and not rest and coef == 1 and atom.x.const == 0
+        if not (digit and isinstance(inner, FloorDiv) and inner.x == lin(o)):
+            return None
+        cuts.update((inner.c, inner.c * atom.c))
     places = sorted({1, loop.extent} | {c for c in cuts if 1 < c < loop.extent})
     if len(places) < 4 or any(b % a for a, b in zip(places, places[1:])):
         return None  # (fewer than two cuts: `split_phases`' or nothing to split)
     return places
-
-
-def _statements(body):
-    """Every statement of a loop body, loops entered."""
-    for s in body:
-        if isinstance(s, Loop):
-            yield from _statements(s.body)
-        else:
-            yield s
 
 
 def _split_into_digits(loop: Loop, places: list[int]) -> Loop:
