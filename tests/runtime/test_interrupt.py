@@ -32,6 +32,20 @@ from fusegrad.runtime.engine import engine
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="the native pool is Linux-only")
 
+# Python's own Ctrl-C handler, as an interpreter started from a terminal has it: a process
+# started in the background of a non-interactive shell (`pytest ... &`) inherits SIGINT
+# ignored, and Python then installs no handler, so there is no Ctrl-C to test
+_WITH_CTRL_C = "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_handler():
+    """This process with Python's Ctrl-C handler for each test (see `_WITH_CTRL_C`)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 RECORDER = """\
 define void @test_interrupt_recorder(i64 %start, i64 %end, ptr %out) nounwind {
 entry:
@@ -382,7 +396,7 @@ def _child(script: str, threads: str, cache: str | None = None):
     if cache is not None:  # (a compile the test needs to happen)
         env["FUSEGRAD_CACHE"] = cache
     proc = subprocess.Popen(
-        [sys.executable, "-c", script],
+        [sys.executable, "-c", _WITH_CTRL_C + script],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
