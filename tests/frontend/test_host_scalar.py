@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import fusegrad as fg
 from fusegrad import host_scalar
 from fusegrad.ir import reference
+from fusegrad.ir.node import toposort
 from fusegrad.ir.ops import Ops
 from fusegrad.runtime.engine import engine
 
@@ -158,7 +159,9 @@ def test_one_element_in_python_ints_is_the_reference_and_the_kernels_number(dtyp
     if x.node.op is Ops.CONST:  # (folded to a literal: nothing to read)
         return
     got = host_scalar.value(x.node)
-    assert got is not None, "not computed on the host"
     want = _reference(x.node)
     in_kernel = (x + fg.zeros((), dtype=x.dtype)).realize().item()
+    if got is None:  # refused: only past the host's bound (each node read at one element)
+        assert len(toposort([x.node])) > host_scalar.MAX_NODES, "not computed on the host"
+        got = want
     assert type(got) is type(want) and got == want == in_kernel, (got, want, in_kernel)
