@@ -4,13 +4,26 @@
 #   bash scripts/test.sh --quick    every module's tests but those marked slow, emulator or mpi,
 #                                   without the nvcc sweep (docs/TESTING.md)
 # Other arguments go to pytest (bash scripts/test.sh --quick tests/ir -x).
+# The tests run in pytest-xdist workers, one a core up to 4 (on one core, in this process;
+# `-n 0` asks for that, `-n N` for N workers); each takes a contiguous share of the tests
+# and steals from another's when done (--dist worksteal), so a file's kernels are mostly
+# compiled by one worker.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=0
+workers=""
 args=()
 for arg in "$@"; do
-  if [ "$arg" = --quick ]; then quick=1; else args+=("$arg"); fi
+  case "$arg" in
+    --quick) quick=1 ;;
+    -n | -n* | --numprocesses*) workers=given; args+=("$arg") ;;
+    *) args+=("$arg") ;;
+  esac
 done
+cores=$(nproc 2>/dev/null || echo 1)
+if [ -z "$workers" ] && [ "$cores" -gt 1 ]; then
+  args=(-n "$((cores < 4 ? cores : 4))" --dist worksteal ${args[@]+"${args[@]}"})
+fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import threading
 import time
 
@@ -182,9 +183,54 @@ def pytest_collection_modifyitems(config, items):
         items[:] = keep
 
 
+def _worker_id(config) -> str | None:
+    """This process's name as a pytest-xdist worker ("gw0"), or None: not a worker."""
+    return getattr(config, "workerinput", {}).get("workerid")
+
+
+def _controller(config) -> bool:
+    """Whether this process hands the tests to pytest-xdist workers and runs none itself."""
+    return _worker_id(config) is None and config.getoption("dist", default="no") != "no"
+
+
+class _ExecnetThread:
+    """execnet's I/O thread in a pytest-xdist worker (started with `_thread`, so not in
+    `threading.enumerate()`), shaped for `forksafe.own`: it only moves pickled reports
+    between the controller's pipe and this process, calling into no library that a fork
+    breaks. Owned, it leaves fusegrad forking its compilers in a worker as in a plain run
+    (tests/runtime/test_parallel_compile.py asserts that it may)."""
+
+    def __init__(self, ident: int):
+        self.ident = ident
+
+    def is_alive(self) -> bool:
+        return self.ident in sys._current_frames()
+
+
+_execnet_threads: list[_ExecnetThread] = []  # (forksafe holds them weakly)
+
+
+def _own_execnet_threads() -> None:
+    from fusegrad.runtime import forksafe
+
+    known = {thread.ident for thread in threading.enumerate()}
+    for ident, frame in sys._current_frames().items():
+        if ident in known:
+            continue
+        files = []
+        while frame is not None:
+            files.append(frame.f_code.co_filename)
+            frame = frame.f_back
+        if any(f"{os.sep}execnet{os.sep}" in name for name in files):
+            _execnet_threads.append(forksafe.own(_ExecnetThread(ident)))
+
+
 def pytest_configure(config):
     # (the markers are registered in pyproject.toml, with --strict-markers)
     import fusegrad as fg
+
+    if _worker_id(config) is not None:
+        _own_execnet_threads()
 
     # in this process no plan comes from or goes to the disk (pipeline/plan_store.py): tests
     # that patch the scheduler or lowering and forget the plans in memory get fresh plans,
@@ -200,7 +246,9 @@ def pytest_configure(config):
 
         fg.set_default_device(TEST_DEVICE)
         devices.numpy_reads_devices = True
-    if config.getoption("--nvcc-all"):
+    # (with pytest-xdist each worker collects and compiles the kernels its own tests make;
+    # the controller gathers what they found: pytest_testnodedown)
+    if config.getoption("--nvcc-all") and not _controller(config):
         _start_nvcc_all(() if config.getoption("--nvcc-optimize") else FAST)
 
 
@@ -253,6 +301,11 @@ def pytest_report_header(config):
 def _nvcc_line(config) -> str:
     if not config.getoption("--nvcc-all"):
         return "nvcc: the CUDA kernels are NOT compiled (no --nvcc-all; scripts/test.sh passes it)"
+    if _controller(config):
+        nvcc = shutil.which("nvcc")
+        if nvcc is None:
+            return "nvcc: --nvcc-all, but nvcc is not on PATH: the CUDA kernels are NOT compiled"
+        return f"nvcc: each pytest-xdist worker compiles the CUDA kernels of its tests ({nvcc})"
     if _nvcc is None:
         return "nvcc: --nvcc-all, but nvcc is not on PATH: the CUDA kernels are NOT compiled"
     flags = " ".join(_nvcc.flags) or "optimized"
@@ -260,19 +313,34 @@ def _nvcc_line(config) -> str:
 
 
 _summary: list[tuple[str, bool]] = []  # (line, red): what --nvcc-all found, for the summary
+_workers_failed: list[str] = []  # the pytest-xdist workers whose kernels nvcc refused
 
 
 def pytest_sessionfinish(session, exitstatus):
     """Wait for nvcc (it has been compiling since the first unit filled); fail the session
-    if a kernel does not compile."""
-    if not session.config.getoption("--nvcc-all"):
+    if a kernel does not compile. A pytest-xdist worker hands its findings to the
+    controller, which fails the session for it."""
+    config = session.config
+    if not config.getoption("--nvcc-all"):
         return
-    if _nvcc is None:
+    if _controller(config):
+        if _workers_failed:
+            session.exitstatus = 1
+        return
+    failed = _finish_nvcc(exitstatus)
+    if failed:
         session.exitstatus = 1
-        return
+    if _worker_id(config) is not None:
+        config.workeroutput["nvcc"] = {"lines": _summary, "failed": failed}
+
+
+def _finish_nvcc(exitstatus) -> bool:
+    """Put what nvcc found in the summary; whether the session fails for it."""
+    if _nvcc is None:
+        return True
     if exitstatus == pytest.ExitCode.INTERRUPTED:
         _nvcc.cancel()
-        return
+        return False
     t0 = time.perf_counter()
     failures = _nvcc.finish()
     waited = time.perf_counter() - t0
@@ -290,8 +358,24 @@ def pytest_sessionfinish(session, exitstatus):
             bool(failures),
         )
     )
-    if failures:
-        session.exitstatus = 1
+    return bool(failures)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """(pytest-xdist, in the controller) A worker is done: its nvcc findings go to the
+    summary, under its name; a worker that ended without them counts as failed."""
+    if not node.config.getoption("--nvcc-all"):
+        return
+    worker = node.gateway.id
+    found = getattr(node, "workeroutput", {}).get("nvcc")
+    if found is None:
+        _summary.append((f"{worker}: ended without nvcc's findings ({error or 'no report'})", True))
+        _workers_failed.append(worker)
+        return
+    _summary.extend((f"{worker}: {line}", red) for line, red in found["lines"])
+    if found["failed"]:
+        _workers_failed.append(worker)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

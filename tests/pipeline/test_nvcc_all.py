@@ -1,9 +1,15 @@
 """`--nvcc-all`'s collector (tests/_nvcc_all.py) catches a kernel nvcc refuses, names it,
-keeps nvcc's message, and compiles a text it has seen once."""
+keeps nvcc's message, and compiles a text it has seen once; under pytest-xdist a worker's
+refusal fails the whole run (tests/conftest.py)."""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from _nvcc_all import ARCHS, SYMBOL, NvccAll
@@ -11,7 +17,8 @@ from _nvcc_all import ARCHS, SYMBOL, NvccAll
 from fusegrad.pipeline.cuda import PRELUDE
 
 NVCC = shutil.which("nvcc")
-pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
+TESTS = Path(__file__).resolve().parents[1]
 
 GOOD = f'extern "C" __global__ void {SYMBOL}(float* __restrict__ out0) {{\n  out0[0] = 1.0f;\n}}'
 # a typo the renderer could make: an undeclared name
@@ -20,6 +27,7 @@ WARNS = GOOD.replace("{\n", "{\n  const float unused = 2.0f;\n", 1)
 BAD = f'extern "C" __global__ void {SYMBOL}(float* __restrict__ out0) {{\n  out0[0] = in9[0];\n}}'
 
 
+@needs_nvcc
 def test_a_broken_kernel_is_named_with_nvccs_message():
     """Plain CUDA C is compiled for the first arch alone (the prelude for the others too,
     in a unit of its own); a kernel with inline PTX for each arch."""
@@ -38,6 +46,7 @@ def test_a_broken_kernel_is_named_with_nvccs_message():
     shutil.rmtree(collector.folder)
 
 
+@needs_nvcc
 def test_a_kernel_with_inline_ptx_is_compiled_for_each_arch():
     collector = NvccAll(NVCC, PRELUDE)
     collector.add(
@@ -50,6 +59,7 @@ def test_a_kernel_with_inline_ptx_is_compiled_for_each_arch():
     shutil.rmtree(collector.folder)
 
 
+@needs_nvcc
 def test_identical_kernels_compile_once():
     collector = NvccAll(NVCC, PRELUDE)
     collector.add("E_one", GOOD)
@@ -60,6 +70,7 @@ def test_identical_kernels_compile_once():
     assert not collector.folder.exists()
 
 
+@needs_nvcc
 def test_an_error_outside_every_kernel_blames_the_unit():
     collector = NvccAll(NVCC, PRELUDE + "not C++;\n", archs=ARCHS[:1])
     collector.add("E_good", GOOD)
@@ -67,3 +78,32 @@ def test_an_error_outside_every_kernel_blames_the_unit():
     assert failure.kernel.startswith("unit0 (1 kernels: E_good")
     assert "error" in failure.message
     shutil.rmtree(collector.folder)
+
+
+@pytest.mark.slow
+def test_a_kernel_refused_in_an_xdist_worker_fails_the_run(tmp_path):
+    """scripts/test.sh runs the suite in pytest-xdist workers, each with its own
+    collector; the controller names what each worker's nvcc refused and fails the run,
+    though every test passed. The nvcc here is a stand-in that refuses every unit (each
+    worker compiles at least the prelude)."""
+    nvcc = tmp_path / "nvcc"
+    nvcc.write_text("#!/bin/sh\necho 'error: refused by the test stand-in' >&2\nexit 1\n")
+    nvcc.chmod(0o755)
+    env = dict(os.environ, PATH=f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--nvcc-all", "-p", "no:cacheprovider"]
+        + [str(TESTS / "ir" / "test_symbolic.py")],
+        cwd=TESTS.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = run.stdout + run.stderr
+    assert run.returncode == 1, out
+    assert re.search(r"^\d+ passed in ", out, re.MULTILINE), out  # every test passed
+    for worker in ("gw0", "gw1"):
+        assert re.search(rf"{worker}: unit\d+ \(\d+ kernels: .*\) does not compile for", out), out
+    assert "refused by the test stand-in" in out
+    for folder in re.findall(r"units in (\S+)\)", out):  # kept for a look, as failures are
+        shutil.rmtree(folder)
