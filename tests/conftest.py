@@ -7,7 +7,10 @@ them with `nvcc --ptx` for sm_80 and sm_90 in units of 500 distinct kernels, in
 background threads while the tests run (`tests/_nvcc_all.py`). At the end the session
 fails, naming each kernel nvcc refused with nvcc's messages, if any does not compile.
 cicc's optimizer is off (`-Xcicc -O0`: a sixth of the time, the same parsing, checking and
-PTX generation); `--nvcc-optimize` turns it back on.
+PTX generation); `--nvcc-optimize` turns it back on. Under pytest-xdist (`scripts/test.sh`
+runs a worker a core) each worker collects and compiles its own tests' kernels, and the
+controller's summary gives each worker's findings under its name; a kernel refused in any
+worker fails the run.
 
 Where `mpiexec` is missing the distributed tests are skipped, and the summary says so
 ("distributed tests NOT run: mpiexec not found ...").
