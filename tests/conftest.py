@@ -316,25 +316,23 @@ def _nvcc_line(config) -> str:
 
 
 _summary: list[tuple[str, bool]] = []  # (line, red): what --nvcc-all found, for the summary
-_workers_failed: list[str] = []  # the pytest-xdist workers whose kernels nvcc refused
+_nvcc_failed = False  # a kernel was refused (here, or in a pytest-xdist worker), or no nvcc
 
 
 def pytest_sessionfinish(session, exitstatus):
     """Wait for nvcc (it has been compiling since the first unit filled); fail the session
     if a kernel does not compile. A pytest-xdist worker hands its findings to the
     controller, which fails the session for it."""
+    global _nvcc_failed
     config = session.config
     if not config.getoption("--nvcc-all"):
         return
-    if _controller(config):
-        if _workers_failed:
-            session.exitstatus = 1
-        return
-    failed = _finish_nvcc(exitstatus)
-    if failed:
-        session.exitstatus = 1
+    if not _controller(config):  # (the controller heard from its workers: pytest_testnodedown)
+        _nvcc_failed = _finish_nvcc(exitstatus)
     if _worker_id(config) is not None:
-        config.workeroutput["nvcc"] = {"lines": _summary, "failed": failed}
+        config.workeroutput["nvcc"] = {"lines": _summary, "failed": _nvcc_failed}
+    if _nvcc_failed:
+        session.exitstatus = 1
 
 
 def _finish_nvcc(exitstatus) -> bool:
@@ -368,17 +366,17 @@ def _finish_nvcc(exitstatus) -> bool:
 def pytest_testnodedown(node, error):
     """(pytest-xdist, in the controller) A worker is done: its nvcc findings go to the
     summary, under its name; a worker that ended without them counts as failed."""
+    global _nvcc_failed
     if not node.config.getoption("--nvcc-all"):
         return
     worker = node.gateway.id
     found = getattr(node, "workeroutput", {}).get("nvcc")
     if found is None:
         _summary.append((f"{worker}: ended without nvcc's findings ({error or 'no report'})", True))
-        _workers_failed.append(worker)
+        _nvcc_failed = True
         return
     _summary.extend((f"{worker}: {line}", red) for line, red in found["lines"])
-    if found["failed"]:
-        _workers_failed.append(worker)
+    _nvcc_failed = _nvcc_failed or found["failed"]
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
