@@ -203,17 +203,23 @@ class ScheduleItem:
         return list(groups.values())
 
 
-def without_values(item: ScheduleItem) -> ScheduleItem:
+def without_values(item: ScheduleItem, sizes: dict[int, int] | None = None) -> ScheduleItem:
     """A copy of `item` over nodes of its own that hold no value: each input a `BUFFER`
     node without a buffer (its shape, dtype and device), each node computed inside a copy
     over those, noted at its original's user line. What a plan keeps to lower a kernel
     again later (`Plan.tune_items`: its tile tuned at the plan's tenth run) must not keep
     the graph it was scheduled from alive: that graph holds the step's inputs, the
     parameters' old values and every value computed before it, and a plan run fewer
-    times than that (a batch size seen once) would hold them for as long as it is cached."""
+    times than that (a batch size seen once) would hold them for as long as it is cached.
+
+    With `sizes` (old size -> new), every dimension of those sizes in the copy's shapes,
+    and in its views' shapes and bounds, has the new one, and a float constant of one of
+    those sizes (or 1 over it) the new one's: the same kernel at other sizes,
+    lowered only to see which of its literals move with them (`pipeline/templates.py`,
+    `probe_groups`); nothing checks that the copy is a graph that could run."""
     new: dict[int, Node] = {}
     for n in item.inputs:
-        new[id(n)] = _node_copy(n, Ops.BUFFER, (), None)
+        new[id(n)] = _node_copy(n, Ops.BUFFER, (), None, sizes)
 
     def copy(start: Node) -> Node:
         stack = [start]
@@ -227,7 +233,8 @@ def without_values(item: ScheduleItem) -> ScheduleItem:
                 stack.extend(waiting)
                 continue
             stack.pop()
-            c = new[id(n)] = _node_copy(n, n.op, tuple(new[id(x)] for x in n.srcs), n.arg)
+            srcs = tuple(new[id(x)] for x in n.srcs)
+            c = new[id(n)] = _node_copy(n, n.op, srcs, _resized_arg(n, sizes), sizes)
             site = site_of(n)
             if site is not None:
                 note_site(c, site)
@@ -244,10 +251,29 @@ def without_values(item: ScheduleItem) -> ScheduleItem:
     )
 
 
-def _node_copy(n: Node, op: Ops, srcs: tuple, arg) -> Node:
+def _node_copy(n: Node, op: Ops, srcs: tuple, arg, sizes: dict[int, int] | None) -> Node:
     c = object.__new__(Node)  # (not `make`'s: a node of its own, equal to no other)
-    c.op, c.srcs, c.arg, c.shape, c.dtype, c.device = op, srcs, arg, n.shape, n.dtype, n.device
+    shape = n.shape if not sizes else tuple(sizes.get(d, d) for d in n.shape)
+    c.op, c.srcs, c.arg, c.shape, c.dtype, c.device = op, srcs, arg, shape, n.dtype, n.device
     return c
+
+
+def _resized_arg(n: Node, sizes: dict[int, int] | None):
+    """`n`'s argument in `without_values`'s copy at other `sizes`: a view's new shape or
+    its bounds with those sizes replaced; any other argument as it is."""
+    if not sizes:
+        return n.arg
+    if n.op in (Ops.RESHAPE, Ops.EXPAND):
+        return tuple(sizes.get(d, d) for d in n.arg)
+    if n.op is Ops.SHRINK:
+        return tuple((a, sizes.get(b, b)) for a, b in n.arg)
+    if n.op is Ops.CONST and type(n.arg) is float and n.arg:  # a mean's count, or 1 over it
+        for old, new in sizes.items():
+            if n.arg == old:
+                return float(new)
+            if n.arg == 1 / old:
+                return 1 / new
+    return n.arg
 
 
 def is_squeeze(n: Node) -> bool:

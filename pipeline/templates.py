@@ -20,6 +20,13 @@ reads their address from its table of buffers): nothing is compiled for it. Lite
 that never differed stay constants, so LLVM still sees a vector loop's constant trip
 count where only an outer size moves.
 
+A kernel of a shape met for the first time in such a plan (a form a size class bound
+brought) has no other kernel to compare with: the CPU backend lowers it again at other
+sizes (`probes`, `CpuBackend._predicted`), and the literals that move there (`moved`)
+are read from the array from the start (`_Registry.predict`), so the next sizes of its
+form compile nothing. A probe only chooses which literals are read: the kernel always
+runs on its own.
+
 The generic code computes what the kernel's own source computes: the texts are equal but
 for those literals, and each of them sits where an instruction reads a value, which the
 array supplies at run time; nothing else depends on it. Two things may differ: speed (a
@@ -304,6 +311,43 @@ def grouped(shape: Shape, varying: list[int], known: list[tuple[str, ...]]) -> G
     return tuple(tuple(g) for g in groups.values())
 
 
+def probes(sizes: frozenset[int], kept: frozenset[int] = frozenset()) -> list[dict[int, int]]:
+    """The other sizes a kernel of a plan whose `sizes` vary is lowered at (old size ->
+    new) to see which of its literals move with them (`moved`): each size one more, a
+    third more and 17, and a quarter less and 3 where that leaves it over 1 (a literal
+    that is a quotient or a remainder of a size may be the same at one or two of them,
+    and at one of them the kernel may take another form, then left out).
+    A size times one of the sizes `kept` (a batch of sentences flattened to rows) moves
+    with it, where that product is no size of its own."""
+    out = []
+    for step in (
+        lambda n: n + 1,
+        lambda n: n + n // 3 + 17,
+        lambda n: n - n // 4 - 3 if n - n // 4 - 3 > 1 else None,
+    ):
+        new = {n: step(n) for n in sizes}
+        if None in new.values():
+            continue
+        products = {n * k: m * k for n, m in new.items() for k in kept}
+        for old, m in products.items():
+            if old not in kept and old not in new:
+                new[old] = m
+        out.append(new)
+    return out
+
+
+def moved(shape: Shape, others: list[str]) -> Groups | None:
+    """The groups of `shape`'s literals that differ in any of `others` (the code of the
+    same kernel lowered at other sizes, `probes`; those of another shape, whose sizes took
+    another form, left out), those equal in every kernel one slot; None where no literal
+    moved."""
+    theirs = [t.literals for t in map(shape_of, others) if t.text == shape.text]
+    positions = [p for p, a in enumerate(shape.literals) if any(lits[p] != a for lits in theirs)]
+    if not positions:
+        return None
+    return grouped(shape, positions, theirs)
+
+
 @dataclass
 class Generic:
     """A generic kernel: which of its shape's literals it reads from the array (in groups
@@ -414,6 +458,22 @@ class _Registry:
             if not any(h.groups == g.groups and h.kept == g.kept for h in known):
                 known.append(g)
 
+    def unseen(self, shape: Shape, opt: int) -> bool:
+        """Whether no kernel of `shape` was seen or made generic before: at its first
+        sighting in a plan whose sizes vary, `predict` may make its generic kernel."""
+        self._settle()
+        key = (shape.text, opt)
+        with self.lock:
+            return key not in self.seen and not self.generics.get(key)
+
+    def predict(self, code: str, opt: int, groups: Groups) -> None:
+        """Make the generic kernel of `code` reading the literals of `groups`, those seen to
+        move with the plan's sizes (`moved`), before any other kernel of its shape: this
+        kernel runs through it, and so do those of the sizes to come whose literals differ
+        in those groups only."""
+        self.adopt(code, opt, groups)
+        self.note(shape_of(code), opt)  # (a size it does not serve widens it: `generic_for`)
+
     def would_serve(self, shape: Shape, opt: int) -> bool:
         """Whether `generic_for` would give a kernel of `shape` a generic kernel (without
         making one): `new_object` then leaves it uncompiled."""
@@ -440,24 +500,27 @@ _varying = threading.local()  # .on: this thread compiles a plan whose sizes var
 
 
 class varying:
-    """`with varying(codes):` the kernels compiled on this thread inside belong to a plan
-    whose sizes vary: each may run as a generic kernel (`compiler.compile_kernels`).
+    """`with varying(codes, sizes):` the kernels compiled on this thread inside belong to a
+    plan whose sizes vary: each may run as a generic kernel (`compiler.compile_kernels`).
     `codes`: (code, level) of the kernels of the plans of the same graph compiled before,
-    noted as seen first. `with varying(None):` changes nothing."""
+    noted as seen first; `sizes`: the plan's sizes that differ from theirs, `kept` those
+    that do not (a kernel of a shape not made generic yet is lowered at other sizes too,
+    `probes`). `with varying(None):` changes nothing."""
 
-    def __init__(self, codes):
+    def __init__(self, codes, sizes=(), kept=()):
         self.codes = codes
+        self.sizes = (frozenset(sizes), frozenset(kept))
 
     def __enter__(self):
-        self.was = getattr(_varying, "on", False)
+        self.was = getattr(_varying, "on", False), getattr(_varying, "sizes", _NO_SIZES)
         if self.codes is not None:
             for code, opt in self.codes:
                 registry.note(shape_of(code), opt)
-            _varying.on = True
+            _varying.on, _varying.sizes = True, self.sizes
         return self
 
     def __exit__(self, *exc):
-        _varying.on = self.was
+        _varying.on, _varying.sizes = self.was
 
 
 class fixed:
@@ -466,14 +529,23 @@ class fixed:
     its callers pass no literals)."""
 
     def __enter__(self):
-        self.was = getattr(_varying, "on", False)
-        _varying.on = False
+        self.was = getattr(_varying, "on", False), getattr(_varying, "sizes", _NO_SIZES)
+        _varying.on, _varying.sizes = False, _NO_SIZES
         return self
 
     def __exit__(self, *exc):
-        _varying.on = self.was
+        _varying.on, _varying.sizes = self.was
 
 
 def active() -> bool:
     """Whether this thread is compiling a plan whose sizes vary."""
     return getattr(_varying, "on", False)
+
+
+_NO_SIZES: tuple[frozenset[int], frozenset[int]] = (frozenset(), frozenset())
+
+
+def varying_sizes() -> tuple[frozenset[int], frozenset[int]]:
+    """The sizes of the plan this thread compiles that differ from its graph's first
+    plan's, and those that do not (both empty outside `varying`)."""
+    return getattr(_varying, "sizes", _NO_SIZES) if active() else _NO_SIZES

@@ -10,9 +10,10 @@ import time
 
 import numpy as np
 
-from ..pipeline import item_cache, plan_store
+from ..pipeline import item_cache, plan_store, templates
 from ..pipeline.compiler import (
     CompiledKernel,
+    code_of,
     compile_kernels,
     compile_workers,
     new_object,
@@ -21,6 +22,7 @@ from ..pipeline.compiler import (
 from ..pipeline.llvm import reads_cancel_word, render_llvm
 from ..pipeline.lower import kernel_symbol, lower
 from ..pipeline.plan import KernelRecord, Plan, timed_copy
+from ..pipeline.schedule import without_values
 from . import autotune, forksafe, phases, pool
 from .amx import amx_ready, dpbf16_ready
 from .backend_registry import Backend, register_backend
@@ -360,10 +362,15 @@ class CpuBackend(Backend):
         if missing:
             if type(self).compile_many is CpuBackend.compile_many:
                 made = self._make([items[i] for i in missing])
-                ready = {k: obj for k, (_, _, obj) in enumerate(made) if obj is not None}
+                ready = {k: obj for k, (_, _, obj, _) in enumerate(made) if obj is not None}
+                jobs_made = [_job(loop, src) for loop, src, _, _ in made]
+                for job, (*_, groups) in zip(jobs_made, made):
+                    if groups is not None:  # (a forked copy made it generic: here too)
+                        source, symbol, _, opt = job
+                        templates.registry.predict(code_of(source, symbol, opt)[0], opt, groups)
                 with phases.timed("llvm"):
-                    kernels = compile_kernels([_job(loop, src) for loop, src, _ in made], ready)
-                new_loops = [loop for loop, _, _ in made]
+                    kernels = compile_kernels(jobs_made, ready)
+                new_loops = [loop for loop, *_ in made]
             else:  # a subclass that compiles its own way gets the kernels through it
                 with phases.timed("lower"):
                     new_loops = [self.lower(items[i]) for i in missing]
@@ -382,7 +389,9 @@ class CpuBackend(Backend):
         return loops, compiled
 
     def _make(self, items: list) -> list[tuple]:
-        """(loop IR, LLVM source, a new object file or None where the object cache has it)
+        """(loop IR, LLVM source, a new object file or None where the object cache has it
+        or a generic kernel runs it, the literals that generic kernel reads where this
+        made it, `_predicted`, else None)
         for each item: lowered, rendered and compiled by this process and forked copies of
         it side by side (`compiler.side_by_side`: each claims the next item when done with
         its last, so the work splits by what each kernel costs; lowering and rendering in
@@ -404,9 +413,10 @@ class CpuBackend(Backend):
 
         def make(k: int) -> tuple:
             loop, source = rendered(k)
+            opt = _job(loop, source)[3]
+            groups = self._predicted(items[k], loop, source, opt)
             with phases.timed("llvm"):
-                opt = _job(loop, source)[3]
-                return loop, source, new_object(source, loop.name, opt, claimed)
+                return loop, source, new_object(source, loop.name, opt, claimed), groups
 
         def forked() -> None:
             if effective_threads() > 1:  # the worker pool's code, compiled beside this
@@ -419,7 +429,11 @@ class CpuBackend(Backend):
         if compile_workers(len(items)) > 1 and not forksafe.may_fork():
             forked()
             with autotune.deferred(tuner if later else None):
-                made = [(*rendered(k), None) for k in range(len(items))]
+                made = []
+                for k in range(len(items)):
+                    loop, source = rendered(k)
+                    groups = self._predicted(items[k], loop, source, _job(loop, source)[3])
+                    made.append((loop, source, None, groups))
             return _kept_for_later(made)
 
         before = sum(phases.seconds[p] for p in ("lower", "render", "llvm"))
@@ -428,12 +442,44 @@ class CpuBackend(Backend):
             made = side_by_side(len(items), make, compile_workers(len(items)), forked)
         if later:
             made = _kept_for_later(made)
-        for k, (loop, _, _) in enumerate(made):
+        for k, (loop, *_) in enumerate(made):
             if loop.tune_later:  # the copies are done: its tiles are timed now, alone
                 made[k] = make(k)
         own = sum(phases.seconds[p] for p in ("lower", "render", "llvm")) - before
         phases.seconds["llvm"] += max(0.0, time.perf_counter() - t0 - own)
         return made
+
+    def _predicted(self, item, loop, source: str, opt: int):
+        """In a plan whose sizes vary (`templates.varying`), a kernel of a shape not seen
+        before is lowered again at other sizes (`templates.probes`, copies of its item
+        through `without_values`), and the literals that moved (`templates.moved`) are
+        those its generic kernel reads, made now (`registry.predict`): the sizes to come
+        then run it, where waiting for a second kernel of its shape would compile one for
+        each. Those groups, or None (sizes that never vary, a shape seen before, or no
+        literal that moved in a probe of the same shape)."""
+        sizes, kept = templates.varying_sizes()
+        if not sizes or not config.size_templates:
+            return None
+        code = code_of(source, loop.name, opt)[0]
+        shape = templates.shape_of(code)
+        if not templates.registry.unseen(shape, opt):
+            return None
+        tuner = autotune.tuner_for_config(self.compile)
+        others = []
+        for other in templates.probes(sizes, kept):
+            with phases.timed("lower"), autotune.deferred(tuner):  # (nothing timed for it)
+                try:
+                    probe = self.lower(without_values(item, other))
+                    others.append(code_of(_render(probe), probe.name, opt)[0])
+                except Exception:  # noqa: BLE001 (a copy whose sizes do not fit: no probe)
+                    # (the copy is not a graph anything checked: a view whose size is a
+                    # product of the one that moved keeps its old one, and its lowering
+                    # may refuse it; the kernel itself compiles as it would without)
+                    continue
+        groups = templates.moved(shape, others)
+        if groups is not None:
+            templates.registry.predict(code, opt, groups)
+        return groups
 
     def prepare(self, plan: Plan) -> None:
         if config.program:
@@ -485,7 +531,7 @@ def _kept_for_later(made: list[tuple]) -> list[tuple]:
     """`made` with the kernels marked `tune_later` kept as they are, with the fixed tile,
     provisional: the engine tunes them once their plan has run `config.autotune_after`
     times (`Engine.tune`), so a first step waits for no timing."""
-    for loop, _, _ in made:
+    for loop, *_ in made:
         loop.tune_later = False
     return made
 

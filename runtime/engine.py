@@ -315,8 +315,8 @@ class Engine:
         # one engine for the plan's new kernels, freed with them; no cyclic collection while
         # the plan's objects are made (they live on: see `_collector_paused`)
         family = _size_free(key)
-        varying = self._varying(family, leaves)
-        with compiler_batch(), _collector_paused(), templates.varying(varying):
+        varying, sizes = self._varying(family, leaves)
+        with compiler_batch(), _collector_paused(), templates.varying(varying, *sizes):
             # a warm start reads the plan itself from the disk cache (pipeline/plan_store.py)
             disk_key = backend.disk_plan_key(key, device)
             plan = backend.load_plan(disk_key) if disk_key is not None else None
@@ -423,15 +423,19 @@ class Engine:
             if buf is not None:
                 self._dynamic.pop(buf, None)
 
-    def _varying(self, family: tuple, leaves: list[Node]) -> list[tuple[str, int]] | None:
+    def _varying(
+        self, family: tuple, leaves: list[Node]
+    ) -> tuple[list[tuple[str, int]] | None, tuple[set[int], set[int]]]:
         """None for a graph whose plans so far all had these sizes and that reads no value
         marked dynamic; else the code of the kernels of the first plan of the graph still
         alive, to compare with (none where they were given before, or for a first plan):
         a plan of the same graph with other sizes compiles its kernels through
         `pipeline/templates.py`, and a first plan of marked sizes lowers to the forms that
-        serve every size, so that the second compiles nothing a size changes."""
+        serve every size, so that the second compiles nothing a size changes. Beside it,
+        the sizes of this plan's inputs that differ from the first plan's and those that do
+        not (`_sizes_changed`; none for a first plan)."""
         if not config.size_templates:
-            return None
+            return None, (set(), set())
         with self._plans_lock:
             entry = self._families.get(family)
             if entry is None:
@@ -441,7 +445,9 @@ class Engine:
                         f"{marked}: this graph's kernels take the forms that serve every"
                         " size, and its next sizes run them as generic kernels"
                     )
-                return None if marked is None else []
+                if marked is None:
+                    return None, (set(), set())
+                return [], self._marked_sizes(leaves)
             self._families.move_to_end(family)
             ref, given, shapes = entry
             entry[1] = True
@@ -453,20 +459,32 @@ class Engine:
                 " kernels that differ only in their sizes now run generic kernels"
                 " (FUSEGRAD_SIZE_TEMPLATES=0: not)"
             )
+        sizes = _sizes_changed(shapes, leaves)
         if plan is None:
-            return []
+            return [], sizes
         kernels = [s.record.compiled for s in plan.steps]
         return [
             (code_of(k.source, k.symbol, k.opt)[0], k.opt)
             for k in kernels
             if getattr(k, "language", "") == "LLVM IR"
-        ]
+        ], sizes
 
     def forget_sizes(self) -> None:
         """Forget which graphs were met at which sizes: the next plan of each compiles its
         kernels for its own sizes, as the first did."""
         with self._plans_lock:
             self._families.clear()
+
+    def _marked_sizes(self, leaves: list[Node]) -> tuple[set[int], set[int]]:
+        """`_sizes_changed` for a first plan of marked sizes: the sizes of the dimensions
+        marked dynamic, and those of the other dimensions of `leaves`."""
+        marked, kept = set(), set()
+        for n in leaves:
+            key = n if n in self._dynamic else self.value(n)
+            dims = self._dynamic.get(key) if key is not None else None
+            for d, size in enumerate(n.shape):
+                (marked if dims is not None and d in dims else kept).add(size)
+        return marked - kept - {0, 1}, kept - {0, 1}
 
     def _marked(self, leaves: list[Node]) -> str | None:
         """Words for the first of `leaves` marked dynamic (or computed from one), or None."""
@@ -795,6 +813,17 @@ def _dims_changed(before: list[tuple], leaves: list[Node]) -> str:
     return (
         "; ".join(said[:3]) + more
     ) or "its inputs' shapes are the same; a view's or a constant's differ"
+
+
+def _sizes_changed(before: list[tuple], leaves: list[Node]) -> tuple[set[int], set[int]]:
+    """The sizes of `leaves`' dimensions that differ from `before` (the first plan's
+    shapes), but 0 and 1 (broadcast) and any size some other dimension has unchanged; and
+    the sizes of the dimensions unchanged (a flattened batch is a product of both)."""
+    changed, kept = set(), set()
+    for old, n in zip(before, leaves):
+        for a, b in zip(old, n.shape):
+            (kept if a == b else changed).add(b)
+    return changed - kept - {0, 1}, kept - {0, 1}
 
 
 def _size_free(key) -> tuple:

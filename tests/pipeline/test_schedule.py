@@ -436,3 +436,25 @@ def test_a_computed_index_at_the_tables_first_and_last_rows_and_empty():
     np.testing.assert_array_equal(emb.weight.grad.numpy(), grad)
     none = fg.cat((fg.zeros(0, 1, dtype=fg.long), fg.zeros(0, 1, dtype=fg.long)), 1)
     assert emb(none).shape == (0, 2, 4)
+
+
+def test_a_copy_at_other_sizes_has_them_in_its_shapes_views_and_means():
+    """`without_values(item, sizes)`: the kernel's item with each size of `sizes` replaced
+    in its nodes' shapes, its views' shapes and bounds, and a float constant of that size
+    or 1 over it (a mean's); other numbers, and the original, as they were."""
+    from fusegrad.ir.ops import Ops
+    from fusegrad.pipeline.schedule import schedule, without_values
+
+    x = fg.tensor(np.ones((12, 5), np.float32)).realize()
+    y = ((x[:12, :3].reshape(12 * 3) * 2).reshape(12, 3) / 12).sum(0) / 12.0
+    (item,) = schedule([y.node], lambda n: n is x.node)
+    copy = without_values(item, {12: 20})
+    assert [n.shape for n in copy.inputs] == [(20, 5)]
+    shapes = {n.shape for n in copy.nodes}
+    assert (20, 3) in shapes and (12, 3) not in shapes
+    assert copy.root.shape == item.root.shape == (3,)
+    bounds = [n.arg for n in copy.nodes if n.op is Ops.SHRINK]
+    assert bounds and all(b[0] == (0, 20) for b in bounds)
+    consts = {n.arg for n in copy.nodes if n.op is Ops.CONST}
+    assert 20.0 in consts and 12.0 not in consts
+    assert all(n.shape != (20, 3) for n in item.nodes)  # the original is untouched

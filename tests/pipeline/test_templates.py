@@ -523,3 +523,74 @@ def test_a_polled_loops_blocks_do_not_follow_its_lengths_divisors():
     assert _poll_block(62500000, 512) == 500 and _poll_block(1000003, 512) == 512
     with templates.varying([]):
         assert _poll_block(62500000, 512) == 512 and _poll_block(300, 512) == 300
+
+
+def test_a_kernel_first_met_in_a_plan_whose_sizes_vary_runs_a_generic_kernel_at_once(fresh):
+    """Column sums over 1100 rows, then 1270, 1077, 1500, 300 and 5000: from 1270 on the
+    cascade takes the form that serves every length of its class, a shape the first plan
+    did not have. Its kernel is lowered at three other lengths too (`templates.probes`),
+    the literals that move are read from the array from the start, and the lengths after
+    compile nothing, where waiting for a second kernel of that shape compiled one at 1077
+    and a wider one at 1500. 300 and 5000 take forms of their own, each generic at once.
+    Bit for bit what each length's own kernel computes, and numpy's sums."""
+    sizes = [1100, 1270, 1077, 1500, 300, 5000]
+    compiled = []
+    got, ran = [], []
+    for n in sizes:
+        before = compiler.stats["compiled"]
+        g, r = _kernels(lambda x: x.sum(0), [n])
+        compiled.append(compiler.stats["compiled"] - before)
+        got += g
+        ran += r
+    with fg.config.override(size_templates=False):
+        want, _ = _kernels(lambda x: x.sum(0), sizes)
+    sums = [[k for k in plan if k.symbol.startswith("r_")] for plan in ran]
+    assert not any(k.generic for k in sums[0])
+    assert all(k.generic for plan in sums[1:] for k in plan)
+    assert compiled[2:4] == [0, 0]
+    for n, g, w in zip(sizes, got, want):
+        np.testing.assert_array_equal(g, w)
+        x = np.linspace(-3, 3, n * 24, dtype=np.float32).reshape(n, 24).astype(np.float64)
+        np.testing.assert_allclose(g, x.sum(0), rtol=1e-5, atol=1e-3)
+
+
+def test_a_probe_that_cannot_be_lowered_leaves_the_kernel_its_own(fresh, monkeypatch):
+    """A copy of a kernel at other sizes that its lowering refuses (the copy is not a graph
+    anything checked) is no probe: the kernel compiles for its own sizes, as it would
+    without probes, with the same values."""
+    from fusegrad.runtime import cpu_backend
+
+    def refused(item, sizes=None):
+        raise ValueError("a copy whose sizes do not fit")
+
+    _kernels(lambda x: x.sum(0), [1100])
+    monkeypatch.setattr(cpu_backend, "without_values", refused)
+    got, ran = _kernels(lambda x: x.sum(0), [1270])
+    assert not any(k.generic for k in ran[0])
+    x = np.linspace(-3, 3, 1270 * 24, dtype=np.float32).reshape(1270, 24).astype(np.float64)
+    np.testing.assert_allclose(got[0], x.sum(0), rtol=1e-5, atol=1e-3)
+
+
+def test_probes_move_each_varying_size_and_its_products_with_the_sizes_kept():
+    ups, far, downs = templates.probes(frozenset({40}), frozenset({16, 64}))
+    assert ups == {40: 41, 640: 656, 2560: 2624}
+    assert far == {40: 70, 640: 1120, 2560: 4480}
+    assert downs == {40: 27, 640: 432, 2560: 1728}
+    # a step that leaves a size under 2 is not taken; a product that is a kept size stays
+    assert templates.probes(frozenset({4}), frozenset({16})) == [
+        {4: 5, 64: 80},
+        {4: 22, 64: 352},
+    ]
+    assert 16 not in templates.probes(frozenset({4}), frozenset({4 * 4, 16}))[0]
+
+
+def test_the_literals_that_move_in_a_probe_are_the_ones_read():
+    def code(n: int, scale: float) -> str:
+        return compiler.code_of(*_source(n, scale), 3)[0]
+
+    shape = templates.shape_of(code(14, 0.5))
+    # the bound moves; the scale does not; a probe of another shape is left out
+    other_shape = code(15, 0.5).replace("fmul float", "fadd float")
+    assert templates.moved(shape, [code(15, 0.5), code(31, 0.5), other_shape]) == ((3,),)
+    assert templates.moved(shape, [code(14, 0.5)]) is None  # nothing moved
+    assert templates.moved(shape, [other_shape]) is None
