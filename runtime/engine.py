@@ -477,14 +477,15 @@ class Engine:
 
     def _marked_sizes(self, leaves: list[Node]) -> tuple[set[int], set[int]]:
         """`_sizes_changed` for a first plan of marked sizes: the sizes of the dimensions
-        marked dynamic, and those of the other dimensions of `leaves`."""
+        marked dynamic, and those of the other dimensions of `leaves` but the marked sizes
+        (a batch's labels have its size, unmarked)."""
         marked, kept = set(), set()
         for n in leaves:
             key = n if n in self._dynamic else self.value(n)
             dims = self._dynamic.get(key) if key is not None else None
             for d, size in enumerate(n.shape):
                 (marked if dims is not None and d in dims else kept).add(size)
-        return marked - kept - {0, 1}, kept - {0, 1}
+        return marked - {0, 1}, kept - marked - {0, 1}
 
     def _marked(self, leaves: list[Node]) -> str | None:
         """Words for the first of `leaves` marked dynamic (or computed from one), or None."""

@@ -132,3 +132,26 @@ def test_torchs_spellings_resolve_under_the_shim():
     dynamo.mark_dynamic(x, 0, min=2, max=64)  # torch's range: accepted
     assert "has dim 0, 1 marked dynamic" in engine._marked([x.node])
     dynamo.reset()
+
+
+def test_a_marked_first_plan_makes_its_kernels_generic_so_the_next_size_compiles_nothing(
+    fresh,
+):
+    """The first plan of a graph reading a marked input probes its kernels at other sizes
+    of the marked dimension (pipeline/templates.py, `probes`), the labels' unmarked
+    dimension of the same size moving with it: the next size of the same form compiles
+    nothing, with numpy's values."""
+    from fusegrad.pipeline import compiler
+
+    compiled = []
+    for n in (1100, 1270):
+        x = _input(n)
+        fg.mark_dynamic(x, 0)
+        labels = np.arange(n) % 3
+        before = compiler.stats["compiled"]
+        got = ((x.relu() * 3 + x.exp()) * fg.tensor(labels)[:, None]).sum(dim=0).numpy()
+        compiled.append(compiler.stats["compiled"] - before)
+        x64 = np.linspace(-2, 2, n * 40, dtype=np.float32).reshape(n, 40).astype(np.float64)
+        want = ((np.maximum(x64, 0) * 3 + np.exp(x64)) * labels[:, None]).sum(axis=0)
+        np.testing.assert_allclose(got, want, rtol=2e-6)
+    assert compiled[0] > 0 and compiled[1] == 0
