@@ -313,21 +313,15 @@ def grouped(shape: Shape, varying: list[int], known: list[tuple[str, ...]]) -> G
 
 def probes(sizes: frozenset[int], kept: frozenset[int] = frozenset()) -> list[dict[int, int]]:
     """The other sizes a kernel of a plan whose `sizes` vary is lowered at (old size ->
-    new) to see which of its literals move with them (`moved`): each size one more, a
-    third more and 17, and a quarter less and 3 where that leaves it over 1 (a literal
-    that is a quotient or a remainder of a size may be the same at one or two of them,
-    and at one of them the kernel may take another form, then left out).
+    new) to see which of its literals move with them (`moved`): each size one more (a
+    remainder moves), and a third more and 17 (a quotient moves; at one of them the
+    kernel may take another form, and is left out). Each probe is a lowering: two, not
+    more, since a plan of two sizes (a ragged last batch) has no use for them.
     A size times one of the sizes `kept` (a batch of sentences flattened to rows) moves
     with it, where that product is no size of its own."""
     out = []
-    for step in (
-        lambda n: n + 1,
-        lambda n: n + n // 3 + 17,
-        lambda n: n - n // 4 - 3 if n - n // 4 - 3 > 1 else None,
-    ):
+    for step in (lambda n: n + 1, lambda n: n + n // 3 + 17):
         new = {n: step(n) for n in sizes}
-        if None in new.values():
-            continue
         products = {n * k: m * k for n, m in new.items() for k in kept}
         for old, m in products.items():
             if old not in kept and old not in new:
