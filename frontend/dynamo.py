@@ -8,8 +8,10 @@ size and its kernels are compiled once, generic in their sizes; the third and la
 sizes run those kernels, given their sizes (pipeline/templates.py; torch.compile's
 automatic dynamic shapes do the same). Marking an input's dimension dynamic says so
 before the second size comes: the first plan of every graph that reads the tensor is
-already lowered to those forms, and so are the plans that read what those compute, so
-the second size runs generic kernels instead of compiling once more:
+already lowered to those forms, its kernels compiled generic (each lowered at other
+sizes of the marked dimension too, to see which of its numbers move with it), and so
+are the plans that read what those compute, so the second size runs generic kernels
+instead of compiling once more:
 
 >>> import fusegrad as fg
 >>> x = fg.ones(16, 37)
