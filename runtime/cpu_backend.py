@@ -464,9 +464,13 @@ class CpuBackend(Backend):
         shape = templates.shape_of(code)
         if not templates.registry.unseen(shape, opt):
             return None
+        probes = templates.probes(sizes, kept)
+        moving = probes[0].keys()
+        if not any(d in moving for n in (*item.inputs, *item.nodes) for d in n.shape):
+            return None  # (no size of it moves: an optimizer's update of a weight)
         tuner = autotune.tuner_for_config(self.compile)
         others = []
-        for other in templates.probes(sizes, kept):
+        for other in probes:
             with phases.timed("lower"), autotune.deferred(tuner):  # (nothing timed for it)
                 try:
                     probe = self.lower(without_values(item, other))
