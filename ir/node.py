@@ -401,25 +401,29 @@ def place(x: Node, device: str) -> Node:
 
 
 def toposort(roots: list[Node], stop: Callable[[Node], bool] = lambda n: False) -> list[Node]:
-    """Nodes reachable from `roots`, sources before users; does not descend below `stop` nodes."""
+    """Nodes reachable from `roots`, sources before users; does not descend below `stop` nodes.
+    (A node hashes by identity: the set holds the nodes, not their `id`s, and the loop's
+    methods are bound once; the scheduler walks each kernel's nodes several times.)"""
     order: list[Node] = []
-    seen: set[int] = set()
+    seen: set[Node] = set()
+    add, place = seen.add, order.append
     for root in roots:
-        if id(root) in seen:
+        if root in seen:
             continue
-        seen.add(id(root))
+        add(root)
         nodes = [root]
         pending = [iter(() if stop(root) else root.srcs)]
+        enter, leave, wait, done = nodes.append, nodes.pop, pending.append, pending.pop
         while nodes:
             for s in pending[-1]:
-                if id(s) not in seen:
-                    seen.add(id(s))
-                    nodes.append(s)
-                    pending.append(iter(() if stop(s) else s.srcs))
+                if s not in seen:
+                    add(s)
+                    enter(s)
+                    wait(iter(() if stop(s) else s.srcs))
                     break
             else:  # every source is placed: so is this node
-                pending.pop()
-                order.append(nodes.pop())
+                done()
+                place(leave())
     return order
 
 
