@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import sys
 import time
 
 import numpy as np
@@ -368,6 +369,8 @@ class CpuBackend(Backend):
                     if groups is not None:  # (a forked copy made it generic: here too)
                         source, symbol, _, opt = job
                         templates.registry.predict(code_of(source, symbol, opt)[0], opt, groups)
+                        if config.debug >= 2:
+                            _say_predicted(symbol, groups)
                 with phases.timed("llvm"):
                     kernels = compile_kernels(jobs_made, ready)
                 new_loops = [loop for loop, *_ in made]
@@ -529,6 +532,17 @@ class CpuBackend(Backend):
     def launch(self, step, outs: list[Buffer], inputs: list[Buffer], timed: bool) -> None:
         ptrs = [b.ptr for b in outs] + [b.ptr for b in inputs]
         launch(step.record.compiled, step.extent, step.work, ptrs)
+
+
+def _say_predicted(symbol: str, groups) -> None:
+    """`FUSEGRAD_DEBUG=2`'s line for a kernel made generic at its first sighting."""
+    slots = len(groups)
+    print(
+        f"fusegrad: {symbol}: a form met first at these sizes, lowered at two others too;"
+        f" its generic kernel reads the {sum(map(len, groups))} literal(s) that moved"
+        f" ({slots} slot{'s' * (slots != 1)}), so the next sizes of its form compile nothing",
+        file=sys.stderr,
+    )
 
 
 def _kept_for_later(made: list[tuple]) -> list[tuple]:

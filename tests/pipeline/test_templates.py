@@ -593,3 +593,12 @@ def test_the_literals_that_move_in_a_probe_are_the_ones_read():
     assert templates.moved(shape, [code(15, 0.5), code(31, 0.5), other_shape]) == ((3,),)
     assert templates.moved(shape, [code(14, 0.5)]) is None  # nothing moved
     assert templates.moved(shape, [other_shape]) is None
+
+
+def test_the_debug_log_says_when_a_form_met_first_is_made_generic_at_once(fresh, capfd):
+    _kernels(lambda x: x.sum(0), [1100])
+    with fg.config.override(debug=2):
+        _kernels(lambda x: x.sum(0), [1270])
+    err = capfd.readouterr().err
+    assert "a form met first at these sizes, lowered at two others too" in err
+    assert "so the next sizes of its form compile nothing" in err
