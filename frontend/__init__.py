@@ -245,6 +245,7 @@ from .shapeops import (  # noqa: E402
     dist,
     dstack,
     einsum,
+    gradient,
     hsplit,
     inner,
     isin,

@@ -953,6 +953,143 @@ def diff(x, n: int = 1, dim: int = -1, prepend=None, append=None):
     return out
 
 
+def gradient(x, *, spacing=1, dim=None, edge_order: int = 1) -> tuple:
+    """The partial derivatives of the function sampled by x, one tensor per dimension of
+    `dim` (every dimension when None; none for a 0-d x), as torch.gradient and
+    numpy.gradient: central differences inside, first- or second-order one-sided
+    differences at the ends (`edge_order` 1 or 2). `spacing`: one number for every
+    dimension, a number per dimension, or per dimension a 1-d tensor of the coordinates
+    of its samples (uneven steps). Integers give the default float dtype; differentiable.
+
+    >>> import fusegrad as fg
+    >>> t = fg.tensor([1.0, 2.0, 4.0, 7.0, 11.0, 16.0])
+    >>> fg.gradient(t)[0].tolist()
+    [1.0, 1.5, 2.5, 3.5, 4.5, 5.0]
+    >>> coords = fg.tensor([0.0, 1.0, 1.5, 3.5, 4.0, 6.0])
+    >>> [round(v, 4) for v in fg.gradient(t, spacing=(coords,))[0].tolist()]
+    [1.0, 3.0, 3.5, 6.7, 6.9, 2.5]
+    """
+    if edge_order not in (1, 2) or isinstance(edge_order, bool):
+        fail(
+            ArgumentError, "gradient", "torch.gradient only supports edge_order=1 and edge_order=2."
+        )
+    if x.dtype is bool_:
+        fail(
+            DTypeNotImplementedError,
+            "gradient",
+            "subtraction of two bool tensors is not supported; convert the input to a number "
+            "dtype first",
+        )
+    dims = list(range(x.ndim)) if dim is None else [dim] if isinstance(dim, int) else list(dim)
+    dims = [x._dim(d, "gradient") for d in dims]
+    for d in dims:
+        if dims.count(d) > 1:
+            fail(ArgumentError, "gradient", f"dim {d} appears multiple times in the list of dims")
+    steps = _gradient_spacing(x, spacing, dims, dim is None)
+    for d in dims:
+        if x.shape[d] < edge_order + 1:
+            fail(
+                ShapeError,
+                "gradient",
+                "torch.gradient expected each dimension size to be at least edge_order+1",
+            )
+    f = x if x.dtype.is_float else x.to(default_float())
+    return tuple(_gradient_along(f, d, h, edge_order) for d, h in zip(dims, steps))
+
+
+def _gradient_spacing(x, spacing, dims: list[int], every: bool) -> list:
+    """`gradient`'s spacing as one step (a number) or coordinates (a 1-d tensor) per dim."""
+    if isinstance(spacing, (int, float, np.number)) and not isinstance(spacing, bool):
+        return [spacing] * len(dims)
+    if isinstance(spacing, TensorBase) and spacing.ndim == 0:
+        return [spacing.item()] * len(dims)
+    if not isinstance(spacing, (list, tuple)):
+        raise TypeError(
+            "gradient(): argument 'spacing' must be a number, a list of numbers or a list of "
+            f"tensors, not {type(spacing).__name__}"
+        )
+    if len(spacing) != len(dims):
+        against = f"'self.dim() = {x.ndim}'" if every else f"the {len(dims)} dim(s) given"
+        fail(
+            ArgumentError,
+            "gradient",
+            "torch.gradient expected spacing to be unspecified, a scalar, or a list of length "
+            f"equal to {against}, but got a list of length {len(spacing)}",
+        )
+    out = []
+    for d, h in zip(dims, spacing):
+        if isinstance(h, TensorBase) and h.ndim == 0:
+            h = h.item()
+        if isinstance(h, TensorBase):
+            if h.ndim != 1 or h.shape[0] != x.shape[d]:
+                fail(
+                    ShapeError,
+                    "gradient",
+                    f"torch.gradient expected the coordinates of dim {d} to be a 1-d tensor of "
+                    f"its size {x.shape[d]}, but got shape {tuple(h.shape)}",
+                )
+            if h.device != x.device:
+                fail(
+                    ArgumentError,
+                    "gradient",
+                    f"torch.gradient expected the coordinates on the input's device "
+                    f"{x.device}, but got {h.device}",
+                )
+        elif isinstance(h, bool) or not isinstance(h, (int, float, np.number)):
+            raise TypeError(
+                f"gradient(): a spacing must be a number or a 1-d tensor, not {type(h).__name__}"
+            )
+        out.append(h)
+    return out
+
+
+def _gradient_along(f, d: int, h, edge_order: int):
+    """The derivative of f along d, its samples `h` apart (a number) or at the coordinates
+    `h` (a 1-d tensor): numpy.gradient's formulas, the same additions in the same order."""
+    n = f.shape[d]
+
+    def part(start: int, length: int):
+        return narrow(f, d, start, length)
+
+    if not isinstance(h, TensorBase):
+        inside = (part(2, n - 2) - part(0, n - 2)) / (2.0 * h)
+        if edge_order == 1:
+            first = (part(1, 1) - part(0, 1)) / h
+            last = (part(n - 1, 1) - part(n - 2, 1)) / h
+        else:
+            first = (-1.5 * part(0, 1) + 2.0 * part(1, 1) - 0.5 * part(2, 1)) / h
+            last = (0.5 * part(n - 3, 1) - 2.0 * part(n - 2, 1) + 1.5 * part(n - 1, 1)) / h
+        return cat([first, inside, last], d)
+    shape = [1] * f.ndim
+    shape[d] = n
+    coords = h.to(promote(h.dtype, f.dtype) if h.dtype.is_float else f.dtype).reshape(shape)
+    if coords.dtype is not f.dtype:  # (float64 coordinates make a float64 result, as torch)
+        f = f.to(coords.dtype)
+    dx = narrow(coords, d, 1, n - 1) - narrow(coords, d, 0, n - 1)
+    left, right = narrow(dx, d, 0, n - 2), narrow(dx, d, 1, n - 2)
+    a = -right / (left * (left + right))
+    b = (right - left) / (left * right)
+    c = left / (right * (left + right))
+    inside = a * part(0, n - 2) + b * part(1, n - 2) + c * part(2, n - 2)
+    if edge_order == 1:
+        first = (part(1, 1) - part(0, 1)) / narrow(dx, d, 0, 1)
+        last = (part(n - 1, 1) - part(n - 2, 1)) / narrow(dx, d, n - 2, 1)
+    else:
+        h1, h2 = narrow(dx, d, 0, 1), narrow(dx, d, 1, 1)
+        first = (
+            -(2.0 * h1 + h2) / (h1 * (h1 + h2)) * part(0, 1)
+            + (h1 + h2) / (h1 * h2) * part(1, 1)
+            - h1 / (h2 * (h1 + h2)) * part(2, 1)
+        )
+        h1, h2 = narrow(dx, d, n - 3, 1), narrow(dx, d, n - 2, 1)
+        last = (
+            h2 / (h1 * (h1 + h2)) * part(n - 3, 1)
+            - (h2 + h1) / (h1 * h2) * part(n - 2, 1)
+            + (2.0 * h2 + h1) / (h2 * (h1 + h2)) * part(n - 1, 1)
+        )
+    return cat([first, inside, last], d)
+
+
 def _joinable_for_diff(x, extra, d: int) -> None:
     if extra.ndim != x.ndim:
         fail(ShapeError, "diff", "diff expects prepend or append to be the same dimension as input")
