@@ -73,6 +73,21 @@ def test_a_0d_input_has_no_dimensions_to_differentiate():
     assert fg.gradient(fg.tensor(3.0)) == ()
 
 
+def test_an_empty_dimension_is_refused_and_the_others_need_not_be_asked():
+    with pytest.raises(ShapeError, match="at least edge_order\\+1"):
+        fg.gradient(fg.ones(0))
+    x = np.arange(12.0).reshape(3, 4)
+    (g,) = fg.gradient(fg.tensor(x).reshape(3, 4, 1)[..., 0], dim=1)
+    np.testing.assert_array_equal(g.numpy(), np.gradient(x, axis=1))
+
+
+def test_the_smallest_sizes_each_edge_order_takes():
+    # two samples: one difference at both ends; three with edge order 2: the parabola's
+    for x, order in (([1.0, 4.0], 1), ([1.0, -0.0, 1.0], 2), ([-1.0, 0.0, 1.0], 1)):
+        (g,) = fg.gradient(fg.tensor(x, dtype=fg.float64), edge_order=order)
+        np.testing.assert_array_equal(g.numpy(), np.gradient(np.array(x), edge_order=order))
+
+
 def test_bad_arguments_raise_at_the_users_line():
     with pytest.raises(ShapeError, match="at least edge_order\\+1.*test_numeric_gradient.py"):
         fg.gradient(fg.ones(2), edge_order=2)
