@@ -215,8 +215,9 @@ def without_values(item: ScheduleItem, sizes: dict[int, int] | None = None) -> S
     With `sizes` (old size -> new), every dimension of those sizes in the copy's shapes,
     and in its views' shapes and bounds, has the new one, and a float constant of one of
     those sizes (or 1 over it) the new one's: the same kernel at other sizes,
-    lowered only to see which of its literals move with them (`pipeline/templates.py`,
-    `probe_groups`); nothing checks that the copy is a graph that could run."""
+    lowered only to see which of its literals move with them (`templates.probes` and
+    `moved`, `CpuBackend._predicted`); nothing checks that the copy is a graph that could
+    run."""
     new: dict[int, Node] = {}
     for n in item.inputs:
         new[id(n)] = _node_copy(n, Ops.BUFFER, (), None, sizes)

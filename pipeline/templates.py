@@ -498,7 +498,7 @@ class varying:
     plan whose sizes vary: each may run as a generic kernel (`compiler.compile_kernels`).
     `codes`: (code, level) of the kernels of the plans of the same graph compiled before,
     noted as seen first; `sizes`: the plan's sizes that differ from theirs, `kept` those
-    that do not (a kernel of a shape not made generic yet is lowered at other sizes too,
+    that do not (a kernel of a shape not seen before is lowered at other sizes too,
     `probes`). `with varying(None):` changes nothing."""
 
     def __init__(self, codes, sizes=(), kept=()):
