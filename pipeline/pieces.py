@@ -163,8 +163,9 @@ def _split_block(body) -> tuple[list, bool]:
         ranges, holds = cut
         # every guard on the loop's variable is settled for each range first (`_pruned`),
         # the pieces it never reads fold away, and only what is left is copied
+        settled = _settled(s.body, holds)
         bodies = [
-            _dead_dropped(_folded(_pruned(s.body, holds, start, stop), _Known()))
+            _dead_dropped(_folded(_pruned(settled, start, stop), _Known()))
             for start, stop in ranges
         ]
         runs = list(_runs(s, ranges, bodies, whole))
@@ -420,24 +421,51 @@ def _ranges(loop: Loop) -> tuple[list[tuple[int, int]], dict] | None:
     return ranges, holds
 
 
-def _pruned(body, holds: dict, start: int, stop: int) -> list:
-    """`body` over iterations [start, stop) of its loop, each guard on the loop's variable
-    settled there (`holds`, from `_ranges`): a load or select under one that never holds
-    made the zero it gives, a store under one dropped, one that always holds left out."""
+def _settled(body, holds: dict) -> list:
+    """`body` read once for `_pruned`: each statement under a guard on the loop's variable
+    (`holds`, from `_ranges`) with the holds of those guards, the statement without them
+    (where they all hold) and what stands for it where one never holds (its zero; None
+    for a store, dropped); a loop with its body read alike; any other statement as it is.
+    A loop cut into R ranges is then settled statement by statement once, not R times
+    (an LSTM's 64 time steps: every guard's hash was looked up 64 times a statement)."""
     out = []
     for s in body:
         if isinstance(s, Loop):
-            s = dataclasses.replace(s, body=_pruned(s.body, holds, start, stop))
+            out.append((_LOOP, s, _settled(s.body, holds)))
         elif isinstance(s, (Load, LoadRow, Select, Store, ScatterAdd)) and any(
             g in holds for g in s.valid
         ):
-            if any(_never_in(holds.get(g), start, stop) for g in s.valid):
-                if isinstance(s, (Store, ScatterAdd)):
-                    continue
-                s = Const(s.dst, s.dtype, zero_value(s.dtype))
-            else:  # (the range lies where each of them holds: `_ranges` cut it so)
-                s = dataclasses.replace(s, valid=tuple(g for g in s.valid if g not in holds))
-        out.append(s)
+            on = tuple([holds[g] for g in s.valid if g in holds])
+            kept = dataclasses.replace(s, valid=tuple(g for g in s.valid if g not in holds))
+            zero = (
+                None
+                if isinstance(s, (Store, ScatterAdd))
+                else Const(s.dst, s.dtype, zero_value(s.dtype))
+            )
+            out.append((on, kept, zero))
+        else:
+            out.append((None, s, None))
+    return out
+
+
+_LOOP = object()  # (`_settled`'s mark of a loop)
+
+
+def _pruned(settled: list, start: int, stop: int) -> list:
+    """The body `_settled` read, over iterations [start, stop) of its loop: each guard on
+    the loop's variable settled there: a load or select under one that never holds made
+    the zero it gives, a store under one dropped, one that always holds left out."""
+    out = []
+    for on, s, other in settled:  # (other: a loop's settled body, or a statement's zero)
+        if on is None:
+            out.append(s)
+        elif on is _LOOP:
+            out.append(dataclasses.replace(s, body=_pruned(other, start, stop)))
+        elif any(_never_in(hold, start, stop) for hold in on):
+            if other is not None:  # (a store is dropped)
+                out.append(other)
+        else:  # (the range lies where each of them holds: `_ranges` cut it so)
+            out.append(s)
     return out
 
 
