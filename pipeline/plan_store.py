@@ -10,13 +10,14 @@ reads one file, loads its kernels' object files and runs.
 
 The key (`plan_key`) is a hash of:
 
-- the graph's structural key (`pipeline/schedule.py`, `structural_key`) spelled exactly,
-  as pickle writes it (`_KeyPickler`, in C: a big model's key has tens of thousands of
-  elements): ops, shapes, dtypes by name, devices, and arguments that are None, bools,
-  ints, floats (their bits: -0.0 and each nan's payload too), strings, bytes, types or
-  containers of those, and the steering requests on its nodes (`ir/steering.py`). A
-  graph whose key holds anything else (a function, an array) gets no key: it is compiled
-  as before;
+- the graph's structural key (`pipeline/schedule.py`, `structural_key`) spelled exactly
+  (`_spelled`: marshalled, in C, after ops, dtypes and types are replaced by bytes naming
+  them, or where it holds other values, as pickle writes it, `_KeyPickler`; a big model's
+  key has tens of thousands of elements): ops, shapes, dtypes by name, devices, and
+  arguments that are None, bools, ints, floats (their bits: -0.0 and each nan's payload
+  too), strings, bytes, types or containers of those, and the steering requests on its
+  nodes (`ir/steering.py`). A graph whose key holds anything else (a function, an array)
+  gets no key: it is compiled as before;
 - the code: every source file of the package (frontend, ir, pipeline, runtime, nn: macro
   expansions are registered by the frontend and nn), so an edited fusegrad never loads a
   plan made by the old one;
@@ -40,6 +41,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
+import marshal
 import os
 import pickle
 from dataclasses import fields
@@ -52,7 +54,7 @@ from . import compiler, item_cache, templates
 from .compiler import _read_cached, _seal, entry_path, write_atomic
 from .plan import KernelRecord, Plan, Step
 
-FORMAT = "plan-cache 4"
+FORMAT = "plan-cache 5"
 # settings that report, bound a cache or say where it is: they never change a plan
 _NOT_IN_KEY = frozenset(
     {
@@ -93,6 +95,55 @@ class _KeyPickler(pickle.Pickler):
         if kind is Ops or kind is DType or kind is type or obj is _BY_NAME or obj is Ops:
             return NotImplemented  # pickled by name or value
         raise _Unspellable(kind.__name__)
+
+
+_SPELLING = {}  # an op, dtype or type -> the bytes `_spelled` writes for it (filled as met)
+_PLAIN = frozenset({int, float, str, bool, type(None)})
+
+
+def _spelling_of(v) -> bytes:
+    """The bytes standing for an op, a dtype or a type in `_spelled`'s values."""
+    kind = type(v)
+    if kind is Ops:
+        said = b"op:" + v.name.encode()
+    elif kind is DType:
+        said = b"dtype:" + v.name.encode()
+    elif kind is type:
+        said = b"type:" + f"{v.__module__}.{v.__qualname__}".encode()
+    else:
+        raise _Unspellable(kind.__name__)
+    _SPELLING[v] = said
+    return said
+
+
+def _plain(key: tuple) -> tuple:
+    """`key` with each op, dtype and type replaced by its bytes (`_spelling_of`); raises
+    `_Unspellable` at anything but those, tuples and plain values (bytes included: the
+    key's own would read as a spelling)."""
+    out = []
+    spelling, plain = _SPELLING, _PLAIN
+    for v in key:
+        kind = type(v)
+        if kind in plain:
+            out.append(v)
+        elif kind is tuple:
+            out.append(_plain(v))
+        else:
+            said = spelling.get(v) if kind is Ops or kind is DType or kind is type else None
+            out.append(said if said is not None else _spelling_of(v))
+    return tuple(out)
+
+
+def _spelled(key: tuple) -> bytes:
+    """`key` as bytes, exactly: two keys are spelled alike only if they are equal. A key of
+    plain values, tuples, ops, dtypes and types (what `structural_key` makes) is marshalled
+    after `_plain` (format 2: no references, so sharing cannot change the bytes; a quarter
+    of pickling's time, where `_KeyPickler` calls back into Python at every op and dtype);
+    any other through `_pickled`. A byte in front tells the two apart."""
+    try:
+        return b"m" + marshal.dumps(_plain(key), 2)
+    except _Unspellable:
+        return b"p" + _pickled(key)
 
 
 def _pickled(key: tuple) -> bytes:
@@ -167,7 +218,7 @@ def plan_key(key: tuple, device: str, options: str) -> str | None:
     if not version:
         return None
     try:
-        spelled = _pickled(key)
+        spelled = _spelled(key)
     except _Unspellable:
         return None
     parts = [FORMAT, version, item_cache.code_version(), compiler.host_description(), options]

@@ -830,11 +830,16 @@ def _sizes_changed(before: list[tuple], leaves: list[Node]) -> tuple[set[int], s
 def _size_free(key) -> tuple:
     """A plan key with every tuple of numbers (a shape, a view's argument, a constant's
     value) replaced by its length: plans of one graph at other sizes have the same."""
-    if type(key) is tuple:
-        if all(type(v) in _NUMBERS for v in key):
-            return ("#", len(key))
-        return tuple([_size_free(v) for v in key])
-    return key
+    if type(key) is not tuple:
+        return key
+    numbers = _NUMBERS
+    for v in key:
+        if type(v) not in numbers:
+            break
+    else:
+        return ("#", len(key))
+    # (a walk of a plan's whole key, thousands of nodes: a call only for what is a tuple)
+    return tuple([_size_free(v) if type(v) is tuple else v for v in key])
 
 
 _NUMBERS = {int, float, str, bool, type}

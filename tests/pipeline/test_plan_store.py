@@ -18,6 +18,7 @@ from _files import run_in_child
 
 import fusegrad as fg
 from fusegrad.ir import dtypes
+from fusegrad.ir.ops import Ops
 from fusegrad.pipeline import plan_store
 from fusegrad.pipeline.schedule import structural_key
 from fusegrad.runtime.engine import engine
@@ -118,6 +119,37 @@ def test_spellings_keep_types_and_nesting_apart(cache):
     ]
     spelled = {plan_store.plan_key(k, "cpu", "") for k in keys}
     assert None not in spelled and len(spelled) == len(keys)
+
+
+def test_ops_dtypes_and_types_are_spelled_apart_from_plain_values(cache):
+    # an op, a dtype or a type is written as bytes of its own (`_plain`): a key holding
+    # bytes, or the names as strings, is another key, never the same one
+    keys = [
+        ((Ops.ADD,),),
+        ((Ops.MUL,),),
+        (("ADD",),),
+        ((b"op:ADD",),),
+        ((dtypes.float32,),),
+        ((dtypes.float64,),),
+        (("float32",),),
+        ((b"dtype:float32",),),
+        ((int,),),
+        ((float,),),
+        ((b"type:builtins.int",),),
+    ]
+    spelled = {plan_store.plan_key(k, "cpu", "") for k in keys}
+    assert None not in spelled and len(spelled) == len(keys)
+
+
+def test_equal_keys_are_spelled_alike_however_their_parts_are_shared(cache):
+    shape = (16, 32)
+    shared = ((Ops.ADD, shape, dtypes.float32, shape, shape),)
+    copies = ((Ops.ADD, (16, 32), dtypes.float32, tuple([16, 32]), tuple([16, 32])),)
+    assert plan_store.plan_key(shared, "cpu", "") == plan_store.plan_key(copies, "cpu", "")
+    real = key_of((x_of() * 2.0).exp())
+    assert plan_store.plan_key(real, "cpu", "") == plan_store.plan_key(
+        pickle.loads(pickle.dumps(real)), "cpu", ""
+    )
 
 
 def plan_files(cache: Path) -> list[Path]:
