@@ -26,6 +26,11 @@ waited longer than that to be asked for again (freed by the trimmer, then alloca
 anew), its buffers are kept twice that wait, up to `POOL_GAP_MAX_S`, so a loop of long
 steps stops faulting its memory in at every step. `clear_pool()` gives everything back
 at once.
+
+A warm start's first step would fault all its buffers' pages in as its kernels first
+write them: `prefill` makes the sizes an earlier run of the same program had to allocate
+(`first_sizes`, kept by `runtime/engine.py`) while the program starts, their pages
+faulted in by the system without the GIL, and pools them for the first step to take.
 """
 
 from __future__ import annotations
@@ -86,6 +91,11 @@ _misses: dict[int, int] = {}
 _in_use = 0  # bytes taken (`_take`) and not yet returned: live buffers and scratch
 _peak_in_use = 0  # the most `_in_use` has been
 _lock = forksafe.Lock()  # Python threads allocate and free at once
+# the sizes from `PREFILL_FROM` bytes this process took that the pool did not hold (or held
+# only as `prefill` made them), in order, up to `SIZES_NOTED_MAX`: what a warm start of
+# the same program prefills (`first_sizes`, `prefill`)
+_noted: list[int] = []
+_prefilled: set[int] = set()  # addresses of arrays `prefill` pooled, not yet taken
 _NP = {d: np.dtype(d.np) for d in NUMPY_DTYPES}  # numpy's dtype object for each of ours
 live_buffers = 0  # buffers allocated and not yet freed, for tests of memory planning
 
@@ -211,9 +221,11 @@ def _give(nbytes: int, entry: tuple, reused: bool = False) -> None:
     while len(_pool) > POOL_SIZES:
         size, dropped = _pool.popitem(last=False)
         _pooled_bytes -= size * len(dropped)
+        if _prefilled:
+            _prefilled.difference_update(e[1] for e in dropped)
     while _pooled_bytes > limit:  # the oldest size's coldest array first
         size, oldest = next(iter(_pool.items()))
-        oldest.pop(0)
+        _prefilled.discard(oldest.pop(0)[1])
         _pooled_bytes -= size
         if not oldest:
             del _pool[size]
@@ -308,9 +320,13 @@ def _take(nbytes: int) -> tuple[np.ndarray, int, np.ndarray | None]:
             entry = free.pop()
             if not free:  # sizes in the pool are sizes with memory to give
                 del _pool[nbytes]
-            if nbytes >= MAP_FROM:  # (how long it waited: the trimmer waits longer than that)
+            if _prefilled and entry[1] in _prefilled:  # (made ahead: it waited for nothing)
+                _prefilled.discard(entry[1])
+                _note_size(nbytes)
+            elif nbytes >= MAP_FROM:  # (how long it waited: the trimmer waits longer than that)
                 _note_gap(nbytes, time.monotonic() - entry[3])
             return entry[:3]
+        _note_size(nbytes)
         if nbytes in _decayed:  # freed by the trimmer, asked for again: it waited too little
             _note_gap(nbytes, time.monotonic() - _decayed.pop(nbytes))
         if len(_misses) >= 4 * POOL_SIZES:  # bounded: the sizes seen once are forgotten
@@ -394,11 +410,75 @@ def clear_pool() -> None:
     global _pooled_bytes, _peak_in_use
     with _lock:
         _pool.clear()
+        _prefilled.clear()
         _misses.clear()
         _gaps.clear()
         _decayed.clear()
         _pooled_bytes = 0
         _peak_in_use = _in_use
+
+
+PREFILL_FROM = 16 * mmap.PAGESIZE  # bytes: a smaller buffer costs its kernel few faults
+SIZES_NOTED_MAX = 4096  # sizes `first_sizes` gives
+PREFILL_MAX_BYTES = 512 << 20  # the most `prefill` makes
+# seconds what `prefill` pooled waits for the program before the trimmer may free it: the
+# program is still importing and building its model when it starts
+PREFILL_WAIT_S = 20.0
+
+
+def _note_size(nbytes: int) -> None:
+    """Note a size taken fresh (under `_lock`), for `first_sizes`."""
+    if nbytes >= PREFILL_FROM and len(_noted) < SIZES_NOTED_MAX:
+        _noted.append(nbytes)
+
+
+def first_sizes() -> tuple[list[int], int]:
+    """The sizes this process took from the pool that it had to allocate (from
+    `PREFILL_FROM` bytes, the first `SIZES_NOTED_MAX`), and the most bytes it had in use
+    at once: what `prefill` makes for the next run of the same program."""
+    with _lock:
+        return list(_noted), _peak_in_use
+
+
+def prefill(sizes: list[int], peak: int) -> int:
+    """Pool arrays of `sizes` (`first_sizes` of an earlier run of this program, `peak` its
+    most bytes in use) with their pages faulted in, ahead of the program's first step; the
+    bytes pooled.
+
+    A warm start's first step otherwise faults every page of its buffers in as its
+    kernels first write them (a small ViT's: 36,000 faults, about a quarter of the
+    step). Here each array is mapped with `MAP_POPULATE`, one system call that faults its
+    pages in without the GIL, so a thread of fusegrad's own does it while the program
+    imports and builds its model (`runtime/engine.py`). At most `PREFILL_MAX_BYTES`
+    and the pool's bound for `peak`; each waits `PREFILL_WAIT_S` for the program before
+    the trimmer may free it, and is then an array like any other in the pool. Nothing
+    where the system has no `MAP_POPULATE`."""
+    global _peak_in_use
+    populate = getattr(mmap, "MAP_POPULATE", 0)
+    if not populate:
+        return 0
+    with _lock:
+        _peak_in_use = max(_peak_in_use, peak)
+        limit = min(POOL_LIMIT_BYTES, max(POOL_FLOOR_BYTES, POOL_PEAK_FACTOR * _peak_in_use))
+    budget = min(limit, PREFILL_MAX_BYTES)
+    made = 0
+    for nbytes in sizes:
+        if made + nbytes > budget:
+            break
+        try:
+            pages = _Pages(-1, nbytes, flags=mmap.MAP_PRIVATE | populate)
+        except OSError:  # (out of memory: the program faults its pages in as before)
+            break
+        raw = np.frombuffer(memoryview(pages), dtype=np.uint8)
+        with _lock:
+            # (a size the program allocates again and again: freed, it is pooled at once)
+            _misses[nbytes] = max(_misses.get(nbytes, 0), 2)
+            _prefilled.add(raw.ctypes.data)
+            _give(nbytes, (raw, raw.ctypes.data, None, time.monotonic() + PREFILL_WAIT_S), True)
+            if not _trimmer:  # (what the program never asks for goes after its wait)
+                _start_trimmer()
+        made += nbytes
+    return made
 
 
 def _note_gap(nbytes: int, waited: float) -> None:
@@ -425,16 +505,17 @@ def trim_pool(now: float | None = None) -> int:
         for size in list(_pool):
             free = _pool[size]
             cutoff = now - decay_of(size)
-            stale = 0
-            while stale < len(free) and free[stale][3] <= cutoff:
-                stale += 1
+            # (oldest first, but for what `prefill` pooled, dated later: kept till then)
+            stale = [entry for entry in free if entry[3] <= cutoff]
             if stale:
                 if size >= MAP_FROM:  # (asked for again later: it waited too little)
                     if len(_decayed) >= 4 * POOL_SIZES:
                         _decayed.clear()
-                    _decayed[size] = free[stale - 1][3]
-                del free[:stale]
-                freed += size * stale
+                    _decayed[size] = stale[-1][3]
+                free[:] = [entry for entry in free if entry[3] > cutoff]
+                for entry in stale:
+                    _prefilled.discard(entry[1])
+                freed += size * len(stale)
                 if not free:
                     del _pool[size]
         _pooled_bytes -= freed
@@ -473,5 +554,7 @@ def _no_trimmer_in_child() -> None:
     global _pooled_bytes
     _trimmer.clear()
     _pool.clear()
+    _prefilled.clear()
+    _noted.clear()
     _pooled_bytes = 0
     _pool_filled.clear()

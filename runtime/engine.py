@@ -36,9 +36,13 @@ a device's name.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import gc
+import hashlib
+import json
+import os
 import sys
 import threading
 import time
@@ -56,7 +60,7 @@ from ..ir.node import Node
 from ..ir.ops import Ops
 from ..pipeline import plan_store, templates
 from ..pipeline.compiler import batch as compiler_batch
-from ..pipeline.compiler import code_of
+from ..pipeline.compiler import code_of, write_atomic
 
 # NO_LINE, expand_for, kernel_names and lowering_steps: the frontend's debug views read
 # them here
@@ -72,7 +76,7 @@ from ..pipeline.driver import (  # noqa: F401
 )
 from ..pipeline.plan import KernelRecord, Plan, Step, timed_copy
 from ..pipeline.schedule import const_family, const_key, structural_key
-from . import backend_registry, forksafe, phases
+from . import backend_registry, buffer, forksafe, phases
 from .attribution import capture
 from .backend import HOST, get_backend
 from .buffer import Buffer
@@ -739,8 +743,66 @@ def _log_phases(before: dict[str, float], records: list[KernelRecord]) -> None:
     )
 
 
+# ---------------------------------------------------------------- a warm start's memory
+
+
+def _sizes_path() -> str | None:
+    """Where the sizes of this program's buffers are kept: `<cache>/pool/<hash>.json`,
+    by the command line that started the process (`sys.orig_argv`: the script and its
+    arguments, which set its sizes); None without plans on disk."""
+    if not (config.cache and config.disk_plans):
+        return None
+    command = "\0".join(getattr(sys, "orig_argv", sys.argv))
+    name = hashlib.sha256(command.encode(errors="replace")).hexdigest()[:32]
+    return os.path.join(config.cache, "pool", name + ".json")
+
+
+_OWNER = os.getpid()  # (a forked child that returns from its fork saves nothing)
+
+
+def _save_sizes() -> None:
+    """At exit: the sizes this run had to allocate (`buffer.first_sizes`), for the next run
+    of the same command to make ahead (`_prefill`); only where plans were read or kept on
+    disk (`plan_store.disk_used`: a program that warm starts)."""
+    path = _sizes_path()
+    if not plan_store.disk_used or path is None or os.getpid() != _OWNER:
+        return
+    sizes, peak = buffer.first_sizes()
+    if not sizes:
+        return
+    try:
+        write_atomic(path, json.dumps({"sizes": sizes, "peak": peak}).encode())
+    except OSError:
+        pass  # (the next run faults its pages in, as before)
+
+
+def _prefill() -> None:
+    """Make the buffers an earlier run of this command had to allocate, with their pages
+    faulted in, before its first step asks for them (`buffer.prefill`)."""
+    try:
+        with open(_sizes_path()) as f:
+            said = json.load(f)
+        sizes, peak = said["sizes"], said["peak"]
+    except (OSError, TypeError, ValueError, KeyError):
+        return  # none yet, or not what `_save_sizes` wrote: nothing made ahead
+    if type(peak) is int and type(sizes) is list and all(type(n) is int and n > 0 for n in sizes):
+        buffer.prefill(sizes, peak)
+
+
+def _start_prefill() -> None:
+    """At import, on a thread of fusegrad's own (`buffer.prefill` faults pages in without
+    the GIL, while the program builds its model); at exit, `_save_sizes`."""
+    path = _sizes_path()
+    if path is None:
+        return
+    atexit.register(_save_sizes)
+    if os.path.exists(path):
+        forksafe.Thread(target=_prefill, name="fusegrad-prefill", daemon=True).start()
+
+
 engine = Engine()
 plan_store.prefetch_versions()  # (the sources' hashes, read while the model is built)
+_start_prefill()  # (the first step's buffers, made while the model is built)
 backend_registry.plan_caches.append(engine.forget_plans)
 stats = engine.stats
 

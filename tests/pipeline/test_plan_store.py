@@ -9,7 +9,11 @@ damage and swaps; a second process for doing no scheduling and computing the sam
 
 from __future__ import annotations
 
+import json
+import os
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -280,3 +284,58 @@ def test_the_sources_are_hashed_on_a_thread_of_fusegrads_own(cache, monkeypatch)
         monkeypatch.setattr(plan_store, "_prefetch", None)
         plan_store.prefetch_versions()
         assert plan_store._prefetch is None
+
+
+PREFILL_SCRIPT = """\
+import json, sys, threading
+import numpy as np
+import fusegrad as fg
+from fusegrad import nn
+from fusegrad.runtime import buffer
+
+for t in threading.enumerate():  # (made ahead while this builds its model: waited for here)
+    if t.name == "fusegrad-prefill":
+        t.join()
+ahead = len(buffer._prefilled)
+fg.manual_seed(0)
+model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 10))
+opt = fg.optim.SGD(model.parameters(), lr=1e-2)
+x = fg.tensor(np.linspace(-2, 2, 128 * 256, dtype=np.float32).reshape(128, 256))
+y = fg.tensor(np.arange(128) % 10)
+for _ in range(3):
+    loss = nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    loss.item()
+print(json.dumps({"ahead": ahead, "left": len(buffer._prefilled)}))
+"""
+
+
+def test_a_second_run_of_a_command_makes_its_first_step_s_buffers_ahead(tmp_path):
+    """A run that read or kept plans on disk leaves the sizes it had to allocate in the
+    cache (`<cache>/pool/`, by its command line); the next run of the same command makes
+    them at import, pages faulted in, and its first step takes them (runtime/buffer.py's
+    `prefill`). Another command finds none of them; a damaged file makes nothing."""
+    script = tmp_path / "train.py"
+    script.write_text(PREFILL_SCRIPT)
+    cache = tmp_path / "cache"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEGRAD_")}
+    env["FUSEGRAD_CACHE"] = str(cache)
+
+    def run(*args) -> dict:
+        proc = subprocess.run(
+            [sys.executable, str(script), *args], env=env, capture_output=True, text=True
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    assert run() == {"ahead": 0, "left": 0}  # (nothing noted yet)
+    (noted,) = (cache / "pool").glob("*.json")
+    said = json.loads(noted.read_text())
+    assert said["sizes"] and said["peak"] >= 128 * 512 * 4
+    second = run()
+    assert second["ahead"] > 0 and second["left"] < second["ahead"]  # taken by its steps
+    assert run("--another")["ahead"] == 0  # another command line: its own sizes
+    noted.write_text("{not json")
+    assert run()["ahead"] == 0

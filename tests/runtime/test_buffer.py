@@ -307,3 +307,72 @@ def test_the_pool_holds_a_few_times_the_peak_in_use_not_every_size_seen(monkeypa
     assert sum(size * len(free) for size, free in B._pool.items()) == B._pooled_bytes
     assert 1390 * 3 * 4 in B._pool  # the latest sizes kept, not the first ones
     assert 1000 * 4 not in B._pool and B._in_use == 0
+
+
+# ---------------------------------------------------------------- made ahead (`prefill`)
+
+
+def _addresses() -> set[int]:
+    return {entry[1] for free in B._pool.values() for entry in free}
+
+
+def test_prefilled_arrays_serve_the_first_allocations_of_their_sizes():
+    B.clear_pool()
+    small, large = 1 << 17, 3 << 20  # (a large size is its class, as `_take` asks for it)
+    made = B.prefill([small, small, large], peak=1 << 24)
+    assert made == 2 * small + large and B._pooled_bytes == made
+    ahead = _addresses()
+    assert len(ahead) == 3 and B._prefilled == ahead
+    noted = len(B.first_sizes()[0])
+    a, b = B.Buffer(small // 4, float32), B.Buffer(small // 4, float32)
+    c = B.Buffer(large // 4, float32)
+    assert {a.ptr, b.ptr, c.ptr} == ahead and not B._prefilled and B._pooled_bytes == 0
+    assert all(x.ptr % B.CACHE_LINE == 0 for x in (a, b, c))
+    # taken from what was made ahead, they are the sizes the next run makes ahead too
+    assert B.first_sizes()[0][noted:] == [small, small, large]
+    ptr = a.ptr
+    del a  # a size made ahead is one the program allocates again: pooled from its first free
+    assert B.Buffer(small // 4, float32).ptr == ptr
+
+
+def test_only_sizes_from_prefill_from_are_noted_and_made():
+    B.clear_pool()
+    noted = len(B.first_sizes()[0])
+    kept = [B.Buffer(n // 4, float32) for n in (4096, B.PREFILL_FROM, 2 * B.PREFILL_FROM)]
+    assert B.first_sizes()[0][noted:] == [B.PREFILL_FROM, 2 * B.PREFILL_FROM]
+    assert B.first_sizes()[1] >= sum(b.array.nbytes for b in kept)
+
+
+def test_prefill_makes_no_more_than_its_budget_and_the_pool_s_bound(monkeypatch):
+    B.clear_pool()
+    monkeypatch.setattr(B, "PREFILL_MAX_BYTES", 5 << 20)
+    assert B.prefill([2 << 20] * 4, peak=1 << 30) == 4 << 20  # the budget
+    B.clear_pool()
+    monkeypatch.setattr(B, "PREFILL_MAX_BYTES", 1 << 40)
+    monkeypatch.setattr(B, "POOL_FLOOR_BYTES", 1 << 20)
+    # a peak of 1 MiB: the pool holds 4 MiB (`POOL_PEAK_FACTOR`), so only that is made
+    assert B.prefill([1 << 20] * 8, peak=1 << 20) == 4 << 20
+    assert B._pooled_bytes == 4 << 20
+
+
+def test_prefilled_arrays_wait_for_the_program_then_decay():
+    B.clear_pool()
+    B.prefill([1 << 17], peak=1 << 24)
+    now = time.monotonic()
+    # (the program is still building its model: kept past the decay time)
+    assert B.trim_pool(now + B.POOL_DECAY_S + 1) == 0
+    assert B.trim_pool(now + B.PREFILL_WAIT_S + B.POOL_DECAY_S + 1) == 1 << 17
+    assert not B._pool and not B._prefilled and B._pooled_bytes == 0
+
+
+def test_a_freed_array_behind_one_made_ahead_still_decays():
+    B.clear_pool()
+    size = 1 << 17
+    kept = _second_allocation(size // 4, float32)
+    B.prefill([size], peak=1 << 24)  # dated later than the array freed below
+    ptr = kept.ptr
+    del kept
+    assert len(B._pool[size]) == 2
+    freed_at = [e[3] for e in B._pool[size] if e[1] == ptr][0]
+    assert B.trim_pool(freed_at + B.POOL_DECAY_S + 0.5) == size
+    assert [e[1] for e in B._pool[size]] == list(B._prefilled)
