@@ -786,7 +786,9 @@ def _prefill() -> None:
     except (OSError, TypeError, ValueError, KeyError):
         return  # none yet, or not what `_save_sizes` wrote: nothing made ahead
     if type(peak) is int and type(sizes) is list and all(type(n) is int and n > 0 for n in sizes):
-        buffer.prefill(sizes, peak)
+        made = buffer.prefill(sizes, peak)
+        if config.debug >= 1:
+            _log(f"{made / 2**20:.1f} MiB of buffers made ahead, as this command's last run used")
 
 
 def _start_prefill() -> None:

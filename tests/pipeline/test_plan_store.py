@@ -323,19 +323,24 @@ def test_a_second_run_of_a_command_makes_its_first_step_s_buffers_ahead(tmp_path
     env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEGRAD_")}
     env["FUSEGRAD_CACHE"] = str(cache)
 
-    def run(*args) -> dict:
+    def run(*args, debug: str = "0") -> dict:
         proc = subprocess.run(
-            [sys.executable, str(script), *args], env=env, capture_output=True, text=True
+            [sys.executable, str(script), *args],
+            env={**env, "FUSEGRAD_DEBUG": debug},
+            capture_output=True,
+            text=True,
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
+        run.stderr = proc.stderr
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
     assert run() == {"ahead": 0, "left": 0}  # (nothing noted yet)
     (noted,) = (cache / "pool").glob("*.json")
     said = json.loads(noted.read_text())
     assert said["sizes"] and said["peak"] >= 128 * 512 * 4
-    second = run()
+    second = run(debug="1")
     assert second["ahead"] > 0 and second["left"] < second["ahead"]  # taken by its steps
+    assert "MiB of buffers made ahead, as this command's last run used" in run.stderr
     assert run("--another")["ahead"] == 0  # another command line: its own sizes
     noted.write_text("{not json")
     assert run()["ahead"] == 0
