@@ -508,10 +508,13 @@ def trim_pool(now: float | None = None) -> int:
             # (oldest first, but for what `prefill` pooled, dated later: kept till then)
             stale = [entry for entry in free if entry[3] <= cutoff]
             if stale:
-                if size >= MAP_FROM:  # (asked for again later: it waited too little)
+                # (asked for again later: it waited too little; what `prefill` made and
+                # the program never took says nothing of the program's pace)
+                freed_here = [e[3] for e in stale if e[1] not in _prefilled]
+                if size >= MAP_FROM and freed_here:
                     if len(_decayed) >= 4 * POOL_SIZES:
                         _decayed.clear()
-                    _decayed[size] = stale[-1][3]
+                    _decayed[size] = freed_here[-1]
                 free[:] = [entry for entry in free if entry[3] > cutoff]
                 for entry in stale:
                     _prefilled.discard(entry[1])

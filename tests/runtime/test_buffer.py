@@ -358,12 +358,14 @@ def test_prefill_makes_no_more_than_its_budget_and_the_pool_s_bound(monkeypatch)
 
 def test_prefilled_arrays_wait_for_the_program_then_decay():
     B.clear_pool()
-    B.prefill([1 << 17], peak=1 << 24)
+    B.prefill([1 << 17, 2 << 20], peak=1 << 24)
     now = time.monotonic()
     # (the program is still building its model: kept past the decay time)
     assert B.trim_pool(now + B.POOL_DECAY_S + 1) == 0
-    assert B.trim_pool(now + B.PREFILL_WAIT_S + B.POOL_DECAY_S + 1) == 1 << 17
+    assert B.trim_pool(now + B.PREFILL_WAIT_S + B.POOL_DECAY_S + 1) == (1 << 17) + (2 << 20)
     assert not B._pool and not B._prefilled and B._pooled_bytes == 0
+    # never taken, so nothing learned of the program's pace (`_note_gap`, `decay_of`)
+    assert (2 << 20) not in B._decayed
 
 
 def test_a_freed_array_behind_one_made_ahead_still_decays():
