@@ -117,6 +117,16 @@ class Backend(ABC):
         """Keep `plan` on disk under `disk_key` for the next process (nothing, here)."""
         return None
 
+    def plans_used(self) -> list[str]:
+        """The disk keys of the plans this process read or kept, first used first (none,
+        here): what the next run of the program reads ahead (`load_ahead`)."""
+        return []
+
+    def load_ahead(self, disk_keys: list[str]) -> int:
+        """Read the plans of `disk_keys` now, for `load_plan` to find in memory; how many
+        (none, here)."""
+        return 0
+
     def rebuild(self, plan) -> None:
         """Make `plan` ready again after some of its kernels were replaced (`prepare` once
         more, by default)."""

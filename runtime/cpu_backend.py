@@ -244,6 +244,28 @@ def _sched_yield_address() -> int:
     return ctypes.cast(ctypes.CDLL(None).sched_yield, ctypes.c_void_p).value
 
 
+PLANS_AHEAD_MAX = 32  # plans `load_ahead` reads, and `plans_used` names
+_ahead: dict[str, Plan] = {}  # disk key -> a plan `load_ahead` read, not yet asked for
+_used: dict[str, None] = {}  # the disk keys of the plans read or kept, in order (a set)
+_ahead_lock = forksafe.Lock()
+
+
+def _read_plan(disk_key: str) -> Plan | None:
+    return plan_store.load(disk_key, lambda loop, source: _job(loop, source)[2])
+
+
+def _note_used(disk_key: str) -> None:
+    with _ahead_lock:
+        if len(_used) < PLANS_AHEAD_MAX:
+            _used[disk_key] = None
+
+
+@forksafe.at_fork
+def _no_plans_ahead_in_child() -> None:
+    """A forked child reads its own plans (its parent's loaded kernels are not its)."""
+    _ahead.clear()
+
+
 class CpuBackend(Backend):
     """The host: buffers are pooled numpy arrays, kernels LLVM-compiled machine code run on
     the worker pool; a cached plan of one kernel runs without the step loop (`_run_one`),
@@ -289,16 +311,47 @@ class CpuBackend(Backend):
         )
 
     def load_plan(self, disk_key: str) -> Plan | None:
-        with phases.timed("llvm"):  # loading the kernels' object files
-            plan = plan_store.load(disk_key, lambda loop, source: _job(loop, source)[2])
-        if plan is not None and effective_threads() > 1:
-            pool.compile_ahead()
+        with _ahead_lock:  # (one `load_ahead` is reading now: waited for, not read twice)
+            plan = _ahead.pop(disk_key, None)
+        if plan is None:
+            with phases.timed("llvm"):  # loading the kernels' object files
+                plan = _read_plan(disk_key)
+        if plan is not None:
+            _note_used(disk_key)
+            if effective_threads() > 1:
+                pool.compile_ahead()
         return plan
 
     def store_plan(self, disk_key: str, plan: Plan) -> None:
         if len(plan.steps) > 1:  # (its scratch layout is kept with it on disk)
             _layout_of(plan)
         plan_store.store(disk_key, plan)
+        _note_used(disk_key)
+
+    def plans_used(self) -> list[str]:
+        """The disk keys of the plans this process read or kept on disk, the first used
+        first (at most `PLANS_AHEAD_MAX`): what the next run of the program reads ahead."""
+        with _ahead_lock:
+            return list(_used)
+
+    def load_ahead(self, disk_keys: list[str]) -> int:
+        """Read the plans of `disk_keys` from the disk cache now (those an earlier run of
+        the program used, first used first), so that `load_plan` finds each in memory;
+        how many were read. A thread of fusegrad's own calls it at import
+        (`runtime/engine.py`): unpickling a plan and loading its kernels' object files
+        (LLVM, without the GIL) then happen while the program builds its model."""
+        read = 0
+        for disk_key in disk_keys[:PLANS_AHEAD_MAX]:
+            with _ahead_lock:
+                if disk_key in _ahead or disk_key in _used:
+                    continue  # (read already, or the program asked for it first)
+                plan = _read_plan(disk_key)
+                if plan is not None:
+                    _ahead[disk_key] = plan
+                    read += 1
+        if read and effective_threads() > 1:
+            pool.compile_ahead()
+        return read
 
     def alloc(self, size: int, dtype, device: str) -> Buffer:
         return Buffer(size, dtype)

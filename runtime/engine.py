@@ -41,6 +41,7 @@ import contextlib
 import functools
 import gc
 import hashlib
+import importlib
 import json
 import os
 import sys
@@ -768,27 +769,45 @@ def _save_sizes() -> None:
     if not plan_store.disk_used or path is None or os.getpid() != _OWNER:
         return
     sizes, peak = buffer.first_sizes()
-    if not sizes:
+    plans = get_backend(HOST).plans_used()
+    if not sizes and not plans:
         return
+    said = {"sizes": sizes, "peak": peak, "plans": plans}
     try:
-        write_atomic(path, json.dumps({"sizes": sizes, "peak": peak}).encode())
+        write_atomic(path, json.dumps(said).encode())
     except OSError:
         pass  # (the next run faults its pages in, as before)
 
 
 def _prefill() -> None:
-    """Make the buffers an earlier run of this command had to allocate, with their pages
-    faulted in, before its first step asks for them (`buffer.prefill`)."""
+    """Read the plans an earlier run of this command read or kept on disk, and make the
+    buffers it had to allocate, their pages faulted in, before its first step asks for
+    them (`CpuBackend.load_ahead`, `buffer.prefill`)."""
     try:
         with open(_sizes_path()) as f:
             said = json.load(f)
-        sizes, peak = said["sizes"], said["peak"]
+        sizes, peak, plans = said["sizes"], said["peak"], said.get("plans", [])
     except (OSError, TypeError, ValueError, KeyError):
         return  # none yet, or not what `_save_sizes` wrote: nothing made ahead
-    if type(peak) is int and type(sizes) is list and all(type(n) is int and n > 0 for n in sizes):
-        made = buffer.prefill(sizes, peak)
-        if config.debug >= 1:
-            _log(f"{made / 2**20:.1f} MiB of buffers made ahead, as this command's last run used")
+    if not (type(plans) is list and all(type(k) is str and k.isalnum() for k in plans)):
+        return
+    if not (type(sizes) is list and all(type(n) is int and n > 0 for n in sizes)):
+        return
+    _fusegrad_imported()
+    read = get_backend(HOST).load_ahead(plans)
+    made = buffer.prefill(sizes, peak) if type(peak) is int else 0
+    if config.debug >= 1:
+        _log(
+            f"{read} plan(s) read and {made / 2**20:.1f} MiB of buffers made ahead, as this"
+            " command's last run used them"
+        )
+
+
+def _fusegrad_imported() -> None:
+    """Wait until the package's import is done (a plan read ahead unpickles classes of its
+    modules; importing one here while the import thread holds another's lock could
+    deadlock)."""
+    importlib.import_module(__name__.split(".")[0])
 
 
 def _start_prefill() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -177,6 +178,32 @@ def test_a_stored_plan_loads_and_runs_to_the_same_bits(cache):
     )
 
 
+def test_a_plan_read_ahead_is_the_one_the_engine_then_runs(cache, monkeypatch):
+    """`CpuBackend.load_ahead` (a warm start's thread, at import) reads a plan the last run
+    used; the engine's `load_plan` then takes that very plan, reading nothing again, and
+    notes it among the plans used (what the next run reads ahead)."""
+    from fusegrad.runtime import cpu_backend
+    from fusegrad.runtime.backend import get_backend
+
+    monkeypatch.setattr(cpu_backend, "_ahead", {})
+    monkeypatch.setattr(cpu_backend, "_used", {})
+    x = fg.tensor(np.linspace(-3, 3, 32 * 24, dtype=np.float32).reshape(32, 24))
+    want = ((x * 3).tanh().sum(1) - 1).numpy()
+    (path,) = plan_files(cache)
+    backend = get_backend("cpu")
+    assert backend.plans_used() == [path.stem]  # (kept)
+    cpu_backend._used.clear()
+    assert backend.load_ahead([path.stem, "0" * 64]) == 1  # (one on disk, one not)
+    ahead = cpu_backend._ahead[path.stem]
+    reads = []
+    monkeypatch.setattr(cpu_backend, "_read_plan", lambda key: reads.append(key))
+    assert backend.load_plan(path.stem) is ahead and not cpu_backend._ahead and not reads
+    assert backend.plans_used() == [path.stem]
+    engine.forget_plans(lambda key: True)  # a new process's plans: none
+    monkeypatch.undo()  # (read from disk as it was)
+    assert ((x * 3).tanh().sum(1) - 1).numpy().tobytes() == want.tobytes()
+
+
 def test_a_plan_read_back_has_the_records_and_scratch_layout_it_was_stored_with(cache):
     from fusegrad.runtime.cpu_backend import _scratch_layout
 
@@ -340,7 +367,8 @@ def test_a_second_run_of_a_command_makes_its_first_step_s_buffers_ahead(tmp_path
     assert said["sizes"] and said["peak"] >= 128 * 512 * 4
     second = run(debug="1")
     assert second["ahead"] > 0 and second["left"] < second["ahead"]  # taken by its steps
-    assert "MiB of buffers made ahead, as this command's last run used" in run.stderr
+    assert "MiB of buffers made ahead, as this command's last run used them" in run.stderr
+    assert re.search(r"fusegrad: [1-9]\d* plan\(s\) read and", run.stderr)  # (read ahead)
     assert run("--another")["ahead"] == 0  # another command line: its own sizes
     noted.write_text("{not json")
     assert run()["ahead"] == 0
