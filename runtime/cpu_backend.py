@@ -255,9 +255,9 @@ def _read_plan(disk_key: str) -> Plan | None:
 
 
 def _note_used(disk_key: str) -> None:
-    with _ahead_lock:
-        if len(_used) < PLANS_AHEAD_MAX:
-            _used[disk_key] = None
+    """Note a plan read or kept on disk (under `_ahead_lock`)."""
+    if len(_used) < PLANS_AHEAD_MAX:
+        _used[disk_key] = None
 
 
 @forksafe.at_fork
@@ -313,20 +313,20 @@ class CpuBackend(Backend):
     def load_plan(self, disk_key: str) -> Plan | None:
         with _ahead_lock:  # (one `load_ahead` is reading now: waited for, not read twice)
             plan = _ahead.pop(disk_key, None)
+            _note_used(disk_key)  # (and from now on `load_ahead` leaves it to this thread)
         if plan is None:
             with phases.timed("llvm"):  # loading the kernels' object files
                 plan = _read_plan(disk_key)
-        if plan is not None:
-            _note_used(disk_key)
-            if effective_threads() > 1:
-                pool.compile_ahead()
+        if plan is not None and effective_threads() > 1:
+            pool.compile_ahead()
         return plan
 
     def store_plan(self, disk_key: str, plan: Plan) -> None:
         if len(plan.steps) > 1:  # (its scratch layout is kept with it on disk)
             _layout_of(plan)
         plan_store.store(disk_key, plan)
-        _note_used(disk_key)
+        with _ahead_lock:
+            _note_used(disk_key)
 
     def plans_used(self) -> list[str]:
         """The disk keys of the plans this process read or kept on disk, the first used

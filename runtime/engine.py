@@ -793,7 +793,8 @@ def _prefill() -> None:
         return
     if not (type(sizes) is list and all(type(n) is int and n > 0 for n in sizes)):
         return
-    _fusegrad_imported()
+    if not _fusegrad_imported():
+        return
     read = get_backend(HOST).load_ahead(plans)
     made = buffer.prefill(sizes, peak) if type(peak) is int else 0
     if config.debug >= 1:
@@ -803,11 +804,15 @@ def _prefill() -> None:
         )
 
 
-def _fusegrad_imported() -> None:
+def _fusegrad_imported() -> bool:
     """Wait until the package's import is done (a plan read ahead unpickles classes of its
     modules; importing one here while the import thread holds another's lock could
-    deadlock)."""
-    importlib.import_module(__name__.split(".")[0])
+    deadlock); False where it failed (the program has its own error to show)."""
+    try:
+        importlib.import_module(__name__.split(".")[0])
+    except Exception:  # noqa: BLE001 (whatever the import raised, the program raises too)
+        return False
+    return True
 
 
 def _start_prefill() -> None:
@@ -818,7 +823,9 @@ def _start_prefill() -> None:
         return
     atexit.register(_save_sizes)
     if os.path.exists(path):
-        forksafe.Thread(target=_prefill, name="fusegrad-prefill", daemon=True).start()
+        # not a daemon: the interpreter waits for it at exit rather than unloading LLVM
+        # under a thread still loading a plan's kernels
+        forksafe.Thread(target=_prefill, name="fusegrad-prefill").start()
 
 
 engine = Engine()
