@@ -33,7 +33,10 @@ and again on the folder it filled ("warm", the disk cache only: the median of
 compiled and the CPU time of the process and its compile children. The cold process goes
 on for `AFTER_FIRST` more steps, untimed, so that the folder holds what a run of the
 training loop leaves there: its plans are tuned at their tenth run
-(`FUSEGRAD_AUTOTUNE_AFTER`) and only then kept on disk.
+(`FUSEGRAD_AUTOTUNE_AFTER`) and only then kept on disk. The warm processes run one command,
+so the first leaves in the folder what the next two read and make ahead at import (the
+plans it used, the sizes of its buffers: docs/pipeline/6-compiling.md), as a program run
+a second time does; the cold process's command is another (its step count differs).
 """
 
 from __future__ import annotations
