@@ -470,11 +470,12 @@ def prefill(sizes: list[int], peak: int) -> int:
         except OSError:  # (out of memory: the program faults its pages in as before)
             break
         raw = np.frombuffer(memoryview(pages), dtype=np.uint8)
-        with _lock:
+        entry = (raw, raw.ctypes.data, None, time.monotonic() + PREFILL_WAIT_S)  # (not under
+        with _lock:  # the lock: see `trim_pool`)
             # (a size the program allocates again and again: freed, it is pooled at once)
             _misses[nbytes] = max(_misses.get(nbytes, 0), 2)
-            _prefilled.add(raw.ctypes.data)
-            _give(nbytes, (raw, raw.ctypes.data, None, time.monotonic() + PREFILL_WAIT_S), True)
+            _prefilled.add(entry[1])
+            _give(nbytes, entry, True)
             if not _trimmer:  # (what the program never asks for goes after its wait)
                 _start_trimmer()
         made += nbytes
@@ -501,24 +502,38 @@ def trim_pool(now: float | None = None) -> int:
     global _pooled_bytes
     now = time.monotonic() if now is None else now
     freed = 0
+    sizes = list(_pool)  # (made before the lock: see below)
     with _lock:
-        for size in list(_pool):
-            free = _pool[size]
+        # nothing under the lock makes a container (a list, a tuple): an allocation may
+        # start a cyclic collection, which may run a dead Buffer's `__del__` on this
+        # thread, and that takes this lock: the thread would wait for itself for ever
+        k = 0
+        while k < len(sizes):  # (not a `for`: its iterator is a container too)
+            size = sizes[k]
+            k += 1
+            free = _pool.get(size)
+            if not free:
+                continue
             cutoff = now - decay_of(size)
-            # (oldest first, but for what `prefill` pooled, dated later: kept till then)
-            stale = [entry for entry in free if entry[3] <= cutoff]
-            if stale:
-                # (asked for again later: it waited too little; what `prefill` made and
-                # the program never took says nothing of the program's pace)
-                freed_here = [e[3] for e in stale if e[1] not in _prefilled]
-                if size >= MAP_FROM and freed_here:
-                    if len(_decayed) >= 4 * POOL_SIZES:
-                        _decayed.clear()
-                    _decayed[size] = freed_here[-1]
-                free[:] = [entry for entry in free if entry[3] > cutoff]
-                for entry in stale:
+            # oldest first, but for what `prefill` pooled, dated later: kept till then
+            stale, newest, i = 0, None, 0
+            while i < len(free):
+                entry = free[i]
+                if entry[3] > cutoff:
+                    i += 1
+                    continue
+                if entry[1] in _prefilled:  # (made ahead, never taken: not the program's pace)
                     _prefilled.discard(entry[1])
-                freed += size * len(stale)
+                elif newest is None or entry[3] > newest:
+                    newest = entry[3]
+                del free[i]
+                stale += 1
+            if stale:
+                if size >= MAP_FROM and newest is not None:  # (asked for again later: it
+                    if len(_decayed) >= 4 * POOL_SIZES:  # waited too little)
+                        _decayed.clear()
+                    _decayed[size] = newest
+                freed += size * stale
                 if not free:
                     del _pool[size]
         _pooled_bytes -= freed

@@ -3,6 +3,8 @@ when the dtype matches, and never while anything outside still reads it."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import weakref
 
@@ -379,3 +381,39 @@ def test_a_freed_array_behind_one_made_ahead_still_decays():
     freed_at = [e[3] for e in B._pool[size] if e[1] == ptr][0]
     assert B.trim_pool(freed_at + B.POOL_DECAY_S + 0.5) == size
     assert [e[1] for e in B._pool[size]] == list(B._prefilled)
+
+
+TRIM_UNDER_COLLECTIONS = """
+import gc, time
+from fusegrad.ir.dtypes import float32
+from fusegrad.runtime import buffer as B
+
+B.clear_pool()
+for n in (4096, 1 << 17, 3 << 20):
+    for _ in range(3):
+        kept = [B.Buffer(n // 4, float32) for _ in range(2)]
+        del kept  # (pooled: allocated twice)
+B.prefill([1 << 17] * 4, peak=1 << 24)
+started = []  # whether the pool's lock was held as each collection started
+gc.callbacks.append(lambda phase, info: phase == "start" and started.append(B._lock.locked()))
+gc.set_threshold(1)  # a collection at every allocation of a container
+freed = B.trim_pool(time.monotonic() + 3600)
+gc.set_threshold(700)
+gc.callbacks.clear()
+print(freed, len(started), sum(started))
+"""
+
+
+def test_a_collection_started_inside_a_trim_never_waits_for_the_pool_s_lock():
+    """`trim_pool` holds the pool's lock; a cyclic collection started by an allocation in
+    there would run a dead Buffer's `__del__`, which takes the same lock, and the trimming
+    thread would wait for itself for ever (every later allocation with it). Nothing is
+    allocated under the lock: a collection is forced at every allocation, in a child
+    process, and none starts while the lock is held."""
+    out = subprocess.run(
+        [sys.executable, "-c", TRIM_UNDER_COLLECTIONS], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    freed, collections, under_the_lock = map(int, out.stdout.split()[-3:])
+    assert freed > 0 and collections > 0  # (it trimmed, and collections did start)
+    assert under_the_lock == 0
