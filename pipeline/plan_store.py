@@ -178,11 +178,6 @@ def _versions() -> None:
     item_cache.code_version()
 
 
-# whether this process read or kept a plan on disk: a program that warm starts, whose
-# buffers' sizes the runtime keeps for its next run (`runtime/engine.py`)
-disk_used = False
-
-
 @functools.cache
 def package_version() -> str:
     """A hash of every source file of the package: what scheduling, macro expansion,
@@ -235,7 +230,6 @@ def plan_key(key: tuple, device: str, options: str) -> str | None:
 
 def store(disk_key: str, plan: Plan) -> None:
     """Save `plan` under `disk_key` (a read-only folder only costs speed)."""
-    global disk_used
     path = _entry_path(disk_key)
     if path is None or any(s.record.loop.tile_provisional for s in plan.steps):
         return
@@ -266,7 +260,6 @@ def store(disk_key: str, plan: Plan) -> None:
             steps[i] = (k, shared, *rest)
         data = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
         write_atomic(path, data + _seal(disk_key, data))
-        disk_used = True
     except (OSError, pickle.PicklingError, TypeError, AttributeError):
         pass  # not kept: the next process compiles it again
 
@@ -275,12 +268,10 @@ def load(disk_key: str, nparams) -> Plan | None:
     """The plan saved under `disk_key`, its kernels loaded (from the object cache, or
     compiled again where an object file has gone), or None (missing, damaged, foreign).
     `nparams(loop, source)`: the compile job's parameter count for a kernel."""
-    global disk_used
     path = _entry_path(disk_key)
     data = _read_cached(path, disk_key) if path else None
     if data is None:
         return None
-    disk_used = True
     try:
         loops, steps, outputs, slots, nleaves, device, layout = pickle.loads(data)
     except Exception:  # passed its checksum but not unpickling: a miss

@@ -762,16 +762,14 @@ _OWNER = os.getpid()  # (a forked child that returns from its fork saves nothing
 
 
 def _save_sizes() -> None:
-    """At exit: the sizes this run had to allocate (`buffer.first_sizes`), for the next run
-    of the same command to make ahead (`_prefill`); only where plans were read or kept on
-    disk (`plan_store.disk_used`: a program that warm starts)."""
+    """At exit: the sizes this run had to allocate (`buffer.first_sizes`) and the plans it
+    used on disk (`plans_used`), for the next run of the same command to make and read
+    ahead (`_prefill`); only where it used plans on disk (a program that warm starts)."""
     path = _sizes_path()
-    if not plan_store.disk_used or path is None or os.getpid() != _OWNER:
+    plans = get_backend(HOST).plans_used()
+    if not plans or path is None or os.getpid() != _OWNER:
         return
     sizes, peak = buffer.first_sizes()
-    plans = get_backend(HOST).plans_used()
-    if not sizes and not plans:
-        return
     said = {"sizes": sizes, "peak": peak, "plans": plans}
     try:
         write_atomic(path, json.dumps(said).encode())
