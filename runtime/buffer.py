@@ -527,6 +527,7 @@ def trim_pool(now: float | None = None) -> int:
                 elif newest is None or entry[3] > newest:
                     newest = entry[3]
                 del free[i]
+                entry = None  # (its memory goes back now, before `_pooled_bytes` says so)
                 stale += 1
             if stale:
                 if size >= MAP_FROM and newest is not None:  # (asked for again later: it
