@@ -151,24 +151,23 @@ class Buffer:
         a = getattr(self, "array", None)
         if a is None:
             return
-        global live_buffers, _in_use
+        global live_buffers
         live_buffers -= 1
         taken = self.taken
         # 3 references: the slot, the local name, getrefcount's argument
         if sys.getrefcount(a) > 3 or a.base is None:
-            _untake(taken)  # out of the pool's hands: the user's array holds it now
+            _free(taken, None)  # out of the pool's hands: the user's array holds it now
             return
         raw = a.base
         view = raw.base  # the pool's arrays are over a memoryview of an array,
         if type(view) is memoryview and type(view.obj) is mmap.mmap:  # the CUDA emulator's
-            _untake(taken)  # guarded memory over one of an mmap: never pooled
+            _free(taken, None)  # guarded memory over one of an mmap: never pooled
             return
-        with _lock:
-            _in_use -= taken
-            if sys.getrefcount(raw) > 3:
-                return
-            # its typed array goes with it, unless someone made it read-only
-            _give(raw.nbytes, (raw, self.ptr, a if a.flags.writeable else None, time.monotonic()))
+        if sys.getrefcount(raw) > 3:  # (the local name, the typed array's base, the argument)
+            _free(taken, None)
+            return
+        # its typed array goes with it, unless someone made it read-only
+        _free(taken, (raw, self.ptr, a if a.flags.writeable else None, time.monotonic()))
 
     def __repr__(self) -> str:
         return f"<Buffer {self.size} x {self.dtype.name}>"
@@ -187,9 +186,51 @@ def give_scratch(scratch: tuple[np.ndarray, int, None]) -> None:
     plan's next run (a training loop's second step), where another size is pooled only
     once allocated twice."""
     global _in_use
+    entry = (*scratch, time.monotonic())
     with _lock:
         _in_use -= scratch[0].nbytes
-        _give(scratch[0].nbytes, (*scratch, time.monotonic()), reused=True)
+        _give(scratch[0].nbytes, entry, reused=True)
+        if _deferred:
+            _free_deferred()
+
+
+# frees a finalizer could not make at once, as (bytes taken, pool entry or None): the
+# pool's lock was held, by another thread or by the finalizer's own. (A cyclic collection
+# may start at any allocation of a container, under the lock too, and it runs the dead
+# buffers' `__del__` on the thread that started it: waiting for the lock there would be
+# waiting for itself, for ever.) The lock's next holder makes them (`_free_deferred`).
+_deferred: list[tuple[int, tuple | None]] = []
+
+
+def _free(taken: int, entry: tuple | None) -> None:
+    """A buffer's finalizer: `taken` bytes are no longer in use, and `entry` (if any) goes
+    to the pool. It never waits for `_lock`: where the lock is held, the free waits in
+    `_deferred` (`list.append`: atomic, and it starts no collection) for the lock's next
+    holder."""
+    global _in_use
+    if not _lock.acquire(blocking=False):
+        _deferred.append((taken, entry))
+        return
+    try:
+        _in_use -= taken
+        if entry is not None:
+            _give(entry[0].nbytes, entry)
+        if _deferred:
+            _free_deferred()
+    finally:
+        _lock.release()
+
+
+def _free_deferred() -> None:
+    """Make the frees waiting in `_deferred` (under `_lock`; a finalizer run meanwhile by
+    a collection `_give` starts adds to it, and is made too)."""
+    global _in_use
+    while _deferred:
+        taken, entry = _deferred.pop()
+        _in_use -= taken
+        if entry is not None:
+            _give(entry[0].nbytes, entry)
+        entry = None  # (dropped if not pooled: its memory goes back now)
 
 
 def _untake(nbytes: int) -> None:
@@ -311,6 +352,8 @@ def _take(nbytes: int) -> tuple[np.ndarray, int, np.ndarray | None]:
     if nbytes >= MAP_FROM:
         nbytes = size_class(nbytes)
     with _lock:
+        if _deferred:  # (first: one may be of this size)
+            _free_deferred()
         _in_use += nbytes
         if _in_use > _peak_in_use:
             _peak_in_use = _in_use
@@ -409,6 +452,8 @@ def clear_pool() -> None:
     measure the peak of bytes in use that bounds the pool afresh from now."""
     global _pooled_bytes, _peak_in_use
     with _lock:
+        if _deferred:
+            _free_deferred()
         _pool.clear()
         _prefilled.clear()
         _misses.clear()
@@ -504,9 +549,9 @@ def trim_pool(now: float | None = None) -> int:
     freed = 0
     sizes = list(_pool)  # (made before the lock: see below)
     with _lock:
-        # nothing under the lock makes a container (a list, a tuple): an allocation may
-        # start a cyclic collection, which may run a dead Buffer's `__del__` on this
-        # thread, and that takes this lock: the thread would wait for itself for ever
+        # nothing under the lock makes a container (a list, a tuple), so no cyclic
+        # collection starts in here with the lock held (one that did would run the dead
+        # buffers' `__del__`, which leave their frees to `_deferred`: `_free`)
         k = 0
         while k < len(sizes):  # (not a `for`: its iterator is a container too)
             size = sizes[k]
@@ -561,6 +606,8 @@ def _trim_forever() -> None:
         time.sleep(POOL_DECAY_S / 2)
         trim_pool()
         with _lock:
+            if _deferred:  # (a program that stopped allocating still gets them back)
+                _free_deferred()
             if not _pooled_bytes:
                 _pool_filled.clear()
 

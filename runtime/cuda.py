@@ -113,6 +113,8 @@ class _PyCudaBackend:
         self.active = _Active(self.context)  # `with self.active:` around each CUDA call
         self._held: dict[int, list] = {}  # size class -> free device allocations
         self._held_lock = forksafe.Lock()
+        # frees made while the lock was held (`free`), as (size class, heap entry)
+        self._freed_later: list[tuple[int, tuple]] = []
         atexit.register(self.close)
         major, minor = drv.Device(0).compute_capability()
         self.arch = f"sm_{major}{minor}"
@@ -162,6 +164,8 @@ class _PyCudaBackend:
         bound (`LaunchList`)."""
         nbytes = _pool_bytes(size * dtype.itemsize)
         with self._held_lock:
+            if self._freed_later:
+                self._hold_freed_later()
             held = self._held.get(nbytes)
             if held:
                 return heapq.heappop(held)[1]
@@ -172,6 +176,8 @@ class _PyCudaBackend:
         one lock (a cached plan's buffers, all at once)."""
         out = []
         with self._held_lock:
+            if self._freed_later:
+                self._hold_freed_later()
             held = self._held
             for nbytes in classes:
                 blocks = held.get(nbytes)
@@ -192,14 +198,41 @@ class _PyCudaBackend:
 
     def free(self, mem, size: int, dtype: DType) -> None:
         """Hold `mem` (from `alloc(size, dtype)`) for the next allocation of its class; no
-        CUDA call, so any thread may free."""
+        CUDA call, so any thread may free. A DeviceBuffer's finalizer calls it, and never
+        waits for the lock: a cyclic collection may start at any allocation, under the
+        lock too, and run the finalizers on the thread that holds it, which would wait for
+        itself. Where the lock is held, the block waits in `_freed_later` (`list.append`:
+        atomic, no collection) for the lock's next holder."""
         nbytes = _pool_bytes(size * dtype.itemsize)
-        with self._held_lock:
-            heapq.heappush(self._held.setdefault(nbytes, []), (int(mem), mem))
+        entry = (int(mem), mem)
+        if not self._held_lock.acquire(blocking=False):
+            self._freed_later.append((nbytes, entry))
+            return
+        try:
+            blocks = self._held.get(nbytes)
+            if blocks is None:
+                blocks = self._held[nbytes] = []
+            heapq.heappush(blocks, entry)
+            if self._freed_later:
+                self._hold_freed_later()
+        finally:
+            self._held_lock.release()
+
+    def _hold_freed_later(self) -> None:
+        """Hold the blocks `free` left in `_freed_later` (under `_held_lock`)."""
+        later, held = self._freed_later, self._held
+        while later:
+            nbytes, entry = later.pop()
+            blocks = held.get(nbytes)
+            if blocks is None:
+                blocks = held[nbytes] = []
+            heapq.heappush(blocks, entry)
 
     def release_held(self) -> None:
         """Give every held block back to CUDA."""
         with self._held_lock:
+            if self._freed_later:
+                self._hold_freed_later()
             held, self._held = self._held, {}
         with self.active:
             cuda_graphs.destroy_released()

@@ -417,3 +417,37 @@ def test_a_collection_started_inside_a_trim_never_waits_for_the_pool_s_lock():
     freed, collections, under_the_lock = map(int, out.stdout.split()[-3:])
     assert freed > 0 and collections > 0  # (it trimmed, and collections did start)
     assert under_the_lock == 0
+
+
+FREE_UNDER_THE_LOCK = """
+import sys
+from fusegrad.ir.dtypes import float32
+from fusegrad.runtime import buffer as B
+
+B.clear_pool()
+base = B._in_use
+B.Buffer(1 << 14, float32)
+buf = B.Buffer(1 << 14, float32)  # (a size allocated twice: pooled when freed)
+ptr = buf.ptr
+with B._lock:  # as a collection started under the lock runs a dead buffer's __del__
+    del buf
+    pending = len(B._deferred)
+again = B.Buffer(1 << 14, float32)  # the lock's next holder makes the frees left waiting
+print(pending, len(B._deferred), again.ptr == ptr, B._in_use - base)
+"""
+
+
+def test_a_buffer_freed_while_its_thread_holds_the_pool_s_lock_waits_for_no_one():
+    """A cyclic collection may start at any allocation of a container, under the pool's
+    lock too (`_take`, `_give`), and it runs the dead buffers' `__del__` on the thread
+    that holds the lock: a `__del__` that waited for the lock would wait for itself, and
+    every thread after it (the hang of a program whose model holds a reference cycle).
+    The free waits in `_deferred` instead, and the lock's next holder makes it: the memory
+    is pooled and the bytes in use counted back. In a child process, with a timeout."""
+    out = subprocess.run(
+        [sys.executable, "-c", FREE_UNDER_THE_LOCK], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    pending, left, reused, in_use = out.stdout.split()
+    assert (pending, left, reused) == ("1", "0", "True")
+    assert int(in_use) == (1 << 14) * 4  # `again`'s bytes alone

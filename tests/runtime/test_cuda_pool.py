@@ -83,7 +83,7 @@ def fake_backend():
     b.drv = FakeDriver(log, context)
     b.context = context
     b.active = runtime_cuda._Active(context)
-    b._held, b._held_lock = {}, threading.Lock()
+    b._held, b._held_lock, b._freed_later = {}, threading.Lock(), []
     return b, log, context
 
 
@@ -119,6 +119,30 @@ def test_freeing_on_a_thread_that_never_used_the_gpu_calls_no_cuda():
     assert log == before  # no driver call
     assert context.depth.get(worker.ident, 0) == 0
     assert {id(b.alloc(100, float32)) for _ in range(3)} == {id(m) for m in mems}
+
+
+def test_a_free_while_the_pool_s_lock_is_held_waits_for_no_one():
+    """A DeviceBuffer's finalizer frees its block, and a cyclic collection may run it on
+    a thread that holds the pool's lock (one started by an allocation in there): `free`
+    never waits for the lock. The block is held from the lock's next holder on."""
+    b, log, _ = fake_backend()
+    mem = b.alloc(1000, float32)
+    done = threading.Event()
+
+    def free_under_the_lock():
+        with b._held_lock:  # (as a finalizer run by a collection started in `alloc`)
+            b.free(mem, 1000, float32)
+        done.set()
+
+    threading.Thread(target=free_under_the_lock, daemon=True).start()
+    assert done.wait(30), "free waited for the lock its own thread held"
+    assert b.alloc(1000, float32) is mem and log == [("alloc", 4096)]  # held, then reused
+    b.free(mem, 1000, float32)
+    small = b.alloc(10, float32)
+    with b._held_lock:
+        b.free(small, 10, float32)  # (another class, left for later)
+    b.release_held()  # what was left for later goes back to CUDA too
+    assert sorted(e for e in log if e[0] == "free") == [("free", 256), ("free", 4096)]
 
 
 def test_every_cuda_call_leaves_the_context_popped_on_every_thread():
