@@ -1,6 +1,6 @@
 """fusegrad's cuda device against PyTorch CUDA on the same GPU, timed alternately in one process.
 
-Run:  python benchmarks/gpu.py [--quick] [--only TEXT] [--no-gather] [--prefetch]
+Run:  python benchmarks/gpu.py [--quick] [--only TEXT] [--no-gather] [--no-prefetch]
       [--no-tf32-wgmma]
       (a GPU, PyCUDA and PyTorch with CUDA)
 
@@ -350,10 +350,10 @@ def main() -> None:
         "(pipeline.cuda_simt.GATHER off)",
     )
     ap.add_argument(
-        "--prefetch",
+        "--no-prefetch",
         action="store_true",
-        help="fp32 SIMT steps staged through registers during the products, not before "
-        "their barrier (pipeline.cuda_simt.PREFETCH on)",
+        help="fp32 SIMT steps staged before their barrier, not through registers during "
+        "the products (pipeline.cuda_simt.PREFETCH off)",
     )
     ap.add_argument(
         "--no-tf32-wgmma",
@@ -370,8 +370,8 @@ def main() -> None:
 
     if args.no_gather:
         cuda_simt.GATHER = False
-    if args.prefetch:
-        cuda_simt.PREFETCH = True
+    if args.no_prefetch:
+        cuda_simt.PREFETCH = False
     rounds = 10 if args.quick else 40
 
     import torch

@@ -2,7 +2,7 @@
 
 Run:  python benchmarks/gpu_models.py [--model resnet18|gpt|vit|lstm|all] [--rounds 6]
                                       [--images 128] [--autocast] [--compile]
-                                      [--torch-conv-tf32 on|off] [--prefetch]
+                                      [--torch-conv-tf32 on|off] [--no-prefetch]
       (a GPU, PyCUDA and PyTorch with CUDA)
 
 The models of `benchmarks/models.py` (the CIFAR ResNet-18, the GPT-style decoder, the small
@@ -145,10 +145,10 @@ def main() -> None:
         help="torch.backends.cudnn.allow_tf32 (on: PyTorch's default)",
     )
     ap.add_argument(
-        "--prefetch",
+        "--no-prefetch",
         action="store_true",
-        help="fusegrad's fp32 SIMT steps staged through registers during the products "
-        "(pipeline.cuda_simt.PREFETCH on)",
+        help="fusegrad's fp32 SIMT steps staged before their barrier, not through "
+        "registers during the products (pipeline.cuda_simt.PREFETCH off)",
     )
     args = ap.parse_args()
     import torch
@@ -156,8 +156,8 @@ def main() -> None:
     import fusegrad as fg
     from fusegrad.pipeline import cuda_simt
 
-    if args.prefetch:
-        cuda_simt.PREFETCH = True
+    if args.no_prefetch:
+        cuda_simt.PREFETCH = False
 
     torch.backends.cudnn.allow_tf32 = args.torch_conv_tf32 == "on"
     print(

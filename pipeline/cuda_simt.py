@@ -54,9 +54,9 @@ SIMT_STAGES = 4
 # the fp32 SIMT path with two buffers (no side copied by `cp.async`): each thread loads
 # the next step's values into registers before this step's products and stores them to
 # shared memory after, so the loads' latency overlaps the products, one barrier a step
-# (off: staged before the step's barrier, two barriers a step). Off until a GPU has
-# timed it: `benchmarks/gpu.py --prefetch` and `gpu_models.py --prefetch` turn it on
-PREFETCH = False
+# (off: staged before the step's barrier, two barriers a step; `benchmarks/gpu.py
+# --no-prefetch` and `gpu_models.py --no-prefetch` time both)
+PREFETCH = True
 
 # sides staged through `Gather` tables where they apply (off: value by value, as before;
 # `benchmarks/gpu.py --no-gather` times both)
