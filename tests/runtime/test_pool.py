@@ -176,17 +176,18 @@ def test_sleeping_workers_wake_for_a_job_and_after_a_prewake(recorder, new_pool)
     assert pool.run(recorder, 2, 64, [out.ctypes.data])  # one worker
     sleeping = native.Layout.SLOTS + native.Layout.SLEEPING
 
-    def wait_until(asleep: bool) -> bool:
+    def wait_until(asleep: bool, prewake: bool = False) -> bool:
         deadline = time.monotonic() + 5
         while bool(pool.words[sleeping]) != asleep and time.monotonic() < deadline:
+            if prewake:  # (again: a woken worker spins, then sleeps again, and on a busy
+                pool.prewake(2)  # machine this thread may not run at all in that window)
             time.sleep(0)
         return bool(pool.words[sleeping]) == asleep
 
     for rounds in range(3):
         assert wait_until(True), "the worker never went to sleep after its spin"
         if rounds == 1:
-            pool.prewake(2)
-            assert wait_until(False), "a pre-wake left the worker asleep"
+            assert wait_until(False, prewake=True), "a pre-wake left the worker asleep"
         out[:] = -1
         assert pool.run(recorder, 2, 64, [out.ctypes.data])
         assert slices_run(out, 64) == chunks(64, 2)
