@@ -318,8 +318,9 @@ def _addresses() -> set[int]:
     return {entry[1] for free in B._pool.values() for entry in free}
 
 
-def test_prefilled_arrays_serve_the_first_allocations_of_their_sizes():
+def test_prefilled_arrays_serve_the_first_allocations_of_their_sizes(monkeypatch):
     B.clear_pool()
+    monkeypatch.setattr(B, "_noted", [])  # (the process's first sizes: full after many tests)
     small, large = 1 << 17, 3 << 20  # (a large size is its class, as `_take` asks for it)
     made = B.prefill([small, small, large], peak=1 << 24)
     assert made == 2 * small + large and B._pooled_bytes == made
@@ -337,8 +338,9 @@ def test_prefilled_arrays_serve_the_first_allocations_of_their_sizes():
     assert B.Buffer(small // 4, float32).ptr == ptr
 
 
-def test_only_sizes_from_prefill_from_are_noted_and_made():
+def test_only_sizes_from_prefill_from_are_noted_and_made(monkeypatch):
     B.clear_pool()
+    monkeypatch.setattr(B, "_noted", [])  # (the process's first sizes: full after many tests)
     noted = len(B.first_sizes()[0])
     kept = [B.Buffer(n // 4, float32) for n in (4096, B.PREFILL_FROM, 2 * B.PREFILL_FROM)]
     assert B.first_sizes()[0][noted:] == [B.PREFILL_FROM, 2 * B.PREFILL_FROM]
