@@ -12,7 +12,8 @@
 # are gpu.py's arguments (e.g. --quick); the bench part then runs gpu_models.py (real models'
 # training steps) with FG_MODELS_ARGS (default: --rounds 3; "skip" leaves it out), each model
 # in a process of its own; FG_BENCH_TIMEOUT, FG_MODELS_TIMEOUT (per model) and
-# FG_TESTS_TIMEOUT (seconds) bound the parts; FG_BENCH_AB: gpu.py once more with these
+# FG_TESTS_TIMEOUT (seconds) bound the parts (failing tests are written to OUT/gpu-failures.txt
+# as they fail, so a cut run still names them); FG_BENCH_AB: gpu.py once more with these
 # arguments added (an A/B in one call: FG_BENCH_ARGS="--quick --only conv"
 # FG_BENCH_AB=--no-gather); FG_TESTS names other test paths, FG_WORKERS
 # pytest-xdist's workers (0: one process, where the tests' tracebacks are wanted).
@@ -58,6 +59,8 @@ if [ "$what" != bench ]; then
   if python3 -c "import xdist" 2>/dev/null && [ "${FG_WORKERS:-}" != 0 ]; then
     workers="-n ${FG_WORKERS:-$(($(nproc) - 2))}"
   fi
+  # each failure written as it is reported: a run cut by its time limit has no summary
+  export FUSEGRAD_TEST_FAILURES="$out/gpu-failures.txt"
   tests=${FG_TESTS:-tests/frontend tests/ir tests/nn tests/runtime/test_cuda_device.py tests/pipeline/test_cuda.py}
   FUSEGRAD_TEST_DEVICE=cuda timeout "${FG_TESTS_TIMEOUT:-3600}" python3 -m pytest -q -p no:cacheprovider $workers \
     $tests "$@" 2>&1 | tee "$out/gpu-tests.log" | tail -60

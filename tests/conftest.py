@@ -36,6 +36,11 @@ The markers `slow`, `emulator`, `nvcc`, `mpi` and `torch` (pyproject.toml) are g
 collection by folder, file and fixture (tests/_markers.py), so that `-m "not slow"` and
 `scripts/test.sh --quick` can leave them out (docs/TESTING.md). Where torch is missing the
 summary counts the cross-checks with it that did not run ("torch cross-checks NOT run").
+
+`FUSEGRAD_TEST_FAILURES=path` appends each failing or erroring test to `path` as it is
+reported, its node id and the error's last line: a run cut by a time limit (a GPU
+machine lent for minutes, `scripts/gpu.sh`) prints no summary, and under `-q` its
+progress dots name no test.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ import sys
 import threading
 import time
 
+import _failures
 import pytest
 from _markers import apply_markers, torch_line
 from _nvcc_all import ARCHS, FAST, SYMBOL, NvccAll
@@ -377,6 +383,12 @@ def pytest_testnodedown(node, error):
         return
     _summary.extend((f"{worker}: {line}", red) for line, red in found["lines"])
     _nvcc_failed = _nvcc_failed or found["failed"]
+
+
+def pytest_runtest_logreport(report):
+    path = os.environ.get("FUSEGRAD_TEST_FAILURES")
+    if path:
+        _failures.append(report, path)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

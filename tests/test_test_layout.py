@@ -224,3 +224,28 @@ def test_docs_testing_lists_exactly_the_modules_without_a_test_file():
         f"add to docs/TESTING.md: {sorted(missing - listed)}; "
         f"take out (they have a test file now): {sorted(listed - missing)}"
     )
+
+
+def test_a_failing_test_is_written_down_as_it_fails(tmp_path):
+    import _failures
+
+    path = str(tmp_path / "failures.txt")
+    report = SimpleNamespace(
+        failed=True,
+        nodeid="tests/nn/test_x.py::test_y",
+        when="call",
+        longrepr="Traceback ...\nE   AssertionError: 1.5 != 2.0",
+    )
+    _failures.append(report, path)
+    _failures.append(SimpleNamespace(failed=False, nodeid="ok", when="call", longrepr=None), path)
+    _failures.append(SimpleNamespace(failed=True, nodeid="t::z", when="setup", longrepr=None), path)
+    crash = SimpleNamespace(reprcrash=SimpleNamespace(message="assert 1 == 2\n +  where"))
+    _failures.append(SimpleNamespace(failed=True, nodeid="t::c", when="call", longrepr=crash), path)
+    # pytest-xdist's controller gets each worker's report too: the worker wrote it down
+    copy = SimpleNamespace(failed=True, nodeid="t::w", when="call", longrepr=None, node="gw0")
+    _failures.append(copy, path)
+    assert open(path).read().splitlines() == [
+        "tests/nn/test_x.py::test_y [call] E   AssertionError: 1.5 != 2.0",
+        "t::z [setup] ",
+        "t::c [call] assert 1 == 2",
+    ]
