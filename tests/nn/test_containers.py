@@ -75,6 +75,7 @@ def test_parameter_dict_converts_a_non_leaf_into_a_leaf():
     assert pd["y"].tolist() == [2.0, 2.0]
 
 
+@pytest.mark.cpu_device  # torch's CPU spelling: a cuda one names its device too
 def test_parameter_dict_holds_other_objects_as_they_are():
     pd = nn.ParameterDict({"a": fg.zeros(2)})
     pd["s"], pd["t"], pd["n"] = 3, "x", None
@@ -91,6 +92,7 @@ def test_parameter_dict_holds_other_objects_as_they_are():
     )
 
 
+@pytest.mark.cpu_device  # torch's CPU spelling: a cuda one names its device too
 def test_parameter_dict_repr_as_torch():
     # torch: "ParameterDict(  (a): Parameter containing: [torch.DoubleTensor of size 2x3])"
     assert repr(nn.ParameterDict({"a": fg.zeros(2, 3, dtype=fg.float64)})) == (

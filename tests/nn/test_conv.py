@@ -1302,7 +1302,8 @@ def test_a_strided_1x1_as_an_sgemm_at_special_values_and_on_an_empty_batch():
     with using(CPU):
         assert C.pixel_gemm_pays(fg.tensor(x0), fg.tensor(w0), [(0, 0)] * 2, (2, 2), (1, 1), 1)
     y32, got = _conv_both(x0, w0, None, 2, 0, 1, fg.float32)
-    assert any("pixel by pixel" in r.reason for r in fg.kernels(y32))
+    if y32.device.type == "cpu":  # (the CPU's lowering: the cuda device has its own)
+        assert any("pixel by pixel" in r.reason for r in fg.kernels(y32))
     _, want = _conv_both(x0, w0, None, 2, 0, 1, fg.float64)
     _same_special(got, want)
     assert np.isnan(got[0][0, :, 1, 1]).all() and not np.isnan(got[0][0, :, 0, 0]).any()
