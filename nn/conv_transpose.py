@@ -150,16 +150,16 @@ register_composite("conv_transpose", _conv_transposed, gradient=_conv_transposed
 def _one_pixel(x: Tensor, params: tuple) -> bool:
     """Whether a transposed convolution's input is one pixel (a DCGAN generator's first
     layer: the noise, N x nz x 1 x 1, to 4 x 4), one group, no dilation nor output
-    padding, on the CPU's layout: each output pixel is then one tap of the weight times
-    the input's channels, a matrix product (`_one_pixel_product`). As a correlation of the
-    input padded to 7 x 7, it made 16 times the multiply-adds, 15 of 16 with zeros."""
+    padding: each output pixel is then one tap of the weight times the input's channels,
+    a matrix product (`_one_pixel_product`), on every device. As a correlation of the
+    input padded to 7 x 7, it made 16 times the multiply-adds, 15 of 16 with zeros (the
+    GPU's tiles guard the padding's loads, not the multiply-adds)."""
     pads, out_pads, stride, dilation, groups, n, op = params
     return (
         all(s == 1 for s in x.shape[2:])
         and groups == 1
         and all(d == 1 for d in dilation)
         and not any(out_pads)
-        and expansion_layout().copy_padding
     )
 
 
