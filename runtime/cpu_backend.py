@@ -431,11 +431,18 @@ class CpuBackend(Backend):
                 with phases.timed("lower"):
                     new_loops = [self.lower(items[i]) for i in missing]
                 kernels = self.compile_many(new_loops)
-            options = _options_key()  # with the choices the autotuner has just made
+            made_with = _options_key()  # with the choices the autotuner has just made
             for i, loop, kernel in zip(missing, new_loops, kernels):
                 loops[i], compiled[i] = loop, kernel
                 if config.cache and not loop.tile_provisional:  # a later run tunes those
-                    item_cache.store(item_cache.item_key(items[i], options), loop, kernel.source)
+                    # (the key looked up, unless the autotuner's choices changed it)
+                    key = (
+                        keys[i]
+                        if made_with == options
+                        else item_cache.item_key(items[i], made_with)
+                    )
+                    if key is not None:  # (an item `describe` cannot spell is not kept)
+                        item_cache.store(key, loop, kernel.source)
             if same:
                 twins = compile_kernels([_job(loops[j], compiled[j].source) for j in same.values()])
                 for i, j, kernel in zip(same, same.values(), twins):

@@ -160,6 +160,16 @@ def cache(tmp_path):
         yield tmp_path / "cache"
 
 
+def test_a_kernel_whose_item_gets_no_key_is_made_and_kept_nowhere(cache, monkeypatch):
+    # (its key is None: it was once handed to `store`, which cut a folder name from it)
+    monkeypatch.setattr(item_cache, "describe", lambda item: None)
+    x = x_of(40)
+    got = (x * 3.0 + 0.25).sin().numpy()
+    want = np.sin(np.linspace(-1, 1, 40).astype(np.float32) * 3 + 0.25)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    assert not (cache / "items").exists()
+
+
 def test_an_entry_holds_the_loop_ir_and_source_a_fresh_lowering_makes(cache):
     tensors = [
         (x_of(64) * 0.5 + 1.0).exp(),
