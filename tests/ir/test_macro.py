@@ -278,6 +278,7 @@ CONVS = [  # (input shape, weight shape, keyword arguments)
 ]
 
 
+@pytest.mark.cpu_device  # (the CPU's layout: the cuda device expands it for its own)
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("x_grad", [True, False])
 @pytest.mark.parametrize("case", range(len(CONVS)))
