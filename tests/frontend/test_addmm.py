@@ -97,6 +97,7 @@ def test_in_place_forms_and_methods():
     assert v.tolist() == [1.0, 2.0]
 
 
+@pytest.mark.cpu_device  # (autocast("cpu") casts the CPU's ops only, as torch's)
 def test_autocast_runs_them_in_the_low_type_as_torch_lists_them():
     a, b, c = fg.ones(2, 3), fg.ones(3, 4), fg.zeros(4)
     with fg.autocast("cpu", dtype=fg.bfloat16):

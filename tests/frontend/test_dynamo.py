@@ -100,6 +100,7 @@ def test_the_log_names_the_dimension_that_changed(fresh, capfd):
     assert "dim 0 of the input made at" in err and "is 31, was 30" in err
 
 
+@pytest.mark.cpu_device  # (generic kernels are the CPU's: cuda compiles each size)
 def test_an_unmarked_graph_is_planned_for_its_own_sizes(fresh):
     x = _input(12)
     records = engine.realize([(x * 2).sum(dim=1).node])
@@ -134,6 +135,7 @@ def test_torchs_spellings_resolve_under_the_shim():
     dynamo.reset()
 
 
+@pytest.mark.cpu_device  # (generic kernels are the CPU's: cuda compiles each size)
 def test_a_marked_first_plan_makes_its_kernels_generic_so_the_next_size_compiles_nothing(
     fresh,
 ):

@@ -83,13 +83,16 @@ def test_a_linear_over_more_dims_is_one_macro_over_its_rows(bias):
         base = base.srcs[0]
     assert base.arg[0] == "linear" and base.shape == (320, 96)
     want = x0 @ w0.T + (b0 if bias else 0)
-    np.testing.assert_allclose(out.numpy(), want, rtol=1e-12)
+    # (sums of 64 or 320 terms of about 1 in float64: an absolute bound too, for the
+    # outputs that cancel to near 0 and a device that sums in its own order)
+    close = dict(rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(out.numpy(), want, **close)
     (out * fg.tensor(g0)).sum().backward()
     g = np.broadcast_to(g0, want.shape)
-    np.testing.assert_allclose(x.grad.numpy(), g @ w0, rtol=1e-12)
-    np.testing.assert_allclose(w.grad.numpy(), g.reshape(-1, 96).T @ x0.reshape(-1, 64), rtol=1e-12)
+    np.testing.assert_allclose(x.grad.numpy(), g @ w0, **close)
+    np.testing.assert_allclose(w.grad.numpy(), g.reshape(-1, 96).T @ x0.reshape(-1, 64), **close)
     if bias:
-        np.testing.assert_allclose(b.grad.numpy(), g.reshape(-1, 96).sum(0), rtol=1e-12)
+        np.testing.assert_allclose(b.grad.numpy(), g.reshape(-1, 96).sum(0), **close)
     # an empty batch axis keeps the general form: an empty output, zero weight gradient
     empty = F.linear(fg.zeros(0, 3, 64, dtype=fg.float64), w, b)
     assert empty.shape == (0, 3, 96)
@@ -110,7 +113,8 @@ def test_a_transposed_weight_is_packed_and_differentiated_as_products_from_256_r
     out = F.linear(x, w)
     reasons = [k.reason for k in fg.kernels(out)]
     packed = any("packed in panels" in r for r in reasons)
-    assert packed == (rows >= R.PACK_FROM_ROWS)
+    if out.device.type == "cpu":  # (the CPU's layout packs: the cuda device's does not)
+        assert packed == (rows >= R.PACK_FROM_ROWS)
     gx, gw = fg.grad((out * fg.tensor(g0)).sum(), [x, w])
     np.testing.assert_allclose(out.numpy(), x0 @ w0.T, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(gx.numpy(), g0 @ w0, rtol=1e-4, atol=1e-4)
@@ -142,7 +146,8 @@ def test_a_weight_gradient_packs_its_transposed_left_operand_in_row_panels(rows,
     reasons = [k.reason for k in fg.kernels(gw)]
     left = f"a transposed left operand packed in panels of {R.LEFT_PANEL} rows"
     narrow = min(inputs, outputs)
-    assert any(left in r for r in reasons) == (narrow >= R.PACK_FROM_ROWS and narrow % 8 == 0)
+    if gw.device.type == "cpu":  # (the CPU's layout packs: the cuda device's does not)
+        assert any(left in r for r in reasons) == (narrow >= R.PACK_FROM_ROWS and narrow % 8 == 0)
     np.testing.assert_allclose(gw.numpy(), g0.T @ x0, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(gx.numpy(), g0 @ w0, rtol=1e-4, atol=1e-3)
     assert gw.shape == (outputs, inputs) and gx.shape == (rows, inputs)
@@ -167,9 +172,10 @@ def test_columns_no_multiple_of_a_panel_are_padded_into_panels(bias):
     w = fg.tensor(w0, requires_grad=True)
     b = fg.tensor(b0, requires_grad=True) if bias else None
     out = F.linear(x, w, b)
-    assert any(k.shape == (300, 608, 1) for k in fg.kernels(out)), [
-        k.shape for k in fg.kernels(out)
-    ]
+    if out.device.type == "cpu":  # (the CPU's layout packs: the cuda device's does not)
+        assert any(k.shape == (300, 608, 1) for k in fg.kernels(out)), [
+            k.shape for k in fg.kernels(out)
+        ]
     with np.errstate(invalid="ignore"):
         want = x0 @ w0.T + (b0 if bias else 0)
     got = out.numpy()
