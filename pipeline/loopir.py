@@ -376,6 +376,14 @@ def has_reduce_loop(body) -> bool:
     )
 
 
+def gpu_only(body) -> bool:
+    """Whether `body` holds, at any depth, a statement only the GPU's loop nests have and
+    only the CUDA C renderer renders (`AccOnlineExp`, an online softmax's statistics)."""
+    return any(
+        isinstance(s, AccOnlineExp) or (isinstance(s, Loop) and gpu_only(s.body)) for s in body
+    )
+
+
 def _has_tiles(body) -> bool:
     tiles = (TileZero, TileLoad, TileLoadAcc, TileDot, TileStore, TileStoreRows, AccDotPairs)
     return any(isinstance(s, tiles) or (isinstance(s, Loop) and _has_tiles(s.body)) for s in body)

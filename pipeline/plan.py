@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from .compiler import CompiledKernel
 from .cuda import render_cuda
 from .llvm import render_llvm
-from .loopir import Kernel
+from .loopir import Kernel, gpu_only
 
 
 @dataclass
@@ -55,6 +55,11 @@ class KernelRecord:
     @property
     def llvm_ir(self) -> str:
         if self.compiled.language != "LLVM IR":  # ran as CUDA C: render on request
+            if gpu_only(self.loop.body):
+                return (
+                    f"; kernel {self.loop.name}: no LLVM IR: its GPU loop nest holds statements"
+                    " only the CUDA C renderer has (an online softmax's statistics)\n"
+                )
             return render_llvm(self.loop, self.compiled.symbol)
         return self.compiled.source
 

@@ -125,7 +125,8 @@ def dump_new_plans(plan: Plan, records: list[KernelRecord]) -> None:
     (`python -m fusegrad.schedule_diff` compares two folders). A kernel that ran on a cuda
     device has PTX in its `.s`, under its launches, registers, shared memory and occupancy
     (runtime/cuda_asm.py; SASS too where cuobjdump or nvdisasm exists), and a `.ll` that
-    says it has no LLVM IR. Two runs of
+    says it has no LLVM IR (its `.raw.ll` is its loop nest as LLVM IR, or a note where
+    the nest holds a statement only the CUDA C renderer has). Two runs of
     one script write byte-identical files; in manifest.json and schedules.json only the
     `this_run` fields (compile time, cache, time) can differ.
     """

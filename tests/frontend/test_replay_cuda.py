@@ -119,6 +119,22 @@ def test_a_kernel_that_ran_on_the_cuda_device_replays_its_two_launches(tmp_path)
 
 
 @pytest.mark.usefixtures("emulated")
+def test_a_cuda_softmax_is_dumped_with_a_note_for_the_llvm_ir_it_has_not(tmp_path):
+    # its GPU loop nest keeps an online softmax's statistics (`AccOnlineExp`), which only
+    # the CUDA C renderer renders: the dump's .raw.ll once failed rendering it as LLVM IR
+    x = fg.randn(64, 32, device="cuda").realize()
+    y = (x * 2).softmax(1)
+    (stem,) = dumped(tmp_path, y)
+    with open(stem + ".raw.ll") as f:
+        assert "no LLVM IR: its GPU loop nest holds statements" in f.read()
+    with open(stem + ".cu") as f:
+        assert "__global__" in f.read()
+    result = replay(stem, runs=1)
+    assert result.matches is True
+    np.testing.assert_allclose(result.outputs[0], y.cpu().numpy(), rtol=1e-5)
+
+
+@pytest.mark.usefixtures("emulated")
 def test_what_cannot_be_replayed_is_refused(tmp_path):
     x = fg.randn(16).realize()
     (stem,) = dumped(tmp_path, x.sin() + 1.5)
