@@ -13,6 +13,9 @@ from fusegrad import movement
 from fusegrad.ir.ops import Ops
 from fusegrad.runtime.engine import engine
 
+# on the CPU whatever the test device: joins of pieces in host memory, not a device's
+pytestmark = pytest.mark.cpu_device
+
 NEG0 = np.float32(-0.0)
 
 

@@ -18,6 +18,9 @@ from fusegrad.ir.node import toposort
 from fusegrad.ir.ops import Ops
 from fusegrad.runtime.engine import engine
 
+# on the CPU whatever the test device: numbers worked out in host memory, not a device's
+pytestmark = pytest.mark.cpu_device
+
 I64_MAX = np.iinfo(np.int64).max
 
 

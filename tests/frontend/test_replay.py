@@ -18,6 +18,9 @@ import pytest
 import fusegrad as fg
 from fusegrad.replay import ReplayError, main, replay
 
+# on the CPU whatever the test device: a CPU kernel's .ll replayed (the .cu: test_replay_cuda.py)
+pytestmark = pytest.mark.cpu_device
+
 
 def dumped(folder, *tensors, inputs=True):
     """Realize `tensors` with FUSEGRAD_DUMP=folder; the dumped kernels' stems, in order."""
