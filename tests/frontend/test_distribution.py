@@ -206,6 +206,7 @@ def test_kl_dispatch_takes_the_most_specific_pair_and_warns_when_ambiguous():
         assert kl_divergence(B(0.0, 1.0), B(0.0, 1.0)).item() == 2.0
 
 
+@pytest.mark.cpu_device  # (a CPU tensor's repr: a cuda one adds device='cuda:0', as torch's)
 def test_repr_shows_one_element_parameters_and_shapes_otherwise():
     assert repr(Normal(0.0, 1.0)) == "Normal(loc: 0.0, scale: 1.0)"
     assert repr(Categorical(probs=fg.ones(2, 3))) == "Categorical(probs: (2, 3))"
