@@ -194,8 +194,9 @@ def give_scratch(scratch: tuple[np.ndarray, int, None]) -> None:
             _free_deferred()
 
 
-# frees a finalizer could not make at once, as (bytes taken, pool entry or None): the
-# pool's lock was held, by another thread or by the finalizer's own. (A cyclic collection
+# finalizers' frees not yet made, as (bytes taken, pool entry or None): each is made
+# at once where the pool's lock is free, else (held by another thread, or by the
+# finalizer's own) by its next holder. (A cyclic collection
 # may start at any allocation of a container, under the lock too, and it runs the dead
 # buffers' `__del__` on the thread that started it: waiting for the lock there would be
 # waiting for itself, for ever.) The lock's next holder makes them (`_free_deferred`).
@@ -204,21 +205,15 @@ _deferred: list[tuple[int, tuple | None]] = []
 
 def _free(taken: int, entry: tuple | None) -> None:
     """A buffer's finalizer: `taken` bytes are no longer in use, and `entry` (if any) goes
-    to the pool. It never waits for `_lock`: where the lock is held, the free waits in
-    `_deferred` (`list.append`: atomic, and it starts no collection) for the lock's next
-    holder."""
-    global _in_use
-    if not _lock.acquire(blocking=False):
-        _deferred.append((taken, entry))
-        return
-    try:
-        _in_use -= taken
-        if entry is not None:
-            _give(entry[0].nbytes, entry)
-        if _deferred:
+    to the pool. It never waits for `_lock`: the free goes into `_deferred` (`list.append`:
+    atomic, and it starts no collection), made here where the lock is free, else by the
+    lock's next holder."""
+    _deferred.append((taken, entry))
+    if _lock.acquire(blocking=False):
+        try:
             _free_deferred()
-    finally:
-        _lock.release()
+        finally:
+            _lock.release()
 
 
 def _free_deferred() -> None:

@@ -113,7 +113,7 @@ class _PyCudaBackend:
         self.active = _Active(self.context)  # `with self.active:` around each CUDA call
         self._held: dict[int, list] = {}  # size class -> free device allocations
         self._held_lock = forksafe.Lock()
-        # frees made while the lock was held (`free`), as (size class, heap entry)
+        # blocks freed and not yet held (`free`), as (size class, heap entry)
         self._freed_later: list[tuple[int, tuple]] = []
         atexit.register(self.close)
         major, minor = drv.Device(0).compute_capability()
@@ -201,22 +201,14 @@ class _PyCudaBackend:
         CUDA call, so any thread may free. A DeviceBuffer's finalizer calls it, and never
         waits for the lock: a cyclic collection may start at any allocation, under the
         lock too, and run the finalizers on the thread that holds it, which would wait for
-        itself. Where the lock is held, the block waits in `_freed_later` (`list.append`:
-        atomic, no collection) for the lock's next holder."""
-        nbytes = _pool_bytes(size * dtype.itemsize)
-        entry = (int(mem), mem)
-        if not self._held_lock.acquire(blocking=False):
-            self._freed_later.append((nbytes, entry))
-            return
-        try:
-            blocks = self._held.get(nbytes)
-            if blocks is None:
-                blocks = self._held[nbytes] = []
-            heapq.heappush(blocks, entry)
-            if self._freed_later:
+        itself. The block goes into `_freed_later` (`list.append`: atomic, no collection),
+        held here where the lock is free, else by the lock's next holder."""
+        self._freed_later.append((_pool_bytes(size * dtype.itemsize), (int(mem), mem)))
+        if self._held_lock.acquire(blocking=False):
+            try:
                 self._hold_freed_later()
-        finally:
-            self._held_lock.release()
+            finally:
+                self._held_lock.release()
 
     def _hold_freed_later(self) -> None:
         """Hold the blocks `free` left in `_freed_later` (under `_held_lock`)."""
