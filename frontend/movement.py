@@ -34,7 +34,7 @@ from .ir.ops import Ops
 from .jithooks import recording
 from .runtime.attribution import capture, fixed
 from .runtime.backend import get_backend
-from .runtime.buffer import HOST_BUFFERS, Buffer, BufferView
+from .runtime.buffer import BLOCK_VIEWS, HOST_BUFFERS, Buffer
 from .runtime.engine import engine
 from .tensor_base import TensorBase
 from .torch_settings import check_memory_format
@@ -153,17 +153,20 @@ def basic_index(shape: tuple[int, ...], index):
 
 
 def _block_of_buffer(x, bounds, steps):
-    """A computed CPU tensor's slice that is one block of its memory (`data[i : i + n]`,
-    `x[k]`, `x[k, a:b]`), as a buffer node over that block, or None. A slice as a `SHRINK`
-    names its offsets in the graph's structure, so a loop that slices its data at a new
-    offset each step (`source[i : i + bptt]`) would compile each step anew; over a buffer
-    the offset is data. Only for values no gradient flows into (data, not parameters) and
-    outside `fusegrad.jit`'s recording (which records graphs over its inputs). A reshape
-    of a buffer (`x[k]` of a matrix is one) is that memory in the same order: its blocks
-    are cut the same way (`x[k][j]`, `for row in x: for v in row`)."""
+    """A computed tensor's slice that is one block of its memory (`data[i : i + n]`,
+    `x[k]`, `x[k, a:b]`), on any device, as a buffer node over that block, or None. A slice
+    as a `SHRINK` names its offsets in the graph's structure, so a loop that slices its
+    data at a new offset each step (`source[i : i + bptt]`) would compile each step anew;
+    over a buffer the offset is data. Only for values no gradient flows into (data, not
+    parameters) and outside `fusegrad.jit`'s recording (which records graphs over its
+    inputs). A reshape of a buffer (`x[k]` of a matrix is one) is that memory in the same
+    order: its blocks are cut the same way (`x[k][j]`, `for row in x: for v in row`)."""
     node = x.node
     base = node.srcs[0] if node.op is Ops.RESHAPE else node
-    if base.op is not Ops.BUFFER or x.requires_grad or type(base.arg) not in HOST_BUFFERS:
+    if base.op is not Ops.BUFFER or x.requires_grad:
+        return None
+    view_of = BLOCK_VIEWS.get(type(base.arg))  # (the buffer types a view is made of)
+    if view_of is None:
         return None
     if any(s != 1 for s in steps) or engine.recording():
         return None
@@ -179,19 +182,21 @@ def _block_of_buffer(x, bounds, steps):
     size = (bounds[last][1] - bounds[last][0]) * math.prod(shape[last + 1 :])
     if size == 0:
         return None
-    view = BufferView(base.arg, start, size)
-    return N.buffer(view, tuple(e - b for b, e in bounds), node.dtype)
+    return N.buffer(view_of(base.arg, start, size), tuple(e - b for b, e in bounds), node.dtype)
 
 
 def rows_of_buffer(x) -> list | None:
-    """`[x[0], x[1], ...]` for a computed CPU tensor (or a reshape of one) that no gradient
+    """`[x[0], x[1], ...]` for a computed tensor (or a reshape of one) that no gradient
     flows into, outside a jit recording: each row a block of its memory, as
     `_block_of_buffer` cuts it, built without reading an index per row (`for i in
     torch.randint(n, (12,))`); the same nodes, strides and write-through link as `x[k]`.
     None otherwise (then `unbind`)."""
     node = x.node
     base = node.srcs[0] if node.op is Ops.RESHAPE else node  # (`x[k]` of a matrix is one)
-    if base.op is not Ops.BUFFER or type(base.arg) not in HOST_BUFFERS or x.requires_grad:
+    if base.op is not Ops.BUFFER or x.requires_grad:
+        return None
+    view_of = BLOCK_VIEWS.get(type(base.arg))
+    if view_of is None:
         return None
     if not node.shape or engine.recording():
         return None
@@ -204,7 +209,7 @@ def rows_of_buffer(x) -> list | None:
     rows = []
     with fixed(capture(1)):  # (one stack walk for every row: the user's line)
         for k in range(node.shape[0]):
-            row = N.reshape(N.buffer(BufferView(buf, k * inner, inner), block, dtype), rest)
+            row = N.reshape(N.buffer(view_of(buf, k * inner, inner), block, dtype), rest)
             rows.append(linked(x._view(row, strides), x, functools.partial(_row, k)))
     return rows
 

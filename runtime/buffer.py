@@ -290,6 +290,12 @@ class BufferView(Buffer):
 # nor a device's buffers
 HOST_BUFFERS = (Buffer, BufferView)
 
+# how a block of a computed value's memory is viewed, by the exact type of the buffer
+# holding the value: `(buffer, start, size)` -> a buffer of its elements start..start +
+# size, in its memory (`frontend/movement.py`'s blocks: `source[i : i + bptt]`).
+# runtime/cuda.py adds the device buffers; fusegrad's own tables are not there.
+BLOCK_VIEWS: dict[type, type] = {Buffer: BufferView, BufferView: BufferView}
+
 
 class HostTable(Buffer):
     """A read-only table fusegrad builds for itself (the `arange` an index op compares

@@ -39,7 +39,7 @@ from ..pipeline.cuda import STATIC_SHARED, cuda_kernel
 from ..pipeline.lower import kernel_symbol
 from . import cuda_emulator, cuda_graphs, forksafe, phases, tensor_map
 from .backend_registry import forget_plans
-from .buffer import Buffer, quarter_class
+from .buffer import BLOCK_VIEWS, Buffer, BufferView, quarter_class
 from .config import config
 from .cuda_asm import DEFAULT_ARCH, NO_LLVM_IR, build_arch, kernel_asm
 
@@ -250,6 +250,11 @@ class _PyCudaBackend:
 
     def arg(self, mem):
         return int(mem)
+
+    def view(self, mem, start: int, size: int, dtype: DType) -> int:
+        """Elements `start`..`start + size` of `mem`, in its memory: their address (PyCUDA's
+        copies take one), held by nothing (`DeviceBufferView` keeps `mem`'s buffer alive)."""
+        return int(mem) + start * dtype.itemsize
 
     @property
     def builds_apart(self) -> bool:
@@ -509,6 +514,10 @@ class _EmulatedBackend:
     def arg(self, mem):
         return mem.ptr
 
+    def view(self, mem, start: int, size: int, dtype: DType) -> BufferView:
+        """Elements `start`..`start + size` of `mem`, in its memory."""
+        return BufferView(mem, start, size)
+
     builds_apart = True  # `build` makes the whole module, off the loading thread
 
     def build(self, source: str):
@@ -757,7 +766,31 @@ class DeviceBuffer:
         self.scalar = self.scalar_value = None
 
     def __repr__(self) -> str:
-        return f"<DeviceBuffer {self.size} x {self.dtype.name} on {self.device}>"
+        return f"<{type(self).__name__} {self.size} x {self.dtype.name} on {self.device}>"
+
+
+class DeviceBufferView(DeviceBuffer):
+    """Elements `start`..`start + size` of another device buffer, in its memory (a slice of
+    a computed tensor along its first axes: `source[i : i + bptt]` of a language model's
+    batches, a buffer whose offset is data rather than part of the graph's structure). It
+    keeps that buffer alive, so its memory is not reused while the view reads it, and
+    gives nothing to the pool when it goes. Its address need not be 16-byte aligned: the
+    kernels test their buffers' alignment before their vector paths."""
+
+    __slots__ = ("base",)
+
+    def __init__(self, base: DeviceBuffer, start: int, size: int):
+        b = base.owner
+        self.size, self.dtype, self.device, self.owner = size, base.dtype, base.device, b
+        self.mem = b.view(base.mem, start, size, base.dtype)
+        self.ptr = b.arg(self.mem)
+        self.scalar = self.scalar_value = None
+        self.kernels: list = []
+        self.counted = False  # (nothing to free: the base's memory)
+        self.base = base
+
+
+BLOCK_VIEWS[DeviceBuffer] = BLOCK_VIEWS[DeviceBufferView] = DeviceBufferView
 
 
 # ---------------------------------------------------------------- kernels

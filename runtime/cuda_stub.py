@@ -26,6 +26,7 @@ from libcuda's entry points through ctypes (runtime/cuda_graphs.py), which
 
 from __future__ import annotations
 
+import ctypes
 import struct
 import threading
 import time
@@ -121,12 +122,20 @@ class StubDriver:
         self.allocations += 1
         return _Allocation(nbytes)
 
-    def memcpy_htod(self, mem: _Allocation, host: np.ndarray) -> None:
+    def memcpy_htod(self, mem: _Allocation | int, host: np.ndarray) -> None:
+        """A copy to device memory: an allocation, or an address inside one (as PyCUDA)."""
         self.copies += 1
-        mem.data[: host.nbytes] = host.view(np.uint8).reshape(-1)
+        host = np.ascontiguousarray(host)
+        if isinstance(mem, int):
+            ctypes.memmove(mem, host.ctypes.data, host.nbytes)
+        else:
+            mem.data[: host.nbytes] = host.view(np.uint8).reshape(-1)
 
-    def memcpy_dtoh(self, host: np.ndarray, mem: _Allocation) -> None:
-        host.view(np.uint8).reshape(-1)[:] = mem.data[: host.nbytes]
+    def memcpy_dtoh(self, host: np.ndarray, mem: _Allocation | int) -> None:
+        if isinstance(mem, int):
+            ctypes.memmove(host.ctypes.data, mem, host.nbytes)
+        else:
+            host.view(np.uint8).reshape(-1)[:] = mem.data[: host.nbytes]
 
     def module_from_buffer(self, cubin: bytes) -> _Module:
         return _Module(self)

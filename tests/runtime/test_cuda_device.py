@@ -115,6 +115,53 @@ def test_a_device_buffer_is_written_whole_from_the_host():
         buf.write(np.ones(3))
 
 
+def test_a_language_models_batches_cut_at_new_offsets_compile_nothing_new():
+    # `source[i : i + bptt]` of a device tensor is a view of its memory at an offset that
+    # is data (runtime/cuda.py DeviceBufferView), not a SHRINK naming the offset, so each
+    # batch runs the plan of the first; odd offsets leave the views' addresses off 16-byte
+    # alignment, where the kernels take their one-at-a-time paths
+    from fusegrad.runtime.engine import engine
+
+    data = np.arange(-3000.0, 3000.0, dtype=np.float32).reshape(1500, 4) / 7
+    data[5, 1], data[6, 2], data[7, 3] = -0.0, np.inf, np.nan
+    source = fg.tensor(data, device="cuda").realize()
+    tokens = fg.tensor(np.arange(1500) % 50, device="cuda").realize()
+    w = fg.tensor(np.linspace(-1, 1, 8, dtype=np.float32).reshape(4, 2), device="cuda")
+    table = fg.tensor(np.linspace(-2, 2, 50, dtype=np.float32), device="cuda")
+
+    def batch(i, n=300):
+        x = source[i : i + n]
+        return (x @ w).sum(0), (x * 2 + 1).amax(1), table[tokens[i : i + n]].sum()
+
+    def want(i, n=300):
+        x = data[i : i + n].astype(np.float64)
+        t = np.linspace(-2, 2, 50, dtype=np.float32)[np.arange(i, i + n) % 50]
+        wt = np.linspace(-1, 1, 8).reshape(4, 2)
+        return (x @ wt).sum(0), (x * 2 + 1).max(1), t.sum()
+
+    for i in (0, 1):
+        [host(r) for r in batch(i)]  # the plans, compiled
+    before = engine.stats["scheduled"]
+    for i in (2, 3, 5, 8, 13, 1000, 1200):  # 1200: the last 300 rows
+        for got, ref in zip(batch(i), want(i)):
+            np.testing.assert_allclose(host(got), ref, rtol=1e-5, atol=1e-4)
+    assert engine.stats["scheduled"] == before
+    view = source[3:5].node.arg
+    assert isinstance(view, runtime_cuda.DeviceBufferView) and view.base is source.node.arg
+    assert view.ptr == source.node.arg.ptr + 3 * 4 * 4 and view.size == 8
+
+
+def test_a_block_view_keeps_its_device_memory_alive_and_reads_back_exactly():
+    a = np.array([[0.0, -0.0], [np.nan, np.inf], [-np.inf, 1.0], [-1.0, 0.5]], np.float32)
+    x = fg.tensor(a, device="cuda").realize()
+    rows = [x[k] for k in range(4)]
+    del x
+    for _ in range(3):  # allocations that would reuse freed memory of that size
+        fg.tensor(np.zeros((4, 2), np.float32), device="cuda").realize()
+    for k, row in enumerate(rows):
+        assert host(row).tobytes() == a[k].tobytes()
+
+
 def test_a_device_buffer_collected_at_interpreter_exit_is_quiet(monkeypatch):
     """At exit a module's globals are None before its last objects go: a GPU buffer's
     finalizer then leaves the count alone instead of raising (seen on an H200)."""

@@ -121,6 +121,32 @@ def test_arguments_are_bound_once_per_set_of_buffers_and_only_launches_repeat():
         del outs
 
 
+def test_a_block_view_on_pycuda_is_an_address_inside_its_base_and_binds_anew():
+    # PyCUDA's side of `source[i : i + n]`: the view's memory is an address (PyCUDA's
+    # copies take one; the stand-in driver's memory is host memory, so its copies through
+    # an address are real), and a batch at a new offset binds the cached plan's launches
+    # to that address instead of compiling
+    drv = StubDriver()
+    with runtime_cuda.use_driver(drv):
+        data = np.arange(40, dtype=np.float32).reshape(10, 4)
+        source = fg.tensor(data, device="cuda").realize()
+        base = source.node.arg
+        view = source[3:5].node.arg
+        assert isinstance(view, runtime_cuda.DeviceBufferView) and view.base is base
+        assert view.mem == int(base.mem) + 3 * 4 * 4 == view.ptr and view.size == 8
+        np.testing.assert_array_equal(view.numpy(), data[3:5].reshape(-1))
+        view.write(np.full(8, -1.0))  # a copy to the address lands in the base's memory
+        np.testing.assert_array_equal(base.numpy()[12:20], -np.ones(8))
+        (source[0:2] * 2).sum().realize()
+        before, launches = engine.stats["scheduled"], drv.launches
+        for i in (2, 4, 6):
+            (source[i : i + 2] * 2).sum().realize()
+        assert engine.stats["scheduled"] == before and drv.launches > launches
+        del source, base
+        gc.collect()
+        np.testing.assert_array_equal(view.numpy(), -np.ones(8))  # its base kept alive
+
+
 def test_a_driver_without_graph_support_launches_plainly():
     drv = StubDriver(graphs=False)
     with runtime_cuda.use_driver(drv) as b:
