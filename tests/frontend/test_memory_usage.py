@@ -42,6 +42,7 @@ def test_kernel_by_kernel_the_peak_is_the_most_alive_during_one_kernel():
     assert report.by_line() == {f"{HERE}:{line - 1}": 256, f"{HERE}:{line}": 128}
 
 
+@pytest.mark.cpu_device  # (the CPU's arena: a cuda arena gives each value its own place)
 def test_a_native_program_holds_every_intermediate_in_its_arena():
     report = fg.memory_report(_chain())
     (plan,) = report.plans
@@ -60,6 +61,7 @@ def test_a_native_program_holds_every_intermediate_in_its_arena():
     assert "peak 388 B (arena" in text and "(returned)" in text
 
 
+@pytest.mark.cpu_device  # (the CPU's arena)
 def test_the_arena_gives_a_dead_values_place_to_later_values_never_to_a_live_one():
     """The CPU arena's places (`cpu_backend._scratch_layout`) on a longer chain: two
     values share bytes only if one is dead (after its last reader) before the other is
@@ -134,7 +136,10 @@ def test_a_step_function_reports_each_realize_of_its_call():
     assert isinstance(report.result, fg.Tensor) and np.isfinite(report.result.item())
     assert report.plans and report.kernels
     assert report.peak_bytes == max(p.peak_bytes for p in report.plans)
-    assert report.peak_bytes == sum(b.bytes for b in report.live_at_peak)
+    held = sum(b.bytes for b in report.live_at_peak)
+    # equal where the arena gives a dead value's place to later values (the CPU's); a cuda
+    # arena keeps each value's place for the whole run, holes included
+    assert report.peak_bytes == held if x.device.type == "cpu" else report.peak_bytes >= held
     lines = {line for b in report.live_at_peak for line in b.lines}
     assert any(line.startswith(HERE) for line in lines)
     assert all(k.min_bytes > 0 and k.bytes_moved > 0 for k in report.kernels)

@@ -137,6 +137,7 @@ def test_profile_table_refuses_an_unknown_grouping():
         prof.table(by="file")
 
 
+@pytest.mark.cpu_device  # (the CPU's native program; a cuda plan runs its launch list)
 def test_a_profiled_plan_runs_as_its_program_and_times_each_kernel_inside_it():
     """Inside the block a cached plan of several kernels runs as one native program, as
     it does outside (worker threads awake, its scratch memory in use), and each kernel's

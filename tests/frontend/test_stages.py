@@ -85,6 +85,7 @@ def test_each_rule_stage_schedules_as_the_engine_does_with_those_rules():
     assert kernel_count(off["schedule"]) == 3
 
 
+@pytest.mark.cpu_device  # (the CPU's lowering: its register tile)
 def test_kernels_come_with_each_lowering_step_and_their_code():
     a, b = fg.randn(64, 64).realize(), fg.randn(64, 64).realize()
     st = fg.debug.stages(a @ b)  # a contraction: the CPU's register tile

@@ -68,6 +68,7 @@ def test_a_bad_schedule_is_refused_and_no_warmup_warns():
         schedule(wait=0, warmup=0, active=1)
 
 
+@pytest.mark.cpu_device  # (CPU kernels: a cuda kernel's time is device time, tested below)
 def test_regions_and_kernels_are_averaged_and_tabled():
     w = fg.randn(32, 32).realize()
     _step(w)  # compiled before the profile
