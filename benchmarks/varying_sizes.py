@@ -25,6 +25,9 @@ Run:  .venv/bin/python benchmarks/varying_sizes.py [--only classifier|mlp|rate] 
   the time per step after 20 warm-up steps, fusegrad (constants whose values change read
   from buffers, `FUSEGRAD_LIFT_CONSTANTS`; with `--compare` also without) and PyTorch eager.
 
+`--device cuda` runs the classifier on the cuda device (the GPU, or the CPU emulator of
+its CUDA C with FUSEGRAD_CUDA=emulate), counting the CUDA modules built (generic kernels of
+CUDA C: pipeline/cuda_templates.py); its torch row is still PyTorch's on the CPU.
 `--compare` runs fusegrad a second time with FUSEGRAD_SIZE_TEMPLATES=0: every kernel of a
 new size compiled for its sizes, none run through a generic kernel (pipeline/templates.py).
 `--mark` marks the varying dimension dynamic ahead (`fg.mark_dynamic`) in the classifier and
@@ -67,6 +70,8 @@ import fusegrad as fg
 from fusegrad import nn
 from fusegrad.runtime import phases
 from fusegrad.runtime.engine import engine
+DEVICE = os.environ.get("VARYING_DEVICE", "cpu")
+fg.set_default_device(DEVICE)
 fg.manual_seed(0)
 class Classifier(nn.Module):
     def __init__(self):
@@ -92,6 +97,9 @@ after = phases.snapshot()
 plans = engine.stats["scheduled"]
 compiled = compiler.stats["compiled"]
 kernels = len({id(s.record.compiled) for p in engine.plans.values() for s in p.steps})
+if DEVICE != "cpu":  # the CUDA modules the plans launch: each one built once
+    steps = [s for p in engine.plans.values() for s in p.steps]
+    compiled = len({s.record.compiled.kernel.symbol for s in steps})
 second = one_pass()
 spent = {k: round(after[k] - before.get(k, 0.0), 3) for k in after}
 spent = {k: v for k, v in spent.items() if v >= 0.005}
@@ -237,8 +245,12 @@ def has_torch(python: str) -> bool:
     return probe.returncode == 0
 
 
-def classifier(python: str, compare: bool) -> None:
+def classifier(python: str, compare: bool, device: str = "cpu") -> None:
     print("classifier: 40 Adam steps, batch 16, lengths from 5..59, twice over")
+    if device != "cpu":
+        print(f"  on the {device} device (FUSEGRAD_CUDA={os.environ.get('FUSEGRAD_CUDA', '')})")
+    os.environ["VARYING_DEVICE"] = device
+    builds = "LLVM compiles" if device == "cpu" else "CUDA modules built"
     for generic in (True, False) if compare else (True,):
         with tempfile.TemporaryDirectory() as cache:
             fg = run(CLASSIFIER_FUSEGRAD, python, cache=cache, generic=generic)
@@ -248,7 +260,7 @@ def classifier(python: str, compare: bool) -> None:
             f" first / second {fg['first'] / fg['second']:6.1f}; {fg['plans']} plans compiled"
         )
         print(
-            f"               {fg['compiled']} LLVM compiles for the {fg['kernels']} kernels the"
+            f"               {fg['compiled']} {builds} for the {fg['kernels']} kernels the"
             " plans hold (kernels of the same code compile once)"
         )
         print(f"               compile phases in the first pass (s): {fg['phases']}")
@@ -318,13 +330,19 @@ def main() -> None:
         help="the classifier's sentence length and the MLP's batch size marked dynamic"
         " (fg.mark_dynamic) at every step, as a torch user marks them",
     )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="the classifier's device (cuda: the GPU, or the emulator with FUSEGRAD_CUDA="
+        "emulate; its builds counted as CUDA modules); the MLP and rate runs stay on the CPU",
+    )
     args = parser.parse_args()
     if args.mark:
         os.environ["VARYING_MARK"] = "1"  # (read by the children: `COMMON`)
     python = sys.executable
     print(f"CPU: {cpu_name()} | {source_version()} | load {load_average()}")
     if args.only in (None, "classifier"):
-        classifier(python, args.compare)
+        classifier(python, args.compare, args.device)
     if args.only in (None, "mlp"):
         mlp(python, args.sizes, args.compare)
     if args.only in (None, "rate"):

@@ -52,8 +52,9 @@ class CudaKernel:
 
     Buffers are passed as `(*params, *scratch)`: the CPU kernel's parameters in
     their order (outputs first), then `scratch` buffers of `(dtype, count)` that
-    the caller allocates (a long reduction's partials). The launches run in
-    order, each with the same arguments."""
+    the caller allocates (a long reduction's partials), then `lits`, where the source
+    is a generic kernel's (pipeline/cuda_templates.py: the literals it reads, as
+    64-bit words). The launches run in order, each with the same arguments."""
 
     name: str
     source: str
@@ -63,6 +64,7 @@ class CudaKernel:
     static_shared_bytes: int = 0  # the `__shared__` arrays the source declares, per block
     traffic: Traffic | None = None  # global-memory bytes and FLOPs (`pipeline/gpu.py`)
     tensor_maps: tuple[TensorMap, ...] = ()  # passed after the buffers where built for sm_90a
+    lits: tuple[int, ...] = ()  # a generic kernel's literals, passed after the scratch
 
     @property
     def symbol(self) -> str:

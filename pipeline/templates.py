@@ -352,10 +352,12 @@ class Generic:
     code: str  # its source (compiled as any kernel, cached by its own digest)
 
     @staticmethod
-    def of(code: str, shape: Shape, groups: Groups) -> Generic:
+    def of(code: str, shape: Shape, groups: Groups, make=None) -> Generic:
+        """`make`: how the generic source is written (`generic_source`, LLVM's, by
+        default; pipeline/cuda_templates.py's for CUDA C)."""
         chosen = {p for group in groups for p in group}
         kept = tuple(t for p, t in enumerate(shape.literals) if p not in chosen)
-        return Generic(groups, kept, generic_source(code, shape, groups))
+        return Generic(groups, kept, (make or generic_source)(code, shape, groups))
 
     def serves(self, shape: Shape) -> bool:
         """Whether this kernel computes `shape`'s: the literals it keeps are the same, and
@@ -378,6 +380,7 @@ class _Registry:
         # (code, level, groups) of generic kernels that plans read from disk ran through,
         # adopted when something is next looked up (`adopt_later`)
         self.pending: list[tuple[str, int, Groups]] = []
+        self.refused: set[tuple] = set()  # shapes whose generic kernel did not build
 
     def note(self, shape: Shape, opt: int) -> None:
         key = (shape.text, opt)
@@ -390,17 +393,19 @@ class _Registry:
                 old, _ = self.seen.popitem(last=False)
                 self.generics.pop(old, None)
 
-    def generic_for(self, code: str, shape: Shape, opt: int) -> Generic | None:
+    def generic_for(self, code: str, shape: Shape, opt, make=None) -> Generic | None:
         """The generic kernel that runs `code`: one made already, or a new one reading the
         literals that differ between `code` and the kernels of its shape seen so far (those
         equal in all of them one slot); None where no kernel of its shape was seen with
         other literals. Where those made before do not serve it (a literal that had not
         differed does, or two that were equal no longer are), the new one reads what each
         of them read as well, each literal from a slot of its own, so that one more serves
-        the sizes to come."""
+        the sizes to come. `make`: as `Generic.of`'s (the language of `code`)."""
         self._settle()
         key = (shape.text, opt)
         with self.lock:
+            if key in self.refused:
+                return None
             for g in self.generics.get(key, ()):
                 if g.serves(shape):
                     return g
@@ -420,9 +425,19 @@ class _Registry:
                 groups = tuple((p,) for p in sorted(read.union(varying)))
             else:
                 groups = grouped(shape, varying, known)
-            g = Generic.of(code, shape, groups)
+            g = Generic.of(code, shape, groups, make)
             self.generics.setdefault(key, []).append(g)
             return g
+
+    def refuse(self, shape: Shape, opt, g: Generic) -> None:
+        """`g` did not build: forget it, and make no more generic kernels of `shape`'s (its
+        kernels are then built for their own sizes)."""
+        key = (shape.text, opt)
+        with self.lock:
+            made = self.generics.get(key, [])
+            if g in made:
+                made.remove(g)
+            self.refused.add(key)
 
     def adopt_later(self, code: str, opt: int, groups: Groups) -> None:
         """`adopt` at the next look-up, not now: a plan read from disk runs its kernels
@@ -487,6 +502,7 @@ class _Registry:
             self.pending.clear()
             self.seen.clear()
             self.generics.clear()
+            self.refused.clear()
 
 
 registry = _Registry()
@@ -497,8 +513,9 @@ class varying:
     """`with varying(codes, sizes):` the kernels compiled on this thread inside belong to a
     plan whose sizes vary: each may run as a generic kernel (`compiler.compile_kernels`).
     `codes`: (code, level) of the kernels of the plans of the same graph compiled before,
-    noted as seen first; `sizes`: the plan's sizes that differ from theirs, `kept` those
-    that do not (a kernel of a shape not seen before is lowered at other sizes too,
+    noted as seen first (a `Shape` in place of the code: CUDA C's, read by
+    pipeline/cuda_templates.py); `sizes`: the plan's sizes that differ from theirs, `kept`
+    those that do not (a kernel of a shape not seen before is lowered at other sizes too,
     `probes`). `with varying(None):` changes nothing."""
 
     def __init__(self, codes, sizes=(), kept=()):
@@ -509,7 +526,7 @@ class varying:
         self.was = getattr(_varying, "on", False), getattr(_varying, "sizes", _NO_SIZES)
         if self.codes is not None:
             for code, opt in self.codes:
-                registry.note(shape_of(code), opt)
+                registry.note(code if isinstance(code, Shape) else shape_of(code), opt)
             _varying.on, _varying.sizes = True, self.sizes
         return self
 

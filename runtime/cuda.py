@@ -29,11 +29,12 @@ import struct
 import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..ir.dtypes import DType, uint8
+from ..pipeline import cuda_templates, templates
 from ..pipeline.compiler import disk_cached
 from ..pipeline.cuda import STATIC_SHARED, cuda_kernel
 from ..pipeline.lower import kernel_symbol
@@ -809,6 +810,9 @@ class CompiledCudaKernel:
     cache: str  # "compiled", "disk" or "memory"
     address: int = 0  # no host address: the CPU program never strings CUDA kernels
     functions: list | None = None  # the backend's launchable function per launch, once made
+    # where `kernel` is a generic kernel's (pipeline/cuda_templates.py): this kernel's own
+    # rendering, which `source` is the code of (what dumps show and a replay builds)
+    own: object = None
     language = "CUDA C"  # what `source` is written in
 
     @property
@@ -845,8 +849,7 @@ def _rendered(b, loop) -> tuple[str, object]:
 
 def compile_loop(loop) -> CompiledCudaKernel:
     """Render a loop-IR kernel as CUDA C and compile it for the current backend."""
-    b = backend()
-    return _loaded(b, *_rendered(b, loop))
+    return compile_loops([loop])[0]
 
 
 # builds (nvcc, the emulator's g++) of one plan's new kernels that may run at once
@@ -860,18 +863,69 @@ def compile_loops(loops: list) -> list[CompiledCudaKernel]:
     The modules are then loaded one by one, in order, as `compile_loop` loads them."""
     b = backend()
     rendered = [_rendered(b, loop) for loop in loops]
+    # in a plan whose sizes vary, a kernel a generic kernel runs builds that instead
+    generic = [_generic(b, symbol, kernel) for symbol, kernel in rendered]
+    runs = [g[:2] if g else r for r, g in zip(rendered, generic)]  # (symbol, kernel) built
     with _modules_lock:
-        todo = {sym: k.source for sym, k in rendered if (b.name, sym) not in _modules}
+        todo = {sym: k.source for sym, k in runs if (b.name, sym) not in _modules}
     built: dict[str, tuple] = {}
     if len(todo) > 1 and COMPILE_THREADS > 1 and b.builds_apart:
 
         def timed_build(source: str) -> tuple:
             t0 = time.perf_counter()
-            return b.build(source), time.perf_counter() - t0
+            try:
+                return b.build(source), time.perf_counter() - t0
+            except Exception as e:  # (a generic one's: its kernel is then built on its own)
+                return e, 0.0
 
         with phases.timed("cuda"), ThreadPoolExecutor(min(len(todo), COMPILE_THREADS)) as pool:
             built = dict(zip(todo, pool.map(timed_build, todo.values())))
-    return [_loaded(b, symbol, kernel, built.get(symbol)) for symbol, kernel in rendered]
+    out = []
+    for (symbol, kernel), g, (run_symbol, run) in zip(rendered, generic, runs):
+        made = built.get(run_symbol)
+        if g is None:
+            if made is not None and isinstance(made[0], Exception):
+                raise made[0]
+            out.append(_loaded(b, symbol, kernel, made))
+            continue
+        try:
+            if made is not None and isinstance(made[0], Exception):
+                raise made[0]
+            through = _loaded(b, run_symbol, run, made)
+        except Exception:  # a literal where C wants a constant: this shape, never again
+            templates.registry.refuse(g[2], cuda_templates.CUDA, g[3])
+            out.append(_loaded(b, symbol, kernel))
+            continue
+        out.append(replace(through, symbol=symbol, source=kernel.source, own=kernel))
+    return out
+
+
+def _generic(b, symbol: str, kernel) -> tuple | None:
+    """In a plan whose sizes vary (`templates.active()`), for a kernel a generic kernel
+    runs (pipeline/cuda_templates.py): (its symbol, the kernel to build and launch: the
+    generic source with this kernel's launches and literals, the kernel's shape, the
+    registry's `Generic`); else None, the kernel's shape noted (built for its sizes)."""
+    if not (templates.active() and config.size_templates):
+        return None
+    code = cuda_templates.code_of(kernel.source, symbol)
+    if code is None:
+        return None
+    shape = cuda_templates.shape_of(code)
+    with _modules_lock:
+        loaded = (b.name, symbol) in _modules
+    registry = templates.registry
+    g = None
+    if not loaded:
+        g = registry.generic_for(code, shape, cuda_templates.CUDA, cuda_templates.generic_source)
+    if g is None:
+        registry.note(shape, cuda_templates.CUDA)
+        return None
+    run_symbol, source = cuda_templates.named(g.code)
+    launches = tuple(
+        replace(ln, symbol=ln.symbol.replace(symbol, run_symbol)) for ln in kernel.launches
+    )
+    lits = cuda_templates.words(shape, g.groups)
+    return run_symbol, replace(kernel, source=source, launches=launches, lits=lits), shape, g
 
 
 def _loaded(b, symbol: str, kernel, built: tuple | None = None) -> CompiledCudaKernel:
@@ -901,6 +955,7 @@ def launch(compiled: CompiledCudaKernel, buffers: list, wait: bool = False) -> f
     args = [b.arg(x.mem) for x in buffers]
     scratch = [DeviceBuffer(count, dt) for dt, count in k.scratch]  # alive through the call
     args += [b.arg(x.mem) for x in scratch]
+    args += k.lits  # (a generic kernel's literals)
     functions = compiled.functions
     if functions is None:
         functions = compiled.functions = b.functions(compiled.module, k, len(args))
@@ -950,6 +1005,7 @@ class LaunchList:
         self.outs: list[tuple[int, int, DType]] = []  # (table index, size, dtype): new per run
         arena: list[tuple[int, int]] = []  # (table index, byte offset) of values in the arena
         nbytes, table = 0, n + plan.slots  # scratch arrays take table entries past the slots
+        self.constants: list[tuple[int, int]] = []  # (table index, word) of generics' literals
         self.entries = []  # (function, grid, block, shared bytes, table indices)
         for s in plan.steps:
             for g, numel, dtype in s.outs:
@@ -968,6 +1024,10 @@ class LaunchList:
                 else:
                     arena.append((table, nbytes))
                     nbytes += _aligned(count * dtype.itemsize)
+                where.append(table)
+                table += 1
+            for word in k.lits:  # a generic kernel's literals: the same in every binding
+                self.constants.append((table, word))
                 where.append(table)
                 table += 1
             if compiled.functions is None:
@@ -1009,6 +1069,8 @@ class LaunchList:
         base = key[-1]  # the arena's (unused when there is none)
         for t, offset in self.arena:
             table[t] = base + offset
+        for t, word in self.constants:
+            table[t] = word
         bind = self.backend.bind
         bound = _Bound(
             [

@@ -209,8 +209,8 @@ def gpu_kernel(rec: KernelRecord) -> CudaKernel | None:
     """The kernel as the cuda backend launches it: the one that ran, on a cuda device; else
     rendered as the cuda backend's defaults render it (no TF32, 48 KiB of shared memory a
     block: `KernelRecord.cuda_c`'s text). None for a tile kernel, which has no CUDA C."""
-    if rec.compiled.language == "CUDA C":
-        return rec.compiled.kernel
+    if rec.compiled.language == "CUDA C":  # (its own rendering, where a generic one runs)
+        return rec.compiled.own or rec.compiled.kernel
     if rec.loop.uses_tiles:
         return None
     return cuda_kernel(rec.loop, rec.compiled.symbol)

@@ -59,7 +59,7 @@ from ..ir import node as N
 from ..ir import sites
 from ..ir.node import Node
 from ..ir.ops import Ops
-from ..pipeline import plan_store, templates
+from ..pipeline import cuda_templates, plan_store, templates
 from ..pipeline.compiler import batch as compiler_batch
 from ..pipeline.compiler import code_of, write_atomic
 
@@ -467,12 +467,17 @@ class Engine:
         sizes = _sizes_changed(shapes, leaves)
         if plan is None:
             return [], sizes
-        kernels = [s.record.compiled for s in plan.steps]
-        return [
-            (code_of(k.source, k.symbol, k.opt)[0], k.opt)
-            for k in kernels
-            if getattr(k, "language", "") == "LLVM IR"
-        ], sizes
+        codes = []
+        for s in plan.steps:
+            k = s.record.compiled
+            language = getattr(k, "language", "")
+            if language == "LLVM IR":
+                codes.append((code_of(k.source, k.symbol, k.opt)[0], k.opt))
+            elif language == "CUDA C":  # (pipeline/cuda_templates.py)
+                code = cuda_templates.code_of(k.source, k.symbol)
+                if code is not None:
+                    codes.append((cuda_templates.shape_of(code), cuda_templates.CUDA))
+        return codes, sizes
 
     def forget_sizes(self) -> None:
         """Forget which graphs were met at which sizes: the next plan of each compiles its

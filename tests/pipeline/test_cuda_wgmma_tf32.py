@@ -184,7 +184,8 @@ def test_the_transposing_launch_of_a_batch_and_of_a_view_into_its_buffer():
     # a batch of 3 products, b along its outputs; b a view 4 values into its buffer
     a, raw = rand(3, 512, 64), rand(4 + 3 * 64 * 1024, seed=1)
     b = raw[4:].reshape(3, 64, 1024)
-    fb = dev(raw)[4:].reshape(3, 64, 1024)
+    # (requiring grad: a SHRINK of the buffer in the kernel, not a view of its memory)
+    fb = dev(raw).requires_grad_()[4:].reshape(3, 64, 1024)
     scratch, _ = _run_transpose(dev(a) @ fb, "b", a, raw)
     np.testing.assert_array_equal(scratch.reshape(3, 1024, 64), b.transpose(0, 2, 1))
 
