@@ -13,6 +13,10 @@ import fusegrad as fg
 from fusegrad.pipeline import compiler, templates
 from fusegrad.runtime.engine import engine
 
+# the CPU's generic kernels, of LLVM IR (the cuda device's, of CUDA C:
+# tests/pipeline/test_cuda_templates.py)
+pytestmark = pytest.mark.cpu_device
+
 # out[i] = in[i] * scale for i < n: a loop bound and a float constant, both literals
 BODY = (
     "define void @{symbol}(i64 %start, i64 %end, ptr noalias %out0, ptr noalias readonly %in0)"
