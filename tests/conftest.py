@@ -297,6 +297,10 @@ def _start_nvcc_all(flags: tuple[str, ...]) -> None:
                 continue
             source = cuda_kernel(loop, SYMBOL).source
             collector.add(symbol + suffix, source[source.index('extern "C"') :])
+        if getattr(compiled, "own", None) is not None:  # the generic kernel it launched
+            source, generic = compiled.kernel.source, compiled.kernel.symbol
+            text = source[source.index('extern "C"') :].replace(generic, SYMBOL)
+            collector.add(symbol + "_generic", text)
         _render_seconds += time.perf_counter() - t0
         return record, extent, work
 
