@@ -21,12 +21,22 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+_CACHED = ("_hash", "_repr", "_min", "_max")  # what an expression keeps once computed
+
+
+def _state(self) -> dict:
+    """An expression's fields without what it computed (a hash is of this process: a
+    pickled expression read by another, from the disk cache, computes its own)."""
+    return {k: v for k, v in self.__dict__.items() if k not in _CACHED}
+
 
 class Atom:
     """A non-linear leaf of an expression: a variable, or `x // c`, or `x % c`."""
 
     min: int
     max: int
+
+    __getstate__ = _state
 
 
 @dataclass(frozen=True)
@@ -39,6 +49,9 @@ class Var(Atom):
 
     def __repr__(self) -> str:
         return self.name
+
+    def __hash__(self) -> int:
+        return hash(self.name)  # (equal variables have equal names)
 
     # let variables take part in arithmetic directly
     def __add__(self, o):
@@ -61,6 +74,11 @@ class Var(Atom):
         return lin(self) % c
 
 
+# Expressions are immutable and built over and over while a kernel is lowered (a view's
+# coordinates through every reshape): each keeps its hash, bounds and text once computed,
+# in its __dict__ (beside the dataclass's fields, which alone decide equality).
+
+
 @dataclass(frozen=True)
 class FloorDiv(Atom):
     x: Lin
@@ -75,7 +93,16 @@ class FloorDiv(Atom):
         return self.x.max // self.c
 
     def __repr__(self) -> str:
-        return f"({self.x}//{self.c})"
+        text = self.__dict__.get("_repr")
+        if text is None:
+            text = self.__dict__["_repr"] = f"({self.x}//{self.c})"
+        return text
+
+    def __hash__(self) -> int:
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = self.__dict__["_hash"] = hash((self.x, self.c))
+        return h
 
 
 @dataclass(frozen=True)
@@ -98,7 +125,16 @@ class Mod(Atom):
         return self.c - 1
 
     def __repr__(self) -> str:
-        return f"({self.x}%{self.c})"
+        text = self.__dict__.get("_repr")
+        if text is None:
+            text = self.__dict__["_repr"] = f"({self.x}%{self.c})"
+        return text
+
+    def __hash__(self) -> int:
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = self.__dict__["_hash"] = hash((self.x, self.c, "%"))
+        return h
 
 
 @dataclass(frozen=True)
@@ -108,13 +144,23 @@ class Lin:
     terms: tuple[tuple[Atom, int], ...]
     const: int
 
+    __getstate__ = _state
+
     @property
     def min(self) -> int:
-        return self.const + sum(c * (a.min if c > 0 else a.max) for a, c in self.terms)
+        lo = self.__dict__.get("_min")
+        if lo is None:
+            lo = self.const + sum(c * (a.min if c > 0 else a.max) for a, c in self.terms)
+            self.__dict__["_min"] = lo
+        return lo
 
     @property
     def max(self) -> int:
-        return self.const + sum(c * (a.max if c > 0 else a.min) for a, c in self.terms)
+        hi = self.__dict__.get("_max")
+        if hi is None:
+            hi = self.const + sum(c * (a.max if c > 0 else a.min) for a, c in self.terms)
+            self.__dict__["_max"] = hi
+        return hi
 
     @property
     def is_const(self) -> bool:
@@ -136,10 +182,13 @@ class Lin:
         return any(isinstance(a, (FloorDiv, Mod)) for a in self.atoms())
 
     def __repr__(self) -> str:
-        parts = [(f"{a}" if c == 1 else f"{a}*{c}") for a, c in self.terms]
-        if self.const or not parts:
-            parts.append(str(self.const))
-        return " + ".join(parts)
+        text = self.__dict__.get("_repr")
+        if text is None:
+            parts = [(f"{a}" if c == 1 else f"{a}*{c}") for a, c in self.terms]
+            if self.const or not parts:
+                parts.append(str(self.const))
+            text = self.__dict__["_repr"] = " + ".join(parts)
+        return text
 
     def __eq__(self, o) -> bool:
         if isinstance(o, Atom):
@@ -149,11 +198,20 @@ class Lin:
         return isinstance(o, Lin) and self.terms == o.terms and self.const == o.const
 
     def __hash__(self) -> int:
-        return hash((self.terms, self.const))
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = self.__dict__["_hash"] = hash((self.terms, self.const))
+        return h
 
     # -- arithmetic
     def __add__(self, o) -> Lin:
+        if type(o) is int:  # (terms unchanged: already in order, nothing to fold)
+            return Lin(self.terms, self.const + o) if o else self
         o = lin(o)
+        if not o.terms:
+            return Lin(self.terms, self.const + o.const)
+        if not self.terms:
+            return Lin(o.terms, self.const + o.const)
         coefs = dict(self.terms)
         for a, c in o.terms:
             coefs[a] = coefs.get(a, 0) + c
@@ -174,7 +232,11 @@ class Lin:
         assert isinstance(k, int), "index expressions only multiply by constants"
         if k == 0:
             return Lin((), 0)
-        return _make({a: c * k for a, c in self.terms}, self.const * k)
+        if k == 1:
+            return self
+        # (the same atoms in the same order; a fold needs two coefficients in a ratio that
+        # scaling keeps, so none appears)
+        return Lin(tuple([(a, c * k) for a, c in self.terms]), self.const * k)
 
     __rmul__ = __mul__
 
@@ -284,9 +346,15 @@ def lin(x) -> Lin:
 
 def _make(coefs: dict[Atom, int], const: int) -> Lin:
     coefs = {a: c for a, c in coefs.items() if c}
+    if len(coefs) < 2:  # (nothing to fold or order: most of a view's expressions)
+        return Lin(tuple(coefs.items()), const)
     const += _fold_divmod_pairs(coefs)
-    terms = tuple(sorted(coefs.items(), key=lambda ac: _order(ac[0])))
+    terms = tuple(sorted(coefs.items(), key=_order_of_term))
     return Lin(terms, const)
+
+
+def _order_of_term(term: tuple[Atom, int]):
+    return _order(term[0])
 
 
 def _fold_divmod_pairs(coefs: dict[Atom, int]) -> int:
@@ -297,6 +365,8 @@ def _fold_divmod_pairs(coefs: dict[Atom, int]) -> int:
 
     Rewrites `coefs` in place and returns the constant the folded terms add.
     """
+    if not any(type(a) is Mod for a in coefs):  # (the usual case: nothing to fold)
+        return 0
     const, changed = 0, True
     while changed:
         changed = False

@@ -9,6 +9,7 @@ values the expression (and each atom inside it) actually takes.
 from __future__ import annotations
 
 import itertools
+import pickle
 
 import numpy as np
 from hypothesis import given, settings
@@ -177,6 +178,23 @@ def test_equal_expressions_compare_and_hash_equal(tree, bounds):
     e1, e2 = build(tree, variables), build(tree, variables)
     assert e1 == e2 and hash(e1) == hash(e2)
     assert e1 + 0 == e1 and e1 * 1 == e1 and e1 - e1 == 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(trees, ranges(lo_min=0))
+def test_a_pickled_expression_keeps_no_hash_and_equals_a_fresh_one(tree, bounds):
+    # an expression keeps its hash, bounds and text once computed; a copy read by another
+    # process (the disk cache) must compute its own: string hashes differ per process
+    variables = {n: Var(n, lo, hi) for n, (lo, hi) in zip(NAMES, bounds)}
+    e = lin(build(tree, variables))
+    hash(e), repr(e), e.min, e.max, [hash(a) for a, _ in e.terms]
+    copy = pickle.loads(pickle.dumps(e))
+    cached = ("_hash", "_repr", "_min", "_max")
+    assert not any(k in vars(copy) for k in cached)
+    assert all(k not in vars(a) for a, _ in copy.terms for k in cached)
+    fresh = lin(build(tree, variables))
+    assert copy == fresh and hash(copy) == hash(fresh) == hash(e) and repr(copy) == repr(e)
+    assert (copy.min, copy.max) == (e.min, e.max)
 
 
 # ---------------------------------------------------------------- specific identities
