@@ -79,10 +79,33 @@ class Var(Atom):
 # in its __dict__ (beside the dataclass's fields, which alone decide equality).
 
 
-@dataclass(frozen=True)
-class FloorDiv(Atom):
+class _Cut(Atom):
+    """What `x // c` and `x % c` share: their text and hash, kept once computed."""
+
     x: Lin
     c: int
+    op = ""  # "//" or "%"
+
+    def __repr__(self) -> str:
+        text = self.__dict__.get("_repr")
+        if text is None:
+            text = self.__dict__["_repr"] = f"({self.x}{self.op}{self.c})"
+        return text
+
+    def __hash__(self) -> int:
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = self.__dict__["_hash"] = hash((self.x, self.c, self.op))
+        return h
+
+
+# (repr=False, and `__hash__` named in the class: the dataclass keeps `_Cut`'s)
+@dataclass(frozen=True, repr=False)
+class FloorDiv(_Cut):
+    x: Lin
+    c: int
+    op = "//"
+    __hash__ = _Cut.__hash__
 
     @property
     def min(self) -> int:
@@ -92,23 +115,13 @@ class FloorDiv(Atom):
     def max(self) -> int:
         return self.x.max // self.c
 
-    def __repr__(self) -> str:
-        text = self.__dict__.get("_repr")
-        if text is None:
-            text = self.__dict__["_repr"] = f"({self.x}//{self.c})"
-        return text
 
-    def __hash__(self) -> int:
-        h = self.__dict__.get("_hash")
-        if h is None:
-            h = self.__dict__["_hash"] = hash((self.x, self.c))
-        return h
-
-
-@dataclass(frozen=True)
-class Mod(Atom):
+@dataclass(frozen=True, repr=False)
+class Mod(_Cut):
     x: Lin
     c: int
+    op = "%"
+    __hash__ = _Cut.__hash__
 
     @property
     def min(self) -> int:
@@ -123,18 +136,6 @@ class Mod(Atom):
         if hi - lo < self.c and lo % self.c <= hi % self.c:
             return hi % self.c
         return self.c - 1
-
-    def __repr__(self) -> str:
-        text = self.__dict__.get("_repr")
-        if text is None:
-            text = self.__dict__["_repr"] = f"({self.x}%{self.c})"
-        return text
-
-    def __hash__(self) -> int:
-        h = self.__dict__.get("_hash")
-        if h is None:
-            h = self.__dict__["_hash"] = hash((self.x, self.c, "%"))
-        return h
 
 
 @dataclass(frozen=True)
