@@ -346,11 +346,12 @@ def test_accelerator_is_the_cuda_device():
 
 
 def test_tensor_device_kind_properties():
-    t = fg.zeros(2)
+    t = fg.zeros(2, device="cpu")
     assert (t.is_cpu, t.is_cuda, t.is_xpu, t.is_mps) == (True, False, False, False)
     assert fg.backends.mps.is_available() is False and fg.backends.mps.is_built() is False
 
 
+@pytest.mark.cpu_device  # (it plays a machine without the cuda device)
 def test_cuda_amp_spellings_take_torch_cuda_amps_arguments(monkeypatch):
     from fusegrad.runtime.backend import get_backend
 
