@@ -45,6 +45,7 @@ import struct
 
 import numpy as np
 
+from .cuda_types import KERNEL_HEAD
 from .templates import Groups, Shape
 
 CUDA = "cuda"  # the templates registry's level for CUDA C shapes (LLVM's are O levels)
@@ -55,11 +56,6 @@ _TOKEN = re.compile(
     r"//[^\n]*"  # a comment
     r"|(?<![\w.])(\d+)LL\b"  # a 64-bit integer literal
     r"|(?<![\w.])((?:\d+\.\d*|\.\d+)(?:e[-+]?\d+)?|\d+e[-+]?\d+)f\b"  # a float literal
-)
-# a `__global__` function's head, up to its parameters (as the emulator reads them)
-_HEAD = re.compile(
-    r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+'
-    r"(?:__launch_bounds__\([^)]*\)\s+)?\w+\s*\(([^)]*)\)"
 )
 
 
@@ -108,7 +104,7 @@ def _bodies(code: str) -> list[tuple[int, int]]:
     """Where each `__global__` function of `code` is, from its head to its closing brace
     (the literals of those only are cut: the helpers before them see no parameters)."""
     out = []
-    for m in _HEAD.finditer(code):
+    for m in KERNEL_HEAD.finditer(code):
         depth, at = 0, code.find("{", m.end())
         while 0 <= at < len(code):
             c = code[at]
@@ -140,12 +136,12 @@ def generic_source(code: str, shape: Shape, groups: Groups) -> str:
     extra = ", ".join(f"unsigned long long fg_l{k}" for k in range(len(groups)))
 
     def widen(m: re.Match) -> str:
-        params = m.group(1).strip()
+        params = m.group(2).strip()
         head = m.group(0)
         close = head.rindex(")")
         return head[:close] + (", " if params else "") + extra + head[close:]
 
-    return _HEAD.sub(widen, text) if extra else text
+    return KERNEL_HEAD.sub(widen, text) if extra else text
 
 
 def words(shape: Shape, groups: Groups) -> tuple[int, ...]:

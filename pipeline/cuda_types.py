@@ -8,10 +8,18 @@ its `CudaLaunch`es and, for Hopper's Tensor Memory Accelerator, its `TensorMap`s
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from .gpu import Traffic
 from .loopir import Param
+
+# the head of a rendered `__global__` function: its name (group 1) and its parameters
+# (group 2), `__launch_bounds__` on either side of `void`
+KERNEL_HEAD = re.compile(
+    r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+'
+    r"(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(([^)]*)\)"
+)
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ import tempfile
 import numpy as np
 
 from ..pipeline import cache_bound
+from ..pipeline.cuda_types import KERNEL_HEAD
 from . import forksafe
 from .config import config
 
@@ -72,10 +73,6 @@ _SCALARS = {
     "float": ctypes.c_float,
     "double": ctypes.c_double,
 }
-_KERNEL = re.compile(
-    r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+'
-    r"(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(([^)]*)\)"
-)
 _MAX_THREADS = 1024
 MAX_SHARED = 227 * 1024  # an H100's shared memory per block (dynamic, opted in)
 
@@ -105,7 +102,7 @@ def _param_type(decl: str) -> str:
 def _kernels(source: str) -> dict[str, list[str]]:
     """symbol -> parameter C types, for every `extern "C" __global__` function."""
     out = {}
-    for m in _KERNEL.finditer(source):
+    for m in KERNEL_HEAD.finditer(source):
         # (the tensor maps sm_90a kernels take after their buffers are not the emulator's)
         params = [p for p in m.group(2).replace("FG_TMAP_PARAMS", "").split(",") if p.strip()]
         out[m.group(1)] = [_param_type(p) for p in params]
