@@ -593,12 +593,21 @@ def code_of(source: str, symbol: str, opt: int) -> tuple[str, str]:
 
 
 def compile_kernels(
-    jobs: list[tuple[str, str, int, int]], made: dict[int, tuple[bytes, float]] | None = None
+    jobs: list[tuple[str, str, int, int]],
+    made: dict[int, tuple[bytes, float]] | None = None,
+    shared: dict[int, tuple] | None = None,
 ) -> list[CompiledKernel]:
     """Machine code for each (source, symbol, number of parameters, optimization level),
     as `_compile_kernels`; in a plan whose sizes vary (`templates.active()`), a kernel
     whose code is not at hand and that a generic kernel can run (pipeline/templates.py)
-    runs that, compiled once for all the sizes."""
+    runs that, compiled once for all the sizes. `shared`: job index -> (its shape, the
+    generic kernel, its code) of jobs that run a generic kernel shared with other jobs of
+    the batch (`shared_forms`); `made` then holds objects of `run_jobs`' jobs."""
+    if shared:
+        with _lock:
+            out = _compile_kernels(run_jobs(jobs, shared), made)
+            _bind_generics(jobs, out, shared)
+        return out
     if not (templates.active() and config.size_templates):
         return _compile_kernels(jobs, made)
     with _lock:
@@ -617,6 +626,29 @@ def compile_kernels(
         out = _compile_kernels(inner, made)
         if generic:
             _bind_generics(jobs, out, generic)
+    return out
+
+
+def shared_forms(jobs: list[tuple[str, str, int, int]], shareable: list[bool]) -> dict[int, tuple]:
+    """The jobs of one batch (a new plan's kernels) that run one generic kernel between
+    them: the `shareable` jobs whose code has the shape of another's with other literals
+    (`templates.shared`), as job index -> (its shape, the generic kernel, its code), for
+    `compile_kernels`."""
+    candidates = []
+    for i, ((source, symbol, _, opt), ok) in enumerate(zip(jobs, shareable, strict=True)):
+        if ok:
+            code = code_of(source, symbol, opt)[0]
+            candidates.append((i, code, templates.shape_of(code), opt))
+    return templates.shared(candidates)
+
+
+def run_jobs(jobs: list[tuple[str, str, int, int]], shared: dict[int, tuple]) -> list:
+    """`jobs` with those of `shared` replaced by their generic kernel's job: what is
+    compiled for them (its parameters one more, the literals' array)."""
+    out = list(jobs)
+    for i, (_, g, _) in shared.items():
+        source, symbol, nparams, opt = jobs[i]
+        out[i] = (g.code, templates.GENERIC_SYMBOL, nparams + 1, opt)
     return out
 
 

@@ -342,6 +342,30 @@ def moved(shape: Shape, others: list[str]) -> Groups | None:
     return grouped(shape, positions, theirs)
 
 
+def shared(candidates: list[tuple[int, str, Shape, int]]) -> dict[int, tuple]:
+    """For (index, code, shape, level) candidates of one batch, those whose shape and level
+    another candidate has with other literals, as index -> (shape, generic kernel, code):
+    one generic kernel for each such shape, reading the literals that differ between them
+    (those equal in all of them one slot, `grouped`), kept by none of the registry's
+    tables. Candidates whose literals are all equal share one code already (`code_of`)."""
+    by_form: dict[tuple[str, int], list[tuple[int, str, Shape]]] = {}
+    for i, code, shape, opt in candidates:
+        by_form.setdefault((shape.text, opt), []).append((i, code, shape))
+    out: dict[int, tuple] = {}
+    for members in by_form.values():
+        first = members[0][2]
+        others = [shape.literals for _, _, shape in members[1:]]
+        varying = [
+            p for p in range(len(first.literals)) if any(o[p] != first.literals[p] for o in others)
+        ]
+        if not varying:
+            continue
+        g = Generic.of(members[0][1], first, grouped(first, varying, others))
+        for i, code, shape in members:
+            out[i] = (shape, g, code)
+    return out
+
+
 @dataclass
 class Generic:
     """A generic kernel: which of its shape's literals it reads from the array (in groups

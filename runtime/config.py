@@ -148,6 +148,10 @@ class Config:
     # from that plan's only in their sizes as generic kernels, compiled once for all
     # sizes (pipeline/templates.py)
     size_templates: bool = True
+    # a new plan's kernels that are the same up to their sizes, compute no reduction and
+    # are not register-tiled (a network's normalizations at each stage's sizes) compile
+    # once, as one generic kernel (pipeline/compiler.py `shared_forms`)
+    share_forms: bool = True
     # a graph planned before with other values of some constants reads those constants
     # from buffers, so later values reuse its plan (runtime/engine.py `lift_constants`)
     lift_constants: bool = True
@@ -215,6 +219,7 @@ class Config:
                 "FUSEGRAD_RECOMPILE_WARNING", 0, "a number of schedules (0: never warn)"
             ),
             size_templates=_int_env("FUSEGRAD_SIZE_TEMPLATES", 1, "0 or 1", (0, 1)) != 0,
+            share_forms=_int_env("FUSEGRAD_SHARE_FORMS", 1, "0 or 1", (0, 1)) != 0,
             lift_constants=_int_env("FUSEGRAD_LIFT_CONSTANTS", 1, "0 or 1", (0, 1)) != 0,
             cuda=cuda,
             cuda_graphs=_int_env("FUSEGRAD_CUDA_GRAPHS", 1, "0 or 1", (0, 1)) != 0,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import re
 import sys
 import time
 
@@ -18,8 +19,11 @@ from ..pipeline.compiler import (
     compile_kernels,
     compile_workers,
     new_object,
+    run_jobs,
+    shared_forms,
     side_by_side,
 )
+from ..pipeline.kernel_names import base_name, kernel_name
 from ..pipeline.llvm import reads_cancel_word, render_llvm
 from ..pipeline.lower import kernel_symbol, lower
 from ..pipeline.plan import KernelRecord, Plan, timed_copy
@@ -379,13 +383,19 @@ class CpuBackend(Backend):
 
     def lower_and_compile(self, items: list) -> tuple[list, list[CompiledKernel]]:
         """Each item's loop IR and LLVM source from the disk cache of scheduled kernels
-        (`pipeline/item_cache.py`) where they are there, their object files then from the
-        object cache; the others lowered, rendered and compiled side by side (`_make`),
-        and saved there. Items with the same key (a layer's kernels repeated) are made
-        once."""
+        (`pipeline/item_cache.py`) where they are there, the others lowered and rendered
+        side by side (`_lowered`) and saved there; then the machine code of all of them
+        (`_compiled`). Items with the same key (a layer's kernels repeated) are made once;
+        kernels that are the same up to their sizes share one generic kernel
+        (`compiler.shared_forms`). Where none may (`_may_share`), each item is lowered,
+        rendered and compiled by the process that claims it, in one round."""
+        if type(self).compile_many is not CpuBackend.compile_many:
+            # (a subclass that compiles its own way gets the kernels through it)
+            with phases.timed("lower"):
+                loops = [self.lower(item) for item in items]
+            return loops, self.compile_many(loops)
         loops: list = [None] * len(items)
-        compiled: list = [None] * len(items)
-        jobs: dict[int, tuple] = {}
+        sources: list = [None] * len(items)
         with phases.timed("lower"):  # the cache's look-ups count as lowering
             # what `lower` is told besides the item (AMX on or off, the autotuner's
             # choices) is in the key too
@@ -395,17 +405,11 @@ class CpuBackend(Backend):
             for i, key in enumerate(keys):
                 found = item_cache.load(key) if key and config.cache else None
                 if found is not None:
-                    loops[i], source = found
-                    jobs[i] = _job(loops[i], source)
-        if jobs:
-            with phases.timed("llvm"):
-                compiled_found = compile_kernels(list(jobs.values()))
-            for i, kernel in zip(jobs, compiled_found):
-                compiled[i] = kernel
+                    loops[i], sources[i] = found
         first_of: dict[str, int] = {}  # item key -> the first missing item with it
         missing, same = [], {}  # items to make; an item -> the one made for it
         for i in range(len(items)):
-            if i in jobs:
+            if loops[i] is not None:
                 continue
             if keys[i] is not None and keys[i] in first_of:
                 same[i] = first_of[keys[i]]
@@ -413,103 +417,119 @@ class CpuBackend(Backend):
             if keys[i] is not None:
                 first_of[keys[i]] = i
             missing.append(i)
-        if missing:
-            if type(self).compile_many is CpuBackend.compile_many:
-                made = self._make([items[i] for i in missing])
-                ready = {k: obj for k, (_, _, obj, _) in enumerate(made) if obj is not None}
-                jobs_made = [_job(loop, src) for loop, src, _, _ in made]
-                for job, (*_, groups) in zip(jobs_made, made):
-                    if groups is not None:  # (a forked copy made it generic: here too)
-                        source, symbol, _, opt = job
-                        templates.registry.predict(code_of(source, symbol, opt)[0], opt, groups)
-                        if config.debug >= 2:
-                            _say_predicted(symbol, groups)
-                with phases.timed("llvm"):
-                    kernels = compile_kernels(jobs_made, ready)
-                new_loops = [loop for loop, *_ in made]
-            else:  # a subclass that compiles its own way gets the kernels through it
-                with phases.timed("lower"):
-                    new_loops = [self.lower(items[i]) for i in missing]
-                kernels = self.compile_many(new_loops)
+        # two rounds where two of the plan's kernels may share a generic kernel: every
+        # source is needed before anything is compiled
+        one_round = not _may_share(items)
+        made = self._lowered([items[i] for i in missing], one_round) if missing else []
+        ready = {}
+        for i, (loop, source, groups, obj) in zip(missing, made):
+            loops[i], sources[i] = loop, source
+            if obj is not None:
+                ready[i] = obj
+            if groups is not None:  # (a forked copy made it generic: here too)
+                _, symbol, _, opt = _job(loop, source)
+                templates.registry.predict(code_of(source, symbol, opt)[0], opt, groups)
+                if config.debug >= 2:
+                    _say_predicted(symbol, groups)
+        for i, j in same.items():
+            loops[i], sources[i] = loops[j], sources[j]
+        compiled = self._compiled(loops, sources, ready if one_round else None)
+        if config.cache:
             made_with = _options_key()  # with the choices the autotuner has just made
-            for i, loop, kernel in zip(missing, new_loops, kernels):
-                loops[i], compiled[i] = loop, kernel
-                if config.cache and not loop.tile_provisional:  # a later run tunes those
-                    # (the key looked up, unless the autotuner's choices changed it)
-                    key = (
-                        keys[i]
-                        if made_with == options
-                        else item_cache.item_key(items[i], made_with)
-                    )
-                    if key is not None:  # (an item `describe` cannot spell is not kept)
-                        item_cache.store(key, loop, kernel.source)
-            if same:
-                twins = compile_kernels([_job(loops[j], compiled[j].source) for j in same.values()])
-                for i, j, kernel in zip(same, same.values(), twins):
-                    loops[i], compiled[i] = loops[j], kernel
-        elif effective_threads() > 1:
+            for i in missing:
+                if loops[i].tile_provisional:  # a later run tunes those
+                    continue
+                # (the key looked up, unless the autotuner's choices changed it)
+                key = keys[i] if made_with == options else item_cache.item_key(items[i], made_with)
+                if key is not None:  # (an item `describe` cannot spell is not kept)
+                    item_cache.store(key, loops[i], sources[i])
+        if not missing and effective_threads() > 1:
             pool.compile_ahead()
         return loops, compiled
 
-    def _make(self, items: list) -> list[tuple]:
-        """(loop IR, LLVM source, a new object file or None where the object cache has it
-        or a generic kernel runs it, the literals that generic kernel reads where this
-        made it, `_predicted`, else None)
-        for each item: lowered, rendered and compiled by this process and forked copies of
-        it side by side (`compiler.side_by_side`: each claims the next item when done with
-        its last, so the work splits by what each kernel costs; lowering and rendering in
-        Python run side by side too). The worker pool's code is compiled on a thread here
-        meanwhile (`pool.compile_ahead`), once the copies are forked. Phases: this
-        process's own lowering, rendering and LLVM, and the wait for the copies as `llvm`.
+    def _compiled(self, loops: list, sources: list, ready: dict | None) -> list[CompiledKernel]:
+        """The machine code of rendered kernels: found in the caches, given (`ready`: index
+        -> object file made with its lowering, `_lowered`), else compiled by this process
+        and forked copies of it side by side (`side_by_side`: each claims the next code
+        when done with its last), or by `compile_kernels`' spawned helpers while this
+        process must not fork. Kernels that compute no reduction and are not
+        register-tiled, and whose shape another of them has with other literals (a
+        network's normalizations and activations at each stage's sizes), run one generic
+        kernel between them (`shared_forms`), outside a plan whose sizes vary (whose
+        generic kernels `compile_kernels` finds in its registry)."""
+        with phases.timed("llvm"):
+            jobs = [_job(loop, source) for loop, source in zip(loops, sources)]
+            shared = {}
+            if config.share_forms and not templates.active():
+                shared = shared_forms(jobs, [_shareable(loop) for loop in loops])
+            if ready is not None:  # (made with their lowering: `_may_share` saw no pair)
+                ready = {i: obj for i, obj in ready.items() if i not in shared}
+                return compile_kernels(jobs, ready, shared)
+            run = run_jobs(jobs, shared)
+            first: dict[str, int] = {}  # code symbol -> the first job that compiles it
+            for i, (source, symbol, _, opt) in enumerate(run):
+                first.setdefault(code_of(source, symbol, opt)[1], i)
+            todo = list(first.values())
+            ready = {}
+            if compile_workers(len(todo)) > 1 and forksafe.may_fork():
+
+                def emit(k: int):
+                    source, symbol, _, opt = run[todo[k]]
+                    return new_object(source, symbol, opt)
+
+                objects = side_by_side(len(todo), emit, compile_workers(len(todo)), _forked)
+                ready = {i: obj for i, obj in zip(todo, objects) if obj is not None}
+            return compile_kernels(jobs, ready, shared)
+
+    def _lowered(self, items: list, compiled: bool) -> list[tuple]:
+        """(loop IR, LLVM source, the literals its generic kernel reads where this made it
+        (`_predicted`, else None), its object file where `compiled` and it is not at hand
+        (`new_object`), else None) for each item: lowered and rendered (and compiled) by
+        this process and forked copies of it side by side (`compiler.side_by_side`: each
+        claims the next item when done with its last, so the work splits by what each
+        kernel costs, and the Python of lowering runs side by side too). The worker
+        pool's code is compiled on a thread here meanwhile (`pool.compile_ahead`), once
+        the copies are forked. Phases: this process's own lowering, rendering and LLVM,
+        and the wait for the copies as `llvm` where they compile, else `lower`.
 
         While a thread other than fusegrad's runs, this process must not fork
         (`forksafe.may_fork`): it lowers and renders every item itself, and leaves the
         objects to `compile_kernels`, whose spawned helpers compile them side by side."""
-
-        def rendered(k: int) -> tuple:
-            with phases.timed("lower"):
-                loop = self.lower(items[k])
-            with phases.timed("render"):
-                return loop, _render(loop)
-
         claimed: set[str] = set()  # codes compiled by this process (a forked copy: its own)
 
         def make(k: int) -> tuple:
-            loop, source = rendered(k)
+            with phases.timed("lower"):
+                loop = self.lower(items[k])
+            with phases.timed("render"):
+                source = _render(loop)
             opt = _job(loop, source)[3]
             groups = self._predicted(items[k], loop, source, opt)
+            if not compiled:
+                return loop, source, groups, None
             with phases.timed("llvm"):
-                return loop, source, new_object(source, loop.name, opt, claimed), groups
-
-        def forked() -> None:
-            if effective_threads() > 1:  # the worker pool's code, compiled beside this
-                pool.compile_ahead()
+                return loop, source, groups, new_object(source, loop.name, opt, claimed)
 
         tuner = autotune.tuner_for_config(self.compile)
         # with FUSEGRAD_AUTOTUNE_AFTER=n a new plan's untuned contractions keep the fixed
         # tile, provisional, until the plan has run n times (the engine tunes it then)
         later = config.autotune_after > 0
         if compile_workers(len(items)) > 1 and not forksafe.may_fork():
-            forked()
+            _forked()
+            compiled = False
             with autotune.deferred(tuner if later else None):
-                made = []
-                for k in range(len(items)):
-                    loop, source = rendered(k)
-                    groups = self._predicted(items[k], loop, source, _job(loop, source)[3])
-                    made.append((loop, source, None, groups))
-            return _kept_for_later(made)
-
+                return _kept_for_later([make(k) for k in range(len(items))])
         before = sum(phases.seconds[p] for p in ("lower", "render", "llvm"))
         t0 = time.perf_counter()
         with autotune.deferred(tuner):  # (a candidate timed beside the copies: their load)
-            made = side_by_side(len(items), make, compile_workers(len(items)), forked)
+            made = side_by_side(len(items), make, compile_workers(len(items)), _forked)
         if later:
             made = _kept_for_later(made)
         for k, (loop, *_) in enumerate(made):
             if loop.tune_later:  # the copies are done: its tiles are timed now, alone
                 made[k] = make(k)
         own = sum(phases.seconds[p] for p in ("lower", "render", "llvm")) - before
-        phases.seconds["llvm"] += max(0.0, time.perf_counter() - t0 - own)
+        waited = max(0.0, time.perf_counter() - t0 - own)
+        phases.seconds["llvm" if compiled else "lower"] += waited
         return made
 
     def _predicted(self, item, loop, source: str, opt: int):
@@ -603,6 +623,46 @@ def _say_predicted(symbol: str, groups) -> None:
         f" ({slots} slot{'s' * (slots != 1)}), so the next sizes of its form compile nothing",
         file=sys.stderr,
     )
+
+
+def _may_share(items: list) -> bool:
+    """Whether two of a plan's items may lower to kernels that share a generic kernel
+    (`_shareable`, `compiler.shared_forms`): two that compute no reduction and whose
+    descriptions (`item_cache.describe`) are the same with every number left out. A
+    guess made before lowering, so that a plan where none can share is lowered and
+    compiled in one round; a pair it misses still shares (the generic kernel compiled
+    after the round: its kernels' own objects made for nothing, never a kernel wrong)."""
+    if not config.share_forms or templates.active():
+        return False
+    seen = set()
+    for item in items:
+        if kernel_name(item).startswith("e_"):
+            text = item_cache.describe(item)
+            if text is not None:
+                form = _DIGITS.sub("#", text)
+                if form in seen:
+                    return True
+                seen.add(form)
+    return False
+
+
+_DIGITS = re.compile(r"\d+")
+
+
+def _shareable(loop) -> bool:
+    """Whether a kernel may run a generic kernel shared with others of its plan: one that
+    computes no reduction and is not register-tiled. LLVM not knowing a sum's trip counts
+    costs it more to compile than the kernels the generic one would serve (a padded
+    window's sum over 4x4 and 8x8 pixels: 1.1 s for the generic one, 0.3 s for both), and
+    a register tile runs slower without them (docs/pipeline/6-compiling.md)."""
+    return base_name(loop.name).startswith("e_") and not loop.tile_note and not loop.uses_tiles
+
+
+def _forked() -> None:
+    """Called once `side_by_side` has forked its copies: the worker pool's code is compiled
+    on a thread beside them (`pool.compile_ahead`)."""
+    if effective_threads() > 1:
+        pool.compile_ahead()
 
 
 def _kept_for_later(made: list[tuple]) -> list[tuple]:
