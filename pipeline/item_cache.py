@@ -136,7 +136,11 @@ def item_key(item, options: str = "") -> str | None:
     so do the same items under another version of the code generator or another CPU,
     and under other lowering `options` (the backend's words to `lower` besides the item,
     such as whether AMX tiles may be used)."""
-    text = describe(item)
+    return key_of(describe(item), options)
+
+
+def key_of(text: str | None, options: str = "") -> str | None:
+    """`item_key` of an item whose description (`describe`) is `text`."""
     if text is None:
         return None
     parts = [FORMAT, code_version(), compiler.host_description(), options, text]

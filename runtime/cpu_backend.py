@@ -401,7 +401,8 @@ class CpuBackend(Backend):
             # choices) is in the key too
             options = _options_key()
             # (without a cache folder too: items with the same key are made once)
-            keys = [item_cache.item_key(item, options) for item in items]
+            texts = [item_cache.describe(item) for item in items]
+            keys = [item_cache.key_of(text, options) for text in texts]
             for i, key in enumerate(keys):
                 found = item_cache.load(key) if key and config.cache else None
                 if found is not None:
@@ -419,7 +420,7 @@ class CpuBackend(Backend):
             missing.append(i)
         # two rounds where two of the plan's kernels may share a generic kernel: every
         # source is needed before anything is compiled
-        one_round = not _may_share(items)
+        one_round = not _may_share(items, texts)
         made = self._lowered([items[i] for i in missing], one_round) if missing else []
         ready = {}
         for i, (loop, source, groups, obj) in zip(missing, made):
@@ -625,24 +626,22 @@ def _say_predicted(symbol: str, groups) -> None:
     )
 
 
-def _may_share(items: list) -> bool:
+def _may_share(items: list, texts: list) -> bool:
     """Whether two of a plan's items may lower to kernels that share a generic kernel
     (`_shareable`, `compiler.shared_forms`): two that compute no reduction and whose
-    descriptions (`item_cache.describe`) are the same with every number left out. A
+    descriptions (`texts`, `item_cache.describe`) are the same with every number left out. A
     guess made before lowering, so that a plan where none can share is lowered and
     compiled in one round; a pair it misses still shares (the generic kernel compiled
     after the round: its kernels' own objects made for nothing, never a kernel wrong)."""
     if not config.share_forms or templates.active():
         return False
     seen = set()
-    for item in items:
-        if kernel_name(item).startswith("e_"):
-            text = item_cache.describe(item)
-            if text is not None:
-                form = _DIGITS.sub("#", text)
-                if form in seen:
-                    return True
-                seen.add(form)
+    for item, text in zip(items, texts):
+        if text is not None and kernel_name(item).startswith("e_"):
+            form = _DIGITS.sub("#", text)
+            if form in seen:
+                return True
+            seen.add(form)
     return False
 
 
