@@ -603,30 +603,31 @@ def compile_kernels(
     runs that, compiled once for all the sizes. `shared`: job index -> (its shape, the
     generic kernel, its code) of jobs that run a generic kernel shared with other jobs of
     the batch (`shared_forms`); `made` then holds objects of `run_jobs`' jobs."""
-    if shared:
-        with _lock:
-            out = _compile_kernels(run_jobs(jobs, shared), made)
-            _bind_generics(jobs, out, shared)
-        return out
-    if not (templates.active() and config.size_templates):
+    if not shared and not (templates.active() and config.size_templates):
         return _compile_kernels(jobs, made)
     with _lock:
-        inner = list(jobs)
-        generic: dict[int, tuple] = {}  # job -> (its shape, the generic kernel, its code)
-        for i, (source, symbol, nparams, opt) in enumerate(jobs):
-            code, code_symbol = code_of(source, symbol, opt)
-            shape = templates.shape_of(code)
-            at_hand = (made and i in made) or _at_hand(code, code_symbol, opt)
-            g = None if at_hand else templates.registry.generic_for(code, shape, opt)
-            if g is None:
-                templates.registry.note(shape, opt)
-                continue
-            generic[i] = (shape, g, code)
-            inner[i] = (g.code, templates.GENERIC_SYMBOL, nparams + 1, opt)
-        out = _compile_kernels(inner, made)
+        generic = shared or _registry_generics(jobs, made)
+        out = _compile_kernels(run_jobs(jobs, generic), made)
         if generic:
             _bind_generics(jobs, out, generic)
     return out
+
+
+def _registry_generics(jobs: list, made: dict | None) -> dict[int, tuple]:
+    """In a plan whose sizes vary: job index -> (its shape, the generic kernel, its code)
+    of the jobs whose code is not at hand and that a generic kernel of the registry runs;
+    the others' shapes noted as seen (under `_lock`)."""
+    generic: dict[int, tuple] = {}
+    for i, (source, symbol, _, opt) in enumerate(jobs):
+        code, code_symbol = code_of(source, symbol, opt)
+        shape = templates.shape_of(code)
+        at_hand = (made and i in made) or _at_hand(code, code_symbol, opt)
+        g = None if at_hand else templates.registry.generic_for(code, shape, opt)
+        if g is None:
+            templates.registry.note(shape, opt)
+        else:
+            generic[i] = (shape, g, code)
+    return generic
 
 
 def shared_forms(jobs: list[tuple[str, str, int, int]], shareable: list[bool]) -> dict[int, tuple]:

@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 
+from ..ir.ops import REDUCE
 from ..pipeline import item_cache, plan_store, templates
 from ..pipeline.compiler import (
     CompiledKernel,
@@ -23,7 +24,6 @@ from ..pipeline.compiler import (
     shared_forms,
     side_by_side,
 )
-from ..pipeline.kernel_names import base_name, kernel_name
 from ..pipeline.llvm import reads_cancel_word, render_llvm
 from ..pipeline.lower import kernel_symbol, lower
 from ..pipeline.plan import KernelRecord, Plan, timed_copy
@@ -434,7 +434,11 @@ class CpuBackend(Backend):
                     _say_predicted(symbol, groups)
         for i, j in same.items():
             loops[i], sources[i] = loops[j], sources[j]
-        compiled = self._compiled(loops, sources, ready if one_round else None)
+        shareable = [
+            not _reduces(item) and not loop.tile_note and not loop.uses_tiles
+            for item, loop in zip(items, loops)
+        ]
+        compiled = self._compiled(loops, sources, shareable, ready if one_round else None)
         if config.cache:
             made_with = _options_key()  # with the choices the autotuner has just made
             for i in missing:
@@ -448,21 +452,25 @@ class CpuBackend(Backend):
             pool.compile_ahead()
         return loops, compiled
 
-    def _compiled(self, loops: list, sources: list, ready: dict | None) -> list[CompiledKernel]:
+    def _compiled(
+        self, loops: list, sources: list, shareable: list[bool], ready: dict | None
+    ) -> list[CompiledKernel]:
         """The machine code of rendered kernels: found in the caches, given (`ready`: index
         -> object file made with its lowering, `_lowered`), else compiled by this process
         and forked copies of it side by side (`side_by_side`: each claims the next code
         when done with its last), or by `compile_kernels`' spawned helpers while this
-        process must not fork. Kernels that compute no reduction and are not
-        register-tiled, and whose shape another of them has with other literals (a
-        network's normalizations and activations at each stage's sizes), run one generic
-        kernel between them (`shared_forms`), outside a plan whose sizes vary (whose
-        generic kernels `compile_kernels` finds in its registry)."""
+        process must not fork. The `shareable` kernels (those that compute no reduction
+        and are not register-tiled: a sum's generic loops cost LLVM more than the kernels
+        they would serve, and a register tile runs slower without its trip counts) whose
+        shape another of them has with other literals (a network's normalizations and
+        activations at each stage's sizes) run one generic kernel between them
+        (`shared_forms`), outside a plan whose sizes vary (whose generic kernels
+        `compile_kernels` finds in its registry)."""
         with phases.timed("llvm"):
             jobs = [_job(loop, source) for loop, source in zip(loops, sources)]
             shared = {}
             if config.share_forms and not templates.active():
-                shared = shared_forms(jobs, [_shareable(loop) for loop in loops])
+                shared = shared_forms(jobs, shareable)
             if ready is not None:  # (made with their lowering: `_may_share` saw no pair)
                 ready = {i: obj for i, obj in ready.items() if i not in shared}
                 return compile_kernels(jobs, ready, shared)
@@ -628,7 +636,7 @@ def _say_predicted(symbol: str, groups) -> None:
 
 def _may_share(items: list, texts: list) -> bool:
     """Whether two of a plan's items may lower to kernels that share a generic kernel
-    (`_shareable`, `compiler.shared_forms`): two that compute no reduction and whose
+    (`compiler.shared_forms`): two that compute no reduction (`_reduces`) and whose
     descriptions (`texts`, `item_cache.describe`) are the same with every number left out. A
     guess made before lowering, so that a plan where none can share is lowered and
     compiled in one round; a pair it misses still shares (the generic kernel compiled
@@ -637,7 +645,7 @@ def _may_share(items: list, texts: list) -> bool:
         return False
     seen = set()
     for item, text in zip(items, texts):
-        if text is not None and kernel_name(item).startswith("e_"):
+        if text is not None and not _reduces(item):
             form = _DIGITS.sub("#", text)
             if form in seen:
                 return True
@@ -648,13 +656,9 @@ def _may_share(items: list, texts: list) -> bool:
 _DIGITS = re.compile(r"\d+")
 
 
-def _shareable(loop) -> bool:
-    """Whether a kernel may run a generic kernel shared with others of its plan: one that
-    computes no reduction and is not register-tiled. LLVM not knowing a sum's trip counts
-    costs it more to compile than the kernels the generic one would serve (a padded
-    window's sum over 4x4 and 8x8 pixels: 1.1 s for the generic one, 0.3 s for both), and
-    a register tile runs slower without them (docs/pipeline/6-compiling.md)."""
-    return base_name(loop.name).startswith("e_") and not loop.tile_note and not loop.uses_tiles
+def _reduces(item) -> bool:
+    """Whether a schedule item computes a reduction (its kernel's name starts `r_`)."""
+    return any(n.op in REDUCE for n in item.nodes)
 
 
 def _forked() -> None:

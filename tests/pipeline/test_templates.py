@@ -159,7 +159,8 @@ def test_the_values_agree_with_numpy_at_every_size(fresh):
 
 def test_a_plan_whose_sizes_never_varied_compiles_its_own_kernels(fresh):
     # two kernels of one shape and other sizes in one plan: no plan of other sizes came
-    # before, so each is compiled for its own sizes
+    # before, so each is compiled for its own sizes (sums are not shared inside a plan
+    # either: tests/pipeline/test_shared_forms.py)
     a = fg.tensor(np.ones((3, 40), np.float32))
     b = fg.tensor(np.ones((5, 40), np.float32))
     ya, yb = (a.relu() * 2).sum(dim=1), (b.relu() * 2).sum(dim=1)
