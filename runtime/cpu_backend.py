@@ -522,7 +522,13 @@ class CpuBackend(Backend):
         # with FUSEGRAD_AUTOTUNE_AFTER=n a new plan's untuned contractions keep the fixed
         # tile, provisional, until the plan has run n times (the engine tunes it then)
         later = config.autotune_after > 0
-        if compile_workers(len(items)) > 1 and not forksafe.may_fork():
+        workers = compile_workers(len(items))
+        if templates.active() and len(items) < VARYING_FORK_MIN_ITEMS:
+            # a size met anew: its few items lowered here, cheaper than in a forked copy;
+            # what they compile (rarely: generic kernels serve the most) is compiled side by
+            # side by `compile_kernels`
+            workers, compiled = 1, False
+        if workers > 1 and not forksafe.may_fork():
             _forked()
             compiled = False
             with autotune.deferred(tuner if later else None):
@@ -530,7 +536,7 @@ class CpuBackend(Backend):
         before = sum(phases.seconds[p] for p in ("lower", "render", "llvm"))
         t0 = time.perf_counter()
         with autotune.deferred(tuner):  # (a candidate timed beside the copies: their load)
-            made = side_by_side(len(items), make, compile_workers(len(items)), _forked)
+            made = side_by_side(len(items), make, workers, _forked)
         if later:
             made = _kept_for_later(made)
         for k, (loop, *_) in enumerate(made):
@@ -701,6 +707,13 @@ def _options_key() -> str:
 
 
 MOVEMENT_OPT = 2  # the LLVM level of a kernel that only moves values (no arithmetic)
+
+# In a plan whose sizes vary, fewer new items than this are lowered by this process alone:
+# their kernels mostly run generic kernels compiled already (`compiler.compile_kernels`),
+# so each is a few milliseconds of lowering, and a forked copy's start and pickled results
+# cost more than it saves (a sentence classifier's new lengths, ten items each: 25-30 ms of
+# `_lowered` forked, 22 alone)
+VARYING_FORK_MIN_ITEMS = 24
 
 
 def _job(loop, source: str) -> tuple[str, str, int, int]:

@@ -157,6 +157,29 @@ def test_the_values_agree_with_numpy_at_every_size(fresh):
         np.testing.assert_allclose(g, want, rtol=2e-6)
 
 
+def _rows_and_columns(x):
+    """Three kernels: a sum over each row, one over each column, and their product's."""
+    return ((x.exp() / x.exp().sum(dim=1, keepdim=True)).sum(dim=0) * x.relu().sum()).sum()
+
+
+def test_a_size_met_anew_lowers_its_few_items_here_without_a_fork(fresh, monkeypatch):
+    """Once a graph's sizes vary, a new size's plan of a few kernels is lowered by this
+    process, not by a forked copy (`cpu_backend.VARYING_FORK_MIN_ITEMS`): its kernels run
+    the generic kernels compiled already (or code that names no size), nothing forks and
+    nothing compiles, and the value is numpy's."""
+    _kernels(_rows_and_columns, [40, 57, 83])
+    forks = []
+    real_fork = compiler._fork
+    monkeypatch.setattr(compiler, "_fork", lambda body: forks.append(1) or real_fork(body))
+    before = compiler.stats["compiled"]
+    got, ran = _kernels(_rows_and_columns, [101])
+    assert len(ran[0]) >= 2 and any(k.generic for k in ran[0])
+    assert forks == [] and compiler.stats["compiled"] == before
+    x = np.linspace(-3, 3, 101 * 24, dtype=np.float32).reshape(101, 24).astype(np.float64)
+    want = ((np.exp(x) / np.exp(x).sum(1, keepdims=True)).sum(0) * np.maximum(x, 0).sum()).sum()
+    np.testing.assert_allclose(got[0], want, rtol=1e-5)
+
+
 def test_a_plan_whose_sizes_never_varied_compiles_its_own_kernels(fresh):
     # two kernels of one shape and other sizes in one plan: no plan of other sizes came
     # before, so each is compiled for its own sizes (sums are not shared inside a plan
