@@ -48,7 +48,9 @@ import contextlib
 import threading
 import weakref
 
+from .ir import node as N
 from .ir.ops import MOVEMENT, Ops
+from .movement import copied_data
 from .runtime.engine import engine
 from .tensor_base import TensorBase
 
@@ -171,7 +173,22 @@ def carried(device, taken) -> list:
     live = [t for k, t in enumerate(live) if last[id(t)] == k]
     _lazy.read_from = min(_lazy.read_from, since)
     out = _still_lazy(live, device, set(taken))
+    copies = [t for t, _ in out if copied_data(t)]
+    if copies:
+        _computed_apart(copies)
+        out = [(t, n) for t, n in out if engine.value(n) is None]
     return [t for t, _ in out] + _kept_for_backward(out, differentiated)
+
+
+def _computed_apart(copies: list) -> None:
+    """Compute the carried tensors that only copy data (`movement.copied_data`: datasets
+    batched by `view(b, -1).t().contiguous()` at the start of a program) in a plan of their
+    own, each then pointed at its buffer: with the first step's outputs they would make its
+    graph, and plan, other than the later steps' (a word language model's 900 kernels,
+    compiled twice)."""
+    engine.realize([t.node for t in copies])
+    for t in copies:
+        t.node = N.buffer(engine.value(t.node), t.shape, t.dtype)
 
 
 def _kept_for_backward(lazy: list[tuple], differentiated: set[int]) -> list:

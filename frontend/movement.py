@@ -152,6 +152,40 @@ def basic_index(shape: tuple[int, ...], index):
     return index, bounds, steps, keep
 
 
+COPIED_DATA_NODES = 16  # the most nodes `copied_data` walks
+
+
+def copied_data(x) -> bool:
+    """Whether `x` is data not yet computed that only copies buffers: views of them and
+    `contiguous()` (a dataset batched by `data.view(b, -1).t().contiguous()`), no gradient
+    flowing into it, outside `fusegrad.jit`'s recording. Indexing computes it first: its
+    slices are then blocks of one buffer (`_block_of_buffer`), as they are once a step has
+    computed it, so a loop's first step builds the graph of the later ones, not one that
+    holds the copy and slices it (its plan compiled twice: a word language model's 900
+    kernels); a step computes it in a plan of its own for the same reason
+    (`carried.carried`). The copy is a kernel of its own either way (`contiguous()` is
+    stored)."""
+    node = x.node
+    if node.op is not Ops.CONTIGUOUS or x.requires_grad or recording():
+        return False
+    stack, seen = [node], 0
+    while stack:
+        n = stack.pop()
+        seen += 1
+        if seen > COPIED_DATA_NODES or engine.value(n) is not None:
+            return False
+        for s in n.srcs:
+            if s.op is Ops.BUFFER:
+                continue
+            if s.op not in _COPIES:
+                return False
+            stack.append(s)
+    return True
+
+
+_COPIES = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.FLIP, Ops.CONTIGUOUS})
+
+
 def _block_of_buffer(x, bounds, steps):
     """A computed tensor's slice that is one block of its memory (`data[i : i + n]`,
     `x[k]`, `x[k, a:b]`), on any device, as a buffer node over that block, or None. A slice
@@ -467,6 +501,8 @@ class MovementMixin:
         bool masks and negative steps: `indexing.py`'s `IndexingMixin.__getitem__`)."""
         index, bounds, steps, keep = basic_index(self.shape, index)
         x = self
+        if copied_data(x):  # (its slices then blocks of one buffer, as at later steps)
+            x.realize()
         st = self.stride()
         node = _block_of_buffer(x, bounds, steps)
         if node is None:

@@ -1747,6 +1747,20 @@ def _own_gradient_node(out: N.Node, x: N.Node, rule) -> N.Node:
     return out
 
 
+def in_memory(t: Tensor) -> Tensor:
+    """`t`, or where its value is a constant (`zeros`, `new_zeros`: a node computed inline
+    wherever it is read, in no memory) that no gradient flows into, the same values in a
+    buffer of their own, made now on the host (outside `fusegrad.jit`'s recording). A
+    recurrent layer's initial state given as zeros (`init_hidden`) is then an input of the
+    first step's graph as the state carried to the next steps is of theirs: one plan for
+    all of them, not the first compiled apart (a word language model's 900 kernels)."""
+    node = t.node
+    if node.op is not Ops.CONST or t.requires_grad or engine.recording():
+        return t
+    values = np.full(node.shape, node.arg)
+    return Tensor(data_node(values, node.dtype, node.device or t.device))
+
+
 def hardtanh_values(x: Tensor, lo: float, hi: float) -> Tensor:
     """x limited to [lo, hi] as F.hardtanh: -0.0 and NaN pass (< and >, not <= and >=),
     and torch's gradient: 0 at and beyond the limits, 1 at NaN."""

@@ -1837,6 +1837,12 @@ def hardtanh_values(  # frontend/tensor.py: hardtanh_values
     gradient: 0 at and beyond the limits, 1 at NaN.
     """
 
+def in_memory(t: Tensor) -> Tensor:  # frontend/tensor.py: in_memory
+    """`t`, or where its value is a constant (`zeros`, `new_zeros`: a node computed inline wherever
+    it is read, in no memory) that no gradient flows into, the same values in a buffer of their
+    own, made now on the host (outside `fusegrad.jit`'s recording).
+    """
+
 def jit_recording() -> bool: ...  # frontend/tensor.py: jit_recording
 def legacy_constructor(dtype, *args) -> Tensor:  # frontend/tensor.py: legacy_constructor
     """torch's `Tensor(data)`, `Tensor(2, 3)` and `FloatTensor`-style constructors: sizes give a

@@ -42,6 +42,7 @@ from ..nnapi import (
     fail,
     gather_rows,
     host_table,
+    in_memory,
     index_arange,
     materialize,
     register_composite,
@@ -553,7 +554,8 @@ class RNNBase(Module):
                 )
             what = f"hidden[{k}]" if self.mode == "LSTM" else "hidden"
             self._check_hidden(h, shapes[k], what)
-            out.append(h)
+            # zeros given (`init_hidden`) are an input, as the states carried later are
+            out.append(in_memory(h))
         return tuple(out)
 
     def extra_repr(self) -> str:

@@ -401,3 +401,50 @@ def test_with_gradients_on_a_read_computes_only_what_it_reads():
     a = e * 2.0
     assert (e + 1.0).sum().item() == pytest.approx(float(np.exp([1.0, 2.0]).sum() + 2), rel=1e-6)
     assert not a._has_value()
+
+
+def _word_model_steps(by_hand: bool, steps: int = 3) -> tuple[list[float], list[int]]:
+    """pytorch/examples' word language model in small: the corpus batched lazily
+    (`view(b, -1).t().contiguous()`, a validation set likewise, unused), the hidden state
+    started from `new_zeros` and carried through `detach()`, a hand-written SGD update,
+    `loss.item()` ending each step. Its losses and the plans scheduled after each step;
+    `by_hand`: the data and the first state realized by the program itself."""
+    fg.manual_seed(0)
+    emb, lstm, out = nn.Embedding(50, 8), nn.LSTM(8, 8), nn.Linear(8, 50)
+    params = [*emb.parameters(), *lstm.parameters(), *out.parameters()]
+    data = fg.tensor(np.arange(600) * 7 % 50).view(4, -1).t().contiguous()
+    valid = fg.tensor(np.arange(200) * 3 % 50).view(4, -1).t().contiguous()
+    weight = params[0]
+    hidden = (weight.new_zeros(1, 4, 8), weight.new_zeros(1, 4, 8))
+    if by_hand:
+        data, valid = data.realize(), valid.realize()
+        hidden = tuple(h.realize() for h in hidden)
+    losses, plans = [], []
+    for i in range(0, 10 * steps, 10):
+        x, y = data[i : i + 10], data[i + 1 : i + 11].reshape(-1)
+        hidden = tuple(h.detach() for h in hidden)
+        output, hidden = lstm(emb(x), hidden)
+        loss = F.cross_entropy(out(output).view(-1, 50), y)
+        for p in params:
+            p.grad = None
+        loss.backward()
+        for p in params:
+            p.data.add_(p.grad, alpha=-0.5)
+        losses.append(loss.item())
+        plans.append(engine.stats["scheduled"])
+    assert valid._has_value()  # (computed along, apart from the steps' plan)
+    np.testing.assert_array_equal(valid.numpy(), (np.arange(200) * 3 % 50).reshape(4, -1).T)
+    return losses, plans
+
+
+def test_a_first_step_builds_the_graph_of_the_later_ones_from_lazy_data_and_zero_state():
+    """Data batched lazily and a recurrent state started from zeros are computed apart
+    from the first step (the data when sliced, `movement.copied_data`, or with the step's
+    carried values, `carried._computed_apart`; the zeros given to the LSTM put in memory,
+    `tensor.in_memory`): the second step runs the first step's plan, where it compiled
+    a plan of its own (the first held the data's copy and the zeros), and the losses are
+    those of the program that realizes the data and the state itself."""
+    losses, plans = _word_model_steps(by_hand=False)
+    want, _ = _word_model_steps(by_hand=True)
+    assert plans[1] == plans[2] == plans[0]
+    assert losses == want

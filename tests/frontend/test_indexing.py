@@ -609,3 +609,25 @@ def test_writes_numpy_cannot_make_as_a_kernel_would_stay_lazy():
     y[0] = fg.tensor(5.0, requires_grad=True)
     y.sum().backward()
     assert w.grad.tolist() == [0.0, 1.0]
+
+
+def test_slicing_data_that_only_copies_a_buffer_computes_the_copy_first():
+    """A lazy tensor that only copies buffers (views and `contiguous()`: a dataset batched
+    by `view(b, -1).t().contiguous()`) is computed when first sliced, so its slices are
+    blocks of its buffer, as they are once it has been computed (`movement.copied_data`);
+    one with arithmetic in it, or that wants a gradient, stays a graph. Values: numpy's,
+    the empty slice and a 0-d element included."""
+    from fusegrad.ir.ops import Ops
+
+    raw = np.arange(60) * 7 % 50
+    want = raw[:60].reshape(4, -1).T
+    batched = fg.tensor(raw).narrow(0, 0, 60).view(4, -1).t().contiguous()
+    rows = batched[3:8]
+    assert batched.node.op is Ops.BUFFER and rows.node.op is Ops.BUFFER
+    np.testing.assert_array_equal(rows.numpy(), want[3:8])
+    assert batched[5:5].shape == (0, 4) and batched[14, 3].item() == want[14, 3]
+    doubled = (fg.tensor(raw) * 2).view(4, -1).t().contiguous()
+    assert doubled[0:2].node.op is Ops.SHRINK and doubled.node.op is Ops.CONTIGUOUS
+    np.testing.assert_array_equal(doubled[0:2].numpy(), 2 * want[0:2])
+    weights = fg.tensor(raw.astype(np.float32), requires_grad=True).view(4, -1).t().contiguous()
+    assert weights[0:2].node.op is Ops.SHRINK

@@ -704,3 +704,40 @@ def test_rnn_cell_base_is_torchs_base_of_the_cells():
     assert nn.LSTMCell(3, 2).weight_ih.shape == (8, 3) and nn.GRUCell(3, 2).bias_hh.shape == (6,)
     empty = nn.RNNCellBase(3, 0, True, 4)  # hidden_size 0: nothing to draw, as torch's
     assert empty.weight_hh.shape == (0, 0)
+
+
+def _under_views(n):
+    from fusegrad.ir.ops import MOVEMENT
+
+    while n.op in MOVEMENT:
+        n = n.srcs[0]
+    return n
+
+
+@pytest.mark.parametrize("mode", ["LSTM", "GRU"])
+def test_a_state_given_as_zeros_is_put_in_memory_with_the_values_of_none(mode):
+    """Zeros given as the initial state (`init_hidden`'s `new_zeros`) are an input of the
+    layer's graph, a buffer, as a state carried from a step before is (`in_memory`): the
+    outputs and gradients are those of no state given, at 0 and -0.0 inputs too."""
+    from fusegrad.ir.ops import Ops
+
+    fg.manual_seed(0)
+    layer = getattr(nn, mode)(3, 4, num_layers=2)
+    x_np = np.random.default_rng(0).standard_normal((5, 2, 3)).astype(np.float32)
+    x_np[0, 0] = [0.0, -0.0, 1.0]
+    weight = next(layer.parameters())
+    zeros = weight.new_zeros(2, 2, 4)
+    given = (zeros, weight.new_zeros(2, 2, 4)) if mode == "LSTM" else zeros
+    results, states = [], []
+    for hx in (given, None):
+        x = fg.tensor(x_np, requires_grad=True)
+        out, _ = layer(x, hx)
+        directions = [n for n in fg.ir.node.toposort([out.node]) if n.op is Ops.MACRO]
+        states.append({_under_views(s).op for m in directions for s in m.srcs[1:3]})
+        out.sum().backward()
+        results.append((out.numpy(), x.grad.numpy(), weight.grad.numpy()))
+        layer.zero_grad()
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    assert Ops.CONST not in states[0] and Ops.CONST in states[1]
+    assert zeros.node.op is Ops.CONST  # (the caller's tensor is left as it was)
