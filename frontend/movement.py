@@ -501,7 +501,7 @@ class MovementMixin:
         bool masks and negative steps: `indexing.py`'s `IndexingMixin.__getitem__`)."""
         index, bounds, steps, keep = basic_index(self.shape, index)
         x = self
-        if copied_data(x):  # (its slices then blocks of one buffer, as at later steps)
+        if x.node.op is Ops.CONTIGUOUS and copied_data(x):  # (then blocks of one buffer)
             x.realize()
         st = self.stride()
         node = _block_of_buffer(x, bounds, steps)

@@ -791,8 +791,7 @@ class Tensor(*MIXINS, TensorBase):
             fail(DTypeNotImplementedError, "abs", "not implemented for bool (as in PyTorch)")
         if not self.dtype.is_float:
             return where(self < 0, -self, self)
-        out = where(self < 0, -self, where(self == 0, 0.0, self))  # |-0.0| is +0.0
-        return _own_gradient(out, self, lambda g, y, x: N.mul(g, _sign_node(x)))
+        return self._make(_abs_node(self.node))
 
     def neg(self):
         return -self
