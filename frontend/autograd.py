@@ -22,7 +22,7 @@ import weakref
 
 from . import autograd_state
 from .autograd_state import anomaly
-from .carried import note_differentiated, with_carried
+from .carried import from_constants, note_constant_value, note_differentiated, with_carried
 from .errors import GradError, ShapeError, at_callers_site, fail
 from .ir import node as N
 from .ir.autodiff import GRAD_HOOKS, NO_DERIVATIVE, gradients
@@ -525,7 +525,10 @@ def overwrite(t, value, counted: bool = True) -> None:
     parameter = t.requires_grad and t._is_leaf
     value = value.detach()
     if parameter or (old in _updated and engine.value(old) is None):
+        constant = not parameter and from_constants(value)
         settle(value)
+        if constant:  # (a table written piece by piece: still a constant's for `carried`)
+            note_constant_value(value)
     t.assign_(value)
     if parameter:
         retire(old, t, counted)

@@ -48,8 +48,10 @@ import contextlib
 import threading
 import weakref
 
+from .creation_nodes import is_table
 from .ir import node as N
 from .ir.ops import MOVEMENT, Ops
+from .jithooks import recording
 from .movement import copied_data
 from .runtime.engine import engine
 from .tensor_base import TensorBase
@@ -173,19 +175,70 @@ def carried(device, taken) -> list:
     live = [t for k, t in enumerate(live) if last[id(t)] == k]
     _lazy.read_from = min(_lazy.read_from, since)
     out = _still_lazy(live, device, set(taken))
-    copies = [t for t, _ in out if copied_data(t)]
+    copies = [t for t, _ in out if copied_data(t) or from_constants(t)]
     if copies:
         _computed_apart(copies)
         out = [(t, n) for t, n in out if engine.value(n) is None]
     return [t for t, _ in out] + _kept_for_backward(out, differentiated)
 
 
+FROM_CONSTANTS_NODES = 256  # the most nodes `from_constants` walks
+
+# buffers computed from constants alone (`from_constants` of the value an in-place write
+# computed: `pe[:, 0::2] = ...` into `zeros`), while they live
+_constant_buffers: weakref.WeakSet = weakref.WeakSet()
+
+
+def note_constant_value(t) -> None:
+    """Remember that `t`'s buffer, just computed, was computed from constants alone: a graph
+    over it is still `from_constants`."""
+    buf = engine.value(TensorBase.__dict__["node"].__get__(t))
+    if buf is not None:
+        _constant_buffers.add(buf)
+
+
+def from_constants(t) -> bool:
+    """Whether `t`'s value is still to compute from constants alone, or is a view of
+    data: under it no buffer but the tables fusegrad builds for itself
+    (`creation_nodes.is_table`) and values computed before (zeros, `arange`, random draws,
+    the ops and writes in place over them), or only views down to buffers; within
+    FROM_CONSTANTS_NODES nodes, no gradient flowing into it, outside `fusegrad.jit`'s
+    recording. A module's table made when it is built (a positional encoding's `pe` and the
+    views of it kept alive, a causal mask `triu(full(...))` kept on `self` by the first
+    forward) is one: the first step reads it as a graph, every later step as a buffer, so a
+    step computes it apart (`_computed_apart`), and the first step's plan is the later
+    steps'. A value that depends on a step's inputs through an op (recurrent state, an EMA
+    of the weights) is not: every step computes it anew, with its own outputs."""
+    node = TensorBase.__dict__["node"].__get__(t)
+    if t.requires_grad or recording():
+        return False
+    value = engine.value
+    stack, seen = [(node, True)], {id(node)}
+    while stack:
+        n, views_only = stack.pop()
+        if n.op is Ops.BUFFER:
+            if views_only or is_table(n.arg) or n.arg in _constant_buffers:
+                continue
+            return False
+        if len(seen) > FROM_CONSTANTS_NODES:
+            return False
+        if value(n) is not None and n is not node:  # (computed before)
+            continue
+        views_only = views_only and (n.op in MOVEMENT or n.op is Ops.DETACH)
+        for s in n.srcs:
+            if id(s) not in seen:
+                seen.add(id(s))
+                stack.append((s, views_only))
+    return True
+
+
 def _computed_apart(copies: list) -> None:
     """Compute the carried tensors that only copy data (`movement.copied_data`: datasets
-    batched by `view(b, -1).t().contiguous()` at the start of a program) in a plan of their
-    own, each then pointed at its buffer: with the first step's outputs they would make its
-    graph, and plan, other than the later steps' (a word language model's 900 kernels,
-    compiled twice)."""
+    batched by `view(b, -1).t().contiguous()` at the start of a program) or are computed
+    from constants alone (`from_constants`: a module's tables) in a plan of their own, each
+    then pointed at its buffer: with the first step's outputs they would make its graph,
+    and plan, other than the later steps' (a word language model's 900 kernels, compiled
+    twice)."""
     engine.realize([t.node for t in copies])
     for t in copies:
         t.node = N.buffer(engine.value(t.node), t.shape, t.dtype)

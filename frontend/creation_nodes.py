@@ -321,6 +321,16 @@ _shared_buffers: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _recent_shared: OrderedDict[tuple, Buffer] = OrderedDict()
 
 
+# every buffer `shared_node` made, while it lives (`is_table`)
+_tables: weakref.WeakSet = weakref.WeakSet()
+
+
+def is_table(buf) -> bool:
+    """Whether `buf` is a read-only table fusegrad built for itself (`shared_node`'s:
+    `arange`, index tables; `host_table`'s), never a user's data nor a parameter."""
+    return isinstance(buf, HostTable) or buf in _tables
+
+
 _shared_lock = forksafe.Lock()
 
 
@@ -350,6 +360,7 @@ def shared_node(key: tuple, make, dt: DType, device: str | None = HOST) -> N.Nod
             buf.array.flags.writeable = False
         with _shared_lock:  # another thread may have made it meanwhile: one buffer wins
             buf = _shared_buffers.setdefault(key, buf)
+            _tables.add(buf)
             _recent_shared[key] = buf
             while len(_recent_shared) > _SHARED_RECENT:
                 _recent_shared.popitem(last=False)

@@ -1760,6 +1760,24 @@ def in_memory(t: Tensor) -> Tensor:
     return Tensor(data_node(values, node.dtype, node.device or t.device))
 
 
+def computed_now(t: Tensor) -> Tensor:
+    """`t`, computed now where its value is a graph still to compute (not data, not a
+    constant: `zeros` stays a node computed inline wherever it is read) that no gradient
+    flows into, outside `fusegrad.jit`'s recording. A module's buffer given as such a graph
+    (a positional encoding's table, written into `zeros` when the module is built:
+    `Module.register_buffer`) is then read from memory by the first step as by every later
+    one, so the first step's plan is theirs, not one that computes the table too."""
+    if t.node.op in (Ops.BUFFER, Ops.CONST) or t.requires_grad or engine.recording():
+        return t
+    from .carried import from_constants, note_constant_value  # (carried imports tensors)
+
+    constant = from_constants(t)
+    t.realize()
+    if constant:  # (a graph over it, a view kept of the table, is still a constant's)
+        note_constant_value(t)
+    return t
+
+
 def hardtanh_values(x: Tensor, lo: float, hi: float) -> Tensor:
     """x limited to [lo, hi] as F.hardtanh: -0.0 and NaN pass (< and >, not <= and >=),
     and torch's gradient: 0 at and beyond the limits, 1 at NaN."""

@@ -1827,6 +1827,12 @@ def composite(  # frontend/tensor.py: composite
     params)`'s (of that `shape` and `dtype`), its gradients too.
     """
 
+def computed_now(t: Tensor) -> Tensor:  # frontend/tensor.py: computed_now
+    """`t`, computed now where its value is a graph still to compute (not data, not a constant:
+    `zeros` stays a node computed inline wherever it is read) that no gradient flows into,
+    outside `fusegrad.jit`'s recording.
+    """
+
 def contiguous_strides(  # frontend/tensor.py: contiguous_strides
     shape: Sequence[int],
 ) -> tuple[int, ...]: ...

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..nnapi import (
     Tensor,
+    computed_now,
     default_float,
     empty,
     from_numpy,
@@ -298,9 +299,16 @@ class Module:
         self._parameters[name] = param
 
     def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
-        """Non-learnable state that belongs in `state_dict()` (when persistent)."""
+        """Non-learnable state that belongs in `state_dict()` (when persistent).
+
+        A buffer given as a graph still to compute (a positional encoding's table, built by
+        writes into `zeros`) that needs no gradient is computed here, as torch's eager
+        construction would (`computed_now`): the first step then reads it from memory, as
+        every later step does, and its plan is theirs."""
         if tensor is not None and not isinstance(tensor, Tensor):
             raise TypeError(f"cannot assign '{type(tensor).__name__}' as buffer '{name}'")
+        if tensor is not None:
+            computed_now(tensor)
         self._forget(name)
         self._buffers[name] = tensor
         if not persistent:

@@ -8,11 +8,14 @@ carried values by hand after every step."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 import fusegrad as fg
 from fusegrad import nn, optim
+from fusegrad.carried import from_constants
 from fusegrad.ir.ops import Ops
 from fusegrad.nn import functional as F
 from fusegrad.runtime.engine import engine
@@ -448,3 +451,85 @@ def test_a_first_step_builds_the_graph_of_the_later_ones_from_lazy_data_and_zero
     want, _ = _word_model_steps(by_hand=True)
     assert plans[1] == plans[2] == plans[0]
     assert losses == want
+
+
+class _Encoding(nn.Module):
+    """pytorch/examples' PositionalEncoding in small: a table written into `zeros` when
+    the module is built, registered as a buffer through a view of it."""
+
+    def __init__(self, d: int, max_len: int = 40):
+        super().__init__()
+        pe = fg.zeros(max_len, d)
+        position = fg.arange(0, max_len, dtype=fg.float32).unsqueeze(1)
+        div_term = fg.exp(fg.arange(0, d, 2).float() * (-math.log(10000.0) / d))
+        pe[:, 0::2] = fg.sin(position * div_term)
+        pe[:, 1::2] = fg.cos(position * div_term)
+        self.register_buffer("pe", pe.unsqueeze(0).transpose(0, 1))
+
+    def forward(self, x):
+        return x + self.pe[: x.size(0), :]
+
+
+class _MaskedModel(nn.Module):
+    """An embedding, the encoding, one causal self-attention and a decoder: the causal mask
+    made by the first forward (`triu(full(..., -inf))`) and kept on `self`, as the word
+    language model's Transformer keeps `src_mask`."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb, self.pos, self.out = nn.Embedding(20, 8), _Encoding(8), nn.Linear(8, 20)
+        self.src_mask = None
+
+    def forward(self, src):
+        if self.src_mask is None or self.src_mask.size(0) != len(src):
+            self.src_mask = fg.triu(fg.full((len(src), len(src)), float("-inf")), diagonal=1)
+        h = self.pos(self.emb(src)).permute(1, 0, 2)  # (batch, time, 8)
+        att = h @ h.transpose(1, 2) + self.src_mask
+        return self.out((att.softmax(-1) @ h).permute(1, 0, 2))
+
+
+def _masked_model_steps(by_hand: bool, steps: int = 3) -> tuple[list[float], list[int]]:
+    """The losses of `_MaskedModel` trained by SGD and the plans scheduled after each step;
+    `by_hand`: the table and the mask computed by the program itself."""
+    fg.manual_seed(0)
+    model = _MaskedModel()
+    if by_hand:
+        model.pos.pe.realize()
+    opt = fg.optim.SGD(model.parameters(), lr=0.1)
+    losses, plans = [], []
+    for i in range(steps):
+        x = fg.tensor(np.arange(48).reshape(12, 4) * (7 + i) % 20)
+        out = model(x)
+        if by_hand:
+            model.src_mask.realize()
+        loss = F.cross_entropy(out.reshape(-1, 20), fg.tensor(np.arange(48) * 3 % 20))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        plans.append(engine.stats["scheduled"])
+    return losses, plans
+
+
+def test_a_first_step_builds_the_graph_of_the_later_ones_from_tables_a_model_builds():
+    """A table registered as a buffer when the model is built (computed then:
+    `Module.register_buffer`, `tensor.computed_now`) and a causal mask the first forward
+    keeps on `self` (computed apart from the first step: `carried.from_constants`) are
+    read from memory by the first step as by the later ones: the second step runs the first
+    step's plan, and the losses are those of the program that computes them itself."""
+    losses, plans = _masked_model_steps(by_hand=False)
+    want, _ = _masked_model_steps(by_hand=True)
+    assert plans[0] == plans[1] == plans[2]
+    assert losses == want
+
+
+def test_values_that_read_a_step_s_inputs_are_not_computed_apart():
+    """`from_constants` takes tables, constants and views of data, never a value computed
+    from a step's inputs through an op (an EMA of a weight, a recurrent state), which
+    every step computes anew with its own outputs; nor one that needs a gradient."""
+    w = fg.randn(3, 3).realize()
+    assert from_constants(fg.triu(fg.full((4, 4), float("-inf")), diagonal=1))
+    assert from_constants(fg.arange(5).float() * 2)
+    assert from_constants(w.t())
+    assert not from_constants(w * 0.9 + 0.1)
+    assert not from_constants(fg.zeros(3, requires_grad=True) * 2)
