@@ -1,6 +1,7 @@
 """What `import torchvision` gives a script run by `python -m fusegrad`: MNIST over the
-shipped copy, the tensor transforms, `save_image`, and the ResNets of `torchvision.models`
-(`datasets/torchvision_models.py`).
+shipped copy, the tensor transforms and the geometric ones (`Resize`, `CenterCrop`,
+`RandomCrop`, `RandomHorizontalFlip`: datasets/torchvision_transforms.py), `save_image`,
+and the ResNets of `torchvision.models` (`datasets/torchvision_models.py`).
 
 The import hook of `fusegrad/torch_shim.py` maps `torchvision`, `torchvision.datasets`,
 `torchvision.transforms`, `torchvision.utils` and `torchvision.models` to the namespaces
@@ -35,6 +36,13 @@ from fusegrad import Tensor, as_tensor, from_numpy, get_default_dtype
 from ..nn.data import Dataset
 from . import torchvision_models as _models
 from .mnist import FILES, default_root, load_mnist, read_idx
+from .torchvision_transforms import (
+    CenterCrop,
+    InterpolationMode,
+    RandomCrop,
+    RandomHorizontalFlip,
+    Resize,
+)
 
 # ---------------------------------------------------------------- datasets
 
@@ -378,7 +386,12 @@ transforms = _namespace(
     ToTensor,
     Normalize,
     Lambda,
+    Resize,
+    CenterCrop,
+    RandomCrop,
+    RandomHorizontalFlip,
 )
+transforms.InterpolationMode = InterpolationMode
 utils = _namespace("utils", "torchvision.utils: make_grid, save_image.", make_grid, save_image)
 models = _namespace(
     "models",
