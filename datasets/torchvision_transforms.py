@@ -34,7 +34,7 @@ import numpy as np
 
 from fusegrad import Tensor, as_tensor
 
-from ..creation_nodes import host_rng
+from ..nnapi import host_rng
 
 PRECISION_BITS = 32 - 8 - 2  # PIL's fixed point for 8-bit resampling
 

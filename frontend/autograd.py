@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 import weakref
 
-from . import autograd_state
+from . import autograd_state, shared_memory
 from .autograd_state import anomaly
 from .carried import from_constants, note_constant_value, note_differentiated, with_carried
 from .errors import GradError, ShapeError, at_callers_site, fail
@@ -431,6 +431,8 @@ def realize(*tensors) -> list:
     require grad, or backward() already used its graph) is re-pointed at its
     buffer, so the graph that produced it, and every buffer in it, can be freed.
     """
+    if shared_memory._shared:  # (tensors shared between processes: their values now)
+        shared_memory.refresh()
     nodes = [t.node for t in tensors]
     records = engine.realize(nodes)
     for t in tensors:

@@ -129,6 +129,10 @@ from .reduce import linear as fused_linear
 # the module whose forward is running: Module.__call__ names it on the sites of its ops
 from .runtime.attribution import module_scope
 
+# parameters in memory shared between processes (Hogwild): an optimizer step's change
+# added to it
+from .shared_memory import optimizer_step as shared_optimizer_step
+
 # an optimizer's cached, compiled step
 from .stepcache import StepCache
 
@@ -176,6 +180,7 @@ __all__ = [
     "JitError",
     "ShapeError",
     "StepCache",
+    "shared_optimizer_step",
     "Tensor",
     "composite",
     "computed_now",

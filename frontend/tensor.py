@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import autograd_state, host_scalar, manualstep
+from . import autograd_state, host_scalar, manualstep, shared_memory
 from . import devices as _device
 from . import steering as _steering
 from .autocast import autocast_op
@@ -993,6 +993,8 @@ class Tensor(*MIXINS, TensorBase):
         self._strides = None
         if jit_recording():
             _note_jit_write(self)
+        if shared_memory._shared:  # (a tensor in shared memory: the value stored there)
+            shared_memory.written(self)
         return self
 
     # ---------------------------------------------------------------- in-place updates

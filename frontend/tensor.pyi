@@ -1275,8 +1275,9 @@ class Tensor:
     def sgn_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`sgn` in place: `t.sgn_(...)` gives t the value of `t.sgn(...)`."""
     def share_memory_(self):  # frontend/torch_methods.py: TorchMethodsMixin.share_memory_
-        """This tensor itself: fusegrad's host buffers are its own process's (a multiprocessing
-        worker gets a copy), so there is nothing to move.
+        """This tensor, its values moved into memory shared with the processes it forks
+        (`fusegrad.multiprocessing`), as torch's: their optimizer steps and writes land in the
+        one copy (frontend/shared_memory.py).
         """
     def sigmoid_(self, *args, **kwargs) -> Tensor:  # frontend/inplace_methods.py: _same_shape
         """`sigmoid` in place: `t.sigmoid_(...)` gives t the value of `t.sigmoid(...)`."""
@@ -1535,6 +1536,8 @@ class Tensor:
         """Whether `tensor` is this tensor or a view of the same storage with this one's shape,
         strides and offset (torch.Tensor.is_set_to).
         """
+    def is_shared(self) -> builtins.bool:  # frontend/torch_methods.py: TorchMethodsMixin.is_shared
+        """Whether `share_memory_()` moved this tensor into shared memory."""
     def is_signed(self) -> builtins.bool:  # frontend/torch_methods.py: TorchMethodsMixin.is_signed
         """Whether the dtype has negative values: floats and signed integers (not
         uint8, not bool).

@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from . import mathops, shapeops, torch_functions
+from . import mathops, shapeops, shared_memory, torch_functions
 from .creation_nodes import _shape, data_node, finish, full_node, host_rng, index_arange
 from .errors import (
     ArgumentError,
@@ -402,9 +402,14 @@ class TorchMethodsMixin:
         return self.clone()
 
     def share_memory_(self):
-        """This tensor itself: fusegrad's host buffers are its own process's (a
-        multiprocessing worker gets a copy), so there is nothing to move."""
-        return self
+        """This tensor, its values moved into memory shared with the processes it forks
+        (`fusegrad.multiprocessing`), as torch's: their optimizer steps and writes land
+        in the one copy (frontend/shared_memory.py). A device tensor stays as it is."""
+        return shared_memory.share(self)
+
+    def is_shared(self) -> bool:
+        """Whether `share_memory_()` moved this tensor into shared memory."""
+        return shared_memory.is_shared(self)
 
     # ---------------------------------------------------------------- pieces
     def select(self, dim: int, index: int):

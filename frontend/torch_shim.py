@@ -90,6 +90,7 @@ TORCH_MODULES: dict[str, str] = {
     **{f"torch.distributions.{name}": "fusegrad.distributions" for name in _DISTRIBUTION_FILES},
     "torch.func": "fusegrad.func",
     "torch.linalg": "fusegrad.linalg",
+    "torch.multiprocessing": "fusegrad.multiprocessing",
     "torch.nn": "fusegrad.nn",
     "torch.nn.functional": "fusegrad.nn.functional",
     "torch.nn.init": "fusegrad.nn.init",

@@ -453,6 +453,14 @@ class Module:
                         t.grad = moved(t.grad)
         return self
 
+    def share_memory(self) -> Module:
+        """Every parameter and buffer moved into memory shared with the processes this one
+        forks (`Tensor.share_memory_`), as torch's: Hogwild training, each process's
+        optimizer steps landing in the one copy. Returns the module."""
+        for t in (*self.parameters(), *self.buffers()):
+            t.share_memory_()
+        return self
+
     def cuda(self, device=None) -> Module:
         """`to("cuda")` (or `to(f"cuda:{device}")`)."""
         return self.to(device="cuda" if device is None else device)

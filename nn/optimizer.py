@@ -26,6 +26,7 @@ from ..nnapi import (
     jit_recording,
     no_grad,
     on_replay,
+    shared_optimizer_step,
     take_pending_outputs,
     track,
     zeros_like,
@@ -132,9 +133,10 @@ class Optimizer:
         state = self.state
         states = [[t for t in state[p].values() if isinstance(t, Tensor)] for p in params]
         opt_key = (type(self), shape, tuple(map(id, params)))
-        self._steps.step(
-            opt_key, params, states, [scalars[id(p)] for p in params], pending, extra, build
-        )
+        with shared_optimizer_step(params):  # (parameters in shared memory: Hogwild)
+            self._steps.step(
+                opt_key, params, states, [scalars[id(p)] for p in params], pending, extra, build
+            )
         return loss
 
     def _write_scalars(self, active: list) -> dict[int, list[Tensor]]:

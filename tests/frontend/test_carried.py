@@ -54,7 +54,10 @@ def counted(monkeypatch):
 
 def assert_flat(counted):
     steps = counted.steps[:STEPS]  # (then the reads after the loop)
-    first, last = steps[2:12], steps[-10:]
+    # (the first steps settle: how many depends on what the process ran before, whose
+    # graphs' constants the engine may already read from buffers, `lift_constants`: after
+    # the module's doctest, one more than in a fresh process)
+    first, last = steps[5:15], steps[-10:]
     assert first == last, str(steps)
     assert all(k > 0 for k, _ in steps), steps  # something ran every step
 

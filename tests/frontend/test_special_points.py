@@ -505,7 +505,7 @@ EXCLUDED: dict[str, str] = {
             "Tensor",
             "get_device imag is_complex is_conj is_inference is_neg is_nonzero is_pinned "
             "is_same_size is_signed itemsize layout nbytes ndimension new pin_memory "
-            "share_memory_ storage_offset",
+            "share_memory_ is_shared storage_offset",
         )
         + _names(
             "fg",
