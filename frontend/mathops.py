@@ -32,7 +32,7 @@ from .errors import ArgumentError, DTypeError, DTypeNotImplementedError, ShapeEr
 from .extend import custom_gradient
 from .ir import node as N
 from .ir.autodiff import own_node, with_vjp, without_derivative
-from .ir.dtypes import bool_, float32, float64, int64, promote_scalar
+from .ir.dtypes import bool_, float32, float64, int32, int64, promote_scalar
 from .ir.ops import MATH, MOVEMENT, Ops
 from .runtime.engine import engine
 from .tensor_base import (
@@ -249,7 +249,9 @@ def _rounding(kind: str, x):
 def _trunc(x):
     big = x.abs() < _integral_limit(x)  # false for inf and NaN too
     safe = _where(big, x, 0)
-    t = safe.cast(int64).cast(x.dtype)
+    # (below 2^23 a float32's integer part fits an int32, whose conversions the CPU's vector
+    # units have; float64's 2^52 needs int64, converted lane by lane without AVX-512)
+    t = safe.cast(int32 if _integral_limit(x) < 2.0**31 else int64).cast(x.dtype)
     return _flat(_keep_zero_sign(_where(big, t, x), x), x)
 
 
@@ -624,9 +626,16 @@ def _pow2_int(n):
 
 @_one_node("exp2")
 def exp2(x):
-    """2^x = 2^n * e^(f ln 2) with n = round(x): 2^n is exact, so the error is e^'s alone."""
+    """2^x = 2^n * e^(f ln 2) with n = round(x): 2^n is exact, so the error is e^'s alone
+    (float64); a float32 x: e^(x ln 2) in float64, rounded once."""
     xf = x._float()
     w = _f64(xf)
+    if xf.dtype is not float64:
+        # a float32 (or 16-bit) result: e^(x ln 2) in float64 errs by at most |x| 2^-52 of
+        # it (x ln 2 rounded) plus e^'s own, far inside the result's half ulp, so it rounds
+        # as 2^x does (2^n exactly: the error stays under 2^-40 of it)
+        out = _back((w * LN2).exp(), xf)
+        return _with_grad(out, [(xf, out * LN2)])
     n = round_(w.clamp(-1100, 1100))
     f = w - n
     # e^(f ln2) first, so that 2^n * it underflows gradually rather than at 2^n
@@ -663,13 +672,53 @@ def logaddexp2(a, b):
     return _with_grad(out, [(a, 1 / (1 + exp2(xb - xa))), (b, 1 / (1 + exp2(xa - xb)))])
 
 
-def _erfc_fraction(t):
+def _erfc_fraction(t, terms: int = 60):
     """sqrt(pi) times the continued fraction t + (1/2) / (t + 1 / (t + (3/2) / ...)) (60
-    terms), for t >= 2: erfc(t) = e^(-t^2) / it (`erf`, and erfcx = 1 / it)."""
+    terms: float64's), for t >= 2: erfc(t) = e^(-t^2) / it (`erf`, and erfcx = 1 / it)."""
     f = t
-    for k in range(60, 0, -1):
+    for k in range(terms, 0, -1):
         f = t + (k / 2) / f
     return math.sqrt(math.pi) * f
+
+
+def _erfc_convergent(t, terms: int):
+    """`_erfc_fraction(t, terms)` as its convergent A / B (Wallis: A_k = t A_(k-1) +
+    (k/2) A_(k-2), B likewise), one division where the fraction takes one a term; every
+    term positive, so no cancellation, and finite for t <= 8 and a few dozen terms."""
+    a_prev, a_now = 1.0, t
+    b_prev, b_now = 0.0, 1.0
+    for k in range(1, terms + 1):
+        a_prev, a_now = a_now, t * a_now + (k / 2) * a_prev
+        b_prev, b_now = b_now, t * b_now + (k / 2) * b_prev
+    return math.sqrt(math.pi) * (a_now / b_now)
+
+
+# erf of a float32 (or 16-bit) value, computed in float64 to within 1e-9 of it, enough for
+# the result rounded to float32 (its ulp at least 6e-8 of it): 22 terms of the series to
+# 2 (relative error 2.5e-11 at 2) and 12 of the continued fraction from 2 (absolute error
+# 1.2e-9 at 2, less beyond), where float64 takes 40 and 60
+ERF_SERIES_FLOAT32, ERF_FRACTION_FLOAT32 = 22, 12
+# erfc's convergent to a relative 1e-9 from 2 on (erfinv's Newton steps on log erfc), and
+# the steps a float32 erfinv takes from Giles's start
+ERFC_FRACTION_FLOAT32, ERFINV_STEPS_FLOAT32 = 20, 2
+
+
+def _erf_series32(a):
+    """2/sqrt(pi) a e^-a^2 times erf's series (`erf`), for float64 a in [0, 2], to float32's
+    need: relative error 2.5e-11 (ERF_SERIES_FLOAT32 terms, each factor a product)."""
+    x2 = a * a
+    s = 1.0
+    for n in range(ERF_SERIES_FLOAT32, 0, -1):
+        s = 1 + s * (x2 * (2 / (2 * n + 1)))
+    return (2 / math.sqrt(math.pi)) * a * (-x2).exp() * s
+
+
+def _erfc_tail32(a, terms: int = ERF_FRACTION_FLOAT32):
+    """erfc(t) for float64 t = a clamped to [2, 8] from its convergent (`_erfc_convergent`):
+    absolute error 1.2e-9 at 2 with the 12 terms erf needs; erfc's own relative accuracy
+    needs about 20 (5e-12 at 2)."""
+    t = a.maximum(2.0).minimum(8.0)
+    return (-t * t).exp() / _erfc_convergent(t, terms)
 
 
 @_one_node("erf")
@@ -677,7 +726,11 @@ def erf(x):
     """The error function, within 5 float64 ulps (1 float32 ulp).
 
     |x| < 2: 2/sqrt(pi) x e^-x^2 sum (2x^2)^n / (1*3*...*(2n+1)), all terms positive (no
-    cancellation); |x| >= 2: 1 - erfc with erfc from its continued fraction (60 terms).
+    cancellation); |x| >= 2: 1 - erfc with erfc from its continued fraction (60 terms). A
+    float32 (or 16-bit) x takes the terms its rounded result needs (`_erf_series32`,
+    `_erfc_tail32`), still in float64, the series' factors as products and the fraction as
+    one convergent: one division, where float64 takes 101 (erf is 1 in float32 from 3.92
+    on, so the fraction's argument stops at 8).
 
     >>> import fusegrad as fg
     >>> round(fg.tensor([0.5]).erf().item(), 6)
@@ -686,13 +739,16 @@ def erf(x):
     xf = x._float()
     w = _f64(xf)
     a = w.abs()
-    x2 = a * a
-    s = 1.0
-    for n in range(40, 0, -1):
-        s = 1 + s * (2 * x2 / (2 * n + 1))
-    small = (2 / math.sqrt(math.pi)) * a * (-x2).exp() * s
-    t = a.maximum(2.0)
-    big = 1 - (-t * t).exp() / _erfc_fraction(t)
+    if xf.dtype is float64:
+        x2 = a * a
+        s = 1.0
+        for n in range(40, 0, -1):
+            s = 1 + s * (2 * x2 / (2 * n + 1))
+        small = (2 / math.sqrt(math.pi)) * a * (-x2).exp() * s
+        t = a.maximum(2.0)
+        big = 1 - (-t * t).exp() / _erfc_fraction(t)
+    else:
+        small, big = _erf_series32(a), 1 - _erfc_tail32(a)
     mag = _where(a < 2, small, _where(a == math.inf, 1.0, big))
     res = _where(w < 0, -mag, mag)
     res = _where(isnan(w), w, _odd_at_zero(res, w))
@@ -1552,8 +1608,10 @@ _ERFINV_TAIL = [-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 
 @autocast_op("erfinv")
 def erfinv(x):
     """The inverse of erf on [-1, 1], as torch.erfinv: +-inf at +-1, NaN outside, -0.0 at
-    -0.0. Giles's single-precision approximation refined by two Newton steps on fusegrad's
-    erfc, in float64. The gradient is sqrt(pi)/2 exp(erfinv(x)^2), as torch's.
+    -0.0. Giles's single-precision approximation refined by Newton steps on fusegrad's
+    erfc, in float64: four for a float64 x, ERFINV_STEPS_FLOAT32 with erf and erfc to
+    float32's need for a float32 one (the start is within a few float32 ulps, and each
+    step squares the error). The gradient is sqrt(pi)/2 exp(erfinv(x)^2), as torch's.
 
     >>> import fusegrad as fg
     >>> round(fg.tensor([0.5]).erfinv().item(), 6)
@@ -1577,10 +1635,17 @@ def erfinv(x):
     ay, aa = y.abs(), a.abs()
     tail = aa >= 0.5
     lq = _where(tail, 1 - aa, 1.0).log()
-    for _ in range(4):
+    wide = xf.dtype is float64
+    for _ in range(4 if wide else ERFINV_STEPS_FLOAT32):
         grow = (math.sqrt(math.pi) / 2) * (ay * ay).exp()
-        c = ay.erfc()
-        ay = _where(tail, ay + (c.log() - lq) * c * grow, ay - (erf(ay) - aa) * grow)
+        if wide:
+            c, e = ay.erfc(), erf(ay)
+        else:  # (a float32 result: erf and erfc to its need, in float64; `erf`)
+            head = _erf_series32(ay.minimum(2.0))
+            near = ay < 2
+            c = _where(near, 1 - head, _erfc_tail32(ay, ERFC_FRACTION_FLOAT32))
+            e = _where(near, head, 1 - c)
+        ay = _where(tail, ay + (c.log() - lq) * c * grow, ay - (e - aa) * grow)
     y = _where(a < 0, -ay, ay)
     res = _where(inside, y, _where(w == 1, math.inf, _where(w == -1, -math.inf, math.nan)))
     res = _odd_at_zero(res, w)
