@@ -41,6 +41,11 @@ OPS = {
     "x.exp()": lambda m, x, y: (x * 0.01).exp(),
     "x.log1p()": lambda m, x, y: y.log1p(),
     "x.atan()": lambda m, x, y: x.atan(),
+    "x.erf()": lambda m, x, y: (x * 0.02).erf(),
+    "x.erfinv()": lambda m, x, y: ((y - 1.75) * 0.79).erfinv(),
+    "x.exp2()": lambda m, x, y: (x * 0.5).exp2(),
+    "x.expm1()": lambda m, x, y: (x * 0.01).expm1(),
+    "x.round()": lambda m, x, y: x.round(),
 }
 BOOTSTRAP = 2000
 

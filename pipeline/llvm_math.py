@@ -385,9 +385,12 @@ TRIG_EXACT_BELOW = 2.0**50  # |x| below which sin's and cos's reduction is withi
 
 # the functions a generated function calls, in double precision (emitted alongside it)
 _CALLS = {"erfc": ("exp",)}
-# (split, terms) per type: erf's series below split, the continued fraction from it on, to
-# that many terms: 1 ulp in double from 1 on; float32 needs only 1e-10 of the double result
-_ERFC_TERMS = {"double": (1.0, 200), "float": (2.0, 30)}
+# (split, terms, series terms) per type: erf's series below split, the continued fraction
+# from it on, to that many terms: 1 ulp in double from 1 on; float32 rounds the double
+# result (the series' 40 terms keep erfc just below 2 correctly rounded where it lies within
+# 1e-5 ulp of a tie), and takes the fraction as one convergent (a is at most 30, so its
+# terms stay finite: 30^30 is 2e44), one division where double takes 200
+_ERFC_TERMS = {"double": (1.0, 200, 40), "float": (2.0, 30, 40)}
 
 
 @_polynomial
@@ -401,7 +404,7 @@ def _erfc(elem: str, width: int | None) -> str:
     e^-h^2 e^-(a-h)(a+h) with h = a to 26 bits, so that the square is exact (a^2 rounded
     would cost up to 400 ulps far out). erfc(-a) = 2 - erfc(a)."""
     f64 = elem == "double"
-    split, terms = _ERFC_TERMS[elem]
+    split, terms, series_terms = _ERFC_TERMS[elem]
     b = _Builder("double", width)
     b.arg_ty = vector_type(elem, width)
     d, bt, it = b.ty, b.bty, b.ity
@@ -421,15 +424,22 @@ def _erfc(elem: str, width: int | None) -> str:
     else:
         g = b(f"call {d} {exp}({d} {b(f'fneg {d} {a2}')})")
     series = b.c(1.0)
-    for n in range(40, 0, -1):
+    for n in range(series_terms, 0, -1):
         term = b(f"fmul {d} {a2}, {b.c(2 / (2 * n + 1))}")
         series = b.fma(series, term, b.c(1.0))
     erf = b(f"fmul {d} {b(f'fmul {d} {a}, {b.c(2 / math.sqrt(math.pi))}')}, {g}")
     near = b(f"fsub {d} {b.c(1.0)}, {b(f'fmul {d} {erf}, {series}')}")
     t = b(f"call {d} {b.intrinsic('maxnum', 2)}({d} {a}, {d} {b.c(split)})")
-    frac = t
-    for k in range(terms, 0, -1):
-        frac = b(f"fadd {d} {t}, {b(f'fdiv {d} {b.c(k / 2)}, {frac}')}")
+    if f64:
+        frac = t
+        for k in range(terms, 0, -1):
+            frac = b(f"fadd {d} {t}, {b(f'fdiv {d} {b.c(k / 2)}, {frac}')}")
+    else:  # the convergent A / B: A_k = t A_(k-1) + (k/2) A_(k-2), B likewise
+        a_prev, a_now, b_prev, b_now = b.c(1.0), t, b.c(0.0), b.c(1.0)
+        for k in range(1, terms + 1):
+            a_prev, a_now = a_now, b.fma(t, a_now, b(f"fmul {d} {b.c(k / 2)}, {a_prev}"))
+            b_prev, b_now = b_now, b.fma(t, b_now, b(f"fmul {d} {b.c(k / 2)}, {b_prev}"))
+        frac = b(f"fdiv {d} {a_now}, {b_now}")
     far = b(f"fdiv {d} {g}, {b(f'fmul {d} {frac}, {b.c(math.sqrt(math.pi))}')}")
     below = b(f"fcmp olt {d} {a}, {b.c(split)}")
     v = b(f"select {bt} {below}, {d} {near}, {d} {far}")
