@@ -266,12 +266,17 @@ def _ceil(x):
 
 
 def _round(x):
-    w = x
-    f = _floor(w)
-    d = w - f  # exact: f and x are in the same binade, or f is 0 or -1
-    odd = (f - 2 * _floor(f * 0.5)) == 1
-    up = (d > 0.5) | ((d == 0.5) & odd)
-    return _flat(_keep_zero_sign(f + up.cast(x.dtype), w), x)
+    # half to even by the arithmetic's own rounding: below 2^23 (float32; 2^52 float64),
+    # x + 2^23 lands where the spacing is 1, so it rounds x to the nearest integer, ties to
+    # even, and taking 2^23 off again is exact (x - 2^23 + 2^23 for a negative x)
+    # (a 16-bit x in float32, whose 2^23 its registers hold; the integer result is exact
+    # back in its dtype)
+    big = x.abs() < _integral_limit(x)  # false for inf and NaN too
+    w = x if x.dtype.itemsize >= 4 else x.cast(float32)
+    limit = _integral_limit(w)
+    r = _where(w < 0, (w - limit) + limit, (w + limit) - limit)
+    r = r if w is x else r.cast(x.dtype)
+    return _flat(_keep_zero_sign(_where(big, r, x), x), x)
 
 
 COMPOSED.update(trunc=_trunc, floor=_floor, ceil=_ceil, round=_round)
