@@ -114,10 +114,12 @@ def _erf(x: Tensor) -> Tensor:
 
 
 def _softplus_unit(z: Tensor) -> Tensor:
-    """log(1 + exp(z)), stable on both sides (gradient sigmoid(z), 1/2 at 0)."""
+    """log(1 + exp(z)), stable on both sides (gradient sigmoid(z), 1/2 at 0): z +
+    log1p(e^-z) from 0 up, log1p(e^z) below, one exponential and one log1p for both (of
+    -|z| written as each side's, whose gradient is that side's: -1 at 0)."""
     pos = z >= 0
-    zp, zn = where(pos, z, 0.0), where(pos, 0.0, z)
-    return where(pos, zp + _log1p((-zp).exp()), _log1p(zn.exp()))
+    tail = _log1p(where(pos, -z, z).exp())
+    return where(pos, z + tail, tail)
 
 
 # ---------------------------------------------------------------- functions
