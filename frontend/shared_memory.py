@@ -36,6 +36,7 @@ import weakref
 import numpy as np
 
 from .devices import is_host
+from .errors import JitError, fail
 from .ir import node as N
 from .ir.ops import Ops
 from .runtime.buffer import Buffer
@@ -115,6 +116,16 @@ def optimizer_step(params):
                 node = p.node
                 if node.op is Ops.BUFFER and node.arg is entry.home:
                     stepped.append((p, entry, entry.home.array.copy()))
+        from .jit import recording  # (jit imports tensors, which import this module)
+
+        if stepped and recording():  # (a replay runs the plan alone: no write-back)
+            fail(
+                JitError,
+                "fusegrad.jit",
+                "an optimizer step over tensors in shared memory (share_memory_) is not "
+                "recorded: its replay would not add its change to the shared values; call "
+                "the step without fusegrad.jit",
+            )
     _stepping.depth += 1
     try:
         yield

@@ -5,6 +5,7 @@ and a computation reads the shared values as it starts."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import fusegrad as fg
 import fusegrad.multiprocessing as mp
@@ -99,3 +100,21 @@ def test_a_computation_reads_the_shared_values_as_it_starts():
     shared_memory._shared[id(t)].memory[...] = 4.0
     assert float((t * 2).sum().item()) == 16.0
     np.testing.assert_array_equal(t.numpy(), [4.0, 4.0])
+
+
+def test_a_jitted_step_over_shared_parameters_is_refused_naming_why():
+    model = nn.Linear(2, 1)
+    model.share_memory()
+    opt = fg.optim.SGD(model.parameters(), lr=0.1)
+
+    @fg.jit
+    def step(x):
+        loss = model(x).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    step(fg.ones(3, 2))  # (the first call runs as written; the second records)
+    with pytest.raises(fg.JitError, match="shared memory"):
+        step(fg.ones(3, 2))
