@@ -1483,12 +1483,14 @@ def lgamma(x):
     """
     xf = x._float()
     w = _f64(xf)
-    right = _lgamma_right(w.maximum(0.5))
-    near = (w >= 0.5) & (w <= 2.5)
-    right = _where(near, _lgamma_near_one_two(w.clamp(0.5, 2.5)), right)
+    # one Lanczos sum for both sides: at w itself from 1/2 up, at 1 - w (above 1/2) below
+    above = w >= 0.5
+    lanczos = _lgamma_right(_where(above, w, 1 - w))
+    near = above & (w <= 2.5)
+    right = _where(near, _lgamma_near_one_two(w.clamp(0.5, 2.5)), lanczos)
     r = _frac_part(w)
-    left = math.log(math.pi) - (r * math.pi).sin().abs().log() - _lgamma_right((1 - w).maximum(0.5))
-    res = _where(w >= 0.5, right, left)
+    left = math.log(math.pi) - (r * math.pi).sin().abs().log() - lanczos
+    res = _where(above, right, left)
     # the poles: the negative integers (and 0) are inf, not inf - inf where lgamma(1 - w)
     # overflows too (from -2.5e305 on)
     res = _where((w.abs() == math.inf) | ((w < 0.5) & (r == 0)), math.inf, res)
@@ -1544,8 +1546,8 @@ def _polygamma_right(n: int, y):
 def _polygamma(n: int, w):
     """psi_n(w) in float64 for every w: the reflection psi_n(w) = (-1)^n psi_n(1 - w) -
     pi^(n+1) Q_n(cot(pi w)) below 1/2; the poles and infinities as `polygamma` says."""
-    right = _polygamma_right(n, w.maximum(0.5))
-    reflected = _polygamma_right(n, (1 - w).maximum(0.5))
+    # one series for both sides: at w itself from 1/2 up, at 1 - w (above 1/2) below
+    right = reflected = _polygamma_right(n, _where(w >= 0.5, w, 1 - w))
     c = 1 / (_frac_part(w) * math.pi).tan()  # cot(pi w): period 1
     q = 0.0
     for coef in reversed(_cot_derivatives(n)):
