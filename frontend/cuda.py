@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from . import cuda_amp as amp  # noqa: F401  (fg.cuda.amp: torch.cuda.amp's spellings)
 from .creation import manual_seed as seed_all_devices
+from .runtime import cuda as _runtime
 from .runtime.backend import get_backend
 
 
@@ -60,3 +61,47 @@ def synchronize() -> None:
     """Wait for every kernel launched so far (fusegrad already waits when a value is read)."""
     if is_available():
         _backend().synchronize()
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """Whether the cuda device computes bfloat16, as torch.cuda.is_bf16_supported: False
+    where it is not available (torch's answer on a machine without a GPU); else True
+    (fusegrad computes bfloat16 in float32 registers on every GPU and on the emulator),
+    or with `including_emulation=False` a GPU of compute capability 8.0 or later."""
+    if not is_available():
+        return False
+    arch = getattr(_runtime.backend(), "arch", None)  # "sm_90" (the emulator: none)
+    if including_emulation or arch is None:
+        return True
+    return int(arch[3:].rstrip("a")) >= 80
+
+
+def _memory_stat(name: str) -> int:
+    if not is_available():
+        return 0  # (torch's answer where no GPU is)
+    raise NotImplementedError(
+        f"torch.cuda.{name} on a GPU is not in fusegrad: its memory pool counts no bytes "
+        "(fusegrad.memory_report says what a step holds)"
+    )
+
+
+def memory_allocated(device=None) -> int:
+    """Bytes of GPU memory tensors hold, as torch.cuda.memory_allocated: 0 where the cuda
+    device is not available; on a GPU it raises, naming itself (not counted yet)."""
+    return _memory_stat("memory_allocated")
+
+
+def memory_reserved(device=None) -> int:
+    """As `memory_allocated`, for the pool's bytes (torch.cuda.memory_reserved)."""
+    return _memory_stat("memory_reserved")
+
+
+def max_memory_allocated(device=None) -> int:
+    """As `memory_allocated`, for the peak (torch.cuda.max_memory_allocated)."""
+    return _memory_stat("max_memory_allocated")
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    """torch.cuda.reset_peak_memory_stats: nothing to reset where the cuda device is not
+    available; on a GPU it raises, as `memory_allocated` does."""
+    _memory_stat("reset_peak_memory_stats")

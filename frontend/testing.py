@@ -128,3 +128,269 @@ def grad_check(f, *vals, samples: int = 100) -> None:
                     f"grad_check: derivative check at arg {i}, index {ind}: "
                     f"backward gives {grad[ind]:.8g}, central difference {check:.8g}"
                 )
+
+
+# ---------------------------------------------------------------- assert_close
+
+# (rtol, atol) by dtype when neither is given, as torch.testing.assert_close's
+_TOLERANCES = {
+    "float16": (1e-3, 1e-5),
+    "bfloat16": (1.6e-2, 1e-5),
+    "float32": (1.3e-6, 1e-5),
+    "float64": (1e-7, 1e-7),
+}
+
+
+def _tolerances(dtype_name: str, rtol, atol) -> tuple[float, float]:
+    if (rtol is None) != (atol is None):
+        raise ValueError(
+            "Both 'rtol' and 'atol' must be either specified or omitted, but got no "
+            f"{'rtol' if rtol is None else 'atol'}."
+        )
+    if rtol is not None:
+        return float(rtol), float(atol)
+    return _TOLERANCES.get(dtype_name, (0.0, 0.0))
+
+
+def _where(path: list) -> str:
+    return (
+        "" if not path else "\n\nThe failure occurred for item " + "".join(f"[{p!r}]" for p in path)
+    )
+
+
+def _fail(text: str, msg, path: list) -> None:
+    if callable(msg):
+        text = msg(text)
+    elif msg is not None:
+        text = msg
+    else:
+        text += _where(path)
+    raise AssertionError(text)
+
+
+def _index(flat_position: int, shape: tuple) -> str:
+    index = np.unravel_index(flat_position, shape) if shape else ()
+    return "(" + ", ".join(str(int(i)) for i in index) + ("," if len(index) == 1 else "") + ")"
+
+
+def _compare_values(a, e, dtype_name, exact, rtol, atol, equal_nan, scalar, msg, path):
+    """Fail where a and e (numpy arrays of one dtype) are not close: torch's report."""
+    if exact:
+        bad = a != e
+    else:
+        with np.errstate(invalid="ignore", over="ignore"):
+            close = np.abs(a - e) <= atol + rtol * np.abs(e)
+        close |= a == e  # (equal infinities)
+        if equal_nan:
+            close |= np.isnan(a) & np.isnan(e)
+        bad = ~close
+    if not bad.any():
+        return
+    kind = "equal" if exact else "close"
+    # (as torch's: integers' differences in int64, their ratios in float32 for tensors;
+    # a scalar's in float64; a float tensor's in its dtype)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if exact:
+            diff = np.abs(a.astype(np.int64) - e.astype(np.int64))
+            ratio = np.float64 if scalar else np.float32
+            rel = diff.astype(ratio) / np.abs(e.astype(ratio))
+        else:
+            wide = np.float64 if scalar else a.dtype
+            diff = np.abs(a.astype(wide) - e.astype(wide))
+            rel = diff / np.abs(e.astype(wide))
+    up_abs = "" if exact else f" (up to {atol} allowed)"
+    up_rel = "" if exact else f" (up to {rtol} allowed)"
+    if scalar:
+        d, r = diff.reshape(-1)[0], rel.reshape(-1)[0]
+        got, want = a.reshape(-1)[0].item(), e.reshape(-1)[0].item()
+        text = (
+            f"Scalars are not {kind}!\n\nExpected {want} but got {got}.\n"
+            f"Absolute difference: {d.item()}{up_abs}\nRelative difference: {r.item()}{up_rel}"
+        )
+        _fail(text, msg, path)
+    # the greatest differences among the mismatched elements (NaN first, as torch's)
+    masked_diff = np.where(bad, diff, -np.inf).reshape(-1)
+    masked_rel = np.where(bad, rel, -np.inf).reshape(-1)
+    at_abs = int(np.nanargmax(np.where(np.isnan(masked_diff), np.inf, masked_diff)))
+    at_rel = int(np.nanargmax(np.where(np.isnan(masked_rel), np.inf, masked_rel)))
+    total = a.size
+    count = int(bad.sum())
+    text = (
+        f"Tensor-likes are not {kind}!\n\nMismatched elements: {count} / {total} "
+        f"({100.0 * count / total:.1f}%)\n"
+        f"Greatest absolute difference: {diff.reshape(-1)[at_abs].item()} at index "
+        f"{_index(at_abs, a.shape)}{up_abs}\n"
+        f"Greatest relative difference: {rel.reshape(-1)[at_rel].item()} at index "
+        f"{_index(at_rel, a.shape)}{up_rel}"
+    )
+    _fail(text, msg, path)
+
+
+def _tensor_pair(actual, expected, rtol, atol, equal_nan, check_device, check_dtype, msg, path):
+    from .tensor import Tensor
+
+    if isinstance(actual, Tensor):
+        if actual.shape != expected.shape:
+            _fail(
+                f"The values for attribute 'shape' do not match: {actual.shape} != "
+                f"{expected.shape}.",
+                msg,
+                path,
+            )
+        if check_device and str(actual.device) != str(expected.device):
+            _fail(
+                f"The values for attribute 'device' do not match: {actual.device} != "
+                f"{expected.device}.",
+                msg,
+                path,
+            )
+        if check_dtype and actual.dtype is not expected.dtype:
+            _fail(
+                f"The values for attribute 'dtype' do not match: {actual.dtype} != "
+                f"{expected.dtype}.",
+                msg,
+                path,
+            )
+        name = actual.dtype.name if check_dtype else _wider(actual.dtype, expected.dtype)
+        a = actual.detach().numpy()
+        e = expected.detach().numpy()
+        scalar = actual.ndim == 0
+    else:  # numpy arrays
+        if actual.shape != expected.shape:
+            _fail(
+                f"The values for attribute 'shape' do not match: {actual.shape} != "
+                f"{expected.shape}.",
+                msg,
+                path,
+            )
+        if check_dtype and actual.dtype != expected.dtype:
+            _fail(
+                f"The values for attribute 'dtype' do not match: {actual.dtype} != "
+                f"{expected.dtype}.",
+                msg,
+                path,
+            )
+        name = str(np.promote_types(actual.dtype, expected.dtype))
+        a, e, scalar = actual, expected, False
+    common = np.promote_types(a.dtype, e.dtype)
+    if common.kind == "V" or str(common) == "bfloat16":  # (ml_dtypes' bfloat16: as float32)
+        common = np.dtype(np.float32)
+    a, e = np.asarray(a, dtype=common), np.asarray(e, dtype=common)
+    exact = common.kind in "iub"
+    rtol, atol = _tolerances(name, rtol, atol)
+    _compare_values(a, e, name, exact, rtol, atol, equal_nan, scalar, msg, path)
+
+
+def _wider(a, b) -> str:
+    from .ir.dtypes import promote
+
+    return promote(a, b).name
+
+
+def _pair(actual, expected, rtol, atol, equal_nan, check_device, check_dtype, msg, path):
+    import collections.abc as abc
+    import numbers
+
+    from .tensor import Tensor
+
+    if isinstance(actual, Tensor) and isinstance(expected, Tensor):
+        return _tensor_pair(
+            actual, expected, rtol, atol, equal_nan, check_device, check_dtype, msg, path
+        )
+    if isinstance(actual, np.ndarray) and isinstance(expected, np.ndarray):
+        return _tensor_pair(
+            actual, expected, rtol, atol, equal_nan, check_device, check_dtype, msg, path
+        )
+    scalars = (numbers.Number, np.number, np.bool_)
+    if isinstance(actual, scalars) and isinstance(expected, scalars):
+        if check_dtype and type(actual) is not type(expected):
+            _fail(f"The (d)types do not match: {type(actual)} != {type(expected)}.", msg, path)
+        a, e = np.asarray(actual), np.asarray(expected)
+        common = np.promote_types(a.dtype, e.dtype)
+        exact = common.kind in "iub"
+        rtol, atol = _tolerances("float64" if not exact else "int64", rtol, atol)
+        return _compare_values(
+            a.astype(common), e.astype(common), str(common), exact, rtol, atol, equal_nan, True,
+            msg, path,
+        )  # fmt: skip
+    strings = (str, bytes)
+    if (
+        isinstance(actual, abc.Sequence)
+        and isinstance(expected, abc.Sequence)
+        and not isinstance(actual, strings)
+        and not isinstance(expected, strings)
+    ):
+        if len(actual) != len(expected):
+            _fail(
+                f"The length of the sequences mismatch: {len(actual)} != {len(expected)}",
+                msg,
+                path,
+            )
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            _pair(a, e, rtol, atol, equal_nan, check_device, check_dtype, msg, [*path, i])
+        return None
+    if isinstance(actual, abc.Mapping) and isinstance(expected, abc.Mapping):
+        if set(actual) != set(expected):
+            missing = sorted(set(expected) - set(actual), key=repr)
+            extra = sorted(set(actual) - set(expected), key=repr)
+            _fail(
+                "The keys of the mappings do not match:\n"
+                f"Missing keys in the actual mapping: {missing}\n"
+                f"Extra keys in the actual mapping: {extra}",
+                msg,
+                path,
+            )
+        for k in expected:
+            _pair(actual[k], expected[k], rtol, atol, equal_nan, check_device, check_dtype, msg,
+                  [*path, k])  # fmt: skip
+        return None
+    if actual is None and expected is None:
+        return None
+    raise TypeError(
+        f"No comparison pair was able to handle inputs of type {type(actual)} and {type(expected)}."
+    )
+
+
+def assert_close(
+    actual,
+    expected,
+    *,
+    allow_subclasses: bool = True,
+    rtol: float | None = None,
+    atol: float | None = None,
+    equal_nan: bool = False,
+    check_device: bool = True,
+    check_dtype: bool = True,
+    check_layout: bool = True,
+    check_stride: bool = False,
+    msg=None,
+) -> None:
+    """torch.testing.assert_close: `actual` and `expected` (tensors, numpy arrays, Python
+    numbers, or sequences and mappings of them, compared item by item) are close: for
+    floats |actual - expected| <= atol + rtol * |expected| elementwise (rtol and atol by
+    dtype where neither is given: float32 1.3e-6 and 1e-5, float64 1e-7 and 1e-7, float16
+    1e-3 and 1e-5, bfloat16 1.6e-2 and 1e-5), integers and bools equal; shape, dtype and
+    device equal (`check_dtype=False`: compared in the wider dtype). NaN matches NaN only
+    with `equal_nan`. An AssertionError says how many elements differ and where the
+    greatest differences are, as torch's (`msg` replaces it, or a callable rewrites it);
+    inputs of types that cannot be compared raise TypeError.
+
+    >>> import fusegrad as fg
+    >>> assert_close(fg.tensor([1.0, 2.0]), fg.tensor([1.0, 2.0 + 1e-7]))
+    >>> assert_close(fg.tensor([1.0, 2.0]), fg.tensor([1.0, 2.5]))
+    Traceback (most recent call last):
+      ...
+    AssertionError: Tensor-likes are not close!
+    <BLANKLINE>
+    Mismatched elements: 1 / 2 (50.0%)
+    Greatest absolute difference: 0.5 at index (1,) (up to 1e-05 allowed)
+    Greatest relative difference: 0.20000000298023224 at index (1,) (up to 1.3e-06 allowed)
+    """
+    _pair(actual, expected, rtol, atol, equal_nan, check_device, check_dtype, msg, [])
+
+
+def assert_allclose(actual, expected, rtol=None, atol=None, equal_nan: bool = True, msg=""):
+    """torch.testing.assert_allclose (deprecated in torch for `assert_close`): the same
+    comparison with NaN matching NaN by default and the dtypes not checked."""
+    assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=equal_nan,
+                 check_dtype=False, msg=msg or None)  # fmt: skip
