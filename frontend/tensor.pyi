@@ -371,7 +371,9 @@ class Tensor:
     def exp(x):  # frontend/mathops.py: _primitive
         """exp(x) elementwise, as torch.exp: the primitive EXP (ir/ops.py)."""
     def exp2(x):  # frontend/mathops.py: exp2
-        """2^x = 2^n * e^(f ln 2) with n = round(x): 2^n is exact, so the error is e^'s alone."""
+        """2^x = 2^n * e^(f ln 2) with n = round(x): 2^n is exact, so the error is e^'s alone
+        (float64); a float32 x: e^(x ln 2) in float64, rounded once.
+        """
     def expm1(x):  # frontend/mathops.py: expm1
         """e^x - 1, accurate for tiny x: (u - 1) * x / log(u) with u = e^x (Kahan)."""
     def fix(x):  # frontend/mathops.py: trunc

@@ -179,6 +179,23 @@ class TorchModule(types.ModuleType):
         d["_fusegrad_target"], d["_fusegrad_shim"] = target, shim
         d["__path__"] = []  # a package: `import torch.nn.functional` finds its children
         d["__file__"] = getattr(target, "__file__", None) or type(target).__module__
+        if isinstance(target, types.ModuleType):
+            # its functions and classes in the module's own dict too, for scripts that read
+            # it (`models.__dict__[args.arch]()`, pytorch/examples' imagenet); settings and
+            # other values stay the target's, read and written through it
+            extra, prefix = EXTRA_NAMES.get(name, {}), name + "."
+            for key, value in list(vars(target).items()):
+                torch_name = prefix + key
+                if (
+                    key.startswith("_")
+                    or isinstance(value, types.ModuleType)
+                    or not callable(value)
+                    or key in extra
+                    or torch_name in NOT_TORCH
+                    or torch_name in TORCH_MODULES
+                ):
+                    continue
+                d[key] = value
 
     def __getattr__(self, name: str):
         shim, target = self.__dict__["_fusegrad_shim"], self.__dict__["_fusegrad_target"]

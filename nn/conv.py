@@ -627,7 +627,14 @@ def poolnd(
     if kind == "max":
         best = win.amax(axes)
         if best.requires_grad:
-            best = first_max_gradient(win, best, n)
+            if n == 2 and any(k > st for k, st in zip(kernel, stride)):
+                # overlapping windows (a ResNet's 3x3 stride-2 pool): each window's
+                # gradient added back by F.fold's sum, not the window view's own gradient,
+                # whose sum over the overlaps took 1.3 s a step at 4 x 64 x 112 x 112
+                back = (flat_pad, fill, kernel, stride, dilation, spatial)
+                best = first_max_gradient(win, best, n, x=x, back=back)
+            else:
+                best = first_max_gradient(win, best, n)
         if not return_indices:
             return best
         return best, _argmax_indices(win, best, spatial, flat_pad, kernel, stride, dilation)
@@ -649,27 +656,44 @@ def poolnd(
     return total / counts
 
 
-def first_max_gradient(win: Tensor, out: Tensor, n: int) -> Tensor:
+def first_max_gradient(win: Tensor, out: Tensor, n: int, x=None, back=None) -> Tensor:
     """The pooled maxima `out` with torch's gradient: all of it to the first maximum of each
     window (in row-major window order), none to later ties; where the window holds a NaN, to
-    its last NaN (torch's CPU kernel takes each NaN it meets)."""
+    its last NaN (torch's CPU kernel takes each NaN it meets). With `x` and `back` (a 2-D
+    pool's padding, fill, kernel, stride, dilation and input size), the gradient is `x`'s:
+    the windows' gradients summed back into the image by `add_blocks` (F.fold's sum)."""
 
     lead = win.shape[: win.ndim - n]
     size = 1
     for k in win.shape[win.ndim - n :]:
         size *= k
 
-    def rule(g, win):
+    def window_gradient(g, win):
         flat = win.detach().reshape(*lead, size)
         best = out.detach()[..., None]
         pos = arange(size)
         first = where(flat == best, pos, size).amin(-1, keepdim=True)
         last_nan = where(flat != flat, pos, -1).amax(-1, keepdim=True)
         pick = where(best != best, last_nan, first)
-        return [where(pos == pick, g[..., None], 0.0).reshape(win.shape)]
+        return where(pos == pick, g[..., None], 0.0).reshape(win.shape)
 
-    # a node of its own for the rule: `out` may equal an amax built elsewhere
-    return custom_gradient(out, [win], rule, own_node=True)
+    if back is None:
+        # a node of its own for the rule: `out` may equal an amax built elsewhere
+        return custom_gradient(out, [win], lambda g, win: [window_gradient(g, win)], own_node=True)
+    flat_pad, fill, kernel, stride, dilation, spatial = back
+
+    def rule(g, x):
+        xp = x.detach().pad(flat_pad, value=fill) if any(flat_pad) else x.detach()
+        win = sliding_windows(xp, kernel, stride, dilation)  # (*lead, oh, ow, kh, kw)
+        d = window_gradient(g, win)
+        rows = math.prod(d.shape[:-4])  # (the batch and channels)
+        blocks = d.reshape(rows, 1, *d.shape[-4:]).permute(0, 1, 4, 5, 2, 3)
+        image = add_blocks(blocks, xp.shape[-2:], stride, dilation)  # (rows, 1, Hp, Wp)
+        left, top = flat_pad[0], flat_pad[2]
+        image = image[:, 0, top : top + spatial[0], left : left + spatial[1]]
+        return [image.reshape(x.shape)]
+
+    return custom_gradient(out, [x], rule, own_node=True)
 
 
 def _pool_out_size(i: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:

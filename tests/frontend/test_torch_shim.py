@@ -393,3 +393,26 @@ def test_a_module_imported_for_an_option_imports_and_its_names_are_gaps(shim):
     with pytest.raises(AttributeError, match=r"torch\.onnx\.export is not in fusegrad"):
         torch.onnx.export  # noqa: B018
     assert shim.missing == ["torch.onnx.export"]
+
+
+def test_a_mapped_modules_functions_and_classes_are_in_its_dict(shim):
+    """pytorch/examples' imagenet lists `models.__dict__`'s callables for its --arch choices
+    and builds `models.__dict__[args.arch]()`; settings stay the target's (a write reaches
+    fusegrad's, a read sees it)."""
+    import torch
+    import torchvision.models as models
+
+    names = sorted(
+        n
+        for n in models.__dict__
+        if n.islower() and not n.startswith("__") and callable(models.__dict__[n])
+    )
+    assert "resnet18" in names
+    assert type(models.__dict__["resnet18"]()).__name__ == "ResNet"
+    assert "tensor" in torch.__dict__ and "jit" not in torch.__dict__
+    before = torch.backends.cudnn.benchmark
+    try:
+        torch.backends.cudnn.benchmark = not before
+        assert torch.backends.cudnn.benchmark is (not before)
+    finally:
+        torch.backends.cudnn.benchmark = before

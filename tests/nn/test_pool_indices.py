@@ -456,3 +456,45 @@ POOLS = {
         ],
     ),
 }
+
+
+def _max_pool2d_gradient(a, g, k, s, p, d):
+    """numpy: each window's gradient to its first maximum (its last NaN where it has one),
+    windows over the input padded by -inf, summed where windows overlap."""
+    kh, kw = k
+    padded = np.pad(a, [(0, 0)] * (a.ndim - 2) + [(p[0], p[0]), (p[1], p[1])],
+                    constant_values=-np.inf)  # fmt: skip
+    out = np.zeros_like(padded, dtype=np.float64)
+    for lead in np.ndindex(*a.shape[:-2]):
+        for i in range(g.shape[-2]):
+            for j in range(g.shape[-1]):
+                cells = [(i * s[0] + u * d[0], j * s[1] + v * d[1])
+                         for u in range(kh) for v in range(kw)]  # fmt: skip
+                vals = [padded[lead + c] for c in cells]
+                nans = [c for c, v in zip(cells, vals) if v != v]
+                pick = nans[-1] if nans else cells[int(np.argmax(vals))]
+                out[lead + pick] += g[lead + (i, j)]
+    h, w = a.shape[-2:]
+    return out[..., p[0] : p[0] + h, p[1] : p[1] + w]
+
+
+@pytest.mark.parametrize(
+    "shape, k, s, p, d",
+    [
+        ((2, 3, 11, 9), (3, 3), (2, 2), (1, 1), (1, 1)),  # a ResNet's stem pool
+        ((3, 8, 7), (3, 3), (1, 1), (1, 1), (1, 1)),  # unbatched, stride 1
+        ((1, 2, 10, 10), (3, 2), (2, 1), (1, 0), (1, 2)),  # dilated, one axis overlapping
+    ],
+)
+def test_overlapping_max_pool_gradients_sum_over_the_windows(shape, k, s, p, d):
+    """Windows that overlap (kernel past stride) send their gradients back through F.fold's
+    sum (`first_max_gradient`'s `back`), ties to the first maximum, NaN to the last NaN."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(shape).astype(np.float32)
+    a[..., 0, 0] = a[..., 0, 1]  # a tie inside the first windows
+    a[..., 4, 4] = np.nan
+    x = fg.tensor(a, requires_grad=True)
+    y = F.max_pool2d(x, k, s, p, d)
+    g = rng.standard_normal(y.shape).astype(np.float32)
+    (y * fg.tensor(g)).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), _max_pool2d_gradient(a, g, k, s, p, d), atol=1e-6)
