@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from . import cuda_amp as amp  # noqa: F401  (fg.cuda.amp: torch.cuda.amp's spellings)
 from .creation import manual_seed as seed_all_devices
-from .runtime import cuda as _runtime
 from .runtime.backend import get_backend
 
 
@@ -70,10 +69,8 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
     or with `including_emulation=False` a GPU of compute capability 8.0 or later."""
     if not is_available():
         return False
-    arch = getattr(_runtime.backend(), "arch", None)  # "sm_90" (the emulator: none)
-    if including_emulation or arch is None:
-        return True
-    return int(arch[3:].rstrip("a")) >= 80
+    capability = _backend().compute_capability  # (the emulator: None)
+    return including_emulation or capability is None or capability >= (8, 0)
 
 
 def _memory_stat(name: str) -> int:

@@ -39,6 +39,7 @@ from .devices import is_host
 from .errors import JitError, fail
 from .ir import node as N
 from .ir.ops import Ops
+from .jithooks import recording
 from .runtime.buffer import Buffer
 from .runtime.engine import engine
 
@@ -116,8 +117,6 @@ def optimizer_step(params):
                 node = p.node
                 if node.op is Ops.BUFFER and node.arg is entry.home:
                     stepped.append((p, entry, entry.home.array.copy()))
-        from .jit import recording  # (jit imports tensors, which import this module)
-
         if stepped and recording():  # (a replay runs the plan alone: no write-back)
             fail(
                 JitError,

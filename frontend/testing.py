@@ -8,11 +8,16 @@ True
 
 from __future__ import annotations
 
+import collections.abc as abc
+import numbers
+
 import numpy as np
 
 from .autograd import grad
 from .creation import from_numpy
 from .errors import FusegradError
+from .ir.dtypes import promote
+from .tensor import Tensor
 
 
 class GradcheckError(FusegradError, AssertionError):
@@ -227,8 +232,6 @@ def _compare_values(a, e, dtype_name, exact, rtol, atol, equal_nan, scalar, msg,
 
 
 def _tensor_pair(actual, expected, rtol, atol, equal_nan, check_device, check_dtype, msg, path):
-    from .tensor import Tensor
-
     if isinstance(actual, Tensor):
         if actual.shape != expected.shape:
             _fail(
@@ -282,17 +285,10 @@ def _tensor_pair(actual, expected, rtol, atol, equal_nan, check_device, check_dt
 
 
 def _wider(a, b) -> str:
-    from .ir.dtypes import promote
-
     return promote(a, b).name
 
 
 def _pair(actual, expected, rtol, atol, equal_nan, check_device, check_dtype, msg, path):
-    import collections.abc as abc
-    import numbers
-
-    from .tensor import Tensor
-
     if isinstance(actual, Tensor) and isinstance(expected, Tensor):
         return _tensor_pair(
             actual, expected, rtol, atol, equal_nan, check_device, check_dtype, msg, path

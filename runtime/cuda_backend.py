@@ -73,6 +73,12 @@ class CudaBackend(Backend):
         lanes = _LANES_PER_SM.get(dev.compute_capability()[0], 128)
         return 2 * lanes * sms * khz * 1e3 / 1e9
 
+    @property
+    def compute_capability(self) -> tuple[int, int] | None:
+        """The GPU's (major, minor) compute capability, None on the emulator."""
+        gpu = _gpu()
+        return None if gpu is None else tuple(gpu[1].compute_capability())
+
     def why_unavailable(self) -> str | None:
         return cuda.why_unavailable()
 
