@@ -70,6 +70,7 @@ TORCH_MODULES: dict[str, str] = {
     "torch.autograd.function": "fusegrad.function",
     "torch.autograd.functional": "fusegrad.autograd_functional",
     "torch.autograd.grad_mode": "fusegrad.autograd:grad_mode",
+    "torch.autograd.profiler": "fusegrad.autograd_profiler",
     "torch.autograd.graph": "fusegrad.autograd:graph",
     "torch.autograd.variable": "fusegrad.autograd:variable",
     "torch.backends": "fusegrad.backends",
@@ -121,6 +122,7 @@ TORCH_MODULES: dict[str, str] = {
     "torch.utils.data.sampler": "fusegrad.data",
     "torch.utils.tensorboard": "fusegrad.tensorboard",
     "torch.utils.tensorboard.writer": "fusegrad.tensorboard",
+    "torch.version": "fusegrad.torch_version",
     **{f"torch.nn.modules.{name}": "fusegrad.nn" for name in _NN_MODULE_FILES},
     # torchvision: MNIST over the shipped copy, the tensor transforms, save_image, ResNets
     "torchvision": f"{_TORCHVISION}:torchvision",

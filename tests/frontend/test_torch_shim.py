@@ -416,3 +416,16 @@ def test_a_mapped_modules_functions_and_classes_are_in_its_dict(shim):
         assert torch.backends.cudnn.benchmark is (not before)
     finally:
         torch.backends.cudnn.benchmark = before
+
+
+def test_torch_version_and_the_autograd_profilers_record_function(shim):
+    """`torch.version` answers as a torch built without CUDA; `torch.autograd.profiler`
+    has torch.profiler's `record_function`, and its legacy `profile` is a named gap."""
+    import torch
+
+    assert torch.version.cuda is None and torch.version.hip is None
+    assert torch.version.__version__ == fg.__version__
+    with torch.autograd.profiler.record_function("region"):
+        pass
+    with pytest.raises(AttributeError, match="torch.autograd.profiler.profile is not in fusegrad"):
+        torch.autograd.profiler.profile  # noqa: B018
