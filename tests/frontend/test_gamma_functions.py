@@ -107,7 +107,7 @@ def test_erfinv_inverts_erf():
 
 
 def test_erfinv_of_float32_is_within_an_ulp_of_the_float64_value_rounded():
-    """A float32 x takes fewer Newton steps, with erf and erfc to float32's need
+    """A float32 x takes one Newton step, with erf and erfc to float32's need
     (`mathops.ERFINV_STEPS_FLOAT32`): within 1 ulp of the float64 path rounded, across
     (-1, 1) and into both tails; the ends and NaN as float64's."""
     u = np.concatenate([np.linspace(-1, 1, 200_001)[1:-1], 1 - np.logspace(-7.2, -0.3, 20_000),
