@@ -27,6 +27,7 @@ run is repeatable, but its draws are not torch's.
 from __future__ import annotations
 
 import enum
+import functools
 import numbers
 from collections.abc import Sequence
 
@@ -51,6 +52,7 @@ class InterpolationMode(enum.Enum):
     LANCZOS = "lanczos"
 
 
+@functools.lru_cache(maxsize=64)  # (a data loader resizes every item to the same sizes)
 def filter_weights(in_size: int, out_size: int) -> np.ndarray:
     """The (out_size, in_size) weights of PIL's bilinear resampling along one axis (its
     `precompute_coeffs`): output pixel i centred at (i + 0.5) * scale in the input, a
@@ -73,18 +75,23 @@ def filter_weights(in_size: int, out_size: int) -> np.ndarray:
         w = np.maximum(1.0 - np.abs((x - center + 0.5) / filterscale), 0.0)
         total = w.sum()
         weights[i, lo:hi] = w / total if total != 0.0 else w
+    weights.setflags(write=False)  # (shared by every call: cached)
     return weights
 
 
-def _fixed_point(weights: np.ndarray) -> np.ndarray:
-    """PIL's 8-bit weights: each scaled by 2**PRECISION_BITS and rounded half away from 0."""
-    scaled = weights * (1 << PRECISION_BITS)
-    return np.where(scaled < 0, np.trunc(scaled - 0.5), np.trunc(scaled + 0.5)).astype(np.int64)
+@functools.lru_cache(maxsize=64)
+def _fixed_point(in_size: int, out_size: int) -> np.ndarray:
+    """PIL's 8-bit weights of `filter_weights`: each scaled by 2**PRECISION_BITS and
+    rounded half away from 0."""
+    scaled = filter_weights(in_size, out_size) * (1 << PRECISION_BITS)
+    kk = np.where(scaled < 0, np.trunc(scaled - 0.5), np.trunc(scaled + 0.5)).astype(np.int64)
+    kk.setflags(write=False)  # (cached)
+    return kk
 
 
 def _resample_uint8(image: np.ndarray, axis: int, out_size: int) -> np.ndarray:
     """One of PIL's 8-bit passes: `image` (uint8) resampled along `axis`, rounded."""
-    kk = _fixed_point(filter_weights(image.shape[axis], out_size))
+    kk = _fixed_point(image.shape[axis], out_size)
     moved = np.moveaxis(image.astype(np.int64), axis, -1)
     acc = moved @ kk.T + (1 << (PRECISION_BITS - 1))
     out = np.clip(acc >> PRECISION_BITS, 0, 255).astype(np.uint8)

@@ -52,7 +52,6 @@ from .creation_nodes import is_table
 from .ir import node as N
 from .ir.ops import MOVEMENT, Ops
 from .jithooks import recording
-from .movement import copied_data
 from .runtime.engine import engine
 from .tensor_base import TensorBase
 
@@ -175,7 +174,7 @@ def carried(device, taken) -> list:
     live = [t for k, t in enumerate(live) if last[id(t)] == k]
     _lazy.read_from = min(_lazy.read_from, since)
     out = _still_lazy(live, device, set(taken))
-    copies = [t for t, _ in out if copied_data(t) or from_constants(t)]
+    copies = [t for t, _ in out if from_constants(t)]
     if copies:
         _computed_apart(copies)
         out = [(t, n) for t, n in out if engine.value(n) is None]
@@ -183,6 +182,7 @@ def carried(device, taken) -> list:
 
 
 FROM_CONSTANTS_NODES = 256  # the most nodes `from_constants` walks
+_COPIES = (Ops.DETACH, Ops.CONTIGUOUS)  # what a view of data may pass through besides views
 
 # buffers computed from constants alone (`from_constants` of the value an in-place write
 # computed: `pe[:, 0::2] = ...` into `zeros`), while they live
@@ -198,10 +198,11 @@ def note_constant_value(t) -> None:
 
 
 def from_constants(t) -> bool:
-    """Whether `t`'s value is still to compute from constants alone, or is a view of
-    data: under it no buffer but the tables fusegrad builds for itself
-    (`creation_nodes.is_table`) and values computed before (zeros, `arange`, random draws,
-    the ops and writes in place over them), or only views down to buffers; within
+    """Whether `t`'s value is still to compute from constants alone, or only copies data:
+    under it no buffer but the tables fusegrad builds for itself (`creation_nodes.is_table`)
+    and values computed before (zeros, `arange`, random draws, the ops and writes in place
+    over them), or only views and copies down to buffers (`movement.copied_data`'s: a
+    corpus batched by `view(b, -1).t().contiguous()`); within
     FROM_CONSTANTS_NODES nodes, no gradient flowing into it, outside `fusegrad.jit`'s
     recording. A module's table made when it is built (a positional encoding's `pe` and the
     views of it kept alive, a causal mask `triu(full(...))` kept on `self` by the first
@@ -224,7 +225,7 @@ def from_constants(t) -> bool:
             return False
         if value(n) is not None and n is not node:  # (computed before)
             continue
-        views_only = views_only and (n.op in MOVEMENT or n.op is Ops.DETACH)
+        views_only = views_only and (n.op in MOVEMENT or n.op in _COPIES)
         for s in n.srcs:
             if id(s) not in seen:
                 seen.add(id(s))
@@ -233,12 +234,11 @@ def from_constants(t) -> bool:
 
 
 def _computed_apart(copies: list) -> None:
-    """Compute the carried tensors that only copy data (`movement.copied_data`: datasets
-    batched by `view(b, -1).t().contiguous()` at the start of a program) or are computed
-    from constants alone (`from_constants`: a module's tables) in a plan of their own, each
-    then pointed at its buffer: with the first step's outputs they would make its graph,
-    and plan, other than the later steps' (a word language model's 900 kernels, compiled
-    twice)."""
+    """Compute the carried tensors `from_constants` takes (datasets batched by
+    `view(b, -1).t().contiguous()` at the start of a program, a module's tables) in a plan
+    of their own, each then pointed at its buffer: with the first step's outputs they would
+    make its graph, and plan, other than the later steps' (a word language model's 900
+    kernels, compiled twice)."""
     engine.realize([t.node for t in copies])
     for t in copies:
         t.node = N.buffer(engine.value(t.node), t.shape, t.dtype)

@@ -685,17 +685,17 @@ def logaddexp2(a, b):
     return _with_grad(out, [(a, 1 / (1 + exp2(xb - xa))), (b, 1 / (1 + exp2(xa - xb)))])
 
 
-def _erfc_fraction(t, terms: int = 60):
+def _erfc_fraction(t):
     """sqrt(pi) times the continued fraction t + (1/2) / (t + 1 / (t + (3/2) / ...)) (60
-    terms: float64's), for t >= 2: erfc(t) = e^(-t^2) / it (`erf`, and erfcx = 1 / it)."""
+    terms), for t >= 2: erfc(t) = e^(-t^2) / it (`erf`, and erfcx = 1 / it)."""
     f = t
-    for k in range(terms, 0, -1):
+    for k in range(60, 0, -1):
         f = t + (k / 2) / f
     return math.sqrt(math.pi) * f
 
 
 def _erfc_convergent(t, terms: int):
-    """`_erfc_fraction(t, terms)` as its convergent A / B (Wallis: A_k = t A_(k-1) +
+    """`_erfc_fraction(t)` to `terms` terms, as its convergent A / B (Wallis: A_k = t A_(k-1) +
     (k/2) A_(k-2), B likewise), one division where the fraction takes one a term; every
     term positive, so no cancellation, and finite for t <= 8 and a few dozen terms."""
     a_prev, a_now = 1.0, t

@@ -163,8 +163,8 @@ def copied_data(x) -> bool:
     computed it, so a loop's first step builds the graph of the later ones, not one that
     holds the copy and slices it (its plan compiled twice: a word language model's 900
     kernels); a step computes it in a plan of its own for the same reason
-    (`carried.carried`). The copy is a kernel of its own either way (`contiguous()` is
-    stored)."""
+    (`carried.from_constants` takes it). The copy is a kernel of its own either way
+    (`contiguous()` is stored)."""
     node = x.node
     if node.op is not Ops.CONTIGUOUS or x.requires_grad or recording():
         return False

@@ -12,8 +12,9 @@ True
 A shared tensor's values live in an anonymous shared mapping (`mmap`, MAP_SHARED), which
 a forked child maps too (fusegrad.multiprocessing starts its processes by fork). Its node
 reads a buffer of its process's own, its *home*, into which the shared values are copied
-as every computation starts (`refresh`, from `autograd.realize` and an optimizer step):
-a plan reads one consistent copy, as torch reads the memory when its ops run. Where torch
+as every computation or host read starts (`refresh`, from `autograd.realize`,
+`Tensor.item` and an optimizer step): a plan reads one consistent copy, as torch reads the
+memory when its ops run. Where torch
 writes an update into the memory, fusegrad computes the new value into a new buffer (a
 plan's output), so it is written back: an optimizer step adds its change (the new value
 less the home's, which the step read) to the shared values, so that what another process
@@ -94,7 +95,8 @@ def _entry(t) -> _Entry | None:
 
 def refresh() -> None:
     """Copy each shared tensor's shared values into its home, where it reads its home: what
-    a computation starting now reads (`autograd.realize`, an optimizer step)."""
+    a computation or read starting now reads (`autograd.realize`, `Tensor.item`, an
+    optimizer step)."""
     for entry in list(_shared.values()):
         t = entry.ref()
         if t is not None:

@@ -329,6 +329,8 @@ class Tensor(*MIXINS, TensorBase):
         return a
 
     def item(self):
+        if shared_memory._shared:  # (a tensor shared between processes: its value now)
+            shared_memory.refresh()
         node = self.node
         if not engine.recording():  # (a jit recording refuses host reads: `_host`)
             if node.op is _BUFFER:

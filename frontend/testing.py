@@ -178,7 +178,7 @@ def _index(flat_position: int, shape: tuple) -> str:
     return "(" + ", ".join(str(int(i)) for i in index) + ("," if len(index) == 1 else "") + ")"
 
 
-def _compare_values(a, e, dtype_name, exact, rtol, atol, equal_nan, scalar, msg, path):
+def _compare_values(a, e, exact, rtol, atol, equal_nan, scalar, msg, path):
     """Fail where a and e (numpy arrays of one dtype) are not close: torch's report."""
     if exact:
         bad = a != e
@@ -231,57 +231,36 @@ def _compare_values(a, e, dtype_name, exact, rtol, atol, equal_nan, scalar, msg,
     _fail(text, msg, path)
 
 
+def _mismatch(attribute: str, actual, expected, msg, path: list) -> None:
+    _fail(
+        f"The values for attribute '{attribute}' do not match: {actual} != {expected}.",
+        msg,
+        path,
+    )
+
+
 def _tensor_pair(actual, expected, rtol, atol, equal_nan, check_device, check_dtype, msg, path):
-    if isinstance(actual, Tensor):
-        if actual.shape != expected.shape:
-            _fail(
-                f"The values for attribute 'shape' do not match: {actual.shape} != "
-                f"{expected.shape}.",
-                msg,
-                path,
-            )
-        if check_device and str(actual.device) != str(expected.device):
-            _fail(
-                f"The values for attribute 'device' do not match: {actual.device} != "
-                f"{expected.device}.",
-                msg,
-                path,
-            )
-        if check_dtype and actual.dtype is not expected.dtype:
-            _fail(
-                f"The values for attribute 'dtype' do not match: {actual.dtype} != "
-                f"{expected.dtype}.",
-                msg,
-                path,
-            )
+    """Two tensors, or two numpy arrays (as torch, which takes them as tensors)."""
+    tensors = isinstance(actual, Tensor)
+    if actual.shape != expected.shape:
+        _mismatch("shape", actual.shape, expected.shape, msg, path)
+    if tensors and check_device and str(actual.device) != str(expected.device):
+        _mismatch("device", actual.device, expected.device, msg, path)
+    if check_dtype and actual.dtype != expected.dtype:
+        _mismatch("dtype", actual.dtype, expected.dtype, msg, path)
+    if tensors:
         name = actual.dtype.name if check_dtype else _wider(actual.dtype, expected.dtype)
-        a = actual.detach().numpy()
-        e = expected.detach().numpy()
-        scalar = actual.ndim == 0
-    else:  # numpy arrays
-        if actual.shape != expected.shape:
-            _fail(
-                f"The values for attribute 'shape' do not match: {actual.shape} != "
-                f"{expected.shape}.",
-                msg,
-                path,
-            )
-        if check_dtype and actual.dtype != expected.dtype:
-            _fail(
-                f"The values for attribute 'dtype' do not match: {actual.dtype} != "
-                f"{expected.dtype}.",
-                msg,
-                path,
-            )
+        a, e = actual.detach().numpy(), expected.detach().numpy()
+    else:
         name = str(np.promote_types(actual.dtype, expected.dtype))
-        a, e, scalar = actual, expected, False
+        a, e = actual, expected
     common = np.promote_types(a.dtype, e.dtype)
     if common.kind == "V" or str(common) == "bfloat16":  # (ml_dtypes' bfloat16: as float32)
         common = np.dtype(np.float32)
     a, e = np.asarray(a, dtype=common), np.asarray(e, dtype=common)
     exact = common.kind in "iub"
     rtol, atol = _tolerances(name, rtol, atol)
-    _compare_values(a, e, name, exact, rtol, atol, equal_nan, scalar, msg, path)
+    _compare_values(a, e, exact, rtol, atol, equal_nan, actual.ndim == 0, msg, path)
 
 
 def _wider(a, b) -> str:
@@ -289,11 +268,8 @@ def _wider(a, b) -> str:
 
 
 def _pair(actual, expected, rtol, atol, equal_nan, check_device, check_dtype, msg, path):
-    if isinstance(actual, Tensor) and isinstance(expected, Tensor):
-        return _tensor_pair(
-            actual, expected, rtol, atol, equal_nan, check_device, check_dtype, msg, path
-        )
-    if isinstance(actual, np.ndarray) and isinstance(expected, np.ndarray):
+    both = isinstance(actual, Tensor) and isinstance(expected, Tensor)
+    if both or (isinstance(actual, np.ndarray) and isinstance(expected, np.ndarray)):
         return _tensor_pair(
             actual, expected, rtol, atol, equal_nan, check_device, check_dtype, msg, path
         )
@@ -305,10 +281,8 @@ def _pair(actual, expected, rtol, atol, equal_nan, check_device, check_dtype, ms
         common = np.promote_types(a.dtype, e.dtype)
         exact = common.kind in "iub"
         rtol, atol = _tolerances("float64" if not exact else "int64", rtol, atol)
-        return _compare_values(
-            a.astype(common), e.astype(common), str(common), exact, rtol, atol, equal_nan, True,
-            msg, path,
-        )  # fmt: skip
+        a, e = a.astype(common), e.astype(common)
+        return _compare_values(a, e, exact, rtol, atol, equal_nan, True, msg, path)
     strings = (str, bytes)
     if (
         isinstance(actual, abc.Sequence)

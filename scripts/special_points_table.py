@@ -360,6 +360,8 @@ ROW_REDUCE = {
     "F.linear": "F.linear(x, x)",
     "F.max_pool1d": "F.max_pool1d(x.unsqueeze(0), 2, 1)",
     "F.max_pool2d": "F.max_pool2d(x.reshape(1, 1, 2, 3), 2, 1)",
+    # windows that overlap (kernel past stride): the gradient summed back by F.fold's sum
+    "F.max_pool2d_overlap": "F.max_pool2d(x.reshape(1, 1, 2, 3), 3, 2, 1)",
     "F.cross_entropy": "F.cross_entropy(x, lib.tensor([0, 2]))",
     "F.cross_entropy_smooth": "F.cross_entropy(x, lib.tensor([0, 2]), label_smoothing=0.1)",
     "F.nll_loss": "F.nll_loss(x, lib.tensor([0, 2]))",
@@ -444,6 +446,12 @@ FLOAT32 |= {"amax", "max", "logsumexp", "norm", "F.layer_norm", "F.cross_entropy
 FLOAT32 |= {"F.binary_cross_entropy_with_logits_none", "softmax_dim", "log_softmax_dim"}
 FLOAT32 |= {"F.mse_loss_mean", "F.max_pool2d", "F.hardsigmoid", "F.relu6", "F.hardtanh"}
 FLOAT32 |= {"logit", "sinc", "dist"}
+# float32 computed to float32's need, apart from float64's (frontend/mathops.py)
+FLOAT32 |= {"erf", "erfc", "erfinv", "exp2", "expm1", "round", "round_ties", "floor", "ceil"}
+FLOAT32 |= {"trunc", "lgamma", "digamma", "F.max_pool2d_overlap"}
+
+# round's ties, to even on both sides, and the last halves below 2^23 (float32's integers)
+ROUND_TIES = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 4194304.5, -4194304.5, 8388607.0, 0.49999997]
 
 
 def _inplace_variants(table: dict) -> dict:
@@ -510,6 +518,7 @@ def cases() -> list[dict]:
     for name, expr in ROW_REDUCE.items():
         for values in ROWS:
             add(name, expr, [values])
+    add("round_ties", "x.round()", [ROUND_TIES])
     return out
 
 

@@ -178,3 +178,20 @@ def test_the_dcgan_pipeline_resizes_mnist_as_torchvision_composes_it():
     out = pipeline(digit)
     assert out.shape == (1, 64, 64)
     assert -1.0 <= float(out.min()) and float(out.max()) <= 1.0
+
+
+def test_edges_one_pixel_images_exact_sizes_and_refusals():
+    one = np.array([[200]], np.uint8)
+    assert (tv.Resize((3, 4))(one) == 200).all()  # (one pixel: every weight on it)
+    np.testing.assert_array_equal(tv.Resize((1, 1))(np.full((5, 7), 9, np.uint8)), [[9]])
+    t = fg.tensor(np.full((1, 1, 1), -0.0, np.float32))
+    grown = tv.Resize((2, 2))(t)
+    assert grown.shape == (1, 2, 2) and (grown.numpy() == 0).all()
+    np.testing.assert_array_equal(tv.CenterCrop(3)(one), [[0, 0, 0], [0, 200, 0], [0, 0, 0]])
+    image = np.arange(12, dtype=np.uint8).reshape(3, 4)
+    np.testing.assert_array_equal(tv.RandomCrop((3, 4))(image), image)  # (the one place)
+    np.testing.assert_array_equal(tv.CenterCrop((3, 4))(image), image)
+    with pytest.raises(ValueError, match="at least 2 dimensions"):
+        tv.Resize(2)(fg.tensor(1.0))
+    with pytest.raises(ValueError, match="H x W or H x W x C"):
+        tv.Resize(2)(np.zeros(3, np.uint8))

@@ -118,3 +118,17 @@ def test_a_jitted_step_over_shared_parameters_is_refused_naming_why():
     step(fg.ones(3, 2))  # (the first call runs as written; the second records)
     with pytest.raises(fg.JitError, match="shared memory"):
         step(fg.ones(3, 2))
+
+
+def _write_scalar(t, e) -> None:
+    t.fill_(5.0)
+    e.add_(1.0)  # (nothing to write: empty)
+
+
+def test_zero_d_and_empty_tensors_share_too():
+    t = fg.tensor(-0.0).share_memory_()
+    e = fg.zeros(0).share_memory_()
+    assert t.is_shared() and e.is_shared() and e.shape == (0,)
+    assert np.signbit(t.numpy())  # (-0.0 kept)
+    _run_in_child(_write_scalar, t, e)
+    assert t.item() == 5.0 and e.numpy().size == 0

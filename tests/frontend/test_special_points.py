@@ -62,6 +62,14 @@ ON_PURPOSE.update(
 )
 ON_PURPOSE.update(
     _each(
+        "digamma-float32-0",
+        "digamma's gradient, polygamma(1, x), is inf at the poles (0 and the negative "
+        "integers, here -1, -2, -3, -20, -50), where torch's float32 formula gives a large "
+        "finite number (docs/NUMERICS.md)",
+    )
+)
+ON_PURPOSE.update(
+    _each(
         "sinc-float64-0 fg.sinc-float64-0 sinc_-float64-0",
         "torch's sinc gradient (pi x cos(pi x) - sin(pi x)) / (pi x^2) cancels to rounding "
         "noise near 0 (-2.1e-8 at 1e-8, whose slope is -3.3e-8); fusegrad sums its series there",

@@ -98,3 +98,13 @@ def test_the_report_is_torchs_word_for_word(actual, expected):
     torch = pytest.importorskip("torch")
     want = _message(torch.testing.assert_close, torch.tensor(actual), torch.tensor(expected))
     assert _message(assert_close, T(actual), T(expected)) == want
+
+
+def test_empty_zero_d_and_signed_zero_inputs_as_torch():
+    assert_close(T([]), T([]))
+    assert_close(fg.zeros(0, 3), fg.zeros(0, 3))
+    assert_close(T(-0.0), T(0.0))  # (equal values: the sign of zero is not compared)
+    assert_close(np.array(1.0), np.array(1.0))
+    text = _message(assert_close, T(1.0), T([1.0]))
+    assert text == "The values for attribute 'shape' do not match: () != (1,)."
+    assert _message(assert_close, np.array(1.0), np.array(2.0)).startswith("Scalars are not close!")
