@@ -1,12 +1,15 @@
 """The first training step with an empty and with a warm compile cache, phase by phase.
 
-Run:  .venv/bin/python benchmarks/cold_start.py [--model lenet|transformer|both] [--runs 3]
+Run:  .venv/bin/python benchmarks/cold_start.py [--model MODEL] [--runs 3]
                                                 [--against OTHER_PYTHON]
+
+MODEL: lenet, transformer, both (the default: those two), resnet18, gpt, vit or lstm.
 
 Each first step runs in a fresh process (`python -c`), so nothing is compiled or
 imported beforehand: LeNet-5 (batch 64, SGD with momentum, the loop body of
 lenet_step.py) and the char transformer (batch 32 x 64 chars, dim 64, 4 heads, 2
-layers, AdamW with clipping: char_transformer_step.py's step). "cold" is a new, empty
+layers, AdamW with clipping: char_transformer_step.py's step), or one of models.py's
+real models (its plain-loop step). "cold" is a new, empty
 `FUSEGRAD_CACHE` folder; "warm" is a second fresh process on the folder the cold one
 filled (the disk cache only: no plan or kernel survives a process).
 
@@ -64,6 +67,17 @@ ct.train_step(model, opt, x, y).item()
 first, cpu = time.perf_counter() - t, cpu_seconds() - cpu0
 """
 
+REAL = """
+import sys, time
+sys.path.insert(0, {here!r})
+import models
+_, batch, step = models.fusegrad_step({name!r})
+x, y = batch(0)
+cpu0, t = cpu_seconds(), time.perf_counter()
+step(x, y)
+first, cpu = time.perf_counter() - t, cpu_seconds() - cpu0
+"""
+
 REPORT = """
 import json
 from fusegrad.pipeline import compiler
@@ -72,11 +86,13 @@ print(json.dumps({"first": first, "cpu": cpu, **compiler.stats, **phases.snapsho
 """
 
 MODELS = {"lenet": LENET, "transformer": TRANSFORMER}
+REAL_MODELS = ("resnet18", "gpt", "vit", "lstm")  # benchmarks/models.py's, by their step
 
 
 def first_step(model: str, cache: str, python: str = sys.executable) -> dict:
     """The first step of `model` in a fresh process of `python` on the cache folder."""
-    code = CPU_SECONDS + MODELS[model].format(here=HERE) + REPORT
+    body = MODELS.get(model, REAL).format(here=HERE, name=model)
+    code = CPU_SECONDS + body + REPORT
     env = dict(os.environ, FUSEGRAD_CACHE=cache)
     out = subprocess.run([python, "-c", code], env=env, capture_output=True, text=True, check=False)
     if out.returncode != 0:
@@ -143,7 +159,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--model", choices=["lenet", "transformer", "both"], default="both")
+    ap.add_argument(
+        "--model", choices=["lenet", "transformer", "both", *REAL_MODELS], default="both"
+    )
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--against", help="another python (venv) to alternate with")
     args = ap.parse_args()

@@ -317,7 +317,7 @@ def make_cases(n_chain: int, n_rows: int, n_mm: int) -> list[Case]:
             lambda: bt @ ct,
         ]
         assert len(torch_runs) == len(cases)
-        for case, run in zip(cases, torch_runs):
+        for case, run in zip(cases, torch_runs, strict=True):
             case.runs[TORCH] = run
     return cases
 
@@ -899,11 +899,10 @@ def bf16_cases(n_chain: int, n_rows: int, n_mm: int) -> list[Case]:
         torch_runs = [
             lambda: bt @ ct,
             lambda: bth @ cth,
-            lambda: bth @ cth,
             lambda: torch.relu(torch.exp(xth * 0.5 + 1.0) * xth - 3.0) / (1 + xth * xth),
             lambda: torch.softmax(ath, dim=1),
         ]
-        for case, run in zip(cases, torch_runs):
+        for case, run in zip(cases, torch_runs, strict=True):
             case.runs[TORCH] = run
     return cases
 

@@ -90,6 +90,10 @@ POLLED_ROW_WORK = 1 << 20
 POLL_WORK = 1 << 16
 # the last parameter of a kernel that reads the cancel word: the word's address
 CANCEL_PARAM = "ptr %cancel.word"
+# the most iterations of a reduction kernel's loop that LLVM's unroller may take apart
+# (`loop_hints`): a convolution's window rows and columns, not a sum's rows (ResNet-18's
+# first step: 0.45 s less of LLVM, its kernels as fast; benchmarks/README.md, Zen 4)
+UNROLL_MOST = 8
 
 
 def mem_type(dt: DType) -> str:
@@ -405,15 +409,23 @@ class _Renderer:
 
     def loop_hints(self, s: Loop) -> str:
         """The `!llvm.loop` metadata of loop `s`'s back edge, or "": the loop vectorizer's
-        width for this loop alone (`Loop.lanes`), and, in a kernel with no reduction,
-        `llvm.loop.unroll.disable`. There LLVM's full unrolling of a short inner loop turns
-        the loop around it into interleaved groups of strided stores, which its vectorizer
-        can take half a second over, for no faster a kernel: the vectorizer interleaves an
-        elementwise loop's vector body itself (docs/pipeline/6-compiling.md)."""
+        width for this loop alone (`Loop.lanes`), and `llvm.loop.unroll.disable` on every
+        loop of a kernel with no reduction and on a reduction's loops of more than
+        `UNROLL_MOST` iterations. In an elementwise kernel LLVM's full unrolling of a short
+        inner loop turns the loop around it into interleaved groups of strided stores,
+        which its vectorizer can take half a second over, for no faster a kernel: the
+        vectorizer interleaves an elementwise loop's vector body itself. In a reduction the
+        unroller still takes a convolution's 3 x 3 window apart (its offsets constants),
+        but no longer unrolls 64 rows of 32-lane vectors (a BatchNorm's statistics: 0.1 s
+        of O3 each) nor a tile's long sum, which run as fast as loops. Not in a plan whose
+        sizes vary (`templates.active()`): there a loop's extent may be a literal its
+        generic kernel is given, and the code must be the same at every size
+        (docs/pipeline/6-compiling.md)."""
         hints = []
         if s.lanes:
             hints.append(f'!{{!"llvm.loop.vectorize.width", i32 {s.lanes}}}')
-        if not self.unroll:
+        long = s.kind != "parallel" and s.extent > UNROLL_MOST
+        if not self.unroll or (long and not templates.active()):
             hints.append('!{!"llvm.loop.unroll.disable"}')
         if not hints:
             return ""

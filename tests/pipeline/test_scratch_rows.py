@@ -4,9 +4,9 @@ A float16 or bfloat16 softmax (log-softmax, layer norm) keeps the value its sum'
 its output pass share (`exp(x - max)`, `x - max`, `x - mean`) in a float32 row of the
 thread's own instead of recomputing it: `exp` runs once per element and the output is
 rounded once. Oracles: numpy in float64 on the rounded inputs, and fusegrad's own float32
-kernel on the same inputs, rounded once (`.to(dtype)`): the two must agree bit for bit,
-since both compute the same float32 values and round the quotient once (within one ulp on
-a host without AVX-512, where LLVM may vectorize the two kernels' short sums differently).
+kernel on the same inputs, rounded once (`.to(dtype)`): the two agree within one ulp, bit
+for bit but at a few rounding ties (the two kernels may add a row in different orders:
+`assert_rounded_float32`).
 Row lengths straddle the vector widths; many rows spread over the threads; special values
 sit in every row.
 """
@@ -81,23 +81,19 @@ def assert_within_ulp(got: fg.Tensor, want: fg.Tensor, dtype: str) -> None:
     assert apart.max(initial=0) <= 1, (apart.max(), a[ok][apart > 1][:5], b[ok][apart > 1][:5])
 
 
-def assert_same_bits(got: fg.Tensor, want: fg.Tensor) -> None:
-    a, b = got.float().numpy(), want.float().numpy()
-    np.testing.assert_array_equal(np.isnan(a), np.isnan(b))
-    same = np.isnan(a) | (a.view(np.uint32) == b.view(np.uint32))
-    assert same.all(), (np.argwhere(~same)[:5], a[~same][:5], b[~same][:5])
-
-
 def assert_rounded_float32(got: fg.Tensor, want: fg.Tensor, dtype: str) -> None:
     """`got`, a 16-bit row kernel's result, is `want`, the float32 kernel's, rounded once:
-    the same bits where LLVM vectorizes both kernels' short row sums alike (hosts with
-    AVX-512); with AVX2 only it may vectorize the float32 kernel's sum and leave the 16-bit
-    kernel's (which also fills its scratch row) scalar, adding in another order, and a
-    quotient at a rounding tie then lands one ulp apart (docs/NUMERICS.md)."""
-    if wide_registers():
-        assert_same_bits(got, want)
-    else:
-        assert_within_ulp(got, want, dtype)
+    within one ulp everywhere, and the same bits in all but a few elements in 10,000. The
+    two kernels need not add a row's values in one order (with AVX2 only LLVM may
+    vectorize the float32 kernel's sum and leave the 16-bit kernel's, which also fills its
+    scratch row, scalar; on AVX-512 a 1027-long row's sums were seen to differ too), and a
+    quotient at a rounding tie then lands one ulp apart (docs/NUMERICS.md): which element
+    does depends on the data, so bits alone made the test depend on the order tests drew
+    their random rows in."""
+    assert_within_ulp(got, want, dtype)
+    a, b = got.float().numpy(), want.float().numpy()
+    apart = ~(np.isnan(a) | (a.view(np.uint32) == b.view(np.uint32)))
+    assert apart.sum() <= max(1, a.size // 2000), (np.argwhere(apart)[:5], a[apart][:5])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -224,8 +224,26 @@ def test_an_elementwise_kernel_is_left_to_the_vectorizer_and_a_sum_to_the_unroll
     x = fg.from_numpy(RNG.standard_normal(N).astype(np.float32))
     check_vectorized(one_kernel(chain(x)), np.float32, [MUL])
     assert "llvm.loop.unroll.disable" in one_kernel(chain(x)).llvm_ir
-    s = fg.from_numpy(a.reshape(256, 512)).sum(1)
+    s = fg.from_numpy(a.reshape(256 * 512 // 4, 4)).sum(1)  # (its short loop: unrolled)
     assert "unroll.disable" not in one_kernel(s).llvm_ir
+
+
+def test_a_reductions_long_loops_are_not_unrolled_and_a_windows_are():
+    # a BatchNorm's statistics: 64 rows of 32-lane vectors summed, which O3 unrolled into
+    # 60 KB of code (0.1 s of LLVM) for no faster a kernel; a 3 x 3 window's loops are
+    # still the unroller's (their offsets become constants)
+    a = RNG.standard_normal((16, 64, 256)).astype(np.float32)
+    s = fg.from_numpy(a).sum((0, 1))
+    k = one_kernel(s)
+    assert '!"llvm.loop.unroll.disable"' in k.llvm_ir
+    np.testing.assert_allclose(s.numpy(), a.astype(np.float64).sum((0, 1)), rtol=1e-5, atol=1e-4)
+    assert max(k.llvm_ir_optimized.count("\n"), 1) < 4 * k.llvm_ir.count("\n")
+    x = fg.from_numpy(RNG.standard_normal((2, 3, 8, 8)).astype(np.float32))
+    w = fg.from_numpy(RNG.standard_normal((4, 3, 3, 3)).astype(np.float32))
+    y = fg.nn.functional.conv2d(x, w, padding=1).realize()
+    (conv,) = [k for k in fg.kernels(y) if k.name.startswith("r_sum")]
+    assert re.search(r"icmp slt i64 %r\d\.\d+, 3\n", conv.llvm_ir)  # (a window's loop of 3)
+    assert "unroll.disable" not in conv.llvm_ir
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
