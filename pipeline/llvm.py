@@ -91,8 +91,8 @@ POLL_WORK = 1 << 16
 # the last parameter of a kernel that reads the cancel word: the word's address
 CANCEL_PARAM = "ptr %cancel.word"
 # the most iterations of a reduction kernel's loop that LLVM's unroller may take apart
-# (`loop_hints`): a convolution's window rows and columns, not a sum's rows (ResNet-18's
-# first step: 0.45 s less of LLVM, its kernels as fast; benchmarks/README.md, Zen 4)
+# (`loop_hints`): a convolution's window rows and columns, not a sum's rows (figures:
+# benchmarks/README.md)
 UNROLL_MOST = 8
 
 
@@ -139,6 +139,8 @@ class _Renderer:
         # LLVM's unroller is for loops that accumulate; a kernel without any is left as
         # it is vectorized (see `loop_hints`)
         self.unroll = has_reduce_loop(kernel.body)
+        # ...and only for its short loops, but in a plan whose sizes vary (`loop_hints`)
+        self.unroll_long = self.unroll and templates.active()
         self.math: set[tuple[str, str, int | None]] = set()
         self.decls: set[str] = set()
         self.n = 0
@@ -425,7 +427,7 @@ class _Renderer:
         if s.lanes:
             hints.append(f'!{{!"llvm.loop.vectorize.width", i32 {s.lanes}}}')
         long = s.kind != "parallel" and s.extent > UNROLL_MOST
-        if not self.unroll or (long and not templates.active()):
+        if not self.unroll or (long and not self.unroll_long):
             hints.append('!{!"llvm.loop.unroll.disable"}')
         if not hints:
             return ""
