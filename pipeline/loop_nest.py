@@ -45,7 +45,7 @@ from .loopir import (
     Select,
     Store,
 )
-from .reductions import CASCADE_MIN, LANE_MAX_MIN, reduce_identity, zero_value
+from .reductions import LANE_MAX_MIN, cascade_min, reduce_identity, zero_value
 from .row_patterns import (
     online_exp_max,
     row_axis,
@@ -548,7 +548,7 @@ class Lowerer(TiledContraction, CascadeSums):
         self.statistics += 1
         row = math.prod(n.srcs[0].shape[a] for a in n.arg)
         long_sum = self.row_cascade and n.op is Ops.SUM and n.dtype.is_float
-        long_sum = long_sum and row >= CASCADE_MIN
+        long_sum = long_sum and row >= cascade_min()
         self.cascade_lanes = (64 if row >= 256 else 32) if long_sum else 0
         try:
             if self.cascade_lanes:

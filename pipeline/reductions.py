@@ -11,11 +11,13 @@ leave scalar. `pipeline/lower.py` asks these in turn; `pipeline/cascade.py` and
 
 from __future__ import annotations
 
+import functools
 import math
 
 from ..ir.dtypes import DType
 from ..ir.ops import Ops
 from ..ir.symbolic import FloorDiv, Lin, Mod
+from .llvm_math import host_has
 from .loopir import AccUpdate, Alu, Const, Kernel, Load, Loop, Select, Store
 from .schedule import ScheduleItem
 
@@ -69,7 +71,21 @@ def cascade_rows(item: ScheduleItem, out_groups, red_groups) -> tuple[int, int] 
 
 
 CASCADE_FANOUT = 16  # vectors (or blocks) an accumulator receives before it moves up a level
-CASCADE_MIN = 1024  # a shorter sum is accurate as LLVM vectorizes it (<= 16 adds per lane)
+# A shorter sum is accurate as LLVM vectorizes it: at most 64 adds in each of its lanes,
+# where a loop body too large to interleave (a softmax's exp and sum) leaves one vector of
+# partial sums, 16 lanes with AVX-512 and 8 with AVX2 (a 1000-long softmax row on AVX2 summed
+# 125 values a lane: 9 ulps of error in every output of the row).
+CASCADE_ADDS_PER_LANE = 64
+
+
+@functools.cache
+def cascade_min() -> int:
+    """The shortest float sum summed as a cascade (`cascade_lanes`, `tile_cascades`, a row
+    statistic's `Lowerer._gen_row_reduce`): CASCADE_ADDS_PER_LANE times the float32 lanes
+    of the host's vectors, 1024 with AVX-512, 512 without."""
+    return CASCADE_ADDS_PER_LANE * (16 if host_has("avx512f") else 8)
+
+
 # the shortest innermost loop a cascaded sum takes: a batch norm's 8 x 8 plane is two vectors
 # of 32 lanes, which LLVM otherwise sums as one scalar chain, unrolled (twice the compile)
 CASCADE_MIN_ROW = 64
@@ -79,13 +95,13 @@ CASCADE_TILE_MAX = 64  # a tile's accumulators, times its levels, must fit the r
 def tile_cascades(item: ScheduleItem, red_groups, size: int) -> bool:
     """Whether a register tile of `size` accumulators (not lanes along the sum) sums as a
     cascade (`CascadeSums._tile_cascades`): a float sum over one reduction group at least
-    CASCADE_MIN long, into at most CASCADE_TILE_MAX accumulators."""
+    `cascade_min()` long, into at most CASCADE_TILE_MAX accumulators."""
     red = item.reduce
     if red.op is not Ops.SUM or not red.dtype.is_float:
         return False
     if len(red_groups) != 1 or size > CASCADE_TILE_MAX:
         return False
-    return math.prod(red.srcs[0].shape) // max(red.numel, 1) >= CASCADE_MIN
+    return math.prod(red.srcs[0].shape) // max(red.numel, 1) >= cascade_min()
 
 
 def _streamed_reduce_loop(plain: Kernel) -> Loop | None:
@@ -133,7 +149,7 @@ def lane_max(plain: Kernel, item: ScheduleItem, red_groups) -> bool:
 def cascade_lanes(plain: Kernel, item: ScheduleItem) -> int:
     """The vector width of a cascaded sum for this kernel, or 0 where it keeps its plain loops.
 
-    A float sum of at least CASCADE_MIN elements per output whose innermost reduction loop
+    A float sum of at least `cascade_min()` elements per output whose innermost reduction loop
     reads every operand contiguously, or not at all (a row sum, a softmax denominator, a
     full sum), is summed in a tree (see `CascadeSums.gen_cascade`): as fast as one long loop,
     with PyTorch's accuracy instead of an error growing with the length. Sums read with a
@@ -142,7 +158,7 @@ def cascade_lanes(plain: Kernel, item: ScheduleItem) -> int:
     red = item.reduce
     if red is None or red.op is not Ops.SUM or not red.dtype.is_float:
         return 0
-    if math.prod(red.srcs[0].shape) // max(red.numel, 1) < CASCADE_MIN:
+    if math.prod(red.srcs[0].shape) // max(red.numel, 1) < cascade_min():
         return 0
     loop = _streamed_reduce_loop(plain)
     if loop is None or loop.extent < CASCADE_MIN_ROW:

@@ -12,7 +12,7 @@ import pytest
 
 import fusegrad as fg
 import fusegrad.nn.functional as F
-from fusegrad.pipeline.reductions import CASCADE_MIN
+from fusegrad.pipeline.reductions import cascade_min
 from fusegrad.pipeline.schedule import MAX_SIBLINGS, schedule
 
 RNG = np.random.default_rng(32)
@@ -60,7 +60,7 @@ def test_long_column_sums_cascade_together():
 @pytest.mark.parametrize("shape", [(2048, 64), (3000, 5), (64, 96)])
 def test_a_sibling_sums_as_it_does_alone(shape):
     # the same loops and the same tree of accumulators. A cascaded sum's adds are ordered
-    # (at least CASCADE_MIN rows): no bit changes. A short one's are LLVM's to vectorize and
+    # (at least `cascade_min()` rows): no bit changes. A short one's are LLVM's to vectorize and
     # contract (a multiply and an add into one FMA), which may differ in the last bits.
     arr = f32(*shape)
     x, y = realized(arr), realized(arr)  # `alone` on its own buffer: no value remembered for x
@@ -68,7 +68,7 @@ def test_a_sibling_sums_as_it_does_alone(shape):
     s, q = x.sum(0), (x * x - 1).sum(0)
     assert len(fg.kernels(s, q)) == 1
     for got, want in zip([s.numpy(), q.numpy()], alone):
-        if shape[0] >= CASCADE_MIN:
+        if shape[0] >= cascade_min():
             np.testing.assert_array_equal(got, want)
         else:
             np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)
@@ -85,7 +85,7 @@ def test_row_sums_and_row_maxima(shape):
     s, q, hi, lo = x.sum(1), (x * x).sum(1), x.amax(1), (-x).amax(1)
     assert len(fg.kernels(s, q, hi, lo)) == 2
     for got, want in zip([s, q], alone):
-        if shape[1] >= CASCADE_MIN:
+        if shape[1] >= cascade_min():
             np.testing.assert_array_equal(got.numpy(), want)
         else:
             np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)

@@ -197,10 +197,12 @@ def test_16bit_softmax_computes_exp_once_from_a_float32_scratch_row(dtype):
     x = fg.tensor(RNG.standard_normal((16, 1000)).astype(np.float32)).to(getattr(fg, dtype))
     (k,) = fg.kernels(x.realize().softmax(-1))
     ir = k.loop_ir
-    assert ir.count("exp(") == 1, ir  # before: twice, in the sum and in the output
     assert "scratch scratch0: float32[1000]" in ir, ir
     lines = [s.strip() for s in ir.splitlines()]
     head = next(i for i, s in enumerate(lines) if s.startswith("for o1 in"))
+    # exp in the sum's pass only (there twice where the row cascades: its loop and its
+    # ragged tail), not in the output pass, which reads the scratch row
+    assert "exp(" in "\n".join(lines[:head]) and "exp(" not in "\n".join(lines[head:]), ir
     assert "load scratch0[o1]" in "\n".join(lines[head:]), ir
 
 

@@ -465,8 +465,11 @@ def test_a_program_s_chunk_counters_are_zero_after_every_run(tail):
     plans = [p for p in engine.plans.values() if p.program is not None and p.counters > 2]
     assert plans
     for plan in plans:
+        # the counters end the table, but for the addresses of generic kernels' literals
+        # (a plan of sizes that vary, left by an earlier test: `_program_arrays`)
+        end = -len(plan.lits_words) or None
         for _, view, _, _ in plan.ready:
-            assert (view[len(view) - plan.counters + 2 :] == 0).all()
+            assert (view[:end][-plan.counters + 2 :] == 0).all()
 
 
 def test_a_small_kernel_runs_whole_on_this_thread_and_the_bounds_are_read_at_launch(
