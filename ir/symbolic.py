@@ -296,16 +296,22 @@ class Lin:
             rest = rest + (-(lo // c)) * c
         return lin(Mod(rest, c))
 
-    def substitute(self, env: dict[Atom, Lin]) -> Lin:
-        """Replace variables by expressions, re-simplifying on the way up."""
+    def substitute(self, env: dict[Atom, Lin], _done: dict | None = None) -> Lin:
+        """Replace variables by expressions, re-simplifying on the way up.
+
+        A division or remainder met again inside is substituted once (`_done`, by atom):
+        a strided convolution's gradient indexes through divisions nested a dozen deep
+        that repeat the same few, which substituted anew at every use took seconds."""
+        done = {} if _done is None else _done
         out = lin(self.const)
         for a, c in self.terms:
             if a in env:
                 v = env[a]
-            elif isinstance(a, FloorDiv):
-                v = a.x.substitute(env) // a.c
-            elif isinstance(a, Mod):
-                v = a.x.substitute(env) % a.c
+            elif isinstance(a, (FloorDiv, Mod)):
+                v = done.get(a)
+                if v is None:
+                    x = a.x.substitute(env, done)
+                    v = done[a] = x // a.c if isinstance(a, FloorDiv) else x % a.c
             else:
                 v = lin(a)
             out = out + v * c
