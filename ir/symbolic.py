@@ -300,8 +300,8 @@ class Lin:
         """Replace variables by expressions, re-simplifying on the way up.
 
         A division or remainder met again inside is substituted once (`_done`, by atom):
-        a strided convolution's gradient indexes through divisions nested a dozen deep
-        that repeat the same few, which substituted anew at every use took seconds."""
+        a strided convolution's gradient indexes through deeply nested divisions that
+        repeat the same few, so substituting each anew at every use grows with the depth."""
         done = {} if _done is None else _done
         out = lin(self.const)
         for a, c in self.terms:

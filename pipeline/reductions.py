@@ -73,8 +73,8 @@ def cascade_rows(item: ScheduleItem, out_groups, red_groups) -> tuple[int, int] 
 CASCADE_FANOUT = 16  # vectors (or blocks) an accumulator receives before it moves up a level
 # A shorter sum is accurate as LLVM vectorizes it: at most 64 adds in each of its lanes,
 # where a loop body too large to interleave (a softmax's exp and sum) leaves one vector of
-# partial sums, 16 lanes with AVX-512 and 8 with AVX2 (a 1000-long softmax row on AVX2 summed
-# 125 values a lane: 9 ulps of error in every output of the row).
+# partial sums, 16 lanes with AVX-512 and 8 with AVX2 (a 1000-long softmax row left to it on
+# AVX2 was off by several ulps in every output of the row).
 CASCADE_ADDS_PER_LANE = 64
 
 
