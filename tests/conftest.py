@@ -65,6 +65,16 @@ os.environ["FUSEGRAD_CACHE"] = os.environ.get("FUSEGRAD_TEST_CACHE") or os.path.
     _XDG, "fusegrad-tests"
 )
 
+# pytest-xdist workers that fill the cores (scripts/test.sh: one a core) compile each new
+# plan's kernels in their own process: forked compilers beside a busy sibling worker find no
+# idle core, and each fork copies the worker's page tables and faults its pages back in. The
+# processes the tests start inherit it; tests of forked compiling set compile_workers
+# themselves. A FUSEGRAD_COMPILE_WORKERS of the caller's own is kept.
+_XDIST_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+if _XDIST_WORKERS and _XDIST_WORKERS >= (_CORES or 1):
+    os.environ.setdefault("FUSEGRAD_COMPILE_WORKERS", "1")
+
 # kernels are the same on every run: the fixed register tiles, not timed ones
 # (runtime/autotune.py; tests/runtime/test_autotune.py turns the autotuner on itself)
 os.environ["FUSEGRAD_AUTOTUNE"] = "0"
