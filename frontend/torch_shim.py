@@ -240,6 +240,9 @@ class TorchShim(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def __init__(self):
         self._missing: dict[str, None] = {}
         self._modules: dict[str, TorchModule] = {}
+        # the real torch or torchvision modules `install` took out of sys.modules, which
+        # `uninstall` puts back: imported anew beside its loaded extension, torch fails
+        self.displaced: dict[str, types.ModuleType] = {}
 
     @property
     def missing(self) -> list[str]:
@@ -291,21 +294,27 @@ def _is_mapped_package(name: str) -> bool:
 
 def install() -> TorchShim:
     """Put a `TorchShim` first on `sys.meta_path` (so it wins over an installed torch or
-    torchvision, whose modules already imported are dropped) and return it."""
-    for name in [n for n in sys.modules if _is_mapped_package(n)]:
-        del sys.modules[name]
+    torchvision, whose modules already imported are set aside until `uninstall`) and
+    return it."""
     shim = TorchShim()
+    for name in [n for n in sys.modules if _is_mapped_package(n)]:
+        shim.displaced[name] = sys.modules.pop(name)
     sys.meta_path.insert(0, shim)
     return shim
 
 
 def uninstall(shim: TorchShim) -> None:
-    """Take `shim` off `sys.meta_path` and its torch modules out of `sys.modules`."""
+    """Take `shim` off `sys.meta_path` and its torch modules out of `sys.modules`, and put
+    back the modules `install` set aside (a real torch imported before: importing it
+    again would run its extension's start a second time)."""
     if shim in sys.meta_path:
         sys.meta_path.remove(shim)
     for name in [n for n in sys.modules if _is_mapped_package(n)]:
         if isinstance(sys.modules[name], TorchModule):
             del sys.modules[name]
+    for name, module in shim.displaced.items():
+        sys.modules.setdefault(name, module)
+    shim.displaced.clear()
 
 
 def summary(missing: list[str]) -> str:

@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import numpy as np
@@ -321,14 +322,42 @@ def test_torchvision_reads_as_fusegrads_stand_in_and_its_missing_names_are_gaps(
         import torchvision.ops  # noqa: F401
     assert shim.missing == ["torchvision.datasets.FashionMNIST", "torchvision.ops"]
     torch_shim.uninstall(shim)
-    assert not any(n.startswith("torchvision") for n in sys.modules)
+    assert not any(
+        isinstance(m, torch_shim.TorchModule)
+        for n, m in sys.modules.items()
+        if n.startswith("torchvision")
+    )
 
 
 def test_uninstall_takes_the_torch_modules_away(shim):
     import torch  # noqa: F401
 
     torch_shim.uninstall(shim)
-    assert "torch" not in sys.modules and shim not in sys.meta_path
+    # (a real torch imported before the shim, by an earlier test, is back in its place)
+    assert not isinstance(sys.modules.get("torch"), torch_shim.TorchModule)
+    assert shim not in sys.meta_path
+
+
+def test_uninstall_puts_back_the_torch_modules_install_set_aside(monkeypatch):
+    """A torch imported before the shim (stood for by plain modules here) is set aside while
+    the shim is in, then back as it was: imported anew, a real torch would start its
+    extension a second time, and fail."""
+    before = {n: m for n, m in sys.modules.items() if n.split(".")[0] in ("torch", "torchvision")}
+    for name in before:
+        monkeypatch.delitem(sys.modules, name)
+    real = {n: types.ModuleType(n) for n in ("torch", "torch._C", "torchvision")}
+    for name, module in real.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    hook = torch_shim.install()
+    try:
+        import torch
+
+        assert torch is not real["torch"] and torch.Tensor is fg.Tensor
+        assert not any(sys.modules.get(n) is m for n, m in real.items())
+    finally:
+        torch_shim.uninstall(hook)
+    assert all(sys.modules[n] is m for n, m in real.items())
+    assert not hook.displaced and hook not in sys.meta_path
 
 
 # ---------------------------------------------------------------- the names added
