@@ -189,7 +189,9 @@ def _fractional_max_pool(x, kernel_size, output_size, output_ratio, samples, n: 
     for name, out, k, size in zip(_AXES[n], sizes, kernel, x.shape[-n:]):
         if out < 0:
             fail(ShapeError, op, f"output {name} {out} is negative")
-        if out + k - 1 > size:
+        # (torch's 3-d form, as of its FractionalMaxPool3d boundary checks, also refuses a
+        # last window that ends at the input's end, which the 2-d form takes)
+        if out + k - 1 > size or (n == 3 and out + k - 1 == size):
             fail(ShapeError, op, f"pool {name} {k} too large relative to input {name} {size}")
     batched = x if x.ndim == n + 2 else x[None]
     if samples is None:

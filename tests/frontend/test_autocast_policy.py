@@ -121,7 +121,7 @@ CASES = {
     "adaptive_avg_pool3d": lambda m, F, t, i: F.adaptive_avg_pool3d(t(1, 1, 2, 2, 2), 1),
     "adaptive_max_pool3d": lambda m, F, t, i: F.adaptive_max_pool3d(t(1, 1, 2, 2, 2), 1),
     "fractional_max_pool2d": lambda m, F, t, i: F.fractional_max_pool2d(t(1, 1, 3, 3), 2, 2),
-    "fractional_max_pool3d": lambda m, F, t, i: F.fractional_max_pool3d(t(1, 1, 3, 3, 3), 2, 2),
+    "fractional_max_pool3d": lambda m, F, t, i: F.fractional_max_pool3d(t(1, 1, 4, 4, 4), 2, 2),
     "max_unpool2d": lambda m, F, t, i: F.max_unpool2d(
         *F.max_pool2d(t(1, 1, 2, 2), 2, return_indices=True), 2
     ),

@@ -182,6 +182,11 @@ def test_modules():
             RuntimeError,
         ),
         (lambda x: F.fractional_max_pool3d(x[None], 2, 6), RuntimeError),
+        # the 3-d form refuses a last window ending at the input's end (torch's check); the
+        # 2-d form takes it
+        (lambda x: F.fractional_max_pool3d(fg.randn(1, 3, 3, 3), 2, 2), RuntimeError),
+        (lambda x: F.fractional_max_pool3d(fg.randn(1, 4, 3, 4), 2, 2), RuntimeError),
+        (lambda x: F.fractional_max_pool3d(fg.randn(1, 4, 4, 3), 2, 2), RuntimeError),
         (lambda x: nn.FractionalMaxPool2d(2, output_ratio=1.5), ValueError),
         (lambda x: nn.FractionalMaxPool2d(2, output_size=2, output_ratio=0.5), ValueError),
         (lambda x: nn.FractionalMaxPool2d(2), ValueError),
@@ -191,3 +196,13 @@ def test_modules():
 def test_errors_as_torch(call, error):
     with pytest.raises(error):
         call(fg.randn(2, 3, 7, 6))
+
+
+def test_a_last_window_at_the_inputs_end_is_taken_in_2d_and_refused_in_3d():
+    assert F.fractional_max_pool2d(fg.randn(1, 1, 3, 3), 2, 2).shape == (1, 1, 2, 2)
+    assert F.fractional_max_pool3d(fg.randn(1, 1, 4, 4, 4), 2, 2).shape == (1, 1, 2, 2, 2)
+    for shape, axis in [((3, 4, 4), "time"), ((4, 3, 4), "height"), ((4, 4, 3), "width")]:
+        with pytest.raises(
+            RuntimeError, match=f"pool {axis} 2 too large relative to input {axis} 3"
+        ):
+            F.fractional_max_pool3d(fg.randn(1, 1, *shape), 2, 2)
