@@ -1,11 +1,14 @@
 """Compile CUDA kernels with `nvcc --ptx` in the background while the tests run (`--nvcc-all`).
 
 `NvccAll.add(name, body)` takes one kernel's `__global__` function(s), written with the
-placeholder symbol `SYMBOL`; bodies already seen (the same text under another name) are
-skipped. Every `unit_size` new kernels make one translation unit (the shared `__device__`
-prelude once, then the kernels, each under its own name), compiled for each architecture
-by a thread pool at once, so nvcc overlaps with the tests. `finish()` compiles the rest,
-waits, and returns what failed: per kernel, nvcc's messages about its lines.
+placeholder symbol `SYMBOL`; bodies already seen are skipped: the same text under another
+name, or the same but for the values of its decimal integer literals (`form`: a kernel of
+another size; a literal's class, zero, an `int`, a 64-bit or a larger one, still counts,
+and hexadecimal and floating-point literals are text). Every `unit_size` new kernels
+make one translation unit (the shared `__device__` prelude once, then the kernels, each
+under its own name), compiled for each architecture by a thread pool at once, so nvcc
+overlaps with the tests. `finish()` compiles the rest, waits, and returns what failed: per
+kernel, nvcc's messages about its lines.
 
     collector = NvccAll("/usr/local/bin/nvcc", prelude=PRELUDE)
     collector.add("E_add_4_0123456789ab", 'extern "C" __global__ void SYMBOL(...) {...}')
@@ -44,6 +47,30 @@ UNIT_SIZE = 500
 FAST = ("-Xcicc", "-O0")
 _LINE = re.compile(r"\.cu\((\d+)\): ")
 _ERROR = re.compile(r"\.cu\(\d+\): (catastrophic )?error")  # not a warning
+
+
+# a decimal integer literal, with any unsigned or long suffix, not part of a name, a hexadecimal
+# literal or a floating-point one
+_INTEGER = re.compile(r"(?<![\w.])(\d+)[uU]?[lL]{0,2}(?![\w.])")
+
+
+def _integer_class(match: re.Match) -> str:
+    value = int(match.group(1))
+    if value == 0:
+        return "<0>"
+    return "<int>" if value < 1 << 31 else "<int64>" if value < 1 << 63 else "<huge>"
+
+
+def form(body: str) -> str:
+    """`body` with each decimal integer literal replaced by its class: kernels of one form
+    differ only in sizes, strides and trip counts, which nvcc parses, checks and lowers the
+    same way whatever their values (many of the suite's kernels are of a form met
+    before, at another size), so one of each form is compiled.
+
+    >>> form("a[i * 64 + 7ll] = b[0] * 1.5f + 0x10 + k2;")
+    'a[i * <int> + <int>] = b[<0>] * 1.5f + 0x10 + k2;'
+    """
+    return _INTEGER.sub(_integer_class, body)
 
 
 @dataclass
@@ -103,16 +130,17 @@ class NvccAll:
 
     @property
     def kernels(self) -> int:
-        """Distinct kernels collected so far."""
+        """Kernels of distinct forms collected so far (`form`)."""
         return len(self._bodies)
 
     def add(self, name: str, body: str) -> None:
-        """Collect one kernel (`body` names it `SYMBOL`) unless its text was seen already."""
+        """Collect one kernel (`body` names it `SYMBOL`) unless its `form` was seen already."""
+        key = form(body)
         with self._lock:
             self.offered += 1
-            if body in self._bodies:
+            if key in self._bodies:
                 return
-            self._bodies.add(body)
+            self._bodies.add(key)
             specific = _ARCH_SPECIFIC.search(body) is not None
             self.arch_specific += specific
             pending = self._pending_arch if specific else self._pending

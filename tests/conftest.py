@@ -3,7 +3,8 @@
 `--nvcc-all` (`scripts/test.sh` passes it wherever `nvcc` is on PATH): render every
 kernel the session compiles as CUDA C, from the GPU's loop nest (`lower(item, tile=False)`,
 what the CUDA device runs) and from the CPU's (the plan's, with register tiles), and compile
-them with `nvcc --ptx` for sm_80 and sm_90 in units of 500 distinct kernels, in
+them with `nvcc --ptx` for sm_80 and sm_90 in units of 500 kernels of distinct forms (those
+that differ only in integer literals, as sizes do, once: `_nvcc_all.form`), in
 background threads while the tests run (`tests/_nvcc_all.py`). At the end the session
 fails, naming each kernel nvcc refused with nvcc's messages, if any does not compile.
 cicc's optimizer is off (`-Xcicc -O0`: a sixth of the time, the same parsing, checking and
@@ -371,7 +372,7 @@ def _finish_nvcc(exitstatus) -> bool:
     verdict = f"{len(failures)} failed (units in {_nvcc.folder})" if failures else "all compile"
     _summary.append(
         (
-            f"{_nvcc.kernels} distinct kernels ({_nvcc.offered} rendered in "
+            f"{_nvcc.kernels} kernels of distinct forms ({_nvcc.offered} rendered in "
             f"{_render_seconds:.1f} s), {_nvcc.units} unit(s); {_nvcc.arch_specific} with inline "
             f"PTX or __CUDA_ARCH__ for each of {', '.join(ARCHS)}, the others for {ARCHS[0]} "
             f"(nvcc {' '.join(_nvcc.flags) or 'optimized'}: {_nvcc.nvcc_seconds:.0f} s in all, "

@@ -1,6 +1,6 @@
 """`--nvcc-all`'s collector (tests/_nvcc_all.py) catches a kernel nvcc refuses, names it,
-keeps nvcc's message, and compiles a text it has seen once; under pytest-xdist a worker's
-refusal fails the whole run (tests/conftest.py)."""
+keeps nvcc's message, and compiles a form it has seen once (a text, its integers aside);
+under pytest-xdist a worker's refusal fails the whole run (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -68,6 +68,20 @@ def test_identical_kernels_compile_once():
     assert collector.finish() == []
     assert collector.units == 2  # the kernel's, the prelude's on the other arch
     assert not collector.folder.exists()
+
+
+@needs_nvcc
+def test_kernels_that_differ_only_in_integer_values_compile_once():
+    sized = GOOD.replace("out0[0] = 1.0f;", "out0[threadIdx.x * 16 + 3] = 1.0f;")
+    collector = NvccAll(NVCC, PRELUDE)
+    collector.add("E_16", sized)
+    collector.add("E_32", sized.replace("16 + 3", "32 + 5ll"))  # another size: one form
+    collector.add("E_zero", sized.replace("16", "0"))  # a zero stays a form of its own
+    collector.add("E_wide", sized.replace("16", "4294967296"))  # as does a 64-bit value
+    collector.add("E_float", sized.replace("1.0f", "2.0f"))  # floats are text
+    collector.add("E_hex", sized.replace("16", "0x10"))  # and so are hexadecimal numbers
+    assert (collector.offered, collector.kernels) == (6, 5)
+    assert collector.finish() == []
 
 
 @needs_nvcc
